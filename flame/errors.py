@@ -1,0 +1,35 @@
+"""flame's exceptions. Every user-facing error names the op, what was expected vs what came, and the
+user's source line when one is known."""
+
+from __future__ import annotations
+
+
+class FlameError(Exception):
+    """Base class of every error flame raises on purpose."""
+
+
+class ShapeError(FlameError, ValueError):
+    """Shapes of an op's inputs or attributes do not fit together."""
+
+
+class DTypeError(FlameError, TypeError):
+    """An op got a dtype it does not accept."""
+
+
+class TraceError(FlameError, RuntimeError):
+    """Something cannot be done while tracing (reading a value, data-dependent control flow)."""
+
+
+class VerifyError(FlameError, ValueError):
+    """A graph is malformed; the message quotes the offending IR line."""
+
+
+class ParseError(FlameError, ValueError):
+    """IR text does not parse; the message quotes the offending line."""
+
+
+class CheckpointError(FlameError, KeyError):
+    """A state_dict / checkpoint does not match the module or optimizer it is loaded into."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""

@@ -1,0 +1,1 @@
+"""The user-facing side: Tensor, tracing, @compile, eager dispatch, gradients, composites."""

@@ -1,0 +1,125 @@
+"""Ways to ask for gradients — loss.backward(), flame.grad, flame.value_and_grad — all through the
+one autodiff pass (passes/autodiff.py). Eager backward rebuilds the graph from the tensors that
+produced the loss (their Node records), so there is no global tape."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from flame.errors import FlameError
+from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.tensor import Tensor
+from flame.ir.builder import Builder
+from flame.ir.graph import Graph, Value
+from flame.ir.printer import print_graph
+from flame.passes.autodiff import autodiff
+from flame.runtime.device import executor
+
+_BACKWARD_CACHE: OrderedDict = OrderedDict()
+
+
+def _topo(root: Tensor) -> list[Tensor]:
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+        t, done = stack.pop()
+        if done:
+            order.append(t)
+            continue
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        if t._node is not None:
+            stack.extend((x, False) for x in t._node.inputs if isinstance(x, Tensor) and id(x) not in seen)
+    return order
+
+
+def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor]]:
+    g = Graph("backward")
+    b = Builder(g)
+    vals: dict[int, Value] = {}
+    leaves: list[Tensor] = []
+    for t in _topo(loss):
+        node = t._node
+        if node is None:
+            vals[id(t)] = g.add_input(t._type(), "param" if t.requires_grad else "const")
+            leaves.append(t)
+            continue
+        for x, ver in zip(node.inputs, node.versions):
+            if isinstance(x, Tensor) and x._version != ver:
+                raise FlameError(f"a tensor needed to compute gradients was modified in place after "
+                                 f"it was used by {node.name}\n  at {node.loc}")
+        b.loc = node.loc
+        vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in node.inputs],
+                             **node.attrs)
+    return g, vals, leaves
+
+
+def backward(loss: Tensor, gradient: Tensor | None = None) -> None:
+    """Fill .grad of the leaf tensors (requires_grad=True) that `loss` depends on; accumulates."""
+    trace = current_trace.get()
+    if trace is not None:
+        trace.backward(loss, gradient)
+        return
+    if not loss.requires_grad:
+        raise FlameError(f"backward(): the tensor does not require grad (no input had requires_grad=True)"
+                         f"\n  at {user_location()}")
+    if gradient is None and loss.numel() != 1:
+        raise FlameError(f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient argument"
+                         f"\n  at {user_location()}")
+    g, vals, leaves = _rebuild(loss)
+    wrt = [t for t in leaves if t.requires_grad]
+    seed = g.add_input(loss._type(), "data") if gradient is not None else None
+    grads = autodiff(g, vals[id(loss)], [vals[id(t)] for t in wrt], seed)
+    pairs = [(t, gv) for t, gv in zip(wrt, grads) if gv is not None]
+    g.outputs = [gv for _, gv in pairs]
+    ex = executor()
+    key = (ex.name, print_graph(g))
+    run = _BACKWARD_CACHE.get(key)
+    if run is None:
+        run = _BACKWARD_CACHE[key] = ex.compile(g)
+        if len(_BACKWARD_CACHE) > 256:
+            _BACKWARD_CACHE.popitem(last=False)
+    arrays = [t._data for t in leaves] + ([gradient._data] if gradient is not None else [])
+    with no_grad():
+        for (t, _), arr in zip(pairs, run(arrays)):
+            new = Tensor._concrete(arr, t.dtype)
+            t.grad = new if t.grad is None else t.grad + new
+
+
+def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """f -> (x... -> (f(x...), df/dx)) for the arguments at argnums (f must return a scalar).
+    Works eagerly and inside @flame.compile; gradients that do not depend on f are zeros."""
+    from flame.frontend.compile import Compiled
+
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+    def traced(*args):
+        trace = current_trace.get()
+        for i in nums:
+            if not isinstance(args[i], Tensor) or not args[i].dtype.is_float:
+                raise FlameError(f"grad: argument {i} must be a floating-point flame.Tensor")
+        out = f(*args)
+        if not isinstance(out, Tensor) or out.numel() != 1:
+            raise FlameError(f"grad: the function must return a scalar Tensor, got "
+                             f"{getattr(out, 'shape', type(out).__name__)}")
+        ws = [trace.value_of(args[i]) for i in nums]
+        trace.builder.loc = user_location()
+        gvals = autodiff(trace.graph, trace.value_of(out), ws)
+        grads = tuple(Tensor._traced(gv if gv is not None else trace.builder.zeros_like(w), trace)
+                      for gv, w in zip(gvals, ws))
+        return out, grads[0] if isinstance(argnums, int) else grads
+
+    eager = Compiled(traced, name=f"grad_{getattr(f, '__name__', 'fn').strip('<>')}")
+
+    def wrapper(*args):
+        return traced(*args) if current_trace.get() is not None else eager(*args)
+
+    return wrapper
+
+
+def grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """f -> (x... -> df/dx) for the arguments at argnums; f must return a scalar."""
+    vg = value_and_grad(f, argnums)
+    return lambda *args: vg(*args)[1]

@@ -1,0 +1,158 @@
+"""@flame.compile: trace a function once per input signature into ONE graph, compile it through the
+executor, and replay it on later calls without running the Python body again."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flame.errors import FlameError
+from flame.frontend.context import current_trace
+from flame.frontend.tensor import Tensor
+from flame.frontend.trace import Trace
+from flame.ir.graph import Graph
+from flame.ir.verify import verify
+from flame.runtime.device import executor
+
+log = logging.getLogger("flame")
+
+
+def _flatten(obj: Any, leaves: list) -> Any:
+    """Replace each Tensor in a nested tuple/list/dict by its index in `leaves`; returns the skeleton."""
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return ("__leaf__", len(leaves) - 1)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_flatten(x, leaves) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _flatten(v, leaves) for k, v in obj.items()}
+    return obj
+
+
+def _unflatten(skel: Any, values: list) -> Any:
+    if isinstance(skel, tuple) and len(skel) == 2 and skel[0] == "__leaf__":
+        return values[skel[1]]
+    if isinstance(skel, (tuple, list)):
+        return type(skel)(_unflatten(x, values) for x in skel)
+    if isinstance(skel, dict):
+        return {k: _unflatten(v, values) for k, v in skel.items()}
+    return skel
+
+
+@dataclass
+class _Entry:
+    graph: Graph
+    trace: Trace
+    run: Callable
+    out_skeleton: Any
+    n_user: int
+    grads: list  # (tensor, output index or None): .grad after the call
+
+    def valid(self) -> str:
+        """'' if every captured tensor still has its traced type, else why not."""
+        for b, v in zip(self.trace.bindings, self.graph.inputs):
+            t = b.tensor
+            if b.kind == "tensor" and (t.shape != v.type.shape or t.dtype != v.type.dtype):
+                return f"a captured tensor changed from {v.type} to {t.dtype}{list(t.shape)}"
+        return ""
+
+
+class Compiled:
+    """The result of @flame.compile. Call it like the function; `.trace(*args)` returns the Graph."""
+
+    def __init__(self, fn: Callable, name: str | None = None):
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "fn").strip("<>")
+        self._cache: dict[tuple, _Entry] = {}
+        functools.update_wrapper(self, fn)
+
+    def _args(self, args: tuple) -> list:
+        return [Tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+
+    def _key(self, args: list) -> tuple:
+        key = []
+        for a in args:
+            if isinstance(a, Tensor):
+                key.append(("T", a.shape, a.dtype.name, a.requires_grad))
+            else:
+                try:
+                    hash(a)
+                except TypeError:
+                    raise FlameError(f"{self.name}: argument {a!r} is neither a Tensor nor hashable; "
+                                     f"non-tensor arguments are compile-time constants") from None
+                key.append(("S", type(a).__name__, a))
+        return tuple(key)
+
+    def _trace(self, args: list) -> tuple[Trace, Any]:
+        if current_trace.get() is not None:
+            raise FlameError(f"{self.name}: calling a compiled function inside another compiled "
+                             f"function is not supported; call the plain function instead")
+        tr = Trace(Graph(self.name))
+        targs = [tr.add_arg(a, i) if isinstance(a, Tensor) else a for i, a in enumerate(args)]
+        token = current_trace.set(tr)
+        try:
+            result = self.fn(*targs)
+        finally:
+            current_trace.reset(token)
+        return tr, result
+
+    def trace(self, *args) -> Graph:
+        """The traced (joint forward+backward, if the function asks for gradients) Graph."""
+        return self._build(self._args(args)).graph
+
+    def _build(self, args: list) -> _Entry:
+        tr, result = self._trace(args)
+        leaves: list[Tensor] = []
+        skel = _flatten(result, leaves)
+        g = tr.graph
+        g.outputs = [tr.value_of(t) for t in leaves]
+        n_user = len(g.outputs)
+        for t, idx, v in tr.mutated():
+            g.aliases[len(g.outputs)] = idx
+            g.outputs.append(v)
+        grads = []
+        for t, _ in list(tr.current.values()):
+            if isinstance(t.grad, Tensor) and t.grad._trace is tr:
+                grads.append((t, len(g.outputs)))
+                g.outputs.append(t.grad._value)
+                t.grad = None
+            elif t.grad is None:
+                grads.append((t, None))
+        verify(g)
+        return _Entry(g, tr, executor().compile(g), skel, n_user, grads)
+
+    def __call__(self, *args):
+        args = self._args(args)
+        key = self._key(args)
+        entry = self._cache.get(key)
+        why = "first call" if entry is None else entry.valid()
+        if why:
+            if self._cache:
+                log.debug("flame: re-tracing %s: %s (signature %s)", self.name, why, key)
+            entry = self._cache[key] = self._build(args)
+        return self._run(entry, args)
+
+    def _run(self, entry: _Entry, args: list):
+        ex = executor()
+        arrays = [entry.trace.concrete_value(b, args, ex) for b in entry.trace.bindings]
+        outs = entry.run(arrays)
+        for o, i in entry.graph.aliases.items():
+            t = entry.trace.bindings[i].tensor
+            t._data[...] = outs[o]
+            t._version += 1
+        for t, o in entry.grads:
+            t.grad = None if o is None else Tensor._concrete(outs[o], entry.graph.outputs[o].dtype)
+        values = [Tensor._concrete(a, v.dtype) for a, v in zip(outs[: entry.n_user], entry.graph.outputs)]
+        return _unflatten(entry.out_skeleton, values)
+
+
+def compile(fn: Callable | None = None, *, name: str | None = None):  # noqa: A001
+    """Decorator: `@flame.compile` or `@flame.compile(name="train_step")`."""
+    if fn is None:
+        return lambda f: Compiled(f, name)
+    return Compiled(fn, name)

@@ -1,0 +1,36 @@
+"""Per-context state of the frontend: the trace being recorded and the no_grad flag. Both are
+ContextVars (not module globals), so threads and nested calls never see each other's state."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+_FLAME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+current_trace: ContextVar = ContextVar("flame_trace", default=None)
+grad_enabled: ContextVar[bool] = ContextVar("flame_grad_enabled", default=True)
+
+
+def user_location() -> str | None:
+    """`file.py:LINE  source` of the innermost caller outside the flame package."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = f.f_code.co_filename
+        if not os.path.abspath(path).startswith(_FLAME_DIR + os.sep) and "contextlib" not in path:
+            src = linecache.getline(path, f.f_lineno).strip()
+            return f"{os.path.basename(path)}:{f.f_lineno}" + (f"  {src}" if src else "")
+        f = f.f_back
+    return None
+
+
+@contextmanager
+def no_grad():
+    """Operations inside record no gradient history (eager) — like torch.no_grad()."""
+    token = grad_enabled.set(False)
+    try:
+        yield
+    finally:
+        grad_enabled.reset(token)

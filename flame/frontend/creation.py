@@ -1,0 +1,136 @@
+"""Creating tensors: flame.tensor, zeros/ones/full/arange, rand/randn with a counter-based Generator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from flame.errors import DTypeError
+from flame.frontend.dispatch import apply
+from flame.frontend.tensor import Tensor, _shape_arg, full
+from flame.ir.dtypes import DType, boolean, dtype_of, f32, i64
+
+__all__ = ["Generator", "arange", "default_generator", "full", "manual_seed", "ones", "ones_like",
+           "rand", "randn", "tensor", "zeros", "zeros_like"]
+
+
+def default_dtype_for(value: Any) -> DType:
+    if isinstance(value, (bool, np.bool_)):
+        return boolean
+    if isinstance(value, (int, np.integer)):
+        return i64
+    return f32
+
+
+def to_array(data: Any, dtype: Any = None):
+    """Convert user data (lists, numbers, NumPy/CuPy/DLPack arrays, Tensors) to a device array."""
+    from flame.runtime.device import executor
+
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    dt = dtype_of(dtype) if dtype is not None else None
+    if not isinstance(data, np.ndarray) and hasattr(data, "__cuda_array_interface__"):
+        arr = data
+    else:
+        arr = np.asarray(data)
+        if dt is None:
+            if arr.dtype.kind == "f":
+                dt = f32 if arr.dtype == np.float64 and not isinstance(data, np.ndarray) else dtype_of(arr.dtype)
+            elif arr.dtype.kind in "iu":
+                dt = i64 if not isinstance(data, np.ndarray) else dtype_of(arr.dtype)
+            elif arr.dtype.kind == "b":
+                dt = boolean
+            else:
+                raise DTypeError(f"cannot make a tensor from data of dtype {arr.dtype}")
+    if dt is None:
+        dt = dtype_of(arr.dtype)
+    ex = executor()
+    return ex.asarray(arr.astype(dt.np_dtype) if arr.dtype != dt.np_dtype else arr), dt
+
+
+def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new concrete tensor from data (Python floats default to f32, ints to i64, as in PyTorch)."""
+    return Tensor(data, dtype, requires_grad)
+
+
+def zeros(*shape, dtype=f32) -> Tensor:
+    return full(_shape_arg(shape), 0, dtype)
+
+
+def ones(*shape, dtype=f32) -> Tensor:
+    return full(_shape_arg(shape), 1, dtype)
+
+
+def zeros_like(t: Tensor, dtype=None) -> Tensor:
+    return full(t.shape, 0, dtype or t.dtype)
+
+
+def ones_like(t: Tensor, dtype=None) -> Tensor:
+    return full(t.shape, 1, dtype or t.dtype)
+
+
+def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None:
+        dtype = f32 if any(isinstance(v, float) for v in (start, stop, step)) else i64
+    return apply("arange", start=start, stop=stop, step=step, dtype=dtype_of(dtype))
+
+
+class Generator:
+    """A counter-based random stream: a seed and an offset, both i64 scalar tensors. Each draw of n
+    numbers uses counters offset..offset+n-1 and advances the offset in place, so inside
+    @flame.compile the seed and offset are state inputs of the graph and a step is replayable."""
+
+    def __init__(self, seed: int = 0):
+        self.seed_tensor = Tensor(np.int64(seed), i64)
+        self.offset_tensor = Tensor(np.int64(0), i64)
+        self.seed_tensor._role = self.offset_tensor._role = "state"
+
+    def manual_seed(self, seed: int) -> Generator:
+        self.seed_tensor.copy_(int(seed))
+        self.offset_tensor.copy_(0)
+        return self
+
+    def draw(self, op: str, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        out = apply(op, self.seed_tensor, self.offset_tensor, shape=shape, dtype=dtype)
+        n = int(np.prod(shape, dtype=np.int64))
+        self.offset_tensor.copy_(self.offset_tensor + n)
+        return out
+
+
+class _DefaultGenerator:
+    """The process's default generator, made on first use (seed 0; flame.manual_seed changes it)."""
+
+    def __init__(self):
+        self.gen: Generator | None = None
+
+    def get(self) -> Generator:
+        if self.gen is None:
+            self.gen = Generator(0)
+        return self.gen
+
+
+_default = _DefaultGenerator()
+
+
+def default_generator() -> Generator:
+    return _default.get()
+
+
+def manual_seed(seed: int) -> Generator:
+    """Reseed the default generator (model initialisation and dropout use it unless given one)."""
+    return _default.get().manual_seed(seed)
+
+
+def rand(*shape, dtype=f32, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
+    """Uniform numbers in [0, 1)."""
+    t = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), dtype_of(dtype))
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def randn(*shape, dtype=f32, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
+    """Standard normal numbers."""
+    t = (generator or default_generator()).draw("random_normal", _shape_arg(shape), dtype_of(dtype))
+    return t.requires_grad_(requires_grad) if requires_grad else t

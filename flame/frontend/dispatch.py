@@ -1,0 +1,102 @@
+"""apply(): the single entry point every frontend op goes through. Inside a trace it records an IR op;
+outside it runs the op eagerly as a one-op graph through the current executor (DESIGN.md §3),
+compiled once per (op, attributes, input types)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flame.errors import FlameError, TraceError
+from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.ir import registry
+from flame.ir.builder import Builder, _with_loc
+from flame.ir.dtypes import DType
+from flame.ir.graph import Graph
+from flame.ir.types import TensorType
+from flame.runtime.device import executor
+
+
+@dataclass(frozen=True)
+class Node:
+    """How an eager tensor was made, for loss.backward(): op, attributes, inputs and the inputs'
+    versions at that time (an in-place change of an input before backward is an error)."""
+
+    name: str
+    attrs: dict
+    inputs: tuple
+    versions: tuple
+    loc: str | None
+
+
+_EAGER_CACHE: OrderedDict = OrderedDict()
+_EAGER_CACHE_SIZE = 4096
+
+
+def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:
+    from flame.frontend.tensor import Tensor
+
+    tensors = [x for x in inputs if isinstance(x, Tensor)]
+    like = next((t for t in tensors if t.dtype.kind != "bool"), tensors[0] if tensors else None)
+    if like is None:
+        raise FlameError("an op needs at least one tensor input")
+    return like.dtype
+
+
+def _eager_executable(name: str, attrs: dict, types: tuple[TensorType, ...], ex):
+    key = (ex.name, name, tuple(attrs.items()), types)
+    hit = _EAGER_CACHE.get(key)
+    if hit is not None:
+        _EAGER_CACHE.move_to_end(key)
+        return hit
+    g = Graph(name)
+    ins = [g.add_input(t) for t in types]
+    g.outputs = [Builder(g, user_location()).emit(name, *ins, **attrs)]
+    hit = (ex.compile(g), g.outputs[0].type)
+    _EAGER_CACHE[key] = hit
+    if len(_EAGER_CACHE) > _EAGER_CACHE_SIZE:
+        _EAGER_CACHE.popitem(last=False)
+    return hit
+
+
+def apply(name: str, *inputs: Any, **attrs: Any):
+    """Run or record op `name` on Tensors / Python numbers. Returns a Tensor."""
+    from flame.frontend.tensor import Tensor
+
+    opdef = registry.get(name)
+    try:
+        attrs = opdef.normalize_attrs(attrs)
+    except FlameError as e:
+        raise _with_loc(e, user_location()) from None
+    trace = current_trace.get()
+    if trace is not None:
+        vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
+        trace.builder.loc = user_location()
+        return Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
+    for x in inputs:
+        if isinstance(x, Tensor) and x._value is not None:
+            raise TraceError(f"{name}: a tensor traced inside @flame.compile was used after its trace "
+                             f"ended\n  at {user_location()}")
+    ex = executor()
+    types, arrays = [], []
+    for x in inputs:
+        if isinstance(x, Tensor):
+            types.append(TensorType(x.shape, x.dtype))
+            arrays.append(x._data)
+        else:
+            dt = _scalar_dtype(inputs, x)
+            types.append(TensorType((), dt))
+            arrays.append(ex.asarray(np.asarray(x, dtype=dt.np_dtype)))
+    run, out_type = _eager_executable(name, attrs, tuple(types), ex)
+    (out,) = run(arrays)
+    t = Tensor._concrete(out, out_type.dtype)
+    if grad_enabled.get() and out_type.dtype.is_float and opdef.vjp is not None:
+        if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
+            t.requires_grad = True
+            t._node = Node(name, attrs, tuple(inputs),
+                           tuple(x._version if isinstance(x, Tensor) else 0 for x in inputs),
+                           user_location())
+    return t

@@ -1,0 +1,130 @@
+"""Composite functions written in Python over primitives, so later passes see — and fuse — the
+primitives. Exposed as flame.nn.functional (PyTorch names)."""
+
+from __future__ import annotations
+
+
+from flame.errors import ShapeError
+from flame.frontend.context import user_location
+from flame.frontend.creation import Generator, default_generator
+from flame.frontend.dispatch import apply
+from flame.frontend.tensor import Tensor, matmul
+
+__all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "leaky_relu", "linear",
+           "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm", "sigmoid", "silu", "softmax", "tanh"]
+
+
+def _loss_reduce(x: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return x.mean()
+    if reduction == "sum":
+        return x.sum()
+    if reduction == "none":
+        return x
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def relu(x: Tensor) -> Tensor:
+    return x.relu()
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    return x.gelu(approximate)
+
+
+def silu(x: Tensor) -> Tensor:
+    return x.silu()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return x.tanh()
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    return x.leaky_relu(negative_slope)
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
+    m = x.amax(dim, keepdim=True)
+    out = (x - m).exp().sum(dim, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(dim)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    return x - logsumexp(x, dim, keepdim=True)
+
+
+def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[-len(shape):]) != shape:
+        raise ShapeError(f"layer_norm: input {list(x.shape)} does not end with normalized_shape "
+                         f"{list(shape)}\n  at {user_location()}")
+    dims = tuple(range(x.ndim - len(shape), x.ndim))
+    mu = x.mean(dims, keepdim=True)
+    d = x - mu
+    y = d * ((d * d).mean(dims, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    return y + bias if bias is not None else y
+
+
+def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    dims = tuple(range(x.ndim - len(shape), x.ndim))
+    y = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
+    return y * weight if weight is not None else y
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x @ weight.T + bias, with weight [out_features, in_features] as in PyTorch."""
+    if x.shape[-1] != weight.shape[-1]:
+        raise ShapeError(f"linear: input {x.dtype}{list(x.shape)} has {x.shape[-1]} features but the weight "
+                         f"{list(weight.shape)} expects {weight.shape[-1]}\n  at {user_location()}")
+    y = matmul(x, weight.T)
+    return y + bias if bias is not None else y
+
+
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    d = input - target
+    return _loss_reduce(d * d, reduction)
+
+
+def cross_entropy(logits: Tensor, target: Tensor, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy of [N, C] logits against integer class labels [N]."""
+    if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
+        raise ShapeError(f"cross_entropy: expected logits [N, C] and labels [N], got {list(logits.shape)} "
+                         f"and {list(target.shape)}\n  at {user_location()}")
+    if target.dtype.is_float:
+        raise ShapeError(f"cross_entropy: labels must be integers, got {target.dtype}\n  at {user_location()}")
+    logp = log_softmax(logits, 1)
+    nll = -logp.gather(1, target.unsqueeze(1)).squeeze(1)
+    if label_smoothing:
+        nll = nll * (1 - label_smoothing) - logp.mean(1) * label_smoothing
+    return _loss_reduce(nll, reduction)
+
+
+def embedding(idx: Tensor, weight: Tensor) -> Tensor:
+    flat = apply("index_select", weight, idx.reshape(-1), axis=0)
+    return flat.reshape(*idx.shape, weight.shape[1])
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, generator: Generator | None = None) -> Tensor:
+    if not training or p == 0.0:
+        return x
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    keep = (generator or default_generator()).draw("random_uniform", x.shape, x.dtype) >= p
+    return apply("where", keep, x * (1.0 / (1.0 - p)), 0.0)
+
+

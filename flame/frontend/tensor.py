@@ -1,0 +1,594 @@
+"""flame.Tensor: PyTorch-named tensors. A Tensor is either concrete (holds an executor array) or
+traced (holds an IR Value of the trace being recorded). Every op goes through dispatch.apply."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Any
+
+import numpy as np
+
+from flame.errors import FlameError, ShapeError, TraceError
+from flame.frontend.context import user_location
+from flame.frontend.dispatch import apply
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
+from flame.ir.ops._shapes import norm_axis
+
+MaxMin = namedtuple("MaxMin", ["values", "indices"])
+
+
+def _axes(dim, rank: int) -> tuple[int, ...]:
+    if dim is None:
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted(norm_axis("reduce", d, rank) for d in dims))
+
+
+def _shape_arg(shape) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+class Tensor:
+    """A tensor. Concrete tensors live on the current device (NumPy or CuPy arrays); traced tensors
+    exist while @flame.compile records a function."""
+
+    __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "grad", "_node", "_version",
+                 "_role", "__weakref__")
+    __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
+
+    def __init__(self, data: Any = None, dtype: Any = None, requires_grad: bool = False):
+        from flame.frontend.creation import to_array
+
+        arr, dt = to_array(data, dtype)
+        self._init(arr, dt, None, None)
+        self.requires_grad = bool(requires_grad)
+
+    def _init(self, data, dtype, value, trace):
+        self._data, self._dtype, self._value, self._trace = data, dtype, value, trace
+        self.requires_grad, self.grad, self._node, self._version, self._role = False, None, None, 0, None
+
+    @classmethod
+    def _concrete(cls, data, dtype: DType) -> Tensor:
+        t = object.__new__(cls)
+        t._init(data, dtype, None, None)
+        return t
+
+    @classmethod
+    def _traced(cls, value, trace) -> Tensor:
+        t = object.__new__(cls)
+        t._init(None, value.type.dtype, value, trace)
+        return t
+
+    # ---- metadata -------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._value.type.shape if self._value is not None else tuple(self._data.shape)
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def _type(self):
+        from flame.ir.types import TensorType
+
+        return TensorType(self.shape, self.dtype)
+
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def is_traced(self) -> bool:
+        return self._value is not None
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    __hash__ = object.__hash__
+
+    # ---- reading values ---------------------------------------------------------------------------
+    def _need_concrete(self, what: str) -> None:
+        if self._value is not None:
+            raise TraceError(f"{what} reads a tensor's value, which does not exist while tracing "
+                             f"@flame.compile (Python control flow runs at trace time; use "
+                             f"flame.where for data-dependent choices)\n  at {user_location()}")
+
+    def numpy(self) -> np.ndarray:
+        self._need_concrete(".numpy()")
+        from flame.runtime.device import executor
+
+        return executor().to_numpy(self._data)
+
+    def item(self) -> float | int | bool:
+        self._need_concrete(".item()")
+        if self.numel() != 1:
+            raise ShapeError(f".item() needs a tensor with one element, got shape {list(self.shape)}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __bool__(self) -> bool:
+        self._need_concrete("bool(tensor)")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def __dlpack__(self, *args, **kwargs):
+        self._need_concrete("__dlpack__")
+        return self._data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
+    def __repr__(self) -> str:
+        if self._value is not None:
+            return f"Tensor(traced {self._value.type})"
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self.dtype.name}{grad})"
+
+    # ---- autograd ---------------------------------------------------------------------------------
+    def backward(self, gradient: Tensor | None = None) -> None:
+        from flame.frontend.autograd import backward
+
+        backward(self, gradient)
+
+    def detach(self) -> Tensor:
+        if self._value is not None:
+            return Tensor._traced(self._value, self._trace)
+        return Tensor._concrete(self._data, self._dtype)
+
+    def requires_grad_(self, flag: bool = True) -> Tensor:
+        self.requires_grad = flag
+        return self
+
+    # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
+    def copy_(self, src: Tensor | float) -> Tensor:
+        from flame.frontend.context import current_trace
+
+        src = src if isinstance(src, Tensor) else full(self.shape, src, self.dtype)
+        if src.dtype != self.dtype:
+            src = src.to(self.dtype)
+        if src.shape != self.shape:
+            src = src.broadcast_to(self.shape)
+        trace = current_trace.get()
+        if trace is not None:
+            trace.assign(self, trace.value_of(src))
+        elif self._value is not None:
+            raise TraceError("copy_ into a traced tensor outside its trace")
+        else:
+            self._data[...] = src._data
+            self._version += 1
+        return self
+
+    def add_(self, other, alpha: float = 1.0) -> Tensor:
+        return self.copy_(self + other * alpha if alpha != 1.0 else self + other)
+
+    def sub_(self, other, alpha: float = 1.0) -> Tensor:
+        return self.copy_(self - other * alpha if alpha != 1.0 else self - other)
+
+    def mul_(self, other) -> Tensor:
+        return self.copy_(self * other)
+
+    def zero_(self) -> Tensor:
+        return self.copy_(0)
+
+    def fill_(self, value) -> Tensor:
+        return self.copy_(value)
+
+    def __setitem__(self, key, value):
+        raise FlameError("item assignment is not supported: flame's IR is pure; use flame.where or "
+                         "Tensor.scatter_add to build the new tensor")
+
+    # ---- dtype conversion -------------------------------------------------------------------------
+    def to(self, dtype) -> Tensor:
+        dt = dtype_of(dtype)
+        return self if dt == self.dtype else apply("cast", self, dtype=dt)
+
+    type = to
+
+    def float(self) -> Tensor:
+        return self.to(f32)
+
+    def double(self) -> Tensor:
+        return self.to(f64)
+
+    def half(self) -> Tensor:
+        return self.to(f16)
+
+    def bfloat16(self) -> Tensor:
+        return self.to(bf16)
+
+    def long(self) -> Tensor:
+        return self.to(i64)
+
+    def int(self) -> Tensor:
+        return self.to(i32)
+
+    def bool(self) -> Tensor:
+        return self.to(boolean)
+
+    # ---- arithmetic -------------------------------------------------------------------------------
+    def __add__(self, o):
+        return binary("add", self, o)
+
+    def __radd__(self, o):
+        return binary("add", o, self)
+
+    def __sub__(self, o):
+        return binary("sub", self, o)
+
+    def __rsub__(self, o):
+        return binary("sub", o, self)
+
+    def __mul__(self, o):
+        return binary("mul", self, o)
+
+    def __rmul__(self, o):
+        return binary("mul", o, self)
+
+    def __truediv__(self, o):
+        return binary("div", self, o)
+
+    def __rtruediv__(self, o):
+        return binary("div", o, self)
+
+    def __pow__(self, o):
+        return binary("pow", self, o)
+
+    def __rpow__(self, o):
+        return binary("pow", o, self)
+
+    def __neg__(self):
+        return apply("neg", self)
+
+    def __abs__(self):
+        return apply("abs", self)
+
+    def __matmul__(self, o):
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return matmul(o, self)
+
+    def __lt__(self, o):
+        return binary("lt", self, o)
+
+    def __le__(self, o):
+        return binary("le", self, o)
+
+    def __gt__(self, o):
+        return binary("gt", self, o)
+
+    def __ge__(self, o):
+        return binary("ge", self, o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return binary("eq", self, o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return binary("ne", self, o)
+
+    def __and__(self, o):
+        return binary("logical_and", self, o)
+
+    def __or__(self, o):
+        return binary("logical_or", self, o)
+
+    def __invert__(self):
+        return apply("logical_not", self)
+
+    def pow(self, o):
+        return binary("pow", self, o)
+
+    def maximum(self, o):
+        return binary("maximum", self, o)
+
+    def minimum(self, o):
+        return binary("minimum", self, o)
+
+    def clamp(self, min=None, max=None):  # noqa: A002
+        out = self
+        if min is not None:
+            out = binary("maximum", out, min)
+        if max is not None:
+            out = binary("minimum", out, max)
+        return out
+
+    clip = clamp
+
+    # ---- unary math (float ops promote integer inputs to f32, as torch does) ----------------------
+    def _float_unary(self, name, **attrs):
+        x = self if self.dtype.is_float else self.to(f32)
+        return apply(name, x, **attrs)
+
+    def exp(self):
+        return self._float_unary("exp")
+
+    def log(self):
+        return self._float_unary("log")
+
+    def sqrt(self):
+        return self._float_unary("sqrt")
+
+    def rsqrt(self):
+        return self._float_unary("rsqrt")
+
+    def reciprocal(self):
+        return self._float_unary("reciprocal")
+
+    def sin(self):
+        return self._float_unary("sin")
+
+    def cos(self):
+        return self._float_unary("cos")
+
+    def tanh(self):
+        return self._float_unary("tanh")
+
+    def sigmoid(self):
+        return self._float_unary("sigmoid")
+
+    def erf(self):
+        return self._float_unary("erf")
+
+    def gelu(self, approximate: str = "none"):
+        return self._float_unary("gelu", approximate=approximate)
+
+    def silu(self):
+        return self._float_unary("silu")
+
+    def leaky_relu(self, negative_slope: float = 0.01):
+        return self._float_unary("leaky_relu", negative_slope=negative_slope)
+
+    def relu(self):
+        return apply("relu", self)
+
+    def abs(self):
+        return apply("abs", self)
+
+    def neg(self):
+        return apply("neg", self)
+
+    def sign(self):
+        return apply("sign", self)
+
+    def floor(self):
+        return apply("floor", self)
+
+    def ceil(self):
+        return apply("ceil", self)
+
+    def round(self):
+        return apply("round", self)
+
+    def logical_not(self):
+        return apply("logical_not", self)
+
+    def square(self):
+        return self * self
+
+    # ---- reductions -------------------------------------------------------------------------------
+    def sum(self, dim=None, keepdim: bool = False, dtype=None):
+        x = self.to(dtype) if dtype is not None else self
+        if x.dtype == boolean:
+            x = x.to(i64)
+        return apply("reduce_sum", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
+
+    def mean(self, dim=None, keepdim: bool = False):
+        x = self if self.dtype.is_float else self.to(f32)
+        return apply("reduce_mean", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
+
+    def amax(self, dim=None, keepdim: bool = False):
+        return apply("reduce_max", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
+
+    def amin(self, dim=None, keepdim: bool = False):
+        return apply("reduce_min", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
+
+    def max(self, dim: int | None = None, keepdim: bool = False):
+        """max() of all elements; max(dim) -> (values, indices) as in PyTorch."""
+        if dim is None:
+            return self.amax()
+        return MaxMin(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim: int | None = None, keepdim: bool = False):
+        if dim is None:
+            return self.amin()
+        return MaxMin(self.amin(dim, keepdim), (-self).argmax(dim, keepdim))
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False):
+        if dim is None:
+            return apply("argmax", self.reshape(-1), axis=0, keepdim=False)
+        return apply("argmax", self, axis=dim, keepdim=keepdim)
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False):
+        return (-self).argmax(dim, keepdim)
+
+    def var(self, dim=None, keepdim: bool = False, unbiased: bool = True):
+        axes = _axes(dim, self.ndim)
+        n = int(np.prod([self.shape[a] for a in axes]))
+        d = self - self.mean(axes, keepdim=True)
+        return (d * d).sum(axes, keepdim=keepdim) / max(n - int(unbiased), 1)
+
+    def std(self, dim=None, keepdim: bool = False, unbiased: bool = True):
+        return self.var(dim, keepdim, unbiased).sqrt()
+
+    # ---- movement ---------------------------------------------------------------------------------
+    def reshape(self, *shape):
+        shape = list(_shape_arg(shape))
+        if shape.count(-1) > 1:
+            raise ShapeError(f"reshape {list(self.shape)} -> {shape}: only one -1 allowed")
+        if -1 in shape:
+            known = int(np.prod([s for s in shape if s != -1]))
+            if known == 0 or self.numel() % known:
+                raise ShapeError(f"reshape {list(self.shape)} -> {shape}: cannot infer the -1 dimension")
+            shape[shape.index(-1)] = self.numel() // known
+        if tuple(shape) == self.shape:
+            return self
+        return apply("reshape", self, shape=shape)
+
+    view = reshape
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = start_dim % self.ndim, end_dim % self.ndim
+        return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
+
+    def permute(self, *dims):
+        return apply("permute", self, perm=[d % max(self.ndim, 1) for d in _shape_arg(dims)])
+
+    def transpose(self, dim0: int, dim1: int):
+        perm = list(range(self.ndim))
+        a, b = dim0 % self.ndim, dim1 % self.ndim
+        perm[a], perm[b] = perm[b], perm[a]
+        return self if a == b else apply("permute", self, perm=perm)
+
+    @property
+    def T(self):  # noqa: N802
+        return self if self.ndim < 2 else apply("permute", self, perm=list(range(self.ndim))[::-1])
+
+    @property
+    def mT(self):  # noqa: N802
+        return self.transpose(-2, -1)
+
+    def unsqueeze(self, dim: int):
+        return apply("unsqueeze", self, axes=[dim % (self.ndim + 1)])
+
+    def squeeze(self, dim=None):
+        axes = [i for i, s in enumerate(self.shape) if s == 1] if dim is None else list(_axes(dim, self.ndim))
+        return apply("squeeze", self, axes=axes) if axes else self
+
+    def broadcast_to(self, *shape):
+        shape = _shape_arg(shape)
+        return self if shape == self.shape else apply("broadcast_to", self, shape=shape)
+
+    def expand(self, *shape):
+        shape = _shape_arg(shape)
+        lead = len(shape) - self.ndim
+        full_shape = [self.shape[i - lead] if s == -1 else s for i, s in enumerate(shape)]
+        return self.broadcast_to(full_shape)
+
+    def expand_as(self, other: Tensor):
+        return self.broadcast_to(other.shape)
+
+    def flip(self, *dims):
+        return apply("flip", self, axes=[d % self.ndim for d in _shape_arg(dims)])
+
+    def triu(self, diagonal: int = 0):
+        return apply("triu", self, k=diagonal)
+
+    def tril(self, diagonal: int = 0):
+        return apply("tril", self, k=diagonal)
+
+    def gather(self, dim: int, index: Tensor):
+        return apply("gather", self, index, axis=dim)
+
+    def index_select(self, dim: int, index: Tensor):
+        return apply("index_select", self, index, axis=dim)
+
+    def scatter_add(self, dim: int, index: Tensor, src: Tensor):
+        return apply("scatter_add", self, index, src, axis=dim)
+
+    def clone(self):
+        return self + 0 if self.dtype != boolean else self.logical_not().logical_not()
+
+    def __getitem__(self, key):
+        from flame.frontend.indexing import getitem
+
+        return getitem(self, key)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # ---- nn shortcuts -----------------------------------------------------------------------------
+    def softmax(self, dim: int = -1):
+        from flame.frontend.functional import softmax
+
+        return softmax(self, dim)
+
+    def log_softmax(self, dim: int = -1):
+        from flame.frontend.functional import log_softmax
+
+        return log_softmax(self, dim)
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (int, float, bool, np.number, np.bool_))
+
+
+def binary(name: str, a, b) -> Tensor:
+    """A binary op with PyTorch's promotion: tensor-tensor by promote(); a Python float with an
+    integer tensor gives f32; `div` is true division (integers go to f32)."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
+    for x in (a, b):
+        if not isinstance(x, Tensor) and not _is_scalar(x):
+            if isinstance(x, np.ndarray):
+                continue
+            raise FlameError(f"{name}: unsupported operand of type {type(x).__name__}")
+    a = Tensor(a) if isinstance(a, np.ndarray) else a
+    b = Tensor(b) if isinstance(b, np.ndarray) else b
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        dt = promote(a.dtype, b.dtype)
+    else:
+        t, s = (a, b) if isinstance(a, Tensor) else (b, a)
+        dt = t.dtype
+        if isinstance(s, (float, np.floating)) and not dt.is_float:
+            dt = f32
+        elif isinstance(s, (int, np.integer)) and not isinstance(s, bool) and dt == boolean:
+            dt = i64
+    if name in ("div", "pow") and not dt.is_float:
+        dt = f32
+    a = a.to(dt) if isinstance(a, Tensor) else (float(a) if dt.is_float else a)
+    b = b.to(dt) if isinstance(b, Tensor) else (float(b) if dt.is_float else b)
+    return apply(name, a, b)
+
+
+def matmul(a, b) -> Tensor:
+    """`a @ b` with NumPy's rules for 1-D operands (the IR's matmul wants rank >= 2)."""
+    a = a if isinstance(a, Tensor) else Tensor(a)
+    b = b if isinstance(b, Tensor) else Tensor(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)}: both operands "
+                         f"need at least one dimension\n  at {user_location()}")
+    if a.dtype != b.dtype:
+        dt = promote(a.dtype, b.dtype)
+        a, b = a.to(dt), b.to(dt)
+    a1, b1 = a.ndim == 1, b.ndim == 1
+    out = apply("matmul", a.unsqueeze(0) if a1 else a, b.unsqueeze(1) if b1 else b)
+    if a1 and b1:
+        return out.reshape(())
+    if a1 or b1:
+        out = out.squeeze(out.ndim - 2 if a1 else out.ndim - 1)
+    return out
+
+
+def full(shape, value, dtype=None) -> Tensor:
+    from flame.frontend.creation import default_dtype_for
+
+    dt = dtype_of(dtype) if dtype is not None else default_dtype_for(value)
+    return apply("full", shape=tuple(shape), value=value, dtype=dt)

@@ -1,0 +1,15 @@
+"""flame's IR: dtypes, TensorType, Value/Op/Graph, the op registry, printer, parser and verifier."""
+
+from flame.ir import ops as _ops  # noqa: F401  (fills the registry)
+from flame.ir.builder import Builder
+from flame.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64
+from flame.ir.graph import ROLES, Graph, Op, Value
+from flame.ir.parser import parse
+from flame.ir.printer import print_graph
+from flame.ir.registry import REGISTRY, OpDef, get
+from flame.ir.types import TensorType
+from flame.ir.verify import verify
+
+__all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "REGISTRY", "ROLES", "Builder", "DType", "Graph", "Op", "OpDef",
+           "TensorType", "Value", "bf16", "boolean", "dtype_of", "f16", "f32", "f64", "get", "i32", "i64",
+           "parse", "print_graph", "verify"]

@@ -1,0 +1,95 @@
+"""The dtypes flame knows. One table: name, NumPy dtype, CUDA storage type, CUDA compute type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from flame.errors import DTypeError
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str  # printed name: f32, bf16, i64, bool ...
+    np_dtype: np.dtype
+    cuda_type: str  # storage type in generated CUDA
+    cuda_compute: str  # arithmetic type in generated CUDA (f16/bf16 compute in f32)
+    kind: str  # "float", "int" or "bool"
+
+    @property
+    def itemsize(self) -> int:
+        return self.np_dtype.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind == "int"
+
+    def __repr__(self) -> str:
+        return f"flame.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+f32 = DType("f32", np.dtype(np.float32), "float", "float", "float")
+f64 = DType("f64", np.dtype(np.float64), "double", "double", "float")
+f16 = DType("f16", np.dtype(np.float16), "__half", "float", "float")
+bf16 = DType("bf16", np.dtype(ml_dtypes.bfloat16), "__nv_bfloat16", "float", "float")
+i32 = DType("i32", np.dtype(np.int32), "int", "int", "int")
+i64 = DType("i64", np.dtype(np.int64), "long long", "long long", "int")
+boolean = DType("bool", np.dtype(np.bool_), "bool", "bool", "bool")
+
+ALL_DTYPES: tuple[DType, ...] = (f32, f16, bf16, f64, i32, i64, boolean)
+FLOAT_DTYPES: tuple[DType, ...] = (f32, f16, bf16, f64)
+_BY_NAME = {d.name: d for d in ALL_DTYPES}
+_ALIASES = {"float32": f32, "float": f32, "float64": f64, "double": f64, "float16": f16,
+            "half": f16, "bfloat16": bf16, "int32": i32, "int64": i64, "long": i64, "bool_": boolean}
+_BY_NP = {d.np_dtype: d for d in ALL_DTYPES}
+
+
+def dtype_of(x: object) -> DType:
+    """The flame DType for a name ('f32', 'float32'), a NumPy dtype, a DType, or anything with .dtype."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str):
+        found = _BY_NAME.get(x) or _ALIASES.get(x)
+        if found is None:
+            raise DTypeError(f"unknown dtype {x!r}; flame knows {', '.join(_BY_NAME)}")
+        return found
+    if x is float:
+        return f32
+    if x is int:
+        return i64
+    if x is bool:
+        return boolean
+    try:
+        npd = np.dtype(x)
+    except TypeError:
+        npd = None
+    if npd is not None and npd in _BY_NP:
+        return _BY_NP[npd]
+    if npd is not None:
+        raise DTypeError(f"dtype {npd} is not supported by flame; use one of {', '.join(_BY_NAME)}")
+    raise DTypeError(f"cannot interpret {x!r} as a dtype")
+
+
+_ORDER = {"bool": 0, "int": 1, "float": 2}
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Result dtype of a binary op on tensors of dtypes a and b (PyTorch's rules for tensor-tensor)."""
+    if a == b:
+        return a
+    if _ORDER[a.kind] != _ORDER[b.kind]:
+        return a if _ORDER[a.kind] > _ORDER[b.kind] else b
+    if a.kind == "float":
+        if {a, b} == {f16, bf16}:
+            return f32
+        return a if a.itemsize >= b.itemsize else b
+    return a if a.itemsize >= b.itemsize else b

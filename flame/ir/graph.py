@@ -1,0 +1,109 @@
+"""Value, Op and Graph: flame's SSA IR. Ops are kept in topological order; ops never mutate inputs
+(DESIGN.md §1) — in-place updates are expressed as aliases from outputs to inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from flame.ir.types import TensorType
+
+ROLES = ("data", "param", "state", "scalar", "const")
+
+
+class Value:
+    """One SSA value: a TensorType and the op that produced it (None for graph inputs)."""
+
+    __slots__ = ("type", "producer", "__weakref__")
+
+    def __init__(self, type: TensorType, producer: Op | None = None):
+        self.type = type
+        self.producer = producer
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+    def __repr__(self) -> str:
+        what = self.producer.name if self.producer else "input"
+        return f"<Value {self.type} from {what}>"
+
+
+class Op:
+    """One operation: registry name, input values, frozen attributes, one result value.
+    `loc` is the user's source line that created it ("train.py:14  logits = x @ w"), or None."""
+
+    __slots__ = ("name", "inputs", "attrs", "out", "loc")
+
+    def __init__(self, name: str, inputs: tuple[Value, ...], attrs: dict[str, Any],
+                 out_type: TensorType, loc: str | None = None):
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.attrs = dict(attrs)
+        self.out = Value(out_type, self)
+        self.loc = loc
+
+    def __repr__(self) -> str:
+        return f"<Op {self.name} -> {self.out.type}>"
+
+
+@dataclass(eq=False)
+class Graph:
+    """A function in SSA form. `aliases` maps an output index to the input index whose buffer that
+    output replaces after the call (an in-place update, e.g. a parameter after an optimizer step)."""
+
+    name: str = "main"
+    inputs: list[Value] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    aliases: dict[int, int] = field(default_factory=dict)
+
+    def add_input(self, type: TensorType, role: str = "data") -> Value:
+        if role not in ROLES:
+            raise ValueError(f"unknown input role {role!r}; expected one of {ROLES}")
+        v = Value(type)
+        self.inputs.append(v)
+        self.roles.append(role)
+        return v
+
+    def users(self) -> dict[Value, list[Op]]:
+        """Map each value to the ops that read it, in program order."""
+        out: dict[Value, list[Op]] = {v: [] for v in self.inputs}
+        for op in self.ops:
+            out.setdefault(op.out, [])
+            for v in op.inputs:
+                out.setdefault(v, []).append(op)
+        return out
+
+    def numbering(self) -> dict[Value, int]:
+        """Deterministic value numbers: inputs first, then op results in order."""
+        ids: dict[Value, int] = {}
+        for v in self.inputs:
+            ids[v] = len(ids)
+        for op in self.ops:
+            ids[op.out] = len(ids)
+        return ids
+
+    def copy(self) -> Graph:
+        """A structural copy with fresh Values (passes may then edit it freely)."""
+        g = Graph(self.name)
+        m: dict[Value, Value] = {}
+        for v, r in zip(self.inputs, self.roles):
+            m[v] = g.add_input(v.type, r)
+        for op in self.ops:
+            new = Op(op.name, tuple(m[v] for v in op.inputs), op.attrs, op.out.type, op.loc)
+            g.ops.append(new)
+            m[op.out] = new.out
+        g.outputs = [m[v] for v in self.outputs]
+        g.aliases = dict(self.aliases)
+        return g
+
+    def __str__(self) -> str:
+        from flame.ir.printer import print_graph
+
+        return print_graph(self)

@@ -1,0 +1,169 @@
+"""Elementwise primitives: unary math, binary arithmetic with NumPy broadcasting, comparisons,
+where, cast. Gradients of piecewise-constant ops (floor, ceil, round, sign) and comparisons are
+none (treated as zero), as in PyTorch."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flame.errors import DTypeError
+from flame.ir.dtypes import boolean
+from flame.ir.ops._shapes import broadcast_shapes
+from flame.ir.registry import Attr, OpDef, check_dtype, register
+from flame.ir.types import TensorType
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _erf_ref(x):
+    return _erf(x).astype(x.dtype)
+
+
+def _sigmoid_ref(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def _gelu_ref(x, approximate):
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + _erf_ref(x * INV_SQRT_2))
+
+
+def _gelu_vjp(b, g, x, y, approximate):
+    if approximate == "tanh":
+        x2 = b.mul(x, x)
+        t = b.tanh(b.mul(b.add(x, b.mul(b.mul(x2, x), 0.044715)), SQRT_2_OVER_PI))
+        du = b.mul(b.add(b.mul(x2, 3 * 0.044715), 1.0), SQRT_2_OVER_PI)
+        d = b.add(b.mul(b.add(t, 1.0), 0.5), b.mul(b.mul(b.mul(x, 0.5), b.sub(1.0, b.mul(t, t))), du))
+        return (b.mul(g, d),)
+    cdf = b.mul(b.add(b.erf(b.mul(x, INV_SQRT_2)), 1.0), 0.5)
+    pdf = b.mul(b.exp(b.mul(b.mul(x, x), -0.5)), INV_SQRT_2PI)
+    return (b.mul(g, b.add(cdf, b.mul(x, pdf))),)
+
+
+def _silu_vjp(b, g, x, y):
+    s = b.sigmoid(x)
+    return (b.mul(g, b.mul(s, b.add(b.mul(x, b.sub(1.0, s)), 1.0))),)
+
+
+def _unary_infer(name, kinds):
+    def infer(types):
+        check_dtype(name, types[0], kinds)
+        return types[0]
+    return infer
+
+
+def unary(name, ref, vjp=None, kinds=("float",), nondiff="", attrs=None, doc=""):
+    """Declare a unary elementwise op (same type in and out)."""
+    return register(OpDef(name, "elementwise", 1, lambda types, **a: _unary_infer(name, kinds)(types),
+                          ref, attrs or {}, vjp, nondiff, compute_f32=True, doc=doc))
+
+
+_NUM = ("float", "int")
+_PIECEWISE = "piecewise constant: gradient is zero almost everywhere (none)"
+
+unary("neg", np.negative, lambda b, g, x, y: (b.neg(g),), kinds=_NUM)
+unary("abs", np.abs, lambda b, g, x, y: (b.mul(g, b.sign(x)),), kinds=_NUM)
+unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),))
+unary("log", np.log, lambda b, g, x, y: (b.div(g, x),))
+unary("sqrt", np.sqrt, lambda b, g, x, y: (b.div(g, b.mul(y, 2.0)),))
+unary("rsqrt", lambda x: 1.0 / np.sqrt(x),
+      lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),))        # d x^-1/2 = -y^3/2
+unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),))
+unary("sin", np.sin, lambda b, g, x, y: (b.mul(g, b.cos(x)),))
+unary("cos", np.cos, lambda b, g, x, y: (b.neg(b.mul(g, b.sin(x))),))
+unary("tanh", np.tanh, lambda b, g, x, y: (b.mul(g, b.sub(1.0, b.mul(y, y))),))  # d tanh = 1 - y^2
+unary("sigmoid", _sigmoid_ref, lambda b, g, x, y: (b.mul(g, b.mul(y, b.sub(1.0, y))),))
+unary("erf", _erf_ref, lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),))
+unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),
+      lambda b, g, x, y: (b.where(b.gt(x, 0), g, 0),), kinds=_NUM)
+unary("gelu", _gelu_ref, _gelu_vjp, attrs={"approximate": Attr("str", "none", ("none", "tanh"))})
+unary("silu", lambda x: x * _sigmoid_ref(x), _silu_vjp)
+unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope),
+      lambda b, g, x, y, negative_slope: (b.where(b.gt(x, 0), g, b.mul(g, negative_slope)),),
+      attrs={"negative_slope": Attr("float", 0.01)})
+unary("floor", np.floor, kinds=_NUM, nondiff=_PIECEWISE)
+unary("ceil", np.ceil, kinds=_NUM, nondiff=_PIECEWISE)
+unary("round", np.round, kinds=_NUM, nondiff=_PIECEWISE, doc="half to even, like torch.round")
+unary("sign", np.sign, kinds=_NUM, nondiff=_PIECEWISE)
+
+
+def _binary_infer(name, kinds, out_dtype=None):
+    def infer(types):
+        a, b = types
+        if a.dtype != b.dtype:
+            raise DTypeError(f"{name} {a}, {b}: dtypes differ ({a.dtype} vs {b.dtype}); cast one first")
+        check_dtype(name, a, kinds)
+        return TensorType(broadcast_shapes(name, types), out_dtype or a.dtype)
+    return infer
+
+
+def binary(name, ref, vjp=None, kinds=_NUM, out_dtype=None, nondiff=""):
+    """Declare a binary elementwise op with NumPy broadcasting; both inputs share one dtype."""
+    rule = _binary_infer(name, kinds, out_dtype)
+    return register(OpDef(name, "elementwise", 2, lambda types: rule(types), ref, {}, vjp, nondiff,
+                          compute_f32=True))
+
+
+def _minmax_vjp(pick):
+    def vjp(b, g, x, y, out):
+        half = b.mul(g, 0.5)
+        gx = b.where(pick(b, x, y), g, b.where(b.eq(x, y), half, 0))
+        gy = b.where(pick(b, y, x), g, b.where(b.eq(x, y), half, 0))
+        return gx, gy
+    return vjp
+
+
+def _pow_vjp(b, g, x, y, out):
+    gx = b.mul(g, b.mul(y, b.pow(x, b.sub(y, 1.0))))
+    gy = b.where(b.gt(x, 0), b.mul(g, b.mul(out, b.log(b.where(b.gt(x, 0), x, 1.0)))), 0)
+    return gx, gy
+
+
+def _int_div_ref(x, y):
+    return np.true_divide(x, y)
+
+
+binary("add", np.add, lambda b, g, x, y, out: (g, g))
+binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)))
+binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)))
+binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
+       kinds=("float",))
+binary("pow", np.power, _pow_vjp, kinds=("float",))
+binary("maximum", np.maximum, _minmax_vjp(lambda b, p, q: b.gt(p, q)))
+binary("minimum", np.minimum, _minmax_vjp(lambda b, p, q: b.lt(p, q)))
+
+_CMP = "comparison: boolean result has no gradient"
+for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
+                   ("gt", np.greater), ("ge", np.greater_equal)):
+    binary(_name, _fn, kinds=("float", "int", "bool"), out_dtype=boolean, nondiff=_CMP)
+binary("logical_and", np.logical_and, kinds=("bool",), nondiff=_CMP)
+binary("logical_or", np.logical_or, kinds=("bool",), nondiff=_CMP)
+unary("logical_not", np.logical_not, kinds=("bool",), nondiff=_CMP)
+
+
+def _where_infer(types):
+    c, a, b = types
+    if c.dtype != boolean:
+        raise DTypeError(f"where: condition {c} must be bool")
+    if a.dtype != b.dtype:
+        raise DTypeError(f"where {a}, {b}: branch dtypes differ ({a.dtype} vs {b.dtype})")
+    return TensorType(broadcast_shapes("where", types), a.dtype)
+
+
+register(OpDef("where", "elementwise", 3, _where_infer, lambda c, a, b: np.where(c, a, b),
+               vjp=lambda b, g, c, x, y, out: (None, b.where(c, g, 0), b.where(c, 0, g))))
+
+
+def _cast_vjp(b, g, x, out, dtype):
+    return (b.cast(g, dtype=x.dtype) if x.dtype.is_float else None,)
+
+
+register(OpDef("cast", "elementwise", 1, lambda types, dtype: types[0].with_dtype(dtype),
+               lambda x, dtype: x.astype(dtype.np_dtype), {"dtype": Attr("dtype")}, _cast_vjp))

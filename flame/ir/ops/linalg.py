@@ -1,0 +1,36 @@
+"""matmul: [..., m, k] @ [..., k, n] with broadcast batch dimensions (NumPy rules)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flame.errors import DTypeError, ShapeError
+from flame.ir.ops._shapes import broadcast_shapes
+from flame.ir.registry import OpDef, check_dtype, register
+from flame.ir.types import TensorType
+
+
+def _matmul_infer(types):
+    a, b = types
+    if a.dtype != b.dtype:
+        raise DTypeError(f"matmul {a} @ {b}: dtypes differ ({a.dtype} vs {b.dtype})")
+    check_dtype("matmul", a, ("float",))
+    if a.rank < 2 or b.rank < 2:
+        raise ShapeError(f"matmul {a} @ {b}: both operands need rank >= 2 in the IR")
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"matmul {a} @ {b}: inner dimensions differ ({a.shape[-1]} vs {b.shape[-2]})")
+    batch = broadcast_shapes("matmul", [a.with_shape(a.shape[:-2]), b.with_shape(b.shape[:-2])])
+    return TensorType(batch + (a.shape[-2], b.shape[-1]), a.dtype)
+
+
+def _matmul_ref(a, b):
+    if a.dtype.itemsize < 4:  # f16/bf16: accumulate in f32, as cuBLAS does
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    return np.matmul(a, b)
+
+
+def _matmul_vjp(b, g, x, y, out):
+    return b.matmul(g, b.transpose_last(y)), b.matmul(b.transpose_last(x), g)
+
+
+register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp))

@@ -1,0 +1,181 @@
+"""Movement ops: views and copies that only rearrange elements."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flame.errors import DTypeError, ShapeError
+from flame.ir.ops._shapes import broadcast_shapes, norm_axes, norm_axis
+from flame.ir.registry import Attr, OpDef, register
+from flame.ir.types import TensorType
+
+
+def _reshape_infer(types, shape):
+    (t,) = types
+    if math.prod(shape) != t.numel or any(s < 0 for s in shape):
+        raise ShapeError(f"reshape {t} -> {list(shape)}: element counts differ "
+                         f"({t.numel} vs {math.prod(shape)})")
+    return t.with_shape(shape)
+
+
+register(OpDef("reshape", "movement", 1, _reshape_infer, lambda x, shape: np.reshape(x, shape),
+               {"shape": Attr("ints")}, lambda b, g, x, out, shape: (b.reshape(g, shape=x.shape),)))
+
+
+def _broadcast_infer(types, shape):
+    (t,) = types
+    got = broadcast_shapes("broadcast_to", [t, t.with_shape(shape)])
+    if got != tuple(shape):
+        raise ShapeError(f"broadcast_to {t} -> {list(shape)}: not a broadcast of the input")
+    return t.with_shape(shape)
+
+
+register(OpDef("broadcast_to", "movement", 1, _broadcast_infer,
+               lambda x, shape: np.broadcast_to(x, shape).copy(), {"shape": Attr("ints")},
+               lambda b, g, x, out, shape: (b.sum_to(g, x.shape),)))
+
+
+def _permute_infer(types, perm):
+    (t,) = types
+    if sorted(perm) != list(range(t.rank)):
+        raise ShapeError(f"permute {t}: perm {list(perm)} is not a permutation of {t.rank} axes")
+    return t.with_shape(tuple(t.shape[p] for p in perm))
+
+
+def _permute_vjp(b, g, x, out, perm):
+    return (b.permute(g, perm=tuple(int(i) for i in np.argsort(perm))),)
+
+
+register(OpDef("permute", "movement", 1, _permute_infer, lambda x, perm: np.transpose(x, perm),
+               {"perm": Attr("ints")}, _permute_vjp))
+
+
+def slice_len(start: int, stop: int, step: int) -> int:
+    return max(0, -(-(stop - start) // step))
+
+
+def _slice_infer(types, starts, stops, steps):
+    (t,) = types
+    if not len(starts) == len(stops) == len(steps) == t.rank:
+        raise ShapeError(f"slice {t}: starts/stops/steps need one entry per axis ({t.rank})")
+    for d, (a, z, s) in enumerate(zip(starts, stops, steps)):
+        if s <= 0 or not 0 <= a <= t.shape[d] or not a <= z <= t.shape[d]:
+            raise ShapeError(f"slice {t}: axis {d} range {a}:{z}:{s} is invalid "
+                             f"(need 0 <= start <= stop <= {t.shape[d]}, step > 0)")
+    return t.with_shape(tuple(slice_len(a, z, s) for a, z, s in zip(starts, stops, steps)))
+
+
+def _slice_ref(x, starts, stops, steps):
+    return x[tuple(slice(a, z, s) for a, z, s in zip(starts, stops, steps))]
+
+
+def _slice_vjp(b, g, x, out, starts, stops, steps):
+    # scatter g back into zeros: per strided axis interleave zeros, then pad to the full length
+    for d, (a, s) in enumerate(zip(starts, steps)):
+        n = g.shape[d]
+        if s > 1 and n > 0:
+            g = b.unsqueeze(g, axes=[d + 1])
+            pads = [(0, 0)] * g.type.rank
+            pads[d + 1] = (0, s - 1)
+            g = b.pad(g, pads=pads, value=0)
+            shape = list(g.shape)
+            g = b.reshape(g, shape=shape[:d] + [n * s] + shape[d + 2:])
+        end = a + g.shape[d]
+        hi = x.shape[d] - end
+        if hi < 0:
+            lo_starts = [0] * g.type.rank
+            stops_ = list(g.shape)
+            stops_[d] = x.shape[d] - a
+            g = b.slice(g, starts=lo_starts, stops=stops_, steps=[1] * g.type.rank)
+            hi = 0
+        if a or hi:
+            pads = [(0, 0)] * g.type.rank
+            pads[d] = (a, hi)
+            g = b.pad(g, pads=pads, value=0)
+    return (g,)
+
+
+register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref,
+               {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp))
+
+
+def _concat_infer(types, axis):
+    t0 = types[0]
+    ax = norm_axis("concat", axis, t0.rank)
+    for t in types[1:]:
+        if t.dtype != t0.dtype:
+            raise DTypeError(f"concat {t0}, {t}: dtypes differ")
+        if t.rank != t0.rank or any(a != c for i, (a, c) in enumerate(zip(t.shape, t0.shape)) if i != ax):
+            raise ShapeError(f"concat along axis {axis}: {t0} and {t} differ off that axis")
+    shape = list(t0.shape)
+    shape[ax] = sum(t.shape[ax] for t in types)
+    return t0.with_shape(tuple(shape))
+
+
+def _concat_vjp(b, g, *xs_out, axis):
+    xs = xs_out[:-1]
+    ax = axis % g.type.rank
+    grads, at = [], 0
+    for x in xs:
+        starts, stops = [0] * g.type.rank, list(g.shape)
+        starts[ax], stops[ax] = at, at + x.shape[ax]
+        grads.append(b.slice(g, starts=starts, stops=stops, steps=[1] * g.type.rank))
+        at += x.shape[ax]
+    return tuple(grads)
+
+
+register(OpDef("concat", "movement", -1, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=axis),
+               {"axis": Attr("int")}, _concat_vjp))
+
+
+def _flip_infer(types, axes):
+    norm_axes("flip", axes, types[0].rank)
+    return types[0]
+
+
+register(OpDef("flip", "movement", 1, _flip_infer, lambda x, axes: np.flip(x, axis=tuple(axes)).copy(),
+               {"axes": Attr("ints")}, lambda b, g, x, out, axes: (b.flip(g, axes=axes),)))
+
+
+def _squeeze_infer(types, axes):
+    (t,) = types
+    ax = norm_axes("squeeze", axes, t.rank)
+    if any(t.shape[a] != 1 for a in ax):
+        raise ShapeError(f"squeeze {t}: axes {list(axes)} must all have size 1")
+    return t.with_shape(tuple(s for i, s in enumerate(t.shape) if i not in ax))
+
+
+def _unsqueeze_infer(types, axes):
+    (t,) = types
+    rank = t.rank + len(axes)
+    ax = norm_axes("unsqueeze", axes, rank)
+    it = iter(t.shape)
+    return t.with_shape(tuple(1 if i in ax else next(it) for i in range(rank)))
+
+
+_to_input_shape = lambda b, g, x, out, axes: (b.reshape(g, shape=x.shape),)  # noqa: E731
+register(OpDef("squeeze", "movement", 1, _squeeze_infer,
+               lambda x, axes: np.squeeze(x, axis=tuple(axes)), {"axes": Attr("ints")}, _to_input_shape))
+register(OpDef("unsqueeze", "movement", 1, _unsqueeze_infer,
+               lambda x, axes: np.expand_dims(x, axis=tuple(axes)), {"axes": Attr("ints")},
+               _to_input_shape))
+
+
+def _pad_infer(types, pads, value):
+    (t,) = types
+    if len(pads) != t.rank or any(len(p) != 2 or p[0] < 0 or p[1] < 0 for p in pads):
+        raise ShapeError(f"pad {t}: pads {list(pads)} need one non-negative (lo, hi) pair per axis")
+    return t.with_shape(tuple(s + lo + hi for s, (lo, hi) in zip(t.shape, pads)))
+
+
+def _pad_vjp(b, g, x, out, pads, value):
+    starts = [lo for lo, _ in pads]
+    stops = [lo + s for (lo, _), s in zip(pads, x.shape)]
+    return (b.slice(g, starts=starts, stops=stops, steps=[1] * len(pads)),)
+
+
+register(OpDef("pad", "movement", 1, _pad_infer,
+               lambda x, pads, value: np.pad(x, pads, constant_values=value),
+               {"pads": Attr("pairs"), "value": Attr("number", 0)}, _pad_vjp))

@@ -1,0 +1,157 @@
+"""Parse the text printed by flame.ir.printer back into a Graph (then verified)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from flame.errors import FlameError, ParseError
+from flame.ir import registry
+from flame.ir.dtypes import dtype_of
+from flame.ir.graph import Graph, Op, Value
+from flame.ir.types import TensorType
+
+_TYPE = r"([a-z0-9]+)\[([0-9,]*)\]"
+_HEADER = re.compile(r"^graph\s+([\w.\-]+)\((.*)\)\s*\{$")
+_PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
+_OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*\})?\s*:\s*" + _TYPE + r"\s*(?:#\s*(.*))?$")
+_TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')
+
+
+def _type(dt: str, dims: str) -> TensorType:
+    return TensorType(tuple(int(d) for d in dims.split(",") if d != ""), dtype_of(dt))
+
+
+def _split_top(text: str) -> list[str]:
+    """Split `a=1, b=[1, 2]` on commas outside brackets and strings."""
+    parts, depth, cur, in_str = [], 0, "", False
+    for i, ch in enumerate(text):
+        if ch == '"' and (i == 0 or text[i - 1] != "\\"):
+            in_str = not in_str
+        if not in_str:
+            depth += ch == "["
+            depth -= ch == "]"
+            if ch == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+                continue
+        cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return parts
+
+
+def _scalar(tok: str) -> Any:
+    if tok.startswith('"'):
+        return json.loads(tok)
+    named = {"true": True, "false": False, "none": None, "inf": float("inf"), "-inf": float("-inf"),
+             "nan": float("nan")}
+    if tok in named:
+        return named[tok]
+    if re.fullmatch(r"-?\d+", tok):
+        return int(tok)
+    try:
+        return float(tok)
+    except ValueError:
+        return dtype_of(tok)
+
+
+def parse_attr_value(text: str) -> Any:
+    toks = [t for t in _TOKEN.findall(text) if t]
+    pos = 0
+
+    def value():
+        nonlocal pos
+        tok = toks[pos]
+        pos += 1
+        if tok != "[":
+            return _scalar(tok)
+        items = []
+        while toks[pos] != "]":
+            items.append(value())
+            if toks[pos] == ",":
+                pos += 1
+        pos += 1
+        return tuple(items)
+
+    out = value()
+    if pos != len(toks):
+        raise ValueError(f"trailing text in attribute value {text!r}")
+    return out
+
+
+def _attrs(text: str) -> dict[str, Any]:
+    body = text.strip()[1:-1]
+    out = {}
+    for part in _split_top(body):
+        key, _, val = part.partition("=")
+        out[key.strip()] = parse_attr_value(val.strip())
+    return out
+
+
+def parse(text: str) -> Graph:
+    """Parse IR text into a verified Graph. Errors quote the offending line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        raise ParseError("empty IR text")
+    ids: dict[int, Value] = {}
+
+    def fail(n: int, why: str):
+        raise ParseError(f"line {n + 1}: {why}\n  {lines[n]}")
+
+    def ref(n: int, tok: str) -> Value:
+        tok = tok.strip()
+        if not re.fullmatch(r"%\d+", tok) or int(tok[1:]) not in ids:
+            fail(n, f"{tok!r} is not a defined value")
+        return ids[int(tok[1:])]
+
+    head = _HEADER.match(lines[0])
+    if not head:
+        fail(0, "expected `graph NAME(%0: TYPE ROLE, ...) {`")
+    g = Graph(head.group(1))
+    for p in _split_top(head.group(2)):
+        m = _PARAM.match(p.strip())
+        if not m:
+            fail(0, f"bad graph input {p.strip()!r}")
+        try:
+            ids[int(m.group(1))] = g.add_input(_type(m.group(2), m.group(3)), m.group(4))
+        except (FlameError, ValueError) as e:
+            fail(0, str(e))
+    for n, line in enumerate(lines[1:], start=1):
+        if line.startswith("return"):
+            _parse_return(g, line[len("return"):], lambda t, n=n: ref(n, t))
+            if n + 1 >= len(lines) or lines[n + 1] != "}":
+                fail(n, "expected `}` after return")
+            break
+        m = _OP.match(line)
+        if not m:
+            fail(n, "expected `%N = op %a, %b {attrs} : TYPE`")
+        num, name, args, attrs, dt, dims, loc = m.groups()
+        if int(num) in ids:
+            fail(n, f"%{num} is defined twice")
+        try:
+            ins = tuple(ref(n, a) for a in args.split(",")) if args.strip() else ()
+            opdef = registry.get(name)
+            op = Op(name, ins, opdef.normalize_attrs(_attrs(attrs) if attrs else {}), _type(dt, dims),
+                    loc.strip() if loc else None)
+        except ParseError:
+            raise
+        except (FlameError, ValueError, IndexError) as e:
+            fail(n, str(e))
+        g.ops.append(op)
+        ids[int(num)] = op.out
+    else:
+        raise ParseError("missing `return` line")
+    from flame.ir.verify import verify
+
+    verify(g)
+    return g
+
+
+def _parse_return(g: Graph, text: str, ref) -> None:
+    for i, item in enumerate(p for p in text.split(",") if p.strip()):
+        out, _, into = item.partition("->")
+        g.outputs.append(ref(out))
+        if into.strip():
+            g.aliases[i] = g.inputs.index(ref(into))

@@ -1,0 +1,58 @@
+"""The IR text form: one op per line, values numbered in order, types on every result, attributes
+in braces. `flame.ir.parse` reads it back; print -> parse -> print is the identity."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flame.ir.dtypes import DType
+from flame.ir.graph import Graph, Op, Value
+
+
+def format_attr(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "none"
+    if isinstance(v, DType):
+        return v.name
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    raise TypeError(f"cannot print attribute value {v!r}")
+
+
+def format_op(op: Op, ids: dict[Value, int], loc: bool = False) -> str:
+    """`%3 = mul %1, %2 : f32[128,256]`; unknown values print as %? (used by the verifier)."""
+    args = ", ".join(f"%{ids[v]}" if v in ids else "%?" for v in op.inputs)
+    attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in op.attrs.items())
+    text = f"%{ids.get(op.out, '?')} = {op.name}"
+    text += f" {args}" if args else ""
+    text += f" {{{attrs}}}" if attrs else ""
+    text += f" : {op.out.type}"
+    if loc and op.loc:
+        text += f"  # {op.loc.splitlines()[0]}"
+    return text
+
+
+def print_graph(g: Graph, locs: bool = False) -> str:
+    """The whole graph as text; with locs=True each op line ends with `# file:line` of its source."""
+    ids = g.numbering()
+    params = ", ".join(f"%{ids[v]}: {v.type} {r}" for v, r in zip(g.inputs, g.roles))
+    lines = [f"graph {g.name}({params}) {{"]
+    lines += ["  " + format_op(op, ids, locs) for op in g.ops]
+    rets = []
+    for i, v in enumerate(g.outputs):
+        item = f"%{ids[v]}" if v in ids else "%?"
+        if i in g.aliases:
+            item += f" -> %{ids[g.inputs[g.aliases[i]]]}"
+        rets.append(item)
+    lines.append("  return" + (" " + ", ".join(rets) if rets else ""))
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,117 @@
+"""The op registry: each op is declared ONCE with its attributes, shape/dtype rule, NumPy reference,
+VJP rule and compiler category (STYLE.md "One op, one place"). CUDA text lives in codegen/snippets.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flame.errors import DTypeError, VerifyError
+from flame.ir.dtypes import DType, dtype_of
+from flame.ir.types import TensorType
+
+CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "opaque")
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute's kind and default. Kinds: int, float, number, bool, str, ints, pairs, dtype."""
+
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple = ()
+
+
+def _as_ints(v: Any) -> tuple[int, ...]:
+    if isinstance(v, (int,)) and not isinstance(v, bool):
+        return (int(v),)
+    return tuple(int(x) for x in v)
+
+
+_COERCE: dict[str, Callable[[Any], Any]] = {
+    "int": int,
+    "float": float,
+    "number": lambda v: v if isinstance(v, bool) else (v if isinstance(v, int) else float(v)),
+    "bool": bool,
+    "str": str,
+    "ints": _as_ints,
+    "pairs": lambda v: tuple(tuple(int(a) for a in p) for p in v),
+    "dtype": dtype_of,
+}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything the compiler knows about an op except its CUDA text.
+
+    infer(types, **attrs) -> TensorType raises ShapeError / DTypeError with a readable message.
+    ref(*arrays, **attrs) -> np.ndarray is the NumPy reference (the oracle and the CPU executor).
+    vjp(b, g, *inputs, out, **attrs) -> one gradient Value (or None) per input, built with Builder b.
+    nondiff: why the op has no gradient (integer outputs, piecewise-constant ops...), or "".
+    compute_f32: the reference upcasts f16/bf16 inputs to f32, as the CUDA kernels do."""
+
+    name: str
+    category: str
+    arity: int  # -1: variadic (one or more)
+    infer: Callable[..., TensorType]
+    ref: Callable[..., Any]
+    attrs: dict[str, Attr] = field(default_factory=dict)
+    vjp: Callable[..., tuple] | None = None
+    nondiff: str = ""
+    compute_f32: bool = False
+    doc: str = ""
+
+    def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Fill defaults, coerce kinds, reject unknown or missing attributes."""
+        unknown = set(given) - set(self.attrs)
+        if unknown:
+            raise VerifyError(f"{self.name}: unknown attribute(s) {sorted(unknown)}; "
+                              f"expected {sorted(self.attrs) or 'none'}")
+        out: dict[str, Any] = {}
+        for key, spec in self.attrs.items():
+            if key in given:
+                raw = given[key]
+            elif spec.default is REQUIRED:
+                raise VerifyError(f"{self.name}: missing attribute {key!r}")
+            else:
+                raw = spec.default
+            try:
+                val = raw if raw is None else _COERCE[spec.kind](raw)
+            except (TypeError, ValueError, DTypeError) as e:
+                raise VerifyError(f"{self.name}: attribute {key}={raw!r} is not a valid {spec.kind}"
+                                  f" ({e})") from None
+            if spec.choices and val not in spec.choices:
+                raise VerifyError(f"{self.name}: attribute {key}={val!r} must be one of "
+                                  f"{list(spec.choices)}")
+            out[key] = val
+        return out
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    if opdef.name in REGISTRY:
+        raise ValueError(f"op {opdef.name!r} declared twice")
+    if opdef.category not in CATEGORIES:
+        raise ValueError(f"op {opdef.name!r}: unknown category {opdef.category!r}")
+    if opdef.vjp is None and not opdef.nondiff:
+        raise ValueError(f"op {opdef.name!r} needs a vjp or a nondiff reason")
+    REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def get(name: str) -> OpDef:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise VerifyError(f"unknown op {name!r}") from None
+
+
+def check_dtype(op: str, t: TensorType, kinds: tuple[str, ...], what: str = "input") -> DType:
+    """Raise DTypeError unless t's dtype kind is one of kinds ('float', 'int', 'bool')."""
+    if t.dtype.kind not in kinds:
+        raise DTypeError(f"{op}: {what} {t} has dtype {t.dtype}, expected a {'/'.join(kinds)} dtype")
+    return t.dtype

@@ -1,0 +1,40 @@
+"""TensorType: an immutable (shape, dtype) pair, printed as f32[128,256]."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from flame.ir.dtypes import DType
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: DType
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        if any(s < 0 for s in self.shape):
+            raise ValueError(f"negative dimension in shape {self.shape}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def with_shape(self, shape: tuple[int, ...]) -> TensorType:
+        return TensorType(tuple(shape), self.dtype)
+
+    def with_dtype(self, dtype: DType) -> TensorType:
+        return TensorType(self.shape, dtype)
+
+    def __str__(self) -> str:
+        return f"{self.dtype.name}[{','.join(str(s) for s in self.shape)}]"

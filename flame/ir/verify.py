@@ -1,0 +1,60 @@
+"""The verifier: rejects malformed graphs with the offending IR line in the message."""
+
+from __future__ import annotations
+
+from flame.errors import FlameError, VerifyError
+from flame.ir import registry
+from flame.ir.graph import ROLES, Graph, Value
+from flame.ir.printer import format_op
+
+
+def verify(g: Graph) -> Graph:
+    """Check use-before-definition, unknown ops, arity, attributes, types, outputs and aliases.
+    Returns g so it can sit in a pipeline."""
+    ids = g.numbering()
+    defined: set[Value] = set()
+    if len(g.roles) != len(g.inputs):
+        raise VerifyError(f"graph {g.name}: {len(g.inputs)} inputs but {len(g.roles)} roles")
+    for v, role in zip(g.inputs, g.roles):
+        if role not in ROLES:
+            raise VerifyError(f"graph {g.name}: input %{ids[v]} has unknown role {role!r}")
+        defined.add(v)
+    for op in g.ops:
+        line = format_op(op, {v: i for v, i in ids.items() if v in defined or v is op.out}, loc=True)
+
+        def bad(why: str, line: str = line) -> VerifyError:
+            return VerifyError(f"{why}\n  {line}")
+
+        if op.out in defined:
+            raise bad("value defined twice")
+        for v in op.inputs:
+            if v not in defined:
+                raise bad("use of a value before its definition")
+        try:
+            opdef = registry.get(op.name)
+        except VerifyError as e:
+            raise bad(str(e)) from None
+        if opdef.arity >= 0 and len(op.inputs) != opdef.arity:
+            raise bad(f"{op.name} takes {opdef.arity} inputs, got {len(op.inputs)}")
+        if opdef.arity < 0 and not op.inputs:
+            raise bad(f"{op.name} needs at least one input")
+        try:
+            attrs = opdef.normalize_attrs(op.attrs)
+            if attrs != op.attrs:
+                raise VerifyError(f"attributes {op.attrs} are not in normal form {attrs}")
+            want = opdef.infer([v.type for v in op.inputs], **attrs)
+        except FlameError as e:
+            raise bad(f"{op.name}: {e}") from None
+        if want != op.out.type:
+            raise bad(f"{op.name}: result type should be {want}, not {op.out.type}")
+        defined.add(op.out)
+    for i, v in enumerate(g.outputs):
+        if v not in defined:
+            raise VerifyError(f"graph {g.name}: output {i} is not defined in the graph")
+    for o, i in g.aliases.items():
+        if not (0 <= o < len(g.outputs) and 0 <= i < len(g.inputs)):
+            raise VerifyError(f"graph {g.name}: alias {o} -> {i} is out of range")
+        if g.outputs[o].type != g.inputs[i].type:
+            raise VerifyError(f"graph {g.name}: output {o} ({g.outputs[o].type}) cannot replace "
+                              f"input %{ids[g.inputs[i]]} ({g.inputs[i].type})")
+    return g

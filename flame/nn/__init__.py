@@ -1,0 +1,3 @@
+"""flame.nn: PyTorch-shaped modules."""
+
+from flame.nn import functional  # noqa: F401

@@ -1,0 +1,1 @@
+"""Graph -> Graph passes, one per file, named by their verb."""

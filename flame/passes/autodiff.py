@@ -1,0 +1,63 @@
+"""Reverse-mode autodiff over the IR: appends the backward ops to the same graph (a joint graph), so
+later passes fuse and plan forward and backward together. The one autodiff of flame: loss.backward(),
+flame.grad and the compiled training step all come here.
+
+Gradient conventions (declared per op in the registry):
+- a broadcast input's gradient is summed back to the input's shape;
+- integer and bool values get no gradient;
+- a value used several times accumulates the gradients of every use;
+- ops with `nondiff` (comparisons, argmax, floor/ceil/round/sign, random draws, creation) pass no
+  gradient: their inputs get none through them, i.e. zero."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flame.errors import FlameError
+from flame.ir.builder import Builder
+from flame.ir.graph import Graph, Value
+from flame.ir.registry import REGISTRY
+
+
+def _depends_on(g: Graph, wrt: Sequence[Value]) -> set[Value]:
+    """Every value that has a data path from one of `wrt` (those included)."""
+    seen = set(wrt)
+    for op in g.ops:
+        if any(v in seen for v in op.inputs):
+            seen.add(op.out)
+    return seen
+
+
+def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None) -> list[Value | None]:
+    """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
+    (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
+    does not depend on w. Before: a verified graph containing out and wrt. After: the same graph
+    with backward ops appended (outputs unchanged; the caller decides what to return)."""
+    if not out.dtype.is_float:
+        raise FlameError(f"cannot differentiate a {out.type} result: it is not floating point")
+    for w in wrt:
+        if not w.dtype.is_float:
+            raise FlameError(f"cannot take a gradient with respect to a {w.type} value: only floating-point "
+                             f"values have gradients")
+    b = Builder(g)
+    forward = list(g.ops)
+    needed = _depends_on(g, wrt)
+    ct: dict[Value, Value] = {out: seed if seed is not None else b.const(1.0, out.dtype, out.shape)}
+    end = next((i for i, op in enumerate(forward) if op.out is out), -1)
+    for op in reversed(forward[: end + 1]):
+        gout = ct.get(op.out)
+        opdef = REGISTRY[op.name]
+        if gout is None or opdef.vjp is None or not any(v in needed for v in op.inputs):
+            continue
+        b.loc = op.loc
+        grads = opdef.vjp(b, gout, *op.inputs, op.out, **op.attrs)
+        for x, gx in zip(op.inputs, grads):
+            if gx is None or x not in needed or not x.dtype.is_float:
+                continue
+            gx = b.sum_to(gx, x.shape)
+            if gx.shape != x.shape:
+                gx = b.broadcast_to(gx, shape=x.shape)
+            if gx.dtype != x.dtype:
+                gx = b.cast(gx, dtype=x.dtype)
+            ct[x] = b.add(ct[x], gx) if x in ct else gx
+    return [ct.get(w) for w in wrt]
