@@ -15,7 +15,7 @@ from flame.ir.types import TensorType
 _TYPE = r"([a-z0-9]+)\[([0-9,]*)\]"
 _HEADER = re.compile(r"^graph\s+([\w.\-]+)\((.*)\)\s*\{$")
 _PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
-_OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*\})?\s*:\s*" + _TYPE + r"\s*(?:#\s*(.*))?$")
+_OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*?\})?\s*:\s*" + _TYPE + r"\s*(?:#\s*(.*))?$")
 _TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')
 
 
@@ -92,7 +92,7 @@ def _attrs(text: str) -> dict[str, Any]:
 
 def parse(text: str) -> Graph:
     """Parse IR text into a verified Graph. Errors quote the offending line."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise ParseError("empty IR text")
     ids: dict[int, Value] = {}

@@ -1,0 +1,5 @@
+"""`python -m flame` is the `flame` command."""
+
+from flame.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,170 @@
+"""The `flame` command: dump, explain, viz, profile, check, cache. Every subcommand runs a user script
+with a hook on @flame.compile, then reports on what was compiled. Errors are one line and exit 1."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import traceback
+
+from flame import debug
+from flame.errors import FlameError
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit code 1."""
+
+
+def run_script(script: str, argv: list[str]) -> list[debug.CompileRecord]:
+    """Run a user script as __main__ with argv; return what it compiled. Its own exceptions become
+    a CliError naming the script line that raised."""
+    if not os.path.isfile(script):
+        raise CliError(f"no such script: {script}")
+    records: list[debug.CompileRecord] = []
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        with debug.observe(records.append):
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise CliError(f"{script} exited with status {e.code}") from None
+    except Exception as e:
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if os.path.abspath(f.filename) == os.path.abspath(script)]
+        where = f" (at {os.path.basename(script)}:{frames[-1].lineno})" if frames else ""
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise CliError(f"{script} raised {type(e).__name__}: {first}{where}") from None
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+    if not records:
+        raise CliError(f"{script} compiled nothing: decorate a function with @flame.compile and call it")
+    return records
+
+
+def cmd_dump(a) -> int:
+    stages = None if a.stage is None else {a.stage}
+    os.environ["FLAME_DUMP"] = a.out
+    try:
+        records = run_script(a.script, a.args)
+    finally:
+        del os.environ["FLAME_DUMP"]
+    for r in records:
+        names = [s for s, _, _ in r.stages]
+        if stages and not stages & set(names):
+            raise CliError(f"unknown stage {a.stage!r}; stages are: {', '.join(names)}")
+    print(f"dumped {len(records)} compiled function(s) to {a.out}")
+    return 0
+
+
+def cmd_explain(a) -> int:
+    from flame.runtime.explain import explain_plan
+
+    for r in run_script(a.script, a.args):
+        print(explain_plan(r.name, r.graph, r.plan))
+    return 0
+
+
+def cmd_viz(a) -> int:
+    from flame.runtime.explain import to_dot
+
+    records = run_script(a.script, a.args)
+    dot = "\n".join(to_dot(r.name, r.graph, r.plan) for r in records[:1])
+    base, ext = os.path.splitext(a.output)
+    dot_path = base + ".dot"
+    with open(dot_path, "w") as f:
+        f.write(dot)
+    if shutil.which("dot") is None:
+        print(f"wrote {dot_path}; the Graphviz `dot` program is not installed, so no {ext or '.svg'} was "
+              f"rendered (install graphviz, then: dot -Tsvg {dot_path} -o {base}.svg)")
+        return 0
+    fmt = "svg" if ext in ("", ".svg", ".html") else ext.lstrip(".")
+    svg = subprocess.run(["dot", f"-T{fmt}", dot_path], check=True, capture_output=True).stdout
+    if ext == ".html":
+        svg = b"<!doctype html><html><body>" + svg + b"</body></html>"
+    with open(a.output, "wb") as f:
+        f.write(svg)
+    print(f"wrote {a.output}")
+    return 0
+
+
+def cmd_profile(a) -> int:
+    from flame.runtime.device import cuda_available
+    from flame.runtime.profile import profile_records
+
+    if not cuda_available():
+        raise CliError("flame profile needs a CUDA GPU, and none is usable here")
+    os.environ["FLAME_DEVICE"] = "cuda"
+    print(profile_records(run_script(a.script, a.args), repeat=a.repeat))
+    return 0
+
+
+def cmd_check(a) -> int:
+    from flame.runtime.check import check_records
+
+    report, ok = check_records(run_script(a.script, a.args), rtol=a.rtol, atol=a.atol, nan_watch=a.nan)
+    print(report)
+    return 0 if ok else 2
+
+
+def cmd_cache(a) -> int:
+    from flame.codegen import nvrtc
+
+    if a.action == "clear":
+        n = nvrtc.cache_clear()
+        print(f"removed {n} cached kernel(s) from {nvrtc.cache_dir()}")
+        return 0
+    info = nvrtc.cache_info()
+    print(f"kernel cache: {info['dir']}\n  entries: {info['entries']}\n  bytes:   {info['bytes']}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flame", description="flame's debug tools: see what the compiler did "
+                                "and why.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def script_cmd(name, help_, fn):
+        s = sub.add_parser(name, help=help_, description=help_)
+        s.add_argument("script", help="a Python script that calls an @flame.compile function")
+        s.set_defaults(fn=fn)
+        return s
+
+    d = script_cmd("dump", "write the IR after every stage, the plan and the CUDA source of each compiled "
+                   "function", cmd_dump)
+    d.add_argument("--out", default="flame_dump", help="output directory (default: flame_dump)")
+    d.add_argument("--stage", default=None, help="fail unless this stage exists (e.g. traced)")
+    script_cmd("explain", "one line per kernel (ops, bytes, why the kernel boundary is there), then the "
+               "memory plan", cmd_explain)
+    v = script_cmd("viz", "draw the graph with kernels as coloured clusters (Graphviz)", cmd_viz)
+    v.add_argument("-o", "--output", default="graph.svg", help="graph.svg, graph.html or graph.dot")
+    pr = script_cmd("profile", "per-kernel GPU time, achieved bandwidth and share of the step", cmd_profile)
+    pr.add_argument("--repeat", type=int, default=20, help="timed runs per step (median)")
+    c = script_cmd("check", "run every compiled step on the GPU and the reference; name the first kernel "
+                   "whose output diverges (or produces NaN/Inf with --nan)", cmd_check)
+    c.add_argument("--rtol", type=float, default=1e-3)
+    c.add_argument("--atol", type=float, default=1e-4)
+    c.add_argument("--nan", action="store_true", help="NaN/Inf watch: name the first kernel producing one")
+    k = sub.add_parser("cache", help="size and entries of the kernel cache, or clear it",
+                       description="size and entries of the kernel cache, or clear it")
+    k.add_argument("action", choices=["info", "clear"])
+    k.set_defaults(fn=cmd_cache)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    # flame's own options may come anywhere; everything else after the script belongs to the script
+    args, rest = _parser().parse_known_args(argv)
+    args.args = rest
+    if rest and args.cmd == "cache":
+        _parser().error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        return args.fn(args)
+    except (CliError, FlameError) as e:
+        print(f"flame {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1

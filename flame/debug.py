@@ -1,0 +1,88 @@
+"""Debug hooks: stage dumps (FLAME_DUMP=DIR) and observers of compiled functions (used by the
+`flame` CLI). Observers live in a ContextVar, so one run's observers never leak into another."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from flame.ir.graph import Graph
+from flame.ir.printer import print_graph
+
+_observers: ContextVar[tuple] = ContextVar("flame_observers", default=())
+
+
+@dataclass
+class CompileRecord:
+    """What one compilation produced: the graph after every stage, its timings, and the final graph."""
+
+    name: str
+    stages: list[tuple[str, Graph, float]] = field(default_factory=list)
+    graph: Graph | None = None
+    plan: object = None
+
+
+@contextmanager
+def observe(callback: Callable[[CompileRecord], None]):
+    """Call callback(record) for every function compiled inside this block."""
+    token = _observers.set(_observers.get() + (callback,))
+    try:
+        yield
+    finally:
+        _observers.reset(token)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "fn"
+
+
+def _fresh_dir(root: str, name: str) -> str:
+    """root/name, or root/name_2, name_3 ... for further compilations (deterministic numbering)."""
+    base = os.path.join(root, _safe(name))
+    path, k = base, 1
+    while os.path.exists(path):
+        k += 1
+        path = f"{base}_{k}"
+    os.makedirs(path)
+    return path
+
+
+def write_dump(root: str, record: CompileRecord, sources: dict[str, str] | None = None) -> str:
+    """Write one file per stage (`NN_stage.ir`, each starting `# after STAGE (T ms)`), the plan and the
+    generated CUDA sources. Returns the directory."""
+    out = _fresh_dir(root, record.name)
+    for i, (stage, g, seconds) in enumerate(record.stages):
+        with open(os.path.join(out, f"{i:02d}_{_safe(stage)}.ir"), "w") as f:
+            f.write(f"# after {stage} ({seconds * 1e3:.1f} ms)\n")
+            f.write(print_graph(g, locs=True))
+    if record.plan is not None:
+        with open(os.path.join(out, "plan.txt"), "w") as f:
+            f.write(f"# plan of {record.name}\n{record.plan}\n")
+    for name, src in (sources or {}).items():
+        os.makedirs(os.path.join(out, "kernels"), exist_ok=True)
+        with open(os.path.join(out, "kernels", f"{_safe(name)}.cu"), "w") as f:
+            f.write(src)
+    return out
+
+
+def plan_sources(plan) -> dict[str, str]:
+    """name -> CUDA source of every kernel a plan launches (empty if the plan has none)."""
+    out = {}
+    for step in getattr(plan, "steps", []):
+        kernel = getattr(step, "kernel", None)
+        if kernel is not None and getattr(kernel, "source", None):
+            out[kernel.name] = kernel.source
+    return out
+
+
+def notify(record: CompileRecord) -> None:
+    """Called by @flame.compile after building: dump if FLAME_DUMP is set, then tell observers."""
+    root = os.environ.get("FLAME_DUMP")
+    if root:
+        write_dump(root, record, plan_sources(record.plan))
+    for cb in _observers.get():
+        cb(record)
