@@ -1,0 +1,65 @@
+"""The driver shared by the simplification passes: copy a graph op by op into a fresh one, offering each
+op to a rule that may replace its result by a value of the new graph. Also the constant helpers the
+rules read (`full` is flame's only constant op: a scalar broadcast to a shape)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from flame.errors import FlameError
+from flame.ir.builder import Builder
+from flame.ir.graph import Graph, Op, Value
+
+Rule = Callable[[Op, Builder], "Value | None"]
+
+
+def rewrite(g: Graph, rule: Rule) -> Graph:
+    """A new graph built from g. Each op, its inputs already renamed into the new graph, is offered to
+    `rule(op, b)` before it is appended: None keeps it; a Value of the new graph (of exactly the op's
+    type) replaces its result. The rule may emit ops with `b` first; they carry the op's `loc`, so
+    errors and dumps still name the user's line. Inputs, roles, outputs and aliases carry over, and a
+    replaced output stays an output (it may become a graph input, or the same value as another one).
+    g itself is never modified."""
+    new = Graph(g.name)
+    renamed: dict[Value, Value] = {v: new.add_input(v.type, r) for v, r in zip(g.inputs, g.roles)}
+    b = Builder(new)
+    for op in g.ops:
+        candidate = Op(op.name, tuple(renamed[v] for v in op.inputs), op.attrs, op.out.type, op.loc)
+        b.loc = op.loc
+        got = rule(candidate, b)
+        if got is None:
+            new.ops.append(candidate)
+            got = candidate.out
+        elif got.type != op.out.type:
+            raise FlameError(
+                f"internal error: a rewrite of {op.name} changed its type from {op.out.type} to {got.type}"
+            )
+        renamed[op.out] = got
+    new.outputs = [renamed[v] for v in g.outputs]
+    new.aliases = dict(g.aliases)
+    return new
+
+
+def full_value(v: Value) -> np.generic | None:
+    """The element of a `full` constant, as stored (the attribute cast to the dtype, as the reference
+    does), or None when v is not produced by `full`."""
+    op = v.producer
+    if op is None or op.name != "full":
+        return None
+    return np.full((), op.attrs["value"], dtype=v.dtype.np_dtype)[()]
+
+
+def python_number(x: np.generic) -> bool | int | float:
+    """A NumPy scalar as the Python number a `full` attribute holds (exact for every flame dtype)."""
+    return x.item()
+
+
+def same_bits(a: np.ndarray) -> bool:
+    """Every element of `a` has the same bit pattern (so -0.0 and +0.0 differ; NaNs with the same
+    payload agree). Empty arrays count as uniform."""
+    if a.size == 0:
+        return True
+    bits = np.ascontiguousarray(a).view(np.dtype(f"u{a.dtype.itemsize}"))
+    return bool(np.all(bits == bits.flat[0]))

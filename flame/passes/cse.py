@@ -1,0 +1,61 @@
+"""Common-subexpression elimination."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from flame.ir.builder import Builder
+from flame.ir.dtypes import DType
+from flame.ir.graph import Graph, Op, Value
+from flame.passes._rewrite import full_value, rewrite
+
+# a op b == b op a bit for bit (IEEE + and * are commutative; NaN payloads aside). maximum/minimum are
+# left out: which operand a NaN or a signed zero comes from may depend on the order.
+COMMUTATIVE = frozenset({"add", "mul", "eq", "ne", "logical_and", "logical_or"})
+
+
+def attr_key(v: Any) -> Any:
+    """A hashable key under which two attribute values are equal exactly when they mean the same thing:
+    floats compare by their bits (so -0.0 != 0.0 and nan == nan), and 1, 1.0 and True stay distinct."""
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, int):
+        return ("int", v)
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, (tuple, list)):
+        return ("seq", tuple(attr_key(x) for x in v))
+    if isinstance(v, DType):
+        return ("dtype", v.name)
+    return (type(v).__name__, v)
+
+
+def _key(op: Op) -> tuple:
+    if op.name == "full":  # full {value=1} and full {value=1.0} of one dtype store the same element
+        return ("full", op.out.type, full_value(op.out).tobytes())
+    ins = tuple(id(v) for v in op.inputs)
+    if op.name in COMMUTATIVE:
+        ins = tuple(sorted(ins))
+    return (op.name, ins, tuple((k, attr_key(v)) for k, v in sorted(op.attrs.items())))
+
+
+def eliminate_common_subexpressions(g: Graph) -> Graph:
+    """Merge ops that compute the same value: same op, same inputs (in either order for commutative
+    ops), equal attributes. `full` constants of one type and stored element merge whatever their
+    spelling. Identical random draws (same seed and offset values, shape, dtype) merge too, and that is
+    correct: random_uniform / random_normal are pure functions of (seed, offset), so two such ops yield
+    the same numbers in the unmerged graph as well.
+
+    Before: any verified graph. After: the same function with no two ops of equal key; the first op
+    of each class survives and keeps its `loc`. Outputs that merge become the same value twice."""
+    seen: dict[tuple, Value] = {}
+
+    def merge(op: Op, b: Builder) -> Value | None:
+        key = _key(op)
+        if key in seen:
+            return seen[key]
+        seen[key] = op.out
+        return None
+
+    return rewrite(g, merge)

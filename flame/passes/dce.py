@@ -1,0 +1,23 @@
+"""Dead-code elimination."""
+
+from __future__ import annotations
+
+from flame.ir.graph import Graph, Value
+
+
+def eliminate_dead_code(g: Graph) -> Graph:
+    """Drop ops whose results reach no output.
+
+    Before: any verified graph. After: the same function, in which every op has a path to an output.
+    Graph inputs are never removed (the calling convention depends on them), even when nothing reads
+    them; outputs, roles and aliases are unchanged. flame's ops have no side effects — random draws are
+    pure functions of (seed, offset) — so liveness is the only criterion. g is not modified."""
+    live: set[Value] = set(g.outputs)
+    kept = []
+    for op in reversed(g.ops):
+        if op.out in live:
+            kept.append(op)
+            live.update(op.inputs)
+    kept.reverse()
+    pruned = Graph(g.name, list(g.inputs), list(g.roles), kept, list(g.outputs), dict(g.aliases))
+    return pruned.copy()

@@ -1,0 +1,86 @@
+"""Pipelines: plain lists of passes, run in order, verified in debug mode, timed, optionally dumped."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from flame.errors import VerifyError
+from flame.ir.graph import Graph
+from flame.ir.printer import print_graph
+from flame.ir.verify import verify
+from flame.passes.cse import eliminate_common_subexpressions
+from flame.passes.dce import eliminate_dead_code
+from flame.passes.fold_constants import fold_constants
+from flame.passes.simplify import simplify_algebra
+
+Pass = Callable[[Graph], Graph]
+Dump = Callable[[str, Graph, float], None]
+
+SIMPLIFY: list[Pass] = [
+    eliminate_dead_code,
+    fold_constants,
+    simplify_algebra,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+]
+MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this means a rule loops
+
+
+def debug_enabled() -> bool:
+    """FLAME_DEBUG=1 (any value but empty or 0) turns on the verifier after every pass."""
+    return os.environ.get("FLAME_DEBUG", "") not in ("", "0")
+
+
+def stage_name(p: Pass, rnd: int) -> str:
+    """`simplify_algebra` in the first round, `simplify_algebra (round 2)` after."""
+    name = getattr(p, "__name__", type(p).__name__)
+    return name if rnd == 0 else f"{name} (round {rnd + 1})"
+
+
+def _check(stage: str, g: Graph) -> None:
+    try:
+        verify(g)
+    except VerifyError as e:
+        raise VerifyError(f"after {stage}: {e}") from None
+
+
+def run_pipeline(
+    g: Graph,
+    passes: Sequence[Pass] = SIMPLIFY,
+    debug: bool = False,
+    dump: Dump | None = None,
+    timings: list[tuple[str, float]] | None = None,
+    max_rounds: int = MAX_ROUNDS,
+) -> Graph:
+    """Run `passes` in order, repeating the whole list until a round leaves the graph's text unchanged
+    (at most max_rounds rounds; pass max_rounds=1 for passes that must run once, such as lowering).
+
+    With debug=True or FLAME_DEBUG=1 the verifier checks the input and the result of every pass, and a
+    failure names the pass. `dump(stage, graph, seconds)` is called with stage "traced" (0 s) first, then
+    after every pass with its name (see stage_name) and its time; `timings`, when given, receives the
+    same (stage, seconds) pairs. Before: a verified graph. After: the passes' combined contract; g is
+    not modified (every pass builds a new graph)."""
+    debug = debug or debug_enabled()
+    if debug:
+        _check("tracing", g)
+    if dump is not None:
+        dump("traced", g, 0.0)
+    text = print_graph(g)
+    for rnd in range(max_rounds):
+        for p in passes:
+            stage = stage_name(p, rnd)
+            start = time.perf_counter()
+            g = p(g)
+            seconds = time.perf_counter() - start
+            if debug:
+                _check(stage, g)
+            if timings is not None:
+                timings.append((stage, seconds))
+            if dump is not None:
+                dump(stage, g, seconds)
+        text, before = print_graph(g), text
+        if text == before:
+            break
+    return g

@@ -1,0 +1,96 @@
+"""run_pipeline: the SIMPLIFY list to a fixed point, debug verification, timings and dumps."""
+
+import pytest
+
+from flame.errors import VerifyError
+from flame.ir import Graph, Op, parse, print_graph
+from flame.passes.pipeline import SIMPLIFY, run_pipeline
+
+TRAINISH = """
+graph step(%0: f32[2,3] data, %1: f32[3] param, %2: i64[] state) {
+  %3 = full {shape=[2,3], value=1.0, dtype=f32} : f32[2,3]
+  %4 = mul %0, %3 : f32[2,3]
+  %5 = neg %4 : f32[2,3]
+  %6 = neg %5 : f32[2,3]
+  %7 = neg %6 : f32[2,3]
+  %8 = broadcast_to %1 {shape=[2,3]} : f32[2,3]
+  %9 = add %7, %8 : f32[2,3]
+  %10 = full {shape=[], value=2.0, dtype=f32} : f32[]
+  %11 = full {shape=[], value=3.0, dtype=f32} : f32[]
+  %12 = mul %10, %11 : f32[]
+  %13 = add %8, %5 : f32[2,3]
+  %14 = add %13, %12 : f32[2,3]
+  %15 = permute %14 {perm=[1,0]} : f32[3,2]
+  %16 = permute %15 {perm=[1,0]} : f32[2,3]
+  %17 = full {shape=[], value=1, dtype=i64} : i64[]
+  %18 = add %2, %17 : i64[]
+  %19 = sub %18, %18 : i64[]
+  %20 = add %2, %19 : i64[]
+  %21 = exp %9 : f32[2,3]
+  return %16, %20 -> %2, %9
+}
+"""
+
+
+def test_simplify_reaches_a_fixed_point(same_results):
+    g = parse(TRAINISH)
+    out = run_pipeline(g, debug=True)
+    assert print_graph(out) == print_graph(
+        parse("""
+        graph step(%0: f32[2,3] data, %1: f32[3] param, %2: i64[] state) {
+          %3 = neg %0 : f32[2,3]
+          %4 = add %3, %1 : f32[2,3]
+          %5 = full {shape=[], value=6.0, dtype=f32} : f32[]
+          %6 = add %4, %5 : f32[2,3]
+          return %6, %2 -> %2, %4
+        }""")
+    )
+    same_results(g, out)
+    assert print_graph(g) == print_graph(parse(TRAINISH)), "the input graph was modified"
+    assert print_graph(run_pipeline(out)) == print_graph(out)
+
+
+def test_dump_and_timings_name_every_stage():
+    stages, timings = [], []
+    run_pipeline(parse(TRAINISH), dump=lambda name, g, s: stages.append((name, print_graph(g), s)), timings=timings)
+    names = [n for n, _, _ in stages]
+    per_round = [p.__name__ for p in SIMPLIFY]
+    assert names[0] == "traced" and names[1:6] == per_round
+    assert names[6:11] == [f"{n} (round 2)" for n in per_round]
+    assert [n for n, _ in timings] == names[1:]
+    assert all(s >= 0 for _, s in timings)
+    assert stages[-1][1] == stages[-6][1]  # the last round changed nothing
+
+
+def _breaks_the_graph(g: Graph) -> Graph:
+    g = g.copy()
+    g.ops.append(Op("exp", (g.inputs[0],), {}, g.inputs[0].type.with_shape((7,))))
+    return g
+
+
+def test_debug_verifies_after_each_pass_and_names_it(monkeypatch):
+    g = parse(TRAINISH)
+    run_pipeline(g, [_breaks_the_graph])  # not checked without debug
+    with pytest.raises(VerifyError, match="after _breaks_the_graph: exp: result type should be f32"):
+        run_pipeline(g, [_breaks_the_graph], debug=True)
+    monkeypatch.setenv("FLAME_DEBUG", "1")
+    with pytest.raises(VerifyError, match="after _breaks_the_graph"):
+        run_pipeline(g, [_breaks_the_graph])
+
+
+def test_rounds_are_capped():
+    calls = []
+
+    def grows(g: Graph) -> Graph:
+        calls.append(1)
+        g = g.copy()
+        g.ops.append(Op("neg", (g.inputs[0],), {}, g.inputs[0].type))
+        return g
+
+    out = run_pipeline(parse(TRAINISH), [grows], max_rounds=3)
+    assert len(calls) == 3 and len(out.ops) == len(parse(TRAINISH).ops) + 3
+
+
+def test_empty_graph():
+    g = parse("graph f() {\n  return\n}")
+    assert print_graph(run_pipeline(g, debug=True)) == "graph f() {\n  return\n}\n"
