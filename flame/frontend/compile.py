@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from flame import debug
 from flame.errors import FlameError
 from flame.frontend.context import current_trace
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
+from flame.passes.pipeline import run_pipeline
 from flame.runtime.device import executor
 
 log = logging.getLogger("flame")
@@ -46,12 +48,13 @@ def _unflatten(skel: Any, values: list) -> Any:
 
 @dataclass
 class _Entry:
-    graph: Graph
+    graph: Graph  # after the pass pipeline: what runs
     trace: Trace
     run: Callable
     out_skeleton: Any
     n_user: int
     grads: list  # (tensor, output index or None): .grad after the call
+    traced: Graph  # as traced, before any pass
 
     def valid(self) -> str:
         """'' if every captured tensor still has its traced type, else why not."""
@@ -102,7 +105,12 @@ class Compiled:
         return tr, result
 
     def trace(self, *args) -> Graph:
-        """The traced (joint forward+backward, if the function asks for gradients) Graph."""
+        """The traced Graph (joint forward+backward+update if the function asks for gradients), before
+        any simplification pass. `optimized(*args)` gives the graph that actually runs."""
+        return self._build(self._args(args)).traced
+
+    def optimized(self, *args) -> Graph:
+        """The graph after the pass pipeline, as it is handed to the executor."""
         return self._build(self._args(args)).graph
 
     def _build(self, args: list) -> _Entry:
@@ -124,7 +132,13 @@ class Compiled:
             elif t.grad is None:
                 grads.append((t, None))
         verify(g)
-        return _Entry(g, tr, executor().compile(g), skel, n_user, grads)
+        traced = g
+        record = debug.CompileRecord(self.name)
+        g = run_pipeline(g, dump=lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
+        run = executor().compile(g)
+        record.graph, record.plan = g, getattr(run, "plan", None)
+        debug.notify(record)
+        return _Entry(g, tr, run, skel, n_user, grads, traced)
 
     def __call__(self, *args):
         args = self._args(args)
@@ -147,7 +161,9 @@ class Compiled:
             t._version += 1
         for t, o in entry.grads:
             t.grad = None if o is None else Tensor._concrete(outs[o], entry.graph.outputs[o].dtype)
-        values = [Tensor._concrete(a, v.dtype) for a, v in zip(outs[: entry.n_user], entry.graph.outputs)]
+        inputs = set(entry.graph.inputs)  # an output that IS an input must not share its buffer
+        values = [Tensor._concrete(a.copy() if v in inputs else a, v.dtype)
+                  for a, v in zip(outs[: entry.n_user], entry.graph.outputs)]
         return _unflatten(entry.out_skeleton, values)
 
 
