@@ -93,7 +93,7 @@ def from_dlpack(obj) -> Tensor:
 
 
 def __getattr__(name: str):
-    if name in ("nn", "optim"):
+    if name in ("nn", "optim", "checkpoint"):
         import importlib
 
         return importlib.import_module(f"flame.{name}")

@@ -9,7 +9,7 @@ import numpy as np
 from flame.errors import DTypeError
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, full
-from flame.ir.dtypes import DType, boolean, dtype_of, f32, i64
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, i64
 
 __all__ = ["Generator", "arange", "default_generator", "full", "manual_seed", "ones", "ones_like",
            "rand", "randn", "tensor", "zeros", "zeros_like"]
@@ -41,6 +41,8 @@ def to_array(data: Any, dtype: Any = None):
                 dt = i64 if not isinstance(data, np.ndarray) else dtype_of(arr.dtype)
             elif arr.dtype.kind == "b":
                 dt = boolean
+            elif arr.dtype == bf16.np_dtype:  # ml_dtypes' bfloat16 has kind 'V'
+                dt = bf16
             else:
                 raise DTypeError(f"cannot make a tensor from data of dtype {arr.dtype}")
     if dt is None:

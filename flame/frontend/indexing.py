@@ -12,8 +12,8 @@ def _expand_ellipsis(key: tuple, rank: int) -> tuple:
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
     if sum(1 for k in key if k is Ellipsis) > 1:
         raise ShapeError("an index can only have one ellipsis")
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
+    if any(k is Ellipsis for k in key):  # `in`/.index() would call Tensor.__eq__ on tensor indices
+        i = next(j for j, k in enumerate(key) if k is Ellipsis)
         key = key[:i] + (slice(None),) * (rank - n_real) + key[i + 1:]
     return key + (slice(None),) * (rank - sum(1 for k in key if k is not None))
 

@@ -48,13 +48,26 @@ def verify(g: Graph) -> Graph:
         if want != op.out.type:
             raise bad(f"{op.name}: result type should be {want}, not {op.out.type}")
         defined.add(op.out)
+    ret = _return_line(g, ids)
     for i, v in enumerate(g.outputs):
         if v not in defined:
-            raise VerifyError(f"graph {g.name}: output {i} is not defined in the graph")
+            raise VerifyError(f"graph {g.name}: output {i} is not defined in the graph\n  {ret}")
     for o, i in g.aliases.items():
         if not (0 <= o < len(g.outputs) and 0 <= i < len(g.inputs)):
-            raise VerifyError(f"graph {g.name}: alias {o} -> {i} is out of range")
+            raise VerifyError(f"graph {g.name}: alias {o} -> {i} is out of range\n  {ret}")
         if g.outputs[o].type != g.inputs[i].type:
             raise VerifyError(f"graph {g.name}: output {o} ({g.outputs[o].type}) cannot replace "
-                              f"input %{ids[g.inputs[i]]} ({g.inputs[i].type})")
+                              f"input %{ids[g.inputs[i]]} ({g.inputs[i].type})\n  {ret}")
     return g
+
+
+def _return_line(g: Graph, ids: dict[Value, int]) -> str:
+    """The `return ...` line as printed, with %? for unknown values and out-of-range alias targets."""
+    items = []
+    for o, v in enumerate(g.outputs):
+        item = f"%{ids[v]}" if v in ids else "%?"
+        if o in g.aliases:
+            i = g.aliases[o]
+            item += f" -> %{ids[g.inputs[i]]}" if 0 <= i < len(g.inputs) else f" -> input {i}?"
+        items.append(item)
+    return "return" + (" " + ", ".join(items) if items else "")

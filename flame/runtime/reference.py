@@ -1,8 +1,11 @@
-"""The NumPy reference executor: runs any graph op by op with each op's reference implementation.
-It is the test oracle and the executor on machines without a GPU."""
+"""The NumPy reference executor. run_graph interprets a graph op by op with each op's reference
+implementation (the test oracle); run_plan runs a compiled Plan exactly as the CUDA executor does,
+with the arena as one NumPy byte buffer and temporaries as views at their planned offsets, so a
+wrong memory plan breaks results here too (DESIGN.md §4). It is the executor without a GPU."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,7 +14,10 @@ from flame.errors import FlameError
 from flame.ir.dtypes import bf16, f16
 from flame.ir.graph import Graph, Op
 from flame.ir.registry import REGISTRY
+from flame.runtime.plan import Alias, Buffer, Copy, KernelLaunch, LibraryCall, Plan, build_plan
 
+log = logging.getLogger("flame")
+POISON = 0xFF  # fresh arena bytes: NaN in every float dtype, so a read of unwritten memory shows
 _LOW = (f16.np_dtype, bf16.np_dtype)
 
 
@@ -46,6 +52,59 @@ def run_graph(g: Graph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [env[v] for v in g.outputs]
 
 
+def arena_view(arena: np.ndarray, b: Buffer) -> np.ndarray:
+    """The array a temporary or scratch buffer occupies in the arena."""
+    raw = arena[b.offset: b.offset + b.nbytes]
+    return raw.view(b.dtype.np_dtype).reshape(b.shape)
+
+
+def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
+    if s.part[0] != s.part[1] - 1:
+        return  # an earlier part of a multi-kernel op: the op completes at its last part
+    env: dict = {}
+    for op in s.ops:
+        args = [env[v] if v in env else bufs[plan.buffer_of[v]] for v in op.inputs]
+        env[op.out] = run_op(op, args)
+    np.copyto(bufs[s.out], env[s.ops[-1].out])
+
+
+def _library(s: LibraryCall, bufs: dict, plan: Plan) -> None:
+    a, b = bufs[s.args[0]], bufs[s.args[1]]
+    if s.info.get("ta"):
+        a = np.swapaxes(a, -1, -2)
+    if s.info.get("tb"):
+        b = np.swapaxes(b, -1, -2)
+    np.copyto(bufs[s.out], run_op(s.op, [a, b]))
+
+
+def _alias(s: Alias, bufs: dict, plan: Plan) -> None:
+    bufs[s.dst] = bufs[s.src].reshape(plan.buffers[s.dst].shape)
+
+
+def _copy(s: Copy, bufs: dict, plan: Plan) -> None:
+    np.copyto(bufs[s.dst], bufs[s.src])
+
+
+_STEPS = {KernelLaunch: _launch, LibraryCall: _library, Alias: _alias, Copy: _copy}
+
+
+def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> list[np.ndarray]:
+    """Run a Plan on NumPy arrays: inputs bound as given, outputs fresh, temporaries in `arena`
+    (a uint8 buffer of plan.arena_size bytes; a fresh poisoned one by default)."""
+    check_inputs(plan.graph, arrays)
+    if arena is None:
+        arena = np.full(plan.arena_size, POISON, dtype=np.uint8)
+    bufs: dict[int, np.ndarray] = dict(zip(plan.inputs, arrays))
+    for b in plan.buffers.values():
+        if b.role in ("temporary", "scratch"):
+            bufs[b.id] = arena_view(arena, b)
+        elif b.role == "output" and b.base is None:
+            bufs[b.id] = np.empty(b.shape, b.dtype.np_dtype)
+    for s in plan.steps:
+        _STEPS[type(s)](s, bufs, plan)
+    return [bufs[o] for o in plan.outputs]
+
+
 class ReferenceExecutor:
     """Executor interface (shared with runtime.cuda): arrays in and out, graphs compiled to callables."""
 
@@ -57,5 +116,15 @@ class ReferenceExecutor:
     def to_numpy(self, a) -> np.ndarray:
         return np.asarray(a)
 
+    def from_dlpack(self, obj) -> np.ndarray:
+        return np.from_dlpack(obj)
+
     def compile(self, g: Graph):
-        return lambda arrays: run_graph(g, arrays)
+        """The graph's Plan run on NumPy. Where codegen has no kernel for an op yet, the graph is
+        interpreted op by op instead (the CUDA executor reports the missing kernel)."""
+        try:
+            plan = build_plan(g)
+        except (NotImplementedError, ModuleNotFoundError) as e:
+            log.debug("flame: reference executor interprets %s without a plan: %s", g.name, e)
+            return lambda arrays: run_graph(g, arrays)
+        return lambda arrays: run_plan(plan, arrays)

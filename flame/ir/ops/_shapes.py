@@ -22,7 +22,7 @@ def broadcast_shapes(op: str, types: list[TensorType]) -> tuple[int, ...]:
 
 
 def norm_axis(op: str, axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
+    if not -max(rank, 1) <= axis < max(rank, 1):
         raise ShapeError(f"{op}: axis {axis} is out of range for a rank-{rank} tensor")
     return axis % max(rank, 1)
 

@@ -23,14 +23,14 @@ def _reduce_infer(name, kinds, needs_items=False):
         (t,) = types
         check_dtype(name, t, kinds)
         ax = norm_axes(name, axes, t.rank)
-        if needs_items and any(t.shape[a] == 0 for a in ax):
+        if needs_items and t.rank and any(t.shape[a] == 0 for a in ax):
             raise ShapeError(f"{name} over a zero-size axis of {t}: the reduction has no identity")
         return TensorType(reduced_shape(t.shape, ax, keepdim), t.dtype)
     return infer
 
 
 def _np_axes(x, axes):
-    return tuple(a % max(x.ndim, 1) for a in axes)
+    return tuple(a % x.ndim for a in axes) if x.ndim else ()  # a 0-d tensor reduces to itself
 
 
 def _sum_vjp(b, g, x, out, axes, keepdim):
@@ -53,7 +53,7 @@ def _extreme_vjp(b, g, x, out, axes, keepdim):
 
 
 def _np_axes_v(v, axes):
-    return tuple(sorted(a % max(v.type.rank, 1) for a in axes))
+    return tuple(sorted(a % v.type.rank for a in axes)) if v.type.rank else ()
 
 
 def _declare(name, np_fn, vjp, kinds, needs_items=False):
