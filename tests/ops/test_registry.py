@@ -1,0 +1,552 @@
+"""ONE parametrized table over flame.ir.REGISTRY (STYLE.md "Tests mirror the layers").
+
+Every registered op must have a recipe in RECIPES below (an op without one FAILS the suite): a maker of
+sample inputs + attributes (broadcasting, odd sizes, zero-size dims where the op allows them), the
+dtypes the op accepts, and an oracle written here in plain NumPy / math / Python loops. Per op and
+dtype the table checks
+  (a) the shape/dtype rule (`infer`) against what the reference executor returns and the oracle's shape,
+      and that dtypes the op does not accept raise DTypeError;
+  (b) the reference against the oracle (f16/bf16 inputs are widened exactly, so the oracle runs in f64);
+  (c) for every differentiable op, the VJP built by the autodiff pass against central finite
+      differences in float64 on the reference executor.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from flame.errors import DTypeError, ShapeError
+from flame.ir import REGISTRY, Builder, Graph, TensorType, dtype_of, verify
+from flame.ir.dtypes import DType
+from flame.ir.registry import CATEGORIES
+from flame.passes.autodiff import autodiff
+from flame.runtime.reference import run_graph
+
+FLOATS = ("f32", "f16", "bf16", "f64")
+INTS = ("i32", "i64")
+NUM = FLOATS + INTS
+ALL = NUM + ("bool",)
+Case = tuple[list[np.ndarray], dict]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """dtypes: accepted values of the case's main dtype (the input's, or the `dtype` attribute of ops
+    without tensor inputs). out: result dtype: "same", "bool", "i64" or "attr" (the dtype attribute)."""
+
+    make: Callable[[np.random.Generator, DType], list[Case]]
+    oracle: Callable[..., np.ndarray]
+    dtypes: tuple[str, ...] = FLOATS
+    out: str = "same"
+    grad_make: Callable[[np.random.Generator, DType], list[Case]] | None = None
+
+
+# ---- sample-input makers --------------------------------------------------------------------------
+
+def _arr(rng, shape, dt, lo=-2.0, hi=2.0):
+    if dt.kind == "float":
+        return np.asarray(rng.uniform(lo, hi, shape)).astype(dt.np_dtype)
+    if dt.kind == "int":
+        return np.asarray(rng.integers(-5, 6, shape)).astype(dt.np_dtype)
+    return np.asarray(rng.random(shape) < 0.5)
+
+
+def _pos(rng, shape, dt):
+    return _arr(rng, shape, dt, 0.2, 2.0) if dt.kind == "float" else _arr(rng, shape, dt)
+
+
+def _away(rng, shape, dt):
+    """Values at least 0.2 away from zero (no kink of relu/abs within a finite-difference step)."""
+    if dt.kind != "float":
+        return _arr(rng, shape, dt)
+    return np.asarray(rng.uniform(0.2, 2.0, shape) * rng.choice([-1.0, 1.0], shape)).astype(dt.np_dtype)
+
+
+def _quarters(rng, shape, dt):
+    """Multiples of 1/4, so floor/ceil/round see exact integers and exact halves (ties)."""
+    if dt.kind != "float":
+        return _arr(rng, shape, dt)
+    return np.asarray(rng.integers(-12, 13, shape) / 4.0).astype(dt.np_dtype)
+
+
+UNARY_SHAPES = [(3, 5), (7,), (), (2, 0, 3)]
+BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 1), (4,)), ((2, 1, 5), (3, 1)), ((), (2, 3)), ((0, 3), (1, 3)),
+                 ((4, 0), (1,))]
+
+
+def _unary(gen, attrs=({},)):
+    return lambda rng, dt: [([gen(rng, s, dt)], dict(a)) for s in UNARY_SHAPES for a in attrs]
+
+
+def _binary(gen_a, gen_b=None):
+    gen_b = gen_b or gen_a
+    return lambda rng, dt: [([gen_a(rng, sa, dt), gen_b(rng, sb, dt)], {}) for sa, sb in BINARY_SHAPES]
+
+
+def _distinct_pair(rng, dt):
+    """maximum/minimum inputs that never tie (ties split the gradient: no finite difference there)."""
+    out = []
+    for sa, sb in BINARY_SHAPES:
+        a = _arr(rng, sa, dt)
+        b = _arr(rng, sb, dt)
+        if dt.kind == "float":
+            b = np.where(np.abs(a - b) < 0.1, b + 0.5, b).astype(dt.np_dtype) if a.shape == b.shape else b
+        out.append(([a, b], {}))
+    return out
+
+
+def _where(rng, dt):
+    shapes = [((3, 4), (3, 4), (3, 4)), ((3, 1), (4,), (3, 4)), ((), (2, 3), (1, 3)), ((0, 2), (1, 2), (2,))]
+    return [([rng.random(c) < 0.5, _arr(rng, a, dt), _arr(rng, b, dt)], {}) for c, a, b in shapes]
+
+
+def _cast(rng, dt):
+    return [([_arr(rng, s, dt)], {"dtype": dtype_of(to)}) for to in ALL for s in ((3, 4), (0,), ())]
+
+
+def _reduce(rng, dt):
+    x = _arr(rng, (3, 4, 5), dt)
+    cases = [([x], {"axes": ax, "keepdim": kd}) for ax in ([1], [0, 2], [-1], [0, 1, 2], []) for kd in (False, True)]
+    cases += [([_arr(rng, (), dt)], {"axes": ax, "keepdim": False}) for ax in ([], [0])]
+    cases += [([_arr(rng, (3, 0), dt)], {"axes": [0], "keepdim": kd}) for kd in (False, True)]
+    return cases
+
+
+def _reduce_nonempty(rng, dt):
+    return _reduce(rng, dt)[:-2] + [([_arr(rng, (0, 3), dt)], {"axes": [1], "keepdim": False})]
+
+
+def _argmax(rng, dt):
+    x = _arr(rng, (3, 4, 5), dt)
+    cases = [([x], {"axis": a, "keepdim": kd}) for a in (0, 2, -2) for kd in (False, True)]
+    return cases + [([_arr(rng, (), dt)], {"axis": 0, "keepdim": False}), ([_arr(rng, (0, 3), dt)], {"axis": 1})]
+
+
+def _movement(specs):
+    return lambda rng, dt: [([_arr(rng, s, dt)], dict(a)) for s, a in specs]
+
+
+def _concat(rng, dt):
+    groups = [([(2, 3), (4, 3), (0, 3)], 0), ([(2, 1), (2, 4)], -1), ([(3,)], 0), ([(2, 0), (2, 0)], 1)]
+    return [([_arr(rng, s, dt) for s in shapes], {"axis": ax}) for shapes, ax in groups]
+
+
+def _pad(rng, dt):
+    value = {"float": 1.5, "int": 7, "bool": True}[dt.kind]
+    specs = [((3, 4), [(1, 2), (0, 3)], 0), ((3, 4), [(0, 0), (2, 1)], value), ((0, 2), [(1, 1), (0, 0)], value),
+             ((), [], 0)]
+    return [([_arr(rng, s, dt)], {"pads": p, "value": v}) for s, p, v in specs]
+
+
+def _matmul(rng, dt):
+    specs = [((3, 4), (4, 5)), ((2, 3, 4), (4, 2)), ((2, 1, 3, 4), (5, 4, 2)), ((3, 0), (0, 2)), ((0, 4), (4, 3))]
+    return [([_arr(rng, a, dt), _arr(rng, b, dt)], {}) for a, b in specs]
+
+
+def _full(rng, dt):
+    value = {"float": -1.25, "int": 3, "bool": True}[dt.kind]
+    return [([], {"shape": s, "value": value, "dtype": dt}) for s in ((2, 3), (0, 4), ())]
+
+
+def _arange(rng, dt):
+    ranges = [(0, 5, 1), (5, -3, -2), (0, 0, 1), (3, 2, 1)]
+    if dt.kind == "float":
+        ranges += [(0.5, 3.0, 0.25), (0, 1, 0.1), (-1, 1, 0.3)]
+    return [([], {"start": a, "stop": z, "step": s, "dtype": dt}) for a, z, s in ranges]
+
+
+def _tri(rng, dt):
+    return [([_arr(rng, s, dt)], {"k": k}) for s, k in (((4, 5), 0), ((4, 5), 1), ((5, 4), -2), ((2, 3, 3), 0),
+                                                         ((0, 3), 0))]
+
+
+def _idx(rng, high, shape, i):
+    return rng.integers(0, high, shape).astype(np.int32 if i % 2 else np.int64)
+
+
+def _gather(rng, dt):
+    specs = [((3, 4), (3, 6), 1), ((4, 2), (5, 2), 0), ((3, 4), (3, 0), -1), ((2, 3, 2), (2, 3, 4), 2)]
+    return [([_arr(rng, xs, dt), _idx(rng, xs[ax], ids, i)], {"axis": ax}) for i, (xs, ids, ax) in enumerate(specs)]
+
+
+def _index_select(rng, dt):
+    specs = [((4, 3), 3, 0), ((4, 3), 5, -1), ((2, 3, 4), 0, 1), ((5,), 7, 0)]
+    return [([_arr(rng, xs, dt), _idx(rng, xs[ax], (n,), i)], {"axis": ax}) for i, (xs, n, ax) in enumerate(specs)]
+
+
+def _scatter_add(rng, dt):
+    specs = [((3, 4), (3, 6), 1), ((4, 2), (6, 2), 0), ((3, 4), (3, 0), -1)]
+    return [([_arr(rng, xs, dt), _idx(rng, xs[ax], ids, i), _arr(rng, ids, dt)], {"axis": ax})
+            for i, (xs, ids, ax) in enumerate(specs)]
+
+
+def _random(rng, dt):
+    draws = [(0, 0, (5,)), (12345678901, 7, (2, 3)), (3, 5, (0,)), (2**40 + 3, 2**33 - 2, (4,)), (1, 0, ())]
+    return [([np.array(s, np.int64), np.array(o, np.int64)], {"shape": sh, "dtype": dt}) for s, o, sh in draws]
+
+
+# ---- oracles ----------------------------------------------------------------------------------------
+
+def _reduce_oracle(fn):
+    def oracle(x, axes, keepdim):
+        ax = tuple(a % x.ndim for a in axes) if x.ndim else ()  # a 0-d tensor reduces to itself
+        return fn(x, axis=ax, keepdims=keepdim)
+    return oracle
+
+
+def _argmax_oracle(x, axis, keepdim):
+    if x.ndim == 0:
+        return np.array(0)
+    ax = axis % x.ndim
+    moved = np.moveaxis(x, ax, -1)
+    flat = moved.reshape(-1, moved.shape[-1])
+    best = np.array([max(range(len(r)), key=lambda i, r=r: (r[i], -i)) for r in flat]).reshape(moved.shape[:-1])
+    return np.expand_dims(best, ax) if keepdim else best
+
+
+def _round_half_even(x):
+    return np.vectorize(lambda v: float(round(v)), otypes=[np.float64])(x) if x.dtype.kind == "f" else x
+
+
+def _gelu(x, approximate):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + np.vectorize(math.erf, otypes=[np.float64])(x / math.sqrt(2)))
+
+
+def _slice_oracle(x, starts, stops, steps):
+    return x[tuple(slice(a, z, s) for a, z, s in zip(starts, stops, steps))]
+
+
+def _tri_oracle(upper):
+    def oracle(x, k):
+        i = np.arange(x.shape[-2])[:, None]
+        j = np.arange(x.shape[-1])[None, :]
+        keep = (j - i >= k) if upper else (j - i <= k)
+        return np.where(keep, x, np.zeros((), x.dtype))
+    return oracle
+
+
+def _gather_oracle(x, idx, axis):
+    out = np.zeros(idx.shape, x.dtype)
+    for pos in np.ndindex(*idx.shape):
+        src = list(pos)
+        src[axis % x.ndim] = idx[pos]
+        out[pos] = x[tuple(src)]
+    return out
+
+
+def _index_select_oracle(x, idx, axis):
+    ax = axis % x.ndim
+    parts = [np.take(x, [int(i)], axis=ax) for i in idx]
+    return np.concatenate(parts, axis=ax) if parts else np.zeros(x.shape[:ax] + (0,) + x.shape[ax + 1:], x.dtype)
+
+
+def _scatter_add_oracle(x, idx, src, axis):
+    out = x.copy()
+    for pos in np.ndindex(*idx.shape):
+        dst = list(pos)
+        dst[axis % x.ndim] = idx[pos]
+        out[tuple(dst)] += src[pos]
+    return out
+
+
+def _matmul_oracle(a, b):
+    return (a[..., :, :, None] * b[..., None, :, :]).sum(-2)
+
+
+def _arange_oracle(start, stop, step, dtype):
+    vals, k = [], 0
+    while (start + k * step < stop) if step > 0 else (start + k * step > stop):
+        vals.append(start + k * step)
+        k += 1
+    return np.array(vals, np.float64)
+
+
+M32 = 0xFFFFFFFF
+
+
+def _philox(counter: int, key: int) -> tuple[int, int, int, int]:
+    """Philox4x32-10 (Salmon et al., SC'11) on a 128-bit counter (c0 = low word) and 64-bit key."""
+    c = [counter & M32, (counter >> 32) & M32, (counter >> 64) & M32, (counter >> 96) & M32]
+    k0, k1 = key & M32, (key >> 32) & M32
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k0, p1 & M32, (p0 >> 32) ^ c[3] ^ k1, p0 & M32]
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return tuple(c)
+
+
+def _random_oracle(normal):
+    def oracle(seed, offset, shape, dtype):
+        out = []
+        for i in range(math.prod(shape)):
+            w = _philox(int(offset) + i, int(seed))
+            u1 = (w[0] >> 8) / 2**24
+            if not normal:
+                out.append(u1)
+                continue
+            u2 = (w[1] >> 8) / 2**24
+            out.append(math.sqrt(-2 * math.log(u1 + 2**-24)) * math.cos(2 * math.pi * u2))
+        return np.array(out, np.float64).reshape(shape)
+    return oracle
+
+
+def _cmp(fn):
+    return Recipe(_binary(_arr), fn, ALL, out="bool")
+
+
+RECIPES: dict[str, Recipe] = {
+    "neg": Recipe(_unary(_arr), lambda x: -x, NUM),
+    "abs": Recipe(_unary(_away), lambda x: np.where(x < 0, -x, x), NUM),
+    "exp": Recipe(_unary(_arr), np.exp),
+    "log": Recipe(_unary(_pos), np.log),
+    "sqrt": Recipe(_unary(_pos), np.sqrt),
+    "rsqrt": Recipe(_unary(_pos), lambda x: x**-0.5),
+    "reciprocal": Recipe(_unary(_away), lambda x: 1 / x),
+    "sin": Recipe(_unary(_arr), np.sin),
+    "cos": Recipe(_unary(_arr), np.cos),
+    "tanh": Recipe(_unary(_arr), lambda x: (np.exp(2 * x) - 1) / (np.exp(2 * x) + 1)),
+    "sigmoid": Recipe(_unary(_arr), lambda x: 1 / (1 + np.exp(-x))),
+    "erf": Recipe(_unary(_arr), np.vectorize(math.erf, otypes=[np.float64])),
+    "relu": Recipe(_unary(_away), lambda x: np.where(x > 0, x, 0 * x), NUM),
+    "gelu": Recipe(_unary(_arr, ({"approximate": "none"}, {"approximate": "tanh"})), _gelu),
+    "silu": Recipe(_unary(_arr), lambda x: x / (1 + np.exp(-x))),
+    "leaky_relu": Recipe(_unary(_away, ({}, {"negative_slope": 0.2})),
+                         lambda x, negative_slope: np.where(x > 0, x, negative_slope * x)),
+    "floor": Recipe(_unary(_quarters), np.floor, NUM),
+    "ceil": Recipe(_unary(_quarters), np.ceil, NUM),
+    "round": Recipe(_unary(_quarters), _round_half_even, NUM),
+    "sign": Recipe(_unary(_quarters), lambda x: (x > 0).astype(np.int8) - (x < 0).astype(np.int8), NUM),
+    "add": Recipe(_binary(_arr), lambda a, b: a + b, NUM),
+    "sub": Recipe(_binary(_arr), lambda a, b: a - b, NUM),
+    "mul": Recipe(_binary(_arr), lambda a, b: a * b, NUM),
+    "div": Recipe(_binary(_arr, _away), lambda a, b: a / b),
+    "pow": Recipe(_binary(_pos, _arr), lambda a, b: np.exp(b * np.log(a))),
+    "maximum": Recipe(_distinct_pair, lambda a, b: np.where(a >= b, a, b + 0 * a), NUM),
+    "minimum": Recipe(_distinct_pair, lambda a, b: np.where(a <= b, a, b + 0 * a), NUM),
+    "eq": _cmp(lambda a, b: a == b),
+    "ne": _cmp(lambda a, b: a != b),
+    "lt": _cmp(lambda a, b: a < b),
+    "le": _cmp(lambda a, b: a <= b),
+    "gt": _cmp(lambda a, b: a > b),
+    "ge": _cmp(lambda a, b: a >= b),
+    "logical_and": Recipe(_binary(_arr), lambda a, b: a & b, ("bool",)),
+    "logical_or": Recipe(_binary(_arr), lambda a, b: a | b, ("bool",)),
+    "logical_not": Recipe(_unary(_arr), lambda a: ~a, ("bool",)),
+    "where": Recipe(_where, lambda c, a, b: np.where(c, a, b), ALL),
+    "cast": Recipe(_cast, lambda x, dtype: x.astype(dtype.np_dtype) if dtype.kind != "float" else x, ALL,
+                   out="attr", grad_make=lambda rng, dt: [([_arr(rng, (3, 4), dt)], {"dtype": dt})]),
+    "reduce_sum": Recipe(_reduce, _reduce_oracle(np.sum), NUM),
+    "reduce_mean": Recipe(_reduce_nonempty, _reduce_oracle(np.mean)),
+    "reduce_max": Recipe(_reduce_nonempty, _reduce_oracle(np.max), NUM),
+    "reduce_min": Recipe(_reduce_nonempty, _reduce_oracle(np.min), NUM),
+    "argmax": Recipe(_argmax, _argmax_oracle, NUM, out="i64"),
+    "reshape": Recipe(_movement([((3, 4), {"shape": [2, 6]}), ((12,), {"shape": [3, 1, 4]}), ((), {"shape": [1, 1]}),
+                                 ((2, 0, 3), {"shape": [0, 6]}), ((0,), {"shape": [3, 0]})]),
+                      lambda x, shape: np.array(x.ravel().tolist(), x.dtype).reshape(shape), ALL),
+    "broadcast_to": Recipe(_movement([((3, 1), {"shape": [2, 3, 4]}), ((), {"shape": [2, 2]}),
+                                      ((1, 0), {"shape": [5, 0]}), ((4,), {"shape": [4]})]),
+                           lambda x, shape: x | np.zeros(shape, bool) if x.dtype == bool else x + np.zeros(shape),
+                           ALL),
+    "permute": Recipe(_movement([((2, 3, 4), {"perm": [2, 0, 1]}), ((5,), {"perm": [0]}), ((), {"perm": []}),
+                                 ((0, 3), {"perm": [1, 0]})]),
+                      lambda x, perm: np.einsum(x, list(range(x.ndim)), list(perm)) if x.ndim else x, ALL),
+    "slice": Recipe(_movement([((5, 7), {"starts": [1, 0], "stops": [4, 7], "steps": [2, 3]}),
+                               ((6,), {"starts": [0], "stops": [6], "steps": [4]}),
+                               ((6,), {"starts": [2], "stops": [2], "steps": [1]}),
+                               ((3, 0), {"starts": [1, 0], "stops": [3, 0], "steps": [1, 1]}),
+                               ((), {"starts": [], "stops": [], "steps": []})]), _slice_oracle, ALL),
+    "concat": Recipe(_concat, lambda *xs, axis: np.concatenate(xs, axis), ALL),
+    "flip": Recipe(_movement([((3, 4), {"axes": [0]}), ((3, 4), {"axes": [0, 1]}), ((3, 4), {"axes": [-1]}),
+                              ((0, 2), {"axes": [1]})]),
+                   lambda x, axes: x[tuple(slice(None, None, -1) if i in [a % x.ndim for a in axes] else slice(None)
+                                          for i in range(x.ndim))], ALL),
+    "squeeze": Recipe(_movement([((3, 1, 4, 1), {"axes": [1, 3]}), ((3, 1, 4, 1), {"axes": [-1]}),
+                                 ((1,), {"axes": [0]}), ((0, 1), {"axes": [1]})]),
+                      lambda x, axes: x.reshape([s for i, s in enumerate(x.shape) if i not in
+                                                 [a % x.ndim for a in axes]]), ALL),
+    "unsqueeze": Recipe(_movement([((3, 4), {"axes": [0]}), ((3, 4), {"axes": [-1]}), ((3, 4), {"axes": [0, 3]}),
+                                   ((), {"axes": [0]}), ((0,), {"axes": [1]})]),
+                        lambda x, axes: x.reshape(_unsqueezed(x.shape, axes)), ALL),
+    "pad": Recipe(_pad, lambda x, pads, value: _pad_oracle(x, pads, value), ALL),
+    "matmul": Recipe(_matmul, _matmul_oracle),
+    "full": Recipe(_full, lambda shape, value, dtype: np.ones(shape) * value, ALL, out="attr"),
+    "arange": Recipe(_arange, _arange_oracle, ALL, out="attr"),
+    "triu": Recipe(_tri, _tri_oracle(True), ALL),
+    "tril": Recipe(_tri, _tri_oracle(False), ALL),
+    "gather": Recipe(_gather, _gather_oracle, ALL),
+    "index_select": Recipe(_index_select, _index_select_oracle, ALL),
+    "scatter_add": Recipe(_scatter_add, _scatter_add_oracle, NUM),
+    "random_uniform": Recipe(_random, _random_oracle(False), out="attr"),
+    "random_normal": Recipe(_random, _random_oracle(True), out="attr"),
+}
+
+
+def _unsqueezed(shape, axes):
+    rank = len(shape) + len(axes)
+    ax = {a % rank for a in axes}
+    it = iter(shape)
+    return [1 if i in ax else next(it) for i in range(rank)]
+
+
+def _pad_oracle(x, pads, value):
+    out = np.full([s + lo + hi for s, (lo, hi) in zip(x.shape, pads)], value, x.dtype)
+    out[tuple(slice(lo, lo + s) for s, (lo, _) in zip(x.shape, pads))] = x
+    return out
+
+
+# ---- the table ----------------------------------------------------------------------------------------
+
+OPS = sorted(REGISTRY)
+DIFF_OPS = sorted(n for n, d in REGISTRY.items() if d.vjp is not None)
+TOL = {"f64": (1e-12, 1e-12), "f32": (3e-6, 1e-5), "f16": (2e-3, 2e-3), "bf16": (1.6e-2, 1.6e-2)}
+
+
+def _recipe(name: str) -> Recipe:
+    if name not in RECIPES:
+        pytest.fail(f"op {name!r} has no sample-input recipe: add one to RECIPES in tests/ops/test_registry.py")
+    return RECIPES[name]
+
+
+def _rng(*key) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _ttype(a: np.ndarray) -> TensorType:
+    return TensorType(a.shape, dtype_of(a.dtype))
+
+
+def _one_op_graph(name: str, ins: list[np.ndarray], attrs: dict) -> Graph:
+    g = Graph(name)
+    vals = [g.add_input(_ttype(a)) for a in ins]
+    g.outputs = [Builder(g).emit(name, *vals, **attrs)]
+    return verify(g)
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" else a
+
+
+def _expected_dtype(recipe: Recipe, dt: DType, attrs: dict) -> str:
+    return {"same": dt.name, "bool": "bool", "i64": "i64", "attr": dtype_of(attrs.get("dtype", dt)).name}[recipe.out]
+
+
+def _check_case(name: str, recipe: Recipe, dt: DType, ins: list[np.ndarray], attrs: dict) -> None:
+    opdef = REGISTRY[name]
+    norm = opdef.normalize_attrs(attrs)
+    want = opdef.infer([_ttype(a) for a in ins], **norm)
+    g = _one_op_graph(name, ins, attrs)
+    (got,) = run_graph(g, ins)
+    assert g.outputs[0].type == want
+    assert want.dtype.name == _expected_dtype(recipe, dt, attrs), f"{name}: result dtype {want.dtype}"
+    raw = np.asarray(opdef.ref(*[a.astype(np.float32) if opdef.compute_f32 and a.dtype.itemsize == 2 and
+                                 a.dtype.kind != "i" else a for a in ins], **norm))
+    assert raw.shape == want.shape, f"{name}: reference shape {raw.shape} but infer says {want}"
+    with np.errstate(all="ignore"):
+        expected = np.asarray(recipe.oracle(*[_widen(a) for a in ins], **norm))
+    assert expected.shape == want.shape, f"{name} {attrs}: oracle shape {expected.shape} vs infer {want}"
+    assert got.shape == want.shape and got.dtype == want.dtype.np_dtype
+    if want.dtype.is_float:
+        rtol, atol = TOL[want.dtype.name]
+        np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
+                                   err_msg=f"{name} {dt} {attrs}")
+    else:
+        np.testing.assert_array_equal(got, expected.astype(want.dtype.np_dtype), err_msg=f"{name} {dt} {attrs}")
+
+
+@pytest.mark.parametrize("dt", ALL)
+@pytest.mark.parametrize("name", OPS)
+def test_reference_matches_numpy(name: str, dt: str) -> None:
+    """(a)+(b): shape/dtype rule and reference vs the oracle for accepted dtypes; DTypeError otherwise."""
+    recipe = _recipe(name)
+    dtype = dtype_of(dt)
+    cases = recipe.make(_rng(name, dt), dtype)
+    assert cases, f"{name}: the recipe made no cases"
+    if dt not in recipe.dtypes:
+        opdef = REGISTRY[name]
+        for ins, attrs in cases:
+            with pytest.raises(DTypeError):
+                opdef.infer([_ttype(a) for a in ins], **opdef.normalize_attrs(attrs))
+        return
+    for ins, attrs in cases:
+        _check_case(name, recipe, dtype, ins, attrs)
+
+
+def _vjp_graph(name: str, ins: list[np.ndarray], attrs: dict) -> tuple[Graph, list[int]]:
+    """inputs: the op's inputs then a cotangent; outputs: the VJP for each float input (in `wrt`)."""
+    g = Graph("vjp")
+    vals = [g.add_input(_ttype(a)) for a in ins]
+    b = Builder(g)
+    y = b.emit(name, *vals, **attrs)
+    ct = g.add_input(y.type)
+    wrt = [i for i, v in enumerate(vals) if v.dtype.is_float]
+    grads = autodiff(g, y, [vals[i] for i in wrt], seed=ct)
+    assert all(gr is not None for gr in grads), f"{name}: a float input got no gradient"
+    g.outputs = list(grads)
+    return verify(g), wrt
+
+
+def _loss(name: str, ins: list[np.ndarray], attrs: dict, ct: np.ndarray) -> float:
+    (y,) = run_graph(_one_op_graph(name, ins, attrs), ins)
+    return float(np.sum(y * ct))
+
+
+def _finite_difference(name, ins, attrs, ct, i, eps=1e-6) -> np.ndarray:
+    out = np.zeros(ins[i].shape)
+    for pos in np.ndindex(*ins[i].shape):
+        hi = [a.copy() for a in ins]
+        lo = [a.copy() for a in ins]
+        hi[i][pos] += eps
+        lo[i][pos] -= eps
+        out[pos] = (_loss(name, hi, attrs, ct) - _loss(name, lo, attrs, ct)) / (2 * eps)
+    return out
+
+
+@pytest.mark.parametrize("name", DIFF_OPS)
+def test_vjp_matches_finite_differences(name: str) -> None:
+    """(c): autodiff's VJP of every differentiable op vs central differences, float64, reference executor."""
+    recipe = _recipe(name)
+    rng = _rng(name, "grad")
+    make = recipe.grad_make or recipe.make
+    cases = [(ins, attrs) for ins, attrs in make(rng, dtype_of("f64")) if all(a.size for a in ins)]
+    assert cases, f"{name}: no non-empty float64 sample for the gradient check"
+    for ins, attrs in cases:
+        g, wrt = _vjp_graph(name, ins, attrs)
+        ct = rng.standard_normal(g.inputs[-1].type.shape)
+        grads = run_graph(g, ins + [ct])
+        for i, got in zip(wrt, grads):
+            want = _finite_difference(name, ins, attrs, ct, i)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{name} d/dinput{i} {attrs}")
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_declaration_is_complete(name: str) -> None:
+    """A valid category; a VJP or a non-empty reason why not; a recipe in this table."""
+    opdef = REGISTRY[name]
+    assert opdef.name == name
+    assert opdef.category in CATEGORIES
+    if opdef.vjp is None:
+        assert isinstance(opdef.nondiff, str) and opdef.nondiff.strip(), f"{name}: nondiff needs a reason"
+    _recipe(name)
+
+
+def test_every_recipe_names_a_registered_op() -> None:
+    assert sorted(set(RECIPES) - set(REGISTRY)) == []
+
+
+@pytest.mark.parametrize("name", ["reduce_max", "reduce_min"])
+def test_extreme_over_zero_size_axis_is_a_shape_error(name: str) -> None:
+    with pytest.raises(ShapeError, match="zero-size"):
+        REGISTRY[name].infer([TensorType((3, 0), dtype_of("f32"))], axes=(1,), keepdim=False)
+
+
+def test_philox_known_answer() -> None:
+    """The test's own Philox matches the Random123 known-answer vector for counter 0 and key 0."""
+    assert _philox(0, 0) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)
