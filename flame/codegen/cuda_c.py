@@ -1,0 +1,94 @@
+"""CUDA C spelling of flame dtypes: storage/compute types, loads, exact conversions and literals.
+
+Every kernel loads storage values into a *compute* type (f16/bf16 -> float), computes, and stores
+through `convert`, which rounds ONCE from the compute value to the storage type (as NumPy does)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flame.ir.dtypes import DType, bf16, boolean, f16, f32, f64, i32, i64
+
+
+def compute_dtype(d: DType) -> DType:
+    """The dtype arithmetic happens in: f16/bf16 compute in f32, everything else in itself."""
+    return f32 if d in (f16, bf16) else d
+
+
+def kind(d: DType) -> str:
+    """Snippet variant key of a dtype's compute type: f32, f64, int or bool."""
+    c = compute_dtype(d)
+    return c.name if c.is_float else ("int" if c.is_int else "bool")
+
+
+def load(raw: str, d: DType) -> str:
+    """A storage value (an lvalue such as in0[o]) as its compute type."""
+    if d == f16:
+        return f"__half2float({raw})"
+    if d == bf16:
+        return f"__bfloat162float({raw})"
+    return raw
+
+
+_TO_HALF = {f32: "__float2half_rn", f64: "__double2half", i32: "__int2half_rn", i64: "__ll2half_rn"}
+_TO_BF16 = {f32: "__float2bfloat16_rn", f64: "__double2bfloat16", i32: "__int2bfloat16_rn", i64: "__ll2bfloat16_rn"}
+
+
+def convert(expr: str, src: DType, dst: DType) -> str:
+    """expr (of compute dtype src) as storage dtype dst, rounding once (NumPy's astype semantics)."""
+    src = compute_dtype(src)
+    if dst in (f16, bf16):
+        table = _TO_HALF if dst == f16 else _TO_BF16
+        if src == boolean:
+            return f"{table[f32]}(({expr}) ? 1.0f : 0.0f)"
+        return f"{table[src]}({expr})"
+    if src == dst:
+        return expr
+    if dst == boolean:
+        return f"(({expr}) != 0)"
+    return f"(({dst.cuda_type})({expr}))"
+
+
+def literal(value: float | int | bool, d: DType) -> str:
+    """A C literal of d's COMPUTE type holding `value` rounded to d first (np.full semantics)."""
+    c = compute_dtype(d)
+    v = np.array(value).astype(d.np_dtype).astype(c.np_dtype)[()]
+    if c == boolean:
+        return "true" if v else "false"
+    if c == i32 or c == i64:
+        iv, suffix = int(v), ("LL" if c == i64 else "")
+        lo = -(1 << (8 * c.itemsize - 1))
+        if iv == lo:
+            return f"({lo + 1}{suffix} - 1)"
+        return f"({iv}{suffix})" if iv < 0 else f"{iv}{suffix}"
+    if not math.isfinite(float(v)):
+        if c == f32:
+            return f"__int_as_float(0x{int(np.float32(v).view(np.uint32)):08x})"
+        return f"__longlong_as_double(0x{int(np.float64(v).view(np.uint64)):016x}LL)"
+    text = (str(np.float32(v)) + "f") if c == f32 else repr(float(v))
+    if "e" not in text and "." not in text:
+        text = text.replace("f", ".0f") if c == f32 else text + ".0"
+    return f"({text})" if text.startswith("-") else text
+
+
+def lowest(d: DType) -> str:
+    """The identity of max: -inf for floats, the smallest integer otherwise."""
+    c = compute_dtype(d)
+    return literal(-np.inf if c.is_float else np.iinfo(c.np_dtype).min, c)
+
+
+def highest(d: DType) -> str:
+    c = compute_dtype(d)
+    return literal(np.inf if c.is_float else np.iinfo(c.np_dtype).max, c)
+
+
+def includes(dtypes) -> list[str]:
+    """The #include lines the given dtypes need (none for f32/f64/ints/bool)."""
+    out = []
+    if f16 in dtypes:
+        out.append("#include <cuda_fp16.h>")
+    if bf16 in dtypes:
+        out.append("#include <cuda_bf16.h>")
+    return out

@@ -1,0 +1,156 @@
+"""Elementwise kernels (snippets over broadcast operands) and the affine movement ops (copies whose
+input is a View of the output coordinates), both through templates/elementwise.cu.j2."""
+
+from __future__ import annotations
+
+from flame.codegen import cuda_c, views
+from flame.codegen.kernel import (
+    Kernel,
+    block_for,
+    finish,
+    grid_for,
+    header,
+    index_types,
+    params,
+    render_template,
+    shape_tag,
+)
+from flame.codegen.snippets import PRELUDES, snippet
+from flame.codegen.views import View
+from flame.ir.dtypes import DType, f64
+from flame.ir.graph import Op
+
+# ops whose expression is computed in another dtype than the output's (the store rounds once)
+_EXPR_DTYPE = {
+    "arange": lambda op: f64,
+    "random_uniform": lambda op: f64,
+    "random_normal": lambda op: f64,
+    "cast": lambda op: op.inputs[0].dtype,
+}
+
+
+def _fields(op: Op, expr_dtype: DType) -> dict[str, str]:
+    """Attributes (and a few derived values) formatted for a snippet."""
+    out: dict[str, str] = {"ctype": cuda_c.compute_dtype(expr_dtype).cuda_type}
+    for key, v in op.attrs.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            out[key] = str(v)
+        else:
+            out[key] = cuda_c.literal(v, expr_dtype)
+    if op.name == "full":
+        out["value"] = cuda_c.literal(op.attrs["value"], op.out.dtype)
+    if op.name == "arange":
+        out["start"] = cuda_c.literal(float(op.attrs["start"]), f64)
+        out["step"] = cuda_c.literal(float(op.attrs["step"]), f64)
+    if op.name in ("triu", "tril"):
+        rows, cols = op.out.shape[-2:]
+        out.update(rows=f"{rows}u", cols=f"{cols}u", k=f"{op.attrs['k']}LL")
+    return out
+
+
+def _variant(op: Op) -> str | None:
+    return next((v for v in op.attrs.values() if isinstance(v, str)), None)
+
+
+def lower_elementwise(op: Op) -> list[Kernel]:
+    """out[i] = snippet(inputs broadcast to out's shape), stored with one rounding."""
+    expr_dtype = _EXPR_DTYPE.get(op.name, lambda o: o.out.dtype)(op)
+    kind = cuda_c.kind(op.inputs[-1].dtype if op.inputs else op.out.dtype)
+    operands = [f"a{k}" for k in range(len(op.inputs))]
+    expr = snippet(op.name, kind, _variant(op)).format(*operands, **_fields(op, expr_dtype))
+    vs = [views.broadcast_view(v.shape, op.out.shape) for v in op.inputs]
+    bcast = any(v.shape != op.out.shape for v in op.inputs)
+    return render_map(op, vs, expr, expr_dtype, PRELUDES.get(op.name, ""), "bcast" if bcast else "")
+
+
+def render_map(
+    op: Op,
+    in_views: list[View],
+    expr: str,
+    expr_dtype: DType,
+    prelude: str = "",
+    tag: str = "",
+    what: str = "",
+    raw: bool = False,
+) -> list[Kernel]:
+    """One kernel computing out[i] = store(expr) where operand a_k = in_k[view_k(coords of i)].
+    raw: operands stay in their storage type and expr is stored as is (pure copies)."""
+    out_t = op.out.type
+    n = out_t.numel
+    if n == 0:
+        return []
+    dims, cviews = views.collapse(out_t.shape, in_views)
+    inputs = []
+    for k, (v, cv) in enumerate(zip(op.inputs, cviews)):
+        m = views.mode(cv, dims)
+        inputs.append(
+            {
+                "k": k,
+                "mode": m,
+                "stype": v.dtype.cuda_type,
+                "base": cv.base,
+                "ctype": v.dtype.cuda_type if raw else cuda_c.compute_dtype(v.dtype).cuda_type,
+                "load": "@" if raw else cuda_c.load("@", v.dtype),
+                "offset": "i" if m == "identity" else views.offset_expr(cv),
+            }
+        )
+    general = any(x["mode"] == "general" for x in inputs)
+    sizes = [out_t.dtype.itemsize] + [v.dtype.itemsize for v, x in zip(op.inputs, inputs) if x["mode"] == "identity"]
+    vec = 1 if general else 16 // max(sizes)
+    if n < vec:
+        vec = 1
+    aligned = " && ".join(
+        [
+            f"(reinterpret_cast<unsigned long long>(in{x['k']}) % {vec * op.inputs[x['k']].dtype.itemsize} == 0)"
+            for x in inputs
+            if x["mode"] == "identity"
+        ]
+        + [f"(reinterpret_cast<unsigned long long>(out) % {vec * out_t.dtype.itemsize} == 0)"]
+    )
+    idx_t, off_t = index_types(n, *(v.type.numel for v in op.inputs))
+    work = -(-n // vec)
+    block = block_for(work)
+    dtypes = {out_t.dtype, *(v.dtype for v in op.inputs)}
+    source = render_template(
+        "elementwise.cu.j2",
+        header=header(op, what),
+        includes=cuda_c.includes(dtypes),
+        prelude=prelude,
+        name="FLAME_KERNEL_NAME",
+        params=params(op),
+        block=block,
+        idx_t=idx_t,
+        off_t=off_t,
+        n=n,
+        inputs=inputs,
+        dims=list(dims) if general else [],
+        vec=vec,
+        aligned=aligned,
+        out_stype=out_t.dtype.cuda_type,
+        store=expr if raw else cuda_c.convert(expr, expr_dtype, out_t.dtype),
+    )
+    stem = "_".join(x for x in (op.name, out_t.dtype.name, shape_tag(out_t.shape), tag) if x)
+    return [finish(stem, source, grid_for(work, block), block, len(op.inputs))]
+
+
+def _reshape_like(op: Op) -> list[View]:
+    return [views.identity_view(op.out.shape)]
+
+
+_VIEWS = {
+    "reshape": _reshape_like,
+    "squeeze": _reshape_like,
+    "unsqueeze": _reshape_like,
+    "broadcast_to": lambda op: [views.broadcast_view(op.inputs[0].shape, op.out.shape)],
+    "permute": lambda op: [views.permute_view(op.inputs[0].shape, op.attrs["perm"])],
+    "slice": lambda op: [views.slice_view(op.inputs[0].shape, op.attrs["starts"], op.attrs["steps"])],
+    "flip": lambda op: [views.flip_view(op.inputs[0].shape, op.attrs["axes"])],
+}
+
+
+def lower_view(op: Op) -> list[Kernel]:
+    """A movement op that reads its input through an affine View: an index-mapping copy."""
+    return render_map(op, _VIEWS[op.name](op), "a0", op.out.dtype, what="index-mapping copy", raw=True)
+
+
+VIEW_OPS = tuple(_VIEWS)

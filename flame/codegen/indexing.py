@@ -1,0 +1,136 @@
+"""Copy kernels that are not affine Views: pad, concat, gather, index_select, and scatter_add
+(copy x into the output, then atomicAdd src; f16/bf16 accumulate in an f32 scratch copy and round
+once at the end, as the reference does). All through templates/indexed.cu.j2."""
+
+from __future__ import annotations
+
+import math
+
+from flame.codegen import cuda_c, views
+from flame.codegen.kernel import (
+    Kernel,
+    block_for,
+    finish,
+    grid_for,
+    header,
+    index_types,
+    params,
+    render_template,
+    shape_tag,
+)
+from flame.ir.dtypes import bf16, f16, f32, i64
+from flame.ir.graph import Op
+
+
+def _render(op: Op, kind: str, n: int, what: str, scratch: int = 0, **fields) -> Kernel:
+    idx_t, off_t = index_types(n, op.out.type.numel, *(v.type.numel for v in op.inputs))
+    dtypes = {op.out.dtype, *(v.dtype for v in op.inputs)}
+    block = block_for(n)
+    source = render_template(
+        "indexed.cu.j2",
+        header=header(op, what),
+        includes=cuda_c.includes(dtypes),
+        name="FLAME_KERNEL_NAME",
+        params=params(op, scratch > 0),
+        block=block,
+        idx_t=idx_t,
+        off_t=off_t,
+        n=n,
+        kind=kind,
+        **fields,
+    )
+    stem = f"{op.name}_{op.out.dtype.name}_{shape_tag(op.out.shape)}" + ("" if kind == op.name else f"_{kind}")
+    return finish(stem, source, grid_for(n, block), block, len(op.inputs), scratch)
+
+
+def _split(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
+    """(extent along axis, product of the trailing dims)."""
+    return shape[axis], math.prod(shape[axis + 1 :])
+
+
+def lower_pad(op: Op) -> list[Kernel]:
+    n = op.out.type.numel
+    if n == 0:
+        return []
+    x = op.inputs[0].type
+    value = cuda_c.convert(cuda_c.literal(op.attrs["value"], x.dtype), x.dtype, x.dtype)
+    return [
+        _render(
+            op,
+            "pad",
+            n,
+            "constant padding",
+            dims=list(op.out.shape),
+            lo=[lo for lo, _ in op.attrs["pads"]],
+            sizes=list(x.shape),
+            strides=list(views.contiguous_strides(x.shape)),
+            value=value,
+        )
+    ]
+
+
+def lower_concat(op: Op) -> list[Kernel]:
+    n = op.out.type.numel
+    if n == 0:
+        return []
+    axis = op.attrs["axis"] % op.out.type.rank
+    extent, inner = _split(op.out.shape, axis)
+    parts, at = [], 0
+    for k, v in enumerate(op.inputs):
+        size = v.shape[axis]
+        if size:
+            parts.append({"k": k, "start": at, "stop": at + size, "size": size})
+        at += size
+    return [_render(op, "concat", n, f"concat along axis {axis}", parts=parts, inner=inner, extent=extent)]
+
+
+def lower_gather(op: Op) -> list[Kernel]:
+    """gather (take along axis) and index_select: out[.., c, ..] = x[.., idx[..], ..]."""
+    n = op.out.type.numel
+    if n == 0:
+        return []
+    axis = op.attrs["axis"] % op.inputs[0].type.rank
+    extent, inner = _split(op.out.shape, axis)
+    return [
+        _render(
+            op, op.name, n, f"indexed along axis {axis}", inner=inner, extent=extent, axis_size=op.inputs[0].shape[axis]
+        )
+    ]
+
+
+def _atomic_add(target: str, at: str, value: str, dtype) -> str:
+    if dtype == i64:  # two's complement: the unsigned 64-bit add wraps like a signed one
+        return f"atomicAdd(reinterpret_cast<unsigned long long*>({target}) + {at}, (unsigned long long){value})"
+    return f"atomicAdd({target} + {at}, {value})"
+
+
+def lower_scatter_add(op: Op) -> list[Kernel]:
+    """out = x; out[.., idx[i], ..] += src[i] (duplicates add up; order is not deterministic)."""
+    out = op.out.type
+    if out.numel == 0:
+        return []
+    x, idx, src = (v.type for v in op.inputs)
+    low = out.dtype in (f16, bf16)
+    axis = op.attrs["axis"] % out.rank
+    scratch = out.numel * 4 if low else 0
+    target = "reinterpret_cast<float*>(scratch)" if low else "out"
+    copy = cuda_c.load("in0[i]", x.dtype) if low else "in0[i]"
+    extent, inner = _split(idx.shape, axis)
+    fields = dict(inner=inner, extent=extent, axis_size=out.shape[axis], target=target)
+    kernels = [_render(op, "scatter_copy", out.numel, "scatter_add 1/2: copy x", scratch, copy=copy, **fields)]
+    if src.numel:
+        value = cuda_c.load("in2[i]", src.dtype)
+        atomic = _atomic_add(target, "at", value, f32 if low else out.dtype)
+        kernels.append(
+            _render(
+                op, "scatter_add", src.numel, "scatter_add 2/2: atomically add src", scratch, atomic=atomic, **fields
+            )
+        )
+    if low:
+        back = cuda_c.convert("reinterpret_cast<const float*>(scratch)[i]", f32, out.dtype)
+        kernels.append(
+            _render(
+                op, "scatter_convert", out.numel, "scatter_add: round the f32 sums once", scratch, copy=back, **fields
+            )
+        )
+    return kernels

@@ -1,0 +1,104 @@
+"""The Kernel record the runtime launches, and what every lowering shares: the Jinja environment,
+the leading IR comment, launch-size helpers and unique, descriptive kernel names."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from flame.ir.graph import Op
+from flame.ir.printer import format_attr
+
+BLOCK = 256
+MAX_GRID = 8192  # grid-stride loops cover the rest; a few waves on any current GPU
+NAME_TOKEN = "FLAME_KERNEL_NAME"  # replaced by the final name once the source is hashed
+INT32_LIMIT = 1 << 31
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch. Arguments: the op's input pointers in op.inputs order, then the output pointer,
+    then (only if scratch > 0) a device scratch pointer. Kernels returned for ONE op share ONE scratch
+    buffer of max(scratch) bytes, 256-byte aligned, whose contents need not be initialized; they must
+    be launched in order on one stream."""
+
+    name: str  # descriptive and unique per distinct source, e.g. "add_f32_4x5_bcast_1a2b3c4d"
+    source: str  # full CUDA C++; begins with a comment quoting the IR op it implements
+    grid: int  # blocks (1-D)
+    block: int  # threads per block (1-D)
+    n_inputs: int
+    smem: int = 0  # dynamic shared memory bytes
+    scratch: int = 0  # bytes of device scratch; if > 0 an extra `void*` argument comes last
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+_ENV.filters["chomp"] = lambda s: str(s)[:-1] if str(s).endswith("\n") else str(s)
+
+
+def render_template(template: str, **params) -> str:
+    return _ENV.get_template(template).render(**params)
+
+
+def op_line(op: Op) -> str:
+    """The op as IR text with its inputs numbered %0.. and its result %n (value ids are local)."""
+    n = len(op.inputs)
+    args = ", ".join(f"%{i}" for i in range(n))
+    attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in op.attrs.items())
+    text = f"%{n} = {op.name}" + (f" {args}" if args else "") + (f" {{{attrs}}}" if attrs else "")
+    return f"{text} : {op.out.type}"
+
+
+def header(op: Op, what: str = "") -> str:
+    """The leading comment of every kernel: the IR op line (nvrtc.py quotes it in errors)."""
+    lines = [f"// flame kernel for IR op: {op_line(op)}"]
+    if op.inputs:
+        lines.append("//   inputs: " + ", ".join(f"%{i}: {v.type}" for i, v in enumerate(op.inputs)))
+    if what:
+        lines.append(f"//   {what}")
+    return "\n".join(lines)
+
+
+def params(op: Op, scratch: bool = False) -> str:
+    """`const T0* __restrict__ in0, ..., T* __restrict__ out[, void* __restrict__ scratch]`."""
+    ps = [f"const {v.dtype.cuda_type}* __restrict__ in{i}" for i, v in enumerate(op.inputs)]
+    ps.append(f"{op.out.dtype.cuda_type}* __restrict__ out")
+    if scratch:
+        ps.append("void* __restrict__ scratch")
+    return ", ".join(ps)
+
+
+def shape_tag(shape: tuple[int, ...]) -> str:
+    tag = "x".join(str(s) for s in shape) or "scalar"
+    return tag if len(tag) <= 32 else f"rank{len(shape)}"
+
+
+def finish(stem: str, source: str, grid: int, block: int, n_inputs: int, scratch: int = 0) -> Kernel:
+    """Name the kernel `<stem>_<hash of source>` so names are unique per distinct source."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:8]
+    name = f"{stem}_{digest}"
+    return Kernel(name, source.replace(NAME_TOKEN, name), grid, block, n_inputs, 0, scratch)
+
+
+def grid_for(work: int, block: int = BLOCK, cap: int = MAX_GRID) -> int:
+    return max(1, min(-(-work // block), cap))
+
+
+def block_for(work: int) -> int:
+    """BLOCK threads, or fewer (a multiple of 32) for tiny tensors."""
+    return max(32, min(BLOCK, -(-work // 32) * 32))
+
+
+def index_types(*numels: int) -> tuple[str, str]:
+    """(idx_t, off_t): unsigned/signed 32-bit unless some tensor has >= 2^31 elements."""
+    if max(numels, default=0) >= INT32_LIMIT:
+        return "unsigned long long", "long long"
+    return "unsigned int", "int"

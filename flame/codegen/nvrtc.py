@@ -1,0 +1,194 @@
+"""CUDA C++ -> cubin with NVRTC (through CuPy's bindings), behind an on-disk cache.
+
+Cache entries live in ~/.cache/flame (mode 0700; env FLAME_CACHE_DIR overrides), one file per
+sha256(source, arch, options, NVRTC version, flame version). Each file holds a magic line, the
+sha256 of its payload and the payload; it is written to a temporary file and os.replace()d into place,
+so readers never see half an entry, and an entry whose payload does not match its hash is deleted
+and rebuilt. A compile error raises FlameError with the numbered source, the NVRTC log and the IR op."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+from flame.errors import FlameError
+
+_MAGIC = b"FLAMECUBIN1\n"
+OPTIONS = ("-std=c++17", "-default-device")  # no --use_fast_math: kernels must match the reference
+
+
+def cache_dir() -> Path:
+    """The cache directory (created with mode 0700 on first use)."""
+    env = os.environ.get("FLAME_CACHE_DIR")
+    path = Path(env) if env else Path.home() / ".cache" / "flame"
+    if not path.is_dir():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    return path
+
+
+@lru_cache(maxsize=1)
+def include_dirs() -> tuple[str, ...]:
+    """CUDA header directories: pip's nvidia/*/include, then $CUDA_PATH/include, /usr/local/cuda/include."""
+    found: list[str] = []
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            found += sorted(glob.glob(os.path.join(root, "*", "include")))
+    except ImportError:
+        pass
+    for env in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(env):
+            found.append(os.path.join(os.environ[env], "include"))
+    found.append("/usr/local/cuda/include")
+    out: list[str] = []
+    for d in found:
+        if os.path.isdir(d) and d not in out:
+            out.append(d)
+    return tuple(out)
+
+
+def _nvrtc():
+    from cupy.cuda import nvrtc
+
+    return nvrtc
+
+
+@lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    major, minor = _nvrtc().getVersion()
+    return f"{major}.{minor}"
+
+
+def device_arch() -> str:
+    """The current GPU's architecture as NVRTC spells it ("sm_90"), clamped to what NVRTC supports."""
+    import cupy
+
+    cc = int(cupy.cuda.Device().compute_capability)
+    return f"sm_{_supported_arch(cc)}"
+
+
+def _supported_arch(cc: int) -> int:
+    try:
+        archs = [a for a in _nvrtc().getSupportedArchs() if a <= cc]
+    except Exception:  # older NVRTC without the query
+        return cc
+    return max(archs) if archs else cc
+
+
+def _key(source: str, arch: str) -> str:
+    from flame import __version__
+
+    h = hashlib.sha256()
+    for part in (source, arch, " ".join(OPTIONS), nvrtc_version(), __version__):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _read(path: Path) -> bytes | None:
+    """The payload of a cache entry, or None if missing; a corrupted entry is deleted."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    head = len(_MAGIC) + 65
+    if data[: len(_MAGIC)] == _MAGIC and len(data) > head:
+        digest, payload = data[len(_MAGIC) : head - 1], data[head:]
+        if hashlib.sha256(payload).hexdigest().encode() == digest:
+            return payload
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _write(path: Path, payload: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def ir_line(source: str) -> str:
+    """The IR op a generated source implements (from its leading comment), or ''."""
+    for line in source.splitlines()[:3]:
+        if line.startswith("// flame kernel for IR op:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _numbered(source: str) -> str:
+    lines = source.splitlines()
+    width = len(str(len(lines)))
+    return "\n".join(f"{i + 1:>{width}} | {text}" for i, text in enumerate(lines))
+
+
+def _compile(source: str, arch: str, name_hint: str) -> bytes:
+    nvrtc = _nvrtc()
+    opts = [f"--gpu-architecture={arch}", *OPTIONS] + [f"-I{d}" for d in include_dirs()]
+    prog = nvrtc.createProgram(source, (name_hint or "kernel") + ".cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except nvrtc.NVRTCError as e:
+            log = nvrtc.getProgramLog(prog)
+            op = ir_line(source)
+            raise FlameError(
+                f"NVRTC could not compile kernel {name_hint or '?'} for {arch} ({e})"
+                + (f"\n  IR op: {op}" if op else "")
+                + f"\n--- NVRTC log ---\n{log.strip()}\n--- generated source ---\n{_numbered(source)}"
+            ) from None
+        return nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def compile_cubin(source: str, arch: str, name_hint: str = "") -> bytes:
+    """The cubin of `source` for `arch` ("sm_90"), from the cache or compiled (and cached) now."""
+    path = cache_dir() / f"{_key(source, arch)}.cubin"
+    cached = _read(path)
+    if cached is not None:
+        return cached
+    cubin = _compile(source, arch, name_hint)
+    _write(path, cubin)
+    return cubin
+
+
+def compile_many(sources: Sequence[str], arch: str, workers: int | None = None) -> list[bytes]:
+    """compile_cubin over many sources in a thread pool (NVRTC releases the GIL); same order out."""
+    sources = list(sources)
+    if len(sources) <= 1:
+        return [compile_cubin(s, arch) for s in sources]
+    workers = workers or min(len(sources), os.cpu_count() or 1, 16)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda s: compile_cubin(s, arch), sources))
+
+
+def cache_info() -> dict:
+    """{'dir', 'entries', 'bytes'} of the compile cache (for `flame cache`)."""
+    d = cache_dir()
+    files = [p for p in d.glob("*.cubin") if p.is_file()]
+    return {"dir": str(d), "entries": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+def cache_clear() -> int:
+    """Delete every cache entry (and stray temporaries); returns how many entries were removed."""
+    d = cache_dir()
+    n = 0
+    for p in list(d.glob("*.cubin")) + list(d.glob(".tmp-*.part")):
+        try:
+            p.unlink()
+            n += p.suffix == ".cubin"
+        except FileNotFoundError:
+            pass
+    return n

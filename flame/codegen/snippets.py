@@ -1,0 +1,156 @@
+"""The CUDA text of every elementwise op and every reduction, in ONE place (STYLE.md).
+
+SNIPPETS[op][variant] is a CUDA expression over compute-typed operands {0}, {1}, ... Variants are
+keyed by the compute kind of the op's operands ("f32" also serves f16/bf16, "f64", "int", "bool",
+"*" for all) and may be refined by a string attribute ("f32/tanh" for gelu approximate="tanh").
+Other attributes appear by name ({negative_slope}); they are formatted as literals of the compute
+type. Extra fields the renderer provides: {ctype} (the compute C type), and for index-dependent ops
+{rows}/{cols}/{k}; `i` is the flat output index. An operand may appear more than once in a snippet,
+so a fusing caller must bind operands to variables first (the kernels here always do).
+Sources of truth: the NumPy `ref` of each op in flame/ir/ops/ — e.g. maximum propagates NaN,
+round is half-to-even, sigmoid is 0.5*(1+tanh(x/2)), rsqrt is 1/sqrt (both IEEE-rounded)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_NAN_MAX = "((({0}) > ({1}) || ({0}) != ({0})) ? ({0}) : ({1}))"  # NaN-propagating, like np.maximum
+_NAN_MIN = "((({0}) < ({1}) || ({0}) != ({0})) ? ({0}) : ({1}))"
+
+
+def _f(f32: str, f64: str, int_: str | None = None) -> dict[str, str]:
+    out = {"f32": f32, "f64": f64}
+    if int_ is not None:
+        out["int"] = int_
+    return out
+
+
+SNIPPETS: dict[str, dict[str, str]] = {
+    # unary, numeric
+    "neg": {"*": "(-{0})"},
+    "abs": _f("fabsf({0})", "fabs({0})", "({0} < 0 ? -{0} : {0})"),
+    "relu": _f("({0} < 0.0f ? 0.0f : {0})", "({0} < 0.0 ? 0.0 : {0})", "({0} < 0 ? ({ctype})0 : {0})"),
+    "floor": _f("floorf({0})", "floor({0})", "{0}"),
+    "ceil": _f("ceilf({0})", "ceil({0})", "{0}"),
+    "round": _f("rintf({0})", "rint({0})", "{0}"),  # half to even
+    "sign": _f(
+        "({0} > 0.0f ? 1.0f : ({0} < 0.0f ? -1.0f : {0}))",
+        "({0} > 0.0 ? 1.0 : ({0} < 0.0 ? -1.0 : {0}))",
+        "(({ctype})(({0} > 0) - ({0} < 0)))",
+    ),
+    # unary, float
+    "exp": _f("expf({0})", "exp({0})"),
+    "log": _f("logf({0})", "log({0})"),
+    "sqrt": _f("sqrtf({0})", "sqrt({0})"),
+    "rsqrt": _f("(1.0f / sqrtf({0}))", "(1.0 / sqrt({0}))"),
+    "reciprocal": _f("(1.0f / {0})", "(1.0 / {0})"),
+    "sin": _f("sinf({0})", "sin({0})"),
+    "cos": _f("cosf({0})", "cos({0})"),
+    "tanh": _f("tanhf({0})", "tanh({0})"),
+    "sigmoid": _f("(0.5f * (1.0f + tanhf(0.5f * {0})))", "(0.5 * (1.0 + tanh(0.5 * {0})))"),
+    "erf": _f("erff({0})", "erf({0})"),
+    "gelu": {
+        "f32": "(0.5f * {0} * (1.0f + erff({0} * 0.70710678118654752f)))",
+        "f64": "(0.5 * {0} * (1.0 + erf({0} * 0.70710678118654752)))",
+        "f32/tanh": "(0.5f * {0} * (1.0f + tanhf(0.79788456080286536f * ({0} + 0.044715f * {0} * {0} * {0}))))",
+        "f64/tanh": "(0.5 * {0} * (1.0 + tanh(0.79788456080286536 * ({0} + 0.044715 * {0} * {0} * {0}))))",
+    },
+    "silu": _f("({0} * (0.5f * (1.0f + tanhf(0.5f * {0}))))", "({0} * (0.5 * (1.0 + tanh(0.5 * {0}))))"),
+    "leaky_relu": {"*": "({0} > 0 ? {0} : {0} * {negative_slope})"},
+    "logical_not": {"bool": "(!{0})"},
+    # binary
+    "add": {"*": "({0} + {1})"},
+    "sub": {"*": "({0} - {1})"},
+    "mul": {"*": "({0} * {1})"},
+    "div": {"*": "({0} / {1})"},
+    "pow": _f("powf({0}, {1})", "pow({0}, {1})"),
+    "maximum": {"*": _NAN_MAX},
+    "minimum": {"*": _NAN_MIN},
+    "eq": {"*": "({0} == {1})"},
+    "ne": {"*": "({0} != {1})"},
+    "lt": {"*": "({0} < {1})"},
+    "le": {"*": "({0} <= {1})"},
+    "gt": {"*": "({0} > {1})"},
+    "ge": {"*": "({0} >= {1})"},
+    "logical_and": {"bool": "({0} && {1})"},
+    "logical_or": {"bool": "({0} || {1})"},
+    "where": {"*": "({0} ? {1} : {2})"},
+    # conversion and creation (the renderer picks the compute type of the expression, see render)
+    "cast": {"*": "{0}"},
+    "full": {"*": "{value}"},
+    "arange": {"*": "({start} + {step} * (double)i)"},
+    "triu": {"*": "(((long long)(i % {cols}) - (long long)((i / {cols}) % {rows}) >= {k}) ? {0} : ({ctype})0)"},
+    "tril": {"*": "(((long long)(i % {cols}) - (long long)((i / {cols}) % {rows}) <= {k}) ? {0} : ({ctype})0)"},
+    "random_uniform": {"*": "flame_uniform((unsigned long long){0}, (unsigned long long){1} + i)"},
+    "random_normal": {"*": "flame_normal((unsigned long long){0}, (unsigned long long){1} + i)"},
+}
+
+# Device functions some snippets call, each guarded so that several kernels can share one module.
+_PHILOX = r"""#ifndef FLAME_PHILOX
+#define FLAME_PHILOX
+// Philox4x32-10 of counter c under key `seed`, as flame/ir/ops/random.py (bit for bit).
+__device__ __forceinline__ uint4 flame_philox(unsigned long long seed, unsigned long long c) {
+  unsigned int c0 = (unsigned int)c, c1 = (unsigned int)(c >> 32), c2 = 0u, c3 = 0u;
+  unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    const unsigned long long p0 = (unsigned long long)0xD2511F53u * c0;
+    const unsigned long long p1 = (unsigned long long)0xCD9E8D57u * c2;
+    const unsigned int hi0 = (unsigned int)(p0 >> 32), lo0 = (unsigned int)p0;
+    const unsigned int hi1 = (unsigned int)(p1 >> 32), lo1 = (unsigned int)p1;
+    c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  return make_uint4(c0, c1, c2, c3);
+}
+// top 24 bits as a double in [0, 1) (exact)
+__device__ __forceinline__ double flame_bits_to_unit(unsigned int w) {
+  return (double)(w >> 8) * (1.0 / 16777216.0);
+}
+__device__ __forceinline__ double flame_uniform(unsigned long long seed, unsigned long long c) {
+  return flame_bits_to_unit(flame_philox(seed, c).x);
+}
+// Box-Muller in double, as the reference: u1 in (0, 1] so the log is finite
+__device__ __forceinline__ double flame_normal(unsigned long long seed, unsigned long long c) {
+  const uint4 w = flame_philox(seed, c);
+  const double u1 = flame_bits_to_unit(w.x) + (1.0 / 16777216.0);
+  const double u2 = flame_bits_to_unit(w.y);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+#endif"""
+
+PRELUDES: dict[str, str] = {"random_uniform": _PHILOX, "random_normal": _PHILOX}
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How a reduction combines two accumulators ({0}, {1}), starts and finishes ({0}: the total,
+    {count}: the number of reduced elements). identity: "zero", "lowest" or "highest"."""
+
+    combine: str
+    identity: str
+    finalize: str = "{0}"
+
+
+REDUCTIONS: dict[str, Reduction] = {
+    "reduce_sum": Reduction("({0} + {1})", "zero"),
+    "reduce_mean": Reduction("({0} + {1})", "zero", "({0} / ({ctype}){count})"),
+    "reduce_max": Reduction(_NAN_MAX, "lowest"),
+    "reduce_min": Reduction(_NAN_MIN, "highest"),
+    # argmax: the larger value wins, NaN beats everything (np.argmax), ties go to the lower index
+    "argmax": Reduction(
+        "((({0}.v > {1}.v || ({0}.v != {0}.v)) && !({1}.v != {1}.v)) || "
+        "(({0}.v == {1}.v || (({0}.v != {0}.v) && ({1}.v != {1}.v))) && {0}.i < {1}.i))"
+        " ? {0} : {1}",
+        "lowest",
+    ),
+}
+
+
+def snippet(op: str, kind: str, variant: str | None = None) -> str:
+    """The expression template of `op` for compute kind `kind`; KeyError when there is none."""
+    table = SNIPPETS[op]
+    for key in ((f"{kind}/{variant}",) if variant else ()) + (kind, "*"):
+        if key in table:
+            return table[key]
+    raise KeyError(f"no CUDA snippet for {op} on {kind} operands")

@@ -1,0 +1,90 @@
+"""Index math: an input read by a copy/elementwise kernel is an affine View of the output's
+coordinates (offset = base + sum_d coord_d * strides[d]). Broadcasting (stride 0), permute, slice
+(stride*step), flip (negative stride) and reshape are all Views; `collapse` merges output dims that
+every view walks contiguously, so the common same-shape case becomes one flat dim (offset == i)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class View:
+    base: int
+    strides: tuple[int, ...]  # one per output dim (after collapse: one per collapsed dim)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def identity_view(out_shape: tuple[int, ...]) -> View:
+    """A contiguous input with the output's element order (reshape, squeeze, same-shape operands)."""
+    return View(0, contiguous_strides(out_shape))
+
+
+def broadcast_view(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> View:
+    """NumPy broadcasting: in_shape aligned right; size-1 (or missing) dims read with stride 0."""
+    lead = len(out_shape) - len(in_shape)
+    inner = contiguous_strides(in_shape)
+    strides = [0] * lead + [0 if s == 1 else st for s, st in zip(in_shape, inner)]
+    return View(0, tuple(strides))
+
+
+def permute_view(in_shape: tuple[int, ...], perm: tuple[int, ...]) -> View:
+    st = contiguous_strides(in_shape)
+    return View(0, tuple(st[p] for p in perm))
+
+
+def slice_view(in_shape, starts, steps) -> View:
+    st = contiguous_strides(in_shape)
+    return View(sum(a * s for a, s in zip(starts, st)), tuple(s * k for s, k in zip(st, steps)))
+
+
+def flip_view(in_shape: tuple[int, ...], axes: tuple[int, ...]) -> View:
+    st = list(contiguous_strides(in_shape))
+    base = 0
+    for a in {x % len(in_shape) for x in axes}:
+        base += (in_shape[a] - 1) * st[a]
+        st[a] = -st[a]
+    return View(base, tuple(st))
+
+
+def collapse(shape: tuple[int, ...], views: list[View]) -> tuple[tuple[int, ...], list[View]]:
+    """Drop size-1 output dims and merge neighbours that every view walks as one dim."""
+    dims: list[tuple[int, list[int]]] = []
+    for d, size in enumerate(shape):
+        if size == 1:
+            continue
+        strides = [v.strides[d] for v in views]
+        if dims and all(ps == s * size for ps, s in zip(dims[-1][1], strides)):
+            dims[-1] = (dims[-1][0] * size, strides)
+        else:
+            dims.append((size, strides))
+    new_shape = tuple(s for s, _ in dims)
+    return new_shape, [View(v.base, tuple(st[k] for _, st in dims)) for k, v in enumerate(views)]
+
+
+def mode(view: View, shape: tuple[int, ...]) -> str:
+    """'identity' (offset == i), 'scalar' (one element for all i) or 'general' (decompose i)."""
+    if all(s == 0 for s in view.strides):
+        return "scalar"
+    if view.base == 0 and view.strides == contiguous_strides(shape):
+        return "identity"
+    return "general"
+
+
+def offset_expr(view: View, coord: str = "c") -> str:
+    """`base + c0 * s0 + ...` over the collapsed coordinates, skipping stride-0 dims."""
+    terms = [str(view.base)] if view.base else []
+    terms += [f"{coord}{d} * {s}" if s != 1 else f"{coord}{d}" for d, s in enumerate(view.strides) if s]
+    return " + ".join(terms) or "0"
+
+
+def numel(shape) -> int:
+    return math.prod(shape)

@@ -1,0 +1,111 @@
+"""What a plan does, for people: one line per kernel (ops, bytes in/out, why the kernel boundary is
+there) and a memory summary; and the graph as Graphviz DOT with each kernel as a coloured cluster."""
+
+from __future__ import annotations
+
+from flame.ir.graph import Graph
+from flame.ir.printer import format_op
+from flame.runtime.plan import Alias, Copy, KernelLaunch, LibraryCall, Plan, live_ranges
+
+UNFUSED = "one kernel per op (unfused)"
+
+
+def _reason(step) -> str:
+    if isinstance(step, LibraryCall):
+        return "matmul (cuBLASLt call)"
+    return getattr(step, "reason", "") or UNFUSED
+
+
+def _bytes(plan: Plan, bids) -> int:
+    return sum(plan.buffers[b].nbytes for b in bids)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def memory_summary(plan: Plan) -> list[str]:
+    """Planned arena peak, what is live at the peak (largest first), and the bound buffers."""
+    ranges = live_ranges(plan.buffers, plan.steps)
+    temps = [b for b in plan.buffers.values() if b.role in ("temporary", "scratch")]
+    peak_step, peak = 0, 0
+    for i in range(len(plan.steps)):
+        live = sum(b.nbytes for b in temps if ranges.get(b.id, (1, 0))[0] <= i <= ranges.get(b.id, (1, 0))[1])
+        if live > peak:
+            peak_step, peak = i, live
+    at_peak = [b for b in temps if ranges.get(b.id, (1, 0))[0] <= peak_step <= ranges.get(b.id, (1, 0))[1]]
+    at_peak.sort(key=lambda b: -b.nbytes)
+    bound = {r: sum(b.nbytes for b in plan.buffers.values() if b.role == r)
+             for r in ("input", "param", "state", "scalar", "const", "output")}
+    lines = [f"memory: arena {_human(plan.arena_size)} planned (temporaries live together at most "
+             f"{_human(peak)}, at step {peak_step})"]
+    lines += [f"  live at peak: b{b.id} {b.dtype.name}{list(b.shape)} {_human(b.nbytes)}" for b in at_peak[:8]]
+    if len(at_peak) > 8:
+        lines.append(f"  ... and {len(at_peak) - 8} more")
+    lines.append("  bound buffers: " + ", ".join(f"{r} {_human(n)}" for r, n in bound.items() if n))
+    return lines
+
+
+def explain_plan(name: str, graph: Graph, plan: Plan | None) -> str:
+    """The `flame explain` report of one compiled function."""
+    if plan is None:
+        from flame.runtime.plan import build_plan
+
+        plan = build_plan(graph)
+    ids = graph.numbering()
+    kernels = [s for s in plan.steps if isinstance(s, (KernelLaunch, LibraryCall))]
+    views = sum(isinstance(s, Alias) for s in plan.steps)
+    copies = sum(isinstance(s, Copy) for s in plan.steps)
+    lines = [f"== {name}: {len(kernels)} launches ({sum(isinstance(s, LibraryCall) for s in kernels)} "
+             f"library calls), {views} views, {copies} copies =="]
+    for i, s in enumerate(kernels):
+        ins = s.args[: s.n_inputs] if isinstance(s, KernelLaunch) else s.args[:-1]
+        ops = s.ops if isinstance(s, KernelLaunch) else (s.op,)
+        label = s.name if isinstance(s, KernelLaunch) else f"{s.name} (cuBLASLt)"
+        lines.append(f"  [{i:3d}] {label}: {' + '.join(o.name for o in ops)}  in {_human(_bytes(plan, ins))}"
+                     f"  out {_human(plan.buffers[s.out].nbytes)}  | boundary: {_reason(s)}")
+        for o in ops:
+            lines.append(f"          {format_op(o, ids, loc=True)}")
+    return "\n".join(lines + memory_summary(plan)) + "\n"
+
+
+_COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1c1", "#e8dff5", "#d7f9f1", "#fce1e4", "#eaf4f4")
+
+
+def to_dot(name: str, graph: Graph, plan: Plan | None) -> str:
+    """Graphviz DOT of the graph: values as nodes, one coloured cluster per kernel or library call."""
+    if plan is None:
+        from flame.runtime.plan import build_plan
+
+        plan = build_plan(graph)
+    ids = graph.numbering()
+    lines = [f'digraph "{name}" {{', "  rankdir=TB; node [fontname=monospace, fontsize=10];"]
+    for v, role in zip(graph.inputs, graph.roles):
+        lines.append(f'  v{ids[v]} [shape=box, label="%{ids[v]} {role}\\n{v.type}"];')
+    grouped = set()
+    k = 0
+    for s in plan.steps:
+        ops = s.ops if isinstance(s, KernelLaunch) else (s.op,) if isinstance(s, LibraryCall) else ()
+        ops = [o for o in ops if o not in grouped]
+        if not ops:
+            continue
+        lines.append(f'  subgraph cluster_{k} {{ style=filled; color="{_COLOURS[k % len(_COLOURS)]}"; '
+                     f'label="{s.name}";')
+        for o in ops:
+            grouped.add(o)
+            lines.append(f'    v{ids[o.out]} [label="%{ids[o.out]} = {o.name}\\n{o.out.type}"];')
+        lines.append("  }")
+        k += 1
+    for o in graph.ops:
+        if o not in grouped:
+            lines.append(f'  v{ids[o.out]} [shape=plaintext, label="%{ids[o.out]} = {o.name} (view)"];')
+        for v in o.inputs:
+            lines.append(f"  v{ids[v]} -> v{ids[o.out]};")
+    for i, v in enumerate(graph.outputs):
+        lines.append(f'  out{i} [shape=doublecircle, label="out {i}"]; v{ids[v]} -> out{i};')
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,117 @@
+"""Matmul through cuBLASLt (nvmath-python), DESIGN.md §6.
+
+`matmul_into(out, a, b)` computes out[..., m, n] = a[..., m, k] @ b[..., k, n] for contiguous
+row-major CuPy arrays, with NumPy batch broadcasting; `ta` / `tb` say an operand is stored
+transposed ([..., k, m] / [..., n, k]). How flame's row-major, batched, broadcast operands become
+the 2-D / 3-D strided views cuBLASLt takes is decided in ONE place, `_layout`. One stateful
+`nvmath.linalg.advanced.Matmul` is built and planned per (shapes, dtype, transposes, tf32) and
+reused with new operands; it writes straight into `out` (in-place C with beta = 0).
+
+f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
+f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
+
+_PLANS: dict[tuple, object] = {}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How to view the operands for cuBLASLt. a, b, out: shapes to reshape each contiguous buffer
+    to (as stored); ta / tb: swap the last two axes of that view; expand_a / expand_b: materialize a
+    broadcast first (only when the batch shapes broadcast partially, e.g. [2,1] with [1,3])."""
+
+    a: tuple[int, ...]
+    b: tuple[int, ...]
+    out: tuple[int, ...]
+    ta: bool
+    tb: bool
+    expand_a: tuple[int, ...] | None = None
+    expand_b: tuple[int, ...] | None = None
+
+
+def _layout(a_shape, b_shape, out_shape, ta: bool, tb: bool) -> Layout:
+    """Fold batch dimensions: b shared by every batch -> one GEMM with M = batch*m (when a is not
+    transposed); one operand shared -> nvmath broadcasts a 2-D operand; equal batches -> a strided
+    batched GEMM over the flattened batch; otherwise expand the operands to the full batch."""
+    m, n = out_shape[-2:]
+    k = a_shape[-2] if ta else a_shape[-1]
+    batch = out_shape[:-2]
+    nb, na_b, nb_b = math.prod(batch), math.prod(a_shape[:-2]), math.prod(b_shape[:-2])
+    a2, b2 = a_shape[-2:], b_shape[-2:]
+    if nb_b == 1 and na_b == nb and not ta:
+        return Layout((nb * m, k), b2, (nb * m, n), False, tb)
+    if nb_b == 1 and na_b == nb:
+        return Layout((nb,) + a2, b2, (nb, m, n), ta, tb)
+    if na_b == 1 and nb_b == nb:
+        return Layout(a2, (nb,) + b2, (nb, m, n), ta, tb)
+    if na_b == nb and nb_b == nb:
+        return Layout((nb,) + a2, (nb,) + b2, (nb, m, n), ta, tb)
+    return Layout((nb,) + a2, (nb,) + b2, (nb, m, n), ta, tb, batch + a2, batch + b2)
+
+
+def _view(x, shape: tuple[int, ...], transposed: bool, expand: tuple[int, ...] | None):
+    import cupy
+
+    if expand is not None:
+        x = cupy.ascontiguousarray(cupy.broadcast_to(x, expand))
+    x = x.reshape(shape)
+    return x.swapaxes(-1, -2) if transposed else x
+
+
+def _compute_type(dtype_name: str):
+    from nvmath.linalg.advanced import MatmulComputeType as CT
+
+    if dtype_name == "float64":
+        return CT.COMPUTE_64F
+    if dtype_name == "float32" and allow_tf32:
+        return CT.COMPUTE_32F_FAST_TF32
+    return CT.COMPUTE_32F
+
+
+def _planned(key: tuple, a, b, c, stream):
+    """The cached, planned nvmath Matmul for key, pointed at operands a, b and result c."""
+    mm = _PLANS.get(key)
+    if mm is None:
+        from nvmath.linalg.advanced import Matmul, MatmulOptions
+
+        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)))
+        mm = Matmul(a, b, c, alpha=1.0, beta=0.0, options=opts, stream=stream)
+        mm.plan(stream=stream)
+        _PLANS[key] = mm
+    else:
+        mm.reset_operands_unchecked(a=a, b=b, c=c, stream=stream)
+    return mm
+
+
+def matmul_into(out, a, b, *, ta: bool = False, tb: bool = False, stream=None) -> None:
+    """out = op(a) @ op(b) on the given (default: current) CuPy stream; all three contiguous."""
+    import cupy
+
+    stream = stream or cupy.cuda.get_current_stream()
+    if out.size == 0:
+        return
+    k = a.shape[-2] if ta else a.shape[-1]
+    if k == 0:
+        out.fill(0)
+        return
+    lay = _layout(tuple(a.shape), tuple(b.shape), tuple(out.shape), ta, tb)
+    with stream:
+        av = _view(a, lay.a, lay.ta, lay.expand_a)
+        bv = _view(b, lay.b, lay.tb, lay.expand_b)
+    cv = out.reshape(lay.out)
+    key = (lay, str(out.dtype), allow_tf32, cupy.cuda.Device().id)
+    _planned(key, av, bv, cv, stream).execute(stream=stream)
+
+
+def clear_cache() -> None:
+    """Free every cached Matmul (their workspaces and cuBLASLt descriptors)."""
+    for mm in _PLANS.values():
+        mm.free()
+    _PLANS.clear()

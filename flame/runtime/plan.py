@@ -1,0 +1,364 @@
+"""A Plan is data (DESIGN.md §4): typed buffers and an ordered list of steps. Both executors run the
+same Plan: runtime.cuda with CuPy, runtime.reference with NumPy (the arena as one byte buffer).
+
+build_plan(graph) makes one step list per graph op: a KernelLaunch per kernel that
+`flame.codegen.render.lower_op` returns (rendered only: nothing is compiled here), a LibraryCall for
+matmul, an Alias for reshape/squeeze/unsqueeze (every flame buffer is contiguous, so those are views
+and need no kernel), and a Copy where an output must not share memory with an input or another
+output. Temporaries get arena offsets by first fit over their live ranges; a fuller memory planner
+is a later pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from flame.errors import FlameError
+from flame.ir.dtypes import DType
+from flame.ir.graph import Graph, Op, Value
+from flame.ir.printer import format_attr, format_op
+
+ALIGN = 256  # arena offsets are multiples of this (cudaMalloc's alignment: vector loads stay aligned)
+ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
+VIEW_OPS = ("reshape", "squeeze", "unsqueeze")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One typed buffer. role: input/param/state/scalar/const (bound to call argument `index`),
+    output (allocated per call, returned as output `index`), temporary (arena bytes
+    [offset, offset + nbytes)), scratch (a kernel's workspace, in the arena too) or view (the
+    bytes of buffer `base`, seen with this shape)."""
+
+    id: int
+    nbytes: int
+    dtype: DType
+    shape: tuple[int, ...]
+    role: str
+    offset: int | None = None
+    base: int | None = None
+    index: int | None = None
+
+    def describe(self) -> str:
+        t = f"{self.dtype.name}[{','.join(str(s) for s in self.shape)}]"
+        if self.role == "temporary" or self.role == "scratch":
+            where = f"@{self.offset}+{self.nbytes}"
+        elif self.role == "view":
+            where = f"= b{self.base}"
+        else:
+            where = "" if self.index is None else str(self.index)
+        return f"b{self.id}: {t} {self.role} {where}".rstrip()
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """Launch generated kernel `name` with args = (inputs..., output[, scratch]). `ops` are the IR
+    ops the kernel implements; an op lowered to several kernels has one launch per part
+    (`part` = (i, n)), and only the last part completes the op."""
+
+    name: str
+    source: str
+    grid: int
+    block: int
+    smem: int
+    args: tuple[int, ...]
+    n_inputs: int
+    ops: tuple[Op, ...]
+    part: tuple[int, int] = (0, 1)
+
+    @property
+    def out(self) -> int:
+        return self.args[self.n_inputs]
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    """A call into a library: `matmul` through cuBLASLt. args = (a, b, out); info holds the layout:
+    batch shapes of a, b and out, m, n, k, and whether a / b are stored transposed."""
+
+    name: str
+    args: tuple[int, ...]
+    op: Op
+    info: dict = field(default_factory=dict)
+
+    @property
+    def out(self) -> int:
+        return self.args[-1]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Copy the bytes of buffer src into buffer dst (same size)."""
+
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True)
+class Alias:
+    """dst is a view of src's bytes with another shape: no work at run time beyond the view."""
+
+    src: int
+    dst: int
+    op: Op
+
+
+Step = KernelLaunch | LibraryCall | Copy | Alias
+
+
+@dataclass
+class Plan:
+    """Buffers (by id), steps in order, the buffer of each graph input and output, and the arena
+    size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops."""
+
+    name: str
+    buffers: dict[int, Buffer]
+    steps: list[Step]
+    inputs: list[int]
+    outputs: list[int]
+    arena_size: int
+    graph: Graph
+    buffer_of: dict[Value, int]
+
+    def kernels(self) -> list[KernelLaunch]:
+        return [s for s in self.steps if isinstance(s, KernelLaunch)]
+
+    def root(self, bid: int) -> Buffer:
+        """The buffer that owns bid's bytes (follows views)."""
+        b = self.buffers[bid]
+        while b.base is not None:
+            b = self.buffers[b.base]
+        return b
+
+    def __str__(self) -> str:
+        return format_plan(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# building
+
+
+def _lowering() -> Callable:
+    from flame.codegen.render import lower_op
+
+    return lower_op
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+class _Builder:
+    """Accumulates buffers and steps while walking the graph once."""
+
+    def __init__(self, g: Graph, lower: Callable):
+        self.g, self.lower = g, lower
+        self.ids = g.numbering()
+        self.next_id = len(self.ids)
+        self.buffers: dict[int, Buffer] = {}
+        self.steps: list[Step] = []
+        self.buffer_of: dict[Value, int] = {}
+        self.temp_roots: set[int] = set()
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def add(self, bid: int, v: Value | None, role: str, *, shape=None, dtype=None, nbytes=None, **kw) -> int:
+        dtype = dtype or v.type.dtype
+        shape = tuple(shape if shape is not None else v.type.shape)
+        nbytes = nbytes if nbytes is not None else math.prod(shape) * dtype.itemsize
+        self.buffers[bid] = Buffer(bid, nbytes, dtype, shape, role, **kw)
+        if v is not None:
+            self.buffer_of[v] = bid
+        return bid
+
+    def root(self, bid: int) -> int:
+        while self.buffers[bid].base is not None:
+            bid = self.buffers[bid].base
+        return bid
+
+    def op(self, op: Op) -> None:
+        bid = self.ids[op.out]
+        if _is_view(op):
+            src = self.buffer_of[op.inputs[0]]
+            self.add(bid, op.out, "view", base=src)
+            self.steps.append(Alias(src, bid, op))
+            return
+        self.add(bid, op.out, "temporary")
+        self.temp_roots.add(bid)
+        ins = tuple(self.buffer_of[v] for v in op.inputs)
+        if op.name == "matmul":
+            self.steps.append(LibraryCall("matmul", ins + (bid,), op, matmul_info(op)))
+            return
+        try:
+            kernels = self.lower(op)
+        except NotImplementedError as e:
+            raise NotImplementedError(f"no kernel for {format_op(op, self.ids)}: {e}") from None
+        scratch = max((k.scratch for k in kernels), default=0)
+        extra = ()
+        if scratch:
+            sid = self.new_id()
+            self.add(sid, None, "scratch", shape=(scratch,), dtype=_u8(), nbytes=scratch)
+            self.temp_roots.add(sid)
+            extra = (sid,)
+        for i, k in enumerate(kernels):
+            self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + (bid,) + extra,
+                                           k.n_inputs, (op,), (i, len(kernels))))
+
+
+def _u8() -> DType:
+    import numpy as np
+
+    return DType("u8", np.dtype(np.uint8), "unsigned char", "unsigned char", "int")
+
+
+def _is_view(op: Op) -> bool:
+    """reshape/squeeze/unsqueeze of a contiguous buffer, and permutes that keep every axis of size
+    > 1 in order, only relabel the shape: the output can be a view of the input's bytes."""
+    if op.name in VIEW_OPS:
+        return True
+    if op.name == "permute":
+        shape = op.inputs[0].type.shape
+        kept = [p for p in op.attrs["perm"] if shape[p] != 1]
+        return kept == sorted(kept)
+    return False
+
+
+def matmul_info(op: Op) -> dict:
+    """Layout of a matmul op in the IR: row-major operands, no transposes (a fusion pass may fold a
+    preceding transpose into ta/tb later)."""
+    a, b = op.inputs[0].type.shape, op.inputs[1].type.shape
+    out = op.out.type.shape
+    return {"m": a[-2], "n": b[-1], "k": a[-1], "batch_a": a[:-2], "batch_b": b[:-2], "batch": out[:-2],
+            "ta": False, "tb": False}
+
+
+def _bind_outputs(bld: _Builder) -> list[int]:
+    """Outputs are allocated fresh per call. An output whose bytes belong to an input, or to an
+    earlier output, gets its own buffer and a Copy."""
+    g, outs, claimed = bld.g, [], set()
+    for i, v in enumerate(g.outputs):
+        bid = bld.buffer_of[v]
+        root = bld.root(bid)
+        if root in bld.temp_roots and root not in claimed and bld.buffers[root].role == "temporary":
+            claimed.add(root)
+            bld.temp_roots.discard(root)
+            old = bld.buffers[root]
+            bld.buffers[root] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "output", index=i)
+            outs.append(bid)
+            continue
+        dst = bld.add(bld.new_id(), None, "output", shape=v.type.shape, dtype=v.type.dtype, index=i)
+        bld.steps.append(Copy(bid, dst))
+        outs.append(dst)
+    return outs
+
+
+def live_ranges(buffers: dict[int, Buffer], steps: list[Step]) -> dict[int, tuple[int, int]]:
+    """For each root buffer: (first step that touches it, last step that touches it). A view
+    counts as its root."""
+
+    def root(bid):
+        while buffers[bid].base is not None:
+            bid = buffers[bid].base
+        return bid
+
+    ranges: dict[int, tuple[int, int]] = {}
+    for i, s in enumerate(steps):
+        touched = s.args if isinstance(s, (KernelLaunch, LibraryCall)) else (s.src, s.dst)
+        for bid in touched:
+            r = root(bid)
+            lo, _ = ranges.get(r, (i, i))
+            ranges[r] = (lo, i)
+    return ranges
+
+
+def assign_offsets(buffers: dict[int, Buffer], steps: list[Step]) -> tuple[dict[int, Buffer], int]:
+    """First fit by liveness: each temporary/scratch buffer, in order of first use, takes the lowest
+    aligned offset that overlaps no buffer live at the same time. Returns new buffers and arena size."""
+    ranges = live_ranges(buffers, steps)
+    temps = [b for b in buffers.values() if b.role in ("temporary", "scratch")]
+    temps.sort(key=lambda b: (ranges.get(b.id, (len(steps), 0))[0], b.id))
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    out = dict(buffers)
+    size = 0
+    for b in temps:
+        first, last = ranges.get(b.id, (len(steps), len(steps)))
+        need = _aligned(b.nbytes)
+        busy = sorted((o, e) for o, e, f, la in placed if f <= last and first <= la)
+        at = 0
+        for o, e in busy:
+            if at + need <= o:
+                break
+            at = max(at, _aligned(e))
+        placed.append((at, at + b.nbytes, first, last))
+        size = max(size, at + need)
+        out[b.id] = Buffer(b.id, b.nbytes, b.dtype, b.shape, b.role, offset=at)
+    return out, size
+
+
+def build_plan(g: Graph, lower: Callable | None = None) -> Plan:
+    """The Plan of a verified graph. `lower(op) -> list[Kernel]` defaults to codegen's lower_op;
+    kernels are rendered, never compiled, here."""
+    bld = _Builder(g, lower or _lowering())
+    for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
+        bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)
+    inputs = [bld.buffer_of[v] for v in g.inputs]
+    for op in g.ops:
+        bld.op(op)
+    outputs = _bind_outputs(bld)
+    buffers, size = assign_offsets(bld.buffers, bld.steps)
+    return Plan(g.name, buffers, bld.steps, inputs, outputs, size, g, bld.buffer_of)
+
+
+def check_plan(plan: Plan) -> None:
+    """Raise FlameError if two arena buffers that are live at the same time share bytes."""
+    ranges = live_ranges(plan.buffers, plan.steps)
+    temps = [b for b in plan.buffers.values() if b.offset is not None and b.nbytes]
+    for i, a in enumerate(temps):
+        for b in temps[i + 1:]:
+            (fa, la), (fb, lb) = ranges.get(a.id, (0, -1)), ranges.get(b.id, (0, -1))
+            if fa <= lb and fb <= la and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes:
+                raise FlameError(f"plan {plan.name}: b{a.id} and b{b.id} are live together and overlap "
+                                 f"in the arena")
+        if a.offset + a.nbytes > plan.arena_size:
+            raise FlameError(f"plan {plan.name}: b{a.id} ends past the arena ({plan.arena_size} bytes)")
+
+
+# ---------------------------------------------------------------------------------------------
+# printing
+
+
+def _op_comment(ops: tuple[Op, ...], ids: dict[Value, int]) -> str:
+    return "; ".join(format_op(o, ids) for o in ops)
+
+
+def format_step(s: Step, ids: dict[Value, int]) -> str:
+    """One line per step, IR-like: `b5 = launch add_f32 <<<4, 256, 0>>> (b0, b1)  # %5 = add ...`."""
+    if isinstance(s, KernelLaunch):
+        part = f" [{s.part[0] + 1}/{s.part[1]}]" if s.part[1] > 1 else ""
+        ins = ", ".join(f"b{a}" for a in s.args[: s.n_inputs])
+        scratch = f" scratch=b{s.args[-1]}" if len(s.args) > s.n_inputs + 1 else ""
+        return (f"b{s.out} = launch {s.name}{part} <<<{s.grid}, {s.block}, {s.smem}>>> ({ins}){scratch}"
+                f"  # {_op_comment(s.ops, ids)}")
+    if isinstance(s, LibraryCall):
+        info = ", ".join(f"{k}={format_attr(list(v) if isinstance(v, tuple) else v)}" for k, v in s.info.items())
+        ins = ", ".join(f"b{a}" for a in s.args[:-1])
+        return f"b{s.out} = call {s.name} ({ins}) {{{info}}}  # {format_op(s.op, ids)}"
+    if isinstance(s, Alias):
+        return f"b{s.dst} = alias b{s.src}  # {format_op(s.op, ids)}"
+    return f"b{s.dst} = copy b{s.src}"
+
+
+def format_plan(plan: Plan) -> str:
+    """The whole plan: header with the arena size, buffers with roles and offsets, steps, returns."""
+    ids = plan.graph.numbering()
+    lines = [f"plan {plan.name} (arena {plan.arena_size} bytes) {{"]
+    lines += ["  " + plan.buffers[k].describe() for k in sorted(plan.buffers)]
+    lines += ["  ---"]
+    lines += ["  " + format_step(s, ids) for s in plan.steps]
+    lines.append("  return" + (" " + ", ".join(f"b{o}" for o in plan.outputs) if plan.outputs else ""))
+    lines.append("}")
+    return "\n".join(lines) + "\n"

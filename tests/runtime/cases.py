@@ -1,0 +1,232 @@
+"""Sample graphs shared by the runtime tests: one-op graphs for every registered op (odd sizes,
+broadcasting, zero-size dims, permuted inputs) and random multi-op graphs. Inputs are NumPy arrays;
+the CPU tests run them through plans on the reference executor, the GPU tests on CUDA."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from flame.ir import Builder, Graph, TensorType, dtype_of, verify
+from flame.ir.dtypes import DType
+
+FLOATS = ("f32", "f16", "bf16", "f64")
+INTS = ("i32", "i64")
+NUM = FLOATS + INTS
+ALL = NUM + ("bool",)
+Case = tuple[list[np.ndarray], dict]
+
+
+def arr(rng, shape, dt: DType, lo=-2.0, hi=2.0) -> np.ndarray:
+    if dt.kind == "float":
+        return np.asarray(rng.uniform(lo, hi, shape)).astype(dt.np_dtype)
+    if dt.kind == "int":
+        return np.asarray(rng.integers(-5, 6, shape)).astype(dt.np_dtype)
+    return np.asarray(rng.random(shape) < 0.5)
+
+
+def _pos(rng, shape, dt):
+    return arr(rng, shape, dt, 0.25, 3.0) if dt.kind == "float" else arr(rng, shape, dt)
+
+
+def _quarters(rng, shape, dt):
+    if dt.kind != "float":
+        return arr(rng, shape, dt)
+    return np.asarray(rng.integers(-12, 13, shape) / 4.0).astype(dt.np_dtype)
+
+
+UNARY_SHAPES = [(3, 5), (7,), (), (2, 0, 3), (129, 257)]
+BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 1), (4,)), ((2, 1, 5), (3, 1)), ((), (2, 3)), ((0, 3), (1, 3)),
+                 ((65, 1), (1, 1031))]
+
+
+def _unary(fill=arr, **attrs):
+    return lambda rng, dt: [([fill(rng, s, dt)], dict(attrs)) for s in UNARY_SHAPES]
+
+
+def _binary(fill=arr, fill_b=None):
+    fill_b = fill_b or fill
+    return lambda rng, dt: [([fill(rng, a, dt), fill_b(rng, b, dt)], {}) for a, b in BINARY_SHAPES]
+
+
+def _reduce(rng, dt):
+    x = arr(rng, (4, 37, 5), dt)
+    big = arr(rng, (3, 4099), dt)
+    return [([x], {"axes": [1], "keepdim": False}), ([x], {"axes": [0, 2], "keepdim": True}),
+            ([x], {"axes": [0, 1, 2], "keepdim": False}), ([x], {"axes": [], "keepdim": False}),
+            ([big], {"axes": [1], "keepdim": True}), ([big], {"axes": [0], "keepdim": False}),
+            ([arr(rng, (0, 3), dt)], {"axes": [1], "keepdim": False})]
+
+
+def _reduce_sum(rng, dt):
+    return _reduce(rng, dt) + [([arr(rng, (0, 3), dt)], {"axes": [0], "keepdim": False})]
+
+
+def _argmax(rng, dt):
+    x = arr(rng, (4, 37, 5), dt)
+    return [([x], {"axis": a, "keepdim": k}) for a, k in ((0, False), (1, True), (-1, False))]
+
+
+def _where(rng, dt):
+    return [([arr(rng, c, dtype_of("bool")), arr(rng, a, dt), arr(rng, b, dt)], {})
+            for c, a, b in (((3, 4), (3, 4), (3, 4)), ((3, 1), (1, 4), ()), ((5,), (2, 5), (2, 1)))]
+
+
+def _cast(rng, dt):
+    x = arr(rng, (5, 7), dt) if dt.kind != "float" else _quarters(rng, (5, 7), dt)
+    return [([x], {"dtype": to}) for to in ALL]
+
+
+def _index(rng, dt):
+    x = arr(rng, (5, 7), dt)
+    i0 = rng.integers(0, 5, (3, 7)).astype(np.int64)
+    i1 = rng.integers(0, 7, (5, 9)).astype(np.int32)
+    return [([x, i0], {"axis": 0}), ([x, i1], {"axis": 1})]
+
+
+def _index_select(rng, dt):
+    x = arr(rng, (5, 7, 3), dt)
+    return [([x, rng.integers(0, 7, (4,)).astype(np.int64)], {"axis": 1}),
+            ([x, rng.integers(0, 5, (6,)).astype(np.int32)], {"axis": 0})]
+
+
+def _scatter_add(rng, dt):
+    x = arr(rng, (5, 7), dt)
+    idx = rng.integers(0, 5, (8, 7)).astype(np.int64)
+    return [([x, idx, arr(rng, (8, 7), dt)], {"axis": 0})]
+
+
+def _matmul(rng, dt):
+    shapes = [((3, 5), (5, 4)), ((2, 3, 5), (5, 7)), ((5, 6), (4, 6, 2)), ((2, 1, 3, 4), (1, 3, 4, 5)),
+              ((33, 65), (65, 17)), ((1, 8), (8, 1)), ((2, 3, 0), (2, 0, 4))]
+    return [([arr(rng, a, dt), arr(rng, b, dt)], {}) for a, b in shapes]
+
+
+def _movement(rng, dt):
+    x = arr(rng, (3, 4, 5), dt)
+    return {
+        "reshape": [([x], {"shape": [12, 5]}), ([x], {"shape": [60]})],
+        "broadcast_to": [([arr(rng, (3, 1, 5), dt)], {"shape": [2, 3, 4, 5]}), ([arr(rng, (), dt)], {"shape": [3]})],
+        "permute": [([x], {"perm": [2, 0, 1]}), ([x], {"perm": [1, 0, 2]}),
+                    ([arr(rng, (3, 1, 5), dt)], {"perm": [1, 0, 2]})],
+        "slice": [([x], {"starts": [1, 0, 1], "stops": [3, 4, 5], "steps": [1, 2, 3]})],
+        "concat": [([x, arr(rng, (3, 2, 5), dt)], {"axis": 1}), ([x, x, x], {"axis": 0})],
+        "flip": [([x], {"axes": [0, 2]})],
+        "squeeze": [([arr(rng, (3, 1, 5), dt)], {"axes": [1]})],
+        "unsqueeze": [([x], {"axes": [0, 3]})],
+        "pad": [([x], {"pads": [[1, 0], [0, 2], [1, 1]], "value": 1})],
+        "triu": [([x], {"k": 1}), ([arr(rng, (7, 7), dt)], {"k": -1})],
+        "tril": [([x], {"k": 0})],
+    }
+
+
+def _seed_offset(rng):
+    return [np.asarray(int(rng.integers(0, 2**40)), np.int64), np.asarray(int(rng.integers(0, 2**33)), np.int64)]
+
+
+def _float_unary(fill=arr, **attrs):
+    return (FLOATS, _unary(fill, **attrs))
+
+
+# name -> (main dtypes, maker(rng, dtype) -> [(inputs, attrs)])
+TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
+    "neg": (NUM, _unary()), "abs": (NUM, _unary()), "exp": _float_unary(), "log": _float_unary(_pos),
+    "sqrt": _float_unary(_pos), "rsqrt": _float_unary(_pos), "reciprocal": _float_unary(_pos),
+    "sin": _float_unary(), "cos": _float_unary(), "tanh": _float_unary(), "sigmoid": _float_unary(),
+    "erf": _float_unary(), "relu": (NUM, _unary()), "gelu": _float_unary(), "silu": _float_unary(),
+    "leaky_relu": _float_unary(negative_slope=0.2), "floor": (NUM, _unary(_quarters)),
+    "ceil": (NUM, _unary(_quarters)), "round": (NUM, _unary(_quarters)), "sign": (NUM, _unary()),
+    "add": (NUM, _binary()), "sub": (NUM, _binary()), "mul": (NUM, _binary()),
+    "div": (FLOATS, _binary(arr, _pos)), "pow": (FLOATS, _binary(_pos)), "maximum": (NUM, _binary()),
+    "minimum": (NUM, _binary()), "logical_and": (("bool",), _binary()), "logical_or": (("bool",), _binary()),
+    "logical_not": (("bool",), _unary()), "where": (ALL, _where), "cast": (ALL, _cast),
+    "gather": (ALL, _index), "index_select": (ALL, _index_select), "scatter_add": (NUM, _scatter_add),
+    "matmul": (FLOATS, _matmul), "reduce_sum": (NUM, _reduce_sum), "reduce_mean": (FLOATS, _reduce),
+    "reduce_max": (NUM, lambda r, d: _reduce(r, d)[:-1]), "reduce_min": (NUM, lambda r, d: _reduce(r, d)[:-1]),
+    "argmax": (NUM, _argmax),
+}
+for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
+    TABLE[_cmp] = (ALL, _binary(_quarters))
+for _mv in ("reshape", "broadcast_to", "permute", "slice", "concat", "flip", "squeeze", "unsqueeze", "pad",
+            "triu", "tril"):
+    TABLE[_mv] = (ALL, lambda rng, dt, _mv=_mv: _movement(rng, dt)[_mv])
+TABLE["full"] = (ALL, lambda rng, dt: [([], {"shape": [3, 5], "value": 1, "dtype": dt}),
+                                       ([], {"shape": [], "value": 0, "dtype": dt})])
+TABLE["arange"] = (NUM, lambda rng, dt: [([], {"start": 1, "stop": 20, "step": 3, "dtype": dt})])
+TABLE["random_uniform"] = (FLOATS, lambda rng, dt: [(_seed_offset(rng), {"shape": [7, 1001], "dtype": dt})])
+TABLE["random_normal"] = (FLOATS, lambda rng, dt: [(_seed_offset(rng), {"shape": [7, 1001], "dtype": dt})])
+
+
+def one_op_graph(name: str, inputs: list[np.ndarray], attrs: dict, permuted: bool = False) -> Graph:
+    """A graph computing op `name` on inputs. permuted=True feeds each rank>=2 input through a
+    transpose of its last two axes first (the graph then takes the transposed arrays), so kernels
+    see inputs produced by another op rather than bound directly."""
+    g = Graph(name)
+    vals = []
+    b = Builder(g)
+    for x in inputs:
+        if permuted and x.ndim >= 2:
+            v = g.add_input(TensorType(x.shape[:-2] + (x.shape[-1], x.shape[-2]), dtype_of(x.dtype)))
+            vals.append(b.transpose_last(v))
+        else:
+            vals.append(g.add_input(TensorType(x.shape, dtype_of(x.dtype))))
+    g.outputs = [b.emit(name, *vals, **attrs)]
+    return verify(g)
+
+
+def permuted_inputs(inputs: list[np.ndarray]) -> list[np.ndarray]:
+    return [np.ascontiguousarray(np.swapaxes(x, -1, -2)) if x.ndim >= 2 else x for x in inputs]
+
+
+def all_cases(seed: int = 0):
+    """(id, name, dtype, inputs, attrs) for every op x accepted dtype x sample."""
+    from flame.ir import REGISTRY
+
+    missing = set(REGISTRY) - set(TABLE)
+    assert not missing, f"no runtime test case for ops {sorted(missing)}"
+    out = []
+    for name, (dtypes, make) in TABLE.items():
+        for dn in dtypes:
+            rng = np.random.default_rng([seed, len(out)])
+            for j, (inputs, attrs) in enumerate(make(rng, dtype_of(dn))):
+                out.append((f"{name}-{dn}-{j}", name, dn, inputs, attrs))
+    return out
+
+
+# ---- random multi-op graphs ---------------------------------------------------------------------
+
+_UN = ("exp", "tanh", "neg", "sigmoid", "relu", "sin")
+_BIN = ("add", "mul", "sub", "maximum")
+
+
+def random_graph(rng: np.random.Generator, n_ops: int = 12) -> tuple[Graph, list[np.ndarray]]:
+    """A random f32 graph over [4, 6] values: unary, binary (with broadcasting of reductions),
+    reductions with keepdim, reshape/permute views, transposes and matmuls; several outputs."""
+    g = Graph("random")
+    b = Builder(g)
+    f32 = dtype_of("f32")
+    vals = [g.add_input(TensorType((4, 6), f32)) for _ in range(3)]
+    sq = g.add_input(TensorType((6, 6), f32), "param")
+    for _ in range(n_ops):
+        kind = rng.integers(0, 7)
+        x = vals[rng.integers(len(vals))]
+        if kind == 0:
+            v = b.emit(str(rng.choice(_UN)), x)
+        elif kind == 1:
+            v = b.emit(str(rng.choice(_BIN)), x, vals[rng.integers(len(vals))])
+        elif kind == 2:
+            v = b.add(x, b.reduce_sum(x, axes=[int(rng.integers(2))], keepdim=True))
+        elif kind == 3:
+            v = b.reshape(b.reshape(x, shape=[2, 12]), shape=[4, 6])
+        elif kind == 4:
+            v = b.matmul(x, sq)
+        elif kind == 5:
+            v = b.transpose_last(b.transpose_last(b.mul(x, 0.5)))
+        else:
+            v = b.squeeze(b.unsqueeze(x, axes=[0]), axes=[0])
+        vals.append(v)
+    picks = rng.choice(np.arange(len(vals)), size=3)
+    g.outputs = [vals[int(i)] for i in picks]
+    inputs = [arr(rng, v.type.shape, f32, -1.0, 1.0) for v in g.inputs]
+    return verify(g), inputs
