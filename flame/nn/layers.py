@@ -1,0 +1,235 @@
+"""The layers of flame.nn: Linear, normalisations, Embedding, Dropout, activations and losses, each a
+thin Module over a composite in flame.frontend.functional (so the compiler sees primitives)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from flame.frontend import functional as F
+from flame.frontend.creation import Generator, ones, zeros
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import dtype_of, f32
+from flame.nn import init
+from flame.nn.module import Module
+from flame.nn.parameter import Parameter
+
+__all__ = ["CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm",
+           "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "RMSNorm", "ReLU", "SiLU", "Sigmoid", "Softmax",
+           "Tanh"]
+
+
+def _shape(normalized_shape: Any) -> tuple[int, ...]:
+    return (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, weight [out_features, in_features]. Initialised as PyTorch does:
+    weight by kaiming_uniform(a=sqrt(5)) and bias by U(-1/sqrt(in), 1/sqrt(in))."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype: Any = f32,
+                 generator: Generator | None = None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        dt = dtype_of(dtype)
+        self.weight = Parameter(zeros(out_features, in_features, dtype=dt))
+        self.register_parameter("bias", Parameter(zeros(out_features, dtype=dt)) if bias else None)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator: Generator | None = None) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
+            init.uniform_(self.bias, -bound, bound, generator)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class LayerNorm(Module):
+    """Normalise over the trailing normalized_shape dims; weight ones, bias zeros."""
+
+    def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, dtype: Any = f32):
+        super().__init__()
+        self.normalized_shape, self.eps = _shape(normalized_shape), eps
+        self.elementwise_affine = elementwise_affine
+        dt = dtype_of(dtype)
+        affine = elementwise_affine
+        self.register_parameter("weight", Parameter(ones(*self.normalized_shape, dtype=dt)) if affine else None)
+        self.register_parameter("bias", Parameter(zeros(*self.normalized_shape, dtype=dt)) if affine and bias else None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class RMSNorm(Module):
+    """x / sqrt(mean(x^2) + eps) * weight. eps=None means the dtype's machine epsilon (as in PyTorch)."""
+
+    def __init__(self, normalized_shape: Any, eps: float | None = None, elementwise_affine: bool = True,
+                 dtype: Any = f32):
+        super().__init__()
+        self.normalized_shape, self.eps = _shape(normalized_shape), eps
+        self.elementwise_affine = elementwise_affine
+        w = Parameter(ones(*self.normalized_shape, dtype=dtype_of(dtype))) if elementwise_affine else None
+        self.register_parameter("weight", w)
+
+    def forward(self, x: Tensor) -> Tensor:
+        eps = self.eps if self.eps is not None else float(np.finfo(x.dtype.np_dtype).eps)
+        return F.rms_norm(x, self.normalized_shape, self.weight, eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class Embedding(Module):
+    """A lookup table [num_embeddings, embedding_dim] initialised N(0, 1). With padding_idx, that row
+    starts at zero and gets no gradient (it is multiplied by a 0/1 row mask)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 dtype: Any = f32, generator: Generator | None = None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None:
+            padding_idx = padding_idx % num_embeddings
+        self.padding_idx = padding_idx
+        dt = dtype_of(dtype)
+        self.weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dt))
+        init.normal_(self.weight, generator=generator)
+        if padding_idx is not None:
+            mask = np.ones((num_embeddings, 1), dtype=dt.np_dtype)
+            mask[padding_idx] = 0
+            self.register_buffer("_row_mask", Tensor(mask), persistent=False)
+            self.weight.copy_(self.weight.detach() * self._row_mask)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        w = self.weight if self.padding_idx is None else self.weight * self._row_mask
+        return F.embedding(idx, w)
+
+    def extra_repr(self) -> str:
+        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+
+
+class Dropout(Module):
+    """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); identity in eval."""
+
+    def __init__(self, p: float = 0.5, generator: Generator | None = None):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p, self.generator = p, generator
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training, self.generator)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class _Elementwise(Module):
+    """An activation with no parameters: forward applies `fn` with the module's keyword arguments."""
+
+    fn = staticmethod(F.relu)
+
+    def __init__(self, **kwargs: Any):
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self).fn(x, **self.kwargs)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+
+
+class ReLU(_Elementwise):
+    fn = staticmethod(F.relu)
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+
+class GELU(_Elementwise):
+    fn = staticmethod(F.gelu)
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__(approximate=approximate)
+
+
+class SiLU(_Elementwise):
+    fn = staticmethod(F.silu)
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+
+class Tanh(_Elementwise):
+    fn = staticmethod(F.tanh)
+
+
+class Sigmoid(_Elementwise):
+    fn = staticmethod(F.sigmoid)
+
+
+class LeakyReLU(_Elementwise):
+    fn = staticmethod(F.leaky_relu)
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__(negative_slope=negative_slope)
+
+
+class Softmax(_Elementwise):
+    fn = staticmethod(F.softmax)
+
+    def __init__(self, dim: int = -1):
+        super().__init__(dim=dim)
+
+
+class LogSoftmax(_Elementwise):
+    fn = staticmethod(F.log_softmax)
+
+    def __init__(self, dim: int = -1):
+        super().__init__(dim=dim)
+
+
+class Identity(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+class Flatten(Module):
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class MSELoss(Module):
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return F.mse_loss(input, target, self.reduction)
+
+
+class CrossEntropyLoss(Module):
+    """Cross-entropy of [N, C] logits against integer labels [N] (log_softmax + gather)."""
+
+    def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
+        super().__init__()
+        self.reduction, self.label_smoothing = reduction, label_smoothing
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return F.cross_entropy(input, target, self.reduction, self.label_smoothing)

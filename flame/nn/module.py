@@ -1,0 +1,389 @@
+"""flame.nn.Module and the containers: a tree of modules owning Parameters and buffers, with the
+PyTorch API people know (parameters, named_modules, state_dict, train/eval, ...)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from flame.errors import CheckpointError
+from flame.frontend.context import no_grad
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import dtype_of
+from flame.nn.parameter import Parameter
+
+
+class IncompatibleKeys(NamedTuple):
+    """What load_state_dict(strict=False) skipped."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+def as_tensor(value: Any) -> Tensor:
+    """A flame Tensor from a flame Tensor, a NumPy array or anything NumPy can read (a CPU torch tensor)."""
+    if isinstance(value, Tensor):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor: no torch import needed
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # NumPy has no bf16: reinterpret the bits
+            import ml_dtypes
+            import torch
+
+            value = value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        else:
+            value = value.numpy()
+    arr = np.asarray(value)
+    try:
+        dt = dtype_of(arr.dtype)
+    except Exception:
+        raise CheckpointError(f"cannot make a flame tensor from an array of dtype {arr.dtype}") from None
+    return Tensor(arr, dt)
+
+
+def _describe(t: Any) -> str:
+    if isinstance(t, Tensor):
+        return f"{t.dtype}{list(t.shape)}"
+    a = np.asarray(t)
+    return f"{a.dtype}{list(a.shape)}"
+
+
+class Module:
+    """Base class of every layer. Assigning a Parameter, a Module or (via register_buffer) a Tensor to
+    an attribute registers it, so parameters() and state_dict() find it."""
+
+    training: bool
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    # ---- attribute registration -------------------------------------------------------------------
+    def _check_init(self, name: str) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"cannot assign {name!r} before Module.__init__() was called (call "
+                                 f"super().__init__() first in {type(self).__name__}.__init__)")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        params, bufs, mods = (self.__dict__.get(k) for k in ("_parameters", "_buffers", "_modules"))
+        if isinstance(value, Parameter):
+            self._check_init(name)
+            self._forget(name)
+            params[name] = value
+        elif isinstance(value, Module):
+            self._check_init(name)
+            self._forget(name)
+            mods[name] = value
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign {type(value).__name__} as parameter {name!r} of "
+                                f"{type(self).__name__} (expected nn.Parameter or None)")
+            params[name] = None
+        elif mods is not None and name in mods:
+            if value is not None:
+                raise TypeError(f"cannot assign {type(value).__name__} as child module {name!r} "
+                                f"(expected nn.Module or None)")
+            mods[name] = None
+        elif bufs is not None and name in bufs:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign {type(value).__name__} as buffer {name!r} (expected a "
+                                f"Tensor or None)")
+            bufs[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def _forget(self, name: str) -> None:
+        self.__dict__.pop(name, None)
+        for k in ("_parameters", "_buffers", "_modules"):
+            self.__dict__[k].pop(name, None)
+        self._non_persistent.discard(name)
+
+    def __getattr__(self, name: str) -> Any:
+        d = self.__dict__
+        for k in ("_parameters", "_buffers", "_modules"):
+            if k in d and name in d[k]:
+                return d[k][name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        for k in ("_parameters", "_buffers", "_modules"):
+            if name in self.__dict__.get(k, {}):
+                del self.__dict__[k][name]
+                self._non_persistent.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        self._check_init(name)
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter({name!r}): expected nn.Parameter or None, got "
+                            f"{type(param).__name__}")
+        self._forget(name)
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """A non-trainable tensor saved in state_dict (unless persistent=False), e.g. running statistics.
+        Inside @flame.compile it becomes a `state` input, so in-place updates are written back."""
+        self._check_init(name)
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer({name!r}): expected a Tensor or None, got {type(tensor).__name__}")
+        self._forget(name)
+        if tensor is not None and tensor._role is None:
+            tensor._role = "state"
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        self._check_init(name)
+        self._forget(name)
+        self._modules[name] = module
+
+    register_module = add_module
+
+    # ---- walking the tree -------------------------------------------------------------------------
+    def named_modules(self, prefix: str = "", memo: set | None = None) -> Iterator[tuple[str, Module]]:
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+
+    def modules(self) -> Iterator[Module]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        seen = set()
+        for name, m in self._modules.items():
+            if m is not None and id(m) not in seen:
+                seen.add(id(m))
+                yield name, m
+
+    def children(self) -> Iterator[Module]:
+        for _, m in self.named_children():
+            yield m
+
+    def _named_members(self, kind: str, prefix: str, recurse: bool) -> Iterator[tuple[str, Tensor]]:
+        seen = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mp, m in mods:
+            for name, t in m.__dict__[kind].items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                yield (f"{mp}.{name}" if mp else name), t
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, Parameter) for every parameter, each shared parameter once."""
+        yield from self._named_members("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+        yield from self._named_members("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn: Callable[[Module], None]) -> Module:
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
+    # ---- modes ------------------------------------------------------------------------------------
+    def train(self, mode: bool = True) -> Module:
+        """Set training mode here and below. Note: a @flame.compile'd function records the mode it was
+        traced in (Dropout is structural), so compile train and eval steps as separate functions."""
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        for p in self.parameters():
+            p.requires_grad = requires_grad
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad.zero_()
+
+    def to(self, dtype: Any) -> Module:
+        """Convert floating-point parameters and buffers in place to dtype (the objects stay the same,
+        so optimizers holding them keep working; compiled functions re-trace on the new type)."""
+        dt = dtype_of(dtype)
+        with no_grad():
+            for t in list(self.parameters()) + list(self.buffers()):
+                if t.dtype.is_float and t.dtype != dt:
+                    new = t.detach().to(dt)
+                    t._data, t._dtype, t.grad = new._data, dt, None
+                    t._version += 1
+        return self
+
+    def float(self) -> Module:
+        return self.to("f32")
+
+    def double(self) -> Module:
+        return self.to("f64")
+
+    # ---- calling ----------------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- state_dict -------------------------------------------------------------------------------
+    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> OrderedDict[str, Tensor]:
+        """Dotted name -> tensor for every parameter and persistent buffer. The tensors share memory
+        with the module (detached unless keep_vars)."""
+        out: OrderedDict[str, Tensor] = OrderedDict()
+        for mp, m in self.named_modules(prefix.rstrip(".")):
+            dot = f"{mp}." if mp else ""
+            for name, p in m._parameters.items():
+                if p is not None:
+                    out[dot + name] = p if keep_vars else p.detach()
+            for name, b in m._buffers.items():
+                if b is not None and name not in m._non_persistent:
+                    out[dot + name] = b if keep_vars else b.detach()
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+        """Copy tensors into this module's parameters and buffers (in place: the same objects stay
+        bound, so optimizers and compiled steps see the new values). Raises flame.CheckpointError
+        listing every missing, unexpected and mis-shaped entry; nothing is changed when it raises.
+        With strict=False, missing and unexpected keys are returned instead (shapes must still fit)."""
+        pairs, keys = self.plan_load(state_dict, strict)
+        copy_pairs(pairs)
+        return keys
+
+    def plan_load(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list, IncompatibleKeys]:
+        """Check state_dict against this module without changing anything: (destination, source) pairs
+        to copy, and the skipped keys. Raises flame.CheckpointError as load_state_dict does."""
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        misshaped, pairs = [], []
+        for k, t in own.items():
+            if k not in state_dict:
+                continue
+            src = as_tensor(state_dict[k])
+            if tuple(src.shape) != tuple(t.shape):
+                misshaped.append(f"{k}: checkpoint {_describe(src)} vs model {_describe(t)}")
+            else:
+                pairs.append((t, src))
+        if misshaped or (strict and (missing or unexpected)):
+            raise CheckpointError(_mismatch_message(type(self).__name__, missing, unexpected, misshaped, strict))
+        return pairs, IncompatibleKeys(missing, unexpected)
+
+    # ---- printing ---------------------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        return head + ")" if not lines else head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def copy_pairs(pairs: list[tuple[Tensor, Tensor]]) -> None:
+    """dst.copy_(src) for each pair, recording no gradient history."""
+    with no_grad():
+        for dst, src in pairs:
+            dst.copy_(src)
+
+
+def _mismatch_message(owner: str, missing: list, unexpected: list, misshaped: list, strict: bool) -> str:
+    counts = [f"{len(x)} {w}" for x, w in ((missing, "missing"), (unexpected, "unexpected"),
+                                            (misshaped, "mis-shaped")) if x and (strict or w == "mis-shaped")]
+    lines = [f"load_state_dict into {owner}: " + ", ".join(counts)]
+    if strict and missing:
+        lines.append("  missing: " + ", ".join(missing))
+    if strict and unexpected:
+        lines.append("  unexpected: " + ", ".join(unexpected))
+    for m in misshaped:
+        lines.append("  mis-shaped: " + m)
+    return "\n".join(lines)
+
+
+class Sequential(Module):
+    """Modules applied one after another: Sequential(a, b, c)(x) == c(b(a(x)))."""
+
+    def __init__(self, *modules: Module | OrderedDict):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], (dict, OrderedDict)):
+            for name, m in modules[0].items():
+                self.add_module(name, m)
+        else:
+            for i, m in enumerate(modules):
+                self.add_module(str(i), m)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i: int | slice):
+        mods = list(self._modules.values())
+        if isinstance(i, slice):
+            return Sequential(*mods[i])
+        return mods[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> Sequential:
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+
+class ModuleList(Module):
+    """A list of modules, registered so their parameters are found."""
+
+    def __init__(self, modules: Iterable[Module] = ()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, module: Module) -> ModuleList:
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> ModuleList:
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __getitem__(self, i: int):
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())

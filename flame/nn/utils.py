@@ -1,0 +1,90 @@
+"""Gradient tools: clipping by norm or value, seeded gradient noise, per-parameter gradient statistics.
+All of them work eagerly and inside @flame.compile (they update `.grad` with copy_, which a trace
+records as a rebinding)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from flame.frontend.context import no_grad
+from flame.frontend.creation import Generator, randn
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import promote
+
+__all__ = ["add_grad_noise_", "clip_grad_norm_", "clip_grad_value_", "grad_stats"]
+
+
+def _grads(params: Tensor | Iterable[Tensor]) -> list[Tensor]:
+    params = [params] if isinstance(params, Tensor) else list(params)
+    return [p.grad for p in params if p.grad is not None]
+
+
+def _total_norm(grads: list[Tensor], norm_type: float) -> Tensor:
+    dt = grads[0].dtype
+    for g in grads[1:]:
+        dt = promote(dt, g.dtype)
+    if math.isinf(norm_type):
+        parts = [g.abs().amax().to(dt) for g in grads]
+        total = parts[0]
+        for p in parts[1:]:
+            total = total.maximum(p)
+        return total
+    if norm_type == 2.0:
+        parts = [(g * g).sum().to(dt) for g in grads]
+    else:
+        parts = [(g.abs() ** norm_type).sum().to(dt) for g in grads]
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total.sqrt() if norm_type == 2.0 else total ** (1.0 / norm_type)
+
+
+def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0) -> Tensor:
+    """Scale all gradients together so their joint norm is at most max_norm (as torch does: by
+    min(1, max_norm / (norm + 1e-6))). Returns the norm before clipping as a 0-d Tensor; no host
+    synchronisation, so it works inside @flame.compile."""
+    grads = _grads(parameters)
+    if not grads:
+        return Tensor(0.0)
+    with no_grad():
+        total = _total_norm(grads, float(norm_type))
+        coef = (float(max_norm) / (total + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.copy_(g * coef.to(g.dtype))
+    return total
+
+
+def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float) -> None:
+    """Clamp every gradient element into [-clip_value, clip_value]."""
+    with no_grad():
+        for g in _grads(parameters):
+            g.copy_(g.clamp(-float(clip_value), float(clip_value)))
+
+
+def add_grad_noise_(parameters: Tensor | Iterable[Tensor], std: float, generator: Generator | None = None) -> None:
+    """Add N(0, std^2) noise to every gradient, drawn from `generator` (seeded: reproducible; inside
+    @flame.compile its seed and offset are state, so each replayed step draws fresh noise)."""
+    with no_grad():
+        for g in _grads(parameters):
+            g.copy_(g + randn(*g.shape, dtype=g.dtype, generator=generator) * float(std))
+
+
+def grad_stats(named_parameters: Iterable[tuple[str, Tensor]]) -> dict[str, dict[str, float | Tensor]]:
+    """name -> {norm, min, max, mean, nan_count, inf_count} of each parameter's gradient (parameters
+    without a gradient are left out). Eagerly the values are Python numbers; inside @flame.compile
+    they are 0-d Tensors (return them from the step to read them)."""
+    out: dict[str, dict[str, float | Tensor]] = {}
+    with no_grad():
+        for name, p in named_parameters:
+            g = p.grad
+            if g is None:
+                continue
+            nan = g != g
+            inf = g.abs() == float("inf")
+            stats = {"norm": (g * g).sum().sqrt(), "min": g.amin(), "max": g.amax(), "mean": g.mean(),
+                     "nan_count": nan.sum(), "inf_count": inf.sum()}
+            if not g.is_traced:
+                stats = {k: v.item() for k, v in stats.items()}
+            out[name] = stats
+    return out

@@ -1,0 +1,76 @@
+"""Adam and AdamW (decoupled weight decay), with torch.optim's update rule, bias correction and
+optional AMSGrad. Moments and the step counter are created at construction (see optimizer.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from flame.frontend.tensor import Tensor
+from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
+
+
+class Adam(Optimizer):
+    """m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t)
+    + eps). Adam adds weight_decay * p to the gradient; AdamW instead scales p by 1 - lr * weight_decay."""
+
+    decoupled = False
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 amsgrad: bool = False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      amsgrad=amsgrad))
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        b1, b2 = group["betas"]
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+            raise ValueError(f"invalid betas {group['betas']}: each must be in [0, 1)")
+        if group["eps"] < 0 or group["weight_decay"] < 0:
+            raise ValueError(f"invalid eps {group['eps']} or weight_decay {group['weight_decay']}")
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        st = {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p),
+              "exp_avg_sq": state_tensor(p)}
+        if group["amsgrad"]:
+            st["max_exp_avg_sq"] = state_tensor(p)
+        return st
+
+    def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
+        cd = compute_dtype(p)
+        lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
+        b1, b2 = self.hyper(group, "betas", cd, 0), self.hyper(group, "betas", cd, 1)
+        x, g = p.to(cd), p.grad.to(cd)
+        step = state["step"]
+        step.copy_(step + 1)
+        t = step.to(cd)
+        if group["weight_decay"] != 0:
+            wd = self.hyper(group, "weight_decay", cd)
+            if self.decoupled:
+                x = x * (1 - lr * wd)
+            else:
+                g = g + x * wd
+        m = state["exp_avg"].to(cd)
+        m = m + (g - m) * (1 - b1)
+        v = state["exp_avg_sq"].to(cd) * b2 + g * g * (1 - b2)
+        state["exp_avg"].copy_(m)
+        state["exp_avg_sq"].copy_(v)
+        if group["amsgrad"]:
+            v = state["max_exp_avg_sq"].to(cd).maximum(v)
+            state["max_exp_avg_sq"].copy_(v)
+        bias1 = 1 - b1**t
+        bias2_sqrt = (1 - b2**t).sqrt()
+        denom = v.sqrt() / bias2_sqrt + eps
+        p.copy_(x - (m / denom) * (lr / bias1))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default 0.01), as torch.optim.AdamW."""
+
+    decoupled = True
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 amsgrad: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)

@@ -1,0 +1,185 @@
+"""The Optimizer base class. Two rules make one optimizer work both eagerly and inside @flame.compile:
+- state (moments, step counters) is created EAGERLY at construction, as concrete tensors with role
+  `state`, so a traced step finds it, lifts it to graph inputs and writes the updates back;
+- every update is a `copy_` (a rebinding while tracing, a buffer write eagerly), and hyperparameters
+  a scheduler may change enter a trace as `scalar` inputs read from the param group at every call,
+  so changing group['lr'] never re-traces.
+Choices made in Python (weight_decay == 0, nesterov, amsgrad) are fixed when the step is traced."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+from flame.errors import CheckpointError, FlameError
+from flame.frontend.context import current_trace, no_grad
+from flame.frontend.creation import zeros
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import DType, bf16, f16, f32
+from flame.nn.module import as_tensor, copy_pairs
+
+
+def compute_dtype(p: Tensor) -> DType:
+    """The dtype an update is computed in: f32 for half-precision parameters, else the parameter's."""
+    return f32 if p.dtype in (f16, bf16) else p.dtype
+
+
+def state_tensor(like: Tensor, dtype: DType | None = None, shape: tuple[int, ...] | None = None) -> Tensor:
+    """A zero tensor with role `state` (an optimizer moment or step counter)."""
+    t = zeros(*(like.shape if shape is None else shape), dtype=dtype or like.dtype)
+    t._role = "state"
+    return t
+
+
+class Optimizer:
+    """Base class: param_groups (list of dicts, torch-shaped), state (param -> dict of tensors),
+    zero_grad, step, state_dict / load_state_dict. Subclasses define `_init_state` and `_update`."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]):
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict[str, Any]] = []
+        self.state: dict[Tensor, dict[str, Tensor]] = {}
+        self._scalars: tuple[object, dict] = (None, {})
+        groups = list(params)
+        if not groups:
+            raise ValueError(f"{type(self).__name__} got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for g in groups:
+            self.add_param_group(g)
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        """Add a group of parameters (with its own hyperparameters); creates their state now."""
+        group = dict(group)
+        ps = group["params"]
+        group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        for k, v in self.defaults.items():
+            group.setdefault(k, v)
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        for p in group["params"]:
+            if not isinstance(p, Tensor) or p.is_traced:
+                raise TypeError(f"{type(self).__name__} can only optimize concrete flame Tensors, got "
+                                f"{type(p).__name__}")
+            if not p.dtype.is_float:
+                raise FlameError(f"{type(self).__name__}: cannot optimize a {p.dtype} tensor")
+            if id(p) in seen:
+                raise ValueError("some parameters appear in more than one parameter group")
+            seen.add(id(p))
+        self._check_group(group)
+        self.param_groups.append(group)
+        for p in group["params"]:
+            self.state[p] = self._init_state(p, group)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        if group["lr"] < 0:
+            raise ValueError(f"invalid learning rate {group['lr']}")
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        return {}
+
+    def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
+        raise NotImplementedError
+
+    # ---- hyperparameters ----------------------------------------------------------------------------
+    def hyper(self, group: dict[str, Any], key: str, dtype: DType, index: int | None = None) -> Tensor | float:
+        """group[key] (or group[key][index], for betas): a Python float eagerly; inside a trace a 0-d
+        `scalar` graph input read from the group at every call (one input per trace, group, key, dtype)."""
+        value = group[key] if index is None else group[key][index]
+        trace = current_trace.get()
+        if trace is None:
+            return float(value)
+        if self._scalars[0] is not trace:
+            self._scalars = (trace, {})
+        cache = self._scalars[1]
+        ck = (id(group), key, index, dtype)
+        if ck not in cache:
+            getter = (lambda: group[key]) if index is None else (lambda: group[key][index])
+            cache[ck] = trace.scalar(getter, dtype)
+        return cache[ck]
+
+    # ---- the public API ---------------------------------------------------------------------------
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient. `closure` (re-evaluates the loss) is
+        called first when given; its result is returned."""
+        loss = None
+        if closure is not None:
+            loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        self._update(p, group, self.state[p])
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop (or zero) every parameter's gradient; inside @flame.compile the result is written back."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if set_to_none or p.grad is None:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+
+    def state_dict(self) -> dict[str, Any]:
+        """{'state': {index: {name: tensor}}, 'param_groups': [{hyperparameters..., 'params': [index]}]},
+        the layout of torch.optim; parameters are numbered in group order. Tensors share memory."""
+        index = {}
+        groups = []
+        for g in self.param_groups:
+            ids = []
+            for p in g["params"]:
+                index[id(p)] = len(index)
+                ids.append(index[id(p)])
+            groups.append({**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": ids})
+        state = {index[id(p)]: {k: v.detach() for k, v in st.items()} for p, st in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Copy saved state and hyperparameters into this optimizer IN PLACE (the same tensors and group
+        dicts stay bound, so a compiled step keeps working without re-tracing). Raises
+        flame.CheckpointError listing every problem; nothing is changed when it raises."""
+        self.apply_load(self.plan_load(state_dict), state_dict)
+
+    def plan_load(self, state_dict: dict[str, Any]) -> list[tuple[Tensor, Tensor]]:
+        """Check a saved state_dict against this optimizer without changing anything; returns the
+        (destination, source) tensor pairs to copy."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
+            raise CheckpointError(f"{type(self).__name__}.load_state_dict: the saved parameter groups "
+                                  f"({[len(g['params']) for g in groups]} parameters) do not match this "
+                                  f"optimizer's ({[len(g['params']) for g in self.param_groups]})")
+        saved_state = {int(k): v for k, v in state_dict["state"].items()}
+        errors, pairs = [], []
+        for saved, mine in zip(groups, self.param_groups):
+            for i, p in zip(saved["params"], mine["params"]):
+                own, theirs = self.state[p], saved_state.get(int(i), {})
+                for k, t in own.items():
+                    if k not in theirs:
+                        errors.append(f"  missing: state.{i}.{k}")
+                        continue
+                    src = as_tensor(theirs[k])
+                    if tuple(src.shape) != tuple(t.shape):
+                        errors.append(f"  mis-shaped: state.{i}.{k}: saved {list(src.shape)} vs {list(t.shape)}")
+                    pairs.append((t, src))
+                errors += [f"  unexpected: state.{i}.{k}" for k in theirs if k not in own]
+        if errors:
+            raise CheckpointError(f"{type(self).__name__}.load_state_dict: {len(errors)} problem(s)\n"
+                                  + "\n".join(errors))
+        return pairs
+
+    def apply_load(self, pairs: list[tuple[Tensor, Tensor]], state_dict: dict[str, Any]) -> None:
+        """Second half of load_state_dict: copy the planned tensors and the groups' hyperparameters."""
+        copy_pairs(pairs)
+        for saved, mine in zip(state_dict["param_groups"], self.param_groups):
+            for k, v in saved.items():
+                if k != "params":
+                    mine[k] = tuple(v) if isinstance(mine.get(k), tuple) else v
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, g in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines += [f"    {k}: {v}" for k, v in sorted(g.items()) if k != "params"]
+        return "\n".join(lines + [")"])

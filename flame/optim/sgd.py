@@ -1,0 +1,52 @@
+"""Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay, with
+torch.optim.SGD's update rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from flame.frontend.tensor import Tensor
+from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
+
+
+def _where(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    from flame import where
+
+    return where(cond, a, b)
+
+
+class SGD(Optimizer):
+    """p -= lr * d, where d is the gradient (plus weight_decay * p), or with momentum the buffer
+    b = momentum * b + (1 - dampening) * g (b = g on the first step), and d = g + momentum * b for
+    Nesterov. The momentum buffer and a step counter are created at construction."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3, momentum: float = 0.0,
+                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov))
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        if group["momentum"] < 0 or group["weight_decay"] < 0:
+            raise ValueError(f"invalid momentum {group['momentum']} or weight_decay {group['weight_decay']}")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        return {"momentum_buffer": state_tensor(p), "step": state_tensor(p, compute_dtype(p), ())}
+
+    def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
+        cd = compute_dtype(p)
+        x, g = p.to(cd), p.grad.to(cd)
+        if group["weight_decay"] != 0:
+            g = g + self.hyper(group, "weight_decay", cd) * x
+        if group["momentum"] != 0:
+            momentum = self.hyper(group, "momentum", cd)
+            buf, step = state["momentum_buffer"], state["step"]
+            new = buf.to(cd) * momentum + g * (1 - self.hyper(group, "dampening", cd))
+            new = _where(step == 0, g, new)
+            buf.copy_(new)
+            step.copy_(step + 1)
+            g = g + new * momentum if group["nesterov"] else new
+        p.copy_(x - g * self.hyper(group, "lr", cd))

@@ -1,0 +1,115 @@
+"""Gradient tools: clip_grad_norm_ / clip_grad_value_ against torch, eagerly and compiled; seeded noise;
+grad_stats."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+import flame.nn as nn
+from flame.nn.utils import add_grad_noise_, clip_grad_norm_, clip_grad_value_, grad_stats
+
+
+def _params_with_grads(seed=0, scale=1.0):
+    r = np.random.default_rng(seed)
+    shapes = [(4, 3), (3,), (2, 2)]
+    ours, theirs = [], []
+    for s in shapes:
+        g = (r.standard_normal(s) * scale).astype(np.float32)
+        p = nn.Parameter(flame.zeros(*s))
+        p.grad = flame.tensor(g)
+        t = torch.zeros(s, requires_grad=True)
+        t.grad = torch.tensor(g)
+        ours.append(p)
+        theirs.append(t)
+    return ours, theirs
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clip_grad_norm_matches_torch(norm_type, max_norm):
+    ours, theirs = _params_with_grads()
+    total = clip_grad_norm_(ours, max_norm, norm_type)
+    ref = torch.nn.utils.clip_grad_norm_(theirs, max_norm, norm_type)
+    assert isinstance(total, flame.Tensor) and total.shape == ()
+    np.testing.assert_allclose(total.item(), ref.item(), rtol=1e-6)
+    for p, t in zip(ours, theirs):
+        np.testing.assert_allclose(p.grad.numpy(), t.grad.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_clip_grad_norm_inside_compile_matches_eager():
+    g = flame.Generator(0)
+    model = nn.Sequential(nn.Linear(3, 5, generator=g), nn.Tanh(), nn.Linear(5, 2, generator=g))
+    x = flame.tensor(np.random.default_rng(1).standard_normal((8, 3)).astype(np.float32) * 5)
+
+    def grads_and_norm():
+        model.zero_grad()
+        model(x).square().sum().backward()
+        return clip_grad_norm_(model.parameters(), 0.1)
+
+    eager_norm = grads_and_norm().item()
+    eager = [p.grad.numpy().copy() for p in model.parameters()]
+    compiled_norm = flame.compile(grads_and_norm)().item()
+    np.testing.assert_allclose(compiled_norm, eager_norm, rtol=1e-6)
+    assert eager_norm > 0.1
+    for p, e in zip(model.parameters(), eager):
+        np.testing.assert_allclose(p.grad.numpy(), e, rtol=1e-5, atol=1e-7)
+
+
+def test_clip_grad_value_matches_torch():
+    ours, theirs = _params_with_grads(scale=2.0)
+    clip_grad_value_(ours, 0.7)
+    torch.nn.utils.clip_grad_value_(theirs, 0.7)
+    for p, t in zip(ours, theirs):
+        np.testing.assert_array_equal(p.grad.numpy(), t.grad.numpy())
+
+
+def test_grad_noise_is_seeded_and_gaussian():
+    a, _ = _params_with_grads()
+    b, _ = _params_with_grads()
+    before = [p.grad.numpy().copy() for p in a]
+    add_grad_noise_(a, 0.5, flame.Generator(9))
+    add_grad_noise_(b, 0.5, flame.Generator(9))
+    for p, q in zip(a, b):
+        np.testing.assert_array_equal(p.grad.numpy(), q.grad.numpy())
+    big = nn.Parameter(flame.zeros(20000))
+    big.grad = flame.zeros(20000)
+    add_grad_noise_([big], 0.5, flame.Generator(1))
+    noise = big.grad.numpy()
+    assert abs(noise.mean()) < 0.02 and abs(noise.std() - 0.5) < 0.02
+    assert not np.array_equal(a[0].grad.numpy(), before[0])
+
+
+def test_grad_stats_counts_nan_and_inf():
+    w = nn.Parameter(flame.zeros(4))
+    w.grad = flame.tensor([1.0, -3.0, float("nan"), float("inf")])
+    b = nn.Parameter(flame.zeros(2))
+    b.grad = flame.tensor([3.0, 4.0])
+    no_grad = nn.Parameter(flame.zeros(1))
+    s = grad_stats([("w", w), ("b", b), ("unused", no_grad)])
+    assert set(s) == {"w", "b"}
+    assert s["w"]["nan_count"] == 1 and s["w"]["inf_count"] == 1
+    assert s["b"] == {"norm": 5.0, "min": 3.0, "max": 4.0, "mean": 3.5, "nan_count": 0, "inf_count": 0}
+
+
+def test_grad_stats_and_noise_inside_compile():
+    w = nn.Parameter(flame.tensor([1.0, -2.0, 3.0]))
+    gen = flame.Generator(4)
+
+    @flame.compile
+    def step():
+        (w * w).sum().backward()
+        add_grad_noise_([w], 0.1, gen)
+        return grad_stats([("w", w)])
+
+    first = step()
+    g1 = w.grad.numpy().copy()
+    w.grad = None
+    second = step()
+    assert isinstance(first["w"]["norm"], flame.Tensor) and first["w"]["nan_count"].item() == 0
+    np.testing.assert_allclose(first["w"]["max"].item(), g1.max(), rtol=1e-6)
+    assert not np.array_equal(g1, w.grad.numpy())  # each replay draws fresh noise
+    np.testing.assert_allclose(g1, [2.0, -4.0, 6.0], atol=0.5)
+    assert second["w"]["max"].item() != first["w"]["max"].item()
