@@ -55,6 +55,7 @@ class _Entry:
     n_user: int
     grads: list  # (tensor, output index or None): .grad after the call
     traced: Graph  # as traced, before any pass
+    had_grad: list  # (tensor, whether its .grad was set when traced): a change means re-trace
 
     def valid(self) -> str:
         """'' if every captured tensor still has its traced type, else why not."""
@@ -62,6 +63,11 @@ class _Entry:
             t = b.tensor
             if b.kind == "tensor" and (t.shape != v.type.shape or t.dtype != v.type.dtype):
                 return f"a captured tensor changed from {v.type} to {t.dtype}{list(t.shape)}"
+            if b.kind == "grad" and (t._grad is None or t._grad.shape != v.type.shape):
+                return "a .grad read by the traced function is now None or of another shape"
+        for t, had_grad in self.had_grad:
+            if (t._grad is not None) != had_grad:
+                return ".grad of a parameter was None when traced and is set now (or the reverse)"
         return ""
 
 
@@ -115,6 +121,7 @@ class Compiled:
 
     def _build(self, args: list) -> _Entry:
         tr, result = self._trace(args)
+        had_grad = list(tr.grad_at_lift.values())
         leaves: list[Tensor] = []
         skel = _flatten(result, leaves)
         g = tr.graph
@@ -138,7 +145,7 @@ class Compiled:
         run = executor().compile(g)
         record.graph, record.plan = g, getattr(run, "plan", None)
         debug.notify(record)
-        return _Entry(g, tr, run, skel, n_user, grads, traced)
+        return _Entry(g, tr, run, skel, n_user, grads, traced, had_grad)
 
     def __call__(self, *args):
         args = self._args(args)

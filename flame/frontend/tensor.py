@@ -34,7 +34,7 @@ class Tensor:
     """A tensor. Concrete tensors live on the current device (NumPy or CuPy arrays); traced tensors
     exist while @flame.compile records a function."""
 
-    __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "grad", "_node", "_version",
+    __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "_grad", "_node", "_version",
                  "_role", "__weakref__")
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
@@ -47,7 +47,7 @@ class Tensor:
 
     def _init(self, data, dtype, value, trace):
         self._data, self._dtype, self._value, self._trace = data, dtype, value, trace
-        self.requires_grad, self.grad, self._node, self._version, self._role = False, None, None, 0, None
+        self.requires_grad, self._grad, self._node, self._version, self._role = False, None, None, 0, None
 
     @classmethod
     def _concrete(cls, data, dtype: DType) -> Tensor:
@@ -150,6 +150,23 @@ class Tensor:
         return f"tensor({body}, dtype={self.dtype.name}{grad})"
 
     # ---- autograd ---------------------------------------------------------------------------------
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient. Read inside @flame.compile, a concrete .grad becomes a graph input
+        bound to "this tensor's .grad at call time", so replays see the gradient of each call."""
+        g = self._grad
+        if g is not None and g._value is None and self._value is None:
+            from flame.frontend.context import current_trace
+
+            trace = current_trace.get()
+            if trace is not None:
+                return trace.grad_of(self)
+        return g
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        self._grad = value
+
     def backward(self, gradient: Tensor | None = None) -> None:
         from flame.frontend.autograd import backward
 

@@ -22,11 +22,12 @@ class Binding:
     """Where a graph input's array comes from at each call: a call argument, a captured tensor, or a
     getter of a Python hyperparameter (a learning rate changed by a scheduler)."""
 
-    kind: str  # "arg" | "tensor" | "getter"
+    kind: str  # "arg" | "tensor" | "grad" (the tensor's .grad at call time) | "getter"
     arg: int = -1
     tensor: object = None
     getter: Callable[[], float] | None = None
     dtype: DType | None = None
+    pending: object = None  # "grad": the .grad seen while tracing, used by the call that traced
 
 
 @dataclass
@@ -36,6 +37,8 @@ class Trace:
     bindings: list[Binding] = field(default_factory=list)
     current: dict[int, tuple[object, Value]] = field(default_factory=dict)  # id(tensor) -> (tensor, value)
     inputs_of: dict[int, Value] = field(default_factory=dict)
+    grads: dict[int, object] = field(default_factory=dict)  # id(tensor) -> traced view of its .grad
+    grad_at_lift: dict[int, tuple] = field(default_factory=dict)  # id -> (tensor, had a .grad when lifted)
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -63,7 +66,21 @@ class Trace:
         self.bindings.append(Binding("tensor", tensor=t))
         self.current[id(t)] = (t, v)
         self.inputs_of[id(t)] = v
+        if t.requires_grad:
+            self.grad_at_lift[id(t)] = (t, t._grad is not None)
         return v
+
+    def grad_of(self, t):
+        """t.grad (concrete) read while tracing: a "state" input bound to t.grad at every call."""
+        from flame.frontend.tensor import Tensor
+
+        hit = self.grads.get(id(t))
+        if hit is None:
+            g = t._grad
+            v = self.graph.add_input(TensorType(g.shape, g.dtype), "state")
+            self.bindings.append(Binding("grad", tensor=t, pending=g))
+            hit = self.grads[id(t)] = Tensor._traced(v, self)
+        return hit
 
     def scalar(self, getter: Callable[[], float], dtype: DType):
         """A 0-d input whose value is read from getter() at every call (no re-trace on change)."""
@@ -113,4 +130,9 @@ class Trace:
             return args[binding.arg]._data
         if binding.kind == "tensor":
             return binding.tensor._data
+        if binding.kind == "grad":
+            # the traced body may have reset .grad (zero_grad) already: the tracing call uses what it saw
+            g = binding.pending if binding.pending is not None else binding.tensor._grad
+            binding.pending = None
+            return g._data
         return executor.asarray(np.asarray(binding.getter(), dtype=binding.dtype.np_dtype))

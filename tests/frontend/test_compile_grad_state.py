@@ -1,0 +1,43 @@
+"""A compiled step sees each call's .grad, not the one that existed when it was traced."""
+
+import numpy as np
+import torch
+
+import flame
+
+
+def _flame_run(zero_between: bool) -> list[float]:
+    w = flame.tensor(np.ones(3, np.float32), requires_grad=True)
+    x = flame.tensor(np.arange(3, dtype=np.float32))
+    (w * x).sum().backward()  # a stale eager gradient exists before the first compiled call
+
+    @flame.compile
+    def step(x):
+        (w * x * 2.0).sum().backward()
+        g = w.grad.sum()
+        if zero_between:
+            w.grad = None
+        return g
+
+    return [step(x).item() for _ in range(3)]
+
+
+def _torch_run(zero_between: bool) -> list[float]:
+    w = torch.ones(3, requires_grad=True)
+    x = torch.arange(3, dtype=torch.float32)
+    (w * x).sum().backward()
+    out = []
+    for _ in range(3):
+        (w * x * 2.0).sum().backward()
+        out.append(w.grad.sum().item())
+        if zero_between:
+            w.grad = None
+    return out
+
+
+def test_stale_grad_is_read_once_then_reset():
+    assert _flame_run(True) == _torch_run(True)
+
+
+def test_grad_accumulates_across_calls_like_torch():
+    assert _flame_run(False) == _torch_run(False)
