@@ -1,5 +1,6 @@
-"""The `flame` command: dump, explain, viz, profile, check, cache. Every subcommand runs a user script
-with a hook on @flame.compile, then reports on what was compiled. Errors are one line and exit 1."""
+"""The `flame` command: dump, explain, viz, profile, check, cache, bench. Every subcommand but cache and
+bench runs a user script with a hook on @flame.compile, then reports on what was compiled (bench runs
+the benchmark suite, flame.bench). Errors are one line and exit 1."""
 
 from __future__ import annotations
 
@@ -124,6 +125,14 @@ def cmd_cache(a) -> int:
     return 0
 
 
+def cmd_bench(a) -> int:
+    from flame.bench.run import run_from_args
+
+    if a.args:
+        raise CliError(f"unrecognized arguments: {' '.join(a.args)}")
+    return run_from_args(a)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flame", description="flame's debug tools: see what the compiler did "
                                 "and why.")
@@ -154,6 +163,13 @@ def _parser() -> argparse.ArgumentParser:
                        description="size and entries of the kernel cache, or clear it")
     k.add_argument("action", choices=["info", "clear"])
     k.set_defaults(fn=cmd_cache)
+    b = sub.add_parser("bench", help="the fusion benchmark suite: flame vs PyTorch eager, torch.compile and JAX",
+                       description="the fusion benchmark suite: flame vs PyTorch eager, torch.compile and JAX "
+                       "(benchmarks/README.md)")
+    from flame.bench.run import add_arguments
+
+    add_arguments(b)
+    b.set_defaults(fn=cmd_bench)
     return p
 
 

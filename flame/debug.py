@@ -24,6 +24,12 @@ class CompileRecord:
     stages: list[tuple[str, Graph, float]] = field(default_factory=list)
     graph: Graph | None = None
     plan: object = None
+    inputs: list | None = None  # NumPy copies of the first call's input arrays (only while observed)
+
+
+def observing() -> bool:
+    """True inside `observe(...)`: compiled functions then keep their records and first inputs."""
+    return bool(_observers.get())
 
 
 @contextmanager
@@ -82,6 +88,10 @@ def plan_sources(plan) -> dict[str, str]:
 def notify(record: CompileRecord) -> None:
     """Called by @flame.compile after building: dump if FLAME_DUMP is set, then tell observers."""
     root = os.environ.get("FLAME_DUMP")
+    if record.plan is None and record.graph is not None and (root or observing()):
+        from flame.runtime.plan import build_plan
+
+        record.plan = build_plan(record.graph)
     if root:
         write_dump(root, record, plan_sources(record.plan))
     for cb in _observers.get():

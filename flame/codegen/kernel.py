@@ -32,6 +32,8 @@ class Kernel:
     n_inputs: int
     smem: int = 0  # dynamic shared memory bytes
     scratch: int = 0  # bytes of device scratch; if > 0 an extra `void*` argument comes last
+    n_outputs: int = 1  # fused kernels (codegen/fused.py) write several outputs, after the inputs
+    in_place_safe: bool = True  # element i of an output is written by the thread that reads element i
 
 
 _ENV = jinja2.Environment(

@@ -18,7 +18,7 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
-from flame.passes.pipeline import run_pipeline
+from flame.passes.pipeline import lower, run_pipeline
 from flame.runtime.device import executor
 
 log = logging.getLogger("flame")
@@ -56,6 +56,7 @@ class _Entry:
     grads: list  # (tensor, output index or None): .grad after the call
     traced: Graph  # as traced, before any pass
     had_grad: list  # (tensor, whether its .grad was set when traced): a change means re-trace
+    record: debug.CompileRecord | None = None  # kept only while the debug CLI observes
 
     def valid(self) -> str:
         """'' if every captured tensor still has its traced type, else why not."""
@@ -142,10 +143,26 @@ class Compiled:
         traced = g
         record = debug.CompileRecord(self.name)
         g = run_pipeline(g, dump=lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
+        g = lower(g, dump=lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
         run = executor().compile(g)
         record.graph, record.plan = g, getattr(run, "plan", None)
         debug.notify(record)
-        return _Entry(g, tr, run, skel, n_user, grads, traced, had_grad)
+        return _Entry(g, tr, run, skel, n_user, grads, traced, had_grad, record if debug.observing() else None)
+
+    def memory_report(self, *args):
+        """The planned device memory of a call with these arguments, before it runs (traces and
+        compiles like a first call, which then reuses the result): peak bytes, what is live at the
+        peak, activations saved for the backward. Printable; see flame.passes.plan_memory."""
+        from flame.passes.plan_memory import memory_report
+        from flame.runtime.plan import build_plan
+
+        args = self._args(args)
+        key = self._key(args)
+        entry = self._cache.get(key)
+        if entry is None or entry.valid():
+            entry = self._cache[key] = self._build(args)
+        plan = getattr(entry.run, "plan", None)
+        return memory_report(plan if plan is not None else build_plan(entry.graph))
 
     def __call__(self, *args):
         args = self._args(args)
@@ -161,10 +178,13 @@ class Compiled:
     def _run(self, entry: _Entry, args: list):
         ex = executor()
         arrays = [entry.trace.concrete_value(b, args, ex) for b in entry.trace.bindings]
+        if entry.record is not None and entry.record.inputs is None:
+            entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
         outs = entry.run(arrays)
         for o, i in entry.graph.aliases.items():
             t = entry.trace.bindings[i].tensor
-            t._data[...] = outs[o]
+            if outs[o] is not t._data:  # the plan usually updates the input's buffer in place
+                t._data[...] = outs[o]
             t._version += 1
         for t, o in entry.grads:
             t.grad = None if o is None else Tensor._concrete(outs[o], entry.graph.outputs[o].dtype)

@@ -51,6 +51,20 @@ class Op:
         return f"<Op {self.name} -> {self.out.type}>"
 
 
+@dataclass(frozen=True, eq=False)
+class FusionGroup:
+    """Ops that run as one kernel (or one library call), recorded by the fusion pass. kind:
+    elementwise, rows, matmul, reduction or opaque; `reason`: why the kernel boundary around the group
+    exists; `outputs`: the values the group must write (read by other groups or returned); `epilogue`:
+    what a matmul group folds into the library call (none, bias, relu, bias_relu)."""
+
+    ops: tuple[Op, ...]
+    kind: str
+    reason: str
+    outputs: tuple[Value, ...] = ()
+    epilogue: str = "none"
+
+
 @dataclass(eq=False)
 class Graph:
     """A function in SSA form. `aliases` maps an output index to the input index whose buffer that
@@ -62,6 +76,7 @@ class Graph:
     ops: list[Op] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
     aliases: dict[int, int] = field(default_factory=dict)
+    groups: list[FusionGroup] | None = None  # set by the fusion pass; ops of a group are contiguous
 
     def add_input(self, type: TensorType, role: str = "data") -> Value:
         if role not in ROLES:
@@ -101,6 +116,10 @@ class Graph:
             m[op.out] = new.out
         g.outputs = [m[v] for v in self.outputs]
         g.aliases = dict(self.aliases)
+        if self.groups is not None:
+            ops = {op.out: m[op.out].producer for op in self.ops}
+            g.groups = [FusionGroup(tuple(ops[o.out] for o in k.ops), k.kind, k.reason,
+                                    tuple(m[v] for v in k.outputs), k.epilogue) for k in self.groups]
         return g
 
     def __str__(self) -> str:

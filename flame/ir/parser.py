@@ -9,12 +9,13 @@ from typing import Any
 from flame.errors import FlameError, ParseError
 from flame.ir import registry
 from flame.ir.dtypes import dtype_of
-from flame.ir.graph import Graph, Op, Value
+from flame.ir.graph import FusionGroup, Graph, Op, Value
 from flame.ir.types import TensorType
 
 _TYPE = r"([a-z0-9]+)\[([0-9,]*)\]"
 _HEADER = re.compile(r"^graph\s+([\w.\-]+)\((.*)\)\s*\{$")
 _PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
+_KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_]+))?\): (.*)$")
 _OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*?\})?\s*:\s*" + _TYPE + r"\s*(?:#\s*(.*))?$")
 _TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')
 
@@ -92,7 +93,9 @@ def _attrs(text: str) -> dict[str, Any]:
 
 def parse(text: str) -> Graph:
     """Parse IR text into a verified Graph. Errors quote the offending line."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = [ln.strip() for ln in text.strip().splitlines()
+             if ln.strip() and (not ln.lstrip().startswith("#") or _KERNEL.match(ln.strip()))]
+    kernels: list[tuple[int, re.Match]] = []  # (index in g.ops where it starts, `# kernel` line)
     if not lines:
         raise ParseError("empty IR text")
     ids: dict[int, Value] = {}
@@ -119,6 +122,9 @@ def parse(text: str) -> Graph:
         except (FlameError, ValueError) as e:
             fail(0, str(e))
     for n, line in enumerate(lines[1:], start=1):
+        if _KERNEL.match(line):
+            kernels.append((len(g.ops), _KERNEL.match(line)))
+            continue
         if line.startswith("return"):
             _parse_return(g, line[len("return"):], lambda t, n=n: ref(n, t))
             if n + 1 >= len(lines) or lines[n + 1] != "}":
@@ -146,7 +152,20 @@ def parse(text: str) -> Graph:
     from flame.ir.verify import verify
 
     verify(g)
+    if kernels:
+        _groups(g, kernels)
     return g
+
+
+def _groups(g: Graph, kernels: list) -> None:
+    """Rebuild the fusion pass's groups from its `# kernel k (kind[, epilogue E]): reason` lines."""
+    users, outs = g.users(), set(g.outputs)
+    g.groups = []
+    for (start, m), (stop, _) in zip(kernels, kernels[1:] + [(len(g.ops), None)]):
+        ops = tuple(g.ops[start:stop])
+        inside = set(ops)
+        written = tuple(op.out for op in ops if op.out in outs or any(u not in inside for u in users[op.out]))
+        g.groups.append(FusionGroup(ops, m.group(1), m.group(3), written, m.group(2) or "none"))
 
 
 def _parse_return(g: Graph, text: str, ref) -> None:

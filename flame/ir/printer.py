@@ -46,7 +46,13 @@ def print_graph(g: Graph, locs: bool = False) -> str:
     ids = g.numbering()
     params = ", ".join(f"%{ids[v]}: {v.type} {r}" for v, r in zip(g.inputs, g.roles))
     lines = [f"graph {g.name}({params}) {{"]
-    lines += ["  " + format_op(op, ids, locs) for op in g.ops]
+    starts = {k.ops[0]: (i, k) for i, k in enumerate(g.groups or []) if k.ops}
+    for op in g.ops:
+        if op in starts:  # the fusion pass's kernels; the parser skips comment lines
+            i, k = starts[op]
+            kind = k.kind + (f", epilogue {k.epilogue}" if k.epilogue != "none" else "")
+            lines.append(f"  # kernel {i} ({kind}): {k.reason}")
+        lines.append("  " + format_op(op, ids, locs))
     rets = []
     for i, v in enumerate(g.outputs):
         item = f"%{ids[v]}" if v in ids else "%?"

@@ -19,6 +19,20 @@ from flame.ir.graph import Graph, Value
 from flame.ir.registry import REGISTRY
 
 
+class BackwardLoc(str):
+    """The `loc` autodiff stamps on the ops it appends: the forward op's text, marked as backward.
+    Passes copy an op's `loc` object as it is, so the mark survives simplification and fusion and
+    later stages (the memory report's "saved for backward") can tell the two phases apart. An op
+    merged by CSE keeps the first op's loc: a value computed once in the forward stays forward."""
+
+    __slots__ = ()
+
+
+def is_backward(op) -> bool:
+    """True for ops that autodiff appended (the backward part of a joint graph)."""
+    return isinstance(op.loc, BackwardLoc)
+
+
 def _depends_on(g: Graph, wrt: Sequence[Value]) -> set[Value]:
     """Every value that has a data path from one of `wrt` (those included)."""
     seen = set(wrt)
@@ -39,7 +53,7 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
         if not w.dtype.is_float:
             raise FlameError(f"cannot take a gradient with respect to a {w.type} value: only floating-point "
                              f"values have gradients")
-    b = Builder(g)
+    b = Builder(g, BackwardLoc(""))
     forward = list(g.ops)
     needed = _depends_on(g, wrt)
     ct: dict[Value, Value] = {out: seed if seed is not None else b.const(1.0, out.dtype, out.shape)}
@@ -49,7 +63,7 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
         opdef = REGISTRY[op.name]
         if gout is None or opdef.vjp is None or not any(v in needed for v in op.inputs):
             continue
-        b.loc = op.loc
+        b.loc = BackwardLoc(op.loc or "")
         grads = opdef.vjp(b, gout, *op.inputs, op.out, **op.attrs)
         for x, gx in zip(op.inputs, grads):
             if gx is None or x not in needed or not x.dtype.is_float:

@@ -13,6 +13,7 @@ from flame.ir.verify import verify
 from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
 from flame.passes.fold_constants import fold_constants
+from flame.passes.fuse import fuse
 from flame.passes.simplify import simplify_algebra
 
 Pass = Callable[[Graph], Graph]
@@ -25,6 +26,7 @@ SIMPLIFY: list[Pass] = [
     eliminate_common_subexpressions,
     eliminate_dead_code,
 ]
+LOWER: list[Pass] = [fuse]  # run once, after SIMPLIFY: records the kernels on the graph
 MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this means a rule loops
 
 
@@ -84,3 +86,17 @@ def run_pipeline(
         if text == before:
             break
     return g
+
+
+def fusion_enabled() -> bool:
+    """FLAME_FUSE=0 turns the fusion pass off (one kernel per op), for A/B tests and debugging."""
+    return os.environ.get("FLAME_FUSE", "1") != "0"
+
+
+def lower(g: Graph, debug: bool = False, dump: Dump | None = None,
+          timings: list[tuple[str, float]] | None = None) -> Graph:
+    """Run LOWER once on a simplified graph (unless FLAME_FUSE=0); dumps start at stage "fuse"."""
+    if not fusion_enabled():
+        return g
+    skip_traced = None if dump is None else (lambda stage, graph, sec: stage != "traced" and dump(stage, graph, sec))
+    return run_pipeline(g, LOWER, debug=debug, dump=skip_traced, timings=timings, max_rounds=1)

@@ -5,8 +5,18 @@ on-disk cache makes a restart cheap), loads the cubins, and returns a callable. 
 owns one arena (allocated at its first call, poisoned with 0xFF bytes so reads of unwritten memory
 show up as NaN); temporaries are views into it. A call binds the inputs, allocates fresh outputs,
 and runs the steps in order on the current CuPy stream. Outputs are fresh CuPy arrays (never arena
-views), so they stay valid across later calls. One plan's calls must not run concurrently on two
-streams: they share the arena.
+views), so they stay valid across later calls. An output aliased to an input (plan_memory) is the
+input array itself, updated in place. One plan's calls must not run concurrently: they share the arena.
+
+CUDA graphs (DESIGN.md §7): the first call runs the steps as plain launches; the second captures the
+whole plan once on the plan's own non-default stream (cuBLASLt through nvmath on that same stream),
+later calls replay it. Inputs: parameters, state, constants and in-place-updated inputs are captured
+by pointer (in-place updates must land in the caller's arrays; these pointers rarely change) and a
+change of pointer re-captures (a non-donated input whose pointer changed is staged from then on);
+data and scalar inputs, new arrays at nearly every call, are copied into fixed staging buffers before
+each replay. Outputs: the graph writes them into one fixed slab, copied after the replay into one
+fresh slab per call (one allocation, one memcpy), whose disjoint views are returned. A plan that
+cannot be captured runs plain launches and says why at debug level; FLAME_CUDA_GRAPHS=0 disables.
 
 CuPy is imported lazily: `import flame` works without a GPU.
 """
@@ -14,6 +24,8 @@ CuPy is imported lazily: `import flame` works without a GPU.
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,6 +34,7 @@ from flame.errors import FlameError
 from flame.ir.graph import Graph
 from flame.runtime.plan import Alias, Copy, KernelLaunch, LibraryCall, Plan, build_plan
 
+log = logging.getLogger("flame")
 _MAX_STATIC_SMEM = 48 * 1024
 _ATTR_MAX_DYNAMIC_SMEM = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _LOADED: dict[tuple, object] = {}  # (sha256 of source, kernel name, device id) -> cupy Function (keeps its module)
@@ -67,6 +80,15 @@ def load_kernels(kernels: Sequence[KernelLaunch]) -> dict[tuple[str, str], objec
     return out
 
 
+def graphs_enabled() -> bool:
+    """CUDA-graph replay is on unless FLAME_CUDA_GRAPHS=0."""
+    return os.environ.get("FLAME_CUDA_GRAPHS", "1") != "0"
+
+
+_STAGED_ROLES = ("input", "scalar")  # bound by copy into a fixed buffer; other roles by pointer
+_SLAB_ALIGN = 256
+
+
 class CompiledPlan:
     """A Plan with its kernels loaded; call it with CuPy arrays (one per graph input)."""
 
@@ -78,6 +100,16 @@ class CompiledPlan:
         self._views: dict[int, object] = {}
         self._types = [(plan.buffers[b].shape, plan.buffers[b].dtype.np_dtype) for b in plan.inputs]
         self._fresh = [b for b in plan.buffers.values() if b.role == "output" and b.base is None]
+        donated = set(plan.outputs) & set(plan.inputs)
+        self._donated = {j for j, b in enumerate(plan.inputs) if b in donated}
+        self._staged = {j for j, b in enumerate(plan.inputs)
+                        if plan.buffers[b].role in _STAGED_ROLES and j not in self._donated}
+        self.use_graphs = graphs_enabled()
+        self.why_no_graph = "" if self.use_graphs else "FLAME_CUDA_GRAPHS=0"
+        self.captures = 0  # how many times the plan was captured (a pointer change re-captures)
+        self._calls = 0
+        self._graph = None
+        self._graph_key: tuple | None = None
 
     @staticmethod
     def _prepare(s, fns):
@@ -107,35 +139,136 @@ class CompiledPlan:
             if tuple(a.shape) != shape or a.dtype != dt:
                 raise FlameError(f"graph {plan.name}: input {i} should be {dt}{list(shape)}, got "
                                  f"{a.dtype}{list(a.shape)}")
-            out.append(cupy.ascontiguousarray(a))
+            out.append(a if a.flags.c_contiguous else cupy.ascontiguousarray(a))
         return out
 
-    def __call__(self, arrays: Sequence) -> list:
+    def _run_steps(self, bufs: dict, stream) -> None:
         import cupy
 
         from flame.runtime.matmul import matmul_into
 
-        if self._arena is None:
-            self._bind_arena()
-        stream = cupy.cuda.get_current_stream()
-        bufs = dict(self._views)
-        bufs.update(zip(self.plan.inputs, self._inputs(arrays)))
-        for b in self._fresh:
-            bufs[b.id] = cupy.empty(b.shape, b.dtype.np_dtype)
         for kind, fn, s in self._program:
             if kind == "launch":
                 if s.grid > 0:
                     fn((s.grid,), (s.block,), [bufs[a] for a in s.args], shared_mem=s.smem, stream=stream)
             elif kind == "librarycall":
-                a, b = bufs[s.args[0]], bufs[s.args[1]]
-                matmul_into(bufs[s.out], a, b, ta=s.info["ta"], tb=s.info["tb"], stream=stream)
+                bias = bufs[s.args[2]] if len(s.args) == 4 else None
+                matmul_into(bufs[s.out], bufs[s.args[0]], bufs[s.args[1]], s.info["ta"], s.info["tb"],
+                            s.info.get("epilogue", "none"), bias, stream=stream)
             elif kind == "alias":
                 bufs[s.dst] = bufs[s.src].reshape(self.plan.buffers[s.dst].shape)
             else:
                 dst, src = bufs[s.dst], bufs[s.src]
                 if dst.nbytes:
                     cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
+
+    def __call__(self, arrays: Sequence) -> list:
+        import cupy
+
+        if self._arena is None:
+            self._bind_arena()
+        arrays = self._inputs(arrays)
+        if self.use_graphs and self._calls > 0:
+            out = self._replay(arrays)
+            if out is not None:
+                return out
+        self._calls += 1
+        stream = cupy.cuda.get_current_stream()
+        bufs = dict(self._views)
+        bufs.update(zip(self.plan.inputs, arrays))
+        for b in self._fresh:
+            bufs[b.id] = cupy.empty(b.shape, b.dtype.np_dtype)
+        self._run_steps(bufs, stream)
         return [bufs[o] for o in self.plan.outputs]
+
+    # ---- CUDA graphs ------------------------------------------------------------------------------
+
+    def _setup_graph_buffers(self) -> None:
+        import cupy
+
+        plan = self.plan
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self._before, self._after = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
+        self._stage = {j: cupy.empty(*self._types[j]) for j in range(len(plan.inputs))}
+        self._slab_at, size = {}, 0
+        for b in self._fresh:
+            self._slab_at[b.id] = size
+            size += -(-b.nbytes // _SLAB_ALIGN) * _SLAB_ALIGN
+        self._slab = cupy.empty(max(size, 1), cupy.uint8)
+        self._slab_size = size
+
+    def _slab_view(self, slab, bid: int):
+        b = self.plan.buffers[bid]
+        root = self.plan.root(bid)
+        at = self._slab_at[root.id]
+        return slab[at: at + b.nbytes].view(b.dtype.np_dtype).reshape(b.shape)
+
+    def _key(self, arrays: list) -> tuple:
+        return tuple(a.data.ptr for j, a in enumerate(arrays) if j not in self._staged)
+
+    def _capture(self, arrays: list) -> None:
+        plan = self.plan
+        bufs = dict(self._views)
+        for j, (bid, a) in enumerate(zip(plan.inputs, arrays)):
+            bufs[bid] = self._stage[j] if j in self._staged else a
+        for b in self._fresh:
+            bufs[b.id] = self._slab_view(self._slab, b.id)
+        stream = self._stream
+        graph, err = None, None
+        with stream:
+            stream.begin_capture()
+            try:
+                self._run_steps(bufs, stream)
+            except Exception as e:  # noqa: BLE001 - any failure means: no graph, plain launches
+                err = e
+            finally:
+                try:
+                    graph = stream.end_capture()
+                except Exception as e:  # noqa: BLE001
+                    err = err or e
+        if err is not None:
+            raise err
+        self._graph, self._graph_key = graph, self._key(arrays)
+        self.captures += 1
+
+    def _replay(self, arrays: list) -> list | None:
+        """Run the captured graph (capturing first when needed); None: run plain launches instead."""
+        import cupy
+
+        if self._graph is None and self.captures == 0:
+            self._setup_graph_buffers()
+        key = self._key(arrays)
+        if self._graph is None or key != self._graph_key:
+            if self._graph is not None:  # a pointer-bound input moved: stage it unless updated in place
+                old = iter(self._graph_key)
+                moved = [j for j, a in enumerate(arrays) if j not in self._staged and a.data.ptr != next(old)]
+                self._staged |= {j for j in moved if j not in self._donated}
+                log.debug("flame: re-capturing %s: inputs %s moved", self.plan.name, moved)
+            try:
+                self._capture(arrays)
+            except Exception as e:  # noqa: BLE001
+                self.use_graphs, self.why_no_graph = False, f"{type(e).__name__}: {e}"
+                log.debug("flame: %s runs without a CUDA graph: %s", self.plan.name, self.why_no_graph)
+                return None
+        current, stream = cupy.cuda.get_current_stream(), self._stream
+        self._before.record(current)
+        stream.wait_event(self._before)
+        for j in self._staged:
+            dst, src = self._stage[j], arrays[j]
+            if dst.nbytes:
+                cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
+        self._graph.launch(stream)
+        outs = {}
+        if self._slab_size:
+            with stream:
+                fresh = cupy.empty(self._slab_size, cupy.uint8)
+            cupy.cuda.runtime.memcpyAsync(fresh.data.ptr, self._slab.data.ptr, self._slab_size, 3, stream.ptr)
+            outs = {b.id: fresh for b in self._fresh}
+        self._after.record(stream)
+        current.wait_event(self._after)
+        by_input = dict(zip(self.plan.inputs, arrays))
+        return [by_input[o] if o in by_input else self._slab_view(outs[self.plan.root(o).id], o)
+                for o in self.plan.outputs]
 
 
 class CudaExecutor:

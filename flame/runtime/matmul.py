@@ -7,6 +7,12 @@ the 2-D / 3-D strided views cuBLASLt takes is decided in ONE place, `_layout`. O
 `nvmath.linalg.advanced.Matmul` is built and planned per (shapes, dtype, transposes, tf32) and
 reused with new operands; it writes straight into `out` (in-place C with beta = 0).
 
+Epilogues (`SUPPORTED_EPILOGUES`) run inside the GEMM through cuBLASLt: "bias" adds a [n] vector to
+every row, "relu" clamps at zero, "bias_relu" does both (relu(a @ b + bias)). cuBLASLt broadcasts its
+bias along the columns of a column-major result (one value per row of D), so an epilogue GEMM is
+issued transposed: out^T[n, m] = op(b)^T @ op(a)^T, with out^T a column-major view of `out` and the
+bias one value per row n of out^T, i.e. per column of out.
+
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
 """
@@ -17,6 +23,8 @@ import math
 from dataclasses import dataclass
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
+SUPPORTED_EPILOGUES = frozenset({"none", "bias", "relu", "bias_relu"})
+_EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS"}
 
 _PLANS: dict[tuple, object] = {}
 
@@ -75,39 +83,56 @@ def _compute_type(dtype_name: str):
     return CT.COMPUTE_32F
 
 
-def _planned(key: tuple, a, b, c, stream):
-    """The cached, planned nvmath Matmul for key, pointed at operands a, b and result c."""
+def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
+    """The cached, planned nvmath Matmul for key, pointed at operands a, b, result c (and bias)."""
     mm = _PLANS.get(key)
+    inputs = {"bias": bias} if "bias" in epilogue else None
     if mm is None:
-        from nvmath.linalg.advanced import Matmul, MatmulOptions
+        from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
 
         opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)))
         mm = Matmul(a, b, c, alpha=1.0, beta=0.0, options=opts, stream=stream)
-        mm.plan(stream=stream)
+        epilog = getattr(MatmulEpilog, _EPILOG_NAMES[epilogue]) if epilogue != "none" else None
+        mm.plan(epilog=epilog, epilog_inputs=inputs, stream=stream)
         _PLANS[key] = mm
     else:
-        mm.reset_operands_unchecked(a=a, b=b, c=c, stream=stream)
+        mm.reset_operands_unchecked(a=a, b=b, c=c, epilog_inputs=inputs, stream=stream)
     return mm
 
 
-def matmul_into(out, a, b, *, ta: bool = False, tb: bool = False, stream=None) -> None:
-    """out = op(a) @ op(b) on the given (default: current) CuPy stream; all three contiguous."""
+def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "none", bias=None, *,
+                stream=None) -> None:
+    """out = epilogue(op(a) @ op(b) [+ bias]) on the given (default: current) CuPy stream; a, b, out
+    and bias ([n], out's dtype) contiguous. epilogue is one of SUPPORTED_EPILOGUES."""
     import cupy
 
+    if epilogue not in SUPPORTED_EPILOGUES:
+        raise ValueError(f"matmul epilogue {epilogue!r} is not one of {sorted(SUPPORTED_EPILOGUES)}")
+    if ("bias" in epilogue) != (bias is not None):
+        raise ValueError(f"matmul epilogue {epilogue!r} {'needs' if bias is None else 'takes no'} bias")
     stream = stream or cupy.cuda.get_current_stream()
     if out.size == 0:
         return
     k = a.shape[-2] if ta else a.shape[-1]
     if k == 0:
-        out.fill(0)
+        with stream:
+            out[...] = 0 if bias is None else bias
+            if "relu" in epilogue:
+                cupy.maximum(out, 0, out=out)
         return
     lay = _layout(tuple(a.shape), tuple(b.shape), tuple(out.shape), ta, tb)
-    with stream:
-        av = _view(a, lay.a, lay.ta, lay.expand_a)
-        bv = _view(b, lay.b, lay.tb, lay.expand_b)
-    cv = out.reshape(lay.out)
-    key = (lay, str(out.dtype), allow_tf32, cupy.cuda.Device().id)
-    _planned(key, av, bv, cv, stream).execute(stream=stream)
+    key = (lay, str(out.dtype), allow_tf32, cupy.cuda.Device().id, epilogue)
+    if epilogue == "none":
+        with stream:
+            av = _view(a, lay.a, lay.ta, lay.expand_a)
+            bv = _view(b, lay.b, lay.tb, lay.expand_b)
+        _planned(key, av, bv, out.reshape(lay.out), stream).execute(stream=stream)
+        return
+    with stream:  # transposed problem (module doc): A' = op(b)^T, B' = op(a)^T, C' = out^T
+        av = _view(b, lay.b, not lay.tb, lay.expand_b)
+        bv = _view(a, lay.a, not lay.ta, lay.expand_a)
+    cv = out.reshape(lay.out).swapaxes(-1, -2)
+    _planned(key, av, bv, cv, stream, epilogue, bias).execute(stream=stream)
 
 
 def clear_cache() -> None:

@@ -5,8 +5,10 @@ build_plan(graph) makes one step list per graph op: a KernelLaunch per kernel th
 `flame.codegen.render.lower_op` returns (rendered only: nothing is compiled here), a LibraryCall for
 matmul, an Alias for reshape/squeeze/unsqueeze (every flame buffer is contiguous, so those are views
 and need no kernel), and a Copy where an output must not share memory with an input or another
-output. Temporaries get arena offsets by first fit over their live ranges; a fuller memory planner
-is a later pass.
+output. Then the memory planner (flame.passes.plan_memory: best fit over live ranges, in-place
+updates of aliased inputs) assigns arena offsets. A matmul operand produced by a transpose of the last
+two axes is read untransposed with ta/tb set (`fold_transposes`), and the transpose kernel is skipped
+when every user folds it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 from flame.errors import FlameError
 from flame.ir.dtypes import DType
-from flame.ir.graph import Graph, Op, Value
+from flame.ir.graph import FusionGroup, Graph, Op, Value
 from flame.ir.printer import format_attr, format_op
 
 ALIGN = 256  # arena offsets are multiples of this (cudaMalloc's alignment: vector loads stay aligned)
@@ -67,6 +69,9 @@ class KernelLaunch:
     n_inputs: int
     ops: tuple[Op, ...]
     part: tuple[int, int] = (0, 1)
+    n_outputs: int = 1  # a fused kernel writes args[n_inputs : n_inputs + n_outputs]
+    reason: str = ""  # why the fusion pass ended the kernel here
+    in_place_safe: bool = True  # an output may take the bytes of a same-shaped input (see Kernel)
 
     @property
     def out(self) -> int:
@@ -161,6 +166,7 @@ class _Builder:
         self.steps: list[Step] = []
         self.buffer_of: dict[Value, int] = {}
         self.temp_roots: set[int] = set()
+        self.folded = fold_transposes(g)  # transposes that every matmul user reads with ta/tb instead
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -182,6 +188,8 @@ class _Builder:
 
     def op(self, op: Op) -> None:
         bid = self.ids[op.out]
+        if op.out in self.folded:
+            return  # no kernel, no buffer: every user is a matmul that reads op's input transposed
         if _is_view(op):
             src = self.buffer_of[op.inputs[0]]
             self.add(bid, op.out, "view", base=src)
@@ -189,10 +197,10 @@ class _Builder:
             return
         self.add(bid, op.out, "temporary")
         self.temp_roots.add(bid)
-        ins = tuple(self.buffer_of[v] for v in op.inputs)
         if op.name == "matmul":
-            self.steps.append(LibraryCall("matmul", ins + (bid,), op, matmul_info(op)))
+            self.steps.append(matmul_call(self, op, bid))
             return
+        ins = tuple(self.buffer_of[v] for v in op.inputs)
         try:
             kernels = self.lower(op)
         except NotImplementedError as e:
@@ -236,6 +244,39 @@ def matmul_info(op: Op) -> dict:
             "ta": False, "tb": False}
 
 
+def _swaps_last_two(op: Op | None) -> bool:
+    if op is None or op.name != "permute" or op.out.type.rank < 2:
+        return False
+    perm = list(op.attrs["perm"])
+    want = list(range(len(perm)))
+    want[-2], want[-1] = want[-1], want[-2]
+    return perm == want
+
+
+def fold_transposes(g: Graph) -> set[Value]:
+    """Results of permutes that swap the last two axes and are read only by matmuls (and are not
+    graph outputs): each matmul reads the permute's input with ta/tb set, so no kernel runs."""
+    users, outs = g.users(), set(g.outputs)
+    return {op.out for op in g.ops if _swaps_last_two(op) and op.out not in outs and users[op.out]
+            and all(u.name == "matmul" for u in users[op.out])}
+
+
+def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: int | None = None) -> LibraryCall:
+    """The cuBLASLt call of matmul `op` writing buffer `out`: args (a, b[, bias], out). An operand in
+    bld.folded is replaced by the permute's input with ta / tb set. epilogue: "none", "bias",
+    "relu" or "bias_relu" (relu(a @ b + bias), bias of shape [n]); info["epilogue"] records it."""
+    info = matmul_info(op)
+    args = []
+    for v, flag in zip(op.inputs, ("ta", "tb")):
+        if v in bld.folded:
+            info[flag], v = True, v.producer.inputs[0]
+        args.append(bld.buffer_of[v])
+    if epilogue != "none":
+        info["epilogue"] = epilogue
+    args += [bias] if bias is not None else []
+    return LibraryCall("matmul", tuple(args) + (out,), op, info)
+
+
 def _bind_outputs(bld: _Builder) -> list[int]:
     """Outputs are allocated fresh per call. An output whose bytes belong to an input, or to an
     earlier output, gets its own buffer and a Copy."""
@@ -254,6 +295,73 @@ def _bind_outputs(bld: _Builder) -> list[int]:
         bld.steps.append(Copy(bid, dst))
         outs.append(dst)
     return outs
+
+
+def step_reads(s: Step) -> tuple[int, ...]:
+    """The buffers a step reads (views not resolved)."""
+    if isinstance(s, KernelLaunch):
+        return s.args[: s.n_inputs]
+    if isinstance(s, LibraryCall):
+        return s.args[:-1]
+    return (s.src,) if isinstance(s, Copy) else ()
+
+
+def step_writes(s: Step) -> tuple[int, ...]:
+    """The buffers a step writes: a kernel's outputs and scratch, a call's result, a copy's dst."""
+    if isinstance(s, KernelLaunch):
+        return s.args[s.n_inputs:]
+    if isinstance(s, LibraryCall):
+        return (s.args[-1],)
+    return (s.dst,) if isinstance(s, Copy) else ()
+
+
+def elementwise_step(s: Step) -> bool:
+    """A one-part kernel made only of elementwise ops: element i of each output depends on element
+    i of each input of the output's shape, so such an input's bytes may be overwritten by the output
+    in the same launch (every thread reads its elements before it writes them)."""
+    from flame.ir.registry import REGISTRY
+
+    return (isinstance(s, KernelLaunch) and s.part == (0, 1)
+            and all(REGISTRY[o.name].category == "elementwise" for o in s.ops))
+
+
+def _read_pointwise(s: Step, dead_args: set[int], buffer_of: dict | None) -> bool:
+    """Every op of kernel s that depends on a value read from dead_args is elementwise (other ops,
+    e.g. a fused transpose of a gradient, may read other buffers freely). Without buffer_of: every op."""
+    from flame.ir.registry import REGISTRY
+
+    if not isinstance(s, KernelLaunch) or s.part != (0, 1):
+        return False
+    if buffer_of is None:
+        return elementwise_step(s)
+    inside, tainted = {o.out for o in s.ops}, set()
+    for op in s.ops:
+        if any(v in tainted if v in inside else buffer_of.get(v) in dead_args for v in op.inputs):
+            if REGISTRY[op.name].category != "elementwise":
+                return False
+            tainted.add(op.out)
+    return True
+
+
+def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict, dead: int, born: int,
+                    buffer_of: dict | None = None) -> bool:
+    """Root buffers `dead` (last touched at step i) and `born` (first touched at step i) may occupy
+    the same bytes: step i is one kernel that reads dead (through a buffer of born's shape) only with
+    elementwise ops (all its ops, without buffer_of) and writes born."""
+    (_, last), (first, _) = ranges.get(dead, (0, -1)), ranges.get(born, (-1, -1))
+    if last != first or first < 0 or buffers[dead].nbytes != buffers[born].nbytes:
+        return False
+    s = steps[first]
+
+    def root(bid):
+        while buffers[bid].base is not None:
+            bid = buffers[bid].base
+        return bid
+
+    outs = [a for a in step_writes(s) if root(a) == born]
+    ins = [a for a in step_reads(s) if root(a) == dead]
+    return (bool(outs and ins) and all(buffers[a].shape == buffers[o].shape for a in ins for o in outs)
+            and _read_pointwise(s, set(ins), buffer_of))
 
 
 def live_ranges(buffers: dict[int, Buffer], steps: list[Step]) -> dict[int, tuple[int, int]]:
@@ -275,30 +383,6 @@ def live_ranges(buffers: dict[int, Buffer], steps: list[Step]) -> dict[int, tupl
     return ranges
 
 
-def assign_offsets(buffers: dict[int, Buffer], steps: list[Step]) -> tuple[dict[int, Buffer], int]:
-    """First fit by liveness: each temporary/scratch buffer, in order of first use, takes the lowest
-    aligned offset that overlaps no buffer live at the same time. Returns new buffers and arena size."""
-    ranges = live_ranges(buffers, steps)
-    temps = [b for b in buffers.values() if b.role in ("temporary", "scratch")]
-    temps.sort(key=lambda b: (ranges.get(b.id, (len(steps), 0))[0], b.id))
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
-    out = dict(buffers)
-    size = 0
-    for b in temps:
-        first, last = ranges.get(b.id, (len(steps), len(steps)))
-        need = _aligned(b.nbytes)
-        busy = sorted((o, e) for o, e, f, la in placed if f <= last and first <= la)
-        at = 0
-        for o, e in busy:
-            if at + need <= o:
-                break
-            at = max(at, _aligned(e))
-        placed.append((at, at + b.nbytes, first, last))
-        size = max(size, at + need)
-        out[b.id] = Buffer(b.id, b.nbytes, b.dtype, b.shape, b.role, offset=at)
-    return out, size
-
-
 def build_plan(g: Graph, lower: Callable | None = None) -> Plan:
     """The Plan of a verified graph. `lower(op) -> list[Kernel]` defaults to codegen's lower_op;
     kernels are rendered, never compiled, here."""
@@ -306,20 +390,86 @@ def build_plan(g: Graph, lower: Callable | None = None) -> Plan:
     for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
         bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)
     inputs = [bld.buffer_of[v] for v in g.inputs]
-    for op in g.ops:
-        bld.op(op)
+    if g.groups is None:
+        for op in g.ops:
+            bld.op(op)
+    else:
+        for grp in g.groups:
+            _group_steps(bld, grp)
     outputs = _bind_outputs(bld)
-    buffers, size = assign_offsets(bld.buffers, bld.steps)
-    return Plan(g.name, buffers, bld.steps, inputs, outputs, size, g, bld.buffer_of)
+    return _memory_planner()(Plan(g.name, bld.buffers, bld.steps, inputs, outputs, 0, g, bld.buffer_of))
+
+
+def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
+    """The steps of one fusion group: a cuBLASLt call (with its epilogue when the runtime supports
+    it), one fused KernelLaunch (args: external inputs, then every value the group writes), or the
+    op-by-op steps of a group of one op."""
+    if grp.kind == "matmul":
+        rest = _matmul_group(bld, grp)
+        if not rest:
+            return
+        grp = FusionGroup(rest, "elementwise", "matmul epilogue not supported by the runtime", grp.outputs)
+    if len(grp.ops) == 1:
+        bld.op(grp.ops[0])
+        return
+    from flame.codegen.fused import group_inputs, lower_group
+
+    ins = tuple(bld.buffer_of[v] for v in group_inputs(grp))
+    outs = tuple(bld.add(bld.ids[v], v, "temporary") for v in grp.outputs)
+    bld.temp_roots.update(outs)
+    try:
+        kernels = lower_group(grp)
+    except NotImplementedError:  # not expected from the pass's groups; stay correct op by op
+        for op in grp.ops:
+            bld.op(op)
+        return
+    for i, k in enumerate(kernels):
+        bld.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs, k.n_inputs,
+                                      grp.ops, (i, len(kernels)), len(outs), grp.reason, k.in_place_safe))
+
+
+def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
+    """Emit the matmul of a matmul group, folding its epilogue into the call when
+    flame.runtime.matmul.SUPPORTED_EPILOGUES has it; returns the epilogue ops left to lower."""
+    from flame.runtime import matmul
+
+    mm, rest = grp.ops[0], grp.ops[1:]
+    if grp.epilogue == "none" or grp.epilogue not in getattr(matmul, "SUPPORTED_EPILOGUES", ()):
+        bld.op(mm)
+        return rest
+    last = rest[-1].out
+    bid = bld.add(bld.ids[last], last, "temporary")
+    bld.temp_roots.add(bid)
+    add = next((op for op in rest if op.name == "add"), None)
+    bias = None
+    if add is not None:
+        v = add.inputs[1] if add.inputs[0] is mm.out else add.inputs[0]
+        bias = bld.buffer_of[v]
+    bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bias))
+    return ()
+
+
+def _memory_planner() -> Callable[[Plan], Plan]:
+    # the one reference from runtime to passes, lazy like _lowering's to codegen: memory planning is
+    # a pass over the Plan (flame/passes/plan_memory.py), and build_plan must hand out a runnable one
+    from flame.passes.plan_memory import plan_memory
+
+    return plan_memory
 
 
 def check_plan(plan: Plan) -> None:
-    """Raise FlameError if two arena buffers that are live at the same time share bytes."""
+    """Raise FlameError if two arena buffers that are live at the same time share bytes (an
+    elementwise step's output may take the exact bytes of an input that dies there: shares_in_place)."""
     ranges = live_ranges(plan.buffers, plan.steps)
     temps = [b for b in plan.buffers.values() if b.offset is not None and b.nbytes]
+    bufs, steps = plan.buffers, plan.steps
     for i, a in enumerate(temps):
         for b in temps[i + 1:]:
             (fa, la), (fb, lb) = ranges.get(a.id, (0, -1)), ranges.get(b.id, (0, -1))
+            same = a.offset == b.offset and a.nbytes == b.nbytes
+            if same and (shares_in_place(bufs, steps, ranges, a.id, b.id, plan.buffer_of)
+                         or shares_in_place(bufs, steps, ranges, b.id, a.id, plan.buffer_of)):
+                continue
             if fa <= lb and fb <= la and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes:
                 raise FlameError(f"plan {plan.name}: b{a.id} and b{b.id} are live together and overlap "
                                  f"in the arena")
@@ -340,8 +490,9 @@ def format_step(s: Step, ids: dict[Value, int]) -> str:
     if isinstance(s, KernelLaunch):
         part = f" [{s.part[0] + 1}/{s.part[1]}]" if s.part[1] > 1 else ""
         ins = ", ".join(f"b{a}" for a in s.args[: s.n_inputs])
-        scratch = f" scratch=b{s.args[-1]}" if len(s.args) > s.n_inputs + 1 else ""
-        return (f"b{s.out} = launch {s.name}{part} <<<{s.grid}, {s.block}, {s.smem}>>> ({ins}){scratch}"
+        scratch = f" scratch=b{s.args[-1]}" if len(s.args) > s.n_inputs + s.n_outputs else ""
+        outs = ", ".join(f"b{a}" for a in s.args[s.n_inputs: s.n_inputs + s.n_outputs])
+        return (f"{outs} = launch {s.name}{part} <<<{s.grid}, {s.block}, {s.smem}>>> ({ins}){scratch}"
                 f"  # {_op_comment(s.ops, ids)}")
     if isinstance(s, LibraryCall):
         info = ", ".join(f"{k}={format_attr(list(v) if isinstance(v, tuple) else v)}" for k, v in s.info.items())

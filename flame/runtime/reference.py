@@ -65,16 +65,33 @@ def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
     for op in s.ops:
         args = [env[v] if v in env else bufs[plan.buffer_of[v]] for v in op.inputs]
         env[op.out] = run_op(op, args)
-    np.copyto(bufs[s.out], env[s.ops[-1].out])
+    if s.n_outputs == 1:
+        np.copyto(bufs[s.out], env[s.ops[-1].out])
+        return
+    outs = set(s.args[s.n_inputs: s.n_inputs + s.n_outputs])  # a fused kernel writes only these
+    for op in s.ops:
+        if plan.buffer_of.get(op.out) in outs:
+            np.copyto(bufs[plan.buffer_of[op.out]], env[op.out])
 
 
 def _library(s: LibraryCall, bufs: dict, plan: Plan) -> None:
+    """matmul with args (a, b[, bias], out): ta/tb read a stored-transposed operand; the epilogue
+    (info["epilogue"]: bias, relu, bias_relu) is applied to the f32-or-wider product as cuBLASLt does."""
     a, b = bufs[s.args[0]], bufs[s.args[1]]
     if s.info.get("ta"):
         a = np.swapaxes(a, -1, -2)
     if s.info.get("tb"):
         b = np.swapaxes(b, -1, -2)
-    np.copyto(bufs[s.out], run_op(s.op, [a, b]))
+    out = run_op(s.op, [a, b])
+    epilogue = s.info.get("epilogue", "none")
+    if epilogue != "none":
+        acc = out.astype(np.promote_types(out.dtype, np.float32))
+        if "bias" in epilogue:
+            acc = acc + bufs[s.args[2]].astype(acc.dtype)
+        if "relu" in epilogue:
+            acc = np.maximum(acc, 0)
+        out = acc
+    np.copyto(bufs[s.out], out, casting="unsafe")
 
 
 def _alias(s: Alias, bufs: dict, plan: Plan) -> None:

@@ -98,12 +98,12 @@ def _chain(n_ops: int, size: int = 1000) -> tuple[Graph, list[np.ndarray]]:
     return verify(g), [np.linspace(-1, 1, size, dtype=np.float32)]
 
 
-def test_first_fit_reuses_dead_temporaries():
+def test_elementwise_chain_reuses_one_slot():
     g, inputs = _chain(10)
     plan = _check(g, inputs)
-    assert plan.arena_size == 2 * math.ceil(4000 / ALIGN) * ALIGN  # ping-pong between two slots
+    assert plan.arena_size == math.ceil(4000 / ALIGN) * ALIGN  # each step overwrites its dead input
     offsets = {b.offset for b in plan.buffers.values() if b.role == "temporary"}
-    assert offsets == {0, 4096}
+    assert offsets == {0}
 
 
 def test_overlapping_plan_breaks_results_on_cpu():
@@ -152,7 +152,8 @@ def test_plan_prints_like_the_ir():
     text = str(plan)
     assert text.startswith("plan step (arena 512 bytes) {\n")
     for line in ["  b0: f32[8,16] input 0", "  b1: f32[16,4] param 1", "  b2: f32[8,4] temporary @0+128",
-                 "  b4: f32[32] view = b3", "  b5: f32[] output 0", "  b6: u8[256] scratch @0+256",
+                 "  b3: f32[8,4] temporary @0+128", "  b4: f32[32] view = b3", "  b5: f32[] output 0",
+                 "  b6: u8[256] scratch @256+256",
                  "  b2 = call matmul (b0, b1) {m=8, n=4, k=16, batch_a=[], batch_b=[], batch=[], ta=false, "
                  "tb=false}  # %2 = matmul %0, %1 : f32[8,4]",
                  "  b3 = launch relu_f32 <<<1, 256, 0>>> (b2)  # %3 = relu %2 : f32[8,4]",

@@ -1,0 +1,200 @@
+"""Turning a run into files: results.json (every figure), results.md (the tables) and, when
+matplotlib imports, relative.png (each framework's time over the best peer's, per case).
+
+Derived figures use the MINIMUM bytes and flops of each case (inputs read once, outputs written
+once) and the two ceilings measured at the start of the same run, so "% of copy" says how close a
+memory-bound case came to the device's own copy bandwidth.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+REFERENCE_NOTE = ("**FUNCTIONAL CHECK on the NumPy reference executor, not a measurement.** No GPU was used; the "
+                  "times below only show that the harness runs end to end and mean nothing about speed.")
+
+
+def derive(case: dict, ceilings: dict) -> None:
+    """Add floor, achieved rates and percentages of the ceilings, best peer and speed-up to a case."""
+    copy = (ceilings.get("copy") or {}).get("gbs")
+    mm = (ceilings.get("matmul") or {}).get("tflops")
+    byte_floor = case["min_bytes"] / (copy * 1e6) if copy else None
+    flop_floor = case["min_flops"] / (mm * 1e9) if mm and case["min_flops"] else None
+    if byte_floor is not None or flop_floor is not None:
+        case["floor_ms"] = max(x for x in (byte_floor, flop_floor) if x is not None)
+        case["bound"] = "compute" if (flop_floor or 0) > (byte_floor or 0) else "memory"
+    else:
+        case["floor_ms"], case["bound"] = None, "compute" if case["min_flops"] else "memory"
+    for res in [case["flame"], *case["peers"].values()]:
+        ms = res.get("median_ms")
+        if not ms:
+            continue
+        res["gbs"] = case["min_bytes"] / ms / 1e6
+        res["pct_copy"] = 100 * res["gbs"] / copy if copy else None
+        if case["min_flops"]:
+            res["tflops"] = case["min_flops"] / ms / 1e9
+            res["pct_matmul"] = 100 * res["tflops"] / mm if mm else None
+    timed = {n: p["median_ms"] for n, p in case["peers"].items() if p.get("median_ms")}
+    case["best_peer"] = min(timed, key=timed.get) if timed else None
+    fl = case["flame"].get("median_ms")
+    case["speedup_vs_best_peer"] = timed[case["best_peer"]] / fl if timed and fl else None
+
+
+def _ms(x) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
+
+
+def _peer_cell(p: dict | None) -> str:
+    if p is None:
+        return "—"
+    if p.get("median_ms"):
+        return _ms(p["median_ms"])
+    return str(p.get("status", "n/a"))
+
+
+def _flame_cells(case: dict, mode: str) -> list[str]:
+    f = case["flame"]
+    kernels = str(f.get("kernels_per_call", "—"))
+    if f["status"] == "WRONG":
+        errs = "; ".join(f"{k} {f[key]:.2e}" for k, key in (("outputs", "rel_error"), ("updates", "rel_error_state"))
+                         if f.get(key) is not None)
+        return [f"WRONG (rel. error {errs})", "—", "—", kernels]
+    if f["status"] == "FAILED":
+        return [f"FAILED: {f.get('error', '')}", "—", "—", kernels]
+    ms = _ms(f.get("median_ms")) + (" (unchecked)" if f["status"] == "UNCHECKED" else "")
+    if mode == "reference":
+        return [ms, "—", "—", kernels]  # NumPy wall clock: a rate would suggest a measurement
+    if case["bound"] == "compute" and f.get("tflops") is not None:
+        rate = f"{f['tflops']:.3g} TFLOP/s"
+        pct = f"{f['pct_matmul']:.0f}% matmul" if f.get("pct_matmul") is not None else "—"
+    else:
+        rate = f"{f['gbs']:.3g} GB/s" if f.get("gbs") is not None else "—"
+        pct = f"{f['pct_copy']:.0f}% copy" if f.get("pct_copy") is not None else "—"
+    return [ms, rate, pct, kernels]
+
+
+def _mib(x) -> str:
+    return "—" if x is None else f"{x / 2**20:.1f}"
+
+
+def markdown(run: dict) -> str:
+    """The report: header (device, mode, ceilings), the main table, then compile/memory/correctness."""
+    env, ceil, cases = run["env"], run["ceilings"], run["cases"]
+    peers = []
+    for c in cases:
+        peers += [p for p in c["peers"] if p not in peers]
+    lines = [f"# flame benchmark suite: {env['gpu']}, {env['date']}", ""]
+    if run["mode"] == "reference":
+        lines += [REFERENCE_NOTE, ""]
+    lines += [f"flame {env['flame']} on device `{env['flame_device']}`; cupy {env.get('cupy')}, torch "
+              f"{env.get('torch')}, jax {env.get('jax')}; driver {env.get('driver') or '—'}. "
+              f"{run['settings']['repeat']} timed calls per figure after {run['settings']['warmup']} warm-up "
+              f"calls; medians.", ""]
+    for key, label, unit, val in (("copy", "device copy", "GB/s", "gbs"), ("matmul", "matmul", "TFLOP/s", "tflops")):
+        c = ceil.get(key) or {}
+        lines.append(f"- {label} ceiling: " + (f"{c[val]:.4g} {unit} ({c['how']})" if val in c else
+                                              c.get("status", "not measured")))
+    lines += ["", "| case | flame ms | achieved | % of ceiling | kernels/call | "
+              + " | ".join(f"{p} ms" for p in peers) + " | speed-up vs best peer |",
+              "|" + "---|" * (6 + len(peers))]
+    for c in cases:
+        sp = c.get("speedup_vs_best_peer")
+        spc = f"{sp:.2f}x vs {c['best_peer']}" if sp and run["mode"] != "reference" else "—"
+        cells = [c["name"], *_flame_cells(c, run["mode"]), *[_peer_cell(c["peers"].get(p)) for p in peers], spc]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "achieved / % of ceiling: minimum bytes (or flops, for compute-bound cases) over flame's median "
+              "time, against the ceiling measured above. speed-up = best peer's median / flame's median (above 1: "
+              "flame is faster).", "",
+              "| case | rel. error vs torch | compile cold s | compile warm s | planned MiB | actual peak MiB | "
+              "input sets | flame timer | spread |", "|" + "---|" * 9]
+    for c in cases:
+        f = c["flame"]
+        errs = "; ".join(f"{k}{f[key]:.2e}" for k, key in (("", "rel_error"), ("updates ", "rel_error_state"))
+                         if f.get(key) is not None)
+        lines.append("| " + " | ".join([
+            c["name"], errs or "—", _s(f.get("compile_cold_s")), _s(f.get("compile_warm_s")),
+            _mib(f.get("planned_bytes")), _mib(f.get("actual_peak_bytes")), str(c["input_sets"]),
+            f.get("timer", "—"), "—" if f.get("spread") is None else f"{100 * f['spread']:.0f}%"]) + " |")
+    lines += ["", "rel. error: ||flame - torch|| / ||torch|| over the outputs (worst output); updates: the same over "
+              "what one step changed in the parameters (p_after - p_before). Tolerances are in results.json.",
+              "", "Timers: " + "; ".join(f"`{k}`: {v}" for k, v in run["timers"].items()) + "."]
+    notes = run.get("notes") or []
+    if notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def _s(x) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def chart(run: dict, path: str) -> str:
+    """A PNG of each framework's time over the best peer's, per case; '' or why it was skipped."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:
+        return "no chart: matplotlib is not installed"
+    rows = [c for c in run["cases"] if c.get("best_peer") and c["flame"].get("median_ms")]
+    if not rows:
+        return "no chart: no case has both a flame time and a peer time"
+    names = ["flame"] + sorted({p for c in rows for p, r in c["peers"].items() if r.get("median_ms")})
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) * len(names) / 2 + 1.5))
+    height = 0.8 / len(names)
+    for j, n in enumerate(names):
+        vals = []
+        for c in rows:
+            best = c["peers"][c["best_peer"]]["median_ms"]
+            ms = c["flame"]["median_ms"] if n == "flame" else c["peers"].get(n, {}).get("median_ms")
+            vals.append(ms / best if ms else math.nan)
+        ax.barh([i + j * height for i in range(len(rows))], vals, height=height, label=n)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))], [c["name"] for c in rows])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time / best peer's time (lower is better)")
+    title = f"{run['env']['gpu']} ({run['env']['date'][:10]})"
+    ax.set_title(title + (" — reference executor, NOT a measurement" if run["mode"] == "reference" else ""))
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return ""
+
+
+def write(run: dict, out_dir: str) -> dict[str, str]:
+    """Write results.json, results.md and relative.png (if it can) into out_dir; returns the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {"json": os.path.join(out_dir, "results.json"), "markdown": os.path.join(out_dir, "results.md")}
+    why = chart(run, os.path.join(out_dir, "relative.png"))
+    if why:
+        run.setdefault("notes", []).append(why)
+    else:
+        paths["chart"] = os.path.join(out_dir, "relative.png")
+    with open(paths["json"], "w") as f:
+        json.dump(_finite(run), f, indent=1, default=_json_default)
+    with open(paths["markdown"], "w") as f:
+        f.write(markdown(run))
+    return paths
+
+
+def _finite(x):
+    """NaN and infinities as strings, so results.json is strict JSON."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _json_default(x):
+    if hasattr(x, "item"):
+        return x.item()
+    return str(x)

@@ -1,0 +1,6 @@
+"""The suite's table of cases, in report order: the stateless kernels, then the training steps."""
+
+from flame.bench.cases import STATELESS
+from flame.bench.cases_train import TRAINING
+
+CASES = [*STATELESS, *TRAINING]

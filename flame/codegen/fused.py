@@ -1,0 +1,330 @@
+"""lower_group: one FusionGroup -> ONE kernel (templates/fused_elementwise.cu.j2 or fused_rows.cu.j2).
+
+ABI (as lower_op's, widened): `NAME(const T* in0, ..., T* out0, ..., T* outK)`: the group's external
+inputs in order of first use (`group_inputs`), then one pointer per value in group.outputs. Every
+value is evaluated at coordinates of an iteration domain through the IndexMaps of flame.ir.indexmap;
+each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as lower_op's kernels do), so
+the kernel computes what the ops compute one by one. Independent parts of a group (horizontal fusion)
+become segments of the one kernel, run one after the other by the whole grid.
+
+Row kernels: one warp per row (R <= 256, several rows per block) or a 128/512-thread block per row;
+rows of at most ROW_CACHE elements keep each input element in registers across the reductions (max,
+then sum, then normalize), longer rows re-read global memory in each pass (multi-pass, same kernel)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+
+from flame.codegen import cuda_c, views
+from flame.codegen.elementwise import _EXPR_DTYPE, _fields, _variant
+from flame.codegen.kernel import NAME_TOKEN, Kernel, block_for, grid_for, index_types, render_template
+from flame.codegen.snippets import PRELUDES, snippet
+from flame.ir.graph import FusionGroup, Op, Value
+from flame.ir.indexmap import REDUCTIONS as REDUCE_OPS
+from flame.ir.indexmap import VIEWS, IndexMap, Layout, derive, input_map, trailing_reduced
+from flame.ir.printer import format_attr
+
+ROW_CACHE = 8192  # row elements kept in registers; longer rows are streamed (one pass per reduction)
+_INDEXED = ("arange", "random_uniform", "random_normal", "triu", "tril")  # snippets that read `i`
+
+
+def group_inputs(group: FusionGroup) -> list[Value]:
+    """The values a group reads but does not compute, in order of first use (the kernel's inputs)."""
+    inside = {op.out for op in group.ops}
+    out: dict[Value, None] = {}
+    for op in group.ops:
+        for v in op.inputs:
+            if v not in inside:
+                out.setdefault(v)
+    return list(out)
+
+
+def _segments(ops: list[Op]) -> list[list[Op]]:
+    """Connected parts of the group's data-flow graph (one per horizontally fused kernel)."""
+    parent = {op: op for op in ops}
+    prod = {op.out: op for op in ops}
+
+    def find(x):
+        while parent[x] is not x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for op in ops:
+        for v in op.inputs:
+            if v in prod:
+                parent[find(op)] = find(prod[v])
+    parts: dict[Op, list[Op]] = {}
+    for op in ops:
+        parts.setdefault(find(op), []).append(op)
+    return list(parts.values())
+
+
+def layout(ops: list[Op], exposed: list[Value]) -> Layout:
+    """The iteration domain and maps of one segment (as the fusion pass chose them)."""
+    red = [op for op in ops if op.name in REDUCE_OPS]
+    if red:
+        got = derive(ops, exposed, red[0].inputs[0].shape, trailing_reduced(red[0]))
+        if isinstance(got, Layout):
+            return got
+        raise NotImplementedError(f"rows group cannot be lowered: {got}")
+    big = max(math.prod(op.out.shape) for op in ops)
+    why = ""
+    for shape in dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big):
+        got = derive(ops, exposed, shape, 0)
+        if isinstance(got, Layout):
+            return got
+        why = got
+    raise NotImplementedError(f"elementwise group cannot be lowered: {why}")
+
+
+class _Emitter:
+    """Statements computing values at index maps. `load(v, m)` spells a read of an external value;
+    row-class values (maps that ignore the reduced dims) go to `row`, the others to `elem`."""
+
+    def __init__(self, lay: Layout, values: set[Value], load, own_index, prefix: str = "t"):
+        self.lay, self.lay_values, self.load, self.own_index = lay, values, load, own_index
+        self.red = range(len(lay.domain) - lay.n_red, len(lay.domain))
+        self.row: list[str] = []
+        self.elem: list[str] = []
+        self.memo_row: dict = {}
+        self.memo_elem: dict = {}
+        self.count, self.prefix = 0, prefix
+
+    def fresh(self) -> str:
+        self.count += 1
+        return f"{self.prefix}{self.count}"
+
+    def value(self, v: Value, m: IndexMap) -> str:
+        at_row = not m.depends_on(self.red)
+        memo, lines = (self.memo_row, self.row) if at_row else (self.memo_elem, self.elem)
+        if (v, m) in memo:
+            return memo[(v, m)]
+        op = v.producer
+        if op is None or op.out not in self.lay_values:
+            expr = self.load(v, m)
+            name = self.fresh()
+            lines.append(f"const {cuda_c.compute_dtype(v.dtype).cuda_type} {name} = {expr};")
+        elif op.name in VIEWS:
+            name = self.value(op.inputs[0], m.then(input_map(op, 0)))
+        elif op.name in REDUCE_OPS:
+            raise KeyError(f"internal error: reduction {op.name} used before it is computed")
+        else:
+            name = self._compute(op, m, lines)
+        memo[(v, m)] = name
+        return name
+
+    def _compute(self, op: Op, m: IndexMap, lines: list[str]) -> str:
+        expr_dtype = _EXPR_DTYPE.get(op.name, lambda o: o.out.dtype)(op)
+        kind = cuda_c.kind(op.inputs[-1].dtype if op.inputs else op.out.dtype)
+        args = [self.value(u, m.then(input_map(op, k))) for k, u in enumerate(op.inputs)]
+        expr = snippet(op.name, kind, _variant(op)).format(*args, **_fields(op, expr_dtype))
+        rounded = cuda_c.load(cuda_c.convert(expr, expr_dtype, op.out.dtype), op.out.dtype)
+        name = self.fresh()
+        ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
+        if op.name in _INDEXED:  # the snippet reads `i`: the op's own flat index at this point
+            lines.append(f"{ctype} {name}; {{ const idx_t i = (idx_t)({self.own_index(op.out, m)}); "
+                         f"{name} = {rounded}; }}")
+        else:
+            lines.append(f"const {ctype} {name} = {rounded};")
+        return name
+
+
+def _what(ops: list[Op]) -> str:
+    names = [op.name for op in ops if op.name not in VIEWS and op.name != "full"]
+    return " ".join(dict.fromkeys(names)) or "copy"
+
+
+def _header(group: FusionGroup, inputs: list[Value], what: str) -> str:
+    ids = {v: i for i, v in enumerate(inputs)}
+    local = dict(ids)
+    lines = [f"// flame fused kernel ({group.kind}) for IR ops: {'; '.join(_line(op, local) for op in group.ops)}"]
+    lines.append("//   inputs: " + ", ".join(f"%{i}: {v.type}" for v, i in ids.items()))
+    lines.append(f"//   {what}; boundary: {group.reason}")
+    return "\n".join(lines)
+
+
+def _line(op: Op, ids: dict[Value, int]) -> str:
+    for v in [*op.inputs, op.out]:
+        ids.setdefault(v, len(ids))
+    args = ", ".join(f"%{ids[v]}" for v in op.inputs)
+    attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in op.attrs.items())
+    return (f"%{ids[op.out]} = {op.name}" + (f" {args}" if args else "") + (f" {{{attrs}}}" if attrs else "")
+            + f" : {op.out.type}")
+
+
+def _params(inputs: list[Value], outputs: list[Value]) -> str:
+    ps = [f"const {v.dtype.cuda_type}* __restrict__ in{i}" for i, v in enumerate(inputs)]
+    ps += [f"{v.dtype.cuda_type}* __restrict__ out{i}" for i, v in enumerate(outputs)]
+    return ", ".join(ps)
+
+
+def _finish(stem: str, source: str, grid: int, block: int, n_in: int, n_out: int) -> Kernel:
+    name = f"{stem}_{hashlib.sha256(source.encode()).hexdigest()[:8]}"
+    return Kernel(name, source.replace(NAME_TOKEN, name), grid, block, n_in, 0, 0, n_outputs=n_out)
+
+
+def _dtypes(group: FusionGroup) -> set:
+    return {v.dtype for op in group.ops for v in (*op.inputs, op.out)}
+
+
+def _prelude(group: FusionGroup) -> str:
+    return "\n".join(dict.fromkeys(PRELUDES[op.name] for op in group.ops if op.name in PRELUDES))
+
+
+def lower_group(group: FusionGroup) -> list[Kernel]:
+    """The kernel computing `group` (see the module docstring); [] when it writes nothing."""
+    outputs = list(group.outputs)
+    if not outputs or all(math.prod(v.shape) == 0 for v in outputs):
+        return []
+    inputs = group_inputs(group)
+    segs = _segments(list(group.ops))
+    lays = [layout(seg, [v for v in outputs if v.producer in seg]) for seg in segs]
+    if any(lay.n_red for lay in lays):
+        from flame.codegen.fused_rows import lower_rows
+
+        return lower_rows(group, inputs, segs, lays)
+    return _lower_map(group, inputs, segs, lays)
+
+
+def _coords(dims: tuple[int, ...], src: str, c: str) -> list[str]:
+    """Row-major coordinates c0.. of flat index `src` in `dims` (off_t)."""
+    if not dims:
+        return []
+    lines = [f"idx_t {c}r = {src};"]
+    for d in range(len(dims) - 1, 0, -1):
+        lines.append(f"const off_t {c}{d} = (off_t)({c}r % {dims[d]}u); {c}r /= {dims[d]}u;")
+    lines.append(f"const off_t {c}0 = (off_t){c}r;")
+    return lines
+
+
+def _store(v: Value, name: str) -> str:
+    return cuda_c.convert(name, v.dtype, v.dtype)
+
+
+class _MapSegment:
+    """The CUDA pieces of one elementwise segment over its collapsed domain."""
+
+    def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value]):
+        self.ops, self.lay = ops, lay
+        self.in_idx = {v: i for i, v in enumerate(inputs)}
+        self.stores = [(outputs.index(v), v, m) for v, m in lay.stores.items()]
+        inside = {op.out for op in ops}
+        self.loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
+        indexed = [(op.out, m) for op in ops if op.name in _INDEXED for m in lay.maps.get(op.out, [])]
+        keys = self.loads + [(v, m) for _, v, m in self.stores] + indexed
+        flat = [views.View(*m.flat(v.shape)) for v, m in keys]
+        self.dims, cviews = views.collapse(lay.domain, flat)
+        self.view = {k: cv for k, cv in zip(keys, cviews)}
+        self.mode = {k: views.mode(cv, self.dims) for k, cv in self.view.items()}
+        self.n = math.prod(lay.domain)
+        self.values = inside
+
+    def vec(self) -> int:
+        if any(md == "general" for md in self.mode.values()):
+            return 1
+        sizes = [v.dtype.itemsize for (v, m), md in self.mode.items() if md == "identity"]
+        vec = 16 // max(sizes) if sizes else 1
+        return vec if self.n >= vec else 1
+
+    def _load(self, vector: bool, hoisted: list[str]):
+        def load(v: Value, m: IndexMap) -> str:
+            k, cv, md = self.in_idx[v], self.view[(v, m)], self.mode[(v, m)]
+            if md == "scalar":
+                name = f"s{len(hoisted)}"
+                ctype = cuda_c.compute_dtype(v.dtype).cuda_type
+                hoisted.append(f"const {ctype} {name} = {cuda_c.load(f'in{k}[{cv.base}]', v.dtype)};")
+                return name
+            if md == "identity":
+                raw = f"vl{k}_{self.loads.index((v, m))}.v[j]" if vector else f"in{k}[i]"
+            else:
+                raw = f"in{k}[{views.offset_expr(cv)}]"
+            return cuda_c.load(raw, v.dtype)
+
+        return load
+
+    def _own_index(self, v: Value, m: IndexMap) -> str:
+        cv, md = self.view[(v, m)], self.mode[(v, m)]
+        return "i" if md == "identity" else str(cv.base) if md == "scalar" else views.offset_expr(cv)
+
+    def body(self, vector: bool, hoisted: list[str]) -> tuple[list[str], list[str], list[str]]:
+        """(statements per element, vector loads before the j loop, vector stores after it)."""
+        em = _Emitter(self.lay, self.values, self._load(vector, hoisted), self._own_index)
+        pre, post = [], []  # (no reduced dims: every value is emitted into em.row)
+        if not vector and any(md == "general" for md in self.mode.values()):
+            em.row += _coords(self.dims, "i", "c")
+        for o, v, m in self.stores:
+            val = em.value(v, m)
+            em.row.append(self._write(o, v, m, val, vector, pre, post))
+        if vector:
+            for k, (v, m) in enumerate(self.loads):
+                if self.mode[(v, m)] == "identity":
+                    t = f"flame_vec<{v.dtype.cuda_type}, {self.vec()}>"
+                    pre.insert(0, f"const {t} vl{self.in_idx[v]}_{k} = reinterpret_cast<const {t}*>"
+                                  f"(in{self.in_idx[v]})[v];")
+        return em.row, pre, post
+
+    def _write(self, o: int, v: Value, m: IndexMap, val: str, vector: bool, pre, post) -> str:
+        cv, md = self.view[(v, m)], self.mode[(v, m)]
+        if md == "scalar":
+            return f"if (i == 0) out{o}[{cv.base}] = {_store(v, val)};"
+        if md == "identity" and vector:
+            t = f"flame_vec<{v.dtype.cuda_type}, {self.vec()}>"
+            pre.append(f"{t} vs{o};")
+            post.append(f"reinterpret_cast<{t}*>(out{o})[v] = vs{o};")
+            return f"vs{o}.v[j] = {_store(v, val)};"
+        if md == "identity":
+            return f"out{o}[i] = {_store(v, val)};"
+        guard = " && ".join(f"c{d} == 0" for d, s in enumerate(cv.strides) if s == 0)
+        write = f"out{o}[{views.offset_expr(cv)}] = {_store(v, val)};"
+        return f"if ({guard}) {write}" if guard else write
+
+    def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:
+        vec, conds = self.vec(), []
+        for (v, m), md in self.mode.items():
+            if md != "identity" or ((v, m) not in self.loads and v not in outputs):
+                continue
+            ptr = f"in{self.in_idx[v]}" if (v, m) in self.loads else f"out{outputs.index(v)}"
+            conds.append(f"(reinterpret_cast<unsigned long long>({ptr}) % {vec * v.dtype.itemsize} == 0)")
+        return " && ".join(dict.fromkeys(conds)) or "true"
+
+    def template_fields(self, inputs: list[Value], outputs: list[Value]) -> dict:
+        hoisted: list[str] = []
+        body, _, _ = self.body(False, hoisted)
+        fields = dict(n=self.n, vec=self.vec(), body=body, what=f"{_what(self.ops)} over {list(self.lay.domain)}")
+        if self.vec() > 1:
+            vec_body, pre, post = self.body(True, hoisted)
+            fields.update(vec_body=vec_body, vec_loads=pre, vec_stores=post, aligned=self.aligned(inputs, outputs))
+        fields["hoisted"] = list(dict.fromkeys(hoisted))
+        return fields
+
+
+def _lower_map(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kernel]:
+    outputs = list(group.outputs)
+    parts = [_MapSegment(seg, lay, inputs, outputs) for seg, lay in zip(segs, lays)]
+    fields = [p.template_fields(inputs, outputs) for p in parts]
+    work = max(-(-p.n // p.vec()) for p in parts)
+    block = block_for(work)
+    idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), *(p.n for p in parts))
+    what = "; ".join(f["what"] for f in fields)
+    source = render_template(
+        "fused_elementwise.cu.j2",
+        header=_header(group, inputs, f"{len(parts)} segment(s): {what}"),
+        includes=cuda_c.includes(_dtypes(group)),
+        prelude=_prelude(group),
+        name=NAME_TOKEN,
+        params=_params(inputs, outputs),
+        block=block,
+        idx_t=idx_t,
+        off_t=off_t,
+        segments=fields,
+    )
+    names = [op.name for op in group.ops if op.name not in VIEWS and op.name != "full"]
+    stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
+    if len(parts) > 1:
+        stem += f"_x{len(parts)}"
+    k = _finish(stem, source, grid_for(work, block), block, len(inputs), len(outputs))
+    same = len(parts) == 1 and all(v.shape == lays[0].domain for v in outputs)
+    return [k if same else dataclasses.replace(k, in_place_safe=False)]

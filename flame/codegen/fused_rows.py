@@ -1,0 +1,223 @@
+"""Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
+their elementwise prologue and epilogue. Each row is one warp (R <= 256 elements, 8 rows per block)
+or one block of 128 / 512 threads. A thread owns elements r = lane + j*G of its row; for rows of at
+most ROW_CACHE elements the external inputs read per element are loaded once into registers and every
+pass (one per reduction, then the stores) works from them; longer rows re-read global memory in each
+pass. Per-row values (reduction results and what is computed from them) are computed once per
+thread, from totals that every thread of the row holds identically."""
+
+from __future__ import annotations
+
+import math
+
+from flame.codegen import cuda_c, views
+from flame.codegen.fused import (
+    _INDEXED,
+    ROW_CACHE,
+    _dtypes,
+    _Emitter,
+    _finish,
+    _header,
+    _params,
+    _prelude,
+    _store,
+)
+from flame.codegen.kernel import NAME_TOKEN, Kernel, index_types, render_template
+from flame.codegen.snippets import REDUCTIONS
+from flame.ir.graph import FusionGroup, Op, Value
+from flame.ir.indexmap import REDUCTIONS as REDUCE_OPS
+from flame.ir.indexmap import IndexMap, Layout
+
+_MAX_GRID = 65535
+_NAMES = {  # reductions (and a telling op) -> the composite a row kernel implements
+    ("reduce_max", "reduce_sum", "div"): "softmax",
+    ("reduce_max", "reduce_sum", "log"): "log_softmax",
+    ("reduce_mean", "reduce_mean", "rsqrt"): "layer_norm",
+    ("reduce_mean", "rsqrt"): "rms_norm",
+}
+
+
+def _threads(R: int) -> int:
+    return 32 if R <= 256 else 128 if R <= 2048 else 512
+
+
+def _split(view: views.View, n_kept: int) -> tuple[views.View, views.View]:
+    return views.View(view.base, view.strides[:n_kept]), views.View(0, view.strides[n_kept:])
+
+
+def _offset(kept: views.View, red: views.View, kc: str, rc: str) -> tuple[str, str]:
+    """(per-row part with the base, per-element part) of a flat offset."""
+    k = views.offset_expr(kept, kc)
+    r = " + ".join(f"{rc}{d} * {s}" if s != 1 else f"{rc}{d}" for d, s in enumerate(red.strides) if s) or "0"
+    return k, r
+
+
+class _RowSegment:
+    def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], G: int, seg: int):
+        self.ops, self.lay, self.G, self.seg = ops, lay, G, seg
+        self.in_idx = {v: i for i, v in enumerate(inputs)}
+        self.out_idx = {v: outputs.index(v) for v in lay.stores}
+        rank = len(lay.domain)
+        self.n_kept = rank - lay.n_red
+        kept_shape, red_shape = lay.domain[: self.n_kept], lay.domain[self.n_kept:]
+        self.M, self.R = math.prod(kept_shape), math.prod(red_shape)
+        self.E = -(-self.R // G)
+        self.cached = self.R <= ROW_CACHE
+        inside = {op.out for op in ops}
+        self.values = inside
+        loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
+        indexed = [(op.out, m) for op in ops if op.name in _INDEXED for m in lay.maps.get(op.out, [])]
+        self.keys = loads + list(lay.stores.items()) + indexed
+        flat = [views.View(*m.flat(v.shape)) for v, m in self.keys]
+        parts = [_split(f, self.n_kept) for f in flat]
+        self.kdims, kv = views.collapse(kept_shape, [p[0] for p in parts])
+        self.rdims, rv = views.collapse(red_shape, [p[1] for p in parts])
+        self.off = {k: _offset(a, b, "k", "q") for k, a, b in zip(self.keys, kv, rv)}
+        self.kguard = {k: [d for d, s in enumerate(a.strides) if s == 0] for k, a in zip(self.keys, kv)}
+        self.rguard = {k: [d for d, s in enumerate(b.strides) if s == 0] for k, b in zip(self.keys, rv)}
+        self.red = range(self.n_kept, rank)
+        self.loads = loads
+
+    def _load(self, v: Value, m: IndexMap) -> str:
+        k, r = self.off[(v, m)]
+        key = self.loads.index((v, m))
+        if not m.depends_on(self.red):
+            return cuda_c.load(f"in{self.in_idx[v]}[rb{key}]", v.dtype)
+        if self.cached:
+            return f"x{key}[j]"
+        return cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {r}]", v.dtype)
+
+    def _own(self, v: Value, m: IndexMap) -> str:
+        k, r = self.off[(v, m)]
+        return f"{k} + {r}"
+
+    def _loop(self, body: list[str]) -> list[str]:
+        q = ["idx_t qr = r;"] if self.rdims else []
+        for d in range(len(self.rdims) - 1, 0, -1):
+            q.append(f"const off_t q{d} = (off_t)(qr % {self.rdims[d]}u); qr /= {self.rdims[d]}u;")
+        if self.rdims:
+            q.append("const off_t q0 = (off_t)qr;")
+        inner = ["  " + line for line in q + body]
+        if self.cached:
+            return ["#pragma unroll", f"for (int j = 0; j < {self.E}; ++j) {{",
+                    f"  const idx_t r = (idx_t)lane + (idx_t)j * {self.G}u;", "  if (r < R) {",
+                    *["  " + x for x in inner], "  }", "}"]
+        return [f"for (idx_t r = (idx_t)lane; r < R; r += {self.G}u) {{", *inner, "}"]
+
+    def _reduce(self, em: _Emitter, op: Op, out: list[str]) -> None:
+        spec = REDUCTIONS[op.name]
+        acc = cuda_c.compute_dtype(op.inputs[0].dtype)
+        ident = {"zero": cuda_c.literal(0, acc), "lowest": cuda_c.lowest(acc), "highest": cuda_c.highest(acc)}
+        a = f"acc{len(out)}"
+        em.memo_elem, em.elem = {}, []
+        x = em.value(op.inputs[0], _identity(len(self.lay.domain)))
+        body = em.elem + [f"{a} = {spec.combine.format(a, x)};"]
+        out += em.row
+        em.row = []
+        out.append(f"{acc.cuda_type} {a} = {ident[spec.identity]};")
+        out += self._loop(body)
+        out.append(f"for (int d = 16; d > 0; d >>= 1) {{ const {acc.cuda_type} b = __shfl_down_sync(0xffffffffu, "
+                   f"{a}, d); {a} = {spec.combine.format(a, 'b')}; }}")
+        if self.G == 32:
+            out.append(f"{a} = __shfl_sync(0xffffffffu, {a}, 0);")
+        else:
+            sm = f"reinterpret_cast<{acc.cuda_type}*>(flame_red)"
+            out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", "__syncthreads();", f"{a} = {sm}[0];",
+                    f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {spec.combine.format(a, f'{sm}[w]')};",
+                    "__syncthreads();"]
+        total = spec.finalize.format(a, ctype=acc.cuda_type, count=f"{self.R}u")
+        name = em.fresh()
+        ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
+        out.append(f"const {ctype} {name} = {cuda_c.load(cuda_c.convert(total, acc, op.out.dtype), op.out.dtype)};")
+        em.memo_row[(op.out, _row(self.lay, op))] = name
+
+    def body(self) -> list[str]:
+        out = [f"const idx_t R = {self.R}u;"]
+        if self.kdims:
+            out += ["idx_t kr = o;"] + [f"const off_t k{d} = (off_t)(kr % {self.kdims[d]}u); kr /= {self.kdims[d]}u;"
+                                        for d in range(len(self.kdims) - 1, 0, -1)] + ["const off_t k0 = (off_t)kr;"]
+        for key, (v, m) in enumerate(self.loads):
+            out.append(f"const off_t rb{key} = {self.off[(v, m)][0]};")
+            if self.cached and m.depends_on(self.red):
+                ctype = cuda_c.compute_dtype(v.dtype).cuda_type
+                load = cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {self.off[(v, m)][1]}]", v.dtype)
+                out += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
+        em = _Emitter(self.lay, self.values, self._load, self._own, prefix=f"s{self.seg}_")
+        for op in self.ops:
+            if op.name in REDUCE_OPS:
+                self._reduce(em, op, out)
+        em.memo_elem, em.elem = {}, []
+        for v, m in self.lay.stores.items():
+            if m.depends_on(self.red):
+                val = em.value(v, m)
+                em.elem.append(self._write(v, m, val))
+        out += em.row
+        em.row = []
+        if em.elem:
+            out += self._loop(em.elem)
+        for v, m in self.lay.stores.items():
+            if not m.depends_on(self.red):
+                out.append("if (lane == 0) " + self._write(v, m, em.value(v, m)))
+        return _merge_rows(out, em.row)
+
+    def _write(self, v: Value, m: IndexMap, val: str) -> str:
+        k, r = self.off[(v, m)]
+        guards = [f"k{d} == 0" for d in self.kguard[(v, m)] if self.kdims] + \
+                 [f"q{d} == 0" for d in self.rguard[(v, m)] if m.depends_on(self.red) and self.rdims]
+        write = f"out{self.out_idx[v]}[{k} + {r if m.depends_on(self.red) else '0'}] = {_store(v, val)};"
+        return f"if ({' && '.join(guards)}) {write}" if guards else write
+
+
+def _merge_rows(out: list[str], late: list[str]) -> list[str]:
+    """Row statements emitted while writing per-row results go before those writes."""
+    if not late:
+        return out
+    first = next((i for i, x in enumerate(out) if x.startswith("if (lane == 0) ")), len(out))
+    return out[:first] + late + out[first:]
+
+
+def _identity(rank: int) -> IndexMap:
+    from flame.ir.indexmap import identity
+
+    return identity(rank)
+
+
+def _row(lay: Layout, op: Op) -> IndexMap:
+    from flame.ir.indexmap import row_map
+
+    return row_map(op.out, lay.domain, lay.n_red)
+
+
+def lower_rows(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kernel]:
+    outputs = list(group.outputs)
+    R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
+    G = _threads(R)
+    block = 256 if G == 32 else G
+    parts = [_RowSegment(seg, lay, inputs, outputs, G, k) for k, (seg, lay) in enumerate(zip(segs, lays))]
+    fields, start = [], 0
+    for p in parts:
+        fields.append(dict(start=start, end=start + p.M, body=p.body(),
+                           what=f"{p.M} rows x {p.R} ({'registers' if p.cached else 'streamed'})"))
+        start += p.M
+    idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), start)
+    source = render_template(
+        "fused_rows.cu.j2",
+        header=_header(group, inputs, "; ".join(f["what"] for f in fields)),
+        includes=cuda_c.includes(_dtypes(group)),
+        prelude=_prelude(group),
+        name=NAME_TOKEN,
+        params=_params(inputs, outputs),
+        block=block,
+        G=G,
+        idx_t=idx_t,
+        off_t=off_t,
+        total_rows=start,
+        segments=fields,
+    )
+    reds = [op.name for op in group.ops if op.name in REDUCE_OPS]
+    names = set(op.name for op in group.ops)
+    what = next((n for key, n in _NAMES.items() if list(key[:-1]) == reds[: len(key) - 1] and key[-1] in names
+                 and len(reds) == len(key) - 1), "_".join(r.removeprefix("reduce_") for r in reds[:3]))
+    stem = f"reduce_{what}_rows_{outputs[0].dtype.name}" + (f"_x{len(parts)}" if len(parts) > 1 else "")
+    grid = min(-(-start // (block // G)), _MAX_GRID)
+    return [_finish(stem, source, grid, block, len(inputs), len(outputs))]

@@ -1,0 +1,235 @@
+"""Index maps for fusion: inside a fused kernel every value is evaluated at coordinates of one
+iteration domain D (a shape). A value v is read or computed at `coords_v = base + A @ coords_D` — an
+IndexMap. Elementwise broadcasting, broadcast_to, permute, squeeze/unsqueeze, slice, flip and the
+reshapes that only split dimensions are affine, so a chain of them composes into one IndexMap, and a
+load of v becomes a flat offset `strides(v) . coords_v`.
+
+A row domain has `n_red` trailing reduced dims: reductions over exactly those dims are computed
+once per row. `derive` assigns the maps of a candidate group, or says why it cannot be one kernel;
+the fusion pass (feasibility) and codegen (index math) share it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from flame.ir.graph import Op, Value
+from flame.ir.registry import get
+
+MAX_MAPS = 4  # a value needed at more maps than this is recomputed too often: split the group
+REDUCTIONS = ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
+VIEWS = ("reshape", "squeeze", "unsqueeze", "broadcast_to", "permute", "slice", "flip")
+
+
+@dataclass(frozen=True)
+class IndexMap:
+    """coords of a value (one per dim) = base + rows @ coords of the domain."""
+
+    rows: tuple[tuple[int, ...], ...]
+    base: tuple[int, ...]
+    cols: int  # the domain's rank
+
+    def then(self, inner: IndexMap) -> IndexMap:
+        """inner o self: `inner` maps this value's coords to another value's coords."""
+        rows = tuple(tuple(sum(r[k] * self.rows[k][d] for k in range(len(r))) for d in range(self.cols))
+                     for r in inner.rows)
+        base = tuple(b + sum(r[k] * self.base[k] for k in range(len(r))) for r, b in zip(inner.rows, inner.base))
+        return IndexMap(rows, base, self.cols)
+
+    def depends_on(self, dims: range) -> bool:
+        return any(r[d] for r in self.rows for d in dims)
+
+    def flat(self, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+        """(base, strides per domain dim) of the flat offset into a contiguous buffer of `shape`."""
+        st = contiguous_strides(shape)
+        strides = tuple(sum(s * r[d] for s, r in zip(st, self.rows)) for d in range(self.cols))
+        return sum(s * b for s, b in zip(st, self.base)), strides
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def _select(n_out: int, picks: list[tuple[int | None, int]]) -> IndexMap:
+    """A map whose dim k reads coordinate picks[k][0] (None: constant) plus picks[k][1]."""
+    rows = tuple(tuple(1 if d == p else 0 for d in range(n_out)) for p, _ in picks)
+    return IndexMap(rows, tuple(b for _, b in picks), n_out)
+
+
+def identity(rank: int) -> IndexMap:
+    return _select(rank, [(d, 0) for d in range(rank)])
+
+
+def broadcast(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
+    """dst coords -> src coords under NumPy broadcasting (src aligned right); None if not a broadcast."""
+    lead = len(dst) - len(src)
+    if lead < 0 or any(s not in (1, d) for s, d in zip(src, dst[lead:])):
+        return None
+    return _select(len(dst), [(None if s == 1 else k + lead, 0) for k, s in enumerate(src)])
+
+
+def _reshape(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
+    """dst coords -> src coords when every src dim of size > 1 is a product of consecutive dst dims."""
+    big = [(d, s) for d, s in enumerate(dst) if s != 1]
+    rows, at = [], 0
+    for s in src:
+        row = [0] * len(dst)
+        if s != 1:
+            group, size = [], 1
+            while size < s and at < len(big):
+                group.append(big[at])
+                size *= big[at][1]
+                at += 1
+            if size != s:
+                return None
+            inner = 1
+            for d, n in reversed(group):
+                row[d] = inner
+                inner *= n
+        rows.append(tuple(row))
+    if at != len(big):
+        return None
+    return IndexMap(tuple(rows), (0,) * len(src), len(dst))
+
+
+def _permute(op: Op) -> IndexMap:
+    perm = op.attrs["perm"]
+    inv = {p: j for j, p in enumerate(perm)}
+    return _select(len(perm), [(inv[k], 0) for k in range(len(perm))])
+
+
+def _slice(op: Op) -> IndexMap:
+    n = op.out.type.rank
+    rows = tuple(tuple(st if d == k else 0 for d in range(n)) for k, st in enumerate(op.attrs["steps"]))
+    return IndexMap(rows, tuple(op.attrs["starts"]), n)
+
+
+def _flip(op: Op) -> IndexMap:
+    shape = op.out.shape
+    axes = {a % max(len(shape), 1) for a in op.attrs["axes"]}
+    rows = tuple(tuple((-1 if k in axes else 1) if d == k else 0 for d in range(len(shape))) for k in range(len(shape)))
+    return IndexMap(rows, tuple(s - 1 if k in axes else 0 for k, s in enumerate(shape)), len(shape))
+
+
+def input_map(op: Op, i: int) -> IndexMap | None:
+    """op.out coords -> op.inputs[i] coords, for elementwise and view ops; None when not affine."""
+    src, dst = op.inputs[i].shape, op.out.shape
+    if op.name in ("reshape", "squeeze", "unsqueeze"):
+        return _reshape(src, dst)
+    if op.name == "permute":
+        return _permute(op)
+    if op.name == "slice":
+        return _slice(op)
+    if op.name == "flip":
+        return _flip(op) if dst else identity(0)
+    if op.name == "broadcast_to" or get(op.name).category == "elementwise":
+        return broadcast(src, dst)
+    return None
+
+
+def row_map(v: Value, domain: tuple[int, ...], n_red: int) -> IndexMap | None:
+    """The map of a per-row value: its dims of size > 1 are the domain's kept dims of size > 1."""
+    kept = [d for d in range(len(domain) - n_red) if domain[d] != 1]
+    big = [k for k, s in enumerate(v.shape) if s != 1]
+    if [v.shape[k] for k in big] != [domain[d] for d in kept]:
+        return None
+    where = dict(zip(big, kept))
+    return _select(len(domain), [(where.get(k), 0) for k in range(len(v.shape))])
+
+
+def canonical(v: Value, domain: tuple[int, ...], n_red: int) -> IndexMap | None:
+    """Where a value the group writes is stored from: a per-row map in row domains when its shape
+    fits one, else NumPy broadcasting of v into the domain."""
+    if n_red:
+        m = row_map(v, domain, n_red)
+        if m is not None:
+            return m
+    return broadcast(v.shape, domain)
+
+
+def reduced_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
+    """op reduces exactly the trailing n_red dims (size-1 dims aside) of an input shaped like domain."""
+    if op.name not in REDUCTIONS or n_red == 0 or op.inputs[0].shape != domain:
+        return False
+    rank = len(domain)
+    axes = {a % max(rank, 1) for a in op.attrs["axes"]}
+    tail = set(range(rank - n_red, rank))
+    return {a for a in axes if domain[a] != 1} == {d for d in tail if domain[d] != 1}
+
+
+def trailing_reduced(op: Op) -> int | None:
+    """n_red of the row domain of reduction `op` (its input's shape), or None when the reduced dims
+    are not the innermost ones (a column reduction)."""
+    shape = op.inputs[0].shape
+    rank = len(shape)
+    if op.name not in REDUCTIONS:
+        return None
+    axes = {a % max(rank, 1) for a in op.attrs["axes"]} if rank else set()
+    kept = [d for d in range(rank) if d not in axes and shape[d] != 1]
+    red = [d for d in axes if shape[d] != 1]
+    if not red:
+        return None
+    n_red = rank - (max(kept) + 1 if kept else 0)
+    return n_red if all(d >= rank - n_red for d in red) else None
+
+
+@dataclass
+class Layout:
+    """The maps of one fused group: every value (computed or read) -> the maps it is needed at."""
+
+    domain: tuple[int, ...]
+    n_red: int
+    maps: dict[Value, list[IndexMap]]
+    stores: dict[Value, IndexMap]
+
+
+def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: int) -> Layout | str:
+    """Maps for evaluating `ops` over `domain` and storing `exposed`, or the reason it cannot be done."""
+    inside = {op.out: op for op in ops}
+    maps: dict[Value, list[IndexMap]] = {}
+    stores: dict[Value, IndexMap] = {}
+
+    def need(v: Value, m: IndexMap) -> str:
+        got = maps.setdefault(v, [])
+        if m not in got:
+            got.append(m)
+        return "value needed at too many index maps" if len(got) > MAX_MAPS and v in inside else ""
+
+    for v in exposed:
+        m = row_map(v, domain, n_red) if v in inside and inside[v].name in REDUCTIONS else canonical(v, domain, n_red)
+        if m is None:
+            return f"result {v.type} does not map into the domain {list(domain)}"
+        stores[v] = m
+        need(v, m)
+    red = range(len(domain) - n_red, len(domain))
+    for op in reversed(ops):
+        for m in maps.get(op.out, []):
+            why = _inputs(op, m, domain, n_red, red, need)
+            if why:
+                return why
+    return Layout(domain, n_red, maps, stores)
+
+
+def _inputs(op: Op, m: IndexMap, domain, n_red, red, need) -> str:
+    if op.name in REDUCTIONS:
+        if not reduced_ok(op, domain, n_red):
+            return "reduction over other axes than the row's"
+        if m != row_map(op.out, domain, n_red):
+            return "reduction result used at another shape"
+        return need(op.inputs[0], identity(len(domain)))
+    for i, u in enumerate(op.inputs):
+        im = input_map(op, i)
+        if im is None:
+            return f"{op.name} is not an affine view"
+        why = need(u, m.then(im))
+        if why:
+            return why
+    return ""
+
+
+def numel(shape) -> int:
+    return math.prod(shape)

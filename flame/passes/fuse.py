@@ -1,0 +1,346 @@
+"""The fusion pass: partition a graph's ops into kernels (FusionGroups) and record why each kernel
+boundary exists (DESIGN.md §5). Only fusions whose math is the op-by-op math are made: a fused
+kernel evaluates the same ops on the same operands and rounds every intermediate to its dtype.
+
+Rules, in the order they apply:
+- vertical: an elementwise or view op joins the kernel of an operand's producer when every value of
+  that kernel maps affinely into one iteration domain (flame.ir.indexmap); several results may leave
+  one kernel (multi-output);
+- rows: a reduction over the innermost dims joins its elementwise prologue; consumers that use the
+  per-row result (also broadcast back over the row) join as epilogue, so softmax, log_softmax,
+  layer_norm, rms_norm and a cross-entropy's row part are one kernel each (codegen keeps rows of up
+  to ROW_CACHE elements in registers and streams longer rows in several passes);
+- scalars: 0-d work (step counters, bias corrections) forms scalar kernels; one read by a single
+  kernel is absorbed into it;
+- horizontal: independent kernels doing the same work (same op sequence, views aside) become one
+  launch with one segment each (e.g. the AdamW update of every parameter), at most MAX_SEGMENTS;
+- matmul: stays a library call; a bias add over the last dim and a relu that only it feeds are
+  marked as its epilogue (the plan builder folds them into cuBLASLt when the runtime supports it);
+- `full` constants are cloned into every kernel that reads them.
+Not fused: column reductions (their own tuned kernel), gather/scatter/pad/concat/argmax (opaque)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from flame.ir.graph import FusionGroup, Graph, Op, Value
+from flame.ir.indexmap import REDUCTIONS, VIEWS, Layout, derive, trailing_reduced
+from flame.ir.registry import get
+
+MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
+_FUSIBLE = ("elementwise", "scalar", "rows")
+
+
+@dataclass(eq=False)
+class _Group:
+    ops: list[Op]
+    kind: str  # elementwise, scalar, rows, matmul, reduction, opaque
+    reason: str = ""
+    domain: tuple[int, ...] | None = None
+    n_red: int = 0
+    epilogue: str = "none"
+    merged: list[_Group] = field(default_factory=list)
+
+
+class _State:
+    """The groups while they form, with the graph's users and outputs for exposure and cycle checks."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.users = g.users()
+        self.outs = set(g.outputs)
+        self.group_of: dict[Op, _Group] = {}
+        self.groups: list[_Group] = []
+        self.index = {op: i for i, op in enumerate(g.ops)}
+
+    def new(self, ops: list[Op], kind: str, **kw) -> _Group:
+        grp = _Group(list(ops), kind, **kw)
+        self.groups.append(grp)
+        for op in ops:
+            self.group_of[op] = grp
+        return grp
+
+    def exposed(self, ops: list[Op]) -> list[Value]:
+        inside = set(ops)
+        return [op.out for op in ops if op.out in self.outs or any(u not in inside for u in self.users[op.out])]
+
+    def succ(self, grp: _Group) -> set[_Group]:
+        return {self.group_of[u] for op in grp.ops for u in self.users[op.out] if u in self.group_of} - {grp}
+
+    def reaches(self, src: _Group, dst: _Group) -> bool:
+        """A path of data edges src -> ... -> dst between kernels."""
+        todo, seen = list(self.succ(src)), set()
+        while todo:
+            h = todo.pop()
+            if h is dst:
+                return True
+            if h in seen:
+                continue
+            seen.add(h)
+            todo += [s for s in self.succ(h) if s not in seen]
+        return False
+
+    def sorted_ops(self, ops) -> list[Op]:
+        return sorted(ops, key=self.index.__getitem__)
+
+
+def _fit(st: _State, ops: list[Op], kind: str, domain=None, n_red: int = 0) -> tuple | str:
+    """(domain, n_red) under which `ops` form one kernel, or why they cannot."""
+    exposed = st.exposed(ops)
+    if kind == "rows":
+        got = derive(ops, exposed, domain, n_red)
+        return got if isinstance(got, str) else (domain, n_red)
+    big = max(math.prod(op.out.shape) for op in ops)
+    shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big))
+    why = "no common iteration domain"
+    for shape in shapes:
+        got = derive(ops, exposed, shape, 0)
+        if isinstance(got, Layout):
+            return shape, 0
+        why = got
+    return why
+
+
+def _constants(st: _State, op: Op) -> list[Op]:
+    return [v.producer for v in op.inputs if v.producer is not None and v.producer.name == "full"
+            and v.producer not in st.group_of]
+
+
+def _try_join(st: _State, grp: _Group, op: Op) -> bool:
+    ins = {st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of} - {grp}
+    if any(st.reaches(grp, h) for h in ins):
+        return False  # joining would make a cycle between kernels
+    ops = st.sorted_ops(grp.ops + _constants(st, op) + [op])
+    domain, n_red = grp.domain, grp.n_red
+    if op.name in REDUCTIONS:
+        n_red = trailing_reduced(op)
+        if grp.kind == "rows" and (grp.domain != op.inputs[0].shape or grp.n_red != n_red):
+            return False
+        domain = op.inputs[0].shape
+        got = _fit(st, ops, "rows", domain, n_red)
+    else:
+        got = _fit(st, ops, grp.kind if grp.kind == "rows" else "elementwise", domain, n_red)
+    if isinstance(got, str):
+        grp.reason = grp.reason or got
+        return False
+    for c in _constants(st, op) + [op]:
+        st.group_of[c] = grp
+    grp.ops = ops
+    grp.domain, grp.n_red = got
+    if op.name in REDUCTIONS:
+        grp.kind = "rows"
+    return True
+
+
+def _classify(op: Op) -> str:
+    cat = get(op.name).category
+    if op.name == "matmul":
+        return "matmul"
+    if op.name in REDUCTIONS:
+        return "rows" if trailing_reduced(op) is not None else "reduction"
+    if cat == "elementwise" or op.name in VIEWS:
+        small = math.prod(op.out.shape) == 1 and all(math.prod(v.shape) == 1 for v in op.inputs)
+        return "scalar" if small else "elementwise"
+    return "opaque"
+
+
+def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
+    """The epilogue `op` adds to matmul group grp, or None: add of a bias [n] (size-1 dims aside)
+    broadcast over the rows, then relu; the intermediate has no other user and is not returned."""
+    last = grp.ops[-1].out
+    if st.users[last] != [op] or last in st.outs or last.dtype.name not in ("f32", "f16", "bf16"):
+        return None
+    if op.name == "relu" and grp.epilogue in ("none", "bias"):
+        return "relu" if grp.epilogue == "none" else "bias_relu"
+    if op.name != "add" or grp.epilogue != "none" or op.out.type != last.type:
+        return None
+    bias = op.inputs[1] if op.inputs[0] is last else op.inputs[0]
+    n = last.shape[-1]
+    squeezed = [s for s in bias.shape if s != 1]
+    ok = bias is not last and bias.shape[-1:] == (n,) and squeezed == [n] and bias.dtype == last.dtype
+    return "bias" if ok else None
+
+
+def _place(st: _State, op: Op) -> None:
+    kind = _classify(op)
+    producers = [st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of]
+    for grp in dict.fromkeys(reversed(producers)):
+        if grp.kind == "matmul":
+            epi = _epilogue(st, grp, op)
+            if epi is not None and not any(st.reaches(grp, h) for h in producers if h is not grp):
+                grp.ops.append(op)
+                st.group_of[op] = grp
+                grp.epilogue = epi
+                return
+        ok_kinds = ("scalar", "rows") if kind == "scalar" else ("elementwise", "rows")
+        if kind in ("scalar", "elementwise", "rows") and grp.kind in ok_kinds and _try_join(st, grp, op):
+            for other in dict.fromkeys(producers):
+                if other is not grp and other in st.groups and other.kind in ok_kinds:
+                    _try_merge(st, grp, other)
+            return
+    if kind in ("scalar", "elementwise", "rows"):
+        grp = st.new(_constants(st, op) + [op], kind, domain=op.out.shape)
+        if kind == "rows":
+            grp.domain, grp.n_red = op.inputs[0].shape, trailing_reduced(op)
+        return
+    for c in _constants(st, op):
+        st.new([c], "elementwise", domain=c.out.shape)
+    st.new([op], kind)
+
+
+def _clone_constants(g: Graph) -> Graph:
+    """A copy of g where every `full` op has at most one reader op (a clone per reader), so that
+    each kernel computes its own constants instead of reading them from memory."""
+    g = g.copy()
+    users = g.users()
+    ops: list[Op] = []
+    for op in g.ops:
+        if op.name == "full" and len(users[op.out]) > 1:
+            continue
+        new_inputs = []
+        for v in op.inputs:
+            p = v.producer
+            if p is not None and p.name == "full" and len(users[v]) > 1:
+                clone = Op("full", (), p.attrs, v.type, p.loc)
+                ops.append(clone)
+                v = clone.out
+            new_inputs.append(v)
+        op.inputs = tuple(new_inputs)
+        ops.append(op)
+    kept = {op.out for op in ops}
+    for op in g.ops:  # a shared constant that is also returned keeps its op
+        if op.out not in kept and op.out in set(g.outputs):
+            ops.insert(0, op)
+    g.ops = ops
+    return g
+
+
+def _merge(st: _State, a: _Group, b: _Group) -> None:
+    a.ops = st.sorted_ops(a.ops + b.ops)
+    a.merged.append(b)
+    for op in b.ops:
+        st.group_of[op] = a
+    st.groups.remove(b)
+
+
+def _try_merge(st: _State, dst: _Group, src: _Group) -> None:
+    """Merge producer kernel src into dst (which reads it) when no third kernel sits between them."""
+    if any(st.reaches(k, dst) for k in st.succ(src) if k is not dst) or st.reaches(dst, src):
+        return
+    if src.kind == "rows" and dst.kind == "rows" and (src.domain, src.n_red) != (dst.domain, dst.n_red):
+        return
+    kind = "rows" if "rows" in (src.kind, dst.kind) else "elementwise"
+    rows = dst if dst.kind == "rows" else src
+    got = _fit(st, st.sorted_ops(src.ops + dst.ops), kind, rows.domain, rows.n_red)
+    if not isinstance(got, str):
+        _merge(st, dst, src)
+        dst.kind = kind if dst.kind != "scalar" else dst.kind
+        dst.domain, dst.n_red = got
+
+
+def _absorb_scalars(st: _State) -> None:
+    """A scalar kernel whose results only one other fusible kernel reads joins that kernel."""
+    for s in [grp for grp in st.groups if grp.kind == "scalar"]:
+        users = st.succ(s)
+        if len(users) != 1 or any(v in st.outs for v in st.exposed(s.ops)):
+            continue
+        (dst,) = users
+        if dst.kind not in ("elementwise", "rows"):
+            continue
+        ops = st.sorted_ops(s.ops + dst.ops)
+        got = _fit(st, ops, dst.kind, dst.domain, dst.n_red)
+        if not isinstance(got, str):
+            _merge(st, dst, s)
+            dst.domain, dst.n_red = got
+
+
+def _signature(grp: _Group) -> tuple:
+    work = tuple((op.name, str(sorted(op.attrs.items())) if op.name != "full" else "", op.out.dtype.name)
+                 for op in grp.ops if op.name not in VIEWS)
+    return (grp.kind, grp.n_red > 0, work)
+
+
+def _horizontal(st: _State) -> None:
+    """Independent kernels of the same signature (scalar kernels: any) become one launch."""
+    for a in list(st.groups):
+        if a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2]:
+            continue
+        sig = _signature(a)
+        for b in list(st.groups):
+            if len(a.merged) + 1 >= MAX_SEGMENTS:
+                a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
+                break
+            if b is a or b.kind != a.kind or (a.kind != "scalar" and _signature(b) != sig) or not _signature(b)[2]:
+                continue
+            if st.reaches(a, b) or st.reaches(b, a):
+                continue
+            _merge(st, a, b)
+
+
+def _order(st: _State) -> list[_Group]:
+    """Groups in a topological order of the kernel graph (ties: first op's position)."""
+    preds = {grp: set() for grp in st.groups}
+    for grp in st.groups:
+        for s in st.succ(grp):
+            preds[s].add(grp)
+    done, out = set(), []
+    ready = sorted((grp for grp in st.groups if not preds[grp]), key=lambda k: st.index[k.ops[0]])
+    while ready:
+        grp = ready.pop(0)
+        out.append(grp)
+        done.add(grp)
+        for s in sorted(st.succ(grp), key=lambda k: st.index[k.ops[0]]):
+            if s not in done and s not in ready and preds[s] <= done:
+                ready.append(s)
+        ready.sort(key=lambda k: st.index[k.ops[0]])
+    assert len(out) == len(st.groups), "internal error: kernel graph has a cycle"
+    return out
+
+
+def _reason(st: _State, grp: _Group) -> str:
+    outs = st.exposed(grp.ops)
+    readers = {st.group_of[u].kind for v in outs for u in st.users[v]}
+    if grp.kind == "matmul":
+        return "matmul (cuBLASLt call" + (f", epilogue {grp.epilogue})" if grp.epilogue != "none" else ")")
+    if grp.kind == "opaque":
+        return f"opaque op ({grp.ops[-1].name})"
+    if grp.kind == "reduction":
+        return "column reduction (its own kernel: reduced dims are not innermost)"
+    if any(v in st.outs for v in outs) and not readers:
+        return "graph output"
+    if grp.reason:
+        return grp.reason
+    if readers & {"matmul"}:
+        return "result read by a matmul"
+    if readers & {"opaque", "reduction"}:
+        return "result read by an opaque op or column reduction"
+    if grp.kind == "scalar":
+        return "scalar results read by several kernels"
+    return "results used at another shape or by a later reduction"
+
+
+def fuse(g: Graph) -> Graph:
+    """Partition g's ops into kernels (see the module docstring).
+
+    Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
+    are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
+    with the values it writes and the reason for its boundary. g is not modified."""
+    g = _clone_constants(g)
+    st = _State(g)
+    for op in g.ops:
+        if op.name != "full":
+            _place(st, op)
+    for op in g.ops:  # constants only read by ops that went elsewhere
+        if op not in st.group_of:
+            st.new([op], "elementwise", domain=op.out.shape)
+    _absorb_scalars(st)
+    _horizontal(st)
+    ordered = _order(st)
+    g.ops = [op for grp in ordered for op in grp.ops]
+    g.groups = [
+        FusionGroup(tuple(grp.ops), "elementwise" if grp.kind == "scalar" else grp.kind, _reason(st, grp),
+                    tuple(st.exposed(grp.ops)), grp.epilogue)
+        for grp in ordered
+    ]
+    return g

@@ -1,0 +1,287 @@
+"""plan_memory: the memory plan of a Plan (DESIGN.md §1, §4). A pass over the runtime Plan, not the
+Graph: it sees the steps as they will run (fused kernels, library calls, copies, views).
+
+1. In-place updates. An output aliased to an input (g.aliases: a parameter or optimizer state after a
+   step) is written straight into that input's buffer when the input has no reader after the first
+   write of the output (a reader at that very step is fine when the step is elementwise and reads it
+   with the output's shape). Otherwise the output is computed in the arena and copied into the input
+   at the end of the plan. Either way the plan's output IS the input buffer: the executor returns
+   the bound input array, and nothing is written back after the call.
+2. Elementwise reuse. A temporary written by an elementwise step may take the exact bytes of a
+   temporary input of the same size that dies at that step (chains of such steps share one slot).
+3. Best fit. Every temporary and scratch buffer gets an arena offset: blocks (after 2) are placed
+   largest first (ties: earliest first use), each into the smallest gap between the blocks already
+   placed that are live at the same time, or on top of them when no gap fits.
+
+`memory_report(plan)` tells, before anything runs, the planned peak and what is live then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from flame.ir.printer import format_op
+from flame.passes.autodiff import is_backward
+from flame.runtime.plan import (
+    ALIGN,
+    Buffer,
+    Copy,
+    KernelLaunch,
+    LibraryCall,
+    Plan,
+    Step,
+    live_ranges,
+    shares_in_place,
+    step_reads,
+    step_writes,
+)
+
+BOUND_ROLES = ("input", "param", "state", "scalar", "const", "output")
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _root(buffers: dict[int, Buffer], bid: int) -> int:
+    while buffers[bid].base is not None:
+        bid = buffers[bid].base
+    return bid
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. in-place updates of aliased inputs
+
+
+def _renamed(s: Step, old: int, new: int) -> Step:
+    """s with buffer `old` replaced by `new` wherever it appears."""
+
+    def r(b):
+        return new if b == old else b
+
+    if isinstance(s, (KernelLaunch, LibraryCall)):
+        return dataclasses.replace(s, args=tuple(r(a) for a in s.args))
+    return dataclasses.replace(s, src=r(s.src), dst=r(s.dst))
+
+
+def _substitute(buffers: dict, steps: list, old: int, new: int, buffer_of: dict) -> tuple[dict, list]:
+    """Every use of root buffer `old` (step arguments, view bases, values' buffers) becomes `new`;
+    old disappears. buffer_of is updated in place."""
+    steps = [_renamed(s, old, new) for s in steps]
+    for v, b in list(buffer_of.items()):
+        if b == old:
+            buffer_of[v] = new
+    buffers = {k: (dataclasses.replace(b, base=new) if b.base == old else b) for k, b in buffers.items() if k != old}
+    return buffers, steps
+
+
+def _reads_of(buffers: dict, steps: list, root: int) -> list[int]:
+    return [i for i, s in enumerate(steps) if any(_root(buffers, a) == root for a in step_reads(s))]
+
+
+def _writes_of(buffers: dict, steps: list, root: int) -> list[int]:
+    return [i for i, s in enumerate(steps) if any(_root(buffers, a) == root for a in step_writes(s))]
+
+
+def _donate(plan: Plan, buffers: dict, steps: list, outputs: list, buffer_of: dict, out: int,
+            inp: int) -> tuple[dict, list]:
+    """Make output `out` (aliased to input `inp`) live in the input's buffer; see the module doc."""
+    p = plan.inputs[inp]
+    x = outputs[out]
+    xr = _root(buffers, x)
+    if xr == p or buffers[xr].role != "output" or buffers[xr].nbytes != buffers[p].nbytes:
+        return buffers, steps  # the output is the input itself, or shares another output's bytes
+    writes = _writes_of(buffers, steps, xr)
+    reads = _reads_of(buffers, steps, p)
+    if not writes:
+        return buffers, steps
+    first = writes[0]
+    ranges = {p: (min(reads + [first]), first), xr: (first, writes[-1])}
+    ok = all(r < first for r in reads) or (
+        all(r <= first for r in reads) and buffers[xr].shape == buffers[p].shape
+        and shares_in_place(buffers, steps, ranges, p, xr, buffer_of))
+    only_copy = all(isinstance(steps[i], Copy) for i in writes)
+    if ok and only_copy and len(writes) == 1 and _root(buffers, steps[first].src) == p:
+        steps = steps[:first] + steps[first + 1:]  # copying the input onto itself
+        buffers = {k: b for k, b in buffers.items() if k != xr}
+        buffer_of.update({v: p for v, b in buffer_of.items() if b == xr})
+        outputs[out] = p
+        return buffers, steps
+    if ok and buffers[xr].shape == buffers[p].shape and buffers[xr].dtype == buffers[p].dtype:
+        buffers, steps = _substitute(buffers, steps, xr, p, buffer_of)
+        outputs[out] = p  # x (xr or a view of it) has p's shape: the same bytes
+        return buffers, steps
+    if only_copy:
+        return buffers, steps  # a returned input or view read after the update: keep the fresh output
+    old = buffers[xr]
+    buffers = dict(buffers)
+    buffers[xr] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "temporary")
+    steps = steps + [Copy(x, p)]  # reads only the arena: later copies into other inputs are unaffected
+    outputs[out] = p
+    return buffers, steps
+
+
+def _promote_donations(plan: Plan) -> tuple[dict, list, list, dict]:
+    buffers, steps, outputs = dict(plan.buffers), list(plan.steps), list(plan.outputs)
+    buffer_of = dict(plan.buffer_of)
+    done: set[int] = set()
+    for out, inp in sorted(plan.graph.aliases.items()):
+        if inp in done or out >= len(outputs) or inp >= len(plan.inputs):
+            continue
+        done.add(inp)
+        buffers, steps = _donate(plan, buffers, steps, outputs, buffer_of, out, inp)
+    return buffers, steps, outputs, buffer_of
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. + 3. elementwise reuse and best fit
+
+
+def _blocks(buffers: dict, steps: list, ranges: dict, temps: list[Buffer],
+            buffer_of: dict | None) -> dict[int, list[int]]:
+    """Group temporaries that share one slot: an elementwise step's output joins the block of a
+    temporary input that dies there (same size). Returns block head -> member ids in order."""
+    is_temp = {b.id for b in temps if b.role == "temporary"}
+    head: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    claimed: set[int] = set()
+    for b in sorted(temps, key=lambda b: (ranges.get(b.id, (len(steps), 0))[0], b.id)):
+        first = ranges.get(b.id, (-1, -1))[0]
+        donor = None
+        if b.id in is_temp and 0 <= first < len(steps):
+            for a in step_reads(steps[first]):
+                r = _root(buffers, a)
+                if (r in is_temp and r not in claimed and r != b.id
+                        and shares_in_place(buffers, steps, ranges, r, b.id, buffer_of)):
+                    donor = r
+                    break
+        if donor is None:
+            head[b.id] = b.id
+            members[b.id] = [b.id]
+        else:
+            claimed.add(donor)
+            head[b.id] = head[donor]
+            members[head[donor]].append(b.id)
+    return members
+
+
+def assign_offsets(buffers: dict[int, Buffer], steps: list[Step],
+                   buffer_of: dict | None = None) -> tuple[dict[int, Buffer], int]:
+    """Best fit by size and lifetime (module doc, 2 and 3). Returns new buffers and the arena size."""
+    ranges = live_ranges(buffers, steps)
+    temps = [b for b in buffers.values() if b.role in ("temporary", "scratch")]
+    never = (len(steps), len(steps))
+    blocks = []
+    for ids in _blocks(buffers, steps, ranges, temps, buffer_of).values():
+        lo = min(ranges.get(i, never)[0] for i in ids)
+        hi = max(ranges.get(i, never)[1] for i in ids)
+        blocks.append((_aligned(max(buffers[i].nbytes for i in ids)), lo, hi, ids))
+    blocks.sort(key=lambda blk: (-blk[0], blk[1], blk[3][0]))
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    out, size = dict(buffers), 0
+    for need, lo, hi, ids in blocks:
+        busy = sorted((o, e) for o, e, f, la in placed if f <= hi and lo <= la)
+        at, best = 0, None
+        for o, e in busy:
+            if o - at >= need and (best is None or o - at < best[0]):
+                best = (o - at, at)
+            at = max(at, e)
+        offset = best[1] if best is not None else at
+        placed.append((offset, offset + need, lo, hi))
+        size = max(size, offset + need)
+        for i in ids:
+            out[i] = dataclasses.replace(buffers[i], offset=offset)
+    return out, size
+
+
+def plan_memory(plan: Plan) -> Plan:
+    """The plan with aliased outputs written in place and arena offsets by best fit.
+    Before: a Plan from build_plan (offsets unset). After: check_plan holds; plan.outputs[o] is the
+    input buffer itself for every output o aliased to an input (the executor returns the bound
+    array); the steps compute the same values."""
+    buffers, steps, outputs, buffer_of = _promote_donations(plan)
+    buffers, size = assign_offsets(buffers, steps, buffer_of)
+    return dataclasses.replace(plan, buffers=buffers, steps=steps, outputs=outputs, arena_size=size,
+                               buffer_of=buffer_of)
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+@dataclass
+class MemoryReport:
+    """What a plan will hold on the device, known before it runs. Bytes throughout.
+    peak: arena + bound buffers (inputs, parameters, state, fresh outputs); live_at_peak: (buffer,
+    type, role, bytes, producing IR op line) of the temporaries live at the arena's busiest step;
+    saved: forward values read by backward ops (activations kept for the backward pass)."""
+
+    name: str
+    arena: int
+    bound: dict[str, int]
+    peak_step: int
+    live_bytes: int
+    live_at_peak: list[tuple[str, str, str, int, str]] = field(default_factory=list)
+    saved: list[tuple[str, str, int]] = field(default_factory=list)
+
+    @property
+    def peak(self) -> int:
+        return self.arena + sum(self.bound.values())
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(n for _, _, n in self.saved)
+
+    def __str__(self) -> str:
+        lines = [f"memory plan of {self.name}: peak {_human(self.peak)} = arena {_human(self.arena)} + bound "
+                 + ", ".join(f"{r} {_human(n)}" for r, n in self.bound.items() if n)]
+        lines.append(f"live at the peak (step {self.peak_step}, {_human(self.live_bytes)} of temporaries):")
+        lines += [f"  {b:>5} {t:<16} {r:<9} {_human(n):>10}  {src}" for b, t, r, n, src in self.live_at_peak]
+        lines.append(f"saved for backward: {len(self.saved)} values, {_human(self.saved_bytes)}")
+        lines += [f"  {t:<16} {_human(n):>10}  {src}" for src, t, n in self.saved]
+        return "\n".join(lines)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def saved_for_backward(plan: Plan) -> list:
+    """Values computed by forward ops and read by backward ops (autodiff.is_backward), in order."""
+    g = plan.graph
+    users = g.users()
+    return [op.out for op in g.ops if not is_backward(op) and any(is_backward(u) for u in users[op.out])]
+
+
+def memory_report(plan: Plan) -> MemoryReport:
+    """The planned memory of `plan` (see MemoryReport)."""
+    ranges = live_ranges(plan.buffers, plan.steps)
+    temps = [b for b in plan.buffers.values() if b.role in ("temporary", "scratch")]
+    ids = plan.graph.numbering()
+    producer = {}
+    for v, bid in plan.buffer_of.items():
+        if v.producer is not None:
+            producer.setdefault(bid, v.producer)
+    peak_step, peak = 0, -1
+    for i in range(max(len(plan.steps), 1)):
+        live = sum(_aligned(b.nbytes) for b in temps if ranges.get(b.id, (1, 0))[0] <= i <= ranges.get(b.id, (1, 0))[1])
+        if live > peak:
+            peak_step, peak = i, live
+    at_peak = sorted((b for b in temps if ranges.get(b.id, (1, 0))[0] <= peak_step <= ranges.get(b.id, (1, 0))[1]),
+                     key=lambda b: -b.nbytes)
+    live = [(f"b{b.id}", _type(b), b.role, b.nbytes,
+             format_op(producer[b.id], ids) if b.id in producer else "(kernel scratch)") for b in at_peak]
+    bound = {r: sum(b.nbytes for b in plan.buffers.values() if b.role == r and b.base is None) for r in BOUND_ROLES}
+    saved = [(format_op(v.producer, ids), str(v.type), v.type.numel * v.dtype.itemsize)
+             for v in saved_for_backward(plan)]
+    return MemoryReport(plan.name, plan.arena_size, bound, peak_step, max(peak, 0), live, saved)
+
+
+def _type(b: Buffer) -> str:
+    return f"{b.dtype.name}[{','.join(str(s) for s in b.shape)}]"
+

@@ -1,0 +1,76 @@
+"""`flame profile`: per-kernel GPU time (CUDA events, warm-up, median), achieved GB/s or TFLOP/s and
+the share of the GPU's copy bandwidth measured in the same run, sorted, with the total per step."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flame.runtime.plan import LibraryCall, Plan
+from flame.runtime.stepwise import GpuUnitRunner, Unit, reference_values, units
+
+
+def _median_ms(fn, repeat: int, stream) -> float:
+    import cupy
+
+    fn()  # warm-up (module load, matmul planning)
+    times = []
+    for _ in range(repeat):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        fn()
+        stop.record(stream)
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def copy_bandwidth_gbs(repeat: int = 20, nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus written."""
+    import cupy
+
+    src = cupy.ones(nbytes // 4, dtype=cupy.float32)
+    dst = cupy.empty_like(src)
+    stream = cupy.cuda.get_current_stream()
+    ms = _median_ms(lambda: dst.__setitem__(Ellipsis, src), repeat, stream)
+    return 2 * nbytes / ms / 1e6
+
+
+def _rate(plan: Plan, unit: Unit, ms: float) -> str:
+    s = unit.steps[0]
+    if isinstance(s, LibraryCall):
+        i = s.info
+        flops = 2.0 * i["m"] * i["n"] * i["k"] * math.prod(i["batch"] or (1,))
+        return f"{flops / ms / 1e9:8.2f} TFLOP/s"
+    moved = sum(plan.buffers[b].nbytes for b in unit.ins + unit.outs)
+    return f"{moved / ms / 1e6:8.1f} GB/s"
+
+
+def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: float) -> str:
+    import cupy
+
+    runner = GpuUnitRunner(plan, reference_values(plan.graph, inputs))
+    stream = cupy.cuda.get_current_stream()
+    rows = []
+    for unit in units(plan):
+        bufs = runner.buffers(unit)
+        ms = _median_ms(lambda u=unit, b=bufs: runner.launch(u, b, stream), repeat, stream)
+        rows.append((ms, unit, _rate(plan, unit, ms)))
+    total = sum(ms for ms, _, _ in rows)
+    lines = [f"== {plan.name}: {len(rows)} kernels, {total * 1e3:.1f} us of GPU time per step "
+             f"(copy bandwidth {peak_gbs:.0f} GB/s) =="]
+    for ms, unit, rate in sorted(rows, key=lambda r: -r[0]):
+        pct = ""
+        if rate.endswith("GB/s"):
+            pct = f" {100 * float(rate.split()[0]) / peak_gbs:5.1f}% of copy"
+        ops = "+".join(o.name for o in unit.ops)
+        lines.append(f"  {ms * 1e3:9.1f} us {100 * ms / total:5.1f}%  {rate}{pct}  [{unit.index}] {unit.name} ({ops})")
+    return "\n".join(lines)
+
+
+def profile_records(records, repeat: int = 20) -> str:
+    """Profile every compiled function a script ran (on its first call's inputs)."""
+    peak = copy_bandwidth_gbs()
+    out = [profile_plan(r.plan, r.inputs, repeat, peak) for r in records if r.inputs is not None]
+    return "\n".join(out) if out else "nothing to profile: the compiled functions were never called"

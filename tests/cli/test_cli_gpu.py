@@ -1,0 +1,44 @@
+"""The GPU halves of the CLI: `flame check` names a deliberately broken kernel; `flame profile` times
+every kernel of the step."""
+
+import os
+
+import pytest
+
+from flame.cli import main
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "tiny_step.py")
+pytestmark = pytest.mark.gpu
+
+
+def test_check_passes_on_correct_kernels(capsys):
+    assert main(["check", SCRIPT]) == 0
+    assert "OK train_step" in capsys.readouterr().out
+
+
+def test_check_names_a_broken_kernel(capsys, monkeypatch):
+    from flame.codegen import snippets
+
+    broken = dict(snippets.SNIPPETS["exp"], f32="(expf({0}) * 1.5f)")  # a wrong snippet
+    monkeypatch.setitem(snippets.SNIPPETS, "exp", broken)
+    assert main(["check", SCRIPT]) == 2
+    out = capsys.readouterr().out
+    first = out.split("FIRST BAD KERNEL", 1)[1].splitlines()[0]
+    assert "diverges" in first
+    assert " = exp " in out.split("IR:", 1)[1].split("source:", 1)[0]
+    assert "* 1.5f" in out  # the bad kernel's source is shown
+
+
+def test_check_nan_watch_names_first_nan(capsys, monkeypatch):
+    from flame.codegen import snippets
+
+    broken = dict(snippets.SNIPPETS["exp"], f32="(expf({0}) * __int_as_float(0x7fc00000))")  # NaN
+    monkeypatch.setitem(snippets.SNIPPETS, "exp", broken)
+    assert main(["check", "--nan", SCRIPT]) == 2
+    assert "produced NaN/Inf" in capsys.readouterr().out
+
+
+def test_profile_lists_kernels_with_rates(capsys):
+    assert main(["profile", "--repeat", "5", SCRIPT]) == 0
+    out = capsys.readouterr().out
+    assert "== train_step:" in out and "GB/s" in out and "TFLOP/s" in out

@@ -1,0 +1,126 @@
+"""Fused kernels (codegen/fused.py): every kernel the fusion pass makes for the composites, a whole
+training step (f32, f16, bf16) and random graphs compiles with NVRTC for sm_80 and sm_90 (no GPU
+needed); sources name their ops; and (marked gpu) fused plans on the GPU match the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from flame.codegen.fused import lower_group
+from flame.codegen.nvrtc import compile_many
+from flame.ir import Builder, Graph, TensorType, bf16, f16, f32, verify
+from flame.passes.fuse import fuse
+from flame.passes.pipeline import run_pipeline
+from flame.runtime.plan import KernelLaunch, build_plan
+from flame.runtime.reference import run_graph
+from tests.passes.conftest import random_array
+from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, mlp_adamw
+from tests.passes.test_random_graphs import graphs
+
+ARCHS = ("sm_80", "sm_90")
+
+
+def fused_kernels(g: Graph) -> list:
+    return [k for grp in fuse(g).groups if len(grp.ops) > 1 and grp.kind != "matmul" for k in lower_group(grp)]
+
+
+def _compile(kernels) -> None:
+    for arch in ARCHS:
+        assert len(compile_many([k.source for k in kernels], arch)) == len(kernels)
+
+
+def _graphs():
+    out = {f"{n}_{d}": composite(n, d == "bwd")[0] for n in sorted(COMPOSITES) for d in ("fwd", "bwd")}
+    out["cross_entropy_fwd"] = cross_entropy()[0]
+    out["cross_entropy_bwd"] = cross_entropy(True)[0]
+    for dt in ("f32", "f16", "bf16"):
+        out[f"mlp_adamw_{dt}"] = mlp_adamw(dtype=dt)[0]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_graphs()))
+def test_fused_kernels_compile(name):
+    kernels = fused_kernels(_graphs()[name])
+    assert kernels
+    for k in kernels:
+        assert k.source.startswith("// flame fused kernel (")
+        assert k.name.startswith(("fused_", "reduce_")) and k.n_outputs >= 1
+    _compile(kernels)
+
+
+@pytest.mark.parametrize("dt", [f32, f16, bf16], ids=lambda d: d.name)
+def test_low_precision_rows_and_vector_paths_compile(dt):
+    g = Graph("rows")
+    b = Builder(g)
+    x, y = g.add_input(TensorType((64, 3000), dt)), g.add_input(TensorType((64, 3000), dt))
+    s = b.add(x, y)
+    m = b.reduce_max(s, axes=[1], keepdim=True)
+    e = b.exp(b.sub(s, m))
+    g.outputs = [b.div(e, b.reduce_sum(e, axes=[1], keepdim=True)), b.exp(b.mul(b.mul(x, y), 2.0))]
+    ks = fused_kernels(verify(g))
+    assert len(ks) == 2 and any("flame_vec<" in k.source.split("extern")[1] for k in ks)
+    _compile(ks)
+    big = Graph("streamed")
+    b = Builder(big)
+    x = big.add_input(TensorType((2, 20000), dt))
+    big.outputs = [b.mul(x, b.rsqrt(b.reduce_mean(b.mul(x, x), axes=[1], keepdim=True)))]
+    ks = fused_kernels(verify(big))
+    assert "streamed" in ks[0].source
+    _compile(ks)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=graphs())
+def test_random_graph_kernels_compile(g):
+    ks = fused_kernels(run_pipeline(g))
+    if ks:
+        _compile(ks)
+
+
+def _gpu_check(g: Graph, inputs, rtol=2e-4, atol=2e-5):
+    import cupy
+
+    from flame.runtime.cuda import CompiledPlan
+
+    fused = fuse(g)
+    plan = build_plan(fused)
+    assert any(isinstance(s, KernelLaunch) and s.n_outputs >= 1 for s in plan.steps)
+    want = run_graph(g, inputs)
+    got = CompiledPlan(plan)([cupy.asarray(a.copy()) for a in inputs])
+    for w, h in zip(want, got):
+        np.testing.assert_allclose(cupy.asnumpy(h).astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(_graphs()))
+def test_gpu_fused_matches_reference(name):
+    from tests.passes.fuse_cases import build  # noqa: F401  (graphs come with their inputs below)
+
+    if name.startswith("mlp_adamw"):
+        dt = name.rsplit("_", 1)[1]
+        g, inputs, _ = mlp_adamw(dtype=dt)
+        tol = {"f32": (2e-4, 2e-5), "f16": (2e-2, 2e-2), "bf16": (1e-1, 1e-1)}[dt]
+        _gpu_check(g, inputs, *tol)
+        return
+    if name.startswith("cross_entropy"):
+        g, inputs = cross_entropy(name.endswith("bwd"))
+    else:
+        base, d = name.rsplit("_", 1)
+        g, inputs = composite(base, d == "bwd")
+    _gpu_check(g, inputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(64, 3000), (3, 20000), (1000, 7)])
+def test_gpu_rows_sizes(shape):
+    g = Graph("sizes")
+    b = Builder(g)
+    x = g.add_input(TensorType(shape, f32))
+    m = b.reduce_max(x, axes=[1], keepdim=True)
+    e = b.exp(b.sub(x, m))
+    g.outputs = [b.div(e, b.reduce_sum(e, axes=[1], keepdim=True)), b.mul(x, 2.0)]
+    _gpu_check(verify(g), [random_array(v.type, np.random.default_rng(0)) * 0 + np.random.default_rng(1)
+                           .standard_normal(v.shape).astype(np.float32) for v in g.inputs])

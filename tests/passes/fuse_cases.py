@@ -1,0 +1,114 @@
+"""Composite graphs for the fusion tests: traced through the frontend and simplified (not fused)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import flame
+import flame.nn as nn
+import flame.nn.functional as F
+import flame.optim as optim
+from flame.ir import Graph
+from flame.passes.pipeline import run_pipeline
+from flame.runtime.device import executor
+
+_R = np.random.default_rng(0)
+X = _R.standard_normal((16, 40)).astype(np.float32)
+W = _R.standard_normal((40,)).astype(np.float32)
+LABELS = _R.integers(0, 40, 16)
+
+
+def build(fn, *arrays) -> tuple[Graph, list[np.ndarray]]:
+    """(fn traced and simplified, the arrays bound to its inputs)."""
+    c = flame.compile(fn)
+    args = c._args(arrays)
+    entry = c._build(args)
+    ex = executor()
+    inputs = [np.array(ex.to_numpy(entry.trace.concrete_value(b, args, ex))) for b in entry.trace.bindings]
+    return run_pipeline(entry.traced), inputs
+
+
+def _forward(name, f):
+    def fn(x):
+        return f(x)
+
+    fn.__name__ = name
+    return fn
+
+
+def _backward(name, f):
+    """loss = sum(f(p) * w) for a captured p that requires grad: the graph returns the loss and p's grad."""
+    p = flame.tensor(X, requires_grad=True)
+    w = flame.tensor(_R.standard_normal(X.shape).astype(np.float32))
+
+    def fn():
+        loss = (f(p) * w).sum()
+        loss.backward()
+        return loss
+
+    fn.__name__ = name
+    return fn
+
+
+def _ln(x):
+    return F.layer_norm(x, 40, flame.tensor(W), flame.tensor(W * 0.5))
+
+
+def _rms(x):
+    return F.rms_norm(x, 40, flame.tensor(W))
+
+
+def _gelu_chain(x):
+    return F.gelu((x * 2.0 + 1.0).tanh() - x)
+
+
+COMPOSITES = {
+    "softmax": lambda x: F.softmax(x, -1),
+    "log_softmax": lambda x: F.log_softmax(x, -1),
+    "layer_norm": _ln,
+    "rms_norm": _rms,
+    "gelu_chain": _gelu_chain,
+}
+
+
+def composite(name: str, backward: bool = False) -> tuple[Graph, list[np.ndarray]]:
+    f = COMPOSITES[name]
+    if backward:
+        return build(_backward(name + "_bwd", f))
+    return build(_forward(name, f), X)
+
+
+def cross_entropy(backward: bool = False) -> tuple[Graph, list[np.ndarray]]:
+    p = flame.tensor(X, requires_grad=True)
+
+    def ce(y):
+        loss = F.cross_entropy(p, y)
+        if backward:
+            loss.backward()
+        return loss
+
+    return build(ce, LABELS)
+
+
+def mlp_adamw(n_hidden: int = 2, width: int = 16, dtype: str = "f32") -> tuple[Graph, list[np.ndarray], int]:
+    """One AdamW training step of a small MLP (Linear, ReLU, LayerNorm, GELU, cross-entropy):
+    (graph, inputs, number of parameters)."""
+    g = flame.Generator(3)
+    layers = [nn.Linear(8, width, generator=g, dtype=dtype), nn.ReLU(), nn.LayerNorm(width, dtype=dtype)]
+    for _ in range(n_hidden - 1):
+        layers += [nn.Linear(width, width, generator=g, dtype=dtype), nn.GELU()]
+    layers.append(nn.Linear(width, 4, generator=g, dtype=dtype))
+    model = nn.Sequential(*layers)
+    opt = optim.AdamW(model.parameters(), lr=0.01)
+
+    def train_step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    r = np.random.default_rng(1)
+    x = r.standard_normal((32, 8)).astype(flame.ir.dtype_of(dtype).np_dtype)
+    graph, inputs = build(train_step, x, r.integers(0, 4, 32))
+    return graph, inputs, len(list(model.parameters()))

@@ -1,0 +1,151 @@
+"""The fusion pass: fused plans compute what unfused plans and the op-by-op oracle compute (on the
+reference executor, memory plan applied), known patterns become the expected number of kernels,
+every kernel boundary has a reason, and the IR with kernels round-trips through the parser."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flame.ir import Builder, Graph, TensorType, f32, parse, print_graph, verify
+from flame.passes.fuse import fuse
+from flame.passes.pipeline import run_pipeline
+from flame.runtime.plan import KernelLaunch, LibraryCall, build_plan, check_plan
+from flame.runtime.reference import run_graph, run_plan
+from tests.passes.conftest import assert_same_bits, random_array
+from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, mlp_adamw
+from tests.passes.test_random_graphs import graphs
+
+
+def launches(g: Graph) -> list:
+    return [s for s in build_plan(g).steps if isinstance(s, (KernelLaunch, LibraryCall))]
+
+
+def check_fused(g: Graph, inputs: list[np.ndarray]) -> Graph:
+    """fuse(g): verified, g untouched, and fused plan == unfused plan == oracle, bit for bit."""
+    before = print_graph(g)
+    fused = fuse(g)
+    verify(fused)
+    assert print_graph(g) == before
+    assert fused.groups and [op for k in fused.groups for op in k.ops] == fused.ops
+    assert all(k.reason for k in fused.groups)
+    want = run_graph(g, inputs)
+    for plan in (build_plan(fused), build_plan(g)):
+        check_plan(plan)
+        got_all = run_plan(plan, [a.copy() for a in inputs])  # plans update aliased inputs in place
+        for i, (w, got) in enumerate(zip(want, got_all)):
+            assert_same_bits(got, w, f"output {i}")
+    text = print_graph(fused)
+    assert print_graph(parse(text)) == text
+    return fused
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("name", sorted(COMPOSITES))
+def test_composites_fused_equal_unfused(name, backward):
+    check_fused(*composite(name, backward))
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+def test_cross_entropy(backward):
+    check_fused(*cross_entropy(backward))
+
+
+def test_mlp_adamw_step():
+    g, inputs, _ = mlp_adamw()
+    check_fused(g, inputs)
+
+
+@pytest.mark.parametrize("name,count", [("softmax", 1), ("log_softmax", 1), ("layer_norm", 1), ("rms_norm", 1),
+                                        ("gelu_chain", 1)])
+def test_forward_kernel_counts(name, count):
+    g, _ = composite(name)
+    assert len(launches(fuse(g))) == count
+    assert len(launches(g)) > count
+
+
+def test_softmax_is_one_row_kernel_with_a_telling_name():
+    (k,) = launches(fuse(composite("softmax")[0]))
+    assert k.name.startswith("reduce_softmax_rows_f32_")
+    assert k.source.startswith("// flame fused kernel (rows) for IR ops: %1 = reduce_max")
+
+
+def test_adamw_updates_every_parameter_in_one_launch():
+    g, _, n_params = mlp_adamw()
+    fused = fuse(g)
+    params = {i for i, r in enumerate(g.roles) if r == "param"}
+    new_params = {fused.outputs[o] for o, i in fused.aliases.items() if i in params}
+    writers = [k for k in fused.groups if new_params & set(k.outputs)]
+    assert len(new_params) == n_params and len(writers) == 1
+    assert len(launches(fused)) < len(launches(g)) // 2
+
+
+def test_elementwise_chain_is_one_kernel_with_several_outputs():
+    g = Graph("chain")
+    b = Builder(g)
+    x, y = g.add_input(TensorType((8, 32), f32)), g.add_input(TensorType((32,), f32))
+    h = b.gelu(b.mul(b.add(x, y), 2.0))
+    g.outputs = [h, b.exp(h), b.reduce_sum(h, axes=[1], keepdim=True)]
+    fused = check_fused(verify(g), [random_array(v.type, np.random.default_rng(0)) for v in g.inputs])
+    assert len(launches(fused)) == 1 and fused.groups[0].kind == "rows" and len(fused.groups[0].outputs) == 3
+
+
+def test_reduction_used_at_another_shape_is_a_boundary():
+    g = Graph("other_shape")
+    b = Builder(g)
+    x = g.add_input(TensorType((8, 8), f32))
+    s = b.reduce_sum(x, axes=[1], keepdim=False)  # [8] per row ...
+    g.outputs = [b.add(x, s)]  # ... added along the other axis (broadcast over rows)
+    fused = check_fused(verify(g), [np.arange(64, dtype=np.float32).reshape(8, 8)])
+    assert len(fused.groups) == 2
+    assert "another shape" in print_graph(fused)
+
+
+def test_matmul_epilogue_is_marked_and_kept_correct(monkeypatch):
+    g = Graph("linear")
+    b = Builder(g)
+    x, w, bias = (g.add_input(TensorType(s, f32)) for s in ((8, 16), (16, 4), (4,)))
+    g.outputs = [b.relu(b.add(b.matmul(x, w), bias))]
+    verify(g)
+    fused = fuse(g)
+    assert fused.groups[0].kind == "matmul" and fused.groups[0].epilogue == "bias_relu"
+    inputs = [random_array(v.type, np.random.default_rng(1)) for v in g.inputs]
+    from flame.runtime import matmul
+
+    for supported in ((), ("bias", "relu", "bias_relu")):
+        monkeypatch.setattr(matmul, "SUPPORTED_EPILOGUES", supported, raising=False)
+        plan = build_plan(fused)
+        steps = [s for s in plan.steps if isinstance(s, (KernelLaunch, LibraryCall))]
+        assert len(steps) == (1 if supported else 2)
+        got = run_plan(plan, [a.copy() for a in inputs])[0]
+        np.testing.assert_allclose(got, run_graph(g, inputs)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_fuse_switch(monkeypatch):
+    import flame
+
+    def f(x):
+        return (x * 2.0).exp()
+
+    monkeypatch.setenv("FLAME_FUSE", "0")
+    assert flame.compile(f).optimized(np.ones(4, np.float32)).groups is None
+    monkeypatch.setenv("FLAME_FUSE", "1")
+    assert flame.compile(f).optimized(np.ones(4, np.float32)).groups is not None
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=graphs(), seed=st.integers(0, 2**16))
+def test_random_graphs_fused_plan_matches_oracle(g, seed):
+    g = run_pipeline(g)
+    rng = np.random.default_rng(seed)
+    inputs = [random_array(v.type, rng) for v in g.inputs]
+    fused = fuse(g)
+    verify(fused)
+    assert all(k.reason for k in fused.groups)
+    plan = build_plan(fused)
+    check_plan(plan)
+    for i, (w, got) in enumerate(zip(run_graph(g, inputs), run_plan(plan, [a.copy() for a in inputs]))):
+        assert_same_bits(got, w, f"output {i}")

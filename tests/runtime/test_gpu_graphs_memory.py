@@ -1,0 +1,124 @@
+"""On a GPU: CUDA-graph replay equals plain launches over calls with changing inputs, a plan that
+cannot be captured falls back, the planned memory matches what CuPy's pool hands out, transposed and
+epilogue matmuls match NumPy, and an in-place parameter update keeps the parameter's device pointer."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import flame
+from flame.ir import Builder, Graph, TensorType, dtype_of, verify
+from tests.passes.test_plan_memory import _mlp_step
+
+pytestmark = pytest.mark.gpu
+f32 = dtype_of("f32")
+
+
+def _graph() -> Graph:
+    g = Graph("g")
+    b = Builder(g)
+    x = g.add_input(TensorType((64, 32), f32))
+    w = g.add_input(TensorType((16, 32), f32), "param")
+    h = b.tanh(b.matmul(x, b.transpose_last(w)))
+    g.aliases[1] = 1
+    g.outputs = [b.reduce_sum(h, axes=[1], keepdim=False), b.mul(w, 0.5)]
+    return verify(g)
+
+
+def _compile(monkeypatch, graphs: bool):
+    from flame.runtime.cuda import CudaExecutor
+
+    monkeypatch.setenv("FLAME_CUDA_GRAPHS", "1" if graphs else "0")
+    return CudaExecutor().compile(_graph())
+
+
+def _calls(run, n=5):
+    import cupy
+
+    rng = np.random.default_rng(0)
+    w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+    outs = []
+    for _ in range(n):
+        x = cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32))
+        o = run([x, w])
+        assert o[1] is w  # updated in place
+        outs.append((cupy.asnumpy(o[0]), cupy.asnumpy(w)))
+    return outs
+
+
+def test_graph_replay_equals_plain_launches(monkeypatch):
+    plain, graphed = _compile(monkeypatch, False), _compile(monkeypatch, True)
+    want, got = _calls(plain), _calls(graphed)
+    assert graphed.captures == 1 and graphed.why_no_graph == "" and plain.captures == 0
+    for (a, wa), (b, wb) in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(wb, wa)
+
+
+def test_capture_failure_falls_back(monkeypatch, caplog):
+    from flame.runtime.cuda import CompiledPlan
+
+    def boom(self, arrays):
+        raise RuntimeError("cannot capture this")
+
+    monkeypatch.setattr(CompiledPlan, "_capture", boom)
+    run = _compile(monkeypatch, True)
+    with caplog.at_level(logging.DEBUG, logger="flame"):
+        got = _calls(run)
+    assert not run.use_graphs and "cannot capture this" in run.why_no_graph
+    assert "without a CUDA graph" in caplog.text
+    want = _calls(_compile(monkeypatch, False))
+    for (a, _), (b, _) in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_planned_memory_matches_the_pool():
+    import cupy
+
+    step, params, x, y = _mlp_step()
+    rep = step.memory_report(x, y)
+    pool = cupy.get_default_memory_pool()
+    cupy.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    before = pool.total_bytes()
+    step(x, y)  # first call: the arena and fresh outputs
+    cupy.cuda.Device().synchronize()
+    got = pool.total_bytes() - before
+    planned = rep.arena + rep.bound["output"]
+    print(f"planned arena+outputs {planned} B, pool grew {got} B; report:\n{rep}")
+    assert planned <= got <= planned + 64 * 1024 + 512 * len(params) + 2 * 1024 * 1024  # slack: 2 MiB
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("epilogue", ["none", "bias", "relu", "bias_relu"])
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_matmul_transposes_and_epilogues(ta, tb, epilogue, batch):
+    import cupy
+
+    from flame.runtime.matmul import matmul_into
+
+    rng = np.random.default_rng(0)
+    m, n, k = 33, 20, 17
+    a = rng.standard_normal(batch + ((k, m) if ta else (m, k))).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32) if "bias" in epilogue else None
+    want = np.swapaxes(a, -1, -2) @ b.T if ta and tb else (np.swapaxes(a, -1, -2) @ b if ta else
+                                                           (a @ b.T if tb else a @ b))
+    want = want + bias if bias is not None else want
+    want = np.maximum(want, 0) if "relu" in epilogue else want
+    out = cupy.empty(batch + (m, n), cupy.float32)
+    matmul_into(out, cupy.asarray(a), cupy.asarray(b), ta, tb, epilogue,
+                None if bias is None else cupy.asarray(bias))
+    np.testing.assert_allclose(cupy.asnumpy(out), want, rtol=1e-4, atol=1e-4)
+
+
+def test_in_place_update_keeps_the_device_pointer():
+    step, params, x, y = _mlp_step()
+    ptrs = [p._data.data.ptr for p in params]
+    losses = [float(step(x, y)) for _ in range(4)]
+    assert [p._data.data.ptr for p in params] == ptrs
+    assert losses[-1] < losses[0]
+    assert isinstance(flame.tensor(1.0), flame.Tensor)
