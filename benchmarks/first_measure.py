@@ -31,10 +31,10 @@ def time_ms(fn, reps: int, warmup: int = 5) -> float:
 
 def _single_kernel(graph):
     """The one compiled kernel of a one-op graph, and a launcher on given arrays."""
+    from flame.passes.pipeline import to_plan
     from flame.runtime.cuda import _source_key, load_kernels
-    from flame.runtime.plan import build_plan
 
-    plan = build_plan(graph)
+    plan = to_plan(graph)
     (k,) = plan.kernels()
     fn = load_kernels([k])[(_source_key(k.source), k.name)]
     return k, lambda *arrays: fn((k.grid,), (k.block,), list(arrays), shared_mem=k.smem)
@@ -47,13 +47,14 @@ def _call_overhead_us(calls: int) -> float:
     import cupy
 
     from flame.ir import Builder, Graph, TensorType, dtype_of, verify
+    from flame.passes.pipeline import to_plan
     from flame.runtime.cuda import CudaExecutor
 
     g = Graph("small")
     b = Builder(g)
     x = g.add_input(TensorType((32, 32), dtype_of("f32")))
     g.outputs = [b.tanh(b.add(b.exp(x), x))]
-    run = CudaExecutor().compile(verify(g))
+    run = CudaExecutor().compile(to_plan(verify(g)))
     xs = [cupy.ones((32, 32), cupy.float32)]
     for _ in range(10):
         run(xs)

@@ -7,15 +7,34 @@ from flame.errors import CheckpointError, DTypeError, FlameError, ParseError, Sh
 from flame.frontend.autograd import grad, value_and_grad
 from flame.frontend.compile import Compiled, compile
 from flame.frontend.context import no_grad
-from flame.frontend.creation import (Generator, arange, full, manual_seed, ones, ones_like, rand, randn, tensor,
-                                     zeros, zeros_like)
+from flame.frontend.creation import (
+    Generator,
+    arange,
+    full,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    tensor,
+    zeros,
+    zeros_like,
+)
 from flame.frontend.dispatch import apply as _apply
-from flame.frontend.tensor import Tensor, binary as _binary, matmul
+from flame.frontend.tensor import Tensor, matmul
+from flame.frontend.tensor import binary as _binary
 from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i32, i64
 from flame.runtime.device import get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
 __version__ = "0.1.0"
+__all__ = [
+    "CheckpointError", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "ShapeError", "Tensor",
+    "TraceError", "VerifyError", "arange", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
+    "float16", "float32", "float64", "from_dlpack", "full", "get_device", "grad", "i32", "i64", "int32", "int64",
+    "ir", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn", "set_device", "tensor",
+    "value_and_grad", "zeros", "zeros_like",
+]
 
 
 def _unary(name: str):

@@ -25,6 +25,7 @@ class CompileRecord:
     graph: Graph | None = None
     plan: object = None
     inputs: list | None = None  # NumPy copies of the first call's input arrays (only while observed)
+    plan_seconds: float = 0.0  # building the plan + memory planning
 
 
 def observing() -> bool:
@@ -67,7 +68,7 @@ def write_dump(root: str, record: CompileRecord, sources: dict[str, str] | None 
             f.write(print_graph(g, locs=True))
     if record.plan is not None:
         with open(os.path.join(out, "plan.txt"), "w") as f:
-            f.write(f"# plan of {record.name}\n{record.plan}\n")
+            f.write(f"# after plan_memory ({record.plan_seconds * 1e3:.1f} ms)\n{record.plan}\n")
     for name, src in (sources or {}).items():
         os.makedirs(os.path.join(out, "kernels"), exist_ok=True)
         with open(os.path.join(out, "kernels", f"{_safe(name)}.cu"), "w") as f:
@@ -88,10 +89,6 @@ def plan_sources(plan) -> dict[str, str]:
 def notify(record: CompileRecord) -> None:
     """Called by @flame.compile after building: dump if FLAME_DUMP is set, then tell observers."""
     root = os.environ.get("FLAME_DUMP")
-    if record.plan is None and record.graph is not None and (root or observing()):
-        from flame.runtime.plan import build_plan
-
-        record.plan = build_plan(record.graph)
     if root:
         write_dump(root, record, plan_sources(record.plan))
     for cb in _observers.get():

@@ -114,15 +114,6 @@ def _empty_loaded_kernels():
         table.update(saved)
 
 
-def _plan_of(record):
-    plan = getattr(record, "plan", None)
-    if plan is None and getattr(record, "graph", None) is not None:
-        from flame.runtime.plan import build_plan
-
-        plan = build_plan(record.graph)  # the reference executor keeps no plan; build the same one
-    return plan
-
-
 def _plan_facts(plan) -> dict:
     from flame.runtime.plan import Copy, KernelLaunch, LibraryCall
 
@@ -199,7 +190,7 @@ def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ct
             bound, data = _setup("flame", case.flame, "compiled", case, sizes, sets, ctx)
             res["compile_cold_s"], record = _compile_time(bound.call, data[0], cold=True)
             res["compile_warm_s"], _ = _compile_time(bound.call, data[0], cold=False)
-            plan = _plan_of(record)
+            plan = record.plan
             if plan is not None:
                 res.update(_plan_facts(plan))
             watch = timing.PeakWatch(ctx.on_gpu)

@@ -14,7 +14,7 @@ from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Value
 from flame.ir.printer import print_graph
 from flame.passes.autodiff import autodiff
-from flame.passes.pipeline import run_pipeline
+from flame.passes.pipeline import lower, run_pipeline, to_plan
 from flame.runtime.device import executor
 
 _BACKWARD_CACHE: OrderedDict = OrderedDict()
@@ -79,7 +79,7 @@ def backward(loss: Tensor, gradient: Tensor | None = None) -> None:
     key = (ex.name, print_graph(g))
     run = _BACKWARD_CACHE.get(key)
     if run is None:
-        run = _BACKWARD_CACHE[key] = ex.compile(run_pipeline(g))
+        run = _BACKWARD_CACHE[key] = ex.compile(to_plan(lower(run_pipeline(g))))
         if len(_BACKWARD_CACHE) > 256:
             _BACKWARD_CACHE.popitem(last=False)
     arrays = [t._data for t in leaves] + ([gradient._data] if gradient is not None else [])

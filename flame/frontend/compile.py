@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
-from flame.passes.pipeline import lower, run_pipeline
+from flame.passes.pipeline import lower, run_pipeline, to_plan
 from flame.runtime.device import executor
 
 log = logging.getLogger("flame")
@@ -49,6 +50,7 @@ def _unflatten(skel: Any, values: list) -> Any:
 @dataclass
 class _Entry:
     graph: Graph  # after the pass pipeline: what runs
+    plan: object  # the memory-planned runtime.plan.Plan of graph
     trace: Trace
     run: Callable
     out_skeleton: Any
@@ -128,7 +130,7 @@ class Compiled:
         g = tr.graph
         g.outputs = [tr.value_of(t) for t in leaves]
         n_user = len(g.outputs)
-        for t, idx, v in tr.mutated():
+        for _t, idx, v in tr.mutated():
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)
         grads = []
@@ -144,25 +146,26 @@ class Compiled:
         record = debug.CompileRecord(self.name)
         g = run_pipeline(g, dump=lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
         g = lower(g, dump=lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
-        run = executor().compile(g)
-        record.graph, record.plan = g, getattr(run, "plan", None)
+        start = time.perf_counter()
+        plan = to_plan(g)
+        record.plan_seconds = time.perf_counter() - start
+        run = executor().compile(plan)
+        record.graph, record.plan = g, plan
         debug.notify(record)
-        return _Entry(g, tr, run, skel, n_user, grads, traced, had_grad, record if debug.observing() else None)
+        return _Entry(g, plan, tr, run, skel, n_user, grads, traced, had_grad, record if debug.observing() else None)
 
     def memory_report(self, *args):
         """The planned device memory of a call with these arguments, before it runs (traces and
         compiles like a first call, which then reuses the result): peak bytes, what is live at the
         peak, activations saved for the backward. Printable; see flame.passes.plan_memory."""
         from flame.passes.plan_memory import memory_report
-        from flame.runtime.plan import build_plan
 
         args = self._args(args)
         key = self._key(args)
         entry = self._cache.get(key)
         if entry is None or entry.valid():
             entry = self._cache[key] = self._build(args)
-        plan = getattr(entry.run, "plan", None)
-        return memory_report(plan if plan is not None else build_plan(entry.graph))
+        return memory_report(entry.plan)
 
     def __call__(self, *args):
         args = self._args(args)

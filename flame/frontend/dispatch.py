@@ -17,6 +17,7 @@ from flame.ir.builder import Builder, _with_loc
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph
 from flame.ir.types import TensorType
+from flame.passes.pipeline import to_plan
 from flame.runtime.device import executor
 
 
@@ -55,7 +56,7 @@ def _eager_executable(name: str, attrs: dict, types: tuple[TensorType, ...], ex)
     g = Graph(name)
     ins = [g.add_input(t) for t in types]
     g.outputs = [Builder(g, user_location()).emit(name, *ins, **attrs)]
-    hit = (ex.compile(g), g.outputs[0].type)
+    hit = (ex.compile(to_plan(g)), g.outputs[0].type)
     _EAGER_CACHE[key] = hit
     if len(_EAGER_CACHE) > _EAGER_CACHE_SIZE:
         _EAGER_CACHE.popitem(last=False)

@@ -3,7 +3,6 @@ primitives. Exposed as flame.nn.functional (PyTorch names)."""
 
 from __future__ import annotations
 
-
 from flame.errors import ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, default_generator

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from flame.errors import ShapeError
-from flame.frontend.dispatch import apply
 from flame.frontend.context import user_location
+from flame.frontend.dispatch import apply
 
 
 def _expand_ellipsis(key: tuple, rank: int) -> tuple:

@@ -31,8 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from flame.errors import FlameError
-from flame.ir.graph import Graph
-from flame.runtime.plan import Alias, Copy, KernelLaunch, LibraryCall, Plan, build_plan
+from flame.runtime.plan import Alias, Copy, KernelLaunch, LibraryCall, Plan
 
 log = logging.getLogger("flame")
 _MAX_STATIC_SMEM = 48 * 1024
@@ -292,5 +291,6 @@ class CudaExecutor:
 
         return cupy.from_dlpack(obj)
 
-    def compile(self, g: Graph) -> CompiledPlan:
-        return CompiledPlan(build_plan(g))
+    def compile(self, plan: Plan) -> CompiledPlan:
+        """Load the (memory-planned) Plan's kernels; the result runs it on CuPy arrays."""
+        return CompiledPlan(plan)

@@ -50,12 +50,8 @@ def memory_summary(plan: Plan) -> list[str]:
     return lines
 
 
-def explain_plan(name: str, graph: Graph, plan: Plan | None) -> str:
+def explain_plan(name: str, graph: Graph, plan: Plan) -> str:
     """The `flame explain` report of one compiled function."""
-    if plan is None:
-        from flame.runtime.plan import build_plan
-
-        plan = build_plan(graph)
     ids = graph.numbering()
     kernels = [s for s in plan.steps if isinstance(s, (KernelLaunch, LibraryCall))]
     views = sum(isinstance(s, Alias) for s in plan.steps)
@@ -76,12 +72,8 @@ def explain_plan(name: str, graph: Graph, plan: Plan | None) -> str:
 _COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1c1", "#e8dff5", "#d7f9f1", "#fce1e4", "#eaf4f4")
 
 
-def to_dot(name: str, graph: Graph, plan: Plan | None) -> str:
+def to_dot(name: str, graph: Graph, plan: Plan) -> str:
     """Graphviz DOT of the graph: values as nodes, one coloured cluster per kernel or library call."""
-    if plan is None:
-        from flame.runtime.plan import build_plan
-
-        plan = build_plan(graph)
     ids = graph.numbering()
     lines = [f'digraph "{name}" {{', "  rankdir=TB; node [fontname=monospace, fontsize=10];"]
     for v, role in zip(graph.inputs, graph.roles):

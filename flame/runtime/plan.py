@@ -384,8 +384,9 @@ def live_ranges(buffers: dict[int, Buffer], steps: list[Step]) -> dict[int, tupl
 
 
 def build_plan(g: Graph, lower: Callable | None = None) -> Plan:
-    """The Plan of a verified graph. `lower(op) -> list[Kernel]` defaults to codegen's lower_op;
-    kernels are rendered, never compiled, here."""
+    """The Plan of a verified graph, before memory planning (temporaries have no arena offsets yet:
+    flame.passes.plan_memory places them; flame.passes.pipeline.to_plan does both). `lower(op) ->
+    list[Kernel]` defaults to codegen's lower_op; kernels are rendered, never compiled, here."""
     bld = _Builder(g, lower or _lowering())
     for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
         bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)
@@ -397,7 +398,7 @@ def build_plan(g: Graph, lower: Callable | None = None) -> Plan:
         for grp in g.groups:
             _group_steps(bld, grp)
     outputs = _bind_outputs(bld)
-    return _memory_planner()(Plan(g.name, bld.buffers, bld.steps, inputs, outputs, 0, g, bld.buffer_of))
+    return Plan(g.name, bld.buffers, bld.steps, inputs, outputs, 0, g, bld.buffer_of)
 
 
 def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
@@ -447,14 +448,6 @@ def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
         bias = bld.buffer_of[v]
     bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bias))
     return ()
-
-
-def _memory_planner() -> Callable[[Plan], Plan]:
-    # the one reference from runtime to passes, lazy like _lowering's to codegen: memory planning is
-    # a pass over the Plan (flame/passes/plan_memory.py), and build_plan must hand out a runnable one
-    from flame.passes.plan_memory import plan_memory
-
-    return plan_memory
 
 
 def check_plan(plan: Plan) -> None:

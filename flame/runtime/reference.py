@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from flame.errors import FlameError
 from flame.ir.dtypes import bf16, f16
 from flame.ir.graph import Graph, Op
 from flame.ir.registry import REGISTRY
-from flame.runtime.plan import Alias, Buffer, Copy, KernelLaunch, LibraryCall, Plan, build_plan
+from flame.runtime.plan import Alias, Buffer, Copy, KernelLaunch, LibraryCall, Plan
 
 log = logging.getLogger("flame")
 POISON = 0xFF  # fresh arena bytes: NaN in every float dtype, so a read of unwritten memory shows
@@ -136,12 +137,8 @@ class ReferenceExecutor:
     def from_dlpack(self, obj) -> np.ndarray:
         return np.from_dlpack(obj)
 
-    def compile(self, g: Graph):
-        """The graph's Plan run on NumPy. Where codegen has no kernel for an op yet, the graph is
-        interpreted op by op instead (the CUDA executor reports the missing kernel)."""
-        try:
-            plan = build_plan(g)
-        except (NotImplementedError, ModuleNotFoundError) as e:
-            log.debug("flame: reference executor interprets %s without a plan: %s", g.name, e)
-            return lambda arrays: run_graph(g, arrays)
-        return lambda arrays: run_plan(plan, arrays)
+    def compile(self, plan: Plan):
+        """A callable running the (memory-planned) Plan on NumPy; `.plan` is the plan."""
+        run = partial(run_plan, plan)
+        run.plan = plan
+        return run

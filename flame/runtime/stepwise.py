@@ -69,7 +69,12 @@ class GpuUnitRunner:
         from flame.runtime.cuda import load_kernels
 
         self.plan, self.env, self.cp = plan, env, cupy
-        self.value_of = {bid: v for v, bid in plan.buffer_of.items()}
+        # the FIRST value of a buffer owns its bytes: a transpose folded into a matmul maps to the
+        # buffer of its (untransposed) input, and that buffer holds the input's values
+        self.value_of: dict[int, Value] = {}
+        for v in list(plan.graph.inputs) + [op.out for op in plan.graph.ops]:
+            if v in plan.buffer_of:
+                self.value_of.setdefault(plan.buffer_of[v], v)
         self.fns = load_kernels(plan.kernels())
 
     def reference(self, bid: int) -> np.ndarray | None:

@@ -12,8 +12,8 @@ from flame.codegen.fused import lower_group
 from flame.codegen.nvrtc import compile_many
 from flame.ir import Builder, Graph, TensorType, bf16, f16, f32, verify
 from flame.passes.fuse import fuse
-from flame.passes.pipeline import run_pipeline
-from flame.runtime.plan import KernelLaunch, build_plan
+from flame.passes.pipeline import run_pipeline, to_plan
+from flame.runtime.plan import KernelLaunch
 from flame.runtime.reference import run_graph
 from tests.passes.conftest import random_array
 from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, mlp_adamw
@@ -86,7 +86,7 @@ def _gpu_check(g: Graph, inputs, rtol=2e-4, atol=2e-5):
     from flame.runtime.cuda import CompiledPlan
 
     fused = fuse(g)
-    plan = build_plan(fused)
+    plan = to_plan(fused)
     assert any(isinstance(s, KernelLaunch) and s.n_outputs >= 1 for s in plan.steps)
     want = run_graph(g, inputs)
     got = CompiledPlan(plan)([cupy.asarray(a.copy()) for a in inputs])

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from flame.ir import Builder, Graph, TensorType, f32, parse, print_graph, verify
 from flame.passes.fuse import fuse
-from flame.passes.pipeline import run_pipeline
-from flame.runtime.plan import KernelLaunch, LibraryCall, build_plan, check_plan
+from flame.passes.pipeline import run_pipeline, to_plan
+from flame.runtime.plan import KernelLaunch, LibraryCall, check_plan
 from flame.runtime.reference import run_graph, run_plan
 from tests.passes.conftest import assert_same_bits, random_array
 from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, mlp_adamw
@@ -20,7 +20,7 @@ from tests.passes.test_random_graphs import graphs
 
 
 def launches(g: Graph) -> list:
-    return [s for s in build_plan(g).steps if isinstance(s, (KernelLaunch, LibraryCall))]
+    return [s for s in to_plan(g).steps if isinstance(s, (KernelLaunch, LibraryCall))]
 
 
 def check_fused(g: Graph, inputs: list[np.ndarray]) -> Graph:
@@ -32,7 +32,7 @@ def check_fused(g: Graph, inputs: list[np.ndarray]) -> Graph:
     assert fused.groups and [op for k in fused.groups for op in k.ops] == fused.ops
     assert all(k.reason for k in fused.groups)
     want = run_graph(g, inputs)
-    for plan in (build_plan(fused), build_plan(g)):
+    for plan in (to_plan(fused), to_plan(g)):
         check_plan(plan)
         got_all = run_plan(plan, [a.copy() for a in inputs])  # plans update aliased inputs in place
         for i, (w, got) in enumerate(zip(want, got_all)):
@@ -116,7 +116,7 @@ def test_matmul_epilogue_is_marked_and_kept_correct(monkeypatch):
 
     for supported in ((), ("bias", "relu", "bias_relu")):
         monkeypatch.setattr(matmul, "SUPPORTED_EPILOGUES", supported, raising=False)
-        plan = build_plan(fused)
+        plan = to_plan(fused)
         steps = [s for s in plan.steps if isinstance(s, (KernelLaunch, LibraryCall))]
         assert len(steps) == (1 if supported else 2)
         got = run_plan(plan, [a.copy() for a in inputs])[0]
@@ -145,7 +145,7 @@ def test_random_graphs_fused_plan_matches_oracle(g, seed):
     fused = fuse(g)
     verify(fused)
     assert all(k.reason for k in fused.groups)
-    plan = build_plan(fused)
+    plan = to_plan(fused)
     check_plan(plan)
     for i, (w, got) in enumerate(zip(run_graph(g, inputs), run_plan(plan, [a.copy() for a in inputs]))):
         assert_same_bits(got, w, f"output {i}")

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import flame
 from flame.ir import Builder, Graph, TensorType, dtype_of, verify
-from flame.runtime.plan import ALIGN, Copy, KernelLaunch, LibraryCall, build_plan, check_plan
+from flame.passes.pipeline import to_plan
+from flame.runtime.plan import ALIGN, Copy, KernelLaunch, LibraryCall, check_plan
 from flame.runtime.reference import _library, run_graph, run_plan
 from tests.runtime.cases import random_graph
 from tests.runtime.test_plan import fake_lower
@@ -37,7 +38,7 @@ def _with_extras(rng: np.random.Generator, n_ops: int) -> tuple[Graph, list[np.n
 
 
 def _run_and_compare(g, inputs, lower=fake_lower):
-    plan = build_plan(g, lower)
+    plan = to_plan(g, lower)
     check_plan(plan)
     want = run_graph(g, inputs)
     arrays = [a.copy() for a in inputs]
@@ -90,7 +91,7 @@ def _sgd_graph(later_reader: bool) -> Graph:
 
 def test_aliased_output_is_written_into_the_input_buffer():
     g = _sgd_graph(False)
-    plan = build_plan(g, fake_lower)
+    plan = to_plan(g, fake_lower)
     assert plan.outputs[0] == plan.inputs[0]
     assert not any(isinstance(s, Copy) for s in plan.steps)
     p, grad = np.ones(32, np.float32), np.full(32, 2.0, np.float32)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flame.passes.pipeline import to_plan
 from flame.runtime.reference import run_graph
 from tests.runtime.cases import all_cases, one_op_graph, permuted_inputs
 
@@ -33,7 +34,7 @@ def _run(graph, inputs):
     from flame.runtime.cuda import CudaExecutor
 
     ex = CudaExecutor()
-    outs = ex.compile(graph)([ex.asarray(x) for x in inputs])
+    outs = ex.compile(to_plan(graph))([ex.asarray(x) for x in inputs])
     return [ex.to_numpy(o) for o in outs]
 
 
@@ -73,7 +74,7 @@ def test_elementwise_over_2_pow_31_elements():
     a = cupy.zeros(n, dtype=cupy.bool_)
     a[::3] = True
     a[-4:] = cupy.asarray([True, False, False, True])
-    (out,) = CudaExecutor().compile(g)([a])
+    (out,) = CudaExecutor().compile(to_plan(g))([a])
     assert out.shape == (n,)
     assert int(cupy.count_nonzero(out)) == n - int(cupy.count_nonzero(a))
     assert int(cupy.count_nonzero(out & a)) == 0  # every element written, each the negation

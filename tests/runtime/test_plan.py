@@ -13,7 +13,8 @@ import pytest
 
 from flame.errors import FlameError
 from flame.ir import Builder, Graph, TensorType, dtype_of, verify
-from flame.runtime.plan import ALIGN, Alias, Copy, KernelLaunch, LibraryCall, build_plan, check_plan
+from flame.passes.pipeline import to_plan
+from flame.runtime.plan import ALIGN, Alias, Copy, KernelLaunch, LibraryCall, check_plan
 from flame.runtime.reference import ReferenceExecutor, run_graph, run_plan
 from tests.runtime.cases import all_cases, one_op_graph, permuted_inputs, random_graph
 
@@ -49,7 +50,7 @@ def fake_lower(op):
 
 
 def _check(g, inputs, lower=fake_lower):
-    plan = build_plan(g, lower)
+    plan = to_plan(g, lower)
     check_plan(plan)
     want = run_graph(g, inputs)
     got = run_plan(plan, inputs)
@@ -148,7 +149,7 @@ def test_plan_prints_like_the_ir():
     h = b.relu(b.matmul(x, w))
     g.outputs = [b.reduce_sum(b.reshape(h, shape=[32]), axes=[0], keepdim=False)]
     verify(g)
-    plan = build_plan(g, fake_lower)
+    plan = to_plan(g, fake_lower)
     text = str(plan)
     assert text.startswith("plan step (arena 512 bytes) {\n")
     for line in ["  b0: f32[8,16] input 0", "  b1: f32[16,4] param 1", "  b2: f32[8,4] temporary @0+128",
@@ -167,5 +168,5 @@ def test_plan_prints_like_the_ir():
 
 def test_reference_executor_compiles_to_a_plan():
     g, inputs = _chain(3, 17)
-    run = ReferenceExecutor().compile(g)
+    run = ReferenceExecutor().compile(to_plan(g))
     np.testing.assert_array_equal(run(inputs)[0], run_graph(g, inputs)[0])

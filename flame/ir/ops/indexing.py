@@ -8,7 +8,6 @@ import numpy as np
 from flame.errors import DTypeError, ShapeError
 from flame.ir.ops._shapes import norm_axis
 from flame.ir.registry import Attr, OpDef, check_dtype, register
-from flame.ir.types import TensorType
 
 
 def _check_index(op, idx):

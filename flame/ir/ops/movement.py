@@ -9,7 +9,6 @@ import numpy as np
 from flame.errors import DTypeError, ShapeError
 from flame.ir.ops._shapes import broadcast_shapes, norm_axes, norm_axis
 from flame.ir.registry import Attr, OpDef, register
-from flame.ir.types import TensorType
 
 
 def _reshape_infer(types, shape):
