@@ -60,6 +60,37 @@ def units(plan: Plan) -> list[Unit]:
     return out
 
 
+class UnitValues:
+    """Which reference value a buffer holds when a unit reads it, and which value the unit writes.
+    A buffer holds several values over time: graph inputs, then what units write (an in-place update
+    writes a new value into its input's buffer); a value that only names a buffer (a transpose folded
+    into a matmul, a view) holds none of its own."""
+
+    def __init__(self, plan: Plan, env: dict[Value, np.ndarray]):
+        self.env = env
+        self.order = plan.graph.numbering()
+        written = set(plan.graph.inputs)
+        for u in units(plan):
+            written |= {o.out for o in u.ops if plan.buffer_of.get(o.out) in u.outs}
+        self.held: dict[int, list[Value]] = {}
+        self.named: dict[int, Value] = {}
+        for v in sorted(plan.buffer_of, key=self.order.__getitem__):
+            bid = plan.buffer_of[v]
+            self.named.setdefault(bid, v)
+            if v in written:
+                self.held.setdefault(bid, []).append(v)
+
+    def read(self, unit: Unit, bid: int) -> np.ndarray:
+        first = min(self.order[o.out] for o in unit.ops)
+        mine = {o.out for o in unit.ops}
+        before = [v for v in self.held.get(bid, []) if v not in mine and self.order[v] < first]
+        return self.env[before[-1] if before else self.named[bid]]
+
+    def written(self, unit: Unit, bid: int) -> np.ndarray | None:
+        mine = [v for v in self.held.get(bid, []) if v.producer is not None and v.producer in unit.ops]
+        return self.env[mine[-1]] if mine else None
+
+
 class GpuUnitRunner:
     """Uploads a unit's inputs (from reference values) and runs it on the GPU."""
 
@@ -68,26 +99,17 @@ class GpuUnitRunner:
 
         from flame.runtime.cuda import load_kernels
 
-        self.plan, self.env, self.cp = plan, env, cupy
-        # the FIRST value of a buffer owns its bytes: a transpose folded into a matmul maps to the
-        # buffer of its (untransposed) input, and that buffer holds the input's values
-        self.value_of: dict[int, Value] = {}
-        for v in list(plan.graph.inputs) + [op.out for op in plan.graph.ops]:
-            if v in plan.buffer_of:
-                self.value_of.setdefault(plan.buffer_of[v], v)
+        self.plan, self.cp = plan, cupy
+        self.values = UnitValues(plan, env)
         self.fns = load_kernels(plan.kernels())
-
-    def reference(self, bid: int) -> np.ndarray | None:
-        v = self.value_of.get(bid)
-        return None if v is None else self.env[v]
 
     def buffers(self, unit: Unit) -> dict[int, object]:
         cp, bufs = self.cp, {}
-        for bid in unit.ins:
-            bufs[bid] = cp.asarray(self.reference(bid))
         for bid in unit.outs + unit.scratch:  # poisoned, so an element left unwritten shows
             b = self.plan.buffers[bid]
             bufs[bid] = cp.full(b.nbytes, 0xFF, dtype=np.uint8).view(b.dtype.np_dtype).reshape(b.shape)
+        for bid in unit.ins:  # an input updated in place starts from its value, not poison
+            bufs[bid] = cp.asarray(self.values.read(unit, bid))
         return bufs
 
     def launch(self, unit: Unit, bufs: dict[int, object], stream) -> None:
@@ -112,4 +134,4 @@ class GpuUnitRunner:
         self.launch(unit, bufs, stream)
         stream.synchronize()
         for bid in unit.outs:
-            yield bid, self.cp.asnumpy(bufs[bid]), self.reference(bid)
+            yield bid, self.cp.asnumpy(bufs[bid]), self.values.written(unit, bid)
