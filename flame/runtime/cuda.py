@@ -79,9 +79,24 @@ def load_kernels(kernels: Sequence[KernelLaunch]) -> dict[tuple[str, str], objec
     return out
 
 
-def graphs_enabled() -> bool:
-    """CUDA-graph replay is on unless FLAME_CUDA_GRAPHS=0."""
-    return os.environ.get("FLAME_CUDA_GRAPHS", "1") != "0"
+LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (DESIGN.md §7)
+COPY_BYTES_PER_US = 2.0e6  # a device copy moves about this many bytes per µs (read + write at ~4 TB/s)
+
+
+def graphs_setting() -> str:
+    """FLAME_CUDA_GRAPHS: "0" never replays CUDA graphs, "1" always does, unset/"auto" decides per plan."""
+    return {"0": "never", "1": "always"}.get(os.environ.get("FLAME_CUDA_GRAPHS", "auto"), "auto")
+
+
+def graphs_pay_off(plan: Plan, staged_bytes: int) -> tuple[bool, str]:
+    """A replay saves the launches' host time but copies data inputs into fixed buffers and outputs
+    out of them; replay only when the copies cost less than half of what the launches cost."""
+    launches = sum(1 for s in plan.steps if isinstance(s, LibraryCall) or (isinstance(s, KernelLaunch) and s.grid))
+    copy_us, launch_us = staged_bytes / COPY_BYTES_PER_US, LAUNCH_US * launches
+    if copy_us < launch_us / 2:
+        return True, ""
+    return False, (f"copying {staged_bytes} bytes in and out (~{copy_us:.0f} us) would cost more than the "
+                   f"{launches} launches it saves (~{launch_us:.0f} us)")
 
 
 _STAGED_ROLES = ("input", "scalar")  # bound by copy into a fixed buffer; other roles by pointer
@@ -103,8 +118,13 @@ class CompiledPlan:
         self._donated = {j for j, b in enumerate(plan.inputs) if b in donated}
         self._staged = {j for j, b in enumerate(plan.inputs)
                         if plan.buffers[b].role in _STAGED_ROLES and j not in self._donated}
-        self.use_graphs = graphs_enabled()
-        self.why_no_graph = "" if self.use_graphs else "FLAME_CUDA_GRAPHS=0"
+        setting = graphs_setting()
+        staged_bytes = sum(plan.buffers[plan.inputs[j]].nbytes for j in self._staged) + \
+            sum(b.nbytes for b in self._fresh)
+        self.use_graphs, self.why_no_graph = {"never": (False, "FLAME_CUDA_GRAPHS=0"), "always": (True, "")}.get(
+            setting) or graphs_pay_off(plan, staged_bytes)
+        if not self.use_graphs:
+            log.debug("flame: %s runs without a CUDA graph: %s", plan.name, self.why_no_graph)
         self.captures = 0  # how many times the plan was captured (a pointer change re-captures)
         self._calls = 0
         self._graph = None
