@@ -106,10 +106,12 @@ def cross_entropy(logits: Tensor, target: Tensor, reduction: str = "mean",
                          f"and {list(target.shape)}\n  at {user_location()}")
     if target.dtype.is_float:
         raise ShapeError(f"cross_entropy: labels must be integers, got {target.dtype}\n  at {user_location()}")
-    logp = log_softmax(logits, 1)
-    nll = -logp.gather(1, target.unsqueeze(1)).squeeze(1)
+    # -log_softmax(x)[t] = logsumexp(x) - x[t]: the same arithmetic as gathering from log_softmax, but
+    # the [N, C] log-probabilities are never materialised (and the backward fuses into one row kernel)
+    lse = logsumexp(logits, 1)
+    nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)
     if label_smoothing:
-        nll = nll * (1 - label_smoothing) - logp.mean(1) * label_smoothing
+        nll = nll * (1 - label_smoothing) - (logits.mean(1) - lse) * label_smoothing
     return _loss_reduce(nll, reduction)
 
 

@@ -66,7 +66,8 @@ class Trace:
         self.bindings.append(Binding("tensor", tensor=t))
         self.current[id(t)] = (t, v)
         self.inputs_of[id(t)] = v
-        if t.requires_grad:
+        if t.requires_grad and (t._grad is None or t._grad._value is None):
+            # the .grad the call starts with (a traced one was assigned by this trace: not a dependency)
             self.grad_at_lift[id(t)] = (t, t._grad is not None)
         return v
 

@@ -41,3 +41,23 @@ def test_stale_grad_is_read_once_then_reset():
 
 def test_grad_accumulates_across_calls_like_torch():
     assert _flame_run(False) == _torch_run(False)
+
+
+def test_assigning_grad_inside_the_step_does_not_retrace():
+    from flame import debug
+
+    p = flame.nn.Parameter(flame.zeros(64))
+    opt = flame.optim.AdamW([p], lr=1e-3)
+
+    @flame.compile
+    def step(g):
+        p.grad = g
+        opt.step()
+        p.grad = None
+
+    records = []
+    with debug.observe(records.append):
+        for _ in range(4):
+            step(flame.ones(64))
+    assert len(records) == 1
+    assert p.grad is None and np.all(p.numpy() < 0)

@@ -29,6 +29,14 @@ def _gather_infer(types, axis):
 
 
 def _gather_vjp(b, g, x, idx, out, axis):
+    ax = axis % x.type.rank
+    if idx.shape[ax] == 1:
+        # one index per row (cross-entropy's label pick): scattering g into zeros puts g where the
+        # position equals the index — an elementwise select, which fuses with its neighbours
+        shape = [1] * x.type.rank
+        shape[ax] = x.shape[ax]
+        pos = b.reshape(b.arange(start=0, stop=x.shape[ax], step=1, dtype=idx.dtype), shape=shape)
+        return b.where(b.eq(pos, idx), g, 0), None
     return b.scatter_add(b.zeros_like(x), idx, g, axis=axis), None
 
 
