@@ -28,6 +28,7 @@ class Binding:
     getter: Callable[[], float] | None = None
     dtype: DType | None = None
     pending: object = None  # "grad": the .grad seen while tracing, used by the call that traced
+    cached: tuple | None = None  # "getter": (value, device array, executor) of the last call: no re-upload
 
 
 @dataclass
@@ -136,4 +137,7 @@ class Trace:
             g = binding.pending if binding.pending is not None else binding.tensor._grad
             binding.pending = None
             return g._data
-        return executor.asarray(np.asarray(binding.getter(), dtype=binding.dtype.np_dtype))
+        value = binding.getter()
+        if binding.cached is None or binding.cached[0] != value or binding.cached[2] is not executor:
+            binding.cached = (value, executor.asarray(np.asarray(value, dtype=binding.dtype.np_dtype)), executor)
+        return binding.cached[1]
