@@ -64,7 +64,7 @@ def cmd_dump(a) -> int:
 
 
 def cmd_explain(a) -> int:
-    from flame.runtime.explain import explain_plan
+    from flame.explain import explain_plan
 
     for r in run_script(a.script, a.args):
         print(explain_plan(r.name, r.graph, r.plan))
@@ -72,7 +72,7 @@ def cmd_explain(a) -> int:
 
 
 def cmd_viz(a) -> int:
-    from flame.runtime.explain import to_dot
+    from flame.explain import to_dot
 
     records = run_script(a.script, a.args)
     dot = "\n".join(to_dot(r.name, r.graph, r.plan) for r in records[:1])

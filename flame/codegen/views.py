@@ -8,19 +8,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from flame.ir.indexmap import contiguous_strides
+
 
 @dataclass(frozen=True)
 class View:
     base: int
     strides: tuple[int, ...]  # one per output dim (after collapse: one per collapsed dim)
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
 
 
 def identity_view(out_shape: tuple[int, ...]) -> View:

@@ -31,6 +31,7 @@ from flame.runtime.plan import (
     LibraryCall,
     Plan,
     Step,
+    human_bytes,
     live_ranges,
     shares_in_place,
     step_reads,
@@ -234,21 +235,13 @@ class MemoryReport:
         return sum(n for _, _, n in self.saved)
 
     def __str__(self) -> str:
-        lines = [f"memory plan of {self.name}: peak {_human(self.peak)} = arena {_human(self.arena)} + bound "
-                 + ", ".join(f"{r} {_human(n)}" for r, n in self.bound.items() if n)]
-        lines.append(f"live at the peak (step {self.peak_step}, {_human(self.live_bytes)} of temporaries):")
-        lines += [f"  {b:>5} {t:<16} {r:<9} {_human(n):>10}  {src}" for b, t, r, n, src in self.live_at_peak]
-        lines.append(f"saved for backward: {len(self.saved)} values, {_human(self.saved_bytes)}")
-        lines += [f"  {t:<16} {_human(n):>10}  {src}" for src, t, n in self.saved]
+        lines = [f"memory plan of {self.name}: peak {human_bytes(self.peak)} = arena {human_bytes(self.arena)} + bound "
+                 + ", ".join(f"{r} {human_bytes(n)}" for r, n in self.bound.items() if n)]
+        lines.append(f"live at the peak (step {self.peak_step}, {human_bytes(self.live_bytes)} of temporaries):")
+        lines += [f"  {b:>5} {t:<16} {r:<9} {human_bytes(n):>10}  {src}" for b, t, r, n, src in self.live_at_peak]
+        lines.append(f"saved for backward: {len(self.saved)} values, {human_bytes(self.saved_bytes)}")
+        lines += [f"  {t:<16} {human_bytes(n):>10}  {src}" for src, t, n in self.saved]
         return "\n".join(lines)
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def saved_for_backward(plan: Plan) -> list:

@@ -151,6 +151,15 @@ def _lowering() -> Callable:
     return lower_op
 
 
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
 def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 

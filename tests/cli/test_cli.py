@@ -61,7 +61,8 @@ def test_explain_lists_kernels_and_memory():
     r = run_cli("explain", SCRIPT)
     assert r.returncode == 0, r.stderr
     assert "== train_step:" in r.stdout and "boundary:" in r.stdout
-    assert "matmul (cuBLASLt call)" in r.stdout and "memory: arena" in r.stdout
+    assert "matmul (cuBLASLt call)" in r.stdout and "memory plan of train_step: peak" in r.stdout
+    assert "saved for backward:" in r.stdout
 
 
 def test_viz_writes_dot_with_clusters(tmp_path):

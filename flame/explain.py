@@ -1,11 +1,13 @@
-"""What a plan does, for people: one line per kernel (ops, bytes in/out, why the kernel boundary is
-there) and a memory summary; and the graph as Graphviz DOT with each kernel as a coloured cluster."""
+"""What a plan does, for people (the `flame explain` and `flame viz` reports): one line per kernel
+(ops, bytes in/out, why the kernel boundary is there) and the memory plan (peak, what is live at the
+peak, activations saved for backward); and the graph as Graphviz DOT, each kernel a coloured cluster."""
 
 from __future__ import annotations
 
 from flame.ir.graph import Graph
 from flame.ir.printer import format_op
-from flame.runtime.plan import Alias, Copy, KernelLaunch, LibraryCall, Plan, live_ranges
+from flame.passes.plan_memory import memory_report
+from flame.runtime.plan import Alias, Copy, KernelLaunch, LibraryCall, Plan, human_bytes
 
 UNFUSED = "one kernel per op (unfused)"
 
@@ -20,36 +22,6 @@ def _bytes(plan: Plan, bids) -> int:
     return sum(plan.buffers[b].nbytes for b in bids)
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def memory_summary(plan: Plan) -> list[str]:
-    """Planned arena peak, what is live at the peak (largest first), and the bound buffers."""
-    ranges = live_ranges(plan.buffers, plan.steps)
-    temps = [b for b in plan.buffers.values() if b.role in ("temporary", "scratch")]
-    peak_step, peak = 0, 0
-    for i in range(len(plan.steps)):
-        live = sum(b.nbytes for b in temps if ranges.get(b.id, (1, 0))[0] <= i <= ranges.get(b.id, (1, 0))[1])
-        if live > peak:
-            peak_step, peak = i, live
-    at_peak = [b for b in temps if ranges.get(b.id, (1, 0))[0] <= peak_step <= ranges.get(b.id, (1, 0))[1]]
-    at_peak.sort(key=lambda b: -b.nbytes)
-    bound = {r: sum(b.nbytes for b in plan.buffers.values() if b.role == r)
-             for r in ("input", "param", "state", "scalar", "const", "output")}
-    lines = [f"memory: arena {_human(plan.arena_size)} planned (temporaries live together at most "
-             f"{_human(peak)}, at step {peak_step})"]
-    lines += [f"  live at peak: b{b.id} {b.dtype.name}{list(b.shape)} {_human(b.nbytes)}" for b in at_peak[:8]]
-    if len(at_peak) > 8:
-        lines.append(f"  ... and {len(at_peak) - 8} more")
-    lines.append("  bound buffers: " + ", ".join(f"{r} {_human(n)}" for r, n in bound.items() if n))
-    return lines
-
-
 def explain_plan(name: str, graph: Graph, plan: Plan) -> str:
     """The `flame explain` report of one compiled function."""
     ids = graph.numbering()
@@ -62,11 +34,11 @@ def explain_plan(name: str, graph: Graph, plan: Plan) -> str:
         ins = s.args[: s.n_inputs] if isinstance(s, KernelLaunch) else s.args[:-1]
         ops = s.ops if isinstance(s, KernelLaunch) else (s.op,)
         label = s.name if isinstance(s, KernelLaunch) else f"{s.name} (cuBLASLt)"
-        lines.append(f"  [{i:3d}] {label}: {' + '.join(o.name for o in ops)}  in {_human(_bytes(plan, ins))}"
-                     f"  out {_human(plan.buffers[s.out].nbytes)}  | boundary: {_reason(s)}")
+        lines.append(f"  [{i:3d}] {label}: {' + '.join(o.name for o in ops)}  in {human_bytes(_bytes(plan, ins))}"
+                     f"  out {human_bytes(plan.buffers[s.out].nbytes)}  | boundary: {_reason(s)}")
         for o in ops:
             lines.append(f"          {format_op(o, ids, loc=True)}")
-    return "\n".join(lines + memory_summary(plan)) + "\n"
+    return "\n".join(lines) + "\n" + str(memory_report(plan)) + "\n"
 
 
 _COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1c1", "#e8dff5", "#d7f9f1", "#fce1e4", "#eaf4f4")
