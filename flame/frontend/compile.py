@@ -60,12 +60,20 @@ class _Entry:
     had_grad: list  # (tensor, whether its .grad was set when traced): a change means re-trace
     record: debug.CompileRecord | None = None  # kept only while the debug CLI observes
 
+    @functools.cached_property
+    def user_outputs_are_inputs(self) -> tuple[bool, ...]:
+        """Per user output: is it a graph input itself (then the caller gets a copy, not the buffer)."""
+        inputs = set(self.graph.inputs)
+        return tuple(v in inputs for v in self.graph.outputs[: self.n_user])
+
     def valid(self) -> str:
         """'' if every captured tensor still has its traced type, else why not."""
         for b, v in zip(self.trace.bindings, self.graph.inputs):
             t = b.tensor
-            if b.kind == "tensor" and (t.shape != v.type.shape or t.dtype != v.type.dtype):
-                return f"a captured tensor changed from {v.type} to {t.dtype}{list(t.shape)}"
+            if b.kind == "tensor" and t._data is not b.checked:  # a tensor changes type only with its buffer
+                if t.shape != v.type.shape or t.dtype != v.type.dtype:
+                    return f"a captured tensor changed from {v.type} to {t.dtype}{list(t.shape)}"
+                b.checked = t._data
             if b.kind == "grad" and (t._grad is None or t._grad.shape != v.type.shape):
                 return "a .grad read by the traced function is now None or of another shape"
         for t, had_grad in self.had_grad:
@@ -191,9 +199,8 @@ class Compiled:
             t._version += 1
         for t, o in entry.grads:
             t.grad = None if o is None else Tensor._concrete(outs[o], entry.graph.outputs[o].dtype)
-        inputs = set(entry.graph.inputs)  # an output that IS an input must not share its buffer
-        values = [Tensor._concrete(a.copy() if v in inputs else a, v.dtype)
-                  for a, v in zip(outs[: entry.n_user], entry.graph.outputs)]
+        values = [Tensor._concrete(a.copy() if is_input else a, v.dtype)
+                  for a, v, is_input in zip(outs, entry.graph.outputs, entry.user_outputs_are_inputs)]
         return _unflatten(entry.out_skeleton, values)
 
 

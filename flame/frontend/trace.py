@@ -28,6 +28,7 @@ class Binding:
     getter: Callable[[], float] | None = None
     dtype: DType | None = None
     pending: object = None  # "grad": the .grad seen while tracing, used by the call that traced
+    checked: object = None  # "tensor": the buffer whose type the last call checked (unchanged: skip)
     cached: tuple | None = None  # "getter": (value, device array, executor) of the last call: no re-upload
 
 
