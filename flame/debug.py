@@ -78,12 +78,7 @@ def write_dump(root: str, record: CompileRecord, sources: dict[str, str] | None 
 
 def plan_sources(plan) -> dict[str, str]:
     """name -> CUDA source of every kernel a plan launches (empty if the plan has none)."""
-    out = {}
-    for step in getattr(plan, "steps", []):
-        kernel = getattr(step, "kernel", None)
-        if kernel is not None and getattr(kernel, "source", None):
-            out[kernel.name] = kernel.source
-    return out
+    return {step.name: step.source for step in getattr(plan, "steps", []) if getattr(step, "source", None)}
 
 
 def notify(record: CompileRecord) -> None:

@@ -34,7 +34,9 @@ def test_dump_writes_every_stage_and_files_parse(tmp_path):
     assert r.returncode == 0, r.stderr
     (fn_dir,) = list(out.iterdir())
     files = sorted(p.name for p in fn_dir.iterdir())
-    assert files[0] == "00_traced.ir" and "plan.txt" in files
+    assert files[0] == "00_traced.ir" and "plan.txt" in files and "kernels" in files
+    sources = list((fn_dir / "kernels").iterdir())
+    assert sources and all('extern "C" __global__' in p.read_text() for p in sources)
     for name in files:
         if name.endswith(".ir"):
             text = (fn_dir / name).read_text()
