@@ -19,13 +19,18 @@ import math
 
 from flame.codegen import cuda_c, views
 from flame.codegen.elementwise import _EXPR_DTYPE, _fields, _variant
-from flame.codegen.kernel import NAME_TOKEN, Kernel, block_for, grid_for, index_types, render_template
+from flame.codegen.kernel import MAX_GRID, NAME_TOKEN, Kernel, block_for, index_types, render_template
 from flame.codegen.snippets import PRELUDES, snippet
 from flame.ir.graph import FusionGroup, Op, Value
 from flame.ir.indexmap import REDUCTIONS as REDUCE_OPS
 from flame.ir.indexmap import VIEWS, IndexMap, Layout, derive, input_map, trailing_reduced
 from flame.ir.printer import format_attr
 
+# Vector path launch shape, measured on an H200 (benchmarks/tune_fused.py, 2026-11-22): 1 vector per
+# thread per step with a grid capped at MAX_GRID blocks beat 2 or 4 vectors per step (fewer threads
+# resident: 34-40 registers) and uncapped or persistent (1 wave) grids for the erf/tanh-heavy chain.
+UNROLL = 1  # vectors per thread per grid-stride step, all loaded before the first is used
+GRID_CAP = MAX_GRID  # elementwise grids: blocks of UNROLL * block vectors each, up to this many
 ROW_CACHE = 8192  # row elements kept in registers; longer rows are streamed (one pass per reduction)
 _INDEXED = ("arange", "random_uniform", "random_normal", "triu", "tril")  # snippets that read `i`
 
@@ -223,11 +228,24 @@ class _MapSegment:
         self.values = inside
 
     def vec(self) -> int:
-        if any(md == "general" for md in self.mode.values()):
+        """Elements per vector on the vector path (1: none). Stores and indexed ops must walk the domain
+        contiguously (identity) or be scalars; loads may also be 'blocked' views (see _blocked)."""
+        stores = {(v, m) for _, v, m in self.stores}
+        if any(md == "general" for k, md in self.mode.items() if k not in self.loads or k in stores):
             return 1
-        sizes = [v.dtype.itemsize for (v, m), md in self.mode.items() if md == "identity"]
+        sizes = [v.dtype.itemsize for (v, m), md in self.mode.items() if md != "scalar"]
         vec = 16 // max(sizes) if sizes else 1
-        return vec if self.n >= vec else 1
+        if vec == 1 or self.n < vec:
+            return 1
+        ok = all(self._blocked(k, vec) for k, md in self.mode.items() if md == "general")
+        return vec if ok else 1
+
+    def _blocked(self, key, vec: int) -> bool:
+        """A view whose `vec` elements of each aligned vector of the domain are `vec` consecutive,
+        vector-aligned elements of its operand (e.g. a bias broadcast along leading dims)."""
+        cv = self.view[key]
+        return (bool(self.dims) and cv.strides[-1] == 1 and self.dims[-1] % vec == 0 and cv.base % vec == 0
+                and all(s % vec == 0 for s in cv.strides[:-1]))
 
     def _load(self, vector: bool, hoisted: list[str]):
         def load(v: Value, m: IndexMap) -> str:
@@ -237,8 +255,10 @@ class _MapSegment:
                 ctype = cuda_c.compute_dtype(v.dtype).cuda_type
                 hoisted.append(f"const {ctype} {name} = {cuda_c.load(f'in{k}[{cv.base}]', v.dtype)};")
                 return name
-            if md == "identity":
-                raw = f"vl{k}_{self.loads.index((v, m))}.v[j]" if vector else f"in{k}[i]"
+            if vector:
+                raw = f"vl{k}_{self.loads.index((v, m))}[u].v[j]"
+            elif md == "identity":
+                raw = f"in{k}[i]"
             else:
                 raw = f"in{k}[{views.offset_expr(cv)}]"
             return cuda_c.load(raw, v.dtype)
@@ -249,30 +269,36 @@ class _MapSegment:
         cv, md = self.view[(v, m)], self.mode[(v, m)]
         return "i" if md == "identity" else str(cv.base) if md == "scalar" else views.offset_expr(cv)
 
-    def body(self, vector: bool, hoisted: list[str]) -> tuple[list[str], list[str], list[str]]:
-        """(statements per element, vector loads before the j loop, vector stores after it)."""
+    def body(self, vector: bool, hoisted: list[str]) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
+        """(statements per element j; on the vector path also: the U-slot load arrays, the loads of
+        vector `v` into slot `u`, the store vectors, and their stores to vector `v` after the j loop)."""
         em = _Emitter(self.lay, self.values, self._load(vector, hoisted), self._own_index)
-        pre, post = [], []  # (no reduced dims: every value is emitted into em.row)
+        decls, loads, sdecls, post = [], [], [], []  # (no reduced dims: every value goes to em.row)
         if not vector and any(md == "general" for md in self.mode.values()):
             em.row += _coords(self.dims, "i", "c")
         for o, v, m in self.stores:
             val = em.value(v, m)
-            em.row.append(self._write(o, v, m, val, vector, pre, post))
+            em.row.append(self._write(o, v, m, val, vector, sdecls, post))
         if vector:
+            vec = self.vec()
+            if any(self.mode[k] == "general" for k in self.loads):
+                loads += _coords(self.dims, f"v * {vec}u", "c")
             for k, (v, m) in enumerate(self.loads):
-                if self.mode[(v, m)] == "identity":
-                    t = f"flame_vec<{v.dtype.cuda_type}, {self.vec()}>"
-                    pre.insert(0, f"const {t} vl{self.in_idx[v]}_{k} = reinterpret_cast<const {t}*>"
-                                  f"(in{self.in_idx[v]})[v];")
-        return em.row, pre, post
+                md, t, i = self.mode[(v, m)], f"flame_vec<{v.dtype.cuda_type}, {vec}>", self.in_idx[v]
+                if md == "scalar":
+                    continue
+                at = f"(in{i})[v]" if md == "identity" else f"(in{i} + {views.offset_expr(self.view[(v, m)])})[0]"
+                decls.append(f"{t} vl{i}_{k}[U];")
+                loads.append(f"vl{i}_{k}[u] = reinterpret_cast<const {t}*>{at};")
+        return em.row, decls, loads, sdecls, post
 
-    def _write(self, o: int, v: Value, m: IndexMap, val: str, vector: bool, pre, post) -> str:
+    def _write(self, o: int, v: Value, m: IndexMap, val: str, vector: bool, sdecls, post) -> str:
         cv, md = self.view[(v, m)], self.mode[(v, m)]
         if md == "scalar":
             return f"if (i == 0) out{o}[{cv.base}] = {_store(v, val)};"
         if md == "identity" and vector:
             t = f"flame_vec<{v.dtype.cuda_type}, {self.vec()}>"
-            pre.append(f"{t} vs{o};")
+            sdecls.append(f"{t} vs{o};")
             post.append(f"reinterpret_cast<{t}*>(out{o})[v] = vs{o};")
             return f"vs{o}.v[j] = {_store(v, val)};"
         if md == "identity":
@@ -284,7 +310,7 @@ class _MapSegment:
     def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:
         vec, conds = self.vec(), []
         for (v, m), md in self.mode.items():
-            if md != "identity" or ((v, m) not in self.loads and v not in outputs):
+            if md == "scalar" or ((v, m) not in self.loads and v not in outputs):
                 continue
             ptr = f"in{self.in_idx[v]}" if (v, m) in self.loads else f"out{outputs.index(v)}"
             conds.append(f"(reinterpret_cast<unsigned long long>({ptr}) % {vec * v.dtype.itemsize} == 0)")
@@ -292,11 +318,12 @@ class _MapSegment:
 
     def template_fields(self, inputs: list[Value], outputs: list[Value]) -> dict:
         hoisted: list[str] = []
-        body, _, _ = self.body(False, hoisted)
+        body = self.body(False, hoisted)[0]
         fields = dict(n=self.n, vec=self.vec(), body=body, what=f"{_what(self.ops)} over {list(self.lay.domain)}")
         if self.vec() > 1:
-            vec_body, pre, post = self.body(True, hoisted)
-            fields.update(vec_body=vec_body, vec_loads=pre, vec_stores=post, aligned=self.aligned(inputs, outputs))
+            vec_body, decls, loads, sdecls, post = self.body(True, hoisted)
+            fields.update(vec_body=vec_body, vec_decls=decls, vec_loads=loads, vec_sdecls=sdecls, vec_stores=post,
+                          aligned=self.aligned(inputs, outputs))
         fields["hoisted"] = list(dict.fromkeys(hoisted))
         return fields
 
@@ -307,6 +334,7 @@ def _lower_map(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kern
     fields = [p.template_fields(inputs, outputs) for p in parts]
     work = max(-(-p.n // p.vec()) for p in parts)
     block = block_for(work)
+    chunks = max(-(-p.n // (p.vec() * block * (UNROLL if p.vec() > 1 else 1))) for p in parts)
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), *(p.n for p in parts))
     what = "; ".join(f["what"] for f in fields)
     source = render_template(
@@ -317,6 +345,7 @@ def _lower_map(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kern
         name=NAME_TOKEN,
         params=_params(inputs, outputs),
         block=block,
+        U=UNROLL,
         idx_t=idx_t,
         off_t=off_t,
         segments=fields,
@@ -325,6 +354,6 @@ def _lower_map(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kern
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
     if len(parts) > 1:
         stem += f"_x{len(parts)}"
-    k = _finish(stem, source, grid_for(work, block), block, len(inputs), len(outputs))
+    k = _finish(stem, source, max(1, min(chunks, GRID_CAP)), block, len(inputs), len(outputs))
     same = len(parts) == 1 and all(v.shape == lays[0].domain for v in outputs)
     return [k if same else dataclasses.replace(k, in_place_safe=False)]

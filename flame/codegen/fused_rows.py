@@ -29,6 +29,8 @@ from flame.ir.indexmap import REDUCTIONS as REDUCE_OPS
 from flame.ir.indexmap import IndexMap, Layout
 
 _MAX_GRID = 65535
+CACHE_INVARIANT = True  # keep inputs that are the same for every row (weights) in registers too
+MIN_BLOCKS = 0  # __launch_bounds__ minimum blocks per multiprocessor (0: the compiler's choice)
 _NAMES = {  # reductions (and a telling op) -> the composite a row kernel implements
     ("reduce_max", "reduce_sum", "div"): "softmax",
     ("reduce_max", "reduce_sum", "log"): "log_softmax",
@@ -77,13 +79,17 @@ class _RowSegment:
         self.rguard = {k: [d for d, s in enumerate(b.strides) if s == 0] for k, b in zip(self.keys, rv)}
         self.red = range(self.n_kept, rank)
         self.loads = loads
+        # per-element inputs held in registers: all of them, or (CACHE_INVARIANT off) those that differ
+        # between rows; a row-invariant one (a weight) is then re-read from the cache where it is used
+        self.reg = {k for k in loads if self.cached and k[1].depends_on(self.red)
+                    and (CACHE_INVARIANT or len(self.kguard[k]) < len(self.kdims))}
 
     def _load(self, v: Value, m: IndexMap) -> str:
         k, r = self.off[(v, m)]
         key = self.loads.index((v, m))
         if not m.depends_on(self.red):
             return cuda_c.load(f"in{self.in_idx[v]}[rb{key}]", v.dtype)
-        if self.cached:
+        if (v, m) in self.reg:
             return f"x{key}[j]"
         return cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {r}]", v.dtype)
 
@@ -138,7 +144,7 @@ class _RowSegment:
                                         for d in range(len(self.kdims) - 1, 0, -1)] + ["const off_t k0 = (off_t)kr;"]
         for key, (v, m) in enumerate(self.loads):
             out.append(f"const off_t rb{key} = {self.off[(v, m)][0]};")
-            if self.cached and m.depends_on(self.red):
+            if (v, m) in self.reg:
                 ctype = cuda_c.compute_dtype(v.dtype).cuda_type
                 load = cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {self.off[(v, m)][1]}]", v.dtype)
                 out += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
@@ -208,6 +214,7 @@ def lower_rows(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kern
         name=NAME_TOKEN,
         params=_params(inputs, outputs),
         block=block,
+        min_blocks=MIN_BLOCKS,
         G=G,
         idx_t=idx_t,
         off_t=off_t,
