@@ -8,25 +8,8 @@ counts bytes read plus bytes written. Prints the device and a short table, last.
 from __future__ import annotations
 
 import argparse
-import statistics
 
-
-def time_ms(fn, reps: int, warmup: int = 5) -> float:
-    """Median time of fn() in ms, by CUDA events around each call."""
-    import cupy
-
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(reps):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
+from flame.runtime.profile import median_event_ms
 
 
 def _single_kernel(graph):
@@ -82,14 +65,14 @@ def main() -> None:
     y = rng.standard_normal(n, dtype=cupy.float32)
     out = cupy.empty_like(x)
 
-    t_copy = time_ms(lambda: cupy.copyto(out, x), args.reps)
+    t_copy = median_event_ms(lambda: cupy.copyto(out, x), args.reps, warmup=5)
     copy_gbs = 2 * x.nbytes / t_copy / 1e6
 
     g = Graph("add")
     a, b = g.add_input(TensorType((n,), f32)), g.add_input(TensorType((n,), f32))
     g.outputs = [Builder(g).add(a, b)]
     k_add, add = _single_kernel(verify(g))
-    t_add = time_ms(lambda: add(x, y, out), args.reps)
+    t_add = median_event_ms(lambda: add(x, y, out), args.reps, warmup=5)
     assert bool(cupy.allclose(out[:4096], x[:4096] + y[:4096]))
     add_gbs = 3 * x.nbytes / t_add / 1e6
 
@@ -101,7 +84,7 @@ def main() -> None:
     k_red, red = _single_kernel(verify(g))
     sums = cupy.empty(rows, cupy.float32)
     xm = x[: rows * cols].reshape(rows, cols)
-    t_red = time_ms(lambda: red(xm, sums), args.reps)
+    t_red = median_event_ms(lambda: red(xm, sums), args.reps, warmup=5)
     assert bool(cupy.allclose(sums[:8], xm[:8].sum(axis=1), rtol=1e-3, atol=1e-2))
     red_gbs = (xm.nbytes + sums.nbytes) / t_red / 1e6
 

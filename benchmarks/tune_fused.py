@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import functools
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -23,6 +22,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from flame.runtime.profile import median_event_ms  # noqa: E402
 
 N_EW, R, C = 64 * 2**20, 8192, 8192
 
@@ -69,22 +70,6 @@ def _params(values: dict):
             setattr(mod, k, val)
 
 
-def _time(fn, reps: int) -> float:
-    import cupy
-
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(a, b))
-    return statistics.median(times)
-
-
 def _launcher(source: str, name: str, grid: int, block: int, args):
     import cupy
 
@@ -112,7 +97,7 @@ def main() -> None:
     print(f"device: {props['name'].decode()}, {props['multiProcessorCount']} SMs", flush=True)
     big = cupy.empty(2**28, np.float32)
     big_out = cupy.empty_like(big)
-    ceiling = 2 * big.nbytes / _time(functools.partial(cupy.copyto, big_out, big), opts.reps) / 1e6
+    ceiling = 2 * big.nbytes / median_event_ms(functools.partial(cupy.copyto, big_out, big), opts.reps, warmup=5) / 1e6
     big = big_out = None
     print(f"copy ceiling (1 GiB copyto): {ceiling:.0f} GB/s", flush=True)
     rows = []
@@ -124,7 +109,7 @@ def main() -> None:
         ins = [cupy.asarray(rng.standard_normal(a.shape, dtype=np.float32)) for a in arrays]
         out = cupy.empty(arrays[0].shape, np.float32)
         nbytes = sum(a.nbytes for a in ins) + out.nbytes
-        copy_ms = _time(functools.partial(cupy.copyto, out, ins[0]), opts.reps)
+        copy_ms = median_event_ms(functools.partial(cupy.copyto, out, ins[0]), opts.reps, warmup=5)
         ref = None
         variants = [("old", None)] if (ROOT / ".tune/old" / f"{case}.cu").exists() else []
         for label, values in variants + VARIANTS[kind]:
@@ -147,7 +132,7 @@ def main() -> None:
             if ref is None:
                 ref = got
             finite = bool(np.isfinite(got).all())
-            ms = _time(launch, opts.reps)
+            ms = median_event_ms(launch, opts.reps, warmup=5)
             rows.append((case, label, grid, block, ms, nbytes / ms / 1e6 / ceiling * 100, copy_ms / ms * 100,
                          same if finite else same + " NONFINITE"))
             print(*rows[-1], flush=True)

@@ -27,14 +27,18 @@ def _unit_gpu_ms(launch, repeat: int) -> tuple[float, str]:
             finally:
                 graph = stream.end_capture()
     except Exception:  # noqa: BLE001 - not capturable: time plain launches instead
-        return _median_ms(lambda: launch(stream), repeat, stream), "events around launches"
-    return _median_ms(lambda: graph.launch(stream), 5, stream) / repeat, "graph replay"
+        return median_event_ms(lambda: launch(stream), repeat, stream), "events around launches"
+    return median_event_ms(lambda: graph.launch(stream), 5, stream) / repeat, "graph replay"
 
 
-def _median_ms(fn, repeat: int, stream) -> float:
+def median_event_ms(fn, repeat: int, stream=None, warmup: int = 1) -> float:
+    """Median milliseconds of fn(), by CUDA events recorded on `stream` (default: the current one)
+    around each call, after `warmup` untimed calls (module load, matmul planning)."""
     import cupy
 
-    fn()  # warm-up (module load, matmul planning)
+    stream = stream or cupy.cuda.get_current_stream()
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(repeat):
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
@@ -53,7 +57,7 @@ def copy_bandwidth_gbs(repeat: int = 20, nbytes: int = 1 << 30) -> float:
     src = cupy.ones(nbytes // 4, dtype=cupy.float32)
     dst = cupy.empty_like(src)
     stream = cupy.cuda.get_current_stream()
-    ms = _median_ms(lambda: dst.__setitem__(Ellipsis, src), repeat, stream)
+    ms = median_event_ms(lambda: dst.__setitem__(Ellipsis, src), repeat, stream)
     return 2 * nbytes / ms / 1e6
 
 
