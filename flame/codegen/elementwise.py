@@ -21,8 +21,17 @@ from flame.ir.dtypes import DType, f64
 from flame.ir.graph import Op
 
 # ops whose expression is computed in another dtype than the output's (the store rounds once)
+def _arange_dtype(op: Op) -> DType:
+    """Integer arange with integer start/step and values below 2**53 is exact in its own integer type
+    (the reference computes in float64, which is exact there too); otherwise float64."""
+    start, stop, step = (op.attrs[k] for k in ("start", "stop", "step"))
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop, step))
+    small = max(abs(start), abs(stop) + abs(step)) < 2**53 if ints else False
+    return op.out.dtype if op.out.dtype.kind == "int" and ints and small else f64
+
+
 _EXPR_DTYPE = {
-    "arange": lambda op: f64,
+    "arange": _arange_dtype,
     "random_uniform": lambda op: f64,
     "random_normal": lambda op: f64,
     "cast": lambda op: op.inputs[0].dtype,
@@ -40,8 +49,10 @@ def _fields(op: Op, expr_dtype: DType) -> dict[str, str]:
     if op.name == "full":
         out["value"] = cuda_c.literal(op.attrs["value"], op.out.dtype)
     if op.name == "arange":
-        out["start"] = cuda_c.literal(float(op.attrs["start"]), f64)
-        out["step"] = cuda_c.literal(float(op.attrs["step"]), f64)
+        as_float = expr_dtype.kind != "int"
+        for key in ("start", "step"):
+            v = op.attrs[key]
+            out[key] = cuda_c.literal(float(v) if as_float else v, expr_dtype)
     if op.name in ("triu", "tril"):
         rows, cols = op.out.shape[-2:]
         out.update(rows=f"{rows}u", cols=f"{cols}u", k=f"{op.attrs['k']}LL")

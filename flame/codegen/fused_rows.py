@@ -30,6 +30,7 @@ from flame.ir.indexmap import IndexMap, Layout
 
 _MAX_GRID = 65535
 CACHE_INVARIANT = True  # keep inputs that are the same for every row (weights) in registers too
+REG_BUDGET = {1024: 32}  # threads per row -> registers per thread for cached row elements (default 64)
 MIN_BLOCKS = 0  # __launch_bounds__ minimum blocks per multiprocessor (0: the compiler's choice)
 _NAMES = {  # reductions (and a telling op) -> the composite a row kernel implements
     ("reduce_max", "reduce_sum", "div"): "softmax",
@@ -40,7 +41,7 @@ _NAMES = {  # reductions (and a telling op) -> the composite a row kernel implem
 
 
 def _threads(R: int) -> int:
-    return 32 if R <= 256 else 128 if R <= 2048 else 512
+    return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
 
 
 def _split(view: views.View, n_kept: int) -> tuple[views.View, views.View]:
@@ -64,7 +65,6 @@ class _RowSegment:
         kept_shape, red_shape = lay.domain[: self.n_kept], lay.domain[self.n_kept:]
         self.M, self.R = math.prod(kept_shape), math.prod(red_shape)
         self.E = -(-self.R // G)
-        self.cached = self.R <= ROW_CACHE
         inside = {op.out for op in ops}
         self.values = inside
         loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
@@ -81,8 +81,11 @@ class _RowSegment:
         self.loads = loads
         # per-element inputs held in registers: all of them, or (CACHE_INVARIANT off) those that differ
         # between rows; a row-invariant one (a weight) is then re-read from the cache where it is used
-        self.reg = {k for k in loads if self.cached and k[1].depends_on(self.red)
-                    and (CACHE_INVARIANT or len(self.kguard[k]) < len(self.kdims))}
+        reg = {k for k in loads if k[1].depends_on(self.red)
+               and (CACHE_INVARIANT or len(self.kguard[k]) < len(self.kdims))}
+        # registers per thread for the row: at most REG_BUDGET[G] (1024 threads leave 64 per thread)
+        self.cached = self.R <= ROW_CACHE and len(reg) * self.E <= REG_BUDGET.get(G, 64)
+        self.reg = reg if self.cached else set()
 
     def _load(self, v: Value, m: IndexMap) -> str:
         k, r = self.off[(v, m)]

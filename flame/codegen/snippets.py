@@ -28,6 +28,7 @@ def _f(f32: str, f64: str, int_: str | None = None) -> dict[str, str]:
 SNIPPETS: dict[str, dict[str, str]] = {
     # unary, numeric
     "neg": {"*": "(-{0})"},
+    "stop_gradient": {"*": "({0})"},
     "abs": _f("fabsf({0})", "fabs({0})", "({0} < 0 ? -{0} : {0})"),
     "relu": _f("({0} < 0.0f ? 0.0f : {0})", "({0} < 0.0 ? 0.0 : {0})", "({0} < 0 ? ({ctype})0 : {0})"),
     "floor": _f("floorf({0})", "floor({0})", "{0}"),
@@ -78,7 +79,7 @@ SNIPPETS: dict[str, dict[str, str]] = {
     # conversion and creation (the renderer picks the compute type of the expression, see render)
     "cast": {"*": "{0}"},
     "full": {"*": "{value}"},
-    "arange": {"*": "({start} + {step} * (double)i)"},
+    "arange": {"int": "({start} + {step} * ({ctype})i)", "*": "({start} + {step} * (double)i)"},
     "triu": {"*": "(((long long)(i % {cols}) - (long long)((i / {cols}) % {rows}) >= {k}) ? {0} : ({ctype})0)"},
     "tril": {"*": "(((long long)(i % {cols}) - (long long)((i / {cols}) % {rows}) <= {k}) ? {0} : ({ctype})0)"},
     "random_uniform": {"*": "flame_uniform((unsigned long long){0}, (unsigned long long){1} + i)"},

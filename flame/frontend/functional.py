@@ -48,12 +48,14 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    e = (x - x.amax(dim, keepdim=True)).exp()
+    # the max only keeps exp() in range: the result does not depend on it, so neither does the
+    # gradient (detached, as in PyTorch; otherwise autodiff adds terms that cancel to rounding error)
+    e = (x - x.amax(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
 
 
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
-    m = x.amax(dim, keepdim=True)
+    m = x.amax(dim, keepdim=True).detach()  # a shift the result does not depend on (see softmax)
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze(dim)
 

@@ -173,8 +173,8 @@ class Tensor:
         backward(self, gradient)
 
     def detach(self) -> Tensor:
-        if self._value is not None:
-            return Tensor._traced(self._value, self._trace)
+        if self._value is not None:  # traced: an op autodiff does not differentiate through
+            return apply("stop_gradient", self)
         return Tensor._concrete(self._data, self._dtype)
 
     def requires_grad_(self, flag: bool = True) -> Tensor:

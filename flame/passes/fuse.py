@@ -16,7 +16,7 @@ Rules, in the order they apply:
   launch with one segment each (e.g. the AdamW update of every parameter), at most MAX_SEGMENTS;
 - matmul: stays a library call; a bias add over the last dim and a relu that only it feeds are
   marked as its epilogue (the plan builder folds them into cuBLASLt when the runtime supports it);
-- `full` constants are cloned into every kernel that reads them.
+- `full` constants and views of graph inputs are cloned into every kernel that reads them.
 Not fused: column reductions (their own tuned kernel), gather/scatter/pad/concat/argmax (opaque)."""
 
 from __future__ import annotations
@@ -103,8 +103,7 @@ def _fit(st: _State, ops: list[Op], kind: str, domain=None, n_red: int = 0) -> t
 
 
 def _constants(st: _State, op: Op) -> list[Op]:
-    return [v.producer for v in op.inputs if v.producer is not None and v.producer.name == "full"
-            and v.producer not in st.group_of]
+    return [v.producer for v in op.inputs if _free(v.producer) and v.producer not in st.group_of]
 
 
 def _try_join(st: _State, grp: _Group, op: Op) -> bool:
@@ -189,27 +188,34 @@ def _place(st: _State, op: Op) -> None:
     st.new([op], kind)
 
 
+def _free(op: Op | None) -> bool:
+    """Ops a kernel recomputes rather than reads: `full` constants and views of graph inputs."""
+    return op is not None and (op.name == "full" or (op.name in VIEWS and all(v.producer is None for v in op.inputs)))
+
+
 def _clone_constants(g: Graph) -> Graph:
-    """A copy of g where every `full` op has at most one reader op (a clone per reader), so that
-    each kernel computes its own constants instead of reading them from memory."""
+    """A copy of g where every free op (`full`, a view of a graph input) has at most one reader op (a
+    clone per reader), so that each kernel computes its own constants and indexes inputs itself
+    instead of reading them from memory — and a view shared by an opaque op and a fused kernel does
+    not tie the two into a cycle (cross-entropy's labels feed both gather and the one-hot)."""
     g = g.copy()
     users = g.users()
     ops: list[Op] = []
     for op in g.ops:
-        if op.name == "full" and len(users[op.out]) > 1:
+        if _free(op) and len(users[op.out]) > 1:
             continue
         new_inputs = []
         for v in op.inputs:
             p = v.producer
-            if p is not None and p.name == "full" and len(users[v]) > 1:
-                clone = Op("full", (), p.attrs, v.type, p.loc)
+            if _free(p) and len(users[v]) > 1:
+                clone = Op(p.name, p.inputs, p.attrs, v.type, p.loc)
                 ops.append(clone)
                 v = clone.out
             new_inputs.append(v)
         op.inputs = tuple(new_inputs)
         ops.append(op)
     kept = {op.out for op in ops}
-    for op in g.ops:  # a shared constant that is also returned keeps its op
+    for op in g.ops:  # a shared free value that is also returned keeps its op
         if op.out not in kept and op.out in set(g.outputs):
             ops.insert(0, op)
     g.ops = ops
@@ -329,9 +335,9 @@ def fuse(g: Graph) -> Graph:
     g = _clone_constants(g)
     st = _State(g)
     for op in g.ops:
-        if op.name != "full":
+        if not _free(op):
             _place(st, op)
-    for op in g.ops:  # constants only read by ops that went elsewhere
+    for op in g.ops:  # free ops only read by ops that went elsewhere
         if op not in st.group_of:
             st.new([op], "elementwise", domain=op.out.shape)
     _absorb_scalars(st)

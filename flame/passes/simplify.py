@@ -87,6 +87,11 @@ def _involution(op: Op, b: Builder) -> Value | None:
 _EXACT_WIDENING = {(f16, f32), (f16, f64), (bf16, f32), (bf16, f64), (f32, f64), (i32, i64), (i32, f64)}
 
 
+def _stop_gradient(op: Op, b: Builder) -> Value | None:
+    """stop_gradient(x) -> x: it only matters to autodiff, which runs while tracing, before this."""
+    return op.inputs[0]
+
+
 def _cast(op: Op, b: Builder) -> Value | None:
     (x,) = op.inputs
     if x.dtype == op.out.dtype:  # cast(x: T, T) -> x
@@ -218,6 +223,7 @@ RULES: dict[str, Rule] = {
     "neg": _involution,
     "logical_not": _involution,
     "cast": _cast,
+    "stop_gradient": _stop_gradient,
     "where": _where,
     "reshape": _reshape,
     "squeeze": _reshape,

@@ -64,7 +64,7 @@ def test_low_precision_rows_and_vector_paths_compile(dt):
     _compile(ks)
     big = Graph("streamed")
     b = Builder(big)
-    x = big.add_input(TensorType((2, 20000), dt))
+    x = big.add_input(TensorType((2, 40000), dt))
     big.outputs = [b.mul(x, b.rsqrt(b.reduce_mean(b.mul(x, x), axes=[1], keepdim=True)))]
     ks = fused_kernels(verify(big))
     assert "streamed" in ks[0].source

@@ -324,6 +324,7 @@ RECIPES: dict[str, Recipe] = {
     "ceil": Recipe(_unary(_quarters), np.ceil, NUM),
     "round": Recipe(_unary(_quarters), _round_half_even, NUM),
     "sign": Recipe(_unary(_quarters), lambda x: (x > 0).astype(np.int8) - (x < 0).astype(np.int8), NUM),
+    "stop_gradient": Recipe(_unary(_arr), lambda x: x, ALL),
     "add": Recipe(_binary(_arr), lambda a, b: a + b, NUM),
     "sub": Recipe(_binary(_arr), lambda a, b: a - b, NUM),
     "mul": Recipe(_binary(_arr), lambda a, b: a * b, NUM),

@@ -92,6 +92,9 @@ unary("floor", np.floor, kinds=_NUM, nondiff=_PIECEWISE)
 unary("ceil", np.ceil, kinds=_NUM, nondiff=_PIECEWISE)
 unary("round", np.round, kinds=_NUM, nondiff=_PIECEWISE, doc="half to even, like torch.round")
 unary("sign", np.sign, kinds=_NUM, nondiff=_PIECEWISE)
+unary("stop_gradient", np.copy, kinds=("float", "int", "bool"),
+      nondiff="the identity that gradients do not flow through (Tensor.detach); removed after autodiff",
+      doc="x, with no gradient: what Tensor.detach() records while tracing")
 
 
 def _binary_infer(name, kinds, out_dtype=None):
