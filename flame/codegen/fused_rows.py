@@ -9,6 +9,7 @@ thread, from totals that every thread of the row holds identically."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from flame.codegen import cuda_c, views
 from flame.codegen.fused import (
@@ -30,6 +31,7 @@ from flame.ir.indexmap import IndexMap, Layout
 
 _MAX_GRID = 65535
 CACHE_INVARIANT = True  # keep inputs that are the same for every row (weights) in registers too
+COLUMN_GRID = 264  # row-kernel blocks when it carries column partials: 2 per SM of a 132-SM H100/H200
 REG_BUDGET = {1024: 32}  # threads per row -> registers per thread for cached row elements (default 64)
 MIN_BLOCKS = 0  # __launch_bounds__ minimum blocks per multiprocessor (0: the compiler's choice)
 _NAMES = {  # reductions (and a telling op) -> the composite a row kernel implements
@@ -56,10 +58,11 @@ def _offset(kept: views.View, red: views.View, kc: str, rc: str) -> tuple[str, s
 
 
 class _RowSegment:
-    def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], G: int, seg: int):
-        self.ops, self.lay, self.G, self.seg = ops, lay, G, seg
+    def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], G: int, seg: int,
+                 columns: tuple[Op, ...] = ()):
+        self.ops, self.lay, self.G, self.seg, self.columns = ops, lay, G, seg, columns
         self.in_idx = {v: i for i, v in enumerate(inputs)}
-        self.out_idx = {v: outputs.index(v) for v in lay.stores}
+        self.out_idx = {v: outputs.index(v) for v in lay.stores if v in outputs}  # others: column inputs
         rank = len(lay.domain)
         self.n_kept = rank - lay.n_red
         kept_shape, red_shape = lay.domain[: self.n_kept], lay.domain[self.n_kept:]
@@ -84,7 +87,7 @@ class _RowSegment:
         reg = {k for k in loads if k[1].depends_on(self.red)
                and (CACHE_INVARIANT or len(self.kguard[k]) < len(self.kdims))}
         # registers per thread for the row: at most REG_BUDGET[G] (1024 threads leave 64 per thread)
-        self.cached = self.R <= ROW_CACHE and len(reg) * self.E <= REG_BUDGET.get(G, 64)
+        self.cached = 0 < self.R <= ROW_CACHE and len(reg) * self.E <= REG_BUDGET.get(G, 64)
         self.reg = reg if self.cached else set()
 
     def _load(self, v: Value, m: IndexMap) -> str:
@@ -100,14 +103,14 @@ class _RowSegment:
         k, r = self.off[(v, m)]
         return f"{k} + {r}"
 
-    def _loop(self, body: list[str]) -> list[str]:
+    def _loop(self, body: list[str], unrolled: bool = False) -> list[str]:
         q = ["idx_t qr = r;"] if self.rdims else []
         for d in range(len(self.rdims) - 1, 0, -1):
             q.append(f"const off_t q{d} = (off_t)(qr % {self.rdims[d]}u); qr /= {self.rdims[d]}u;")
         if self.rdims:
             q.append("const off_t q0 = (off_t)qr;")
         inner = ["  " + line for line in q + body]
-        if self.cached:
+        if self.cached or unrolled:  # element j of the thread: registers x{k}[j], column partials c{n}[j]
             return ["#pragma unroll", f"for (int j = 0; j < {self.E}; ++j) {{",
                     f"  const idx_t r = (idx_t)lane + (idx_t)j * {self.G}u;", "  if (r < R) {",
                     *["  " + x for x in inner], "  }", "}"]
@@ -157,15 +160,18 @@ class _RowSegment:
                 self._reduce(em, op, out)
         em.memo_elem, em.elem = {}, []
         for v, m in self.lay.stores.items():
-            if m.depends_on(self.red):
+            if m.depends_on(self.red) and v in self.out_idx:
                 val = em.value(v, m)
                 em.elem.append(self._write(v, m, val))
+        for n, op in enumerate(self.columns):  # fold this row's element into the thread's column partials
+            val = em.value(op.inputs[0], _identity(len(self.lay.domain)))
+            em.elem.append(f"c{n}[j] = {REDUCTIONS[op.name].combine.format(f'c{n}[j]', val)};")
         out += em.row
         em.row = []
         if em.elem:
-            out += self._loop(em.elem)
+            out += self._loop(em.elem, unrolled=bool(self.columns))
         for v, m in self.lay.stores.items():
-            if not m.depends_on(self.red):
+            if not m.depends_on(self.red) and v in self.out_idx:
                 out.append("if (lane == 0) " + self._write(v, m, em.value(v, m)))
         return _merge_rows(out, em.row)
 
@@ -175,6 +181,61 @@ class _RowSegment:
                  [f"q{d} == 0" for d in self.rguard[(v, m)] if m.depends_on(self.red) and self.rdims]
         write = f"out{self.out_idx[v]}[{k} + {r if m.depends_on(self.red) else '0'}] = {_store(v, val)};"
         return f"if ({' && '.join(guards)}) {write}" if guards else write
+
+
+def _acc(op: Op):
+    return cuda_c.compute_dtype(op.inputs[0].dtype)
+
+
+def _identity_of(op: Op) -> str:
+    acc = _acc(op)
+    ident = REDUCTIONS[op.name].identity
+    return {"zero": cuda_c.literal(0, acc), "lowest": cuda_c.lowest(acc), "highest": cuda_c.highest(acc)}[ident]
+
+
+class _Columns:
+    """Column reductions carried by a one-segment row kernel: thread t of row slot s accumulates
+    c{n}[j] for element r = lane + j*G of every row it visits; after the row loop each slot writes its
+    partials to scratch [P slots, R] (per column op), and the fold kernel sums the P partials of each
+    element in slot order — a fixed order, so results do not vary between runs."""
+
+    def __init__(self, seg: _RowSegment, outputs: list[Value], grid: int, block: int):
+        self.seg, self.P, self.R = seg, grid * (block // seg.G), seg.R
+        self.slots_per_block = block // seg.G
+        self.M = seg.M
+        self.offsets, off = [], 0
+        for op in seg.columns:
+            self.offsets.append(off)
+            off += -(-self.P * self.R * _acc(op).itemsize // 256) * 256
+        self.scratch = off
+        self.out_idx = [outputs.index(op.out) for op in seg.columns]
+
+    def declarations(self) -> list[str]:
+        return [f"{_acc(op).cuda_type} c{n}[{self.seg.E}];" for n, op in enumerate(self.seg.columns)] + \
+               [f"#pragma unroll\nfor (int j = 0; j < {self.seg.E}; ++j) {{ "
+                + " ".join(f"c{n}[j] = {_identity_of(op)};" for n, op in enumerate(self.seg.columns)) + " }"]
+
+    def partial_writes(self) -> list[str]:
+        G, E = self.seg.G, self.seg.E
+        lines = [f"const idx_t slot = (idx_t)blockIdx.x * {self.slots_per_block}u + threadIdx.x / {G}u;",
+                 "#pragma unroll", f"for (int j = 0; j < {E}; ++j) {{",
+                  f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {{"]
+        for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
+            t = _acc(op).cuda_type
+            lines.append(f"    reinterpret_cast<{t}*>(reinterpret_cast<char*>(scratch) + {off})"
+                         f"[(size_t)slot * {self.R}u + r] = c{n}[j];")
+        return lines + ["  }", "}"]
+
+    def fold(self) -> list[dict]:
+        out = []
+        for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
+            acc, spec = _acc(op), REDUCTIONS[op.name]
+            total = spec.finalize.format("a", ctype=acc.cuda_type, count=f"{self.M}u")
+            out.append(dict(acc_t=acc.cuda_type, identity=_identity_of(op), offset=off,
+                            combine=spec.combine.format("a", "p[(size_t)s * R + r]"),
+                            out=self.out_idx[n],
+                            store=_store(op.out, cuda_c.load(cuda_c.convert(total, acc, op.out.dtype), op.out.dtype))))
+        return out
 
 
 def _merge_rows(out: list[str], late: list[str]) -> list[str]:
@@ -197,25 +258,30 @@ def _row(lay: Layout, op: Op) -> IndexMap:
     return row_map(op.out, lay.domain, lay.n_red)
 
 
-def lower_rows(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kernel]:
+def lower_rows(group: FusionGroup, inputs: list[Value], segs, lays, columns: tuple[Op, ...] = ()) -> list[Kernel]:
+    """The row kernel of a group; with column reductions (one segment only), also the fold kernel."""
     outputs = list(group.outputs)
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
     G = _threads(R)
     block = 256 if G == 32 else G
-    parts = [_RowSegment(seg, lay, inputs, outputs, G, k) for k, (seg, lay) in enumerate(zip(segs, lays))]
+    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns) for k, (seg, lay) in enumerate(zip(segs, lays))]
     fields, start = [], 0
     for p in parts:
         fields.append(dict(start=start, end=start + p.M, body=p.body(),
                            what=f"{p.M} rows x {p.R} ({'registers' if p.cached else 'streamed'})"))
         start += p.M
+    grid = min(-(-start // (block // G)), COLUMN_GRID if columns else _MAX_GRID)
+    cols = _Columns(parts[0], outputs, grid, block) if columns else None
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), start)
+    params = _params(inputs, outputs) + (", void* __restrict__ scratch" if cols else "")
     source = render_template(
         "fused_rows.cu.j2",
-        header=_header(group, inputs, "; ".join(f["what"] for f in fields)),
+        header=_header(group, inputs, "; ".join(f["what"] for f in fields)
+                       + (f"; {len(columns)} column reduction(s) in {cols.P} partials" if cols else "")),
         includes=cuda_c.includes(_dtypes(group)),
         prelude=_prelude(group),
         name=NAME_TOKEN,
-        params=_params(inputs, outputs),
+        params=params,
         block=block,
         min_blocks=MIN_BLOCKS,
         G=G,
@@ -223,11 +289,21 @@ def lower_rows(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kern
         off_t=off_t,
         total_rows=start,
         segments=fields,
+        before=cols.declarations() if cols else [],
+        after=cols.partial_writes() if cols else [],
     )
-    reds = [op.name for op in group.ops if op.name in REDUCE_OPS]
+    reds = [op.name for op in group.ops if op.name in REDUCE_OPS and op not in columns]
     names = set(op.name for op in group.ops)
     what = next((n for key, n in _NAMES.items() if list(key[:-1]) == reds[: len(key) - 1] and key[-1] in names
                  and len(reds) == len(key) - 1), "_".join(r.removeprefix("reduce_") for r in reds[:3]))
     stem = f"reduce_{what}_rows_{outputs[0].dtype.name}" + (f"_x{len(parts)}" if len(parts) > 1 else "")
-    grid = min(-(-start // (block // G)), _MAX_GRID)
-    return [_finish(stem, source, grid, block, len(inputs), len(outputs))]
+    kernels = [_finish(stem, source, grid, block, len(inputs), len(outputs))]
+    if cols:
+        fold = render_template("fused_rows_fold.cu.j2", header=_header(group, inputs, f"fold of {cols.P} partials "
+                                                                                     f"x {cols.R} per column reduction"),
+                               includes=cuda_c.includes(_dtypes(group)), name=NAME_TOKEN, params=params,
+                               P=cols.P, R=cols.R, columns=cols.fold())
+        kernels.append(_finish(f"{stem}_fold", fold, min(-(-cols.R // 256), _MAX_GRID), 256, len(inputs),
+                               len(outputs)))
+        kernels = [replace(k, scratch=cols.scratch) for k in kernels]
+    return kernels

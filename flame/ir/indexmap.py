@@ -161,6 +161,17 @@ def reduced_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
     return {a for a in axes if domain[a] != 1} == {d for d in tail if domain[d] != 1}
 
 
+def column_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
+    """op reduces exactly the leading (kept) dims of a row domain, size-1 dims aside, keeping the
+    trailing n_red: a column reduction a row kernel can accumulate while it walks the rows."""
+    if op.name not in REDUCTIONS or n_red == 0 or op.inputs[0].shape != domain:
+        return False
+    rank = len(domain)
+    axes = {a % max(rank, 1) for a in op.attrs["axes"]}
+    lead = {d for d in range(rank - n_red) if domain[d] != 1}
+    return bool(lead) and {a for a in axes if domain[a] != 1} == lead
+
+
 def trailing_reduced(op: Op) -> int | None:
     """n_red of the row domain of reduction `op` (its input's shape), or None when the reduced dims
     are not the innermost ones (a column reduction)."""

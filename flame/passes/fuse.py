@@ -17,7 +17,9 @@ Rules, in the order they apply:
 - matmul: stays a library call; a bias add over the last dim and a relu that only it feeds are
   marked as its epilogue (the plan builder folds them into cuBLASLt when the runtime supports it);
 - `full` constants and views of graph inputs are cloned into every kernel that reads them.
-Not fused: column reductions (their own tuned kernel), gather/scatter/pad/concat/argmax (opaque)."""
+- columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
+  reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
+Not fused: other column reductions (their own tuned kernel), gather/scatter/pad/concat/argmax (opaque)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,11 @@ import math
 from dataclasses import dataclass, field
 
 from flame.ir.graph import FusionGroup, Graph, Op, Value
-from flame.ir.indexmap import REDUCTIONS, VIEWS, Layout, derive, trailing_reduced
+from flame.ir.indexmap import REDUCTIONS, VIEWS, Layout, column_ok, derive, trailing_reduced
 from flame.ir.registry import get
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
+COLUMN_MAX = 32768  # rows up to this wide carry column reductions along (per-thread accumulators)
 _FUSIBLE = ("elementwise", "scalar", "rows")
 
 
@@ -179,9 +182,15 @@ def _place(st: _State, op: Op) -> None:
                     _try_merge(st, grp, other)
             return
     if kind in ("scalar", "elementwise", "rows"):
-        grp = st.new(_constants(st, op) + [op], kind, domain=op.out.shape)
-        if kind == "rows":
-            grp.domain, grp.n_red = op.inputs[0].shape, trailing_reduced(op)
+        free = _constants(st, op)
+        domain, n_red = (op.inputs[0].shape, trailing_reduced(op)) if kind == "rows" else (op.out.shape, 0)
+        got = _fit(st, st.sorted_ops(free + [op]), kind if kind == "rows" else "elementwise", domain, n_red)
+        if isinstance(got, str):  # a view that does not map into op's domain: its own kernel
+            for f in free:
+                st.new([f], "elementwise", domain=f.out.shape)
+            free = []
+        grp = st.new(free + [op], kind, domain=domain)
+        grp.n_red = n_red
         return
     for c in _constants(st, op):
         st.new([c], "elementwise", domain=c.out.shape)
@@ -261,6 +270,31 @@ def _absorb_scalars(st: _State) -> None:
             dst.domain, dst.n_red = got
 
 
+def _columns(grp: _Group) -> list[Op]:
+    """The column reductions a rows group carries (they are not part of its row layout)."""
+    return [op for op in grp.ops if op.name in REDUCTIONS and trailing_reduced(op) is None]
+
+
+def _absorb_columns(st: _State) -> None:
+    """A column reduction (reduce_sum/mean over the leading dims) of a value that a rows kernel
+    computes or reads at its full domain joins that kernel: each thread accumulates the columns it
+    owns over the rows it visits, and a short second kernel folds the per-thread partials (the
+    layer_norm backward's dweight and dbias ride along with dx instead of re-reading [rows, cols])."""
+    for cg in [grp for grp in st.groups if grp.kind == "reduction"]:
+        (op,) = cg.ops
+        v = op.inputs[0]
+        if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
+            continue
+        for rg in st.groups:
+            if rg.kind != "rows" or rg.domain != v.shape or math.prod(v.shape[-rg.n_red:]) > COLUMN_MAX:
+                continue
+            touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in _columns(rg))
+            if not touches or not column_ok(op, rg.domain, rg.n_red) or st.reaches(cg, rg):
+                continue
+            _merge(st, rg, cg)
+            break
+
+
 def _signature(grp: _Group) -> tuple:
     work = tuple((op.name, str(sorted(op.attrs.items())) if op.name != "full" else "", op.out.dtype.name)
                  for op in grp.ops if op.name not in VIEWS)
@@ -270,14 +304,15 @@ def _signature(grp: _Group) -> tuple:
 def _horizontal(st: _State) -> None:
     """Independent kernels of the same signature (scalar kernels: any) become one launch."""
     for a in list(st.groups):
-        if a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2]:
+        if a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a):
             continue
         sig = _signature(a)
         for b in list(st.groups):
             if len(a.merged) + 1 >= MAX_SEGMENTS:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
-            if b is a or b.kind != a.kind or (a.kind != "scalar" and _signature(b) != sig) or not _signature(b)[2]:
+            if (b is a or b.kind != a.kind or (a.kind != "scalar" and _signature(b) != sig) or not _signature(b)[2]
+                    or _columns(b)):
                 continue
             if st.reaches(a, b) or st.reaches(b, a):
                 continue
@@ -341,6 +376,7 @@ def fuse(g: Graph) -> Graph:
         if op not in st.group_of:
             st.new([op], "elementwise", domain=op.out.shape)
     _absorb_scalars(st)
+    _absorb_columns(st)
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]

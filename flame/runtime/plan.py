@@ -433,8 +433,15 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         for op in grp.ops:
             bld.op(op)
         return
+    extra = ()
+    scratch = max((k.scratch for k in kernels), default=0)
+    if scratch:  # e.g. the per-thread partials of column reductions a row kernel carries
+        sid = bld.new_id()
+        bld.add(sid, None, "scratch", shape=(scratch,), dtype=_u8(), nbytes=scratch)
+        bld.temp_roots.add(sid)
+        extra = (sid,)
     for i, k in enumerate(kernels):
-        bld.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs, k.n_inputs,
+        bld.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra, k.n_inputs,
                                       grp.ops, (i, len(kernels)), len(outs), grp.reason, k.in_place_safe))
 
 

@@ -172,3 +172,17 @@ def test_random_statistics() -> None:
     n = flame.randn(20000, generator=flame.Generator(1)).numpy().astype(np.float64)
     assert abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.005
     assert abs(n.mean()) < 0.03 and abs(n.std() - 1) < 0.03
+
+
+def test_detach_stops_gradients_in_grad_and_compile():
+    """x * x.detach(): the gradient is x (not 2x), eagerly, through flame.grad and inside compile."""
+    x = np.array([0.0, 1.0, -2.0], np.float32)
+
+    def f(t):
+        return (t * t.detach()).sum()
+
+    assert np.array_equal(flame.grad(f)(flame.tensor(x)).numpy(), x)
+    assert np.array_equal(flame.compile(lambda t: flame.grad(f)(t))(flame.tensor(x)).numpy(), x)
+    t = flame.tensor(x, requires_grad=True)
+    f(t).backward()
+    assert np.array_equal(t.grad.numpy(), x)

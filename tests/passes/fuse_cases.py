@@ -90,6 +90,20 @@ def cross_entropy(backward: bool = False) -> tuple[Graph, list[np.ndarray]]:
     return build(ce, LABELS)
 
 
+def layer_norm_params() -> tuple[Graph, list[np.ndarray]]:
+    """layer_norm forward + backward for x, weight and bias (the benchmark's case, small): y, dx, dw,
+    db; the weight and bias gradients are column reductions over the rows."""
+    dy = flame.tensor(_R.standard_normal(X.shape).astype(np.float32))
+
+    def ln_fwd_bwd(x, w, b):
+        def loss(x, w, b):
+            return (F.layer_norm(x, 40, w, b) * dy).sum()
+
+        return F.layer_norm(x, 40, w, b), flame.grad(loss, (0, 1, 2))(x, w, b)
+
+    return build(ln_fwd_bwd, X, W, W * 0.5)
+
+
 def mlp_adamw(n_hidden: int = 2, width: int = 16, dtype: str = "f32") -> tuple[Graph, list[np.ndarray], int]:
     """One AdamW training step of a small MLP (Linear, ReLU, LayerNorm, GELU, cross-entropy):
     (graph, inputs, number of parameters)."""

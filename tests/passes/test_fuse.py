@@ -15,7 +15,7 @@ from flame.passes.pipeline import run_pipeline, to_plan
 from flame.runtime.plan import KernelLaunch, LibraryCall, check_plan
 from flame.runtime.reference import run_graph, run_plan
 from tests.passes.conftest import assert_same_bits, random_array
-from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, mlp_adamw
+from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, layer_norm_params, mlp_adamw
 from tests.passes.test_random_graphs import graphs
 
 
@@ -64,6 +64,38 @@ def test_forward_kernel_counts(name, count):
     g, _ = composite(name)
     assert len(launches(fuse(g))) == count
     assert len(launches(g)) > count
+
+
+def test_layer_norm_backward_carries_weight_and_bias_gradients():
+    """dx, dweight and dbias: one row kernel accumulating the two column sums, and the fold."""
+    fused = check_fused(*layer_norm_params())
+    ks = launches(fused)
+    assert [k.name.rsplit("_", 1)[0] for k in ks] == ["reduce_mean_mean_sum_rows_f32",
+                                                       "reduce_mean_mean_sum_rows_f32_fold"]
+    (rows,) = [k for k in fused.groups if k.kind == "rows"]
+    assert len([op for op in rows.ops if op.name == "reduce_sum" and list(op.attrs["axes"]) == [0]]) == 2
+
+
+def test_cross_entropy_backward_is_one_row_kernel():
+    """gather of the label logits, the row kernel (loss terms and d logits, one-hot computed in
+    place), the mean: the max is detached, so no tie-splitting terms reach the backward."""
+    fused = check_fused(*cross_entropy(True))
+    names = [k.name.split("_f32")[0] for k in launches(fused)]
+    assert names == ["gather", "reduce_softmax_rows", "reduce_mean"]
+    assert not any(op.name == "eq" and op.inputs[0].producer is None for op in fused.ops)
+
+
+@pytest.mark.parametrize("shape", [(64, 3000), (3, 20000), (1000, 7), (2, 3, 50)])
+def test_column_reductions_ride_in_the_row_kernel(shape):
+    g = Graph("columns")
+    b = Builder(g)
+    x, dy = g.add_input(TensorType(shape, f32)), g.add_input(TensorType(shape, f32))
+    lead = list(range(len(shape) - 1))
+    y = b.mul(x, b.rsqrt(b.reduce_mean(b.mul(x, x), axes=[len(shape) - 1], keepdim=True)))
+    g.outputs = [y, b.reduce_sum(b.mul(y, dy), axes=lead), b.reduce_mean(dy, axes=lead, keepdim=True)]
+    rng = np.random.default_rng(0)
+    fused = check_fused(verify(g), [rng.standard_normal(shape).astype(np.float32) for _ in range(2)])
+    assert len(launches(fused)) == 2 and launches(fused)[1].name.rsplit("_", 1)[0].endswith("_fold")
 
 
 def test_softmax_is_one_row_kernel_with_a_telling_name():
