@@ -20,6 +20,7 @@ from flame.codegen.views import View
 from flame.ir.dtypes import DType, f64
 from flame.ir.graph import Op
 
+
 # ops whose expression is computed in another dtype than the output's (the store rounds once)
 def _arange_dtype(op: Op) -> DType:
     """Integer arange with integer start/step and values below 2**53 is exact in its own integer type

@@ -31,7 +31,7 @@ from flame.ir.printer import format_attr
 # resident: 34-40 registers) and uncapped or persistent (1 wave) grids for the erf/tanh-heavy chain.
 UNROLL = 1  # vectors per thread per grid-stride step, all loaded before the first is used
 GRID_CAP = MAX_GRID  # elementwise grids: blocks of UNROLL * block vectors each, up to this many
-ROW_CACHE = 32768  # row elements kept in registers (up to 32 per thread); longer rows are streamed (one pass per reduction)
+ROW_CACHE = 32768  # row elements kept in registers (<= 32 per thread); longer rows: one pass per reduction
 _INDEXED = ("arange", "random_uniform", "random_normal", "triu", "tril")  # snippets that read `i`
 
 

@@ -299,8 +299,8 @@ def lower_rows(group: FusionGroup, inputs: list[Value], segs, lays, columns: tup
     stem = f"reduce_{what}_rows_{outputs[0].dtype.name}" + (f"_x{len(parts)}" if len(parts) > 1 else "")
     kernels = [_finish(stem, source, grid, block, len(inputs), len(outputs))]
     if cols:
-        fold = render_template("fused_rows_fold.cu.j2", header=_header(group, inputs, f"fold of {cols.P} partials "
-                                                                                     f"x {cols.R} per column reduction"),
+        what = f"fold of {cols.P} partials x {cols.R} per column reduction"
+        fold = render_template("fused_rows_fold.cu.j2", header=_header(group, inputs, what),
                                includes=cuda_c.includes(_dtypes(group)), name=NAME_TOKEN, params=params,
                                P=cols.P, R=cols.R, columns=cols.fold())
         kernels.append(_finish(f"{stem}_fold", fold, min(-(-cols.R // 256), _MAX_GRID), 256, len(inputs),
