@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -178,8 +179,12 @@ def _time(bound, data: list, timer: str, ctx: Context) -> dict:
         import jax
 
         block = lambda r: jax.block_until_ready((r, bound.state()))  # noqa: E731
-    samples = timing.run_timed(lambda i: bound.call(*data[i % len(data)]), timer, ctx.repeat, ctx.warmup, block)
-    return {"timer": timer, **timing.summary(samples)}
+    call = lambda i: bound.call(*data[i % len(data)])  # noqa: E731
+    samples = timing.run_timed(call, timer, ctx.repeat, ctx.warmup, block)
+    batches, per_batch = (1, 2) if ctx.quick else (5, max(2, ctx.repeat // 3))
+    b2b = timing.run_back_to_back(call, timer, batches, per_batch, block)
+    return {"timer": timer, **timing.summary(samples), "b2b_ms": statistics.median(b2b), "b2b_samples": b2b,
+            "b2b_calls": per_batch}
 
 
 def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ctx: Context) -> dict:

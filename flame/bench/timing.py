@@ -85,6 +85,52 @@ def _sync(timer: str) -> Callable[[], None]:
     return lambda: None
 
 
+def run_back_to_back(call: Callable[[int], object], timer: str, batches: int, per_batch: int,
+                     block: Callable[[object], None] | None = None) -> list[float]:
+    """Milliseconds per call of `batches` batches of `per_batch` calls issued back to back (no
+    synchronisation between the calls of a batch), after run_timed's warm-up: the time per call when
+    the GPU never waits for the host, as in a training loop — host dispatch hides behind the previous
+    call's GPU work whenever that work is longer. Events timers: one event before the batch, one
+    after; wall+block: the wall clock until the last result is ready; wall: the CPU wall clock."""
+    block = block or (lambda r: None)
+    sync = _sync(timer)
+    out = []
+    for b in range(batches):
+        sync()
+        if timer in ("cupy-events", "torch-events"):
+            if timer == "cupy-events":
+                import cupy
+
+                stream = cupy.cuda.get_current_stream()
+                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(stream)
+                for k in range(per_batch):
+                    call(b * per_batch + k)
+                stop.record(stream)
+                stop.synchronize()
+                out.append(float(cupy.cuda.get_elapsed_time(start, stop)) / per_batch)
+            else:
+                import torch
+
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for k in range(per_batch):
+                    call(b * per_batch + k)
+                stop.record()
+                stop.synchronize()
+                out.append(float(start.elapsed_time(stop)) / per_batch)
+            sync()
+            continue
+        t0 = time.perf_counter()
+        last = None
+        for k in range(per_batch):
+            last = call(b * per_batch + k)
+        block(last)
+        sync()
+        out.append((time.perf_counter() - t0) * 1e3 / per_batch)
+    return out
+
+
 def summary(samples: tuple[list[float], list[float]]) -> dict:
     """Median, min, max and spread ((max - min) / median) of the timer's samples in ms, and the median
     of the wall-clock cross-check."""

@@ -141,4 +141,5 @@ def test_gpu_column_reductions_in_row_kernels(shape):
     y = b.mul(x, b.rsqrt(b.reduce_mean(b.mul(x, x), axes=[len(shape) - 1], keepdim=True)))
     g.outputs = [y, b.reduce_sum(b.mul(y, dy), axes=lead), b.reduce_mean(dy, axes=lead, keepdim=True)]
     rng = np.random.default_rng(0)
-    _gpu_check(verify(g), [rng.standard_normal(shape).astype(np.float32) for _ in range(2)], 1e-4, 1e-4)
+    # atol: the reference sums up to 8192 unit-sized terms row by row in f32 (error ~ n * eps)
+    _gpu_check(verify(g), [rng.standard_normal(shape).astype(np.float32) for _ in range(2)], 1e-4, 2e-3)
