@@ -1,0 +1,81 @@
+"""Where the per-call time of a benchmark case goes that back-to-back calls do not pay: for a few cases,
+flame's compiled call timed (1) alone (CUDA events around one call, synchronised before the next),
+(2) back to back (10 calls between two events), and (3) the host wall time of one call up to its
+return (its launches are asynchronous: this is the time before the GPU has work, when it was idle).
+
+    python3 benchmarks/dispatch_gap.py [--repeat 30]
+
+Prints one table; all times in microseconds, medians, on the current GPU."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import flame  # noqa: E402
+import flame.bench.cases as C  # noqa: E402
+
+CASES = {"softmax": C._flame_softmax, "layer_norm_fwd_bwd": C._flame_layer_norm_bwd,
+         "cross_entropy_fwd_bwd": C._flame_xent}
+
+
+def main() -> None:
+    import cupy
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=30)
+    a = ap.parse_args()
+    specs = {c.name: c for c in C.STATELESS}
+    rows = []
+    for name, make in CASES.items():
+        case = specs[name]
+        s = case.sizes(False)
+        rng = np.random.default_rng(0)
+        args = []
+        for inp in case.inputs(s).values():
+            arr = (rng.integers(0, inp.high, inp.shape) if inp.dtype == "i64"
+                   else rng.standard_normal(inp.shape, dtype=np.float32))
+            args.append(flame.tensor(arr))
+        fn = flame.compile(make(s))
+        for _ in range(5):
+            fn(*args)
+        dev = cupy.cuda.Device()
+        stream = cupy.cuda.get_current_stream()
+        alone, host = [], []
+        for _ in range(a.repeat):
+            dev.synchronize()
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(stream)
+            t0 = time.perf_counter()
+            fn(*args)
+            host.append((time.perf_counter() - t0) * 1e6)
+            e1.record(stream)
+            e1.synchronize()
+            alone.append(cupy.cuda.get_elapsed_time(e0, e1) * 1e3)
+        b2b = []
+        for _ in range(5):
+            dev.synchronize()
+            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+            e0.record(stream)
+            for _ in range(10):
+                fn(*args)
+            e1.record(stream)
+            e1.synchronize()
+            b2b.append(cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / 10)
+        med = statistics.median
+        rows.append((name, med(alone), med(b2b), med(alone) - med(b2b), med(host)))
+    print(f"{flame.__name__} dispatch gap on {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+    print(f"{'case':24s} {'alone us':>10s} {'b2b us':>10s} {'gap us':>10s} {'host us':>10s}")
+    for r in rows:
+        print(f"{r[0]:24s} {r[1]:10.1f} {r[2]:10.1f} {r[3]:10.1f} {r[4]:10.1f}")
+
+
+if __name__ == "__main__":
+    main()
