@@ -1,7 +1,7 @@
 """Where the per-call time of a benchmark case goes that back-to-back calls do not pay: for a few cases,
-flame's compiled call timed (1) alone (CUDA events around one call, synchronised before the next),
-(2) back to back (10 calls between two events), and (3) the host wall time of one call up to its
-return (its launches are asynchronous: this is the time before the GPU has work, when it was idle).
+flame's compiled call timed (1) alone and (2) back to back (10 calls between two events), with the
+suite's timers (flame.bench.timing), and (3) the host wall time of one call up to its return (its
+launches are asynchronous: this is the time before the GPU has work, when it was idle).
 
     python3 benchmarks/dispatch_gap.py [--repeat 30]
 
@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import flame  # noqa: E402
 import flame.bench.cases as C  # noqa: E402
+from flame.bench import timing  # noqa: E402
 
 CASES = {"softmax": C._flame_softmax, "layer_norm_fwd_bwd": C._flame_layer_norm_bwd,
          "cross_entropy_fwd_bwd": C._flame_xent}
@@ -44,33 +45,19 @@ def main() -> None:
                    else rng.standard_normal(inp.shape, dtype=np.float32))
             args.append(flame.tensor(arr))
         fn = flame.compile(make(s))
-        for _ in range(5):
-            fn(*args)
+        call = lambda i, fn=fn, args=args: fn(*args)  # noqa: E731
+        alone = timing.run_timed(call, "cupy-events", a.repeat, 5)[0]
+        b2b = timing.run_back_to_back(call, "cupy-events", 5, 10)
         dev = cupy.cuda.Device()
-        stream = cupy.cuda.get_current_stream()
-        alone, host = [], []
-        for _ in range(a.repeat):
+        host = []
+        for i in range(a.repeat):
             dev.synchronize()
-            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
-            e0.record(stream)
             t0 = time.perf_counter()
-            fn(*args)
-            host.append((time.perf_counter() - t0) * 1e6)
-            e1.record(stream)
-            e1.synchronize()
-            alone.append(cupy.cuda.get_elapsed_time(e0, e1) * 1e3)
-        b2b = []
-        for _ in range(5):
-            dev.synchronize()
-            e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
-            e0.record(stream)
-            for _ in range(10):
-                fn(*args)
-            e1.record(stream)
-            e1.synchronize()
-            b2b.append(cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / 10)
+            call(i)
+            host.append((time.perf_counter() - t0) * 1e3)
+        dev.synchronize()
         med = statistics.median
-        rows.append((name, med(alone), med(b2b), med(alone) - med(b2b), med(host)))
+        rows.append((name, *(1e3 * x for x in (med(alone), med(b2b), med(alone) - med(b2b), med(host)))))
     print(f"{flame.__name__} dispatch gap on {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
     print(f"{'case':24s} {'alone us':>10s} {'b2b us':>10s} {'gap us':>10s} {'host us':>10s}")
     for r in rows:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+EVENT_TIMERS = ("cupy-events", "torch-events")
 TIMERS = {
     "cupy-events": "CUDA events (cupy.cuda.Event) on CuPy's current stream around each call",
     "torch-events": "CUDA events (torch.cuda.Event) on torch's current stream around each call",
@@ -43,32 +44,14 @@ def run_timed(call: Callable[[int], object], timer: str, repeat: int, warmup: in
     samples, wall = [], []
     for i in range(warmup, warmup + repeat):
         t0 = time.perf_counter()
-        if timer == "cupy-events":
-            import cupy
-
-            stream = cupy.cuda.get_current_stream()
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            call(i)
-            stop.record(stream)
-            stop.synchronize()
+        if timer in EVENT_TIMERS:
+            samples.append(_event_ms(timer, lambda i=i: call(i)))
             sync()
-            samples.append(float(cupy.cuda.get_elapsed_time(start, stop)))
-        elif timer == "torch-events":
-            import torch
-
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call(i)
-            stop.record()
-            stop.synchronize()
-            sync()
-            samples.append(float(start.elapsed_time(stop)))
         else:
             block(call(i))
             sync()
         wall.append((time.perf_counter() - t0) * 1e3)
-        if timer not in ("cupy-events", "torch-events"):
+        if timer not in EVENT_TIMERS:
             samples.append(wall[-1])
     return samples, wall
 
@@ -96,39 +79,39 @@ def run_back_to_back(call: Callable[[int], object], timer: str, batches: int, pe
     sync = _sync(timer)
     out = []
     for b in range(batches):
+        calls = range(b * per_batch, (b + 1) * per_batch)
         sync()
-        if timer in ("cupy-events", "torch-events"):
-            if timer == "cupy-events":
-                import cupy
-
-                stream = cupy.cuda.get_current_stream()
-                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record(stream)
-                for k in range(per_batch):
-                    call(b * per_batch + k)
-                stop.record(stream)
-                stop.synchronize()
-                out.append(float(cupy.cuda.get_elapsed_time(start, stop)) / per_batch)
-            else:
-                import torch
-
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for k in range(per_batch):
-                    call(b * per_batch + k)
-                stop.record()
-                stop.synchronize()
-                out.append(float(start.elapsed_time(stop)) / per_batch)
+        if timer in EVENT_TIMERS:
+            out.append(_event_ms(timer, lambda c=calls: [call(i) for i in c]) / per_batch)
             sync()
             continue
         t0 = time.perf_counter()
-        last = None
-        for k in range(per_batch):
-            last = call(b * per_batch + k)
-        block(last)
+        block([call(i) for i in calls][-1])
         sync()
         out.append((time.perf_counter() - t0) * 1e3 / per_batch)
     return out
+
+
+def _event_ms(timer: str, work: Callable[[], object]) -> float:
+    """Milliseconds between two CUDA events (CuPy's or torch's current stream) around work()."""
+    if timer == "cupy-events":
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        work()
+        stop.record(stream)
+        stop.synchronize()
+        return float(cupy.cuda.get_elapsed_time(start, stop))
+    import torch
+
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    work()
+    stop.record()
+    stop.synchronize()
+    return float(start.elapsed_time(stop))
 
 
 def summary(samples: tuple[list[float], list[float]]) -> dict:

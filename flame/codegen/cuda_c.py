@@ -84,6 +84,11 @@ def highest(d: DType) -> str:
     return literal(np.inf if c.is_float else np.iinfo(c.np_dtype).max, c)
 
 
+def identity(kind: str, d: DType) -> str:
+    """The starting value of a reduction (snippets.Reduction.identity: zero, lowest or highest) in d."""
+    return {"zero": lambda: literal(0, d), "lowest": lambda: lowest(d), "highest": lambda: highest(d)}[kind]()
+
+
 def includes(dtypes) -> list[str]:
     """The #include lines the given dtypes need (none for f32/f64/ints/bool)."""
     out = []

@@ -189,8 +189,7 @@ def lower_group(group: FusionGroup) -> list[Kernel]:
     columns = tuple(op for op in group.ops if op.name in REDUCE_OPS and trailing_reduced(op) is None)
     segs = _segments([op for op in group.ops if op not in columns])
     col_in = [op.inputs[0] for op in columns]
-    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in)) if columns
-                   else [v for v in outputs if v.producer in seg]) for seg in segs]
+    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
     if columns and (len(segs) != 1 or not lays[0].n_red):
         raise NotImplementedError("column reductions ride only in a one-segment row kernel")
     if any(lay.n_red for lay in lays):

@@ -25,6 +25,7 @@ from flame.codegen.fused import (
 )
 from flame.codegen.kernel import NAME_TOKEN, Kernel, index_types, render_template
 from flame.codegen.snippets import REDUCTIONS
+from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Op, Value
 from flame.ir.indexmap import REDUCTIONS as REDUCE_OPS
 from flame.ir.indexmap import IndexMap, Layout
@@ -117,16 +118,14 @@ class _RowSegment:
         return [f"for (idx_t r = (idx_t)lane; r < R; r += {self.G}u) {{", *inner, "}"]
 
     def _reduce(self, em: _Emitter, op: Op, out: list[str]) -> None:
-        spec = REDUCTIONS[op.name]
-        acc = cuda_c.compute_dtype(op.inputs[0].dtype)
-        ident = {"zero": cuda_c.literal(0, acc), "lowest": cuda_c.lowest(acc), "highest": cuda_c.highest(acc)}
+        spec, acc = REDUCTIONS[op.name], _acc(op)
         a = f"acc{len(out)}"
         em.memo_elem, em.elem = {}, []
         x = em.value(op.inputs[0], _identity(len(self.lay.domain)))
         body = em.elem + [f"{a} = {spec.combine.format(a, x)};"]
         out += em.row
         em.row = []
-        out.append(f"{acc.cuda_type} {a} = {ident[spec.identity]};")
+        out.append(f"{acc.cuda_type} {a} = {_identity_of(op)};")
         out += self._loop(body)
         out.append(f"for (int d = 16; d > 0; d >>= 1) {{ const {acc.cuda_type} b = __shfl_down_sync(0xffffffffu, "
                    f"{a}, d); {a} = {spec.combine.format(a, 'b')}; }}")
@@ -183,14 +182,13 @@ class _RowSegment:
         return f"if ({' && '.join(guards)}) {write}" if guards else write
 
 
-def _acc(op: Op):
+def _acc(op: Op) -> DType:
+    """The accumulator dtype of reduction op."""
     return cuda_c.compute_dtype(op.inputs[0].dtype)
 
 
 def _identity_of(op: Op) -> str:
-    acc = _acc(op)
-    ident = REDUCTIONS[op.name].identity
-    return {"zero": cuda_c.literal(0, acc), "lowest": cuda_c.lowest(acc), "highest": cuda_c.highest(acc)}[ident]
+    return cuda_c.identity(REDUCTIONS[op.name].identity, _acc(op))
 
 
 class _Columns:
@@ -202,7 +200,6 @@ class _Columns:
     def __init__(self, seg: _RowSegment, outputs: list[Value], grid: int, block: int):
         self.seg, self.P, self.R = seg, grid * (block // seg.G), seg.R
         self.slots_per_block = block // seg.G
-        self.M = seg.M
         self.offsets, off = [], 0
         for op in seg.columns:
             self.offsets.append(off)
@@ -219,7 +216,7 @@ class _Columns:
         G, E = self.seg.G, self.seg.E
         lines = [f"const idx_t slot = (idx_t)blockIdx.x * {self.slots_per_block}u + threadIdx.x / {G}u;",
                  "#pragma unroll", f"for (int j = 0; j < {E}; ++j) {{",
-                  f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {{"]
+                 f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {{"]
         for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
             t = _acc(op).cuda_type
             lines.append(f"    reinterpret_cast<{t}*>(reinterpret_cast<char*>(scratch) + {off})"
@@ -230,7 +227,7 @@ class _Columns:
         out = []
         for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
             acc, spec = _acc(op), REDUCTIONS[op.name]
-            total = spec.finalize.format("a", ctype=acc.cuda_type, count=f"{self.M}u")
+            total = spec.finalize.format("a", ctype=acc.cuda_type, count=f"{self.seg.M}u")
             out.append(dict(acc_t=acc.cuda_type, identity=_identity_of(op), offset=off,
                             combine=spec.combine.format("a", "p[(size_t)s * R + r]"),
                             out=self.out_idx[n],

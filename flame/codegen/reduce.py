@@ -86,7 +86,6 @@ def lower_reduction(op: Op) -> list[Kernel]:
     total = "a.v"
     if spec.finalize != "{0}":
         total = spec.finalize.format("a.v", ctype=acc.cuda_type, count=f"{R}u")
-    identity = {"zero": cuda_c.literal(0, acc), "lowest": cuda_c.lowest(acc), "highest": cuda_c.highest(acc)}
     vbytes = P * M * acc.itemsize
     index_offset = -(-vbytes // 8) * 8
     scratch = (index_offset + P * M * 8 if argmax else vbytes) if P > 1 else 0
@@ -104,7 +103,7 @@ def lower_reduction(op: Op) -> list[Kernel]:
         CH=CH,
         argmax=argmax,
         acc_t=acc.cuda_type,
-        identity=identity[spec.identity],
+        identity=cuda_c.identity(spec.identity, acc),
         combine=spec.combine.format(a, b),
         index_offset=index_offset,
         store="a.i" if argmax else cuda_c.convert(total, acc, out.dtype),

@@ -288,7 +288,8 @@ def _absorb_columns(st: _State) -> None:
         for rg in st.groups:
             if rg.kind != "rows" or rg.domain != v.shape or math.prod(v.shape[-rg.n_red:]) > COLUMN_MAX:
                 continue
-            touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in _columns(rg))
+            carried = _columns(rg)
+            touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
             if not touches or not column_ok(op, rg.domain, rg.n_red) or st.reaches(cg, rg):
                 continue
             _merge(st, rg, cg)
