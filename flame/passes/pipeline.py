@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from functools import partial, update_wrapper
 
 from flame.errors import VerifyError
 from flame.ir.graph import Graph
@@ -15,6 +16,7 @@ from flame.passes.dce import eliminate_dead_code
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
 from flame.passes.simplify import simplify_algebra
+from flame.target import DEFAULT_TARGET, Target
 
 Pass = Callable[[Graph], Graph]
 Dump = Callable[[str, Graph, float], None]
@@ -26,7 +28,7 @@ SIMPLIFY: list[Pass] = [
     eliminate_common_subexpressions,
     eliminate_dead_code,
 ]
-LOWER: list[Pass] = [fuse]  # run once, after SIMPLIFY: records the kernels on the graph
+LOWER = [fuse]  # run once, after SIMPLIFY, each given the Target: records the kernels on the graph
 MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this means a rule loops
 
 
@@ -94,17 +96,20 @@ def fusion_enabled() -> bool:
 
 
 def lower(g: Graph, debug: bool = False, dump: Dump | None = None,
-          timings: list[tuple[str, float]] | None = None) -> Graph:
-    """Run LOWER once on a simplified graph (unless FLAME_FUSE=0); dumps start at stage "fuse"."""
+          timings: list[tuple[str, float]] | None = None, target: Target = DEFAULT_TARGET) -> Graph:
+    """Run LOWER once on a simplified graph (unless FLAME_FUSE=0) for a backend that can do what
+    `target` says (the CUDA backend's: flame.runtime.matmul.capabilities()); dumps start at stage
+    "fuse"."""
     if not fusion_enabled():
         return g
     skip_traced = None if dump is None else (lambda stage, graph, sec: stage != "traced" and dump(stage, graph, sec))
-    return run_pipeline(g, LOWER, debug=debug, dump=skip_traced, timings=timings, max_rounds=1)
+    passes = [update_wrapper(partial(p, target=target), p) for p in LOWER]  # keeps each pass's name
+    return run_pipeline(g, passes, debug=debug, dump=skip_traced, timings=timings, max_rounds=1)
 
 
 def to_plan(g: Graph, lowering=None):
     """Graph -> runnable Plan: build the steps (runtime.plan.build_plan, with `lowering(op)` in place
-    of codegen's lower_op if given), then place every buffer (plan_memory: in-place updates, best-fit
+    of codegen's lower if given), then place every buffer (plan_memory: in-place updates, best-fit
     arena). Executors compile what this returns."""
     from flame.passes.plan_memory import plan_memory
     from flame.runtime.plan import build_plan

@@ -2,9 +2,9 @@
 same Plan: runtime.cuda with CuPy, runtime.reference with NumPy (the arena as one byte buffer).
 
 build_plan(graph) makes one step list per graph op: a KernelLaunch per kernel that
-`flame.codegen.render.lower_op` returns (rendered only: nothing is compiled here), a LibraryCall for
-matmul, an Alias for reshape/squeeze/unsqueeze (every flame buffer is contiguous, so those are views
-and need no kernel), and a Copy where an output must not share memory with an input or another
+`flame.codegen.lower` returns (rendered only: nothing is compiled here), a LibraryCall for
+matmul, an Alias for a relabelling view op (reshape/squeeze/unsqueeze: every flame buffer is contiguous, so
+those need no kernel), and a Copy where an output must not share memory with an input or another
 output. Then the memory planner (flame.passes.plan_memory: best fit over live ranges, in-place
 updates of aliased inputs) assigns arena offsets. A matmul operand produced by a transpose of the last
 two axes is read untransposed with ta/tb set (`fold_transposes`), and the transpose kernel is skipped
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 from flame.errors import FlameError
 from flame.ir.dtypes import DType
-from flame.ir.graph import FusionGroup, Graph, Op, Value
+from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.printer import format_attr, format_op
+from flame.ir.registry import get
 
 ALIGN = 256  # arena offsets are multiples of this (cudaMalloc's alignment: vector loads stay aligned)
 ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
-VIEW_OPS = ("reshape", "squeeze", "unsqueeze")
 
 
 @dataclass(frozen=True)
@@ -146,9 +146,9 @@ class Plan:
 
 
 def _lowering() -> Callable:
-    from flame.codegen.render import lower_op
+    from flame.codegen import lower, single
 
-    return lower_op
+    return lambda op: lower(single(op))
 
 
 def human_bytes(n: float) -> str:
@@ -235,7 +235,8 @@ def _u8() -> DType:
 def _is_view(op: Op) -> bool:
     """reshape/squeeze/unsqueeze of a contiguous buffer, and permutes that keep every axis of size
     > 1 in order, only relabel the shape: the output can be a view of the input's bytes."""
-    if op.name in VIEW_OPS:
+    view = get(op.name).view
+    if view is not None and view.relabel:
         return True
     if op.name == "permute":
         shape = op.inputs[0].type.shape
@@ -395,7 +396,7 @@ def live_ranges(buffers: dict[int, Buffer], steps: list[Step]) -> dict[int, tupl
 def build_plan(g: Graph, lower: Callable | None = None) -> Plan:
     """The Plan of a verified graph, before memory planning (temporaries have no arena offsets yet:
     flame.passes.plan_memory places them; flame.passes.pipeline.to_plan does both). `lower(op) ->
-    list[Kernel]` defaults to codegen's lower_op; kernels are rendered, never compiled, here."""
+    list[Kernel]` defaults to codegen's lower of the op's group of one; kernels are rendered, never compiled, here."""
     bld = _Builder(g, lower or _lowering())
     for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
         bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)
@@ -418,17 +419,17 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         rest = _matmul_group(bld, grp)
         if not rest:
             return
-        grp = FusionGroup(rest, "elementwise", "matmul epilogue not supported by the runtime", grp.outputs)
+        grp = FusionGroup(rest, Kind.ELEMENTWISE, "matmul epilogue not supported by the runtime", grp.outputs)
     if len(grp.ops) == 1:
         bld.op(grp.ops[0])
         return
-    from flame.codegen.fused import group_inputs, lower_group
+    from flame.codegen import kernel_inputs, lower
 
-    ins = tuple(bld.buffer_of[v] for v in group_inputs(grp))
+    ins = tuple(bld.buffer_of[v] for v in kernel_inputs(grp))
     outs = tuple(bld.add(bld.ids[v], v, "temporary") for v in grp.outputs)
     bld.temp_roots.update(outs)
     try:
-        kernels = lower_group(grp)
+        kernels = lower(grp)
     except NotImplementedError:  # not expected from the pass's groups; stay correct op by op
         for op in grp.ops:
             bld.op(op)
@@ -446,12 +447,12 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
 
 
 def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
-    """Emit the matmul of a matmul group, folding its epilogue into the call when
-    flame.runtime.matmul.SUPPORTED_EPILOGUES has it; returns the epilogue ops left to lower."""
+    """Emit the matmul of a matmul group, folding its epilogue into the call when the backend runs
+    it (flame.runtime.matmul.capabilities); returns the epilogue ops left to lower."""
     from flame.runtime import matmul
 
     mm, rest = grp.ops[0], grp.ops[1:]
-    if grp.epilogue == "none" or grp.epilogue not in getattr(matmul, "SUPPORTED_EPILOGUES", ()):
+    if grp.epilogue == "none" or grp.epilogue not in matmul.capabilities().matmul_epilogues:
         bld.op(mm)
         return rest
     last = rest[-1].out
