@@ -85,7 +85,7 @@ class _RowSegment:
         reg = {k for k in loads if k[1].depends_on(self.red)
                and (config.cache_invariant or len(self.kguard[k]) < len(self.kdims))}
         # registers per thread for the row: at most reg_budget[G] (1024 threads leave 64 per thread)
-        self.cached = 0 < self.R <= target.row_cache and len(reg) * self.E <= config.reg_budget.get(G, 64)
+        self.cached = 0 < self.R <= target.row_cache and len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
         self.reg = reg if self.cached else set()
 
     def _load(self, v: Value, m: IndexMap) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -39,7 +39,7 @@ class Config:
     unroll: int = 1
     grid_cap: int = MAX_GRID
     cache_invariant: bool = True
-    reg_budget: Mapping[int, int] = field(default_factory=lambda: {1024: 32})
+    reg_budget: tuple[tuple[int, int], ...] = ((1024, 32),)
     min_blocks: int = 0
     column_grid: int = 264
 

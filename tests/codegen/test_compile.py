@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from flame.codegen.nvrtc import compile_cubin
 from flame.codegen import Kernel, lower, single
+from flame.codegen.nvrtc import compile_cubin
 from flame.errors import DTypeError
 from flame.ir import ALL_DTYPES, REGISTRY, Builder, Graph, TensorType, i32, i64
 from flame.ir.graph import Op

@@ -8,8 +8,7 @@ import stat
 
 import pytest
 
-from flame.codegen import nvrtc
-from flame.codegen import lower, single
+from flame.codegen import lower, nvrtc, single
 from flame.errors import FlameError
 from flame.ir import Builder, Graph, TensorType, f32
 
