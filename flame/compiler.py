@@ -27,6 +27,7 @@ from flame.ir.printer import print_graph
 from flame.passes.pipeline import fusion_enabled, lower, run_pipeline, to_plan
 from flame.runtime.cuda import graphs_setting
 from flame.runtime.device import executor
+from flame.runtime.matmul import capabilities
 
 log = logging.getLogger("flame")
 
@@ -104,7 +105,7 @@ def _compile(g: Graph, ex, optimize: bool, watched: bool) -> CompiledGraph:
     timings: list[tuple[str, float]] = []
     if optimize:
         g = run_pipeline(g, dump=dump, timings=timings)
-        g = lower(g, dump=dump, timings=timings)
+        g = lower(g, dump=dump, timings=timings, target=capabilities())  # what the CUDA backend fuses
     start = time.perf_counter()
     plan = to_plan(g)
     timings.append(("plan", time.perf_counter() - start))
