@@ -14,7 +14,8 @@ from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Value
 from flame.ir.printer import print_graph
 from flame.passes.autodiff import autodiff
-from flame.passes.pipeline import lower, run_pipeline, to_plan
+from flame.passes.pipeline import lower, run_pipeline
+from flame.plan.build import to_plan
 from flame.runtime.device import executor
 
 _BACKWARD_CACHE: OrderedDict = OrderedDict()

@@ -19,7 +19,8 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
-from flame.passes.pipeline import lower, run_pipeline, to_plan
+from flame.passes.pipeline import lower, run_pipeline
+from flame.plan.build import to_plan
 from flame.runtime.device import executor
 
 log = logging.getLogger("flame")
@@ -50,7 +51,7 @@ def _unflatten(skel: Any, values: list) -> Any:
 @dataclass
 class _Entry:
     graph: Graph  # after the pass pipeline: what runs
-    plan: object  # the memory-planned runtime.plan.Plan of graph
+    plan: object  # the memory-planned flame.plan.steps.Plan of graph
     trace: Trace
     run: Callable
     out_skeleton: Any
@@ -165,8 +166,8 @@ class Compiled:
     def memory_report(self, *args):
         """The planned device memory of a call with these arguments, before it runs (traces and
         compiles like a first call, which then reuses the result): peak bytes, what is live at the
-        peak, activations saved for the backward. Printable; see flame.passes.plan_memory."""
-        from flame.passes.plan_memory import memory_report
+        peak, activations saved for the backward. Printable; see flame.plan.memory."""
+        from flame.plan.memory import memory_report
 
         args = self._args(args)
         key = self._key(args)

@@ -17,7 +17,7 @@ from flame.ir.builder import Builder, _with_loc
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph
 from flame.ir.types import TensorType
-from flame.passes.pipeline import to_plan
+from flame.plan.build import to_plan
 from flame.runtime.device import executor
 
 
