@@ -3,10 +3,11 @@ the buffers (flame.plan.memory).
 
 build_plan(graph) walks the fusion groups (or, on an unfused graph, the ops) once: a KernelLaunch per
 kernel codegen renders for a group or op (rendered only: nothing is compiled here; `_lower` is the
-one place that calls codegen), a MatmulCall for matmul (with its epilogue when the fusion pass
-marked one and the runtime fuses it), an Alias for reshape/squeeze/unsqueeze and order-keeping
-permutes (every flame buffer is contiguous, so those are views and need no kernel), and a Copy where
-an output must not share memory with an input or another output. A matmul operand produced by a
+one place that calls codegen), a library-call step for an op in LIBRARY_CALLS (matmul: a MatmulCall,
+with its epilogue when the fusion pass marked one and the runtime fuses it), an Alias for
+reshape/squeeze/unsqueeze and order-keeping permutes (every flame buffer is contiguous, so those are
+views and need no kernel), and a Copy where an output must not share memory with an input or another
+output. A matmul operand produced by a
 transpose of the last two axes that runs as its own kernel is read untransposed with ta/tb set
 (`fold_transposes`), and that kernel is skipped when every user folds it.
 """
@@ -109,8 +110,8 @@ class _Builder:
             self.steps.append(Alias(src, bid, op))
             return
         self.temporary(op.out)
-        if op.name == "matmul":
-            self.steps.append(matmul_call(self, op, bid))
+        if op.name in LIBRARY_CALLS:
+            self.steps.append(LIBRARY_CALLS[op.name](self, op, bid))
             return
         try:
             inputs, kernels = _lower(op, self.lowering)
@@ -160,6 +161,11 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, **flags)
+
+
+# IR op -> the library-call step that computes it, built as f(builder, op, out buffer); every other
+# op becomes the kernels codegen renders for it. An attention or convolution call is one entry here.
+LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call}
 
 
 def _bind_outputs(bld: _Builder) -> list[int]:

@@ -113,8 +113,11 @@ Program = list[tuple[Callable, object, Step]]
 def prepare(steps: Sequence[Step], fns: dict) -> Program:
     """Each step with its handler and its loaded kernel (from load_kernels; None for other steps),
     looked up once so that running the steps costs one call per step."""
-    return [(STEP_HANDLERS[type(s)], fns[(_source_key(s.source), s.name)] if isinstance(s, KernelLaunch) else None, s)
-            for s in steps]
+
+    def kernel(s: Step):
+        return fns[(_source_key(s.source), s.name)] if isinstance(s, KernelLaunch) else None
+
+    return [(STEP_HANDLERS[type(s)], kernel(s), s) for s in steps]
 
 
 def run_program(program: Program, bufs: dict, stream) -> None:

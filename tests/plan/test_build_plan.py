@@ -26,7 +26,7 @@ def _grads(f_flame, f_torch, arrays):
     to = [torch.tensor(a, requires_grad=True) for a in arrays]
     f_flame(*fl).sum().backward()
     f_torch(*to).sum().backward()
-    return [np.asarray(t.grad._data) for t in fl], [t.grad.numpy() for t in to]
+    return [t.grad.numpy() for t in fl], [t.grad.numpy() for t in to]
 
 
 def _arrays(*shapes, seed=0):
@@ -46,7 +46,7 @@ def test_eager_backward_of_an_activation_between_two_matmuls(act):
 def test_compiled_transpose_of_a_relu_into_a_matmul():
     a, b = _arrays((2, 3), (2, 4))
     got = flame.compile(lambda a, b: a.relu().T @ b)(flame.tensor(a), flame.tensor(b))
-    np.testing.assert_allclose(np.asarray(got._data), np.maximum(a, 0).T @ b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.numpy(), np.maximum(a, 0).T @ b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("f", [lambda a, b: a @ b.relu().T, lambda a, b: a.exp().T @ b.exp().T],
@@ -54,7 +54,7 @@ def test_compiled_transpose_of_a_relu_into_a_matmul():
 def test_compiled_transposes_of_fused_results_on_both_sides(f):
     a, b = _arrays((3, 3), (3, 3))
     got = flame.compile(f)(flame.tensor(a), flame.tensor(b))
-    np.testing.assert_allclose(np.asarray(got._data), f(torch.tensor(a), torch.tensor(b)).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got.numpy(), f(torch.tensor(a), torch.tensor(b)).numpy(), rtol=1e-5)
 
 
 def test_eager_backward_of_a_sequential_mlp():
@@ -63,12 +63,12 @@ def test_eager_backward_of_a_sequential_mlp():
     ref = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     with torch.no_grad():
         for p, q in zip(model.parameters(), ref.parameters()):
-            q.copy_(torch.tensor(np.asarray(p._data)))
+            q.copy_(torch.tensor(p.numpy()))
     (x,) = _arrays((5, 4))
     model(flame.tensor(x)).sum().backward()
     ref(torch.tensor(x)).sum().backward()
     for p, q in zip(model.parameters(), ref.parameters()):
-        np.testing.assert_allclose(np.asarray(p.grad._data), q.grad.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def _transpose_into_matmul(fused_producer: bool) -> Graph:
@@ -91,3 +91,15 @@ def test_only_a_transpose_running_alone_is_folded(fused_producer):
     assert bool(folded) == call.ta == (not fused_producer)
     a, b = _arrays((2, 3), (2, 4))
     np.testing.assert_allclose(run_plan(plan, [a, b])[0], run_graph(g, [a, b])[0], rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_fused_transposes_into_matmuls_on_the_gpu():
+    a, b = _arrays((2, 3), (2, 4))
+    got = flame.compile(lambda a, b: a.relu().T @ b)(flame.tensor(a), flame.tensor(b))
+    np.testing.assert_allclose(got.numpy(), np.maximum(a, 0).T @ b, rtol=1e-5, atol=1e-6)
+    got, want = _grads(lambda x, w1, b1, w2: F.gelu(x @ w1 + b1) @ w2,
+                       lambda x, w1, b1, w2: torch.nn.functional.gelu(x @ w1 + b1) @ w2,
+                       _arrays((16, 32), (32, 64), (64,), (64, 8)))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
