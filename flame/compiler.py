@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from flame import debug
 from flame.ir.graph import Graph
 from flame.ir.printer import print_graph
-from flame.passes.pipeline import fusion_enabled, lower, run_pipeline, to_plan
+from flame.passes.pipeline import fusion_enabled, lower, run_pipeline
+from flame.plan.build import to_plan
 from flame.runtime.cuda import graphs_setting
 from flame.runtime.device import executor
 from flame.runtime.matmul import capabilities
@@ -103,11 +104,12 @@ def _compile(g: Graph, ex, optimize: bool, watched: bool) -> CompiledGraph:
     record = debug.CompileRecord(g.name) if watched else None
     dump = None if record is None else (lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
     timings: list[tuple[str, float]] = []
+    target = capabilities()  # what the CUDA backend can do: fusion and the plan builder ask it
     if optimize:
         g = run_pipeline(g, dump=dump, timings=timings)
-        g = lower(g, dump=dump, timings=timings, target=capabilities())  # what the CUDA backend fuses
+        g = lower(g, dump=dump, timings=timings, target=target)
     start = time.perf_counter()
-    plan = to_plan(g)
+    plan = to_plan(g, target=target)
     timings.append(("plan", time.perf_counter() - start))
     start = time.perf_counter()
     run = ex.compile(plan)

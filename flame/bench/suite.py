@@ -116,7 +116,7 @@ def _empty_loaded_kernels():
 
 
 def _plan_facts(plan) -> dict:
-    from flame.runtime.plan import Copy, KernelLaunch, LibraryCall
+    from flame.plan.steps import Copy, KernelLaunch, LibraryCall
 
     launches = sum(isinstance(s, KernelLaunch) and s.grid > 0 for s in plan.steps)
     calls = sum(isinstance(s, LibraryCall) for s in plan.steps)

@@ -5,7 +5,7 @@ is fused_rows.py. codegen.lower picks between them by the group's Kind.
 ABI (the op ABI of codegen.lower, widened): `NAME(const T* in0, ..., T* out0, ..., T* outK)`: the group's external
 inputs in order of first use (`group_inputs`), then one pointer per value in group.outputs. Every
 value is evaluated at coordinates of an iteration domain through the IndexMaps of flame.ir.indexmap;
-each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as lower_op's kernels do), so
+each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as single-op kernels do), so
 the kernel computes what the ops compute one by one. Independent parts of a group (horizontal fusion)
 become segments of the one kernel, run one after the other by the whole grid.
 

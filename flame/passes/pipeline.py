@@ -105,13 +105,3 @@ def lower(g: Graph, debug: bool = False, dump: Dump | None = None,
     skip_traced = None if dump is None else (lambda stage, graph, sec: stage != "traced" and dump(stage, graph, sec))
     passes = [update_wrapper(partial(p, target=target), p) for p in LOWER]  # keeps each pass's name
     return run_pipeline(g, passes, debug=debug, dump=skip_traced, timings=timings, max_rounds=1)
-
-
-def to_plan(g: Graph, lowering=None):
-    """Graph -> runnable Plan: build the steps (runtime.plan.build_plan, with `lowering(op)` in place
-    of codegen's lower if given), then place every buffer (plan_memory: in-place updates, best-fit
-    arena). Executors compile what this returns."""
-    from flame.passes.plan_memory import plan_memory
-    from flame.runtime.plan import build_plan
-
-    return plan_memory(build_plan(g, lowering))

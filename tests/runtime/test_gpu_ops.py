@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flame.passes.pipeline import to_plan
+from flame.plan.build import to_plan
 from flame.runtime.reference import run_graph
 from tests.runtime.cases import all_cases, one_op_graph, permuted_inputs
 
