@@ -14,6 +14,7 @@ from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
+from flame.passes.rewrite_attention import rewrite_attention
 from flame.passes.simplify import simplify_algebra
 
 Pass = Callable[[Graph], Graph]
@@ -21,6 +22,7 @@ Dump = Callable[[str, Graph, float], None]
 
 SIMPLIFY: list[Pass] = [
     eliminate_dead_code,
+    rewrite_attention,  # forward-only graphs; autodiff has already rewritten those it differentiates
     fold_constants,
     simplify_algebra,
     eliminate_common_subexpressions,
@@ -109,4 +111,19 @@ def to_plan(g: Graph, lowering=None):
     from flame.passes.plan_memory import plan_memory
     from flame.runtime.plan import build_plan
 
-    return plan_memory(build_plan(g, lowering))
+    return plan_memory(build_plan(g, lowering or _lower_with_library_stubs))
+
+
+def _lower_with_library_stubs(op):
+    """codegen's lower_op, except that a `library` op (attention) gets a placeholder kernel: the reference
+    executor runs the op's NumPy reference for it; NVRTC stops on its #error with the reason. Goes when
+    the plan has a typed step for the library call (AttentionCall)."""
+    from flame.codegen.kernel import Kernel
+    from flame.codegen.render import lower_op
+    from flame.ir.registry import get
+
+    if get(op.name).category != "library":
+        return lower_op(op)
+    why = f"{op.name} has no CUDA lowering yet: its cuDNN call is not in the plan (reference executor only)"
+    return [Kernel(f"{op.name}_{op.out.dtype}_reference_only", f'// {op.name}\n#error "flame: {why}"\n', 1, 1,
+                   len(op.inputs))]
