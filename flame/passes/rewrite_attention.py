@@ -7,7 +7,8 @@ The pattern, read from the value matmul backwards:
     s = s + mask                     additive mask, or
     s = where(keep, s, -inf)         boolean mask (where(drop, -inf, s) too), or a constant mask that
                                      equals PyTorch's causal tril(ones(L, S)): becomes is_causal=True
-    p = softmax(s, -1)               as F.softmax decomposes: exp(s - stop_gradient(max s)) / sum
+    p = softmax(s, -1)               as F.softmax decomposes: exp(s - stop_gradient(max s)) / sum,
+                                     possibly in f32 between casts (s.float().softmax(-1).to(v.dtype))
     out = p @ v
 
 It is rewritten only when the scores and probabilities have no reader outside the pattern (and are
@@ -97,6 +98,15 @@ def _softmax_input(p: Value, inner: list[Op]) -> Value | None:
     return x
 
 
+def _peel_cast(v: Value, inner: list[Op]) -> Value:
+    """v without a cast between float types (mixed precision: the softmax runs in f32)."""
+    op = _producer(v, "cast")
+    if op is None or not (op.inputs[0].dtype.is_float and v.dtype.is_float):
+        return v
+    inner.append(op)
+    return op.inputs[0]
+
+
 def _last_axis(op: Op) -> bool:
     rank = op.inputs[0].type.rank
     return op.attrs["keepdim"] and tuple(a % rank for a in op.attrs["axes"]) == (rank - 1,)
@@ -128,9 +138,14 @@ def _match(op: Op) -> _Match | None:
     """The attention pattern ending at value matmul `op`, or None."""
     p, v = op.inputs
     inner: list[Op] = [op]
+    p = _peel_cast(p, inner)
     x = _softmax_input(p, inner)
     if x is None:
         return None
+    if p.dtype != v.dtype:
+        x = _peel_cast(x, inner)
+        if x.dtype != v.dtype:
+            return None
     m = _Match(x, x, v, inner=inner)
     x = _peel_scale(x, m)
     before = len(m.inner)

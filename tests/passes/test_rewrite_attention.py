@@ -190,3 +190,19 @@ def test_rewritten_graph_prints_and_parses_back():
     text = print_graph(g)
     assert text.count(SDPA) == 1 and print_graph(parse(text)) == text
     assert REWRITE_NOTE in print_graph(g, locs=True)
+
+
+def test_softmax_in_float32_between_casts_is_rewritten():
+    def attention(q, k, v):
+        att = _scaled_after(q, k) + flame.triu(flame.full((L, S), float("-inf")), 1).to("bf16")
+        return F.softmax(att.float(), -1).to("bf16") @ v
+
+    q, k, v, _ = _data(kind="causal", seed=5)
+    args = [flame.tensor(x).to("bf16") for x in (q, k, v)]
+    fn = flame.compile(attention)
+    g = fn.optimized(*args)
+    assert _ops(g) == [SDPA] and g.ops[0].attrs["is_causal"], print_graph(g)
+    want = _torch(*(x.astype(np.float32) for x in (args[0].float().numpy(), args[1].float().numpy(),
+                                                     args[2].float().numpy())), None, "causal",
+                  np.zeros((B, H, L, E), np.float32))[0]
+    np.testing.assert_allclose(fn(*args).float().numpy(), want, rtol=1.6e-2, atol=1.6e-2)
