@@ -2,7 +2,7 @@
 torch's SDPA (when a CUDA torch is installed; else against flame's NumPy reference on one batch) and
 forward / backward milliseconds (CUDA events, median of 20 after warm-up).
 
-    PYTHONPATH=. python3 benchmarks/probe_cudnn_sdpa.py [--batch 8 --heads 16 --seq 1024 --dim 64] [--no-causal]
+    python3 -m flame.bench.scripts.probe_cudnn_sdpa [--batch 8 --heads 16 --seq 1024 --dim 64] [--no-causal]
 
 Backward time includes the forward it reruns for the softmax statistics (see the module docstring)."""
 
