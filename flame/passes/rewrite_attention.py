@@ -67,18 +67,31 @@ def _constant_factor(op: Op, operand: Value) -> float | None:
     return float(c) if op.name == "mul" else 1.0 / float(c)
 
 
-def _peel_scale(v: Value, m: _Match) -> Value:
-    """v without a scaling by a constant (the factor goes into m.scale)."""
+def _scaling(v: Value) -> tuple[Value, float, Op] | None:
+    """(x, c, op) when v = op(x, c) scales x by a constant c without broadcasting x, else None."""
     op = _producer(v, "mul", "div")
-    if op is None:
-        return v
-    for x in op.inputs:
+    for x in op.inputs if op is not None else ():
         c = _constant_factor(op, x)
         if c is not None and x.type == op.out.type:
-            m.scale *= c
-            m.inner.append(op)
-            return x
-    return v
+            return x, c, op
+    return None
+
+
+def _peel_scale(v: Value, m: _Match) -> Value:
+    """v without a scaling by a constant (the factor goes into m.scale)."""
+    got = _scaling(v)
+    if got is None:
+        return v
+    x, c, op = got
+    m.scale *= c
+    m.inner.append(op)
+    return x
+
+
+def _scores(v: Value) -> bool:
+    """v is q @ kT, possibly scaled: the operand of a mask that is not the mask."""
+    got = _scaling(v)
+    return _producer(got[0] if got else v, "matmul") is not None
 
 
 def _softmax_input(p: Value, inner: list[Op]) -> Value | None:
@@ -119,7 +132,7 @@ def _peel_mask(x: Value, m: _Match) -> Value:
         return x
     if op.name == "add":
         for s, mask in (op.inputs, op.inputs[::-1]):
-            if s.type == x.type and _producer(_peel_scale(s, _Match(s, s, s)), "matmul"):
+            if s.type == x.type and _scores(s):
                 m.mask, m.mask_kind = mask, "additive"
                 m.inner.append(op)
                 return s

@@ -85,6 +85,11 @@ def _acc(x):
     return x.astype(np.float64 if x.dtype == np.float64 else np.float32)
 
 
+def _scalar(q, scale):
+    """The scale in q's compute dtype, so f32 references multiply by exactly what the op states."""
+    return q.dtype.type(scale)
+
+
 def _repeat_heads(x, h):
     """k or v with its heads repeated to h (grouped-query attention: head i reads kv head i // group)."""
     return x if x.shape[-3] == h else np.repeat(x, h // x.shape[-3], axis=-3)
@@ -106,10 +111,6 @@ def _probabilities(q, k, mask, scale, is_causal):
     e = np.exp(s - np.where(np.isfinite(m), m, 0))
     total = e.sum(-1, keepdims=True)
     return np.where(total > 0, e / np.where(total > 0, total, 1), 0)
-
-
-def _scalar(q, scale):
-    return q.dtype.type(scale)
 
 
 def _sdpa_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
