@@ -30,10 +30,10 @@ import numpy as np
 
 from flame.errors import FlameError
 from flame.ir.builder import Builder
+from flame.ir.evaluate import evaluate_op
 from flame.ir.graph import Graph, Op, Value
 from flame.passes._rewrite import full_value
 from flame.passes.dce import eliminate_dead_code
-from flame.runtime.reference import run_op
 
 OP = "scaled_dot_product_attention"
 REWRITE_NOTE = "[rewrite_attention: attention written by hand -> one scaled_dot_product_attention]"
@@ -198,7 +198,7 @@ def _constant(v: Value, g: Graph) -> np.ndarray | None:
     env: dict[Value, np.ndarray] = {}
     for op in g.ops:
         if op.out in needed:
-            env[op.out] = run_op(op, [env[i] for i in op.inputs])
+            env[op.out] = evaluate_op(op, [env[i] for i in op.inputs])
     return env[v]
 
 
