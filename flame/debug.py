@@ -33,6 +33,11 @@ def observing() -> bool:
     return bool(_observers.get())
 
 
+def watching() -> bool:
+    """True when compilations are wanted stage by stage: inside observe(...) or with FLAME_DUMP set."""
+    return observing() or bool(os.environ.get("FLAME_DUMP"))
+
+
 @contextmanager
 def observe(callback: Callable[[CompileRecord], None]):
     """Call callback(record) for every function compiled inside this block."""
@@ -82,7 +87,7 @@ def plan_sources(plan) -> dict[str, str]:
 
 
 def notify(record: CompileRecord) -> None:
-    """Called by @flame.compile after building: dump if FLAME_DUMP is set, then tell observers."""
+    """Called by compile_graph for @flame.compile after building: dump if FLAME_DUMP is set, then tell observers."""
     root = os.environ.get("FLAME_DUMP")
     if root:
         write_dump(root, record, plan_sources(record.plan))

@@ -105,7 +105,7 @@ def _notes(device: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry (also `python benchmarks/run.py`). Exit 2 if flame was WRONG or FAILED."""
+    """Command-line entry of `flame bench` (also `python3 -m flame bench`). Exit 2 if flame was WRONG or FAILED."""
     ap = argparse.ArgumentParser(prog="flame bench", description=__doc__.split("\n\n")[0])
     add_arguments(ap)
     return run_from_args(ap.parse_args(argv))

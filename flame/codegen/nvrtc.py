@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
+from flame._version import __version__
 from flame.errors import FlameError
 
 _MAGIC = b"FLAMECUBIN1\n"
@@ -84,8 +85,6 @@ def _supported_arch(cc: int) -> int:
 
 
 def _key(source: str, arch: str) -> str:
-    from flame import __version__
-
     h = hashlib.sha256()
     for part in (source, arch, " ".join(OPTIONS), nvrtc_version(), __version__):
         h.update(part.encode())

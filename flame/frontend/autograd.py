@@ -4,20 +4,15 @@ produced the loss (their Node records), so there is no global tape."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+from flame.compiler import compile_graph
 from flame.errors import FlameError
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Value
-from flame.ir.printer import print_graph
 from flame.passes.autodiff import autodiff
-from flame.passes.pipeline import lower, run_pipeline, to_plan
-from flame.runtime.device import executor
-
-_BACKWARD_CACHE: OrderedDict = OrderedDict()
 
 
 def _topo(root: Tensor) -> list[Tensor]:
@@ -75,13 +70,7 @@ def backward(loss: Tensor, gradient: Tensor | None = None) -> None:
     grads = autodiff(g, vals[id(loss)], [vals[id(t)] for t in wrt], seed)
     pairs = [(t, gv) for t, gv in zip(wrt, grads) if gv is not None]
     g.outputs = [gv for _, gv in pairs]
-    ex = executor()
-    key = (ex.name, print_graph(g))
-    run = _BACKWARD_CACHE.get(key)
-    if run is None:
-        run = _BACKWARD_CACHE[key] = ex.compile(to_plan(lower(run_pipeline(g))))
-        if len(_BACKWARD_CACHE) > 256:
-            _BACKWARD_CACHE.popitem(last=False)
+    run = compile_graph(g).run
     arrays = [t._data for t in leaves] + ([gradient._data] if gradient is not None else [])
     with no_grad():
         for (t, _), arr in zip(pairs, run(arrays)):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,13 +12,13 @@ from typing import Any
 import numpy as np
 
 from flame import debug
+from flame.compiler import compile_graph
 from flame.errors import FlameError
 from flame.frontend.context import current_trace
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
-from flame.passes.pipeline import lower, run_pipeline, to_plan
 from flame.runtime.device import executor
 
 log = logging.getLogger("flame")
@@ -50,7 +49,7 @@ def _unflatten(skel: Any, values: list) -> Any:
 @dataclass
 class _Entry:
     graph: Graph  # after the pass pipeline: what runs
-    plan: object  # the memory-planned runtime.plan.Plan of graph
+    plan: object  # the memory-planned Plan of graph
     trace: Trace
     run: Callable
     out_skeleton: Any
@@ -150,17 +149,8 @@ class Compiled:
             elif t.grad is None:
                 grads.append((t, None))
         verify(g)
-        traced = g
-        record = debug.CompileRecord(self.name)
-        g = run_pipeline(g, dump=lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
-        g = lower(g, dump=lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
-        start = time.perf_counter()
-        plan = to_plan(g)
-        record.plan_seconds = time.perf_counter() - start
-        run = executor().compile(plan)
-        record.graph, record.plan = g, plan
-        debug.notify(record)
-        return _Entry(g, plan, tr, run, skel, n_user, grads, traced, had_grad, record if debug.observing() else None)
+        c = compile_graph(g, report=True, own_run=True)
+        return _Entry(c.graph, c.plan, tr, c.run, skel, n_user, grads, g, had_grad, c.record)
 
     def memory_report(self, *args):
         """The planned device memory of a call with these arguments, before it runs (traces and

@@ -56,6 +56,14 @@ def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     return Tensor(data, dtype, requires_grad)
 
 
+def from_dlpack(obj) -> Tensor:
+    """Zero-copy view of a DLPack-capable array (torch, CuPy, JAX) on the current device."""
+    from flame.runtime.device import executor
+
+    arr = executor().from_dlpack(obj)
+    return Tensor._concrete(arr, dtype_of(arr.dtype))
+
+
 def zeros(*shape, dtype=f32) -> Tensor:
     return full(_shape_arg(shape), 0, dtype)
 

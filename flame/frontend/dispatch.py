@@ -1,15 +1,15 @@
 """apply(): the single entry point every frontend op goes through. Inside a trace it records an IR op;
 outside it runs the op eagerly as a one-op graph through the current executor (DESIGN.md §3),
-compiled once per (op, attributes, input types)."""
+compiled once per (op, attributes, input types) by flame.compiler.compile_graph."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from flame.compiler import compile_graph
 from flame.errors import FlameError, TraceError
 from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.ir import registry
@@ -17,7 +17,6 @@ from flame.ir.builder import Builder, _with_loc
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph
 from flame.ir.types import TensorType
-from flame.passes.pipeline import to_plan
 from flame.runtime.device import executor
 
 
@@ -33,10 +32,6 @@ class Node:
     loc: str | None
 
 
-_EAGER_CACHE: OrderedDict = OrderedDict()
-_EAGER_CACHE_SIZE = 4096
-
-
 def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:
     from flame.frontend.tensor import Tensor
 
@@ -47,20 +42,11 @@ def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:
     return like.dtype
 
 
-def _eager_executable(name: str, attrs: dict, types: tuple[TensorType, ...], ex):
-    key = (ex.name, name, tuple(attrs.items()), types)
-    hit = _EAGER_CACHE.get(key)
-    if hit is not None:
-        _EAGER_CACHE.move_to_end(key)
-        return hit
+def _one_op_graph(name: str, attrs: dict, types: tuple[TensorType, ...]) -> Graph:
     g = Graph(name)
     ins = [g.add_input(t) for t in types]
     g.outputs = [Builder(g, user_location()).emit(name, *ins, **attrs)]
-    hit = (ex.compile(to_plan(g)), g.outputs[0].type)
-    _EAGER_CACHE[key] = hit
-    if len(_EAGER_CACHE) > _EAGER_CACHE_SIZE:
-        _EAGER_CACHE.popitem(last=False)
-    return hit
+    return g
 
 
 def apply(name: str, *inputs: Any, **attrs: Any):
@@ -91,10 +77,13 @@ def apply(name: str, *inputs: Any, **attrs: Any):
             dt = _scalar_dtype(inputs, x)
             types.append(TensorType((), dt))
             arrays.append(ex.asarray(np.asarray(x, dtype=dt.np_dtype)))
-    run, out_type = _eager_executable(name, attrs, tuple(types), ex)
-    (out,) = run(arrays)
-    t = Tensor._concrete(out, out_type.dtype)
-    if grad_enabled.get() and out_type.dtype.is_float and opdef.vjp is not None:
+    types = tuple(types)
+    c = compile_graph(lambda: _one_op_graph(name, attrs, types), key=(name, tuple(attrs.items()), types),
+                      optimize=False)
+    (out,) = c.run(arrays)
+    dtype = c.graph.outputs[0].dtype
+    t = Tensor._concrete(out, dtype)
+    if grad_enabled.get() and dtype.is_float and opdef.vjp is not None:
         if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
             t.requires_grad = True
             t._node = Node(name, attrs, tuple(inputs),

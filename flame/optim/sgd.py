@@ -6,14 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
 from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
-
-
-def _where(cond: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    from flame import where
-
-    return where(cond, a, b)
 
 
 class SGD(Optimizer):
@@ -45,7 +40,7 @@ class SGD(Optimizer):
             momentum = self.hyper(group, "momentum", cd)
             buf, step = state["momentum_buffer"], state["step"]
             new = buf.to(cd) * momentum + g * (1 - self.hyper(group, "dampening", cd))
-            new = _where(step == 0, g, new)
+            new = where(step == 0, g, new)
             buf.copy_(new)
             step.copy_(step + 1)
             g = g + new * momentum if group["nesterov"] else new

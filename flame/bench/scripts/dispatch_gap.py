@@ -3,7 +3,7 @@ flame's compiled call timed (1) alone and (2) back to back (10 calls between two
 suite's timers (flame.bench.timing), and (3) the host wall time of one call up to its return (its
 launches are asynchronous: this is the time before the GPU has work, when it was idle).
 
-    python3 benchmarks/dispatch_gap.py [--repeat 30]
+    python3 -m flame.bench.scripts.dispatch_gap [--repeat 30]
 
 Prints one table; all times in microseconds, medians, on the current GPU."""
 
@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import flame  # noqa: E402
-import flame.bench.cases as C  # noqa: E402
-from flame.bench import timing  # noqa: E402
+import flame
+import flame.bench.cases as C
+from flame.bench import timing
 
 CASES = {"softmax": C._flame_softmax, "layer_norm_fwd_bwd": C._flame_layer_norm_bwd,
          "cross_entropy_fwd_bwd": C._flame_xent}

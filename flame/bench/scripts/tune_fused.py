@@ -3,7 +3,7 @@ GPU against a device copy of the same bytes; every variant's output is checked b
 the first variant's (the reference kernel: the committed sources in .tune/old/<case>.cu when present,
 else the variant listed first).
 
-    python3 benchmarks/tune_fused.py [--cases elementwise,bias_gelu,...] [--reps 40]
+    python3 -m flame.bench.scripts.tune_fused [--cases elementwise,bias_gelu,...] [--reps 40]
 
 Variants set module parameters of flame.codegen.fused (UNROLL, GRID_CAP) and fused_rows
 (CACHE_INVARIANT, MIN_BLOCKS). Times: CUDA events around each launch, median of --reps after 5 warm-ups.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from flame.runtime.profile import median_event_ms  # noqa: E402

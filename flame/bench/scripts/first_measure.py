@@ -2,7 +2,7 @@
 one flame row reduction, each timed with CUDA events after warm-up, median of many runs. Bandwidth
 counts bytes read plus bytes written. Prints the device and a short table, last.
 
-    PYTHONPATH=. python3 benchmarks/first_measure.py [--mib 1024] [--reps 50]
+    PYTHONPATH=. python3 -m flame.bench.scripts.first_measure [--mib 1024] [--reps 50]
 """
 
 from __future__ import annotations

@@ -1,0 +1,76 @@
+"""The torch-level functions of the package root (flame.exp, flame.where, flame.cat, ...): thin
+wrappers over Tensor methods and apply(), with PyTorch names and semantics. flame/__init__.py only
+re-exports them."""
+
+from __future__ import annotations
+
+from flame.frontend.creation import tensor
+from flame.frontend.dispatch import apply
+from flame.frontend.tensor import Tensor, binary, full
+from flame.ir.dtypes import boolean, f32, i64, promote
+
+
+def _unary(name: str):
+    """flame.NAME(x, ...) = x.NAME(...), x converted to a Tensor first."""
+
+    def op(x: Tensor, *args, **kwargs) -> Tensor:
+        return getattr(x if isinstance(x, Tensor) else tensor(x), name)(*args, **kwargs)
+
+    op.__name__ = name
+    op.__doc__ = f"flame.{name}(x): elementwise {name}."
+    return op
+
+
+exp, log, sqrt, rsqrt, reciprocal = (_unary(n) for n in ("exp", "log", "sqrt", "rsqrt", "reciprocal"))
+sin, cos, tanh, sigmoid, erf = (_unary(n) for n in ("sin", "cos", "tanh", "sigmoid", "erf"))
+relu, gelu, silu, leaky_relu = (_unary(n) for n in ("relu", "gelu", "silu", "leaky_relu"))
+abs, neg, floor, ceil, round, sign = (_unary(n) for n in ("abs", "neg", "floor", "ceil", "round", "sign"))  # noqa: A001
+sum, mean, amax, amin, argmax = (_unary(n) for n in ("sum", "mean", "amax", "amin", "argmax"))  # noqa: A001
+reshape, permute, transpose, flip, squeeze, unsqueeze = (
+    _unary(n) for n in ("reshape", "permute", "transpose", "flip", "squeeze", "unsqueeze"))
+triu, tril, clamp = _unary("triu"), _unary("tril"), _unary("clamp")
+
+
+def maximum(a, b) -> Tensor:
+    return binary("maximum", a, b)
+
+
+def minimum(a, b) -> Tensor:
+    return binary("minimum", a, b)
+
+
+def pow(a, b) -> Tensor:  # noqa: A001
+    return binary("pow", a, b)
+
+
+def where(cond: Tensor, a, b) -> Tensor:
+    """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype."""
+    ts = [x for x in (a, b) if isinstance(x, Tensor)]
+    dt = ts[0].dtype if len(ts) == 1 else promote(a.dtype, b.dtype) if ts else None
+    if dt is None:
+        dt = f32 if any(isinstance(x, float) for x in (a, b)) else i64
+        a = full((), a, dt)
+    if any(isinstance(x, float) for x in (a, b)) and not dt.is_float:
+        dt = f32
+    a = a.to(dt) if isinstance(a, Tensor) else a
+    b = b.to(dt) if isinstance(b, Tensor) else b
+    return apply("where", cond.to(boolean), a, b)
+
+
+def cat(tensors, dim: int = 0) -> Tensor:
+    """Concatenate along dim (all tensors share one dtype)."""
+    tensors = list(tensors)
+    return apply("concat", *tensors, axis=dim % tensors[0].ndim)
+
+
+concat = cat
+
+
+def stack(tensors, dim: int = 0) -> Tensor:
+    tensors = [t.unsqueeze(dim) for t in tensors]
+    return cat(tensors, dim)
+
+
+def pad(x: Tensor, pads, value: float = 0) -> Tensor:
+    """Constant padding; pads is one (lo, hi) pair per axis (NumPy's form)."""
+    return apply("pad", x, pads=pads, value=value)
