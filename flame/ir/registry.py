@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from flame.ir.graph import Op
     from flame.ir.indexmap import IndexMap
 
-CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "opaque")
+# library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
+CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
 REQUIRED = object()
 
 

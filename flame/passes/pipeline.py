@@ -15,6 +15,7 @@ from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
+from flame.passes.rewrite_attention import rewrite_attention
 from flame.passes.simplify import simplify_algebra
 from flame.target import DEFAULT_TARGET, Target
 
@@ -23,6 +24,7 @@ Dump = Callable[[str, Graph, float], None]
 
 SIMPLIFY: list[Pass] = [
     eliminate_dead_code,
+    rewrite_attention,  # forward-only graphs; autodiff has already rewritten those it differentiates
     fold_constants,
     simplify_algebra,
     eliminate_common_subexpressions,
