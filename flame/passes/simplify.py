@@ -17,6 +17,7 @@ from flame.ir.ops._shapes import norm_axes
 from flame.ir.registry import REGISTRY
 from flame.ir.types import TensorType
 from flame.passes._rewrite import Rule, full_value, rewrite
+from flame.passes.simplify_slabs import concat_of_pieces, sum_of_slabs
 
 
 def _is(v: Value, number: float, negative: bool = False) -> bool:
@@ -61,7 +62,7 @@ def _add(op: Op, b: Builder) -> Value | None:
         return _as_result(op, x, b)
     if _is(x, 0, negative):
         return _as_result(op, y, b)
-    return None
+    return sum_of_slabs(op, b)  # pad(a) + pad(b) + ... tiling an axis -> concat([a, b, ...])
 
 
 def _sub(op: Op, b: Builder) -> Value | None:
@@ -76,6 +77,15 @@ def _sub(op: Op, b: Builder) -> Value | None:
 def _div(op: Op, b: Builder) -> Value | None:
     x, y = op.inputs
     return _as_result(op, x, b) if _is(y, 1) else None  # x/1 -> x
+
+
+def _pow(op: Op, b: Builder) -> Value | None:
+    x, y = op.inputs
+    if _is(y, 1):  # pow(x, 1) -> x  (IEEE pow(x, 1) is x for every x, NaN and -0.0 included)
+        return _as_result(op, x, b)
+    if _is(y, 0) or _is(y, 0, negative=True):  # pow(x, 0) -> 1  (IEEE: even for x NaN)
+        return b.full(shape=op.out.shape, value=1, dtype=op.out.dtype)
+    return None
 
 
 def _involution(op: Op, b: Builder) -> Value | None:
@@ -170,7 +180,9 @@ def _pad(op: Op, b: Builder) -> Value | None:
 
 
 def _concat(op: Op, b: Builder) -> Value | None:
-    return op.inputs[0] if len(op.inputs) == 1 else None  # concat([x]) -> x
+    if len(op.inputs) == 1:  # concat([x]) -> x
+        return op.inputs[0]
+    return concat_of_pieces(op, b)  # concat(t[a:b], t[b:c], ...) covering t in order -> t
 
 
 def _reduce_extreme(op: Op, b: Builder) -> Value | None:
@@ -220,6 +232,7 @@ RULES: dict[str, Rule] = {
     "add": _add,
     "sub": _sub,
     "div": _div,
+    "pow": _pow,
     "neg": _involution,
     "logical_not": _involution,
     "cast": _cast,

@@ -187,6 +187,39 @@ def test_div_by_one(check):
     assert "return %0, %2" in out and "%2 = div %1, %0" in out
 
 
+@pytest.mark.parametrize("shape, dims", [("[]", "4"), ("[2,4]", "2,4")], ids=["scalar", "broadcast_full"])
+def test_pow_by_one_and_zero(check, shape, dims):
+    # pow(x, 1) -> x and pow(x, +-0) -> 1 hold in IEEE for every x (NaN, inf, -0.0); pow(1, x) is kept
+    out = run(
+        check,
+        f"""
+        graph f(%0: f32[4] data) {{
+          %1 = full {{shape={shape}, value=1.0, dtype=f32}} : f32[{shape.strip("[]")}]
+          %2 = pow %0, %1 : f32[{dims}]
+          %3 = full {{shape={shape}, value=-0.0, dtype=f32}} : f32[{shape.strip("[]")}]
+          %4 = pow %0, %3 : f32[{dims}]
+          %5 = pow %1, %0 : f32[{dims}]
+          return %2, %4, %5
+        }}""",
+    )
+    assert "pow %0" not in out and "pow %1, %0" in out
+
+
+@pytest.mark.parametrize("op, value", [("mul", 1.0), ("div", 1.0), ("sub", 0.0), ("add", -0.0)])
+def test_identities_with_a_broadcast_full(check, op, value):
+    # x*1, x/1, x-(+0), x+(-0) fold when the constant is a full of the result's shape
+    out = run(
+        check,
+        f"""
+        graph f(%0: f32[2,3] data) {{
+          %1 = full {{shape=[2,3], value={value}, dtype=f32}} : f32[2,3]
+          %2 = {op} %0, %1 : f32[2,3]
+          return %2
+        }}""",
+    )
+    assert "return %0" in out
+
+
 @pytest.mark.parametrize("op, dtype", [("neg", "f32"), ("neg", "i32"), ("logical_not", "bool")])
 def test_involutions(check, op, dtype):
     out = run(
