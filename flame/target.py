@@ -22,12 +22,14 @@ class Target:
     rows are streamed, and column reductions ride along only in rows up to this long.
     attention_unsupported(op): why the attention library cannot run attention op `op` as one call
     ("" if it can; the op then becomes the unfused graph: passes/decompose_attention.py).
-    attention_workspace(op): the bytes of arena workspace that op's library call needs."""
+    attention_workspace(op): the bytes of arena workspace that op's library call needs.
+    matmul_workspace: the bytes of arena workspace each GEMM library call may use."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
     attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     attention_workspace: Callable[[Op], int] = lambda op: 0
+    matmul_workspace: int = 0
 
 
 DEFAULT_TARGET = Target()
