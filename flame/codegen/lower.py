@@ -34,15 +34,6 @@ def _library(op: Op) -> list[Kernel]:
                               "not a generated kernel")
 
 
-def _reference_only(op: Op) -> list[Kernel]:
-    """A placeholder for a `library`-category op (attention) whose library call the plan does not make
-    yet: the reference executor runs the op's NumPy reference for it; NVRTC stops on its #error with
-    the reason. Goes when the plan has a typed step for the call (AttentionCall)."""
-    why = f"{op.name} has no CUDA lowering yet: its cuDNN call is not in the plan (reference executor only)"
-    return [Kernel(f"{op.name}_{op.out.dtype}_reference_only", f'// {op.name}\n#error "flame: {why}"\n', 1, 1,
-                   len(op.inputs))]
-
-
 _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not views
     "pad": lower_pad,
     "concat": lower_concat,
@@ -53,7 +44,6 @@ _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not
 _BY_CATEGORY: dict[str, Callable[[Op], list[Kernel]]] = {
     "elementwise": lower_elementwise,
     "reduction": lower_reduction,
-    "library": _reference_only,
 }
 
 
@@ -87,6 +77,7 @@ LOWERINGS: dict[Kind, Callable[[FusionGroup, Config, Target], list[Kernel]]] = {
     Kind.SCALAR: lambda group, config, target: lower_map(group, config),
     Kind.ROWS: lower_rows,
     Kind.MATMUL: _fused_library,
+    Kind.ATTENTION: _fused_library,
     Kind.REDUCTION: _not_fused,
     Kind.OPAQUE: _not_fused,
 }

@@ -61,6 +61,7 @@ class Kind(str, Enum):
     ROWS = "rows"  # reductions over the innermost dims with their prologue and epilogue
     REDUCTION = "reduction"  # a column reduction in its own kernel
     MATMUL = "matmul"  # a library call (cuBLASLt) with its epilogue
+    ATTENTION = "attention"  # a library call (cuDNN fused attention, forward or backward)
     OPAQUE = "opaque"  # one op with its own kernel (gather, scatter, pad, concat, argmax)
 
     def __str__(self) -> str:

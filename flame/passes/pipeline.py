@@ -8,11 +8,12 @@ from collections.abc import Callable, Sequence
 from functools import partial, update_wrapper
 
 from flame.errors import VerifyError
-from flame.ir.graph import Graph
+from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
 from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
+from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decompose_attention
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
 from flame.passes.rewrite_attention import rewrite_attention
@@ -97,6 +98,28 @@ def fusion_enabled() -> bool:
     return os.environ.get("FLAME_FUSE", "1") != "0"
 
 
+def _after_traced(dump: Dump | None) -> Dump | None:
+    """dump without the "traced" stage (a stage after the first pipeline shows what it changed)."""
+    return None if dump is None else (lambda stage, graph, sec: stage != "traced" and dump(stage, graph, sec))
+
+
+def legalize(g: Graph, attention_unsupported: Callable[[Op], str] = all_supported, debug: bool = False,
+             dump: Dump | None = None, timings: list[tuple[str, float]] | None = None) -> Graph:
+    """Replace the ops the backend cannot run as they are by primitive ops: an attention op for which
+    `attention_unsupported(op)` gives a reason becomes the unfused graph, the reason on its ops' source
+    lines (passes/decompose_attention.py). Runs on every compiled graph, eager and FLAME_FUSE=0 ones
+    too (a backend's limit, not an optimisation), before lowering so the decomposed ops fuse; dumps
+    show the stage "decompose_attention" only for graphs with an attention op."""
+    if not any(op.name in ATTENTION_OPS for op in g.ops):
+        return g
+
+    def decompose(graph: Graph) -> Graph:
+        return decompose_attention(graph, attention_unsupported)
+
+    decompose.__name__ = decompose_attention.__name__  # the stage's name in dumps and timings
+    return run_pipeline(g, [decompose], debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)
+
+
 def lower(g: Graph, debug: bool = False, dump: Dump | None = None,
           timings: list[tuple[str, float]] | None = None, target: Target = DEFAULT_TARGET) -> Graph:
     """Run LOWER once on a simplified graph (unless FLAME_FUSE=0) for a backend that can do what
@@ -104,6 +127,5 @@ def lower(g: Graph, debug: bool = False, dump: Dump | None = None,
     "fuse"."""
     if not fusion_enabled():
         return g
-    skip_traced = None if dump is None else (lambda stage, graph, sec: stage != "traced" and dump(stage, graph, sec))
     passes = [update_wrapper(partial(p, target=target), p) for p in LOWER]  # keeps each pass's name
-    return run_pipeline(g, passes, debug=debug, dump=skip_traced, timings=timings, max_rounds=1)
+    return run_pipeline(g, passes, debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)

@@ -24,7 +24,7 @@ from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.printer import format_op
 from flame.ir.registry import get
 from flame.plan.memory import plan_memory
-from flame.plan.steps import Alias, Buffer, Copy, KernelLaunch, MatmulCall, Plan, Step, root
+from flame.plan.steps import Alias, AttentionCall, Buffer, Copy, KernelLaunch, MatmulCall, Plan, Step, root
 from flame.target import Target
 
 ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
@@ -167,10 +167,24 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, **flags)
 
 
+def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
+    """The fused-attention call of a scaled_dot_product_attention(_backward) op writing buffer `out`,
+    with the workspace the target's library asks for as scratch in the arena."""
+    ins = [bld.buffer_of[v] for v in op.inputs]
+    n_main = 3 if op.name == "scaled_dot_product_attention" else 5  # backward: q, k, v, out, grad_out
+    mask = ins[n_main] if len(ins) > n_main else None
+    nbytes = bld.target.attention_workspace(op)
+    ws = bld.add(bld.new_id(), None, "scratch", shape=(nbytes,), dtype=_U8, nbytes=nbytes) if nbytes else None
+    if ws is not None:
+        bld.temp_roots.add(ws)
+    o, grad_out = (ins[3], ins[4]) if n_main == 5 else (None, None)
+    return AttentionCall(ins[0], ins[1], ins[2], out, op, o=o, grad_out=grad_out, mask=mask, workspace=ws)
+
+
 # an op's `library` trait -> the library-call step that computes it, built as f(builder, op, out
-# buffer); every other op becomes the kernels codegen renders for it. An attention or convolution
-# call is one entry here.
-LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call}
+# buffer); every other op becomes the kernels codegen renders for it. A convolution call is one
+# entry here.
+LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call, "attention": attention_call}
 
 
 def _bind_outputs(bld: _Builder) -> list[int]:
@@ -200,7 +214,7 @@ def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None
     here. `target` (default: the CUDA backend's, asked when the plan is built) says which matmul
     epilogues the library call runs."""
     if target is None:
-        from flame.runtime.matmul import capabilities
+        from flame.runtime.backend import capabilities
 
         target = capabilities()
     bld = _Builder(g, lowering, target)

@@ -21,19 +21,13 @@ f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from flame.plan.steps import MatmulCall
-from flame.target import DEFAULT_TARGET, Target
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
 _EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS"}
 SUPPORTED_EPILOGUES = frozenset({"none", *_EPILOG_NAMES})
-
-def capabilities(target: Target = DEFAULT_TARGET) -> Target:
-    """`target` with the matmul epilogues this backend runs inside the cuBLASLt call (the fusion pass
-    marks only those; the plan builder folds only those)."""
-    return replace(target, matmul_epilogues=frozenset(SUPPORTED_EPILOGUES) - {"none"})
 
 
 _PLANS: dict[tuple, object] = {}
