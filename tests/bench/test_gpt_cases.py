@@ -25,7 +25,7 @@ def test_gpt_case_in_f32_matches_torch(case):
 
 
 def test_new_cases_record_memory_for_every_framework():
-    for case in select("reduce_all,reduce_columns,gpt_block_train"):
+    for case in select("reduce_all,reduce_columns,sdpa_fwd_bwd,gpt_block_train"):
         res = run_case(case, Context("reference", True, 1, 0, ["torch"]))
         assert res["flame"]["status"] == "ok", res["flame"]
         assert res["flame"]["planned_bytes"] > 0
