@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from flame.errors import FlameError
 from flame.ir.evaluate import evaluate_graph
 from flame.plan.steps import MatmulCall, Plan
 from flame.runtime.stepwise import GpuUnitRunner, Unit, units
@@ -87,7 +88,11 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
     rows, how = [], set()
     for unit in units(plan):
         bufs = runner.buffers(unit)
-        ms, timer = _unit_gpu_ms(lambda st, u=unit, b=bufs: runner.launch(u, b, st), repeat)
+        try:
+            ms, timer = _unit_gpu_ms(lambda st, u=unit, b=bufs: runner.launch(u, b, st), repeat)
+        except Exception as e:  # name the unit: a CUDA error surfaces at the next synchronisation
+            raise FlameError(f"profile {plan.name}: unit [{unit.index}] {unit.name} "
+                             f"({'+'.join(o.name for o in unit.ops)}) failed: {e}") from e
         how.add(timer)
         rows.append((ms, unit, _rate(plan, unit, ms)))
     cupy.cuda.Device().synchronize()

@@ -30,7 +30,16 @@ def _matmul_ref(a, b):
 
 
 def _matmul_vjp(b, g, x, y, out):
-    return b.matmul(g, b.transpose_last(y)), b.matmul(b.transpose_last(x), g)
+    gx = b.matmul(g, b.transpose_last(y))
+    if y.type.rank == 2 and x.type.rank > 2:
+        # a weight shared by every batch (x @ w in a Linear layer): its gradient is ONE GEMM over
+        # K = batch * m, x^T g with both flattened to 2-D, instead of a batched GEMM into a
+        # [batch, k, n] temporary summed over the batch afterwards
+        k, n = x.type.shape[-1], g.type.shape[-1]
+        rows = x.type.numel // k if k else int(np.prod(x.type.shape[:-1]))
+        x2, g2 = b.reshape(x, shape=[rows, k]), b.reshape(g, shape=[rows, n])
+        return gx, b.matmul(b.transpose_last(x2), g2)
+    return gx, b.matmul(b.transpose_last(x), g)
 
 
 register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp, library="matmul"))
