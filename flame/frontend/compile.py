@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,20 @@ def _unflatten(skel: Any, values: list) -> Any:
     if isinstance(skel, dict):
         return {k: _unflatten(v, values) for k, v in skel.items()}
     return skel
+
+
+def _constant_key(a: Any) -> Hashable:
+    """A non-tensor argument's part of the trace-cache key: its type and, for numbers, its bit pattern,
+    so 0.0 and -0.0, 1 and 1.0 trace apart and a NaN matches itself (== would say otherwise)."""
+    if isinstance(a, (tuple, list)):
+        return type(a).__name__, tuple(_constant_key(x) for x in a)
+    if isinstance(a, float):
+        return "float", struct.pack("<d", a)
+    if isinstance(a, complex):
+        return "complex", struct.pack("<dd", a.real, a.imag)
+    if isinstance(a, np.generic):
+        return type(a).__name__, a.tobytes()
+    return type(a).__name__, a
 
 
 @dataclass
@@ -104,7 +119,7 @@ class Compiled:
                 except TypeError:
                     raise FlameError(f"{self.name}: argument {a!r} is neither a Tensor nor hashable; "
                                      f"non-tensor arguments are compile-time constants") from None
-                key.append(("S", type(a).__name__, a))
+                key.append(("S", _constant_key(a)))
         return tuple(key)
 
     def _trace(self, args: list) -> tuple[Trace, Any]:

@@ -45,3 +45,28 @@ def test_argument_without_backward_keeps_its_grad():
     (w * 3).sum().backward()
     f(w)
     np.testing.assert_array_equal(w.grad.numpy(), np.full(2, 3, np.float32))
+
+
+def test_constant_arguments_are_keyed_by_type_and_bits():
+    """Issue 14 item 3: -0.0 after 0.0, 1.0 after 1, and NaN each get the right trace."""
+    from flame import debug
+
+    @flame.compile
+    def f(x, c):
+        return x / flame.tensor(c[0] if isinstance(c, tuple) else c, dtype=flame.float32)
+
+    x = flame.ones(1)
+    assert f(x, 0.0).item() == np.inf
+    assert f(x, -0.0).item() == -np.inf
+    assert f(x, (1,)).item() == 1.0
+    assert f(x, (2.0,)).item() == 0.5
+
+    @flame.compile
+    def g(x, c):
+        return x + c
+
+    records = []
+    with debug.observe(records.append):
+        for _ in range(3):
+            assert np.isnan(g(x, float("nan")).item())
+    assert len(records) == 1
