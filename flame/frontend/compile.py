@@ -16,6 +16,7 @@ from flame import debug
 from flame.compiler import compile_graph
 from flame.errors import FlameError
 from flame.frontend.context import current_trace, no_grad
+from flame.frontend.creation import as_tensor
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
@@ -106,7 +107,7 @@ class Compiled:
         functools.update_wrapper(self, fn)
 
     def _args(self, args: tuple) -> list:
-        return [Tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        return [as_tensor(a) if isinstance(a, np.ndarray) else a for a in args]
 
     def _key(self, args: list) -> tuple:
         key = []
