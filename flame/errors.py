@@ -12,6 +12,10 @@ class ShapeError(FlameError, ValueError):
     """Shapes of an op's inputs or attributes do not fit together."""
 
 
+class DimError(ShapeError, IndexError):
+    """A dimension index is out of range for the tensor (PyTorch raises IndexError here)."""
+
+
 class DTypeError(FlameError, TypeError):
     """An op got a dtype it does not accept."""
 

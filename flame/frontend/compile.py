@@ -157,7 +157,7 @@ class Compiled:
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)
         grads = []
-        for t, v in list(tr.current.values()):
+        for t, _v in list(tr.current.values()):
             idx = g.inputs.index(tr.inputs_of[id(t)])
             if isinstance(t.grad, Tensor) and t.grad._trace is tr:
                 grads.append((idx, len(g.outputs)))

@@ -11,8 +11,8 @@ from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, full
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, i64
 
-__all__ = ["Generator", "arange", "as_tensor", "from_numpy", "default_generator", "full", "manual_seed", "ones", "ones_like",
-           "rand", "randn", "tensor", "zeros", "zeros_like"]
+__all__ = ["Generator", "arange", "as_tensor", "default_generator", "from_numpy", "full", "manual_seed", "ones",
+           "ones_like", "rand", "randn", "tensor", "zeros", "zeros_like"]
 
 
 def default_dtype_for(value: Any) -> DType:

@@ -45,6 +45,9 @@ def verify(g: Graph) -> Graph:
             want = opdef.infer([v.type for v in op.inputs], **attrs)
         except FlameError as e:
             raise bad(f"{op.name}: {e}") from None
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+            # a shape rule meeting attributes or types it never expected (parsed text, a buggy pass)
+            raise bad(f"{op.name}: invalid attributes or input types ({type(e).__name__}: {e})") from None
         if want != op.out.type:
             raise bad(f"{op.name}: result type should be {want}, not {op.out.type}")
         defined.add(op.out)
