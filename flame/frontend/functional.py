@@ -56,6 +56,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     m = x.amax(dim, keepdim=True).detach()  # a shift the result does not depend on (see softmax)
+    m = apply("where", m.abs() < float("inf"), m, 0.0)  # an infinite max would give inf - inf = NaN
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze(dim)
 

@@ -420,7 +420,7 @@ class Tensor:
     # ---- reductions -------------------------------------------------------------------------------
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
         x = self.to(dtype) if dtype is not None else self
-        if x.dtype == boolean:
+        if dtype is None and not x.dtype.is_float:  # PyTorch sums bool and integers in int64: no wrap
             x = x.to(i64)
         return apply("reduce_sum", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
 
@@ -443,7 +443,7 @@ class Tensor:
     def min(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:
             return self.amin()
-        return MaxMin(self.amin(dim, keepdim), (-self).argmax(dim, keepdim))
+        return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
 
     def argmax(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:
@@ -454,13 +454,16 @@ class Tensor:
         return apply("argmax", self, axis=dim_index("argmax", dim, self.ndim), keepdim=keepdim)
 
     def argmin(self, dim: int | None = None, keepdim: bool = False):
-        return (-self).argmax(dim, keepdim)
+        # an order-reversing map with no overflow: -x wraps INT_MIN onto itself, -1 - x maps the
+        # integer range onto itself
+        return (-self if self.dtype.is_float else -1 - self).argmax(dim, keepdim)
 
     def var(self, dim=None, keepdim: bool = False, unbiased: bool = True):
         axes = _axes(dim, self.ndim)
         n = int(np.prod([self.shape[a] for a in axes]))
         d = self - self.mean(axes, keepdim=True)
-        return (d * d).sum(axes, keepdim=keepdim) / max(n - int(unbiased), 1)
+        s = (d * d).sum(axes, keepdim=keepdim)
+        return s / (n - int(unbiased)) if n > int(unbiased) else s * float("nan")  # PyTorch: NaN, no divisor
 
     def std(self, dim=None, keepdim: bool = False, unbiased: bool = True):
         return self.var(dim, keepdim, unbiased).sqrt()
@@ -561,7 +564,8 @@ class Tensor:
         return apply("scatter_add", self, index, src, axis=dim_index("scatter_add", dim, self.ndim))
 
     def clone(self):
-        return self + 0 if self.dtype != boolean else self.logical_not().logical_not()
+        # x * 1, not x + 0: -0.0 + 0 is +0.0
+        return self * 1 if self.dtype != boolean else self.logical_not().logical_not()
 
     def __getitem__(self, key):
         from flame.frontend.indexing import getitem
