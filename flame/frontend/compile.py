@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import struct
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -102,7 +103,8 @@ class Compiled:
 
     def __init__(self, fn: Callable, name: str | None = None):
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "fn").strip("<>")
+        # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
+        self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
         self._cache: dict[tuple, _Entry] = {}
         functools.update_wrapper(self, fn)
 
