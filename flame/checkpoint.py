@@ -11,7 +11,6 @@ import json
 import os
 import struct
 import tempfile
-import time
 from typing import Any
 
 import ml_dtypes
@@ -19,6 +18,7 @@ import numpy as np
 import safetensors.numpy
 from safetensors import deserialize
 
+from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame.errors import CheckpointError
 from flame.frontend.tensor import Tensor
 from flame.nn.module import as_tensor, copy_pairs
@@ -52,45 +52,12 @@ def _write(f, data: bytes) -> None:
         f.write(view[i:i + _CHUNK])
 
 
-STALE_SECONDS = 24 * 3600  # a temp file this old is a dead save's even if its pid was reused
-
-
-def _remove_stale_temps(folder: str, base: str) -> None:
-    """Delete temp files of earlier saves to the same path whose process is gone (killed mid-save):
-    named `.BASE.PID.XXXX.tmp`; one whose writer still runs is another save in flight and stays."""
-    prefix = f".{base}."
-    try:
-        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")]
-    except OSError:
-        return
-    for name in names:
-        full = os.path.join(folder, name)
-        pid = name[len(prefix):].split(".", 1)[0]
-        try:
-            if pid.isdigit() and _alive(int(pid)) and time.time() - os.stat(full).st_mtime < STALE_SECONDS:
-                continue
-            os.unlink(full)
-        except OSError:
-            pass  # gone already, or not ours to remove
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    _remove_stale_temps(folder, os.path.basename(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp", dir=folder)
+    # temp files of saves to the same path killed midway (their process is gone) would pile up
+    remove_dead_temps(folder, f".{os.path.basename(path)}.", ".tmp")
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(f".{os.path.basename(path)}."), suffix=".tmp", dir=folder)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as f:
