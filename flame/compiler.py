@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from flame import debug
 from flame.ir.graph import Graph
 from flame.ir.printer import print_graph
-from flame.passes.pipeline import fusion_enabled, lower, run_pipeline, to_plan
+from flame.passes.pipeline import fusion_enabled, lower, run_pipeline
+from flame.plan.build import to_plan
 from flame.runtime.cuda import graphs_setting
 from flame.runtime.device import executor
 

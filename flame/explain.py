@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from flame.ir.graph import Graph
 from flame.ir.printer import format_op
-from flame.passes.plan_memory import memory_report
-from flame.runtime.plan import Alias, Copy, KernelLaunch, LibraryCall, Plan, human_bytes
+from flame.plan.memory import human_bytes, memory_report
+from flame.plan.steps import Alias, Copy, LibraryCall, Plan, Step
 
 UNFUSED = "one kernel per op (unfused)"
 
 
-def _reason(step) -> str:
-    if isinstance(step, LibraryCall):
-        return "matmul (cuBLASLt call)"
-    return getattr(step, "reason", "") or UNFUSED
+def _label(s: Step) -> tuple[str, str]:
+    """(what the report calls a work step, why its kernel boundary is there): every library call
+    (matmul now; attention, convolution, all-reduce later) reads alike, from what the step says."""
+    if isinstance(s, LibraryCall):
+        return f"{s.name} ({s.library})", f"{s.name} ({s.library} call)"
+    return s.name, s.reason or UNFUSED
 
 
 def _bytes(plan: Plan, bids) -> int:
@@ -25,18 +27,16 @@ def _bytes(plan: Plan, bids) -> int:
 def explain_plan(name: str, graph: Graph, plan: Plan) -> str:
     """The `flame explain` report of one compiled function."""
     ids = graph.numbering()
-    kernels = [s for s in plan.steps if isinstance(s, (KernelLaunch, LibraryCall))]
+    kernels = [s for s in plan.steps if s.ops]  # views and copies do no work
     views = sum(isinstance(s, Alias) for s in plan.steps)
     copies = sum(isinstance(s, Copy) for s in plan.steps)
     lines = [f"== {name}: {len(kernels)} launches ({sum(isinstance(s, LibraryCall) for s in kernels)} "
              f"library calls), {views} views, {copies} copies =="]
     for i, s in enumerate(kernels):
-        ins = s.args[: s.n_inputs] if isinstance(s, KernelLaunch) else s.args[:-1]
-        ops = s.ops if isinstance(s, KernelLaunch) else (s.op,)
-        label = s.name if isinstance(s, KernelLaunch) else f"{s.name} (cuBLASLt)"
-        lines.append(f"  [{i:3d}] {label}: {' + '.join(o.name for o in ops)}  in {human_bytes(_bytes(plan, ins))}"
-                     f"  out {human_bytes(plan.buffers[s.out].nbytes)}  | boundary: {_reason(s)}")
-        for o in ops:
+        label, reason = _label(s)
+        lines.append(f"  [{i:3d}] {label}: {' + '.join(o.name for o in s.ops)}  in {human_bytes(_bytes(plan, s.reads))}"
+                     f"  out {human_bytes(plan.buffers[s.out].nbytes)}  | boundary: {reason}")
+        for o in s.ops:
             lines.append(f"          {format_op(o, ids, loc=True)}")
     return "\n".join(lines) + "\n" + str(memory_report(plan)) + "\n"
 
@@ -53,8 +53,7 @@ def to_dot(name: str, graph: Graph, plan: Plan) -> str:
     grouped = set()
     k = 0
     for s in plan.steps:
-        ops = s.ops if isinstance(s, KernelLaunch) else (s.op,) if isinstance(s, LibraryCall) else ()
-        ops = [o for o in ops if o not in grouped]
+        ops = [o for o in s.ops if o not in grouped]
         if not ops:
             continue
         lines.append(f'  subgraph cluster_{k} {{ style=filled; color="{_COLOURS[k % len(_COLOURS)]}"; '

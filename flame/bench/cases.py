@@ -8,6 +8,7 @@ from __future__ import annotations
 from flame.bench.spec import Bound, Case, Input
 
 F32 = 4
+BF16 = 2
 
 
 def _stateless(make):
@@ -204,6 +205,37 @@ def _jax_xent(s):
     return jax.value_and_grad(loss)
 
 
+# ---- reductions: the mean of everything, a column sum ------------------------------------------
+
+
+def _flame_mean(s):
+    return lambda x: x.mean()
+
+
+def _torch_mean(s):
+    return lambda x: x.mean()
+
+
+def _jax_mean(s):
+    import jax.numpy as jnp
+
+    return jnp.mean
+
+
+def _flame_col_sum(s):
+    return lambda x: x.sum(0)
+
+
+def _torch_col_sum(s):
+    return lambda x: x.sum(0)
+
+
+def _jax_col_sum(s):
+    import jax.numpy as jnp
+
+    return lambda x: jnp.sum(x, axis=0, dtype=jnp.float32).astype(x.dtype)  # f32 accumulation, as torch
+
+
 # ---- the specs -------------------------------------------------------------------------------
 
 
@@ -256,4 +288,15 @@ STATELESS = [
                            "labels": Input((s["rows"],), "i64", high=s["classes"])},
          min_bytes=lambda s: F32 * 2 * s["rows"] * s["classes"] + 8 * s["rows"] + F32,
          flame=_stateless(_flame_xent), torch=_stateless(_torch_xent), jax=_stateless(_jax_xent)),
+    Case("reduce_all", "mean of every element, f32[n] -> f32[]",
+         sizes=lambda q: {"n": 4096 if q else 64 * 2**20},
+         inputs=lambda s: {"x": Input((s["n"],))},
+         min_bytes=lambda s: F32 * (s["n"] + 1),
+         flame=_stateless(_flame_mean), torch=_stateless(_torch_mean), jax=_stateless(_jax_mean)),
+    Case("reduce_columns", "column sum, bf16[rows, cols] -> bf16[cols]",
+         sizes=lambda q: {"rows": 256, "cols": 128} if q else {"rows": 32768, "cols": 4096},
+         inputs=lambda s: {"x": Input((s["rows"], s["cols"]), "bf16")},
+         min_bytes=lambda s: BF16 * (_rc(s) + s["cols"]),
+         flame=_stateless(_flame_col_sum), torch=_stateless(_torch_col_sum), jax=_stateless(_jax_col_sum),
+         tol=1e-2),
 ]

@@ -109,6 +109,28 @@ def _mib(x) -> str:
     return "—" if x is None else f"{x / 2**20:.1f}"
 
 
+def _memory_table(cases: list[dict], peers: list[str]) -> list[str]:
+    """Peak device memory of every framework over one steady-state call (timing.MemoryWatch)."""
+    rows = [c for c in cases if c["flame"].get("peak_memory_bytes") is not None
+            or any(p.get("peak_memory_bytes") is not None for p in c["peers"].values())]
+    if not rows:
+        return []
+    out = ["Peak device memory (MiB) over one steady-state call, counted from before each framework set up its "
+           "arrays (parameters, optimizer state, arena and caches count; the suite's own input sets do not). "
+           "flame: planned (arena + bound buffers), CuPy pool used high-water, and pool total (reserved); torch: "
+           "max_memory_allocated after reset_peak_memory_stats; JAX: peak_bytes_in_use (results.json says how and "
+           "why a figure is n/a).", "",
+           "| case | flame planned | flame pool used | flame pool total | " + " | ".join(peers) + " |",
+           "|" + "---|" * (4 + len(peers))]
+    for c in rows:
+        f = c["flame"]
+        cells = [c["name"], _mib(f.get("planned_bytes")), _mib(f.get("peak_memory_bytes")),
+                 _mib(f.get("pool_total_peak_bytes")),
+                 *[_mib(c["peers"].get(p, {}).get("peak_memory_bytes")) for p in peers]]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def markdown(run: dict) -> str:
     """The report: header (device, mode, ceilings), the main table, then compile/memory/correctness."""
     env, ceil, cases = run["env"], run["ceilings"], run["cases"]
@@ -140,6 +162,7 @@ def markdown(run: dict) -> str:
               "flame is faster).", ""]
     if run["mode"] != "reference" and any(c["flame"].get("b2b_ms") for c in cases):
         lines += _b2b_table(cases, peers)
+    lines += _memory_table(cases, peers)
     lines += [
               "| case | rel. error vs torch | compile cold s | compile warm s | planned MiB | actual peak MiB | "
               "input sets | flame timer | spread |", "|" + "---|" * 9]

@@ -20,13 +20,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Input:
-    """One input of a case. high: integer labels in [0, high); scale: std of a normal draw;
-    state: updated in place by the step (each framework gets its own copy; never rotated)."""
+    """One input of a case. high: integer labels in [0, high); scale, mean: std and mean of a normal
+    draw; state: updated in place by the step (each framework gets its own copy; never rotated)."""
 
     shape: tuple[int, ...]
     dtype: str = "f32"
     high: int | None = None
     scale: float = 1.0
+    mean: float = 0.0
     state: bool = False
 
     @property
@@ -96,6 +97,8 @@ def generate(inputs: dict[str, Input], xp, seed: int) -> dict[str, Any]:
                 out[name] = rng.integers(0, i.high, i.shape, dtype=xp.int64)
             else:
                 out[name] = rng.standard_normal(i.shape, dtype=xp.float32) * xp.float32(i.scale)
+            if i.mean:
+                out[name] += xp.float32(i.mean)
         return out
     for k, (name, i) in enumerate(inputs.items()):
         rs = xp.random.RandomState(seed * 1000 + k)
@@ -103,6 +106,8 @@ def generate(inputs: dict[str, Input], xp, seed: int) -> dict[str, Any]:
             out[name] = rs.randint(0, i.high, size=i.shape, dtype=xp.int64)
         else:
             out[name] = rs.standard_normal(i.shape, dtype=xp.float32) * xp.float32(i.scale)
+        if i.mean:
+            out[name] += xp.float32(i.mean)
     return out
 
 

@@ -116,7 +116,7 @@ def _empty_loaded_kernels():
 
 
 def _plan_facts(plan) -> dict:
-    from flame.runtime.plan import Copy, KernelLaunch, LibraryCall
+    from flame.plan.steps import Copy, KernelLaunch, LibraryCall
 
     launches = sum(isinstance(s, KernelLaunch) and s.grid > 0 for s in plan.steps)
     calls = sum(isinstance(s, LibraryCall) for s in plan.steps)
@@ -173,12 +173,25 @@ def _errors(got: tuple[list, list], want: tuple[list, list], ctx: Context) -> tu
             rel_error(got[1], want[1], ctx.xp) if want[1] or got[1] else None)
 
 
-def _time(bound, data: list, timer: str, ctx: Context) -> dict:
-    block = None
-    if timer == "wall+block":
-        import jax
+def _blocker(bound, timer: str):
+    """What waits for a call's asynchronous results (JAX), or None."""
+    if timer != "wall+block":
+        return None
+    import jax
 
-        block = lambda r: jax.block_until_ready((r, bound.state()))  # noqa: E731
+    return lambda r: jax.block_until_ready((r, bound.state()))
+
+
+def _peak_memory(bound, data0: list, watch: timing.MemoryWatch, timer: str) -> dict:
+    """One more (steady-state) call under the framework's memory watch: its peak-memory figures."""
+    block = _blocker(bound, timer) or (lambda r: None)
+    with watch:
+        block(bound.call(*data0))
+    return watch.result()
+
+
+def _time(bound, data: list, timer: str, ctx: Context) -> dict:
+    block = _blocker(bound, timer)
     call = lambda i: bound.call(*data[i % len(data)])  # noqa: E731
     samples = timing.run_timed(call, timer, ctx.repeat, ctx.warmup, block)
     batches, per_batch = (1, 2) if ctx.quick else (5, max(2, ctx.repeat // 3))
@@ -192,6 +205,7 @@ def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ct
     res: dict = {"device": ctx.device}
     try:
         with tempfile.TemporaryDirectory(prefix="flame-bench-cache-") as cache, _env("FLAME_CACHE_DIR", cache):
+            memory = timing.MemoryWatch("flame", ctx.on_gpu).start()
             bound, data = _setup("flame", case.flame, "compiled", case, sizes, sets, ctx)
             res["compile_cold_s"], record = _compile_time(bound.call, data[0], cold=True)
             res["compile_warm_s"], _ = _compile_time(bound.call, data[0], cold=False)
@@ -213,6 +227,7 @@ def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ct
                 res["status"] = "ok" if ok else "WRONG"
             del got
             if res["status"] != "WRONG":
+                res.update(_peak_memory(bound, data[0], memory, ctx.timer("flame")))
                 res.update(_time(bound, data, ctx.timer("flame"), ctx))
     except Exception as e:
         res["status"], res["error"] = "FAILED", _reason(e)
@@ -230,6 +245,7 @@ def run_peer(name: str, framework: str, factory, mode: str, case: Case, sizes: d
         off_gpu = _off_gpu(framework, ctx)
         if off_gpu and not keep_check:
             raise RuntimeError(off_gpu)
+        memory = timing.MemoryWatch(framework, ctx.on_gpu and not off_gpu).start()
         bound, data = _setup(framework, factory, mode, case, sizes, sets, ctx)
         t0 = time.perf_counter()
         check = _check(bound, data[0], ctx)
@@ -242,6 +258,7 @@ def run_peer(name: str, framework: str, factory, mode: str, case: Case, sizes: d
         if oracle is not None:
             res["rel_error_vs_torch"], res["rel_error_state_vs_torch"] = _errors(check, oracle, ctx)
         if timed and not off_gpu:
+            res.update(_peak_memory(bound, data[0], memory, ctx.timer(framework)))
             res.update(_time(bound, data, ctx.timer(framework), ctx))
         res["status"] = "ok" if not off_gpu else f"n/a: {off_gpu} (used as the correctness oracle only)"
     except Exception as e:

@@ -172,24 +172,32 @@ def matmul_rate(quick: bool, repeat: int) -> dict:
 
 
 class PeakWatch:
-    """Peak growth of the CuPy memory pool's used bytes inside a `with` block (a CuPy MemoryHook:
-    + on each pool malloc, - on each free). On the reference executor it measures nothing."""
+    """Peak growth of the CuPy memory pool inside a `with` block (a CuPy MemoryHook): `peak`, of its
+    used bytes (+ on each pool malloc, - on each free); `grown`, of its total (reserved) bytes (the
+    device allocations the pool made); `used0`/`total0`, the pool's bytes at entry. On the reference
+    executor it measures nothing (all None)."""
 
     def __init__(self, on_gpu: bool):
-        self.on_gpu, self.peak, self._hook = on_gpu, None, None
+        self.on_gpu, self.peak, self.grown, self.used0, self.total0, self._hook = on_gpu, None, None, None, None, None
 
     def __enter__(self):
         if self.on_gpu:
+            import cupy
             from cupy.cuda import memory_hook
 
             watch = self
+            pool = cupy.get_default_memory_pool()
+            self.used0, self.total0 = pool.used_bytes(), pool.total_bytes()
 
             class _Hook(memory_hook.MemoryHook):
                 name = "flame_bench_peak"
 
                 def __init__(self):
                     self.cur = 0
-                    watch.peak = 0
+                    watch.peak = watch.grown = 0
+
+                def alloc_postprocess(self, **kw):
+                    watch.grown += kw.get("mem_size", 0)
 
                 def malloc_postprocess(self, **kw):
                     self.cur += kw.get("mem_size", 0)
@@ -209,6 +217,95 @@ class PeakWatch:
             cupy.cuda.Device().synchronize()
             self._hook.__exit__(*exc)
         return False
+
+
+MEMORY_HOW = {
+    "flame": "high-water of CuPy's pool during a steady-state call (used bytes; total = reserved by the pool), "
+             "above what the pool held before flame's arrays were set up",
+    "torch": "torch.cuda.max_memory_allocated (and max_memory_reserved) after reset_peak_memory_stats, over a "
+             "steady-state call, above what torch held before the peer was set up",
+    "jax": "the device's memory_stats() peak_bytes_in_use since the peer was set up (JAX cannot reset it), above "
+           "bytes_in_use before; n/a where the backend has no stats or an earlier case peaked higher",
+}
+
+
+class MemoryWatch:
+    """Peak device memory of one framework over one steady-state call, counted from what its allocator
+    held before the framework's arrays were set up (so the suite's own input sets do not count, and the
+    parameters, optimizer state, arena or caches the framework made do). start() before the set-up;
+    `with watch:` around one call; result() -> figures for results.json ("n/a: why" when unmeasured)."""
+
+    def __init__(self, framework: str, on_gpu: bool):
+        self.framework, self.on_gpu = framework, on_gpu
+        self.base: dict = {}
+        self.out: dict = {"peak_memory": f"n/a: {framework} is not on a GPU" if not on_gpu else "n/a: not measured"}
+        self._pool = None
+
+    def start(self) -> MemoryWatch:
+        if not self.on_gpu:
+            return self
+        if self.framework == "flame":
+            import cupy
+
+            pool = cupy.get_default_memory_pool()
+            self.base = {"used": pool.used_bytes(), "total": pool.total_bytes()}
+        elif self.framework == "torch":
+            import torch
+
+            self.base = {"used": torch.cuda.memory_allocated(), "total": torch.cuda.memory_reserved()}
+        else:
+            stats = _jax_stats()
+            self.base = {"used": stats.get("bytes_in_use"), "peak": stats.get("peak_bytes_in_use")}
+        return self
+
+    def __enter__(self):
+        if self.on_gpu and self.framework == "flame":
+            self._pool = PeakWatch(True).__enter__()
+        elif self.on_gpu and self.framework == "torch":
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        return self
+
+    def __exit__(self, *exc):
+        if not self.on_gpu or exc[0] is not None:
+            return False
+        if self.framework == "flame":
+            w = self._pool
+            w.__exit__(*exc)
+            self.out = {"peak_memory_bytes": w.used0 + w.peak - self.base["used"],
+                        "pool_total_peak_bytes": w.total0 + w.grown - self.base["total"]}
+        elif self.framework == "torch":
+            import torch
+
+            torch.cuda.synchronize()
+            self.out = {"peak_memory_bytes": torch.cuda.max_memory_allocated() - self.base["used"],
+                        "reserved_peak_bytes": torch.cuda.max_memory_reserved() - self.base["total"]}
+        else:
+            self.out = self._jax_result()
+        self.out["peak_memory_how"] = MEMORY_HOW[self.framework]
+        return False
+
+    def _jax_result(self) -> dict:
+        peak = _jax_stats().get("peak_bytes_in_use")
+        if peak is None or self.base.get("used") is None:
+            return {"peak_memory": "n/a: JAX's backend reports no memory stats"}
+        if self.base.get("peak") is not None and peak <= self.base["peak"]:
+            return {"peak_memory": "n/a: an earlier case peaked higher (JAX's peak cannot be reset)"}
+        return {"peak_memory_bytes": peak - self.base["used"]}
+
+    def result(self) -> dict:
+        return dict(self.out)
+
+
+def _jax_stats() -> dict:
+    import jax
+
+    try:
+        return jax.devices()[0].memory_stats() or {}
+    except Exception:
+        return {}
 
 
 def free_memory() -> None:

@@ -1,6 +1,6 @@
 """lower_op: one IR op -> the CUDA kernels that compute it, in launch order.
 
-Contract with the runtime (flame/runtime/plan.py, cuda.py):
+Contract with the plan builder and the runtime (flame/plan/build.py, runtime/cuda.py):
 - every kernel is `extern "C" __global__ void NAME(const T0* __restrict__ in0, ..., T* __restrict__ out
   [, void* __restrict__ scratch])` with storage types (bool: 1-byte `bool`, i64: `long long`,
   f16: `__half`, bf16: `__nv_bfloat16`); inputs are contiguous row-major buffers of their IR types

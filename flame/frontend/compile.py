@@ -174,8 +174,8 @@ class Compiled:
     def memory_report(self, *args):
         """The planned device memory of a call with these arguments, before it runs (traces and
         compiles like a first call, which then reuses the result): peak bytes, what is live at the
-        peak, activations saved for the backward. Printable; see flame.passes.plan_memory."""
-        from flame.passes.plan_memory import memory_report
+        peak, activations saved for the backward. Printable; see flame.plan.memory."""
+        from flame.plan.memory import memory_report
 
         args = self._args(args)
         key = self._key(args)

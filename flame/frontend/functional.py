@@ -3,6 +3,8 @@ primitives. Exposed as flame.nn.functional (PyTorch names)."""
 
 from __future__ import annotations
 
+import math
+
 from flame.errors import IndexValueError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, default_generator
@@ -10,7 +12,8 @@ from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, matmul
 
 __all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "leaky_relu", "linear",
-           "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm", "sigmoid", "silu", "softmax", "tanh"]
+           "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm", "scaled_dot_product_attention", "sigmoid",
+           "silu", "softmax", "tanh"]
 
 
 def _loss_reduce(x: Tensor, reduction: str) -> Tensor:
@@ -164,3 +167,23 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, generator: Generat
     return apply("where", keep, x * (1.0 / (1.0 - p)), 0.0)
 
 
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> Tensor:
+    """softmax(query @ key^T * scale + mask) @ value as ONE op, with PyTorch's semantics.
+
+    query [..., H, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev] -> [..., H, L, Ev]; Hkv must
+    equal H unless enable_gqa (then it divides H). attn_mask broadcasts to [..., H, L, S]: bool (True =
+    the key takes part) or additive in query's dtype. is_causal masks with PyTorch's top-left aligned
+    tril(ones(L, S)) and excludes attn_mask. scale defaults to 1/sqrt(E). f16/bf16 compute in f32.
+    The mask gets no gradient. dropout_p > 0 raises NotImplementedError (no attention dropout yet)."""
+    if dropout_p:
+        raise NotImplementedError(f"scaled_dot_product_attention: dropout_p={dropout_p} is not supported yet "
+                                  f"(attention dropout is not implemented; apply dropout elsewhere)"
+                                  f"\n  at {user_location()}")
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    mask = () if attn_mask is None else (attn_mask,)
+    return apply("scaled_dot_product_attention", query, key, value, *mask, scale=scale, is_causal=is_causal,
+                 enable_gqa=enable_gqa)

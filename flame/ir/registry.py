@@ -11,7 +11,8 @@ from flame.errors import DTypeError, VerifyError
 from flame.ir.dtypes import DType, dtype_of
 from flame.ir.types import TensorType
 
-CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "opaque")
+# library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
+CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
 REQUIRED = object()
 
 

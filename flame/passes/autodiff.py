@@ -17,6 +17,7 @@ from flame.errors import FlameError
 from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Value
 from flame.ir.registry import REGISTRY
+from flame.passes.rewrite_attention import rewrite_attention_in_place
 
 
 class BackwardLoc(str):
@@ -46,13 +47,16 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
     does not depend on w. Before: a verified graph containing out and wrt. After: the same graph
-    with backward ops appended (outputs unchanged; the caller decides what to return)."""
+    with hand-written attention rewritten in place (passes/rewrite_attention.py) and backward ops
+    appended (outputs unchanged; the caller decides what to return)."""
     if not out.dtype.is_float:
         raise FlameError(f"cannot differentiate a {out.type} result: it is not floating point")
     for w in wrt:
         if not w.dtype.is_float:
             raise FlameError(f"cannot take a gradient with respect to a {w.type} value: only floating-point "
                              f"values have gradients")
+    # hand-written attention becomes one op first, so its backward is the fused attention backward
+    rewrite_attention_in_place(g, keep=[out, *wrt])
     b = Builder(g, BackwardLoc(""))
     forward = list(g.ops)
     needed = _depends_on(g, wrt)

@@ -1,14 +1,14 @@
-"""Constant folding with the reference executor."""
+"""Constant folding, evaluated by the ops' own references (flame.ir.evaluate)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from flame.ir.builder import Builder
+from flame.ir.evaluate import evaluate_op
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.registry import REGISTRY
 from flame.passes._rewrite import full_value, python_number, rewrite, same_bits
-from flame.runtime.reference import run_op
 
 SMALL = 64  # results up to this many elements are evaluated and folded when uniform
 MAX_EVAL_INPUT = 4096  # constant inputs are materialized for evaluation only up to this size
@@ -31,14 +31,14 @@ def _uniform_result(op: Op, elems: list[np.generic]) -> np.generic | None:
     if REGISTRY[op.name].category == "movement":
         return elems[0] if same_bits(np.array(elems)) else None  # concat of equal elements only
     scalar_op = Op(op.name, (), op.attrs, op.out.type.with_shape(()), op.loc)
-    return run_op(scalar_op, [np.asarray(e) for e in elems])[()]
+    return evaluate_op(scalar_op, [np.asarray(e) for e in elems])[()]
 
 
 def _evaluate(op: Op) -> np.ndarray | None:
     """op's result when its inputs are small enough to materialize, else None."""
     if any(v.type.numel > MAX_EVAL_INPUT for v in op.inputs):
         return None
-    return run_op(op, [run_op(v.producer, []) for v in op.inputs])
+    return evaluate_op(op, [evaluate_op(v.producer, []) for v in op.inputs])
 
 
 def _fold(op: Op, b: Builder) -> Value | None:
@@ -63,7 +63,7 @@ def fold_constants(g: Graph) -> Graph:
     An op folds when (a) every input is a `full` and the op preserves uniformity (elementwise ops other
     than triu/tril/random draws, movement ops other than pad), at any size: its one element is computed
     by the reference on 0-d arrays; or (b) its result has at most SMALL elements and, evaluated by the
-    reference executor, comes out uniform (every element bit-identical, so -0.0 and +0.0 do not mix).
+    op references, comes out uniform (every element bit-identical, so -0.0 and +0.0 do not mix).
     The IR has no dense-constant op, so a non-uniform result stays as the ops that compute it.
 
     Before: any verified graph. After: the same function, folded results computed by the very reference

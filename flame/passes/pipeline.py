@@ -14,6 +14,7 @@ from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
+from flame.passes.rewrite_attention import rewrite_attention
 from flame.passes.simplify import simplify_algebra
 
 Pass = Callable[[Graph], Graph]
@@ -21,6 +22,7 @@ Dump = Callable[[str, Graph, float], None]
 
 SIMPLIFY: list[Pass] = [
     eliminate_dead_code,
+    rewrite_attention,  # forward-only graphs; autodiff has already rewritten those it differentiates
     fold_constants,
     simplify_algebra,
     eliminate_common_subexpressions,
@@ -100,13 +102,3 @@ def lower(g: Graph, debug: bool = False, dump: Dump | None = None,
         return g
     skip_traced = None if dump is None else (lambda stage, graph, sec: stage != "traced" and dump(stage, graph, sec))
     return run_pipeline(g, LOWER, debug=debug, dump=skip_traced, timings=timings, max_rounds=1)
-
-
-def to_plan(g: Graph, lowering=None):
-    """Graph -> runnable Plan: build the steps (runtime.plan.build_plan, with `lowering(op)` in place
-    of codegen's lower_op if given), then place every buffer (plan_memory: in-place updates, best-fit
-    arena). Executors compile what this returns."""
-    from flame.passes.plan_memory import plan_memory
-    from flame.runtime.plan import build_plan
-
-    return plan_memory(build_plan(g, lowering))

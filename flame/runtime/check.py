@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from flame.ir.evaluate import evaluate_graph
 from flame.ir.printer import format_op
+from flame.plan.steps import Plan
 from flame.runtime.device import cuda_available
-from flame.runtime.plan import Plan
 from flame.runtime.reference import run_graph, run_plan
-from flame.runtime.stepwise import GpuUnitRunner, reference_values, units
+from flame.runtime.stepwise import GpuUnitRunner, units
 
 _LOOSE = {"float16": 1e-2, "bfloat16": 4e-2}  # f16/bf16 results round more coarsely
 
@@ -29,7 +30,7 @@ def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> tuple
 
 def check_plan_gpu(plan: Plan, inputs: list[np.ndarray], rtol: float, atol: float,
                    nan_watch: bool) -> tuple[str, bool]:
-    env = reference_values(plan.graph, inputs)
+    env = evaluate_graph(plan.graph, inputs)
     runner = GpuUnitRunner(plan, env)
     ids = plan.graph.numbering()
     for unit in units(plan):

@@ -5,7 +5,7 @@ on-disk cache makes a restart cheap), loads the cubins, and returns a callable. 
 owns one arena (allocated at its first call, poisoned with 0xFF bytes so reads of unwritten memory
 show up as NaN); temporaries are views into it. A call binds the inputs, allocates fresh outputs,
 and runs the steps in order on the current CuPy stream. Outputs are fresh CuPy arrays (never arena
-views), so they stay valid across later calls. An output aliased to an input (plan_memory) is the
+views), so they stay valid across later calls. An output aliased to an input (plan.memory) is the
 input array itself, updated in place. One plan's calls must not run concurrently: they share the arena.
 
 CUDA graphs (DESIGN.md §7): the first call runs the steps as plain launches; the second captures the
@@ -26,12 +26,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from flame.errors import FlameError
-from flame.runtime.plan import Alias, Copy, KernelLaunch, LibraryCall, Plan
+from flame.plan.steps import Alias, Copy, KernelLaunch, MatmulCall, Plan, Step, aligned
+from flame.runtime.matmul import run_matmul
 
 log = logging.getLogger("flame")
 _MAX_STATIC_SMEM = 48 * 1024
@@ -79,6 +80,52 @@ def load_kernels(kernels: Sequence[KernelLaunch]) -> dict[tuple[str, str], objec
     return out
 
 
+# ---- one handler per step type: the one place plan steps become GPU work ---------------------------
+# handler(step, loaded kernel or None, buffers (id -> CuPy array), stream); the executor below, and
+# `flame check` / `flame profile` (runtime.stepwise), run steps through these.
+
+
+def _kernel(s: KernelLaunch, fn, bufs: dict, stream) -> None:
+    if s.grid > 0:
+        fn((s.grid,), (s.block,), [bufs[a] for a in s.args], shared_mem=s.smem, stream=stream)
+
+
+def _matmul(s: MatmulCall, fn, bufs: dict, stream) -> None:
+    run_matmul(s, bufs, stream)
+
+
+def _alias(s: Alias, fn, bufs: dict, stream) -> None:
+    bufs[s.dst] = bufs[s.src].reshape(s.shape)
+
+
+def _copy(s: Copy, fn, bufs: dict, stream) -> None:
+    import cupy
+
+    dst, src = bufs[s.dst], bufs[s.src]
+    if dst.nbytes:
+        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
+
+
+STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, Alias: _alias, Copy: _copy}
+Program = list[tuple[Callable, object, Step]]
+
+
+def prepare(steps: Sequence[Step], fns: dict) -> Program:
+    """Each step with its handler and its loaded kernel (from load_kernels; None for other steps),
+    looked up once so that running the steps costs one call per step."""
+
+    def kernel(s: Step):
+        return fns[(_source_key(s.source), s.name)] if isinstance(s, KernelLaunch) else None
+
+    return [(STEP_HANDLERS[type(s)], kernel(s), s) for s in steps]
+
+
+def run_program(program: Program, bufs: dict, stream) -> None:
+    """Issue prepared steps in order on `stream`; bufs maps buffer id -> CuPy array (aliases add theirs)."""
+    for handler, fn, s in program:
+        handler(s, fn, bufs, stream)
+
+
 LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (DESIGN.md §7)
 COPY_BYTES_PER_US = 2.0e6  # a device copy moves about this many bytes per µs (read + write at ~4 TB/s)
 
@@ -91,7 +138,7 @@ def graphs_setting() -> str:
 def graphs_pay_off(plan: Plan, staged_bytes: int) -> tuple[bool, str]:
     """A replay saves the launches' host time but copies data inputs into fixed buffers and outputs
     out of them; replay only when the copies cost less than half of what the launches cost."""
-    launches = sum(1 for s in plan.steps if isinstance(s, LibraryCall) or (isinstance(s, KernelLaunch) and s.grid))
+    launches = sum(s.launches for s in plan.steps)
     copy_us, launch_us = staged_bytes / COPY_BYTES_PER_US, LAUNCH_US * launches
     if copy_us < launch_us / 2:
         return True, ""
@@ -100,7 +147,6 @@ def graphs_pay_off(plan: Plan, staged_bytes: int) -> tuple[bool, str]:
 
 
 _STAGED_ROLES = ("input", "scalar")  # bound by copy into a fixed buffer; other roles by pointer
-_SLAB_ALIGN = 256
 
 
 class CompiledPlan:
@@ -109,7 +155,7 @@ class CompiledPlan:
     def __init__(self, plan: Plan):
         self.plan = plan
         fns = load_kernels(plan.kernels())
-        self._program = [self._prepare(s, fns) for s in plan.steps]
+        self._program = prepare(plan.steps, fns)
         self._arena = None
         self._views: dict[int, object] = {}
         self._types = [(plan.buffers[b].shape, plan.buffers[b].dtype.np_dtype) for b in plan.inputs]
@@ -132,13 +178,6 @@ class CompiledPlan:
         self._calls = 0
         self._graph = None
         self._graph_key: tuple | None = None
-
-    @staticmethod
-    def _prepare(s, fns):
-        if isinstance(s, KernelLaunch):
-            return ("launch", fns[(_source_key(s.source), s.name)], s)
-        kinds = {LibraryCall: "librarycall", Alias: "alias", Copy: "copy"}
-        return (kinds[type(s)], None, s)
 
     def _bind_arena(self):
         import cupy
@@ -171,26 +210,6 @@ class CompiledPlan:
             out.append(a if a.flags.c_contiguous else cupy.ascontiguousarray(a))
         return out
 
-    def _run_steps(self, bufs: dict, stream) -> None:
-        import cupy
-
-        from flame.runtime.matmul import matmul_into
-
-        for kind, fn, s in self._program:
-            if kind == "launch":
-                if s.grid > 0:
-                    fn((s.grid,), (s.block,), [bufs[a] for a in s.args], shared_mem=s.smem, stream=stream)
-            elif kind == "librarycall":
-                bias = bufs[s.args[2]] if len(s.args) == 4 else None
-                matmul_into(bufs[s.out], bufs[s.args[0]], bufs[s.args[1]], s.info["ta"], s.info["tb"],
-                            s.info.get("epilogue", "none"), bias, stream=stream)
-            elif kind == "alias":
-                bufs[s.dst] = bufs[s.src].reshape(self.plan.buffers[s.dst].shape)
-            else:
-                dst, src = bufs[s.dst], bufs[s.src]
-                if dst.nbytes:
-                    cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
-
     def __call__(self, arrays: Sequence) -> list:
         import cupy
 
@@ -207,7 +226,7 @@ class CompiledPlan:
         bufs.update(zip(self.plan.inputs, arrays))
         for b in self._fresh:
             bufs[b.id] = cupy.empty(b.shape, b.dtype.np_dtype)
-        self._run_steps(bufs, stream)
+        run_program(self._program, bufs, stream)
         return [bufs[o] for o in self.plan.outputs]
 
     # ---- CUDA graphs ------------------------------------------------------------------------------
@@ -222,7 +241,7 @@ class CompiledPlan:
         self._slab_at, size = {}, 0
         for b in self._fresh:
             self._slab_at[b.id] = size
-            size += -(-b.nbytes // _SLAB_ALIGN) * _SLAB_ALIGN
+            size += aligned(b.nbytes)
         self._slab = cupy.empty(max(size, 1), cupy.uint8)
         self._slab_size = size
 
@@ -247,7 +266,7 @@ class CompiledPlan:
         with stream:
             stream.begin_capture()
             try:
-                self._run_steps(bufs, stream)
+                run_program(self._program, bufs, stream)
             except Exception as e:  # noqa: BLE001 - any failure means: no graph, plain launches
                 err = e
             finally:

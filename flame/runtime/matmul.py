@@ -1,9 +1,10 @@
 """Matmul through cuBLASLt (nvmath-python), DESIGN.md §6.
 
-`matmul_into(out, a, b)` computes out[..., m, n] = a[..., m, k] @ b[..., k, n] for contiguous
-row-major CuPy arrays, with NumPy batch broadcasting; `ta` / `tb` say an operand is stored
-transposed ([..., k, m] / [..., n, k]). How flame's row-major, batched, broadcast operands become
-the 2-D / 3-D strided views cuBLASLt takes is decided in ONE place, `_layout`. One stateful
+`run_matmul(call, buffers, stream)` runs a plan's MatmulCall through `matmul_into(out, a, b)`, which
+computes out[..., m, n] = a[..., m, k] @ b[..., k, n] for contiguous row-major CuPy arrays, with NumPy
+batch broadcasting; `ta` / `tb` say an operand is stored transposed ([..., k, m] / [..., n, k]). How
+flame's row-major, batched, broadcast operands become the 2-D / 3-D strided views cuBLASLt takes is
+decided in ONE place, `_layout`. One stateful
 `nvmath.linalg.advanced.Matmul` is built and planned per (shapes, dtype, transposes, tf32) and
 reused with new operands; it writes straight into `out` (in-place C with beta = 0).
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from flame.plan.steps import MatmulCall
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
 SUPPORTED_EPILOGUES = frozenset({"none", "bias", "relu", "bias_relu"})
@@ -133,6 +136,12 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
         bv = _view(a, lay.a, not lay.ta, lay.expand_a)
     cv = out.reshape(lay.out).swapaxes(-1, -2)
     _planned(key, av, bv, cv, stream, epilogue, bias).execute(stream=stream)
+
+
+def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
+    """Run plan step `s` on CuPy arrays bufs (buffer id -> array) on `stream`."""
+    bias = None if s.bias is None else bufs[s.bias]
+    matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], s.ta, s.tb, s.epilogue, bias, stream=stream)
 
 
 def clear_cache() -> None:

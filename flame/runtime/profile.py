@@ -7,8 +7,9 @@ import math
 
 import numpy as np
 
-from flame.runtime.plan import LibraryCall, Plan
-from flame.runtime.stepwise import GpuUnitRunner, Unit, reference_values, units
+from flame.ir.evaluate import evaluate_graph
+from flame.plan.steps import MatmulCall, Plan
+from flame.runtime.stepwise import GpuUnitRunner, Unit, units
 
 
 def _unit_gpu_ms(launch, repeat: int) -> tuple[float, str]:
@@ -61,20 +62,28 @@ def copy_bandwidth_gbs(repeat: int = 20, nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / ms / 1e6
 
 
-def _rate(plan: Plan, unit: Unit, ms: float) -> str:
+def _gemm_rate(plan: Plan, unit: Unit, ms: float) -> str:
     s = unit.steps[0]
-    if isinstance(s, LibraryCall):
-        i = s.info
-        flops = 2.0 * i["m"] * i["n"] * i["k"] * math.prod(i["batch"] or (1,))
-        return f"{flops / ms / 1e9:8.2f} TFLOP/s"
+    flops = 2.0 * s.m * s.n * s.k * math.prod(s.batch or (1,))
+    return f"{flops / ms / 1e9:8.2f} TFLOP/s"
+
+
+def _bandwidth(plan: Plan, unit: Unit, ms: float) -> str:
     moved = sum(plan.buffers[b].nbytes for b in unit.ins + unit.outs)
     return f"{moved / ms / 1e6:8.1f} GB/s"
+
+
+_RATES = {MatmulCall: _gemm_rate}  # step type -> its achieved rate; the rest move bytes
+
+
+def _rate(plan: Plan, unit: Unit, ms: float) -> str:
+    return _RATES.get(type(unit.steps[0]), _bandwidth)(plan, unit, ms)
 
 
 def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: float) -> str:
     import cupy
 
-    runner = GpuUnitRunner(plan, reference_values(plan.graph, inputs))
+    runner = GpuUnitRunner(plan, evaluate_graph(plan.graph, inputs))
     rows, how = [], set()
     for unit in units(plan):
         bufs = runner.buffers(unit)

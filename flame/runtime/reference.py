@@ -12,14 +12,12 @@ from functools import partial
 import numpy as np
 
 from flame.errors import FlameError
-from flame.ir.dtypes import bf16, f16
-from flame.ir.graph import Graph, Op
-from flame.ir.registry import REGISTRY
-from flame.runtime.plan import Alias, Buffer, Copy, KernelLaunch, LibraryCall, Plan
+from flame.ir.evaluate import evaluate_graph, evaluate_op
+from flame.ir.graph import Graph
+from flame.plan.steps import Alias, Buffer, Copy, KernelLaunch, MatmulCall, Plan
 
 log = logging.getLogger("flame")
 POISON = 0xFF  # fresh arena bytes: NaN in every float dtype, so a read of unwritten memory shows
-_LOW = (f16.np_dtype, bf16.np_dtype)
 
 
 def check_inputs(g: Graph, arrays: Sequence) -> None:
@@ -31,25 +29,10 @@ def check_inputs(g: Graph, arrays: Sequence) -> None:
                              f"{a.dtype}{list(a.shape)}")
 
 
-def run_op(op: Op, args: Sequence[np.ndarray]) -> np.ndarray:
-    """One op on NumPy arrays; f16/bf16 inputs compute in f32 where the op says so (as on the GPU)."""
-    opdef = REGISTRY[op.name]
-    if opdef.compute_f32:
-        args = [a.astype(np.float32) if a.dtype in _LOW else a for a in args]
-    with np.errstate(all="ignore"):
-        out = opdef.ref(*args, **op.attrs)
-    out = np.asarray(out).astype(op.out.type.dtype.np_dtype, copy=False)
-    if out.shape != op.out.type.shape:
-        raise FlameError(f"reference of {op.name} returned shape {out.shape}, expected {op.out.type}")
-    return out
-
-
 def run_graph(g: Graph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Interpret g on NumPy arrays; returns one array per graph output."""
     check_inputs(g, arrays)
-    env = dict(zip(g.inputs, arrays))
-    for op in g.ops:
-        env[op.out] = run_op(op, [env[v] for v in op.inputs])
+    env = evaluate_graph(g, arrays)
     return [env[v] for v in g.outputs]
 
 
@@ -65,7 +48,7 @@ def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
     env: dict = {}
     for op in s.ops:
         args = [env[v] if v in env else bufs[plan.buffer_of[v]] for v in op.inputs]
-        env[op.out] = run_op(op, args)
+        env[op.out] = evaluate_op(op, args)
     if s.n_outputs == 1:
         np.copyto(bufs[s.out], env[s.ops[-1].out])
         return
@@ -75,20 +58,20 @@ def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
             np.copyto(bufs[plan.buffer_of[op.out]], env[op.out])
 
 
-def _library(s: LibraryCall, bufs: dict, plan: Plan) -> None:
-    """matmul with args (a, b[, bias], out): ta/tb read a stored-transposed operand; the epilogue
-    (info["epilogue"]: bias, relu, bias_relu) is applied to the f32-or-wider product as cuBLASLt does."""
-    a, b = bufs[s.args[0]], bufs[s.args[1]]
-    if s.info.get("ta"):
+def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
+    """ta/tb read a stored-transposed operand; the epilogue (bias, relu, bias_relu) is applied to the
+    f32-or-wider product as cuBLASLt does."""
+    a, b = bufs[s.a], bufs[s.b]
+    if s.ta:
         a = np.swapaxes(a, -1, -2)
-    if s.info.get("tb"):
+    if s.tb:
         b = np.swapaxes(b, -1, -2)
-    out = run_op(s.op, [a, b])
-    epilogue = s.info.get("epilogue", "none")
+    out = evaluate_op(s.op, [a, b])
+    epilogue = s.epilogue
     if epilogue != "none":
         acc = out.astype(np.promote_types(out.dtype, np.float32))
         if "bias" in epilogue:
-            acc = acc + bufs[s.args[2]].astype(acc.dtype)
+            acc = acc + bufs[s.bias].astype(acc.dtype)
         if "relu" in epilogue:
             acc = np.maximum(acc, 0)
         out = acc
@@ -96,14 +79,14 @@ def _library(s: LibraryCall, bufs: dict, plan: Plan) -> None:
 
 
 def _alias(s: Alias, bufs: dict, plan: Plan) -> None:
-    bufs[s.dst] = bufs[s.src].reshape(plan.buffers[s.dst].shape)
+    bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
 
 def _copy(s: Copy, bufs: dict, plan: Plan) -> None:
     np.copyto(bufs[s.dst], bufs[s.src])
 
 
-_STEPS = {KernelLaunch: _launch, LibraryCall: _library, Alias: _alias, Copy: _copy}
+STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, Alias: _alias, Copy: _copy}  # one per step type
 
 
 def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> list[np.ndarray]:
@@ -119,7 +102,7 @@ def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None 
         elif b.role == "output" and b.base is None:
             bufs[b.id] = np.empty(b.shape, b.dtype.np_dtype)
     for s in plan.steps:
-        _STEPS[type(s)](s, bufs, plan)
+        STEP_HANDLERS[type(s)](s, bufs, plan)
     return [bufs[o] for o in plan.outputs]
 
 

@@ -9,17 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flame.ir.graph import Graph, Value
-from flame.runtime.plan import KernelLaunch, LibraryCall, Plan
-from flame.runtime.reference import run_op
-
-
-def reference_values(g: Graph, inputs: list[np.ndarray]) -> dict[Value, np.ndarray]:
-    """Every value of g computed by the reference (inputs included)."""
-    env = dict(zip(g.inputs, inputs))
-    for op in g.ops:
-        env[op.out] = run_op(op, [env[v] for v in op.inputs])
-    return env
+from flame.ir.graph import Value
+from flame.plan.steps import KernelLaunch, Plan
 
 
 @dataclass
@@ -38,25 +29,20 @@ class Unit:
 
     @property
     def ops(self) -> tuple:
-        s = self.steps[0]
-        return s.ops if isinstance(s, KernelLaunch) else (s.op,)
+        return self.steps[0].ops
 
 
 def units(plan: Plan) -> list[Unit]:
-    """Group consecutive launch parts of the same ops; each library call is its own unit."""
+    """The steps that do work (views and copies do none), with the launch parts of one kernel
+    (same ops, part > 0) joined to the unit of their first part."""
     out: list[Unit] = []
     for s in plan.steps:
-        if isinstance(s, LibraryCall):
-            out.append(Unit(len(out), [s], s.args[:-1], (s.out,), ()))
-        elif isinstance(s, KernelLaunch):
-            if out and isinstance(out[-1].steps[-1], KernelLaunch) and out[-1].steps[-1].ops == s.ops \
-                    and s.part[0] > 0:
-                out[-1].steps.append(s)
-                continue
-            n_out = getattr(s, "n_outputs", 1)
-            ins = s.args[: s.n_inputs]
-            outs = s.args[s.n_inputs: s.n_inputs + n_out]
-            out.append(Unit(len(out), [s], ins, outs, s.args[s.n_inputs + n_out:]))
+        if not s.ops:
+            continue
+        if isinstance(s, KernelLaunch) and s.part[0] > 0 and out and out[-1].steps[-1].ops == s.ops:
+            out[-1].steps.append(s)
+            continue
+        out.append(Unit(len(out), [s], s.reads, s.outputs, s.scratch))
     return out
 
 
@@ -102,6 +88,7 @@ class GpuUnitRunner:
         self.plan, self.cp = plan, cupy
         self.values = UnitValues(plan, env)
         self.fns = load_kernels(plan.kernels())
+        self._programs: dict[int, list] = {}
 
     def buffers(self, unit: Unit) -> dict[int, object]:
         cp, bufs = self.cp, {}
@@ -113,19 +100,12 @@ class GpuUnitRunner:
         return bufs
 
     def launch(self, unit: Unit, bufs: dict[int, object], stream) -> None:
-        from flame.runtime.cuda import _source_key
-        from flame.runtime.matmul import matmul_into
+        """Issue the unit's steps on `stream`, through the CUDA executor's step handlers."""
+        from flame.runtime.cuda import prepare, run_program
 
-        for s in unit.steps:
-            if isinstance(s, LibraryCall):
-                extra = {"epilogue": s.info["epilogue"]} if s.info.get("epilogue", "none") != "none" else {}
-                if len(s.args) == 4:
-                    extra["bias"] = bufs[s.args[2]]
-                matmul_into(bufs[s.out], bufs[s.args[0]], bufs[s.args[1]], ta=s.info["ta"], tb=s.info["tb"],
-                            stream=stream, **extra)
-            elif s.grid > 0:
-                fn = self.fns[(_source_key(s.source), s.name)]
-                fn((s.grid,), (s.block,), [bufs[a] for a in s.args], shared_mem=s.smem, stream=stream)
+        if unit.index not in self._programs:
+            self._programs[unit.index] = prepare(unit.steps, self.fns)
+        run_program(self._programs[unit.index], bufs, stream)
 
     def run(self, unit: Unit) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
         """Run the unit once; yield (buffer id, GPU result, reference result) per output."""

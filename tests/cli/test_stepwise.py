@@ -6,9 +6,9 @@ import numpy as np
 import flame
 import flame.nn as nn
 import flame.nn.functional as F
-from flame.runtime.plan import KernelLaunch, LibraryCall
-from flame.runtime.reference import run_op
-from flame.runtime.stepwise import UnitValues, reference_values, units
+from flame.ir.evaluate import evaluate_graph, evaluate_op
+from flame.plan.steps import KernelLaunch, LibraryCall
+from flame.runtime.stepwise import UnitValues, units
 
 
 def _sgd_step_record():
@@ -36,7 +36,7 @@ def _sgd_step_record():
 def test_units_read_the_values_their_buffers_hold():
     rec = _sgd_step_record()
     plan = rec.plan
-    env = reference_values(plan.graph, rec.inputs)
+    env = evaluate_graph(plan.graph, rec.inputs)
     vals = UnitValues(plan, env)
     assert any(set(u.ins) & set(u.outs) for u in units(plan)), "expected an in-place update in the plan"
     folded = 0
@@ -44,7 +44,7 @@ def test_units_read_the_values_their_buffers_hold():
         s = u.steps[0]
         if isinstance(s, LibraryCall):
             a, b = s.op.inputs
-            for v, bid, t in ((a, s.args[0], s.info["ta"]), (b, s.args[1], s.info["tb"])):
+            for v, bid, t in ((a, s.a, s.ta), (b, s.b, s.tb)):
                 want = np.swapaxes(env[v], -1, -2) if t else env[v]
                 np.testing.assert_array_equal(vals.read(u, bid), want)
                 folded += t
@@ -53,7 +53,7 @@ def test_units_read_the_values_their_buffers_hold():
         local = {}
         for op in u.ops:  # recompute the unit from what it reads: must give what it writes
             args = [local[v] if v in local else vals.read(u, plan.buffer_of[v]) for v in op.inputs]
-            local[op.out] = run_op(op, args)
+            local[op.out] = evaluate_op(op, args)
         for bid in u.outs:
             want = vals.written(u, bid)
             if want is not None:

@@ -12,8 +12,9 @@ from flame.codegen.fused import lower_group
 from flame.codegen.nvrtc import compile_many
 from flame.ir import Builder, Graph, TensorType, bf16, f16, f32, verify
 from flame.passes.fuse import fuse
-from flame.passes.pipeline import run_pipeline, to_plan
-from flame.runtime.plan import KernelLaunch
+from flame.passes.pipeline import run_pipeline
+from flame.plan.build import to_plan
+from flame.plan.steps import KernelLaunch
 from flame.runtime.reference import run_graph
 from tests.passes.conftest import random_array
 from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, layer_norm_params, mlp_adamw

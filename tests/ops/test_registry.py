@@ -191,6 +191,30 @@ def _random(rng, dt):
     return [([np.array(s, np.int64), np.array(o, np.int64)], {"shape": sh, "dtype": dt}) for s, o, sh in draws]
 
 
+def _attention_cases(rng, dt, additive=True):
+    """q, k, v [, mask] and attributes: no mask, bool, additive (broadcast), causal with L != S, GQA."""
+    def qkv(b, h, hkv, length, keys, e=3, ev=2):
+        return [_arr(rng, (b, h, length, e), dt), _arr(rng, (b, hkv, keys, e), dt), _arr(rng, (b, hkv, keys, ev), dt)]
+    keep = rng.random((1, 3, 4)) < 0.6
+    keep[..., 0] = True
+    cases = [(qkv(1, 2, 2, 3, 4), {"scale": 0.5}), (qkv(2, 1, 1, 3, 4) + [keep], {"scale": 0.7}),
+             (qkv(1, 2, 2, 4, 3), {"scale": 0.6, "is_causal": True}),
+             (qkv(1, 2, 2, 2, 5), {"scale": 0.6, "is_causal": True}),
+             (qkv(1, 4, 2, 3, 3), {"scale": 0.4, "enable_gqa": True})]
+    if additive:
+        cases.append((qkv(1, 2, 2, 3, 4) + [_arr(rng, (3, 4), dt)], {"scale": 0.5}))
+    return cases
+
+
+def _attention_backward_cases(rng, dt):
+    out = []
+    for ins, attrs in _attention_cases(rng, dt):
+        q, v = ins[0], ins[2]
+        o, go = (_arr(rng, q.shape[:-1] + v.shape[-1:], dt) for _ in range(2))
+        out.append((ins[:3] + [o, go] + ins[3:], attrs))
+    return out
+
+
 # ---- oracles ----------------------------------------------------------------------------------------
 
 def _reduce_oracle(fn):
@@ -267,6 +291,41 @@ def _arange_oracle(start, stop, step, dtype):
         vals.append(start + k * step)
         k += 1
     return np.array(vals, np.float64)
+
+
+def _attention_probs(q, k, mask, scale, is_causal, enable_gqa):
+    """softmax rows of q k^T * scale + mask written out with an explicit loop over (batch, head)."""
+    h = q.shape[-3]
+    k = np.repeat(k, h // k.shape[-3], axis=-3) if enable_gqa else k
+    s = np.einsum("...le,...se->...ls", q, k) * scale
+    if is_causal:
+        s = np.where(np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None], s, -np.inf)
+    elif mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == bool else s + mask
+    p = np.zeros_like(s)
+    for idx in np.ndindex(*s.shape[:-1]):
+        row = np.exp(s[idx] - s[idx].max())
+        p[idx] = row / row.sum()
+    return p, k
+
+
+def _attention_oracle(q, k, v, *mask, scale, is_causal, enable_gqa):
+    p, _ = _attention_probs(q, k, mask[0] if mask else None, scale, is_causal, enable_gqa)
+    v = np.repeat(v, q.shape[-3] // v.shape[-3], axis=-3) if enable_gqa else v
+    return np.einsum("...ls,...se->...le", p, v)
+
+
+def _attention_backward_oracle(q, k, v, out, gout, *mask, scale, is_causal, enable_gqa):
+    p, kr = _attention_probs(q, k, mask[0] if mask else None, scale, is_causal, enable_gqa)
+    group = q.shape[-3] // v.shape[-3] if enable_gqa else 1
+    vr = np.repeat(v, group, axis=-3)
+    dp = np.einsum("...le,...se->...ls", gout, vr)
+    ds = p * (dp - (gout * out).sum(-1, keepdims=True))
+    dq = np.einsum("...ls,...se->...le", ds, kr) * scale
+    dk = np.einsum("...ls,...le->...se", ds, q) * scale
+    dv = np.einsum("...ls,...le->...se", p, gout)
+    heads = lambda x: x.reshape(x.shape[:-3] + (-1, group) + x.shape[-2:]).sum(-3)  # noqa: E731
+    return np.concatenate([dq.ravel(), heads(dk).ravel(), heads(dv).ravel()])
 
 
 M32 = 0xFFFFFFFF
@@ -387,6 +446,10 @@ RECIPES: dict[str, Recipe] = {
     "scatter_add": Recipe(_scatter_add, _scatter_add_oracle, NUM),
     "random_uniform": Recipe(_random, _random_oracle(False), out="attr"),
     "random_normal": Recipe(_random, _random_oracle(True), out="attr"),
+    # the gradient check leaves out the additive mask: it gets no gradient (documented)
+    "scaled_dot_product_attention": Recipe(_attention_cases, _attention_oracle,
+                                           grad_make=lambda rng, dt: _attention_cases(rng, dt, additive=False)),
+    "scaled_dot_product_attention_backward": Recipe(_attention_backward_cases, _attention_backward_oracle),
 }
 
 

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from flame.ir import Builder, Graph, TensorType, f32, parse, print_graph, verify
 from flame.passes.fuse import fuse
-from flame.passes.pipeline import run_pipeline, to_plan
-from flame.runtime.plan import KernelLaunch, LibraryCall, check_plan
+from flame.passes.pipeline import run_pipeline
+from flame.plan.build import to_plan
+from flame.plan.memory import check_plan
+from flame.plan.steps import KernelLaunch, LibraryCall
 from flame.runtime.reference import run_graph, run_plan
 from tests.passes.conftest import assert_same_bits, random_array
 from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, layer_norm_params, mlp_adamw

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 import flame
 from flame.ir import Builder, Graph, TensorType, dtype_of, verify
-from flame.passes.pipeline import to_plan
-from flame.runtime.plan import ALIGN, Copy, KernelLaunch, LibraryCall, check_plan
-from flame.runtime.reference import _library, run_graph, run_plan
+from flame.plan.build import to_plan
+from flame.plan.memory import check_plan
+from flame.plan.steps import ALIGN, Copy, KernelLaunch, LibraryCall, MatmulCall
+from flame.runtime.reference import _matmul, run_graph, run_plan
 from tests.runtime.cases import random_graph
 from tests.runtime.test_plan import fake_lower
 
@@ -120,8 +121,8 @@ def test_matmul_folds_a_transpose_and_skips_its_kernel():
     plan, _, _ = _run_and_compare(verify(g), [rng.standard_normal((8, 16), np.float32),
                                               rng.standard_normal((4, 16), np.float32)])
     calls = [s for s in plan.steps if isinstance(s, LibraryCall)]
-    assert calls[0].info["tb"] and calls[0].args[1] == plan.inputs[1]
-    assert calls[1].info["ta"] and calls[1].info["tb"] and calls[1].args[0] == plan.inputs[0]
+    assert calls[0].tb and calls[0].b == plan.inputs[1]
+    assert calls[1].ta and calls[1].tb and calls[1].a == plan.inputs[0]
     assert len([s for s in plan.steps if isinstance(s, KernelLaunch)]) == 1  # x^T, read by a permute
 
 
@@ -136,10 +137,9 @@ def test_reference_matmul_epilogues():
     av, wv, bias = (rng.standard_normal(s).astype(np.float32) for s in ((5, 3), (3, 4), (4,)))
     for ep, want in [("bias", av @ wv + bias), ("relu", np.maximum(av @ wv, 0)),
                      ("bias_relu", np.maximum(av @ wv + bias, 0))]:
-        args = (0, 1, 2, 3) if "bias" in ep else (0, 1, 3)
-        info = {"ta": False, "tb": False, "epilogue": ep}
+        call = MatmulCall.of(op, 0, 1, 3, epilogue=ep, bias=2 if "bias" in ep else None)
         bufs = {0: av, 1: wv, 2: bias, 3: np.empty((5, 4), np.float32)}
-        _library(LibraryCall("matmul", args, op, info), bufs, None)
+        _matmul(call, bufs, None)
         np.testing.assert_allclose(bufs[3], want, rtol=1e-5, atol=1e-6)
 
 

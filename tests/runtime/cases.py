@@ -103,6 +103,18 @@ def _matmul(rng, dt):
     return [([arr(rng, a, dt), arr(rng, b, dt)], {}) for a, b in shapes]
 
 
+def _attention(rng, dt, backward=False):
+    """q, k, v [, mask]: causal with L != S, a broadcast bool mask, grouped-query heads."""
+    q, k, v = arr(rng, (2, 4, 5, 8), dt), arr(rng, (2, 2, 7, 8), dt), arr(rng, (2, 2, 7, 8), dt)
+    keep = rng.random((5, 7)) < 0.6
+    cases = [([q, k, v], {"scale": 0.35, "is_causal": True, "enable_gqa": True}),
+             ([q, k[:, :1].repeat(4, 1), v[:, :1].repeat(4, 1), keep], {"scale": 0.35})]
+    if backward:
+        o, go = arr(rng, q.shape, dt), arr(rng, q.shape, dt)
+        cases = [(ins[:3] + [o, go] + ins[3:], attrs) for ins, attrs in cases]
+    return cases
+
+
 def _movement(rng, dt):
     x = arr(rng, (3, 4, 5), dt)
     return {
@@ -146,6 +158,8 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "matmul": (FLOATS, _matmul), "reduce_sum": (NUM, _reduce_sum), "reduce_mean": (FLOATS, _reduce),
     "reduce_max": (NUM, lambda r, d: _reduce(r, d)[:-1]), "reduce_min": (NUM, lambda r, d: _reduce(r, d)[:-1]),
     "argmax": (NUM, _argmax),
+    "scaled_dot_product_attention": (FLOATS, _attention),
+    "scaled_dot_product_attention_backward": (FLOATS, lambda rng, dt: _attention(rng, dt, backward=True)),
 }
 for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
     TABLE[_cmp] = (ALL, _binary(_quarters))

@@ -11,7 +11,7 @@ import pytest
 
 import flame
 from flame.ir import Builder, Graph, TensorType, dtype_of, verify
-from flame.passes.pipeline import to_plan
+from flame.plan.build import to_plan
 from tests.passes.test_plan_memory import _mlp_step
 
 pytestmark = pytest.mark.gpu

@@ -13,8 +13,9 @@ import pytest
 
 from flame.errors import FlameError
 from flame.ir import Builder, Graph, TensorType, dtype_of, verify
-from flame.passes.pipeline import to_plan
-from flame.runtime.plan import ALIGN, Alias, Copy, KernelLaunch, LibraryCall, check_plan
+from flame.plan.build import to_plan
+from flame.plan.memory import check_plan
+from flame.plan.steps import ALIGN, Alias, Copy, KernelLaunch, LibraryCall
 from flame.runtime.reference import ReferenceExecutor, run_graph, run_plan
 from tests.runtime.cases import all_cases, one_op_graph, permuted_inputs, random_graph
 

@@ -14,7 +14,7 @@ from flame.runtime.profile import median_event_ms
 
 def _single_kernel(graph):
     """The one compiled kernel of a one-op graph, and a launcher on given arrays."""
-    from flame.passes.pipeline import to_plan
+    from flame.plan.build import to_plan
     from flame.runtime.cuda import _source_key, load_kernels
 
     plan = to_plan(graph)
@@ -30,7 +30,7 @@ def _call_overhead_us(calls: int) -> float:
     import cupy
 
     from flame.ir import Builder, Graph, TensorType, dtype_of, verify
-    from flame.passes.pipeline import to_plan
+    from flame.plan.build import to_plan
     from flame.runtime.cuda import CudaExecutor
 
     g = Graph("small")

@@ -1,5 +1,7 @@
-"""plan_memory: the memory plan of a Plan (DESIGN.md §1, §4). A pass over the runtime Plan, not the
-Graph: it sees the steps as they will run (fused kernels, library calls, copies, views).
+"""The memory plan of a Plan (DESIGN.md §1, §4, §11): this module owns liveness, in-place updates,
+arena placement, the plan checker and the memory report. `plan_memory` is a pass over the Plan, not
+the Graph: it sees the steps as they will run (fused kernels, library calls, copies, views), through
+each step's own `reads` / `writes` / `touches`.
 
 1. In-place updates. An output aliased to an input (g.aliases: a parameter or optimizer state after a
    step) is written straight into that input's buffer when the input has no reader after the first
@@ -13,7 +15,8 @@ Graph: it sees the steps as they will run (fused kernels, library calls, copies,
    largest first (ties: earliest first use), each into the smallest gap between the blocks already
    placed that are live at the same time, or on top of them when no gap fits.
 
-`memory_report(plan)` tells, before anything runs, the planned peak and what is live then.
+`check_plan(plan)` verifies the placement; `memory_report(plan)` tells, before anything runs, the
+planned peak and what is live then.
 """
 
 from __future__ import annotations
@@ -21,55 +24,87 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from flame.errors import FlameError
 from flame.ir.printer import format_op
+from flame.ir.registry import REGISTRY
 from flame.passes.autodiff import is_backward
-from flame.runtime.plan import (
-    ALIGN,
-    Buffer,
-    Copy,
-    KernelLaunch,
-    LibraryCall,
-    Plan,
-    Step,
-    human_bytes,
-    live_ranges,
-    shares_in_place,
-    step_reads,
-    step_writes,
-)
+from flame.plan.steps import Buffer, Copy, KernelLaunch, Plan, Step, aligned, root
 
 BOUND_ROLES = ("input", "param", "state", "scalar", "const", "output")
 
 
-def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
-def _root(buffers: dict[int, Buffer], bid: int) -> int:
-    while buffers[bid].base is not None:
-        bid = buffers[bid].base
-    return bid
+# ---------------------------------------------------------------------------------------------
+# liveness
+
+
+def live_ranges(buffers: dict[int, Buffer], steps: list[Step]) -> dict[int, tuple[int, int]]:
+    """For each root buffer: (first step that touches it, last step that touches it). A view
+    counts as its root."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for i, s in enumerate(steps):
+        for bid in s.touches:
+            r = root(buffers, bid)
+            lo, _ = ranges.get(r, (i, i))
+            ranges[r] = (lo, i)
+    return ranges
+
+
+def elementwise_step(s: Step) -> bool:
+    """A one-part kernel made only of elementwise ops: element i of each output depends on element
+    i of each input of the output's shape, so such an input's bytes may be overwritten by the output
+    in the same launch (every thread reads its elements before it writes them)."""
+    return (isinstance(s, KernelLaunch) and s.part == (0, 1)
+            and all(REGISTRY[o.name].category == "elementwise" for o in s.ops))
+
+
+def _read_pointwise(s: Step, dead_args: set[int], buffer_of: dict | None) -> bool:
+    """Every op of kernel s that depends on a value read from dead_args is elementwise (other ops,
+    e.g. a fused transpose of a gradient, may read other buffers freely). Without buffer_of: every op."""
+    if not isinstance(s, KernelLaunch) or s.part != (0, 1):
+        return False
+    if buffer_of is None:
+        return elementwise_step(s)
+    inside, tainted = {o.out for o in s.ops}, set()
+    for op in s.ops:
+        if any(v in tainted if v in inside else buffer_of.get(v) in dead_args for v in op.inputs):
+            if REGISTRY[op.name].category != "elementwise":
+                return False
+            tainted.add(op.out)
+    return True
+
+
+def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict, dead: int, born: int,
+                    buffer_of: dict | None = None) -> bool:
+    """Root buffers `dead` (last touched at step i) and `born` (first touched at step i) may occupy
+    the same bytes: step i is one kernel that reads dead (through a buffer of born's shape) only with
+    elementwise ops (all its ops, without buffer_of) and writes born."""
+    (_, last), (first, _) = ranges.get(dead, (0, -1)), ranges.get(born, (-1, -1))
+    if last != first or first < 0 or buffers[dead].nbytes != buffers[born].nbytes:
+        return False
+    s = steps[first]
+    outs = [a for a in s.writes if root(buffers, a) == born]
+    ins = [a for a in s.reads if root(buffers, a) == dead]
+    return (bool(outs and ins) and all(buffers[a].shape == buffers[o].shape for a in ins for o in outs)
+            and _read_pointwise(s, set(ins), buffer_of))
 
 
 # ---------------------------------------------------------------------------------------------
 # 1. in-place updates of aliased inputs
 
 
-def _renamed(s: Step, old: int, new: int) -> Step:
-    """s with buffer `old` replaced by `new` wherever it appears."""
-
-    def r(b):
-        return new if b == old else b
-
-    if isinstance(s, (KernelLaunch, LibraryCall)):
-        return dataclasses.replace(s, args=tuple(r(a) for a in s.args))
-    return dataclasses.replace(s, src=r(s.src), dst=r(s.dst))
-
-
 def _substitute(buffers: dict, steps: list, old: int, new: int, buffer_of: dict) -> tuple[dict, list]:
     """Every use of root buffer `old` (step arguments, view bases, values' buffers) becomes `new`;
     old disappears. buffer_of is updated in place."""
-    steps = [_renamed(s, old, new) for s in steps]
+    steps = [s.renamed(old, new) for s in steps]
     for v, b in list(buffer_of.items()):
         if b == old:
             buffer_of[v] = new
@@ -77,12 +112,12 @@ def _substitute(buffers: dict, steps: list, old: int, new: int, buffer_of: dict)
     return buffers, steps
 
 
-def _reads_of(buffers: dict, steps: list, root: int) -> list[int]:
-    return [i for i, s in enumerate(steps) if any(_root(buffers, a) == root for a in step_reads(s))]
+def _reads_of(buffers: dict, steps: list, r: int) -> list[int]:
+    return [i for i, s in enumerate(steps) if any(root(buffers, a) == r for a in s.reads)]
 
 
-def _writes_of(buffers: dict, steps: list, root: int) -> list[int]:
-    return [i for i, s in enumerate(steps) if any(_root(buffers, a) == root for a in step_writes(s))]
+def _writes_of(buffers: dict, steps: list, r: int) -> list[int]:
+    return [i for i, s in enumerate(steps) if any(root(buffers, a) == r for a in s.writes)]
 
 
 def _donate(plan: Plan, buffers: dict, steps: list, outputs: list, buffer_of: dict, out: int,
@@ -90,7 +125,7 @@ def _donate(plan: Plan, buffers: dict, steps: list, outputs: list, buffer_of: di
     """Make output `out` (aliased to input `inp`) live in the input's buffer; see the module doc."""
     p = plan.inputs[inp]
     x = outputs[out]
-    xr = _root(buffers, x)
+    xr = root(buffers, x)
     if xr == p or buffers[xr].role != "output" or buffers[xr].nbytes != buffers[p].nbytes:
         return buffers, steps  # the output is the input itself, or shares another output's bytes
     writes = _writes_of(buffers, steps, xr)
@@ -103,7 +138,7 @@ def _donate(plan: Plan, buffers: dict, steps: list, outputs: list, buffer_of: di
         all(r <= first for r in reads) and buffers[xr].shape == buffers[p].shape
         and shares_in_place(buffers, steps, ranges, p, xr, buffer_of))
     only_copy = all(isinstance(steps[i], Copy) for i in writes)
-    if ok and only_copy and len(writes) == 1 and _root(buffers, steps[first].src) == p:
+    if ok and only_copy and len(writes) == 1 and root(buffers, steps[first].src) == p:
         steps = steps[:first] + steps[first + 1:]  # copying the input onto itself
         buffers = {k: b for k, b in buffers.items() if k != xr}
         buffer_of.update({v: p for v, b in buffer_of.items() if b == xr})
@@ -151,8 +186,8 @@ def _blocks(buffers: dict, steps: list, ranges: dict, temps: list[Buffer],
         first = ranges.get(b.id, (-1, -1))[0]
         donor = None
         if b.id in is_temp and 0 <= first < len(steps):
-            for a in step_reads(steps[first]):
-                r = _root(buffers, a)
+            for a in steps[first].reads:
+                r = root(buffers, a)
                 if (r in is_temp and r not in claimed and r != b.id
                         and shares_in_place(buffers, steps, ranges, r, b.id, buffer_of)):
                     donor = r
@@ -177,7 +212,7 @@ def assign_offsets(buffers: dict[int, Buffer], steps: list[Step],
     for ids in _blocks(buffers, steps, ranges, temps, buffer_of).values():
         lo = min(ranges.get(i, never)[0] for i in ids)
         hi = max(ranges.get(i, never)[1] for i in ids)
-        blocks.append((_aligned(max(buffers[i].nbytes for i in ids)), lo, hi, ids))
+        blocks.append((aligned(max(buffers[i].nbytes for i in ids)), lo, hi, ids))
     blocks.sort(key=lambda blk: (-blk[0], blk[1], blk[3][0]))
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     out, size = dict(buffers), 0
@@ -205,6 +240,26 @@ def plan_memory(plan: Plan) -> Plan:
     buffers, size = assign_offsets(buffers, steps, buffer_of)
     return dataclasses.replace(plan, buffers=buffers, steps=steps, outputs=outputs, arena_size=size,
                                buffer_of=buffer_of)
+
+
+def check_plan(plan: Plan) -> None:
+    """Raise FlameError if two arena buffers that are live at the same time share bytes (an
+    elementwise step's output may take the exact bytes of an input that dies there: shares_in_place)."""
+    ranges = live_ranges(plan.buffers, plan.steps)
+    temps = [b for b in plan.buffers.values() if b.offset is not None and b.nbytes]
+    bufs, steps = plan.buffers, plan.steps
+    for i, a in enumerate(temps):
+        for b in temps[i + 1:]:
+            (fa, la), (fb, lb) = ranges.get(a.id, (0, -1)), ranges.get(b.id, (0, -1))
+            same = a.offset == b.offset and a.nbytes == b.nbytes
+            if same and (shares_in_place(bufs, steps, ranges, a.id, b.id, plan.buffer_of)
+                         or shares_in_place(bufs, steps, ranges, b.id, a.id, plan.buffer_of)):
+                continue
+            if fa <= lb and fb <= la and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes:
+                raise FlameError(f"plan {plan.name}: b{a.id} and b{b.id} are live together and overlap "
+                                 f"in the arena")
+        if a.offset + a.nbytes > plan.arena_size:
+            raise FlameError(f"plan {plan.name}: b{a.id} ends past the arena ({plan.arena_size} bytes)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,19 +317,14 @@ def memory_report(plan: Plan) -> MemoryReport:
             producer.setdefault(bid, v.producer)
     peak_step, peak = 0, -1
     for i in range(max(len(plan.steps), 1)):
-        live = sum(_aligned(b.nbytes) for b in temps if ranges.get(b.id, (1, 0))[0] <= i <= ranges.get(b.id, (1, 0))[1])
+        live = sum(aligned(b.nbytes) for b in temps if ranges.get(b.id, (1, 0))[0] <= i <= ranges.get(b.id, (1, 0))[1])
         if live > peak:
             peak_step, peak = i, live
     at_peak = sorted((b for b in temps if ranges.get(b.id, (1, 0))[0] <= peak_step <= ranges.get(b.id, (1, 0))[1]),
                      key=lambda b: -b.nbytes)
-    live = [(f"b{b.id}", _type(b), b.role, b.nbytes,
+    live = [(f"b{b.id}", b.typename, b.role, b.nbytes,
              format_op(producer[b.id], ids) if b.id in producer else "(kernel scratch)") for b in at_peak]
     bound = {r: sum(b.nbytes for b in plan.buffers.values() if b.role == r and b.base is None) for r in BOUND_ROLES}
     saved = [(format_op(v.producer, ids), str(v.type), v.type.numel * v.dtype.itemsize)
              for v in saved_for_backward(plan)]
     return MemoryReport(plan.name, plan.arena_size, bound, peak_step, max(peak, 0), live, saved)
-
-
-def _type(b: Buffer) -> str:
-    return f"{b.dtype.name}[{','.join(str(s) for s in b.shape)}]"
-

@@ -1,0 +1,37 @@
+"""What an op computes, on NumPy arrays: each op evaluated by its registry reference (the op's one
+definition). Used by the reference executor (runtime/reference.py, `flame check`) and by constant
+folding (passes/fold_constants.py), so both agree bit for bit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from flame.errors import FlameError
+from flame.ir.dtypes import bf16, f16
+from flame.ir.graph import Graph, Op, Value
+from flame.ir.registry import REGISTRY
+
+_LOW = (f16.np_dtype, bf16.np_dtype)
+
+
+def evaluate_op(op: Op, args: Sequence[np.ndarray]) -> np.ndarray:
+    """One op on NumPy arrays; f16/bf16 inputs compute in f32 where the op says so (as on the GPU)."""
+    opdef = REGISTRY[op.name]
+    if opdef.compute_f32:
+        args = [a.astype(np.float32) if a.dtype in _LOW else a for a in args]
+    with np.errstate(all="ignore"):
+        out = opdef.ref(*args, **op.attrs)
+    out = np.asarray(out).astype(op.out.type.dtype.np_dtype, copy=False)
+    if out.shape != op.out.type.shape:
+        raise FlameError(f"reference of {op.name} returned shape {out.shape}, expected {op.out.type}")
+    return out
+
+
+def evaluate_graph(g: Graph, arrays: Sequence[np.ndarray]) -> dict[Value, np.ndarray]:
+    """Every value of g (inputs included) computed op by op from the input arrays."""
+    env = dict(zip(g.inputs, arrays))
+    for op in g.ops:
+        env[op.out] = evaluate_op(op, [env[v] for v in op.inputs])
+    return env

@@ -1,0 +1,272 @@
+"""Recognise attention written by hand and make it ONE scaled_dot_product_attention op (DESIGN.md §9).
+
+The pattern, read from the value matmul backwards:
+
+    s = q @ kT                       kT: k.transpose(-1, -2), or anything (k is then kT transposed back)
+    s = s * c | s / c                optional scaling by a constant, on s, on q or on kT
+    s = s + mask                     additive mask, or
+    s = where(keep, s, -inf)         boolean mask (where(drop, -inf, s) too), or a constant mask that
+                                     equals PyTorch's causal tril(ones(L, S)): becomes is_causal=True
+    p = softmax(s, -1)               as F.softmax decomposes: exp(s - stop_gradient(max s)) / sum,
+                                     possibly in f32 between casts (s.float().softmax(-1).to(v.dtype))
+    out = p @ v
+
+It is rewritten only when the scores and probabilities have no reader outside the pattern (and are
+neither graph outputs nor autodiff targets), so nothing else needs them. One difference: a row whose
+keys are all masked out gives 0 (as torch's SDPA) instead of the hand-written softmax's NaN.
+
+The rewritten op keeps the value matmul's result value and its source line, with REWRITE_NOTE
+appended to the line's text, so dumps and `flame explain` say where the op came from.
+`rewrite_attention` is the pipeline pass; `rewrite_attention_in_place` is what autodiff runs on a
+graph that is still being traced (it edits ops in place and leaves the dead pattern to DCE, so
+tensors the trace still holds stay valid)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flame.errors import FlameError
+from flame.ir.builder import Builder
+from flame.ir.evaluate import evaluate_op
+from flame.ir.graph import Graph, Op, Value
+from flame.passes._rewrite import full_value
+from flame.passes.dce import eliminate_dead_code
+
+OP = "scaled_dot_product_attention"
+REWRITE_NOTE = "[rewrite_attention: attention written by hand -> one scaled_dot_product_attention]"
+MAX_MASK_EVAL = 1 << 22  # constant masks up to this many elements are evaluated to detect causality
+
+
+@dataclass
+class _Match:
+    q: Value
+    kt: Value
+    v: Value
+    scale: float = 1.0
+    mask: Value | None = None
+    mask_kind: str = ""  # "additive", "keep" (True takes part) or "drop" (True is masked out)
+    inner: list[Op] = field(default_factory=list)  # the pattern's ops whose results must stay private
+
+
+def _producer(v: Value, *names: str) -> Op | None:
+    op = v.producer
+    return op if op is not None and op.name in names else None
+
+
+def _constant_factor(op: Op, operand: Value) -> float | None:
+    """c when op is `operand * c`, `c * operand` or `operand / c` with c a one-element constant."""
+    other = [v for v in op.inputs if v is not operand]
+    if len(other) != 1 or other[0].type.numel != 1 or (op.name == "div" and op.inputs[0] is not operand):
+        return None
+    c = full_value(other[0])
+    if c is None or not np.isfinite(c) or c == 0:
+        return None
+    return float(c) if op.name == "mul" else 1.0 / float(c)
+
+
+def _scaling(v: Value) -> tuple[Value, float, Op] | None:
+    """(x, c, op) when v = op(x, c) scales x by a constant c without broadcasting x, else None."""
+    op = _producer(v, "mul", "div")
+    for x in op.inputs if op is not None else ():
+        c = _constant_factor(op, x)
+        if c is not None and x.type == op.out.type:
+            return x, c, op
+    return None
+
+
+def _peel_scale(v: Value, m: _Match) -> Value:
+    """v without a scaling by a constant (the factor goes into m.scale)."""
+    got = _scaling(v)
+    if got is None:
+        return v
+    x, c, op = got
+    m.scale *= c
+    m.inner.append(op)
+    return x
+
+
+def _scores(v: Value) -> bool:
+    """v is q @ kT, possibly scaled: the operand of a mask that is not the mask."""
+    got = _scaling(v)
+    return _producer(got[0] if got else v, "matmul") is not None
+
+
+def _softmax_input(p: Value, inner: list[Op]) -> Value | None:
+    """x when p = exp(x - [stop_gradient](max x)) / sum(...) over the last axis, keepdim."""
+    div = _producer(p, "div")
+    exp = div and _producer(div.inputs[0], "exp")
+    total = div and _producer(div.inputs[1], "reduce_sum")
+    sub = exp and _producer(exp.inputs[0], "sub")
+    if not (sub and total and total.inputs[0] is exp.out and _last_axis(total)):
+        return None
+    x, shift = sub.inputs
+    sg = _producer(shift, "stop_gradient")
+    mx = _producer(sg.inputs[0] if sg else shift, "reduce_max")
+    if mx is None or mx.inputs[0] is not x or not _last_axis(mx) or x.type != p.type:
+        return None
+    inner.extend(o for o in (div, exp, total, sub, sg, mx) if o is not None)
+    return x
+
+
+def _peel_cast(v: Value, inner: list[Op]) -> Value:
+    """v without a cast between float types (mixed precision: the softmax runs in f32)."""
+    op = _producer(v, "cast")
+    if op is None or not (op.inputs[0].dtype.is_float and v.dtype.is_float):
+        return v
+    inner.append(op)
+    return op.inputs[0]
+
+
+def _last_axis(op: Op) -> bool:
+    rank = op.inputs[0].type.rank
+    return op.attrs["keepdim"] and tuple(a % rank for a in op.attrs["axes"]) == (rank - 1,)
+
+
+def _peel_mask(x: Value, m: _Match) -> Value:
+    """x without an additive mask or a where(-inf) mask (recorded in m)."""
+    op = _producer(x, "add", "where")
+    if op is None:
+        return x
+    if op.name == "add":
+        for s, mask in (op.inputs, op.inputs[::-1]):
+            if s.type == x.type and _scores(s):
+                m.mask, m.mask_kind = mask, "additive"
+                m.inner.append(op)
+                return s
+        return x
+    cond, a, b = op.inputs
+    for s, fill, kind in ((a, b, "keep"), (b, a, "drop")):
+        value = full_value(fill)
+        if s.type == x.type and value is not None and np.isneginf(value):
+            m.mask, m.mask_kind = cond, kind
+            m.inner.append(op)
+            return s
+    return x
+
+
+def _match(op: Op) -> _Match | None:
+    """The attention pattern ending at value matmul `op`, or None."""
+    p, v = op.inputs
+    inner: list[Op] = [op]
+    p = _peel_cast(p, inner)
+    x = _softmax_input(p, inner)
+    if x is None:
+        return None
+    if p.dtype != v.dtype:
+        x = _peel_cast(x, inner)
+        if x.dtype != v.dtype:
+            return None
+    m = _Match(x, x, v, inner=inner)
+    x = _peel_scale(x, m)
+    before = len(m.inner)
+    x = _peel_mask(x, m)
+    if len(m.inner) > before and m.mask_kind == "additive" and m.scale != 1.0:
+        return None  # (s + mask) * c scales the mask too: not what SDPA computes
+    if m.scale <= 0:
+        return None  # where(-inf) then a negative scale is not a mask any more
+    x = _peel_scale(x, m)
+    mm = _producer(x, "matmul")
+    if mm is None:
+        return None
+    m.inner.append(mm)
+    m.q, m.kt = _peel_scale(mm.inputs[0], m), _peel_scale(mm.inputs[1], m)
+    return m
+
+
+def _private(m: _Match, users: dict[Value, list[Op]], keep: Collection[Value]) -> bool:
+    """Every intermediate result of the pattern is read only inside it."""
+    ops = set(m.inner)
+    final = m.inner[0]
+    return all(o is final or (o.out not in keep and all(u in ops for u in users.get(o.out, ())))
+               for o in ops)
+
+
+def _constant(v: Value, g: Graph) -> np.ndarray | None:
+    """v's value when it depends on no graph input and is small enough to evaluate, else None."""
+    needed, stack = set(), [v]
+    while stack:
+        x = stack.pop()
+        if x in needed:
+            continue
+        if x.producer is None or x.type.numel > MAX_MASK_EVAL:
+            return None
+        needed.add(x)
+        stack.extend(x.producer.inputs)
+    env: dict[Value, np.ndarray] = {}
+    for op in g.ops:
+        if op.out in needed:
+            env[op.out] = evaluate_op(op, [env[i] for i in op.inputs])
+    return env[v]
+
+
+def _is_causal(mask: np.ndarray, kind: str, length: int, keys: int) -> bool:
+    """The mask equals PyTorch's is_causal: key j takes part in query i's row iff j <= i."""
+    tril = np.tril(np.ones((length, keys), bool))
+    full = np.broadcast_to(mask, mask.shape[:-2] + (length, keys))
+    if kind == "keep":
+        return bool(np.all(full == tril))
+    if kind == "drop":
+        return bool(np.all(full == ~tril))
+    return bool(np.all(np.where(tril, full == 0, np.isneginf(full))))
+
+
+def _emit(m: _Match, op: Op, g: Graph) -> tuple[list[Op], dict] | None:
+    """The helper ops to insert before `op` and op's new inputs and attributes, or None if the op's
+    shape rule refuses (batch dimensions that only broadcast, ranks that differ ...)."""
+    scratch = Graph()
+    b = Builder(scratch, op.loc)
+    kt_op = _producer(m.kt, "permute")
+    rank = m.kt.type.rank
+    swaps_last = kt_op is not None and tuple(kt_op.attrs["perm"]) == (*range(rank - 2), rank - 1, rank - 2)
+    k = kt_op.inputs[0] if swaps_last else b.transpose_last(m.kt)
+    mask, causal = m.mask, False
+    if mask is not None:
+        const = _constant(mask, g)
+        length, keys = op.inputs[0].shape[-2:]
+        causal = const is not None and _is_causal(const, m.mask_kind, length, keys)
+        mask = None if causal else b.logical_not(mask) if m.mask_kind == "drop" else mask
+    attrs = {"scale": m.scale, "is_causal": causal, "enable_gqa": False}
+    try:
+        out = b.emit(OP, m.q, k, m.v, *(() if mask is None else (mask,)), **attrs)
+    except FlameError:
+        return None
+    if out.type != op.out.type:
+        return None
+    new = scratch.ops.pop()
+    return scratch.ops, {"inputs": new.inputs, "attrs": new.attrs}
+
+
+def rewrite_attention_in_place(g: Graph, keep: Collection[Value] = ()) -> int:
+    """Rewrite every hand-written attention of g into one op, editing g: the value matmul becomes the
+    attention op (same result value), helper ops are inserted before it, the dead pattern stays for
+    DCE. `keep`: values that must stay computed as they are (autodiff's targets). Returns the count."""
+    users = g.users()
+    keep = set(keep) | set(g.outputs)
+    count = 0
+    for op in [o for o in g.ops if o.name == "matmul"]:
+        m = _match(op)
+        if m is None or not _private(m, users, keep):
+            continue
+        got = _emit(m, op, g)
+        if got is None:
+            continue
+        helpers, new = got
+        at = g.ops.index(op)
+        g.ops[at:at] = helpers
+        op.name, op.inputs, op.attrs = OP, new["inputs"], new["attrs"]
+        first, *rest = (op.loc or "").split("\n", 1)
+        op.loc = type(op.loc or "")("\n".join([f"{first}  {REWRITE_NOTE}".lstrip(), *rest]))
+        count += 1
+    return count
+
+
+def rewrite_attention(g: Graph) -> Graph:
+    """Hand-written attention (matmul, scale, mask, softmax, matmul) -> one scaled_dot_product_attention.
+
+    Before: a verified graph. After: the same function; each matched pattern is one attention op (whose
+    line carries REWRITE_NOTE) and its dead intermediates are gone. g is not modified."""
+    new = g.copy()
+    return eliminate_dead_code(new) if rewrite_attention_in_place(new) else new

@@ -1,0 +1,248 @@
+"""Graph -> Plan. This module owns the plan builder: `to_plan(g)` builds the steps and then places
+the buffers (flame.plan.memory).
+
+build_plan(graph) walks the fusion groups (or, on an unfused graph, the ops) once: a KernelLaunch per
+kernel codegen renders for a group or op (rendered only: nothing is compiled here; `_lower` is the
+one place that calls codegen), a library-call step for an op in LIBRARY_CALLS (matmul: a MatmulCall,
+with its epilogue when the fusion pass marked one and the runtime fuses it), an Alias for
+reshape/squeeze/unsqueeze and order-keeping permutes (every flame buffer is contiguous, so those are
+views and need no kernel), and a Copy where an output must not share memory with an input or another
+output. A matmul operand produced by a
+transpose of the last two axes that runs as its own kernel is read untransposed with ta/tb set
+(`fold_transposes`), and that kernel is skipped when every user folds it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from flame.ir.dtypes import DType
+from flame.ir.graph import FusionGroup, Graph, Op, Value
+from flame.ir.printer import format_op
+from flame.plan.memory import plan_memory
+from flame.plan.steps import Alias, Buffer, Copy, KernelLaunch, MatmulCall, Plan, Step, root
+
+ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
+VIEW_OPS = ("reshape", "squeeze", "unsqueeze")
+_U8 = DType("u8", np.dtype(np.uint8), "unsigned char", "unsigned char", "int")  # scratch bytes
+
+
+def to_plan(g: Graph, lowering: Callable | None = None) -> Plan:
+    """Graph -> runnable Plan: build the steps (build_plan, with `lowering(op)` in place of codegen's
+    lower_op if given), then place every buffer (plan_memory: in-place updates, best-fit arena).
+    Executors compile what this returns."""
+    return plan_memory(build_plan(g, lowering))
+
+
+def _lower(item: Op | FusionGroup, lowering: Callable | None) -> tuple[tuple[Value, ...], list]:
+    """The kernels codegen renders for one op or one fusion group, and the values they read in
+    argument order: the one place the builder calls codegen. `lowering(op)` replaces codegen's
+    lower_op for single ops when given."""
+    if isinstance(item, FusionGroup):
+        from flame.codegen.fused import group_inputs, lower_group
+
+        return tuple(group_inputs(item)), lower_group(item)
+    if lowering is None:
+        from flame.codegen.render import lower_op as lowering
+    return item.inputs, lowering(item)
+
+
+class _Builder:
+    """Accumulates buffers and steps while walking the graph once."""
+
+    def __init__(self, g: Graph, lowering: Callable | None):
+        self.g, self.lowering = g, lowering
+        self.ids = g.numbering()
+        self.next_id = len(self.ids)
+        self.buffers: dict[int, Buffer] = {}
+        self.steps: list[Step] = []
+        self.buffer_of: dict[Value, int] = {}
+        self.temp_roots: set[int] = set()
+        self.folded = fold_transposes(g)  # transposes that every matmul user reads with ta/tb instead
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def add(self, bid: int, v: Value | None, role: str, *, shape=None, dtype=None, nbytes=None, **kw) -> int:
+        dtype = dtype or v.type.dtype
+        shape = tuple(shape if shape is not None else v.type.shape)
+        nbytes = nbytes if nbytes is not None else math.prod(shape) * dtype.itemsize
+        self.buffers[bid] = Buffer(bid, nbytes, dtype, shape, role, **kw)
+        if v is not None:
+            self.buffer_of[v] = bid
+        return bid
+
+    def temporary(self, v: Value) -> int:
+        """A fresh arena buffer for value v."""
+        bid = self.add(self.ids[v], v, "temporary")
+        self.temp_roots.add(bid)
+        return bid
+
+    def launches(self, kernels: list, ins: tuple[int, ...], outs: tuple[int, ...], ops: tuple[Op, ...],
+                 grp: FusionGroup | None = None) -> None:
+        """One KernelLaunch per kernel (args: ins, outs, then one scratch buffer sized for the
+        largest workspace any part needs, e.g. a split reduction's partials). A fused kernel (`grp`)
+        carries the group's boundary reason and says whether it is in-place safe; a one-op kernel
+        always is (each thread reads its elements before it writes them)."""
+        scratch = max((k.scratch for k in kernels), default=0)
+        extra = ()
+        if scratch:
+            sid = self.add(self.new_id(), None, "scratch", shape=(scratch,), dtype=_U8, nbytes=scratch)
+            self.temp_roots.add(sid)
+            extra = (sid,)
+        for i, k in enumerate(kernels):
+            self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra,
+                                           k.n_inputs, ops, (i, len(kernels)), len(outs),
+                                           grp.reason if grp else "", k.in_place_safe if grp else True))
+
+    def op(self, op: Op) -> None:
+        """The steps of one op lowered on its own."""
+        if op.out in self.folded:
+            return  # no kernel, no buffer: every user is a matmul that reads op's input transposed
+        bid = self.ids[op.out]
+        if _is_view(op):
+            src = self.buffer_of[op.inputs[0]]
+            self.add(bid, op.out, "view", base=src)
+            self.steps.append(Alias(src, bid, op))
+            return
+        self.temporary(op.out)
+        if op.name in LIBRARY_CALLS:
+            self.steps.append(LIBRARY_CALLS[op.name](self, op, bid))
+            return
+        try:
+            inputs, kernels = _lower(op, self.lowering)
+        except NotImplementedError as e:
+            raise NotImplementedError(f"no kernel for {format_op(op, self.ids)}: {e}") from None
+        self.launches(kernels, tuple(self.buffer_of[v] for v in inputs), (bid,), (op,))
+
+
+def _is_view(op: Op) -> bool:
+    """reshape/squeeze/unsqueeze of a contiguous buffer, and permutes that keep every axis of size
+    > 1 in order, only relabel the shape: the output can be a view of the input's bytes."""
+    if op.name in VIEW_OPS:
+        return True
+    if op.name == "permute":
+        shape = op.inputs[0].type.shape
+        kept = [p for p in op.attrs["perm"] if shape[p] != 1]
+        return kept == sorted(kept)
+    return False
+
+
+def _swaps_last_two(op: Op | None) -> bool:
+    if op is None or op.name != "permute" or op.out.type.rank < 2:
+        return False
+    perm = list(op.attrs["perm"])
+    want = list(range(len(perm)))
+    want[-2], want[-1] = want[-1], want[-2]
+    return perm == want
+
+
+def fold_transposes(g: Graph) -> set[Value]:
+    """Results of permutes that swap the last two axes, are read only by matmuls (and are not graph
+    outputs) and run as their own kernel: each matmul reads the permute's input with ta/tb set, so
+    no kernel runs. A permute fused into a larger kernel stays: that kernel runs anyway, and its
+    input may live only inside it (no buffer to read)."""
+    users, outs = g.users(), set(g.outputs)
+    alone = None if g.groups is None else {grp.ops[0] for grp in g.groups if len(grp.ops) == 1}
+    return {op.out for op in g.ops if _swaps_last_two(op) and op.out not in outs and users[op.out]
+            and all(u.name == "matmul" for u in users[op.out]) and (alone is None or op in alone)}
+
+
+def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: int | None = None) -> MatmulCall:
+    """The cuBLASLt call of matmul `op` writing buffer `out`. An operand in bld.folded is replaced by
+    the permute's input with ta / tb set. epilogue: "none", "bias", "relu" or "bias_relu"
+    (relu(a @ b + bias), bias of shape [n])."""
+    operands, flags = [], {}
+    for v, flag in zip(op.inputs, ("ta", "tb")):
+        flags[flag] = v in bld.folded
+        operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
+    return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, **flags)
+
+
+# IR op -> the library-call step that computes it, built as f(builder, op, out buffer); every other
+# op becomes the kernels codegen renders for it. An attention or convolution call is one entry here.
+LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call}
+
+
+def _bind_outputs(bld: _Builder) -> list[int]:
+    """Outputs are allocated fresh per call. An output whose bytes belong to an input, or to an
+    earlier output, gets its own buffer and a Copy."""
+    g, outs, claimed = bld.g, [], set()
+    for i, v in enumerate(g.outputs):
+        bid = bld.buffer_of[v]
+        r = root(bld.buffers, bid)
+        if r in bld.temp_roots and r not in claimed and bld.buffers[r].role == "temporary":
+            claimed.add(r)
+            bld.temp_roots.discard(r)
+            old = bld.buffers[r]
+            bld.buffers[r] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "output", index=i)
+            outs.append(bid)
+            continue
+        dst = bld.add(bld.new_id(), None, "output", shape=v.type.shape, dtype=v.type.dtype, index=i)
+        bld.steps.append(Copy(bid, dst))
+        outs.append(dst)
+    return outs
+
+
+def build_plan(g: Graph, lowering: Callable | None = None) -> Plan:
+    """The Plan of a verified graph, before memory planning (temporaries have no arena offsets yet:
+    flame.plan.memory.plan_memory places them; to_plan does both). `lowering(op) -> list[Kernel]`
+    defaults to codegen's lower_op; kernels are rendered, never compiled, here."""
+    bld = _Builder(g, lowering)
+    for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
+        bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)
+    inputs = [bld.buffer_of[v] for v in g.inputs]
+    if g.groups is None:
+        for op in g.ops:
+            bld.op(op)
+    else:
+        for grp in g.groups:
+            _group_steps(bld, grp)
+    outputs = _bind_outputs(bld)
+    return Plan(g.name, bld.buffers, bld.steps, inputs, outputs, 0, g, bld.buffer_of)
+
+
+def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
+    """The steps of one fusion group: a cuBLASLt call (with its epilogue when the runtime supports
+    it), one fused KernelLaunch (args: external inputs, then every value the group writes), or the
+    op-by-op steps of a group of one op."""
+    if grp.kind == "matmul":
+        rest = _matmul_group(bld, grp)
+        if not rest:
+            return
+        grp = FusionGroup(rest, "elementwise", "matmul epilogue not supported by the runtime", grp.outputs)
+    if len(grp.ops) == 1:
+        bld.op(grp.ops[0])
+        return
+    try:
+        inputs, kernels = _lower(grp, bld.lowering)
+    except NotImplementedError:  # not expected from the pass's groups; stay correct op by op
+        for op in grp.ops:
+            bld.op(op)
+        return
+    ins = tuple(bld.buffer_of[v] for v in inputs)
+    outs = tuple(bld.temporary(v) for v in grp.outputs)
+    bld.launches(kernels, ins, outs, grp.ops, grp)
+
+
+def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
+    """Emit the matmul of a matmul group, folding its epilogue into the call when
+    flame.runtime.matmul.SUPPORTED_EPILOGUES has it; returns the epilogue ops left to lower."""
+    from flame.runtime import matmul
+
+    mm, rest = grp.ops[0], grp.ops[1:]
+    if grp.epilogue == "none" or grp.epilogue not in getattr(matmul, "SUPPORTED_EPILOGUES", ()):
+        bld.op(mm)
+        return rest
+    bid = bld.temporary(rest[-1].out)
+    add = next((op for op in rest if op.name == "add"), None)
+    bias = None
+    if add is not None:
+        v = add.inputs[1] if add.inputs[0] is mm.out else add.inputs[0]
+        bias = bld.buffer_of[v]
+    bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bias))
+    return ()

@@ -1,0 +1,330 @@
+"""The Plan as data (DESIGN.md §4, §8): typed buffers, typed steps that say what they read and write,
+and how both print. This module owns the data only; flame.plan.build makes a Plan from a graph,
+flame.plan.memory places its buffers, and the executors in flame.runtime run it (they import this
+module and nothing else from flame.plan).
+
+A step is a frozen dataclass deriving from `Step`. Its buffer-id fields are declared with
+`buffer_field()`, so renaming a buffer (the memory planner's in-place updates) needs no per-type
+code; `reads` / `writes` name the buffers it reads and writes, so liveness needs none either. A
+call into a vendor library derives from `LibraryCall`. Adding a step type (an `AttentionCall`, a
+`ConvCall`, an `AllReduce`) is: one class here, one handler in each executor's table
+(`runtime/cuda.py` STEP_HANDLERS, `runtime/reference.py` STEP_HANDLERS) and one lowering entry
+(`plan/build.py` LIBRARY_CALLS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from flame.ir.dtypes import DType
+from flame.ir.graph import Graph, Op, Value
+from flame.ir.printer import format_attr, format_op
+
+ALIGN = 256  # arena offsets are multiples of this (cudaMalloc's alignment: vector loads stay aligned)
+
+
+def aligned(n: int) -> int:
+    """n rounded up to a multiple of ALIGN."""
+    return -(-n // ALIGN) * ALIGN
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One typed buffer. role: input/param/state/scalar/const (bound to call argument `index`),
+    output (allocated per call, returned as output `index`), temporary (arena bytes
+    [offset, offset + nbytes)), scratch (a kernel's workspace, in the arena too) or view (the
+    bytes of buffer `base`, seen with this shape)."""
+
+    id: int
+    nbytes: int
+    dtype: DType
+    shape: tuple[int, ...]
+    role: str
+    offset: int | None = None
+    base: int | None = None
+    index: int | None = None
+
+    @property
+    def typename(self) -> str:
+        return f"{self.dtype.name}[{','.join(str(s) for s in self.shape)}]"
+
+    def describe(self) -> str:
+        if self.role == "temporary" or self.role == "scratch":
+            where = f"@{self.offset}+{self.nbytes}"
+        elif self.role == "view":
+            where = f"= b{self.base}"
+        else:
+            where = "" if self.index is None else str(self.index)
+        return f"b{self.id}: {self.typename} {self.role} {where}".rstrip()
+
+
+def root(buffers: dict[int, Buffer], bid: int) -> int:
+    """The id of the buffer that owns bid's bytes (follows views to their base)."""
+    while buffers[bid].base is not None:
+        bid = buffers[bid].base
+    return bid
+
+
+def buffer_field(**kw):
+    """A step field holding a buffer id (or a tuple of them, or None): Step.renamed rewrites it."""
+    return field(metadata={"buffer": True}, **kw)
+
+
+class Step:
+    """What every plan step provides (subclasses are frozen dataclasses):
+    - `reads` / `writes`: the buffer ids it reads / writes (views not resolved); `touches`: every
+      buffer whose bytes must be live at the step (reads + writes unless said otherwise);
+    - `outputs` / `scratch`: the writes that hold values / the workspace among the writes;
+    - `ops`: the IR ops whose work the step does (none for a view or a copy);
+    - `launches`: how many GPU launches the step issues from the host;
+    - `format(ids)`: its line in the printed plan."""
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    @property
+    def touches(self) -> tuple[int, ...]:
+        return self.reads + self.writes
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return self.writes
+
+    @property
+    def scratch(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def launches(self) -> int:
+        return 0
+
+    def renamed(self, old: int, new: int) -> Step:
+        """This step with buffer `old` replaced by `new` wherever it appears."""
+
+        def r(x):
+            return tuple(new if b == old else b for b in x) if isinstance(x, tuple) else (new if x == old else x)
+
+        return dataclasses.replace(self, **{f.name: r(getattr(self, f.name))
+                                            for f in dataclasses.fields(self) if f.metadata.get("buffer")})
+
+    def format(self, ids: dict[Value, int]) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class KernelLaunch(Step):
+    """Launch generated kernel `name` with args = (inputs..., outputs...[, scratch]). `ops` are the
+    IR ops the kernel implements; an op lowered to several kernels has one launch per part
+    (`part` = (i, n)), and only the last part completes the op."""
+
+    name: str
+    source: str
+    grid: int
+    block: int
+    smem: int
+    args: tuple[int, ...] = buffer_field()
+    n_inputs: int
+    ops: tuple[Op, ...]
+    part: tuple[int, int] = (0, 1)
+    n_outputs: int = 1  # a fused kernel writes args[n_inputs : n_inputs + n_outputs]
+    reason: str = ""  # why the fusion pass ended the kernel here
+    in_place_safe: bool = True  # an output may take the bytes of a same-shaped input (see Kernel)
+
+    @property
+    def out(self) -> int:
+        return self.args[self.n_inputs]
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return self.args[: self.n_inputs]
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return self.args[self.n_inputs:]
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return self.args[self.n_inputs: self.n_inputs + self.n_outputs]
+
+    @property
+    def scratch(self) -> tuple[int, ...]:
+        return self.args[self.n_inputs + self.n_outputs:]
+
+    @property
+    def launches(self) -> int:
+        return 1 if self.grid else 0
+
+    def format(self, ids: dict[Value, int]) -> str:
+        part = f" [{self.part[0] + 1}/{self.part[1]}]" if self.part[1] > 1 else ""
+        ins = ", ".join(f"b{a}" for a in self.reads)
+        scratch = f" scratch=b{self.args[-1]}" if self.scratch else ""
+        outs = ", ".join(f"b{a}" for a in self.outputs)
+        comment = "; ".join(format_op(o, ids) for o in self.ops)
+        launch = f"{self.name}{part} <<<{self.grid}, {self.block}, {self.smem}>>>"
+        return f"{outs} = launch {launch} ({ins}){scratch}  # {comment}"
+
+
+class LibraryCall(Step):
+    """A call into a vendor library (cuBLASLt, later cuDNN and NCCL) that does the work of IR op
+    `op`. Subclasses set `name` (the call) and `library`, and name their operands as fields."""
+
+    name: ClassVar[str]
+    library: ClassVar[str]
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return (self.op,)
+
+    @property
+    def launches(self) -> int:
+        return 1
+
+
+@dataclass(frozen=True)
+class MatmulCall(LibraryCall):
+    """out[..., m, n] = epilogue(op(a) @ op(b) [+ bias]) through cuBLASLt (runtime/matmul.py). ta / tb:
+    a / b are stored transposed ([..., k, m] / [..., n, k]), a transpose folded into the call;
+    batch_a / batch_b / batch: the batch shapes of a, b and out (NumPy broadcasting); epilogue: none,
+    bias, relu or bias_relu (relu(a @ b + bias)), with `bias` the buffer of a [n] vector."""
+
+    name: ClassVar[str] = "matmul"
+    library: ClassVar[str] = "cuBLASLt"
+
+    a: int = buffer_field()
+    b: int = buffer_field()
+    out: int = buffer_field()
+    op: Op
+    m: int
+    n: int
+    k: int
+    batch_a: tuple[int, ...]
+    batch_b: tuple[int, ...]
+    batch: tuple[int, ...]
+    ta: bool = False
+    tb: bool = False
+    epilogue: str = "none"
+    bias: int | None = buffer_field(default=None)
+
+    @classmethod
+    def of(cls, op: Op, a: int, b: int, out: int, **kw) -> MatmulCall:
+        """The call computing matmul `op` (its shapes as in the IR) from buffers a, b into out."""
+        sa, sb, so = op.inputs[0].type.shape, op.inputs[1].type.shape, op.out.type.shape
+        return cls(a, b, out, op, sa[-2], sb[-1], sa[-1], sa[:-2], sb[:-2], so[:-2], **kw)
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return (self.a, self.b) + (() if self.bias is None else (self.bias,))
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return (self.out,)
+
+    def format(self, ids: dict[Value, int]) -> str:
+        attrs = {"m": self.m, "n": self.n, "k": self.k, "batch_a": list(self.batch_a),
+                 "batch_b": list(self.batch_b), "batch": list(self.batch), "ta": self.ta, "tb": self.tb}
+        if self.epilogue != "none":
+            attrs["epilogue"] = self.epilogue
+        info = ", ".join(f"{k}={format_attr(v)}" for k, v in attrs.items())
+        ins = ", ".join(f"b{a}" for a in self.reads)
+        return f"b{self.out} = call {self.name} ({ins}) {{{info}}}  # {format_op(self.op, ids)}"
+
+
+@dataclass(frozen=True)
+class Copy(Step):
+    """Copy the bytes of buffer src into buffer dst (same size)."""
+
+    src: int = buffer_field()
+    dst: int = buffer_field()
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return ()
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return (self.src,)
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return (self.dst,)
+
+    def format(self, ids: dict[Value, int]) -> str:
+        return f"b{self.dst} = copy b{self.src}"
+
+
+@dataclass(frozen=True)
+class Alias(Step):
+    """dst is a view of src's bytes with another shape (IR op `op`'s): no work at run time beyond
+    the view, so it reads and writes nothing, but both buffers are touched (live) at the step."""
+
+    src: int = buffer_field()
+    dst: int = buffer_field()
+    op: Op
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.op.out.type.shape
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return ()
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return ()
+
+    @property
+    def touches(self) -> tuple[int, ...]:
+        return (self.src, self.dst)
+
+    def format(self, ids: dict[Value, int]) -> str:
+        return f"b{self.dst} = alias b{self.src}  # {format_op(self.op, ids)}"
+
+
+@dataclass
+class Plan:
+    """Buffers (by id), steps in order, the buffer of each graph input and output, and the arena
+    size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops."""
+
+    name: str
+    buffers: dict[int, Buffer]
+    steps: list[Step]
+    inputs: list[int]
+    outputs: list[int]
+    arena_size: int
+    graph: Graph
+    buffer_of: dict[Value, int]
+
+    def kernels(self) -> list[KernelLaunch]:
+        return [s for s in self.steps if isinstance(s, KernelLaunch)]
+
+    def root(self, bid: int) -> Buffer:
+        """The buffer that owns bid's bytes (follows views)."""
+        return self.buffers[root(self.buffers, bid)]
+
+    def __str__(self) -> str:
+        return format_plan(self)
+
+
+def format_plan(plan: Plan) -> str:
+    """The whole plan: header with the arena size, buffers with roles and offsets, steps (one line
+    each, IR-like: `b5 = launch add_f32 <<<4, 256, 0>>> (b0, b1)  # %5 = add ...`), returns."""
+    ids = plan.graph.numbering()
+    lines = [f"plan {plan.name} (arena {plan.arena_size} bytes) {{"]
+    lines += ["  " + plan.buffers[k].describe() for k in sorted(plan.buffers)]
+    lines += ["  ---"]
+    lines += ["  " + s.format(ids) for s in plan.steps]
+    lines.append("  return" + (" " + ", ".join(f"b{o}" for o in plan.outputs) if plan.outputs else ""))
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,241 @@
+"""cuDNN fused attention (forward and backward) through nvidia-cudnn-frontend's Python graph API, on
+CuPy device memory (DESIGN.md §8). Not wired into the plan yet: an `AttentionCall` step will call it.
+
+    spec = AttentionSpec.of(q_shape, k_shape, v_shape, "bf16", scale, is_causal, enable_gqa, mask_shape)
+    why = unsupported_reason(spec)            # "" when cuDNN can run it, else the reason to fall back
+    att = cudnn_attention(spec)               # graphs built once per spec and cached
+    att.forward(q, k, v, out, mask=None, workspace=ptr)         # workspace: att.forward_workspace bytes
+    att.backward(q, k, v, out, grad_out, grads, mask=None, workspace=ptr)   # att.backward_workspace
+
+Operands are CuPy arrays or raw device pointers (ints) of contiguous row-major tensors in the IR's
+shapes: q [..., H, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev], out [..., H, L, Ev]; the leading
+dimensions are flattened into one batch. `grads` is the packed result of
+scaled_dot_product_attention_backward: dq, dk, dv back to back. An additive mask broadcasts through
+zero strides (a bool mask must be turned into an additive one by the caller). Both calls run on the
+current CuPy stream and allocate nothing, so they can be captured into a CUDA graph.
+
+cuDNN's backward needs the softmax statistics (log-sum-exp per row) of the forward, which the IR's
+backward op does not receive. So `backward` first runs the forward again with stats output: the stats
+([B, H, L] f32) and a scratch copy of the output live at the start of the backward workspace, followed
+by the workspace of the two cuDNN graphs. Passing the forward's stats through the IR would save that
+forward (about a third of the backward's time) at the price of a second result of the forward op."""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+
+ALIGN = 256
+DTYPES = ("f16", "bf16")
+_local = threading.local()
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _contiguous_strides(dims: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """What a cuDNN attention graph is built for: the flattened batch, heads, lengths, head sizes,
+    dtype, scale, causality and the mask's dims broadcast to [B, H, L, S] (() for no mask)."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    value_dim: int
+    dtype: str
+    scale: float
+    causal: bool
+    mask_dims: tuple[int, ...] = ()
+
+    @staticmethod
+    def of(q_shape, k_shape, v_shape, dtype: str, scale: float, is_causal: bool, enable_gqa: bool,
+           mask_shape: tuple[int, ...] | None = None) -> AttentionSpec:
+        """The spec of one scaled_dot_product_attention op (shapes as in the IR)."""
+        q_shape, k_shape, v_shape = tuple(q_shape), tuple(k_shape), tuple(v_shape)
+        heads = q_shape[-3] if len(q_shape) >= 3 else 1
+        kv_heads = k_shape[-3] if enable_gqa else heads
+        batch = math.prod(q_shape[:-2]) // heads
+        mask_dims = ()
+        if mask_shape is not None:
+            full = (1,) * (len(q_shape) - len(mask_shape)) + tuple(mask_shape)
+            lead = math.prod(full[:-3]) if len(full) > 3 else 1
+            mask_dims = (lead, full[-3] if len(full) >= 3 else 1, *full[-2:])
+        return AttentionSpec(batch, heads, kv_heads, q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1], dtype,
+                             float(scale), bool(is_causal), mask_dims)
+
+    def dims(self, which: str) -> tuple[int, ...]:
+        b, h, hk, lq, lk, e, ev = (self.batch, self.heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim,
+                                   self.value_dim)
+        return {"q": (b, h, lq, e), "k": (b, hk, lk, e), "v": (b, hk, lk, ev), "o": (b, h, lq, ev),
+                "stats": (b, h, lq, 1)}[which]
+
+    def numel(self, which: str) -> int:
+        return math.prod(self.dims(which))
+
+
+def unsupported_reason(spec: AttentionSpec) -> str:
+    """Why cuDNN cannot run `spec` (the op then stays the unfused graph), or "" if it can as far as
+    flame knows; building the graph may still refuse (CudnnAttention raises NotImplementedError)."""
+    if spec.dtype not in DTYPES:
+        return f"cuDNN fused attention takes f16/bf16, not {spec.dtype}"
+    if spec.head_dim % 8 or spec.value_dim % 8:
+        return f"head sizes must be multiples of 8 (E={spec.head_dim}, Ev={spec.value_dim})"
+    if max(spec.head_dim, spec.value_dim) > 256:
+        return f"head sizes above 256 are not supported (E={spec.head_dim}, Ev={spec.value_dim})"
+    if spec.heads % spec.kv_heads:
+        return f"{spec.kv_heads} key/value heads do not divide {spec.heads} query heads"
+    if spec.mask_dims and spec.mask_dims[0] not in (1, spec.batch):
+        return f"a mask broadcast over only some of the batch dimensions ({list(spec.mask_dims)}) is not supported"
+    if spec.mask_dims and spec.mask_dims[-2:] != (spec.q_len, spec.kv_len):
+        return f"a mask broadcast over query or key positions ({list(spec.mask_dims)}) is not supported"
+    return ""
+
+
+def _cudnn():
+    try:
+        import cudnn
+    except ImportError as e:
+        raise NotImplementedError("cuDNN attention needs nvidia-cudnn-frontend==1.16.0 (pip install "
+                                  f"nvidia-cudnn-frontend==1.16.0 nvidia-cudnn-cu12): {e}") from None
+    return cudnn
+
+
+def _handle():
+    """One cuDNN handle per thread (a handle must not be shared by threads running concurrently)."""
+    if getattr(_local, "handle", None) is None:
+        _local.handle = _cudnn().create_handle()
+    return _local.handle
+
+
+def _ptr(x) -> int:
+    return int(x) if isinstance(x, int) else int(x.data.ptr)
+
+
+class CudnnAttention:
+    """The forward (with stats) and backward cuDNN graphs of one AttentionSpec, built on construction."""
+
+    def __init__(self, spec: AttentionSpec):
+        why = unsupported_reason(spec)
+        if why:
+            raise NotImplementedError(f"cuDNN attention: {why}")
+        self.spec = spec
+        cudnn = _cudnn()
+        self._io = {"f16": cudnn.data_type.HALF, "bf16": cudnn.data_type.BFLOAT16}[spec.dtype]
+        self.itemsize = 2
+        try:
+            self._fwd, self._fwd_t = self._build_forward(cudnn)
+            self._bwd, self._bwd_t = self._build_backward(cudnn)
+        except (RuntimeError, ValueError) as e:  # cuDNN's "not supported" arrives as these
+            raise NotImplementedError(f"cuDNN refused attention {spec}: {e}") from None
+        graphs = max(self._fwd.get_workspace_size(), self._bwd.get_workspace_size())
+        self._stats_bytes = _aligned(spec.numel("stats") * 4)
+        self._o_bytes = _aligned(spec.numel("o") * self.itemsize)
+        self.forward_workspace = self._stats_bytes + _aligned(self._fwd.get_workspace_size())
+        self.backward_workspace = self._stats_bytes + self._o_bytes + _aligned(graphs)
+
+    def _graph(self, cudnn):
+        return cudnn.pygraph(io_data_type=self._io, intermediate_data_type=cudnn.data_type.FLOAT,
+                             compute_data_type=cudnn.data_type.FLOAT, handle=_handle())
+
+    def _tensor(self, g, name: str, dims, data_type=None, strides=None):
+        return g.tensor(name=name, dim=list(dims), stride=strides or _contiguous_strides(tuple(dims)),
+                        data_type=data_type or self._io)
+
+    def _mask(self, g):
+        """The additive mask as cuDNN's bias: broadcast dimensions get stride 0."""
+        if not self.spec.mask_dims:
+            return None
+        dims = (self.spec.batch, self.spec.heads, self.spec.q_len, self.spec.kv_len)
+        own = _contiguous_strides(self.spec.mask_dims)
+        strides = [0 if m == 1 and d != 1 else s for m, d, s in zip(self.spec.mask_dims, dims, own)]
+        return self._tensor(g, "bias", dims, strides=strides)
+
+    def _operands(self, g, names=("q", "k", "v")):
+        return [self._tensor(g, n, self.spec.dims(n)) for n in names]
+
+    def _output(self, t, dims, data_type=None):
+        t.set_output(True).set_dim(list(dims)).set_stride(_contiguous_strides(tuple(dims)))
+        if data_type is not None:
+            t.set_data_type(data_type)
+
+    def _build_forward(self, cudnn):
+        g = self._graph(cudnn)
+        q, k, v = self._operands(g)
+        bias = self._mask(g)
+        o, stats = g.sdpa(name="sdpa", q=q, k=k, v=v, attn_scale=self.spec.scale, bias=bias,
+                          use_causal_mask=self.spec.causal, generate_stats=True)
+        self._output(o, self.spec.dims("o"))
+        self._output(stats, self.spec.dims("stats"), cudnn.data_type.FLOAT)
+        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        return g, {"q": q, "k": k, "v": v, "bias": bias, "o": o, "stats": stats}
+
+    def _build_backward(self, cudnn):
+        g = self._graph(cudnn)
+        q, k, v, o = self._operands(g, ("q", "k", "v", "o"))
+        do = self._tensor(g, "dO", self.spec.dims("o"))
+        stats = self._tensor(g, "stats", self.spec.dims("stats"), cudnn.data_type.FLOAT)
+        bias = self._mask(g)
+        dq, dk, dv = g.sdpa_backward(name="sdpa_backward", q=q, k=k, v=v, o=o, dO=do, stats=stats,
+                                     attn_scale=self.spec.scale, bias=bias, use_causal_mask=self.spec.causal)
+        for t, which in ((dq, "q"), (dk, "k"), (dv, "v")):
+            self._output(t, self.spec.dims(which))
+        g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        return g, {"q": q, "k": k, "v": v, "o": o, "dO": do, "stats": stats, "bias": bias, "dq": dq, "dk": dk,
+                   "dv": dv}
+
+    def _run(self, g, pack: dict, workspace: int) -> None:
+        import cupy
+
+        cudnn = _cudnn()
+        cudnn.set_stream(handle=_handle(), stream=cupy.cuda.get_current_stream().ptr)
+        g.execute({t: p for t, p in pack.items() if t is not None}, workspace, handle=_handle())
+
+    def _forward_pack(self, q, k, v, out, stats: int, mask) -> dict:
+        t = self._fwd_t
+        pack = {t["q"]: _ptr(q), t["k"]: _ptr(k), t["v"]: _ptr(v), t["o"]: _ptr(out), t["stats"]: stats}
+        if t["bias"] is not None:
+            pack[t["bias"]] = _ptr(mask)
+        return pack
+
+    def forward(self, q, k, v, out, mask=None, workspace=0) -> None:
+        """out = attention(q, k, v[, mask]); `workspace`: forward_workspace bytes of device memory.
+        The stats go to the start of the workspace (and are dropped: the backward recomputes them)."""
+        stats = _ptr(workspace)
+        self._run(self._fwd, self._forward_pack(q, k, v, out, stats, mask), stats + self._stats_bytes)
+
+    def backward(self, q, k, v, out, grad_out, grads, mask=None, workspace=0) -> None:
+        """grads (dq, dk, dv packed flat) of attention at q, k, v for cotangent grad_out. Runs the
+        forward first for the softmax statistics (see the module docstring); `workspace`:
+        backward_workspace bytes."""
+        base = _ptr(workspace)
+        stats, o_scratch, scratch = base, base + self._stats_bytes, base + self._stats_bytes + self._o_bytes
+        self._run(self._fwd, self._forward_pack(q, k, v, o_scratch, stats, mask), scratch)
+        dq = _ptr(grads)
+        dk = dq + self.spec.numel("q") * self.itemsize
+        dv = dk + self.spec.numel("k") * self.itemsize
+        t = self._bwd_t
+        pack = {t["q"]: _ptr(q), t["k"]: _ptr(k), t["v"]: _ptr(v), t["o"]: o_scratch, t["dO"]: _ptr(grad_out),
+                t["stats"]: stats, t["dq"]: dq, t["dk"]: dk, t["dv"]: dv}
+        if t["bias"] is not None:
+            pack[t["bias"]] = _ptr(mask)
+        self._run(self._bwd, pack, scratch)
+
+
+@lru_cache(maxsize=256)
+def cudnn_attention(spec: AttentionSpec) -> CudnnAttention:
+    """The built graphs for `spec`, cached (building takes milliseconds to seconds)."""
+    return CudnnAttention(spec)

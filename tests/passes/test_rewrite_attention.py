@@ -1,0 +1,207 @@
+"""rewrite_attention: attention written by hand (matmul with a transposed key, scaling, a mask,
+softmax, matmul with the value) becomes ONE scaled_dot_product_attention op, forward-only and before
+autodiff, and computes what torch's SDPA computes (values and gradients, float32 tolerance 1e-5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+import flame.nn.functional as F
+from flame.ir import parse, print_graph
+from flame.passes.rewrite_attention import REWRITE_NOTE, rewrite_attention
+
+SDPA, BACKWARD = "scaled_dot_product_attention", "scaled_dot_product_attention_backward"
+B, H, L, S, E = 2, 3, 5, 5, 8
+
+
+def _causal_bool(length, keys):
+    return flame.tril(flame.ones(length, keys)) == 1
+
+
+def _scaled_after(q, k):
+    return q @ k.transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))
+
+
+def _divided(q, k):
+    return (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+
+
+def _scaled_before(q, k):
+    return (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-1, -2)
+
+
+# name -> (scores, mask step, torch kwargs(mask array)); masks built inside the function (constants)
+def _plain(att, length, keys, mask):
+    return att
+
+
+def _additive(att, length, keys, mask):
+    return att + mask
+
+
+def _where_keep(att, length, keys, mask):
+    return flame.where(mask, att, float("-inf"))
+
+
+def _where_drop(att, length, keys, mask):
+    return flame.where(~mask, float("-inf"), att)
+
+
+def _causal_tril(att, length, keys, mask):
+    return flame.where(_causal_bool(length, keys), att, float("-inf"))
+
+
+def _causal_eq0(att, length, keys, mask):
+    return flame.where(flame.tril(flame.ones(length, keys)) == 0, float("-inf"), att)
+
+
+def _causal_triu(att, length, keys, mask):
+    return att + flame.triu(flame.full((length, keys), float("-inf")), 1)
+
+
+PATTERNS = {
+    "plain": (_scaled_after, _plain, None),
+    "divided": (_divided, _plain, None),
+    "scaled-before": (_scaled_before, _plain, None),
+    "additive": (_scaled_after, _additive, "additive"),
+    "where-keep": (_scaled_after, _where_keep, "bool"),
+    "where-drop": (_divided, _where_drop, "bool"),
+    "causal-tril": (_scaled_after, _causal_tril, "causal"),
+    "causal-eq0": (_scaled_before, _causal_eq0, "causal"),
+    "causal-triu": (_scaled_after, _causal_triu, "causal"),
+}
+
+
+def _hand_written(name, mask):
+    scores, masked, _ = PATTERNS[name]
+
+    def attention(q, k, v):
+        att = masked(scores(q, k), q.shape[-2], k.shape[-2], mask)
+        return F.softmax(att, -1) @ v
+    return attention
+
+
+def _data(length=L, keys=S, kind=None, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((B, H, n, E)).astype(np.float32) for n in (length, keys, keys))
+    mask = None
+    if kind == "bool":
+        mask = rng.random((length, keys)) < 0.7
+        mask[:, 0] = True
+    elif kind == "additive":
+        mask = rng.standard_normal((H, length, keys)).astype(np.float32)
+    return q, k, v, mask
+
+
+def _torch(q, k, v, mask, kind, cot):
+    ts = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
+    m = None if mask is None else torch.tensor(mask)
+    y = torch.nn.functional.scaled_dot_product_attention(*ts, attn_mask=m, is_causal=kind == "causal")
+    (y * torch.tensor(cot)).sum().backward()
+    return [y.detach().numpy()] + [t.grad.numpy() for t in ts]
+
+
+def _ops(g):
+    return [op.name for op in g.ops]
+
+
+def _train_step(fn, cot):
+    c = flame.tensor(cot)
+
+    def step(q, k, v):
+        return flame.value_and_grad(lambda *a: (fn(*a) * c).sum(), (0, 1, 2))(q, k, v)
+    return step
+
+
+@pytest.mark.parametrize("length,keys", [(L, S), (4, 7), (7, 4)])
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_forward_becomes_one_op_and_matches_torch(name, length, keys):
+    kind = PATTERNS[name][2]
+    q, k, v, mask = _data(length, keys, kind)
+    fn = flame.compile(_hand_written(name, None if mask is None else flame.tensor(mask)))
+    args = [flame.tensor(x) for x in (q, k, v)]
+    g = fn.optimized(*args)
+    assert _ops(g).count(SDPA) == 1 and not {"matmul", "exp", "reduce_max"} & set(_ops(g)), print_graph(g)
+    (op,) = [o for o in g.ops if o.name == SDPA]
+    assert op.attrs["is_causal"] == (kind == "causal") and REWRITE_NOTE in op.loc
+    assert op.attrs["scale"] == pytest.approx(1 / math.sqrt(E), rel=1e-7)
+    cot = np.zeros((B, H, length, E), np.float32)
+    want = _torch(q, k, v, mask, kind, cot)[0]
+    np.testing.assert_allclose(fn(*args).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(PATTERNS))
+def test_backward_uses_the_attention_backward_op(name):
+    kind = PATTERNS[name][2]
+    q, k, v, mask = _data(4, 6, kind, seed=1)
+    cot = np.random.default_rng(2).standard_normal((B, H, 4, E)).astype(np.float32)
+    fn = _hand_written(name, None if mask is None else flame.tensor(mask))
+    want = _torch(q, k, v, mask, kind, cot)
+    step = flame.compile(_train_step(fn, cot))
+    args = [flame.tensor(x) for x in (q, k, v)]
+    g = step.optimized(*args)
+    assert _ops(g).count(SDPA) == 1 and _ops(g).count(BACKWARD) == 1 and "exp" not in _ops(g), print_graph(g)
+    _, grads = step(*args)
+    for got, w, what in zip(grads, want[1:], ("dq", "dk", "dv")):
+        np.testing.assert_allclose(got.numpy(), w, rtol=1e-5, atol=1e-5, err_msg=what)
+
+
+def test_eager_backward_of_hand_written_attention_matches_torch():
+    q, k, v, _ = _data(kind="causal", seed=3)
+    cot = np.random.default_rng(4).standard_normal((B, H, L, E)).astype(np.float32)
+    ts = [flame.tensor(x, requires_grad=True) for x in (q, k, v)]
+    y = _hand_written("causal-tril", None)(*ts)
+    (y * flame.tensor(cot)).sum().backward()
+    want = _torch(q, k, v, None, "causal", cot)
+    np.testing.assert_allclose(y.numpy(), want[0], rtol=1e-5, atol=1e-5)
+    for t, w in zip(ts, want[1:]):
+        np.testing.assert_allclose(t.grad.numpy(), w, rtol=1e-5, atol=1e-5)
+
+
+def test_probabilities_read_elsewhere_are_not_rewritten():
+    def attention(q, k, v):
+        p = F.softmax(_scaled_after(q, k), -1)
+        return p @ v, p
+
+    args = [flame.tensor(x) for x in _data()[:3]]
+    g = flame.compile(attention).optimized(*args)
+    assert SDPA not in _ops(g) and "matmul" in _ops(g)
+
+
+def test_non_causal_constant_mask_stays_a_mask_input():
+    def attention(q, k, v):
+        keep = flame.tril(flame.ones(L, S), 1) == 1  # one diagonal more than causal
+        return F.softmax(flame.where(keep, _scaled_after(q, k), float("-inf")), -1) @ v
+
+    args = [flame.tensor(x) for x in _data()[:3]]
+    g = flame.compile(attention).optimized(*args)
+    (op,) = [o for o in g.ops if o.name == SDPA]
+    assert not op.attrs["is_causal"] and len(op.inputs) == 4 and op.inputs[3].dtype.kind == "bool"
+
+
+def test_rewritten_graph_prints_and_parses_back():
+    fn = flame.compile(_hand_written("causal-tril", None))
+    g = rewrite_attention(fn.trace(*[flame.tensor(x) for x in _data()[:3]]))
+    text = print_graph(g)
+    assert text.count(SDPA) == 1 and print_graph(parse(text)) == text
+    assert REWRITE_NOTE in print_graph(g, locs=True)
+
+
+def test_softmax_in_float32_between_casts_is_rewritten():
+    def attention(q, k, v):
+        att = _scaled_after(q, k) + flame.triu(flame.full((L, S), float("-inf")), 1).to("bf16")
+        return F.softmax(att.float(), -1).to("bf16") @ v
+
+    q, k, v, _ = _data(kind="causal", seed=5)
+    args = [flame.tensor(x).to("bf16") for x in (q, k, v)]
+    fn = flame.compile(attention)
+    g = fn.optimized(*args)
+    assert _ops(g) == [SDPA] and g.ops[0].attrs["is_causal"], print_graph(g)
+    rounded = [a.float().numpy() for a in args]  # the bf16 inputs, exactly, in f32
+    want = _torch(*rounded, None, "causal", np.zeros((B, H, L, E), np.float32))[0]
+    np.testing.assert_allclose(fn(*args).float().numpy(), want, rtol=1.6e-2, atol=1.6e-2)
