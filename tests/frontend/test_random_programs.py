@@ -58,9 +58,8 @@ def _close(what, got, want, tol):
     np.testing.assert_allclose(np.asarray(got, np.float64), want, err_msg=what, equal_nan=True, **tol)
 
 
-def check_program(seed: int, monkeypatch) -> bool:
-    """Run program(seed) the six ways; AssertionError naming the way, the seed and the program.
-    False if it hit the known plan-builder fault."""
+def check_program(seed: int, monkeypatch) -> None:
+    """Run program(seed) the six ways; AssertionError naming the way, the seed and the program."""
     prog = program(seed)
     xs = prog.inputs(seed)
     want = _oracle(prog, xs)
@@ -72,17 +71,13 @@ def check_program(seed: int, monkeypatch) -> bool:
     }
     for way, run in ways.items():
         tol = F64 if way == "eager f64" else F32
-        try:
-            loss, vals, grads = run()
-        except KeyError:  # issue 14 item 1 (plan builder), fixed on branch `plan`: drop this once merged
-            return False
+        loss, vals, grads = run()
         where = f"{way}, seed {seed}:\n{prog}"
         _close(f"loss, {where}", loss, want[0], tol)
         for k, (g, w) in enumerate(zip(vals, want[1])):
             _close(f"value v{len(xs) + k}, {where}", g, w, tol)
         for k, (g, w) in enumerate(zip(grads, want[2])):
             _close(f"gradient of input {k}, {where}", g, w, tol)
-    return True
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
