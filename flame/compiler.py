@@ -2,7 +2,8 @@
 
 Its three callers are the frontend's: @flame.compile (a traced function), eager dispatch (a one-op
 graph per op signature) and loss.backward() (the rebuilt forward plus the autodiff pass). The stages
-are, in order: the SIMPLIFY pipeline and lowering (fusion) from passes/, `to_plan` (steps and memory
+are, in order: the SIMPLIFY pipeline, legalization (attention the backend cannot run becomes the
+unfused graph; also for graphs that are not optimised) and lowering (fusion) from passes/, `to_plan` (steps and memory
 placement), then the executor's compile step (runtime/). So this module sits above passes/, the plan
 builder and runtime/, and below frontend/: it lives at the package root rather than in frontend/
 because nothing in it knows about Tensors or tracing, and the CLI or a test can compile a parsed Graph
@@ -24,8 +25,9 @@ from dataclasses import dataclass, replace
 from flame import debug
 from flame.ir.graph import Graph
 from flame.ir.printer import print_graph
-from flame.passes.pipeline import fusion_enabled, lower, run_pipeline
+from flame.passes.pipeline import fusion_enabled, legalize, lower, run_pipeline
 from flame.plan.build import to_plan
+from flame.runtime.backend import capabilities
 from flame.runtime.cuda import graphs_setting
 from flame.runtime.device import executor
 
@@ -103,11 +105,15 @@ def _compile(g: Graph, ex, optimize: bool, watched: bool) -> CompiledGraph:
     record = debug.CompileRecord(g.name) if watched else None
     dump = None if record is None else (lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
     timings: list[tuple[str, float]] = []
+    target = capabilities(ex.name)  # what the backend can do: fusion, legalization and the plan builder ask it
     if optimize:
         g = run_pipeline(g, dump=dump, timings=timings)
-        g = lower(g, dump=dump, timings=timings)
+    # every graph, optimised or not: what the backend cannot run goes before planning
+    g = legalize(g, target.attention_unsupported, dump=dump, timings=timings)
+    if optimize:
+        g = lower(g, dump=dump, timings=timings, target=target)
     start = time.perf_counter()
-    plan = to_plan(g)
+    plan = to_plan(g, target=target)
     timings.append(("plan", time.perf_counter() - start))
     start = time.perf_counter()
     run = ex.compile(plan)

@@ -1,7 +1,8 @@
-"""CUDA code generation: IR op -> CUDA C++ source (render.py, templates/, snippets.py) -> cubin
-(nvrtc.py, with an on-disk cache). No GPU is needed to generate or compile."""
+"""CUDA code generation: a FusionGroup (a single op is a group of one) -> CUDA C++ source (lower.py,
+templates/, snippets.py, with the shared emit helpers in kernel.py) -> cubin (nvrtc.py, with an
+on-disk cache). No GPU is needed to generate or compile."""
 
-from flame.codegen.kernel import Kernel
-from flame.codegen.render import lower_op
+from flame.codegen.kernel import Config, Kernel
+from flame.codegen.lower import kernel_inputs, lower, single
 
-__all__ = ["Kernel", "lower_op"]
+__all__ = ["Config", "Kernel", "kernel_inputs", "lower", "single"]

@@ -11,7 +11,7 @@ from flame.codegen.kernel import (
     grid_for,
     header,
     index_types,
-    params,
+    op_params,
     render_template,
     shape_tag,
 )
@@ -19,6 +19,8 @@ from flame.codegen.snippets import PRELUDES, snippet
 from flame.codegen.views import View
 from flame.ir.dtypes import DType, f64
 from flame.ir.graph import Op
+from flame.ir.indexmap import broadcast
+from flame.ir.registry import get
 
 
 # ops whose expression is computed in another dtype than the output's (the store rounds once)
@@ -64,13 +66,18 @@ def _variant(op: Op) -> str | None:
     return next((v for v in op.attrs.values() if isinstance(v, str)), None)
 
 
-def lower_elementwise(op: Op) -> list[Kernel]:
-    """out[i] = snippet(inputs broadcast to out's shape), stored with one rounding."""
+def op_expr(op: Op, operands: list[str]) -> tuple[str, DType]:
+    """The CUDA expression of elementwise `op` over the operand expressions (bound to variables:
+    a snippet may use one twice), and the dtype it computes in (the store rounds once from it)."""
     expr_dtype = _EXPR_DTYPE.get(op.name, lambda o: o.out.dtype)(op)
     kind = cuda_c.kind(op.inputs[-1].dtype if op.inputs else op.out.dtype)
-    operands = [f"a{k}" for k in range(len(op.inputs))]
-    expr = snippet(op.name, kind, _variant(op)).format(*operands, **_fields(op, expr_dtype))
-    vs = [views.broadcast_view(v.shape, op.out.shape) for v in op.inputs]
+    return snippet(op.name, kind, _variant(op)).format(*operands, **_fields(op, expr_dtype)), expr_dtype
+
+
+def lower_elementwise(op: Op) -> list[Kernel]:
+    """out[i] = snippet(inputs broadcast to out's shape), stored with one rounding."""
+    expr, expr_dtype = op_expr(op, [f"a{k}" for k in range(len(op.inputs))])
+    vs = [views.of_map(broadcast(v.shape, op.out.shape), v.shape) for v in op.inputs]
     bcast = any(v.shape != op.out.shape for v in op.inputs)
     return render_map(op, vs, expr, expr_dtype, PRELUDES.get(op.name, ""), "bcast" if bcast else "")
 
@@ -129,7 +136,7 @@ def render_map(
         includes=cuda_c.includes(dtypes),
         prelude=prelude,
         name="FLAME_KERNEL_NAME",
-        params=params(op),
+        params=op_params(op),
         block=block,
         idx_t=idx_t,
         off_t=off_t,
@@ -145,24 +152,12 @@ def render_map(
     return [finish(stem, source, grid_for(work, block), block, len(op.inputs))]
 
 
-def _reshape_like(op: Op) -> list[View]:
-    return [views.identity_view(op.out.shape)]
-
-
-_VIEWS = {
-    "reshape": _reshape_like,
-    "squeeze": _reshape_like,
-    "unsqueeze": _reshape_like,
-    "broadcast_to": lambda op: [views.broadcast_view(op.inputs[0].shape, op.out.shape)],
-    "permute": lambda op: [views.permute_view(op.inputs[0].shape, op.attrs["perm"])],
-    "slice": lambda op: [views.slice_view(op.inputs[0].shape, op.attrs["starts"], op.attrs["steps"])],
-    "flip": lambda op: [views.flip_view(op.inputs[0].shape, op.attrs["axes"])],
-}
-
-
 def lower_view(op: Op) -> list[Kernel]:
-    """A movement op that reads its input through an affine View: an index-mapping copy."""
-    return render_map(op, _VIEWS[op.name](op), "a0", op.out.dtype, what="index-mapping copy", raw=True)
-
-
-VIEW_OPS = tuple(_VIEWS)
+    """A view op (the OpDef's `view` trait) as an index-mapping copy: a relabel copies element i to
+    element i; the others read their input through the op's index map."""
+    trait = get(op.name).view
+    if trait.relabel:
+        view = views.identity_view(op.out.shape)
+    else:
+        view = views.of_map(trait.index_map(op), op.inputs[0].shape)
+    return render_map(op, [view], "a0", op.out.dtype, what="index-mapping copy", raw=True)

@@ -1,38 +1,47 @@
-"""lower_group: one FusionGroup -> ONE kernel (templates/fused_elementwise.cu.j2 or fused_rows.cu.j2).
+"""Fused kernels: what every fused group shares (its inputs, segments, layouts and the Emitter of
+values at index maps) and the elementwise kernel (templates/fused_elementwise.cu.j2); the row kernel
+is fused_rows.py. codegen.lower picks between them by the group's Kind.
 
-ABI (as lower_op's, widened): `NAME(const T* in0, ..., T* out0, ..., T* outK)`: the group's external
+ABI (the op ABI of codegen.lower, widened): `NAME(const T* in0, ..., T* out0, ..., T* outK)`: the group's external
 inputs in order of first use (`group_inputs`), then one pointer per value in group.outputs. Every
 value is evaluated at coordinates of an iteration domain through the IndexMaps of flame.ir.indexmap;
-each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as lower_op's kernels do), so
+each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as single-op kernels do), so
 the kernel computes what the ops compute one by one. Independent parts of a group (horizontal fusion)
 become segments of the one kernel, run one after the other by the whole grid.
 
 Row kernels: one warp per row (R <= 256, several rows per block) or a 128/512-thread block per row;
-rows of at most ROW_CACHE elements keep each input element in registers across the reductions (max,
-then sum, then normalize), longer rows re-read global memory in each pass (multi-pass, same kernel)."""
+rows of at most Target.row_cache elements keep each input element in registers across the reductions
+(max, then sum, then normalize), longer rows re-read global memory in each pass (multi-pass)."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 
 from flame.codegen import cuda_c, views
-from flame.codegen.elementwise import _EXPR_DTYPE, _fields, _variant
-from flame.codegen.kernel import MAX_GRID, NAME_TOKEN, Kernel, block_for, index_types, render_template
-from flame.codegen.snippets import PRELUDES, snippet
+from flame.codegen.elementwise import op_expr
+from flame.codegen.kernel import (
+    NAME_TOKEN,
+    Config,
+    Kernel,
+    block_for,
+    finish,
+    group_dtypes,
+    group_header,
+    group_params,
+    group_prelude,
+    index_types,
+    render_template,
+    store,
+)
 from flame.ir.graph import FusionGroup, Op, Value
-from flame.ir.indexmap import REDUCTIONS as REDUCE_OPS
-from flame.ir.indexmap import VIEWS, IndexMap, Layout, derive, input_map, trailing_reduced
-from flame.ir.printer import format_attr
+from flame.ir.indexmap import IndexMap, Layout, derive, input_map, is_reduction, is_view, trailing_reduced
+from flame.ir.registry import get
 
-# Vector path launch shape, measured on an H200 (benchmarks/tune_fused.py, 2026-11-22): 1 vector per
-# thread per step with a grid capped at MAX_GRID blocks beat 2 or 4 vectors per step (fewer threads
-# resident: 34-40 registers) and uncapped or persistent (1 wave) grids for the erf/tanh-heavy chain.
-UNROLL = 1  # vectors per thread per grid-stride step, all loaded before the first is used
-GRID_CAP = MAX_GRID  # elementwise grids: blocks of UNROLL * block vectors each, up to this many
-ROW_CACHE = 32768  # row elements kept in registers (<= 32 per thread); longer rows: one pass per reduction
-_INDEXED = ("arange", "random_uniform", "random_normal", "triu", "tril")  # snippets that read `i`
+
+def positional(op: Op) -> bool:
+    """op's snippet reads `i`, its own flat index (the OpDef's positional trait)."""
+    return get(op.name).positional
 
 
 def group_inputs(group: FusionGroup) -> list[Value]:
@@ -46,7 +55,7 @@ def group_inputs(group: FusionGroup) -> list[Value]:
     return list(out)
 
 
-def _segments(ops: list[Op]) -> list[list[Op]]:
+def segments(ops: list[Op]) -> list[list[Op]]:
     """Connected parts of the group's data-flow graph (one per horizontally fused kernel)."""
     parent = {op: op for op in ops}
     prod = {op.out: op for op in ops}
@@ -69,7 +78,7 @@ def _segments(ops: list[Op]) -> list[list[Op]]:
 
 def layout(ops: list[Op], exposed: list[Value]) -> Layout:
     """The iteration domain and maps of one segment (as the fusion pass chose them)."""
-    red = [op for op in ops if op.name in REDUCE_OPS]
+    red = [op for op in ops if is_reduction(op)]
     if red:
         got = derive(ops, exposed, red[0].inputs[0].shape, trailing_reduced(red[0]))
         if isinstance(got, Layout):
@@ -85,7 +94,7 @@ def layout(ops: list[Op], exposed: list[Value]) -> Layout:
     raise NotImplementedError(f"elementwise group cannot be lowered: {why}")
 
 
-class _Emitter:
+class Emitter:
     """Statements computing values at index maps. `load(v, m)` spells a read of an external value;
     row-class values (maps that ignore the reduced dims) go to `row`, the others to `elem`."""
 
@@ -112,9 +121,9 @@ class _Emitter:
             expr = self.load(v, m)
             name = self.fresh()
             lines.append(f"const {cuda_c.compute_dtype(v.dtype).cuda_type} {name} = {expr};")
-        elif op.name in VIEWS:
+        elif is_view(op):
             name = self.value(op.inputs[0], m.then(input_map(op, 0)))
-        elif op.name in REDUCE_OPS:
+        elif is_reduction(op):
             raise KeyError(f"internal error: reduction {op.name} used before it is computed")
         else:
             name = self._compute(op, m, lines)
@@ -122,14 +131,12 @@ class _Emitter:
         return name
 
     def _compute(self, op: Op, m: IndexMap, lines: list[str]) -> str:
-        expr_dtype = _EXPR_DTYPE.get(op.name, lambda o: o.out.dtype)(op)
-        kind = cuda_c.kind(op.inputs[-1].dtype if op.inputs else op.out.dtype)
         args = [self.value(u, m.then(input_map(op, k))) for k, u in enumerate(op.inputs)]
-        expr = snippet(op.name, kind, _variant(op)).format(*args, **_fields(op, expr_dtype))
+        expr, expr_dtype = op_expr(op, args)
         rounded = cuda_c.load(cuda_c.convert(expr, expr_dtype, op.out.dtype), op.out.dtype)
         name = self.fresh()
         ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
-        if op.name in _INDEXED:  # the snippet reads `i`: the op's own flat index at this point
+        if positional(op):  # the snippet reads `i`: the op's own flat index at this point
             lines.append(f"{ctype} {name}; {{ const idx_t i = (idx_t)({self.own_index(op.out, m)}); "
                          f"{name} = {rounded}; }}")
         else:
@@ -138,65 +145,25 @@ class _Emitter:
 
 
 def _what(ops: list[Op]) -> str:
-    names = [op.name for op in ops if op.name not in VIEWS and op.name != "full"]
+    names = [op.name for op in ops if not is_view(op) and op.name != "full"]
     return " ".join(dict.fromkeys(names)) or "copy"
 
 
-def _header(group: FusionGroup, inputs: list[Value], what: str) -> str:
-    ids = {v: i for i, v in enumerate(inputs)}
-    local = dict(ids)
-    lines = [f"// flame fused kernel ({group.kind}) for IR ops: {'; '.join(_line(op, local) for op in group.ops)}"]
-    lines.append("//   inputs: " + ", ".join(f"%{i}: {v.type}" for v, i in ids.items()))
-    lines.append(f"//   {what}; boundary: {group.reason}")
-    return "\n".join(lines)
-
-
-def _line(op: Op, ids: dict[Value, int]) -> str:
-    for v in [*op.inputs, op.out]:
-        ids.setdefault(v, len(ids))
-    args = ", ".join(f"%{ids[v]}" for v in op.inputs)
-    attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in op.attrs.items())
-    return (f"%{ids[op.out]} = {op.name}" + (f" {args}" if args else "") + (f" {{{attrs}}}" if attrs else "")
-            + f" : {op.out.type}")
-
-
-def _params(inputs: list[Value], outputs: list[Value]) -> str:
-    ps = [f"const {v.dtype.cuda_type}* __restrict__ in{i}" for i, v in enumerate(inputs)]
-    ps += [f"{v.dtype.cuda_type}* __restrict__ out{i}" for i, v in enumerate(outputs)]
-    return ", ".join(ps)
-
-
-def _finish(stem: str, source: str, grid: int, block: int, n_in: int, n_out: int) -> Kernel:
-    name = f"{stem}_{hashlib.sha256(source.encode()).hexdigest()[:8]}"
-    return Kernel(name, source.replace(NAME_TOKEN, name), grid, block, n_in, 0, 0, n_outputs=n_out)
-
-
-def _dtypes(group: FusionGroup) -> set:
-    return {v.dtype for op in group.ops for v in (*op.inputs, op.out)}
-
-
-def _prelude(group: FusionGroup) -> str:
-    return "\n".join(dict.fromkeys(PRELUDES[op.name] for op in group.ops if op.name in PRELUDES))
-
-
-def lower_group(group: FusionGroup) -> list[Kernel]:
-    """The kernel computing `group` (see the module docstring); [] when it writes nothing."""
+def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layout], tuple[Op, ...]] | None:
+    """(inputs, segments, their layouts, carried column reductions) of a fused group; None when it
+    writes nothing."""
     outputs = list(group.outputs)
     if not outputs or all(math.prod(v.shape) == 0 for v in outputs):
-        return []
+        return None
     inputs = group_inputs(group)
     # column reductions a rows group carries (passes/fuse.py): computed from the row layout's values
-    columns = tuple(op for op in group.ops if op.name in REDUCE_OPS and trailing_reduced(op) is None)
-    segs = _segments([op for op in group.ops if op not in columns])
+    columns = tuple(op for op in group.ops if is_reduction(op) and trailing_reduced(op) is None)
+    segs = segments([op for op in group.ops if op not in columns])
     col_in = [op.inputs[0] for op in columns]
     lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
     if columns and (len(segs) != 1 or not lays[0].n_red):
         raise NotImplementedError("column reductions ride only in a one-segment row kernel")
-    if any(lay.n_red for lay in lays):
-        from flame.codegen.fused_rows import lower_rows
-
-        return lower_rows(group, inputs, segs, lays, columns)
-    return _lower_map(group, inputs, segs, lays)
+    return inputs, segs, lays, columns
 
 
 def _coords(dims: tuple[int, ...], src: str, c: str) -> list[str]:
@@ -210,10 +177,6 @@ def _coords(dims: tuple[int, ...], src: str, c: str) -> list[str]:
     return lines
 
 
-def _store(v: Value, name: str) -> str:
-    return cuda_c.convert(name, v.dtype, v.dtype)
-
-
 class _MapSegment:
     """The CUDA pieces of one elementwise segment over its collapsed domain."""
 
@@ -223,7 +186,7 @@ class _MapSegment:
         self.stores = [(outputs.index(v), v, m) for v, m in lay.stores.items()]
         inside = {op.out for op in ops}
         self.loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
-        indexed = [(op.out, m) for op in ops if op.name in _INDEXED for m in lay.maps.get(op.out, [])]
+        indexed = [(op.out, m) for op in ops if positional(op) for m in lay.maps.get(op.out, [])]
         keys = self.loads + [(v, m) for _, v, m in self.stores] + indexed
         flat = [views.View(*m.flat(v.shape)) for v, m in keys]
         self.dims, cviews = views.collapse(lay.domain, flat)
@@ -277,7 +240,7 @@ class _MapSegment:
     def body(self, vector: bool, hoisted: list[str]) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
         """(statements per element j; on the vector path also: the U-slot load arrays, the loads of
         vector `v` into slot `u`, the store vectors, and their stores to vector `v` after the j loop)."""
-        em = _Emitter(self.lay, self.values, self._load(vector, hoisted), self._own_index)
+        em = Emitter(self.lay, self.values, self._load(vector, hoisted), self._own_index)
         decls, loads, sdecls, post = [], [], [], []  # (no reduced dims: every value goes to em.row)
         if not vector and any(md == "general" for md in self.mode.values()):
             em.row += _coords(self.dims, "i", "c")
@@ -300,16 +263,16 @@ class _MapSegment:
     def _write(self, o: int, v: Value, m: IndexMap, val: str, vector: bool, sdecls, post) -> str:
         cv, md = self.view[(v, m)], self.mode[(v, m)]
         if md == "scalar":
-            return f"if (i == 0) out{o}[{cv.base}] = {_store(v, val)};"
+            return f"if (i == 0) out{o}[{cv.base}] = {store(v, val)};"
         if md == "identity" and vector:
             t = f"flame_vec<{v.dtype.cuda_type}, {self.vec()}>"
             sdecls.append(f"{t} vs{o};")
             post.append(f"reinterpret_cast<{t}*>(out{o})[v] = vs{o};")
-            return f"vs{o}.v[j] = {_store(v, val)};"
+            return f"vs{o}.v[j] = {store(v, val)};"
         if md == "identity":
-            return f"out{o}[i] = {_store(v, val)};"
+            return f"out{o}[i] = {store(v, val)};"
         guard = " && ".join(f"c{d} == 0" for d, s in enumerate(cv.strides) if s == 0)
-        write = f"out{o}[{views.offset_expr(cv)}] = {_store(v, val)};"
+        write = f"out{o}[{views.offset_expr(cv)}] = {store(v, val)};"
         return f"if ({guard}) {write}" if guard else write
 
     def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:
@@ -333,32 +296,39 @@ class _MapSegment:
         return fields
 
 
-def _lower_map(group: FusionGroup, inputs: list[Value], segs, lays) -> list[Kernel]:
+def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
+    """The one elementwise kernel of a fused group (Kind.ELEMENTWISE); [] when it writes nothing."""
+    got = prepare(group)
+    if got is None:
+        return []
+    inputs, segs, lays, _ = got
+    if any(lay.n_red for lay in lays):
+        raise NotImplementedError("an elementwise group with a reduction")
     outputs = list(group.outputs)
     parts = [_MapSegment(seg, lay, inputs, outputs) for seg, lay in zip(segs, lays)]
     fields = [p.template_fields(inputs, outputs) for p in parts]
     work = max(-(-p.n // p.vec()) for p in parts)
     block = block_for(work)
-    chunks = max(-(-p.n // (p.vec() * block * (UNROLL if p.vec() > 1 else 1))) for p in parts)
+    chunks = max(-(-p.n // (p.vec() * block * (config.unroll if p.vec() > 1 else 1))) for p in parts)
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), *(p.n for p in parts))
     what = "; ".join(f["what"] for f in fields)
     source = render_template(
         "fused_elementwise.cu.j2",
-        header=_header(group, inputs, f"{len(parts)} segment(s): {what}"),
-        includes=cuda_c.includes(_dtypes(group)),
-        prelude=_prelude(group),
+        header=group_header(group, inputs, f"{len(parts)} segment(s): {what}"),
+        includes=cuda_c.includes(group_dtypes(group)),
+        prelude=group_prelude(group),
         name=NAME_TOKEN,
-        params=_params(inputs, outputs),
+        params=group_params(inputs, outputs),
         block=block,
-        U=UNROLL,
+        U=config.unroll,
         idx_t=idx_t,
         off_t=off_t,
         segments=fields,
     )
-    names = [op.name for op in group.ops if op.name not in VIEWS and op.name != "full"]
+    names = [op.name for op in group.ops if not is_view(op) and op.name != "full"]
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
     if len(parts) > 1:
         stem += f"_x{len(parts)}"
-    k = _finish(stem, source, max(1, min(chunks, GRID_CAP)), block, len(inputs), len(outputs))
+    k = finish(stem, source, max(1, min(chunks, config.grid_cap)), block, len(inputs), n_outputs=len(outputs))
     same = len(parts) == 1 and all(v.shape == lays[0].domain for v in outputs)
     return [k if same else dataclasses.replace(k, in_place_safe=False)]

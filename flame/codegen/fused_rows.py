@@ -1,7 +1,7 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
 their elementwise prologue and epilogue. Each row is one warp (R <= 256 elements, 8 rows per block)
 or one block of 128 / 512 threads. A thread owns elements r = lane + j*G of its row; for rows of at
-most ROW_CACHE elements the external inputs read per element are loaded once into registers and every
+most Target.row_cache elements the external inputs read per element are loaded once into registers and every
 pass (one per reduction, then the stores) works from them; longer rows re-read global memory in each
 pass. Per-row values (reduction results and what is computed from them) are computed once per
 thread, from totals that every thread of the row holds identically."""
@@ -12,29 +12,26 @@ import math
 from dataclasses import replace
 
 from flame.codegen import cuda_c, views
-from flame.codegen.fused import (
-    _INDEXED,
-    ROW_CACHE,
-    _dtypes,
-    _Emitter,
-    _finish,
-    _header,
-    _params,
-    _prelude,
-    _store,
+from flame.codegen.fused import Emitter, positional, prepare
+from flame.codegen.kernel import (
+    NAME_TOKEN,
+    Config,
+    Kernel,
+    finish,
+    group_dtypes,
+    group_header,
+    group_params,
+    group_prelude,
+    index_types,
+    render_template,
+    store,
 )
-from flame.codegen.kernel import NAME_TOKEN, Kernel, index_types, render_template
-from flame.codegen.snippets import REDUCTIONS
-from flame.ir.dtypes import DType
+from flame.codegen.snippets import accumulator
 from flame.ir.graph import FusionGroup, Op, Value
-from flame.ir.indexmap import REDUCTIONS as REDUCE_OPS
-from flame.ir.indexmap import IndexMap, Layout
+from flame.ir.indexmap import IndexMap, Layout, identity, is_reduction, row_map
+from flame.target import Target
 
 _MAX_GRID = 65535
-CACHE_INVARIANT = True  # keep inputs that are the same for every row (weights) in registers too
-COLUMN_GRID = 264  # row-kernel blocks when it carries column partials: 2 per SM of a 132-SM H100/H200
-REG_BUDGET = {1024: 32}  # threads per row -> registers per thread for cached row elements (default 64)
-MIN_BLOCKS = 0  # __launch_bounds__ minimum blocks per multiprocessor (0: the compiler's choice)
 _NAMES = {  # reductions (and a telling op) -> the composite a row kernel implements
     ("reduce_max", "reduce_sum", "div"): "softmax",
     ("reduce_max", "reduce_sum", "log"): "log_softmax",
@@ -60,7 +57,7 @@ def _offset(kept: views.View, red: views.View, kc: str, rc: str) -> tuple[str, s
 
 class _RowSegment:
     def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], G: int, seg: int,
-                 columns: tuple[Op, ...] = ()):
+                 columns: tuple[Op, ...], config: Config, target: Target):
         self.ops, self.lay, self.G, self.seg, self.columns = ops, lay, G, seg, columns
         self.in_idx = {v: i for i, v in enumerate(inputs)}
         self.out_idx = {v: outputs.index(v) for v in lay.stores if v in outputs}  # others: column inputs
@@ -72,7 +69,7 @@ class _RowSegment:
         inside = {op.out for op in ops}
         self.values = inside
         loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
-        indexed = [(op.out, m) for op in ops if op.name in _INDEXED for m in lay.maps.get(op.out, [])]
+        indexed = [(op.out, m) for op in ops if positional(op) for m in lay.maps.get(op.out, [])]
         self.keys = loads + list(lay.stores.items()) + indexed
         flat = [views.View(*m.flat(v.shape)) for v, m in self.keys]
         parts = [_split(f, self.n_kept) for f in flat]
@@ -83,12 +80,12 @@ class _RowSegment:
         self.rguard = {k: [d for d, s in enumerate(b.strides) if s == 0] for k, b in zip(self.keys, rv)}
         self.red = range(self.n_kept, rank)
         self.loads = loads
-        # per-element inputs held in registers: all of them, or (CACHE_INVARIANT off) those that differ
+        # per-element inputs held in registers: all of them, or (cache_invariant off) those that differ
         # between rows; a row-invariant one (a weight) is then re-read from the cache where it is used
         reg = {k for k in loads if k[1].depends_on(self.red)
-               and (CACHE_INVARIANT or len(self.kguard[k]) < len(self.kdims))}
-        # registers per thread for the row: at most REG_BUDGET[G] (1024 threads leave 64 per thread)
-        self.cached = 0 < self.R <= ROW_CACHE and len(reg) * self.E <= REG_BUDGET.get(G, 64)
+               and (config.cache_invariant or len(self.kguard[k]) < len(self.kdims))}
+        # registers per thread for the row: at most reg_budget[G] (1024 threads leave 64 per thread)
+        self.cached = 0 < self.R <= target.row_cache and len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
         self.reg = reg if self.cached else set()
 
     def _load(self, v: Value, m: IndexMap) -> str:
@@ -117,30 +114,31 @@ class _RowSegment:
                     *["  " + x for x in inner], "  }", "}"]
         return [f"for (idx_t r = (idx_t)lane; r < R; r += {self.G}u) {{", *inner, "}"]
 
-    def _reduce(self, em: _Emitter, op: Op, out: list[str]) -> None:
-        spec, acc = REDUCTIONS[op.name], _acc(op)
+    def _reduce(self, em: Emitter, op: Op, out: list[str]) -> None:
+        accu = accumulator(op)
+        acc = accu.dtype
         a = f"acc{len(out)}"
         em.memo_elem, em.elem = {}, []
-        x = em.value(op.inputs[0], _identity(len(self.lay.domain)))
-        body = em.elem + [f"{a} = {spec.combine.format(a, x)};"]
+        x = em.value(op.inputs[0], identity(len(self.lay.domain)))
+        body = em.elem + [f"{a} = {accu.combine(a, x)};"]
         out += em.row
         em.row = []
-        out.append(f"{acc.cuda_type} {a} = {_identity_of(op)};")
+        out.append(f"{acc.cuda_type} {a} = {accu.identity};")
         out += self._loop(body)
         out.append(f"for (int d = 16; d > 0; d >>= 1) {{ const {acc.cuda_type} b = __shfl_down_sync(0xffffffffu, "
-                   f"{a}, d); {a} = {spec.combine.format(a, 'b')}; }}")
+                   f"{a}, d); {a} = {accu.combine(a, 'b')}; }}")
         if self.G == 32:
             out.append(f"{a} = __shfl_sync(0xffffffffu, {a}, 0);")
         else:
             sm = f"reinterpret_cast<{acc.cuda_type}*>(flame_red)"
             out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", "__syncthreads();", f"{a} = {sm}[0];",
-                    f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {spec.combine.format(a, f'{sm}[w]')};",
+                    f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {accu.combine(a, f'{sm}[w]')};",
                     "__syncthreads();"]
-        total = spec.finalize.format(a, ctype=acc.cuda_type, count=f"{self.R}u")
+        total = accu.total(a, f"{self.R}u")
         name = em.fresh()
         ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
         out.append(f"const {ctype} {name} = {cuda_c.load(cuda_c.convert(total, acc, op.out.dtype), op.out.dtype)};")
-        em.memo_row[(op.out, _row(self.lay, op))] = name
+        em.memo_row[(op.out, row_map(op.out, self.lay.domain, self.lay.n_red))] = name
 
     def body(self) -> list[str]:
         out = [f"const idx_t R = {self.R}u;"]
@@ -153,9 +151,9 @@ class _RowSegment:
                 ctype = cuda_c.compute_dtype(v.dtype).cuda_type
                 load = cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {self.off[(v, m)][1]}]", v.dtype)
                 out += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
-        em = _Emitter(self.lay, self.values, self._load, self._own, prefix=f"s{self.seg}_")
+        em = Emitter(self.lay, self.values, self._load, self._own, prefix=f"s{self.seg}_")
         for op in self.ops:
-            if op.name in REDUCE_OPS:
+            if is_reduction(op):
                 self._reduce(em, op, out)
         em.memo_elem, em.elem = {}, []
         for v, m in self.lay.stores.items():
@@ -163,8 +161,8 @@ class _RowSegment:
                 val = em.value(v, m)
                 em.elem.append(self._write(v, m, val))
         for n, op in enumerate(self.columns):  # fold this row's element into the thread's column partials
-            val = em.value(op.inputs[0], _identity(len(self.lay.domain)))
-            em.elem.append(f"c{n}[j] = {REDUCTIONS[op.name].combine.format(f'c{n}[j]', val)};")
+            val = em.value(op.inputs[0], identity(len(self.lay.domain)))
+            em.elem.append(f"c{n}[j] = {accumulator(op).combine(f'c{n}[j]', val)};")
         out += em.row
         em.row = []
         if em.elem:
@@ -178,17 +176,8 @@ class _RowSegment:
         k, r = self.off[(v, m)]
         guards = [f"k{d} == 0" for d in self.kguard[(v, m)] if self.kdims] + \
                  [f"q{d} == 0" for d in self.rguard[(v, m)] if m.depends_on(self.red) and self.rdims]
-        write = f"out{self.out_idx[v]}[{k} + {r if m.depends_on(self.red) else '0'}] = {_store(v, val)};"
+        write = f"out{self.out_idx[v]}[{k} + {r if m.depends_on(self.red) else '0'}] = {store(v, val)};"
         return f"if ({' && '.join(guards)}) {write}" if guards else write
-
-
-def _acc(op: Op) -> DType:
-    """The accumulator dtype of reduction op."""
-    return cuda_c.compute_dtype(op.inputs[0].dtype)
-
-
-def _identity_of(op: Op) -> str:
-    return cuda_c.identity(REDUCTIONS[op.name].identity, _acc(op))
 
 
 class _Columns:
@@ -203,14 +192,15 @@ class _Columns:
         self.offsets, off = [], 0
         for op in seg.columns:
             self.offsets.append(off)
-            off += -(-self.P * self.R * _acc(op).itemsize // 256) * 256
+            off += -(-self.P * self.R * accumulator(op).dtype.itemsize // 256) * 256
         self.scratch = off
         self.out_idx = [outputs.index(op.out) for op in seg.columns]
 
     def declarations(self) -> list[str]:
-        return [f"{_acc(op).cuda_type} c{n}[{self.seg.E}];" for n, op in enumerate(self.seg.columns)] + \
+        accus = [accumulator(op) for op in self.seg.columns]
+        return [f"{a.dtype.cuda_type} c{n}[{self.seg.E}];" for n, a in enumerate(accus)] + \
                [f"#pragma unroll\nfor (int j = 0; j < {self.seg.E}; ++j) {{ "
-                + " ".join(f"c{n}[j] = {_identity_of(op)};" for n, op in enumerate(self.seg.columns)) + " }"]
+                + " ".join(f"c{n}[j] = {a.identity};" for n, a in enumerate(accus)) + " }"]
 
     def partial_writes(self) -> list[str]:
         G, E = self.seg.G, self.seg.E
@@ -218,7 +208,7 @@ class _Columns:
                  "#pragma unroll", f"for (int j = 0; j < {E}; ++j) {{",
                  f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {{"]
         for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
-            t = _acc(op).cuda_type
+            t = accumulator(op).dtype.cuda_type
             lines.append(f"    reinterpret_cast<{t}*>(reinterpret_cast<char*>(scratch) + {off})"
                          f"[(size_t)slot * {self.R}u + r] = c{n}[j];")
         return lines + ["  }", "}"]
@@ -226,12 +216,12 @@ class _Columns:
     def fold(self) -> list[dict]:
         out = []
         for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
-            acc, spec = _acc(op), REDUCTIONS[op.name]
-            total = spec.finalize.format("a", ctype=acc.cuda_type, count=f"{self.seg.M}u")
-            out.append(dict(acc_t=acc.cuda_type, identity=_identity_of(op), offset=off,
-                            combine=spec.combine.format("a", "p[(size_t)s * R + r]"),
+            accu = accumulator(op)
+            total = cuda_c.convert(accu.total("a", f"{self.seg.M}u"), accu.dtype, op.out.dtype)
+            out.append(dict(acc_t=accu.dtype.cuda_type, identity=accu.identity, offset=off,
+                            combine=accu.combine("a", "p[(size_t)s * R + r]"),
                             out=self.out_idx[n],
-                            store=_store(op.out, cuda_c.load(cuda_c.convert(total, acc, op.out.dtype), op.out.dtype))))
+                            store=store(op.out, cuda_c.load(total, op.out.dtype))))
         return out
 
 
@@ -243,44 +233,40 @@ def _merge_rows(out: list[str], late: list[str]) -> list[str]:
     return out[:first] + late + out[first:]
 
 
-def _identity(rank: int) -> IndexMap:
-    from flame.ir.indexmap import identity
-
-    return identity(rank)
-
-
-def _row(lay: Layout, op: Op) -> IndexMap:
-    from flame.ir.indexmap import row_map
-
-    return row_map(op.out, lay.domain, lay.n_red)
-
-
-def lower_rows(group: FusionGroup, inputs: list[Value], segs, lays, columns: tuple[Op, ...] = ()) -> list[Kernel]:
-    """The row kernel of a group; with column reductions (one segment only), also the fold kernel."""
+def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
+    """The row kernel of a fused group (Kind.ROWS); with column reductions (one segment only), also
+    the fold kernel; [] when it writes nothing."""
+    got = prepare(group)
+    if got is None:
+        return []
+    inputs, segs, lays, columns = got
+    if not any(lay.n_red for lay in lays):
+        raise NotImplementedError("a rows group without a reduction over the innermost dims")
     outputs = list(group.outputs)
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
     G = _threads(R)
     block = 256 if G == 32 else G
-    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns) for k, (seg, lay) in enumerate(zip(segs, lays))]
+    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target)
+             for k, (seg, lay) in enumerate(zip(segs, lays))]
     fields, start = [], 0
     for p in parts:
         fields.append(dict(start=start, end=start + p.M, body=p.body(),
                            what=f"{p.M} rows x {p.R} ({'registers' if p.cached else 'streamed'})"))
         start += p.M
-    grid = min(-(-start // (block // G)), COLUMN_GRID if columns else _MAX_GRID)
+    grid = min(-(-start // (block // G)), config.column_grid if columns else _MAX_GRID)
     cols = _Columns(parts[0], outputs, grid, block) if columns else None
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), start)
-    params = _params(inputs, outputs) + (", void* __restrict__ scratch" if cols else "")
+    params = group_params(inputs, outputs, scratch=cols is not None)
     source = render_template(
         "fused_rows.cu.j2",
-        header=_header(group, inputs, "; ".join(f["what"] for f in fields)
+        header=group_header(group, inputs, "; ".join(f["what"] for f in fields)
                        + (f"; {len(columns)} column reduction(s) in {cols.P} partials" if cols else "")),
-        includes=cuda_c.includes(_dtypes(group)),
-        prelude=_prelude(group),
+        includes=cuda_c.includes(group_dtypes(group)),
+        prelude=group_prelude(group),
         name=NAME_TOKEN,
         params=params,
         block=block,
-        min_blocks=MIN_BLOCKS,
+        min_blocks=config.min_blocks,
         G=G,
         idx_t=idx_t,
         off_t=off_t,
@@ -289,18 +275,18 @@ def lower_rows(group: FusionGroup, inputs: list[Value], segs, lays, columns: tup
         before=cols.declarations() if cols else [],
         after=cols.partial_writes() if cols else [],
     )
-    reds = [op.name for op in group.ops if op.name in REDUCE_OPS and op not in columns]
+    reds = [op.name for op in group.ops if is_reduction(op) and op not in columns]
     names = set(op.name for op in group.ops)
     what = next((n for key, n in _NAMES.items() if list(key[:-1]) == reds[: len(key) - 1] and key[-1] in names
                  and len(reds) == len(key) - 1), "_".join(r.removeprefix("reduce_") for r in reds[:3]))
     stem = f"reduce_{what}_rows_{outputs[0].dtype.name}" + (f"_x{len(parts)}" if len(parts) > 1 else "")
-    kernels = [_finish(stem, source, grid, block, len(inputs), len(outputs))]
+    kernels = [finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))]
     if cols:
         what = f"fold of {cols.P} partials x {cols.R} per column reduction"
-        fold = render_template("fused_rows_fold.cu.j2", header=_header(group, inputs, what),
-                               includes=cuda_c.includes(_dtypes(group)), name=NAME_TOKEN, params=params,
+        fold = render_template("fused_rows_fold.cu.j2", header=group_header(group, inputs, what),
+                               includes=cuda_c.includes(group_dtypes(group)), name=NAME_TOKEN, params=params,
                                P=cols.P, R=cols.R, columns=cols.fold())
-        kernels.append(_finish(f"{stem}_fold", fold, min(-(-cols.R // 256), _MAX_GRID), 256, len(inputs),
-                               len(outputs)))
+        kernels.append(finish(f"{stem}_fold", fold, min(-(-cols.R // 256), _MAX_GRID), 256, len(inputs),
+                              n_outputs=len(outputs)))
         kernels = [replace(k, scratch=cols.scratch) for k in kernels]
     return kernels

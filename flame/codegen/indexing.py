@@ -14,7 +14,7 @@ from flame.codegen.kernel import (
     grid_for,
     header,
     index_types,
-    params,
+    op_params,
     render_template,
     shape_tag,
 )
@@ -31,7 +31,7 @@ def _render(op: Op, kind: str, n: int, what: str, scratch: int = 0, **fields) ->
         header=header(op, what),
         includes=cuda_c.includes(dtypes),
         name="FLAME_KERNEL_NAME",
-        params=params(op, scratch > 0),
+        params=op_params(op, scratch > 0),
         block=block,
         idx_t=idx_t,
         off_t=off_t,

@@ -1,21 +1,50 @@
-"""The Kernel record the runtime launches, and what every lowering shares: the Jinja environment,
-the leading IR comment, launch-size helpers and unique, descriptive kernel names."""
+"""The Kernel record the runtime launches, and what every lowering shares (the one home of the emit
+helpers): the tuning Config, the Jinja environment, the leading IR comment, kernel parameter lists,
+launch-size helpers and unique, descriptive kernel names."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from flame.ir.graph import Op
-from flame.ir.printer import format_attr
+from flame.codegen import cuda_c
+from flame.codegen.snippets import PRELUDES
+from flame.ir.graph import FusionGroup, Op, Value
+from flame.ir.printer import format_attr, format_op
 
 BLOCK = 256
 MAX_GRID = 8192  # grid-stride loops cover the rest; a few waves on any current GPU
 NAME_TOKEN = "FLAME_KERNEL_NAME"  # replaced by the final name once the source is hashed
 INT32_LIMIT = 1 << 31
+
+
+@dataclass(frozen=True)
+class Config:
+    """Launch-shape tuning of the fused kernels, passed to codegen.lower (benchmarks/tune_fused.py
+    times variants of it). Defaults measured on an H200 (2026-11-22): 1 vector per thread per step
+    with a grid capped at MAX_GRID blocks beat 2 or 4 vectors per step (fewer threads resident: 34-40
+    registers) and uncapped or persistent (1 wave) grids for the erf/tanh-heavy chain.
+
+    unroll: vectors per thread per grid-stride step of an elementwise kernel, all loaded before the
+    first is used; grid_cap: its grid, in blocks. cache_invariant: row kernels keep inputs that are
+    the same for every row (weights) in registers too; reg_budget: threads per row -> registers per
+    thread for cached row elements (default 64); min_blocks: __launch_bounds__ minimum blocks per
+    multiprocessor (0: the compiler's choice); column_grid: row-kernel blocks when it carries column
+    partials (2 per SM of a 132-SM H100/H200)."""
+
+    unroll: int = 1
+    grid_cap: int = MAX_GRID
+    cache_invariant: bool = True
+    reg_budget: tuple[tuple[int, int], ...] = ((1024, 32),)
+    min_blocks: int = 0
+    column_grid: int = 264
+
+
+DEFAULT_CONFIG = Config()
 
 
 @dataclass(frozen=True)
@@ -50,6 +79,21 @@ def render_template(template: str, **params) -> str:
     return _ENV.get_template(template).render(**params)
 
 
+def group_header(group: FusionGroup, inputs: list[Value], what: str) -> str:
+    """The leading comment of a fused kernel: its IR ops (values numbered from its inputs), why."""
+    ids = {v: i for i, v in enumerate(inputs)}
+    local = dict(ids)
+    lines = []
+    for op in group.ops:
+        for v in [*op.inputs, op.out]:
+            local.setdefault(v, len(local))
+        lines.append(format_op(op, local))
+    out = [f"// flame fused kernel ({group.kind}) for IR ops: {'; '.join(lines)}"]
+    out.append("//   inputs: " + ", ".join(f"%{i}: {v.type}" for v, i in ids.items()))
+    out.append(f"//   {what}; boundary: {group.reason}")
+    return "\n".join(out)
+
+
 def op_line(op: Op) -> str:
     """The op as IR text with its inputs numbered %0.. and its result %n (value ids are local)."""
     n = len(op.inputs)
@@ -69,10 +113,10 @@ def header(op: Op, what: str = "") -> str:
     return "\n".join(lines)
 
 
-def params(op: Op, scratch: bool = False) -> str:
-    """`const T0* __restrict__ in0, ..., T* __restrict__ out[, void* __restrict__ scratch]`."""
-    ps = [f"const {v.dtype.cuda_type}* __restrict__ in{i}" for i, v in enumerate(op.inputs)]
-    ps.append(f"{op.out.dtype.cuda_type}* __restrict__ out")
+def params(inputs: Sequence[Value], outputs: Mapping[str, Value], scratch: bool = False) -> str:
+    """`const T0* __restrict__ in0, ..., T* __restrict__ <output name>, ...[, void* __restrict__ scratch]`."""
+    ps = [f"const {v.dtype.cuda_type}* __restrict__ in{i}" for i, v in enumerate(inputs)]
+    ps += [f"{v.dtype.cuda_type}* __restrict__ {name}" for name, v in outputs.items()]
     if scratch:
         ps.append("void* __restrict__ scratch")
     return ", ".join(ps)
@@ -83,11 +127,36 @@ def shape_tag(shape: tuple[int, ...]) -> str:
     return tag if len(tag) <= 32 else f"rank{len(shape)}"
 
 
-def finish(stem: str, source: str, grid: int, block: int, n_inputs: int, scratch: int = 0) -> Kernel:
+def op_params(op: Op, scratch: bool = False) -> str:
+    """The parameters of a kernel with the op ABI: the op's inputs in order, then `out`."""
+    return params(op.inputs, {"out": op.out}, scratch)
+
+
+def group_params(inputs: list[Value], outputs: list[Value], scratch: bool = False) -> str:
+    """The parameters of a fused kernel: its inputs, then out0.. (one per value the group writes)."""
+    return params(inputs, {f"out{i}": v for i, v in enumerate(outputs)}, scratch)
+
+
+def group_dtypes(group: FusionGroup) -> set:
+    return {v.dtype for op in group.ops for v in (*op.inputs, op.out)}
+
+
+def group_prelude(group: FusionGroup) -> str:
+    """The device functions the group's snippets call, each once."""
+    return "\n".join(dict.fromkeys(PRELUDES[op.name] for op in group.ops if op.name in PRELUDES))
+
+
+def store(v: Value, expr: str) -> str:
+    """A compute-typed value as v's storage type."""
+    return cuda_c.convert(expr, v.dtype, v.dtype)
+
+
+def finish(stem: str, source: str, grid: int, block: int, n_inputs: int, scratch: int = 0,
+           n_outputs: int = 1) -> Kernel:
     """Name the kernel `<stem>_<hash of source>` so names are unique per distinct source."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:8]
     name = f"{stem}_{digest}"
-    return Kernel(name, source.replace(NAME_TOKEN, name), grid, block, n_inputs, 0, scratch)
+    return Kernel(name, source.replace(NAME_TOKEN, name), grid, block, n_inputs, 0, scratch, n_outputs)
 
 
 def grid_for(work: int, block: int = BLOCK, cap: int = MAX_GRID) -> int:

@@ -13,8 +13,8 @@ f16/bf16 accumulate in f32; the output is rounded once."""
 from __future__ import annotations
 
 from flame.codegen import cuda_c, views
-from flame.codegen.kernel import Kernel, finish, header, index_types, params, render_template, shape_tag
-from flame.codegen.snippets import REDUCTIONS
+from flame.codegen.kernel import Kernel, finish, header, index_types, op_params, render_template, shape_tag
+from flame.codegen.snippets import accumulator
 from flame.ir.graph import Op
 
 _BLOCK = 256
@@ -69,8 +69,8 @@ def lower_reduction(op: Op) -> list[Kernel]:
         return []
     kept, red, inner = _groups(x.shape, _axes(op))
     R = views.numel([s for s, _ in red])
-    spec = REDUCTIONS[op.name]
-    acc = cuda_c.compute_dtype(x.dtype)
+    accu = accumulator(op)
+    acc = accu.dtype
     argmax = op.name == "argmax"
     if inner:
         G = 32 if R <= 1024 else _BLOCK
@@ -83,9 +83,7 @@ def lower_reduction(op: Op) -> list[Kernel]:
         P, CH = _chunks(R, tiles, 256)
         kind, units = "cols", tiles * P
     a, b = ("a", "b") if argmax else ("a.v", "b.v")
-    total = "a.v"
-    if spec.finalize != "{0}":
-        total = spec.finalize.format("a.v", ctype=acc.cuda_type, count=f"{R}u")
+    total = accu.total("a.v", f"{R}u")
     vbytes = P * M * acc.itemsize
     index_offset = -(-vbytes // 8) * 8
     scratch = (index_offset + P * M * 8 if argmax else vbytes) if P > 1 else 0
@@ -93,7 +91,7 @@ def lower_reduction(op: Op) -> list[Kernel]:
     common = dict(
         includes=cuda_c.includes({x.dtype, out.dtype}),
         name="FLAME_KERNEL_NAME",
-        params=params(op, scratch > 0),
+        params=op_params(op, scratch > 0),
         block=_BLOCK,
         idx_t=idx_t,
         off_t=off_t,
@@ -103,8 +101,8 @@ def lower_reduction(op: Op) -> list[Kernel]:
         CH=CH,
         argmax=argmax,
         acc_t=acc.cuda_type,
-        identity=cuda_c.identity(spec.identity, acc),
-        combine=spec.combine.format(a, b),
+        identity=accu.identity,
+        combine=accu.combine(a, b),
         index_offset=index_offset,
         store="a.i" if argmax else cuda_c.convert(total, acc, out.dtype),
         kdims=[s for s, _ in kept],

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flame.codegen import cuda_c
+from flame.ir.dtypes import DType
+from flame.ir.graph import Op
+from flame.ir.registry import get
+
 _NAN_MAX = "((({0}) > ({1}) || ({0}) != ({0})) ? ({0}) : ({1}))"  # NaN-propagating, like np.maximum
 _NAN_MIN = "((({0}) < ({1}) || ({0}) != ({0})) ? ({0}) : ({1}))"
 
@@ -125,27 +130,48 @@ PRELUDES: dict[str, str] = {"random_uniform": _PHILOX, "random_normal": _PHILOX}
 
 @dataclass(frozen=True)
 class Reduction:
-    """How a reduction combines two accumulators ({0}, {1}), starts and finishes ({0}: the total,
-    {count}: the number of reduced elements). identity: "zero", "lowest" or "highest"."""
+    """How a reduction combines two accumulators ({0}, {1}) and finishes ({0}: the total, {count}:
+    the number of reduced elements). Where it starts is the op's trait (OpDef.reduction.identity)."""
 
     combine: str
-    identity: str
     finalize: str = "{0}"
 
 
 REDUCTIONS: dict[str, Reduction] = {
-    "reduce_sum": Reduction("({0} + {1})", "zero"),
-    "reduce_mean": Reduction("({0} + {1})", "zero", "({0} / ({ctype}){count})"),
-    "reduce_max": Reduction(_NAN_MAX, "lowest"),
-    "reduce_min": Reduction(_NAN_MIN, "highest"),
+    "reduce_sum": Reduction("({0} + {1})"),
+    "reduce_mean": Reduction("({0} + {1})", "({0} / ({ctype}){count})"),
+    "reduce_max": Reduction(_NAN_MAX),
+    "reduce_min": Reduction(_NAN_MIN),
     # argmax: the larger value wins, NaN beats everything (np.argmax), ties go to the lower index
     "argmax": Reduction(
         "((({0}.v > {1}.v || ({0}.v != {0}.v)) && !({1}.v != {1}.v)) || "
         "(({0}.v == {1}.v || (({0}.v != {0}.v) && ({1}.v != {1}.v))) && {0}.i < {1}.i))"
         " ? {0} : {1}",
-        "lowest",
     ),
 }
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """The CUDA text of one reduction op's fold, shared by every kernel that reduces: the accumulator
+    dtype (f16/bf16 accumulate in f32), its starting literal, combine and the final value."""
+
+    spec: Reduction
+    dtype: DType
+    identity: str
+
+    def combine(self, a: str, b: str) -> str:
+        return self.spec.combine.format(a, b)
+
+    def total(self, a: str, count: str) -> str:
+        """The result from accumulator `a` after `count` (a C expression) elements."""
+        return self.spec.finalize.format(a, ctype=self.dtype.cuda_type, count=count)
+
+
+def accumulator(op: Op) -> Accumulator:
+    """How reduction `op` accumulates (KeyError for an op without a reduction snippet)."""
+    acc = cuda_c.compute_dtype(op.inputs[0].dtype)
+    return Accumulator(REDUCTIONS[op.name], acc, cuda_c.identity(get(op.name).reduction.identity, acc))
 
 
 def snippet(op: str, kind: str, variant: str | None = None) -> str:

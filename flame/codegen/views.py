@@ -1,14 +1,15 @@
 """Index math: an input read by a copy/elementwise kernel is an affine View of the output's
-coordinates (offset = base + sum_d coord_d * strides[d]). Broadcasting (stride 0), permute, slice
-(stride*step), flip (negative stride) and reshape are all Views; `collapse` merges output dims that
-every view walks contiguously, so the common same-shape case becomes one flat dim (offset == i)."""
+coordinates (offset = base + sum_d coord_d * strides[d]): the flat form of an IndexMap
+(flame.ir.indexmap, where each view op's map is declared once) into a contiguous buffer. Broadcasting
+gives stride 0, slice stride*step, flip a negative stride; `collapse` merges output dims that every
+view walks contiguously, so the common same-shape case becomes one flat dim (offset == i)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from flame.ir.indexmap import contiguous_strides
+from flame.ir.indexmap import IndexMap, contiguous_strides
 
 
 @dataclass(frozen=True)
@@ -22,31 +23,9 @@ def identity_view(out_shape: tuple[int, ...]) -> View:
     return View(0, contiguous_strides(out_shape))
 
 
-def broadcast_view(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> View:
-    """NumPy broadcasting: in_shape aligned right; size-1 (or missing) dims read with stride 0."""
-    lead = len(out_shape) - len(in_shape)
-    inner = contiguous_strides(in_shape)
-    strides = [0] * lead + [0 if s == 1 else st for s, st in zip(in_shape, inner)]
-    return View(0, tuple(strides))
-
-
-def permute_view(in_shape: tuple[int, ...], perm: tuple[int, ...]) -> View:
-    st = contiguous_strides(in_shape)
-    return View(0, tuple(st[p] for p in perm))
-
-
-def slice_view(in_shape, starts, steps) -> View:
-    st = contiguous_strides(in_shape)
-    return View(sum(a * s for a, s in zip(starts, st)), tuple(s * k for s, k in zip(st, steps)))
-
-
-def flip_view(in_shape: tuple[int, ...], axes: tuple[int, ...]) -> View:
-    st = list(contiguous_strides(in_shape))
-    base = 0
-    for a in {x % len(in_shape) for x in axes}:
-        base += (in_shape[a] - 1) * st[a]
-        st[a] = -st[a]
-    return View(base, tuple(st))
+def of_map(m: IndexMap, in_shape: tuple[int, ...]) -> View:
+    """The View of an input of shape in_shape read at index map m of the output's coordinates."""
+    return View(*m.flat(in_shape))
 
 
 def collapse(shape: tuple[int, ...], views: list[View]) -> tuple[tuple[int, ...], list[View]]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from flame.ir.types import TensorType
@@ -51,6 +52,24 @@ class Op:
         return f"<Op {self.name} -> {self.out.type}>"
 
 
+class Kind(str, Enum):
+    """What a fusion group is (FusionGroup.kind); codegen has one lowering per kind. A str, so a
+    kind compares equal to its name and prints as it ("matmul", "rows")."""
+
+    ELEMENTWISE = "elementwise"  # maps over one iteration domain (views and broadcasts inside)
+    SCALAR = "scalar"  # 0-d work while the fusion pass runs; recorded as ELEMENTWISE
+    ROWS = "rows"  # reductions over the innermost dims with their prologue and epilogue
+    REDUCTION = "reduction"  # a column reduction in its own kernel
+    MATMUL = "matmul"  # a library call (cuBLASLt) with its epilogue
+    ATTENTION = "attention"  # a library call (cuDNN fused attention, forward or backward)
+    OPAQUE = "opaque"  # one op with its own kernel (gather, scatter, pad, concat, argmax)
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
 @dataclass(frozen=True, eq=False)
 class FusionGroup:
     """Ops that run as one kernel (or one library call), recorded by the fusion pass. kind:
@@ -59,7 +78,7 @@ class FusionGroup:
     what a matmul group folds into the library call (none, bias, relu, bias_relu)."""
 
     ops: tuple[Op, ...]
-    kind: str
+    kind: Kind
     reason: str
     outputs: tuple[Value, ...] = ()
     epilogue: str = "none"

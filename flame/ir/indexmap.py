@@ -17,8 +17,18 @@ from flame.ir.graph import Op, Value
 from flame.ir.registry import get
 
 MAX_MAPS = 4  # a value needed at more maps than this is recomputed too often: split the group
-REDUCTIONS = ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
-VIEWS = ("reshape", "squeeze", "unsqueeze", "broadcast_to", "permute", "slice", "flip")
+
+
+def is_view(op: Op) -> bool:
+    """op only relabels or reindexes its input (the OpDef's `view` trait)."""
+    return get(op.name).view is not None
+
+
+def is_reduction(op: Op) -> bool:
+    """op folds its input over `axes` with a monoid (the OpDef's `reduction` trait; argmax, which
+    yields an index, is not one): the reductions fused kernels compute."""
+    r = get(op.name).reduction
+    return r is not None and not r.index
 
 
 @dataclass(frozen=True)
@@ -72,7 +82,7 @@ def broadcast(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
     return _select(len(dst), [(None if s == 1 else k + lead, 0) for k, s in enumerate(src)])
 
 
-def _reshape(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
+def reshape(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
     """dst coords -> src coords when every src dim of size > 1 is a product of consecutive dst dims."""
     big = [(d, s) for d, s in enumerate(dst) if s != 1]
     rows, at = [], 0
@@ -96,38 +106,44 @@ def _reshape(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
     return IndexMap(tuple(rows), (0,) * len(src), len(dst))
 
 
-def _permute(op: Op) -> IndexMap:
+def reshape_map(op: Op) -> IndexMap | None:
+    """reshape / squeeze / unsqueeze: out coords -> in coords when the reshape only splits dims."""
+    return reshape(op.inputs[0].shape, op.out.shape)
+
+
+def broadcast_map(op: Op) -> IndexMap | None:
+    """broadcast_to, and every elementwise operand: NumPy broadcasting of the input into the output."""
+    return broadcast(op.inputs[0].shape, op.out.shape)
+
+
+def permute_map(op: Op) -> IndexMap:
     perm = op.attrs["perm"]
     inv = {p: j for j, p in enumerate(perm)}
     return _select(len(perm), [(inv[k], 0) for k in range(len(perm))])
 
 
-def _slice(op: Op) -> IndexMap:
+def slice_map(op: Op) -> IndexMap:
     n = op.out.type.rank
     rows = tuple(tuple(st if d == k else 0 for d in range(n)) for k, st in enumerate(op.attrs["steps"]))
     return IndexMap(rows, tuple(op.attrs["starts"]), n)
 
 
-def _flip(op: Op) -> IndexMap:
+def flip_map(op: Op) -> IndexMap:
     shape = op.out.shape
-    axes = {a % max(len(shape), 1) for a in op.attrs["axes"]}
+    if not shape:
+        return identity(0)
+    axes = {a % len(shape) for a in op.attrs["axes"]}
     rows = tuple(tuple((-1 if k in axes else 1) if d == k else 0 for d in range(len(shape))) for k in range(len(shape)))
     return IndexMap(rows, tuple(s - 1 if k in axes else 0 for k, s in enumerate(shape)), len(shape))
 
 
 def input_map(op: Op, i: int) -> IndexMap | None:
     """op.out coords -> op.inputs[i] coords, for elementwise and view ops; None when not affine."""
-    src, dst = op.inputs[i].shape, op.out.shape
-    if op.name in ("reshape", "squeeze", "unsqueeze"):
-        return _reshape(src, dst)
-    if op.name == "permute":
-        return _permute(op)
-    if op.name == "slice":
-        return _slice(op)
-    if op.name == "flip":
-        return _flip(op) if dst else identity(0)
-    if op.name == "broadcast_to" or get(op.name).category == "elementwise":
-        return broadcast(src, dst)
+    opdef = get(op.name)
+    if opdef.view is not None:
+        return opdef.view.index_map(op)
+    if opdef.category == "elementwise":
+        return broadcast(op.inputs[i].shape, op.out.shape)
     return None
 
 
@@ -153,7 +169,7 @@ def canonical(v: Value, domain: tuple[int, ...], n_red: int) -> IndexMap | None:
 
 def reduced_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
     """op reduces exactly the trailing n_red dims (size-1 dims aside) of an input shaped like domain."""
-    if op.name not in REDUCTIONS or n_red == 0 or op.inputs[0].shape != domain:
+    if not is_reduction(op) or n_red == 0 or op.inputs[0].shape != domain:
         return False
     rank = len(domain)
     axes = {a % max(rank, 1) for a in op.attrs["axes"]}
@@ -164,7 +180,7 @@ def reduced_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
 def column_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
     """op reduces exactly the leading (kept) dims of a row domain, size-1 dims aside, keeping the
     trailing n_red: a column reduction a row kernel can accumulate while it walks the rows."""
-    if op.name not in REDUCTIONS or n_red == 0 or op.inputs[0].shape != domain:
+    if not is_reduction(op) or n_red == 0 or op.inputs[0].shape != domain:
         return False
     rank = len(domain)
     axes = {a % max(rank, 1) for a in op.attrs["axes"]}
@@ -177,7 +193,7 @@ def trailing_reduced(op: Op) -> int | None:
     are not the innermost ones (a column reduction)."""
     shape = op.inputs[0].shape
     rank = len(shape)
-    if op.name not in REDUCTIONS:
+    if not is_reduction(op):
         return None
     axes = {a % max(rank, 1) for a in op.attrs["axes"]} if rank else set()
     kept = [d for d in range(rank) if d not in axes and shape[d] != 1]
@@ -211,7 +227,7 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
         return "value needed at too many index maps" if len(got) > MAX_MAPS and v in inside else ""
 
     for v in exposed:
-        m = row_map(v, domain, n_red) if v in inside and inside[v].name in REDUCTIONS else canonical(v, domain, n_red)
+        m = row_map(v, domain, n_red) if v in inside and is_reduction(inside[v]) else canonical(v, domain, n_red)
         if m is None:
             return f"result {v.type} does not map into the domain {list(domain)}"
         stores[v] = m
@@ -226,7 +242,7 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
 
 
 def _inputs(op: Op, m: IndexMap, domain, n_red, red, need) -> str:
-    if op.name in REDUCTIONS:
+    if is_reduction(op):
         if not reduced_ok(op, domain, n_red):
             return "reduction over other axes than the row's"
         if m != row_map(op.out, domain, n_red):

@@ -9,7 +9,7 @@ from typing import Any
 from flame.errors import FlameError, ParseError
 from flame.ir import registry
 from flame.ir.dtypes import dtype_of
-from flame.ir.graph import FusionGroup, Graph, Op, Value
+from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.types import TensorType
 
 _TYPE = r"([a-z0-9]+)\[([0-9,]*)\]"
@@ -184,7 +184,7 @@ def _groups(g: Graph, kernels: list) -> None:
         ops = tuple(g.ops[start:stop])
         inside = set(ops)
         written = tuple(op.out for op in ops if op.out in outs or any(u not in inside for u in users[op.out]))
-        g.groups.append(FusionGroup(ops, m.group(1), m.group(3), written, m.group(2) or "none"))
+        g.groups.append(FusionGroup(ops, Kind(m.group(1)), m.group(3), written, m.group(2) or "none"))
 
 
 def _same(raw: Any, norm: Any) -> bool:

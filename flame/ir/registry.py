@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flame.errors import DTypeError, VerifyError
 from flame.ir.dtypes import DType, dtype_of
 from flame.ir.types import TensorType
+
+if TYPE_CHECKING:
+    from flame.ir.graph import Op
+    from flame.ir.indexmap import IndexMap
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
 CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
@@ -44,6 +48,27 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
 
 
 @dataclass(frozen=True)
+class View:
+    """Trait of a movement op that computes nothing: out[c] = in[index_map(op)(c)].
+    index_map(op): the IndexMap from the output's coordinates to the input's, or None where the op
+    is not affine (a reshape that merges dims). relabel: on contiguous buffers the output is the
+    input's bytes under another shape (no copy needed; the plan makes it an alias)."""
+
+    index_map: Callable[[Op], IndexMap | None]
+    relabel: bool = False
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """Trait of a reduction: identity is the accumulator's start ("zero", "lowest" or "highest");
+    index: the result is the position of the winner (argmax), not a combined value, so the op is
+    not a monoid the row kernels fold (it keeps its own kernel)."""
+
+    identity: str
+    index: bool = False
+
+
+@dataclass(frozen=True)
 class OpDef:
     """Everything the compiler knows about an op except its CUDA text.
 
@@ -51,7 +76,13 @@ class OpDef:
     ref(*arrays, **attrs) -> np.ndarray is the NumPy reference (the oracle and the CPU executor).
     vjp(b, g, *inputs, out, **attrs) -> one gradient Value (or None) per input, built with Builder b.
     nondiff: why the op has no gradient (integer outputs, piecewise-constant ops...), or "".
-    compute_f32: the reference upcasts f16/bf16 inputs to f32, as the CUDA kernels do."""
+    compute_f32: the reference upcasts f16/bf16 inputs to f32, as the CUDA kernels do.
+    Traits every layer reads (instead of lists of op names):
+    view: a movement op that relabels or reindexes without computing, with its index map;
+    reduction: how a reduction starts (and whether it yields an index);
+    positional: an elementwise op whose element depends on its position (arange, random draws,
+        triu/tril), so uniform inputs do not give a uniform result;
+    library: the library call that computes the op (also its fusion kind), e.g. "matmul"."""
 
     name: str
     category: str
@@ -63,6 +94,10 @@ class OpDef:
     nondiff: str = ""
     compute_f32: bool = False
     doc: str = ""
+    view: View | None = None
+    reduction: Reduce | None = None
+    positional: bool = False
+    library: str = ""
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""

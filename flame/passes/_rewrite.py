@@ -42,6 +42,13 @@ def rewrite(g: Graph, rule: Rule) -> Graph:
     return new
 
 
+def annotate_loc(loc: str | None, note: str) -> str:
+    """loc with `note` appended to its first line (the one dumps and `flame explain` show), keeping
+    loc's type (autodiff's BackwardLoc) and any further lines."""
+    first, *rest = (loc or "").split("\n", 1)
+    return type(loc or "")("\n".join([f"{first}  {note}".lstrip(), *rest]))
+
+
 def full_value(v: Value) -> np.generic | None:
     """The element of a `full` constant, as stored (the attribute cast to the dtype, as the reference
     does), or None when v is not produced by `full`."""

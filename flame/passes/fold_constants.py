@@ -13,17 +13,15 @@ from flame.passes._rewrite import full_value, python_number, rewrite, same_bits
 SMALL = 64  # results up to this many elements are evaluated and folded when uniform
 MAX_EVAL_INPUT = 4096  # constant inputs are materialized for evaluation only up to this size
 CONSTANT_OPS = ("full", "arange")
-# elementwise ops whose result is not uniform even when every input is: they depend on the position
-POSITIONAL = frozenset({"triu", "tril", "random_uniform", "random_normal"})
 
 
 def _preserves_uniform(op: Op) -> bool:
     """Uniform inputs give a uniform result: elementwise ops compute the same element everywhere; the
     movement ops other than pad only copy input elements around."""
-    category = REGISTRY[op.name].category
-    if category == "elementwise":
-        return op.name not in POSITIONAL
-    return category == "movement" and op.name != "pad"
+    opdef = REGISTRY[op.name]
+    if opdef.category == "elementwise":
+        return not opdef.positional  # triu/tril/random draws depend on the position
+    return opdef.category == "movement" and op.name != "pad"
 
 
 def _uniform_result(op: Op, elems: list[np.generic]) -> np.generic | None:

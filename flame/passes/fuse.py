@@ -9,13 +9,14 @@ Rules, in the order they apply:
 - rows: a reduction over the innermost dims joins its elementwise prologue; consumers that use the
   per-row result (also broadcast back over the row) join as epilogue, so softmax, log_softmax,
   layer_norm, rms_norm and a cross-entropy's row part are one kernel each (codegen keeps rows of up
-  to ROW_CACHE elements in registers and streams longer rows in several passes);
+  to Target.row_cache elements in registers and streams longer rows in several passes);
 - scalars: 0-d work (step counters, bias corrections) forms scalar kernels; one read by a single
   kernel is absorbed into it;
 - horizontal: independent kernels doing the same work (same op sequence, views aside) become one
   launch with one segment each (e.g. the AdamW update of every parameter), at most MAX_SEGMENTS;
 - matmul: stays a library call; a bias add over the last dim and a relu that only it feeds are
-  marked as its epilogue (the plan builder folds them into cuBLASLt when the runtime supports it);
+  marked as its epilogue when the target's library runs that epilogue (Target.matmul_epilogues; the
+  plan builder still falls back to a kernel when the runtime it builds for cannot);
 - `full` constants and views of graph inputs are cloned into every kernel that reads them.
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
@@ -26,19 +27,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from flame.ir.graph import FusionGroup, Graph, Op, Value
-from flame.ir.indexmap import REDUCTIONS, VIEWS, Layout, column_ok, derive, trailing_reduced
+from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
+from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.registry import get
+from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
-COLUMN_MAX = 32768  # rows up to this wide carry column reductions along (per-thread accumulators)
-_FUSIBLE = ("elementwise", "scalar", "rows")
+_FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 
 
 @dataclass(eq=False)
 class _Group:
     ops: list[Op]
-    kind: str  # elementwise, scalar, rows, matmul, reduction, opaque
+    kind: Kind
     reason: str = ""
     domain: tuple[int, ...] | None = None
     n_red: int = 0
@@ -49,15 +50,15 @@ class _Group:
 class _State:
     """The groups while they form, with the graph's users and outputs for exposure and cycle checks."""
 
-    def __init__(self, g: Graph):
-        self.g = g
+    def __init__(self, g: Graph, target: Target):
+        self.g, self.target = g, target
         self.users = g.users()
         self.outs = set(g.outputs)
         self.group_of: dict[Op, _Group] = {}
         self.groups: list[_Group] = []
         self.index = {op: i for i, op in enumerate(g.ops)}
 
-    def new(self, ops: list[Op], kind: str, **kw) -> _Group:
+    def new(self, ops: list[Op], kind: Kind, **kw) -> _Group:
         grp = _Group(list(ops), kind, **kw)
         self.groups.append(grp)
         for op in ops:
@@ -88,10 +89,10 @@ class _State:
         return sorted(ops, key=self.index.__getitem__)
 
 
-def _fit(st: _State, ops: list[Op], kind: str, domain=None, n_red: int = 0) -> tuple | str:
+def _fit(st: _State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tuple | str:
     """(domain, n_red) under which `ops` form one kernel, or why they cannot."""
     exposed = st.exposed(ops)
-    if kind == "rows":
+    if kind == Kind.ROWS:
         got = derive(ops, exposed, domain, n_red)
         return got if isinstance(got, str) else (domain, n_red)
     big = max(math.prod(op.out.shape) for op in ops)
@@ -115,14 +116,14 @@ def _try_join(st: _State, grp: _Group, op: Op) -> bool:
         return False  # joining would make a cycle between kernels
     ops = st.sorted_ops(grp.ops + _constants(st, op) + [op])
     domain, n_red = grp.domain, grp.n_red
-    if op.name in REDUCTIONS:
+    if is_reduction(op):
         n_red = trailing_reduced(op)
-        if grp.kind == "rows" and (grp.domain != op.inputs[0].shape or grp.n_red != n_red):
+        if grp.kind == Kind.ROWS and (grp.domain != op.inputs[0].shape or grp.n_red != n_red):
             return False
         domain = op.inputs[0].shape
-        got = _fit(st, ops, "rows", domain, n_red)
+        got = _fit(st, ops, Kind.ROWS, domain, n_red)
     else:
-        got = _fit(st, ops, grp.kind if grp.kind == "rows" else "elementwise", domain, n_red)
+        got = _fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
     if isinstance(got, str):
         grp.reason = grp.reason or got
         return False
@@ -130,21 +131,21 @@ def _try_join(st: _State, grp: _Group, op: Op) -> bool:
         st.group_of[c] = grp
     grp.ops = ops
     grp.domain, grp.n_red = got
-    if op.name in REDUCTIONS:
-        grp.kind = "rows"
+    if is_reduction(op):
+        grp.kind = Kind.ROWS
     return True
 
 
-def _classify(op: Op) -> str:
-    cat = get(op.name).category
-    if op.name == "matmul":
-        return "matmul"
-    if op.name in REDUCTIONS:
-        return "rows" if trailing_reduced(op) is not None else "reduction"
-    if cat == "elementwise" or op.name in VIEWS:
+def _classify(op: Op) -> Kind:
+    opdef = get(op.name)
+    if opdef.library:
+        return Kind(opdef.library)  # each library call is its own kind
+    if is_reduction(op):
+        return Kind.ROWS if trailing_reduced(op) is not None else Kind.REDUCTION
+    if opdef.category == "elementwise" or opdef.view is not None:
         small = math.prod(op.out.shape) == 1 and all(math.prod(v.shape) == 1 for v in op.inputs)
-        return "scalar" if small else "elementwise"
-    return "opaque"
+        return Kind.SCALAR if small else Kind.ELEMENTWISE
+    return Kind.OPAQUE
 
 
 def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
@@ -154,8 +155,11 @@ def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
     if st.users[last] != [op] or last in st.outs or last.dtype.name not in ("f32", "f16", "bf16"):
         return None
     if op.name == "relu" and grp.epilogue in ("none", "bias"):
-        return "relu" if grp.epilogue == "none" else "bias_relu"
+        epi = "relu" if grp.epilogue == "none" else "bias_relu"
+        return epi if epi in st.target.matmul_epilogues else None
     if op.name != "add" or grp.epilogue != "none" or op.out.type != last.type:
+        return None
+    if "bias" not in st.target.matmul_epilogues:
         return None
     bias = op.inputs[1] if op.inputs[0] is last else op.inputs[0]
     n = last.shape[-1]
@@ -168,38 +172,38 @@ def _place(st: _State, op: Op) -> None:
     kind = _classify(op)
     producers = [st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of]
     for grp in dict.fromkeys(reversed(producers)):
-        if grp.kind == "matmul":
+        if grp.kind == Kind.MATMUL:
             epi = _epilogue(st, grp, op)
             if epi is not None and not any(st.reaches(grp, h) for h in producers if h is not grp):
                 grp.ops.append(op)
                 st.group_of[op] = grp
                 grp.epilogue = epi
                 return
-        ok_kinds = ("scalar", "rows") if kind == "scalar" else ("elementwise", "rows")
-        if kind in ("scalar", "elementwise", "rows") and grp.kind in ok_kinds and _try_join(st, grp, op):
+        ok_kinds = (Kind.SCALAR, Kind.ROWS) if kind == Kind.SCALAR else (Kind.ELEMENTWISE, Kind.ROWS)
+        if kind in (Kind.SCALAR, Kind.ELEMENTWISE, Kind.ROWS) and grp.kind in ok_kinds and _try_join(st, grp, op):
             for other in dict.fromkeys(producers):
                 if other is not grp and other in st.groups and other.kind in ok_kinds:
                     _try_merge(st, grp, other)
             return
-    if kind in ("scalar", "elementwise", "rows"):
+    if kind in (Kind.SCALAR, Kind.ELEMENTWISE, Kind.ROWS):
         free = _constants(st, op)
-        domain, n_red = (op.inputs[0].shape, trailing_reduced(op)) if kind == "rows" else (op.out.shape, 0)
-        got = _fit(st, st.sorted_ops(free + [op]), kind if kind == "rows" else "elementwise", domain, n_red)
+        domain, n_red = (op.inputs[0].shape, trailing_reduced(op)) if kind == Kind.ROWS else (op.out.shape, 0)
+        got = _fit(st, st.sorted_ops(free + [op]), kind if kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
         if isinstance(got, str):  # a view that does not map into op's domain: its own kernel
             for f in free:
-                st.new([f], "elementwise", domain=f.out.shape)
+                st.new([f], Kind.ELEMENTWISE, domain=f.out.shape)
             free = []
         grp = st.new(free + [op], kind, domain=domain)
         grp.n_red = n_red
         return
     for c in _constants(st, op):
-        st.new([c], "elementwise", domain=c.out.shape)
+        st.new([c], Kind.ELEMENTWISE, domain=c.out.shape)
     st.new([op], kind)
 
 
 def _free(op: Op | None) -> bool:
     """Ops a kernel recomputes rather than reads: `full` constants and views of graph inputs."""
-    return op is not None and (op.name == "full" or (op.name in VIEWS and all(v.producer is None for v in op.inputs)))
+    return op is not None and (op.name == "full" or (is_view(op) and all(v.producer is None for v in op.inputs)))
 
 
 def _clone_constants(g: Graph) -> Graph:
@@ -243,25 +247,25 @@ def _try_merge(st: _State, dst: _Group, src: _Group) -> None:
     """Merge producer kernel src into dst (which reads it) when no third kernel sits between them."""
     if any(st.reaches(k, dst) for k in st.succ(src) if k is not dst) or st.reaches(dst, src):
         return
-    if src.kind == "rows" and dst.kind == "rows" and (src.domain, src.n_red) != (dst.domain, dst.n_red):
+    if src.kind == Kind.ROWS and dst.kind == Kind.ROWS and (src.domain, src.n_red) != (dst.domain, dst.n_red):
         return
-    kind = "rows" if "rows" in (src.kind, dst.kind) else "elementwise"
-    rows = dst if dst.kind == "rows" else src
+    kind = Kind.ROWS if Kind.ROWS in (src.kind, dst.kind) else Kind.ELEMENTWISE
+    rows = dst if dst.kind == Kind.ROWS else src
     got = _fit(st, st.sorted_ops(src.ops + dst.ops), kind, rows.domain, rows.n_red)
     if not isinstance(got, str):
         _merge(st, dst, src)
-        dst.kind = kind if dst.kind != "scalar" else dst.kind
+        dst.kind = kind if dst.kind != Kind.SCALAR else dst.kind
         dst.domain, dst.n_red = got
 
 
 def _absorb_scalars(st: _State) -> None:
     """A scalar kernel whose results only one other fusible kernel reads joins that kernel."""
-    for s in [grp for grp in st.groups if grp.kind == "scalar"]:
+    for s in [grp for grp in st.groups if grp.kind == Kind.SCALAR]:
         users = st.succ(s)
         if len(users) != 1 or any(v in st.outs for v in st.exposed(s.ops)):
             continue
         (dst,) = users
-        if dst.kind not in ("elementwise", "rows"):
+        if dst.kind not in (Kind.ELEMENTWISE, Kind.ROWS):
             continue
         ops = st.sorted_ops(s.ops + dst.ops)
         got = _fit(st, ops, dst.kind, dst.domain, dst.n_red)
@@ -272,7 +276,7 @@ def _absorb_scalars(st: _State) -> None:
 
 def _columns(grp: _Group) -> list[Op]:
     """The column reductions a rows group carries (they are not part of its row layout)."""
-    return [op for op in grp.ops if op.name in REDUCTIONS and trailing_reduced(op) is None]
+    return [op for op in grp.ops if is_reduction(op) and trailing_reduced(op) is None]
 
 
 def _absorb_columns(st: _State) -> None:
@@ -280,13 +284,13 @@ def _absorb_columns(st: _State) -> None:
     computes or reads at its full domain joins that kernel: each thread accumulates the columns it
     owns over the rows it visits, and a short second kernel folds the per-thread partials (the
     layer_norm backward's dweight and dbias ride along with dx instead of re-reading [rows, cols])."""
-    for cg in [grp for grp in st.groups if grp.kind == "reduction"]:
+    for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
         v = op.inputs[0]
         if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
             continue
         for rg in st.groups:
-            if rg.kind != "rows" or rg.domain != v.shape or math.prod(v.shape[-rg.n_red:]) > COLUMN_MAX:
+            if rg.kind != Kind.ROWS or rg.domain != v.shape or math.prod(v.shape[-rg.n_red:]) > st.target.row_cache:
                 continue
             carried = _columns(rg)
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
@@ -298,7 +302,7 @@ def _absorb_columns(st: _State) -> None:
 
 def _signature(grp: _Group) -> tuple:
     work = tuple((op.name, str(sorted(op.attrs.items())) if op.name != "full" else "", op.out.dtype.name)
-                 for op in grp.ops if op.name not in VIEWS)
+                 for op in grp.ops if not is_view(op))
     return (grp.kind, grp.n_red > 0, work)
 
 
@@ -312,7 +316,7 @@ def _horizontal(st: _State) -> None:
             if len(a.merged) + 1 >= MAX_SEGMENTS:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
-            if (b is a or b.kind != a.kind or (a.kind != "scalar" and _signature(b) != sig) or not _signature(b)[2]
+            if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
                     or _columns(b)):
                 continue
             if st.reaches(a, b) or st.reaches(b, a):
@@ -343,46 +347,47 @@ def _order(st: _State) -> list[_Group]:
 def _reason(st: _State, grp: _Group) -> str:
     outs = st.exposed(grp.ops)
     readers = {st.group_of[u].kind for v in outs for u in st.users[v]}
-    if grp.kind == "matmul":
+    if grp.kind == Kind.MATMUL:
         return "matmul (cuBLASLt call" + (f", epilogue {grp.epilogue})" if grp.epilogue != "none" else ")")
-    if grp.kind == "opaque":
+    if grp.kind == Kind.OPAQUE:
         return f"opaque op ({grp.ops[-1].name})"
-    if grp.kind == "reduction":
+    if grp.kind == Kind.REDUCTION:
         return "column reduction (its own kernel: reduced dims are not innermost)"
     if any(v in st.outs for v in outs) and not readers:
         return "graph output"
     if grp.reason:
         return grp.reason
-    if readers & {"matmul"}:
+    if readers & {Kind.MATMUL}:
         return "result read by a matmul"
-    if readers & {"opaque", "reduction"}:
+    if readers & {Kind.OPAQUE, Kind.REDUCTION}:
         return "result read by an opaque op or column reduction"
-    if grp.kind == "scalar":
+    if grp.kind == Kind.SCALAR:
         return "scalar results read by several kernels"
     return "results used at another shape or by a later reduction"
 
 
-def fuse(g: Graph) -> Graph:
-    """Partition g's ops into kernels (see the module docstring).
+def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
+    """Partition g's ops into kernels (see the module docstring), for a backend that can do what
+    `target` says (which matmul epilogues the library fuses, how long a row a kernel caches).
 
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
     g = _clone_constants(g)
-    st = _State(g)
+    st = _State(g, target)
     for op in g.ops:
         if not _free(op):
             _place(st, op)
     for op in g.ops:  # free ops only read by ops that went elsewhere
         if op not in st.group_of:
-            st.new([op], "elementwise", domain=op.out.shape)
+            st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)
     _absorb_scalars(st)
     _absorb_columns(st)
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]
     g.groups = [
-        FusionGroup(tuple(grp.ops), "elementwise" if grp.kind == "scalar" else grp.kind, _reason(st, grp),
+        FusionGroup(tuple(grp.ops), Kind.ELEMENTWISE if grp.kind == Kind.SCALAR else grp.kind, _reason(st, grp),
                     tuple(st.exposed(grp.ops)), grp.epilogue)
         for grp in ordered
     ]

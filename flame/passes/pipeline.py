@@ -5,17 +5,20 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from functools import partial, update_wrapper
 
 from flame.errors import VerifyError
-from flame.ir.graph import Graph
+from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
 from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
+from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decompose_attention
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
 from flame.passes.rewrite_attention import rewrite_attention
 from flame.passes.simplify import simplify_algebra
+from flame.target import DEFAULT_TARGET, Target
 
 Pass = Callable[[Graph], Graph]
 Dump = Callable[[str, Graph, float], None]
@@ -28,7 +31,7 @@ SIMPLIFY: list[Pass] = [
     eliminate_common_subexpressions,
     eliminate_dead_code,
 ]
-LOWER: list[Pass] = [fuse]  # run once, after SIMPLIFY: records the kernels on the graph
+LOWER = [fuse]  # run once, after SIMPLIFY, each given the Target: records the kernels on the graph
 MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this means a rule loops
 
 
@@ -95,10 +98,34 @@ def fusion_enabled() -> bool:
     return os.environ.get("FLAME_FUSE", "1") != "0"
 
 
+def _after_traced(dump: Dump | None) -> Dump | None:
+    """dump without the "traced" stage (a stage after the first pipeline shows what it changed)."""
+    return None if dump is None else (lambda stage, graph, sec: stage != "traced" and dump(stage, graph, sec))
+
+
+def legalize(g: Graph, attention_unsupported: Callable[[Op], str] = all_supported, debug: bool = False,
+             dump: Dump | None = None, timings: list[tuple[str, float]] | None = None) -> Graph:
+    """Replace the ops the backend cannot run as they are by primitive ops: an attention op for which
+    `attention_unsupported(op)` gives a reason becomes the unfused graph, the reason on its ops' source
+    lines (passes/decompose_attention.py). Runs on every compiled graph, eager and FLAME_FUSE=0 ones
+    too (a backend's limit, not an optimisation), before lowering so the decomposed ops fuse; dumps
+    show the stage "decompose_attention" only for graphs with an attention op."""
+    if not any(op.name in ATTENTION_OPS for op in g.ops):
+        return g
+
+    def decompose(graph: Graph) -> Graph:
+        return decompose_attention(graph, attention_unsupported)
+
+    decompose.__name__ = decompose_attention.__name__  # the stage's name in dumps and timings
+    return run_pipeline(g, [decompose], debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)
+
+
 def lower(g: Graph, debug: bool = False, dump: Dump | None = None,
-          timings: list[tuple[str, float]] | None = None) -> Graph:
-    """Run LOWER once on a simplified graph (unless FLAME_FUSE=0); dumps start at stage "fuse"."""
+          timings: list[tuple[str, float]] | None = None, target: Target = DEFAULT_TARGET) -> Graph:
+    """Run LOWER once on a simplified graph (unless FLAME_FUSE=0) for a backend that can do what
+    `target` says (the CUDA backend's: flame.runtime.matmul.capabilities()); dumps start at stage
+    "fuse"."""
     if not fusion_enabled():
         return g
-    skip_traced = None if dump is None else (lambda stage, graph, sec: stage != "traced" and dump(stage, graph, sec))
-    return run_pipeline(g, LOWER, debug=debug, dump=skip_traced, timings=timings, max_rounds=1)
+    passes = [update_wrapper(partial(p, target=target), p) for p in LOWER]  # keeps each pass's name
+    return run_pipeline(g, passes, debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)

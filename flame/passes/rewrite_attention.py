@@ -32,7 +32,7 @@ from flame.errors import FlameError
 from flame.ir.builder import Builder
 from flame.ir.evaluate import evaluate_op
 from flame.ir.graph import Graph, Op, Value
-from flame.passes._rewrite import full_value
+from flame.passes._rewrite import annotate_loc, full_value
 from flame.passes.dce import eliminate_dead_code
 
 OP = "scaled_dot_product_attention"
@@ -257,8 +257,7 @@ def rewrite_attention_in_place(g: Graph, keep: Collection[Value] = ()) -> int:
         at = g.ops.index(op)
         g.ops[at:at] = helpers
         op.name, op.inputs, op.attrs = OP, new["inputs"], new["attrs"]
-        first, *rest = (op.loc or "").split("\n", 1)
-        op.loc = type(op.loc or "")("\n".join([f"{first}  {REWRITE_NOTE}".lstrip(), *rest]))
+        op.loc = annotate_loc(op.loc, REWRITE_NOTE)
         count += 1
     return count
 

@@ -3,13 +3,13 @@ the buffers (flame.plan.memory).
 
 build_plan(graph) walks the fusion groups (or, on an unfused graph, the ops) once: a KernelLaunch per
 kernel codegen renders for a group or op (rendered only: nothing is compiled here; `_lower` is the
-one place that calls codegen), a library-call step for an op in LIBRARY_CALLS (matmul: a MatmulCall,
-with its epilogue when the fusion pass marked one and the runtime fuses it), an Alias for
-reshape/squeeze/unsqueeze and order-keeping permutes (every flame buffer is contiguous, so those are
-views and need no kernel), and a Copy where an output must not share memory with an input or another
-output. A matmul operand produced by a
-transpose of the last two axes that runs as its own kernel is read untransposed with ta/tb set
-(`fold_transposes`), and that kernel is skipped when every user folds it.
+one place that calls codegen), a library-call step for an op with the `library` trait (LIBRARY_CALLS;
+matmul: a MatmulCall, with its epilogue when the fusion pass marked one and the target's library fuses
+it), an Alias for relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (every
+flame buffer is contiguous, so those are views and need no kernel), and a Copy where an output must
+not share memory with an input or another output. A matmul operand produced by a transpose of the
+last two axes that runs as its own kernel is read untransposed with ta/tb set (`fold_transposes`),
+and that kernel is skipped when every user folds it.
 """
 
 from __future__ import annotations
@@ -20,41 +20,42 @@ from collections.abc import Callable
 import numpy as np
 
 from flame.ir.dtypes import DType
-from flame.ir.graph import FusionGroup, Graph, Op, Value
+from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.printer import format_op
+from flame.ir.registry import get
 from flame.plan.memory import plan_memory
-from flame.plan.steps import Alias, Buffer, Copy, KernelLaunch, MatmulCall, Plan, Step, root
+from flame.plan.steps import Alias, AttentionCall, Buffer, Copy, KernelLaunch, MatmulCall, Plan, Step, root
+from flame.target import Target
 
 ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
-VIEW_OPS = ("reshape", "squeeze", "unsqueeze")
 _U8 = DType("u8", np.dtype(np.uint8), "unsigned char", "unsigned char", "int")  # scratch bytes
 
 
-def to_plan(g: Graph, lowering: Callable | None = None) -> Plan:
+def to_plan(g: Graph, lowering: Callable | None = None, target: Target | None = None) -> Plan:
     """Graph -> runnable Plan: build the steps (build_plan, with `lowering(op)` in place of codegen's
-    lower_op if given), then place every buffer (plan_memory: in-place updates, best-fit arena).
-    Executors compile what this returns."""
-    return plan_memory(build_plan(g, lowering))
+    lowering of single ops if given, for `target`), then place every buffer (plan_memory: in-place
+    updates, best-fit arena). Executors compile what this returns."""
+    return plan_memory(build_plan(g, lowering, target))
 
 
 def _lower(item: Op | FusionGroup, lowering: Callable | None) -> tuple[tuple[Value, ...], list]:
     """The kernels codegen renders for one op or one fusion group, and the values they read in
-    argument order: the one place the builder calls codegen. `lowering(op)` replaces codegen's
-    lower_op for single ops when given."""
-    if isinstance(item, FusionGroup):
-        from flame.codegen.fused import group_inputs, lower_group
+    argument order: the one place the builder calls codegen (a single op is a group of one).
+    `lowering(op)` replaces codegen for single ops when given."""
+    from flame.codegen import kernel_inputs, lower, single
 
-        return tuple(group_inputs(item)), lower_group(item)
-    if lowering is None:
-        from flame.codegen.render import lower_op as lowering
-    return item.inputs, lowering(item)
+    if isinstance(item, Op):
+        if lowering is not None:
+            return item.inputs, lowering(item)
+        item = single(item)
+    return tuple(kernel_inputs(item)), lower(item)
 
 
 class _Builder:
     """Accumulates buffers and steps while walking the graph once."""
 
-    def __init__(self, g: Graph, lowering: Callable | None):
-        self.g, self.lowering = g, lowering
+    def __init__(self, g: Graph, lowering: Callable | None, target: Target):
+        self.g, self.lowering, self.target = g, lowering, target
         self.ids = g.numbering()
         self.next_id = len(self.ids)
         self.buffers: dict[int, Buffer] = {}
@@ -110,8 +111,9 @@ class _Builder:
             self.steps.append(Alias(src, bid, op))
             return
         self.temporary(op.out)
-        if op.name in LIBRARY_CALLS:
-            self.steps.append(LIBRARY_CALLS[op.name](self, op, bid))
+        library = get(op.name).library
+        if library:
+            self.steps.append(LIBRARY_CALLS[library](self, op, bid))
             return
         try:
             inputs, kernels = _lower(op, self.lowering)
@@ -121,9 +123,11 @@ class _Builder:
 
 
 def _is_view(op: Op) -> bool:
-    """reshape/squeeze/unsqueeze of a contiguous buffer, and permutes that keep every axis of size
-    > 1 in order, only relabel the shape: the output can be a view of the input's bytes."""
-    if op.name in VIEW_OPS:
+    """A relabelling view op (reshape/squeeze/unsqueeze) of a contiguous buffer, and permutes that
+    keep every axis of size > 1 in order, only relabel the shape: the output can be a view of the
+    input's bytes."""
+    view = get(op.name).view
+    if view is not None and view.relabel:
         return True
     if op.name == "permute":
         shape = op.inputs[0].type.shape
@@ -163,9 +167,24 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, **flags)
 
 
-# IR op -> the library-call step that computes it, built as f(builder, op, out buffer); every other
-# op becomes the kernels codegen renders for it. An attention or convolution call is one entry here.
-LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call}
+def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
+    """The fused-attention call of a scaled_dot_product_attention(_backward) op writing buffer `out`,
+    with the workspace the target's library asks for as scratch in the arena."""
+    ins = [bld.buffer_of[v] for v in op.inputs]
+    n_main = 3 if op.name == "scaled_dot_product_attention" else 5  # backward: q, k, v, out, grad_out
+    mask = ins[n_main] if len(ins) > n_main else None
+    nbytes = bld.target.attention_workspace(op)
+    ws = bld.add(bld.new_id(), None, "scratch", shape=(nbytes,), dtype=_U8, nbytes=nbytes) if nbytes else None
+    if ws is not None:
+        bld.temp_roots.add(ws)
+    o, grad_out = (ins[3], ins[4]) if n_main == 5 else (None, None)
+    return AttentionCall(ins[0], ins[1], ins[2], out, op, o=o, grad_out=grad_out, mask=mask, workspace=ws)
+
+
+# an op's `library` trait -> the library-call step that computes it, built as f(builder, op, out
+# buffer); every other op becomes the kernels codegen renders for it. A convolution call is one
+# entry here.
+LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call, "attention": attention_call}
 
 
 def _bind_outputs(bld: _Builder) -> list[int]:
@@ -188,11 +207,17 @@ def _bind_outputs(bld: _Builder) -> list[int]:
     return outs
 
 
-def build_plan(g: Graph, lowering: Callable | None = None) -> Plan:
+def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None = None) -> Plan:
     """The Plan of a verified graph, before memory planning (temporaries have no arena offsets yet:
     flame.plan.memory.plan_memory places them; to_plan does both). `lowering(op) -> list[Kernel]`
-    defaults to codegen's lower_op; kernels are rendered, never compiled, here."""
-    bld = _Builder(g, lowering)
+    defaults to codegen's lowering of the op's group of one; kernels are rendered, never compiled,
+    here. `target` (default: the CUDA backend's, asked when the plan is built) says which matmul
+    epilogues the library call runs."""
+    if target is None:
+        from flame.runtime.backend import capabilities
+
+        target = capabilities()
+    bld = _Builder(g, lowering, target)
     for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
         bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)
     inputs = [bld.buffer_of[v] for v in g.inputs]
@@ -214,7 +239,7 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         rest = _matmul_group(bld, grp)
         if not rest:
             return
-        grp = FusionGroup(rest, "elementwise", "matmul epilogue not supported by the runtime", grp.outputs)
+        grp = FusionGroup(rest, Kind.ELEMENTWISE, "matmul epilogue not supported by the runtime", grp.outputs)
     if len(grp.ops) == 1:
         bld.op(grp.ops[0])
         return
@@ -230,12 +255,10 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
 
 
 def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
-    """Emit the matmul of a matmul group, folding its epilogue into the call when
-    flame.runtime.matmul.SUPPORTED_EPILOGUES has it; returns the epilogue ops left to lower."""
-    from flame.runtime import matmul
-
+    """Emit the matmul of a matmul group, folding its epilogue into the call when the target's
+    library runs it; returns the epilogue ops left to lower."""
     mm, rest = grp.ops[0], grp.ops[1:]
-    if grp.epilogue == "none" or grp.epilogue not in getattr(matmul, "SUPPORTED_EPILOGUES", ()):
+    if grp.epilogue == "none" or grp.epilogue not in bld.target.matmul_epilogues:
         bld.op(mm)
         return rest
     bid = bld.temporary(rest[-1].out)

@@ -237,6 +237,53 @@ class MatmulCall(LibraryCall):
 
 
 @dataclass(frozen=True)
+class AttentionCall(LibraryCall):
+    """Fused attention through cuDNN (runtime/cudnn_attention.py) for IR op `op`: forward
+    (scaled_dot_product_attention: out = softmax(q @ k^T * scale [+ mask]) @ v) or backward
+    (scaled_dot_product_attention_backward: out = dq, dk, dv packed flat, from o = the forward's
+    result and grad_out). `workspace` is the call's scratch in the arena (`workspace_bytes` of it)."""
+
+    name: ClassVar[str] = "attention"
+    library: ClassVar[str] = "cuDNN"
+
+    q: int = buffer_field()
+    k: int = buffer_field()
+    v: int = buffer_field()
+    out: int = buffer_field()
+    op: Op
+    o: int | None = buffer_field(default=None)
+    grad_out: int | None = buffer_field(default=None)
+    mask: int | None = buffer_field(default=None)
+    workspace: int | None = buffer_field(default=None)
+
+    @property
+    def backward(self) -> bool:
+        return self.grad_out is not None
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return tuple(b for b in (self.q, self.k, self.v, self.o, self.grad_out, self.mask) if b is not None)
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return (self.out,) + self.scratch
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return (self.out,)
+
+    @property
+    def scratch(self) -> tuple[int, ...]:
+        return () if self.workspace is None else (self.workspace,)
+
+    def format(self, ids: dict[Value, int]) -> str:
+        ins = ", ".join(f"b{a}" for a in self.reads)
+        ws = "" if self.workspace is None else f" scratch=b{self.workspace}"
+        call = f"{self.name}_backward" if self.backward else self.name
+        return f"b{self.out} = call {call} ({ins}){ws}  # {format_op(self.op, ids)}"
+
+
+@dataclass(frozen=True)
 class Copy(Step):
     """Copy the bytes of buffer src into buffer dst (same size)."""
 

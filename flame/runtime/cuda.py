@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from flame.errors import FlameError
-from flame.plan.steps import Alias, Copy, KernelLaunch, MatmulCall, Plan, Step, aligned
+from flame.plan.steps import Alias, AttentionCall, Copy, KernelLaunch, MatmulCall, Plan, Step, aligned
 from flame.runtime.matmul import run_matmul
 
 log = logging.getLogger("flame")
@@ -94,6 +94,23 @@ def _matmul(s: MatmulCall, fn, bufs: dict, stream) -> None:
     run_matmul(s, bufs, stream)
 
 
+def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
+    from flame.runtime.cudnn_attention import cudnn_attention, spec_of
+
+    att = cudnn_attention(spec_of(s.op))
+    need = att.backward_workspace if s.backward else att.forward_workspace
+    ws = bufs[s.workspace]
+    if ws.nbytes < need:
+        raise FlameError(f"attention call for {s.op.name}: cuDNN needs {need} bytes of workspace, the plan "
+                         f"holds {ws.nbytes}")
+    mask = None if s.mask is None else bufs[s.mask]
+    with stream:
+        if s.backward:
+            att.backward(bufs[s.q], bufs[s.k], bufs[s.v], bufs[s.o], bufs[s.grad_out], bufs[s.out], mask, ws)
+        else:
+            att.forward(bufs[s.q], bufs[s.k], bufs[s.v], bufs[s.out], mask, ws)
+
+
 def _alias(s: Alias, fn, bufs: dict, stream) -> None:
     bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
@@ -106,7 +123,8 @@ def _copy(s: Copy, fn, bufs: dict, stream) -> None:
         cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
 
 
-STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, Alias: _alias, Copy: _copy}
+STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, AttentionCall: _attention,
+                                       Alias: _alias, Copy: _copy}
 Program = list[tuple[Callable, object, Step]]
 
 

@@ -1,5 +1,5 @@
 """cuDNN fused attention (forward and backward) through nvidia-cudnn-frontend's Python graph API, on
-CuPy device memory (DESIGN.md §8). Not wired into the plan yet: an `AttentionCall` step will call it.
+CuPy device memory (DESIGN.md §8), called by the plan's `AttentionCall` steps (runtime/cuda.py).
 
     spec = AttentionSpec.of(q_shape, k_shape, v_shape, "bf16", scale, is_causal, enable_gqa, mask_shape)
     why = unsupported_reason(spec)            # "" when cuDNN can run it, else the reason to fall back
@@ -103,6 +103,40 @@ def unsupported_reason(spec: AttentionSpec) -> str:
     if spec.mask_dims and spec.mask_dims[-2:] != (spec.q_len, spec.kv_len):
         return f"a mask broadcast over query or key positions ({list(spec.mask_dims)}) is not supported"
     return ""
+
+
+def spec_of(op) -> AttentionSpec:
+    """The spec of a scaled_dot_product_attention(_backward) IR op."""
+    q, k, v = (x.type for x in op.inputs[:3])
+    n_main = 3 if op.name == "scaled_dot_product_attention" else 5
+    mask = op.inputs[n_main].type if len(op.inputs) > n_main else None
+    return AttentionSpec.of(q.shape, k.shape, v.shape, q.dtype.name, op.attrs["scale"], op.attrs["is_causal"],
+                            op.attrs["enable_gqa"], None if mask is None else mask.shape)
+
+
+def op_unsupported(op) -> str:
+    """Why cuDNN cannot run attention op `op` ("" if it can): the spec's limits, and bool masks
+    (cuDNN takes an additive bias)."""
+    n_main = 3 if op.name == "scaled_dot_product_attention" else 5
+    if len(op.inputs) > n_main and op.inputs[n_main].type.dtype.kind == "bool":
+        return "cuDNN takes an additive mask, not a bool one"
+    return unsupported_reason(spec_of(op))
+
+
+def workspace_bytes(op, exact: bool = False) -> int:
+    """The workspace op's call needs: exact (cuDNN's own figure; builds the graphs) when `exact`,
+    else an upper bound from the shapes: cuDNN's backward accumulates dq (and, with GQA, dk/dv)
+    in f32 plus per-row sums; the backward also holds the stats and a copy of the output."""
+    spec = spec_of(op)
+    backward = op.name != "scaled_dot_product_attention"
+    if exact:
+        att = cudnn_attention(spec)
+        return att.backward_workspace if backward else att.forward_workspace
+    stats = _aligned(spec.numel("stats") * 4)
+    if not backward:
+        return stats + (1 << 20)
+    accum = 4 * (spec.numel("q") + (spec.numel("k") + spec.numel("v") if spec.kv_heads != spec.heads else 0))
+    return stats + _aligned(spec.numel("o") * 2) + _aligned(accum + 2 * spec.numel("stats") * 4) + (1 << 20)
 
 
 def _cudnn():

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from flame.plan.steps import MatmulCall
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
-SUPPORTED_EPILOGUES = frozenset({"none", "bias", "relu", "bias_relu"})
 _EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS"}
+SUPPORTED_EPILOGUES = frozenset({"none", *_EPILOG_NAMES})
+
 
 _PLANS: dict[tuple, object] = {}
 

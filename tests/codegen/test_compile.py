@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from flame.codegen import Kernel, lower, single
 from flame.codegen.nvrtc import compile_cubin
-from flame.codegen.render import Kernel, lower_op
 from flame.errors import DTypeError
 from flame.ir import ALL_DTYPES, REGISTRY, Builder, Graph, TensorType, i32, i64
 from flame.ir.graph import Op
@@ -170,7 +170,7 @@ def test_op_compiles(name, dtype, tmp_path, monkeypatch):
     from flame.ir import dtype_of
 
     monkeypatch.setenv("FLAME_CACHE_DIR", str(tmp_path))
-    kernels: list[Kernel] = [k for op in build_ops(name, dtype_of(dtype)) for k in lower_op(op)]
+    kernels: list[Kernel] = [k for op in build_ops(name, dtype_of(dtype)) for k in lower(single(op))]
     assert kernels
     for k in kernels:
         assert f"void {k.name}(" in k.source or f") {k.name}(" in k.source
@@ -191,7 +191,7 @@ def test_matmul_is_a_library_call():
     a, c = _inputs(g, ((2, 3), ALL_DTYPES[0]), ((3, 4), ALL_DTYPES[0]))
     Builder(g).matmul(a, c)
     with pytest.raises(NotImplementedError):
-        lower_op(g.ops[-1])
+        lower(single(g.ops[-1]))
 
 
 def test_zero_size_output_gives_no_kernels():
@@ -199,9 +199,9 @@ def test_zero_size_output_gives_no_kernels():
     b = Builder(g)
     x = g.add_input(TensorType((0, 4), ALL_DTYPES[0]))
     for v in (b.exp(x), b.reduce_sum(x, axes=[1]), b.permute(x, perm=[1, 0]), b.full(shape=(3, 0), value=1, dtype=i64)):
-        assert lower_op(v.producer) == []
+        assert lower(single(v.producer)) == []
     mean = b.reduce_mean(x, axes=[0])  # 4 outputs over 0 elements: a kernel writing NaN
-    assert len(lower_op(mean.producer)) == 1
+    assert len(lower(single(mean.producer))) == 1
 
 
 def test_huge_tensors_use_64_bit_indexing(tmp_path, monkeypatch):
@@ -210,8 +210,8 @@ def test_huge_tensors_use_64_bit_indexing(tmp_path, monkeypatch):
     b = Builder(g)
     x = g.add_input(TensorType((1 << 31,), ALL_DTYPES[0]))
     small = g.add_input(TensorType((4, 5), ALL_DTYPES[0]))
-    (big,) = lower_op(b.neg(x).producer)
-    (little,) = lower_op(b.neg(small).producer)
+    (big,) = lower(single(b.neg(x).producer))
+    (little,) = lower(single(b.neg(small).producer))
     assert "typedef unsigned long long idx_t;" in big.source
     assert "typedef unsigned int idx_t;" in little.source
     assert compile_cubin(big.source, "sm_90")[:4] == b"\x7fELF"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from flame.codegen.fused import lower_group
+from flame.codegen import lower
 from flame.codegen.nvrtc import compile_many
 from flame.ir import Builder, Graph, TensorType, bf16, f16, f32, verify
 from flame.passes.fuse import fuse
@@ -24,7 +24,7 @@ ARCHS = ("sm_80", "sm_90")
 
 
 def fused_kernels(g: Graph) -> list:
-    return [k for grp in fuse(g).groups if len(grp.ops) > 1 and grp.kind != "matmul" for k in lower_group(grp)]
+    return [k for grp in fuse(g).groups if len(grp.ops) > 1 and grp.kind != "matmul" for k in lower(grp)]
 
 
 def _compile(kernels) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flame.codegen.render import lower_op
+from flame.codegen import lower, single
 from flame.ir import Builder, Graph, TensorType, bf16, f16, f32, i64
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -48,7 +48,7 @@ def test_golden(case):
     CASES[case](Builder(g), g)
     text = "\n".join(
         f"// ---- kernel {k.name}: grid={k.grid} block={k.block} scratch={k.scratch}\n{k.source}"
-        for k in lower_op(g.ops[-1])
+        for k in lower(single(g.ops[-1]))
     )
     path = GOLDEN / f"{case}.cu"
     if os.environ.get("FLAME_UPDATE_GOLDEN") == "1":

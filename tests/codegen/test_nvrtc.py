@@ -8,8 +8,7 @@ import stat
 
 import pytest
 
-from flame.codegen import nvrtc
-from flame.codegen.render import lower_op
+from flame.codegen import lower, nvrtc, single
 from flame.errors import FlameError
 from flame.ir import Builder, Graph, TensorType, f32
 
@@ -108,7 +107,7 @@ def test_compile_error_shows_numbered_source_log_and_ir_op(cache):
     g = Graph()
     b = Builder(g)
     b.exp(g.add_input(TensorType((3, 4), f32)))
-    (k,) = lower_op(g.ops[-1])
+    (k,) = lower(single(g.ops[-1]))
     bad = k.source.replace("expf(a0)", "expf(a0, undefined_name)")
     with pytest.raises(FlameError) as e:
         nvrtc.compile_cubin(bad, "sm_90", k.name)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from flame.ir import Builder, Graph, TensorType, dtype_of, verify
+from flame.ir import REGISTRY, Builder, Graph, TensorType, dtype_of, verify
 from flame.ir.dtypes import DType
 
 FLOATS = ("f32", "f16", "bf16", "f64")
@@ -109,9 +109,11 @@ def _attention(rng, dt, backward=False):
     keep = rng.random((5, 7)) < 0.6
     cases = [([q, k, v], {"scale": 0.35, "is_causal": True, "enable_gqa": True}),
              ([q, k[:, :1].repeat(4, 1), v[:, :1].repeat(4, 1), keep], {"scale": 0.35})]
-    if backward:
-        o, go = arr(rng, q.shape, dt), arr(rng, q.shape, dt)
-        cases = [(ins[:3] + [o, go] + ins[3:], attrs) for ins, attrs in cases]
+    if backward:  # `out` must be the forward's result: cuDNN's backward recomputes it (the op's contract)
+        sdpa = REGISTRY["scaled_dot_product_attention"]
+        go = arr(rng, q.shape, dt)
+        cases = [(ins[:3] + [sdpa.ref(*ins, **sdpa.normalize_attrs(attrs)).astype(q.dtype), go] + ins[3:], attrs)
+                 for ins, attrs in cases]
     return cases
 
 

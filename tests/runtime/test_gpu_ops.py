@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flame.ir import REGISTRY
+from flame.passes.pipeline import legalize
 from flame.plan.build import to_plan
 from flame.runtime.reference import run_graph
 from tests.runtime.cases import all_cases, one_op_graph, permuted_inputs
@@ -32,23 +32,20 @@ def assert_matches(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
 
 
 def _run(graph, inputs):
+    """Plan as compile_graph does for the CUDA executor (what cuDNN cannot run is decomposed) and run."""
+    from flame.runtime.backend import capabilities
     from flame.runtime.cuda import CudaExecutor
 
-    ex = CudaExecutor()
-    outs = ex.compile(to_plan(graph))([ex.asarray(x) for x in inputs])
+    ex, target = CudaExecutor(), capabilities("cuda")
+    plan = to_plan(legalize(graph, target.attention_unsupported), target=target)
+    outs = ex.compile(plan)([ex.asarray(x) for x in inputs])
     return [ex.to_numpy(o) for o in outs]
-
-
-def _skip_library_call(name: str) -> None:
-    if REGISTRY[name].category == "library":  # until the plan has an AttentionCall step (cuDNN)
-        pytest.skip(f"{name}: the cuDNN call is not wired into the plan yet")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_op_matches_reference(case):
     cid, name, _, inputs, attrs = case
-    _skip_library_call(name)
     g = one_op_graph(name, inputs, attrs)
     (got,) = _run(g, inputs)
     (want,) = run_graph(g, inputs)
@@ -59,7 +56,6 @@ def test_op_matches_reference(case):
 @pytest.mark.parametrize("case", CASES[::3], ids=[c[0] for c in CASES[::3]])
 def test_op_on_permuted_inputs(case):
     cid, name, _, inputs, attrs = case
-    _skip_library_call(name)
     g = one_op_graph(name, inputs, attrs, permuted=True)
     xs = permuted_inputs(inputs)
     (got,) = _run(g, xs)

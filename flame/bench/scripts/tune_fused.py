@@ -5,14 +5,14 @@ else the variant listed first).
 
     python3 -m flame.bench.scripts.tune_fused [--cases elementwise,bias_gelu,...] [--reps 40]
 
-Variants set module parameters of flame.codegen.fused (UNROLL, GRID_CAP) and fused_rows
-(CACHE_INVARIANT, MIN_BLOCKS). Times: CUDA events around each launch, median of --reps after 5 warm-ups.
+Variants are flame.codegen.Config values (unroll, grid_cap for elementwise kernels; cache_invariant,
+min_blocks for row kernels) passed to flame.codegen.lower. Times: CUDA events around each launch,
+median of --reps after 5 warm-ups.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import re
 import sys
@@ -27,17 +27,17 @@ from flame.runtime.profile import median_event_ms  # noqa: E402
 
 N_EW, R, C = 64 * 2**20, 8192, 8192
 
-VARIANTS = {  # case group -> [(label, {module parameter: value})]
-    "map": [("U1 cap8192", dict(UNROLL=1, GRID_CAP=8192)), ("U1 nocap", dict(UNROLL=1, GRID_CAP=1 << 20)),
-            ("U2 nocap", dict(UNROLL=2, GRID_CAP=1 << 20)), ("U4 nocap", dict(UNROLL=4, GRID_CAP=1 << 20)),
-            ("U2 cap8192", dict(UNROLL=2, GRID_CAP=8192)), ("U4 cap8192", dict(UNROLL=4, GRID_CAP=8192)),
-            ("U2 cap1056", dict(UNROLL=2, GRID_CAP=1056)), ("U4 cap792", dict(UNROLL=4, GRID_CAP=792)),
-            ("U4 cap1584", dict(UNROLL=4, GRID_CAP=1584))],
-    "rows": [("cache mb0", dict(CACHE_INVARIANT=True, MIN_BLOCKS=0)),
-             ("cache mb3", dict(CACHE_INVARIANT=True, MIN_BLOCKS=3)),
-             ("cache mb4", dict(CACHE_INVARIANT=True, MIN_BLOCKS=4)),
-             ("nocache mb0", dict(CACHE_INVARIANT=False, MIN_BLOCKS=0)),
-             ("nocache mb3", dict(CACHE_INVARIANT=False, MIN_BLOCKS=3))],
+VARIANTS = {  # case group -> [(label, {Config field: value})]
+    "map": [("U1 cap8192", dict(unroll=1, grid_cap=8192)), ("U1 nocap", dict(unroll=1, grid_cap=1 << 20)),
+            ("U2 nocap", dict(unroll=2, grid_cap=1 << 20)), ("U4 nocap", dict(unroll=4, grid_cap=1 << 20)),
+            ("U2 cap8192", dict(unroll=2, grid_cap=8192)), ("U4 cap8192", dict(unroll=4, grid_cap=8192)),
+            ("U2 cap1056", dict(unroll=2, grid_cap=1056)), ("U4 cap792", dict(unroll=4, grid_cap=792)),
+            ("U4 cap1584", dict(unroll=4, grid_cap=1584))],
+    "rows": [("cache mb0", dict(cache_invariant=True, min_blocks=0)),
+             ("cache mb3", dict(cache_invariant=True, min_blocks=3)),
+             ("cache mb4", dict(cache_invariant=True, min_blocks=4)),
+             ("nocache mb0", dict(cache_invariant=False, min_blocks=0)),
+             ("nocache mb3", dict(cache_invariant=False, min_blocks=3))],
 }
 
 
@@ -54,22 +54,6 @@ def _cases():
     }
 
 
-@contextlib.contextmanager
-def _params(values: dict):
-    from flame.codegen import fused, fused_rows
-
-    saved = []
-    for k, val in values.items():
-        mod = fused if k in ("UNROLL", "GRID_CAP") else fused_rows
-        saved.append((mod, k, getattr(mod, k)))
-        setattr(mod, k, val)
-    try:
-        yield
-    finally:
-        for mod, k, val in saved:
-            setattr(mod, k, val)
-
-
 def _launcher(source: str, name: str, grid: int, block: int, args):
     import cupy
 
@@ -84,7 +68,7 @@ def _launcher(source: str, name: str, grid: int, block: int, args):
 def main() -> None:
     import cupy
 
-    from flame.codegen.fused import lower_group
+    from flame.codegen import Config, lower
     from flame.passes.fuse import fuse
     from tests.passes.fuse_cases import build
 
@@ -119,8 +103,7 @@ def main() -> None:
                 grid, block = (int(p.split("=")[1]) for p in head[3:].split())
                 name = re.search(r"__launch_bounds__\([^)]*\) (\w+)\(", source).group(1)
             else:
-                with _params(values):
-                    (k,) = [k for g in groups for k in lower_group(g)]
+                (k,) = [k for g in groups for k in lower(g, Config(**values))]
                 source, name, grid, block = k.source, k.name, k.grid, k.block
             launch = _launcher(source, name, grid, block, (*ins, out))
             out.fill(np.nan)

@@ -38,7 +38,7 @@ def _arange_ref(start, stop, step, dtype):
 
 register(OpDef("arange", "elementwise", 0, _arange_infer, _arange_ref,
                {"start": Attr("number"), "stop": Attr("number"), "step": Attr("number", 1),
-                "dtype": Attr("dtype")}, nondiff=_NO_INPUTS))
+                "dtype": Attr("dtype")}, nondiff=_NO_INPUTS, positional=True))
 
 
 def _tri_infer(name):
@@ -50,7 +50,7 @@ def _tri_infer(name):
 
 
 register(OpDef("triu", "elementwise", 1, _tri_infer("triu"), lambda x, k: np.triu(x, k),
-               {"k": Attr("int", 0)}, lambda b, g, x, out, k: (b.triu(g, k=k),)))
+               {"k": Attr("int", 0)}, lambda b, g, x, out, k: (b.triu(g, k=k),), positional=True))
 register(OpDef("tril", "elementwise", 1, _tri_infer("tril"), lambda x, k: np.tril(x, k),
-               {"k": Attr("int", 0)}, lambda b, g, x, out, k: (b.tril(g, k=k),)))
+               {"k": Attr("int", 0)}, lambda b, g, x, out, k: (b.tril(g, k=k),), positional=True))
 

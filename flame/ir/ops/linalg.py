@@ -33,4 +33,4 @@ def _matmul_vjp(b, g, x, y, out):
     return b.matmul(g, b.transpose_last(y)), b.matmul(b.transpose_last(x), g)
 
 
-register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp))
+register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp, library="matmul"))

@@ -7,8 +7,11 @@ import math
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError
+from flame.ir.indexmap import broadcast_map, flip_map, permute_map, reshape_map, slice_map
 from flame.ir.ops._shapes import broadcast_shapes, norm_axes, norm_axis
-from flame.ir.registry import Attr, OpDef, register
+from flame.ir.registry import Attr, OpDef, View, register
+
+_RELABEL = View(reshape_map, relabel=True)  # contiguous bytes, another shape
 
 
 def _reshape_infer(types, shape):
@@ -20,7 +23,7 @@ def _reshape_infer(types, shape):
 
 
 register(OpDef("reshape", "movement", 1, _reshape_infer, lambda x, shape: np.reshape(x, shape),
-               {"shape": Attr("ints")}, lambda b, g, x, out, shape: (b.reshape(g, shape=x.shape),)))
+               {"shape": Attr("ints")}, lambda b, g, x, out, shape: (b.reshape(g, shape=x.shape),), view=_RELABEL))
 
 
 def _broadcast_infer(types, shape):
@@ -33,7 +36,7 @@ def _broadcast_infer(types, shape):
 
 register(OpDef("broadcast_to", "movement", 1, _broadcast_infer,
                lambda x, shape: np.broadcast_to(x, shape).copy(), {"shape": Attr("ints")},
-               lambda b, g, x, out, shape: (b.sum_to(g, x.shape),)))
+               lambda b, g, x, out, shape: (b.sum_to(g, x.shape),), view=View(broadcast_map)))
 
 
 def _permute_infer(types, perm):
@@ -48,7 +51,7 @@ def _permute_vjp(b, g, x, out, perm):
 
 
 register(OpDef("permute", "movement", 1, _permute_infer, lambda x, perm: np.transpose(x, perm),
-               {"perm": Attr("ints")}, _permute_vjp))
+               {"perm": Attr("ints")}, _permute_vjp, view=View(permute_map)))
 
 
 def slice_len(start: int, stop: int, step: int) -> int:
@@ -97,7 +100,8 @@ def _slice_vjp(b, g, x, out, starts, stops, steps):
 
 
 register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref,
-               {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp))
+               {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp,
+               view=View(slice_map)))
 
 
 def _concat_infer(types, axis):
@@ -135,7 +139,8 @@ def _flip_infer(types, axes):
 
 
 register(OpDef("flip", "movement", 1, _flip_infer, lambda x, axes: np.flip(x, axis=tuple(axes)).copy(),
-               {"axes": Attr("ints")}, lambda b, g, x, out, axes: (b.flip(g, axes=axes),)))
+               {"axes": Attr("ints")}, lambda b, g, x, out, axes: (b.flip(g, axes=axes),),
+               view=View(flip_map)))
 
 
 def _squeeze_infer(types, axes):
@@ -156,10 +161,11 @@ def _unsqueeze_infer(types, axes):
 
 _to_input_shape = lambda b, g, x, out, axes: (b.reshape(g, shape=x.shape),)  # noqa: E731
 register(OpDef("squeeze", "movement", 1, _squeeze_infer,
-               lambda x, axes: np.squeeze(x, axis=tuple(axes)), {"axes": Attr("ints")}, _to_input_shape))
+               lambda x, axes: np.squeeze(x, axis=tuple(axes)), {"axes": Attr("ints")}, _to_input_shape,
+               view=_RELABEL))
 register(OpDef("unsqueeze", "movement", 1, _unsqueeze_infer,
                lambda x, axes: np.expand_dims(x, axis=tuple(axes)), {"axes": Attr("ints")},
-               _to_input_shape))
+               _to_input_shape, view=_RELABEL))
 
 
 def _pad_infer(types, pads, value):

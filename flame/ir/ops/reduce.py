@@ -8,7 +8,7 @@ import numpy as np
 from flame.errors import ShapeError
 from flame.ir.dtypes import i64
 from flame.ir.ops._shapes import norm_axes, norm_axis
-from flame.ir.registry import Attr, OpDef, check_dtype, register
+from flame.ir.registry import Attr, OpDef, Reduce, check_dtype, register
 from flame.ir.types import TensorType
 
 _AXES = {"axes": Attr("ints"), "keepdim": Attr("bool", False)}
@@ -56,17 +56,17 @@ def _np_axes_v(v, axes):
     return tuple(sorted(a % v.type.rank for a in axes)) if v.type.rank else ()
 
 
-def _declare(name, np_fn, vjp, kinds, needs_items=False):
+def _declare(name, np_fn, vjp, kinds, identity, needs_items=False):
     def ref(x, axes, keepdim):
         return np_fn(x, axis=_np_axes(x, axes), keepdims=keepdim)
     register(OpDef(name, "reduction", 1, _reduce_infer(name, kinds, needs_items), ref, dict(_AXES), vjp,
-                   compute_f32=True))
+                   compute_f32=True, reduction=Reduce(identity)))
 
 
-_declare("reduce_sum", np.sum, _sum_vjp, ("float", "int"))
-_declare("reduce_mean", np.mean, _mean_vjp, ("float",))
-_declare("reduce_max", np.max, _extreme_vjp, ("float", "int"), needs_items=True)
-_declare("reduce_min", np.min, _extreme_vjp, ("float", "int"), needs_items=True)
+_declare("reduce_sum", np.sum, _sum_vjp, ("float", "int"), "zero")
+_declare("reduce_mean", np.mean, _mean_vjp, ("float",), "zero")
+_declare("reduce_max", np.max, _extreme_vjp, ("float", "int"), "lowest", needs_items=True)
+_declare("reduce_min", np.min, _extreme_vjp, ("float", "int"), "highest", needs_items=True)
 
 
 def _argmax_infer(types, axis, keepdim):
@@ -84,4 +84,5 @@ def _argmax_ref(x, axis, keepdim):
 
 register(OpDef("argmax", "reduction", 1, _argmax_infer, _argmax_ref,
                {"axis": Attr("int"), "keepdim": Attr("bool", False)},
-               nondiff="integer result has no gradient", compute_f32=True))
+               nondiff="integer result has no gradient", compute_f32=True,
+               reduction=Reduce("lowest", index=True)))

@@ -1,0 +1,52 @@
+"""Run flame's training step of a GPT case of the suite (gpt_block_train or gpt_train) a few times,
+for `flame profile` and memory checks:
+
+    FLAME_GPT_CASE=gpt_train flame profile flame/bench/scripts/gpt_step.py
+    python3 -m flame.bench.scripts.gpt_step gpt_block_train [--quick]
+
+Inputs are drawn as the suite draws them (normal with each Input's mean and scale; labels uniform);
+prints the loss and, on the GPU, the CuPy pool's bytes in use and reserved after the calls."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import flame
+from flame.bench.cases_gpt import GPT
+
+
+def arrays(case, sizes: dict, seed: int = 0) -> dict:
+    """name -> flame tensor for every input of `case` at `sizes`."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, inp in case.inputs(sizes).items():
+        if inp.high is not None:
+            out[name] = flame.tensor(rng.integers(0, inp.high, inp.shape))
+            continue
+        x = flame.tensor((rng.standard_normal(inp.shape) * inp.scale + inp.mean).astype(np.float32))
+        out[name] = x.to(flame.bf16) if inp.dtype == "bf16" else x
+    return out
+
+
+def main(argv: list[str]) -> None:
+    name = argv[0] if argv and not argv[0].startswith("-") else os.environ.get("FLAME_GPT_CASE", "gpt_block_train")
+    case = next(c for c in GPT if c.name == name)
+    sizes = case.sizes("--quick" in argv)
+    a = arrays(case, sizes)
+    bound = case.flame(sizes, a, flame.compile)
+    data = [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
+    for _ in range(3):
+        loss = bound.call(*data)
+    print(f"{name}: loss {float(loss.item()):.6f}")
+    if flame.runtime.device.cuda_available():
+        import cupy
+
+        pool = cupy.get_default_memory_pool()
+        print(f"CuPy pool: {pool.used_bytes() / 2**20:.0f} MiB used, {pool.total_bytes() / 2**20:.0f} MiB reserved")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,34 @@
+"""What a backend can do, as a Target (flame/target.py): the one place that asks the libraries.
+compile_graph gives the result to the fusion pass, the attention legalization and the plan builder.
+Both executors fuse the same matmul epilogues; fused attention differs: the CUDA executor runs what
+cuDNN runs (the rest becomes the unfused graph), the reference executor runs every attention op as
+one step through its NumPy reference."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from flame.runtime import cudnn_attention, matmul
+from flame.runtime.device import cuda_available
+from flame.target import DEFAULT_TARGET, Target
+
+
+def _attention_workspace(op) -> int:
+    """Exact (cuDNN builds the graphs, cached) where a GPU and cuDNN are present, else an upper bound
+    from the shapes (the reference executor does not use it; the CUDA handler checks it)."""
+    if cuda_available():
+        try:
+            return cudnn_attention.workspace_bytes(op, exact=True)
+        except NotImplementedError:
+            pass  # no cuDNN here: the CUDA handler will say so when it runs the call
+    return cudnn_attention.workspace_bytes(op)
+
+
+def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Target:
+    """`target` with the matmul epilogues cuBLASLt runs inside the call and, for the CUDA executor,
+    which attention ops cuDNN's fused attention runs (with the workspace each call needs)."""
+    target = replace(target, matmul_epilogues=frozenset(matmul.SUPPORTED_EPILOGUES) - {"none"})
+    if executor != "cuda":
+        return target
+    return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
+                   attention_workspace=_attention_workspace)

@@ -1,0 +1,33 @@
+"""What the backend can do, as data: the fusion pass and codegen ask a Target instead of writing the
+backend's abilities into themselves. It sits below passes/ and codegen/ (both import it) and above
+nothing; the backend fills it in (flame.runtime.backend.capabilities) and whoever assembles the
+pipeline passes it to fuse(g, target). The default describes the CUDA backend as flame builds it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flame.ir.graph import Op
+
+MATMUL_EPILOGUES = ("bias", "relu", "bias_relu")  # what FusionGroup.epilogue can name besides "none"
+
+
+@dataclass(frozen=True)
+class Target:
+    """matmul_epilogues: the epilogues the GEMM library runs inside the call (the fusion pass marks
+    only these). row_cache: the longest row (elements) a row kernel's block keeps in registers; longer
+    rows are streamed, and column reductions ride along only in rows up to this long.
+    attention_unsupported(op): why the attention library cannot run attention op `op` as one call
+    ("" if it can; the op then becomes the unfused graph: passes/decompose_attention.py).
+    attention_workspace(op): the bytes of arena workspace that op's library call needs."""
+
+    matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
+    row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
+    attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
+    attention_workspace: Callable[[Op], int] = lambda op: 0
+
+
+DEFAULT_TARGET = Target()

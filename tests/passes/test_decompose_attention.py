@@ -1,0 +1,160 @@
+"""decompose_attention: an attention op (forward or backward) the backend cannot run becomes primitive
+ops that compute what the op's NumPy reference computes, for every mask kind, grouped-query attention,
+f32, f16 and bf16; the ops carry the reason on their source line; a supported op stays one op."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from flame import compiler
+from flame.codegen.nvrtc import compile_many
+from flame.compiler import compile_graph
+from flame.ir import Graph, parse, print_graph, verify
+from flame.ir.builder import Builder
+from flame.ir.dtypes import DType, bf16, boolean, f16, f32
+from flame.ir.types import TensorType
+from flame.passes.decompose_attention import ATTENTION_OPS, BACKWARD, DECOMPOSE_ALL, FORWARD, decompose_attention, note
+from flame.passes.pipeline import legalize, lower
+from flame.plan.build import to_plan
+from flame.plan.steps import KernelLaunch
+from flame.runtime.reference import ReferenceExecutor, run_graph
+from flame.target import DEFAULT_TARGET
+
+B, H, E, EV = 2, 4, 8, 6
+LOC = "model.py:7  y = F.scaled_dot_product_attention(q, k, v)"
+MASKS = ("none", "bool", "additive", "causal", "causal-rect")
+TOL = {f32: 1e-5, f16: 4e-3, bf16: 3e-2}
+
+
+def _attention_graph(backward: bool, mask: str, gqa: bool, dtype: DType) -> Graph:
+    """One attention op (forward, or backward with its out and grad_out as inputs) of the given kind."""
+    length, keys = (5, 7) if mask in ("causal-rect", "bool", "additive") else (5, 5)
+    if mask == "causal-rect":
+        length, keys = 7, 4  # more queries than keys: top-left aligned, every row keeps key 0
+    hkv = 2 if gqa else H
+    g = Graph("attention")
+    q = g.add_input(TensorType((B, H, length, E), dtype))
+    k = g.add_input(TensorType((B, hkv, keys, E), dtype))
+    v = g.add_input(TensorType((B, hkv, keys, EV), dtype))
+    extra = []
+    if backward:
+        extra = [g.add_input(TensorType((B, H, length, EV), dtype)) for _ in range(2)]
+    masks = {"bool": TensorType((B, 1, length, keys), boolean), "additive": TensorType((length, keys), dtype)}
+    operands = [g.add_input(masks[mask])] if mask in masks else []
+    b = Builder(g, LOC)
+    name = BACKWARD if backward else FORWARD
+    g.outputs = [b.emit(name, q, k, v, *extra, *operands, scale=0.35, is_causal=mask.startswith("causal"),
+                        enable_gqa=gqa)]
+    return g
+
+
+def _inputs(g: Graph, rng: np.random.Generator) -> list[np.ndarray]:
+    arrays = []
+    for v in g.inputs:
+        t = v.type
+        if t.dtype == boolean:
+            keep = rng.random(t.shape) < 0.6
+            keep[0, 0, 1, :] = False  # a row with no key taking part: the reference gives 0
+            arrays.append(keep)
+        elif len(t.shape) == 2:  # additive mask: some -inf (a whole row of them too), some finite
+            m = np.where(rng.random(t.shape) < 0.3, -np.inf, rng.standard_normal(t.shape))
+            m[2, :] = -np.inf
+            arrays.append(m.astype(t.dtype.np_dtype))
+        else:
+            arrays.append(rng.standard_normal(t.shape).astype(t.dtype.np_dtype))
+    return arrays
+
+
+def _assert_close(got: np.ndarray, want: np.ndarray, dtype: DType) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    want, got = want.astype(np.float64), got.astype(np.float64)
+    assert np.isfinite(want).all()
+    tol = TOL[dtype] * (1.0 if dtype == f32 else max(1.0, np.abs(want).max()))  # half types: relative to the largest
+    np.testing.assert_allclose(got, want, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [f32, f16, bf16], ids=str)
+@pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_decomposed_equals_reference(backward, mask, gqa, dtype):
+    g = _attention_graph(backward, mask, gqa, dtype)
+    text = print_graph(g)
+    d = decompose_attention(g)
+    verify(d)
+    assert print_graph(g) == text, "the input graph was modified"
+    assert not any(op.name in ATTENTION_OPS for op in d.ops)
+    assert all(note(DECOMPOSE_ALL) in op.loc and op.loc.startswith(LOC) for op in d.ops)
+    assert print_graph(parse(print_graph(d))) == print_graph(d)
+    arrays = _inputs(g, np.random.default_rng(0))
+    (want,), (got,) = run_graph(g, arrays), run_graph(d, arrays)
+    _assert_close(got, want, dtype)
+
+
+def test_masked_rows_are_zero():
+    """Every key masked out of a row: the output row is 0 and so are its gradients, as the reference."""
+    g = _attention_graph(False, "bool", False, f32)
+    arrays = _inputs(g, np.random.default_rng(1))
+    arrays[3][:] = False
+    (got,) = run_graph(decompose_attention(g), arrays)
+    assert np.array_equal(got, np.zeros_like(got))
+
+
+def test_supported_op_stays():
+    g = _attention_graph(True, "causal", True, bf16)
+    assert decompose_attention(g, lambda op: "") is g
+    mixed = Graph("two")
+    q = mixed.add_input(TensorType((1, 2, 4, 8), f32))
+    b = Builder(mixed)
+    low = b.cast(q, dtype=bf16)
+    kept = b.scaled_dot_product_attention(low, low, low, scale=1.0)
+    gone = b.scaled_dot_product_attention(q, q, q, scale=1.0)
+    mixed.outputs = [kept, gone]
+    d = decompose_attention(mixed, lambda op: "f32 is not supported" if op.inputs[0].dtype == f32 else "")
+    assert [op.name for op in d.ops].count(FORWARD) == 1
+    assert d.outputs[0].producer.name == FORWARD and d.outputs[0].producer.loc is None
+    assert d.outputs[1].producer.loc == note("f32 is not supported")
+
+
+def test_reason_logged_once(caplog):
+    reason = "test reason logged once"
+    with caplog.at_level(logging.INFO, logger="flame"):
+        for _ in range(2):
+            decompose_attention(_attention_graph(False, "none", False, f32), lambda op: reason)
+    assert sum(reason in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("mask", ["bool", "causal"])
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_legalize_then_fuse_plan_and_run(backward, mask):
+    """The compile path: legalize (a stage in dumps), fusion, a plan whose kernels NVRTC compiles, and
+    the reference executor running that plan."""
+    g = _attention_graph(backward, mask, True, bf16)
+    stages = []
+    d = legalize(g, lambda op: "test: not one call", dump=lambda stage, graph, sec: stages.append(stage))
+    assert stages == ["decompose_attention"]
+    plan = to_plan(lower(d))
+    sources = {s.source for s in plan.steps if isinstance(s, KernelLaunch)}
+    assert len(compile_many(sorted(sources), "sm_90")) == len(sources)  # NVRTC, no GPU needed
+    run = ReferenceExecutor().compile(plan)
+    arrays = _inputs(g, np.random.default_rng(2))
+    _assert_close(np.asarray(run(arrays)[0]), run_graph(g, arrays)[0], bf16)
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["eager", "optimized"])
+def test_compile_graph_legalizes_every_graph(monkeypatch, optimize):
+    """compile_graph legalizes optimised graphs and eager one-op graphs alike (here for a backend that
+    runs no attention op as one call, as its Target says); legalize's default runs every attention op as it is."""
+    g = _attention_graph(True, "additive", False, f32)
+    assert legalize(g) is g
+    backend = replace(DEFAULT_TARGET, attention_unsupported=lambda op: "test backend: no attention call")
+    monkeypatch.setattr(compiler, "capabilities", lambda executor: backend)
+    compiled = compile_graph(g, key=("test_compile_graph_legalizes_every_graph", optimize), optimize=optimize)
+    assert not any(op.name in ATTENTION_OPS for op in compiled.graph.ops)
+    assert "decompose_attention" in dict(compiled.timings)
+    arrays = _inputs(g, np.random.default_rng(3))
+    _assert_close(np.asarray(compiled.run(arrays)[0]), run_graph(g, arrays)[0], f32)
