@@ -198,12 +198,15 @@ _MISSING = object()
 
 def _hyper_problem(saved: Any, mine: Any) -> str:
     """'' if a saved hyperparameter can replace this optimizer's value (same kind: a finite number for
-    a number, a bool for a bool, a tuple of numbers of the same length for a tuple), else what is wrong."""
-    if mine is _MISSING:
-        return "not a hyperparameter of this optimizer"
-
+    a number, a bool for a bool, a tuple of numbers of the same length for a tuple; a key this optimizer
+    lacks must hold plain data), else what is wrong."""
     def number(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if mine is _MISSING:  # a key a scheduler adds (initial_lr), as PyTorch keeps it: plain data only
+        plain = saved is None or isinstance(saved, (bool, str)) or number(saved) or (
+            isinstance(saved, (tuple, list)) and all(number(x) for x in saved))
+        return "" if plain else f"saved {saved!r} is not a number, bool, string or list of numbers"
 
     if isinstance(mine, bool) or mine is None:
         ok = isinstance(saved, bool) or (mine is None and (saved is None or number(saved)))

@@ -2,6 +2,7 @@
 tensor (as aliased outputs, like parameters) and loss.backward() fills their .grad (issue 14, item 2)."""
 
 import numpy as np
+import pytest
 
 import flame
 
@@ -70,3 +71,10 @@ def test_constant_arguments_are_keyed_by_type_and_bits():
         for _ in range(3):
             assert np.isnan(g(x, float("nan")).item())
     assert len(records) == 1
+
+
+@pytest.mark.gpu
+def test_argument_mutation_and_grads_on_the_gpu():
+    """The same on the CUDA executor (arguments' buffers are bound per call, CUDA graphs included)."""
+    test_add_and_copy_into_arguments_reach_the_caller()
+    test_backward_inside_the_step_fills_argument_grads_and_accumulates()

@@ -57,6 +57,7 @@ def _groups(path):
     lambda g: json.dumps([{**g[0], "betas": [0.9]}]),
     lambda g: json.dumps([{**g[0], "amsgrad": 3}]),
     lambda g: json.dumps([{**g[0], "lr": float("nan")}]),
+    lambda g: json.dumps([{**g[0], "initial_lr": {"a": 1}}]),
 ])
 def test_malformed_optimizer_section_raises_checkpoint_error(saved, mutate):
     path, model, opt = saved
@@ -65,6 +66,13 @@ def test_malformed_optimizer_section_raises_checkpoint_error(saved, mutate):
     with pytest.raises(flame.CheckpointError, match="ck.safetensors"):
         checkpoint.load_checkpoint(path, model, opt)
     assert opt.param_groups[0]["lr"] == before
+
+
+def test_extra_plain_hyperparameters_load_as_pytorch_keeps_them(saved):
+    path, model, opt = saved
+    _rewrite_groups(path, json.dumps([{**_groups(path)[0], "initial_lr": 0.5}]))
+    checkpoint.load_checkpoint(path, model, opt)
+    assert opt.param_groups[0]["initial_lr"] == 0.5
 
 
 def test_badly_named_optimizer_tensor_raises_checkpoint_error(saved):
