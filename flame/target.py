@@ -22,12 +22,24 @@ class Target:
     rows are streamed, and column reductions ride along only in rows up to this long.
     attention_unsupported(op): why the attention library cannot run attention op `op` as one call
     ("" if it can; the op then becomes the unfused graph: passes/decompose_attention.py).
-    attention_workspace(op): the bytes of arena workspace that op's library call needs."""
+    attention_workspace(op): the bytes of arena workspace that op's library call needs.
+    matmul_workspace: the bytes of arena workspace each GEMM library call may use. sm_count,
+    split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows)."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
     attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     attention_workspace: Callable[[Op], int] = lambda op: 0
+    matmul_workspace: int = 0
+    sm_count: int = 132  # multiprocessors (H100 / H200 SXM): a reduction's grid should fill them
+    split_row_min: int = 8192  # a row at least this long may be split across blocks ...
+    split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements
+
+    def splits_rows(self, rows: int, length: int) -> bool:
+        """Whether `rows` reductions of `length` elements each should split every row across blocks
+        (partials, then a fold kernel): one block per row would leave most multiprocessors idle
+        (fewer than 2 rows per SM), and the work outweighs the fold's launch."""
+        return rows < 2 * self.sm_count and length >= self.split_row_min and rows * length >= self.split_work_min
 
 
 DEFAULT_TARGET = Target()

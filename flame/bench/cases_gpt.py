@@ -75,12 +75,13 @@ def _flame_block(x, p, pre: str, s, mask):
 
 
 def _flame_mask(s):
-    """The causal additive mask: 0 on and below the diagonal, -inf above, in the case's dtype."""
-    import numpy as np
-
+    """The causal additive mask: 0 on and below the diagonal, -inf above, in the case's dtype. Built
+    inside the step, as users write it (`full(...).triu(1)`): a constant of the graph, so the rewrite
+    to fused attention sees that it is causal (a mask tensor captured from outside the step stays an
+    additive-mask input of the attention op: cuDNN then reads it as a bias and skips no blocks)."""
     import flame
 
-    m = flame.tensor(np.triu(np.full((s["T"], s["T"]), -np.inf, dtype=np.float32), 1))
+    m = flame.full((s["T"], s["T"]), float("-inf")).triu(1)
     return m.to(flame.bf16) if s.get("dtype", "bf16") == "bf16" else m
 
 
@@ -90,14 +91,14 @@ def _flame_setup(s, a):
 
     p = {n: nn.Parameter(a[n]) for n in _params(s)}
     opt = flame.optim.AdamW(list(p.values()), lr=LR, weight_decay=WD)
-    return p, opt, _flame_mask(s)
+    return p, opt
 
 
 def _flame_gpt_block(s, a, wrap):
-    p, opt, mask = _flame_setup(s, a)
+    p, opt = _flame_setup(s, a)
 
     def step(x):
-        y = _flame_block(x, p, "", s, mask)
+        y = _flame_block(x, p, "", s, _flame_mask(s))
         loss = (y.float() ** 2).mean()
         loss.backward()
         opt.step()
@@ -110,9 +111,10 @@ def _flame_gpt_block(s, a, wrap):
 def _flame_gpt(s, a, wrap):
     import flame.nn.functional as F
 
-    p, opt, mask = _flame_setup(s, a)
+    p, opt = _flame_setup(s, a)
 
     def step(idx, targets):
+        mask = _flame_mask(s)
         x = F.embedding(idx, p["wte"]) + p["wpe"]
         for i in range(s["layers"]):
             x = _flame_block(x, p, f"h{i}.", s, mask)

@@ -57,7 +57,7 @@ def _offset(kept: views.View, red: views.View, kc: str, rc: str) -> tuple[str, s
 
 class _RowSegment:
     def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], G: int, seg: int,
-                 columns: tuple[Op, ...], config: Config, target: Target):
+                 columns: tuple[Op, ...], config: Config, target: Target, split: tuple[int, int] | None = None):
         self.ops, self.lay, self.G, self.seg, self.columns = ops, lay, G, seg, columns
         self.in_idx = {v: i for i, v in enumerate(inputs)}
         self.out_idx = {v: outputs.index(v) for v in lay.stores if v in outputs}  # others: column inputs
@@ -65,7 +65,11 @@ class _RowSegment:
         self.n_kept = rank - lay.n_red
         kept_shape, red_shape = lay.domain[: self.n_kept], lay.domain[self.n_kept:]
         self.M, self.R = math.prod(kept_shape), math.prod(red_shape)
-        self.E = -(-self.R // G)
+        # split: each row is cut into P chunks of CH elements, one per row slot; a chunk is then
+        # processed as a row of its own whose reductions write partials (scratch [M, P]) for the fold
+        self.P, self.CH = split or (1, self.R)
+        self.partials = _partial_offsets([op for op in ops if is_reduction(op)], self.M * self.P) if split else {}
+        self.E = -(-self.CH // G)
         inside = {op.out for op in ops}
         self.values = inside
         loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
@@ -85,7 +89,7 @@ class _RowSegment:
         reg = {k for k in loads if k[1].depends_on(self.red)
                and (config.cache_invariant or len(self.kguard[k]) < len(self.kdims))}
         # registers per thread for the row: at most reg_budget[G] (1024 threads leave 64 per thread)
-        self.cached = 0 < self.R <= target.row_cache and len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
+        self.cached = 0 < self.CH <= target.row_cache and len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
         self.reg = reg if self.cached else set()
 
     def _load(self, v: Value, m: IndexMap) -> str:
@@ -102,7 +106,7 @@ class _RowSegment:
         return f"{k} + {r}"
 
     def _loop(self, body: list[str], unrolled: bool = False) -> list[str]:
-        q = ["idx_t qr = r;"] if self.rdims else []
+        q = [f"idx_t qr = {'cb + r' if self.P > 1 else 'r'};"] if self.rdims else []
         for d in range(len(self.rdims) - 1, 0, -1):
             q.append(f"const off_t q{d} = (off_t)(qr % {self.rdims[d]}u); qr /= {self.rdims[d]}u;")
         if self.rdims:
@@ -110,9 +114,13 @@ class _RowSegment:
         inner = ["  " + line for line in q + body]
         if self.cached or unrolled:  # element j of the thread: registers x{k}[j], column partials c{n}[j]
             return ["#pragma unroll", f"for (int j = 0; j < {self.E}; ++j) {{",
-                    f"  const idx_t r = (idx_t)lane + (idx_t)j * {self.G}u;", "  if (r < R) {",
+                    f"  const idx_t r = (idx_t)lane + (idx_t)j * {self.G}u;", f"  if (r < {self._end}) {{",
                     *["  " + x for x in inner], "  }", "}"]
-        return [f"for (idx_t r = (idx_t)lane; r < R; r += {self.G}u) {{", *inner, "}"]
+        return [f"for (idx_t r = (idx_t)lane; r < {self._end}; r += {self.G}u) {{", *inner, "}"]
+
+    @property
+    def _end(self) -> str:
+        return "RC" if self.P > 1 else "R"
 
     def _reduce(self, em: Emitter, op: Op, out: list[str]) -> None:
         accu = accumulator(op)
@@ -134,6 +142,9 @@ class _RowSegment:
             out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", "__syncthreads();", f"{a} = {sm}[0];",
                     f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {accu.combine(a, f'{sm}[w]')};",
                     "__syncthreads();"]
+        if self.P > 1:  # this chunk's partial; the fold kernel finishes the row
+            out.append(f"if (lane == 0) {_scratch(acc.cuda_type, self.partials[op])}[row * {self.P}u + chunk] = {a};")
+            return
         total = accu.total(a, f"{self.R}u")
         name = em.fresh()
         ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
@@ -142,9 +153,13 @@ class _RowSegment:
 
     def body(self) -> list[str]:
         out = [f"const idx_t R = {self.R}u;"]
+        if self.P > 1:
+            out += [f"const idx_t row = o / {self.P}u, chunk = o % {self.P}u, cb = chunk * {self.CH}u;",
+                    f"const idx_t RC = min(R - cb, (idx_t){self.CH}u);"]
         if self.kdims:
-            out += ["idx_t kr = o;"] + [f"const off_t k{d} = (off_t)(kr % {self.kdims[d]}u); kr /= {self.kdims[d]}u;"
-                                        for d in range(len(self.kdims) - 1, 0, -1)] + ["const off_t k0 = (off_t)kr;"]
+            out += [f"idx_t kr = {'row' if self.P > 1 else 'o'};"]
+            out += [f"const off_t k{d} = (off_t)(kr % {self.kdims[d]}u); kr /= {self.kdims[d]}u;"
+                    for d in range(len(self.kdims) - 1, 0, -1)] + ["const off_t k0 = (off_t)kr;"]
         for key, (v, m) in enumerate(self.loads):
             out.append(f"const off_t rb{key} = {self.off[(v, m)][0]};")
             if (v, m) in self.reg:
@@ -168,7 +183,7 @@ class _RowSegment:
         if em.elem:
             out += self._loop(em.elem, unrolled=bool(self.columns))
         for v, m in self.lay.stores.items():
-            if not m.depends_on(self.red) and v in self.out_idx:
+            if not m.depends_on(self.red) and v in self.out_idx and self.P == 1:
                 out.append("if (lane == 0) " + self._write(v, m, em.value(v, m)))
         return _merge_rows(out, em.row)
 
@@ -225,6 +240,63 @@ class _Columns:
         return out
 
 
+def _partial_offsets(reductions: list[Op], n: int) -> dict[Op, int]:
+    """Byte offsets in scratch of each reduction's n partials (256-byte aligned)."""
+    out, off = {}, 0
+    for op in reductions:
+        out[op] = off
+        off += -(-n * accumulator(op).dtype.itemsize // 256) * 256
+    return out
+
+
+def _scratch(ctype: str, offset: int) -> str:
+    return f"reinterpret_cast<{ctype}*>(reinterpret_cast<char*>(scratch) + {offset})"
+
+
+def splittable(ops: list[Op], lay: Layout) -> bool:
+    """Whether a row segment can run split across blocks: nothing in it reads a reduction's result
+    (no epilogue, no reduction of a reduction), and what it writes per row are reduction results
+    (the fold kernel writes those); per-element results of the prologue are written chunk by chunk."""
+    reds = {op.out for op in ops if is_reduction(op)}
+    if any(v in reds for op in ops for v in op.inputs):
+        return False
+    red = range(len(lay.domain) - lay.n_red, len(lay.domain))
+    return all(v in reds for v, m in lay.stores.items() if not m.depends_on(red))
+
+
+def _split_fold(group: FusionGroup, inputs: list[Value], seg: _RowSegment, stem: str, params: str) -> Kernel:
+    """The kernel finishing split rows: one block per row folds its P partials in a fixed order
+    (thread t takes chunks t, t+256, ..., then warp shuffles and the 8 warps in order)."""
+    outputs = list(group.outputs)
+    folds = []
+    for op, off in seg.partials.items():
+        accu = accumulator(op)
+        total = cuda_c.convert(accu.total("a", f"{seg.R}u"), accu.dtype, op.out.dtype)
+        folds.append(dict(acc_t=accu.dtype.cuda_type, identity=accu.identity, offset=off,
+                          combine=accu.combine("a", "b"), out=outputs.index(op.out) if op.out in outputs else -1,
+                          store=store(op.out, cuda_c.load(total, op.out.dtype))))
+    what = f"fold of {seg.P} partials per row, {seg.M} rows"
+    source = render_template("fused_rows_split_fold.cu.j2", header=group_header(group, inputs, what),
+                             includes=cuda_c.includes(group_dtypes(group)), name=NAME_TOKEN, params=params,
+                             M=seg.M, P=seg.P, folds=[f for f in folds if f["out"] >= 0])
+    return finish(f"{stem}_fold", source, min(seg.M, _MAX_GRID), 256, len(inputs), n_outputs=len(outputs))
+
+
+def _split_schedule(segs: list[list[Op]], lays: list[Layout], columns: tuple[Op, ...], config: Config,
+           target: Target) -> tuple[int, int] | None:
+    """(P chunks, CH elements per chunk) when the group's rows run split across blocks (few long
+    rows, Target.splits_rows, and nothing in the group reads a reduction's result); else None."""
+    if len(segs) != 1 or columns:
+        return None
+    lay = lays[0]
+    n_kept = len(lay.domain) - lay.n_red
+    M, R = math.prod(lay.domain[:n_kept]), math.prod(lay.domain[n_kept:])
+    if not target.splits_rows(M, R) or not splittable(segs[0], lay):
+        return None
+    CH = config.split_threads * config.split_elements
+    return -(-R // CH), CH
+
+
 def _merge_rows(out: list[str], late: list[str]) -> list[str]:
     """Row statements emitted while writing per-row results go before those writes."""
     if not late:
@@ -244,19 +316,21 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         raise NotImplementedError("a rows group without a reduction over the innermost dims")
     outputs = list(group.outputs)
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
-    G = _threads(R)
+    split = _split_schedule(segs, lays, columns, config, target)
+    G = config.split_threads if split else _threads(R)
     block = 256 if G == 32 else G
-    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target)
+    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split)
              for k, (seg, lay) in enumerate(zip(segs, lays))]
     fields, start = [], 0
     for p in parts:
-        fields.append(dict(start=start, end=start + p.M, body=p.body(),
-                           what=f"{p.M} rows x {p.R} ({'registers' if p.cached else 'streamed'})"))
-        start += p.M
+        chunks = f" in {p.P} chunks of {p.CH}" if split else ""
+        fields.append(dict(start=start, end=start + p.M * p.P, body=p.body(),
+                           what=f"{p.M} rows x {p.R}{chunks} ({'registers' if p.cached else 'streamed'})"))
+        start += p.M * p.P
     grid = min(-(-start // (block // G)), config.column_grid if columns else _MAX_GRID)
     cols = _Columns(parts[0], outputs, grid, block) if columns else None
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), start)
-    params = group_params(inputs, outputs, scratch=cols is not None)
+    params = group_params(inputs, outputs, scratch=cols is not None or split is not None)
     source = render_template(
         "fused_rows.cu.j2",
         header=group_header(group, inputs, "; ".join(f["what"] for f in fields)
@@ -280,7 +354,13 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     what = next((n for key, n in _NAMES.items() if list(key[:-1]) == reds[: len(key) - 1] and key[-1] in names
                  and len(reds) == len(key) - 1), "_".join(r.removeprefix("reduce_") for r in reds[:3]))
     stem = f"reduce_{what}_rows_{outputs[0].dtype.name}" + (f"_x{len(parts)}" if len(parts) > 1 else "")
+    stem += "_split" if split else ""
     kernels = [finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))]
+    if split:
+        scratch = sum(-(-parts[0].M * parts[0].P * accumulator(op).dtype.itemsize // 256) * 256
+                      for op in parts[0].partials)
+        kernels.append(_split_fold(group, inputs, parts[0], stem, params))
+        return [replace(k, scratch=scratch) for k in kernels]
     if cols:
         what = f"fold of {cols.P} partials x {cols.R} per column reduction"
         fold = render_template("fused_rows_fold.cu.j2", header=group_header(group, inputs, what),

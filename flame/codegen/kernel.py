@@ -34,7 +34,9 @@ class Config:
     the same for every row (weights) in registers too; reg_budget: threads per row -> registers per
     thread for cached row elements (default 64); min_blocks: __launch_bounds__ minimum blocks per
     multiprocessor (0: the compiler's choice); column_grid: row-kernel blocks when it carries column
-    partials (2 per SM of a 132-SM H100/H200)."""
+    partials (2 per SM of a 132-SM H100/H200). split_threads, split_elements: threads per chunk and
+    elements per thread of a row split across blocks (Target.splits_rows): chunks of 2048 elements
+    give an 8M-element loss 4096 blocks."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -42,6 +44,8 @@ class Config:
     reg_budget: tuple[tuple[int, int], ...] = ((1024, 32),)
     min_blocks: int = 0
     column_grid: int = 264
+    split_threads: int = 256
+    split_elements: int = 8
 
 
 DEFAULT_CONFIG = Config()

@@ -61,8 +61,35 @@ def _axes(op: Op) -> set[int]:
     return {a % max(rank, 1) for a in op.attrs["axes"]}
 
 
+def _vector(op: Op, kept: list, red: list, inner: bool, CH: int) -> int:
+    """Elements per 16-byte load (1: none): rows need one contiguous reduced dim with R and the chunk
+    multiples of it; columns need the innermost kept dim contiguous and a multiple of it."""
+    if op.name == "argmax":
+        return 1
+    V = max(1, 16 // op.inputs[0].dtype.itemsize)
+    if inner:
+        ok = len(red) == 1 and red[0][1] == 1 and red[0][0] % V == 0 and CH % V == 0
+    else:
+        ok = bool(kept) and kept[-1][1] == 1 and kept[-1][0] % V == 0
+    return V if ok else 1
+
+
+def _schedule(M: int, R: int, kept: list, red: list, inner: bool, op: Op) -> tuple[str, int, int, int, int, int]:
+    """(kind, G threads per output, P chunks, CH elements per chunk, V elements per load, blocks)."""
+    if inner:
+        P, CH = _chunks(R, M, 4096)
+        G = _BLOCK if P > 1 or R > 1024 else 32
+        V = _vector(op, kept, red, inner, CH)
+        return "rows", G, P, CH, V, -(-M * P // (_BLOCK // G))
+    V = _vector(op, kept, red, inner, 0)
+    tiles = -(-M // (32 * V))
+    P, CH = _chunks(R, tiles, 64)
+    return "cols", 32, P, CH, V, tiles * P
+
+
 def lower_reduction(op: Op) -> list[Kernel]:
-    """One kernel (rows or cols), or two (partials into scratch, then final) for long reductions."""
+    """One kernel (rows or cols), or two (partials into scratch, then a fold) for long reductions.
+    Partials are folded in a fixed order, so results do not vary between runs."""
     x, out = op.inputs[0].type, op.out.type
     M = out.numel
     if M == 0:
@@ -72,22 +99,14 @@ def lower_reduction(op: Op) -> list[Kernel]:
     accu = accumulator(op)
     acc = accu.dtype
     argmax = op.name == "argmax"
-    if inner:
-        G = 32 if R <= 1024 else _BLOCK
-        P, CH = _chunks(R, M, 4096)
-        if P > 1:
-            G = _BLOCK
-        kind, units = "rows", -(-M * P // (_BLOCK // G))
-    else:
-        tiles = -(-M // 32)
-        P, CH = _chunks(R, tiles, 256)
-        kind, units = "cols", tiles * P
+    kind, G, P, CH, V, units = _schedule(M, R, kept, red, inner, op)
     a, b = ("a", "b") if argmax else ("a.v", "b.v")
     total = accu.total("a.v", f"{R}u")
     vbytes = P * M * acc.itemsize
     index_offset = -(-vbytes // 8) * 8
     scratch = (index_offset + P * M * 8 if argmax else vbytes) if P > 1 else 0
     idx_t, off_t = index_types(x.numel)
+    roff = "r" if len(red) == 1 and red[0][1] == 1 else _offset(red, "q")
     common = dict(
         includes=cuda_c.includes({x.dtype, out.dtype}),
         name="FLAME_KERNEL_NAME",
@@ -107,37 +126,38 @@ def lower_reduction(op: Op) -> list[Kernel]:
         store="a.i" if argmax else cuda_c.convert(total, acc, out.dtype),
         kdims=[s for s, _ in kept],
         kexpr=_offset(kept, "k"),
-        load=cuda_c.load("in0[base + @]", x.dtype),
-        rdims=[s for s, _ in red],
-        G=32,
+        load=cuda_c.load(f"in0[base + {roff}]", x.dtype),
+        rdims=[] if roff == "r" else [s for s, _ in red],
+        G=G,
+        V=1,
+        in_t=x.dtype.cuda_type,
+        in_size=x.dtype.itemsize,
+        roff=roff,
+        vconv=cuda_c.load("w.v[v]", x.dtype),
+        slot="o * P + p" if kind == "rows" else "p * M + o",
     )
-    if len(red) == 1 and red[0][1] == 1:
-        common["rdims"] = []  # one contiguous reduced dim: its offset is r itself
-        common["load"] = common["load"].replace("@", "r")
-    else:
-        common["load"] = common["load"].replace("@", _offset(red, "q"))
     stem = f"{op.name}_{x.dtype.name}_{shape_tag(x.shape)}_{kind}"
     what = f"{kind} reduction: {M} outputs x {R} elements" + (f" in {P} chunks of {CH}" if P > 1 else "")
-    first = render_template(
-        "reduce.cu.j2", header=header(op, what), kind=kind, partial=P > 1, **{**common, "G": G if inner else 32}
-    )
+    first = render_template("reduce.cu.j2", header=header(op, what), kind=kind, partial=P > 1, **{**common, "V": V})
     kernels = [finish(stem, first, min(units, _MAX_GRID), _BLOCK, 1, scratch)]
     if P > 1:
-        final = render_template(
-            "reduce.cu.j2",
-            header=header(op, f"final fold of {P} partials per output"),
-            kind="final",
-            partial=False,
-            **common,
-        )
-        kernels.append(
-            finish(
-                f"{op.name}_{x.dtype.name}_{shape_tag(x.shape)}_final",
-                final,
-                min(-(-M // (_BLOCK // 32)), _MAX_GRID),
-                _BLOCK,
-                1,
-                scratch,
-            )
-        )
+        kernels.append(_fold(op, kind, common, scratch))
     return kernels
+
+
+def _fold(op: Op, kind: str, common: dict, scratch: int) -> Kernel:
+    """The kernel folding P partials per output: a warp per output over its contiguous partials
+    ([M, P], rows), or a column reduction of the [P, M] partials (cols: coalesced over outputs)."""
+    x = op.inputs[0].type
+    M, P = common["M"], common["P"]
+    what = f"final fold of {P} partials per output"
+    if kind == "rows":
+        source = render_template("reduce.cu.j2", header=header(op, what), kind="final", partial=False, **common)
+        grid = min(-(-M // (_BLOCK // 32)), _MAX_GRID)
+    else:
+        acc_t = common["acc_t"]
+        fields = {**common, "R": P, "P": 1, "CH": P, "kdims": [M], "kexpr": "k0", "rdims": [P],
+                  "load": f"reinterpret_cast<const {acc_t}*>(scratch)[base + q0 * {M}]"}
+        source = render_template("reduce.cu.j2", header=header(op, what), kind="cols", partial=False, **fields)
+        grid = min(-(-M // 32), _MAX_GRID)
+    return finish(f"{op.name}_{x.dtype.name}_{shape_tag(x.shape)}_final", source, grid, _BLOCK, 1, scratch)

@@ -20,6 +20,9 @@ Rules, in the order they apply:
 - `full` constants and views of graph inputs are cloned into every kernel that reads them.
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
+- few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
+  across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
+  the prologue and its per-element results (a loss's gradient) stay fused;
 Not fused: other column reductions (their own tuned kernel), gather/scatter/pad/concat/argmax (opaque)."""
 
 from __future__ import annotations
@@ -274,6 +277,60 @@ def _absorb_scalars(st: _State) -> None:
             dst.domain, dst.n_red = got
 
 
+def _rows_shape(grp: _Group) -> tuple[int, int]:
+    """(rows, row length) of a rows group's reductions."""
+    n_kept = len(grp.domain) - grp.n_red
+    return math.prod(grp.domain[:n_kept]), math.prod(grp.domain[n_kept:])
+
+
+def _after_reductions(grp: _Group) -> list[Op]:
+    """The ops of a rows group that read a reduction's result (directly or through other ops), with
+    the free ops (constants, input views) only they read."""
+    dep = {op.out for op in grp.ops if is_reduction(op)}
+    moved = []
+    for op in grp.ops:
+        if any(v in dep for v in op.inputs):
+            dep.add(op.out)
+            moved.append(op)
+    readers = set(moved)
+    return [op for op in grp.ops if op in readers or (_free(op) and _read_only_by(grp, op, readers))]
+
+
+def _read_only_by(grp: _Group, op: Op, readers: set[Op]) -> bool:
+    return any(op.out in r.inputs for r in readers) and not any(
+        op.out in o.inputs for o in grp.ops if o not in readers)
+
+
+def _split_few_rows(st: _State) -> None:
+    """A rows group with few long rows (Target.splits_rows) runs split across blocks, which needs
+    every op of it to be computable chunk by chunk: the ops reading a reduced value (an epilogue
+    such as softmax's normalisation, or a second reduction such as layer_norm's variance) move to a
+    kernel of their own (which may split again). The prologue and its per-element results stay."""
+    todo = [grp for grp in st.groups if grp.kind == Kind.ROWS]
+    while todo:
+        grp = todo.pop()
+        if grp.kind != Kind.ROWS or not st.target.splits_rows(*_rows_shape(grp)):
+            continue
+        moved = _after_reductions(grp)
+        kept = [op for op in grp.ops if op not in moved]
+        if not moved or isinstance(_fit(st, kept, Kind.ROWS, grp.domain, grp.n_red), str):
+            continue
+        rows = any(is_reduction(op) for op in moved)
+        kind = Kind.ROWS if rows else Kind.ELEMENTWISE
+        got = _fit(st, moved, kind, grp.domain if rows else None, grp.n_red if rows else 0)
+        grp.ops = kept
+        M, R = _rows_shape(grp)
+        grp.reason = f"split: {M} row(s) of {R} run across blocks; what reads the reduced values is a kernel of its own"
+        if isinstance(got, str):  # no common domain: one kernel per op
+            for op in moved:
+                kind = Kind.ELEMENTWISE if _free(op) else _classify(op)
+                st.new([op], kind, domain=op.inputs[0].shape if kind == Kind.ROWS else op.out.shape,
+                       n_red=trailing_reduced(op) or 0 if kind == Kind.ROWS else 0)
+            continue
+        new = st.new(moved, kind, domain=got[0], n_red=got[1])
+        todo.append(new)
+
+
 def _columns(grp: _Group) -> list[Op]:
     """The column reductions a rows group carries (they are not part of its row layout)."""
     return [op for op in grp.ops if is_reduction(op) and trailing_reduced(op) is None]
@@ -292,6 +349,8 @@ def _absorb_columns(st: _State) -> None:
         for rg in st.groups:
             if rg.kind != Kind.ROWS or rg.domain != v.shape or math.prod(v.shape[-rg.n_red:]) > st.target.row_cache:
                 continue
+            if st.target.splits_rows(*_rows_shape(rg)):
+                continue  # a split row kernel carries no column partials
             carried = _columns(rg)
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
             if not touches or not column_ok(op, rg.domain, rg.n_red) or st.reaches(cg, rg):
@@ -382,6 +441,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
         if op not in st.group_of:
             st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)
     _absorb_scalars(st)
+    _split_few_rows(st)
     _absorb_columns(st)
     _horizontal(st)
     ordered = _order(st)

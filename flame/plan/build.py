@@ -89,16 +89,21 @@ class _Builder:
         largest workspace any part needs, e.g. a split reduction's partials). A fused kernel (`grp`)
         carries the group's boundary reason and says whether it is in-place safe; a one-op kernel
         always is (each thread reads its elements before it writes them)."""
-        scratch = max((k.scratch for k in kernels), default=0)
-        extra = ()
-        if scratch:
-            sid = self.add(self.new_id(), None, "scratch", shape=(scratch,), dtype=_U8, nbytes=scratch)
-            self.temp_roots.add(sid)
-            extra = (sid,)
+        sid = self.scratch(max((k.scratch for k in kernels), default=0))
+        extra = () if sid is None else (sid,)
         for i, k in enumerate(kernels):
             self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra,
                                            k.n_inputs, ops, (i, len(kernels)), len(outs),
                                            grp.reason if grp else "", k.in_place_safe if grp else True))
+
+    def scratch(self, nbytes: int) -> int | None:
+        """A fresh scratch buffer of nbytes in the arena (a kernel's or a library call's workspace,
+        live only during its step), or None for 0 bytes."""
+        if not nbytes:
+            return None
+        sid = self.add(self.new_id(), None, "scratch", shape=(nbytes,), dtype=_U8, nbytes=nbytes)
+        self.temp_roots.add(sid)
+        return sid
 
     def op(self, op: Op) -> None:
         """The steps of one op lowered on its own."""
@@ -164,7 +169,8 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
     for v, flag in zip(op.inputs, ("ta", "tb")):
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
-    return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, **flags)
+    return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias,
+                         workspace=bld.scratch(bld.target.matmul_workspace), **flags)
 
 
 def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
@@ -173,10 +179,7 @@ def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
     ins = [bld.buffer_of[v] for v in op.inputs]
     n_main = 3 if op.name == "scaled_dot_product_attention" else 5  # backward: q, k, v, out, grad_out
     mask = ins[n_main] if len(ins) > n_main else None
-    nbytes = bld.target.attention_workspace(op)
-    ws = bld.add(bld.new_id(), None, "scratch", shape=(nbytes,), dtype=_U8, nbytes=nbytes) if nbytes else None
-    if ws is not None:
-        bld.temp_roots.add(ws)
+    ws = bld.scratch(bld.target.attention_workspace(op))
     o, grad_out = (ins[3], ins[4]) if n_main == 5 else (None, None)
     return AttentionCall(ins[0], ins[1], ins[2], out, op, o=o, grad_out=grad_out, mask=mask, workspace=ws)
 
@@ -211,12 +214,12 @@ def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None
     """The Plan of a verified graph, before memory planning (temporaries have no arena offsets yet:
     flame.plan.memory.plan_memory places them; to_plan does both). `lowering(op) -> list[Kernel]`
     defaults to codegen's lowering of the op's group of one; kernels are rendered, never compiled,
-    here. `target` (default: the CUDA backend's, asked when the plan is built) says which matmul
-    epilogues the library call runs."""
+    here. `target` (default: the reference executor's, asked when the plan is built: the matmul
+    epilogues cuBLASLt runs, no library workspaces) says what the backend's library calls do."""
     if target is None:
         from flame.runtime.backend import capabilities
 
-        target = capabilities()
+        target = capabilities("reference")
     bld = _Builder(g, lowering, target)
     for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
         bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)

@@ -211,6 +211,7 @@ class MatmulCall(LibraryCall):
     tb: bool = False
     epilogue: str = "none"
     bias: int | None = buffer_field(default=None)
+    workspace: int | None = buffer_field(default=None)  # cuBLASLt's workspace, scratch in the arena
 
     @classmethod
     def of(cls, op: Op, a: int, b: int, out: int, **kw) -> MatmulCall:
@@ -224,7 +225,15 @@ class MatmulCall(LibraryCall):
 
     @property
     def writes(self) -> tuple[int, ...]:
+        return (self.out,) + self.scratch
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
         return (self.out,)
+
+    @property
+    def scratch(self) -> tuple[int, ...]:
+        return () if self.workspace is None else (self.workspace,)
 
     def format(self, ids: dict[Value, int]) -> str:
         attrs = {"m": self.m, "n": self.n, "k": self.k, "batch_a": list(self.batch_a),
@@ -233,7 +242,8 @@ class MatmulCall(LibraryCall):
             attrs["epilogue"] = self.epilogue
         info = ", ".join(f"{k}={format_attr(v)}" for k, v in attrs.items())
         ins = ", ".join(f"b{a}" for a in self.reads)
-        return f"b{self.out} = call {self.name} ({ins}) {{{info}}}  # {format_op(self.op, ids)}"
+        ws = "" if self.workspace is None else f" scratch=b{self.workspace}"
+        return f"b{self.out} = call {self.name} ({ins}) {{{info}}}{ws}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)

@@ -31,4 +31,4 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
-                   attention_workspace=_attention_workspace)
+                   attention_workspace=_attention_workspace, matmul_workspace=matmul.WORKSPACE_BYTES)

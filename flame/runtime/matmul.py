@@ -14,6 +14,11 @@ bias along the columns of a column-major result (one value per row of D), so an 
 issued transposed: out^T[n, m] = op(b)^T @ op(a)^T, with out^T a column-major view of `out` and the
 bias one value per row n of out^T, i.e. per column of out.
 
+Workspace: cuBLASLt draws its workspace (at most WORKSPACE_BYTES, what NVIDIA suggests on Hopper)
+from the bytes the plan placed in its arena for the call (MatmulCall.workspace), handed to nvmath
+through `_PlanWorkspace` for the duration of one execute; the pool holds no per-GEMM workspaces. A
+call without a planned workspace (not from a plan) uses one fallback buffer per device.
+
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
 """
@@ -30,7 +35,32 @@ _EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS"}
 SUPPORTED_EPILOGUES = frozenset({"none", *_EPILOG_NAMES})
 
 
+WORKSPACE_BYTES = 32 << 20  # the most workspace a cuBLASLt call may use (the plan reserves this per call)
+
 _PLANS: dict[tuple, object] = {}
+_WORKSPACES: dict[int, _PlanWorkspace] = {}  # device id -> the allocator every Matmul on it draws from
+_FALLBACK: dict[int, object] = {}  # device id -> workspace for calls that come with none
+
+
+class _PlanWorkspace:
+    """nvmath's allocator (the BaseCUDAMemoryManager protocol) for cuBLASLt workspaces: it hands out
+    the bytes set in `ptr`/`size` by the call being run (the plan's arena scratch), never allocating."""
+
+    def __init__(self, device_id: int):
+        self.device_id, self.ptr, self.size = device_id, 0, 0
+
+    def memalloc(self, size: int):
+        from nvmath.memory import MemoryPointer
+
+        if size > self.size:
+            raise MemoryError(f"cuBLASLt asked for {size} bytes of workspace; the plan holds {self.size}")
+        return MemoryPointer(self.ptr, size, finalizer=None)
+
+
+def _workspace(device_id: int) -> _PlanWorkspace:
+    if device_id not in _WORKSPACES:
+        _WORKSPACES[device_id] = _PlanWorkspace(device_id)
+    return _WORKSPACES[device_id]
 
 
 @dataclass(frozen=True)
@@ -94,7 +124,8 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
     if mm is None:
         from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
 
-        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)))
+        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)), memory_limit=WORKSPACE_BYTES,
+                             allocator=_workspace(c.device.id))
         mm = Matmul(a, b, c, alpha=1.0, beta=0.0, options=opts, stream=stream)
         epilog = getattr(MatmulEpilog, _EPILOG_NAMES[epilogue]) if epilogue != "none" else None
         mm.plan(epilog=epilog, epilog_inputs=inputs, stream=stream)
@@ -104,8 +135,23 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
     return mm
 
 
+def _execute(mm, workspace, stream) -> None:
+    """Run planned Matmul mm with `workspace` (a CuPy array of >= WORKSPACE_BYTES, or None: the
+    device's fallback buffer) as cuBLASLt's workspace; nvmath lets go of it when the call returns."""
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    if workspace is None:
+        if dev not in _FALLBACK:
+            _FALLBACK[dev] = cupy.empty(WORKSPACE_BYTES, cupy.uint8)
+        workspace = _FALLBACK[dev]
+    alloc = _workspace(dev)
+    alloc.ptr, alloc.size = workspace.data.ptr, workspace.nbytes
+    mm.execute(stream=stream, release_workspace=True)
+
+
 def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "none", bias=None, *,
-                stream=None) -> None:
+                stream=None, workspace=None) -> None:
     """out = epilogue(op(a) @ op(b) [+ bias]) on the given (default: current) CuPy stream; a, b, out
     and bias ([n], out's dtype) contiguous. epilogue is one of SUPPORTED_EPILOGUES."""
     import cupy
@@ -130,19 +176,21 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
         with stream:
             av = _view(a, lay.a, lay.ta, lay.expand_a)
             bv = _view(b, lay.b, lay.tb, lay.expand_b)
-        _planned(key, av, bv, out.reshape(lay.out), stream).execute(stream=stream)
+        mm = _planned(key, av, bv, out.reshape(lay.out), stream)
+        _execute(mm, workspace, stream)
         return
     with stream:  # transposed problem (module doc): A' = op(b)^T, B' = op(a)^T, C' = out^T
         av = _view(b, lay.b, not lay.tb, lay.expand_b)
         bv = _view(a, lay.a, not lay.ta, lay.expand_a)
     cv = out.reshape(lay.out).swapaxes(-1, -2)
-    _planned(key, av, bv, cv, stream, epilogue, bias).execute(stream=stream)
+    _execute(_planned(key, av, bv, cv, stream, epilogue, bias), workspace, stream)
 
 
 def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
     """Run plan step `s` on CuPy arrays bufs (buffer id -> array) on `stream`."""
     bias = None if s.bias is None else bufs[s.bias]
-    matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], s.ta, s.tb, s.epilogue, bias, stream=stream)
+    ws = None if s.workspace is None else bufs[s.workspace]
+    matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], s.ta, s.tb, s.epilogue, bias, stream=stream, workspace=ws)
 
 
 def clear_cache() -> None:
@@ -150,3 +198,4 @@ def clear_cache() -> None:
     for mm in _PLANS.values():
         mm.free()
     _PLANS.clear()
+    _FALLBACK.clear()
