@@ -14,7 +14,9 @@ from flame.frontend.context import no_grad
 from flame.frontend.creation import (
     Generator,
     arange,
+    as_tensor,
     from_dlpack,
+    from_numpy,
     full,
     manual_seed,
     ones,
@@ -78,7 +80,8 @@ __all__ = [
     "CheckpointError", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "ShapeError", "Tensor",
     "TraceError", "VerifyError", "arange", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
     "float16", "float32", "float64", "from_dlpack", "full", "get_device", "grad", "i32", "i64", "int32", "int64",
-    "ir", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn", "set_device", "tensor",
+    "ir", "as_tensor", "from_numpy", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn",
+    "set_device", "tensor",
     "value_and_grad", "zeros", "zeros_like",
 ]
 

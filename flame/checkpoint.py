@@ -18,6 +18,7 @@ import numpy as np
 import safetensors.numpy
 from safetensors import deserialize
 
+from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame.errors import CheckpointError
 from flame.frontend.tensor import Tensor
 from flame.nn.module import as_tensor, copy_pairs
@@ -54,7 +55,9 @@ def _write(f, data: bytes) -> None:
 def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    # temp files of saves to the same path killed midway (their process is gone) would pile up
+    remove_dead_temps(folder, f".{os.path.basename(path)}.", ".tmp")
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(f".{os.path.basename(path)}."), suffix=".tmp", dir=folder)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as f:
@@ -115,10 +118,19 @@ def load(path: str | os.PathLike) -> dict[str, Tensor]:
 
 
 def load_metadata(path: str | os.PathLike) -> dict[str, str]:
-    """The text metadata of a safetensors file's header."""
+    """The text metadata of a safetensors file's header; CheckpointError if the header is malformed."""
     data = _read(path)
-    (n,) = struct.unpack("<Q", data[:8])
-    return dict(json.loads(data[8:8 + n]).get("__metadata__") or {})
+    try:
+        (n,) = struct.unpack("<Q", data[:8])
+        if n > len(data) - 8:
+            raise ValueError(f"the header claims {n} bytes but the file has {len(data) - 8} after the length")
+        header = json.loads(data[8:8 + n])
+        meta = (header.get("__metadata__") or {}) if isinstance(header, dict) else None
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise ValueError("the header's __metadata__ is not a string -> string map")
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{os.fspath(path)!r} is not a valid safetensors file: {e}") from None
+    return dict(meta)
 
 
 def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: dict[str, str] | None = None) -> None:
@@ -134,23 +146,42 @@ def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: di
     save(tensors, path, meta)
 
 
+def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -> dict:
+    """The optimizer's state_dict stored in a checkpoint; CheckpointError naming the file if malformed."""
+    where = os.fspath(path)
+    if _GROUPS_KEY not in meta:
+        raise CheckpointError(f"{where!r} holds no optimizer state (it was saved without one)")
+    state: dict[int, dict[str, Tensor]] = {}
+    for k, v in tensors.items():
+        if k.startswith(_OPT + "state/"):
+            i, _, name = k[len(_OPT + "state/"):].partition("/")
+            if not i.isdigit() or not name:
+                raise CheckpointError(f"{where!r}: optimizer tensor {k!r} is not named {_OPT}state/INDEX/NAME")
+            state.setdefault(int(i), {})[name] = v
+    try:
+        groups = json.loads(meta[_GROUPS_KEY])
+    except ValueError as e:
+        raise CheckpointError(f"{where!r}: the optimizer's parameter groups are not valid JSON ({e})") from None
+    if not isinstance(groups, list) or not all(
+            isinstance(g, dict) and isinstance(g.get("params"), list)
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"]) for g in groups):
+        raise CheckpointError(f"{where!r}: the optimizer's parameter groups are not a list of groups with "
+                              f"integer 'params' lists")
+    return {"state": state, "param_groups": groups}
+
+
 def load_checkpoint(path: str | os.PathLike, model, optimizer=None, strict: bool = True) -> dict[str, str]:
     """Load a checkpoint into model (and optimizer) in place; returns the file's metadata. Raises
     flame.CheckpointError listing every missing, unexpected and mis-shaped tensor."""
     tensors = load(path)
     meta = load_metadata(path)
     model_sd = {k: v for k, v in tensors.items() if not k.startswith(_OPT)}
-    if optimizer is not None:
-        if _GROUPS_KEY not in meta:
-            raise CheckpointError(f"{os.fspath(path)!r} holds no optimizer state (it was saved without one)")
-        state: dict[int, dict[str, Tensor]] = {}
-        for k, v in tensors.items():
-            if k.startswith(_OPT + "state/"):
-                i, name = k[len(_OPT + "state/"):].split("/", 1)
-                state.setdefault(int(i), {})[name] = v
-        opt_sd = {"state": state, "param_groups": json.loads(meta[_GROUPS_KEY])}
-    model_pairs, _ = model.plan_load(model_sd, strict=strict)  # check everything before changing anything
-    opt_pairs = optimizer.plan_load(opt_sd) if optimizer is not None else None
+    opt_sd = _optimizer_section(path, tensors, meta) if optimizer is not None else None
+    try:  # check everything before changing anything
+        model_pairs, _ = model.plan_load(model_sd, strict=strict)
+        opt_pairs = optimizer.plan_load(opt_sd) if optimizer is not None else None
+    except CheckpointError as e:
+        raise CheckpointError(f"{os.fspath(path)!r}: {e}") from None
     copy_pairs(model_pairs)
     if optimizer is not None:
         optimizer.apply_load(opt_pairs, opt_sd)

@@ -1,6 +1,7 @@
 """The `flame` command: dump, explain, viz, profile, check, cache, bench. Every subcommand but cache and
 bench runs a user script with a hook on @flame.compile, then reports on what was compiled (bench runs
-the benchmark suite, flame.bench). Errors are one line and exit 1."""
+the benchmark suite, flame.bench). Errors are one line, no traceback: a bad command line exits 2 (as
+argparse does), a failure while running exits 1."""
 
 from __future__ import annotations
 
@@ -74,6 +75,9 @@ def cmd_explain(a) -> int:
 def cmd_viz(a) -> int:
     from flame.explain import to_dot
 
+    folder = os.path.dirname(os.path.abspath(a.output))
+    if not os.path.isdir(folder):
+        raise CliError(f"cannot write {a.output}: directory {folder} does not exist")
     records = run_script(a.script, a.args)
     dot = "\n".join(to_dot(r.name, r.graph, r.plan) for r in records[:1])
     base, ext = os.path.splitext(a.output)
@@ -128,9 +132,23 @@ def cmd_cache(a) -> int:
 def cmd_bench(a) -> int:
     from flame.bench.run import run_from_args
 
-    if a.args:
-        raise CliError(f"unrecognized arguments: {' '.join(a.args)}")
     return run_from_args(a)
+
+
+def _number(ok, what: str, kind=float):
+    """An argparse type: a `kind` number for which ok(x) holds, else a usage error (exit 2)."""
+
+    def parse(text: str):
+        try:
+            x = kind(text)
+        except ValueError:
+            x = None
+        if x is None or x != x or not ok(x):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return x
+
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -153,11 +171,12 @@ def _parser() -> argparse.ArgumentParser:
     v = script_cmd("viz", "draw the graph with kernels as coloured clusters (Graphviz)", cmd_viz)
     v.add_argument("-o", "--output", default="graph.svg", help="graph.svg, graph.html or graph.dot")
     pr = script_cmd("profile", "per-kernel GPU time, achieved bandwidth and share of the step", cmd_profile)
-    pr.add_argument("--repeat", type=int, default=20, help="timed runs per step (median)")
+    pr.add_argument("--repeat", type=_number(lambda x: x >= 1, "an integer >= 1", int), default=20,
+                    help="timed runs per step (median)")
     c = script_cmd("check", "run every compiled step on the GPU and the reference; name the first kernel "
                    "whose output diverges (or produces NaN/Inf with --nan)", cmd_check)
-    c.add_argument("--rtol", type=float, default=1e-3)
-    c.add_argument("--atol", type=float, default=1e-4)
+    c.add_argument("--rtol", type=_number(lambda x: x > 0, "a positive number"), default=1e-3)
+    c.add_argument("--atol", type=_number(lambda x: x >= 0, "a number >= 0"), default=1e-4)
     c.add_argument("--nan", action="store_true", help="NaN/Inf watch: name the first kernel producing one")
     k = sub.add_parser("cache", help="size and entries of the kernel cache, or clear it",
                        description="size and entries of the kernel cache, or clear it")
@@ -177,10 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     # flame's own options may come anywhere; everything else after the script belongs to the script
     args, rest = _parser().parse_known_args(argv)
     args.args = rest
-    if rest and args.cmd == "cache":
+    if rest and args.cmd in ("cache", "bench"):  # these run no script that could take them
         _parser().error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.fn(args)
     except (CliError, FlameError) as e:
         print(f"flame {args.cmd}: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    except OSError as e:  # an output path that cannot be written, a cache path that is a file, ...
+        where = f": {e.filename}" if e.filename else ""
+        print(f"flame {args.cmd}: error: {e.strerror or e}{where}", file=sys.stderr)
         return 1

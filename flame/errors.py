@@ -12,6 +12,14 @@ class ShapeError(FlameError, ValueError):
     """Shapes of an op's inputs or attributes do not fit together."""
 
 
+class DimError(ShapeError, IndexError):
+    """A dimension index is out of range for the tensor (PyTorch raises IndexError here)."""
+
+
+class IndexValueError(FlameError, IndexError):
+    """An index held in a tensor (a class label, a gather index) is out of bounds."""
+
+
 class DTypeError(FlameError, TypeError):
     """An op got a dtype it does not accept."""
 

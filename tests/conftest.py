@@ -5,6 +5,11 @@ import pytest
 from flame.runtime.device import cuda_available
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-seconds", type=float, default=0,
+                     help="run the random-program differential test for this long instead of its fixed budget")
+
+
 def pytest_collection_modifyitems(config, items):
     if cuda_available():
         return

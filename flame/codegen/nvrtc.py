@@ -1,37 +1,102 @@
 """CUDA C++ -> cubin with NVRTC (through CuPy's bindings), behind an on-disk cache.
 
 Cache entries live in ~/.cache/flame (mode 0700; env FLAME_CACHE_DIR overrides), one file per
-sha256(source, arch, options, NVRTC version, flame version). Each file holds a magic line, the
-sha256 of its payload and the payload; it is written to a temporary file and os.replace()d into place,
-so readers never see half an entry, and an entry whose payload does not match its hash is deleted
-and rebuilt. A compile error raises FlameError with the numbered source, the NVRTC log and the IR op."""
+sha256(source, arch, options, NVRTC version, flame version). A cache directory that is not owned by
+the user or that others may write is not used (a warning says so; kernels are then compiled every
+time), as pip and CUDA's own caches do. Each file holds a magic line, an HMAC-SHA256 of the entry's
+name and payload under a per-user secret (`.hmac-key` in the directory, mode 0600) and the payload: an
+entry planted by someone without the secret, or one whose payload is damaged, fails the check and is
+deleted and rebuilt. Entries are written to a temporary file and os.replace()d into place, so readers
+never see half an entry; writing is best-effort (a failure warns and the compile still returns).
+A compile error raises FlameError with the numbered source, the NVRTC log and the IR op."""
 
 from __future__ import annotations
 
 import glob
 import hashlib
+import hmac
 import os
+import stat
 import tempfile
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
+from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame._version import __version__
 from flame.errors import FlameError
 
-_MAGIC = b"FLAMECUBIN1\n"
+_MAGIC = b"FLAMECUBIN2\n"  # 2: the digest is an HMAC (entries of version 1 fail the check and are rebuilt)
+_KEY_FILE = ".hmac-key"
+_TMP = ".tmp-"
 OPTIONS = ("-std=c++17", "-default-device")  # no --use_fast_math: kernels must match the reference
 
 
 def cache_dir() -> Path:
-    """The cache directory (created with mode 0700 on first use)."""
+    """The cache directory (created with mode 0700 on first use). FlameError if it is not a directory,
+    is not owned by the user, or others may write to it."""
     env = os.environ.get("FLAME_CACHE_DIR")
     path = Path(env) if env else Path.home() / ".cache" / "flame"
-    if not path.is_dir():
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    try:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+        st = os.stat(path)
+    except OSError as e:
+        raise FlameError(f"kernel cache directory {str(path)!r} cannot be used: {e.strerror or e}") from None
+    if st.st_uid != os.getuid():
+        raise FlameError(f"kernel cache directory {str(path)!r} is not owned by you (uid {st.st_uid}); "
+                         f"set FLAME_CACHE_DIR to a directory of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise FlameError(f"kernel cache directory {str(path)!r} is writable by others (mode "
+                         f"{stat.S_IMODE(st.st_mode):o}); run chmod 700 on it or set FLAME_CACHE_DIR")
     return path
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(f"flame: {message}", RuntimeWarning, stacklevel=3)
+
+
+def _usable_dir() -> Path | None:
+    """cache_dir(), or None (with a warning, once) when it cannot be trusted or created."""
+    try:
+        return cache_dir()
+    except FlameError as e:
+        _warn_once(f"{e}; compiling without the kernel cache")
+        return None
+
+
+def _secret(folder: Path) -> bytes:
+    """The per-user HMAC key of the cache (created once, 0600; OSError if it cannot be read or made,
+    FlameError if someone else could have written it)."""
+    path = folder / _KEY_FILE
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(_TMP), suffix=".part")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+            try:
+                os.link(tmp, path)  # atomic and never overwrites: concurrent creators agree on one key
+            except FileExistsError:
+                pass
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    st = os.stat(path)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
+        raise FlameError(f"the kernel cache key {str(path)!r} is not a private file of yours")
+    return path.read_bytes()
+
+
+def _digest(path: Path, payload: bytes) -> bytes:
+    """HMAC of the entry's name (the sha256 of what it was compiled from) and its payload."""
+    return hmac.new(_secret(path.parent), path.name.encode() + b"\0" + payload, hashlib.sha256).hexdigest().encode()
 
 
 @lru_cache(maxsize=1)
@@ -93,7 +158,7 @@ def _key(source: str, arch: str) -> str:
 
 
 def _read(path: Path) -> bytes | None:
-    """The payload of a cache entry, or None if missing; a corrupted entry is deleted."""
+    """The payload of a cache entry, or None if missing; an entry failing its HMAC is deleted."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -101,17 +166,17 @@ def _read(path: Path) -> bytes | None:
     head = len(_MAGIC) + 65
     if data[: len(_MAGIC)] == _MAGIC and len(data) > head:
         digest, payload = data[len(_MAGIC) : head - 1], data[head:]
-        if hashlib.sha256(payload).hexdigest().encode() == digest:
+        if hmac.compare_digest(_digest(path, payload), digest):
             return payload
     path.unlink(missing_ok=True)
     return None
 
 
 def _write(path: Path, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(_TMP), suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+            f.write(_MAGIC + _digest(path, payload) + b"\n" + payload)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -153,13 +218,24 @@ def _compile(source: str, arch: str, name_hint: str) -> bytes:
 
 
 def compile_cubin(source: str, arch: str, name_hint: str = "") -> bytes:
-    """The cubin of `source` for `arch` ("sm_90"), from the cache or compiled (and cached) now."""
-    path = cache_dir() / f"{_key(source, arch)}.cubin"
-    cached = _read(path)
+    """The cubin of `source` for `arch` ("sm_90"), from the cache or compiled (and cached) now. The
+    cache is best-effort: an unusable directory or a failed write warns, and the compile still returns."""
+    folder = _usable_dir()
+    path = None if folder is None else folder / f"{_key(source, arch)}.cubin"
+    try:
+        cached = None if path is None else _read(path)
+    except (OSError, FlameError) as e:
+        _warn_once(f"cannot read the kernel cache ({e}); compiling without it")
+        path = cached = None
     if cached is not None:
         return cached
     cubin = _compile(source, arch, name_hint)
-    _write(path, cubin)
+    if path is not None:
+        try:
+            _write(path, cubin)
+        except (OSError, FlameError) as e:
+            _warn_once(f"cannot write to the kernel cache {str(path.parent)!r} ({e}); kernels are compiled "
+                       f"again next time")
     return cubin
 
 
@@ -181,13 +257,15 @@ def cache_info() -> dict:
 
 
 def cache_clear() -> int:
-    """Delete every cache entry (and stray temporaries); returns how many entries were removed."""
+    """Delete every cache entry and the temporaries of dead writers (another process's compile in
+    flight keeps its own); returns how many entries were removed."""
     d = cache_dir()
     n = 0
-    for p in list(d.glob("*.cubin")) + list(d.glob(".tmp-*.part")):
+    for p in d.glob("*.cubin"):
         try:
             p.unlink()
-            n += p.suffix == ".cubin"
+            n += 1
         except FileNotFoundError:
             pass
+    remove_dead_temps(d, _TMP, ".part")
     return n

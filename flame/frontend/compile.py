@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+import re
+import struct
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +16,8 @@ import numpy as np
 from flame import debug
 from flame.compiler import compile_graph
 from flame.errors import FlameError
-from flame.frontend.context import current_trace
+from flame.frontend.context import current_trace, no_grad
+from flame.frontend.creation import as_tensor
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
@@ -46,6 +49,20 @@ def _unflatten(skel: Any, values: list) -> Any:
     return skel
 
 
+def _constant_key(a: Any) -> Hashable:
+    """A non-tensor argument's part of the trace-cache key: its type and, for numbers, its bit pattern,
+    so 0.0 and -0.0, 1 and 1.0 trace apart and a NaN matches itself (== would say otherwise)."""
+    if isinstance(a, (tuple, list)):
+        return type(a).__name__, tuple(_constant_key(x) for x in a)
+    if isinstance(a, float):
+        return "float", struct.pack("<d", a)
+    if isinstance(a, complex):
+        return "complex", struct.pack("<dd", a.real, a.imag)
+    if isinstance(a, np.generic):
+        return type(a).__name__, a.tobytes()
+    return type(a).__name__, a
+
+
 @dataclass
 class _Entry:
     graph: Graph  # after the pass pipeline: what runs
@@ -54,7 +71,7 @@ class _Entry:
     run: Callable
     out_skeleton: Any
     n_user: int
-    grads: list  # (tensor, output index or None): .grad after the call
+    grads: list  # (input index, output index or None): the input tensor's .grad after the call
     traced: Graph  # as traced, before any pass
     had_grad: list  # (tensor, whether its .grad was set when traced): a change means re-trace
     record: debug.CompileRecord | None = None  # kept only while the debug CLI observes
@@ -86,12 +103,13 @@ class Compiled:
 
     def __init__(self, fn: Callable, name: str | None = None):
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "fn").strip("<>")
+        # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
+        self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
         self._cache: dict[tuple, _Entry] = {}
         functools.update_wrapper(self, fn)
 
     def _args(self, args: tuple) -> list:
-        return [Tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        return [as_tensor(a) if isinstance(a, np.ndarray) else a for a in args]
 
     def _key(self, args: list) -> tuple:
         key = []
@@ -104,7 +122,7 @@ class Compiled:
                 except TypeError:
                     raise FlameError(f"{self.name}: argument {a!r} is neither a Tensor nor hashable; "
                                      f"non-tensor arguments are compile-time constants") from None
-                key.append(("S", type(a).__name__, a))
+                key.append(("S", _constant_key(a)))
         return tuple(key)
 
     def _trace(self, args: list) -> tuple[Trace, Any]:
@@ -141,13 +159,14 @@ class Compiled:
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)
         grads = []
-        for t, _ in list(tr.current.values()):
+        for t, _v in list(tr.current.values()):
+            idx = g.inputs.index(tr.inputs_of[id(t)])
             if isinstance(t.grad, Tensor) and t.grad._trace is tr:
-                grads.append((t, len(g.outputs)))
+                grads.append((idx, len(g.outputs)))
                 g.outputs.append(t.grad._value)
                 t.grad = None
-            elif t.grad is None:
-                grads.append((t, None))
+            elif t.grad is None and t._value is None:  # the body reset a captured tensor's .grad
+                grads.append((idx, None))
         verify(g)
         c = compile_graph(g, report=True, own_run=True)
         return _Entry(c.graph, c.plan, tr, c.run, skel, n_user, grads, g, had_grad, c.record)
@@ -183,15 +202,25 @@ class Compiled:
             entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
         outs = entry.run(arrays)
         for o, i in entry.graph.aliases.items():
-            t = entry.trace.bindings[i].tensor
+            t = _input_tensor(entry.trace.bindings[i], args)
             if outs[o] is not t._data:  # the plan usually updates the input's buffer in place
                 t._data[...] = outs[o]
             t._version += 1
-        for t, o in entry.grads:
-            t.grad = None if o is None else Tensor._concrete(outs[o], entry.graph.outputs[o].dtype)
+        for i, o in entry.grads:
+            t = _input_tensor(entry.trace.bindings[i], args)
+            new = None if o is None else Tensor._concrete(outs[o], entry.graph.outputs[o].dtype)
+            if entry.trace.bindings[i].kind == "arg" and t.grad is not None:
+                with no_grad():  # an argument's .grad accumulates across calls, as eager backward()
+                    new = t.grad + new
+            t.grad = new
         values = [Tensor._concrete(a.copy() if is_input else a, v.dtype)
                   for a, v, is_input in zip(outs, entry.graph.outputs, entry.user_outputs_are_inputs)]
         return _unflatten(entry.out_skeleton, values)
+
+
+def _input_tensor(binding, args: list) -> Tensor:
+    """The caller's tensor behind a graph input: a call argument or a captured tensor."""
+    return args[binding.arg] if binding.kind == "arg" else binding.tensor
 
 
 def compile(fn: Callable | None = None, *, name: str | None = None):  # noqa: A001

@@ -11,8 +11,8 @@ from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, full
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, i64
 
-__all__ = ["Generator", "arange", "default_generator", "full", "manual_seed", "ones", "ones_like",
-           "rand", "randn", "tensor", "zeros", "zeros_like"]
+__all__ = ["Generator", "arange", "as_tensor", "default_generator", "from_numpy", "full", "manual_seed", "ones",
+           "ones_like", "rand", "randn", "tensor", "zeros", "zeros_like"]
 
 
 def default_dtype_for(value: Any) -> DType:
@@ -23,8 +23,9 @@ def default_dtype_for(value: Any) -> DType:
     return f32
 
 
-def to_array(data: Any, dtype: Any = None):
-    """Convert user data (lists, numbers, NumPy/CuPy/DLPack arrays, Tensors) to a device array."""
+def to_array(data: Any, dtype: Any = None, copy: bool = True):
+    """Convert user data (lists, numbers, NumPy/CuPy/DLPack arrays, Tensors) to a device array.
+    copy=False shares the caller's array where its dtype and device allow (as torch.as_tensor)."""
     from flame.runtime.device import executor
 
     if isinstance(data, Tensor):
@@ -48,12 +49,31 @@ def to_array(data: Any, dtype: Any = None):
     if dt is None:
         dt = dtype_of(arr.dtype)
     ex = executor()
-    return ex.asarray(arr.astype(dt.np_dtype) if arr.dtype != dt.np_dtype else arr), dt
+    out = ex.asarray(arr.astype(dt.np_dtype) if arr.dtype != dt.np_dtype else arr)
+    if copy and (out is arr or (isinstance(out, np.ndarray) and np.may_share_memory(out, arr))):
+        out = out.copy()  # flame.tensor never aliases the caller's array (a later a[0] = 42 must not show)
+    return out, dt
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """A new concrete tensor from data (Python floats default to f32, ints to i64, as in PyTorch)."""
     return Tensor(data, dtype, requires_grad)
+
+
+def as_tensor(data: Any, dtype: Any = None) -> Tensor:
+    """A tensor sharing `data`'s memory where its dtype and device allow, else a copy (torch.as_tensor)."""
+    if isinstance(data, Tensor) and (dtype is None or dtype_of(dtype) == data.dtype):
+        return data
+    arr, dt = to_array(data, dtype, copy=False)
+    return Tensor._concrete(arr, dt)
+
+
+def from_numpy(a: np.ndarray) -> Tensor:
+    """A tensor sharing the NumPy array's memory on the reference executor (torch.from_numpy); on a GPU
+    the data is copied to the device."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(a).__name__}")
+    return as_tensor(a, dtype_of(a.dtype))
 
 
 def from_dlpack(obj) -> Tensor:
@@ -64,12 +84,14 @@ def from_dlpack(obj) -> Tensor:
     return Tensor._concrete(arr, dtype_of(arr.dtype))
 
 
-def zeros(*shape, dtype=f32) -> Tensor:
-    return full(_shape_arg(shape), 0, dtype)
+def zeros(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
+    """A tensor of zeros (torch.zeros)."""
+    return full(_shape_arg(shape), 0, dtype).requires_grad_(requires_grad)
 
 
-def ones(*shape, dtype=f32) -> Tensor:
-    return full(_shape_arg(shape), 1, dtype)
+def ones(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
+    """A tensor of ones (torch.ones)."""
+    return full(_shape_arg(shape), 1, dtype).requires_grad_(requires_grad)
 
 
 def zeros_like(t: Tensor, dtype=None) -> Tensor:

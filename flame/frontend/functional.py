@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from flame.errors import ShapeError
+from flame.errors import IndexValueError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, default_generator
 from flame.frontend.dispatch import apply
@@ -59,6 +59,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     m = x.amax(dim, keepdim=True).detach()  # a shift the result does not depend on (see softmax)
+    m = apply("where", m.abs() < float("inf"), m, 0.0)  # an infinite max would give inf - inf = NaN
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze(dim)
 
@@ -104,20 +105,52 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor: 
 
 
 def cross_entropy(logits: Tensor, target: Tensor, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
-    """Cross-entropy of [N, C] logits against integer class labels [N]."""
+                  label_smoothing: float = 0.0, ignore_index: int | None = None) -> Tensor:
+    """Cross-entropy of [N, C] logits against integer class labels [N]. Labels equal to ignore_index
+    (PyTorch's -100 when not given) add nothing to the loss or the gradient and are left out of the
+    mean; another label outside [0, C) raises IndexError. Inside @flame.compile the labels are not
+    known while tracing: the graph masks them (an ignored label adds nothing, an out-of-range one makes
+    the loss NaN) only when ignore_index is given explicitly, so the default step keeps its fused
+    kernels; labels must then lie in [0, C)."""
     if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
         raise ShapeError(f"cross_entropy: expected logits [N, C] and labels [N], got {list(logits.shape)} "
                          f"and {list(target.shape)}\n  at {user_location()}")
     if target.dtype.is_float:
         raise ShapeError(f"cross_entropy: labels must be integers, got {target.dtype}\n  at {user_location()}")
+    masked = _check_labels(target, logits.shape[1], ignore_index)
+    ignore_index = -100 if ignore_index is None else ignore_index
+    labels = apply("where", _in_range(target, logits.shape[1]), target, 0) if masked else target
     # -log_softmax(x)[t] = logsumexp(x) - x[t]: the same arithmetic as gathering from log_softmax, but
     # the [N, C] log-probabilities are never materialised (and the backward fuses into one row kernel)
     lse = logsumexp(logits, 1)
-    nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)
+    nll = lse - logits.gather(1, labels.unsqueeze(1)).squeeze(1)
     if label_smoothing:
         nll = nll * (1 - label_smoothing) - (logits.mean(1) - lse) * label_smoothing
+    if not masked:
+        return _loss_reduce(nll, reduction)
+    keep = target != ignore_index
+    nll = apply("where", keep, apply("where", _in_range(target, logits.shape[1]), nll, float("nan")), 0.0)
+    if reduction == "mean":
+        return nll.sum() / keep.to(nll.dtype).sum()
     return _loss_reduce(nll, reduction)
+
+
+def _in_range(target: Tensor, n_classes: int) -> Tensor:
+    return (target >= 0) & (target < n_classes)
+
+
+def _check_labels(target: Tensor, n_classes: int, ignore_index: int | None) -> bool:
+    """Eager labels are checked now (IndexValueError for one outside [0, C) that is not ignore_index);
+    returns whether the loss must mask labels: some are ignored, or (traced) ignore_index was given."""
+    if target._value is not None:
+        return ignore_index is not None
+    ignore_index = -100 if ignore_index is None else ignore_index
+    t = target.numpy()
+    bad = (t != ignore_index) & ((t < 0) | (t >= n_classes))
+    if bad.any():
+        raise IndexValueError(f"cross_entropy: target {int(t[bad][0])} is out of bounds for {n_classes} classes"
+                              f"\n  at {user_location()}")
+    return bool((t == ignore_index).any())
 
 
 def embedding(idx: Tensor, weight: Tensor) -> Tensor:

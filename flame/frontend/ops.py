@@ -4,9 +4,11 @@ re-exports them."""
 
 from __future__ import annotations
 
+from flame.errors import ShapeError
+from flame.frontend.context import user_location
 from flame.frontend.creation import tensor
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, binary, full
+from flame.frontend.tensor import Tensor, binary, dim_index, full
 from flame.ir.dtypes import boolean, f32, i64, promote
 
 
@@ -60,15 +62,25 @@ def where(cond: Tensor, a, b) -> Tensor:
 def cat(tensors, dim: int = 0) -> Tensor:
     """Concatenate along dim (all tensors share one dtype)."""
     tensors = list(tensors)
-    return apply("concat", *tensors, axis=dim % tensors[0].ndim)
+    if not tensors:
+        raise ShapeError(f"cat: expected a non-empty list of tensors\n  at {user_location()}")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated"
+                             f"\n  at {user_location()}")
+    return apply("concat", *tensors, axis=dim_index("cat", dim, tensors[0].ndim))
 
 
 concat = cat
 
 
 def stack(tensors, dim: int = 0) -> Tensor:
-    tensors = [t.unsqueeze(dim) for t in tensors]
-    return cat(tensors, dim)
+    """Join same-shaped tensors along a new dimension dim."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ShapeError(f"stack: expected a non-empty list of tensors\n  at {user_location()}")
+    dim = dim_index("stack", dim, tensors[0].ndim + 1)
+    return cat([t.unsqueeze(dim) for t in tensors], dim)
 
 
 def pad(x: Tensor, pads, value: float = 0) -> Tensor:

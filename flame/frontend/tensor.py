@@ -8,20 +8,30 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import FlameError, ShapeError, TraceError
+from flame.errors import DimError, FlameError, ShapeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
-from flame.ir.ops._shapes import norm_axis
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
 
 
-def _axes(dim, rank: int) -> tuple[int, ...]:
+def dim_index(op: str, dim: int, rank: int) -> int:
+    """PyTorch's dim wrapping: dim in [-rank, rank) (a 0-d tensor takes 0 and -1), made non-negative;
+    else a DimError (an IndexError, as in PyTorch) naming the user's line."""
+    n = max(rank, 1)
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or not -n <= dim < n:
+        raise DimError(f"{op}: axis {dim!r} is out of range for a rank-{rank} tensor (dimension out of range: "
+                       f"expected to be in range of [{-n}, {n - 1}])\n  at {user_location()}")
+    return int(dim) % n
+
+
+def _axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
     if dim is None:
         return tuple(range(rank))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(sorted(norm_axis("reduce", d, rank) for d in dims))
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    axes = sorted({dim_index(op, d, rank) for d in dims})
+    return tuple(a for a in axes if a < rank)  # a 0-d tensor's dim 0 names no axis
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
@@ -78,7 +88,7 @@ class Tensor:
         return self.ndim
 
     def size(self, dim: int | None = None):
-        return self.shape if dim is None else self.shape[dim]
+        return self.shape if dim is None else self.shape[dim_index("size", dim, self.ndim)]
 
     def _type(self):
         from flame.ir.types import TensorType
@@ -410,7 +420,7 @@ class Tensor:
     # ---- reductions -------------------------------------------------------------------------------
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
         x = self.to(dtype) if dtype is not None else self
-        if x.dtype == boolean:
+        if dtype is None and not x.dtype.is_float:  # PyTorch sums bool and integers in int64: no wrap
             x = x.to(i64)
         return apply("reduce_sum", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
 
@@ -433,21 +443,27 @@ class Tensor:
     def min(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:
             return self.amin()
-        return MaxMin(self.amin(dim, keepdim), (-self).argmax(dim, keepdim))
+        return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
 
     def argmax(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:
             return apply("argmax", self.reshape(-1), axis=0, keepdim=False)
-        return apply("argmax", self, axis=dim, keepdim=keepdim)
+        if self.ndim == 0:
+            dim_index("argmax", dim, 0)
+            return apply("argmax", self.reshape(1), axis=0, keepdim=False)
+        return apply("argmax", self, axis=dim_index("argmax", dim, self.ndim), keepdim=keepdim)
 
     def argmin(self, dim: int | None = None, keepdim: bool = False):
-        return (-self).argmax(dim, keepdim)
+        # an order-reversing map with no overflow: -x wraps INT_MIN onto itself, -1 - x maps the
+        # integer range onto itself
+        return (-self if self.dtype.is_float else -1 - self).argmax(dim, keepdim)
 
     def var(self, dim=None, keepdim: bool = False, unbiased: bool = True):
         axes = _axes(dim, self.ndim)
         n = int(np.prod([self.shape[a] for a in axes]))
         d = self - self.mean(axes, keepdim=True)
-        return (d * d).sum(axes, keepdim=keepdim) / max(n - int(unbiased), 1)
+        s = (d * d).sum(axes, keepdim=keepdim)
+        return s / (n - int(unbiased)) if n > int(unbiased) else s * float("nan")  # PyTorch: NaN, no divisor
 
     def std(self, dim=None, keepdim: bool = False, unbiased: bool = True):
         return self.var(dim, keepdim, unbiased).sqrt()
@@ -470,16 +486,25 @@ class Tensor:
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
         if self.ndim == 0:
+            dim_index("flatten", start_dim, 0), dim_index("flatten", end_dim, 0)
             return self.reshape(1)
-        s, e = start_dim % self.ndim, end_dim % self.ndim
+        s, e = dim_index("flatten", start_dim, self.ndim), dim_index("flatten", end_dim, self.ndim)
+        if s > e:
+            raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}\n  at {user_location()}")
         return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
 
     def permute(self, *dims):
-        return apply("permute", self, perm=[d % max(self.ndim, 1) for d in _shape_arg(dims)])
+        perm = [dim_index("permute", d, self.ndim) for d in _shape_arg(dims)]
+        if sorted(perm) != list(range(self.ndim)):
+            raise ShapeError(f"permute: dims {list(_shape_arg(dims))} are not a permutation of the "
+                             f"{self.ndim} dimensions of {list(self.shape)}\n  at {user_location()}")
+        return apply("permute", self, perm=perm) if self.ndim else self
 
     def transpose(self, dim0: int, dim1: int):
+        a, b = dim_index("transpose", dim0, self.ndim), dim_index("transpose", dim1, self.ndim)
+        if self.ndim < 2:
+            return self
         perm = list(range(self.ndim))
-        a, b = dim0 % self.ndim, dim1 % self.ndim
         perm[a], perm[b] = perm[b], perm[a]
         return self if a == b else apply("permute", self, perm=perm)
 
@@ -492,10 +517,11 @@ class Tensor:
         return self.transpose(-2, -1)
 
     def unsqueeze(self, dim: int):
-        return apply("unsqueeze", self, axes=[dim % (self.ndim + 1)])
+        return apply("unsqueeze", self, axes=[dim_index("unsqueeze", dim, self.ndim + 1)])
 
     def squeeze(self, dim=None):
-        axes = [i for i, s in enumerate(self.shape) if s == 1] if dim is None else list(_axes(dim, self.ndim))
+        axes = range(self.ndim) if dim is None else _axes(dim, self.ndim, "squeeze")
+        axes = [a for a in axes if self.shape[a] == 1]  # squeezing a dim of another size is a no-op
         return apply("squeeze", self, axes=axes) if axes else self
 
     def broadcast_to(self, *shape):
@@ -505,6 +531,10 @@ class Tensor:
     def expand(self, *shape):
         shape = _shape_arg(shape)
         lead = len(shape) - self.ndim
+        if lead < 0 or -1 in shape[:lead]:
+            raise ShapeError(f"expand {list(self.shape)} -> {list(shape)}: "
+                             + ("fewer sizes than dimensions" if lead < 0 else "-1 is not allowed in a new "
+                                "leading dimension") + f"\n  at {user_location()}")
         full_shape = [self.shape[i - lead] if s == -1 else s for i, s in enumerate(shape)]
         return self.broadcast_to(full_shape)
 
@@ -512,7 +542,8 @@ class Tensor:
         return self.broadcast_to(other.shape)
 
     def flip(self, *dims):
-        return apply("flip", self, axes=[d % self.ndim for d in _shape_arg(dims)])
+        axes = _axes(_shape_arg(dims), self.ndim, "flip")
+        return apply("flip", self, axes=list(axes)) if axes else self
 
     def triu(self, diagonal: int = 0):
         return apply("triu", self, k=diagonal)
@@ -521,16 +552,20 @@ class Tensor:
         return apply("tril", self, k=diagonal)
 
     def gather(self, dim: int, index: Tensor):
-        return apply("gather", self, index, axis=dim)
+        axis = dim_index("gather", dim, self.ndim)
+        if self.ndim == 0:  # PyTorch treats a 0-d tensor as one element along dim 0
+            return self.reshape(1).gather(0, index.reshape(1)).reshape(index.shape)
+        return apply("gather", self, index, axis=axis)
 
     def index_select(self, dim: int, index: Tensor):
-        return apply("index_select", self, index, axis=dim)
+        return apply("index_select", self, index, axis=dim_index("index_select", dim, self.ndim))
 
     def scatter_add(self, dim: int, index: Tensor, src: Tensor):
-        return apply("scatter_add", self, index, src, axis=dim)
+        return apply("scatter_add", self, index, src, axis=dim_index("scatter_add", dim, self.ndim))
 
     def clone(self):
-        return self + 0 if self.dtype != boolean else self.logical_not().logical_not()
+        # x * 1, not x + 0: -0.0 + 0 is +0.0
+        return self * 1 if self.dtype != boolean else self.logical_not().logical_not()
 
     def __getitem__(self, key):
         from flame.frontend.indexing import getitem

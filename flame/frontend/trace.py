@@ -52,6 +52,10 @@ class Trace:
         self.bindings.append(Binding("arg", arg=index))
         out = Tensor._traced(v, self)
         out.requires_grad = t.requires_grad
+        # tracked like a captured tensor: an in-place update becomes an aliased output and
+        # loss.backward() gives it a .grad, both handed to the caller's tensor after each call
+        self.current[id(out)] = (out, v)
+        self.inputs_of[id(out)] = v
         return out
 
     def value_of(self, t) -> Value:
@@ -97,12 +101,14 @@ class Trace:
         """t.copy_(...) while tracing: t's value from here on is v."""
         if t._value is not None:
             t._value = v
+            if id(t) in self.current:  # an argument of the traced function
+                self.current[id(t)] = (t, v)
             return
         self.value_of(t)
         self.current[id(t)] = (t, v)
 
     def mutated(self) -> list[tuple[object, int, Value]]:
-        """(tensor, input index, new value) for every captured tensor updated in place."""
+        """(tensor, input index, new value) for every argument or captured tensor updated in place."""
         out = []
         for key, (t, v) in self.current.items():
             v0 = self.inputs_of[key]

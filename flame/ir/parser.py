@@ -58,25 +58,38 @@ def _scalar(tok: str) -> Any:
         return dtype_of(tok)
 
 
+MAX_NESTING = 16  # attribute lists nest at most twice today (pads); deeper text is not IR
+
+
 def parse_attr_value(text: str) -> Any:
+    """One attribute value: a scalar, a string, a dtype or a nested [list]; ValueError if malformed."""
     toks = [t for t in _TOKEN.findall(text) if t]
     pos = 0
 
-    def value():
+    def take() -> str:
         nonlocal pos
-        tok = toks[pos]
+        if pos >= len(toks):
+            raise ValueError(f"attribute value {text!r} ends early")
         pos += 1
+        return toks[pos - 1]
+
+    def value(depth: int):
+        tok = take()
+        if tok == "]" or tok == ",":
+            raise ValueError(f"unexpected {tok!r} in attribute value {text!r}")
         if tok != "[":
             return _scalar(tok)
+        if depth >= MAX_NESTING:
+            raise ValueError(f"attribute value nests deeper than {MAX_NESTING} lists")
         items = []
-        while toks[pos] != "]":
-            items.append(value())
-            if toks[pos] == ",":
-                pos += 1
-        pos += 1
+        while pos < len(toks) and toks[pos] != "]":
+            items.append(value(depth + 1))
+            if pos < len(toks) and toks[pos] == ",":
+                take()
+        take()  # the closing ]
         return tuple(items)
 
-    out = value()
+    out = value(0)
     if pos != len(toks):
         raise ValueError(f"trailing text in attribute value {text!r}")
     return out
@@ -129,6 +142,8 @@ def parse(text: str) -> Graph:
             _parse_return(g, line[len("return"):], lambda t, n=n: ref(n, t))
             if n + 1 >= len(lines) or lines[n + 1] != "}":
                 fail(n, "expected `}` after return")
+            if n + 2 < len(lines):
+                fail(n + 2, "unexpected text after the graph's closing `}`")
             break
         m = _OP.match(line)
         if not m:
@@ -139,11 +154,15 @@ def parse(text: str) -> Graph:
         try:
             ins = tuple(ref(n, a) for a in args.split(",")) if args.strip() else ()
             opdef = registry.get(name)
-            op = Op(name, ins, opdef.normalize_attrs(_attrs(attrs) if attrs else {}), _type(dt, dims),
-                    loc.strip() if loc else None)
+            raw = _attrs(attrs) if attrs else {}
+            norm = opdef.normalize_attrs(raw)
+            coerced = [k for k in raw if not _same(raw[k], norm[k])]
+            if coerced:  # keepdim="false" must not become True
+                fail(n, f"attribute {coerced[0]}={raw[coerced[0]]!r} is not a valid {opdef.attrs[coerced[0]].kind}")
+            op = Op(name, ins, norm, _type(dt, dims), loc.strip() if loc else None)
         except ParseError:
             raise
-        except (FlameError, ValueError, IndexError) as e:
+        except (FlameError, ValueError, IndexError, TypeError, KeyError, OverflowError) as e:
             fail(n, str(e))
         g.ops.append(op)
         ids[int(num)] = op.out
@@ -168,9 +187,23 @@ def _groups(g: Graph, kernels: list) -> None:
         g.groups.append(FusionGroup(ops, Kind(m.group(1)), m.group(3), written, m.group(2) or "none"))
 
 
+def _same(raw: Any, norm: Any) -> bool:
+    """Whether coercing a parsed attribute kept its meaning (1 and 1.0 do; "false" and True do not)."""
+    if isinstance(raw, tuple) and isinstance(norm, (tuple, list)):
+        return len(raw) == len(norm) and all(_same(a, b) for a, b in zip(raw, norm))
+    if isinstance(raw, str) != isinstance(norm, str):
+        return False
+    if isinstance(raw, float) and isinstance(norm, float) and raw != raw:
+        return norm != norm  # NaN
+    return raw == norm
+
+
 def _parse_return(g: Graph, text: str, ref) -> None:
     for i, item in enumerate(p for p in text.split(",") if p.strip()):
         out, _, into = item.partition("->")
         g.outputs.append(ref(out))
         if into.strip():
-            g.aliases[i] = g.inputs.index(ref(into))
+            target = ref(into)
+            if target not in g.inputs:
+                raise ParseError(f"output {i} is declared to replace {into.strip()}, which is not a graph input")
+            g.aliases[i] = g.inputs.index(target)

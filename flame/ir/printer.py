@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
+
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Op, Value
 
 
 def format_attr(v: Any) -> str:
+    """One attribute value as IR text (NumPy scalars print as the Python number they hold)."""
+    if isinstance(v, np.generic) and v.dtype.kind in "biuf":
+        v = v.item()
     if isinstance(v, bool):
         return "true" if v else "false"
     if v is None:

@@ -20,7 +20,10 @@ def verify(g: Graph) -> Graph:
             raise VerifyError(f"graph {g.name}: input %{ids[v]} has unknown role {role!r}")
         defined.add(v)
     for op in g.ops:
-        line = format_op(op, {v: i for v, i in ids.items() if v in defined or v is op.out}, loc=True)
+        try:
+            line = format_op(op, {v: i for v, i in ids.items() if v in defined or v is op.out}, loc=True)
+        except TypeError as e:  # an attribute value the IR text has no form for
+            raise VerifyError(f"graph {g.name}: {op.name} has an attribute that is not IR data ({e})") from None
 
         def bad(why: str, line: str = line) -> VerifyError:
             return VerifyError(f"{why}\n  {line}")
@@ -45,6 +48,9 @@ def verify(g: Graph) -> Graph:
             want = opdef.infer([v.type for v in op.inputs], **attrs)
         except FlameError as e:
             raise bad(f"{op.name}: {e}") from None
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+            # a shape rule meeting attributes or types it never expected (parsed text, a buggy pass)
+            raise bad(f"{op.name}: invalid attributes or input types ({type(e).__name__}: {e})") from None
         if want != op.out.type:
             raise bad(f"{op.name}: result type should be {want}, not {op.out.type}")
         defined.add(op.out)
@@ -52,6 +58,8 @@ def verify(g: Graph) -> Graph:
     for i, v in enumerate(g.outputs):
         if v not in defined:
             raise VerifyError(f"graph {g.name}: output {i} is not defined in the graph\n  {ret}")
+    if len(set(g.aliases.values())) != len(g.aliases):
+        raise VerifyError(f"graph {g.name}: two outputs replace the same input\n  {ret}")
     for o, i in g.aliases.items():
         if not (0 <= o < len(g.outputs) and 0 <= i < len(g.inputs)):
             raise VerifyError(f"graph {g.name}: alias {o} -> {i} is out of range\n  {ret}")

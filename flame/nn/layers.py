@@ -227,9 +227,9 @@ class MSELoss(Module):
 class CrossEntropyLoss(Module):
     """Cross-entropy of [N, C] logits against integer labels [N] (log_softmax + gather)."""
 
-    def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0):
+    def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0, ignore_index: int | None = None):
         super().__init__()
-        self.reduction, self.label_smoothing = reduction, label_smoothing
+        self.reduction, self.label_smoothing, self.ignore_index = reduction, label_smoothing, ignore_index
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return F.cross_entropy(input, target, self.reduction, self.label_smoothing)
+        return F.cross_entropy(input, target, self.reduction, self.label_smoothing, self.ignore_index)

@@ -11,6 +11,7 @@ import numpy as np
 
 from flame.errors import CheckpointError
 from flame.frontend.context import no_grad
+from flame.frontend.creation import as_tensor as share_tensor
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn.parameter import Parameter
@@ -41,7 +42,7 @@ def as_tensor(value: Any) -> Tensor:
         dt = dtype_of(arr.dtype)
     except Exception:
         raise CheckpointError(f"cannot make a flame tensor from an array of dtype {arr.dtype}") from None
-    return Tensor(arr, dt)
+    return share_tensor(arr, dt)
 
 
 def _describe(t: Any) -> str:

@@ -9,6 +9,7 @@ Choices made in Python (weight_decay == 0, nesterov, amsgrad) are fixed when the
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -144,7 +145,11 @@ class Optimizer:
     def plan_load(self, state_dict: dict[str, Any]) -> list[tuple[Tensor, Tensor]]:
         """Check a saved state_dict against this optimizer without changing anything; returns the
         (destination, source) tensor pairs to copy."""
-        groups = state_dict["param_groups"]
+        groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+        if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                                                   for g in groups) or not isinstance(state_dict.get("state"), dict):
+            raise CheckpointError(f"{type(self).__name__}.load_state_dict: expected a dict with 'state' and a "
+                                  f"'param_groups' list of dicts with 'params' lists")
         if len(groups) != len(self.param_groups) or any(
                 len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
             raise CheckpointError(f"{type(self).__name__}.load_state_dict: the saved parameter groups "
@@ -152,6 +157,9 @@ class Optimizer:
                                   f"optimizer's ({[len(g['params']) for g in self.param_groups]})")
         saved_state = {int(k): v for k, v in state_dict["state"].items()}
         errors, pairs = [], []
+        for g, (saved, mine) in enumerate(zip(groups, self.param_groups)):
+            errors += [f"  param_groups.{g}.{k}: {why}" for k, v in saved.items() if k != "params"
+                       for why in [_hyper_problem(v, mine.get(k, _MISSING))] if why]
         for saved, mine in zip(groups, self.param_groups):
             for i, p in zip(saved["params"], mine["params"]):
                 own, theirs = self.state[p], saved_state.get(int(i), {})
@@ -183,3 +191,29 @@ class Optimizer:
             lines.append(f"Parameter Group {i}")
             lines += [f"    {k}: {v}" for k, v in sorted(g.items()) if k != "params"]
         return "\n".join(lines + [")"])
+
+
+_MISSING = object()
+
+
+def _hyper_problem(saved: Any, mine: Any) -> str:
+    """'' if a saved hyperparameter can replace this optimizer's value (same kind: a finite number for
+    a number, a bool for a bool, a tuple of numbers of the same length for a tuple; a key this optimizer
+    lacks must hold plain data), else what is wrong."""
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if mine is _MISSING:  # a key a scheduler adds (initial_lr), as PyTorch keeps it: plain data only
+        plain = saved is None or isinstance(saved, (bool, str)) or number(saved) or (
+            isinstance(saved, (tuple, list)) and all(number(x) for x in saved))
+        return "" if plain else f"saved {saved!r} is not a number, bool, string or list of numbers"
+
+    if isinstance(mine, bool) or mine is None:
+        ok = isinstance(saved, bool) or (mine is None and (saved is None or number(saved)))
+    elif isinstance(mine, (int, float)):
+        ok = number(saved)
+    elif isinstance(mine, (tuple, list)):
+        ok = isinstance(saved, (tuple, list)) and len(saved) == len(mine) and all(number(x) for x in saved)
+    else:
+        ok = type(saved) is type(mine)
+    return "" if ok else f"saved {saved!r} cannot replace {mine!r}"
