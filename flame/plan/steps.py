@@ -172,11 +172,27 @@ class KernelLaunch(Step):
 
 
 class LibraryCall(Step):
-    """A call into a vendor library (cuBLASLt, later cuDNN and NCCL) that does the work of IR op
-    `op`. Subclasses set `name` (the call) and `library`, and name their operands as fields."""
+    """A call into a vendor library (cuBLASLt, cuDNN, later NCCL) that does the work of IR op `op`.
+    Subclasses set `name` (the call) and `library`, name their operands as fields, and have the
+    fields `out` (the result's buffer) and `workspace` (the library's scratch in the arena, or None)."""
 
     name: ClassVar[str]
     library: ClassVar[str]
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return (self.out,) + self.scratch
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return (self.out,)
+
+    @property
+    def scratch(self) -> tuple[int, ...]:
+        return () if self.workspace is None else (self.workspace,)
+
+    def _scratch_note(self) -> str:
+        return "" if self.workspace is None else f" scratch=b{self.workspace}"
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -223,18 +239,6 @@ class MatmulCall(LibraryCall):
     def reads(self) -> tuple[int, ...]:
         return (self.a, self.b) + (() if self.bias is None else (self.bias,))
 
-    @property
-    def writes(self) -> tuple[int, ...]:
-        return (self.out,) + self.scratch
-
-    @property
-    def outputs(self) -> tuple[int, ...]:
-        return (self.out,)
-
-    @property
-    def scratch(self) -> tuple[int, ...]:
-        return () if self.workspace is None else (self.workspace,)
-
     def format(self, ids: dict[Value, int]) -> str:
         attrs = {"m": self.m, "n": self.n, "k": self.k, "batch_a": list(self.batch_a),
                  "batch_b": list(self.batch_b), "batch": list(self.batch), "ta": self.ta, "tb": self.tb}
@@ -242,8 +246,7 @@ class MatmulCall(LibraryCall):
             attrs["epilogue"] = self.epilogue
         info = ", ".join(f"{k}={format_attr(v)}" for k, v in attrs.items())
         ins = ", ".join(f"b{a}" for a in self.reads)
-        ws = "" if self.workspace is None else f" scratch=b{self.workspace}"
-        return f"b{self.out} = call {self.name} ({ins}) {{{info}}}{ws}  # {format_op(self.op, ids)}"
+        return f"b{self.out} = call {self.name} ({ins}) {{{info}}}{self._scratch_note()}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)
@@ -274,23 +277,10 @@ class AttentionCall(LibraryCall):
     def reads(self) -> tuple[int, ...]:
         return tuple(b for b in (self.q, self.k, self.v, self.o, self.grad_out, self.mask) if b is not None)
 
-    @property
-    def writes(self) -> tuple[int, ...]:
-        return (self.out,) + self.scratch
-
-    @property
-    def outputs(self) -> tuple[int, ...]:
-        return (self.out,)
-
-    @property
-    def scratch(self) -> tuple[int, ...]:
-        return () if self.workspace is None else (self.workspace,)
-
     def format(self, ids: dict[Value, int]) -> str:
         ins = ", ".join(f"b{a}" for a in self.reads)
-        ws = "" if self.workspace is None else f" scratch=b{self.workspace}"
         call = f"{self.name}_backward" if self.backward else self.name
-        return f"b{self.out} = call {call} ({ins}){ws}  # {format_op(self.op, ids)}"
+        return f"b{self.out} = call {call} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)
