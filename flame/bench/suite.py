@@ -225,6 +225,8 @@ def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ct
                 state_tol = case.tol if case.state_tol is None else case.state_tol
                 ok = (err is None or err <= case.tol) and (state_err is None or state_err <= state_tol)
                 res["status"] = "ok" if ok else "WRONG"
+                if not ok and got[1]:  # which state went wrong, in Bound.state() order
+                    res["rel_error_state_each"] = [rel_error([g], [w], ctx.xp) for g, w in zip(got[1], oracle[1])]
             del got
             if res["status"] != "WRONG":
                 res.update(_peak_memory(bound, data[0], memory, ctx.timer("flame")))
