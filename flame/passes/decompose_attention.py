@@ -31,6 +31,7 @@ import numpy as np
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, boolean, f32, f64
 from flame.ir.graph import Graph, Op, Value
+from flame.ir.ops.attention import mask_of
 from flame.passes._rewrite import annotate_loc, rewrite
 
 log = logging.getLogger("flame")
@@ -114,14 +115,10 @@ def _probabilities(b: Builder, q: Value, k: Value, mask: Value | None, attrs: di
     return b.div(e, b.where(b.gt(total, 0.0), total, 1.0))
 
 
-def _mask(op: Op, operands: int) -> Value | None:
-    return op.inputs[operands] if len(op.inputs) > operands else None
-
-
 def _forward(b: Builder, op: Op) -> Value:
     q = op.inputs[0]
     k, v = _keys_for(b, op)
-    p = _probabilities(b, q, k, _mask(op, 3), op.attrs)
+    p = _probabilities(b, q, k, mask_of(op), op.attrs)
     return b.matmul(_cast(b, p, q.dtype), v)
 
 
@@ -130,7 +127,7 @@ def _backward(b: Builder, op: Op) -> Value:
     q, k0, v0, out, gout = op.inputs[:5]
     acc = _compute_dtype(q.dtype)
     k, v = _keys_for(b, op)
-    p = _probabilities(b, q, k, _mask(op, 5), op.attrs)
+    p = _probabilities(b, q, k, mask_of(op), op.attrs)
     dv = b.matmul(b.transpose_last(_cast(b, p, q.dtype)), gout)
     dp = _cast(b, b.matmul(gout, b.transpose_last(v)), acc)
     d = b.reduce_sum(b.mul(_cast(b, gout, acc), _cast(b, out, acc)), axes=[-1], keepdim=True)

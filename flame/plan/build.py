@@ -21,6 +21,7 @@ import numpy as np
 
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
+from flame.ir.ops.attention import mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
 from flame.plan.memory import plan_memory
@@ -176,11 +177,11 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
 def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
     """The fused-attention call of a scaled_dot_product_attention(_backward) op writing buffer `out`,
     with the workspace the target's library asks for as scratch in the arena."""
-    ins = [bld.buffer_of[v] for v in op.inputs]
-    n_main = 3 if op.name == "scaled_dot_product_attention" else 5  # backward: q, k, v, out, grad_out
-    mask = ins[n_main] if len(ins) > n_main else None
+    ins = [bld.buffer_of[v] for v in op.inputs]  # q, k, v[, out, grad_out (backward)][, mask]
+    m = mask_of(op)
+    mask = None if m is None else bld.buffer_of[m]
     ws = bld.scratch(bld.target.attention_workspace(op))
-    o, grad_out = (ins[3], ins[4]) if n_main == 5 else (None, None)
+    o, grad_out = (ins[3], ins[4]) if op.name != "scaled_dot_product_attention" else (None, None)
     return AttentionCall(ins[0], ins[1], ins[2], out, op, o=o, grad_out=grad_out, mask=mask, workspace=ws)
 
 

@@ -27,21 +27,12 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
-ALIGN = 256
+from flame.ir.indexmap import contiguous_strides
+from flame.ir.ops.attention import mask_of
+from flame.plan.steps import aligned
+
 DTYPES = ("f16", "bf16")
 _local = threading.local()
-
-
-def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
-
-
-def _contiguous_strides(dims: tuple[int, ...]) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(dims):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
 
 
 @dataclass(frozen=True)
@@ -108,17 +99,16 @@ def unsupported_reason(spec: AttentionSpec) -> str:
 def spec_of(op) -> AttentionSpec:
     """The spec of a scaled_dot_product_attention(_backward) IR op."""
     q, k, v = (x.type for x in op.inputs[:3])
-    n_main = 3 if op.name == "scaled_dot_product_attention" else 5
-    mask = op.inputs[n_main].type if len(op.inputs) > n_main else None
+    mask = mask_of(op)
     return AttentionSpec.of(q.shape, k.shape, v.shape, q.dtype.name, op.attrs["scale"], op.attrs["is_causal"],
-                            op.attrs["enable_gqa"], None if mask is None else mask.shape)
+                            op.attrs["enable_gqa"], None if mask is None else mask.type.shape)
 
 
 def op_unsupported(op) -> str:
     """Why cuDNN cannot run attention op `op` ("" if it can): the spec's limits, and bool masks
     (cuDNN takes an additive bias)."""
-    n_main = 3 if op.name == "scaled_dot_product_attention" else 5
-    if len(op.inputs) > n_main and op.inputs[n_main].type.dtype.kind == "bool":
+    mask = mask_of(op)
+    if mask is not None and mask.type.dtype.kind == "bool":
         return "cuDNN takes an additive mask, not a bool one"
     return unsupported_reason(spec_of(op))
 
@@ -132,11 +122,11 @@ def workspace_bytes(op, exact: bool = False) -> int:
     if exact:
         att = cudnn_attention(spec)
         return att.backward_workspace if backward else att.forward_workspace
-    stats = _aligned(spec.numel("stats") * 4)
+    stats = aligned(spec.numel("stats") * 4)
     if not backward:
         return stats + (1 << 20)
     accum = 4 * (spec.numel("q") + (spec.numel("k") + spec.numel("v") if spec.kv_heads != spec.heads else 0))
-    return stats + _aligned(spec.numel("o") * 2) + _aligned(accum + 2 * spec.numel("stats") * 4) + (1 << 20)
+    return stats + aligned(spec.numel("o") * 2) + aligned(accum + 2 * spec.numel("stats") * 4) + (1 << 20)
 
 
 def _cudnn():
@@ -176,17 +166,17 @@ class CudnnAttention:
         except (RuntimeError, ValueError) as e:  # cuDNN's "not supported" arrives as these
             raise NotImplementedError(f"cuDNN refused attention {spec}: {e}") from None
         graphs = max(self._fwd.get_workspace_size(), self._bwd.get_workspace_size())
-        self._stats_bytes = _aligned(spec.numel("stats") * 4)
-        self._o_bytes = _aligned(spec.numel("o") * self.itemsize)
-        self.forward_workspace = self._stats_bytes + _aligned(self._fwd.get_workspace_size())
-        self.backward_workspace = self._stats_bytes + self._o_bytes + _aligned(graphs)
+        self._stats_bytes = aligned(spec.numel("stats") * 4)
+        self._o_bytes = aligned(spec.numel("o") * self.itemsize)
+        self.forward_workspace = self._stats_bytes + aligned(self._fwd.get_workspace_size())
+        self.backward_workspace = self._stats_bytes + self._o_bytes + aligned(graphs)
 
     def _graph(self, cudnn):
         return cudnn.pygraph(io_data_type=self._io, intermediate_data_type=cudnn.data_type.FLOAT,
                              compute_data_type=cudnn.data_type.FLOAT, handle=_handle())
 
     def _tensor(self, g, name: str, dims, data_type=None, strides=None):
-        return g.tensor(name=name, dim=list(dims), stride=strides or _contiguous_strides(tuple(dims)),
+        return g.tensor(name=name, dim=list(dims), stride=strides or list(contiguous_strides(tuple(dims))),
                         data_type=data_type or self._io)
 
     def _mask(self, g):
@@ -194,7 +184,7 @@ class CudnnAttention:
         if not self.spec.mask_dims:
             return None
         dims = (self.spec.batch, self.spec.heads, self.spec.q_len, self.spec.kv_len)
-        own = _contiguous_strides(self.spec.mask_dims)
+        own = contiguous_strides(self.spec.mask_dims)
         strides = [0 if m == 1 and d != 1 else s for m, d, s in zip(self.spec.mask_dims, dims, own)]
         return self._tensor(g, "bias", dims, strides=strides)
 
@@ -202,7 +192,7 @@ class CudnnAttention:
         return [self._tensor(g, n, self.spec.dims(n)) for n in names]
 
     def _output(self, t, dims, data_type=None):
-        t.set_output(True).set_dim(list(dims)).set_stride(_contiguous_strides(tuple(dims)))
+        t.set_output(True).set_dim(list(dims)).set_stride(list(contiguous_strides(tuple(dims))))
         if data_type is not None:
             t.set_data_type(data_type)
 

@@ -25,6 +25,13 @@ ATTRS = {"scale": Attr("float"), "is_causal": Attr("bool", False), "enable_gqa":
 NO_SECOND_ORDER = "second derivatives of attention are not implemented (its backward is one fused op)"
 
 
+def mask_of(op):
+    """The optional mask input of an attention op: after q, k, v (forward) or after q, k, v, out,
+    grad_out (backward); None without one."""
+    n = 3 if op.name == "scaled_dot_product_attention" else 5
+    return op.inputs[n] if len(op.inputs) > n else None
+
+
 def _check_qkv(name, q, k, v, enable_gqa):
     shown = f"{name} q {q}, k {k}, v {v}"
     for t in (q, k, v):
