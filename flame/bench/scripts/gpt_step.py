@@ -4,7 +4,7 @@ for `flame profile` and memory checks:
     FLAME_GPT_CASE=gpt_train flame profile flame/bench/scripts/gpt_step.py
     python3 -m flame.bench.scripts.gpt_step gpt_block_train [--quick]
 
-Inputs are drawn as the suite draws them (normal with each Input's mean and scale; labels uniform);
+Inputs are drawn as the suite draws them (flame.bench.spec.generate);
 prints the loss and, on the GPU, the CuPy pool's bytes in use and reserved after the calls."""
 
 from __future__ import annotations
@@ -16,19 +16,13 @@ import numpy as np
 
 import flame
 from flame.bench.cases_gpt import GPT
+from flame.bench.spec import generate, to_flame
 
 
 def arrays(case, sizes: dict, seed: int = 0) -> dict:
-    """name -> flame tensor for every input of `case` at `sizes`."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, inp in case.inputs(sizes).items():
-        if inp.high is not None:
-            out[name] = flame.tensor(rng.integers(0, inp.high, inp.shape))
-            continue
-        x = flame.tensor((rng.standard_normal(inp.shape) * inp.scale + inp.mean).astype(np.float32))
-        out[name] = x.to(flame.bf16) if inp.dtype == "bf16" else x
-    return out
+    """name -> flame tensor for every input of `case` at `sizes`, drawn as the suite draws them."""
+    inputs = case.inputs(sizes)
+    return {n: to_flame(x, inputs[n].dtype, copy=False) for n, x in generate(inputs, np, seed).items()}
 
 
 def main(argv: list[str]) -> None:
