@@ -261,6 +261,14 @@ def _try_merge(st: _State, dst: _Group, src: _Group) -> None:
         dst.domain, dst.n_red = got
 
 
+def _recorded_kind(grp: _Group) -> Kind:
+    """The kind codegen lowers a group by: a scalar kernel is an elementwise one, unless it absorbed a
+    reduction (a whole-tensor sum feeding 0-d work), which makes it a rows kernel of one row."""
+    if grp.kind == Kind.SCALAR:
+        return Kind.ROWS if grp.n_red else Kind.ELEMENTWISE
+    return grp.kind
+
+
 def _absorb_scalars(st: _State) -> None:
     """A scalar kernel whose results only one other fusible kernel reads joins that kernel."""
     for s in [grp for grp in st.groups if grp.kind == Kind.SCALAR]:
@@ -447,8 +455,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]
     g.groups = [
-        FusionGroup(tuple(grp.ops), Kind.ELEMENTWISE if grp.kind == Kind.SCALAR else grp.kind, _reason(st, grp),
-                    tuple(st.exposed(grp.ops)), grp.epilogue)
+        FusionGroup(tuple(grp.ops), _recorded_kind(grp), _reason(st, grp), tuple(st.exposed(grp.ops)), grp.epilogue)
         for grp in ordered
     ]
     return g

@@ -82,6 +82,24 @@ def test_random_graph_kernels_compile(g):
         _compile(ks)
 
 
+def test_scalar_kernel_that_absorbed_a_whole_tensor_sum_is_a_rows_kernel():
+    """Found by the random-graph test: 0-d work fed by a whole-tensor sum fuses into one kernel that the
+    fusion pass must record as rows (codegen lowers by kind), not elementwise."""
+    g = Graph("scalar_sum")
+    a = g.add_input(TensorType((), f16))
+    x = g.add_input(TensorType((2, 1, 3), f32))
+    b = Builder(g)
+    r = b.add(b.reshape(a, shape=[1]), b.reshape(a, shape=[1]))
+    t = b.reduce_sum(b.reduce_sum(b.cast(x, dtype=f16), axes=[1], keepdim=True), axes=[0, 1, 2], keepdim=False)
+    u = b.add(b.add(t, t), t)
+    g.outputs = [b.add(b.reshape(b.add(u, u), shape=[1]), b.add(r, r))]
+    verify(g)
+    fused = fuse(run_pipeline(g))
+    (grp,) = [grp for grp in fused.groups if any(op.name == "reduce_sum" for op in grp.ops) and len(grp.ops) > 1]
+    assert grp.kind == "rows"
+    _compile(fused_kernels(run_pipeline(g)))
+
+
 def _gpu_check(g: Graph, inputs, rtol=2e-4, atol=2e-5):
     import cupy
 
