@@ -137,8 +137,9 @@ class Emitter:
         name = self.fresh()
         ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
         if positional(op):  # the snippet reads `i`: the op's own flat index at this point
-            lines.append(f"{ctype} {name}; {{ const idx_t i = (idx_t)({self.own_index(op.out, m)}); "
-                         f"{name} = {rounded}; }}")
+            # bind the position first: `const idx_t i = (idx_t)(i)` would read the new, uninitialised i
+            lines.append(f"{ctype} {name}; {{ const idx_t {name}_i = (idx_t)({self.own_index(op.out, m)}); "
+                         f"const idx_t i = {name}_i; {name} = {rounded}; }}")
         else:
             lines.append(f"const {ctype} {name} = {rounded};")
         return name

@@ -107,3 +107,39 @@ def test_nvrtc_cache_hits_after_restart_and_recovers_from_corruption(tmp_path):
         p.write_bytes(b"garbage" + p.read_bytes()[:10])
     assert _fresh_process(cache) == first  # corrupted entries are detected and rebuilt
     assert _fresh_process(cache) == 0
+
+
+def _ce_grad(dev: str, logits: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Compiled cross-entropy's loss and logits gradient: its one-hot is `arange == targets`, an
+    arange (positional op) fused into the softmax rows kernel."""
+    import flame.nn.functional as F
+
+    _use(dev)
+    x = flame.tensor(logits, requires_grad=True)
+
+    @flame.compile
+    def step(t):
+        loss = F.cross_entropy(x.reshape(-1, logits.shape[-1]), t.reshape(-1))
+        loss.backward()
+        return loss, x.grad
+
+    loss, grad = step(flame.tensor(targets))
+    return loss.numpy(), grad.numpy()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [16, 256, 1000])
+def test_positional_ops_read_their_own_index(vocab):
+    """Regression: a positional op whose index was the loop's own `i` rendered `const idx_t i =
+    (idx_t)(i)`, reading the new, uninitialised i: arange gave garbage on the GPU, so cross-entropy's
+    one-hot missed the targets and every gradient of a GPT step was wrong while its loss was right."""
+    _use("cuda")
+    for n in (vocab, 2 * vocab + 1):
+        np.testing.assert_array_equal(flame.arange(n).numpy(), np.arange(n))
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((2, 64, vocab)).astype(np.float32)
+    targets = rng.integers(0, vocab, (2, 64)).astype(np.int64)
+    want = _ce_grad("reference", logits, targets)
+    got = _ce_grad("cuda", logits, targets)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-7)
