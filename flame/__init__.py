@@ -7,9 +7,18 @@ compile, autograd), flame.ir, flame.runtime and the subpackages ARCHITECTURE.md 
 
 from flame import ir
 from flame._version import __version__
-from flame.errors import CheckpointError, DTypeError, FlameError, ParseError, ShapeError, TraceError, VerifyError
+from flame.errors import (
+    CheckpointError,
+    DTypeError,
+    FlameError,
+    ParseError,
+    RecompileWarning,
+    ShapeError,
+    TraceError,
+    VerifyError,
+)
 from flame.frontend.autograd import grad, value_and_grad
-from flame.frontend.compile import Compiled, compile
+from flame.frontend.compile import Compiled, CompileStats, compile
 from flame.frontend.context import no_grad
 from flame.frontend.creation import (
     Generator,
@@ -77,7 +86,7 @@ from flame.runtime.device import get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
 __all__ = [
-    "CheckpointError", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "ShapeError", "Tensor",
+    "CheckpointError", "CompileStats", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "RecompileWarning", "ShapeError", "Tensor",
     "TraceError", "VerifyError", "arange", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
     "float16", "float32", "float64", "from_dlpack", "full", "get_device", "grad", "i32", "i64", "int32", "int64",
     "ir", "as_tensor", "from_numpy", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn",

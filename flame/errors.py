@@ -41,3 +41,11 @@ class CheckpointError(FlameError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class RecompileWarning(UserWarning):
+    """A @flame.compile'd function traced again after its first trace: an argument's shape, dtype or
+    value changed, or a Python value the trace baked in (a module's train/eval mode, a global or a
+    closure variable, whether a .grad was set) is not what it was. Each re-trace emits one warning naming
+    the function and the cause; silence it with `warnings.filterwarnings("ignore",
+    category=flame.RecompileWarning)` or turn it into an error with "error"."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
-import struct
-from collections.abc import Callable, Hashable
+import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,10 +17,20 @@ import numpy as np
 
 from flame import debug
 from flame.compiler import compile_graph
-from flame.errors import FlameError
-from flame.frontend.context import current_trace, no_grad
+from flame.errors import FlameError, RecompileWarning
+from flame.frontend.context import current_trace, no_grad, user_stacklevel
 from flame.frontend.creation import as_tensor
 from flame.frontend.tensor import Tensor
+from flame.frontend.guards import (
+    Guard,
+    Namer,
+    role_of,
+    argument_changes,
+    describe_arguments,
+    python_value_guards,
+    trace_guards,
+    value_key,
+)
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
@@ -49,32 +61,24 @@ def _unflatten(skel: Any, values: list) -> Any:
     return skel
 
 
-def _constant_key(a: Any) -> Hashable:
-    """A non-tensor argument's part of the trace-cache key: its type and, for numbers, its bit pattern,
-    so 0.0 and -0.0, 1 and 1.0 trace apart and a NaN matches itself (== would say otherwise)."""
-    if isinstance(a, (tuple, list)):
-        return type(a).__name__, tuple(_constant_key(x) for x in a)
-    if isinstance(a, float):
-        return "float", struct.pack("<d", a)
-    if isinstance(a, complex):
-        return "complex", struct.pack("<dd", a.real, a.imag)
-    if isinstance(a, np.generic):
-        return type(a).__name__, a.tobytes()
-    return type(a).__name__, a
-
-
 @dataclass
 class _Entry:
+    """One cached trace (a variant): what runs, and what must hold for it to replay."""
+
     graph: Graph  # after the pass pipeline: what runs
     plan: object  # the memory-planned Plan of graph
     trace: Trace
     run: Callable
     out_skeleton: Any
     n_user: int
-    grads: list  # (input index, output index or None): the input tensor's .grad after the call
+    grads: list  # (argument position or captured tensor, output index or None): .grad after the call
     traced: Graph  # as traced, before any pass
-    had_grad: list  # (tensor, whether its .grad was set when traced): a change means re-trace
+    key: tuple  # the input signature it was traced for
+    arguments: list  # guards.describe_arguments of the call that traced it
+    guards: list[Guard]  # Python state the trace baked in
+    namer: Namer
     record: debug.CompileRecord | None = None  # kept only while the debug CLI observes
+    last_used: int = 0
 
     @functools.cached_property
     def user_outputs_are_inputs(self) -> tuple[bool, ...]:
@@ -83,29 +87,72 @@ class _Entry:
         return tuple(v in inputs for v in self.graph.outputs[: self.n_user])
 
     def valid(self) -> str:
-        """'' if every captured tensor still has its traced type, else why not."""
+        """'' if this trace still describes the function for these inputs, else what changed."""
         for b, v in zip(self.trace.bindings, self.graph.inputs):
             t = b.tensor
             if b.kind == "tensor" and t._data is not b.checked:  # a tensor changes type only with its buffer
                 if t.shape != v.type.shape or t.dtype != v.type.dtype:
-                    return f"a captured tensor changed from {v.type} to {t.dtype}{list(t.shape)}"
+                    return f"{self.namer.tensor(t, role_of(t))}: {v.type} -> {t.dtype}{list(t.shape)}"
                 b.checked = t._data
-            if b.kind == "grad" and (t._grad is None or t._grad.shape != v.type.shape):
-                return "a .grad read by the traced function is now None or of another shape"
-        for t, had_grad in self.had_grad:
-            if (t._grad is not None) != had_grad:
-                return ".grad of a parameter was None when traced and is set now (or the reverse)"
+            if b.kind == "grad":
+                g = t._grad
+                if g is None or g.shape != v.type.shape or g.dtype != v.type.dtype:
+                    now = "None" if g is None else f"{g.dtype}{list(g.shape)}"
+                    return f"{self.namer.tensor(t, role_of(t))}.grad: {v.type} -> {now}"
+        for gd in self.guards:
+            why = gd.failed()
+            if why:
+                return why
         return ""
 
 
-class Compiled:
-    """The result of @flame.compile. Call it like the function; `.trace(*args)` returns the Graph."""
+@dataclass(frozen=True)
+class CompileStats:
+    """What a compiled function has done so far (`Compiled.stats()`)."""
 
-    def __init__(self, fn: Callable, name: str | None = None):
+    calls: int  # calls that ran the function (memory_report's lookups included)
+    traces: int  # times the Python body was traced (the first included)
+    cache_hits: int  # calls that replayed a cached trace
+    variants: int  # traces cached now
+    cache_limit: int
+    compile_seconds: float  # tracing + passes + planning + executor compile, over every trace
+    recompile_reasons: tuple[str, ...]  # why each trace after the first was made
+
+    def __str__(self) -> str:
+        lines = [f"{self.traces} trace(s), {self.cache_hits} cache hit(s) in {self.calls} call(s); "
+                 f"{self.variants} of at most {self.cache_limit} cached; {self.compile_seconds * 1e3:.1f} ms "
+                 f"tracing and compiling"]
+        lines += [f"  re-trace {i + 2}: {why}" for i, why in enumerate(self.recompile_reasons)]
+        return "\n".join(lines)
+
+
+def _default_cache_limit() -> int:
+    return int(os.environ.get("FLAME_CACHE_LIMIT", "8"))
+
+
+class Compiled:
+    """The result of @flame.compile. Call it like the function; `.trace(*args)` returns the Graph.
+
+    It traces once per input signature (each tensor argument's shape, dtype and requires_grad, each
+    other argument's value) and replays the trace while the Python state the trace read is unchanged
+    (see flame.frontend.guards): modules' train/eval mode where read, whether a .grad the body read
+    first was set, plain Python globals and closure variables the function names. Every trace after
+    the first emits a flame.RecompileWarning naming the cause; `stats()` counts traces, cache hits and
+    compile time. At most `cache_limit` traces are kept (default 8, or $FLAME_CACHE_LIMIT); past it
+    the least recently used one is dropped, and the warning says so."""
+
+    def __init__(self, fn: Callable, name: str | None = None, cache_limit: int | None = None):
         self.fn = fn
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
         self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
-        self._cache: dict[tuple, _Entry] = {}
+        self.cache_limit = _default_cache_limit() if cache_limit is None else int(cache_limit)
+        if self.cache_limit < 1:
+            raise ValueError(f"flame.compile({self.name}): cache_limit must be at least 1, got {self.cache_limit}")
+        self._cache: dict[tuple, list[_Entry]] = {}  # signature -> its traces (they differ in guards)
+        self._calls = self._hits = self._traces = 0
+        self._compile_seconds = 0.0
+        self._reasons: list[str] = []
+        self._last: _Entry | None = None
         functools.update_wrapper(self, fn)
 
     def _args(self, args: tuple) -> list:
@@ -122,7 +169,7 @@ class Compiled:
                 except TypeError:
                     raise FlameError(f"{self.name}: argument {a!r} is neither a Tensor nor hashable; "
                                      f"non-tensor arguments are compile-time constants") from None
-                key.append(("S", _constant_key(a)))
+                key.append(("S", value_key(a)))
         return tuple(key)
 
     def _trace(self, args: list) -> tuple[Trace, Any]:
@@ -140,16 +187,22 @@ class Compiled:
 
     def trace(self, *args) -> Graph:
         """The traced Graph (joint forward+backward+update if the function asks for gradients), before
-        any simplification pass. `optimized(*args)` gives the graph that actually runs."""
+        any simplification pass. `optimized(*args)` gives the graph that actually runs. Neither counts
+        as a call in stats()."""
         return self._build(self._args(args)).traced
 
     def optimized(self, *args) -> Graph:
         """The graph after the pass pipeline, as it is handed to the executor."""
         return self._build(self._args(args)).graph
 
+    def stats(self) -> CompileStats:
+        """Traces, cache hits, variants cached and the time spent tracing and compiling so far."""
+        return CompileStats(self._calls, self._traces, self._hits, len(self._entries()),
+                            self.cache_limit, self._compile_seconds, tuple(self._reasons))
+
     def _build(self, args: list) -> _Entry:
+        python_values = python_value_guards(self.fn)  # as the body starts to run
         tr, result = self._trace(args)
-        had_grad = list(tr.grad_at_lift.values())
         leaves: list[Tensor] = []
         skel = _flatten(result, leaves)
         g = tr.graph
@@ -158,18 +211,59 @@ class Compiled:
         for _t, idx, v in tr.mutated():
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)
-        grads = []
-        for t, _v in list(tr.current.values()):
-            idx = g.inputs.index(tr.inputs_of[id(t)])
-            if isinstance(t.grad, Tensor) and t.grad._trace is tr:
-                grads.append((idx, len(g.outputs)))
-                g.outputs.append(t.grad._value)
-                t.grad = None
-            elif t.grad is None and t._value is None:  # the body reset a captured tensor's .grad
-                grads.append((idx, None))
+        grads = _grad_outputs(tr, g)
         verify(g)
         c = compile_graph(g, report=True, own_run=True)
-        return _Entry(c.graph, c.plan, tr, c.run, skel, n_user, grads, g, had_grad, c.record)
+        namer = Namer(self.fn)
+        return _Entry(c.graph, c.plan, tr, c.run, skel, n_user, grads, g, self._key(args),
+                      describe_arguments(self.fn, args), trace_guards(self.fn, tr, namer, python_values),
+                      namer, c.record)
+
+    def _entries(self) -> list[_Entry]:
+        """Every cached trace, the most recently used first."""
+        return sorted((e for es in self._cache.values() for e in es), key=lambda e: -e.last_used)
+
+    def _lookup(self, args: list) -> _Entry:
+        """The cached trace valid for these arguments, tracing (and warning why) when none is."""
+        if current_trace.get() is not None:
+            self._trace(args)  # raises: compiled functions do not nest
+        self._calls += 1
+        key = self._key(args)
+        why = ""
+        for entry in self._cache.get(key, ()):
+            failed = entry.valid()
+            if not failed:
+                self._hits += 1
+                entry.last_used = self._calls
+                self._last = entry
+                return entry
+            why = why or failed
+        if self._last is not None:
+            why = why or argument_changes(self._last.arguments, describe_arguments(self.fn, args))
+            self._warn(why or "the cached trace was dropped")
+        t0 = time.perf_counter()
+        entry = self._build(args)
+        self._compile_seconds += time.perf_counter() - t0
+        self._traces += 1
+        entry.last_used = self._calls
+        self._cache.setdefault(key, []).insert(0, entry)
+        self._last = entry
+        return entry
+
+    def _warn(self, why: str) -> None:
+        self._reasons.append(why)
+        msg = f"flame.compile: re-tracing {self.name}: {why}"
+        cached = self._entries()
+        if len(cached) >= self.cache_limit:
+            old = cached[-1]
+            self._cache[old.key].remove(old)
+            if not self._cache[old.key]:
+                del self._cache[old.key]
+            msg += (f" (cache_limit={self.cache_limit} traces reached: the least recently used trace is "
+                    f"dropped; raise it with flame.compile(fn, cache_limit=N) or FLAME_CACHE_LIMIT, or keep "
+                    f"what changes between calls fixed)")
+        log.info("%s", msg)
+        warnings.warn(msg, RecompileWarning, stacklevel=user_stacklevel())
 
     def memory_report(self, *args):
         """The planned device memory of a call with these arguments, before it runs (traces and
@@ -177,23 +271,11 @@ class Compiled:
         peak, activations saved for the backward. Printable; see flame.plan.memory."""
         from flame.plan.memory import memory_report
 
-        args = self._args(args)
-        key = self._key(args)
-        entry = self._cache.get(key)
-        if entry is None or entry.valid():
-            entry = self._cache[key] = self._build(args)
-        return memory_report(entry.plan)
+        return memory_report(self._lookup(self._args(args)).plan)
 
     def __call__(self, *args):
         args = self._args(args)
-        key = self._key(args)
-        entry = self._cache.get(key)
-        why = "first call" if entry is None else entry.valid()
-        if why:
-            if self._cache:
-                log.debug("flame: re-tracing %s: %s (signature %s)", self.name, why, key)
-            entry = self._cache[key] = self._build(args)
-        return self._run(entry, args)
+        return self._run(self._lookup(args), args)
 
     def _run(self, entry: _Entry, args: list):
         ex = executor()
@@ -206,16 +288,40 @@ class Compiled:
             if outs[o] is not t._data:  # the plan usually updates the input's buffer in place
                 t._data[...] = outs[o]
             t._version += 1
-        for i, o in entry.grads:
-            t = _input_tensor(entry.trace.bindings[i], args)
+        for target, o in entry.grads:
             new = None if o is None else Tensor._concrete(outs[o], entry.graph.outputs[o].dtype)
-            if entry.trace.bindings[i].kind == "arg" and t.grad is not None:
-                with no_grad():  # an argument's .grad accumulates across calls, as eager backward()
-                    new = t.grad + new
-            t.grad = new
+            if isinstance(target, int):  # an argument's .grad accumulates across calls, as eager backward()
+                t = args[target]
+                if t.grad is not None and new is not None:
+                    with no_grad():
+                        new = t.grad + new
+                t.grad = new if new is not None else t.grad
+            else:
+                target.grad = new
         values = [Tensor._concrete(a.copy() if is_input else a, v.dtype)
                   for a, v, is_input in zip(outs, entry.graph.outputs, entry.user_outputs_are_inputs)]
         return _unflatten(entry.out_skeleton, values)
+
+
+def _grad_outputs(tr: Trace, g: Graph) -> list:
+    """Appends to g's outputs every .grad the body leaves behind and returns, per tensor, (argument
+    position or the captured tensor, output index or None for "set to None")."""
+    grads = []
+    for position, proxy in tr.args:  # arguments: their traced proxies carry the .grad backward() set
+        if isinstance(proxy._grad, Tensor) and proxy._grad._trace is tr:
+            grads.append((position, len(g.outputs)))
+            g.outputs.append(proxy._grad._value)
+    for key, (t, view) in tr.grad_view.items():
+        if view is None:
+            if key in tr.grad_writes:
+                grads.append((t, None))
+            continue
+        v = tr.value_of(view)
+        if key not in tr.grad_writes and v is tr.grad_inputs.get(key):
+            continue  # read and left as it was
+        grads.append((t, len(g.outputs)))
+        g.outputs.append(v)
+    return grads
 
 
 def _input_tensor(binding, args: list) -> Tensor:
@@ -223,8 +329,10 @@ def _input_tensor(binding, args: list) -> Tensor:
     return args[binding.arg] if binding.kind == "arg" else binding.tensor
 
 
-def compile(fn: Callable | None = None, *, name: str | None = None):  # noqa: A001
-    """Decorator: `@flame.compile` or `@flame.compile(name="train_step")`."""
+def compile(fn: Callable | None = None, *, name: str | None = None, cache_limit: int | None = None):  # noqa: A001
+    """Decorator: `@flame.compile`, `@flame.compile(name="train_step", cache_limit=16)` or
+    `flame.compile(fn)`. The function is traced once per input signature and replayed; see Compiled
+    for what re-traces (each time with a flame.RecompileWarning) and for `cache_limit`."""
     if fn is None:
-        return lambda f: Compiled(f, name)
-    return Compiled(fn, name)
+        return lambda f: Compiled(f, name, cache_limit)
+    return Compiled(fn, name, cache_limit)

@@ -26,6 +26,15 @@ def user_location() -> str | None:
     return None
 
 
+def user_stacklevel() -> int:
+    """The `stacklevel` that makes warnings.warn, called by the caller of this function, point at the
+    innermost frame outside the flame package (the user's line)."""
+    level, f = 1, sys._getframe(1)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_FLAME_DIR + os.sep):
+        level, f = level + 1, f.f_back
+    return level
+
+
 @contextmanager
 def no_grad():
     """Operations inside record no gradient history (eager) — like torch.no_grad()."""

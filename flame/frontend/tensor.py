@@ -162,19 +162,27 @@ class Tensor:
     # ---- autograd ---------------------------------------------------------------------------------
     @property
     def grad(self) -> Tensor | None:
-        """The accumulated gradient. Read inside @flame.compile, a concrete .grad becomes a graph input
-        bound to "this tensor's .grad at call time", so replays see the gradient of each call."""
-        g = self._grad
-        if g is not None and g._value is None and self._value is None:
+        """The accumulated gradient. Inside @flame.compile, a concrete tensor's .grad is part of the
+        traced program: the body's first read (before it assigns .grad) becomes a graph input bound to
+        "this tensor's .grad at call time" (or, when it was None, a guard that it still is), and what
+        the body assigns (zero_grad(), backward()) is handed to the tensor after each call."""
+        if self._value is None:
             from flame.frontend.context import current_trace
 
             trace = current_trace.get()
             if trace is not None:
-                return trace.grad_of(self)
-        return g
+                return trace.read_grad(self)
+        return self._grad
 
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
+        if self._value is None:
+            from flame.frontend.context import current_trace
+
+            trace = current_trace.get()
+            if trace is not None:
+                trace.write_grad(self, value)
+                return
         self._grad = value
 
     def backward(self, gradient: Tensor | None = None) -> None:

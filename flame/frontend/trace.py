@@ -1,6 +1,11 @@
 """A Trace records a Python function into a Graph. Concrete tensors the function touches (parameters
 reached through closures, optimizer state, RNG seed/offset) are lifted to graph inputs with a role
-(DESIGN.md §2); in-place updates rebind them and become aliased outputs (DESIGN.md §1)."""
+(DESIGN.md §2); in-place updates rebind them and become aliased outputs (DESIGN.md §1).
+
+A trace never changes a concrete tensor's `.grad`: what the body assigns (zero_grad(), backward())
+goes to the trace's own view of it (`grad_view`), handed to the tensor after each call. The trace
+also records what it read that the cache key does not hold (a `.grad` before the body wrote it, a
+module's training flag): flame.frontend.guards turns those reads into checks before each replay."""
 
 from __future__ import annotations
 
@@ -27,7 +32,6 @@ class Binding:
     tensor: object = None
     getter: Callable[[], float] | None = None
     dtype: DType | None = None
-    pending: object = None  # "grad": the .grad seen while tracing, used by the call that traced
     checked: object = None  # "tensor": the buffer whose type the last call checked (unchanged: skip)
     cached: tuple | None = None  # "getter": (value, device array, executor) of the last call: no re-upload
 
@@ -39,8 +43,13 @@ class Trace:
     bindings: list[Binding] = field(default_factory=list)
     current: dict[int, tuple[object, Value]] = field(default_factory=dict)  # id(tensor) -> (tensor, value)
     inputs_of: dict[int, Value] = field(default_factory=dict)
-    grads: dict[int, object] = field(default_factory=dict)  # id(tensor) -> traced view of its .grad
-    grad_at_lift: dict[int, tuple] = field(default_factory=dict)  # id -> (tensor, had a .grad when lifted)
+    args: list[tuple[int, object]] = field(default_factory=list)  # (argument position, traced proxy)
+    # id(concrete tensor) -> (tensor, its .grad as the body sees it now: None, or a traced tensor)
+    grad_view: dict[int, tuple] = field(default_factory=dict)
+    grad_reads: dict[int, tuple] = field(default_factory=dict)  # id -> (tensor, had a .grad) read before written
+    grad_writes: set[int] = field(default_factory=set)  # ids of tensors whose .grad the body assigned
+    grad_inputs: dict[int, Value] = field(default_factory=dict)  # id -> the "state" input of its .grad
+    mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -56,6 +65,7 @@ class Trace:
         # loss.backward() gives it a .grad, both handed to the caller's tensor after each call
         self.current[id(out)] = (out, v)
         self.inputs_of[id(out)] = v
+        self.args.append((index, out))
         return out
 
     def value_of(self, t) -> Value:
@@ -72,22 +82,36 @@ class Trace:
         self.bindings.append(Binding("tensor", tensor=t))
         self.current[id(t)] = (t, v)
         self.inputs_of[id(t)] = v
-        if t.requires_grad and (t._grad is None or t._grad._value is None):
-            # the .grad the call starts with (a traced one was assigned by this trace: not a dependency)
-            self.grad_at_lift[id(t)] = (t, t._grad is not None)
         return v
 
-    def grad_of(self, t):
-        """t.grad (concrete) read while tracing: a "state" input bound to t.grad at every call."""
+    def read_grad(self, t):
+        """t.grad of a concrete tensor, read while tracing. The first read before the body assigned it
+        depends on the call's state: a set .grad becomes a "state" input bound to t.grad at every call,
+        and whether it was set is recorded (a guard of the trace)."""
         from flame.frontend.tensor import Tensor
 
-        hit = self.grads.get(id(t))
-        if hit is None:
-            g = t._grad
+        hit = self.grad_view.get(id(t))
+        if hit is not None:
+            return hit[1]
+        g = t._grad
+        self.grad_reads[id(t)] = (t, g is not None)
+        if g is not None:
             v = self.graph.add_input(TensorType(g.shape, g.dtype), "state")
-            self.bindings.append(Binding("grad", tensor=t, pending=g))
-            hit = self.grads[id(t)] = Tensor._traced(v, self)
-        return hit
+            self.bindings.append(Binding("grad", tensor=t))
+            self.grad_inputs[id(t)] = v
+            g = Tensor._traced(v, self)
+        self.grad_view[id(t)] = (t, g)
+        return g
+
+    def write_grad(self, t, value) -> None:
+        """t.grad = value for a concrete tensor while tracing: the trace's view changes, t does not
+        (the compiled function hands the final view to t after each call)."""
+        self.grad_view[id(t)] = (t, value)
+        self.grad_writes.add(id(t))
+
+    def read_mode(self, module, training: bool) -> None:
+        """A module's training flag was read: the trace holds for this mode only."""
+        self.mode_reads.setdefault(id(module), (module, training))
 
     def scalar(self, getter: Callable[[], float], dtype: DType):
         """A 0-d input whose value is read from getter() at every call (no re-trace on change)."""
@@ -140,10 +164,7 @@ class Trace:
         if binding.kind == "tensor":
             return binding.tensor._data
         if binding.kind == "grad":
-            # the traced body may have reset .grad (zero_grad) already: the tracing call uses what it saw
-            g = binding.pending if binding.pending is not None else binding.tensor._grad
-            binding.pending = None
-            return g._data
+            return binding.tensor._grad._data
         value = binding.getter()
         if binding.cached is None or binding.cached[0] != value or binding.cached[2] is not executor:
             binding.cached = (value, executor.asarray(np.asarray(value, dtype=binding.dtype.np_dtype)), executor)

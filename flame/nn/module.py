@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flame.errors import CheckpointError
-from flame.frontend.context import no_grad
+from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import as_tensor as share_tensor
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
@@ -56,7 +56,20 @@ class Module:
     """Base class of every layer. Assigning a Parameter, a Module or (via register_buffer) a Tensor to
     an attribute registers it, so parameters() and state_dict() find it."""
 
-    training: bool
+    @property
+    def training(self) -> bool:
+        """True in training mode, False after eval(). Read while @flame.compile traces (Dropout reads
+        it), the mode becomes a guard of that trace: a call after train()/eval() changed it traces
+        again (or reuses the trace made in that mode), with a flame.RecompileWarning."""
+        mode = self.__dict__.get("_training", True)
+        trace = current_trace.get()
+        if trace is not None:
+            trace.read_mode(self, mode)
+        return mode
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        self.__dict__["_training"] = bool(mode)
 
     def __init__(self) -> None:
         object.__setattr__(self, "_parameters", OrderedDict())
@@ -210,10 +223,10 @@ class Module:
 
     # ---- modes ------------------------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
-        """Set training mode here and below. Note: a @flame.compile'd function records the mode it was
-        traced in (Dropout is structural), so compile train and eval steps as separate functions."""
+        """Set training mode here and below. A @flame.compile'd function that read the mode (Dropout
+        does) keeps one trace per mode: switching re-traces once, with a flame.RecompileWarning."""
         for m in self.modules():
-            object.__setattr__(m, "training", bool(mode))
+            m.training = mode
         return self
 
     def eval(self) -> Module:

@@ -72,5 +72,5 @@ def test_compiled_functions_with_one_graph_share_the_plan_and_each_is_reported()
     assert len(records) == 2  # while observed, every traced function is compiled and reported
     first, second = flame.compile(f), flame.compile(f)
     first(x), second(x)
-    (e1,), (e2,) = first._cache.values(), second._cache.values()
+    (e1,), (e2,) = first._entries(), second._entries()
     assert e1.plan is e2.plan and e1.run is not e2.run and e1.record is None

@@ -42,7 +42,7 @@ def main() -> None:
     cupy.cuda.Device().synchronize()
     print(f"wall per step: {(time.perf_counter() - t) / n * 1e6:.1f} us")
 
-    (entry,) = step._cache.values()
+    (entry,) = step._entries()
     run = entry.run
     if getattr(run, "_graph", None) is not None:
         s = run._stream

@@ -52,7 +52,7 @@ def flame_step(graphs: bool) -> float:
         return loss
 
     t = _time(lambda: step(x, y))
-    run = step._cache[next(iter(step._cache))].run
+    run = step._entries()[0].run
     print(f"flame graphs={graphs}: {t:.1f} us/step (captures={getattr(run, 'captures', '?')}, "
           f"why_no_graph={getattr(run, 'why_no_graph', '?')!r}, steps={len(run.plan.steps)}, "
           f"loss={float(step(x, y)):.4f})")

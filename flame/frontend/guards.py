@@ -1,0 +1,260 @@
+"""What a trace depends on besides its input signature, checked before each replay, and the words that
+say what changed when a check fails.
+
+A compiled function's cache key is its arguments' kinds, shapes, dtypes and constant values
+(DESIGN.md §2). Running the Python body once also bakes in Python state it read; each such read
+becomes a Guard of that trace:
+- whether a captured tensor's `.grad` was set, where the body read it before writing it (a step that
+  begins with `zero_grad()` never reads the old one: that is part of the program, not of the key);
+- a module's `training` flag, where something read it (Dropout does; a Linear does not);
+- plain immutable Python values the function names itself: globals and closure variables (numbers,
+  strings, None, tuples of those, enum members). Values reached through other objects' attributes,
+  NumPy arrays and the globals of functions it calls are not guarded.
+A captured tensor's shape and dtype are checked by the compiled function's bindings.
+"""
+
+from __future__ import annotations
+
+import dis
+import enum
+import functools
+import inspect
+import struct
+import types
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+MISSING = object()
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), np.generic, enum.Enum)
+
+
+def value_key(a: Any) -> Hashable:
+    """A Python value as a cache key: its type and, for numbers, its bit pattern, so 0.0 and -0.0,
+    1 and 1.0 differ and a NaN matches itself (== would say otherwise)."""
+    if isinstance(a, (tuple, list, frozenset)):
+        return type(a).__name__, tuple(value_key(x) for x in a)
+    if isinstance(a, float):
+        return "float", struct.pack("<d", a)
+    if isinstance(a, complex):
+        return "complex", struct.pack("<dd", a.real, a.imag)
+    if isinstance(a, np.generic):
+        return type(a).__name__, a.tobytes()
+    return type(a).__name__, a
+
+
+def show(a: Any) -> str:
+    """A value as a message prints it: shapes as lists, everything else as repr."""
+    return "<unset>" if a is MISSING else repr(a)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """`what` read `read()` == a value whose key is `expected` when traced; `failed()` says what changed."""
+
+    what: str
+    read: Callable[[], Any]
+    expected: Hashable
+    shown: str
+    show: Callable[[Any], str] = show
+
+    def failed(self) -> str:
+        now = self.read()
+        if value_key(now) == self.expected:
+            return ""
+        return f"{self.what}: {self.shown} -> {self.show(now)}"
+
+
+def guard(what: str, read: Callable[[], Any], show_value: Callable[[Any], str] = show) -> Guard:
+    """A guard that the value `read()` returns now stays the same."""
+    now = read()
+    return Guard(what, read, value_key(now), show_value(now), show_value)
+
+
+def _is_plain(v: Any) -> bool:
+    """An immutable value a trace can bake in as a constant (tuples of such values too)."""
+    if isinstance(v, (tuple, frozenset)):
+        return all(_is_plain(x) for x in v)
+    return isinstance(v, _PLAIN)
+
+
+@functools.lru_cache(maxsize=1024)
+def _names(code: types.CodeType) -> tuple[frozenset, frozenset]:
+    """(globals read, closure variables read) by code and the code nested in it, less what it assigns
+    (a `global n; n += 1` is the function's output, not an input of its trace)."""
+    loads, derefs, stores = set(), set(), set()
+    for ins in dis.get_instructions(code):
+        if ins.opname == "LOAD_GLOBAL":
+            loads.add(ins.argval)
+        elif ins.opname in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
+            derefs.add(ins.argval)
+        elif ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF"):
+            stores.add(ins.argval)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            more_loads, more_derefs = _names(c)
+            loads |= more_loads
+            derefs |= more_derefs
+    return frozenset(loads - stores), frozenset(derefs - stores)
+
+
+def _function(fn: Callable) -> types.FunctionType | None:
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    fn = getattr(fn, "__func__", fn)  # a bound method
+    return fn if isinstance(fn, types.FunctionType) else None
+
+
+def _cell_reader(cell) -> Callable[[], Any]:
+    def read():
+        try:
+            return cell.cell_contents
+        except ValueError:  # not assigned (yet)
+            return MISSING
+
+    return read
+
+
+def python_value_guards(fn: Callable) -> list[Guard]:
+    """Guards on the plain Python values fn names: its closure variables and its module's globals."""
+    f = _function(fn)
+    if f is None:
+        return []
+    globals_read, derefs_read = _names(f.__code__)
+    out = []
+    for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+        read = _cell_reader(cell)
+        if name in derefs_read and _is_plain(read()):
+            out.append(guard(f"closure variable {name!r}", read))
+    g = f.__globals__
+    for name in sorted(globals_read):
+        if _is_plain(g.get(name, MISSING)):
+            out.append(guard(f"global {name!r}", functools.partial(g.get, name, MISSING)))
+    return out
+
+
+def _roots(fn: Callable) -> Iterator[tuple[str, Any]]:
+    """(name, object) for what fn can reach by name: `self` of a bound method, closure variables,
+    globals it reads; fn itself when it is a callable object (a Module)."""
+    if not isinstance(fn, (types.FunctionType, types.MethodType)) and not inspect.isbuiltin(fn):
+        yield type(fn).__name__.lower(), fn
+    if getattr(fn, "__self__", None) is not None:
+        yield "self", fn.__self__
+    f = _function(fn)
+    if f is None:
+        return
+    for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+        value = _cell_reader(cell)()
+        if value is not MISSING:
+            yield name, value
+    for name in sorted(_names(f.__code__)[0]):
+        value = f.__globals__.get(name, MISSING)
+        if value is not MISSING:
+            yield name, value
+
+
+class Namer:
+    """The names a user gave to modules and tensors a function reaches: `model.0` for a submodule,
+    `model.0.weight` for a parameter, `opt.state[model.0.weight].exp_avg` for optimizer state."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    @functools.cached_property
+    def names(self) -> dict[int, str]:
+        from flame.frontend.tensor import Tensor
+
+        out: dict[int, str] = {}
+        roots = list(_roots(self.fn))
+        for name, obj in roots:  # nn.Module and optim.Optimizer are known by their API (layers above)
+            if callable(getattr(obj, "named_modules", None)) and not isinstance(obj, type):
+                for path, m in obj.named_modules(name):
+                    out.setdefault(id(m), path)
+                for path, t in list(obj.named_parameters(name)) + list(obj.named_buffers(name)):
+                    out.setdefault(id(t), path)
+            elif isinstance(obj, Tensor):
+                out.setdefault(id(obj), name)
+        for name, obj in roots:
+            if isinstance(getattr(obj, "param_groups", None), list) and isinstance(getattr(obj, "state", None), dict):
+                for p, st in obj.state.items():
+                    owner = out.get(id(p), f"param {p.dtype}{list(p.shape)}")
+                    for k, t in st.items():
+                        out.setdefault(id(t), f"{name}.state[{owner}].{k}")
+        return out
+
+    def module(self, m: Any) -> str:
+        name = self.names.get(id(m))
+        return f"{type(m).__name__} {name!r}" if name else f"a {type(m).__name__} module"
+
+    def tensor(self, t: Any, role: str = "tensor") -> str:
+        name = self.names.get(id(t))
+        return f"{role} {name!r}" if name else f"a captured {role} {t.dtype}{list(t.shape)}"
+
+
+def _set_or_none(v: Any) -> str:
+    return "set" if v else "None"
+
+
+def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Guard]) -> list[Guard]:
+    """Every guard of one trace: what the body read of .grad and module modes, and fn's Python values
+    (read before the body ran)."""
+    out = list(python_values)
+    for m, _mode in trace.mode_reads.values():
+        out.append(guard(f"{namer.module(m)}: training", functools.partial(getattr, m, "training")))
+    for t, had in trace.grad_reads.values():
+        if not had:  # when set, it is a graph input: the binding checks it stays set and its shape
+            out.append(guard(f"{namer.tensor(t, role_of(t))}.grad", functools.partial(_has_grad, t),
+                             _set_or_none))
+    return out
+
+
+def _has_grad(t: Any) -> bool:
+    return t._grad is not None
+
+
+def role_of(t: Any) -> str:
+    """What a captured tensor is to a trace, for messages: param, state, const or tensor."""
+    return t._role or ("param" if t.requires_grad else "tensor")
+
+
+def describe_arguments(fn: Callable, args: list) -> list[tuple[str, Any]]:
+    """(label, what it is) per argument: ('argument 0 (x)', ('tensor', [64, 784], 'f32', False))."""
+    from flame.frontend.tensor import Tensor
+
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    out = []
+    for i, a in enumerate(args):
+        label = f"argument {i}" + (f" ({params[i]})" if i < len(params) else "")
+        if isinstance(a, Tensor):
+            out.append((label, ("tensor", list(a.shape), a.dtype.name, a.requires_grad)))
+        else:
+            out.append((label, ("value", a)))
+    return out
+
+
+def argument_changes(old: list[tuple[str, Any]], new: list[tuple[str, Any]]) -> str:
+    """What differs between two calls' arguments, in words ('argument 0 (x): shape [64, 784] ->
+    [32, 784]'); '' if nothing does."""
+    if len(old) != len(new):
+        return f"number of arguments: {len(old)} -> {len(new)}"
+    changes = []
+    for (label, a), (_, b) in zip(old, new):
+        if a[0] != b[0]:
+            changes.append(f"{label}: {_kind(a)} -> {_kind(b)}")
+        elif a[0] == "value":
+            if value_key(a[1]) != value_key(b[1]):
+                changes.append(f"{label}: value {show(a[1])} -> {show(b[1])}")
+        else:
+            for what, i in (("shape", 1), ("dtype", 2), ("requires_grad", 3)):
+                if a[i] != b[i]:
+                    changes.append(f"{label}: {what} {a[i]} -> {b[i]}")
+    return "; ".join(changes)
+
+
+def _kind(a: tuple) -> str:
+    return "a Tensor" if a[0] == "tensor" else f"{type(a[1]).__name__} {show(a[1])}"
