@@ -20,17 +20,17 @@ from flame.compiler import compile_graph
 from flame.errors import FlameError, RecompileWarning
 from flame.frontend.context import current_trace, no_grad, user_stacklevel
 from flame.frontend.creation import as_tensor
-from flame.frontend.tensor import Tensor
 from flame.frontend.guards import (
     Guard,
     Namer,
-    role_of,
     argument_changes,
     describe_arguments,
     python_value_guards,
+    role_of,
     trace_guards,
     value_key,
 )
+from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
@@ -92,12 +92,12 @@ class _Entry:
             t = b.tensor
             if b.kind == "tensor" and t._data is not b.checked:  # a tensor changes type only with its buffer
                 if t.shape != v.type.shape or t.dtype != v.type.dtype:
-                    return f"{self.namer.tensor(t, role_of(t))}: {v.type} -> {t.dtype}{list(t.shape)}"
+                    return f"{self.namer.tensor(t, role_of(t))}: {v.type} -> {t._type()}"
                 b.checked = t._data
             if b.kind == "grad":
                 g = t._grad
                 if g is None or g.shape != v.type.shape or g.dtype != v.type.dtype:
-                    now = "None" if g is None else f"{g.dtype}{list(g.shape)}"
+                    now = "None" if g is None else str(g._type())
                     return f"{self.namer.tensor(t, role_of(t))}.grad: {v.type} -> {now}"
         for gd in self.guards:
             why = gd.failed()
@@ -239,7 +239,10 @@ class Compiled:
                 return entry
             why = why or failed
         if self._last is not None:
-            why = why or argument_changes(self._last.arguments, describe_arguments(self.fn, args))
+            if not why:  # a new signature: what differs from the last call, and what else changed
+                changes = [argument_changes(self._last.arguments, describe_arguments(self.fn, args)),
+                           "" if self._last.key == key else self._last.valid()]
+                why = "; ".join(c for c in changes if c)
             self._warn(why or "the cached trace was dropped")
         t0 = time.perf_counter()
         entry = self._build(args)

@@ -189,7 +189,7 @@ class Namer:
 
     def tensor(self, t: Any, role: str = "tensor") -> str:
         name = self.names.get(id(t))
-        return f"{role} {name!r}" if name else f"a captured {role} {t.dtype}{list(t.shape)}"
+        return f"{role} {name!r}" if name else f"a captured {role} {t._type()}"
 
 
 def _set_or_none(v: Any) -> str:
