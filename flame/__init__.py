@@ -86,7 +86,8 @@ from flame.runtime.device import get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
 __all__ = [
-    "CheckpointError", "CompileStats", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "RecompileWarning", "ShapeError", "Tensor",
+    "CheckpointError", "CompileStats", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError",
+    "RecompileWarning", "ShapeError", "Tensor",
     "TraceError", "VerifyError", "arange", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
     "float16", "float32", "float64", "from_dlpack", "full", "get_device", "grad", "i32", "i64", "int32", "int64",
     "ir", "as_tensor", "from_numpy", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn",
