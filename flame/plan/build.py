@@ -85,17 +85,18 @@ class _Builder:
         return bid
 
     def launches(self, kernels: list, ins: tuple[int, ...], outs: tuple[int, ...], ops: tuple[Op, ...],
-                 grp: FusionGroup | None = None) -> None:
+                 grp: FusionGroup | None = None, reason: str = "") -> None:
         """One KernelLaunch per kernel (args: ins, outs, then one scratch buffer sized for the
         largest workspace any part needs, e.g. a split reduction's partials). A fused kernel (`grp`)
         carries the group's boundary reason and says whether it is in-place safe; a one-op kernel
-        always is (each thread reads its elements before it writes them)."""
+        always is (each thread reads its elements before it writes them) and carries `reason`, the
+        fusion pass's reason when it formed a group of that one op ("" on an unfused graph)."""
         sid = self.scratch(max((k.scratch for k in kernels), default=0))
         extra = () if sid is None else (sid,)
         for i, k in enumerate(kernels):
             self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra,
                                            k.n_inputs, ops, (i, len(kernels)), len(outs),
-                                           grp.reason if grp else "", k.in_place_safe if grp else True))
+                                           grp.reason if grp else reason, k.in_place_safe if grp else True))
 
     def scratch(self, nbytes: int) -> int | None:
         """A fresh scratch buffer of nbytes in the arena (a kernel's or a library call's workspace,
@@ -106,8 +107,8 @@ class _Builder:
         self.temp_roots.add(sid)
         return sid
 
-    def op(self, op: Op) -> None:
-        """The steps of one op lowered on its own."""
+    def op(self, op: Op, reason: str = "") -> None:
+        """The steps of one op lowered on its own; `reason`: why the fusion pass left it alone."""
         if op.out in self.folded:
             return  # no kernel, no buffer: every user is a matmul that reads op's input transposed
         bid = self.ids[op.out]
@@ -125,7 +126,7 @@ class _Builder:
             inputs, kernels = _lower(op, self.lowering)
         except NotImplementedError as e:
             raise NotImplementedError(f"no kernel for {format_op(op, self.ids)}: {e}") from None
-        self.launches(kernels, tuple(self.buffer_of[v] for v in inputs), (bid,), (op,))
+        self.launches(kernels, tuple(self.buffer_of[v] for v in inputs), (bid,), (op,), reason=reason)
 
 
 def _is_view(op: Op) -> bool:
@@ -245,13 +246,13 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
             return
         grp = FusionGroup(rest, Kind.ELEMENTWISE, "matmul epilogue not supported by the runtime", grp.outputs)
     if len(grp.ops) == 1:
-        bld.op(grp.ops[0])
+        bld.op(grp.ops[0], grp.reason)
         return
     try:
         inputs, kernels = _lower(grp, bld.lowering)
-    except NotImplementedError:  # not expected from the pass's groups; stay correct op by op
+    except NotImplementedError as e:  # not expected from the pass's groups; stay correct op by op
         for op in grp.ops:
-            bld.op(op)
+            bld.op(op, f"op by op: codegen could not lower the fused group ({e})")
         return
     ins = tuple(bld.buffer_of[v] for v in inputs)
     outs = tuple(bld.temporary(v) for v in grp.outputs)
