@@ -77,11 +77,28 @@ def from_numpy(a: np.ndarray) -> Tensor:
 
 
 def from_dlpack(obj) -> Tensor:
-    """Zero-copy view of a DLPack-capable array (torch, CuPy, JAX) on the current device."""
+    """Zero-copy view of a DLPack-capable array (torch, CuPy, JAX) on the current device, bfloat16
+    included (NumPy and CuPy import no bfloat16 through DLPack: its bits come as int16 and are viewed
+    as bfloat16, still sharing memory)."""
     from flame.runtime.device import executor
 
+    bits = _bfloat16_bits(obj)
+    if bits is not None:
+        return Tensor._concrete(executor().from_dlpack(bits).view(bf16.np_dtype), bf16)
     arr = executor().from_dlpack(obj)
     return Tensor._concrete(arr, dtype_of(arr.dtype))
+
+
+def _bfloat16_bits(obj) -> Any:
+    """A bfloat16 array as an int16 view of the same memory, or None for any other array."""
+    dtype = str(getattr(obj, "dtype", ""))
+    if dtype == "torch.bfloat16":
+        import torch  # already imported: obj is a torch tensor
+
+        return obj.view(torch.int16)
+    if dtype == "bfloat16" and callable(getattr(obj, "view", None)):  # JAX, NumPy with ml_dtypes
+        return obj.view(np.int16)
+    return None
 
 
 def zeros(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
