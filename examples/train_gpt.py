@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     bar.close()
     if history["train"]:
         plot(history, png)
-    print(f"trained to step {cfg['steps']} ({len(train_step._cache)} trace of the training step); "
+    print(f"trained to step {cfg['steps']} ({train_step.stats().traces} trace(s) of the training step); "
           f"wrote {ckpt} and {png}", flush=True)
     print("--- sample ---\n" + sample(model, vocab, "def ", cfg["sample"], cfg["T"], args.seed), flush=True)
     return 0

@@ -37,7 +37,7 @@ def test_tiny_gpt_trains_saves_and_resumes(tmp_path):
     for _, train, val in evals:
         assert math.isfinite(train) and math.isfinite(val) and val < ln_vocab - 0.5
     assert evals[-1][2] < evals[0][2]  # validation loss falls
-    assert "(1 trace of the training step)" in log
+    assert "(1 trace(s) of the training step" in log
     sample = log.split("--- sample ---\n", 1)[1]
     assert sample.startswith("def ") and len(sample.strip()) >= 40
     ckpt = tmp_path / "checkpoint.safetensors"

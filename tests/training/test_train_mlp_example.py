@@ -22,7 +22,7 @@ def test_train_mlp_example_reaches_95_percent():
     assert len(epochs) == 15 and "steps/s" in epochs[0] and "loss" in epochs[0]
     acc = float(re.search(r"final test accuracy ([\d.]+)%", out).group(1))
     assert acc >= 95.0
-    assert "(1 trace of the training step)" in out
+    assert "(1 trace(s) of the training step" in out
 
 
 def test_train_mlp_example_prints_ir_on_request(capsys):
