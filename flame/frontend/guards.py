@@ -7,6 +7,7 @@ becomes a Guard of that trace:
 - whether a captured tensor's `.grad` was set, where the body read it before writing it (a step that
   begins with `zero_grad()` never reads the old one: that is part of the program, not of the key);
 - a module's `training` flag, where something read it (Dropout does; a Linear does not);
+- a choice an optimizer made in Python (weight_decay != 0, nesterov, amsgrad: Optimizer.option);
 - plain immutable Python values the function names itself: globals and closure variables (numbers,
   strings, None, tuples of those, enum members). Values reached through other objects' attributes,
   NumPy arrays and the globals of functions it calls are not guarded.
@@ -200,6 +201,8 @@ def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Gua
     """Every guard of one trace: what the body read of .grad and module modes, and fn's Python values
     (read before the body ran)."""
     out = list(python_values)
+    for what, (read, value) in trace.python_reads.items():
+        out.append(Guard(what, read, value_key(value), show(value)))
     for m, _mode in trace.mode_reads.values():
         out.append(guard(f"{namer.module(m)}: training", functools.partial(getattr, m, "training")))
     for t, had in trace.grad_reads.values():

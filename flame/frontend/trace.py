@@ -50,6 +50,7 @@ class Trace:
     grad_writes: set[int] = field(default_factory=set)  # ids of tensors whose .grad the body assigned
     grad_inputs: dict[int, Value] = field(default_factory=dict)  # id -> the "state" input of its .grad
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
+    python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -108,6 +109,13 @@ class Trace:
         (the compiled function hands the final view to t after each call)."""
         self.grad_view[id(t)] = (t, value)
         self.grad_writes.add(id(t))
+
+    def read_python(self, what: str, read: Callable[[], object]):
+        """read() now, recorded: a Python value the body branched on (an optimizer's weight_decay != 0),
+        so the trace holds only while read() gives the same."""
+        value = read()
+        self.python_reads.setdefault(what, (read, value))
+        return value
 
     def read_mode(self, module, training: bool) -> None:
         """A module's training flag was read: the trace holds for this mode only."""

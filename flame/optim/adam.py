@@ -45,7 +45,7 @@ class Adam(Optimizer):
         step = state["step"]
         step.copy_(step + 1)
         t = step.to(cd)
-        if group["weight_decay"] != 0:
+        if self.option(group, "weight_decay", nonzero=True):
             wd = self.hyper(group, "weight_decay", cd)
             if self.decoupled:
                 x = x * (1 - lr * wd)
@@ -56,7 +56,7 @@ class Adam(Optimizer):
         v = state["exp_avg_sq"].to(cd) * b2 + g * g * (1 - b2)
         state["exp_avg"].copy_(m)
         state["exp_avg_sq"].copy_(v)
-        if group["amsgrad"]:
+        if self.option(group, "amsgrad"):
             v = state["max_exp_avg_sq"].to(cd).maximum(v)
             state["max_exp_avg_sq"].copy_(v)
         bias1 = 1 - b1**t

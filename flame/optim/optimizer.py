@@ -4,7 +4,8 @@
 - every update is a `copy_` (a rebinding while tracing, a buffer write eagerly), and hyperparameters
   a scheduler may change enter a trace as `scalar` inputs read from the param group at every call,
   so changing group['lr'] never re-traces.
-Choices made in Python (weight_decay == 0, nesterov, amsgrad) are fixed when the step is traced."""
+Choices made in Python (weight_decay == 0, nesterov, amsgrad) are fixed when the step is traced and
+read through `option()`, which guards them: changing one re-traces with a RecompileWarning."""
 
 from __future__ import annotations
 
@@ -98,6 +99,19 @@ class Optimizer:
             getter = (lambda: group[key]) if index is None else (lambda: group[key][index])
             cache[ck] = trace.scalar(getter, dtype)
         return cache[ck]
+
+    def option(self, group: dict[str, Any], key: str, nonzero: bool = False) -> bool:
+        """bool(group[key]) (or group[key] != 0) for a choice the update makes in Python (nesterov,
+        amsgrad, weight_decay != 0). Inside a trace the choice is a guard of the trace: changing it
+        re-traces (with a flame.RecompileWarning) instead of replaying the other choice; changing a
+        value hyper() reads (0.01 -> 0.02) does not."""
+        read = (lambda: group[key] != 0) if nonzero else (lambda: bool(group[key]))
+        trace = current_trace.get()
+        if trace is None:
+            return read()
+        index = next(i for i, g in enumerate(self.param_groups) if g is group)
+        return trace.read_python(f"{type(self).__name__}.param_groups[{index}][{key!r}]"
+                                 + (" != 0" if nonzero else ""), read)
 
     # ---- the public API ---------------------------------------------------------------------------
     def step(self, closure=None):

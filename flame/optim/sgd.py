@@ -34,14 +34,14 @@ class SGD(Optimizer):
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
         x, g = p.to(cd), p.grad.to(cd)
-        if group["weight_decay"] != 0:
+        if self.option(group, "weight_decay", nonzero=True):
             g = g + self.hyper(group, "weight_decay", cd) * x
-        if group["momentum"] != 0:
+        if self.option(group, "momentum", nonzero=True):
             momentum = self.hyper(group, "momentum", cd)
             buf, step = state["momentum_buffer"], state["step"]
             new = buf.to(cd) * momentum + g * (1 - self.hyper(group, "dampening", cd))
             new = where(step == 0, g, new)
             buf.copy_(new)
             step.copy_(step + 1)
-            g = g + new * momentum if group["nesterov"] else new
+            g = g + new * momentum if self.option(group, "nesterov") else new
         p.copy_(x - g * self.hyper(group, "lr", cd))

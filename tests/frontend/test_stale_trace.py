@@ -133,3 +133,38 @@ def test_a_converted_parameter_is_named_in_the_warning():
     model.double()
     with pytest.warns(flame.RecompileWarning, match=r"param 'model.weight': f32\[2,3\] -> f64\[2,3\]"):
         forward(flame.ones(1, 3, dtype="f64"))
+
+
+def test_an_optimizer_choice_made_in_python_is_guarded_but_its_value_is_a_scalar_input():
+    import torch
+
+    w = nn.Parameter(flame.ones(4))
+    ref = torch.nn.Parameter(torch.ones(4))
+    opt = flame.optim.SGD([w], lr=0.1)
+    ref_opt = torch.optim.SGD([ref], lr=0.1)
+
+    @flame.compile
+    def step():
+        (w * w).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    def torch_step():
+        (ref * ref).sum().backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+
+    step(), torch_step()
+    for g in (opt.param_groups[0], ref_opt.param_groups[0]):
+        g["weight_decay"] = 0.5
+    with pytest.warns(flame.RecompileWarning, match=r"SGD.param_groups\[0\]\['weight_decay'\] != 0: False -> True"):
+        step()
+    torch_step()
+    for g in (opt.param_groups[0], ref_opt.param_groups[0]):
+        g["weight_decay"] = 0.25  # still nonzero: the trace reads the value at every call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", flame.RecompileWarning)
+        step()
+    torch_step()
+    np.testing.assert_allclose(w.numpy(), ref.detach().numpy(), rtol=1e-6)
+    assert step.stats().traces == 2
