@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from flame.errors import IndexValueError, ShapeError
+from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, default_generator
 from flame.frontend.dispatch import apply
@@ -95,6 +95,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if x.shape[-1] != weight.shape[-1]:
         raise ShapeError(f"linear: input {x.dtype}{list(x.shape)} has {x.shape[-1]} features but the weight "
                          f"{list(weight.shape)} expects {weight.shape[-1]}\n  at {user_location()}")
+    if x.dtype != weight.dtype:  # PyTorch raises too ("mat1 and mat2 must have the same dtype")
+        raise DTypeError(f"linear: input {x.dtype}{list(x.shape)} and weight {weight.dtype}{list(weight.shape)} "
+                         f"have different dtypes, as PyTorch does not allow; convert the input with "
+                         f".to({weight.dtype.name!r}) (a NumPy float64 batch: .astype(np.float32))"
+                         f"\n  at {user_location()}")
     y = matmul(x, weight.T)
     return y + bias if bias is not None else y
 

@@ -8,8 +8,8 @@ from flame.errors import ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, binary, dim_index, full
-from flame.ir.dtypes import boolean, f32, i64, promote
+from flame.frontend.tensor import Tensor, binary, dim_index, full, result_type
+from flame.ir.dtypes import boolean
 
 
 def _unary(name: str):
@@ -46,14 +46,10 @@ def pow(a, b) -> Tensor:  # noqa: A001
 
 
 def where(cond: Tensor, a, b) -> Tensor:
-    """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype."""
-    ts = [x for x in (a, b) if isinstance(x, Tensor)]
-    dt = ts[0].dtype if len(ts) == 1 else promote(a.dtype, b.dtype) if ts else None
-    if dt is None:
-        dt = f32 if any(isinstance(x, float) for x in (a, b)) else i64
+    """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype (result_type)."""
+    dt = result_type(a, b)
+    if not any(isinstance(x, Tensor) for x in (a, b)):
         a = full((), a, dt)
-    if any(isinstance(x, float) for x in (a, b)) and not dt.is_float:
-        dt = f32
     a = a.to(dt) if isinstance(a, Tensor) else a
     b = b.to(dt) if isinstance(b, Tensor) else b
     return apply("where", cond.to(boolean), a, b)

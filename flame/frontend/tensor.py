@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import DimError, FlameError, ShapeError, TraceError
+from flame.errors import DimError, DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
@@ -600,9 +600,41 @@ def _is_scalar(x) -> bool:
     return isinstance(x, (int, float, bool, np.number, np.bool_))
 
 
+def result_type(*operands) -> DType:
+    """torch.result_type over tensors and Python numbers: the dtype of the dimensioned tensors (by
+    promote()); a 0-d tensor, then a Python number, counts only when of a higher category (bool <
+    integer < float), a Python float then giving f32. So f16[n] * 2.0 is f16, f32[n] + f64[] is f32,
+    i32[n] + 1 is i32 and i32[n] * 1.5 is f32."""
+    groups: list[DType | None] = [None, None, None]  # dimensioned, 0-d, Python numbers
+    for x in operands:
+        if isinstance(x, Tensor):
+            i, dt = (0 if x.ndim else 1), x.dtype
+        else:
+            i = 2
+            dt = (boolean if isinstance(x, (bool, np.bool_)) else i64 if isinstance(x, (int, np.integer))
+                  else f32)
+        groups[i] = dt if groups[i] is None else promote(groups[i], dt)
+    return _combine(groups[0], _combine(groups[1], groups[2]))
+
+
+def _combine(higher: DType | None, lower: DType | None) -> DType | None:
+    """PyTorch's combine_categories: `lower` (a 0-d tensor's or a number's dtype) matters only when
+    its category is higher than `higher`'s."""
+    if higher is None or lower is None:
+        return higher or lower
+    if higher.is_float:
+        return higher
+    if higher == boolean or lower.is_float:
+        return promote(higher, lower)
+    return higher
+
+
+_BOOL_AS_LOGIC = {"add": "logical_or", "mul": "logical_and", "maximum": "logical_or", "minimum": "logical_and"}
+
+
 def binary(name: str, a, b) -> Tensor:
-    """A binary op with PyTorch's promotion: tensor-tensor by promote(); a Python float with an
-    integer tensor gives f32; `div` is true division (integers go to f32)."""
+    """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to
+    f32); on two bool tensors + and max are logical or, * and min logical and, - raises, as in torch."""
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
     for x in (a, b):
@@ -612,15 +644,13 @@ def binary(name: str, a, b) -> Tensor:
             raise FlameError(f"{name}: unsupported operand of type {type(x).__name__}")
     a = Tensor(a) if isinstance(a, np.ndarray) else a
     b = Tensor(b) if isinstance(b, np.ndarray) else b
-    if isinstance(a, Tensor) and isinstance(b, Tensor):
-        dt = promote(a.dtype, b.dtype)
-    else:
-        t, s = (a, b) if isinstance(a, Tensor) else (b, a)
-        dt = t.dtype
-        if isinstance(s, (float, np.floating)) and not dt.is_float:
-            dt = f32
-        elif isinstance(s, (int, np.integer)) and not isinstance(s, bool) and dt == boolean:
-            dt = i64
+    dt = result_type(a, b)
+    if dt == boolean and name in _BOOL_AS_LOGIC:
+        a, b = (x if isinstance(x, Tensor) else full((), bool(x), boolean) for x in (a, b))
+        return apply(_BOOL_AS_LOGIC[name], a, b)
+    if dt == boolean and name == "sub":
+        raise DTypeError(f"sub: subtraction of two bool tensors is not supported (as in PyTorch); a != b "
+                         f"is their exclusive or\n  at {user_location()}")
     if name in ("div", "pow") and not dt.is_float:
         dt = f32
     a = a.to(dt) if isinstance(a, Tensor) else (float(a) if dt.is_float else a)
@@ -629,15 +659,18 @@ def binary(name: str, a, b) -> Tensor:
 
 
 def matmul(a, b) -> Tensor:
-    """`a @ b` with NumPy's rules for 1-D operands (the IR's matmul wants rank >= 2)."""
+    """`a @ b` with NumPy's rules for 1-D operands (the IR's matmul wants rank >= 2). Both operands
+    must have one dtype (PyTorch's rule: bf16 @ f32, or an integer or f64 input to an f32 Linear,
+    raises flame.DTypeError naming the line)."""
     a = a if isinstance(a, Tensor) else Tensor(a)
     b = b if isinstance(b, Tensor) else Tensor(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)}: both operands "
                          f"need at least one dimension\n  at {user_location()}")
-    if a.dtype != b.dtype:
-        dt = promote(a.dtype, b.dtype)
-        a, b = a.to(dt), b.to(dt)
+    if a.dtype != b.dtype:  # PyTorch raises too: an f64 batch never runs an f32 model in f64 silently
+        raise DTypeError(f"matmul {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)}: both operands must "
+                         f"have the same dtype, as in PyTorch (convert one with .to({b.dtype.name!r}) or "
+                         f".to({a.dtype.name!r}))\n  at {user_location()}")
     a1, b1 = a.ndim == 1, b.ndim == 1
     out = apply("matmul", a.unsqueeze(0) if a1 else a, b.unsqueeze(1) if b1 else b)
     if a1 and b1:
