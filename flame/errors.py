@@ -28,6 +28,11 @@ class TraceError(FlameError, RuntimeError):
     """Something cannot be done while tracing (reading a value, data-dependent control flow)."""
 
 
+class AutogradError(FlameError, RuntimeError):
+    """backward() cannot run as asked (a second backward through a freed graph; PyTorch raises a
+    RuntimeError there too)."""
+
+
 class VerifyError(FlameError, ValueError):
     """A graph is malformed; the message quotes the offending IR line."""
 

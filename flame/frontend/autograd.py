@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from flame.compiler import compile_graph
-from flame.errors import FlameError
+from flame.errors import AutogradError, FlameError
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
@@ -31,17 +31,32 @@ def _topo(root: Tensor) -> list[Tensor]:
     return order
 
 
-def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor]]:
+_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after "
+          "they have already been freed). Saved intermediate values of the graph are freed when you call "
+          ".backward(). Specify retain_graph=True if you need to backward through the graph a second time")
+
+
+def freed_graph_error(op: str, loc: str | None) -> AutogradError:
+    """The error of a second backward() through a graph a first one freed."""
+    return AutogradError(f"backward(): {_FREED} (the graph's {op}{f' at {loc}' if loc else ''} was freed by "
+                         f"an earlier backward())\n  at {user_location()}")
+
+
+def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
     g = Graph("backward")
     b = Builder(g)
     vals: dict[int, Value] = {}
     leaves: list[Tensor] = []
+    nodes = []
     for t in _topo(loss):
         node = t._node
         if node is None:
             vals[id(t)] = g.add_input(t._type(), "param" if t.requires_grad else "const")
             leaves.append(t)
             continue
+        if node.freed:
+            raise freed_graph_error(node.name, node.loc)
+        nodes.append(node)
         for x, ver in zip(node.inputs, node.versions):
             if isinstance(x, Tensor) and x._version != ver:
                 raise FlameError(f"a tensor needed to compute gradients was modified in place after "
@@ -49,14 +64,16 @@ def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor]]:
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in node.inputs],
                              **node.attrs)
-    return g, vals, leaves
+    return g, vals, leaves, nodes
 
 
-def backward(loss: Tensor, gradient: Tensor | None = None) -> None:
-    """Fill .grad of the leaf tensors (requires_grad=True) that `loss` depends on; accumulates."""
+def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | None = None) -> None:
+    """Fill .grad of the leaf tensors (requires_grad=True) that `loss` depends on; accumulates. Frees
+    the graph (its nodes) unless retain_graph=True; a later backward through a freed node raises
+    flame.errors.AutogradError, as PyTorch raises."""
     trace = current_trace.get()
     if trace is not None:
-        trace.backward(loss, gradient)
+        trace.backward(loss, gradient, retain_graph)
         return
     if not loss.requires_grad:
         raise FlameError(f"backward(): the tensor does not require grad (no input had requires_grad=True)"
@@ -64,7 +81,7 @@ def backward(loss: Tensor, gradient: Tensor | None = None) -> None:
     if gradient is None and loss.numel() != 1:
         raise FlameError(f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient argument"
                          f"\n  at {user_location()}")
-    g, vals, leaves = _rebuild(loss)
+    g, vals, leaves, nodes = _rebuild(loss)
     wrt = [t for t in leaves if t.requires_grad]
     seed = g.add_input(loss._type(), "data") if gradient is not None else None
     grads = autodiff(g, vals[id(loss)], [vals[id(t)] for t in wrt], seed)
@@ -76,6 +93,9 @@ def backward(loss: Tensor, gradient: Tensor | None = None) -> None:
         for (t, _), arr in zip(pairs, run(arrays)):
             new = Tensor._concrete(arr, t.dtype)
             t.grad = new if t.grad is None else t.grad + new
+    if not retain_graph:
+        for node in nodes:
+            node.freed = True
 
 
 def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
@@ -101,7 +121,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
                       for gv, w in zip(gvals, ws))
         return out, grads[0] if isinstance(argnums, int) else grads
 
-    eager = Compiled(traced, name=f"grad_{getattr(f, '__name__', 'fn').strip('<>')}")
+    eager = Compiled(traced, name=f"grad_{getattr(f, '__name__', 'fn').strip('<>')}", warn=False)
 
     def wrapper(*args):
         return traced(*args) if current_trace.get() is not None else eager(*args)

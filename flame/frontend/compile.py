@@ -141,8 +141,9 @@ class Compiled:
     compile time. At most `cache_limit` traces are kept (default 8, or $FLAME_CACHE_LIMIT); past it
     the least recently used one is dropped, and the warning says so."""
 
-    def __init__(self, fn: Callable, name: str | None = None, cache_limit: int | None = None):
+    def __init__(self, fn: Callable, name: str | None = None, cache_limit: int | None = None, warn: bool = True):
         self.fn = fn
+        self.warn = warn  # False for flame's own uses that the user did not ask to compile (eager flame.grad)
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
         self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
         self.cache_limit = _default_cache_limit() if cache_limit is None else int(cache_limit)
@@ -266,7 +267,8 @@ class Compiled:
                     f"dropped; raise it with flame.compile(fn, cache_limit=N) or FLAME_CACHE_LIMIT, or keep "
                     f"what changes between calls fixed)")
         log.info("%s", msg)
-        warnings.warn(msg, RecompileWarning, stacklevel=user_stacklevel())
+        if self.warn:
+            warnings.warn(msg, RecompileWarning, stacklevel=user_stacklevel())
 
     def memory_report(self, *args):
         """The planned device memory of a call with these arguments, before it runs (traces and

@@ -20,16 +20,18 @@ from flame.ir.types import TensorType
 from flame.runtime.device import executor
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Node:
     """How an eager tensor was made, for loss.backward(): op, attributes, inputs and the inputs'
-    versions at that time (an in-place change of an input before backward is an error)."""
+    versions at that time (an in-place change of an input before backward is an error). `freed`:
+    a backward() without retain_graph=True went through it (a second one raises, as in PyTorch)."""
 
     name: str
     attrs: dict
     inputs: tuple
     versions: tuple
     loc: str | None
+    freed: bool = False
 
 
 def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:

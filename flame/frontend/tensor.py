@@ -185,10 +185,12 @@ class Tensor:
                 return
         self._grad = value
 
-    def backward(self, gradient: Tensor | None = None) -> None:
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's .grad (torch's Tensor.backward). The graph
+        behind self is freed unless retain_graph=True: a second backward through it raises."""
         from flame.frontend.autograd import backward
 
-        backward(self, gradient)
+        backward(self, gradient, retain_graph)
 
     def detach(self) -> Tensor:
         if self._value is not None:  # traced: an op autodiff does not differentiate through

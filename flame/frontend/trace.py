@@ -50,6 +50,7 @@ class Trace:
     grad_writes: set[int] = field(default_factory=set)  # ids of tensors whose .grad the body assigned
     grad_inputs: dict[int, Value] = field(default_factory=dict)  # id -> the "state" input of its .grad
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
+    freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
 
     def __post_init__(self):
@@ -148,8 +149,11 @@ class Trace:
                 out.append((t, self.graph.inputs.index(v0), v))
         return out
 
-    def backward(self, loss, gradient=None) -> None:
-        """loss.backward() inside a trace: autodiff appends the backward ops; leaves get traced .grad."""
+    def backward(self, loss, gradient=None, retain_graph: bool | None = None) -> None:
+        """loss.backward() inside a trace: autodiff appends the backward ops; leaves get traced .grad.
+        Without retain_graph=True the ops it went through are freed, as eager backward() frees its
+        nodes: a second backward through one raises."""
+        from flame.frontend.autograd import freed_graph_error
         from flame.frontend.tensor import Tensor
         from flame.passes.autodiff import autodiff
 
@@ -158,13 +162,35 @@ class Trace:
         if seed is None and loss.numel() != 1:
             raise FlameError(f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient "
                              f"argument\n  at {user_location()}")
+        leaf_values = [self.value_of(t) for t in leaves]
+        used = self._backward_ops(self.value_of(loss), leaf_values)
+        again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
+        if again is not None:
+            raise freed_graph_error(again.name, again.loc)
+        if not retain_graph:
+            self.freed |= used
         self.builder.loc = user_location()
-        grads = autodiff(self.graph, self.value_of(loss), [self.value_of(t) for t in leaves], seed)
+        grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed)
         for t, gv in zip(leaves, grads):
             if gv is None:
                 continue
             g = Tensor._traced(gv, self)
             t.grad = g if t.grad is None else t.grad + g
+
+    def _backward_ops(self, loss: Value, leaves: list[Value]) -> set:
+        """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss."""
+        carries, on_path = set(leaves), set()
+        for op in self.graph.ops:
+            if op.name != "stop_gradient" and any(v in carries for v in op.inputs):
+                carries.add(op.out)
+        producer = {op.out: op for op in self.graph.ops}
+        stack = [loss]
+        while stack:
+            op = producer.get(stack.pop())
+            if op is not None and op.out in carries and op not in on_path:
+                on_path.add(op)
+                stack.extend(op.inputs)
+        return on_path
 
     def concrete_value(self, binding: Binding, args, executor):
         if binding.kind == "arg":

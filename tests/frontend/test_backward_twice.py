@@ -1,0 +1,70 @@
+"""A second backward() through a freed graph raises as PyTorch's does; retain_graph=True allows it
+and accumulates (issue 15: flame doubled the gradients silently). Oracle: torch on the CPU."""
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+
+def _flame(retain: bool):
+    w = flame.tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+    loss = (w * w).sum()
+    loss.backward(retain_graph=retain)
+    return w, loss
+
+
+def _torch(retain: bool):
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    loss = (w * w).sum()
+    loss.backward(retain_graph=retain)
+    return w, loss
+
+
+def test_a_second_backward_through_a_freed_graph_raises_like_torch():
+    w, loss = _torch(False)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    w, loss = _flame(False)
+    with pytest.raises(flame.FlameError, match=r"(?s)backward through the graph a second time.*retain_graph=True"):
+        loss.backward()
+    with pytest.raises(RuntimeError):  # PyTorch users catch RuntimeError
+        loss.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0, 6.0])  # the first backward only
+
+
+def test_retain_graph_allows_it_and_gradients_accumulate_like_torch():
+    fw, floss = _flame(True)
+    tw, tloss = _torch(True)
+    floss.backward()
+    tloss.backward()
+    np.testing.assert_array_equal(fw.grad.numpy(), tw.grad.numpy())
+    with pytest.raises(flame.FlameError, match="second time"):
+        floss.backward()  # the last one freed it
+
+
+def test_a_loss_sharing_a_freed_subgraph_raises_but_a_fresh_graph_does_not():
+    w = flame.tensor(np.ones(3, np.float32), requires_grad=True)
+    h = w * w
+    h.sum().backward()
+    with pytest.raises(flame.FlameError, match="second time"):
+        (h * 2).sum().backward()
+    (w * w).sum().backward()  # a new forward: a new graph
+    np.testing.assert_array_equal(w.grad.numpy(), [4.0, 4.0, 4.0])
+
+
+def test_inside_a_compiled_function_too():
+    w = flame.tensor(np.ones(3, np.float32), requires_grad=True)
+
+    @flame.compile
+    def twice(x, retain):
+        loss = (w * x).sum()
+        loss.backward(retain_graph=retain)
+        loss.backward()
+        return loss
+
+    with pytest.raises(flame.FlameError, match=r"(?s)second time.*test_backward_twice.py"):
+        twice(flame.ones(3), False)
+    twice(flame.ones(3), True)
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0, 2.0])
