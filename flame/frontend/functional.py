@@ -4,9 +4,10 @@ primitives. Exposed as flame.nn.functional (PyTorch names)."""
 from __future__ import annotations
 
 import math
+import warnings
 
 from flame.errors import DTypeError, IndexValueError, ShapeError
-from flame.frontend.context import user_location
+from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, matmul
@@ -104,7 +105,19 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return y + bias if bias is not None else y
 
 
+def warn_if_broadcast(loss: str, input: Tensor, target: Tensor) -> None:  # noqa: A002
+    """PyTorch's UserWarning when an elementwise loss's target has another shape than its input (a
+    [8, 1] prediction against [8] labels broadcasts to [8, 8] and trains on the wrong loss)."""
+    if tuple(input.shape) != tuple(target.shape):
+        warnings.warn(f"{loss}: using a target size {list(target.shape)} that is different to the input size "
+                      f"{list(input.shape)}. This will likely lead to incorrect results due to broadcasting. "
+                      f"Please ensure they have the same size.", UserWarning, stacklevel=user_stacklevel())
+
+
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """mean((input - target)^2) (or its sum, or per element); warns as PyTorch does when the shapes
+    differ and would broadcast."""
+    warn_if_broadcast("mse_loss", input, target)
     d = input - target
     return _loss_reduce(d * d, reduction)
 
