@@ -21,7 +21,6 @@ from flame.errors import FlameError, RecompileWarning
 from flame.frontend.context import current_trace, no_grad, user_stacklevel
 from flame.frontend.creation import as_tensor
 from flame.frontend.guards import (
-    Guard,
     Namer,
     argument_changes,
     describe_arguments,
@@ -75,7 +74,7 @@ class _Entry:
     traced: Graph  # as traced, before any pass
     key: tuple  # the input signature it was traced for
     arguments: list  # guards.describe_arguments of the call that traced it
-    guards: list[Guard]  # Python state the trace baked in
+    guards: list  # Python state the trace baked in (objects with failed() -> str: see guards.py)
     namer: Namer
     record: debug.CompileRecord | None = None  # kept only while the debug CLI observes
     last_used: int = 0
@@ -86,19 +85,26 @@ class _Entry:
         inputs = set(self.graph.inputs)
         return tuple(v in inputs for v in self.graph.outputs[: self.n_user])
 
+    @functools.cached_property
+    def _captured(self) -> tuple[list, list]:
+        """(binding, tensor, traced type) of the captured tensors, and of the .grad inputs."""
+        pairs = list(zip(self.trace.bindings, self.graph.inputs))
+        return ([(b, b.tensor, v.type) for b, v in pairs if b.kind == "tensor"],
+                [(b.tensor, v.type) for b, v in pairs if b.kind == "grad"])
+
     def valid(self) -> str:
-        """'' if this trace still describes the function for these inputs, else what changed."""
-        for b, v in zip(self.trace.bindings, self.graph.inputs):
-            t = b.tensor
-            if b.kind == "tensor" and t._data is not b.checked:  # a tensor changes type only with its buffer
-                if t.shape != v.type.shape or t.dtype != v.type.dtype:
-                    return f"{self.namer.tensor(t, role_of(t))}: {v.type} -> {t._type()}"
+        """'' if this trace still describes the function for these inputs, else what changed. Runs
+        before every replay: the common case is a few identity checks per captured tensor."""
+        tensors, grads = self._captured
+        for b, t, ty in tensors:
+            if t._data is not b.checked:  # a tensor changes type only with its buffer
+                if t.shape != ty.shape or t.dtype != ty.dtype:
+                    return f"{self.namer.tensor(t, role_of(t))}: {ty} -> {t._type()}"
                 b.checked = t._data
-            if b.kind == "grad":
-                g = t._grad
-                if g is None or g.shape != v.type.shape or g.dtype != v.type.dtype:
-                    now = "None" if g is None else str(g._type())
-                    return f"{self.namer.tensor(t, role_of(t))}.grad: {v.type} -> {now}"
+        for t, ty in grads:
+            g = t._grad
+            if g is None or g.shape != ty.shape or g.dtype != ty.dtype:
+                return f"{self.namer.tensor(t, role_of(t))}.grad: {ty} -> {'None' if g is None else g._type()}"
         for gd in self.guards:
             why = gd.failed()
             if why:

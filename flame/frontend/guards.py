@@ -53,25 +53,53 @@ def show(a: Any) -> str:
 
 @dataclass(frozen=True)
 class Guard:
-    """`what` read `read()` == a value whose key is `expected` when traced; `failed()` says what changed."""
+    """`what` read `read()` == `value` (compared by value_key) when traced; `failed()` says what changed."""
 
     what: str
     read: Callable[[], Any]
-    expected: Hashable
-    shown: str
+    value: Any
     show: Callable[[Any], str] = show
 
     def failed(self) -> str:
         now = self.read()
-        if value_key(now) == self.expected:
+        if now is self.value or value_key(now) == value_key(self.value):  # `is`: the common, fast case
             return ""
-        return f"{self.what}: {self.shown} -> {self.show(now)}"
+        return f"{self.what}: {self.show(self.value)} -> {self.show(now)}"
 
 
 def guard(what: str, read: Callable[[], Any], show_value: Callable[[Any], str] = show) -> Guard:
     """A guard that the value `read()` returns now stays the same."""
-    now = read()
-    return Guard(what, read, value_key(now), show_value(now), show_value)
+    return Guard(what, read, read(), show_value)
+
+
+@dataclass(frozen=True)
+class GradsUnset:
+    """Each tensor's .grad, None when the body first read it, is still None (one check for all of a
+    model's parameters: a replay checks it at every call)."""
+
+    tensors: tuple
+    names: tuple[str, ...]
+
+    def failed(self) -> str:
+        for t, name in zip(self.tensors, self.names):
+            if t._grad is not None:
+                return f"{name}.grad: None -> set"
+        return ""
+
+
+@dataclass(frozen=True)
+class Modes:
+    """Each module's training flag is still what the body read."""
+
+    modules: tuple
+    modes: tuple[bool, ...]
+    names: tuple[str, ...]
+
+    def failed(self) -> str:
+        for m, mode, name in zip(self.modules, self.modes, self.names):
+            if m.training is not mode:
+                return f"{name}: training: {mode} -> {m.training}"
+        return ""
 
 
 def _is_plain(v: Any) -> bool:
@@ -193,27 +221,18 @@ class Namer:
         return f"{role} {name!r}" if name else f"a captured {role} {t._type()}"
 
 
-def _set_or_none(v: Any) -> str:
-    return "set" if v else "None"
-
-
-def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Guard]) -> list[Guard]:
-    """Every guard of one trace: what the body read of .grad and module modes, and fn's Python values
-    (read before the body ran)."""
-    out = list(python_values)
-    for what, (read, value) in trace.python_reads.items():
-        out.append(Guard(what, read, value_key(value), show(value)))
-    for m, _mode in trace.mode_reads.values():
-        out.append(guard(f"{namer.module(m)}: training", functools.partial(getattr, m, "training")))
-    for t, had in trace.grad_reads.values():
-        if not had:  # when set, it is a graph input: the binding checks it stays set and its shape
-            out.append(guard(f"{namer.tensor(t, role_of(t))}.grad", functools.partial(_has_grad, t),
-                             _set_or_none))
+def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Guard]) -> list:
+    """Every guard of one trace (objects with `failed() -> str`): fn's Python values (read before the
+    body ran), the choices it made in Python, the module modes and the unset .grad it read."""
+    out: list = list(python_values)
+    out += [Guard(what, read, value) for what, (read, value) in trace.python_reads.items()]
+    if trace.mode_reads:
+        ms = list(trace.mode_reads.values())
+        out.append(Modes(tuple(m for m, _ in ms), tuple(bool(v) for _, v in ms), tuple(namer.module(m) for m, _ in ms)))
+    unset = [t for t, had in trace.grad_reads.values() if not had]  # a set one is an input: bindings check it
+    if unset:
+        out.append(GradsUnset(tuple(unset), tuple(namer.tensor(t, role_of(t)) for t in unset)))
     return out
-
-
-def _has_grad(t: Any) -> bool:
-    return t._grad is not None
 
 
 def role_of(t: Any) -> str:
