@@ -183,6 +183,19 @@ def _roots(fn: Callable) -> Iterator[tuple[str, Any]]:
             yield name, value
 
 
+def _is_module(obj: Any) -> bool:
+    return not isinstance(obj, type) and callable(getattr(obj, "named_modules", None))
+
+
+def _is_holder(obj: Any) -> bool:
+    """An object of the user's (a trainer) whose attributes may hold the modules: not a module, a
+    tensor, a class or a Python module."""
+    from flame.frontend.tensor import Tensor
+
+    return (hasattr(obj, "__dict__") and not _is_module(obj) and not isinstance(obj, (type, types.ModuleType, Tensor))
+            and not callable(obj))
+
+
 class Namer:
     """The names a user gave to modules and tensors a function reaches: `model.0` for a submodule,
     `model.0.weight` for a parameter, `opt.state[model.0.weight].exp_avg` for optimizer state."""
@@ -196,19 +209,24 @@ class Namer:
 
         out: dict[int, str] = {}
         roots = list(_roots(self.fn))
+        roots += [(f"{name}.{attr}", v) for name, obj in roots if _is_holder(obj)  # one level into self
+                  for attr, v in vars(obj).items()]
         for name, obj in roots:  # nn.Module and optim.Optimizer are known by their API (layers above)
-            if callable(getattr(obj, "named_modules", None)) and not isinstance(obj, type):
-                for path, m in obj.named_modules(name):
-                    out.setdefault(id(m), path)
-                for path, t in list(obj.named_parameters(name)) + list(obj.named_buffers(name)):
-                    out.setdefault(id(t), path)
+            if _is_module(obj):
+                try:
+                    for path, m in obj.named_modules(prefix=name):
+                        out.setdefault(id(m), path)
+                    for path, t in list(obj.named_parameters(prefix=name)) + list(obj.named_buffers(prefix=name)):
+                        out.setdefault(id(t), path)
+                except Exception:  # names only make messages clearer: never fail a compile over them
+                    continue
             elif isinstance(obj, Tensor):
                 out.setdefault(id(obj), name)
         for name, obj in roots:
             if isinstance(getattr(obj, "param_groups", None), list) and isinstance(getattr(obj, "state", None), dict):
                 for p, st in obj.state.items():
-                    owner = out.get(id(p), f"param {p.dtype}{list(p.shape)}")
-                    for k, t in st.items():
+                    owner = out.get(id(p), f"param {p._type()}") if isinstance(p, Tensor) else "?"
+                    for k, t in (st.items() if isinstance(st, dict) else ()):
                         out.setdefault(id(t), f"{name}.state[{owner}].{k}")
         return out
 

@@ -168,3 +168,19 @@ def test_an_optimizer_choice_made_in_python_is_guarded_but_its_value_is_a_scalar
     torch_step()
     np.testing.assert_allclose(w.numpy(), ref.detach().numpy(), rtol=1e-6)
     assert step.stats().traces == 2
+
+
+def test_modules_held_by_self_are_named_in_the_warning():
+    class Trainer:
+        def __init__(self):
+            self.model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
+
+        def forward(self, x):
+            return self.model(x)
+
+    trainer = Trainer()
+    forward = flame.compile(trainer.forward)
+    forward(flame.ones(1, 2))
+    trainer.model.eval()
+    with pytest.warns(flame.RecompileWarning, match=r"Dropout 'self.model.1': training: True -> False"):
+        forward(flame.ones(1, 2))
