@@ -9,8 +9,8 @@ becomes a Guard of that trace:
 - a module's `training` flag, where something read it (Dropout does; a Linear does not);
 - a choice an optimizer made in Python (weight_decay != 0, nesterov, amsgrad: Optimizer.option);
 - plain immutable Python values the function names itself: globals and closure variables (numbers,
-  strings, None, tuples of those, enum members). Values reached through other objects' attributes,
-  NumPy arrays and the globals of functions it calls are not guarded.
+  strings, None, flame dtypes, enum members, tuples of those). Values reached through other objects'
+  attributes, NumPy arrays and the globals of functions it calls are not guarded.
 A captured tensor's shape and dtype are checked by the compiled function's bindings.
 """
 
@@ -28,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from flame.ir.dtypes import DType
+
 MISSING = object()
-_PLAIN = (bool, int, float, complex, str, bytes, type(None), np.generic, enum.Enum)
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), np.generic, enum.Enum, DType)
 
 
 def value_key(a: Any) -> Hashable:

@@ -184,3 +184,20 @@ def test_modules_held_by_self_are_named_in_the_warning():
     trainer.model.eval()
     with pytest.warns(flame.RecompileWarning, match=r"Dropout 'self.model.1': training: True -> False"):
         forward(flame.ones(1, 2))
+
+
+DTYPE = flame.f32
+
+
+def test_a_global_dtype_is_guarded():
+    global DTYPE
+
+    @flame.compile
+    def cast(x):
+        return x.to(DTYPE)
+
+    DTYPE = flame.f32
+    assert cast(flame.ones(2)).dtype == flame.f32
+    DTYPE = flame.f64
+    with pytest.warns(flame.RecompileWarning, match="global 'DTYPE'"):
+        assert cast(flame.ones(2)).dtype == flame.f64
