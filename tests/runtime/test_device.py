@@ -61,3 +61,30 @@ def test_module_to_accepts_devices_and_dtypes():
         m.to("cuda")
     with pytest.raises(flame.DTypeError, match="unknown dtype 'float99'"):
         m.to("float99")
+
+
+def test_runs_without_the_cuda_extra(tmp_path):
+    """A CPU-only install (no `[cuda]` extra: no CuPy, nvmath, cuDNN, NVIDIA wheels) imports flame,
+    notices there is no GPU, and trains on the reference executor."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = (
+        "import sys\n"
+        "for m in ('cupy', 'cupyx', 'nvmath', 'cudnn', 'nvidia'):\n"
+        "    sys.modules[m] = None  # import fails, as when the package is not installed\n"
+        "import runpy, warnings\n"
+        "import flame\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    runpy.run_path({os.path.join(root, 'tests', 'cli', 'tiny_step.py')!r}, run_name='__main__')\n"
+        "assert flame.get_device() == 'reference'\n"
+        "assert any(issubclass(x.category, flame.DeviceWarning) for x in w)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=root)
+    env.pop("FLAME_DEVICE", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("loss ")
