@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # the GPU tests of flame's own kernels (every schedule), attention and the runtime
 MEMCHECK_TESTS = ["tests/codegen", "tests/runtime/test_gpu_runtime.py", "tests/runtime/test_gpu_attention.py",
-                  "tests/runtime/test_gpu_matmul.py", "tests/runtime/test_gpu_graphs_memory.py"]
+                  "tests/runtime/test_gpu_matmul.py"]  # not test_gpu_graphs_memory: with the pool off it measures nothing
 
 
 def sanitizer() -> str | None:
@@ -37,8 +37,9 @@ def _run(tool: str, args: list[str], timeout: int) -> subprocess.CompletedProces
                     "memory and race checks did not run")
     env = {**os.environ, "FLAME_SANITIZE": "1", "PYTHONPATH": os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    cmd = [exe, "--tool", tool, "--error-exitcode", "97", *(["--leak-check", "no"] if tool == "memcheck" else []),
-           sys.executable, *args]
+    # API errors are not kernel faults: cuda-bindings probes driver entry points that may not exist
+    cmd = [exe, "--tool", tool, "--error-exitcode", "97", "--report-api-errors", "no",
+           *(["--leak-check", "no"] if tool == "memcheck" else []), sys.executable, *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
