@@ -30,7 +30,7 @@ def sanitizer() -> str | None:
     return None
 
 
-def _run(tool: str, args: list[str], timeout: int) -> subprocess.CompletedProcess:
+def _run(tool: str, args: list[str], timeout: int, exclude: str = "") -> subprocess.CompletedProcess:
     exe = sanitizer()
     if exe is None:
         pytest.skip("compute-sanitizer not found (not on PATH, $CUDA_HOME/bin or /usr/local/cuda/bin): the "
@@ -39,7 +39,8 @@ def _run(tool: str, args: list[str], timeout: int) -> subprocess.CompletedProces
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     # API errors are not kernel faults: cuda-bindings probes driver entry points that may not exist
     cmd = [exe, "--tool", tool, "--error-exitcode", "97", "--report-api-errors", "no",
-           *(["--leak-check", "no"] if tool == "memcheck" else []), sys.executable, *args]
+           *(["--leak-check", "no"] if tool == "memcheck" else []),
+           *(["--kernel-name-exclude", exclude] if exclude else []), sys.executable, *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -88,6 +89,8 @@ print("race script done")
 
 @pytest.mark.gpu
 def test_reduction_and_attention_kernels_pass_racecheck():
-    res = _run("racecheck", ["-c", RACE_SCRIPT], timeout=1200)
+    # flame's kernels only: racecheck does not model the asynchronous (TMA/wgmma, mbarrier) copies of
+    # cuDNN's Hopper flash-attention kernels and reports hazards in them that are not races
+    res = _run("racecheck", ["-c", RACE_SCRIPT], timeout=1200, exclude="kns=cudnn_generated")
     _clean(res)
     assert "race script done" in res.stdout
