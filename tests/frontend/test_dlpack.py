@@ -40,3 +40,22 @@ def test_a_numpy_bfloat16_array_through_its_int16_view():
     x = flame.from_dlpack(Producer())
     assert x.dtype == flame.bf16
     np.testing.assert_array_equal(x.numpy(), a)
+
+
+@pytest.mark.gpu
+def test_a_bfloat16_device_array_is_viewed_zero_copy_on_the_gpu():
+    import cupy
+
+    a = np.linspace(-1, 1, 8, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    bits = cupy.asarray(a.view(np.int16))
+
+    class Producer:  # a bf16 device array (JAX on the GPU): CuPy has no bfloat16 of its own
+        dtype = a.dtype
+
+        def view(self, dtype):
+            return bits.view(dtype)
+
+    x = flame.from_dlpack(Producer())
+    assert x.dtype == flame.bf16 and x._data.data.ptr == bits.data.ptr
+    np.testing.assert_array_equal(x.numpy(), a)
+    np.testing.assert_array_equal((x * 2).numpy(), (a.astype(np.float32) * 2).astype(ml_dtypes.bfloat16))
