@@ -10,49 +10,80 @@ from flame._version import __version__
 from flame.errors import CheckpointError, DTypeError, FlameError, ParseError, ShapeError, TraceError, VerifyError
 from flame.frontend.autograd import grad, value_and_grad
 from flame.frontend.compile import Compiled, compile
-from flame.frontend.context import no_grad
+from flame.frontend.context import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from flame.frontend.creation import (
     Generator,
     arange,
     as_tensor,
+    empty,
+    empty_like,
+    eye,
     from_dlpack,
     from_numpy,
     full,
+    full_like,
+    linspace,
     manual_seed,
+    multinomial,
     ones,
     ones_like,
     rand,
+    rand_like,
+    randint,
     randn,
+    randn_like,
     tensor,
     zeros,
     zeros_like,
 )
+from flame.frontend.einsum import einsum
 from flame.frontend.ops import (
     abs,
+    all,
+    allclose,
     amax,
     amin,
+    any,
     argmax,
+    argsort,
     cat,
     ceil,
+    chunk,
     clamp,
+    clamp_max,
+    clamp_min,
+    clip,
     concat,
     cos,
+    cumprod,
+    cumsum,
     erf,
     exp,
     flip,
     floor,
+    floor_divide,
     gelu,
+    isclose,
+    isfinite,
+    isinf,
+    isnan,
     leaky_relu,
     log,
+    log_softmax,
+    masked_fill,
     maximum,
     mean,
     minimum,
+    narrow,
     neg,
+    norm,
     pad,
     permute,
     pow,
     reciprocal,
     relu,
+    remainder,
+    repeat_interleave,
     reshape,
     round,
     rsqrt,
@@ -60,11 +91,16 @@ from flame.frontend.ops import (
     sign,
     silu,
     sin,
+    softmax,
+    sort,
+    split,
     sqrt,
     squeeze,
     stack,
     sum,
     tanh,
+    tile,
+    topk,
     transpose,
     tril,
     triu,
@@ -73,9 +109,11 @@ from flame.frontend.ops import (
 )
 from flame.frontend.tensor import Tensor, matmul
 from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i32, i64
+from flame.runtime.device import Device as device
 from flame.runtime.device import get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
+float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa: A001  (torch's aliases)
 __all__ = [
     "CheckpointError", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "ShapeError", "Tensor",
     "TraceError", "VerifyError", "arange", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
@@ -83,13 +121,18 @@ __all__ = [
     "ir", "as_tensor", "from_numpy", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn",
     "set_device", "tensor",
     "value_and_grad", "zeros", "zeros_like",
+    "device", "einsum", "empty", "empty_like", "enable_grad", "eye", "full_like", "inference_mode", "is_grad_enabled",
+    "linspace", "multinomial", "rand_like", "randint", "randn_like", "set_grad_enabled", "save", "load", "linalg",
 ]
 
 
 def __getattr__(name: str):
-    """flame.nn, flame.optim and flame.checkpoint import on first use (they are not needed to trace)."""
-    if name in ("nn", "optim", "checkpoint"):
-        import importlib
+    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load) and flame.linalg import on
+    first use (they are not needed to trace)."""
+    import importlib
 
+    if name in ("nn", "optim", "checkpoint", "linalg"):
         return importlib.import_module(f"flame.{name}")
+    if name in ("save", "load"):
+        return getattr(importlib.import_module("flame.checkpoint"), name)
     raise AttributeError(f"module 'flame' has no attribute {name!r}")

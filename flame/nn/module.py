@@ -231,9 +231,20 @@ class Module:
             else:
                 p.grad.zero_()
 
-    def to(self, dtype: Any) -> Module:
+    def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Module:
         """Convert floating-point parameters and buffers in place to dtype (the objects stay the same,
-        so optimizers holding them keep working; compiled functions re-trace on the new type)."""
+        so optimizers holding them keep working; compiled functions re-trace on the new type).
+        to("cpu") / to("cuda") / to(device, dtype) as in PyTorch: the device must be the one this
+        process runs on (flame runs one executor per process, see Tensor.to), so it moves nothing."""
+        from flame.runtime.device import is_device
+
+        for a in args:
+            device, dtype = (a, dtype) if is_device(a) else (device, a)
+        if device is not None:
+            for t in list(self.parameters()) + list(self.buffers()):
+                t._to_device(device)  # raises for a device this process does not run on
+        if dtype is None:
+            return self
         dt = dtype_of(dtype)
         with no_grad():
             for t in list(self.parameters()) + list(self.buffers()):
@@ -242,6 +253,12 @@ class Module:
                     t._data, t._dtype, t.grad = new._data, dt, None
                     t._version += 1
         return self
+
+    def cpu(self) -> Module:
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> Module:
+        return self.to("cuda")
 
     def float(self) -> Module:
         return self.to("f32")
@@ -388,3 +405,122 @@ class ModuleList(Module):
 
     def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
+
+
+class ModuleDict(Module):
+    """An ordered dict of modules, registered so their parameters are found (torch.nn.ModuleDict)."""
+
+    def __init__(self, modules: Any = None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.add_module(key, module)
+
+    def __delitem__(self, key: str) -> None:
+        del self._modules[key]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def pop(self, key: str) -> Module:
+        return self._modules.pop(key)
+
+    def clear(self) -> None:
+        self._modules.clear()
+
+    def update(self, modules: Any) -> None:
+        for key, module in (modules.items() if hasattr(modules, "items") else modules):
+            self[key] = module
+
+
+def _as_parameter(value: Any) -> Parameter:
+    return value if isinstance(value, Parameter) else Parameter(value if isinstance(value, Tensor) else Tensor(value))
+
+
+class ParameterList(Module):
+    """A list of Parameters, registered as "0", "1", ... (torch.nn.ParameterList); tensors appended are
+    wrapped in Parameter."""
+
+    def __init__(self, values: Iterable[Any] | None = None):
+        super().__init__()
+        for v in values or ():
+            self.append(v)
+
+    def append(self, value: Any) -> ParameterList:
+        self.register_parameter(str(len(self._parameters)), _as_parameter(value))
+        return self
+
+    def extend(self, values: Iterable[Any]) -> ParameterList:
+        for v in values:
+            self.append(v)
+        return self
+
+    def __getitem__(self, i: int | slice):
+        items = list(self._parameters.values())
+        return ParameterList(items[i]) if isinstance(i, slice) else items[i]
+
+    def __setitem__(self, i: int, value: Any) -> None:
+        key = list(self._parameters)[i]
+        self.register_parameter(key, _as_parameter(value))
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(self._parameters.values())
+
+
+class ParameterDict(Module):
+    """An ordered dict of Parameters (torch.nn.ParameterDict)."""
+
+    def __init__(self, parameters: Any = None):
+        super().__init__()
+        for key, value in (parameters.items() if hasattr(parameters, "items") else parameters or ()):
+            self[key] = value
+
+    def __getitem__(self, key: str) -> Parameter:
+        return self._parameters[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.register_parameter(key, _as_parameter(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self._parameters[key]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parameters)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._parameters
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def values(self):
+        return self._parameters.values()
+
+    def items(self):
+        return self._parameters.items()
