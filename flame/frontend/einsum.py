@@ -95,9 +95,11 @@ def einsum(equation: str, *operands):
     dt = operands[0].dtype
     for x in operands[1:]:
         dt = promote(dt, x.dtype)
-    xs, labels, sizes = [], [], {}
+    xs, labels, sizes, uses = [], [], {}, {}
     for t, x in zip(terms, operands):
         lab = _parse_term(t, x.ndim, ell)
+        for c in lab:
+            uses[c] = uses.get(c, 0) + 1
         for c, n in zip(lab, x.shape):
             if sizes.get(c, 1) != 1 and n not in (1, sizes[c]):
                 _fail(f"label {c!r} has sizes {sizes[c]} and {n} (they must match or be 1)")
@@ -105,7 +107,6 @@ def einsum(equation: str, *operands):
         x, lab = _diagonal(x.to(dt), lab)
         xs.append(x)
         labels.append(lab)
-    counts = {c: sum(c in lab for lab in labels) for c in sizes}
     if arrow:
         if rhs.count("...") > 1 or any(c not in _LETTERS for c in rhs.replace("...", "")):
             _fail(f"invalid output subscripts {rhs!r}")
@@ -114,7 +115,7 @@ def einsum(equation: str, *operands):
         if len(set(out)) != len(out) or any(c not in sizes for c in out):
             _fail(f"output subscripts {rhs!r} must be distinct labels of the inputs")
     else:  # implicit: the '...' dims, then the labels used once, alphabetically
-        out = ell + sorted(c for c in sizes if counts[c] == 1 and c not in ell)
+        out = ell + sorted(c for c in sizes if uses[c] == 1 and c not in ell)
     for i in range(len(xs)):  # labels only this operand has and the output lacks: sum them now
         mine = {c for c in labels[i] if c not in out and sum(c in lab for lab in labels) == 1}
         xs[i], labels[i] = _sum_labels(xs[i], labels[i], mine)

@@ -216,7 +216,8 @@ class TensorOps:
     # ---- clamp and masked_fill --------------------------------------------------------------------------
     def clamp(self, min=None, max=None):  # noqa: A002
         """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
-        result is max. The gradient goes to x where min <= x <= max, else to the bound that won."""
+        result is max; NaN stays NaN. The gradient goes to x where min <= x <= max, else to the bound
+        that won (none for NaN), as in PyTorch."""
         if min is None and max is None:
             raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
         dt = self.dtype
@@ -232,6 +233,9 @@ class TensorOps:
         if max is not None:
             hi = max.to(dt) if isinstance(max, _t.Tensor) else max
             out = apply("where", out > hi, hi if isinstance(hi, _t.Tensor) else _t.full((), hi, dt), out)
+        if dt.is_float:  # NaN stays NaN, with no gradient (PyTorch's mask min <= x <= max is False there)
+            x = self.to(dt)
+            out = apply("where", x != x, x.detach(), out)
         return out
 
     clip = clamp
