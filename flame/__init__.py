@@ -108,11 +108,12 @@ from flame.frontend.ops import (
     where,
 )
 from flame.frontend.tensor import Tensor, matmul
-from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i32, i64
+from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
+int8, uint8 = i8, u8
 float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa: A001  (torch's aliases)
 __all__ = [
     "CheckpointError", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "ShapeError", "Tensor",
@@ -121,6 +122,7 @@ __all__ = [
     "ir", "as_tensor", "from_numpy", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn",
     "set_device", "tensor",
     "value_and_grad", "zeros", "zeros_like",
+    "i8", "int8", "u8", "uint8", "float", "double", "half", "long", "int", "bool",
     "device", "einsum", "empty", "empty_like", "enable_grad", "eye", "full_like", "inference_mode", "is_grad_enabled",
     "linspace", "multinomial", "rand_like", "randint", "randn_like", "set_grad_enabled", "save", "load", "linalg",
 ]

@@ -28,7 +28,7 @@ __all__ = ["load", "load_checkpoint", "load_metadata", "save", "save_checkpoint"
 _OPT = "optimizer/"
 _GROUPS_KEY = "flame.optimizer.param_groups"
 _NP_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-              "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}  # the dtypes flame has
+              "I64": np.int64, "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}  # the dtypes flame has
 _ST_DTYPES = {np.dtype(v): k for k, v in _NP_DTYPES.items()}
 _CHUNK = 1 << 24
 _UMASK = os.umask(0o022)

@@ -247,7 +247,7 @@ def _scatter_write(t, key, value):
         if len(last) < len(p):  # duplicate positions: the last write wins, as in PyTorch on the CPU
             keep = Tensor(np.sort(len(p) - 1 - last).astype(np.int64))
             pos, src = pos[keep], src[keep]
-    work = t.dtype if t.dtype != boolean else i32  # scatter_add adds numbers
+    work = t.dtype if t.dtype.is_float or t.dtype.itemsize >= 4 else i32  # scatter_add adds 32/64-bit numbers
     flat = t.reshape(-1)
     hit = apply("scatter_add", _full((t.numel(),), 0, i32), pos, _full(pos.shape, 1, i32), axis=0) > 0
     # -0.0 + v == v for every v (0.0 + -0.0 would give +0.0)

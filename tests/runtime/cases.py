@@ -196,11 +196,27 @@ def _argsort(rng, dt):
         [([arr(rng, (2, 300), dt)], {"axis": 1, "descending": True})]
 
 
+# the 8-bit integers on the ops image and mask pipelines use (wrapping arithmetic, as NumPy)
+NARROW = ("i8", "u8")
+for _name in ("add", "sub", "mul", "maximum", "eq", "lt", "where", "reduce_sum", "reduce_max", "argmax", "gather",
+              "index_select", "reshape", "permute", "concat"):
+    TABLE[_name] = (TABLE[_name][0] + NARROW, TABLE[_name][1])
+
+
+def _cast_narrow(rng, dt):
+    """Casts to and from i8 / u8; floats sent to them are in range (C leaves negative float -> u8 undefined)."""
+    x = arr(rng, (5, 7), dt)
+    safe = np.abs(x) * 3 if dt.kind == "float" else x
+    return [([x], {"dtype": to}) for to in ALL + NARROW if to not in NARROW] + \
+        [([safe], {"dtype": to}) for to in NARROW]
+
+
+TABLE["cast"] = (ALL + NARROW, _cast_narrow)
 TABLE["floor_divide"] = (NUM, _binary(_quarters, _nonzero))
 TABLE["remainder"] = (NUM, _binary(_quarters, _nonzero))
-TABLE["cumsum"] = (NUM, _scan)
+TABLE["cumsum"] = (NUM + NARROW, _scan)
 TABLE["cumprod"] = (NUM, _scan)
-TABLE["argsort"] = (ALL, _argsort)
+TABLE["argsort"] = (ALL + NARROW, _argsort)
 
 
 def one_op_graph(name: str, inputs: list[np.ndarray], attrs: dict, permuted: bool = False) -> Graph:
