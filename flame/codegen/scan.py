@@ -62,5 +62,5 @@ def lower_argsort(op: Op) -> list[Kernel]:
     acc = cuda_c.compute_dtype(x)
     return [_render(op, outer * extent * inner, "stable argsort by counting", kind="argsort", extent=extent,
                     inner=inner, acc_t=acc.cuda_type, descending=op.attrs["descending"],
-                    load_v=cuda_c.load("in0[base + (off_t)c * %d]" % inner, x),
-                    load_w=cuda_c.load("in0[base + (off_t)k * %d]" % inner, x))]
+                    load_v=cuda_c.load(f"in0[base + (off_t)c * {inner}]", x),
+                    load_w=cuda_c.load(f"in0[base + (off_t)k * {inner}]", x))]

@@ -65,7 +65,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
     [N, C, d1, ...] with target [N, d1, ...]); the mean divides by the summed weights of the targets
     that are not ignore_index."""
     if target.dtype.is_float:
-        raise ShapeError(f"nll_loss: target must hold integer class indices, got {target.dtype}\n  at {user_location()}")
+        raise ShapeError(f"nll_loss: target must hold integer class indices, got {target.dtype}"
+                         f"\n  at {user_location()}")
     batched = input.ndim >= 2
     want = (input.shape[0], *input.shape[2:]) if batched else ()
     if input.ndim == 0 or tuple(target.shape) != want:

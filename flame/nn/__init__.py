@@ -25,10 +25,19 @@ from flame.nn.layers import (
     Softmax,
     Tanh,
 )
-from flame.nn.module import IncompatibleKeys, Module, ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from flame.nn.module import (
+    IncompatibleKeys,
+    Module,
+    ModuleDict,
+    ModuleList,
+    ParameterDict,
+    ParameterList,
+    Sequential,
+)
 from flame.nn.parameter import Parameter
 
 __all__ = ["GELU", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "ModuleDict", "NLLLoss",
-           "ParameterDict", "ParameterList", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity", "IncompatibleKeys",
-           "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList", "Parameter",
-           "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init", "utils"]
+           "ParameterDict", "ParameterList", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity",
+           "IncompatibleKeys", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList",
+           "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init",
+           "utils"]

@@ -17,7 +17,8 @@ from flame.nn import init
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
-__all__ = ["BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "NLLLoss", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm",
+__all__ = ["BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "NLLLoss", "SmoothL1Loss",
+           "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm",
            "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "RMSNorm", "ReLU", "SiLU", "Sigmoid", "Softmax",
            "Tanh"]
 

@@ -95,10 +95,10 @@ def test_advanced_index_read(mode):
     i0, i1 = np.array([3, 0, -1, 1]), np.array([[0, 4], [2, 2]])
     check(lambda t: t[flame.tensor(i0)], lambda t: t[torch.tensor(i0)], x, mode=mode)
     check(lambda t: t[:, flame.tensor(i1)], lambda t: t[:, torch.tensor(i1)], x, mode=mode)
-    check(lambda t: t[flame.tensor(i0), flame.tensor([1, 2, 3, 4])], lambda t: t[torch.tensor(i0), torch.tensor([1, 2, 3, 4])],
-          x, mode=mode)
-    check(lambda t: t[flame.tensor([0, 2]), :, flame.tensor([1, 0])], lambda t: t[torch.tensor([0, 2]), :, torch.tensor([1, 0])],
-          x, mode=mode)
+    check(lambda t: t[flame.tensor(i0), flame.tensor([1, 2, 3, 4])],
+          lambda t: t[torch.tensor(i0), torch.tensor([1, 2, 3, 4])], x, mode=mode)
+    check(lambda t: t[flame.tensor([0, 2]), :, flame.tensor([1, 0])],
+          lambda t: t[torch.tensor([0, 2]), :, torch.tensor([1, 0])], x, mode=mode)
     check(lambda t: t[1, :, [0, 2]], lambda t: t[1, :, [0, 2]], x, mode=mode)
     check(lambda t: t[None, ..., 1], lambda t: t[None, ..., 1], x, mode=mode)
 
@@ -259,8 +259,9 @@ def test_cumsum_cumprod(mode):
 def test_any_all_isnan_isinf_isfinite(mode):
     x = np.array([[0.0, np.nan, 1.0], [np.inf, -np.inf, 0.0], [0.0, 0.0, 0.0]], np.float32)
     for name in ("isnan", "isinf", "isfinite"):
-        check(lambda t: getattr(t, name)(), lambda t: getattr(t, name)(), x, wrt=[], mode=mode)
-        check(lambda t: getattr(flame, name)(t), lambda t: getattr(torch, name)(t), np.array([1, 2]), mode=mode)
+        check(lambda t, n=name: getattr(t, n)(), lambda t, n=name: getattr(t, n)(), x, wrt=[], mode=mode)
+        check(lambda t, n=name: getattr(flame, n)(t), lambda t, n=name: getattr(torch, n)(t), np.array([1, 2]),
+              mode=mode)
     check(lambda t: (t.any(), t.all(), t.any(1), t.all(dim=0, keepdim=True)),
           lambda t: (t.any(), t.all(), t.any(1), t.all(dim=0, keepdim=True)), x, wrt=[], mode=mode)
     check(lambda t: (flame.any(t), flame.all(t)), lambda t: (torch.any(t), torch.all(t)), np.zeros((0, 3), np.int64),
@@ -320,9 +321,9 @@ def test_einsum_integers_and_errors():
 def test_norms(mode):
     x = randn(3, 4)
     for p in ("fro", 2, 1, float("inf"), float("-inf"), 3, 0.5):
-        check(lambda t: t.norm(p), lambda t: t.norm(p), x, mode=mode, rtol=2e-5)
-        check(lambda t: flame.norm(t, p, dim=1, keepdim=True), lambda t: torch.norm(t, p, dim=1, keepdim=True), x,
-              mode=mode, rtol=2e-5)
+        check(lambda t, p=p: t.norm(p), lambda t, p=p: t.norm(p), x, mode=mode, rtol=2e-5)
+        check(lambda t, p=p: flame.norm(t, p, dim=1, keepdim=True),
+              lambda t, p=p: torch.norm(t, p, dim=1, keepdim=True), x, mode=mode, rtol=2e-5)
     check(lambda t: flame.linalg.vector_norm(t, 0, dim=0), lambda t: torch.linalg.vector_norm(t, 0, dim=0), x,
           mode=mode)
     zero_row = np.array([[0.0, 0.0], [3.0, 4.0]], np.float32)  # the 2-norm's gradient at zero is zero
@@ -475,8 +476,8 @@ def test_l1_and_smooth_l1(mode):
     x, y = randn(4, 5), randn(4, 5, key=1)
     check(lambda a, b: F.l1_loss(a, b), lambda a, b: TF.l1_loss(a, b), x, y, mode=mode)
     for beta in (1.0, 0.3, 0.0):
-        check(lambda a, b: F.smooth_l1_loss(a, b, beta=beta, reduction="sum"),
-              lambda a, b: TF.smooth_l1_loss(a, b, beta=beta, reduction="sum"), x, y, mode=mode)
+        check(lambda a, b, beta=beta: F.smooth_l1_loss(a, b, beta=beta, reduction="sum"),
+              lambda a, b, beta=beta: TF.smooth_l1_loss(a, b, beta=beta, reduction="sum"), x, y, mode=mode)
     check(lambda a, b: flame.nn.L1Loss(reduction="none")(a, b), lambda a, b: torch.nn.L1Loss(reduction="none")(a, b),
           x, y, mode=mode)
     with pytest.raises(ShapeError, match="target size"):
