@@ -34,3 +34,38 @@ def no_grad():
         yield
     finally:
         grad_enabled.reset(token)
+
+
+@contextmanager
+def enable_grad():
+    """Record gradient history again inside a no_grad block (torch.enable_grad); also a decorator."""
+    token = grad_enabled.set(True)
+    try:
+        yield
+    finally:
+        grad_enabled.reset(token)
+
+
+@contextmanager
+def set_grad_enabled(mode: bool):
+    """Turn gradient recording on or off for the block (torch.set_grad_enabled)."""
+    token = grad_enabled.set(bool(mode))
+    try:
+        yield
+    finally:
+        grad_enabled.reset(token)
+
+
+@contextmanager
+def inference_mode(mode: bool = True):
+    """torch.inference_mode: no gradient history, like no_grad (flame has no further inference-only
+    savings to make: eager ops keep no autograd bookkeeping when gradients are off)."""
+    token = grad_enabled.set(not mode)
+    try:
+        yield
+    finally:
+        grad_enabled.reset(token)
+
+
+def is_grad_enabled() -> bool:
+    return grad_enabled.get()

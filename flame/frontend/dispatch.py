@@ -71,6 +71,9 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     types, arrays = [], []
     for x in inputs:
         if isinstance(x, Tensor):
+            if ex.name == "cuda" and isinstance(x._data, np.ndarray):
+                raise FlameError(f"{name}: a tensor on the cpu (made by .cpu()) met the cuda executor: "
+                                 f"move it back with .cuda() first\n  at {user_location()}")
             types.append(TensorType(x.shape, x.dtype))
             arrays.append(x._data)
         else:

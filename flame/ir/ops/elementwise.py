@@ -141,6 +141,9 @@ binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)))
 binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
        kinds=("float",))
 binary("pow", np.power, _pow_vjp, kinds=("float",))
+binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE)  # Python's // (floor), as torch.floor_divide
+binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
+       lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))))
 binary("maximum", np.maximum, _minmax_vjp(lambda b, p, q: b.gt(p, q)))
 binary("minimum", np.minimum, _minmax_vjp(lambda b, p, q: b.lt(p, q)))
 
