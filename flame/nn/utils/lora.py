@@ -36,7 +36,7 @@ from flame.frontend import functional as F
 from flame.frontend.context import no_grad
 from flame.frontend.creation import Generator
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import f32
+from flame.ir.dtypes import bf16, f16, f32
 from flame.nn import init
 from flame.nn.layers import Dropout, Identity
 from flame.nn.layers import Linear as _Linear
@@ -93,9 +93,10 @@ class LoraConfig:
 class Linear(Module):
     """A frozen-or-not `base_layer` (nn.Linear) plus a rank-r adapter:
     y = base_layer(x) + scaling * lora_B(lora_A(lora_dropout(x))), scaling = lora_alpha / r.
-    lora_A is kaiming-uniform (a=sqrt(5)) and lora_B zeros, as PEFT initialises them; the adapter
-    has the base weight's dtype. After merge() the adapter is folded into base_layer.weight and
-    forward is the base layer alone."""
+    lora_A is kaiming-uniform (a=sqrt(5)) and lora_B zeros, as PEFT initialises them. The adapter
+    has the base weight's dtype, except that an f16/bf16 base gets f32 adapters (PEFT's
+    autocast_adapter_dtype): they train as master weights, cast to the input's dtype in forward.
+    After merge() the adapter is folded into base_layer.weight and forward is the base layer alone."""
 
     def __init__(self, base_layer: _Linear, r: int, lora_alpha: float = 8, lora_dropout: float = 0.0,
                  generator: Generator | None = None):
@@ -105,7 +106,7 @@ class Linear(Module):
         self.base_layer = base_layer
         self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
         self.r, self.lora_alpha, self.scaling = r, lora_alpha, lora_alpha / r
-        dt = base_layer.weight.dtype
+        dt = f32 if base_layer.weight.dtype in (f16, bf16) else base_layer.weight.dtype
         # nn.Linear's own init is PEFT's for lora_A: kaiming_uniform_(a=sqrt(5))
         self.lora_A = _Linear(self.in_features, r, bias=False, dtype=dt, generator=generator)
         self.lora_B = _Linear(r, self.out_features, bias=False, dtype=dt, generator=generator)
