@@ -179,3 +179,16 @@ def test_merge_unmerge_and_unload():
     plain = lora.merge_and_unload(model)
     assert type(plain.q) is nn.Linear and not list(lora.lora_layers(plain))
     np.testing.assert_allclose(plain(x).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_base_gets_f32_adapters_that_train_through_bf16_compute():
+    base = nn.Linear(12, 6, dtype=flame.bf16, generator=flame.Generator(0))
+    layer = lora.Linear(base, r=2, lora_alpha=4, generator=flame.Generator(1))
+    assert layer.lora_A.weight.dtype == layer.lora_B.weight.dtype == flame.f32  # PEFT's autocast_adapter_dtype
+    base.requires_grad_(False)
+    x = _x().to(flame.bf16)
+    y = layer(x)
+    assert y.dtype == flame.bf16
+    y.float().square().sum().backward()
+    assert layer.lora_B.weight.grad.dtype == flame.f32 and layer.lora_B.weight.grad.numpy().any()
+    assert base.weight.grad is None
