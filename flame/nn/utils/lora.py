@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from flame.errors import CheckpointError, FlameError
-from flame.frontend import functional as F
 from flame.frontend.context import no_grad
 from flame.frontend.creation import Generator
 from flame.frontend.tensor import Tensor
@@ -117,8 +116,10 @@ class Linear(Module):
     def lora_delta(self, x: Tensor) -> Tensor:
         """scaling * lora_B(lora_A(dropout(x))), computed in x's dtype (the adapter's weights are cast
         to it, as f32 master weights are for bf16 activations)."""
-        h = F.linear(self.lora_dropout(x), self.lora_A.weight.to(x.dtype))
-        return F.linear(h, self.lora_B.weight.to(x.dtype)) * self.scaling
+        # cast after the transpose, as examples/train_gpt.py's _linear does (see its note)
+        a = self.lora_A.weight.transpose(0, 1).to(x.dtype)
+        b = self.lora_B.weight.transpose(0, 1).to(x.dtype)
+        return self.lora_dropout(x) @ a @ b * self.scaling
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.base_layer(x)
