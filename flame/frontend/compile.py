@@ -90,6 +90,8 @@ class _Entry:
                 if t.shape != v.type.shape or t.dtype != v.type.dtype:
                     return f"a captured tensor changed from {v.type} to {t.dtype}{list(t.shape)}"
                 b.checked = t._data
+            if b.kind == "tensor" and t.requires_grad != b.requires_grad:
+                return f"a captured tensor's requires_grad is now {t.requires_grad} (frozen or unfrozen)"
             if b.kind == "grad" and (t._grad is None or t._grad.shape != v.type.shape):
                 return "a .grad read by the traced function is now None or of another shape"
         for t, had_grad in self.had_grad:

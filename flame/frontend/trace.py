@@ -30,6 +30,7 @@ class Binding:
     pending: object = None  # "grad": the .grad seen while tracing, used by the call that traced
     checked: object = None  # "tensor": the buffer whose type the last call checked (unchanged: skip)
     cached: tuple | None = None  # "getter": (value, device array, executor) of the last call: no re-upload
+    requires_grad: bool = False  # "tensor": its requires_grad when traced (freezing one re-traces)
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Trace:
             return hit[1]
         role = t._role or ("param" if t.requires_grad else "const")
         v = self.graph.add_input(TensorType(t.shape, t.dtype), role)
-        self.bindings.append(Binding("tensor", tensor=t))
+        self.bindings.append(Binding("tensor", tensor=t, requires_grad=t.requires_grad))
         self.current[id(t)] = (t, v)
         self.inputs_of[id(t)] = v
         if t.requires_grad and (t._grad is None or t._grad._value is None):

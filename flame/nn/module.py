@@ -75,11 +75,11 @@ class Module:
         params, bufs, mods = (self.__dict__.get(k) for k in ("_parameters", "_buffers", "_modules"))
         if isinstance(value, Parameter):
             self._check_init(name)
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             params[name] = value
         elif isinstance(value, Module):
             self._check_init(name)
-            self._forget(name)
+            self._forget(name, keep="_modules")
             mods[name] = value
         elif params is not None and name in params:
             if value is not None:
@@ -99,10 +99,13 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str) -> None:
+    def _forget(self, name: str, keep: str = "") -> None:
+        """Unregister `name` everywhere but the registry `keep`, where a new value replaces the old one
+        in its place (a replaced child keeps its position in a Sequential, as in PyTorch)."""
         self.__dict__.pop(name, None)
         for k in ("_parameters", "_buffers", "_modules"):
-            self.__dict__[k].pop(name, None)
+            if k != keep:
+                self.__dict__[k].pop(name, None)
         self._non_persistent.discard(name)
 
     def __getattr__(self, name: str) -> Any:
@@ -312,21 +315,7 @@ class Module:
     def plan_load(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list, IncompatibleKeys]:
         """Check state_dict against this module without changing anything: (destination, source) pairs
         to copy, and the skipped keys. Raises flame.CheckpointError as load_state_dict does."""
-        own = self.state_dict(keep_vars=True)
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        misshaped, pairs = [], []
-        for k, t in own.items():
-            if k not in state_dict:
-                continue
-            src = as_tensor(state_dict[k])
-            if tuple(src.shape) != tuple(t.shape):
-                misshaped.append(f"{k}: checkpoint {_describe(src)} vs model {_describe(t)}")
-            else:
-                pairs.append((t, src))
-        if misshaped or (strict and (missing or unexpected)):
-            raise CheckpointError(_mismatch_message(type(self).__name__, missing, unexpected, misshaped, strict))
-        return pairs, IncompatibleKeys(missing, unexpected)
+        return match_state(self.state_dict(keep_vars=True), state_dict, strict, type(self).__name__)
 
     # ---- printing ---------------------------------------------------------------------------------
     def extra_repr(self) -> str:
@@ -336,6 +325,27 @@ class Module:
         lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ")" if not lines else head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def match_state(own: dict[str, Tensor], state_dict: dict[str, Any], strict: bool,
+                owner: str) -> tuple[list, IncompatibleKeys]:
+    """Match a loaded name -> tensor dict against `own` (name -> destination tensor): the
+    (destination, source) pairs to copy and the skipped keys. Raises flame.CheckpointError listing
+    every missing, unexpected and mis-shaped entry (mis-shaped always; the others when strict)."""
+    missing = [k for k in own if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in own]
+    misshaped, pairs = [], []
+    for k, t in own.items():
+        if k not in state_dict:
+            continue
+        src = as_tensor(state_dict[k])
+        if tuple(src.shape) != tuple(t.shape):
+            misshaped.append(f"{k}: checkpoint {_describe(src)} vs model {_describe(t)}")
+        else:
+            pairs.append((t, src))
+    if misshaped or (strict and (missing or unexpected)):
+        raise CheckpointError(_mismatch_message(owner, missing, unexpected, misshaped, strict))
+    return pairs, IncompatibleKeys(missing, unexpected)
 
 
 def copy_pairs(pairs: list[tuple[Tensor, Tensor]]) -> None:
