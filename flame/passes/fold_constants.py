@@ -40,6 +40,8 @@ def _evaluate(op: Op) -> np.ndarray | None:
 
 
 def _fold(op: Op, b: Builder) -> Value | None:
+    if REGISTRY[op.name].library == "collective":
+        return None  # its result depends on what the other ranks hold
     if not op.inputs or any(v.producer is None or v.producer.name not in CONSTANT_OPS for v in op.inputs):
         return None
     elems = [full_value(v) for v in op.inputs]

@@ -418,6 +418,8 @@ def _reason(st: _State, grp: _Group) -> str:
         return "matmul (cuBLASLt call" + (f", epilogue {grp.epilogue})" if grp.epilogue != "none" else ")")
     if grp.kind == Kind.OPAQUE:
         return f"opaque op ({grp.ops[-1].name})"
+    if grp.kind == Kind.COLLECTIVE:
+        return f"collective ({grp.ops[-1].name}: a communicator call)"
     if grp.kind == Kind.REDUCTION:
         return "column reduction (its own kernel: reduced dims are not innermost)"
     if any(v in st.outs for v in outs) and not readers:
