@@ -20,20 +20,20 @@ class StoreCommunicator:
         self.store, self.rank, self.world_size, self.prefix = store, rank, world_size, prefix
         self._seq = 0
 
-    def _exchange(self, what: str, mine: bytes | None, ranks) -> dict[int, bytes]:
-        """Post `mine` (unless None) for this call and read the posts of `ranks`."""
+    def _exchange(self, what: str, mine: bytes) -> dict[int, bytes]:
+        """Post `mine` for this call and read every rank's post (all ranks post, even an empty one,
+        so that no rank runs more than one call ahead of another)."""
         self._seq += 1
         seq, key = self._seq, f"{self.prefix}/{self._seq}"
-        if mine is not None:
-            self.store.set(f"{key}/{self.rank}", mine)
-        got = {r: self.store.get(f"{key}/{r}", what=f"{what} #{seq} from rank {r}") for r in ranks}
+        self.store.set(f"{key}/{self.rank}", mine)
+        got = {r: self.store.get(f"{key}/{r}", what=f"{what} #{seq} from rank {r}") for r in range(self.world_size)}
         # every rank has read call seq-2 before it posted seq-1, which this rank has just read
         if seq > 2:
             self.store.delete(f"{self.prefix}/{seq - 2}/{self.rank}")
         return got
 
     def _arrays(self, what: str, buf: np.ndarray) -> list[np.ndarray]:
-        posts = self._exchange(what, np.ascontiguousarray(buf).tobytes(), range(self.world_size))
+        posts = self._exchange(what, np.ascontiguousarray(buf).tobytes())
         return [np.frombuffer(posts[r], dtype=buf.dtype) for r in range(self.world_size)]
 
     @staticmethod
@@ -49,8 +49,8 @@ class StoreCommunicator:
         buf[...] = self._reduce(self._arrays("all_reduce", buf.reshape(-1)), op).reshape(buf.shape)
 
     def broadcast(self, buf, root: int, stream) -> None:
-        mine = np.ascontiguousarray(buf).tobytes() if self.rank == root else None
-        posts = self._exchange("broadcast", mine, [root])
+        mine = np.ascontiguousarray(buf).tobytes() if self.rank == root else b""
+        posts = self._exchange("broadcast", mine)
         buf[...] = np.frombuffer(posts[root], dtype=buf.dtype).reshape(buf.shape)
 
     def all_gather(self, buf, stream) -> None:
@@ -65,4 +65,4 @@ class StoreCommunicator:
         recv[...] = self._reduce(parts, op).reshape(recv.shape)
 
     def barrier(self) -> None:
-        self._exchange("barrier", b"", range(self.world_size))
+        self._exchange("barrier", b"")

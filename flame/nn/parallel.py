@@ -34,7 +34,9 @@ from flame.nn.module import Module
 
 __all__ = ["DistributedDataParallel", "unwrap"]
 
-_DDP_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # parameter -> the DDP that reduces it
+# id(parameter) -> (the parameter, the DDP that reduces it), both held weakly (Tensor's == is elementwise,
+# so tensors cannot be the keys of a WeakKeyDictionary)
+_DDP_OF: dict[int, tuple[weakref.ref, weakref.ref]] = {}
 
 
 def flat_parts(flat: Tensor, tensors: list[Tensor]) -> list[Tensor]:
@@ -64,7 +66,7 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "buckets", _buckets.plan_buckets(params, int(self.bucket_cap_mb * 2**20)))
         object.__setattr__(self, "_shards", None)  # set by a ZeroRedundancyOptimizer: one Shard per bucket
         for p in params:
-            _DDP_OF[p] = self
+            _DDP_OF[id(p)] = (weakref.ref(p), weakref.ref(self))
         if self.world_size > 1:
             self._broadcast_from_rank0(broadcast_buffers)
         register_grad_reducer(self)
@@ -152,7 +154,8 @@ class DistributedDataParallel(Module):
 
 def ddp_of(param: Tensor) -> DistributedDataParallel | None:
     """The DistributedDataParallel that averages `param`'s gradient, if any."""
-    return _DDP_OF.get(param)
+    p, ddp = _DDP_OF.get(id(param), (lambda: None, lambda: None))
+    return ddp() if p() is param else None
 
 
 def unwrap(model: Module) -> Module:

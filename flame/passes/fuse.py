@@ -397,13 +397,18 @@ def _order(st: _State) -> list[_Group]:
     for grp in st.groups:
         for s in st.succ(grp):
             preds[s].add(grp)
+    # collectives in program order: every rank must issue them in the same order (ir/ops/collective.py)
+    chain = sorted((grp for grp in st.groups if grp.kind == Kind.COLLECTIVE), key=lambda k: st.index[k.ops[0]])
+    after = dict(zip(chain, chain[1:]))
+    for a, b in after.items():
+        preds[b].add(a)
     done, out = set(), []
     ready = sorted((grp for grp in st.groups if not preds[grp]), key=lambda k: st.index[k.ops[0]])
     while ready:
         grp = ready.pop(0)
         out.append(grp)
         done.add(grp)
-        for s in sorted(st.succ(grp), key=lambda k: st.index[k.ops[0]]):
+        for s in sorted(st.succ(grp) | ({after[grp]} if grp in after else set()), key=lambda k: st.index[k.ops[0]]):
             if s not in done and s not in ready and preds[s] <= done:
                 ready.append(s)
         ready.sort(key=lambda k: st.index[k.ops[0]])

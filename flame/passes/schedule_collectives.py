@@ -8,37 +8,35 @@ overlap_collectives)."""
 from __future__ import annotations
 
 from flame.ir.graph import Graph
-from flame.ir.registry import REGISTRY
+from flame.ir.ops.collective import is_collective
 
 
 def schedule_collectives(g: Graph) -> Graph:
-    """Reorder g's ops: every collective op directly after the last op producing one of its inputs
-    (graph inputs only: first), collectives keeping their relative order.
-    Before: a verified graph. After: the same ops, values and outputs in a topological order where
-    no non-collective op sits between a collective and its latest producer. g is not modified."""
-    coll = [op for op in g.ops if REGISTRY[op.name].library == "collective"]
+    """Reorder g's ops: every collective as early as its inputs allow, but never before an earlier
+    collective (every rank must issue them in the same order, and the traced order is the same on
+    every rank). Before: a verified graph. After: the same ops, values and outputs in a topological
+    order, collectives in their original relative order. g is not modified."""
+    coll = [op for op in g.ops if is_collective(op)]
     if not coll:
         return g
-    waiting = set(coll)
     placed: set = {None}
-    order = []
+    order, nxt = [], 0
 
-    def release() -> None:
-        for op in coll:
-            if op in waiting and all(v.producer in placed for v in op.inputs):
-                waiting.discard(op)
-                order.append(op)
-                placed.add(op)
-                release()
-                return
+    def release() -> int:
+        n = nxt
+        while n < len(coll) and all(v.producer in placed for v in coll[n].inputs):
+            order.append(coll[n])
+            placed.add(coll[n])
+            n += 1
+        return n
 
-    release()
+    nxt = release()
+    pending = set(coll)
     for op in g.ops:
-        if op in waiting:
+        if op in pending:
             continue
-        if op not in placed:
-            order.append(op)
-            placed.add(op)
-        release()
+        order.append(op)
+        placed.add(op)
+        nxt = release()
     g = Graph(g.name, list(g.inputs), list(g.roles), order, list(g.outputs), dict(g.aliases))
     return g.copy()

@@ -14,12 +14,14 @@ one world size refuses to run in another. Shapes:
   [r*total, (r+1)*total)); reduce_scatter -> [total/N] (rank r's part of the packed sum).
 
 The NumPy reference of ONE op knows no other ranks: it computes the world-size-1 result (the identity)
-and refuses a larger world; in a plan, the executor's communicator does the exchange. Constant folding
-never evaluates a collective (its result depends on the other ranks)."""
+and refuses a larger world; in a plan, the executor's communicator does the exchange.
+
+Every rank must issue the same collectives in the same order, or the ranks wait for each other
+forever. So no pass drops, merges, folds or reorders collectives among themselves (`is_collective`):
+dead-code elimination keeps one whose result is unused (a ZeRO rank that owns a whole bucket still
+takes part in its all-gather), CSE never merges two, and the fusion pass issues them in program order."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -172,6 +174,9 @@ register(OpDef("reduce_scatter", "library", -1, _reduce_scatter_infer, _reduce_s
                _reduce_scatter_vjp, library="collective", doc="rank r's slice of the reduction over the ranks"))
 
 
-def packed_numel(types) -> int:
-    """Elements of the packed buffer a collective of these input types moves."""
-    return math.prod(types[0].shape) if len(types) == 1 else _total(types)
+def is_collective(op) -> bool:
+    """A collective: every rank must issue the same ones in the same order, so passes never drop,
+    merge, evaluate or reorder them among themselves (DCE, CSE, constant folding, fusion)."""
+    from flame.ir.registry import REGISTRY
+
+    return REGISTRY[op.name].library == "collective"
