@@ -156,7 +156,7 @@ class StoreClient:
         self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def _call(self, cmd: int, key: str, value: bytes = b"", what: str = "") -> bytes:
+    def _call(self, cmd: int, key: str, value: bytes = b"", what: str = "", timeout: float | None = None) -> bytes:
         k = key.encode()
         with self._lock:
             try:
@@ -169,7 +169,8 @@ class StoreClient:
         if status == ABORTED:
             raise DistributedError(f"the process group was aborted: {payload.decode(errors='replace')}")
         if status == TIMEOUT:
-            raise DistributedError(f"timed out after {self.timeout:g} s waiting for {what or key!r} (a rank "
+            t = self.timeout if timeout is None else timeout
+            raise DistributedError(f"timed out after {t:g} s waiting for {what or repr(key)} (a rank "
                                    f"has stopped or is far behind; FLAME_DIST_TIMEOUT sets the limit)")
         return payload
 
@@ -182,14 +183,14 @@ class StoreClient:
 
     def get(self, key: str, timeout: float | None = None, what: str = "") -> bytes:
         """The value of key, waiting until some rank sets it."""
-        return self._call(GET, key, self._ms(timeout), what)
+        return self._call(GET, key, self._ms(timeout), what, timeout)
 
     def add(self, key: str, delta: int = 1) -> int:
         return struct.unpack("<q", self._call(ADD, key, struct.pack("<q", delta)))[0]
 
     def wait(self, key: str, count: int, timeout: float | None = None, what: str = "") -> None:
         """Wait until the counter `key` (see add) reaches count."""
-        self._call(WAIT, key, struct.pack("<q", count) + self._ms(timeout), what)
+        self._call(WAIT, key, struct.pack("<q", count) + self._ms(timeout), what, timeout)
 
     def delete(self, key: str) -> None:
         self._call(DELETE, key)

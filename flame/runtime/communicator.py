@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import numpy as np
+
 
 class Communicator(Protocol):
     rank: int
@@ -71,9 +73,7 @@ def set_communicator(comm: Communicator | None) -> None:
 
 
 def _address(a) -> int:
-    data = getattr(a, "data", None)
-    ptr = getattr(data, "ptr", None)  # CuPy
-    return ptr if ptr is not None else a.__array_interface__["data"][0]
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr  # NumPy / CuPy
 
 
 def _pack(arrays: list, dst) -> None:
