@@ -40,7 +40,10 @@ _DDP_OF: dict[int, tuple[weakref.ref, weakref.ref]] = {}
 
 
 def flat_parts(flat: Tensor, tensors: list[Tensor]) -> list[Tensor]:
-    """The consecutive parts of a flat tensor, shaped like `tensors`."""
+    """The consecutive parts of a packed collective's result, shaped like `tensors` (with one input
+    the result already has that input's shape)."""
+    if len(tensors) == 1:
+        return [flat.reshape(tensors[0].shape)]
     out, at = [], 0
     for t in tensors:
         n = t.numel()
@@ -123,9 +126,11 @@ class DistributedDataParallel(Module):
                     self._reduce_scatter(bucket, self._shards[i])
 
     def _grad(self, i: int) -> Tensor:
+        """The gradient as the backward left it (no reshape: an op traced after the backward would
+        hold the bucket's collective back), zeros where this rank has none."""
         p = self._ddp_params[i]
         g = p.grad
-        return (zeros(*p.shape, dtype=p.dtype) if g is None else g).reshape(-1)
+        return zeros(*p.shape, dtype=p.dtype) if g is None else g
 
     def _all_reduce(self, bucket: _buckets.Bucket) -> None:
         grads = [self._grad(i) for i in bucket.params]

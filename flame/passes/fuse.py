@@ -373,10 +373,17 @@ def _signature(grp: _Group) -> tuple:
     return (grp.kind, grp.n_red > 0, work)
 
 
+def _feeds_collective(st: _State, grp: _Group) -> bool:
+    return any(s.kind == Kind.COLLECTIVE for s in st.succ(grp))
+
+
 def _horizontal(st: _State) -> None:
-    """Independent kernels of the same signature (scalar kernels: any) become one launch."""
+    """Independent kernels of the same signature (scalar kernels: any) become one launch. Not those
+    feeding a collective: merged with work the backward does later, a gradient bucket's last kernel
+    would hold its all-reduce back until then (passes/schedule_collectives.py)."""
     for a in list(st.groups):
-        if a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a):
+        if (a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a)
+                or _feeds_collective(st, a)):
             continue
         sig = _signature(a)
         for b in list(st.groups):
@@ -384,7 +391,7 @@ def _horizontal(st: _State) -> None:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
             if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
-                    or _columns(b)):
+                    or _columns(b) or _feeds_collective(st, b)):
                 continue
             if st.reaches(a, b) or st.reaches(b, a):
                 continue

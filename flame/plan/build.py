@@ -218,14 +218,17 @@ LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {
 
 def overlap_collectives(buffers: dict[int, Buffer], steps: list[Step]) -> list[Step]:
     """After each overlapped CollectiveCall, a CollectiveWait right before the first later step that
-    touches the bytes the call reads or writes (its result read, its inputs overwritten), or at the
-    end of the plan: the steps in between run while the transfer does."""
+    touches the bytes the call writes (its result, its workspace) or writes the bytes it reads (its
+    inputs), or at the end of the plan: the steps in between, readers of the inputs among them, run
+    while the transfer does. The wait reads the inputs, so the memory planner keeps them until then."""
     out = list(steps)
     for call in [s for s in steps if isinstance(s, CollectiveCall) and s.overlap]:
         at = out.index(call)
-        mine = {root(buffers, b) for b in call.reads + call.writes}
+        written = {root(buffers, b) for b in call.writes}
+        read = {root(buffers, b) for b in call.reads}
         later = next((j for j in range(at + 1, len(out))
-                      if any(root(buffers, b) in mine for b in out[j].touches)), len(out))
+                      if any(root(buffers, b) in written for b in out[j].touches)
+                      or any(root(buffers, b) in read for b in out[j].writes)), len(out))
         out.insert(later, CollectiveWait(call.inputs, call.out, call.op, call.workspace))
     return out
 
