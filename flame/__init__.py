@@ -87,8 +87,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """flame.nn, flame.optim and flame.checkpoint import on first use (they are not needed to trace)."""
-    if name in ("nn", "optim", "checkpoint"):
+    """flame.nn, flame.optim, flame.checkpoint, flame.distributed and flame.utils import on first use
+    (they are not needed to trace)."""
+    if name in ("nn", "optim", "checkpoint", "distributed", "utils"):
         import importlib
 
         return importlib.import_module(f"flame.{name}")

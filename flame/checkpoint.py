@@ -133,8 +133,20 @@ def load_metadata(path: str | os.PathLike) -> dict[str, str]:
     return dict(meta)
 
 
+def _rank_and_barrier():
+    from flame.distributed import barrier, get_rank
+
+    return get_rank(), barrier
+
+
 def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: dict[str, str] | None = None) -> None:
-    """Save model.state_dict() (and optimizer.state_dict(), if given) to one safetensors file, atomically."""
+    """Save model.state_dict() (and optimizer.state_dict(), if given) to one safetensors file, atomically.
+    In a process group every rank calls it (a sharded ZeRO optimizer gathers its state), rank 0 alone
+    writes — the file a single-GPU run writes: a DistributedDataParallel model is saved as the module it
+    wraps — and every rank returns once the file is in place."""
+    from flame.nn.parallel import unwrap
+
+    model = unwrap(model)
     tensors: dict[str, Any] = dict(model.state_dict())
     meta = dict(metadata or {})
     if optimizer is not None:
@@ -143,7 +155,10 @@ def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: di
             for k, t in st.items():
                 tensors[f"{_OPT}state/{i}/{k}"] = t
         meta[_GROUPS_KEY] = json.dumps(sd["param_groups"])
-    save(tensors, path, meta)
+    rank, barrier = _rank_and_barrier()
+    if rank == 0:
+        save(tensors, path, meta)
+    barrier()
 
 
 def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -> dict:
@@ -172,7 +187,11 @@ def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -
 
 def load_checkpoint(path: str | os.PathLike, model, optimizer=None, strict: bool = True) -> dict[str, str]:
     """Load a checkpoint into model (and optimizer) in place; returns the file's metadata. Raises
-    flame.CheckpointError listing every missing, unexpected and mis-shaped tensor."""
+    flame.CheckpointError listing every missing, unexpected and mis-shaped tensor. Every rank of a
+    process group may load the same file (a ZeRO optimizer keeps its part of the state)."""
+    from flame.nn.parallel import unwrap
+
+    model = unwrap(model)
     tensors = load(path)
     meta = load_metadata(path)
     model_sd = {k: v for k, v in tensors.items() if not k.startswith(_OPT)}

@@ -1,6 +1,6 @@
 """flame.nn: PyTorch-shaped modules."""
 
-from flame.nn import functional, init, utils  # noqa: F401
+from flame.nn import functional, init, parallel, utils  # noqa: F401
 from flame.nn.layers import (
     GELU,
     CrossEntropyLoss,
@@ -25,4 +25,5 @@ from flame.nn.parameter import Parameter
 
 __all__ = ["GELU", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "Identity", "IncompatibleKeys",
            "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList", "Parameter",
-           "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init", "utils"]
+           "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init", "parallel",
+           "utils"]

@@ -40,9 +40,9 @@ _DDP_OF: dict[int, tuple[weakref.ref, weakref.ref]] = {}
 
 
 def flat_parts(flat: Tensor, tensors: list[Tensor]) -> list[Tensor]:
-    """The consecutive parts of a packed collective's result, shaped like `tensors` (with one input
-    the result already has that input's shape)."""
-    if len(tensors) == 1:
+    """The consecutive parts of a packed (1-D) collective result, shaped like `tensors`; a result of
+    one input has that input's shape already."""
+    if len(tensors) == 1 and flat.numel() == tensors[0].numel():
         return [flat.reshape(tensors[0].shape)]
     out, at = [], 0
     for t in tensors:
