@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from enum import Enum
 
+from flame.distributed.process_group import get_world_size
 from flame.errors import FlameError
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor
-from flame.distributed.process_group import get_world_size
 
 
 class ReduceOp(str, Enum):

@@ -45,7 +45,8 @@ class ZeroRedundancyOptimizer:
         if self.world_size > 1:
             owners = {id(ddp_of(p)) for p in self.params}
             ddp = ddp_of(self.params[0]) if self.params else None
-            if ddp is None or len(owners) != 1 or {id(p) for p in ddp.parameters_reduced} != {id(p) for p in self.params}:
+            same = ddp is not None and {id(p) for p in ddp.parameters_reduced} == {id(p) for p in self.params}
+            if len(owners) != 1 or not same:
                 raise DistributedError("ZeroRedundancyOptimizer: pass the parameters of ONE DistributedDataParallel "
                                        "model (wrap the model first: opt = ZeroRedundancyOptimizer(ddp.parameters(), "
                                        "flame.optim.AdamW, lr=...))")

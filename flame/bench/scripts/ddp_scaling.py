@@ -264,8 +264,8 @@ def driver(a) -> int:
              if "flame" in one and any(r["config"] == c for r in rows)]
     text = _table(rows)
     nvls = os.environ.get("NCCL_NVLS_ENABLE", "(unset)")
-    text += f"\n\nNCCL_NVLS_ENABLE={nvls}; steps timed {a.steps} after {a.warmup} warm-up; sizes: " \
-            f"{'--quick' if a.quick else 'gpt_train full'}\n"
+    sizes = "--quick" if a.quick else "gpt_train full"
+    text += f"\n\nNCCL_NVLS_ENABLE={nvls}; steps timed {a.steps} after {a.warmup} warm-up; sizes: {sizes}\n"
     if failures:
         text += "FAILED: " + ", ".join(failures) + "\n"
     (out / "ddp_scaling.md").write_text(text)
