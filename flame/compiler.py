@@ -11,8 +11,9 @@ with it without the frontend. Nothing below it (ir, passes, plan, codegen, runti
 
 The cache is keyed by everything that decides what comes out: the executor, the settings read while
 compiling (FLAME_FUSE for lowering, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor),
-whether the passes run, and the graph itself (its printed text, which parses back to the same graph, or a caller's cheaper
-key that determines the graph, such as eager dispatch's (op, attributes, input types))."""
+whether the passes run, and the graph itself (its printed text, which parses back to the same graph,
+or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
+types))."""
 
 from __future__ import annotations
 

@@ -228,9 +228,9 @@ def _table(rows: list[dict]) -> str:
         if comm and one:
             hidden = f"{100 * max(0.0, min(1.0, 1 - (r['step_ms'] - one['step_ms']) / comm)):.0f}%"
         peak = r.get("peak_mib", r.get("pool_reserved_mib", r.get("planned_peak_mib", float("nan"))))
+        comm_cell = f"{comm:.2f}" if comm else ""
         lines.append(f"| {r['config']} | {r['gpus']} | {r['step_ms']:.2f} | {tok:,.0f} | {scale:.2f}x | {peak:.0f} | "
-                     f"{comm:.2f} | {hidden} |" if comm else
-                     f"| {r['config']} | {r['gpus']} | {r['step_ms']:.2f} | {tok:,.0f} | {scale:.2f}x | {peak:.0f} | | |")
+                     f"{comm_cell} | {hidden} |")
     return "\n".join(lines)
 
 
