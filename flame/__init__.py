@@ -125,11 +125,11 @@ __all__ = sorted([n for n, v in globals().items()
 
 
 def __getattr__(name: str):
-    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load) and flame.linalg import on
-    first use (they are not needed to trace)."""
+    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg,
+    flame.distributed and flame.utils import on first use (they are not needed to trace)."""
     import importlib
 
-    if name in ("nn", "optim", "checkpoint", "linalg"):
+    if name in ("nn", "optim", "checkpoint", "linalg", "distributed", "utils"):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)

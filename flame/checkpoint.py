@@ -261,10 +261,22 @@ def _decode_metadata(path, meta: dict[str, str]) -> dict[str, Any]:
     return meta
 
 
+def _rank_and_barrier():
+    from flame.distributed import barrier, get_rank
+
+    return get_rank(), barrier
+
+
 def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: dict[str, Any] | None = None) -> None:
     """Save model.state_dict() (and optimizer.state_dict(), if given) to one safetensors file, atomically.
     metadata: extra values to keep with it (`{"epoch": 3, "note": "..."}`): strings, or anything JSON
-    can hold; load_checkpoint returns them with their types."""
+    can hold; load_checkpoint returns them with their types. In a process group every rank calls it (a
+    sharded ZeRO optimizer gathers its state), rank 0 alone writes — the file a single-GPU run writes: a
+    DistributedDataParallel model is saved as the module it wraps — and every rank returns once the
+    file is in place."""
+    from flame.nn.parallel import unwrap
+
+    model = unwrap(model)
     tensors: dict[str, Any] = dict(model.state_dict())
     meta = dict(metadata or {})
     if _GROUPS_KEY in meta:
@@ -275,7 +287,10 @@ def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: di
             for k, t in st.items():
                 tensors[f"{_OPT}state/{i}/{k}"] = t
         meta[_GROUPS_KEY] = json.dumps(sd["param_groups"])
-    save(tensors, path, meta)
+    rank, barrier = _rank_and_barrier()
+    if rank == 0:
+        save(tensors, path, meta)
+    barrier()
 
 
 def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -> dict:
@@ -304,8 +319,12 @@ def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -
 
 def load_checkpoint(path: str | os.PathLike, model, optimizer=None, strict: bool = True) -> dict[str, Any]:
     """Load a checkpoint into model (and optimizer) in place; returns the file's metadata (as saved:
-    `{"epoch": 3}` comes back as the int 3). Raises
-    flame.CheckpointError listing every missing, unexpected and mis-shaped tensor."""
+    `{"epoch": 3}` comes back as the int 3). Raises flame.CheckpointError listing every missing,
+    unexpected and mis-shaped tensor. Every rank of a process group may load the same file (a ZeRO
+    optimizer keeps its part of the state)."""
+    from flame.nn.parallel import unwrap
+
+    model = unwrap(model)
     tensors = load(path)
     meta = load_metadata(path)
     model_sd = {k: v for k, v in tensors.items() if not k.startswith(_OPT)}

@@ -10,9 +10,10 @@ because nothing in it knows about Tensors or tracing, and the CLI or a test can 
 with it without the frontend. Nothing below it (ir, passes, plan, codegen, runtime) imports it.
 
 The cache is keyed by everything that decides what comes out: the executor, the settings read while
-compiling (FLAME_FUSE for lowering, FLAME_CUDA_GRAPHS for the CUDA executor), whether the passes run,
-and the graph itself (its printed text, which parses back to the same graph, or a caller's cheaper
-key that determines the graph, such as eager dispatch's (op, attributes, input types))."""
+compiling (FLAME_FUSE for lowering, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor),
+whether the passes run, and the graph itself (its printed text, which parses back to the same graph,
+or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
+types))."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from flame.ir.graph import Graph
 from flame.ir.printer import print_graph
 from flame.passes.pipeline import fusion_enabled, legalize, lower, run_pipeline
 from flame.plan.build import to_plan
-from flame.runtime.backend import capabilities
+from flame.runtime.backend import capabilities, comm_stream_enabled
 from flame.runtime.cuda import graphs_setting
 from flame.runtime.device import executor
 
@@ -54,7 +55,8 @@ _CACHE: OrderedDict[tuple, CompiledGraph] = OrderedDict()
 
 def _settings(ex, optimize: bool) -> tuple:
     """The process settings a compilation reads: part of every cache key."""
-    return ex.name, optimize and fusion_enabled(), graphs_setting() if ex.name == "cuda" else None
+    cuda = ex.name == "cuda"
+    return ex.name, optimize and fusion_enabled(), graphs_setting() if cuda else None, cuda and comm_stream_enabled()
 
 
 def compile_graph(

@@ -82,6 +82,13 @@ class _Entry:
         inputs = set(self.graph.inputs)
         return tuple(v in inputs for v in self.graph.outputs[: self.n_user])
 
+    def guards_differ(self) -> str:
+        """'' if the Python state the trace depends on (Trace.guard) reads as when traced, else what changed."""
+        for read, value, what in self.trace.guards:
+            if read() != value:
+                return f"{what} changed"
+        return ""
+
     def valid(self) -> str:
         """'' if every captured tensor still has its traced type, else why not."""
         for b, v in zip(self.trace.bindings, self.graph.inputs):
@@ -108,6 +115,7 @@ class Compiled:
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
         self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
         self._cache: dict[tuple, _Entry] = {}
+        self._guarded: dict[tuple, list[_Entry]] = {}  # traces of a signature under other guard values
         functools.update_wrapper(self, fn)
 
     def _args(self, args: tuple) -> list:
@@ -186,11 +194,26 @@ class Compiled:
             entry = self._cache[key] = self._build(args)
         return memory_report(entry.plan)
 
+    def _guarded_entry(self, key: tuple, entry: _Entry | None) -> tuple[_Entry | None, str]:
+        """The trace for key whose guards hold now (swapping the current one out), or (None, why)."""
+        changed = entry.guards_differ() if entry is not None else ""
+        if not changed:
+            return entry, ""
+        others = self._guarded.setdefault(key, [])
+        hit = next((e for e in others if not e.guards_differ()), None)
+        others.append(entry)
+        if hit is None:
+            del others[:-8]  # a few traces per signature at most
+            return None, changed
+        others.remove(hit)
+        self._cache[key] = hit
+        return hit, ""
+
     def __call__(self, *args):
         args = self._args(args)
         key = self._key(args)
-        entry = self._cache.get(key)
-        why = "first call" if entry is None else entry.valid()
+        entry, changed = self._guarded_entry(key, self._cache.get(key))
+        why = changed or ("first call" if entry is None else entry.valid())
         if why:
             if self._cache:
                 log.debug("flame: re-tracing %s: %s (signature %s)", self.name, why, key)

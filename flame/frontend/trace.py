@@ -11,6 +11,7 @@ import numpy as np
 
 from flame.errors import FlameError, TraceError
 from flame.frontend.context import user_location
+from flame.frontend.hooks import run_grad_reducers
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Value
@@ -42,6 +43,7 @@ class Trace:
     inputs_of: dict[int, Value] = field(default_factory=dict)
     grads: dict[int, object] = field(default_factory=dict)  # id(tensor) -> traced view of its .grad
     grad_at_lift: dict[int, tuple] = field(default_factory=dict)  # id -> (tensor, had a .grad when lifted)
+    guards: list[tuple] = field(default_factory=list)  # (read, value when traced, what): see guard()
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -134,6 +136,12 @@ class Trace:
                 continue
             g = Tensor._traced(gv, self)
             t.grad = g if t.grad is None else t.grad + g
+        run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
+
+    def guard(self, read: Callable[[], object], what: str) -> None:
+        """Python state the traced graph depends on (read() now); a call when read() returns something
+        else re-traces (or reuses a trace made with that value)."""
+        self.guards.append((read, read(), what))
 
     def concrete_value(self, binding: Binding, args, executor):
         if binding.kind == "arg":

@@ -1,6 +1,6 @@
 """flame.nn: PyTorch-shaped modules."""
 
-from flame.nn import functional, init, utils  # noqa: F401
+from flame.nn import functional, init, parallel, utils  # noqa: F401
 from flame.nn.layers import (
     GELU,
     BCELoss,
@@ -40,4 +40,4 @@ __all__ = ["GELU", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss",
            "ParameterDict", "ParameterList", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity",
            "IncompatibleKeys", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList",
            "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init",
-           "utils"]
+           "parallel", "utils"]

@@ -375,10 +375,17 @@ def _signature(grp: _Group) -> tuple:
     return (grp.kind, grp.n_red > 0, work)
 
 
+def _feeds_collective(st: _State, grp: _Group) -> bool:
+    return any(s.kind == Kind.COLLECTIVE for s in st.succ(grp))
+
+
 def _horizontal(st: _State) -> None:
-    """Independent kernels of the same signature (scalar kernels: any) become one launch."""
+    """Independent kernels of the same signature (scalar kernels: any) become one launch. Not those
+    feeding a collective: merged with work the backward does later, a gradient bucket's last kernel
+    would hold its all-reduce back until then (passes/schedule_collectives.py)."""
     for a in list(st.groups):
-        if a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a):
+        if (a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a)
+                or _feeds_collective(st, a)):
             continue
         sig = _signature(a)
         for b in list(st.groups):
@@ -386,7 +393,7 @@ def _horizontal(st: _State) -> None:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
             if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
-                    or _columns(b)):
+                    or _columns(b) or _feeds_collective(st, b)):
                 continue
             if st.reaches(a, b) or st.reaches(b, a):
                 continue
@@ -398,6 +405,9 @@ def _order(st: _State) -> list[_Group]:
     kernels = nx.DiGraph()
     kernels.add_nodes_from(st.groups)
     kernels.add_edges_from((grp, s) for grp in st.groups for s in st.succ(grp))
+    # collectives in program order: every rank must issue them in the same order (ir/ops/collective.py)
+    chain = sorted((grp for grp in st.groups if grp.kind == Kind.COLLECTIVE), key=lambda k: st.index[k.ops[0]])
+    kernels.add_edges_from(zip(chain, chain[1:]))
     try:
         return list(nx.lexicographical_topological_sort(kernels, key=lambda k: st.index[k.ops[0]]))
     except nx.NetworkXUnfeasible:
@@ -411,6 +421,8 @@ def _reason(st: _State, grp: _Group) -> str:
         return "matmul (cuBLASLt call" + (f", epilogue {grp.epilogue})" if grp.epilogue != "none" else ")")
     if grp.kind == Kind.OPAQUE:
         return f"opaque op ({grp.ops[-1].name})"
+    if grp.kind == Kind.COLLECTIVE:
+        return f"collective ({grp.ops[-1].name}: a communicator call)"
     if grp.kind == Kind.REDUCTION:
         return "column reduction (its own kernel: reduced dims are not innermost)"
     if any(v in st.outs for v in outs) and not readers:

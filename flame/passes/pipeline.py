@@ -17,6 +17,7 @@ from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decom
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
 from flame.passes.rewrite_attention import rewrite_attention
+from flame.passes.schedule_collectives import schedule_collectives
 from flame.passes.simplify import simplify_algebra
 from flame.target import DEFAULT_TARGET, Target
 
@@ -30,6 +31,7 @@ SIMPLIFY: list[Pass] = [
     simplify_algebra,
     eliminate_common_subexpressions,
     eliminate_dead_code,
+    schedule_collectives,  # last: the passes above keep the order it makes
 ]
 LOWER = [fuse]  # run once, after SIMPLIFY, each given the Target: records the kernels on the graph
 MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this means a rule loops

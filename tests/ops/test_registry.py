@@ -440,6 +440,18 @@ def _cmp(fn):
     return Recipe(_binary(_arr), fn, ALL, out="bool")
 
 
+def _collective(reduce: bool):
+    def make(rng, dt):
+        ops = ([{"op": "sum"}] + ([{"op": "avg"}] if dt.kind == "float" else [])) if reduce else [{}]
+        shapes = ([(3, 4)], [(5,)], [(3, 4), (2,), (1, 3)])
+        return [([_arr(rng, s, dt) for s in group], dict(a)) for group in shapes for a in ops]
+    return make
+
+
+def _packed_oracle(*xs, **attrs):
+    return xs[0] if len(xs) == 1 else np.concatenate([x.reshape(-1) for x in xs])
+
+
 RECIPES: dict[str, Recipe] = {
     "neg": Recipe(_unary(_arr), lambda x: -x, NUM),
     "abs": Recipe(_unary(_away), lambda x: np.where(x < 0, -x, x), NUM),
@@ -534,6 +546,11 @@ RECIPES: dict[str, Recipe] = {
     "scaled_dot_product_attention": Recipe(_attention_cases, _attention_oracle,
                                            grad_make=lambda rng, dt: _attention_cases(rng, dt, additive=False)),
     "scaled_dot_product_attention_backward": Recipe(_attention_backward_cases, _attention_backward_oracle),
+    # world size 1 (the reference of one op has no other ranks): the identity, several inputs packed flat
+    "all_reduce": Recipe(_collective(True), _packed_oracle, NUM),
+    "broadcast": Recipe(_collective(False), _packed_oracle, NUM),
+    "all_gather": Recipe(_collective(False), _packed_oracle, NUM),
+    "reduce_scatter": Recipe(_collective(True), _packed_oracle, NUM),
 }
 
 

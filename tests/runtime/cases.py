@@ -219,6 +219,21 @@ TABLE["cumprod"] = (NUM, _scan)
 TABLE["argsort"] = (ALL + NARROW, _argsort)
 
 
+def _collective(name: str, reduce: bool):
+    """World size 1 (a plan runs them through the process's communicator: the identity): one input
+    keeps its shape, several are packed flat; avg only for floats."""
+    def make(rng, dt):
+        one = [arr(rng, (3, 5), dt)] if name in ("all_gather", "reduce_scatter") else [arr(rng, (3, 5), dt)]
+        many = [arr(rng, (3, 5), dt), arr(rng, (7,), dt), arr(rng, (2, 1, 2), dt)]
+        ops = [{"op": "sum"}, {"op": "max"}] + ([{"op": "avg"}] if dt.kind == "float" else []) if reduce else [{}]
+        return [([*ins], dict(a)) for ins in (one, many) for a in ops]
+    return make
+
+
+for _c, _r in (("all_reduce", True), ("broadcast", False), ("all_gather", False), ("reduce_scatter", True)):
+    TABLE[_c] = (NUM, _collective(_c, _r))
+
+
 def one_op_graph(name: str, inputs: list[np.ndarray], attrs: dict, permuted: bool = False) -> Graph:
     """A graph computing op `name` on inputs. permuted=True feeds each rank>=2 input through a
     transpose of its last two axes first (the graph then takes the transposed arrays), so kernels

@@ -1,0 +1,1 @@
+"""flame.utils: helpers around training (data: index sharding over ranks)."""
