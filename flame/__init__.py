@@ -7,7 +7,17 @@ compile, autograd), flame.ir, flame.runtime and the subpackages ARCHITECTURE.md 
 
 from flame import ir
 from flame._version import __version__
-from flame.errors import CheckpointError, DTypeError, FlameError, ParseError, ShapeError, TraceError, VerifyError
+from flame.errors import (
+    CheckpointError,
+    DTypeError,
+    FlameError,
+    MemoryBudgetError,
+    ParseError,
+    ShapeError,
+    TraceError,
+    VerifyError,
+)
+from flame.frontend.autocast import autocast
 from flame.frontend.autograd import grad, value_and_grad
 from flame.frontend.compile import Compiled, compile
 from flame.frontend.context import no_grad
@@ -77,8 +87,8 @@ from flame.runtime.device import get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
 __all__ = [
-    "CheckpointError", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "ShapeError", "Tensor",
-    "TraceError", "VerifyError", "arange", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
+    "CheckpointError", "Compiled", "DTypeError", "FlameError", "MemoryBudgetError", "Generator", "ParseError", "ShapeError", "Tensor",
+    "TraceError", "VerifyError", "arange", "autocast", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
     "float16", "float32", "float64", "from_dlpack", "full", "get_device", "grad", "i32", "i64", "int32", "int64",
     "ir", "as_tensor", "from_numpy", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn",
     "set_device", "tensor",
@@ -87,8 +97,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """flame.nn, flame.optim and flame.checkpoint import on first use (they are not needed to trace)."""
-    if name in ("nn", "optim", "checkpoint"):
+    """flame.nn, flame.optim, flame.checkpoint, flame.amp and flame.utils import on first use (they
+    are not needed to trace)."""
+    if name in ("nn", "optim", "checkpoint", "amp", "utils"):
         import importlib
 
         return importlib.import_module(f"flame.{name}")

@@ -1,0 +1,6 @@
+"""flame.utils: PyTorch's torch.utils names that flame has. `flame.utils.checkpoint(fn, *args)`
+is activation checkpointing (also reachable as flame.utils.checkpoint.checkpoint, PyTorch's path)."""
+
+from flame.utils._checkpoint import checkpoint
+
+__all__ = ["checkpoint"]
