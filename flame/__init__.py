@@ -87,8 +87,9 @@ from flame.runtime.device import get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
 __all__ = [
-    "CheckpointError", "Compiled", "DTypeError", "FlameError", "MemoryBudgetError", "Generator", "ParseError", "ShapeError", "Tensor",
-    "TraceError", "VerifyError", "arange", "autocast", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
+    "CheckpointError", "Compiled", "DTypeError", "FlameError", "MemoryBudgetError", "Generator", "ParseError",
+    "ShapeError", "Tensor", "TraceError", "VerifyError", "arange", "autocast", "bf16", "bfloat16", "bool_", "boolean",
+    "compile", "f16", "f32", "f64",
     "float16", "float32", "float64", "from_dlpack", "full", "get_device", "grad", "i32", "i64", "int32", "int64",
     "ir", "as_tensor", "from_numpy", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn",
     "set_device", "tensor",

@@ -35,7 +35,8 @@ class AutocastState:
     dtype: DType = f16
 
 
-_state: ContextVar[AutocastState] = ContextVar("flame_autocast", default=AutocastState())
+_OFF = AutocastState()
+_state: ContextVar[AutocastState] = ContextVar("flame_autocast", default=_OFF)  # noqa: B039 (frozen)
 
 
 def is_autocast_enabled() -> bool:

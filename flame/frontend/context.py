@@ -1,5 +1,6 @@
 """Per-context state of the frontend: the trace being recorded, the no_grad flag and whether ops are
-being recorded inside flame.utils.checkpoint. All are ContextVars (not module globals), so threads and nested calls never see each other's state."""
+being recorded inside flame.utils.checkpoint. All are ContextVars (not module globals), so threads
+and nested calls never see each other's state."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from flame.frontend.context import in_checkpoint
 
-
 _REGIONS = itertools.count()  # printed graphs renumber regions in order, so the ids never show
 
 
@@ -17,11 +16,12 @@ def checkpoint(function: Callable, *args: Any, use_reentrant: bool | None = None
                **kwargs: Any) -> Any:
     """function(*args, **kwargs), with its activations recomputed by the backward instead of kept.
 
-    Inside @flame.compile every op the call records is marked (the IR prints `checkpoint` after its
+    Inside @flame.compile every op the call records is marked (the IR prints `checkpoint N` after its
     type) and the remat pass (passes/remat.py) recomputes, right before the backward needs them, the
     marked results the backward reads, matmuls and attention included: only the region's inputs and
-    the results it hands back (those read outside the region) are kept, as in PyTorch. Random draws inside the region repeat exactly (they are counter-based), so
-    preserve_rng_state holds by construction. Eagerly the result and the gradients are the same; eager
+    the results it hands back (those read outside the region) are kept, as in PyTorch. Random draws
+    inside the region repeat exactly (they are counter-based), so preserve_rng_state holds by
+    construction. Eagerly the result and the gradients are the same; eager
     backward() recomputes the whole forward graph anyway. use_reentrant, context_fn,
     determinism_check and debug are accepted for compatibility and ignored."""
     outer = in_checkpoint.get()  # a checkpoint inside another is part of the outer region
