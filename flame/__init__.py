@@ -9,7 +9,17 @@ from types import ModuleType as _ModuleType
 
 from flame import ir
 from flame._version import __version__
-from flame.errors import CheckpointError, DTypeError, FlameError, ParseError, ShapeError, TraceError, VerifyError
+from flame.errors import (
+    CheckpointError,
+    DTypeError,
+    FlameError,
+    MemoryBudgetError,
+    ParseError,
+    ShapeError,
+    TraceError,
+    VerifyError,
+)
+from flame.frontend.autocast import autocast
 from flame.frontend.autograd import grad, value_and_grad
 from flame.frontend.compile import Compiled, compile
 from flame.frontend.context import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
@@ -125,11 +135,11 @@ __all__ = sorted([n for n, v in globals().items()
 
 
 def __getattr__(name: str):
-    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg,
+    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.amp,
     flame.distributed and flame.utils import on first use (they are not needed to trace)."""
     import importlib
 
-    if name in ("nn", "optim", "checkpoint", "linalg", "distributed", "utils"):
+    if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "utils"):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)

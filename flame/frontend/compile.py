@@ -15,8 +15,9 @@ import numpy as np
 
 from flame import debug
 from flame.compiler import compile_graph
-from flame.errors import FlameError
-from flame.frontend.context import current_trace, no_grad
+from flame.errors import FlameError, MemoryBudgetError
+from flame.frontend import autocast
+from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import as_tensor
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
@@ -108,10 +109,12 @@ class _Entry:
 
 
 class Compiled:
-    """The result of @flame.compile. Call it like the function; `.trace(*args)` returns the Graph."""
+    """The result of @flame.compile. Call it like the function; `.trace(*args)` returns the Graph.
+    memory_budget: see flame.compile."""
 
-    def __init__(self, fn: Callable, name: str | None = None):
+    def __init__(self, fn: Callable, name: str | None = None, memory_budget: float | None = None):
         self.fn = fn
+        self.memory_budget = memory_budget
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
         self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
         self._cache: dict[tuple, _Entry] = {}
@@ -133,7 +136,7 @@ class Compiled:
                     raise FlameError(f"{self.name}: argument {a!r} is neither a Tensor nor hashable; "
                                      f"non-tensor arguments are compile-time constants") from None
                 key.append(("S", _constant_key(a)))
-        return tuple(key)
+        return (*key, *autocast.cache_key())  # a call inside flame.autocast traces its own graph
 
     def _trace(self, args: list) -> tuple[Trace, Any]:
         if current_trace.get() is not None:
@@ -178,7 +181,10 @@ class Compiled:
             elif t.grad is None and t._value is None:  # the body reset a captured tensor's .grad
                 grads.append((idx, None))
         verify(g)
-        c = compile_graph(g, report=True, own_run=True)
+        try:
+            c = compile_graph(g, report=True, own_run=True, memory_budget=self.memory_budget)
+        except MemoryBudgetError as e:
+            raise MemoryBudgetError(f"{e}\n  at {user_location()}") from None
         return _Entry(c.graph, c.plan, tr, c.run, skel, n_user, grads, g, had_grad, c.record)
 
     def memory_report(self, *args):
@@ -248,8 +254,16 @@ def _input_tensor(binding, args: list) -> Tensor:
     return args[binding.arg] if binding.kind == "arg" else binding.tensor
 
 
-def compile(fn: Callable | None = None, *, name: str | None = None):  # noqa: A001
-    """Decorator: `@flame.compile` or `@flame.compile(name="train_step")`."""
+def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A001
+            memory_budget: float | None = None):
+    """Decorator: `@flame.compile`, `@flame.compile(name="train_step")` or `flame.compile(fn, ...)`.
+
+    memory_budget: the planned peak device memory a call may take, in bytes (an int, or a float
+    above 1) or as a fraction in (0, 1] of the peak planned without a budget. The backward then
+    recomputes forward values instead of keeping them: a minimum cut over the joint graph picks which
+    (cheap elementwise work first; matmuls, attention and random draws only when the budget forces
+    it; passes/remat.py). `memory_report(*args)` shows what is kept and recomputed and both peaks; a
+    budget no recomputation meets raises flame.MemoryBudgetError naming the smallest reachable peak."""
     if fn is None:
-        return lambda f: Compiled(f, name)
-    return Compiled(fn, name)
+        return lambda f: Compiled(f, name, memory_budget)
+    return Compiled(fn, name, memory_budget)

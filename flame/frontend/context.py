@@ -1,5 +1,6 @@
-"""Per-context state of the frontend: the trace being recorded and the no_grad flag. Both are
-ContextVars (not module globals), so threads and nested calls never see each other's state."""
+"""Per-context state of the frontend: the trace being recorded, the no_grad flag and whether ops are
+being recorded inside flame.utils.checkpoint. All are ContextVars (not module globals), so threads
+and nested calls never see each other's state."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from contextvars import ContextVar
 _FLAME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 current_trace: ContextVar = ContextVar("flame_trace", default=None)
 grad_enabled: ContextVar[bool] = ContextVar("flame_grad_enabled", default=True)
+# the flame.utils.checkpoint region ops are being recorded in (its number), or None
+in_checkpoint: ContextVar[int | None] = ContextVar("flame_in_checkpoint", default=None)
 
 
 def user_location() -> str | None:

@@ -402,10 +402,22 @@ class Alias(Step):
         return f"b{self.dst} = alias b{self.src}  # {format_op(self.op, ids)}"
 
 
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What flame.compile(memory_budget=...) asked for and what the plan had without it: `requested`
+    as given (bytes, or a fraction of the unconstrained peak), `bytes` the budget in bytes, and the
+    planned peak of the same step without rematerialisation for the budget."""
+
+    requested: float
+    bytes: int
+    unconstrained_peak: int
+
+
 @dataclass
 class Plan:
     """Buffers (by id), steps in order, the buffer of each graph input and output, and the arena
-    size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops."""
+    size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops.
+    `memory_budget`: set when the plan was fitted to a memory budget (the memory report shows it)."""
 
     name: str
     buffers: dict[int, Buffer]
@@ -415,6 +427,7 @@ class Plan:
     arena_size: int
     graph: Graph
     buffer_of: dict[Value, int]
+    memory_budget: MemoryBudget | None = None
 
     def kernels(self) -> list[KernelLaunch]:
         return [s for s in self.steps if isinstance(s, KernelLaunch)]
