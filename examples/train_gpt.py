@@ -32,6 +32,7 @@ import flame
 import flame.nn as nn
 import flame.nn.functional as F
 from flame.checkpoint import load_checkpoint, load_metadata, save_checkpoint
+from flame.nn.utils import lora
 from flame.optim.lr_scheduler import WarmupCosineLR
 
 FULL = {"d": 384, "layers": 6, "heads": 6, "T": 256, "batch": 64, "steps": 2000, "eval_every": 250,
@@ -73,9 +74,13 @@ def batch(data: np.ndarray, T: int, size: int, rng: np.random.Generator) -> tupl
 # ---- the model -----------------------------------------------------------------------------------
 
 
-def _linear(x, layer: nn.Linear):
+def _linear(x, layer: nn.Linear | lora.Linear):
     """A Linear in x's dtype: the f32 master weights are cast (bf16 matmuls on the GPU). The cast comes
-    after the transpose: a compiled forward-only `x @ w.to(bf16).T` fails to plan today."""
+    after the transpose: a compiled forward-only `x @ w.to(bf16).T` fails to plan today. A layer
+    wrapped with a LoRA adapter (examples/lora_finetune.py) is its base plus the adapter's path."""
+    if isinstance(layer, lora.Linear):
+        base = _linear(x, layer.base_layer)
+        return base if layer.merged else base + layer.lora_delta(x)
     return x @ layer.weight.transpose(0, 1).to(x.dtype) + layer.bias.to(x.dtype)
 
 

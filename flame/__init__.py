@@ -13,57 +13,90 @@ from flame.errors import (
     CheckpointError,
     DTypeError,
     FlameError,
+    MemoryBudgetError,
     ParseError,
     RecompileWarning,
     ShapeError,
     TraceError,
     VerifyError,
 )
+from flame.frontend.autocast import autocast
 from flame.frontend.autograd import grad, value_and_grad
 from flame.frontend.compile import Compiled, CompileStats, compile
-from flame.frontend.context import no_grad
+from flame.frontend.context import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from flame.frontend.creation import (
     Generator,
     arange,
     as_tensor,
+    empty,
+    empty_like,
+    eye,
     from_dlpack,
     from_numpy,
     full,
+    full_like,
+    linspace,
     manual_seed,
+    multinomial,
     ones,
     ones_like,
     rand,
+    rand_like,
+    randint,
     randn,
+    randn_like,
     tensor,
     zeros,
     zeros_like,
 )
+from flame.frontend.einsum import einsum
 from flame.frontend.ops import (
     abs,
+    all,
+    allclose,
     amax,
     amin,
+    any,
     argmax,
+    argsort,
     cat,
     ceil,
+    chunk,
     clamp,
+    clamp_max,
+    clamp_min,
+    clip,
     concat,
     cos,
+    cumprod,
+    cumsum,
     erf,
     exp,
     flip,
     floor,
+    floor_divide,
     gelu,
+    isclose,
+    isfinite,
+    isinf,
+    isnan,
     leaky_relu,
     log,
+    log_softmax,
+    masked_fill,
     maximum,
     mean,
     minimum,
+    narrow,
     neg,
+    norm,
     pad,
     permute,
     pow,
     reciprocal,
     relu,
+    remainder,
+    repeat_interleave,
     reshape,
     round,
     rsqrt,
@@ -71,11 +104,16 @@ from flame.frontend.ops import (
     sign,
     silu,
     sin,
+    softmax,
+    sort,
+    split,
     sqrt,
     squeeze,
     stack,
     sum,
     tanh,
+    tile,
+    topk,
     transpose,
     tril,
     triu,
@@ -83,20 +121,27 @@ from flame.frontend.ops import (
     where,
 )
 from flame.frontend.tensor import Tensor, matmul
-from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i32, i64
+from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i8, i32, i64, u8
+from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
+int8, uint8 = i8, u8
+float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa: A001  (torch's aliases)
 # everything above is public: help(flame) and `from flame import *` list every function and type
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
-__all__ = sorted(n for n, v in globals().items()
-                 if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType)))
+__all__ = sorted([n for n, v in globals().items()
+                  if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
+                 + ["save", "load", "linalg"])  # these three import on first use (__getattr__ below)
 
 
 def __getattr__(name: str):
-    """flame.nn, flame.optim and flame.checkpoint import on first use (they are not needed to trace)."""
-    if name in ("nn", "optim", "checkpoint"):
-        import importlib
+    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.amp,
+    flame.distributed and flame.utils import on first use (they are not needed to trace)."""
+    import importlib
 
+    if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "utils"):
         return importlib.import_module(f"flame.{name}")
+    if name in ("save", "load"):
+        return getattr(importlib.import_module("flame.checkpoint"), name)
     raise AttributeError(f"module 'flame' has no attribute {name!r}")

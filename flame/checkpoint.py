@@ -29,7 +29,7 @@ _OPT = "optimizer/"
 _GROUPS_KEY = "flame.optimizer.param_groups"
 _JSON_KEY = "flame.metadata.json"  # the metadata keys whose values were not strings, stored as JSON text
 _NP_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-              "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}  # the dtypes flame has
+              "I64": np.int64, "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}  # the dtypes flame has
 _ST_DTYPES = {np.dtype(v): k for k, v in _NP_DTYPES.items()}
 _CHUNK = 1 << 24
 _UMASK = os.umask(0o022)
@@ -116,16 +116,74 @@ def _encode_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def save(state_dict: dict[str, Any], path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> None:
-    """Write name -> tensor (flame Tensors, NumPy arrays or torch tensors) to a safetensors file,
-    atomically. `metadata` is extra information stored in the header: strings as they are, other
-    JSON-serialisable values (numbers, lists, dicts ...) as JSON that load_metadata decodes again."""
-    arrays = {str(k): _to_numpy(str(k), v) for k, v in state_dict.items()}
+_OBJECT_KEY = "flame.object"  # header metadata: the saved object's structure, tensors as {"__tensor__": name}
+
+
+def _is_array(v: Any) -> bool:
+    return isinstance(v, (Tensor, np.ndarray)) or (hasattr(v, "detach") and hasattr(v, "cpu"))
+
+
+def _skeleton(obj: Any, path: str, arrays: dict[str, Any]) -> Any:
+    """obj as JSON, each tensor replaced by {"__tensor__": its name in the file} (named by its path)."""
+    if _is_array(obj):
+        name, n = path or "tensor", 1
+        while name in arrays:
+            name, n = f"{path or 'tensor'}#{n}", n + 1
+        arrays[name] = obj
+        return {"__tensor__": name}
+    if isinstance(obj, dict):
+        for k in obj:
+            if not isinstance(k, (str, int, float, bool)) and k is not None:
+                raise CheckpointError(f"cannot save a dict key of type {type(k).__name__} ({k!r})")
+        return {"__dict__": [[k, _skeleton(v, f"{path}.{k}" if path else str(k), arrays)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        items = [_skeleton(v, f"{path}.{i}" if path else str(i), arrays) for i, v in enumerate(obj)]
+        return items if isinstance(obj, list) else {"__tuple__": items}
+    if obj is None or isinstance(obj, (str, bool, int, float)):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise CheckpointError(f"cannot save {path or 'the object'} of type {type(obj).__name__}: flame.save stores "
+                          f"tensors, numbers, strings, None and dicts / lists / tuples of them (no pickle)")
+
+
+def _rebuild(skel: Any, tensors: dict[str, Tensor]) -> Any:
+    if isinstance(skel, list):
+        return [_rebuild(v, tensors) for v in skel]
+    if isinstance(skel, dict):
+        if "__tensor__" in skel:
+            return tensors[skel["__tensor__"]]
+        if "__tuple__" in skel:
+            return tuple(_rebuild(v, tensors) for v in skel["__tuple__"])
+        return {k: _rebuild(v, tensors) for k, v in skel["__dict__"]}
+    return skel
+
+
+def save(obj: Any, f: str | os.PathLike | Any, metadata: dict[str, Any] | None = None) -> None:
+    """flame.save(obj, f): obj to a safetensors file (a path, written atomically, or a binary file
+    object). A flat name -> tensor dict (a state_dict) is a plain safetensors file that
+    safetensors.torch.load_file reads; a tensor, or dicts / lists / tuples of tensors, numbers and
+    strings (an optimizer's state_dict, {"model": ..., "epoch": 3}) keep their structure as JSON in the
+    header. Nothing is pickled, so loading never runs code. `metadata` is extra information for the
+    header: strings as they are, other JSON-serialisable values as JSON that load_metadata decodes."""
     meta = {"format": "pt", **_encode_metadata(metadata)}
-    _atomic_write(path, safetensors.numpy.save(arrays, metadata=meta))
+    flat = isinstance(obj, dict) and all(isinstance(k, str) and _is_array(v) for k, v in obj.items())
+    if flat:
+        raw = dict(obj)
+    else:
+        raw = {}
+        meta[_OBJECT_KEY] = json.dumps(_skeleton(obj, "", raw))
+    arrays = {str(k): _to_numpy(str(k), v) for k, v in raw.items()}
+    data = safetensors.numpy.save(arrays, metadata=meta)
+    if hasattr(f, "write"):
+        f.write(data)
+    else:
+        _atomic_write(f, data)
 
 
-def _read(path: str | os.PathLike) -> bytes:
+def _read(path: str | os.PathLike | Any) -> bytes:
+    if hasattr(path, "read"):
+        return path.read()
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -133,11 +191,28 @@ def _read(path: str | os.PathLike) -> bytes:
         raise CheckpointError(f"checkpoint {os.fspath(path)!r} does not exist") from None
 
 
-def load(path: str | os.PathLike) -> dict[str, Tensor]:
-    """Read a safetensors file (flame's or one written by safetensors.torch.save_file) into a dict of
-    flame Tensors on the current device."""
+def load(path: str | os.PathLike | Any, map_location: Any = None, weights_only: bool | None = None) -> Any:
+    """flame.load(f): what flame.save wrote (its structure back), or a dict of flame Tensors on the
+    current device for any other safetensors file (safetensors.torch.save_file's). Tensors always load
+    onto the device this process runs on (flame has one executor per process): map_location is checked
+    to name a device and otherwise ignored; weights_only is accepted for PyTorch compatibility (nothing
+    is ever unpickled)."""
+    if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
+        from flame.runtime.device import Device
+
+        Device(map_location)
+    data = _read(path)
+    tensors = _load_tensors(path, data)
+    meta = _header_metadata(path, data)
+    if _OBJECT_KEY in meta:
+        return _rebuild(json.loads(meta[_OBJECT_KEY]), tensors)
+    return tensors
+
+
+def _load_tensors(path: Any, data: bytes) -> dict[str, Tensor]:
+    path = getattr(path, "name", path)
     try:
-        items = deserialize(_read(path))
+        items = deserialize(data)
     except CheckpointError:
         raise
     except Exception as e:
@@ -154,7 +229,11 @@ def load(path: str | os.PathLike) -> dict[str, Tensor]:
 def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """The metadata of a safetensors file's header (values saved as non-strings decoded from JSON
     again); CheckpointError if the header is malformed."""
-    data = _read(path)
+    return _decode_metadata(path, _header_metadata(path, _read(path)))
+
+
+def _header_metadata(path: Any, data: bytes) -> dict[str, str]:
+    path = getattr(path, "name", path)
     try:
         (n,) = struct.unpack("<Q", data[:8])
         if n > len(data) - 8:
@@ -165,7 +244,7 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
             raise ValueError("the header's __metadata__ is not a string -> string map")
     except (struct.error, ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{os.fspath(path)!r} is not a valid safetensors file: {e}") from None
-    return _decode_metadata(path, dict(meta))
+    return dict(meta)
 
 
 def _decode_metadata(path, meta: dict[str, str]) -> dict[str, Any]:
@@ -182,10 +261,22 @@ def _decode_metadata(path, meta: dict[str, str]) -> dict[str, Any]:
     return meta
 
 
+def _rank_and_barrier():
+    from flame.distributed import barrier, get_rank
+
+    return get_rank(), barrier
+
+
 def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: dict[str, Any] | None = None) -> None:
     """Save model.state_dict() (and optimizer.state_dict(), if given) to one safetensors file, atomically.
     metadata: extra values to keep with it (`{"epoch": 3, "note": "..."}`): strings, or anything JSON
-    can hold; load_checkpoint returns them with their types."""
+    can hold; load_checkpoint returns them with their types. In a process group every rank calls it (a
+    sharded ZeRO optimizer gathers its state), rank 0 alone writes — the file a single-GPU run writes: a
+    DistributedDataParallel model is saved as the module it wraps — and every rank returns once the
+    file is in place."""
+    from flame.nn.parallel import unwrap
+
+    model = unwrap(model)
     tensors: dict[str, Any] = dict(model.state_dict())
     meta = dict(metadata or {})
     if _GROUPS_KEY in meta:
@@ -196,7 +287,10 @@ def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: di
             for k, t in st.items():
                 tensors[f"{_OPT}state/{i}/{k}"] = t
         meta[_GROUPS_KEY] = json.dumps(sd["param_groups"])
-    save(tensors, path, meta)
+    rank, barrier = _rank_and_barrier()
+    if rank == 0:
+        save(tensors, path, meta)
+    barrier()
 
 
 def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -> dict:
@@ -225,8 +319,12 @@ def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -
 
 def load_checkpoint(path: str | os.PathLike, model, optimizer=None, strict: bool = True) -> dict[str, Any]:
     """Load a checkpoint into model (and optimizer) in place; returns the file's metadata (as saved:
-    `{"epoch": 3}` comes back as the int 3). Raises
-    flame.CheckpointError listing every missing, unexpected and mis-shaped tensor."""
+    `{"epoch": 3}` comes back as the int 3). Raises flame.CheckpointError listing every missing,
+    unexpected and mis-shaped tensor. Every rank of a process group may load the same file (a ZeRO
+    optimizer keeps its part of the state)."""
+    from flame.nn.parallel import unwrap
+
+    model = unwrap(model)
     tensors = load(path)
     meta = load_metadata(path)
     model_sd = {k: v for k, v in tensors.items() if not k.startswith(_OPT)}

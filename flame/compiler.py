@@ -10,9 +10,10 @@ because nothing in it knows about Tensors or tracing, and the CLI or a test can 
 with it without the frontend. Nothing below it (ir, passes, plan, codegen, runtime) imports it.
 
 The cache is keyed by everything that decides what comes out: the executor, the settings read while
-compiling (FLAME_FUSE for lowering, FLAME_CUDA_GRAPHS for the CUDA executor), whether the passes run,
-and the graph itself (its printed text, which parses back to the same graph, or a caller's cheaper
-key that determines the graph, such as eager dispatch's (op, attributes, input types))."""
+compiling (FLAME_FUSE for lowering, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor),
+whether the passes run, and the graph itself (its printed text, which parses back to the same graph,
+or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
+types))."""
 
 from __future__ import annotations
 
@@ -23,11 +24,15 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
 from flame import debug
-from flame.ir.graph import Graph
+from flame.errors import MemoryBudgetError
+from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
-from flame.passes.pipeline import fusion_enabled, legalize, lower, run_pipeline
+from flame.passes import remat as remat_pass
+from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
 from flame.plan.build import to_plan
-from flame.runtime.backend import capabilities
+from flame.plan.memory import bound_bytes, human_bytes, planned_peak
+from flame.plan.steps import MemoryBudget
+from flame.runtime.backend import capabilities, comm_stream_enabled
 from flame.runtime.cuda import graphs_setting
 from flame.runtime.device import executor
 
@@ -54,7 +59,8 @@ _CACHE: OrderedDict[tuple, CompiledGraph] = OrderedDict()
 
 def _settings(ex, optimize: bool) -> tuple:
     """The process settings a compilation reads: part of every cache key."""
-    return ex.name, optimize and fusion_enabled(), graphs_setting() if ex.name == "cuda" else None
+    cuda = ex.name == "cuda"
+    return ex.name, optimize and fusion_enabled(), graphs_setting() if cuda else None, cuda and comm_stream_enabled()
 
 
 def compile_graph(
@@ -64,6 +70,7 @@ def compile_graph(
     optimize: bool = True,
     report: bool = False,
     own_run: bool = False,
+    memory_budget: float | None = None,
 ) -> CompiledGraph:
     """Compile `graph` for the current executor, or return the cached result of an identical one.
 
@@ -78,11 +85,14 @@ def compile_graph(
     die with the compiled function, and two functions with identical graphs never re-capture each
     other's pointers); it shares the cached passes and plan but gets a fresh executor compile, and
     the cache keeps no runnable for it. Otherwise (eager ops, backward graphs) the runnable is shared.
+    memory_budget: the planned peak to fit in (bytes, or a fraction in (0, 1] of the peak planned
+    without it) by recomputing forward values in the backward (`_fit_budget`); MemoryBudgetError,
+    saying the smallest reachable peak, when it cannot be met. Needs optimize.
     """
     ex = executor()
     if key is None:
         key = print_graph(graph)
-    full_key = (_settings(ex, optimize), key)
+    full_key = (_settings(ex, optimize), key, memory_budget)
     watched = report and debug.watching()
     hit = None if watched else _CACHE.get(full_key)
     if hit is not None:
@@ -93,28 +103,44 @@ def compile_graph(
         if hit.run is None:  # planned for an own_run caller: compile the shared runnable once
             hit = _CACHE[full_key] = replace(hit, run=ex.compile(hit.plan))
         return hit
-    result = _compile(graph() if callable(graph) else graph, ex, optimize, watched)
+    result = _compile(graph() if callable(graph) else graph, ex, optimize, watched, memory_budget)
     _CACHE[full_key] = replace(result, run=None if own_run else result.run, record=None)
     if len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
     return result
 
 
-def _compile(g: Graph, ex, optimize: bool, watched: bool) -> CompiledGraph:
+def _compile(g: Graph, ex, optimize: bool, watched: bool, memory_budget: float | None = None) -> CompiledGraph:
     """Run the stages on g and time them; with watched, record every stage and notify debug."""
     record = debug.CompileRecord(g.name) if watched else None
     dump = None if record is None else (lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
     timings: list[tuple[str, float]] = []
     target = capabilities(ex.name)  # what the backend can do: fusion, legalization and the plan builder ask it
+
+    def finish(graph: Graph, allow=remat_pass.never, dump=None, timings=None):
+        """remat (checkpoint regions; what `allow` lets a budget recompute), legalize, lower, plan."""
+        if optimize:
+            graph = remat(graph, allow, dump=dump, timings=timings)
+        # every graph, optimised or not: what the backend cannot run goes before planning
+        graph = legalize(graph, target.attention_unsupported, dump=dump, timings=timings)
+        if optimize:
+            graph = lower(graph, dump=dump, timings=timings, target=target)
+        start = time.perf_counter()
+        plan = to_plan(graph, target=target)
+        if timings is not None:
+            timings.append(("plan", time.perf_counter() - start))
+        return graph, plan
+
     if optimize:
         g = run_pipeline(g, dump=dump, timings=timings)
-    # every graph, optimised or not: what the backend cannot run goes before planning
-    g = legalize(g, target.attention_unsupported, dump=dump, timings=timings)
-    if optimize:
-        g = lower(g, dump=dump, timings=timings, target=target)
-    start = time.perf_counter()
-    plan = to_plan(g, target=target)
-    timings.append(("plan", time.perf_counter() - start))
+    if memory_budget is not None and optimize:
+        start = time.perf_counter()
+        allow, budget = _fit_budget(g, memory_budget, finish)
+        timings.append(("memory budget search", time.perf_counter() - start))
+        g, plan = finish(g, allow, dump, timings)
+        plan = replace(plan, memory_budget=budget)
+    else:
+        g, plan = finish(g, dump=dump, timings=timings)
     start = time.perf_counter()
     run = ex.compile(plan)
     timings.append((f"{ex.name} compile", time.perf_counter() - start))
@@ -122,3 +148,37 @@ def _compile(g: Graph, ex, optimize: bool, watched: bool) -> CompiledGraph:
         record.graph, record.plan, record.plan_seconds = g, plan, timings[-2][1]
         debug.notify(record)
     return CompiledGraph(g, plan, run, tuple(timings), record if debug.observing() else None)
+
+
+def _budget_bytes(requested: float, unconstrained: int) -> int:
+    if isinstance(requested, bool) or not isinstance(requested, (int, float)) or not requested > 0:
+        raise ValueError(f"memory_budget must be a positive number of bytes or a fraction in (0, 1], got "
+                         f"{requested!r}")
+    return int(requested * unconstrained) if isinstance(requested, float) and requested <= 1 else int(requested)
+
+
+def _fit_budget(g: Graph, requested: float, finish: Callable) -> tuple[Callable[[Op], bool], MemoryBudget]:
+    """Which ops the backward may recompute so that the planned peak fits `requested` (bytes, or a
+    fraction of the peak planned without a budget): cheap work first (remat tier 0), then matmuls and
+    library calls, cheapest per byte kept first (tier 1), random draws last (tier 2). The first prefix
+    of that order whose plan fits wins; each try is planned for real, since the peak depends on fusion,
+    placement and when the backward's recomputations run (so it need not fall as more is allowed).
+    Raises MemoryBudgetError with the smallest peak any try reached when none fits."""
+    unconstrained = planned_peak(finish(g)[1])
+    budget = MemoryBudget(requested, _budget_bytes(requested, unconstrained), unconstrained)
+    if unconstrained <= budget.bytes:
+        return remat_pass.never, budget
+    order = remat_pass.candidates(g)
+    best = (unconstrained, 0)
+    for k in range(len(order) + 1):
+        chosen = set(order[:k])
+        allow = lambda op, chosen=chosen: remat_pass.tier(op) == 0 or op in chosen  # noqa: E731
+        plan = finish(g, allow)[1]
+        peak = planned_peak(plan)
+        if peak <= budget.bytes:
+            return allow, budget
+        best = min(best, (peak, sum(bound_bytes(plan).values())))
+    raise MemoryBudgetError(
+        f"{g.name}: memory_budget={requested!r} ({human_bytes(budget.bytes)}) cannot be met: the smallest "
+        f"reachable planned peak is {human_bytes(best[0])} ({best[0]} bytes; {human_bytes(unconstrained)} without "
+        f"a budget); parameters, optimizer state, inputs and outputs alone take {human_bytes(best[1])}")

@@ -41,6 +41,11 @@ class ParseError(FlameError, ValueError):
     """IR text does not parse; the message quotes the offending line."""
 
 
+class MemoryBudgetError(FlameError, ValueError):
+    """flame.compile(memory_budget=...) asked for a planned peak no rematerialisation reaches; the
+    message says the smallest peak that is reachable."""
+
+
 class CheckpointError(FlameError, KeyError):
     """A state_dict / checkpoint does not match the module or optimizer it is loaded into."""
 

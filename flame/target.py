@@ -23,7 +23,8 @@ class Target:
     attention_unsupported(op): why the attention library cannot run attention op `op` as one call
     ("" if it can; the op then becomes the unfused graph: passes/decompose_attention.py).
     attention_workspace(op): the bytes of arena workspace that op's library call needs.
-    matmul_workspace: the bytes of arena workspace each GEMM library call may use. sm_count,
+    matmul_workspace: the bytes of arena workspace each GEMM library call may use. comm_stream: the
+    executor issues collectives on a communication stream (plan: CollectiveCall.overlap). sm_count,
     split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows)."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
@@ -34,6 +35,7 @@ class Target:
     sm_count: int = 132  # multiprocessors (H100 / H200 SXM): a reduction's grid should fill them
     split_row_min: int = 8192  # a row at least this long may be split across blocks ...
     split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements
+    comm_stream: bool = False  # collectives run on a second stream, overlapping the steps after them
 
     def splits_rows(self, rows: int, length: int) -> bool:
         """Whether `rows` reductions of `length` elements each should split every row across blocks

@@ -10,13 +10,24 @@ def pytest_addoption(parser):
                      help="run the random-program differential test for this long instead of its fixed budget")
 
 
+def _gpu_count() -> int:
+    if not cuda_available():
+        return 0
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceCount()
+
+
 def pytest_collection_modifyitems(config, items):
-    if cuda_available():
-        return
+    gpus = _gpu_count()
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run `PYTHONPATH=. python3 -m pytest -m gpu` on one)")
+    skip_multi = pytest.mark.skip(reason=f"needs 2 CUDA GPUs, this machine has {gpus} (run "
+                                         f"`PYTHONPATH=. python3 -m pytest -m multigpu` on one with 2 or more)")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not gpus:
             item.add_marker(skip)
+        elif "multigpu" in item.keywords and gpus < 2:
+            item.add_marker(skip_multi)
 
 
 @pytest.fixture(autouse=True)

@@ -58,20 +58,27 @@ def _checked(s) -> list[str]:
 # ---- flame: attention written by hand --------------------------------------------------------------
 
 
-def _flame_block(x, p, pre: str, s, mask):
+def _flame_linear(h, p, pre: str, name: str):
+    """The block's projection `name` (qkv, o, fc, proj): h @ w.T + b."""
+    import flame.nn.functional as F
+
+    return F.linear(h, p[pre + "w_" + name], p[pre + "b_" + name])
+
+
+def _flame_block(x, p, pre: str, s, mask, linear=_flame_linear):
     import flame.nn.functional as F
 
     B, T, C = x.shape
     H = s["heads"]
     D = C // H
     h = F.layer_norm(x, (C,), p[pre + "ln1_w"], p[pre + "ln1_b"])
-    qkv = F.linear(h, p[pre + "w_qkv"], p[pre + "b_qkv"]).reshape(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
+    qkv = linear(h, p, pre, "qkv").reshape(B, T, 3, H, D).permute(2, 0, 3, 1, 4)
     q, k, v = qkv[0], qkv[1], qkv[2]
     att = F.softmax(q @ k.transpose(-1, -2) * (D**-0.5) + mask, dim=-1)
     y = (att @ v).transpose(1, 2).reshape(B, T, C)
-    x = x + F.linear(y, p[pre + "w_o"], p[pre + "b_o"])
+    x = x + linear(y, p, pre, "o")
     h = F.layer_norm(x, (C,), p[pre + "ln2_w"], p[pre + "ln2_b"])
-    return x + F.linear(F.gelu(F.linear(h, p[pre + "w_fc"], p[pre + "b_fc"])), p[pre + "w_proj"], p[pre + "b_proj"])
+    return x + linear(F.gelu(linear(h, p, pre, "fc")), p, pre, "proj")
 
 
 def _flame_mask(s):
@@ -108,19 +115,24 @@ def _flame_gpt_block(s, a, wrap):
     return Bound(wrap(step), lambda: [p[n] for n in _checked(s)])
 
 
-def _flame_gpt(s, a, wrap):
+def _flame_gpt_loss(p, s, idx, targets, linear=_flame_linear):
+    """The whole GPT's cross-entropy; `linear` computes each block projection."""
     import flame.nn.functional as F
 
+    mask = _flame_mask(s)
+    x = F.embedding(idx, p["wte"]) + p["wpe"]
+    for i in range(s["layers"]):
+        x = _flame_block(x, p, f"h{i}.", s, mask, linear)
+    x = F.layer_norm(x, (s["d"],), p["lnf_w"], p["lnf_b"])
+    logits = x @ p["wte"].transpose(0, 1)  # the tied output head
+    return F.cross_entropy(logits.float().reshape(-1, s["vocab"]), targets.reshape(-1))
+
+
+def _flame_gpt(s, a, wrap):
     p, opt = _flame_setup(s, a)
 
     def step(idx, targets):
-        mask = _flame_mask(s)
-        x = F.embedding(idx, p["wte"]) + p["wpe"]
-        for i in range(s["layers"]):
-            x = _flame_block(x, p, f"h{i}.", s, mask)
-        x = F.layer_norm(x, (s["d"],), p["lnf_w"], p["lnf_b"])
-        logits = x @ p["wte"].transpose(0, 1)  # the tied output head
-        loss = F.cross_entropy(logits.float().reshape(-1, s["vocab"]), targets.reshape(-1))
+        loss = _flame_gpt_loss(p, s, idx, targets)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -132,17 +144,23 @@ def _flame_gpt(s, a, wrap):
 # ---- torch: scaled_dot_product_attention ------------------------------------------------------------
 
 
-def _torch_block(x, p, pre: str, s):
+def _torch_linear(h, p, pre: str, name: str):
+    import torch.nn.functional as F
+
+    return F.linear(h, p[pre + "w_" + name], p[pre + "b_" + name])
+
+
+def _torch_block(x, p, pre: str, s, linear=_torch_linear):
     import torch.nn.functional as F
 
     B, T, C = x.shape
     H = s["heads"]
     h = F.layer_norm(x, (C,), p[pre + "ln1_w"], p[pre + "ln1_b"])
-    qkv = F.linear(h, p[pre + "w_qkv"], p[pre + "b_qkv"]).reshape(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
+    qkv = linear(h, p, pre, "qkv").reshape(B, T, 3, H, C // H).permute(2, 0, 3, 1, 4)
     y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True).transpose(1, 2).reshape(B, T, C)
-    x = x + F.linear(y, p[pre + "w_o"], p[pre + "b_o"])
+    x = x + linear(y, p, pre, "o")
     h = F.layer_norm(x, (C,), p[pre + "ln2_w"], p[pre + "ln2_b"])
-    return x + F.linear(F.gelu(F.linear(h, p[pre + "w_fc"], p[pre + "b_fc"])), p[pre + "w_proj"], p[pre + "b_proj"])
+    return x + linear(F.gelu(linear(h, p, pre, "fc")), p, pre, "proj")
 
 
 def _torch_setup(s, a):
@@ -165,17 +183,21 @@ def _torch_gpt_block(s, a, wrap):
     return Bound(wrap(step), lambda: [p[n] for n in _checked(s)])
 
 
-def _torch_gpt(s, a, wrap):
+def _torch_gpt_loss(p, s, idx, targets, linear=_torch_linear):
     import torch.nn.functional as F
 
+    x = F.embedding(idx, p["wte"]) + p["wpe"]
+    for i in range(s["layers"]):
+        x = _torch_block(x, p, f"h{i}.", s, linear)
+    logits = F.layer_norm(x, (s["d"],), p["lnf_w"], p["lnf_b"]) @ p["wte"].T
+    return F.cross_entropy(logits.float().reshape(-1, s["vocab"]), targets.reshape(-1))
+
+
+def _torch_gpt(s, a, wrap):
     p, opt = _torch_setup(s, a)
 
     def step(idx, targets):
-        x = F.embedding(idx, p["wte"]) + p["wpe"]
-        for i in range(s["layers"]):
-            x = _torch_block(x, p, f"h{i}.", s)
-        logits = F.layer_norm(x, (s["d"],), p["lnf_w"], p["lnf_b"]) @ p["wte"].T
-        loss = F.cross_entropy(logits.float().reshape(-1, s["vocab"]), targets.reshape(-1))
+        loss = _torch_gpt_loss(p, s, idx, targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -31,7 +31,7 @@ def _wrapper(framework: str, mode: str) -> Callable:
     if framework == "flame":
         import flame
 
-        return lambda f, **kw: flame.compile(f)
+        return lambda f, **kw: flame.compile(f, **kw)  # kw: compile options (memory_budget)
     if framework == "torch":
         if mode == "eager":
             return lambda f, **kw: f
@@ -131,7 +131,7 @@ def _compile_time(compiled, data: list, cold: bool) -> tuple[float, object]:
     """Seconds to trace, optimise, plan and compile a fresh Compiled (no call); and its record."""
     from flame import debug
 
-    fresh = type(compiled)(compiled.fn, compiled.name)
+    fresh = type(compiled)(compiled.fn, compiled.name, memory_budget=compiled.memory_budget)
     records: list = []
     with debug.observe(records.append):
         if cold:

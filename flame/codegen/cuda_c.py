@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from flame.ir.dtypes import DType, bf16, boolean, f16, f32, f64, i32, i64
+from flame.ir.dtypes import DType, bf16, boolean, f16, f32, f64, i8, i32, i64, u8
 
 
 def compute_dtype(d: DType) -> DType:
@@ -32,8 +32,10 @@ def load(raw: str, d: DType) -> str:
     return raw
 
 
-_TO_HALF = {f32: "__float2half_rn", f64: "__double2half", i32: "__int2half_rn", i64: "__ll2half_rn"}
-_TO_BF16 = {f32: "__float2bfloat16_rn", f64: "__double2bfloat16", i32: "__int2bfloat16_rn", i64: "__ll2bfloat16_rn"}
+_TO_HALF = {f32: "__float2half_rn", f64: "__double2half", i32: "__int2half_rn", i64: "__ll2half_rn",
+            i8: "__int2half_rn", u8: "__int2half_rn"}
+_TO_BF16 = {f32: "__float2bfloat16_rn", f64: "__double2bfloat16", i32: "__int2bfloat16_rn", i64: "__ll2bfloat16_rn",
+            i8: "__int2bfloat16_rn", u8: "__int2bfloat16_rn"}
 
 
 def convert(expr: str, src: DType, dst: DType) -> str:
@@ -57,7 +59,7 @@ def literal(value: float | int | bool, d: DType) -> str:
     v = np.array(value).astype(d.np_dtype).astype(c.np_dtype)[()]
     if c == boolean:
         return "true" if v else "false"
-    if c == i32 or c == i64:
+    if c.is_int:
         iv, suffix = int(v), ("LL" if c == i64 else "")
         lo = -(1 << (8 * c.itemsize - 1))
         if iv == lo:

@@ -22,6 +22,7 @@ from flame.codegen.fused_rows import lower_rows
 from flame.codegen.indexing import lower_concat, lower_gather, lower_pad, lower_scatter_add
 from flame.codegen.kernel import DEFAULT_CONFIG, Config, Kernel
 from flame.codegen.reduce import lower_reduction
+from flame.codegen.scan import lower_argsort, lower_scan
 from flame.ir.graph import FusionGroup, Kind, Op, Value
 from flame.ir.registry import get
 from flame.target import DEFAULT_TARGET, Target
@@ -40,6 +41,9 @@ _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not
     "gather": lower_gather,
     "index_select": lower_gather,
     "scatter_add": lower_scatter_add,
+    "cumsum": lower_scan,
+    "cumprod": lower_scan,
+    "argsort": lower_argsort,
 }
 _BY_CATEGORY: dict[str, Callable[[Op], list[Kernel]]] = {
     "elementwise": lower_elementwise,

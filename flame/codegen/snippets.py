@@ -70,6 +70,8 @@ SNIPPETS: dict[str, dict[str, str]] = {
     "mul": {"*": "({0} * {1})"},
     "div": {"*": "({0} / {1})"},
     "pow": _f("powf({0}, {1})", "pow({0}, {1})"),
+    "floor_divide": {"*": "flame_floordiv({0}, {1})"},
+    "remainder": {"*": "flame_remainder({0}, {1})"},
     "maximum": {"*": _NAN_MAX},
     "minimum": {"*": _NAN_MIN},
     "eq": {"*": "({0} == {1})"},
@@ -125,7 +127,61 @@ __device__ __forceinline__ double flame_normal(unsigned long long seed, unsigned
 }
 #endif"""
 
-PRELUDES: dict[str, str] = {"random_uniform": _PHILOX, "random_normal": _PHILOX}
+# Python's // and % (NumPy's npy_divmod, which PyTorch's floor division and remainder follow): the
+# quotient rounds toward -inf, the remainder takes the divisor's sign; integer division by zero gives 0
+# (NumPy; PyTorch raises on the CPU)
+_DIVMOD = r"""#ifndef FLAME_DIVMOD
+#define FLAME_DIVMOD
+__device__ __forceinline__ float flame_floordiv(float a, float b) {
+  if (b == 0.0f) return a / b;
+  const float mod = fmodf(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0.0f && ((b < 0.0f) != (mod < 0.0f))) div -= 1.0f;
+  if (div == 0.0f) return copysignf(0.0f, a / b);
+  float fl = floorf(div);
+  if (div - fl > 0.5f) fl += 1.0f;
+  return fl;
+}
+__device__ __forceinline__ double flame_floordiv(double a, double b) {
+  if (b == 0.0) return a / b;
+  const double mod = fmod(a, b);
+  double div = (a - mod) / b;
+  if (mod != 0.0 && ((b < 0.0) != (mod < 0.0))) div -= 1.0;
+  if (div == 0.0) return copysign(0.0, a / b);
+  double fl = floor(div);
+  if (div - fl > 0.5) fl += 1.0;
+  return fl;
+}
+__device__ __forceinline__ float flame_remainder(float a, float b) {
+  float mod = fmodf(a, b);
+  if (b == 0.0f) return mod;
+  if (mod != 0.0f) { if ((b < 0.0f) != (mod < 0.0f)) mod += b; } else mod = copysignf(0.0f, b);
+  return mod;
+}
+__device__ __forceinline__ double flame_remainder(double a, double b) {
+  double mod = fmod(a, b);
+  if (b == 0.0) return mod;
+  if (mod != 0.0) { if ((b < 0.0) != (mod < 0.0)) mod += b; } else mod = copysign(0.0, b);
+  return mod;
+}
+template <typename T> __device__ __forceinline__ T flame_floordiv_int(T a, T b) {
+  if (b == 0) return 0;
+  const T q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <typename T> __device__ __forceinline__ T flame_remainder_int(T a, T b) {
+  if (b == 0) return 0;
+  const T r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+__device__ __forceinline__ int flame_floordiv(int a, int b) { return flame_floordiv_int(a, b); }
+__device__ __forceinline__ long long flame_floordiv(long long a, long long b) { return flame_floordiv_int(a, b); }
+__device__ __forceinline__ int flame_remainder(int a, int b) { return flame_remainder_int(a, b); }
+__device__ __forceinline__ long long flame_remainder(long long a, long long b) { return flame_remainder_int(a, b); }
+#endif"""
+
+PRELUDES: dict[str, str] = {"random_uniform": _PHILOX, "random_normal": _PHILOX, "floor_divide": _DIVMOD,
+                            "remainder": _DIVMOD}
 
 
 @dataclass(frozen=True)

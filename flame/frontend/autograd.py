@@ -11,6 +11,7 @@ import networkx as nx
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError
 from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.hooks import run_grad_reducers
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Value
@@ -95,6 +96,7 @@ def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | 
         for (t, _), arr in zip(pairs, run(arrays)):
             new = Tensor._concrete(arr, t.dtype)
             t.grad = new if t.grad is None else t.grad + new
+    run_grad_reducers(t for t, _ in pairs)
     if not retain_graph:
         for node in nodes:
             node.freed = True

@@ -17,8 +17,9 @@ import numpy as np
 
 from flame import debug
 from flame.compiler import compile_graph
-from flame.errors import FlameError, RecompileWarning
-from flame.frontend.context import current_trace, no_grad, user_stacklevel
+from flame.errors import FlameError, MemoryBudgetError, RecompileWarning
+from flame.frontend import autocast
+from flame.frontend.context import current_trace, no_grad, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor
 from flame.frontend.guards import (
     Namer,
@@ -101,6 +102,8 @@ class _Entry:
                 if t.shape != ty.shape or t.dtype != ty.dtype:
                     return f"{self.namer.tensor(t, role_of(t))}: {ty} -> {t._type()}"
                 b.checked = t._data
+            if t.requires_grad != b.requires_grad:  # frozen or unfrozen (LoRA)
+                return f"{self.namer.tensor(t, role_of(t))}: requires_grad {b.requires_grad} -> {t.requires_grad}"
         for t, ty in grads:
             g = t._grad
             if g is None or g.shape != ty.shape or g.dtype != ty.dtype:
@@ -145,10 +148,12 @@ class Compiled:
     first was set, plain Python globals and closure variables the function names. Every trace after
     the first emits a flame.RecompileWarning naming the cause; `stats()` counts traces, cache hits and
     compile time. At most `cache_limit` traces are kept (default 8, or $FLAME_CACHE_LIMIT); past it
-    the least recently used one is dropped, and the warning says so."""
+    the least recently used one is dropped, and the warning says so. memory_budget: see flame.compile."""
 
-    def __init__(self, fn: Callable, name: str | None = None, cache_limit: int | None = None, warn: bool = True):
+    def __init__(self, fn: Callable, name: str | None = None, memory_budget: float | None = None,
+                 cache_limit: int | None = None, warn: bool = True):
         self.fn = fn
+        self.memory_budget = memory_budget
         self.warn = warn  # False for flame's own uses that the user did not ask to compile (eager flame.grad)
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
         self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
@@ -177,7 +182,7 @@ class Compiled:
                     raise FlameError(f"{self.name}: argument {a!r} is neither a Tensor nor hashable; "
                                      f"non-tensor arguments are compile-time constants") from None
                 key.append(("S", value_key(a)))
-        return tuple(key)
+        return (*key, *autocast.cache_key())  # a call inside flame.autocast traces its own graph
 
     def _trace(self, args: list) -> tuple[Trace, Any]:
         if current_trace.get() is not None:
@@ -220,7 +225,10 @@ class Compiled:
             g.outputs.append(v)
         grads = _grad_outputs(tr, g)
         verify(g)
-        c = compile_graph(g, report=True, own_run=True)
+        try:
+            c = compile_graph(g, report=True, own_run=True, memory_budget=self.memory_budget)
+        except MemoryBudgetError as e:
+            raise MemoryBudgetError(f"{e}\n  at {user_location()}") from None
         namer = Namer(self.fn)
         return _Entry(c.graph, c.plan, tr, c.run, skel, n_user, grads, g, self._key(args),
                       describe_arguments(self.fn, args), trace_guards(self.fn, tr, namer, python_values),
@@ -340,10 +348,18 @@ def _input_tensor(binding, args: list) -> Tensor:
     return args[binding.arg] if binding.kind == "arg" else binding.tensor
 
 
-def compile(fn: Callable | None = None, *, name: str | None = None, cache_limit: int | None = None):  # noqa: A001
+def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A001
+            memory_budget: float | None = None, cache_limit: int | None = None):
     """Decorator: `@flame.compile`, `@flame.compile(name="train_step", cache_limit=16)` or
-    `flame.compile(fn)`. The function is traced once per input signature and replayed; see Compiled
-    for what re-traces (each time with a flame.RecompileWarning) and for `cache_limit`."""
+    `flame.compile(fn, ...)`. The function is traced once per input signature and replayed; see
+    Compiled for what re-traces (each time with a flame.RecompileWarning) and for `cache_limit`.
+
+    memory_budget: the planned peak device memory a call may take, in bytes (an int, or a float
+    above 1) or as a fraction in (0, 1] of the peak planned without a budget. The backward then
+    recomputes forward values instead of keeping them: a minimum cut over the joint graph picks which
+    (cheap elementwise work first; matmuls, attention and random draws only when the budget forces
+    it; passes/remat.py). `memory_report(*args)` shows what is kept and recomputed and both peaks; a
+    budget no recomputation meets raises flame.MemoryBudgetError naming the smallest reachable peak."""
     if fn is None:
-        return lambda f: Compiled(f, name, cache_limit)
-    return Compiled(fn, name, cache_limit)
+        return lambda f: Compiled(f, name, memory_budget=memory_budget, cache_limit=cache_limit)
+    return Compiled(fn, name, memory_budget=memory_budget, cache_limit=cache_limit)

@@ -1,5 +1,6 @@
-"""Per-context state of the frontend: the trace being recorded and the no_grad flag. Both are
-ContextVars (not module globals), so threads and nested calls never see each other's state."""
+"""Per-context state of the frontend: the trace being recorded, the no_grad flag and whether ops are
+being recorded inside flame.utils.checkpoint. All are ContextVars (not module globals), so threads
+and nested calls never see each other's state."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from contextvars import ContextVar
 _FLAME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 current_trace: ContextVar = ContextVar("flame_trace", default=None)
 grad_enabled: ContextVar[bool] = ContextVar("flame_grad_enabled", default=True)
+# the flame.utils.checkpoint region ops are being recorded in (its number), or None
+in_checkpoint: ContextVar[int | None] = ContextVar("flame_in_checkpoint", default=None)
 
 
 def user_location() -> str | None:
@@ -43,3 +46,38 @@ def no_grad():
         yield
     finally:
         grad_enabled.reset(token)
+
+
+@contextmanager
+def enable_grad():
+    """Record gradient history again inside a no_grad block (torch.enable_grad); also a decorator."""
+    token = grad_enabled.set(True)
+    try:
+        yield
+    finally:
+        grad_enabled.reset(token)
+
+
+@contextmanager
+def set_grad_enabled(mode: bool):
+    """Turn gradient recording on or off for the block (torch.set_grad_enabled)."""
+    token = grad_enabled.set(bool(mode))
+    try:
+        yield
+    finally:
+        grad_enabled.reset(token)
+
+
+@contextmanager
+def inference_mode(mode: bool = True):
+    """torch.inference_mode: no gradient history, like no_grad (flame has no further inference-only
+    savings to make: eager ops keep no autograd bookkeeping when gradients are off)."""
+    token = grad_enabled.set(not mode)
+    try:
+        yield
+    finally:
+        grad_enabled.reset(token)
+
+
+def is_grad_enabled() -> bool:
+    return grad_enabled.get()

@@ -6,13 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import DTypeError
+from flame.errors import DTypeError, ShapeError
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, full
-from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, i64
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, f64, i64
 
-__all__ = ["Generator", "arange", "as_tensor", "default_generator", "from_numpy", "full", "manual_seed", "ones",
-           "ones_like", "rand", "randn", "tensor", "zeros", "zeros_like"]
+__all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy", "full",
+           "full_like", "linspace", "manual_seed", "multinomial", "ones", "ones_like", "rand", "rand_like", "randint",
+           "randn", "randn_like", "tensor", "zeros", "zeros_like"]
 
 
 def default_dtype_for(value: Any) -> DType:
@@ -111,6 +112,19 @@ def ones(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
     return full(_shape_arg(shape), 1, dtype).requires_grad_(requires_grad)
 
 
+def empty(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
+    """torch.empty: flame has no uninitialised memory to hand out, so the tensor holds zeros."""
+    return zeros(*shape, dtype=dtype, requires_grad=requires_grad)
+
+
+def empty_like(t: Tensor, dtype=None) -> Tensor:
+    return zeros_like(t, dtype)
+
+
+def full_like(t: Tensor, fill_value, dtype=None) -> Tensor:
+    return full(t.shape, fill_value, dtype or t.dtype)
+
+
 def zeros_like(t: Tensor, dtype=None) -> Tensor:
     return full(t.shape, 0, dtype or t.dtype)
 
@@ -183,3 +197,81 @@ def randn(*shape, dtype=f32, generator: Generator | None = None, requires_grad: 
     """Standard normal numbers."""
     t = (generator or default_generator()).draw("random_normal", _shape_arg(shape), dtype_of(dtype))
     return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def rand_like(t: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:
+    return rand(*t.shape, dtype=dtype or t.dtype, generator=generator)
+
+
+def randn_like(t: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:
+    return randn(*t.shape, dtype=dtype or t.dtype, generator=generator)
+
+
+def randint(*args, size=None, dtype=i64, generator: Generator | None = None) -> Tensor:
+    """Integers drawn uniformly from [low, high): randint(high, size) or randint(low, high, size). Each is
+    floor(low + u * (high - low)) of a 24-bit uniform u: exactly uniform when high - low is a power of two
+    up to 2**24, within (high - low) / 2**24 of uniform otherwise."""
+    if size is None:
+        *bounds, size = args
+    else:
+        bounds = list(args)
+    low, high = (0, bounds[0]) if len(bounds) == 1 else tuple(bounds)
+    if high <= low:
+        raise ValueError(f"randint: low ({low}) must be less than high ({high})")
+    u = (generator or default_generator()).draw("random_uniform", _shape_arg((size,) if isinstance(size, int)
+                                                                             else tuple(size)), f64)
+    return ((u * float(high - low)).floor() + float(low)).to(dtype_of(dtype))
+
+
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False,  # noqa: A002
+                generator: Generator | None = None) -> Tensor:
+    """Category indices drawn from the non-negative weights of each row of input ([C] or [N, C]), as
+    torch.multinomial: with replacement by inverting the running sum of the weights; without, the
+    num_samples largest keys log(u) / w (Efraimidis-Spirakis: the same distribution as drawing one by
+    one). Eager calls check the weights (non-negative, enough nonzero categories)."""
+    if input.ndim not in (1, 2):
+        raise ShapeError(f"multinomial: input must be 1-D or 2-D, got shape {list(input.shape)}")
+    c = input.shape[-1]
+    if input._value is None:
+        w = input.numpy().astype(np.float64)
+        if (w < 0).any() or not np.isfinite(w).all() or (w.sum(-1) <= 0).any():
+            raise ValueError("multinomial: weights must be finite, non-negative and have a positive sum per row")
+        if not replacement and (num_samples > (w > 0).sum(-1)).any():
+            raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from "
+                             f"{int((w > 0).sum(-1).min())} categories of nonzero weight")
+    p = input.to(f64)
+    u = (generator or default_generator()).draw("random_uniform", (*input.shape[:-1], num_samples if replacement
+                                                                   else c), f64)
+    if not replacement:
+        from flame.frontend.ops import where
+
+        keys = where(p > 0, u.log() / where(p > 0, p, 1.0), float("-inf"))
+        return keys.topk(num_samples, dim=-1).indices
+    cdf = p.cumsum(-1)
+    target = u * cdf[..., -1:]
+    idx = (cdf.unsqueeze(-2) <= target.unsqueeze(-1)).sum(-1)
+    last = ((p > 0).to(i64) * arange(c)).amax(-1, keepdim=True)  # rounding must not pick a trailing zero
+    return idx.clamp(max=last)
+
+
+def linspace(start, end, steps: int, dtype=None) -> Tensor:
+    """steps evenly spaced values from start to end, computed as PyTorch does (from start for the first
+    half, from end for the second, so both ends are exact)."""
+    dt = dtype_of(dtype) if dtype is not None else f32
+    if steps < 0:
+        raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+    work = dt if dt.is_float else f64
+    if steps <= 1:
+        return full((steps,), start, work).to(dt)
+    from flame.frontend.ops import where
+
+    step = (end - start) / (steps - 1)
+    i = arange(steps, dtype=work)
+    out = where(i < steps // 2, i * step + start, end - (float(steps - 1) - i) * step)
+    return out.to(dt)
+
+
+def eye(n: int, m: int | None = None, dtype=f32) -> Tensor:
+    """The n x m identity (ones on the diagonal)."""
+    m = n if m is None else m
+    return (arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).to(dtype_of(dtype))

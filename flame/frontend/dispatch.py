@@ -11,11 +11,12 @@ import numpy as np
 
 from flame.compiler import compile_graph
 from flame.errors import FlameError, TraceError
-from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.frontend import autocast
+from flame.frontend.context import current_trace, grad_enabled, in_checkpoint, user_location
 from flame.ir import registry
 from flame.ir.builder import Builder, _with_loc
 from flame.ir.dtypes import DType
-from flame.ir.graph import Graph
+from flame.ir.graph import CheckpointLoc, Graph
 from flame.ir.types import TensorType
 from flame.runtime.device import executor
 
@@ -44,6 +45,12 @@ def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:
     return like.dtype
 
 
+def _loc() -> str | None:
+    """The user's line, marked when the op is recorded inside flame.utils.checkpoint."""
+    loc, region = user_location(), in_checkpoint.get()
+    return loc if region is None else CheckpointLoc(loc or "", region)
+
+
 def _one_op_graph(name: str, attrs: dict, types: tuple[TensorType, ...]) -> Graph:
     g = Graph(name)
     ins = [g.add_input(t) for t in types]
@@ -52,10 +59,12 @@ def _one_op_graph(name: str, attrs: dict, types: tuple[TensorType, ...]) -> Grap
 
 
 def apply(name: str, *inputs: Any, **attrs: Any):
-    """Run or record op `name` on Tensors / Python numbers. Returns a Tensor."""
+    """Run or record op `name` on Tensors / Python numbers. Returns a Tensor. Inside flame.autocast
+    the floating-point inputs are cast first, as the op's `autocast` trait says."""
     from flame.frontend.tensor import Tensor
 
     opdef = registry.get(name)
+    inputs = autocast.cast_inputs(opdef.autocast, inputs)
     try:
         attrs = opdef.normalize_attrs(attrs)
     except FlameError as e:
@@ -63,7 +72,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     trace = current_trace.get()
     if trace is not None:
         vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
-        trace.builder.loc = user_location()
+        trace.builder.loc = _loc()
         return Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
     for x in inputs:
         if isinstance(x, Tensor) and x._value is not None:
@@ -73,6 +82,9 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     types, arrays = [], []
     for x in inputs:
         if isinstance(x, Tensor):
+            if ex.name == "cuda" and isinstance(x._data, np.ndarray):
+                raise FlameError(f"{name}: a tensor on the cpu (made by .cpu()) met the cuda executor: "
+                                 f"move it back with .cuda() first\n  at {user_location()}")
             types.append(TensorType(x.shape, x.dtype))
             arrays.append(x._data)
         else:
@@ -90,5 +102,5 @@ def apply(name: str, *inputs: Any, **attrs: Any):
             t.requires_grad = True
             t._node = Node(name, attrs, tuple(inputs),
                            tuple(x._version if isinstance(x, Tensor) else 0 for x in inputs),
-                           user_location())
+                           _loc())
     return t

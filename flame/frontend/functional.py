@@ -7,6 +7,7 @@ import math
 import warnings
 
 from flame.errors import DTypeError, IndexValueError, ShapeError
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator
 from flame.frontend.dispatch import apply
@@ -51,6 +52,7 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
     return x.leaky_relu(negative_slope)
 
 
+@policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     # the max only keeps exp() in range: the result does not depend on it, so neither does the
     # gradient (detached, as in PyTorch; otherwise autodiff adds terms that cancel to rounding error)
@@ -58,6 +60,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     return e / e.sum(dim, keepdim=True)
 
 
+@policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     m = x.amax(dim, keepdim=True).detach()  # a shift the result does not depend on (see softmax)
     m = apply("where", m.abs() < float("inf"), m, 0.0)  # an infinite max would give inf - inf = NaN
@@ -65,10 +68,12 @@ def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     return out if keepdim else out.squeeze(dim)
 
 
+@policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     return x - logsumexp(x, dim, keepdim=True)
 
 
+@policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -84,6 +89,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     return y + bias if bias is not None else y
 
 
+@policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     dims = tuple(range(x.ndim - len(shape), x.ndim))
@@ -91,6 +97,7 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     return y * weight if weight is not None else y
 
 
+@policy("lower")  # autocast: input, weight and bias in the autocast dtype
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias, with weight [out_features, in_features] as in PyTorch."""
     if x.shape[-1] != weight.shape[-1]:
@@ -114,6 +121,7 @@ def warn_if_broadcast(loss: str, input: Tensor, target: Tensor) -> None:  # noqa
                       f"Please ensure they have the same size.", UserWarning, stacklevel=user_stacklevel())
 
 
+@policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
     """mean((input - target)^2) (or its sum, or per element); warns as PyTorch does when the shapes
     differ and would broadcast."""
@@ -122,6 +130,7 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor: 
     return _loss_reduce(d * d, reduction)
 
 
+@policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def cross_entropy(logits: Tensor, target: Tensor, reduction: str = "mean",
                   label_smoothing: float = 0.0, ignore_index: int | None = None) -> Tensor:
     """Cross-entropy of [N, C] logits against integer class labels [N]. Labels equal to ignore_index

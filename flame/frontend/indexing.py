@@ -1,36 +1,114 @@
-"""Tensor.__getitem__: ints, slices (any step, negative too), None, Ellipsis, and one integer tensor
-(index_select). Built from slice / flip / squeeze / unsqueeze / index_select primitives."""
+"""Tensor indexing with PyTorch's semantics, built from IR primitives.
+
+Reads (`x[key]`): ints, slices (any step, negative too), None, Ellipsis, integer tensors / lists
+(advanced indexing: several index tensors broadcast together and pick elements pairwise; their result
+dimensions replace them where they are adjacent, else come first, as in PyTorch) and boolean masks
+(`x[mask]`: the selected elements in row-major order). A mask's result has as many elements as the
+mask has True values, which the graph cannot know while tracing, so `x[mask]` reads work eagerly and
+raise TraceError inside @flame.compile (use flame.where / masked_fill there).
+
+Writes (`x[key] = v`) are functional (DESIGN.md §1): the new tensor is built from where / scatter_add
+and the Tensor is rebound to it (copy_), so a compiled step that writes into an argument returns it
+as an aliased output. `x[mask] = v` is `where(mask, v, x)` (v a scalar, or one value per True element
+in order), which also works while tracing; other keys scatter v at the flat positions the key
+selects. Duplicate positions: eagerly the last write wins (as PyTorch on the CPU); inside a compiled
+step the values are summed (PyTorch leaves the result unspecified)."""
 
 from __future__ import annotations
 
-from flame.errors import ShapeError
-from flame.frontend.context import user_location
+import math
+
+import numpy as np
+
+from flame.errors import FlameError, IndexValueError, ShapeError, TraceError
+from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.dispatch import apply
+from flame.ir.dtypes import boolean, i32, i64
+
+
+def _tensor_cls():
+    from flame.frontend.tensor import Tensor
+
+    return Tensor
+
+
+def _as_index(k):
+    """Lists and arrays become index tensors; NumPy integers become ints."""
+    Tensor = _tensor_cls()
+    if isinstance(k, (list, np.ndarray)):
+        return Tensor(np.asarray(k) if not isinstance(k, list) or k else np.zeros(0, np.int64))
+    if isinstance(k, np.integer):
+        return int(k)
+    if isinstance(k, Tensor) and not (k.dtype.is_int or k.dtype == boolean):
+        raise ShapeError(f"tensors used as indices must be integer or bool tensors, got {k.dtype}"
+                         f"\n  at {user_location()}")
+    if isinstance(k, (bool, np.bool_)):
+        raise ShapeError(f"a Python bool is not a supported index (use a bool tensor)\n  at {user_location()}")
+    return k
 
 
 def _expand_ellipsis(key: tuple, rank: int) -> tuple:
-    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    n_real = sum(_width(k) for k in key if k is not None and k is not Ellipsis)
     if sum(1 for k in key if k is Ellipsis) > 1:
         raise ShapeError("an index can only have one ellipsis")
     if any(k is Ellipsis for k in key):  # `in`/.index() would call Tensor.__eq__ on tensor indices
         i = next(j for j, k in enumerate(key) if k is Ellipsis)
         key = key[:i] + (slice(None),) * (rank - n_real) + key[i + 1:]
-    return key + (slice(None),) * (rank - sum(1 for k in key if k is not None))
+    return key + (slice(None),) * (rank - sum(_width(k) for k in key if k is not None))
+
+
+def _width(k) -> int:
+    """How many dimensions of the tensor an index consumes (a bool mask: its rank)."""
+    Tensor = _tensor_cls()
+    return k.ndim if isinstance(k, Tensor) and k.dtype == boolean else 1
+
+
+def _masks_to_indices(t, key: tuple) -> tuple:
+    """A bool mask index is its nonzero() integer indices (one per mask dimension), eagerly."""
+    Tensor = _tensor_cls()
+    out, dim = [], 0
+    for k in key:
+        if isinstance(k, Tensor) and k.dtype == boolean:
+            if k._value is not None or t._value is not None:
+                raise TraceError(f"x[mask] with a boolean mask has as many elements as the mask has True values, "
+                                 f"which is not known while tracing @flame.compile; use flame.where(mask, x, 0) "
+                                 f"or x.masked_fill(~mask, 0) there\n  at {user_location()}")
+            want = t.shape[dim: dim + k.ndim]
+            if tuple(k.shape) != tuple(want):
+                raise ShapeError(f"the shape of the mask {list(k.shape)} does not match the shape of the indexed "
+                                 f"tensor {list(t.shape)} at dimension {dim}\n  at {user_location()}")
+            out.extend(Tensor(a.astype(np.int64)) for a in np.nonzero(k.numpy()))
+            dim += k.ndim
+        else:
+            out.append(k)
+            dim += k is not None
+    return tuple(out)
+
+
+def _insert_new_axes(t, key: tuple):
+    """x[..., None, ...]: unsqueeze first, then index the new axis with a full slice."""
+    out, d = [], 0
+    for k in key:
+        if k is None:
+            t = apply("unsqueeze", t, axes=[d])
+            k = slice(None)
+        out.append(k)
+        d += 1
+    return t, tuple(out)
 
 
 def getitem(t, key):
-    from flame.frontend.tensor import Tensor
-
-    if not isinstance(key, tuple):
-        key = (key,)
+    Tensor = _tensor_cls()
+    key = tuple(_as_index(k) for k in (key if isinstance(key, tuple) else (key,)))
     key = _expand_ellipsis(key, t.ndim)
-    real = [k for k in key if k is not None]
-    if len(real) > t.ndim:
+    if sum(_width(k) for k in key if k is not None) > t.ndim:
         raise ShapeError(f"too many indices for a tensor of shape {list(t.shape)}\n  at {user_location()}")
-    starts, stops, steps, flips, drop, tensor_idx = [], [], [], [], [], []
-    for axis, (k, n) in enumerate(zip(real, t.shape)):
+    key = _masks_to_indices(t, key)
+    t, key = _insert_new_axes(t, key)
+    starts, stops, steps, flips, drop, advanced = [], [], [], [], [], []
+    for axis, (k, n) in enumerate(zip(key, t.shape)):
         if isinstance(k, Tensor):
-            tensor_idx.append((axis, k))
+            advanced.append((axis, k))
             k = slice(None)
         if isinstance(k, int):
             if not -n <= k < n:
@@ -40,7 +118,7 @@ def getitem(t, key):
             drop.append(axis)
             continue
         if not isinstance(k, slice):
-            raise ShapeError(f"unsupported index {k!r}")
+            raise ShapeError(f"unsupported index {k!r}\n  at {user_location()}")
         a, z, s = k.indices(n)
         if s < 0:
             flips.append(axis)
@@ -51,20 +129,165 @@ def getitem(t, key):
         out = apply("flip", out, axes=flips)
     if (starts, stops, steps) != ([0] * t.ndim, list(t.shape), [1] * t.ndim):
         out = apply("slice", out, starts=starts, stops=stops, steps=steps)
-    for axis, idx in tensor_idx:
-        if idx.ndim != 1:
-            raise ShapeError("only 1-D integer tensors are supported as indices")
-        out = apply("index_select", out, idx, axis=axis)
-    if drop:
+    if drop:  # PyTorch selects with ints first: advanced indices act on the remaining axes
         out = apply("squeeze", out, axes=drop)
-    # re-insert the None axes at their positions in the result
-    pos, news = 0, []
-    for k in key:
-        if k is None:
-            news.append(pos)
-            pos += 1
-        elif not isinstance(k, int):
-            pos += 1
-    if news:
-        out = apply("unsqueeze", out, axes=news)
-    return out
+        advanced = [(axis - sum(d < axis for d in drop), k) for axis, k in advanced]
+    return _advanced(out, advanced) if advanced else out
+
+
+def _check_bounds(idx, n: int, axis: int) -> None:
+    if idx._value is None and idx.numel():
+        a = idx.numpy()
+        bad = (a < -n) | (a >= n)
+        if bad.any():
+            raise IndexValueError(f"index {int(a[bad].flat[0])} is out of bounds for dimension {axis} with size {n}"
+                                  f"\n  at {user_location()}")
+
+
+def _advanced(x, advanced: list):
+    """Integer index tensors on axes A of x: broadcast them, read the elements they name pairwise."""
+    from flame.ir.ops._shapes import broadcast_shapes
+
+    axes = [a for a, _ in advanced]
+    idxs = [k for _, k in advanced]
+    for a, k in advanced:
+        _check_bounds(k, x.shape[a], a)
+    batch = broadcast_shapes("index", [k._type() for k in idxs])
+    if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: their result goes first
+        x = x.permute(*axes, *[d for d in range(x.ndim) if d not in axes])
+        axes = list(range(len(axes)))
+    p = axes[0]
+    sizes = [x.shape[a] for a in axes]
+    if len(axes) == 1:
+        flat = idxs[0]
+    else:  # one index into the merged axes: sum of (idx_k wrapped to [0, n_k)) * stride_k
+        flat = None
+        for k, n, stride in zip(idxs, sizes, _strides(sizes)):
+            k = k.to(i64)
+            term = apply("where", k < 0, k + n, k) * stride
+            flat = term if flat is None else flat + term
+        x = x.reshape(*x.shape[:p], math.prod(sizes), *x.shape[p + len(axes):])
+    flat = flat.broadcast_to(batch).reshape(-1)
+    out = apply("index_select", x, flat, axis=p)
+    return out.reshape(*out.shape[:p], *batch, *out.shape[p + 1:])
+
+
+def _strides(sizes: list[int]) -> list[int]:
+    out, s = [], 1
+    for n in reversed(sizes):
+        out.append(s)
+        s *= n
+    return out[::-1]
+
+
+# ---- writes -------------------------------------------------------------------------------------------
+
+def setitem(t, key, value) -> None:
+    """x[key] = value, as a functional update that rebinds x (see the module docstring)."""
+    Tensor = _tensor_cls()
+    value = value if isinstance(value, Tensor) else _scalar_like(value, t)
+    if value.dtype != t.dtype:
+        value = value.to(t.dtype)
+    k = _as_index(key) if not isinstance(key, tuple) else None
+    base = stand_in(t, value)
+    if isinstance(k, Tensor) and k.dtype == boolean:
+        new = masked_write(base, k, value)
+    else:
+        new = _scatter_write(base, key, value)
+    assign(t, new)
+
+
+def _scalar_like(value, t):
+    from flame.frontend.tensor import full
+
+    if not isinstance(value, (int, float, bool, np.number, np.bool_)):
+        Tensor = _tensor_cls()
+        return Tensor(value, t.dtype)
+    return full((), value, t.dtype)
+
+
+def masked_write(t, mask, value):
+    """where(mask, value, t): value broadcasts against t, or holds one row per True element of mask."""
+    from flame.ir.ops._shapes import broadcast_shapes
+
+    if tuple(mask.shape) != tuple(t.shape[: mask.ndim]):
+        raise ShapeError(f"the shape of the mask {list(mask.shape)} does not match the shape of the indexed tensor "
+                         f"{list(t.shape)}\n  at {user_location()}")
+    trailing = t.shape[mask.ndim:]
+    wide = mask.reshape(*mask.shape, *([1] * len(trailing)))
+    if value.ndim == 0 or value.numel() == 1 and value.ndim <= len(trailing) + 1:
+        return apply("where", wide, value.reshape(()), t)
+    if value.ndim <= len(trailing):  # one row for every selected position
+        broadcast_shapes("index_put", [value._type(), t._type().with_shape(trailing)])
+        return apply("where", wide, value.broadcast_to(t.shape), t)
+    # the k-th True position of the mask takes value[k]
+    if mask._value is None and value._value is None:
+        count = int(mask.numpy().sum())
+        if value.shape[0] != count:
+            raise ShapeError(f"x[mask] = v: v has {value.shape[0]} rows but the mask selects {count} elements"
+                             f"\n  at {user_location()}")
+    value = value.broadcast_to(value.shape[0], *trailing) if value.shape[1:] != trailing else value
+    flat = mask.reshape(-1)
+    pos = apply("where", flat, flat.to(i64).cumsum(0) - 1, 0)
+    rows = apply("index_select", value, pos, axis=0).reshape(t.shape)
+    return apply("where", wide, rows, t)
+
+
+def _scatter_write(t, key, value):
+    """Scatter value at the flat positions x[key] reads: flat indices of the key, from an arange."""
+    from flame.frontend.creation import arange
+
+    Tensor = _tensor_cls()
+    positions = getitem(arange(t.numel()).reshape(t.shape), key)
+    src = value.broadcast_to(positions.shape).reshape(-1)
+    pos = positions.reshape(-1)
+    if pos._value is None and src._value is None and t._value is None and pos.numel():
+        p = pos.numpy()
+        _, last = np.unique(p[::-1], return_index=True)
+        if len(last) < len(p):  # duplicate positions: the last write wins, as in PyTorch on the CPU
+            keep = Tensor(np.sort(len(p) - 1 - last).astype(np.int64))
+            pos, src = pos[keep], src[keep]
+    work = t.dtype if t.dtype.is_float or t.dtype.itemsize >= 4 else i32  # scatter_add adds 32/64-bit numbers
+    flat = t.reshape(-1)
+    hit = apply("scatter_add", _full((t.numel(),), 0, i32), pos, _full(pos.shape, 1, i32), axis=0) > 0
+    # -0.0 + v == v for every v (0.0 + -0.0 would give +0.0)
+    base = _full((t.numel(),), -0.0 if work.is_float else 0, work)
+    placed = apply("scatter_add", base, pos, src.to(work), axis=0)
+    return apply("where", hit, placed.to(t.dtype), flat).reshape(t.shape)
+
+
+def _full(shape, value, dtype):
+    from flame.frontend.tensor import full
+
+    return full(tuple(shape), value, dtype)
+
+
+def assign(t, new) -> None:
+    """Make tensor t hold `new` (an in-place op: x[k] = v, masked_fill_, clamp_). While tracing t is
+    rebound; eagerly t's buffer is overwritten and t takes new's gradient history (the history keeps t's
+    old value in a stand-in tensor, so t.backward() differentiates through the write)."""
+    if current_trace.get() is not None or t._value is not None:
+        t.copy_(new)
+        return
+    if grad_enabled.get() and t.requires_grad and t._node is None:
+        raise FlameError(f"a leaf tensor that requires grad cannot be written in place (use `with "
+                         f"flame.no_grad():` or write into a clone)\n  at {user_location()}")
+    node, needs = new._node, new.requires_grad
+    t._data[...] = new._data
+    t._version += 1
+    t._node, t.requires_grad = (node, needs) if grad_enabled.get() else (None, t.requires_grad)
+
+
+def stand_in(t, *others):
+    """What an in-place op on t computes from: t itself while tracing or when no gradient is recorded,
+    else a new Tensor holding t's gradient history (and, for a leaf, a copy of its values: the write
+    changes t's buffer, and t takes the new history)."""
+    from flame.frontend.tensor import Tensor
+
+    involved = [t, *(o for o in others if isinstance(o, Tensor))]
+    if current_trace.get() is not None or t._value is not None or not grad_enabled.get() \
+            or not any(x.requires_grad for x in involved):
+        return t
+    old = Tensor._concrete(t._data if t._node is not None else t._data.copy(), t.dtype)
+    old.requires_grad, old._node = t.requires_grad, t._node
+    return old

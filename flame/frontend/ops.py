@@ -4,9 +4,10 @@ re-exports them."""
 
 from __future__ import annotations
 
+import builtins
 import inspect
 
-from flame.errors import ShapeError
+from flame.errors import DTypeError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor
 from flame.frontend.dispatch import apply
@@ -88,7 +89,7 @@ def pow(a, b) -> Tensor:  # noqa: A001
 def where(cond: Tensor, a, b) -> Tensor:
     """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype (result_type)."""
     dt = result_type(a, b)
-    if not any(isinstance(x, Tensor) for x in (a, b)):
+    if not builtins.any(isinstance(x, Tensor) for x in (a, b)):
         a = full((), a, dt)
     a = a.to(dt) if isinstance(a, Tensor) else a
     b = b.to(dt) if isinstance(b, Tensor) else b
@@ -120,5 +121,70 @@ def stack(tensors, dim: int = 0) -> Tensor:
 
 
 def pad(x: Tensor, pads, value: float = 0) -> Tensor:
-    """Constant padding; pads is one (lo, hi) pair per axis (NumPy's form)."""
+    """Constant padding; pads is one (lo, hi) pair per axis, first axis first (NumPy's form; torch's
+    order, last dimension first, is flame.nn.functional.pad)."""
     return apply("pad", x, pads=pads, value=value)
+
+
+argsort, sort, topk, narrow = (_unary(n) for n in ("argsort", "sort", "topk", "narrow"))
+cumsum, cumprod, any, all = (_unary(n) for n in ("cumsum", "cumprod", "any", "all"))  # noqa: A001
+isnan, isinf, isfinite = (_unary(n) for n in ("isnan", "isinf", "isfinite"))
+split, chunk, tile, repeat_interleave = (_unary(n) for n in ("split", "chunk", "tile", "repeat_interleave"))
+norm, floor_divide, remainder, masked_fill = (_unary(n) for n in ("norm", "floor_divide", "remainder", "masked_fill"))
+clip, clamp_min, clamp_max = _unary("clip"), _unary("clamp_min"), _unary("clamp_max")
+for _f in (argsort, sort, topk, narrow, cumsum, cumprod, any, all, isnan, isinf, isfinite, split, chunk, tile,
+           repeat_interleave, norm, floor_divide, remainder, masked_fill, clamp, clip, clamp_min, clamp_max):
+    _f.__doc__ = f"flame.{_f.__name__}(x, ...) = x.{_f.__name__}(...): " + (getattr(Tensor, _f.__name__).__doc__ or
+                                                                             "as in PyTorch.")
+
+
+def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
+    """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
+    (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of
+    the 2-norm (and of every ord > 0 root) is zero, as in PyTorch."""
+    x = x.to(dtype) if dtype is not None else x
+    if not x.dtype.is_float:
+        raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
+    a = x.abs()
+    if ord == float("inf"):
+        return a.amax(dim, keepdim)
+    if ord == float("-inf"):
+        return a.amin(dim, keepdim)
+    if ord == 0:
+        return (x != 0).to(x.dtype).sum(dim, keepdim)
+    if ord == 1:
+        return a.sum(dim, keepdim)
+    s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
+    if ord < 0:
+        return s ** (1.0 / ord)
+    zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
+    safe = where(zero, 1.0, s)
+    return where(zero, 0.0, safe.sqrt() if ord == 2 else safe ** (1.0 / ord))
+
+
+def softmax(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
+    """flame.softmax(x, dim) (torch.softmax)."""
+    from flame.frontend.functional import softmax as _softmax
+
+    return _softmax(x.to(dtype) if dtype is not None else x, dim)
+
+
+def log_softmax(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
+    """flame.log_softmax(x, dim) (torch.log_softmax)."""
+    from flame.frontend.functional import log_softmax as _log_softmax
+
+    return _log_softmax(x.to(dtype) if dtype is not None else x, dim)
+
+
+def repeat(x: Tensor, *sizes) -> Tensor:
+    return x.repeat(*sizes)
+
+
+def isclose(a: Tensor, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+    """|a - b| <= atol + rtol * |b| (torch.isclose); infinities are close to themselves."""
+    close = ((a - b).abs() <= atol + rtol * (b.abs() if isinstance(b, Tensor) else builtins.abs(b))) | (a == b)
+    return close | (a.isnan() & b.isnan()) if equal_nan and isinstance(b, Tensor) else close
+
+
+def allclose(a: Tensor, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    return bool(isclose(a, b, rtol, atol, equal_nan).all())

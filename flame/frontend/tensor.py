@@ -11,6 +11,7 @@ import numpy as np
 from flame.errors import DimError, DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
+from flame.frontend.tensor_ops import TensorOps
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
@@ -40,9 +41,9 @@ def _shape_arg(shape) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
-class Tensor:
+class Tensor(TensorOps):
     """A tensor. Concrete tensors live on the current device (NumPy or CuPy arrays); traced tensors
-    exist while @flame.compile records a function."""
+    exist while @flame.compile records a function. Methods beyond the core: frontend/tensor_ops.py."""
 
     __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "_grad", "_node", "_version",
                  "_role", "__weakref__")
@@ -236,15 +237,68 @@ class Tensor:
         return self.copy_(value)
 
     def __setitem__(self, key, value):
-        raise FlameError("item assignment is not supported: flame's IR is pure; use flame.where or "
-                         "Tensor.scatter_add to build the new tensor")
+        """x[key] = value: a functional update that rebinds x (frontend/indexing.py)."""
+        from flame.frontend.indexing import setitem
 
-    # ---- dtype conversion -------------------------------------------------------------------------
-    def to(self, dtype) -> Tensor:
-        dt = dtype_of(dtype)
-        return self if dt == self.dtype else apply("cast", self, dtype=dt)
+        setitem(self, key, value)
 
-    type = to
+    # ---- dtype and device conversion ----------------------------------------------------------------
+    def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False) -> Tensor:
+        """to(dtype), to(device), to(device, dtype), to(other) (its device and dtype), as in PyTorch.
+        A device is "cpu" or "cuda" (see `device`)."""
+        from flame.runtime.device import is_device
+
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif is_device(a):
+                device = a
+            else:
+                dtype = a
+        out = self._to_device(device) if device is not None else self
+        if dtype is not None:
+            dt = dtype_of(dtype)
+            out = out if dt == out.dtype else apply("cast", out, dtype=dt)
+        return out.clone() if copy and out is self else out
+
+    def type(self, dtype=None):
+        """The dtype's name without an argument; with one, a conversion (as to(dtype))."""
+        return f"flame.{self.dtype.name}" if dtype is None else self.to(dtype)
+
+    @property
+    def device(self):
+        """flame.device('cpu') for NumPy-backed tensors (the reference executor), cuda:N for CuPy ones."""
+        from flame.runtime.device import device_of
+
+        return device_of(self._data)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def cpu(self) -> Tensor:
+        """This tensor on the CPU: itself on the reference executor; on a GPU run, a copy in host memory
+        (to read values: .numpy() / .item() / .tolist(); ops need it back on the GPU: .cuda())."""
+        return self._to_device("cpu")
+
+    def cuda(self, device=None) -> Tensor:
+        """This tensor on the GPU: itself when it is there; a host tensor is uploaded. Raises when this
+        process runs on the reference executor (flame.set_device("cuda") first)."""
+        return self._to_device("cuda" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
+
+    def _to_device(self, device) -> Tensor:
+        from flame.runtime.device import Device, executor, get_device
+
+        want, here = Device(device), self.device
+        if want.type == here.type:
+            return self
+        if self._value is not None or want.executor_name != get_device() and want.type == "cuda":
+            raise FlameError(f".to({str(want)!r}): this process runs flame on the {get_device()} executor, whose "
+                             f"tensors live on {here}; flame runs one executor per process (flame.set_device or "
+                             f"FLAME_DEVICE choose it before tensors are made)\n  at {user_location()}")
+        if want.type == "cpu":
+            return Tensor._concrete(executor().to_numpy(self._data), self.dtype)
+        return Tensor._concrete(executor().asarray(self._data), self.dtype)
 
     def float(self) -> Tensor:
         return self.to(f32)
@@ -345,16 +399,6 @@ class Tensor:
 
     def minimum(self, o):
         return binary("minimum", self, o)
-
-    def clamp(self, min=None, max=None):  # noqa: A002
-        out = self
-        if min is not None:
-            out = binary("maximum", out, min)
-        if max is not None:
-            out = binary("minimum", out, max)
-        return out
-
-    clip = clamp
 
     # ---- unary math (float ops promote integer inputs to f32, as torch does) ----------------------
     def _float_unary(self, name, **attrs):
@@ -660,16 +704,24 @@ def binary(name: str, a, b) -> Tensor:
     return apply(name, a, b)
 
 
+def _autocast_lowers(*dtypes: DType) -> bool:
+    """Inside flame.autocast a matmul casts f16/bf16/f32 operands to one dtype (as torch.autocast)."""
+    from flame.frontend import autocast
+
+    return autocast.is_autocast_enabled() and all(d in (f16, bf16, f32) for d in dtypes)
+
+
 def matmul(a, b) -> Tensor:
     """`a @ b` with NumPy's rules for 1-D operands (the IR's matmul wants rank >= 2). Both operands
     must have one dtype (PyTorch's rule: bf16 @ f32, or an integer or f64 input to an f32 Linear,
-    raises flame.DTypeError naming the line)."""
+    raises flame.DTypeError naming the line, so an f64 batch never runs an f32 model in f64), except
+    inside flame.autocast, which casts floating operands to its dtype."""
     a = a if isinstance(a, Tensor) else Tensor(a)
     b = b if isinstance(b, Tensor) else Tensor(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)}: both operands "
                          f"need at least one dimension\n  at {user_location()}")
-    if a.dtype != b.dtype:  # PyTorch raises too: an f64 batch never runs an f32 model in f64 silently
+    if a.dtype != b.dtype and not _autocast_lowers(a.dtype, b.dtype):  # PyTorch raises too: an f64 batch
         raise DTypeError(f"matmul {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)}: both operands must "
                          f"have the same dtype, as in PyTorch (convert one with .to({b.dtype.name!r}) or "
                          f".to({a.dtype.name!r}))\n  at {user_location()}")

@@ -16,6 +16,7 @@ import numpy as np
 
 from flame.errors import FlameError, TraceError
 from flame.frontend.context import user_location
+from flame.frontend.hooks import run_grad_reducers
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Value
@@ -34,6 +35,7 @@ class Binding:
     dtype: DType | None = None
     checked: object = None  # "tensor": the buffer whose type the last call checked (unchanged: skip)
     cached: tuple | None = None  # "getter": (value, device array, executor) of the last call: no re-upload
+    requires_grad: bool = False  # "tensor": its requires_grad when traced (freezing one re-traces)
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Trace:
             return hit[1]
         role = t._role or ("param" if t.requires_grad else "const")
         v = self.graph.add_input(TensorType(t.shape, t.dtype), role)
-        self.bindings.append(Binding("tensor", tensor=t))
+        self.bindings.append(Binding("tensor", tensor=t, requires_grad=t.requires_grad))
         self.current[id(t)] = (t, v)
         self.inputs_of[id(t)] = v
         return v
@@ -176,6 +178,12 @@ class Trace:
                 continue
             g = Tensor._traced(gv, self)
             t.grad = g if t.grad is None else t.grad + g
+        run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
+
+    def guard(self, read: Callable[[], object], what: str) -> None:
+        """Python state the traced graph depends on (read() now); a call when read() returns something
+        else re-traces (or reuses a trace made with that value): read_python without the value."""
+        self.read_python(what, read)
 
     def _backward_ops(self, loss: Value, leaves: list[Value]) -> set:
         """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss."""

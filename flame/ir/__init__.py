@@ -2,7 +2,7 @@
 
 from flame.ir import ops as _ops  # noqa: F401  (fills the registry)
 from flame.ir.builder import Builder
-from flame.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64
+from flame.ir.dtypes import ALL_DTYPES, FLOAT_DTYPES, DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i32, i64, u8
 from flame.ir.graph import ROLES, Graph, Op, Value
 from flame.ir.parser import parse
 from flame.ir.printer import print_graph
@@ -11,5 +11,5 @@ from flame.ir.types import TensorType
 from flame.ir.verify import verify
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "REGISTRY", "ROLES", "Builder", "DType", "Graph", "Op", "OpDef",
-           "TensorType", "Value", "bf16", "boolean", "dtype_of", "f16", "f32", "f64", "get", "i32", "i64",
+           "TensorType", "Value", "bf16", "boolean", "dtype_of", "f16", "f32", "f64", "get", "i8", "i32", "i64", "u8",
            "parse", "print_graph", "verify"]

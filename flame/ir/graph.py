@@ -34,6 +34,18 @@ class Value:
         return f"<Value {self.type} from {what}>"
 
 
+class CheckpointLoc(str):
+    """The `loc` of an op recorded inside `flame.utils.checkpoint(fn, ...)`: the backward recomputes
+    its result instead of keeping it, unless it leaves the region (passes/remat.py). `region` tells
+    the calls apart. Prints as a trailing `checkpoint N` on the op's line, regions numbered in order
+    of appearance, so the mark is part of the IR text (and of every cache key made from it)."""
+
+    def __new__(cls, text: str = "", region: int = 0):
+        loc = super().__new__(cls, text)
+        loc.region = region
+        return loc
+
+
 class Op:
     """One operation: registry name, input values, frozen attributes, one result value.
     `loc` is the user's source line that created it ("train.py:14  logits = x @ w"), or None."""
@@ -62,6 +74,7 @@ class Kind(str, Enum):
     REDUCTION = "reduction"  # a column reduction in its own kernel
     MATMUL = "matmul"  # a library call (cuBLASLt) with its epilogue
     ATTENTION = "attention"  # a library call (cuDNN fused attention, forward or backward)
+    COLLECTIVE = "collective"  # a library call (NCCL all-reduce, broadcast, all-gather, reduce-scatter)
     OPAQUE = "opaque"  # one op with its own kernel (gather, scatter, pad, concat, argmax)
 
     def __str__(self) -> str:

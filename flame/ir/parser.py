@@ -9,14 +9,15 @@ from typing import Any
 from flame.errors import FlameError, ParseError
 from flame.ir import registry
 from flame.ir.dtypes import dtype_of
-from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
+from flame.ir.graph import CheckpointLoc, FusionGroup, Graph, Kind, Op, Value
 from flame.ir.types import TensorType
 
 _TYPE = r"([a-z0-9]+)\[([0-9,]*)\]"
 _HEADER = re.compile(r"^graph\s+([\w.\-]+)\((.*)\)\s*\{$")
 _PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
 _KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_]+))?\): (.*)$")
-_OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*?\})?\s*:\s*" + _TYPE + r"\s*(?:#\s*(.*))?$")
+_OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*?\})?\s*:\s*" + _TYPE
+                 + r"(?:\s+checkpoint\s+(\d+))?\s*(?:#\s*(.*))?$")
 _TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')
 
 
@@ -148,7 +149,7 @@ def parse(text: str) -> Graph:
         m = _OP.match(line)
         if not m:
             fail(n, "expected `%N = op %a, %b {attrs} : TYPE`")
-        num, name, args, attrs, dt, dims, loc = m.groups()
+        num, name, args, attrs, dt, dims, checkpoint, loc = m.groups()
         if int(num) in ids:
             fail(n, f"%{num} is defined twice")
         try:
@@ -159,7 +160,8 @@ def parse(text: str) -> Graph:
             coerced = [k for k in raw if not _same(raw[k], norm[k])]
             if coerced:  # keepdim="false" must not become True
                 fail(n, f"attribute {coerced[0]}={raw[coerced[0]]!r} is not a valid {opdef.attrs[coerced[0]].kind}")
-            op = Op(name, ins, norm, _type(dt, dims), loc.strip() if loc else None)
+            loc = loc.strip() if loc else None
+            op = Op(name, ins, norm, _type(dt, dims), CheckpointLoc(loc or "", int(checkpoint)) if checkpoint else loc)
         except ParseError:
             raise
         except (FlameError, ValueError, IndexError, TypeError, KeyError, OverflowError) as e:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from flame.ir.dtypes import DType
-from flame.ir.graph import Graph, Op, Value
+from flame.ir.graph import CheckpointLoc, Graph, Op, Value
 
 
 def format_attr(v: Any) -> str:
@@ -33,14 +33,26 @@ def format_attr(v: Any) -> str:
     raise TypeError(f"cannot print attribute value {v!r}")
 
 
-def format_op(op: Op, ids: dict[Value, int], loc: bool = False) -> str:
-    """`%3 = mul %1, %2 : f32[128,256]`; unknown values print as %? (used by the verifier)."""
+def checkpoint_numbers(g: Graph) -> dict[int, int]:
+    """flame.utils.checkpoint regions of g numbered 0, 1, ... in order of appearance."""
+    out: dict[int, int] = {}
+    for op in g.ops:
+        if isinstance(op.loc, CheckpointLoc):
+            out.setdefault(op.loc.region, len(out))
+    return out
+
+
+def format_op(op: Op, ids: dict[Value, int], loc: bool = False, regions: dict[int, int] | None = None) -> str:
+    """`%3 = mul %1, %2 : f32[128,256]`; unknown values print as %? (used by the verifier). An op of
+    a flame.utils.checkpoint region ends with `checkpoint N` (N from `regions`, else its raw id)."""
     args = ", ".join(f"%{ids[v]}" if v in ids else "%?" for v in op.inputs)
     attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in op.attrs.items())
     text = f"%{ids.get(op.out, '?')} = {op.name}"
     text += f" {args}" if args else ""
     text += f" {{{attrs}}}" if attrs else ""
     text += f" : {op.out.type}"
+    if isinstance(op.loc, CheckpointLoc):  # inside flame.utils.checkpoint: recomputed by the backward
+        text += f" checkpoint {(regions or {}).get(op.loc.region, op.loc.region)}"
     if loc and op.loc:
         text += f"  # {op.loc.splitlines()[0]}"
     return text
@@ -48,7 +60,7 @@ def format_op(op: Op, ids: dict[Value, int], loc: bool = False) -> str:
 
 def print_graph(g: Graph, locs: bool = False) -> str:
     """The whole graph as text; with locs=True each op line ends with `# file:line` of its source."""
-    ids = g.numbering()
+    ids, regions = g.numbering(), checkpoint_numbers(g)
     params = ", ".join(f"%{ids[v]}: {v.type} {r}" for v, r in zip(g.inputs, g.roles))
     lines = [f"graph {g.name}({params}) {{"]
     starts = {k.ops[0]: (i, k) for i, k in enumerate(g.groups or []) if k.ops}
@@ -57,7 +69,7 @@ def print_graph(g: Graph, locs: bool = False) -> str:
             i, k = starts[op]
             kind = k.kind + (f", epilogue {k.epilogue}" if k.epilogue != "none" else "")
             lines.append(f"  # kernel {i} ({kind}): {k.reason}")
-        lines.append("  " + format_op(op, ids, locs))
+        lines.append("  " + format_op(op, ids, locs, regions))
     rets = []
     for i, v in enumerate(g.outputs):
         item = f"%{ids[v]}" if v in ids else "%?"

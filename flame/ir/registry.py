@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
 CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
+AUTOCAST = ("", "lower", "f32")  # OpDef.autocast
 REQUIRED = object()
 
 
@@ -82,7 +83,13 @@ class OpDef:
     reduction: how a reduction starts (and whether it yields an index);
     positional: an elementwise op whose element depends on its position (arange, random draws,
         triu/tril), so uniform inputs do not give a uniform result;
-    library: the library call that computes the op (also its fusion kind), e.g. "matmul"."""
+    library: the library call that computes the op (also its fusion kind), e.g. "matmul";
+    autocast: what `flame.autocast` does to the op's floating-point inputs (PyTorch's CUDA op lists):
+        "lower" casts them to the autocast dtype (matmul, attention), "f32" casts f16/bf16 ones to
+        f32 (exp, log, pow, accumulating reductions), "" leaves them (an op given several float
+        dtypes then gets them all in the widest);
+    random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass
+        recomputes it only when a memory budget forces it)."""
 
     name: str
     category: str
@@ -98,6 +105,8 @@ class OpDef:
     reduction: Reduce | None = None
     positional: bool = False
     library: str = ""
+    autocast: str = ""
+    random: bool = False
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""
@@ -133,6 +142,8 @@ def register(opdef: OpDef) -> OpDef:
         raise ValueError(f"op {opdef.name!r} declared twice")
     if opdef.category not in CATEGORIES:
         raise ValueError(f"op {opdef.name!r}: unknown category {opdef.category!r}")
+    if opdef.autocast not in AUTOCAST:
+        raise ValueError(f"op {opdef.name!r}: unknown autocast policy {opdef.autocast!r}")
     if opdef.vjp is None and not opdef.nondiff:
         raise ValueError(f"op {opdef.name!r} needs a vjp or a nondiff reason")
     REGISTRY[opdef.name] = opdef

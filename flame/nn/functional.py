@@ -1,4 +1,8 @@
 """flame.nn.functional: the composite functions (PyTorch names), defined in flame.frontend.functional."""
 
 from flame.frontend.functional import *  # noqa: F401,F403
-from flame.frontend.functional import __all__  # noqa: F401
+from flame.frontend.functional import __all__ as _core
+from flame.frontend.losses import *  # noqa: F401,F403
+from flame.frontend.losses import __all__ as _more
+
+__all__ = [*_core, *_more]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from flame.frontend import functional as F
+from flame.frontend import losses
 from flame.frontend.creation import Generator, ones, zeros
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of, f32
@@ -16,7 +17,8 @@ from flame.nn import init
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
-__all__ = ["CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm",
+__all__ = ["BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "NLLLoss", "SmoothL1Loss",
+           "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm",
            "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "RMSNorm", "ReLU", "SiLU", "Sigmoid", "Softmax",
            "Tanh"]
 
@@ -233,3 +235,48 @@ class CrossEntropyLoss(Module):
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.cross_entropy(input, target, self.reduction, self.label_smoothing, self.ignore_index)
+
+
+class L1Loss(Module):
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return losses.l1_loss(input, target, self.reduction)
+
+
+class SmoothL1Loss(Module):
+    def __init__(self, reduction: str = "mean", beta: float = 1.0):
+        super().__init__()
+        self.reduction, self.beta = reduction, beta
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return losses.smooth_l1_loss(input, target, self.reduction, self.beta)
+
+
+class NLLLoss(Module):
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"):
+        super().__init__()
+        self.weight, self.ignore_index, self.reduction = weight, ignore_index, reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return losses.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class BCELoss(Module):
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean"):
+        super().__init__()
+        self.weight, self.reduction = weight, reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return losses.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class BCEWithLogitsLoss(Module):
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None):
+        super().__init__()
+        self.weight, self.reduction, self.pos_weight = weight, reduction, pos_weight
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return losses.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)

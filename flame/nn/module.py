@@ -88,11 +88,11 @@ class Module:
         params, bufs, mods = (self.__dict__.get(k) for k in ("_parameters", "_buffers", "_modules"))
         if isinstance(value, Parameter):
             self._check_init(name)
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             params[name] = value
         elif isinstance(value, Module):
             self._check_init(name)
-            self._forget(name)
+            self._forget(name, keep="_modules")
             mods[name] = value
         elif params is not None and name in params:
             if value is not None:
@@ -112,10 +112,13 @@ class Module:
         else:
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str) -> None:
+    def _forget(self, name: str, keep: str = "") -> None:
+        """Unregister `name` everywhere but the registry `keep`, where a new value replaces the old one
+        in its place (a replaced child keeps its position in a Sequential, as in PyTorch)."""
         self.__dict__.pop(name, None)
         for k in ("_parameters", "_buffers", "_modules"):
-            self.__dict__[k].pop(name, None)
+            if k != keep:
+                self.__dict__[k].pop(name, None)
         self._non_persistent.discard(name)
 
     def __getattr__(self, name: str) -> Any:
@@ -248,11 +251,11 @@ class Module:
         """PyTorch's forms: `to(dtype)`, `to(device)`, `to(device, dtype)`, `to(tensor)`,
         `to(device=..., dtype=...)`. A dtype converts floating-point parameters and buffers in place
         (the objects stay the same, so optimizers holding them keep working; compiled functions
-        re-trace on the new type). A device ("cpu", "cuda", "cuda:0") must be the device flame runs
-        on (one per process, chosen by flame.set_device; "cpu" is the reference executor): then
-        nothing moves, else a FlameError says how to choose the device."""
+        re-trace on the new type). A device ("cpu", "cuda", "cuda:0") must be the device this process
+        runs on (flame runs one executor per process, see Tensor.to), so it moves nothing; another
+        raises a FlameError saying how to choose the device."""
         from flame.frontend.tensor import Tensor
-        from flame.runtime.device import check_device, device_name
+        from flame.runtime.device import is_device
 
         device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
         kwargs.pop("non_blocking", None)
@@ -261,15 +264,15 @@ class Module:
         for a in args:
             if isinstance(a, Tensor):
                 dtype = a.dtype
-            elif device is None and device_name(a) is not None:
+            elif device is None and is_device(a):
                 device = a
             else:
                 dtype = a
         if device is not None:
-            check_device(device)
-        return self if dtype is None else self._to_dtype(dtype)
-
-    def _to_dtype(self, dtype: Any) -> Module:
+            for t in list(self.parameters()) + list(self.buffers()):
+                t._to_device(device)  # raises for a device this process does not run on
+        if dtype is None:
+            return self
         dt = dtype_of(dtype)
         with no_grad():
             for t in list(self.parameters()) + list(self.buffers()):
@@ -278,6 +281,12 @@ class Module:
                     t._data, t._dtype, t.grad = new._data, dt, None
                     t._version += 1
         return self
+
+    def cpu(self) -> Module:
+        return self.to("cpu")
+
+    def cuda(self, device: Any = None) -> Module:
+        return self.to("cuda")
 
     def float(self) -> Module:
         return self.to("f32")
@@ -319,21 +328,7 @@ class Module:
     def plan_load(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list, IncompatibleKeys]:
         """Check state_dict against this module without changing anything: (destination, source) pairs
         to copy, and the skipped keys. Raises flame.CheckpointError as load_state_dict does."""
-        own = self.state_dict(keep_vars=True)
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        misshaped, pairs = [], []
-        for k, t in own.items():
-            if k not in state_dict:
-                continue
-            src = as_tensor(state_dict[k])
-            if tuple(src.shape) != tuple(t.shape):
-                misshaped.append(f"{k}: checkpoint {_describe(src)} vs model {_describe(t)}")
-            else:
-                pairs.append((t, src))
-        if misshaped or (strict and (missing or unexpected)):
-            raise CheckpointError(_mismatch_message(type(self).__name__, missing, unexpected, misshaped, strict))
-        return pairs, IncompatibleKeys(missing, unexpected)
+        return match_state(self.state_dict(keep_vars=True), state_dict, strict, type(self).__name__)
 
     # ---- printing ---------------------------------------------------------------------------------
     def extra_repr(self) -> str:
@@ -343,6 +338,27 @@ class Module:
         lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ")" if not lines else head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def match_state(own: dict[str, Tensor], state_dict: dict[str, Any], strict: bool,
+                owner: str) -> tuple[list, IncompatibleKeys]:
+    """Match a loaded name -> tensor dict against `own` (name -> destination tensor): the
+    (destination, source) pairs to copy and the skipped keys. Raises flame.CheckpointError listing
+    every missing, unexpected and mis-shaped entry (mis-shaped always; the others when strict)."""
+    missing = [k for k in own if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in own]
+    misshaped, pairs = [], []
+    for k, t in own.items():
+        if k not in state_dict:
+            continue
+        src = as_tensor(state_dict[k])
+        if tuple(src.shape) != tuple(t.shape):
+            misshaped.append(f"{k}: checkpoint {_describe(src)} vs model {_describe(t)}")
+        else:
+            pairs.append((t, src))
+    if misshaped or (strict and (missing or unexpected)):
+        raise CheckpointError(_mismatch_message(owner, missing, unexpected, misshaped, strict))
+    return pairs, IncompatibleKeys(missing, unexpected)
 
 
 def copy_pairs(pairs: list[tuple[Tensor, Tensor]]) -> None:
@@ -424,3 +440,122 @@ class ModuleList(Module):
 
     def __iter__(self) -> Iterator[Module]:
         return iter(self._modules.values())
+
+
+class ModuleDict(Module):
+    """An ordered dict of modules, registered so their parameters are found (torch.nn.ModuleDict)."""
+
+    def __init__(self, modules: Any = None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.add_module(key, module)
+
+    def __delitem__(self, key: str) -> None:
+        del self._modules[key]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modules)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def pop(self, key: str) -> Module:
+        return self._modules.pop(key)
+
+    def clear(self) -> None:
+        self._modules.clear()
+
+    def update(self, modules: Any) -> None:
+        for key, module in (modules.items() if hasattr(modules, "items") else modules):
+            self[key] = module
+
+
+def _as_parameter(value: Any) -> Parameter:
+    return value if isinstance(value, Parameter) else Parameter(value if isinstance(value, Tensor) else Tensor(value))
+
+
+class ParameterList(Module):
+    """A list of Parameters, registered as "0", "1", ... (torch.nn.ParameterList); tensors appended are
+    wrapped in Parameter."""
+
+    def __init__(self, values: Iterable[Any] | None = None):
+        super().__init__()
+        for v in values or ():
+            self.append(v)
+
+    def append(self, value: Any) -> ParameterList:
+        self.register_parameter(str(len(self._parameters)), _as_parameter(value))
+        return self
+
+    def extend(self, values: Iterable[Any]) -> ParameterList:
+        for v in values:
+            self.append(v)
+        return self
+
+    def __getitem__(self, i: int | slice):
+        items = list(self._parameters.values())
+        return ParameterList(items[i]) if isinstance(i, slice) else items[i]
+
+    def __setitem__(self, i: int, value: Any) -> None:
+        key = list(self._parameters)[i]
+        self.register_parameter(key, _as_parameter(value))
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(self._parameters.values())
+
+
+class ParameterDict(Module):
+    """An ordered dict of Parameters (torch.nn.ParameterDict)."""
+
+    def __init__(self, parameters: Any = None):
+        super().__init__()
+        for key, value in (parameters.items() if hasattr(parameters, "items") else parameters or ()):
+            self[key] = value
+
+    def __getitem__(self, key: str) -> Parameter:
+        return self._parameters[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.register_parameter(key, _as_parameter(value))
+
+    def __delitem__(self, key: str) -> None:
+        del self._parameters[key]
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parameters)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._parameters
+
+    def keys(self):
+        return self._parameters.keys()
+
+    def values(self):
+        return self._parameters.values()
+
+    def items(self):
+        return self._parameters.items()

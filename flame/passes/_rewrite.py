@@ -44,9 +44,12 @@ def rewrite(g: Graph, rule: Rule) -> Graph:
 
 def annotate_loc(loc: str | None, note: str) -> str:
     """loc with `note` appended to its first line (the one dumps and `flame explain` show), keeping
-    loc's type (autodiff's BackwardLoc) and any further lines."""
+    loc's type (autodiff's BackwardLoc, a CheckpointLoc with its region) and any further lines."""
     first, *rest = (loc or "").split("\n", 1)
-    return type(loc or "")("\n".join([f"{first}  {note}".lstrip(), *rest]))
+    new = type(loc or "")("\n".join([f"{first}  {note}".lstrip(), *rest]))
+    if hasattr(loc, "__dict__"):
+        new.__dict__.update(loc.__dict__)  # a CheckpointLoc's region
+    return new
 
 
 def full_value(v: Value) -> np.generic | None:

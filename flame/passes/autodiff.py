@@ -6,6 +6,8 @@ Gradient conventions (declared per op in the registry):
 - a broadcast input's gradient is summed back to the input's shape;
 - integer and bool values get no gradient;
 - a value used several times accumulates the gradients of every use;
+- only values on a path from `wrt` get gradients: parameters with requires_grad=False (frozen) and
+  data get no gradient work at all (a VJP's unneeded parts are dropped as it is applied);
 - ops with `nondiff` (comparisons, argmax, floor/ceil/round/sign, random draws, creation) pass no
   gradient: their inputs get none through them, i.e. zero."""
 
@@ -43,6 +45,19 @@ def _depends_on(g: Graph, wrt: Sequence[Value]) -> set[Value]:
     return seen
 
 
+def _drop_unused_since(g: Graph, start: int, keep: list[Value]) -> None:
+    """Remove the ops appended since index `start` that feed none of `keep`. A VJP rule builds the
+    gradient of every input; those of inputs that need none (a frozen parameter's weight gradient,
+    the data's) are dropped here, so the joint graph never holds work nobody asked for."""
+    live = set(keep)
+    kept = []
+    for op in reversed(g.ops[start:]):
+        if op.out in live:
+            kept.append(op)
+            live.update(op.inputs)
+    g.ops[start:] = kept[::-1]
+
+
 def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None) -> list[Value | None]:
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
@@ -68,9 +83,12 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
         if gout is None or opdef.vjp is None or not any(v in needed for v in op.inputs):
             continue
         b.loc = BackwardLoc(op.loc or "")
-        grads = opdef.vjp(b, gout, *op.inputs, op.out, **op.attrs)
+        start = len(g.ops)
+        grads = [gx if gx is not None and x in needed and x.dtype.is_float else None
+                 for x, gx in zip(op.inputs, opdef.vjp(b, gout, *op.inputs, op.out, **op.attrs))]
+        _drop_unused_since(g, start, [gx for gx in grads if gx is not None])
         for x, gx in zip(op.inputs, grads):
-            if gx is None or x not in needed or not x.dtype.is_float:
+            if gx is None:
                 continue
             gx = b.sum_to(gx, x.shape)
             if gx.shape != x.shape:

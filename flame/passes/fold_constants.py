@@ -7,6 +7,7 @@ import numpy as np
 from flame.ir.builder import Builder
 from flame.ir.evaluate import evaluate_op
 from flame.ir.graph import Graph, Op, Value
+from flame.ir.ops.collective import is_collective
 from flame.ir.registry import REGISTRY
 from flame.passes._rewrite import full_value, python_number, rewrite, same_bits
 
@@ -40,6 +41,8 @@ def _evaluate(op: Op) -> np.ndarray | None:
 
 
 def _fold(op: Op, b: Builder) -> Value | None:
+    if is_collective(op):
+        return None  # its result depends on what the other ranks hold
     if not op.inputs or any(v.producer is None or v.producer.name not in CONSTANT_OPS for v in op.inputs):
         return None
     elems = [full_value(v) for v in op.inputs]

@@ -17,7 +17,9 @@ Rules, in the order they apply:
 - matmul: stays a library call; a bias add over the last dim and a relu that only it feeds are
   marked as its epilogue when the target's library runs that epilogue (Target.matmul_epilogues; the
   plan builder still falls back to a kernel when the runtime it builds for cannot);
-- `full` constants and views of graph inputs are cloned into every kernel that reads them.
+- `full` constants and views of graph inputs are cloned into every kernel that reads them;
+- phases: an op the remat pass recomputes in the backward never shares a kernel with a forward op
+  (the kernel would run in the forward and keep the value alive again).
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
@@ -35,9 +37,11 @@ import networkx as nx
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.registry import get
+from flame.passes import remat
 from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
+PHASES = "recomputed in the backward (remat): kept out of forward kernels"
 _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 
 
@@ -96,6 +100,8 @@ class _State:
 
 def _fit(st: _State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tuple | str:
     """(domain, n_red) under which `ops` form one kernel, or why they cannot."""
+    if _mixes_phases(ops):
+        return PHASES
     exposed = st.exposed(ops)
     if kind == Kind.ROWS:
         got = derive(ops, exposed, domain, n_red)
@@ -157,6 +163,8 @@ def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
     """The epilogue `op` adds to matmul group grp, or None: add of a bias [n] (size-1 dims aside)
     broadcast over the rows, then relu; the intermediate has no other user and is not returned."""
     last = grp.ops[-1].out
+    if _mixes_phases([*grp.ops, op]):
+        return None
     if st.users[last] != [op] or last in st.outs or last.dtype.name not in ("f32", "f16", "bf16"):
         return None
     if op.name == "relu" and grp.epilogue in ("none", "bias"):
@@ -204,6 +212,12 @@ def _place(st: _State, op: Op) -> None:
     for c in _constants(st, op):
         st.new([c], Kind.ELEMENTWISE, domain=c.out.shape)
     st.new([op], kind)
+
+
+def _mixes_phases(ops) -> bool:
+    """A recomputation and a forward op in one kernel (constants and input views, which every
+    kernel computes for itself, aside)."""
+    return remat.mixes_phases([o for o in ops if not _free(o)])
 
 
 def _free(op: Op | None) -> bool:
@@ -365,6 +379,8 @@ def _absorb_columns(st: _State) -> None:
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
             if not touches or not column_ok(op, rg.domain, rg.n_red) or st.reaches(cg, rg):
                 continue
+            if _mixes_phases(rg.ops + cg.ops):
+                continue
             _merge(st, rg, cg)
             break
 
@@ -375,10 +391,17 @@ def _signature(grp: _Group) -> tuple:
     return (grp.kind, grp.n_red > 0, work)
 
 
+def _feeds_collective(st: _State, grp: _Group) -> bool:
+    return any(s.kind == Kind.COLLECTIVE for s in st.succ(grp))
+
+
 def _horizontal(st: _State) -> None:
-    """Independent kernels of the same signature (scalar kernels: any) become one launch."""
+    """Independent kernels of the same signature (scalar kernels: any) become one launch. Not those
+    feeding a collective: merged with work the backward does later, a gradient bucket's last kernel
+    would hold its all-reduce back until then (passes/schedule_collectives.py)."""
     for a in list(st.groups):
-        if a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a):
+        if (a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a)
+                or _feeds_collective(st, a)):
             continue
         sig = _signature(a)
         for b in list(st.groups):
@@ -386,9 +409,9 @@ def _horizontal(st: _State) -> None:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
             if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
-                    or _columns(b)):
+                    or _columns(b) or _feeds_collective(st, b)):
                 continue
-            if st.reaches(a, b) or st.reaches(b, a):
+            if st.reaches(a, b) or st.reaches(b, a) or _mixes_phases(a.ops + b.ops):
                 continue
             _merge(st, a, b)
 
@@ -398,6 +421,9 @@ def _order(st: _State) -> list[_Group]:
     kernels = nx.DiGraph()
     kernels.add_nodes_from(st.groups)
     kernels.add_edges_from((grp, s) for grp in st.groups for s in st.succ(grp))
+    # collectives in program order: every rank must issue them in the same order (ir/ops/collective.py)
+    chain = sorted((grp for grp in st.groups if grp.kind == Kind.COLLECTIVE), key=lambda k: st.index[k.ops[0]])
+    kernels.add_edges_from(zip(chain, chain[1:]))
     try:
         return list(nx.lexicographical_topological_sort(kernels, key=lambda k: st.index[k.ops[0]]))
     except nx.NetworkXUnfeasible:
@@ -411,6 +437,8 @@ def _reason(st: _State, grp: _Group) -> str:
         return "matmul (cuBLASLt call" + (f", epilogue {grp.epilogue})" if grp.epilogue != "none" else ")")
     if grp.kind == Kind.OPAQUE:
         return f"opaque op ({grp.ops[-1].name})"
+    if grp.kind == Kind.COLLECTIVE:
+        return f"collective ({grp.ops[-1].name}: a communicator call)"
     if grp.kind == Kind.REDUCTION:
         return "column reduction (its own kernel: reduced dims are not innermost)"
     if any(v in st.outs for v in outs) and not readers:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from functools import partial, update_wrapper
 
 from flame.errors import VerifyError
-from flame.ir.graph import Graph, Op
+from flame.ir.graph import CheckpointLoc, Graph, Op
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
 from flame.passes.cse import eliminate_common_subexpressions
@@ -16,7 +16,9 @@ from flame.passes.dce import eliminate_dead_code
 from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decompose_attention
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
+from flame.passes.remat import never, rematerialize
 from flame.passes.rewrite_attention import rewrite_attention
+from flame.passes.schedule_collectives import schedule_collectives
 from flame.passes.simplify import simplify_algebra
 from flame.target import DEFAULT_TARGET, Target
 
@@ -30,6 +32,7 @@ SIMPLIFY: list[Pass] = [
     simplify_algebra,
     eliminate_common_subexpressions,
     eliminate_dead_code,
+    schedule_collectives,  # last: the passes above keep the order it makes
 ]
 LOWER = [fuse]  # run once, after SIMPLIFY, each given the Target: records the kernels on the graph
 MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this means a rule loops
@@ -118,6 +121,22 @@ def legalize(g: Graph, attention_unsupported: Callable[[Op], str] = all_supporte
 
     decompose.__name__ = decompose_attention.__name__  # the stage's name in dumps and timings
     return run_pipeline(g, [decompose], debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)
+
+
+def remat(g: Graph, allow: Callable[[Op], bool] = never, debug: bool = False, dump: Dump | None = None,
+          timings: list[tuple[str, float]] | None = None) -> Graph:
+    """Run the rematerialisation pass once on a simplified joint graph (after SIMPLIFY: its CSE would
+    merge the recomputations back; before legalize and lower). `allow(op)`: which ops outside
+    flame.utils.checkpoint regions may be recomputed (passes/remat.py; the compiler's memory-budget
+    search chooses it). Graphs without checkpoint regions and with nothing allowed skip the stage."""
+    if allow is never and not any(isinstance(op.loc, CheckpointLoc) for op in g.ops):
+        return g
+
+    def rematerialize_(graph: Graph) -> Graph:
+        return rematerialize(graph, allow)
+
+    rematerialize_.__name__ = rematerialize.__name__
+    return run_pipeline(g, [rematerialize_], debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)
 
 
 def lower(g: Graph, debug: bool = False, dump: Dump | None = None,

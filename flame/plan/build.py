@@ -25,7 +25,19 @@ from flame.ir.ops.attention import mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
 from flame.plan.memory import plan_memory
-from flame.plan.steps import Alias, AttentionCall, Buffer, Copy, KernelLaunch, MatmulCall, Plan, Step, root
+from flame.plan.steps import (
+    Alias,
+    AttentionCall,
+    Buffer,
+    CollectiveCall,
+    CollectiveWait,
+    Copy,
+    KernelLaunch,
+    MatmulCall,
+    Plan,
+    Step,
+    root,
+)
 from flame.target import Target
 
 ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
@@ -186,10 +198,40 @@ def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
     return AttentionCall(ins[0], ins[1], ins[2], out, op, o=o, grad_out=grad_out, mask=mask, workspace=ws)
 
 
+def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
+    """The communicator call of a collective op writing buffer `out`. A reduce_scatter of several
+    inputs packs them into a scratch buffer of the packed size (its result is one rank's part);
+    the other collectives pack into `out` itself. `overlap` when the target runs collectives on a
+    communication stream (the CollectiveWait is placed by `overlap_collectives`)."""
+    ins = tuple(bld.buffer_of[v] for v in op.inputs)
+    ws = None
+    if op.name == "reduce_scatter" and len(op.inputs) > 1:
+        ws = bld.scratch(sum(v.type.numel for v in op.inputs) * op.out.dtype.itemsize)
+    return CollectiveCall(ins, out, op, workspace=ws, overlap=bld.target.comm_stream)
+
+
 # an op's `library` trait -> the library-call step that computes it, built as f(builder, op, out
 # buffer); every other op becomes the kernels codegen renders for it. A convolution call is one
 # entry here.
-LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call, "attention": attention_call}
+LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {
+    "matmul": matmul_call, "attention": attention_call, "collective": collective_call}
+
+
+def overlap_collectives(buffers: dict[int, Buffer], steps: list[Step]) -> list[Step]:
+    """After each overlapped CollectiveCall, a CollectiveWait right before the first later step that
+    touches the bytes the call writes (its result, its workspace) or writes the bytes it reads (its
+    inputs), or at the end of the plan: the steps in between, readers of the inputs among them, run
+    while the transfer does. The wait reads the inputs, so the memory planner keeps them until then."""
+    out = list(steps)
+    for call in [s for s in steps if isinstance(s, CollectiveCall) and s.overlap]:
+        at = out.index(call)
+        written = {root(buffers, b) for b in call.writes}
+        read = {root(buffers, b) for b in call.reads}
+        later = next((j for j in range(at + 1, len(out))
+                      if any(root(buffers, b) in written for b in out[j].touches)
+                      or any(root(buffers, b) in read for b in out[j].writes)), len(out))
+        out.insert(later, CollectiveWait(call.inputs, call.out, call.op, call.workspace))
+    return out
 
 
 def _bind_outputs(bld: _Builder) -> list[int]:
@@ -233,7 +275,8 @@ def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None
         for grp in g.groups:
             _group_steps(bld, grp)
     outputs = _bind_outputs(bld)
-    return Plan(g.name, bld.buffers, bld.steps, inputs, outputs, 0, g, bld.buffer_of)
+    steps = overlap_collectives(bld.buffers, bld.steps)
+    return Plan(g.name, bld.buffers, steps, inputs, outputs, 0, g, bld.buffer_of)
 
 
 def _group_steps(bld: _Builder, grp: FusionGroup) -> None:

@@ -28,7 +28,8 @@ from flame.errors import FlameError
 from flame.ir.printer import format_op
 from flame.ir.registry import REGISTRY
 from flame.passes.autodiff import is_backward
-from flame.plan.steps import Buffer, Copy, KernelLaunch, Plan, Step, aligned, root
+from flame.passes.remat import is_recompute
+from flame.plan.steps import Buffer, Copy, KernelLaunch, MemoryBudget, Plan, Step, aligned, root
 
 BOUND_ROLES = ("input", "param", "state", "scalar", "const", "output")
 
@@ -266,12 +267,25 @@ def check_plan(plan: Plan) -> None:
 # the report
 
 
+def bound_bytes(plan: Plan) -> dict[str, int]:
+    """Bytes of the buffers bound to the call, per role (inputs, parameters, state, fresh outputs)."""
+    return {r: sum(b.nbytes for b in plan.buffers.values() if b.role == r and b.base is None) for r in BOUND_ROLES}
+
+
+def planned_peak(plan: Plan) -> int:
+    """The plan's peak device memory: its arena plus every bound buffer (MemoryReport.peak)."""
+    return plan.arena_size + sum(bound_bytes(plan).values())
+
+
 @dataclass
 class MemoryReport:
     """What a plan will hold on the device, known before it runs. Bytes throughout.
     peak: arena + bound buffers (inputs, parameters, state, fresh outputs); live_at_peak: (buffer,
     type, role, bytes, producing IR op line) of the temporaries live at the arena's busiest step;
-    saved: forward values read by backward ops (activations kept for the backward pass)."""
+    saved: forward values read by backward ops (activations kept for the backward pass);
+    recomputed: (op line, type, bytes) of what the backward recomputes instead (rematerialisation:
+    flame.utils.checkpoint regions and memory budgets); budget: the memory budget the plan was
+    fitted to, with the peak it had without it."""
 
     name: str
     arena: int
@@ -280,6 +294,8 @@ class MemoryReport:
     live_bytes: int
     live_at_peak: list[tuple[str, str, str, int, str]] = field(default_factory=list)
     saved: list[tuple[str, str, int]] = field(default_factory=list)
+    recomputed: list[tuple[str, str, int]] = field(default_factory=list)
+    budget: MemoryBudget | None = None
 
     @property
     def peak(self) -> int:
@@ -289,13 +305,26 @@ class MemoryReport:
     def saved_bytes(self) -> int:
         return sum(n for _, _, n in self.saved)
 
+    @property
+    def recomputed_bytes(self) -> int:
+        return sum(n for _, _, n in self.recomputed)
+
     def __str__(self) -> str:
         lines = [f"memory plan of {self.name}: peak {human_bytes(self.peak)} = arena {human_bytes(self.arena)} + bound "
                  + ", ".join(f"{r} {human_bytes(n)}" for r, n in self.bound.items() if n)]
+        if self.budget is not None:
+            b = self.budget
+            asked = f"{b.requested:g} of the unconstrained peak" if 0 < b.requested <= 1 else "bytes"
+            lines.append(f"memory budget: {human_bytes(b.bytes)} ({asked}); planned peak {human_bytes(self.peak)} "
+                         f"with the budget, {human_bytes(b.unconstrained_peak)} without")
         lines.append(f"live at the peak (step {self.peak_step}, {human_bytes(self.live_bytes)} of temporaries):")
         lines += [f"  {b:>5} {t:<16} {r:<9} {human_bytes(n):>10}  {src}" for b, t, r, n, src in self.live_at_peak]
         lines.append(f"saved for backward: {len(self.saved)} values, {human_bytes(self.saved_bytes)}")
         lines += [f"  {t:<16} {human_bytes(n):>10}  {src}" for src, t, n in self.saved]
+        if self.recomputed:
+            lines.append(f"recomputed in the backward: {len(self.recomputed)} values, "
+                         f"{human_bytes(self.recomputed_bytes)}")
+            lines += [f"  {t:<16} {human_bytes(n):>10}  {src}" for src, t, n in self.recomputed]
         return "\n".join(lines)
 
 
@@ -324,7 +353,9 @@ def memory_report(plan: Plan) -> MemoryReport:
                      key=lambda b: -b.nbytes)
     live = [(f"b{b.id}", b.typename, b.role, b.nbytes,
              format_op(producer[b.id], ids) if b.id in producer else "(kernel scratch)") for b in at_peak]
-    bound = {r: sum(b.nbytes for b in plan.buffers.values() if b.role == r and b.base is None) for r in BOUND_ROLES}
     saved = [(format_op(v.producer, ids), str(v.type), v.type.numel * v.dtype.itemsize)
              for v in saved_for_backward(plan)]
-    return MemoryReport(plan.name, plan.arena_size, bound, peak_step, max(peak, 0), live, saved)
+    recomputed = [(format_op(op, ids), str(op.out.type), op.out.type.numel * op.out.dtype.itemsize)
+                  for op in plan.graph.ops if is_recompute(op)]
+    return MemoryReport(plan.name, plan.arena_size, bound_bytes(plan), peak_step, max(peak, 0), live, saved,
+                        recomputed, plan.memory_budget)

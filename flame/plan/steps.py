@@ -7,7 +7,7 @@ A step is a frozen dataclass deriving from `Step`. Its buffer-id fields are decl
 `buffer_field()`, so renaming a buffer (the memory planner's in-place updates) needs no per-type
 code; `reads` / `writes` name the buffers it reads and writes, so liveness needs none either. A
 call into a vendor library derives from `LibraryCall`. Adding a step type (an `AttentionCall`, a
-`ConvCall`, an `AllReduce`) is: one class here, one handler in each executor's table
+`ConvCall`, a `CollectiveCall`) is: one class here, one handler in each executor's table
 (`runtime/cuda.py` STEP_HANDLERS, `runtime/reference.py` STEP_HANDLERS) and one lowering entry
 (`plan/build.py` LIBRARY_CALLS).
 """
@@ -284,6 +284,69 @@ class AttentionCall(LibraryCall):
 
 
 @dataclass(frozen=True)
+class CollectiveCall(LibraryCall):
+    """A collective (IR op `op`: all_reduce, broadcast, all_gather or reduce_scatter, see
+    ir/ops/collective.py) through the process group's communicator: NCCL on CUDA
+    (runtime/nccl.py), the store exchange or the identity on the reference executor. Several inputs
+    are packed flat, in order, into `out` (all_gather: at this rank's slot) or into `workspace`
+    (reduce_scatter, whose `out` is one rank's part) and the collective runs once on the packed bytes.
+    `overlap`: issued on the communication stream after the steps before it, and finished by the
+    CollectiveWait the plan builder puts before the first step that needs its buffers again, so the
+    steps between them overlap the transfer."""
+
+    name: ClassVar[str] = "collective"
+    library: ClassVar[str] = "NCCL"
+
+    inputs: tuple[int, ...] = buffer_field()
+    out: int = buffer_field()
+    op: Op
+    workspace: int | None = buffer_field(default=None)
+    overlap: bool = False
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return self.inputs
+
+    def format(self, ids: dict[Value, int]) -> str:
+        attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in self.op.attrs.items())
+        ins = ", ".join(f"b{a}" for a in self.inputs)
+        stream = " on comm stream" if self.overlap else ""
+        return (f"b{self.out} = call {self.op.name} ({ins}) {{{attrs}}}{self._scratch_note()}{stream}  "
+                f"# {format_op(self.op, ids)}")
+
+
+@dataclass(frozen=True)
+class CollectiveWait(Step):
+    """The plan's stream waits for an overlapped CollectiveCall (the one writing `out`) to finish.
+    It reads the call's inputs and writes its result as far as the memory planner is concerned, so
+    those bytes stay untouched by other steps while the transfer runs."""
+
+    inputs: tuple[int, ...] = buffer_field()
+    out: int = buffer_field()
+    op: Op  # the call's op (the wait itself does no work)
+    workspace: int | None = buffer_field(default=None)
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return ()
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return self.inputs
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return (self.out,) + (() if self.workspace is None else (self.workspace,))
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return ()
+
+    def format(self, ids: dict[Value, int]) -> str:
+        return f"wait b{self.out}  # the collective writing b{self.out} has finished"
+
+
+@dataclass(frozen=True)
 class Copy(Step):
     """Copy the bytes of buffer src into buffer dst (same size)."""
 
@@ -339,10 +402,22 @@ class Alias(Step):
         return f"b{self.dst} = alias b{self.src}  # {format_op(self.op, ids)}"
 
 
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What flame.compile(memory_budget=...) asked for and what the plan had without it: `requested`
+    as given (bytes, or a fraction of the unconstrained peak), `bytes` the budget in bytes, and the
+    planned peak of the same step without rematerialisation for the budget."""
+
+    requested: float
+    bytes: int
+    unconstrained_peak: int
+
+
 @dataclass
 class Plan:
     """Buffers (by id), steps in order, the buffer of each graph input and output, and the arena
-    size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops."""
+    size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops.
+    `memory_budget`: set when the plan was fitted to a memory budget (the memory report shows it)."""
 
     name: str
     buffers: dict[int, Buffer]
@@ -352,6 +427,7 @@ class Plan:
     arena_size: int
     graph: Graph
     buffer_of: dict[Value, int]
+    memory_budget: MemoryBudget | None = None
 
     def kernels(self) -> list[KernelLaunch]:
         return [s for s in self.steps if isinstance(s, KernelLaunch)]

@@ -6,6 +6,7 @@ one step through its NumPy reference."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from flame.runtime import cudnn_attention, matmul
@@ -26,9 +27,17 @@ def _attention_workspace(op) -> int:
 
 def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Target:
     """`target` with the matmul epilogues cuBLASLt runs inside the call and, for the CUDA executor,
-    which attention ops cuDNN's fused attention runs (with the workspace each call needs)."""
+    which attention ops cuDNN's fused attention runs (with the workspace each call needs) and
+    whether collectives overlap on a communication stream."""
     target = replace(target, matmul_epilogues=frozenset(matmul.SUPPORTED_EPILOGUES) - {"none"})
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
-                   attention_workspace=_attention_workspace, matmul_workspace=matmul.WORKSPACE_BYTES)
+                   attention_workspace=_attention_workspace, matmul_workspace=matmul.WORKSPACE_BYTES,
+                   comm_stream=comm_stream_enabled())
+
+
+def comm_stream_enabled() -> bool:
+    """FLAME_COMM_STREAM=0 issues collectives on the plan's own stream, in order (no overlap with
+    the computation after them); by default the CUDA executor runs them on a second stream."""
+    return os.environ.get("FLAME_COMM_STREAM", "1") != "0"

@@ -31,7 +31,19 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from flame.errors import FlameError
-from flame.plan.steps import Alias, AttentionCall, Copy, KernelLaunch, MatmulCall, Plan, Step, aligned
+from flame.plan.steps import (
+    Alias,
+    AttentionCall,
+    CollectiveCall,
+    CollectiveWait,
+    Copy,
+    KernelLaunch,
+    MatmulCall,
+    Plan,
+    Step,
+    aligned,
+)
+from flame.runtime.communicator import run_collective
 from flame.runtime.matmul import run_matmul
 
 log = logging.getLogger("flame")
@@ -111,6 +123,55 @@ def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
             att.forward(bufs[s.q], bufs[s.k], bufs[s.v], bufs[s.out], mask, ws)
 
 
+_COMM_STREAMS: dict[int, object] = {}  # device id -> the communication stream of this process
+
+
+def comm_stream():
+    """The stream overlapped collectives run on (one per device, non-blocking)."""
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    if dev not in _COMM_STREAMS:
+        _COMM_STREAMS[dev] = cupy.cuda.Stream(non_blocking=True)
+    return _COMM_STREAMS[dev]
+
+
+def _collective(s: CollectiveCall, fn, bufs: dict, stream) -> None:
+    """NCCL through the process group's communicator (runtime/nccl.py). Overlapped (s.overlap): the
+    communication stream waits for everything issued on `stream` so far, runs the call, and records
+    an event the matching CollectiveWait makes `stream` wait for; under CUDA-graph capture the two
+    events become the graph's fork and join edges."""
+    if not s.overlap:
+        with stream:
+            run_collective(s, bufs, stream)
+        return
+    side = comm_stream()
+    ready, done = _comm_events(s)
+    ready.record(stream)
+    side.wait_event(ready)
+    with side:
+        run_collective(s, bufs, side)
+    done.record(side)
+
+
+_EVENTS: dict[tuple, tuple] = {}  # (device, result buffer, op) -> (ready, done) events of an overlapped call
+
+
+def _comm_events(s: CollectiveCall | CollectiveWait) -> tuple:
+    """The (ready, done) events of an overlapped call, shared with its wait; created at the plan's
+    first (uncaptured) run, so a capture records only the events' edges."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, s.out, s.op)
+    if key not in _EVENTS:
+        _EVENTS[key] = (cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True))
+    return _EVENTS[key]
+
+
+def _wait(s: CollectiveWait, fn, bufs: dict, stream) -> None:
+    stream.wait_event(_comm_events(s)[1])
+
+
 def _alias(s: Alias, fn, bufs: dict, stream) -> None:
     bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
@@ -124,7 +185,8 @@ def _copy(s: Copy, fn, bufs: dict, stream) -> None:
 
 
 STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, AttentionCall: _attention,
-                                       Alias: _alias, Copy: _copy}
+                                       CollectiveCall: _collective, CollectiveWait: _wait, Alias: _alias,
+                                       Copy: _copy}
 Program = list[tuple[Callable, object, Step]]
 
 

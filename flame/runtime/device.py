@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import warnings
 from functools import lru_cache
+
+import numpy as np
 
 from flame.errors import FlameError
 
@@ -73,35 +74,6 @@ def _user_stacklevel() -> int:
     return level
 
 
-_CPU = ("cpu", "reference")
-
-
-def device_name(device: object) -> str | None:
-    """'cuda' or 'reference' for a PyTorch-style device ("cpu", "cuda", "cuda:0", torch.device(...),
-    flame's "reference"), None if `device` does not name a device (a dtype, say)."""
-    text = str(getattr(device, "type", device)) if not isinstance(device, str) else device
-    if text in _CPU:
-        return "reference"
-    if re.fullmatch(r"cuda(:\d+)?", text):
-        return "cuda"
-    return None
-
-
-def check_device(device: object) -> str:
-    """For `.to(device)`: flame keeps every tensor on the process's one device, so naming that device
-    is fine ("cpu" is the reference executor) and naming another is a FlameError saying what to do."""
-    name = device_name(device)
-    if name is None:
-        raise FlameError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or 'reference'")
-    current = get_device()
-    if name != current:
-        where = "the NumPy reference executor, on the CPU" if current == "reference" else "the GPU"
-        raise FlameError(f"cannot move to {device!r}: flame runs every tensor on one device per process, here "
-                         f"{current!r} ({where}); choose it before creating tensors with "
-                         f"flame.set_device({name!r}) or FLAME_DEVICE={name}")
-    return name
-
-
 @lru_cache(maxsize=2)
 def executor_for(name: str):
     """A (cached) executor by name, whatever the current device."""
@@ -118,3 +90,72 @@ def executor_for(name: str):
 def executor():
     """The executor of the current device (cached; set_device clears it)."""
     return executor_for(get_device())
+
+
+_TYPES = {"cpu": "reference", "cuda": "cuda"}  # device type -> the executor that runs tensors there
+
+
+class Device:
+    """Where a tensor lives, spelled as torch.device: "cpu" (NumPy arrays, run by the reference
+    executor) or "cuda" (CuPy arrays, run by the GPU executor). flame runs one executor per process
+    (set_device / FLAME_DEVICE), so moving tensors only makes sense towards that executor's device
+    (or to "cpu" to read values); see Tensor.to."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec: object, index: int | None = None):
+        if isinstance(spec, Device):
+            spec, index = spec.type, spec.index if index is None else index
+        text = str(spec)
+        if text == "reference":
+            text = "cpu"
+        kind, _, num = text.partition(":")
+        if kind not in _TYPES or (num and not num.isdigit()) or (kind == "cpu" and (num or index)):
+            raise FlameError(f"unknown device {spec!r}; expected 'cpu', 'cuda' or 'cuda:N' ('reference' means cpu)")
+        self.type = kind
+        self.index = int(num) if num else index
+
+    @property
+    def executor_name(self) -> str:
+        return _TYPES[self.type]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                other = Device(other)
+            except FlameError:
+                return False
+        return isinstance(other, Device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+
+
+def is_device(spec: object) -> bool:
+    """Whether spec names a device ("cpu", "cuda:0", a Device) rather than a dtype."""
+    if isinstance(spec, Device):
+        return True
+    if not isinstance(spec, str):
+        if type(spec).__name__ != "device":  # torch.device("cuda", 0)
+            return False
+        spec = str(spec)
+    try:
+        Device(spec)
+    except FlameError:
+        return False
+    return True
+
+
+def device_of(array) -> Device:
+    """The device of an executor array (None: a traced tensor, on the current executor's device)."""
+    if array is None:
+        return Device("cpu") if get_device() == "reference" else Device("cuda", 0)
+    if isinstance(array, np.ndarray):
+        return Device("cpu")
+    return Device("cuda", int(getattr(getattr(array, "device", None), "id", 0)))

@@ -16,7 +16,19 @@ import numpy as np
 from flame.errors import FlameError
 from flame.ir.evaluate import compute_op, evaluate_graph
 from flame.ir.graph import Graph
-from flame.plan.steps import Alias, AttentionCall, Buffer, Copy, KernelLaunch, MatmulCall, Plan, Step
+from flame.plan.steps import (
+    Alias,
+    AttentionCall,
+    Buffer,
+    CollectiveCall,
+    CollectiveWait,
+    Copy,
+    KernelLaunch,
+    MatmulCall,
+    Plan,
+    Step,
+)
+from flame.runtime.communicator import run_collective
 
 log = logging.getLogger("flame")
 POISON = 0xFF  # fresh arena bytes: NaN in every float dtype, so a read of unwritten memory shows
@@ -85,6 +97,16 @@ def _attention(s: AttentionCall, bufs: dict, plan: Plan) -> None:
     np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
 
 
+def _collective(s: CollectiveCall, bufs: dict, plan: Plan) -> None:
+    """Through the process's communicator (the identity in a world of one, the TCP-store exchange
+    between processes otherwise); synchronous, so the matching CollectiveWait has nothing to do."""
+    run_collective(s, bufs)
+
+
+def _wait(s: CollectiveWait, bufs: dict, plan: Plan) -> None:
+    pass
+
+
 def _alias(s: Alias, bufs: dict, plan: Plan) -> None:
     bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
@@ -93,8 +115,8 @@ def _copy(s: Copy, bufs: dict, plan: Plan) -> None:
     np.copyto(bufs[s.dst], bufs[s.src])
 
 
-STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _attention, Alias: _alias,
-                 Copy: _copy}  # one per step type
+STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _attention, CollectiveCall: _collective,
+                 CollectiveWait: _wait, Alias: _alias, Copy: _copy}  # one per step type
 
 
 def bind(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> dict[int, np.ndarray]:

@@ -124,9 +124,20 @@ def _gather(b, g, dt, name):
             b.scatter_add(x, idx, src, axis=1)
 
 
+def _scan(b, g, dt, name):
+    x, s = _inputs(g, ((6, 7, 9), dt), ((), dt))
+    for axis in (0, 1, 2):
+        getattr(b, name)(x, axis=axis)
+    getattr(b, name)(s, axis=0)
+    if name == "argsort":
+        b.argsort(x, axis=-1, descending=True)
+
+
 def _maker(name: str):
     opdef = REGISTRY[name]
     special = {"where": _where, "cast": _cast, "full": _full, "arange": _arange, "argmax": _argmax}
+    if name in ("cumsum", "cumprod", "argsort"):
+        return lambda b, g, dt: _scan(b, g, dt, name)
     if name in special:
         return special[name]
     if name in ("triu", "tril"):

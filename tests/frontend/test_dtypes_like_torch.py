@@ -98,3 +98,14 @@ def test_a_float64_or_integer_batch_to_an_f32_linear_raises_eagerly_and_compiled
         forward(batch)
     np.testing.assert_allclose(forward(batch.astype(np.float32)).numpy(),
                                model(flame.tensor(batch.astype(np.float32))).numpy(), rtol=1e-6)
+
+
+def test_inside_autocast_a_mixed_matmul_is_cast_like_torch():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = torch.ones(2, 3) @ torch.ones(3, 2, dtype=torch.bfloat16)
+    with flame.autocast("cpu", dtype=flame.bf16):
+        got = flame.ones(2, 3) @ flame.ones(3, 2, dtype="bf16")
+        with pytest.raises(flame.DTypeError, match="same dtype"):
+            flame.ones(2, 3, dtype="f64") @ flame.ones(3, 2)  # f64 is never cast: PyTorch raises too
+    assert _name(got) == _name(want) == "bfloat16"
+    np.testing.assert_array_equal(got.numpy().astype(np.float32), want.float().numpy())

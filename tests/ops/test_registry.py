@@ -215,7 +215,86 @@ def _attention_backward_cases(rng, dt):
     return out
 
 
+def _nonzero(rng, shape, dt):
+    """Divisors: floats at least 0.2 away from zero, nonzero integers; quotients not near integers."""
+    if dt.kind != "float":
+        return np.asarray(rng.choice([-4, -3, -2, -1, 1, 2, 3, 4], shape)).astype(dt.np_dtype)
+    return _away(rng, shape, dt)
+
+
+def _divmod_cases(rng, dt):
+    out = []
+    for sa, sb in BINARY_SHAPES:
+        b = _nonzero(rng, sb, dt)
+        a = _arr(rng, sa, dt)
+        if dt.kind == "float":  # a / b at least 0.1 away from an integer: no jump of // within reach
+            shape = np.broadcast_shapes(sa, sb)
+            q = rng.integers(-4, 5, shape) + rng.uniform(0.1, 0.9, shape)
+            a = np.asarray(q * b.astype(np.float64)).astype(dt.np_dtype)  # b still broadcasts into a
+        out.append(([a, b], {}))
+    return out
+
+
+def _scan_cases(rng, dt):
+    x = _arr(rng, (3, 4, 5), dt, -1.5, 1.5)
+    cases = [([x], {"axis": a}) for a in (0, 1, -1)]
+    return cases + [([_arr(rng, (7,), dt)], {"axis": 0}), ([_arr(rng, (), dt)], {"axis": 0}),
+                    ([_arr(rng, (2, 0, 3), dt)], {"axis": 1})]
+
+
+def _cumprod_grad_cases(rng, dt):
+    """Zeros included: the first zero of a line and the zeros after it take different gradients."""
+    x = np.array([[1.5, 0.0, 2.0, 0.0, -1.0], [0.5, 1.2, 0.0, 3.0, 2.0], [0.7, -1.3, 1.1, 0.9, 1.4]], dt.np_dtype)
+    return _scan_cases(rng, dt) + [([x], {"axis": 1}), ([x.T.copy()], {"axis": 0})]
+
+
+def _argsort_cases(rng, dt):
+    x = _quarters(rng, (3, 4, 5), dt) if dt.kind == "float" else _arr(rng, (3, 4, 5), dt)  # ties
+    if dt.kind == "float":
+        x.reshape(-1)[::6] = np.nan
+    cases = [([x], {"axis": a, "descending": d}) for a in (0, 1, -1) for d in (False, True)]
+    return cases + [([_arr(rng, (), dt)], {"axis": 0}), ([_arr(rng, (0, 3), dt)], {"axis": 1})]
+
+
 # ---- oracles ----------------------------------------------------------------------------------------
+
+def _scan_oracle(step):
+    def oracle(x, axis):
+        if x.ndim == 0:
+            return x
+        moved = np.moveaxis(x, axis % x.ndim, -1)
+        out = np.zeros(moved.shape, np.float64 if x.dtype.kind == "f" else x.dtype)
+        for pos in np.ndindex(*moved.shape[:-1]):
+            acc = None
+            for k in range(moved.shape[-1]):
+                acc = moved[pos + (k,)] if acc is None else step(acc, moved[pos + (k,)])
+                out[pos + (k,)] = acc
+        return np.moveaxis(out, -1, axis % x.ndim)
+    return oracle
+
+
+def _argsort_oracle(x, axis, descending):
+    if x.ndim == 0:
+        return np.array(0)
+    moved = np.moveaxis(x, axis % x.ndim, -1)
+    out = np.zeros(moved.shape, np.int64)
+    for pos in np.ndindex(*moved.shape[:-1]):
+        row = [float(v) for v in moved[pos]]
+        if descending:  # NaN first, then largest first; Python's sort is stable
+            key = lambda i, row=row: (not math.isnan(row[i]), -row[i] if not math.isnan(row[i]) else 0)  # noqa: E731
+        else:
+            key = lambda i, row=row: (math.isnan(row[i]), row[i] if not math.isnan(row[i]) else 0)  # noqa: E731
+        out[pos] = sorted(range(len(row)), key=key)
+    return np.moveaxis(out, -1, axis % x.ndim)
+
+
+def _py_binary(fn):
+    def oracle(a, b):
+        a, b = np.broadcast_arrays(a, b)
+        out = [fn(x.item(), y.item()) for x, y in zip(a.ravel(), b.ravel())]
+        return np.array(out, np.float64 if a.dtype.kind == "f" else a.dtype).reshape(a.shape)
+    return oracle
+
 
 def _reduce_oracle(fn):
     def oracle(x, axes, keepdim):
@@ -361,6 +440,18 @@ def _cmp(fn):
     return Recipe(_binary(_arr), fn, ALL, out="bool")
 
 
+def _collective(reduce: bool):
+    def make(rng, dt):
+        ops = ([{"op": "sum"}] + ([{"op": "avg"}] if dt.kind == "float" else [])) if reduce else [{}]
+        shapes = ([(3, 4)], [(5,)], [(3, 4), (2,), (1, 3)])
+        return [([_arr(rng, s, dt) for s in group], dict(a)) for group in shapes for a in ops]
+    return make
+
+
+def _packed_oracle(*xs, **attrs):
+    return xs[0] if len(xs) == 1 else np.concatenate([x.reshape(-1) for x in xs])
+
+
 RECIPES: dict[str, Recipe] = {
     "neg": Recipe(_unary(_arr), lambda x: -x, NUM),
     "abs": Recipe(_unary(_away), lambda x: np.where(x < 0, -x, x), NUM),
@@ -389,6 +480,11 @@ RECIPES: dict[str, Recipe] = {
     "mul": Recipe(_binary(_arr), lambda a, b: a * b, NUM),
     "div": Recipe(_binary(_arr, _away), lambda a, b: a / b),
     "pow": Recipe(_binary(_pos, _arr), lambda a, b: np.exp(b * np.log(a))),
+    "floor_divide": Recipe(_divmod_cases, _py_binary(lambda a, b: a // b), NUM),
+    "remainder": Recipe(_divmod_cases, _py_binary(lambda a, b: a % b), NUM),
+    "cumsum": Recipe(_scan_cases, _scan_oracle(lambda acc, v: acc + v), NUM),
+    "cumprod": Recipe(_scan_cases, _scan_oracle(lambda acc, v: acc * v), NUM, grad_make=_cumprod_grad_cases),
+    "argsort": Recipe(_argsort_cases, _argsort_oracle, ALL, out="i64"),
     "maximum": Recipe(_distinct_pair, lambda a, b: np.where(a >= b, a, b + 0 * a), NUM),
     "minimum": Recipe(_distinct_pair, lambda a, b: np.where(a <= b, a, b + 0 * a), NUM),
     "eq": _cmp(lambda a, b: a == b),
@@ -450,6 +546,11 @@ RECIPES: dict[str, Recipe] = {
     "scaled_dot_product_attention": Recipe(_attention_cases, _attention_oracle,
                                            grad_make=lambda rng, dt: _attention_cases(rng, dt, additive=False)),
     "scaled_dot_product_attention_backward": Recipe(_attention_backward_cases, _attention_backward_oracle),
+    # world size 1 (the reference of one op has no other ranks): the identity, several inputs packed flat
+    "all_reduce": Recipe(_collective(True), _packed_oracle, NUM),
+    "broadcast": Recipe(_collective(False), _packed_oracle, NUM),
+    "all_gather": Recipe(_collective(False), _packed_oracle, NUM),
+    "reduce_scatter": Recipe(_collective(True), _packed_oracle, NUM),
 }
 
 

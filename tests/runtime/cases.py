@@ -175,6 +175,65 @@ TABLE["random_uniform"] = (FLOATS, lambda rng, dt: [(_seed_offset(rng), {"shape"
 TABLE["random_normal"] = (FLOATS, lambda rng, dt: [(_seed_offset(rng), {"shape": [7, 1001], "dtype": dt})])
 
 
+def _nonzero(rng, shape, dt):
+    """Divisors: floats at least 0.25 away from zero, integers in [-5, 5] without 0."""
+    if dt.kind == "float":
+        return np.asarray(rng.uniform(0.25, 3.0, shape) * rng.choice([-1.0, 1.0], shape)).astype(dt.np_dtype)
+    return np.asarray(rng.choice([-5, -4, -3, -2, -1, 1, 2, 3, 4, 5], shape)).astype(dt.np_dtype)
+
+
+def _scan(rng, dt):
+    x = arr(rng, (4, 37, 5), dt, -1.2, 1.2)
+    return [([x], {"axis": 1}), ([x], {"axis": 0}), ([x], {"axis": -1}), ([arr(rng, (3, 0), dt)], {"axis": 1}),
+            ([arr(rng, (), dt)], {"axis": 0})]
+
+
+def _argsort(rng, dt):
+    x = _quarters(rng, (4, 37, 5), dt) if dt.kind == "float" else arr(rng, (4, 37, 5), dt)  # ties
+    if dt.kind == "float":
+        x.reshape(-1)[::7] = np.nan
+    return [([x], {"axis": a, "descending": d}) for a in (1, -1, 0) for d in (False, True)] + \
+        [([arr(rng, (2, 300), dt)], {"axis": 1, "descending": True})]
+
+
+# the 8-bit integers on the ops image and mask pipelines use (wrapping arithmetic, as NumPy)
+NARROW = ("i8", "u8")
+for _name in ("add", "sub", "mul", "maximum", "eq", "lt", "where", "reduce_sum", "reduce_max", "argmax", "gather",
+              "index_select", "reshape", "permute", "concat"):
+    TABLE[_name] = (TABLE[_name][0] + NARROW, TABLE[_name][1])
+
+
+def _cast_narrow(rng, dt):
+    """Casts to and from i8 / u8; floats sent to them are in range (C leaves negative float -> u8 undefined)."""
+    x = arr(rng, (5, 7), dt)
+    safe = np.abs(x) * 3 if dt.kind == "float" else x
+    return [([x], {"dtype": to}) for to in ALL + NARROW if to not in NARROW] + \
+        [([safe], {"dtype": to}) for to in NARROW]
+
+
+TABLE["cast"] = (ALL + NARROW, _cast_narrow)
+TABLE["floor_divide"] = (NUM, _binary(_quarters, _nonzero))
+TABLE["remainder"] = (NUM, _binary(_quarters, _nonzero))
+TABLE["cumsum"] = (NUM + NARROW, _scan)
+TABLE["cumprod"] = (NUM, _scan)
+TABLE["argsort"] = (ALL + NARROW, _argsort)
+
+
+def _collective(name: str, reduce: bool):
+    """World size 1 (a plan runs them through the process's communicator: the identity): one input
+    keeps its shape, several are packed flat; avg only for floats."""
+    def make(rng, dt):
+        one = [arr(rng, (3, 5), dt)] if name in ("all_gather", "reduce_scatter") else [arr(rng, (3, 5), dt)]
+        many = [arr(rng, (3, 5), dt), arr(rng, (7,), dt), arr(rng, (2, 1, 2), dt)]
+        ops = [{"op": "sum"}, {"op": "max"}] + ([{"op": "avg"}] if dt.kind == "float" else []) if reduce else [{}]
+        return [([*ins], dict(a)) for ins in (one, many) for a in ops]
+    return make
+
+
+for _c, _r in (("all_reduce", True), ("broadcast", False), ("all_gather", False), ("reduce_scatter", True)):
+    TABLE[_c] = (NUM, _collective(_c, _r))
+
+
 def one_op_graph(name: str, inputs: list[np.ndarray], attrs: dict, permuted: bool = False) -> Graph:
     """A graph computing op `name` on inputs. permuted=True feeds each rank>=2 input through a
     transpose of its last two axes first (the graph then takes the transposed arrays), so kernels

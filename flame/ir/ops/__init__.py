@@ -1,3 +1,14 @@
 """Op declarations, one module per family. Importing this package fills flame.ir.registry."""
 
-from flame.ir.ops import attention, creation, elementwise, indexing, linalg, movement, random, reduce  # noqa: F401
+from flame.ir.ops import (  # noqa: F401
+    attention,
+    collective,
+    creation,
+    elementwise,
+    indexing,
+    linalg,
+    movement,
+    random,
+    reduce,
+    scan,
+)

@@ -165,7 +165,8 @@ def _sdpa_vjp(b, g, q, k, v, *rest, scale, is_causal, enable_gqa):
 
 
 register(OpDef("scaled_dot_product_attention", "library", -1, _forward_infer, _sdpa_ref, dict(ATTRS),
-               _sdpa_vjp, compute_f32=True, library="attention", doc="softmax(q k^T * scale + mask) v, one fused op"))
+               _sdpa_vjp, compute_f32=True, library="attention", doc="softmax(q k^T * scale + mask) v, one fused op",
+               autocast="lower"))
 register(OpDef("scaled_dot_product_attention_backward", "library", -1, _backward_infer, _sdpa_backward_ref,
                dict(ATTRS), nondiff=NO_SECOND_ORDER, compute_f32=True, library="attention",
                doc="dq, dk, dv of scaled_dot_product_attention, packed flat in that order"))

@@ -61,10 +61,10 @@ def _unary_infer(name, kinds):
     return infer
 
 
-def unary(name, ref, vjp=None, kinds=("float",), nondiff="", attrs=None, doc=""):
+def unary(name, ref, vjp=None, kinds=("float",), nondiff="", attrs=None, doc="", autocast=""):
     """Declare a unary elementwise op (same type in and out)."""
     return register(OpDef(name, "elementwise", 1, lambda types, **a: _unary_infer(name, kinds)(types),
-                          ref, attrs or {}, vjp, nondiff, compute_f32=True, doc=doc))
+                          ref, attrs or {}, vjp, nondiff, compute_f32=True, doc=doc, autocast=autocast))
 
 
 _NUM = ("float", "int")
@@ -72,12 +72,12 @@ _PIECEWISE = "piecewise constant: gradient is zero almost everywhere (none)"
 
 unary("neg", np.negative, lambda b, g, x, y: (b.neg(g),), kinds=_NUM)
 unary("abs", np.abs, lambda b, g, x, y: (b.mul(g, b.sign(x)),), kinds=_NUM)
-unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),))
-unary("log", np.log, lambda b, g, x, y: (b.div(g, x),))
+unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),), autocast="f32")
+unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), autocast="f32")
 unary("sqrt", np.sqrt, lambda b, g, x, y: (b.div(g, b.mul(y, 2.0)),))
 unary("rsqrt", lambda x: 1.0 / np.sqrt(x),
-      lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),))        # d x^-1/2 = -y^3/2
-unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),))
+      lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),), autocast="f32")  # d x^-1/2 = -y^3/2
+unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),), autocast="f32")
 unary("sin", np.sin, lambda b, g, x, y: (b.mul(g, b.cos(x)),))
 unary("cos", np.cos, lambda b, g, x, y: (b.neg(b.mul(g, b.sin(x))),))
 unary("tanh", np.tanh, lambda b, g, x, y: (b.mul(g, b.sub(1.0, b.mul(y, y))),))  # d tanh = 1 - y^2
@@ -109,11 +109,11 @@ def _binary_infer(name, kinds, out_dtype=None):
     return infer
 
 
-def binary(name, ref, vjp=None, kinds=_NUM, out_dtype=None, nondiff=""):
+def binary(name, ref, vjp=None, kinds=_NUM, out_dtype=None, nondiff="", autocast=""):
     """Declare a binary elementwise op with NumPy broadcasting; both inputs share one dtype."""
     rule = _binary_infer(name, kinds, out_dtype)
     return register(OpDef(name, "elementwise", 2, lambda types: rule(types), ref, {}, vjp, nondiff,
-                          compute_f32=True))
+                          compute_f32=True, autocast=autocast))
 
 
 def _minmax_vjp(pick):
@@ -140,7 +140,10 @@ binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)))
 binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)))
 binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
        kinds=("float",))
-binary("pow", np.power, _pow_vjp, kinds=("float",))
+binary("pow", np.power, _pow_vjp, kinds=("float",), autocast="f32")
+binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE)  # Python's // (floor), as torch.floor_divide
+binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
+       lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))))
 binary("maximum", np.maximum, _minmax_vjp(lambda b, p, q: b.gt(p, q)))
 binary("minimum", np.minimum, _minmax_vjp(lambda b, p, q: b.lt(p, q)))
 

@@ -73,6 +73,9 @@ def _scatter_add_infer(types, axis):
     if src.dtype != x.dtype:
         raise DTypeError(f"scatter_add: src {src} must have the dtype of {x}")
     check_dtype("scatter_add", x, ("float", "int"))
+    if x.dtype.is_int and x.dtype.itemsize < 4:
+        raise DTypeError(f"scatter_add: {x} has dtype {x.dtype}, expected a float, i32 or i64 dtype (the GPU adds "
+                         f"atomically in 32 or 64 bits; cast to i32 first)")
     if idx.shape != src.shape:
         raise ShapeError(f"scatter_add: index {idx} and src {src} must have the same shape")
     _same_off_axis("scatter_add", x, idx, norm_axis("scatter_add", axis, x.rank))

@@ -42,4 +42,5 @@ def _matmul_vjp(b, g, x, y, out):
     return gx, b.matmul(b.transpose_last(x), g)
 
 
-register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp, library="matmul"))
+register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp, library="matmul",
+               autocast="lower"))

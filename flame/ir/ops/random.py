@@ -70,6 +70,7 @@ def _random_infer(name):
 _ATTRS = {"shape": Attr("ints"), "dtype": Attr("dtype")}
 _WHY = "random draws do not depend differentiably on seed or offset"
 register(OpDef("random_uniform", "elementwise", 2, _random_infer("random_uniform"), _uniform_ref,
-               dict(_ATTRS), nondiff=_WHY, doc="uniform in [0, 1)", positional=True))
+               dict(_ATTRS), nondiff=_WHY, doc="uniform in [0, 1)", positional=True, random=True))
 register(OpDef("random_normal", "elementwise", 2, _random_infer("random_normal"), _normal_ref,
-               dict(_ATTRS), nondiff=_WHY, doc="standard normal (Box-Muller)", positional=True))
+               dict(_ATTRS), nondiff=_WHY, doc="standard normal (Box-Muller)", positional=True,
+               random=True))

@@ -1,0 +1,240 @@
+"""flame.amp.GradScaler: dynamic loss scaling for float16 training, with torch.amp.GradScaler's
+interface and update rule.
+
+The scale and the growth tracker are 0-d `state` tensors created with the scaler, so a compiled step
+lifts them to graph inputs and writes them back like optimizer state. Every decision is a tensor op:
+- unscale_: gradients are multiplied by 1/scale; found_inf is 1.0 when any gradient element is
+  inf or NaN (`not |g| < inf`, built from comparisons, so NaN counts), else 0.0;
+- step: eagerly, optimizer.step() runs only when found_inf is 0 (one host read, as PyTorch does).
+  Inside @flame.compile the step is always traced and every parameter and optimizer state it changes
+  becomes where(found_inf, old, new): a skipped step is a graph op, with no host synchronisation;
+- update: scale *= backoff_factor on inf/NaN (tracker reset); after growth_interval clean steps in a
+  row scale *= growth_factor (kept when that would overflow), all with where().
+Hyperparameters enter a trace as scalar inputs, so set_growth_factor() and friends never re-trace.
+Call scale/unscale_/step/update all inside one compiled step or all outside, as PyTorch's order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from flame.errors import FlameError
+from flame.frontend.context import current_trace, no_grad
+from flame.frontend.creation import full
+from flame.frontend.ops import maximum, where
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import DType, f16, f32, i32
+
+
+class _Stage(Enum):
+    READY = 0
+    UNSCALED = 1
+    STEPPED = 2
+
+
+def _fresh_state() -> dict[str, Any]:
+    return {"stage": _Stage.READY, "found_inf": None}
+
+
+def _state_scalar(value: float | int, dtype: DType) -> Tensor:
+    t = full((), value, dtype)
+    t._role = "state"
+    return t
+
+
+def found_inf_of(grads: list[Tensor]) -> Tensor:
+    """A 0-d f32 tensor: 1.0 when any element of any of `grads` is inf or NaN, else 0.0. Built from
+    comparisons (NaN < inf is false), one reduction per gradient, no host read."""
+    found = None
+    for g in grads:
+        bad = where(g.abs() < float("inf"), 0.0, 1.0).amax() if g.numel() else full((), 0.0, f32)
+        bad = bad.to(f32)
+        found = bad if found is None else maximum(found, bad)
+    return found if found is not None else full((), 0.0, f32)
+
+
+class GradScaler:
+    """Scales the loss so float16 gradients do not underflow, unscales the gradients before the
+    optimizer uses them, skips steps whose gradients overflowed and adapts the scale (PyTorch's
+    torch.amp.GradScaler). device is accepted for compatibility; the scaler lives on flame's device."""
+
+    def __init__(self, device: str = "cuda", init_scale: float = 2.0**16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000, enabled: bool = True):
+        if current_trace.get() is not None:
+            raise FlameError("GradScaler: create the scaler before @flame.compile traces the step")
+        if growth_factor <= 1.0:
+            raise ValueError(f"GradScaler: growth_factor must be > 1.0, got {growth_factor}")
+        if not 0.0 < backoff_factor < 1.0:
+            raise ValueError(f"GradScaler: backoff_factor must be in (0, 1), got {backoff_factor}")
+        if int(growth_interval) <= 0:
+            raise ValueError(f"GradScaler: growth_interval must be a positive integer, got {growth_interval}")
+        self.device, self._enabled = device, bool(enabled)
+        self._init_scale, self._growth_factor = float(init_scale), float(growth_factor)
+        self._backoff_factor, self._growth_interval = float(backoff_factor), int(growth_interval)
+        self._per_optimizer_states: dict[int, dict[str, Any]] = {}
+        self._scalars: tuple[object, dict] = (None, {})
+        if self._enabled:
+            self._scale = _state_scalar(self._init_scale, f32)
+            self._growth_tracker = _state_scalar(0, i32)
+
+    # ---- the training-loop API ------------------------------------------------------------------
+    def scale(self, outputs):
+        """outputs * scale (a tensor, or nested lists/tuples of tensors); outputs unchanged when disabled."""
+        if not self._enabled:
+            return outputs
+        if isinstance(outputs, Tensor):
+            return outputs * self._scale
+        if isinstance(outputs, (list, tuple)):
+            return type(outputs)(self.scale(o) for o in outputs)
+        raise ValueError("GradScaler.scale: outputs must be a Tensor or an iterable of Tensors")
+
+    def unscale_(self, optimizer) -> None:
+        """Divide the gradients of `optimizer`'s parameters by the scale, in place, and record whether
+        any is inf or NaN. At most once per optimizer between update() calls (PyTorch's rule)."""
+        if not self._enabled:
+            return
+        st = self._opt_state(optimizer)
+        if st["stage"] is _Stage.UNSCALED:
+            raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
+        if st["stage"] is _Stage.STEPPED:
+            raise RuntimeError("unscale_() is being called after step().")
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if any(g.dtype == f16 for g in grads):
+            raise ValueError("Attempting to unscale FP16 gradients.")
+        with no_grad():
+            found = found_inf_of(grads)
+            inv_scale = self._scale.double().reciprocal().float()  # 1/scale rounded once, as PyTorch
+            for g in grads:
+                g.mul_(inv_scale.to(g.dtype))
+        st["found_inf"], st["stage"] = found, _Stage.UNSCALED
+
+    def step(self, optimizer, *args, **kwargs):
+        """unscale_ (unless done already), then optimizer.step(*args, **kwargs) unless a gradient was
+        inf or NaN. Eagerly that is a host-side choice (the step's result is returned, None when
+        skipped); inside @flame.compile the update is selected on the device (see the module doc)."""
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        st = self._opt_state(optimizer)
+        if st["stage"] is _Stage.STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+        if st["stage"] is _Stage.READY:
+            self.unscale_(optimizer)
+        found = st["found_inf"]
+        st["stage"] = _Stage.STEPPED
+        if current_trace.get() is not None:
+            _step_unless(found, optimizer, args, kwargs)
+            return None
+        return optimizer.step(*args, **kwargs) if not found.item() else None
+
+    def update(self, new_scale: float | Tensor | None = None) -> None:
+        """Adapt the scale to the inf/NaN checks since the last update (or set it to new_scale)."""
+        if not self._enabled:
+            return
+        with no_grad():
+            if new_scale is not None:
+                self._scale.copy_(new_scale if isinstance(new_scale, Tensor) else full((), float(new_scale), f32))
+            else:
+                found = [s["found_inf"] for s in self._per_optimizer_states.values() if s["found_inf"] is not None]
+                if not found:
+                    raise AssertionError("No inf checks were recorded prior to update.")
+                any_inf = found[0]
+                for f in found[1:]:
+                    any_inf = maximum(any_inf, f)
+                self._update_scale(any_inf)
+        self._per_optimizer_states = {}
+
+    def _update_scale(self, found_inf: Tensor) -> None:
+        """PyTorch's _amp_update_scale_, as tensor ops (no host read)."""
+        bad = found_inf > 0
+        tracker = where(bad, 0, self._growth_tracker + 1)
+        grow = tracker >= self._hyper("growth_interval", i32)
+        grown = self._scale * self._hyper("growth_factor", f32)
+        grown = where(grown < float("inf"), grown, self._scale)  # never grow to inf
+        backed_off = self._scale * self._hyper("backoff_factor", f32)
+        self._scale.copy_(where(bad, backed_off, where(grow, grown, self._scale)))
+        self._growth_tracker.copy_(where(grow, 0, tracker))
+
+    # ---- queries and settings -------------------------------------------------------------------
+    def get_scale(self) -> float:
+        """The current scale as a Python float (reads the device; 1.0 when disabled)."""
+        return float(self._scale.item()) if self._enabled else 1.0
+
+    def get_growth_factor(self) -> float:
+        return self._growth_factor
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        self._growth_factor = float(new_factor)
+
+    def get_backoff_factor(self) -> float:
+        return self._backoff_factor
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        self._backoff_factor = float(new_factor)
+
+    def get_growth_interval(self) -> int:
+        return self._growth_interval
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        self._growth_interval = int(new_interval)
+
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def state_dict(self) -> dict[str, Any]:
+        """{'scale', 'growth_factor', 'backoff_factor', 'growth_interval', '_growth_tracker'} as
+        PyTorch's (empty when disabled)."""
+        if not self._enabled:
+            return {}
+        return {"scale": self.get_scale(), "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+                "_growth_tracker": int(self._growth_tracker.item())}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a state_dict in place (a compiled step keeps its bindings)."""
+        if not self._enabled:
+            return
+        if len(state_dict) == 0:
+            raise RuntimeError("The source state dict is empty, possibly because it was saved from a disabled "
+                               "instance of GradScaler.")
+        self._init_scale = float(state_dict["scale"])
+        self._growth_factor = float(state_dict["growth_factor"])
+        self._backoff_factor = float(state_dict["backoff_factor"])
+        self._growth_interval = int(state_dict["growth_interval"])
+        with no_grad():
+            self._scale.fill_(self._init_scale)
+            self._growth_tracker.fill_(int(state_dict["_growth_tracker"]))
+
+    # ---- helpers --------------------------------------------------------------------------------
+    def _opt_state(self, optimizer) -> dict[str, Any]:
+        return self._per_optimizer_states.setdefault(id(optimizer), _fresh_state())
+
+    def _hyper(self, key: str, dtype: DType) -> Tensor | float:
+        """A hyperparameter: a Python number eagerly, a scalar input (read at every call) when traced."""
+        trace = current_trace.get()
+        if trace is None:
+            return getattr(self, "_" + key)
+        if self._scalars[0] is not trace:
+            self._scalars = (trace, {})
+        cache = self._scalars[1]
+        if key not in cache:
+            getter: Callable[[], float] = lambda: getattr(self, "_" + key)  # noqa: E731
+            cache[key] = trace.scalar(getter, dtype)
+        return cache[key]
+
+
+def _step_unless(found_inf: Tensor, optimizer, args: tuple, kwargs: dict) -> None:
+    """Inside a trace: optimizer.step(), then every parameter and state tensor it changed becomes
+    where(found_inf, its value before the step, its value after)."""
+    trace = current_trace.get()
+    tensors = [p for group in optimizer.param_groups for p in group["params"]]
+    tensors += [t for st in optimizer.state.values() for t in st.values() if isinstance(t, Tensor)]
+    before = [(t, trace.value_of(t)) for t in tensors]
+    optimizer.step(*args, **kwargs)
+    with no_grad():
+        skip = found_inf > 0
+        for t, old in before:
+            if trace.value_of(t) is not old:
+                t.copy_(where(skip, Tensor._traced(old, trace), t))

@@ -1,0 +1,256 @@
+"""The process group: one process per GPU, started by `torchrun` or flame's launcher
+(`python -m flame.distributed.run`), which set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT. `init_process_group` joins the ranks through the TCP store (store.py), makes the
+communicator every collective goes through (NCCL on CUDA; the store exchange on the reference
+executor) and installs it in flame.runtime.communicator.
+
+Where the store listens: flame's launcher serves it itself on MASTER_PORT (and says so with
+FLAME_AGENT_STORE=1); otherwise rank 0 serves it on MASTER_PORT, except under torchrun, whose own
+store already holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True): then on MASTER_PORT + 1.
+FLAME_STORE_PORT overrides both.
+
+Failure: a rank that dies of an uncaught exception posts an abort with its error to the store.
+Every wait in the store then fails with that message (the reference executor's collectives), and on
+CUDA a watchdog thread, which also notices the store disappearing, aborts the NCCL communicator and
+ends the process with the message: no rank hangs in a collective whose peer is gone."""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import os
+import sys
+import threading
+from dataclasses import dataclass
+
+from flame.distributed.store import ABORT_KEY, DistributedError, StoreClient, StoreServer
+from flame.runtime import communicator as _comm
+from flame.runtime.device import get_device
+
+BACKENDS = ("nccl", "store")
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass
+class _Group:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    store: StoreClient | None
+    server: StoreServer | None
+    comm: object
+    generation: int
+    closing: bool = False
+
+
+_group: list[_Group] = []
+_generation = [0]
+
+
+def _env_int(name: str, default: int | None) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        if default is None:
+            raise DistributedError(f"init_process_group: environment variable {name} is not set (start the "
+                                   f"ranks with torchrun or `python -m flame.distributed.run`, or set RANK, "
+                                   f"WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise DistributedError(f"init_process_group: {name}={raw!r} is not an integer") from None
+
+
+def store_port(master_port: int) -> int:
+    """The port the store listens on (module docstring)."""
+    if "FLAME_STORE_PORT" in os.environ:
+        return _env_int("FLAME_STORE_PORT", None)
+    if os.environ.get("FLAME_AGENT_STORE") != "1" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return master_port + 1
+    return master_port
+
+
+def _timeout_seconds(timeout) -> float:
+    if timeout is None:
+        return float(os.environ.get("FLAME_DIST_TIMEOUT", DEFAULT_TIMEOUT))
+    return timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+
+
+def init_process_group(backend: str | None = None, *, rank: int | None = None, world_size: int | None = None,
+                       timeout: datetime.timedelta | float | None = None) -> None:
+    """Join this process to the group of `world_size` ranks (default: the environment torchrun sets).
+
+    backend: "nccl" (the default; on a machine whose executor is the NumPy reference, the ranks
+    exchange through the store instead, with a notice) or "store" (always the store: slow, for
+    tests). On CUDA each rank uses GPU LOCAL_RANK. timeout: how long a rank waits for the others in
+    the store (default 300 s, or FLAME_DIST_TIMEOUT seconds)."""
+    if _group:
+        raise DistributedError("init_process_group: the process group is already initialised "
+                               "(destroy_process_group first)")
+    backend = backend or "nccl"
+    if backend not in BACKENDS:
+        raise DistributedError(f"init_process_group: unknown backend {backend!r}; expected one of {BACKENDS}")
+    rank = _env_int("RANK", 0) if rank is None else rank
+    world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+    local_rank = _env_int("LOCAL_RANK", rank)
+    if not 0 <= rank < world_size:
+        raise DistributedError(f"init_process_group: rank {rank} is not in [0, {world_size})")
+    seconds = _timeout_seconds(timeout)
+    device = get_device()
+    if device == "cuda":
+        import cupy
+
+        cupy.cuda.Device(local_rank % cupy.cuda.runtime.getDeviceCount()).use()
+    _generation[0] += 1
+    gen = _generation[0]
+    if world_size == 1:
+        _group.append(_Group(0, 1, local_rank, backend, None, None, _comm.SingleProcess(), gen))
+        return
+    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = store_port(_env_int("MASTER_PORT", None))
+    server = None
+    if rank == 0 and os.environ.get("FLAME_AGENT_STORE") != "1":
+        server = StoreServer("0.0.0.0", port)
+    store = StoreClient(host, port, seconds)
+    prefix = f"pg{gen}"
+    if backend == "nccl" and device == "cuda":
+        comm = _nccl_communicator(store, rank, world_size, prefix)
+    else:
+        if backend == "nccl" and rank == 0:
+            print("flame.distributed: the reference executor has no NCCL; the ranks exchange through the "
+                  "TCP store (slow: for tests)", file=sys.stderr)
+        from flame.distributed.store_comm import StoreCommunicator
+
+        comm = StoreCommunicator(store, rank, world_size, f"{prefix}/c")
+    group = _Group(rank, world_size, local_rank, backend, store, server, comm, gen)
+    _group.append(group)
+    _comm.set_communicator(comm)
+    _install_failure_handling(group, host, port, seconds)
+    store.add(f"{prefix}/joined", 1)
+    store.wait(f"{prefix}/joined", world_size, what="every rank to join the process group")
+
+
+def _nccl_communicator(store: StoreClient, rank: int, world_size: int, prefix: str):
+    from flame.runtime import nccl
+
+    if rank == 0:
+        store.set(f"{prefix}/nccl_id", nccl.unique_id())
+    uid = store.get(f"{prefix}/nccl_id", what="the NCCL unique id from rank 0")
+    return nccl.NcclCommunicator(world_size, rank, uid)
+
+
+def _install_failure_handling(group: _Group, host: str, port: int, seconds: float) -> None:
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if _group and _group[0] is group:
+            try:
+                group.store.abort(f"rank {group.rank} failed: {kind.__name__}: {value}")
+            except DistributedError:
+                pass
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+    if group.backend == "nccl" and hasattr(group.comm, "abort"):
+        watch = StoreClient(host, port, seconds)
+        threading.Thread(target=_watchdog, args=(group, watch), name="flame-watchdog", daemon=True).start()
+
+
+def _watchdog(group: _Group, store: StoreClient) -> None:
+    """Wait for an abort (or the store's end); then abort NCCL and end this process with the reason."""
+    try:
+        why = store.get(ABORT_KEY, timeout=float("inf")).decode(errors="replace")
+    except DistributedError as e:
+        why = str(e)
+    if group.closing:
+        return
+    print(f"flame.distributed: rank {group.rank}: stopping: {why}", file=sys.stderr, flush=True)
+    try:
+        group.comm.abort()
+    finally:
+        os._exit(1)
+
+
+def _current() -> _Group | None:
+    return _group[0] if _group else None
+
+
+def is_initialized() -> bool:
+    return bool(_group)
+
+
+def get_rank() -> int:
+    """This process's rank (0 without a process group)."""
+    g = _current()
+    return 0 if g is None else g.rank
+
+
+def get_world_size() -> int:
+    """The number of ranks (1 without a process group)."""
+    g = _current()
+    return 1 if g is None else g.world_size
+
+
+def get_local_rank() -> int:
+    """This process's rank on its host (its GPU index)."""
+    g = _current()
+    return 0 if g is None else g.local_rank
+
+
+def get_backend() -> str:
+    g = _current()
+    if g is None:
+        raise DistributedError("get_backend: the process group is not initialised")
+    return g.backend
+
+
+def barrier() -> None:
+    """Return when every rank has reached its barrier (a no-op in a world of one)."""
+    g = _current()
+    if g is None or g.store is None:
+        return
+    key = f"pg{g.generation}/barrier/{_next_barrier(g)}"
+    g.store.add(key, 1)
+    g.store.wait(key, g.world_size, what="every rank to reach barrier()")
+
+
+_barriers: dict[int, int] = {}
+
+
+def _next_barrier(g: _Group) -> int:
+    _barriers[g.generation] = _barriers.get(g.generation, 0) + 1
+    return _barriers[g.generation]
+
+
+def destroy_process_group() -> None:
+    """Leave the process group: waits (up to the timeout) until every rank has left, so rank 0's
+    store outlives the others' last use of it; then frees the communicator."""
+    g = _current()
+    if g is None:
+        return
+    g.closing = True
+    try:
+        if g.store is not None:
+            key = f"pg{g.generation}/left"
+            g.store.add(key, 1)
+            if g.server is not None:
+                g.store.wait(key, g.world_size, what="every rank to leave the process group")
+    finally:
+        _group.clear()
+        _comm.set_communicator(None)
+        if g.store is not None:
+            g.store.close()
+        if g.server is not None:
+            g.server.close()
+
+
+@atexit.register
+def _leave_at_exit() -> None:
+    g = _current()
+    if g is None:
+        return
+    try:
+        destroy_process_group()
+    except DistributedError:
+        pass

@@ -1,0 +1,140 @@
+"""Automatic mixed precision: `with flame.autocast(dtype=flame.bf16):` (PyTorch's torch.autocast).
+
+Inside the region every op casts its floating-point inputs as PyTorch's CUDA autocast lists say, by
+a policy declared once per op: primitive ops carry it as the `autocast` trait of their OpDef, and the
+composites of flame.nn.functional declare theirs with `@policy(...)` beside their definition:
+- "lower": run in the autocast dtype (matmul, linear, attention): f32/f16/bf16 inputs are cast to it;
+- "f32": run in f32 (exp, log, pow, rsqrt, reciprocal, sums and means; softmax, log_softmax,
+  logsumexp, layer_norm, rms_norm and the losses): f16/bf16 inputs are cast to f32;
+- none: the op runs in its inputs' dtype; several floating dtypes are all cast to the widest.
+f64 inputs are never cast. Every cast is an ordinary `cast` op, so the IR shows it, autodiff casts
+the gradient back (f32 master weights get f32 gradients) and fusion folds it into a neighbour kernel.
+Works eagerly and inside @flame.compile (the trace records the casts; the autocast state is part of
+the compiled function's cache key). The state is a ContextVar: threads never see each other's."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from flame.errors import DTypeError
+from flame.ir.dtypes import DType, bf16, dtype_of, f16, f32, f64, promote
+
+LOW = (f16, bf16)
+DEVICE_TYPES = {"cuda": f16, "cpu": bf16, "reference": bf16}  # PyTorch's default dtype per device type
+
+
+@dataclass(frozen=True)
+class AutocastState:
+    """Whether autocast is on, and its low-precision dtype."""
+
+    enabled: bool = False
+    dtype: DType = f16
+
+
+_OFF = AutocastState()
+_state: ContextVar[AutocastState] = ContextVar("flame_autocast", default=_OFF)  # noqa: B039 (frozen)
+
+
+def is_autocast_enabled() -> bool:
+    """True inside an enabled `flame.autocast` region (torch.is_autocast_enabled)."""
+    return _state.get().enabled
+
+
+def get_autocast_dtype() -> DType:
+    """The dtype "lower" ops run in inside the current region (torch.get_autocast_dtype)."""
+    return _state.get().dtype
+
+
+def cache_key() -> tuple:
+    """The part of a compiled function's cache key that autocast decides: () when off."""
+    st = _state.get()
+    return ("autocast", st.dtype.name) if st.enabled else ()
+
+
+class autocast:  # noqa: N801 - PyTorch's name
+    """`with flame.autocast(dtype=flame.bf16):` or `flame.autocast("cuda", dtype=flame.float16)`, also
+    as a decorator. device_type ("cuda", "cpu" or "reference") only picks the default dtype, as in
+    PyTorch (float16 for cuda, bfloat16 for cpu); flame runs on the current device either way.
+    enabled=False turns autocast off inside an enclosing region. cache_enabled is accepted and ignored
+    (inside @flame.compile common-subexpression elimination casts each weight once)."""
+
+    def __init__(self, device_type: str | DType = "cuda", dtype: Any = None, enabled: bool = True,
+                 cache_enabled: bool | None = None):
+        if not isinstance(device_type, str) or device_type in ("bf16", "f16", "float16", "bfloat16"):
+            dtype, device_type = device_type, "cuda"  # flame.autocast(flame.bf16)
+        if device_type not in DEVICE_TYPES:
+            raise ValueError(f"autocast: unsupported device_type {device_type!r}; expected one of "
+                             f"{', '.join(DEVICE_TYPES)}")
+        dt = DEVICE_TYPES[device_type] if dtype is None else dtype_of(dtype)
+        if dt not in LOW:
+            raise DTypeError(f"autocast: dtype must be float16 or bfloat16, got {dt}")
+        self.device_type, self.fast_dtype, self.enabled = device_type, dt, bool(enabled)
+        self._tokens: list = []
+
+    def __enter__(self) -> autocast:
+        self._tokens.append(_state.set(AutocastState(self.enabled, self.fast_dtype)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _state.reset(self._tokens.pop())
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            with autocast(self.device_type, self.fast_dtype, self.enabled):
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+
+def _target(policy: str, dtypes: list[DType]) -> DType | None:
+    """The dtype `policy` casts floating inputs of these dtypes to, or None (nothing to do)."""
+    if policy == "lower":
+        return _state.get().dtype
+    if policy == "f32":
+        return f32 if any(d in LOW for d in dtypes) else None
+    kinds = set(dtypes)
+    return functools.reduce(promote, kinds) if len(kinds) > 1 else None
+
+
+def _eligible(policy: str, dt: DType) -> bool:
+    if not dt.is_float or dt == f64:
+        return False
+    return policy != "f32" or dt in LOW
+
+
+def cast_inputs(policy: str, inputs: tuple) -> tuple:
+    """`inputs` with their floating-point tensors cast as `policy` says inside an enabled region
+    (see the module docstring); other values and everything outside a region pass through."""
+    if not _state.get().enabled:
+        return inputs
+    from flame.frontend.tensor import Tensor
+
+    dtypes = [x.dtype for x in inputs if isinstance(x, Tensor) and _eligible(policy, x.dtype)]
+    target = _target(policy, dtypes) if dtypes else None
+    if target is None:
+        return inputs
+    return tuple(x.to(target) if isinstance(x, Tensor) and _eligible(policy, x.dtype) else x for x in inputs)
+
+
+def policy(kind: str) -> Callable[[Callable], Callable]:
+    """Decorator declaring a composite function's autocast policy ("lower" or "f32"): inside a region
+    its tensor arguments are cast at entry, as PyTorch's autocast does for the op of that name."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            if _state.get().enabled:
+                args = cast_inputs(kind, args)
+                names = list(kwargs)
+                kwargs = dict(zip(names, cast_inputs(kind, tuple(kwargs[n] for n in names))))
+            return fn(*args, **kwargs)
+
+        run.autocast = kind
+        return run
+
+    return wrap

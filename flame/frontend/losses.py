@@ -1,0 +1,171 @@
+"""The losses of flame.nn.functional beyond cross_entropy and mse_loss (nll_loss, binary_cross_entropy,
+binary_cross_entropy_with_logits, l1_loss, smooth_l1_loss), plus one_hot and pad, each written over
+primitives as PyTorch defines them. Eager calls check label ranges and probabilities as PyTorch does;
+inside @flame.compile those values are not known and are not checked."""
+
+from __future__ import annotations
+
+from flame.errors import IndexValueError, ShapeError, TraceError
+from flame.frontend.context import user_location
+from flame.frontend.creation import arange
+from flame.frontend.dispatch import apply
+from flame.frontend.functional import _loss_reduce, warn_if_broadcast
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import i64
+
+__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss", "nll_loss", "one_hot", "pad",
+           "smooth_l1_loss"]
+
+
+def _where(cond: Tensor, a, b) -> Tensor:
+    from flame.frontend.ops import where
+
+    return where(cond, a, b)
+
+
+def _same_shape(name: str, input: Tensor, target: Tensor) -> None:  # noqa: A002
+    if tuple(input.shape) != tuple(target.shape):
+        raise ShapeError(f"{name}: target size {list(target.shape)} differs from input size {list(input.shape)} "
+                         f"(PyTorch raises here too; reshape one of them)\n  at {user_location()}")
+
+
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+    """[..., num_classes] int64 with a 1 at each label (torch.nn.functional.one_hot). num_classes=-1
+    means max + 1, which needs the values: eager only."""
+    if tensor.dtype.is_float or tensor.dtype.name == "bool":
+        raise ShapeError(f"one_hot: expected an integer tensor, got {tensor.dtype}\n  at {user_location()}")
+    if tensor._value is None and tensor.numel():
+        vals = tensor.numpy()
+        if vals.min() < 0 or (num_classes >= 0 and vals.max() >= num_classes):
+            raise IndexValueError(f"one_hot: class values must be in [0, num_classes={num_classes}), got "
+                                  f"{int(vals.min())}..{int(vals.max())}\n  at {user_location()}")
+        if num_classes < 0:
+            num_classes = int(vals.max()) + 1
+    elif num_classes < 0:
+        if tensor._value is not None:
+            raise TraceError(f"one_hot inside @flame.compile needs num_classes (the result's width depends on the "
+                             f"values)\n  at {user_location()}")
+        num_classes = 0
+    return (tensor.unsqueeze(-1) == arange(num_classes, dtype=tensor.dtype)).to(i64)
+
+
+def _check_targets(name: str, target: Tensor, n_classes: int, ignore_index: int) -> None:
+    if target._value is not None or not target.numel():
+        return
+    t = target.numpy()
+    bad = (t != ignore_index) & ((t < 0) | (t >= n_classes))
+    if bad.any():
+        raise IndexValueError(f"{name}: target {int(t[bad].flat[0])} is out of bounds for {n_classes} classes"
+                              f"\n  at {user_location()}")
+
+
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,  # noqa: A002
+             reduction: str = "mean") -> Tensor:
+    """-input[n, target[n]] (times weight[target[n]]), for log-probabilities input [N, C] (or [C], or
+    [N, C, d1, ...] with target [N, d1, ...]); the mean divides by the summed weights of the targets
+    that are not ignore_index."""
+    if target.dtype.is_float:
+        raise ShapeError(f"nll_loss: target must hold integer class indices, got {target.dtype}"
+                         f"\n  at {user_location()}")
+    batched = input.ndim >= 2
+    want = (input.shape[0], *input.shape[2:]) if batched else ()
+    if input.ndim == 0 or tuple(target.shape) != want:
+        raise ShapeError(f"nll_loss: input {list(input.shape)} needs target {list(want)}, got {list(target.shape)}"
+                         f"\n  at {user_location()}")
+    n_classes = input.shape[1] if batched else input.shape[0]
+    _check_targets("nll_loss", target, n_classes, ignore_index)
+    x = input.permute(0, *range(2, input.ndim), 1) if batched else input  # classes last
+    valid = target != ignore_index
+    safe = _where(valid, target.to(i64), 0)
+    picked = x.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    w = _where(valid, 1.0, 0.0).to(input.dtype) if weight is None else \
+        _where(valid, apply("index_select", weight, safe.reshape(-1), axis=0).reshape(safe.shape), 0.0)
+    loss = -picked * w
+    if reduction == "mean":
+        return loss.sum() / w.sum()
+    return _loss_reduce(loss, reduction)
+
+
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                         reduction: str = "mean") -> Tensor:
+    """-(t log x + (1 - t) log(1 - x)) for probabilities x, each log clamped at -100 as in PyTorch."""
+    _same_shape("binary_cross_entropy", input, target)
+    if input._value is None and input.numel():
+        x = input.numpy()
+        if (x < 0).any() or (x > 1).any():
+            raise ValueError(f"binary_cross_entropy: all elements of input should be between 0 and 1"
+                             f"\n  at {user_location()}")
+    loss = -(target * input.log().clamp(min=-100.0) + (1 - target) * (1 - input).log().clamp(min=-100.0))
+    return _loss_reduce(loss * weight if weight is not None else loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                                     reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+    """binary_cross_entropy(sigmoid(input), target) computed stably from the logits (PyTorch's formula:
+    (1 - t) x + w_pos (log(exp(-m) + exp(-x - m)) + m) with m = max(-x, 0), exact gradient everywhere)."""
+    _same_shape("binary_cross_entropy_with_logits", input, target)
+    m = (-input).clamp(min=0.0).detach()  # a shift the value does not depend on (nor its gradient)
+    softplus_neg = ((-m).exp() + (-input - m).exp()).log() + m  # log(1 + exp(-x))
+    if pos_weight is not None:
+        softplus_neg = softplus_neg * ((pos_weight - 1) * target + 1)
+    loss = (1 - target) * input + softplus_neg
+    return _loss_reduce(loss * weight if weight is not None else loss, reduction)
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """|input - target|, reduced."""
+    warn_if_broadcast("l1_loss", input, target)  # PyTorch warns and broadcasts
+    return _loss_reduce((input - target).abs(), reduction)
+
+
+def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:  # noqa: A002
+    """0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta (the Huber loss / beta)."""
+    warn_if_broadcast("smooth_l1_loss", input, target)  # PyTorch warns and broadcasts
+    d = (input - target).abs()
+    if beta == 0:
+        return _loss_reduce(d, reduction)
+    return _loss_reduce(_where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
+
+
+def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
+    """torch.nn.functional.pad: `pad` holds (left, right) pairs starting from the LAST dimension
+    (pad=(1, 2) pads the last dim by 1 before and 2 after; (1, 1, 2, 2) also the one before it).
+    mode "constant" (value, default 0; negative pads crop), "reflect" (mirror without repeating the
+    edge; pads < size), "replicate" (repeat the edge), "circular" (wrap around; pads <= size)."""
+    pad = [int(p) for p in pad]
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ShapeError(f"pad: {list(pad)} must hold (left, right) pairs for at most {input.ndim} dimensions"
+                         f"\n  at {user_location()}")
+    pairs = {input.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
+    if mode == "constant":
+        x = input
+        for d, (lo, hi) in pairs.items():  # negative pads crop first
+            n = x.shape[d]
+            x = x.narrow(d, max(-lo, 0), n - max(-lo, 0) - max(-hi, 0)) if lo < 0 or hi < 0 else x
+        spec = [(max(pairs.get(d, (0, 0))[0], 0), max(pairs.get(d, (0, 0))[1], 0)) for d in range(x.ndim)]
+        return apply("pad", x, pads=spec, value=0 if value is None else value) if any(a or b for a, b in spec) else x
+    if mode not in ("reflect", "replicate", "circular"):
+        raise ShapeError(f"pad: mode {mode!r} is not one of 'constant', 'reflect', 'replicate', 'circular'"
+                         f"\n  at {user_location()}")
+    if value:
+        raise ShapeError(f"pad: value={value} only applies to mode='constant'\n  at {user_location()}")
+    x = input
+    for d, (lo, hi) in pairs.items():
+        n = x.shape[d]
+        limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
+        if min(lo, hi) < 0 or limit is not None and max(lo, hi) > limit or n == 0:
+            raise ShapeError(f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) must be non-negative"
+                             + (f" and at most {limit}" if limit is not None else "") + f"\n  at {user_location()}")
+        if lo or hi:
+            x = apply("index_select", x, _source_positions(mode, n, lo, hi), axis=d)
+    return x
+
+
+def _source_positions(mode: str, n: int, lo: int, hi: int) -> Tensor:
+    """For each padded position j in [-lo, n + hi): the input position it copies."""
+    j = arange(-lo, n + hi)
+    if mode == "replicate":
+        return j.clamp(0, n - 1)
+    if mode == "circular":
+        return j % n
+    return (n - 1) - ((n - 1) - j.abs()).abs()  # reflect: mirror at 0 and at n - 1

@@ -1,0 +1,311 @@
+"""Tensor methods beyond the core of tensor.py, with PyTorch's names and semantics, each composed from
+IR ops: sorting and selection (sort, argsort, topk, narrow), scans (cumsum, cumprod), tests (any, all,
+isnan, isinf, isfinite), splitting and tiling (split, chunk, repeat, tile, repeat_interleave), norms,
+floor division and remainder, clamp, masked_fill, the new_* constructors. Tensor inherits them."""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from flame.errors import DTypeError, ShapeError, TraceError
+from flame.frontend import tensor as _t  # circular: used at call time only
+from flame.frontend.context import user_location
+from flame.frontend.dispatch import apply
+from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote
+
+SortResult = namedtuple("sort", ["values", "indices"])
+TopkResult = namedtuple("topk", ["values", "indices"])
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float, bool, np.number, np.bool_))
+
+
+class TensorOps:
+    """The mixin Tensor inherits (no state of its own)."""
+
+    __slots__ = ()
+
+    # ---- sorting and selection ----------------------------------------------------------------------
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False):
+        """Indices that sort along dim. Always stable (equal elements keep their order); NaN sorts as
+        larger than any number, as in PyTorch."""
+        axis = _t.dim_index("argsort", dim, self.ndim)
+        return apply("argsort", self, axis=axis, descending=bool(descending))
+
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
+        """(values, indices) sorted along dim (stable; values differentiable through the gather)."""
+        idx = self.argsort(dim, descending)
+        if self.ndim == 0:
+            return SortResult(self, idx)
+        return SortResult(self.gather(dim, idx), idx)
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+        """(values, indices) of the k largest (or smallest) elements along dim, in sorted order; ties
+        keep the lower index first."""
+        axis = _t.dim_index("topk", dim, self.ndim)
+        x = self if self.ndim else self.reshape(1)
+        n = x.shape[axis]
+        if not isinstance(k, (int, np.integer)) or not 0 <= k <= n:
+            raise ShapeError(f"topk: k={k!r} is out of range for dimension {dim} of size {n} (expected 0 <= k <= {n})"
+                             f"\n  at {user_location()}")
+        idx = apply("argsort", x, axis=axis, descending=bool(largest)).narrow(axis, 0, int(k))
+        vals = x.gather(axis, idx)
+        if self.ndim == 0:
+            return TopkResult(vals.reshape(()), idx.reshape(()))
+        return TopkResult(vals, idx)
+
+    def narrow(self, dim: int, start: int, length: int):
+        """Elements start .. start+length-1 along dim (a slice)."""
+        axis = _t.dim_index("narrow", dim, self.ndim)
+        n = self.shape[axis]
+        start = start + n if start < 0 else start
+        if not 0 <= start <= n or length < 0 or start + length > n:
+            raise ShapeError(f"narrow: start {start} and length {length} exceed dimension {dim} of size {n}"
+                             f"\n  at {user_location()}")
+        if (start, length) == (0, n):
+            return self
+        starts, stops = [0] * self.ndim, list(self.shape)
+        starts[axis], stops[axis] = start, start + length
+        return apply("slice", self, starts=starts, stops=stops, steps=[1] * self.ndim)
+
+    # ---- scans ------------------------------------------------------------------------------------------
+    def _scan(self, name: str, dim: int, dtype):
+        x = self.to(dtype) if dtype is not None else self
+        if dtype is None and not x.dtype.is_float:  # PyTorch scans bool and integers in int64
+            x = x.to(i64)
+        return apply(name, x, axis=_t.dim_index(name, dim, self.ndim))
+
+    def cumsum(self, dim: int, dtype=None):
+        """Running sum along dim (integers and bool accumulate in int64, as in PyTorch)."""
+        return self._scan("cumsum", dim, dtype)
+
+    def cumprod(self, dim: int, dtype=None):
+        """Running product along dim; its gradient is exact where the input has zeros."""
+        return self._scan("cumprod", dim, dtype)
+
+    # ---- tests --------------------------------------------------------------------------------------------
+    def _truth(self):
+        return self if self.dtype == boolean else self != 0
+
+    def any(self, dim=None, keepdim: bool = False):
+        """True where some element (along dim) is nonzero."""
+        return self._truth().sum(dim, keepdim=keepdim) > 0
+
+    def all(self, dim=None, keepdim: bool = False):
+        """True where every element (along dim) is nonzero (also over zero elements)."""
+        return (~self._truth()).sum(dim, keepdim=keepdim) == 0
+
+    def isnan(self):
+        return self != self if self.dtype.is_float else _t.full(self.shape, False, boolean)
+
+    def isinf(self):
+        return self.abs() == float("inf") if self.dtype.is_float else _t.full(self.shape, False, boolean)
+
+    def isfinite(self):
+        return self.abs() < float("inf") if self.dtype.is_float else _t.full(self.shape, True, boolean)
+
+    # ---- splitting and tiling -----------------------------------------------------------------------------
+    def split(self, split_size_or_sections, dim: int = 0):
+        """Pieces of split_size along dim (the last one smaller), or of the listed sizes."""
+        axis = _t.dim_index("split", dim, self.ndim)
+        n = self.shape[axis]
+        if isinstance(split_size_or_sections, (int, np.integer)):
+            size = int(split_size_or_sections)
+            if size <= 0 and not (size == 0 and n == 0):
+                raise ShapeError(f"split: split_size must be positive, got {size}\n  at {user_location()}")
+            sizes = [size] * (n // size) + ([n % size] if n % size else []) if size else [0]
+        else:
+            sizes = [int(s) for s in split_size_or_sections]
+            if sum(sizes) != n or any(s < 0 for s in sizes):
+                raise ShapeError(f"split: sizes {sizes} must be non-negative and sum to the size of dimension {dim} "
+                                 f"({n})\n  at {user_location()}")
+        out, at = [], 0
+        for s in sizes:
+            out.append(self.narrow(axis, at, s))
+            at += s
+        return tuple(out)
+
+    def chunk(self, chunks: int, dim: int = 0):
+        """At most `chunks` pieces of ceil(n / chunks) along dim (PyTorch's torch.chunk)."""
+        if chunks <= 0:
+            raise ShapeError(f"chunk: chunks must be positive, got {chunks}\n  at {user_location()}")
+        n = self.shape[_t.dim_index("chunk", dim, self.ndim)]
+        if n == 0:
+            return tuple(self for _ in range(chunks))
+        return self.split(-(-n // chunks), dim)
+
+    def repeat(self, *sizes):
+        """Tile the tensor sizes[i] times along dim i (leading extra sizes add new dims)."""
+        sizes = _t._shape_arg(sizes)
+        if len(sizes) < self.ndim:
+            raise ShapeError(f"repeat: {len(sizes)} repeat sizes for a tensor of {self.ndim} dimensions (need at least "
+                             f"one per dimension)\n  at {user_location()}")
+        if any(s < 0 for s in sizes):
+            raise ShapeError(f"repeat: sizes {list(sizes)} must be non-negative\n  at {user_location()}")
+        shape = (1,) * (len(sizes) - self.ndim) + tuple(self.shape)
+        x = self.reshape(*[d for s in shape for d in (1, s)])
+        x = x.broadcast_to([d for r, s in zip(sizes, shape) for d in (r, s)])
+        return x.reshape(*[r * s for r, s in zip(sizes, shape)])
+
+    def tile(self, *dims):
+        """repeat(), with missing leading sizes taken as 1 (torch.tile)."""
+        dims = _t._shape_arg(dims)
+        return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
+
+    def repeat_interleave(self, repeats, dim: int | None = None, output_size: int | None = None):
+        """Repeat each element (each slice along dim) repeats times; repeats is an int or one count per
+        element. Inside @flame.compile a tensor of counts needs output_size (the result's length)."""
+        x, axis = (self.reshape(-1), 0) if dim is None else (self, _t.dim_index("repeat_interleave", dim, self.ndim))
+        if isinstance(repeats, _t.Tensor) and repeats.numel() == 1 and repeats._value is None:
+            repeats = int(repeats.item())
+        if isinstance(repeats, (int, np.integer)):
+            r = int(repeats)
+            y = x.unsqueeze(axis + 1)
+            y = y.broadcast_to(*y.shape[:axis + 1], r, *y.shape[axis + 2:])
+            return y.reshape(*x.shape[:axis], x.shape[axis] * r, *x.shape[axis + 1:])
+        repeats = repeats if isinstance(repeats, _t.Tensor) else _t.Tensor(np.asarray(repeats, np.int64))
+        if repeats.shape != (x.shape[axis],):
+            raise ShapeError(f"repeat_interleave: repeats {list(repeats.shape)} must have one count per element of "
+                             f"dimension {axis} ({x.shape[axis]})\n  at {user_location()}")
+        if output_size is None:
+            if repeats._value is not None:
+                raise TraceError("repeat_interleave with a tensor of repeats inside @flame.compile needs "
+                                 f"output_size= (the result's length depends on the counts)\n  at {user_location()}")
+            output_size = int(repeats.sum().item())
+        from flame.frontend.creation import arange
+
+        ends = repeats.to(i64).cumsum(0)  # position j comes from the element whose range holds it
+        src = (ends.unsqueeze(0) <= arange(int(output_size)).unsqueeze(1)).sum(1)
+        return apply("index_select", x, src, axis=axis)
+
+    # ---- norms --------------------------------------------------------------------------------------------
+    def norm(self, p="fro", dim=None, keepdim: bool = False, dtype=None):
+        """torch.norm for vectors: p = 'fro'/2, 1, inf, -inf, 0 or any number, over dim (all by default).
+        The gradient of the 2-norm at zero is zero, as in PyTorch."""
+        from flame.frontend.ops import vector_norm
+
+        if p == "nuc" or (p == "fro" and dim is not None and not isinstance(dim, int) and len(dim) > 2):
+            raise ShapeError(f"norm: p={p!r} (matrix norms) is not supported\n  at {user_location()}")
+        return vector_norm(self, 2 if p == "fro" else p, dim, keepdim, dtype=dtype)
+
+    # ---- floor division and remainder -------------------------------------------------------------------
+    def __floordiv__(self, o):
+        return _t.binary("floor_divide", self, o)
+
+    def __rfloordiv__(self, o):
+        return _t.binary("floor_divide", o, self)
+
+    def __mod__(self, o):
+        return _t.binary("remainder", self, o)
+
+    def __rmod__(self, o):
+        return _t.binary("remainder", o, self)
+
+    def floor_divide(self, o):
+        """Quotient rounded toward -inf (Python's //)."""
+        return _t.binary("floor_divide", self, o)
+
+    def remainder(self, o):
+        """Python's %: self - floor(self / o) * o, with the sign of o."""
+        return _t.binary("remainder", self, o)
+
+    # ---- clamp and masked_fill --------------------------------------------------------------------------
+    def clamp(self, min=None, max=None):  # noqa: A002
+        """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
+        result is max; NaN stays NaN. The gradient goes to x where min <= x <= max, else to the bound
+        that won (none for NaN), as in PyTorch."""
+        if min is None and max is None:
+            raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
+        dt = self.dtype
+        for bound in (min, max):
+            if isinstance(bound, _t.Tensor):
+                dt = promote(dt, bound.dtype)
+            elif isinstance(bound, (float, np.floating)) and not dt.is_float:
+                dt = f32
+        out = self.to(dt)
+        if min is not None:
+            lo = min.to(dt) if isinstance(min, _t.Tensor) else min
+            out = apply("where", out < lo, lo if isinstance(lo, _t.Tensor) else _t.full((), lo, dt), out)
+        if max is not None:
+            hi = max.to(dt) if isinstance(max, _t.Tensor) else max
+            out = apply("where", out > hi, hi if isinstance(hi, _t.Tensor) else _t.full((), hi, dt), out)
+        if dt.is_float:  # NaN stays NaN, with no gradient (PyTorch's mask min <= x <= max is False there)
+            x = self.to(dt)
+            out = apply("where", x != x, x.detach(), out)
+        return out
+
+    clip = clamp
+
+    def clamp_min(self, min):  # noqa: A002
+        return self.clamp(min=min)
+
+    def clamp_max(self, max):  # noqa: A002
+        return self.clamp(max=max)
+
+    def clamp_(self, min=None, max=None):  # noqa: A002
+        return self._inplace(lambda x: x.clamp(min, max), min, max)
+
+    clip_ = clamp_
+
+    def masked_fill(self, mask, value):
+        """value where mask is True (mask broadcasts to self's shape), self elsewhere."""
+        from flame.ir.ops._shapes import broadcast_shapes
+
+        if not isinstance(mask, _t.Tensor) or mask.dtype != boolean:
+            got = mask.dtype if isinstance(mask, _t.Tensor) else type(mask).__name__
+            raise DTypeError(f"masked_fill: the mask must be a bool tensor, got {got}\n  at {user_location()}")
+        if broadcast_shapes("masked_fill", [mask._type(), self._type()]) != tuple(self.shape):
+            raise ShapeError(f"masked_fill: mask {list(mask.shape)} does not broadcast to the shape of the tensor "
+                             f"{list(self.shape)}\n  at {user_location()}")
+        if isinstance(value, _t.Tensor):
+            if value.ndim:
+                raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {list(value.shape)}"
+                                 f"\n  at {user_location()}")
+            value = value.to(self.dtype)
+        else:
+            value = _t.full((), value, self.dtype)
+        return apply("where", mask, value, self)
+
+    def masked_fill_(self, mask, value):
+        return self._inplace(lambda x: x.masked_fill(mask, value), value)
+
+    def _inplace(self, fn, *others):
+        from flame.frontend.indexing import assign, stand_in
+
+        assign(self, fn(stand_in(self, *others)))
+        return self
+
+    # ---- new tensors like this one --------------------------------------------------------------------
+    def new_full(self, size, fill_value, dtype=None):
+        return _t.full(_t._shape_arg((size,) if isinstance(size, int) else tuple(size)), fill_value,
+                       dtype_of(dtype) if dtype is not None else self.dtype)
+
+    def new_zeros(self, *size, dtype=None):
+        return self.new_full(_t._shape_arg(size), 0, dtype)
+
+    def new_ones(self, *size, dtype=None):
+        return self.new_full(_t._shape_arg(size), 1, dtype)
+
+    def new_empty(self, *size, dtype=None):
+        """Like new_zeros: flame has no uninitialised memory to hand out."""
+        return self.new_zeros(*size, dtype=dtype)
+
+    def new_tensor(self, data, dtype=None):
+        return _t.Tensor(data, dtype if dtype is not None else self.dtype)
+
+    def contiguous(self, memory_format=None):
+        """self: every flame tensor is contiguous (row-major, no strided views)."""
+        return self
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nelement(self) -> int:
+        return math.prod(self.shape)

@@ -1,0 +1,210 @@
+"""Rematerialisation: the backward recomputes some forward values instead of keeping them alive from
+the forward to the backward (DESIGN.md §11).
+
+A joint graph (autodiff appended the backward) splits at its first backward op: the ops before it are
+the forward; everything from it on (backward, optimizer update) reads forward values that must then
+be kept, "saved". Which forward values are recomputed is a minimum cut (networkx) over the forward
+ops that saved values depend on, as AOTAutograd's partitioner does: each such value v is an edge
+v_in -> v_out whose capacity is v's bytes (keeping v), data edges u_out -> v_in are uncuttable,
+values read later are tied to the sink (needed in the backward), and values whose op may not be
+recomputed are tied to the source (computed in the forward only). A cut keeps the values whose edge
+it cuts and recomputes those on the sink side; its capacity is the bytes kept.
+
+Which ops may be recomputed is the caller's choice (`allow(op)`), by tiers (`tier`): 0, cheap work
+that fuses into the backward's kernels (elementwise, views, reductions, gather/concat and friends);
+1, matmuls and library calls (attention), ordered by flops per byte kept; 2, random draws (exact to
+recompute: counter-based, but never without need). Ops recorded inside flame.utils.checkpoint (their
+loc is an ir.graph.CheckpointLoc) are always recomputed when the backward needs them, whatever their
+tier: only the region's inputs and the results it hands on (read outside the region) are kept, as
+torch.utils.checkpoint does. Graph outputs are kept.
+
+The rewrite clones each recomputed op right before the first later op that needs it (after the
+saved values it reads), marked with a RecomputeLoc (a BackwardLoc, so the memory report sees the
+clone as backward work and the values it reads as saved). Runs after SIMPLIFY (CSE would merge the
+clones back) and before fusion, which keeps clones out of forward kernels (`mixes_phases`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+import networkx as nx
+
+from flame.ir.graph import CheckpointLoc, Graph, Op, Value
+from flame.ir.registry import REGISTRY
+from flame.passes.autodiff import BackwardLoc, is_backward
+from flame.passes.dce import eliminate_dead_code
+
+_SRC, _SINK = "source", "sink"
+
+
+class RecomputeLoc(BackwardLoc):
+    """The loc of an op the remat pass added: it recomputes a forward value inside the backward."""
+
+    __slots__ = ()
+
+
+def is_recompute(op: Op) -> bool:
+    return isinstance(op.loc, RecomputeLoc)
+
+
+def mixes_phases(ops: Collection[Op]) -> bool:
+    """The ops hold a recomputation and a forward op: one kernel of them would compute the
+    recomputed value in the forward and keep it alive again (the fusion pass refuses it)."""
+    return any(is_recompute(o) for o in ops) and any(not is_backward(o) for o in ops)
+
+
+def never(op: Op) -> bool:
+    """The default `allow`: recompute nothing but checkpoint regions."""
+    return False
+
+
+def tier(op: Op) -> int:
+    """0: cheap to recompute; 1: a matmul or a library call; 2: a random draw."""
+    opdef = REGISTRY[op.name]
+    if opdef.random:
+        return 2
+    return 1 if opdef.category in ("matmul", "library") else 0
+
+
+def nbytes(v: Value) -> int:
+    return v.type.numel * v.dtype.itemsize
+
+
+def flops(op: Op) -> int:
+    """A rough cost of recomputing op: 2 m n k for a matmul, 4 L S E per head for attention, else one
+    per element written."""
+    if op.name == "matmul":
+        return 2 * op.out.type.numel * op.inputs[0].shape[-1]
+    if REGISTRY[op.name].category == "library":
+        q, k = op.inputs[0], op.inputs[1]
+        return 4 * q.type.numel * k.shape[-2]
+    return op.out.type.numel
+
+
+def split(g: Graph) -> int:
+    """Index of the first backward op (len(g.ops) when there is none): the forward ends there."""
+    return next((i for i, op in enumerate(g.ops) if is_backward(op)), len(g.ops))
+
+
+def saved(g: Graph) -> set[Value]:
+    """Forward values read by an op of the backward part (backward, then the optimizer update)."""
+    s = split(g)
+    forward = {op.out for op in g.ops[:s]}
+    return {v for op in g.ops[s:] for v in op.inputs if v in forward}
+
+
+def _ancestors(g: Graph, needed: set[Value]) -> list[Op]:
+    """The forward ops that some needed value depends on (those included), in order."""
+    s = split(g)
+    forward = {op.out for op in g.ops[:s]}
+    anc = set(needed)
+    for op in reversed(g.ops[:s]):
+        if op.out in anc:
+            anc.update(v for v in op.inputs if v in forward)
+    return [op for op in g.ops[:s] if op.out in anc]
+
+
+def candidates(g: Graph) -> list[Op]:
+    """Forward ops of tier 1 and 2 that saved values depend on, cheapest recomputation per byte
+    kept first (the order a memory budget allows them in)."""
+    forced = checkpointed(g)
+    ops = [op for op in _ancestors(g, saved(g)) if tier(op) > 0 and op not in forced]
+    return sorted(ops, key=lambda op: (tier(op), flops(op) / max(nbytes(op.out), 1)))
+
+
+def _region(op: Op) -> int | None:
+    return op.loc.region if isinstance(op.loc, CheckpointLoc) else None
+
+
+def checkpointed(g: Graph) -> set[Op]:
+    """The forward ops of checkpoint regions whose results do not leave their region (read by no
+    forward op outside it, not returned): the backward must recompute them when it reads them."""
+    s = split(g)
+    leaves = set(g.outputs)
+    for op in g.ops[:s]:
+        leaves.update(v for v in op.inputs if v.producer is not None and _region(v.producer) is not None
+                      and _region(v.producer) != _region(op))
+    return {op for op in g.ops[:s] if _region(op) is not None and op.out not in leaves}
+
+
+def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
+    """The forward values the backward should recompute: a minimum cut (module docstring)."""
+    needed = saved(g)
+    if not needed:
+        return set()
+    outputs = set(g.outputs)
+    forced = checkpointed(g)
+    net = nx.DiGraph()
+    net.add_nodes_from((_SRC, _SINK))
+    ops = _ancestors(g, needed)
+    inside = {op.out for op in ops}
+    for op in ops:
+        v = op.out
+        vin, vout = ("in", id(v)), ("out", id(v))
+        net.add_edge(vin, vout, capacity=nbytes(v) + 1)  # +1: of equal bytes, keep fewer values
+        for u in op.inputs:
+            if u in inside:
+                net.add_edge(("out", id(u)), vin)  # no capacity: uncuttable
+        if v in outputs or not (op in forced or allow(op)):
+            net.add_edge(_SRC, vin)  # computed in the forward
+        elif op in forced:
+            net.add_edge(vin, _SINK)  # recomputed: inside a checkpoint region
+        if v in needed:
+            net.add_edge(vout, _SINK)
+    _, (_, sink_side) = nx.minimum_cut(net, _SRC, _SINK)
+    return {op.out for op in ops if ("in", id(op.out)) in sink_side}
+
+
+def rewrite(g: Graph, recompute: set[Value]) -> Graph:
+    """g where every later read of a value in `recompute` reads a clone computed right before it."""
+    if not recompute:
+        return g
+    s = split(g)
+    new = Graph(g.name)
+    m: dict[Value, Value] = {v: new.add_input(v.type, r) for v, r in zip(g.inputs, g.roles)}
+    clones: dict[Value, Value] = {}
+
+    def emit(op: Op, inputs: tuple[Value, ...], loc) -> Value:
+        out = Op(op.name, inputs, op.attrs, op.out.type, loc)
+        new.ops.append(out)
+        return out.out
+
+    def clone(v: Value) -> Value:
+        stack = [v]
+        while stack:  # inputs first, without recursion (chains can be long)
+            x = stack[-1]
+            todo = [u for u in x.producer.inputs if u in recompute and u not in clones]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            if x not in clones:
+                op = x.producer
+                ins = tuple(clones.get(u, m.get(u)) for u in op.inputs)
+                clones[x] = emit(op, ins, RecomputeLoc(op.loc or ""))
+        return clones[v]
+
+    for i, op in enumerate(g.ops):
+        if i < s:
+            m[op.out] = emit(op, tuple(m[u] for u in op.inputs), op.loc)
+            continue
+        ins = tuple(clone(u) if u in recompute else m[u] for u in op.inputs)
+        m[op.out] = emit(op, ins, op.loc)
+    new.outputs = [m[v] for v in g.outputs]
+    new.aliases = dict(g.aliases)
+    return eliminate_dead_code(new)
+
+
+def rematerialize(g: Graph, allow: Callable[[Op], bool] = never) -> Graph:
+    """Recompute in the backward what the minimum cut says (module docstring), letting `allow(op)`
+    say which ops outside checkpoint regions may be recomputed (default: none).
+
+    Before: a verified joint graph, simplified (no CSE may run after this pass). After: the same
+    function; forward values the backward reads are either kept or recomputed by RecomputeLoc clones
+    placed before their first later reader; dead forward ops are gone. Without a backward, or with
+    nothing to recompute, g itself is returned. g is not modified."""
+    if split(g) == len(g.ops):
+        return g
+    if allow is never and not any(isinstance(op.loc, CheckpointLoc) for op in g.ops):
+        return g
+    return rewrite(g, choose(g, allow))

@@ -1,0 +1,54 @@
+"""Data loading helpers. DistributedSampler shards a data set's indices over the ranks of a process
+group as torch.utils.data.DistributedSampler does: each rank gets every world_size-th index of one
+(optionally shuffled, per epoch) permutation, padded by wrapping around (or the tail dropped) so that
+every rank gets the same number of indices and the ranks step in lockstep."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+__all__ = ["DistributedSampler"]
+
+
+class DistributedSampler:
+    """Indices of a data set of len(dataset) items (or `dataset` itself, an int) for one rank.
+    num_replicas / rank default to the process group's; call set_epoch(e) before each epoch to
+    reshuffle (the permutation depends on seed + epoch only, so every rank draws the same one)."""
+
+    def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None, shuffle: bool = True,
+                 seed: int = 0, drop_last: bool = False):
+        from flame.distributed import get_rank, get_world_size
+
+        self.n = dataset if isinstance(dataset, int) else len(dataset)
+        self.num_replicas = get_world_size() if num_replicas is None else int(num_replicas)
+        self.rank = get_rank() if rank is None else int(rank)
+        if not 0 <= self.rank < self.num_replicas:
+            raise ValueError(f"DistributedSampler: rank {self.rank} is not in [0, {self.num_replicas})")
+        self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, int(seed), drop_last, 0
+        if drop_last and self.n % self.num_replicas:
+            self.num_samples = self.n // self.num_replicas
+        else:
+            self.num_samples = math.ceil(self.n / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def indices(self) -> np.ndarray:
+        """This rank's indices for the current epoch, as an int64 array."""
+        order = (np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle
+                 else np.arange(self.n))
+        if self.total_size <= len(order):
+            order = order[: self.total_size]
+        elif len(order):
+            order = np.resize(order, self.total_size)  # wraps around, as torch pads
+        return order[self.rank: self.total_size: self.num_replicas].astype(np.int64)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices().tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples

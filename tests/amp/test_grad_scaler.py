@@ -1,0 +1,149 @@
+"""flame.amp.GradScaler against torch.amp.GradScaler on the CPU: the same scales, growth trackers,
+skipped steps (parameters and optimizer state keep their bits on inf/NaN) and parameters, step by
+step, eagerly and inside @flame.compile (where the skip and the scale update are graph ops)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flame
+import flame.nn as nn
+from flame.amp import GradScaler
+
+torch = pytest.importorskip("torch")
+
+# 1 = a clean step, inf / nan = a step whose gradients overflow
+SCHEDULE = [1.0, 1.0, float("inf"), 1.0, 1.0, 1.0, 1.0, float("nan"), 1.0, 1.0, 1.0, 1.0, 1.0]
+KW = {"init_scale": 2.0**4, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 3}
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((8, 5)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
+
+
+def _torch_run():
+    x, w = _data()
+    lin = torch.nn.Linear(5, 3)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor(w))
+        lin.bias.zero_()
+    opt = torch.optim.Adam(lin.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", **KW)
+    out = []
+    for s in SCHEDULE:
+        loss = (lin(torch.tensor(x)) ** 2).mean() * s
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        out.append((scaler.get_scale(), scaler._growth_tracker.item(), lin.weight.detach().numpy().copy(),
+                    opt.state[lin.weight]["step"].item()))
+    return out
+
+
+def _flame_setup():
+    x, w = _data()
+    lin = nn.Linear(5, 3)
+    lin.weight.copy_(flame.tensor(w))
+    lin.bias.zero_()
+    opt = flame.optim.Adam(lin.parameters(), lr=0.1)
+    return flame.tensor(x), lin, opt, GradScaler("cpu", **KW)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_scale_skips_and_growth_match_torch(compiled):
+    x, lin, opt, scaler = _flame_setup()
+
+    def step(x, s):
+        loss = (lin(x) ** 2).mean() * s
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        return loss
+
+    run = flame.compile(step) if compiled else step
+    want = _torch_run()
+    for i, (s, (scale, tracker, weight, nsteps)) in enumerate(zip(SCHEDULE, want)):
+        run(x, flame.tensor(s))
+        assert scaler.get_scale() == scale, (i, scaler.get_scale(), scale)
+        assert int(scaler._growth_tracker.item()) == tracker, i
+        assert opt.state[lin.weight]["step"].item() == nsteps, i  # a skipped step does not count
+        np.testing.assert_allclose(lin.weight.numpy(), weight, rtol=1e-5, atol=1e-5, err_msg=f"step {i}")
+    if compiled:
+        assert run.stats().traces == 1  # one trace serves clean and overflowing steps alike
+
+
+def test_a_skipped_compiled_step_keeps_every_bit_and_is_a_graph_op():
+    x, lin, opt, scaler = _flame_setup()
+
+    @flame.compile
+    def step(x, s):
+        loss = (lin(x) ** 2).mean() * s
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        return loss
+
+    step(x, flame.tensor(1.0))
+    before = [t.numpy().copy() for t in [lin.weight, lin.bias, *opt.state[lin.weight].values()]]
+    step(x, flame.tensor(float("inf")))
+    after = [t.numpy() for t in [lin.weight, lin.bias, *opt.state[lin.weight].values()]]
+    for a, b in zip(before, after):
+        assert a.tobytes() == b.tobytes()
+    assert scaler.get_scale() == KW["init_scale"] / 2
+    g = step.trace(x, flame.tensor(1.0))
+    text = str(g)
+    assert "where" in text and "lt" in text  # found_inf and the skipped update are ops of the step
+    scale_input = [i for i, r in enumerate(g.roles) if r == "state" and g.inputs[i].type.shape == ()]
+    assert any(i in g.aliases.values() for i in scale_input)  # the scale is written back by the graph
+
+
+def test_unscale_then_clip_and_the_order_rules():
+    x, lin, opt, scaler = _flame_setup()
+    loss = (lin(x) ** 2).mean()
+    scaler.scale(loss).backward()
+    scaled = lin.weight.grad.numpy().copy()
+    scaler.unscale_(opt)
+    np.testing.assert_allclose(lin.weight.grad.numpy(), scaled / KW["init_scale"], rtol=1e-6)
+    with pytest.raises(RuntimeError, match="already been called"):
+        scaler.unscale_(opt)
+    flame.nn.utils.clip_grad_norm_(lin.parameters(), 1.0)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match="step\\(\\) has already been called"):
+        scaler.step(opt)
+    scaler.update()
+    with pytest.raises(AssertionError, match="No inf checks"):
+        scaler.update()
+
+
+def test_state_dict_round_trip_and_disabled_scaler():
+    _, _, _, scaler = _flame_setup()
+    scaler._scale.fill_(128.0)
+    scaler._growth_tracker.fill_(2)
+    sd = scaler.state_dict()
+    assert sd == {"scale": 128.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 3,
+                  "_growth_tracker": 2}
+    tsd = torch.amp.GradScaler("cpu", **KW)
+    tsd.load_state_dict(sd)  # the same layout torch reads
+    assert tsd.get_scale() == 128.0
+    other = GradScaler()
+    other.load_state_dict(sd)
+    assert other.state_dict() == sd
+    off = GradScaler(enabled=False)
+    loss = flame.tensor(3.0)
+    assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {}
+    with pytest.raises(RuntimeError, match="empty"):
+        other.load_state_dict({})
+
+
+def test_fp16_gradients_refuse_to_unscale():
+    p = nn.Parameter(flame.ones(3, dtype=flame.f16))
+    opt = flame.optim.SGD([p], lr=0.1)
+    scaler = GradScaler()
+    (p.float().sum() * 2).backward()
+    with pytest.raises(ValueError, match="FP16"):
+        scaler.unscale_(opt)
