@@ -284,6 +284,45 @@ class AttentionCall(LibraryCall):
 
 
 @dataclass(frozen=True)
+class ConvCall(LibraryCall):
+    """A convolution through cuDNN (runtime/cudnn_conv.py) for IR op `op`: conv (out = y from x, w),
+    conv_grad_input (out = dx from dy, w) or conv_grad_weight (out = dw from x, dy); the two operands
+    the op reads are set, the third is None. `workspace` is the call's scratch in the arena (the
+    bytes the target says the call needs)."""
+
+    name: ClassVar[str] = "conv"
+    library: ClassVar[str] = "cuDNN"
+    KINDS: ClassVar[dict[str, str]] = {"conv": "fprop", "conv_grad_input": "dgrad", "conv_grad_weight": "wgrad"}
+
+    out: int = buffer_field()
+    op: Op
+    x: int | None = buffer_field(default=None)
+    w: int | None = buffer_field(default=None)
+    dy: int | None = buffer_field(default=None)
+    workspace: int | None = buffer_field(default=None)
+
+    @classmethod
+    def of(cls, op: Op, a: int, b: int, out: int, workspace: int | None = None) -> ConvCall:
+        """The call computing `op` from buffers a, b (its inputs in IR order) into out."""
+        names = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("x", "dy")}[cls.KINDS[op.name]]
+        return cls(out, op, workspace=workspace, **dict(zip(names, (a, b))))
+
+    @property
+    def kind(self) -> str:
+        return self.KINDS[self.op.name]
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        """The operands in the op's input order: (x, w), (dy, w) or (x, dy)."""
+        order = {"fprop": (self.x, self.w), "dgrad": (self.dy, self.w), "wgrad": (self.x, self.dy)}
+        return order[self.kind]
+
+    def format(self, ids: dict[Value, int]) -> str:
+        ins = ", ".join(f"b{a}" for a in self.reads)
+        return f"b{self.out} = call conv_{self.kind} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
+
+
+@dataclass(frozen=True)
 class Copy(Step):
     """Copy the bytes of buffer src into buffer dst (same size)."""
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from flame.errors import FlameError
-from flame.plan.steps import Alias, AttentionCall, Copy, KernelLaunch, MatmulCall, Plan, Step, aligned
+from flame.plan.steps import Alias, AttentionCall, ConvCall, Copy, KernelLaunch, MatmulCall, Plan, Step, aligned
 from flame.runtime.matmul import run_matmul
 
 log = logging.getLogger("flame")
@@ -111,6 +111,18 @@ def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
             att.forward(bufs[s.q], bufs[s.k], bufs[s.v], bufs[s.out], mask, ws)
 
 
+def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
+    from flame.runtime.cudnn_conv import cudnn_conv, spec_of
+
+    conv = cudnn_conv(spec_of(s.op))
+    ws = 0 if s.workspace is None else bufs[s.workspace]
+    if conv.workspace > (0 if s.workspace is None else ws.nbytes):
+        raise FlameError(f"conv_{s.kind} call for {s.op.name}: cuDNN needs {conv.workspace} bytes of workspace, "
+                         f"the plan holds {0 if s.workspace is None else ws.nbytes}")
+    with stream:
+        conv(*(bufs[b] for b in s.reads), bufs[s.out], ws)
+
+
 def _alias(s: Alias, fn, bufs: dict, stream) -> None:
     bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
@@ -124,7 +136,7 @@ def _copy(s: Copy, fn, bufs: dict, stream) -> None:
 
 
 STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, AttentionCall: _attention,
-                                       Alias: _alias, Copy: _copy}
+                                       ConvCall: _conv, Alias: _alias, Copy: _copy}
 Program = list[tuple[Callable, object, Step]]
 
 
