@@ -25,7 +25,7 @@ from flame.ir.ops.attention import mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
 from flame.plan.memory import plan_memory
-from flame.plan.steps import Alias, AttentionCall, Buffer, Copy, KernelLaunch, MatmulCall, Plan, Step, root
+from flame.plan.steps import Alias, AttentionCall, Buffer, ConvCall, Copy, KernelLaunch, MatmulCall, Plan, Step, root
 from flame.target import Target
 
 ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
@@ -185,10 +185,17 @@ def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
     return AttentionCall(ins[0], ins[1], ins[2], out, op, o=o, grad_out=grad_out, mask=mask, workspace=ws)
 
 
+def conv_call(bld: _Builder, op: Op, out: int) -> ConvCall:
+    """The convolution call of a conv / conv_grad_input / conv_grad_weight op writing buffer `out`,
+    with the workspace the target's library asks for as scratch in the arena."""
+    a, b = (bld.buffer_of[v] for v in op.inputs)
+    return ConvCall(a, b, out, op, workspace=bld.scratch(bld.target.conv_workspace(op)))
+
+
 # an op's `library` trait -> the library-call step that computes it, built as f(builder, op, out
-# buffer); every other op becomes the kernels codegen renders for it. A convolution call is one
-# entry here.
-LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call, "attention": attention_call}
+# buffer); every other op becomes the kernels codegen renders for it.
+LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {"matmul": matmul_call, "attention": attention_call,
+                                                                 "conv": conv_call}
 
 
 def _bind_outputs(bld: _Builder) -> list[int]:

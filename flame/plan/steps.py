@@ -284,6 +284,31 @@ class AttentionCall(LibraryCall):
 
 
 @dataclass(frozen=True)
+class ConvCall(LibraryCall):
+    """A convolution through cuDNN for IR op `op` (flame/ir/ops/conv.py): conv (a = x, b = w),
+    conv_grad_input (a = dy, b = w) or conv_grad_weight (a = x, b = dy), writing `out`; stride,
+    padding, dilation and groups are the op's attributes. `workspace` is the call's scratch in the
+    arena."""
+
+    name: ClassVar[str] = "conv"
+    library: ClassVar[str] = "cuDNN"
+
+    a: int = buffer_field()
+    b: int = buffer_field()
+    out: int = buffer_field()
+    op: Op
+    workspace: int | None = buffer_field(default=None)
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return (self.a, self.b)
+
+    def format(self, ids: dict[Value, int]) -> str:
+        return (f"b{self.out} = call {self.op.name} (b{self.a}, b{self.b}){self._scratch_note()}"
+                f"  # {format_op(self.op, ids)}")
+
+
+@dataclass(frozen=True)
 class Copy(Step):
     """Copy the bytes of buffer src into buffer dst (same size)."""
 

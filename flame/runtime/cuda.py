@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from flame.errors import FlameError
-from flame.plan.steps import Alias, AttentionCall, Copy, KernelLaunch, MatmulCall, Plan, Step, aligned
+from flame.plan.steps import Alias, AttentionCall, ConvCall, Copy, KernelLaunch, MatmulCall, Plan, Step, aligned
 from flame.runtime.matmul import run_matmul
 
 log = logging.getLogger("flame")
@@ -111,6 +111,12 @@ def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
             att.forward(bufs[s.q], bufs[s.k], bufs[s.v], bufs[s.out], mask, ws)
 
 
+def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
+    # the cuDNN convolution (runtime/cudnn_conv.py) replaces this; until then say so at run time
+    raise FlameError(f"{s.op.name}: the CUDA executor has no convolution call yet (cuDNN lowering pending); "
+                     "run it on the reference executor (FLAME_DEVICE=reference)")
+
+
 def _alias(s: Alias, fn, bufs: dict, stream) -> None:
     bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
@@ -124,7 +130,7 @@ def _copy(s: Copy, fn, bufs: dict, stream) -> None:
 
 
 STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, AttentionCall: _attention,
-                                       Alias: _alias, Copy: _copy}
+                                       ConvCall: _conv, Alias: _alias, Copy: _copy}
 Program = list[tuple[Callable, object, Step]]
 
 

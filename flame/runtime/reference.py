@@ -14,7 +14,7 @@ import numpy as np
 from flame.errors import FlameError
 from flame.ir.evaluate import evaluate_graph, evaluate_op
 from flame.ir.graph import Graph
-from flame.plan.steps import Alias, AttentionCall, Buffer, Copy, KernelLaunch, MatmulCall, Plan
+from flame.plan.steps import Alias, AttentionCall, Buffer, ConvCall, Copy, KernelLaunch, MatmulCall, Plan
 
 log = logging.getLogger("flame")
 POISON = 0xFF  # fresh arena bytes: NaN in every float dtype, so a read of unwritten memory shows
@@ -83,6 +83,11 @@ def _attention(s: AttentionCall, bufs: dict, plan: Plan) -> None:
     np.copyto(bufs[s.out], evaluate_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
 
 
+def _conv(s: ConvCall, bufs: dict, plan: Plan) -> None:
+    """The op's NumPy reference on the call's two operands (the workspace is cuDNN's alone)."""
+    np.copyto(bufs[s.out], evaluate_op(s.op, [bufs[s.a], bufs[s.b]]))
+
+
 def _alias(s: Alias, bufs: dict, plan: Plan) -> None:
     bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
@@ -91,8 +96,8 @@ def _copy(s: Copy, bufs: dict, plan: Plan) -> None:
     np.copyto(bufs[s.dst], bufs[s.src])
 
 
-STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _attention, Alias: _alias,
-                 Copy: _copy}  # one per step type
+STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _attention, ConvCall: _conv,
+                 Alias: _alias, Copy: _copy}  # one per step type
 
 
 def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> list[np.ndarray]:
