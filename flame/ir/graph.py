@@ -62,6 +62,7 @@ class Kind(str, Enum):
     REDUCTION = "reduction"  # a column reduction in its own kernel
     MATMUL = "matmul"  # a library call (cuBLASLt) with its epilogue
     ATTENTION = "attention"  # a library call (cuDNN fused attention, forward or backward)
+    CONV = "conv"  # a library call (cuDNN convolution: forward, data or weight gradient)
     OPAQUE = "opaque"  # one op with its own kernel (gather, scatter, pad, concat, argmax)
 
     def __str__(self) -> str:

@@ -35,7 +35,6 @@ from flame.passes._rewrite import annotate_loc, rewrite
 
 log = logging.getLogger("flame")
 
-CONV_OPS = ("conv", "conv_grad_input", "conv_grad_weight")
 DECOMPOSE_ALL = "decomposition requested"  # the reason recorded when no `supported` check is given
 _logged: set[str] = set()
 

@@ -9,12 +9,13 @@ from functools import partial, update_wrapper
 
 from flame.errors import VerifyError
 from flame.ir.graph import Graph, Op
+from flame.ir.ops.conv import CONV_OPS
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
 from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
 from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decompose_attention
-from flame.passes.decompose_conv import CONV_OPS, decompose_conv
+from flame.passes.decompose_conv import decompose_conv
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
 from flame.passes.rewrite_attention import rewrite_attention

@@ -1,3 +1,3 @@
 """Op declarations, one module per family. Importing this package fills flame.ir.registry."""
 
-from flame.ir.ops import attention, creation, elementwise, indexing, linalg, movement, random, reduce  # noqa: F401
+from flame.ir.ops import attention, conv, creation, elementwise, indexing, linalg, movement, random, reduce  # noqa: F401
