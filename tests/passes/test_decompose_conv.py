@@ -37,6 +37,11 @@ CASES = {
     "1d-dilated": ((2, 3, 11), (4, 3, 3), {"stride": [1], "padding": [[2, 1]], "dilation": [2]}),
     "3d": ((1, 2, 4, 5, 3), (3, 2, 2, 3, 1), {"stride": [1, 2, 1], "padding": [[1, 0], [1, 1], [0, 0]],
                                               "dilation": [1, 1, 2]}),
+    # symmetric padding, channels multiples of 8 (the GPU tests run these through cuDNN too)
+    "2d-groups-stride": ((3, 16, 15, 17), (32, 8, 3, 3), {"stride": [2, 2], "padding": [[1, 1], [1, 1]],
+                                                       "dilation": [1, 1], "groups": 2}),
+    "3d-sym": ((2, 4, 5, 6, 7), (8, 4, 3, 3, 3), {"stride": [1, 2, 1], "padding": [[1, 1]] * 3,
+                                                  "dilation": [1, 1, 1]}),
 }
 
 
