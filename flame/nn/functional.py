@@ -1,4 +1,9 @@
-"""flame.nn.functional: the composite functions (PyTorch names), defined in flame.frontend.functional."""
+"""flame.nn.functional: the composite functions (PyTorch names), defined in flame.frontend.functional
+and (convolutions, pooling, interpolation, batch/group norm) flame.frontend.vision."""
 
 from flame.frontend.functional import *  # noqa: F401,F403
-from flame.frontend.functional import __all__  # noqa: F401
+from flame.frontend.functional import __all__ as _core
+from flame.frontend.vision import *  # noqa: F401,F403
+from flame.frontend.vision import __all__ as _vision
+
+__all__ = list(_core) + list(_vision)
