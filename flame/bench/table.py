@@ -1,9 +1,10 @@
 """The suite's table of cases, in report order: the stateless kernels, fused attention forward +
-backward, then the training steps, then the transformer training steps."""
+backward, then the training steps, then the transformer and the convolutional training steps."""
 
 from flame.bench.cases import STATELESS
 from flame.bench.cases_attention import ATTENTION
+from flame.bench.cases_conv import CONV
 from flame.bench.cases_gpt import GPT
 from flame.bench.cases_train import TRAINING
 
-CASES = [*STATELESS, *ATTENTION, *TRAINING, *GPT]
+CASES = [*STATELESS, *ATTENTION, *TRAINING, *GPT, *CONV]

@@ -21,11 +21,13 @@ def verify(g: Graph) -> Graph:
         defined.add(v)
     for op in g.ops:
         try:
-            line = format_op(op, {v: i for v, i in ids.items() if v in defined or v is op.out}, loc=True)
+            format_op(op, ids, loc=True)
         except TypeError as e:  # an attribute value the IR text has no form for
             raise VerifyError(f"graph {g.name}: {op.name} has an attribute that is not IR data ({e})") from None
 
-        def bad(why: str, line: str = line) -> VerifyError:
+        def bad(why: str, op=op) -> VerifyError:
+            # the line names only values defined so far (built on failure: per op it would be quadratic)
+            line = format_op(op, {v: i for v, i in ids.items() if v in defined or v is op.out}, loc=True)
             return VerifyError(f"{why}\n  {line}")
 
         if op.out in defined:

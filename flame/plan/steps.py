@@ -15,6 +15,7 @@ call into a vendor library derives from `LibraryCall`. Adding a step type (an `A
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -72,6 +73,12 @@ def buffer_field(**kw):
     return field(metadata={"buffer": True}, **kw)
 
 
+@functools.cache
+def _buffer_fields(cls: type) -> tuple[str, ...]:
+    """The names of a step type's buffer-id fields (declared with buffer_field())."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("buffer"))
+
+
 class Step:
     """What every plan step provides (subclasses are frozen dataclasses):
     - `reads` / `writes`: the buffer ids it reads / writes (views not resolved); `touches`: every
@@ -111,8 +118,9 @@ class Step:
         def r(x):
             return tuple(new if b == old else b for b in x) if isinstance(x, tuple) else (new if x == old else x)
 
-        return dataclasses.replace(self, **{f.name: r(getattr(self, f.name))
-                                            for f in dataclasses.fields(self) if f.metadata.get("buffer")})
+        fields = {name: getattr(self, name) for name in _buffer_fields(type(self))}
+        changed = {k: r(v) for k, v in fields.items() if v == old or (isinstance(v, tuple) and old in v)}
+        return dataclasses.replace(self, **changed) if changed else self  # most steps do not name old
 
     def format(self, ids: dict[Value, int]) -> str:
         raise NotImplementedError
