@@ -20,10 +20,12 @@ The three are linear in each operand and adjoint to one another, so their VJPs a
   conv_grad_weight(x, d):  dx = conv_grad_input(d, g),   dd = conv(x, g)
 (<g, conv_grad_input(d, w)> = <conv(g, w), d>; <g, conv_grad_weight(x, d)> = <conv(x, g), d>).
 
-References: im2col through sliding_window_view and one einsum per call (the kernel offsets are the
-only Python loop, in the data gradient's col2im); f16/bf16 compute in f32 (compute_f32), f64 in f64."""
+References: im2col through sliding_window_view and one batched GEMM per call (the kernel offsets
+are the only Python loop, in the data gradient's col2im); f16/bf16 compute in f32 (compute_f32), f64 in f64."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -120,48 +122,52 @@ def _windows(x, k_shape, out_shape, stride, padding, dilation):
     return win[pick]
 
 
-def _letters(d):
-    return "xyz"[:d], "ijk"[:d]
+def _cols(x, k_shape, o_shape, stride, padding, dilation, groups):
+    """im2col in the layout one batched GEMM reads, [G, C/G * prod(K), N * prod(O)], made by one copy
+    whose innermost loop runs along the input's rows."""
+    n, c, d = x.shape[0], x.shape[1], len(o_shape)
+    win = _windows(x, k_shape, o_shape, stride, padding, dilation)  # [N, C, *O, *K], a view
+    win = win.reshape((n, groups, c // groups) + tuple(o_shape) + tuple(k_shape))
+    perm = (1, 2, *range(3 + d, 3 + 2 * d), 0, *range(3, 3 + d))
+    return np.ascontiguousarray(win.transpose(perm)).reshape(groups, -1, n * math.prod(o_shape))
+
+
+def _rows_of(dy, groups):
+    """dy [N, C_out, *O] as [G, C_out/G, N * prod(O)], the GEMM operand matching _cols."""
+    n, c, d = dy.shape[0], dy.shape[1], dy.ndim - 2
+    dyg = dy.reshape((n, groups, c // groups) + dy.shape[2:])
+    return np.ascontiguousarray(dyg.transpose(1, 2, 0, *range(3, 3 + d))).reshape(groups, c // groups, -1)
 
 
 def _conv_ref(x, w, stride, padding, dilation, groups):
-    n, c = x.shape[:2]
+    n, d = x.shape[0], x.ndim - 2
     o_shape = tuple(conv_output_size(s, k, st, p, dl) for s, k, st, p, dl in
                     zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
-    cols = _windows(x, w.shape[2:], o_shape, stride, padding, dilation)  # [N, C, *O, *K]
-    cols = cols.reshape((n, groups, c // groups) + cols.shape[2:])
-    wg = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])
-    sp, kk = _letters(len(o_shape))
-    y = np.einsum(f"ngc{sp}{kk},goc{kk}->ngo{sp}", cols, wg, optimize=True)
-    return y.reshape((n, w.shape[0]) + o_shape)
+    cols = _cols(x, w.shape[2:], o_shape, stride, padding, dilation, groups)
+    y = np.matmul(w.reshape(groups, w.shape[0] // groups, -1), cols)  # [G, C_out/G, N * O]
+    y = y.reshape((groups, w.shape[0] // groups, n) + o_shape)
+    return y.transpose(2, 0, 1, *range(3, 3 + d)).reshape((n, w.shape[0]) + o_shape)
 
 
 def _grad_weight_ref(x, dy, stride, padding, dilation, groups, weight_shape):
-    n, c = x.shape[:2]
-    o_shape = dy.shape[2:]
-    cols = _windows(x, weight_shape[2:], o_shape, stride, padding, dilation)
-    cols = cols.reshape((n, groups, c // groups) + cols.shape[2:])
-    dyg = dy.reshape((n, groups, dy.shape[1] // groups) + o_shape)
-    sp, kk = _letters(len(o_shape))
-    dw = np.einsum(f"ngo{sp},ngc{sp}{kk}->goc{kk}", dyg, cols, optimize=True)
-    return dw.reshape(weight_shape)
+    cols = _cols(x, weight_shape[2:], dy.shape[2:], stride, padding, dilation, groups)
+    return np.matmul(_rows_of(dy, groups), cols.transpose(0, 2, 1)).reshape(weight_shape)
 
 
 def _grad_input_ref(dy, w, stride, padding, dilation, groups, input_shape):
-    """col2im: the columns dy . w (one einsum), each kernel offset added into its strided window of
-    the padded input, then the padding cut away."""
-    n, c = input_shape[:2]
+    """col2im: the columns w^T dy (one batched GEMM), each kernel offset added into its strided window
+    of the padded input, then the padding cut away."""
+    n, c, d = input_shape[0], input_shape[1], len(input_shape) - 2
     o_shape, k_shape = dy.shape[2:], w.shape[2:]
-    dyg = dy.reshape((n, groups, dy.shape[1] // groups) + o_shape)
-    wg = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])
-    sp, kk = _letters(len(o_shape))
-    cols = np.einsum(f"ngo{sp},goc{kk}->ngc{kk}{sp}", dyg, wg, optimize=True)  # [N, G, Cg, *K, *O]
+    wg = w.reshape(groups, w.shape[0] // groups, -1)
+    cols = np.matmul(wg.transpose(0, 2, 1), _rows_of(dy, groups))  # [G, C_in/G * K, N * O]
+    cols = cols.reshape((groups, c // groups) + k_shape + (n,) + o_shape)
     padded = [s + lo + hi for s, (lo, hi) in zip(input_shape[2:], padding)]
     dxp = np.zeros((n, groups, c // groups, *padded), cols.dtype)
     for k in np.ndindex(*k_shape):
         where = tuple(slice(ki * dl, ki * dl + (o - 1) * s + 1, s)
                       for ki, dl, o, s in zip(k, dilation, o_shape, stride))
-        dxp[(Ellipsis, *where)] += cols[(slice(None), slice(None), slice(None), *k)]
+        dxp[(Ellipsis, *where)] += cols[(slice(None), slice(None), *k)].transpose(2, 0, 1, *range(3, 3 + d))
     crop = tuple(slice(lo, lo + s) for s, (lo, _) in zip(input_shape[2:], padding))
     return dxp[(Ellipsis, *crop)].reshape(input_shape)
 
