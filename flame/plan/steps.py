@@ -327,7 +327,7 @@ class ConvCall(LibraryCall):
 
     def format(self, ids: dict[Value, int]) -> str:
         ins = ", ".join(f"b{a}" for a in self.reads)
-        return f"b{self.out} = call conv_{self.kind} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
+        return f"b{self.out} = call {self.op.name} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)

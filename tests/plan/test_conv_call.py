@@ -45,8 +45,8 @@ def test_each_convolution_is_one_call_with_its_operands_and_workspace(which):
     assert named == (a, b, None)
     ws = plan.buffers[call.workspace]
     assert ws.role == "scratch" and ws.nbytes == WORKSPACE and call.writes == (call.out, call.workspace)
-    kind = {"conv": "fprop", "conv_grad_input": "dgrad", "conv_grad_weight": "wgrad"}[which]
-    line = f"b{call.out} = call conv_{kind} (b{a}, b{b}) scratch=b{call.workspace}  # %2 = {which} %0, %1"
+    assert call.kind == {"conv": "fprop", "conv_grad_input": "dgrad", "conv_grad_weight": "wgrad"}[which]
+    line = f"b{call.out} = call {which} (b{a}, b{b}) scratch=b{call.workspace}  # %2 = {which} %0, %1"
     assert line in str(plan), str(plan)
     assert call.renamed(a, 99).reads == (99, b)
 
