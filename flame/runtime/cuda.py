@@ -170,6 +170,23 @@ def graphs_pay_off(plan: Plan, staged_bytes: int) -> tuple[bool, str]:
                    f"{launches} launches it saves (~{launch_us:.0f} us)")
 
 
+def sanitizing() -> bool:
+    """FLAME_SANITIZE=1 (for compute-sanitizer memcheck): every planned buffer is its own cudaMalloc and
+    CuPy's pool is off, so an access past any buffer lands outside an allocation and is reported (in
+    one arena, or in a pooled chunk, it would hit a neighbour silently). Slow; for checking only."""
+    if os.environ.get("FLAME_SANITIZE", "0") in ("", "0"):
+        return False
+    import cupy
+
+    if _POOL_OFF:
+        cupy.cuda.set_allocator(None)
+        _POOL_OFF.clear()
+    return True
+
+
+_POOL_OFF = [True]  # turn CuPy's pool off once, the first time a sanitized plan binds its buffers
+
+
 _STAGED_ROLES = ("input", "scalar")  # bound by copy into a fixed buffer; other roles by pointer
 
 
@@ -206,10 +223,13 @@ class CompiledPlan:
     def _bind_arena(self):
         import cupy
 
-        self._arena = cupy.full(max(self.plan.arena_size, 1), 0xFF, dtype=cupy.uint8)
+        separate = sanitizing()
+        self._arena = cupy.full(1 if separate else max(self.plan.arena_size, 1), 0xFF, dtype=cupy.uint8)
         for b in self.plan.buffers.values():
             if b.role in ("temporary", "scratch"):
-                raw = self._arena[b.offset: b.offset + b.nbytes]
+                # under the sanitizer every buffer is its own allocation, so an access past it is caught
+                raw = cupy.full(b.nbytes, 0xFF, dtype=cupy.uint8) if separate else \
+                    self._arena[b.offset: b.offset + b.nbytes]
                 self._views[b.id] = raw.view(b.dtype.np_dtype).reshape(b.shape)
 
     def _inputs(self, arrays: Sequence) -> list:

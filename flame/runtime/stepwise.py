@@ -97,6 +97,9 @@ class GpuUnitRunner:
             bufs[bid] = cp.full(b.nbytes, 0xFF, dtype=np.uint8).view(b.dtype.np_dtype).reshape(b.shape)
         for bid in unit.ins:  # an input updated in place starts from its value, not poison
             bufs[bid] = cp.asarray(self.values.read(unit, bid))
+        # the uploads run on the current stream; the profiler times the unit on a stream of its own,
+        # which would otherwise read indices still in flight (an illegal address in a gather)
+        cp.cuda.get_current_stream().synchronize()
         return bufs
 
     def launch(self, unit: Unit, bufs: dict[int, object], stream) -> None:
