@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="a few seconds' configuration (CI)")
     ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--width", type=int, default=None, help="channels at the top level of the U-Net")
+    ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--out", default="runs/diffusion", help="folder for checkpoint.safetensors and the PNGs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=flame.runtime.device.DEVICES, default=None)
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device:
         flame.set_device(args.device)
     cfg = dict(TINY if args.tiny else FULL)
-    cfg["steps"] = args.steps or cfg["steps"]
+    cfg.update({k: v for k, v in (("steps", args.steps), ("width", args.width), ("batch", args.batch)) if v})
     os.makedirs(args.out, exist_ok=True)
 
     data = load_images()

@@ -5,6 +5,8 @@ NumPy reference executor when there is no GPU).
 This module only re-exports the user-facing API; the code lives in flame.frontend (tensors, ops,
 compile, autograd), flame.ir, flame.runtime and the subpackages ARCHITECTURE.md describes."""
 
+from types import ModuleType as _ModuleType
+
 from flame import ir
 from flame._version import __version__
 from flame.errors import CheckpointError, DTypeError, FlameError, ParseError, ShapeError, TraceError, VerifyError
@@ -73,17 +75,13 @@ from flame.frontend.ops import (
 )
 from flame.frontend.tensor import Tensor, matmul
 from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i32, i64
-from flame.runtime.device import get_device, set_device
+from flame.runtime.device import DeviceWarning, get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
-__all__ = [
-    "CheckpointError", "Compiled", "DTypeError", "FlameError", "Generator", "ParseError", "ShapeError", "Tensor",
-    "TraceError", "VerifyError", "arange", "bf16", "bfloat16", "bool_", "boolean", "compile", "f16", "f32", "f64",
-    "float16", "float32", "float64", "from_dlpack", "full", "get_device", "grad", "i32", "i64", "int32", "int64",
-    "ir", "as_tensor", "from_numpy", "manual_seed", "matmul", "no_grad", "ones", "ones_like", "rand", "randn",
-    "set_device", "tensor",
-    "value_and_grad", "zeros", "zeros_like",
-]
+# everything above is public: help(flame) and `from flame import *` list every function and type
+# (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
+__all__ = sorted(n for n, v in globals().items()
+                 if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType)))
 
 
 def __getattr__(name: str):

@@ -27,6 +27,7 @@ __all__ = ["load", "load_checkpoint", "load_metadata", "save", "save_checkpoint"
 
 _OPT = "optimizer/"
 _GROUPS_KEY = "flame.optimizer.param_groups"
+_JSON_KEY = "flame.metadata.json"  # the metadata keys whose values were not strings, stored as JSON text
 _NP_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
               "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}  # the dtypes flame has
 _ST_DTYPES = {np.dtype(v): k for k, v in _NP_DTYPES.items()}
@@ -83,11 +84,44 @@ def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
         os.close(dfd)
 
 
-def save(state_dict: dict[str, Any], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+def _json_default(x):
+    if isinstance(x, np.generic):  # NumPy scalars (an np.int64 epoch, an np.float32 loss)
+        return x.item()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+def _encode_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
+    """safetensors stores string -> string: strings are kept as they are (other tools read them),
+    any other value JSON-serialisable (numbers, bools, None, lists, dicts) is stored as JSON text and
+    its key listed under _JSON_KEY, so load_metadata gives the value back."""
+    out: dict[str, str] = {}
+    encoded = []
+    for k, v in (metadata or {}).items():
+        if not isinstance(k, str):
+            raise CheckpointError(f"metadata keys must be strings, got {k!r} ({type(k).__name__})")
+        if k == _JSON_KEY:
+            raise CheckpointError(f"metadata key {k!r} is reserved by flame")
+        if isinstance(v, str):
+            out[k] = v
+            continue
+        try:
+            out[k] = json.dumps(v, default=_json_default, allow_nan=True)
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"metadata {k!r}: a {type(v).__name__} cannot be stored (metadata values "
+                                  f"must be strings or JSON-serialisable: numbers, bools, None, lists, dicts; "
+                                  f"{e})") from None
+        encoded.append(k)
+    if encoded:
+        out[_JSON_KEY] = json.dumps(encoded)
+    return out
+
+
+def save(state_dict: dict[str, Any], path: str | os.PathLike, metadata: dict[str, Any] | None = None) -> None:
     """Write name -> tensor (flame Tensors, NumPy arrays or torch tensors) to a safetensors file,
-    atomically. `metadata` is extra text stored in the header."""
+    atomically. `metadata` is extra information stored in the header: strings as they are, other
+    JSON-serialisable values (numbers, lists, dicts ...) as JSON that load_metadata decodes again."""
     arrays = {str(k): _to_numpy(str(k), v) for k, v in state_dict.items()}
-    meta = {"format": "pt", **(metadata or {})}
+    meta = {"format": "pt", **_encode_metadata(metadata)}
     _atomic_write(path, safetensors.numpy.save(arrays, metadata=meta))
 
 
@@ -117,8 +151,9 @@ def load(path: str | os.PathLike) -> dict[str, Tensor]:
     return out
 
 
-def load_metadata(path: str | os.PathLike) -> dict[str, str]:
-    """The text metadata of a safetensors file's header; CheckpointError if the header is malformed."""
+def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata of a safetensors file's header (values saved as non-strings decoded from JSON
+    again); CheckpointError if the header is malformed."""
     data = _read(path)
     try:
         (n,) = struct.unpack("<Q", data[:8])
@@ -130,13 +165,31 @@ def load_metadata(path: str | os.PathLike) -> dict[str, str]:
             raise ValueError("the header's __metadata__ is not a string -> string map")
     except (struct.error, ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{os.fspath(path)!r} is not a valid safetensors file: {e}") from None
-    return dict(meta)
+    return _decode_metadata(path, dict(meta))
 
 
-def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: dict[str, str] | None = None) -> None:
-    """Save model.state_dict() (and optimizer.state_dict(), if given) to one safetensors file, atomically."""
+def _decode_metadata(path, meta: dict[str, str]) -> dict[str, Any]:
+    if _JSON_KEY not in meta:
+        return meta
+    try:
+        keys = json.loads(meta.pop(_JSON_KEY))
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k in meta for k in keys):
+            raise ValueError(f"{_JSON_KEY} does not list metadata keys")
+        for k in keys:
+            meta[k] = json.loads(meta[k])
+    except ValueError as e:
+        raise CheckpointError(f"{os.fspath(path)!r}: malformed metadata ({e})") from None
+    return meta
+
+
+def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: dict[str, Any] | None = None) -> None:
+    """Save model.state_dict() (and optimizer.state_dict(), if given) to one safetensors file, atomically.
+    metadata: extra values to keep with it (`{"epoch": 3, "note": "..."}`): strings, or anything JSON
+    can hold; load_checkpoint returns them with their types."""
     tensors: dict[str, Any] = dict(model.state_dict())
     meta = dict(metadata or {})
+    if _GROUPS_KEY in meta:
+        raise CheckpointError(f"metadata key {_GROUPS_KEY!r} is reserved by flame")
     if optimizer is not None:
         sd = optimizer.state_dict()
         for i, st in sd["state"].items():
@@ -170,8 +223,9 @@ def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -
     return {"state": state, "param_groups": groups}
 
 
-def load_checkpoint(path: str | os.PathLike, model, optimizer=None, strict: bool = True) -> dict[str, str]:
-    """Load a checkpoint into model (and optimizer) in place; returns the file's metadata. Raises
+def load_checkpoint(path: str | os.PathLike, model, optimizer=None, strict: bool = True) -> dict[str, Any]:
+    """Load a checkpoint into model (and optimizer) in place; returns the file's metadata (as saved:
+    `{"epoch": 3}` comes back as the int 3). Raises
     flame.CheckpointError listing every missing, unexpected and mis-shaped tensor."""
     tensors = load(path)
     meta = load_metadata(path)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
-import shutil
-import subprocess
 import sys
 import traceback
 
@@ -21,17 +19,23 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit code 1."""
 
 
-def run_script(script: str, argv: list[str]) -> list[debug.CompileRecord]:
-    """Run a user script as __main__ with argv; return what it compiled. Its own exceptions become
-    a CliError naming the script line that raised."""
+def run_script(script: str, argv: list[str], on_record=None) -> list[debug.CompileRecord]:
+    """Run a user script as __main__ with argv; return what it compiled (on_record(record) is also
+    called as each function compiles, before it first runs). Its own exceptions become a CliError
+    naming the script line that raised."""
     if not os.path.isfile(script):
         raise CliError(f"no such script: {script}")
     records: list[debug.CompileRecord] = []
+
+    def seen(record: debug.CompileRecord) -> None:
+        records.append(record)
+        if on_record is not None:
+            on_record(record)
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
-        with debug.observe(records.append):
+        with debug.observe(seen):
             runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code not in (0, None):
@@ -67,52 +71,66 @@ def cmd_dump(a) -> int:
 def cmd_explain(a) -> int:
     from flame.explain import explain_plan
 
-    for r in run_script(a.script, a.args):
-        print(explain_plan(r.name, r.graph, r.plan))
+    for title, r in debug.titled(_named(run_script(a.script, a.args), a.function)):
+        print(explain_plan(title, r.graph, r.plan))
     return 0
 
 
+def _named(records: list[debug.CompileRecord], name: str | None) -> list[debug.CompileRecord]:
+    """The records of the compiled function `name` (all of them when name is None)."""
+    if name is None:
+        return records
+    mine = [r for r in records if r.name == name]
+    if not mine:
+        names = ", ".join(dict.fromkeys(r.name for r in records))
+        raise CliError(f"no compiled function named {name!r}; the script compiled: {names}")
+    return mine
+
+
 def cmd_viz(a) -> int:
-    from flame.explain import to_dot
+    from flame.viz import write_viz
 
     folder = os.path.dirname(os.path.abspath(a.output))
     if not os.path.isdir(folder):
         raise CliError(f"cannot write {a.output}: directory {folder} does not exist")
-    records = run_script(a.script, a.args)
-    dot = "\n".join(to_dot(r.name, r.graph, r.plan) for r in records[:1])
-    base, ext = os.path.splitext(a.output)
-    dot_path = base + ".dot"
-    with open(dot_path, "w") as f:
-        f.write(dot)
-    if shutil.which("dot") is None:
-        print(f"wrote {dot_path}; the Graphviz `dot` program is not installed, so no {ext or '.svg'} was "
-              f"rendered (install graphviz, then: dot -Tsvg {dot_path} -o {base}.svg)")
-        return 0
-    fmt = "svg" if ext in ("", ".svg", ".html") else ext.lstrip(".")
-    svg = subprocess.run(["dot", f"-T{fmt}", dot_path], check=True, capture_output=True).stdout
-    if ext == ".html":
-        svg = b"<!doctype html><html><body>" + svg + b"</body></html>"
-    with open(a.output, "wb") as f:
-        f.write(svg)
-    print(f"wrote {a.output}")
+    records = _named(run_script(a.script, a.args), a.function)
+    for line in write_viz(debug.titled(records), a.output, ops=a.ops):
+        print(line)
     return 0
 
 
 def cmd_profile(a) -> int:
-    from flame.runtime.device import cuda_available
-    from flame.runtime.profile import profile_records
+    from flame.runtime.device import get_device
+    from flame.runtime.profile import profile_records, profile_records_reference
 
-    if not cuda_available():
-        raise CliError("flame profile needs a CUDA GPU, and none is usable here")
-    os.environ["FLAME_DEVICE"] = "cuda"
-    print(profile_records(run_script(a.script, a.args), repeat=a.repeat))
+    records = _named(run_script(a.script, a.args), a.function)
+    if get_device() == "cuda":
+        print(profile_records(debug.titled(records), repeat=a.repeat))
+    else:
+        print(profile_records_reference(debug.titled(records), repeat=a.repeat))
     return 0
 
 
 def cmd_check(a) -> int:
-    from flame.runtime.check import check_records
+    from flame.runtime.check import NanWatch, check_records
+    from flame.runtime.device import get_device
+    from flame.runtime.reference import watch_steps
 
-    report, ok = check_records(run_script(a.script, a.args), rtol=a.rtol, atol=a.atol, nan_watch=a.nan)
+    watch = NanWatch()
+    counted: dict[str, int] = {}
+
+    def on_record(r: debug.CompileRecord) -> None:  # numbered as debug.titled numbers them afterwards
+        counted[r.name] = counted.get(r.name, 0) + 1
+        watch.watch(debug.title(r, counted[r.name]), r.plan)
+
+    if a.nan:
+        with watch_steps(watch):
+            records = run_script(a.script, a.args, on_record)
+    else:
+        records = run_script(a.script, a.args)
+    gpu = get_device() == "cuda"
+    report, ok = check_records(debug.titled(records), rtol=a.rtol, atol=a.atol, nan_watch=a.nan, gpu=gpu,
+                               watch=watch if a.nan and not gpu else None)
     print(report)
     return 0 if ok else 2
 
@@ -166,18 +184,30 @@ def _parser() -> argparse.ArgumentParser:
                    "function", cmd_dump)
     d.add_argument("--out", default="flame_dump", help="output directory (default: flame_dump)")
     d.add_argument("--stage", default=None, help="fail unless this stage exists (e.g. traced)")
-    script_cmd("explain", "one line per kernel (ops, bytes, why the kernel boundary is there), then the "
-               "memory plan", cmd_explain)
-    v = script_cmd("viz", "draw the graph with kernels as coloured clusters (Graphviz)", cmd_viz)
-    v.add_argument("-o", "--output", default="graph.svg", help="graph.svg, graph.html or graph.dot")
-    pr = script_cmd("profile", "per-kernel GPU time, achieved bandwidth and share of the step", cmd_profile)
+    e = script_cmd("explain", "one line per kernel (ops, bytes, why the kernel boundary is there), then the "
+                   "memory plan; each compiled function headed by its name, trace number and input types",
+                   cmd_explain)
+    v = script_cmd("viz", "draw each compiled function: kernels and library calls as boxes, repeated "
+                   "layers collapsed (Graphviz; an HTML view when Graphviz is missing)", cmd_viz)
+    v.add_argument("-o", "--output", default="graph.svg",
+                   help="graph.svg, graph.html or graph.dot; with several compiled functions, one file "
+                   "per function (graph.NAME.svg) or one HTML page")
+    v.add_argument("--ops", action="store_true", help="draw every IR op, kernels as coloured clusters "
+                   "(instead of one box per kernel)")
+    pr = script_cmd("profile", "per-kernel GPU time, achieved bandwidth and share of the step; without a "
+                    "GPU, per-step wall time on the reference executor", cmd_profile)
     pr.add_argument("--repeat", type=_number(lambda x: x >= 1, "an integer >= 1", int), default=20,
                     help="timed runs per step (median)")
     c = script_cmd("check", "run every compiled step on the GPU and the reference; name the first kernel "
-                   "whose output diverges (or produces NaN/Inf with --nan)", cmd_check)
+                   "whose output diverges (or produces NaN/Inf with --nan). Without a GPU: the reference "
+                   "plan executor against the graph interpreter, and the NaN/Inf watch over every call",
+                   cmd_check)
     c.add_argument("--rtol", type=_number(lambda x: x > 0, "a positive number"), default=1e-3)
     c.add_argument("--atol", type=_number(lambda x: x >= 0, "a number >= 0"), default=1e-4)
     c.add_argument("--nan", action="store_true", help="NaN/Inf watch: name the first kernel producing one")
+    for sp in (e, v, pr):
+        sp.add_argument("--function", default=None, metavar="NAME",
+                        help="only the compiled function NAME (default: every compiled function)")
     k = sub.add_parser("cache", help="size and entries of the kernel cache, or clear it",
                        description="size and entries of the kernel cache, or clear it")
     k.add_argument("action", choices=["info", "clear"])

@@ -93,3 +93,30 @@ def notify(record: CompileRecord) -> None:
         write_dump(root, record, plan_sources(record.plan))
     for cb in _observers.get():
         cb(record)
+
+
+def trace_numbers(records: list[CompileRecord]) -> list[int]:
+    """Per record, which trace of its function it is (1 for the first, 2 after a re-trace, ...)."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in records:
+        seen[r.name] = seen.get(r.name, 0) + 1
+        out.append(seen[r.name])
+    return out
+
+
+def input_types(record: CompileRecord) -> list[str]:
+    """The types of a compiled function's call arguments (graph inputs of role data), as traced."""
+    g = record.stages[0][1] if record.stages else record.graph
+    return [str(v.type) for v, role in zip(g.inputs, g.roles) if role == "data"]
+
+
+def title(record: CompileRecord, trace: int) -> str:
+    """How the reports head a compiled function: `train_step (trace 1; inputs f32[32,8], i64[32])`."""
+    types = input_types(record)
+    return f"{record.name} (trace {trace}; inputs {', '.join(types) if types else 'none'})"
+
+
+def titled(records: list[CompileRecord]) -> list[tuple[str, CompileRecord]]:
+    """(title, record) for each record, numbered per function."""
+    return [(title(r, n), r) for r, n in zip(records, trace_numbers(records))]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import networkx as nx
+
 from flame.compiler import compile_graph
 from flame.errors import FlameError
 from flame.frontend.context import current_trace, no_grad, user_location
@@ -16,19 +18,19 @@ from flame.passes.autodiff import autodiff
 
 
 def _topo(root: Tensor) -> list[Tensor]:
-    order, seen, stack = [], set(), [(root, False)]
-    while stack:
-        t, done = stack.pop()
-        if done:
-            order.append(t)
-            continue
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        stack.append((t, True))
-        if t._node is not None:
-            stack.extend((x, False) for x in t._node.inputs if isinstance(x, Tensor) and id(x) not in seen)
-    return order
+    """Every tensor root was computed from (root included), each after the tensors it was made from."""
+    g = nx.DiGraph()
+    g.add_node(id(root))
+    tensors, todo = {id(root): root}, [root]
+    while todo:
+        t = todo.pop()
+        for x in t._node.inputs if t._node is not None else ():
+            if isinstance(x, Tensor):
+                if id(x) not in tensors:
+                    tensors[id(x)] = x
+                    todo.append(x)
+                g.add_edge(id(x), id(t))
+    return [tensors[i] for i in nx.topological_sort(g)]
 
 
 def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor]]:

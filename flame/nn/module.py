@@ -231,9 +231,32 @@ class Module:
             else:
                 p.grad.zero_()
 
-    def to(self, dtype: Any) -> Module:
-        """Convert floating-point parameters and buffers in place to dtype (the objects stay the same,
-        so optimizers holding them keep working; compiled functions re-trace on the new type)."""
+    def to(self, *args: Any, **kwargs: Any) -> Module:
+        """PyTorch's forms: `to(dtype)`, `to(device)`, `to(device, dtype)`, `to(tensor)`,
+        `to(device=..., dtype=...)`. A dtype converts floating-point parameters and buffers in place
+        (the objects stay the same, so optimizers holding them keep working; compiled functions
+        re-trace on the new type). A device ("cpu", "cuda", "cuda:0") must be the device flame runs
+        on (one per process, chosen by flame.set_device; "cpu" is the reference executor): then
+        nothing moves, else a FlameError says how to choose the device."""
+        from flame.frontend.tensor import Tensor
+        from flame.runtime.device import check_device, device_name
+
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype = a.dtype
+            elif device is None and device_name(a) is not None:
+                device = a
+            else:
+                dtype = a
+        if device is not None:
+            check_device(device)
+        return self if dtype is None else self._to_dtype(dtype)
+
+    def _to_dtype(self, dtype: Any) -> Module:
         dt = dtype_of(dtype)
         with no_grad():
             for t in list(self.parameters()) + list(self.buffers()):

@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.registry import get
@@ -393,22 +395,13 @@ def _horizontal(st: _State) -> None:
 
 def _order(st: _State) -> list[_Group]:
     """Groups in a topological order of the kernel graph (ties: first op's position)."""
-    preds = {grp: set() for grp in st.groups}
-    for grp in st.groups:
-        for s in st.succ(grp):
-            preds[s].add(grp)
-    done, out = set(), []
-    ready = sorted((grp for grp in st.groups if not preds[grp]), key=lambda k: st.index[k.ops[0]])
-    while ready:
-        grp = ready.pop(0)
-        out.append(grp)
-        done.add(grp)
-        for s in sorted(st.succ(grp), key=lambda k: st.index[k.ops[0]]):
-            if s not in done and s not in ready and preds[s] <= done:
-                ready.append(s)
-        ready.sort(key=lambda k: st.index[k.ops[0]])
-    assert len(out) == len(st.groups), "internal error: kernel graph has a cycle"
-    return out
+    kernels = nx.DiGraph()
+    kernels.add_nodes_from(st.groups)
+    kernels.add_edges_from((grp, s) for grp in st.groups for s in st.succ(grp))
+    try:
+        return list(nx.lexicographical_topological_sort(kernels, key=lambda k: st.index[k.ops[0]]))
+    except nx.NetworkXUnfeasible:
+        raise AssertionError("internal error: kernel graph has a cycle") from None
 
 
 def _reason(st: _State, grp: _Group) -> str:

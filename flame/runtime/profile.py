@@ -1,15 +1,19 @@
 """`flame profile`: per-kernel GPU time (CUDA events, warm-up, median), achieved GB/s or TFLOP/s and
-the share of the GPU's copy bandwidth measured in the same run, sorted, with the total per step."""
+the share of the GPU's copy bandwidth measured in the same run, sorted, with the total per step.
+Without a GPU: the wall time of each step on the reference executor (NumPy), labelled as such: it says
+where the CPU reference spends its time, nothing about the GPU."""
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
 from flame.errors import FlameError
 from flame.ir.evaluate import evaluate_graph
 from flame.plan.steps import ConvCall, MatmulCall, Plan
+from flame.runtime.reference import STEP_HANDLERS, bind
 from flame.runtime.stepwise import GpuUnitRunner, Unit, units
 
 
@@ -114,8 +118,64 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
     return "\n".join(lines)
 
 
-def profile_records(records, repeat: int = 20) -> str:
-    """Profile every compiled function a script ran (on its first call's inputs)."""
+def profile_records(titled, repeat: int = 20) -> str:
+    """Profile every compiled function a script ran (on its first call's inputs); titled: (title,
+    debug record) pairs."""
     peak = copy_bandwidth_gbs()
-    out = [profile_plan(r.plan, r.inputs, repeat, peak) for r in records if r.inputs is not None]
+    out = [profile_plan(r.plan, r.inputs, repeat, peak).replace(f"== {r.plan.name}:", f"== {title}:", 1)
+           for title, r in titled if r.inputs is not None]
     return "\n".join(out) if out else "nothing to profile: the compiled functions were never called"
+
+
+def reference_step_seconds(plan: Plan, inputs: list[np.ndarray], repeat: int) -> tuple[list[float], float]:
+    """Wall seconds of each plan step on the reference executor (median of `repeat` runs, after one
+    untimed run), and the median wall time of a whole run. Every run starts from copies of `inputs`
+    (the plan updates some in place)."""
+    per_step = [[] for _ in plan.steps]
+    whole = []
+    for _ in range(repeat + 1):
+        bufs = bind(plan, [a.copy() for a in inputs])
+        start = time.perf_counter()
+        with np.errstate(all="ignore"):  # as run_plan runs the handlers
+            for i, s in enumerate(plan.steps):
+                t0 = time.perf_counter()
+                STEP_HANDLERS[type(s)](s, bufs, plan)
+                per_step[i].append(time.perf_counter() - t0)
+        whole.append(time.perf_counter() - start)
+    return [float(np.median(t[1:])) for t in per_step], float(np.median(whole[1:]))
+
+
+def profile_plan_reference(title: str, plan: Plan, inputs: list[np.ndarray], repeat: int) -> str:
+    """The reference executor's wall time per unit of work (a kernel's parts and the views before
+    it count to the kernel), sorted, with the whole step's median."""
+    secs, whole = reference_step_seconds(plan, inputs, repeat)
+    unit_of = {id(s): u for u in units(plan) for s in u.steps}
+    rows: dict[int, float] = {}
+    other = 0.0
+    for s, t in zip(plan.steps, secs):
+        u = unit_of.get(id(s))
+        if u is None:
+            other += t  # views and copies
+        else:
+            rows[u.index] = rows.get(u.index, 0.0) + t
+    by_index = {u.index: u for u in units(plan)}
+    lines = [f"== {title}: reference executor, wall time, not GPU time: {whole * 1e3:.3f} ms per call "
+             f"(median of {repeat}), {len(rows)} kernels and library calls run by NumPy =="]
+    total = sum(rows.values()) + other or 1.0
+    for idx, t in sorted(rows.items(), key=lambda kv: -kv[1]):
+        u = by_index[idx]
+        ops = "+".join(o.name for o in u.ops)
+        lines.append(f"  {t * 1e6:9.1f} us {100 * t / total:5.1f}%  [{u.index}] {u.name} ({ops})")
+    if other:
+        lines.append(f"  {other * 1e6:9.1f} us {100 * other / total:5.1f}%  views and copies")
+    return "\n".join(lines)
+
+
+def profile_records_reference(titled, repeat: int = 20) -> str:
+    """Without a GPU: every compiled function a script ran, step by step on the reference executor
+    (on its first call's inputs); titled: (title, debug record) pairs."""
+    out = [profile_plan_reference(title, r.plan, r.inputs, repeat) for title, r in titled if r.inputs is not None]
+    if not out:
+        return "nothing to profile: the compiled functions were never called"
+    return ("no GPU in use: timing the NumPy reference executor instead (wall time of each step on the CPU; "
+            "it says nothing about GPU kernel times)\n" + "\n".join(out))

@@ -6,15 +6,17 @@ wrong memory plan breaks results here too (DESIGN.md §4). It is the executor wi
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import partial
 
 import numpy as np
 
 from flame.errors import FlameError
-from flame.ir.evaluate import evaluate_graph, evaluate_op
+from flame.ir.evaluate import compute_op, evaluate_graph
 from flame.ir.graph import Graph
-from flame.plan.steps import Alias, AttentionCall, Buffer, ConvCall, Copy, KernelLaunch, MatmulCall, Plan
+from flame.plan.steps import Alias, AttentionCall, Buffer, ConvCall, Copy, KernelLaunch, MatmulCall, Plan, Step
 
 log = logging.getLogger("flame")
 POISON = 0xFF  # fresh arena bytes: NaN in every float dtype, so a read of unwritten memory shows
@@ -48,7 +50,7 @@ def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
     env: dict = {}
     for op in s.ops:
         args = [env[v] if v in env else bufs[plan.buffer_of[v]] for v in op.inputs]
-        env[op.out] = evaluate_op(op, args)
+        env[op.out] = compute_op(op, args)
     if s.n_outputs == 1:
         np.copyto(bufs[s.out], env[s.ops[-1].out])
         return
@@ -66,7 +68,7 @@ def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
         a = np.swapaxes(a, -1, -2)
     if s.tb:
         b = np.swapaxes(b, -1, -2)
-    out = evaluate_op(s.op, [a, b])
+    out = compute_op(s.op, [a, b])
     epilogue = s.epilogue
     if epilogue != "none":
         acc = out.astype(np.promote_types(out.dtype, np.float32))
@@ -80,12 +82,12 @@ def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
 
 def _attention(s: AttentionCall, bufs: dict, plan: Plan) -> None:
     """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone)."""
-    np.copyto(bufs[s.out], evaluate_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
+    np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
 
 
 def _conv(s: ConvCall, bufs: dict, plan: Plan) -> None:
     """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone)."""
-    np.copyto(bufs[s.out], evaluate_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
+    np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
 
 
 def _alias(s: Alias, bufs: dict, plan: Plan) -> None:
@@ -100,9 +102,10 @@ STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _att
                  Alias: _alias, Copy: _copy}  # one per step type
 
 
-def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> list[np.ndarray]:
-    """Run a Plan on NumPy arrays: inputs bound as given, outputs fresh, temporaries in `arena`
-    (a uint8 buffer of plan.arena_size bytes; a fresh poisoned one by default)."""
+def bind(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> dict[int, np.ndarray]:
+    """The arrays behind a plan's buffers for one run: inputs bound as given, outputs fresh,
+    temporaries as views into `arena` (a uint8 buffer of plan.arena_size bytes; a fresh poisoned one
+    by default). Views are bound by the Alias steps as they run."""
     check_inputs(plan.graph, arrays)
     if arena is None:
         arena = np.full(plan.arena_size, POISON, dtype=np.uint8)
@@ -112,8 +115,38 @@ def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None 
             bufs[b.id] = arena_view(arena, b)
         elif b.role == "output" and b.base is None:
             bufs[b.id] = np.empty(b.shape, b.dtype.np_dtype)
-    for s in plan.steps:
-        STEP_HANDLERS[type(s)](s, bufs, plan)
+    return bufs
+
+
+StepHook = Callable[[Plan, int, Step, dict], None]
+_step_hooks: ContextVar[tuple[StepHook, ...]] = ContextVar("flame_reference_step_hooks", default=())
+
+
+@contextmanager
+def watch_steps(hook: StepHook):
+    """Call hook(plan, index, step, buffers) after every step the reference executor runs inside this
+    block (compiled functions, eager ops and backward graphs alike), and hook(plan, -1, None, buffers)
+    before the first: `flame check --nan` watches every kernel's output this way. Costs nothing
+    outside such a block."""
+    token = _step_hooks.set(_step_hooks.get() + (hook,))
+    try:
+        yield
+    finally:
+        _step_hooks.reset(token)
+
+
+def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> list[np.ndarray]:
+    """Run a Plan on NumPy arrays: inputs bound as given, outputs fresh, temporaries in `arena`
+    (a uint8 buffer of plan.arena_size bytes; a fresh poisoned one by default)."""
+    bufs = bind(plan, arrays, arena)
+    hooks = _step_hooks.get()
+    for hook in hooks:
+        hook(plan, -1, None, bufs)
+    with np.errstate(all="ignore"):  # the step handlers compute with compute_op: IEEE results, no warnings
+        for i, s in enumerate(plan.steps):
+            STEP_HANDLERS[type(s)](s, bufs, plan)
+            for hook in hooks:
+                hook(plan, i, s, bufs)
     return [bufs[o] for o in plan.outputs]
 
 

@@ -62,17 +62,83 @@ def test_flame_dump_env_var(tmp_path):
 def test_explain_lists_kernels_and_memory():
     r = run_cli("explain", SCRIPT)
     assert r.returncode == 0, r.stderr
-    assert "== train_step:" in r.stdout and "boundary:" in r.stdout
+    # each section is headed by the function, its trace number and its input types
+    assert "== train_step (trace 1; inputs f32[32,8], i64[32]):" in r.stdout and "boundary:" in r.stdout
     assert "matmul (cuBLASLt call)" in r.stdout and "memory plan of train_step: peak" in r.stdout
     assert "saved for backward:" in r.stdout
 
 
-def test_viz_writes_dot_with_clusters(tmp_path):
-    out = tmp_path / "g.svg"
+def test_viz_writes_dot_with_one_box_per_kernel(tmp_path):
+    out = tmp_path / "g.dot"
     r = run_cli("viz", SCRIPT, "-o", str(out))
     assert r.returncode == 0, r.stderr
-    dot = (tmp_path / "g.dot").read_text()
-    assert dot.startswith('digraph "train_step"') and "subgraph cluster_0" in dot
+    dot = out.read_text()
+    assert dot.startswith('digraph "train_step"') and 'label="train_step (trace 1; inputs f32[32,8], i64[32])"' in dot
+    assert "[0] matmul" in dot and "reads x0 f32[32,8]" in dot and "-> k" in dot
+    assert "(output 0)" in dot and "updates param input" in dot  # the loss, and the SGD update
+    ops = tmp_path / "ops.dot"
+    assert run_cli("viz", SCRIPT, "--ops", "-o", str(ops)).returncode == 0
+    assert "subgraph cluster_0" in ops.read_text()  # the op-level view: kernels as clusters
+
+
+def test_profile_without_gpu_times_the_reference_executor():
+    from flame.runtime.device import cuda_available
+
+    if cuda_available():
+        pytest.skip("this machine has a GPU; covered by the gpu tests")
+    r = run_cli("profile", SCRIPT, "--repeat", "2")
+    assert r.returncode == 0, r.stderr
+    head = "== train_step (trace 1; inputs f32[32,8], i64[32]): reference executor, wall time, not GPU time:"
+    assert head in r.stdout and "ms per call" in r.stdout
+    rows = [ln for ln in r.stdout.splitlines() if ln.strip().endswith(")") and " us " in ln]
+    assert any("matmul (matmul)" in ln for ln in rows) and len(rows) >= 5
+
+
+def test_check_without_gpu_says_what_it_compared():
+    from flame.runtime.device import cuda_available
+
+    if cuda_available():
+        pytest.skip("this machine has a GPU; covered by the gpu tests")
+    r = run_cli("check", SCRIPT)
+    assert r.returncode == 0, r.stderr
+    assert "compared the reference executor running the plan" in r.stdout
+    assert "with the graph interpreter" in r.stdout and "no CUDA kernel was run or checked" in r.stdout
+
+
+NAN_SCRIPT = """
+import numpy as np
+import flame
+
+@flame.compile
+def step(x):
+    return (x.log() * 2.0).sum()
+
+for v in (1.0, 2.0, -1.0, 3.0):
+    step(flame.tensor(np.full(4, v, np.float32)))
+"""
+
+
+def test_check_nan_on_the_reference_names_the_call_and_kernel(tmp_path):
+    script = tmp_path / "nan_step.py"
+    script.write_text(NAN_SCRIPT)
+    r = run_cli("check", "--nan", str(script))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "FIRST BAD KERNEL in step (trace 1; inputs f32[4]), call 3:" in r.stdout
+    assert "produced NaN (1 of 1 elements)" in r.stdout and "(reference executor)" in r.stdout
+    assert "= log %0" in r.stdout and "nan_step.py:7" in r.stdout  # the kernel's IR, with the user's line
+    ok = tmp_path / "ok_step.py"
+    ok.write_text(NAN_SCRIPT.replace("-1.0", "5.0"))
+    r = run_cli("check", "--nan", str(ok))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OK step (trace 1; inputs f32[4]): no NaN/Inf" in r.stdout and "over all 4 call(s)" in r.stdout
+
+
+def test_check_nan_names_an_input_that_is_already_bad(tmp_path):
+    script = tmp_path / "bad_input.py"
+    script.write_text(NAN_SCRIPT.replace("(1.0, 2.0, -1.0, 3.0)", "(1.0, float('nan'))"))
+    r = run_cli("check", "--nan", str(script))
+    assert r.returncode == 2
+    assert "BAD INPUT in step (trace 1; inputs f32[4]), call 2: input 0 (data, f32[4]) already holds NaN" in r.stdout
 
 
 def test_cache_info_and_clear(tmp_path):
@@ -101,10 +167,8 @@ def test_script_that_raises_is_one_line(tmp_path):
     assert "ValueError: boom (at bad.py:2)" in r.stderr
 
 
-def test_profile_without_gpu_is_a_clear_error():
-    from flame.runtime.device import cuda_available
-
-    if cuda_available():
-        pytest.skip("this machine has a GPU; covered by the gpu tests")
-    r = run_cli("profile", SCRIPT)
-    assert r.returncode == 1 and "needs a CUDA GPU" in r.stderr
+def test_function_flag_picks_one_function_or_names_them():
+    r = run_cli("explain", SCRIPT, "--function", "train_step")
+    assert r.returncode == 0 and r.stdout.count("== train_step (trace") == 1
+    r = run_cli("explain", SCRIPT, "--function", "nope")
+    assert r.returncode == 1 and "no compiled function named 'nope'; the script compiled: train_step" in r.stderr

@@ -35,10 +35,13 @@ def test_check_nan_watch_names_first_nan(capsys, monkeypatch):
     broken = dict(snippets.SNIPPETS["exp"], f32="(expf({0}) * __int_as_float(0x7fc00000))")  # NaN
     monkeypatch.setitem(snippets.SNIPPETS, "exp", broken)
     assert main(["check", "--nan", SCRIPT]) == 2
-    assert "produced NaN/Inf" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "FIRST BAD KERNEL in train_step (trace 1; inputs f32[32,8], i64[32])" in out
+    assert "produced NaN" in out and "on the GPU" in out
 
 
 def test_profile_lists_kernels_with_rates(capsys):
     assert main(["profile", "--repeat", "5", SCRIPT]) == 0
     out = capsys.readouterr().out
-    assert "== train_step:" in out and "GB/s" in out and "TFLOP/s" in out
+    assert "== train_step (trace 1; inputs f32[32,8], i64[32]):" in out and "GB/s" in out and "TFLOP/s" in out
+    assert "reference executor" not in out  # GPU time, not the CPU fallback

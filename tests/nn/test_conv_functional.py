@@ -201,3 +201,22 @@ def test_bad_input_inside_compile_names_the_users_line():
     with pytest.raises(flame.ShapeError, match="3 channels but the weight expects 5") as e:
         step(flame.zeros(1, 3, 8, 8))
     assert "return F.conv2d(x, w)" in str(e.value)
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_low_precision_layers_follow_f32(dt):
+    """Every function runs in f16/bf16 (result in that dtype) and stays close to its f32 result."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    w = (rng.standard_normal((4, 2, 3, 3)) * 0.3).astype(np.float32)
+    fns = [lambda x, w: F.conv2d(x, w, padding=1, groups=2), lambda x, w: F.conv_transpose2d(x, w, stride=2),
+           lambda x, w: F.max_pool2d(x, 3, 2, 1), lambda x, w: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+           lambda x, w: F.adaptive_avg_pool2d(x, 4), lambda x, w: F.interpolate(x, scale_factor=2),
+           lambda x, w: F.interpolate(x, size=(5, 9), mode="bilinear"), lambda x, w: F.group_norm(x, 2),
+           lambda x, w: F.batch_norm(x, None, None, training=True)]
+    tol = 2e-2 if dt == "f16" else 1e-1
+    for fn in fns:
+        want = fn(flame.tensor(x), flame.tensor(w)).numpy()
+        got = fn(flame.tensor(x, dtype=dt), flame.tensor(w, dtype=dt))
+        assert got.dtype.name == dt
+        np.testing.assert_allclose(got.float().numpy(), want, rtol=tol, atol=tol)

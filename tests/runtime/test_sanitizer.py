@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# the GPU tests of flame's own kernels (every schedule), attention and the runtime
+# the GPU tests of flame's own kernels (every schedule), attention and the runtime (not
+# test_gpu_graphs_memory: with the pool off it measures nothing)
 MEMCHECK_TESTS = ["tests/codegen", "tests/runtime/test_gpu_runtime.py", "tests/runtime/test_gpu_attention.py",
-                  "tests/runtime/test_gpu_matmul.py"]  # not test_gpu_graphs_memory: with the pool off it measures nothing
+                  "tests/runtime/test_gpu_matmul.py"]
 
 
 def sanitizer() -> str | None:

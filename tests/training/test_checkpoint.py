@@ -135,3 +135,30 @@ def test_checkpoint_load_is_all_or_nothing(tmp_path):
     with pytest.raises(CheckpointError, match="momentum_buffer"):  # the optimizer does not fit ...
         checkpoint.load_checkpoint(path, other, optim.SGD(other.parameters(), lr=0.1, momentum=0.9))
     np.testing.assert_array_equal(other[0].weight.numpy(), before)  # ... so the model is untouched too
+
+
+def test_metadata_of_any_json_type_round_trips(tmp_path):
+    path = tmp_path / "m.safetensors"
+    meta = {"epoch": 3, "lr": 2.5e-4, "done": False, "note": "plain text", "history": [1.5, 1.25],
+            "cfg": {"layers": 2, "act": "gelu"}, "nothing": None, "step": np.int64(7)}
+    checkpoint.save_checkpoint(path, _model(), metadata=meta)
+    back = checkpoint.load_checkpoint(path, _model())
+    want = dict(meta, step=7)
+    assert {k: back[k] for k in want} == want
+    assert type(back["epoch"]) is int and type(back["note"]) is str
+    assert "flame.metadata.json" not in back  # the bookkeeping key stays inside the file
+    raw = safetensors.safe_open(str(path), "np").metadata()  # other tools see strings
+    assert raw["epoch"] == "3" and raw["note"] == "plain text"
+
+
+@pytest.mark.parametrize("meta, message", [
+    ({"weights": np.zeros(3)}, "metadata 'weights': a ndarray cannot be stored"),
+    ({"t": flame.tensor([1.0])}, "metadata 't': a Tensor cannot be stored"),
+    ({3: "x"}, "metadata keys must be strings"),
+    ({"flame.metadata.json": "[]"}, "is reserved by flame"),
+])
+def test_metadata_that_cannot_be_stored_is_a_checkpoint_error(tmp_path, meta, message):
+    path = tmp_path / "bad.safetensors"
+    with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        checkpoint.save_checkpoint(path, _model(), metadata=meta)
+    assert not path.exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import special
 
 from flame.errors import DTypeError
 from flame.ir.dtypes import boolean
@@ -14,7 +15,6 @@ from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -22,7 +22,9 @@ TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _erf_ref(x):
-    return _erf(x).astype(x.dtype)
+    # SciPy's erf, vectorised (math.erf through np.vectorize was 45% of a small GELU model's CPU step);
+    # evaluated in f64 and rounded once, so the reference stays the accurate side of every comparison
+    return special.erf(x.astype(np.float64, copy=False)).astype(x.dtype, copy=False)
 
 
 def _sigmoid_ref(x):
