@@ -352,6 +352,9 @@ class CollectiveWait(Step):
 
     def format(self, ids: dict[Value, int]) -> str:
         return f"wait b{self.out}  # the collective writing b{self.out} has finished"
+
+
+@dataclass(frozen=True)
 class ConvCall(LibraryCall):
     """A convolution through cuDNN (runtime/cudnn_conv.py) for IR op `op`: conv (out = y from x, w),
     conv_grad_input (out = dx from dy, w) or conv_grad_weight (out = dw from x, dy); the two operands
