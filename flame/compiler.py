@@ -3,11 +3,12 @@
 Its three callers are the frontend's: @flame.compile (a traced function), eager dispatch (a one-op
 graph per op signature) and loss.backward() (the rebuilt forward plus the autodiff pass). The stages
 are, in order: the SIMPLIFY pipeline, legalization (attention the backend cannot run becomes the
-unfused graph; also for graphs that are not optimised) and lowering (fusion) from passes/, `to_plan` (steps and memory
-placement), then the executor's compile step (runtime/). So this module sits above passes/, the plan
-builder and runtime/, and below frontend/: it lives at the package root rather than in frontend/
-because nothing in it knows about Tensors or tracing, and the CLI or a test can compile a parsed Graph
-with it without the frontend. Nothing below it (ir, passes, plan, codegen, runtime) imports it.
+unfused graph, convolutions it cannot run im2col + matmul; also for graphs that are not optimised)
+and lowering (fusion) from passes/, `to_plan` (steps and memory placement), then the executor's
+compile step (runtime/). So this module sits above passes/, the plan builder and runtime/, and below
+frontend/: it lives at the package root rather than in frontend/ because nothing in it knows about
+Tensors or tracing, and the CLI or a test can compile a parsed Graph with it without the frontend.
+Nothing below it (ir, passes, plan, codegen, runtime) imports it.
 
 The cache is keyed by everything that decides what comes out: the executor, the settings read while
 compiling (FLAME_FUSE for lowering, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor),
@@ -122,7 +123,8 @@ def _compile(g: Graph, ex, optimize: bool, watched: bool, memory_budget: float |
         if optimize:
             graph = remat(graph, allow, dump=dump, timings=timings)
         # every graph, optimised or not: what the backend cannot run goes before planning
-        graph = legalize(graph, target.attention_unsupported, dump=dump, timings=timings)
+        graph = legalize(graph, target.attention_unsupported, dump=dump, timings=timings,
+                         conv_unsupported=target.conv_unsupported)
         if optimize:
             graph = lower(graph, dump=dump, timings=timings, target=target)
         start = time.perf_counter()

@@ -82,6 +82,7 @@ LOWERINGS: dict[Kind, Callable[[FusionGroup, Config, Target], list[Kernel]]] = {
     Kind.ROWS: lower_rows,
     Kind.MATMUL: _fused_library,
     Kind.ATTENTION: _fused_library,
+    Kind.CONV: _fused_library,
     Kind.REDUCTION: _not_fused,
     Kind.OPAQUE: _not_fused,
 }

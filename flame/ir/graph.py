@@ -75,6 +75,7 @@ class Kind(str, Enum):
     MATMUL = "matmul"  # a library call (cuBLASLt) with its epilogue
     ATTENTION = "attention"  # a library call (cuDNN fused attention, forward or backward)
     COLLECTIVE = "collective"  # a library call (NCCL all-reduce, broadcast, all-gather, reduce-scatter)
+    CONV = "conv"  # a library call (cuDNN convolution: forward, data or weight gradient)
     OPAQUE = "opaque"  # one op with its own kernel (gather, scatter, pad, concat, argmax)
 
     def __str__(self) -> str:

@@ -21,12 +21,15 @@ def verify(g: Graph) -> Graph:
         defined.add(v)
     for op in g.ops:
         try:
-            line = format_op(op, {v: i for v, i in ids.items() if v in defined or v is op.out}, loc=True)
+            format_op(op, ids, loc=True)
         except TypeError as e:  # an attribute value the IR text has no form for
             raise VerifyError(f"graph {g.name}: {op.name} has an attribute that is not IR data ({e})") from None
 
-        def bad(why: str, line: str = line) -> VerifyError:
-            return VerifyError(f"{why}\n  {line}")
+        def bad(why: str, op=op) -> VerifyError:
+            # the line as it reads at this point (values not yet defined unnumbered), built only for an
+            # error: a map per op would make verifying quadratic in the graph's size
+            shown = {v: i for v, i in ids.items() if v in defined or v is op.out}
+            return VerifyError(f"{why}\n  {format_op(op, shown, loc=True)}")
 
         if op.out in defined:
             raise bad("value defined twice")

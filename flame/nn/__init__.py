@@ -1,6 +1,28 @@
 """flame.nn: PyTorch-shaped modules."""
 
 from flame.nn import functional, init, parallel, utils  # noqa: F401
+from flame.nn.conv import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AdaptiveAvgPool3d,
+    AvgPool1d,
+    AvgPool2d,
+    AvgPool3d,
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    ConvTranspose1d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+    GroupNorm,
+    MaxPool1d,
+    MaxPool2d,
+    MaxPool3d,
+    Upsample,
+)
 from flame.nn.layers import (
     GELU,
     BCELoss,
@@ -36,7 +58,10 @@ from flame.nn.module import (
 )
 from flame.nn.parameter import Parameter
 
-__all__ = ["GELU", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "ModuleDict", "NLLLoss",
+__all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+           "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Upsample",
+           "GELU", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "ModuleDict", "NLLLoss",
            "ParameterDict", "ParameterList", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity",
            "IncompatibleKeys", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList",
            "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init",

@@ -1,8 +1,11 @@
-"""flame.nn.functional: the composite functions (PyTorch names), defined in flame.frontend.functional."""
+"""flame.nn.functional: the composite functions (PyTorch names), defined in flame.frontend.functional
+and (convolutions, pooling, interpolation, batch/group norm) flame.frontend.vision."""
 
 from flame.frontend.functional import *  # noqa: F401,F403
 from flame.frontend.functional import __all__ as _core
 from flame.frontend.losses import *  # noqa: F401,F403
 from flame.frontend.losses import __all__ as _more
+from flame.frontend.vision import *  # noqa: F401,F403
+from flame.frontend.vision import __all__ as _vision
 
-__all__ = [*_core, *_more]
+__all__ = [*_core, *_more, *_vision]

@@ -9,11 +9,13 @@ from functools import partial, update_wrapper
 
 from flame.errors import VerifyError
 from flame.ir.graph import CheckpointLoc, Graph, Op
+from flame.ir.ops.conv import CONV_OPS
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
 from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
 from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decompose_attention
+from flame.passes.decompose_conv import decompose_conv
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
 from flame.passes.remat import never, rematerialize
@@ -107,20 +109,25 @@ def _after_traced(dump: Dump | None) -> Dump | None:
 
 
 def legalize(g: Graph, attention_unsupported: Callable[[Op], str] = all_supported, debug: bool = False,
-             dump: Dump | None = None, timings: list[tuple[str, float]] | None = None) -> Graph:
+             dump: Dump | None = None, timings: list[tuple[str, float]] | None = None,
+             conv_unsupported: Callable[[Op], str] = all_supported) -> Graph:
     """Replace the ops the backend cannot run as they are by primitive ops: an attention op for which
-    `attention_unsupported(op)` gives a reason becomes the unfused graph, the reason on its ops' source
-    lines (passes/decompose_attention.py). Runs on every compiled graph, eager and FLAME_FUSE=0 ones
-    too (a backend's limit, not an optimisation), before lowering so the decomposed ops fuse; dumps
-    show the stage "decompose_attention" only for graphs with an attention op."""
-    if not any(op.name in ATTENTION_OPS for op in g.ops):
+    `attention_unsupported(op)` gives a reason becomes the unfused graph (passes/decompose_attention.py),
+    a convolution for which `conv_unsupported(op)` does becomes im2col + matmul
+    (passes/decompose_conv.py), the reason on its ops' source lines. Runs on every compiled graph,
+    eager and FLAME_FUSE=0 ones too (a backend's limit, not an optimisation), before lowering so the
+    decomposed ops fuse; dumps show a stage ("decompose_attention", "decompose_conv") only for graphs
+    with such an op."""
+    stages = []
+    for ops, decompose_pass, unsupported in ((ATTENTION_OPS, decompose_attention, attention_unsupported),
+                                             (CONV_OPS, decompose_conv, conv_unsupported)):
+        if any(op.name in ops for op in g.ops):
+            stage = partial(decompose_pass, supported=unsupported)
+            stage.__name__ = decompose_pass.__name__  # the stage's name in dumps and timings
+            stages.append(stage)
+    if not stages:
         return g
-
-    def decompose(graph: Graph) -> Graph:
-        return decompose_attention(graph, attention_unsupported)
-
-    decompose.__name__ = decompose_attention.__name__  # the stage's name in dumps and timings
-    return run_pipeline(g, [decompose], debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)
+    return run_pipeline(g, stages, debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)
 
 
 def remat(g: Graph, allow: Callable[[Op], bool] = never, debug: bool = False, dump: Dump | None = None,

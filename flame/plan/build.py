@@ -31,6 +31,7 @@ from flame.plan.steps import (
     Buffer,
     CollectiveCall,
     CollectiveWait,
+    ConvCall,
     Copy,
     KernelLaunch,
     MatmulCall,
@@ -210,11 +211,17 @@ def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
     return CollectiveCall(ins, out, op, workspace=ws, overlap=bld.target.comm_stream)
 
 
+def conv_call(bld: _Builder, op: Op, out: int) -> ConvCall:
+    """The convolution call of a conv / conv_grad_input / conv_grad_weight op writing buffer `out`,
+    with the workspace the target's library asks for as scratch in the arena."""
+    a, b = (bld.buffer_of[v] for v in op.inputs)
+    return ConvCall.of(op, a, b, out, bld.scratch(bld.target.conv_workspace(op)))
+
+
 # an op's `library` trait -> the library-call step that computes it, built as f(builder, op, out
-# buffer); every other op becomes the kernels codegen renders for it. A convolution call is one
-# entry here.
+# buffer); every other op becomes the kernels codegen renders for it.
 LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {
-    "matmul": matmul_call, "attention": attention_call, "collective": collective_call}
+    "matmul": matmul_call, "attention": attention_call, "collective": collective_call, "conv": conv_call}
 
 
 def overlap_collectives(buffers: dict[int, Buffer], steps: list[Step]) -> list[Step]:

@@ -105,7 +105,7 @@ def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict,
 def _substitute(buffers: dict, steps: list, old: int, new: int, buffer_of: dict) -> tuple[dict, list]:
     """Every use of root buffer `old` (step arguments, view bases, values' buffers) becomes `new`;
     old disappears. buffer_of is updated in place."""
-    steps = [s.renamed(old, new) for s in steps]
+    steps = [s.renamed(old, new) if old in s.touches else s for s in steps]  # most steps do not mention old
     for v, b in list(buffer_of.items()):
         if b == old:
             buffer_of[v] = new

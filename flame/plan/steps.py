@@ -15,6 +15,7 @@ call into a vendor library derives from `LibraryCall`. Adding a step type (an `A
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -72,6 +73,12 @@ def buffer_field(**kw):
     return field(metadata={"buffer": True}, **kw)
 
 
+@functools.cache
+def _buffer_fields(cls: type) -> tuple[str, ...]:
+    """The names of a step type's buffer-id fields (declared with buffer_field())."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("buffer"))
+
+
 class Step:
     """What every plan step provides (subclasses are frozen dataclasses):
     - `reads` / `writes`: the buffer ids it reads / writes (views not resolved); `touches`: every
@@ -111,8 +118,9 @@ class Step:
         def r(x):
             return tuple(new if b == old else b for b in x) if isinstance(x, tuple) else (new if x == old else x)
 
-        return dataclasses.replace(self, **{f.name: r(getattr(self, f.name))
-                                            for f in dataclasses.fields(self) if f.metadata.get("buffer")})
+        fields = {name: getattr(self, name) for name in _buffer_fields(type(self))}
+        changed = {k: r(v) for k, v in fields.items() if v == old or (isinstance(v, tuple) and old in v)}
+        return dataclasses.replace(self, **changed) if changed else self  # most steps do not name old
 
     def format(self, ids: dict[Value, int]) -> str:
         raise NotImplementedError
@@ -344,6 +352,45 @@ class CollectiveWait(Step):
 
     def format(self, ids: dict[Value, int]) -> str:
         return f"wait b{self.out}  # the collective writing b{self.out} has finished"
+
+
+@dataclass(frozen=True)
+class ConvCall(LibraryCall):
+    """A convolution through cuDNN (runtime/cudnn_conv.py) for IR op `op`: conv (out = y from x, w),
+    conv_grad_input (out = dx from dy, w) or conv_grad_weight (out = dw from x, dy); the two operands
+    the op reads are set, the third is None. `workspace` is the call's scratch in the arena (the
+    bytes the target says the call needs)."""
+
+    name: ClassVar[str] = "conv"
+    library: ClassVar[str] = "cuDNN"
+    KINDS: ClassVar[dict[str, str]] = {"conv": "fprop", "conv_grad_input": "dgrad", "conv_grad_weight": "wgrad"}
+
+    out: int = buffer_field()
+    op: Op
+    x: int | None = buffer_field(default=None)
+    w: int | None = buffer_field(default=None)
+    dy: int | None = buffer_field(default=None)
+    workspace: int | None = buffer_field(default=None)
+
+    @classmethod
+    def of(cls, op: Op, a: int, b: int, out: int, workspace: int | None = None) -> ConvCall:
+        """The call computing `op` from buffers a, b (its inputs in IR order) into out."""
+        names = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("x", "dy")}[cls.KINDS[op.name]]
+        return cls(out, op, workspace=workspace, **dict(zip(names, (a, b))))
+
+    @property
+    def kind(self) -> str:
+        return self.KINDS[self.op.name]
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        """The operands in the op's input order: (x, w), (dy, w) or (x, dy)."""
+        order = {"fprop": (self.x, self.w), "dgrad": (self.dy, self.w), "wgrad": (self.x, self.dy)}
+        return order[self.kind]
+
+    def format(self, ids: dict[Value, int]) -> str:
+        ins = ", ".join(f"b{a}" for a in self.reads)
+        return f"b{self.out} = call {self.op.name} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """What a backend can do, as a Target (flame/target.py): the one place that asks the libraries.
 compile_graph gives the result to the fusion pass, the attention legalization and the plan builder.
-Both executors fuse the same matmul epilogues; fused attention differs: the CUDA executor runs what
-cuDNN runs (the rest becomes the unfused graph), the reference executor runs every attention op as
-one step through its NumPy reference."""
+Both executors fuse the same matmul epilogues; fused attention and convolutions differ: the CUDA
+executor runs what cuDNN runs (the rest becomes primitive ops), the reference executor runs every
+attention and convolution op as one step through its NumPy reference."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import replace
 
-from flame.runtime import cudnn_attention, matmul
+from flame.runtime import cudnn_attention, cudnn_conv, matmul
 from flame.runtime.device import cuda_available
 from flame.target import DEFAULT_TARGET, Target
 
@@ -25,16 +25,33 @@ def _attention_workspace(op) -> int:
     return cudnn_attention.workspace_bytes(op)
 
 
+def _conv_unsupported(op) -> str:
+    """flame's reasons, then, where a GPU is present, cuDNN's own answer (it builds the graph, once
+    per spec): so a convolution cuDNN refuses becomes primitive ops instead of failing at run time."""
+    why = cudnn_conv.op_unsupported(op)
+    if why or not cuda_available():
+        return why
+    return cudnn_conv.refusal(cudnn_conv.spec_of(op))
+
+
+def _conv_workspace(op) -> int:
+    """Exact where a GPU and cuDNN are present (the graph is built and cached), else the bound."""
+    if cuda_available() and not cudnn_conv.refusal(cudnn_conv.spec_of(op)):
+        return cudnn_conv.workspace_bytes(op, exact=True)
+    return cudnn_conv.workspace_bytes(op)
+
+
 def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Target:
     """`target` with the matmul epilogues cuBLASLt runs inside the call and, for the CUDA executor,
-    which attention ops cuDNN's fused attention runs (with the workspace each call needs) and
+    which attention and convolution ops cuDNN runs (with the workspace each call needs) and
     whether collectives overlap on a communication stream."""
     target = replace(target, matmul_epilogues=frozenset(matmul.SUPPORTED_EPILOGUES) - {"none"})
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
                    attention_workspace=_attention_workspace, matmul_workspace=matmul.WORKSPACE_BYTES,
-                   comm_stream=comm_stream_enabled())
+                   comm_stream=comm_stream_enabled(), conv_unsupported=_conv_unsupported,
+                   conv_workspace=_conv_workspace)
 
 
 def comm_stream_enabled() -> bool:

@@ -36,6 +36,7 @@ from flame.plan.steps import (
     AttentionCall,
     CollectiveCall,
     CollectiveWait,
+    ConvCall,
     Copy,
     KernelLaunch,
     MatmulCall,
@@ -172,6 +173,18 @@ def _wait(s: CollectiveWait, fn, bufs: dict, stream) -> None:
     stream.wait_event(_comm_events(s)[1])
 
 
+def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
+    from flame.runtime.cudnn_conv import cudnn_conv, spec_of
+
+    conv = cudnn_conv(spec_of(s.op))
+    ws = 0 if s.workspace is None else bufs[s.workspace]
+    if conv.workspace > (0 if s.workspace is None else ws.nbytes):
+        raise FlameError(f"conv_{s.kind} call for {s.op.name}: cuDNN needs {conv.workspace} bytes of workspace, "
+                         f"the plan holds {0 if s.workspace is None else ws.nbytes}")
+    with stream:
+        conv(*(bufs[b] for b in s.reads), bufs[s.out], ws)
+
+
 def _alias(s: Alias, fn, bufs: dict, stream) -> None:
     bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
@@ -185,8 +198,8 @@ def _copy(s: Copy, fn, bufs: dict, stream) -> None:
 
 
 STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, AttentionCall: _attention,
-                                       CollectiveCall: _collective, CollectiveWait: _wait, Alias: _alias,
-                                       Copy: _copy}
+                                       ConvCall: _conv, CollectiveCall: _collective, CollectiveWait: _wait,
+                                       Alias: _alias, Copy: _copy}
 Program = list[tuple[Callable, object, Step]]
 
 

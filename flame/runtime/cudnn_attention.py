@@ -23,16 +23,15 @@ forward (about a third of the backward's time) at the price of a second result o
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.attention import mask_of
 from flame.plan.steps import aligned
+from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
 DTYPES = ("f16", "bf16")
-_local = threading.local()
 
 
 @dataclass(frozen=True)
@@ -129,26 +128,6 @@ def workspace_bytes(op, exact: bool = False) -> int:
     return stats + aligned(spec.numel("o") * 2) + aligned(accum + 2 * spec.numel("stats") * 4) + (1 << 20)
 
 
-def _cudnn():
-    try:
-        import cudnn
-    except ImportError as e:
-        raise NotImplementedError("cuDNN attention needs nvidia-cudnn-frontend==1.16.0 (pip install "
-                                  f"nvidia-cudnn-frontend==1.16.0 nvidia-cudnn-cu12): {e}") from None
-    return cudnn
-
-
-def _handle():
-    """One cuDNN handle per thread (a handle must not be shared by threads running concurrently)."""
-    if getattr(_local, "handle", None) is None:
-        _local.handle = _cudnn().create_handle()
-    return _local.handle
-
-
-def _ptr(x) -> int:
-    return int(x) if isinstance(x, int) else int(x.data.ptr)
-
-
 class CudnnAttention:
     """The forward (with stats) and backward cuDNN graphs of one AttentionSpec, built on construction."""
 
@@ -157,13 +136,13 @@ class CudnnAttention:
         if why:
             raise NotImplementedError(f"cuDNN attention: {why}")
         self.spec = spec
-        cudnn = _cudnn()
+        cudnn = cudnn_module("cuDNN attention")
         self._io = {"f16": cudnn.data_type.HALF, "bf16": cudnn.data_type.BFLOAT16}[spec.dtype]
         self.itemsize = 2
         try:
             self._fwd, self._fwd_t = self._build_forward(cudnn)
             self._bwd, self._bwd_t = self._build_backward(cudnn)
-        except (RuntimeError, ValueError) as e:  # cuDNN's "not supported" arrives as these
+        except refusals(cudnn) as e:
             raise NotImplementedError(f"cuDNN refused attention {spec}: {e}") from None
         graphs = max(self._fwd.get_workspace_size(), self._bwd.get_workspace_size())
         self._stats_bytes = aligned(spec.numel("stats") * 4)
@@ -173,7 +152,7 @@ class CudnnAttention:
 
     def _graph(self, cudnn):
         return cudnn.pygraph(io_data_type=self._io, intermediate_data_type=cudnn.data_type.FLOAT,
-                             compute_data_type=cudnn.data_type.FLOAT, handle=_handle())
+                             compute_data_type=cudnn.data_type.FLOAT, handle=handle())
 
     def _tensor(self, g, name: str, dims, data_type=None, strides=None):
         return g.tensor(name=name, dim=list(dims), stride=strides or list(contiguous_strides(tuple(dims))),
@@ -222,40 +201,37 @@ class CudnnAttention:
                    "dv": dv}
 
     def _run(self, g, pack: dict, workspace: int) -> None:
-        import cupy
-
-        cudnn = _cudnn()
-        cudnn.set_stream(handle=_handle(), stream=cupy.cuda.get_current_stream().ptr)
-        g.execute({t: p for t, p in pack.items() if t is not None}, workspace, handle=_handle())
+        execute(g, pack, workspace)
 
     def _forward_pack(self, q, k, v, out, stats: int, mask) -> dict:
         t = self._fwd_t
-        pack = {t["q"]: _ptr(q), t["k"]: _ptr(k), t["v"]: _ptr(v), t["o"]: _ptr(out), t["stats"]: stats}
+        pack = {t["q"]: device_ptr(q), t["k"]: device_ptr(k), t["v"]: device_ptr(v), t["o"]: device_ptr(out),
+                t["stats"]: stats}
         if t["bias"] is not None:
-            pack[t["bias"]] = _ptr(mask)
+            pack[t["bias"]] = device_ptr(mask)
         return pack
 
     def forward(self, q, k, v, out, mask=None, workspace=0) -> None:
         """out = attention(q, k, v[, mask]); `workspace`: forward_workspace bytes of device memory.
         The stats go to the start of the workspace (and are dropped: the backward recomputes them)."""
-        stats = _ptr(workspace)
+        stats = device_ptr(workspace)
         self._run(self._fwd, self._forward_pack(q, k, v, out, stats, mask), stats + self._stats_bytes)
 
     def backward(self, q, k, v, out, grad_out, grads, mask=None, workspace=0) -> None:
         """grads (dq, dk, dv packed flat) of attention at q, k, v for cotangent grad_out. Runs the
         forward first for the softmax statistics (see the module docstring); `workspace`:
         backward_workspace bytes."""
-        base = _ptr(workspace)
+        base = device_ptr(workspace)
         stats, o_scratch, scratch = base, base + self._stats_bytes, base + self._stats_bytes + self._o_bytes
         self._run(self._fwd, self._forward_pack(q, k, v, o_scratch, stats, mask), scratch)
-        dq = _ptr(grads)
+        dq = device_ptr(grads)
         dk = dq + self.spec.numel("q") * self.itemsize
         dv = dk + self.spec.numel("k") * self.itemsize
         t = self._bwd_t
-        pack = {t["q"]: _ptr(q), t["k"]: _ptr(k), t["v"]: _ptr(v), t["o"]: o_scratch, t["dO"]: _ptr(grad_out),
-                t["stats"]: stats, t["dq"]: dq, t["dk"]: dk, t["dv"]: dv}
+        pack = {t["q"]: device_ptr(q), t["k"]: device_ptr(k), t["v"]: device_ptr(v), t["o"]: o_scratch,
+                t["dO"]: device_ptr(grad_out), t["stats"]: stats, t["dq"]: dq, t["dk"]: dk, t["dv"]: dv}
         if t["bias"] is not None:
-            pack[t["bias"]] = _ptr(mask)
+            pack[t["bias"]] = device_ptr(mask)
         self._run(self._bwd, pack, scratch)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from flame.errors import FlameError
 from flame.ir.evaluate import evaluate_graph
-from flame.plan.steps import MatmulCall, Plan
+from flame.plan.steps import ConvCall, MatmulCall, Plan
 from flame.runtime.reference import STEP_HANDLERS, bind
 from flame.runtime.stepwise import GpuUnitRunner, Unit, units
 
@@ -78,7 +78,13 @@ def _bandwidth(plan: Plan, unit: Unit, ms: float) -> str:
     return f"{moved / ms / 1e6:8.1f} GB/s"
 
 
-_RATES = {MatmulCall: _gemm_rate}  # step type -> its achieved rate; the rest move bytes
+def _conv_rate(plan: Plan, unit: Unit, ms: float) -> str:
+    from flame.runtime.cudnn_conv import spec_of
+
+    return f"{spec_of(unit.steps[0].op).flops / ms / 1e9:8.2f} TFLOP/s"
+
+
+_RATES = {MatmulCall: _gemm_rate, ConvCall: _conv_rate}  # step type -> its achieved rate; the rest move bytes
 
 
 def _rate(plan: Plan, unit: Unit, ms: float) -> str:

@@ -22,6 +22,7 @@ from flame.plan.steps import (
     Buffer,
     CollectiveCall,
     CollectiveWait,
+    ConvCall,
     Copy,
     KernelLaunch,
     MatmulCall,
@@ -107,6 +108,11 @@ def _wait(s: CollectiveWait, bufs: dict, plan: Plan) -> None:
     pass
 
 
+def _conv(s: ConvCall, bufs: dict, plan: Plan) -> None:
+    """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone)."""
+    np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
+
+
 def _alias(s: Alias, bufs: dict, plan: Plan) -> None:
     bufs[s.dst] = bufs[s.src].reshape(s.shape)
 
@@ -116,7 +122,7 @@ def _copy(s: Copy, bufs: dict, plan: Plan) -> None:
 
 
 STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _attention, CollectiveCall: _collective,
-                 CollectiveWait: _wait, Alias: _alias, Copy: _copy}  # one per step type
+                 CollectiveWait: _wait, ConvCall: _conv, Alias: _alias, Copy: _copy}  # one per step type
 
 
 def bind(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> dict[int, np.ndarray]:

@@ -256,6 +256,40 @@ def _argsort_cases(rng, dt):
     return cases + [([_arr(rng, (), dt)], {"axis": 0}), ([_arr(rng, (0, 3), dt)], {"axis": 1})]
 
 
+def _conv_specs():
+    """(x shape, w shape, attrs): 1/2/3-d, stride, asymmetric padding, dilation, groups (depthwise),
+    batch 1, odd sizes."""
+    return [((2, 3, 7), (4, 3, 3), {"stride": [2], "padding": [[1, 2]], "dilation": [1]}),
+            ((1, 4, 5, 6), (6, 2, 3, 2), {"stride": [1, 2], "padding": [[1, 1], [0, 1]], "dilation": [1, 2],
+                                          "groups": 2}),
+            ((2, 3, 5, 5), (3, 1, 3, 3), {"stride": [2, 1], "padding": [[1, 1], [1, 1]], "dilation": [1, 1],
+                                          "groups": 3}),
+            ((1, 2, 4, 3, 5), (2, 2, 2, 1, 3), {"stride": [1, 2, 2], "padding": [[0, 1], [0, 0], [1, 1]],
+                                                "dilation": [2, 1, 1]})]
+
+
+def _conv_out(x, w, a):
+    return (x[0], w[0]) + tuple((s + lo + hi - d * (k - 1) - 1) // st + 1 for s, k, st, (lo, hi), d in
+                                zip(x[2:], w[2:], a["stride"], a["padding"], a["dilation"]))
+
+
+def _conv_cases(rng, dt):
+    return [([_arr(rng, x, dt), _arr(rng, w, dt)], a) for x, w, a in _conv_specs()]
+
+
+def _conv_grad_input_cases(rng, dt):
+    out = []
+    for x, w, a in _conv_specs():  # the first input is one longer: a transposed conv's output_padding
+        x = (x[:2] + (x[2] + 1,) + x[3:]) if a["stride"][0] > 1 else x
+        out.append(([_arr(rng, _conv_out(x, w, a), dt), _arr(rng, w, dt)], {**a, "input_shape": x}))
+    return out
+
+
+def _conv_grad_weight_cases(rng, dt):
+    return [([_arr(rng, x, dt), _arr(rng, _conv_out(x, w, a), dt)], {**a, "weight_shape": w})
+            for x, w, a in _conv_specs()]
+
+
 # ---- oracles ----------------------------------------------------------------------------------------
 
 def _scan_oracle(step):
@@ -407,6 +441,39 @@ def _attention_backward_oracle(q, k, v, out, gout, *mask, scale, is_causal, enab
     return np.concatenate([dq.ravel(), heads(dk).ravel(), heads(dv).ravel()])
 
 
+def _conv_taps(x_shape, w_shape, stride, padding, dilation, groups):
+    """Every (n, o, out position, c, input position, kernel offset) of a convolution, as loops."""
+    cg, og = w_shape[1], w_shape[0] // groups
+    out = _conv_out(x_shape, w_shape, {"stride": stride, "padding": padding, "dilation": dilation})
+    for n, o, *p in np.ndindex(*out):
+        for c in range(cg):
+            for k in np.ndindex(*w_shape[2:]):
+                src = tuple(pi * s + ki * d - lo for pi, s, ki, d, (lo, _) in zip(p, stride, k, dilation, padding))
+                if all(0 <= i < size for i, size in zip(src, x_shape[2:])):
+                    yield (n, o, *p), (n, (o // og) * cg + c, *src), (o, c, *k)
+
+
+def _conv_oracle(x, w, **a):
+    y = np.zeros(_conv_out(x.shape, w.shape, a))
+    for yi, xi, wi in _conv_taps(x.shape, w.shape, **a):
+        y[yi] += x[xi] * w[wi]
+    return y
+
+
+def _conv_grad_input_oracle(dy, w, input_shape, **a):
+    dx = np.zeros(input_shape)
+    for yi, xi, wi in _conv_taps(input_shape, w.shape, **a):
+        dx[xi] += dy[yi] * w[wi]
+    return dx
+
+
+def _conv_grad_weight_oracle(x, dy, weight_shape, **a):
+    dw = np.zeros(weight_shape)
+    for yi, xi, wi in _conv_taps(x.shape, weight_shape, **a):
+        dw[wi] += dy[yi] * x[xi]
+    return dw
+
+
 M32 = 0xFFFFFFFF
 
 
@@ -551,6 +618,9 @@ RECIPES: dict[str, Recipe] = {
     "broadcast": Recipe(_collective(False), _packed_oracle, NUM),
     "all_gather": Recipe(_collective(False), _packed_oracle, NUM),
     "reduce_scatter": Recipe(_collective(True), _packed_oracle, NUM),
+    "conv": Recipe(_conv_cases, _conv_oracle),
+    "conv_grad_input": Recipe(_conv_grad_input_cases, _conv_grad_input_oracle),
+    "conv_grad_weight": Recipe(_conv_grad_weight_cases, _conv_grad_weight_oracle),
 }
 
 

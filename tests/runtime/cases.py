@@ -117,6 +117,22 @@ def _attention(rng, dt, backward=False):
     return cases
 
 
+def _conv(rng, dt, which="conv"):
+    """A strided, padded, grouped 2-d convolution (odd sizes) and a dilated 1-d one with batch 1; the
+    gradients on the same shapes."""
+    specs = [((3, 6, 9, 11), (8, 3, 3, 3), {"stride": [2, 1], "padding": [[1, 1], [1, 2]], "dilation": [1, 1],
+                                           "groups": 2}),
+             ((1, 5, 13), (4, 5, 3), {"stride": [1], "padding": [[2, 2]], "dilation": [2]})]
+    conv = REGISTRY["conv"]
+    out = []
+    for xs, ws, a in specs:
+        x, w = arr(rng, xs, dt), arr(rng, ws, dt)
+        dy = arr(rng, conv.infer([TensorType(xs, dt), TensorType(ws, dt)], **conv.normalize_attrs(a)).shape, dt)
+        out.append({"conv": ([x, w], a), "conv_grad_input": ([dy, w], {**a, "input_shape": xs}),
+                    "conv_grad_weight": ([x, dy], {**a, "weight_shape": ws})}[which])
+    return out
+
+
 def _movement(rng, dt):
     x = arr(rng, (3, 4, 5), dt)
     return {
@@ -162,6 +178,9 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "argmax": (NUM, _argmax),
     "scaled_dot_product_attention": (FLOATS, _attention),
     "scaled_dot_product_attention_backward": (FLOATS, lambda rng, dt: _attention(rng, dt, backward=True)),
+    "conv": (FLOATS, _conv),
+    "conv_grad_input": (FLOATS, lambda rng, dt: _conv(rng, dt, "conv_grad_input")),
+    "conv_grad_weight": (FLOATS, lambda rng, dt: _conv(rng, dt, "conv_grad_weight")),
 }
 for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
     TABLE[_cmp] = (ALL, _binary(_quarters))

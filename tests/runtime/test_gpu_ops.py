@@ -37,7 +37,8 @@ def _run(graph, inputs):
     from flame.runtime.cuda import CudaExecutor
 
     ex, target = CudaExecutor(), capabilities("cuda")
-    plan = to_plan(legalize(graph, target.attention_unsupported), target=target)
+    plan = to_plan(legalize(graph, target.attention_unsupported, conv_unsupported=target.conv_unsupported),
+                   target=target)
     outs = ex.compile(plan)([ex.asarray(x) for x in inputs])
     return [ex.to_numpy(o) for o in outs]
 

@@ -3,6 +3,7 @@
 from flame.ir.ops import (  # noqa: F401
     attention,
     collective,
+    conv,
     creation,
     elementwise,
     indexing,

@@ -125,6 +125,17 @@ def _minmax_vjp(pick):
     return vjp
 
 
+def _power(x, y):
+    """IEEE pow (C's powf: pow(-inf, 0.5) = inf, pow(-0.0, 0.5) = +0.0) whatever the exponent's shape:
+    NumPy computes an exponent of 0.5 that is a scalar or a broadcast (stride-0) operand as sqrt, so
+    such an exponent is materialised first."""
+    x, y = np.asarray(x), np.asarray(y)
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    if y.ndim == 0 or 0 in y.strides:
+        y = np.array(np.broadcast_to(y, shape or (1,)))
+    return np.power(x.reshape(x.shape or (1,)), y).reshape(shape)
+
+
 def _pow_vjp(b, g, x, y, out):
     gx = b.mul(g, b.mul(y, b.pow(x, b.sub(y, 1.0))))
     gy = b.where(b.gt(x, 0), b.mul(g, b.mul(out, b.log(b.where(b.gt(x, 0), x, 1.0)))), 0)
@@ -140,7 +151,7 @@ binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)))
 binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)))
 binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
        kinds=("float",))
-binary("pow", np.power, _pow_vjp, kinds=("float",), autocast="f32")
+binary("pow", _power, _pow_vjp, kinds=("float",), autocast="f32")
 binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE)  # Python's // (floor), as torch.floor_divide
 binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))))

@@ -1,0 +1,325 @@
+"""The convolutional layers of flame.nn (PyTorch names, arguments, parameter layouts and initialisation,
+so a torch state_dict loads): Conv1d/2d/3d, ConvTranspose1d/2d/3d, pooling, Upsample, GroupNorm and
+BatchNorm1d/2d/3d, each a thin Module over flame.frontend.vision."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from flame.errors import ShapeError
+from flame.frontend import vision as V
+from flame.frontend.creation import Generator, ones, zeros
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import dtype_of, f32, i64
+from flame.nn import init
+from flame.nn.module import Module
+from flame.nn.parameter import Parameter
+
+__all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+           "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Upsample"]
+
+
+class _ConvNd(Module):
+    """The shared part of the convolutions: weight (and bias) initialised as PyTorch's _ConvNd
+    (kaiming_uniform(a=sqrt(5)), bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)))."""
+
+    d = 2
+    transposed = False
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", dtype: Any = f32,
+                 generator: Generator | None = None, output_padding=0):
+        super().__init__()
+        name = type(self).__name__
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ShapeError(f"{name}: groups={groups} must divide in_channels={in_channels} and "
+                             f"out_channels={out_channels}")
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"{name}: padding_mode={padding_mode!r} is not supported (only 'zeros')")
+        d = self.d
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = V.ntuple(kernel_size, d, "kernel_size", name)
+        self.stride, self.dilation = V.ntuple(stride, d, "stride", name), V.ntuple(dilation, d, "dilation", name)
+        self.padding = padding if isinstance(padding, str) else V.ntuple(padding, d, "padding", name)
+        self.output_padding = V.ntuple(output_padding, d, "output_padding", name)
+        self.padding_mode = padding_mode
+        dt = dtype_of(dtype)
+        shape = ((in_channels, out_channels // groups) if self.transposed else
+                 (out_channels, in_channels // groups)) + self.kernel_size
+        self.weight = Parameter(zeros(*shape, dtype=dt))
+        self.register_parameter("bias", Parameter(zeros(out_channels, dtype=dt)) if bias else None)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator: Generator | None = None) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
+        if self.bias is not None:
+            fan_in = self.weight.shape[1] * math.prod(self.kernel_size)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+            init.uniform_(self.bias, -bound, bound, generator)
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,) * self.d:
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * self.d:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        return s + ("" if self.bias is not None else ", bias=False")
+
+
+class _Conv(_ConvNd):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros", dtype=f32, generator=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, dtype, generator)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return V._conv(self.d, x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Conv1d(_Conv):
+    """y = conv1d(x, weight) + bias; weight [out_channels, in_channels/groups, k]."""
+
+    d = 1
+
+
+class Conv2d(_Conv):
+    """y = conv2d(x, weight) + bias; weight [out_channels, in_channels/groups, kh, kw]; padding an int, a
+    pair, "valid" or "same"."""
+
+    d = 2
+
+
+class Conv3d(_Conv):
+    d = 3
+
+
+class _ConvTranspose(_ConvNd):
+    transposed = True
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", dtype=f32, generator=None):
+        if isinstance(padding, str):
+            raise ShapeError(f"{type(self).__name__}: padding must be an int or a tuple, got {padding!r}")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, dtype, generator, output_padding)
+
+    def forward(self, x: Tensor, output_size=None) -> Tensor:
+        out_pad = self.output_padding
+        if output_size is not None:  # PyTorch's choice of output_padding for a requested size
+            want = tuple(output_size)[-self.d:]
+            least = [(n - 1) * s - 2 * p + dl * (k - 1) + 1 for n, s, p, dl, k in
+                     zip(x.shape[-self.d:], self.stride, self.padding, self.dilation, self.kernel_size)]
+            out_pad = tuple(w - m for w, m in zip(want, least))
+        return V._conv_transpose(self.d, x, self.weight, self.bias, self.stride, self.padding, out_pad,
+                                 self.groups, self.dilation)
+
+
+class ConvTranspose1d(_ConvTranspose):
+    d = 1
+
+
+class ConvTranspose2d(_ConvTranspose):
+    """The transposed convolution (conv2d's data gradient); weight [in_channels, out_channels/groups,
+    kh, kw] as PyTorch's."""
+
+    d = 2
+
+
+class ConvTranspose3d(_ConvTranspose):
+    d = 3
+
+
+class _MaxPool(Module):
+    d = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+        self.return_indices, self.ceil_mode = return_indices, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return V._max_pool(self.d, x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                           self.return_indices)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride or self.kernel_size}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class MaxPool1d(_MaxPool):
+    d = 1
+
+
+class MaxPool2d(_MaxPool):
+    d = 2
+
+
+class MaxPool3d(_MaxPool):
+    d = 3
+
+
+class _AvgPool(Module):
+    d = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad, self.divisor_override = ceil_mode, count_include_pad, divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return V._avg_pool(self.d, x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                           self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride or self.kernel_size}, padding={self.padding}"
+
+
+class AvgPool1d(_AvgPool):
+    d = 1
+
+
+class AvgPool2d(_AvgPool):
+    d = 2
+
+
+class AvgPool3d(_AvgPool):
+    d = 3
+
+
+class _AdaptiveAvgPool(Module):
+    d = 2
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return V._adaptive_avg(self.d, x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveAvgPool1d(_AdaptiveAvgPool):
+    d = 1
+
+
+class AdaptiveAvgPool2d(_AdaptiveAvgPool):
+    d = 2
+
+
+class AdaptiveAvgPool3d(_AdaptiveAvgPool):
+    d = 3
+
+
+class Upsample(Module):
+    """F.interpolate as a layer (mode nearest, linear, bilinear or trilinear)."""
+
+    def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None,
+                 recompute_scale_factor: bool | None = None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return V.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)
+
+    def extra_repr(self) -> str:
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode={self.mode!r}"
+
+
+class GroupNorm(Module):
+    """Normalise groups of num_channels/num_groups channels; weight ones, bias zeros (affine)."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 dtype: Any = f32):
+        super().__init__()
+        if num_groups < 1 or num_channels % num_groups:
+            raise ShapeError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
+        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        dt = dtype_of(dtype)
+        self.register_parameter("weight", Parameter(ones(num_channels, dtype=dt)) if affine else None)
+        self.register_parameter("bias", Parameter(zeros(num_channels, dtype=dt)) if affine else None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ShapeError(f"GroupNorm: expected an input with {self.num_channels} channels [N, C, ...], got "
+                             f"{list(x.shape)}")
+        return V.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class _BatchNorm(Module):
+    """Per-channel normalisation with running statistics as buffers (running_mean, running_var,
+    num_batches_tracked), updated in place in training mode: inside @flame.compile they are `state`
+    inputs whose new values the step writes back (aliased outputs). momentum=None averages every
+    batch seen so far (factor 1 / num_batches_tracked), as PyTorch."""
+
+    ranks: tuple[int, ...] = (4,)
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, dtype: Any = f32):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        dt = dtype_of(dtype)
+        self.register_parameter("weight", Parameter(ones(num_features, dtype=dt)) if affine else None)
+        self.register_parameter("bias", Parameter(zeros(num_features, dtype=dt)) if affine else None)
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(num_features, dtype=dt))
+            self.register_buffer("running_var", ones(num_features, dtype=dt))
+            self.register_buffer("num_batches_tracked", zeros(dtype=i64))
+        else:
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(name, None)
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            self.running_mean.zero_()
+            self.running_var.fill_(1)
+            self.num_batches_tracked.zero_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        name = type(self).__name__
+        if x.ndim not in self.ranks:
+            want = " or ".join(f"{r}-D" for r in self.ranks)
+            raise ShapeError(f"{name}: expected a {want} input, got {x.ndim}-D {list(x.shape)}")
+        if x.shape[1] != self.num_features:
+            raise ShapeError(f"{name}: expected {self.num_features} channels (dim 1), got {list(x.shape)}")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative moving average
+                momentum = 1.0 / self.num_batches_tracked.to(x.dtype)
+        batch_stats = self.training or self.running_mean is None  # as PyTorch's _BatchNorm.forward
+        return V.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, batch_stats,
+                            momentum, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Over [N, C] or [N, C, L]."""
+
+    ranks = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Over [N, C, H, W]."""
+
+    ranks = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    ranks = (5,)

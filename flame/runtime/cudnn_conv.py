@@ -1,0 +1,205 @@
+"""Convolutions (forward, data gradient, weight gradient) through cuDNN's graph API in
+nvidia-cudnn-frontend, on CuPy device memory (DESIGN.md §8), called by the plan's `ConvCall` steps
+(runtime/cuda.py).
+
+    spec = spec_of(op)                        # a conv / conv_grad_input / conv_grad_weight IR op
+    why = unsupported_reason(spec)            # "" when flame knows no reason cuDNN cannot run it
+    conv = cudnn_conv(spec)                   # the graph, built once per spec and cached
+    conv(a, b, out, workspace=ptr)            # a, b: the op's inputs in IR order; conv.workspace bytes
+
+The three kinds and their operands, in the IR's NC* shapes (ir/ops/conv.py):
+    fprop  conv(x, w) -> y                    x [N, C, *S], w [K, C/groups, *R], y [N, K, *O]
+    dgrad  conv_grad_input(dy, w) -> dx
+    wgrad  conv_grad_weight(x, dy) -> dw
+Each tensor is passed with its real strides in memory (`ConvSpec` holds them; NC* row-major unless a
+layout says otherwise, so a channels-last buffer is the same spec with other strides: cuDNN's fast
+kernels are NHWC, and it transposes NCHW operands itself). Groups (depthwise included) are implied
+by the weight: C = groups * w.shape[1]. A 1-d convolution runs as a 2-d one with a unit height (cuDNN
+convolves 2 or 3 spatial dims). Padding may be asymmetric (pre/post padding per dim).
+
+Precision: f16/bf16 in and out with f32 accumulation; f32 without TF32 unless `allow_tf32` is set
+(engines flagged TENSOR_CORE or DOWN_CONVERT_INPUTS are deselected, as flame's f32 GEMMs and torch
+with allow_tf32=False do). Engines needing more than WORKSPACE_LIMIT bytes of workspace are
+deselected, so that bound is also the estimate when no GPU is there to ask (`workspace_bytes`).
+
+A call runs on the current CuPy stream and allocates nothing: it can be captured into a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from flame.ir.indexmap import contiguous_strides
+from flame.plan.steps import ConvCall
+from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
+
+DTYPES = ("f32", "f16", "bf16")
+OPERANDS = {"fprop": ("x", "w", "y"), "dgrad": ("y", "w", "x"), "wgrad": ("x", "y", "w")}  # a, b -> out, as X/W/Y
+WORKSPACE_LIMIT = 256 << 20  # no engine needing more is chosen
+allow_tf32 = False  # explicit opt-in, as runtime/matmul.allow_tf32
+
+
+def channels_last_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of an [N, C, *S] tensor stored as [N, *S, C] (NHWC / NDHWC)."""
+    n, c, *spatial = dims
+    inner = contiguous_strides((n, *spatial, c))
+    return (inner[0], 1, *inner[1:-1])
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """What one cuDNN convolution graph is built for: the kind (fprop / dgrad / wgrad), the dtype,
+    the logical dims of x [N, C, *S], w [K, C/groups, *R] and y [N, K, *O] with their element
+    strides in memory, and pre/post padding, stride and dilation per spatial dim (2 or 3 of them:
+    `of` turns a 1-d convolution into a 2-d one)."""
+
+    kind: str
+    dtype: str
+    x: tuple[int, ...]
+    w: tuple[int, ...]
+    y: tuple[int, ...]
+    x_strides: tuple[int, ...]
+    w_strides: tuple[int, ...]
+    y_strides: tuple[int, ...]
+    pre_padding: tuple[int, ...]
+    post_padding: tuple[int, ...]
+    stride: tuple[int, ...]
+    dilation: tuple[int, ...]
+
+    @staticmethod
+    def of(kind: str, dtype: str, x, w, y, padding, stride, dilation, strides: dict | None = None) -> ConvSpec:
+        """The spec of one convolution: dims as in the IR, padding as [lo, hi] pairs, `strides` the
+        memory strides of any of "x", "w", "y" that are not NC* row-major."""
+        dims = {"x": tuple(x), "w": tuple(w), "y": tuple(y)}
+        st = {n: tuple((strides or {}).get(n) or contiguous_strides(d)) for n, d in dims.items()}
+        pads = [tuple(p) for p in padding]
+        stride, dilation = tuple(stride), tuple(dilation)
+        if len(dims["x"]) == 3:  # 1-d: a unit height in front of the length
+            for n in dims:
+                d, s = dims[n], st[n]
+                dims[n], st[n] = (*d[:2], 1, d[2]), (*s[:2], s[2] * d[2], s[2])
+            pads, stride, dilation = [(0, 0), *pads], (1, *stride), (1, *dilation)
+        return ConvSpec(kind, dtype, dims["x"], dims["w"], dims["y"], st["x"], st["w"], st["y"],
+                        tuple(p[0] for p in pads), tuple(p[1] for p in pads), stride, dilation)
+
+    @property
+    def groups(self) -> int:
+        return self.x[1] // self.w[1] if self.w[1] else 1
+
+    def dims(self, which: str) -> tuple[int, ...]:
+        return {"x": self.x, "w": self.w, "y": self.y}[which]
+
+    def strides(self, which: str) -> tuple[int, ...]:
+        return {"x": self.x_strides, "w": self.w_strides, "y": self.y_strides}[which]
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds x 2 of the call (the same for all three kinds)."""
+        return 2 * math.prod(self.y) * math.prod(self.w[1:])
+
+
+def spec_of(op, strides: dict | None = None) -> ConvSpec:
+    """The spec of a conv / conv_grad_input / conv_grad_weight IR op (`strides`: see ConvSpec.of)."""
+    kind = ConvCall.KINDS[op.name]
+    a, b = (v.type.shape for v in op.inputs)
+    shapes = dict(zip(OPERANDS[kind], (a, b, op.out.type.shape)))
+    at = op.attrs
+    return ConvSpec.of(kind, op.out.type.dtype.name, shapes["x"], shapes["w"], shapes["y"], at["padding"],
+                       at["stride"], at["dilation"], strides)
+
+
+def unsupported_reason(spec: ConvSpec) -> str:
+    """Why cuDNN cannot run `spec` as far as flame knows without asking it ("" if it may); building
+    the graph may still refuse (CudnnConv raises NotImplementedError with cuDNN's words)."""
+    if spec.dtype not in DTYPES:
+        return f"cuDNN convolutions take f32/f16/bf16, not {spec.dtype}"
+    if not 2 <= len(spec.x) - 2 <= 3:
+        return f"cuDNN convolves 1, 2 or 3 spatial dims, not {len(spec.x) - 2}"
+    if 0 in spec.x or 0 in spec.w or 0 in spec.y:
+        return f"an empty tensor (x {list(spec.x)}, w {list(spec.w)}, y {list(spec.y)})"
+    return ""
+
+
+def op_unsupported(op) -> str:
+    """Why cuDNN cannot run convolution op `op` ("" if flame knows no reason)."""
+    return unsupported_reason(spec_of(op))
+
+
+def workspace_bytes(op, exact: bool = False) -> int:
+    """The workspace op's call needs: exact (cuDNN's own figure; builds the graph) when `exact`,
+    else the most any engine flame lets cuDNN choose may need (WORKSPACE_LIMIT)."""
+    return cudnn_conv(spec_of(op)).workspace if exact else WORKSPACE_LIMIT
+
+
+class CudnnConv:
+    """The cuDNN graph of one ConvSpec, built on construction; calling it runs the convolution."""
+
+    def __init__(self, spec: ConvSpec):
+        why = unsupported_reason(spec)
+        if why:
+            raise NotImplementedError(f"cuDNN convolution: {why}")
+        self.spec = spec
+        cudnn = cudnn_module("cuDNN convolution")
+        self._io = {"f32": cudnn.data_type.FLOAT, "f16": cudnn.data_type.HALF,
+                    "bf16": cudnn.data_type.BFLOAT16}[spec.dtype]
+        try:
+            self._graph, self._tensors = self._build(cudnn)
+        except refusals(cudnn) as e:
+            raise NotImplementedError(f"cuDNN refused the {spec.kind} convolution {spec}: {e}") from None
+        self.workspace = self._graph.get_workspace_size()
+
+    def _tensor(self, g, which: str):
+        return g.tensor(name=which.upper(), dim=list(self.spec.dims(which)), stride=list(self.spec.strides(which)),
+                        data_type=self._io)
+
+    def _build(self, cudnn):
+        s, f32 = self.spec, cudnn.data_type.FLOAT
+        g = cudnn.pygraph(io_data_type=self._io, intermediate_data_type=f32, compute_data_type=f32, handle=handle())
+        a_name, b_name, out_name = OPERANDS[s.kind]
+        a, b = self._tensor(g, a_name), self._tensor(g, b_name)
+        conv = {"fprop": lambda: g.conv_fprop(image=a, weight=b, **self._attrs(f32)),
+                "dgrad": lambda: g.conv_dgrad(loss=a, filter=b, **self._attrs(f32)),
+                "wgrad": lambda: g.conv_wgrad(image=a, loss=b, **self._attrs(f32))}[s.kind]
+        out = conv()
+        out.set_output(True).set_dim(list(s.dims(out_name))).set_stride(list(s.strides(out_name)))
+        out.set_data_type(self._io)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        if s.dtype == "f32" and not allow_tf32:
+            g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE, cudnn.numerical_note.DOWN_CONVERT_INPUTS])
+        g.deselect_workspace_greater_than(WORKSPACE_LIMIT)
+        g.check_support()
+        g.build_plans()
+        return g, (a, b, out)
+
+    def _attrs(self, compute) -> dict:
+        s = self.spec
+        return {"pre_padding": list(s.pre_padding), "post_padding": list(s.post_padding), "stride": list(s.stride),
+                "dilation": list(s.dilation), "compute_data_type": compute}
+
+    def __call__(self, a, b, out, workspace=0) -> None:
+        """out = the convolution of a and b (the op's inputs in IR order: x, w / dy, w / x, dy); each a
+        CuPy array or a device pointer with the spec's strides. `workspace`: `self.workspace` bytes
+        (an array or a pointer; 0 when none is needed). Runs on the current CuPy stream."""
+        ta, tb, tout = self._tensors
+        execute(self._graph, {ta: device_ptr(a), tb: device_ptr(b), tout: device_ptr(out)}, device_ptr(workspace))
+
+
+@lru_cache(maxsize=512)
+def cudnn_conv(spec: ConvSpec) -> CudnnConv:
+    """The built graph for `spec`, cached (building takes milliseconds)."""
+    return CudnnConv(spec)
+
+
+@lru_cache(maxsize=512)
+def refusal(spec: ConvSpec) -> str:
+    """Why cuDNN cannot run `spec`, asking cuDNN itself (builds the graph; needs a GPU): "" if it
+    can, else flame's or cuDNN's reason. Remembered, so a refused spec is not rebuilt at each compile."""
+    try:
+        cudnn_conv(spec)
+    except NotImplementedError as e:
+        return str(e)
+    return ""
