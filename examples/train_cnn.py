@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     bar.close()
     acc = history["acc"][-1]
     print(f"final test accuracy {100 * acc:.2f}% in {time.perf_counter() - t0:.1f} s "
-          f"({len(train_step._cache)} trace of the training step)", flush=True)
+          f"({train_step.stats().traces} trace(s) of the training step)", flush=True)
 
     save_checkpoint(ckpt, model, opt, {"epochs": str(cfg["epochs"]), "width": str(cfg["width"]),
                                        "blocks": str(cfg["blocks"])})

@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.set_postfix(loss=f"{np.mean(history[-25:]):.4f}")
     bar.close()
     first, last = np.mean(history[:5]), np.mean(history[-max(5, len(history) // 10):])
-    print(f"trained {cfg['steps']} steps in {time.perf_counter() - t0:.1f} s ({len(train_step._cache)} trace of "
+    print(f"trained {cfg['steps']} steps in {time.perf_counter() - t0:.1f} s ({train_step.stats().traces} trace(s) of "
           f"the training step); loss {first:.4f} -> {last:.4f}", flush=True)
     ckpt = os.path.join(args.out, "checkpoint.safetensors")
     save_checkpoint(ckpt, ema, None, {"steps": str(cfg["steps"]), "width": str(cfg["width"]), "T": str(cfg["T"])})

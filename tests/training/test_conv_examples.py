@@ -33,7 +33,7 @@ def test_tiny_cnn_trains_saves_and_reloads(tmp_path):
     assert len(losses) == 3 and losses[-1] < losses[0]
     acc = float(re.search(r"final test accuracy ([\d.]+)%", log).group(1))
     assert acc >= 50.0  # three short epochs on 384 digits; the full run reaches 99 %
-    assert "(1 trace of the training step)" in log
+    assert "(1 trace(s) of the training step)" in log
     assert f"test accuracy {acc:.2f}%" in log.split("reloaded", 1)[1]
     ckpt = tmp_path / "checkpoint.safetensors"
     assert "stem.1.num_batches_tracked" in load(ckpt) and load_metadata(ckpt)["epochs"] == "3"
@@ -45,6 +45,6 @@ def test_tiny_diffusion_trains_and_samples(tmp_path):
     assert "device: reference" in log and "16x16" in log
     first, last = (float(v) for v in re.search(r"loss ([\d.]+) -> ([\d.]+)", log).groups())
     assert last < first
-    assert "(1 trace of the training step)" in log
+    assert "(1 trace(s) of the training step)" in log
     assert load_metadata(tmp_path / "checkpoint.safetensors")["T"] == "20"
     assert _png(tmp_path / "loss.png") and _png(tmp_path / "samples.png")
