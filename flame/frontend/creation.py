@@ -164,15 +164,31 @@ class Generator:
 
 
 class _DefaultGenerator:
-    """The process's default generator, made on first use (seed 0; flame.manual_seed changes it)."""
+    """The process's default generators, one per device as in PyTorch (a generator's state tensors
+    live on the device that made them; a process that switches executors, as the GPU tests do, gets
+    the other device's generator), each made on first use from the last flame.manual_seed (0)."""
 
     def __init__(self):
-        self.gen: Generator | None = None
+        self.gens: dict[str, Generator] = {}
+        self.seed = 0
 
     def get(self) -> Generator:
-        if self.gen is None:
-            self.gen = Generator(0)
-        return self.gen
+        from flame.runtime.device import get_device
+
+        device = get_device()
+        if device not in self.gens:
+            self.gens[device] = Generator(self.seed)
+        return self.gens[device]
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Reseed every device's generator (torch.manual_seed does): the current device's in place (a
+        compiled function that captured it sees the new seed), the others are made afresh from it."""
+        from flame.runtime.device import get_device
+
+        self.seed = int(seed)
+        current = self.get()
+        self.gens = {get_device(): current}
+        return current.manual_seed(seed)
 
 
 _default = _DefaultGenerator()
@@ -184,7 +200,7 @@ def default_generator() -> Generator:
 
 def manual_seed(seed: int) -> Generator:
     """Reseed the default generator (model initialisation and dropout use it unless given one)."""
-    return _default.get().manual_seed(seed)
+    return _default.manual_seed(seed)
 
 
 def rand(*shape, dtype=f32, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
