@@ -4,6 +4,7 @@ rules read (`full` is flame's only constant op: a scalar broadcast to a shape)."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import numpy as np
@@ -73,3 +74,36 @@ def same_bits(a: np.ndarray) -> bool:
         return True
     bits = np.ascontiguousarray(a).view(np.dtype(f"u{a.dtype.itemsize}"))
     return bool(np.all(bits == bits.flat[0]))
+
+
+DECOMPOSE_ALL = "decomposition requested"  # the reason recorded when no `supported` check is given
+Supported = Callable[[Op], str]  # op -> why the backend cannot run it as one call, or "" if it can
+_logged: set[tuple[str, str]] = set()  # (pass, reason) pairs already logged in this process
+
+
+def decompose(g: Graph, decompositions: dict[str, Callable[[Builder, Op], Value]], supported: Supported | None,
+              name: str, what: str) -> Graph:
+    """Replace each op of `decompositions` that `supported(op)` gives a non-empty reason for by what
+    its decomposition builds (None: every such op, reason DECOMPOSE_ALL); the replacing ops carry the
+    op's loc with `[name: reason]` appended, and each reason is logged once ("flame: {what}: reason").
+    The skeleton of the legalization passes (decompose_attention, decompose_conv). g is returned as it
+    is when no op needs decomposing."""
+    def reason(op: Op) -> str:
+        if op.name not in decompositions:
+            return ""
+        return DECOMPOSE_ALL if supported is None else supported(op)
+
+    if not any(reason(op) for op in g.ops):
+        return g  # the same graph: nothing to do (and no copy) for the common case
+
+    def rule(op: Op, b: Builder) -> Value | None:
+        why = reason(op)  # op is g's op with its inputs renamed: the same types and attributes
+        if not why:
+            return None
+        if (name, why) not in _logged:
+            _logged.add((name, why))
+            logging.getLogger("flame").info("flame: %s: %s", what, why)
+        b.loc = annotate_loc(op.loc, f"[{name}: {why}]")
+        return decompositions[op.name](b, op)
+
+    return rewrite(g, rule)

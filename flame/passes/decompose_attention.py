@@ -23,7 +23,6 @@ reason is logged at info level once per process."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import numpy as np
@@ -32,16 +31,11 @@ from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, boolean, f32, f64
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops.attention import mask_of
-from flame.passes._rewrite import annotate_loc, rewrite
-
-log = logging.getLogger("flame")
+from flame.passes._rewrite import DECOMPOSE_ALL, Supported, decompose  # noqa: F401  (DECOMPOSE_ALL: re-exported)
 
 FORWARD, BACKWARD = "scaled_dot_product_attention", "scaled_dot_product_attention_backward"
 ATTENTION_OPS = (FORWARD, BACKWARD)
-DECOMPOSE_ALL = "decomposition requested"  # the reason recorded when no `supported` check is given
-_logged: set[str] = set()  # reasons already logged in this process
 
-Supported = Callable[[Op], str]  # op -> why the backend cannot run it as one call, or "" if it can
 
 
 def all_supported(op: Op) -> str:
@@ -51,7 +45,7 @@ def all_supported(op: Op) -> str:
 
 def note(reason: str) -> str:
     """The text appended to the source line of the ops that replace an attention op."""
-    return f"[decompose_attention: {reason}]"
+    return f"[decompose_attention: {reason}]"  # as passes._rewrite.decompose writes it
 
 
 def _compute_dtype(dtype: DType) -> DType:
@@ -144,10 +138,6 @@ def _backward(b: Builder, op: Op) -> Value:
 _DECOMPOSITIONS: dict[str, Callable[[Builder, Op], Value]] = {FORWARD: _forward, BACKWARD: _backward}
 
 
-def _log_once(reason: str) -> None:
-    if reason not in _logged:
-        _logged.add(reason)
-        log.info("flame: attention runs as the unfused graph (matmul, softmax, matmul): %s", reason)
 
 
 def decompose_attention(g: Graph, supported: Supported | None = None) -> Graph:
@@ -157,20 +147,5 @@ def decompose_attention(g: Graph, supported: Supported | None = None) -> Graph:
     Before: a verified graph. After: the same function; the attention ops the backend cannot run are
     gone, and the ops replacing one carry its loc with note(reason) appended. g is not modified (it
     is returned as it is when no op needs decomposing)."""
-    def reason(op: Op) -> str:
-        if op.name not in _DECOMPOSITIONS:
-            return ""
-        return DECOMPOSE_ALL if supported is None else supported(op)
-
-    if not any(reason(op) for op in g.ops):
-        return g  # the same graph: nothing to do (and no copy) for the common case
-
-    def rule(op: Op, b: Builder) -> Value | None:
-        why = reason(op)  # op is g's op with its inputs renamed: the same types and attributes
-        if not why:
-            return None
-        _log_once(why)
-        b.loc = annotate_loc(op.loc, note(why))
-        return _DECOMPOSITIONS[op.name](b, op)
-
-    return rewrite(g, rule)
+    return decompose(g, _DECOMPOSITIONS, supported, "decompose_attention",
+                     "attention runs as the unfused graph (matmul, softmax, matmul)")

@@ -25,25 +25,17 @@ info level once per process."""
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 from collections.abc import Callable
 
 from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Op, Value
-from flame.passes._rewrite import annotate_loc, rewrite
-
-log = logging.getLogger("flame")
-
-DECOMPOSE_ALL = "decomposition requested"  # the reason recorded when no `supported` check is given
-_logged: set[str] = set()
-
-Supported = Callable[[Op], str]  # op -> why the backend cannot run it as one call, or "" if it can
+from flame.passes._rewrite import DECOMPOSE_ALL, Supported, decompose  # noqa: F401  (DECOMPOSE_ALL: re-exported)
 
 
 def note(reason: str) -> str:
     """The text appended to the source line of the ops that replace a convolution."""
-    return f"[decompose_conv: {reason}]"
+    return f"[decompose_conv: {reason}]"  # as passes._rewrite.decompose writes it
 
 
 def _im2col(b: Builder, x: Value, k_shape, o_shape, attrs) -> Value:
@@ -147,10 +139,6 @@ _DECOMPOSITIONS: dict[str, Callable[[Builder, Op], Value]] = {
     "conv": _conv, "conv_grad_input": _grad_input, "conv_grad_weight": _grad_weight}
 
 
-def _log_once(reason: str) -> None:
-    if reason not in _logged:
-        _logged.add(reason)
-        log.info("flame: a convolution runs as im2col + matmul: %s", reason)
 
 
 def decompose_conv(g: Graph, supported: Supported | None = None) -> Graph:
@@ -161,20 +149,4 @@ def decompose_conv(g: Graph, supported: Supported | None = None) -> Graph:
     Before: a verified graph. After: the same function; the convolutions the backend cannot run are
     gone, and the ops replacing one carry its loc with note(reason) appended. g is not modified (it
     is returned as it is when no op needs decomposing)."""
-    def reason(op: Op) -> str:
-        if op.name not in _DECOMPOSITIONS:
-            return ""
-        return DECOMPOSE_ALL if supported is None else supported(op)
-
-    if not any(reason(op) for op in g.ops):
-        return g
-
-    def rule(op: Op, b: Builder) -> Value | None:
-        why = reason(op)
-        if not why:
-            return None
-        _log_once(why)
-        b.loc = annotate_loc(op.loc, note(why))
-        return _DECOMPOSITIONS[op.name](b, op)
-
-    return rewrite(g, rule)
+    return decompose(g, _DECOMPOSITIONS, supported, "decompose_conv", "a convolution runs as im2col + matmul")
