@@ -16,8 +16,8 @@ def _nccl():
     from cupy.cuda import nccl
 
     if not getattr(nccl, "available", True) or not hasattr(nccl, "NcclCommunicator"):
-        raise FlameError("NCCL is not available to CuPy: install the NCCL runtime (pip install "
-                         "'nvidia-nccl-cu12>=2.18') for the CUDA version of your CuPy")
+        raise FlameError("NCCL is not available to CuPy: install the NCCL runtime (pip install -e '.[distributed]', "
+                         "or nvidia-nccl-cu12 / -cu13 for the CUDA version of your CuPy)")
     return nccl
 
 
