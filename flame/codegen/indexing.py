@@ -7,40 +7,13 @@ from __future__ import annotations
 import math
 
 from flame.codegen import cuda_c, views
-from flame.codegen.kernel import (
-    Kernel,
-    block_for,
-    finish,
-    grid_for,
-    header,
-    index_types,
-    op_params,
-    render_template,
-    shape_tag,
-)
+from flame.codegen.kernel import Kernel, render_op
 from flame.ir.dtypes import bf16, f16, f32, i64
 from flame.ir.graph import Op
 
 
 def _render(op: Op, kind: str, n: int, what: str, scratch: int = 0, **fields) -> Kernel:
-    idx_t, off_t = index_types(n, op.out.type.numel, *(v.type.numel for v in op.inputs))
-    dtypes = {op.out.dtype, *(v.dtype for v in op.inputs)}
-    block = block_for(n)
-    source = render_template(
-        "indexed.cu.j2",
-        header=header(op, what),
-        includes=cuda_c.includes(dtypes),
-        name="FLAME_KERNEL_NAME",
-        params=op_params(op, scratch > 0),
-        block=block,
-        idx_t=idx_t,
-        off_t=off_t,
-        n=n,
-        kind=kind,
-        **fields,
-    )
-    stem = f"{op.name}_{op.out.dtype.name}_{shape_tag(op.out.shape)}" + ("" if kind == op.name else f"_{kind}")
-    return finish(stem, source, grid_for(n, block), block, len(op.inputs), scratch)
+    return render_op("indexed.cu.j2", op, kind, n, what, scratch, **fields)
 
 
 def _split(shape: tuple[int, ...], axis: int) -> tuple[int, int]:

@@ -155,6 +155,20 @@ def store(v: Value, expr: str) -> str:
     return cuda_c.convert(expr, v.dtype, v.dtype)
 
 
+def render_op(template: str, op: Op, kind: str, n: int, comment: str, scratch: int = 0, **fields) -> Kernel:
+    """One kernel of a single op with the op ABI (its inputs, then `out`, then the scratch pointer when
+    `scratch` bytes are asked for) from `template`, over `n` threads' worth of work; `kind` is the
+    template's branch and, when it is not the op's name, a suffix of the kernel's stem."""
+    idx_t, off_t = index_types(n, op.out.type.numel, *(v.type.numel for v in op.inputs))
+    block = block_for(n)
+    source = render_template(template, header=header(op, comment),
+                             includes=cuda_c.includes({op.out.dtype, *(v.dtype for v in op.inputs)}),
+                             name="FLAME_KERNEL_NAME", params=op_params(op, scratch > 0), block=block, idx_t=idx_t,
+                             off_t=off_t, n=n, kind=kind, **fields)
+    stem = f"{op.name}_{op.out.dtype.name}_{shape_tag(op.out.shape)}" + ("" if kind == op.name else f"_{kind}")
+    return finish(stem, source, grid_for(n, block), block, len(op.inputs), scratch)
+
+
 def finish(stem: str, source: str, grid: int, block: int, n_inputs: int, scratch: int = 0,
            n_outputs: int = 1) -> Kernel:
     """Name the kernel `<stem>_<hash of source>` so names are unique per distinct source."""

@@ -8,17 +8,7 @@ from __future__ import annotations
 import math
 
 from flame.codegen import cuda_c
-from flame.codegen.kernel import (
-    Kernel,
-    block_for,
-    finish,
-    grid_for,
-    header,
-    index_types,
-    op_params,
-    render_template,
-    shape_tag,
-)
+from flame.codegen.kernel import Kernel, render_op
 from flame.ir.graph import Op
 
 _COMBINE = {"cumsum": ("zero", "(acc + {x})", "running sum"), "cumprod": ("one", "(acc * {x})", "running product")}
@@ -31,15 +21,6 @@ def _line(op: Op) -> tuple[int, int, int]:
     return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
-def _render(op: Op, n: int, comment: str, **fields) -> Kernel:
-    idx_t, off_t = index_types(n, op.out.type.numel, op.inputs[0].type.numel)
-    block = block_for(n)
-    source = render_template("scan.cu.j2", header=header(op, comment),
-                             includes=cuda_c.includes({op.out.dtype, op.inputs[0].dtype}), name="FLAME_KERNEL_NAME",
-                             params=op_params(op), block=block, idx_t=idx_t, off_t=off_t, n=n, **fields)
-    return finish(f"{op.name}_{op.out.dtype.name}_{shape_tag(op.out.shape)}", source, grid_for(n, block), block, 1)
-
-
 def lower_scan(op: Op) -> list[Kernel]:
     """cumsum / cumprod: acc (compute type, f32 for f16/bf16) = acc op x[c], stored at every c."""
     if op.out.type.numel == 0:
@@ -49,9 +30,9 @@ def lower_scan(op: Op) -> list[Kernel]:
     acc = cuda_c.compute_dtype(x)
     start, combine, what = _COMBINE[op.name]
     identity = cuda_c.literal(0 if start == "zero" else 1, acc)
-    return [_render(op, outer * inner, f"{what} along the axis, one thread per line", kind="scan", what=what,
-                    extent=extent, inner=inner, acc_t=acc.cuda_type, identity=identity,
-                    combine=combine.format(x=cuda_c.load("in0[at]", x)), store=cuda_c.convert("acc", acc, x))]
+    return [render_op("scan.cu.j2", op, "scan", outer * inner, f"{what} along the axis, one thread per line",
+                      what=what, extent=extent, inner=inner, acc_t=acc.cuda_type, identity=identity,
+                      combine=combine.format(x=cuda_c.load("in0[at]", x)), store=cuda_c.convert("acc", acc, x))]
 
 
 def lower_argsort(op: Op) -> list[Kernel]:
@@ -60,7 +41,7 @@ def lower_argsort(op: Op) -> list[Kernel]:
     outer, extent, inner = _line(op)
     x = op.inputs[0].dtype
     acc = cuda_c.compute_dtype(x)
-    return [_render(op, outer * extent * inner, "stable argsort by counting", kind="argsort", extent=extent,
-                    inner=inner, acc_t=acc.cuda_type, descending=op.attrs["descending"],
-                    load_v=cuda_c.load(f"in0[base + (off_t)c * {inner}]", x),
-                    load_w=cuda_c.load(f"in0[base + (off_t)k * {inner}]", x))]
+    return [render_op("scan.cu.j2", op, "argsort", outer * extent * inner, "stable argsort by counting",
+                      extent=extent, inner=inner, acc_t=acc.cuda_type, descending=op.attrs["descending"],
+                      load_v=cuda_c.load(f"in0[base + (off_t)c * {inner}]", x),
+                      load_w=cuda_c.load(f"in0[base + (off_t)k * {inner}]", x))]
