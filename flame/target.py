@@ -25,7 +25,7 @@ class Target:
     attention_workspace(op): the bytes of arena workspace that op's library call needs.
     conv_unsupported(op) / conv_workspace(op): the same for convolution ops (conv, conv_grad_input,
     conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
-    matmul_workspace: the bytes of arena workspace each GEMM library call may use. comm_stream: the
+    matmul_workspace(op): the bytes of arena workspace that matmul op's GEMM library call may use. comm_stream: the
     executor issues collectives on a communication stream (plan: CollectiveCall.overlap). sm_count,
     split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows)."""
 
@@ -35,7 +35,7 @@ class Target:
     attention_workspace: Callable[[Op], int] = lambda op: 0
     conv_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     conv_workspace: Callable[[Op], int] = lambda op: 0
-    matmul_workspace: int = 0
+    matmul_workspace: Callable[[Op], int] = lambda op: 0
     sm_count: int = 132  # multiprocessors (H100 / H200 SXM): a reduction's grid should fill them
     split_row_min: int = 8192  # a row at least this long may be split across blocks ...
     split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements

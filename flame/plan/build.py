@@ -185,7 +185,7 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias,
-                         workspace=bld.scratch(bld.target.matmul_workspace), **flags)
+                         workspace=bld.scratch(bld.target.matmul_workspace(op)), **flags)
 
 
 def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:

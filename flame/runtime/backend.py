@@ -25,6 +25,11 @@ def _attention_workspace(op) -> int:
     return cudnn_attention.workspace_bytes(op)
 
 
+def _matmul_workspace(op) -> int:
+    """cuBLASLt's workspace for matmul op: sized by its output (runtime/matmul.py)."""
+    return matmul.workspace_bytes(op.out.type.numel)
+
+
 def _conv_unsupported(op) -> str:
     """flame's reasons, then, where a GPU is present, cuDNN's own answer (it builds the graph, once
     per spec): so a convolution cuDNN refuses becomes primitive ops instead of failing at run time."""
@@ -49,7 +54,7 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
-                   attention_workspace=_attention_workspace, matmul_workspace=matmul.WORKSPACE_BYTES,
+                   attention_workspace=_attention_workspace, matmul_workspace=_matmul_workspace,
                    comm_stream=comm_stream_enabled(), conv_unsupported=_conv_unsupported,
                    conv_workspace=_conv_workspace)
 

@@ -14,8 +14,8 @@ bias along the columns of a column-major result (one value per row of D), so an 
 issued transposed: out^T[n, m] = op(b)^T @ op(a)^T, with out^T a column-major view of `out` and the
 bias one value per row n of out^T, i.e. per column of out.
 
-Workspace: cuBLASLt draws its workspace (at most WORKSPACE_BYTES, what NVIDIA suggests on Hopper)
-from the bytes the plan placed in its arena for the call (MatmulCall.workspace), handed to nvmath
+Workspace: cuBLASLt draws its workspace (`workspace_bytes` of the output's size: at most WORKSPACE_BYTES,
+what NVIDIA suggests on Hopper) from the bytes the plan placed in its arena for the call (MatmulCall.workspace), handed to nvmath
 through `_PlanWorkspace` for the duration of one execute; the pool holds no per-GEMM workspaces. A
 call without a planned workspace (not from a plan) uses one fallback buffer per device.
 
@@ -35,7 +35,15 @@ _EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS"}
 SUPPORTED_EPILOGUES = frozenset({"none", *_EPILOG_NAMES})
 
 
-WORKSPACE_BYTES = 32 << 20  # the most workspace a cuBLASLt call may use (the plan reserves this per call)
+WORKSPACE_BYTES = 32 << 20  # the most workspace a cuBLASLt call may use
+_SPLITS = 4  # a call's workspace holds up to this many f32 partial results (split-K) of its output
+
+
+def workspace_bytes(out_elements: int) -> int:
+    """The workspace one GEMM writing `out_elements` results may use: room for _SPLITS f32 partial
+    results of its output (what split-K and stream-K kernels draw on), at most WORKSPACE_BYTES. A small
+    GEMM thus reserves little of the arena; cuBLASLt chooses among the algorithms that fit."""
+    return min(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096)
 
 _PLANS: dict[tuple, object] = {}
 _WORKSPACES: dict[int, _PlanWorkspace] = {}  # device id -> the allocator every Matmul on it draws from
@@ -124,7 +132,7 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
     if mm is None:
         from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
 
-        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)), memory_limit=WORKSPACE_BYTES,
+        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)), memory_limit=workspace_bytes(c.size),
                              allocator=_workspace(c.device.id))
         mm = Matmul(a, b, c, alpha=1.0, beta=0.0, options=opts, stream=stream)
         epilog = getattr(MatmulEpilog, _EPILOG_NAMES[epilogue]) if epilogue != "none" else None
@@ -136,7 +144,7 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
 
 
 def _execute(mm, workspace, stream) -> None:
-    """Run planned Matmul mm with `workspace` (a CuPy array of >= WORKSPACE_BYTES, or None: the
+    """Run planned Matmul mm with `workspace` (a CuPy array of >= workspace_bytes(out), or None: the
     device's fallback buffer) as cuBLASLt's workspace; nvmath lets go of it when the call returns."""
     import cupy
 
