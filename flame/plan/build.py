@@ -5,11 +5,12 @@ build_plan(graph) walks the fusion groups (or, on an unfused graph, the ops) onc
 kernel codegen renders for a group or op (rendered only: nothing is compiled here; `_lower` is the
 one place that calls codegen), a library-call step for an op with the `library` trait (LIBRARY_CALLS;
 matmul: a MatmulCall, with its epilogue when the fusion pass marked one and the target's library fuses
-it: bias, activation, the pre-activation as aux result, an operand's bias gradient), an Alias for relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (every
-flame buffer is contiguous, so those are views and need no kernel), and a Copy where an output must
-not share memory with an input or another output. A matmul operand produced by a transpose of the
-last two axes that runs as its own kernel is read untransposed with ta/tb set (`fold_transposes`),
-and that kernel is skipped when every user folds it.
+it: bias, activation, the pre-activation as aux result, an operand's bias gradient), an Alias for
+relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (every flame buffer is
+contiguous, so those are views and need no kernel), and a Copy where an output must not share memory
+with an input or another output. A matmul operand produced by a transpose of the last two axes that
+runs as its own kernel is read untransposed with ta/tb set (`fold_transposes`), and that kernel is
+skipped when every user folds it.
 """
 
 from __future__ import annotations
