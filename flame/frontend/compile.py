@@ -410,7 +410,9 @@ class Compiled:
                 why = "; ".join(c for c in changes if c)
             self._warn("; ".join(c for c in (why, dynamic) if c) or "the cached trace was dropped")
         if self.dynamic is True and sibling is None and not any(e.family == _family(key) for e in self._entries()):
+            t0 = time.perf_counter()
             self._probe(entry, args)
+            self._compile_seconds += time.perf_counter() - t0
         return self._remember(entry, key)
 
     def _remember(self, entry: _Entry, key: tuple) -> _Entry:
