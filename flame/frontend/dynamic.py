@@ -170,9 +170,9 @@ class Template:
             raise NotDynamic(f"the traces at sizes {sa} and {sb} read or update different tensors")
         self.inputs = [(r, va.dtype, f.fit(va.shape, vb.shape, f"input %{i}"))
                        for i, (r, va, vb) in enumerate(zip(ga.roles, ga.inputs, gb.inputs))]
-        for i, (r, va, _) in enumerate(zip(ga.roles, ga.inputs, gb.inputs)):
-            if va.dtype != gb.inputs[i].dtype:
-                raise NotDynamic(f"input %{i}: {va.type} at size {sa} is {gb.inputs[i].type} at size {sb}")
+        for i, (va, vb) in enumerate(zip(ga.inputs, gb.inputs)):
+            if va.dtype != vb.dtype:
+                raise NotDynamic(f"input %{i}: {va.type} at size {sa} is {vb.type} at size {sb}")
         ida, idb = ga.numbering(), gb.numbering()
         self.ops: list[_OpForm] = []
         for oa, ob in zip(ga.ops, gb.ops):
