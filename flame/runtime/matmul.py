@@ -30,9 +30,9 @@ points cuBLASLt's descriptor at the plan's buffers through those handlers' `upda
 CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER / BIAS_POINTER on `mm_desc_ifc`; the leading dimension
 and batch stride were set in `plan`).
 
-Workspace: cuBLASLt draws its workspace (`workspace_bytes` of the output's size: at most WORKSPACE_BYTES,
-what NVIDIA suggests on Hopper) from the bytes the plan placed in its arena for the call (MatmulCall.workspace), handed to nvmath
-through `_PlanWorkspace` for the duration of one execute; the pool holds no per-GEMM workspaces. A
+Workspace: cuBLASLt draws its workspace (`workspace_bytes` of the output's size: at most
+WORKSPACE_BYTES, what NVIDIA suggests on Hopper) from the bytes the plan placed in its arena for the
+call (MatmulCall.workspace), handed to nvmath through `_PlanWorkspace` for the duration of one execute; the pool holds no per-GEMM workspaces. A
 call without a planned workspace (not from a plan) uses one fallback buffer per device.
 
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
