@@ -17,8 +17,8 @@ from flame.compiler import compile_graph
 from flame.ir import Graph, parse, print_graph, verify
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, bf16, boolean, f16, f32
-from flame.ir.types import TensorType
 from flame.ir.ops.attention import stats_type
+from flame.ir.types import TensorType
 from flame.passes.decompose_attention import (
     ATTENTION_OPS,
     BACKWARD,

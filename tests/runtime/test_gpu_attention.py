@@ -2,8 +2,8 @@
 (f32 compute on the same bf16 inputs) and, where a CUDA build of torch is installed, torch's SDPA:
 forward with its softmax statistics (the log-sum-exp the backward reads) and packed backward, causal
 and not, with an additive mask and grouped-query heads; a forward that keeps no statistics and the
-statistics alone agree with it; replayed from a CuPy CUDA-graph capture. Device arrays hold bf16 bits as uint16 (cuDNN takes pointers),
-so the test does not depend on CuPy's own bfloat16 support."""
+statistics alone agree with it; replayed from a CuPy CUDA-graph capture. Device arrays hold bf16 bits
+as uint16 (cuDNN takes pointers), so the test does not depend on CuPy's own bfloat16 support."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError
-from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.dtypes import f32
+from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
 
