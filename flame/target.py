@@ -27,7 +27,8 @@ class Target:
     rows are streamed, and column reductions ride along only in rows up to this long.
     attention_unsupported(op): why the attention library cannot run attention op `op` as one call
     ("" if it can; the op then becomes the unfused graph: passes/decompose_attention.py).
-    attention_workspace(op): the bytes of arena workspace that op's library call needs.
+    attention_workspace(op, with_stats): the bytes of arena workspace that op's library call needs
+    (with_stats: a forward whose call also writes its softmax statistics to a planned buffer).
     conv_unsupported(op) / conv_workspace(op): the same for convolution ops (conv, conv_grad_input,
     conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
     matmul_workspace(op): the bytes of arena workspace that matmul op's GEMM library call may use. comm_stream: the
@@ -37,7 +38,7 @@ class Target:
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
     attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
-    attention_workspace: Callable[[Op], int] = lambda op: 0
+    attention_workspace: Callable[[Op, bool], int] = lambda op, with_stats=False: 0
     conv_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     conv_workspace: Callable[[Op], int] = lambda op: 0
     matmul_workspace: Callable[[Op], int] = lambda op: 0

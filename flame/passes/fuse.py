@@ -20,6 +20,8 @@ Rules, in the order they apply:
   for cannot); a GELU whose pre-activation the backward reads writes it as the call's aux result;
   a column sum over k of an operand (a bias gradient) that no rows kernel carries joins the call
   as its BGRAD epilogue;
+- attention: stays a library call; an attention forward and its softmax statistics (the op autodiff
+  saves for the backward, same inputs and attributes) are one call that writes both;
 - `full` constants and views of graph inputs are cloned into every kernel that reads them;
 - phases: an op the remat pass recomputes in the backward never shares a kernel with a forward op
   (the kernel would run in the forward and keep the value alive again).
@@ -39,6 +41,7 @@ import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.target import DEFAULT_TARGET, Target
@@ -263,7 +266,31 @@ def _place(st: _State, op: Op) -> None:
         return
     for c in _constants(st, op):
         st.new([c], Kind.ELEMENTWISE, domain=c.out.shape)
+    if kind == Kind.ATTENTION and _join_attention(st, op):
+        return
     st.new([op], kind)
+
+
+def _same_value(a: Value, b: Value) -> bool:
+    """a is b, or both are clones of one free op (`_clone_constants` gives each reader its own)."""
+    pa, pb = a.producer, b.producer
+    return a is b or (_free(pa) and _free(pb) and (pa.name, pa.attrs, pa.inputs) == (pb.name, pb.attrs, pb.inputs))
+
+
+def _join_attention(st: _State, op: Op) -> bool:
+    """Join an attention forward and its softmax statistics (the same inputs and attributes, in one
+    phase) into one group: one library call writes both (ir/ops/attention.py)."""
+    for grp in reversed(st.groups):
+        if grp.kind != Kind.ATTENTION or len(grp.ops) != 1 or _mixes_phases([grp.ops[0], op]):
+            continue
+        other = grp.ops[0]
+        fwd, stats = (other, op) if other.name == FORWARD else (op, other)
+        if ({fwd.name, stats.name} == {FORWARD, STATS} and fwd.attrs == stats.attrs
+                and len(fwd.inputs) == len(stats.inputs) and all(map(_same_value, fwd.inputs, stats.inputs))):
+            grp.ops = st.sorted_ops([other, op])
+            st.group_of[op] = grp
+            return True
+    return False
 
 
 def _mixes_phases(ops) -> bool:
@@ -491,6 +518,8 @@ def _reason(st: _State, grp: _Group) -> str:
         return f"opaque op ({grp.ops[-1].name})"
     if grp.kind == Kind.COLLECTIVE:
         return f"collective ({grp.ops[-1].name}: a communicator call)"
+    if grp.kind == Kind.ATTENTION and len(grp.ops) > 1:
+        return "attention (one library call writes the result and the softmax statistics)"
     if grp.kind == Kind.REDUCTION:
         return "column reduction (its own kernel: reduced dims are not innermost)"
     if any(v in st.outs for v in outs) and not readers:

@@ -22,7 +22,7 @@ import numpy as np
 
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
-from flame.ir.ops.attention import mask_of
+from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
 from flame.plan.memory import plan_memory
@@ -190,15 +190,18 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
                          workspace=bld.scratch(bld.target.matmul_workspace(op)), **flags)
 
 
-def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
-    """The fused-attention call of a scaled_dot_product_attention(_backward) op writing buffer `out`,
-    with the workspace the target's library asks for as scratch in the arena."""
-    ins = [bld.buffer_of[v] for v in op.inputs]  # q, k, v[, out, grad_out (backward)][, mask]
+def attention_call(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) -> AttentionCall:
+    """The fused-attention call of a scaled_dot_product_attention(_stats, _backward) op writing
+    buffer `out` and, for a forward with `stats_op` (its softmax statistics, joined by the fusion
+    pass), their buffer too; with the workspace the target's library asks for as scratch in the arena."""
+    ins = [bld.buffer_of[v] for v in op.inputs]  # q, k, v[, out, grad_out, stats (backward)][, mask]
     m = mask_of(op)
     mask = None if m is None else bld.buffer_of[m]
-    ws = bld.scratch(bld.target.attention_workspace(op))
-    o, grad_out = (ins[3], ins[4]) if op.name != "scaled_dot_product_attention" else (None, None)
-    return AttentionCall(ins[0], ins[1], ins[2], out, op, o=o, grad_out=grad_out, mask=mask, workspace=ws)
+    ws = bld.scratch(bld.target.attention_workspace(op, stats_op is not None))
+    if op.name == BACKWARD:
+        return AttentionCall(*ins[:3], out, op, o=ins[3], grad_out=ins[4], stats=ins[5], mask=mask, workspace=ws)
+    stats = None if stats_op is None else bld.temporary(stats_op.out)
+    return AttentionCall(*ins[:3], out, op, stats=stats, mask=mask, workspace=ws, stats_op=stats_op)
 
 
 def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
@@ -299,6 +302,10 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         grp = FusionGroup(rest, Kind.ELEMENTWISE, "matmul epilogue not supported by the runtime", grp.outputs)
     if len(grp.ops) == 1:
         bld.op(grp.ops[0], grp.reason)
+        return
+    if grp.kind == Kind.ATTENTION:  # a forward and its softmax statistics: one call writes both
+        fwd, stats = sorted(grp.ops, key=lambda op: op.name != FORWARD)
+        bld.steps.append(attention_call(bld, fwd, bld.temporary(fwd.out), stats))
         return
     try:
         inputs, kernels = _lower(grp, bld.lowering)

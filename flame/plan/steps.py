@@ -272,10 +272,15 @@ class MatmulCall(LibraryCall):
 
 @dataclass(frozen=True)
 class AttentionCall(LibraryCall):
-    """Fused attention through cuDNN (runtime/cudnn_attention.py) for IR op `op`: forward
-    (scaled_dot_product_attention: out = softmax(q @ k^T * scale [+ mask]) @ v) or backward
-    (scaled_dot_product_attention_backward: out = dq, dk, dv packed flat, from o = the forward's
-    result and grad_out). `workspace` is the call's scratch in the arena (`workspace_bytes` of it)."""
+    """Fused attention through cuDNN (runtime/cudnn_attention.py) for IR op `op` (ir/ops/attention.py):
+    - forward (scaled_dot_product_attention: out = softmax(q @ k^T * scale [+ mask]) @ v); with
+      `stats_op` (the op's softmax statistics, which the fusion pass joined to it) the call also
+      writes their log-sum-exp into buffer `stats`;
+    - statistics alone (scaled_dot_product_attention_stats: out = the log-sum-exp; the forward's
+      result goes to the workspace);
+    - backward (scaled_dot_product_attention_backward: out = dq, dk, dv packed flat, from o = the
+      forward's result, grad_out and the forward's `stats`, which it reads).
+    `workspace` is the call's scratch in the arena (`workspace_bytes` of it)."""
 
     name: ClassVar[str] = "attention"
     library: ClassVar[str] = "cuDNN"
@@ -287,8 +292,10 @@ class AttentionCall(LibraryCall):
     op: Op
     o: int | None = buffer_field(default=None)
     grad_out: int | None = buffer_field(default=None)
+    stats: int | None = buffer_field(default=None)
     mask: int | None = buffer_field(default=None)
     workspace: int | None = buffer_field(default=None)
+    stats_op: Op | None = None
 
     @property
     def backward(self) -> bool:
@@ -296,12 +303,28 @@ class AttentionCall(LibraryCall):
 
     @property
     def reads(self) -> tuple[int, ...]:
-        return tuple(b for b in (self.q, self.k, self.v, self.o, self.grad_out, self.mask) if b is not None)
+        """The op's inputs in order: q, k, v[, out, grad_out, stats (backward)][, mask]."""
+        saved = (self.o, self.grad_out, self.stats) if self.backward else ()
+        return tuple(b for b in (self.q, self.k, self.v, *saved, self.mask) if b is not None)
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return (self.out,) if self.stats_op is None else (self.out, self.stats)
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return self.outputs + self.scratch
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return (self.op,) if self.stats_op is None else (self.op, self.stats_op)
 
     def format(self, ids: dict[Value, int]) -> str:
         ins = ", ".join(f"b{a}" for a in self.reads)
-        call = f"{self.name}_backward" if self.backward else self.name
-        return f"b{self.out} = call {call} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
+        call = self.name + self.op.name.removeprefix("scaled_dot_product_attention")
+        outs = ", ".join(f"b{b}" for b in self.outputs)
+        ops = "; ".join(format_op(op, ids) for op in self.ops)
+        return f"{outs} = call {call} ({ins}){self._scratch_note()}  # {ops}"
 
 
 @dataclass(frozen=True)

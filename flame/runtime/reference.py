@@ -104,8 +104,12 @@ def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
 
 
 def _attention(s: AttentionCall, bufs: dict, plan: Plan) -> None:
-    """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone)."""
-    np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
+    """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone), and that of
+    the softmax statistics the call also writes (they read the forward's inputs)."""
+    ins = [bufs[b] for b in s.reads]  # reads: the op's inputs in order
+    np.copyto(bufs[s.out], compute_op(s.op, ins))
+    if s.stats_op is not None:
+        np.copyto(bufs[s.stats], compute_op(s.stats_op, ins))
 
 
 def _collective(s: CollectiveCall, bufs: dict, plan: Plan) -> None:

@@ -207,11 +207,15 @@ def _attention_cases(rng, dt, additive=True):
 
 
 def _attention_backward_cases(rng, dt):
+    """q, k, v, out, grad_out, stats [, mask]: the statistics are those of q, k (and the mask), as the
+    forward computes them (the backward's probabilities come from them)."""
     out = []
     for ins, attrs in _attention_cases(rng, dt):
         q, v = ins[0], ins[2]
         o, go = (_arr(rng, q.shape[:-1] + v.shape[-1:], dt) for _ in range(2))
-        out.append((ins[:3] + [o, go] + ins[3:], attrs))
+        wide = [a.astype(np.float64) if a.dtype != bool else a for a in ins]
+        stats = _attention_stats_oracle(*wide, **attrs).astype(np.float64 if dt.name == "f64" else np.float32)
+        out.append((ins[:3] + [o, go, stats] + ins[3:], attrs))
     return out
 
 
@@ -428,7 +432,23 @@ def _attention_oracle(q, k, v, *mask, scale, is_causal, enable_gqa):
     return np.einsum("...ls,...se->...le", p, v)
 
 
-def _attention_backward_oracle(q, k, v, out, gout, *mask, scale, is_causal, enable_gqa):
+def _attention_stats_oracle(q, k, v, *mask, scale, is_causal=False, enable_gqa=False):
+    """log(sum(exp(row))) of the masked, scaled scores, row by row with math.fsum; -inf for an empty row."""
+    h = q.shape[-3]
+    k = np.repeat(k, h // k.shape[-3], axis=-3) if enable_gqa else k
+    s = np.einsum("...le,...se->...ls", q, k) * scale
+    if is_causal:
+        s = np.where(np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None], s, -np.inf)
+    elif mask:
+        s = np.where(mask[0], s, -np.inf) if mask[0].dtype == bool else s + mask[0]
+    out = np.empty(s.shape[:-1])
+    for idx in np.ndindex(*s.shape[:-1]):
+        row = s[idx][np.isfinite(s[idx])]
+        out[idx] = math.log(math.fsum(math.exp(x) for x in row)) if row.size else -math.inf
+    return out
+
+
+def _attention_backward_oracle(q, k, v, out, gout, stats, *mask, scale, is_causal, enable_gqa):
     p, kr = _attention_probs(q, k, mask[0] if mask else None, scale, is_causal, enable_gqa)
     group = q.shape[-3] // v.shape[-3] if enable_gqa else 1
     vr = np.repeat(v, group, axis=-3)
@@ -612,6 +632,7 @@ RECIPES: dict[str, Recipe] = {
     # the gradient check leaves out the additive mask: it gets no gradient (documented)
     "scaled_dot_product_attention": Recipe(_attention_cases, _attention_oracle,
                                            grad_make=lambda rng, dt: _attention_cases(rng, dt, additive=False)),
+    "scaled_dot_product_attention_stats": Recipe(_attention_cases, _attention_stats_oracle, out="acc"),
     "scaled_dot_product_attention_backward": Recipe(_attention_backward_cases, _attention_backward_oracle),
     # world size 1 (the reference of one op has no other ranks): the identity, several inputs packed flat
     "all_reduce": Recipe(_collective(True), _packed_oracle, NUM),
@@ -670,7 +691,8 @@ def _widen(a: np.ndarray) -> np.ndarray:
 
 
 def _expected_dtype(recipe: Recipe, dt: DType, attrs: dict) -> str:
-    return {"same": dt.name, "bool": "bool", "i64": "i64", "attr": dtype_of(attrs.get("dtype", dt)).name}[recipe.out]
+    return {"same": dt.name, "bool": "bool", "i64": "i64", "attr": dtype_of(attrs.get("dtype", dt)).name,
+            "acc": "f64" if dt.name == "f64" else "f32"}[recipe.out]
 
 
 def _check_case(name: str, recipe: Recipe, dt: DType, ins: list[np.ndarray], attrs: dict) -> None:
