@@ -397,8 +397,9 @@ def _absorb_recomputations(st: _State) -> None:
         shared = {v for o in a.ops for v in o.inputs
                   if v.producer not in inside and not _free(v.producer) and math.prod(v.shape) == n}
         for b in st.groups:
-            if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not any(v in shared for o in b.ops for v in o.inputs)
-                    or _mixes_phases(a.ops + b.ops) or st.reaches(a, b) or st.reaches(b, a)):
+            reads = any(v in shared for o in b.ops for v in o.inputs)
+            if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or _mixes_phases(a.ops + b.ops)
+                    or st.reaches(a, b) or st.reaches(b, a)):
                 continue
             got = _fit(st, st.sorted_ops(a.ops + b.ops), b.kind, b.domain, b.n_red)
             if not isinstance(got, str):

@@ -169,7 +169,7 @@ def _block(monkeypatch, free: bool):
     from collections import OrderedDict
 
     from flame import compiler
-    from flame.bench.cases_gpt import GPT, CHECKED
+    from flame.bench.cases_gpt import GPT
     from flame.bench.spec import generate, to_flame
     from flame.passes import remat
 
