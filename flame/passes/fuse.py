@@ -24,7 +24,9 @@ Rules, in the order they apply:
   saves for the backward, same inputs and attributes) are one call that writes both;
 - `full` constants and views of graph inputs are cloned into every kernel that reads them;
 - phases: an op the remat pass recomputes in the backward never shares a kernel with a forward op
-  (the kernel would run in the forward and keep the value alive again).
+  (the kernel would run in the forward and keep the value alive again);
+- siblings: a kernel holding recomputed ops joins a backward kernel reading a value it reads over the
+  same domain (the GELU output recomputed in the GELU backward's kernel);
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
@@ -464,6 +466,27 @@ def _absorb_columns(st: _State) -> None:
             break
 
 
+def _absorb_recomputations(st: _State) -> None:
+    """siblings: a backward kernel holding recomputed ops (remat) joins another backward kernel that
+    reads a value it reads too over the same domain: the recomputation then costs no launch."""
+    for a in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
+        if a not in st.groups or not any(remat.is_recompute(o) for o in a.ops):
+            continue
+        inside, n = set(a.ops), math.prod(a.domain)
+        shared = {v for o in a.ops for v in o.inputs
+                  if v.producer not in inside and not _free(v.producer) and math.prod(v.shape) == n}
+        for b in st.groups:
+            reads = any(v in shared for o in b.ops for v in o.inputs)
+            if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or _mixes_phases(a.ops + b.ops)
+                    or st.reaches(a, b) or st.reaches(b, a)):
+                continue
+            got = _fit(st, st.sorted_ops(a.ops + b.ops), b.kind, b.domain, b.n_red)
+            if not isinstance(got, str):
+                _merge(st, b, a)
+                b.domain, b.n_red = got
+                break
+
+
 def _signature(grp: _Group) -> tuple:
     work = tuple((op.name, str(sorted(op.attrs.items())) if op.name != "full" else "", op.out.dtype.name)
                  for op in grp.ops if not is_view(op))
@@ -552,6 +575,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
             st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)
     _absorb_scalars(st)
     _split_few_rows(st)
+    _absorb_recomputations(st)
     _absorb_columns(st)
     _absorb_bias_grads(st)
     _horizontal(st)
