@@ -239,7 +239,7 @@ class _MapSegment:
         cv, md = self.view[(v, m)], self.mode[(v, m)]
         return "i" if md == "identity" else str(cv.base) if md == "scalar" else views.offset_expr(cv)
 
-    def body(self, vector: bool, hoisted: dict[str, tuple[str, str]]) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
+    def body(self, vector: bool, hoisted: dict[str, tuple[str, str]]) -> tuple[list[str], ...]:
         """(statements per element j; on the vector path also: the U-slot load arrays, the loads of
         vector `v` into slot `u`, the store vectors, and their stores to vector `v` after the j loop)."""
         em = Emitter(self.lay, self.values, self._load(vector, hoisted), self._own_index)
