@@ -210,11 +210,18 @@ def bias_grad_operand(mm: Op, red: Op) -> str | None:
     v, axes = red.inputs[0], list(red.attrs["axes"])
     if mm.inputs[0].shape[1] < 2 or v.dtype != mm.out.dtype or v.dtype.name not in ("f32", "f16", "bf16"):
         return None  # cuBLASLt writes the gradient in the result's type; K = 1 is refused by older ones
-    if v is mm.inputs[1] and axes == [0]:
+    a, b = mm.inputs  # an operand stored transposed (permute [1, 0], read as ta/tb) sums over its other axis
+    if (v is b and axes == [0]) or (v is _transposed_from(b) and axes == [1]):
         return "b"
-    if v is mm.inputs[0] and axes == [1]:
+    if (v is a and axes == [1]) or (v is _transposed_from(a) and axes == [0]):
         return "a"
     return None
+
+
+def _transposed_from(x: Value) -> Value | None:
+    """u when x = permute(u, [1, 0]) (the weight-gradient GEMM dy^T @ x reads dy so), else None."""
+    p = x.producer
+    return p.inputs[0] if p is not None and p.name == "permute" and list(p.attrs["perm"]) == [1, 0] else None
 
 
 def _absorb_bias_grads(st: _State) -> None:
@@ -222,7 +229,9 @@ def _absorb_bias_grads(st: _State) -> None:
     the matmul's call as its BGRAD epilogue: the GEMM reads the operand anyway."""
     for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
         (red,) = rg.ops
-        for mg in [st.group_of[u] for u in st.users[red.inputs[0]] if u in st.group_of]:
+        v = red.inputs[0]
+        readers = st.users[v] + [u for t in st.users[v] if _transposed_from(t.out) is v for u in st.users[t.out]]
+        for mg in [st.group_of[u] for u in readers if u in st.group_of]:
             if mg.kind != Kind.MATMUL or mg.epilogue != "none" or len(mg.ops) != 1:
                 continue
             side = bias_grad_operand(mg.ops[0], red)

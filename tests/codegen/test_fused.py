@@ -17,7 +17,7 @@ from flame.plan.build import to_plan
 from flame.plan.steps import KernelLaunch
 from flame.runtime.reference import run_graph
 from tests.passes.conftest import random_array
-from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, layer_norm_params, mlp_adamw
+from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, layer_norm_params, mlp_adamw, multi_adamw
 from tests.passes.test_random_graphs import graphs
 
 ARCHS = ("sm_80", "sm_90")
@@ -39,6 +39,7 @@ def _graphs():
     out["layer_norm_params_bwd"] = layer_norm_params()[0]
     for dt in ("f32", "f16", "bf16"):
         out[f"mlp_adamw_{dt}"] = mlp_adamw(dtype=dt)[0]
+    out["multi_adamw_bf16"] = multi_adamw()[0]
     return out
 
 
@@ -124,6 +125,9 @@ def test_gpu_fused_matches_reference(name):
         g, inputs, _ = mlp_adamw(dtype=dt)
         tol = {"f32": (2e-4, 2e-5), "f16": (2e-2, 2e-2), "bf16": (1e-1, 1e-1)}[dt]
         _gpu_check(g, inputs, *tol)
+        return
+    if name == "multi_adamw_bf16":
+        _gpu_check(*multi_adamw(), 1e-2, 1e-2)
         return
     if name.startswith("cross_entropy"):
         g, inputs = cross_entropy(name.endswith("bwd"))

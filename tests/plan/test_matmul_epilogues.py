@@ -77,12 +77,15 @@ def test_tanh_gelu_training_step_epilogues(dtype):
     got, want, plan = _run_both(g, inputs)
     epilogues = sorted(c.epilogue for c in _calls(plan))
     assert epilogues.count("bias_gelu_aux") == 2 and epilogues.count("bias") == 1
-    assert epilogues.count("bgrad_b") >= 2  # the hidden Linears' (the last may ride in the loss's kernel)
+    # the hidden Linears' (the last may ride in the loss's kernel); dW = dy^T x (the weight's layout,
+    # ir/ops/linalg.py) sums its operand a = dy^T over k: bgrad_a
+    assert epilogues.count("bgrad_a") >= 2
     for c in _calls(plan):
         if c.epilogue == "bias_gelu_aux":
             assert c.aux is not None and plan.buffers[c.aux].shape == plan.buffers[c.out].shape
-        if c.epilogue == "bgrad_b":
-            assert plan.buffers[c.bgrad].shape[-1] == c.n and c.bgrad not in (c.out, c.a, c.b)
+        if c.epilogue.startswith("bgrad"):
+            size = c.m if c.epilogue == "bgrad_a" else c.n
+            assert plan.buffers[c.bgrad].shape[-1] == size and c.bgrad not in (c.out, c.a, c.b)
     gelus = [s for s in plan.steps if isinstance(s, KernelLaunch) and any(o.name == "gelu" for o in s.ops)]
     assert not gelus  # no GELU kernel in the forward
     column_sums = [s for s in plan.steps if isinstance(s, KernelLaunch) and s.ops[-1].name == "reduce_sum"
@@ -97,7 +100,7 @@ def test_erf_gelu_stays_a_kernel_after_the_gemm():
     g, inputs = mlp_step("none")
     got, want, plan = _run_both(g, inputs)
     epilogues = [c.epilogue for c in _calls(plan)]
-    assert epilogues.count("bias") == 3 and "bias_gelu_aux" not in epilogues and "bgrad_b" in epilogues
+    assert epilogues.count("bias") == 3 and "bias_gelu_aux" not in epilogues and "bgrad_a" in epilogues
     steps = [s for s in plan.steps if isinstance(s, (KernelLaunch, MatmulCall))]
     for i, s in enumerate(steps):
         if isinstance(s, MatmulCall) and s.epilogue == "bias" and i + 1 < len(steps):
@@ -179,6 +182,6 @@ def test_explain_and_plan_text_name_the_epilogue_and_its_results():
     fused = fuse(g, CUDA)
     plan = to_plan(fused, target=CUDA)
     report = explain_plan("step", fused, plan)
-    assert "cuBLASLt call, epilogue bias_gelu_aux" in report and "cuBLASLt call, epilogue bgrad_b" in report
+    assert "cuBLASLt call, epilogue bias_gelu_aux" in report and "cuBLASLt call, epilogue bgrad_a" in report
     lines = [ln for ln in str(plan).splitlines() if 'epilogue="bias_gelu_aux"' in ln]
     assert lines and all(ln.split(" = call")[0].count(", ") == 1 for ln in lines)  # out, aux

@@ -123,7 +123,7 @@ def test_no_allocation_after_the_first_call(epilogue):
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_compiled_training_step_matches_the_reference(monkeypatch, approximate, dtype):
     """The MLP training step of tests/plan/test_matmul_epilogues.py (GEMMs with bias_gelu_aux / bias
-    and bgrad_b epilogues) run by the CUDA executor, replayed as a CUDA graph over three calls, equals
+    and bgrad_a epilogues) run by the CUDA executor, replayed as a CUDA graph over three calls, equals
     the same plan on the reference executor."""
     import cupy
 
@@ -139,7 +139,7 @@ def test_compiled_training_step_matches_the_reference(monkeypatch, approximate, 
     target = capabilities("cuda")
     plan = to_plan(fuse(g, target), target=target)
     epilogues = {s.epilogue for s in plan.steps if hasattr(s, "epilogue")}
-    assert "bgrad_b" in epilogues and (approximate != "tanh" or "bias_gelu_aux" in epilogues)
+    assert "bgrad_a" in epilogues and (approximate != "tanh" or "bias_gelu_aux" in epilogues)
     run = CudaExecutor().compile(plan)
     ref_in = [a.copy() for a in inputs]
     dev_in = [cupy.asarray(a) for a in inputs]
