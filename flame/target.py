@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from flame.ir.graph import Op
 
-MATMUL_EPILOGUES = ("bias", "relu", "bias_relu")  # what FusionGroup.epilogue can name besides "none"
+# what FusionGroup.epilogue can name besides "none" (runtime/matmul.py maps each to a cuBLASLt epilogue):
+# bias: + bias[n]; relu / bias_relu; gelu / bias_gelu: tanh-GELU (GELU(approximate="tanh") only);
+# gelu_aux / bias_gelu_aux: the same, also writing the pre-activation (the backward reads it) as a
+# second result; bgrad_a / bgrad_b: also writing the sum over k of op(a) ([m]) / of op(b) ([n]), a
+# Linear's bias gradient taken by the weight-gradient GEMM.
+MATMUL_EPILOGUES = ("bias", "relu", "bias_relu", "gelu", "bias_gelu", "gelu_aux", "bias_gelu_aux", "bgrad_a", "bgrad_b")
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,12 @@ Rules, in the order they apply:
   kernel is absorbed into it;
 - horizontal: independent kernels doing the same work (same op sequence, views aside) become one
   launch with one segment each (e.g. the AdamW update of every parameter), at most MAX_SEGMENTS;
-- matmul: stays a library call; a bias add over the last dim and a relu that only it feeds are
-  marked as its epilogue when the target's library runs that epilogue (Target.matmul_epilogues; the
-  plan builder still falls back to a kernel when the runtime it builds for cannot);
+- matmul: stays a library call; a bias add over the last dim and a relu or tanh-GELU that only it
+  feeds are marked as its epilogue when the target's library runs that epilogue
+  (Target.matmul_epilogues; the plan builder still falls back to a kernel when the runtime it builds
+  for cannot); a GELU whose pre-activation the backward reads writes it as the call's aux result;
+  a column sum over k of an operand (a bias gradient) that no rows kernel carries joins the call
+  as its BGRAD epilogue;
 - `full` constants and views of graph inputs are cloned into every kernel that reads them;
 - phases: an op the remat pass recomputes in the backward never shares a kernel with a forward op
   (the kernel would run in the forward and keep the value alive again).
@@ -159,18 +162,30 @@ def _classify(op: Op) -> Kind:
     return Kind.OPAQUE
 
 
+# (epilogue so far, activation) -> the epilogue with the activation; GELU only in its tanh form
+_ACTIVATIONS = {("none", "relu"): "relu", ("bias", "relu"): "bias_relu", ("none", "gelu"): "gelu",
+                ("bias", "gelu"): "bias_gelu"}
+AUX_ALIGN = 8  # cuBLASLt's GELU aux (the pre-activation) has a leading dimension that is a multiple of 8
+
+
 def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
     """The epilogue `op` adds to matmul group grp, or None: add of a bias [n] (size-1 dims aside)
-    broadcast over the rows, then relu; the intermediate has no other user and is not returned."""
+    broadcast over the rows, then relu or tanh-GELU. The intermediate has no other user and is not
+    returned, except before a GELU: then it is written as the call's second result (the aux)."""
     last = grp.ops[-1].out
-    if _mixes_phases([*grp.ops, op]):
+    if _mixes_phases([*grp.ops, op]) or last.dtype.name not in ("f32", "f16", "bf16"):
         return None
-    if st.users[last] != [op] or last in st.outs or last.dtype.name not in ("f32", "f16", "bf16"):
-        return None
-    if op.name == "relu" and grp.epilogue in ("none", "bias"):
-        epi = "relu" if grp.epilogue == "none" else "bias_relu"
+    private = st.users[last] == [op] and last not in st.outs
+    if op.name in ("relu", "gelu"):
+        epi = _ACTIVATIONS.get((grp.epilogue, op.name))
+        if epi is None or (op.name == "gelu" and op.attrs["approximate"] != "tanh"):
+            return None
+        if not private:  # the pre-activation is read later (the backward): GELU can write it as aux
+            if op.name != "gelu" or last.shape[-1] % AUX_ALIGN:
+                return None
+            epi += "_aux"
         return epi if epi in st.target.matmul_epilogues else None
-    if op.name != "add" or grp.epilogue != "none" or op.out.type != last.type:
+    if not private or op.name != "add" or grp.epilogue != "none" or op.out.type != last.type:
         return None
     if "bias" not in st.target.matmul_epilogues:
         return None
@@ -179,6 +194,43 @@ def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
     squeezed = [s for s in bias.shape if s != 1]
     ok = bias is not last and bias.shape[-1:] == (n,) and squeezed == [n] and bias.dtype == last.dtype
     return "bias" if ok else None
+
+
+def bias_grad_operand(mm: Op, red: Op) -> str | None:
+    """"a" / "b" when reduction `red` sums matmul mm's operand a [m, k] over k (axis 1) / b [k, n]
+    over k (axis 0): what cuBLASLt's BGRAD epilogues compute beside the product (a Linear's bias
+    gradient beside its weight gradient). 2-D operands only (a batched call would sum per batch)."""
+    if red.name != "reduce_sum" or mm.out.type.rank != 2 or any(v.type.rank != 2 for v in mm.inputs):
+        return None
+    v, axes = red.inputs[0], list(red.attrs["axes"])
+    if mm.inputs[0].shape[1] < 2 or v.dtype != mm.out.dtype or v.dtype.name not in ("f32", "f16", "bf16"):
+        return None  # cuBLASLt writes the gradient in the result's type; K = 1 is refused by older ones
+    if v is mm.inputs[1] and axes == [0]:
+        return "b"
+    if v is mm.inputs[0] and axes == [1]:
+        return "a"
+    return None
+
+
+def _absorb_bias_grads(st: _State) -> None:
+    """A column sum over k of a matmul operand (a bias gradient; left over by _absorb_columns) joins
+    the matmul's call as its BGRAD epilogue: the GEMM reads the operand anyway."""
+    for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
+        (red,) = rg.ops
+        for mg in [st.group_of[u] for u in st.users[red.inputs[0]] if u in st.group_of]:
+            if mg.kind != Kind.MATMUL or mg.epilogue != "none" or len(mg.ops) != 1:
+                continue
+            side = bias_grad_operand(mg.ops[0], red)
+            epi = f"bgrad_{side}"
+            if side is None or epi not in st.target.matmul_epilogues or _mixes_phases(mg.ops + rg.ops):
+                continue
+            if st.reaches(rg, mg) or st.reaches(mg, rg):
+                continue
+            mg.ops.append(red)
+            mg.epilogue = epi
+            st.group_of[red] = mg
+            st.groups.remove(rg)
+            break
 
 
 def _place(st: _State, op: Op) -> None:
@@ -472,6 +524,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     _absorb_scalars(st)
     _split_few_rows(st)
     _absorb_columns(st)
+    _absorb_bias_grads(st)
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]

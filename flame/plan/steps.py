@@ -215,8 +215,10 @@ class LibraryCall(Step):
 class MatmulCall(LibraryCall):
     """out[..., m, n] = epilogue(op(a) @ op(b) [+ bias]) through cuBLASLt (runtime/matmul.py). ta / tb:
     a / b are stored transposed ([..., k, m] / [..., n, k]), a transpose folded into the call;
-    batch_a / batch_b / batch: the batch shapes of a, b and out (NumPy broadcasting); epilogue: none,
-    bias, relu or bias_relu (relu(a @ b + bias)), with `bias` the buffer of a [n] vector."""
+    batch_a / batch_b / batch: the batch shapes of a, b and out (NumPy broadcasting); epilogue: one of
+    flame.target.MATMUL_EPILOGUES or none, with `bias` the buffer of a [n] vector (bias*), `aux` the
+    buffer the pre-activation a @ b [+ bias] is written to (*gelu_aux; out holds the activation) and
+    `bgrad` the buffer of the sum over k of op(a) ([m], bgrad_a) or of op(b) ([n], bgrad_b)."""
 
     name: ClassVar[str] = "matmul"
     library: ClassVar[str] = "cuBLASLt"
@@ -236,6 +238,8 @@ class MatmulCall(LibraryCall):
     epilogue: str = "none"
     bias: int | None = buffer_field(default=None)
     workspace: int | None = buffer_field(default=None)  # cuBLASLt's workspace, scratch in the arena
+    aux: int | None = buffer_field(default=None)
+    bgrad: int | None = buffer_field(default=None)
 
     @classmethod
     def of(cls, op: Op, a: int, b: int, out: int, **kw) -> MatmulCall:
@@ -247,6 +251,14 @@ class MatmulCall(LibraryCall):
     def reads(self) -> tuple[int, ...]:
         return (self.a, self.b) + (() if self.bias is None else (self.bias,))
 
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return (self.out,) + tuple(b for b in (self.aux, self.bgrad) if b is not None)
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return self.outputs + self.scratch
+
     def format(self, ids: dict[Value, int]) -> str:
         attrs = {"m": self.m, "n": self.n, "k": self.k, "batch_a": list(self.batch_a),
                  "batch_b": list(self.batch_b), "batch": list(self.batch), "ta": self.ta, "tb": self.tb}
@@ -254,7 +266,8 @@ class MatmulCall(LibraryCall):
             attrs["epilogue"] = self.epilogue
         info = ", ".join(f"{k}={format_attr(v)}" for k, v in attrs.items())
         ins = ", ".join(f"b{a}" for a in self.reads)
-        return f"b{self.out} = call {self.name} ({ins}) {{{info}}}{self._scratch_note()}  # {format_op(self.op, ids)}"
+        outs = ", ".join(f"b{a}" for a in self.outputs)
+        return f"{outs} = call {self.name} ({ins}) {{{info}}}{self._scratch_note()}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)
