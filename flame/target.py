@@ -33,7 +33,9 @@ class Target:
     conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
     matmul_workspace(op): the bytes of arena workspace that matmul op's GEMM library call may use. comm_stream: the
     executor issues collectives on a communication stream (plan: CollectiveCall.overlap). sm_count,
-    split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows)."""
+    split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows).
+    conv_channels_last: convolution library calls take channels-last activations, so the layout pass
+    (passes/layout.py) keeps the activations of convolutional segments [N, *S, C] inside the step."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
@@ -46,6 +48,7 @@ class Target:
     split_row_min: int = 8192  # a row at least this long may be split across blocks ...
     split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements
     comm_stream: bool = False  # collectives run on a second stream, overlapping the steps after them
+    conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
 
     def splits_rows(self, rows: int, length: int) -> bool:
         """Whether `rows` reductions of `length` elements each should split every row across blocks

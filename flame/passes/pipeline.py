@@ -19,6 +19,7 @@ from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decom
 from flame.passes.decompose_conv import decompose_conv
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
+from flame.passes.layout import channels_last
 from flame.passes.remat import never, rematerialize
 from flame.passes.rewrite_attention import rewrite_attention
 from flame.passes.schedule_collectives import schedule_collectives
@@ -37,7 +38,7 @@ SIMPLIFY: list[Pass] = [
     eliminate_dead_code,
     schedule_collectives,  # last: the passes above keep the order it makes
 ]
-LOWER = [fuse]  # run once, after SIMPLIFY, each given the Target: records the kernels on the graph
+LOWER = [channels_last, fuse]  # run once, after SIMPLIFY, each given the Target: fuse records the kernels
 MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this means a rule loops
 
 

@@ -277,21 +277,31 @@ def _conv_out(x, w, a):
                                 zip(x[2:], w[2:], a["stride"], a["padding"], a["dilation"]))
 
 
+def _cl(shape, a):
+    """An NC* activation shape as the op sees it: [N, *S, C] when the case is channels_last."""
+    return (shape[0], *shape[2:], shape[1]) if a.get("channels_last") else shape
+
+
+def _conv_layouts():
+    """Every spec NC* and channels-last (passes/layout.py's form of the op)."""
+    return [(x, w, {**a, "channels_last": cl}) for x, w, a in _conv_specs() for cl in (False, True)]
+
+
 def _conv_cases(rng, dt):
-    return [([_arr(rng, x, dt), _arr(rng, w, dt)], a) for x, w, a in _conv_specs()]
+    return [([_arr(rng, _cl(x, a), dt), _arr(rng, w, dt)], a) for x, w, a in _conv_layouts()]
 
 
 def _conv_grad_input_cases(rng, dt):
     out = []
-    for x, w, a in _conv_specs():  # the first input is one longer: a transposed conv's output_padding
+    for x, w, a in _conv_layouts():  # the first input is one longer: a transposed conv's output_padding
         x = (x[:2] + (x[2] + 1,) + x[3:]) if a["stride"][0] > 1 else x
-        out.append(([_arr(rng, _conv_out(x, w, a), dt), _arr(rng, w, dt)], {**a, "input_shape": x}))
+        out.append(([_arr(rng, _cl(_conv_out(x, w, a), a), dt), _arr(rng, w, dt)], {**a, "input_shape": _cl(x, a)}))
     return out
 
 
 def _conv_grad_weight_cases(rng, dt):
-    return [([_arr(rng, x, dt), _arr(rng, _conv_out(x, w, a), dt)], {**a, "weight_shape": w})
-            for x, w, a in _conv_specs()]
+    return [([_arr(rng, _cl(x, a), dt), _arr(rng, _cl(_conv_out(x, w, a), a), dt)], {**a, "weight_shape": w})
+            for x, w, a in _conv_layouts()]
 
 
 # ---- oracles ----------------------------------------------------------------------------------------
@@ -473,6 +483,20 @@ def _conv_taps(x_shape, w_shape, stride, padding, dilation, groups):
                     yield (n, o, *p), (n, (o // og) * cg + c, *src), (o, c, *k)
 
 
+def _channels_first(oracle, acts, out_act):
+    """The oracle of a channels_last case from the NC* one: the activations (`acts`) moved to NC*."""
+    def run(a, b, channels_last=False, **attrs):
+        if not channels_last:
+            return oracle(a, b, **attrs)
+        if "input_shape" in attrs:
+            s = attrs["input_shape"]
+            attrs["input_shape"] = (s[0], s[-1], *s[1:-1])
+        a, b = (np.moveaxis(v, -1, 1) if act else v for v, act in zip((a, b), acts))
+        out = oracle(a, b, **attrs)
+        return np.moveaxis(out, 1, -1) if out_act else out
+    return run
+
+
 def _conv_oracle(x, w, **a):
     y = np.zeros(_conv_out(x.shape, w.shape, a))
     for yi, xi, wi in _conv_taps(x.shape, w.shape, **a):
@@ -639,9 +663,9 @@ RECIPES: dict[str, Recipe] = {
     "broadcast": Recipe(_collective(False), _packed_oracle, NUM),
     "all_gather": Recipe(_collective(False), _packed_oracle, NUM),
     "reduce_scatter": Recipe(_collective(True), _packed_oracle, NUM),
-    "conv": Recipe(_conv_cases, _conv_oracle),
-    "conv_grad_input": Recipe(_conv_grad_input_cases, _conv_grad_input_oracle),
-    "conv_grad_weight": Recipe(_conv_grad_weight_cases, _conv_grad_weight_oracle),
+    "conv": Recipe(_conv_cases, _channels_first(_conv_oracle, (True, False), True)),
+    "conv_grad_input": Recipe(_conv_grad_input_cases, _channels_first(_conv_grad_input_oracle, (True, False), True)),
+    "conv_grad_weight": Recipe(_conv_grad_weight_cases, _channels_first(_conv_grad_weight_oracle, (True, True), False)),
 }
 
 
