@@ -32,8 +32,8 @@ and batch stride were set in `plan`).
 
 Workspace: cuBLASLt draws its workspace (`workspace_bytes` of the output's size: at most
 WORKSPACE_BYTES, what NVIDIA suggests on Hopper) from the bytes the plan placed in its arena for the
-call (MatmulCall.workspace), handed to nvmath through `_PlanWorkspace` for the duration of one execute; the pool holds no per-GEMM workspaces. A
-call without a planned workspace (not from a plan) uses one fallback buffer per device.
+call (MatmulCall.workspace), handed to nvmath through `_PlanWorkspace` for the duration of one
+execute; the pool holds no per-GEMM workspaces. A call without a planned workspace (not from a plan) uses one fallback buffer per device.
 
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
@@ -154,8 +154,8 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
     if mm is None:
         from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
 
-        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)), memory_limit=workspace_bytes(c.size),
-                             allocator=_workspace(c.device.id))
+        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)),
+                             memory_limit=workspace_bytes(c.size), allocator=_workspace(c.device.id))
         mm = Matmul(a, b, c, alpha=1.0, beta=0.0, options=opts, stream=stream)
         epilog = getattr(MatmulEpilog, _EPILOG_NAMES[epilogue]) if epilogue != "none" else None
         mm.plan(epilog=epilog, epilog_inputs=inputs, stream=stream)
