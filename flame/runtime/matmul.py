@@ -33,7 +33,8 @@ and batch stride were set in `plan`).
 Workspace: cuBLASLt draws its workspace (`workspace_bytes` of the output's size: at most
 WORKSPACE_BYTES, what NVIDIA suggests on Hopper) from the bytes the plan placed in its arena for the
 call (MatmulCall.workspace), handed to nvmath through `_PlanWorkspace` for the duration of one
-execute; the pool holds no per-GEMM workspaces. A call without a planned workspace (not from a plan) uses one fallback buffer per device.
+execute; the pool holds no per-GEMM workspaces. A call without a planned workspace (not from a
+plan) uses one fallback buffer per device.
 
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
