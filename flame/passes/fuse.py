@@ -210,10 +210,12 @@ def bias_grad_operand(mm: Op, red: Op) -> str | None:
     v, axes = red.inputs[0], list(red.attrs["axes"])
     if mm.inputs[0].shape[1] < 2 or v.dtype != mm.out.dtype or v.dtype.name not in ("f32", "f16", "bf16"):
         return None  # cuBLASLt writes the gradient in the result's type; K = 1 is refused by older ones
-    a, b = mm.inputs  # an operand stored transposed (permute [1, 0], read as ta/tb) sums over its other axis
-    if (v is b and axes == [0]) or (v is _transposed_from(b) and axes == [1]):
+    # cuBLASLt sums only an operand stored [k, ...] (runtime/matmul.py bgrad_supported): b as is, or
+    # a stored transposed (permute [1, 0], read as ta); the other two layouts are refused at run time
+    a, b = mm.inputs
+    if v is b and axes == [0]:
         return "b"
-    if (v is a and axes == [1]) or (v is _transposed_from(a) and axes == [0]):
+    if v is _transposed_from(a) and axes == [0]:
         return "a"
     return None
 

@@ -56,6 +56,7 @@ AUX_ALIGN = 8  # cuBLASLt's GELU aux: leading dimension (here: out's last dim) a
 
 
 WORKSPACE_BYTES = 32 << 20  # the most workspace a cuBLASLt call may use
+_WORKSPACE_SLACK = 256  # nvmath asks for a little more than its memory_limit (alignment: 32784 of 32768)
 _SPLITS = 4  # a call's workspace holds up to this many f32 partial results (split-K) of its output
 
 
@@ -63,7 +64,8 @@ def workspace_bytes(out_elements: int) -> int:
     """The workspace one GEMM writing `out_elements` results may use: room for _SPLITS f32 partial
     results of its output (what split-K and stream-K kernels draw on), at most WORKSPACE_BYTES. A small
     GEMM thus reserves little of the arena; cuBLASLt chooses among the algorithms that fit."""
-    return min(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096)
+    return max(4096, min(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096))
+
 
 _PLANS: dict[tuple, object] = {}
 _OUTPUTS: dict[tuple, tuple] = {}  # key -> the epilogue output handlers taken off that planned Matmul
@@ -156,7 +158,7 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
         from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
 
         opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)),
-                             memory_limit=workspace_bytes(c.size), allocator=_workspace(c.device.id))
+                             memory_limit=workspace_bytes(c.size) - _WORKSPACE_SLACK, allocator=_workspace(c.device.id))
         mm = Matmul(a, b, c, alpha=1.0, beta=0.0, options=opts, stream=stream)
         epilog = getattr(MatmulEpilog, _EPILOG_NAMES[epilogue]) if epilogue != "none" else None
         mm.plan(epilog=epilog, epilog_inputs=inputs, stream=stream)
@@ -187,7 +189,14 @@ def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = 
     mm.execute(stream=stream, release_workspace=True)
 
 
-def _check(epilogue: str, out, bias, aux, bgrad) -> None:
+def bgrad_supported(epilogue: str, ta: bool, tb: bool) -> bool:
+    """Whether cuBLASLt runs bias-gradient epilogue `epilogue` with these transposes: only when the
+    summed operand is stored [k, ...] (bgrad_a with a stored transposed, bgrad_b with b not). The
+    other two layouts return CUBLAS_STATUS_NOT_SUPPORTED (H100, cuBLASLt 13, 2026-11-23)."""
+    return ta if epilogue == "bgrad_a" else not tb if epilogue == "bgrad_b" else True
+
+
+def _check(epilogue: str, out, bias, aux, bgrad, ta: bool = False, tb: bool = False) -> None:
     if epilogue not in SUPPORTED_EPILOGUES:
         raise ValueError(f"matmul epilogue {epilogue!r} is not one of {sorted(SUPPORTED_EPILOGUES)}")
     for name, arr, wanted in (("bias", bias, "bias" in epilogue), ("aux", aux, epilogue.endswith("_aux")),
@@ -199,6 +208,9 @@ def _check(epilogue: str, out, bias, aux, bgrad) -> None:
                          f"multiple of {AUX_ALIGN}; got {aux.dtype}{list(aux.shape)}")
     if bgrad is not None and (out.ndim != 2 or bgrad.dtype != out.dtype):
         raise ValueError("matmul bgrad epilogues take 2-D GEMMs and a gradient of the result's dtype")
+    if not bgrad_supported(epilogue, ta, tb):
+        raise ValueError(f"matmul epilogue {epilogue!r} with ta={ta}, tb={tb}: cuBLASLt sums only an operand "
+                         f"stored [k, ...] (bgrad_a needs ta=True, bgrad_b needs tb=False)")
 
 
 def _empty_k(out, a, b, ta, epilogue, bias, aux, bgrad, stream) -> None:
@@ -228,7 +240,7 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
     SUPPORTED_EPILOGUES."""
     import cupy
 
-    _check(epilogue, out, bias, aux, bgrad)
+    _check(epilogue, out, bias, aux, bgrad, ta, tb)
     stream = stream or cupy.cuda.get_current_stream()
     if out.size == 0:
         return

@@ -54,7 +54,8 @@ def test_lora_step_computes_no_weight_gradient_of_the_frozen_base(device):
     frozen = {(3 * d, d), (d, d), (4 * d, d), (d, 4 * d), (v, d)}
     frozen |= {(b, a) for a, b in frozen}
     lora_shapes, states = _matmul_shapes(LORA[0], SIZES)
-    full_shapes, _ = _matmul_shapes(GPT[1], {k: SIZES[k] for k in ("batch", "T", "d", "heads", "layers", "vocab")})
+    gpt_train = next(c for c in GPT if c.name == "gpt_train")
+    full_shapes, _ = _matmul_shapes(gpt_train, {k: SIZES[k] for k in ("batch", "T", "d", "heads", "layers", "vocab")})
     assert sum(s in frozen for s in full_shapes) == 4 * SIZES["layers"] + 1  # full fine-tuning: every dW
     assert not [s for s in lora_shapes if s in frozen]
     # per projection: base forward and input gradient, adapter forward (2) and backward (dA, dB, d(xA),

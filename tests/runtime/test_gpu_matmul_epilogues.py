@@ -68,9 +68,15 @@ def test_bias_gradient_epilogues(dt, ta, tb, side):
     op(b) ([n], BGRADA). Odd m, n; k >= 2."""
     import cupy
 
-    from flame.runtime.matmul import matmul_into
+    from flame.runtime.matmul import bgrad_supported, matmul_into
 
     rng = np.random.default_rng(zlib.crc32(repr((dt, ta, tb, side)).encode()))
+    if not bgrad_supported(f"bgrad_{side}", ta, tb):  # cuBLASLt refuses it: a clear error, no call
+        a, b, _, _ = _operands(rng, 8, 4, 8, ta, tb, dt)
+        with pytest.raises(ValueError, match="stored"):
+            matmul_into(cupy.empty((8, 8), a.dtype), cupy.asarray(a), cupy.asarray(b), ta, tb, f"bgrad_{side}",
+                        bgrad=cupy.empty((1, 8), a.dtype))
+        return
     for m, k, n in [(33, 17, 21), (8, 2, 5), (128, 96, 64), (3, 300, 7)]:
         a, b, a64, b64 = _operands(rng, m, k, n, ta, tb, dt)
         out = cupy.full((m, n), np.nan, a.dtype)
@@ -102,19 +108,20 @@ def test_no_allocation_after_the_first_call(epilogue):
             self.total += mem_size
 
     m, k, n = 256, 128, 64
-    a = cupy.asarray(np.random.default_rng(0).standard_normal((m, k)).astype(np.float32))
+    ta = epilogue == "bgrad_a"  # the layout cuBLASLt sums (bgrad_supported): a stored [k, m]
+    a = cupy.asarray(np.random.default_rng(0).standard_normal((k, m) if ta else (m, k)).astype(np.float32))
     b = cupy.asarray(np.random.default_rng(1).standard_normal((k, n)).astype(np.float32))
     out = cupy.empty((m, n), cupy.float32)
     kw = {"aux": cupy.empty((m, n), cupy.float32)} if epilogue.endswith("_aux") else {
         "bgrad": cupy.empty(m if epilogue == "bgrad_a" else n, cupy.float32)}
     bias = cupy.zeros(n, cupy.float32) if "bias" in epilogue else None
     ws = cupy.empty(32 << 20, cupy.uint8)
-    matmul_into(out, a, b, epilogue=epilogue, bias=bias, workspace=ws, **kw)
+    matmul_into(out, a, b, ta, epilogue=epilogue, bias=bias, workspace=ws, **kw)
     cupy.cuda.Device().synchronize()
     hook = Requested()
     with hook:
         for _ in range(3):
-            matmul_into(out, a, b, epilogue=epilogue, bias=bias, workspace=ws, **kw)
+            matmul_into(out, a, b, ta, epilogue=epilogue, bias=bias, workspace=ws, **kw)
         cupy.cuda.Device().synchronize()
     assert hook.total == 0
 

@@ -16,8 +16,9 @@ CASES = all_cases(seed=1)
 TOL = {"f64": 1e-9, "f32": 2e-5, "f16": 2e-3, "bf16": 1.6e-2}
 
 
-def assert_matches(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
-    """Floats: |got - want| <= tol * |want| + tol * max |want| (per-dtype tol); others exact."""
+def assert_matches(got: np.ndarray, want: np.ndarray, what: str = "", tol_of: str | None = None) -> None:
+    """Floats: |got - want| <= tol * |want| + tol * max |want| (per-dtype tol, or that of dtype tol_of);
+    others exact."""
     assert got.shape == want.shape and got.dtype == want.dtype, \
         f"{what}: {got.dtype}{got.shape} vs {want.dtype}{want.shape}"
     name = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}.get(
@@ -26,7 +27,7 @@ def assert_matches(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
         np.testing.assert_array_equal(got, want, err_msg=what)
         return
     g, w = got.astype(np.float64), want.astype(np.float64)
-    tol = TOL[name]
+    tol = max(TOL[name], TOL[tol_of]) if tol_of else TOL[name]
     scale = np.abs(w[np.isfinite(w)]).max(initial=1.0)
     np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale, equal_nan=True, err_msg=what)
 
@@ -43,6 +44,15 @@ def _run(graph, inputs):
     return [ex.to_numpy(o) for o in outs]
 
 
+def _tol_of(name: str, inputs) -> str | None:
+    """The attention statistics are f32 from f16/bf16 q and k: cuDNN computes them to the inputs'
+    precision (about 2e-3 relative on an H100), so they are held to the inputs' tolerance."""
+    if name != "scaled_dot_product_attention_stats":
+        return None
+    return {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}.get(
+        np.asarray(inputs[0]).dtype, "bf16")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_op_matches_reference(case):
@@ -50,7 +60,7 @@ def test_op_matches_reference(case):
     g = one_op_graph(name, inputs, attrs)
     (got,) = _run(g, inputs)
     (want,) = run_graph(g, inputs)
-    assert_matches(got, want, cid)
+    assert_matches(got, want, cid, _tol_of(name, inputs))
 
 
 @pytest.mark.gpu
@@ -61,7 +71,7 @@ def test_op_on_permuted_inputs(case):
     xs = permuted_inputs(inputs)
     (got,) = _run(g, xs)
     (want,) = run_graph(g, xs)
-    assert_matches(got, want, cid)
+    assert_matches(got, want, cid, _tol_of(name, inputs))
 
 
 @pytest.mark.gpu
