@@ -42,6 +42,10 @@ from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
 PHASES = "recomputed in the backward (remat): kept out of forward kernels"
+# conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
+# work worth a buffer of its own (_move_conversions, _recompute_conversions)
+CONVERSIONS = frozenset({"cast", "neg", "abs"})
+MAX_MOVES = 8  # rounds of _move_conversions: each moves a conversion past one view
 _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 
 
@@ -223,6 +227,66 @@ def _mixes_phases(ops) -> bool:
 def _free(op: Op | None) -> bool:
     """Ops a kernel recomputes rather than reads: `full` constants and views of graph inputs."""
     return op is not None and (op.name == "full" or (is_view(op) and all(v.producer is None for v in op.inputs)))
+
+
+def _conversion(op: Op | None, widening: bool) -> bool:
+    """op is a conversion (CONVERSIONS) whose element is at least as wide as its input's (widening:
+    reading the input instead of the result moves no more bytes), or strictly narrower (not widening)."""
+    if op is None or op.name not in CONVERSIONS:
+        return False
+    return (op.out.dtype.itemsize >= op.inputs[0].dtype.itemsize) == widening
+
+
+def _swap(op: Op) -> list[Op] | None:
+    """op and the conversion next to it in the other order (see _move_conversions), or None."""
+    data = op.inputs[0] if op.inputs else None
+    u = data.producer if data is not None else None
+    if (is_view(op) or get(op.name).selects) and _conversion(u, widening=True):  # r(u(x)) -> u(r(x))
+        x = u.inputs[0]
+        moved = Op(op.name, (x, *op.inputs[1:]), op.attrs, op.out.type.with_dtype(x.dtype), op.loc)
+        return [moved, Op(u.name, (moved.out,), u.attrs, op.out.type, u.loc)]
+    view = get(u.name).view if u is not None else None
+    if _conversion(op, widening=False) and view is not None and view.relabel and u.inputs[0].producer is not None:
+        y = u.inputs[0]  # u(r(y)) -> r(u(y)), with op the conversion and u the view
+        narrow = Op(op.name, (y,), op.attrs, y.type.with_dtype(op.out.dtype), op.loc)
+        return [narrow, Op(u.name, (narrow.out,), u.attrs, op.out.type, u.loc)]
+    return None
+
+
+def _move_conversions(g: Graph) -> Graph:
+    """A copy of g where each conversion sits on the side of its views where values are wider, so
+    that a kernel computing with the wide values converts in registers and only narrow values cross
+    kernel boundaries (a view that does not map into a kernel's domain, a reshape merging dims, is a
+    boundary; a gather is a kernel of its own):
+    - a view or selection (gather) of a widening conversion reads the conversion's input instead,
+      r(u(x)) -> u(r(x)): the readers convert what they load (a cross-entropy of bf16 logits.float():
+      the row kernel and the gather read the bf16 logits, no f32 copy is written);
+    - a narrowing conversion of a relabelling view (reshape) of a computed value converts the value
+      itself, u(r(y)) -> r(u(y)): the kernel computing y writes the narrow result (the f32 gradient
+      of bf16 logits is written as bf16 by the row kernel), which the view relabels.
+    Both are exact: an elementwise op commutes with moving elements. g is not modified."""
+    g = g.copy()
+    moved: list[Op] = []
+    for _ in range(MAX_MOVES):
+        ops, subst = [], {}
+        for op in g.ops:
+            op.inputs = tuple(subst.get(v, v) for v in op.inputs)
+            pair = _swap(op)
+            if pair is None:
+                ops.append(op)
+                continue
+            ops += pair
+            subst[op.out] = pair[-1].out
+            moved.append(op.inputs[0].producer)
+        g.ops, g.outputs = ops, [subst.get(v, v) for v in g.outputs]
+        if not subst:
+            break
+    while moved:  # drop what the moves left unread
+        users, outs = g.users(), set(g.outputs)
+        dead = {op for op in moved if op in g.ops and not users[op.out] and op.out not in outs}
+        g.ops = [op for op in g.ops if op not in dead]
+        moved = [v.producer for op in dead for v in op.inputs if v.producer is not None]
+    return g
 
 
 def _clone_constants(g: Graph) -> Graph:
@@ -461,7 +525,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = _clone_constants(g)
+    g = _clone_constants(_move_conversions(g))
     st = _State(g, target)
     for op in g.ops:
         if not _free(op):
