@@ -38,6 +38,8 @@ from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.registry import get
 from flame.passes import remat
+from flame.passes.autodiff import is_backward
+from flame.passes.remat import RecomputeLoc
 from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
@@ -365,6 +367,85 @@ def _absorb_scalars(st: _State) -> None:
             dst.domain, dst.n_red = got
 
 
+def _recompute_conversions(st: _State) -> None:
+    """A widening conversion (a bf16 value's .float()) that kernels other than its own read is
+    recomputed in each of them from its narrower input, as long as they all are fusible kernels: the
+    f32 copy is never written, and a backward kernel reading it reads the saved bf16 value (the clone
+    is then backward work, a RecomputeLoc). Its own kernel keeps it if it still reads it."""
+    for grp in list(st.groups):
+        for u in [op for op in grp.ops if _conversion(op, widening=True) and op.out not in st.outs]:
+            if st.group_of.get(u) is not grp:
+                continue
+            outside = list(dict.fromkeys(st.group_of[r] for r in st.users[u.out] if st.group_of.get(r) is not grp))
+            if not outside or any(h.kind not in _FUSIBLE for h in outside):
+                continue
+            undo: list = []
+            if all(_recompute_in(st, u, h, undo) for h in outside) and _settle(st, grp, u, undo):
+                continue
+            for step in reversed(undo):
+                step()
+
+
+def _recompute_in(st: _State, u: Op, grp: _Group, undo: list) -> bool:
+    """Give grp its own copy of conversion u for the ops of grp that read u (undo: how to take it back)."""
+    readers = [r for r in st.users[u.out] if st.group_of.get(r) is grp]
+    backward_only = all(is_backward(o) for o in grp.ops if not _free(o))
+    loc = RecomputeLoc(u.loc or "") if backward_only and not is_backward(u) else u.loc
+    c = Op(u.name, u.inputs, u.attrs, u.out.type, loc)
+    saved = (list(grp.ops), grp.domain, grp.n_red, {r: r.inputs for r in readers}, list(st.users[u.inputs[0]]))
+    for r in readers:
+        r.inputs = tuple(c.out if v is u.out else v for v in r.inputs)
+    st.users[u.out] = [r for r in st.users[u.out] if r not in readers]
+    st.users[c.out], st.index[c], st.group_of[c] = readers, st.index[u], grp
+    st.users[u.inputs[0]].append(c)
+
+    def take_back():
+        grp.ops, grp.domain, grp.n_red = saved[0], saved[1], saved[2]
+        for r, ins in saved[3].items():
+            r.inputs = ins
+        st.users[u.out] += readers
+        st.users[u.inputs[0]] = saved[4]
+        del st.group_of[c]
+
+    undo.append(take_back)
+    ops = st.sorted_ops(grp.ops + [c])
+    got = _fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, grp.domain, grp.n_red)
+    if isinstance(got, str):
+        return False
+    grp.ops, (grp.domain, grp.n_red) = ops, got
+    return True
+
+
+def _settle(st: _State, grp: _Group, u: Op, undo: list) -> bool:
+    """After u's readers elsewhere got their copies: take u out of its kernel grp when nothing reads
+    it any more, and check that grp and the kernel computing u's input (which now writes it) still
+    fit; False when one does not."""
+    x = u.inputs[0].producer
+    touched = [grp] + ([st.group_of[x]] if x in st.group_of and st.group_of[x] is not grp else [])
+    before = [(k, list(k.ops), k.domain, k.n_red) for k in touched]
+
+    def take_back():
+        for k, ops, domain, n_red in before:
+            k.ops, k.domain, k.n_red = ops, domain, n_red
+            if k not in st.groups:
+                st.groups.append(k)
+        st.group_of[u] = grp
+
+    undo.append(take_back)
+    if not st.users[u.out]:
+        grp.ops = [op for op in grp.ops if op is not u]
+        del st.group_of[u]
+        if not grp.ops:
+            st.groups.remove(grp)
+    for k in touched:
+        if k.ops and k.kind in _FUSIBLE:
+            got = _fit(st, k.ops, k.kind if k.kind == Kind.ROWS else Kind.ELEMENTWISE, k.domain, k.n_red)
+            if isinstance(got, str):
+                return False
+            k.domain, k.n_red = got
+    return True
+
+
 def _rows_shape(grp: _Group) -> tuple[int, int]:
     """(rows, row length) of a rows group's reductions."""
     n_kept = len(grp.domain) - grp.n_red
@@ -533,6 +614,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     for op in g.ops:  # free ops only read by ops that went elsewhere
         if op not in st.group_of:
             st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)
+    _recompute_conversions(st)
     _absorb_scalars(st)
     _split_few_rows(st)
     _absorb_columns(st)
