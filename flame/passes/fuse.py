@@ -3,6 +3,12 @@ boundary exists (DESIGN.md §5). Only fusions whose math is the op-by-op math ar
 kernel evaluates the same ops on the same operands and rounds every intermediate to its dtype.
 
 Rules, in the order they apply:
+- conversions (CONVERSIONS: cast, neg, abs) first move past views and gathers to the side where values
+  are wider (_move_conversions), so only narrow values cross kernel boundaries: the readers of
+  bf16 logits' .float() convert what they load, a reshaped f32 gradient cast to bf16 is converted by
+  the kernel computing it; a widening conversion that several fusible kernels read is recomputed in
+  each of them (_recompute_conversions: its result is never written; a backward kernel's copy is a
+  recomputation and the narrow input is what the forward saves);
 - vertical: an elementwise or view op joins the kernel of an operand's producer when every value of
   that kernel maps affinely into one iteration domain (flame.ir.indexmap); several results may leave
   one kernel (multi-output);
@@ -246,7 +252,9 @@ def _swap(op: Op) -> list[Op] | None:
     if (is_view(op) or get(op.name).selects) and _conversion(u, widening=True):  # r(u(x)) -> u(r(x))
         x = u.inputs[0]
         moved = Op(op.name, (x, *op.inputs[1:]), op.attrs, op.out.type.with_dtype(x.dtype), op.loc)
-        return [moved, Op(u.name, (moved.out,), u.attrs, op.out.type, u.loc)]
+        # a forward conversion now computed after a backward view is backward work (same mark as op's)
+        loc = type(op.loc)(u.loc or "") if is_backward(op) and not is_backward(u) else u.loc
+        return [moved, Op(u.name, (moved.out,), u.attrs, op.out.type, loc)]
     view = get(u.name).view if u is not None else None
     if _conversion(op, widening=False) and view is not None and view.relabel and u.inputs[0].producer is not None:
         y = u.inputs[0]  # u(r(y)) -> r(u(y)), with op the conversion and u the view
@@ -423,6 +431,7 @@ def _settle(st: _State, grp: _Group, u: Op, undo: list) -> bool:
     x = u.inputs[0].producer
     touched = [grp] + ([st.group_of[x]] if x in st.group_of and st.group_of[x] is not grp else [])
     before = [(k, list(k.ops), k.domain, k.n_red) for k in touched]
+    x_users = list(st.users[u.inputs[0]])
 
     def take_back():
         for k, ops, domain, n_red in before:
@@ -430,10 +439,12 @@ def _settle(st: _State, grp: _Group, u: Op, undo: list) -> bool:
             if k not in st.groups:
                 st.groups.append(k)
         st.group_of[u] = grp
+        st.users[u.inputs[0]] = x_users
 
     undo.append(take_back)
     if not st.users[u.out]:
         grp.ops = [op for op in grp.ops if op is not u]
+        st.users[u.inputs[0]] = [r for r in x_users if r is not u]
         del st.group_of[u]
         if not grp.ops:
             st.groups.remove(grp)

@@ -17,8 +17,15 @@ from flame.plan.build import to_plan
 from flame.plan.steps import KernelLaunch
 from flame.runtime.reference import run_graph
 from tests.passes.conftest import random_array
-from tests.passes.fuse_cases import (COMPOSITES, composite, cross_entropy, cross_entropy_bf16, layer_norm_params,
-                                     mlp_adamw, square_bf16)
+from tests.passes.fuse_cases import (
+    COMPOSITES,
+    composite,
+    cross_entropy,
+    cross_entropy_bf16,
+    layer_norm_params,
+    mlp_adamw,
+    square_bf16,
+)
 from tests.passes.test_random_graphs import graphs
 
 ARCHS = ("sm_80", "sm_90")
