@@ -124,10 +124,13 @@ class GPT(nn.Module):
         self.T = T
 
     def forward(self, idx):
-        # the causal additive mask (-inf above the diagonal), built in the step: a graph constant, so
+        # any sequence length up to self.T: a compiled step called at several lengths traces twice and
+        # then instantiates its graph per length (flame.compile's dynamic dims).
+        # The causal additive mask (-inf above the diagonal), built in the step: a graph constant, so
         # flame sees that the hand-written attention is causal and runs cuDNN's fused causal attention
-        mask = flame.full((self.T, self.T), float("-inf")).triu(1).to(self.dtype)
-        x = (self.wte(idx) + self.wpe).to(self.dtype)
+        T = idx.shape[1]
+        mask = flame.full((T, T), float("-inf")).triu(1).to(self.dtype)
+        x = (self.wte(idx) + self.wpe[:T]).to(self.dtype)
         for block in self.blocks:
             x = block(x, mask)
         return _norm(x, self.ln_f) @ self.wte.weight.transpose(0, 1).to(self.dtype)  # the tied head

@@ -161,25 +161,26 @@ def _budget_bytes(requested: float, unconstrained: int) -> int:
 
 def _fit_budget(g: Graph, requested: float, finish: Callable) -> tuple[Callable[[Op], bool], MemoryBudget]:
     """Which ops the backward may recompute so that the planned peak fits `requested` (bytes, or a
-    fraction of the peak planned without a budget): cheap work first (remat tier 0), then matmuls and
-    library calls, cheapest per byte kept first (tier 1), random draws last (tier 2). The first prefix
-    of that order whose plan fits wins; each try is planned for real, since the peak depends on fusion,
-    placement and when the backward's recomputations run (so it need not fall as more is allowed).
+    fraction of the peak planned without a budget): cheap work first (remat tier 0), then one by one
+    the ops of the higher tiers (reductions, matmuls, attention, random draws; remat.candidates), each
+    kept unless its try raises the planned peak; the first try that fits wins. Each try is planned
+    for real, since the peak depends on fusion, placement and when the backward's recomputations run
+    (so it need not fall as more is allowed).
     Raises MemoryBudgetError with the smallest peak any try reached when none fits."""
     unconstrained = planned_peak(finish(g)[1])
     budget = MemoryBudget(requested, _budget_bytes(requested, unconstrained), unconstrained)
     if unconstrained <= budget.bytes:
         return remat_pass.never, budget
-    order = remat_pass.candidates(g)
-    best = (unconstrained, 0)
-    for k in range(len(order) + 1):
-        chosen = set(order[:k])
-        allow = lambda op, chosen=chosen: remat_pass.tier(op) == 0 or op in chosen  # noqa: E731
+    best, kept = (unconstrained, 0), frozenset()  # kept: the ops the best try allowed (tier 0: None)
+    for op in [None, *remat_pass.candidates(g)]:
+        chosen = kept | {op}
+        allow = lambda o, chosen=chosen: o in chosen or (None in chosen and remat_pass.tier(o) == 0)  # noqa: E731
         plan = finish(g, allow)[1]
         peak = planned_peak(plan)
         if peak <= budget.bytes:
             return allow, budget
-        best = min(best, (peak, sum(bound_bytes(plan).values())))
+        if peak <= best[0]:  # more recomputation can raise the peak (recomputed values live together)
+            best, kept = (peak, sum(bound_bytes(plan).values())), chosen
     raise MemoryBudgetError(
         f"{g.name}: memory_budget={requested!r} ({human_bytes(budget.bytes)}) cannot be met: the smallest "
         f"reachable planned peak is {human_bytes(best[0])} ({best[0]} bytes; {human_bytes(unconstrained)} without "

@@ -16,7 +16,9 @@ def _label(s: Step) -> tuple[str, str]:
     """(what the report calls a work step, why its kernel boundary is there): every library call
     (matmul now; attention, convolution, all-reduce later) reads alike, from what the step says."""
     if isinstance(s, LibraryCall):
-        return f"{s.name} ({s.library})", f"{s.name} ({s.library} call)"
+        epilogue = getattr(s, "epilogue", "none")  # a GEMM's fused epilogue (MatmulCall)
+        extra = f", epilogue {epilogue}" if epilogue != "none" else ""
+        return f"{s.name} ({s.library})", f"{s.name} ({s.library} call{extra})"
     return s.name, s.reason or UNFUSED
 
 
@@ -36,7 +38,7 @@ def explain_plan(title: str, graph: Graph, plan: Plan) -> str:
     for i, s in enumerate(kernels):
         label, reason = _label(s)
         lines.append(f"  [{i:3d}] {label}: {' + '.join(o.name for o in s.ops)}  in {human_bytes(_bytes(plan, s.reads))}"
-                     f"  out {human_bytes(plan.buffers[s.out].nbytes)}  | boundary: {reason}")
+                     f"  out {human_bytes(_bytes(plan, s.outputs))}  | boundary: {reason}")
         for o in s.ops:
             lines.append(f"          {format_op(o, ids, loc=True)}")
     return "\n".join(lines) + "\n" + str(memory_report(plan)) + "\n"

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from flame.ir.graph import Op
 
-MATMUL_EPILOGUES = ("bias", "relu", "bias_relu")  # what FusionGroup.epilogue can name besides "none"
+# what FusionGroup.epilogue can name besides "none" (runtime/matmul.py maps each to a cuBLASLt epilogue):
+# bias: + bias[n]; relu / bias_relu; gelu / bias_gelu: tanh-GELU (GELU(approximate="tanh") only);
+# gelu_aux / bias_gelu_aux: the same, also writing the pre-activation (the backward reads it) as a
+# second result; bgrad_a / bgrad_b: also writing the sum over k of op(a) ([m]) / of op(b) ([n]), a
+# Linear's bias gradient taken by the weight-gradient GEMM.
+MATMUL_EPILOGUES = ("bias", "relu", "bias_relu", "gelu", "bias_gelu", "gelu_aux", "bias_gelu_aux", "bgrad_a", "bgrad_b")
 
 
 @dataclass(frozen=True)
@@ -22,17 +27,20 @@ class Target:
     rows are streamed, and column reductions ride along only in rows up to this long.
     attention_unsupported(op): why the attention library cannot run attention op `op` as one call
     ("" if it can; the op then becomes the unfused graph: passes/decompose_attention.py).
-    attention_workspace(op): the bytes of arena workspace that op's library call needs.
+    attention_workspace(op, with_stats): the bytes of arena workspace that op's library call needs
+    (with_stats: a forward whose call also writes its softmax statistics to a planned buffer).
     conv_unsupported(op) / conv_workspace(op): the same for convolution ops (conv, conv_grad_input,
     conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
     matmul_workspace(op): the bytes of arena workspace that matmul op's GEMM library call may use. comm_stream: the
     executor issues collectives on a communication stream (plan: CollectiveCall.overlap). sm_count,
-    split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows)."""
+    split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows).
+    conv_channels_last: convolution library calls take channels-last activations, so the layout pass
+    (passes/layout.py) keeps the activations of convolutional segments [N, *S, C] inside the step."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
     attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
-    attention_workspace: Callable[[Op], int] = lambda op: 0
+    attention_workspace: Callable[[Op, bool], int] = lambda op, with_stats=False: 0
     conv_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     conv_workspace: Callable[[Op], int] = lambda op: 0
     matmul_workspace: Callable[[Op], int] = lambda op: 0
@@ -40,6 +48,7 @@ class Target:
     split_row_min: int = 8192  # a row at least this long may be split across blocks ...
     split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements
     comm_stream: bool = False  # collectives run on a second stream, overlapping the steps after them
+    conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
 
     def splits_rows(self, rows: int, length: int) -> bool:
         """Whether `rows` reductions of `length` elements each should split every row across blocks

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flame.bench.cases_train import BF16_UPDATE_TOL, LR, WD, _jax_adamw_update
+from flame.bench.cases_train import LR, WD, _jax_adamw_update
 from flame.bench.spec import Bound, Case, Input
 
 SGD_LR, MOMENTUM, BN_MOMENTUM, EPS = 0.1, 0.9, 0.1, 1e-5
@@ -477,6 +477,11 @@ def _jax_factory(loss_fn, inputs, checked, adamw: bool):
 # frameworks: JAX differs from torch by 0.22 on the --quick sizes, flame by 0.29. A wrong kernel gives
 # 1 or more; in f32 all three agree to 1e-4 (tests/bench/test_conv_cases.py).
 UNET_UPDATE_TOL = 0.5
+# The ResNet's bf16 SGD step: the first update is lr * g, and the gradients of the first conv and the head
+# pass through 8 bf16 BatchNorms. Measured on an H100 (2026-11-23, full sizes): torch.compile differs
+# from torch eager by 0.36 (0.36 and 0.22 on those two weights, <= 0.07 elsewhere), flame by 0.52 (0.38
+# and 0.52, <= 0.05 elsewhere); in f32 flame agrees with torch to 2e-3 (full) and 2e-6 (quick).
+RESNET_UPDATE_TOL = 0.7
 
 
 def _case(name, what, sizes, inputs, loss_fn, checked, flops, nbytes, adamw: bool, state_tol: float) -> Case:
@@ -492,7 +497,7 @@ CONV = [
           "128 channels, 64x64, batch 64, global average pool, linear head, cross-entropy, SGD momentum 0.9; "
           "BatchNorm running statistics updated; torch channels-last",
           _resnet_sizes, _resnet_inputs, _resnet_loss, _resnet_checked, _resnet_flops, _resnet_bytes, adamw=False,
-          state_tol=BF16_UPDATE_TOL),
+          state_tol=RESNET_UPDATE_TOL),
     _case("unet_train", "bf16 diffusion U-Net training step (DDPM noise prediction, MSE over the image): 64x64x3, "
           "batch 32, levels 64/128/256 channels, GroupNorm 32, SiLU, sinusoidal time embedding, stride-2 down, "
           "nearest up, skip concatenation, self-attention (4 heads) at 16x16, AdamW; torch channels-last",

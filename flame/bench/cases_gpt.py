@@ -1,6 +1,8 @@
-"""The transformer training cases: one GPT block step (`gpt_block_train`) and a whole small GPT step
-(`gpt_train`), bf16, pre-LayerNorm, GELU MLP (4x), AdamW. flame writes attention by hand (`q @ k^T *
-scale + causal additive mask`, softmax, `@ v`), as users do; PyTorch runs
+"""The transformer training cases: AdamW alone over a GPT's parameters (`adamw_multi_tensor`: one step
+over 52 tensors of mixed sizes, against the copy ceiling and torch's foreach and fused AdamW), one GPT
+block step (`gpt_block_train`) and a whole small GPT step (`gpt_train`), bf16, pre-LayerNorm, GELU MLP
+(4x), AdamW. flame writes attention by hand (`q @ k^T * scale + causal additive mask`, softmax, `@ v`),
+as users do; PyTorch runs
 `scaled_dot_product_attention(is_causal=True)` and JAX `jax.nn.dot_product_attention(is_causal=True)`,
 their fused attention, with the same math. The parameters are state inputs (each framework updates its
 own copy); `Bound.state()` lists the matmul weights, whose one-step updates are compared (LayerNorm
@@ -8,7 +10,7 @@ weights near 1 are left out: a bf16 ulp there is larger than the learning rate).
 
 from __future__ import annotations
 
-from flame.bench.cases_train import BF16_UPDATE_TOL, LR, WD, _jax_adamw_update
+from flame.bench.cases_train import BF16_UPDATE_TOL, LR, WD, _jax_adamw_update, adamw_flame, adamw_jax, adamw_torch
 from flame.bench.spec import Bound, Case, Input
 
 CHECKED = ("w_qkv", "w_o", "w_fc", "w_proj")  # the block weights whose updates are compared
@@ -308,6 +310,30 @@ def _bytes(inputs):
     return count
 
 
+# ---- AdamW alone over a GPT's parameters (multi-tensor) ---------------------------------------------
+
+
+def _adamw_inputs(s) -> dict[str, Input]:
+    """The GPT's parameters (state) and a bf16 gradient for each (data, named `<param>.grad`)."""
+    params = {n: i for n, i in _gpt_inputs(s).items() if i.state}
+    return {**{f"{n}.grad": Input(i.shape, i.dtype, scale=1e-3) for n, i in params.items()}, **params}
+
+
+def _adamw_pairs(s) -> list[tuple[str, str]]:
+    return [(n, f"{n}.grad") for n, i in _adamw_inputs(s).items() if i.state]
+
+
+def _adamw_bytes(s) -> int:
+    """Read each gradient; read and write each parameter and its two moments (kept in its dtype)."""
+    return 7 * sum(i.nbytes for i in _adamw_inputs(s).values() if i.state)
+
+
+def _adamw_sizes(quick: bool) -> dict:
+    if quick:
+        return {"batch": 1, "T": 16, "d": 32, "layers": 4, "vocab": 64}
+    return {"batch": 1, "T": 1024, "d": 768, "layers": 4, "vocab": 8192}  # batch: unused (no tokens)
+
+
 def _block_sizes(quick: bool) -> dict:
     return {"batch": 2, "T": 16, "d": 32, "heads": 4} if quick else {"batch": 8, "T": 1024, "d": 1024, "heads": 16}
 
@@ -319,6 +345,12 @@ def _gpt_sizes(quick: bool) -> dict:
 
 
 GPT = [
+    Case("adamw_multi_tensor", "AdamW step (lr 1e-3, weight decay 0.01) over a GPT's 52 bf16 parameters of mixed "
+         "sizes (d 768, 4 blocks, vocab 8192, T 1024: 35M elements) with bf16 gradients and moments",
+         sizes=_adamw_sizes, inputs=_adamw_inputs, min_bytes=_adamw_bytes,
+         flame=adamw_flame(_adamw_pairs, _checked), torch=adamw_torch(_adamw_pairs, False, _checked),
+         jax=adamw_jax(_adamw_pairs, _checked), tol=1e-3, state_tol=BF16_UPDATE_TOL,
+         extra={"torch fused": ("torch", adamw_torch(_adamw_pairs, True, _checked), "eager")}),
     Case("gpt_block_train", "bf16 GPT block training step: pre-LayerNorm, causal attention (flame by hand, peers "
          "fused SDPA), GELU MLP 4x, d 1024, 16 heads, T 1024, batch 8, loss mean(y.float()**2), AdamW",
          sizes=_block_sizes, inputs=_block_case_inputs, min_bytes=_bytes(_block_case_inputs), min_flops=_flops,

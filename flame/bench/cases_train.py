@@ -1,7 +1,7 @@
-"""The stateful cases: an AdamW step over one large parameter, and MLP training steps (forward,
-cross-entropy on f32 logits, backward, AdamW, zero_grad). Parameters and optimizer state live in
-each framework's own copy; `Bound.state()` returns the parameters, so the correctness check compares
-what one step changed (p_after - p_before) besides the step's outputs."""
+"""The stateful cases: an AdamW step over one large parameter (cases_gpt.py: over a GPT's parameters),
+and MLP training steps (forward, cross-entropy on f32 logits, backward, AdamW, zero_grad). Parameters
+and optimizer state live in each framework's own copy; `Bound.state()` returns the parameters, so the
+correctness check compares what one step changed (p_after - p_before) besides the step's outputs."""
 
 from __future__ import annotations
 
@@ -10,43 +10,62 @@ from flame.bench.spec import Bound, Case, Input
 LR, WD = 1e-3, 1e-2  # AdamW hyperparameters of every framework (betas 0.9/0.999, eps 1e-8)
 
 
-# ---- AdamW over one large parameter ------------------------------------------------------------
+# ---- AdamW over parameters given with their gradients -------------------------------------------
+# A case's `pairs(sizes)` lists (parameter, gradient) input names: parameters are state inputs, the
+# gradients data inputs in the same order, so `step(*grads)` sets each p.grad and takes one step.
+# `checked(sizes)`, when given, names the parameters whose updates are compared (Bound.state()).
 
 
-def _flame_adamw(s, a, wrap):
-    import flame
-    import flame.nn as nn
-
-    p = nn.Parameter(a["p"])
-    opt = flame.optim.AdamW([p], lr=LR, weight_decay=WD)
-
-    def step(g):
-        p.grad = g
-        opt.step()
-        p.grad = None
-
-    return Bound(wrap(step), lambda: [p])
+def _state(pairs, checked, s, ps):
+    names = [p for p, _ in pairs(s)]
+    keep = set(names if checked is None else checked(s))
+    return lambda: [p for n, p in zip(names, ps) if n in keep]
 
 
-def _torch_adamw(fused: bool):
+def adamw_flame(pairs, checked=None):
+    def factory(s, a, wrap):
+        import flame
+        import flame.nn as nn
+
+        ps = [nn.Parameter(a[p]) for p, _ in pairs(s)]
+        opt = flame.optim.AdamW(ps, lr=LR, weight_decay=WD)
+
+        def step(*gs):
+            for p, g in zip(ps, gs):
+                p.grad = g
+            opt.step()
+            for p in ps:
+                p.grad = None
+
+        return Bound(wrap(step), _state(pairs, checked, s, ps))
+
+    return factory
+
+
+def adamw_torch(pairs, fused: bool, checked=None):
+    """torch.optim.AdamW: its default on CUDA (foreach, a few multi-tensor kernels) or fused=True
+    (one multi-tensor kernel per dtype group); wrap (torch.compile) compiles the update alone."""
+
     def factory(s, a, wrap):
         import torch
 
-        p = torch.nn.Parameter(a["p"])
+        ps = [torch.nn.Parameter(a[p]) for p, _ in pairs(s)]
         kw = {"fused": True} if fused else {}
-        opt = torch.optim.AdamW([p], lr=LR, weight_decay=WD, **kw)
+        opt = torch.optim.AdamW(ps, lr=LR, weight_decay=WD, **kw)
 
         def update():
             opt.step()
 
         update = wrap(update)
 
-        def step(g):
-            p.grad = g
+        def step(*gs):
+            for p, g in zip(ps, gs):
+                p.grad = g
             update()
-            p.grad = None
+            for p in ps:
+                p.grad = None
 
-        return Bound(step, lambda: [p])
+        return Bound(step, _state(pairs, checked, s, ps))
 
     return factory
 
@@ -71,17 +90,28 @@ def _jax_adamw_update(params, grads, m, v, t):
     return new_p, new_m, new_v, t
 
 
-def _jax_adamw(s, a, wrap):
-    import jax.numpy as jnp
+def adamw_jax(pairs, checked=None):
+    def factory(s, a, wrap):
+        import jax.numpy as jnp
 
-    state = {"p": [a["p"]], "m": [jnp.zeros_like(a["p"])], "v": [jnp.zeros_like(a["p"])],
-             "t": jnp.zeros((), jnp.float32)}
-    update = wrap(_jax_adamw_update, donate_argnums=(0, 2, 3))
+        ps = [a[p] for p, _ in pairs(s)]
+        state = {"p": ps, "m": [jnp.zeros_like(p) for p in ps], "v": [jnp.zeros_like(p) for p in ps],
+                 "t": jnp.zeros((), jnp.float32)}
+        update = wrap(_jax_adamw_update, donate_argnums=(0, 2, 3))
 
-    def step(g):
-        state["p"], state["m"], state["v"], state["t"] = update(state["p"], [g], state["m"], state["v"], state["t"])
+        def step(*gs):
+            state["p"], state["m"], state["v"], state["t"] = update(state["p"], list(gs), state["m"], state["v"],
+                                                                    state["t"])
 
-    return Bound(step, lambda: list(state["p"]))
+        names = [p for p, _ in pairs(s)]
+        keep = set(names if checked is None else checked(s))
+        return Bound(step, lambda: [p for n, p in zip(names, state["p"]) if n in keep])
+
+    return factory
+
+
+def _one(s):
+    return [("p", "g")]
 
 
 # ---- MLP training step -------------------------------------------------------------------------
@@ -208,8 +238,8 @@ TRAINING = [
          sizes=lambda q: {"n": 4096 if q else 64 * 2**20},
          inputs=lambda s: {"g": Input((s["n"],), scale=1e-2), "p": Input((s["n"],), scale=0.1, state=True)},
          min_bytes=lambda s: 7 * 4 * s["n"],
-         flame=_flame_adamw, torch=_torch_adamw(False), jax=_jax_adamw, tol=1e-3,
-         extra={"torch fused": ("torch", _torch_adamw(True), "eager")}),
+         flame=adamw_flame(_one), torch=adamw_torch(_one, False), jax=adamw_jax(_one), tol=1e-3,
+         extra={"torch fused": ("torch", adamw_torch(_one, True), "eager")}),
     _mlp_case("mlp_bf16_train", "bf16 MLP training step: 4 Linear 4096x4096 + GELU, 8192 tokens, "
               "cross-entropy on f32 logits, AdamW",
               full={"dims": [4096] * 5, "batch": 8192, "act": "gelu", "dtype": "bf16"},

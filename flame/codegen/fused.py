@@ -7,7 +7,7 @@ inputs in order of first use (`group_inputs`), then one pointer per value in gro
 value is evaluated at coordinates of an iteration domain through the IndexMaps of flame.ir.indexmap;
 each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as single-op kernels do), so
 the kernel computes what the ops compute one by one. Independent parts of a group (horizontal fusion)
-become segments of the one kernel, run one after the other by the whole grid.
+become segments of the one kernel, side by side: each on its own range of blocks (segment_blocks).
 
 Row kernels: one warp per row (R <= 256, several rows per block) or a 128/512-thread block per row;
 rows of at most Target.row_cache elements keep each input element in registers across the reductions
@@ -216,14 +216,15 @@ class _MapSegment:
         return (bool(self.dims) and cv.strides[-1] == 1 and self.dims[-1] % vec == 0 and cv.base % vec == 0
                 and all(s % vec == 0 for s in cv.strides[:-1]))
 
-    def _load(self, vector: bool, hoisted: list[str]):
+    def _load(self, vector: bool, hoisted: dict[str, tuple[str, str]]):
         def load(v: Value, m: IndexMap) -> str:
             k, cv, md = self.in_idx[v], self.view[(v, m)], self.mode[(v, m)]
-            if md == "scalar":
-                name = f"s{len(hoisted)}"
-                ctype = cuda_c.compute_dtype(v.dtype).cuda_type
-                hoisted.append(f"const {ctype} {name} = {cuda_c.load(f'in{k}[{cv.base}]', v.dtype)};")
-                return name
+            if md == "scalar":  # loaded once per thread, before the loops (both paths share it)
+                expr = cuda_c.load(f"in{k}[{cv.base}]", v.dtype)
+                if expr not in hoisted:
+                    name = f"s{len(hoisted)}"
+                    hoisted[expr] = (name, f"const {cuda_c.compute_dtype(v.dtype).cuda_type} {name} = {expr};")
+                return hoisted[expr][0]
             if vector:
                 raw = f"vl{k}_{self.loads.index((v, m))}[u].v[j]"
             elif md == "identity":
@@ -238,7 +239,7 @@ class _MapSegment:
         cv, md = self.view[(v, m)], self.mode[(v, m)]
         return "i" if md == "identity" else str(cv.base) if md == "scalar" else views.offset_expr(cv)
 
-    def body(self, vector: bool, hoisted: list[str]) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
+    def body(self, vector: bool, hoisted: dict[str, tuple[str, str]]) -> tuple[list[str], ...]:
         """(statements per element j; on the vector path also: the U-slot load arrays, the loads of
         vector `v` into slot `u`, the store vectors, and their stores to vector `v` after the j loop)."""
         em = Emitter(self.lay, self.values, self._load(vector, hoisted), self._own_index)
@@ -286,15 +287,29 @@ class _MapSegment:
         return " && ".join(dict.fromkeys(conds)) or "true"
 
     def template_fields(self, inputs: list[Value], outputs: list[Value]) -> dict:
-        hoisted: list[str] = []
+        hoisted: dict[str, tuple[str, str]] = {}
         body = self.body(False, hoisted)[0]
         fields = dict(n=self.n, vec=self.vec(), body=body, what=f"{_what(self.ops)} over {list(self.lay.domain)}")
         if self.vec() > 1:
             vec_body, decls, loads, sdecls, post = self.body(True, hoisted)
             fields.update(vec_body=vec_body, vec_decls=decls, vec_loads=loads, vec_sdecls=sdecls, vec_stores=post,
                           aligned=self.aligned(inputs, outputs))
-        fields["hoisted"] = list(dict.fromkeys(hoisted))
+        fields["hoisted"] = [line for _, line in hoisted.values()]
         return fields
+
+
+def segment_blocks(wanted: list[int], cap: int) -> list[int]:
+    """Blocks of each segment of an elementwise kernel, from the blocks each wants for one pass over its
+    elements: all of them while the kernel's grid stays within `cap`, else a share of `cap` in
+    proportion (at least one block each; a segment's blocks loop over its elements grid-stride).
+    A horizontal kernel runs its segments side by side, each on its own range of blocks (the block ->
+    segment table is a chain of compares on blockIdx.x), so the small tensors of a multi-tensor
+    update overlap with the large ones instead of waiting for the whole grid to sweep each in turn."""
+    wanted = [max(1, w) for w in wanted]
+    if len(wanted) == 1:
+        return [min(wanted[0], cap)]
+    total = sum(wanted)
+    return wanted if total <= cap else [max(1, w * cap // total) for w in wanted]
 
 
 def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
@@ -308,9 +323,13 @@ def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
     outputs = list(group.outputs)
     parts = [_MapSegment(seg, lay, inputs, outputs) for seg, lay in zip(segs, lays)]
     fields = [p.template_fields(inputs, outputs) for p in parts]
-    work = max(-(-p.n // p.vec()) for p in parts)
-    block = block_for(work)
-    chunks = max(-(-p.n // (p.vec() * block * (config.unroll if p.vec() > 1 else 1))) for p in parts)
+    block = block_for(max(-(-p.n // p.vec()) for p in parts))
+    blocks = segment_blocks([-(-p.n // (p.vec() * block * (config.unroll if p.vec() > 1 else 1))) for p in parts],
+                            config.grid_cap)
+    start = 0
+    for f, b in zip(fields, blocks):
+        f.update(start=start, end=start + b)
+        start += b
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), *(p.n for p in parts))
     what = "; ".join(f["what"] for f in fields)
     source = render_template(
@@ -330,6 +349,6 @@ def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
     if len(parts) > 1:
         stem += f"_x{len(parts)}"
-    k = finish(stem, source, max(1, min(chunks, config.grid_cap)), block, len(inputs), n_outputs=len(outputs))
+    k = finish(stem, source, start, block, len(inputs), n_outputs=len(outputs))
     same = len(parts) == 1 and all(v.shape == lays[0].domain for v in outputs)
     return [k if same else dataclasses.replace(k, in_place_safe=False)]

@@ -40,8 +40,27 @@ _NAMES = {  # reductions (and a telling op) -> the composite a row kernel implem
 }
 
 
+FOLD_COLS, FOLD_PHASES = 32, 8  # fold kernel block: 32 columns x 8 runs over the partials
+_COLUMN_BLOCK = 512  # threads of a block that carries column partials (several rows of <= 128 threads)
+_COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when the block folds them
+
+
 def _threads(R: int) -> int:
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
+
+
+def _block(G: int, M: int, R: int, columns: tuple[Op, ...]) -> int:
+    """Threads per block. Warp rows: 8 per block (no barriers). A row kernel carrying column reductions
+    runs several wider rows per block (fewer, larger per-block partials, more threads per SM) when
+    every step of the row loop keeps all of a block's rows real (M divisible by the rows per block:
+    the rows' barriers stay uniform) and the rows' partials fit in shared memory; else one row."""
+    if G == 32:
+        return 256
+    S = _COLUMN_BLOCK // G
+    acc = max((accumulator(op).dtype.itemsize for op in columns), default=0)
+    if columns and S > 1 and M % S == 0 and S * R * acc <= _COLUMN_SMEM:
+        return _COLUMN_BLOCK
+    return G
 
 
 def _split(view: views.View, n_kept: int) -> tuple[views.View, views.View]:
@@ -138,7 +157,7 @@ class _RowSegment:
         if self.G == 32:
             out.append(f"{a} = __shfl_sync(0xffffffffu, {a}, 0);")
         else:
-            sm = f"reinterpret_cast<{acc.cuda_type}*>(flame_red)"
+            sm = f"reinterpret_cast<{acc.cuda_type}*>(row_red)"
             out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", "__syncthreads();", f"{a} = {sm}[0];",
                     f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {accu.combine(a, f'{sm}[w]')};",
                     "__syncthreads();"]
@@ -197,13 +216,14 @@ class _RowSegment:
 
 class _Columns:
     """Column reductions carried by a one-segment row kernel: thread t of row slot s accumulates
-    c{n}[j] for element r = lane + j*G of every row it visits; after the row loop each slot writes its
-    partials to scratch [P slots, R] (per column op), and the fold kernel sums the P partials of each
-    element in slot order — a fixed order, so results do not vary between runs."""
+    c{n}[j] for element r = lane + j*G of every row it visits; after the row loop the block folds its
+    slots' partials in slot order (shared memory) and writes one partial per block to scratch
+    [grid, R] (per column op); the fold kernel sums the grid's partials of each element in a fixed
+    order, so results do not vary between runs."""
 
     def __init__(self, seg: _RowSegment, outputs: list[Value], grid: int, block: int):
-        self.seg, self.P, self.R = seg, grid * (block // seg.G), seg.R
-        self.slots_per_block = block // seg.G
+        self.seg, self.P, self.R = seg, grid, seg.R
+        self.slots_per_block, self.block = block // seg.G, block
         self.offsets, off = [], 0
         for op in seg.columns:
             self.offsets.append(off)
@@ -217,16 +237,30 @@ class _Columns:
                [f"#pragma unroll\nfor (int j = 0; j < {self.seg.E}; ++j) {{ "
                 + " ".join(f"c{n}[j] = {a.identity};" for n, a in enumerate(accus)) + " }"]
 
-    def partial_writes(self) -> list[str]:
+    def _each(self, body: str) -> list[str]:
         G, E = self.seg.G, self.seg.E
-        lines = [f"const idx_t slot = (idx_t)blockIdx.x * {self.slots_per_block}u + threadIdx.x / {G}u;",
-                 "#pragma unroll", f"for (int j = 0; j < {E}; ++j) {{",
-                 f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {{"]
+        return ["#pragma unroll", f"for (int j = 0; j < {E}; ++j) {{",
+                f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {body}", "}"]
+
+    def partial_writes(self) -> list[str]:
+        S, R = self.slots_per_block, self.R
+        if S == 1:
+            return self._each("{ " + " ".join(
+                f"{_scratch(accumulator(op).dtype.cuda_type, off)}[(size_t)blockIdx.x * {R}u + r] = c{n}[j];"
+                for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets))) + " }")
+        size = S * R * max(accumulator(op).dtype.itemsize for op in self.seg.columns)
+        lines = [f"__shared__ __align__(8) unsigned char flame_cols[{size}];"]
         for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
-            t = accumulator(op).dtype.cuda_type
-            lines.append(f"    reinterpret_cast<{t}*>(reinterpret_cast<char*>(scratch) + {off})"
-                         f"[(size_t)slot * {self.R}u + r] = c{n}[j];")
-        return lines + ["  }", "}"]
+            accu = accumulator(op)
+            t = accu.dtype.cuda_type
+            lines += ["{", f"  {t}* sm = reinterpret_cast<{t}*>(flame_cols);", "  __syncthreads();"]
+            lines += ["  " + x for x in self._each(f"sm[(threadIdx.x / {self.seg.G}u) * {R}u + r] = c{n}[j];")]
+            lines += ["  __syncthreads();",
+                      f"  for (idx_t r = threadIdx.x; r < {R}u; r += {self.block}u) {{",
+                      f"    {t} a = sm[r];",
+                      f"    for (int s = 1; s < {S}; ++s) a = {accu.combine('a', f'sm[s * {R}u + r]')};",
+                      f"    {_scratch(t, off)}[(size_t)blockIdx.x * {R}u + r] = a;", "  }", "}"]
+        return lines
 
     def fold(self) -> list[dict]:
         out = []
@@ -235,6 +269,7 @@ class _Columns:
             total = cuda_c.convert(accu.total("a", f"{self.seg.M}u"), accu.dtype, op.out.dtype)
             out.append(dict(acc_t=accu.dtype.cuda_type, identity=accu.identity, offset=off,
                             combine=accu.combine("a", "p[(size_t)s * R + r]"),
+                            combine_phase=accu.combine("a", f"sm[h * {FOLD_COLS}u + threadIdx.x]"),
                             out=self.out_idx[n],
                             store=store(op.out, cuda_c.load(total, op.out.dtype))))
         return out
@@ -318,7 +353,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
     split = _split_schedule(segs, lays, columns, config, target)
     G = config.split_threads if split else _threads(R)
-    block = 256 if G == 32 else G
+    M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
+    block = _block(G, M, R, columns)
     parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split)
              for k, (seg, lay) in enumerate(zip(segs, lays))]
     fields, start = [], 0
@@ -327,7 +363,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         fields.append(dict(start=start, end=start + p.M * p.P, body=p.body(),
                            what=f"{p.M} rows x {p.R}{chunks} ({'registers' if p.cached else 'streamed'})"))
         start += p.M * p.P
-    grid = min(-(-start // (block // G)), config.column_grid if columns else _MAX_GRID)
+    cap = target.sm_count * max(1, config.column_threads // block) if columns else _MAX_GRID
+    grid = min(-(-start // (block // G)), cap)
     cols = _Columns(parts[0], outputs, grid, block) if columns else None
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), start)
     params = group_params(inputs, outputs, scratch=cols is not None or split is not None)
@@ -365,8 +402,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         what = f"fold of {cols.P} partials x {cols.R} per column reduction"
         fold = render_template("fused_rows_fold.cu.j2", header=group_header(group, inputs, what),
                                includes=cuda_c.includes(group_dtypes(group)), name=NAME_TOKEN, params=params,
-                               P=cols.P, R=cols.R, columns=cols.fold())
-        kernels.append(finish(f"{stem}_fold", fold, min(-(-cols.R // 256), _MAX_GRID), 256, len(inputs),
-                              n_outputs=len(outputs)))
+                               P=cols.P, R=cols.R, columns=cols.fold(), cols=FOLD_COLS, phases=FOLD_PHASES)
+        kernels.append(finish(f"{stem}_fold", fold, min(-(-cols.R // FOLD_COLS), _MAX_GRID),
+                              FOLD_COLS * FOLD_PHASES, len(inputs), n_outputs=len(outputs)))
         kernels = [replace(k, scratch=cols.scratch) for k in kernels]
     return kernels

@@ -13,7 +13,7 @@ from flame.ir.graph import Op
 
 
 def _render(op: Op, kind: str, n: int, what: str, scratch: int = 0, **fields) -> Kernel:
-    return render_op("indexed.cu.j2", op, kind, n, what, scratch, **fields)
+    return render_op("indexed.cu.j2", op, kind, n, what, scratch, **{"vec": None, **fields})
 
 
 def _split(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
@@ -77,8 +77,15 @@ def _atomic_add(target: str, at: str, value: str, dtype) -> str:
     return f"atomicAdd({target} + {at}, {value})"
 
 
+def _vec(src: str, src_dtype, dst: str, dst_dtype, value: str) -> dict:
+    """A copy phase of scatter_add moved 4 elements per access: value converts element `a.v[e]`."""
+    return dict(n=4, src=src, src_t=src_dtype.cuda_type, src_align=4 * src_dtype.itemsize, dst=dst,
+                dst_t=dst_dtype.cuda_type, dst_align=4 * dst_dtype.itemsize, value=value)
+
+
 def lower_scatter_add(op: Op) -> list[Kernel]:
-    """out = x; out[.., idx[i], ..] += src[i] (duplicates add up; order is not deterministic)."""
+    """out = x; out[.., idx[i], ..] += src[i] (duplicates add up; order is not deterministic). The copy
+    and rounding phases move 4 elements per access when their buffers are aligned."""
     out = op.out.type
     if out.numel == 0:
         return []
@@ -90,7 +97,10 @@ def lower_scatter_add(op: Op) -> list[Kernel]:
     copy = cuda_c.load("in0[i]", x.dtype) if low else "in0[i]"
     extent, inner = _split(idx.shape, axis)
     fields = dict(inner=inner, extent=extent, axis_size=out.shape[axis], target=target)
-    kernels = [_render(op, "scatter_copy", out.numel, "scatter_add 1/2: copy x", scratch, copy=copy, **fields)]
+    acc = f32 if low else out.dtype
+    vec = _vec("in0", x.dtype, target, acc, cuda_c.load("a.v[e]", x.dtype) if low else "a.v[e]")
+    kernels = [_render(op, "scatter_copy", out.numel, "scatter_add 1/2: copy x", scratch, copy=copy, vec=vec,
+                       **fields)]
     if src.numel:
         value = cuda_c.load("in2[i]", src.dtype)
         atomic = _atomic_add(target, "at", value, f32 if low else out.dtype)
@@ -101,9 +111,12 @@ def lower_scatter_add(op: Op) -> list[Kernel]:
         )
     if low:
         back = cuda_c.convert("reinterpret_cast<const float*>(scratch)[i]", f32, out.dtype)
+        vec = _vec("reinterpret_cast<const float*>(scratch)", f32, "out", out.dtype,
+                   cuda_c.convert("a.v[e]", f32, out.dtype))
         kernels.append(
             _render(
-                op, "scatter_convert", out.numel, "scatter_add: round the f32 sums once", scratch, copy=back, **fields
+                op, "scatter_convert", out.numel, "scatter_add: round the f32 sums once", scratch, copy=back,
+                vec=vec, **fields
             )
         )
     return kernels

@@ -33,17 +33,17 @@ class Config:
     first is used; grid_cap: its grid, in blocks. cache_invariant: row kernels keep inputs that are
     the same for every row (weights) in registers too; reg_budget: threads per row -> registers per
     thread for cached row elements (default 64); min_blocks: __launch_bounds__ minimum blocks per
-    multiprocessor (0: the compiler's choice); column_grid: row-kernel blocks when it carries column
-    partials (2 per SM of a 132-SM H100/H200). split_threads, split_elements: threads per chunk and
-    elements per thread of a row split across blocks (Target.splits_rows): chunks of 2048 elements
-    give an 8M-element loss 4096 blocks."""
+    multiprocessor (0: the compiler's choice); column_threads: threads per multiprocessor
+    (Target.sm_count) of a row kernel that carries column partials (its grid; one partial per
+    block). split_threads, split_elements: threads per chunk and elements per thread of a row split
+    across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
     cache_invariant: bool = True
     reg_budget: tuple[tuple[int, int], ...] = ((1024, 32),)
     min_blocks: int = 0
-    column_grid: int = 264
+    column_threads: int = 1024
     split_threads: int = 256
     split_elements: int = 8
 

@@ -20,7 +20,8 @@ from flame.compiler import compile_graph
 from flame.errors import FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, no_grad, user_location, user_stacklevel
-from flame.frontend.creation import as_tensor
+from flame.frontend.creation import as_tensor, zeros
+from flame.frontend.dynamic import NotDynamic, Template, changed_dims
 from flame.frontend.guards import (
     Namer,
     argument_changes,
@@ -79,6 +80,15 @@ class _Entry:
     namer: Namer
     record: debug.CompileRecord | None = None  # kept only while the debug CLI observes
     last_used: int = 0
+    template: _Dynamic | None = None  # set on an entry instantiated from a dynamic-size template
+
+    @property
+    def family(self) -> tuple:
+        return _family(self.key)
+
+    @property
+    def shapes(self) -> dict[int, tuple]:
+        return _shapes(self.key)
 
     @functools.cached_property
     def user_outputs_are_inputs(self) -> tuple[bool, ...]:
@@ -115,6 +125,44 @@ class _Entry:
         return ""
 
 
+def _family(key: tuple) -> tuple:
+    """A signature with each tensor's shape replaced by its rank: the calls one template can serve."""
+    return tuple(("T", len(k[1]), *k[2:]) if k[0] == "T" else k for k in key)
+
+
+def _shapes(key: tuple) -> dict[int, tuple]:
+    """{argument position: shape} of a signature's tensor arguments."""
+    return {i: k[1] for i, k in enumerate(key) if isinstance(k, tuple) and k[:1] == ("T",)}
+
+
+@dataclass(eq=False)
+class _Dynamic:
+    """A template (flame.frontend.dynamic) and the traced entry whose Python-side facts (output
+    structure, .grad targets, bindings, guards) every size instantiated from it shares."""
+
+    template: Template
+    base: _Entry
+    instances: int = 0
+
+    def size_of(self, key: tuple) -> int | None:
+        """The size s0 takes in a call with this signature, or None if the template does not cover it
+        (another dim changed, or the symbol's dims disagree)."""
+        if _family(key) != self.base.family:
+            return None
+        shapes, base = _shapes(key), self.base.shapes
+        sizes = {shapes[i][d] for i, d in self.template.dims}
+        if len(sizes) != 1:
+            return None
+        if any(shapes[i][d] != n for i, shape in base.items() for d, n in enumerate(shape)
+               if (i, d) not in self.template.dims):
+            return None
+        return sizes.pop()
+
+    def describe(self) -> str:
+        dims = ", ".join(f"argument {i} dim {d}" for i, d in self.template.dims)
+        return f"{dims} ({self.template.symbol} = {', '.join(map(str, self.template.sizes))}, ...)"
+
+
 @dataclass(frozen=True)
 class CompileStats:
     """What a compiled function has done so far (`Compiled.stats()`)."""
@@ -126,11 +174,16 @@ class CompileStats:
     cache_limit: int
     compile_seconds: float  # tracing + passes + planning + executor compile, over every trace
     recompile_reasons: tuple[str, ...]  # why each trace after the first was made
+    instantiations: int = 0  # calls at a new size of a dynamic dim: the template compiled, no trace
+    instantiate_seconds: float = 0.0  # instantiating + passes + planning + executor compile for those
+    dynamic: tuple[str, ...] = ()  # the dynamic dims, per template ("argument 0 dim 0 (s0 = 64, 32, ...)")
 
     def __str__(self) -> str:
-        lines = [f"{self.traces} trace(s), {self.cache_hits} cache hit(s) in {self.calls} call(s); "
-                 f"{self.variants} of at most {self.cache_limit} cached; {self.compile_seconds * 1e3:.1f} ms "
-                 f"tracing and compiling"]
+        lines = [f"{self.traces} trace(s), {self.instantiations} size instantiation(s), {self.cache_hits} "
+                 f"cache hit(s) in {self.calls} call(s); {self.variants} traced variant(s) of at most "
+                 f"{self.cache_limit} cached; {self.compile_seconds * 1e3:.1f} ms tracing and compiling, "
+                 f"{self.instantiate_seconds * 1e3:.1f} ms instantiating sizes"]
+        lines += [f"  dynamic: {d}" for d in self.dynamic]
         lines += [f"  re-trace {i + 2}: {why}" for i, why in enumerate(self.recompile_reasons)]
         return "\n".join(lines)
 
@@ -148,11 +201,23 @@ class Compiled:
     first was set, plain Python globals and closure variables the function names. Every trace after
     the first emits a flame.RecompileWarning naming the cause; `stats()` counts traces, cache hits and
     compile time. At most `cache_limit` traces are kept (default 8, or $FLAME_CACHE_LIMIT); past it
-    the least recently used one is dropped, and the warning says so. memory_budget: see flame.compile."""
+    the least recently used one is dropped, and the warning says so. memory_budget: see flame.compile.
+
+    Dynamic sizes (`dynamic`, see flame.compile): once a tensor argument's dim has been traced at two
+    sizes, the two traces make one template with that dim as a symbol (flame.frontend.dynamic), and
+    each later size is an instantiation of it (passes, plan and executor compile for that size;
+    the Python body does not run). Each size keeps its own plan (and CUDA graph) in the cache;
+    instantiations do not count against cache_limit, at most DYNAMIC_SIZES of them per template are
+    kept (least recently used dropped; a dropped size is instantiated again when it comes back)."""
+
+    DYNAMIC_SIZES = 64
 
     def __init__(self, fn: Callable, name: str | None = None, memory_budget: float | None = None,
-                 cache_limit: int | None = None, warn: bool = True):
+                 cache_limit: int | None = None, warn: bool = True, dynamic: bool | None = None):
+        if dynamic not in (None, True, False):
+            raise ValueError(f"flame.compile: dynamic must be None, True or False, got {dynamic!r}")
         self.fn = fn
+        self.dynamic = dynamic
         self.memory_budget = memory_budget
         self.warn = warn  # False for flame's own uses that the user did not ask to compile (eager flame.grad)
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
@@ -165,6 +230,10 @@ class Compiled:
         self._compile_seconds = 0.0
         self._reasons: list[str] = []
         self._last: _Entry | None = None
+        self._templates: list[_Dynamic] = []
+        self._static: dict[tuple, str] = {}  # (family, dims) -> why those dims cannot be dynamic
+        self._instantiations = 0
+        self._instantiate_seconds = 0.0
         functools.update_wrapper(self, fn)
 
     def _args(self, args: tuple) -> list:
@@ -210,9 +279,13 @@ class Compiled:
     def stats(self) -> CompileStats:
         """Traces, cache hits, variants cached and the time spent tracing and compiling so far."""
         return CompileStats(self._calls, self._traces, self._hits, len(self._entries()),
-                            self.cache_limit, self._compile_seconds, tuple(self._reasons))
+                            self.cache_limit, self._compile_seconds, tuple(self._reasons),
+                            self._instantiations, self._instantiate_seconds,
+                            tuple(d.describe() for d in self._templates))
 
-    def _build(self, args: list) -> _Entry:
+    def _build(self, args: list, compile: bool = True) -> _Entry:
+        """Trace the body for these arguments and compile the graph (compile=False: a probe trace,
+        whose entry has no plan and is never run)."""
         python_values = python_value_guards(self.fn)  # as the body starts to run
         tr, result = self._trace(args)
         leaves: list[Tensor] = []
@@ -225,18 +298,81 @@ class Compiled:
             g.outputs.append(v)
         grads = _grad_outputs(tr, g)
         verify(g)
+        namer = Namer(self.fn)
+        entry = _Entry(g, None, tr, None, skel, n_user, grads, g, self._key(args),
+                       describe_arguments(self.fn, args), trace_guards(self.fn, tr, namer, python_values), namer)
+        return self._compile(entry) if compile else entry
+
+    def _compile(self, entry: _Entry) -> _Entry:
+        """entry with its traced graph run through compile_graph (passes, plan, executor)."""
         try:
-            c = compile_graph(g, report=True, own_run=True, memory_budget=self.memory_budget)
+            c = compile_graph(entry.traced, report=True, own_run=True, memory_budget=self.memory_budget)
         except MemoryBudgetError as e:
             raise MemoryBudgetError(f"{e}\n  at {user_location()}") from None
-        namer = Namer(self.fn)
-        return _Entry(c.graph, c.plan, tr, c.run, skel, n_user, grads, g, self._key(args),
-                      describe_arguments(self.fn, args), trace_guards(self.fn, tr, namer, python_values),
-                      namer, c.record)
+        entry.graph, entry.plan, entry.run, entry.record = c.graph, c.plan, c.run, c.record
+        return entry
 
     def _entries(self) -> list[_Entry]:
-        """Every cached trace, the most recently used first."""
-        return sorted((e for es in self._cache.values() for e in es), key=lambda e: -e.last_used)
+        """Every cached trace (sizes instantiated from a template left out), the most recently used first."""
+        return sorted((e for es in self._cache.values() for e in es if e.template is None),
+                      key=lambda e: -e.last_used)
+
+    def _instantiate(self, args: list, key: tuple) -> tuple[_Entry | None, str]:
+        """(the entry for a new size of a dynamic dim, made from its template without tracing, '') or
+        (None, why the template cannot take this size: '' if no template covers these arguments)."""
+        for dyn in self._templates:
+            s = dyn.size_of(key)
+            if s is None or dyn.base.valid():
+                continue
+            t0 = time.perf_counter()
+            try:
+                g = dyn.template.instantiate(s)
+            except NotDynamic as e:
+                return None, f"{dyn.describe()} cannot take size {s}: {e}; tracing this size"
+            b = dyn.base
+            entry = self._compile(_Entry(g, None, b.trace, None, b.out_skeleton, b.n_user, b.grads, g, key,
+                                         describe_arguments(self.fn, args), b.guards, b.namer, template=dyn))
+            self._instantiate_seconds += time.perf_counter() - t0
+            self._instantiations += 1
+            dyn.instances += 1
+            mine = [e for es in self._cache.values() for e in es if e.template is dyn]
+            if len(mine) >= self.DYNAMIC_SIZES:
+                old = min(mine, key=lambda e: e.last_used)
+                self._drop(old)
+            return entry, ""
+        return None, ""
+
+    def _make_dynamic(self, old: _Entry, new: _Entry) -> str:
+        """Try to make the dims in which `new` differs from `old` (same family, both traced) dynamic.
+        Returns the RecompileWarning's reason: the dims becoming dynamic, or why they cannot."""
+        dims = changed_dims(old.shapes, new.shapes)
+        shown = ", ".join(f"argument {i} dim {d}" for i, d in sorted(dims))
+        sizes = ", ".join(f"{a}, {b}" for a, b in sorted(set(dims.values()), reverse=True))
+        try:
+            template = Template(old.traced, new.traced, dims)
+        except NotDynamic as e:  # tried again at the next size (a boundary size may trace differently)
+            if (old.family, tuple(sorted(dims))) in self._static:
+                return ""  # said once: later sizes re-trace with the plain reason
+            self._static[(old.family, tuple(sorted(dims)))] = str(e)
+            return f"{shown} changed (sizes {sizes}) but cannot be dynamic: {e}; specialising per size"
+        self._templates.insert(0, _Dynamic(template, new))
+        return f"{shown} {'is' if len(dims) == 1 else 'are'} now dynamic (sizes {sizes})"
+
+    def _probe(self, entry: _Entry, args: list) -> None:
+        """dynamic=True, first trace of a signature: trace again with the batch dim (dim 0 of every
+        tensor argument of the first one's dim 0) one larger, so that dim is dynamic from now on."""
+        shapes = entry.shapes
+        if not shapes or not shapes[min(shapes)]:
+            return
+        batch = shapes[min(shapes)][0]
+        probe = [zeros((a.shape[0] + 1, *a.shape[1:]), dtype=a.dtype).requires_grad_(a.requires_grad)
+                 if isinstance(a, Tensor) and a.shape and a.shape[0] == batch else a for a in args]
+        self._traces += 1
+        why = self._make_dynamic(entry, self._build(probe, compile=False))
+        if "cannot" in why:
+            self._warn(f"dynamic=True: {why}")
+        else:  # the template's base is the entry that runs (the probe only lent its numbers)
+            self._templates[0].base = entry
 
     def _lookup(self, args: list) -> _Entry:
         """The cached trace valid for these arguments, tracing (and warning why) when none is."""
@@ -253,30 +389,49 @@ class Compiled:
                 self._last = entry
                 return entry
             why = why or failed
+        if not why and self.dynamic is not False:
+            entry, why = self._instantiate(args, key)
+            if entry is not None:
+                return self._remember(entry, key)
+        # a sibling: the last traced entry of these arguments' family at other sizes (it may become a template)
+        sibling = None
+        if not why and self.dynamic is not False:
+            sibling = next((e for e in self._entries() if e.family == _family(key) and e.key != key
+                            and not e.valid()), None)
+        t0 = time.perf_counter()
+        entry = self._build(args)
+        self._compile_seconds += time.perf_counter() - t0
+        self._traces += 1
+        dynamic = self._make_dynamic(sibling, entry) if sibling is not None else ""
         if self._last is not None:
             if not why:  # a new signature: what differs from the last call, and what else changed
                 changes = [argument_changes(self._last.arguments, describe_arguments(self.fn, args)),
                            "" if self._last.key == key else self._last.valid()]
                 why = "; ".join(c for c in changes if c)
-            self._warn(why or "the cached trace was dropped")
-        t0 = time.perf_counter()
-        entry = self._build(args)
-        self._compile_seconds += time.perf_counter() - t0
-        self._traces += 1
+            self._warn("; ".join(c for c in (why, dynamic) if c) or "the cached trace was dropped")
+        if self.dynamic is True and sibling is None and not any(e.family == _family(key) for e in self._entries()):
+            t0 = time.perf_counter()
+            self._probe(entry, args)
+            self._compile_seconds += time.perf_counter() - t0
+        return self._remember(entry, key)
+
+    def _remember(self, entry: _Entry, key: tuple) -> _Entry:
         entry.last_used = self._calls
         self._cache.setdefault(key, []).insert(0, entry)
         self._last = entry
         return entry
+
+    def _drop(self, entry: _Entry) -> None:
+        self._cache[entry.key].remove(entry)
+        if not self._cache[entry.key]:
+            del self._cache[entry.key]
 
     def _warn(self, why: str) -> None:
         self._reasons.append(why)
         msg = f"flame.compile: re-tracing {self.name}: {why}"
         cached = self._entries()
         if len(cached) >= self.cache_limit:
-            old = cached[-1]
-            self._cache[old.key].remove(old)
-            if not self._cache[old.key]:
-                del self._cache[old.key]
+            self._drop(cached[-1])
             msg += (f" (cache_limit={self.cache_limit} traces reached: the least recently used trace is "
                     f"dropped; raise it with flame.compile(fn, cache_limit=N) or FLAME_CACHE_LIMIT, or keep "
                     f"what changes between calls fixed)")
@@ -349,10 +504,18 @@ def _input_tensor(binding, args: list) -> Tensor:
 
 
 def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A001
-            memory_budget: float | None = None, cache_limit: int | None = None):
+            memory_budget: float | None = None, cache_limit: int | None = None, dynamic: bool | None = None):
     """Decorator: `@flame.compile`, `@flame.compile(name="train_step", cache_limit=16)` or
     `flame.compile(fn, ...)`. The function is traced once per input signature and replayed; see
     Compiled for what re-traces (each time with a flame.RecompileWarning) and for `cache_limit`.
+
+    dynamic: None (default): a tensor argument's dim seen at a second size becomes dynamic (the
+    warning says "argument 0 dim 0 is now dynamic (sizes 64, 32)"): later sizes instantiate the
+    traced graph for the size instead of running the function again. True: also the batch dim (dim 0
+    of the tensor arguments whose dim 0 is the first one's) is dynamic from the first call, which
+    traces the body a second time at batch+1 to learn it (no warning). False: every size is traced
+    and compiled on its own (specialised). A dim that cannot be dynamic (the body branches on it,
+    or a number derived from it is not affine in it) is specialised with a warning saying why.
 
     memory_budget: the planned peak device memory a call may take, in bytes (an int, or a float
     above 1) or as a fraction in (0, 1] of the peak planned without a budget. The backward then
@@ -361,5 +524,5 @@ def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A00
     it; passes/remat.py). `memory_report(*args)` shows what is kept and recomputed and both peaks; a
     budget no recomputation meets raises flame.MemoryBudgetError naming the smallest reachable peak."""
     if fn is None:
-        return lambda f: Compiled(f, name, memory_budget=memory_budget, cache_limit=cache_limit)
-    return Compiled(fn, name, memory_budget=memory_budget, cache_limit=cache_limit)
+        return lambda f: Compiled(f, name, memory_budget=memory_budget, cache_limit=cache_limit, dynamic=dynamic)
+    return Compiled(fn, name, memory_budget=memory_budget, cache_limit=cache_limit, dynamic=dynamic)

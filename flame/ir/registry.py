@@ -75,7 +75,11 @@ class OpDef:
 
     infer(types, **attrs) -> TensorType raises ShapeError / DTypeError with a readable message.
     ref(*arrays, **attrs) -> np.ndarray is the NumPy reference (the oracle and the CPU executor).
-    vjp(b, g, *inputs, out, **attrs) -> one gradient Value (or None) per input, built with Builder b.
+    vjp(b, g, *inputs, out, *residuals, **attrs) -> one gradient Value (or None) per input, built
+        with Builder b.
+    residuals(b, *inputs, out, **attrs) -> the Values the vjp also reads that the forward computes best
+        (attention's log-sum-exp): autodiff emits them right after the op, as forward ops, and hands
+        them to the vjp after `out`. None for most ops.
     nondiff: why the op has no gradient (integer outputs, piecewise-constant ops...), or "".
     compute_f32: the reference upcasts f16/bf16 inputs to f32, as the CUDA kernels do.
     Traits every layer reads (instead of lists of op names):
@@ -101,6 +105,7 @@ class OpDef:
     attrs: dict[str, Attr] = field(default_factory=dict)
     vjp: Callable[..., tuple] | None = None
     nondiff: str = ""
+    residuals: Callable[..., tuple] | None = None
     compute_f32: bool = False
     doc: str = ""
     view: View | None = None

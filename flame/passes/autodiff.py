@@ -58,6 +58,29 @@ def _drop_unused_since(g: Graph, start: int, keep: list[Value]) -> None:
     g.ops[start:] = kept[::-1]
 
 
+def _emit_residuals(g: Graph, out: Value, end: int, needed: set[Value]) -> dict:
+    """The residuals (OpDef.residuals) of each op up to g.ops[end] that `out` depends on and that
+    reads a value gradients flow through, emitted right after that op with the op's own loc: they are
+    forward work (the memory report counts them as saved for backward, a checkpoint region recomputes
+    them with the op), and the op's library call can compute them alongside its result (the fusion
+    pass joins attention's stats to its forward). Returns op -> its residual Values."""
+    saved, ops, live = {}, g.ops[: end + 1], {out}
+    for op in reversed(ops):
+        if op.out in live:
+            live.update(op.inputs)
+    for op in ops:
+        make = REGISTRY[op.name].residuals
+        if make is None or op.out not in live or not any(v in needed for v in op.inputs):
+            continue
+        start = len(g.ops)
+        saved[op] = tuple(make(Builder(g, op.loc), *op.inputs, op.out, **op.attrs))
+        new = g.ops[start:]
+        del g.ops[start:]
+        at = g.ops.index(op) + 1
+        g.ops[at:at] = new
+    return saved
+
+
 def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None) -> list[Value | None]:
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
@@ -72,9 +95,11 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
                              f"values have gradients")
     # hand-written attention becomes one op first, so its backward is the fused attention backward
     rewrite_attention_in_place(g, keep=[out, *wrt])
+    needed = _depends_on(g, wrt)
+    end = next((i for i, op in enumerate(g.ops) if op.out is out), -1)
+    saved = _emit_residuals(g, out, end, needed)
     b = Builder(g, BackwardLoc(""))
     forward = list(g.ops)
-    needed = _depends_on(g, wrt)
     ct: dict[Value, Value] = {out: seed if seed is not None else b.const(1.0, out.dtype, out.shape)}
     end = next((i for i, op in enumerate(forward) if op.out is out), -1)
     for op in reversed(forward[: end + 1]):
@@ -84,8 +109,9 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
             continue
         b.loc = BackwardLoc(op.loc or "")
         start = len(g.ops)
+        got = opdef.vjp(b, gout, *op.inputs, op.out, *saved.get(op, ()), **op.attrs)
         grads = [gx if gx is not None and x in needed and x.dtype.is_float else None
-                 for x, gx in zip(op.inputs, opdef.vjp(b, gout, *op.inputs, op.out, **op.attrs))]
+                 for x, gx in zip(op.inputs, got)]
         _drop_unused_since(g, start, [gx for gx in grads if gx is not None])
         for x, gx in zip(op.inputs, grads):
             if gx is None:

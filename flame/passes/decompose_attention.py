@@ -9,11 +9,14 @@ NumPy reference computes (flame/ir/ops/attention.py):
     s = s + mask | where(keep, s, -inf)        additive or bool mask; is_causal: keep = tril(ones(L, S))
     p = exp(s - max s) / sum                   a row with no key taking part gives 0, as the reference
     out = p @ v
+    stats = max s + log(sum)                   the statistics op: -inf for a row with no key
 
 f16/bf16 matmuls stay in the input dtype (cuBLAS accumulates in f32); the scores, the softmax and the
 backward's dS are computed in f32 between casts. Grouped-query attention repeats each key/value head
 over its group of query heads (reshape, broadcast_to, reshape); the backward sums the group back.
-The backward recomputes p and packs dq, dk, dv flat, as the op does:
+The statistics op reuses the row max and sums of the decomposed forward of the same attention (it
+comes right after it) instead of computing the scores again. The backward recomputes p from the
+scores and the statistics, p = exp(s - stats), and packs dq, dk, dv flat, as the op does:
 
     dV = p^T @ dO    dP = dO @ V^T    dS = p * (dP - rowsum(dO * O)) * scale    dQ = dS @ K    dK = dS^T @ Q
 
@@ -23,18 +26,17 @@ reason is logged at info level once per process."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, boolean, f32, f64
 from flame.ir.graph import Graph, Op, Value
-from flame.ir.ops.attention import mask_of
+from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, mask_of
 from flame.passes._rewrite import DECOMPOSE_ALL, Supported, decompose  # noqa: F401  (DECOMPOSE_ALL: re-exported)
 
-FORWARD, BACKWARD = "scaled_dot_product_attention", "scaled_dot_product_attention_backward"
-ATTENTION_OPS = (FORWARD, BACKWARD)
+ATTENTION_OPS = (FORWARD, STATS, BACKWARD)
 
 
 
@@ -86,9 +88,8 @@ def _keys_for(b: Builder, op: Op) -> tuple[Value, Value]:
     return _repeat_heads(b, k, q.shape[-3]), _repeat_heads(b, v, q.shape[-3])
 
 
-def _probabilities(b: Builder, q: Value, k: Value, mask: Value | None, attrs: dict) -> Value:
-    """softmax(q k^T * scale + mask) in the compute dtype, as the reference: rows whose keys are all
-    masked out are 0."""
+def _scores(b: Builder, q: Value, k: Value, mask: Value | None, attrs: dict) -> Value:
+    """q k^T * scale + mask in the compute dtype, -inf where a key takes no part."""
     acc = _compute_dtype(q.dtype)
     s = b.mul(_cast(b, b.matmul(q, b.transpose_last(k)), acc), attrs["scale"])
     keep = None
@@ -100,28 +101,55 @@ def _probabilities(b: Builder, q: Value, k: Value, mask: Value | None, attrs: di
         s = b.add(s, _cast(b, mask, acc))
     if keep is not None:
         s = b.where(keep, s, float("-inf"))
-    # a row with every key masked has max -inf; shifting by the lowest finite number instead keeps
-    # exp at 0 there (not NaN from -inf - -inf) and changes nothing elsewhere
-    shift = b.maximum(b.reduce_max(s, axes=[-1], keepdim=True), float(np.finfo(acc.np_dtype).min))
+    return s
+
+
+def _shift(b: Builder, m: Value) -> Value:
+    """A row's max (or log-sum-exp) as the shift of its exponentials: a row with every key masked has
+    -inf there; the lowest finite number instead keeps exp at 0 (not NaN from -inf - -inf) and changes
+    nothing elsewhere."""
+    return b.maximum(m, float(np.finfo(m.dtype.np_dtype).min))
+
+
+def _softmax_rows(b: Builder, op: Op, k: Value) -> tuple[Value, Value, Value]:
+    """exp(s - shift), the row shift (keepdim) and the row sums of the scores of attention op `op`
+    (k: its keys as every query head reads them)."""
+    s = _scores(b, op.inputs[0], k, mask_of(op), op.attrs)
+    shift = _shift(b, b.reduce_max(s, axes=[-1], keepdim=True))
     e = b.exp(b.sub(s, shift))
-    total = b.reduce_sum(e, axes=[-1], keepdim=True)
-    # such a row sums to 0 and all its e are 0: dividing by 1 there gives the reference's 0
-    return b.div(e, b.where(b.gt(total, 0.0), total, 1.0))
+    return e, shift, b.reduce_sum(e, axes=[-1], keepdim=True)
 
 
-def _forward(b: Builder, op: Op) -> Value:
-    q = op.inputs[0]
+def _forward(rows: dict, b: Builder, op: Op) -> Value:
+    """softmax(scores) @ v; a row whose keys are all masked out sums to 0 and gives the reference's 0.
+    Keeps the row shift and sums in `rows` for the statistics op of the same attention."""
     k, v = _keys_for(b, op)
-    p = _probabilities(b, q, k, mask_of(op), op.attrs)
-    return b.matmul(_cast(b, p, q.dtype), v)
+    e, shift, total = _softmax_rows(b, op, k)
+    rows[_key(op)] = shift, total
+    p = b.div(e, b.where(b.gt(total, 0.0), total, 1.0))
+    return b.matmul(_cast(b, p, op.inputs[0].dtype), v)
+
+
+def _stats(rows: dict, b: Builder, op: Op) -> Value:
+    """shift + log(sum exp(s - shift)) per row (-inf for a row with no key), from the rows of the
+    decomposed forward of the same attention when there is one (the scores are not computed twice)."""
+    shift, total = rows.get(_key(op)) or _softmax_rows(b, op, _keys_for(b, op)[0])[1:]
+    lse = b.add(shift, b.log(total))
+    return b.reshape(lse, shape=lse.shape[:-1])
+
+
+def _key(op: Op) -> tuple:
+    return op.inputs, tuple(sorted(op.attrs.items()))
 
 
 def _backward(b: Builder, op: Op) -> Value:
-    """dq, dk, dv packed flat, with D = rowsum(dO * O) as the reference (and cuDNN) use."""
-    q, k0, v0, out, gout = op.inputs[:5]
+    """dq, dk, dv packed flat, with p = exp(s - stats) and D = rowsum(dO * O) as the reference (and
+    cuDNN) use."""
+    q, k0, v0, out, gout, stats = op.inputs[:6]
     acc = _compute_dtype(q.dtype)
     k, v = _keys_for(b, op)
-    p = _probabilities(b, q, k, mask_of(op), op.attrs)
+    s = _scores(b, q, k, mask_of(op), op.attrs)
+    p = b.exp(b.sub(s, _shift(b, b.reshape(stats, shape=(*stats.shape, 1)))))
     dv = b.matmul(b.transpose_last(_cast(b, p, q.dtype)), gout)
     dp = _cast(b, b.matmul(gout, b.transpose_last(v)), acc)
     d = b.reduce_sum(b.mul(_cast(b, gout, acc), _cast(b, out, acc)), axes=[-1], keepdim=True)
@@ -135,11 +163,6 @@ def _backward(b: Builder, op: Op) -> Value:
     return b.concat(*flat, axis=0)
 
 
-_DECOMPOSITIONS: dict[str, Callable[[Builder, Op], Value]] = {FORWARD: _forward, BACKWARD: _backward}
-
-
-
-
 def decompose_attention(g: Graph, supported: Supported | None = None) -> Graph:
     """Replace each attention op (forward and backward) that `supported(op)` gives a non-empty reason
     for by the primitive ops computing the same (None: every attention op, reason DECOMPOSE_ALL).
@@ -147,5 +170,7 @@ def decompose_attention(g: Graph, supported: Supported | None = None) -> Graph:
     Before: a verified graph. After: the same function; the attention ops the backend cannot run are
     gone, and the ops replacing one carry its loc with note(reason) appended. g is not modified (it
     is returned as it is when no op needs decomposing)."""
-    return decompose(g, _DECOMPOSITIONS, supported, "decompose_attention",
+    rows: dict = {}  # a decomposed forward's row shift and sums, which its statistics op reuses
+    rules = {FORWARD: partial(_forward, rows), STATS: partial(_stats, rows), BACKWARD: _backward}
+    return decompose(g, rules, supported, "decompose_attention",
                      "attention runs as the unfused graph (matmul, softmax, matmul)")

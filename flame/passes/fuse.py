@@ -20,12 +20,19 @@ Rules, in the order they apply:
   kernel is absorbed into it;
 - horizontal: independent kernels doing the same work (same op sequence, views aside) become one
   launch with one segment each (e.g. the AdamW update of every parameter), at most MAX_SEGMENTS;
-- matmul: stays a library call; a bias add over the last dim and a relu that only it feeds are
-  marked as its epilogue when the target's library runs that epilogue (Target.matmul_epilogues; the
-  plan builder still falls back to a kernel when the runtime it builds for cannot);
+- matmul: stays a library call; a bias add over the last dim and a relu or tanh-GELU that only it
+  feeds are marked as its epilogue when the target's library runs that epilogue
+  (Target.matmul_epilogues; the plan builder still falls back to a kernel when the runtime it builds
+  for cannot); a GELU whose pre-activation the backward reads writes it as the call's aux result;
+  a column sum over k of an operand (a bias gradient) that no rows kernel carries joins the call
+  as its BGRAD epilogue;
+- attention: stays a library call; an attention forward and its softmax statistics (the op autodiff
+  saves for the backward, same inputs and attributes) are one call that writes both;
 - `full` constants and views of graph inputs are cloned into every kernel that reads them;
 - phases: an op the remat pass recomputes in the backward never shares a kernel with a forward op
-  (the kernel would run in the forward and keep the value alive again).
+  (the kernel would run in the forward and keep the value alive again);
+- siblings: a kernel holding recomputed ops joins a backward kernel reading a value it reads over the
+  same domain (the GELU output recomputed in the GELU backward's kernel);
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
@@ -42,6 +49,7 @@ import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
@@ -171,18 +179,30 @@ def _classify(op: Op) -> Kind:
     return Kind.OPAQUE
 
 
+# (epilogue so far, activation) -> the epilogue with the activation; GELU only in its tanh form
+_ACTIVATIONS = {("none", "relu"): "relu", ("bias", "relu"): "bias_relu", ("none", "gelu"): "gelu",
+                ("bias", "gelu"): "bias_gelu"}
+AUX_ALIGN = 8  # cuBLASLt's GELU aux (the pre-activation) has a leading dimension that is a multiple of 8
+
+
 def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
     """The epilogue `op` adds to matmul group grp, or None: add of a bias [n] (size-1 dims aside)
-    broadcast over the rows, then relu; the intermediate has no other user and is not returned."""
+    broadcast over the rows, then relu or tanh-GELU. The intermediate has no other user and is not
+    returned, except before a GELU: then it is written as the call's second result (the aux)."""
     last = grp.ops[-1].out
-    if _mixes_phases([*grp.ops, op]):
+    if _mixes_phases([*grp.ops, op]) or last.dtype.name not in ("f32", "f16", "bf16"):
         return None
-    if st.users[last] != [op] or last in st.outs or last.dtype.name not in ("f32", "f16", "bf16"):
-        return None
-    if op.name == "relu" and grp.epilogue in ("none", "bias"):
-        epi = "relu" if grp.epilogue == "none" else "bias_relu"
+    private = st.users[last] == [op] and last not in st.outs
+    if op.name in ("relu", "gelu"):
+        epi = _ACTIVATIONS.get((grp.epilogue, op.name))
+        if epi is None or (op.name == "gelu" and op.attrs["approximate"] != "tanh"):
+            return None
+        if not private:  # the pre-activation is read later (the backward): GELU can write it as aux
+            if op.name != "gelu" or last.shape[-1] % AUX_ALIGN:
+                return None
+            epi += "_aux"
         return epi if epi in st.target.matmul_epilogues else None
-    if op.name != "add" or grp.epilogue != "none" or op.out.type != last.type:
+    if not private or op.name != "add" or grp.epilogue != "none" or op.out.type != last.type:
         return None
     if "bias" not in st.target.matmul_epilogues:
         return None
@@ -191,6 +211,52 @@ def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
     squeezed = [s for s in bias.shape if s != 1]
     ok = bias is not last and bias.shape[-1:] == (n,) and squeezed == [n] and bias.dtype == last.dtype
     return "bias" if ok else None
+
+
+def bias_grad_operand(mm: Op, red: Op) -> str | None:
+    """"a" / "b" when reduction `red` sums matmul mm's operand a [m, k] over k (axis 1) / b [k, n]
+    over k (axis 0): what cuBLASLt's BGRAD epilogues compute beside the product (a Linear's bias
+    gradient beside its weight gradient). 2-D operands only (a batched call would sum per batch)."""
+    if red.name != "reduce_sum" or mm.out.type.rank != 2 or any(v.type.rank != 2 for v in mm.inputs):
+        return None
+    v, axes = red.inputs[0], list(red.attrs["axes"])
+    if mm.inputs[0].shape[1] < 2 or v.dtype != mm.out.dtype or v.dtype.name not in ("f32", "f16", "bf16"):
+        return None  # cuBLASLt writes the gradient in the result's type; K = 1 is refused by older ones
+    a, b = mm.inputs  # an operand stored transposed (permute [1, 0], read as ta/tb) sums over its other axis
+    if (v is b and axes == [0]) or (v is _transposed_from(b) and axes == [1]):
+        return "b"
+    if (v is a and axes == [1]) or (v is _transposed_from(a) and axes == [0]):
+        return "a"
+    return None
+
+
+def _transposed_from(x: Value) -> Value | None:
+    """u when x = permute(u, [1, 0]) (the weight-gradient GEMM dy^T @ x reads dy so), else None."""
+    p = x.producer
+    return p.inputs[0] if p is not None and p.name == "permute" and list(p.attrs["perm"]) == [1, 0] else None
+
+
+def _absorb_bias_grads(st: _State) -> None:
+    """A column sum over k of a matmul operand (a bias gradient; left over by _absorb_columns) joins
+    the matmul's call as its BGRAD epilogue: the GEMM reads the operand anyway."""
+    for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
+        (red,) = rg.ops
+        v = red.inputs[0]
+        readers = st.users[v] + [u for t in st.users[v] if _transposed_from(t.out) is v for u in st.users[t.out]]
+        for mg in [st.group_of[u] for u in readers if u in st.group_of]:
+            if mg.kind != Kind.MATMUL or mg.epilogue != "none" or len(mg.ops) != 1:
+                continue
+            side = bias_grad_operand(mg.ops[0], red)
+            epi = f"bgrad_{side}"
+            if side is None or epi not in st.target.matmul_epilogues or _mixes_phases(mg.ops + rg.ops):
+                continue
+            if st.reaches(rg, mg) or st.reaches(mg, rg):
+                continue
+            mg.ops.append(red)
+            mg.epilogue = epi
+            st.group_of[red] = mg
+            st.groups.remove(rg)
+            break
 
 
 def _place(st: _State, op: Op) -> None:
@@ -223,7 +289,31 @@ def _place(st: _State, op: Op) -> None:
         return
     for c in _constants(st, op):
         st.new([c], Kind.ELEMENTWISE, domain=c.out.shape)
+    if kind == Kind.ATTENTION and _join_attention(st, op):
+        return
     st.new([op], kind)
+
+
+def _same_value(a: Value, b: Value) -> bool:
+    """a is b, or both are clones of one free op (`_clone_constants` gives each reader its own)."""
+    pa, pb = a.producer, b.producer
+    return a is b or (_free(pa) and _free(pb) and (pa.name, pa.attrs, pa.inputs) == (pb.name, pb.attrs, pb.inputs))
+
+
+def _join_attention(st: _State, op: Op) -> bool:
+    """Join an attention forward and its softmax statistics (the same inputs and attributes, in one
+    phase) into one group: one library call writes both (ir/ops/attention.py)."""
+    for grp in reversed(st.groups):
+        if grp.kind != Kind.ATTENTION or len(grp.ops) != 1 or _mixes_phases([grp.ops[0], op]):
+            continue
+        other = grp.ops[0]
+        fwd, stats = (other, op) if other.name == FORWARD else (op, other)
+        if ({fwd.name, stats.name} == {FORWARD, STATS} and fwd.attrs == stats.attrs
+                and len(fwd.inputs) == len(stats.inputs) and all(map(_same_value, fwd.inputs, stats.inputs))):
+            grp.ops = st.sorted_ops([other, op])
+            st.group_of[op] = grp
+            return True
+    return False
 
 
 def _mixes_phases(ops) -> bool:
@@ -541,6 +631,27 @@ def _absorb_columns(st: _State) -> None:
             break
 
 
+def _absorb_recomputations(st: _State) -> None:
+    """siblings: a backward kernel holding recomputed ops (remat) joins another backward kernel that
+    reads a value it reads too over the same domain: the recomputation then costs no launch."""
+    for a in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
+        if a not in st.groups or not any(remat.is_recompute(o) for o in a.ops):
+            continue
+        inside, n = set(a.ops), math.prod(a.domain)
+        shared = {v for o in a.ops for v in o.inputs
+                  if v.producer not in inside and not _free(v.producer) and math.prod(v.shape) == n}
+        for b in st.groups:
+            reads = any(v in shared for o in b.ops for v in o.inputs)
+            if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or _mixes_phases(a.ops + b.ops)
+                    or st.reaches(a, b) or st.reaches(b, a)):
+                continue
+            got = _fit(st, st.sorted_ops(a.ops + b.ops), b.kind, b.domain, b.n_red)
+            if not isinstance(got, str):
+                _merge(st, b, a)
+                b.domain, b.n_red = got
+                break
+
+
 def _signature(grp: _Group) -> tuple:
     work = tuple((op.name, str(sorted(op.attrs.items())) if op.name != "full" else "", op.out.dtype.name)
                  for op in grp.ops if not is_view(op))
@@ -595,6 +706,8 @@ def _reason(st: _State, grp: _Group) -> str:
         return f"opaque op ({grp.ops[-1].name})"
     if grp.kind == Kind.COLLECTIVE:
         return f"collective ({grp.ops[-1].name}: a communicator call)"
+    if grp.kind == Kind.ATTENTION and len(grp.ops) > 1:
+        return "attention (one library call writes the result and the softmax statistics)"
     if grp.kind == Kind.REDUCTION:
         return "column reduction (its own kernel: reduced dims are not innermost)"
     if any(v in st.outs for v in outs) and not readers:
@@ -628,7 +741,9 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     _recompute_conversions(st)
     _absorb_scalars(st)
     _split_few_rows(st)
+    _absorb_recomputations(st)
     _absorb_columns(st)
+    _absorb_bias_grads(st)
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]

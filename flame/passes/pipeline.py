@@ -8,16 +8,18 @@ from collections.abc import Callable, Sequence
 from functools import partial, update_wrapper
 
 from flame.errors import VerifyError
-from flame.ir.graph import CheckpointLoc, Graph, Op
+from flame.ir.graph import Graph, Op
 from flame.ir.ops.conv import CONV_OPS
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
+from flame.passes.autodiff import is_backward
 from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
 from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decompose_attention
 from flame.passes.decompose_conv import decompose_conv
 from flame.passes.fold_constants import fold_constants
 from flame.passes.fuse import fuse
+from flame.passes.layout import channels_last
 from flame.passes.remat import never, rematerialize
 from flame.passes.rewrite_attention import rewrite_attention
 from flame.passes.schedule_collectives import schedule_collectives
@@ -36,7 +38,7 @@ SIMPLIFY: list[Pass] = [
     eliminate_dead_code,
     schedule_collectives,  # last: the passes above keep the order it makes
 ]
-LOWER = [fuse]  # run once, after SIMPLIFY, each given the Target: records the kernels on the graph
+LOWER = [channels_last, fuse]  # run once, after SIMPLIFY, each given the Target: fuse records the kernels
 MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this means a rule loops
 
 
@@ -135,9 +137,10 @@ def remat(g: Graph, allow: Callable[[Op], bool] = never, debug: bool = False, du
     """Run the rematerialisation pass once on a simplified joint graph (after SIMPLIFY: its CSE would
     merge the recomputations back; before legalize and lower). `allow(op)`: which ops outside
     flame.utils.checkpoint regions may be recomputed (passes/remat.py; the compiler's memory-budget
-    search chooses it). Graphs without checkpoint regions and with nothing allowed skip the stage."""
-    if allow is never and not any(isinstance(op.loc, CheckpointLoc) for op in g.ops):
-        return g
+    search chooses it; what fuses into the backward for free is always recomputed). Forward-only graphs
+    skip the stage."""
+    if not any(is_backward(op) for op in g.ops):
+        return g  # nothing to recompute: keep forward-only graphs out of the stage list
 
     def rematerialize_(graph: Graph) -> Graph:
         return rematerialize(graph, allow)

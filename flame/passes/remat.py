@@ -10,10 +10,12 @@ values read later are tied to the sink (needed in the backward), and values whos
 recomputed are tied to the source (computed in the forward only). A cut keeps the values whose edge
 it cuts and recomputes those on the sink side; its capacity is the bytes kept.
 
-Which ops may be recomputed is the caller's choice (`allow(op)`), by tiers (`tier`): 0, cheap work
-that fuses into the backward's kernels (elementwise, views, reductions, gather/concat and friends);
-1, matmuls and library calls (attention), ordered by flops per byte kept; 2, random draws (exact to
-recompute: counter-based, but never without need). Ops recorded inside flame.utils.checkpoint (their
+Every plan recomputes the free ops (`free`): elementwise work computed from values kept anyway
+whose recomputation lands in a backward kernel that runs anyway (no launch, no matmul). What else
+may be recomputed is the caller's choice (`allow(op)`), by tiers (`tier`): 0, cheap work (elementwise,
+views, gather/concat and friends); 1, reductions; 2, matmuls; 3, library calls (attention); 4, random
+draws (exact to recompute: counter-based, but never without need); within a tier, by flops per byte
+kept. Ops recorded inside flame.utils.checkpoint (their
 loc is an ir.graph.CheckpointLoc) are always recomputed when the backward needs them, whatever their
 tier: only the region's inputs and the results it hands on (read outside the region) are kept, as
 torch.utils.checkpoint does. Graph outputs are kept.
@@ -58,12 +60,17 @@ def never(op: Op) -> bool:
     return False
 
 
+TIERS = ("elementwise and movement", "reductions (norms, softmax statistics)", "matmuls", "attention and other "
+         "library calls", "random draws")
+
+
 def tier(op: Op) -> int:
-    """0: cheap to recompute; 1: a matmul or a library call; 2: a random draw."""
+    """What recomputing op costs, cheapest first (TIERS): 0 elementwise work and views, 1 reductions,
+    2 matmuls, 3 library calls (attention), 4 random draws (exact, but never without need)."""
     opdef = REGISTRY[op.name]
     if opdef.random:
-        return 2
-    return 1 if opdef.category in ("matmul", "library") else 0
+        return 4
+    return {"reduction": 1, "matmul": 2, "library": 3}.get(opdef.category, 0)
 
 
 def nbytes(v: Value) -> int:
@@ -72,12 +79,14 @@ def nbytes(v: Value) -> int:
 
 def flops(op: Op) -> int:
     """A rough cost of recomputing op: 2 m n k for a matmul, 4 L S E per head for attention, else one
-    per element written."""
+    per element read or written."""
     if op.name == "matmul":
         return 2 * op.out.type.numel * op.inputs[0].shape[-1]
     if REGISTRY[op.name].category == "library":
         q, k = op.inputs[0], op.inputs[1]
         return 4 * q.type.numel * k.shape[-2]
+    if REGISTRY[op.name].category == "reduction":
+        return op.inputs[0].type.numel
     return op.out.type.numel
 
 
@@ -105,8 +114,8 @@ def _ancestors(g: Graph, needed: set[Value]) -> list[Op]:
 
 
 def candidates(g: Graph) -> list[Op]:
-    """Forward ops of tier 1 and 2 that saved values depend on, cheapest recomputation per byte
-    kept first (the order a memory budget allows them in)."""
+    """Forward ops of tier 1 and above that saved values depend on, by tier, then cheapest
+    recomputation per byte kept first (the order a memory budget tries them in)."""
     forced = checkpointed(g)
     ops = [op for op in _ancestors(g, saved(g)) if tier(op) > 0 and op not in forced]
     return sorted(ops, key=lambda op: (tier(op), flops(op) / max(nbytes(op.out), 1)))
@@ -125,6 +134,76 @@ def checkpointed(g: Graph) -> set[Op]:
         leaves.update(v for v in op.inputs if v.producer is not None and _region(v.producer) is not None
                       and _region(v.producer) != _region(op))
     return {op for op in g.ops[:s] if _region(op) is not None and op.out not in leaves}
+
+
+def _elementwise(op: Op) -> bool:
+    opdef = REGISTRY[op.name]
+    return opdef.category == "elementwise" and not opdef.random and op.name != "full"
+
+
+def _chain(op: Op, allowed: set[Op]) -> tuple[set[Op], set[Value]]:
+    """The allowed ops a clone of op recomputes (op included) and the values they read from outside."""
+    ops, reads, todo = set(), set(), [op]
+    while todo:
+        o = todo.pop()
+        if o in ops:
+            continue
+        ops.add(o)
+        for u in o.inputs:
+            if u.producer in allowed:
+                todo.append(u.producer)
+            else:
+                reads.add(u)
+    return ops, reads
+
+
+def _downstream(g: Graph, ops: list[Op], start: set[Value]) -> set[Op]:
+    """The ops of `ops` (in order) that depend on a value in start."""
+    dep, out = set(start), set()
+    for op in ops:
+        if any(v in dep for v in op.inputs):
+            dep.add(op.out)
+            out.add(op)
+    return out
+
+
+def free(g: Graph) -> set[Op]:
+    """The forward ops the backward recomputes by default, because it costs no launch and no matmul:
+    elementwise ops (not random draws) computed from values that are kept anyway (saved values,
+    graph inputs, constants) or from other such ops, whose recomputation lands in a backward kernel
+    that runs anyway: one reading the value itself (vertical fusion), or one reading, over the same
+    domain, a forward value the recomputation reads (fuse.py's sibling rule). So the GELU output is
+    recomputed from its saved input inside the GELU backward's kernel, and a LayerNorm's normalised
+    output from the saved centred input and rstd inside the LayerNorm backward's kernel."""
+    s = split(g)
+    needed, outputs = saved(g), set(g.outputs)
+    users = g.users()
+    cand = {op for op in _ancestors(g, needed)  # checkpoint regions say for themselves what is kept
+            if _elementwise(op) and op.out not in outputs and _region(op) is None}
+    changed = True
+    while changed:  # drop ops that read a forward value that is neither kept nor recomputable
+        changed = False
+        for op in list(cand):
+            if not all(u.producer is None or u.producer.name == "full" or u in needed or u.producer in cand
+                       for u in op.inputs):
+                cand.discard(op)
+                changed = True
+    back = g.ops[s:]
+    allowed: set[Op] = set()
+    for op in cand:
+        if op.out not in needed:
+            continue
+        readers = [u for u in users[op.out] if is_backward(u)]
+        n = op.out.type.numel
+        vertical = any(_elementwise(r) and r.out.type.numel == n for r in readers)
+        chain, reads = _chain(op, cand)
+        shared = {u for u in reads if u.producer is not None and u.producer.name != "full" and u.type.numel == n}
+        after = _downstream(g, back, {op.out})  # a kernel these feed cannot also compute op
+        sibling = any(r not in after and REGISTRY[r.name].category in ("elementwise", "reduction")
+                      and any(u in shared for u in r.inputs) for r in back)
+        if vertical or sibling:
+            allowed |= chain
+    return allowed
 
 
 def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
@@ -205,6 +284,7 @@ def rematerialize(g: Graph, allow: Callable[[Op], bool] = never) -> Graph:
     nothing to recompute, g itself is returned. g is not modified."""
     if split(g) == len(g.ops):
         return g
-    if allow is never and not any(isinstance(op.loc, CheckpointLoc) for op in g.ops):
+    cheap = free(g)
+    if allow is never and not cheap and not any(isinstance(op.loc, CheckpointLoc) for op in g.ops):
         return g
-    return rewrite(g, choose(g, allow))
+    return rewrite(g, choose(g, lambda op: op in cheap or allow(op)))

@@ -5,11 +5,12 @@ build_plan(graph) walks the fusion groups (or, on an unfused graph, the ops) onc
 kernel codegen renders for a group or op (rendered only: nothing is compiled here; `_lower` is the
 one place that calls codegen), a library-call step for an op with the `library` trait (LIBRARY_CALLS;
 matmul: a MatmulCall, with its epilogue when the fusion pass marked one and the target's library fuses
-it), an Alias for relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (every
-flame buffer is contiguous, so those are views and need no kernel), and a Copy where an output must
-not share memory with an input or another output. A matmul operand produced by a transpose of the
-last two axes that runs as its own kernel is read untransposed with ta/tb set (`fold_transposes`),
-and that kernel is skipped when every user folds it.
+it: bias, activation, the pre-activation as aux result, an operand's bias gradient), an Alias for
+relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (every flame buffer is
+contiguous, so those are views and need no kernel), and a Copy where an output must not share memory
+with an input or another output. A matmul operand produced by a transpose of the last two axes that
+runs as its own kernel is read untransposed with ta/tb set (`fold_transposes`), and that kernel is
+skipped when every user folds it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
-from flame.ir.ops.attention import mask_of
+from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
 from flame.plan.memory import plan_memory
@@ -176,27 +177,31 @@ def fold_transposes(g: Graph) -> set[Value]:
             and all(u.name == "matmul" for u in users[op.out]) and (alone is None or op in alone)}
 
 
-def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: int | None = None) -> MatmulCall:
+def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: int | None = None,
+                aux: int | None = None, bgrad: int | None = None) -> MatmulCall:
     """The cuBLASLt call of matmul `op` writing buffer `out`. An operand in bld.folded is replaced by
-    the permute's input with ta / tb set. epilogue: "none", "bias", "relu" or "bias_relu"
-    (relu(a @ b + bias), bias of shape [n])."""
+    the permute's input with ta / tb set. epilogue: "none" or one of flame.target.MATMUL_EPILOGUES,
+    with the buffers of its bias [n], aux (the pre-activation) and bgrad (the operand's sum over k)."""
     operands, flags = [], {}
     for v, flag in zip(op.inputs, ("ta", "tb")):
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
-    return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias,
+    return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, aux=aux, bgrad=bgrad,
                          workspace=bld.scratch(bld.target.matmul_workspace(op)), **flags)
 
 
-def attention_call(bld: _Builder, op: Op, out: int) -> AttentionCall:
-    """The fused-attention call of a scaled_dot_product_attention(_backward) op writing buffer `out`,
-    with the workspace the target's library asks for as scratch in the arena."""
-    ins = [bld.buffer_of[v] for v in op.inputs]  # q, k, v[, out, grad_out (backward)][, mask]
+def attention_call(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) -> AttentionCall:
+    """The fused-attention call of a scaled_dot_product_attention(_stats, _backward) op writing
+    buffer `out` and, for a forward with `stats_op` (its softmax statistics, joined by the fusion
+    pass), their buffer too; with the workspace the target's library asks for as scratch in the arena."""
+    ins = [bld.buffer_of[v] for v in op.inputs]  # q, k, v[, out, grad_out, stats (backward)][, mask]
     m = mask_of(op)
     mask = None if m is None else bld.buffer_of[m]
-    ws = bld.scratch(bld.target.attention_workspace(op))
-    o, grad_out = (ins[3], ins[4]) if op.name != "scaled_dot_product_attention" else (None, None)
-    return AttentionCall(ins[0], ins[1], ins[2], out, op, o=o, grad_out=grad_out, mask=mask, workspace=ws)
+    ws = bld.scratch(bld.target.attention_workspace(op, stats_op is not None))
+    if op.name == BACKWARD:
+        return AttentionCall(*ins[:3], out, op, o=ins[3], grad_out=ins[4], stats=ins[5], mask=mask, workspace=ws)
+    stats = None if stats_op is None else bld.temporary(stats_op.out)
+    return AttentionCall(*ins[:3], out, op, stats=stats, mask=mask, workspace=ws, stats_op=stats_op)
 
 
 def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
@@ -298,6 +303,10 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
     if len(grp.ops) == 1:
         bld.op(grp.ops[0], grp.reason)
         return
+    if grp.kind == Kind.ATTENTION:  # a forward and its softmax statistics: one call writes both
+        fwd, stats = sorted(grp.ops, key=lambda op: op.name != FORWARD)
+        bld.steps.append(attention_call(bld, fwd, bld.temporary(fwd.out), stats))
+        return
     try:
         inputs, kernels = _lower(grp, bld.lowering)
     except NotImplementedError as e:  # not expected from the pass's groups; stay correct op by op
@@ -311,16 +320,24 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
 
 def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
     """Emit the matmul of a matmul group, folding its epilogue into the call when the target's
-    library runs it; returns the epilogue ops left to lower."""
+    library runs it; returns the epilogue ops left to lower. The group's ops: the matmul, then
+    either its elementwise epilogue (add of the bias, activation: out is the last one's value, aux
+    the activation's input) or the reduction a bgrad epilogue computes (bgrad: its value)."""
     mm, rest = grp.ops[0], grp.ops[1:]
     if grp.epilogue == "none" or grp.epilogue not in bld.target.matmul_epilogues:
         bld.op(mm)
         return rest
+    if grp.epilogue.startswith("bgrad"):
+        (red,) = rest
+        bid = bld.temporary(mm.out)
+        bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bgrad=bld.temporary(red.out)))
+        return ()
+    aux = bld.temporary(rest[-1].inputs[0]) if grp.epilogue.endswith("_aux") else None
     bid = bld.temporary(rest[-1].out)
     add = next((op for op in rest if op.name == "add"), None)
     bias = None
     if add is not None:
         v = add.inputs[1] if add.inputs[0] is mm.out else add.inputs[0]
         bias = bld.buffer_of[v]
-    bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bias))
+    bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bias, aux=aux))
     return ()

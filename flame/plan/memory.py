@@ -28,7 +28,7 @@ from flame.errors import FlameError
 from flame.ir.printer import format_op
 from flame.ir.registry import REGISTRY
 from flame.passes.autodiff import is_backward
-from flame.passes.remat import is_recompute
+from flame.passes.remat import flops, is_recompute
 from flame.plan.steps import Buffer, Copy, KernelLaunch, MemoryBudget, Plan, Step, aligned, root
 
 BOUND_ROLES = ("input", "param", "state", "scalar", "const", "output")
@@ -284,8 +284,9 @@ class MemoryReport:
     type, role, bytes, producing IR op line) of the temporaries live at the arena's busiest step;
     saved: forward values read by backward ops (activations kept for the backward pass);
     recomputed: (op line, type, bytes) of what the backward recomputes instead (rematerialisation:
-    flame.utils.checkpoint regions and memory budgets); budget: the memory budget the plan was
-    fitted to, with the peak it had without it."""
+    flame.utils.checkpoint regions, memory budgets, and the free elementwise recomputations every plan
+    makes); budget: the memory budget the plan was fitted to, with the peak it had without it;
+    recomputed_flops: the estimated work those recomputations add."""
 
     name: str
     arena: int
@@ -296,6 +297,7 @@ class MemoryReport:
     saved: list[tuple[str, str, int]] = field(default_factory=list)
     recomputed: list[tuple[str, str, int]] = field(default_factory=list)
     budget: MemoryBudget | None = None
+    recomputed_flops: int = 0  # a rough count (remat.flops) of the work the recomputations add
 
     @property
     def peak(self) -> int:
@@ -323,7 +325,7 @@ class MemoryReport:
         lines += [f"  {t:<16} {human_bytes(n):>10}  {src}" for src, t, n in self.saved]
         if self.recomputed:
             lines.append(f"recomputed in the backward: {len(self.recomputed)} values, "
-                         f"{human_bytes(self.recomputed_bytes)}")
+                         f"{human_bytes(self.recomputed_bytes)}, about {self.recomputed_flops / 1e9:.3g} GFLOP")
             lines += [f"  {t:<16} {human_bytes(n):>10}  {src}" for src, t, n in self.recomputed]
         return "\n".join(lines)
 
@@ -357,5 +359,6 @@ def memory_report(plan: Plan) -> MemoryReport:
              for v in saved_for_backward(plan)]
     recomputed = [(format_op(op, ids), str(op.out.type), op.out.type.numel * op.out.dtype.itemsize)
                   for op in plan.graph.ops if is_recompute(op)]
+    extra = sum(flops(op) for op in plan.graph.ops if is_recompute(op))
     return MemoryReport(plan.name, plan.arena_size, bound_bytes(plan), peak_step, max(peak, 0), live, saved,
-                        recomputed, plan.memory_budget)
+                        recomputed, plan.memory_budget, extra)

@@ -215,8 +215,10 @@ class LibraryCall(Step):
 class MatmulCall(LibraryCall):
     """out[..., m, n] = epilogue(op(a) @ op(b) [+ bias]) through cuBLASLt (runtime/matmul.py). ta / tb:
     a / b are stored transposed ([..., k, m] / [..., n, k]), a transpose folded into the call;
-    batch_a / batch_b / batch: the batch shapes of a, b and out (NumPy broadcasting); epilogue: none,
-    bias, relu or bias_relu (relu(a @ b + bias)), with `bias` the buffer of a [n] vector."""
+    batch_a / batch_b / batch: the batch shapes of a, b and out (NumPy broadcasting); epilogue: one of
+    flame.target.MATMUL_EPILOGUES or none, with `bias` the buffer of a [n] vector (bias*), `aux` the
+    buffer the pre-activation a @ b [+ bias] is written to (*gelu_aux; out holds the activation) and
+    `bgrad` the buffer of the sum over k of op(a) ([m], bgrad_a) or of op(b) ([n], bgrad_b)."""
 
     name: ClassVar[str] = "matmul"
     library: ClassVar[str] = "cuBLASLt"
@@ -236,6 +238,8 @@ class MatmulCall(LibraryCall):
     epilogue: str = "none"
     bias: int | None = buffer_field(default=None)
     workspace: int | None = buffer_field(default=None)  # cuBLASLt's workspace, scratch in the arena
+    aux: int | None = buffer_field(default=None)
+    bgrad: int | None = buffer_field(default=None)
 
     @classmethod
     def of(cls, op: Op, a: int, b: int, out: int, **kw) -> MatmulCall:
@@ -247,6 +251,14 @@ class MatmulCall(LibraryCall):
     def reads(self) -> tuple[int, ...]:
         return (self.a, self.b) + (() if self.bias is None else (self.bias,))
 
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return (self.out,) + tuple(b for b in (self.aux, self.bgrad) if b is not None)
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return self.outputs + self.scratch
+
     def format(self, ids: dict[Value, int]) -> str:
         attrs = {"m": self.m, "n": self.n, "k": self.k, "batch_a": list(self.batch_a),
                  "batch_b": list(self.batch_b), "batch": list(self.batch), "ta": self.ta, "tb": self.tb}
@@ -254,15 +266,21 @@ class MatmulCall(LibraryCall):
             attrs["epilogue"] = self.epilogue
         info = ", ".join(f"{k}={format_attr(v)}" for k, v in attrs.items())
         ins = ", ".join(f"b{a}" for a in self.reads)
-        return f"b{self.out} = call {self.name} ({ins}) {{{info}}}{self._scratch_note()}  # {format_op(self.op, ids)}"
+        outs = ", ".join(f"b{a}" for a in self.outputs)
+        return f"{outs} = call {self.name} ({ins}) {{{info}}}{self._scratch_note()}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)
 class AttentionCall(LibraryCall):
-    """Fused attention through cuDNN (runtime/cudnn_attention.py) for IR op `op`: forward
-    (scaled_dot_product_attention: out = softmax(q @ k^T * scale [+ mask]) @ v) or backward
-    (scaled_dot_product_attention_backward: out = dq, dk, dv packed flat, from o = the forward's
-    result and grad_out). `workspace` is the call's scratch in the arena (`workspace_bytes` of it)."""
+    """Fused attention through cuDNN (runtime/cudnn_attention.py) for IR op `op` (ir/ops/attention.py):
+    - forward (scaled_dot_product_attention: out = softmax(q @ k^T * scale [+ mask]) @ v); with
+      `stats_op` (the op's softmax statistics, which the fusion pass joined to it) the call also
+      writes their log-sum-exp into buffer `stats`;
+    - statistics alone (scaled_dot_product_attention_stats: out = the log-sum-exp; the forward's
+      result goes to the workspace);
+    - backward (scaled_dot_product_attention_backward: out = dq, dk, dv packed flat, from o = the
+      forward's result, grad_out and the forward's `stats`, which it reads).
+    `workspace` is the call's scratch in the arena (`workspace_bytes` of it)."""
 
     name: ClassVar[str] = "attention"
     library: ClassVar[str] = "cuDNN"
@@ -274,8 +292,10 @@ class AttentionCall(LibraryCall):
     op: Op
     o: int | None = buffer_field(default=None)
     grad_out: int | None = buffer_field(default=None)
+    stats: int | None = buffer_field(default=None)
     mask: int | None = buffer_field(default=None)
     workspace: int | None = buffer_field(default=None)
+    stats_op: Op | None = None
 
     @property
     def backward(self) -> bool:
@@ -283,12 +303,28 @@ class AttentionCall(LibraryCall):
 
     @property
     def reads(self) -> tuple[int, ...]:
-        return tuple(b for b in (self.q, self.k, self.v, self.o, self.grad_out, self.mask) if b is not None)
+        """The op's inputs in order: q, k, v[, out, grad_out, stats (backward)][, mask]."""
+        saved = (self.o, self.grad_out, self.stats) if self.backward else ()
+        return tuple(b for b in (self.q, self.k, self.v, *saved, self.mask) if b is not None)
+
+    @property
+    def outputs(self) -> tuple[int, ...]:
+        return (self.out,) if self.stats_op is None else (self.out, self.stats)
+
+    @property
+    def writes(self) -> tuple[int, ...]:
+        return self.outputs + self.scratch
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return (self.op,) if self.stats_op is None else (self.op, self.stats_op)
 
     def format(self, ids: dict[Value, int]) -> str:
         ins = ", ".join(f"b{a}" for a in self.reads)
-        call = f"{self.name}_backward" if self.backward else self.name
-        return f"b{self.out} = call {call} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
+        call = self.name + self.op.name.removeprefix("scaled_dot_product_attention")
+        outs = ", ".join(f"b{b}" for b in self.outputs)
+        ops = "; ".join(format_op(op, ids) for op in self.ops)
+        return f"{outs} = call {call} ({ins}){self._scratch_note()}  # {ops}"
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,15 @@ from flame.runtime.device import cuda_available
 from flame.target import DEFAULT_TARGET, Target
 
 
-def _attention_workspace(op) -> int:
+def _attention_workspace(op, with_stats: bool = False) -> int:
     """Exact (cuDNN builds the graphs, cached) where a GPU and cuDNN are present, else an upper bound
     from the shapes (the reference executor does not use it; the CUDA handler checks it)."""
     if cuda_available():
         try:
-            return cudnn_attention.workspace_bytes(op, exact=True)
+            return cudnn_attention.workspace_bytes(op, with_stats, exact=True)
         except NotImplementedError:
             pass  # no cuDNN here: the CUDA handler will say so when it runs the call
-    return cudnn_attention.workspace_bytes(op)
+    return cudnn_attention.workspace_bytes(op, with_stats)
 
 
 def _matmul_workspace(op) -> int:

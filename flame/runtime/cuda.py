@@ -108,20 +108,25 @@ def _matmul(s: MatmulCall, fn, bufs: dict, stream) -> None:
 
 
 def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
-    from flame.runtime.cudnn_attention import cudnn_attention, spec_of
+    from flame.runtime.cudnn_attention import STATS, cudnn_attention, spec_of, workspace_bytes
 
     att = cudnn_attention(spec_of(s.op))
-    need = att.backward_workspace if s.backward else att.forward_workspace
-    ws = bufs[s.workspace]
-    if ws.nbytes < need:
+    need = workspace_bytes(s.op, s.stats_op is not None, exact=True)
+    ws = None if s.workspace is None else bufs[s.workspace]
+    held = 0 if ws is None else ws.nbytes
+    if held < need:
         raise FlameError(f"attention call for {s.op.name}: cuDNN needs {need} bytes of workspace, the plan "
-                         f"holds {ws.nbytes}")
+                         f"holds {held}")
+    ws = 0 if ws is None else ws  # no workspace planned: cuDNN asked for none
     mask = None if s.mask is None else bufs[s.mask]
+    q, k, v = bufs[s.q], bufs[s.k], bufs[s.v]
     with stream:
         if s.backward:
-            att.backward(bufs[s.q], bufs[s.k], bufs[s.v], bufs[s.o], bufs[s.grad_out], bufs[s.out], mask, ws)
+            att.backward(q, k, v, bufs[s.o], bufs[s.grad_out], bufs[s.stats], bufs[s.out], mask, ws)
+        elif s.op.name == STATS:  # the statistics alone: the forward's output goes to the workspace
+            att.forward(q, k, v, None, bufs[s.out], mask, ws)
         else:
-            att.forward(bufs[s.q], bufs[s.k], bufs[s.v], bufs[s.out], mask, ws)
+            att.forward(q, k, v, bufs[s.out], None if s.stats is None else bufs[s.stats], mask, ws)
 
 
 _COMM_STREAMS: dict[int, object] = {}  # device id -> the communication stream of this process

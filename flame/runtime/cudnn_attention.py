@@ -4,21 +4,23 @@ CuPy device memory (DESIGN.md §8), called by the plan's `AttentionCall` steps (
     spec = AttentionSpec.of(q_shape, k_shape, v_shape, "bf16", scale, is_causal, enable_gqa, mask_shape)
     why = unsupported_reason(spec)            # "" when cuDNN can run it, else the reason to fall back
     att = cudnn_attention(spec)               # graphs built once per spec and cached
-    att.forward(q, k, v, out, mask=None, workspace=ptr)         # workspace: att.forward_workspace bytes
-    att.backward(q, k, v, out, grad_out, grads, mask=None, workspace=ptr)   # att.backward_workspace
+    att.forward(q, k, v, out, stats, mask=None, workspace=ptr)   # workspace: att.workspace(...) bytes
+    att.backward(q, k, v, out, grad_out, stats, grads, mask=None, workspace=ptr)
 
 Operands are CuPy arrays or raw device pointers (ints) of contiguous row-major tensors in the IR's
-shapes: q [..., H, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev], out [..., H, L, Ev]; the leading
-dimensions are flattened into one batch. `grads` is the packed result of
+shapes: q [..., H, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev], out [..., H, L, Ev], stats
+[..., H, L] f32; the leading dimensions are flattened into one batch. `grads` is the packed result of
 scaled_dot_product_attention_backward: dq, dk, dv back to back. An additive mask broadcasts through
 zero strides (a bool mask must be turned into an additive one by the caller). Both calls run on the
 current CuPy stream and allocate nothing, so they can be captured into a CUDA graph.
 
-cuDNN's backward needs the softmax statistics (log-sum-exp per row) of the forward, which the IR's
-backward op does not receive. So `backward` first runs the forward again with stats output: the stats
-([B, H, L] f32) and a scratch copy of the output live at the start of the backward workspace, followed
-by the workspace of the two cuDNN graphs. Passing the forward's stats through the IR would save that
-forward (about a third of the backward's time) at the price of a second result of the forward op."""
+`stats` are cuDNN's softmax statistics (generate_stats=True): per query row, the natural-log
+log-sum-exp of the scaled, masked scores, in f32 — what IR op scaled_dot_product_attention_stats is
+(ir/ops/attention.py). The forward writes them for the backward, which reads them instead of running
+the forward again. A forward call whose statistics nobody keeps (inference: the graph has no stats
+op) gets stats=None and writes them to the start of its workspace; a call for the statistics alone
+(out=None: the stats op was not joined to its forward, e.g. the forward is recomputed in the
+backward) writes the forward's output there. The backward's workspace is cuDNN's alone."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from flame.ir.indexmap import contiguous_strides
-from flame.ir.ops.attention import mask_of
+from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, mask_of
 from flame.plan.steps import aligned
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
@@ -96,7 +98,7 @@ def unsupported_reason(spec: AttentionSpec) -> str:
 
 
 def spec_of(op) -> AttentionSpec:
-    """The spec of a scaled_dot_product_attention(_backward) IR op."""
+    """The spec of a scaled_dot_product_attention(_stats, _backward) IR op."""
     q, k, v = (x.type for x in op.inputs[:3])
     mask = mask_of(op)
     return AttentionSpec.of(q.shape, k.shape, v.shape, q.dtype.name, op.attrs["scale"], op.attrs["is_causal"],
@@ -112,20 +114,30 @@ def op_unsupported(op) -> str:
     return unsupported_reason(spec_of(op))
 
 
-def workspace_bytes(op, exact: bool = False) -> int:
-    """The workspace op's call needs: exact (cuDNN's own figure; builds the graphs) when `exact`,
-    else an upper bound from the shapes: cuDNN's backward accumulates dq (and, with GQA, dk/dv)
-    in f32 plus per-row sums; the backward also holds the stats and a copy of the output."""
+def _kept_in_workspace(spec: AttentionSpec, op_name: str, with_stats: bool) -> int:
+    """Bytes at the start of a call's workspace for what the call computes but nothing keeps: a
+    forward's statistics when no buffer takes them, the forward's output when only the statistics
+    are wanted."""
+    if op_name == FORWARD and not with_stats:
+        return aligned(spec.numel("stats") * 4)
+    if op_name == STATS:
+        return aligned(spec.numel("o") * 2)
+    return 0
+
+
+def workspace_bytes(op, with_stats: bool = False, exact: bool = False) -> int:
+    """The workspace op's call needs (with_stats: a forward whose call also writes its statistics to
+    a planned buffer): exact (cuDNN's own figure; builds the graphs) when `exact`, else an upper bound
+    from the shapes: cuDNN's backward accumulates dq (and, with GQA, dk/dv) in f32 plus per-row sums."""
     spec = spec_of(op)
-    backward = op.name != "scaled_dot_product_attention"
+    kept = _kept_in_workspace(spec, op.name, with_stats)
     if exact:
         att = cudnn_attention(spec)
-        return att.backward_workspace if backward else att.forward_workspace
-    stats = aligned(spec.numel("stats") * 4)
-    if not backward:
-        return stats + (1 << 20)
+        return kept + (att.backward_workspace if op.name == BACKWARD else att.forward_workspace)
+    if op.name != BACKWARD:
+        return kept + (1 << 20)
     accum = 4 * (spec.numel("q") + (spec.numel("k") + spec.numel("v") if spec.kv_heads != spec.heads else 0))
-    return stats + aligned(spec.numel("o") * 2) + aligned(accum + 2 * spec.numel("stats") * 4) + (1 << 20)
+    return aligned(accum + 2 * spec.numel("stats") * 4) + (1 << 20)
 
 
 class CudnnAttention:
@@ -144,11 +156,9 @@ class CudnnAttention:
             self._bwd, self._bwd_t = self._build_backward(cudnn)
         except refusals(cudnn) as e:
             raise NotImplementedError(f"cuDNN refused attention {spec}: {e}") from None
-        graphs = max(self._fwd.get_workspace_size(), self._bwd.get_workspace_size())
-        self._stats_bytes = aligned(spec.numel("stats") * 4)
-        self._o_bytes = aligned(spec.numel("o") * self.itemsize)
-        self.forward_workspace = self._stats_bytes + aligned(self._fwd.get_workspace_size())
-        self.backward_workspace = self._stats_bytes + self._o_bytes + aligned(graphs)
+        # the graphs' own workspaces; a call that keeps its stats or output there adds _kept_in_workspace
+        self.forward_workspace = aligned(self._fwd.get_workspace_size())
+        self.backward_workspace = aligned(self._bwd.get_workspace_size())
 
     def _graph(self, cudnn):
         return cudnn.pygraph(io_data_type=self._io, intermediate_data_type=cudnn.data_type.FLOAT,
@@ -211,28 +221,29 @@ class CudnnAttention:
             pack[t["bias"]] = device_ptr(mask)
         return pack
 
-    def forward(self, q, k, v, out, mask=None, workspace=0) -> None:
-        """out = attention(q, k, v[, mask]); `workspace`: forward_workspace bytes of device memory.
-        The stats go to the start of the workspace (and are dropped: the backward recomputes them)."""
-        stats = device_ptr(workspace)
-        self._run(self._fwd, self._forward_pack(q, k, v, out, stats, mask), stats + self._stats_bytes)
+    def forward(self, q, k, v, out, stats, mask=None, workspace=0) -> None:
+        """out = attention(q, k, v[, mask]) and stats = the log-sum-exp of each row of its scores.
+        `out` or `stats` may be None (nobody keeps it): it is then written to the start of the
+        workspace, which holds workspace_bytes of the call (forward_workspace + the kept bytes)."""
+        scratch = device_ptr(workspace)
+        if stats is None:
+            stats, scratch = scratch, scratch + _kept_in_workspace(self.spec, FORWARD, False)
+        if out is None:
+            out, scratch = scratch, scratch + _kept_in_workspace(self.spec, STATS, False)
+        self._run(self._fwd, self._forward_pack(q, k, v, out, device_ptr(stats), mask), scratch)
 
-    def backward(self, q, k, v, out, grad_out, grads, mask=None, workspace=0) -> None:
-        """grads (dq, dk, dv packed flat) of attention at q, k, v for cotangent grad_out. Runs the
-        forward first for the softmax statistics (see the module docstring); `workspace`:
-        backward_workspace bytes."""
-        base = device_ptr(workspace)
-        stats, o_scratch, scratch = base, base + self._stats_bytes, base + self._stats_bytes + self._o_bytes
-        self._run(self._fwd, self._forward_pack(q, k, v, o_scratch, stats, mask), scratch)
+    def backward(self, q, k, v, out, grad_out, stats, grads, mask=None, workspace=0) -> None:
+        """grads (dq, dk, dv packed flat) of attention at q, k, v for cotangent grad_out, from the
+        forward's out and stats; `workspace`: backward_workspace bytes."""
         dq = device_ptr(grads)
         dk = dq + self.spec.numel("q") * self.itemsize
         dv = dk + self.spec.numel("k") * self.itemsize
         t = self._bwd_t
-        pack = {t["q"]: device_ptr(q), t["k"]: device_ptr(k), t["v"]: device_ptr(v), t["o"]: o_scratch,
-                t["dO"]: device_ptr(grad_out), t["stats"]: stats, t["dq"]: dq, t["dk"]: dk, t["dv"]: dv}
+        pack = {t["q"]: device_ptr(q), t["k"]: device_ptr(k), t["v"]: device_ptr(v), t["o"]: device_ptr(out),
+                t["dO"]: device_ptr(grad_out), t["stats"]: device_ptr(stats), t["dq"]: dq, t["dk"]: dk, t["dv"]: dv}
         if t["bias"] is not None:
             pack[t["bias"]] = device_ptr(mask)
-        self._run(self._bwd, pack, scratch)
+        self._run(self._bwd, pack, device_ptr(workspace))
 
 
 @lru_cache(maxsize=256)

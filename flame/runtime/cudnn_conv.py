@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from flame.ir.indexmap import contiguous_strides
+from flame.ir.ops.conv import to_channels_first
 from flame.plan.steps import ConvCall
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
@@ -101,11 +102,15 @@ class ConvSpec:
 
 
 def spec_of(op, strides: dict | None = None) -> ConvSpec:
-    """The spec of a conv / conv_grad_input / conv_grad_weight IR op (`strides`: see ConvSpec.of)."""
+    """The spec of a conv / conv_grad_input / conv_grad_weight IR op (`strides`: see ConvSpec.of). A
+    channels_last op's activations ([N, *S, C] in the IR) are its NC* dims with channels-last strides."""
     kind = ConvCall.KINDS[op.name]
     a, b = (v.type.shape for v in op.inputs)
     shapes = dict(zip(OPERANDS[kind], (a, b, op.out.type.shape)))
     at = op.attrs
+    if at.get("channels_last"):
+        shapes.update({n: to_channels_first(shapes[n]) for n in ("x", "y")})
+        strides = {n: channels_last_strides(shapes[n]) for n in ("x", "y")} | (strides or {})
     return ConvSpec.of(kind, op.out.type.dtype.name, shapes["x"], shapes["w"], shapes["y"], at["padding"],
                        at["stride"], at["dilation"], strides)
 

@@ -8,16 +8,33 @@ decided in ONE place, `_layout`. One stateful
 `nvmath.linalg.advanced.Matmul` is built and planned per (shapes, dtype, transposes, tf32) and
 reused with new operands; it writes straight into `out` (in-place C with beta = 0).
 
-Epilogues (`SUPPORTED_EPILOGUES`) run inside the GEMM through cuBLASLt: "bias" adds a [n] vector to
-every row, "relu" clamps at zero, "bias_relu" does both (relu(a @ b + bias)). cuBLASLt broadcasts its
-bias along the columns of a column-major result (one value per row of D), so an epilogue GEMM is
-issued transposed: out^T[n, m] = op(b)^T @ op(a)^T, with out^T a column-major view of `out` and the
-bias one value per row n of out^T, i.e. per column of out.
+Epilogues (`SUPPORTED_EPILOGUES`, flame.target.MATMUL_EPILOGUES) run inside the GEMM through
+cuBLASLt: "bias" adds a [n] vector to every row, "relu" clamps at zero, "gelu" is GELU in its tanh
+form (cuBLASLt has no erf form), "bias_relu" / "bias_gelu" do both; the "*_aux" forms also write the
+pre-activation (a @ b [+ bias], what the backward of the GELU reads) to `aux`; "bgrad_a" / "bgrad_b"
+also write the sum over k of op(a) ([m]) / op(b) ([n]) to `bgrad` (a Linear's bias gradient beside
+its weight gradient). cuBLASLt's epilogues want a column-major result D (one bias value per row of
+D), so an epilogue GEMM is issued transposed: D = out^T[n, m] = op(b)^T @ op(a)^T, cuBLASLt's
+A = op(b)^T, B = op(a)^T, M = n, N = m, with out^T a column-major view of `out`. Hence:
+- the bias is one value per row n of out^T, i.e. per column of out;
+- the aux has D's layout, column-major [n, m] with leading dimension n: exactly the row-major
+  [m, n] pre-activation, provided n is a multiple of 8 (cuBLASLt's GELU aux leading dimension;
+  the fusion pass marks only such GEMMs);
+- cuBLASLt's BGRADA sums its A = op(b)^T over k: one value per n, flame's "bgrad_b"; its BGRADB
+  sums its B = op(a)^T over k: one value per m, flame's "bgrad_a".
 
-Workspace: cuBLASLt draws its workspace (`workspace_bytes` of the output's size: at most WORKSPACE_BYTES,
-what NVIDIA suggests on Hopper) from the bytes the plan placed in its arena for the call (MatmulCall.workspace), handed to nvmath
-through `_PlanWorkspace` for the duration of one execute; the pool holds no per-GEMM workspaces. A
-call without a planned workspace (not from a plan) uses one fallback buffer per device.
+No allocation during a call: nvmath's `execute` allocates every epilogue output (the aux, the bias
+gradient) afresh from the device's memory pool. flame takes the output handlers off the planned
+Matmul (`epilog_output_handlers`, set in `plan`), so execute allocates nothing, and before each call
+points cuBLASLt's descriptor at the plan's buffers through those handlers' `update_pointer` (they set
+CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER / BIAS_POINTER on `mm_desc_ifc`; the leading dimension
+and batch stride were set in `plan`).
+
+Workspace: cuBLASLt draws its workspace (`workspace_bytes` of the output's size: at most
+WORKSPACE_BYTES, what NVIDIA suggests on Hopper) from the bytes the plan placed in its arena for the
+call (MatmulCall.workspace), handed to nvmath through `_PlanWorkspace` for the duration of one
+execute; the pool holds no per-GEMM workspaces. A call without a planned workspace (not from a
+plan) uses one fallback buffer per device.
 
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
@@ -31,8 +48,11 @@ from dataclasses import dataclass
 from flame.plan.steps import MatmulCall
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
-_EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS"}
+# flame epilogue -> cuBLASLt's (nvmath's MatmulEpilog), for the call issued transposed (module doc)
+_EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS", "gelu": "GELU", "bias_gelu": "GELU_BIAS",
+                 "gelu_aux": "GELU_AUX", "bias_gelu_aux": "GELU_AUX_BIAS", "bgrad_a": "BGRADB", "bgrad_b": "BGRADA"}
 SUPPORTED_EPILOGUES = frozenset({"none", *_EPILOG_NAMES})
+AUX_ALIGN = 8  # cuBLASLt's GELU aux: leading dimension (here: out's last dim) a multiple of this
 
 
 WORKSPACE_BYTES = 32 << 20  # the most workspace a cuBLASLt call may use
@@ -46,6 +66,7 @@ def workspace_bytes(out_elements: int) -> int:
     return min(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096)
 
 _PLANS: dict[tuple, object] = {}
+_OUTPUTS: dict[tuple, tuple] = {}  # key -> the epilogue output handlers taken off that planned Matmul
 _WORKSPACES: dict[int, _PlanWorkspace] = {}  # device id -> the allocator every Matmul on it draws from
 _FALLBACK: dict[int, object] = {}  # device id -> workspace for calls that come with none
 
@@ -95,6 +116,8 @@ def _layout(a_shape, b_shape, out_shape, ta: bool, tb: bool) -> Layout:
     batch = out_shape[:-2]
     nb, na_b, nb_b = math.prod(batch), math.prod(a_shape[:-2]), math.prod(b_shape[:-2])
     a2, b2 = a_shape[-2:], b_shape[-2:]
+    if len(out_shape) == 2:
+        return Layout(a2, b2, (m, n), ta, tb)
     if nb_b == 1 and na_b == nb and not ta:
         return Layout((nb * m, k), b2, (nb * m, n), False, tb)
     if nb_b == 1 and na_b == nb:
@@ -132,22 +155,28 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
     if mm is None:
         from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
 
-        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)), memory_limit=workspace_bytes(c.size),
-                             allocator=_workspace(c.device.id))
+        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)),
+                             memory_limit=workspace_bytes(c.size), allocator=_workspace(c.device.id))
         mm = Matmul(a, b, c, alpha=1.0, beta=0.0, options=opts, stream=stream)
         epilog = getattr(MatmulEpilog, _EPILOG_NAMES[epilogue]) if epilogue != "none" else None
         mm.plan(epilog=epilog, epilog_inputs=inputs, stream=stream)
+        # execute() would allocate each epilogue output: flame keeps the handlers (module doc)
+        _OUTPUTS[key], mm.epilog_output_handlers = tuple(mm.epilog_output_handlers), []
         _PLANS[key] = mm
     else:
         mm.reset_operands_unchecked(a=a, b=b, c=c, epilog_inputs=inputs, stream=stream)
     return mm
 
 
-def _execute(mm, workspace, stream) -> None:
+def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = None) -> None:
     """Run planned Matmul mm with `workspace` (a CuPy array of >= workspace_bytes(out), or None: the
-    device's fallback buffer) as cuBLASLt's workspace; nvmath lets go of it when the call returns."""
+    device's fallback buffer) as cuBLASLt's workspace; nvmath lets go of it when the call returns.
+    outputs: the epilogue output handlers taken off mm; results: handler name ("gelu_aux",
+    "bgrada", "bgradb") -> the CuPy array that output is written to."""
     import cupy
 
+    for handler in outputs:
+        handler.update_pointer(mm.mm_desc_ifc, results[handler.name].data.ptr)
     dev = cupy.cuda.Device().id
     if workspace is None:
         if dev not in _FALLBACK:
@@ -158,25 +187,54 @@ def _execute(mm, workspace, stream) -> None:
     mm.execute(stream=stream, release_workspace=True)
 
 
-def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "none", bias=None, *,
-                stream=None, workspace=None) -> None:
-    """out = epilogue(op(a) @ op(b) [+ bias]) on the given (default: current) CuPy stream; a, b, out
-    and bias ([n], out's dtype) contiguous. epilogue is one of SUPPORTED_EPILOGUES."""
-    import cupy
-
+def _check(epilogue: str, out, bias, aux, bgrad) -> None:
     if epilogue not in SUPPORTED_EPILOGUES:
         raise ValueError(f"matmul epilogue {epilogue!r} is not one of {sorted(SUPPORTED_EPILOGUES)}")
-    if ("bias" in epilogue) != (bias is not None):
-        raise ValueError(f"matmul epilogue {epilogue!r} {'needs' if bias is None else 'takes no'} bias")
+    for name, arr, wanted in (("bias", bias, "bias" in epilogue), ("aux", aux, epilogue.endswith("_aux")),
+                              ("bgrad", bgrad, epilogue.startswith("bgrad"))):
+        if wanted != (arr is not None):
+            raise ValueError(f"matmul epilogue {epilogue!r} {'needs' if wanted else 'takes no'} {name}")
+    if aux is not None and (aux.shape != out.shape or aux.dtype != out.dtype or out.shape[-1] % AUX_ALIGN):
+        raise ValueError(f"matmul aux must be like out {out.dtype}{list(out.shape)} with a last dim that is a "
+                         f"multiple of {AUX_ALIGN}; got {aux.dtype}{list(aux.shape)}")
+    if bgrad is not None and (out.ndim != 2 or bgrad.dtype != out.dtype):
+        raise ValueError("matmul bgrad epilogues take 2-D GEMMs and a gradient of the result's dtype")
+
+
+def _empty_k(out, a, b, ta, epilogue, bias, aux, bgrad, stream) -> None:
+    """The epilogue of a product over k = 0 (all zeros), without cuBLASLt."""
+    import cupy
+
+    from flame.ir.ops.elementwise import SQRT_2_OVER_PI
+
+    with stream:
+        out[...] = 0 if bias is None else bias.reshape(-1)
+        if aux is not None:
+            aux[...] = out
+        if "relu" in epilogue:
+            cupy.maximum(out, 0, out=out)
+        if "gelu" in epilogue:
+            x = out.astype(cupy.float32)
+            out[...] = 0.5 * x * (1.0 + cupy.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+        if bgrad is not None:
+            bgrad[...] = 0
+
+
+def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "none", bias=None, *,
+                aux=None, bgrad=None, stream=None, workspace=None) -> None:
+    """out = epilogue(op(a) @ op(b) [+ bias]) on the given (default: current) CuPy stream; a, b, out,
+    bias ([n], out's dtype), aux (out's shape and dtype: the pre-activation of a *_aux epilogue) and
+    bgrad ([m] for bgrad_a, [n] for bgrad_b, size-1 dims aside) contiguous. epilogue is one of
+    SUPPORTED_EPILOGUES."""
+    import cupy
+
+    _check(epilogue, out, bias, aux, bgrad)
     stream = stream or cupy.cuda.get_current_stream()
     if out.size == 0:
         return
     k = a.shape[-2] if ta else a.shape[-1]
     if k == 0:
-        with stream:
-            out[...] = 0 if bias is None else bias
-            if "relu" in epilogue:
-                cupy.maximum(out, 0, out=out)
+        _empty_k(out, a, b, ta, epilogue, bias, aux, bgrad, stream)
         return
     lay = _layout(tuple(a.shape), tuple(b.shape), tuple(out.shape), ta, tb)
     key = (lay, str(out.dtype), allow_tf32, cupy.cuda.Device().id, epilogue)
@@ -191,14 +249,17 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
         av = _view(b, lay.b, not lay.tb, lay.expand_b)
         bv = _view(a, lay.a, not lay.ta, lay.expand_a)
     cv = out.reshape(lay.out).swapaxes(-1, -2)
-    _execute(_planned(key, av, bv, cv, stream, epilogue, bias), workspace, stream)
+    bias = None if bias is None else bias.reshape(-1)
+    mm = _planned(key, av, bv, cv, stream, epilogue, bias)
+    results = {"gelu_aux": aux, "bgrada": bgrad, "bgradb": bgrad}
+    _execute(mm, workspace, stream, _OUTPUTS.get(key, ()), results)
 
 
 def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
     """Run plan step `s` on CuPy arrays bufs (buffer id -> array) on `stream`."""
-    bias = None if s.bias is None else bufs[s.bias]
-    ws = None if s.workspace is None else bufs[s.workspace]
-    matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], s.ta, s.tb, s.epilogue, bias, stream=stream, workspace=ws)
+    bias, aux, bgrad, ws = (None if b is None else bufs[b] for b in (s.bias, s.aux, s.bgrad, s.workspace))
+    matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], s.ta, s.tb, s.epilogue, bias, aux=aux, bgrad=bgrad, stream=stream,
+                workspace=ws)
 
 
 def clear_cache() -> None:
@@ -206,4 +267,5 @@ def clear_cache() -> None:
     for mm in _PLANS.values():
         mm.free()
     _PLANS.clear()
+    _OUTPUTS.clear()
     _FALLBACK.clear()

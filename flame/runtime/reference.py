@@ -16,6 +16,7 @@ import numpy as np
 from flame.errors import FlameError
 from flame.ir.evaluate import compute_op, evaluate_graph
 from flame.ir.graph import Graph
+from flame.ir.ops.elementwise import gelu_tanh
 from flame.plan.steps import (
     Alias,
     AttentionCall,
@@ -74,8 +75,9 @@ def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
 
 
 def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
-    """ta/tb read a stored-transposed operand; the epilogue (bias, relu, bias_relu) is applied to the
-    f32-or-wider product as cuBLASLt does."""
+    """ta/tb read a stored-transposed operand; the epilogue is applied to the f32-or-wider product as
+    cuBLASLt does: + bias, the pre-activation rounded once into aux, relu or tanh-GELU rounded once
+    into out; bgrad_a / bgrad_b sum op(a) / op(b) over k in f32 (or wider)."""
     a, b = bufs[s.a], bufs[s.b]
     if s.ta:
         a = np.swapaxes(a, -1, -2)
@@ -83,19 +85,31 @@ def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
         b = np.swapaxes(b, -1, -2)
     out = compute_op(s.op, [a, b])
     epilogue = s.epilogue
-    if epilogue != "none":
+    if epilogue.startswith("bgrad"):
+        x, axis = (a, -1) if epilogue == "bgrad_a" else (b, -2)
+        acc = np.promote_types(x.dtype, np.float32)
+        np.copyto(bufs[s.bgrad], x.astype(acc).sum(axis).reshape(bufs[s.bgrad].shape), casting="unsafe")
+    elif epilogue != "none":
         acc = out.astype(np.promote_types(out.dtype, np.float32))
         if "bias" in epilogue:
-            acc = acc + bufs[s.bias].astype(acc.dtype)
+            acc = acc + bufs[s.bias].reshape(-1).astype(acc.dtype)
+        if s.aux is not None:
+            np.copyto(bufs[s.aux], acc, casting="unsafe")
         if "relu" in epilogue:
             acc = np.maximum(acc, 0)
+        if "gelu" in epilogue:
+            acc = gelu_tanh(acc)
         out = acc
     np.copyto(bufs[s.out], out, casting="unsafe")
 
 
 def _attention(s: AttentionCall, bufs: dict, plan: Plan) -> None:
-    """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone)."""
-    np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
+    """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone), and that of
+    the softmax statistics the call also writes (they read the forward's inputs)."""
+    ins = [bufs[b] for b in s.reads]  # reads: the op's inputs in order
+    np.copyto(bufs[s.out], compute_op(s.op, ins))
+    if s.stats_op is not None:
+        np.copyto(bufs[s.stats], compute_op(s.stats_op, ins))
 
 
 def _collective(s: CollectiveCall, bufs: dict, plan: Plan) -> None:

@@ -57,14 +57,14 @@ def test_memory_budget_on_the_gpu_matches_the_reference_and_the_plan():
     import cupy
 
     def run():
-        return rm._run(budget=0.7)
+        return rm._run(budget=rm.BUDGET)
 
     _, _, ref_report, ref_loss, ref_grads = _on("reference", run)
     pool = cupy.get_default_memory_pool()
 
     def gpu():
         before = pool.used_bytes()
-        out = rm._run(budget=0.7)
+        out = rm._run(budget=rm.BUDGET)
         return out, pool.used_bytes() - before
 
     (_, _, report, loss, grads), grown = _on("cuda", gpu)

@@ -18,6 +18,7 @@ from flame.passes.remat import is_recompute
 from flame.utils import checkpoint
 
 LAYERS, WIDTH, BATCH = 4, 32, 512
+BUDGET = 0.99  # of the unconstrained peak: met by recomputing reductions (the LayerNorm statistics), no matmul
 
 
 def _model():
@@ -67,7 +68,8 @@ def test_checkpoint_gives_the_same_gradients_bit_for_bit_and_a_lower_peak(plain)
     f, x, report, loss, grads = _run("ckpt")
     assert loss == loss0
     _same_bits(grads, grads0)
-    assert report.peak < 0.8 * base.peak, (report.peak, base.peak)
+    # the plain plan already recomputes the free elementwise work (LayerNorm, GELU); the regions add the rest
+    assert report.peak < 0.95 * base.peak, (report.peak, base.peak)
     assert report.recomputed and report.saved_bytes < base.saved_bytes
     # what a region hands on (its GELU output) is kept; what stays inside it is recomputed
     assert any("gelu" in src for src, _, _ in report.saved)
@@ -116,15 +118,15 @@ def test_eager_checkpoint_gives_the_same_gradients():
     _same_bits(*out)
 
 
-@pytest.mark.parametrize("budget", [0.7, "bytes"])
+@pytest.mark.parametrize("budget", [BUDGET, "bytes"])
 def test_memory_budget_meets_the_budget_with_the_same_gradients(plain, budget):
     _, _, base, loss0, grads0 = plain
-    budget = int(0.7 * base.peak) if budget == "bytes" else budget
+    budget = int(BUDGET * base.peak) if budget == "bytes" else budget
     f, x, report, loss, grads = _run(budget=budget)
     assert loss == loss0
     _same_bits(grads, grads0)
     assert report.budget is not None and report.budget.unconstrained_peak == base.peak
-    assert report.peak <= report.budget.bytes == int(0.7 * base.peak)
+    assert report.peak <= report.budget.bytes == int(BUDGET * base.peak)
     # cheap recomputation was enough: no matmul is recomputed
     assert report.recomputed and not any("matmul" in src for src, _, _ in report.recomputed)
     text = str(report)
@@ -133,8 +135,9 @@ def test_memory_budget_meets_the_budget_with_the_same_gradients(plain, budget):
 
 def test_a_tighter_budget_recomputes_matmuls_only_when_forced(plain):
     _, _, base, _, grads0 = plain
-    cheap = _run(budget=0.7)[2]
-    tighter = cheap.peak - 1
+    cheap = _run(budget=BUDGET)[2]
+    assert not any("matmul" in src for src, _, _ in cheap.recomputed)
+    tighter = int(0.95 * base.peak)  # below what recomputing the elementwise work and reductions reaches
     try:
         _, _, report, _, grads = _run(budget=tighter)
     except flame.MemoryBudgetError as e:  # a planner that cannot go lower must say how low it can go
@@ -156,5 +159,56 @@ def test_an_unreachable_budget_names_the_smallest_reachable_peak(plain):
 def test_a_budget_the_plan_already_meets_changes_nothing(plain):
     _, _, base, _, grads0 = plain
     _, _, report, _, grads = _run(budget=1.0)
-    assert report.peak == base.peak and not report.recomputed
+    assert report.peak == base.peak and report.recomputed == base.recomputed  # the free recomputations only
     _same_bits(grads, grads0)
+
+
+def _block(monkeypatch, free: bool):
+    """gpt_block_train at --quick sizes on the reference executor, with or without the free
+    recomputations: (memory report, kernels, loss, updated parameters)."""
+    from collections import OrderedDict
+
+    from flame import compiler
+    from flame.bench.cases_gpt import GPT
+    from flame.bench.spec import generate, to_flame
+    from flame.passes import remat
+
+    monkeypatch.setattr(compiler, "_CACHE", OrderedDict())
+    if not free:
+        monkeypatch.setattr(remat, "free", lambda g: set())
+    case = next(c for c in GPT if c.name == "gpt_block_train")
+    s = case.sizes(True)
+    spec = case.inputs(s)
+    a = {n: to_flame(x, spec[n].dtype, copy=True) for n, x in generate(spec, np, 0).items()}
+    bound = case.flame(s, a, flame.compile)
+    data = [a[n] for n, i in spec.items() if not i.state]
+    report = bound.call.memory_report(*data)
+    groups = bound.call.optimized(*data).groups
+    loss = bound.call(*data).item()
+    return report, groups, loss, [p.numpy().copy() for p in bound.state()]
+
+
+def test_free_recomputation_lowers_the_peak_without_a_launch_and_keeps_the_values(monkeypatch):
+    base, kernels0, loss0, params0 = _block(monkeypatch, free=False)
+    monkeypatch.undo()
+    report, kernels, loss, params = _block(monkeypatch, free=True)
+    assert loss == loss0
+    _same_bits(params, params0)
+    assert report.peak < base.peak and report.saved_bytes < base.saved_bytes, (report.peak, base.peak)
+    assert any("gelu" in src for src, _, _ in report.recomputed)  # from its saved input, in the GELU backward
+    assert not any(op in src for src, _, _ in report.recomputed for op in ("matmul", "reduce", "attention"))
+    assert len(kernels) <= len(kernels0)
+    # every recomputation rides in a backward kernel that does other work: no launch of its own
+    for grp in kernels:
+        if any(is_recompute(op) for op in grp.ops):
+            assert not all(is_recompute(op) or op.name == "full" for op in grp.ops), [str(op) for op in grp.ops]
+
+
+def test_tiers_order_the_budget_candidates():
+    from flame.passes import remat
+
+    f, x, *_ = _run()
+    order = remat.candidates(f.trace(x))
+    tiers = [remat.tier(op) for op in order]
+    assert tiers == sorted(tiers) and {op.name for op in order} >= {"matmul", "reduce_mean"}
+    assert remat.TIERS[remat.tier(next(op for op in order if op.name == "matmul"))] == "matmuls"

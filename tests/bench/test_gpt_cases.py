@@ -20,7 +20,7 @@ def test_gpt_case_in_f32_matches_torch(case):
     res = run_case(f32, Context("reference", True, 1, 0, ["torch"]))
     f = res["flame"]
     assert f["status"] == "ok", f
-    assert f["rel_error"] < 1e-5 and f["rel_error_state"] < 1e-3
+    assert (f["rel_error"] is None or f["rel_error"] < 1e-5) and f["rel_error_state"] < 1e-3  # None: no outputs
     assert res["oracle"] == "torch eager"
 
 

@@ -24,6 +24,7 @@ from tests.passes.fuse_cases import (
     cross_entropy_bf16,
     layer_norm_params,
     mlp_adamw,
+    multi_adamw,
     square_bf16,
 )
 from tests.passes.test_random_graphs import graphs
@@ -49,6 +50,7 @@ def _graphs():
     out["square_bf16_bwd"] = square_bf16()[0]
     for dt in ("f32", "f16", "bf16"):
         out[f"mlp_adamw_{dt}"] = mlp_adamw(dtype=dt)[0]
+    out["multi_adamw_bf16"] = multi_adamw()[0]
     return out
 
 
@@ -144,6 +146,9 @@ def test_gpu_fused_matches_reference(name):
         g, inputs, _ = mlp_adamw(dtype=dt)
         tol = {"f32": (2e-4, 2e-5), "f16": (2e-2, 2e-2), "bf16": (1e-1, 1e-1)}[dt]
         _gpu_check(g, inputs, *tol)
+        return
+    if name == "multi_adamw_bf16":
+        _gpu_check(*multi_adamw(), 1e-2, 1e-2)
         return
     if name.startswith("cross_entropy") and "bf16" not in name:
         g, inputs = cross_entropy(name.endswith("bwd"))

@@ -5,11 +5,14 @@ with NVRTC, and (marked gpu) every schedule matches NumPy on the GPU."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import flame
 from flame.codegen import lower
+from flame.codegen.kernel import DEFAULT_CONFIG
 from flame.codegen.nvrtc import compile_many
 from flame.ir import Builder, Graph, TensorType, bf16, f32, verify
 from flame.passes.fuse import fuse
@@ -171,3 +174,59 @@ def test_gpu_schedule_matches_reference(name):
 def test_gpu_loss_and_gradient():
     g, inputs = loss_and_grad((8, 1024, 1024))
     _gpu_check(g, inputs, 1e-4, 1e-6)
+
+
+def layer_norm_fwd_bwd(shape, dt: str = "bf16") -> tuple[Graph, list[np.ndarray]]:
+    """LayerNorm forward and backward (x, weight and bias gradients) of the GPT step, traced: the
+    backward is one row kernel whose weight/bias gradients are column reductions over its rows."""
+    import flame.nn.functional as F
+
+    rng = np.random.default_rng(0)
+    C = shape[-1]
+    np_dt = flame.ir.dtype_of(dt).np_dtype
+
+    def step(x, w, b, dy):
+        def loss(x, w, b):
+            return (F.layer_norm(x, C, w, b) * dy).sum()
+
+        return (F.layer_norm(x, C, w, b), *flame.grad(loss, (0, 1, 2))(x, w, b))
+
+    arrays = [rng.standard_normal(shape), 1 + 0.1 * rng.standard_normal(C), rng.standard_normal(C),
+              rng.standard_normal(shape)]
+    return build(step, *(a.astype(np.float32).astype(np_dt) for a in arrays))
+
+
+def _column_kernels(shape):
+    g, _ = layer_norm_fwd_bwd(shape)
+    (ks,) = [ks for grp in fuse(g).groups if grp.kind == "rows" and len(ks := lower(grp)) == 2]
+    return ks
+
+
+@pytest.mark.parametrize("shape, block", [((8, 1024, 768), 512), ((1026, 768), 128), ((8, 100, 200), 256)])
+def test_layer_norm_backward_column_schedule(shape, block):
+    """Rows of <= 128 threads carrying the weight/bias gradients run 4 per 512-thread block when the
+    row count lets every block's rows stay real (else one per block); the grid fills the GPU and
+    no more (one partial per block); the fold kernel takes 32 columns per block; all compile."""
+    main, fold = _column_kernels(shape)
+    rows, C = math.prod(shape[:-1]), shape[-1]
+    assert main.block == block and "_fold_" in fold.name and main.scratch == fold.scratch
+    cap = DEFAULT_TARGET.sm_count * max(1, DEFAULT_CONFIG.column_threads // block)
+    assert main.grid == min(-(-rows // (block // (32 if C <= 256 else 128))), cap)
+    assert fold.block == 256 and fold.grid == -(-C // 32)
+    assert main.scratch == 2 * -(-main.grid * C * 4 // 256) * 256  # two f32 column partials per block
+    assert len(compile_many([main.source, fold.source], "sm_90")) == 2
+
+
+@pytest.mark.parametrize("shape", [(4, 64, 768), (130, 768), (8, 100, 200)])
+def test_layer_norm_backward_equals_reference(shape):
+    g, inputs = layer_norm_fwd_bwd(shape)
+    check_fused(g, inputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(8, 1024, 768), (1026, 768), (8, 100, 200), (3, 7, 3000)])
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_gpu_layer_norm_backward_matches_reference(shape, dt):
+    g, inputs = layer_norm_fwd_bwd(shape, dt)
+    tol = (5e-2, 5e-2) if dt == "bf16" else (1e-3, 2e-3)
+    _gpu_check(g, inputs, *tol)

@@ -116,9 +116,10 @@ def test_a_shape_change_warns_once_naming_the_argument_then_replays_silently():
     assert w.filename == __file__  # the user's line, not flame's
     s = predict.stats()
     assert (s.traces, s.cache_hits, s.calls) == (2, 7, 9)
-    assert s.recompile_reasons == ("argument 0 (x): shape [64, 6] -> [32, 6]",)
+    assert s.recompile_reasons == ("argument 0 (x): shape [64, 6] -> [32, 6]; argument 0 dim 0 is now dynamic "
+                                   "(sizes 64, 32)",)
     assert s.compile_seconds > 0
-    assert "2 trace(s), 7 cache hit(s)" in str(s)
+    assert "2 trace(s), 0 size instantiation(s), 7 cache hit(s)" in str(s)
 
 
 def test_recompile_warning_is_a_user_warning_exported_at_the_root():
@@ -182,7 +183,7 @@ def test_accumulating_gradients_traces_again_once_because_grad_is_now_set():
 
 
 def test_cache_limit_drops_the_least_recently_used_trace_and_says_so():
-    @flame.compile(cache_limit=2)
+    @flame.compile(cache_limit=2, dynamic=False)  # every shape its own trace
     def f(x):
         return x + 1
 
@@ -212,7 +213,7 @@ def test_cache_limit_from_the_environment(monkeypatch):
 
 
 def test_each_cause_is_shown_once_under_the_default_warning_filter():
-    @flame.compile(cache_limit=1)
+    @flame.compile(cache_limit=1, dynamic=False)  # every shape its own trace
     def f(x):
         return x * 2
 

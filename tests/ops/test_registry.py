@@ -207,11 +207,15 @@ def _attention_cases(rng, dt, additive=True):
 
 
 def _attention_backward_cases(rng, dt):
+    """q, k, v, out, grad_out, stats [, mask]: the statistics are those of q, k (and the mask), as the
+    forward computes them (the backward's probabilities come from them)."""
     out = []
     for ins, attrs in _attention_cases(rng, dt):
         q, v = ins[0], ins[2]
         o, go = (_arr(rng, q.shape[:-1] + v.shape[-1:], dt) for _ in range(2))
-        out.append((ins[:3] + [o, go] + ins[3:], attrs))
+        wide = [a.astype(np.float64) if a.dtype != bool else a for a in ins]
+        stats = _attention_stats_oracle(*wide, **attrs).astype(np.float64 if dt.name == "f64" else np.float32)
+        out.append((ins[:3] + [o, go, stats] + ins[3:], attrs))
     return out
 
 
@@ -273,21 +277,31 @@ def _conv_out(x, w, a):
                                 zip(x[2:], w[2:], a["stride"], a["padding"], a["dilation"]))
 
 
+def _cl(shape, a):
+    """An NC* activation shape as the op sees it: [N, *S, C] when the case is channels_last."""
+    return (shape[0], *shape[2:], shape[1]) if a.get("channels_last") else shape
+
+
+def _conv_layouts():
+    """Every spec NC* and channels-last (passes/layout.py's form of the op)."""
+    return [(x, w, {**a, "channels_last": cl}) for x, w, a in _conv_specs() for cl in (False, True)]
+
+
 def _conv_cases(rng, dt):
-    return [([_arr(rng, x, dt), _arr(rng, w, dt)], a) for x, w, a in _conv_specs()]
+    return [([_arr(rng, _cl(x, a), dt), _arr(rng, w, dt)], a) for x, w, a in _conv_layouts()]
 
 
 def _conv_grad_input_cases(rng, dt):
     out = []
-    for x, w, a in _conv_specs():  # the first input is one longer: a transposed conv's output_padding
+    for x, w, a in _conv_layouts():  # the first input is one longer: a transposed conv's output_padding
         x = (x[:2] + (x[2] + 1,) + x[3:]) if a["stride"][0] > 1 else x
-        out.append(([_arr(rng, _conv_out(x, w, a), dt), _arr(rng, w, dt)], {**a, "input_shape": x}))
+        out.append(([_arr(rng, _cl(_conv_out(x, w, a), a), dt), _arr(rng, w, dt)], {**a, "input_shape": _cl(x, a)}))
     return out
 
 
 def _conv_grad_weight_cases(rng, dt):
-    return [([_arr(rng, x, dt), _arr(rng, _conv_out(x, w, a), dt)], {**a, "weight_shape": w})
-            for x, w, a in _conv_specs()]
+    return [([_arr(rng, _cl(x, a), dt), _arr(rng, _cl(_conv_out(x, w, a), a), dt)], {**a, "weight_shape": w})
+            for x, w, a in _conv_layouts()]
 
 
 # ---- oracles ----------------------------------------------------------------------------------------
@@ -428,7 +442,23 @@ def _attention_oracle(q, k, v, *mask, scale, is_causal, enable_gqa):
     return np.einsum("...ls,...se->...le", p, v)
 
 
-def _attention_backward_oracle(q, k, v, out, gout, *mask, scale, is_causal, enable_gqa):
+def _attention_stats_oracle(q, k, v, *mask, scale, is_causal=False, enable_gqa=False):
+    """log(sum(exp(row))) of the masked, scaled scores, row by row with math.fsum; -inf for an empty row."""
+    h = q.shape[-3]
+    k = np.repeat(k, h // k.shape[-3], axis=-3) if enable_gqa else k
+    s = np.einsum("...le,...se->...ls", q, k) * scale
+    if is_causal:
+        s = np.where(np.arange(s.shape[-1])[None, :] <= np.arange(s.shape[-2])[:, None], s, -np.inf)
+    elif mask:
+        s = np.where(mask[0], s, -np.inf) if mask[0].dtype == bool else s + mask[0]
+    out = np.empty(s.shape[:-1])
+    for idx in np.ndindex(*s.shape[:-1]):
+        row = s[idx][np.isfinite(s[idx])]
+        out[idx] = math.log(math.fsum(math.exp(x) for x in row)) if row.size else -math.inf
+    return out
+
+
+def _attention_backward_oracle(q, k, v, out, gout, stats, *mask, scale, is_causal, enable_gqa):
     p, kr = _attention_probs(q, k, mask[0] if mask else None, scale, is_causal, enable_gqa)
     group = q.shape[-3] // v.shape[-3] if enable_gqa else 1
     vr = np.repeat(v, group, axis=-3)
@@ -451,6 +481,20 @@ def _conv_taps(x_shape, w_shape, stride, padding, dilation, groups):
                 src = tuple(pi * s + ki * d - lo for pi, s, ki, d, (lo, _) in zip(p, stride, k, dilation, padding))
                 if all(0 <= i < size for i, size in zip(src, x_shape[2:])):
                     yield (n, o, *p), (n, (o // og) * cg + c, *src), (o, c, *k)
+
+
+def _channels_first(oracle, acts, out_act):
+    """The oracle of a channels_last case from the NC* one: the activations (`acts`) moved to NC*."""
+    def run(a, b, channels_last=False, **attrs):
+        if not channels_last:
+            return oracle(a, b, **attrs)
+        if "input_shape" in attrs:
+            s = attrs["input_shape"]
+            attrs["input_shape"] = (s[0], s[-1], *s[1:-1])
+        a, b = (np.moveaxis(v, -1, 1) if act else v for v, act in zip((a, b), acts))
+        out = oracle(a, b, **attrs)
+        return np.moveaxis(out, 1, -1) if out_act else out
+    return run
 
 
 def _conv_oracle(x, w, **a):
@@ -612,15 +656,16 @@ RECIPES: dict[str, Recipe] = {
     # the gradient check leaves out the additive mask: it gets no gradient (documented)
     "scaled_dot_product_attention": Recipe(_attention_cases, _attention_oracle,
                                            grad_make=lambda rng, dt: _attention_cases(rng, dt, additive=False)),
+    "scaled_dot_product_attention_stats": Recipe(_attention_cases, _attention_stats_oracle, out="acc"),
     "scaled_dot_product_attention_backward": Recipe(_attention_backward_cases, _attention_backward_oracle),
     # world size 1 (the reference of one op has no other ranks): the identity, several inputs packed flat
     "all_reduce": Recipe(_collective(True), _packed_oracle, NUM),
     "broadcast": Recipe(_collective(False), _packed_oracle, NUM),
     "all_gather": Recipe(_collective(False), _packed_oracle, NUM),
     "reduce_scatter": Recipe(_collective(True), _packed_oracle, NUM),
-    "conv": Recipe(_conv_cases, _conv_oracle),
-    "conv_grad_input": Recipe(_conv_grad_input_cases, _conv_grad_input_oracle),
-    "conv_grad_weight": Recipe(_conv_grad_weight_cases, _conv_grad_weight_oracle),
+    "conv": Recipe(_conv_cases, _channels_first(_conv_oracle, (True, False), True)),
+    "conv_grad_input": Recipe(_conv_grad_input_cases, _channels_first(_conv_grad_input_oracle, (True, False), True)),
+    "conv_grad_weight": Recipe(_conv_grad_weight_cases, _channels_first(_conv_grad_weight_oracle, (True, True), False)),
 }
 
 
@@ -670,7 +715,8 @@ def _widen(a: np.ndarray) -> np.ndarray:
 
 
 def _expected_dtype(recipe: Recipe, dt: DType, attrs: dict) -> str:
-    return {"same": dt.name, "bool": "bool", "i64": "i64", "attr": dtype_of(attrs.get("dtype", dt)).name}[recipe.out]
+    return {"same": dt.name, "bool": "bool", "i64": "i64", "attr": dtype_of(attrs.get("dtype", dt)).name,
+            "acc": "f64" if dt.name == "f64" else "f32"}[recipe.out]
 
 
 def _check_case(name: str, recipe: Recipe, dt: DType, ins: list[np.ndarray], attrs: dict) -> None:

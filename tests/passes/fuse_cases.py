@@ -156,3 +156,26 @@ def mlp_adamw(n_hidden: int = 2, width: int = 16, dtype: str = "f32") -> tuple[G
     x = r.standard_normal((32, 8)).astype(flame.ir.dtype_of(dtype).np_dtype)
     graph, inputs = build(train_step, x, r.integers(0, 4, 32))
     return graph, inputs, len(list(model.parameters()))
+
+
+GPT_SHAPES = [(64, 16), (16, 16), (16,), (16,), (48, 16), (48,), (16, 16), (16,), (16,), (16,), (64, 16), (64,),
+              (16, 64), (16,), (16,), (16,)]  # a tiny GPT's parameters: embeddings, one block, final norm
+
+
+def multi_adamw(shapes=GPT_SHAPES, dtype: str = "bf16") -> tuple[Graph, list[np.ndarray]]:
+    """One AdamW step over parameters of the given shapes (state in the parameters' dtype), each
+    gradient a data input: the multi-tensor update alone, as the adamw_multi_tensor benchmark runs it."""
+    r = np.random.default_rng(2)
+    np_dt = flame.ir.dtype_of(dtype).np_dtype
+    ps = [nn.Parameter(flame.tensor(r.standard_normal(s).astype(np.float32)).to(getattr(flame, dtype)))
+          for s in shapes]
+    opt = optim.AdamW(ps, lr=1e-3, weight_decay=1e-2)
+
+    def adamw_step(*gs):
+        for p, g in zip(ps, gs):
+            p.grad = g
+        opt.step()
+        for p in ps:
+            p.grad = None
+
+    return build(adamw_step, *[(r.standard_normal(s) * 1e-2).astype(np.float32).astype(np_dt) for s in shapes])

@@ -1,6 +1,7 @@
-"""decompose_attention: an attention op (forward or backward) the backend cannot run becomes primitive
-ops that compute what the op's NumPy reference computes, for every mask kind, grouped-query attention,
-f32, f16 and bf16; the ops carry the reason on their source line; a supported op stays one op."""
+"""decompose_attention: an attention op (forward, softmax statistics or backward) the backend cannot run
+becomes primitive ops that compute what the op's NumPy reference computes, for every mask kind,
+grouped-query attention, f32, f16 and bf16; the ops carry the reason on their source line; a supported
+op stays one op; the statistics reuse the decomposed forward's row max and sums."""
 
 from __future__ import annotations
 
@@ -16,8 +17,17 @@ from flame.compiler import compile_graph
 from flame.ir import Graph, parse, print_graph, verify
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, bf16, boolean, f16, f32
+from flame.ir.ops.attention import stats_type
 from flame.ir.types import TensorType
-from flame.passes.decompose_attention import ATTENTION_OPS, BACKWARD, DECOMPOSE_ALL, FORWARD, decompose_attention, note
+from flame.passes.decompose_attention import (
+    ATTENTION_OPS,
+    BACKWARD,
+    DECOMPOSE_ALL,
+    FORWARD,
+    STATS,
+    decompose_attention,
+    note,
+)
 from flame.passes.pipeline import legalize, lower
 from flame.plan.build import to_plan
 from flame.plan.steps import KernelLaunch
@@ -30,8 +40,8 @@ MASKS = ("none", "bool", "additive", "causal", "causal-rect")
 TOL = {f32: 1e-5, f16: 4e-3, bf16: 3e-2}
 
 
-def _attention_graph(backward: bool, mask: str, gqa: bool, dtype: DType) -> Graph:
-    """One attention op (forward, or backward with its out and grad_out as inputs) of the given kind."""
+def _attention_graph(backward: bool | str, mask: str, gqa: bool, dtype: DType) -> Graph:
+    """One attention op (forward, "stats", or backward with its out, grad_out and stats as inputs)."""
     length, keys = (5, 7) if mask in ("causal-rect", "bool", "additive") else (5, 5)
     if mask == "causal-rect":
         length, keys = 7, 4  # more queries than keys: top-left aligned, every row keeps key 0
@@ -41,12 +51,13 @@ def _attention_graph(backward: bool, mask: str, gqa: bool, dtype: DType) -> Grap
     k = g.add_input(TensorType((B, hkv, keys, E), dtype))
     v = g.add_input(TensorType((B, hkv, keys, EV), dtype))
     extra = []
-    if backward:
+    if backward is True:
         extra = [g.add_input(TensorType((B, H, length, EV), dtype)) for _ in range(2)]
+        extra.append(g.add_input(stats_type(q.type)))
     masks = {"bool": TensorType((B, 1, length, keys), boolean), "additive": TensorType((length, keys), dtype)}
     operands = [g.add_input(masks[mask])] if mask in masks else []
     b = Builder(g, LOC)
-    name = BACKWARD if backward else FORWARD
+    name = {True: BACKWARD, False: FORWARD, "stats": STATS}[backward]
     g.outputs = [b.emit(name, q, k, v, *extra, *operands, scale=0.35, is_causal=mask.startswith("causal"),
                         enable_gqa=gqa)]
     return g
@@ -66,21 +77,34 @@ def _inputs(g: Graph, rng: np.random.Generator) -> list[np.ndarray]:
             arrays.append(m.astype(t.dtype.np_dtype))
         else:
             arrays.append(rng.standard_normal(t.shape).astype(t.dtype.np_dtype))
+    op = g.ops[-1]
+    if op.name == BACKWARD:  # the statistics the forward computes for these q, k (and mask)
+        fwd = [arrays[i] for i in (0, 1, 2, *range(6, len(arrays)))]
+        arrays[5] = run_graph(_stats_of(op), fwd)[0]
     return arrays
+
+
+def _stats_of(op) -> Graph:
+    """The graph of the statistics op of backward op `op`'s attention."""
+    g = Graph("stats")
+    ins = [g.add_input(v.type) for v in (*op.inputs[:3], *op.inputs[6:])]
+    g.outputs = [Builder(g).emit(STATS, *ins, **op.attrs)]
+    return g
 
 
 def _assert_close(got: np.ndarray, want: np.ndarray, dtype: DType) -> None:
     assert got.dtype == want.dtype and got.shape == want.shape
     want, got = want.astype(np.float64), got.astype(np.float64)
-    assert np.isfinite(want).all()
-    tol = TOL[dtype] * (1.0 if dtype == f32 else max(1.0, np.abs(want).max()))  # half types: relative to the largest
+    assert not np.isnan(want).any()  # -inf: the statistics of a row with no key (assert_allclose matches them)
+    finite = np.abs(want[np.isfinite(want)])
+    tol = TOL[dtype] * (1.0 if dtype == f32 else max(1.0, finite.max()))  # half types: relative to the largest
     np.testing.assert_allclose(got, want, atol=tol, rtol=0)
 
 
 @pytest.mark.parametrize("dtype", [f32, f16, bf16], ids=str)
 @pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
 @pytest.mark.parametrize("mask", MASKS)
-@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("backward", [False, "stats", True], ids=["forward", "stats", "backward"])
 def test_decomposed_equals_reference(backward, mask, gqa, dtype):
     g = _attention_graph(backward, mask, gqa, dtype)
     text = print_graph(g)
@@ -102,6 +126,22 @@ def test_masked_rows_are_zero():
     arrays[3][:] = False
     (got,) = run_graph(decompose_attention(g), arrays)
     assert np.array_equal(got, np.zeros_like(got))
+
+
+def test_stats_reuse_the_forward_rows():
+    """A forward and its statistics decompose with one q @ k^T and one row max (the statistics add a log
+    and an add); each alone gives its reference's values."""
+    g = _attention_graph(False, "additive", True, f32)
+    b = Builder(g, LOC)
+    fwd = g.outputs[0].producer
+    g.outputs.append(b.emit(STATS, *fwd.inputs, **fwd.attrs))
+    d = decompose_attention(g)
+    names = [op.name for op in d.ops]
+    assert names.count("matmul") == 2 and names.count("reduce_max") == 1 and names.count("log") == 1
+    arrays = _inputs(g, np.random.default_rng(4))
+    for got, want in zip(run_graph(d, arrays), run_graph(g, arrays)):
+        _assert_close(got, want, f32)
+    assert np.isneginf(run_graph(d, arrays)[1][:, :, 2]).all()  # the row with every key masked
 
 
 def test_supported_op_stays():

@@ -104,15 +104,19 @@ def _matmul(rng, dt):
 
 
 def _attention(rng, dt, backward=False):
-    """q, k, v [, mask]: causal with L != S, a broadcast bool mask, grouped-query heads."""
+    """q, k, v [, mask]: causal with L != S, a broadcast bool mask, grouped-query heads. The backward's
+    out and stats are the forward's (the op's contract: cuDNN's backward reads them)."""
     q, k, v = arr(rng, (2, 4, 5, 8), dt), arr(rng, (2, 2, 7, 8), dt), arr(rng, (2, 2, 7, 8), dt)
     keep = rng.random((5, 7)) < 0.6
     cases = [([q, k, v], {"scale": 0.35, "is_causal": True, "enable_gqa": True}),
              ([q, k[:, :1].repeat(4, 1), v[:, :1].repeat(4, 1), keep], {"scale": 0.35})]
-    if backward:  # `out` must be the forward's result: cuDNN's backward recomputes it (the op's contract)
-        sdpa = REGISTRY["scaled_dot_product_attention"]
+    if backward:
+        sdpa, stats = REGISTRY["scaled_dot_product_attention"], REGISTRY["scaled_dot_product_attention_stats"]
         go = arr(rng, q.shape, dt)
-        cases = [(ins[:3] + [sdpa.ref(*ins, **sdpa.normalize_attrs(attrs)).astype(q.dtype), go] + ins[3:], attrs)
+        cases = [(ins[:3] + [sdpa.ref(*ins, **sdpa.normalize_attrs(attrs)).astype(q.dtype), go,
+                             stats.ref(*ins, **stats.normalize_attrs(attrs)).astype(np.float64 if dt.name == "f64"
+                                                                                    else np.float32)] + ins[3:],
+                  attrs)
                  for ins, attrs in cases]
     return cases
 
@@ -236,6 +240,7 @@ TABLE["remainder"] = (NUM, _binary(_quarters, _nonzero))
 TABLE["cumsum"] = (NUM + NARROW, _scan)
 TABLE["cumprod"] = (NUM, _scan)
 TABLE["argsort"] = (ALL + NARROW, _argsort)
+TABLE["scaled_dot_product_attention_stats"] = (FLOATS, _attention)
 
 
 def _collective(name: str, reduce: bool):

@@ -1,8 +1,9 @@
-"""cuDNN fused attention (runtime/cudnn_attention.py) on CuPy memory against the op's NumPy reference
+"""cuDNN fused attention (runtime/cudnn_attention.py) on CuPy memory against the ops' NumPy references
 (f32 compute on the same bf16 inputs) and, where a CUDA build of torch is installed, torch's SDPA:
-forward and packed backward, causal and not, with an additive mask and grouped-query heads, and
-replayed from a CuPy CUDA-graph capture. Device arrays hold bf16 bits as uint16 (cuDNN takes pointers),
-so the test does not depend on CuPy's own bfloat16 support."""
+forward with its softmax statistics (the log-sum-exp the backward reads) and packed backward, causal
+and not, with an additive mask and grouped-query heads; a forward that keeps no statistics and the
+statistics alone agree with it; replayed from a CuPy CUDA-graph capture. Device arrays hold bf16 bits
+as uint16 (cuDNN takes pointers), so the test does not depend on CuPy's own bfloat16 support."""
 
 from __future__ import annotations
 
@@ -36,10 +37,12 @@ def _reference(host, causal, gqa):
     attrs = {"scale": D**-0.5, "is_causal": causal, "enable_gqa": gqa}
     f32 = {n: a.astype(np.float32) for n, a in host.items()}
     mask = [f32["mask"]] if "mask" in f32 else []
-    out = REGISTRY["scaled_dot_product_attention"].ref(f32["q"], f32["k"], f32["v"], *mask, **attrs)
+    qkv = (f32["q"], f32["k"], f32["v"])
+    out = REGISTRY["scaled_dot_product_attention"].ref(*qkv, *mask, **attrs)
+    stats = REGISTRY["scaled_dot_product_attention_stats"].ref(*qkv, *mask, **attrs)
     grads = REGISTRY["scaled_dot_product_attention_backward"].ref(
-        f32["q"], f32["k"], f32["v"], out.astype(bf16.np_dtype).astype(np.float32), f32["do"], *mask, **attrs)
-    return out, grads
+        *qkv, out.astype(bf16.np_dtype).astype(np.float32), f32["do"], stats, *mask, **attrs)
+    return out, stats, grads
 
 
 def _host(cupy, a) -> np.ndarray:
@@ -55,12 +58,13 @@ def _close(got, want, what):
 
 def _run(cupy, dev, att):
     out = cupy.empty(dev["q"].shape[:-1] + (D,), dtype=np.uint16)
+    stats = cupy.empty(dev["q"].shape[:-1], dtype=np.float32)
     grads = cupy.empty(dev["q"].size + dev["k"].size + dev["v"].size, dtype=np.uint16)
     ws = cupy.empty(max(att.forward_workspace, att.backward_workspace, 1), dtype=np.uint8)
     mask = dev.get("mask")
-    att.forward(dev["q"], dev["k"], dev["v"], out, mask, ws)
-    att.backward(dev["q"], dev["k"], dev["v"], out, dev["do"], grads, mask, ws)
-    return out, grads, ws
+    att.forward(dev["q"], dev["k"], dev["v"], out, stats, mask, ws)
+    att.backward(dev["q"], dev["k"], dev["v"], out, dev["do"], stats, grads, mask, ws)
+    return out, stats, grads, ws
 
 
 @pytest.mark.gpu
@@ -71,9 +75,11 @@ def test_cudnn_attention_matches_reference(causal, variant):
         pytest.skip("a mask and is_causal are exclusive (as in PyTorch)")
     hkv = 2 if variant == "gqa" else H
     cupy, host, dev, att = _setup(causal, hkv, mask=variant == "mask")
-    out, grads, _ = _run(cupy, dev, att)
-    want_out, want_grads = _reference(host, causal, hkv != H)
+    out, stats, grads, _ = _run(cupy, dev, att)
+    want_out, want_stats, want_grads = _reference(host, causal, hkv != H)
     _close(_host(cupy, out), want_out, "out")
+    # cuDNN's Stats: the natural-log log-sum-exp of the scaled, masked scores, as the stats op's reference
+    np.testing.assert_allclose(cupy.asnumpy(stats), want_stats, rtol=1e-3, atol=1e-3, err_msg="stats")
     got = _host(cupy, grads)
     n = [host["q"].size, host["k"].size, host["v"].size]
     for name, lo, hi in (("dq", 0, n[0]), ("dk", n[0], n[0] + n[1]), ("dv", n[0] + n[1], sum(n))):
@@ -87,7 +93,7 @@ def test_cudnn_attention_matches_torch_sdpa(causal):
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
     cupy, host, dev, att = _setup(causal)
-    out, grads, _ = _run(cupy, dev, att)
+    out, _, grads, _ = _run(cupy, dev, att)
     ts = [torch.tensor(host[n].astype(np.float32), device="cuda", dtype=torch.bfloat16).requires_grad_()
           for n in ("q", "k", "v")]
     y = torch.nn.functional.scaled_dot_product_attention(*ts, is_causal=causal)
@@ -98,22 +104,40 @@ def test_cudnn_attention_matches_torch_sdpa(causal):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_without_stats_and_stats_alone_agree(causal):
+    """stats=None (inference: written to the workspace and dropped) and out=None (the statistics
+    alone: the output goes to the workspace) give the same bits as the forward that keeps both."""
+    cupy, host, dev, att = _setup(causal, seed=2)
+    want_out, want_stats, _, _ = _run(cupy, dev, att)
+    kept = 4 * want_stats.size + 2 * want_out.size + 2 * 256  # both, each aligned to 256 bytes
+    ws = cupy.empty(att.forward_workspace + kept, dtype=np.uint8)
+    out, stats = cupy.zeros_like(want_out), cupy.zeros_like(want_stats)
+    att.forward(dev["q"], dev["k"], dev["v"], out, None, None, ws)
+    att.forward(dev["q"], dev["k"], dev["v"], None, stats, None, ws)
+    np.testing.assert_array_equal(cupy.asnumpy(out), cupy.asnumpy(want_out))
+    np.testing.assert_array_equal(cupy.asnumpy(stats), cupy.asnumpy(want_stats))
+
+
+@pytest.mark.gpu
 def test_cudnn_attention_replays_inside_a_cuda_graph():
     cupy, host, dev, att = _setup(True, seed=1)
-    want_out, want_grads, ws = _run(cupy, dev, att)  # the first (eager) call builds and warms up
+    want_out, want_stats, want_grads, ws = _run(cupy, dev, att)  # the first (eager) call builds and warms up
     want_out, want_grads = cupy.asnumpy(want_out), cupy.asnumpy(want_grads)
     out = cupy.zeros_like(dev["q"])
+    stats = cupy.zeros_like(want_stats)
     grads = cupy.zeros(want_grads.size, dtype=np.uint16)
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
-        att.forward(dev["q"], dev["k"], dev["v"], out, None, ws)
-        att.backward(dev["q"], dev["k"], dev["v"], out, dev["do"], grads, None, ws)
+        att.forward(dev["q"], dev["k"], dev["v"], out, stats, None, ws)
+        att.backward(dev["q"], dev["k"], dev["v"], out, dev["do"], stats, grads, None, ws)
         graph = stream.end_capture()
     assert not out.any()  # captured, not run
     graph.launch(stream)
     stream.synchronize()
     np.testing.assert_array_equal(cupy.asnumpy(out), want_out)
+    np.testing.assert_array_equal(cupy.asnumpy(stats), cupy.asnumpy(want_stats))
     np.testing.assert_array_equal(cupy.asnumpy(grads), want_grads)
 
 

@@ -1,6 +1,7 @@
 """cuDNN convolutions (runtime/cudnn_conv.py) on CuPy memory against the ops' NumPy references: forward,
 data and weight gradient in f32/f16/bf16 with groups, depthwise, stride, dilation and padding, 1-d, 2-d
-and 3-d; channels-last operands passed with their real strides; replay from a CUDA-graph capture; the
+and 3-d; channels-last operands passed with their real strides, and the channels_last ops of
+passes/layout.py; replay from a CUDA-graph capture; the
 exact workspace in the plan; and a compiled training step on the CUDA executor (plain launches, then
 captured and replayed) against the reference executor. Device arrays hold bf16 bits as uint16 (cuDNN
 takes pointers), so the tests do not depend on CuPy's bfloat16 support."""
@@ -103,6 +104,23 @@ def test_channels_last_operands_with_their_strides(which):
     if roles[2] in strides:
         got = np.moveaxis(got, -1, 1)
     _close(got, evaluate_op(op, arrays).astype(np.float64), "bf16", f"{which} channels-last")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("case", SUPPORTED)
+@pytest.mark.parametrize("which", CONV_OPS)
+def test_channels_last_ops_match_reference(which, case, dtype):
+    """The channels_last ops passes/layout.py makes ([N, *S, C] activations in the IR): spec_of gives
+    cuDNN their NC* dims with channels-last strides; the answer is the op's reference."""
+    from flame.passes.layout import channels_last
+
+    cupy = _cupy()
+    op = next(o for o in channels_last(conv_graph(which, case, DTYPES[dtype])).ops if o.name in CONV_OPS)
+    assert op.attrs["channels_last"]
+    arrays = _inputs(op, 4)
+    _, out, _ = _run(cupy, op, arrays)
+    _close(_host(cupy, out, dtype), evaluate_op(op, arrays).astype(np.float64), dtype, f"{which} {case} NHWC")
 
 
 @pytest.mark.gpu

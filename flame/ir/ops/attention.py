@@ -1,4 +1,4 @@
-"""Fused attention: scaled_dot_product_attention and its backward, one op each (DESIGN.md §9).
+"""Fused attention: scaled_dot_product_attention, its softmax statistics and its backward (DESIGN.md §9).
 
 softmax(q @ k^T * scale + mask) @ v with PyTorch's semantics: q [..., H, L, E], k [..., Hkv, S, E],
 v [..., Hkv, S, Ev] (equal leading dimensions; Hkv divides H when enable_gqa), an optional 4th input
@@ -10,13 +10,24 @@ as torch's math path does.
 The IR has single-result ops, so the backward is ONE op whose result packs dq, dk, dv flat
 ([numel(q) + numel(k) + numel(v)]); the VJP slices and reshapes it. A GPU lowering computes all three
 with one library call (cuDNN's sdpa_backward). The mask gets no gradient. References compute in f32
-(f64 for f64 inputs) with a max-shifted softmax."""
+(f64 for f64 inputs) with a max-shifted softmax.
+
+The backward reads the forward's softmax statistics: scaled_dot_product_attention_stats (same inputs
+and attributes as the forward) is the log-sum-exp of each query row's scaled, masked scores,
+logsumexp_j(q k^T * scale + mask)[..., H, L] in natural log — cuDNN's "Stats" — in f32 (f64 for f64
+inputs); -inf for a row no key takes part in. It is a separate op with a separate value rather than
+a second result (the IR has one result per op, and the two have different dtypes): the autodiff
+emits it right after the forward (OpDef.residuals) and the fusion pass joins it to its forward, so
+one library call writes both; an inference graph has no stats op (DCE), so nothing keeps them. The
+backward takes them as its 6th input (q, k, v, out, grad_out, stats[, mask]) and computes the
+probabilities as exp(scores - stats), as cuDNN does."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError
+from flame.ir.dtypes import f32
 from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
@@ -25,11 +36,21 @@ ATTRS = {"scale": Attr("float"), "is_causal": Attr("bool", False), "enable_gqa":
 NO_SECOND_ORDER = "second derivatives of attention are not implemented (its backward is one fused op)"
 
 
+FORWARD = "scaled_dot_product_attention"
+STATS = "scaled_dot_product_attention_stats"
+BACKWARD = "scaled_dot_product_attention_backward"
+
+
 def mask_of(op):
-    """The optional mask input of an attention op: after q, k, v (forward) or after q, k, v, out,
-    grad_out (backward); None without one."""
-    n = 3 if op.name == "scaled_dot_product_attention" else 5
+    """The optional mask input of an attention op: after q, k, v (forward, stats) or after q, k, v,
+    out, grad_out, stats (backward); None without one."""
+    n = 6 if op.name == BACKWARD else 3
     return op.inputs[n] if len(op.inputs) > n else None
+
+
+def stats_type(q: TensorType) -> TensorType:
+    """The statistics' type for query q [..., H, L, E]: [..., H, L] in f32 (f64 for f64 q)."""
+    return TensorType(q.shape[:-1], q.dtype if q.dtype.name == "f64" else f32)
 
 
 def _check_qkv(name, q, k, v, enable_gqa):
@@ -64,25 +85,36 @@ def _check_mask(name, q, k, mask, is_causal):
         raise ShapeError(f"{name}: mask {mask} does not broadcast to the scores {scores}")
 
 
-def _forward_infer(types, scale, is_causal, enable_gqa):
+def _check_forward(name, types, is_causal, enable_gqa):
     if len(types) not in (3, 4):
-        raise ShapeError(f"scaled_dot_product_attention: expected q, k, v[, mask], got {len(types)} inputs")
+        raise ShapeError(f"{name}: expected q, k, v[, mask], got {len(types)} inputs")
     q, k, v = types[:3]
-    _check_qkv("scaled_dot_product_attention", q, k, v, enable_gqa)
-    _check_mask("scaled_dot_product_attention", q, k, types[3] if len(types) == 4 else None, is_causal)
+    _check_qkv(name, q, k, v, enable_gqa)
+    _check_mask(name, q, k, types[3] if len(types) == 4 else None, is_causal)
+    return q, v
+
+
+def _forward_infer(types, scale, is_causal, enable_gqa):
+    q, v = _check_forward(FORWARD, types, is_causal, enable_gqa)
     return TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
 
 
+def _stats_infer(types, scale, is_causal, enable_gqa):
+    q, _ = _check_forward(STATS, types, is_causal, enable_gqa)
+    return stats_type(q)
+
+
 def _backward_infer(types, scale, is_causal, enable_gqa):
-    name = "scaled_dot_product_attention_backward"
-    if len(types) not in (5, 6):
-        raise ShapeError(f"{name}: expected q, k, v, out, grad_out[, mask], got {len(types)} inputs")
-    q, k, v, out, gout = types[:5]
-    _check_qkv(name, q, k, v, enable_gqa)
-    _check_mask(name, q, k, types[5] if len(types) == 6 else None, is_causal)
+    if len(types) not in (6, 7):
+        raise ShapeError(f"{BACKWARD}: expected q, k, v, out, grad_out, stats[, mask], got {len(types)} inputs")
+    q, k, v, out, gout, stats = types[:6]
+    _check_qkv(BACKWARD, q, k, v, enable_gqa)
+    _check_mask(BACKWARD, q, k, types[6] if len(types) == 7 else None, is_causal)
     want = TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
     if out != want or gout != want:
-        raise ShapeError(f"{name}: out {out} and grad_out {gout} must both be {want}")
+        raise ShapeError(f"{BACKWARD}: out {out} and grad_out {gout} must both be {want}")
+    if stats != stats_type(q):
+        raise ShapeError(f"{BACKWARD}: stats {stats} must be {stats_type(q)} (the forward's log-sum-exp)")
     return TensorType((q.numel + k.numel + v.numel,), q.dtype)
 
 
@@ -102,8 +134,8 @@ def _repeat_heads(x, h):
     return x if x.shape[-3] == h else np.repeat(x, h // x.shape[-3], axis=-3)
 
 
-def _probabilities(q, k, mask, scale, is_causal):
-    """softmax(q k^T * scale + mask) with a max shift; rows with no key taking part are 0."""
+def _scores(q, k, mask, scale, is_causal):
+    """q k^T * scale + mask, -inf where a key takes no part."""
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * _scalar(q, scale)
     keep = None
     if is_causal:
@@ -114,18 +146,38 @@ def _probabilities(q, k, mask, scale, is_causal):
         s = s + _acc(mask)
     if keep is not None:
         s = np.where(keep, s, -np.inf)
+    return s
+
+
+def _probabilities(q, k, mask, scale, is_causal):
+    """softmax(q k^T * scale + mask) with a max shift; rows with no key taking part are 0."""
+    s = _scores(q, k, mask, scale, is_causal)
     m = s.max(-1, keepdims=True)
     e = np.exp(s - np.where(np.isfinite(m), m, 0))
     total = e.sum(-1, keepdims=True)
     return np.where(total > 0, e / np.where(total > 0, total, 1), 0)
 
 
-def _sdpa_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
+def _operands(q, k, v, enable_gqa):
+    """q, k, v in the compute dtype, k and v repeated over the query heads under enable_gqa."""
     q, k, v = _acc(q), _acc(k), _acc(v)
     h = q.shape[-3] if q.ndim >= 3 else 1
-    k, v = (_repeat_heads(k, h), _repeat_heads(v, h)) if enable_gqa else (k, v)
+    return (q, *((_repeat_heads(k, h), _repeat_heads(v, h)) if enable_gqa else (k, v)))
+
+
+def _sdpa_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
+    q, k, v = _operands(q, k, v, enable_gqa)
     p = _probabilities(q, k, mask[0] if mask else None, scale, is_causal)
     return np.matmul(p, v)
+
+
+def _stats_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
+    """log(sum(exp(s))) per row with a max shift; -inf for a row with no key taking part."""
+    q, k, _ = _operands(q, k, v, enable_gqa)
+    s = _scores(q, k, mask[0] if mask else None, scale, is_causal)
+    m = s.max(-1, keepdims=True)
+    shift = np.where(np.isfinite(m), m, 0)
+    return (shift + np.log(np.exp(s - shift).sum(-1, keepdims=True)))[..., 0]
 
 
 def _sum_groups(dx, hkv):
@@ -135,12 +187,13 @@ def _sum_groups(dx, hkv):
     return dx.reshape(dx.shape[:-3] + (hkv, dx.shape[-3] // hkv) + dx.shape[-2:]).sum(-3)
 
 
-def _sdpa_backward_ref(q, k, v, out, gout, *mask, scale, is_causal, enable_gqa):
-    """dq, dk, dv packed flat. Uses D = rowsum(grad_out * out), as FlashAttention and cuDNN do."""
-    q, k0, v0, out, gout = (_acc(x) for x in (q, k, v, out, gout))
-    h = q.shape[-3] if q.ndim >= 3 else 1
-    k, v = (_repeat_heads(k0, h), _repeat_heads(v0, h)) if enable_gqa else (k0, v0)
-    p = _probabilities(q, k, mask[0] if mask else None, scale, is_causal)
+def _sdpa_backward_ref(q, k0, v0, out, gout, stats, *mask, scale, is_causal, enable_gqa):
+    """dq, dk, dv packed flat, with p = exp(s - stats) and D = rowsum(grad_out * out), as
+    FlashAttention and cuDNN do (so wrong statistics give wrong gradients here too)."""
+    q, k, v = _operands(q, k0, v0, enable_gqa)
+    out, gout, stats = _acc(out), _acc(gout), _acc(stats)[..., None]
+    s = _scores(q, k, mask[0] if mask else None, scale, is_causal)
+    p = np.exp(s - np.where(np.isfinite(stats), stats, 0))  # -inf scores (and rows) give 0
     dp = np.matmul(gout, np.swapaxes(v, -1, -2))
     ds = p * (dp - (gout * out).sum(-1, keepdims=True))
     dq = np.matmul(ds, k) * _scalar(q, scale)
@@ -151,11 +204,17 @@ def _sdpa_backward_ref(q, k, v, out, gout, *mask, scale, is_causal, enable_gqa):
     return np.concatenate([dq.ravel(), dk.ravel(), dv.ravel()])
 
 
+def _sdpa_residuals(b, q, k, v, *rest, scale, is_causal, enable_gqa):
+    """What the backward reads besides the inputs and the result: the forward's statistics."""
+    return (b.emit(STATS, q, k, v, *rest[:-1], scale=scale, is_causal=is_causal, enable_gqa=enable_gqa),)
+
+
 def _sdpa_vjp(b, g, q, k, v, *rest, scale, is_causal, enable_gqa):
-    """One backward op, then dq, dk, dv as slices of its packed result; no gradient for the mask."""
-    mask, out = rest[:-1], rest[-1]
-    packed = b.emit("scaled_dot_product_attention_backward", q, k, v, out, g, *mask, scale=scale,
-                    is_causal=is_causal, enable_gqa=enable_gqa)
+    """One backward op, then dq, dk, dv as slices of its packed result; no gradient for the mask.
+    rest: [mask,] out, stats (the residual)."""
+    mask, out, stats = rest[:-2], rest[-2], rest[-1]
+    packed = b.emit(BACKWARD, q, k, v, out, g, stats, *mask, scale=scale, is_causal=is_causal,
+                    enable_gqa=enable_gqa)
     grads, start = [], 0
     for x in (q, k, v):
         part = b.slice(packed, starts=[start], stops=[start + x.type.numel], steps=[1])
@@ -164,9 +223,12 @@ def _sdpa_vjp(b, g, q, k, v, *rest, scale, is_causal, enable_gqa):
     return (*grads, *(None for _ in mask))
 
 
-register(OpDef("scaled_dot_product_attention", "library", -1, _forward_infer, _sdpa_ref, dict(ATTRS),
-               _sdpa_vjp, compute_f32=True, library="attention", doc="softmax(q k^T * scale + mask) v, one fused op",
-               autocast="lower"))
-register(OpDef("scaled_dot_product_attention_backward", "library", -1, _backward_infer, _sdpa_backward_ref,
-               dict(ATTRS), nondiff=NO_SECOND_ORDER, compute_f32=True, library="attention",
-               doc="dq, dk, dv of scaled_dot_product_attention, packed flat in that order"))
+register(OpDef(FORWARD, "library", -1, _forward_infer, _sdpa_ref, dict(ATTRS), _sdpa_vjp, compute_f32=True,
+               library="attention", doc="softmax(q k^T * scale + mask) v, one fused op", autocast="lower",
+               residuals=_sdpa_residuals))
+register(OpDef(STATS, "library", -1, _stats_infer, _stats_ref, dict(ATTRS), nondiff=NO_SECOND_ORDER,
+               compute_f32=True, library="attention",
+               doc="log-sum-exp of each query row of q k^T * scale + mask (the backward's softmax statistics)"))
+register(OpDef(BACKWARD, "library", -1, _backward_infer, _sdpa_backward_ref, dict(ATTRS), nondiff=NO_SECOND_ORDER,
+               compute_f32=True, library="attention",
+               doc="dq, dk, dv of scaled_dot_product_attention from its out and stats, packed flat in that order"))

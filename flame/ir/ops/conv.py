@@ -14,6 +14,10 @@ groups. conv_grad_input carries the FULL input shape (so a transposed convolutio
 is implied: any S whose forward output is O is allowed), conv_grad_weight the FULL weight shape.
 A bias is not part of the op: it is a broadcast add after it.
 
+channels_last=true (set by passes/layout.py, never by the frontend): the activations (x, y and
+their gradients) are stored channels-last, [N, *S, C], in the IR as in memory; `input_shape` is then
+the channels-last shape too. The weight keeps its [C_out, C_in/groups, *K] layout.
+
 The three are linear in each operand and adjoint to one another, so their VJPs are each other:
   conv(x, w):              dx = conv_grad_input(g, w),   dw = conv_grad_weight(x, g)
   conv_grad_input(d, w):   dd = conv(g, w),              dw = conv_grad_weight(g, d)
@@ -34,7 +38,8 @@ from flame.errors import DTypeError, ShapeError
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
 
-ATTRS = {"stride": Attr("ints"), "padding": Attr("pairs"), "dilation": Attr("ints"), "groups": Attr("int", 1)}
+ATTRS = {"stride": Attr("ints"), "padding": Attr("pairs"), "dilation": Attr("ints"), "groups": Attr("int", 1),
+         "channels_last": Attr("bool", False)}
 CONV_OPS = ("conv", "conv_grad_input", "conv_grad_weight")
 
 
@@ -43,10 +48,30 @@ def conv_output_size(size: int, k: int, stride: int, pad: tuple[int, int], dilat
     return (size + pad[0] + pad[1] - dilation * (k - 1) - 1) // stride + 1
 
 
+def to_channels_first(shape) -> tuple[int, ...]:
+    """[N, *S, C] -> [N, C, *S] (a shape, or any per-dim sequence)."""
+    return (shape[0], shape[-1], *shape[1:-1])
+
+
+def to_channels_last(shape) -> tuple[int, ...]:
+    """[N, C, *S] -> [N, *S, C]."""
+    return (shape[0], *shape[2:], shape[1])
+
+
 def _describe(name, types, stride, padding, dilation, groups) -> str:
     shown = ", ".join(str(t) for t in types)
     return (f"{name} {shown} (stride={list(stride)}, padding={[list(p) for p in padding]}, "
             f"dilation={list(dilation)}, groups={groups})")
+
+
+def _nc(shape, channels_last: bool) -> tuple[int, ...]:
+    """An activation's shape in the NC* order the checks use."""
+    return to_channels_first(shape) if channels_last else tuple(shape)
+
+
+def _ir(shape, channels_last: bool) -> tuple[int, ...]:
+    """An NC* activation shape in the op's layout."""
+    return to_channels_last(shape) if channels_last else tuple(shape)
 
 
 def _check(name, types, x_shape, w_shape, stride, padding, dilation, groups) -> tuple[int, ...]:
@@ -85,26 +110,29 @@ def _check(name, types, x_shape, w_shape, stride, padding, dilation, groups) -> 
     return (x_shape[0], c_out, *out)
 
 
-def _conv_infer(types, stride, padding, dilation, groups):
+def _conv_infer(types, stride, padding, dilation, groups, channels_last):
     x, w = types
-    return TensorType(_check("conv", types, x.shape, w.shape, stride, padding, dilation, groups), x.dtype)
+    y = _check("conv", types, _nc(x.shape, channels_last), w.shape, stride, padding, dilation, groups)
+    return TensorType(_ir(y, channels_last), x.dtype)
 
 
-def _grad_input_infer(types, stride, padding, dilation, groups, input_shape):
+def _grad_input_infer(types, stride, padding, dilation, groups, channels_last, input_shape):
     dy, w = types
-    want = _check("conv_grad_input", types, input_shape, w.shape, stride, padding, dilation, groups)
-    if dy.shape != want:
+    want = _check("conv_grad_input", types, _nc(input_shape, channels_last), w.shape, stride, padding, dilation,
+                  groups)
+    if dy.shape != _ir(want, channels_last):
         raise ShapeError(f"{_describe('conv_grad_input', types, stride, padding, dilation, groups)}: the "
-                         f"gradient should be {list(want)} for input_shape={list(input_shape)}")
+                         f"gradient should be {list(_ir(want, channels_last))} for input_shape={list(input_shape)}")
     return TensorType(tuple(input_shape), dy.dtype)
 
 
-def _grad_weight_infer(types, stride, padding, dilation, groups, weight_shape):
+def _grad_weight_infer(types, stride, padding, dilation, groups, channels_last, weight_shape):
     x, dy = types
-    want = _check("conv_grad_weight", types, x.shape, weight_shape, stride, padding, dilation, groups)
-    if dy.shape != want:
+    want = _check("conv_grad_weight", types, _nc(x.shape, channels_last), weight_shape, stride, padding, dilation,
+                  groups)
+    if dy.shape != _ir(want, channels_last):
         raise ShapeError(f"{_describe('conv_grad_weight', types, stride, padding, dilation, groups)}: the "
-                         f"gradient should be {list(want)} for weight_shape={list(weight_shape)}")
+                         f"gradient should be {list(_ir(want, channels_last))} for weight_shape={list(weight_shape)}")
     return TensorType(tuple(weight_shape), x.dtype)
 
 
@@ -172,6 +200,24 @@ def _grad_input_ref(dy, w, stride, padding, dilation, groups, input_shape):
     return dxp[(Ellipsis, *crop)].reshape(input_shape)
 
 
+def _first(a: np.ndarray) -> np.ndarray:
+    return np.moveaxis(a, -1, 1)
+
+
+def _in_layout(ref, acts: tuple[bool, bool], out_act: bool):
+    """The reference of a channels_last op from its NC* one: the activation operands (`acts`) moved to
+    NC*, the result (when `out_act`) back to channels-last."""
+    def run(a, b, channels_last, **attrs):
+        if not channels_last:
+            return ref(a, b, **attrs)
+        if "input_shape" in attrs:
+            attrs["input_shape"] = to_channels_first(attrs["input_shape"])
+        a, b = (_first(v) if act else v for v, act in zip((a, b), acts))
+        out = ref(a, b, **attrs)
+        return np.ascontiguousarray(np.moveaxis(out, 1, -1)) if out_act else out
+    return run
+
+
 # ---- VJPs: the three ops are each other's adjoints ----------------------------------------------------
 
 def _conv_vjp(b, g, x, w, out, **a):
@@ -192,10 +238,11 @@ def _op(name, infer, ref, vjp, extra, doc):
                  doc=doc)
 
 
-register(_op("conv", _conv_infer, _conv_ref, _conv_vjp, {},
+register(_op("conv", _conv_infer, _in_layout(_conv_ref, (True, False), True), _conv_vjp, {},
              "N-d cross-correlation of x [N, C_in, *S] with w [C_out, C_in/groups, *K] (PyTorch's convNd)"))
-register(_op("conv_grad_input", _grad_input_infer, _grad_input_ref, _grad_input_vjp,
+register(_op("conv_grad_input", _grad_input_infer, _in_layout(_grad_input_ref, (True, False), True), _grad_input_vjp,
              {"input_shape": Attr("ints")}, "the data gradient of conv (a transposed convolution)"))
-register(_op("conv_grad_weight", _grad_weight_infer, _grad_weight_ref, _grad_weight_vjp,
+register(_op("conv_grad_weight", _grad_weight_infer, _in_layout(_grad_weight_ref, (True, True), False),
+             _grad_weight_vjp,
              {"weight_shape": Attr("ints")}, "the weight gradient of conv"))
 

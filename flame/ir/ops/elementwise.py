@@ -31,9 +31,14 @@ def _sigmoid_ref(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
+def gelu_tanh(x):
+    """GELU in its tanh form (GELU(approximate="tanh"), cuBLASLt's GELU epilogue)."""
+    return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
 def _gelu_ref(x, approximate):
     if approximate == "tanh":
-        return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+        return gelu_tanh(x)
     return 0.5 * x * (1.0 + _erf_ref(x * INV_SQRT_2))
 
 

@@ -29,8 +29,28 @@ def _matmul_ref(a, b):
     return np.matmul(a, b)
 
 
+def _transposed(v) -> bool:
+    """v is transpose_last(u): a permute swapping the last two dims (`x @ w.T` reads w so)."""
+    op = v.producer
+    if op is None or op.name != "permute":
+        return False
+    perm = tuple(op.attrs["perm"])
+    n = len(perm)
+    return n >= 2 and perm == (*range(n - 2), n - 1, n - 2)
+
+
+def _product(b, p, q, transposed: bool):
+    """p @ q, or when the operand it is the gradient of is a transpose, (q^T @ p^T)^T: the permute's
+    own VJP then transposes it back and simplify cancels the two permutes, so the gradient of w in
+    `x @ w.T` comes out of the GEMM in w's layout (the GEMM absorbs operand transposes) instead of
+    as [in, out] that every reader (AdamW) would read transposed, uncoalesced."""
+    if not transposed:
+        return b.matmul(p, q)
+    return b.transpose_last(b.matmul(b.transpose_last(q), b.transpose_last(p)))
+
+
 def _matmul_vjp(b, g, x, y, out):
-    gx = b.matmul(g, b.transpose_last(y))
+    gx = _product(b, g, b.transpose_last(y), _transposed(x))
     if y.type.rank == 2 and x.type.rank > 2:
         # a weight shared by every batch (x @ w in a Linear layer): its gradient is ONE GEMM over
         # K = batch * m, x^T g with both flattened to 2-D, instead of a batched GEMM into a
@@ -38,8 +58,8 @@ def _matmul_vjp(b, g, x, y, out):
         k, n = x.type.shape[-1], g.type.shape[-1]
         rows = x.type.numel // k if k else int(np.prod(x.type.shape[:-1]))
         x2, g2 = b.reshape(x, shape=[rows, k]), b.reshape(g, shape=[rows, n])
-        return gx, b.matmul(b.transpose_last(x2), g2)
-    return gx, b.matmul(b.transpose_last(x), g)
+        return gx, _product(b, b.transpose_last(x2), g2, _transposed(y))
+    return gx, _product(b, b.transpose_last(x), g, _transposed(y))
 
 
 register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp, library="matmul",

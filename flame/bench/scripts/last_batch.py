@@ -1,0 +1,90 @@
+"""An epoch whose last batch is smaller: what it costs over an epoch of full batches, per
+flame.compile(dynamic=...) mode, for the digits MLP of examples/train_mlp.py (64-128-128-10, AdamW,
+batch 64: 1437 training digits make 22 full batches and a last one of 29). A benchmark, not a test:
+
+    PYTHONPATH=. python3 -m flame.bench.scripts.last_batch [--epochs 5] [--device cuda]
+
+Per mode it prints the wall time of each epoch (synchronised at its end) and, per epoch, the extra
+over the same epoch with the last batch left out (`full`, timed right after). Epoch 1 is where the
+smaller size first appears: dynamic=False traces and compiles it, None traces it once and makes the
+batch dim dynamic, True instantiates it from the template its first call made; from epoch 2 on every
+mode replays a cached plan (and CUDA graph) per size. The target (issue 15) is at most 5 ms extra per
+epoch on the GPU. The compiled step's stats() closes each mode's block; a second run with the same
+FLAME cache directory shows the cost without NVRTC compiles (kernels come from the disk cache)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+import flame
+import flame.nn as nn
+import flame.optim as optim
+
+
+def _setup(dynamic, hidden: int, seed: int):
+    gen = flame.Generator(seed)
+    model = nn.Sequential(nn.Linear(64, hidden, generator=gen), nn.ReLU(),
+                          nn.Linear(hidden, hidden, generator=gen), nn.ReLU(),
+                          nn.Linear(hidden, 10, generator=gen))
+    opt = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
+    loss_fn = nn.CrossEntropyLoss()
+
+    @flame.compile(dynamic=dynamic, name=f"step_dynamic_{dynamic}")
+    def step(x, y):
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return step
+
+
+def _epoch(step, batches) -> float:
+    t0 = time.perf_counter()
+    loss = None
+    for xb, yb in batches:
+        loss = step(xb, yb)
+    loss.item()  # waits for the device
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--device", choices=flame.runtime.device.DEVICES, default=None)
+    args = ap.parse_args(argv)
+    if args.device:
+        flame.set_device(args.device)
+    x, y = load_digits(return_X_y=True)
+    x_train, _, y_train, _ = train_test_split((x / 16.0).astype(np.float32), y.astype(np.int64), test_size=0.2,
+                                              random_state=0, stratify=y)
+    bs = args.batch_size
+    batches = [(flame.tensor(x_train[i:i + bs]), flame.tensor(y_train[i:i + bs])) for i in range(0, len(x_train), bs)]
+    full = [b for b in batches if b[0].shape[0] == bs]
+    print(f"device {flame.get_device()}; {len(full)} batches of {bs} and a last one of "
+          f"{batches[-1][0].shape[0]}", flush=True)
+    warnings.simplefilter("ignore", flame.RecompileWarning)
+    for dynamic in (False, None, True):
+        step = _setup(dynamic, args.hidden, 0)
+        _epoch(step, full[:2])  # the full-batch trace and compile, outside the timed epochs
+        print(f"dynamic={dynamic}:")
+        for e in range(1, args.epochs + 1):
+            t_all = _epoch(step, batches)
+            t_full = _epoch(step, full)
+            print(f"  epoch {e}: {t_all * 1e3:9.2f} ms, full batches only {t_full * 1e3:9.2f} ms, "
+                  f"extra {(t_all - t_full) * 1e3:8.2f} ms", flush=True)
+        print("  " + str(step.stats()).replace("\n", "\n  "), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

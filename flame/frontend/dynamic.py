@@ -1,0 +1,262 @@
+"""Dynamic sizes for @flame.compile: one traced graph serves every size of a dimension.
+
+A dimension becomes dynamic after the function was traced at two sizes of it (automatic; or at the
+first call, from a probe trace, with `flame.compile(fn, dynamic=True)`). The two traced graphs are
+compared number by number: they must have the same structure (ops, operands, attribute keys, dtypes,
+ranks), and every integer that differs between them is taken as an affine function of the size,
+`a*s + b` with rational a and b (a shape `[64, 784]` -> `[s, 784]`, a reshape target `[64*12, 64]`
+-> `[12*s, 64]`, a slice end `s - 1`), every float that differs as `1 / (a*s + b)` (the mean's
+gradient scale). `Template.instantiate(s)` writes the graph for a new size without running the
+Python function again, and checks it: each op's result type from its shape rule must be the one the
+forms predict, so an integer the forms got wrong (a size squared, halved and rounded) is caught
+there rather than run. What cannot be expressed raises NotDynamic with the reason; the compiled
+function then specialises per size and says why in its RecompileWarning.
+
+One symbol per template: the dims that changed between the two traces must change together (same
+old size, same new size: a batch of inputs x and labels y). `str(template)` prints the graph with
+the symbol in its types (`f32[s0,784]`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from flame.errors import FlameError
+from flame.ir import registry
+from flame.ir.graph import Graph, Op
+from flame.ir.printer import print_graph
+from flame.ir.types import TensorType
+
+
+class NotDynamic(FlameError):
+    """The traced graphs do not make one graph with a size parameter (the message says why)."""
+
+
+Dim = tuple[int, int]  # (argument position, dimension)
+
+
+def changed_dims(old: dict[int, tuple], new: dict[int, tuple]) -> dict[Dim, tuple[int, int]]:
+    """{(argument, dim): (old size, new size)} for the tensor arguments' dims that differ; old and
+    new map argument positions to shapes of the same ranks."""
+    return {(i, d): (a, b) for i, shape in old.items() for d, (a, b) in enumerate(zip(shape, new[i])) if a != b}
+
+
+# ---- forms: what a number in the template is, as a function of the size s ----
+
+@dataclass(frozen=True)
+class _Affine:
+    """An integer a*s + b."""
+
+    a: Fraction
+    b: Fraction
+
+    def at(self, s: int) -> int:
+        v = self.a * s + self.b
+        if v.denominator != 1 or v < 0:
+            raise NotDynamic(f"{self} is {v} at s0={s}, not a size")
+        return int(v)
+
+    def __str__(self) -> str:
+        a = "" if self.a == 1 else f"{self.a}*"
+        b = "" if self.b == 0 else f"{'+' if self.b > 0 else '-'}{abs(self.b)}"
+        return f"{a}s0{b}"
+
+
+@dataclass(frozen=True)
+class _Reciprocal:
+    """A float 1 / (a*s + b)."""
+
+    n: _Affine
+
+    def at(self, s: int) -> float:
+        return 1.0 / max(self.n.at(s), 1)
+
+    def __str__(self) -> str:
+        return f"1/({self.n})"
+
+
+def _affine(va: int, vb: int, sa: int, sb: int) -> _Affine:
+    a = Fraction(vb - va, sb - sa)
+    return _Affine(a, va - a * sa)
+
+
+def _reciprocal_int(v: float) -> int | None:
+    """n if v is 1/n for an integer n >= 1 (as 1.0 / n computes it), else None."""
+    if not (0 < v <= 1) or not math.isfinite(v):
+        return None
+    n = round(1 / v)
+    return n if 1.0 / n == v else None
+
+
+class _Fitter:
+    """Fits each number of trace B against the same number of trace A (sizes sa, sb)."""
+
+    def __init__(self, sa: int, sb: int):
+        self.sa, self.sb = sa, sb
+
+    def fit(self, x: Any, y: Any, where: str) -> Any:
+        """A form tree: x itself where x == y, an _Affine/_Reciprocal where they differ."""
+        if type(x) is not type(y):
+            raise NotDynamic(f"{where}: {x!r} and {y!r} are of different kinds")
+        if isinstance(x, (list, tuple)):
+            if len(x) != len(y):
+                raise NotDynamic(f"{where}: {list(x)} and {list(y)} differ in length")
+            return type(x)(self.fit(a, b, where) for a, b in zip(x, y))
+        if isinstance(x, dict):
+            if x.keys() != y.keys():
+                raise NotDynamic(f"{where}: attributes {sorted(x)} and {sorted(y)} differ")
+            return {k: self.fit(x[k], y[k], f"{where} {k}") for k in x}
+        if x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)):
+            return x
+        if isinstance(x, int) and not isinstance(x, bool):
+            return _affine(x, y, self.sa, self.sb)
+        if isinstance(x, float):
+            na, nb = _reciprocal_int(x), _reciprocal_int(y)
+            if na is not None and nb is not None:
+                return _Reciprocal(_affine(na, nb, self.sa, self.sb))
+            raise NotDynamic(f"{where}: the constant {x!r} at size {self.sa} is {y!r} at size {self.sb}, "
+                             f"neither the same nor 1/n of an affine n")
+        raise NotDynamic(f"{where}: {x!r} at size {self.sa} is {y!r} at size {self.sb}")
+
+
+def _at(form: Any, s: int) -> Any:
+    if isinstance(form, (_Affine, _Reciprocal)):
+        return form.at(s)
+    if isinstance(form, (list, tuple)):
+        return type(form)(_at(f, s) for f in form)
+    if isinstance(form, dict):
+        return {k: _at(f, s) for k, f in form.items()}
+    return form
+
+
+def _show(form: Any) -> str:
+    if isinstance(form, (list, tuple)):
+        return "[" + ", ".join(_show(f) for f in form) + "]"
+    return str(form)
+
+
+@dataclass(frozen=True)
+class _OpForm:
+    op: Op  # the op in trace A: name, operands (by position), loc
+    operands: tuple[int, ...]  # value numbers of its inputs
+    attrs: dict
+    shape: tuple  # the result's shape forms
+
+
+class Template:
+    """A traced graph with one size symbol s0 (see the module docstring). `dims` are the
+    (argument, dim) pairs that are s0; `sizes` the sizes it was traced at."""
+
+    symbol = "s0"
+
+    def __init__(self, ga: Graph, gb: Graph, dims: dict[Dim, tuple[int, int]]):
+        (sa, sb), *rest = set(dims.values()) or {(0, 0)}
+        if rest or sa == sb:
+            shown = ", ".join(f"argument {i} dim {d} {a} -> {b}" for (i, d), (a, b) in sorted(dims.items()))
+            raise NotDynamic(f"dims that change by different sizes at once ({shown}): one symbol per trace")
+        self.name, self.dims, self.sizes = ga.name, tuple(sorted(dims)), (sa, sb)
+        f = _Fitter(sa, sb)
+        if (len(ga.inputs), len(ga.ops), len(ga.outputs)) != (len(gb.inputs), len(gb.ops), len(gb.outputs)):
+            ida, idb = ga.numbering(), gb.numbering()
+            differ = next(((oa, ob) for oa, ob in zip(ga.ops, gb.ops) if oa.name != ob.name
+                           or tuple(ida[v] for v in oa.inputs) != tuple(idb[v] for v in ob.inputs)), None)
+            at = "" if differ is None else (f" (first at {differ[0].name}" + (f", {differ[0].loc}" if differ[0].loc
+                                                                             else "") + f" vs {differ[1].name})")
+            raise NotDynamic(f"the traces at sizes {sa} and {sb} differ in their ops{at}: the function does "
+                             f"something else at one of the sizes")
+        if ga.roles != gb.roles or ga.aliases != gb.aliases:
+            raise NotDynamic(f"the traces at sizes {sa} and {sb} read or update different tensors")
+        self.inputs = [(r, va.dtype, f.fit(va.shape, vb.shape, f"input %{i}"))
+                       for i, (r, va, vb) in enumerate(zip(ga.roles, ga.inputs, gb.inputs))]
+        for i, (va, vb) in enumerate(zip(ga.inputs, gb.inputs)):
+            if va.dtype != vb.dtype:
+                raise NotDynamic(f"input %{i}: {va.type} at size {sa} is {vb.type} at size {sb}")
+        ida, idb = ga.numbering(), gb.numbering()
+        self.ops: list[_OpForm] = []
+        for oa, ob in zip(ga.ops, gb.ops):
+            where = f"%{ida[oa.out]} = {oa.name}" + (f" ({oa.loc})" if oa.loc else "")
+            operands = tuple(ida[v] for v in oa.inputs)
+            if (oa.name != ob.name or operands != tuple(idb[v] for v in ob.inputs)
+                    or oa.out.dtype != ob.out.dtype):
+                raise NotDynamic(f"{where}: the trace at size {sb} has {ob.name} here: the function takes "
+                                 f"another path at that size")
+            self.ops.append(_OpForm(oa, operands, f.fit(oa.attrs, ob.attrs, where),
+                                    f.fit(oa.out.shape, ob.out.shape, where)))
+        self.outputs = [ida[v] for v in ga.outputs]
+        if self.outputs != [idb[v] for v in gb.outputs]:
+            raise NotDynamic(f"the traces at sizes {sa} and {sb} return different values")
+        self.aliases = dict(ga.aliases)
+
+    def instantiate(self, s: int) -> Graph:
+        """The graph at size s0 = s, each op's result type checked against its shape rule."""
+        g = Graph(self.name)
+        values = [g.add_input(TensorType(_at(shape, s), dtype), role) for role, dtype, shape in self.inputs]
+        for f in self.ops:
+            opdef = registry.get(f.op.name)
+            attrs = _at(f.attrs, s)
+            operands = tuple(values[i] for i in f.operands)
+            try:
+                out = opdef.infer([v.type for v in operands], **attrs)
+            except (FlameError, TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+                raise NotDynamic(f"{self._line(f)} at s0={s}: {e}") from None
+            want = TensorType(_at(f.shape, s), out.dtype)
+            if out != want:
+                raise NotDynamic(f"{self._line(f)} at s0={s}: its shape rule gives {out}, the traced sizes "
+                                 f"predict {want} (a size that is not affine in s0)")
+            op = Op(f.op.name, operands, attrs, out, f.op.loc)
+            g.ops.append(op)
+            values.append(op.out)
+        g.outputs = [values[i] for i in self.outputs]
+        g.aliases = dict(self.aliases)
+        return g
+
+    def _line(self, f: _OpForm) -> str:
+        return f"{f.op.name}" + (f" ({f.op.loc})" if f.op.loc else "")
+
+    def __str__(self) -> str:
+        """The graph as traced at the first size, each symbolic number printed as its form."""
+        return print_graph(self._symbolic())
+
+    def _symbolic(self) -> Graph:
+        g = self.instantiate(self.sizes[0])  # same structure; shapes and attributes then replaced
+        types = [shape for _, _, shape in self.inputs] + [f.shape for f in self.ops]
+        for v, shape in zip(g.inputs + [op.out for op in g.ops], types):
+            v.type = _SymbolicType(shape, v.type.dtype)
+        for op, f in zip(g.ops, self.ops):
+            op.attrs = _symbolic_attrs(f.attrs)
+        return g
+
+
+class _Shown(int):
+    """An attribute form that prints as s0's expression (only for Template.__str__: the printer
+    writes an int attribute with str())."""
+
+    def __new__(cls, form):
+        obj = super().__new__(cls, 0)
+        obj.form = form
+        return obj
+
+    def __str__(self) -> str:
+        return _show(self.form)
+
+
+def _symbolic_attrs(form: Any) -> Any:
+    if isinstance(form, (_Affine, _Reciprocal)):
+        return _Shown(form)
+    if isinstance(form, (list, tuple)):
+        return type(form)(_symbolic_attrs(f) for f in form)
+    if isinstance(form, dict):
+        return {k: _symbolic_attrs(f) for k, f in form.items()}
+    return form
+
+
+class _SymbolicType:
+    """A TensorType look-alike whose shape may hold s0 forms, printed as f32[s0,784]."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+    def __str__(self) -> str:
+        return f"{self.dtype.name}[{','.join(str(s) for s in self.shape)}]"

@@ -1,0 +1,304 @@
+"""Channels-last activations inside a step's convolutional segments (issue 16), the user's tensors
+still NC*.
+
+cuDNN's fast convolution kernels read and write [N, *S, C]; handed NC* tensors, it transposes them
+itself, each call. This pass makes every convolution op channels_last (ir/ops/conv.py: its x, y and
+their gradients are [N, *S, C]) and then keeps the activations around it channels-last too, so the
+only transposes left are at the segment's edges: where a user's NC* input enters, where a value leaves
+as a graph output, and where a library call that is not a convolution (matmul, attention) reads one.
+
+One forward sweep over the ops. Each old value maps to a new value and a permutation p with
+    old == permute(new, p)
+(p None: the same layout). A convolution asks for its activations in the channels-last order and
+yields a result whose p moves the channels back to dim 1. An op that does not care about the order of
+dims (non-positional elementwise ops, reductions, broadcast_to, concat, slice, pad, flip, and permute,
+reshape, squeeze, unsqueeze where the dims they split or merge stay adjacent) runs in its first
+permuted operand's order: its other operands are permuted to match (a per-channel vector [1, C, 1, 1]
+becomes the reshape [1, 1, 1, C]), its attributes (axes, pads, slices) renumbered, and its result keeps
+the permutation. Any other op, and every graph output, reads the value permuted back (one permute op,
+shared by all such readers), so that transpose appears exactly where the layout must change; two
+transposes meeting cancel, since a permutation of a permuted value composes with it instead of being
+emitted. The fusion pass then folds a permute into the kernel reading it, except before a library call.
+
+Before: a simplified graph (conv ops NC*). After: the same function, conv ops channels_last, the
+permutes only at the layout's edges. Random draws are left in their order (their bits depend on the
+index), and weights keep their [C_out, C_in/groups, *K] layout."""
+
+from __future__ import annotations
+
+import math
+
+from flame.ir.builder import Builder
+from flame.ir.graph import Graph, Op, Value
+from flame.ir.ops.conv import CONV_OPS, to_channels_last
+from flame.ir.registry import get as opdef
+from flame.target import DEFAULT_TARGET, Target
+
+Perm = tuple[int, ...]
+_REDUCTIONS = ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
+_RESHAPES = ("reshape", "squeeze", "unsqueeze")
+
+
+def channels_last(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
+    """g with channels-last convolutions and activations (see the module's docstring); g itself when
+    the target keeps NC* (`Target.conv_channels_last`) or g has no convolution."""
+    if not target.conv_channels_last or not any(op.name in CONV_OPS for op in g.ops):
+        return g
+    plain: set[Value] = set()
+    while True:  # each round keeps the operands of the row reductions the last one re-strided in order
+        sweep = _Sweep(g, plain)
+        new = sweep.run()
+        if not sweep.blocked - plain:
+            return new
+        plain |= _cone(sweep.blocked)
+
+
+def _identity(p: Perm | None) -> bool:
+    return p is None or p == tuple(range(len(p)))
+
+
+def _inverse(p: Perm) -> Perm:
+    inv = [0] * len(p)
+    for i, j in enumerate(p):
+        inv[j] = i
+    return tuple(inv)
+
+
+def _unit_moves(shape, perm: Perm) -> bool:
+    """permute(x, perm) of an x of `shape` moves only unit dims (it is a reshape)."""
+    return [d for d in perm if shape[d] != 1] == [d for d in range(len(perm)) if shape[d] != 1]
+
+
+def _cone(values: set[Value]) -> set[Value]:
+    """`values` and the elementwise and movement work they are computed by, up to the nearest
+    reductions, library calls and graph inputs: the part of a norm that runs in its own order."""
+    out, todo = set(), list(values)
+    while todo:
+        v = todo.pop()
+        if v in out:
+            continue
+        out.add(v)
+        op = v.producer
+        if op is not None and opdef(op.name).category in ("elementwise", "movement"):
+            todo.extend(op.inputs)
+    return out
+
+
+def _trailing(axes: set[int], rank: int) -> bool:
+    return axes == set(range(rank - len(axes), rank))
+
+
+def _to_first(rank: int) -> Perm:
+    """The permutation whose result is NC* from an [N, *S, C] tensor."""
+    return (0, rank - 1, *range(1, rank - 1))
+
+
+class _Sweep:
+    def __init__(self, g: Graph, plain: set[Value]):
+        self.g = g
+        self.keep_plain = plain  # old values kept in their own order
+        self.blocked: set[Value] = set()  # operands of row reductions that would have been re-strided
+        self.new = Graph(g.name)
+        self.b = Builder(self.new)
+        self.env: dict[Value, tuple[Value, Perm | None]] = {
+            v: (self.new.add_input(v.type, r), None) for v, r in zip(g.inputs, g.roles)}
+        self._permuted: dict[tuple[Value, Perm], Value] = {}
+
+    def run(self) -> Graph:
+        for op in self.g.ops:
+            self.b.loc = op.loc
+            rule = _Sweep._conv if op.name in CONV_OPS else _RULES.get(op.name) or _category_rule(op)
+            got = rule(self, op) if rule is not None else None
+            self.env[op.out] = got if got is not None else (self._copy(op, [self.plain(v) for v in op.inputs]), None)
+            if op.out in self.keep_plain:
+                self.env[op.out] = (self.plain(op.out), None)
+        self.new.outputs = [self.plain(v) for v in self.g.outputs]
+        self.new.aliases = dict(self.g.aliases)
+        return self.new
+
+    # ---- values in a chosen order -------------------------------------------------------------------
+
+    def _copy(self, op: Op, inputs: list[Value], **attrs) -> Value:
+        return self.b.emit(op.name, *inputs, **{**op.attrs, **attrs})
+
+    def permute(self, v: Value, perm: Perm) -> Value:
+        """permute(v, perm) in the new graph: nothing for the identity, a reshape when only unit dims
+        move, composed with v's own permute (so that two transposes cancel); one op per (v, perm)."""
+        if _identity(perm):
+            return v
+        key = (v, perm)
+        if key not in self._permuted:
+            src = v.producer
+            if src is not None and src.name == "permute":  # permute(permute(x, a), b) = permute(x, a[b])
+                inner = src.attrs["perm"]
+                self._permuted[key] = self.permute(src.inputs[0], tuple(inner[i] for i in perm))
+            elif src is not None and src.name == "reshape" and _unit_moves(v.shape, perm):
+                self._permuted[key] = self.b.reshape(src.inputs[0], shape=tuple(v.shape[i] for i in perm))
+            elif _unit_moves(v.shape, perm):
+                self._permuted[key] = self.b.reshape(v, shape=tuple(v.shape[i] for i in perm))
+            else:
+                self._permuted[key] = self.b.permute(v, perm=perm)
+        return self._permuted[key]
+
+    def plain(self, old: Value) -> Value:
+        """The new value equal to `old` (its permutation applied)."""
+        new, p = self.env[old]
+        return new if p is None else self.permute(new, p)
+
+    def in_order(self, old: Value, q: Perm) -> Value:
+        """A new value v with old == permute(v, q) (old of a lower rank broadcasts: leading unit dims
+        are added first; a 0-d value is itself)."""
+        new, p = self.env[old]
+        rank = len(q)
+        if old.type.rank == 0:
+            return new
+        if old.type.rank < rank:
+            new, p = self.b.reshape(self.plain(old), shape=(1,) * (rank - old.type.rank) + old.shape), None
+        p = p or tuple(range(rank))
+        return self.permute(new, tuple(p[j] for j in _inverse(q)))
+
+    def order_of(self, op: Op) -> Perm | None:
+        """The permutation an order-agnostic op runs in: that of its largest permuted full-rank operand."""
+        best = None
+        for v in op.inputs:
+            p = self.env[v][1]
+            if not _identity(p) and v.type.rank == op.out.type.rank and (best is None or v.type.numel > best[0]):
+                best = (v.type.numel, p)
+        return None if best is None else best[1]
+
+    # ---- rules: each returns (new value, its permutation) or None to read the operands plainly -------
+
+    def _conv(self, op: Op):
+        rank = op.inputs[0].type.rank
+        first = _to_first(rank)
+        acts = {"conv": (True, False), "conv_grad_input": (True, False), "conv_grad_weight": (True, True)}[op.name]
+        ins = [self.in_order(v, first) if act else self.plain(v) for v, act in zip(op.inputs, acts)]
+        extra = {"input_shape": to_channels_last(op.attrs["input_shape"])} if op.name == "conv_grad_input" else {}
+        out = self._copy(op, ins, channels_last=True, **extra)
+        return out, (None if op.name == "conv_grad_weight" else first)
+
+    def _elementwise(self, op: Op):
+        q = self.order_of(op)
+        if q is None:
+            return None
+        return self._copy(op, [self.in_order(v, q) for v in op.inputs]), q
+
+    def _reduction(self, op: Op):
+        new, q = self.env[op.inputs[0]]
+        if _identity(q):
+            return None
+        rank = len(q)
+        axes = {a % rank for a in op.attrs["axes"]}
+        if op.attrs["keepdim"] and _trailing(axes, rank) and not _trailing({q[a] for a in axes}, rank):
+            # a norm's statistics (kept dims, broadcast back): the row reduction stays one, its operand
+            self.blocked.add(op.inputs[0])  # computed in its own order next round, so the norm fuses
+            return None
+        out = self._copy(op, [new], axes=sorted(q[a] for a in axes))
+        if op.attrs["keepdim"]:
+            return out, q
+        kept = sorted(q[i] for i in range(rank) if i not in axes)
+        return out, tuple(kept.index(q[i]) for i in range(rank) if i not in axes)
+
+    def _permute_op(self, op: Op):
+        new, p = self.env[op.inputs[0]]
+        if _identity(p):
+            return None  # a user's permute of a plain value stays as it is
+        return new, tuple(p[i] for i in op.attrs["perm"])
+
+    def _reshape(self, op: Op):
+        new, q = self.env[op.inputs[0]]
+        if _identity(q):
+            return None
+        found = _commute_reshape(op.inputs[0].shape, op.out.shape, q)
+        if found is None:
+            return None
+        shape, q2 = found
+        return self.b.reshape(new, shape=shape), q2
+
+    def _per_dim(self, op: Op, **renumber):
+        """An op whose attributes hold one entry per dim (or dim numbers) that runs in its operands' order."""
+        q = self.order_of(op)
+        if q is None:
+            return None
+        inv = _inverse(q)
+        attrs = {}
+        for name, how in renumber.items():
+            val = op.attrs[name]
+            if how == "dims":  # a list of dim numbers
+                attrs[name] = sorted(q[a % len(q)] for a in val)
+            elif how == "dim":
+                attrs[name] = q[val % len(q)]
+            else:  # one entry per dim, in dim order
+                attrs[name] = [val[inv[j]] for j in range(len(q))]
+        return self._copy(op, [self.in_order(v, q) for v in op.inputs], **attrs), q
+
+
+def _category_rule(op: Op):
+    d = opdef(op.name)
+    if d.category == "elementwise" and not d.positional and not d.random and op.inputs:
+        return _Sweep._elementwise
+    return None
+
+
+_RULES = {
+    **{n: _Sweep._reduction for n in _REDUCTIONS},
+    **{n: _Sweep._reshape for n in _RESHAPES},
+    "permute": _Sweep._permute_op,
+    "broadcast_to": lambda s, op: s._per_dim(op, shape="each"),
+    "concat": lambda s, op: s._per_dim(op, axis="dim"),
+    "slice": lambda s, op: s._per_dim(op, starts="each", stops="each", steps="each"),
+    "pad": lambda s, op: s._per_dim(op, pads="each"),
+    "flip": lambda s, op: s._per_dim(op, axes="dims"),
+}
+
+
+def _groups(shape_in, shape_out) -> list[tuple[list[int], list[int]]] | None:
+    """The reshape shape_in -> shape_out as groups (in dims, out dims) of equal element counts, each the
+    fewest non-unit dims; a unit out dim joins the group of the non-unit out dim before it (the first
+    group if none). None when there is no non-unit dim."""
+    ins = [i for i, s in enumerate(shape_in) if s != 1]
+    outs = [k for k, s in enumerate(shape_out) if s != 1]
+    if not ins or not outs:
+        return None
+    groups, i, k = [], 0, 0
+    while i < len(ins):
+        gi, go = [ins[i]], [outs[k]]
+        pi, po = shape_in[ins[i]], shape_out[outs[k]]
+        i, k = i + 1, k + 1
+        while pi != po:
+            if pi < po:
+                gi.append(ins[i])
+                pi, i = pi * shape_in[ins[i]], i + 1
+            else:
+                go.append(outs[k])
+                po, k = po * shape_out[outs[k]], k + 1
+        groups.append((gi, go))
+    for u in (k for k, s in enumerate(shape_out) if s == 1):
+        owner = max((g for g in groups if g[1][0] < u), key=lambda g: g[1][0], default=groups[0])
+        owner[1].append(u)
+        owner[1].sort()
+    return groups
+
+
+def _commute_reshape(shape_in, shape_out, q: Perm):
+    """reshape(permute(x, q), shape_out) as permute(reshape(x, shape), q2): (shape, q2), or None when the
+    dims a group splits or merges are not adjacent, in order, in x."""
+    groups = _groups(shape_in, shape_out)
+    if groups is None:
+        return None
+    x_nonunit = sorted(q[i] for g in groups for i in g[0])
+    rank_in_x = {d: r for r, d in enumerate(x_nonunit)}
+    placed = []
+    for gi, go in groups:
+        ranks = [rank_in_x[q[i]] for i in gi]
+        if ranks != list(range(ranks[0], ranks[0] + len(ranks))):
+            return None
+        placed.append((ranks[0], go))
+    shape, q2 = [], [0] * len(shape_out)
+    for _, go in sorted(placed):
+        for k in go:
+            q2[k] = len(shape)
+            shape.append(shape_out[k])
+    if math.prod(shape) != math.prod(shape_out) or len(shape) != len(shape_out):
+        return None
+    return tuple(shape), tuple(q2)

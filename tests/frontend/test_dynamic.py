@@ -1,0 +1,181 @@
+"""flame.compile(dynamic=...): a dim seen at two sizes becomes one template instantiated per size
+(flame/frontend/dynamic.py); results equal the specialised compiles, warnings say when and why."""
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flame
+import flame.nn as nn
+import flame.optim as optim
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from train_gpt import GPT  # noqa: E402
+
+
+def _recompiles(seen) -> list[str]:
+    return [str(w.message) for w in seen if issubclass(w.category, flame.RecompileWarning)]
+
+
+def _run(make, batches, dynamic):
+    step, params = make(dynamic)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        losses = [step(*(flame.tensor(a) for a in b)).numpy().copy() for b in batches]
+    return losses, [p.numpy().copy() for p in params], step.stats(), _recompiles(seen), step
+
+
+def _mlp(dynamic):
+    gen = flame.Generator(0)
+    model = nn.Sequential(nn.Linear(64, 32, generator=gen), nn.ReLU(), nn.Linear(32, 10, generator=gen))
+    opt = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4)
+    loss_fn = nn.CrossEntropyLoss()
+
+    @flame.compile(dynamic=dynamic)
+    def step(x, y):
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return step, list(model.parameters())
+
+
+def _digits_batches(sizes):
+    rng = np.random.default_rng(0)
+    return [(rng.random((n, 64), dtype=np.float32), rng.integers(0, 10, n)) for n in sizes]
+
+
+SIZES = (64, 64, 32, 17, 64)
+
+
+def test_mlp_batch_sizes_trace_twice_and_match_the_specialised_compiles():
+    batches = _digits_batches(SIZES)
+    want_losses, want_params, static, static_warns, _ = _run(_mlp, batches, False)
+    assert (static.traces, static.instantiations) == (3, 0)  # dynamic=False: today's behaviour
+    assert len(static_warns) == 2 and all("now dynamic" not in w for w in static_warns)
+
+    losses, params, s, warns, step = _run(_mlp, batches, None)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
+    for p, q in zip(params, want_params):
+        np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-7)
+    assert (s.traces, s.instantiations, s.cache_hits, s.calls) == (2, 1, 2, 5)
+    assert warns == ["flame.compile: re-tracing step: argument 0 (x): shape [64, 64] -> [32, 64]; argument 1 (y): "
+                     "shape [64] -> [32]; argument 0 dim 0, argument 1 dim 0 are now dynamic (sizes 64, 32)"]
+    assert s.dynamic == ("argument 0 dim 0, argument 1 dim 0 (s0 = 64, 32, ...)",)
+    assert "2 trace(s), 1 size instantiation(s)" in str(s)
+    text = str(step._templates[0].template)  # the template prints with its symbol
+    assert "%0: f32[s0,64] data, %1: i64[s0] data" in text and "value=1/(s0)" in text
+
+    losses, params, s, warns, _ = _run(_mlp, batches, True)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
+    for p, q in zip(params, want_params):
+        np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-7)
+    # the first call traces at 64 and probes at 65; 32 and 17 are instantiated, silently
+    assert (s.traces, s.instantiations, s.variants) == (2, 2, 1)
+    assert warns == []
+
+
+def _gpt(dynamic):
+    model = GPT(11, 16, 1, 2, 16, flame.f32, 0)
+    opt = flame.optim.AdamW(model.parameters(), lr=1e-2)
+
+    @flame.compile(dynamic=dynamic)
+    def step(x, y):
+        loss = model.loss(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return step, list(model.parameters())
+
+
+def _tokens(lengths):
+    rng = np.random.default_rng(1)
+    return [(rng.integers(0, 11, (2, t)), rng.integers(0, 11, (2, t))) for t in lengths]
+
+
+def test_gpt_step_at_several_sequence_lengths_traces_twice():
+    batches = _tokens((8, 5, 12, 3, 8, 10))
+    want_losses, want_params, *_ = _run(_gpt, batches, False)
+    losses, params, s, warns, _ = _run(_gpt, batches, None)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    for p, q in zip(params, want_params):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+    assert (s.traces, s.instantiations, s.cache_hits) == (2, 3, 1)
+    assert len(warns) == 1 and "argument 0 dim 1, argument 1 dim 1 are now dynamic (sizes 8, 5)" in warns[0]
+
+
+def test_a_size_that_traces_differently_is_specialised_and_the_next_pair_is_tried():
+    # at the model's full length wpe[:T] is wpe itself (no slice op): those two traces differ
+    _, _, s, warns, _ = _run(_gpt, _tokens((16, 8, 5, 12)), None)
+    assert (s.traces, s.instantiations) == (3, 1)
+    assert len(warns) == 2
+    assert "changed (sizes 16, 8) but cannot be dynamic: the traces at sizes 16 and 8 differ in their ops" in warns[0]
+    assert "specialising per size" in warns[0]
+    assert "are now dynamic (sizes 8, 5)" in warns[1]
+
+
+def _simple(fn):
+    return lambda dynamic: (flame.compile(fn, dynamic=dynamic), [])
+
+
+def test_a_branch_on_the_size_is_specialised_with_the_reason():
+    def f(x):
+        return x * 2 if x.shape[0] > 40 else x + 1
+
+    # (seen only where the two traced sizes take different paths: a template made from 32 and 17
+    # would serve 50 with the x + 1 path; such a function wants dynamic=False)
+    xs = [np.arange(n, dtype=np.float32)[:, None] for n in (64, 32, 50)]
+    _, _, s, warns, step = _run(_simple(f), [(x,) for x in xs], None)
+    assert s.traces == 3 and s.instantiations == 0
+    assert "changed (sizes 64, 32) but cannot be dynamic" in warns[0]
+    assert all("cannot be dynamic" not in w for w in warns[1:])  # said once
+    for x in xs:
+        want = x * 2 if len(x) > 40 else x + 1
+        np.testing.assert_array_equal(step(flame.tensor(x)).numpy(), want)
+
+
+def test_a_size_the_affine_forms_cannot_take_is_traced_and_says_why():
+    def f(x):
+        return x[: x.shape[0] // 2].sum(0)
+
+    xs = [np.arange(n * 3, dtype=np.float32).reshape(n, 3) for n in (64, 32, 40, 17)]
+    _, _, s, warns, step = _run(_simple(f), [(x,) for x in xs], None)
+    assert (s.traces, s.instantiations) == (3, 1)  # 40 -> 20 instantiated; 17 -> 8 is not s/2
+    assert "now dynamic (sizes 64, 32)" in warns[0]
+    assert "argument 0 dim 0 (s0 = 64, 32, ...) cannot take size 17" in warns[1]
+    assert "s0 is 17/2 at s0=17, not a size" in warns[1] or "at s0=17, not a size" in warns[1]
+    for x in xs:
+        np.testing.assert_array_equal(step(flame.tensor(x)).numpy(), x[: len(x) // 2].sum(0))
+
+
+def test_a_size_squared_is_caught_by_the_shape_rules():
+    def f(x):
+        return (x[:, None] * x[None, :]).reshape(-1) + 1
+
+    xs = [np.arange(n, dtype=np.float32) for n in (4, 6, 10)]
+    _, _, s, warns, step = _run(_simple(f), [(x,) for x in xs], None)
+    assert (s.traces, s.instantiations) == (3, 0)
+    assert "cannot take size 10" in warns[1] and "reshape" in warns[1]
+    for x in xs:
+        np.testing.assert_array_equal(step(flame.tensor(x)).numpy(), np.outer(x, x).reshape(-1) + 1)
+
+
+def test_a_constant_that_is_not_1_over_n_of_the_size_specialises():
+    def f(x):
+        return x * float(x.shape[0]) ** 0.5
+
+    _, _, s, warns, _ = _run(_simple(f), [(np.ones(n, np.float32),) for n in (4, 9)], None)
+    assert s.traces == 2 and s.dynamic == ()
+    assert "cannot be dynamic" in warns[0] and "the constant 2.0 at size 4 is 3.0 at size 9" in warns[0]
+
+
+def test_dynamic_must_be_none_true_or_false():
+    with pytest.raises(ValueError, match="dynamic must be None, True or False"):
+        flame.compile(lambda x: x, dynamic="batch")
