@@ -100,10 +100,6 @@ def test_cross_entropy_backward_is_one_row_kernel():
     assert not any(op.name == "eq" and op.inputs[0].producer is None for op in fused.ops)
 
 
-def _kernels(plan) -> list[str]:
-    return [s.name.rsplit("_", 1)[0] for s in plan.steps if isinstance(s, KernelLaunch)]
-
-
 @pytest.mark.parametrize("vocab", [40, 3000])
 def test_bf16_cross_entropy_reads_and_writes_bf16(vocab):
     """F.cross_entropy(logits.float()) of bf16 logits on the CUDA target: the row kernel converts the
@@ -116,8 +112,9 @@ def test_bf16_cross_entropy_reads_and_writes_bf16(vocab):
     (ce,) = [s for s in plan.steps if isinstance(s, KernelLaunch) and s.name.startswith("reduce_softmax_rows")]
     logits_like = [plan.buffers[b] for b in ce.args if math.prod(plan.buffers[b].shape) == 16 * vocab]
     assert [b.dtype for b in logits_like] == [bf16, bf16]  # reads the logits, writes the gradient
-    assert _kernels(plan) == ["fused_cast_bf16_x2", "gather_bf16_16x1", "reduce_softmax_rows_f32",
-                              "reduce_mean_f32_16_rows", "fused_cast_f32"]
+    big = [s.name.rsplit("_", 1)[0] for s in plan.steps if isinstance(s, KernelLaunch)
+           and any(math.prod(plan.buffers[b].shape) == 16 * vocab for b in s.args)]
+    assert big == ["gather_bf16_16x1", "reduce_softmax_rows_f32"]  # the only kernels touching [N, C]
 
 
 def test_conversions_move_to_the_wide_side_of_views():
