@@ -93,7 +93,9 @@ class OpDef:
         f32 (exp, log, pow, accumulating reductions), "" leaves them (an op given several float
         dtypes then gets them all in the widest);
     random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass
-        recomputes it only when a memory budget forces it)."""
+        recomputes it only when a memory budget forces it);
+    selects: an op whose result's elements are elements of input 0, picked by the other inputs
+        (gather, index_select), so an elementwise op on input 0 commutes with it."""
 
     name: str
     category: str
@@ -112,6 +114,7 @@ class OpDef:
     library: str = ""
     autocast: str = ""
     random: bool = False
+    selects: bool = False
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""

@@ -3,6 +3,12 @@ boundary exists (DESIGN.md §5). Only fusions whose math is the op-by-op math ar
 kernel evaluates the same ops on the same operands and rounds every intermediate to its dtype.
 
 Rules, in the order they apply:
+- conversions (CONVERSIONS: cast, neg, abs) first move past views and gathers to the side where values
+  are wider (_move_conversions), so only narrow values cross kernel boundaries: the readers of
+  bf16 logits' .float() convert what they load, a reshaped f32 gradient cast to bf16 is converted by
+  the kernel computing it; a widening conversion that several fusible kernels read is recomputed in
+  each of them (_recompute_conversions: its result is never written; a backward kernel's copy is a
+  recomputation and the narrow input is what the forward saves);
 - vertical: an elementwise or view op joins the kernel of an operand's producer when every value of
   that kernel maps affinely into one iteration domain (flame.ir.indexmap); several results may leave
   one kernel (multi-output);
@@ -46,10 +52,16 @@ from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, 
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
+from flame.passes.autodiff import is_backward
+from flame.passes.remat import RecomputeLoc
 from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
 PHASES = "recomputed in the backward (remat): kept out of forward kernels"
+# conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
+# work worth a buffer of its own (_move_conversions, _recompute_conversions)
+CONVERSIONS = frozenset({"cast", "neg", "abs"})
+MAX_MOVES = 8  # rounds of _move_conversions: each moves a conversion past one view
 _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 
 
@@ -317,6 +329,68 @@ def _free(op: Op | None) -> bool:
     return op is not None and (op.name == "full" or (is_view(op) and all(v.producer is None for v in op.inputs)))
 
 
+def _conversion(op: Op | None, widening: bool) -> bool:
+    """op is a conversion (CONVERSIONS) whose element is at least as wide as its input's (widening:
+    reading the input instead of the result moves no more bytes), or strictly narrower (not widening)."""
+    if op is None or op.name not in CONVERSIONS:
+        return False
+    return (op.out.dtype.itemsize >= op.inputs[0].dtype.itemsize) == widening
+
+
+def _swap(op: Op) -> list[Op] | None:
+    """op and the conversion next to it in the other order (see _move_conversions), or None."""
+    data = op.inputs[0] if op.inputs else None
+    u = data.producer if data is not None else None
+    if (is_view(op) or get(op.name).selects) and _conversion(u, widening=True):  # r(u(x)) -> u(r(x))
+        x = u.inputs[0]
+        moved = Op(op.name, (x, *op.inputs[1:]), op.attrs, op.out.type.with_dtype(x.dtype), op.loc)
+        # a forward conversion now computed after a backward view is backward work (same mark as op's)
+        loc = type(op.loc)(u.loc or "") if is_backward(op) and not is_backward(u) else u.loc
+        return [moved, Op(u.name, (moved.out,), u.attrs, op.out.type, loc)]
+    view = get(u.name).view if u is not None else None
+    if _conversion(op, widening=False) and view is not None and view.relabel and u.inputs[0].producer is not None:
+        y = u.inputs[0]  # u(r(y)) -> r(u(y)), with op the conversion and u the view
+        narrow = Op(op.name, (y,), op.attrs, y.type.with_dtype(op.out.dtype), op.loc)
+        return [narrow, Op(u.name, (narrow.out,), u.attrs, op.out.type, u.loc)]
+    return None
+
+
+def _move_conversions(g: Graph) -> Graph:
+    """A copy of g where each conversion sits on the side of its views where values are wider, so
+    that a kernel computing with the wide values converts in registers and only narrow values cross
+    kernel boundaries (a view that does not map into a kernel's domain, a reshape merging dims, is a
+    boundary; a gather is a kernel of its own):
+    - a view or selection (gather) of a widening conversion reads the conversion's input instead,
+      r(u(x)) -> u(r(x)): the readers convert what they load (a cross-entropy of bf16 logits.float():
+      the row kernel and the gather read the bf16 logits, no f32 copy is written);
+    - a narrowing conversion of a relabelling view (reshape) of a computed value converts the value
+      itself, u(r(y)) -> r(u(y)): the kernel computing y writes the narrow result (the f32 gradient
+      of bf16 logits is written as bf16 by the row kernel), which the view relabels.
+    Both are exact: an elementwise op commutes with moving elements. g is not modified."""
+    g = g.copy()
+    moved: list[Op] = []
+    for _ in range(MAX_MOVES):
+        ops, subst = [], {}
+        for op in g.ops:
+            op.inputs = tuple(subst.get(v, v) for v in op.inputs)
+            pair = _swap(op)
+            if pair is None:
+                ops.append(op)
+                continue
+            ops += pair
+            subst[op.out] = pair[-1].out
+            moved.append(op.inputs[0].producer)
+        g.ops, g.outputs = ops, [subst.get(v, v) for v in g.outputs]
+        if not subst:
+            break
+    while moved:  # drop what the moves left unread
+        users, outs = g.users(), set(g.outputs)
+        dead = {op for op in moved if op in g.ops and not users[op.out] and op.out not in outs}
+        g.ops = [op for op in g.ops if op not in dead]
+        moved = [v.producer for op in dead for v in op.inputs if v.producer is not None]
+    return g
+
+
 def _clone_constants(g: Graph) -> Graph:
     """A copy of g where every free op (`full`, a view of a graph input) has at most one reader op (a
     clone per reader), so that each kernel computes its own constants and indexes inputs itself
@@ -391,6 +465,88 @@ def _absorb_scalars(st: _State) -> None:
         if not isinstance(got, str):
             _merge(st, dst, s)
             dst.domain, dst.n_red = got
+
+
+def _recompute_conversions(st: _State) -> None:
+    """A widening conversion (a bf16 value's .float()) that kernels other than its own read is
+    recomputed in each of them from its narrower input, as long as they all are fusible kernels: the
+    f32 copy is never written, and a backward kernel reading it reads the saved bf16 value (the clone
+    is then backward work, a RecomputeLoc). Its own kernel keeps it if it still reads it."""
+    for grp in list(st.groups):
+        for u in [op for op in grp.ops if _conversion(op, widening=True) and op.out not in st.outs]:
+            if st.group_of.get(u) is not grp:
+                continue
+            outside = list(dict.fromkeys(st.group_of[r] for r in st.users[u.out] if st.group_of.get(r) is not grp))
+            if not outside or any(h.kind not in _FUSIBLE for h in outside):
+                continue
+            undo: list = []
+            if all(_recompute_in(st, u, h, undo) for h in outside) and _settle(st, grp, u, undo):
+                continue
+            for step in reversed(undo):
+                step()
+
+
+def _recompute_in(st: _State, u: Op, grp: _Group, undo: list) -> bool:
+    """Give grp its own copy of conversion u for the ops of grp that read u (undo: how to take it back)."""
+    readers = [r for r in st.users[u.out] if st.group_of.get(r) is grp]
+    backward_only = all(is_backward(o) for o in grp.ops if not _free(o))
+    loc = RecomputeLoc(u.loc or "") if backward_only and not is_backward(u) else u.loc
+    c = Op(u.name, u.inputs, u.attrs, u.out.type, loc)
+    saved = (list(grp.ops), grp.domain, grp.n_red, {r: r.inputs for r in readers}, list(st.users[u.inputs[0]]))
+    for r in readers:
+        r.inputs = tuple(c.out if v is u.out else v for v in r.inputs)
+    st.users[u.out] = [r for r in st.users[u.out] if r not in readers]
+    st.users[c.out], st.index[c], st.group_of[c] = readers, st.index[u], grp
+    st.users[u.inputs[0]].append(c)
+
+    def take_back():
+        grp.ops, grp.domain, grp.n_red = saved[0], saved[1], saved[2]
+        for r, ins in saved[3].items():
+            r.inputs = ins
+        st.users[u.out] += readers
+        st.users[u.inputs[0]] = saved[4]
+        del st.group_of[c]
+
+    undo.append(take_back)
+    ops = st.sorted_ops(grp.ops + [c])
+    got = _fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, grp.domain, grp.n_red)
+    if isinstance(got, str):
+        return False
+    grp.ops, (grp.domain, grp.n_red) = ops, got
+    return True
+
+
+def _settle(st: _State, grp: _Group, u: Op, undo: list) -> bool:
+    """After u's readers elsewhere got their copies: take u out of its kernel grp when nothing reads
+    it any more, and check that grp and the kernel computing u's input (which now writes it) still
+    fit; False when one does not."""
+    x = u.inputs[0].producer
+    touched = [grp] + ([st.group_of[x]] if x in st.group_of and st.group_of[x] is not grp else [])
+    before = [(k, list(k.ops), k.domain, k.n_red) for k in touched]
+    x_users = list(st.users[u.inputs[0]])
+
+    def take_back():
+        for k, ops, domain, n_red in before:
+            k.ops, k.domain, k.n_red = ops, domain, n_red
+            if k not in st.groups:
+                st.groups.append(k)
+        st.group_of[u] = grp
+        st.users[u.inputs[0]] = x_users
+
+    undo.append(take_back)
+    if not st.users[u.out]:
+        grp.ops = [op for op in grp.ops if op is not u]
+        st.users[u.inputs[0]] = [r for r in x_users if r is not u]
+        del st.group_of[u]
+        if not grp.ops:
+            st.groups.remove(grp)
+    for k in touched:
+        if k.ops and k.kind in _FUSIBLE:
+            got = _fit(st, k.ops, k.kind if k.kind == Kind.ROWS else Kind.ELEMENTWISE, k.domain, k.n_red)
+            if isinstance(got, str):
+                return False
+            k.domain, k.n_red = got
+    return True
 
 
 def _rows_shape(grp: _Group) -> tuple[int, int]:
@@ -576,7 +732,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = _clone_constants(g)
+    g = _clone_constants(_move_conversions(g))
     st = _State(g, target)
     for op in g.ops:
         if not _free(op):
@@ -584,6 +740,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     for op in g.ops:  # free ops only read by ops that went elsewhere
         if op not in st.group_of:
             st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)
+    _recompute_conversions(st)
     _absorb_scalars(st)
     _split_few_rows(st)
     _absorb_recomputations(st)

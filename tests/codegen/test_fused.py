@@ -17,7 +17,16 @@ from flame.plan.build import to_plan
 from flame.plan.steps import KernelLaunch
 from flame.runtime.reference import run_graph
 from tests.passes.conftest import random_array
-from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, layer_norm_params, mlp_adamw, multi_adamw
+from tests.passes.fuse_cases import (
+    COMPOSITES,
+    composite,
+    cross_entropy,
+    cross_entropy_bf16,
+    layer_norm_params,
+    mlp_adamw,
+    multi_adamw,
+    square_bf16,
+)
 from tests.passes.test_random_graphs import graphs
 
 ARCHS = ("sm_80", "sm_90")
@@ -37,6 +46,8 @@ def _graphs():
     out["cross_entropy_fwd"] = cross_entropy()[0]
     out["cross_entropy_bwd"] = cross_entropy(True)[0]
     out["layer_norm_params_bwd"] = layer_norm_params()[0]
+    out["cross_entropy_bf16_bwd"] = cross_entropy_bf16()[0]
+    out["square_bf16_bwd"] = square_bf16()[0]
     for dt in ("f32", "f16", "bf16"):
         out[f"mlp_adamw_{dt}"] = mlp_adamw(dtype=dt)[0]
     out["multi_adamw_bf16"] = multi_adamw()[0]
@@ -51,6 +62,16 @@ def test_fused_kernels_compile(name):
         assert k.source.startswith("// flame fused kernel (")
         assert k.name.startswith(("fused_", "reduce_")) and k.n_outputs >= 1
     _compile(kernels)
+
+
+def test_bf16_cross_entropy_plan_compiles():
+    """Every kernel of the bf16 cross-entropy's plan on the CUDA target (the row kernel reading bf16
+    logits and writing the bf16 gradient, the bf16 gather) compiles."""
+    from flame.runtime.backend import capabilities
+
+    target = capabilities("cuda")
+    plan = to_plan(fuse(cross_entropy_bf16(vocab=3000)[0], target), target=target)
+    _compile([s for s in plan.steps if isinstance(s, KernelLaunch)])
 
 
 @pytest.mark.parametrize("dt", [f32, f16, bf16], ids=lambda d: d.name)
@@ -129,10 +150,14 @@ def test_gpu_fused_matches_reference(name):
     if name == "multi_adamw_bf16":
         _gpu_check(*multi_adamw(), 1e-2, 1e-2)
         return
-    if name.startswith("cross_entropy"):
+    if name.startswith("cross_entropy") and "bf16" not in name:
         g, inputs = cross_entropy(name.endswith("bwd"))
     elif name == "layer_norm_params_bwd":
         g, inputs = layer_norm_params()
+    elif name.endswith("bf16_bwd"):  # bf16 logits / matmul results: bf16 rounding of the gradients
+        g, inputs = (cross_entropy_bf16 if name.startswith("cross") else square_bf16)()
+        _gpu_check(g, inputs, 2e-2, 2e-2)
+        return
     else:
         base, d = name.rsplit("_", 1)
         g, inputs = composite(base, d == "bwd")

@@ -90,6 +90,36 @@ def cross_entropy(backward: bool = False) -> tuple[Graph, list[np.ndarray]]:
     return build(ce, LABELS)
 
 
+def cross_entropy_bf16(backward: bool = True, vocab: int = 40) -> tuple[Graph, list[np.ndarray]]:
+    """gpt_train's loss, small: bf16 logits [2, 8, vocab] from a bf16 matmul (a tied head), then
+    F.cross_entropy(logits.float().reshape(-1, vocab), labels) and the head's gradient."""
+    w = flame.tensor(_R.standard_normal((vocab, 8)).astype(np.float32), requires_grad=True)
+
+    def ce_bf16(x, y):
+        logits = x.to("bf16") @ w.to("bf16").transpose(0, 1)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), y)
+        if not backward:
+            return loss
+        loss.backward()
+        return loss, w.grad
+
+    return build(ce_bf16, _R.standard_normal((2, 8, 8)).astype(np.float32), _R.integers(0, vocab, 16))
+
+
+def square_bf16() -> tuple[Graph, list[np.ndarray]]:
+    """A bf16 matmul result's .float() read by a forward kernel (h * h) and by a backward kernel
+    (d(h*h) = 2 h g, with g from the next matmul's backward)."""
+    w = flame.tensor(_R.standard_normal((8, 8)).astype(np.float32), requires_grad=True)
+
+    def square(x):
+        h = (x.to("bf16") @ w.to("bf16")).float()
+        loss = (((h * h).to("bf16") @ w.to("bf16")).float() ** 2).sum()
+        loss.backward()
+        return loss, w.grad
+
+    return build(square, _R.standard_normal((16, 8)).astype(np.float32))
+
+
 def layer_norm_params() -> tuple[Graph, list[np.ndarray]]:
     """layer_norm forward + backward for x, weight and bias (the benchmark's case, small): y, dx, dw,
     db; the weight and bias gradients are column reductions over the rows."""

@@ -4,20 +4,33 @@ every kernel boundary has a reason, and the IR with kernels round-trips through 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flame.ir import Builder, Graph, TensorType, f32, parse, print_graph, verify
+from flame.ir import Builder, Graph, TensorType, bf16, f32, parse, print_graph, verify
 from flame.passes.fuse import fuse
 from flame.passes.pipeline import run_pipeline
+from flame.passes.remat import is_recompute
 from flame.plan.build import to_plan
-from flame.plan.memory import check_plan
+from flame.plan.memory import check_plan, memory_report
 from flame.plan.steps import KernelLaunch, LibraryCall
+from flame.runtime.backend import capabilities
 from flame.runtime.reference import run_graph, run_plan
+from flame.target import DEFAULT_TARGET, Target
 from tests.passes.conftest import assert_same_bits, random_array
-from tests.passes.fuse_cases import COMPOSITES, composite, cross_entropy, layer_norm_params, mlp_adamw
+from tests.passes.fuse_cases import (
+    COMPOSITES,
+    composite,
+    cross_entropy,
+    cross_entropy_bf16,
+    layer_norm_params,
+    mlp_adamw,
+    square_bf16,
+)
 from tests.passes.test_random_graphs import graphs
 
 
@@ -25,16 +38,16 @@ def launches(g: Graph) -> list:
     return [s for s in to_plan(g).steps if isinstance(s, (KernelLaunch, LibraryCall))]
 
 
-def check_fused(g: Graph, inputs: list[np.ndarray]) -> Graph:
+def check_fused(g: Graph, inputs: list[np.ndarray], target: Target = DEFAULT_TARGET) -> Graph:
     """fuse(g): verified, g untouched, and fused plan == unfused plan == oracle, bit for bit."""
     before = print_graph(g)
-    fused = fuse(g)
+    fused = fuse(g, target)
     verify(fused)
     assert print_graph(g) == before
     assert fused.groups and [op for k in fused.groups for op in k.ops] == fused.ops
     assert all(k.reason for k in fused.groups)
     want = run_graph(g, inputs)
-    for plan in (to_plan(fused), to_plan(g)):
+    for plan in (to_plan(fused, target=target), to_plan(g, target=target)):
         check_plan(plan)
         got_all = run_plan(plan, [a.copy() for a in inputs])  # plans update aliased inputs in place
         for i, (w, got) in enumerate(zip(want, got_all)):
@@ -85,6 +98,55 @@ def test_cross_entropy_backward_is_one_row_kernel():
     names = [k.name.split("_f32")[0] for k in launches(fused)]
     assert names == ["gather", "reduce_softmax_rows", "reduce_mean"]
     assert not any(op.name == "eq" and op.inputs[0].producer is None for op in fused.ops)
+
+
+@pytest.mark.parametrize("vocab", [40, 3000])
+def test_bf16_cross_entropy_reads_and_writes_bf16(vocab):
+    """F.cross_entropy(logits.float()) of bf16 logits on the CUDA target: the row kernel converts the
+    bf16 logits in registers and writes the gradient as bf16 (its epilogue), the gather reads bf16,
+    and no f32 [N, C] buffer is planned (issue 13: a 1 GiB f32 copy and a 1 GiB f32 gradient)."""
+    target = capabilities("cuda")
+    fused = check_fused(*cross_entropy_bf16(vocab=vocab), target)
+    plan = to_plan(fused, target=target)
+    assert not [b for b in plan.buffers.values() if b.dtype == f32 and math.prod(b.shape) == 16 * vocab]
+    (ce,) = [s for s in plan.steps if isinstance(s, KernelLaunch) and s.name.startswith("reduce_softmax_rows")]
+    logits_like = [plan.buffers[b] for b in ce.args if math.prod(plan.buffers[b].shape) == 16 * vocab]
+    assert [b.dtype for b in logits_like] == [bf16, bf16]  # reads the logits, writes the gradient
+    big = [s.name.rsplit("_", 1)[0] for s in plan.steps if isinstance(s, KernelLaunch)
+           and any(math.prod(plan.buffers[b].shape) == 16 * vocab for b in s.args)]
+    assert big == ["gather_bf16_16x1", "reduce_softmax_rows_f32"]  # the only kernels touching [N, C]
+
+
+def test_conversions_move_to_the_wide_side_of_views():
+    """r(u(x)) -> u(r(x)) for a widening u and a view or gather r; u(r(y)) -> r(u(y)) for a narrowing u
+    and a relabelling view r of a computed y: only the narrow values cross the kernel boundary."""
+    g = Graph("moves")
+    b = Builder(g)
+    x, y = g.add_input(TensorType((2, 8, 40), bf16)), g.add_input(TensorType((16, 40), f32))
+    wide = b.reshape(b.cast(x, dtype=f32), shape=[16, 40])  # merges dims: a kernel boundary
+    d = b.mul(b.exp(wide), y)
+    g.outputs = [b.reshape(b.cast(b.reshape(d, shape=[2, 8, 40]), dtype=bf16), shape=[16, 40])]
+    rng = np.random.default_rng(0)
+    fused = check_fused(verify(g), [random_array(v.type, rng) for v in g.inputs])
+    text = print_graph(fused)
+    assert "= reshape %0 {shape=[16, 40]} : bf16[16,40]" in text and "{dtype=bf16} : bf16[16,40]" in text
+    plan = to_plan(fused)
+    (k,) = [s for s in plan.steps if isinstance(s, KernelLaunch)]
+    assert [plan.buffers[a].dtype for a in k.args] == [bf16, f32, bf16]
+
+
+def test_widening_conversion_is_recomputed_in_each_reading_kernel():
+    """h = bf16 matmul result .float(), read by a forward kernel and a backward kernel: each converts
+    the bf16 value itself; the backward's copy is a recomputation (saved: the bf16 value)."""
+    target = capabilities("cuda")
+    fused = check_fused(*square_bf16(), target)
+    plan = to_plan(fused, target=target)
+    assert not [b for b in plan.buffers.values() if b.role == "temporary" and b.dtype == f32 and b.shape == (16, 8)]
+    h = fused.ops[[op.name for op in fused.ops].index("matmul")].out  # the first matmul's result
+    casts = [op for op in fused.ops if op.name == "cast" and op.inputs == (h,)]
+    assert len(casts) == 2 and [is_recompute(op) for op in casts] == [False, True]
+    assert len({next(k for k in fused.groups if op in k.ops) for op in casts}) == 2
+    assert "recomputed in the backward: 1 values" in str(memory_report(plan))
 
 
 @pytest.mark.parametrize("shape", [(64, 3000), (3, 20000), (1000, 7), (2, 3, 50)])

@@ -42,7 +42,7 @@ def _gather_vjp(b, g, x, idx, out, axis):
 
 register(OpDef("gather", "opaque", 2, _gather_infer,
                lambda x, idx, axis: np.take_along_axis(x, idx.astype(np.int64), axis=axis),
-               {"axis": Attr("int")}, _gather_vjp))
+               {"axis": Attr("int")}, _gather_vjp, selects=True))
 
 
 def _index_select_infer(types, axis):
@@ -64,7 +64,7 @@ def _index_select_vjp(b, g, x, idx, out, axis):
 
 register(OpDef("index_select", "opaque", 2, _index_select_infer,
                lambda x, idx, axis: np.take(x, idx.astype(np.int64), axis=axis),
-               {"axis": Attr("int")}, _index_select_vjp))
+               {"axis": Attr("int")}, _index_select_vjp, selects=True))
 
 
 def _scatter_add_infer(types, axis):
