@@ -34,7 +34,7 @@ from flame.codegen.kernel import (
     render_template,
     store,
 )
-from flame.ir.graph import FusionGroup, Op, Value
+from flame.ir.graph import FusionGroup, Op, Value, segments
 from flame.ir.indexmap import IndexMap, Layout, derive, input_map, is_reduction, is_view, trailing_reduced
 from flame.ir.registry import get
 
@@ -53,27 +53,6 @@ def group_inputs(group: FusionGroup) -> list[Value]:
             if v not in inside:
                 out.setdefault(v)
     return list(out)
-
-
-def segments(ops: list[Op]) -> list[list[Op]]:
-    """Connected parts of the group's data-flow graph (one per horizontally fused kernel)."""
-    parent = {op: op for op in ops}
-    prod = {op.out: op for op in ops}
-
-    def find(x):
-        while parent[x] is not x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for op in ops:
-        for v in op.inputs:
-            if v in prod:
-                parent[find(op)] = find(prod[v])
-    parts: dict[Op, list[Op]] = {}
-    for op in ops:
-        parts.setdefault(find(op), []).append(op)
-    return list(parts.values())
 
 
 def layout(ops: list[Op], exposed: list[Value]) -> Layout:

@@ -98,6 +98,27 @@ class FusionGroup:
     epilogue: str = "none"
 
 
+def segments(ops: list[Op]) -> list[list[Op]]:
+    """Connected parts of the group's data-flow graph (one per horizontally fused kernel)."""
+    parent = {op: op for op in ops}
+    prod = {op.out: op for op in ops}
+
+    def find(x):
+        while parent[x] is not x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for op in ops:
+        for v in op.inputs:
+            if v in prod:
+                parent[find(op)] = find(prod[v])
+    parts: dict[Op, list[Op]] = {}
+    for op in ops:
+        parts.setdefault(find(op), []).append(op)
+    return list(parts.values())
+
+
 @dataclass(eq=False)
 class Graph:
     """A function in SSA form. `aliases` maps an output index to the input index whose buffer that

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
+from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
 from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
@@ -624,6 +624,8 @@ def _absorb_columns(st: _State) -> None:
             if st.target.splits_rows(*_rows_shape(rg)):
                 continue  # a split row kernel carries no column partials
             carried = _columns(rg)
+            if len(segments([o for o in rg.ops if o not in carried])) != 1:
+                continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
             if not touches or not column_ok(op, rg.domain, rg.n_red) or st.reaches(cg, rg):
                 continue
@@ -645,7 +647,7 @@ def _absorb_recomputations(st: _State) -> None:
         for b in st.groups:
             reads = any(v in shared for o in b.ops for v in o.inputs)
             if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or _mixes_phases(a.ops + b.ops)
-                    or st.reaches(a, b) or st.reaches(b, a)):
+                    or _columns(b) or st.reaches(a, b) or st.reaches(b, a)):  # (columns: one-segment only)
                 continue
             got = _fit(st, st.sorted_ops(a.ops + b.ops), b.kind, b.domain, b.n_red)
             if not isinstance(got, str):
@@ -743,8 +745,8 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     _recompute_conversions(st)
     _absorb_scalars(st)
     _split_few_rows(st)
-    _absorb_recomputations(st)
     _absorb_columns(st)
+    _absorb_recomputations(st)
     _absorb_bias_grads(st)
     _horizontal(st)
     ordered = _order(st)
