@@ -25,6 +25,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from flame.errors import FlameError
+from flame.ir.graph import segments
 from flame.ir.printer import format_op
 from flame.ir.registry import REGISTRY
 from flame.passes.autodiff import is_backward
@@ -95,7 +96,21 @@ def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict,
     outs = [a for a in s.writes if root(buffers, a) == born]
     ins = [a for a in s.reads if root(buffers, a) == dead]
     return (bool(outs and ins) and all(buffers[a].shape == buffers[o].shape for a in ins for o in outs)
-            and _read_pointwise(s, set(ins), buffer_of))
+            and _read_pointwise(s, set(ins), buffer_of) and _one_segment(s, set(ins), set(outs), buffer_of))
+
+
+def _one_segment(s: Step, ins: set[int], outs: set[int], buffer_of: dict | None) -> bool:
+    """What reads the dying buffer and what writes the new one are one segment of the kernel: the
+    segments of a horizontal kernel run on different blocks with their own index maps, so one
+    segment's writes would overwrite bytes another segment has not read yet."""
+    parts = segments(list(s.ops))
+    if len(parts) == 1:
+        return True
+    if buffer_of is None:
+        return False
+    touching = {i for i, part in enumerate(parts) for op in part
+                if buffer_of.get(op.out) in outs or any(buffer_of.get(v) in ins for v in op.inputs)}
+    return len(touching) <= 1
 
 
 # ---------------------------------------------------------------------------------------------
