@@ -45,6 +45,14 @@ def _rates(step, batches, tstep, tbatches, steps: int, rounds: int = 5) -> tuple
     return best[0], best[1]
 
 
+def _compare(step, tstep, batches: list, steps: int) -> tuple[float, float, float, float]:
+    """flame's and torch's steps per second (_rates) and their first losses, on the same NumPy batches."""
+    fb = [(flame.tensor(x), flame.tensor(y)) for x, y in batches]
+    tb = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches]
+    first = step(*fb[0]).item(), tstep(*tb[0]).item()
+    return *_rates(step, fb, tstep, tb, steps), *first
+
+
 def _to_torch(model: nn.Module, tmodel: torch.nn.Module) -> None:
     """Copy flame's weights into the same-named torch parameters."""
     params = dict(tmodel.named_parameters())
@@ -84,10 +92,7 @@ def mlp(steps: int) -> tuple[float, float, float, float]:
         topt.zero_grad()
         return loss
 
-    fb = [(flame.tensor(x), flame.tensor(y)) for x, y in batches]
-    tb = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches]
-    first = step(*fb[0]).item(), tstep(*tb[0]).item()
-    return *_rates(step, fb, tstep, tb, steps), *first
+    return _compare(step, tstep, batches, steps)
 
 
 # ---- the tiny GPT --------------------------------------------------------------------------------
@@ -162,10 +167,7 @@ def gpt(steps: int) -> tuple[float, float, float, float]:
         topt.zero_grad()
         return loss
 
-    fb = [(flame.tensor(x), flame.tensor(y)) for x, y in batches]
-    tb = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches]
-    first = step(*fb[0]).item(), tstep(*tb[0]).item()
-    return *_rates(step, fb, tstep, tb, steps), *first
+    return _compare(step, tstep, batches, steps)
 
 
 def main(argv: list[str] | None = None) -> int:
