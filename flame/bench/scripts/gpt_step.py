@@ -1,8 +1,8 @@
-"""Run flame's training step of a GPT case of the suite (gpt_block_train or gpt_train) a few times,
-for `flame profile` and memory checks:
+"""Run flame's step of one case of the suite (gpt_block_train by default; any case of the table, for
+instance mlp_bf16_train or unet_train) a few times, for `flame profile` and memory checks:
 
     FLAME_GPT_CASE=gpt_train flame profile flame/bench/scripts/gpt_step.py
-    python3 -m flame.bench.scripts.gpt_step gpt_block_train [--quick]
+    python3 -m flame.bench.scripts.gpt_step mlp_bf16_train [--quick]
 
 Inputs are drawn as the suite draws them (flame.bench.spec.generate);
 prints the loss and, on the GPU, the CuPy pool's bytes in use and reserved after the calls."""
@@ -15,8 +15,8 @@ import sys
 import numpy as np
 
 import flame
-from flame.bench.cases_gpt import GPT
 from flame.bench.spec import generate, to_flame
+from flame.bench.table import CASES
 
 
 def arrays(case, sizes: dict, seed: int = 0) -> dict:
@@ -27,7 +27,9 @@ def arrays(case, sizes: dict, seed: int = 0) -> dict:
 
 def main(argv: list[str]) -> None:
     name = argv[0] if argv and not argv[0].startswith("-") else os.environ.get("FLAME_GPT_CASE", "gpt_block_train")
-    case = next(c for c in GPT if c.name == name)
+    case = next((c for c in CASES if c.name == name), None)
+    if case is None:
+        raise SystemExit(f"no case {name!r} in the suite; the cases: {', '.join(c.name for c in CASES)}")
     sizes = case.sizes("--quick" in argv)
     a = arrays(case, sizes)
     bound = case.flame(sizes, a, flame.compile)
