@@ -22,11 +22,13 @@ import numpy as np
 
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
+from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
+    ALIGN,
     Alias,
     AttentionCall,
     Buffer,
@@ -38,6 +40,7 @@ from flame.plan.steps import (
     MatmulCall,
     Plan,
     Step,
+    byte_offset,
     root,
 )
 from flame.target import Target
@@ -126,10 +129,11 @@ class _Builder:
         if op.out in self.folded:
             return  # no kernel, no buffer: every user is a matmul that reads op's input transposed
         bid = self.ids[op.out]
-        if _is_view(op):
+        start = view_start(op)
+        if start is not None:
             src = self.buffer_of[op.inputs[0]]
-            self.add(bid, op.out, "view", base=src)
-            self.steps.append(Alias(src, bid, op))
+            self.add(bid, op.out, "view", base=src, view_at=start * op.out.type.dtype.itemsize)
+            self.steps.append(Alias(src, bid, op, start))
             return
         self.temporary(op.out)
         library = get(op.name).library
@@ -143,18 +147,28 @@ class _Builder:
         self.launches(kernels, tuple(self.buffer_of[v] for v in inputs), (bid,), (op,), reason=reason)
 
 
-def _is_view(op: Op) -> bool:
-    """A relabelling view op (reshape/squeeze/unsqueeze) of a contiguous buffer, and permutes that
-    keep every axis of size > 1 in order, only relabel the shape: the output can be a view of the
-    input's bytes."""
+def view_start(op: Op) -> int | None:
+    """Where op's result starts in its input's elements when it can be a view of the input's bytes,
+    else None. A relabelling view op (reshape/squeeze/unsqueeze) of a contiguous buffer, and permutes
+    that keep every axis of size > 1 in order, only relabel the shape (start 0). A slice with unit
+    steps that selects one contiguous block (axes before the sliced one of extent 1, axes after it
+    whole: the three gradients packed in attention's backward, a leading-axis `chunk`) starts past 0;
+    it is a view only when that start keeps ALIGN-byte alignment (kernels load vectors)."""
     view = get(op.name).view
     if view is not None and view.relabel:
-        return True
+        return 0
     if op.name == "permute":
         shape = op.inputs[0].type.shape
         kept = [p for p in op.attrs["perm"] if shape[p] != 1]
-        return kept == sorted(kept)
-    return False
+        return 0 if kept == sorted(kept) else None
+    if op.name != "slice" or any(st != 1 for st in op.attrs["steps"]):
+        return None
+    shape, out = op.inputs[0].type.shape, op.out.type.shape
+    cut = [d for d in range(len(shape)) if out[d] != shape[d]]
+    if cut and (any(out[d] != 1 for d in range(cut[0])) or any(d != cut[0] for d in cut)):
+        return None
+    start = sum(a * st for a, st in zip(op.attrs["starts"], contiguous_strides(shape)))
+    return start if (start * op.out.type.dtype.itemsize) % ALIGN == 0 else None
 
 
 def _swaps_last_two(op: Op | None) -> bool:
@@ -247,14 +261,21 @@ def overlap_collectives(buffers: dict[int, Buffer], steps: list[Step]) -> list[S
 
 
 def _bind_outputs(bld: _Builder) -> list[int]:
-    """Outputs are allocated fresh per call. An output whose bytes belong to an input, or to an
-    earlier output, gets its own buffer and a Copy."""
-    g, outs, claimed = bld.g, [], set()
+    """Outputs are allocated fresh per call. An output whose bytes belong to an input, or overlap
+    an earlier output's, gets its own buffer and a Copy; outputs in disjoint parts of one temporary
+    (the gradients attention's backward packs into one buffer) share it."""
+    g, outs, claimed = bld.g, [], {}
     for i, v in enumerate(g.outputs):
         bid = bld.buffer_of[v]
         r = root(bld.buffers, bid)
+        at = byte_offset(bld.buffers, bid)
+        span = (at, at + bld.buffers[bid].nbytes)
+        if r in claimed and all(span[1] <= a or b <= span[0] for a, b in claimed[r]):
+            claimed[r].append(span)
+            outs.append(bid)
+            continue
         if r in bld.temp_roots and r not in claimed and bld.buffers[r].role == "temporary":
-            claimed.add(r)
+            claimed[r] = [span]
             bld.temp_roots.discard(r)
             old = bld.buffers[r]
             bld.buffers[r] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "output", index=i)
@@ -300,8 +321,9 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         if not rest:
             return
         grp = FusionGroup(rest, Kind.ELEMENTWISE, "matmul epilogue not supported by the runtime", grp.outputs)
-    if len(grp.ops) == 1:
-        bld.op(grp.ops[0], grp.reason)
+    if len(grp.ops) == 1 or _views_only(grp):
+        for op in grp.ops:
+            bld.op(op, grp.reason)
         return
     if grp.kind == Kind.ATTENTION:  # a forward and its softmax statistics: one call writes both
         fwd, stats = sorted(grp.ops, key=lambda op: op.name != FORWARD)
@@ -316,6 +338,13 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
     ins = tuple(bld.buffer_of[v] for v in inputs)
     outs = tuple(bld.temporary(v) for v in grp.outputs)
     bld.launches(kernels, ins, outs, grp.ops, grp)
+
+
+def _views_only(grp: FusionGroup) -> bool:
+    """A group that only takes views of one value (a slice and reshapes of it): no kernel runs."""
+    ops = grp.ops
+    return (all(view_start(op) is not None for op in ops)
+            and all(op.inputs[0] is prev.out for prev, op in zip(ops, ops[1:])))
 
 
 def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:

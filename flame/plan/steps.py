@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -46,6 +47,7 @@ class Buffer:
     offset: int | None = None
     base: int | None = None
     index: int | None = None
+    view_at: int = 0  # a view's first byte inside its base's bytes
 
     @property
     def typename(self) -> str:
@@ -55,10 +57,19 @@ class Buffer:
         if self.role == "temporary" or self.role == "scratch":
             where = f"@{self.offset}+{self.nbytes}"
         elif self.role == "view":
-            where = f"= b{self.base}"
+            where = f"= b{self.base}" + (f" + {self.view_at} B" if self.view_at else "")
         else:
             where = "" if self.index is None else str(self.index)
         return f"b{self.id}: {self.typename} {self.role} {where}".rstrip()
+
+
+def byte_offset(buffers: dict[int, Buffer], bid: int) -> int:
+    """Where bid's bytes start inside its root's (views of a contiguous slice start past 0)."""
+    at = 0
+    while buffers[bid].base is not None:
+        at += buffers[bid].view_at
+        bid = buffers[bid].base
+    return at
 
 
 def root(buffers: dict[int, Buffer], bid: int) -> int:
@@ -454,12 +465,14 @@ class Copy(Step):
 
 @dataclass(frozen=True)
 class Alias(Step):
-    """dst is a view of src's bytes with another shape (IR op `op`'s): no work at run time beyond
+    """dst is a view of src's bytes with another shape (IR op `op`'s), starting `start` elements
+    into src (a slice that selects a contiguous block; 0 for reshapes): no work at run time beyond
     the view, so it reads and writes nothing, but both buffers are touched (live) at the step."""
 
     src: int = buffer_field()
     dst: int = buffer_field()
     op: Op
+    start: int = 0
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -482,7 +495,14 @@ class Alias(Step):
         return (self.src, self.dst)
 
     def format(self, ids: dict[Value, int]) -> str:
-        return f"b{self.dst} = alias b{self.src}  # {format_op(self.op, ids)}"
+        at = f" + {self.start}" if self.start else ""
+        return f"b{self.dst} = alias b{self.src}{at}  # {format_op(self.op, ids)}"
+
+    def view(self, src):
+        """The view of array `src` (NumPy or CuPy, contiguous) this step binds to dst."""
+        if not self.start and src.size == math.prod(self.shape):
+            return src.reshape(self.shape)
+        return src.reshape(-1)[self.start: self.start + math.prod(self.shape)].reshape(self.shape)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from flame.plan.steps import (
     Plan,
     Step,
     aligned,
+    byte_offset,
 )
 from flame.runtime.communicator import run_collective
 from flame.runtime.matmul import run_matmul
@@ -191,7 +192,7 @@ def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
 
 
 def _alias(s: Alias, fn, bufs: dict, stream) -> None:
-    bufs[s.dst] = bufs[s.src].reshape(s.shape)
+    bufs[s.dst] = s.view(bufs[s.src])
 
 
 def _copy(s: Copy, fn, bufs: dict, stream) -> None:
@@ -261,9 +262,6 @@ def sanitizing() -> bool:
 _POOL_OFF = [True]  # turn CuPy's pool off once, the first time a sanitized plan binds its buffers
 
 
-_STAGED_ROLES = ("input", "scalar")  # bound by copy into a fixed buffer; other roles by pointer
-
-
 class CompiledPlan:
     """A Plan with its kernels loaded; call it with CuPy arrays (one per graph input)."""
 
@@ -277,13 +275,13 @@ class CompiledPlan:
         self._fresh = [b for b in plan.buffers.values() if b.role == "output" and b.base is None]
         donated = set(plan.outputs) & set(plan.inputs)
         self._donated = {j for j, b in enumerate(plan.inputs) if b in donated}
+        # scalars are staged from the start (a Python number arrives in a new array each call); data
+        # inputs are bound by pointer until one arrives at another address (a new batch), then staged
         self._staged = {j for j, b in enumerate(plan.inputs)
-                        if plan.buffers[b].role in _STAGED_ROLES and j not in self._donated}
-        setting = graphs_setting()
-        staged_bytes = sum(plan.buffers[plan.inputs[j]].nbytes for j in self._staged) + \
-            sum(b.nbytes for b in self._fresh)
+                        if plan.buffers[b].role == "scalar" and j not in self._donated}
+        self._setting = graphs_setting()
         self.use_graphs, self.why_no_graph = {"never": (False, "FLAME_CUDA_GRAPHS=0"), "always": (True, "")}.get(
-            setting) or graphs_pay_off(plan, staged_bytes)
+            self._setting) or graphs_pay_off(plan, self._staged_bytes())
         if not self.use_graphs:
             log.debug("flame: %s runs without a CUDA graph: %s", plan.name, self.why_no_graph)
         self.captures = 0  # how many times the plan was captured (a pointer change re-captures)
@@ -355,7 +353,7 @@ class CompiledPlan:
         plan = self.plan
         self._stream = cupy.cuda.Stream(non_blocking=True)
         self._before, self._after = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
-        self._stage = {j: cupy.empty(*self._types[j]) for j in range(len(plan.inputs))}
+        self._stage: dict = {}  # staged input -> its fixed buffer, made when the input is first staged
         self._slab_at, size = {}, 0
         for b in self._fresh:
             self._slab_at[b.id] = size
@@ -363,10 +361,23 @@ class CompiledPlan:
         self._slab = cupy.empty(max(size, 1), cupy.uint8)
         self._slab_size = size
 
+    def _staged_bytes(self) -> int:
+        """What a replay copies: the staged inputs in, the fresh outputs out."""
+        return sum(self.plan.buffers[self.plan.inputs[j]].nbytes for j in self._staged) + \
+            sum(b.nbytes for b in self._fresh)
+
+    def _stage_of(self, j: int):
+        """The fixed buffer the graph reads staged input j from. Only staged inputs get one: parameters
+        and state are bound by pointer, and a copy of each would double their memory."""
+        import cupy
+
+        if j not in self._stage:
+            self._stage[j] = cupy.empty(*self._types[j])
+        return self._stage[j]
+
     def _slab_view(self, slab, bid: int):
         b = self.plan.buffers[bid]
-        root = self.plan.root(bid)
-        at = self._slab_at[root.id]
+        at = self._slab_at[self.plan.root(bid).id] + byte_offset(self.plan.buffers, bid)
         return slab[at: at + b.nbytes].view(b.dtype.np_dtype).reshape(b.shape)
 
     def _key(self, arrays: list) -> tuple:
@@ -376,7 +387,7 @@ class CompiledPlan:
         plan = self.plan
         bufs = dict(self._views)
         for j, (bid, a) in enumerate(zip(plan.inputs, arrays)):
-            bufs[bid] = self._stage[j] if j in self._staged else a
+            bufs[bid] = self._stage_of(j) if j in self._staged else a
         for b in self._fresh:
             bufs[b.id] = self._slab_view(self._slab, b.id)
         stream = self._stream
@@ -410,6 +421,13 @@ class CompiledPlan:
                 moved = [j for j, a in enumerate(arrays) if j not in self._staged and a.data.ptr != next(old)]
                 self._staged |= {j for j in moved if j not in self._donated}
                 log.debug("flame: re-capturing %s: inputs %s moved", self.plan.name, moved)
+                if self._setting != "always":  # staging them may cost more than the launches save
+                    self.use_graphs, self.why_no_graph = graphs_pay_off(self.plan, self._staged_bytes())
+                    if not self.use_graphs:
+                        self._graph = None
+                        log.debug("flame: %s runs without a CUDA graph from now on: %s", self.plan.name,
+                                  self.why_no_graph)
+                        return None
             try:
                 self._capture(arrays)
             except Exception as e:  # noqa: BLE001
@@ -420,7 +438,7 @@ class CompiledPlan:
         self._before.record(current)
         stream.wait_event(self._before)
         for j in self._staged:
-            dst, src = self._stage[j], arrays[j]
+            dst, src = self._stage_of(j), arrays[j]
             if j in self._scalars:  # scalar arrays are never written: the same one means the same value
                 if self._staged_from.get(j) is src:
                     continue

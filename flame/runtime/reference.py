@@ -128,7 +128,7 @@ def _conv(s: ConvCall, bufs: dict, plan: Plan) -> None:
 
 
 def _alias(s: Alias, bufs: dict, plan: Plan) -> None:
-    bufs[s.dst] = bufs[s.src].reshape(s.shape)
+    bufs[s.dst] = s.view(bufs[s.src])
 
 
 def _copy(s: Copy, bufs: dict, plan: Plan) -> None:

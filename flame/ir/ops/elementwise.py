@@ -10,7 +10,7 @@ import numpy as np
 from scipy import special
 
 from flame.errors import DTypeError
-from flame.ir.dtypes import boolean
+from flame.ir.dtypes import boolean, f32
 from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
@@ -40,6 +40,22 @@ def _gelu_ref(x, approximate):
     if approximate == "tanh":
         return gelu_tanh(x)
     return 0.5 * x * (1.0 + _erf_ref(x * INV_SQRT_2))
+
+
+def _opmath(vjp):
+    """A VJP of several ops evaluated in f32 for 16-bit float inputs, rounded once at the end: what
+    PyTorch's backward kernels do (their "opmath" type). Rounding each intermediate to bf16 instead
+    costs accuracy, and as many conversions per element as there are ops (the erf-GELU backward of a
+    bf16 MLP was compute-bound at about half the copy bandwidth on an H100)."""
+
+    def run(b, g, x, y, **attrs):
+        if x.dtype.itemsize >= 4:
+            return vjp(b, g, x, y, **attrs)
+        up = [b.cast(v, dtype=f32) for v in (g, x, y)]
+        return tuple(None if d is None else b.cast(d, dtype=x.dtype) for d in vjp(b, *up, **attrs))
+
+    run.__doc__ = vjp.__doc__
+    return run
 
 
 def _gelu_vjp(b, g, x, y, approximate):
@@ -81,17 +97,18 @@ unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),), autocast="f32")
 unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), autocast="f32")
 unary("sqrt", np.sqrt, lambda b, g, x, y: (b.div(g, b.mul(y, 2.0)),))
 unary("rsqrt", lambda x: 1.0 / np.sqrt(x),
-      lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),), autocast="f32")  # d x^-1/2 = -y^3/2
+      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),)), autocast="f32")  # d x^-1/2 = -y^3/2
 unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),), autocast="f32")
 unary("sin", np.sin, lambda b, g, x, y: (b.mul(g, b.cos(x)),))
 unary("cos", np.cos, lambda b, g, x, y: (b.neg(b.mul(g, b.sin(x))),))
-unary("tanh", np.tanh, lambda b, g, x, y: (b.mul(g, b.sub(1.0, b.mul(y, y))),))  # d tanh = 1 - y^2
-unary("sigmoid", _sigmoid_ref, lambda b, g, x, y: (b.mul(g, b.mul(y, b.sub(1.0, y))),))
-unary("erf", _erf_ref, lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),))
+unary("tanh", np.tanh, _opmath(lambda b, g, x, y: (b.mul(g, b.sub(1.0, b.mul(y, y))),)))  # d tanh = 1 - y^2
+unary("sigmoid", _sigmoid_ref, _opmath(lambda b, g, x, y: (b.mul(g, b.mul(y, b.sub(1.0, y))),)))
+unary("erf", _erf_ref,
+      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),)))
 unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),
       lambda b, g, x, y: (b.where(b.gt(x, 0), g, 0),), kinds=_NUM)
-unary("gelu", _gelu_ref, _gelu_vjp, attrs={"approximate": Attr("str", "none", ("none", "tanh"))})
-unary("silu", lambda x: x * _sigmoid_ref(x), _silu_vjp)
+unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))})
+unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp))
 unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope),
       lambda b, g, x, y, negative_slope: (b.where(b.gt(x, 0), g, b.mul(g, negative_slope)),),
       attrs={"negative_slope": Attr("float", 0.01)})
