@@ -10,9 +10,11 @@ frontend/: it lives at the package root rather than in frontend/ because nothing
 Tensors or tracing, and the CLI or a test can compile a parsed Graph with it without the frontend.
 Nothing below it (ir, passes, plan, codegen, runtime) imports it.
 
-The cache is keyed by everything that decides what comes out: the executor, the settings read while
-compiling (FLAME_FUSE for lowering, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor),
-whether the passes run, and the graph itself (its printed text, which parses back to the same graph,
+The cache is keyed by everything that decides what comes out: the executor, the GPU it compiles for
+(its id: the runnable's kernels are loaded there), the Target the passes and the plan builder plan for
+(what the backend can do, the GPU architecture included), the settings read while compiling (FLAME_FUSE
+for lowering, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor), whether the passes run,
+and the graph itself (its printed text, which parses back to the same graph,
 or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
 types))."""
 
@@ -23,6 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from flame import debug
 from flame.errors import MemoryBudgetError
@@ -36,6 +39,7 @@ from flame.plan.steps import MemoryBudget
 from flame.runtime.backend import capabilities, comm_stream_enabled
 from flame.runtime.cuda import graphs_setting
 from flame.runtime.device import executor
+from flame.target import Target
 
 log = logging.getLogger("flame")
 
@@ -58,10 +62,25 @@ class CompiledGraph:
 _CACHE: OrderedDict[tuple, CompiledGraph] = OrderedDict()
 
 
-def _settings(ex, optimize: bool) -> tuple:
-    """The process settings a compilation reads: part of every cache key."""
+def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
+    """The process settings a compilation reads, and the Target it plans for: both part of every key."""
     cuda = ex.name == "cuda"
-    return ex.name, optimize and fusion_enabled(), graphs_setting() if cuda else None, cuda and comm_stream_enabled()
+    gpu = _current_gpu() if cuda else None
+    comm = cuda and comm_stream_enabled()
+    settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm)
+    return settings, _target(ex.name, gpu, comm)
+
+
+def _current_gpu() -> int:
+    import cupy
+
+    return cupy.cuda.Device().id
+
+
+@lru_cache(maxsize=16)
+def _target(executor_name: str, gpu: int | None, comm_stream: bool) -> Target:
+    """capabilities() of the executor, once per (executor, current GPU, FLAME_COMM_STREAM): what it reads."""
+    return capabilities(executor_name)
 
 
 def compile_graph(
@@ -93,7 +112,8 @@ def compile_graph(
     ex = executor()
     if key is None:
         key = print_graph(graph)
-    full_key = (_settings(ex, optimize), key, memory_budget)
+    settings, target = _settings(ex, optimize)
+    full_key = (settings, target, key, memory_budget)
     watched = report and debug.watching()
     hit = None if watched else _CACHE.get(full_key)
     if hit is not None:
@@ -104,19 +124,20 @@ def compile_graph(
         if hit.run is None:  # planned for an own_run caller: compile the shared runnable once
             hit = _CACHE[full_key] = replace(hit, run=ex.compile(hit.plan))
         return hit
-    result = _compile(graph() if callable(graph) else graph, ex, optimize, watched, memory_budget)
+    result = _compile(graph() if callable(graph) else graph, ex, target, optimize, watched, memory_budget)
     _CACHE[full_key] = replace(result, run=None if own_run else result.run, record=None)
     if len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
     return result
 
 
-def _compile(g: Graph, ex, optimize: bool, watched: bool, memory_budget: float | None = None) -> CompiledGraph:
-    """Run the stages on g and time them; with watched, record every stage and notify debug."""
+def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
+             memory_budget: float | None = None) -> CompiledGraph:
+    """Run the stages on g for `target` (what the backend can do: fusion, legalization and the plan
+    builder ask it) and time them; with watched, record every stage and notify debug."""
     record = debug.CompileRecord(g.name) if watched else None
     dump = None if record is None else (lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
     timings: list[tuple[str, float]] = []
-    target = capabilities(ex.name)  # what the backend can do: fusion, legalization and the plan builder ask it
 
     def finish(graph: Graph, allow=remat_pass.never, dump=None, timings=None):
         """remat (checkpoint regions; what `allow` lets a budget recompute), legalize, lower, plan."""

@@ -35,7 +35,10 @@ class Target:
     executor issues collectives on a communication stream (plan: CollectiveCall.overlap). sm_count,
     split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows).
     conv_channels_last: convolution library calls take channels-last activations, so the layout pass
-    (passes/layout.py) keeps the activations of convolutional segments [N, *S, C] inside the step."""
+    (passes/layout.py) keeps the activations of convolutional segments [N, *S, C] inside the step.
+    arch: the GPU architecture the plan is made for, as NVRTC spells it ("sm_90"; "" for the NumPy
+    reference): the libraries' answers and workspaces depend on it, so it is part of the compile cache key
+    (a Target is hashable; the whole of it is in the key)."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
@@ -49,6 +52,7 @@ class Target:
     split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements
     comm_stream: bool = False  # collectives run on a second stream, overlapping the steps after them
     conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
+    arch: str = ""
 
     def splits_rows(self, rows: int, length: int) -> bool:
         """Whether `rows` reductions of `length` elements each should split every row across blocks

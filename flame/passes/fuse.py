@@ -86,6 +86,15 @@ class _State:
         self.group_of: dict[Op, _Group] = {}
         self.groups: list[_Group] = []
         self.index = {op: i for i, op in enumerate(g.ops)}
+        # (op of a kernel, reader op) -> why the reader could not join that kernel (its last try)
+        self.refused: dict[tuple[Op, Op], str] = {}
+
+    def refuse(self, grp: _Group, op: Op, why: str) -> bool:
+        """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
+        for v in op.inputs:
+            if self.group_of.get(v.producer) is grp:
+                self.refused[v.producer, op] = why
+        return False
 
     def new(self, ops: list[Op], kind: Kind, **kw) -> _Group:
         grp = _Group(list(ops), kind, **kw)
@@ -144,20 +153,20 @@ def _constants(st: _State, op: Op) -> list[Op]:
 def _try_join(st: _State, grp: _Group, op: Op) -> bool:
     ins = {st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of} - {grp}
     if any(st.reaches(grp, h) for h in ins):
-        return False  # joining would make a cycle between kernels
+        return st.refuse(grp, op, "joining would make a cycle: the reader also reads a kernel that reads this one")
     ops = st.sorted_ops(grp.ops + _constants(st, op) + [op])
     domain, n_red = grp.domain, grp.n_red
     if is_reduction(op):
         n_red = trailing_reduced(op)
         if grp.kind == Kind.ROWS and (grp.domain != op.inputs[0].shape or grp.n_red != n_red):
-            return False
+            return st.refuse(grp, op, f"a reduction of {list(op.inputs[0].shape)} over its last {n_red} dim(s) in a "
+                                      f"kernel reducing {list(grp.domain)} over its last {grp.n_red}")
         domain = op.inputs[0].shape
         got = _fit(st, ops, Kind.ROWS, domain, n_red)
     else:
         got = _fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
     if isinstance(got, str):
-        grp.reason = grp.reason or got
-        return False
+        return st.refuse(grp, op, got)
     for c in _constants(st, op) + [op]:
         st.group_of[c] = grp
     grp.ops = ops
@@ -701,7 +710,13 @@ def _order(st: _State) -> list[_Group]:
         raise AssertionError("internal error: kernel graph has a cycle") from None
 
 
+_READ_BY = {Kind.MATMUL: "result read by a matmul", Kind.OPAQUE: "result read by an opaque op or column reduction",
+            Kind.REDUCTION: "result read by an opaque op or column reduction"}
+
+
 def _reason(st: _State, grp: _Group) -> str:
+    """Why grp's results go to memory: what it is (a library call, an output), a reason a later stage
+    gave (split, size cap), else why the first kernel reading it that has a reason did not take it in."""
     outs = st.exposed(grp.ops)
     readers = {st.group_of[u].kind for v in outs for u in st.users[v]}
     if grp.kind == Kind.MATMUL:
@@ -718,10 +733,14 @@ def _reason(st: _State, grp: _Group) -> str:
         return "graph output"
     if grp.reason:
         return grp.reason
-    if readers & {Kind.MATMUL}:
-        return "result read by a matmul"
-    if readers & {Kind.OPAQUE, Kind.REDUCTION}:
-        return "result read by an opaque op or column reduction"
+    # the boundary with the first kernel reading this one that has a reason: why its op did not join
+    # (the last try's answer; a try whose op joined after all, or no longer reads this kernel, is no boundary)
+    outside = sorted(((u, op) for op in grp.ops for u in st.users[op.out] if st.group_of[u] is not grp),
+                     key=lambda pair: st.index[pair[0]])
+    for u, op in outside:
+        why = st.refused.get((op, u)) or _READ_BY.get(st.group_of[u].kind)
+        if why:
+            return why
     if grp.kind == Kind.SCALAR:
         return "scalar results read by several kernels"
     return "results used at another shape or by a later reduction"

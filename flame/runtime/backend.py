@@ -48,15 +48,24 @@ def _conv_workspace(op) -> int:
 
 def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Target:
     """`target` with the matmul epilogues cuBLASLt runs inside the call and, for the CUDA executor,
-    which attention and convolution ops cuDNN runs (with the workspace each call needs) and
-    whether collectives overlap on a communication stream."""
+    which attention and convolution ops cuDNN runs (with the workspace each call needs), whether
+    collectives overlap on a communication stream and the current GPU's architecture."""
     target = replace(target, matmul_epilogues=frozenset(matmul.SUPPORTED_EPILOGUES) - {"none"})
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
                    attention_workspace=_attention_workspace, matmul_workspace=_matmul_workspace,
                    comm_stream=comm_stream_enabled(), conv_unsupported=_conv_unsupported,
-                   conv_workspace=_conv_workspace)
+                   conv_workspace=_conv_workspace, arch=_arch())
+
+
+def _arch() -> str:
+    """The current GPU's architecture ("sm_90"), or "" where there is none (plans made without a GPU)."""
+    if not cuda_available():
+        return ""
+    from flame.codegen.nvrtc import device_arch
+
+    return device_arch()
 
 
 def comm_stream_enabled() -> bool:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 import flame
 from flame import compiler, debug
 from flame.ir import Builder, Graph, TensorType, f32, print_graph
+from flame.runtime.backend import capabilities
 
 
 def _graph(name: str = "g") -> Graph:
@@ -39,6 +42,40 @@ def test_fusion_setting_is_part_of_the_key(monkeypatch) -> None:
     monkeypatch.setenv("FLAME_FUSE", "1")
     fused = compiler.compile_graph(_graph("fuse_key"))
     assert unfused.graph.groups is None and fused.graph.groups is not None
+
+
+def _linear(name: str) -> Graph:
+    g = Graph(name)
+    b = Builder(g)
+    x, w, bias = (g.add_input(TensorType(s, f32)) for s in ((8, 16), (16, 4), (4,)))
+    g.outputs = [b.relu(b.add(b.matmul(x, w), bias))]
+    return g
+
+
+def test_the_target_is_part_of_the_key(monkeypatch) -> None:
+    # two GPUs of one executor: one runs matmul epilogues inside the GEMM, the other does not; a plan
+    # made for one must never be served for the other
+    full = capabilities("reference")
+    targets = {"sm_90": replace(full, arch="sm_90"), "sm_80": replace(full, arch="sm_80", matmul_epilogues=frozenset())}
+    current = ["sm_90"]
+    monkeypatch.setattr(compiler, "_target", lambda *settings: targets[current[0]])
+    before = len(compiler._CACHE)
+    sm90 = compiler.compile_graph(_linear("target_key"))
+    current[0] = "sm_80"
+    sm80 = compiler.compile_graph(_linear("target_key"))
+    assert len(compiler._CACHE) == before + 2
+    assert len(sm90.plan.steps) == 1 and len(sm80.plan.steps) == 2  # GEMM+epilogue vs GEMM, then a kernel
+    assert compiler.compile_graph(_linear("target_key")).plan is sm80.plan  # the same target: a hit
+    current[0] = "sm_90"
+    assert compiler.compile_graph(_linear("target_key")).plan is sm90.plan
+    assert len(compiler._CACHE) == before + 2
+
+
+def test_one_target_per_executor_setting() -> None:
+    # the real targets: asked once per (executor, GPU, FLAME_COMM_STREAM), equal when asked again
+    assert compiler._target("reference", None, False) is compiler._target("reference", None, False)
+    assert compiler._target("reference", None, False) == capabilities("reference")
+    assert capabilities("reference").arch == ""
 
 
 def test_eager_ops_compile_once_per_signature() -> None:

@@ -192,7 +192,7 @@ def test_compile_graph_legalizes_every_graph(monkeypatch, optimize):
     g = _attention_graph(True, "additive", False, f32)
     assert legalize(g) is g
     backend = replace(DEFAULT_TARGET, attention_unsupported=lambda op: "test backend: no attention call")
-    monkeypatch.setattr(compiler, "capabilities", lambda executor: backend)
+    monkeypatch.setattr(compiler, "_target", lambda *settings: backend)
     compiled = compile_graph(g, key=("test_compile_graph_legalizes_every_graph", optimize), optimize=optimize)
     assert not any(op.name in ATTENTION_OPS for op in compiled.graph.ops)
     assert "decompose_attention" in dict(compiled.timings)
