@@ -34,7 +34,7 @@ from flame.ir.printer import print_graph
 from flame.passes import remat as remat_pass
 from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
 from flame.plan.build import to_plan
-from flame.plan.memory import bound_bytes, human_bytes, planned_peak
+from flame.plan.memory import human_bytes, memory_report, planned_peak
 from flame.plan.steps import MemoryBudget
 from flame.runtime.backend import capabilities, comm_stream_enabled
 from flame.runtime.cuda import graphs_setting
@@ -43,6 +43,7 @@ from flame.target import Target
 
 log = logging.getLogger("flame")
 
+_SHOWN = 8  # values named by the error of a budget that cannot be met (the largest live at its peak)
 CACHE_SIZE = 4096  # compiled graphs kept (least recently used dropped first); one-op eager graphs dominate
 
 
@@ -139,15 +140,16 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
     dump = None if record is None else (lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
     timings: list[tuple[str, float]] = []
 
-    def finish(graph: Graph, allow=remat_pass.never, dump=None, timings=None):
-        """remat (checkpoint regions; what `allow` lets a budget recompute), legalize, lower, plan."""
+    def finish(graph: Graph, allow=remat_pass.never, dump=None, timings=None, memory_first=False):
+        """remat (checkpoint regions; what `allow` lets a budget recompute), legalize, lower (with
+        memory_first: in the kernel order that keeps the fewest bytes live), plan."""
         if optimize:
             graph = remat(graph, allow, dump=dump, timings=timings)
         # every graph, optimised or not: what the backend cannot run goes before planning
         graph = legalize(graph, target.attention_unsupported, dump=dump, timings=timings,
                          conv_unsupported=target.conv_unsupported)
         if optimize:
-            graph = lower(graph, dump=dump, timings=timings, target=target)
+            graph = lower(graph, dump=dump, timings=timings, target=target, memory_first=memory_first)
         start = time.perf_counter()
         plan = to_plan(graph, target=target)
         if timings is not None:
@@ -158,9 +160,9 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         g = run_pipeline(g, dump=dump, timings=timings)
     if memory_budget is not None and optimize:
         start = time.perf_counter()
-        allow, budget = _fit_budget(g, memory_budget, finish)
+        allow, budget, memory_first = _fit_budget(g, memory_budget, finish)
         timings.append(("memory budget search", time.perf_counter() - start))
-        g, plan = finish(g, allow, dump, timings)
+        g, plan = finish(g, allow, dump, timings, memory_first)
         plan = replace(plan, memory_budget=budget)
     else:
         g, plan = finish(g, dump=dump, timings=timings)
@@ -180,29 +182,49 @@ def _budget_bytes(requested: float, unconstrained: int) -> int:
     return int(requested * unconstrained) if isinstance(requested, float) and requested <= 1 else int(requested)
 
 
-def _fit_budget(g: Graph, requested: float, finish: Callable) -> tuple[Callable[[Op], bool], MemoryBudget]:
+def _fit_budget(g: Graph, requested: float, finish: Callable) -> tuple[Callable[[Op], bool], MemoryBudget, bool]:
     """Which ops the backward may recompute so that the planned peak fits `requested` (bytes, or a
-    fraction of the peak planned without a budget): cheap work first (remat tier 0), then one by one
-    the ops of the higher tiers (reductions, matmuls, attention, random draws; remat.candidates), each
-    kept unless its try raises the planned peak; the first try that fits wins. Each try is planned
-    for real, since the peak depends on fusion, placement and when the backward's recomputations run
-    (so it need not fall as more is allowed).
-    Raises MemoryBudgetError with the smallest peak any try reached when none fits."""
+    fraction of the peak planned without a budget), and whether the kernels run in memory-first
+    order (passes/schedule_memory.py). Tries the memory-first order alone, then cheap work (remat
+    tier 0), then one by one the ops of the higher tiers (reductions, matmuls, attention, random
+    draws; remat.candidates), each kept unless its try raises the peak planned in the fusion pass's
+    order; every try is also planned in memory-first order. Plans are made for real, since the peak
+    depends on fusion, placement and when the backward's recomputations run (so it need not fall as
+    more is allowed).
+    The first plan that fits wins. Raises MemoryBudgetError with the smallest peak any try reached,
+    and what is live then, when none fits."""
     unconstrained = planned_peak(finish(g)[1])
     budget = MemoryBudget(requested, _budget_bytes(requested, unconstrained), unconstrained)
     if unconstrained <= budget.bytes:
-        return remat_pass.never, budget
-    best, kept = (unconstrained, 0), frozenset()  # kept: the ops the best try allowed (tier 0: None)
-    for op in [None, *remat_pass.candidates(g)]:
-        chosen = kept | {op}
+        return remat_pass.never, budget, False
+    best, path, kept = None, unconstrained, frozenset()  # best: (peak, plan); path: the peak `kept` reached
+    for op in ["order", None, *remat_pass.candidates(g)]:  # None: tier 0
+        chosen = kept if op == "order" else kept | {op}
         allow = lambda o, chosen=chosen: o in chosen or (None in chosen and remat_pass.tier(o) == 0)  # noqa: E731
-        plan = finish(g, allow)[1]
-        peak = planned_peak(plan)
-        if peak <= budget.bytes:
-            return allow, budget
-        if peak <= best[0]:  # more recomputation can raise the peak (recomputed values live together)
-            best, kept = (peak, sum(bound_bytes(plan).values())), chosen
-    raise MemoryBudgetError(
-        f"{g.name}: memory_budget={requested!r} ({human_bytes(budget.bytes)}) cannot be met: the smallest "
-        f"reachable planned peak is {human_bytes(best[0])} ({best[0]} bytes; {human_bytes(unconstrained)} without "
-        f"a budget); parameters, optimizer state, inputs and outputs alone take {human_bytes(best[1])}")
+        peaks = {}
+        for memory_first in (True,) if op == "order" else (False, True):
+            plan = finish(g, allow, memory_first=memory_first)[1]
+            peaks[memory_first] = peak = planned_peak(plan)
+            if peak <= budget.bytes:
+                return allow, budget, memory_first
+            if best is None or peak < best[0]:
+                best = (peak, plan)
+        if op != "order" and peaks[False] <= path:  # more recomputation can raise the peak
+            path, kept = peaks[False], chosen
+    raise MemoryBudgetError(_unreachable(g.name, requested, budget, *best))
+
+
+def _unreachable(name: str, requested: float, budget: MemoryBudget, peak: int, plan) -> str:
+    """Why a budget cannot be met: the smallest peak reached, and what it holds (memory_report)."""
+    report = memory_report(plan)
+    bound = sum(report.bound.values())
+    live = "; ".join(f"{human_bytes(n)} {t} from {src.split(' = ')[-1].split(' :')[0]}"
+                     for _, t, _, n, src in report.live_at_peak[:_SHOWN])
+    more = len(report.live_at_peak) - _SHOWN
+    return (f"{name}: memory_budget={requested!r} ({human_bytes(budget.bytes)}) cannot be met: the smallest "
+            f"reachable planned peak is {human_bytes(peak)} ({peak} bytes, {peak / budget.unconstrained_peak:.2f} of "
+            f"the {human_bytes(budget.unconstrained_peak)} planned without a budget; recomputing up to matmuls, "
+            f"attention and random draws, in either kernel order). Of that peak, parameters, optimizer state, "
+            f"inputs and outputs take {human_bytes(bound)} and the arena {human_bytes(report.arena)}; live in it "
+            f"at its busiest step ({report.peak_step}), largest first: {live}"
+            + (f"; and {more} smaller" if more > 0 else ""))

@@ -23,6 +23,7 @@ from flame.passes.layout import channels_last
 from flame.passes.remat import never, rematerialize
 from flame.passes.rewrite_attention import rewrite_attention
 from flame.passes.schedule_collectives import schedule_collectives
+from flame.passes.schedule_memory import schedule_memory
 from flame.passes.simplify import simplify_algebra
 from flame.target import DEFAULT_TARGET, Target
 
@@ -150,11 +151,15 @@ def remat(g: Graph, allow: Callable[[Op], bool] = never, debug: bool = False, du
 
 
 def lower(g: Graph, debug: bool = False, dump: Dump | None = None,
-          timings: list[tuple[str, float]] | None = None, target: Target = DEFAULT_TARGET) -> Graph:
+          timings: list[tuple[str, float]] | None = None, target: Target = DEFAULT_TARGET,
+          memory_first: bool = False) -> Graph:
     """Run LOWER once on a simplified graph (unless FLAME_FUSE=0) for a backend that can do what
     `target` says (the CUDA backend's: flame.runtime.matmul.capabilities()); dumps start at stage
-    "fuse"."""
+    "fuse". memory_first (a plan fitted to a memory budget): then schedule_memory, the kernel order
+    that keeps the fewest bytes live."""
     if not fusion_enabled():
         return g
     passes = [update_wrapper(partial(p, target=target), p) for p in LOWER]  # keeps each pass's name
+    if memory_first:
+        passes.append(schedule_memory)
     return run_pipeline(g, passes, debug=debug, dump=_after_traced(dump), timings=timings, max_rounds=1)
