@@ -19,7 +19,7 @@ from flame import debug
 from flame.compiler import compile_graph
 from flame.errors import FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
-from flame.frontend.context import current_trace, no_grad, user_location, user_stacklevel
+from flame.frontend.context import current_trace, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor, zeros
 from flame.frontend.dynamic import NotDynamic, Template, changed_dims
 from flame.frontend.guards import (
@@ -27,10 +27,10 @@ from flame.frontend.guards import (
     argument_changes,
     describe_arguments,
     python_value_guards,
-    role_of,
     trace_guards,
     value_key,
 )
+from flame.frontend.replay import Replay, flatten
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
@@ -38,28 +38,6 @@ from flame.ir.verify import verify
 from flame.runtime.device import executor
 
 log = logging.getLogger("flame")
-
-
-def _flatten(obj: Any, leaves: list) -> Any:
-    """Replace each Tensor in a nested tuple/list/dict by its index in `leaves`; returns the skeleton."""
-    if isinstance(obj, Tensor):
-        leaves.append(obj)
-        return ("__leaf__", len(leaves) - 1)
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_flatten(x, leaves) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _flatten(v, leaves) for k, v in obj.items()}
-    return obj
-
-
-def _unflatten(skel: Any, values: list) -> Any:
-    if isinstance(skel, tuple) and len(skel) == 2 and skel[0] == "__leaf__":
-        return values[skel[1]]
-    if isinstance(skel, (tuple, list)):
-        return type(skel)(_unflatten(x, values) for x in skel)
-    if isinstance(skel, dict):
-        return {k: _unflatten(v, values) for k, v in skel.items()}
-    return skel
 
 
 @dataclass
@@ -91,33 +69,16 @@ class _Entry:
         return _shapes(self.key)
 
     @functools.cached_property
-    def user_outputs_are_inputs(self) -> tuple[bool, ...]:
-        """Per user output: is it a graph input itself (then the caller gets a copy, not the buffer)."""
-        inputs = set(self.graph.inputs)
-        return tuple(v in inputs for v in self.graph.outputs[: self.n_user])
-
-    @functools.cached_property
-    def _captured(self) -> tuple[list, list]:
-        """(binding, tensor, traced type) of the captured tensors, and of the .grad inputs."""
-        pairs = list(zip(self.trace.bindings, self.graph.inputs))
-        return ([(b, b.tensor, v.type) for b, v in pairs if b.kind == "tensor"],
-                [(b.tensor, v.type) for b, v in pairs if b.kind == "grad"])
+    def replay(self) -> Replay:
+        """The per-call work around the plan's run, worked out once (flame.frontend.replay)."""
+        return Replay(self.trace, self.graph, self.grads, self.n_user, self.out_skeleton, self.namer)
 
     def valid(self) -> str:
         """'' if this trace still describes the function for these inputs, else what changed. Runs
-        before every replay: the common case is a few identity checks per captured tensor."""
-        tensors, grads = self._captured
-        for b, t, ty in tensors:
-            if t._data is not b.checked:  # a tensor changes type only with its buffer
-                if t.shape != ty.shape or t.dtype != ty.dtype:
-                    return f"{self.namer.tensor(t, role_of(t))}: {ty} -> {t._type()}"
-                b.checked = t._data
-            if t.requires_grad != b.requires_grad:  # frozen or unfrozen (LoRA)
-                return f"{self.namer.tensor(t, role_of(t))}: requires_grad {b.requires_grad} -> {t.requires_grad}"
-        for t, ty in grads:
-            g = t._grad
-            if g is None or g.shape != ty.shape or g.dtype != ty.dtype:
-                return f"{self.namer.tensor(t, role_of(t))}.grad: {ty} -> {'None' if g is None else g._type()}"
+        before every replay: the common case is an identity check per captured tensor."""
+        why = self.replay.changed()
+        if why:
+            return why
         for gd in self.guards:
             why = gd.failed()
             if why:
@@ -289,7 +250,7 @@ class Compiled:
         python_values = python_value_guards(self.fn)  # as the body starts to run
         tr, result = self._trace(args)
         leaves: list[Tensor] = []
-        skel = _flatten(result, leaves)
+        skel = flatten(result, leaves)
         g = tr.graph
         g.outputs = [tr.value_of(t) for t in leaves]
         n_user = len(g.outputs)
@@ -453,28 +414,10 @@ class Compiled:
 
     def _run(self, entry: _Entry, args: list):
         ex = executor()
-        arrays = [entry.trace.concrete_value(b, args, ex) for b in entry.trace.bindings]
+        arrays = entry.replay.inputs(args, ex)
         if entry.record is not None and entry.record.inputs is None:
             entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
-        outs = entry.run(arrays)
-        for o, i in entry.graph.aliases.items():
-            t = _input_tensor(entry.trace.bindings[i], args)
-            if outs[o] is not t._data:  # the plan usually updates the input's buffer in place
-                t._data[...] = outs[o]
-            t._version += 1
-        for target, o in entry.grads:
-            new = None if o is None else Tensor._concrete(outs[o], entry.graph.outputs[o].dtype)
-            if isinstance(target, int):  # an argument's .grad accumulates across calls, as eager backward()
-                t = args[target]
-                if t.grad is not None and new is not None:
-                    with no_grad():
-                        new = t.grad + new
-                t.grad = new if new is not None else t.grad
-            else:
-                target.grad = new
-        values = [Tensor._concrete(a.copy() if is_input else a, v.dtype)
-                  for a, v, is_input in zip(outs, entry.graph.outputs, entry.user_outputs_are_inputs)]
-        return _unflatten(entry.out_skeleton, values)
+        return entry.replay.hand_back(entry.run(arrays), args)
 
 
 def _grad_outputs(tr: Trace, g: Graph) -> list:
@@ -496,11 +439,6 @@ def _grad_outputs(tr: Trace, g: Graph) -> list:
         grads.append((t, len(g.outputs)))
         g.outputs.append(v)
     return grads
-
-
-def _input_tensor(binding, args: list) -> Tensor:
-    """The caller's tensor behind a graph input: a call argument or a captured tensor."""
-    return args[binding.arg] if binding.kind == "arg" else binding.tensor
 
 
 def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A001

@@ -33,9 +33,16 @@ class Binding:
     tensor: object = None
     getter: Callable[[], float] | None = None
     dtype: DType | None = None
-    checked: object = None  # "tensor": the buffer whose type the last call checked (unchanged: skip)
     cached: tuple | None = None  # "getter": (value, device array, executor) of the last call: no re-upload
     requires_grad: bool = False  # "tensor": its requires_grad when traced (freezing one re-traces)
+
+    def scalar_array(self, executor):
+        """A "getter" binding's value as a 0-d device array, uploaded again only when the value changed."""
+        value = self.getter()
+        cached = self.cached
+        if cached is None or cached[0] != value or cached[2] is not executor:
+            cached = self.cached = (value, executor.asarray(np.asarray(value, dtype=self.dtype.np_dtype)), executor)
+        return cached[1]
 
 
 @dataclass
@@ -199,15 +206,3 @@ class Trace:
                 on_path.add(op)
                 stack.extend(op.inputs)
         return on_path
-
-    def concrete_value(self, binding: Binding, args, executor):
-        if binding.kind == "arg":
-            return args[binding.arg]._data
-        if binding.kind == "tensor":
-            return binding.tensor._data
-        if binding.kind == "grad":
-            return binding.tensor._grad._data
-        value = binding.getter()
-        if binding.cached is None or binding.cached[0] != value or binding.cached[2] is not executor:
-            binding.cached = (value, executor.asarray(np.asarray(value, dtype=binding.dtype.np_dtype)), executor)
-        return binding.cached[1]

@@ -1,0 +1,159 @@
+"""What a call of a compiled function does around the plan's run on a cache hit, worked out once per
+trace: check that the captured tensors still fit the trace, gather the graph inputs' arrays, and hand
+the outputs back (in-place updates, .grad, the result's structure).
+
+A replayed step's Python runs at every call, against a GPU step that can take well under a
+millisecond (an optimizer step over a model's parameters: a few hundred captured tensors), so the
+per-tensor work is done by C-level `map`s over lists built here rather than by Python loops over the
+bindings; the Python loops left run only when something changed (a tensor got a new buffer)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from flame.frontend.context import no_grad
+from flame.frontend.guards import Namer, role_of
+from flame.frontend.tensor import Tensor
+from flame.frontend.trace import Trace
+from flame.ir.graph import Graph
+
+_DATA = operator.attrgetter("_data")
+_GRAD = operator.attrgetter("_grad")
+_REQUIRES_GRAD = operator.attrgetter("requires_grad")
+
+
+def _gather(indices: Sequence[int]) -> Callable[[Sequence], tuple]:
+    """xs -> tuple(xs[i] for i in indices), as one C call (itemgetter returns a bare item for one index)."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    if indices:
+        i = indices[0]
+        return lambda xs: (xs[i],)
+    return lambda xs: ()
+
+
+def _same(xs, ys) -> bool:
+    """Each x is its y (identity, never ==: arrays compare elementwise)."""
+    return all(map(operator.is_, xs, ys))
+
+
+def flatten(obj: Any, leaves: list) -> Any:
+    """Replace each Tensor in a nested tuple/list/dict by its index in `leaves`; returns the skeleton."""
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return ("__leaf__", len(leaves) - 1)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(flatten(x, leaves) for x in obj)
+    if isinstance(obj, dict):
+        return {k: flatten(v, leaves) for k, v in obj.items()}
+    return obj
+
+
+def unflattener(skel: Any) -> Callable[[list], Any]:
+    """values -> flatten's skeleton with each ("__leaf__", i) replaced by values[i]; the skeleton is
+    walked here, once."""
+    if isinstance(skel, tuple) and len(skel) == 2 and skel[0] == "__leaf__":
+        return operator.itemgetter(skel[1])
+    if isinstance(skel, (tuple, list)):
+        parts, kind = [unflattener(x) for x in skel], type(skel)
+        return lambda values: kind([p(values) for p in parts])
+    if isinstance(skel, dict):
+        items = [(k, unflattener(v)) for k, v in skel.items()]
+        return lambda values: {k: p(values) for k, p in items}
+    return lambda values: skel  # no tensor in it (None, a number)
+
+
+class Replay:
+    """One trace's per-call work. graph: the graph that runs (its aliases and outputs); grads:
+    (argument position or captured tensor, output or None) per .grad the body leaves behind."""
+
+    def __init__(self, trace: Trace, graph: Graph, grads: list, n_user: int, out_skeleton: Any, namer: Namer):
+        bindings = trace.bindings
+        self.namer = namer
+        # captured tensors: checked (type, requires_grad) before each call, then read
+        self.captured = [b.tensor for b in bindings if b.kind == "tensor"]
+        self.traced_types = [v.type for b, v in zip(bindings, graph.inputs) if b.kind == "tensor"]
+        self.requires_grad = [b.requires_grad for b in bindings if b.kind == "tensor"]
+        self.checked: list = [None] * len(self.captured)  # the arrays whose type was checked (same: skip)
+        # captured tensors whose .grad is an input (read before the body set it)
+        self.grad_of = [b.tensor for b in bindings if b.kind == "grad"]
+        self.grad_types = [v.type for b, v in zip(bindings, graph.inputs) if b.kind == "grad"]
+        # the graph inputs, in order, gathered from: captured arrays, then arguments, .grad, getters
+        kinds = [b.kind for b in bindings]
+        self.arg_positions = [b.arg for b in bindings if b.kind == "arg"]
+        self.getters = [b for b in bindings if b.kind == "getter"]
+        pool = [j for k in ("tensor", "arg", "grad", "getter") for j, kind in enumerate(kinds) if kind == k]
+        at = {j: n for n, j in enumerate(pool)}
+        self.gather_inputs = _gather([at[j] for j in range(len(bindings))])
+        # in-place updates: (output, argument position or -1, captured tensor or None) per alias
+        self.aliases = [(o, bindings[i].arg, None if bindings[i].kind == "arg" else bindings[i].tensor)
+                        for o, i in graph.aliases.items()]
+        self.aliased = None if any(t is None for _, _, t in self.aliases) else [t for _, _, t in self.aliases]
+        self.alias_outputs = _gather([o for o, _, _ in self.aliases])
+        outputs = graph.outputs
+        self.grads = [(target, o, None if o is None else outputs[o].dtype) for target, o in grads]
+        inputs = set(graph.inputs)  # a user output that is an input itself is handed back as a copy
+        self.users = [(o, v.dtype, v in inputs) for o, v in enumerate(outputs[:n_user])]
+        self.unflatten = unflattener(out_skeleton)
+
+    def changed(self) -> str:
+        """'' if every captured tensor and every .grad input still has its traced type (and the captured
+        tensors their requires_grad), else what changed. The common case: two maps and two compares."""
+        if not (_same(map(_DATA, self.captured), self.checked)
+                and list(map(_REQUIRES_GRAD, self.captured)) == self.requires_grad):
+            why = self._tensor_changed()
+            if why:
+                return why
+        for t, ty in zip(self.grad_of, self.grad_types):  # new .grad tensors at every call: no memo
+            g = t._grad
+            if g is None or g.shape != ty.shape or g.dtype != ty.dtype:
+                return f"{self.namer.tensor(t, role_of(t))}.grad: {ty} -> {'None' if g is None else g._type()}"
+        return ""
+
+    def _tensor_changed(self) -> str:
+        for k, t in enumerate(self.captured):
+            ty = self.traced_types[k]
+            if t._data is not self.checked[k]:  # a tensor changes type only with its buffer
+                if t.shape != ty.shape or t.dtype != ty.dtype:
+                    return f"{self.namer.tensor(t, role_of(t))}: {ty} -> {t._type()}"
+                self.checked[k] = t._data
+            if t.requires_grad != self.requires_grad[k]:  # frozen or unfrozen (LoRA)
+                return f"{self.namer.tensor(t, role_of(t))}: requires_grad {self.requires_grad[k]} -> {t.requires_grad}"
+        return ""
+
+    def inputs(self, args: list, executor) -> list:
+        """The graph inputs' arrays for a call with these arguments, in input order."""
+        pool = list(map(_DATA, self.captured))
+        pool += [args[i]._data for i in self.arg_positions]
+        pool += [g._data for g in map(_GRAD, self.grad_of)]
+        pool += [b.scalar_array(executor) for b in self.getters]
+        return list(self.gather_inputs(pool))
+
+    def hand_back(self, outs: list, args: list) -> Any:
+        """After a run: in-place updates land in the caller's tensors (their buffers, their versions),
+        every .grad the body left goes to its tensor, and the user's outputs come back in the structure
+        the function returned."""
+        tensors = self.aliased if self.aliased is not None else \
+            [args[i] if t is None else t for _, i, t in self.aliases]
+        new = self.alias_outputs(outs)
+        if not _same(new, map(_DATA, tensors)):  # the plan usually updates the input's buffer in place
+            for t, a in zip(tensors, new):
+                if a is not t._data:
+                    t._data[...] = a
+        for t in tensors:
+            t._version += 1
+        for target, o, dtype in self.grads:
+            grad = None if o is None else Tensor._concrete(outs[o], dtype)
+            if isinstance(target, int):  # an argument's .grad accumulates across calls, as eager backward()
+                t = args[target]
+                if t._grad is not None and grad is not None:
+                    with no_grad():
+                        grad = t._grad + grad
+                if grad is not None:
+                    t._grad = grad
+            else:
+                target._grad = grad
+        return self.unflatten([Tensor._concrete(outs[o].copy() if copy else outs[o], dtype)
+                               for o, dtype, copy in self.users])
