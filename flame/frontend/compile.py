@@ -191,6 +191,7 @@ class Compiled:
         self._compile_seconds = 0.0
         self._reasons: list[str] = []
         self._last: _Entry | None = None
+        self._memo: tuple | None = None  # the last call's signature (see _signature)
         self._templates: list[_Dynamic] = []
         self._static: dict[tuple, str] = {}  # (family, dims) -> why those dims cannot be dynamic
         self._instantiations = 0
@@ -340,9 +341,9 @@ class Compiled:
         if current_trace.get() is not None:
             self._trace(args)  # raises: compiled functions do not nest
         self._calls += 1
-        key = self._key(args)
+        key, entries = self._signature(args)
         why = ""
-        for entry in self._cache.get(key, ()):
+        for entry in entries:
             failed = entry.valid()
             if not failed:
                 self._hits += 1
@@ -376,13 +377,35 @@ class Compiled:
             self._compile_seconds += time.perf_counter() - t0
         return self._remember(entry, key)
 
+    def _signature(self, args: list) -> tuple[tuple, list]:
+        """(_key(args), the traces cached for it). The last call's, without building the key again,
+        when the arguments are the same objects (a tensor still holding the same array, with the same
+        requires_grad) and autocast is as it was: an optimizer step called with the same gradients."""
+        ac = autocast.cache_key()
+        if self._memo is not None:
+            prev, arrays, flags, prev_ac, key, entries = self._memo
+            if len(args) == len(prev) and ac == prev_ac:
+                for a, p, d, r in zip(args, prev, arrays, flags):
+                    if a is not p or (d is not None and (a._data is not d or a.requires_grad != r)):
+                        break
+                else:
+                    return key, entries
+        key = self._key(args)
+        entries = self._cache.get(key, [])
+        if entries:  # the memo holds the last arguments (their arrays stay alive until the next call)
+            self._memo = (list(args), [a._data if isinstance(a, Tensor) else None for a in args],
+                          [a.requires_grad if isinstance(a, Tensor) else None for a in args], ac, key, entries)
+        return key, entries
+
     def _remember(self, entry: _Entry, key: tuple) -> _Entry:
+        self._memo = None
         entry.last_used = self._calls
         self._cache.setdefault(key, []).insert(0, entry)
         self._last = entry
         return entry
 
     def _drop(self, entry: _Entry) -> None:
+        self._memo = None
         self._cache[entry.key].remove(entry)
         if not self._cache[entry.key]:
             del self._cache[entry.key]

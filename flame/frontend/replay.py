@@ -2,10 +2,11 @@
 trace: check that the captured tensors still fit the trace, gather the graph inputs' arrays, and hand
 the outputs back (in-place updates, .grad, the result's structure).
 
-A replayed step's Python runs at every call, against a GPU step that can take well under a
-millisecond (an optimizer step over a model's parameters: a few hundred captured tensors), so the
-per-tensor work is done by C-level `map`s over lists built here rather than by Python loops over the
-bindings; the Python loops left run only when something changed (a tensor got a new buffer)."""
+This Python runs at every call, against a GPU step that can take well under a millisecond (an
+optimizer step over a model's parameters: a few hundred captured tensors), so every per-binding
+decision (which kind, which argument, which output) is made here, once: a call walks flat lists
+with one attribute read or write per tensor, and the slower checks that make messages run only when
+something changed (a tensor got a new buffer)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,6 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 
-_DATA = operator.attrgetter("_data")
-_GRAD = operator.attrgetter("_grad")
-_REQUIRES_GRAD = operator.attrgetter("requires_grad")
-
 
 def _gather(indices: Sequence[int]) -> Callable[[Sequence], tuple]:
     """xs -> tuple(xs[i] for i in indices), as one C call (itemgetter returns a bare item for one index)."""
@@ -32,11 +29,6 @@ def _gather(indices: Sequence[int]) -> Callable[[Sequence], tuple]:
         i = indices[0]
         return lambda xs: (xs[i],)
     return lambda xs: ()
-
-
-def _same(xs, ys) -> bool:
-    """Each x is its y (identity, never ==: arrays compare elementwise)."""
-    return all(map(operator.is_, xs, ys))
 
 
 def flatten(obj: Any, leaves: list) -> Any:
@@ -93,16 +85,25 @@ class Replay:
         self.aliased = None if any(t is None for _, _, t in self.aliases) else [t for _, _, t in self.aliases]
         self.alias_outputs = _gather([o for o, _, _ in self.aliases])
         outputs = graph.outputs
-        self.grads = [(target, o, None if o is None else outputs[o].dtype) for target, o in grads]
+        # .grad: (argument position, output) per argument (its .grad accumulates); (tensor, output) per
+        # captured tensor the body left a .grad; the captured tensors whose .grad the body set to None
+        self.arg_grads = [(i, o, outputs[o].dtype) for i, o in grads if isinstance(i, int) and o is not None]
+        self.grads_set = [(t, o, outputs[o].dtype) for t, o in grads if not isinstance(t, int) and o is not None]
+        self.grads_cleared = [t for t, o in grads if not isinstance(t, int) and o is None]
         inputs = set(graph.inputs)  # a user output that is an input itself is handed back as a copy
         self.users = [(o, v.dtype, v in inputs) for o, v in enumerate(outputs[:n_user])]
         self.unflatten = unflattener(out_skeleton)
 
     def changed(self) -> str:
         """'' if every captured tensor and every .grad input still has its traced type (and the captured
-        tensors their requires_grad), else what changed. The common case: two maps and two compares."""
-        if not (_same(map(_DATA, self.captured), self.checked)
-                and list(map(_REQUIRES_GRAD, self.captured)) == self.requires_grad):
+        tensors their requires_grad), else what changed. The common case: an identity check of each captured
+        tensor's array against the one checked before."""
+        same = True
+        for t, d in zip(self.captured, self.checked):
+            if t._data is not d:
+                same = False
+                break
+        if not same or [t.requires_grad for t in self.captured] != self.requires_grad:
             why = self._tensor_changed()
             if why:
                 return why
@@ -125,9 +126,9 @@ class Replay:
 
     def inputs(self, args: list, executor) -> list:
         """The graph inputs' arrays for a call with these arguments, in input order."""
-        pool = list(map(_DATA, self.captured))
+        pool = [t._data for t in self.captured]
         pool += [args[i]._data for i in self.arg_positions]
-        pool += [g._data for g in map(_GRAD, self.grad_of)]
+        pool += [t._grad._data for t in self.grad_of]
         pool += [b.scalar_array(executor) for b in self.getters]
         return list(self.gather_inputs(pool))
 
@@ -137,23 +138,19 @@ class Replay:
         the function returned."""
         tensors = self.aliased if self.aliased is not None else \
             [args[i] if t is None else t for _, i, t in self.aliases]
-        new = self.alias_outputs(outs)
-        if not _same(new, map(_DATA, tensors)):  # the plan usually updates the input's buffer in place
-            for t, a in zip(tensors, new):
-                if a is not t._data:
-                    t._data[...] = a
-        for t in tensors:
+        for t, a in zip(tensors, self.alias_outputs(outs)):
+            if a is not t._data:  # the plan usually updates the input's buffer in place
+                t._data[...] = a
             t._version += 1
-        for target, o, dtype in self.grads:
-            grad = None if o is None else Tensor._concrete(outs[o], dtype)
-            if isinstance(target, int):  # an argument's .grad accumulates across calls, as eager backward()
-                t = args[target]
-                if t._grad is not None and grad is not None:
-                    with no_grad():
-                        grad = t._grad + grad
-                if grad is not None:
-                    t._grad = grad
-            else:
-                target._grad = grad
+        for i, o, dtype in self.arg_grads:  # an argument's .grad accumulates across calls, as eager backward()
+            t, grad = args[i], Tensor._concrete(outs[o], dtype)
+            if t._grad is not None:
+                with no_grad():
+                    grad = t._grad + grad
+            t._grad = grad
+        for t, o, dtype in self.grads_set:
+            t._grad = Tensor._concrete(outs[o], dtype)
+        for t in self.grads_cleared:
+            t._grad = None
         return self.unflatten([Tensor._concrete(outs[o].copy() if copy else outs[o], dtype)
                                for o, dtype, copy in self.users])

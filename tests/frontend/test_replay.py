@@ -1,0 +1,145 @@
+"""The steady-state call of a compiled function (flame.frontend.replay and Compiled._signature): what
+it remembers between calls never hides a change the full checks would see."""
+
+import contextlib
+import warnings
+
+import numpy as np
+import pytest
+
+import flame
+import flame.nn as nn
+
+
+@contextlib.contextmanager
+def _no_retrace():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", flame.RecompileWarning)
+        yield
+
+
+def test_the_same_argument_tensor_with_requires_grad_flipped_traces_again():
+    x = flame.ones(3)
+
+    @flame.compile
+    def f(x):
+        return x * 2
+
+    f(x)
+    f(x)
+    x.requires_grad_(True)
+    with pytest.warns(flame.RecompileWarning, match="requires_grad False -> True"):
+        f(x)
+    assert f.stats().traces == 2
+
+
+def test_the_same_argument_tensor_given_a_new_dtype_traces_again():
+    model = nn.Linear(3, 2)
+    p = model.weight
+
+    @flame.compile
+    def f(w):
+        return w * 2
+
+    f(p)
+    f(p)
+    model.double()  # replaces p's array (and dtype) in place of the tensor object
+    with pytest.warns(flame.RecompileWarning, match="dtype f32 -> f64"):
+        out = f(p)
+    assert out.dtype == flame.float64
+    np.testing.assert_allclose(out.numpy(), p.numpy() * 2)
+
+
+def test_a_captured_tensor_given_a_new_array_of_the_same_type_is_read_again():
+    w = nn.Parameter(flame.ones(3))
+
+    @flame.compile
+    def f(x):
+        return x * w
+
+    x = flame.ones(3)
+    np.testing.assert_allclose(f(x).numpy(), [1, 1, 1])
+    w._data = flame.tensor(np.array([2.0, 3.0, 4.0], np.float32))._data  # a new buffer, same type
+    with _no_retrace():
+        np.testing.assert_allclose(f(x).numpy(), [2, 3, 4])
+    w._data = flame.tensor(np.ones((3,), np.float64))._data
+    w._dtype = flame.float64
+    with pytest.warns(flame.RecompileWarning, match=r"f32\[3\] -> f64\[3\]"):
+        f(x)
+
+
+def test_freezing_a_captured_parameter_between_identical_calls_traces_again():
+    w = nn.Parameter(flame.ones(3))
+
+    @flame.compile
+    def f(x):
+        loss = (x * w).sum()
+        loss.backward()
+        return loss
+
+    x = flame.ones(3)
+    f(x)
+    f(x)
+    w.requires_grad_(False)
+    with pytest.warns(flame.RecompileWarning, match="requires_grad True -> False"):
+        f(x)
+
+
+def test_results_are_fresh_structures_at_every_call():
+    @flame.compile
+    def f(x):
+        return {"y": x + 1, "pair": [x * 2, (x, 3)]}, None
+
+    x = flame.ones(2)
+    a, none = f(x)
+    assert none is None
+    a["pair"].append("mine")
+    b, _ = f(x)
+    assert list(b) == ["y", "pair"] and len(b["pair"]) == 2 and b["pair"][1][1] == 3
+    np.testing.assert_allclose(b["pair"][0].numpy(), [2, 2])
+    returned_input = b["pair"][1][0]  # an input returned as is: the caller gets a copy of its array
+    assert returned_input._data is not x._data
+    np.testing.assert_allclose(returned_input.numpy(), x.numpy())
+
+
+def test_a_module_mode_and_a_global_change_between_identical_calls_trace_again():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+
+    @flame.compile
+    def f(x):
+        return model(x) * SCALE
+
+    x = flame.ones(2, 4)
+    f(x)
+    f(x)
+    model.eval()
+    with pytest.warns(flame.RecompileWarning, match="training: True -> False"):
+        f(x)
+    globals()["SCALE"] = 3.0
+    with pytest.warns(flame.RecompileWarning, match="global 'SCALE': 2.0 -> 3.0"):
+        f(x)
+
+
+SCALE = 2.0
+
+
+def test_in_place_updates_bump_versions_and_grads_are_handed_over_at_every_replay():
+    w = nn.Parameter(flame.ones(3))
+    opt = flame.optim.SGD([w], lr=0.5)
+
+    @flame.compile
+    def step(x):
+        opt.zero_grad()
+        loss = (x * w).sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    x = flame.ones(3)
+    versions = []
+    for _ in range(3):
+        step(x)
+        versions.append(w._version)
+        np.testing.assert_allclose(w.grad.numpy(), [1, 1, 1])
+    assert versions[0] < versions[1] < versions[2]
+    np.testing.assert_allclose(w.numpy(), [-0.5, -0.5, -0.5])
