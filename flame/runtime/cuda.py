@@ -277,8 +277,8 @@ class CompiledPlan:
         self._donated = {j for j, b in enumerate(plan.inputs) if b in donated}
         # scalars are staged from the start (a Python number arrives in a new array each call); data
         # inputs are bound by pointer until one arrives at another address (a new batch), then staged
-        self._staged = {j for j, b in enumerate(plan.inputs)
-                        if plan.buffers[b].role == "scalar" and j not in self._donated}
+        self._set_staged({j for j, b in enumerate(plan.inputs)
+                          if plan.buffers[b].role == "scalar" and j not in self._donated})
         self._setting = graphs_setting()
         self.use_graphs, self.why_no_graph = {"never": (False, "FLAME_CUDA_GRAPHS=0"), "always": (True, "")}.get(
             self._setting) or graphs_pay_off(plan, self._staged_bytes())
@@ -308,22 +308,22 @@ class CompiledPlan:
         import cupy
 
         plan = self.plan
-        if len(arrays) != len(self._types):
-            raise FlameError(f"graph {plan.name} takes {len(self._types)} inputs, got {len(arrays)}")
-        out, seen = [], self._seen
-        for i, (a, (shape, dt)) in enumerate(zip(arrays, self._types)):
-            if a is seen[i]:  # the same array as last call (parameters, state): checked already
-                out.append(a)
+        out = list(arrays)
+        if len(out) != len(self._types):
+            raise FlameError(f"graph {plan.name} takes {len(self._types)} inputs, got {len(out)}")
+        seen = self._seen
+        for i, (a, s) in enumerate(zip(out, seen)):
+            if a is s:  # the same array as last call (parameters, state): checked already
                 continue
+            shape, dt = self._types[i]
             if isinstance(a, cupy.ndarray) and a.flags.c_contiguous and tuple(a.shape) == shape and a.dtype == dt:
                 seen[i] = a
-                out.append(a)
                 continue
             a = a if isinstance(a, cupy.ndarray) else cupy.asarray(np.asarray(a))
             if tuple(a.shape) != shape or a.dtype != dt:
                 raise FlameError(f"graph {plan.name}: input {i} should be {dt}{list(shape)}, got "
                                  f"{a.dtype}{list(a.shape)}")
-            out.append(a if a.flags.c_contiguous else cupy.ascontiguousarray(a))
+            out[i] = a if a.flags.c_contiguous else cupy.ascontiguousarray(a)
         return out
 
     def __call__(self, arrays: Sequence) -> list:
@@ -360,6 +360,10 @@ class CompiledPlan:
             size += aligned(b.nbytes)
         self._slab = cupy.empty(max(size, 1), cupy.uint8)
         self._slab_size = size
+        # per plan output: (its input position, or -1 and where its bytes are in the slab: a replay's result)
+        position = {bid: j for j, bid in enumerate(plan.inputs)}
+        self._out_at = [(position[o], 0, 0, None, ()) if o in position else (-1, *self._slab_place(o))
+                        for o in plan.outputs]
 
     def _staged_bytes(self) -> int:
         """What a replay copies: the staged inputs in, the fresh outputs out."""
@@ -375,13 +379,33 @@ class CompiledPlan:
             self._stage[j] = cupy.empty(*self._types[j])
         return self._stage[j]
 
-    def _slab_view(self, slab, bid: int):
+    def _slab_place(self, bid: int) -> tuple:
+        """(byte offset, bytes, dtype, shape) of an output's bytes in the slab."""
         b = self.plan.buffers[bid]
-        at = self._slab_at[self.plan.root(bid).id] + byte_offset(self.plan.buffers, bid)
-        return slab[at: at + b.nbytes].view(b.dtype.np_dtype).reshape(b.shape)
+        return self._slab_at[self.plan.root(bid).id] + byte_offset(self.plan.buffers, bid), b.nbytes, \
+            b.dtype.np_dtype, b.shape
+
+    def _slab_view(self, slab, bid: int):
+        at, n, dt, shape = self._slab_place(bid)
+        return slab[at: at + n].view(dt).reshape(shape)
 
     def _key(self, arrays: list) -> tuple:
-        return tuple(a.data.ptr for j, a in enumerate(arrays) if j not in self._staged)
+        """The pointers of the inputs bound by pointer (those not staged). Read again only when one of
+        them is not the array it was last time (an array's pointer never changes)."""
+        if self._keyed is not None:
+            for j, a in zip(self._bound, self._keyed[0]):
+                if arrays[j] is not a:
+                    break
+            else:
+                return self._keyed[1]
+        bound = [arrays[j] for j in self._bound]
+        self._keyed = (bound, tuple(a.data.ptr for a in bound))
+        return self._keyed[1]
+
+    def _set_staged(self, staged: set) -> None:
+        self._staged = staged
+        self._bound = [j for j in range(len(self.plan.inputs)) if j not in staged]
+        self._keyed: tuple | None = None  # (the bound arrays _key last read, their pointers)
 
     def _capture(self, arrays: list) -> None:
         plan = self.plan
@@ -419,7 +443,7 @@ class CompiledPlan:
             if self._graph is not None:  # a pointer-bound input moved: stage it unless updated in place
                 old = iter(self._graph_key)
                 moved = [j for j, a in enumerate(arrays) if j not in self._staged and a.data.ptr != next(old)]
-                self._staged |= {j for j in moved if j not in self._donated}
+                self._set_staged(self._staged | {j for j in moved if j not in self._donated})
                 log.debug("flame: re-capturing %s: inputs %s moved", self.plan.name, moved)
                 if self._setting != "always":  # staging them may cost more than the launches save
                     self.use_graphs, self.why_no_graph = graphs_pay_off(self.plan, self._staged_bytes())
@@ -446,17 +470,15 @@ class CompiledPlan:
             if dst.nbytes:
                 cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
         self._graph.launch(stream)
-        outs = {}
+        fresh = self._slab  # no output bytes to copy: the outputs from the slab are all empty
         if self._slab_size:
             with stream:
                 fresh = cupy.empty(self._slab_size, cupy.uint8)
             cupy.cuda.runtime.memcpyAsync(fresh.data.ptr, self._slab.data.ptr, self._slab_size, 3, stream.ptr)
-            outs = {b.id: fresh for b in self._fresh}
         self._after.record(stream)
         current.wait_event(self._after)
-        by_input = dict(zip(self.plan.inputs, arrays))
-        return [by_input[o] if o in by_input else self._slab_view(outs[self.plan.root(o).id], o)
-                for o in self.plan.outputs]
+        return [arrays[j] if j >= 0 else fresh[at: at + n].view(dt).reshape(shape)
+                for j, at, n, dt, shape in self._out_at]
 
 
 class CudaExecutor:

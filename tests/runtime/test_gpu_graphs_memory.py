@@ -78,6 +78,24 @@ def test_same_batch_array_replays_without_staging(monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_bound_input_that_moves_after_identical_replays_is_noticed(monkeypatch):
+    """The replay reads the inputs' pointers again only when an array is not the one of the last call:
+    the same x for several replays, then another x, must still re-capture (and stage x)."""
+    import cupy
+
+    run, plain = _compile(monkeypatch, True), _compile(monkeypatch, False)
+    rng = np.random.default_rng(0)
+    w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+    w_plain = w.copy()
+    xs = [cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(2)]
+    for x in [xs[0]] * 3 + [xs[1]] * 3 + [xs[0]]:
+        got, want = run([x, w]), plain([x, w_plain])
+        assert got[1] is w
+        np.testing.assert_allclose(cupy.asnumpy(got[0]), cupy.asnumpy(want[0]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(cupy.asnumpy(w), cupy.asnumpy(w_plain))
+    assert run.captures == 2 and run._staged == {0}
+
+
 def test_capture_failure_falls_back(monkeypatch, caplog):
     from flame.runtime.cuda import CompiledPlan
 
