@@ -2,7 +2,7 @@
 steady-state path (same signature, cache hit, replay), with the plan's execution replaced by a no-op.
 
     PYTHONPATH=. python3 -m flame.bench.scripts.host_overhead [CASE ...] [--calls N]
-    PYTHONPATH=. python3 -m flame.bench.scripts.host_overhead --gpu   # on a GPU machine, see gpu_profile
+    PYTHONPATH=. python3 -m flame.bench.scripts.host_overhead --gpu [--profile] [CASE ...]  # on a GPU
 
 The default mode needs no GPU: each case (adamw_multi_tensor, gpt_block_train and sdpa_fwd_bwd unless
 named) is built at its quick sizes on the reference executor, called a few times for real, then its
@@ -10,7 +10,8 @@ compiled entry's `run` is swapped for one that returns the last real call's outp
 timed calls measure argument checks, cache lookup, guards, binding resolution, aliases, .grad
 hand-off and output wrapping, and nothing of the plan. Prints the median microseconds per call over
 rounds of calls. The executor's own per-call host work (runtime/cuda.py CompiledPlan: input checks,
-staging, replay) is not in these numbers; `--gpu` measures the whole call.
+staging, replay) is not in these numbers; `--gpu` times whole calls at the cases' full sizes against
+the GPU time of one replay of the step's CUDA graph (a call is host-bound where the first is larger).
 
 Measured on the 2-core CPU dev machine (median us per call; noisy to +-10%):
 
@@ -31,20 +32,24 @@ import flame
 DEFAULT = ("adamw_multi_tensor", "gpt_block_train", "sdpa_fwd_bwd")
 
 
-def no_op_step(name: str) -> tuple:
-    """(compiled step, its data arguments) of case `name` at its quick sizes, called for real a few
-    times, then with its plan's run replaced by one returning the last real outputs."""
+def _built(name: str, quick: bool) -> tuple:
+    """(compiled step, its data arguments) of case `name`, inputs drawn as the suite draws them."""
     from flame.bench.scripts.gpt_step import arrays
     from flame.bench.table import CASES
 
     case = next(c for c in CASES if c.name == name)
-    sizes = case.sizes(True)
+    sizes = case.sizes(quick)
     a = arrays(case, sizes)
     bound = case.flame(sizes, a, flame.compile)
-    data = [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
+    return bound.call, [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
+
+
+def no_op_step(name: str) -> tuple:
+    """(compiled step, its data arguments) of case `name` at its quick sizes, called for real a few
+    times, then with its plan's run replaced by one returning the last real outputs."""
+    compiled, data = _built(name, quick=True)
     for _ in range(3):
-        bound.call(*data)
-    compiled = bound.call
+        compiled(*data)
     (entry,) = compiled._entries()
     real = entry.run
     outs = []
@@ -54,7 +59,7 @@ def no_op_step(name: str) -> tuple:
         return outs
 
     entry.run = record
-    bound.call(*data)
+    compiled(*data)
     entry.run = lambda arrays: outs  # aliased outputs are the inputs' own arrays: nothing is copied back
     return compiled, data
 
@@ -74,74 +79,55 @@ def host_us(name: str, calls: int = 200, rounds: int = 25) -> tuple[float, float
     return statistics.median(times), min(times)
 
 
-def gpu_profile(n: int = 1000) -> None:
-    """On a GPU: wall time per call of a small MLP training step, GPU time of one CUDA-graph replay of
-    it, and a cProfile of the host side."""
+def gpu_times(name: str, calls: int = 500, profile: bool = False) -> tuple[float, float | None]:
+    """On a GPU, case `name` at its full sizes: (wall microseconds per call issued back to back, GPU
+    microseconds of one replay of its CUDA graph, None without one); profile: print the host's top
+    functions over those calls."""
     import cProfile
     import pstats
 
     import cupy
-    import numpy as np
 
-    import flame.nn as nn
-    import flame.nn.functional as F
-
-    flame.set_device("cuda")
-    flame.manual_seed(0)
-    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-    opt = flame.optim.AdamW(model.parameters(), lr=1e-3)
-
-    @flame.compile
-    def step(x, y):
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-
-    rng = np.random.default_rng(0)
-    x = flame.tensor(rng.standard_normal((128, 784)).astype(np.float32))
-    y = flame.tensor(rng.integers(0, 10, 128))
-    for _ in range(50):
-        step(x, y)
+    compiled, data = _built(name, quick=False)
+    for _ in range(5):
+        compiled(*data)
     cupy.cuda.Device().synchronize()
+    prof = cProfile.Profile() if profile else None
+    if prof is not None:
+        prof.enable()
     t = time.perf_counter()
-    for _ in range(n):
-        step(x, y)
+    for _ in range(calls):
+        compiled(*data)
     cupy.cuda.Device().synchronize()
-    print(f"wall per step: {(time.perf_counter() - t) / n * 1e6:.1f} us")
-
-    (entry,) = step._entries()
-    run = entry.run
-    if getattr(run, "_graph", None) is not None:
-        s = run._stream
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record(s)
-        for _ in range(n):
-            run._graph.launch(s)
-        stop.record(s)
-        stop.synchronize()
-        print(f"GPU per replay of the step's graph: {cupy.cuda.get_elapsed_time(start, stop) / n * 1e3:.1f} us")
-    else:
-        print("no CUDA graph:", run.why_no_graph)
-
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(n):
-        step(x, y)
-    cupy.cuda.Device().synchronize()
-    prof.disable()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+    wall = (time.perf_counter() - t) / calls * 1e6
+    if prof is not None:
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    run = compiled._entries()[0].run
+    if getattr(run, "_graph", None) is None:
+        return wall, None
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(run._stream)
+    for _ in range(calls):
+        run._graph.launch(run._stream)
+    stop.record(run._stream)
+    stop.synchronize()
+    return wall, cupy.cuda.get_elapsed_time(start, stop) / calls * 1e3
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("cases", nargs="*", default=list(DEFAULT))
     p.add_argument("--calls", type=int, default=200, help="calls per timed round (25 rounds)")
-    p.add_argument("--gpu", action="store_true", help="time whole calls and profile on the GPU instead")
+    p.add_argument("--gpu", action="store_true", help="on a GPU: whole calls at full sizes, and one graph replay")
+    p.add_argument("--profile", action="store_true", help="with --gpu: the host's top functions per case")
     args = p.parse_args(argv)
     if args.gpu:
-        gpu_profile()
+        flame.set_device("cuda")
+        for name in args.cases:
+            wall, gpu = gpu_times(name, profile=args.profile)
+            replay = "no CUDA graph" if gpu is None else f"one graph replay {gpu:.1f} us on the GPU"
+            print(f"{name:24s} {wall:8.1f} us per call back to back; {replay}")
         return
     flame.set_device("reference")
     for name in args.cases:
