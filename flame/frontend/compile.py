@@ -192,6 +192,7 @@ class Compiled:
         self._reasons: list[str] = []
         self._last: _Entry | None = None
         self._memo: tuple | None = None  # the last call's signature (see _signature)
+        self._checked: _Entry | None = None  # the entry this call's _lookup found valid (a cache hit)
         self._templates: list[_Dynamic] = []
         self._static: dict[tuple, str] = {}  # (family, dims) -> why those dims cannot be dynamic
         self._instantiations = 0
@@ -341,6 +342,7 @@ class Compiled:
         if current_trace.get() is not None:
             self._trace(args)  # raises: compiled functions do not nest
         self._calls += 1
+        self._checked = None
         key, entries = self._signature(args)
         why = ""
         for entry in entries:
@@ -348,7 +350,7 @@ class Compiled:
             if not failed:
                 self._hits += 1
                 entry.last_used = self._calls
-                self._last = entry
+                self._last = self._checked = entry
                 return entry
             why = why or failed
         if not why and self.dynamic is not False:
@@ -433,11 +435,14 @@ class Compiled:
 
     def __call__(self, *args):
         args = self._args(args)
-        return self._run(self._lookup(args), args)
+        entry = self._lookup(args)
+        return self._run(entry, args, checked=entry is self._checked)
 
-    def _run(self, entry: _Entry, args: list):
+    def _run(self, entry: _Entry, args: list, checked: bool = False):
+        """Run entry's plan on these arguments; checked: entry.valid() passed in this call (its captured
+        tensors' arrays are those it checked)."""
         ex = executor()
-        arrays = entry.replay.inputs(args, ex)
+        arrays = entry.replay.inputs(args, ex, checked)
         if entry.record is not None and entry.record.inputs is None:
             entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
         return entry.replay.hand_back(entry.run(arrays), args)

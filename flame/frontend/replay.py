@@ -124,9 +124,10 @@ class Replay:
                 return f"{self.namer.tensor(t, role_of(t))}: requires_grad {self.requires_grad[k]} -> {t.requires_grad}"
         return ""
 
-    def inputs(self, args: list, executor) -> list:
-        """The graph inputs' arrays for a call with these arguments, in input order."""
-        pool = [t._data for t in self.captured]
+    def inputs(self, args: list, executor, checked: bool = False) -> list:
+        """The graph inputs' arrays for a call with these arguments, in input order. checked: changed()
+        found nothing in this call, so the captured tensors hold the arrays it checked."""
+        pool = list(self.checked) if checked else [t._data for t in self.captured]
         pool += [args[i]._data for i in self.arg_positions]
         pool += [t._grad._data for t in self.grad_of]
         pool += [b.scalar_array(executor) for b in self.getters]
