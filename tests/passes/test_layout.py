@@ -1,6 +1,7 @@
 """passes/layout.channels_last: convolutions become channels_last, the activations between them stay
-[N, *S, C], the permutes left are at the user's NC* tensors, norms keep their row reductions, and the
-function computes the same values (the reference executor) with and without the pass."""
+[N, *S, C], the permutes left are at the user's NC* tensors, norms keep their row reductions (over a
+permuted view), and the function computes the same values (the reference executor) with and without
+the pass."""
 
 from __future__ import annotations
 
@@ -68,10 +69,10 @@ def test_target_keeping_nchw_and_graphs_without_convolutions_are_left_alone():
     assert channels_last(plain) is plain
 
 
-def test_group_norm_statistics_stay_row_reductions():
-    """GroupNorm reshapes [N, C, H, W] to [N, G, C/G, H, W] and reduces the trailing dims: channels-last
-    would stride those rows, so the norm runs in its own order (one row kernel) and the permutes sit
-    where it meets the convolutions."""
+def test_group_norm_statistics_stay_row_reductions_over_channels_last_data():
+    """GroupNorm reshapes [N, C, H, W] to [N, G, C/G, H, W] and reduces the trailing dims; channels-last,
+    that is [N, H, W, G, C/G]: the reduction reads the view [N, G, H, W, C/G] (channels innermost), so
+    it stays a row reduction, and nothing between the two convolutions is transposed."""
     g = Graph("gn")
     x = g.add_input(TensorType((2, 8, 4, 4), f32))
     w1, w2 = (g.add_input(TensorType((8, 8, 3, 3), f32), "param") for _ in range(2))
@@ -82,8 +83,12 @@ def test_group_norm_statistics_stay_row_reductions():
     h = b.silu(b.reshape(centred, shape=(2, 8, 4, 4)))
     g.outputs = [b.conv(h, w2, **PAD)]
     new = channels_last(g)
-    means = [op for op in new.ops if op.name == "reduce_mean"]
-    assert [op.attrs["axes"] for op in means] == [(2, 3, 4)] and means[0].inputs[0].shape == (2, 4, 2, 4, 4)
+    (mean,) = [op for op in new.ops if op.name == "reduce_mean"]
+    assert mean.attrs["axes"] == (2, 3, 4) and mean.inputs[0].shape == (2, 4, 4, 4, 2)
+    view = mean.inputs[0].producer
+    assert view.name == "permute" and view.inputs[0].shape == (2, 4, 4, 4, 2) and view.attrs["perm"] == (0, 3, 1, 2, 4)
+    permutes = [op for op in new.ops if op.name == "permute" and op is not view]
+    assert [op.attrs["perm"] for op in permutes] == [(0, 2, 3, 1), (0, 3, 1, 2)]  # x enters, the result leaves
     np.testing.assert_allclose(_values(new)[0], _values(g)[0], rtol=1e-5, atol=1e-5)
 
 
