@@ -243,9 +243,13 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
         return found[0]
 
     for v in exposed:
-        m = row_map(v, domain, n_red) if v in inside and is_reduction(inside[v]) else canonical(v, domain, n_red)
-        if m is None and v in inside:  # a permuted or reshaped copy of the domain's elements
-            m = onto().get(v)
+        if v in inside and is_reduction(inside[v]):
+            m = row_map(v, domain, n_red)
+        elif v in inside and (n_red or canonical(v, domain, n_red) is None) and v in onto():
+            m = onto()[v]  # computed in another order than the domain's: where the group's structure
+            # puts it (its shape alone may not say)
+        else:
+            m = canonical(v, domain, n_red)
         if m is None:
             return f"result {v.type} does not map into the domain {list(domain)}"
         stores[v] = m
@@ -261,11 +265,13 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
 
 def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
     """The values of `ops` that hold each element of the domain once, with such (bijective) maps:
-    those of the domain's shape, and what a same-shape elementwise op, a permute or a reshape relates
-    to one of them either way. A group whose iteration order differs from the order a result is
+    the operands of its row reductions (else the values of the domain's shape), and what a same-shape
+    elementwise op, a permute or a reshape relates to one of them either way. A group whose iteration order differs from the order a result is
     stored in (a GroupNorm's rows over channels-last data) stores that result through these."""
     n = math.prod(domain)
-    out = {u: identity(len(domain)) for op in ops for u in (*op.inputs, op.out) if u.shape == domain}
+    seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].shape == domain]
+    seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.shape == domain]
+    out = dict.fromkeys(seeds, identity(len(domain)))
     grew = True
     while grew:
         grew = False

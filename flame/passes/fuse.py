@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
-from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import Layout, canonical, column_ok, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
@@ -125,16 +125,39 @@ def _fit(st: _State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> 
     exposed = st.exposed(ops)
     if kind == Kind.ROWS:
         got = derive(ops, exposed, domain, n_red)
+        got = _copied_view(st, ops, got) or got
         return got if isinstance(got, str) else (domain, n_red)
     big = max(math.prod(op.out.shape) for op in ops)
     shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big))
     why = "no common iteration domain"
     for shape in shapes:
         got = derive(ops, exposed, shape, 0)
+        got = _copied_view(st, ops, got) or got
         if isinstance(got, Layout):
             return shape, 0
         why = got
     return why
+
+
+def _copied_view(st: _State, ops: list[Op], lay: Layout | str) -> str:
+    """Why a layout that stores a result in another order than its shape's (indexmap._onto) is not
+    taken: a matmul reads a permuted or reshaped operand as it is (so no value it reads is stored
+    so), and a view's result is not copied beside its stored input, nor by a group of views alone
+    (the plan has none of these copies)."""
+    if isinstance(lay, str):
+        return ""
+    views = {op.out: op for op in ops if is_view(op)}
+    for v, m in lay.stores.items():
+        if m == canonical(v, lay.domain, lay.n_red):
+            continue
+        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in lay.stores)):
+            return f"a view's result would be copied (result {v.type})"
+    return ""
+
+
+def _feeds_matmul(st: _State, v: Value) -> bool:
+    """A matmul reads v, directly or through views (it takes permuted and reshaped operands as they are)."""
+    return any(get(u.name).library == "matmul" or (is_view(u) and _feeds_matmul(st, u.out)) for u in st.users.get(v, ()))
 
 
 def _constants(st: _State, op: Op) -> list[Op]:
