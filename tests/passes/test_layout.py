@@ -153,3 +153,37 @@ def test_bench_cases_keep_their_convolutions_channels_last(name):
     g = step.optimized(*[a[n] for n, i in inputs.items() if not i.state])
     convs = [op for op in g.ops if op.name.startswith("conv")]
     assert convs and all(op.attrs["channels_last"] for op in convs)
+
+
+def test_group_norm_block_is_one_kernel_forward_and_has_no_interior_transposes(monkeypatch):
+    """conv -> GroupNorm -> SiLU -> conv (+ residual), planned for CUDA: each GroupNorm forward (with
+    the conv's bias before and the SiLU after it) is one row kernel that reads and writes channels-last;
+    its backward's row reductions are one row kernel; no kernel between the convolutions only
+    transposes (the transposes left are at the user's NCHW input and the loss)."""
+    cuda = compiler.capabilities("cuda")
+    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
+    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
+    rng = np.random.default_rng(2)
+    t = lambda *s: flame.tensor(rng.standard_normal(s).astype(np.float32) * 0.3, requires_grad=True)  # noqa: E731
+    x, w0, w1, w2 = t(2, 8, 8, 8), t(8, 8, 3, 3), t(8, 8, 3, 3), t(8, 8, 3, 3)
+    b1, b2, gw, gb = t(8), t(8), t(8), t(8)
+
+    @flame.compile
+    def step(x):
+        h = F.conv2d(x, w0, padding=1)
+        y = F.conv2d(F.silu(F.group_norm(h, 4, gw, gb)), w1, b1, padding=1)
+        y = F.conv2d(F.silu(F.group_norm(y, 4, gw, gb)), w2, b2, padding=1) + h
+        loss = (y**2).mean()
+        loss.backward()
+        return loss
+
+    g = step.optimized(x)
+    groups = g.groups
+    names = [[op.name for op in k.ops] for k in groups]
+    stats = [k for k in names if k.count("reduce_mean") == 2]  # a GroupNorm's mean and variance
+    assert len(stats) == 2 and all("silu" in k and "rsqrt" in k for k in stats)
+    row_grads = [k for k in names if k.count("reduce_sum") >= 2 and "mul" in k]  # each backward's two row sums
+    assert len(row_grads) == 2
+    transposes = [k for k in groups if {op.name for op in k.ops} <= {"permute", "reshape"} and "permute" in names[groups.index(k)]]
+    # x entering channels-last, gradients leaving NCHW: only at the user's tensors
+    assert transposes and all(k.ops[0].inputs[0] in g.inputs or set(k.outputs) <= set(g.outputs) for k in transposes)
