@@ -254,7 +254,6 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
             return f"result {v.type} does not map into the domain {list(domain)}"
         stores[v] = m
         need(v, m)
-    red = range(len(domain) - n_red, len(domain))
     for op in reversed(ops):
         for m in maps.get(op.out, []):
             why = _inputs(op, m, domain, n_red, need, onto, through)
@@ -266,8 +265,9 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
 def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
     """The values of `ops` that hold each element of the domain once, with such (bijective) maps:
     the operands of its row reductions (else the values of the domain's shape), and what a same-shape
-    elementwise op, a permute or a reshape relates to one of them either way. A group whose iteration order differs from the order a result is
-    stored in (a GroupNorm's rows over channels-last data) stores that result through these."""
+    elementwise op, a permute or a reshape relates to one of them either way. A group whose iteration
+    order differs from the order a result is stored in (a GroupNorm's rows over channels-last data)
+    stores that result through these."""
     n = math.prod(domain)
     seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].shape == domain]
     seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.shape == domain]

@@ -15,7 +15,9 @@ Rules, in the order they apply:
 - rows: a reduction over the innermost dims joins its elementwise prologue; consumers that use the
   per-row result (also broadcast back over the row) join as epilogue, so softmax, log_softmax,
   layer_norm, rms_norm and a cross-entropy's row part are one kernel each (codegen keeps rows of up
-  to Target.row_cache elements in registers and streams longer rows in several passes);
+  to Target.row_cache elements in registers and streams longer rows in several passes); a row domain
+  read through a permute (GroupNorm over channels-last data) stores its results in their own order
+  (indexmap._onto), except where that would copy a view or a matmul's operand (_copied_view);
 - scalars: 0-d work (step counters, bias corrections) forms scalar kernels; one read by a single
   kernel is absorbed into it;
 - horizontal: independent kernels doing the same work (same op sequence, views aside) become one
@@ -156,8 +158,9 @@ def _copied_view(st: _State, ops: list[Op], lay: Layout | str) -> str:
 
 
 def _feeds_matmul(st: _State, v: Value) -> bool:
-    """A matmul reads v, directly or through views (it takes permuted and reshaped operands as they are)."""
-    return any(get(u.name).library == "matmul" or (is_view(u) and _feeds_matmul(st, u.out)) for u in st.users.get(v, ()))
+    """A matmul reads v, directly or through views (it takes permuted, reshaped operands as they are)."""
+    users = st.users.get(v, ())
+    return any(get(u.name).library == "matmul" or (is_view(u) and _feeds_matmul(st, u.out)) for u in users)
 
 
 def _constants(st: _State, op: Op) -> list[Op]:
