@@ -102,7 +102,7 @@ class Emitter:
             name = self.fresh()
             lines.append(f"const {cuda_c.compute_dtype(v.dtype).cuda_type} {name} = {expr};")
         elif is_view(op):
-            name = self.value(op.inputs[0], m.then(input_map(op, 0)))
+            name = self.value(op.inputs[0], self.lay.input_at(op, 0, m))
         elif is_reduction(op):
             raise KeyError(f"internal error: reduction {op.name} used before it is computed")
         else:

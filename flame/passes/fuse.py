@@ -15,7 +15,9 @@ Rules, in the order they apply:
 - rows: a reduction over the innermost dims joins its elementwise prologue; consumers that use the
   per-row result (also broadcast back over the row) join as epilogue, so softmax, log_softmax,
   layer_norm, rms_norm and a cross-entropy's row part are one kernel each (codegen keeps rows of up
-  to Target.row_cache elements in registers and streams longer rows in several passes);
+  to Target.row_cache elements in registers and streams longer rows in several passes); a row domain
+  read through a permute (GroupNorm over channels-last data) stores its results in their own order
+  (indexmap._onto), except where that would copy a view or a matmul's operand (_copied_view);
 - scalars: 0-d work (step counters, bias corrections) forms scalar kernels; one read by a single
   kernel is absorbed into it;
 - horizontal: independent kernels doing the same work (same op sequence, views aside) become one
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
-from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import Layout, canonical, column_ok, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
@@ -134,16 +136,40 @@ def _fit(st: _State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> 
     exposed = st.exposed(ops)
     if kind == Kind.ROWS:
         got = derive(ops, exposed, domain, n_red)
+        got = _copied_view(st, ops, got) or got
         return got if isinstance(got, str) else (domain, n_red)
     big = max(math.prod(op.out.shape) for op in ops)
     shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big))
     why = "no common iteration domain"
     for shape in shapes:
         got = derive(ops, exposed, shape, 0)
+        got = _copied_view(st, ops, got) or got
         if isinstance(got, Layout):
             return shape, 0
         why = got
     return why
+
+
+def _copied_view(st: _State, ops: list[Op], lay: Layout | str) -> str:
+    """Why a layout that stores a result in another order than its shape's (indexmap._onto) is not
+    taken: a matmul reads a permuted or reshaped operand as it is (so no value it reads is stored
+    so), and a view's result is not copied beside its stored input, nor by a group of views alone
+    (the plan has none of these copies)."""
+    if isinstance(lay, str):
+        return ""
+    views = {op.out: op for op in ops if is_view(op)}
+    for v, m in lay.stores.items():
+        if m == canonical(v, lay.domain, lay.n_red):
+            continue
+        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in lay.stores)):
+            return f"a view's result would be copied (result {v.type})"
+    return ""
+
+
+def _feeds_matmul(st: _State, v: Value) -> bool:
+    """A matmul reads v, directly or through views (it takes permuted, reshaped operands as they are)."""
+    users = st.users.get(v, ())
+    return any(get(u.name).library == "matmul" or (is_view(u) and _feeds_matmul(st, u.out)) for u in users)
 
 
 def _constants(st: _State, op: Op) -> list[Op]:
