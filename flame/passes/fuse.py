@@ -92,6 +92,7 @@ class _State:
         self.groups: list[_Group] = []
         self.index = {op: i for i, op in enumerate(g.ops)}
         self.forward, self.later = _phases(g)
+        self.in_place = {g.outputs[o] for o in g.aliases}
 
     def new(self, ops: list[Op], kind: Kind, **kw) -> _Group:
         grp = _Group(list(ops), kind, **kw)
@@ -735,12 +736,14 @@ def _horizontal(st: _State) -> None:
 def _frees_memory(st: _State, grp: _Group, before: set[_Group]) -> bool:
     """grp is the last reader of more bytes of temporaries than it writes: every other reader of
     those values runs before it (in `before`), and none reads them through a view (which may share
-    their buffer). Graph outputs count as neither (an optimizer update writes its parameters in place
-    once nothing else reads them: it keeps its place)."""
-    if any(v in st.outs for v in st.exposed(grp.ops)):
+    their buffer). Graph outputs are bound buffers, not the arena's; a kernel writing one that
+    replaces an input (an optimizer update, written in place once nothing else reads the input)
+    keeps its place."""
+    exposed = st.exposed(grp.ops)
+    if any(v in st.in_place for v in exposed):
         return False
     inside = set(grp.ops)
-    written = sum(_bytes(v) for v in st.exposed(grp.ops) if not is_view(v.producer))
+    written = sum(_bytes(v) for v in exposed if not is_view(v.producer) and v not in st.outs)
     read = {v for op in grp.ops for v in op.inputs if v.producer is not None and v.producer not in inside}
     freed = sum(_bytes(v) for v in read
                 if not is_view(v.producer) and not _free(v.producer) and v not in st.outs
