@@ -1,10 +1,17 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
-their elementwise prologue and epilogue. Each row is one warp (R <= 256 elements, 8 rows per block)
-or one block of 128 / 512 threads. A thread owns elements r = lane + j*G of its row; for rows of at
-most Target.row_cache elements the external inputs read per element are loaded once into registers and every
-pass (one per reduction, then the stores) works from them; longer rows re-read global memory in each
-pass. Per-row values (reduction results and what is computed from them) are computed once per
-thread, from totals that every thread of the row holds identically."""
+their elementwise prologue and epilogue. Each row is one warp (8 rows per block) or one block of
+64..1024 threads. Vector path: when every per-element input and output walks the row contiguously
+(one collapsed reduced dim, rows of whole vectors), thread `lane` owns vectors t = lane + j*G of V
+elements r = t*V + v, each moved as one 16-byte load/store (wider dtypes: several); the kernel
+branches once on pointer alignment to an element-by-element copy of the same schedule. Otherwise
+a thread owns elements r = lane + j*G. For rows of at most Target.row_cache elements the per-element
+inputs that differ between rows (then, if they fit too, the row-invariant ones) are loaded once into
+registers (compute type) and every pass (one per reduction, then the stores) works from them: the
+row is read from global memory once; longer rows re-read it in each pass. On the vector path the
+threads per row are the fewest at which a thread holds at most Config.row_regs registers of the row
+(more rows resident per SM); else a warp up to 256 elements, 128 / 512 / 1024 threads beyond.
+Per-row values (reduction results and what is computed from them) are computed once per thread,
+from totals that every thread of the row holds identically."""
 
 from __future__ import annotations
 
