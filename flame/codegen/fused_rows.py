@@ -34,6 +34,7 @@ from flame.codegen.kernel import (
     store,
 )
 from flame.codegen.snippets import accumulator
+from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
 from flame.ir.indexmap import IndexMap, Layout, identity, is_reduction, row_map
 from flame.target import Target
@@ -516,6 +517,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         start += p.M * p.P
     cap = target.sm_count * max(1, config.column_threads // block) if columns else _MAX_GRID
     grid = min(-(-start // (block // G)), cap)
+    if columns and isinstance(start, symbolic.SymInt) and symbolic.current() is not None:
+        grid = cap  # a dynamic row count: every block writes its partial, so the fold reads as many at every size
     cols = _Columns(parts[0], outputs, grid, block) if columns else None
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), start)
     params = group_params(inputs, outputs, scratch=cols is not None or split is not None)
