@@ -29,6 +29,7 @@ from functools import lru_cache
 
 from flame import debug
 from flame.errors import MemoryBudgetError
+from flame.ir import symbolic
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
 from flame.passes import remat as remat_pass
@@ -143,13 +144,7 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
     def finish(graph: Graph, allow=remat_pass.never, dump=None, timings=None, memory_first=False):
         """remat (checkpoint regions; what `allow` lets a budget recompute), legalize, lower (with
         memory_first: in the kernel order that keeps the fewest bytes live), plan."""
-        if optimize:
-            graph = remat(graph, allow, dump=dump, timings=timings)
-        # every graph, optimised or not: what the backend cannot run goes before planning
-        graph = legalize(graph, target.attention_unsupported, dump=dump, timings=timings,
-                         conv_unsupported=target.conv_unsupported)
-        if optimize:
-            graph = lower(graph, dump=dump, timings=timings, target=target, memory_first=memory_first)
+        graph = _lower_for(graph, target, optimize, allow, dump, timings, memory_first)
         start = time.perf_counter()
         plan = to_plan(graph, target=target)
         if timings is not None:
@@ -173,6 +168,46 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         record.graph, record.plan, record.plan_seconds = g, plan, timings[-2][1]
         debug.notify(record)
     return CompiledGraph(g, plan, run, tuple(timings), record if debug.observing() else None)
+
+
+def _lower_for(graph: Graph, target, optimize: bool, allow=remat_pass.never, dump=None, timings=None,
+               memory_first: bool = False) -> Graph:
+    """remat (checkpoint regions; what `allow` lets a budget recompute), legalize, lower (with
+    memory_first: in the kernel order that keeps the fewest bytes live): the stages between the
+    SIMPLIFY pipeline and planning."""
+    if optimize:
+        graph = remat(graph, allow, dump=dump, timings=timings)
+    # every graph, optimised or not: what the backend cannot run goes before planning
+    graph = legalize(graph, target.attention_unsupported, dump=dump, timings=timings,
+                     conv_unsupported=target.conv_unsupported)
+    if optimize:
+        graph = lower(graph, dump=dump, timings=timings, target=target, memory_first=memory_first)
+    return graph
+
+
+def optimize_graph(g: Graph) -> Graph:
+    """The graph compile_graph would plan for the current executor (every pass, lowering included),
+    neither planned nor compiled: what a dynamic-size template learns from a size it will not run
+    (flame.compile(dynamic=True)'s probe)."""
+    return _lower_for(run_pipeline(g), _settings(executor(), True)[1], True)
+
+
+def compile_instance(g: Graph, size: int) -> tuple[CompiledGraph, list[str]]:
+    """Plan and compile `g`, an optimised graph instantiated from a dynamic-size template at s0 =
+    size (its sizes SymInts: flame.frontend.dynamic), without running the passes again: the kernels
+    render with s0 as a parameter, so their sources are the same at every size and the executor's
+    compile cache (keyed by source) compiles each once; grids, buffer sizes, arena offsets and
+    library-call descriptors are this size's. Returns the compiled graph and the kernels that had to
+    be rendered for this size alone ("name: why"; flame.ir.symbolic.NotSymbolic). Not cached here:
+    the caller keeps one per size."""
+    ex = executor()
+    start = time.perf_counter()
+    with symbolic.rendering(size) as rendering:
+        plan = to_plan(g, target=_settings(ex, True)[1])
+    planned = time.perf_counter()
+    run = ex.compile(plan)
+    timings = (("plan", planned - start), (f"{ex.name} compile", time.perf_counter() - planned))
+    return CompiledGraph(g, plan, run, timings), rendering.per_size
 
 
 def _budget_bytes(requested: float, unconstrained: int) -> int:

@@ -3,18 +3,18 @@ under autocast bf16 (flame.autocast vs torch.autocast, eager and torch.compile),
 with a memory budget (a fraction of the unconstrained plan's peak, met by rematerialisation; the peer
 is torch.compile with its own selective activation checkpointing, activation_memory_budget=0.5).
 
-BUDGET is 0.8, not the 0.5 the issue asks for: on one block, 0.5 is out of reach (MemoryBudgetError).
+BUDGET is 0.9, not the 0.5 the issue asks for: on one block, 0.5 is out of reach (MemoryBudgetError).
 At full size the unconstrained plan (which already recomputes the free elementwise work: GELU and
-LayerNorm outputs) peaks at 632 MiB, of which 176 MiB are the f32 parameters, AdamW moments and the
-input; the smallest peak the budget search reaches is 488 MiB, 0.77 (0.8 is met at 504 MiB by
-recomputing matmuls, about 121 GFLOP more; 0.9 at 569 MiB by the memory-first kernel order and
-recomputed LayerNorm statistics alone, 0.3 GFLOP). At that floor the arena (312 MiB) holds, during the
-MLP backward, the recomputed pre-activation, its gradient, the recomputed GELU output and the GELU
-gradient (4 x 64 MiB, two pairs sharing bytes in place), and the recomputed LayerNorm-2 values (3 x
-32 MiB f32) that the loss-gradient kernel computes early. A lower bound: the MLP backward holds the
-[tokens, 4d] pre-activation and its gradient (2 x 64 MiB), the f32 residual gradient (32 MiB) and the
-cuBLASLt workspace (32 MiB) at once, so the peak stays above 176 + 192 = 368 MiB, 0.58, whatever is
-recomputed (only splitting the tokens, which flame does not do, goes lower): 0.5 is out of reach.
+LayerNorm outputs, and keeps backward work out of forward kernels) peaks at 601 MiB, of which 176 MiB
+are the f32 parameters, AdamW moments and the input; the smallest peak the budget search reaches is
+528 MiB, 0.88. (Before backward work was kept out of forward kernels the unconstrained peak was 633
+MiB and the floor 488 MiB, 0.77: that rule moves the LayerNorm-2 recomputations the budget leans on.)
+At the floor the arena holds, during the MLP backward, the recomputed pre-activation, its gradient,
+the recomputed GELU output and the GELU gradient (4 x 64 MiB, two pairs sharing bytes in place) and
+recomputed LayerNorm-2 values (f32). A lower bound: the MLP backward holds the [tokens, 4d]
+pre-activation and its gradient (2 x 64 MiB), the f32 residual gradient (32 MiB) and the cuBLASLt
+workspace (32 MiB) at once, so the peak stays above 176 + 192 = 368 MiB, 0.61, whatever is recomputed
+(only splitting the tokens, which flame does not do, goes lower): 0.5 is out of reach.
 Set BUDGET = 0.5 to see the error, which names the floor and what is live there.
 The data and the parameters are f32; the step casts them where autocast says, so the matmuls and the
 attention run in bf16, the LayerNorms, softmax and loss in f32. The attention mask is built in the
@@ -36,7 +36,7 @@ from flame.bench.cases_gpt import (
 from flame.bench.cases_train import BF16_UPDATE_TOL
 from flame.bench.spec import Bound, Case
 
-BUDGET = 0.8  # of the unconstrained plan's peak (see the module docstring)
+BUDGET = 0.9  # of the unconstrained plan's peak (see the module docstring)
 TORCH_BUDGET = 0.5  # torch.compile's activation_memory_budget: a fraction of the activation memory
 
 

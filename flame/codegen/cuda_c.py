@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from flame.ir import symbolic
 from flame.ir.dtypes import DType, bf16, boolean, f16, f32, f64, i8, i32, i64, u8
 
 
@@ -56,6 +57,13 @@ def convert(expr: str, src: DType, dst: DType) -> str:
 def literal(value: float | int | bool, d: DType) -> str:
     """A C literal of d's COMPUTE type holding `value` rounded to d first (np.full semantics)."""
     c = compute_dtype(d)
+    sized = None
+    if isinstance(value, symbolic.SymFloat) and c == d and (c == f32 or (c == f64 and not value.f32)):
+        sized = value.expr()
+    if sized is not None:  # k / s0 of a dynamic size, rounded to d as np.full would
+        return f"((float){sized})" if c == f32 else sized
+    if isinstance(value, symbolic.SymInt) and symbolic.current() is not None and c in (i32, i64, f32, f64):
+        return f"(({c.cuda_type})({value}))"  # a size of a dynamic dim (exact in every type listed)
     v = np.array(value).astype(d.np_dtype).astype(c.np_dtype)[()]
     if c == boolean:
         return "true" if v else "false"

@@ -34,6 +34,7 @@ from flame.codegen.kernel import (
     render_template,
     store,
 )
+from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value, segments
 from flame.ir.indexmap import IndexMap, Layout, derive, input_map, is_reduction, is_view, trailing_reduced
 from flame.ir.registry import get
@@ -101,7 +102,7 @@ class Emitter:
             name = self.fresh()
             lines.append(f"const {cuda_c.compute_dtype(v.dtype).cuda_type} {name} = {expr};")
         elif is_view(op):
-            name = self.value(op.inputs[0], m.then(input_map(op, 0)))
+            name = self.value(op.inputs[0], self.lay.input_at(op, 0, m))
         elif is_reduction(op):
             raise KeyError(f"internal error: reduction {op.name} used before it is computed")
         else:
@@ -303,8 +304,12 @@ def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
     parts = [_MapSegment(seg, lay, inputs, outputs) for seg, lay in zip(segs, lays)]
     fields = [p.template_fields(inputs, outputs) for p in parts]
     block = block_for(max(-(-p.n // p.vec()) for p in parts))
-    blocks = segment_blocks([-(-p.n // (p.vec() * block * (config.unroll if p.vec() > 1 else 1))) for p in parts],
-                            config.grid_cap)
+    units = [p.vec() * block * (config.unroll if p.vec() > 1 else 1) for p in parts]
+    if len(parts) > 1 and any(isinstance(p.n, symbolic.SymInt) for p in parts) and symbolic.current() is not None:
+        # a dynamic size: each segment's blocks as an expression of it (an equal share of the cap)
+        blocks = [symbolic.SizeExpr.blocks(p.n, u, max(1, config.grid_cap // len(parts))) for p, u in zip(parts, units)]
+    else:
+        blocks = segment_blocks([-(-p.n // u) for p, u in zip(parts, units)], config.grid_cap)
     start = 0
     for f, b in zip(fields, blocks):
         f.update(start=start, end=start + b)
@@ -328,6 +333,6 @@ def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
     if len(parts) > 1:
         stem += f"_x{len(parts)}"
-    k = finish(stem, source, start, block, len(inputs), n_outputs=len(outputs))
+    k = finish(stem, source, int(start), block, len(inputs), n_outputs=len(outputs))
     same = len(parts) == 1 and all(v.shape == lays[0].domain for v in outputs)
     return [k if same else dataclasses.replace(k, in_place_safe=False)]

@@ -13,6 +13,7 @@ import jinja2
 
 from flame.codegen import cuda_c
 from flame.codegen.snippets import PRELUDES
+from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
 from flame.ir.printer import format_attr, format_op
 
@@ -36,7 +37,10 @@ class Config:
     multiprocessor (0: the compiler's choice); column_threads: threads per multiprocessor
     (Target.sm_count) of a row kernel that carries column partials (its grid; one partial per
     block). split_threads, split_elements: threads per chunk and elements per thread of a row split
-    across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks."""
+    across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
+    row_regs: registers per thread of row data (inputs kept in their compute type, column partials)
+    a row kernel kept in registers by vectors aims at when it picks its threads per row (the fewest
+    threads within it: more rows resident per SM); ptxas holds about twice that in all."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -46,6 +50,7 @@ class Config:
     column_threads: int = 1024
     split_threads: int = 256
     split_elements: int = 8
+    row_regs: int = 16
 
 
 DEFAULT_CONFIG = Config()
@@ -67,6 +72,7 @@ class Kernel:
     scratch: int = 0  # bytes of device scratch; if > 0 an extra `void*` argument comes last
     n_outputs: int = 1  # fused kernels (codegen/fused.py) write several outputs, after the inputs
     in_place_safe: bool = True  # element i of an output is written by the thread that reads element i
+    sizes: tuple[int, ...] = ()  # passed after every other argument: the size s0 (flame.ir.symbolic)
 
 
 _ENV = jinja2.Environment(
@@ -171,10 +177,15 @@ def render_op(template: str, op: Op, kind: str, n: int, comment: str, scratch: i
 
 def finish(stem: str, source: str, grid: int, block: int, n_inputs: int, scratch: int = 0,
            n_outputs: int = 1) -> Kernel:
-    """Name the kernel `<stem>_<hash of source>` so names are unique per distinct source."""
+    """Name the kernel `<stem>_<hash of source>` so names are unique per distinct source. Sizes
+    rendered as the size parameter (flame.ir.symbolic) become its C expressions, and the kernel
+    takes the parameter."""
+    source, sized = symbolic.finish_source(source, NAME_TOKEN)
     digest = hashlib.sha256(source.encode()).hexdigest()[:8]
-    name = f"{stem}_{digest}"
-    return Kernel(name, source.replace(NAME_TOKEN, name), grid, block, n_inputs, 0, scratch, n_outputs)
+    name = f"{symbolic.plain(stem)}_{digest}"
+    sizes = (symbolic.current().size,) if sized else ()
+    return Kernel(name, source.replace(NAME_TOKEN, name), int(grid), int(block), n_inputs, 0, int(scratch),
+                  n_outputs, sizes=sizes)
 
 
 def grid_for(work: int, block: int = BLOCK, cap: int = MAX_GRID) -> int:
@@ -182,7 +193,10 @@ def grid_for(work: int, block: int = BLOCK, cap: int = MAX_GRID) -> int:
 
 
 def block_for(work: int) -> int:
-    """BLOCK threads, or fewer (a multiple of 32) for tiny tensors."""
+    """BLOCK threads, or fewer (a multiple of 32) for tiny tensors; BLOCK for a size of a dynamic dim
+    (flame.ir.symbolic), which the kernel takes as a parameter and may be large at another call."""
+    if isinstance(work, symbolic.SymInt) and symbolic.current() is not None:
+        return BLOCK
     return max(32, min(BLOCK, -(-work // 32) * 32))
 
 

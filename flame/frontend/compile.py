@@ -3,6 +3,7 @@ executor, and replay it on later calls without running the Python body again."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from flame import debug
-from flame.compiler import compile_graph
+from flame.compiler import compile_graph, compile_instance, optimize_graph
 from flame.errors import FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location, user_stacklevel
@@ -104,6 +105,32 @@ class _Dynamic:
     template: Template
     base: _Entry
     instances: int = 0
+    planned: Template | None = None  # the optimised graphs' template: a new size is only planned
+    not_planned: str = ""  # why there is none (a new size then runs the passes and compiles)
+    optimised: list = dataclasses.field(default_factory=list)  # the passes' graphs at sizes so far
+    sources: set = dataclasses.field(default_factory=set)  # kernel sources compiled for its sizes so far
+
+    def learn(self, graph: Graph, memory_budget: float | None) -> None:
+        """Fit the graph the passes made at one size against those made at the sizes before (a dim
+        equal to s0 at one size may be fused otherwise there) into `planned`, or say why not."""
+        if memory_budget is not None:
+            self.not_planned = "a memory_budget plans what to recompute per size"
+            return
+        for other in self.optimised:
+            dims = {(k, d): (other.inputs[k].shape[d], graph.inputs[k].shape[d]) for k, d in self.input_dims}
+            try:
+                self.planned = Template(other, graph, dims)
+                return
+            except NotDynamic as e:
+                self.not_planned = f"the optimised graphs at two sizes differ: {e}"
+                log.info("flame.compile: %s: %s", graph.name, self.not_planned)
+        self.optimised.insert(0, graph)
+
+    @functools.cached_property
+    def input_dims(self) -> tuple:
+        """The template's (argument, dim) pairs as (graph input, dim) pairs."""
+        at = {b.arg: k for k, b in enumerate(self.base.trace.bindings) if b.kind == "arg"}
+        return tuple((at[i], d) for i, d in self.template.dims)
 
     def size_of(self, key: tuple) -> int | None:
         """The size s0 takes in a call with this signature, or None if the template does not cover it
@@ -136,14 +163,16 @@ class CompileStats:
     compile_seconds: float  # tracing + passes + planning + executor compile, over every trace
     recompile_reasons: tuple[str, ...]  # why each trace after the first was made
     instantiations: int = 0  # calls at a new size of a dynamic dim: the template compiled, no trace
-    instantiate_seconds: float = 0.0  # instantiating + passes + planning + executor compile for those
+    instantiate_seconds: float = 0.0  # instantiating + planning (+ passes until learned) + executor compile
     dynamic: tuple[str, ...] = ()  # the dynamic dims, per template ("argument 0 dim 0 (s0 = 64, 32, ...)")
+    size_kernels: int = 0  # kernel sources new at an instantiated size after the first (0: all take s0)
 
     def __str__(self) -> str:
         lines = [f"{self.traces} trace(s), {self.instantiations} size instantiation(s), {self.cache_hits} "
                  f"cache hit(s) in {self.calls} call(s); {self.variants} traced variant(s) of at most "
                  f"{self.cache_limit} cached; {self.compile_seconds * 1e3:.1f} ms tracing and compiling, "
-                 f"{self.instantiate_seconds * 1e3:.1f} ms instantiating sizes"]
+                 f"{self.instantiate_seconds * 1e3:.1f} ms instantiating sizes ({self.size_kernels} kernel "
+                 f"source(s) new after the first)"]
         lines += [f"  dynamic: {d}" for d in self.dynamic]
         lines += [f"  re-trace {i + 2}: {why}" for i, why in enumerate(self.recompile_reasons)]
         return "\n".join(lines)
@@ -166,8 +195,11 @@ class Compiled:
 
     Dynamic sizes (`dynamic`, see flame.compile): once a tensor argument's dim has been traced at two
     sizes, the two traces make one template with that dim as a symbol (flame.frontend.dynamic), and
-    each later size is an instantiation of it (passes, plan and executor compile for that size;
-    the Python body does not run). Each size keeps its own plan (and CUDA graph) in the cache;
+    each later size is an instantiation of it (the Python body does not run). Once the graphs the
+    passes made at two sizes fit one template too (`_Dynamic.learn`), an instantiation only plans
+    (compiler.compile_instance: kernels take the size as a parameter, so the executor compiles no new
+    kernel source); until then it runs the passes and compiles for its size. Each size keeps its own
+    plan (and CUDA graph) in the cache;
     instantiations do not count against cache_limit, at most DYNAMIC_SIZES of them per template are
     kept (least recently used dropped; a dropped size is instantiated again when it comes back)."""
 
@@ -197,6 +229,7 @@ class Compiled:
         self._static: dict[tuple, str] = {}  # (family, dims) -> why those dims cannot be dynamic
         self._instantiations = 0
         self._instantiate_seconds = 0.0
+        self._size_kernels = 0
         functools.update_wrapper(self, fn)
 
     def _args(self, args: tuple) -> list:
@@ -244,7 +277,7 @@ class Compiled:
         return CompileStats(self._calls, self._traces, self._hits, len(self._entries()),
                             self.cache_limit, self._compile_seconds, tuple(self._reasons),
                             self._instantiations, self._instantiate_seconds,
-                            tuple(d.describe() for d in self._templates))
+                            tuple(d.describe() for d in self._templates), self._size_kernels)
 
     def _build(self, args: list, compile: bool = True) -> _Entry:
         """Trace the body for these arguments and compile the graph (compile=False: a probe trace,
@@ -290,11 +323,22 @@ class Compiled:
             t0 = time.perf_counter()
             try:
                 g = dyn.template.instantiate(s)
+                planned = None if dyn.planned is None else dyn.planned.instantiate(s, symbolic=True)
             except NotDynamic as e:
                 return None, f"{dyn.describe()} cannot take size {s}: {e}; tracing this size"
             b = dyn.base
-            entry = self._compile(_Entry(g, None, b.trace, None, b.out_skeleton, b.n_user, b.grads, g, key,
-                                         describe_arguments(self.fn, args), b.guards, b.namer, template=dyn))
+            entry = _Entry(g, None, b.trace, None, b.out_skeleton, b.n_user, b.grads, g, key,
+                           describe_arguments(self.fn, args), b.guards, b.namer, template=dyn)
+            if planned is None:  # passes, plan and kernels for this size
+                entry = self._compile(entry)
+                log.info("flame.compile: %s: s0=%d compiled from the traced graph (passes and kernels for this "
+                         "size: %s)", self.name, s, dyn.not_planned or "the optimised graph is not learned")
+                if len(dyn.optimised) < 4:  # two sizes may group ops alike where a third does not (a dim equal to s0)
+                    dyn.learn(entry.graph, self.memory_budget)
+            else:
+                c, per_size = compile_instance(planned, s)
+                entry.graph, entry.plan, entry.run = c.graph, c.plan, c.run
+                self._note_kernels(dyn, entry.plan, s, per_size)
             self._instantiate_seconds += time.perf_counter() - t0
             self._instantiations += 1
             dyn.instances += 1
@@ -304,6 +348,21 @@ class Compiled:
                 self._drop(old)
             return entry, ""
         return None, ""
+
+    def _note_kernels(self, dyn: _Dynamic, plan, s: int, per_size: list[str]) -> None:
+        """Count and log the kernel sources size s adds to those dyn's sizes compiled before (the
+        kernels that take s0 as a parameter add none after the first planned size)."""
+        new = {k.source: k.name for k in plan.kernels() if k.source not in dyn.sources}
+        first = not dyn.sources
+        dyn.sources.update(new)
+        if not first:
+            self._size_kernels += len(new)
+        if per_size:
+            log.info("flame.compile: %s: s0=%d: kernels rendered for this size (no size parameter): %s",
+                     self.name, s, "; ".join(per_size))
+        if new and not first:
+            log.info("flame.compile: %s: s0=%d: %d kernel source(s) new at this size (compiled once each): %s",
+                     self.name, s, len(new), ", ".join(new.values()))
 
     def _make_dynamic(self, old: _Entry, new: _Entry) -> str:
         """Try to make the dims in which `new` differs from `old` (same family, both traced) dynamic.
@@ -319,6 +378,9 @@ class Compiled:
             self._static[(old.family, tuple(sorted(dims)))] = str(e)
             return f"{shown} changed (sizes {sizes}) but cannot be dynamic: {e}; specialising per size"
         self._templates.insert(0, _Dynamic(template, new))
+        if old.plan is not None:  # both sizes ran the passes: a new size only plans
+            self._templates[0].learn(old.graph, self.memory_budget)
+            self._templates[0].learn(new.graph, self.memory_budget)
         return f"{shown} {'is' if len(dims) == 1 else 'are'} now dynamic (sizes {sizes})"
 
     def _probe(self, entry: _Entry, args: list) -> None:
@@ -331,11 +393,15 @@ class Compiled:
         probe = [zeros((a.shape[0] + 1, *a.shape[1:]), dtype=a.dtype).requires_grad_(a.requires_grad)
                  if isinstance(a, Tensor) and a.shape and a.shape[0] == batch else a for a in args]
         self._traces += 1
-        why = self._make_dynamic(entry, self._build(probe, compile=False))
+        probe_entry = self._build(probe, compile=False)
+        why = self._make_dynamic(entry, probe_entry)
         if "cannot" in why:
             self._warn(f"dynamic=True: {why}")
-        else:  # the template's base is the entry that runs (the probe only lent its numbers)
-            self._templates[0].base = entry
+        else:  # the template's base is the entry that runs (the probe only lent its numbers and its passes)
+            dyn = self._templates[0]
+            dyn.base = entry
+            dyn.learn(entry.graph, self.memory_budget)
+            dyn.learn(optimize_graph(probe_entry.traced), self.memory_budget)
 
     def _lookup(self, args: list) -> _Entry:
         """The cached trace valid for these arguments, tracing (and warning why) when none is."""

@@ -23,10 +23,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from flame.errors import FlameError
 from flame.ir import registry
-from flame.ir.graph import Graph, Op
+from flame.ir.graph import FusionGroup, Graph, Op
 from flame.ir.printer import print_graph
+from flame.ir.symbolic import SymFloat, SymInt
 from flame.ir.types import TensorType
 
 
@@ -66,15 +69,22 @@ class _Affine:
 
 @dataclass(frozen=True)
 class _Reciprocal:
-    """A float 1 / (a*s + b)."""
+    """A float k / (a*s + b) (k = 1: the mean's gradient scale; -1/s0 once the passes fold a sign in)."""
 
     n: _Affine
+    k: float = 1.0
+    f32: bool = False  # rounded to f32 (a constant the passes folded in f32)
 
     def at(self, s: int) -> float:
-        return 1.0 / max(self.n.at(s), 1)
+        v = self.k / max(self.n.at(s), 1)
+        return float(np.float32(v)) if self.f32 else v
+
+    def sym(self, s: int) -> SymFloat:
+        n = max(self.n.at(s), 1)
+        return SymFloat(self.at(s), self.k, SymInt(n, self.n.a, self.n.b) if n == self.n.at(s) else n, self.f32)
 
     def __str__(self) -> str:
-        return f"1/({self.n})"
+        return f"1/({self.n})" if self.k == 1 else f"{self.k!r}/({self.n})"
 
 
 def _affine(va: int, vb: int, sa: int, sb: int) -> _Affine:
@@ -116,18 +126,28 @@ class _Fitter:
             na, nb = _reciprocal_int(x), _reciprocal_int(y)
             if na is not None and nb is not None:
                 return _Reciprocal(_affine(na, nb, self.sa, self.sb))
+            for k in (round(x * self.sa, 6), x * self.sa):  # k / s0: a constant the passes folded into a scale
+                for f32 in (False, True):  # (folded in f32 arithmetic: rounded to f32)
+                    r = _Reciprocal(_Affine(Fraction(1), Fraction(0)), k, f32)
+                    if math.isfinite(k) and k != 0 and r.at(self.sa) == x and r.at(self.sb) == y:
+                        return r
             raise NotDynamic(f"{where}: the constant {x!r} at size {self.sa} is {y!r} at size {self.sb}, "
                              f"neither the same nor 1/n of an affine n")
         raise NotDynamic(f"{where}: {x!r} at size {self.sa} is {y!r} at size {self.sb}")
 
 
-def _at(form: Any, s: int) -> Any:
-    if isinstance(form, (_Affine, _Reciprocal)):
-        return form.at(s)
+def _at(form: Any, s: int, sym: bool = False) -> Any:
+    """The form's value at s0 = s; with sym, each affine integer a SymInt (its value, rendered by
+    codegen as the size parameter)."""
+    if isinstance(form, _Affine):
+        v = form.at(s)
+        return SymInt(v, form.a, form.b) if sym else v
+    if isinstance(form, _Reciprocal):
+        return form.sym(s) if sym else form.at(s)
     if isinstance(form, (list, tuple)):
-        return type(form)(_at(f, s) for f in form)
+        return type(form)(_at(f, s, sym) for f in form)
     if isinstance(form, dict):
-        return {k: _at(f, s) for k, f in form.items()}
+        return {k: _at(f, s, sym) for k, f in form.items()}
     return form
 
 
@@ -188,20 +208,24 @@ class Template:
         if self.outputs != [idb[v] for v in gb.outputs]:
             raise NotDynamic(f"the traces at sizes {sa} and {sb} return different values")
         self.aliases = dict(ga.aliases)
+        self.groups = _groups(ga, gb, ida, idb, sa, sb)
 
-    def instantiate(self, s: int) -> Graph:
-        """The graph at size s0 = s, each op's result type checked against its shape rule."""
+    def instantiate(self, s: int, symbolic: bool = False) -> Graph:
+        """The graph at size s0 = s, each op's result type checked against its shape rule (with its
+        fusion groups, if the traced graphs had them). symbolic: the sizes are SymInts, so codegen
+        renders kernels that take s0 as a parameter (flame.ir.symbolic)."""
         g = Graph(self.name)
-        values = [g.add_input(TensorType(_at(shape, s), dtype), role) for role, dtype, shape in self.inputs]
+        values = [g.add_input(TensorType(_at(shape, s, symbolic), dtype), role)
+                  for role, dtype, shape in self.inputs]
         for f in self.ops:
             opdef = registry.get(f.op.name)
-            attrs = _at(f.attrs, s)
+            attrs = _at(f.attrs, s, symbolic)
             operands = tuple(values[i] for i in f.operands)
             try:
                 out = opdef.infer([v.type for v in operands], **attrs)
             except (FlameError, TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
                 raise NotDynamic(f"{self._line(f)} at s0={s}: {e}") from None
-            want = TensorType(_at(f.shape, s), out.dtype)
+            want = TensorType(_at(f.shape, s, symbolic), out.dtype)
             if out != want:
                 raise NotDynamic(f"{self._line(f)} at s0={s}: its shape rule gives {out}, the traced sizes "
                                  f"predict {want} (a size that is not affine in s0)")
@@ -210,6 +234,10 @@ class Template:
             values.append(op.out)
         g.outputs = [values[i] for i in self.outputs]
         g.aliases = dict(self.aliases)
+        if self.groups is not None:
+            first = len(self.inputs)
+            g.groups = [FusionGroup(tuple(g.ops[i - first] for i in ops), kind, reason, tuple(values[i] for i in outs),
+                                    epilogue) for ops, kind, reason, outs, epilogue in self.groups]
         return g
 
     def _line(self, f: _OpForm) -> str:
@@ -227,6 +255,22 @@ class Template:
         for op, f in zip(g.ops, self.ops):
             op.attrs = _symbolic_attrs(f.attrs)
         return g
+
+
+def _groups(ga: Graph, gb: Graph, ida: dict, idb: dict, sa: int, sb: int) -> list[tuple] | None:
+    """The fusion groups of ga as (op value numbers, kind, reason, output value numbers, epilogue),
+    checked to be gb's; the reason is ga's (it may quote sizes, and only explains)."""
+    if ga.groups is None and gb.groups is None:
+        return None
+    shape = [(tuple(ida[op.out] for op in grp.ops), grp.kind, tuple(ida[v] for v in grp.outputs), grp.epilogue)
+             for grp in ga.groups or ()]
+    other = [(tuple(idb[op.out] for op in grp.ops), grp.kind, tuple(idb[v] for v in grp.outputs), grp.epilogue)
+             for grp in gb.groups or ()]
+    if ga.groups is None or gb.groups is None or shape != other:
+        at = next((f"first at %{a[0][0]}" for a, b in zip(shape, other) if a != b), "")
+        raise NotDynamic(f"the fusion pass grouped the ops differently at sizes {sa} and {sb}"
+                         + (f" ({at})" if at else ""))
+    return [(ops, kind, grp.reason, outs, epi) for (ops, kind, outs, epi), grp in zip(shape, ga.groups)]
 
 
 class _Shown(int):

@@ -11,7 +11,7 @@ the fusion pass (feasibility) and codegen (index math) share it."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flame.ir.graph import Op, Value
 from flame.ir.registry import get
@@ -212,6 +212,14 @@ class Layout:
     n_red: int
     maps: dict[Value, list[IndexMap]]
     stores: dict[Value, IndexMap]
+    # (a merging reshape's result, a map it is needed at) -> the map its input is read at, where that
+    # is no function of the result's map but the domain holds both once (derive's `_onto`)
+    through: dict[tuple[Value, IndexMap], IndexMap] = field(default_factory=dict)
+
+    def input_at(self, op: Op, i: int, m: IndexMap) -> IndexMap:
+        """The map op.inputs[i] is needed at where op's result is needed at m."""
+        got = self.through.get((op.out, m))
+        return got if got is not None else m.then(input_map(op, i))
 
 
 def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: int) -> Layout | str:
@@ -219,6 +227,7 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
     inside = {op.out: op for op in ops}
     maps: dict[Value, list[IndexMap]] = {}
     stores: dict[Value, IndexMap] = {}
+    through: dict[tuple[Value, IndexMap], IndexMap] = {}
 
     def need(v: Value, m: IndexMap) -> str:
         got = maps.setdefault(v, [])
@@ -226,22 +235,80 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
             got.append(m)
         return "value needed at too many index maps" if len(got) > MAX_MAPS and v in inside else ""
 
+    found: list[dict[Value, IndexMap]] = []
+
+    def onto() -> dict[Value, IndexMap]:  # computed once, when needed
+        if not found:
+            found.append(_onto(ops, domain))
+        return found[0]
+
     for v in exposed:
-        m = row_map(v, domain, n_red) if v in inside and is_reduction(inside[v]) else canonical(v, domain, n_red)
+        if v in inside and is_reduction(inside[v]):
+            m = row_map(v, domain, n_red)
+        elif v in inside and (n_red or canonical(v, domain, n_red) is None) and v in onto():
+            m = onto()[v]  # computed in another order than the domain's: where the group's structure
+            # puts it (its shape alone may not say)
+        else:
+            m = canonical(v, domain, n_red)
         if m is None:
             return f"result {v.type} does not map into the domain {list(domain)}"
         stores[v] = m
         need(v, m)
-    red = range(len(domain) - n_red, len(domain))
     for op in reversed(ops):
         for m in maps.get(op.out, []):
-            why = _inputs(op, m, domain, n_red, red, need)
+            why = _inputs(op, m, domain, n_red, need, onto, through)
             if why:
                 return why
-    return Layout(domain, n_red, maps, stores)
+    return Layout(domain, n_red, maps, stores, through)
 
 
-def _inputs(op: Op, m: IndexMap, domain, n_red, red, need) -> str:
+def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
+    """The values of `ops` that hold each element of the domain once, with such (bijective) maps:
+    the operands of its row reductions (else the values of the domain's shape), and what a same-shape
+    elementwise op, a permute or a reshape relates to one of them either way. A group whose iteration
+    order differs from the order a result is stored in (a GroupNorm's rows over channels-last data)
+    stores that result through these."""
+    n = math.prod(domain)
+    seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].shape == domain]
+    seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.shape == domain]
+    out = dict.fromkeys(seeds, identity(len(domain)))
+    grew = True
+    while grew:
+        grew = False
+        for op in ops:
+            full = [(i, u) for i, u in enumerate(op.inputs) if math.prod(u.shape) == n]
+            if op.out not in out and math.prod(op.out.shape) == n:
+                for i, u in full:
+                    step = _forward(op, i) if u in out else None
+                    if step is not None:
+                        out[op.out], grew = out[u].then(step), True
+                        break
+            if op.out in out:
+                for i, u in full:
+                    step = None if u in out or not _bijective(op, i) else input_map(op, i)
+                    if step is not None:
+                        out[u], grew = out[op.out].then(step), True
+    return out
+
+
+def _bijective(op: Op, i: int) -> bool:
+    return op.name in ("permute", "reshape", "squeeze", "unsqueeze") or (
+        get(op.name).category == "elementwise" and op.inputs[i].shape == op.out.shape)
+
+
+def _forward(op: Op, i: int) -> IndexMap | None:
+    """op.inputs[i] coords -> op.out coords, when op writes each element of that input once."""
+    u, rank = op.inputs[i], op.out.type.rank
+    if get(op.name).category == "elementwise" and u.shape == op.out.shape:
+        return identity(rank)
+    if op.name == "permute":
+        return _select(rank, [(p, 0) for p in op.attrs["perm"]])
+    if op.name in ("reshape", "squeeze", "unsqueeze"):
+        return reshape(op.out.shape, u.shape)
+    return None
+
+
+def _inputs(op: Op, m: IndexMap, domain, n_red, need, onto, through) -> str:
     if is_reduction(op):
         if not reduced_ok(op, domain, n_red):
             return "reduction over other axes than the row's"
@@ -250,9 +317,13 @@ def _inputs(op: Op, m: IndexMap, domain, n_red, red, need) -> str:
         return need(op.inputs[0], identity(len(domain)))
     for i, u in enumerate(op.inputs):
         im = input_map(op, i)
-        if im is None:
+        if im is not None:
+            why = need(u, m.then(im))
+        elif (step := _forward(op, i)) is not None and u in onto() and onto()[u].then(step) == m:
+            through[(op.out, m)] = onto()[u]  # a merging reshape of a value the domain holds once
+            why = need(u, onto()[u])
+        else:
             return f"{op.name} is not an affine view"
-        why = need(u, m.then(im))
         if why:
             return why
     return ""

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from flame.ir.dtypes import DType
+from flame.ir.symbolic import SymInt
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,8 @@ class TensorType:
     dtype: DType
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        # a SymInt (flame.ir.symbolic) stays one: it is its value, and codegen renders it as a size parameter
+        object.__setattr__(self, "shape", tuple(s if isinstance(s, SymInt) else int(s) for s in self.shape))
         if any(s < 0 for s in self.shape):
             raise ValueError(f"negative dimension in shape {self.shape}")
 

@@ -15,7 +15,9 @@ Rules, in the order they apply:
 - rows: a reduction over the innermost dims joins its elementwise prologue; consumers that use the
   per-row result (also broadcast back over the row) join as epilogue, so softmax, log_softmax,
   layer_norm, rms_norm and a cross-entropy's row part are one kernel each (codegen keeps rows of up
-  to Target.row_cache elements in registers and streams longer rows in several passes);
+  to Target.row_cache elements in registers and streams longer rows in several passes); a row domain
+  read through a permute (GroupNorm over channels-last data) stores its results in their own order
+  (indexmap._onto), except where that would copy a view or a matmul's operand (_copied_view);
 - scalars: 0-d work (step counters, bias corrections) forms scalar kernels; one read by a single
   kernel is absorbed into it;
 - horizontal: independent kernels doing the same work (same op sequence, views aside) become one
@@ -30,7 +32,11 @@ Rules, in the order they apply:
   saves for the backward, same inputs and attributes) are one call that writes both;
 - `full` constants and views of graph inputs are cloned into every kernel that reads them;
 - phases: an op the remat pass recomputes in the backward never shares a kernel with a forward op
-  (the kernel would run in the forward and keep the value alive again);
+  (the kernel would run in the forward and keep the value alive again); nor does a backward op whose
+  result leaves the kernel at the kernel's full size (ReLU's mask `y > 0`: computed in the forward,
+  it would be an activation kept until the backward that the remat pass never chose to keep; in
+  the backward kernel that reads it, it costs nothing); smaller backward results (per-channel
+  factors) may ride along;
 - siblings: a kernel holding recomputed ops joins a backward kernel reading a value it reads over the
   same domain (the GELU output recomputed in the GELU backward's kernel);
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
@@ -48,7 +54,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
-from flame.ir.indexmap import Layout, column_ok, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import Layout, canonical, column_ok, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
@@ -58,6 +64,7 @@ from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
 PHASES = "recomputed in the backward (remat): kept out of forward kernels"
+HOISTED = "backward work of full size kept out of forward kernels (its result would live until the backward)"
 # conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
 # work worth a buffer of its own (_move_conversions, _recompute_conversions)
 CONVERSIONS = frozenset({"cast", "neg", "abs"})
@@ -88,6 +95,8 @@ class _State:
         self.index = {op: i for i, op in enumerate(g.ops)}
         # (op of a kernel, reader op) -> why the reader could not join that kernel (its last try)
         self.refused: dict[tuple[Op, Op], str] = {}
+        self.forward, self.later = _phases(g)
+        self.in_place = {g.outputs[o] for o in g.aliases}
 
     def refuse(self, grp: _Group, op: Op, why: str) -> bool:
         """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
@@ -132,18 +141,44 @@ def _fit(st: _State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> 
     if _mixes_phases(ops):
         return PHASES
     exposed = st.exposed(ops)
+    if _hoists_backward(st, ops, exposed):
+        return HOISTED
     if kind == Kind.ROWS:
         got = derive(ops, exposed, domain, n_red)
+        got = _copied_view(st, ops, got) or got
         return got if isinstance(got, str) else (domain, n_red)
     big = max(math.prod(op.out.shape) for op in ops)
     shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big))
     why = "no common iteration domain"
     for shape in shapes:
         got = derive(ops, exposed, shape, 0)
+        got = _copied_view(st, ops, got) or got
         if isinstance(got, Layout):
             return shape, 0
         why = got
     return why
+
+
+def _copied_view(st: _State, ops: list[Op], lay: Layout | str) -> str:
+    """Why a layout that stores a result in another order than its shape's (indexmap._onto) is not
+    taken: a matmul reads a permuted or reshaped operand as it is (so no value it reads is stored
+    so), and a view's result is not copied beside its stored input, nor by a group of views alone
+    (the plan has none of these copies)."""
+    if isinstance(lay, str):
+        return ""
+    views = {op.out: op for op in ops if is_view(op)}
+    for v, m in lay.stores.items():
+        if m == canonical(v, lay.domain, lay.n_red):
+            continue
+        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in lay.stores)):
+            return f"a view's result would be copied (result {v.type})"
+    return ""
+
+
+def _feeds_matmul(st: _State, v: Value) -> bool:
+    """A matmul reads v, directly or through views (it takes permuted, reshaped operands as they are)."""
+    users = st.users.get(v, ())
+    return any(get(u.name).library == "matmul" or (is_view(u) and _feeds_matmul(st, u.out)) for u in users)
 
 
 def _constants(st: _State, op: Op) -> list[Op]:
@@ -331,6 +366,34 @@ def _mixes_phases(ops) -> bool:
     """A recomputation and a forward op in one kernel (constants and input views, which every
     kernel computes for itself, aside)."""
     return remat.mixes_phases([o for o in ops if not _free(o)])
+
+
+def _phases(g: Graph) -> tuple[set[Op], set[Op]]:
+    """The forward ops (before the backward; not the optimizer update after it) and the backward ops
+    after the backward's first op no kernel fuses (a matmul, a convolution, attention, a gather): those
+    run well after the forward (what comes before, a loss's gradient, right after it)."""
+    start = remat.split(g)
+    heavy = next((i for i in range(start, len(g.ops))
+                  if get(g.ops[i].name).category not in ("elementwise", "reduction") and not is_view(g.ops[i])),
+                 len(g.ops))
+    return set(g.ops[:start]), {op for op in g.ops[heavy:] if is_backward(op)}
+
+
+def _hoists_backward(st: _State, ops: list[Op], exposed: list[Value]) -> bool:
+    """A kernel of forward ops and backward ops that writes a backward result of its full size which
+    elementwise backward work of that size reads, well into the backward (the phases rule): the
+    kernel would run in the forward and keep that result alive until then, while the kernel of its
+    readers computes it for free."""
+    work = [o for o in ops if not _free(o)]
+    if not any(o in st.forward for o in work) or not any(o in st.later for o in work):
+        return False
+    big = max(o.out.type.numel for o in work)
+    return any(v.producer in st.later and v.type.numel == big and all(_rides_along(u, big) for u in st.users[v])
+               for v in exposed)
+
+
+def _rides_along(op: Op, n: int) -> bool:
+    return get(op.name).category == "elementwise" and not is_view(op) and op.out.type.numel == n
 
 
 def _free(op: Op | None) -> bool:
@@ -675,10 +738,18 @@ def _feeds_collective(st: _State, grp: _Group) -> bool:
     return any(s.kind == Kind.COLLECTIVE for s in st.succ(grp))
 
 
+def _hoists_recomputation(st: _State, a: _Group, b: _Group) -> bool:
+    """One of a, b recomputes values (remat) and no kernel reads results of both: merged, the
+    recomputation would run where the earlier one runs, its values live from there on."""
+    recomputes = any(remat.is_recompute(o) for o in a.ops + b.ops)
+    return recomputes and not (st.succ(a) & st.succ(b))
+
+
 def _horizontal(st: _State) -> None:
     """Independent kernels of the same signature (scalar kernels: any) become one launch. Not those
     feeding a collective: merged with work the backward does later, a gradient bucket's last kernel
-    would hold its all-reduce back until then (passes/schedule_collectives.py)."""
+    would hold its all-reduce back until then (passes/schedule_collectives.py); nor recomputations
+    that different kernels read: each runs right before what reads it."""
     for a in list(st.groups):
         if (a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a)
                 or _feeds_collective(st, a)):
@@ -691,21 +762,47 @@ def _horizontal(st: _State) -> None:
             if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
                     or _columns(b) or _feeds_collective(st, b)):
                 continue
-            if st.reaches(a, b) or st.reaches(b, a) or _mixes_phases(a.ops + b.ops):
+            if (st.reaches(a, b) or st.reaches(b, a) or _mixes_phases(a.ops + b.ops)
+                    or _hoists_backward(st, a.ops + b.ops, st.exposed(a.ops + b.ops)) or _hoists_recomputation(st, a, b)):
                 continue
             _merge(st, a, b)
 
 
+def _frees_memory(st: _State, grp: _Group, before: set[_Group]) -> bool:
+    """grp is the last reader of more bytes of temporaries than it writes: every other reader of
+    those values runs before it (in `before`), and none reads them through a view (which may share
+    their buffer). Graph outputs are bound buffers, not the arena's; a kernel writing one that
+    replaces an input (an optimizer update, written in place once nothing else reads the input)
+    keeps its place."""
+    exposed = st.exposed(grp.ops)
+    if any(v in st.in_place for v in exposed):
+        return False
+    inside = set(grp.ops)
+    written = sum(_bytes(v) for v in exposed if not is_view(v.producer) and v not in st.outs)
+    read = {v for op in grp.ops for v in op.inputs if v.producer is not None and v.producer not in inside}
+    freed = sum(_bytes(v) for v in read
+                if not is_view(v.producer) and not _free(v.producer) and v not in st.outs
+                and all(u in inside or (not is_view(u) and st.group_of.get(u) in before) for u in st.users[v]))
+    return freed > written
+
+
+def _bytes(v: Value) -> int:
+    return v.type.numel * v.dtype.itemsize
+
+
 def _order(st: _State) -> list[_Group]:
-    """Groups in a topological order of the kernel graph (ties: first op's position)."""
+    """Groups in a topological order of the kernel graph: among the ready kernels, one that frees
+    more memory than it takes first (a weight gradient, last reader of the saved layer input, before
+    the data gradient), then by first op's position."""
     kernels = nx.DiGraph()
     kernels.add_nodes_from(st.groups)
     kernels.add_edges_from((grp, s) for grp in st.groups for s in st.succ(grp))
     # collectives in program order: every rank must issue them in the same order (ir/ops/collective.py)
     chain = sorted((grp for grp in st.groups if grp.kind == Kind.COLLECTIVE), key=lambda k: st.index[k.ops[0]])
     kernels.add_edges_from(zip(chain, chain[1:]))
+    first = {k: (not _frees_memory(st, k, nx.ancestors(kernels, k)), st.index[k.ops[0]]) for k in st.groups}
     try:
-        return list(nx.lexicographical_topological_sort(kernels, key=lambda k: st.index[k.ops[0]]))
+        return list(nx.lexicographical_topological_sort(kernels, key=first.__getitem__))
     except nx.NetworkXUnfeasible:
         raise AssertionError("internal error: kernel graph has a cycle") from None
 

@@ -18,7 +18,12 @@ becomes the reshape [1, 1, 1, C]), its attributes (axes, pads, slices) renumbere
 the permutation. Any other op, and every graph output, reads the value permuted back (one permute op,
 shared by all such readers), so that transpose appears exactly where the layout must change; two
 transposes meeting cancel, since a permutation of a permuted value composes with it instead of being
-emitted. The fusion pass then folds a permute into the kernel reading it, except before a library call.
+emitted. A reduction over trailing dims that the new order interleaves (GroupNorm's statistics over
+[N, G, C/G, H, W], [N, H, W, G, C/G] channels-last) reads a permuted view whose reduced dims are
+last, channels innermost, so it stays a row reduction; the norm's elementwise work stays in the new
+order, and the fusion pass makes the whole norm one row kernel that reads and writes channels-last
+(ir/indexmap.py: stores through a permute or reshape). The fusion pass folds a permute into the
+kernel reading it, except before a library call.
 
 Before: a simplified graph (conv ops NC*). After: the same function, conv ops channels_last, the
 permutes only at the layout's edges. Random draws are left in their order (their bits depend on the
@@ -44,13 +49,7 @@ def channels_last(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     the target keeps NC* (`Target.conv_channels_last`) or g has no convolution."""
     if not target.conv_channels_last or not any(op.name in CONV_OPS for op in g.ops):
         return g
-    plain: set[Value] = set()
-    while True:  # each round keeps the operands of the row reductions the last one re-strided in order
-        sweep = _Sweep(g, plain)
-        new = sweep.run()
-        if not sweep.blocked - plain:
-            return new
-        plain |= _cone(sweep.blocked)
+    return _Sweep(g).run()
 
 
 def _identity(p: Perm | None) -> bool:
@@ -69,21 +68,6 @@ def _unit_moves(shape, perm: Perm) -> bool:
     return [d for d in perm if shape[d] != 1] == [d for d in range(len(perm)) if shape[d] != 1]
 
 
-def _cone(values: set[Value]) -> set[Value]:
-    """`values` and the elementwise and movement work they are computed by, up to the nearest
-    reductions, library calls and graph inputs: the part of a norm that runs in its own order."""
-    out, todo = set(), list(values)
-    while todo:
-        v = todo.pop()
-        if v in out:
-            continue
-        out.add(v)
-        op = v.producer
-        if op is not None and opdef(op.name).category in ("elementwise", "movement"):
-            todo.extend(op.inputs)
-    return out
-
-
 def _trailing(axes: set[int], rank: int) -> bool:
     return axes == set(range(rank - len(axes), rank))
 
@@ -94,10 +78,8 @@ def _to_first(rank: int) -> Perm:
 
 
 class _Sweep:
-    def __init__(self, g: Graph, plain: set[Value]):
+    def __init__(self, g: Graph):
         self.g = g
-        self.keep_plain = plain  # old values kept in their own order
-        self.blocked: set[Value] = set()  # operands of row reductions that would have been re-strided
         self.new = Graph(g.name)
         self.b = Builder(self.new)
         self.env: dict[Value, tuple[Value, Perm | None]] = {
@@ -110,8 +92,6 @@ class _Sweep:
             rule = _Sweep._conv if op.name in CONV_OPS else _RULES.get(op.name) or _category_rule(op)
             got = rule(self, op) if rule is not None else None
             self.env[op.out] = got if got is not None else (self._copy(op, [self.plain(v) for v in op.inputs]), None)
-            if op.out in self.keep_plain:
-                self.env[op.out] = (self.plain(op.out), None)
         self.new.outputs = [self.plain(v) for v in self.g.outputs]
         self.new.aliases = dict(self.g.aliases)
         return self.new
@@ -189,15 +169,28 @@ class _Sweep:
             return None
         rank = len(q)
         axes = {a % rank for a in op.attrs["axes"]}
-        if op.attrs["keepdim"] and _trailing(axes, rank) and not _trailing({q[a] for a in axes}, rank):
-            # a norm's statistics (kept dims, broadcast back): the row reduction stays one, its operand
-            self.blocked.add(op.inputs[0])  # computed in its own order next round, so the norm fuses
-            return None
+        if _trailing(axes, rank) and not _trailing({q[a] for a in axes}, rank):
+            return self._rows(op, new, q, axes)
         out = self._copy(op, [new], axes=sorted(q[a] for a in axes))
         if op.attrs["keepdim"]:
             return out, q
         kept = sorted(q[i] for i in range(rank) if i not in axes)
         return out, tuple(kept.index(q[i]) for i in range(rank) if i not in axes)
+
+    def _rows(self, op: Op, new: Value, q: Perm, axes: set[int]):
+        """A reduction over trailing dims (a norm's statistics, e.g. GroupNorm's over [N, G, C/G, H, W])
+        whose dims the new order interleaves ([N, H, W, G, C/G]): it reads a permuted view with the
+        kept dims first and the reduced ones last, each in the new order (channels innermost), so it
+        stays a row reduction, which the fusion pass fuses with the norm's elementwise work (that
+        work runs in the new order; the row kernel reads and writes it through the view)."""
+        rank = len(q)
+        kept = sorted(q[i] for i in range(rank) if i not in axes)
+        red = sorted(q[a] for a in axes)
+        r = tuple(kept + red)
+        out = self._copy(op, [self.permute(new, r)], axes=list(range(len(kept), rank)))
+        if not op.attrs["keepdim"]:
+            return out, tuple(kept.index(q[i]) for i in range(rank) if i not in axes)
+        return out, tuple(r.index(q[i]) for i in range(rank))
 
     def _permute_op(self, op: Op):
         new, p = self.env[op.inputs[0]]

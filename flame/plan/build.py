@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from flame.ir import symbolic
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import contiguous_strides
@@ -66,7 +67,16 @@ def _lower(item: Op | FusionGroup, lowering: Callable | None) -> tuple[tuple[Val
         if lowering is not None:
             return item.inputs, lowering(item)
         item = single(item)
-    return tuple(kernel_inputs(item)), lower(item)
+    ctx = symbolic.current()
+    try:
+        return tuple(kernel_inputs(item)), lower(item)
+    except symbolic.NotSymbolic as e:  # this kernel bakes the size in: rendered (and compiled) per size
+        if ctx is None:
+            raise
+        with symbolic.rendering(None):
+            kernels = lower(item)
+        ctx.per_size.extend(f"{k.name}: {e}" for k in kernels)
+        return tuple(kernel_inputs(item)), kernels
 
 
 class _Builder:
@@ -113,7 +123,8 @@ class _Builder:
         for i, k in enumerate(kernels):
             self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra,
                                            k.n_inputs, ops, (i, len(kernels)), len(outs),
-                                           grp.reason if grp else reason, k.in_place_safe if grp else True))
+                                           grp.reason if grp else reason, k.in_place_safe if grp else True,
+                                           k.sizes))
 
     def scratch(self, nbytes: int) -> int | None:
         """A fresh scratch buffer of nbytes in the arena (a kernel's or a library call's workspace,

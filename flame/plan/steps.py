@@ -155,6 +155,7 @@ class KernelLaunch(Step):
     n_outputs: int = 1  # a fused kernel writes args[n_inputs : n_inputs + n_outputs]
     reason: str = ""  # why the fusion pass ended the kernel here
     in_place_safe: bool = True  # an output may take the bytes of a same-shaped input (see Kernel)
+    sizes: tuple[int, ...] = ()  # int64 arguments after args: the size s0 of a dynamic dim (flame.ir.symbolic)
 
     @property
     def out(self) -> int:
@@ -187,6 +188,8 @@ class KernelLaunch(Step):
         outs = ", ".join(f"b{a}" for a in self.outputs)
         comment = "; ".join(format_op(o, ids) for o in self.ops)
         launch = f"{self.name}{part} <<<{self.grid}, {self.block}, {self.smem}>>>"
+        if self.sizes:
+            launch += f" s0={','.join(map(str, self.sizes))}"
         return f"{outs} = launch {launch} ({ins}){scratch}  # {comment}"
 
 

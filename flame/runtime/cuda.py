@@ -101,7 +101,8 @@ def load_kernels(kernels: Sequence[KernelLaunch]) -> dict[tuple[str, str], objec
 
 def _kernel(s: KernelLaunch, fn, bufs: dict, stream) -> None:
     if s.grid > 0:
-        fn((s.grid,), (s.block,), [bufs[a] for a in s.args], shared_mem=s.smem, stream=stream)
+        sizes = [np.int64(n) for n in s.sizes]  # a dynamic dim's size (flame.ir.symbolic)
+        fn((s.grid,), (s.block,), [bufs[a] for a in s.args] + sizes, shared_mem=s.smem, stream=stream)
 
 
 def _matmul(s: MatmulCall, fn, bufs: dict, stream) -> None:

@@ -179,3 +179,70 @@ def test_a_constant_that_is_not_1_over_n_of_the_size_specialises():
 def test_dynamic_must_be_none_true_or_false():
     with pytest.raises(ValueError, match="dynamic must be None, True or False"):
         flame.compile(lambda x: x, dynamic="batch")
+
+
+# ---- new sizes are planned, not compiled: kernels take s0 as a parameter (flame.ir.symbolic) ----
+
+def _instances(step):
+    return [e for es in step._cache.values() for e in es if e.template is not None]
+
+
+def _launches_taking_s0(plan):
+    return [k for k in plan.kernels() if k.sizes]
+
+
+def test_mlp_new_batch_sizes_plan_without_new_kernels_and_match_the_static_compiles():
+    batches = _digits_batches((64, 48, 17, 33, 40, 9, 21))
+    want_losses, want_params, *_ = _run(_mlp, batches, False)
+    losses, params, s, _, step = _run(_mlp, batches, None)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-6)
+    for p, q in zip(params, want_params):
+        np.testing.assert_allclose(p, q, rtol=1e-6, atol=1e-7)
+    assert (s.traces, s.instantiations) == (2, 5)
+    dyn = step._templates[0]
+    assert dyn.planned is not None, dyn.not_planned
+    for e in _instances(step):
+        assert _launches_taking_s0(e.plan), "an instantiated size's kernels take s0"
+        assert all(k.sizes == (e.shapes[0][0],) for k in _launches_taking_s0(e.plan))
+    # the first planned size renders every kernel once; later sizes add at most the variants a
+    # size-dependent choice makes (a whole-tensor reduction vectorises when s0 is a multiple of 4)
+    assert s.size_kernels <= 2
+    assert "kernel source(s) new after the first" in str(s)
+
+
+def test_gpt_step_at_ten_sequence_lengths_traces_twice_and_reuses_its_kernels():
+    lengths = (8, 5, 12, 3, 10, 7, 11, 6, 9, 4)
+    batches = _tokens(lengths)
+    want_losses, want_params, *_ = _run(_gpt, batches, False)
+    losses, params, s, warns, step = _run(_gpt, batches, None)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    for p, q in zip(params, want_params):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+    assert (s.traces, s.instantiations) == (2, 8)
+    assert step._templates[0].planned is not None
+    sources = [{k.source for k in e.plan.kernels()} for e in _instances(step) if _launches_taking_s0(e.plan)]
+    assert len(sources) >= 6
+    assert len(set().union(*sources)) <= len(sources[0]) + 2  # the same kernels at every length
+
+
+@pytest.mark.parametrize("make, sizes", [(_mlp, ((64, 48, 17), (12, 20, 36))), (_gpt, ((8, 5, 12), (4, 8, 16)))])
+def test_cuda_plans_render_the_same_kernel_sources_at_several_sizes_and_compile(make, sizes):
+    from flame.codegen.nvrtc import compile_cubin
+    from flame.ir import symbolic
+    from flame.plan.build import to_plan
+    from flame.runtime.backend import capabilities
+
+    traced, planned = sizes
+    batches = _digits_batches(traced) if make is _mlp else _tokens(traced)
+    *_, step = _run(make, batches, None)
+    template = step._templates[0].planned
+    per_size = []
+    for n in planned:  # multiples of 4: the same vectorisation choices at each
+        with symbolic.rendering(n) as r:
+            plan = to_plan(template.instantiate(n, symbolic=True), target=capabilities("cuda"))
+        assert r.per_size == []
+        per_size.append({k.source for k in plan.kernels()})
+        assert all(k.sizes == (n,) for k in _launches_taking_s0(plan)) and _launches_taking_s0(plan)
+    assert per_size[0] == per_size[1] == per_size[2]
+    for source in per_size[0]:
+        compile_cubin(source, "sm_90")

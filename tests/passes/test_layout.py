@@ -1,6 +1,7 @@
 """passes/layout.channels_last: convolutions become channels_last, the activations between them stay
-[N, *S, C], the permutes left are at the user's NC* tensors, norms keep their row reductions, and the
-function computes the same values (the reference executor) with and without the pass."""
+[N, *S, C], the permutes left are at the user's NC* tensors, norms keep their row reductions (over a
+permuted view), and the function computes the same values (the reference executor) with and without
+the pass."""
 
 from __future__ import annotations
 
@@ -68,10 +69,10 @@ def test_target_keeping_nchw_and_graphs_without_convolutions_are_left_alone():
     assert channels_last(plain) is plain
 
 
-def test_group_norm_statistics_stay_row_reductions():
-    """GroupNorm reshapes [N, C, H, W] to [N, G, C/G, H, W] and reduces the trailing dims: channels-last
-    would stride those rows, so the norm runs in its own order (one row kernel) and the permutes sit
-    where it meets the convolutions."""
+def test_group_norm_statistics_stay_row_reductions_over_channels_last_data():
+    """GroupNorm reshapes [N, C, H, W] to [N, G, C/G, H, W] and reduces the trailing dims; channels-last,
+    that is [N, H, W, G, C/G]: the reduction reads the view [N, G, H, W, C/G] (channels innermost), so
+    it stays a row reduction, and nothing between the two convolutions is transposed."""
     g = Graph("gn")
     x = g.add_input(TensorType((2, 8, 4, 4), f32))
     w1, w2 = (g.add_input(TensorType((8, 8, 3, 3), f32), "param") for _ in range(2))
@@ -82,8 +83,12 @@ def test_group_norm_statistics_stay_row_reductions():
     h = b.silu(b.reshape(centred, shape=(2, 8, 4, 4)))
     g.outputs = [b.conv(h, w2, **PAD)]
     new = channels_last(g)
-    means = [op for op in new.ops if op.name == "reduce_mean"]
-    assert [op.attrs["axes"] for op in means] == [(2, 3, 4)] and means[0].inputs[0].shape == (2, 4, 2, 4, 4)
+    (mean,) = [op for op in new.ops if op.name == "reduce_mean"]
+    assert mean.attrs["axes"] == (2, 3, 4) and mean.inputs[0].shape == (2, 4, 4, 4, 2)
+    view = mean.inputs[0].producer
+    assert view.name == "permute" and view.inputs[0].shape == (2, 4, 4, 4, 2) and view.attrs["perm"] == (0, 3, 1, 2, 4)
+    permutes = [op for op in new.ops if op.name == "permute" and op is not view]
+    assert [op.attrs["perm"] for op in permutes] == [(0, 2, 3, 1), (0, 3, 1, 2)]  # x enters, the result leaves
     np.testing.assert_allclose(_values(new)[0], _values(g)[0], rtol=1e-5, atol=1e-5)
 
 
@@ -147,3 +152,37 @@ def test_bench_cases_keep_their_convolutions_channels_last(name):
     g = step.optimized(*[a[n] for n, i in inputs.items() if not i.state])
     convs = [op for op in g.ops if op.name.startswith("conv")]
     assert convs and all(op.attrs["channels_last"] for op in convs)
+
+
+def test_group_norm_block_is_one_kernel_forward_and_has_no_interior_transposes(monkeypatch):
+    """conv -> GroupNorm -> SiLU -> conv (+ residual), planned for CUDA: each GroupNorm forward (with
+    the conv's bias before and the SiLU after it) is one row kernel that reads and writes channels-last;
+    its backward's row reductions are one row kernel; no kernel between the convolutions only
+    transposes (the transposes left are at the user's NCHW input and the loss)."""
+    cuda = compiler.capabilities("cuda")
+    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
+    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
+    rng = np.random.default_rng(2)
+    t = lambda *s: flame.tensor(rng.standard_normal(s).astype(np.float32) * 0.3, requires_grad=True)  # noqa: E731
+    x, w0, w1, w2 = t(2, 8, 8, 8), t(8, 8, 3, 3), t(8, 8, 3, 3), t(8, 8, 3, 3)
+    b1, b2, gw, gb = t(8), t(8), t(8), t(8)
+
+    @flame.compile
+    def step(x):
+        h = F.conv2d(x, w0, padding=1)
+        y = F.conv2d(F.silu(F.group_norm(h, 4, gw, gb)), w1, b1, padding=1)
+        y = F.conv2d(F.silu(F.group_norm(y, 4, gw, gb)), w2, b2, padding=1) + h
+        loss = (y**2).mean()
+        loss.backward()
+        return loss
+
+    g = step.optimized(x)
+    groups = g.groups
+    names = [[op.name for op in k.ops] for k in groups]
+    stats = [k for k in names if k.count("reduce_mean") == 2]  # a GroupNorm's mean and variance
+    assert len(stats) == 2 and all("silu" in k and "rsqrt" in k for k in stats)
+    row_grads = [k for k in names if k.count("reduce_sum") >= 2 and "mul" in k]  # each backward's two row sums
+    assert len(row_grads) == 2
+    transposes = [k for k, n in zip(groups, names) if set(n) <= {"permute", "reshape"} and "permute" in n]
+    # x entering channels-last, gradients leaving NCHW: only at the user's tensors
+    assert transposes and all(k.ops[0].inputs[0] in g.inputs or set(k.outputs) <= set(g.outputs) for k in transposes)

@@ -35,6 +35,7 @@ class FakeKernel:
     n_inputs: int
     smem: int = 0
     scratch: int = 0
+    sizes: tuple = ()  # the size parameters (none: no dynamic dim here)
 
 
 def fake_lower(op):

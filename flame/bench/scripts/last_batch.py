@@ -10,7 +10,10 @@ smaller size first appears: dynamic=False traces and compiles it, None traces it
 batch dim dynamic, True instantiates it from the template its first call made; from epoch 2 on every
 mode replays a cached plan (and CUDA graph) per size. The target (issue 15) is at most 5 ms extra per
 epoch on the GPU. The compiled step's stats() closes each mode's block; a second run with the same
-FLAME cache directory shows the cost without NVRTC compiles (kernels come from the disk cache)."""
+FLAME cache directory shows the cost without NVRTC compiles (kernels come from the disk cache).
+Each mode then calls the step at a few sizes it has not seen and prints what the first call at each
+cost (for a dynamic dim: the instantiation, i.e. the plan of that size; no passes, and kernels
+taking the size as a parameter compile once for all sizes) and how many kernel sources it added."""
 
 from __future__ import annotations
 
@@ -82,8 +85,29 @@ def main(argv: list[str] | None = None) -> int:
             t_full = _epoch(step, full)
             print(f"  epoch {e}: {t_all * 1e3:9.2f} ms, full batches only {t_full * 1e3:9.2f} ms, "
                   f"extra {(t_all - t_full) * 1e3:8.2f} ms", flush=True)
+        _new_sizes(step, x_train, y_train, (17, 41, 50, 33))
         print("  " + str(step.stats()).replace("\n", "\n  "), flush=True)
     return 0
+
+
+def _new_sizes(step, x_train, y_train, sizes) -> None:
+    """Call the step at sizes it has not seen: per size, the host time of its first call (the
+    instantiation: plan, kernels from the cache, CUDA graph capture, one run) and of the second (a
+    replay), and the kernel sources it added (each an NVRTC compile unless the disk cache has it)."""
+    for n in sizes:
+        xb, yb = flame.tensor(x_train[:n]), flame.tensor(y_train[:n])
+        before = step.stats()
+        t0 = time.perf_counter()
+        step(xb, yb).item()
+        t1 = time.perf_counter()
+        step(xb, yb).item()
+        t2 = time.perf_counter()
+        after = step.stats()
+        how = ("traced" if after.traces > before.traces else
+               f"instantiated in {(after.instantiate_seconds - before.instantiate_seconds) * 1e3:.2f} ms, "
+               f"{after.size_kernels - before.size_kernels} new kernel source(s)")
+        print(f"  new size {n:3d}: first call {(t1 - t0) * 1e3:8.2f} ms ({how}), second {(t2 - t1) * 1e3:6.2f} ms",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -105,8 +105,8 @@ unary("tanh", np.tanh, _opmath(lambda b, g, x, y: (b.mul(g, b.sub(1.0, b.mul(y, 
 unary("sigmoid", _sigmoid_ref, _opmath(lambda b, g, x, y: (b.mul(g, b.mul(y, b.sub(1.0, y))),)))
 unary("erf", _erf_ref,
       _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),)))
-unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),
-      lambda b, g, x, y: (b.where(b.gt(x, 0), g, 0),), kinds=_NUM)
+unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),  # y > 0 exactly where x > 0: the backward reads the
+      lambda b, g, x, y: (b.where(b.gt(y, 0), g, 0),), kinds=_NUM)  # result, which the next layer keeps anyway
 unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))})
 unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp))
 unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope),
