@@ -13,7 +13,7 @@ rounds of calls. The executor's own per-call host work (runtime/cuda.py Compiled
 staging, replay) is not in these numbers; `--gpu` times whole calls at the cases' full sizes against
 the GPU time of one replay of the step's CUDA graph (a call is host-bound where the first is larger).
 
-Measured on the shared 2-core CPU dev machine (2026, load ~3.5; median of 25 rounds of 200 calls, CPU
+Measured on the shared 2-core CPU dev machine (load ~3.5; median of 25 rounds of 200 calls, CPU
 time; the least loaded of 3 alternating runs; runs vary by up to 1.5x under load):
 
     case                  before (main)   after (h/hostcall)
