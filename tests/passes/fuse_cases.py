@@ -24,7 +24,7 @@ def build(fn, *arrays) -> tuple[Graph, list[np.ndarray]]:
     args = c._args(arrays)
     entry = c._build(args)
     ex = executor()
-    inputs = [np.array(ex.to_numpy(entry.trace.concrete_value(b, args, ex))) for b in entry.trace.bindings]
+    inputs = [np.array(ex.to_numpy(a)) for a in entry.replay.inputs(args, ex)]
     return run_pipeline(entry.traced), inputs
 
 
