@@ -23,13 +23,8 @@ from flame.plan.steps import MemoryBudget
 TOKENS, WIDTH = 256, 32
 
 
-def _run(memory_first: bool, monkeypatch):
-    """(graph after the passes, planned peak, loss, gradients) of the MLP step; memory_first plans it
-    as a memory budget would (tier 0 recomputed, memory-first order)."""
-    monkeypatch.setattr(compiler, "_CACHE", OrderedDict())
-    if memory_first:
-        monkeypatch.setattr(compiler, "_fit_budget", lambda g, requested, finish: (
-            lambda op: remat.tier(op) == 0, MemoryBudget(requested, 0, 0), True))
+def _mlp():
+    """A GELU MLP (seeded) and its training step: the loss, with the gradients left in .grad."""
     flame.manual_seed(0)
     model = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH))
 
@@ -38,6 +33,17 @@ def _run(memory_first: bool, monkeypatch):
         loss.backward()
         return loss
 
+    return model, step
+
+
+def _run(memory_first: bool, monkeypatch):
+    """(graph after the passes, planned peak, loss, gradients) of the MLP step; memory_first plans it
+    as a memory budget would (tier 0 recomputed, memory-first order)."""
+    monkeypatch.setattr(compiler, "_CACHE", OrderedDict())
+    if memory_first:
+        monkeypatch.setattr(compiler, "_fit_budget", lambda g, requested, finish: (
+            lambda op: remat.tier(op) == 0, MemoryBudget(requested, 0, 0), True))
+    model, step = _mlp()
     f = flame.compile(step, memory_budget=0.5 if memory_first else None)
     x = flame.tensor(np.random.default_rng(1).standard_normal((TOKENS, WIDTH)).astype(np.float32))
     report = f.memory_report(x)
@@ -73,14 +79,7 @@ def test_schedule_memory_keeps_the_kernels_and_never_raises_the_estimate(monkeyp
 
 @pytest.mark.parametrize("budget", [0.05])
 def test_an_unreachable_budget_says_what_is_live_at_the_floor(budget):
-    flame.manual_seed(0)
-    model = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH))
-
-    def step(x):
-        loss = (model(x) ** 2).mean()
-        loss.backward()
-        return loss
-
+    _, step = _mlp()
     f = flame.compile(step, memory_budget=budget)
     x = flame.tensor(np.ones((TOKENS, WIDTH), np.float32))
     with pytest.raises(flame.MemoryBudgetError, match=r"smallest reachable planned peak is .* of the .* planned "
