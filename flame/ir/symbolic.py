@@ -34,12 +34,28 @@ class NotSymbolic(Exception):
     """A kernel's text uses a size where it cannot be a runtime value (the message says where)."""
 
 
-def _lift(x) -> tuple[Fraction, Fraction] | None:
+def _lift(x) -> tuple[int | Fraction, int | Fraction] | None:
     if isinstance(x, SymInt):
         return x.a, x.b
     if isinstance(x, int) and not isinstance(x, bool):
-        return Fraction(0), Fraction(x)
+        return 0, int(x)
     return None
+
+
+def _norm(x) -> int | Fraction:
+    """x as an int where it is integral (int arithmetic is much cheaper than Fraction's), else a Fraction."""
+    if type(x) is int:
+        return x
+    x = Fraction(x)
+    return x.numerator if x.denominator == 1 else x
+
+
+def _exact(x: int | Fraction, d: int) -> int | Fraction | None:
+    """x / d where that is an integer, else None."""
+    if type(x) is int:
+        return x // d if x % d == 0 else None
+    q = x / d
+    return q.numerator if q.denominator == 1 else None
 
 
 def _make(value: int, a: Fraction, b: Fraction):
@@ -49,9 +65,9 @@ def _make(value: int, a: Fraction, b: Fraction):
 class SymInt(int):
     """The integer `a*s0 + b` at one size s0 (see the module docstring)."""
 
-    def __new__(cls, value: int, a: Fraction, b: Fraction):
+    def __new__(cls, value: int, a: int | Fraction, b: int | Fraction):
         obj = super().__new__(cls, value)
-        obj.a, obj.b = Fraction(a), Fraction(b)
+        obj.a, obj.b = _norm(a), _norm(b)  # ints where integral: the common case, and fast
         return obj
 
     def __reduce__(self):
@@ -95,14 +111,16 @@ class SymInt(int):
         return self
 
     def __floordiv__(self, other):
-        if type(other) is int and other > 0 and (self.a / other).denominator == 1 == (self.b / other).denominator:
-            return _make(int(self) // other, self.a / other, self.b / other)  # exact at every size
+        if type(other) is int and other > 0:
+            a, b = _exact(self.a, other), _exact(self.b, other)
+            if a is not None and b is not None:
+                return _make(int(self) // other, a, b)  # exact at every size
         return int(self) // other
 
     def __mod__(self, other):
-        if type(other) is int and other > 0 and self.a.denominator == 1 and self.a % other == 0 \
-                and self.b.denominator == 1:
-            return int(self.b) % other  # the same at every size
+        if type(other) is int and other > 0 and type(self.a) is int and self.a % other == 0 \
+                and type(self.b) is int:
+            return self.b % other  # the same at every size
         return int(self) % other
 
     def __str__(self) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from flame.errors import FlameError
 from flame.ir.graph import segments
@@ -103,14 +104,22 @@ def _one_segment(s: Step, ins: set[int], outs: set[int], buffer_of: dict | None)
     """What reads the dying buffer and what writes the new one are one segment of the kernel: the
     segments of a horizontal kernel run on different blocks with their own index maps, so one
     segment's writes would overwrite bytes another segment has not read yet."""
-    parts = segments(list(s.ops))
+    parts = _segment_values(tuple(s.ops))
     if len(parts) == 1:
         return True
     if buffer_of is None:
         return False
-    touching = {i for i, part in enumerate(parts) for op in part
-                if buffer_of.get(op.out) in outs or any(buffer_of.get(v) in ins for v in op.inputs)}
+    touching = {i for i, (written, read) in enumerate(parts)
+                if any(buffer_of.get(v) in outs for v in written) or any(buffer_of.get(v) in ins for v in read)}
     return len(touching) <= 1
+
+
+@lru_cache(maxsize=64)
+def _segment_values(ops: tuple) -> tuple[tuple[tuple, tuple], ...]:
+    """(values written, values read) of each segment of a kernel's ops, once per kernel: the donation
+    of every parameter that a horizontally fused optimizer kernel updates asks about the same kernel."""
+    return tuple((tuple(op.out for op in part), tuple(dict.fromkeys(v for op in part for v in op.inputs)))
+                 for part in segments(list(ops)))
 
 
 # ---------------------------------------------------------------------------------------------
