@@ -1,17 +1,10 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
-their elementwise prologue and epilogue. Each row is one warp (8 rows per block) or one block of
-64..1024 threads. Vector path: when every per-element input and output walks the row contiguously
-(one collapsed reduced dim, rows of whole vectors), thread `lane` owns vectors t = lane + j*G of V
-elements r = t*V + v, each moved as one 16-byte load/store (wider dtypes: several); the kernel
-branches once on pointer alignment to an element-by-element copy of the same schedule. Otherwise
-a thread owns elements r = lane + j*G. For rows of at most Target.row_cache elements the per-element
-inputs that differ between rows (then, if they fit too, the row-invariant ones) are loaded once into
-registers (compute type) and every pass (one per reduction, then the stores) works from them: the
-row is read from global memory once; longer rows re-read it in each pass. On the vector path the
-threads per row are the fewest at which a thread holds at most Config.row_regs registers of the row
-(more rows resident per SM); else a warp up to 256 elements, 128 / 512 / 1024 threads beyond.
-Per-row values (reduction results and what is computed from them) are computed once per thread,
-from totals that every thread of the row holds identically."""
+their elementwise prologue and epilogue. Each row is one warp (R <= 256 elements, 8 rows per block)
+or one block of 128 / 512 threads. A thread owns elements r = lane + j*G of its row; for rows of at
+most Target.row_cache elements the external inputs read per element are loaded once into registers and every
+pass (one per reduction, then the stores) works from them; longer rows re-read global memory in each
+pass. Per-row values (reduction results and what is computed from them) are computed once per
+thread, from totals that every thread of the row holds identically."""
 
 from __future__ import annotations
 
@@ -48,7 +41,6 @@ _NAMES = {  # reductions (and a telling op) -> the composite a row kernel implem
 }
 
 
-_THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)  # threads per row of a row kept in registers by vectors
 FOLD_COLS, FOLD_PHASES = 32, 8  # fold kernel block: 32 columns x 8 runs over the partials
 _COLUMN_BLOCK = 512  # threads of a block that carries column partials (several rows of <= 128 threads)
 _COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when the block folds them
@@ -56,18 +48,6 @@ _COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when
 
 def _threads(R: int) -> int:
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
-
-
-def _threads_per_row(parts_for, default: int, row_regs: int, choices: tuple[int, ...]) -> tuple[int, list]:
-    """(G threads per row, the segments at G). Rows whose every segment is vectorised and kept in
-    registers take the fewest threads (a warp, 64, 128, ... 1024) at which each thread holds at most
-    row_regs registers of the row's data: fewer threads per row leave more rows resident per SM, so
-    more loads are in flight while other rows reduce. Otherwise `default` (the scalar schedule)."""
-    for G in choices:
-        parts = parts_for(G)
-        if all(p.V > 1 and p.cached for p in parts) and max(p.data_regs() for p in parts) <= row_regs:
-            return G, parts
-    return default, parts_for(default)
 
 
 def _block(G: int, M: int, R: int, columns: tuple[Op, ...]) -> int:
@@ -109,6 +89,7 @@ class _RowSegment:
         # processed as a row of its own whose reductions write partials (scratch [M, P]) for the fold
         self.P, self.CH = split or (1, self.R)
         self.partials = _partial_offsets([op for op in ops if is_reduction(op)], self.M * self.P) if split else {}
+        self.E = -(-self.CH // G)
         inside = {op.out for op in ops}
         self.values = inside
         loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
@@ -123,43 +104,13 @@ class _RowSegment:
         self.rguard = {k: [d for d, s in enumerate(b.strides) if s == 0] for k, b in zip(self.keys, rv)}
         self.red = range(self.n_kept, rank)
         self.loads = loads
-        # what a thread touches in memory element by element: per-element inputs and outputs
-        self.memory = [k for k in loads if k[1].depends_on(self.red)] + \
-                      [(v, m) for v, m in lay.stores.items() if m.depends_on(self.red) and v in self.out_idx]
-        self.V = _vector_width(self.memory, dict(zip(self.keys, kv)), dict(zip(self.keys, rv)), self.rdims,
-                               (self.R, self.CH))
-        self.J = -(-self.CH // (G * self.V))  # vectors (of V elements) per thread
-        self.E = self.J * self.V  # elements per thread
-        # per-element inputs held in registers: those that differ between rows, then (cache_invariant)
-        # those that do not (a weight) if they fit too; the others are re-read from the cache where used
-        varying = [k for k in loads if k[1].depends_on(self.red) and len(self.kguard[k]) < len(self.kdims)]
-        invariant = [k for k in loads if k[1].depends_on(self.red) and k not in varying]
-        budget = dict(config.reg_budget).get(G, 64)  # 1024 threads leave 64 registers per thread
-        self.cached = 0 < self.CH <= target.row_cache and self._regs(varying) <= budget
-        reg = varying + invariant if config.cache_invariant and self._regs(varying + invariant) <= budget else varying
-        self.reg = set(reg) if self.cached else set()
-        self._used: dict = {}  # inputs the pass being emitted reads element by element (streamed, vector path)
-        self._whole = True  # vector path: as whole vectors (aligned pointers), else element by element
-        self._vdecls: list[str] = []  # the output vectors of the pass being emitted ...
-        self._vstores: list[str] = []  # ... and their stores
-
-    def _regs(self, keys) -> int:
-        """32-bit registers per thread that holding `keys` for the row takes (in their compute type)."""
-        return sum(self.E * -(-cuda_c.compute_dtype(v.dtype).itemsize // 4) for v, _ in keys)
-
-    def data_regs(self) -> int:
-        """Registers per thread of the row's held data: inputs in registers and column partials."""
-        return self._regs(self.reg) + sum(self.E * accumulator(op).dtype.itemsize // 4 for op in self.columns)
-
-    @property
-    def _at(self) -> str:
-        """Offset in the row of the thread's current vector t (vector path)."""
-        return f"(off_t)({'cb + ' if self.P > 1 else ''}t * {self.V}u)"
-
-    @property
-    def _e(self) -> str:
-        """The index of the current element among the thread's E elements."""
-        return "j" if self.V == 1 else f"j * {self.V} + v"
+        # per-element inputs held in registers: all of them, or (cache_invariant off) those that differ
+        # between rows; a row-invariant one (a weight) is then re-read from the cache where it is used
+        reg = {k for k in loads if k[1].depends_on(self.red)
+               and (config.cache_invariant or len(self.kguard[k]) < len(self.kdims))}
+        # registers per thread for the row: at most reg_budget[G] (1024 threads leave 64 per thread)
+        self.cached = 0 < self.CH <= target.row_cache and len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
+        self.reg = reg if self.cached else set()
 
     def _load(self, v: Value, m: IndexMap) -> str:
         k, r = self.off[(v, m)]
@@ -167,27 +118,14 @@ class _RowSegment:
         if not m.depends_on(self.red):
             return cuda_c.load(f"in{self.in_idx[v]}[rb{key}]", v.dtype)
         if (v, m) in self.reg:
-            return f"x{key}[{self._e}]"
-        if self.V > 1:  # loaded as a vector at the top of the thread's step (_loop)
-            self._used[(v, m)] = None
-            return cuda_c.load(f"w{key}.v[v]", v.dtype)
+            return f"x{key}[j]"
         return cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {r}]", v.dtype)
-
-    def _vload(self, dst: str, key: tuple[Value, IndexMap]) -> list[str]:
-        """dst (a flame_vec) = the V elements of input `key` at the thread's vector t."""
-        v, _ = key
-        at, vt = f"in{self.in_idx[v]} + (rb{self.loads.index(key)} + {self._at})", _vec(v, self.V)
-        if self._whole:
-            return [f"{dst} = *reinterpret_cast<const {vt}*>({at});"]
-        return [f"for (int v = 0; v < {self.V}; ++v) {dst}.v[v] = ({at})[v];"]
 
     def _own(self, v: Value, m: IndexMap) -> str:
         k, r = self.off[(v, m)]
         return f"{k} + {r}"
 
     def _loop(self, body: list[str], unrolled: bool = False) -> list[str]:
-        if self.V > 1:
-            return self._vector_loop(body, unrolled)
         q = [f"idx_t qr = {'cb + r' if self.P > 1 else 'r'};"] if self.rdims else []
         for d in range(len(self.rdims) - 1, 0, -1):
             q.append(f"const off_t q{d} = (off_t)(qr % {self.rdims[d]}u); qr /= {self.rdims[d]}u;")
@@ -199,36 +137,6 @@ class _RowSegment:
                     f"  const idx_t r = (idx_t)lane + (idx_t)j * {self.G}u;", f"  if (r < {self._end}) {{",
                     *["  " + x for x in inner], "  }", "}"]
         return [f"for (idx_t r = (idx_t)lane; r < {self._end}; r += {self.G}u) {{", *inner, "}"]
-
-    def _vector_loop(self, body: list[str], unrolled: bool) -> list[str]:
-        """The thread's vectors t = lane + j*G, each V contiguous elements r = t*V + v: the inputs the
-        pass streams are loaded and its outputs stored as one (16-byte) vector per t."""
-        V = self.V
-        pre = []
-        for k in self._used:
-            pre += [f"{_vec(k[0], V)} w{self.loads.index(k)};", *self._vload(f"w{self.loads.index(k)}", k)]
-        q = [f"const off_t q0 = (off_t)({'cb + ' if self.P > 1 else ''}r);"]
-        core = pre + self._vdecls + ["#pragma unroll", f"for (int v = 0; v < {V}; ++v) {{",
-                                     f"  const idx_t r = t * {V}u + v;", *["  " + x for x in q + body], "}"]
-        core += self._vstores
-        self._used, self._vdecls, self._vstores = {}, [], []
-        if self.cached or unrolled:  # vector j of the thread: registers x{k}[j], column partials c{n}[j*V+v]
-            return self._vectors(core)
-        return [f"for (idx_t t = (idx_t)lane; t * {V}u < {self._end}; t += {self.G}u) {{",
-                *["  " + x for x in core], "}"]
-
-    def _vectors(self, core: list[str]) -> list[str]:
-        """core for each of the thread's J vectors t (unrolled: j indexes registers)."""
-        return ["#pragma unroll", f"for (int j = 0; j < {self.J}; ++j) {{",
-                f"  const idx_t t = (idx_t)lane + (idx_t)j * {self.G}u;", f"  if (t * {self.V}u < {self._end}) {{",
-                *["    " + x for x in core], "  }", "}"]
-
-    def _aligned(self) -> str:
-        """Whether every pointer the row reads or writes by vectors is aligned to a whole vector."""
-        loads = set(self.loads)
-        ptrs = {f"in{self.in_idx[v]}" if (v, m) in loads else f"out{self.out_idx[v]}": self.V * v.dtype.itemsize
-                for v, m in self.memory}
-        return " && ".join(f"reinterpret_cast<unsigned long long>({p}) % {n}u == 0" for p, n in ptrs.items())
 
     @property
     def _end(self) -> str:
@@ -264,18 +172,6 @@ class _RowSegment:
         em.memo_row[(op.out, row_map(op.out, self.lay.domain, self.lay.n_red))] = name
 
     def body(self) -> list[str]:
-        """The statements processing row `o`. On the vector path twice: whole vectors where every
-        pointer is aligned to one, element by element (same element order) where one is not; one
-        branch for the kernel, so neither path holds the other's registers."""
-        if self.V == 1:
-            return self._body()
-        self._whole = True
-        fast = self._body()
-        self._whole = False
-        return [f"if ({self._aligned()}) {{", *["  " + x for x in fast], "} else {",
-                *["  " + x for x in self._body()], "}"]
-
-    def _body(self) -> list[str]:
         out = [f"const idx_t R = {self.R}u;"]
         if self.P > 1:
             out += [f"const idx_t row = o / {self.P}u, chunk = o % {self.P}u, cb = chunk * {self.CH}u;",
@@ -286,13 +182,7 @@ class _RowSegment:
                     for d in range(len(self.kdims) - 1, 0, -1)] + ["const off_t k0 = (off_t)kr;"]
         for key, (v, m) in enumerate(self.loads):
             out.append(f"const off_t rb{key} = {self.off[(v, m)][0]};")
-            if (v, m) in self.reg and self.V > 1:  # the row's elements in their compute type, loaded by vectors
-                ctype = cuda_c.compute_dtype(v.dtype).cuda_type
-                convert = cuda_c.load("w.v[v]", v.dtype)
-                out += [f"{ctype} x{key}[{self.E}];"] + self._vectors(
-                    [f"{_vec(v, self.V)} w;", *self._vload("w", (v, m)),
-                     "#pragma unroll", f"for (int v = 0; v < {self.V}; ++v) x{key}[j * {self.V} + v] = {convert};"])
-            elif (v, m) in self.reg:
+            if (v, m) in self.reg:
                 ctype = cuda_c.compute_dtype(v.dtype).cuda_type
                 load = cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {self.off[(v, m)][1]}]", v.dtype)
                 out += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
@@ -307,8 +197,7 @@ class _RowSegment:
                 em.elem.append(self._write(v, m, val))
         for n, op in enumerate(self.columns):  # fold this row's element into the thread's column partials
             val = em.value(op.inputs[0], identity(len(self.lay.domain)))
-            c = f"c{n}[{self._e}]"
-            em.elem.append(f"{c} = {accumulator(op).combine(c, val)};")
+            em.elem.append(f"c{n}[j] = {accumulator(op).combine(f'c{n}[j]', val)};")
         out += em.row
         em.row = []
         if em.elem:
@@ -322,14 +211,6 @@ class _RowSegment:
         k, r = self.off[(v, m)]
         guards = [f"k{d} == 0" for d in self.kguard[(v, m)] if self.kdims] + \
                  [f"q{d} == 0" for d in self.rguard[(v, m)] if m.depends_on(self.red) and self.rdims]
-        if self.V > 1 and m.depends_on(self.red):  # element v of the output vector; stored after the v loop
-            o, vt = self.out_idx[v], _vec(v, self.V)
-            at = f"out{o} + ({k} + {self._at})"
-            st = [f"*reinterpret_cast<{vt}*>({at}) = y{o};" if self._whole
-                  else f"for (int v = 0; v < {self.V}; ++v) ({at})[v] = y{o}.v[v];"]
-            self._vdecls.append(f"{vt} y{o};")
-            self._vstores += [f"if ({' && '.join(guards)}) {{", *["  " + x for x in st], "}"] if guards else st
-            return f"y{o}.v[v] = {store(v, val)};"
         write = f"out{self.out_idx[v]}[{k} + {r if m.depends_on(self.red) else '0'}] = {store(v, val)};"
         return f"if ({' && '.join(guards)}) {write}" if guards else write
 
@@ -358,20 +239,15 @@ class _Columns:
                 + " ".join(f"c{n}[j] = {a.identity};" for n, a in enumerate(accus)) + " }"]
 
     def _each(self, body: str) -> list[str]:
-        """body for each element r of the thread's partials c{n}[e] (the row segment's element order)."""
-        G, V, J = self.seg.G, self.seg.V, self.seg.J
-        if V == 1:
-            return ["#pragma unroll", f"for (int j = 0; j < {J}; ++j) {{", "  const int e = j;",
-                    f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {body}", "}"]
-        return ["#pragma unroll", f"for (int e = 0; e < {J * V}; ++e) {{",
-                f"  const idx_t r = ((idx_t)lane + (idx_t)(e / {V}) * {G}u) * {V}u + e % {V};",
-                f"  if (r < {self.R}u) {body}", "}"]
+        G, E = self.seg.G, self.seg.E
+        return ["#pragma unroll", f"for (int j = 0; j < {E}; ++j) {{",
+                f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {body}", "}"]
 
     def partial_writes(self) -> list[str]:
         S, R = self.slots_per_block, self.R
         if S == 1:
             return self._each("{ " + " ".join(
-                f"{_scratch(accumulator(op).dtype.cuda_type, off)}[(size_t)blockIdx.x * {R}u + r] = c{n}[e];"
+                f"{_scratch(accumulator(op).dtype.cuda_type, off)}[(size_t)blockIdx.x * {R}u + r] = c{n}[j];"
                 for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets))) + " }")
         size = S * R * max(accumulator(op).dtype.itemsize for op in self.seg.columns)
         lines = [f"__shared__ __align__(8) unsigned char flame_cols[{size}];"]
@@ -379,7 +255,7 @@ class _Columns:
             accu = accumulator(op)
             t = accu.dtype.cuda_type
             lines += ["{", f"  {t}* sm = reinterpret_cast<{t}*>(flame_cols);", "  __syncthreads();"]
-            lines += ["  " + x for x in self._each(f"sm[(threadIdx.x / {self.seg.G}u) * {R}u + r] = c{n}[e];")]
+            lines += ["  " + x for x in self._each(f"sm[(threadIdx.x / {self.seg.G}u) * {R}u + r] = c{n}[j];")]
             lines += ["  __syncthreads();",
                       f"  for (idx_t r = threadIdx.x; r < {R}u; r += {self.block}u) {{",
                       f"    {t} a = sm[r];",
@@ -398,28 +274,6 @@ class _Columns:
                             out=self.out_idx[n],
                             store=store(op.out, cuda_c.load(total, op.out.dtype))))
         return out
-
-
-def _vec(v: Value, V: int) -> str:
-    return f"flame_vec<{v.dtype.cuda_type}, {V}>"
-
-
-def _vector_width(memory: list, kept: dict, red: dict, rdims: tuple[int, ...], lengths: tuple[int, ...]) -> int:
-    """Elements per vector of a row's element-by-element memory accesses (1: one by one): every
-    per-element input and output walks the (one, collapsed) reduced dim contiguously, and the row,
-    its chunks and each row's start hold whole vectors; V elements of the narrowest dtype are 16 bytes
-    (wider dtypes move several 16-byte pieces per vector)."""
-    if not memory or len(rdims) != 1 or any(red[k].strides[0] != 1 for k in memory):
-        return 1
-    V = 16 // min(v.dtype.itemsize for v, _ in memory)
-
-    def whole(V: int) -> bool:
-        return all(n % V == 0 for n in lengths) and all(
-            kept[k].base % V == 0 and all(s >= 0 and s % V == 0 for s in kept[k].strides) for k in memory)
-
-    while V > 1 and not whole(V):
-        V //= 2
-    return V
 
 
 def _partial_offsets(reductions: list[Op], n: int) -> dict[Op, int]:
@@ -499,21 +353,16 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     outputs = list(group.outputs)
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
     split = _split_schedule(segs, lays, columns, config, target)
-
-    def parts_for(G: int) -> list[_RowSegment]:
-        return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split)
-                for k, (seg, lay) in enumerate(zip(segs, lays))]
-
-    G, parts = _threads_per_row(parts_for, config.split_threads if split else _threads(R), config.row_regs,
-                                () if split else _THREAD_CHOICES)
+    G = config.split_threads if split else _threads(R)
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     block = _block(G, M, R, columns)
+    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split)
+             for k, (seg, lay) in enumerate(zip(segs, lays))]
     fields, start = [], 0
     for p in parts:
         chunks = f" in {p.P} chunks of {p.CH}" if split else ""
-        how = ("registers" if p.cached else "streamed") + (f", {p.V}-element vectors" if p.V > 1 else "")
         fields.append(dict(start=start, end=start + p.M * p.P, body=p.body(),
-                           what=f"{p.M} rows x {p.R}{chunks} ({how})"))
+                           what=f"{p.M} rows x {p.R}{chunks} ({'registers' if p.cached else 'streamed'})"))
         start += p.M * p.P
     cap = target.sm_count * max(1, config.column_threads // block) if columns else _MAX_GRID
     grid = min(-(-start // (block // G)), cap)
@@ -533,7 +382,6 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         block=block,
         min_blocks=config.min_blocks,
         G=G,
-        vector=any(p.V > 1 for p in parts),
         idx_t=idx_t,
         off_t=off_t,
         total_rows=start,

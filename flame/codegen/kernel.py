@@ -37,10 +37,7 @@ class Config:
     multiprocessor (0: the compiler's choice); column_threads: threads per multiprocessor
     (Target.sm_count) of a row kernel that carries column partials (its grid; one partial per
     block). split_threads, split_elements: threads per chunk and elements per thread of a row split
-    across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
-    row_regs: registers per thread of row data (inputs kept in their compute type, column partials)
-    a row kernel kept in registers by vectors aims at when it picks its threads per row (the fewest
-    threads within it: more rows resident per SM); ptxas holds about twice that in all."""
+    across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -50,7 +47,6 @@ class Config:
     column_threads: int = 1024
     split_threads: int = 256
     split_elements: int = 8
-    row_regs: int = 16
 
 
 DEFAULT_CONFIG = Config()
