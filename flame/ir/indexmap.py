@@ -24,6 +24,17 @@ def is_view(op: Op) -> bool:
     return get(op.name).view is not None
 
 
+def swaps_last_two(op: Op | None) -> bool:
+    """op is a permute that swaps the last two axes and keeps the others (a matmul can read its input
+    with the operand's transpose flag instead: plan.build.fold_transposes)."""
+    if op is None or op.name != "permute" or op.out.type.rank < 2:
+        return False
+    perm = list(op.attrs["perm"])
+    want = list(range(len(perm)))
+    want[-2], want[-1] = want[-1], want[-2]
+    return perm == want
+
+
 def is_reduction(op: Op) -> bool:
     """op folds its input over `axes` with a monoid (the OpDef's `reduction` trait; argmax, which
     yields an index, is not one): the reductions fused kernels compute."""

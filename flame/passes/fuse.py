@@ -3,12 +3,12 @@ boundary exists (DESIGN.md §5). Only fusions whose math is the op-by-op math ar
 kernel evaluates the same ops on the same operands and rounds every intermediate to its dtype.
 
 Rules, in the order they apply:
-- conversions (CONVERSIONS: cast, neg, abs) first move past views and gathers to the side where values
-  are wider (_move_conversions), so only narrow values cross kernel boundaries: the readers of
-  bf16 logits' .float() convert what they load, a reshaped f32 gradient cast to bf16 is converted by
-  the kernel computing it; a widening conversion that several fusible kernels read is recomputed in
-  each of them (_recompute_conversions: its result is never written; a backward kernel's copy is a
-  recomputation and the narrow input is what the forward saves);
+- conversions (flame.passes.prepare_fusion.CONVERSIONS: cast, neg, abs) first move past views and
+  gathers to the side where values are wider (prepare_fusion.move_conversions), so only narrow values
+  cross kernel boundaries: the readers of bf16 logits' .float() convert what they load, a reshaped f32
+  gradient cast to bf16 is converted by the kernel computing it; a widening conversion that several
+  fusible kernels read is recomputed in each of them (_recompute_conversions: its result is never
+  written; a backward kernel's copy is a recomputation and the narrow input is what the forward saves);
 - vertical: an elementwise or view op joins the kernel of an operand's producer when every value of
   that kernel maps affinely into one iteration domain (flame.ir.indexmap); several results may leave
   one kernel (multi-output);
@@ -30,7 +30,8 @@ Rules, in the order they apply:
   as its BGRAD epilogue;
 - attention: stays a library call; an attention forward and its softmax statistics (the op autodiff
   saves for the backward, same inputs and attributes) are one call that writes both;
-- `full` constants and views of graph inputs are cloned into every kernel that reads them;
+- `full` constants and views of graph inputs are cloned into every kernel that reads them
+  (prepare_fusion.clone_constants);
 - phases: an op the remat pass recomputes in the backward never shares a kernel with a forward op
   (the kernel would run in the forward and keep the value alive again); nor does a backward op whose
   result leaves the kernel at the kernel's full size (ReLU's mask `y > 0`: computed in the forward,
@@ -59,16 +60,13 @@ from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
+from flame.passes.prepare_fusion import clone_constants, is_conversion, is_free, move_conversions
 from flame.passes.remat import RecomputeLoc
 from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
 PHASES = "recomputed in the backward (remat): kept out of forward kernels"
 HOISTED = "backward work of full size kept out of forward kernels (its result would live until the backward)"
-# conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
-# work worth a buffer of its own (_move_conversions, _recompute_conversions)
-CONVERSIONS = frozenset({"cast", "neg", "abs"})
-MAX_MOVES = 8  # rounds of _move_conversions: each moves a conversion past one view
 _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 
 
@@ -182,7 +180,7 @@ def _feeds_matmul(st: _State, v: Value) -> bool:
 
 
 def _constants(st: _State, op: Op) -> list[Op]:
-    return [v.producer for v in op.inputs if _free(v.producer) and v.producer not in st.group_of]
+    return [v.producer for v in op.inputs if is_free(v.producer) and v.producer not in st.group_of]
 
 
 def _try_join(st: _State, grp: _Group, op: Op) -> bool:
@@ -341,9 +339,9 @@ def _place(st: _State, op: Op) -> None:
 
 
 def _same_value(a: Value, b: Value) -> bool:
-    """a is b, or both are clones of one free op (`_clone_constants` gives each reader its own)."""
+    """a is b, or both are clones of one free op (`clone_constants` gives each reader its own)."""
     pa, pb = a.producer, b.producer
-    return a is b or (_free(pa) and _free(pb) and (pa.name, pa.attrs, pa.inputs) == (pb.name, pb.attrs, pb.inputs))
+    return a is b or (is_free(pa) and is_free(pb) and (pa.name, pa.attrs, pa.inputs) == (pb.name, pb.attrs, pb.inputs))
 
 
 def _join_attention(st: _State, op: Op) -> bool:
@@ -365,7 +363,7 @@ def _join_attention(st: _State, op: Op) -> bool:
 def _mixes_phases(ops) -> bool:
     """A recomputation and a forward op in one kernel (constants and input views, which every
     kernel computes for itself, aside)."""
-    return remat.mixes_phases([o for o in ops if not _free(o)])
+    return remat.mixes_phases([o for o in ops if not is_free(o)])
 
 
 def _phases(g: Graph) -> tuple[set[Op], set[Op]]:
@@ -384,7 +382,7 @@ def _hoists_backward(st: _State, ops: list[Op], exposed: list[Value]) -> bool:
     elementwise backward work of that size reads, well into the backward (the phases rule): the
     kernel would run in the forward and keep that result alive until then, while the kernel of its
     readers computes it for free."""
-    work = [o for o in ops if not _free(o)]
+    work = [o for o in ops if not is_free(o)]
     if not any(o in st.forward for o in work) or not any(o in st.later for o in work):
         return False
     big = max(o.out.type.numel for o in work)
@@ -394,102 +392,6 @@ def _hoists_backward(st: _State, ops: list[Op], exposed: list[Value]) -> bool:
 
 def _rides_along(op: Op, n: int) -> bool:
     return get(op.name).category == "elementwise" and not is_view(op) and op.out.type.numel == n
-
-
-def _free(op: Op | None) -> bool:
-    """Ops a kernel recomputes rather than reads: `full` constants and views of graph inputs."""
-    return op is not None and (op.name == "full" or (is_view(op) and all(v.producer is None for v in op.inputs)))
-
-
-def _conversion(op: Op | None, widening: bool) -> bool:
-    """op is a conversion (CONVERSIONS) whose element is at least as wide as its input's (widening:
-    reading the input instead of the result moves no more bytes), or strictly narrower (not widening)."""
-    if op is None or op.name not in CONVERSIONS:
-        return False
-    return (op.out.dtype.itemsize >= op.inputs[0].dtype.itemsize) == widening
-
-
-def _swap(op: Op) -> list[Op] | None:
-    """op and the conversion next to it in the other order (see _move_conversions), or None."""
-    data = op.inputs[0] if op.inputs else None
-    u = data.producer if data is not None else None
-    if (is_view(op) or get(op.name).selects) and _conversion(u, widening=True):  # r(u(x)) -> u(r(x))
-        x = u.inputs[0]
-        moved = Op(op.name, (x, *op.inputs[1:]), op.attrs, op.out.type.with_dtype(x.dtype), op.loc)
-        # a forward conversion now computed after a backward view is backward work (same mark as op's)
-        loc = type(op.loc)(u.loc or "") if is_backward(op) and not is_backward(u) else u.loc
-        return [moved, Op(u.name, (moved.out,), u.attrs, op.out.type, loc)]
-    view = get(u.name).view if u is not None else None
-    if _conversion(op, widening=False) and view is not None and view.relabel and u.inputs[0].producer is not None:
-        y = u.inputs[0]  # u(r(y)) -> r(u(y)), with op the conversion and u the view
-        narrow = Op(op.name, (y,), op.attrs, y.type.with_dtype(op.out.dtype), op.loc)
-        return [narrow, Op(u.name, (narrow.out,), u.attrs, op.out.type, u.loc)]
-    return None
-
-
-def _move_conversions(g: Graph) -> Graph:
-    """A copy of g where each conversion sits on the side of its views where values are wider, so
-    that a kernel computing with the wide values converts in registers and only narrow values cross
-    kernel boundaries (a view that does not map into a kernel's domain, a reshape merging dims, is a
-    boundary; a gather is a kernel of its own):
-    - a view or selection (gather) of a widening conversion reads the conversion's input instead,
-      r(u(x)) -> u(r(x)): the readers convert what they load (a cross-entropy of bf16 logits.float():
-      the row kernel and the gather read the bf16 logits, no f32 copy is written);
-    - a narrowing conversion of a relabelling view (reshape) of a computed value converts the value
-      itself, u(r(y)) -> r(u(y)): the kernel computing y writes the narrow result (the f32 gradient
-      of bf16 logits is written as bf16 by the row kernel), which the view relabels.
-    Both are exact: an elementwise op commutes with moving elements. g is not modified."""
-    g = g.copy()
-    moved: list[Op] = []
-    for _ in range(MAX_MOVES):
-        ops, subst = [], {}
-        for op in g.ops:
-            op.inputs = tuple(subst.get(v, v) for v in op.inputs)
-            pair = _swap(op)
-            if pair is None:
-                ops.append(op)
-                continue
-            ops += pair
-            subst[op.out] = pair[-1].out
-            moved.append(op.inputs[0].producer)
-        g.ops, g.outputs = ops, [subst.get(v, v) for v in g.outputs]
-        if not subst:
-            break
-    while moved:  # drop what the moves left unread
-        users, outs = g.users(), set(g.outputs)
-        dead = {op for op in moved if op in g.ops and not users[op.out] and op.out not in outs}
-        g.ops = [op for op in g.ops if op not in dead]
-        moved = [v.producer for op in dead for v in op.inputs if v.producer is not None]
-    return g
-
-
-def _clone_constants(g: Graph) -> Graph:
-    """A copy of g where every free op (`full`, a view of a graph input) has at most one reader op (a
-    clone per reader), so that each kernel computes its own constants and indexes inputs itself
-    instead of reading them from memory — and a view shared by an opaque op and a fused kernel does
-    not tie the two into a cycle (cross-entropy's labels feed both gather and the one-hot)."""
-    g = g.copy()
-    users = g.users()
-    ops: list[Op] = []
-    for op in g.ops:
-        if _free(op) and len(users[op.out]) > 1:
-            continue
-        new_inputs = []
-        for v in op.inputs:
-            p = v.producer
-            if _free(p) and len(users[v]) > 1:
-                clone = Op(p.name, p.inputs, p.attrs, v.type, p.loc)
-                ops.append(clone)
-                v = clone.out
-            new_inputs.append(v)
-        op.inputs = tuple(new_inputs)
-        ops.append(op)
-    kept = {op.out for op in ops}
-    for op in g.ops:  # a shared free value that is also returned keeps its op
-        if op.out not in kept and op.out in set(g.outputs):
-            ops.insert(0, op)
-    g.ops = ops
-    return g
 
 
 def _merge(st: _State, a: _Group, b: _Group) -> None:
@@ -545,7 +447,7 @@ def _recompute_conversions(st: _State) -> None:
     f32 copy is never written, and a backward kernel reading it reads the saved bf16 value (the clone
     is then backward work, a RecomputeLoc). Its own kernel keeps it if it still reads it."""
     for grp in list(st.groups):
-        for u in [op for op in grp.ops if _conversion(op, widening=True) and op.out not in st.outs]:
+        for u in [op for op in grp.ops if is_conversion(op, widening=True) and op.out not in st.outs]:
             if st.group_of.get(u) is not grp:
                 continue
             outside = list(dict.fromkeys(st.group_of[r] for r in st.users[u.out] if st.group_of.get(r) is not grp))
@@ -561,7 +463,7 @@ def _recompute_conversions(st: _State) -> None:
 def _recompute_in(st: _State, u: Op, grp: _Group, undo: list) -> bool:
     """Give grp its own copy of conversion u for the ops of grp that read u (undo: how to take it back)."""
     readers = [r for r in st.users[u.out] if st.group_of.get(r) is grp]
-    backward_only = all(is_backward(o) for o in grp.ops if not _free(o))
+    backward_only = all(is_backward(o) for o in grp.ops if not is_free(o))
     loc = RecomputeLoc(u.loc or "") if backward_only and not is_backward(u) else u.loc
     c = Op(u.name, u.inputs, u.attrs, u.out.type, loc)
     saved = (list(grp.ops), grp.domain, grp.n_red, {r: r.inputs for r in readers}, list(st.users[u.inputs[0]]))
@@ -637,7 +539,7 @@ def _after_reductions(grp: _Group) -> list[Op]:
             dep.add(op.out)
             moved.append(op)
     readers = set(moved)
-    return [op for op in grp.ops if op in readers or (_free(op) and _read_only_by(grp, op, readers))]
+    return [op for op in grp.ops if op in readers or (is_free(op) and _read_only_by(grp, op, readers))]
 
 
 def _read_only_by(grp: _Group, op: Op, readers: set[Op]) -> bool:
@@ -667,7 +569,7 @@ def _split_few_rows(st: _State) -> None:
         grp.reason = f"split: {M} row(s) of {R} run across blocks; what reads the reduced values is a kernel of its own"
         if isinstance(got, str):  # no common domain: one kernel per op
             for op in moved:
-                kind = Kind.ELEMENTWISE if _free(op) else _classify(op)
+                kind = Kind.ELEMENTWISE if is_free(op) else _classify(op)
                 st.new([op], kind, domain=op.inputs[0].shape if kind == Kind.ROWS else op.out.shape,
                        n_red=trailing_reduced(op) or 0 if kind == Kind.ROWS else 0)
             continue
@@ -715,7 +617,7 @@ def _absorb_recomputations(st: _State) -> None:
             continue
         inside, n = set(a.ops), math.prod(a.domain)
         shared = {v for o in a.ops for v in o.inputs
-                  if v.producer not in inside and not _free(v.producer) and math.prod(v.shape) == n}
+                  if v.producer not in inside and not is_free(v.producer) and math.prod(v.shape) == n}
         for b in st.groups:
             reads = any(v in shared for o in b.ops for v in o.inputs)
             if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or _mixes_phases(a.ops + b.ops)
@@ -762,8 +664,9 @@ def _horizontal(st: _State) -> None:
             if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
                     or _columns(b) or _feeds_collective(st, b)):
                 continue
-            if (st.reaches(a, b) or st.reaches(b, a) or _mixes_phases(a.ops + b.ops)
-                    or _hoists_backward(st, a.ops + b.ops, st.exposed(a.ops + b.ops)) or _hoists_recomputation(st, a, b)):
+            both = a.ops + b.ops
+            if (st.reaches(a, b) or st.reaches(b, a) or _mixes_phases(both)
+                    or _hoists_backward(st, both, st.exposed(both)) or _hoists_recomputation(st, a, b)):
                 continue
             _merge(st, a, b)
 
@@ -781,7 +684,7 @@ def _frees_memory(st: _State, grp: _Group, before: set[_Group]) -> bool:
     written = sum(_bytes(v) for v in exposed if not is_view(v.producer) and v not in st.outs)
     read = {v for op in grp.ops for v in op.inputs if v.producer is not None and v.producer not in inside}
     freed = sum(_bytes(v) for v in read
-                if not is_view(v.producer) and not _free(v.producer) and v not in st.outs
+                if not is_view(v.producer) and not is_free(v.producer) and v not in st.outs
                 and all(u in inside or (not is_view(u) and st.group_of.get(u) in before) for u in st.users[v]))
     return freed > written
 
@@ -850,10 +753,10 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = _clone_constants(_move_conversions(g))
+    g = clone_constants(move_conversions(g))
     st = _State(g, target)
     for op in g.ops:
-        if not _free(op):
+        if not is_free(op):
             _place(st, op)
     for op in g.ops:  # free ops only read by ops that went elsewhere
         if op not in st.group_of:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
-from flame.ir.indexmap import is_reduction
+from flame.ir.indexmap import is_reduction, swaps_last_two
 from flame.ir.registry import get
 from flame.passes.remat import is_recompute, nbytes
 
@@ -111,10 +111,7 @@ def _writes_nothing(op: Op, users: dict[Value, list[Op]]) -> bool:
     view = get(op.name).view
     if view is not None and view.relabel:
         return True
-    perm = list(op.attrs.get("perm", ())) if op.name == "permute" else []
-    swap = list(range(len(perm)))
-    swap[-2:] = swap[:-3:-1]
-    return len(perm) >= 2 and perm == swap and bool(users[op.out]) and all(u.name == "matmul" for u in users[op.out])
+    return swaps_last_two(op) and bool(users[op.out]) and all(u.name == "matmul" for u in users[op.out])
 
 
 def _memory_order(g: Graph, groups: list[FusionGroup]) -> list[FusionGroup]:

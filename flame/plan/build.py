@@ -23,7 +23,7 @@ import numpy as np
 from flame.ir import symbolic
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
-from flame.ir.indexmap import contiguous_strides
+from flame.ir.indexmap import contiguous_strides, swaps_last_two
 from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
@@ -182,15 +182,6 @@ def view_start(op: Op) -> int | None:
     return start if (start * op.out.type.dtype.itemsize) % ALIGN == 0 else None
 
 
-def _swaps_last_two(op: Op | None) -> bool:
-    if op is None or op.name != "permute" or op.out.type.rank < 2:
-        return False
-    perm = list(op.attrs["perm"])
-    want = list(range(len(perm)))
-    want[-2], want[-1] = want[-1], want[-2]
-    return perm == want
-
-
 def fold_transposes(g: Graph) -> set[Value]:
     """Results of permutes that swap the last two axes, are read only by matmuls (and are not graph
     outputs) and run as their own kernel: each matmul reads the permute's input with ta/tb set, so
@@ -198,7 +189,7 @@ def fold_transposes(g: Graph) -> set[Value]:
     input may live only inside it (no buffer to read)."""
     users, outs = g.users(), set(g.outputs)
     alone = None if g.groups is None else {grp.ops[0] for grp in g.groups if len(grp.ops) == 1}
-    return {op.out for op in g.ops if _swaps_last_two(op) and op.out not in outs and users[op.out]
+    return {op.out for op in g.ops if swaps_last_two(op) and op.out not in outs and users[op.out]
             and all(u.name == "matmul" for u in users[op.out]) and (alone is None or op in alone)}
 
 

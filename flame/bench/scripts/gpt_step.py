@@ -37,7 +37,8 @@ def main(argv: list[str]) -> None:
     for _ in range(3):
         loss = bound.call(*data)
     first = next(iter(flat_outputs(loss)), None)
-    print(f"{name}: " + ("no output" if first is None else f"first output's first element {float(first.numpy().flat[0]):.6f}"))
+    shown = "no output" if first is None else f"first output's first element {float(first.numpy().flat[0]):.6f}"
+    print(f"{name}: {shown}")
     if flame.runtime.device.cuda_available():
         import cupy
 
