@@ -55,9 +55,10 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
-from flame.ir.indexmap import Layout, canonical, column_ok, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import Layout, canonical, column_map, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
+from flame.ir.symbolic import SymInt
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
 from flame.passes.prepare_fusion import clone_constants, is_conversion, is_free, move_conversions
@@ -583,17 +584,19 @@ def _columns(grp: _Group) -> list[Op]:
 
 
 def _absorb_columns(st: _State) -> None:
-    """A column reduction (reduce_sum/mean over the leading dims) of a value that a rows kernel
-    computes or reads at its full domain joins that kernel: each thread accumulates the columns it
-    owns over the rows it visits, and a short second kernel folds the per-thread partials (the
-    layer_norm backward's dweight and dbias ride along with dx instead of re-reading [rows, cols])."""
+    """A column reduction (reduce_sum/mean over dims other than a row's trailing ones) of a value that
+    a rows kernel computes or reads over its whole domain joins that kernel: each thread accumulates
+    the elements it owns over the rows it visits, and a short second kernel folds the per-thread
+    partials (the layer_norm backward's dweight and dbias ride along with dx instead of re-reading
+    [rows, cols]; a GroupNorm backward's per-channel sums, whose channel is a kept dim (the group) and
+    a reduced one (the channel in its group), ride along the same way: indexmap.column_map)."""
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
         v = op.inputs[0]
         if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
             continue
         for rg in st.groups:
-            if rg.kind != Kind.ROWS or rg.domain != v.shape or math.prod(v.shape[-rg.n_red:]) > st.target.row_cache:
+            if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
                 continue
             if st.target.splits_rows(*_rows_shape(rg)):
                 continue  # a split row kernel carries no column partials
@@ -601,12 +604,29 @@ def _absorb_columns(st: _State) -> None:
             if len(segments([o for o in rg.ops if o not in carried])) != 1:
                 continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
-            if not touches or not column_ok(op, rg.domain, rg.n_red) or st.reaches(cg, rg):
+            if not touches or not _column_fits(st, rg, op) or st.reaches(cg, rg):
                 continue
             if _mixes_phases(rg.ops + cg.ops):
                 continue
             _merge(st, rg, cg)
             break
+
+
+def _column_fits(st: _State, rg: _Group, op: Op) -> bool:
+    """Rows kernel rg can accumulate column reduction op: its row layout holds op's input once per
+    domain element and each result dim is a domain dim (indexmap.column_map). Beyond the leading-dims
+    case (a layer_norm's), the domain is static: codegen picks the grid from the kept dims."""
+    ops = [o for o in rg.ops if o not in _columns(rg)]
+    v = op.inputs[0]
+    lay = derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
+    if isinstance(lay, str) or v not in lay.stores:
+        return False
+    cm = column_map(op, lay.stores[v], rg.domain, rg.n_red)
+    if cm is None:
+        return False
+    n_kept = len(rg.domain) - rg.n_red
+    leading = not cm.depends_on(range(n_kept))
+    return leading or not any(isinstance(d, SymInt) for d in rg.domain)
 
 
 def _absorb_recomputations(st: _State) -> None:
