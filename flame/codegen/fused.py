@@ -141,9 +141,16 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
     columns = tuple(op for op in group.ops if is_reduction(op) and trailing_reduced(op) is None)
     segs = segments([op for op in group.ops if op not in columns])
     col_in = [op.inputs[0] for op in columns]
-    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
-    if columns and (len(segs) != 1 or not lays[0].n_red):
-        raise NotImplementedError("column reductions ride only in a one-segment row kernel")
+    if columns:  # the segment computing or reading the columns' inputs goes first (it carries them)
+        holds = [k for k, seg in enumerate(segs) if any(v.producer in seg or any(v in o.inputs for o in seg)
+                                                         for v in col_in)]
+        if len(holds) != 1:
+            raise NotImplementedError("column reductions ride in one segment of a row kernel")
+        segs.insert(0, segs.pop(holds[0]))
+    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + (col_in if k == 0 else []))))
+            for k, seg in enumerate(segs)]
+    if columns and not lays[0].n_red:
+        raise NotImplementedError("column reductions ride only in a row segment")
     return inputs, segs, lays, columns
 
 

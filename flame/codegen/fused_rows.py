@@ -216,26 +216,30 @@ class _RowSegment:
 
 
 class _Columns:
-    """Column reductions carried by a one-segment row kernel: thread t of row slot s accumulates
+    """Column reductions carried by a row kernel's first segment: thread t of row slot s accumulates
     c{n}[j] for element r = lane + j*G of every row it visits. When each result element is one
     element of the row (a layer_norm's dweight: plain), after the row loop the block folds its slots'
     partials in slot order (shared memory) and writes one partial per block to scratch [grid, R] (per
     column op), and the fold kernel sums the grid's partials of each element in a fixed order.
-    Otherwise (indexmap.column_map: a result dim is a kept dim, as a GroupNorm's group, or the result
-    sums elements of a row, as its positions) every slot writes its partials to scratch [slots, R],
-    the grid makes every row a slot visits agree on the kept dims the results depend on (`period`),
-    and the fold kernel gives each result element a block that sums its slots and row elements in a
-    fixed order. Either way the results do not vary between runs."""
+    Otherwise (indexmap.column_map: a result dim is a kept dim, as a GroupNorm's group, or a result
+    element sums several elements of a row, as its positions) each slot writes its own partials, the
+    grid makes every row a slot visits agree on the kept dims the results depend on (column_period),
+    and the fold kernel gives each result element a block that sums its terms in a fixed order. A
+    slot's partials are [Q] when the row elements a result keeps are its innermost Q, with Q dividing
+    G (a GroupNorm's channel within its group): element r then belongs to result r % Q = lane % Q,
+    and the slot sums its threads' elements per lane % Q (in j order, warp shuffles, then its warps in
+    order); else [R], one per row element. Either way the results do not vary between runs."""
 
     def __init__(self, seg: _RowSegment, outputs: list[Value], grid: int, block: int):
         self.seg, self.R = seg, seg.R
         self.slots_per_block, self.block = block // seg.G, block
         self.plain = not column_period(seg)[1]
         self.P = grid if self.plain else grid * self.slots_per_block
+        self.width = [self.R if self.plain else _suffix(seg, op) or self.R for op in seg.columns]
         self.offsets, off = [], 0
-        for op in seg.columns:
+        for op, w in zip(seg.columns, self.width):
             self.offsets.append(off)
-            off += -(-self.P * self.R * accumulator(op).dtype.itemsize // 256) * 256
+            off += -(-self.P * w * accumulator(op).dtype.itemsize // 256) * 256
         self.scratch = off
         self.out_idx = [outputs.index(op.out) for op in seg.columns]
 
@@ -252,10 +256,11 @@ class _Columns:
 
     def partial_writes(self) -> list[str]:
         S, R = self.slots_per_block, self.R
-        if S == 1 or not self.plain:
-            slot = "(size_t)blockIdx.x" + (f" * {S}u + threadIdx.x / {self.seg.G}u" if S > 1 else "")
+        if not self.plain:
+            return self._slot_writes()
+        if S == 1:
             return self._each("{ " + " ".join(
-                f"{_scratch(accumulator(op).dtype.cuda_type, off)}[({slot}) * {R}u + r] = c{n}[j];"
+                f"{_scratch(accumulator(op).dtype.cuda_type, off)}[(size_t)blockIdx.x * {R}u + r] = c{n}[j];"
                 for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets))) + " }")
         size = S * R * max(accumulator(op).dtype.itemsize for op in self.seg.columns)
         lines = [f"__shared__ __align__(8) unsigned char flame_cols[{size}];"]
@@ -271,37 +276,61 @@ class _Columns:
                       f"    {_scratch(t, off)}[(size_t)blockIdx.x * {R}u + r] = a;", "  }", "}"]
         return lines
 
+    def _slot_writes(self) -> list[str]:
+        """Each slot's partials: [Q] summed over its threads (_suffix), else [R] as they are."""
+        G, E, S = self.seg.G, self.seg.E, self.slots_per_block
+        slot = "((size_t)blockIdx.x" + (f" * {S}u + threadIdx.x / {G}u)" if S > 1 else ")")
+        lines = []
+        if any(w < self.R for w in self.width):
+            lines.append(f"__shared__ __align__(8) unsigned char flame_cols[{self.block * 8}];")
+        for n, (op, off, w) in enumerate(zip(self.seg.columns, self.offsets, self.width)):
+            accu = accumulator(op)
+            t = accu.dtype.cuda_type
+            dst = f"{_scratch(t, off)}[{slot} * {w}u + "
+            if w == self.R:
+                lines += self._each(f"{dst}r] = c{n}[j];")
+                continue
+            step = max(w, 32)
+            lines += ["{", f"  {t} v = c{n}[0];", f"  for (int j = 1; j < {E}; ++j) v = {accu.combine('v', f'c{n}[j]')};"]
+            if w < 32:
+                lines.append(f"  for (int d = 16; d >= {w}; d >>= 1) {{ const {t} b = __shfl_xor_sync(0xffffffffu, v, d); "
+                             f"v = {accu.combine('v', 'b')}; }}")
+            lines += [f"  {t}* sm = reinterpret_cast<{t}*>(flame_cols);", "  __syncthreads();",
+                      "  sm[threadIdx.x] = v;", "  __syncthreads();",
+                      f"  if (lane < {w}) {{",
+                      f"    const {t}* mine = sm + threadIdx.x;", f"    {t} a = mine[0];",
+                      f"    for (int k = 1; k < {G // step}; ++k) a = {accu.combine('a', f'mine[k * {step}]')};",
+                      f"    {dst}lane] = a;", "  }", "}"]
+        return lines
+
     def fold(self) -> list[dict]:
         out = []
         for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
             accu = accumulator(op)
             count = math.prod(op.inputs[0].shape) // max(1, math.prod(op.out.shape))
             total = cuda_c.convert(accu.total("a", f"{count}u"), accu.dtype, op.out.dtype)
+            w = self.width[n]
             out.append(dict(acc_t=accu.dtype.cuda_type, identity=accu.identity, offset=off,
                             combine=accu.combine("a", "p[(size_t)s * R + r]"),
                             combine_phase=accu.combine("a", f"sm[h * {FOLD_COLS}u + threadIdx.x]"),
+                            combine_slot=accu.combine("a", f"p[(size_t)s * {w}u + r]"),
                             combine_b=accu.combine("a", "b"), out=self.out_idx[n],
                             store=store(op.out, cuda_c.load(total, op.out.dtype)),
-                            n_out=math.prod(op.out.shape), **({} if self.plain else self._preimage(op))))
+                            n_out=math.prod(op.out.shape), **({} if self.plain else self._preimage(op, w < self.R))))
         return out
 
-    def _preimage(self, op: Op) -> dict:
+    def _preimage(self, op: Op, summed: bool) -> dict:
         """The fold's walk over the partials of result element o of a general column reduction: o's
         coords give the kept coords (a row u0 = `row`) and reduced coords (an element r0 = `elem`) it
         fixes; term t = (free kept index) * RF + (free reduced index) adds slot u0 + (free kept coords)
         (the first row of that slot: a row past the slots ends the walk, rows only grow with t) at
-        element r0 + (free reduced coords)."""
-        lay, seg = self.seg.lay, self.seg
+        element r0 + (free reduced coords); with `summed` partials ([Q]: _suffix) no reduced dim is
+        free."""
+        lay = self.seg.lay
         n_kept = len(lay.domain) - lay.n_red
         cm = column_map(op, lay.stores[op.inputs[0]], lay.domain, lay.n_red)
-        ustride = contiguous_strides(lay.domain[:n_kept])
-        rstride = contiguous_strides(lay.domain[n_kept:])
-        stride = [*ustride, *rstride]
-        fixed = {}  # domain dim -> result dim
-        for k, row in enumerate(cm.rows):
-            for d, c in enumerate(row):
-                if c:
-                    fixed[d] = k
+        stride = [*contiguous_strides(lay.domain[:n_kept]), *contiguous_strides(lay.domain[n_kept:])]
+        fixed = {d: k for k, row in enumerate(cm.rows) for d, c in enumerate(row) if c}  # domain dim -> result dim
         lines, terms = ["idx_t oc = o;"], {"row": [], "elem": []}
         shape = op.out.shape
         for k in range(len(shape) - 1, -1, -1):
@@ -311,7 +340,7 @@ class _Columns:
             lines.append(f"const idx_t o{k} = oc % {shape[k]}u; oc /= {shape[k]}u;")
             terms["row" if d < n_kept else "elem"].append(f"o{k} * {stride[d]}u")
         free_k = [d for d in range(n_kept) if d not in fixed and lay.domain[d] != 1]
-        free_r = [d for d in range(n_kept, len(lay.domain)) if d not in fixed and lay.domain[d] != 1]
+        free_r = [] if summed else [d for d in range(n_kept, len(lay.domain)) if d not in fixed and lay.domain[d] != 1]
         RF = math.prod(lay.domain[d] for d in free_r)
         walk = [f"idx_t tk = t / {RF}u, tr = t % {RF}u;", "idx_t u = row, r = elem;"]
         for name, dims in (("tk", free_k), ("tr", free_r)):
@@ -320,6 +349,21 @@ class _Columns:
                             f"{name} /= {lay.domain[d]}u;")
         return dict(coords=lines, row=" + ".join(terms["row"]) or "0", elem=" + ".join(terms["elem"]) or "0",
                     T=math.prod(lay.domain[d] for d in free_k) * RF, walk=walk)
+
+
+def _suffix(seg: _RowSegment, op: Op) -> int | None:
+    """Q when the row elements column reduction op keeps are the innermost Q of the row (its result
+    element of row element r depends on r % Q only) and Q divides the threads per row G, so that all
+    of a thread's elements r = lane + j*G belong to one result element; else None."""
+    lay = seg.lay
+    n_kept = len(lay.domain) - lay.n_red
+    cm = column_map(op, lay.stores[op.inputs[0]], lay.domain, lay.n_red)
+    red = [d for d in range(n_kept, len(lay.domain)) if lay.domain[d] != 1]
+    kept = [d for d in red if cm.depends_on(range(d, d + 1))]
+    if kept != red[len(red) - len(kept):]:
+        return None
+    q = math.prod(lay.domain[d] for d in kept)
+    return q if q < seg.R and seg.G % q == 0 else None
 
 
 def column_period(seg: _RowSegment) -> tuple[int, bool]:
@@ -425,7 +469,7 @@ def _merge_rows(out: list[str], late: list[str]) -> list[str]:
 
 
 def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
-    """The row kernel of a fused group (Kind.ROWS); with column reductions (one segment only), also
+    """The row kernel of a fused group (Kind.ROWS); with column reductions (carried by its first segment), also
     the fold kernel; [] when it writes nothing."""
     got = prepare(group)
     if got is None:
@@ -439,7 +483,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     G = config.split_threads if split else _threads(R)
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     block = _block(G, M, R, columns)
-    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split)
+    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns if k == 0 else (), config, target, split)
              for k, (seg, lay) in enumerate(zip(segs, lays))]
     fields, start = [], 0
     for p in parts:

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
-from flame.ir.indexmap import Layout, canonical, column_map, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import Layout, canonical, column_map, contiguous_strides, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.ir.symbolic import SymInt
@@ -588,8 +588,11 @@ def _absorb_columns(st: _State) -> None:
     a rows kernel computes or reads over its whole domain joins that kernel: each thread accumulates
     the elements it owns over the rows it visits, and a short second kernel folds the per-thread
     partials (the layer_norm backward's dweight and dbias ride along with dx instead of re-reading
-    [rows, cols]; a GroupNorm backward's per-channel sums, whose channel is a kept dim (the group) and
-    a reduced one (the channel in its group), ride along the same way: indexmap.column_map)."""
+    [rows, cols]). One whose result also depends on kept dims or sums elements of a row (a GroupNorm
+    backward's per-channel sums over channels-last data: indexmap.column_map) joins only with
+    another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
+    horizontal one."""
+    waiting: dict[_Group, list[_Group]] = {}
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
         v = op.inputs[0]
@@ -604,29 +607,41 @@ def _absorb_columns(st: _State) -> None:
             if len(segments([o for o in rg.ops if o not in carried])) != 1:
                 continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
-            if not touches or not _column_fits(st, rg, op) or st.reaches(cg, rg):
+            fits = touches and _column_fits(st, rg, op)
+            if not fits or st.reaches(cg, rg) or _mixes_phases(rg.ops + cg.ops):
                 continue
-            if _mixes_phases(rg.ops + cg.ops):
-                continue
-            _merge(st, rg, cg)
+            if fits == "leading":
+                _merge(st, rg, cg)
+            else:
+                waiting.setdefault(rg, []).append(cg)
             break
+    for rg, cgs in waiting.items():
+        if len(cgs) > 1 or _columns(rg):
+            for cg in cgs:
+                if not st.reaches(cg, rg):
+                    _merge(st, rg, cg)
 
 
-def _column_fits(st: _State, rg: _Group, op: Op) -> bool:
-    """Rows kernel rg can accumulate column reduction op: its row layout holds op's input once per
-    domain element and each result dim is a domain dim (indexmap.column_map). Beyond the leading-dims
-    case (a layer_norm's), the domain is static: codegen picks the grid from the kept dims."""
+def _column_fits(st: _State, rg: _Group, op: Op) -> str:
+    """How rows kernel rg can accumulate column reduction op ("" when it cannot): its row layout holds
+    op's input once per domain element and each result dim is a domain dim (indexmap.column_map);
+    "leading" when the result is the row (a layer_norm's: the reduced dims are the leading ones),
+    else "general", which needs a static domain (codegen picks the grid from the kept dims)."""
     ops = [o for o in rg.ops if o not in _columns(rg)]
     v = op.inputs[0]
     lay = derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
     if isinstance(lay, str) or v not in lay.stores:
-        return False
+        return ""
     cm = column_map(op, lay.stores[v], rg.domain, rg.n_red)
     if cm is None:
-        return False
+        return ""
     n_kept = len(rg.domain) - rg.n_red
-    leading = not cm.depends_on(range(n_kept))
-    return leading or not any(isinstance(d, SymInt) for d in rg.domain)
+    _, strides = cm.flat(op.out.shape)
+    row = contiguous_strides(rg.domain[n_kept:])
+    if not cm.depends_on(range(n_kept)) and all(strides[n_kept + i] == s for i, s in enumerate(row)
+                                                if rg.domain[n_kept + i] != 1):
+        return "leading"
+    return "" if any(isinstance(d, SymInt) for d in rg.domain) else "general"
 
 
 def _absorb_recomputations(st: _State) -> None:
@@ -641,9 +656,9 @@ def _absorb_recomputations(st: _State) -> None:
         for b in st.groups:
             reads = any(v in shared for o in b.ops for v in o.inputs)
             if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or _mixes_phases(a.ops + b.ops)
-                    or _columns(b) or st.reaches(a, b) or st.reaches(b, a)):  # (columns: one-segment only)
-                continue
-            got = _fit(st, st.sorted_ops(a.ops + b.ops), b.kind, b.domain, b.n_red)
+                    or st.reaches(a, b) or st.reaches(b, a)):
+                continue  # (columns b carries stay in their segment: their inputs are not a's)
+            got = _fit(st, st.sorted_ops(a.ops + [o for o in b.ops if o not in _columns(b)]), b.kind, b.domain, b.n_red)
             if not isinstance(got, str):
                 _merge(st, b, a)
                 b.domain, b.n_red = got
