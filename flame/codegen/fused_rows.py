@@ -291,10 +291,11 @@ class _Columns:
                 lines += self._each(f"{dst}r] = c{n}[j];")
                 continue
             step = max(w, 32)
-            lines += ["{", f"  {t} v = c{n}[0];", f"  for (int j = 1; j < {E}; ++j) v = {accu.combine('v', f'c{n}[j]')};"]
+            lines += ["{", f"  {t} v = c{n}[0];",
+                      f"  for (int j = 1; j < {E}; ++j) v = {accu.combine('v', f'c{n}[j]')};"]
             if w < 32:
-                lines.append(f"  for (int d = 16; d >= {w}; d >>= 1) {{ const {t} b = __shfl_xor_sync(0xffffffffu, v, d); "
-                             f"v = {accu.combine('v', 'b')}; }}")
+                lines.append(f"  for (int d = 16; d >= {w}; d >>= 1) {{ "
+                             f"const {t} b = __shfl_xor_sync(0xffffffffu, v, d); v = {accu.combine('v', 'b')}; }}")
             lines += [f"  {t}* sm = reinterpret_cast<{t}*>(flame_cols);", "  __syncthreads();",
                       "  sm[threadIdx.x] = v;", "  __syncthreads();",
                       f"  if (lane < {w}) {{",

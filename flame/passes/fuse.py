@@ -42,6 +42,8 @@ Rules, in the order they apply:
   same domain (the GELU output recomputed in the GELU backward's kernel);
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
+  so do two or more whose result dims are other domain dims (a GroupNorm backward's dweight and
+  dbias over channels-last data: per group and channel in the group; indexmap.column_map);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
@@ -55,7 +57,16 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
-from flame.ir.indexmap import Layout, canonical, column_map, contiguous_strides, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import (
+    Layout,
+    canonical,
+    column_map,
+    contiguous_strides,
+    derive,
+    is_reduction,
+    is_view,
+    trailing_reduced,
+)
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.ir.symbolic import SymInt
