@@ -470,7 +470,7 @@ def _merge_rows(out: list[str], late: list[str]) -> list[str]:
 
 
 def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
-    """The row kernel of a fused group (Kind.ROWS); with column reductions (carried by its first segment), also
+    """The row kernel of a fused group (Kind.ROWS); with column reductions (one segment only), also
     the fold kernel; [] when it writes nothing."""
     got = prepare(group)
     if got is None:
@@ -484,7 +484,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     G = config.split_threads if split else _threads(R)
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     block = _block(G, M, R, columns)
-    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns if k == 0 else (), config, target, split)
+    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split)
              for k, (seg, lay) in enumerate(zip(segs, lays))]
     fields, start = [], 0
     for p in parts:
