@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
+from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import (
     Layout,
     canonical,
