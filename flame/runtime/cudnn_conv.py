@@ -42,8 +42,8 @@ from functools import lru_cache
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.conv import to_channels_first
 from flame.plan.steps import ConvCall
-from flame.target import CONV_EPILOGUE_STAGES, conv_stages
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
+from flame.target import CONV_EPILOGUE_STAGES, conv_stages
 
 DTYPES = ("f32", "f16", "bf16")
 OPERANDS = {"fprop": ("x", "w", "y"), "dgrad": ("y", "w", "x"), "wgrad": ("x", "y", "w")}  # a, b -> out, as X/W/Y

@@ -17,6 +17,7 @@ from flame.errors import FlameError
 from flame.ir.evaluate import compute_op, evaluate_graph
 from flame.ir.graph import Graph
 from flame.ir.ops.elementwise import gelu_tanh
+from flame.ir.registry import get
 from flame.plan.steps import (
     Alias,
     AttentionCall,
@@ -30,7 +31,6 @@ from flame.plan.steps import (
     Plan,
     Step,
 )
-from flame.ir.registry import get
 from flame.runtime.communicator import run_collective
 from flame.target import conv_stages
 
