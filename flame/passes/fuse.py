@@ -67,7 +67,7 @@ from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
 from flame.passes.conv_epilogue import conv_epilogue
-from flame.passes.prepare_fusion import clone_constants, is_conversion, is_free, move_conversions
+from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_conversion, is_free, move_conversions
 from flame.passes.remat import RecomputeLoc
 from flame.target import DEFAULT_TARGET, Target
 
@@ -797,7 +797,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = clone_constants(move_conversions(g))
+    g = clone_constants(move_conversions(drop_zero_signs(g)))
     st = _State(g, target)
     for op in g.ops:
         if not is_free(op):
