@@ -146,23 +146,41 @@ class _RowSegment:
         self.aligned = True  # "new": the row loop being emitted moves whole vectors (else element by element)
         self.carry: set = set()  # "new": values kept in registers from the pass that computes them ...
         self._carried: dict = {}  # ... those computed so far (key -> register element)
-        self._passes: list[set] = []  # the per-element values each pass computes (carry_candidates)
+        self._passes: list[set] = []  # the per-element values each pass computes ...
+        self._reads: list[set] = []  # ... and the held inputs it reads (data_regs)
+        self._read: set = set()
         self._used: dict = {}  # the streamed inputs the pass being emitted reads (vector loads at its top)
         self._vdecls: list[str] = []  # the output vectors of the pass being emitted ...
         self._vstores: list[str] = []  # ... and their stores
-        if carry and self.new and self.cached:
-            self.carry = self.carry_candidates()
+        if self.new and self.cached:  # rows' own inputs held; one the same for every row (a weight) if it fits
+            varying = {k for k in self.reg if len(self.kguard[k]) < len(self.kdims)}
+            self.reg = varying
+            self.carry = self.carry_candidates() if carry else set()
+            if reg - varying:
+                self.reg = reg
+                if self.data_regs() > config.row_regs:
+                    self.reg = varying
 
     def data_regs(self) -> int:
-        """32-bit registers per thread of the row's held data: inputs in registers (storage type),
-        carried values and column partials (compute types)."""
-        held = sum(self.J * -(-self.V * v.dtype.itemsize // 4) for v, _ in self.reg)
-        held += sum(self.E * -(-cuda_c.compute_dtype(v.dtype).itemsize // 4) for v, _ in self.carry)
-        return held + sum(self.E * -(-accumulator(op).dtype.itemsize // 4) for op in self.columns)
+        """32-bit registers per thread of the row's held data at its peak over the passes: held
+        inputs (compute type: the compiler converts them once) from the top to the last pass reading
+        them, carried values from the pass after the one computing them, column partials throughout."""
+        self._passes, self._reads = [], []
+        self.body()
+
+        def size(v: Value) -> int:
+            return self.E * -(-cuda_c.compute_dtype(v.dtype).itemsize // 4)
+
+        last = {k: max(i for i, r in enumerate(self._reads) if k in r) for k in self.reg
+                if any(k in r for r in self._reads)}
+        born = {k: i for i, c in enumerate(self._passes) for k in c if k in self.carry}
+        peak = max((sum(size(k[0]) for k, n in last.items() if n >= p)
+                    + sum(size(k[0]) for k, b in born.items() if b < p) for p in range(len(self._passes))), default=0)
+        return peak + sum(self.E * -(-accumulator(op).dtype.itemsize // 4) for op in self.columns)
 
     def carry_candidates(self) -> set:
         """Per-element values with a transcendental that more than one pass computes."""
-        self._passes, self.carry = [], set()
+        self._passes, self._reads, self.carry = [], [], set()
         self.body()
         seen: dict = {}
         for keys in self._passes:
@@ -182,6 +200,7 @@ class _RowSegment:
         if not m.depends_on(self.red):
             return cuda_c.load(f"in{self.in_idx[v]}[rb{key}]", v.dtype)
         if (v, m) in self.reg:
+            self._read.add((v, m))
             return cuda_c.load(f"x{key}[j].v[v]", v.dtype) if self.new else f"x{key}[j]"
         if self.new:  # loaded as a vector at the top of the thread's step (_loop)
             self._used[(v, m)] = None
@@ -295,6 +314,8 @@ class _RowSegment:
         """The pass's loop; the values it computes that are carried go to registers y{n}[e] first."""
         computed = {k for k in em.memo_elem if k not in self._carried}
         self._passes.append(computed)
+        self._reads.append(self._read)
+        self._read = set()
         decls = []
         for k in sorted(computed & self.carry, key=lambda k: em.memo_elem[k]):
             y = f"y{len(self._carried)}"
@@ -447,7 +468,7 @@ def _vector_width(memory: list, views_of: dict, rdims: tuple, R) -> int:
     V = 16 // min(v.dtype.itemsize for v, _ in memory)
 
     def whole(V: int) -> bool:
-        return R % V == 0 and all(views_of[k][0].base % V == 0 and all(
+        return R % V == 0 and all(isinstance(views_of[k][0].base, int) and views_of[k][0].base % V == 0 and all(
             isinstance(s, int) and s % V == 0 for s in views_of[k][0].strides) for k in memory)
 
     while V > 1 and not whole(V):

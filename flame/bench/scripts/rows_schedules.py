@@ -83,10 +83,13 @@ def _config(variant: str):
 
 
 def _rows_group(fn, arrays):
+    """The largest rows group of fn traced on arrays (traced and fused only: nothing compiled)."""
+    import flame
     from flame.passes.fuse import fuse
-    from tests.passes.fuse_cases import build
+    from flame.passes.pipeline import run_pipeline
 
-    graph, _ = build(fn, *arrays)
+    c = flame.compile(fn)
+    graph = run_pipeline(c._build(c._args(arrays), compile=False).traced)
     groups = [g for g in fuse(graph).groups if g.kind == "rows" and g.ops]
     return max(groups, key=lambda g: max(np.prod(v.shape) for op in g.ops for v in op.inputs))
 
@@ -180,7 +183,7 @@ def main() -> None:
         ins = _inputs(group, seed=len(rows))
         outs = [_empty(v) for v in group.outputs]
         nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
-        src = cupy.empty(nbytes // 2, np.uint8)
+        src = cupy.ones(nbytes // 8, np.float32)
         dst = cupy.empty_like(src)
         copy_ms = median_event_ms(functools.partial(cupy.copyto, dst, src), opts.reps, warmup=5)
         del src, dst
