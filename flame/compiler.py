@@ -13,7 +13,8 @@ Nothing below it (ir, passes, plan, codegen, runtime) imports it.
 The cache is keyed by everything that decides what comes out: the executor, the GPU it compiles for
 (its id: the runnable's kernels are loaded there), the Target the passes and the plan builder plan for
 (what the backend can do, the GPU architecture included), the settings read while compiling (FLAME_FUSE
-for lowering, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor), whether the passes run,
+for lowering, FLAME_ROWS_SCHEDULE for the row kernels, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA
+executor), whether the passes run,
 and the graph itself (its printed text, which parses back to the same graph,
 or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
 types))."""
@@ -28,6 +29,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from flame import debug
+from flame.codegen.kernel import rows_schedule
 from flame.errors import MemoryBudgetError
 from flame.ir import symbolic
 from flame.ir.graph import Graph, Op
@@ -69,7 +71,8 @@ def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
     cuda = ex.name == "cuda"
     gpu = _current_gpu() if cuda else None
     comm = cuda and comm_stream_enabled()
-    settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm)
+    settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm,
+                rows_schedule())
     return settings, _target(ex.name, gpu, comm)
 
 

@@ -1,10 +1,23 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
-their elementwise prologue and epilogue. Each row is one warp (R <= 256 elements, 8 rows per block)
-or one block of 128 / 512 threads. A thread owns elements r = lane + j*G of its row; for rows of at
-most Target.row_cache elements the external inputs read per element are loaded once into registers and every
-pass (one per reduction, then the stores) works from them; longer rows re-read global memory in each
-pass. Per-row values (reduction results and what is computed from them) are computed once per
-thread, from totals that every thread of the row holds identically."""
+their elementwise prologue and epilogue. Two schedules (Config.rows_schedule / FLAME_ROWS_SCHEDULE):
+
+- "old": each row is one warp (R <= 256 elements, 8 rows per block) or one block of 128 / 512 / 1024
+  threads (by R alone). A thread owns elements r = lane + j*G of its row, loaded one by one; for rows
+  of at most Target.row_cache elements the external inputs read per element are loaded once into
+  registers (compute type) and every pass (one per reduction, then the stores) works from them;
+  longer rows re-read global memory in each pass. A block-wide reduction takes two barriers.
+- "new": a thread owns vectors t = lane + j*G of V contiguous elements (16-byte loads and stores
+  where every per-element access walks the row contiguously and rows start on whole vectors; a
+  kernel-wide alignment check picks a same-order element-by-element copy of the row loop otherwise);
+  registers hold the row in its storage type; the threads per row G are the fewest (a warp first:
+  shuffles only, no barrier, 8 rows per block) at which the held data fits Config.row_regs
+  registers; a block-wide reduction takes one barrier (one shared slot per reduction of the row);
+  values with a transcendental that a later pass reads again (softmax's exp(x - max)) are kept in
+  registers from the pass that computes them (Config.row_carry), so each is computed once.
+Per-row values (reduction results and what is computed from them) are computed once per thread, from
+totals that every thread of the row holds identically. Column reductions (sums over the rows, a
+LayerNorm's weight and bias gradients) ride along in either schedule: each thread owns fixed
+elements of every row it visits and accumulates them in registers."""
 
 from __future__ import annotations
 
@@ -24,9 +37,10 @@ from flame.codegen.kernel import (
     group_prelude,
     index_types,
     render_template,
+    rows_schedule,
     store,
 )
-from flame.codegen.snippets import accumulator
+from flame.codegen.snippets import SNIPPETS, accumulator
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
 from flame.ir.indexmap import IndexMap, Layout, column_map, contiguous_strides, identity, is_reduction, row_map
@@ -44,6 +58,15 @@ _NAMES = {  # reductions (and a telling op) -> the composite a row kernel implem
 FOLD_COLS, FOLD_PHASES = 32, 8  # fold kernel block: 32 columns x 8 runs over the partials
 _COLUMN_BLOCK = 512  # threads of a block that carries column partials (several rows of <= 128 threads)
 _COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when the block folds them
+
+
+_THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)  # "new": threads per row, fewest first
+_COSTLY = ("expf(", "logf(", "tanhf(", "erff(", "powf(", "sinf(", "cosf(", "expm1f(", "log1pf(", "exp2f(", "log2f(")
+
+
+def _costly(op: Op) -> bool:
+    """op's CUDA text calls a transcendental function (worth registers to compute once per element)."""
+    return any(c in text for text in SNIPPETS.get(op.name, {}).values() for c in _COSTLY)
 
 
 def _threads(R: int) -> int:
@@ -77,7 +100,8 @@ def _offset(kept: views.View, red: views.View, kc: str, rc: str) -> tuple[str, s
 
 class _RowSegment:
     def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], G: int, seg: int,
-                 columns: tuple[Op, ...], config: Config, target: Target, split: tuple[int, int] | None = None):
+                 columns: tuple[Op, ...], config: Config, target: Target, split: tuple[int, int] | None = None,
+                 new: bool = False, carry: bool = False, hold: bool = True):
         self.ops, self.lay, self.G, self.seg, self.columns = ops, lay, G, seg, columns
         self.in_idx = {v: i for i, v in enumerate(inputs)}
         self.out_idx = {v: outputs.index(v) for v in lay.stores if v in outputs}  # others: column inputs
@@ -89,7 +113,6 @@ class _RowSegment:
         # processed as a row of its own whose reductions write partials (scratch [M, P]) for the fold
         self.P, self.CH = split or (1, self.R)
         self.partials = _partial_offsets([op for op in ops if is_reduction(op)], self.M * self.P) if split else {}
-        self.E = -(-self.CH // G)
         inside = {op.out for op in ops}
         self.values = inside
         loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
@@ -104,13 +127,72 @@ class _RowSegment:
         self.rguard = {k: [d for d, s in enumerate(b.strides) if s == 0] for k, b in zip(self.keys, rv)}
         self.red = range(self.n_kept, rank)
         self.loads = loads
+        # "new": what a thread touches element by element (per-element inputs and outputs) moves by vectors
+        self.new = new and split is None
+        self.memory = [k for k in loads if k[1].depends_on(self.red)] + \
+                      [(v, m) for v, m in lay.stores.items() if m.depends_on(self.red) and v in self.out_idx]
+        self.V = _vector_width(self.memory, dict(zip(self.keys, zip(kv, rv))), self.rdims, self.R) if self.new else 1
+        self.J = -(-self.CH // (G * self.V))  # vectors (of V elements) per thread
+        self.E = self.J * self.V  # elements per thread
         # per-element inputs held in registers: all of them, or (cache_invariant off) those that differ
         # between rows; a row-invariant one (a weight) is then re-read from the cache where it is used
         reg = {k for k in loads if k[1].depends_on(self.red)
                and (config.cache_invariant or len(self.kguard[k]) < len(self.kdims))}
-        # registers per thread for the row: at most reg_budget[G] (1024 threads leave 64 per thread)
-        self.cached = 0 < self.CH <= target.row_cache and len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
+        if self.new:  # lower_rows picks G so that data_regs() fits Config.row_regs
+            self.cached = hold and 0 < self.CH <= target.row_cache
+        else:  # registers per thread for the row: at most reg_budget[G] (1024 threads leave 64 per thread)
+            self.cached = 0 < self.CH <= target.row_cache and len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
         self.reg = reg if self.cached else set()
+        self.aligned = True  # "new": the row loop being emitted moves whole vectors (else element by element)
+        self.carry: set = set()  # "new": values kept in registers from the pass that computes them ...
+        self._carried: dict = {}  # ... those computed so far (key -> register element)
+        self._passes: list[set] = []  # the per-element values each pass computes ...
+        self._reads: list[set] = []  # ... and the held inputs it reads (data_regs)
+        self._read: set = set()
+        self._used: dict = {}  # the streamed inputs the pass being emitted reads (vector loads at its top)
+        self._vdecls: list[str] = []  # the output vectors of the pass being emitted ...
+        self._vstores: list[str] = []  # ... and their stores
+        if self.new and self.cached:  # rows' own inputs held; one the same for every row (a weight) if it fits
+            varying = {k for k in self.reg if len(self.kguard[k]) < len(self.kdims)}
+            self.reg = varying
+            self.carry = self.carry_candidates() if carry else set()
+            if reg - varying:
+                self.reg = reg
+                if self.data_regs() > config.row_regs:
+                    self.reg = varying
+
+    def data_regs(self) -> int:
+        """32-bit registers per thread of the row's held data at its peak over the passes: held
+        inputs (compute type: the compiler converts them once) from the top to the last pass reading
+        them, carried values from the pass after the one computing them, column partials throughout."""
+        self._passes, self._reads = [], []
+        self.body()
+
+        def size(v: Value) -> int:
+            return self.E * -(-cuda_c.compute_dtype(v.dtype).itemsize // 4)
+
+        last = {k: max(i for i, r in enumerate(self._reads) if k in r) for k in self.reg
+                if any(k in r for r in self._reads)}
+        born = {k: i for i, c in enumerate(self._passes) for k in c if k in self.carry}
+        peak = max((sum(size(k[0]) for k, n in last.items() if n >= p)
+                    + sum(size(k[0]) for k, b in born.items() if b < p) for p in range(len(self._passes))), default=0)
+        return peak + sum(self.E * -(-accumulator(op).dtype.itemsize // 4) for op in self.columns)
+
+    def carry_candidates(self) -> set:
+        """Per-element values with a transcendental that more than one pass computes."""
+        self._passes, self._reads, self.carry = [], [], set()
+        self.body()
+        seen: dict = {}
+        for keys in self._passes:
+            for k in keys:
+                seen[k] = seen.get(k, 0) + 1
+        return {k for k, n in seen.items() if n > 1 and k[0].producer is not None and k[0] in self.values
+                and _costly(k[0].producer)}
+
+    @property
+    def _e(self) -> str:
+        """The index of the current element among the thread's E elements."""
+        return "j" if not self.new else f"j * {self.V} + v"
 
     def _load(self, v: Value, m: IndexMap) -> str:
         k, r = self.off[(v, m)]
@@ -118,14 +200,28 @@ class _RowSegment:
         if not m.depends_on(self.red):
             return cuda_c.load(f"in{self.in_idx[v]}[rb{key}]", v.dtype)
         if (v, m) in self.reg:
-            return f"x{key}[j]"
+            self._read.add((v, m))
+            return cuda_c.load(f"x{key}[j].v[v]", v.dtype) if self.new else f"x{key}[j]"
+        if self.new:  # loaded as a vector at the top of the thread's step (_loop)
+            self._used[(v, m)] = None
+            return cuda_c.load(f"w{key}.v[v]", v.dtype)
         return cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {r}]", v.dtype)
+
+    def _vload(self, dst: str, key: tuple[Value, IndexMap]) -> str:
+        """dst (a flame_vec) = the V elements of input `key` at the thread's vector t."""
+        v, _ = key
+        at = f"in{self.in_idx[v]} + (rb{self.loads.index(key)} + (off_t)t * {self.V})"
+        if self.aligned:
+            return f"{dst} = *reinterpret_cast<const {_vec(v, self.V)}*>({at});"
+        return f"for (int v = 0; v < {self.V}; ++v) {dst}.v[v] = ({at})[v];"
 
     def _own(self, v: Value, m: IndexMap) -> str:
         k, r = self.off[(v, m)]
         return f"{k} + {r}"
 
     def _loop(self, body: list[str], unrolled: bool = False) -> list[str]:
+        if self.new:
+            return self._vector_loop(body, unrolled)
         q = [f"idx_t qr = {'cb + r' if self.P > 1 else 'r'};"] if self.rdims else []
         for d in range(len(self.rdims) - 1, 0, -1):
             q.append(f"const off_t q{d} = (off_t)(qr % {self.rdims[d]}u); qr /= {self.rdims[d]}u;")
@@ -138,25 +234,64 @@ class _RowSegment:
                     *["  " + x for x in inner], "  }", "}"]
         return [f"for (idx_t r = (idx_t)lane; r < {self._end}; r += {self.G}u) {{", *inner, "}"]
 
+    def _vector_loop(self, body: list[str], unrolled: bool) -> list[str]:
+        """"new": the thread's vectors t = lane + j*G, each V contiguous elements r = t*V + v (one
+        collapsed reduced dim when V > 1); the streamed inputs the pass reads are loaded and its
+        outputs stored one vector per t."""
+        V = self.V
+        q = []
+        if self.rdims:
+            q = ["idx_t qr = r;"] + [f"const off_t q{d} = (off_t)(qr % {self.rdims[d]}u); qr /= {self.rdims[d]}u;"
+                                     for d in range(len(self.rdims) - 1, 0, -1)] + ["const off_t q0 = (off_t)qr;"]
+        pre = []
+        for k in self._used:
+            w = f"w{self.loads.index(k)}"
+            pre += [f"{_vec(k[0], V)} {w};", self._vload(w, k)]
+        core = pre + self._vdecls + ["#pragma unroll", f"for (int v = 0; v < {V}; ++v) {{",
+                                     f"  const idx_t r = t * {V}u + (idx_t)v;", *["  " + x for x in q + body], "}"]
+        core += self._vstores
+        self._used, self._vdecls, self._vstores = {}, [], []
+        if self.cached or unrolled:  # vector j of the thread: registers x{k}[j], partials c{n}[j*V+v]
+            return ["#pragma unroll", f"for (int j = 0; j < {self.J}; ++j) {{",
+                    f"  const idx_t t = (idx_t)lane + (idx_t)j * {self.G}u;", f"  if (t * {V}u < R) {{",
+                    *["    " + x for x in core], "  }", "}"]
+        return [f"for (idx_t t = (idx_t)lane; t * {V}u < R; t += {self.G}u) {{", *["  " + x for x in core], "}"]
+
+    def aligned_check(self) -> list[str]:
+        """Conditions that every pointer the row reads or writes by vectors is aligned to a vector."""
+        if self.V == 1:
+            return []
+        loads = set(self.loads)
+        ptrs = {f"in{self.in_idx[v]}" if (v, m) in loads else f"out{self.out_idx[v]}": self.V * v.dtype.itemsize
+                for v, m in self.memory}
+        return [f"reinterpret_cast<unsigned long long>({p}) % {n}u == 0" for p, n in ptrs.items()]
+
     @property
     def _end(self) -> str:
         return "RC" if self.P > 1 else "R"
 
-    def _reduce(self, em: Emitter, op: Op, out: list[str]) -> None:
+    def _reduce(self, em: Emitter, op: Op, out: list[str], nth: int) -> None:
         accu = accumulator(op)
         acc = accu.dtype
         a = f"acc{len(out)}"
-        em.memo_elem, em.elem = {}, []
+        self._start_pass(em)
         x = em.value(op.inputs[0], identity(len(self.lay.domain)))
         body = em.elem + [f"{a} = {accu.combine(a, x)};"]
         out += em.row
         em.row = []
         out.append(f"{acc.cuda_type} {a} = {accu.identity};")
-        out += self._loop(body)
+        out += self._end_pass(em, body)
         out.append(f"for (int d = 16; d > 0; d >>= 1) {{ const {acc.cuda_type} b = __shfl_down_sync(0xffffffffu, "
                    f"{a}, d); {a} = {accu.combine(a, 'b')}; }}")
         if self.G == 32:
             out.append(f"{a} = __shfl_sync(0xffffffffu, {a}, 0);")
+        elif self.new:  # one shared slot per reduction of the row: one barrier (rows_red says why)
+            sm = f"reinterpret_cast<{acc.cuda_type}*>(row_red + {nth} * slot)"
+            out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", "__syncthreads();", f"{a} = {sm}[0];",
+                    "#pragma unroll",
+                    f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {accu.combine(a, f'{sm}[w]')};"]
+            if self.reductions == 1:  # the next row's reduction reuses the slot: all have read it first
+                out.append("__syncthreads();")
         else:
             sm = f"reinterpret_cast<{acc.cuda_type}*>(row_red)"
             out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", "__syncthreads();", f"{a} = {sm}[0];",
@@ -171,7 +306,26 @@ class _RowSegment:
         out.append(f"const {ctype} {name} = {cuda_c.load(cuda_c.convert(total, acc, op.out.dtype), op.out.dtype)};")
         em.memo_row[(op.out, row_map(op.out, self.lay.domain, self.lay.n_red))] = name
 
+    def _start_pass(self, em: Emitter) -> None:
+        """A pass over the row's elements: per-element values start afresh, but for the carried ones."""
+        em.memo_elem, em.elem = dict(self._carried), []
+
+    def _end_pass(self, em: Emitter, body: list[str], unrolled: bool = False) -> list[str]:
+        """The pass's loop; the values it computes that are carried go to registers y{n}[e] first."""
+        computed = {k for k in em.memo_elem if k not in self._carried}
+        self._passes.append(computed)
+        self._reads.append(self._read)
+        self._read = set()
+        decls = []
+        for k in sorted(computed & self.carry, key=lambda k: em.memo_elem[k]):
+            y = f"y{len(self._carried)}"
+            decls.append(f"{cuda_c.compute_dtype(k[0].dtype).cuda_type} {y}[{self.E}];")
+            body = body + [f"{y}[{self._e}] = {em.memo_elem[k]};"]
+            self._carried[k] = f"{y}[{self._e}]"
+        return decls + self._loop(body, unrolled)
+
     def body(self) -> list[str]:
+        self._carried = {}
         out = [f"const idx_t R = {self.R}u;"]
         if self.P > 1:
             out += [f"const idx_t row = o / {self.P}u, chunk = o % {self.P}u, cb = chunk * {self.CH}u;",
@@ -182,35 +336,55 @@ class _RowSegment:
                     for d in range(len(self.kdims) - 1, 0, -1)] + ["const off_t k0 = (off_t)kr;"]
         for key, (v, m) in enumerate(self.loads):
             out.append(f"const off_t rb{key} = {self.off[(v, m)][0]};")
-            if (v, m) in self.reg:
+            if (v, m) in self.reg and self.new:  # the row's elements in their storage type, by vectors
+                out += [f"{_vec(v, self.V)} x{key}[{self.J}];", "#pragma unroll",
+                        f"for (int j = 0; j < {self.J}; ++j) {{",
+                        f"  const idx_t t = (idx_t)lane + (idx_t)j * {self.G}u;",
+                        f"  if (t * {self.V}u < R) {{ {self._vload(f'x{key}[j]', (v, m))} }}", "}"]
+            elif (v, m) in self.reg:
                 ctype = cuda_c.compute_dtype(v.dtype).cuda_type
                 load = cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {self.off[(v, m)][1]}]", v.dtype)
                 out += [f"{ctype} x{key}[{self.E}];"] + self._loop([f"x{key}[j] = {load};"])
         em = Emitter(self.lay, self.values, self._load, self._own, prefix=f"s{self.seg}_")
+        nth = 0
         for op in self.ops:
             if is_reduction(op):
-                self._reduce(em, op, out)
-        em.memo_elem, em.elem = {}, []
+                self._reduce(em, op, out, nth)
+                nth += 1
+        self._start_pass(em)
         for v, m in self.lay.stores.items():
             if m.depends_on(self.red) and v in self.out_idx:
                 val = em.value(v, m)
                 em.elem.append(self._write(v, m, val))
         for n, op in enumerate(self.columns):  # fold this row's element into the thread's column partials
             val = em.value(op.inputs[0], self.lay.stores[op.inputs[0]])
-            em.elem.append(f"c{n}[j] = {accumulator(op).combine(f'c{n}[j]', val)};")
+            c = f"c{n}[{self._e}]"
+            em.elem.append(f"{c} = {accumulator(op).combine(c, val)};")
         out += em.row
         em.row = []
         if em.elem:
-            out += self._loop(em.elem, unrolled=bool(self.columns))
+            out += self._end_pass(em, em.elem, unrolled=bool(self.columns))
         for v, m in self.lay.stores.items():
             if not m.depends_on(self.red) and v in self.out_idx and self.P == 1:
                 out.append("if (lane == 0) " + self._write(v, m, em.value(v, m)))
         return _merge_rows(out, em.row)
 
+    @property
+    def reductions(self) -> int:
+        return sum(1 for op in self.ops if is_reduction(op))
+
     def _write(self, v: Value, m: IndexMap, val: str) -> str:
         k, r = self.off[(v, m)]
         guards = [f"k{d} == 0" for d in self.kguard[(v, m)] if self.kdims] + \
                  [f"q{d} == 0" for d in self.rguard[(v, m)] if m.depends_on(self.red) and self.rdims]
+        if self.new and m.depends_on(self.red):  # element v of the output vector, stored after the v loop
+            o, vt = self.out_idx[v], _vec(v, self.V)
+            at = f"out{o} + ({k} + (off_t)t * {self.V})"
+            st = (f"*reinterpret_cast<{vt}*>({at}) = y_out{o};" if self.aligned
+                  else f"for (int v = 0; v < {self.V}; ++v) ({at})[v] = y_out{o}.v[v];")
+            self._vdecls.append(f"{vt} y_out{o};")
+            self._vstores.append(f"if ({' && '.join(guards)}) {st}" if guards else st)
+            return f"y_out{o}.v[v] = {store(v, val)};"
         write = f"out{self.out_idx[v]}[{k} + {r if m.depends_on(self.red) else '0'}] = {store(v, val)};"
         return f"if ({' && '.join(guards)}) {write}" if guards else write
 
@@ -250,7 +424,12 @@ class _Columns:
                 + " ".join(f"c{n}[j] = {a.identity};" for n, a in enumerate(accus)) + " }"]
 
     def _each(self, body: str) -> list[str]:
-        G, E = self.seg.G, self.seg.E
+        """body for each element r of the thread's partials c{n}[j] (the row segment's element order)."""
+        G, E, V = self.seg.G, self.seg.E, self.seg.V
+        if self.seg.new:
+            return ["#pragma unroll", f"for (int j = 0; j < {E}; ++j) {{",
+                    f"  const idx_t r = ((idx_t)lane + (idx_t)(j / {V}) * {G}u) * {V}u + (idx_t)(j % {V});",
+                    f"  if (r < {self.R}u) {body}", "}"]
         return ["#pragma unroll", f"for (int j = 0; j < {E}; ++j) {{",
                 f"  const idx_t r = (idx_t)lane + (idx_t)j * {G}u;", f"  if (r < {self.R}u) {body}", "}"]
 
@@ -356,6 +535,8 @@ def _suffix(seg: _RowSegment, op: Op) -> int | None:
     """Q when the row elements column reduction op keeps are the innermost Q of the row (its result
     element of row element r depends on r % Q only) and Q divides the threads per row G, so that all
     of a thread's elements r = lane + j*G belong to one result element; else None."""
+    if seg.new and seg.V > 1:
+        return None  # vector schedule: a thread's elements are V-wide runs, not lane + j*G (see _each)
     lay = seg.lay
     n_kept = len(lay.domain) - lay.n_red
     cm = column_map(op, lay.stores[op.inputs[0]], lay.domain, lay.n_red)
@@ -402,6 +583,27 @@ def _column_fold(group: FusionGroup, inputs: list[Value], cols: _Columns, stem: 
     fold = render_template("fused_rows_fold_map.cu.j2", header=header, **common)
     grid = min(max(c["n_out"] for c in common["columns"]), _MAX_GRID)
     return finish(f"{stem}_fold", fold, grid, 256, len(inputs), n_outputs=n_out)
+
+
+def _vec(v: Value, V: int) -> str:
+    return f"flame_vec<{v.dtype.cuda_type}, {V}>"
+
+
+def _vector_width(memory: list, views_of: dict, rdims: tuple, R) -> int:
+    """"new": elements per vector of a row's element-by-element memory accesses (1: one by one).
+    Every per-element input and output walks the one (collapsed) reduced dim contiguously, and the
+    row and each row's start hold whole vectors; V elements of the narrowest dtype are 16 bytes."""
+    if not memory or len(rdims) != 1 or not isinstance(R, int) or any(views_of[k][1].strides[0] != 1 for k in memory):
+        return 1
+    V = 16 // min(v.dtype.itemsize for v, _ in memory)
+
+    def whole(V: int) -> bool:
+        return R % V == 0 and all(isinstance(views_of[k][0].base, int) and views_of[k][0].base % V == 0 and all(
+            isinstance(s, int) and s % V == 0 for s in views_of[k][0].strides) for k in memory)
+
+    while V > 1 and not whole(V):
+        V //= 2
+    return V
 
 
 def _partial_offsets(reductions: list[Op], n: int) -> dict[Op, int]:
@@ -461,6 +663,22 @@ def _split_schedule(segs: list[list[Op]], lays: list[Layout], columns: tuple[Op,
     return -(-R // CH), CH
 
 
+def _new_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
+    """"new": (G threads per row, the segments at G): the fewest threads at which every segment keeps
+    its row in registers and the held data fits Config.row_regs registers per thread, carrying
+    costly values (Config.row_carry) if some G fits with them; else 1024 threads, the row in
+    registers only if it fits the 64 registers a thread of a 1024-thread block has (streamed else)."""
+    for carry in (True, False) if config.row_carry else (False,):
+        for G in _THREAD_CHOICES:
+            parts = make(G, carry)
+            if all(p.cached for p in parts) and max(p.data_regs() for p in parts) <= config.row_regs:
+                return G, parts
+    parts = make(1024)
+    if all(p.cached for p in parts) and max(p.data_regs() for p in parts) <= 40:
+        return 1024, parts
+    return 1024, make(1024, hold=False)
+
+
 def _merge_rows(out: list[str], late: list[str]) -> list[str]:
     """Row statements emitted while writing per-row results go before those writes."""
     if not late:
@@ -481,17 +699,34 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     outputs = list(group.outputs)
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
     split = _split_schedule(segs, lays, columns, config, target)
-    G = config.split_threads if split else _threads(R)
+    new = rows_schedule(config) == "new" and not split
+
+    def make(G: int, carry: bool = False, hold: bool = True) -> list[_RowSegment]:
+        return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)
+                for k, (seg, lay) in enumerate(zip(segs, lays))]
+
+    if new:
+        G, parts = _new_threads(make, config)
+    else:
+        G = config.split_threads if split else _threads(R)
+        parts = make(G)
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     block = _block(G, M, R, columns)
-    parts = [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split)
-             for k, (seg, lay) in enumerate(zip(segs, lays))]
-    fields, start = [], 0
-    for p in parts:
-        chunks = f" in {p.P} chunks of {p.CH}" if split else ""
-        fields.append(dict(start=start, end=start + p.M * p.P, body=p.body(),
-                           what=f"{p.M} rows x {p.R}{chunks} ({'registers' if p.cached else 'streamed'})"))
-        start += p.M * p.P
+    paths, start = [], 0
+    for aligned in (True, False) if new and any(p.aligned_check() for p in parts) else (True,):
+        fields, start = [], 0
+        for p in parts:
+            p.aligned = aligned
+            chunks = f" in {p.P} chunks of {p.CH}" if split else ""
+            how = "registers" if p.cached else "streamed"
+            if new:
+                how += f", {p.V}-element vectors" + (f", {len(p.carry)} value(s) carried" if p.carry else "")
+            fields.append(dict(start=start, end=start + p.M * p.P, body=p.body(),
+                               what=f"{p.M} rows x {p.R}{chunks} ({how})"))
+            start += p.M * p.P
+        checks = [c for p in parts for c in p.aligned_check()]
+        paths.append(dict(segments=fields, cond=" && ".join(dict.fromkeys(checks)) if aligned and checks else ""))
+    fields = paths[0]["segments"]
     cap = target.sm_count * max(1, config.column_threads // block) if columns else _MAX_GRID
     grid = min(-(-start // (block // G)), cap)
     if columns and isinstance(start, symbolic.SymInt) and symbolic.current() is not None:
@@ -505,7 +740,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     params = group_params(inputs, outputs, scratch=cols is not None or split is not None)
     source = render_template(
         "fused_rows.cu.j2",
-        header=group_header(group, inputs, "; ".join(f["what"] for f in fields)
+        header=group_header(group, inputs, ("new schedule: " if new else "") + "; ".join(f["what"] for f in fields)
                        + (f"; {len(columns)} column reduction(s) in {cols.P} partials" if cols else "")),
         includes=cuda_c.includes(group_dtypes(group)),
         prelude=group_prelude(group),
@@ -517,7 +752,9 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         idx_t=idx_t,
         off_t=off_t,
         total_rows=start,
-        segments=fields,
+        paths=paths,
+        new=new,
+        slots=max([2] + [p.reductions for p in parts]),
         before=cols.declarations() if cols else [],
         after=cols.partial_writes() if cols else [],
     )

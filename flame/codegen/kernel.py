@@ -5,6 +5,7 @@ launch-size helpers and unique, descriptive kernel names."""
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,9 +48,22 @@ class Config:
     column_threads: int = 1024
     split_threads: int = 256
     split_elements: int = 8
+    rows_schedule: str = ""
+    row_regs: int = 48
+    row_carry: bool = True
 
 
 DEFAULT_CONFIG = Config()
+ROWS_SCHEDULES = ("old", "new")  # codegen/fused_rows.py says what each does
+ROWS_SCHEDULE_ENV = "FLAME_ROWS_SCHEDULE"
+
+
+def rows_schedule(config: Config = DEFAULT_CONFIG) -> str:
+    """The row kernels' schedule: config.rows_schedule, else $FLAME_ROWS_SCHEDULE, else "old"."""
+    name = config.rows_schedule or os.environ.get(ROWS_SCHEDULE_ENV, "") or "old"
+    if name not in ROWS_SCHEDULES:
+        raise ValueError(f"{ROWS_SCHEDULE_ENV}={name!r}: expected one of {', '.join(ROWS_SCHEDULES)}")
+    return name
 
 
 @dataclass(frozen=True)

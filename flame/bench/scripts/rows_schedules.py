@@ -1,0 +1,224 @@
+"""The row kernels of gpt_train and mlp_bf16_train under each rows schedule (flame/codegen/fused_rows.py),
+timed on one GPU against a device copy of the same bytes, each checked against the reference
+executor's computation of the same ops (flame.ir.evaluate.compute_op, as runtime/reference.py runs a
+kernel launch) on the same inputs (of every row, or of the first --check-rows rows of large cases).
+
+    PYTHONPATH=. python3 flame/bench/scripts/rows_schedules.py [--variants old,new,...] [--reps 50]
+
+A variant is a schedule with optional Config knobs: "new:row_regs=96", "new:row_carry=0". Each case is
+a small flame function traced and fused as in a training step; its largest rows group is lowered under
+every variant (the rows kernel, plus the fold kernel of column reductions) and launched directly with
+CuPy on random inputs. Times: CUDA events around each launch sequence, median of --reps after 5
+warm-ups. "% copy": the time of a device-to-device copy of as many bytes (inputs read + outputs
+written) over the variant's time. "max err": the largest |variant - reference| over the outputs,
+each scaled by its largest reference magnitude (bf16 outputs: about 4e-3 is one rounding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from flame.runtime.profile import median_event_ms  # noqa: E402
+
+DEFAULT_VARIANTS = "old,new,new:row_carry=0,new:row_regs=96"
+
+
+def _cases() -> dict:
+    """name -> (what, function, example arrays at the case's shape, rows)."""
+    import flame
+    import flame.nn.functional as F
+
+    bf16 = flame.ir.dtype_of("bf16").np_dtype
+    rng = np.random.default_rng(0)
+
+    def ln_fwd(x, w, b):
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+
+    def ln_bwd(x, w, b, dy):
+        def loss(x, w, b):
+            return (F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5).float() * dy.float()).sum()
+
+        return flame.grad(loss, (0, 1, 2))(x, w, b)
+
+    def ce(logits, y):  # the loss and its gradient: one rows kernel in a training step
+        def loss(z):
+            return F.cross_entropy(z.float(), y)
+
+        return loss(logits), flame.grad(loss, (0,))(logits)
+
+    def softmax(x):
+        return F.softmax(x, -1)
+
+    def mk(*shapes):
+        return [np.zeros(s, bf16) for s in shapes]
+
+    return {
+        "LN fwd [8192,768] bf16": (ln_fwd, mk((8192, 768), (768,), (768,))),
+        "LN bwd [8192,768] bf16": (ln_bwd, mk((8192, 768), (768,), (768,), (8192, 768))),
+        "CE [8192,32768] bf16": (ce, mk((8192, 32768)) + [rng.integers(0, 32768, 8192)]),
+        "softmax [131072,1024] bf16": (softmax, mk((8 * 16 * 1024, 1024))),
+        "CE mlp [8192,4096] bf16": (ce, mk((8192, 4096)) + [rng.integers(0, 4096, 8192)]),
+    }
+
+
+def _config(variant: str):
+    from flame.codegen.kernel import Config
+
+    name, _, knobs = variant.partition(":")
+    fields = {"rows_schedule": name}
+    for kv in filter(None, knobs.split(";")):
+        k, v = kv.split("=")
+        fields[k] = type(getattr(Config(), k))(int(v))
+    return Config(**fields)
+
+
+def _rows_group(fn, arrays):
+    """The largest rows group of fn traced on arrays (traced and fused only: nothing compiled)."""
+    import flame
+    from flame.passes.fuse import fuse
+    from flame.passes.pipeline import run_pipeline
+
+    c = flame.compile(fn)
+    graph = run_pipeline(c._build(c._args(arrays), compile=False).traced)
+    groups = [g for g in fuse(graph).groups if g.kind == "rows" and g.ops]
+    return max(groups, key=lambda g: max(np.prod(v.shape) for op in g.ops for v in op.inputs))
+
+
+def _inputs(group, seed: int) -> list:
+    """Random device inputs of the group's kernels: floats ~ N(0, 1) (rounded to their dtype; bf16
+    held as its bits), integers (targets) in [0, row length)."""
+    import cupy
+
+    from flame.codegen import kernel_inputs
+
+    ins = kernel_inputs(group)
+    length = max(v.shape[-1] for v in ins if v.shape)
+    rs = cupy.random.RandomState(seed)
+    out = []
+    for v in ins:
+        if v.dtype.name == "bf16":
+            bits = rs.standard_normal(v.shape, dtype=np.float32).view(np.uint32)
+            out.append(((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16))  # round to nearest even
+        elif v.dtype.is_float:
+            out.append(rs.standard_normal(v.shape, dtype=np.float32).astype(v.dtype.np_dtype))
+        else:
+            out.append(rs.randint(0, length, v.shape).astype(v.dtype.np_dtype))
+    return out
+
+
+def _empty(v, poison: bool = True):
+    """A device output for value v (bf16 as its bits), poisoned with NaN (floats) or zeros."""
+    import cupy
+
+    if v.dtype.name == "bf16":
+        return cupy.full(v.shape, 0x7FC0, np.uint16)
+    return cupy.full(v.shape, np.nan if v.dtype.is_float else 0, v.dtype.np_dtype)
+
+
+def _host(a, v) -> np.ndarray:
+    """A device array of value v's dtype as NumPy (bf16 bits viewed as the bf16 dtype)."""
+    return a.get().view(v.dtype.np_dtype)
+
+
+def _reference(group, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    from flame.codegen import kernel_inputs
+    from flame.ir.evaluate import compute_op
+
+    env = dict(zip(kernel_inputs(group), arrays))
+    with np.errstate(all="ignore"):
+        for op in group.ops:
+            env[op.out] = compute_op(op, [env[v] for v in op.inputs])
+    return [env[v] for v in group.outputs]
+
+
+def _launcher(kernels, ins, outs):
+    """fn() launching the kernels in order on the current stream (the shared scratch last)."""
+    import cupy
+
+    from flame.codegen import nvrtc
+
+    scratch = max((k.scratch for k in kernels), default=0)
+    buf = cupy.empty(max(scratch, 1), np.uint8)
+    calls = []
+    for k in kernels:
+        mod = cupy.cuda.function.Module()
+        mod.load(nvrtc.compile_cubin(k.source, nvrtc.device_arch()))
+        args = (*ins, *outs, *([buf] if k.scratch else []))
+        calls.append(functools.partial(mod.get_function(k.name), (k.grid,), (k.block,), args))
+    return lambda: [c() for c in calls]
+
+
+def main() -> None:
+    import cupy
+
+    from flame.codegen import kernel_inputs, lower
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
+    ap.add_argument("--cases", default="", help="comma-separated substrings of case names (default: all)")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--check-rows", type=int, default=256)
+    opts = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    t0 = time.perf_counter()
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    print(f"device: {props['name'].decode()}, {props['multiProcessorCount']} SMs", flush=True)
+    variants = opts.variants.split(",")
+    rows = []
+    for case, (fn, arrays) in _cases().items():
+        if opts.cases and not any(c in case for c in opts.cases.split(",")):
+            continue
+        group = _rows_group(fn, arrays)
+        ins = _inputs(group, seed=len(rows))
+        outs = [_empty(v) for v in group.outputs]
+        nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
+        src = cupy.ones(nbytes // 8, np.float32)
+        dst = cupy.empty_like(src)
+        copy_ms = median_event_ms(functools.partial(cupy.copyto, dst, src), opts.reps, warmup=5)
+        del src, dst
+        # the reference: of every row (small cases: column sums need all rows) or of the first check_rows
+        # rows of the row-indexed inputs, from the same function traced at that many rows
+        n = arrays[0].shape[0]
+        k = n if sum(a.size for a in ins) <= 1 << 25 else min(n, opts.check_rows)
+        sgroup = group if k == n else _rows_group(fn, [np.zeros((k, *a.shape[1:]), a.dtype)
+                                                       if a.ndim and a.shape[0] == n else a for a in arrays])
+        ref = _reference(sgroup, [_host(a[:k] if a.ndim and a.shape[0] == n else a, v)
+                                  for a, v in zip(ins, kernel_inputs(group))])
+        for variant in variants:
+            cfg = _config(variant)
+            kernels = lower(group, cfg)
+            outs = [_empty(v) for v in group.outputs]  # poisoned: an unwritten element fails the check
+            ms = median_event_ms(_launcher(kernels, ins, outs), opts.reps, warmup=5)
+            err = 0.0
+            for o, r, v in zip(outs, ref, group.outputs):
+                got = _host(o[:k] if o.ndim and o.shape[0] == n else o, v).astype(np.float64)
+                want = r.astype(np.float64)
+                scale = max(float(np.max(np.abs(want))), 1e-30)
+                e = float(np.max(np.abs(got - want))) / scale if np.isfinite(got).all() else float("inf")
+                err = max(err, e)
+            how = kernels[0].source.split("\n")[2].split(";")[0].strip("/ ")
+            rows.append((case, variant, ms * 1e3, copy_ms / ms * 100, err, f"{kernels[0].block}thr", how))
+            print(f"  {case:28s} {variant:22s} {ms * 1e3:8.1f} us  {copy_ms / ms * 100:5.1f}% copy  "
+                  f"err {err:.2e}  grid {kernels[0].grid} x {kernels[0].block}: {how}", flush=True)
+        del ins, outs
+        cupy.get_default_memory_pool().free_all_blocks()
+    print(f"\n(total {time.perf_counter() - t0:.0f} s; % copy: a cupy.copyto of the same bytes over the kernel "
+          f"time; max err: max |kernel - reference| / max |reference|)")
+    print(f"{'shape':28s} {'schedule':22s} {'us':>8s} {'% copy':>7s} {'max err':>9s} {'block':>7s}")
+    for case, variant, us, pct, err, block, _ in rows:
+        print(f"{case:28s} {variant:22s} {us:8.1f} {pct:7.1f} {err:9.1e} {block:>7s}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The two schedules of the row kernels (codegen/fused_rows.py, Config.rows_schedule /
+FLAME_ROWS_SCHEDULE): each case below picks one branch of the "new" schedule (warp rows with 16-byte
+vectors, odd lengths element by element, rows shorter than a warp's vectors, block rows with one
+barrier per reduction, streamed rows, column partials, carried exp values); both schedules render and
+compile with NVRTC, the "old" one is the default, and (marked gpu) every case under both schedules
+matches the reference executor's computation of the same ops, also from misaligned pointers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flame.codegen import kernel_inputs, lower
+from flame.codegen.kernel import Config, rows_schedule
+from flame.codegen.nvrtc import compile_many
+from flame.ir import bf16, f32
+from flame.passes.fuse import fuse
+from flame.target import Target
+from tests.codegen.test_reduce_schedules import _layer_norm, _softmax, _sum_squares, layer_norm_fwd_bwd
+from tests.passes.fuse_cases import cross_entropy_bf16
+
+OLD, NEW = Config(rows_schedule="old"), Config(rows_schedule="new")
+SMALL_CACHE = Target(row_cache=1024)
+
+
+def _graph(make, shape, dt):
+    return lambda: make(shape, dt)
+
+
+# name -> (graph maker, Config of the new schedule, Target, fragments the new kernel's source must hold)
+CASES = {
+    "warp_vectors": (_graph(_layer_norm, (16, 40), f32), NEW, None,
+                     ["32 threads per row", "flame_vec<float, 4>", "4-element vectors"]),
+    "odd_length": (_graph(_layer_norm, (24, 37), f32), NEW, None, ["32 threads per row", "1-element vectors"]),
+    "shorter_than_warp_bf16": (_graph(_softmax, (9, 24), bf16), NEW, None,
+                               ["flame_vec<__nv_bfloat16, 8>", "1 value(s) carried"]),
+    "softmax_carry": (_graph(_softmax, (8, 1000), bf16), NEW, None, ["y0[j * 8 + v]", "1 value(s) carried"]),
+    "softmax_no_carry": (_graph(_softmax, (8, 1000), bf16), Config(rows_schedule="new", row_carry=False), None,
+                         ["8-element vectors)"]),
+    "block_rows": (_graph(_softmax, (6, 4096), f32), Config(rows_schedule="new", row_regs=16), None,
+                   ["512 threads per row", "row_red + 1 * slot"]),
+    "block_rows_one_reduction": (_graph(_sum_squares, (6, 3000), f32), Config(rows_schedule="new", row_regs=8),
+                                 None, ["threads per row", "row_red + 0 * slot"]),
+    "streamed": (_graph(_softmax, (4, 5000), f32), NEW, SMALL_CACHE, ["1024 threads per row", "(streamed, 4-"]),
+    "columns_warp": (lambda: layer_norm_fwd_bwd((64, 96))[0], Config(rows_schedule="new", row_regs=200), None,
+                     ["32 threads per row", "column reduction(s)"]),
+    "columns_block": (lambda: layer_norm_fwd_bwd((64, 96))[0], Config(rows_schedule="new", row_regs=8), None,
+                      ["rows per block", "column reduction(s)"]),
+    "cross_entropy_bf16": (lambda: cross_entropy_bf16(True, vocab=40)[0], NEW, None, ["1 value(s) carried"]),
+}
+
+
+def _rows_groups(g):
+    return [grp for grp in fuse(g).groups if grp.kind == "rows" and len(grp.ops) > 1]  # fused: codegen/fused_rows.py
+
+
+def _lower(grp, cfg, target):
+    return lower(grp, cfg, target) if target is not None else lower(grp, cfg)
+
+
+def test_default_schedule_is_old_and_env_selects(monkeypatch):
+    monkeypatch.delenv("FLAME_ROWS_SCHEDULE", raising=False)
+    assert rows_schedule() == "old"
+    monkeypatch.setenv("FLAME_ROWS_SCHEDULE", "new")
+    assert rows_schedule() == "new" and rows_schedule(OLD) == "old"
+    (grp,) = _rows_groups(_softmax((8, 1000), f32))
+    assert "new schedule" in lower(grp)[0].source
+    monkeypatch.setenv("FLAME_ROWS_SCHEDULE", "fast")
+    with pytest.raises(ValueError, match="FLAME_ROWS_SCHEDULE='fast'"):
+        rows_schedule()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_schedules_render_and_compile(name):
+    make, cfg, target, fragments = CASES[name]
+    sources = []
+    for grp in _rows_groups(make()):
+        old, new = _lower(grp, OLD, target), _lower(grp, cfg, target)
+        assert "new schedule" not in old[0].source and "new schedule" in new[0].source
+        assert len(old) == len(new)  # the same fold kernels follow
+        sources += [k.source for k in old + new]
+    text = "\n".join(sources)
+    assert all(f in text for f in fragments), [f for f in fragments if f not in text]
+    assert len(compile_many(sources, "sm_90")) == len(sources)
+
+
+def test_new_schedule_vector_path_checks_alignment_and_keeps_an_element_path():
+    (grp,) = _rows_groups(_layer_norm((16, 40), f32))
+    src = lower(grp, NEW)[0].source
+    assert "% 16u == 0" in src and "one by one" in src
+    assert src.count("*reinterpret_cast<const flame_vec<float, 4>*>") == 1  # one load site of x, aligned path
+    (grp,) = _rows_groups(_layer_norm((24, 37), f32))
+    assert "one by one" not in lower(grp, NEW)[0].source  # V = 1: no alignment to check
+
+
+def test_carried_exp_is_computed_once_per_element():
+    (grp,) = _rows_groups(_softmax((8, 1000), f32))
+    assert lower(grp, OLD)[0].source.count("expf(") == 2
+    src = lower(grp, NEW)[0].source
+    assert src.count("expf(") == 2 and "one by one" in src  # once per path (aligned / element by element)
+    assert lower(grp, Config(rows_schedule="new", row_carry=False))[0].source.count("expf(") == 4
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU: each case's kernels under each schedule vs the reference computation of the group's ops
+
+
+def _run(kernels, ins, outs):
+    import cupy
+
+    from flame.codegen import nvrtc
+
+    scratch = cupy.empty(max([k.scratch for k in kernels] + [1]), np.uint8)
+    for k in kernels:
+        mod = cupy.cuda.function.Module()
+        mod.load(nvrtc.compile_cubin(k.source, nvrtc.device_arch()))
+        mod.get_function(k.name)((k.grid,), (k.block,), (*ins, *outs, *([scratch] if k.scratch else [])))
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+def _device(a: np.ndarray, shift: int):
+    """a on the device at `shift` elements past an aligned allocation (bf16 as its bits)."""
+    import cupy
+
+    host = a.view(np.uint16) if a.dtype.itemsize == 2 and a.dtype.kind not in "iu" else a
+    buf = cupy.empty(host.size + shift, host.dtype)
+    out = buf[shift:].reshape(host.shape)
+    out.set(host)
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift", [0, 1])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gpu_schedules_match_reference(name, shift):
+    from flame.ir.evaluate import compute_op
+
+    make, cfg, target, _ = CASES[name]
+    rng = np.random.default_rng(0)
+    for grp in _rows_groups(make()):
+        vals = kernel_inputs(grp)
+        length = max(v.shape[-1] for v in vals if v.shape)
+        arrays = [rng.standard_normal(v.shape).astype(np.float32).astype(v.dtype.np_dtype) if v.dtype.is_float
+                  else rng.integers(0, length, v.shape).astype(v.dtype.np_dtype) for v in vals]
+        env = dict(zip(vals, arrays))
+        with np.errstate(all="ignore"):
+            for op in grp.ops:
+                env[op.out] = compute_op(op, [env[v] for v in op.inputs])
+        for c in (OLD, cfg):
+            outs = [_device(np.full(v.shape, np.nan, np.float32).astype(v.dtype.np_dtype) if v.dtype.is_float
+                            else np.zeros(v.shape, v.dtype.np_dtype), shift) for v in grp.outputs]
+            _run(_lower(grp, c, target), [_device(a, shift) for a in arrays], outs)
+            for o, v in zip(outs, grp.outputs):
+                got = o.get().view(v.dtype.np_dtype).astype(np.float64)
+                tol = 2e-2 if v.dtype == bf16 else 1e-4
+                np.testing.assert_allclose(got, env[v].astype(np.float64), rtol=tol, atol=tol,
+                                           err_msg=f"{name} {c.rows_schedule} output {v}")
