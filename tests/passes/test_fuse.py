@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from flame.ir import Builder, Graph, TensorType, bf16, f32, parse, print_graph, verify
 from flame.passes.fuse import fuse
-from flame.passes.pipeline import run_pipeline
+from flame.passes.pipeline import remat, run_pipeline
 from flame.passes.remat import is_recompute
 from flame.plan.build import to_plan
 from flame.plan.memory import check_plan, memory_report
@@ -89,6 +89,44 @@ def test_layer_norm_backward_carries_weight_and_bias_gradients():
                                                        "reduce_mean_mean_sum_rows_f32_fold"]
     (rows,) = [k for k in fused.groups if k.kind == "rows"]
     assert len([op for op in rows.ops if op.name == "reduce_sum" and list(op.attrs["axes"]) == [0]]) == 2
+
+
+def test_recomputed_layer_norm_output_rides_in_the_backward_row_kernel():
+    """The LayerNorm output that m's gradient reads is recomputed inside the LayerNorm backward's row
+    kernel (same rows, one segment), which keeps carrying the weight and bias gradients: no kernel of
+    its own for the recomputation, no separate column sums."""
+    from tests.passes.fuse_cases import layer_norm_linear
+
+    g, inputs = layer_norm_linear()
+    fused = check_fused(remat(g), inputs)
+    (rows,) = [k for k in fused.groups if any(is_recompute(op) for op in k.ops)]
+    assert rows.kind == "rows"
+    assert len([op for op in rows.ops if op.name == "reduce_sum" and list(op.attrs["axes"]) == [0]]) == 2
+    assert not [k for k in fused.groups if k.kind == "reduction"]
+
+
+@pytest.mark.parametrize("reader", ["matmul", "sum", "exp", "output"])
+def test_an_add_of_positive_zero_goes_only_where_its_sum_is_accumulated(reader):
+    """concat(...) + (+0.0) (what a sum of disjoint slabs becomes) loses the add when every reader,
+    through views, is an accumulator starting at +0.0 (the sign of a zero cannot reach its result);
+    an elementwise reader or a graph output keeps it. Bit-exact either way, -0.0 inputs included."""
+    from flame.passes.prepare_fusion import drop_zero_signs
+
+    g = Graph("zero_sign")
+    b = Builder(g)
+    x, y, w = (g.add_input(TensorType((2, 3), f32)), g.add_input(TensorType((2, 3), f32)),
+               g.add_input(TensorType((3, 5), f32)))
+    s = b.add(b.concat(x, y, axis=0), b.full(shape=(), value=0.0, dtype=f32))
+    flat = b.reshape(s, shape=[4, 3])
+    g.outputs = [{"matmul": lambda: b.matmul(flat, w), "sum": lambda: b.reduce_sum(flat, axes=[0]),
+                  "exp": lambda: b.exp(flat), "output": lambda: flat}[reader]()]
+    verify(g)
+    dropped = not any(op.name == "add" for op in drop_zero_signs(g).ops)
+    assert dropped == (reader in ("matmul", "sum"))
+    r = np.random.default_rng(1)
+    inputs = [r.standard_normal(v.type.shape).astype(np.float32) for v in g.inputs]
+    inputs[0][0] = -0.0  # a row of negative zeros: the add would make them +0.0
+    check_fused(g, inputs)
 
 
 def test_cross_entropy_backward_is_one_row_kernel():
