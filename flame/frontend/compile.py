@@ -12,12 +12,12 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flame import debug
-from flame.compiler import compile_graph, compile_instance, optimize_graph
+from flame.compiler import compile_graph, compile_instance, optimize_graph, plan_template
 from flame.errors import FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location, user_stacklevel
@@ -37,6 +37,9 @@ from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
 from flame.runtime.device import executor
+
+if TYPE_CHECKING:
+    from flame.plan.instance import PlanTemplate
 
 log = logging.getLogger("flame")
 
@@ -106,6 +109,7 @@ class _Dynamic:
     base: _Entry
     instances: int = 0
     planned: Template | None = None  # the optimised graphs' template: a new size is only planned
+    plans: PlanTemplate | None = None  # planned's plan at every size (made once, when planned is learned)
     not_planned: str = ""  # why there is none (a new size then runs the passes and compiles)
     optimised: list = dataclasses.field(default_factory=list)  # the passes' graphs at sizes so far
     sources: set = dataclasses.field(default_factory=set)  # kernel sources compiled for its sizes so far
@@ -120,10 +124,19 @@ class _Dynamic:
             dims = {(k, d): (other.inputs[k].shape[d], graph.inputs[k].shape[d]) for k, d in self.input_dims}
             try:
                 self.planned = Template(other, graph, dims)
-                return
             except NotDynamic as e:
                 self.not_planned = f"the optimised graphs at two sizes differ: {e}"
                 log.info("flame.compile: %s: %s", graph.name, self.not_planned)
+                continue
+            planned = self.planned
+            try:
+                self.plans = plan_template(lambda s, check: planned.instantiate(s, symbolic=True, check=check),
+                                           planned.sizes)
+            except NotDynamic as e:
+                self.planned, self.not_planned = None, f"the optimised graph cannot be planned at its sizes: {e}"
+                log.info("flame.compile: %s: %s", graph.name, self.not_planned)
+                continue
+            return
         self.optimised.insert(0, graph)
 
     @functools.cached_property
@@ -321,24 +334,23 @@ class Compiled:
             if s is None or dyn.base.valid():
                 continue
             t0 = time.perf_counter()
-            try:
-                g = dyn.template.instantiate(s)
-                planned = None if dyn.planned is None else dyn.planned.instantiate(s, symbolic=True)
+            try:  # with a plan template, its guards and forms stand for the traced graph's shape rules
+                g = dyn.template.instantiate(s) if dyn.plans is None else None
+                c, rendered = (None, []) if dyn.plans is None else compile_instance(dyn.plans, s)
             except NotDynamic as e:
                 return None, f"{dyn.describe()} cannot take size {s}: {e}; tracing this size"
             b = dyn.base
             entry = _Entry(g, None, b.trace, None, b.out_skeleton, b.n_user, b.grads, g, key,
                            describe_arguments(self.fn, args), b.guards, b.namer, template=dyn)
-            if planned is None:  # passes, plan and kernels for this size
+            if c is None:  # passes, plan and kernels for this size
                 entry = self._compile(entry)
                 log.info("flame.compile: %s: s0=%d compiled from the traced graph (passes and kernels for this "
                          "size: %s)", self.name, s, dyn.not_planned or "the optimised graph is not learned")
                 if len(dyn.optimised) < 4:  # two sizes may group ops alike where a third does not (a dim equal to s0)
                     dyn.learn(entry.graph, self.memory_budget)
             else:
-                c, per_size = compile_instance(planned, s)
                 entry.graph, entry.plan, entry.run = c.graph, c.plan, c.run
-                self._note_kernels(dyn, entry.plan, s, per_size)
+                self._note_kernels(dyn, entry.plan, s, rendered)
             self._instantiate_seconds += time.perf_counter() - t0
             self._instantiations += 1
             dyn.instances += 1
