@@ -23,7 +23,7 @@ def _label(s: Step) -> tuple[str, str]:
 
 
 def _bytes(plan: Plan, bids) -> int:
-    return sum(plan.buffers[b].nbytes for b in bids)
+    return sum(plan.buffers[b].nbytes for b in dict.fromkeys(bids))  # q, k, v may be one buffer, read once
 
 
 def explain_plan(title: str, graph: Graph, plan: Plan) -> str:

@@ -27,6 +27,9 @@ class Target:
     rows are streamed, and column reductions ride along only in rows up to this long.
     attention_unsupported(op): why the attention library cannot run attention op `op` as one call
     ("" if it can; the op then becomes the unfused graph: passes/decompose_attention.py).
+    attention_layout_unsupported(op, name, shape, layout): why the attention library cannot read or
+    write operand `name` (q, k, v, o, grad_out, dq, dk, dv) of attention op `op` at a strided layout
+    (flame.plan.views.Strided) of its buffer ("" if it can; the views are then copied, as before).
     attention_workspace(op, with_stats): the bytes of arena workspace that op's library call needs
     (with_stats: a forward whose call also writes its softmax statistics to a planned buffer).
     conv_unsupported(op) / conv_workspace(op): the same for convolution ops (conv, conv_grad_input,
@@ -44,6 +47,7 @@ class Target:
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
     attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     attention_workspace: Callable[[Op, bool], int] = lambda op, with_stats=False: 0
+    attention_layout_unsupported: Callable[[Op, str, tuple, object], str] = lambda op, name, shape, layout: ""
     conv_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     conv_workspace: Callable[[Op], int] = lambda op: 0
     matmul_workspace: Callable[[Op], int] = lambda op: 0

@@ -36,7 +36,9 @@ from flame.codegen.kernel import (
 )
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value, segments
-from flame.ir.indexmap import IndexMap, Layout, derive, input_map, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import (
+    IndexMap, Layout, derive, input_map, is_reduction, is_view, row_segments, trailing_reduced,
+)
 from flame.ir.registry import get
 
 
@@ -139,7 +141,8 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
     inputs = group_inputs(group)
     # column reductions a rows group carries (passes/fuse.py): computed from the row layout's values
     columns = tuple(op for op in group.ops if is_reduction(op) and trailing_reduced(op) is None)
-    segs = segments([op for op in group.ops if op not in columns])
+    kept = [op for op in group.ops if op not in columns]
+    segs = row_segments(kept) if columns else segments(kept)
     col_in = [op.inputs[0] for op in columns]
     lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
     if columns and (len(segs) != 1 or not lays[0].n_red):

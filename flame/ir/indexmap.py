@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from flame.ir.graph import Op, Value
+from flame.ir.graph import Op, Value, segments
 from flame.ir.registry import get
 
 MAX_MAPS = 4  # a value needed at more maps than this is recomputed too often: split the group
@@ -197,6 +197,22 @@ def column_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
     axes = {a % max(rank, 1) for a in op.attrs["axes"]}
     lead = {d for d in range(rank - n_red) if domain[d] != 1}
     return bool(lead) and {a for a in axes if domain[a] != 1} == lead
+
+
+def row_segments(ops: list[Op]) -> list[list[Op]]:
+    """The segments of a rows kernel carrying column reductions (`ops` without them): the connected
+    parts, except that a part without reductions whose work spans the row domain of the one part
+    with row reductions runs inside that part's row loop (a LayerNorm output recomputed beside the
+    LayerNorm backward reads the same rows), so the kernel stays one segment and keeps its columns."""
+    parts = segments(ops)
+    reducing = [p for p in parts if any(is_reduction(o) for o in p)]
+    if len(parts) == 1 or len(reducing) != 1:
+        return parts
+    n = max(math.prod(o.inputs[0].shape) for o in reducing[0] if is_reduction(o))
+    inner = [p for p in parts if p is not reducing[0] and max(math.prod(o.out.shape) for o in p) == n]
+    rest = [p for p in parts if p is not reducing[0] and p not in inner]
+    joined = set(reducing[0]).union(*inner)
+    return [[o for o in ops if o in joined]] + rest
 
 
 def trailing_reduced(op: Op) -> int | None:

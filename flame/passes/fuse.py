@@ -55,7 +55,9 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
-from flame.ir.indexmap import Layout, canonical, column_ok, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import (
+    Layout, canonical, column_ok, derive, is_reduction, is_view, row_segments, trailing_reduced,
+)
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
@@ -258,20 +260,33 @@ def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
 def bias_grad_operand(mm: Op, red: Op) -> str | None:
     """"a" / "b" when reduction `red` sums matmul mm's operand a [m, k] over k (axis 1) / b [k, n]
     over k (axis 0): what cuBLASLt's BGRAD epilogues compute beside the product (a Linear's bias
-    gradient beside its weight gradient). 2-D operands only (a batched call would sum per batch)."""
+    gradient beside its weight gradient). The operand may be the reduced value with its leading
+    dims flattened ([b, t, n] summed over (0, 1) is [b*t, n] summed over 0). 2-D GEMMs only (a
+    batched call would sum per batch)."""
     if red.name != "reduce_sum" or mm.out.type.rank != 2 or any(v.type.rank != 2 for v in mm.inputs):
         return None
     v, axes = red.inputs[0], list(red.attrs["axes"])
     if mm.inputs[0].shape[1] < 2 or v.dtype != mm.out.dtype or v.dtype.name not in ("f32", "f16", "bf16"):
         return None  # cuBLASLt writes the gradient in the result's type; K = 1 is refused by older ones
+    if v.type.rank < 2 or axes != list(range(v.type.rank - 1)):
+        return None
     # cuBLASLt sums only an operand stored [k, ...] (runtime/matmul.py bgrad_supported): b as is, or
     # a stored transposed (permute [1, 0], read as ta); the other two layouts are refused at run time
     a, b = mm.inputs
-    if v is b and axes == [0]:
+    t = _transposed_from(a)
+    if v.shape[-1] == b.shape[1] and _unreshaped(v) is _unreshaped(b):
         return "b"
-    if v is _transposed_from(a) and axes == [0]:
+    if t is not None and v.shape[-1] == t.shape[1] and _unreshaped(v) is _unreshaped(t):
         return "a"
     return None
+
+
+def _unreshaped(x: Value) -> Value:
+    """x before the reshapes that produced it: two values with the same one and the same last dim
+    hold the same [m, n] matrix in row-major order."""
+    while x.producer is not None and x.producer.name == "reshape":
+        x = x.producer.inputs[0]
+    return x
 
 
 def _transposed_from(x: Value) -> Value | None:
@@ -286,7 +301,11 @@ def _absorb_bias_grads(st: _State) -> None:
     for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
         (red,) = rg.ops
         v = red.inputs[0]
-        readers = st.users[v] + [u for t in st.users[v] if _transposed_from(t.out) is v for u in st.users[t.out]]
+        root = _unreshaped(v)  # the GEMM reads the same data through reshapes and / or a transpose
+        readers, views = list(st.users[root]), list(st.users[root])
+        for _ in range(3):
+            views = [u for t in views if t.name in ("reshape", "permute") for u in st.users[t.out]]
+            readers += views
         for mg in [st.group_of[u] for u in readers if u in st.group_of]:
             if mg.kind != Kind.MATMUL or mg.epilogue != "none" or len(mg.ops) != 1:
                 continue
@@ -598,7 +617,7 @@ def _absorb_columns(st: _State) -> None:
             if st.target.splits_rows(*_rows_shape(rg)):
                 continue  # a split row kernel carries no column partials
             carried = _columns(rg)
-            if len(segments([o for o in rg.ops if o not in carried])) != 1:
+            if len(row_segments([o for o in rg.ops if o not in carried])) != 1:
                 continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
             if not touches or not column_ok(op, rg.domain, rg.n_red) or st.reaches(cg, rg):
@@ -621,9 +640,13 @@ def _absorb_recomputations(st: _State) -> None:
         for b in st.groups:
             reads = any(v in shared for o in b.ops for v in o.inputs)
             if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or _mixes_phases(a.ops + b.ops)
-                    or _columns(b) or st.reaches(a, b) or st.reaches(b, a)):  # (columns: one-segment only)
+                    or st.reaches(a, b) or st.reaches(b, a)):
                 continue
-            got = _fit(st, st.sorted_ops(a.ops + b.ops), b.kind, b.domain, b.n_red)
+            carried = _columns(b)  # a kernel with column partials stays one segment (they are not in its layout)
+            ops = [o for o in st.sorted_ops(a.ops + b.ops) if o not in carried]
+            if carried and len(row_segments(ops)) != 1:
+                continue
+            got = _fit(st, ops, b.kind, b.domain, b.n_red)
             if not isinstance(got, str):
                 _merge(st, b, a)
                 b.domain, b.n_red = got
@@ -766,6 +789,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     _split_few_rows(st)
     _absorb_columns(st)
     _absorb_recomputations(st)
+    _absorb_columns(st)  # a column sum of a recomputation that joined a rows kernel
     _absorb_bias_grads(st)
     _horizontal(st)
     ordered = _order(st)

@@ -10,7 +10,9 @@ relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (eve
 contiguous, so those are views and need no kernel), and a Copy where an output must not share memory
 with an input or another output. A matmul operand produced by a transpose of the last two axes that
 runs as its own kernel is read untransposed with ta/tb set (`fold_transposes`), and that kernel is
-skipped when every user folds it.
+skipped when every user folds it. Likewise an attention operand made by views is read through
+strides from the views' root buffer, and an attention result written into the buffer of the
+permuted value its consumers read (flame.plan.views.fold_attention_views): those views run no step.
 """
 
 from __future__ import annotations
@@ -26,13 +28,12 @@ import numpy as np
 from flame.ir import symbolic
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
-from flame.ir.indexmap import contiguous_strides, swaps_last_two
+from flame.ir.indexmap import swaps_last_two
 from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
-    ALIGN,
     Alias,
     AttentionCall,
     Buffer,
@@ -47,6 +48,7 @@ from flame.plan.steps import (
     byte_offset,
     root,
 )
+from flame.plan.views import STRIDED_INPUTS, fold_attention_views, view_start
 from flame.target import Target
 
 ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
@@ -157,6 +159,7 @@ class _Builder:
         self.buffer_of: dict[Value, int] = {}
         self.temp_roots: set[int] = set()
         self.folded = fold_transposes(g)  # transposes that every matmul user reads with ta/tb instead
+        self.strided = fold_attention_views(g, target.attention_layout_unsupported)  # views attention reads
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -203,8 +206,8 @@ class _Builder:
 
     def op(self, op: Op, reason: str = "") -> None:
         """The steps of one op lowered on its own; `reason`: why the fusion pass left it alone."""
-        if op.out in self.folded:
-            return  # no kernel, no buffer: every user is a matmul that reads op's input transposed
+        if op.out in self.folded or op in self.strided.skipped:
+            return  # no kernel: every user reads op's input transposed (matmul) or strided (attention)
         bid = self.ids[op.out]
         start = view_start(op)
         if start is not None:
@@ -212,40 +215,17 @@ class _Builder:
             self.add(bid, op.out, "view", base=src, view_at=start * op.out.type.dtype.itemsize)
             self.steps.append(Alias(src, bid, op, start))
             return
-        self.temporary(op.out)
         library = get(op.name).library
         if library:
+            bid = self.temporary(self.strided.stored_in(op))
             self.steps.append(LIBRARY_CALLS[library](self, op, bid))
             return
+        self.temporary(op.out)
         try:
             inputs, kernels = _lower(op, self.lowering)
         except NotImplementedError as e:
             raise NotImplementedError(f"no kernel for {format_op(op, self.ids)}: {e}") from None
         self.launches(kernels, tuple(self.buffer_of[v] for v in inputs), (bid,), (op,), reason=reason)
-
-
-def view_start(op: Op) -> int | None:
-    """Where op's result starts in its input's elements when it can be a view of the input's bytes,
-    else None. A relabelling view op (reshape/squeeze/unsqueeze) of a contiguous buffer, and permutes
-    that keep every axis of size > 1 in order, only relabel the shape (start 0). A slice with unit
-    steps that selects one contiguous block (axes before the sliced one of extent 1, axes after it
-    whole: the three gradients packed in attention's backward, a leading-axis `chunk`) starts past 0;
-    it is a view only when that start keeps ALIGN-byte alignment (kernels load vectors)."""
-    view = get(op.name).view
-    if view is not None and view.relabel:
-        return 0
-    if op.name == "permute":
-        shape = op.inputs[0].type.shape
-        kept = [p for p in op.attrs["perm"] if shape[p] != 1]
-        return 0 if kept == sorted(kept) else None
-    if op.name != "slice" or any(st != 1 for st in op.attrs["steps"]):
-        return None
-    shape, out = op.inputs[0].type.shape, op.out.type.shape
-    cut = [d for d in range(len(shape)) if out[d] != shape[d]]
-    if cut and (any(out[d] != 1 for d in range(cut[0])) or any(d != cut[0] for d in cut)):
-        return None
-    start = sum(a * st for a, st in zip(op.attrs["starts"], contiguous_strides(shape)))
-    return start if (start * op.out.type.dtype.itemsize) % ALIGN == 0 else None
 
 
 def fold_transposes(g: Graph) -> set[Value]:
@@ -275,15 +255,29 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
 def attention_call(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) -> AttentionCall:
     """The fused-attention call of a scaled_dot_product_attention(_stats, _backward) op writing
     buffer `out` and, for a forward with `stats_op` (its softmax statistics, joined by the fusion
-    pass), their buffer too; with the workspace the target's library asks for as scratch in the arena."""
-    ins = [bld.buffer_of[v] for v in op.inputs]  # q, k, v[, out, grad_out, stats (backward)][, mask]
+    pass), their buffer too; with the workspace the target's library asks for as scratch in the arena.
+    Operands made by views are read from their root's buffer through strides, and results written
+    into the buffer their views make, where flame.plan.views folded them (the layouts)."""
+    folded, ins, layouts = bld.strided, [], []
+    for v, name in zip(op.inputs, STRIDED_INPUTS[op.name] + ("stats",) * (op.name == BACKWARD)):
+        root, lay = folded.at.get(v, (v, None))
+        ins.append(bld.buffer_of[root])
+        if lay is not None:
+            layouts.append((name, lay.start, lay.strides))
+    ins += [bld.buffer_of[v] for v in op.inputs[len(ins):]]  # q, k, v[, out, grad_out, stats][, mask]
+    if op.out in folded.at:
+        layouts.append(("o", folded.at[op.out][1].start, folded.at[op.out][1].strides))
+    if op in folded.grads:
+        layouts += [(n, p.start, p.strides) for n, p in zip(("dq", "dk", "dv"), folded.grads[op][1])]
     m = mask_of(op)
     mask = None if m is None else bld.buffer_of[m]
     ws = bld.scratch(bld.target.attention_workspace(op, stats_op is not None))
     if op.name == BACKWARD:
-        return AttentionCall(*ins[:3], out, op, o=ins[3], grad_out=ins[4], stats=ins[5], mask=mask, workspace=ws)
+        return AttentionCall(*ins[:3], out, op, o=ins[3], grad_out=ins[4], stats=ins[5], mask=mask, workspace=ws,
+                             layouts=tuple(layouts))
     stats = None if stats_op is None else bld.temporary(stats_op.out)
-    return AttentionCall(*ins[:3], out, op, stats=stats, mask=mask, workspace=ws, stats_op=stats_op)
+    return AttentionCall(*ins[:3], out, op, stats=stats, mask=mask, workspace=ws, stats_op=stats_op,
+                         layouts=tuple(layouts))
 
 
 def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
@@ -389,13 +383,18 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         if not rest:
             return
         grp = FusionGroup(rest, Kind.ELEMENTWISE, "matmul epilogue not supported by the runtime", grp.outputs)
+    if all(op in bld.strided.skipped for op in grp.ops):
+        return  # views an attention call reads or writes through strides
+    why = [bld.strided.refused[v] for v in grp.outputs if v in bld.strided.refused]
+    if why:  # views the attention call cannot read through strides: their copy runs, and says why
+        grp = dataclasses.replace(grp, reason=why[0])
     if len(grp.ops) == 1 or _views_only(grp):
         for op in grp.ops:
             bld.op(op, grp.reason)
         return
     if grp.kind == Kind.ATTENTION:  # a forward and its softmax statistics: one call writes both
         fwd, stats = sorted(grp.ops, key=lambda op: op.name != FORWARD)
-        bld.steps.append(attention_call(bld, fwd, bld.temporary(fwd.out), stats))
+        bld.steps.append(attention_call(bld, fwd, bld.temporary(bld.strided.stored_in(fwd)), stats))
         return
     try:
         inputs, kernels = _lower(grp, bld.lowering)

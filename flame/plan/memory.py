@@ -366,10 +366,23 @@ class MemoryReport:
 
 
 def saved_for_backward(plan: Plan) -> list:
-    """Values computed by forward ops and read by backward ops (autodiff.is_backward), in order."""
+    """Values computed by forward ops and read by backward ops (autodiff.is_backward), in order. A
+    view with no buffer of its own (a library call reads it from its input's bytes: a folded
+    transpose, attention's strided operands) counts as the buffered value it views, once; a value
+    with no buffer otherwise (an attention output written into its permute's buffer) is that buffer,
+    listed with its own value. Graph inputs are not listed (the caller holds them)."""
     g = plan.graph
     users = g.users()
-    return [op.out for op in g.ops if not is_backward(op) and any(is_backward(u) for u in users[op.out])]
+    out = []
+    for op in g.ops:
+        if is_backward(op) or not any(is_backward(u) for u in users[op.out]):
+            continue
+        v = op.out
+        while v not in plan.buffer_of and v.producer is not None and REGISTRY[v.producer.name].view is not None:
+            v = v.producer.inputs[0]
+        if v in plan.buffer_of and v.producer is not None and v not in out:
+            out.append(v)
+    return out
 
 
 def memory_report(plan: Plan) -> MemoryReport:

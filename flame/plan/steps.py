@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Op, Value
+from flame.ir.indexmap import contiguous_strides
 from flame.ir.printer import format_attr, format_op
 
 ALIGN = 256  # arena offsets are multiples of this (cudaMalloc's alignment: vector loads stay aligned)
@@ -294,7 +295,11 @@ class AttentionCall(LibraryCall):
       result goes to the workspace);
     - backward (scaled_dot_product_attention_backward: out = dq, dk, dv packed flat, from o = the
       forward's result, grad_out and the forward's `stats`, which it reads).
-    `workspace` is the call's scratch in the arena (`workspace_bytes` of it)."""
+    `workspace` is the call's scratch in the arena (`workspace_bytes` of it). `layouts`: the operands
+    the call reads or writes through strides, as (name, start, strides) in elements of their buffer
+    (flame.plan.views): q, k, v, o (the forward's result, the backward's input), grad_out, and the
+    backward's dq, dk, dv (then `out` holds them at those places; without, packed flat). An operand
+    without one is its buffer, contiguous."""
 
     name: ClassVar[str] = "attention"
     library: ClassVar[str] = "cuDNN"
@@ -310,10 +315,35 @@ class AttentionCall(LibraryCall):
     mask: int | None = buffer_field(default=None)
     workspace: int | None = buffer_field(default=None)
     stats_op: Op | None = None
+    layouts: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
 
     @property
     def backward(self) -> bool:
         return self.grad_out is not None
+
+    def operands(self) -> dict[str, tuple[int, tuple[int, ...], int, tuple[int, ...]]]:
+        """name -> (buffer, shape, start, strides in elements) of each tensor the call reads or writes
+        but the statistics and the mask: q, k, v, o, and grad_out, dq, dk, dv for a backward."""
+        ins = [v.type.shape for v in self.op.inputs]
+        got = {"q": (self.q, ins[0]), "k": (self.k, ins[1]), "v": (self.v, ins[2])}
+        if self.backward:
+            got.update(o=(self.o, ins[3]), grad_out=(self.grad_out, ins[4]))
+            got.update(dq=(self.out, ins[0]), dk=(self.out, ins[1]), dv=(self.out, ins[2]))
+        elif self.op.name == "scaled_dot_product_attention":
+            got["o"] = (self.out, self.op.out.type.shape)
+        packed = {"dq": 0, "dk": math.prod(ins[0]), "dv": math.prod(ins[0]) + math.prod(ins[1])}
+        lays = {name: (start, strides) for name, start, strides in self.layouts}
+        return {name: (b, shape, *lays.get(name, (packed.get(name, 0), contiguous_strides(shape))))
+                for name, (b, shape) in got.items()}
+
+    def arrays(self, bufs: dict, as_strided) -> dict:
+        """The operands' arrays (see operands) over the buffers' arrays `bufs` (NumPy or CuPy, whose
+        `as_strided` makes the strided ones)."""
+        out = {}
+        for name, (b, shape, start, strides) in self.operands().items():
+            flat = bufs[b].reshape(-1)
+            out[name] = as_strided(flat[start:], shape, tuple(s * flat.itemsize for s in strides))
+        return out
 
     @property
     def reads(self) -> tuple[int, ...]:
@@ -338,7 +368,9 @@ class AttentionCall(LibraryCall):
         call = self.name + self.op.name.removeprefix("scaled_dot_product_attention")
         outs = ", ".join(f"b{b}" for b in self.outputs)
         ops = "; ".join(format_op(op, ids) for op in self.ops)
-        return f"{outs} = call {call} ({ins}){self._scratch_note()}  # {ops}"
+        lays = "".join(f" {n}={start}+{list(strides)}" for n, start, strides in self.layouts)
+        strided = f" {{strided{lays}}}" if lays else ""
+        return f"{outs} = call {call} ({ins}){strided}{self._scratch_note()}  # {ops}"
 
 
 @dataclass(frozen=True)

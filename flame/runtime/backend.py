@@ -54,6 +54,7 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
+                   attention_layout_unsupported=cudnn_attention.layout_unsupported,
                    attention_workspace=_attention_workspace, matmul_workspace=_matmul_workspace,
                    comm_stream=comm_stream_enabled(), conv_unsupported=_conv_unsupported,
                    conv_workspace=_conv_workspace, arch=_arch())

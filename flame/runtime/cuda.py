@@ -110,10 +110,14 @@ def _matmul(s: MatmulCall, fn, bufs: dict, stream) -> None:
 
 
 def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
+    """cuDNN's graphs for the op at the call's layouts (part of the spec, so of the graph cache's key),
+    on the operands' strided views of their buffers."""
+    import cupy
+
     from flame.runtime.cudnn_attention import STATS, cudnn_attention, spec_of, workspace_bytes
 
-    att = cudnn_attention(spec_of(s.op))
-    need = workspace_bytes(s.op, s.stats_op is not None, exact=True)
+    att = cudnn_attention(spec_of(s.op, s.layouts))
+    need = workspace_bytes(s.op, s.stats_op is not None, exact=True, att=att)
     ws = None if s.workspace is None else bufs[s.workspace]
     held = 0 if ws is None else ws.nbytes
     if held < need:
@@ -121,14 +125,15 @@ def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
                          f"holds {held}")
     ws = 0 if ws is None else ws  # no workspace planned: cuDNN asked for none
     mask = None if s.mask is None else bufs[s.mask]
-    q, k, v = bufs[s.q], bufs[s.k], bufs[s.v]
+    a = s.arrays(bufs, cupy.lib.stride_tricks.as_strided)
     with stream:
         if s.backward:
-            att.backward(q, k, v, bufs[s.o], bufs[s.grad_out], bufs[s.stats], bufs[s.out], mask, ws)
+            att.backward(a["q"], a["k"], a["v"], a["o"], a["grad_out"], bufs[s.stats], (a["dq"], a["dk"], a["dv"]),
+                         mask, ws)
         elif s.op.name == STATS:  # the statistics alone: the forward's output goes to the workspace
-            att.forward(q, k, v, None, bufs[s.out], mask, ws)
+            att.forward(a["q"], a["k"], a["v"], None, bufs[s.out], mask, ws)
         else:
-            att.forward(q, k, v, bufs[s.out], None if s.stats is None else bufs[s.stats], mask, ws)
+            att.forward(a["q"], a["k"], a["v"], a["o"], None if s.stats is None else bufs[s.stats], mask, ws)
 
 
 _COMM_STREAMS: dict[int, object] = {}  # device id -> the communication stream of this process

@@ -25,8 +25,8 @@ backward) writes the forward's output there. The backward's workspace is cuDNN's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
 
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, mask_of
@@ -52,6 +52,7 @@ class AttentionSpec:
     scale: float
     causal: bool
     mask_dims: tuple[int, ...] = ()
+    strides: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (name, [b, h, l, e] strides): strided operands
 
     @staticmethod
     def of(q_shape, k_shape, v_shape, dtype: str, scale: float, is_causal: bool, enable_gqa: bool,
@@ -78,6 +79,10 @@ class AttentionSpec:
     def numel(self, which: str) -> int:
         return math.prod(self.dims(which))
 
+    def stride(self, name: str, which: str) -> list[int]:
+        """The strides of operand `name` (q, k, v, o, grad_out, dq, dk, dv: of dims `which`)."""
+        return list(dict(self.strides).get(name, contiguous_strides(self.dims(which))))
+
 
 def unsupported_reason(spec: AttentionSpec) -> str:
     """Why cuDNN cannot run `spec` (the op then stays the unfused graph), or "" if it can as far as
@@ -97,12 +102,49 @@ def unsupported_reason(spec: AttentionSpec) -> str:
     return ""
 
 
-def spec_of(op) -> AttentionSpec:
-    """The spec of a scaled_dot_product_attention(_stats, _backward) IR op."""
+def spec_of(op, layouts: tuple = ()) -> AttentionSpec:
+    """The spec of a scaled_dot_product_attention(_stats, _backward) IR op whose call reads and writes
+    the operands in `layouts` ((name, start, strides in the IR's shapes), AttentionCall.layouts)
+    through those strides."""
     q, k, v = (x.type for x in op.inputs[:3])
     mask = mask_of(op)
-    return AttentionSpec.of(q.shape, k.shape, v.shape, q.dtype.name, op.attrs["scale"], op.attrs["is_causal"],
+    spec = AttentionSpec.of(q.shape, k.shape, v.shape, q.dtype.name, op.attrs["scale"], op.attrs["is_causal"],
                             op.attrs["enable_gqa"], None if mask is None else mask.type.shape)
+    shapes = {"q": q.shape, "k": k.shape, "v": v.shape, "dq": q.shape, "dk": k.shape, "dv": v.shape}
+    strides = tuple((name, _strides4(shapes.get(name, op.inputs[0].type.shape[:-1] + (v.shape[-1],)), st))
+                    for name, _, st in layouts)
+    return replace(spec, strides=strides)
+
+
+def _strides4(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
+    """[b, h, l, e] strides of an operand of IR shape [..., (H,) L, E] with these strides (its leading
+    dims flattened into the batch), or None when the leading dims cannot be flattened."""
+    shape, strides = (1, 1, *shape)[-max(len(shape), 4):], (0, 0, *strides)[-max(len(strides), 4):]
+    lead = [(n, st) for n, st in zip(shape[:-3], strides[:-3]) if n != 1]
+    if any(a[1] != b[1] * b[0] for a, b in zip(lead, lead[1:])):
+        return None
+    h = strides[-3] if shape[-3] != 1 else strides[-2] * shape[-2]
+    b = lead[-1][1] if lead else h * shape[-3]
+    return (b, h, strides[-2] if shape[-2] != 1 else strides[-1] * shape[-1], strides[-1])
+
+
+def layout_unsupported(op, name: str, shape: tuple[int, ...], layout) -> str:
+    """Why cuDNN cannot take operand `name` of attention op `op` at a strided layout (start, strides
+    in elements of its buffer): the head dim must be contiguous, the other strides positive, and the
+    start and every stride 16-byte aligned (the TMA loads cuDNN's kernels use), the leading dims
+    flattenable into one batch. "" if it can."""
+    item = op.inputs[0].type.dtype.itemsize
+    big = [st for n, st in zip(shape, layout.strides) if n != 1]
+    if layout.strides[-1] != 1 and shape[-1] != 1:
+        return f"cuDNN needs the head dim of {name} contiguous (strides {list(layout.strides)})"
+    if any(st <= 0 for st in big):
+        return f"cuDNN needs positive strides ({name}: {list(layout.strides)})"
+    if (layout.start * item) % 16 or any((st * item) % 16 for st in big[:-1]):
+        return (f"cuDNN needs 16-byte aligned strides and start ({name}: start {layout.start}, strides "
+                f"{list(layout.strides)} of {item}-byte elements)")
+    if _strides4(tuple(shape), tuple(layout.strides)) is None:
+        return f"the leading dims of {name} cannot be flattened into one batch (strides {list(layout.strides)})"
+    return ""
 
 
 def op_unsupported(op) -> str:
@@ -125,14 +167,14 @@ def _kept_in_workspace(spec: AttentionSpec, op_name: str, with_stats: bool) -> i
     return 0
 
 
-def workspace_bytes(op, with_stats: bool = False, exact: bool = False) -> int:
+def workspace_bytes(op, with_stats: bool = False, exact: bool = False, att: CudnnAttention | None = None) -> int:
     """The workspace op's call needs (with_stats: a forward whose call also writes its statistics to
     a planned buffer): exact (cuDNN's own figure; builds the graphs) when `exact`, else an upper bound
     from the shapes: cuDNN's backward accumulates dq (and, with GQA, dk/dv) in f32 plus per-row sums."""
     spec = spec_of(op)
     kept = _kept_in_workspace(spec, op.name, with_stats)
     if exact:
-        att = cudnn_attention(spec)
+        att = att or cudnn_attention(spec)
         return kept + (att.backward_workspace if op.name == BACKWARD else att.forward_workspace)
     if op.name != BACKWARD:
         return kept + (1 << 20)
@@ -148,17 +190,36 @@ class CudnnAttention:
         if why:
             raise NotImplementedError(f"cuDNN attention: {why}")
         self.spec = spec
-        cudnn = cudnn_module("cuDNN attention")
-        self._io = {"f16": cudnn.data_type.HALF, "bf16": cudnn.data_type.BFLOAT16}[spec.dtype]
+        self._cudnn = cudnn_module("cuDNN attention")
+        self._io = {"f16": self._cudnn.data_type.HALF, "bf16": self._cudnn.data_type.BFLOAT16}[spec.dtype]
         self.itemsize = 2
+
+    def _built(self, build):
+        """build(cudnn) -> (graph, tensors), NotImplementedError where cuDNN refuses it. The forward and
+        the backward graph are built at first use: a forward call's spec and its backward's differ
+        where their other operands are strided."""
         try:
-            self._fwd, self._fwd_t = self._build_forward(cudnn)
-            self._bwd, self._bwd_t = self._build_backward(cudnn)
-        except refusals(cudnn) as e:
-            raise NotImplementedError(f"cuDNN refused attention {spec}: {e}") from None
-        # the graphs' own workspaces; a call that keeps its stats or output there adds _kept_in_workspace
-        self.forward_workspace = aligned(self._fwd.get_workspace_size())
-        self.backward_workspace = aligned(self._bwd.get_workspace_size())
+            return build(self._cudnn)
+        except refusals(self._cudnn) as e:
+            raise NotImplementedError(f"cuDNN refused attention {self.spec}: {e}") from None
+
+    @cached_property
+    def _forward_graph(self):
+        return self._built(self._build_forward)
+
+    @cached_property
+    def _backward_graph(self):
+        return self._built(self._build_backward)
+
+    @property
+    def forward_workspace(self) -> int:
+        """The forward graph's own workspace (a call keeping its stats or output there adds
+        _kept_in_workspace)."""
+        return aligned(self._forward_graph[0].get_workspace_size())
+
+    @property
+    def backward_workspace(self) -> int:
+        return aligned(self._backward_graph[0].get_workspace_size())
 
     def _graph(self, cudnn):
         return cudnn.pygraph(io_data_type=self._io, intermediate_data_type=cudnn.data_type.FLOAT,
@@ -178,10 +239,10 @@ class CudnnAttention:
         return self._tensor(g, "bias", dims, strides=strides)
 
     def _operands(self, g, names=("q", "k", "v")):
-        return [self._tensor(g, n, self.spec.dims(n)) for n in names]
+        return [self._tensor(g, n, self.spec.dims(n), strides=self.spec.stride(n, n)) for n in names]
 
-    def _output(self, t, dims, data_type=None):
-        t.set_output(True).set_dim(list(dims)).set_stride(list(contiguous_strides(tuple(dims))))
+    def _output(self, t, dims, data_type=None, strides=None):
+        t.set_output(True).set_dim(list(dims)).set_stride(strides or list(contiguous_strides(tuple(dims))))
         if data_type is not None:
             t.set_data_type(data_type)
 
@@ -191,7 +252,7 @@ class CudnnAttention:
         bias = self._mask(g)
         o, stats = g.sdpa(name="sdpa", q=q, k=k, v=v, attn_scale=self.spec.scale, bias=bias,
                           use_causal_mask=self.spec.causal, generate_stats=True)
-        self._output(o, self.spec.dims("o"))
+        self._output(o, self.spec.dims("o"), strides=self.spec.stride("o", "o"))
         self._output(stats, self.spec.dims("stats"), cudnn.data_type.FLOAT)
         g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         return g, {"q": q, "k": k, "v": v, "bias": bias, "o": o, "stats": stats}
@@ -199,13 +260,13 @@ class CudnnAttention:
     def _build_backward(self, cudnn):
         g = self._graph(cudnn)
         q, k, v, o = self._operands(g, ("q", "k", "v", "o"))
-        do = self._tensor(g, "dO", self.spec.dims("o"))
+        do = self._tensor(g, "dO", self.spec.dims("o"), strides=self.spec.stride("grad_out", "o"))
         stats = self._tensor(g, "stats", self.spec.dims("stats"), cudnn.data_type.FLOAT)
         bias = self._mask(g)
         dq, dk, dv = g.sdpa_backward(name="sdpa_backward", q=q, k=k, v=v, o=o, dO=do, stats=stats,
                                      attn_scale=self.spec.scale, bias=bias, use_causal_mask=self.spec.causal)
         for t, which in ((dq, "q"), (dk, "k"), (dv, "v")):
-            self._output(t, self.spec.dims(which))
+            self._output(t, self.spec.dims(which), strides=self.spec.stride("d" + which, which))
         g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         return g, {"q": q, "k": k, "v": v, "o": o, "dO": do, "stats": stats, "bias": bias, "dq": dq, "dk": dk,
                    "dv": dv}
@@ -214,7 +275,7 @@ class CudnnAttention:
         execute(g, pack, workspace)
 
     def _forward_pack(self, q, k, v, out, stats: int, mask) -> dict:
-        t = self._fwd_t
+        t = self._forward_graph[1]
         pack = {t["q"]: device_ptr(q), t["k"]: device_ptr(k), t["v"]: device_ptr(v), t["o"]: device_ptr(out),
                 t["stats"]: stats}
         if t["bias"] is not None:
@@ -230,20 +291,24 @@ class CudnnAttention:
             stats, scratch = scratch, scratch + _kept_in_workspace(self.spec, FORWARD, False)
         if out is None:
             out, scratch = scratch, scratch + _kept_in_workspace(self.spec, STATS, False)
-        self._run(self._fwd, self._forward_pack(q, k, v, out, device_ptr(stats), mask), scratch)
+        self._run(self._forward_graph[0], self._forward_pack(q, k, v, out, device_ptr(stats), mask), scratch)
 
     def backward(self, q, k, v, out, grad_out, stats, grads, mask=None, workspace=0) -> None:
-        """grads (dq, dk, dv packed flat) of attention at q, k, v for cotangent grad_out, from the
-        forward's out and stats; `workspace`: backward_workspace bytes."""
-        dq = device_ptr(grads)
-        dk = dq + self.spec.numel("q") * self.itemsize
-        dv = dk + self.spec.numel("k") * self.itemsize
-        t = self._bwd_t
+        """grads (dq, dk, dv packed flat, or a tuple of the three, each at its spec strides) of
+        attention at q, k, v for cotangent grad_out, from the forward's out and stats; `workspace`:
+        backward_workspace bytes."""
+        if isinstance(grads, tuple):
+            dq, dk, dv = (device_ptr(x) for x in grads)
+        else:
+            dq = device_ptr(grads)
+            dk = dq + self.spec.numel("q") * self.itemsize
+            dv = dk + self.spec.numel("k") * self.itemsize
+        g, t = self._backward_graph
         pack = {t["q"]: device_ptr(q), t["k"]: device_ptr(k), t["v"]: device_ptr(v), t["o"]: device_ptr(out),
                 t["dO"]: device_ptr(grad_out), t["stats"]: device_ptr(stats), t["dq"]: dq, t["dk"]: dk, t["dv"]: dv}
         if t["bias"] is not None:
             pack[t["bias"]] = device_ptr(mask)
-        self._run(self._bwd, pack, device_ptr(workspace))
+        self._run(g, pack, device_ptr(workspace))
 
 
 @lru_cache(maxsize=256)

@@ -104,10 +104,20 @@ def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
 
 
 def _attention(s: AttentionCall, bufs: dict, plan: Plan) -> None:
-    """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone), and that of
-    the softmax statistics the call also writes (they read the forward's inputs)."""
-    ins = [bufs[b] for b in s.reads]  # reads: the op's inputs in order
-    np.copyto(bufs[s.out], compute_op(s.op, ins))
+    """The op's NumPy reference on the call's operands, read and written through their layouts (the
+    workspace is cuDNN's alone), and that of the softmax statistics the call also writes (they read
+    the forward's inputs). A backward's packed result is written part by part (dq, dk, dv)."""
+    arrays = s.arrays(bufs, np.lib.stride_tricks.as_strided)
+    names = ("q", "k", "v", "o", "grad_out")[: 5 if s.backward else 3]
+    ins = [arrays[n] for n in names] + [bufs[b] for b in s.reads[len(names):]]  # the op's inputs in order
+    got = compute_op(s.op, ins)
+    if s.backward:
+        at = 0
+        for n in ("dq", "dk", "dv"):
+            np.copyto(arrays[n], got[at: at + arrays[n].size].reshape(arrays[n].shape))
+            at += arrays[n].size
+    else:
+        np.copyto(arrays["o"] if "o" in arrays else bufs[s.out], got)
     if s.stats_op is not None:
         np.copyto(bufs[s.stats], compute_op(s.stats_op, ins))
 

@@ -134,6 +134,21 @@ def layer_norm_params() -> tuple[Graph, list[np.ndarray]]:
     return build(ln_fwd_bwd, X, W, W * 0.5)
 
 
+def layer_norm_linear() -> tuple[Graph, list[np.ndarray]]:
+    """A step: gelu(layer_norm(x) @ m.T).sum() (a Linear), backward; the gradients of x, weight, bias and m. m's gradient
+    reads the LayerNorm output, which the backward recomputes (remat.free) beside the LayerNorm
+    backward."""
+    x, w, b = (flame.tensor(a, requires_grad=True) for a in (X, W, W * 0.5))
+    m = flame.tensor(_R.standard_normal((8, 40)).astype(np.float32), requires_grad=True)
+
+    def ln_linear():
+        loss = F.gelu(F.layer_norm(x, 40, w, b) @ m.transpose(0, 1)).sum()
+        loss.backward()
+        return loss, x.grad, w.grad, b.grad, m.grad
+
+    return build(ln_linear)
+
+
 def mlp_adamw(n_hidden: int = 2, width: int = 16, dtype: str = "f32") -> tuple[Graph, list[np.ndarray], int]:
     """One AdamW training step of a small MLP (Linear, ReLU, LayerNorm, GELU, cross-entropy):
     (graph, inputs, number of parameters)."""

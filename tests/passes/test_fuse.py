@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from flame.ir import Builder, Graph, TensorType, bf16, f32, parse, print_graph, verify
 from flame.passes.fuse import fuse
-from flame.passes.pipeline import run_pipeline
+from flame.passes.pipeline import remat, run_pipeline
 from flame.passes.remat import is_recompute
 from flame.plan.build import to_plan
 from flame.plan.memory import check_plan, memory_report
@@ -89,6 +89,20 @@ def test_layer_norm_backward_carries_weight_and_bias_gradients():
                                                        "reduce_mean_mean_sum_rows_f32_fold"]
     (rows,) = [k for k in fused.groups if k.kind == "rows"]
     assert len([op for op in rows.ops if op.name == "reduce_sum" and list(op.attrs["axes"]) == [0]]) == 2
+
+
+def test_recomputed_layer_norm_output_rides_in_the_backward_row_kernel():
+    """The LayerNorm output that m's gradient reads is recomputed inside the LayerNorm backward's row
+    kernel (same rows, one segment), which keeps carrying the weight and bias gradients: no kernel of
+    its own for the recomputation, no separate column sums."""
+    from tests.passes.fuse_cases import layer_norm_linear
+
+    g, inputs = layer_norm_linear()
+    fused = check_fused(remat(g), inputs)
+    (rows,) = [k for k in fused.groups if any(is_recompute(op) for op in k.ops)]
+    assert rows.kind == "rows"
+    assert len([op for op in rows.ops if op.name == "reduce_sum" and list(op.attrs["axes"]) == [0]]) == 2
+    assert not [k for k in fused.groups if k.kind == "reduction"]
 
 
 def test_cross_entropy_backward_is_one_row_kernel():

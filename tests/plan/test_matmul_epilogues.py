@@ -158,6 +158,28 @@ def test_bias_gradient_of_either_operand(side, transposed):
     _close(got, want, 1e-5, 1e-5)
 
 
+@pytest.mark.parametrize("through", ["same", "reshaped"])
+def test_bias_gradient_of_a_batched_linear(through):
+    """A Linear on [batch, tokens, features]: its weight gradient reads dy flattened to [m, n] and
+    transposed, its bias gradient sums dy over (0, 1), directly or through another reshape of the
+    same data: the sum is the GEMM's BGRAD epilogue, no kernel of its own."""
+    g = Graph("bgrad3")
+    bld = Builder(g)
+    root = g.add_input(TensorType((4, 5, 11), f32) if through == "same" else TensorType((20, 11), f32))
+    x = g.add_input(TensorType((20, 13), f32))
+    dy = root if through == "same" else bld.reshape(root, shape=[4, 5, 11])
+    flat = bld.reshape(root, shape=[20, 11]) if through == "same" else root
+    g.outputs = [bld.matmul(bld.permute(flat, perm=[1, 0]), x), bld.reduce_sum(dy, axes=[0, 1], keepdim=True)]
+    verify(g)
+    r = np.random.default_rng(4)
+    inputs = [r.standard_normal(v.type.shape).astype(np.float32) for v in g.inputs]
+    got, want, plan = _run_both(g, inputs)
+    (call,) = _calls(plan)
+    assert call.epilogue == "bgrad_a"
+    assert not [s for s in plan.steps if isinstance(s, KernelLaunch) and s.grid]
+    _close(got, want, 1e-5, 1e-5)
+
+
 def test_without_the_epilogues_the_same_step_runs_as_kernels():
     """A target whose library runs only the old epilogues: same results, GELU and sums as kernels."""
     g, inputs = mlp_step("tanh")

@@ -153,3 +153,27 @@ def test_unsupported_specs_say_why():
     assert "do not divide" in unsupported_reason(spec(hkv=3))
     assert "broadcast over query" in unsupported_reason(spec(mask=(2, 1, 1, 8)))
     assert spec(mask=(8, 8)).mask_dims == (1, 1, 8, 8) and spec(mask=(2, 4, 8, 8)).mask_dims == (2, 4, 8, 8)
+
+
+@pytest.mark.gpu
+def test_strided_operands_of_a_gpt_block_match_the_reference_executor():
+    """The GPT block's attention with no copy around it (q, k, v, grad_out read and the output written
+    through strides, tests/plan/test_attention_views.py): the CUDA executor, first call and CUDA-graph
+    replays, against the reference executor running the same plan."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("cudnn")
+    from flame.runtime.cuda import CudaExecutor
+    from flame.runtime.reference import ReferenceExecutor
+    from tests.plan.test_attention_views import _arrays, _block, _compiled, _copies, _packed_grads_graph
+
+    for g in (_block(bf16, 2, 128, 4, 64), _packed_grads_graph(bf16)):
+        _, plan = _compiled(g, "cuda")
+        assert not _copies(plan)
+        arrays = _arrays(g, 4)
+        want = ReferenceExecutor().compile(plan)(arrays)
+        ex = CudaExecutor()
+        run = ex.compile(plan)
+        for _ in range(3):  # plain launches, capture, replay
+            got = run([ex.asarray(a) for a in arrays])
+            for a, w in zip(got, want):
+                _close(ex.to_numpy(a).astype(np.float32), np.asarray(w, np.float32), g.name)
