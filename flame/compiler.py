@@ -34,7 +34,7 @@ from flame.ir.printer import print_graph
 from flame.passes import remat as remat_pass
 from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
 from flame.plan.build import to_plan
-from flame.plan.instance import PlanTemplate
+from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
 from flame.plan.steps import MemoryBudget
 from flame.runtime.backend import capabilities, comm_stream_enabled
@@ -198,21 +198,21 @@ def plan_template(graph_at: Callable[[int, bool], Graph], sizes: tuple[int, int]
     return PlanTemplate(graph_at, sizes, _settings(executor(), True)[1])
 
 
-def compile_instance(template: PlanTemplate, size: int) -> tuple[CompiledGraph, list[str]]:
+def compile_instance(template: PlanTemplate, size: int) -> tuple[CompiledGraph, Instance]:
     """Plan and compile the graph of a dynamic-size template at s0 = size without running the passes
     again: the plan template's numbers at this size (flame.plan.instance); the kernels take s0 as a
     parameter, so their sources are the same at every size and the executor's compile cache (keyed
     by source) compiles each once; grids, buffer sizes, arena offsets and library-call descriptors
-    are this size's. Returns the compiled graph and the kernels that had to be rendered for this size
-    ("name: why": a guard of theirs fails here, or they cannot take the size as a parameter). Not
-    cached here: the caller keeps one per size."""
+    are this size's. Returns the compiled graph and the Instance (whether the plan was built again
+    here and why, the kernels rendered again or per size). Not cached here: the caller keeps one
+    per size."""
     ex = executor()
     start = time.perf_counter()
     inst = template.instantiate(size)
     planned = time.perf_counter()
     run = ex.compile(inst.plan)
     timings = (("plan", planned - start), (f"{ex.name} compile", time.perf_counter() - planned))
-    return CompiledGraph(inst.plan.graph, inst.plan, run, timings), inst.rendered
+    return CompiledGraph(inst.plan.graph, inst.plan, run, timings), inst
 
 
 def _budget_bytes(requested: float, unconstrained: int) -> int:

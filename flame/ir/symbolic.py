@@ -359,6 +359,21 @@ def value_at(x, s: int):
     return x
 
 
+def maximum(x, y):
+    """max(x, y); while recording, where x or y is a function of the size, that function (a SizeExpr)
+    rather than a decision on the size: a clamp (a workspace's least bytes) is no guard."""
+    if _GUARDS.get() is not None and (isinstance(x, (SymInt, SizeExpr)) or isinstance(y, (SymInt, SizeExpr))):
+        return SizeExpr.combine(x, y, "max")
+    return max(x, y)
+
+
+def minimum(x, y):
+    """min(x, y), as `maximum` (a cap is no guard)."""
+    if _GUARDS.get() is not None and (isinstance(x, (SymInt, SizeExpr)) or isinstance(y, (SymInt, SizeExpr))):
+        return SizeExpr.combine(x, y, "min")
+    return min(x, y)
+
+
 def as_int(x) -> int:
     """x as an int, kept as it is where it is a function of the size (a SymInt or a SizeExpr)."""
     return x if isinstance(x, (SymInt, SizeExpr)) else int(x)
@@ -402,6 +417,20 @@ class Guards:
             if not ok:
                 return f"{_show(kx)} {name} {_show(ky)} was {outcome} (s0={s})"
         return ""
+
+
+    def coincidences(self) -> list[str]:
+        """The outcomes that hold at the recorded size alone: two different affine functions of the
+        size found equal (a temporary of 512*s0 bytes the size of a 32768-byte weight at s0=64). A
+        plan recorded there serves no other size; `flame.plan.instance` records at another."""
+        return [f"{_show(kx)} {name} {_show(ky)} was {outcome}"
+                for (name, kx, ky), (*_, outcome) in self.tests.items()
+                if name in ("eq", "ne") and outcome == (name == "eq") and kx[0] in "sc" and ky[0] in "sc"
+                and _slope(kx) != _slope(ky)]
+
+
+def _slope(k: tuple):
+    return k[1] if k[0] == "s" else 0
 
 
 def _show(k: tuple) -> str:
