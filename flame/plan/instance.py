@@ -97,7 +97,8 @@ class PlanTemplate:
     MAX_VARIANTS; at a coincidence the recorded plan serves that size alone), else the plan is built
     again there, reusing every kernel whose guards hold."""
 
-    CHECK = (2, 4, 3)  # a variant recorded at s is checked at the first k*s, or s + 64*k, where its guards hold
+    CHECK = (2, 4, 3)  # a variant recorded at s is checked at the first k*s, or s + d, where its guards hold
+    CHECK_NEAR = (64, 128, 192, -64, 4, 8, -4, -8, 12, -12)
     NEAR = (0, 64, 128, 192)  # a variant for size s is recorded at s + one of these, the first without coincidences
     MAX_VARIANTS, MAX_FAILURES = 4, 2
 
@@ -153,7 +154,7 @@ class PlanTemplate:
         """'' if the plan recorded at v.size is the one built at another size where its decisions hold
         (number for number, as functions of s0), else why not."""
         s = v.size
-        tries = [k * s for k in self.CHECK] + [s + 64 * k for k in self.CHECK]
+        tries = [t for t in [k * s for k in self.CHECK] + [s + d for d in self.CHECK_NEAR] if t > 0]
         other = next((t for t in tries if not v.failed(t)), None)
         if other is None:
             return f"no size of {tries} takes the decisions taken at s0={s} ({v.failed(tries[0])})"
