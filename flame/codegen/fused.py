@@ -37,7 +37,14 @@ from flame.codegen.kernel import (
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value, segments
 from flame.ir.indexmap import (
-    IndexMap, Layout, derive, input_map, is_reduction, is_view, row_segments, trailing_reduced,
+    IndexMap,
+    Layout,
+    derive,
+    input_map,
+    is_reduction,
+    is_view,
+    row_segments,
+    trailing_reduced,
 )
 from flame.ir.registry import get
 

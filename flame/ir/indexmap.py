@@ -188,15 +188,48 @@ def reduced_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
     return {a for a in axes if domain[a] != 1} == {d for d in tail if domain[d] != 1}
 
 
-def column_ok(op: Op, domain: tuple[int, ...], n_red: int) -> bool:
-    """op reduces exactly the leading (kept) dims of a row domain, size-1 dims aside, keeping the
-    trailing n_red: a column reduction a row kernel can accumulate while it walks the rows."""
-    if not is_reduction(op) or n_red == 0 or op.inputs[0].shape != domain:
-        return False
-    rank = len(domain)
+def column_map(op: Op, m: IndexMap, domain: tuple[int, ...], n_red: int) -> IndexMap | None:
+    """Domain coords -> coords of the result of column reduction `op` (a sum or mean over dims that
+    are not the row's trailing ones), when a row kernel over (domain, n_red) has op's input at map m,
+    a bijection of the domain onto it (each element once: identity, or the permuted view of a
+    GroupNorm over channels-last data), and every result dim of size > 1 is one domain dim (unit
+    coefficient, no offset). The kept dims among those fix the rows that may share a partial; the
+    reduced ones fix the elements of a row. None when op is no such reduction."""
+    v = op.inputs[0]
+    if not is_reduction(op) or op.name not in ("reduce_sum", "reduce_mean") or n_red == 0:
+        return None
+    if not _bijection(m, v.shape, domain):
+        return None
+    rank = v.type.rank
     axes = {a % max(rank, 1) for a in op.attrs["axes"]}
-    lead = {d for d in range(rank - n_red) if domain[d] != 1}
-    return bool(lead) and {a for a in axes if domain[a] != 1} == lead
+    keep = [k for k in range(rank) if k not in axes or op.attrs.get("keepdim")]
+    rows, used = [], set()
+    for k, s in zip(keep, op.out.shape):
+        if k in axes or s == 1:
+            rows.append((0,) * len(domain))
+            continue
+        big = [d for d, c in enumerate(m.rows[k]) if c and domain[d] != 1]
+        if len(big) != 1 or m.rows[k][big[0]] != 1 or big[0] in used or domain[big[0]] != s:
+            return None
+        used.add(big[0])
+        rows.append(tuple(1 if d == big[0] else 0 for d in range(len(domain))))
+    if math.prod(domain[d] for d in used) != math.prod(op.out.shape):
+        return None
+    return IndexMap(tuple(rows), (0,) * len(rows), len(domain))
+
+
+def _bijection(m: IndexMap, shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
+    """m maps the domain onto a contiguous buffer of `shape` one to one: its strides over the domain
+    dims of size > 1, sorted, tile the buffer from offset 0."""
+    if math.prod(shape) != math.prod(domain):
+        return False
+    base, strides = m.flat(shape)
+    acc = 1
+    for st, n in sorted((st, n) for st, n in zip(strides, domain) if n != 1):
+        if st != acc:
+            return False
+        acc *= n
+    return base == 0
 
 
 def row_segments(ops: list[Op]) -> list[list[Op]]:

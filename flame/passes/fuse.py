@@ -28,6 +28,10 @@ Rules, in the order they apply:
   for cannot); a GELU whose pre-activation the backward reads writes it as the call's aux result;
   a column sum over k of an operand (a bias gradient) that no rows kernel carries joins the call
   as its BGRAD epilogue;
+- conv: stays a library call; a per-channel bias add, an add of a tensor of its result's type
+  (residual) and one relu / silu / gelu that only it feeds join a forward convolution's call as its
+  epilogue stages, in order, when the target's library chains them (Target.conv_epilogues; the
+  rules: passes/conv_epilogue.py);
 - attention: stays a library call; an attention forward and its softmax statistics (the op autodiff
   saves for the backward, same inputs and attributes) are one call that writes both;
 - `full` constants and views of graph inputs are cloned into every kernel that reads them
@@ -42,6 +46,8 @@ Rules, in the order they apply:
   same domain (the GELU output recomputed in the GELU backward's kernel);
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
+  so do two or more whose result dims are other domain dims (a GroupNorm backward's dweight and
+  dbias over channels-last data: per group and channel in the group; indexmap.column_map);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
@@ -54,15 +60,25 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
+from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import (
-    Layout, canonical, column_ok, derive, is_reduction, is_view, row_segments, trailing_reduced,
+    Layout,
+    canonical,
+    column_map,
+    contiguous_strides,
+    derive,
+    is_reduction,
+    is_view,
+    row_segments,
+    trailing_reduced,
 )
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
+from flame.ir.symbolic import SymInt
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
-from flame.passes.prepare_fusion import clone_constants, is_conversion, is_free, move_conversions
+from flame.passes.conv_epilogue import conv_epilogue
+from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_conversion, is_free, move_conversions
 from flame.passes.remat import RecomputeLoc
 from flame.target import DEFAULT_TARGET, Target
 
@@ -257,6 +273,18 @@ def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
     return "bias" if ok else None
 
 
+def _conv_epilogue(st: _State, grp: _Group, op: Op) -> str | None:
+    """The epilogue `op` adds to conv group grp, or None (passes/conv_epilogue.py says which ops)."""
+    last = grp.ops[-1].out
+    private = st.users[last] == [op] and last not in st.outs
+    if _mixes_phases([*grp.ops, op]):
+        return None
+    return conv_epilogue(grp.ops, grp.epilogue, op, private, st.target)
+
+
+_EPILOGUES = {Kind.MATMUL: _epilogue, Kind.CONV: _conv_epilogue}  # library calls that take elementwise epilogues
+
+
 def bias_grad_operand(mm: Op, red: Op) -> str | None:
     """"a" / "b" when reduction `red` sums matmul mm's operand a [m, k] over k (axis 1) / b [k, n]
     over k (axis 0): what cuBLASLt's BGRAD epilogues compute beside the product (a Linear's bias
@@ -325,9 +353,11 @@ def _absorb_bias_grads(st: _State) -> None:
 def _place(st: _State, op: Op) -> None:
     kind = _classify(op)
     producers = [st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of]
-    for grp in dict.fromkeys(reversed(producers)):
-        if grp.kind == Kind.MATMUL:
-            epi = _epilogue(st, grp, op)
+    # a library call that can take op as its epilogue is asked first: its result is read anyway,
+    # while the other operand's kernel (a reshaped bias) may be no more than a view
+    for grp in sorted(dict.fromkeys(reversed(producers)), key=lambda k: k.kind not in _EPILOGUES):
+        if grp.kind in _EPILOGUES:
+            epi = _EPILOGUES[grp.kind](st, grp, op)
             if epi is not None and not any(st.reaches(grp, h) for h in producers if h is not grp):
                 grp.ops.append(op)
                 st.group_of[op] = grp
@@ -602,17 +632,22 @@ def _columns(grp: _Group) -> list[Op]:
 
 
 def _absorb_columns(st: _State) -> None:
-    """A column reduction (reduce_sum/mean over the leading dims) of a value that a rows kernel
-    computes or reads at its full domain joins that kernel: each thread accumulates the columns it
-    owns over the rows it visits, and a short second kernel folds the per-thread partials (the
-    layer_norm backward's dweight and dbias ride along with dx instead of re-reading [rows, cols])."""
+    """A column reduction (reduce_sum/mean over dims other than a row's trailing ones) of a value that
+    a rows kernel computes or reads over its whole domain joins that kernel: each thread accumulates
+    the elements it owns over the rows it visits, and a short second kernel folds the per-thread
+    partials (the layer_norm backward's dweight and dbias ride along with dx instead of re-reading
+    [rows, cols]). One whose result also depends on kept dims or sums elements of a row (a GroupNorm
+    backward's per-channel sums over channels-last data: indexmap.column_map) joins only with
+    another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
+    horizontal one."""
+    waiting: dict[_Group, list[_Group]] = {}
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
         v = op.inputs[0]
         if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
             continue
         for rg in st.groups:
-            if rg.kind != Kind.ROWS or rg.domain != v.shape or math.prod(v.shape[-rg.n_red:]) > st.target.row_cache:
+            if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
                 continue
             if st.target.splits_rows(*_rows_shape(rg)):
                 continue  # a split row kernel carries no column partials
@@ -620,12 +655,41 @@ def _absorb_columns(st: _State) -> None:
             if len(row_segments([o for o in rg.ops if o not in carried])) != 1:
                 continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
-            if not touches or not column_ok(op, rg.domain, rg.n_red) or st.reaches(cg, rg):
+            fits = touches and _column_fits(st, rg, op)
+            if not fits or st.reaches(cg, rg) or _mixes_phases(rg.ops + cg.ops):
                 continue
-            if _mixes_phases(rg.ops + cg.ops):
-                continue
-            _merge(st, rg, cg)
+            if fits == "leading":
+                _merge(st, rg, cg)
+            else:
+                waiting.setdefault(rg, []).append(cg)
             break
+    for rg, cgs in waiting.items():
+        if len(cgs) > 1 or _columns(rg):
+            for cg in cgs:
+                if not st.reaches(cg, rg):
+                    _merge(st, rg, cg)
+
+
+def _column_fits(st: _State, rg: _Group, op: Op) -> str:
+    """How rows kernel rg can accumulate column reduction op ("" when it cannot): its row layout holds
+    op's input once per domain element and each result dim is a domain dim (indexmap.column_map);
+    "leading" when the result is the row (a layer_norm's: the reduced dims are the leading ones),
+    else "general", which needs a static domain (codegen picks the grid from the kept dims)."""
+    ops = [o for o in rg.ops if o not in _columns(rg)]
+    v = op.inputs[0]
+    lay = derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
+    if isinstance(lay, str) or v not in lay.stores:
+        return ""
+    cm = column_map(op, lay.stores[v], rg.domain, rg.n_red)
+    if cm is None:
+        return ""
+    n_kept = len(rg.domain) - rg.n_red
+    _, strides = cm.flat(op.out.shape)
+    row = contiguous_strides(rg.domain[n_kept:])
+    if not cm.depends_on(range(n_kept)) and all(strides[n_kept + i] == s for i, s in enumerate(row)
+                                                if rg.domain[n_kept + i] != 1):
+        return "leading"
+    return "" if any(isinstance(d, SymInt) for d in rg.domain) else "general"
 
 
 def _absorb_recomputations(st: _State) -> None:
@@ -744,6 +808,8 @@ def _reason(st: _State, grp: _Group) -> str:
     readers = {st.group_of[u].kind for v in outs for u in st.users[v]}
     if grp.kind == Kind.MATMUL:
         return "matmul (cuBLASLt call" + (f", epilogue {grp.epilogue})" if grp.epilogue != "none" else ")")
+    if grp.kind == Kind.CONV and grp.epilogue != "none":
+        return f"conv (cuDNN call, epilogue {grp.epilogue})"
     if grp.kind == Kind.OPAQUE:
         return f"opaque op ({grp.ops[-1].name})"
     if grp.kind == Kind.COLLECTIVE:
@@ -776,7 +842,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = clone_constants(move_conversions(g))
+    g = clone_constants(move_conversions(drop_zero_signs(g)))
     st = _State(g, target)
     for op in g.ops:
         if not is_free(op):

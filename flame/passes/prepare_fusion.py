@@ -1,5 +1,7 @@
-"""What the fusion pass (flame.passes.fuse) does to a graph before it partitions it into kernels: two
+"""What the fusion pass (flame.passes.fuse) does to a graph before it partitions it into kernels: three
 rewrites of the graph, and the two kinds of ops they name.
+- drop_zero_signs: an add of +0.0 (it only turns -0.0 into +0.0) goes where every reader only
+  accumulates the sum, so the sign of a zero cannot reach a result;
 - move_conversions: each conversion (CONVERSIONS: cast, neg, abs) moves past views and gathers to
   the side where values are wider, so only narrow values cross kernel boundaries;
 - clone_constants: each free op (is_free: a `full` constant, a view of a graph input) gets a clone per
@@ -7,9 +9,12 @@ rewrites of the graph, and the two kinds of ops they name.
 
 from __future__ import annotations
 
-from flame.ir.graph import Graph, Op
+import numpy as np
+
+from flame.ir.graph import Graph, Op, Value
 from flame.ir.indexmap import is_view
 from flame.ir.registry import get
+from flame.passes._rewrite import full_value
 from flame.passes.autodiff import is_backward
 
 # conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
@@ -83,6 +88,44 @@ def move_conversions(g: Graph) -> Graph:
         g.ops = [op for op in g.ops if op not in dead]
         moved = [v.producer for op in dead for v in op.inputs if v.producer is not None]
     return g
+
+
+ACCUMULATORS = frozenset({"matmul", "reduce_sum", "reduce_mean"})  # accumulators start at +0.0
+
+
+def drop_zero_signs(g: Graph) -> Graph:
+    """A copy of g without the adds of +0.0 whose every reader, through views, is an accumulator
+    (ACCUMULATORS): a sum that starts at +0.0 never becomes -0.0 (-0.0 + +0.0 = +0.0), so whether a
+    zero element of its input is -0.0 or +0.0 cannot change its result, and the add that turns one
+    into the other is dead weight. It is what simplify_slabs.sum_of_slabs leaves after a sum of
+    disjoint slabs (the gradient of qkv[0], qkv[1], qkv[2]); without it attention's backward writes
+    dq, dk and dv straight into the one gradient buffer. Exact: no result changes by a bit."""
+    g = g.copy()
+    users, outputs = g.users(), set(g.outputs)
+
+    def accumulated(v: Value) -> bool:
+        if v in outputs:
+            return False
+        return all(accumulated(u.out) if is_view(u) else u.name in ACCUMULATORS for u in users[v])
+
+    renamed: dict[Value, Value] = {}
+    ops: list[Op] = []
+    for op in g.ops:
+        op.inputs = tuple(renamed.get(v, v) for v in op.inputs)
+        if op.name == "add" and op.out.dtype.is_float and users[op.out] and accumulated(op.out):
+            x, zero = op.inputs if _positive_zero(op.inputs[1]) else op.inputs[::-1]
+            if _positive_zero(zero) and x.type == op.out.type:
+                renamed[op.out] = x
+                continue
+        ops.append(op)
+    read = {v for op in ops for v in op.inputs} | outputs
+    g.ops = [op for op in ops if op.out in read or op.name != "full"]  # the +0.0 of a dropped add
+    return g
+
+
+def _positive_zero(v: Value) -> bool:
+    x = full_value(v)
+    return x is not None and x == 0 and not np.signbit(x)
 
 
 def clone_constants(g: Graph) -> Graph:

@@ -135,9 +135,9 @@ def layer_norm_params() -> tuple[Graph, list[np.ndarray]]:
 
 
 def layer_norm_linear() -> tuple[Graph, list[np.ndarray]]:
-    """A step: gelu(layer_norm(x) @ m.T).sum() (a Linear), backward; the gradients of x, weight, bias and m. m's gradient
-    reads the LayerNorm output, which the backward recomputes (remat.free) beside the LayerNorm
-    backward."""
+    """A step: gelu(layer_norm(x) @ m.T).sum() (a Linear), backward; the gradients of x, weight, bias
+    and m. m's gradient reads the LayerNorm output, which the backward recomputes (remat.free)
+    beside the LayerNorm backward."""
     x, w, b = (flame.tensor(a, requires_grad=True) for a in (X, W, W * 0.5))
     m = flame.tensor(_R.standard_normal((8, 40)).astype(np.float32), requires_grad=True)
 
