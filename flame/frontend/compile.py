@@ -130,7 +130,7 @@ class _Dynamic:
                 continue
             planned = self.planned
             try:
-                self.plans = plan_template(lambda s, check: planned.instantiate(s, symbolic=True, check=check),
+                self.plans = plan_template(lambda s, check, planned=planned: planned.instantiate(s, symbolic=True, check=check),
                                            planned.sizes)
             except NotDynamic as e:
                 self.planned, self.not_planned = None, f"the optimised graph cannot be planned at its sizes: {e}"
