@@ -130,8 +130,8 @@ class _Dynamic:
                 continue
             planned = self.planned
             try:
-                self.plans = plan_template(lambda s, check, planned=planned: planned.instantiate(s, symbolic=True, check=check),
-                                           planned.sizes)
+                self.plans = plan_template(
+                    lambda s, check, planned=planned: planned.instantiate(s, symbolic=True, check=check), planned.sizes)
             except NotDynamic as e:
                 self.planned, self.not_planned = None, f"the optimised graph cannot be planned at its sizes: {e}"
                 log.info("flame.compile: %s: %s", graph.name, self.not_planned)
