@@ -31,12 +31,12 @@ from functools import lru_cache
 from flame import debug
 from flame.codegen.kernel import rows_schedule
 from flame.errors import MemoryBudgetError
-from flame.ir import symbolic
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
 from flame.passes import remat as remat_pass
 from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
 from flame.plan.build import to_plan
+from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
 from flame.plan.steps import MemoryBudget
 from flame.runtime.backend import capabilities, comm_stream_enabled
@@ -195,22 +195,27 @@ def optimize_graph(g: Graph) -> Graph:
     return _lower_for(run_pipeline(g), _settings(executor(), True)[1], True)
 
 
-def compile_instance(g: Graph, size: int) -> tuple[CompiledGraph, list[str]]:
-    """Plan and compile `g`, an optimised graph instantiated from a dynamic-size template at s0 =
-    size (its sizes SymInts: flame.frontend.dynamic), without running the passes again: the kernels
-    render with s0 as a parameter, so their sources are the same at every size and the executor's
-    compile cache (keyed by source) compiles each once; grids, buffer sizes, arena offsets and
-    library-call descriptors are this size's. Returns the compiled graph and the kernels that had to
-    be rendered for this size alone ("name: why"; flame.ir.symbolic.NotSymbolic). Not cached here:
-    the caller keeps one per size."""
+def plan_template(graph_at: Callable[[int, bool], Graph], sizes: tuple[int, int]) -> PlanTemplate:
+    """The plan of an optimised dynamic-size graph at every size (flame.plan.instance), for the
+    current executor's target: made once, from the graphs `graph_at(s, check)` gives at `sizes`."""
+    return PlanTemplate(graph_at, sizes, _settings(executor(), True)[1])
+
+
+def compile_instance(template: PlanTemplate, size: int) -> tuple[CompiledGraph, Instance]:
+    """Plan and compile the graph of a dynamic-size template at s0 = size without running the passes
+    again: the plan template's numbers at this size (flame.plan.instance); the kernels take s0 as a
+    parameter, so their sources are the same at every size and the executor's compile cache (keyed
+    by source) compiles each once; grids, buffer sizes, arena offsets and library-call descriptors
+    are this size's. Returns the compiled graph and the Instance (whether the plan was built again
+    here and why, the kernels rendered again or per size). Not cached here: the caller keeps one
+    per size."""
     ex = executor()
     start = time.perf_counter()
-    with symbolic.rendering(size) as rendering:
-        plan = to_plan(g, target=_settings(ex, True)[1])
+    inst = template.instantiate(size)
     planned = time.perf_counter()
-    run = ex.compile(plan)
+    run = ex.compile(inst.plan)
     timings = (("plan", planned - start), (f"{ex.name} compile", time.perf_counter() - planned))
-    return CompiledGraph(g, plan, run, timings), rendering.per_size
+    return CompiledGraph(inst.plan.graph, inst.plan, run, timings), inst
 
 
 def _budget_bytes(requested: float, unconstrained: int) -> int:

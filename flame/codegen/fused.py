@@ -370,7 +370,7 @@ def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGE
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
     if len(parts) > 1:
         stem += f"_x{len(parts)}"
-    k = finish(stem, source, int(start), block, len(inputs), n_outputs=len(outputs))
+    k = finish(stem, source, start, block, len(inputs), n_outputs=len(outputs))
     same = len(parts) == 1 and all(v.shape == lays[0].domain for v in outputs)
     return [k if same else dataclasses.replace(k, in_place_safe=False)]
 

@@ -201,13 +201,15 @@ def finish(stem: str, source: str, grid: int, block: int, n_inputs: int, scratch
     source, sized = symbolic.finish_source(source, NAME_TOKEN)
     digest = hashlib.sha256(source.encode()).hexdigest()[:8]
     name = f"{symbolic.plain(stem)}_{digest}"
-    sizes = (symbolic.current().size,) if sized else ()
-    return Kernel(name, source.replace(NAME_TOKEN, name), int(grid), int(block), n_inputs, 0, int(scratch),
-                  n_outputs, sizes=sizes)
+    sizes = (symbolic.SymInt(symbolic.current().size, 1, 0),) if sized else ()
+    return Kernel(name, source.replace(NAME_TOKEN, name), symbolic.as_int(grid), int(block), n_inputs, 0,
+                  symbolic.as_int(scratch), n_outputs, sizes=sizes)
 
 
 def grid_for(work: int, block: int = BLOCK, cap: int = MAX_GRID) -> int:
-    return max(1, min(-(-work // block), cap))
+    """ceil(work / block) blocks, at most cap (grid-stride loops do the rest), at least 1; a function
+    of the size (flame.ir.symbolic.SizeExpr) when work is one."""
+    return symbolic.SizeExpr.blocks(work, block, cap)
 
 
 def block_for(work: int) -> int:

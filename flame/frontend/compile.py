@@ -12,12 +12,12 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from flame import debug
-from flame.compiler import compile_graph, compile_instance, optimize_graph
+from flame.compiler import compile_graph, compile_instance, optimize_graph, plan_template
 from flame.errors import FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location, user_stacklevel
@@ -37,6 +37,9 @@ from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
 from flame.runtime.device import executor
+
+if TYPE_CHECKING:
+    from flame.plan.instance import PlanTemplate
 
 log = logging.getLogger("flame")
 
@@ -106,6 +109,7 @@ class _Dynamic:
     base: _Entry
     instances: int = 0
     planned: Template | None = None  # the optimised graphs' template: a new size is only planned
+    plans: PlanTemplate | None = None  # planned's plan at every size (made once, when planned is learned)
     not_planned: str = ""  # why there is none (a new size then runs the passes and compiles)
     optimised: list = dataclasses.field(default_factory=list)  # the passes' graphs at sizes so far
     sources: set = dataclasses.field(default_factory=set)  # kernel sources compiled for its sizes so far
@@ -120,10 +124,19 @@ class _Dynamic:
             dims = {(k, d): (other.inputs[k].shape[d], graph.inputs[k].shape[d]) for k, d in self.input_dims}
             try:
                 self.planned = Template(other, graph, dims)
-                return
             except NotDynamic as e:
                 self.not_planned = f"the optimised graphs at two sizes differ: {e}"
                 log.info("flame.compile: %s: %s", graph.name, self.not_planned)
+                continue
+            planned = self.planned
+            try:
+                self.plans = plan_template(
+                    lambda s, check, planned=planned: planned.instantiate(s, symbolic=True, check=check), planned.sizes)
+            except NotDynamic as e:
+                self.planned, self.not_planned = None, f"the optimised graph cannot be planned at its sizes: {e}"
+                log.info("flame.compile: %s: %s", graph.name, self.not_planned)
+                continue
+            return
         self.optimised.insert(0, graph)
 
     @functools.cached_property
@@ -166,13 +179,16 @@ class CompileStats:
     instantiate_seconds: float = 0.0  # instantiating + planning (+ passes until learned) + executor compile
     dynamic: tuple[str, ...] = ()  # the dynamic dims, per template ("argument 0 dim 0 (s0 = 64, 32, ...)")
     size_kernels: int = 0  # kernel sources new at an instantiated size after the first (0: all take s0)
+    size_replans: int = 0  # instantiated sizes whose plan was built again (a decision differs there)
+    size_rerenders: int = 0  # kernels rendered again at such sizes (a guard of theirs fails there)
 
     def __str__(self) -> str:
         lines = [f"{self.traces} trace(s), {self.instantiations} size instantiation(s), {self.cache_hits} "
                  f"cache hit(s) in {self.calls} call(s); {self.variants} traced variant(s) of at most "
                  f"{self.cache_limit} cached; {self.compile_seconds * 1e3:.1f} ms tracing and compiling, "
                  f"{self.instantiate_seconds * 1e3:.1f} ms instantiating sizes ({self.size_kernels} kernel "
-                 f"source(s) new after the first)"]
+                 f"source(s) new after the first; {self.size_replans} size(s) planned again, "
+                 f"{self.size_rerenders} kernel(s) rendered again)"]
         lines += [f"  dynamic: {d}" for d in self.dynamic]
         lines += [f"  re-trace {i + 2}: {why}" for i, why in enumerate(self.recompile_reasons)]
         return "\n".join(lines)
@@ -230,6 +246,8 @@ class Compiled:
         self._instantiations = 0
         self._instantiate_seconds = 0.0
         self._size_kernels = 0
+        self._size_replans = 0
+        self._size_rerenders = 0
         functools.update_wrapper(self, fn)
 
     def _args(self, args: tuple) -> list:
@@ -277,7 +295,8 @@ class Compiled:
         return CompileStats(self._calls, self._traces, self._hits, len(self._entries()),
                             self.cache_limit, self._compile_seconds, tuple(self._reasons),
                             self._instantiations, self._instantiate_seconds,
-                            tuple(d.describe() for d in self._templates), self._size_kernels)
+                            tuple(d.describe() for d in self._templates), self._size_kernels,
+                            self._size_replans, self._size_rerenders)
 
     def _build(self, args: list, compile: bool = True) -> _Entry:
         """Trace the body for these arguments and compile the graph (compile=False: a probe trace,
@@ -321,24 +340,23 @@ class Compiled:
             if s is None or dyn.base.valid():
                 continue
             t0 = time.perf_counter()
-            try:
-                g = dyn.template.instantiate(s)
-                planned = None if dyn.planned is None else dyn.planned.instantiate(s, symbolic=True)
+            try:  # with a plan template, its guards and forms stand for the traced graph's shape rules
+                g = dyn.template.instantiate(s) if dyn.plans is None else None
+                c, inst = (None, None) if dyn.plans is None else compile_instance(dyn.plans, s)
             except NotDynamic as e:
                 return None, f"{dyn.describe()} cannot take size {s}: {e}; tracing this size"
             b = dyn.base
             entry = _Entry(g, None, b.trace, None, b.out_skeleton, b.n_user, b.grads, g, key,
                            describe_arguments(self.fn, args), b.guards, b.namer, template=dyn)
-            if planned is None:  # passes, plan and kernels for this size
+            if c is None:  # passes, plan and kernels for this size
                 entry = self._compile(entry)
                 log.info("flame.compile: %s: s0=%d compiled from the traced graph (passes and kernels for this "
                          "size: %s)", self.name, s, dyn.not_planned or "the optimised graph is not learned")
                 if len(dyn.optimised) < 4:  # two sizes may group ops alike where a third does not (a dim equal to s0)
                     dyn.learn(entry.graph, self.memory_budget)
             else:
-                c, per_size = compile_instance(planned, s)
                 entry.graph, entry.plan, entry.run = c.graph, c.plan, c.run
-                self._note_kernels(dyn, entry.plan, s, per_size)
+                self._note_kernels(dyn, entry.plan, s, inst)
             self._instantiate_seconds += time.perf_counter() - t0
             self._instantiations += 1
             dyn.instances += 1
@@ -349,17 +367,26 @@ class Compiled:
             return entry, ""
         return None, ""
 
-    def _note_kernels(self, dyn: _Dynamic, plan, s: int, per_size: list[str]) -> None:
-        """Count and log the kernel sources size s adds to those dyn's sizes compiled before (the
-        kernels that take s0 as a parameter add none after the first planned size)."""
+    def _note_kernels(self, dyn: _Dynamic, plan, s: int, inst) -> None:
+        """Count and log what size s cost beyond evaluating the plan template (flame.plan.instance
+        Instance): a plan built again or recorded for its class, kernels rendered again (a guard
+        fails) or per size (no size parameter), kernel sources new to dyn's sizes."""
         new = {k.source: k.name for k in plan.kernels() if k.source not in dyn.sources}
         first = not dyn.sources
         dyn.sources.update(new)
         if not first:
             self._size_kernels += len(new)
-        if per_size:
+        if inst.recorded:
+            log.info("flame.compile: %s: s0=%d: plan recorded for this size's class (no recorded plan "
+                     "took it: %s)", self.name, s, inst.rebuilt)
+        elif inst.rebuilt:
+            self._size_replans += 1
+            self._size_rerenders += len(inst.rerendered)
+            log.info("flame.compile: %s: s0=%d: planned again (%s); kernels rendered again: %s", self.name, s,
+                     inst.rebuilt, "; ".join(inst.rerendered) or "none")
+        if inst.per_size:
             log.info("flame.compile: %s: s0=%d: kernels rendered for this size (no size parameter): %s",
-                     self.name, s, "; ".join(per_size))
+                     self.name, s, "; ".join(inst.per_size))
         if new and not first:
             log.info("flame.compile: %s: s0=%d: %d kernel source(s) new at this size (compiled once each): %s",
                      self.name, s, len(new), ", ".join(new.values()))

@@ -18,6 +18,7 @@ the symbol in its types (`f32[s0,784]`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -157,12 +158,30 @@ def _show(form: Any) -> str:
     return str(form)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _OpForm:
     op: Op  # the op in trace A: name, operands (by position), loc
     operands: tuple[int, ...]  # value numbers of its inputs
     attrs: dict
     shape: tuple  # the result's shape forms
+
+    @functools.cached_property
+    def sized_attrs(self) -> bool:
+        return _has_form(self.attrs)
+
+    @functools.cached_property
+    def sized_shape(self) -> bool:
+        return _has_form(self.shape)
+
+
+def _has_form(form: Any) -> bool:
+    if isinstance(form, (_Affine, _Reciprocal)):
+        return True
+    if isinstance(form, (list, tuple)):
+        return any(_has_form(f) for f in form)
+    if isinstance(form, dict):
+        return any(_has_form(f) for f in form.values())
+    return False
 
 
 class Template:
@@ -210,25 +229,21 @@ class Template:
         self.aliases = dict(ga.aliases)
         self.groups = _groups(ga, gb, ida, idb, sa, sb)
 
-    def instantiate(self, s: int, symbolic: bool = False) -> Graph:
+    def instantiate(self, s: int, symbolic: bool = False, check: bool = True) -> Graph:
         """The graph at size s0 = s, each op's result type checked against its shape rule (with its
         fusion groups, if the traced graphs had them). symbolic: the sizes are SymInts, so codegen
-        renders kernels that take s0 as a parameter (flame.ir.symbolic)."""
+        renders kernels that take s0 as a parameter (flame.ir.symbolic). check=False skips the shape
+        rules: for a size where the guards recorded while checking another hold (flame.plan.instance)."""
         g = Graph(self.name)
         values = [g.add_input(TensorType(_at(shape, s, symbolic), dtype), role)
                   for role, dtype, shape in self.inputs]
         for f in self.ops:
-            opdef = registry.get(f.op.name)
-            attrs = _at(f.attrs, s, symbolic)
             operands = tuple(values[i] for i in f.operands)
-            try:
-                out = opdef.infer([v.type for v in operands], **attrs)
-            except (FlameError, TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
-                raise NotDynamic(f"{self._line(f)} at s0={s}: {e}") from None
-            want = TensorType(_at(f.shape, s, symbolic), out.dtype)
-            if out != want:
-                raise NotDynamic(f"{self._line(f)} at s0={s}: its shape rule gives {out}, the traced sizes "
-                                 f"predict {want} (a size that is not affine in s0)")
+            if check:
+                attrs, out = self._checked(f, operands, s, symbolic)
+            else:
+                attrs = _at(f.attrs, s, symbolic) if f.sized_attrs else f.attrs
+                out = TensorType(_at(f.shape, s, symbolic), f.op.out.dtype) if f.sized_shape else f.op.out.type
             op = Op(f.op.name, operands, attrs, out, f.op.loc)
             g.ops.append(op)
             values.append(op.out)
@@ -239,6 +254,19 @@ class Template:
             g.groups = [FusionGroup(tuple(g.ops[i - first] for i in ops), kind, reason, tuple(values[i] for i in outs),
                                     epilogue) for ops, kind, reason, outs, epilogue in self.groups]
         return g
+
+    def _checked(self, f: _OpForm, operands: tuple, s: int, symbolic: bool) -> tuple[dict, TensorType]:
+        """The op's attributes at s and its result type from its shape rule, which must be the forms'."""
+        attrs = _at(f.attrs, s, symbolic)
+        try:
+            out = registry.get(f.op.name).infer([v.type for v in operands], **attrs)
+        except (FlameError, TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+            raise NotDynamic(f"{self._line(f)} at s0={s}: {e}") from None
+        want = TensorType(_at(f.shape, s, symbolic), out.dtype)
+        if out != want:
+            raise NotDynamic(f"{self._line(f)} at s0={s}: its shape rule gives {out}, the traced sizes "
+                             f"predict {want} (a size that is not affine in s0)")
+        return attrs, out
 
     def _line(self, f: _OpForm) -> str:
         return f"{f.op.name}" + (f" ({f.op.loc})" if f.op.loc else "")

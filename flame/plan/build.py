@@ -18,9 +18,11 @@ permuted value its consumers read (flame.plan.views.fold_attention_views): those
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -61,26 +63,89 @@ def to_plan(g: Graph, lowering: Callable | None = None, target: Target | None = 
     return plan_memory(build_plan(g, lowering, target))
 
 
+@dataclasses.dataclass
+class KernelMemo:
+    """The kernels of each lowering of a plan made while recording (flame.ir.symbolic.recording), in
+    the builder's order, with the guards their rendering recorded: a plan of the same graph at
+    another size reuses each whose guards hold there and renders the others again (`rerendered`:
+    "kernel: why"). `size`: None while recording, the size being built when reusing."""
+
+    entries: list = dataclasses.field(default_factory=list)  # (Guards, kernels) per lowering
+    size: int | None = None
+    at: int = 0
+    rerendered: list = dataclasses.field(default_factory=list)
+
+
+_MEMO: contextvars.ContextVar[KernelMemo | None] = contextvars.ContextVar("flame_kernel_memo", default=None)
+
+
+@contextmanager
+def kernel_memo(memo: KernelMemo):
+    """Within: _lower records its kernels into memo (memo.size None) or reuses them (see KernelMemo)."""
+    token = _MEMO.set(memo)
+    try:
+        yield memo
+    finally:
+        _MEMO.reset(token)
+
+
 def _lower(item: Op | FusionGroup, lowering: Callable | None) -> tuple[tuple[Value, ...], list]:
     """The kernels codegen renders for one op or one fusion group, and the values they read in
     argument order: the one place the builder calls codegen (a single op is a group of one).
     `lowering(op)` replaces codegen for single ops when given."""
-    from flame.codegen import kernel_inputs, lower, single
+    from flame.codegen import kernel_inputs, single
 
     if isinstance(item, Op):
         if lowering is not None:
             return item.inputs, lowering(item)
         item = single(item)
+    memo = _MEMO.get()
+    if memo is None:
+        return tuple(kernel_inputs(item)), _render(item)
+    if memo.size is None:  # recording: this lowering's decisions on the size are its own guards
+        with symbolic.recording() as guards:
+            kernels = _render(item)
+        memo.entries.append((guards, kernels))
+        return tuple(kernel_inputs(item)), kernels
+    guards, kernels = memo.entries[memo.at]
+    memo.at += 1
+    why = guards.failed(memo.size)
+    if not why:
+        return tuple(kernel_inputs(item)), [at_size(k, memo.size) for k in kernels]
+    kernels = _render(item)
+    memo.rerendered.extend(f"{k.name}: {why}" for k in kernels)
+    return tuple(kernel_inputs(item)), kernels
+
+
+def _render(item: FusionGroup) -> list:
+    """codegen's kernels for item; rendered with the size's value where they cannot take it as a
+    parameter (flame.ir.symbolic.NotSymbolic: noted in the rendering's per_size)."""
+    from flame.codegen import lower
+
     ctx = symbolic.current()
     try:
-        return tuple(kernel_inputs(item)), lower(item)
+        return lower(item)
     except symbolic.NotSymbolic as e:  # this kernel bakes the size in: rendered (and compiled) per size
         if ctx is None:
             raise
         with symbolic.rendering(None):
             kernels = lower(item)
         ctx.per_size.extend(f"{k.name}: {e}" for k in kernels)
-        return tuple(kernel_inputs(item)), kernels
+        return kernels
+
+
+def at_size(x, s: int):
+    """x (a kernel, a plan step or buffer, a tuple of them, a number) with every function of the
+    size (flame.ir.symbolic: SymInt, SizeExpr, SymFloat) evaluated at size s."""
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return symbolic.value_at(x, s)
+    if isinstance(x, tuple):
+        return tuple(at_size(v, s) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        changed = {f.name: at_size(getattr(x, f.name), s) for f in dataclasses.fields(x)
+                   if isinstance(getattr(x, f.name), int | float | tuple) and f.name != "ops"}
+        return dataclasses.replace(x, **{k: v for k, v in changed.items() if v is not getattr(x, k)})
+    return x
 
 
 class _Builder:

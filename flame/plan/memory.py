@@ -230,18 +230,29 @@ def _blocks(buffers: dict, steps: list, ranges: dict, temps: list[Buffer],
 def assign_offsets(buffers: dict[int, Buffer], steps: list[Step],
                    buffer_of: dict | None = None) -> tuple[dict[int, Buffer], int]:
     """Best fit by size and lifetime (module doc, 2 and 3). Returns new buffers and the arena size."""
+    return place(buffers, arena_blocks(buffers, steps, buffer_of))
+
+
+def arena_blocks(buffers: dict[int, Buffer], steps: list[Step],
+                 buffer_of: dict | None = None) -> list[tuple[tuple[int, ...], int, int]]:
+    """The arena's blocks (module doc, 2): (member ids, first step, last step) each; which
+    temporaries share a slot depends on the steps and on which sizes are equal, not on the sizes."""
     ranges = live_ranges(buffers, steps)
     temps = [b for b in buffers.values() if b.role in ("temporary", "scratch")]
     never = (len(steps), len(steps))
-    blocks = []
-    for ids in _blocks(buffers, steps, ranges, temps, buffer_of).values():
-        lo = min(ranges.get(i, never)[0] for i in ids)
-        hi = max(ranges.get(i, never)[1] for i in ids)
-        blocks.append((aligned(max(buffers[i].nbytes for i in ids)), lo, hi, ids))
-    blocks.sort(key=lambda blk: (-blk[0], blk[1], blk[3][0]))
+    return [(tuple(ids), min(ranges.get(i, never)[0] for i in ids), max(ranges.get(i, never)[1] for i in ids))
+            for ids in _blocks(buffers, steps, ranges, temps, buffer_of).values()]
+
+
+def place(buffers: dict[int, Buffer], blocks: list[tuple[tuple[int, ...], int, int]]) -> tuple[dict[int, Buffer], int]:
+    """Best fit (module doc, 3) of `blocks` (arena_blocks) at the buffers' sizes: new buffers with
+    offsets, and the arena size. Sizes are taken as plain numbers: where blocks go is decided at
+    every size anew (flame.plan.instance places an instantiated plan with it)."""
+    sized = sorted(((aligned(max(int(buffers[i].nbytes) for i in ids)), lo, hi, ids) for ids, lo, hi in blocks),
+                   key=lambda blk: (-blk[0], blk[1], blk[3][0]))
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     out, size = dict(buffers), 0
-    for need, lo, hi, ids in blocks:
+    for need, lo, hi, ids in sized:
         busy = sorted((o, e) for o, e, f, la in placed if f <= hi and lo <= la)
         at, best = 0, None
         for o, e in busy:

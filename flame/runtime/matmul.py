@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from flame.ir import symbolic
 from flame.plan.steps import MatmulCall
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
@@ -64,7 +65,7 @@ def workspace_bytes(out_elements: int) -> int:
     """The workspace one GEMM writing `out_elements` results may use: room for _SPLITS f32 partial
     results of its output (what split-K and stream-K kernels draw on), at most WORKSPACE_BYTES. A small
     GEMM thus reserves little of the arena; cuBLASLt chooses among the algorithms that fit."""
-    return max(4096, min(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096))
+    return symbolic.maximum(4096, symbolic.minimum(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096))
 
 
 _PLANS: dict[tuple, object] = {}

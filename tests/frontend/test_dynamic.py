@@ -249,3 +249,78 @@ def test_cuda_plans_render_the_same_kernel_sources_at_several_sizes_and_compile(
     assert per_size[0] == per_size[1] == per_size[2]
     for source in per_size[0]:
         compile_cubin(source, "sm_90")
+
+
+# ---- a new size evaluates the recorded plan (flame.plan.instance): no pass, no render, no re-plan ----
+
+@pytest.fixture
+def cuda_target(monkeypatch):
+    """Plans for the CUDA target (its vector widths, workspaces and grids: the guards a GPU run
+    records), run by the reference executor."""
+    import flame.compiler as compiler
+    from flame.runtime.backend import capabilities
+
+    monkeypatch.setattr(compiler, "_target", lambda *a, **k: capabilities("cuda"))
+
+
+def _counting_renders(monkeypatch) -> list:
+    import flame.plan.build as build
+
+    calls, render = [], build._render
+    monkeypatch.setattr(build, "_render", lambda item: calls.append(item) or render(item))
+    return calls
+
+
+def _static_and_dynamic(sizes):
+    batches = _digits_batches(sizes)
+    want_losses, want_params, *_ = _run(_mlp, batches, False)
+    return batches, want_losses, want_params
+
+
+def test_new_sizes_evaluate_the_recorded_plan_and_equal_the_static_compiles_exactly(cuda_target, monkeypatch):
+    warm, new = (64, 48, 17), (29, 33, 37, 41, 52, 56, 45, 60)
+    batches, want_losses, want_params = _static_and_dynamic(warm + new)
+    step, params = _mlp(True)
+    losses = [step(*(flame.tensor(a) for a in b)).numpy().copy() for b in batches[:len(warm)]]
+    renders = _counting_renders(monkeypatch)
+    losses += [step(*(flame.tensor(a) for a in b)).numpy().copy() for b in batches[len(warm):]]
+    s = step.stats()
+    np.testing.assert_array_equal(losses, want_losses)
+    for p, q in zip(params, want_params):
+        np.testing.assert_array_equal(p.numpy(), q)
+    assert (s.traces, s.instantiations) == (2, len(warm) - 1 + len(new))
+    assert renders == [] and (s.size_replans, s.size_rerenders) == (0, 0), str(s)
+    assert "0 size(s) planned again, 0 kernel(s) rendered again" in str(s)
+    variants = step._templates[0].plans.variants
+    assert len(variants) <= 3 and not {v.size for v in variants} & set(new)  # 29 (the last digits batch) included
+
+
+def test_a_size_that_breaks_a_guard_is_planned_again_and_equals_the_static_compile(cuda_target, caplog):
+    sizes = (64, 48, 33, 3)  # 3: grids of one block, a guard of the kernels recorded at 65 fails
+    batches, want_losses, want_params = _static_and_dynamic(sizes)
+    step, params = _mlp(True)
+    losses = [step(*(flame.tensor(a) for a in b)).numpy().copy() for b in batches[:3]]
+    step._templates[0].plans.MAX_VARIANTS = len(step._templates[0].plans.variants)  # no new class recorded
+    with caplog.at_level("INFO", logger="flame"):
+        losses += [step(*(flame.tensor(a) for a in b)).numpy().copy() for b in batches[3:]]
+    s = step.stats()
+    np.testing.assert_array_equal(losses, want_losses)
+    for p, q in zip(params, want_params):
+        np.testing.assert_array_equal(p.numpy(), q)
+    assert s.size_replans == 1 and s.size_rerenders >= 1, str(s)
+    planned_again = [r.getMessage() for r in caplog.records if "planned again" in r.getMessage()]
+    assert len(planned_again) == 1 and "s0=3: planned again (" in planned_again[0]
+    assert "(s0=3)); kernels rendered again: " in planned_again[0] and "fused_gt_where" in planned_again[0]
+    assert all("kernels rendered for this size" not in r.getMessage() for r in caplog.records)
+
+
+def test_a_new_class_of_sizes_is_recorded_once_then_reused(cuda_target, monkeypatch, caplog):
+    sizes = (64, 48, 33, 3, 7, 5)  # 3, 7, 5: grids of one block, a class the sizes before did not have
+    batches, want_losses, want_params = _static_and_dynamic(sizes)
+    step, params = _mlp(True)
+    with caplog.at_level("INFO", logger="flame"):
+        losses = [step(*(flame.tensor(a) for a in b)).numpy().copy() for b in batches]
+    np.testing.assert_array_equal(losses, want_losses)
+    recorded = [r.getMessage() for r in caplog.records if "plan recorded for this size's class" in r.getMessage()]
+    assert len(recorded) == 1 and "s0=3" in recorded[0], recorded
+    assert step.stats().size_replans == 0
