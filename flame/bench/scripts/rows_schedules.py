@@ -205,7 +205,10 @@ def main() -> None:
                 got = _host(o[:k] if o.ndim and o.shape[0] == n else o, v).astype(np.float64)
                 want = r.astype(np.float64)
                 scale = max(float(np.max(np.abs(want))), 1e-30)
-                e = (float(np.max(np.abs(got - want))) / scale if np.isfinite(got).all() else float("inf")) if got.shape == want.shape else float("nan")
+                if got.shape != want.shape:
+                    e = float("nan")
+                else:
+                    e = float(np.max(np.abs(got - want))) / scale if np.isfinite(got).all() else float("inf")
                 err = max(err, e)
             how = kernels[0].source.split("\n")[2].split(";")[0].strip("/ ")
             rows.append((case, variant, ms * 1e3, copy_ms / ms * 100, err, f"{kernels[0].block}thr", how))
