@@ -70,7 +70,29 @@ def _make(value: int, a: Fraction, b: Fraction):
     return SymInt(value, a, b) if a else int(value)
 
 
-class SymInt(int):
+class _Compared:
+    """Comparisons of a symbolic size: each is a decision on the size, recorded by `_compare`."""
+
+    def __eq__(self, other):
+        return _compare(self, other, "eq")
+
+    def __ne__(self, other):
+        return _compare(self, other, "ne")
+
+    def __lt__(self, other):
+        return _compare(self, other, "lt")
+
+    def __le__(self, other):
+        return _compare(self, other, "le")
+
+    def __gt__(self, other):
+        return _compare(self, other, "gt")
+
+    def __ge__(self, other):
+        return _compare(self, other, "ge")
+
+
+class SymInt(_Compared, int):
     """The integer `a*s0 + b` at one size s0 (see the module docstring)."""
 
     def __new__(cls, value: int, a: int | Fraction, b: int | Fraction):
@@ -107,26 +129,6 @@ class SymInt(int):
         """The value at size s (an integer at every size the template takes)."""
         return int(self.a * s + self.b)
 
-    def _compare(self, other, name: str):
-        return _compare(self, other, name)
-
-    def __eq__(self, other):
-        return self._compare(other, "eq")
-
-    def __ne__(self, other):
-        return self._compare(other, "ne")
-
-    def __lt__(self, other):
-        return self._compare(other, "lt")
-
-    def __le__(self, other):
-        return self._compare(other, "le")
-
-    def __gt__(self, other):
-        return self._compare(other, "gt")
-
-    def __ge__(self, other):
-        return self._compare(other, "ge")
 
     def __mul__(self, other):
         if isinstance(other, SizeExpr):
@@ -207,7 +209,7 @@ class SymInt(int):
         return self.expr().replace(SYMBOL, "s0")
 
 
-class SizeExpr(int):
+class SizeExpr(_Compared, int):
     """A number derived from a size by what is not affine (a ceil-division, a remainder, a minimum, a
     product of two sizes): its value here, its C text (rendered like a SymInt's) and `at(s)`, its
     value at size s. Launch geometry (a grid, a segment's first block), aligned byte counts and
@@ -291,26 +293,6 @@ class SizeExpr(int):
     def __neg__(self):
         return SizeExpr.combine(0, self, "-")
 
-    def _compare(self, other, name: str):
-        return _compare(self, other, name)
-
-    def __eq__(self, other):
-        return self._compare(other, "eq")
-
-    def __ne__(self, other):
-        return self._compare(other, "ne")
-
-    def __lt__(self, other):
-        return self._compare(other, "lt")
-
-    def __le__(self, other):
-        return self._compare(other, "le")
-
-    def __gt__(self, other):
-        return self._compare(other, "gt")
-
-    def __ge__(self, other):
-        return self._compare(other, "ge")
 
     def __str__(self) -> str:
         if _RENDERING.get() is None:
