@@ -3,7 +3,8 @@ FLAME_ROWS_SCHEDULE): each case below picks one branch of the "new" schedule (wa
 vectors, odd lengths element by element, rows shorter than a warp's vectors, block rows with one
 barrier per reduction, streamed rows, column partials, carried exp values); both schedules render and
 compile with NVRTC, "auto" (new without column sums, old with them) is the default, and (marked
-gpu) every case under both schedules matches the reference executor's computation of the same ops, also from misaligned pointers."""
+gpu) every case under both schedules matches the reference executor's computation of the same
+ops, also from misaligned pointers."""
 
 from __future__ import annotations
 
