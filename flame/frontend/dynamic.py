@@ -56,10 +56,10 @@ class _Affine:
     a: Fraction
     b: Fraction
 
-    @functools.cached_property
-    def _ints(self) -> tuple[int, int] | None:
-        """(a, b) as ints where both are integral (the common case: int arithmetic, no Fraction's)."""
-        return (int(self.a), int(self.b)) if self.a.denominator == 1 and self.b.denominator == 1 else None
+    def __post_init__(self) -> None:
+        # (a, b) as ints where both are integral (the common case: int arithmetic, no Fraction's)
+        ints = (int(self.a), int(self.b)) if self.a.denominator == 1 and self.b.denominator == 1 else None
+        object.__setattr__(self, "_ints", ints)
 
     def at(self, s: int) -> int:
         ints = self._ints
