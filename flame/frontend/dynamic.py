@@ -56,11 +56,22 @@ class _Affine:
     a: Fraction
     b: Fraction
 
+    def __post_init__(self) -> None:
+        # (a, b) as ints where both are integral (the common case: int arithmetic, no Fraction's)
+        ints = (int(self.a), int(self.b)) if self.a.denominator == 1 and self.b.denominator == 1 else None
+        object.__setattr__(self, "_ints", ints)
+
     def at(self, s: int) -> int:
-        v = self.a * s + self.b
-        if v.denominator != 1 or v < 0:
+        ints = self._ints
+        v = ints[0] * s + ints[1] if ints is not None else self.a * s + self.b
+        if v < 0 or (ints is None and v.denominator != 1):
             raise NotDynamic(f"{self} is {v} at s0={s}, not a size")
         return int(v)
+
+    def sym(self, s: int) -> SymInt:
+        """The value at s as a SymInt (rendered by codegen as the size parameter)."""
+        ints = self._ints
+        return SymInt(self.at(s), *(ints if ints is not None else (self.a, self.b)))
 
     def __str__(self) -> str:
         a = "" if self.a == 1 else f"{self.a}*"
@@ -140,15 +151,19 @@ class _Fitter:
 def _at(form: Any, s: int, sym: bool = False) -> Any:
     """The form's value at s0 = s; with sym, each affine integer a SymInt (its value, rendered by
     codegen as the size parameter)."""
-    if isinstance(form, _Affine):
-        v = form.at(s)
-        return SymInt(v, form.a, form.b) if sym else v
-    if isinstance(form, _Reciprocal):
+    kind = type(form)
+    if kind is int:
+        return form
+    if kind is _Affine or kind is _Reciprocal:
         return form.sym(s) if sym else form.at(s)
+    if kind is tuple:
+        return tuple([_at(f, s, sym) for f in form])
+    if kind is list:
+        return [_at(f, s, sym) for f in form]
+    if kind is dict:
+        return {k: _at(f, s, sym) for k, f in form.items()}
     if isinstance(form, (list, tuple)):
         return type(form)(_at(f, s, sym) for f in form)
-    if isinstance(form, dict):
-        return {k: _at(f, s, sym) for k, f in form.items()}
     return form
 
 
@@ -214,6 +229,7 @@ class Template:
                 raise NotDynamic(f"input %{i}: {va.type} at size {sa} is {vb.type} at size {sb}")
         ida, idb = ga.numbering(), gb.numbering()
         self.ops: list[_OpForm] = []
+        shapes: dict = {}  # equal shape forms as one object: instantiate makes each type once per size
         for oa, ob in zip(ga.ops, gb.ops):
             where = f"%{ida[oa.out]} = {oa.name}" + (f" ({oa.loc})" if oa.loc else "")
             operands = tuple(ida[v] for v in oa.inputs)
@@ -221,8 +237,8 @@ class Template:
                     or oa.out.dtype != ob.out.dtype):
                 raise NotDynamic(f"{where}: the trace at size {sb} has {ob.name} here: the function takes "
                                  f"another path at that size")
-            self.ops.append(_OpForm(oa, operands, f.fit(oa.attrs, ob.attrs, where),
-                                    f.fit(oa.out.shape, ob.out.shape, where)))
+            shape = f.fit(oa.out.shape, ob.out.shape, where)
+            self.ops.append(_OpForm(oa, operands, f.fit(oa.attrs, ob.attrs, where), shapes.setdefault(shape, shape)))
         self.outputs = [ida[v] for v in ga.outputs]
         if self.outputs != [idb[v] for v in gb.outputs]:
             raise NotDynamic(f"the traces at sizes {sa} and {sb} return different values")
@@ -237,13 +253,19 @@ class Template:
         g = Graph(self.name)
         values = [g.add_input(TensorType(_at(shape, s, symbolic), dtype), role)
                   for role, dtype, shape in self.inputs]
+        types: dict[tuple, TensorType] = {}  # (id of a shape form, dtype) -> the type at s (forms are shared)
         for f in self.ops:
             operands = tuple(values[i] for i in f.operands)
             if check:
                 attrs, out = self._checked(f, operands, s, symbolic)
+            elif not f.sized_shape:
+                attrs, out = _at(f.attrs, s, symbolic) if f.sized_attrs else f.attrs, f.op.out.type
             else:
                 attrs = _at(f.attrs, s, symbolic) if f.sized_attrs else f.attrs
-                out = TensorType(_at(f.shape, s, symbolic), f.op.out.dtype) if f.sized_shape else f.op.out.type
+                key = (id(f.shape), f.op.out.dtype)
+                out = types.get(key)
+                if out is None:
+                    out = types[key] = TensorType(_at(f.shape, s, symbolic), f.op.out.dtype)
             op = Op(f.op.name, operands, attrs, out, f.op.loc)
             g.ops.append(op)
             values.append(op.out)

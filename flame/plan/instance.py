@@ -26,7 +26,7 @@ from flame.ir import symbolic
 from flame.ir.graph import Graph, Op
 from flame.plan.build import KernelMemo, at_size, kernel_memo, to_plan
 from flame.plan.memory import arena_blocks, place
-from flame.plan.steps import Buffer, Plan
+from flame.plan.steps import Buffer, Plan, with_fields
 from flame.target import Target
 
 log = logging.getLogger("flame")
@@ -98,7 +98,7 @@ class PlanTemplate:
     again there, reusing every kernel whose guards hold."""
 
     CHECK = (2, 4, 3)  # a variant recorded at s is checked at the first k*s, or s + d, where its guards hold
-    CHECK_NEAR = (64, 128, 192, -64, 4, 8, -4, -8, 12, -12)
+    CHECK_NEAR = (64, 128, 192, -64, 4, 8, -4, -8, 12, -12, 1, -1, 2, -2, 3, -3)
     NEAR = (0, 64, 128, 192)  # a variant for size s is recorded at s + one of these, the first without coincidences
     MAX_VARIANTS, MAX_FAILURES = 4, 2
 
@@ -206,7 +206,7 @@ def _maker(x) -> Callable | None:
 
 
 def _made(x, fields: tuple, s: int, ops: dict):
-    return dataclasses.replace(x, **{name: f(s, ops) for name, f in fields})
+    return with_fields(x, {name: f(s, ops) for name, f in fields})
 
 
 def _op_at(op: Op, s: int, ops: dict) -> Op:

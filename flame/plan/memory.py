@@ -31,7 +31,7 @@ from flame.ir.printer import format_op
 from flame.ir.registry import REGISTRY
 from flame.passes.autodiff import is_backward
 from flame.passes.remat import flops, is_recompute
-from flame.plan.steps import Buffer, Copy, KernelLaunch, MemoryBudget, Plan, Step, aligned, root
+from flame.plan.steps import Buffer, Copy, KernelLaunch, MemoryBudget, Plan, Step, aligned, root, with_fields
 
 BOUND_ROLES = ("input", "param", "state", "scalar", "const", "output")
 
@@ -248,7 +248,8 @@ def place(buffers: dict[int, Buffer], blocks: list[tuple[tuple[int, ...], int, i
     """Best fit (module doc, 3) of `blocks` (arena_blocks) at the buffers' sizes: new buffers with
     offsets, and the arena size. Sizes are taken as plain numbers: where blocks go is decided at
     every size anew (flame.plan.instance places an instantiated plan with it)."""
-    sized = sorted(((aligned(max(int(buffers[i].nbytes) for i in ids)), lo, hi, ids) for ids, lo, hi in blocks),
+    sized = sorted(((aligned(int(buffers[ids[0]].nbytes) if len(ids) == 1 else
+                             max(int(buffers[i].nbytes) for i in ids)), lo, hi, ids) for ids, lo, hi in blocks),
                    key=lambda blk: (-blk[0], blk[1], blk[3][0]))
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
     out, size = dict(buffers), 0
@@ -263,7 +264,7 @@ def place(buffers: dict[int, Buffer], blocks: list[tuple[tuple[int, ...], int, i
         placed.append((offset, offset + need, lo, hi))
         size = max(size, offset + need)
         for i in ids:
-            out[i] = dataclasses.replace(buffers[i], offset=offset)
+            out[i] = with_fields(buffers[i], {"offset": offset})
     return out, size
 
 

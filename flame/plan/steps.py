@@ -64,6 +64,16 @@ class Buffer:
         return f"b{self.id}: {self.typename} {self.role} {where}".rstrip()
 
 
+def with_fields(x, changes: dict):
+    """A copy of plan data x (a frozen dataclass without __post_init__: a buffer or a step) with the
+    fields in `changes` replaced: dataclasses.replace without re-running __init__, for the hot path
+    of a plan evaluated at a new size (flame.plan.instance), where it is most of the time."""
+    y = object.__new__(type(x))
+    y.__dict__.update(x.__dict__)
+    y.__dict__.update(changes)
+    return y
+
+
 def byte_offset(buffers: dict[int, Buffer], bid: int) -> int:
     """Where bid's bytes start inside its root's (views of a contiguous slice start past 0)."""
     at = 0

@@ -324,3 +324,93 @@ def test_a_new_class_of_sizes_is_recorded_once_then_reused(cuda_target, monkeypa
     recorded = [r.getMessage() for r in caplog.records if "plan recorded for this size's class" in r.getMessage()]
     assert len(recorded) == 1 and "s0=3" in recorded[0], recorded
     assert step.stats().size_replans == 0
+
+
+# ---- a GPT block (flame.bench.cases_gpt's, small): a new batch size or length is its recorded plan ----
+
+def _block(dtype: str):
+    """A GPT block training step (pre-LayerNorm, causal attention written by hand, GELU MLP, AdamW)
+    over x [B, T, 16], its causal mask sized from x (so T may be dynamic too)."""
+    from flame.bench.cases_gpt import _block_inputs, _flame_block, _flame_mask
+    from flame.bench.spec import generate, to_flame
+
+    def make(dynamic):
+        s = {"d": 16, "heads": 2, "dtype": dtype}
+        inputs = _block_inputs(s)
+        p = {n: nn.Parameter(to_flame(a, dtype, copy=True)) for n, a in generate(inputs, np, 0).items()}
+        opt = optim.AdamW(list(p.values()), lr=1e-2)
+
+        @flame.compile(dynamic=dynamic)
+        def step(x):
+            y = _flame_block(x, p, "", s, _flame_mask({**s, "T": x.shape[1]}))
+            loss = (y.float() ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        return step, list(p.values())
+
+    return make
+
+
+def _block_inputs_at(shapes, dtype: str):
+    rng = np.random.default_rng(2)
+    xs = [flame.tensor(rng.standard_normal(shape, dtype=np.float32)) for shape in shapes]
+    return [(x.to(flame.bf16) if dtype == "bf16" else x,) for x in xs]
+
+
+def _numpy(t) -> np.ndarray:
+    return t.float().numpy().copy() if t.dtype == flame.bf16 else t.numpy().copy()
+
+
+@pytest.mark.parametrize("dtype, dim", [("f32", 0), ("bf16", 0), ("f32", 1), ("bf16", 1)])
+def test_gpt_block_new_sizes_evaluate_the_recorded_plan_and_equal_the_static_compiles(cuda_target, monkeypatch,
+                                                                                     dtype, dim):
+    # a batch size (dim 0) or a sequence length (dim 1, of batch 2); the new ones in the classes of the
+    # sizes before (a softmax over s0 columns vectorises where s0 is a multiple of 4: 40 and 44, 41)
+    warm, new = (40, 41, 44), (48, 43, 52)
+    shapes = [(n, 8, 16) if dim == 0 else (2, n, 16) for n in warm + new]
+    calls = _block_inputs_at(shapes, dtype)
+    make = _block(dtype)
+    want, static_params = [], None
+    step, params = make(False)
+    want = [_numpy(step(*c)) for c in calls]
+    static_params = [_numpy(p) for p in params]
+    step, params = make(None)  # the dim that changes between the first two calls becomes dynamic
+    got = [_numpy(step(*c)) for c in calls[: len(warm)]]
+    renders = _counting_renders(monkeypatch)
+    got += [_numpy(step(*c)) for c in calls[len(warm):]]
+    s = step.stats()
+    np.testing.assert_array_equal(got, want)
+    for p, q in zip(params, static_params):
+        np.testing.assert_array_equal(_numpy(p), q)
+    assert (s.traces, s.instantiations) == (2, len(warm) + len(new) - 2), str(s)  # traced at 40 and 41
+    assert renders == [] and (s.size_replans, s.size_rerenders) == (0, 0), str(s)
+    assert not {v.size for v in step._templates[0].plans.variants} & set(new)
+
+
+@pytest.mark.parametrize("op", ["concat", "slice"])
+def test_a_concat_or_slice_along_a_dynamic_dim_renders_one_source_for_every_size(op):
+    from flame.ir import symbolic
+    from flame.plan.build import to_plan
+    from flame.runtime.backend import capabilities
+
+    def f(x, y):
+        z = flame.cat([x, y * 2], dim=0) if op == "concat" else x[1:-1] * 3
+        return z.exp()
+
+    step = flame.compile(f, dynamic=True)
+    for n in (5, 9):
+        step(flame.tensor(np.ones((n, 3), np.float32)), flame.tensor(np.ones((n + 2, 3), np.float32)))
+    template = step._templates[0].planned
+    sources = []
+    for n in (6, 7, 11):
+        with symbolic.rendering(n) as r:
+            plan = to_plan(template.instantiate(n, symbolic=True), target=capabilities("cuda"))
+        assert r.per_size == []
+        sources.append({k.source for k in plan.kernels()})
+        assert all(k.sizes == (n,) for k in _launches_taking_s0(plan)) and _launches_taking_s0(plan)
+    assert sources[0] == sources[1] == sources[2]
+    if op == "concat":
+        assert any("concat" in k for k in sources[0]) and any("flame_s0" in k and "if (c < " in k for k in sources[0])
