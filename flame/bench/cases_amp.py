@@ -9,8 +9,9 @@ LayerNorm outputs, and keeps backward work out of forward kernels) peaks at 585 
 are the f32 parameters, AdamW moments and the input; the smallest peak the budget search reaches is
 528 MiB, 0.90 (0.95 at the suite's quick sizes). The floor has stayed at 528 MiB since the fourth
 session while the unconstrained peak fell from 601 MiB (attention's backward now writes dq, dk, dv
-into one buffer with no copies), so the same floor is a larger fraction. (Before backward work was kept out of forward kernels the unconstrained peak was 633
-MiB and the floor 488 MiB, 0.77: that rule moves the LayerNorm-2 recomputations the budget leans on.)
+into one buffer with no copies), so the same floor is a larger fraction. (Before backward work was
+kept out of forward kernels the unconstrained peak was 633 MiB and the floor 488 MiB, 0.77: that
+rule moves the LayerNorm-2 recomputations the budget leans on.)
 At the floor the arena holds, during the MLP backward, the recomputed pre-activation, its gradient,
 the recomputed GELU output and the GELU gradient (4 x 64 MiB, two pairs sharing bytes in place) and
 recomputed LayerNorm-2 values (f32). A lower bound: the MLP backward holds the [tokens, 4d]
