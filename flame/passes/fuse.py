@@ -65,6 +65,7 @@ from flame.ir.indexmap import (
     derive,
     is_reduction,
     is_view,
+    leading_reduced,
     row_segments,
     trailing_reduced,
 )
@@ -628,6 +629,10 @@ def _absorb_columns(st: _State) -> None:
         if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
             continue
         for rg in st.groups:
+            if rg.kind == Kind.ELEMENTWISE:
+                if _rows_of(st, rg, op) is not None and _lift(st, rg, cg):
+                    break
+                continue
             if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
                 continue
             if st.target.splits_rows(*_rows_shape(rg)):
@@ -649,6 +654,43 @@ def _absorb_columns(st: _State) -> None:
             for cg in cgs:
                 if not st.reaches(cg, rg):
                     _merge(st, rg, cg)
+
+
+def _rows_of(st: _State, eg: _Group, op: Op) -> int | None:
+    """n_red under which elementwise kernel eg, seen as rows of its trailing dims, carries column
+    reduction op as a "leading" one: eg computes op's input over eg's whole domain (it computes it, or
+    reads it as its largest operand), op sums over leading dims only (the result is the rows' trailing
+    dims: a BatchNorm's per-channel sums over channels-last data), and the row fits in registers."""
+    v = op.inputs[0]
+    if eg.domain is None or tuple(v.shape) != tuple(eg.domain) or _mixes_phases(eg.ops + [op]):
+        return None
+    if v.producer not in eg.ops and not any(v in o.inputs for o in eg.ops):
+        return None
+    n_red = leading_reduced(op)
+    if n_red is None or any(isinstance(d, SymInt) for d in v.shape):
+        return None
+    return n_red if math.prod(v.shape[-n_red:]) <= st.target.row_cache else None
+
+
+def _lift(st: _State, eg: _Group, cg: _Group) -> bool:
+    """Column reduction cg joins elementwise kernel eg, which becomes a rows kernel over its trailing
+    dims with no row reduction (each thread accumulates the columns it owns, a fold kernel sums the
+    partials): the reduced value, when nothing else reads it, is never written, and the sum costs no
+    pass of its own. eg's other column sums (a BatchNorm backward's sum(dy), sum(dy * xhat)) join the
+    same way. False (nothing changed) when the rows view does not carry it."""
+    (op,) = cg.ops
+    n_red = _rows_of(st, eg, op)
+    if st.reaches(cg, eg) or st.target.splits_rows(math.prod(eg.domain[:-n_red]), math.prod(eg.domain[-n_red:])):
+        return False
+    if len(row_segments(eg.ops)) != 1:
+        return False
+    kind, n_before = eg.kind, eg.n_red
+    eg.kind, eg.n_red = Kind.ROWS, n_red
+    if _column_fits(st, eg, op) == "leading":
+        _merge(st, eg, cg)
+        return True
+    eg.kind, eg.n_red = kind, n_before
+    return False
 
 
 def _column_fits(st: _State, rg: _Group, op: Op) -> str:
