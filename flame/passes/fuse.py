@@ -44,6 +44,10 @@ Rules, in the order they apply:
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
   so do two or more whose result dims are other domain dims (a GroupNorm backward's dweight and
   dbias over channels-last data: per group and channel in the group; indexmap.column_map);
+  an elementwise kernel computing or reading, over its whole domain, the input of a column sum over
+  its leading dims takes it in the same way, run as rows of the sum's dims with no row reduction
+  (_lift; a BatchNorm's variance and backward sums over channels-last data: the summed value is
+  not written unless another kernel reads it);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
