@@ -46,8 +46,8 @@ Rules, in the order they apply:
   dbias over channels-last data: per group and channel in the group; indexmap.column_map);
   an elementwise kernel computing or reading, over its whole domain, the input of a column sum over
   its leading dims takes it in the same way, run as rows of the sum's dims with no row reduction
-  (_lift; a BatchNorm's variance and backward sums over channels-last data: the summed value is
-  not written unless another kernel reads it);
+  (_lift, after the matmul BGRAD rule; a BatchNorm's variance and backward sums over channels-last
+  data: the summed value is not written unless another kernel reads it);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
@@ -617,7 +617,7 @@ def _columns(grp: _Group) -> list[Op]:
     return [op for op in grp.ops if is_reduction(op) and trailing_reduced(op) is None]
 
 
-def _absorb_columns(st: _State) -> None:
+def _absorb_columns(st: _State, lift: bool = False) -> None:
     """A column reduction (reduce_sum/mean over dims other than a row's trailing ones) of a value that
     a rows kernel computes or reads over its whole domain joins that kernel: each thread accumulates
     the elements it owns over the rows it visits, and a short second kernel folds the per-thread
@@ -625,7 +625,8 @@ def _absorb_columns(st: _State) -> None:
     [rows, cols]). One whose result also depends on kept dims or sums elements of a row (a GroupNorm
     backward's per-channel sums over channels-last data: indexmap.column_map) joins only with
     another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
-    horizontal one."""
+    horizontal one. With lift, one left over (no matmul took it as its BGRAD epilogue) may also join
+    an elementwise kernel computing its input (_lift)."""
     waiting: dict[_Group, list[_Group]] = {}
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
@@ -634,7 +635,7 @@ def _absorb_columns(st: _State) -> None:
             continue
         for rg in st.groups:
             if rg.kind == Kind.ELEMENTWISE:
-                if _rows_of(st, rg, op) is not None and _lift(st, rg, cg):
+                if lift and _rows_of(st, rg, op) is not None and _lift(st, rg, cg):
                     break
                 continue
             if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
@@ -882,6 +883,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     _absorb_recomputations(st)
     _absorb_columns(st)  # a column sum of a recomputation that joined a rows kernel
     _absorb_bias_grads(st)
+    _absorb_columns(st, lift=True)  # what no matmul epilogue took
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]
