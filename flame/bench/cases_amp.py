@@ -3,11 +3,13 @@ under autocast bf16 (flame.autocast vs torch.autocast, eager and torch.compile),
 with a memory budget (a fraction of the unconstrained plan's peak, met by rematerialisation; the peer
 is torch.compile with its own selective activation checkpointing, activation_memory_budget=0.5).
 
-BUDGET is 0.9, not the 0.5 the issue asks for: on one block, 0.5 is out of reach (MemoryBudgetError).
+BUDGET is 0.95, not the 0.5 the issue asks for: on one block, 0.5 is out of reach (MemoryBudgetError).
 At full size the unconstrained plan (which already recomputes the free elementwise work: GELU and
-LayerNorm outputs, and keeps backward work out of forward kernels) peaks at 601 MiB, of which 176 MiB
+LayerNorm outputs, and keeps backward work out of forward kernels) peaks at 585 MiB, of which 176 MiB
 are the f32 parameters, AdamW moments and the input; the smallest peak the budget search reaches is
-528 MiB, 0.88. (Before backward work was kept out of forward kernels the unconstrained peak was 633
+528 MiB, 0.90 (0.95 at the suite's quick sizes). The floor has stayed at 528 MiB since the fourth
+session while the unconstrained peak fell from 601 MiB (attention's backward now writes dq, dk, dv
+into one buffer with no copies), so the same floor is a larger fraction. (Before backward work was kept out of forward kernels the unconstrained peak was 633
 MiB and the floor 488 MiB, 0.77: that rule moves the LayerNorm-2 recomputations the budget leans on.)
 At the floor the arena holds, during the MLP backward, the recomputed pre-activation, its gradient,
 the recomputed GELU output and the GELU gradient (4 x 64 MiB, two pairs sharing bytes in place) and
@@ -36,7 +38,7 @@ from flame.bench.cases_gpt import (
 from flame.bench.cases_train import BF16_UPDATE_TOL
 from flame.bench.spec import Bound, Case
 
-BUDGET = 0.9  # of the unconstrained plan's peak (see the module docstring)
+BUDGET = 0.95  # of the unconstrained plan's peak (see the module docstring)
 TORCH_BUDGET = 0.5  # torch.compile's activation_memory_budget: a fraction of the activation memory
 
 

@@ -54,13 +54,13 @@ class Config:
 
 
 DEFAULT_CONFIG = Config()
-ROWS_SCHEDULES = ("old", "new")  # codegen/fused_rows.py says what each does
+ROWS_SCHEDULES = ("auto", "old", "new")  # codegen/fused_rows.py says what each does
 ROWS_SCHEDULE_ENV = "FLAME_ROWS_SCHEDULE"
 
 
 def rows_schedule(config: Config = DEFAULT_CONFIG) -> str:
-    """The row kernels' schedule: config.rows_schedule, else $FLAME_ROWS_SCHEDULE, else "old"."""
-    name = config.rows_schedule or os.environ.get(ROWS_SCHEDULE_ENV, "") or "old"
+    """The row kernels' schedule: config.rows_schedule, else $FLAME_ROWS_SCHEDULE, else "auto"."""
+    name = config.rows_schedule or os.environ.get(ROWS_SCHEDULE_ENV, "") or "auto"
     if name not in ROWS_SCHEDULES:
         raise ValueError(f"{ROWS_SCHEDULE_ENV}={name!r}: expected one of {', '.join(ROWS_SCHEDULES)}")
     return name
