@@ -1,10 +1,10 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
 their elementwise prologue and epilogue. Two schedules (Config.rows_schedule / FLAME_ROWS_SCHEDULE:
-"old", "new", or the default "auto": "new" for kernels without column reductions, "old" for those
-with them; on an H100 (2026-11-23, rows_schedules.py) "new" ran softmax [131072, 1024] bf16 in 215 us
-instead of 314, cross-entropy [8192, 32768] in 516 instead of 702 and LayerNorm forward in 19.7
-instead of 20.8, but a LayerNorm backward carrying its weight and bias gradients in 75.9 us instead
-of 52.9):
+"old", "new", or the default "auto": "new" for kernels without column reductions whose per-element
+reads and writes index the domain itself (_plain), "old" for the others; on an H100 (2026-11-23,
+rows_schedules.py) "new" ran softmax [131072, 1024] bf16 in 215 us instead of 314, cross-entropy
+[8192, 32768] in 516 instead of 702 and LayerNorm forward in 19.7 instead of 20.8, but a LayerNorm
+backward carrying its weight and bias gradients in 75.9 us instead of 52.9):
 
 - "old": each row is one warp (R <= 256 elements, 8 rows per block) or one block of 128 / 512 / 1024
   threads (by R alone). A thread owns elements r = lane + j*G of its row, loaded one by one; for rows
@@ -692,6 +692,19 @@ def _merge_rows(out: list[str], late: list[str]) -> list[str]:
     return out[:first] + late + out[first:]
 
 
+def _plain(lays: list[Layout]) -> bool:
+    """Every value the row kernel reads or writes per element of every row is indexed as the domain
+    itself (weights the same for every row aside): no permuted view, so a GroupNorm's channels-last
+    groups take the old schedule under "auto" (the new one failed its GPU tests there)."""
+    for lay in lays:
+        n = len(lay.domain)
+        kept, red, ident = range(n - lay.n_red), range(n - lay.n_red, n), identity(n)
+        maps = [m for ms in lay.maps.values() for m in ms] + list(lay.stores.values())
+        if any(m.depends_on(red) and m.depends_on(kept) and m != ident for m in maps):
+            return False
+    return True
+
+
 def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
     """The row kernel of a fused group (Kind.ROWS); with column reductions (one segment only), also
     the fold kernel; [] when it writes nothing."""
@@ -705,7 +718,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
     split = _split_schedule(segs, lays, columns, config, target)
     schedule = rows_schedule(config)
-    new = (schedule == "new" or (schedule == "auto" and not columns)) and not split
+    new = (schedule == "new" or (schedule == "auto" and not columns and _plain(lays))) and not split
 
     def make(G: int, carry: bool = False, hold: bool = True) -> list[_RowSegment]:
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)
