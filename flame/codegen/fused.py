@@ -43,7 +43,6 @@ from flame.ir.indexmap import (
     input_map,
     is_reduction,
     is_view,
-    leading_reduced,
     row_segments,
     trailing_reduced,
 )
@@ -66,14 +65,11 @@ def group_inputs(group: FusionGroup) -> list[Value]:
     return list(out)
 
 
-def layout(ops: list[Op], exposed: list[Value], columns: tuple[Op, ...] = ()) -> Layout:
-    """The iteration domain and maps of one segment (as the fusion pass chose them). A segment without
-    row reductions that carries column reductions runs as rows of their result's dims
-    (indexmap.leading_reduced: the fusion pass lifted an elementwise kernel so)."""
+def layout(ops: list[Op], exposed: list[Value]) -> Layout:
+    """The iteration domain and maps of one segment (as the fusion pass chose them)."""
     red = [op for op in ops if is_reduction(op)]
-    if red or columns:
-        n_red = trailing_reduced(red[0]) if red else leading_reduced(columns[0])
-        got = derive(ops, exposed, (red or columns)[0].inputs[0].shape, n_red)
+    if red:
+        got = derive(ops, exposed, red[0].inputs[0].shape, trailing_reduced(red[0]))
         if isinstance(got, Layout):
             return got
         raise NotImplementedError(f"rows group cannot be lowered: {got}")
@@ -155,8 +151,7 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
     kept = [op for op in group.ops if op not in columns]
     segs = row_segments(kept) if columns else segments(kept)
     col_in = [op.inputs[0] for op in columns]
-    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in)), columns)
-            for seg in segs]
+    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
     if columns and (len(segs) != 1 or not lays[0].n_red):
         raise NotImplementedError("column reductions ride only in a one-segment row kernel")
     return inputs, segs, lays, columns

@@ -48,7 +48,7 @@ from flame.codegen.kernel import (
 from flame.codegen.snippets import SNIPPETS, accumulator
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
-from flame.ir.indexmap import IndexMap, Layout, column_map, contiguous_strides, identity, is_reduction, is_view, row_map
+from flame.ir.indexmap import IndexMap, Layout, column_map, contiguous_strides, identity, is_reduction, row_map
 from flame.target import Target
 
 _MAX_GRID = 65535
@@ -782,9 +782,6 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     what = next((n for key, n in _NAMES.items() if list(key[:-1]) == reds[: len(key) - 1] and key[-1] in names
                  and len(reds) == len(key) - 1), "_".join(r.removeprefix("reduce_") for r in reds[:3]))
     stem = f"reduce_{what}_rows_{outputs[0].dtype.name}" + (f"_x{len(parts)}" if len(parts) > 1 else "")
-    if not reds:  # an elementwise kernel carrying column sums (passes/fuse.py _lift)
-        work = [op.name for op in group.ops if not is_view(op) and op.name != "full" and op not in columns]
-        stem = "fused_" + "_".join(list(dict.fromkeys(work))[:4]) + f"_{outputs[0].dtype.name}_colsum"
     stem += "_split" if split else ""
     kernels = [finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))]
     if split:

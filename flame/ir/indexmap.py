@@ -264,22 +264,6 @@ def trailing_reduced(op: Op) -> int | None:
     return n_red if all(d >= rank - n_red for d in red) else None
 
 
-def leading_reduced(op: Op) -> int | None:
-    """n_red of the row domain (op's input's shape) in which column reduction `op` sums over leading
-    dims only, its result being the rows' trailing dims (a BatchNorm's per-channel sums over
-    channels-last data): what an elementwise kernel computing op's input accumulates per column when
-    it runs as rows of those dims. None when op is no such reduction."""
-    if not is_reduction(op) or op.name not in ("reduce_sum", "reduce_mean"):
-        return None
-    shape = op.inputs[0].shape
-    rank = len(shape)
-    axes = sorted({a % max(rank, 1) for a in op.attrs["axes"]})
-    n_red = rank - len(axes)
-    if not axes or n_red == 0 or axes != list(range(len(axes))) or math.prod(shape[len(axes):]) in (0, 1):
-        return None
-    return n_red
-
-
 @dataclass
 class Layout:
     """The maps of one fused group: every value (computed or read) -> the maps it is needed at."""

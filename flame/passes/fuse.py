@@ -44,10 +44,6 @@ Rules, in the order they apply:
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
   so do two or more whose result dims are other domain dims (a GroupNorm backward's dweight and
   dbias over channels-last data: per group and channel in the group; indexmap.column_map);
-  an elementwise kernel computing or reading, over its whole domain, the input of a column sum over
-  its leading dims takes it in the same way, run as rows of the sum's dims with no row reduction
-  (_lift, after the matmul BGRAD rule; a BatchNorm's variance and backward sums over channels-last
-  data: the summed value is not written unless another kernel reads it);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
@@ -69,7 +65,6 @@ from flame.ir.indexmap import (
     derive,
     is_reduction,
     is_view,
-    leading_reduced,
     row_segments,
     trailing_reduced,
 )
@@ -617,7 +612,7 @@ def _columns(grp: _Group) -> list[Op]:
     return [op for op in grp.ops if is_reduction(op) and trailing_reduced(op) is None]
 
 
-def _absorb_columns(st: _State, lift: bool = False) -> None:
+def _absorb_columns(st: _State) -> None:
     """A column reduction (reduce_sum/mean over dims other than a row's trailing ones) of a value that
     a rows kernel computes or reads over its whole domain joins that kernel: each thread accumulates
     the elements it owns over the rows it visits, and a short second kernel folds the per-thread
@@ -625,8 +620,7 @@ def _absorb_columns(st: _State, lift: bool = False) -> None:
     [rows, cols]). One whose result also depends on kept dims or sums elements of a row (a GroupNorm
     backward's per-channel sums over channels-last data: indexmap.column_map) joins only with
     another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
-    horizontal one. With lift, one left over (no matmul took it as its BGRAD epilogue) may also join
-    an elementwise kernel computing its input (_lift)."""
+    horizontal one."""
     waiting: dict[_Group, list[_Group]] = {}
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
@@ -634,10 +628,6 @@ def _absorb_columns(st: _State, lift: bool = False) -> None:
         if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
             continue
         for rg in st.groups:
-            if rg.kind == Kind.ELEMENTWISE:
-                if lift and _rows_of(st, rg, op) is not None and _lift(st, rg, cg):
-                    break
-                continue
             if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
                 continue
             if st.target.splits_rows(*_rows_shape(rg)):
@@ -659,43 +649,6 @@ def _absorb_columns(st: _State, lift: bool = False) -> None:
             for cg in cgs:
                 if not st.reaches(cg, rg):
                     _merge(st, rg, cg)
-
-
-def _rows_of(st: _State, eg: _Group, op: Op) -> int | None:
-    """n_red under which elementwise kernel eg, seen as rows of its trailing dims, carries column
-    reduction op as a "leading" one: eg computes op's input over eg's whole domain (it computes it, or
-    reads it as its largest operand), op sums over leading dims only (the result is the rows' trailing
-    dims: a BatchNorm's per-channel sums over channels-last data), and the row fits in registers."""
-    v = op.inputs[0]
-    if eg.domain is None or tuple(v.shape) != tuple(eg.domain) or _mixes_phases(eg.ops + [op]):
-        return None
-    if v.producer not in eg.ops and not any(v in o.inputs for o in eg.ops):
-        return None
-    n_red = leading_reduced(op)
-    if n_red is None or any(isinstance(d, SymInt) for d in v.shape):
-        return None
-    return n_red if math.prod(v.shape[-n_red:]) <= st.target.row_cache else None
-
-
-def _lift(st: _State, eg: _Group, cg: _Group) -> bool:
-    """Column reduction cg joins elementwise kernel eg, which becomes a rows kernel over its trailing
-    dims with no row reduction (each thread accumulates the columns it owns, a fold kernel sums the
-    partials): the reduced value, when nothing else reads it, is never written, and the sum costs no
-    pass of its own. eg's other column sums (a BatchNorm backward's sum(dy), sum(dy * xhat)) join the
-    same way. False (nothing changed) when the rows view does not carry it."""
-    (op,) = cg.ops
-    n_red = _rows_of(st, eg, op)
-    if st.reaches(cg, eg) or st.target.splits_rows(math.prod(eg.domain[:-n_red]), math.prod(eg.domain[-n_red:])):
-        return False
-    if len(row_segments(eg.ops)) != 1:
-        return False
-    kind, n_before = eg.kind, eg.n_red
-    eg.kind, eg.n_red = Kind.ROWS, n_red
-    if _column_fits(st, eg, op) == "leading":
-        _merge(st, eg, cg)
-        return True
-    eg.kind, eg.n_red = kind, n_before
-    return False
 
 
 def _column_fits(st: _State, rg: _Group, op: Op) -> str:
@@ -883,7 +836,6 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     _absorb_recomputations(st)
     _absorb_columns(st)  # a column sum of a recomputation that joined a rows kernel
     _absorb_bias_grads(st)
-    _absorb_columns(st, lift=True)  # what no matmul epilogue took
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]

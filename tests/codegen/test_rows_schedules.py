@@ -14,7 +14,7 @@ import pytest
 from flame.codegen import kernel_inputs, lower
 from flame.codegen.kernel import Config, rows_schedule
 from flame.codegen.nvrtc import compile_many
-from flame.ir import Builder, Graph, TensorType, bf16, f32, verify
+from flame.ir import bf16, f32
 from flame.passes.fuse import fuse
 from flame.target import Target
 from tests.codegen.test_reduce_schedules import _layer_norm, _softmax, _sum_squares, layer_norm_fwd_bwd
@@ -26,19 +26,6 @@ SMALL_CACHE = Target(row_cache=1024)
 
 def _graph(make, shape, dt):
     return lambda: make(shape, dt)
-
-
-def _channel_sums(shape, dt=bf16):
-    """A BatchNorm's statistics and backward sums over channels-last [N, H, W, C]: an elementwise kernel
-    (d = x - mean, its own output) carrying column sums of d*d and d*dy over [N, H, W] (fuse: _lift)."""
-    g = Graph("channel_sums")
-    b = Builder(g)
-    x, dy = g.add_input(TensorType(shape, dt)), g.add_input(TensorType(shape, dt))
-    mean = g.add_input(TensorType((1,) * (len(shape) - 1) + shape[-1:], dt))
-    lead = list(range(len(shape) - 1))
-    d = b.sub(x, mean)
-    g.outputs = [d, b.reduce_mean(b.mul(d, d), axes=lead, keepdim=True), b.reduce_sum(b.mul(d, dy), axes=lead)]
-    return verify(g)
 
 
 # name -> (graph maker, Config of the new schedule, Target, fragments the new kernel's source must hold)
@@ -61,9 +48,6 @@ CASES = {
     "columns_block": (lambda: layer_norm_fwd_bwd((64, 96))[0], Config(rows_schedule="new", row_regs=8), None,
                       ["rows per block", "column reduction(s)"]),
     "cross_entropy_bf16": (lambda: cross_entropy_bf16(True, vocab=40)[0], NEW, None, ["1 value(s) carried"]),
-    "columns_only_bf16": (_graph(_channel_sums, (4, 6, 6, 40), bf16), NEW, None,
-                          ["fused_sub_mul_bf16_colsum", "2 column reduction(s)"]),
-    "columns_only_f32": (_graph(_channel_sums, (2, 5, 3, 128), f32), NEW, None, ["2 column reduction(s)"]),
 }
 
 

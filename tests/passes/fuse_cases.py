@@ -194,26 +194,3 @@ def multi_adamw(shapes=GPT_SHAPES, dtype: str = "bf16") -> tuple[Graph, list[np.
             p.grad = None
 
     return build(adamw_step, *[(r.standard_normal(s) * 1e-2).astype(np.float32).astype(np_dt) for s in shapes])
-
-
-
-def conv_batch_norm(shape=(4, 8, 6, 6)) -> tuple[Graph, list[np.ndarray]]:
-    """resnet_block_train's block, small: conv3x3, training-mode BatchNorm (running statistics updated),
-    ReLU, a residual add; the gradients of x, the filter, weight and bias. The layout pass runs it
-    channels-last ([N, H, W, C]), so BatchNorm's statistics and its backward's sums are column
-    reductions over the leading [N, H, W]."""
-    c = shape[1]
-    dy = flame.tensor(_R.standard_normal(shape).astype(np.float32))
-    rm, rv = flame.tensor(np.zeros(c, np.float32)), flame.tensor(np.ones(c, np.float32))
-
-    def conv_bn(x, k, w, b):
-        def loss(x, k, w, b):
-            y = F.batch_norm(F.conv2d(x, k, padding=1), rm, rv, w, b, training=True)
-            return ((F.relu(y) + x) * dy).sum()
-
-        return flame.grad(loss, (0, 1, 2, 3))(x, k, w, b), rm, rv
-
-    x = _R.standard_normal(shape).astype(np.float32)
-    k = (0.2 * _R.standard_normal((c, c, 3, 3))).astype(np.float32)
-    return build(conv_bn, x, k, (1.0 + 0.1 * _R.standard_normal(c)).astype(np.float32),
-                 (0.1 * _R.standard_normal(c)).astype(np.float32))

@@ -25,7 +25,6 @@ from tests.passes.conftest import assert_same_bits, random_array
 from tests.passes.fuse_cases import (
     COMPOSITES,
     composite,
-    conv_batch_norm,
     cross_entropy,
     cross_entropy_bf16,
     layer_norm_params,
@@ -199,29 +198,6 @@ def test_column_reductions_ride_in_the_row_kernel(shape):
     rng = np.random.default_rng(0)
     fused = check_fused(verify(g), [rng.standard_normal(shape).astype(np.float32) for _ in range(2)])
     assert len(launches(fused)) == 2 and launches(fused)[1].name.rsplit("_", 1)[0].endswith("_fold")
-
-
-def test_batch_norm_sums_ride_in_the_kernels_computing_what_they_sum():
-    """Training BatchNorm over channels-last data (conv, BN, ReLU, residual; forward and backward): the
-    variance's mean of (x - mean)^2 and the backward's per-channel sums are accumulated by the
-    elementwise kernels computing their inputs (run as rows of C, a fold after each), so no
-    [N, H, W, C] value is written only to be summed; only the mean of the convolution's output, which
-    no kernel computes, is a column reduction of its own. Running statistics and gradients as unfused."""
-    from flame.passes.layout import channels_last
-
-    g, inputs = conv_batch_norm()
-    fused = check_fused(channels_last(g), inputs, capabilities("cuda"))
-    summed = [k for k in fused.groups if any(op.name.startswith("reduce_") for op in k.ops)]
-    alone = [k for k in summed if k.kind == "reduction"]
-    assert len(alone) == 1 and alone[0].ops[0].inputs[0].producer.name == "conv"
-    carried = [op for k in summed if k.kind == "rows" for op in k.ops if op.name.startswith("reduce_")]
-    assert len(carried) >= 4  # the variance's mean, sum(dy), sum(dy * xhat) and the mean's gradient
-    for k in summed:  # what a kernel sums it does not also write, unless another kernel reads it
-        for op in k.ops:
-            if op.name.startswith("reduce_") and op.inputs[0] in k.outputs:
-                assert any(op.inputs[0] in o.inputs for j in fused.groups if j is not k for o in j.ops)
-    names = [s.name for s in launches(fused) if isinstance(s, KernelLaunch)]
-    assert any(n.startswith("fused_sub_mul_f32_colsum_") for n in names)
 
 
 def test_softmax_is_one_row_kernel_with_a_telling_name():
