@@ -2,7 +2,7 @@
 FLAME_ROWS_SCHEDULE): each case below picks one branch of the "new" schedule (warp rows with 16-byte
 vectors, odd lengths element by element, rows shorter than a warp's vectors, block rows with one
 barrier per reduction, streamed rows, column partials, carried exp values); both schedules render and
-compile with NVRTC, "auto" (new without column sums, old with them) is the default, and (marked
+compile with NVRTC, "old" is the default ("auto": new for plain rows without column sums), and (marked
 gpu) every case under both schedules matches the reference executor's computation of the same
 ops, also from misaligned pointers."""
 
@@ -59,13 +59,13 @@ def _lower(grp, cfg, target):
     return lower(grp, cfg, target) if target is not None else lower(grp, cfg)
 
 
-def test_default_schedule_is_auto_and_env_selects(monkeypatch):
-    """auto: the new schedule for row kernels without column sums, the old one for those with them."""
+def test_default_schedule_is_old_and_env_selects(monkeypatch):
+    """old by default; auto: the new schedule for plain row kernels without column sums."""
     monkeypatch.delenv("FLAME_ROWS_SCHEDULE", raising=False)
-    assert rows_schedule() == "auto"
+    assert rows_schedule() == "old"
     (grp,) = _rows_groups(_softmax((8, 1000), f32))
-    assert "new schedule" in lower(grp)[0].source
-    assert "new schedule" not in lower(grp, OLD)[0].source
+    assert "new schedule" not in lower(grp)[0].source
+    assert "new schedule" in lower(grp, Config(rows_schedule="auto"))[0].source
     monkeypatch.setenv("FLAME_ROWS_SCHEDULE", "new")
     assert rows_schedule() == "new" and rows_schedule(OLD) == "old"
     (grp,) = _rows_groups(_softmax((8, 1000), f32))
