@@ -1,6 +1,6 @@
 """GroupNorm's backward planned for CUDA (channels-last, between convolutions): its row sums, dx and the
 per-channel dweight/dbias sums are one row kernel and its fold (the column sums ride in the row kernel:
-indexmap.column_map, codegen/fused_rows._Columns); the compiled step matches PyTorch on the reference
+indexmap.column_map, codegen/rows_columns.Columns); the compiled step matches PyTorch on the reference
 executor (f32, bf16) and, marked gpu, on CUDA."""
 
 from __future__ import annotations
