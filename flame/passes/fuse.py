@@ -47,156 +47,43 @@ Rules, in the order they apply:
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
-Not fused: other column reductions (their own tuned kernel), gather/scatter/pad/concat/argmax (opaque)."""
+Not fused: other column reductions (their own tuned kernel), gather/scatter/pad/concat/argmax (opaque).
+
+The groups while they form and the checks every rule shares live in passes/fusion_state.py; the
+rules that run after partitioning to place column sums, bias gradients and recomputations (columns,
+siblings, BGRAD) in passes/fuse_columns.py."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import networkx as nx
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import (
-    Layout,
-    canonical,
-    column_map,
-    contiguous_strides,
-    derive,
     is_reduction,
     is_view,
-    row_segments,
     trailing_reduced,
 )
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
-from flame.ir.symbolic import SymInt
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
+from flame.passes.fuse_columns import absorb_bias_grads, absorb_columns, absorb_recomputations, columns_of
+from flame.passes.fusion_state import Group, State, fit, hoists_backward, merge, mixes_phases, rows_shape
 from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_conversion, is_free, move_conversions
 from flame.passes.remat import RecomputeLoc
 from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
-PHASES = "recomputed in the backward (remat): kept out of forward kernels"
-HOISTED = "backward work of full size kept out of forward kernels (its result would live until the backward)"
 _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 
 
-@dataclass(eq=False)
-class _Group:
-    ops: list[Op]
-    kind: Kind
-    reason: str = ""
-    domain: tuple[int, ...] | None = None
-    n_red: int = 0
-    epilogue: str = "none"
-    merged: list[_Group] = field(default_factory=list)
-
-
-class _State:
-    """The groups while they form, with the graph's users and outputs for exposure and cycle checks."""
-
-    def __init__(self, g: Graph, target: Target):
-        self.g, self.target = g, target
-        self.users = g.users()
-        self.outs = set(g.outputs)
-        self.group_of: dict[Op, _Group] = {}
-        self.groups: list[_Group] = []
-        self.index = {op: i for i, op in enumerate(g.ops)}
-        # (op of a kernel, reader op) -> why the reader could not join that kernel (its last try)
-        self.refused: dict[tuple[Op, Op], str] = {}
-        self.forward, self.later = _phases(g)
-        self.in_place = {g.outputs[o] for o in g.aliases}
-
-    def refuse(self, grp: _Group, op: Op, why: str) -> bool:
-        """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
-        for v in op.inputs:
-            if self.group_of.get(v.producer) is grp:
-                self.refused[v.producer, op] = why
-        return False
-
-    def new(self, ops: list[Op], kind: Kind, **kw) -> _Group:
-        grp = _Group(list(ops), kind, **kw)
-        self.groups.append(grp)
-        for op in ops:
-            self.group_of[op] = grp
-        return grp
-
-    def exposed(self, ops: list[Op]) -> list[Value]:
-        inside = set(ops)
-        return [op.out for op in ops if op.out in self.outs or any(u not in inside for u in self.users[op.out])]
-
-    def succ(self, grp: _Group) -> set[_Group]:
-        return {self.group_of[u] for op in grp.ops for u in self.users[op.out] if u in self.group_of} - {grp}
-
-    def reaches(self, src: _Group, dst: _Group) -> bool:
-        """A path of data edges src -> ... -> dst between kernels."""
-        todo, seen = list(self.succ(src)), set()
-        while todo:
-            h = todo.pop()
-            if h is dst:
-                return True
-            if h in seen:
-                continue
-            seen.add(h)
-            todo += [s for s in self.succ(h) if s not in seen]
-        return False
-
-    def sorted_ops(self, ops) -> list[Op]:
-        return sorted(ops, key=self.index.__getitem__)
-
-
-def _fit(st: _State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tuple | str:
-    """(domain, n_red) under which `ops` form one kernel, or why they cannot."""
-    if _mixes_phases(ops):
-        return PHASES
-    exposed = st.exposed(ops)
-    if _hoists_backward(st, ops, exposed):
-        return HOISTED
-    if kind == Kind.ROWS:
-        got = derive(ops, exposed, domain, n_red)
-        got = _copied_view(st, ops, got) or got
-        return got if isinstance(got, str) else (domain, n_red)
-    big = max(math.prod(op.out.shape) for op in ops)
-    shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big))
-    why = "no common iteration domain"
-    for shape in shapes:
-        got = derive(ops, exposed, shape, 0)
-        got = _copied_view(st, ops, got) or got
-        if isinstance(got, Layout):
-            return shape, 0
-        why = got
-    return why
-
-
-def _copied_view(st: _State, ops: list[Op], lay: Layout | str) -> str:
-    """Why a layout that stores a result in another order than its shape's (indexmap._onto) is not
-    taken: a matmul reads a permuted or reshaped operand as it is (so no value it reads is stored
-    so), and a view's result is not copied beside its stored input, nor by a group of views alone
-    (the plan has none of these copies)."""
-    if isinstance(lay, str):
-        return ""
-    views = {op.out: op for op in ops if is_view(op)}
-    for v, m in lay.stores.items():
-        if m == canonical(v, lay.domain, lay.n_red):
-            continue
-        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in lay.stores)):
-            return f"a view's result would be copied (result {v.type})"
-    return ""
-
-
-def _feeds_matmul(st: _State, v: Value) -> bool:
-    """A matmul reads v, directly or through views (it takes permuted, reshaped operands as they are)."""
-    users = st.users.get(v, ())
-    return any(get(u.name).library == "matmul" or (is_view(u) and _feeds_matmul(st, u.out)) for u in users)
-
-
-def _constants(st: _State, op: Op) -> list[Op]:
+def _constants(st: State, op: Op) -> list[Op]:
     return [v.producer for v in op.inputs if is_free(v.producer) and v.producer not in st.group_of]
 
 
-def _try_join(st: _State, grp: _Group, op: Op) -> bool:
+def _try_join(st: State, grp: Group, op: Op) -> bool:
     ins = {st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of} - {grp}
     if any(st.reaches(grp, h) for h in ins):
         return st.refuse(grp, op, "joining would make a cycle: the reader also reads a kernel that reads this one")
@@ -208,9 +95,9 @@ def _try_join(st: _State, grp: _Group, op: Op) -> bool:
             return st.refuse(grp, op, f"a reduction of {list(op.inputs[0].shape)} over its last {n_red} dim(s) in a "
                                       f"kernel reducing {list(grp.domain)} over its last {grp.n_red}")
         domain = op.inputs[0].shape
-        got = _fit(st, ops, Kind.ROWS, domain, n_red)
+        got = fit(st, ops, Kind.ROWS, domain, n_red)
     else:
-        got = _fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
+        got = fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
     if isinstance(got, str):
         return st.refuse(grp, op, got)
     for c in _constants(st, op) + [op]:
@@ -240,12 +127,12 @@ _ACTIVATIONS = {("none", "relu"): "relu", ("bias", "relu"): "bias_relu", ("none"
 AUX_ALIGN = 8  # cuBLASLt's GELU aux (the pre-activation) has a leading dimension that is a multiple of 8
 
 
-def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
+def _epilogue(st: State, grp: Group, op: Op) -> str | None:
     """The epilogue `op` adds to matmul group grp, or None: add of a bias [n] (size-1 dims aside)
     broadcast over the rows, then relu or tanh-GELU. The intermediate has no other user and is not
     returned, except before a GELU: then it is written as the call's second result (the aux)."""
     last = grp.ops[-1].out
-    if _mixes_phases([*grp.ops, op]) or last.dtype.name not in ("f32", "f16", "bf16"):
+    if mixes_phases([*grp.ops, op]) or last.dtype.name not in ("f32", "f16", "bf16"):
         return None
     private = st.users[last] == [op] and last not in st.outs
     if op.name in ("relu", "gelu"):
@@ -268,72 +155,7 @@ def _epilogue(st: _State, grp: _Group, op: Op) -> str | None:
     return "bias" if ok else None
 
 
-def bias_grad_operand(mm: Op, red: Op) -> str | None:
-    """"a" / "b" when reduction `red` sums matmul mm's operand a [m, k] over k (axis 1) / b [k, n]
-    over k (axis 0): what cuBLASLt's BGRAD epilogues compute beside the product (a Linear's bias
-    gradient beside its weight gradient). The operand may be the reduced value with its leading
-    dims flattened ([b, t, n] summed over (0, 1) is [b*t, n] summed over 0). 2-D GEMMs only (a
-    batched call would sum per batch)."""
-    if red.name != "reduce_sum" or mm.out.type.rank != 2 or any(v.type.rank != 2 for v in mm.inputs):
-        return None
-    v, axes = red.inputs[0], list(red.attrs["axes"])
-    if mm.inputs[0].shape[1] < 2 or v.dtype != mm.out.dtype or v.dtype.name not in ("f32", "f16", "bf16"):
-        return None  # cuBLASLt writes the gradient in the result's type; K = 1 is refused by older ones
-    if v.type.rank < 2 or axes != list(range(v.type.rank - 1)):
-        return None
-    # cuBLASLt sums only an operand stored [k, ...] (runtime/matmul.py bgrad_supported): b as is, or
-    # a stored transposed (permute [1, 0], read as ta); the other two layouts are refused at run time
-    a, b = mm.inputs
-    t = _transposed_from(a)
-    if v.shape[-1] == b.shape[1] and _unreshaped(v) is _unreshaped(b):
-        return "b"
-    if t is not None and v.shape[-1] == t.shape[1] and _unreshaped(v) is _unreshaped(t):
-        return "a"
-    return None
-
-
-def _unreshaped(x: Value) -> Value:
-    """x before the reshapes that produced it: two values with the same one and the same last dim
-    hold the same [m, n] matrix in row-major order."""
-    while x.producer is not None and x.producer.name == "reshape":
-        x = x.producer.inputs[0]
-    return x
-
-
-def _transposed_from(x: Value) -> Value | None:
-    """u when x = permute(u, [1, 0]) (the weight-gradient GEMM dy^T @ x reads dy so), else None."""
-    p = x.producer
-    return p.inputs[0] if p is not None and p.name == "permute" and list(p.attrs["perm"]) == [1, 0] else None
-
-
-def _absorb_bias_grads(st: _State) -> None:
-    """A column sum over k of a matmul operand (a bias gradient; left over by _absorb_columns) joins
-    the matmul's call as its BGRAD epilogue: the GEMM reads the operand anyway."""
-    for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
-        (red,) = rg.ops
-        v = red.inputs[0]
-        root = _unreshaped(v)  # the GEMM reads the same data through reshapes and / or a transpose
-        readers, views = list(st.users[root]), list(st.users[root])
-        for _ in range(3):
-            views = [u for t in views if t.name in ("reshape", "permute") for u in st.users[t.out]]
-            readers += views
-        for mg in [st.group_of[u] for u in readers if u in st.group_of]:
-            if mg.kind != Kind.MATMUL or mg.epilogue != "none" or len(mg.ops) != 1:
-                continue
-            side = bias_grad_operand(mg.ops[0], red)
-            epi = f"bgrad_{side}"
-            if side is None or epi not in st.target.matmul_epilogues or _mixes_phases(mg.ops + rg.ops):
-                continue
-            if st.reaches(rg, mg) or st.reaches(mg, rg):
-                continue
-            mg.ops.append(red)
-            mg.epilogue = epi
-            st.group_of[red] = mg
-            st.groups.remove(rg)
-            break
-
-
-def _place(st: _State, op: Op) -> None:
+def _place(st: State, op: Op) -> None:
     kind = _classify(op)
     producers = [st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of]
     for grp in dict.fromkeys(reversed(producers)):
@@ -353,7 +175,7 @@ def _place(st: _State, op: Op) -> None:
     if kind in (Kind.SCALAR, Kind.ELEMENTWISE, Kind.ROWS):
         free = _constants(st, op)
         domain, n_red = (op.inputs[0].shape, trailing_reduced(op)) if kind == Kind.ROWS else (op.out.shape, 0)
-        got = _fit(st, st.sorted_ops(free + [op]), kind if kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
+        got = fit(st, st.sorted_ops(free + [op]), kind if kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
         if isinstance(got, str):  # a view that does not map into op's domain: its own kernel
             for f in free:
                 st.new([f], Kind.ELEMENTWISE, domain=f.out.shape)
@@ -374,11 +196,11 @@ def _same_value(a: Value, b: Value) -> bool:
     return a is b or (is_free(pa) and is_free(pb) and (pa.name, pa.attrs, pa.inputs) == (pb.name, pb.attrs, pb.inputs))
 
 
-def _join_attention(st: _State, op: Op) -> bool:
+def _join_attention(st: State, op: Op) -> bool:
     """Join an attention forward and its softmax statistics (the same inputs and attributes, in one
     phase) into one group: one library call writes both (ir/ops/attention.py)."""
     for grp in reversed(st.groups):
-        if grp.kind != Kind.ATTENTION or len(grp.ops) != 1 or _mixes_phases([grp.ops[0], op]):
+        if grp.kind != Kind.ATTENTION or len(grp.ops) != 1 or mixes_phases([grp.ops[0], op]):
             continue
         other = grp.ops[0]
         fwd, stats = (other, op) if other.name == FORWARD else (op, other)
@@ -390,49 +212,7 @@ def _join_attention(st: _State, op: Op) -> bool:
     return False
 
 
-def _mixes_phases(ops) -> bool:
-    """A recomputation and a forward op in one kernel (constants and input views, which every
-    kernel computes for itself, aside)."""
-    return remat.mixes_phases([o for o in ops if not is_free(o)])
-
-
-def _phases(g: Graph) -> tuple[set[Op], set[Op]]:
-    """The forward ops (before the backward; not the optimizer update after it) and the backward ops
-    after the backward's first op no kernel fuses (a matmul, a convolution, attention, a gather): those
-    run well after the forward (what comes before, a loss's gradient, right after it)."""
-    start = remat.split(g)
-    heavy = next((i for i in range(start, len(g.ops))
-                  if get(g.ops[i].name).category not in ("elementwise", "reduction") and not is_view(g.ops[i])),
-                 len(g.ops))
-    return set(g.ops[:start]), {op for op in g.ops[heavy:] if is_backward(op)}
-
-
-def _hoists_backward(st: _State, ops: list[Op], exposed: list[Value]) -> bool:
-    """A kernel of forward ops and backward ops that writes a backward result of its full size which
-    elementwise backward work of that size reads, well into the backward (the phases rule): the
-    kernel would run in the forward and keep that result alive until then, while the kernel of its
-    readers computes it for free."""
-    work = [o for o in ops if not is_free(o)]
-    if not any(o in st.forward for o in work) or not any(o in st.later for o in work):
-        return False
-    big = max(o.out.type.numel for o in work)
-    return any(v.producer in st.later and v.type.numel == big and all(_rides_along(u, big) for u in st.users[v])
-               for v in exposed)
-
-
-def _rides_along(op: Op, n: int) -> bool:
-    return get(op.name).category == "elementwise" and not is_view(op) and op.out.type.numel == n
-
-
-def _merge(st: _State, a: _Group, b: _Group) -> None:
-    a.ops = st.sorted_ops(a.ops + b.ops)
-    a.merged.append(b)
-    for op in b.ops:
-        st.group_of[op] = a
-    st.groups.remove(b)
-
-
-def _try_merge(st: _State, dst: _Group, src: _Group) -> None:
+def _try_merge(st: State, dst: Group, src: Group) -> None:
     """Merge producer kernel src into dst (which reads it) when no third kernel sits between them."""
     if any(st.reaches(k, dst) for k in st.succ(src) if k is not dst) or st.reaches(dst, src):
         return
@@ -440,14 +220,14 @@ def _try_merge(st: _State, dst: _Group, src: _Group) -> None:
         return
     kind = Kind.ROWS if Kind.ROWS in (src.kind, dst.kind) else Kind.ELEMENTWISE
     rows = dst if dst.kind == Kind.ROWS else src
-    got = _fit(st, st.sorted_ops(src.ops + dst.ops), kind, rows.domain, rows.n_red)
+    got = fit(st, st.sorted_ops(src.ops + dst.ops), kind, rows.domain, rows.n_red)
     if not isinstance(got, str):
-        _merge(st, dst, src)
+        merge(st, dst, src)
         dst.kind = kind if dst.kind != Kind.SCALAR else dst.kind
         dst.domain, dst.n_red = got
 
 
-def _recorded_kind(grp: _Group) -> Kind:
+def _recorded_kind(grp: Group) -> Kind:
     """The kind codegen lowers a group by: a scalar kernel is an elementwise one, unless it absorbed a
     reduction (a whole-tensor sum feeding 0-d work), which makes it a rows kernel of one row."""
     if grp.kind == Kind.SCALAR:
@@ -455,7 +235,7 @@ def _recorded_kind(grp: _Group) -> Kind:
     return grp.kind
 
 
-def _absorb_scalars(st: _State) -> None:
+def _absorb_scalars(st: State) -> None:
     """A scalar kernel whose results only one other fusible kernel reads joins that kernel."""
     for s in [grp for grp in st.groups if grp.kind == Kind.SCALAR]:
         users = st.succ(s)
@@ -465,13 +245,13 @@ def _absorb_scalars(st: _State) -> None:
         if dst.kind not in (Kind.ELEMENTWISE, Kind.ROWS):
             continue
         ops = st.sorted_ops(s.ops + dst.ops)
-        got = _fit(st, ops, dst.kind, dst.domain, dst.n_red)
+        got = fit(st, ops, dst.kind, dst.domain, dst.n_red)
         if not isinstance(got, str):
-            _merge(st, dst, s)
+            merge(st, dst, s)
             dst.domain, dst.n_red = got
 
 
-def _recompute_conversions(st: _State) -> None:
+def _recompute_conversions(st: State) -> None:
     """A widening conversion (a bf16 value's .float()) that kernels other than its own read is
     recomputed in each of them from its narrower input, as long as they all are fusible kernels: the
     f32 copy is never written, and a backward kernel reading it reads the saved bf16 value (the clone
@@ -490,7 +270,7 @@ def _recompute_conversions(st: _State) -> None:
                 step()
 
 
-def _recompute_in(st: _State, u: Op, grp: _Group, undo: list) -> bool:
+def _recompute_in(st: State, u: Op, grp: Group, undo: list) -> bool:
     """Give grp its own copy of conversion u for the ops of grp that read u (undo: how to take it back)."""
     readers = [r for r in st.users[u.out] if st.group_of.get(r) is grp]
     backward_only = all(is_backward(o) for o in grp.ops if not is_free(o))
@@ -513,14 +293,14 @@ def _recompute_in(st: _State, u: Op, grp: _Group, undo: list) -> bool:
 
     undo.append(take_back)
     ops = st.sorted_ops(grp.ops + [c])
-    got = _fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, grp.domain, grp.n_red)
+    got = fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, grp.domain, grp.n_red)
     if isinstance(got, str):
         return False
     grp.ops, (grp.domain, grp.n_red) = ops, got
     return True
 
 
-def _settle(st: _State, grp: _Group, u: Op, undo: list) -> bool:
+def _settle(st: State, grp: Group, u: Op, undo: list) -> bool:
     """After u's readers elsewhere got their copies: take u out of its kernel grp when nothing reads
     it any more, and check that grp and the kernel computing u's input (which now writes it) still
     fit; False when one does not."""
@@ -546,20 +326,14 @@ def _settle(st: _State, grp: _Group, u: Op, undo: list) -> bool:
             st.groups.remove(grp)
     for k in touched:
         if k.ops and k.kind in _FUSIBLE:
-            got = _fit(st, k.ops, k.kind if k.kind == Kind.ROWS else Kind.ELEMENTWISE, k.domain, k.n_red)
+            got = fit(st, k.ops, k.kind if k.kind == Kind.ROWS else Kind.ELEMENTWISE, k.domain, k.n_red)
             if isinstance(got, str):
                 return False
             k.domain, k.n_red = got
     return True
 
 
-def _rows_shape(grp: _Group) -> tuple[int, int]:
-    """(rows, row length) of a rows group's reductions."""
-    n_kept = len(grp.domain) - grp.n_red
-    return math.prod(grp.domain[:n_kept]), math.prod(grp.domain[n_kept:])
-
-
-def _after_reductions(grp: _Group) -> list[Op]:
+def _after_reductions(grp: Group) -> list[Op]:
     """The ops of a rows group that read a reduction's result (directly or through other ops), with
     the free ops (constants, input views) only they read."""
     dep = {op.out for op in grp.ops if is_reduction(op)}
@@ -572,12 +346,12 @@ def _after_reductions(grp: _Group) -> list[Op]:
     return [op for op in grp.ops if op in readers or (is_free(op) and _read_only_by(grp, op, readers))]
 
 
-def _read_only_by(grp: _Group, op: Op, readers: set[Op]) -> bool:
+def _read_only_by(grp: Group, op: Op, readers: set[Op]) -> bool:
     return any(op.out in r.inputs for r in readers) and not any(
         op.out in o.inputs for o in grp.ops if o not in readers)
 
 
-def _split_few_rows(st: _State) -> None:
+def _split_few_rows(st: State) -> None:
     """A rows group with few long rows (Target.splits_rows) runs split across blocks, which needs
     every op of it to be computable chunk by chunk: the ops reading a reduced value (an epilogue
     such as softmax's normalisation, or a second reduction such as layer_norm's variance) move to a
@@ -585,17 +359,17 @@ def _split_few_rows(st: _State) -> None:
     todo = [grp for grp in st.groups if grp.kind == Kind.ROWS]
     while todo:
         grp = todo.pop()
-        if grp.kind != Kind.ROWS or not st.target.splits_rows(*_rows_shape(grp)):
+        if grp.kind != Kind.ROWS or not st.target.splits_rows(*rows_shape(grp)):
             continue
         moved = _after_reductions(grp)
         kept = [op for op in grp.ops if op not in moved]
-        if not moved or isinstance(_fit(st, kept, Kind.ROWS, grp.domain, grp.n_red), str):
+        if not moved or isinstance(fit(st, kept, Kind.ROWS, grp.domain, grp.n_red), str):
             continue
         rows = any(is_reduction(op) for op in moved)
         kind = Kind.ROWS if rows else Kind.ELEMENTWISE
-        got = _fit(st, moved, kind, grp.domain if rows else None, grp.n_red if rows else 0)
+        got = fit(st, moved, kind, grp.domain if rows else None, grp.n_red if rows else 0)
         grp.ops = kept
-        M, R = _rows_shape(grp)
+        M, R = rows_shape(grp)
         grp.reason = f"split: {M} row(s) of {R} run across blocks; what reads the reduced values is a kernel of its own"
         if isinstance(got, str):  # no common domain: one kernel per op
             for op in moved:
@@ -607,121 +381,30 @@ def _split_few_rows(st: _State) -> None:
         todo.append(new)
 
 
-def _columns(grp: _Group) -> list[Op]:
-    """The column reductions a rows group carries (they are not part of its row layout)."""
-    return [op for op in grp.ops if is_reduction(op) and trailing_reduced(op) is None]
-
-
-def _absorb_columns(st: _State) -> None:
-    """A column reduction (reduce_sum/mean over dims other than a row's trailing ones) of a value that
-    a rows kernel computes or reads over its whole domain joins that kernel: each thread accumulates
-    the elements it owns over the rows it visits, and a short second kernel folds the per-thread
-    partials (the layer_norm backward's dweight and dbias ride along with dx instead of re-reading
-    [rows, cols]). One whose result also depends on kept dims or sums elements of a row (a GroupNorm
-    backward's per-channel sums over channels-last data: indexmap.column_map) joins only with
-    another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
-    horizontal one."""
-    waiting: dict[_Group, list[_Group]] = {}
-    for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
-        (op,) = cg.ops
-        v = op.inputs[0]
-        if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
-            continue
-        for rg in st.groups:
-            if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
-                continue
-            if st.target.splits_rows(*_rows_shape(rg)):
-                continue  # a split row kernel carries no column partials
-            carried = _columns(rg)
-            if len(row_segments([o for o in rg.ops if o not in carried])) != 1:
-                continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
-            touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
-            fits = touches and _column_fits(st, rg, op)
-            if not fits or st.reaches(cg, rg) or _mixes_phases(rg.ops + cg.ops):
-                continue
-            if fits == "leading":
-                _merge(st, rg, cg)
-            else:
-                waiting.setdefault(rg, []).append(cg)
-            break
-    for rg, cgs in waiting.items():
-        if len(cgs) > 1 or _columns(rg):
-            for cg in cgs:
-                if not st.reaches(cg, rg):
-                    _merge(st, rg, cg)
-
-
-def _column_fits(st: _State, rg: _Group, op: Op) -> str:
-    """How rows kernel rg can accumulate column reduction op ("" when it cannot): its row layout holds
-    op's input once per domain element and each result dim is a domain dim (indexmap.column_map);
-    "leading" when the result is the row (a layer_norm's: the reduced dims are the leading ones),
-    else "general", which needs a static domain (codegen picks the grid from the kept dims)."""
-    ops = [o for o in rg.ops if o not in _columns(rg)]
-    v = op.inputs[0]
-    lay = derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
-    if isinstance(lay, str) or v not in lay.stores:
-        return ""
-    cm = column_map(op, lay.stores[v], rg.domain, rg.n_red)
-    if cm is None:
-        return ""
-    n_kept = len(rg.domain) - rg.n_red
-    _, strides = cm.flat(op.out.shape)
-    row = contiguous_strides(rg.domain[n_kept:])
-    if not cm.depends_on(range(n_kept)) and all(strides[n_kept + i] == s for i, s in enumerate(row)
-                                                if rg.domain[n_kept + i] != 1):
-        return "leading"
-    return "" if any(isinstance(d, SymInt) for d in rg.domain) else "general"
-
-
-def _absorb_recomputations(st: _State) -> None:
-    """siblings: a backward kernel holding recomputed ops (remat) joins another backward kernel that
-    reads a value it reads too over the same domain: the recomputation then costs no launch."""
-    for a in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
-        if a not in st.groups or not any(remat.is_recompute(o) for o in a.ops):
-            continue
-        inside, n = set(a.ops), math.prod(a.domain)
-        shared = {v for o in a.ops for v in o.inputs
-                  if v.producer not in inside and not is_free(v.producer) and math.prod(v.shape) == n}
-        for b in st.groups:
-            reads = any(v in shared for o in b.ops for v in o.inputs)
-            if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or _mixes_phases(a.ops + b.ops)
-                    or st.reaches(a, b) or st.reaches(b, a)):
-                continue
-            carried = _columns(b)  # a kernel with column partials stays one segment (they are not in its layout)
-            ops = [o for o in st.sorted_ops(a.ops + b.ops) if o not in carried]
-            if carried and len(row_segments(ops)) != 1:
-                continue
-            got = _fit(st, ops, b.kind, b.domain, b.n_red)
-            if not isinstance(got, str):
-                _merge(st, b, a)
-                b.domain, b.n_red = got
-                break
-
-
-def _signature(grp: _Group) -> tuple:
+def _signature(grp: Group) -> tuple:
     work = tuple((op.name, str(sorted(op.attrs.items())) if op.name != "full" else "", op.out.dtype.name)
                  for op in grp.ops if not is_view(op))
     return (grp.kind, grp.n_red > 0, work)
 
 
-def _feeds_collective(st: _State, grp: _Group) -> bool:
+def _feeds_collective(st: State, grp: Group) -> bool:
     return any(s.kind == Kind.COLLECTIVE for s in st.succ(grp))
 
 
-def _hoists_recomputation(st: _State, a: _Group, b: _Group) -> bool:
+def _hoists_recomputation(st: State, a: Group, b: Group) -> bool:
     """One of a, b recomputes values (remat) and no kernel reads results of both: merged, the
     recomputation would run where the earlier one runs, its values live from there on."""
     recomputes = any(remat.is_recompute(o) for o in a.ops + b.ops)
     return recomputes and not (st.succ(a) & st.succ(b))
 
 
-def _horizontal(st: _State) -> None:
+def _horizontal(st: State) -> None:
     """Independent kernels of the same signature (scalar kernels: any) become one launch. Not those
     feeding a collective: merged with work the backward does later, a gradient bucket's last kernel
     would hold its all-reduce back until then (passes/schedule_collectives.py); nor recomputations
     that different kernels read: each runs right before what reads it."""
     for a in list(st.groups):
-        if (a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or _columns(a)
+        if (a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or columns_of(a)
                 or _feeds_collective(st, a)):
             continue
         sig = _signature(a)
@@ -730,16 +413,16 @@ def _horizontal(st: _State) -> None:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
             if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
-                    or _columns(b) or _feeds_collective(st, b)):
+                    or columns_of(b) or _feeds_collective(st, b)):
                 continue
             both = a.ops + b.ops
-            if (st.reaches(a, b) or st.reaches(b, a) or _mixes_phases(both)
-                    or _hoists_backward(st, both, st.exposed(both)) or _hoists_recomputation(st, a, b)):
+            if (st.reaches(a, b) or st.reaches(b, a) or mixes_phases(both)
+                    or hoists_backward(st, both, st.exposed(both)) or _hoists_recomputation(st, a, b)):
                 continue
-            _merge(st, a, b)
+            merge(st, a, b)
 
 
-def _frees_memory(st: _State, grp: _Group, before: set[_Group]) -> bool:
+def _frees_memory(st: State, grp: Group, before: set[Group]) -> bool:
     """grp is the last reader of more bytes of temporaries than it writes: every other reader of
     those values runs before it (in `before`), and none reads them through a view (which may share
     their buffer). Graph outputs are bound buffers, not the arena's; a kernel writing one that
@@ -761,7 +444,7 @@ def _bytes(v: Value) -> int:
     return v.type.numel * v.dtype.itemsize
 
 
-def _order(st: _State) -> list[_Group]:
+def _order(st: State) -> list[Group]:
     """Groups in a topological order of the kernel graph: among the ready kernels, one that frees
     more memory than it takes first (a weight gradient, last reader of the saved layer input, before
     the data gradient), then by first op's position."""
@@ -782,7 +465,7 @@ _READ_BY = {Kind.MATMUL: "result read by a matmul", Kind.OPAQUE: "result read by
             Kind.REDUCTION: "result read by an opaque op or column reduction"}
 
 
-def _reason(st: _State, grp: _Group) -> str:
+def _reason(st: State, grp: Group) -> str:
     """Why grp's results go to memory: what it is (a library call, an output), a reason a later stage
     gave (split, size cap), else why the first kernel reading it that has a reason did not take it in."""
     outs = st.exposed(grp.ops)
@@ -822,7 +505,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
     g = clone_constants(move_conversions(drop_zero_signs(g)))
-    st = _State(g, target)
+    st = State(g, target)
     for op in g.ops:
         if not is_free(op):
             _place(st, op)
@@ -832,10 +515,10 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     _recompute_conversions(st)
     _absorb_scalars(st)
     _split_few_rows(st)
-    _absorb_columns(st)
-    _absorb_recomputations(st)
-    _absorb_columns(st)  # a column sum of a recomputation that joined a rows kernel
-    _absorb_bias_grads(st)
+    absorb_columns(st)
+    absorb_recomputations(st)
+    absorb_columns(st)  # a column sum of a recomputation that joined a rows kernel
+    absorb_bias_grads(st)
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]

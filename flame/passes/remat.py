@@ -172,7 +172,7 @@ def free(g: Graph) -> set[Op]:
     elementwise ops (not random draws) computed from values that are kept anyway (saved values,
     graph inputs, constants) or from other such ops, whose recomputation lands in a backward kernel
     that runs anyway: one reading the value itself (vertical fusion), or one reading, over the same
-    domain, a forward value the recomputation reads (fuse.py's sibling rule). So the GELU output is
+    domain, a forward value the recomputation reads (passes/fuse_columns.py's sibling rule). So the GELU output is
     recomputed from its saved input inside the GELU backward's kernel, and a LayerNorm's normalised
     output from the saved centred input and rstd inside the LayerNorm backward's kernel."""
     s = split(g)

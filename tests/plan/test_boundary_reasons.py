@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flame.explain import UNFUSED, explain_plan
 from flame.ir import Builder, Graph, TensorType, bf16, dtype_of, f32, verify
-from flame.passes.fuse import PHASES
+from flame.passes.fusion_state import PHASES
 from flame.passes.pipeline import lower, run_pipeline
 from flame.passes.remat import RecomputeLoc
 from flame.plan.build import to_plan

@@ -1,0 +1,171 @@
+"""Where the fusion pass (passes/fuse.py) puts column sums and recomputations after partitioning: a
+column reduction rides in the rows kernel that computes or reads its input (per-thread partials and a
+fold), a bias gradient becomes its weight-gradient GEMM's BGRAD epilogue, and a kernel of recomputed
+ops joins a backward kernel that reads what it reads (siblings)."""
+
+from __future__ import annotations
+
+import math
+
+from flame.ir.graph import Kind, Op, Value
+from flame.ir.indexmap import column_map, contiguous_strides, derive, is_reduction, row_segments, trailing_reduced
+from flame.ir.symbolic import SymInt
+from flame.passes import remat
+from flame.passes.fusion_state import Group, State, fit, merge, mixes_phases, rows_shape
+from flame.passes.prepare_fusion import is_free
+
+
+def bias_grad_operand(mm: Op, red: Op) -> str | None:
+    """"a" / "b" when reduction `red` sums matmul mm's operand a [m, k] over k (axis 1) / b [k, n]
+    over k (axis 0): what cuBLASLt's BGRAD epilogues compute beside the product (a Linear's bias
+    gradient beside its weight gradient). The operand may be the reduced value with its leading
+    dims flattened ([b, t, n] summed over (0, 1) is [b*t, n] summed over 0). 2-D GEMMs only (a
+    batched call would sum per batch)."""
+    if red.name != "reduce_sum" or mm.out.type.rank != 2 or any(v.type.rank != 2 for v in mm.inputs):
+        return None
+    v, axes = red.inputs[0], list(red.attrs["axes"])
+    if mm.inputs[0].shape[1] < 2 or v.dtype != mm.out.dtype or v.dtype.name not in ("f32", "f16", "bf16"):
+        return None  # cuBLASLt writes the gradient in the result's type; K = 1 is refused by older ones
+    if v.type.rank < 2 or axes != list(range(v.type.rank - 1)):
+        return None
+    # cuBLASLt sums only an operand stored [k, ...] (runtime/matmul.py bgrad_supported): b as is, or
+    # a stored transposed (permute [1, 0], read as ta); the other two layouts are refused at run time
+    a, b = mm.inputs
+    t = _transposed_from(a)
+    if v.shape[-1] == b.shape[1] and _unreshaped(v) is _unreshaped(b):
+        return "b"
+    if t is not None and v.shape[-1] == t.shape[1] and _unreshaped(v) is _unreshaped(t):
+        return "a"
+    return None
+
+
+def _unreshaped(x: Value) -> Value:
+    """x before the reshapes that produced it: two values with the same one and the same last dim
+    hold the same [m, n] matrix in row-major order."""
+    while x.producer is not None and x.producer.name == "reshape":
+        x = x.producer.inputs[0]
+    return x
+
+
+def _transposed_from(x: Value) -> Value | None:
+    """u when x = permute(u, [1, 0]) (the weight-gradient GEMM dy^T @ x reads dy so), else None."""
+    p = x.producer
+    return p.inputs[0] if p is not None and p.name == "permute" and list(p.attrs["perm"]) == [1, 0] else None
+
+
+def absorb_bias_grads(st: State) -> None:
+    """A column sum over k of a matmul operand (a bias gradient; left over by absorb_columns) joins
+    the matmul's call as its BGRAD epilogue: the GEMM reads the operand anyway."""
+    for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
+        (red,) = rg.ops
+        v = red.inputs[0]
+        root = _unreshaped(v)  # the GEMM reads the same data through reshapes and / or a transpose
+        readers, views = list(st.users[root]), list(st.users[root])
+        for _ in range(3):
+            views = [u for t in views if t.name in ("reshape", "permute") for u in st.users[t.out]]
+            readers += views
+        for mg in [st.group_of[u] for u in readers if u in st.group_of]:
+            if mg.kind != Kind.MATMUL or mg.epilogue != "none" or len(mg.ops) != 1:
+                continue
+            side = bias_grad_operand(mg.ops[0], red)
+            epi = f"bgrad_{side}"
+            if side is None or epi not in st.target.matmul_epilogues or mixes_phases(mg.ops + rg.ops):
+                continue
+            if st.reaches(rg, mg) or st.reaches(mg, rg):
+                continue
+            mg.ops.append(red)
+            mg.epilogue = epi
+            st.group_of[red] = mg
+            st.groups.remove(rg)
+            break
+
+
+def columns_of(grp: Group) -> list[Op]:
+    """The column reductions a rows group carries (they are not part of its row layout)."""
+    return [op for op in grp.ops if is_reduction(op) and trailing_reduced(op) is None]
+
+
+def absorb_columns(st: State) -> None:
+    """A column reduction (reduce_sum/mean over dims other than a row's trailing ones) of a value that
+    a rows kernel computes or reads over its whole domain joins that kernel: each thread accumulates
+    the elements it owns over the rows it visits, and a short second kernel folds the per-thread
+    partials (the layer_norm backward's dweight and dbias ride along with dx instead of re-reading
+    [rows, cols]). One whose result also depends on kept dims or sums elements of a row (a GroupNorm
+    backward's per-channel sums over channels-last data: indexmap.column_map) joins only with
+    another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
+    horizontal one."""
+    waiting: dict[Group, list[Group]] = {}
+    for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
+        (op,) = cg.ops
+        v = op.inputs[0]
+        if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
+            continue
+        for rg in st.groups:
+            if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
+                continue
+            if st.target.splits_rows(*rows_shape(rg)):
+                continue  # a split row kernel carries no column partials
+            carried = columns_of(rg)
+            if len(row_segments([o for o in rg.ops if o not in carried])) != 1:
+                continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
+            touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
+            fits = touches and _column_fits(st, rg, op)
+            if not fits or st.reaches(cg, rg) or mixes_phases(rg.ops + cg.ops):
+                continue
+            if fits == "leading":
+                merge(st, rg, cg)
+            else:
+                waiting.setdefault(rg, []).append(cg)
+            break
+    for rg, cgs in waiting.items():
+        if len(cgs) > 1 or columns_of(rg):
+            for cg in cgs:
+                if not st.reaches(cg, rg):
+                    merge(st, rg, cg)
+
+
+def _column_fits(st: State, rg: Group, op: Op) -> str:
+    """How rows kernel rg can accumulate column reduction op ("" when it cannot): its row layout holds
+    op's input once per domain element and each result dim is a domain dim (indexmap.column_map);
+    "leading" when the result is the row (a layer_norm's: the reduced dims are the leading ones),
+    else "general", which needs a static domain (codegen picks the grid from the kept dims)."""
+    ops = [o for o in rg.ops if o not in columns_of(rg)]
+    v = op.inputs[0]
+    lay = derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
+    if isinstance(lay, str) or v not in lay.stores:
+        return ""
+    cm = column_map(op, lay.stores[v], rg.domain, rg.n_red)
+    if cm is None:
+        return ""
+    n_kept = len(rg.domain) - rg.n_red
+    _, strides = cm.flat(op.out.shape)
+    row = contiguous_strides(rg.domain[n_kept:])
+    if not cm.depends_on(range(n_kept)) and all(strides[n_kept + i] == s for i, s in enumerate(row)
+                                                if rg.domain[n_kept + i] != 1):
+        return "leading"
+    return "" if any(isinstance(d, SymInt) for d in rg.domain) else "general"
+
+
+def absorb_recomputations(st: State) -> None:
+    """siblings: a backward kernel holding recomputed ops (remat) joins another backward kernel that
+    reads a value it reads too over the same domain: the recomputation then costs no launch."""
+    for a in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
+        if a not in st.groups or not any(remat.is_recompute(o) for o in a.ops):
+            continue
+        inside, n = set(a.ops), math.prod(a.domain)
+        shared = {v for o in a.ops for v in o.inputs
+                  if v.producer not in inside and not is_free(v.producer) and math.prod(v.shape) == n}
+        for b in st.groups:
+            reads = any(v in shared for o in b.ops for v in o.inputs)
+            if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or mixes_phases(a.ops + b.ops)
+                    or st.reaches(a, b) or st.reaches(b, a)):
+                continue
+            carried = columns_of(b)  # a kernel with column partials stays one segment (they are not in its layout)
+            ops = [o for o in st.sorted_ops(a.ops + b.ops) if o not in carried]
+            if carried and len(row_segments(ops)) != 1:
+                continue
+            got = fit(st, ops, b.kind, b.domain, b.n_red)
+            if not isinstance(got, str):
+                merge(st, b, a)
+                b.domain, b.n_red = got
+                break

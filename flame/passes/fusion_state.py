@@ -1,0 +1,176 @@
+"""The fusion pass's working state (passes/fuse.py): the kernels (groups) while they form, and the
+checks every rule shares: whether ops form one kernel (`fit`: one iteration domain, phases kept apart,
+no hoisted backward work) and merging two kernels."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from flame.ir.graph import Graph, Kind, Op, Value
+from flame.ir.indexmap import Layout, canonical, derive, is_view
+from flame.ir.registry import get
+from flame.passes import remat
+from flame.passes.autodiff import is_backward
+from flame.passes.prepare_fusion import is_free
+from flame.target import Target
+
+PHASES = "recomputed in the backward (remat): kept out of forward kernels"
+HOISTED = "backward work of full size kept out of forward kernels (its result would live until the backward)"
+
+
+@dataclass(eq=False)
+class Group:
+    ops: list[Op]
+    kind: Kind
+    reason: str = ""
+    domain: tuple[int, ...] | None = None
+    n_red: int = 0
+    epilogue: str = "none"
+    merged: list[Group] = field(default_factory=list)
+
+
+class State:
+    """The groups while they form, with the graph's users and outputs for exposure and cycle checks."""
+
+    def __init__(self, g: Graph, target: Target):
+        self.g, self.target = g, target
+        self.users = g.users()
+        self.outs = set(g.outputs)
+        self.group_of: dict[Op, Group] = {}
+        self.groups: list[Group] = []
+        self.index = {op: i for i, op in enumerate(g.ops)}
+        # (op of a kernel, reader op) -> why the reader could not join that kernel (its last try)
+        self.refused: dict[tuple[Op, Op], str] = {}
+        self.forward, self.later = _phases(g)
+        self.in_place = {g.outputs[o] for o in g.aliases}
+
+    def refuse(self, grp: Group, op: Op, why: str) -> bool:
+        """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
+        for v in op.inputs:
+            if self.group_of.get(v.producer) is grp:
+                self.refused[v.producer, op] = why
+        return False
+
+    def new(self, ops: list[Op], kind: Kind, **kw) -> Group:
+        grp = Group(list(ops), kind, **kw)
+        self.groups.append(grp)
+        for op in ops:
+            self.group_of[op] = grp
+        return grp
+
+    def exposed(self, ops: list[Op]) -> list[Value]:
+        inside = set(ops)
+        return [op.out for op in ops if op.out in self.outs or any(u not in inside for u in self.users[op.out])]
+
+    def succ(self, grp: Group) -> set[Group]:
+        return {self.group_of[u] for op in grp.ops for u in self.users[op.out] if u in self.group_of} - {grp}
+
+    def reaches(self, src: Group, dst: Group) -> bool:
+        """A path of data edges src -> ... -> dst between kernels."""
+        todo, seen = list(self.succ(src)), set()
+        while todo:
+            h = todo.pop()
+            if h is dst:
+                return True
+            if h in seen:
+                continue
+            seen.add(h)
+            todo += [s for s in self.succ(h) if s not in seen]
+        return False
+
+    def sorted_ops(self, ops) -> list[Op]:
+        return sorted(ops, key=self.index.__getitem__)
+
+
+def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tuple | str:
+    """(domain, n_red) under which `ops` form one kernel, or why they cannot."""
+    if mixes_phases(ops):
+        return PHASES
+    exposed = st.exposed(ops)
+    if hoists_backward(st, ops, exposed):
+        return HOISTED
+    if kind == Kind.ROWS:
+        got = derive(ops, exposed, domain, n_red)
+        got = _copied_view(st, ops, got) or got
+        return got if isinstance(got, str) else (domain, n_red)
+    big = max(math.prod(op.out.shape) for op in ops)
+    shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big))
+    why = "no common iteration domain"
+    for shape in shapes:
+        got = derive(ops, exposed, shape, 0)
+        got = _copied_view(st, ops, got) or got
+        if isinstance(got, Layout):
+            return shape, 0
+        why = got
+    return why
+
+
+def _copied_view(st: State, ops: list[Op], lay: Layout | str) -> str:
+    """Why a layout that stores a result in another order than its shape's (indexmap._onto) is not
+    taken: a matmul reads a permuted or reshaped operand as it is (so no value it reads is stored
+    so), and a view's result is not copied beside its stored input, nor by a group of views alone
+    (the plan has none of these copies)."""
+    if isinstance(lay, str):
+        return ""
+    views = {op.out: op for op in ops if is_view(op)}
+    for v, m in lay.stores.items():
+        if m == canonical(v, lay.domain, lay.n_red):
+            continue
+        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in lay.stores)):
+            return f"a view's result would be copied (result {v.type})"
+    return ""
+
+
+def _feeds_matmul(st: State, v: Value) -> bool:
+    """A matmul reads v, directly or through views (it takes permuted, reshaped operands as they are)."""
+    users = st.users.get(v, ())
+    return any(get(u.name).library == "matmul" or (is_view(u) and _feeds_matmul(st, u.out)) for u in users)
+
+
+def mixes_phases(ops) -> bool:
+    """A recomputation and a forward op in one kernel (constants and input views, which every
+    kernel computes for itself, aside)."""
+    return remat.mixes_phases([o for o in ops if not is_free(o)])
+
+
+def _phases(g: Graph) -> tuple[set[Op], set[Op]]:
+    """The forward ops (before the backward; not the optimizer update after it) and the backward ops
+    after the backward's first op no kernel fuses (a matmul, a convolution, attention, a gather): those
+    run well after the forward (what comes before, a loss's gradient, right after it)."""
+    start = remat.split(g)
+    heavy = next((i for i in range(start, len(g.ops))
+                  if get(g.ops[i].name).category not in ("elementwise", "reduction") and not is_view(g.ops[i])),
+                 len(g.ops))
+    return set(g.ops[:start]), {op for op in g.ops[heavy:] if is_backward(op)}
+
+
+def hoists_backward(st: State, ops: list[Op], exposed: list[Value]) -> bool:
+    """A kernel of forward ops and backward ops that writes a backward result of its full size which
+    elementwise backward work of that size reads, well into the backward (the phases rule): the
+    kernel would run in the forward and keep that result alive until then, while the kernel of its
+    readers computes it for free."""
+    work = [o for o in ops if not is_free(o)]
+    if not any(o in st.forward for o in work) or not any(o in st.later for o in work):
+        return False
+    big = max(o.out.type.numel for o in work)
+    return any(v.producer in st.later and v.type.numel == big and all(_rides_along(u, big) for u in st.users[v])
+               for v in exposed)
+
+
+def _rides_along(op: Op, n: int) -> bool:
+    return get(op.name).category == "elementwise" and not is_view(op) and op.out.type.numel == n
+
+
+def merge(st: State, a: Group, b: Group) -> None:
+    a.ops = st.sorted_ops(a.ops + b.ops)
+    a.merged.append(b)
+    for op in b.ops:
+        st.group_of[op] = a
+    st.groups.remove(b)
+
+
+def rows_shape(grp: Group) -> tuple[int, int]:
+    """(rows, row length) of a rows group's reductions."""
+    n_kept = len(grp.domain) - grp.n_red
+    return math.prod(grp.domain[:n_kept]), math.prod(grp.domain[n_kept:])
