@@ -41,7 +41,8 @@ class Target:
     (passes/layout.py) keeps the activations of convolutional segments [N, *S, C] inside the step.
     arch: the GPU architecture the plan is made for, as NVRTC spells it ("sm_90"; "" for the NumPy
     reference): the libraries' answers and workspaces depend on it, so it is part of the compile cache key
-    (a Target is hashable; the whole of it is in the key)."""
+    (a Target is hashable; the whole of it is in the key). kernel_param_bytes: the parameter space of one
+    kernel, which bounds how many tensors a horizontal (multi-tensor) kernel takes (one pointer each)."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
@@ -57,6 +58,7 @@ class Target:
     comm_stream: bool = False  # collectives run on a second stream, overlapping the steps after them
     conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
     arch: str = ""
+    kernel_param_bytes: int = 32764  # a kernel's parameters (CUDA 12.1+ on Volta and newer; 4096 before)
 
     def splits_rows(self, rows: int, length: int) -> bool:
         """Whether `rows` reductions of `length` elements each should split every row across blocks

@@ -7,7 +7,10 @@ inputs in order of first use (`group_inputs`), then one pointer per value in gro
 value is evaluated at coordinates of an iteration domain through the IndexMaps of flame.ir.indexmap;
 each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as single-op kernels do), so
 the kernel computes what the ops compute one by one. Independent parts of a group (horizontal fusion)
-become segments of the one kernel, side by side: each on its own range of blocks (segment_blocks).
+become segments of the one kernel: of static sizes, in one flat space of 16-byte vectors that every
+block takes an equal contiguous share of, segments that differ only in their pointers sharing one body
+(_lower_balanced, templates/fused_balanced.cu.j2); 0-d work and dynamic sizes side by side, each
+segment on its own range of blocks (segment_blocks).
 
 Row kernels: one warp per row (R <= 256, several rows per block) or a 128/512-thread block per row;
 rows of at most Target.row_cache elements keep each input element in registers across the reductions
@@ -47,6 +50,7 @@ from flame.ir.indexmap import (
     trailing_reduced,
 )
 from flame.ir.registry import get
+from flame.target import DEFAULT_TARGET, Target
 
 
 def positional(op: Op) -> bool:
@@ -56,9 +60,13 @@ def positional(op: Op) -> bool:
 
 def group_inputs(group: FusionGroup) -> list[Value]:
     """The values a group reads but does not compute, in order of first use (the kernel's inputs)."""
-    inside = {op.out for op in group.ops}
+    return _reads(group.ops)
+
+
+def _reads(ops: list[Op] | tuple[Op, ...]) -> list[Value]:
+    inside = {op.out for op in ops}
     out: dict[Value, None] = {}
-    for op in group.ops:
+    for op in ops:
         for v in op.inputs:
             if v not in inside:
                 out.setdefault(v)
@@ -171,8 +179,10 @@ def _coords(dims: tuple[int, ...], src: str, c: str) -> list[str]:
 class _MapSegment:
     """The CUDA pieces of one elementwise segment over its collapsed domain."""
 
-    def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value]):
-        self.ops, self.lay = ops, lay
+    def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], prefix: str = "",
+                 hoist: str | None = None):
+        self.ops, self.lay, self.prefix = ops, lay, prefix  # prefix: of the pointer names; hoist: of the scalars'
+        self.hoist = prefix if hoist is None else hoist
         self.in_idx = {v: i for i, v in enumerate(inputs)}
         self.stores = [(outputs.index(v), v, m) for v, m in lay.stores.items()]
         inside = {op.out for op in ops}
@@ -210,20 +220,29 @@ class _MapSegment:
         def load(v: Value, m: IndexMap) -> str:
             k, cv, md = self.in_idx[v], self.view[(v, m)], self.mode[(v, m)]
             if md == "scalar":  # loaded once per thread, before the loops (both paths share it)
-                expr = cuda_c.load(f"in{k}[{cv.base}]", v.dtype)
+                expr = cuda_c.load(f"{self._in(k)}[{cv.base}]", v.dtype)
                 if expr not in hoisted:
-                    name = f"s{len(hoisted)}"
-                    hoisted[expr] = (name, f"const {cuda_c.compute_dtype(v.dtype).cuda_type} {name} = {expr};")
+                    hoisted[expr] = (f"{self.hoist}s{len(hoisted)}", cuda_c.compute_dtype(v.dtype).cuda_type)
                 return hoisted[expr][0]
             if vector:
                 raw = f"vl{k}_{self.loads.index((v, m))}[u].v[j]"
             elif md == "identity":
-                raw = f"in{k}[i]"
+                raw = f"{self._in(k)}[i]"
             else:
-                raw = f"in{k}[{views.offset_expr(cv)}]"
+                raw = f"{self._in(k)}[{views.offset_expr(cv)}]"
             return cuda_c.load(raw, v.dtype)
 
         return load
+
+    def walked(self) -> list[int]:
+        """The inputs (indices) read at more than one element: pointers the element loop uses."""
+        return sorted({self.in_idx[v] for v, m in self.loads if self.mode[(v, m)] != "scalar"})
+
+    def _in(self, k: int) -> str:
+        return f"{self.prefix}in{k}"
+
+    def _out(self, o: int) -> str:
+        return f"{self.prefix}out{o}"
 
     def _own_index(self, v: Value, m: IndexMap) -> str:
         cv, md = self.view[(v, m)], self.mode[(v, m)]
@@ -247,7 +266,8 @@ class _MapSegment:
                 md, t, i = self.mode[(v, m)], f"flame_vec<{v.dtype.cuda_type}, {vec}>", self.in_idx[v]
                 if md == "scalar":
                     continue
-                at = f"(in{i})[v]" if md == "identity" else f"(in{i} + {views.offset_expr(self.view[(v, m)])})[0]"
+                p = self._in(i)
+                at = f"({p})[v]" if md == "identity" else f"({p} + {views.offset_expr(self.view[(v, m)])})[0]"
                 decls.append(f"{t} vl{i}_{k}[U];")
                 loads.append(f"vl{i}_{k}[u] = reinterpret_cast<const {t}*>{at};")
         return em.row, decls, loads, sdecls, post
@@ -255,16 +275,16 @@ class _MapSegment:
     def _write(self, o: int, v: Value, m: IndexMap, val: str, vector: bool, sdecls, post) -> str:
         cv, md = self.view[(v, m)], self.mode[(v, m)]
         if md == "scalar":
-            return f"if (i == 0) out{o}[{cv.base}] = {store(v, val)};"
+            return f"if (i == 0) {self._out(o)}[{cv.base}] = {store(v, val)};"
         if md == "identity" and vector:
             t = f"flame_vec<{v.dtype.cuda_type}, {self.vec()}>"
             sdecls.append(f"{t} vs{o};")
-            post.append(f"reinterpret_cast<{t}*>(out{o})[v] = vs{o};")
+            post.append(f"reinterpret_cast<{t}*>({self._out(o)})[v] = vs{o};")
             return f"vs{o}.v[j] = {store(v, val)};"
         if md == "identity":
-            return f"out{o}[i] = {store(v, val)};"
+            return f"{self._out(o)}[i] = {store(v, val)};"
         guard = " && ".join(f"c{d} == 0" for d, s in enumerate(cv.strides) if s == 0)
-        write = f"out{o}[{views.offset_expr(cv)}] = {store(v, val)};"
+        write = f"{self._out(o)}[{views.offset_expr(cv)}] = {store(v, val)};"
         return f"if ({guard}) {write}" if guard else write
 
     def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:
@@ -272,7 +292,7 @@ class _MapSegment:
         for (v, m), md in self.mode.items():
             if md == "scalar" or ((v, m) not in self.loads and v not in outputs):
                 continue
-            ptr = f"in{self.in_idx[v]}" if (v, m) in self.loads else f"out{outputs.index(v)}"
+            ptr = self._in(self.in_idx[v]) if (v, m) in self.loads else self._out(outputs.index(v))
             conds.append(f"(reinterpret_cast<unsigned long long>({ptr}) % {vec * v.dtype.itemsize} == 0)")
         return " && ".join(dict.fromkeys(conds)) or "true"
 
@@ -284,7 +304,8 @@ class _MapSegment:
             vec_body, decls, loads, sdecls, post = self.body(True, hoisted)
             fields.update(vec_body=vec_body, vec_decls=decls, vec_loads=loads, vec_sdecls=sdecls, vec_stores=post,
                           aligned=self.aligned(inputs, outputs))
-        fields["hoisted"] = [line for _, line in hoisted.values()]
+        fields["hoisted"] = [f"const {ctype} {name} = {expr};" for expr, (name, ctype) in hoisted.items()]
+        fields["hoisted_vars"] = [(ctype, name, expr) for expr, (name, ctype) in hoisted.items()]
         return fields
 
 
@@ -302,8 +323,10 @@ def segment_blocks(wanted: list[int], cap: int) -> list[int]:
     return wanted if total <= cap else [max(1, w * cap // total) for w in wanted]
 
 
-def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
-    """The one elementwise kernel of a fused group (Kind.ELEMENTWISE); [] when it writes nothing."""
+def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGET) -> list[Kernel]:
+    """The one elementwise kernel of a fused group (Kind.ELEMENTWISE); [] when it writes nothing.
+    At least config.balanced segments of static sizes share one balanced flat schedule
+    (_lower_balanced); fewer, scalar (0-d) work and dynamic sizes run their segments side by side."""
     got = prepare(group)
     if got is None:
         return []
@@ -311,6 +334,10 @@ def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
     if any(lay.n_red for lay in lays):
         raise NotImplementedError("an elementwise group with a reduction")
     outputs = list(group.outputs)
+    static = not any(isinstance(d, symbolic.SymInt) for v in inputs + outputs for d in v.shape)
+    balanced = config.balanced and len(segs) >= max(2, config.balanced)
+    if balanced and static and any(math.prod(lay.domain) > 1 for lay in lays):
+        return [_lower_balanced(group, inputs, outputs, segs, lays, config, target)]
     parts = [_MapSegment(seg, lay, inputs, outputs) for seg, lay in zip(segs, lays)]
     fields = [p.template_fields(inputs, outputs) for p in parts]
     block = block_for(max(-(-p.n // p.vec()) for p in parts))
@@ -346,3 +373,98 @@ def lower_map(group: FusionGroup, config: Config) -> list[Kernel]:
     k = finish(stem, source, start, block, len(inputs), n_outputs=len(outputs))
     same = len(parts) == 1 and all(v.shape == lays[0].domain for v in outputs)
     return [k if same else dataclasses.replace(k, in_place_safe=False)]
+
+
+def balanced_chunks(items: list[int], block: int, max_blocks: int) -> tuple[list[int], int, int]:
+    """(offsets, grid, per): segment k holds items [offsets[k], offsets[k + 1]) of one flat space and
+    block b the contiguous items [b * per, min((b + 1) * per, total)): every block the same share of
+    the whole update, whatever the segments' sizes, in at most max_blocks blocks (one wave)."""
+    offsets = [0]
+    for it in items:
+        offsets.append(offsets[-1] + it)
+    total = offsets[-1]
+    grid = max(1, min(max_blocks, -(-total // block)))
+    per = max(1, -(-total // grid))
+    return offsets, max(1, -(-total // per)), per
+
+
+def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value], segs: list[list[Op]],
+                    lays: list[Layout], config: Config, target: Target) -> Kernel:
+    """A horizontal kernel over one flat space of items (a 16-byte vector of a segment, or one element
+    where the segment cannot vectorise): equal contiguous chunks per block on a one-wave grid of
+    Target.sm_count * config.balanced_threads threads, so small tensors add no blocks and large ones
+    leave no partial waves. Segments whose code is the same up to their pointers (an optimizer's
+    update of each parameter) share ONE body (a class): each block first writes every segment's
+    pointers, size and scalars into a shared-memory table (from a switch over the kernel's
+    parameters), then runs the class body per item with its segment's row of the table, so the
+    source stays small however many tensors the update covers. Per element the arithmetic is the
+    segment's own."""
+    classes: dict[str, int] = {}
+    fields: list[dict] = []
+    cases, items, whats, slots, cls_of = [], [], [], [], []
+    for seg, lay in zip(segs, lays):
+        ins = _reads(seg)  # in the segment's own order of first use: the same in segments of one class
+        outs = [v for v in outputs if v in lay.stores]
+        probe = _MapSegment(seg, lay, ins, outs, "p_", "R.").template_fields(ins, outs)
+        key = repr(([v.dtype.name for v in ins], [v.dtype.name for v in outs],
+                    {k: f for k, f in probe.items() if k not in ("n", "what")}))
+        if key not in classes:
+            classes[key] = len(classes)
+            fields.append(_class_fields(seg, lay, ins, outs, probe, len(fields)))
+        c = classes[key]
+        slots.append(fields[c]["count"])
+        cls_of.append(c)
+        fields[c]["count"] += 1
+        ptrs = [f"L{c}_in{j} = in{inputs.index(v)};" for j, v in enumerate(ins)]
+        ptrs += [f"L{c}_out{j} = out{outputs.index(v)};" for j, v in enumerate(outs)]
+        n = math.prod(lay.domain)
+        cases.append(" ".join(ptrs + [f"n = {n}u; cls = {c}; slot = {slots[-1]};"]))
+        items.append(-(-n // fields[c]["vec"]))
+        whats.append(probe["what"])
+    block = block_for(sum(items))
+    offsets, grid, per = balanced_chunks(items, block, target.sm_count * max(1, config.balanced_threads // block))
+    idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), offsets[-1] + per)
+    source = render_template(
+        "fused_balanced.cu.j2",
+        header=group_header(group, inputs, f"{len(segs)} segment(s), {len(fields)} class(es), balanced: "
+                            + "; ".join(whats)),
+        includes=cuda_c.includes(group_dtypes(group)),
+        prelude=group_prelude(group),
+        name=NAME_TOKEN,
+        params=group_params(inputs, outputs),
+        block=block,
+        min_blocks=max(1, config.balanced_threads // block),
+        idx_t=idx_t,
+        off_t=off_t,
+        offsets=offsets,
+        per=per,
+        cases=cases,
+        classes=fields,
+        slots=slots,
+        cls_of=cls_of,
+    )
+    names = [op.name for op in group.ops if not is_view(op) and op.name != "full"]
+    stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}_x{len(segs)}"
+    k = finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))
+    return dataclasses.replace(k, in_place_safe=False)
+
+
+def _class_fields(seg: list[Op], lay: Layout, ins: list[Value], outs: list[Value], body: dict, c: int) -> dict:
+    """The template fields of class c: its body (pointers p_in{j}, p_out{j} read from table row R per
+    item: `locals`; scalars R.s{k}), the row's members and how a block fills a row from a segment's
+    pointers L{c}_in{j}, L{c}_out{j} (`pointers`, `sets`)."""
+    local = _MapSegment(seg, lay, ins, outs, f"L{c}_")
+    fill = local.template_fields(ins, outs)
+    walked = [(f"in{j}", f"const {ins[j].dtype.cuda_type}*") for j in local.walked()]
+    walked += [(f"out{j}", f"{v.dtype.cuda_type}*") for j, v in enumerate(outs)]
+    scalars = [(name[2:], ctype) for ctype, name, _ in body["hoisted_vars"]]
+    members = [f"{t} {m};" for m, t in walked + scalars]
+    sets = [f"P.{m} = L{c}_{m};" for m, _ in walked]
+    sets += [f"P.{m} = {expr};" for (m, _), (_, _, expr) in zip(scalars, fill["hoisted_vars"])]
+    if body["vec"] > 1:
+        sets.append(f"P.aligned = {fill['aligned']};")
+    # the pointers point to global memory: said so, the compiler emits global (not generic) accesses
+    locals_ = [f"{t} const p_{m} = R.{m}; __builtin_assume(__isGlobal(p_{m}));" for m, t in walked]
+    pointers = ([f"const {v.dtype.cuda_type}* L{c}_in{j} = nullptr;" for j, v in enumerate(ins)]
+                + [f"{v.dtype.cuda_type}* L{c}_out{j} = nullptr;" for j, v in enumerate(outs)])
+    return dict(body, members=members, sets=sets, locals=locals_, pointers=pointers, count=0)

@@ -38,7 +38,13 @@ class Config:
     multiprocessor (0: the compiler's choice); column_threads: threads per multiprocessor
     (Target.sm_count) of a row kernel that carries column partials (its grid; one partial per
     block). split_threads, split_elements: threads per chunk and elements per thread of a row split
-    across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks."""
+    across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
+    balanced: a horizontal elementwise kernel of at least this many segments (a multi-tensor update)
+    spreads all its segments' work evenly over one grid (fused._lower_balanced) instead of giving each
+    segment its own blocks (0: never; pairs such as a GELU backward and its recomputation keep the
+    grid-stride schedule measured above); balanced_threads: its threads per multiprocessor
+    (Target.sm_count), all resident at once (__launch_bounds__ asks for them: 1024 threads leave 64
+    registers per thread). Neither measured on a GPU yet (bench/scripts/multi_tensor.py times them)."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -51,6 +57,8 @@ class Config:
     rows_schedule: str = ""
     row_regs: int = 48
     row_carry: bool = True
+    balanced: int = 3
+    balanced_threads: int = 1024
 
 
 DEFAULT_CONFIG = Config()

@@ -77,8 +77,8 @@ def _not_fused(group: FusionGroup, config: Config, target: Target) -> list[Kerne
 
 
 LOWERINGS: dict[Kind, Callable[[FusionGroup, Config, Target], list[Kernel]]] = {
-    Kind.ELEMENTWISE: lambda group, config, target: lower_map(group, config),
-    Kind.SCALAR: lambda group, config, target: lower_map(group, config),
+    Kind.ELEMENTWISE: lower_map,
+    Kind.SCALAR: lower_map,
     Kind.ROWS: lower_rows,
     Kind.MATMUL: _fused_library,
     Kind.ATTENTION: _fused_library,

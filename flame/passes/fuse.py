@@ -21,7 +21,9 @@ Rules, in the order they apply:
 - scalars: 0-d work (step counters, bias corrections) forms scalar kernels; one read by a single
   kernel is absorbed into it;
 - horizontal: independent kernels doing the same work (same op sequence, views aside) become one
-  launch with one segment each (e.g. the AdamW update of every parameter), at most MAX_SEGMENTS;
+  launch with one segment each (e.g. the AdamW update of every parameter): elementwise ones while
+  their pointers fit the kernel's parameter space (Target.kernel_param_bytes; codegen shares one
+  body among segments that differ only in their pointers), scalar and row ones at most MAX_SEGMENTS;
 - matmul: stays a library call; a bias add over the last dim and a relu or tanh-GELU that only it
   feeds are marked as its epilogue when the target's library runs that epilogue
   (Target.matmul_epilogues; the plan builder still falls back to a kernel when the runtime it builds
@@ -75,7 +77,7 @@ from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_con
 from flame.passes.remat import RecomputeLoc
 from flame.target import DEFAULT_TARGET, Target
 
-MAX_SEGMENTS = 32  # segments of one horizontal kernel: its source grows with each
+MAX_SEGMENTS = 32  # segments of a horizontal scalar or row kernel: its source grows with each
 _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 
 
@@ -409,7 +411,7 @@ def _horizontal(st: State) -> None:
             continue
         sig = _signature(a)
         for b in list(st.groups):
-            if len(a.merged) + 1 >= MAX_SEGMENTS:
+            if a.kind != Kind.ELEMENTWISE and len(a.merged) + 1 >= MAX_SEGMENTS:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
             if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
@@ -419,7 +421,17 @@ def _horizontal(st: State) -> None:
             if (st.reaches(a, b) or st.reaches(b, a) or mixes_phases(both)
                     or hoists_backward(st, both, st.exposed(both)) or _hoists_recomputation(st, a, b)):
                 continue
+            if a.kind == Kind.ELEMENTWISE and 8 * _pointers(st, both) > st.target.kernel_param_bytes:
+                a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
+                continue
             merge(st, a, b)
+
+
+def _pointers(st: State, ops: list[Op]) -> int:
+    """The buffers a kernel of `ops` takes (one pointer each): what it reads from outside, what it writes."""
+    inside = set(ops)
+    read = {v for op in ops for v in op.inputs if v.producer not in inside}
+    return len(read) + len(st.exposed(ops))
 
 
 def _frees_memory(st: State, grp: Group, before: set[Group]) -> bool:

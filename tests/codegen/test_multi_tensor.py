@@ -1,23 +1,28 @@
-"""Multi-tensor updates (the horizontal kernels of codegen/fused.py): each segment on its own range of
-blocks, every tensor read contiguously and vectorised, scalar work spread one segment per block, and
-(from the matmul VJP) weight gradients that arrive in the weights' layout. The structure is checked on
-the rendered CUDA (no GPU needed), the kernels compile with NVRTC, and (marked gpu) a step whose
-segments share a capped grid matches the reference executor."""
+"""Multi-tensor updates (the horizontal kernels of codegen/fused.py): the update of every tensor one
+balanced kernel (equal contiguous chunks of all tensors' vectors per block, one body for all), scalar
+work one segment per block, and (from the matmul VJP) weight gradients that arrive in the weights'
+layout. The structure is checked on the rendered CUDA (no GPU needed), the kernels compile with NVRTC,
+and (marked gpu) the balanced kernel matches the side-by-side one bit for bit and the reference."""
 
 from __future__ import annotations
 
+import math
 import re
 
+import ml_dtypes
 import numpy as np
 import pytest
 
-from flame.codegen import lower
-from flame.codegen.fused import segment_blocks
+from flame.codegen import Config, lower
+from flame.codegen.fused import _lower_balanced, balanced_chunks, group_inputs, prepare, segment_blocks
+from flame.codegen.kernel import DEFAULT_CONFIG
 from flame.codegen.nvrtc import compile_many
-from flame.ir import Graph
+from flame.ir import Graph, dtype_of
 from flame.ir.indexmap import is_view
 from flame.passes.fuse import fuse
-from tests.passes.fuse_cases import GPT_SHAPES, mlp_adamw, multi_adamw
+from flame.runtime.reference import run_graph
+from flame.target import DEFAULT_TARGET, Target
+from tests.passes.fuse_cases import GPT_SHAPES, build, mlp_adamw, multi_adamw
 
 _RANGE = re.compile(r"segment (\d+) on blocks \[(\d+), (\d+)\): (.*)")
 
@@ -28,11 +33,6 @@ def _horizontal(g: Graph) -> list:
     return [k for k in kernels if re.search(r"_x\d+_[0-9a-f]{8}$", k.name)]
 
 
-def _segments(source: str) -> list[str]:
-    """The source of each segment of a kernel with a block table."""
-    return re.split(r"\n  (?:else )?if \(blockIdx\.x < ", source)[1:]
-
-
 def test_segment_blocks_fill_the_grid_in_proportion():
     assert segment_blocks([3, 1, 0], 8192) == [3, 1, 1]  # a segment always has a block
     assert segment_blocks([20000], 8192) == [8192]  # one segment: the capped grid, grid-stride
@@ -40,16 +40,14 @@ def test_segment_blocks_fill_the_grid_in_proportion():
     assert got[0] == 2 * got[1] and got[2:] == [1, 1] and sum(got) <= 8192
 
 
-def test_segments_run_side_by_side_on_their_own_blocks():
-    kernels = _horizontal(multi_adamw()[0])
-    assert len(kernels) == 2  # the bias corrections (0-d, f32) and the update of all 16 tensors
-    for k in kernels:
-        n = int(re.search(r"_x(\d+)_", k.name).group(1))
-        ranges = [tuple(map(int, m.groups()[:3])) for m in _RANGE.finditer(k.source)]
-        assert [r[0] for r in ranges] == list(range(n))
-        assert ranges[0][1] == 0 and ranges[-1][2] == k.grid  # contiguous, covering the grid
-        assert all(a[2] == b[1] and a[1] < a[2] for a, b in zip(ranges, ranges[1:]))
-        assert "gridDim.x" not in k.source  # a segment strides over its own blocks only
+def test_scalar_segments_run_side_by_side_on_their_own_blocks():
+    (k,) = [k for k in _horizontal(multi_adamw()[0]) if "_f32_x" in k.name]  # the 0-d bias corrections
+    n = int(re.search(r"_x(\d+)_", k.name).group(1))
+    ranges = [tuple(map(int, m.groups()[:3])) for m in _RANGE.finditer(k.source)]
+    assert [r[0] for r in ranges] == list(range(n))
+    assert ranges[0][1] == 0 and ranges[-1][2] == k.grid  # contiguous, covering the grid
+    assert all(a[2] == b[1] and a[1] < a[2] for a, b in zip(ranges, ranges[1:]))
+    assert "gridDim.x" not in k.source  # a segment strides over its own blocks only
 
 
 def test_scalar_work_is_one_segment_per_block():
@@ -59,15 +57,76 @@ def test_scalar_work_is_one_segment_per_block():
     assert "powf" in scalars.source  # the bias corrections 1 - beta**t live here, not per element
 
 
-def test_update_reads_every_tensor_contiguously_and_vectorised():
+@pytest.mark.parametrize("items", [[1], [5, 0, 7], [96, 98304, 1, 96, 12288, 3], [10**6] * 3, [3] * 400])
+@pytest.mark.parametrize("cap", [1, 528, 1056])
+def test_balanced_chunks_give_every_item_to_one_block(items, cap):
+    offsets, grid, per = balanced_chunks(items, 256, cap)
+    total = sum(items)
+    assert offsets == [0, *np.cumsum(items).tolist()] and 1 <= grid <= cap
+    chunks = [(b * per, min((b + 1) * per, total)) for b in range(grid)]
+    assert chunks[0][0] == 0 and chunks[-1][1] == total and all(lo < hi for lo, hi in chunks)
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))  # contiguous: each item once
+    assert all(hi - lo == per for lo, hi in chunks[:-1])  # equal shares, whatever the segment sizes
+
+
+def test_update_is_one_balanced_kernel_with_one_body():
+    """The AdamW update of every tensor: one body (class) however many tensors; each tensor's items
+    in the offsets table (16-byte vectors of 8 bf16); a one-wave grid of Target.sm_count blocks x 4."""
     (update,) = [k for k in _horizontal(multi_adamw()[0]) if "_bf16_x" in k.name]
-    segs = _segments(update.source)
-    assert len(segs) == len(GPT_SHAPES)
-    for seg in segs:
-        assert "% " not in seg.split("aligned")[-1] and " c0 " not in seg  # no coordinate decomposition
-        assert "vector path: 8 elements per 16-byte access" in seg  # bf16x8 loads and stores
-        hoisted = re.findall(r"const float s\d+ = (in\d+\[0\]);", seg)
-        assert hoisted and len(hoisted) == len(set(hoisted))  # each scalar loaded once per thread
+    src = update.source
+    assert f"_x{len(GPT_SHAPES)}_" in update.name and "struct row0" in src and "struct row1" not in src
+    assert src.count("vl") and src.count("for (int j = 0; j < 8; ++j)") == 1  # the vector path, once
+    table = re.search(r"_off\[(\d+)\] = \{ ([^}]*) \}", src)
+    offsets = [int(x.rstrip("u")) for x in table.group(2).split(", ")]
+    assert np.diff(offsets).tolist() == [-(-math.prod(s) // 8) for s in GPT_SHAPES]
+    assert update.grid <= 132 * 4 and update.block == 256 or update.grid == 1
+    body = src.split("const idx_t v = g - seg_lo;")[1]
+    assert "% " not in body.split("aligned")[-1] and " c0 " not in body  # no coordinate decomposition
+    assert "__isGlobal(p_in" in body and not re.search(r"\bin\d+\[", body)  # pointers from the table
+
+
+def test_update_source_does_not_grow_with_the_tensors():
+    shapes = [(7, 5), (1000,), (3,), (64, 17)]
+    small, big = ([k for k in _horizontal(multi_adamw(s)[0]) if "_bf16_x" in k.name][0].source
+                  for s in (shapes, shapes * 13))
+    code = [re.sub(r"//[^\n]*", "", src) for src in (small, big)]  # without the comments (the IR ops)
+    per_segment = (len(code[1]) - len(code[0])) / (len(shapes) * 12)
+    assert per_segment < 1000  # its parameters, a switch case and an offset, not a body (~15000)
+    assert big.count("sqrtf") == small.count("sqrtf")
+
+
+def test_fifty_two_tensors_are_one_update_kernel():
+    """gpt_train's 52 parameters (here small, same count): one update kernel, not 32 + 20; a tight
+    parameter space splits it, each kernel's pointers within it."""
+    shapes = [(3 + i % 5, 8) if i % 3 else (5 + i,) for i in range(52)]
+    g = multi_adamw(shapes)[0]
+    assert [k.name.split("_x")[1].split("_")[0] for k in _horizontal(g) if "_bf16_x" in k.name] == ["52"]
+    tight = Target(kernel_param_bytes=8 * 100)
+    groups = [grp for grp in fuse(g, tight).groups if grp.ops and grp.outputs[0].dtype.name == "bf16"]
+    assert len(groups) > 1
+    for grp in groups:
+        assert len(group_inputs(grp)) + len(grp.outputs) <= 100
+
+
+def test_odd_sizes_and_several_classes_compile():
+    """Mixed dtypes and odd sizes: f32 and bf16 updates cannot share a body, scalar tails."""
+    shapes = [(1000,), (3, 5), (17,), (768, 3), (1,), (33, 7)]
+    kernels = _horizontal(multi_adamw(shapes, "f32")[0]) + _horizontal(multi_adamw(shapes)[0])
+    for arch in ("sm_80", "sm_90"):
+        assert len(compile_many([k.source for k in kernels], arch)) == len(kernels)
+    two = _two_classes()
+    assert "struct row1" in two.source
+    assert len(compile_many([two.source], "sm_90")) == 1
+
+
+def _two_classes():
+    """One horizontal kernel whose segments differ in more than their pointers (a broadcast operand in
+    one, a same-shape one in the other): two classes, two bodies."""
+    r = np.random.default_rng(3)
+    arrays = [r.standard_normal(s).astype(np.float32) for s in [(33, 8), (8,), (1001,), (1001,), (7, 4), (4,)]]
+    g, _ = build(lambda a, b, c, d, e, f: ((a + 1.5) * b, (c + 1.5) * d, (e + 1.5) * f), *arrays)
+    (k,) = [k for grp in fuse(g).groups if grp.ops for k in lower(grp)]
+    return k
 
 
 def test_weight_gradients_arrive_in_the_weights_layout():
@@ -94,15 +153,97 @@ def test_multi_tensor_kernels_compile():
         assert len(compile_many([k.source for k in kernels], arch)) == len(kernels)
 
 
+MIXED = [(4096, 1024)] * 2 + [(1000,), (3, 5), (17,), (768, 3), (1,), (8192, 768), (768,), (33, 7)]
+
+
 @pytest.mark.gpu
-def test_gpu_multi_tensor_adamw_over_a_capped_grid_matches_reference():
-    """4 tensors of 4M elements want more than the grid cap's blocks: every segment gets its share and
-    strides over it; odd sizes take the scalar tails."""
+def test_gpu_multi_tensor_adamw_matches_reference():
+    """Large and tiny tensors in one balanced update; odd sizes take the scalar tails."""
     from tests.codegen.test_fused import _gpu_check
 
-    shapes = [(4096, 1024)] * 4 + [(1000,), (3, 5), (17,), (768, 3), (1,)]
-    g, inputs = multi_adamw(shapes)
+    g, inputs = multi_adamw(MIXED)
     (update,) = [k for k in _horizontal(g) if "_bf16_x" in k.name]
-    assert update.grid <= 8192 + len(shapes)
+    assert update.grid <= 132 * 4
     _gpu_check(g, inputs, 1e-2, 1e-2)
     assert np.isfinite(inputs[0].astype(np.float32)).all()
+
+
+def _update_group(shapes, dtype):
+    """The update kernel's group (the bias corrections' group may carry one-element tensors too)."""
+    return max(fuse(multi_adamw(shapes, dtype)[0]).groups, key=lambda grp: sum(v.type.numel for v in grp.outputs))
+
+
+def _balanced(grp):
+    """grp's balanced kernel, also for one segment (lower takes it for several)."""
+    inputs, segs, lays, _ = prepare(grp)
+    return _lower_balanced(grp, inputs, list(grp.outputs), segs, lays, DEFAULT_CONFIG, DEFAULT_TARGET)
+
+
+def _launch(grp, kernel, values, misalign=False) -> list[np.ndarray]:
+    """kernel run on the GPU over values[v] for each input of grp (outputs poisoned with NaN first);
+    misalign: every buffer starts one element past a 256-byte boundary (no vector path)."""
+    import cupy
+
+    from flame.codegen import nvrtc
+
+    def device(a):
+        raw = a.view(np.uint16) if a.dtype == np.dtype(ml_dtypes.bfloat16) else a
+        flat = cupy.empty(raw.size + 1, raw.dtype)
+        d = flat[1:] if misalign else flat[:-1]
+        d[...] = cupy.asarray(raw.ravel())
+        return d
+
+    ins = [device(values[v]) for v in group_inputs(grp)]
+    outs = [device(np.full(v.shape, np.nan, v.dtype.np_dtype)) for v in grp.outputs]
+    mod = cupy.cuda.function.Module()
+    mod.load(nvrtc.compile_cubin(kernel.source, nvrtc.device_arch()))
+    mod.get_function(kernel.name)((kernel.grid,), (kernel.block,), (*ins, *outs))
+    cupy.cuda.runtime.deviceSynchronize()
+    return [o.get().view(v.dtype.np_dtype).reshape(v.shape) for v, o in zip(grp.outputs, outs)]
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("misalign", [False, True])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("shapes", [MIXED, [(4097, 3)]], ids=["mixed", "one"])
+def test_gpu_balanced_update_is_bit_identical_to_side_by_side(shapes, dtype, misalign):
+    """The balanced AdamW update computes exactly what the side-by-side kernel computes (same
+    arithmetic per element), over many mixed, odd-sized tensors and over a single one."""
+    grp = _update_group(shapes, dtype)
+    r = np.random.default_rng(5)
+    values = {v: np.abs(r.standard_normal(v.shape) + 0.5).astype(v.dtype.np_dtype) for v in group_inputs(grp)}
+    (old,) = lower(grp, Config(balanced=0))
+    new = _balanced(grp)
+    for a, b in zip(_launch(grp, old, values, misalign), _launch(grp, new, values, misalign)):
+        assert np.array_equal(_bits(a), _bits(b))
+        assert np.isfinite(b.astype(np.float32)).all()  # every element written
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("misalign", [False, True])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_gpu_balanced_kernel_matches_reference(dtype, misalign):
+    """Independent (x + 1.5) * y over mixed sizes (no multiply-add the compiler could contract): f32
+    bit for bit, bf16 within one unit in the last place, aligned or not."""
+    r = np.random.default_rng(6)
+    shapes = [(1000, 33), (3, 5), (17,), (2,), (768, 3), (4096, 64), (8,)]
+    arrays = [r.standard_normal(s).astype(dtype_of(dtype).np_dtype) for s in shapes for _ in range(2)]
+
+    def step(*xs):
+        return tuple((x + 1.5) * y for x, y in zip(xs[::2], xs[1::2]))
+
+    g, inputs = build(step, *arrays)
+    fused = fuse(g)
+    (grp,) = [grp for grp in fused.groups if grp.ops]
+    (k,) = lower(grp)
+    assert f"_x{len(shapes)}_" in k.name and "struct row0" in k.source
+    got = _launch(grp, k, dict(zip(fused.inputs, inputs)), misalign)
+    want = run_graph(g, inputs)
+    for v, h in zip(grp.outputs, got):
+        w = want[fused.outputs.index(v)]
+        diff = np.abs(_bits(h).astype(np.int64) - _bits(w).astype(np.int64))
+        assert diff.max() <= (0 if dtype == "f32" else 1)

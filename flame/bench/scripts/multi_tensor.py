@@ -1,0 +1,97 @@
+"""The multi-tensor AdamW update of the adamw_multi_tensor case (gpt_train's parameter set: 52 bf16
+tensors from [768] to [8192, 768]) as one kernel, in schedule variants, timed on one GPU against a
+device copy; every variant's outputs are checked bit for bit against the side-by-side kernel's.
+
+    python3 -m flame.bench.scripts.multi_tensor [--reps 50] [--variants side,b512,b768,b1024,b2048]
+
+side: each tensor on its own blocks (Config(balanced=0)); bN: the balanced flat schedule
+(codegen/fused.py _lower_balanced) with N threads per multiprocessor (Config.balanced_threads).
+Bytes: every input tensor read once, every output written once (the 0-d scalars aside). Times: CUDA
+events around each launch, median of --reps after 5 warm-ups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from flame.runtime.profile import median_event_ms  # noqa: E402
+
+VARIANTS = {"side": dict(balanced=0), "b512": dict(balanced_threads=512), "b768": dict(balanced_threads=768),
+            "b1024": dict(balanced_threads=1024), "b2048": dict(balanced_threads=2048)}
+
+
+def _bits(a):
+    return a.view({2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+
+
+def main() -> None:
+    import cupy
+    import ml_dtypes
+
+    from flame.bench.cases_gpt import _adamw_inputs, _adamw_sizes
+    from flame.codegen import Config, lower, nvrtc
+    from flame.codegen.fused import group_inputs
+    from flame.passes.fuse import fuse
+    from tests.passes.fuse_cases import multi_adamw
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    opts = ap.parse_args()
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    print(f"device: {props['name'].decode()}, {props['multiProcessorCount']} SMs", flush=True)
+    big = cupy.empty(2**28, np.float32)
+    big_out = cupy.empty_like(big)
+    ceiling = 2 * big.nbytes / median_event_ms(functools.partial(cupy.copyto, big_out, big), opts.reps, warmup=5) / 1e6
+    big = big_out = None
+    print(f"copy ceiling (1 GiB copyto): {ceiling:.0f} GB/s", flush=True)
+
+    shapes = [i.shape for i in _adamw_inputs(_adamw_sizes(False)).values() if i.state]
+    groups = fuse(multi_adamw(shapes, "bf16")[0]).groups
+    grp = max(groups, key=lambda g: sum(v.type.numel for v in g.outputs))  # the update (not the 0-d work)
+    rng = np.random.default_rng(1)
+
+    def device(v, fill=None):
+        x = np.full(v.shape, fill, np.float32) if fill is not None else (
+            rng.uniform(0.5, 1.0, v.shape) if not v.shape else np.abs(rng.standard_normal(v.shape)) * 1e-2 + 1e-3)
+        x = np.asarray(x).astype(v.dtype.np_dtype)
+        return cupy.asarray(x.view(np.uint16) if x.dtype == np.dtype(ml_dtypes.bfloat16) else x)
+
+    ins = [device(v) for v in group_inputs(grp)]
+    outs = [device(v, np.nan) for v in grp.outputs]
+    nbytes = sum(a.nbytes for a in ins if a.ndim) + sum(a.nbytes for a in outs)
+    print(f"update: {len(shapes)} tensors, {sum(v.type.numel for v in grp.outputs) // 3} elements each of "
+          f"p, m, v; {nbytes / 1e6:.0f} MB moved", flush=True)
+    rows, ref = [], None
+    for label in opts.variants.split(","):
+        (k,) = lower(grp, Config(**VARIANTS[label]))
+        mod = cupy.cuda.function.Module()
+        mod.load(nvrtc.compile_cubin(k.source, nvrtc.device_arch()))
+        fn = mod.get_function(k.name)
+        launch = functools.partial(fn, (k.grid,), (k.block,), (*ins, *outs))
+        for o in outs:
+            o.fill(0x7FC0 if o.dtype == np.uint16 else np.nan)
+        launch()
+        cupy.cuda.runtime.deviceSynchronize()
+        got = [_bits(o.get()) for o in outs]
+        check = "ref" if ref is None else ("bit-identical" if all(map(np.array_equal, got, ref)) else "DIFFERS")
+        ref = ref or got
+        ms = median_event_ms(launch, opts.reps, warmup=5)
+        rows.append((label, k.grid, k.block, ms * 1e3, nbytes / ms / 1e6, nbytes / ms / 1e6 / ceiling * 100, check))
+        print(*rows[-1], flush=True)
+    print(f"\n| variant | grid | block | us | GB/s | % of copy ({ceiling:.0f} GB/s) | check |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.1f} | {r[4]:.0f} | {r[5]:.1f}% | {r[6]} |")
+
+
+if __name__ == "__main__":
+    main()
