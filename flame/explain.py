@@ -16,7 +16,7 @@ def _label(s: Step) -> tuple[str, str]:
     """(what the report calls a work step, why its kernel boundary is there): every library call
     (matmul now; attention, convolution, all-reduce later) reads alike, from what the step says."""
     if isinstance(s, LibraryCall):
-        epilogue = getattr(s, "epilogue", "none")  # what the call fuses after its work (MatmulCall, ConvCall)
+        epilogue = getattr(s, "epilogue", "none")  # a GEMM's fused epilogue (MatmulCall)
         extra = f", epilogue {epilogue}" if epilogue != "none" else ""
         return f"{s.name} ({s.library})", f"{s.name} ({s.library} call{extra})"
     return s.name, s.reason or UNFUSED

@@ -18,17 +18,6 @@ if TYPE_CHECKING:
 # second result; bgrad_a / bgrad_b: also writing the sum over k of op(a) ([m]) / of op(b) ([n]), a
 # Linear's bias gradient taken by the weight-gradient GEMM.
 MATMUL_EPILOGUES = ("bias", "relu", "bias_relu", "gelu", "bias_gelu", "gelu_aux", "bias_gelu_aux", "bgrad_a", "bgrad_b")
-# the stages a convolution's epilogue chains after the forward convolution (runtime/cudnn_conv.py builds
-# each as a cuDNN pointwise op, computed in f32, the result rounded once): bias: + bias[C] per channel;
-# residual: + a tensor of the result's shape; relu, silu, gelu (erf), gelu_tanh. An epilogue names its
-# stages in order, joined by CONV_STAGE_SEP ("bias+residual+relu"); each stage at most once.
-CONV_EPILOGUE_STAGES = ("bias", "residual", "relu", "silu", "gelu", "gelu_tanh")
-CONV_STAGE_SEP = "+"
-
-
-def conv_stages(epilogue: str) -> list[str]:
-    """The stages of a convolution epilogue, in order ("none": no stage)."""
-    return [] if epilogue == "none" else epilogue.split(CONV_STAGE_SEP)
 
 
 @dataclass(frozen=True)
@@ -43,11 +32,8 @@ class Target:
     (flame.plan.views.Strided) of its buffer ("" if it can; the views are then copied, as before).
     attention_workspace(op, with_stats): the bytes of arena workspace that op's library call needs
     (with_stats: a forward whose call also writes its softmax statistics to a planned buffer).
-    conv_unsupported(op, epilogue) / conv_workspace(op, epilogue): the same for convolution ops (conv,
-    conv_grad_input, conv_grad_weight; without a library call they become im2col + matmul:
-    passes/decompose_conv.py), a forward one with an epilogue (CONV_EPILOGUE_STAGES) or "none".
-    conv_epilogues: the epilogue stages the convolution library may chain after a forward convolution
-    (the fusion pass marks only these; the plan builder still asks conv_unsupported for the whole chain).
+    conv_unsupported(op) / conv_workspace(op): the same for convolution ops (conv, conv_grad_input,
+    conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
     matmul_workspace(op): the bytes of arena workspace that matmul op's GEMM library call may use. comm_stream: the
     executor issues collectives on a communication stream (plan: CollectiveCall.overlap). sm_count,
     split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows).
@@ -63,9 +49,8 @@ class Target:
     attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     attention_workspace: Callable[[Op, bool], int] = lambda op, with_stats=False: 0
     attention_layout_unsupported: Callable[[Op, str, tuple, object], str] = lambda op, name, shape, layout: ""
-    conv_unsupported: Callable[[Op, str], str] = lambda op, epilogue="none": ""  # the NumPy reference runs all
-    conv_workspace: Callable[[Op, str], int] = lambda op, epilogue="none": 0
-    conv_epilogues: frozenset[str] = frozenset(CONV_EPILOGUE_STAGES)
+    conv_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
+    conv_workspace: Callable[[Op], int] = lambda op: 0
     matmul_workspace: Callable[[Op], int] = lambda op: 0
     sm_count: int = 132  # multiprocessors (H100 / H200 SXM): a reduction's grid should fill them
     split_row_min: int = 8192  # a row at least this long may be split across blocks ...

@@ -23,17 +23,14 @@ def evaluate_op(op: Op, args: Sequence[np.ndarray]) -> np.ndarray:
         return compute_op(op, args)
 
 
-def compute_op(op: Op, args: Sequence[np.ndarray], wide: bool = False) -> np.ndarray:
+def compute_op(op: Op, args: Sequence[np.ndarray]) -> np.ndarray:
     """evaluate_op for a caller that already holds `np.errstate(all="ignore")` around many ops (the
-    reference executor, once per run: entering it per op cost ~12% of a small model's step). wide:
-    the result as the reference computed it (f32 for an f16/bf16 op that computes in f32), not yet
-    rounded to the op's dtype (a library call's epilogue works on that)."""
+    reference executor, once per run: entering it per op cost ~12% of a small model's step)."""
     opdef = REGISTRY[op.name]
     if opdef.compute_f32:
         args = [a.astype(np.float32) if a.dtype in _LOW else a for a in args]
-    out = np.asarray(opdef.ref(*args, **op.attrs))
-    if not (wide and opdef.compute_f32):
-        out = out.astype(op.out.type.dtype.np_dtype, copy=False)
+    out = opdef.ref(*args, **op.attrs)
+    out = np.asarray(out).astype(op.out.type.dtype.np_dtype, copy=False)
     if out.shape != op.out.type.shape:
         raise FlameError(f"reference of {op.name} returned shape {out.shape}, expected {op.out.type}")
     return out

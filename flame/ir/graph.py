@@ -89,8 +89,7 @@ class FusionGroup:
     """Ops that run as one kernel (or one library call), recorded by the fusion pass. kind:
     elementwise, rows, matmul, reduction or opaque; `reason`: why the kernel boundary around the group
     exists; `outputs`: the values the group must write (read by other groups or returned); `epilogue`:
-    what a matmul or conv group folds into the library call (none, or one of flame.target's
-    MATMUL_EPILOGUES, or conv stages joined by CONV_STAGE_SEP: "bias+relu")."""
+    what a matmul group folds into the library call (none, bias, relu, bias_relu)."""
 
     ops: tuple[Op, ...]
     kind: Kind
@@ -118,13 +117,6 @@ def segments(ops: list[Op]) -> list[list[Op]]:
     for op in ops:
         parts.setdefault(find(op), []).append(op)
     return list(parts.values())
-
-
-def other_operand(op: Op, v: Value) -> Value | None:
-    """The input of binary op `op` that is not v (a library call's epilogue add: v is the call's result
-    so far, the other its bias or residual); None when both are v."""
-    a, b = op.inputs
-    return None if a is b else (b if a is v else a)
 
 
 @dataclass(eq=False)

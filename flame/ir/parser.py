@@ -15,7 +15,7 @@ from flame.ir.types import TensorType
 _TYPE = r"([a-z0-9]+)\[([0-9,]*)\]"
 _HEADER = re.compile(r"^graph\s+([\w.\-]+)\((.*)\)\s*\{$")
 _PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
-_KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_+]+))?\): (.*)$")
+_KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_]+))?\): (.*)$")
 _OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*?\})?\s*:\s*" + _TYPE
                  + r"(?:\s+checkpoint\s+(\d+))?\s*(?:#\s*(.*))?$")
 _TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')

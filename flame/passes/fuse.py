@@ -30,10 +30,6 @@ Rules, in the order they apply:
   for cannot); a GELU whose pre-activation the backward reads writes it as the call's aux result;
   a column sum over k of an operand (a bias gradient) that no rows kernel carries joins the call
   as its BGRAD epilogue;
-- conv: stays a library call; a per-channel bias add, an add of a tensor of its result's type
-  (residual) and one relu / silu / gelu that only it feeds join a forward convolution's call as its
-  epilogue stages, in order, when the target's library chains them (Target.conv_epilogues; the
-  rules: passes/conv_epilogue.py);
 - attention: stays a library call; an attention forward and its softmax statistics (the op autodiff
   saves for the backward, same inputs and attributes) are one call that writes both;
 - `full` constants and views of graph inputs are cloned into every kernel that reads them
@@ -75,7 +71,6 @@ from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
-from flame.passes.conv_epilogue import conv_epilogue
 from flame.passes.fuse_columns import absorb_bias_grads, absorb_columns, absorb_recomputations, columns_of
 from flame.passes.fusion_state import Group, State, fit, hoists_backward, merge, mixes_phases, rows_shape
 from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_conversion, is_free, move_conversions
@@ -162,26 +157,12 @@ def _epilogue(st: State, grp: Group, op: Op) -> str | None:
     return "bias" if ok else None
 
 
-def _conv_epilogue(st: State, grp: Group, op: Op) -> str | None:
-    """The epilogue `op` adds to conv group grp, or None (passes/conv_epilogue.py says which ops)."""
-    last = grp.ops[-1].out
-    private = st.users[last] == [op] and last not in st.outs
-    if mixes_phases([*grp.ops, op]):
-        return None
-    return conv_epilogue(grp.ops, grp.epilogue, op, private, st.target)
-
-
-_EPILOGUES = {Kind.MATMUL: _epilogue, Kind.CONV: _conv_epilogue}  # library calls that take elementwise epilogues
-
-
 def _place(st: State, op: Op) -> None:
     kind = _classify(op)
     producers = [st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of]
-    # a library call that can take op as its epilogue is asked first: its result is read anyway,
-    # while the other operand's kernel (a reshaped bias) may be no more than a view
-    for grp in sorted(dict.fromkeys(reversed(producers)), key=lambda k: k.kind not in _EPILOGUES):
-        if grp.kind in _EPILOGUES:
-            epi = _EPILOGUES[grp.kind](st, grp, op)
+    for grp in dict.fromkeys(reversed(producers)):
+        if grp.kind == Kind.MATMUL:
+            epi = _epilogue(st, grp, op)
             if epi is not None and not any(st.reaches(grp, h) for h in producers if h is not grp):
                 grp.ops.append(op)
                 st.group_of[op] = grp
@@ -503,8 +484,6 @@ def _reason(st: State, grp: Group) -> str:
     readers = {st.group_of[u].kind for v in outs for u in st.users[v]}
     if grp.kind == Kind.MATMUL:
         return "matmul (cuBLASLt call" + (f", epilogue {grp.epilogue})" if grp.epilogue != "none" else ")")
-    if grp.kind == Kind.CONV and grp.epilogue != "none":
-        return f"conv (cuDNN call, epilogue {grp.epilogue})"
     if grp.kind == Kind.OPAQUE:
         return f"opaque op ({grp.ops[-1].name})"
     if grp.kind == Kind.COLLECTIVE:

@@ -5,8 +5,7 @@ build_plan(graph) walks the fusion groups (or, on an unfused graph, the ops) onc
 kernel codegen renders for a group or op (rendered only: nothing is compiled here; `_lower` is the
 one place that calls codegen), a library-call step for an op with the `library` trait (LIBRARY_CALLS;
 matmul: a MatmulCall, with its epilogue when the fusion pass marked one and the target's library fuses
-it: bias, activation, the pre-activation as aux result, an operand's bias gradient; conv: a ConvCall,
-likewise with its bias / residual / activation stages when the library runs them), an Alias for
+it: bias, activation, the pre-activation as aux result, an operand's bias gradient), an Alias for
 relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (every flame buffer is
 contiguous, so those are views and need no kernel), and a Copy where an output must not share memory
 with an input or another output. A matmul operand produced by a transpose of the last two axes that
@@ -28,7 +27,7 @@ import numpy as np
 
 from flame.ir import symbolic
 from flame.ir.dtypes import DType
-from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, other_operand
+from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import swaps_last_two
 from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.printer import format_op
@@ -50,7 +49,7 @@ from flame.plan.steps import (
     root,
 )
 from flame.plan.views import STRIDED_INPUTS, fold_attention_views, view_start
-from flame.target import Target, conv_stages
+from flame.target import Target
 
 ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
 _U8 = DType("u8", np.dtype(np.uint8), "unsigned char", "unsigned char", "int")  # scratch bytes
@@ -293,14 +292,11 @@ def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
     return CollectiveCall(ins, out, op, workspace=ws, overlap=bld.target.comm_stream)
 
 
-def conv_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: int | None = None,
-              residual: int | None = None) -> ConvCall:
+def conv_call(bld: _Builder, op: Op, out: int) -> ConvCall:
     """The convolution call of a conv / conv_grad_input / conv_grad_weight op writing buffer `out`,
-    with the workspace the target's library asks for as scratch in the arena; a forward one may carry
-    an epilogue (stages joined by flame.target.CONV_STAGE_SEP) reading the buffers bias and residual."""
+    with the workspace the target's library asks for as scratch in the arena."""
     a, b = (bld.buffer_of[v] for v in op.inputs)
-    return ConvCall.of(op, a, b, out, bld.scratch(bld.target.conv_workspace(op, epilogue)), epilogue=epilogue,
-                       bias=bias, residual=residual)
+    return ConvCall.of(op, a, b, out, bld.scratch(bld.target.conv_workspace(op)))
 
 
 # an op's `library` trait -> the library-call step that computes it, built as f(builder, op, out
@@ -387,12 +383,6 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         if not rest:
             return
         grp = FusionGroup(rest, Kind.ELEMENTWISE, "matmul epilogue not supported by the runtime", grp.outputs)
-    if grp.kind == Kind.CONV and grp.epilogue != "none":
-        refused = _conv_group(bld, grp)
-        if not refused:
-            return
-        grp = FusionGroup(grp.ops[1:], Kind.ELEMENTWISE, f"conv epilogue not run by the library: {refused}",
-                          grp.outputs)
     if all(op in bld.strided.skipped for op in grp.ops):
         return  # views an attention call reads or writes through strides
     why = [bld.strided.refused[v] for v in grp.outputs if v in bld.strided.refused]
@@ -447,20 +437,3 @@ def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
         bias = bld.buffer_of[v]
     bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bias, aux=aux))
     return ()
-
-
-def _conv_group(bld: _Builder, grp: FusionGroup) -> str:
-    """Emit the call of a conv group with its epilogue (the convolution, then one op per stage) when
-    the target's library runs it, and return ""; else emit the plain convolution and return why (the
-    stages then run as one kernel after it)."""
-    conv, rest = grp.ops[0], grp.ops[1:]
-    why = bld.target.conv_unsupported(conv, grp.epilogue)
-    if why:
-        bld.op(conv)
-        return why
-    operands = {}
-    for prev, op, stage in zip(grp.ops, rest, conv_stages(grp.epilogue)):
-        if stage in ("bias", "residual"):
-            operands[stage] = bld.buffer_of[other_operand(op, prev.out)]
-    bld.steps.append(conv_call(bld, conv, bld.temporary(rest[-1].out), grp.epilogue, **operands))
-    return ""

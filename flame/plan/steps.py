@@ -451,9 +451,7 @@ class ConvCall(LibraryCall):
     """A convolution through cuDNN (runtime/cudnn_conv.py) for IR op `op`: conv (out = y from x, w),
     conv_grad_input (out = dx from dy, w) or conv_grad_weight (out = dw from x, dy); the two operands
     the op reads are set, the third is None. `workspace` is the call's scratch in the arena (the
-    bytes the target says the call needs). A forward call may carry an epilogue (stages joined by
-    flame.target.CONV_STAGE_SEP, "bias+residual+relu"): out then holds the last stage's value, the
-    stages read `bias` (one number per channel) and `residual` (a tensor of out's type)."""
+    bytes the target says the call needs)."""
 
     name: ClassVar[str] = "conv"
     library: ClassVar[str] = "cuDNN"
@@ -465,36 +463,26 @@ class ConvCall(LibraryCall):
     w: int | None = buffer_field(default=None)
     dy: int | None = buffer_field(default=None)
     workspace: int | None = buffer_field(default=None)
-    epilogue: str = "none"
-    bias: int | None = buffer_field(default=None)
-    residual: int | None = buffer_field(default=None)
 
     @classmethod
-    def of(cls, op: Op, a: int, b: int, out: int, workspace: int | None = None, **kw) -> ConvCall:
-        """The call computing `op` from buffers a, b (its inputs in IR order) into out (kw: the epilogue)."""
+    def of(cls, op: Op, a: int, b: int, out: int, workspace: int | None = None) -> ConvCall:
+        """The call computing `op` from buffers a, b (its inputs in IR order) into out."""
         names = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("x", "dy")}[cls.KINDS[op.name]]
-        return cls(out, op, workspace=workspace, **dict(zip(names, (a, b))), **kw)
+        return cls(out, op, workspace=workspace, **dict(zip(names, (a, b))))
 
     @property
     def kind(self) -> str:
         return self.KINDS[self.op.name]
 
     @property
-    def operands(self) -> tuple[int, ...]:
-        """The convolution's operands in the op's input order: (x, w), (dy, w) or (x, dy)."""
+    def reads(self) -> tuple[int, ...]:
+        """The operands in the op's input order: (x, w), (dy, w) or (x, dy)."""
         order = {"fprop": (self.x, self.w), "dgrad": (self.dy, self.w), "wgrad": (self.x, self.dy)}
         return order[self.kind]
 
-    @property
-    def reads(self) -> tuple[int, ...]:
-        """The operands, then the epilogue's bias and residual where it has them."""
-        return self.operands + tuple(b for b in (self.bias, self.residual) if b is not None)
-
     def format(self, ids: dict[Value, int]) -> str:
         ins = ", ".join(f"b{a}" for a in self.reads)
-        epilogue = "" if self.epilogue == "none" else f" {{epilogue={format_attr(self.epilogue)}}}"
-        return (f"b{self.out} = call {self.op.name} ({ins}){epilogue}{self._scratch_note()}  "
-                f"# {format_op(self.op, ids)}")
+        return f"b{self.out} = call {self.op.name} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)

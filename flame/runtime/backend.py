@@ -30,21 +30,20 @@ def _matmul_workspace(op) -> int:
     return matmul.workspace_bytes(op.out.type.numel)
 
 
-def _conv_unsupported(op, epilogue: str = "none") -> str:
+def _conv_unsupported(op) -> str:
     """flame's reasons, then, where a GPU is present, cuDNN's own answer (it builds the graph, once
-    per spec): so a convolution cuDNN refuses becomes primitive ops instead of failing at run time,
-    and an epilogue it refuses runs as a kernel after the call."""
-    why = cudnn_conv.op_unsupported(op, epilogue)
+    per spec): so a convolution cuDNN refuses becomes primitive ops instead of failing at run time."""
+    why = cudnn_conv.op_unsupported(op)
     if why or not cuda_available():
         return why
-    return cudnn_conv.refusal(cudnn_conv.spec_of(op, epilogue=epilogue))
+    return cudnn_conv.refusal(cudnn_conv.spec_of(op))
 
 
-def _conv_workspace(op, epilogue: str = "none") -> int:
+def _conv_workspace(op) -> int:
     """Exact where a GPU and cuDNN are present (the graph is built and cached), else the bound."""
-    if cuda_available() and not cudnn_conv.refusal(cudnn_conv.spec_of(op, epilogue=epilogue)):
-        return cudnn_conv.workspace_bytes(op, exact=True, epilogue=epilogue)
-    return cudnn_conv.workspace_bytes(op, epilogue=epilogue)
+    if cuda_available() and not cudnn_conv.refusal(cudnn_conv.spec_of(op)):
+        return cudnn_conv.workspace_bytes(op, exact=True)
+    return cudnn_conv.workspace_bytes(op)
 
 
 def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Target:

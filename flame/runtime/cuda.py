@@ -188,14 +188,13 @@ def _wait(s: CollectiveWait, fn, bufs: dict, stream) -> None:
 def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
     from flame.runtime.cudnn_conv import cudnn_conv, spec_of
 
-    conv = cudnn_conv(spec_of(s.op, epilogue=s.epilogue))
+    conv = cudnn_conv(spec_of(s.op))
     ws = 0 if s.workspace is None else bufs[s.workspace]
     if conv.workspace > (0 if s.workspace is None else ws.nbytes):
         raise FlameError(f"conv_{s.kind} call for {s.op.name}: cuDNN needs {conv.workspace} bytes of workspace, "
                          f"the plan holds {0 if s.workspace is None else ws.nbytes}")
-    epilogue = {k: bufs[b] for k, b in (("bias", s.bias), ("residual", s.residual)) if b is not None}
     with stream:
-        conv(*(bufs[b] for b in s.operands), bufs[s.out], ws, **epilogue)
+        conv(*(bufs[b] for b in s.reads), bufs[s.out], ws)
 
 
 def _alias(s: Alias, fn, bufs: dict, stream) -> None:

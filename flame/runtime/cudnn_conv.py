@@ -6,8 +6,6 @@ nvidia-cudnn-frontend, on CuPy device memory (DESIGN.md §8), called by the plan
     why = unsupported_reason(spec)            # "" when flame knows no reason cuDNN cannot run it
     conv = cudnn_conv(spec)                   # the graph, built once per spec and cached
     conv(a, b, out, workspace=ptr)            # a, b: the op's inputs in IR order; conv.workspace bytes
-    spec_of(op, epilogue="bias+relu")         # a forward convolution with an epilogue (flame.target)
-    conv(a, b, out, workspace=ptr, bias=bias_ptr)
 
 The three kinds and their operands, in the IR's NC* shapes (ir/ops/conv.py):
     fprop  conv(x, w) -> y                    x [N, C, *S], w [K, C/groups, *R], y [N, K, *O]
@@ -18,12 +16,6 @@ layout says otherwise, so a channels-last buffer is the same spec with other str
 kernels are NHWC, and it transposes NCHW operands itself). Groups (depthwise included) are implied
 by the weight: C = groups * w.shape[1]. A 1-d convolution runs as a 2-d one with a unit height (cuDNN
 convolves 2 or 3 spatial dims). Padding may be asymmetric (pre/post padding per dim).
-
-Epilogue (forward only): after conv_fprop, one cuDNN pointwise op per stage (flame.target.
-CONV_EPILOGUE_STAGES), in order, on the f32 intermediate: bias (add of a [1, C, 1, 1] tensor, one
-number per channel, contiguous), residual (add of a tensor of y's dims and strides), relu, silu
-(swish), gelu (erf) or gelu_tanh; y is written once, rounded from f32. The epilogue is part of the spec,
-so of the graph cache's key.
 
 Precision: f16/bf16 in and out with f32 accumulation; f32 without TF32 unless `allow_tf32` is set
 (engines flagged TENSOR_CORE or DOWN_CONVERT_INPUTS are deselected, as flame's f32 GEMMs and torch
@@ -43,7 +35,6 @@ from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.conv import to_channels_first
 from flame.plan.steps import ConvCall
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
-from flame.target import CONV_EPILOGUE_STAGES, conv_stages
 
 DTYPES = ("f32", "f16", "bf16")
 OPERANDS = {"fprop": ("x", "w", "y"), "dgrad": ("y", "w", "x"), "wgrad": ("x", "y", "w")}  # a, b -> out, as X/W/Y
@@ -63,7 +54,7 @@ class ConvSpec:
     """What one cuDNN convolution graph is built for: the kind (fprop / dgrad / wgrad), the dtype,
     the logical dims of x [N, C, *S], w [K, C/groups, *R] and y [N, K, *O] with their element
     strides in memory, and pre/post padding, stride and dilation per spatial dim (2 or 3 of them:
-    `of` turns a 1-d convolution into a 2-d one); `epilogue`: the stages after a forward one, or none."""
+    `of` turns a 1-d convolution into a 2-d one)."""
 
     kind: str
     dtype: str
@@ -77,11 +68,9 @@ class ConvSpec:
     post_padding: tuple[int, ...]
     stride: tuple[int, ...]
     dilation: tuple[int, ...]
-    epilogue: str = "none"
 
     @staticmethod
-    def of(kind: str, dtype: str, x, w, y, padding, stride, dilation, strides: dict | None = None,
-           epilogue: str = "none") -> ConvSpec:
+    def of(kind: str, dtype: str, x, w, y, padding, stride, dilation, strides: dict | None = None) -> ConvSpec:
         """The spec of one convolution: dims as in the IR, padding as [lo, hi] pairs, `strides` the
         memory strides of any of "x", "w", "y" that are not NC* row-major."""
         dims = {"x": tuple(x), "w": tuple(w), "y": tuple(y)}
@@ -94,21 +83,17 @@ class ConvSpec:
                 dims[n], st[n] = (*d[:2], 1, d[2]), (*s[:2], s[2] * d[2], s[2])
             pads, stride, dilation = [(0, 0), *pads], (1, *stride), (1, *dilation)
         return ConvSpec(kind, dtype, dims["x"], dims["w"], dims["y"], st["x"], st["w"], st["y"],
-                        tuple(p[0] for p in pads), tuple(p[1] for p in pads), stride, dilation, epilogue)
+                        tuple(p[0] for p in pads), tuple(p[1] for p in pads), stride, dilation)
 
     @property
     def groups(self) -> int:
         return self.x[1] // self.w[1] if self.w[1] else 1
 
     def dims(self, which: str) -> tuple[int, ...]:
-        """The dims of x, w, y, or of the epilogue's bias ([1, C, 1, 1]) and residual (y's)."""
-        bias = (1, self.y[1], *(1 for _ in self.y[2:]))
-        return {"x": self.x, "w": self.w, "y": self.y, "bias": bias, "residual": self.y}[which]
+        return {"x": self.x, "w": self.w, "y": self.y}[which]
 
     def strides(self, which: str) -> tuple[int, ...]:
-        if which == "bias":
-            return channels_last_strides(self.dims("bias"))  # C numbers in a row: the channel stride is 1
-        return {"x": self.x_strides, "w": self.w_strides, "y": self.y_strides, "residual": self.y_strides}[which]
+        return {"x": self.x_strides, "w": self.w_strides, "y": self.y_strides}[which]
 
     @property
     def flops(self) -> int:
@@ -116,10 +101,9 @@ class ConvSpec:
         return 2 * math.prod(self.y) * math.prod(self.w[1:])
 
 
-def spec_of(op, strides: dict | None = None, epilogue: str = "none") -> ConvSpec:
-    """The spec of a conv / conv_grad_input / conv_grad_weight IR op (`strides`: see ConvSpec.of) with
-    `epilogue`. A channels_last op's activations ([N, *S, C] in the IR) are its NC* dims with
-    channels-last strides."""
+def spec_of(op, strides: dict | None = None) -> ConvSpec:
+    """The spec of a conv / conv_grad_input / conv_grad_weight IR op (`strides`: see ConvSpec.of). A
+    channels_last op's activations ([N, *S, C] in the IR) are its NC* dims with channels-last strides."""
     kind = ConvCall.KINDS[op.name]
     a, b = (v.type.shape for v in op.inputs)
     shapes = dict(zip(OPERANDS[kind], (a, b, op.out.type.shape)))
@@ -128,7 +112,7 @@ def spec_of(op, strides: dict | None = None, epilogue: str = "none") -> ConvSpec
         shapes.update({n: to_channels_first(shapes[n]) for n in ("x", "y")})
         strides = {n: channels_last_strides(shapes[n]) for n in ("x", "y")} | (strides or {})
     return ConvSpec.of(kind, op.out.type.dtype.name, shapes["x"], shapes["w"], shapes["y"], at["padding"],
-                       at["stride"], at["dilation"], strides, epilogue)
+                       at["stride"], at["dilation"], strides)
 
 
 def unsupported_reason(spec: ConvSpec) -> str:
@@ -140,24 +124,18 @@ def unsupported_reason(spec: ConvSpec) -> str:
         return f"cuDNN convolves 1, 2 or 3 spatial dims, not {len(spec.x) - 2}"
     if 0 in spec.x or 0 in spec.w or 0 in spec.y:
         return f"an empty tensor (x {list(spec.x)}, w {list(spec.w)}, y {list(spec.y)})"
-    stages = conv_stages(spec.epilogue)
-    if stages and spec.kind != "fprop":
-        return f"an epilogue ({spec.epilogue}) after a {spec.kind} convolution"
-    unknown = [s for s in stages if s not in CONV_EPILOGUE_STAGES]
-    if unknown or len(set(stages)) != len(stages):
-        return f"epilogue {spec.epilogue}: stages are distinct ones of {', '.join(CONV_EPILOGUE_STAGES)}"
     return ""
 
 
-def op_unsupported(op, epilogue: str = "none") -> str:
-    """Why cuDNN cannot run convolution op `op` with `epilogue` ("" if flame knows no reason)."""
-    return unsupported_reason(spec_of(op, epilogue=epilogue))
+def op_unsupported(op) -> str:
+    """Why cuDNN cannot run convolution op `op` ("" if flame knows no reason)."""
+    return unsupported_reason(spec_of(op))
 
 
-def workspace_bytes(op, exact: bool = False, epilogue: str = "none") -> int:
-    """The workspace op's call (with `epilogue`) needs: exact (cuDNN's own figure; builds the graph)
-    when `exact`, else the most any engine flame lets cuDNN choose may need (WORKSPACE_LIMIT)."""
-    return cudnn_conv(spec_of(op, epilogue=epilogue)).workspace if exact else WORKSPACE_LIMIT
+def workspace_bytes(op, exact: bool = False) -> int:
+    """The workspace op's call needs: exact (cuDNN's own figure; builds the graph) when `exact`,
+    else the most any engine flame lets cuDNN choose may need (WORKSPACE_LIMIT)."""
+    return cudnn_conv(spec_of(op)).workspace if exact else WORKSPACE_LIMIT
 
 
 class CudnnConv:
@@ -189,7 +167,7 @@ class CudnnConv:
         conv = {"fprop": lambda: g.conv_fprop(image=a, weight=b, **self._attrs(f32)),
                 "dgrad": lambda: g.conv_dgrad(loss=a, filter=b, **self._attrs(f32)),
                 "wgrad": lambda: g.conv_wgrad(image=a, loss=b, **self._attrs(f32))}[s.kind]
-        out, operands = self._epilogue(g, conv(), f32)
+        out = conv()
         out.set_output(True).set_dim(list(s.dims(out_name))).set_stride(list(s.strides(out_name)))
         out.set_data_type(self._io)
         g.validate()
@@ -200,40 +178,19 @@ class CudnnConv:
         g.deselect_workspace_greater_than(WORKSPACE_LIMIT)
         g.check_support()
         g.build_plans()
-        return g, (a, b, out, operands.get("bias"), operands.get("residual"))
-
-    def _epilogue(self, g, t, f32):
-        """The spec's epilogue stages after conv_fprop's result t: the last stage's tensor and the
-        graph's tensors for the bias and residual operands."""
-        operands = {}
-        activation = {"relu": g.relu, "silu": g.swish, "gelu": g.gelu, "gelu_tanh": g.gelu_approx_tanh}
-        for stage in conv_stages(self.spec.epilogue):
-            if stage in ("bias", "residual"):
-                operands[stage] = self._tensor(g, stage)
-                t = g.add(a=t, b=operands[stage], compute_data_type=f32, name=stage)
-            else:
-                t = activation[stage](input=t, compute_data_type=f32, name=stage)
-        return t, operands
+        return g, (a, b, out)
 
     def _attrs(self, compute) -> dict:
         s = self.spec
         return {"pre_padding": list(s.pre_padding), "post_padding": list(s.post_padding), "stride": list(s.stride),
                 "dilation": list(s.dilation), "compute_data_type": compute}
 
-    def __call__(self, a, b, out, workspace=0, bias=None, residual=None) -> None:
-        """out = the convolution of a and b (the op's inputs in IR order: x, w / dy, w / x, dy), with the
-        spec's epilogue reading bias / residual; each a CuPy array or a device pointer with the spec's
-        strides. `workspace`: `self.workspace` bytes (an array or a pointer; 0 when none is needed).
-        Runs on the current CuPy stream."""
-        ta, tb, tout, tbias, tres = self._tensors
-        pack = {ta: device_ptr(a), tb: device_ptr(b), tout: device_ptr(out)}
-        for t, x, name in ((tbias, bias, "bias"), (tres, residual, "residual")):
-            if (t is None) != (x is None):
-                raise ValueError(f"cuDNN convolution with epilogue {self.spec.epilogue}: {name} "
-                                 f"{'missing' if x is None else 'not expected'}")
-            if t is not None:
-                pack[t] = device_ptr(x)
-        execute(self._graph, pack, device_ptr(workspace))
+    def __call__(self, a, b, out, workspace=0) -> None:
+        """out = the convolution of a and b (the op's inputs in IR order: x, w / dy, w / x, dy); each a
+        CuPy array or a device pointer with the spec's strides. `workspace`: `self.workspace` bytes
+        (an array or a pointer; 0 when none is needed). Runs on the current CuPy stream."""
+        ta, tb, tout = self._tensors
+        execute(self._graph, {ta: device_ptr(a), tb: device_ptr(b), tout: device_ptr(out)}, device_ptr(workspace))
 
 
 @lru_cache(maxsize=512)

@@ -17,7 +17,6 @@ from flame.errors import FlameError
 from flame.ir.evaluate import compute_op, evaluate_graph
 from flame.ir.graph import Graph
 from flame.ir.ops.elementwise import gelu_tanh
-from flame.ir.registry import get
 from flame.plan.steps import (
     Alias,
     AttentionCall,
@@ -32,7 +31,6 @@ from flame.plan.steps import (
     Step,
 )
 from flame.runtime.communicator import run_collective
-from flame.target import conv_stages
 
 log = logging.getLogger("flame")
 POISON = 0xFF  # fresh arena bytes: NaN in every float dtype, so a read of unwritten memory shows
@@ -135,25 +133,8 @@ def _wait(s: CollectiveWait, bufs: dict, plan: Plan) -> None:
 
 
 def _conv(s: ConvCall, bufs: dict, plan: Plan) -> None:
-    """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone); an epilogue's
-    stages in order on the unrounded f32 (or wider) convolution, as cuDNN computes them, rounded once."""
-    ins = [bufs[b] for b in s.operands]  # the op's inputs in order
-    if s.epilogue == "none":
-        np.copyto(bufs[s.out], compute_op(s.op, ins))
-        return
-    acc = compute_op(s.op, ins, wide=True)
-    acc = acc.astype(np.promote_types(acc.dtype, np.float32), copy=False)
-    for stage in conv_stages(s.epilogue):
-        if stage in ("bias", "residual"):
-            acc = acc + bufs[getattr(s, stage)].astype(acc.dtype)  # the add's operand, broadcast as in the IR
-        else:
-            acc = _ACTIVATIONS[stage](acc).astype(acc.dtype, copy=False)
-    np.copyto(bufs[s.out], acc, casting="unsafe")
-
-
-# a convolution epilogue's activations, computed in the accumulator's type (the ops' own references)
-_ACTIVATIONS = {"relu": get("relu").ref, "silu": get("silu").ref, "gelu": partial(get("gelu").ref, approximate="none"),
-                "gelu_tanh": gelu_tanh}
+    """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone)."""
+    np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
 
 
 def _alias(s: Alias, bufs: dict, plan: Plan) -> None:

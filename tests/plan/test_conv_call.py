@@ -29,7 +29,7 @@ WORKSPACE = 1000  # bytes a pretend library asks for per call
 
 
 def _plan(g: Graph, workspace: int = WORKSPACE):
-    return to_plan(g, target=replace(DEFAULT_TARGET, conv_workspace=lambda op, epilogue="none": workspace))
+    return to_plan(g, target=replace(DEFAULT_TARGET, conv_workspace=lambda op: workspace))
 
 
 @pytest.mark.parametrize("which", CONV_OPS)

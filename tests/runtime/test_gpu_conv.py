@@ -167,7 +167,7 @@ def test_compiled_training_step_on_cuda_matches_reference(dtype):
     assert {c.kind for c in calls} == {"fprop", "dgrad", "wgrad"}, "cuDNN refused a call: " + "; ".join(
         target.conv_unsupported(op) for op in g.ops if op.name in CONV_OPS)
     for c in calls:
-        need = cudnn_conv(spec_of(c.op, epilogue=c.epilogue)).workspace
+        need = cudnn_conv(spec_of(c.op)).workspace
         assert (0 if c.workspace is None else plan.buffers[c.workspace].nbytes) == need
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal(v.type.shape).astype(v.type.dtype.np_dtype) for v in g.inputs]
@@ -192,72 +192,3 @@ def test_asymmetric_padding_runs_on_the_cuda_path(which):
     arrays = _inputs(g.ops[0], 4)
     (got,) = run_cuda(g, arrays)
     _close(np.asarray(got, np.float64), evaluate_op(g.ops[0], arrays).astype(np.float64), "f32", which)
-
-
-EPILOGUES = (["bias"], ["bias", "relu"], ["bias", "residual", "relu"], ["relu", "residual"], ["bias", "silu"],
-             ["bias", "gelu"], ["residual", "gelu_tanh"])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("stages", EPILOGUES, ids="+".join)
-def test_conv_epilogue_on_cudnn_matches_reference(stages, dtype):
-    """conv + epilogue stages planned for the CUDA target (channels-last; the stages in the cuDNN
-    call, whose exact workspace the plan holds), run three times (plain launches, capture, replay)
-    against the reference executor on the same plan (both round the f32 epilogue once)."""
-    _cupy()
-    from flame.passes.pipeline import legalize, lower
-    from flame.plan.build import to_plan
-    from flame.plan.steps import ConvCall
-    from flame.runtime.backend import capabilities
-    from flame.runtime.cuda import CudaExecutor
-    from flame.runtime.cudnn_conv import cudnn_conv, spec_of
-    from flame.runtime.reference import ReferenceExecutor
-    from tests.passes.test_conv_epilogue import conv_net
-
-    g = conv_net(stages, DTYPES[dtype])
-    target = capabilities("cuda")
-    plan = to_plan(lower(legalize(g, conv_unsupported=target.conv_unsupported), target=target), target=target)
-    (call,) = [s for s in plan.steps if isinstance(s, ConvCall)]
-    epilogue = "+".join(stages)
-    assert call.epilogue == epilogue, f"cuDNN refused {epilogue}: {target.conv_unsupported(call.op, epilogue)}"
-    need = cudnn_conv(spec_of(call.op, epilogue=epilogue)).workspace
-    assert (0 if call.workspace is None else plan.buffers[call.workspace].nbytes) == need
-    rng = np.random.default_rng(7)
-    arrays = [rng.standard_normal(v.type.shape).astype(v.type.dtype.np_dtype) for v in g.inputs]
-    want = ReferenceExecutor().compile(plan)(arrays)[0]
-    ex = CudaExecutor()
-    run = ex.compile(plan)
-    for i in range(3):
-        (got,) = run([ex.asarray(a) for a in arrays])
-        _close(np.asarray(ex.to_numpy(got), np.float64), want.astype(np.float64), dtype, f"{epilogue} run {i}")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_training_step_with_conv_epilogues_on_cuda_matches_reference(dtype):
-    """Two biased convolutions, ReLU and a residual, with their gradients: the forward calls carry
-    bias+relu and bias+residual+relu; plain launches, capture and replay against the op-by-op oracle."""
-    _cupy()
-    from flame.passes.pipeline import legalize, lower
-    from flame.plan.build import to_plan
-    from flame.plan.steps import ConvCall
-    from flame.runtime.backend import capabilities
-    from flame.runtime.cuda import CudaExecutor
-    from flame.runtime.reference import run_graph
-    from tests.passes.test_conv_epilogue import train_graph
-
-    g = train_graph(DTYPES[dtype])
-    target = capabilities("cuda")
-    plan = to_plan(lower(legalize(g, conv_unsupported=target.conv_unsupported), target=target), target=target)
-    forward = [s for s in plan.steps if isinstance(s, ConvCall) and s.kind == "fprop"]
-    assert sorted(c.epilogue for c in forward) == ["bias+relu", "bias+residual+relu"]
-    rng = np.random.default_rng(9)
-    arrays = [rng.standard_normal(v.type.shape).astype(v.type.dtype.np_dtype) for v in g.inputs]
-    want = run_graph(g, arrays)
-    ex = CudaExecutor()
-    run = ex.compile(plan)
-    for _ in range(3):
-        got = [ex.to_numpy(o) for o in run([ex.asarray(a) for a in arrays])]
-        for i, (a, w) in enumerate(zip(got, want)):
-            _close(np.asarray(a, np.float64), w.astype(np.float64), dtype, f"output {i}")
