@@ -1,6 +1,6 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
 their elementwise prologue and epilogue. Two schedules (Config.rows_schedule / FLAME_ROWS_SCHEDULE:
-the default "old", "new", or "auto": "new" for kernels without column reductions whose per-element
+"old", "new", or the default "auto": "new" for kernels without column reductions whose per-element
 reads and writes index the domain itself (_plain), "old" for the others; on an H100 (2026-11-23,
 rows_schedules.py) "new" ran softmax [131072, 1024] bf16 in 215 us instead of 314, cross-entropy
 [8192, 32768] in 516 instead of 702 and LayerNorm forward in 19.7 instead of 20.8, but a LayerNorm

@@ -59,13 +59,15 @@ def _lower(grp, cfg, target):
     return lower(grp, cfg, target) if target is not None else lower(grp, cfg)
 
 
-def test_default_schedule_is_old_and_env_selects(monkeypatch):
-    """old by default; auto: the new schedule for plain row kernels without column sums."""
+def test_default_schedule_is_auto_and_env_selects(monkeypatch):
+    """auto by default: the new schedule for plain row kernels without column sums, old for the others."""
     monkeypatch.delenv("FLAME_ROWS_SCHEDULE", raising=False)
-    assert rows_schedule() == "old"
+    assert rows_schedule() == "auto"
     (grp,) = _rows_groups(_softmax((8, 1000), f32))
-    assert "new schedule" not in lower(grp)[0].source
-    assert "new schedule" in lower(grp, Config(rows_schedule="auto"))[0].source
+    assert "new schedule" in lower(grp)[0].source
+    assert "new schedule" not in lower(grp, OLD)[0].source
+    (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 96))[0])
+    assert "new schedule" not in lower(grp)[0].source  # carries column sums: old
     monkeypatch.setenv("FLAME_ROWS_SCHEDULE", "new")
     assert rows_schedule() == "new" and rows_schedule(OLD) == "old"
     (grp,) = _rows_groups(_softmax((8, 1000), f32))
