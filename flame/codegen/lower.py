@@ -23,6 +23,7 @@ from flame.codegen.indexing import lower_concat, lower_gather, lower_pad, lower_
 from flame.codegen.kernel import DEFAULT_CONFIG, Config, Kernel
 from flame.codegen.reduce import lower_reduction
 from flame.codegen.scan import lower_argsort, lower_scan
+from flame.codegen.transpose import lower_permute
 from flame.ir.graph import FusionGroup, Kind, Op, Value
 from flame.ir.registry import get
 from flame.target import DEFAULT_TARGET, Target
@@ -31,11 +32,13 @@ __all__ = ["LOWERINGS", "Kernel", "kernel_inputs", "lower", "single"]
 
 
 def _library(op: Op) -> list[Kernel]:
-    raise NotImplementedError(f"{op.name} is a {get(op.name).library} library call made by the runtime, "
-                              "not a generated kernel")
+    raise NotImplementedError(
+        f"{op.name} is a {get(op.name).library} library call made by the runtime, not a generated kernel"
+    )
 
 
-_BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not views
+_BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not index-mapping copies
+    "permute": lower_permute,  # a view, but a transpose wants a tiled kernel
     "pad": lower_pad,
     "concat": lower_concat,
     "gather": lower_gather,
@@ -55,9 +58,11 @@ def _op_rule(op: Op) -> Callable[[Op], list[Kernel]] | None:
     opdef = get(op.name)
     if opdef.library:
         return _library
+    if op.name in _BY_NAME:
+        return _BY_NAME[op.name]
     if opdef.view is not None:
         return lower_view
-    return _BY_NAME.get(op.name) or _BY_CATEGORY.get(opdef.category)
+    return _BY_CATEGORY.get(opdef.category)
 
 
 def _one_op(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
@@ -91,9 +96,13 @@ LOWERINGS: dict[Kind, Callable[[FusionGroup, Config, Target], list[Kernel]]] = {
 def single(op: Op) -> FusionGroup:
     """The group of one op: lowered by the op's own rule, with the op ABI."""
     opdef = get(op.name)
-    kind = Kind(opdef.library) if opdef.library else {
-        "elementwise": Kind.ELEMENTWISE, "movement": Kind.ELEMENTWISE, "reduction": Kind.REDUCTION
-    }.get(opdef.category, Kind.OPAQUE)
+    kind = (
+        Kind(opdef.library)
+        if opdef.library
+        else {"elementwise": Kind.ELEMENTWISE, "movement": Kind.ELEMENTWISE, "reduction": Kind.REDUCTION}.get(
+            opdef.category, Kind.OPAQUE
+        )
+    )
     return FusionGroup((op,), kind, "one op", (op.out,))
 
 

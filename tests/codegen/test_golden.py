@@ -31,6 +31,14 @@ def _permute_f32(b, g):
     b.permute(g.add_input(TensorType((2, 3, 4), f32)), perm=[2, 0, 1])
 
 
+def _permute_tiled_bf16(b, g):  # the innermost dim moves: a tiled transpose, odd extents (partial tiles)
+    b.permute(g.add_input(TensorType((2, 40, 77), bf16)), perm=[0, 2, 1])
+
+
+def _permute_runs_f16(b, g):  # the innermost dim stays: a copy of 16-byte runs
+    b.permute(g.add_input(TensorType((2, 3, 5, 16), f16)), perm=[0, 2, 1, 3])
+
+
 def _random_normal_f32(b, g):
     seed, offset = g.add_input(TensorType((), i64)), g.add_input(TensorType((), i64))
     b.random_normal(seed, offset, shape=(16, 16), dtype=f32)
@@ -38,7 +46,15 @@ def _random_normal_f32(b, g):
 
 CASES = {
     f.__name__.lstrip("_"): f
-    for f in (_add_bcast_f16, _gelu_tanh_bf16, _sum_rows_f32, _permute_f32, _random_normal_f32)
+    for f in (
+        _add_bcast_f16,
+        _gelu_tanh_bf16,
+        _sum_rows_f32,
+        _permute_f32,
+        _permute_tiled_bf16,
+        _permute_runs_f16,
+        _random_normal_f32,
+    )
 }
 
 
