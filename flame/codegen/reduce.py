@@ -1,14 +1,22 @@
 """Reductions over any axes (reduce_sum/mean/max/min, argmax) through templates/reduce.cu.j2.
 
 The input's dims are split into kept and reduced groups (size-1 dims dropped, neighbours of one
-class merged). M outputs, R reduced elements each. Three kernel shapes:
+class merged). M outputs, R reduced elements each. Two kernel shapes:
 - rows: the innermost dim is reduced, so one output's elements are contiguous: a warp (R <= 1024)
-  or a 256-thread block per output, warp shuffles then shared memory;
-- cols: the innermost dim is kept: 32 consecutive outputs per block (coalesced), 8 thread rows
-  split R, folded through shared memory;
-- when few outputs have very many elements, R is cut into P chunks: the first kernel writes M*P
-  partials to scratch, a `final` kernel folds them (one warp per output).
-f16/bf16 accumulate in f32; the output is rounded once."""
+  or a 256-thread block per output, warp shuffles then shared memory; when few outputs have very
+  many elements, R is cut into P chunks whose M*P partials a `final` kernel folds (a warp per output);
+- cols: the innermost dim is kept, so consecutive outputs are contiguous. A block takes a tile of
+  L*V consecutive outputs: L lanes (the fewest powers of two covering M, at most 32) each load V
+  of them at once (up to 16 bytes: the largest power of two dividing the innermost kept dim;
+  argmax: 1), and the block's other 256/L thread rows split the reduced rows, each issuing 8 (16 if
+  narrower than 16 bytes) loads before using any. So [262144, 128] bf16 runs 16 lanes x 16 rows,
+  not 32 lanes half idle. Thread rows are folded by shuffles within a warp, then across the 8 warps
+  through shared memory. R is cut into P chunks (whole batches per thread) for about 8 blocks per
+  multiprocessor in all; the [P, M] partials are folded by a second column kernel with narrow
+  tiles (2+ lanes) so it too spreads over many blocks. FLAME_COLS_SCHEDULE=old selects the previous
+  schedule (32 lanes x V per tile, 8 thread rows, chunks for 2048 blocks) for comparison.
+Every fold runs in a fixed order (no atomics), so results do not vary between runs. f16/bf16
+accumulate in f32; the output is rounded once (reduce_mean divides by R first)."""
 
 from __future__ import annotations
 
