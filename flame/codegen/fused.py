@@ -8,8 +8,8 @@ value is evaluated at coordinates of an iteration domain through the IndexMaps o
 each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as single-op kernels do), so
 the kernel computes what the ops compute one by one. Independent parts of a group (horizontal fusion)
 become segments of the one kernel: of static sizes, in one flat space of 16-byte vectors that every
-block takes an equal contiguous share of, segments that differ only in their pointers sharing one body
-(_lower_balanced, templates/fused_balanced.cu.j2); 0-d work and dynamic sizes side by side, each
+block takes an equal contiguous share of (Config.balanced_unroll of them per thread per step), segments
+that differ only in their pointers sharing one body (_lower_balanced, templates/fused_balanced.cu.j2); 0-d work and dynamic sizes side by side, each
 segment on its own range of blocks (segment_blocks).
 
 Row kernels: one warp per row (R <= 256, several rows per block) or a 128/512-thread block per row;
@@ -397,8 +397,10 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     update of each parameter) share ONE body (a class): each block first writes every segment's
     pointers, size and scalars into a shared-memory table (from a switch over the kernel's
     parameters), then runs the class body per item with its segment's row of the table, so the
-    source stays small however many tensors the update covers. Per element the arithmetic is the
-    segment's own."""
+    source stays small however many tensors the update covers. A thread takes config.balanced_unroll
+    items per step, block-strided (g, g + block, ...): where all are full aligned vectors of one
+    segment it issues all their loads before computing the first (more bytes in flight per thread),
+    else one item at a time. Per element the arithmetic is the segment's own."""
     classes: dict[str, int] = {}
     fields: list[dict] = []
     cases, items, whats, slots, cls_of = [], [], [], [], []
@@ -433,6 +435,7 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         name=NAME_TOKEN,
         params=group_params(inputs, outputs),
         block=block,
+        U=max(1, config.balanced_unroll),
         min_blocks=max(1, config.balanced_threads // block),
         idx_t=idx_t,
         off_t=off_t,
@@ -467,4 +470,4 @@ def _class_fields(seg: list[Op], lay: Layout, ins: list[Value], outs: list[Value
     locals_ = [f"{t} const p_{m} = R.{m}; __builtin_assume(__isGlobal(p_{m}));" for m, t in walked]
     pointers = ([f"const {v.dtype.cuda_type}* L{c}_in{j} = nullptr;" for j, v in enumerate(ins)]
                 + [f"{v.dtype.cuda_type}* L{c}_out{j} = nullptr;" for j, v in enumerate(outs)])
-    return dict(body, members=members, sets=sets, locals=locals_, pointers=pointers, count=0)
+    return dict(body, index=c, members=members, sets=sets, locals=locals_, pointers=pointers, count=0)

@@ -44,7 +44,12 @@ class Config:
     segment its own blocks (0: never; pairs such as a GELU backward and its recomputation keep the
     grid-stride schedule measured above); balanced_threads: its threads per multiprocessor
     (Target.sm_count), all resident at once (__launch_bounds__ asks for them: 1024 threads leave 64
-    registers per thread). Neither measured on a GPU yet (bench/scripts/multi_tensor.py times them)."""
+    registers per thread); balanced_unroll: items per thread per step (g, g + block, ...), all their
+    16-byte loads issued before the first is used where they are full aligned vectors of one segment.
+    The AdamW update (bf16) needs 64-68 registers at one item, ~80-100 at two: U > 1 spills at 1024
+    threads (NVRTC 12.9, sm_90: 210 bytes at U=2), none at 512 x 2 (sm_80, sm_90) or 768 x 2 (sm_80),
+    so U stays 1 until a GPU says otherwise (bench/scripts/multi_tensor.py times them; H100: b1024 at
+    68.7% of copy, the side-by-side schedule 68.1%)."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -59,6 +64,7 @@ class Config:
     row_carry: bool = True
     balanced: int = 3
     balanced_threads: int = 1024
+    balanced_unroll: int = 1
 
 
 DEFAULT_CONFIG = Config()

@@ -1,8 +1,9 @@
 """Multi-tensor updates (the horizontal kernels of codegen/fused.py): the update of every tensor one
 balanced kernel (equal contiguous chunks of all tensors' vectors per block, one body for all), scalar
 work one segment per block, and (from the matmul VJP) weight gradients that arrive in the weights'
-layout. The structure is checked on the rendered CUDA (no GPU needed), the kernels compile with NVRTC,
-and (marked gpu) the balanced kernel matches the side-by-side one bit for bit and the reference."""
+layout. The structure is checked on the rendered CUDA (no GPU needed), the kernels compile with NVRTC
+(one or several items per thread per step), and (marked gpu) the balanced kernel matches the
+side-by-side one bit for bit and the reference."""
 
 from __future__ import annotations
 
@@ -119,13 +120,13 @@ def test_odd_sizes_and_several_classes_compile():
     assert len(compile_many([two.source], "sm_90")) == 1
 
 
-def _two_classes():
+def _two_classes(config=DEFAULT_CONFIG):
     """One horizontal kernel whose segments differ in more than their pointers (a broadcast operand in
     one, a same-shape one in the other): two classes, two bodies."""
     r = np.random.default_rng(3)
     arrays = [r.standard_normal(s).astype(np.float32) for s in [(33, 8), (8,), (1001,), (1001,), (7, 4), (4,)]]
     g, _ = build(lambda a, b, c, d, e, f: ((a + 1.5) * b, (c + 1.5) * d, (e + 1.5) * f), *arrays)
-    (k,) = [k for grp in fuse(g).groups if grp.ops for k in lower(grp)]
+    (k,) = [k for grp in fuse(g).groups if grp.ops for k in lower(grp, config)]
     return k
 
 
@@ -153,6 +154,22 @@ def test_multi_tensor_kernels_compile():
         assert len(compile_many([k.source for k in kernels], arch)) == len(kernels)
 
 
+@pytest.mark.parametrize("unroll", [1, 2, 4])
+def test_unrolled_balanced_kernels_compile(unroll):
+    """U items per thread per step: all their loads before the first is used where the U items are full
+    aligned vectors of one segment, else one item at a time; every class, odd sizes, both archs."""
+    config = Config(balanced_unroll=unroll)
+    shapes = [(1000,), (3, 5), (17,), (768, 3), (1,), (33, 7)]
+    kernels = [_balanced(_update_group(shapes, dtype), config) for dtype in ("f32", "bf16")]
+    kernels += [_balanced(_update_group([(4097, 3)], "bf16"), config), _two_classes(config)]
+    for k in kernels:
+        assert f"constexpr int U = {unroll};" in k.source
+        assert ("all their loads first" in k.source) == (unroll > 1)
+    assert "if (cls == 1) {  // class 1" in kernels[-1].source  # the second class in both paths
+    for arch in ("sm_80", "sm_90"):
+        assert len(compile_many([k.source for k in kernels], arch)) == len(kernels)
+
+
 MIXED = [(4096, 1024)] * 2 + [(1000,), (3, 5), (17,), (768, 3), (1,), (8192, 768), (768,), (33, 7)]
 
 
@@ -173,10 +190,10 @@ def _update_group(shapes, dtype):
     return max(fuse(multi_adamw(shapes, dtype)[0]).groups, key=lambda grp: sum(v.type.numel for v in grp.outputs))
 
 
-def _balanced(grp):
+def _balanced(grp, config=DEFAULT_CONFIG):
     """grp's balanced kernel, also for one segment (lower takes it for several)."""
     inputs, segs, lays, _ = prepare(grp)
-    return _lower_balanced(grp, inputs, list(grp.outputs), segs, lays, DEFAULT_CONFIG, DEFAULT_TARGET)
+    return _lower_balanced(grp, inputs, list(grp.outputs), segs, lays, config, DEFAULT_TARGET)
 
 
 def _launch(grp, kernel, values, misalign=False) -> list[np.ndarray]:
@@ -206,29 +223,54 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
+def _check_same_bits_as_side_by_side(grp, config, misalign):
+    """grp's balanced kernel under config writes every output element, each bit for bit what the
+    side-by-side kernel writes."""
+    r = np.random.default_rng(5)
+    values = {v: np.abs(r.standard_normal(v.shape) + 0.5).astype(v.dtype.np_dtype) for v in group_inputs(grp)}
+    (old,) = lower(grp, Config(balanced=0))
+    new = _balanced(grp, config)
+    for a, b in zip(_launch(grp, old, values, misalign), _launch(grp, new, values, misalign)):
+        assert np.isfinite(b.astype(np.float32)).all()  # every element written
+        differ = np.flatnonzero(_bits(a) != _bits(b))
+        assert not differ.size, f"{differ.size} of {a.size} elements differ, first at {differ[:5]}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("misalign", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("shapes", [MIXED, [(4097, 3)]], ids=["mixed", "one"])
 def test_gpu_balanced_update_is_bit_identical_to_side_by_side(shapes, dtype, misalign):
     """The balanced AdamW update computes exactly what the side-by-side kernel computes (same
-    arithmetic per element), over many mixed, odd-sized tensors and over a single one."""
-    grp = _update_group(shapes, dtype)
-    r = np.random.default_rng(5)
-    values = {v: np.abs(r.standard_normal(v.shape) + 0.5).astype(v.dtype.np_dtype) for v in group_inputs(grp)}
-    (old,) = lower(grp, Config(balanced=0))
-    new = _balanced(grp)
-    for a, b in zip(_launch(grp, old, values, misalign), _launch(grp, new, values, misalign)):
-        assert np.array_equal(_bits(a), _bits(b))
-        assert np.isfinite(b.astype(np.float32)).all()  # every element written
+    arithmetic per element), over many mixed, odd-sized tensors and over a single one. This holds
+    because NVRTC compiles without multiply-add contraction (nvrtc.OPTIONS, --fmad=false): with it,
+    `v * b2 + g * g * (1 - b2)` became fma(g * g, 1 - b2, v * b2) in one kernel and
+    fma(v, b2, g * g * (1 - b2)) in the other (the compiler picks the product by the surrounding
+    code), and a few elements differed by up to 3 ulp."""
+    _check_same_bits_as_side_by_side(_update_group(shapes, dtype), DEFAULT_CONFIG, misalign)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("misalign", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_gpu_balanced_kernel_matches_reference(dtype, misalign):
-    """Independent (x + 1.5) * y over mixed sizes (no multiply-add the compiler could contract): f32
-    bit for bit, bf16 within one unit in the last place, aligned or not."""
+@pytest.mark.parametrize("unroll", [2, 4])
+def test_gpu_unrolled_balanced_update_is_bit_identical_to_side_by_side(unroll, dtype, misalign):
+    """U items per thread per step: the U-vector path (aligned), the one-item path (steps that straddle
+    one of the many odd-sized segments, a block's last items, every step when misaligned)."""
+    shapes = MIXED + [(5, 3), (4099,), (1, 7), (2047, 9)]
+    grp = _update_group(shapes, dtype)
+    config = Config(balanced_unroll=unroll)
+    assert "all their loads first" in _balanced(grp, config).source
+    _check_same_bits_as_side_by_side(grp, config, misalign)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("unroll", [1, 2, 4])
+@pytest.mark.parametrize("misalign", [False, True])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_gpu_balanced_kernel_matches_reference(dtype, misalign, unroll):
+    """Independent (x + 1.5) * y over mixed sizes: f32 bit for bit, bf16 within one unit in the last
+    place, aligned or not, one or several items per thread per step."""
     r = np.random.default_rng(6)
     shapes = [(1000, 33), (3, 5), (17,), (2,), (768, 3), (4096, 64), (8,)]
     arrays = [r.standard_normal(s).astype(dtype_of(dtype).np_dtype) for s in shapes for _ in range(2)]
@@ -239,7 +281,7 @@ def test_gpu_balanced_kernel_matches_reference(dtype, misalign):
     g, inputs = build(step, *arrays)
     fused = fuse(g)
     (grp,) = [grp for grp in fused.groups if grp.ops]
-    (k,) = lower(grp)
+    (k,) = lower(grp, Config(balanced_unroll=unroll))
     assert f"_x{len(shapes)}_" in k.name and "struct row0" in k.source
     got = _launch(grp, k, dict(zip(fused.inputs, inputs)), misalign)
     want = run_graph(g, inputs)

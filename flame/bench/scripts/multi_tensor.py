@@ -2,10 +2,12 @@
 tensors from [768] to [8192, 768]) as one kernel, in schedule variants, timed on one GPU against a
 device copy; every variant's outputs are checked bit for bit against the side-by-side kernel's.
 
-    python3 -m flame.bench.scripts.multi_tensor [--reps 50] [--variants side,b512,b768,b1024,b2048]
+    python3 -m flame.bench.scripts.multi_tensor [--reps 50] [--variants side,b1024,b1024u2,b512u4]
 
 side: each tensor on its own blocks (Config(balanced=0)); bN: the balanced flat schedule
-(codegen/fused.py _lower_balanced) with N threads per multiprocessor (Config.balanced_threads).
+(codegen/fused.py _lower_balanced) with N threads per multiprocessor (Config.balanced_threads); bNuK:
+with K items per thread per step, all their loads first (Config.balanced_unroll). The first variant is
+the reference of the bit check (side, unless --variants says otherwise).
 Bytes: every input tensor read once, every output written once (the 0-d scalars aside). Times: CUDA
 events around each launch, median of --reps after 5 warm-ups.
 """
@@ -26,6 +28,14 @@ from flame.runtime.profile import median_event_ms  # noqa: E402
 
 VARIANTS = {"side": dict(balanced=0), "b512": dict(balanced_threads=512), "b768": dict(balanced_threads=768),
             "b1024": dict(balanced_threads=1024), "b2048": dict(balanced_threads=2048)}
+# several items per thread per step; registers (NVRTC 12.9, sm_90, bf16 update): b1024u2/u4 spill
+# (64 registers), b768u2 80 (84 bytes spilled), b512u2 102 (none), b512u4 128 (186 bytes spilled)
+VARIANTS.update(
+    {
+        f"b{t}u{u}": dict(balanced_threads=t, balanced_unroll=u)
+        for t, u in [(1024, 2), (1024, 4), (768, 2), (512, 2), (512, 4)]
+    }
+)
 
 
 def _bits(a):
