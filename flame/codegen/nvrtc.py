@@ -31,12 +31,7 @@ from flame.errors import FlameError
 _MAGIC = b"FLAMECUBIN2\n"  # 2: the digest is an HMAC (entries of version 1 fail the check and are rebuilt)
 _KEY_FILE = ".hmac-key"
 _TMP = ".tmp-"
-# no --use_fast_math: kernels must match the reference. --fmad=false: no multiply-add contraction, so every
-# op rounds as the IR (and the reference) says and a kernel's per-element function is fixed by its source.
-# With contraction, NVVM and ptxas pick which product of `a * b + c * d` to fuse by the surrounding code:
-# the balanced and side-by-side AdamW kernels fused different products of `v * b2 + g * g * (1 - b2)` and
-# differed in a few elements (explicit fmaf() calls in the math library stay fused).
-OPTIONS = ("-std=c++17", "-default-device", "--fmad=false")
+OPTIONS = ("-std=c++17", "-default-device")  # no --use_fast_math: kernels must match the reference
 
 
 def cache_dir() -> Path:
