@@ -8,9 +8,10 @@ value is evaluated at coordinates of an iteration domain through the IndexMaps o
 each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as single-op kernels do), so
 the kernel computes what the ops compute one by one. Independent parts of a group (horizontal fusion)
 become segments of the one kernel: of static sizes, in one flat space of 16-byte vectors that every
-block takes an equal contiguous share of (Config.balanced_unroll of them per thread per step), segments
-that differ only in their pointers sharing one body (_lower_balanced, templates/fused_balanced.cu.j2); 0-d work and dynamic sizes side by side, each
-segment on its own range of blocks (segment_blocks).
+block takes an equal contiguous share of (Config.balanced_unroll of them per thread per step),
+segments that differ only in their pointers sharing one body (_lower_balanced,
+templates/fused_balanced.cu.j2); 0-d work and dynamic sizes side by side, each segment on its own
+range of blocks (segment_blocks).
 
 Row kernels: one warp per row (R <= 256, several rows per block) or a 128/512-thread block per row;
 rows of at most Target.row_cache elements keep each input element in registers across the reductions

@@ -48,8 +48,10 @@ class Config:
     16-byte loads issued before the first is used where they are full aligned vectors of one segment.
     The AdamW update (bf16) needs 64-68 registers at one item, ~80-100 at two: U > 1 spills at 1024
     threads (NVRTC 12.9, sm_90: 210 bytes at U=2), none at 512 x 2 (sm_80, sm_90) or 768 x 2 (sm_80),
-    so U stays 1 until a GPU says otherwise (bench/scripts/multi_tensor.py times them; H100: b1024 at
-    68.7% of copy, the side-by-side schedule 68.1%)."""
+    so U stays 1: on an H100 (2026-11-27, bench/scripts/multi_tensor.py, the bench's 52-tensor bf16
+    update) b1024 ran 246 us (68.0% of copy), the side-by-side schedule 247 us, b1024u2 610, b1024u4
+    893, b768u2 349, b512u2 250, b512u4 466: more loads in flight do not help this update, whose
+    IEEE sqrt and two divisions per 14 bytes keep it near its instruction throughput."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID

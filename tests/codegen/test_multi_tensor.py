@@ -224,8 +224,8 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 def _check_same_bits_as_side_by_side(grp, config, misalign):
-    """grp's balanced kernel under config writes every output element, each bit for bit what the
-    side-by-side kernel writes."""
+    """grp's balanced kernel under config writes every output element, each what the side-by-side
+    kernel writes up to contraction: at most one element in a thousand differs, by at most 4 ulp."""
     r = np.random.default_rng(5)
     values = {v: np.abs(r.standard_normal(v.shape) + 0.5).astype(v.dtype.np_dtype) for v in group_inputs(grp)}
     (old,) = lower(grp, Config(balanced=0))
@@ -233,20 +233,23 @@ def _check_same_bits_as_side_by_side(grp, config, misalign):
     for a, b in zip(_launch(grp, old, values, misalign), _launch(grp, new, values, misalign)):
         assert np.isfinite(b.astype(np.float32)).all()  # every element written
         differ = np.flatnonzero(_bits(a) != _bits(b))
-        assert not differ.size, f"{differ.size} of {a.size} elements differ, first at {differ[:5]}"
+        assert differ.size <= max(1, a.size // 1000), f"{differ.size} of {a.size} elements differ"
+        x, y = a.ravel()[differ].astype(np.float64), b.ravel()[differ].astype(np.float64)
+        eps = float(ml_dtypes.finfo(a.dtype).eps)
+        assert (np.abs(x - y) <= 4 * eps * np.maximum(np.abs(x), np.abs(y))).all(), (x[:5], y[:5])
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("misalign", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("shapes", [MIXED, [(4097, 3)]], ids=["mixed", "one"])
-def test_gpu_balanced_update_is_bit_identical_to_side_by_side(shapes, dtype, misalign):
-    """The balanced AdamW update computes exactly what the side-by-side kernel computes (same
-    arithmetic per element), over many mixed, odd-sized tensors and over a single one. This holds
-    because NVRTC compiles without multiply-add contraction (nvrtc.OPTIONS, --fmad=false): with it,
-    `v * b2 + g * g * (1 - b2)` became fma(g * g, 1 - b2, v * b2) in one kernel and
-    fma(v, b2, g * g * (1 - b2)) in the other (the compiler picks the product by the surrounding
-    code), and a few elements differed by up to 3 ulp."""
+def test_gpu_balanced_update_matches_side_by_side(shapes, dtype, misalign):
+    """The balanced AdamW update computes what the side-by-side kernel computes (the same arithmetic
+    per element, as source), over many mixed, odd-sized tensors and over a single one, up to the
+    compiler's multiply-add contraction: NVRTC fuses `a * b + c` (as nvcc does for PyTorch's kernels),
+    and which product of `v * b2 + g * g * (1 - b2)` it fuses depends on the surrounding code (the PTX
+    of the two kernels, 2026-11-27: fma(g * g, 1 - b2, v * b2) in one, fma(v, b2, g * g * (1 - b2)) in
+    the other). On an H100 282 of 106M elements of the bench's update differed, by up to 3 ulp."""
     _check_same_bits_as_side_by_side(_update_group(shapes, dtype), DEFAULT_CONFIG, misalign)
 
 
@@ -254,7 +257,7 @@ def test_gpu_balanced_update_is_bit_identical_to_side_by_side(shapes, dtype, mis
 @pytest.mark.parametrize("misalign", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("unroll", [2, 4])
-def test_gpu_unrolled_balanced_update_is_bit_identical_to_side_by_side(unroll, dtype, misalign):
+def test_gpu_unrolled_balanced_update_matches_side_by_side(unroll, dtype, misalign):
     """U items per thread per step: the U-vector path (aligned), the one-item path (steps that straddle
     one of the many odd-sized segments, a block's last items, every step when misaligned)."""
     shapes = MIXED + [(5, 3), (4099,), (1, 7), (2047, 9)]
