@@ -47,7 +47,6 @@ from flame.ir.indexmap import (
     input_map,
     is_reduction,
     is_view,
-    leading_reduced,
     row_segments,
     trailing_reduced,
 )
@@ -75,14 +74,11 @@ def _reads(ops: list[Op] | tuple[Op, ...]) -> list[Value]:
     return list(out)
 
 
-def layout(ops: list[Op], exposed: list[Value], columns: tuple[Op, ...] = ()) -> Layout:
-    """The iteration domain and maps of one segment (as the fusion pass chose them): a row
-    reduction's, else that of the column reductions it carries (rows of their kept innermost dims:
-    indexmap.leading_reduced), else an elementwise one."""
+def layout(ops: list[Op], exposed: list[Value]) -> Layout:
+    """The iteration domain and maps of one segment (as the fusion pass chose them)."""
     red = [op for op in ops if is_reduction(op)]
-    if red or columns:
-        op = red[0] if red else columns[0]
-        got = derive(ops, exposed, op.inputs[0].shape, trailing_reduced(op) if red else leading_reduced(op))
+    if red:
+        got = derive(ops, exposed, red[0].inputs[0].shape, trailing_reduced(red[0]))
         if isinstance(got, Layout):
             return got
         raise NotImplementedError(f"rows group cannot be lowered: {got}")
@@ -164,8 +160,7 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
     kept = [op for op in group.ops if op not in columns]
     segs = row_segments(kept) if columns else segments(kept)
     col_in = [op.inputs[0] for op in columns]
-    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in)), columns)
-            for seg in segs]
+    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
     if columns and (len(segs) != 1 or not lays[0].n_red):
         raise NotImplementedError("column reductions ride only in a one-segment row kernel")
     return inputs, segs, lays, columns
