@@ -17,6 +17,7 @@ from flame.codegen.kernel import (
 )
 from flame.codegen.snippets import PRELUDES, snippet
 from flame.codegen.views import View
+from flame.ir import symbolic
 from flame.ir.dtypes import DType, f64
 from flame.ir.graph import Op
 from flame.ir.indexmap import broadcast
@@ -114,15 +115,18 @@ def render_map(
             }
         )
     general = any(x["mode"] == "general" for x in inputs)
-    sizes = [out_t.dtype.itemsize] + [v.dtype.itemsize for v, x in zip(op.inputs, inputs) if x["mode"] == "identity"]
-    vec = 1 if general else 16 // max(sizes)
-    if n < vec:
-        vec = 1
+    vec = _vec_width(op, inputs, cviews, dims)
+    for x, cv in zip(inputs, cviews):
+        t = f"flame_vec<{x['stype']}, {vec}>"
+        if x["mode"] == "identity":
+            x["vload"] = f"reinterpret_cast<const {t}*>(in{x['k']})[v]"
+        elif x["mode"] == "general":  # blocked (_vec_width): one aligned run of the input at c(v * vec)
+            x["vload"] = f"*reinterpret_cast<const {t}*>(in{x['k']} + {views.offset_expr(cv)})"
     aligned = " && ".join(
         [
             f"(reinterpret_cast<unsigned long long>(in{x['k']}) % {vec * op.inputs[x['k']].dtype.itemsize} == 0)"
             for x in inputs
-            if x["mode"] == "identity"
+            if x["mode"] != "scalar"
         ]
         + [f"(reinterpret_cast<unsigned long long>(out) % {vec * out_t.dtype.itemsize} == 0)"]
     )
@@ -150,6 +154,31 @@ def render_map(
     )
     stem = "_".join(x for x in (op.name, out_t.dtype.name, shape_tag(out_t.shape), tag) if x)
     return [finish(stem, source, grid_for(work, block), block, len(op.inputs))]
+
+
+def _blocked(view: View, dims: tuple[int, ...], vec: int) -> bool:
+    """Each aligned run of `vec` output elements reads `vec` consecutive, vec-aligned input elements (a
+    permute that keeps the innermost dim, a slice of whole vectors, a bias broadcast along leading dims)."""
+    return (
+        bool(dims)
+        and view.strides[-1] == 1
+        and dims[-1] % vec == 0
+        and view.base % vec == 0
+        and all(s % vec == 0 for s in view.strides[:-1])
+    )
+
+
+def _vec_width(op: Op, inputs: list[dict], cviews: list[View], dims: tuple[int, ...]) -> int:
+    """Elements per 16-byte vector access of the output (1: scalar code only): the widest power of two
+    at which every general view is blocked."""
+    walked = [op.inputs[x["k"]].dtype.itemsize for x in inputs if x["mode"] != "scalar"]
+    vec = 16 // max([op.out.dtype.itemsize, *walked])
+    general = [cv for x, cv in zip(inputs, cviews) if x["mode"] == "general"]
+    if general and any(isinstance(d, symbolic.SymInt) for d in dims):
+        return 1  # a dynamic size: no guard on its remainders (flame.ir.symbolic)
+    while vec > 1 and not all(_blocked(cv, dims, vec) for cv in general):
+        vec //= 2
+    return 1 if op.out.type.numel < vec else vec
 
 
 def lower_view(op: Op) -> list[Kernel]:

@@ -1,4 +1,4 @@
-// ---- kernel gelu_bf16_64x128_caa3e1cf: grid=4 block=256 scratch=0
+// ---- kernel gelu_bf16_64x128_bd57d86c: grid=4 block=256 scratch=0
 // flame kernel for IR op: %1 = gelu %0 {approximate="tanh"} : bf16[64,128]
 //   inputs: %0: bf16[64,128]
 #include <cuda_bf16.h>
@@ -8,13 +8,13 @@
 // N elements moved as one aligned load/store of N * sizeof(T) bytes
 template <typename T, int N> struct __align__(sizeof(T) * N) flame_vec { T v[N]; };
 #endif
-extern "C" __global__ void __launch_bounds__(256) gelu_bf16_64x128_caa3e1cf(const __nv_bfloat16* __restrict__ in0, __nv_bfloat16* __restrict__ out) {
+extern "C" __global__ void __launch_bounds__(256) gelu_bf16_64x128_bd57d86c(const __nv_bfloat16* __restrict__ in0, __nv_bfloat16* __restrict__ out) {
   typedef unsigned int idx_t;
   typedef int off_t;
   const idx_t n = 8192u;
   const idx_t step = (idx_t)gridDim.x * blockDim.x;
   const idx_t first = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
-  // vector path: every operand is contiguous (or a broadcast scalar) and 16-byte aligned
+  // vector path: every operand is contiguous, a run of whole vectors, or a broadcast scalar; all aligned
   if ((reinterpret_cast<unsigned long long>(in0) % 16 == 0) && (reinterpret_cast<unsigned long long>(out) % 16 == 0)) {
     const idx_t nv = n / 8u;
     for (idx_t v = first; v < nv; v += step) {

@@ -1,4 +1,4 @@
-// ---- kernel random_normal_f32_16x16_bcast_95a5048e: grid=1 block=64 scratch=0
+// ---- kernel random_normal_f32_16x16_bcast_ba2c7945: grid=1 block=64 scratch=0
 // flame kernel for IR op: %2 = random_normal %0, %1 {shape=[16, 16], dtype=f32} : f32[16,16]
 //   inputs: %0: i64[], %1: i64[]
 #ifndef FLAME_PHILOX
@@ -39,7 +39,7 @@ __device__ __forceinline__ double flame_normal(unsigned long long seed, unsigned
 // N elements moved as one aligned load/store of N * sizeof(T) bytes
 template <typename T, int N> struct __align__(sizeof(T) * N) flame_vec { T v[N]; };
 #endif
-extern "C" __global__ void __launch_bounds__(64) random_normal_f32_16x16_bcast_95a5048e(const long long* __restrict__ in0, const long long* __restrict__ in1, float* __restrict__ out) {
+extern "C" __global__ void __launch_bounds__(64) random_normal_f32_16x16_bcast_ba2c7945(const long long* __restrict__ in0, const long long* __restrict__ in1, float* __restrict__ out) {
   typedef unsigned int idx_t;
   typedef int off_t;
   const idx_t n = 256u;
@@ -47,7 +47,7 @@ extern "C" __global__ void __launch_bounds__(64) random_normal_f32_16x16_bcast_9
   const idx_t first = (idx_t)blockIdx.x * blockDim.x + threadIdx.x;
   const long long a0 = in0[0];  // broadcast scalar
   const long long a1 = in1[0];  // broadcast scalar
-  // vector path: every operand is contiguous (or a broadcast scalar) and 16-byte aligned
+  // vector path: every operand is contiguous, a run of whole vectors, or a broadcast scalar; all aligned
   if ((reinterpret_cast<unsigned long long>(out) % 16 == 0)) {
     const idx_t nv = n / 4u;
     for (idx_t v = first; v < nv; v += step) {
