@@ -1,7 +1,7 @@
 """Column reductions (codegen/reduce.py, the innermost dim kept): the schedule fits few outputs
 (16 lanes x 8 bf16 for 128 channels, the other threads split the rows), every shape class renders
-and compiles with NVRTC for every reduction (both schedules), the plan through the reference
-executor matches NumPy in float64, and (marked gpu) the kernels match NumPy and repeat bit for bit."""
+and compiles with NVRTC for every reduction, the plan through the reference executor matches NumPy in
+float64, and (marked gpu) the kernels match NumPy and repeat bit for bit."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 from flame.codegen import lower
 from flame.codegen.lower import single
 from flame.codegen.nvrtc import compile_many
-from flame.codegen.reduce import COLS_SCHEDULE_ENV
 from flame.ir import Builder, Graph, TensorType, dtype_of, verify
 from flame.plan.build import to_plan
 from flame.plan.steps import KernelLaunch
@@ -132,20 +131,12 @@ def test_argmax_loads_one_at_a_time():
     assert re.search(r"w\[j\]\.i = reinterpret_cast<const long long\*>", fold.source)  # the partials' indices
 
 
-@pytest.mark.parametrize("schedule", ["new", "old"])
 @pytest.mark.parametrize("key", sorted(SHAPES))
-def test_columns_compile(key, schedule, monkeypatch):
-    monkeypatch.setenv(COLS_SCHEDULE_ENV, schedule)
+def test_columns_compile(key):
     shape, dt, axes = SHAPES[key]
     sources = [k.source for name in OPS if name != "argmax" or len(axes) == 1 for k in _kernels(shape, dt, axes, name)]
     assert "_cols_" in _kernels(shape, dt, axes, "reduce_sum")[0].name
     assert len(compile_many(sources, "sm_90")) == len(sources)
-
-
-def test_unknown_schedule_is_an_error(monkeypatch):
-    monkeypatch.setenv(COLS_SCHEDULE_ENV, "fast")
-    with pytest.raises(ValueError, match="FLAME_COLS_SCHEDULE"):
-        _kernels((1000, 3), "f32", (0,), "reduce_sum")
 
 
 @pytest.mark.parametrize("key, name", _cases(SMALL))

@@ -1,23 +1,22 @@
 """Column reductions (the innermost dim kept: BatchNorm statistics of channels-last data, bias
-gradients) under the old and new column schedules of flame/codegen/reduce.py, timed on one GPU
-against a device copy of the same bytes and checked against NumPy in float64.
+gradients) under the column schedule of flame/codegen/reduce.py, timed on one GPU against a device
+copy of the same bytes and checked against NumPy in float64. (Its module docstring records the run of
+this script that retired the old column schedule.)
 
-    PYTHONPATH=. python3 flame/bench/scripts/reduce_columns.py [--schedules old,new] [--reps 50]
+    PYTHONPATH=. python3 flame/bench/scripts/reduce_columns.py [--ops reduce_sum,reduce_mean] [--reps 50]
 
-Each case is one reduce_sum/reduce_mean op lowered under each schedule ($FLAME_COLS_SCHEDULE while
-lowering: the column kernel, plus the fold of its partials when R is split) and launched directly
-with CuPy on N(0, 1) inputs (bf16 held as its bits); outputs are poisoned with NaN before the
-checked run. Times: CUDA events around each launch sequence, median of --reps after 5 warm-ups;
-inputs smaller than --rotate-mb are rotated over copies of at least that many bytes in all, so they
-are not served from L2 (the copy too). "% copy": a cupy.copyto of as many bytes (input read +
-output written) over the kernels' time. "rel err": max |kernel - NumPy| / max |NumPy| (bf16
-output: one rounding is about 4e-3).
+Each case is one reduce_sum/reduce_mean op, lowered (the column kernel, plus the fold of its
+partials when R is split) and launched directly with CuPy on N(0, 1) inputs (bf16 held as its bits);
+outputs are poisoned with NaN before the checked run. Times: CUDA events around each launch
+sequence, median of --reps after 5 warm-ups; inputs smaller than --rotate-mb are rotated over copies
+of at least that many bytes in all, so they are not served from L2 (the copy too). "% copy": a
+cupy.copyto of as many bytes (input read + output written) over the kernels' time. "rel err":
+max |kernel - NumPy| / max |NumPy| (bf16 output: one rounding is about 4e-3).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -55,20 +54,11 @@ def _op(shape, dt: str, axes, name: str):
     return verify(g).ops[-1]
 
 
-def _lower(op, schedule: str) -> list:
+def _lower(op) -> list:
     from flame.codegen import lower
     from flame.codegen.lower import single
-    from flame.codegen.reduce import COLS_SCHEDULE_ENV
 
-    before = os.environ.get(COLS_SCHEDULE_ENV)
-    os.environ[COLS_SCHEDULE_ENV] = schedule
-    try:
-        return lower(single(op))
-    finally:
-        if before is None:
-            del os.environ[COLS_SCHEDULE_ENV]
-        else:
-            os.environ[COLS_SCHEDULE_ENV] = before
+    return lower(single(op))
 
 
 def _device_input(shape, dt: str, seed: int):
@@ -116,7 +106,7 @@ def _copies(a, rotate_bytes: int) -> list:
     return [a] + [a.copy() for _ in range(n - 1)]
 
 
-def _case(shape, dt, axes, name, schedules, opts) -> list[tuple]:
+def _case(shape, dt, axes, name, opts) -> tuple:
     import cupy
 
     x = _device_input(shape, dt, seed=len(shape) + len(axes))
@@ -134,45 +124,37 @@ def _case(shape, dt, axes, name, schedules, opts) -> list[tuple]:
         turn[0] += 1
 
     copy_ms = median_event_ms(copy, opts.reps, warmup=5)
-    rows = []
-    for schedule in schedules:
-        kernels = _lower(_op(shape, dt, axes, name), schedule)
-        out = cupy.full(want.shape, 0x7FC0, np.uint16) if dt == "bf16" else cupy.full(want.shape, np.nan, x.dtype)
-        scratch = cupy.empty(max(1, max(k.scratch for k in kernels)), np.uint8)
-        run = _launcher(kernels, ins, out, scratch)
-        run()  # the checked run: on the first input (x), into the poisoned output
-        cupy.cuda.get_current_stream().synchronize()
-        got = _host(out, dt)
-        err = float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
-        err = err if np.isfinite(got).all() else float("inf")
-        ms = median_event_ms(run, opts.reps, warmup=5)
-        launch = " + ".join(f"{k.grid}x{k.block}" for k in kernels)
-        rows.append(
-            (
-                f"{name[7:]} {list(shape)} over {list(axes)}",
-                dt,
-                schedule,
-                ms * 1e3,
-                nbytes / ms / 1e6,
-                copy_ms / ms * 100,
-                err,
-                launch,
-            )
-        )
-        r = rows[-1]
-        print(
-            f"  {r[0]:40s} {dt:5s} {schedule:4s} {r[3]:8.1f} us {r[4]:7.0f} GB/s {r[5]:5.1f}% copy  "
-            f"err {err:.1e}  grid {launch}",
-            flush=True,
-        )
-    return rows
+    kernels = _lower(_op(shape, dt, axes, name))
+    out = cupy.full(want.shape, 0x7FC0, np.uint16) if dt == "bf16" else cupy.full(want.shape, np.nan, x.dtype)
+    scratch = cupy.empty(max(1, max(k.scratch for k in kernels)), np.uint8)
+    run = _launcher(kernels, ins, out, scratch)
+    run()  # the checked run: on the first input (x), into the poisoned output
+    cupy.cuda.get_current_stream().synchronize()
+    got = _host(out, dt)
+    err = float(np.max(np.abs(got - want))) / max(float(np.max(np.abs(want))), 1e-30)
+    err = err if np.isfinite(got).all() else float("inf")
+    ms = median_event_ms(run, opts.reps, warmup=5)
+    launch = " + ".join(f"{k.grid}x{k.block}" for k in kernels)
+    row = (
+        f"{name[7:]} {list(shape)} over {list(axes)}",
+        dt,
+        ms * 1e3,
+        nbytes / ms / 1e6,
+        copy_ms / ms * 100,
+        err,
+        launch,
+    )
+    print(
+        f"  {row[0]:40s} {dt:5s} {row[2]:8.1f} us {row[3]:7.0f} GB/s {row[4]:5.1f}% copy  err {err:.1e}  grid {launch}",
+        flush=True,
+    )
+    return row
 
 
 def main() -> None:
     import cupy
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--schedules", default="old,new")
     ap.add_argument("--ops", default="reduce_sum,reduce_mean")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--rotate-mb", type=int, default=256, help="rotate inputs over copies of this many MiB")
@@ -183,15 +165,15 @@ def main() -> None:
     rows = []
     for shape, dt, axes in SHAPES:
         for name in opts.ops.split(","):
-            rows += _case(shape, dt, axes, name, opts.schedules.split(","), opts)
+            rows.append(_case(shape, dt, axes, name, opts))
             cupy.get_default_memory_pool().free_all_blocks()
     print(
         f"\n(total {time.perf_counter() - t0:.0f} s; % copy: a cupy.copyto of the same bytes over the kernels' "
         f"time; rel err: max |kernel - NumPy| / max |NumPy|)"
     )
-    print(f"{'case':40s} {'dtype':5s} {'sched':5s} {'us':>8s} {'GB/s':>7s} {'% copy':>7s} {'rel err':>8s}  launches")
-    for case, dt, schedule, us, gbs, pct, err, launch in rows:
-        print(f"{case:40s} {dt:5s} {schedule:5s} {us:8.1f} {gbs:7.0f} {pct:7.1f} {err:8.1e}  {launch}")
+    print(f"{'case':40s} {'dtype':5s} {'us':>8s} {'GB/s':>7s} {'% copy':>7s} {'rel err':>8s}  launches")
+    for case, dt, us, gbs, pct, err, launch in rows:
+        print(f"{case:40s} {dt:5s} {us:8.1f} {gbs:7.0f} {pct:7.1f} {err:8.1e}  {launch}")
 
 
 if __name__ == "__main__":
