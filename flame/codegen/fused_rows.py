@@ -506,6 +506,20 @@ def _plain(lays: list[Layout]) -> bool:
     return True
 
 
+def _stores_whole_rows(lays: list[Layout]) -> bool:
+    """Every output written per element of a row is written at every element: none is broadcast over
+    a reduced dim (written only where that coordinate is 0), a guard the "new" schedule's vector store
+    after its element loop cannot express (found by the random-graph test: a [3] output of a kernel
+    reducing [2, 3] whole)."""
+    for lay in lays:
+        n = len(lay.domain)
+        red = [d for d in range(n - lay.n_red, n) if lay.domain[d] != 1]
+        for m in lay.stores.values():
+            if m.depends_on(red) and not all(m.depends_on([d]) for d in red):
+                return False
+    return True
+
+
 def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
     """The row kernel of a fused group (Kind.ROWS); with column reductions (one segment only), also
     the fold kernel; [] when it writes nothing."""
@@ -519,7 +533,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
     split = _split_schedule(segs, lays, columns, config, target)
     schedule = rows_schedule(config)
-    new = (schedule == "new" or (schedule == "auto" and not columns and _plain(lays))) and not split
+    new = ((schedule == "new" or (schedule == "auto" and not columns and _plain(lays))) and not split
+           and _stores_whole_rows(lays))
 
     def make(G: int, carry: bool = False, hold: bool = True) -> list[_RowSegment]:
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)

@@ -14,7 +14,7 @@ import pytest
 from flame.codegen import kernel_inputs, lower
 from flame.codegen.kernel import Config, rows_schedule
 from flame.codegen.nvrtc import compile_many
-from flame.ir import bf16, f32
+from flame.ir import Builder, Graph, TensorType, bf16, f32
 from flame.passes.fuse import fuse
 from flame.target import Target
 from tests.codegen.test_reduce_schedules import _layer_norm, _softmax, _sum_squares, layer_norm_fwd_bwd
@@ -162,3 +162,19 @@ def test_gpu_schedules_match_reference(name, shift):
                 tol = 2e-2 if v.dtype == bf16 else 1e-4
                 np.testing.assert_allclose(got, env[v].astype(np.float64), rtol=tol, atol=tol,
                                            err_msg=f"{name} {c.rows_schedule} output {v}")
+
+
+def test_an_output_broadcast_over_a_reduced_dim_keeps_the_old_schedule():
+    """Found by the random-graph test: x [2, 3] summed whole, added to a [3] vector. The [3] output is
+    written per element of the one row, only where the reduced coordinate 0 is 0; the new schedule's
+    vector store after its element loop cannot guard that (its source did not compile), so under
+    every setting the kernel takes the old schedule, and it compiles."""
+    g = Graph("broadcast_store")
+    x, w = g.add_input(TensorType((2, 3), f32)), g.add_input(TensorType((3,), f32))
+    b = Builder(g)
+    g.outputs = [b.add(b.add(w, w), b.reduce_sum(x, axes=[0, 1], keepdim=False))]
+    (grp,) = _rows_groups(g)
+    for cfg in (OLD, NEW, Config(rows_schedule="auto")):
+        (k,) = lower(grp, cfg)
+        assert "new schedule" not in k.source
+        compile_many([k.source], "sm_90")
