@@ -49,7 +49,7 @@ from flame.codegen.rows_columns import Columns, column_fold, column_period, scra
 from flame.codegen.snippets import SNIPPETS, accumulator
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
-from flame.ir.indexmap import IndexMap, Layout, identity, is_reduction, row_map
+from flame.ir.indexmap import IndexMap, Layout, contiguous_strides, identity, is_reduction, row_map
 from flame.target import Target
 
 _MAX_GRID = 65535
@@ -506,16 +506,20 @@ def _plain(lays: list[Layout]) -> bool:
     return True
 
 
-def _stores_whole_rows(lays: list[Layout]) -> bool:
-    """Every output written per element of a row is written at every element: none is broadcast over
-    a reduced dim (written only where that coordinate is 0), a guard the "new" schedule's vector store
-    after its element loop cannot express (found by the random-graph test: a [3] output of a kernel
-    reducing [2, 3] whole)."""
+def _walks_rows(lays: list[Layout]) -> bool:
+    """Every value read or written per element of a row walks the row as the domain does (row-major
+    over the reduced dims): the "new" schedule addresses element t of a row as `row base + t`. Not
+    so: a [16] bias in a kernel reducing [2, 8, 16] whole (read at t % 16: the new schedule read past
+    its end and the autocast GPT block's output came out wrong on the GPU), or a [3] output of one
+    reducing [2, 3] whole (written where the first coordinate is 0, a guard its vector store after
+    the element loop cannot express; found by the random-graph test)."""
     for lay in lays:
         n = len(lay.domain)
         red = [d for d in range(n - lay.n_red, n) if lay.domain[d] != 1]
-        for m in lay.stores.values():
-            if m.depends_on(red) and not all(m.depends_on([d]) for d in red):
+        want = contiguous_strides(tuple(lay.domain[d] for d in red))
+        needed = [(v, m) for v, ms in lay.maps.items() for m in ms] + list(lay.stores.items())
+        for v, m in needed:
+            if m.depends_on(red) and tuple(m.flat(v.shape)[1][d] for d in red) != want:
                 return False
     return True
 
@@ -534,7 +538,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     split = _split_schedule(segs, lays, columns, config, target)
     schedule = rows_schedule(config)
     new = ((schedule == "new" or (schedule == "auto" and not columns and _plain(lays))) and not split
-           and _stores_whole_rows(lays))
+           and _walks_rows(lays))
 
     def make(G: int, carry: bool = False, hold: bool = True) -> list[_RowSegment]:
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)

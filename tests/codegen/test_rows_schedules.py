@@ -18,6 +18,7 @@ from flame.ir import Builder, Graph, TensorType, bf16, f32
 from flame.passes.fuse import fuse
 from flame.target import Target
 from tests.codegen.test_reduce_schedules import _layer_norm, _softmax, _sum_squares, layer_norm_fwd_bwd
+from tests.passes.conftest import random_array
 from tests.passes.fuse_cases import cross_entropy_bf16
 
 OLD, NEW = Config(rows_schedule="old"), Config(rows_schedule="new")
@@ -164,17 +165,44 @@ def test_gpu_schedules_match_reference(name, shift):
                                            err_msg=f"{name} {c.rows_schedule} output {v}")
 
 
-def test_an_output_broadcast_over_a_reduced_dim_keeps_the_old_schedule():
-    """Found by the random-graph test: x [2, 3] summed whole, added to a [3] vector. The [3] output is
-    written per element of the one row, only where the reduced coordinate 0 is 0; the new schedule's
-    vector store after its element loop cannot guard that (its source did not compile), so under
-    every setting the kernel takes the old schedule, and it compiles."""
+def _whole_sum_plus_vector():
+    """x [2, 3] summed whole, added to a [3] vector: the [3] output is written per element of the one
+    row only where the first reduced coordinate is 0 (found by the random-graph test)."""
     g = Graph("broadcast_store")
     x, w = g.add_input(TensorType((2, 3), f32)), g.add_input(TensorType((3,), f32))
     b = Builder(g)
     g.outputs = [b.add(b.add(w, w), b.reduce_sum(x, axes=[0, 1], keepdim=False))]
-    (grp,) = _rows_groups(g)
+    return g
+
+
+def _biased_mean_square():
+    """y = x + bias [16] over x [2, 8, 16], and mean(y * y) over all of it (an autocast GPT block's
+    output and loss): the bias is read at the row's element t % 16, not t."""
+    g = Graph("biased_mean_square")
+    x, bias = g.add_input(TensorType((2, 8, 16), f32)), g.add_input(TensorType((16,), f32))
+    b = Builder(g)
+    y = b.add(x, bias)
+    g.outputs = [y, b.reduce_mean(b.mul(y, y), axes=[0, 1, 2], keepdim=False)]
+    return g
+
+
+@pytest.mark.parametrize("make", [_whole_sum_plus_vector, _biased_mean_square])
+def test_a_value_not_walking_the_row_keeps_the_old_schedule(make):
+    """The new schedule addresses a row's element t as `row base + t`; a value read or written per
+    element that does not walk the row so (broadcast over a reduced dim) takes the old schedule
+    under every setting. Before: the [3] store did not compile, and the [16] bias was read past its
+    end (the autocast GPT block's output wrong and unet_train NaN on the GPU, 2026-11-27)."""
+    (grp,) = _rows_groups(make())
     for cfg in (OLD, NEW, Config(rows_schedule="auto")):
         (k,) = lower(grp, cfg)
         assert "new schedule" not in k.source
         compile_many([k.source], "sm_90")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", [_whole_sum_plus_vector, _biased_mean_square])
+def test_gpu_a_value_not_walking_the_row_matches_the_reference(make):
+    from tests.codegen.test_fused import _gpu_check
+
+    g = make()
+    _gpu_check(g, [random_array(v.type, np.random.default_rng(3)) for v in g.inputs])
