@@ -24,6 +24,10 @@ def _matmul_infer(types):
 
 
 def _matmul_ref(a, b):
+    # contiguous operands: BLAS takes another kernel for a transposed (strided) view, whose sums round
+    # differently, and an operand's layout (an arena view, a permuted weight) must not change the bits
+    # (OpenBLAS 0.3.31: eager vs checkpointed gradients differed by 1e-8)
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     if a.dtype.itemsize < 4:  # f16/bf16: accumulate in f32, as cuBLAS does
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     return np.matmul(a, b)
