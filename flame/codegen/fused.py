@@ -158,9 +158,19 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
     # column reductions a rows group carries (passes/fuse.py): computed from the row layout's values
     columns = tuple(op for op in group.ops if is_reduction(op) and trailing_reduced(op) is None)
     kept = [op for op in group.ops if op not in columns]
-    segs = row_segments(kept) if columns else segments(kept)
     col_in = [op.inputs[0] for op in columns]
-    lays = [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
+
+    def laid(segs: list[list[Op]]) -> list[Layout]:
+        return [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
+
+    segs = row_segments(kept)
+    try:
+        lays = laid(segs)
+    except NotImplementedError:
+        if columns:
+            raise
+        segs = segments(kept)  # an elementwise part the row domain cannot index runs as its own segment
+        lays = laid(segs)
     if columns and (len(segs) != 1 or not lays[0].n_red):
         raise NotImplementedError("column reductions ride only in a one-segment row kernel")
     return inputs, segs, lays, columns

@@ -233,10 +233,12 @@ def _bijection(m: IndexMap, shape: tuple[int, ...], domain: tuple[int, ...]) -> 
 
 
 def row_segments(ops: list[Op]) -> list[list[Op]]:
-    """The segments of a rows kernel carrying column reductions (`ops` without them): the connected
-    parts, except that a part without reductions whose work spans the row domain of the one part
-    with row reductions runs inside that part's row loop (a LayerNorm output recomputed beside the
-    LayerNorm backward reads the same rows), so the kernel stays one segment and keeps its columns."""
+    """The segments of a rows kernel (`ops` without its column reductions): the connected parts,
+    except that a part without reductions whose work spans the row domain of the one part with row
+    reductions runs inside that part's row loop (a LayerNorm output recomputed beside the LayerNorm
+    backward reads the same rows), so the kernel stays one segment and keeps its columns; without
+    columns, a part of its own would run one element per row (codegen/fused.prepare falls back to it
+    only when the row domain cannot index the part)."""
     parts = segments(ops)
     reducing = [p for p in parts if any(is_reduction(o) for o in p)]
     if len(parts) == 1 or len(reducing) != 1:

@@ -527,6 +527,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     _recompute_conversions(st)
     _absorb_scalars(st)
     _split_few_rows(st)
+    absorb_bias_grads(st)  # before the rows kernels take column sums: a carried column costs a row kernel its vectors
     absorb_columns(st)
     absorb_recomputations(st)
     absorb_columns(st)  # a column sum of a recomputation that joined a rows kernel
