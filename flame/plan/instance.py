@@ -97,16 +97,16 @@ class _Variant:
 
 
 class PlanTemplate:
-    """The plan of a dynamic-size graph at every size (module doc). `graph_at(s, check)`: the graph
-    at s0 = s; with check, with SymInt sizes and the shape rules run on it (to record or rebuild a
-    plan), else with plain ints (a recorded plan serves s: its numbers come from its forms). `sizes`: the sizes the graph was
-    fitted at. The plan is recorded for each (a variant per set of decisions: a size that is a
-    multiple of a vector width and one that is not), at that size or, where a decision there holds
-    at it alone (Guards.coincidences: a temporary as large as a weight), at one 64k away (the same
-    residues: the same vector widths); each variant is checked at another size where its decisions
-    hold. A later size that no variant takes is recorded (a variant for its class, up to
-    MAX_VARIANTS; at a coincidence the recorded plan serves that size alone), else the plan is built
-    again there, reusing every kernel whose guards hold."""
+    """The plan of a dynamic-size graph at every size (module doc). `graph_at(s, check)`: the graph at s0 =
+    s; with check, with SymInt sizes and the shape rules run on it (to record or rebuild a plan), else
+    with plain ints (a recorded plan serves s: its numbers come from its forms). `sizes`: the sizes the
+    graph was fitted at. The plan is recorded for each (a variant per set of decisions: a size that is a
+    multiple of a vector width and one that is not), at that size or, where a decision there holds at it
+    alone (Guards.coincidences: a temporary as large as a weight), at one 64k away (the same residues:
+    the same vector widths); each variant is checked at another size where its decisions hold. A later
+    size that no variant takes is recorded (a variant for its class, up to MAX_VARIANTS; at a
+    coincidence the recorded plan serves that size alone), else the plan is built again there, reusing
+    every kernel whose guards hold."""
 
     CHECK = (2, 4, 3)  # a variant recorded at s is checked at the first k*s, or s + d, where its guards hold
     CHECK_NEAR = (64, 128, 192, -64, 4, 8, -4, -8, 12, -12, 1, -1, 2, -2, 3, -3)
