@@ -130,8 +130,11 @@ class _Dynamic:
                 continue
             planned = self.planned
             try:
+                # recording and checking (check) need SymInts; a size served by a recorded plan needs the
+                # graph's numbers only (the plan's are evaluated from its forms), as plain ints: cheaper
                 self.plans = plan_template(
-                    lambda s, check, planned=planned: planned.instantiate(s, symbolic=True, check=check), planned.sizes)
+                    lambda s, check, planned=planned: planned.instantiate(s, symbolic=check, check=check),
+                    planned.sizes)
             except NotDynamic as e:
                 self.planned, self.not_planned = None, f"the optimised graph cannot be planned at its sizes: {e}"
                 log.info("flame.compile: %s: %s", graph.name, self.not_planned)

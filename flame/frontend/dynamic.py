@@ -28,7 +28,7 @@ import numpy as np
 
 from flame.errors import FlameError
 from flame.ir import registry
-from flame.ir.graph import FusionGroup, Graph, Op
+from flame.ir.graph import FusionGroup, Graph, Op, Value
 from flame.ir.printer import print_graph
 from flame.ir.symbolic import SymFloat, SymInt
 from flame.ir.types import TensorType
@@ -250,6 +250,8 @@ class Template:
         fusion groups, if the traced graphs had them). symbolic: the sizes are SymInts, so codegen
         renders kernels that take s0 as a parameter (flame.ir.symbolic). check=False skips the shape
         rules: for a size where the guards recorded while checking another hold (flame.plan.instance)."""
+        if not check:
+            return self._unchecked(s, symbolic)
         g = Graph(self.name)
         values = [g.add_input(TensorType(_at(shape, s, symbolic), dtype), role)
                   for role, dtype, shape in self.inputs]
@@ -276,6 +278,55 @@ class Template:
             g.groups = [FusionGroup(tuple(g.ops[i - first] for i in ops), kind, reason, tuple(values[i] for i in outs),
                                     epilogue) for ops, kind, reason, outs, epilogue in self.groups]
         return g
+
+    def _unchecked(self, s: int, symbolic: bool) -> Graph:
+        """instantiate(s, symbolic, check=False) through the work list worked out once (`_program`):
+        each distinct sized type made once, every op and value made without its constructor's copies
+        (a new size's graph is on the path of its first call: flame.plan.instance)."""
+        forms, program = self._program
+        types = [TensorType(_at(shape, s, symbolic), dtype) for shape, dtype in forms]
+        g = Graph(self.name)
+        values = [g.add_input(TensorType(_at(shape, s, symbolic), dtype), role)
+                  for role, dtype, shape in self.inputs]
+        ops, append = g.ops, values.append
+        new = object.__new__
+        for name, operands, attrs, sized, out, loc in program:
+            op = new(Op)
+            op.name, op.loc = name, loc
+            op.inputs = (values[operands],) if operands.__class__ is int else tuple([values[i] for i in operands])
+            op.attrs = _at(attrs, s, symbolic) if sized else attrs.copy()
+            v = new(Value)
+            v.type, v.producer = types[out] if out.__class__ is int else out, op
+            op.out = v
+            ops.append(op)
+            append(v)
+        g.outputs = [values[i] for i in self.outputs]
+        g.aliases = dict(self.aliases)
+        if self.groups is not None:
+            first = len(self.inputs)
+            g.groups = [FusionGroup(tuple(ops[i - first] for i in grp), kind, reason, tuple(values[i] for i in outs),
+                                    epilogue) for grp, kind, reason, outs, epilogue in self.groups]
+        return g
+
+    @functools.cached_property
+    def _program(self) -> tuple[list, list]:
+        """(the distinct sized (shape form, dtype) pairs, per op (name, operand numbers or the one
+        operand's, attributes or their form, whether they are sized, the result's type or the number
+        of its sized pair, loc)): what _unchecked does per size, worked out once."""
+        forms: list = []
+        slot: dict[tuple, int] = {}
+        program = []
+        for f in self.ops:
+            out: TensorType | int = f.op.out.type
+            if f.sized_shape:
+                key = (id(f.shape), f.op.out.dtype)
+                if key not in slot:
+                    slot[key] = len(forms)
+                    forms.append((f.shape, f.op.out.dtype))
+                out = slot[key]
+            operands = f.operands[0] if len(f.operands) == 1 else f.operands
+            program.append((f.op.name, operands, f.attrs, f.sized_attrs, out, f.op.loc))
+        return forms, program
 
     def _checked(self, f: _OpForm, operands: tuple, s: int, symbolic: bool) -> tuple[dict, TensorType]:
         """The op's attributes at s and its result type from its shape rule, which must be the forms'."""

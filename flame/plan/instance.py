@@ -54,12 +54,24 @@ class _Variant:
     def __init__(self, size: int, graph: Graph, plan: Plan, guards: symbolic.Guards, kernels: KernelMemo):
         self.size, self.graph, self.plan, self.guards, self.kernels = size, graph, plan, guards, kernels
         self.blocks = arena_blocks(plan.buffers, plan.steps, plan.buffer_of)
-        self.steps = [(i, f) for i, f in enumerate(map(_maker, plan.steps)) if f is not None]
-        self.buffers = [(k, f) for k, f in ((k, _maker(b)) for k, b in plan.buffers.items()) if f is not None]
+        index = {op: i for i, op in enumerate(graph.ops)}  # steps name ops by position: the graph at s has them there
+        self.steps = [(i, f) for i, f in enumerate(_maker(x, index) for x in plan.steps) if f is not None]
+        self.buffers = [(k, f) for k, f in ((k, _maker(b, index)) for k, b in plan.buffers.items()) if f is not None]
+        numbers = graph.numbering()
+        self.buffer_of = [(numbers[v], b) for v, b in plan.buffer_of.items()]  # (value number, buffer id)
         self.coincidences = guards.coincidences() + [c for g, _ in kernels.entries for c in g.coincidences()]
+        self.every = symbolic.Guards()  # the plan's and the kernels' guards as one (each test once)
+        for g in [guards] + [g for g, _ in kernels.entries]:
+            self.every.update(g)
+
+    def holds(self, s: int) -> bool:
+        """Whether every decision taken at the recorded size holds at s (`failed` says which does not)."""
+        return self.every.holds(s)
 
     def failed(self, s: int) -> str:
         """'' if every decision taken at the recorded size holds at s, else the first that does not."""
+        if self.every.holds(s):
+            return ""
         why = self.guards.failed(s)
         if why:
             return why
@@ -67,12 +79,11 @@ class _Variant:
             why = guards.failed(s)
             if why:
                 return f"{kernels[0].name if kernels else 'a kernel'}: {why}"
-        return ""
+        return self.every.failed(s)  # '' (holds and failed agree)
 
     def at(self, g: Graph, s: int) -> Plan:
         """The recorded plan with every number at s, its steps reading g's ops, its arena placed anew."""
-        p = self.plan
-        ops = dict(zip(self.graph.ops, g.ops))
+        p, ops = self.plan, g.ops
         buffers = dict(p.buffers)
         for k, make in self.buffers:
             buffers[k] = make(s, ops)
@@ -80,22 +91,22 @@ class _Variant:
         steps = list(p.steps)
         for i, make in self.steps:
             steps[i] = make(s, ops)
-        values = dict(zip(self.graph.inputs, g.inputs))
-        values.update((a.out, b.out) for a, b in ops.items())
-        buffer_of = {values[v]: b for v, b in p.buffer_of.items()}
+        values = g.inputs + [op.out for op in ops]
+        buffer_of = {values[n]: b for n, b in self.buffer_of}
         return dataclasses.replace(p, buffers=buffers, steps=steps, arena_size=size, graph=g, buffer_of=buffer_of)
 
 
 class PlanTemplate:
-    """The plan of a dynamic-size graph at every size (module doc). `graph_at(s, check)`: the graph
-    at s0 = s with SymInt sizes (check: run the shape rules on it). `sizes`: the sizes the graph was
-    fitted at. The plan is recorded for each (a variant per set of decisions: a size that is a
-    multiple of a vector width and one that is not), at that size or, where a decision there holds
-    at it alone (Guards.coincidences: a temporary as large as a weight), at one 64k away (the same
-    residues: the same vector widths); each variant is checked at another size where its decisions
-    hold. A later size that no variant takes is recorded (a variant for its class, up to
-    MAX_VARIANTS; at a coincidence the recorded plan serves that size alone), else the plan is built
-    again there, reusing every kernel whose guards hold."""
+    """The plan of a dynamic-size graph at every size (module doc). `graph_at(s, check)`: the graph at s0 =
+    s; with check, with SymInt sizes and the shape rules run on it (to record or rebuild a plan), else
+    with plain ints (a recorded plan serves s: its numbers come from its forms). `sizes`: the sizes the
+    graph was fitted at. The plan is recorded for each (a variant per set of decisions: a size that is a
+    multiple of a vector width and one that is not), at that size or, where a decision there holds at it
+    alone (Guards.coincidences: a temporary as large as a weight), at one 64k away (the same residues:
+    the same vector widths); each variant is checked at another size where its decisions hold. A later
+    size that no variant takes is recorded (a variant for its class, up to MAX_VARIANTS; at a
+    coincidence the recorded plan serves that size alone), else the plan is built again there, reusing
+    every kernel whose guards hold."""
 
     CHECK = (2, 4, 3)  # a variant recorded at s is checked at the first k*s, or s + d, where its guards hold
     CHECK_NEAR = (64, 128, 192, -64, 4, 8, -4, -8, 12, -12, 1, -1, 2, -2, 3, -3)
@@ -163,7 +174,7 @@ class PlanTemplate:
 
     def instantiate(self, s: int) -> Instance:
         """The plan at size s (class doc)."""
-        v = next((v for v in self.variants if not v.failed(s)), None)
+        v = next((v for v in self.variants if v.holds(s)), None)
         if v is not None:
             return Instance(v.at(self.graph_at(s, False), s))
         why = self.variants[0].failed(s) if self.variants else self.why_not
@@ -186,16 +197,17 @@ class PlanTemplate:
         return Instance(plan, why, memo.rerendered, r.per_size)
 
 
-def _maker(x) -> Callable | None:
-    """(s, ops) -> x (a step or a buffer) with its numbers at size s and its ops replaced through
-    `ops` (recorded op -> the instantiated graph's); None where x holds neither."""
+def _maker(x, index: dict[Op, int]) -> Callable | None:
+    """(s, ops) -> x (a step or a buffer) with its numbers at size s and its ops replaced by those
+    at the same positions (`index`: recorded op -> position) in `ops` (the instantiated graph's);
+    None where x holds neither."""
     fields = {}
     for f in dataclasses.fields(x):
         v = getattr(x, f.name)
         if isinstance(v, Op):
-            fields[f.name] = functools.partial(_op_at, v)
+            fields[f.name] = functools.partial(_op_at, index[v])
         elif isinstance(v, tuple) and v and isinstance(v[0], Op):
-            fields[f.name] = functools.partial(_ops_at, v)
+            fields[f.name] = functools.partial(_ops_at, tuple(index[o] for o in v))
         elif f.name != "ops" and isinstance(v, int | float | tuple):
             e = _evaluator(v)
             if e is not None:
@@ -205,19 +217,19 @@ def _maker(x) -> Callable | None:
     return functools.partial(_made, x, tuple(fields.items()))
 
 
-def _made(x, fields: tuple, s: int, ops: dict):
+def _made(x, fields: tuple, s: int, ops: list):
     return with_fields(x, {name: f(s, ops) for name, f in fields})
 
 
-def _op_at(op: Op, s: int, ops: dict) -> Op:
-    return ops[op]
+def _op_at(i: int, s: int, ops: list) -> Op:
+    return ops[i]
 
 
-def _ops_at(t: tuple, s: int, ops: dict) -> tuple:
-    return tuple(ops[o] for o in t)
+def _ops_at(t: tuple, s: int, ops: list) -> tuple:
+    return tuple([ops[i] for i in t])
 
 
-def _number_at(e: Callable, s: int, ops: dict):
+def _number_at(e: Callable, s: int, ops: list):
     return e(s)
 
 

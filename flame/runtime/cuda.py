@@ -23,6 +23,7 @@ CuPy is imported lazily: `import flame` works without a GPU.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -54,7 +55,10 @@ _ATTR_MAX_DYNAMIC_SMEM = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _LOADED: dict[tuple, object] = {}  # (sha256 of source, kernel name, device id) -> cupy Function (keeps its module)
 
 
+@functools.lru_cache(maxsize=8192)
 def _source_key(source: str) -> str:
+    """sha256 of a kernel's source, once per source: every size of a dynamic dim plans the same
+    source objects (flame.plan.instance), and a str keeps its hash, so a repeat costs a lookup."""
     return hashlib.sha256(source.encode()).hexdigest()
 
 
@@ -87,11 +91,16 @@ def load_kernels(kernels: Sequence[KernelLaunch]) -> dict[tuple[str, str], objec
         _LOADED[key] = mod.get_function(k.name)
     out = {}
     for k in kernels:
-        fn = _LOADED[(_source_key(k.source), k.name, dev)]
-        if k.smem > _MAX_STATIC_SMEM:
+        key = _source_key(k.source)
+        fn = _LOADED[(key, k.name, dev)]
+        if k.smem > _MAX_STATIC_SMEM and _SMEM_SET.get(fn.ptr, 0) < k.smem:
             cupy.cuda.driver.funcSetAttribute(fn.ptr, _ATTR_MAX_DYNAMIC_SMEM, k.smem)
-        out[(_source_key(k.source), k.name)] = fn
+            _SMEM_SET[fn.ptr] = k.smem
+        out[(key, k.name)] = fn
     return out
+
+
+_SMEM_SET: dict[int, int] = {}  # loaded function's pointer -> the dynamic shared memory it was allowed (set once)
 
 
 # ---- one handler per step type: the one place plan steps become GPU work ---------------------------
@@ -137,6 +146,20 @@ def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
 
 
 _COMM_STREAMS: dict[int, object] = {}  # device id -> the communication stream of this process
+_GRAPH_STREAMS: dict[int, object] = {}  # device id -> the stream compiled plans capture and replay on
+
+
+def graph_stream():
+    """The non-blocking stream every compiled plan on the current device captures and replays its CUDA
+    graph on: one per device rather than one per plan (each size of a dynamic dim is a plan). Plans
+    run one at a time and each replay is ordered against the caller's stream by events, so sharing
+    it orders nothing that was not ordered already."""
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    if dev not in _GRAPH_STREAMS:
+        _GRAPH_STREAMS[dev] = cupy.cuda.Stream(non_blocking=True)
+    return _GRAPH_STREAMS[dev]
 
 
 def comm_stream():
@@ -357,7 +380,7 @@ class CompiledPlan:
         import cupy
 
         plan = self.plan
-        self._stream = cupy.cuda.Stream(non_blocking=True)
+        self._stream = graph_stream()
         self._before, self._after = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
         self._stage: dict = {}  # staged input -> its fixed buffer, made when the input is first staged
         self._slab_at, size = {}, 0

@@ -414,3 +414,59 @@ def test_a_concat_or_slice_along_a_dynamic_dim_renders_one_source_for_every_size
     assert sources[0] == sources[1] == sources[2]
     if op == "concat":
         assert any("concat" in k for k in sources[0]) and any("flame_s0" in k and "if (c < " in k for k in sources[0])
+
+
+# ---- a size a recorded plan serves is set up without passes, renders, re-plans or shape rules ----
+
+def test_a_served_size_runs_no_pass_render_or_shape_rule_and_its_plan_is_the_one_built_at_that_size(
+        cuda_target, monkeypatch):
+    import flame.compiler as compiler
+    import flame.frontend.dynamic as dynamic
+    import flame.plan.build as build
+    from flame.plan.steps import format_plan
+
+    batches = _digits_batches((64, 48, 17, 29, 33, 41, 52))
+    step, _ = _mlp(True)
+    for b in batches[:3]:
+        step(*(flame.tensor(a) for a in b))
+    calls = []
+    for module, name in ((compiler, "run_pipeline"), (build, "to_plan"), (build, "_render"),
+                         (dynamic.Template, "_checked")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
+    for b in batches[3:]:
+        step(*(flame.tensor(a) for a in b))
+    assert calls == [] and step.stats().size_replans == 0
+    monkeypatch.undo()
+    template = step._templates[0].plans
+    for e in _instances(step):
+        n = e.shapes[0][0]
+        if n in (b[0].shape[0] for b in batches[3:]):  # the served sizes: the plan as built from scratch there
+            built = template._record(n)[0].plan
+            assert format_plan(e.plan) == format_plan(built)
+            assert e.plan.arena_size == built.arena_size
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 29, 64, 65, 100])
+def test_the_graph_at_a_size_without_shape_rules_is_the_checked_one(n):
+    from flame.frontend.dynamic import Template
+    from flame.ir.printer import print_graph
+
+    step, _ = _mlp(None)
+    a, b = (step.trace(*(flame.tensor(x) for x in bt)) for bt in _digits_batches((64, 48)))
+    t = Template(a, b, {(0, 0): (64, 48), (1, 0): (64, 48)})
+    fast, checked = t.instantiate(n, check=False), t.instantiate(n)
+    assert print_graph(fast) == print_graph(checked)
+    assert [type(d) for v in fast.inputs for d in v.shape] == [int] * sum(len(v.shape) for v in fast.inputs)
+    assert all(x.attrs is not y.attrs for x, y in zip(fast.ops, t.instantiate(n, check=False).ops))
+
+
+def test_merged_guards_hold_exactly_where_each_holds():
+    from flame.ir import symbolic
+
+    with symbolic.recording() as g:
+        s0 = symbolic.SymInt(24, 1, 0)
+        _ = s0 % 4 == 0, s0 * 8 < 1024, (s0 + 3) // 2 > 5, s0 != 7
+    assert len(g) == 4
+    for s in range(0, 200):
+        assert g.holds(s) == (g.failed(s) == ""), s
