@@ -6,7 +6,8 @@ device copy; every variant's outputs are checked bit for bit against the side-by
 
 side: each tensor on its own blocks (Config(balanced=0)); bN: the balanced flat schedule
 (codegen/fused.py _lower_balanced) with N threads per multiprocessor (Config.balanced_threads); bNuK:
-with K items per thread per step, all their loads first (Config.balanced_unroll). The first variant is
+with K items per thread per step, all their loads first (Config.balanced_unroll); b1024fdiv and b1024nodiv:
+probes of what the arithmetic costs (PROBES; their results differ by design). The first variant is
 the reference of the bit check (side, unless --variants says otherwise).
 Bytes: every input tensor read once, every output written once (the 0-d scalars aside). Times: CUDA
 events around each launch, median of --reps after 5 warm-ups.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from pathlib import Path
 
@@ -36,6 +38,16 @@ VARIANTS.update(
         for t, u in [(1024, 2), (1024, 4), (768, 2), (512, 2), (512, 4)]
     }
 )
+
+
+# probes, not schedules: b1024's source with its divisions made approximate (__fdividef) or made
+# multiplications and its square root dropped (wrong results: what the arithmetic costs). H200,
+# 2026-11-27: gpt set 186.6 / 181.1 / 177.1 us, mlp set (4 x [4096, 4096] + 4 x [4096]) 292.1 /
+# 280.0 / 272.4 us: the division and square root are not what keeps the update at 64-78% of copy.
+_DIV = re.compile(r"\((t\d+) / (t\d+)\)")
+PROBES = {"b1024fdiv": lambda s: _DIV.sub(r"__fdividef(\1, \2)", s),
+          "b1024nodiv": lambda s: _DIV.sub(r"(\1 * \2)", s).replace("sqrtf(", "(")}
+VARIANTS.update({name: dict(balanced_threads=1024) for name in PROBES})
 
 
 def _bits(a):
@@ -93,7 +105,7 @@ def main() -> None:
     for label in opts.variants.split(","):
         (k,) = lower(grp, Config(**VARIANTS[label]))
         mod = cupy.cuda.function.Module()
-        mod.load(nvrtc.compile_cubin(k.source, nvrtc.device_arch()))
+        mod.load(nvrtc.compile_cubin(PROBES.get(label, str)(k.source), nvrtc.device_arch()))
         fn = mod.get_function(k.name)
         launch = functools.partial(fn, (k.grid,), (k.block,), (*ins, *outs))
         for o in outs:
