@@ -28,8 +28,9 @@ Rules, in the order they apply:
   feeds are marked as its epilogue when the target's library runs that epilogue
   (Target.matmul_epilogues; the plan builder still falls back to a kernel when the runtime it builds
   for cannot); a GELU whose pre-activation the backward reads writes it as the call's aux result;
-  a column sum over k of an operand (a bias gradient) that no rows kernel carries joins the call
-  as its BGRAD epilogue;
+  a column sum over k of an operand (a bias gradient) joins the call as its BGRAD epilogue, before
+  rows kernels take column sums (carrying one keeps a row kernel off its vectorised schedule: the
+  MLP's cross-entropy kernel ran at 40% of copy so);
 - attention: stays a library call; an attention forward and its softmax statistics (the op autodiff
   saves for the backward, same inputs and attributes) are one call that writes both;
 - `full` constants and views of graph inputs are cloned into every kernel that reads them

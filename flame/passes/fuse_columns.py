@@ -54,8 +54,9 @@ def _transposed_from(x: Value) -> Value | None:
 
 
 def absorb_bias_grads(st: State) -> None:
-    """A column sum over k of a matmul operand (a bias gradient; left over by absorb_columns) joins
-    the matmul's call as its BGRAD epilogue: the GEMM reads the operand anyway."""
+    """A column sum over k of a matmul operand (a bias gradient) joins the matmul's call as its BGRAD
+    epilogue: the GEMM reads the operand anyway. Runs before absorb_columns (and after, for sums
+    that recomputations left)."""
     for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
         (red,) = rg.ops
         v = red.inputs[0]
