@@ -69,27 +69,32 @@ def elementwise_step(s: Step) -> bool:
             and all(REGISTRY[o.name].category == "elementwise" for o in s.ops))
 
 
-def _read_pointwise(s: Step, dead_args: set[int], buffer_of: dict | None) -> bool:
+def _read_pointwise(s: Step, dead_args: set[int], buffer_of: dict | None, values_of: dict | None = None) -> bool:
     """Every op of kernel s that depends on a value read from dead_args is elementwise (other ops,
     e.g. a fused transpose of a gradient, may read other buffers freely). Without buffer_of: every op."""
     if not isinstance(s, KernelLaunch) or s.part != (0, 1):
         return False
     if buffer_of is None:
         return elementwise_step(s)
-    inside, tainted = {o.out for o in s.ops}, set()
-    for op in s.ops:
-        if any(v in tainted if v in inside else buffer_of.get(v) in dead_args for v in op.inputs):
-            if REGISTRY[op.name].category != "elementwise":
-                return False
-            tainted.add(op.out)
+    flow = _dataflow(tuple(s.ops))
+    tainted = _held_in(dead_args, flow.external, buffer_of, values_of)
+    seen: set[int] = set()
+    while tainted:  # the ops that depend on those values, through the kernel's own values
+        for i in flow.readers[tainted.pop()]:
+            if i not in seen:
+                if not flow.elementwise[i]:
+                    return False
+                seen.add(i)
+                tainted.append(s.ops[i].out)
     return True
 
 
 def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict, dead: int, born: int,
-                    buffer_of: dict | None = None) -> bool:
+                    buffer_of: dict | None = None, values_of: dict | None = None) -> bool:
     """Root buffers `dead` (last touched at step i) and `born` (first touched at step i) may occupy
     the same bytes: step i is one kernel that reads dead (through a buffer of born's shape) only with
-    elementwise ops (all its ops, without buffer_of) and writes born."""
+    elementwise ops (all its ops, without buffer_of) and writes born. values_of (buffer id -> the
+    values held in it: buffer_of inverted), when the caller keeps one, only saves time."""
     (_, last), (first, _) = ranges.get(dead, (0, -1)), ranges.get(born, (-1, -1))
     if last != first or first < 0 or buffers[dead].nbytes != buffers[born].nbytes:
         return False
@@ -97,102 +102,182 @@ def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict,
     outs = [a for a in s.writes if root(buffers, a) == born]
     ins = [a for a in s.reads if root(buffers, a) == dead]
     return (bool(outs and ins) and all(buffers[a].shape == buffers[o].shape for a in ins for o in outs)
-            and _read_pointwise(s, set(ins), buffer_of) and _one_segment(s, set(ins), set(outs), buffer_of))
+            and _read_pointwise(s, set(ins), buffer_of, values_of)
+            and _one_segment(s, set(ins), set(outs), buffer_of, values_of))
 
 
-def _one_segment(s: Step, ins: set[int], outs: set[int], buffer_of: dict | None) -> bool:
+def _one_segment(s: Step, ins: set[int], outs: set[int], buffer_of: dict | None,
+                 values_of: dict | None = None) -> bool:
     """What reads the dying buffer and what writes the new one are one segment of the kernel: the
     segments of a horizontal kernel run on different blocks with their own index maps, so one
     segment's writes would overwrite bytes another segment has not read yet."""
-    parts = _segment_values(tuple(s.ops))
-    if len(parts) == 1:
+    flow = _dataflow(tuple(s.ops))
+    if flow.n_segments == 1:
         return True
     if buffer_of is None:
         return False
-    touching = {i for i, (written, read) in enumerate(parts)
-                if any(buffer_of.get(v) in outs for v in written) or any(buffer_of.get(v) in ins for v in read)}
+    touching = {flow.written_in[v] for v in _held_in(outs, flow.written_in, buffer_of, values_of)}
+    touching.update(i for v in _held_in(ins, flow.read_in, buffer_of, values_of) for i in flow.read_in[v])
     return len(touching) <= 1
 
 
+def _held_in(bids: set[int], values, buffer_of: dict, values_of: dict | None) -> list:
+    """The values among `values` (a kernel's: a collection) held in one of buffer ids bids: through
+    values_of (buffer_of inverted) when the caller keeps one, else by asking buffer_of about each."""
+    if values_of is None:
+        return [v for v in values if buffer_of.get(v) in bids]
+    return [v for b in bids for v in values_of.get(b, ()) if v in values]
+
+
+@dataclass(frozen=True)
+class _Dataflow:
+    """What the in-place questions about one kernel need from its ops, which depend on the ops
+    alone: readers (value -> the positions of the ops that read it), external (the values read but
+    made elsewhere), elementwise (per op), and per segment (flame.ir.graph.segments) the values it
+    writes (written_in: value -> segment) and reads (read_in: value -> segments)."""
+
+    readers: dict
+    external: frozenset
+    elementwise: tuple[bool, ...]
+    n_segments: int
+    written_in: dict
+    read_in: dict
+
+
 @lru_cache(maxsize=64)
-def _segment_values(ops: tuple) -> tuple[tuple[tuple, tuple], ...]:
-    """(values written, values read) of each segment of a kernel's ops, once per kernel: the donation
-    of every parameter that a horizontally fused optimizer kernel updates asks about the same kernel."""
-    return tuple((tuple(op.out for op in part), tuple(dict.fromkeys(v for op in part for v in op.inputs)))
-                 for part in segments(list(ops)))
+def _dataflow(ops: tuple) -> _Dataflow:
+    """The _Dataflow of a kernel's ops, once per kernel: the donation of every parameter that a
+    horizontally fused optimizer kernel updates asks about the same kernel."""
+    readers: dict = {op.out: [] for op in ops}
+    inside = set(readers)
+    for i, op in enumerate(ops):
+        for v in dict.fromkeys(op.inputs):
+            readers.setdefault(v, []).append(i)
+    parts = segments(list(ops))
+    written_in, read_in = {}, {}
+    for i, part in enumerate(parts):
+        for op in part:
+            written_in[op.out] = i
+            for v in op.inputs:
+                read_in.setdefault(v, set()).add(i)
+    return _Dataflow(readers, frozenset(v for v in readers if v not in inside),
+                     tuple(REGISTRY[op.name].category == "elementwise" for op in ops), len(parts), written_in,
+                     read_in)
 
 
 # ---------------------------------------------------------------------------------------------
 # 1. in-place updates of aliased inputs
 
 
-def _substitute(buffers: dict, steps: list, old: int, new: int, buffer_of: dict) -> tuple[dict, list]:
-    """Every use of root buffer `old` (step arguments, view bases, values' buffers) becomes `new`;
-    old disappears. buffer_of is updated in place."""
-    steps = [s.renamed(old, new) if old in s.touches else s for s in steps]  # most steps do not mention old
-    for v, b in list(buffer_of.items()):
-        if b == old:
-            buffer_of[v] = new
-    buffers = {k: (dataclasses.replace(b, base=new) if b.base == old else b) for k, b in buffers.items() if k != old}
-    return buffers, steps
+class _InPlace:
+    """The plan being rewritten by the in-place updates (module doc, 1), with an index kept up to
+    date through every rewrite: which steps read, write and touch each buffer id, the values held
+    in each buffer, and the ids whose bytes each root owns (itself and its views). Each donation
+    then looks at its own two buffers instead of scanning every step and value. A dropped step
+    leaves a hole (None) until the end, so step positions stay put."""
 
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.buffers, self.steps, self.outputs = dict(plan.buffers), list(plan.steps), list(plan.outputs)
+        self.buffer_of = dict(plan.buffer_of)
+        self.values_of: dict[int, list] = {}
+        for v, b in self.buffer_of.items():
+            self.values_of.setdefault(b, []).append(v)
+        self.owned: dict[int, set[int]] = {}
+        for b in self.buffers:
+            self.owned.setdefault(root(self.buffers, b), set()).add(b)
+        self.reading: dict[int, set[int]] = {}
+        self.writing: dict[int, set[int]] = {}
+        self.touching: dict[int, set[int]] = {}
+        for i, s in enumerate(self.steps):
+            self._index(i, s)
 
-def _reads_of(buffers: dict, steps: list, r: int) -> list[int]:
-    return [i for i, s in enumerate(steps) if any(root(buffers, a) == r for a in s.reads)]
+    def _indexes(self, s: Step):
+        return (self.reading, s.reads), (self.writing, s.writes), (self.touching, s.touches)
 
+    def _index(self, i: int, s: Step) -> None:
+        for index, bids in self._indexes(s):
+            for b in bids:
+                index.setdefault(b, set()).add(i)
 
-def _writes_of(buffers: dict, steps: list, r: int) -> list[int]:
-    return [i for i, s in enumerate(steps) if any(root(buffers, a) == r for a in s.writes)]
+    def _at(self, index: dict, r: int) -> list[int]:
+        """The positions of the steps whose ids in `index` include one of root r's bytes, in order."""
+        return sorted(set().union(*(index.get(b, ()) for b in self.owned.get(r, ()))))
 
+    def result(self) -> tuple[dict, list, list, dict]:
+        return self.buffers, [s for s in self.steps if s is not None], self.outputs, self.buffer_of
 
-def _donate(plan: Plan, buffers: dict, steps: list, outputs: list, buffer_of: dict, out: int,
-            inp: int) -> tuple[dict, list]:
-    """Make output `out` (aliased to input `inp`) live in the input's buffer; see the module doc."""
-    p = plan.inputs[inp]
-    x = outputs[out]
-    xr = root(buffers, x)
-    if xr == p or buffers[xr].role != "output" or buffers[xr].nbytes != buffers[p].nbytes:
-        return buffers, steps  # the output is the input itself, or shares another output's bytes
-    writes = _writes_of(buffers, steps, xr)
-    reads = _reads_of(buffers, steps, p)
-    if not writes:
-        return buffers, steps
-    first = writes[0]
-    ranges = {p: (min(reads + [first]), first), xr: (first, writes[-1])}
-    ok = all(r < first for r in reads) or (
-        all(r <= first for r in reads) and buffers[xr].shape == buffers[p].shape
-        and shares_in_place(buffers, steps, ranges, p, xr, buffer_of))
-    only_copy = all(isinstance(steps[i], Copy) for i in writes)
-    if ok and only_copy and len(writes) == 1 and root(buffers, steps[first].src) == p:
-        steps = steps[:first] + steps[first + 1:]  # copying the input onto itself
-        buffers = {k: b for k, b in buffers.items() if k != xr}
-        buffer_of.update({v: p for v, b in buffer_of.items() if b == xr})
-        outputs[out] = p
-        return buffers, steps
-    if ok and buffers[xr].shape == buffers[p].shape and buffers[xr].dtype == buffers[p].dtype:
-        buffers, steps = _substitute(buffers, steps, xr, p, buffer_of)
-        outputs[out] = p  # x (xr or a view of it) has p's shape: the same bytes
-        return buffers, steps
-    if only_copy:
-        return buffers, steps  # a returned input or view read after the update: keep the fresh output
-    old = buffers[xr]
-    buffers = dict(buffers)
-    buffers[xr] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "temporary")
-    steps = steps + [Copy(x, p)]  # reads only the arena: later copies into other inputs are unaffected
-    outputs[out] = p
-    return buffers, steps
+    def _move_values(self, old: int, new: int) -> None:
+        """Every value held in buffer id `old` is held in `new`."""
+        moved = self.values_of.pop(old, [])
+        for v in moved:
+            self.buffer_of[v] = new
+        if moved:
+            self.values_of.setdefault(new, []).extend(moved)
+
+    def _substitute(self, old: int, new: int) -> None:
+        """Every use of root buffer `old` (step arguments, view bases, values' buffers) becomes root
+        `new`; old disappears. Step.renamed renames old in a step's reads, writes and touches alike."""
+        for i in self.touching.get(old, ()):
+            self.steps[i] = self.steps[i].renamed(old, new)
+        for index in (self.reading, self.writing, self.touching):
+            if old in index:
+                index.setdefault(new, set()).update(index.pop(old))
+        self._move_values(old, new)
+        mine = self.owned.pop(old)
+        for k in mine:
+            if self.buffers[k].base == old:
+                self.buffers[k] = dataclasses.replace(self.buffers[k], base=new)
+        del self.buffers[old]
+        self.owned[new].update(mine - {old})
+
+    def donate(self, out: int, inp: int) -> None:
+        """Make output `out` (aliased to input `inp`) live in the input's buffer; see the module doc."""
+        buffers, steps = self.buffers, self.steps
+        p = self.plan.inputs[inp]
+        x = self.outputs[out]
+        xr = root(buffers, x)
+        if xr == p or buffers[xr].role != "output" or buffers[xr].nbytes != buffers[p].nbytes:
+            return  # the output is the input itself, or shares another output's bytes
+        writes = self._at(self.writing, xr)
+        reads = self._at(self.reading, p)
+        if not writes:
+            return
+        first = writes[0]
+        ranges = {p: (min(reads + [first]), first), xr: (first, writes[-1])}
+        ok = all(r < first for r in reads) or (
+            all(r <= first for r in reads) and buffers[xr].shape == buffers[p].shape
+            and shares_in_place(buffers, steps, ranges, p, xr, self.buffer_of, self.values_of))
+        only_copy = all(isinstance(steps[i], Copy) for i in writes)
+        if ok and only_copy and len(writes) == 1 and root(buffers, steps[first].src) == p:
+            for index, bids in self._indexes(steps[first]):  # copying the input onto itself
+                for b in bids:
+                    index[b].discard(first)
+            steps[first] = None
+            del buffers[xr]
+            self.owned.pop(xr)
+            self._move_values(xr, p)
+            self.outputs[out] = p
+        elif ok and buffers[xr].shape == buffers[p].shape and buffers[xr].dtype == buffers[p].dtype:
+            self._substitute(xr, p)
+            self.outputs[out] = p  # x (xr or a view of it) has p's shape: the same bytes
+        elif not only_copy:  # (only copies: a returned input or view read after the update: keep it)
+            old = buffers[xr]
+            buffers[xr] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "temporary")
+            steps.append(Copy(x, p))  # reads only the arena: later copies into other inputs are unaffected
+            self._index(len(steps) - 1, steps[-1])
+            self.outputs[out] = p
 
 
 def _promote_donations(plan: Plan) -> tuple[dict, list, list, dict]:
-    buffers, steps, outputs = dict(plan.buffers), list(plan.steps), list(plan.outputs)
-    buffer_of = dict(plan.buffer_of)
+    state = _InPlace(plan)
     done: set[int] = set()
     for out, inp in sorted(plan.graph.aliases.items()):
-        if inp in done or out >= len(outputs) or inp >= len(plan.inputs):
+        if inp in done or out >= len(state.outputs) or inp >= len(plan.inputs):
             continue
         done.add(inp)
-        buffers, steps = _donate(plan, buffers, steps, outputs, buffer_of, out, inp)
-    return buffers, steps, outputs, buffer_of
+        state.donate(out, inp)
+    return state.result()
 
 
 # ---------------------------------------------------------------------------------------------
