@@ -96,6 +96,7 @@ def absorb_columns(st: State) -> None:
     another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
     horizontal one."""
     waiting: dict[Group, list[Group]] = {}
+    one_segment: dict[Group, bool] = {}  # per rows kernel: the columns it takes in are not in its layout
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
         v = op.inputs[0]
@@ -107,7 +108,9 @@ def absorb_columns(st: State) -> None:
             if st.target.splits_rows(*rows_shape(rg)):
                 continue  # a split row kernel carries no column partials
             carried = columns_of(rg)
-            if len(row_segments([o for o in rg.ops if o not in carried])) != 1:
+            if rg not in one_segment:
+                one_segment[rg] = len(row_segments([o for o in rg.ops if o not in carried])) == 1
+            if not one_segment[rg]:
                 continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
             fits = touches and _column_fits(st, rg, op)

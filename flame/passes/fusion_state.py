@@ -61,7 +61,7 @@ class State:
 
     def exposed(self, ops: list[Op]) -> list[Value]:
         inside = set(ops)
-        return [op.out for op in ops if op.out in self.outs or any(u not in inside for u in self.users[op.out])]
+        return [op.out for op in ops if op.out in self.outs or not inside.issuperset(self.users[op.out])]
 
     def succ(self, grp: Group) -> set[Group]:
         return {self.group_of[u] for op in grp.ops for u in self.users[op.out] if u in self.group_of} - {grp}
@@ -131,6 +131,8 @@ def _feeds_matmul(st: State, v: Value) -> bool:
 def mixes_phases(ops) -> bool:
     """A recomputation and a forward op in one kernel (constants and input views, which every
     kernel computes for itself, aside)."""
+    if not any(remat.is_recompute(o) for o in ops):
+        return False  # the common case, found without sorting out the free ops
     return remat.mixes_phases([o for o in ops if not is_free(o)])
 
 
