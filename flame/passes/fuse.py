@@ -420,6 +420,7 @@ def _horizontal(st: State) -> None:
         if a not in st.groups or a in alone:
             continue
         sig = sig_of(a)
+        down = None  # the kernels a reaches
         for b in list(st.groups):
             if a.kind != Kind.ELEMENTWISE and len(a.merged) + 1 >= MAX_SEGMENTS:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
@@ -427,12 +428,14 @@ def _horizontal(st: State) -> None:
             if b is a or b in alone or b.kind != a.kind or (a.kind != Kind.SCALAR and sig_of(b) != sig):
                 continue
             both = a.ops + b.ops
-            if (st.reaches(a, b) or st.reaches(b, a) or mixes_phases(both)
-                    or hoists_backward(st, both, st.exposed(both)) or _hoists_recomputation(st, a, b)):
+            down = st.downstream(a) if down is None else down
+            if (b in down or st.reaches(b, a) or mixes_phases(both)
+                    or hoists_backward(st, both) or _hoists_recomputation(st, a, b)):
                 continue
             if a.kind == Kind.ELEMENTWISE and 8 * _pointers(st, both) > st.target.kernel_param_bytes:
                 a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
                 continue
+            down |= st.downstream(b)  # neither reaches the other: merged, they reach what either did
             merge(st, a, b)
             sigs.pop(a, None)
 

@@ -107,6 +107,8 @@ def absorb_columns(st: State) -> None:
                 continue
             if st.target.splits_rows(*rows_shape(rg)):
                 continue  # a split row kernel carries no column partials
+            if v.producer not in rg.ops and not any(v in o.inputs for o in rg.ops):
+                continue  # rg neither computes nor reads v (the cheap check first)
             carried = columns_of(rg)
             if rg not in one_segment:
                 one_segment[rg] = len(row_segments([o for o in rg.ops if o not in carried])) == 1
