@@ -135,7 +135,8 @@ def _column_fits(st: State, rg: Group, op: Op) -> str:
     op's input once per domain element and each result dim is a domain dim (indexmap.column_map);
     "leading" when the result is the row (a layer_norm's: the reduced dims are the leading ones),
     else "general", which needs a static domain (codegen picks the grid from the kept dims)."""
-    ops = [o for o in rg.ops if o not in columns_of(rg)]
+    carried = columns_of(rg)
+    ops = [o for o in rg.ops if o not in carried]
     v = op.inputs[0]
     lay = derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
     if isinstance(lay, str) or v not in lay.stores:

@@ -162,7 +162,7 @@ def hoists_backward(st: State, ops: list[Op], exposed: list[Value] | None = None
     elementwise backward work of that size reads, well into the backward (the phases rule): the
     kernel would run in the forward and keep that result alive until then, while the kernel of its
     readers computes it for free. `exposed`: st.exposed(ops), where the caller has it."""
-    if not any(o in st.later for o in ops):
+    if not any(o in st.later for o in ops) or not any(o in st.forward for o in ops):
         return False  # the common case, found without sorting out the free ops
     work = [o for o in ops if not is_free(o)]
     if not any(o in st.forward for o in work) or not any(o in st.later for o in work):
