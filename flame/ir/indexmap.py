@@ -51,6 +51,8 @@ class IndexMap:
     rows: tuple[tuple[int, ...], ...]
     base: tuple[int, ...]
     cols: int  # the domain's rank
+    # a map made by _select: the coordinate each dim reads (None: none), so composing is a lookup
+    picks: tuple[int | None, ...] | None = field(default=None, compare=False, repr=False)
 
     def then(self, inner: IndexMap) -> IndexMap:
         """inner o self: `inner` maps this value's coords to another value's coords."""
@@ -58,6 +60,11 @@ class IndexMap:
             return self
         if self is identity(self.cols):
             return inner
+        if inner.picks is not None:  # dim i of the result is self's dim picks[i] (or constant)
+            zero = (0,) * self.cols
+            rows = tuple(zero if p is None else self.rows[p] for p in inner.picks)
+            base = tuple(b if p is None else b + self.base[p] for p, b in zip(inner.picks, inner.base))
+            return IndexMap(rows, base, self.cols)
         cols = tuple(zip(*self.rows)) if self.rows else ((),) * self.cols  # self's coefficients per domain dim
         rows = tuple(tuple(sum(map(mul, r, c)) for c in cols) for r in inner.rows)
         base = tuple(b + sum(map(mul, r, self.base)) for r, b in zip(inner.rows, inner.base))
@@ -85,7 +92,8 @@ def _select(n_out: int, picks: list[tuple[int | None, int]]) -> IndexMap:
     """A map whose dim k reads coordinate picks[k][0] (None: constant) plus picks[k][1]."""
     if len(picks) == n_out and all(p == k and type(b) is int and b == 0 for k, (p, b) in enumerate(picks)):
         return identity(n_out)  # one object per rank: `then` skips composing with it
-    return IndexMap(tuple(_unit(n_out, p) for p, _ in picks), tuple(b for _, b in picks), n_out)
+    return IndexMap(tuple(_unit(n_out, p) for p, _ in picks), tuple(b for _, b in picks), n_out,
+                    tuple(p for p, _ in picks))
 
 
 @lru_cache(maxsize=256)
@@ -96,7 +104,7 @@ def _unit(n: int, p: int | None) -> tuple[int, ...]:
 
 @lru_cache(maxsize=64)
 def identity(rank: int) -> IndexMap:
-    return IndexMap(tuple(_unit(rank, d) for d in range(rank)), (0,) * rank, rank)
+    return IndexMap(tuple(_unit(rank, d) for d in range(rank)), (0,) * rank, rank, tuple(range(rank)))
 
 
 def _memo_plain(f):
