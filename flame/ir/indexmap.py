@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache, wraps
+from operator import mul
 
 from flame.ir.graph import Op, Value, segments
 from flame.ir.registry import get
@@ -49,12 +51,23 @@ class IndexMap:
     rows: tuple[tuple[int, ...], ...]
     base: tuple[int, ...]
     cols: int  # the domain's rank
+    # a map made by _select: the coordinate each dim reads (None: none), so composing is a lookup
+    picks: tuple[int | None, ...] | None = field(default=None, compare=False, repr=False)
 
     def then(self, inner: IndexMap) -> IndexMap:
         """inner o self: `inner` maps this value's coords to another value's coords."""
-        rows = tuple(tuple(sum(r[k] * self.rows[k][d] for k in range(len(r))) for d in range(self.cols))
-                     for r in inner.rows)
-        base = tuple(b + sum(r[k] * self.base[k] for k in range(len(r))) for r, b in zip(inner.rows, inner.base))
+        if inner is identity(len(self.rows)):  # most steps (a same-shape operand): nothing to compose
+            return self
+        if self is identity(self.cols):
+            return inner
+        if inner.picks is not None:  # dim i of the result is self's dim picks[i] (or constant)
+            zero = (0,) * self.cols
+            rows = tuple(zero if p is None else self.rows[p] for p in inner.picks)
+            base = tuple(b if p is None else b + self.base[p] for p, b in zip(inner.picks, inner.base))
+            return IndexMap(rows, base, self.cols)
+        cols = tuple(zip(*self.rows)) if self.rows else ((),) * self.cols  # self's coefficients per domain dim
+        rows = tuple(tuple(sum(map(mul, r, c)) for c in cols) for r in inner.rows)
+        base = tuple(b + sum(map(mul, r, self.base)) for r, b in zip(inner.rows, inner.base))
         return IndexMap(rows, base, self.cols)
 
     def depends_on(self, dims: range) -> bool:
@@ -77,14 +90,40 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _select(n_out: int, picks: list[tuple[int | None, int]]) -> IndexMap:
     """A map whose dim k reads coordinate picks[k][0] (None: constant) plus picks[k][1]."""
-    rows = tuple(tuple(1 if d == p else 0 for d in range(n_out)) for p, _ in picks)
-    return IndexMap(rows, tuple(b for _, b in picks), n_out)
+    if len(picks) == n_out and all(p == k and type(b) is int and b == 0 for k, (p, b) in enumerate(picks)):
+        return identity(n_out)  # one object per rank: `then` skips composing with it
+    return IndexMap(tuple(_unit(n_out, p) for p, _ in picks), tuple(b for _, b in picks), n_out,
+                    tuple(p for p, _ in picks))
 
 
+@lru_cache(maxsize=256)
+def _unit(n: int, p: int | None) -> tuple[int, ...]:
+    """The row of n coefficients that reads coordinate p alone (None: none)."""
+    return tuple(1 if d == p else 0 for d in range(n))
+
+
+@lru_cache(maxsize=64)
 def identity(rank: int) -> IndexMap:
-    return _select(rank, [(d, 0) for d in range(rank)])
+    return IndexMap(tuple(_unit(rank, d) for d in range(rank)), (0,) * rank, rank, tuple(range(rank)))
 
 
+def _memo_plain(f):
+    """f(src, dst) memoised where both shapes are tuples of plain ints: a SymInt among them is
+    compared anew on every call (while recording, each comparison is a guard: flame.ir.symbolic)."""
+    memo = lru_cache(maxsize=4096)(f)
+
+    @wraps(f)
+    def call(src, dst):
+        plain = type(src) is tuple and type(dst) is tuple and set(map(type, src + dst)) <= _INT
+        return memo(src, dst) if plain else f(src, dst)
+
+    return call
+
+
+_INT = {int}
+
+
+@_memo_plain
 def broadcast(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
     """dst coords -> src coords under NumPy broadcasting (src aligned right); None if not a broadcast."""
     lead = len(dst) - len(src)
@@ -93,6 +132,7 @@ def broadcast(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
     return _select(len(dst), [(None if s == 1 else k + lead, 0) for k, s in enumerate(src)])
 
 
+@_memo_plain
 def reshape(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexMap | None:
     """dst coords -> src coords when every src dim of size > 1 is a product of consecutive dst dims."""
     big = [(d, s) for d, s in enumerate(dst) if s != 1]
@@ -334,11 +374,14 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
     seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].shape == domain]
     seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.shape == domain]
     out = dict.fromkeys(seeds, identity(len(domain)))
+    fulls: dict[Op, list[tuple[int, Value]]] = {}  # op -> its operands of n elements (found once)
     grew = True
     while grew:
         grew = False
         for op in ops:
-            full = [(i, u) for i, u in enumerate(op.inputs) if math.prod(u.shape) == n]
+            full = fulls.get(op)
+            if full is None:
+                full = fulls[op] = [(i, u) for i, u in enumerate(op.inputs) if math.prod(u.shape) == n]
             if op.out not in out and math.prod(op.out.shape) == n:
                 for i, u in full:
                     step = _forward(op, i) if u in out else None

@@ -406,26 +406,38 @@ def _horizontal(st: State) -> None:
     feeding a collective: merged with work the backward does later, a gradient bucket's last kernel
     would hold its all-reduce back until then (passes/schedule_collectives.py); nor recomputations
     that different kernels read: each runs right before what reads it."""
+    sigs = {k: _signature(k) for k in st.groups}  # dropped when a group takes another in
+
+    def sig_of(k: Group) -> tuple:
+        if k not in sigs:
+            sigs[k] = _signature(k)
+        return sigs[k]
+
+    # kernels that stay apart whatever merges (a merge keeps each of these properties off)
+    alone = {k for k in st.groups
+             if k.kind not in _FUSIBLE or not sigs[k][2] or columns_of(k) or _feeds_collective(st, k)}
     for a in list(st.groups):
-        if (a not in st.groups or a.kind not in _FUSIBLE or not _signature(a)[2] or columns_of(a)
-                or _feeds_collective(st, a)):
+        if a not in st.groups or a in alone:
             continue
-        sig = _signature(a)
+        sig = sig_of(a)
+        down = None  # the kernels a reaches
         for b in list(st.groups):
             if a.kind != Kind.ELEMENTWISE and len(a.merged) + 1 >= MAX_SEGMENTS:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
-            if (b is a or b.kind != a.kind or (a.kind != Kind.SCALAR and _signature(b) != sig) or not _signature(b)[2]
-                    or columns_of(b) or _feeds_collective(st, b)):
+            if b is a or b in alone or b.kind != a.kind or (a.kind != Kind.SCALAR and sig_of(b) != sig):
                 continue
             both = a.ops + b.ops
-            if (st.reaches(a, b) or st.reaches(b, a) or mixes_phases(both)
-                    or hoists_backward(st, both, st.exposed(both)) or _hoists_recomputation(st, a, b)):
+            down = st.downstream(a) if down is None else down
+            if (b in down or st.reaches(b, a) or mixes_phases(both)
+                    or hoists_backward(st, both) or _hoists_recomputation(st, a, b)):
                 continue
             if a.kind == Kind.ELEMENTWISE and 8 * _pointers(st, both) > st.target.kernel_param_bytes:
                 a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
                 continue
+            down |= st.downstream(b)  # neither reaches the other: merged, they reach what either did
             merge(st, a, b)
+            sigs.pop(a, None)
 
 
 def _pointers(st: State, ops: list[Op]) -> int:

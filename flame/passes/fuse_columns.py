@@ -96,6 +96,7 @@ def absorb_columns(st: State) -> None:
     another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
     horizontal one."""
     waiting: dict[Group, list[Group]] = {}
+    one_segment: dict[Group, bool] = {}  # per rows kernel: the columns it takes in are not in its layout
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
         v = op.inputs[0]
@@ -106,8 +107,12 @@ def absorb_columns(st: State) -> None:
                 continue
             if st.target.splits_rows(*rows_shape(rg)):
                 continue  # a split row kernel carries no column partials
+            if v.producer not in rg.ops and not any(v in o.inputs for o in rg.ops):
+                continue  # rg neither computes nor reads v (the cheap check first)
             carried = columns_of(rg)
-            if len(row_segments([o for o in rg.ops if o not in carried])) != 1:
+            if rg not in one_segment:
+                one_segment[rg] = len(row_segments([o for o in rg.ops if o not in carried])) == 1
+            if not one_segment[rg]:
                 continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
             fits = touches and _column_fits(st, rg, op)
@@ -130,7 +135,8 @@ def _column_fits(st: State, rg: Group, op: Op) -> str:
     op's input once per domain element and each result dim is a domain dim (indexmap.column_map);
     "leading" when the result is the row (a layer_norm's: the reduced dims are the leading ones),
     else "general", which needs a static domain (codegen picks the grid from the kept dims)."""
-    ops = [o for o in rg.ops if o not in columns_of(rg)]
+    carried = columns_of(rg)
+    ops = [o for o in rg.ops if o not in carried]
     v = op.inputs[0]
     lay = derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
     if isinstance(lay, str) or v not in lay.stores:

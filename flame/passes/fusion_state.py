@@ -5,6 +5,7 @@ no hoisted backward work) and merging two kernels."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from flame.ir.graph import Graph, Kind, Op, Value
@@ -61,23 +62,32 @@ class State:
 
     def exposed(self, ops: list[Op]) -> list[Value]:
         inside = set(ops)
-        return [op.out for op in ops if op.out in self.outs or any(u not in inside for u in self.users[op.out])]
+        return [op.out for op in ops if op.out in self.outs or not inside.issuperset(self.users[op.out])]
 
     def succ(self, grp: Group) -> set[Group]:
-        return {self.group_of[u] for op in grp.ops for u in self.users[op.out] if u in self.group_of} - {grp}
+        group_of, users = self.group_of, self.users
+        out = {group_of[u] for op in grp.ops for u in users[op.out] if u in group_of}
+        out.discard(grp)
+        return out
 
     def reaches(self, src: Group, dst: Group) -> bool:
         """A path of data edges src -> ... -> dst between kernels."""
+        return any(h is dst for h in self._walk(src))
+
+    def downstream(self, src: Group) -> set[Group]:
+        """The kernels src reaches (see reaches): one walk answers it for every kernel."""
+        return set(self._walk(src))
+
+    def _walk(self, src: Group) -> Iterator[Group]:
+        """The kernels at the end of a path of data edges from src, each once."""
         todo, seen = list(self.succ(src)), set()
         while todo:
             h = todo.pop()
-            if h is dst:
-                return True
             if h in seen:
                 continue
             seen.add(h)
+            yield h
             todo += [s for s in self.succ(h) if s not in seen]
-        return False
 
     def sorted_ops(self, ops) -> list[Op]:
         return sorted(ops, key=self.index.__getitem__)
@@ -131,6 +141,8 @@ def _feeds_matmul(st: State, v: Value) -> bool:
 def mixes_phases(ops) -> bool:
     """A recomputation and a forward op in one kernel (constants and input views, which every
     kernel computes for itself, aside)."""
+    if not any(remat.is_recompute(o) for o in ops):
+        return False  # the common case, found without sorting out the free ops
     return remat.mixes_phases([o for o in ops if not is_free(o)])
 
 
@@ -145,15 +157,18 @@ def _phases(g: Graph) -> tuple[set[Op], set[Op]]:
     return set(g.ops[:start]), {op for op in g.ops[heavy:] if is_backward(op)}
 
 
-def hoists_backward(st: State, ops: list[Op], exposed: list[Value]) -> bool:
+def hoists_backward(st: State, ops: list[Op], exposed: list[Value] | None = None) -> bool:
     """A kernel of forward ops and backward ops that writes a backward result of its full size which
     elementwise backward work of that size reads, well into the backward (the phases rule): the
     kernel would run in the forward and keep that result alive until then, while the kernel of its
-    readers computes it for free."""
+    readers computes it for free. `exposed`: st.exposed(ops), where the caller has it."""
+    if not any(o in st.later for o in ops) or not any(o in st.forward for o in ops):
+        return False  # the common case, found without sorting out the free ops
     work = [o for o in ops if not is_free(o)]
     if not any(o in st.forward for o in work) or not any(o in st.later for o in work):
         return False
     big = max(o.out.type.numel for o in work)
+    exposed = st.exposed(ops) if exposed is None else exposed
     return any(v.producer in st.later and v.type.numel == big and all(_rides_along(u, big) for u in st.users[v])
                for v in exposed)
 
