@@ -204,6 +204,8 @@ class _MapSegment:
         self.dims, cviews = views.collapse(lay.domain, flat)
         self.view = {k: cv for k, cv in zip(keys, cviews)}
         self.mode = {k: views.mode(cv, self.dims) for k, cv in self.view.items()}
+        # stores off the identity (a per-channel result): the vector path writes them element by element
+        self.element_stores = {(v, m) for _, v, m in self.stores if self.mode[(v, m)] == "general"}
         self.n = math.prod(lay.domain)
         self.values = inside
 
@@ -213,11 +215,9 @@ class _MapSegment:
         (a per-channel result of a BatchNorm's normalisation kernel, [1, 1, 1, C] of [N, H, W, C]) is
         written element by element from the vector loop, under its broadcast guard, so it no longer
         holds the whole kernel to 2-byte loads (43% of copy in resnet_block_train on an H100)."""
-        stores = {(v, m) for _, v, m in self.stores}
-        if any(md == "general" for k, md in self.mode.items() if k not in self.loads and k not in stores):
-            return 1  # an indexed op off the identity; a general store is written per element (below)
-        sizes = [v.dtype.itemsize for (v, m), md in self.mode.items()
-                 if md != "scalar" and not ((v, m) in stores and md == "general")]  # those: element stores
+        if any(md == "general" for k, md in self.mode.items() if k not in self.loads and k not in self.element_stores):
+            return 1  # an indexed op off the identity
+        sizes = [k[0].dtype.itemsize for k, md in self.mode.items() if md != "scalar" and k not in self.element_stores]
         vec = 16 // max(sizes) if sizes else 1
         if vec == 1 or self.n < vec:
             return 1
@@ -273,7 +273,7 @@ class _MapSegment:
         for o, v, m in self.stores:
             val = em.value(v, m)
             em.row.append(self._write(o, v, m, val, vector, sdecls, post))
-        if vector and any(self.mode[(v, m)] == "general" for _, v, m in self.stores):
+        if vector and self.element_stores:
             em.row[:0] = _coords(self.dims, "i", "c")  # element i's coordinates, for the guarded stores
         if vector:
             vec = self.vec()
@@ -306,12 +306,9 @@ class _MapSegment:
 
     def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:
         vec, conds = self.vec(), []
-        stores = {(v, m) for _, v, m in self.stores}
         for (v, m), md in self.mode.items():
-            if md == "scalar" or ((v, m) not in self.loads and v not in outputs):
+            if md == "scalar" or (v, m) in self.element_stores or ((v, m) not in self.loads and v not in outputs):
                 continue
-            if (v, m) in stores and (v, m) not in self.loads and md == "general":
-                continue  # written element by element
             ptr = self._in(self.in_idx[v]) if (v, m) in self.loads else self._out(outputs.index(v))
             conds.append(f"(reinterpret_cast<unsigned long long>({ptr}) % {vec * v.dtype.itemsize} == 0)")
         return " && ".join(dict.fromkeys(conds)) or "true"

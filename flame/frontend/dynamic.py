@@ -255,22 +255,17 @@ class Template:
         g = Graph(self.name)
         values = [g.add_input(TensorType(_at(shape, s, symbolic), dtype), role)
                   for role, dtype, shape in self.inputs]
-        types: dict[tuple, TensorType] = {}  # (id of a shape form, dtype) -> the type at s (forms are shared)
         for f in self.ops:
             operands = tuple(values[i] for i in f.operands)
-            if check:
-                attrs, out = self._checked(f, operands, s, symbolic)
-            elif not f.sized_shape:
-                attrs, out = _at(f.attrs, s, symbolic) if f.sized_attrs else f.attrs, f.op.out.type
-            else:
-                attrs = _at(f.attrs, s, symbolic) if f.sized_attrs else f.attrs
-                key = (id(f.shape), f.op.out.dtype)
-                out = types.get(key)
-                if out is None:
-                    out = types[key] = TensorType(_at(f.shape, s, symbolic), f.op.out.dtype)
+            attrs, out = self._checked(f, operands, s, symbolic)
             op = Op(f.op.name, operands, attrs, out, f.op.loc)
             g.ops.append(op)
             values.append(op.out)
+        return self._finish(g, values)
+
+    def _finish(self, g: Graph, values: list[Value]) -> Graph:
+        """g (its inputs and ops made, `values` every value in order) with its outputs, aliases and
+        fusion groups."""
         g.outputs = [values[i] for i in self.outputs]
         g.aliases = dict(self.aliases)
         if self.groups is not None:
@@ -300,13 +295,7 @@ class Template:
             op.out = v
             ops.append(op)
             append(v)
-        g.outputs = [values[i] for i in self.outputs]
-        g.aliases = dict(self.aliases)
-        if self.groups is not None:
-            first = len(self.inputs)
-            g.groups = [FusionGroup(tuple(ops[i - first] for i in grp), kind, reason, tuple(values[i] for i in outs),
-                                    epilogue) for grp, kind, reason, outs, epilogue in self.groups]
-        return g
+        return self._finish(g, values)
 
     @functools.cached_property
     def _program(self) -> tuple[list, list]:
