@@ -72,7 +72,13 @@ from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
-from flame.passes.fuse_columns import absorb_bias_grads, absorb_columns, absorb_recomputations, columns_of
+from flame.passes.fuse_columns import (
+    absorb_bias_grads,
+    absorb_columns,
+    absorb_recomputations,
+    column_kernels,
+    columns_of,
+)
 from flame.passes.fusion_state import Group, State, fit, hoists_backward, merge, mixes_phases, rows_shape
 from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_conversion, is_free, move_conversions
 from flame.passes.remat import RecomputeLoc
@@ -537,6 +543,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     for op in g.ops:  # free ops only read by ops that went elsewhere
         if op not in st.group_of:
             st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)
+    column_kernels(st)
     _recompute_conversions(st)
     _absorb_scalars(st)
     _split_few_rows(st)

@@ -8,7 +8,15 @@ from __future__ import annotations
 import math
 
 from flame.ir.graph import Kind, Op, Value
-from flame.ir.indexmap import column_map, contiguous_strides, derive, is_reduction, row_segments, trailing_reduced
+from flame.ir.indexmap import (
+    column_map,
+    contiguous_strides,
+    derive,
+    is_reduction,
+    leading_reduced,
+    row_segments,
+    trailing_reduced,
+)
 from flame.ir.symbolic import SymInt
 from flame.passes import remat
 from flame.passes.fusion_state import Group, State, fit, merge, mixes_phases, rows_shape
@@ -128,6 +136,36 @@ def absorb_columns(st: State) -> None:
             for cg in cgs:
                 if not st.reaches(cg, rg):
                     merge(st, rg, cg)
+
+
+def column_kernels(st: State) -> None:
+    """Column reductions that sum whole columns (indexmap.leading_reduced: the kept dims innermost, a
+    channels-last BatchNorm's per-channel sums) of a value an elementwise kernel computes or reads
+    over its whole domain join that kernel, which becomes a rows kernel of those columns' rows with no
+    row reduction, carrying them: a BatchNorm's sum(x) and sum(x*x), or its backward's sum(dy) and
+    sum(dy*x), then cost one read of x (of dy and x) instead of a pass each over values written for
+    them (f32 ones, for a bf16 BatchNorm). Runs before the conversions are placed, so that a widening
+    conversion the carrying kernel computes is recomputed by its other readers rather than written."""
+    for eg in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
+        reads = {v for o in eg.ops for v in o.inputs}
+        for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
+            (op,) = cg.ops
+            v, n_red = op.inputs[0], leading_reduced(op)
+            if (op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or n_red is None
+                    or not math.prod(v.shape) or v.type.numel != math.prod(eg.domain)):
+                continue
+            if eg.kind == Kind.ROWS and (eg.domain, eg.n_red) != (v.shape, n_red):
+                continue  # carries columns of another row layout already
+            if not (v.producer in eg.ops or v in reads) or mixes_phases(eg.ops + cg.ops):
+                continue
+            if st.reaches(cg, eg) or any(st.reaches(k, cg) for k in st.succ(eg) if k is not cg):
+                continue
+            trial = Group([o for o in eg.ops if o not in columns_of(eg)], Kind.ROWS, domain=v.shape, n_red=n_red)
+            if _column_fits(st, trial, op) != "leading" or isinstance(fit(st, eg.ops + cg.ops, Kind.ROWS,
+                                                                            v.shape, n_red), str):
+                continue
+            merge(st, eg, cg)
+            eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
 
 
 def _column_fits(st: State, rg: Group, op: Op) -> str:
