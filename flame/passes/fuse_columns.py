@@ -61,6 +61,15 @@ def _transposed_from(x: Value) -> Value | None:
     return p.inputs[0] if p is not None and p.name == "permute" and list(p.attrs["perm"]) == [1, 0] else None
 
 
+def _view_readers(st: State, root: Value) -> list[Op]:
+    """The ops reading root directly or through up to three reshapes / transposes."""
+    readers, views = list(st.users[root]), list(st.users[root])
+    for _ in range(3):
+        views = [u for t in views if t.name in ("reshape", "permute") for u in st.users[t.out]]
+        readers += views
+    return readers
+
+
 def absorb_bias_grads(st: State) -> None:
     """A column sum over k of a matmul operand (a bias gradient) joins the matmul's call as its BGRAD
     epilogue: the GEMM reads the operand anyway. Runs before absorb_columns (and after, for sums
@@ -68,11 +77,7 @@ def absorb_bias_grads(st: State) -> None:
     for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
         (red,) = rg.ops
         v = red.inputs[0]
-        root = _unreshaped(v)  # the GEMM reads the same data through reshapes and / or a transpose
-        readers, views = list(st.users[root]), list(st.users[root])
-        for _ in range(3):
-            views = [u for t in views if t.name in ("reshape", "permute") for u in st.users[t.out]]
-            readers += views
+        readers = _view_readers(st, _unreshaped(v))  # the GEMM reads the same data through views
         for mg in [st.group_of[u] for u in readers if u in st.group_of]:
             if mg.kind != Kind.MATMUL or mg.epilogue != "none" or len(mg.ops) != 1:
                 continue
@@ -152,8 +157,9 @@ def column_kernels(st: State) -> None:
             (op,) = cg.ops
             v, n_red = op.inputs[0], leading_reduced(op)
             if (op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or n_red is None
-                    or not math.prod(v.shape) or v.type.numel != math.prod(eg.domain)):
-                continue
+                    or any(isinstance(d, SymInt) for d in v.shape) or not math.prod(v.shape)
+                    or v.type.numel != math.prod(eg.domain) or _bias_grad(st, op)):
+                continue  # dynamic sizes keep their column kernel; a bias gradient rides in its GEMM
             if eg.kind == Kind.ROWS and (eg.domain, eg.n_red) != (v.shape, n_red):
                 continue  # carries columns of another row layout already
             if not (v.producer in eg.ops or v in reads) or mixes_phases(eg.ops + cg.ops):
@@ -166,6 +172,14 @@ def column_kernels(st: State) -> None:
                 continue
             merge(st, eg, cg)
             eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
+
+
+def _bias_grad(st: State, red: Op) -> bool:
+    """red is a column sum that a GEMM reading the same operand can compute as its BGRAD epilogue
+    (absorb_bias_grads)."""
+    readers = _view_readers(st, _unreshaped(red.inputs[0]))
+    return any(st.group_of.get(u) is not None and st.group_of[u].kind == Kind.MATMUL
+               and bias_grad_operand(u, red) is not None for u in readers)
 
 
 def _column_fits(st: State, rg: Group, op: Op) -> str:
