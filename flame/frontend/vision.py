@@ -502,9 +502,15 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
 def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count) -> Tensor:
     """Training-mode batch_norm in one read of x for its statistics and one joint read of (dy, x) for
     the backward's: sum(x) and sum(x*x) are sibling column sums of one input (the fusion pass runs
-    them as one kernel), var = E[x^2] - E[x]^2 clamped at 0, and y = x * scale + shift with per-channel
-    scale = w * rstd and shift = b - mean * scale. Written so, autodiff's backward needs only sum(dy)
-    and sum(dy * x) (dshift and dscale), where (x - mean) * rstd * w + b needs four column sums.
+    them as one kernel), var = E[x^2] - E[x]^2 clamped at 0, and y = (x - m) * scale + shift with
+    per-channel scale = w * rstd, m = mean.detach() and shift = b + (m - mean) * scale (= b: the
+    term is an exact per-channel zero that carries mean's gradient). Autodiff's backward then needs
+    only sum(dy) (dshift, and through it dmean = -scale * dshift) and the centred sum(dy * (x - m))
+    (dscale), two column sums of one pass over (dy, x), where (x - mean) * rstd * w + b needs a pass per
+    sum and a third for dmean's sum(dy * scale). The sums stay centred as PyTorch's: the
+    scale-and-shift form x * scale + shift would need sum(dy * x) - mean * sum(dy), whose cancellation a
+    convolution's weight gradient after a pooled loss amplifies by the per-channel count (~100x at
+    resnet_block_train's 262144; tests/nn/test_batch_norm_large_count.py).
     Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type).
     The one-pass variance loses ~eps_f32 * (mean/std)^2 relative accuracy: post-convolution
     activations have |mean| of the order of std, where it is far below bf16's rounding
@@ -517,12 +523,13 @@ def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps,
     scale = (var + eps).rsqrt()
     if weight is not None:
         scale = scale * weight.reshape(*per_channel).to(acc.dtype)
-    shift = -(mean * scale)
+    m = mean.detach()
+    shift = (m - mean) * scale
     if bias is not None:
         shift = shift + bias.reshape(*per_channel).to(acc.dtype)
     if running_mean is not None and running_var is not None:
         _update_running(running_mean, running_var, mean, var, momentum, count)
-    return (acc * scale + shift).to(x.dtype)
+    return ((acc - m) * scale + shift).to(x.dtype)
 
 
 def _update_running(running_mean, running_var, mu, var, momentum, count) -> None:

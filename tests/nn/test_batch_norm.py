@@ -87,16 +87,18 @@ def test_one_pass_variance_of_offset_bf16_activations(offset):
 
 
 def test_channels_last_statistics_are_one_kernel_each_way():
-    """conv -> BatchNorm -> ReLU -> loss, trained: the forward's sum(x), sum(x*x) and the backward's
-    sum(dy), sum(dy*x) are column reductions carried two by two by one kernel; none is a kernel of
-    its own (here the backward's ride in the forward's normalising kernel, which computes dy)."""
+    """conv -> BatchNorm -> ReLU -> conv -> loss, trained: the forward's sum(x), sum(x*x) and the
+    backward's sum(dy), sum(dy * (x - mean)) are column reductions carried two by two by one kernel;
+    none is a kernel of its own (the backward's ride in one pass over the conv's data gradient and x)."""
     rng = np.random.default_rng(0)
     w = flame.tensor(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    w2 = flame.tensor(rng.standard_normal((4, 4, 3, 3)).astype(np.float32))
     gamma, beta = flame.ones(4), flame.zeros(4)
     x = None
 
     def loss(w_, g_, b_):
-        return (F.relu(F.batch_norm(F.conv2d(x, w_, padding=1), None, None, g_, b_, training=True)) ** 2).mean()
+        h = F.relu(F.batch_norm(F.conv2d(x, w_, padding=1), None, None, g_, b_, training=True))
+        return (F.conv2d(h, w2, padding=1) ** 2).mean()
 
     @flame.compile
     def step(x):
