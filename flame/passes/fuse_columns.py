@@ -150,7 +150,12 @@ def column_kernels(st: State) -> None:
     row reduction, carrying them: a BatchNorm's sum(x) and sum(x*x), or its backward's sum(dy) and
     sum(dy*x), then cost one read of x (of dy and x) instead of a pass each over values written for
     them (f32 ones, for a bf16 BatchNorm). Runs before the conversions are placed, so that a widening
-    conversion the carrying kernel computes is recomputed by its other readers rather than written."""
+    conversion the carrying kernel computes is recomputed by its other readers rather than written.
+    A column sum that a kernel with row reductions computes or reads the input of is left to it
+    (absorb_columns: a LayerNorm backward's dweight and dbias ride in its row kernel)."""
+    row_kernels = [grp for grp in st.groups if grp.kind == Kind.ROWS
+                   and any(is_reduction(o) and trailing_reduced(o) is not None for o in grp.ops)]
+    by_rows = {v for grp in row_kernels for o in grp.ops for v in (o.out, *o.inputs)}
     for eg in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
         reads = {v for o in eg.ops for v in o.inputs}
         for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
@@ -158,7 +163,7 @@ def column_kernels(st: State) -> None:
             v, n_red = op.inputs[0], leading_reduced(op)
             if (op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or n_red is None
                     or any(isinstance(d, SymInt) for d in v.shape) or not math.prod(v.shape)
-                    or v.type.numel != math.prod(eg.domain) or _bias_grad(st, op)):
+                    or v.type.numel != math.prod(eg.domain) or _bias_grad(st, op) or v in by_rows):
                 continue  # dynamic sizes keep their column kernel; a bias gradient rides in its GEMM
             if eg.kind == Kind.ROWS and (eg.domain, eg.n_red) != (v.shape, n_red):
                 continue  # carries columns of another row layout already

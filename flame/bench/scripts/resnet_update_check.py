@@ -23,6 +23,11 @@ from flame.bench.spec import as_xp, convert, generate, rel_error
 from flame.bench.suite import _wrapper
 
 
+def _host(a) -> np.ndarray:
+    """A NumPy copy of an array that may live on the GPU (CuPy)."""
+    return a.get() if hasattr(a, "get") else np.array(a)
+
+
 def _step(framework: str, mode: str, s: dict, spec: dict, arrays: dict, torch_dev: str, f64: bool = False):
     """(loss, [state change per checked array]) of one step, as f64 NumPy."""
     a = {n: convert(framework, arrays[n], i.dtype, i.state, torch_dev) for n, i in spec.items()}
@@ -35,7 +40,7 @@ def _step(framework: str, mode: str, s: dict, spec: dict, arrays: dict, torch_de
 
     def state():
         return [
-            as_xp(p, np, copy=True).astype(np.float64) if not f64 else p.detach().cpu().numpy().copy()
+            _host(as_xp(p, np, copy=True)).astype(np.float64) if not f64 else p.detach().cpu().numpy().copy()
             for p in bound.state()
         ]
 
@@ -43,7 +48,7 @@ def _step(framework: str, mode: str, s: dict, spec: dict, arrays: dict, torch_de
     out = bound.call(*data)
     after = state()
     print(f"{framework} {mode}{' f64' if f64 else ''}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    loss = float(out) if f64 else float(np.asarray(as_xp(out, np)))
+    loss = float(out) if f64 else float(_host(as_xp(out, np)))
     return loss, [x - y for x, y in zip(after, before)]
 
 
