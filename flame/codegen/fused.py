@@ -47,6 +47,7 @@ from flame.ir.indexmap import (
     input_map,
     is_reduction,
     is_view,
+    leading_reduced,
     row_segments,
     trailing_reduced,
 )
@@ -74,11 +75,14 @@ def _reads(ops: list[Op] | tuple[Op, ...]) -> list[Value]:
     return list(out)
 
 
-def layout(ops: list[Op], exposed: list[Value]) -> Layout:
-    """The iteration domain and maps of one segment (as the fusion pass chose them)."""
+def layout(ops: list[Op], exposed: list[Value], columns: tuple[Op, ...] = ()) -> Layout:
+    """The iteration domain and maps of one segment (as the fusion pass chose them): a row
+    reduction's, else that of the column reductions it carries (rows of their kept innermost dims:
+    indexmap.leading_reduced), else an elementwise one."""
     red = [op for op in ops if is_reduction(op)]
-    if red:
-        got = derive(ops, exposed, red[0].inputs[0].shape, trailing_reduced(red[0]))
+    if red or columns:
+        op = red[0] if red else columns[0]
+        got = derive(ops, exposed, op.inputs[0].shape, trailing_reduced(op) if red else leading_reduced(op))
         if isinstance(got, Layout):
             return got
         raise NotImplementedError(f"rows group cannot be lowered: {got}")
@@ -161,7 +165,8 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
     col_in = [op.inputs[0] for op in columns]
 
     def laid(segs: list[list[Op]]) -> list[Layout]:
-        return [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in))) for seg in segs]
+        return [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in)), columns)
+                for seg in segs]
 
     segs = row_segments(kept)
     try:

@@ -290,6 +290,23 @@ def row_segments(ops: list[Op]) -> list[list[Op]]:
     return [[o for o in ops if o in joined]] + rest
 
 
+def leading_reduced(op: Op) -> int | None:
+    """n_red of the row domain (its input's shape) in which column reduction `op` sums whole columns:
+    the kept dims are the innermost ones (a channels-last BatchNorm's per-channel sums over [N, *S, C]:
+    rows of C), so a row kernel without row reductions can carry it (passes/fuse_columns.py
+    column_kernels); None for other reductions."""
+    shape = op.inputs[0].shape
+    rank = len(shape)
+    if not is_reduction(op) or not rank or trailing_reduced(op) is not None:
+        return None
+    axes = {a % rank for a in op.attrs["axes"]}
+    red = [d for d in axes if shape[d] != 1]
+    kept = [d for d in range(rank) if d not in axes and shape[d] != 1]
+    if not red or not kept or max(red) > min(kept):
+        return None
+    return rank - min(kept)
+
+
 def trailing_reduced(op: Op) -> int | None:
     """n_red of the row domain of reduction `op` (its input's shape), or None when the reduced dims
     are not the innermost ones (a column reduction)."""

@@ -47,6 +47,10 @@ Rules, in the order they apply:
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
   so do two or more whose result dims are other domain dims (a GroupNorm backward's dweight and
   dbias over channels-last data: per group and channel in the group; indexmap.column_map);
+- traffic (passes/fuse_traffic.py): a big kernel's costly work on broadcast values (a BatchNorm's
+  per-channel rsqrt) runs once per value in a small kernel of its own; a full-size value a kernel
+  writes only for other kernels is recomputed in them when that reads fewer bytes (a BatchNorm
+  backward's dy * scale, f32, from the bf16 dy and ReLU output it comes from);
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
@@ -72,7 +76,14 @@ from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
-from flame.passes.fuse_columns import absorb_bias_grads, absorb_columns, absorb_recomputations, columns_of
+from flame.passes.fuse_columns import (
+    absorb_bias_grads,
+    absorb_columns,
+    absorb_recomputations,
+    column_kernels,
+    columns_of,
+)
+from flame.passes.fuse_traffic import hoist_broadcasts, recompute_tails
 from flame.passes.fusion_state import Group, State, fit, hoists_backward, merge, mixes_phases, rows_shape
 from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_conversion, is_free, move_conversions
 from flame.passes.remat import RecomputeLoc
@@ -544,7 +555,12 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     absorb_columns(st)
     absorb_recomputations(st)
     absorb_columns(st)  # a column sum of a recomputation that joined a rows kernel
+    column_kernels(st)  # column sums no row kernel took, into an elementwise kernel that reads their input
+    _recompute_conversions(st)  # a widening conversion such a kernel shares with its other readers
     absorb_bias_grads(st)
+    hoist_broadcasts(st)
+    recompute_tails(st)
+    hoist_broadcasts(st)  # what a recomputation left alone
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]

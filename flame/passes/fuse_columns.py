@@ -8,7 +8,15 @@ from __future__ import annotations
 import math
 
 from flame.ir.graph import Kind, Op, Value
-from flame.ir.indexmap import column_map, contiguous_strides, derive, is_reduction, row_segments, trailing_reduced
+from flame.ir.indexmap import (
+    column_map,
+    contiguous_strides,
+    derive,
+    is_reduction,
+    leading_reduced,
+    row_segments,
+    trailing_reduced,
+)
 from flame.ir.symbolic import SymInt
 from flame.passes import remat
 from flame.passes.fusion_state import Group, State, fit, merge, mixes_phases, rows_shape
@@ -53,6 +61,15 @@ def _transposed_from(x: Value) -> Value | None:
     return p.inputs[0] if p is not None and p.name == "permute" and list(p.attrs["perm"]) == [1, 0] else None
 
 
+def _view_readers(st: State, root: Value) -> list[Op]:
+    """The ops reading root directly or through up to three reshapes / transposes."""
+    readers, views = list(st.users[root]), list(st.users[root])
+    for _ in range(3):
+        views = [u for t in views if t.name in ("reshape", "permute") for u in st.users[t.out]]
+        readers += views
+    return readers
+
+
 def absorb_bias_grads(st: State) -> None:
     """A column sum over k of a matmul operand (a bias gradient) joins the matmul's call as its BGRAD
     epilogue: the GEMM reads the operand anyway. Runs before absorb_columns (and after, for sums
@@ -60,11 +77,7 @@ def absorb_bias_grads(st: State) -> None:
     for rg in [grp for grp in st.groups if grp.kind in (Kind.REDUCTION, Kind.ROWS) and len(grp.ops) == 1]:
         (red,) = rg.ops
         v = red.inputs[0]
-        root = _unreshaped(v)  # the GEMM reads the same data through reshapes and / or a transpose
-        readers, views = list(st.users[root]), list(st.users[root])
-        for _ in range(3):
-            views = [u for t in views if t.name in ("reshape", "permute") for u in st.users[t.out]]
-            readers += views
+        readers = _view_readers(st, _unreshaped(v))  # the GEMM reads the same data through views
         for mg in [st.group_of[u] for u in readers if u in st.group_of]:
             if mg.kind != Kind.MATMUL or mg.epilogue != "none" or len(mg.ops) != 1:
                 continue
@@ -128,6 +141,50 @@ def absorb_columns(st: State) -> None:
             for cg in cgs:
                 if not st.reaches(cg, rg):
                     merge(st, rg, cg)
+
+
+def column_kernels(st: State) -> None:
+    """Column reductions that sum whole columns (indexmap.leading_reduced: the kept dims innermost, a
+    channels-last BatchNorm's per-channel sums) of a value an elementwise kernel computes or reads
+    over its whole domain join that kernel, which becomes a rows kernel of those columns' rows with no
+    row reduction, carrying them: a BatchNorm's sum(x) and sum(x*x), or its backward's sum(dy) and
+    sum(dy*x), then cost one read of x (of dy and x) instead of a pass each over values written for
+    them (f32 ones, for a bf16 BatchNorm). Runs before the conversions are placed, so that a widening
+    conversion the carrying kernel computes is recomputed by its other readers rather than written.
+    A column sum that a kernel with row reductions computes or reads the input of is left to it
+    (absorb_columns: a LayerNorm backward's dweight and dbias ride in its row kernel)."""
+    row_kernels = [grp for grp in st.groups if grp.kind == Kind.ROWS
+                   and any(is_reduction(o) and trailing_reduced(o) is not None for o in grp.ops)]
+    by_rows = {v for grp in row_kernels for o in grp.ops for v in (o.out, *o.inputs)}
+    for eg in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
+        reads = {v for o in eg.ops for v in o.inputs}
+        for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
+            (op,) = cg.ops
+            v, n_red = op.inputs[0], leading_reduced(op)
+            if (op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or n_red is None
+                    or any(isinstance(d, SymInt) for d in v.shape) or not math.prod(v.shape)
+                    or v.type.numel != math.prod(eg.domain) or _bias_grad(st, op) or v in by_rows):
+                continue  # dynamic sizes keep their column kernel; a bias gradient rides in its GEMM
+            if eg.kind == Kind.ROWS and (eg.domain, eg.n_red) != (v.shape, n_red):
+                continue  # carries columns of another row layout already
+            if not (v.producer in eg.ops or v in reads) or mixes_phases(eg.ops + cg.ops):
+                continue
+            if st.reaches(cg, eg) or any(st.reaches(k, cg) for k in st.succ(eg) if k is not cg):
+                continue
+            trial = Group([o for o in eg.ops if o not in columns_of(eg)], Kind.ROWS, domain=v.shape, n_red=n_red)
+            if _column_fits(st, trial, op) != "leading" or isinstance(fit(st, eg.ops + cg.ops, Kind.ROWS,
+                                                                            v.shape, n_red), str):
+                continue
+            merge(st, eg, cg)
+            eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
+
+
+def _bias_grad(st: State, red: Op) -> bool:
+    """red is a column sum that a GEMM reading the same operand can compute as its BGRAD epilogue
+    (absorb_bias_grads)."""
+    readers = _view_readers(st, _unreshaped(red.inputs[0]))
+    return any(st.group_of.get(u) is not None and st.group_of[u].kind == Kind.MATMUL
+               and bias_grad_operand(u, red) is not None for u in readers)
 
 
 def _column_fits(st: State, rg: Group, op: Op) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from flame.ir.graph import Graph, Kind, Op, Value
-from flame.ir.indexmap import Layout, canonical, derive, is_view
+from flame.ir.indexmap import Layout, canonical, derive, is_reduction, is_view, trailing_reduced
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
@@ -101,6 +101,11 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
     if hoists_backward(st, ops, exposed):
         return HOISTED
     if kind == Kind.ROWS:
+        # column reductions a rows kernel carries are outside its row layout, which stores their inputs
+        cols = [o for o in ops if is_reduction(o) and trailing_reduced(o) is None]
+        if cols:
+            ops = [o for o in ops if o not in cols]
+            exposed = list(dict.fromkeys([v for v in exposed if v.producer not in cols] + [c.inputs[0] for c in cols]))
         got = derive(ops, exposed, domain, n_red)
         got = _copied_view(st, ops, got) or got
         return got if isinstance(got, str) else (domain, n_red)

@@ -1,8 +1,8 @@
 """What a conv + BatchNorm + ReLU training step keeps for its backward and when its backward runs:
-two activations per layer (BatchNorm's centred input and the ReLU output, which the next convolution
-reads anyway) and no ReLU mask beside them; a weight gradient that is the last reader of its layer's
-input runs before the data gradient; recomputations run right before what reads them. The gradients
-are torch's on the reference executor."""
+two activations per layer (BatchNorm's input, the convolution's result, and the ReLU output, which
+the next convolution reads anyway) and no ReLU mask beside them; a weight gradient that is the last
+reader of its layer's input runs before the data gradient; recomputations run right before what
+reads them. The gradients are torch's on the reference executor."""
 
 from __future__ import annotations
 
@@ -64,10 +64,11 @@ def test_conv_bn_relu_saves_two_activations_per_layer_and_matches_torch():
     users = g.users()
     saved = [op.name for op in g.ops  # forward values the backward reads (memory_report's "saved")
              if not is_backward(op) and op.out.type.numel == size and any(is_backward(u) for u in users[op.out])]
-    assert sorted(saved) == ["permute"] + ["relu"] * LAYERS + ["sub"] * LAYERS  # permute: x channels-last
-    for grp in g.groups:  # and no kernel of the forward computes a mask for the backward
-        if not all(is_backward(op) for op in grp.ops):
-            assert not [v for v in grp.outputs if v.dtype.name == "bool" and any(is_backward(u) for u in users[v])]
+    assert sorted(saved) == ["conv"] * LAYERS + ["permute"] + ["relu"] * LAYERS  # permute: x channels-last
+    for grp in g.groups:  # and no kernel of the forward computes a mask for the backward (a per-channel one,
+        if not all(is_backward(op) for op in grp.ops):  # BatchNorm's clamp of its variance, is no activation)
+            assert not [v for v in grp.outputs
+                           if v.dtype.name == "bool" and v.type.numel == size and any(is_backward(u) for u in users[v])]
 
 
 def test_a_weight_gradient_that_frees_its_input_runs_before_the_data_gradient():
