@@ -566,7 +566,9 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         checks = [c for p in parts for c in p.aligned_check()]
         paths.append(dict(segments=fields, cond=" && ".join(dict.fromkeys(checks)) if aligned and checks else ""))
     fields = paths[0]["segments"]
-    cap = target.sm_count * max(1, config.column_threads // block) if columns else _MAX_GRID
+    per_sm = config.column_threads if any(is_reduction(op) and op not in columns for op in group.ops) \
+        else config.column_only_threads
+    cap = target.sm_count * max(1, per_sm // block) if columns else _MAX_GRID
     grid = min(-(-start // (block // G)), cap)
     if columns and isinstance(start, symbolic.SymInt) and symbolic.current() is not None:
         grid = cap  # a dynamic row count: every block writes its partial, so the fold reads as many at every size

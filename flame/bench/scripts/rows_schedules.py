@@ -59,6 +59,14 @@ def _cases() -> dict:
     def softmax(x):
         return F.softmax(x, -1)
 
+    def bn_stats(x):  # a channels-last BatchNorm's statistics: column sums, no row reduction
+        xf = x.float()
+        return xf.sum((0, 1, 2)), (xf * xf).sum((0, 1, 2))
+
+    def bn_bwd_stats(x, dy, m):
+        d = dy.float()
+        return d.sum((0, 1, 2)), (d * (x.float() - m.float())).sum((0, 1, 2))
+
     def mk(*shapes):
         return [np.zeros(s, bf16) for s in shapes]
 
@@ -68,6 +76,8 @@ def _cases() -> dict:
         "CE [8192,32768] bf16": (ce, mk((8192, 32768)) + [rng.integers(0, 32768, 8192)]),
         "softmax [131072,1024] bf16": (softmax, mk((8 * 16 * 1024, 1024))),
         "CE mlp [8192,4096] bf16": (ce, mk((8192, 4096)) + [rng.integers(0, 4096, 8192)]),
+        "BN stats [64,64,64,128] bf16": (bn_stats, mk((64, 64, 64, 128))),
+        "BN bwd stats [64,64,64,128] bf16": (bn_bwd_stats, mk((64, 64, 64, 128), (64, 64, 64, 128), (1, 1, 1, 128))),
     }
 
 
