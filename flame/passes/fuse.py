@@ -555,10 +555,10 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     absorb_columns(st)
     absorb_recomputations(st)
     absorb_columns(st)  # a column sum of a recomputation that joined a rows kernel
+    hoist_broadcasts(st)  # (a kernel carrying columns is one row segment: its broadcast work goes first)
     column_kernels(st)  # column sums no row kernel took, into an elementwise kernel that reads their input
     _recompute_conversions(st)  # a widening conversion such a kernel shares with its other readers
     absorb_bias_grads(st)
-    hoist_broadcasts(st)
     recompute_tails(st)
     hoist_broadcasts(st)  # what a recomputation left alone
     _horizontal(st)

@@ -175,6 +175,8 @@ def column_kernels(st: State) -> None:
             if _column_fits(st, trial, op) != "leading" or isinstance(fit(st, eg.ops + cg.ops, Kind.ROWS,
                                                                             v.shape, n_red), str):
                 continue
+            if len(row_segments(trial.ops)) != 1:
+                continue  # codegen carries columns in a one-segment row kernel only (fused.prepare)
             merge(st, eg, cg)
             eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
 

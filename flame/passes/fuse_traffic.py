@@ -43,30 +43,37 @@ def hoist_broadcasts(st: State) -> None:
     work on its row reductions' results is not broadcast work (it runs once per row); nor is the
     backward work a forward kernel holds (fusion_state.hoists_backward)."""
     for grp in [g for g in st.groups if g.kind in (Kind.ELEMENTWISE, Kind.ROWS) and _fixed(g)]:
-        n = math.prod(grp.domain)
-        if n < HOIST_MIN:
-            continue
-        cand: set[Op] = set()
-        for op in grp.ops:  # in program order: an op's producers in grp come first
-            m = op.out.type.numel
-            broadcast = 1 < m and m * 8 <= n and op.name not in _PER_ELEMENT and (
-                get(op.name).category == "elementwise" or is_view(op))
-            if (is_free(op) or broadcast) and all(
-                    v.producer is None or v.producer in cand or st.group_of.get(v.producer) is not grp for v in op.inputs):
-                cand.add(op)
-        forward = any(o in st.forward for o in grp.ops)
-        seeds = [o for o in cand if not is_view(o) and not is_free(o) and not (forward and o in st.later)]
+        if math.prod(grp.domain) >= HOIST_MIN:
+            while _hoist_one(st, grp):  # one broadcast shape at a time (per channel, per sample and channel)
+                pass
+
+
+def _hoist_one(st: State, grp: Group) -> bool:
+    """Move one shape's worth of grp's broadcast work into a small kernel; False when none moves."""
+    n = math.prod(grp.domain)
+    cand: set[Op] = set()
+    for op in grp.ops:  # in program order: an op's producers in grp come first
+        m = op.out.type.numel
+        broadcast = 1 < m and m * 8 <= n and op.name not in _PER_ELEMENT and (
+            get(op.name).category == "elementwise" or is_view(op))
+        if (is_free(op) or broadcast) and all(
+                v.producer is None or v.producer in cand or st.group_of.get(v.producer) is not grp for v in op.inputs):
+            cand.add(op)
+    forward = any(o in st.forward for o in grp.ops)
+    seeds = [o for o in st.sorted_ops(cand) if not is_view(o) and not is_free(o) and not (forward and o in st.later)]
+    for shape in dict.fromkeys(o.out.shape for o in seeds):
+        mine = [o for o in seeds if o.out.shape == shape]
         if not any(o.name in COSTLY or o.out in st.outs
-                   or any(st.group_of.get(u) is not grp for u in st.users[o.out]) for o in seeds):
+                   or any(st.group_of.get(u) is not grp for u in st.users[o.out]) for o in mine):
             continue
-        needed = _closure(seeds, cand)
+        needed = _closure(mine, cand)
         # a view or constant the rest also reads is copied for the small kernel (each computes its own)
         shared = {o for o in needed if (is_view(o) or is_free(o))
                   and any(st.group_of.get(u) is grp and u not in needed for u in st.users[o.out])}
         undo: list = []
         small, _ = _copies(st, st.sorted_ops(needed), shared, undo)
         rest = [o for o in grp.ops if o not in needed]
-        got = fit(st, small, Kind.ELEMENTWISE, max((o.out.shape for o in small), key=math.prod))
+        got = fit(st, small, Kind.ELEMENTWISE, shape)
         if isinstance(got, str) or not rest or not _refit(st, grp, rest):
             for step in reversed(undo):
                 step()
@@ -74,6 +81,8 @@ def hoist_broadcasts(st: State) -> None:
         grp.ops = rest
         st.new(small, Kind.ELEMENTWISE, domain=got[0],
                reason=f"work on broadcast values, done once for the {n} elements of a kernel that reads it")
+        return True
+    return False
 
 
 def recompute_tails(st: State) -> None:

@@ -37,6 +37,7 @@ from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops.conv import CONV_OPS, to_channels_last
 from flame.ir.registry import get as opdef
+from flame.passes.dce import eliminate_dead_code
 from flame.target import DEFAULT_TARGET, Target
 
 Perm = tuple[int, ...]
@@ -46,10 +47,12 @@ _RESHAPES = ("reshape", "squeeze", "unsqueeze")
 
 def channels_last(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     """g with channels-last convolutions and activations (see the module's docstring); g itself when
-    the target keeps NC* (`Target.conv_channels_last`) or g has no convolution."""
+    the target keeps NC* (`Target.conv_channels_last`) or g has no convolution. The NC* ops whose
+    readers moved to the channels-last values are dropped (a per-channel weight's [1, C, 1, 1] cast
+    left in a kernel was a second row segment that kept a BatchNorm's column sums out of it)."""
     if not target.conv_channels_last or not any(op.name in CONV_OPS for op in g.ops):
         return g
-    return _Sweep(g).run()
+    return eliminate_dead_code(_Sweep(g).run())
 
 
 def _identity(p: Perm | None) -> bool:
