@@ -595,6 +595,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         total_rows=start,
         paths=paths,
         new=new,
+        row_unroll=config.row_unroll if cols is not None and not split else 1,
         slots=max([2] + [p.reductions for p in parts]),
         before=cols.declarations() if cols else [],
         after=cols.partial_writes() if cols else [],

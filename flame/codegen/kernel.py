@@ -40,7 +40,11 @@ class Config:
     block); column_only_threads: the same for one without row reductions (a channels-last
     BatchNorm's statistics, rows of C channels): on an H200 (2026-11-27, rows_schedules.py, [64, 64,
     64, 128] bf16) 2048 ran its forward sums in 39.6 us (91% of copy) instead of 43.2 (83%) at 1024,
-    its backward sums in 59.6 us (78%) instead of 74.2 (62%). split_threads, split_elements: threads per chunk and elements per thread of a row split
+    its backward sums in 59.6 us (78%) instead of 74.2 (62%). row_unroll: `#pragma unroll` of the row
+    loop of a row kernel carrying column partials (1: none), so that the compiler may issue the next
+    rows' loads before the partials take this row's; not yet timed (rows_schedules.py
+    --variants old,old:row_unroll=4 --cases BN): in resnet_block_train on an H200 the backward's
+    statistics kernels, reading three bf16 inputs, ran at 58-68% of copy. split_threads, split_elements: threads per chunk and elements per thread of a row split
     across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
     balanced: a horizontal elementwise kernel of at least this many segments (a multi-tensor update)
     spreads all its segments' work evenly over one grid (fused._lower_balanced) instead of giving each
@@ -63,6 +67,7 @@ class Config:
     min_blocks: int = 0
     column_threads: int = 1024
     column_only_threads: int = 2048
+    row_unroll: int = 1
     split_threads: int = 256
     split_elements: int = 8
     rows_schedule: str = ""

@@ -245,3 +245,25 @@ def test_an_elementwise_part_over_the_rows_runs_in_the_row_loop():
 @pytest.mark.parametrize("shift", [0, 1])
 def test_gpu_an_elementwise_part_over_the_rows_matches_the_reference(shift):
     _check_on_gpu(_frozen_layer_norm_backward(), (OLD, NEW), None, shift, "frozen_layer_norm_backward")
+
+
+# Config.row_unroll: the row loop of a kernel carrying column partials unrolled (a knob to time; default 1)
+UNROLLED = (Config(rows_schedule="old", row_unroll=4), Config(rows_schedule="new", row_unroll=4, row_regs=200))
+
+
+def test_row_unroll_marks_only_kernels_carrying_columns_and_compiles():
+    (cols,) = _rows_groups(layer_norm_fwd_bwd((64, 96))[0])
+    (plain,) = _rows_groups(_softmax((8, 1000), f32))
+    loop = "#pragma unroll 4\n  for (idx_t u"
+    assert "unroll 4\n  for (idx_t u" not in lower(cols)[0].source  # default 1: no pragma, sources as before
+    sources = [k.source for c in UNROLLED for k in lower(cols, c)]
+    assert all(loop in s for s in sources[::2])  # (each row kernel's fold kernel follows it)
+    assert all(loop not in k.source for c in UNROLLED for k in lower(plain, c))
+    assert len(compile_many(sources, "sm_90")) == len(sources)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift", [0, 1])
+def test_gpu_row_unroll_matches_reference(shift):
+    (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 96))[0])
+    _check_on_gpu(grp, UNROLLED, None, shift, "row_unroll")
