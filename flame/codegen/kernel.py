@@ -44,8 +44,9 @@ class Config:
     loop of a row kernel carrying column partials (1: none), so that the compiler may issue the next
     rows' loads before the partials take this row's; not yet timed (rows_schedules.py
     --variants old,old:row_unroll=4 --cases BN): in resnet_block_train on an H200 the backward's
-    statistics kernels, reading three bf16 inputs, ran at 58-68% of copy. split_threads, split_elements: threads per chunk and elements per thread of a row split
-    across blocks (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
+    statistics kernels, reading three bf16 inputs, ran at 58-68% of copy. split_threads,
+    split_elements: threads per chunk and elements per thread of a row split across blocks
+    (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
     balanced: a horizontal elementwise kernel of at least this many segments (a multi-tensor update)
     spreads all its segments' work evenly over one grid (fused._lower_balanced) instead of giving each
     segment its own blocks (0: never; pairs such as a GELU backward and its recomputation keep the

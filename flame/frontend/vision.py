@@ -488,7 +488,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         if count <= 1:
             raise _err(f"batch_norm: expected more than 1 value per channel when training, got input "
                        f"{list(x.shape)}")
-        return _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count)
+        return _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel)
     if running_mean is None or running_var is None:
         raise _err("batch_norm: evaluation without batch statistics needs running_mean and running_var")
     y = (x - running_mean.reshape(*per_channel)) * (running_var.reshape(*per_channel) + eps).rsqrt()
@@ -499,7 +499,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     return y
 
 
-def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count) -> Tensor:
+def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel) -> Tensor:
     """Training-mode batch_norm in one read of x for its statistics and one joint read of (dy, x) for
     the backward's: sum(x) and sum(x*x) are sibling column sums of one input (the fusion pass runs
     them as one kernel), var = E[x^2] - E[x]^2 clamped at 0, and y = (x - m) * scale + shift with
@@ -515,8 +515,6 @@ def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps,
     The one-pass variance loses ~eps_f32 * (mean/std)^2 relative accuracy: post-convolution
     activations have |mean| of the order of std, where it is far below bf16's rounding
     (tests/nn/test_batch_norm.py checks it against torch, mean up to 30 std)."""
-    c, spatial = x.shape[1], x.ndim - 2
-    per_channel = (c, *[1] * spatial)
     acc = x.float() if x.dtype.is_float and x.dtype.itemsize < 4 else x
     mean = acc.sum(dims, keepdim=True) / count
     var = ((acc * acc).sum(dims, keepdim=True) / count - mean * mean).relu()

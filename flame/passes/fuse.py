@@ -75,7 +75,6 @@ from flame.ir.indexmap import (
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import get
 from flame.passes import remat
-from flame.passes.autodiff import is_backward
 from flame.passes.fuse_columns import (
     absorb_bias_grads,
     absorb_columns,
@@ -83,10 +82,9 @@ from flame.passes.fuse_columns import (
     column_kernels,
     columns_of,
 )
-from flame.passes.fuse_traffic import hoist_broadcasts, recompute_tails
+from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
 from flame.passes.fusion_state import Group, State, fit, hoists_backward, merge, mixes_phases, rows_shape
 from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_conversion, is_free, move_conversions
-from flame.passes.remat import RecomputeLoc
 from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of a horizontal scalar or row kernel: its source grows with each
@@ -278,40 +276,10 @@ def _recompute_conversions(st: State) -> None:
             if not outside or any(h.kind not in _FUSIBLE for h in outside):
                 continue
             undo: list = []
-            if all(_recompute_in(st, u, h, undo) for h in outside) and _settle(st, grp, u, undo):
+            if all(recompute_in(st, [u], u.out, h, undo) for h in outside) and _settle(st, grp, u, undo):
                 continue
             for step in reversed(undo):
                 step()
-
-
-def _recompute_in(st: State, u: Op, grp: Group, undo: list) -> bool:
-    """Give grp its own copy of conversion u for the ops of grp that read u (undo: how to take it back)."""
-    readers = [r for r in st.users[u.out] if st.group_of.get(r) is grp]
-    backward_only = all(is_backward(o) for o in grp.ops if not is_free(o))
-    loc = RecomputeLoc(u.loc or "") if backward_only and not is_backward(u) else u.loc
-    c = Op(u.name, u.inputs, u.attrs, u.out.type, loc)
-    saved = (list(grp.ops), grp.domain, grp.n_red, {r: r.inputs for r in readers}, list(st.users[u.inputs[0]]))
-    for r in readers:
-        r.inputs = tuple(c.out if v is u.out else v for v in r.inputs)
-    st.users[u.out] = [r for r in st.users[u.out] if r not in readers]
-    st.users[c.out], st.index[c], st.group_of[c] = readers, st.index[u], grp
-    st.users[u.inputs[0]].append(c)
-
-    def take_back():
-        grp.ops, grp.domain, grp.n_red = saved[0], saved[1], saved[2]
-        for r, ins in saved[3].items():
-            r.inputs = ins
-        st.users[u.out] += readers
-        st.users[u.inputs[0]] = saved[4]
-        del st.group_of[c]
-
-    undo.append(take_back)
-    ops = st.sorted_ops(grp.ops + [c])
-    got = fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, grp.domain, grp.n_red)
-    if isinstance(got, str):
-        return False
-    grp.ops, (grp.domain, grp.n_red) = ops, got
-    return True
 
 
 def _settle(st: State, grp: Group, u: Op, undo: list) -> bool:

@@ -14,12 +14,20 @@ from flame.ir.indexmap import (
     derive,
     is_reduction,
     leading_reduced,
-    row_segments,
     trailing_reduced,
 )
 from flame.ir.symbolic import SymInt
 from flame.passes import remat
-from flame.passes.fusion_state import Group, State, fit, merge, mixes_phases, rows_shape
+from flame.passes.fusion_state import (
+    Group,
+    State,
+    carried_columns,
+    fit,
+    merge,
+    mixes_phases,
+    one_row_segment,
+    rows_shape,
+)
 from flame.passes.prepare_fusion import is_free
 
 
@@ -96,7 +104,7 @@ def absorb_bias_grads(st: State) -> None:
 
 def columns_of(grp: Group) -> list[Op]:
     """The column reductions a rows group carries (they are not part of its row layout)."""
-    return [op for op in grp.ops if is_reduction(op) and trailing_reduced(op) is None]
+    return carried_columns(grp.ops)
 
 
 def absorb_columns(st: State) -> None:
@@ -124,7 +132,7 @@ def absorb_columns(st: State) -> None:
                 continue  # rg neither computes nor reads v (the cheap check first)
             carried = columns_of(rg)
             if rg not in one_segment:
-                one_segment[rg] = len(row_segments([o for o in rg.ops if o not in carried])) == 1
+                one_segment[rg] = one_row_segment(rg.ops)
             if not one_segment[rg]:
                 continue  # a horizontal rows kernel (e.g. one that took in recomputations) carries none
             touches = v.producer in rg.ops or any(v in o.inputs for o in rg.ops if o not in carried)
@@ -149,8 +157,8 @@ def column_kernels(st: State) -> None:
     over its whole domain join that kernel, which becomes a rows kernel of those columns' rows with no
     row reduction, carrying them: a BatchNorm's sum(x) and sum(x*x), or its backward's sum(dy) and
     sum(dy*x), then cost one read of x (of dy and x) instead of a pass each over values written for
-    them (f32 ones, for a bf16 BatchNorm). Runs before the conversions are placed, so that a widening
-    conversion the carrying kernel computes is recomputed by its other readers rather than written.
+    them (f32 ones, for a bf16 BatchNorm). The conversions are placed again after it (fuse.py), so that a
+    widening conversion the carrying kernel computes is recomputed by its other readers rather than written.
     A column sum that a kernel with row reductions computes or reads the input of is left to it
     (absorb_columns: a LayerNorm backward's dweight and dbias ride in its row kernel)."""
     row_kernels = [grp for grp in st.groups if grp.kind == Kind.ROWS
@@ -175,8 +183,8 @@ def column_kernels(st: State) -> None:
             if _column_fits(st, trial, op) != "leading" or isinstance(fit(st, eg.ops + cg.ops, Kind.ROWS,
                                                                             v.shape, n_red), str):
                 continue
-            if len(row_segments(trial.ops)) != 1:
-                continue  # codegen carries columns in a one-segment row kernel only (fused.prepare)
+            if not one_row_segment(trial.ops):
+                continue  # codegen carries columns in a one-segment row kernel only
             merge(st, eg, cg)
             eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
 
@@ -228,7 +236,7 @@ def absorb_recomputations(st: State) -> None:
                 continue
             carried = columns_of(b)  # a kernel with column partials stays one segment (they are not in its layout)
             ops = [o for o in st.sorted_ops(a.ops + b.ops) if o not in carried]
-            if carried and len(row_segments(ops)) != 1:
+            if carried and not one_row_segment(ops):
                 continue
             got = fit(st, ops, b.kind, b.domain, b.n_red)
             if not isinstance(got, str):

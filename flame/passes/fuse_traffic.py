@@ -7,12 +7,11 @@ from __future__ import annotations
 import math
 
 from flame.ir.graph import Kind, Op, Value
-from flame.ir.indexmap import is_reduction, is_view, row_segments
+from flame.ir.indexmap import is_reduction, is_view
 from flame.ir.registry import get
 from flame.ir.symbolic import SymInt
 from flame.passes.autodiff import is_backward
-from flame.passes.fuse_columns import columns_of
-from flame.passes.fusion_state import Group, State, fit
+from flame.passes.fusion_state import Group, State, carried_columns, fit, one_row_segment
 from flame.passes.prepare_fusion import is_free
 from flame.passes.remat import RecomputeLoc
 
@@ -87,9 +86,9 @@ def _hoist_one(st: State, grp: Group) -> bool:
 
 def recompute_tails(st: State) -> None:
     """A full-size value a kernel writes only for other fusible kernels (no graph output) is recomputed
-    by each of them from what it is computed from (the kernel's inputs, values it writes anyway) when that reads fewer bytes than writing it and reading it back: a
-    BatchNorm backward's f32 dy * scale, from the bf16 dy and ReLU output, 4 bytes per element read
-    instead of 8 written and read."""
+    by each of them from what it is computed from (the kernel's inputs, values it writes anyway) when
+    that reads fewer bytes than writing it and reading it back: a BatchNorm backward's f32 dy * scale,
+    from the bf16 dy and ReLU output, 4 bytes per element read instead of 8 written and read."""
     for a in [g for g in st.groups if g.kind in (Kind.ELEMENTWISE, Kind.ROWS) and _fixed(g)]:
         n = math.prod(a.domain)
         if n < TAIL_MIN:
@@ -105,7 +104,7 @@ def recompute_tails(st: State) -> None:
             if cone is None or not _cheaper(st, a, v, cone, readers):
                 continue
             undo: list = []
-            if all(_recompute_in(st, cone, v, r, undo) for r in readers) and _drop_dead(st, a, undo):
+            if all(recompute_in(st, cone, v, r, undo) for r in readers) and _drop_dead(st, a, undo):
                 continue
             for step in reversed(undo):
                 step()
@@ -149,8 +148,10 @@ def _cheaper(st: State, a: Group, v: Value, cone: list[Op], readers: list[Group]
     return new < v.dtype.itemsize * (1 + len(readers)) and kept <= v.dtype.itemsize
 
 
-def _recompute_in(st: State, cone: list[Op], v: Value, r: Group, undo: list) -> bool:
-    """Give kernel r its own copy of cone, which computes v, for its ops that read v."""
+def recompute_in(st: State, cone: list[Op], v: Value, r: Group, undo: list) -> bool:
+    """Give kernel r its own copy of cone, which computes v, for its ops that read v (a backward
+    kernel's copy of forward ops is a recomputation: RecomputeLoc); False when r no longer fits
+    (undo: how to take it back). Also fuse._recompute_conversions' step, with a conversion for cone."""
     backward_only = all(is_backward(o) for o in r.ops if not is_free(o))
     locs = {o: RecomputeLoc(o.loc or "") if backward_only and not is_backward(o) else o.loc for o in cone}
     copies, copy = _copies(st, cone, set(cone), undo, locs)
@@ -181,8 +182,7 @@ def _refit(st: State, grp: Group, ops: list[Op]) -> bool:
     got = fit(st, ops, grp.kind, grp.domain, grp.n_red)
     if isinstance(got, str) or (grp.kind == Kind.ROWS and got != (grp.domain, grp.n_red)):
         return False
-    carried = columns_of(Group(ops, grp.kind, domain=grp.domain, n_red=grp.n_red))
-    if carried and len(row_segments([o for o in ops if o not in carried])) != 1:
+    if carried_columns(ops) and not one_row_segment(ops):
         return False
     grp.domain, grp.n_red = got
     return True

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from flame.ir.graph import Graph, Kind, Op, Value
-from flame.ir.indexmap import Layout, canonical, derive, is_reduction, is_view, trailing_reduced
+from flame.ir.indexmap import Layout, canonical, derive, is_reduction, is_view, row_segments, trailing_reduced
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.autodiff import is_backward
@@ -102,7 +102,7 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
         return HOISTED
     if kind == Kind.ROWS:
         # column reductions a rows kernel carries are outside its row layout, which stores their inputs
-        cols = [o for o in ops if is_reduction(o) and trailing_reduced(o) is None]
+        cols = carried_columns(ops)
         if cols:
             ops = [o for o in ops if o not in cols]
             exposed = list(dict.fromkeys([v for v in exposed if v.producer not in cols] + [c.inputs[0] for c in cols]))
@@ -119,6 +119,18 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
             return shape, 0
         why = got
     return why
+
+
+def carried_columns(ops: list[Op]) -> list[Op]:
+    """The column reductions among a rows kernel's ops: it carries them outside its row layout."""
+    return [o for o in ops if is_reduction(o) and trailing_reduced(o) is None]
+
+
+def one_row_segment(ops: list[Op]) -> bool:
+    """A rows kernel's ops, column reductions aside, are one row segment: codegen (fused.prepare)
+    carries column sums in such a kernel only."""
+    cols = carried_columns(ops)
+    return len(row_segments([o for o in ops if o not in cols])) == 1
 
 
 def _copied_view(st: State, ops: list[Op], lay: Layout | str) -> str:

@@ -51,8 +51,9 @@ def _conv_bn_block(x, w1, g1, b1, w2):
 
 def _block_inputs(n: int, c: int, hw: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    return [_bf16(rng.standard_normal(s).astype(np.float32) * k) for s, k in
-            (((n, c, hw, hw), 1.0), ((c, c, 3, 3), (9 * c) ** -0.5), ((c,), 1.0), ((c,), 0.1), ((c, c, 3, 3), (9 * c) ** -0.5))]
+    fan_in = (9 * c) ** -0.5
+    shapes = (((n, c, hw, hw), 1.0), ((c, c, 3, 3), fan_in), ((c,), 1.0), ((c,), 0.1), ((c, c, 3, 3), fan_in))
+    return [_bf16(rng.standard_normal(s).astype(np.float32) * k) for s, k in shapes]
 
 
 def _grads(fn, arrays):
