@@ -84,15 +84,33 @@ from flame.passes.fuse_columns import (
 )
 from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
 from flame.passes.fusion_state import Group, State, fit, hoists_backward, merge, mixes_phases, rows_shape
-from flame.passes.prepare_fusion import clone_constants, drop_zero_signs, is_conversion, is_free, move_conversions
+from flame.passes.prepare_fusion import (
+    clone_constants,
+    drop_zero_signs,
+    is_conversion,
+    is_free,
+    move_conversions,
+    unit_reductions,
+)
 from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of a horizontal scalar or row kernel: its source grows with each
 _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 
 
+def _free_chains(st: State, op: Op) -> list[list[Op]]:
+    """Per free op that op reads and no kernel holds yet: it and the free ops it reads in turn (a
+    reshaped `arange`), producers first."""
+    def chain(p: Op) -> list[Op]:
+        return [c for x in p.inputs if is_free(x.producer) and x.producer not in st.group_of
+                for c in chain(x.producer)] + [p]
+    roots = dict.fromkeys(v.producer for v in op.inputs if is_free(v.producer) and v.producer not in st.group_of)
+    return [list(dict.fromkeys(chain(p))) for p in roots]
+
+
 def _constants(st: State, op: Op) -> list[Op]:
-    return [v.producer for v in op.inputs if is_free(v.producer) and v.producer not in st.group_of]
+    """The free ops op reads, directly or through other free ops, that no kernel holds yet."""
+    return list(dict.fromkeys(c for ch in _free_chains(st, op) for c in ch))
 
 
 def _try_join(st: State, grp: Group, op: Op) -> bool:
@@ -187,11 +205,16 @@ def _place(st: State, op: Op) -> None:
     if kind in (Kind.SCALAR, Kind.ELEMENTWISE, Kind.ROWS):
         free = _constants(st, op)
         domain, n_red = (op.inputs[0].shape, trailing_reduced(op)) if kind == Kind.ROWS else (op.out.shape, 0)
-        got = fit(st, st.sorted_ops(free + [op]), kind if kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
-        if isinstance(got, str):  # a view that does not map into op's domain: its own kernel
-            for f in free:
-                st.new([f], Kind.ELEMENTWISE, domain=f.out.shape)
+        fkind = kind if kind == Kind.ROWS else Kind.ELEMENTWISE
+        if isinstance(fit(st, st.sorted_ops(free + [op]), fkind, domain, n_red), str):
+            # a view that does not map into op's domain: its own kernel; the free ops that do map stay
             free = []
+            for ch in _free_chains(st, op):
+                if not isinstance(fit(st, st.sorted_ops(free + ch + [op]), fkind, domain, n_red), str):
+                    free += [c for c in ch if c not in free]
+            for f in _constants(st, op):
+                if f not in free:
+                    st.new([f], Kind.ELEMENTWISE, domain=f.out.shape)
         grp = st.new(free + [op], kind, domain=domain)
         grp.n_red = n_red
         return
@@ -508,7 +531,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = clone_constants(move_conversions(drop_zero_signs(g)))
+    g = clone_constants(move_conversions(drop_zero_signs(unit_reductions(g))))
     st = State(g, target)
     for op in g.ops:
         if not is_free(op):

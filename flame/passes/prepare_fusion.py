@@ -1,11 +1,12 @@
-"""What the fusion pass (flame.passes.fuse) does to a graph before it partitions it into kernels: three
+"""What the fusion pass (flame.passes.fuse) does to a graph before it partitions it into kernels: four
 rewrites of the graph, and the two kinds of ops they name.
+- unit_reductions: a reduction over dims of size 1 only becomes the reshape (plus +0.0) it computes;
 - drop_zero_signs: an add of +0.0 (it only turns -0.0 into +0.0) goes where every reader only
   accumulates the sum, so the sign of a zero cannot reach a result;
 - move_conversions: each conversion (CONVERSIONS: cast, neg, abs) moves past views and gathers to
   the side where values are wider, so only narrow values cross kernel boundaries;
-- clone_constants: each free op (is_free: a `full` constant, a view of a graph input) gets a clone per
-  reader, so every kernel computes its own constants and indexes inputs itself."""
+- clone_constants: each free op (is_free: a `full` constant, an `arange`, a view of a graph input or
+  of free ops) gets a clone per reader, so every kernel computes its own constants and indexes inputs itself."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.indexmap import is_view
 from flame.ir.registry import get
-from flame.passes._rewrite import full_value
+from flame.passes._rewrite import full_value, rewrite
 from flame.passes.autodiff import is_backward
 
 # conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
@@ -23,9 +24,18 @@ CONVERSIONS = frozenset({"cast", "neg", "abs"})
 MAX_MOVES = 8  # rounds of move_conversions: each moves a conversion past one view
 
 
+FREE_OPS = frozenset({"full", "arange"})  # computed from the element's index alone
+
+
 def is_free(op: Op | None) -> bool:
-    """Ops a kernel recomputes rather than reads: `full` constants and views of graph inputs."""
-    return op is not None and (op.name == "full" or (is_view(op) and all(v.producer is None for v in op.inputs)))
+    """Ops a kernel recomputes rather than reads: `full` constants, `arange`s (the cross-entropy
+    gradient's one-hot compares one with the targets: read, its 256 KiB row came from L2 for every
+    one of the logits' 8192 rows) and views of graph inputs or of free ops."""
+    if op is None:
+        return False
+    if op.name in FREE_OPS:
+        return True
+    return is_view(op) and all(v.producer is None or is_free(v.producer) for v in op.inputs)
 
 
 def is_conversion(op: Op | None, widening: bool) -> bool:
@@ -123,6 +133,36 @@ def drop_zero_signs(g: Graph) -> Graph:
     return g
 
 
+UNIT_REDUCTIONS = {"reduce_sum": True, "reduce_mean": True, "reduce_max": False, "reduce_min": False}  # -> adds +0.0
+
+
+def unit_reductions(g: Graph) -> Graph:
+    """g with each reduction over no dims or over dims of size 1 only (UNIT_REDUCTIONS) replaced by
+    what it computes: its input reshaped, plus +0.0 for a float sum or mean (the reference's sum
+    turns -0.0 into +0.0; a max or min keeps it). A rows kernel has no row to reduce for it (found
+    by the random-graph test: a sum over no axes of a sum the kernel computes had no load to read).
+    g itself when it has none."""
+    def unit(op: Op) -> bool:
+        if op.name not in UNIT_REDUCTIONS:
+            return False
+        shape = op.inputs[0].shape  # a 0-d tensor reduces to itself
+        return not shape or all(shape[a % len(shape)] == 1 for a in op.attrs["axes"])
+
+    if not any(unit(op) for op in g.ops):
+        return g
+
+    def rule(op: Op, b) -> Value | None:
+        if not unit(op):
+            return None
+        x = op.inputs[0]
+        y = x if x.shape == op.out.shape else b.reshape(x, shape=list(op.out.shape))
+        if UNIT_REDUCTIONS[op.name] and op.out.dtype.is_float:
+            y = b.add(y, b.full(shape=[], value=0.0, dtype=op.out.dtype))
+        return y
+
+    return rewrite(g, rule)
+
+
 def _positive_zero(v: Value) -> bool:
     x = full_value(v)
     return x is not None and x == 0 and not np.signbit(x)
@@ -138,8 +178,8 @@ def _materialized_transpose(op: Op, readers: list[Op]) -> bool:
 
 
 def clone_constants(g: Graph) -> Graph:
-    """A copy of g where every free op (`full`, a view of a graph input) has at most one reader op (a
-    clone per reader), so that each kernel computes its own constants and indexes inputs itself
+    """A copy of g where every free op (is_free) has at most one reader op (a clone per reader, with
+    clones of the free ops it reads), so that each kernel computes its own constants and indexes inputs itself
     instead of reading them from memory — and a view shared by an opaque op and a fused kernel does
     not tie the two into a cycle (cross-entropy's labels feed both gather and the one-hot). Except a
     transposing view a convolution reads (_materialized_transpose): its forward readers share the one
@@ -150,22 +190,29 @@ def clone_constants(g: Graph) -> Graph:
     users = g.users()
     shared = {op for op in g.ops if _materialized_transpose(op, users[op.out])}
     ops: list[Op] = []
+
+    def clone(v: Value) -> Value:  # v's free producer, and the free ops it reads, copied for one reader
+        p = v.producer
+        c = Op(p.name, tuple(clone(x) if is_free(x.producer) else x for x in p.inputs), p.attrs, v.type, p.loc)
+        ops.append(c)
+        return c.out
+
+    outputs = set(g.outputs)
     for op in g.ops:
-        if is_free(op) and len(users[op.out]) > 1 and op not in shared:
-            continue
+        if is_free(op) and len(users[op.out]) > 1 and op not in shared and op.out not in outputs:
+            continue  # its readers get clones (a returned one stays too)
         new_inputs = []
         for v in op.inputs:
             p = v.producer
             if is_free(p) and len(users[v]) > 1 and not (p in shared and not is_backward(op)):
-                clone = Op(p.name, p.inputs, p.attrs, v.type, p.loc)
-                ops.append(clone)
-                v = clone.out
+                v = clone(v)
             new_inputs.append(v)
         op.inputs = tuple(new_inputs)
         ops.append(op)
-    kept = {op.out for op in ops}
-    for op in g.ops:  # a shared free value that is also returned keeps its op
-        if op.out not in kept and op.out in set(g.outputs):
-            ops.insert(0, op)
-    g.ops = ops
+    read, live = set(outputs), []
+    for op in reversed(ops):  # a free op that only the originals of clones read goes
+        if not is_free(op) or op.out in read:
+            live.append(op)
+            read.update(op.inputs)
+    g.ops = live[::-1]
     return g

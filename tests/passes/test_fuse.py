@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flame.ir import Builder, Graph, TensorType, bf16, f32, parse, print_graph, verify
+from flame.ir import Builder, Graph, TensorType, bf16, f32, i64, parse, print_graph, verify
 from flame.passes.fuse import fuse
 from flame.passes.pipeline import remat, run_pipeline
 from flame.passes.remat import is_recompute
@@ -198,6 +198,61 @@ def test_column_reductions_ride_in_the_row_kernel(shape):
     rng = np.random.default_rng(0)
     fused = check_fused(verify(g), [rng.standard_normal(shape).astype(np.float32) for _ in range(2)])
     assert len(launches(fused)) == 2 and launches(fused)[1].name.rsplit("_", 1)[0].endswith("_fold")
+
+
+def test_one_hot_of_an_arange_is_computed_in_the_row_kernel():
+    """A cross-entropy gradient's one-hot, eq(reshape(arange), targets) with the targets reshaped
+    from [4, 8] (a view the row domain cannot index: read as it is): the arange and its reshape are
+    free ops the row kernel computes from the element's index, not a buffer it reads per row."""
+    g = Graph("one_hot")
+    b = Builder(g)
+    x, t = g.add_input(TensorType((32, 64), f32)), g.add_input(TensorType((4, 8), i64))
+    e = b.exp(x)
+    columns = b.reshape(b.arange(start=0, stop=64, step=1, dtype=i64), shape=[1, 64])
+    onehot = b.eq(columns, b.reshape(t, shape=[32, 1]))
+    one, zero = (b.full(shape=[], value=v, dtype=f32) for v in (1.0, 0.0))
+    g.outputs = [b.sub(b.div(e, b.reduce_sum(e, axes=[1], keepdim=True)), b.where(onehot, one, zero))]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    fused = check_fused(verify(g), [x, rng.integers(0, 64, (4, 8))])
+    (k,) = [s for s in launches(fused) if isinstance(s, KernelLaunch)]
+    assert any(op.name == "arange" for grp in fused.groups if grp.kind == "rows" for op in grp.ops)
+    assert "arange" not in k.name and k.n_inputs == 2  # x and the targets' view
+
+
+@pytest.mark.parametrize("limit", [1 << 16, 16])
+def test_a_big_general_column_sum_is_a_kernel_of_its_own(monkeypatch, limit):
+    """A LayerNorm backward's dx summed over the batch ([2, 8, 16] -> [1, 8, 16], a result that depends
+    on a kept dim: a position embedding's gradient) rides in the row kernel beside dweight while it has
+    at most GENERAL_MAX_RESULTS elements; past it, it is a column reduction of its own reading dx."""
+    from flame.passes import fuse_columns
+
+    monkeypatch.setattr(fuse_columns, "GENERAL_MAX_RESULTS", limit)
+    g = Graph("position_grad")
+    b = Builder(g)
+    x, dy = g.add_input(TensorType((2, 8, 16), f32)), g.add_input(TensorType((2, 8, 16), f32))
+    y = b.mul(x, b.rsqrt(b.reduce_mean(b.mul(x, x), axes=[2], keepdim=True)))
+    dx = b.mul(dy, b.add(y, b.reduce_sum(b.mul(y, dy), axes=[2], keepdim=True)))
+    g.outputs = [dx, b.reduce_sum(b.mul(y, dy), axes=[0, 1]), b.reduce_sum(dx, axes=[0], keepdim=True)]
+    rng = np.random.default_rng(0)
+    fused = check_fused(verify(g), [rng.standard_normal((2, 8, 16)).astype(np.float32) for _ in range(2)])
+    alone = [grp for grp in fused.groups if grp.kind == "reduction"]
+    assert len(alone) == (0 if limit > 128 else 1)
+    assert all(grp.ops[0].out.shape == (1, 8, 16) for grp in alone)
+
+
+def test_a_reduction_over_unit_dims_is_its_input_reshaped():
+    """Sums over no dims or dims of size 1 (found by the random-graph test: a rows kernel holding a
+    sum over no axes of a sum it computes had nothing to load) become the reshape plus +0.0 they
+    compute, bit for bit as the reference (-0.0 sums to +0.0; a max keeps it)."""
+    g = Graph("unit")
+    b = Builder(g)
+    x = g.add_input(TensorType((2, 1), f32))
+    h = b.add(b.neg(x), b.reduce_sum(b.neg(x), axes=[0], keepdim=False))
+    s = b.reduce_sum(b.reduce_sum(h, axes=[1], keepdim=True), axes=[], keepdim=False)
+    g.outputs = [s, b.reduce_max(b.neg(x), axes=[1], keepdim=False), b.reduce_mean(x, axes=[1], keepdim=True)]
+    fused = check_fused(verify(g), [np.array([[0.0], [0.0]], np.float32)])  # -x: -0.0
+    assert [tuple(op.attrs["axes"]) for op in fused.ops if op.name.startswith("reduce_")] == [(0,)]
 
 
 def test_softmax_is_one_row_kernel_with_a_telling_name():
