@@ -51,8 +51,8 @@ def _cases() -> dict:
         return flame.grad(loss, (0, 1, 2))(x, w, b)
 
     def ce(logits, y):  # the loss and its gradient: one rows kernel in a training step
-        def loss(z):
-            return F.cross_entropy(z.float(), y)
+        def loss(z):  # summed, not averaged: the check at --check-rows rows has the same gradient scale
+            return F.cross_entropy(z.float(), y, reduction="sum")
 
         return loss(logits), flame.grad(loss, (0,))(logits)
 
