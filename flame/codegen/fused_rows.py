@@ -108,6 +108,7 @@ class _RowSegment:
                  columns: tuple[Op, ...], config: Config, target: Target, split: tuple[int, int] | None = None,
                  new: bool = False, carry: bool = False, hold: bool = True):
         self.ops, self.lay, self.G, self.seg, self.columns = ops, lay, G, seg, columns
+        self.row_barriers, self.block = config.row_barriers, G  # block: set by lower_rows before body()
         self.in_idx = {v: i for i, v in enumerate(inputs)}
         self.out_idx = {v: outputs.index(v) for v in lay.stores if v in outputs}  # others: column inputs
         rank = len(lay.domain)
@@ -288,20 +289,20 @@ class _RowSegment:
         out += self._end_pass(em, body)
         out.append(f"for (int d = 16; d > 0; d >>= 1) {{ const {acc.cuda_type} b = __shfl_down_sync(0xffffffffu, "
                    f"{a}, d); {a} = {accu.combine(a, 'b')}; }}")
+        sync = self.barrier()
         if self.G == 32:
             out.append(f"{a} = __shfl_sync(0xffffffffu, {a}, 0);")
-        elif self.new:  # one shared slot per reduction of the row: one barrier (rows_red says why)
+        elif self.slots:  # one shared slot per reduction of the row: one barrier (rows_red says why)
             sm = f"reinterpret_cast<{acc.cuda_type}*>(row_red + {nth} * slot)"
-            out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", "__syncthreads();", f"{a} = {sm}[0];",
+            out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", sync, f"{a} = {sm}[0];",
                     "#pragma unroll",
                     f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {accu.combine(a, f'{sm}[w]')};"]
             if self.reductions == 1:  # the next row's reduction reuses the slot: all have read it first
-                out.append("__syncthreads();")
+                out.append(sync)
         else:
             sm = f"reinterpret_cast<{acc.cuda_type}*>(row_red)"
-            out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", "__syncthreads();", f"{a} = {sm}[0];",
-                    f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {accu.combine(a, f'{sm}[w]')};",
-                    "__syncthreads();"]
+            out += [f"if (lane % 32 == 0) {sm}[lane / 32] = {a};", sync, f"{a} = {sm}[0];",
+                    f"for (int w = 1; w < {self.G // 32}; ++w) {a} = {accu.combine(a, f'{sm}[w]')};", sync]
         if self.P > 1:  # this chunk's partial; the fold kernel finishes the row
             dst = scratch_ptr(acc.cuda_type, self.partials[op])
             out.append(f"if (lane == 0) {dst}[row * {self.P}u + chunk] = {a};")
@@ -311,6 +312,21 @@ class _RowSegment:
         ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
         out.append(f"const {ctype} {name} = {cuda_c.load(cuda_c.convert(total, acc, op.out.dtype), op.out.dtype)};")
         em.memo_row[(op.out, row_map(op.out, self.lay.domain, self.lay.n_red))] = name
+
+    @property
+    def slots(self) -> bool:
+        """A shared slot per reduction of the row (one barrier each), else one slot (two barriers)."""
+        return self.new or self.row_barriers
+
+    def barrier(self) -> str:
+        """The barrier of a reduction across the row's warps: the row's own (a named barrier of its G
+        threads, Config.row_barriers: the rows of a block do not wait for each other) where the
+        block's rows fit the 15 named barriers, else the block's."""
+        rows = self.block // self.G
+        if self.row_barriers and 1 < rows < 16:
+            return (f'asm volatile("bar.sync %0, %1;" :: "r"(1 + (int)(threadIdx.x / {self.G})), '
+                    f'"r"({self.G}) : "memory");')
+        return "__syncthreads();"
 
     def _start_pass(self, em: Emitter) -> None:
         """A pass over the row's elements: per-element values start afresh, but for the carried ones."""
@@ -551,6 +567,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         parts = make(G)
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     block = _block(G, M, R, columns)
+    for p in parts:
+        p.block = block
     paths, start = [], 0
     for aligned in (True, False) if new and any(p.aligned_check() for p in parts) else (True,):
         fields, start = [], 0
@@ -595,6 +613,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         total_rows=start,
         paths=paths,
         new=new,
+        slotted=parts[0].slots,
         row_unroll=config.row_unroll if cols is not None and not split else 1,
         slots=max([2] + [p.reductions for p in parts]),
         before=cols.declarations() if cols else [],

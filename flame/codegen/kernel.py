@@ -44,7 +44,11 @@ class Config:
     loop of a row kernel carrying column partials (1: none), so that the compiler may issue the next
     rows' loads before the partials take this row's; not yet timed (rows_schedules.py
     --variants old,old:row_unroll=4 --cases BN): in resnet_block_train on an H200 the backward's
-    statistics kernels, reading three bf16 inputs, ran at 58-68% of copy. split_threads,
+    statistics kernels, reading three bf16 inputs, ran at 58-68% of copy. row_barriers: the
+    reductions of a row kernel with several rows per block wait at the row's own named barrier
+    (`bar.sync`, G threads) instead of the block's, one per reduction (a shared slot each), so a
+    block's rows do not wait for each other (a LayerNorm backward, 4 rows of 128 threads per block,
+    ran at 42% of copy on an H100). split_threads,
     split_elements: threads per chunk and elements per thread of a row split across blocks
     (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
     balanced: a horizontal elementwise kernel of at least this many segments (a multi-tensor update)
@@ -69,6 +73,7 @@ class Config:
     column_threads: int = 1024
     column_only_threads: int = 2048
     row_unroll: int = 1
+    row_barriers: bool = False
     split_threads: int = 256
     split_elements: int = 8
     rows_schedule: str = ""

@@ -267,3 +267,31 @@ def test_row_unroll_marks_only_kernels_carrying_columns_and_compiles():
 def test_gpu_row_unroll_matches_reference(shift):
     (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 96))[0])
     _check_on_gpu(grp, UNROLLED, None, shift, "row_unroll")
+
+
+# Config.row_barriers: a row's reductions wait at its own named barrier (a knob to time; default off)
+ROW_BARRIERS = (Config(rows_schedule="old", row_barriers=True), Config(rows_schedule="new", row_barriers=True))
+
+
+def _wide_layer_norm_backward():
+    """A LayerNorm backward with rows of 768 (128 threads each, 4 rows per block) carrying dw and db."""
+    (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 768))[0])
+    return grp
+
+
+def test_row_barriers_name_each_rows_barrier_and_compile():
+    grp = _wide_layer_norm_backward()
+    assert "bar.sync" not in lower(grp)[0].source  # default off: sources as before
+    kernels = [lower(grp, c) for c in ROW_BARRIERS]
+    rows = [k[0] for k in kernels]
+    assert all(k.block // 128 == 4 for k in rows)
+    assert all("bar.sync %0, %1" in k.source and "__syncthreads" not in k.source.split("for (idx_t u")[1].split(
+        "// the block's column partials")[0] for k in rows)  # no block barrier inside the row loop
+    sources = [k.source for ks in kernels for k in ks]
+    assert len(compile_many(sources, "sm_90")) == len(sources)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift", [0, 1])
+def test_gpu_row_barriers_match_reference(shift):
+    _check_on_gpu(_wide_layer_norm_backward(), ROW_BARRIERS, None, shift, "row_barriers")
