@@ -269,8 +269,8 @@ def test_gpu_row_unroll_matches_reference(shift):
     _check_on_gpu(grp, UNROLLED, None, shift, "row_unroll")
 
 
-# Config.row_barriers: a row's reductions wait at its own named barrier (a knob to time; default off)
-ROW_BARRIERS = (Config(rows_schedule="old", row_barriers=True), Config(rows_schedule="new", row_barriers=True))
+# Config.row_barriers: a row's reductions wait at its own named barrier (default on)
+ROW_BARRIERS = (Config(rows_schedule="old"), Config(rows_schedule="new"), Config(rows_schedule="old", row_barriers=False))
 
 
 def _wide_layer_norm_backward():
@@ -281,9 +281,10 @@ def _wide_layer_norm_backward():
 
 def test_row_barriers_name_each_rows_barrier_and_compile():
     grp = _wide_layer_norm_backward()
-    assert "bar.sync" not in lower(grp)[0].source  # default off: sources as before
+    assert "bar.sync" in lower(grp)[0].source  # the default
     kernels = [lower(grp, c) for c in ROW_BARRIERS]
-    rows = [k[0] for k in kernels]
+    assert "bar.sync" not in kernels[2][0].source
+    rows = [k[0] for k in kernels[:2]]
     assert all(k.block // 128 == 4 for k in rows)
     assert all("bar.sync %0, %1" in k.source and "__syncthreads" not in k.source.split("for (idx_t u")[1].split(
         "// the block's column partials")[0] for k in rows)  # no block barrier inside the row loop
