@@ -6,7 +6,7 @@ rewrites of the graph, and the two kinds of ops they name.
 - move_conversions: each conversion (CONVERSIONS: cast, neg, abs) moves past views and gathers to
   the side where values are wider, so only narrow values cross kernel boundaries;
 - clone_constants: each free op (is_free: a `full` constant, an `arange`, a view of a graph input or
-  of free ops) gets a clone per reader, so every kernel computes its own constants and indexes inputs itself."""
+  of such constants) gets a clone per reader, so every kernel computes its own constants and indexes inputs itself."""
 
 from __future__ import annotations
 
@@ -30,12 +30,18 @@ FREE_OPS = frozenset({"full", "arange"})  # computed from the element's index al
 def is_free(op: Op | None) -> bool:
     """Ops a kernel recomputes rather than reads: `full` constants, `arange`s (the cross-entropy
     gradient's one-hot compares one with the targets: read, its 256 KiB row came from L2 for every
-    one of the logits' 8192 rows) and views of graph inputs or of free ops."""
+    one of the logits' 8192 rows), views of graph inputs and views of those computed values."""
     if op is None:
         return False
     if op.name in FREE_OPS:
         return True
-    return is_view(op) and all(v.producer is None or is_free(v.producer) for v in op.inputs)
+    return is_view(op) and all(v.producer is None or _generated(v) for v in op.inputs)
+
+
+def _generated(v: Value) -> bool:
+    """v is computed from the index alone: a FREE_OPS result, or views of one (a reshaped arange)."""
+    p = v.producer
+    return p is not None and (p.name in FREE_OPS or (is_view(p) and all(_generated(x) for x in p.inputs)))
 
 
 def is_conversion(op: Op | None, widening: bool) -> bool:
@@ -101,22 +107,30 @@ def move_conversions(g: Graph) -> Graph:
 
 
 ACCUMULATORS = frozenset({"matmul", "reduce_sum", "reduce_mean"})  # accumulators start at +0.0
+# ops whose results differ at most in the sign of a zero when an input does (-0.0 * y = -(+0.0 * y) or
+# NaN either way; -0.0 + y = +0.0 + y unless y is a zero): the sign still cannot reach an accumulator's sum
+SIGN_ONLY = frozenset({"mul", "add", "sub", "neg", "cast"})
 
 
 def drop_zero_signs(g: Graph) -> Graph:
-    """A copy of g without the adds of +0.0 whose every reader, through views, is an accumulator
-    (ACCUMULATORS): a sum that starts at +0.0 never becomes -0.0 (-0.0 + +0.0 = +0.0), so whether a
-    zero element of its input is -0.0 or +0.0 cannot change its result, and the add that turns one
-    into the other is dead weight. It is what simplify_slabs.sum_of_slabs leaves after a sum of
-    disjoint slabs (the gradient of qkv[0], qkv[1], qkv[2]); without it attention's backward writes
-    dq, dk and dv straight into the one gradient buffer. Exact: no result changes by a bit."""
+    """A copy of g without the adds of +0.0 whose every reader, through views and SIGN_ONLY ops
+    (float ones: a LoRA step scales the qkv gradient by alpha / r before its adapters' GEMMs), is an
+    accumulator (ACCUMULATORS): a sum that starts at +0.0 never becomes -0.0 (-0.0 + +0.0 = +0.0),
+    so whether a zero element of its input is -0.0 or +0.0 cannot change its result, and the add
+    that turns one into the other is dead weight. It is what simplify_slabs.sum_of_slabs leaves
+    after a sum of disjoint slabs (the gradient of qkv[0], qkv[1], qkv[2]); without it attention's
+    backward writes dq, dk and dv straight into the one gradient buffer. Exact: no result changes
+    by a bit."""
     g = g.copy()
     users, outputs = g.users(), set(g.outputs)
+    memo: dict[Value, bool] = {}
 
     def accumulated(v: Value) -> bool:
-        if v in outputs:
-            return False
-        return all(accumulated(u.out) if is_view(u) else u.name in ACCUMULATORS for u in users[v])
+        if v not in memo:
+            memo[v] = v not in outputs and all(
+                accumulated(u.out) if is_view(u) or (u.name in SIGN_ONLY and u.out.dtype.is_float)
+                else u.name in ACCUMULATORS for u in users[v])
+        return memo[v]
 
     renamed: dict[Value, Value] = {}
     ops: list[Op] = []

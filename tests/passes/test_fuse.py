@@ -105,11 +105,12 @@ def test_recomputed_layer_norm_output_rides_in_the_backward_row_kernel():
     assert not [k for k in fused.groups if k.kind == "reduction"]
 
 
-@pytest.mark.parametrize("reader", ["matmul", "sum", "exp", "output"])
+@pytest.mark.parametrize("reader", ["matmul", "sum", "scaled_matmul", "exp", "scaled_exp", "output"])
 def test_an_add_of_positive_zero_goes_only_where_its_sum_is_accumulated(reader):
     """concat(...) + (+0.0) (what a sum of disjoint slabs becomes) loses the add when every reader,
-    through views, is an accumulator starting at +0.0 (the sign of a zero cannot reach its result);
-    an elementwise reader or a graph output keeps it. Bit-exact either way, -0.0 inputs included."""
+    through views and sign-only ops (a LoRA step's scaling by alpha / r), is an accumulator starting
+    at +0.0 (the sign of a zero cannot reach its result); an elementwise reader or a graph output
+    keeps it. Bit-exact either way, -0.0 inputs included."""
     from flame.passes.prepare_fusion import drop_zero_signs
 
     g = Graph("zero_sign")
@@ -118,11 +119,13 @@ def test_an_add_of_positive_zero_goes_only_where_its_sum_is_accumulated(reader):
                g.add_input(TensorType((3, 5), f32)))
     s = b.add(b.concat(x, y, axis=0), b.full(shape=(), value=0.0, dtype=f32))
     flat = b.reshape(s, shape=[4, 3])
+    two = b.full(shape=(), value=2.0, dtype=f32)
     g.outputs = [{"matmul": lambda: b.matmul(flat, w), "sum": lambda: b.reduce_sum(flat, axes=[0]),
-                  "exp": lambda: b.exp(flat), "output": lambda: flat}[reader]()]
+                  "scaled_matmul": lambda: b.matmul(b.mul(flat, two), w), "exp": lambda: b.exp(flat),
+                  "scaled_exp": lambda: b.exp(b.mul(flat, two)), "output": lambda: flat}[reader]()]
     verify(g)
-    dropped = not any(op.name == "add" for op in drop_zero_signs(g).ops)
-    assert dropped == (reader in ("matmul", "sum"))
+    dropped = not any(op.name == "add" and op.inputs[0].producer.name == "concat" for op in drop_zero_signs(g).ops)
+    assert dropped == (reader in ("matmul", "sum", "scaled_matmul"))
     r = np.random.default_rng(1)
     inputs = [r.standard_normal(v.type.shape).astype(np.float32) for v in g.inputs]
     inputs[0][0] = -0.0  # a row of negative zeros: the add would make them +0.0
