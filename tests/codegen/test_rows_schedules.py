@@ -270,7 +270,8 @@ def test_gpu_row_unroll_matches_reference(shift):
 
 
 # Config.row_barriers: a row's reductions wait at its own named barrier (default on)
-ROW_BARRIERS = (Config(rows_schedule="old"), Config(rows_schedule="new"), Config(rows_schedule="old", row_barriers=False))
+ROW_BARRIERS = (Config(rows_schedule="old"), Config(rows_schedule="new"),
+                Config(rows_schedule="old", row_barriers=False))
 
 
 def _wide_layer_norm_backward():
