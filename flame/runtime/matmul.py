@@ -36,13 +36,6 @@ call (MatmulCall.workspace), handed to nvmath through `_PlanWorkspace` for the d
 execute; the pool holds no per-GEMM workspaces. A call without a planned workspace (not from a
 plan) uses one fallback buffer per device.
 
-Skinny GEMMs (a side of at most TUNE_MAX_SIDE: a LoRA adapter's rank-16 products) are where
-cuBLASLt's heuristic order is weakest: the first time such a GEMM of at least TUNE_MIN_BYTES is
-planned (never while a CUDA graph is being captured), every algorithm the plan returned is timed on
-the call's own operands (CUDA events, the median of TUNE_RUNS) and the fastest is kept for that
-shape when it beats the heuristic's first by TUNE_MARGIN (`tune_skinny = False`, or the environment
-variable FLAME_MATMUL_TUNE=0, keeps the first).
-
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
 """
@@ -50,7 +43,6 @@ f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 from flame.ir import symbolic
@@ -76,14 +68,7 @@ def workspace_bytes(out_elements: int) -> int:
     return symbolic.maximum(4096, symbolic.minimum(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096))
 
 
-tune_skinny = os.environ.get("FLAME_MATMUL_TUNE", "1") != "0"  # time the algorithms of skinny GEMMs (module doc)
-TUNE_MAX_SIDE = 64  # m, n or k at most this: a skinny GEMM
-TUNE_MIN_BYTES = 4 << 20  # operand and result bytes from which timing its algorithms pays off
-TUNE_RUNS = 5
-TUNE_MARGIN = 0.9  # another algorithm is kept when its median is below this fraction of the first's
-
 _PLANS: dict[tuple, object] = {}
-_CHOSEN: dict[tuple, object] = {}  # key -> the algorithm timing chose (absent: nvmath's first)
 _OUTPUTS: dict[tuple, tuple] = {}  # key -> the epilogue output handlers taken off that planned Matmul
 _WORKSPACES: dict[int, _PlanWorkspace] = {}  # device id -> the allocator every Matmul on it draws from
 _FALLBACK: dict[int, object] = {}  # device id -> workspace for calls that come with none
@@ -186,12 +171,11 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
     return mm
 
 
-def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = None, algorithm=None) -> None:
+def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = None) -> None:
     """Run planned Matmul mm with `workspace` (a CuPy array of >= workspace_bytes(out), or None: the
     device's fallback buffer) as cuBLASLt's workspace; nvmath lets go of it when the call returns.
     outputs: the epilogue output handlers taken off mm; results: handler name ("gelu_aux",
-    "bgrada", "bgradb") -> the CuPy array that output is written to; algorithm: one of mm's
-    (None: the first)."""
+    "bgrada", "bgradb") -> the CuPy array that output is written to."""
     import cupy
 
     for handler in outputs:
@@ -203,40 +187,7 @@ def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = 
         workspace = _FALLBACK[dev]
     alloc = _workspace(dev)
     alloc.ptr, alloc.size = workspace.data.ptr, workspace.nbytes
-    mm.execute(algorithm=algorithm, stream=stream, release_workspace=True)
-
-
-def _skinny(lay: Layout, k: int, itemsize: int) -> bool:
-    """A GEMM worth timing the algorithms of (module doc)."""
-    m, n = lay.out[-2:]
-    batch = math.prod(lay.out[:-2])
-    size = batch * (m * k + k * n + m * n) * itemsize
-    return tune_skinny and min(m, n, k) <= TUNE_MAX_SIDE and size >= TUNE_MIN_BYTES
-
-
-def _fastest(mm, workspace, stream):
-    """The algorithm of planned Matmul mm that runs fastest on its current operands (it writes its
-    result each time, as the call then does), or None for the first; None while `stream` is being
-    captured into a CUDA graph (nothing may be timed or synchronised then)."""
-    import cupy
-
-    algorithms = list(mm.algorithms)
-    if len(algorithms) < 2 or cupy.cuda.runtime.streamIsCapturing(stream.ptr):
-        return None
-    medians = []
-    for alg in algorithms:
-        _execute(mm, workspace, stream, algorithm=alg)  # warm-up
-        times = []
-        for _ in range(TUNE_RUNS):
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record(stream)
-            _execute(mm, workspace, stream, algorithm=alg)
-            end.record(stream)
-            end.synchronize()
-            times.append(cupy.cuda.get_elapsed_time(start, end))
-        medians.append(sorted(times)[len(times) // 2])
-    best = min(range(len(algorithms)), key=medians.__getitem__)
-    return algorithms[best] if medians[best] < TUNE_MARGIN * medians[0] else None
+    mm.execute(stream=stream, release_workspace=True)
 
 
 def bgrad_supported(epilogue: str, ta: bool, tb: bool) -> bool:
@@ -304,11 +255,8 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
         with stream:
             av = _view(a, lay.a, lay.ta, lay.expand_a)
             bv = _view(b, lay.b, lay.tb, lay.expand_b)
-        fresh = key not in _PLANS
         mm = _planned(key, av, bv, out.reshape(lay.out), stream)
-        if fresh and _skinny(lay, k, out.dtype.itemsize):
-            _CHOSEN[key] = _fastest(mm, workspace, stream)
-        _execute(mm, workspace, stream, algorithm=_CHOSEN.get(key))
+        _execute(mm, workspace, stream)
         return
     with stream:  # transposed problem (module doc): A' = op(b)^T, B' = op(a)^T, C' = out^T
         av = _view(b, lay.b, not lay.tb, lay.expand_b)
@@ -332,6 +280,5 @@ def clear_cache() -> None:
     for mm in _PLANS.values():
         mm.free()
     _PLANS.clear()
-    _CHOSEN.clear()
     _OUTPUTS.clear()
     _FALLBACK.clear()

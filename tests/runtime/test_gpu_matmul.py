@@ -77,33 +77,3 @@ def test_zero_sized_matmul():
     out = cupy.full((2, 3, 4), np.nan, dtype=np.float32)
     matmul_into(out, cupy.ones((2, 3, 0), np.float32), cupy.ones((2, 0, 4), np.float32))
     assert float(abs(out).max()) == 0.0
-
-
-@pytest.mark.parametrize("m,n,k,tuned", [(8192, 16, 768, True), (16, 768, 8192, True), (8192, 768, 16, True),
-                                         (64, 64, 64, False), (8192, 768, 768, False)])
-def test_skinny_gemms_are_the_ones_timed(m, n, k, tuned):
-    """A LoRA adapter's rank-16 GEMMs (a side <= TUNE_MAX_SIDE, >= TUNE_MIN_BYTES moved) have their
-    algorithms timed; small or square ones keep cuBLASLt's first."""
-    from flame.runtime import matmul
-
-    assert matmul._skinny(matmul._layout((m, k), (k, n), (m, n), False, False), k, 2) == tuned
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("tune", [True, False])
-def test_timed_skinny_gemm_matches_numpy(monkeypatch, tune):
-    """The algorithm timing kept (or the first) computes the product; calls after the first reuse it."""
-    import cupy
-
-    from flame.runtime import matmul
-
-    monkeypatch.setattr(matmul, "tune_skinny", tune)
-    rng = np.random.default_rng(1)
-    a, b = rng.standard_normal((8192, 768)).astype(np.float32), rng.standard_normal((768, 16)).astype(np.float32)
-    matmul.clear_cache()
-    out = cupy.full((8192, 16), np.nan, np.float32)
-    for _ in range(2):
-        matmul.matmul_into(out, cupy.asarray(a), cupy.asarray(b))
-    assert _rel_err(out.get(), a, b, False, False) < LIMIT["f32"]
-    assert (len(matmul._CHOSEN) == 1) == tune  # None (the first) or the timed choice, once per shape
-    matmul.clear_cache()
