@@ -32,9 +32,11 @@ Rules, in the order they apply:
   rows kernels take column sums (carrying one keeps a row kernel off its vectorised schedule: the
   MLP's cross-entropy kernel ran at 40% of copy so);
 - attention: stays a library call; an attention forward and its softmax statistics (the op autodiff
-  saves for the backward, same inputs and attributes) are one call that writes both;
-- `full` constants and views of graph inputs are cloned into every kernel that reads them
-  (prepare_fusion.clone_constants);
+  saves for the backward, same inputs and attributes) are one call that writes both; views only
+  attention calls read stay out of the kernel computing their input (the call reads q, k and v
+  through strides from the one value it stores: _attention_operand);
+- `full` constants, `arange`s and views of graph inputs (or of those constants) are cloned into every
+  kernel that reads them (prepare_fusion.clone_constants), and computed there from the index;
 - phases: an op the remat pass recomputes in the backward never shares a kernel with a forward op
   (the kernel would run in the forward and keep the value alive again); nor does a backward op whose
   result leaves the kernel at the kernel's full size (ReLU's mask `y > 0`: computed in the forward,
