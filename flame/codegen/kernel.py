@@ -42,9 +42,10 @@ class Config:
     64, 128] bf16) 2048 ran its forward sums in 39.6 us (91% of copy) instead of 43.2 (83%) at 1024,
     its backward sums in 59.6 us (78%) instead of 74.2 (62%). row_unroll: `#pragma unroll` of the row
     loop of a row kernel carrying column partials (1: none), so that the compiler may issue the next
-    rows' loads before the partials take this row's; not yet timed (rows_schedules.py
-    --variants old,old:row_unroll=4 --cases BN): in resnet_block_train on an H200 the backward's
-    statistics kernels, reading three bf16 inputs, ran at 58-68% of copy. row_barriers: the
+    rows' loads before the partials take this row's: on an H100 (2026-11-27, rows_schedules.py
+    --cases BN) 2 ran the BatchNorm backward's statistics in 68.5 us instead of 71.0 and its forward
+    ones in 44.3 instead of 44.8, 4 and 8 slower (77.4, 89.6 us backward): too little to change the
+    default. row_barriers: the
     reductions of a row kernel with several rows per block wait at the row's own named barrier
     (`bar.sync`, G threads) instead of the block's, one per reduction (a shared slot each), so a
     block's rows do not wait for each other: on an H100 (2026-11-27, rows_schedules.py) gpt_train's

@@ -218,18 +218,20 @@ def _place(st: State, op: Op) -> None:
                     _try_merge(st, grp, other)
             return
     if kind in (Kind.SCALAR, Kind.ELEMENTWISE, Kind.ROWS):
-        free = _constants(st, op)
+        chains = _free_chains(st, op)
+        free = list(dict.fromkeys(c for ch in chains for c in ch))
         domain, n_red = (op.inputs[0].shape, trailing_reduced(op)) if kind == Kind.ROWS else (op.out.shape, 0)
         fkind = kind if kind == Kind.ROWS else Kind.ELEMENTWISE
         if isinstance(fit(st, st.sorted_ops(free + [op]), fkind, domain, n_red), str):
             # a view that does not map into op's domain: its own kernel; the free ops that do map stay
-            free = []
-            for ch in _free_chains(st, op):
-                if not isinstance(fit(st, st.sorted_ops(free + ch + [op]), fkind, domain, n_red), str):
-                    free += [c for c in ch if c not in free]
-            for f in _constants(st, op):
-                if f not in free:
+            kept: list[Op] = []
+            for ch in chains:
+                if not isinstance(fit(st, st.sorted_ops(kept + ch + [op]), fkind, domain, n_red), str):
+                    kept += [c for c in ch if c not in kept]
+            for f in free:
+                if f not in kept:
                     st.new([f], Kind.ELEMENTWISE, domain=f.out.shape)
+            free = kept
         grp = st.new(free + [op], kind, domain=domain)
         grp.n_red = n_red
         return
