@@ -8,7 +8,8 @@ value is evaluated at coordinates of an iteration domain through the IndexMaps o
 each intermediate is rounded to its own dtype (f16/bf16 compute in f32 as single-op kernels do), so
 the kernel computes what the ops compute one by one. Independent parts of a group (horizontal fusion)
 become segments of the one kernel: of static sizes, in one flat space of 16-byte vectors that every
-block takes an equal contiguous share of (Config.balanced_unroll of them per thread per step),
+block takes an equal contiguous share of (Config.balanced_steps steps of Config.balanced_unroll of
+them per thread),
 segments that differ only in their pointers sharing one body (_lower_balanced,
 templates/fused_balanced.cu.j2); 0-d work and dynamic sizes side by side, each segment on its own
 range of blocks (segment_blocks).
@@ -397,29 +398,33 @@ def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGE
     return [k if same else dataclasses.replace(k, in_place_safe=False)]
 
 
-def balanced_chunks(items: list[int], block: int, max_blocks: int) -> tuple[list[int], int, int]:
+def balanced_chunks(items: list[int], block: int, max_blocks: int, per: int = 0) -> tuple[list[int], int, int]:
     """(offsets, grid, per): segment k holds items [offsets[k], offsets[k + 1]) of one flat space and
     block b the contiguous items [b * per, min((b + 1) * per, total)): every block the same share of
-    the whole update, whatever the segments' sizes, in at most max_blocks blocks (one wave)."""
+    the whole update, whatever the segments' sizes. per > 0: that share (as many blocks as it takes,
+    in waves); else at most max_blocks blocks (one wave)."""
     offsets = [0]
     for it in items:
         offsets.append(offsets[-1] + it)
     total = offsets[-1]
-    grid = max(1, min(max_blocks, -(-total // block)))
-    per = max(1, -(-total // grid))
+    if per <= 0:
+        grid = max(1, min(max_blocks, -(-total // block)))
+        per = max(1, -(-total // grid))
     return offsets, max(1, -(-total // per)), per
 
 
 def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value], segs: list[list[Op]],
                     lays: list[Layout], config: Config, target: Target) -> Kernel:
     """A horizontal kernel over one flat space of items (a 16-byte vector of a segment, or one element
-    where the segment cannot vectorise): equal contiguous chunks per block on a one-wave grid of
-    Target.sm_count * config.balanced_threads threads, so small tensors add no blocks and large ones
-    leave no partial waves. Segments whose code is the same up to their pointers (an optimizer's
-    update of each parameter) share ONE body (a class): each block first writes every segment's
-    pointers, size and scalars into a shared-memory table (from a switch over the kernel's
-    parameters), then runs the class body per item with its segment's row of the table, so the
-    source stays small however many tensors the update covers. A thread takes config.balanced_unroll
+    where the segment cannot vectorise): equal contiguous chunks per block, so small tensors add no
+    blocks of their own. A chunk is config.balanced_steps steps of U * block items (many waves of
+    short blocks, which the hardware schedules as SMs free up), or with balanced_steps 0 an equal
+    share of a one-wave grid of Target.sm_count * config.balanced_threads threads. Segments whose
+    code is the same up to their pointers (an optimizer's update of each parameter) share ONE body (a
+    class): each block first writes the pointers, size and scalars of the segments its chunk touches
+    into a shared-memory table (from a switch over the kernel's parameters), then runs the class body
+    per item with its segment's row of the table, so the source stays small however many tensors the
+    update covers. A thread takes config.balanced_unroll
     items per step, block-strided (g, g + block, ...): where all are full aligned vectors of one
     segment it issues all their loads before computing the first (more bytes in flight per thread),
     else one item at a time. Per element the arithmetic is the segment's own."""
@@ -446,7 +451,9 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         items.append(-(-n // fields[c]["vec"]))
         whats.append(probe["what"])
     block = block_for(sum(items))
-    offsets, grid, per = balanced_chunks(items, block, target.sm_count * max(1, config.balanced_threads // block))
+    U = max(1, config.balanced_unroll)
+    offsets, grid, per = balanced_chunks(items, block, target.sm_count * max(1, config.balanced_threads // block),
+                                         U * block * max(0, config.balanced_steps))
     idx_t, off_t = index_types(*(math.prod(v.shape) for v in inputs + outputs), offsets[-1] + per)
     source = render_template(
         "fused_balanced.cu.j2",
@@ -457,7 +464,7 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         name=NAME_TOKEN,
         params=group_params(inputs, outputs),
         block=block,
-        U=max(1, config.balanced_unroll),
+        U=U,
         min_blocks=max(1, config.balanced_threads // block),
         idx_t=idx_t,
         off_t=off_t,

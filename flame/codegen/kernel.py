@@ -54,18 +54,21 @@ class Config:
     split_elements: threads per chunk and elements per thread of a row split across blocks
     (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
     balanced: a horizontal elementwise kernel of at least this many segments (a multi-tensor update)
-    spreads all its segments' work evenly over one grid (fused._lower_balanced) instead of giving each
-    segment its own blocks (0: never; pairs such as a GELU backward and its recomputation keep the
-    grid-stride schedule measured above); balanced_threads: its threads per multiprocessor
-    (Target.sm_count), all resident at once (__launch_bounds__ asks for them: 1024 threads leave 64
-    registers per thread); balanced_unroll: items per thread per step (g, g + block, ...), all their
-    16-byte loads issued before the first is used where they are full aligned vectors of one segment.
+    spreads all its segments' work evenly over one flat space of items (fused._lower_balanced) instead
+    of giving each segment its own blocks (0: never; pairs such as a GELU backward and its
+    recomputation keep the grid-stride schedule measured above); balanced_steps: steps of U * block
+    items per block (many waves of short blocks), 0: one wave of balanced_threads threads per
+    multiprocessor, each block an equal chunk; balanced_threads: the threads per multiprocessor that
+    __launch_bounds__ asks to keep resident (1024 leave 64 registers per thread); balanced_unroll (U):
+    items per thread per step (g, g + block, ...), all their 16-byte loads issued before the first is
+    used where they are full aligned vectors of one segment.
     The AdamW update (bf16) needs 64-68 registers at one item, ~80-100 at two: U > 1 spills at 1024
-    threads (NVRTC 12.9, sm_90: 210 bytes at U=2), none at 512 x 2 (sm_80, sm_90) or 768 x 2 (sm_80),
-    so U stays 1: on an H100 (2026-11-27, bench/scripts/multi_tensor.py, the bench's 52-tensor bf16
-    update) b1024 ran 246 us (68.0% of copy), the side-by-side schedule 247 us, b1024u2 610, b1024u4
-    893, b768u2 349, b512u2 250, b512u4 466: more loads in flight do not help this update, whose
-    IEEE sqrt and two divisions per 14 bytes keep it near its instruction throughput."""
+    threads (NVRTC 12.9, sm_90: 210 bytes at U=2), so U stays 1. On an H100 (2026-11-27,
+    bench/scripts/multi_tensor.py, one run, bit-identical results) the 52-tensor bf16 update of the
+    adamw_multi_tensor case (496 MB) ran in 200.6 us (83% of copy) with one step per block against 268
+    with the one-wave chunks, and mlp_bf16_train's 4 x [4096, 4096] update (940 MB) in 328.7 us (100%)
+    against 411; 512 threads per SM: 228 and 336; U = 2 or 4 spill (598 and 833 us). The copy
+    ceiling and the one-wave figures move by up to 10% between machines (one-wave 243 / 268 us)."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -84,6 +87,7 @@ class Config:
     balanced: int = 3
     balanced_threads: int = 1024
     balanced_unroll: int = 1
+    balanced_steps: int = 1
 
 
 DEFAULT_CONFIG = Config()

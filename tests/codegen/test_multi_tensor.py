@@ -60,10 +60,12 @@ def test_scalar_work_is_one_segment_per_block():
 
 @pytest.mark.parametrize("items", [[1], [5, 0, 7], [96, 98304, 1, 96, 12288, 3], [10**6] * 3, [3] * 400])
 @pytest.mark.parametrize("cap", [1, 528, 1056])
-def test_balanced_chunks_give_every_item_to_one_block(items, cap):
-    offsets, grid, per = balanced_chunks(items, 256, cap)
+@pytest.mark.parametrize("step", [0, 256, 512])
+def test_balanced_chunks_give_every_item_to_one_block(items, cap, step):
+    offsets, grid, per = balanced_chunks(items, 256, cap, step)
     total = sum(items)
-    assert offsets == [0, *np.cumsum(items).tolist()] and 1 <= grid <= cap
+    assert offsets == [0, *np.cumsum(items).tolist()]
+    assert 1 <= grid <= cap if not step else (per == step and grid == -(-total // step))
     chunks = [(b * per, min((b + 1) * per, total)) for b in range(grid)]
     assert chunks[0][0] == 0 and chunks[-1][1] == total and all(lo < hi for lo, hi in chunks)
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))  # contiguous: each item once
@@ -72,7 +74,7 @@ def test_balanced_chunks_give_every_item_to_one_block(items, cap):
 
 def test_update_is_one_balanced_kernel_with_one_body():
     """The AdamW update of every tensor: one body (class) however many tensors; each tensor's items
-    in the offsets table (16-byte vectors of 8 bf16); a one-wave grid of Target.sm_count blocks x 4."""
+    in the offsets table (16-byte vectors of 8 bf16); one block per 256 vectors (one step each)."""
     (update,) = [k for k in _horizontal(multi_adamw()[0]) if "_bf16_x" in k.name]
     src = update.source
     assert f"_x{len(GPT_SHAPES)}_" in update.name and "struct row0" in src and "struct row1" not in src
@@ -80,7 +82,8 @@ def test_update_is_one_balanced_kernel_with_one_body():
     table = re.search(r"_off\[(\d+)\] = \{ ([^}]*) \}", src)
     offsets = [int(x.rstrip("u")) for x in table.group(2).split(", ")]
     assert np.diff(offsets).tolist() == [-(-math.prod(s) // 8) for s in GPT_SHAPES]
-    assert update.grid <= 132 * 4 and update.block == 256 or update.grid == 1
+    assert update.block == 256 and update.grid == -(-offsets[-1] // 256)
+    assert "lo = (idx_t)blockIdx.x * 256u;" in src
     body = src.split("const idx_t v = g - seg_lo;")[1]
     assert "% " not in body.split("aligned")[-1] and " c0 " not in body  # no coordinate decomposition
     assert "__isGlobal(p_in" in body and not re.search(r"\bin\d+\[", body)  # pointers from the table
@@ -180,7 +183,7 @@ def test_gpu_multi_tensor_adamw_matches_reference():
 
     g, inputs = multi_adamw(MIXED)
     (update,) = [k for k in _horizontal(g) if "_bf16_x" in k.name]
-    assert update.grid <= 132 * 4
+    assert update.grid > 132 * 4  # one step per block: many waves
     _gpu_check(g, inputs, 1e-2, 1e-2)
     assert np.isfinite(inputs[0].astype(np.float32)).all()
 
@@ -269,12 +272,14 @@ def test_gpu_unrolled_balanced_update_matches_side_by_side(unroll, dtype, misali
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("steps", [1, 3, 0])
 @pytest.mark.parametrize("unroll", [1, 2, 4])
 @pytest.mark.parametrize("misalign", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_gpu_balanced_kernel_matches_reference(dtype, misalign, unroll):
+def test_gpu_balanced_kernel_matches_reference(dtype, misalign, unroll, steps):
     """Independent (x + 1.5) * y over mixed sizes: f32 bit for bit, bf16 within one unit in the last
-    place, aligned or not, one or several items per thread per step."""
+    place, aligned or not, one or several items per thread per step, one or three steps per block or
+    one wave of blocks."""
     r = np.random.default_rng(6)
     shapes = [(1000, 33), (3, 5), (17,), (2,), (768, 3), (4096, 64), (8,)]
     arrays = [r.standard_normal(s).astype(dtype_of(dtype).np_dtype) for s in shapes for _ in range(2)]
@@ -285,7 +290,7 @@ def test_gpu_balanced_kernel_matches_reference(dtype, misalign, unroll):
     g, inputs = build(step, *arrays)
     fused = fuse(g)
     (grp,) = [grp for grp in fused.groups if grp.ops]
-    (k,) = lower(grp, Config(balanced_unroll=unroll))
+    (k,) = lower(grp, Config(balanced_unroll=unroll, balanced_steps=steps))
     assert f"_x{len(shapes)}_" in k.name and "struct row0" in k.source
     got = _launch(grp, k, dict(zip(fused.inputs, inputs)), misalign)
     want = run_graph(g, inputs)

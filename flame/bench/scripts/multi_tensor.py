@@ -5,10 +5,14 @@ device copy; every variant's outputs are checked bit for bit against the side-by
     python3 -m flame.bench.scripts.multi_tensor [--reps 50] [--variants side,b1024,b1024u2,b512u4]
 
 side: each tensor on its own blocks (Config(balanced=0)); bN: the balanced flat schedule
-(codegen/fused.py _lower_balanced) with N threads per multiprocessor (Config.balanced_threads); bNuK:
-with K items per thread per step, all their loads first (Config.balanced_unroll); b1024fdiv and b1024nodiv:
-probes of what the arithmetic costs (PROBES; their results differ by design). The first variant is
-the reference of the bit check (side, unless --variants says otherwise).
+(codegen/fused.py _lower_balanced), one step per block, N threads per multiprocessor asked resident
+(Config.balanced_threads); waveN: its one-wave form (Config.balanced_steps=0); bNuK: with K items per
+thread per step, all their loads first (Config.balanced_unroll); b1024fdiv and b1024nodiv: probes of
+what the arithmetic costs (PROBES; their results differ by design), b1024cs of streaming cache hints.
+The first variant is the reference of the bit check (side, unless --variants says otherwise); side
+rounds some elements differently (up to 9 ulp of 201M in the mlp set, 2026-11-27): it is not a
+bit-for-bit reference of the balanced kernels.
+--set mlp: mlp_bf16_train's parameters instead (4 x [4096, 4096] + 4 x [4096]).
 Bytes: every input tensor read once, every output written once (the 0-d scalars aside). Times: CUDA
 events around each launch, median of --reps after 5 warm-ups.
 """
@@ -29,7 +33,9 @@ sys.path.insert(0, str(ROOT))
 from flame.runtime.profile import median_event_ms  # noqa: E402
 
 VARIANTS = {"side": dict(balanced=0), "b512": dict(balanced_threads=512), "b768": dict(balanced_threads=768),
-            "b1024": dict(balanced_threads=1024), "b2048": dict(balanced_threads=2048)}
+            "b1024": dict(balanced_threads=1024), "b2048": dict(balanced_threads=2048),
+            "wave1024": dict(balanced_threads=1024, balanced_steps=0),
+            "wave512": dict(balanced_threads=512, balanced_steps=0)}
 # several items per thread per step; registers (NVRTC 12.9, sm_90, bf16 update): b1024u2/u4 spill
 # (64 registers), b768u2 80 (84 bytes spilled), b512u2 102 (none), b512u4 128 (186 bytes spilled)
 VARIANTS.update(
@@ -42,11 +48,25 @@ VARIANTS.update(
 
 # probes, not schedules: b1024's source with its divisions made approximate (__fdividef) or made
 # multiplications and its square root dropped (wrong results: what the arithmetic costs). H200,
-# 2026-11-27: gpt set 186.6 / 181.1 / 177.1 us, mlp set (4 x [4096, 4096] + 4 x [4096]) 292.1 /
-# 280.0 / 272.4 us: the division and square root are not what keeps the update at 64-78% of copy.
+# 2026-11-27, one-wave schedule: gpt set 186.6 / 181.1 / 177.1 us, mlp set 292.1 / 280.0 / 272.4 us:
+# the division and square root are not what kept the update at 64-78% of copy; the one-wave chunks
+# were (Config.balanced_steps).
 _DIV = re.compile(r"\((t\d+) / (t\d+)\)")
+# b1024cs: loads and stores with streaming cache hints (__ldcs / __stcs), same results. H100,
+# 2026-11-27, one-wave schedule: gpt set 251 us against 242, mlp set 397 against 408.
+_VLOAD = re.compile(r"(\w+\[u\]) = reinterpret_cast<const (flame_vec<[^>]*>)\*>\((\w+)\)\[v\];")
+_VSTORE = re.compile(r"reinterpret_cast<(flame_vec<[^>]*>)\*>\((\w+)\)\[v\] = (\w+);")
+
+
+def _streaming(s: str) -> str:
+    s = _VLOAD.sub((r"{ const int4 q_ = __ldcs(reinterpret_cast<const int4*>(\3) + v); "
+                    r"\1 = *reinterpret_cast<const \2*>(&q_); }"), s)
+    return _VSTORE.sub(r"__stcs(reinterpret_cast<int4*>(\2) + v, *reinterpret_cast<const int4*>(&\3));", s)
+
+
 PROBES = {"b1024fdiv": lambda s: _DIV.sub(r"__fdividef(\1, \2)", s),
-          "b1024nodiv": lambda s: _DIV.sub(r"(\1 * \2)", s).replace("sqrtf(", "(")}
+          "b1024nodiv": lambda s: _DIV.sub(r"(\1 * \2)", s).replace("sqrtf(", "("),
+          "b1024cs": _streaming}
 VARIANTS.update({name: dict(balanced_threads=1024) for name in PROBES})
 
 
@@ -76,6 +96,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--set", choices=("gpt", "mlp"), default="gpt",
+                    help="gpt: adamw_multi_tensor's 52 tensors; mlp: mlp_bf16_train's 4 x [4096, 4096] + 4 x [4096]")
     opts = ap.parse_args()
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     print(f"device: {props['name'].decode()}, {props['multiProcessorCount']} SMs", flush=True)
@@ -85,7 +107,8 @@ def main() -> None:
     big = big_out = None
     print(f"copy ceiling (1 GiB copyto): {ceiling:.0f} GB/s", flush=True)
 
-    shapes = [i.shape for i in _adamw_inputs(_adamw_sizes(False)).values() if i.state]
+    shapes = ([i.shape for i in _adamw_inputs(_adamw_sizes(False)).values() if i.state] if opts.set == "gpt"
+              else [(4096, 4096), (4096,)] * 4)
     groups = fuse(multi_adamw(shapes, "bf16")[0]).groups
     grp = max(groups, key=lambda g: sum(v.type.numel for v in g.outputs))  # the update (not the 0-d work)
     rng = np.random.default_rng(1)
