@@ -6,9 +6,10 @@ device copy; every variant's outputs are checked bit for bit against the side-by
 
 side: each tensor on its own blocks (Config(balanced=0)); bN: the balanced flat schedule
 (codegen/fused.py _lower_balanced), one step per block, N threads per multiprocessor asked resident
-(Config.balanced_threads); waveN: its one-wave form (Config.balanced_steps=0); bNuK: with K items per
-thread per step, all their loads first (Config.balanced_unroll); b1024fdiv and b1024nodiv: probes of
-what the arithmetic costs (PROBES; their results differ by design), b1024cs of streaming cache hints.
+(Config.balanced_threads); b1024sK: K steps per block; waveN: the one-wave form (balanced_steps=0);
+bNuK: with K items per thread per step, all their loads first (Config.balanced_unroll); b1024fdiv and
+b1024nodiv: probes of what the arithmetic costs (PROBES; their results differ by design), b1024cs of
+streaming cache hints.
 The first variant is the reference of the bit check (side, unless --variants says otherwise); side
 rounds some elements differently (up to 9 ulp of 201M in the mlp set, 2026-11-27): it is not a
 bit-for-bit reference of the balanced kernels.
@@ -35,7 +36,8 @@ from flame.runtime.profile import median_event_ms  # noqa: E402
 VARIANTS = {"side": dict(balanced=0), "b512": dict(balanced_threads=512), "b768": dict(balanced_threads=768),
             "b1024": dict(balanced_threads=1024), "b2048": dict(balanced_threads=2048),
             "wave1024": dict(balanced_threads=1024, balanced_steps=0),
-            "wave512": dict(balanced_threads=512, balanced_steps=0)}
+            "wave512": dict(balanced_threads=512, balanced_steps=0),
+            "b1024s2": dict(balanced_steps=2), "b1024s4": dict(balanced_steps=4), "b1024s8": dict(balanced_steps=8)}
 # several items per thread per step; registers (NVRTC 12.9, sm_90, bf16 update): b1024u2/u4 spill
 # (64 registers), b768u2 80 (84 bytes spilled), b512u2 102 (none), b512u4 128 (186 bytes spilled)
 VARIANTS.update(
