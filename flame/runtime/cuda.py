@@ -10,12 +10,15 @@ input array itself, updated in place. One plan's calls must not run concurrently
 
 CUDA graphs (DESIGN.md §7): the first call runs the steps as plain launches; the second captures the
 whole plan once on the plan's own non-default stream (cuBLASLt through nvmath on that same stream),
-later calls replay it. Inputs: parameters, state, constants and in-place-updated inputs are captured
-by pointer (in-place updates must land in the caller's arrays; these pointers rarely change) and a
-change of pointer re-captures (a non-donated input whose pointer changed is staged from then on);
-data and scalar inputs, new arrays at nearly every call, are copied into fixed staging buffers before
-each replay. Outputs: the graph writes them into one fixed slab, copied after the replay into one
-fresh slab per call (one allocation, one memcpy), whose disjoint views are returned. A plan that
+later calls replay it. Inputs: parameters, state, constants, in-place-updated inputs and data inputs
+are captured by pointer (in-place updates must land in the caller's arrays). A call whose pointers
+differ captures another graph, up to GRAPH_VARIANTS per plan, so double-buffered batches (two or
+three arrays in turn) replay without copies; a call with yet other pointers drops them and stages
+the non-donated inputs that moved since the last call (copied into fixed buffers before each replay
+from then on, where that costs less than the launches it saves) before capturing again. Scalar
+inputs, a new array at every call, are staged from the start. Outputs: the graph writes them into
+one fixed slab, copied after the replay into one fresh slab per call (one allocation, one memcpy),
+whose disjoint views are returned. A plan that
 cannot be captured runs plain launches and says why at debug level; FLAME_CUDA_GRAPHS=0 disables.
 
 CuPy is imported lazily: `import flame` works without a GPU.
@@ -27,6 +30,7 @@ import functools
 import hashlib
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -255,6 +259,7 @@ def run_program(program: Program, bufs: dict, stream) -> None:
 
 
 LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (DESIGN.md §7)
+GRAPH_VARIANTS = 4  # graphs kept per plan, one per set of input pointers (module docstring)
 COPY_BYTES_PER_US = 2.0e6  # a device copy moves about this many bytes per µs (read + write at ~4 TB/s)
 
 
@@ -313,13 +318,12 @@ class CompiledPlan:
             self._setting) or graphs_pay_off(plan, self._staged_bytes())
         if not self.use_graphs:
             log.debug("flame: %s runs without a CUDA graph: %s", plan.name, self.why_no_graph)
-        self.captures = 0  # how many times the plan was captured (a pointer change re-captures)
+        self.captures = 0  # how many times the plan was captured (new input pointers capture again)
         self._seen: list = [None] * len(plan.inputs)  # the arrays the last call checked, per input
         self._scalars = {j for j, b in enumerate(plan.inputs) if plan.buffers[b].role == "scalar"}
         self._staged_from: dict[int, object] = {}  # scalar input -> the array last copied into its stage
         self._calls = 0
-        self._graph = None
-        self._graph_key: tuple | None = None
+        self._graphs: OrderedDict = OrderedDict()  # input pointers (_key) -> their graph, most recent last
 
     def _bind_arena(self):
         import cupy
@@ -458,26 +462,27 @@ class CompiledPlan:
                     err = err or e
         if err is not None:
             raise err
-        self._graph, self._graph_key = graph, self._key(arrays)
+        self._graphs[self._key(arrays)] = graph
         self.captures += 1
 
     def _replay(self, arrays: list) -> list | None:
         """Run the captured graph (capturing first when needed); None: run plain launches instead."""
         import cupy
 
-        if self._graph is None and self.captures == 0:
+        if self.captures == 0:
             self._setup_graph_buffers()
         key = self._key(arrays)
-        if self._graph is None or key != self._graph_key:
-            if self._graph is not None:  # a pointer-bound input moved: stage it unless updated in place
-                old = iter(self._graph_key)
-                moved = [j for j, a in enumerate(arrays) if j not in self._staged and a.data.ptr != next(old)]
+        graph = self._graphs.get(key)
+        if graph is None:
+            if len(self._graphs) >= GRAPH_VARIANTS:  # pointer-bound inputs keep moving: stage the movers
+                last = next(reversed(self._graphs))
+                moved = [j for j, ptr in zip(self._bound, last) if arrays[j].data.ptr != ptr]
                 self._set_staged(self._staged | {j for j in moved if j not in self._donated})
+                self._graphs.clear()
                 log.debug("flame: re-capturing %s: inputs %s moved", self.plan.name, moved)
                 if self._setting != "always":  # staging them may cost more than the launches save
                     self.use_graphs, self.why_no_graph = graphs_pay_off(self.plan, self._staged_bytes())
                     if not self.use_graphs:
-                        self._graph = None
                         log.debug("flame: %s runs without a CUDA graph from now on: %s", self.plan.name,
                                   self.why_no_graph)
                         return None
@@ -485,8 +490,12 @@ class CompiledPlan:
                 self._capture(arrays)
             except Exception as e:  # noqa: BLE001
                 self.use_graphs, self.why_no_graph = False, f"{type(e).__name__}: {e}"
+                self._graphs.clear()
                 log.debug("flame: %s runs without a CUDA graph: %s", self.plan.name, self.why_no_graph)
                 return None
+            graph = self._graphs[self._key(arrays)]
+        else:
+            self._graphs.move_to_end(key)
         current, stream = cupy.cuda.get_current_stream(), self._stream
         self._before.record(current)
         stream.wait_event(self._before)
@@ -498,7 +507,7 @@ class CompiledPlan:
                 self._staged_from[j] = src
             if dst.nbytes:
                 cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
-        self._graph.launch(stream)
+        graph.launch(stream)
         fresh = self._slab  # no output bytes to copy: the outputs from the slab are all empty
         if self._slab_size:
             with stream:

@@ -53,8 +53,9 @@ def _calls(run, n=5):
 def test_graph_replay_equals_plain_launches(monkeypatch):
     plain, graphed = _compile(monkeypatch, False), _compile(monkeypatch, True)
     want, got = _calls(plain), _calls(graphed)
-    # captured on the second call with x bound by pointer, again once x arrives elsewhere (then staged)
-    assert graphed.captures == 2 and graphed.why_no_graph == "" and plain.captures == 0
+    # captured on the second call with x bound by pointer, again for each other address of x (the
+    # pool hands a fresh x one of two addresses in turn: both graphs replay from then on)
+    assert 2 <= graphed.captures <= 5 and graphed.why_no_graph == "" and plain.captures == 0
     for (a, wa), (b, wb) in zip(want, got):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(wb, wa)
@@ -93,7 +94,33 @@ def test_a_bound_input_that_moves_after_identical_replays_is_noticed(monkeypatch
         assert got[1] is w
         np.testing.assert_allclose(cupy.asnumpy(got[0]), cupy.asnumpy(want[0]), rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(cupy.asnumpy(w), cupy.asnumpy(w_plain))
-    assert run.captures == 2 and run._staged == {0}
+    assert run.captures == 2 and not run._staged and len(run._graphs) == 2  # one graph per address of x
+
+
+def test_double_buffered_inputs_replay_their_own_graphs_then_stage(monkeypatch):
+    """Two batch arrays in turn: a graph each, replayed without copies; more addresses than
+    GRAPH_VARIANTS: x is staged (copied before each replay) and one graph serves every address."""
+    import cupy
+
+    from flame.runtime.cuda import GRAPH_VARIANTS
+
+    run, plain = _compile(monkeypatch, True), _compile(monkeypatch, False)
+    rng = np.random.default_rng(1)
+    w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+    w_plain = w.copy()
+    xs = [cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(GRAPH_VARIANTS + 1)]
+
+    def check(x):
+        got, want = run([x, w]), plain([x, w_plain])
+        np.testing.assert_allclose(cupy.asnumpy(got[0]), cupy.asnumpy(want[0]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(cupy.asnumpy(w), cupy.asnumpy(w_plain))
+
+    for x in xs[:2] * 4:
+        check(x)
+    assert run.captures == 2 and not run._staged and not run._stage
+    for x in xs + xs[:2]:  # GRAPH_VARIANTS + 1 addresses: the last one stages x
+        check(x)
+    assert run._staged == {0} and len(run._graphs) == 1 and run.captures == GRAPH_VARIANTS + 1
 
 
 def test_capture_failure_falls_back(monkeypatch, caplog):
