@@ -50,7 +50,6 @@ _MAX_GRID = 65535
 _COL_BLOCKS = 8 * DEFAULT_TARGET.sm_count  # a column reduction's first kernel: a few waves, few partials
 _COL_LOADS = 8  # loads each thread of a column reduction issues before using any (bytes in flight)
 _FOLD_BLOCKS = 128  # blocks a fold of partials spreads over where its outputs allow
-_FOLD_BLOCK_OUTPUTS = 1024  # a row reduction's partials: a block folds each output's up to this many outputs
 
 
 def _groups(shape: tuple[int, ...], axes: set[int]) -> tuple[list, list, bool]:
@@ -181,16 +180,13 @@ def _fields(op: Op, kind: str, kept: list, red: list, P: int, CH: int, G: int = 
 
 
 def _fold_rows(op: Op, common: dict) -> Kernel:
-    """The kernel folding a row reduction's P partials per output ([M, P], contiguous per output): a
-    block per output where there are at most _FOLD_BLOCK_OUTPUTS outputs (a whole-tensor reduction's
-    thousands of partials: 8 loads per thread, not 64 per lane of one warp), else a warp per output."""
+    """The kernel folding a row reduction's P partials per output: a warp per output over its
+    contiguous partials ([M, P])."""
     x = op.inputs[0].type
     M, P = common["M"], common["P"]
-    fold_block = M <= _FOLD_BLOCK_OUTPUTS
-    what = f"final fold of {P} partials per output" + (", a block per output" if fold_block else "")
-    source = render_template("reduce.cu.j2", header=header(op, what), kind="final", partial=False,
-                             fold_block=fold_block, **common)
-    grid = min(M if fold_block else -(-M // (_BLOCK // 32)), _MAX_GRID)
+    what = f"final fold of {P} partials per output"
+    source = render_template("reduce.cu.j2", header=header(op, what), kind="final", partial=False, **common)
+    grid = min(-(-M // (_BLOCK // 32)), _MAX_GRID)
     return finish(f"{op.name}_{x.dtype.name}_{shape_tag(x.shape)}_final", source, grid, _BLOCK, 1, common["scratch"])
 
 
