@@ -10,7 +10,7 @@ two events, per call. Inputs rotate over copies of at least 1 GiB in all, so not
 
 H100, 2026-11-27: the pair 93.9 us b2b (2858 GB/s; the partial kernel 93.9 us alone, the fold 8.2 us
 alone, mostly its launch), torch.mean 94.5 us, the copy 2.93 TB/s: the kernels run at the copy rate
-(a fold by a whole block instead of one warp: 92.5 us, not kept; 1024 to 16384 target blocks: the same).
+(a fold by a whole block instead of one warp: 92.5 us, not kept).
 The suite's back-to-back figure for the case was 107 us then (0.91x torch): its two input sets in turn
 moved the input's pointer every call, so the plan ran plain launches, host-bound; with a graph per
 input-pointer set (runtime/cuda.py GRAPH_VARIANTS) it ran 100 us (90% of copy) in the suite.
