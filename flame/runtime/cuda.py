@@ -268,11 +268,27 @@ def graphs_setting() -> str:
     return {"0": "never", "1": "always"}.get(os.environ.get("FLAME_CUDA_GRAPHS", "auto"), "auto")
 
 
+# host time of one plain call into a library from Python: a cuDNN frontend graph's execute (variant
+# pack, handle, stream) cost ~150 us on an H100 host (2026-11-27: sdpa_fwd_bwd's two attention calls
+# ran 331 us per call back to back without a graph, 261 us of GPU time); nvmath's matmul: an estimate
+LIBRARY_CALL_US = {AttentionCall: 100.0, ConvCall: 100.0}
+LIBRARY_CALL_US_DEFAULT = 30.0
+
+
+def _host_us(step: Step) -> float:
+    """What the step's launches cost the host when run plainly (not replayed)."""
+    if not step.launches:
+        return 0.0
+    if isinstance(step, KernelLaunch):
+        return LAUNCH_US * step.launches
+    return LIBRARY_CALL_US.get(type(step), LIBRARY_CALL_US_DEFAULT) * step.launches
+
+
 def graphs_pay_off(plan: Plan, staged_bytes: int) -> tuple[bool, str]:
     """A replay saves the launches' host time but copies data inputs into fixed buffers and outputs
     out of them; replay only when the copies cost less than half of what the launches cost."""
     launches = sum(s.launches for s in plan.steps)
-    copy_us, launch_us = staged_bytes / COPY_BYTES_PER_US, LAUNCH_US * launches
+    copy_us, launch_us = staged_bytes / COPY_BYTES_PER_US, sum(_host_us(s) for s in plan.steps)
     if copy_us < launch_us / 2:
         return True, ""
     return False, (f"copying {staged_bytes} bytes in and out (~{copy_us:.0f} us) would cost more than the "
