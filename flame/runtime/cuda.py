@@ -12,14 +12,15 @@ CUDA graphs (DESIGN.md §7): the first call runs the steps as plain launches; th
 whole plan once on the plan's own non-default stream (cuBLASLt through nvmath on that same stream),
 later calls replay it. Inputs: parameters, state, constants, in-place-updated inputs and data inputs
 are captured by pointer (in-place updates must land in the caller's arrays). A call whose pointers
-differ captures another graph, up to GRAPH_VARIANTS per plan, so double-buffered batches (two or
-three arrays in turn) replay without copies; a call with yet other pointers drops them and stages
-the non-donated inputs that moved since the last call (copied into fixed buffers before each replay
-from then on, where that costs less than the launches it saves) before capturing again. Scalar
-inputs, a new array at every call, are staged from the start. Outputs: the graph writes them into
-one fixed slab, copied after the replay into one fresh slab per call (one allocation, one memcpy),
-whose disjoint views are returned. A plan that
-cannot be captured runs plain launches and says why at debug level; FLAME_CUDA_GRAPHS=0 disables.
+no graph has runs plain launches; when those pointers come back, they get a graph of their own, up
+to GRAPH_VARIANTS per plan, so double-buffered batches (two or three arrays in turn) replay without
+copies. New pointers twice in a row (a fresh array every call), or more sets than graphs, drop the
+graphs and stage the non-donated inputs that moved since the last graph (copied into fixed buffers
+before each replay from then on, where that costs less than the launches it saves): one graph
+again. Scalar inputs, a new array at every call, are staged from the start. Outputs: the graph
+writes them into one fixed slab, copied after the replay into one fresh slab per call (one
+allocation, one memcpy), whose disjoint views are returned. A plan that cannot be captured runs
+plain launches and says why at debug level; FLAME_CUDA_GRAPHS=0 disables.
 
 CuPy is imported lazily: `import flame` works without a GPU.
 """
@@ -340,6 +341,8 @@ class CompiledPlan:
         self._staged_from: dict[int, object] = {}  # scalar input -> the array last copied into its stage
         self._calls = 0
         self._graphs: OrderedDict = OrderedDict()  # input pointers (_key) -> their graph, most recent last
+        self._keys_seen: OrderedDict = OrderedDict()  # the input pointers of recent calls, most recent last
+        self._novel = False  # the last call's pointers were new (it ran plain launches)
 
     def _bind_arena(self):
         import cupy
@@ -385,6 +388,8 @@ class CompiledPlan:
             out = self._replay(arrays)
             if out is not None:
                 return out
+        if self.use_graphs and not self._calls:
+            self._remember(self._key(arrays))
         self._calls += 1
         stream = cupy.cuda.get_current_stream()
         bufs = dict(self._views)
@@ -451,6 +456,15 @@ class CompiledPlan:
         self._keyed = (bound, tuple(a.data.ptr for a in bound))
         return self._keyed[1]
 
+    def _remember(self, key: tuple) -> bool:
+        """Note the pointers of a call; whether they were among the last 2 * GRAPH_VARIANTS calls' pointers."""
+        seen = key in self._keys_seen
+        self._keys_seen[key] = None
+        self._keys_seen.move_to_end(key)
+        while len(self._keys_seen) > 2 * GRAPH_VARIANTS:
+            self._keys_seen.popitem(last=False)
+        return seen
+
     def _set_staged(self, staged: set) -> None:
         self._staged = staged
         self._bound = [j for j in range(len(self.plan.inputs)) if j not in staged]
@@ -490,11 +504,17 @@ class CompiledPlan:
         key = self._key(arrays)
         graph = self._graphs.get(key)
         if graph is None:
-            if len(self._graphs) >= GRAPH_VARIANTS:  # pointer-bound inputs keep moving: stage the movers
+            recurring = self._remember(key)
+            if self._graphs and not recurring and not self._novel:
+                self._novel = True  # pointers not seen before: plain launches, a graph if they come back
+                return None
+            if self._graphs and (not recurring or len(self._graphs) >= GRAPH_VARIANTS):
+                # pointer-bound inputs keep moving (new ones twice in a row, or more sets than graphs): stage them
                 last = next(reversed(self._graphs))
                 moved = [j for j, ptr in zip(self._bound, last) if arrays[j].data.ptr != ptr]
                 self._set_staged(self._staged | {j for j in moved if j not in self._donated})
                 self._graphs.clear()
+                self._keys_seen.clear()
                 log.debug("flame: re-capturing %s: inputs %s moved", self.plan.name, moved)
                 if self._setting != "always":  # staging them may cost more than the launches save
                     self.use_graphs, self.why_no_graph = graphs_pay_off(self.plan, self._staged_bytes())
@@ -512,6 +532,7 @@ class CompiledPlan:
             graph = self._graphs[self._key(arrays)]
         else:
             self._graphs.move_to_end(key)
+        self._novel = False
         current, stream = cupy.cuda.get_current_stream(), self._stream
         self._before.record(current)
         stream.wait_event(self._before)

@@ -98,29 +98,30 @@ def test_a_bound_input_that_moves_after_identical_replays_is_noticed(monkeypatch
 
 
 def test_double_buffered_inputs_replay_their_own_graphs_then_stage(monkeypatch):
-    """Two batch arrays in turn: a graph each, replayed without copies; more addresses than
-    GRAPH_VARIANTS: x is staged (copied before each replay) and one graph serves every address."""
+    """Three batch arrays in turn: a graph each (pointers seen before), replayed without copies; then
+    a fresh array at every call: x is staged (copied before each replay), one graph serves them all."""
     import cupy
-
-    from flame.runtime.cuda import GRAPH_VARIANTS
 
     run, plain = _compile(monkeypatch, True), _compile(monkeypatch, False)
     rng = np.random.default_rng(1)
     w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
     w_plain = w.copy()
-    xs = [cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(GRAPH_VARIANTS + 1)]
+    xs = [cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32)) for _ in range(8)]
 
     def check(x):
         got, want = run([x, w]), plain([x, w_plain])
         np.testing.assert_allclose(cupy.asnumpy(got[0]), cupy.asnumpy(want[0]), rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(cupy.asnumpy(w), cupy.asnumpy(w_plain))
 
-    for x in xs[:2] * 4:
+    for x in xs[:3] * 4:
         check(x)
-    assert run.captures == 2 and not run._staged and not run._stage
-    for x in xs + xs[:2]:  # GRAPH_VARIANTS + 1 addresses: the last one stages x
+    assert run.captures == 3 and len(run._graphs) == 3 and not run._staged and not run._stage
+    for x in xs[3:]:  # new arrays, call after call: plain launches once, then x is staged
         check(x)
-    assert run._staged == {0} and len(run._graphs) == 1 and run.captures == GRAPH_VARIANTS + 1
+    assert run._staged == {0} and len(run._graphs) == 1 and run.captures == 4
+    for x in xs:
+        check(x)
+    assert run.captures == 4
 
 
 def test_capture_failure_falls_back(monkeypatch, caplog):

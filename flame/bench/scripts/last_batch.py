@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--device", choices=flame.runtime.device.DEVICES, default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="only cProfile the first calls of a dynamic=True step at four new sizes (host time)")
     args = ap.parse_args(argv)
     if args.device:
         flame.set_device(args.device)
@@ -76,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device {flame.get_device()}; {len(full)} batches of {bs} and a last one of "
           f"{batches[-1][0].shape[0]}", flush=True)
     warnings.simplefilter("ignore", flame.RecompileWarning)
+    if args.profile:
+        _profile_new_sizes(_setup(True, args.hidden, 0), full, x_train, y_train)
+        return 0
     for dynamic in (False, None, True):
         step = _setup(dynamic, args.hidden, 0)
         _epoch(step, full[:2])  # the full-batch trace and compile, outside the timed epochs
@@ -88,6 +93,24 @@ def main(argv: list[str] | None = None) -> int:
         _new_sizes(step, x_train, y_train, (17, 41, 50, 33))
         print("  " + str(step.stats()).replace("\n", "\n  "), flush=True)
     return 0
+
+
+def _profile_new_sizes(step, full, x_train, y_train) -> None:
+    """Where the host time of a first call at a new size goes: cProfile over four such calls (each
+    ended by .item()), the 30 functions of most cumulative time."""
+    import cProfile
+    import pstats
+
+    _epoch(step, full[:3])
+    batches = [(flame.tensor(x_train[:n]), flame.tensor(y_train[:n])) for n in (17, 41, 50, 33)]
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for xb, yb in batches:
+        step(xb, yb).item()
+    prof.disable()
+    print(f"4 first calls at new sizes: {(time.perf_counter() - t0) * 1e3:.2f} ms (under cProfile)")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
 
 
 def _new_sizes(step, x_train, y_train, sizes) -> None:
