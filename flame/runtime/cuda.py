@@ -11,16 +11,17 @@ input array itself, updated in place. One plan's calls must not run concurrently
 CUDA graphs (DESIGN.md §7): the first call runs the steps as plain launches; the second captures the
 whole plan once on the plan's own non-default stream (cuBLASLt through nvmath on that same stream),
 later calls replay it. Inputs: parameters, state, constants, in-place-updated inputs and data inputs
-are captured by pointer (in-place updates must land in the caller's arrays). A call whose pointers
-no graph has runs plain launches; when those pointers come back, they get a graph of their own, up
-to GRAPH_VARIANTS per plan, so double-buffered batches (two or three arrays in turn) replay without
-copies. New pointers twice in a row (a fresh array every call), or more sets than graphs, drop the
-graphs and stage the non-donated inputs that moved since the last graph (copied into fixed buffers
-before each replay from then on, where that costs less than the launches it saves): one graph
-again. Scalar inputs, a new array at every call, are staged from the start. Outputs: the graph
-writes them into one fixed slab, copied after the replay into one fresh slab per call (one
-allocation, one memcpy), whose disjoint views are returned. A plan that cannot be captured runs
-plain launches and says why at debug level; FLAME_CUDA_GRAPHS=0 disables.
+are captured by pointer (in-place updates must land in the caller's arrays). When data inputs of at
+most STAGE_BYTES in all arrive at other addresses (a new batch), they are staged from then on:
+copied into fixed buffers before each replay (where that costs less than the launches it saves),
+one graph again. Larger ones (a 256 MB tensor to reduce, attention's q, k, v) would cost a copy
+each call: at addresses no graph has, the call runs plain launches, and when those addresses come
+back they get a graph of their own, up to GRAPH_VARIANTS per plan (the least recently replayed
+goes), so double-buffered inputs replay without copies. Scalar inputs, a new array at every call,
+are staged from the start. Outputs: the graph writes them into one fixed slab, copied after the
+replay into one fresh slab per call (one allocation, one memcpy), whose disjoint views are
+returned. A plan that cannot be captured runs plain launches and says why at debug level;
+FLAME_CUDA_GRAPHS=0 disables.
 
 CuPy is imported lazily: `import flame` works without a GPU.
 """
@@ -261,6 +262,7 @@ def run_program(program: Program, bufs: dict, stream) -> None:
 
 LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (DESIGN.md §7)
 GRAPH_VARIANTS = 4  # graphs kept per plan, one per set of input pointers (module docstring)
+STAGE_BYTES = 1 << 20  # data inputs moved by at most this many bytes in all are staged (module docstring)
 COPY_BYTES_PER_US = 2.0e6  # a device copy moves about this many bytes per µs (read + write at ~4 TB/s)
 
 
@@ -342,7 +344,6 @@ class CompiledPlan:
         self._calls = 0
         self._graphs: OrderedDict = OrderedDict()  # input pointers (_key) -> their graph, most recent last
         self._keys_seen: OrderedDict = OrderedDict()  # the input pointers of recent calls, most recent last
-        self._novel = False  # the last call's pointers were new (it ran plain launches)
 
     def _bind_arena(self):
         import cupy
@@ -505,23 +506,25 @@ class CompiledPlan:
         graph = self._graphs.get(key)
         if graph is None:
             recurring = self._remember(key)
-            if self._graphs and not recurring and not self._novel:
-                self._novel = True  # pointers not seen before: plain launches, a graph if they come back
-                return None
-            if self._graphs and (not recurring or len(self._graphs) >= GRAPH_VARIANTS):
-                # pointer-bound inputs keep moving (new ones twice in a row, or more sets than graphs): stage them
-                last = next(reversed(self._graphs))
-                moved = [j for j, ptr in zip(self._bound, last) if arrays[j].data.ptr != ptr]
-                self._set_staged(self._staged | {j for j in moved if j not in self._donated})
+            last = next(reversed(self._graphs), None)  # the pointers of the graph replayed last
+            moved = [] if last is None else [j for j, ptr in zip(self._bound, last)
+                                             if arrays[j].data.ptr != ptr and j not in self._donated]
+            if moved and sum(arrays[j].nbytes for j in moved) <= STAGE_BYTES:
+                # small data inputs at new addresses (a batch): copied into fixed buffers from now on
+                self._set_staged(self._staged | set(moved))
                 self._graphs.clear()
                 self._keys_seen.clear()
-                log.debug("flame: re-capturing %s: inputs %s moved", self.plan.name, moved)
+                log.debug("flame: re-capturing %s: inputs %s moved (staged from now on)", self.plan.name, moved)
                 if self._setting != "always":  # staging them may cost more than the launches save
                     self.use_graphs, self.why_no_graph = graphs_pay_off(self.plan, self._staged_bytes())
                     if not self.use_graphs:
                         log.debug("flame: %s runs without a CUDA graph from now on: %s", self.plan.name,
                                   self.why_no_graph)
                         return None
+            elif last is not None and not recurring:
+                return None  # large inputs (or parameters) at new addresses: plain launches, a graph if they recur
+            elif len(self._graphs) >= GRAPH_VARIANTS:
+                self._graphs.popitem(last=False)  # the least recently replayed goes
             try:
                 self._capture(arrays)
             except Exception as e:  # noqa: BLE001
@@ -532,7 +535,6 @@ class CompiledPlan:
             graph = self._graphs[self._key(arrays)]
         else:
             self._graphs.move_to_end(key)
-        self._novel = False
         current, stream = cupy.cuda.get_current_stream(), self._stream
         self._before.record(current)
         stream.wait_event(self._before)
