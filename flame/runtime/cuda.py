@@ -505,8 +505,10 @@ class CompiledPlan:
         key = self._key(arrays)
         graph = self._graphs.get(key)
         if graph is None:
+            # the pointers of the graph replayed last, else of the call before (the first capture
+            # stages a batch that already moved since the first call, instead of capturing twice)
+            last = next(reversed(self._graphs), None) or next(reversed(self._keys_seen), None)
             recurring = self._remember(key)
-            last = next(reversed(self._graphs), None)  # the pointers of the graph replayed last
             moved = [] if last is None else [j for j, ptr in zip(self._bound, last)
                                              if arrays[j].data.ptr != ptr and j not in self._donated]
             if moved and sum(arrays[j].nbytes for j in moved) <= STAGE_BYTES:
@@ -521,7 +523,7 @@ class CompiledPlan:
                         log.debug("flame: %s runs without a CUDA graph from now on: %s", self.plan.name,
                                   self.why_no_graph)
                         return None
-            elif last is not None and not recurring:
+            elif not recurring and (self._graphs or moved):
                 return None  # large inputs (or parameters) at new addresses: plain launches, a graph if they recur
             elif len(self._graphs) >= GRAPH_VARIANTS:
                 self._graphs.popitem(last=False)  # the least recently replayed goes
