@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--device", choices=flame.runtime.device.DEVICES, default=None)
+    ap.add_argument("--modes", default="False,None,True", help="the dynamic= modes to run, in order")
     ap.add_argument("--profile", action="store_true",
                     help="only cProfile the first calls of a dynamic=True step at four new sizes (host time)")
     args = ap.parse_args(argv)
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         _profile_new_sizes(_setup(True, args.hidden, 0), full, x_train, y_train)
         return 0
-    for dynamic in (False, None, True):
+    for dynamic in [{"False": False, "None": None, "True": True}[m] for m in args.modes.split(",")]:
         step = _setup(dynamic, args.hidden, 0)
         _epoch(step, full[:2])  # the full-batch trace and compile, outside the timed epochs
         print(f"dynamic={dynamic}:")
