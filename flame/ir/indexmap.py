@@ -273,14 +273,17 @@ def _bijection(m: IndexMap, shape: tuple[int, ...], domain: tuple[int, ...]) -> 
 
 
 def row_segments(ops: list[Op]) -> list[list[Op]]:
-    """The segments of a rows kernel (`ops` without its column reductions): the connected parts,
-    except that a part without reductions whose work spans the row domain of the one part with row
-    reductions runs inside that part's row loop (a LayerNorm output recomputed beside the LayerNorm
-    backward reads the same rows), so the kernel stays one segment and keeps its columns; without
-    columns, a part of its own would run one element per row (codegen/fused.prepare falls back to it
-    only when the row domain cannot index the part)."""
+    """The segments of a rows kernel (`ops` without its column reductions), or of an elementwise one:
+    the connected parts, except that parts without reductions that read a value of their domain's
+    shape in common run as one (_shared_reads), and a part without reductions whose work spans the
+    row domain of the one part with row reductions runs inside that part's row loop (a LayerNorm
+    output recomputed beside the LayerNorm backward reads the same rows), so the kernel stays one
+    segment and keeps its columns; without columns, a part of its own would run one element per row
+    (codegen/fused.prepare falls back to it only when the row domain cannot index the part)."""
     parts = segments(ops)
     reducing = [p for p in parts if any(is_reduction(o) for o in p)]
+    if len(parts) > 1 and not reducing:
+        return _shared_reads(ops, parts)
     if len(parts) == 1 or len(reducing) != 1:
         return parts
     n = max(math.prod(o.inputs[0].shape) for o in reducing[0] if is_reduction(o))
@@ -288,6 +291,38 @@ def row_segments(ops: list[Op]) -> list[list[Op]]:
     rest = [p for p in parts if p is not reducing[0] and p not in inner]
     joined = set(reducing[0]).union(*inner)
     return [[o for o in ops if o in joined]] + rest
+
+
+def _shared_reads(ops: list[Op], parts: list[list[Op]]) -> list[list[Op]]:
+    """Parts of an elementwise kernel over one domain that read a value of that whole shape in common
+    (directly, not through a view) run as one segment, which loads each element of it once for all of
+    them: a GELU recomputed beside its gradient reads the pre-activation once, not twice."""
+    def domain(part):
+        shapes = {o.out.shape for o in part if not is_view(o) and o.name != "full"}
+        return shapes.pop() if len(shapes) == 1 else None
+
+    parent = list(range(len(parts)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    reader: dict[tuple, int] = {}  # (value, domain) -> the first part reading it
+    for i, part in enumerate(parts):
+        dom = domain(part)
+        if dom is None or not dom:
+            continue
+        for v in {v for o in part if not is_view(o) for v in o.inputs if v.shape == dom and v.producer not in part}:
+            j = reader.setdefault((v, dom), i)
+            parent[find(i)] = find(j)
+    if all(find(i) == i for i in range(len(parts))):
+        return parts
+    merged: dict[int, set] = {}
+    for i, part in enumerate(parts):
+        merged.setdefault(find(i), set()).update(part)
+    return [[o for o in ops if o in m] for m in merged.values()]
 
 
 def leading_reduced(op: Op) -> int | None:

@@ -224,3 +224,55 @@ def test_gpu_per_channel_results_from_the_vector_path_match_the_reference():
     x, var, w = (rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs)
     inputs = [a.astype(v.dtype.np_dtype) for a, v in zip((x, np.abs(var) + 0.5, w), g.inputs)]
     _gpu_check(g, inputs, rtol=2e-2, atol=2e-2)
+
+
+def _sibling_group():
+    """One elementwise kernel of tanh(h) and h * dy (independent, both reading h whole), exp(z) and
+    w + s (s a 0-d input, shared with nothing else of that shape), as the fusion pass makes of a
+    GELU recomputed beside its gradient: (graph, group)."""
+    from flame.ir.graph import FusionGroup, Kind
+
+    g = Graph("siblings")
+    b = Builder(g)
+    h, dy, z, w = (g.add_input(TensorType((64, 96), bf16)) for _ in range(4))
+    s = g.add_input(TensorType((), bf16))
+    g.outputs = [b.tanh(h), b.mul(h, dy), b.exp(z), b.add(w, s), b.sub(z, s)]
+    g = verify(g)
+    return g, FusionGroup(tuple(g.ops), Kind.ELEMENTWISE, "test", tuple(g.outputs))
+
+
+def test_parts_reading_one_value_in_common_are_one_segment():
+    """A GELU recomputed beside its gradient reads the pre-activation once: parts of an elementwise
+    kernel over one domain that read a value of that shape in common run as one segment; a part
+    sharing only a 0-d value, or nothing, keeps its own."""
+    from flame.codegen.fused import prepare
+
+    g, grp = _sibling_group()
+    _, segs, _, _ = prepare(grp)
+    assert sorted(sorted(op.name for op in seg) for seg in segs) == [["add"], ["exp", "sub"], ["mul", "tanh"]]
+    (k,) = lower(grp)
+    assert "_x3_" in k.name and "tanh mul over [64, 96]" in k.source  # three segments, h's two parts as one
+    _compile([k])
+
+
+@pytest.mark.gpu
+def test_gpu_parts_reading_one_value_in_common_match_the_reference():
+    import cupy
+
+    from flame.codegen import nvrtc
+    from flame.codegen.fused import group_inputs
+
+    r = np.random.default_rng(3)
+    g, grp = _sibling_group()
+    inputs = [random_array(v.type, r) for v in g.inputs]
+    want = run_graph(g, inputs)
+    (k,) = lower(grp)
+    mod = cupy.cuda.function.Module()
+    mod.load(nvrtc.compile_cubin(k.source, nvrtc.device_arch()))
+    fn = mod.get_function(k.name)
+    ins = [cupy.asarray(inputs[g.inputs.index(v)].view(np.uint16)) for v in group_inputs(grp)]  # bf16 bits
+    outs = [cupy.empty(v.shape, np.uint16) for v in grp.outputs]
+    fn((k.grid,), (k.block,), (*ins, *outs))
+    for v, o in zip(grp.outputs, outs):
+        got = cupy.asnumpy(o).view(want[0].dtype).astype(np.float64)
+        np.testing.assert_allclose(got, want[g.outputs.index(v)].astype(np.float64), rtol=1e-2, atol=1e-2)
