@@ -297,32 +297,24 @@ def _shared_reads(ops: list[Op], parts: list[list[Op]]) -> list[list[Op]]:
     """Parts of an elementwise kernel over one domain that read a value of that whole shape in common
     (directly, not through a view) run as one segment, which loads each element of it once for all of
     them: a GELU recomputed beside its gradient reads the pre-activation once, not twice."""
+    import networkx as nx
+
     def domain(part):
         shapes = {o.out.shape for o in part if not is_view(o) and o.name != "full"}
         return shapes.pop() if len(shapes) == 1 else None
 
-    parent = list(range(len(parts)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    reader: dict[tuple, int] = {}  # (value, domain) -> the first part reading it
+    g = nx.Graph()
+    g.add_nodes_from(range(len(parts)))
     for i, part in enumerate(parts):
         dom = domain(part)
-        if dom is None or not dom:
-            continue
-        for v in {v for o in part if not is_view(o) for v in o.inputs if v.shape == dom and v.producer not in part}:
-            j = reader.setdefault((v, dom), i)
-            parent[find(i)] = find(j)
-    if all(find(i) == i for i in range(len(parts))):
+        if dom:  # a part over a non-empty domain: joined to the values of that shape it reads
+            g.add_edges_from((i, ("value", v, dom)) for o in part if not is_view(o) for v in o.inputs
+                             if v.shape == dom and v.producer not in part)
+    groups = [sorted(n for n in c if isinstance(n, int)) for c in nx.connected_components(g)]
+    if len(groups) == len(parts):
         return parts
-    merged: dict[int, set] = {}
-    for i, part in enumerate(parts):
-        merged.setdefault(find(i), set()).update(part)
-    return [[o for o in ops if o in m] for m in merged.values()]
+    merged = [set().union(*(parts[i] for i in grp)) for grp in sorted(groups)]
+    return [[o for o in ops if o in m] for m in merged]
 
 
 def leading_reduced(op: Op) -> int | None:

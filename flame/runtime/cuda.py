@@ -271,9 +271,9 @@ def graphs_setting() -> str:
     return {"0": "never", "1": "always"}.get(os.environ.get("FLAME_CUDA_GRAPHS", "auto"), "auto")
 
 
-# host time of one plain call into a library from Python: a cuDNN frontend graph's execute (variant
-# pack, handle, stream) cost ~150 us on an H100 host (2026-11-27: sdpa_fwd_bwd's two attention calls
-# ran 331 us per call back to back without a graph, 261 us of GPU time); nvmath's matmul: an estimate
+# host time of one plain call into a library from Python, counted low: a cuDNN frontend graph's execute
+# (variant pack, handle, stream) cost ~150 us on an H100 host (2026-11-27: sdpa_fwd_bwd's two attention
+# calls ran 331 us per call back to back without a graph, 261 us of GPU time); nvmath's matmul: an estimate
 LIBRARY_CALL_US = {AttentionCall: 100.0, ConvCall: 100.0}
 LIBRARY_CALL_US_DEFAULT = 30.0
 
@@ -523,8 +523,10 @@ class CompiledPlan:
                         log.debug("flame: %s runs without a CUDA graph from now on: %s", self.plan.name,
                                   self.why_no_graph)
                         return None
-            elif not recurring and (self._graphs or moved):
-                return None  # large inputs (or parameters) at new addresses: plain launches, a graph if they recur
+            elif not recurring and (self._graphs or moved):  # large inputs (or parameters) at new addresses
+                log.debug("flame: %s: inputs at addresses no graph has (%s moved): plain launches, a graph "
+                          "if they come back", self.plan.name, moved or "parameters")
+                return None
             elif len(self._graphs) >= GRAPH_VARIANTS:
                 self._graphs.popitem(last=False)  # the least recently replayed goes
             try:
