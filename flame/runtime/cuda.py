@@ -280,11 +280,8 @@ LIBRARY_CALL_US_DEFAULT = 30.0
 
 def _host_us(step: Step) -> float:
     """What the step's launches cost the host when run plainly (not replayed)."""
-    if not step.launches:
-        return 0.0
-    if isinstance(step, KernelLaunch):
-        return LAUNCH_US * step.launches
-    return LIBRARY_CALL_US.get(type(step), LIBRARY_CALL_US_DEFAULT) * step.launches
+    each = LAUNCH_US if isinstance(step, KernelLaunch) else LIBRARY_CALL_US.get(type(step), LIBRARY_CALL_US_DEFAULT)
+    return each * step.launches
 
 
 def graphs_pay_off(plan: Plan, staged_bytes: int) -> tuple[bool, str]:
@@ -507,7 +504,7 @@ class CompiledPlan:
         if graph is None:
             # the pointers of the graph replayed last, else of the call before (the first capture
             # stages a batch that already moved since the first call, instead of capturing twice)
-            last = next(reversed(self._graphs), None) or next(reversed(self._keys_seen), None)
+            last = next(reversed(self._graphs if self._graphs else self._keys_seen), None)
             recurring = self._remember(key)
             moved = [] if last is None else [j for j, ptr in zip(self._bound, last)
                                              if arrays[j].data.ptr != ptr and j not in self._donated]

@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from flame.bench.scripts.reduce_columns import _copies, _launcher, _op  # noqa: E402
+from flame.bench.scripts.reduce_columns import _copies, _launcher, _op, _rotating_copy  # noqa: E402
 from flame.runtime.profile import median_event_ms  # noqa: E402
 
 
@@ -55,14 +55,7 @@ def main() -> None:
     x = cupy.random.RandomState(3).standard_normal(opts.n, dtype=np.float32)
     want = float(np.mean(x.get().astype(np.float64)))
     ins = _copies(x, 1 << 30)
-    src = _copies(cupy.ones(x.size, np.float32), 1 << 30)
-    dst = cupy.empty_like(src[0])
-    turn = [0]
-
-    def copy():
-        cupy.copyto(dst, src[turn[0] % len(src)])
-        turn[0] += 1
-
+    copy = _rotating_copy(x.nbytes, 1 << 30)
     copy_ms = median_event_ms(copy, opts.reps, warmup=5)
     rows = [("copy (same bytes)", "", copy_ms, _b2b_ms(copy), "")]
     try:

@@ -106,6 +106,22 @@ def _copies(a, rotate_bytes: int) -> list:
     return [a] + [a.copy() for _ in range(n - 1)]
 
 
+def _rotating_copy(nbytes: int, rotate_bytes: int):
+    """fn() copying nbytes on the device, each call from the next of copies holding at least
+    rotate_bytes in all (so the copy, like the kernels it is compared with, is not served from L2)."""
+    import cupy
+
+    src = _copies(cupy.ones(nbytes // 4, np.float32), rotate_bytes)
+    dst = cupy.empty_like(src[0])
+    turn = [0]
+
+    def copy():
+        cupy.copyto(dst, src[turn[0] % len(src)])
+        turn[0] += 1
+
+    return copy
+
+
 def _case(shape, dt, axes, name, opts) -> tuple:
     import cupy
 
@@ -115,15 +131,7 @@ def _case(shape, dt, axes, name, opts) -> tuple:
     ins = _copies(x, opts.rotate_mb << 20)
     out_dt = np.uint16 if dt == "bf16" else x.dtype
     nbytes = x.nbytes + want.size * np.dtype(out_dt).itemsize
-    src = _copies(cupy.ones(nbytes // 4, np.float32), opts.rotate_mb << 20)
-    dst = cupy.empty_like(src[0])
-    turn = [0]
-
-    def copy():
-        cupy.copyto(dst, src[turn[0] % len(src)])
-        turn[0] += 1
-
-    copy_ms = median_event_ms(copy, opts.reps, warmup=5)
+    copy_ms = median_event_ms(_rotating_copy(nbytes, opts.rotate_mb << 20), opts.reps, warmup=5)
     kernels = _lower(_op(shape, dt, axes, name))
     out = cupy.full(want.shape, 0x7FC0, np.uint16) if dt == "bf16" else cupy.full(want.shape, np.nan, x.dtype)
     scratch = cupy.empty(max(1, max(k.scratch for k in kernels)), np.uint8)
