@@ -18,10 +18,15 @@ one graph again. Larger ones (a 256 MB tensor to reduce, attention's q, k, v) wo
 each call: at addresses no graph has, the call runs plain launches, and when those addresses come
 back they get a graph of their own, up to GRAPH_VARIANTS per plan (the least recently replayed
 goes), so double-buffered inputs replay without copies. Scalar inputs, a new array at every call,
-are staged from the start. Outputs: the graph writes them into one fixed slab, copied after the
-replay into one fresh slab per call (one allocation, one memcpy), whose disjoint views are
-returned. A plan that cannot be captured runs plain launches and says why at debug level;
-FLAME_CUDA_GRAPHS=0 disables.
+are staged from the start. Outputs (those not updated in place) live in an output slab whose
+disjoint views a call returns; each slab has its own graph. The caller gets a slab's views only
+while nothing outside flame still holds the views of an earlier call from it (its memory's reference
+count says so), so the OUTPUT_SLABS slabs take turns (`loss = step(x)` in a loop holds the last
+call's while the next one runs) and nothing is copied. When the caller holds all of them (a list of
+every loss), the graph writes an internal slab that is copied into a fresh one (one allocation, one
+memcpy: a copy on the GPU costs microseconds even for a scalar, and bandwidth for a large output).
+Graph launches go on the caller's current stream. A plan that cannot be captured runs plain launches
+and says why at debug level; FLAME_CUDA_GRAPHS=0 disables.
 
 CuPy is imported lazily: `import flame` works without a GPU.
 """
@@ -32,6 +37,7 @@ import functools
 import hashlib
 import logging
 import os
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -152,14 +158,14 @@ def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
 
 
 _COMM_STREAMS: dict[int, object] = {}  # device id -> the communication stream of this process
-_GRAPH_STREAMS: dict[int, object] = {}  # device id -> the stream compiled plans capture and replay on
+_GRAPH_STREAMS: dict[int, object] = {}  # device id -> the stream compiled plans capture their graphs on
 
 
 def graph_stream():
-    """The non-blocking stream every compiled plan on the current device captures and replays its CUDA
-    graph on: one per device rather than one per plan (each size of a dynamic dim is a plan). Plans
-    run one at a time and each replay is ordered against the caller's stream by events, so sharing
-    it orders nothing that was not ordered already."""
+    """The non-blocking stream every compiled plan on the current device captures its CUDA graphs on
+    (a capture needs a stream other than the legacy default one): one per device rather than one per
+    plan (each size of a dynamic dim is a plan). Captures only record; the graphs are launched on the
+    caller's stream, so they stay ordered with the caller's other work without events."""
     import cupy
 
     dev = cupy.cuda.Device().id
@@ -263,6 +269,8 @@ def run_program(program: Program, bufs: dict, stream) -> None:
 LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (DESIGN.md §7)
 GRAPH_VARIANTS = 4  # graphs kept per plan, one per set of input pointers (module docstring)
 STAGE_BYTES = 1 << 20  # data inputs moved by at most this many bytes in all are staged (module docstring)
+OUTPUT_SLABS = 2  # output slabs handed to the caller in turn, each with its graph (module docstring)
+_INTERNAL = -1  # the slot of the internal output slab, copied out after each replay
 COPY_BYTES_PER_US = 2.0e6  # a device copy moves about this many bytes per µs (read + write at ~4 TB/s)
 
 
@@ -339,7 +347,8 @@ class CompiledPlan:
         self._scalars = {j for j, b in enumerate(plan.inputs) if plan.buffers[b].role == "scalar"}
         self._staged_from: dict[int, object] = {}  # scalar input -> the array last copied into its stage
         self._calls = 0
-        self._graphs: OrderedDict = OrderedDict()  # input pointers (_key) -> their graph, most recent last
+        # input pointers (_key) -> {output slab slot -> graph}, most recently replayed last
+        self._graphs: OrderedDict = OrderedDict()
         self._keys_seen: OrderedDict = OrderedDict()  # the input pointers of recent calls, most recent last
 
     def _bind_arena(self):
@@ -400,25 +409,25 @@ class CompiledPlan:
     # ---- CUDA graphs ------------------------------------------------------------------------------
 
     def _setup_graph_buffers(self) -> None:
-        import cupy
-
         plan = self.plan
         self._stream = graph_stream()
-        self._before, self._after = cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True)
         self._stage: dict = {}  # staged input -> its fixed buffer, made when the input is first staged
         self._slab_at, size = {}, 0
         for b in self._fresh:
             self._slab_at[b.id] = size
             size += aligned(b.nbytes)
-        self._slab = cupy.empty(max(size, 1), cupy.uint8)
         self._slab_size = size
+        # output slabs (slot -> the slab and its memory's reference count while flame alone holds it)
+        self._slabs: dict[int, tuple] = {}
         # per plan output: (its input position, or -1 and where its bytes are in the slab: a replay's result)
         position = {bid: j for j, bid in enumerate(plan.inputs)}
         self._out_at = [(position[o], 0, 0, None, ()) if o in position else (-1, *self._slab_place(o))
                         for o in plan.outputs]
 
     def _staged_bytes(self) -> int:
-        """What a replay copies: the staged inputs in, the fresh outputs out."""
+        """What a replay may copy: the staged inputs in, the fresh outputs out (only while the caller
+        holds every output slab, but the policy counts that worst case: a plan worth replaying only
+        because its outputs are not copied is not worth two slabs of them either)."""
         return sum(self.plan.buffers[self.plan.inputs[j]].nbytes for j in self._staged) + \
             sum(b.nbytes for b in self._fresh)
 
@@ -440,6 +449,28 @@ class CompiledPlan:
     def _slab_view(self, slab, bid: int):
         at, n, dt, shape = self._slab_place(bid)
         return slab[at: at + n].view(dt).reshape(shape)
+
+    def _slab_of(self, slot: int):
+        """The output slab of `slot`, allocated on first use."""
+        import cupy
+
+        if slot not in self._slabs:
+            slab = cupy.empty(max(self._slab_size, 1), cupy.uint8)
+            self._slabs[slot] = (slab, sys.getrefcount(slab.data.mem))
+        return self._slabs[slot][0]
+
+    def _free_slot(self) -> int:
+        """A slab slot whose earlier outputs nobody outside flame holds any more (a new one while fewer
+        than OUTPUT_SLABS exist), the least recently handed out first; _INTERNAL when the caller holds
+        them all. Views of a slab hold its memory, so its reference count is back to what it was when
+        the slab was made exactly when they are all gone."""
+        if not self._slab_size:
+            return _INTERNAL
+        for slot in range(OUTPUT_SLABS):
+            got = self._slabs.get(slot)
+            if got is None or sys.getrefcount(got[0].data.mem) <= got[1]:
+                return slot
+        return _INTERNAL
 
     def _key(self, arrays: list) -> tuple:
         """The pointers of the inputs bound by pointer (those not staged). Read again only when one of
@@ -468,13 +499,14 @@ class CompiledPlan:
         self._bound = [j for j in range(len(self.plan.inputs)) if j not in staged]
         self._keyed: tuple | None = None  # (the bound arrays _key last read, their pointers)
 
-    def _capture(self, arrays: list) -> None:
+    def _capture(self, arrays: list, slot: int) -> None:
         plan = self.plan
         bufs = dict(self._views)
         for j, (bid, a) in enumerate(zip(plan.inputs, arrays)):
             bufs[bid] = self._stage_of(j) if j in self._staged else a
+        slab = self._slab_of(slot)
         for b in self._fresh:
-            bufs[b.id] = self._slab_view(self._slab, b.id)
+            bufs[b.id] = self._slab_view(slab, b.id)
         stream = self._stream
         graph, err = None, None
         with stream:
@@ -490,7 +522,7 @@ class CompiledPlan:
                     err = err or e
         if err is not None:
             raise err
-        self._graphs[self._key(arrays)] = graph
+        self._graphs.setdefault(self._key(arrays), {})[slot] = graph
         self.captures += 1
 
     def _replay(self, arrays: list) -> list | None:
@@ -500,8 +532,8 @@ class CompiledPlan:
         if self.captures == 0:
             self._setup_graph_buffers()
         key = self._key(arrays)
-        graph = self._graphs.get(key)
-        if graph is None:
+        graphs = self._graphs.get(key)
+        if graphs is None:
             # the pointers of the graph replayed last, else of the call before (the first capture
             # stages a batch that already moved since the first call, instead of capturing twice)
             last = next(reversed(self._graphs if self._graphs else self._keys_seen), None)
@@ -526,19 +558,22 @@ class CompiledPlan:
                 return None
             elif len(self._graphs) >= GRAPH_VARIANTS:
                 self._graphs.popitem(last=False)  # the least recently replayed goes
+        else:
+            self._graphs.move_to_end(key)
+        slot = self._free_slot()
+        graph = (graphs or {}).get(slot)
+        if graph is None:
             try:
-                self._capture(arrays)
+                self._capture(arrays, slot)
             except Exception as e:  # noqa: BLE001
                 self.use_graphs, self.why_no_graph = False, f"{type(e).__name__}: {e}"
                 self._graphs.clear()
                 log.debug("flame: %s runs without a CUDA graph: %s", self.plan.name, self.why_no_graph)
                 return None
-            graph = self._graphs[self._key(arrays)]
-        else:
-            self._graphs.move_to_end(key)
-        current, stream = cupy.cuda.get_current_stream(), self._stream
-        self._before.record(current)
-        stream.wait_event(self._before)
+            graph = self._graphs[self._key(arrays)][slot]
+        # launched on the caller's stream (captured on the graph stream: a capture needs a stream of
+        # its own, a launch does not): no events between streams, whose waits cost the GPU microseconds
+        stream = cupy.cuda.get_current_stream()
         for j in self._staged:
             dst, src = self._stage_of(j), arrays[j]
             if j in self._scalars:  # scalar arrays are never written: the same one means the same value
@@ -548,14 +583,11 @@ class CompiledPlan:
             if dst.nbytes:
                 cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
         graph.launch(stream)
-        fresh = self._slab  # no output bytes to copy: the outputs from the slab are all empty
-        if self._slab_size:
-            with stream:
-                fresh = cupy.empty(self._slab_size, cupy.uint8)
-            cupy.cuda.runtime.memcpyAsync(fresh.data.ptr, self._slab.data.ptr, self._slab_size, 3, stream.ptr)
-        self._after.record(stream)
-        current.wait_event(self._after)
-        return [arrays[j] if j >= 0 else fresh[at: at + n].view(dt).reshape(shape)
+        out = self._slab_of(slot)
+        if slot == _INTERNAL and self._slab_size:  # the caller holds every slab: a copy of the internal one
+            out = cupy.empty(self._slab_size, cupy.uint8)
+            cupy.cuda.runtime.memcpyAsync(out.data.ptr, self._slabs[slot][0].data.ptr, self._slab_size, 3, stream.ptr)
+        return [arrays[j] if j >= 0 else out[at: at + n].view(dt).reshape(shape)
                 for j, at, n, dt, shape in self._out_at]
 
 

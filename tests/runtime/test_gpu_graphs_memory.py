@@ -53,8 +53,10 @@ def _calls(run, n=5):
 def test_graph_replay_equals_plain_launches(monkeypatch):
     plain, graphed = _compile(monkeypatch, False), _compile(monkeypatch, True)
     want, got = _calls(plain), _calls(graphed)
-    # x arrives at another address each call: staged from the first capture (the second call) on
-    assert graphed.captures == 1 and graphed._staged == {0} and graphed.why_no_graph == "" and plain.captures == 0
+    # x arrives at another address each call: staged from the first capture (the second call) on; one
+    # input-pointer set, two output slabs in turn (_calls holds the last call's outputs during the next)
+    assert len(graphed._graphs) == 1 and graphed._staged == {0} and graphed.why_no_graph == ""
+    assert graphed.captures == 2 and plain.captures == 0
     for (a, wa), (b, wb) in zip(want, got):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(wb, wa)
@@ -93,7 +95,42 @@ def test_a_bound_input_that_moves_after_identical_replays_is_noticed(monkeypatch
         assert got[1] is w
         np.testing.assert_allclose(cupy.asnumpy(got[0]), cupy.asnumpy(want[0]), rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(cupy.asnumpy(w), cupy.asnumpy(w_plain))
-    assert run.captures == 2 and run._staged == {0}
+    # x0's graph (two slabs: `got` holds the last call's outputs), then x staged: one graph, two slabs
+    assert run.captures == 4 and len(run._graphs) == 1 and run._staged == {0}
+
+
+def test_outputs_are_never_overwritten_while_held(monkeypatch):
+    """Replays hand out the output slabs in turn, each only while nothing holds its earlier outputs:
+    outputs dropped at once reuse one slab; `out = run(...)` in a loop alternates two slabs without
+    copies; outputs kept in a list are copied out of an internal slab, and keep their values."""
+    import cupy
+
+    run, plain = _compile(monkeypatch, True), _compile(monkeypatch, False)
+    rng = np.random.default_rng(2)
+    w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+    w_plain = w.copy()
+    x = cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32))
+    run([x, w])
+    plain([x, w_plain])
+    for _ in range(3):  # dropped at once: slot 0 every time
+        run([x, w])
+        plain([x, w_plain])
+    assert run.captures == 1
+    ptrs, out = set(), None
+    for _ in range(4):  # held until the next call returns: two slabs in turn
+        out = run([x, w])[0]
+        plain([x, w_plain])
+        ptrs.add(out.data.ptr)
+    assert run.captures == 2 and len(ptrs) == 2
+    kept, want = [], []
+    for _ in range(4):  # all kept: the third and later are copies of the internal slab
+        kept.append(run([x, w])[0])
+        want.append(cupy.asnumpy(plain([x, w_plain])[0]))
+    assert run.captures == 3 and len({k.data.ptr for k in kept}) == 4
+    for k, v in zip(kept, want):
+        np.testing.assert_allclose(cupy.asnumpy(k), v, rtol=1e-5, atol=1e-5)
+    del kept, out
+    assert run._free_slot() == 0  # all dropped: the slabs are free again
 
 
 def test_large_inputs_get_a_graph_per_address_that_recurs(monkeypatch):

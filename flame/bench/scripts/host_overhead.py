@@ -105,7 +105,8 @@ def gpu_times(name: str, calls: int = 500, profile: bool = False) -> tuple[float
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
     run = compiled._entries()[0].run
-    graph = next(reversed(getattr(run, "_graphs", {}).values()), None)  # the last call's
+    slots = next(reversed(getattr(run, "_graphs", {}).values()), {})  # the last call's input pointers
+    graph = next(iter(slots.values()), None)
     if graph is None:
         return wall, None
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
