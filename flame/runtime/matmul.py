@@ -38,17 +38,28 @@ plan) uses one fallback buffer per device.
 
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
+
+Algorithms: cuBLASLt's heuristic ranks the algorithms a planned Matmul may run; flame runs its first.
+With `autotune` on (FLAME_MATMUL_AUTOTUNE=1), the first execution of each cached Matmul doing at
+least TUNE_MIN_FLOPS (outside a CUDA-graph capture) times every algorithm the plan returned on the
+call's own operands (CUDA events, TUNE_REPS runs each after one warm-up) and runs the fastest from
+then on. Results may then differ by rounding from one process to the next (the choice depends on
+timings), so it is off by default.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from flame.ir import symbolic
 from flame.plan.steps import MatmulCall
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
+autotune = os.environ.get("FLAME_MATMUL_AUTOTUNE", "0") not in ("", "0")  # time the algorithms (module doc)
+TUNE_MIN_FLOPS = 1 << 30  # smaller GEMMs keep the heuristic's first algorithm (timing them would read L2)
+TUNE_REPS = 3
 # flame epilogue -> cuBLASLt's (nvmath's MatmulEpilog), for the call issued transposed (module doc)
 _EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS", "gelu": "GELU", "bias_gelu": "GELU_BIAS",
                  "gelu_aux": "GELU_AUX", "bias_gelu_aux": "GELU_AUX_BIAS", "bgrad_a": "BGRADB", "bgrad_b": "BGRADA"}
@@ -70,6 +81,7 @@ def workspace_bytes(out_elements: int) -> int:
 
 _PLANS: dict[tuple, object] = {}
 _OUTPUTS: dict[tuple, tuple] = {}  # key -> the epilogue output handlers taken off that planned Matmul
+_CHOSEN: dict[tuple, object] = {}  # key -> the algorithm it runs (None: the heuristic's first)
 _WORKSPACES: dict[int, _PlanWorkspace] = {}  # device id -> the allocator every Matmul on it draws from
 _FALLBACK: dict[int, object] = {}  # device id -> workspace for calls that come with none
 
@@ -171,7 +183,49 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
     return mm
 
 
-def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = None) -> None:
+def algorithm_times(mm, stream, reps: int = TUNE_REPS) -> list[float]:
+    """Milliseconds (median of reps after one warm-up, CUDA events) of planned Matmul mm with each of
+    its plan's algorithms in turn, on its current operands (its result is overwritten); inf where
+    one fails. The epilogue outputs' pointers and the workspace must be set (as _execute does)."""
+    import cupy
+
+    times = []
+    for alg in mm.algorithms:
+        try:
+            mm.execute(algorithm=alg, stream=stream)
+            runs = []
+            for _ in range(reps):
+                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+                start.record(stream)
+                mm.execute(algorithm=alg, stream=stream)
+                stop.record(stream)
+                stop.synchronize()
+                runs.append(cupy.cuda.get_elapsed_time(start, stop))
+            times.append(sorted(runs)[len(runs) // 2])
+        except Exception:  # noqa: BLE001 - an algorithm the heuristic listed may still refuse these operands
+            times.append(math.inf)
+    return times
+
+
+def _choose(key: tuple, mm, stream, flops: int):
+    """The algorithm key's Matmul runs (module doc: autotune); None: the heuristic's first."""
+    if not autotune:
+        return None
+    if key in _CHOSEN:
+        return _CHOSEN[key]
+    if flops < TUNE_MIN_FLOPS or len(mm.algorithms) < 2:
+        _CHOSEN[key] = None
+        return None
+    if stream.is_capturing():
+        return None  # not remembered: a later execution outside a capture tunes it
+    times = algorithm_times(mm, stream)
+    best = min(range(len(times)), key=times.__getitem__)
+    _CHOSEN[key] = None if best == 0 or times[best] == math.inf else mm.algorithms[best]
+    return _CHOSEN[key]
+
+
+def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = None, key: tuple = (),
+             flops: int = 0) -> None:
     """Run planned Matmul mm with `workspace` (a CuPy array of >= workspace_bytes(out), or None: the
     device's fallback buffer) as cuBLASLt's workspace; nvmath lets go of it when the call returns.
     outputs: the epilogue output handlers taken off mm; results: handler name ("gelu_aux",
@@ -187,7 +241,7 @@ def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = 
         workspace = _FALLBACK[dev]
     alloc = _workspace(dev)
     alloc.ptr, alloc.size = workspace.data.ptr, workspace.nbytes
-    mm.execute(stream=stream, release_workspace=True)
+    mm.execute(algorithm=_choose(key, mm, stream, flops), stream=stream, release_workspace=True)
 
 
 def bgrad_supported(epilogue: str, ta: bool, tb: bool) -> bool:
@@ -251,12 +305,13 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
         return
     lay = _layout(tuple(a.shape), tuple(b.shape), tuple(out.shape), ta, tb)
     key = (lay, str(out.dtype), allow_tf32, cupy.cuda.Device().id, epilogue)
+    flops = 2 * out.size * k
     if epilogue == "none":
         with stream:
             av = _view(a, lay.a, lay.ta, lay.expand_a)
             bv = _view(b, lay.b, lay.tb, lay.expand_b)
         mm = _planned(key, av, bv, out.reshape(lay.out), stream)
-        _execute(mm, workspace, stream)
+        _execute(mm, workspace, stream, key=key, flops=flops)
         return
     with stream:  # transposed problem (module doc): A' = op(b)^T, B' = op(a)^T, C' = out^T
         av = _view(b, lay.b, not lay.tb, lay.expand_b)
@@ -265,7 +320,7 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
     bias = None if bias is None else bias.reshape(-1)
     mm = _planned(key, av, bv, cv, stream, epilogue, bias)
     results = {"gelu_aux": aux, "bgrada": bgrad, "bgradb": bgrad}
-    _execute(mm, workspace, stream, _OUTPUTS.get(key, ()), results)
+    _execute(mm, workspace, stream, _OUTPUTS.get(key, ()), results, key, flops)
 
 
 def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
@@ -281,4 +336,5 @@ def clear_cache() -> None:
         mm.free()
     _PLANS.clear()
     _OUTPUTS.clear()
+    _CHOSEN.clear()
     _FALLBACK.clear()

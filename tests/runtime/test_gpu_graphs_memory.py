@@ -167,7 +167,7 @@ def test_large_inputs_get_a_graph_per_address_that_recurs(monkeypatch):
 def test_capture_failure_falls_back(monkeypatch, caplog):
     from flame.runtime.cuda import CompiledPlan
 
-    def boom(self, arrays):
+    def boom(self, arrays, slot):
         raise RuntimeError("cannot capture this")
 
     monkeypatch.setattr(CompiledPlan, "_capture", boom)
