@@ -11,24 +11,19 @@ something changed (a tensor got a new buffer)."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
+from flame._lists import all_same
+from flame._lists import gather as _gather
 from flame.frontend.context import no_grad
 from flame.frontend.guards import Namer, role_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 
-
-def _gather(indices: Sequence[int]) -> Callable[[Sequence], tuple]:
-    """xs -> tuple(xs[i] for i in indices), as one C call (itemgetter returns a bare item for one index)."""
-    if len(indices) > 1:
-        return operator.itemgetter(*indices)
-    if indices:
-        i = indices[0]
-        return lambda xs: (xs[i],)
-    return lambda xs: ()
+_data = operator.attrgetter("_data")
+_requires_grad = operator.attrgetter("requires_grad")
 
 
 def flatten(obj: Any, leaves: list) -> Any:
@@ -75,6 +70,7 @@ class Replay:
         # the graph inputs, in order, gathered from: captured arrays, then arguments, .grad, getters
         kinds = [b.kind for b in bindings]
         self.arg_positions = [b.arg for b in bindings if b.kind == "arg"]
+        self.gather_args = _gather(self.arg_positions)
         self.getters = [b for b in bindings if b.kind == "getter"]
         pool = [j for k in ("tensor", "arg", "grad", "getter") for j, kind in enumerate(kinds) if kind == k]
         at = {j: n for n, j in enumerate(pool)}
@@ -98,12 +94,9 @@ class Replay:
         """'' if every captured tensor and every .grad input still has its traced type (and the captured
         tensors their requires_grad), else what changed. The common case: an identity check of each captured
         tensor's array against the one checked before."""
-        same = True
-        for t, d in zip(self.captured, self.checked):
-            if t._data is not d:
-                same = False
-                break
-        if not same or [t.requires_grad for t in self.captured] != self.requires_grad:
+        # map/attrgetter/is_ walk the lists in C: a few hundred tensors cost microseconds
+        same = all_same(map(_data, self.captured), self.checked)
+        if not same or list(map(_requires_grad, self.captured)) != self.requires_grad:
             why = self._tensor_changed()
             if why:
                 return why
@@ -127,8 +120,8 @@ class Replay:
     def inputs(self, args: list, executor, checked: bool = False) -> list:
         """The graph inputs' arrays for a call with these arguments, in input order. checked: changed()
         found nothing in this call, so the captured tensors hold the arrays it checked."""
-        pool = list(self.checked) if checked else [t._data for t in self.captured]
-        pool += [args[i]._data for i in self.arg_positions]
+        pool = list(self.checked) if checked else list(map(_data, self.captured))
+        pool += map(_data, self.gather_args(args))
         pool += [t._grad._data for t in self.grad_of]
         pool += [b.scalar_array(executor) for b in self.getters]
         return list(self.gather_inputs(pool))
@@ -139,9 +132,12 @@ class Replay:
         the function returned."""
         tensors = self.aliased if self.aliased is not None else \
             [args[i] if t is None else t for _, i, t in self.aliases]
-        for t, a in zip(tensors, self.alias_outputs(outs)):
-            if a is not t._data:  # the plan usually updates the input's buffer in place
-                t._data[...] = a
+        updated = self.alias_outputs(outs)
+        if not all_same(updated, map(_data, tensors)):  # usually updated in place
+            for t, a in zip(tensors, updated):
+                if a is not t._data:
+                    t._data[...] = a
+        for t in tensors:
             t._version += 1
         for i, o, dtype in self.arg_grads:  # an argument's .grad accumulates across calls, as eager backward()
             t, grad = args[i], Tensor._concrete(outs[o], dtype)

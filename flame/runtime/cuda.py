@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from flame._lists import all_same, gather
 from flame.errors import FlameError
 from flame.plan.steps import (
     Alias,
@@ -371,6 +372,8 @@ class CompiledPlan:
         if len(out) != len(self._types):
             raise FlameError(f"graph {plan.name} takes {len(self._types)} inputs, got {len(out)}")
         seen = self._seen
+        if all_same(out, seen):  # the arrays of the last call (an optimizer's hundreds): checked already
+            return out
         for i, (a, s) in enumerate(zip(out, seen)):
             if a is s:  # the same array as last call (parameters, state): checked already
                 continue
@@ -423,6 +426,10 @@ class CompiledPlan:
         position = {bid: j for j, bid in enumerate(plan.inputs)}
         self._out_at = [(position[o], 0, 0, None, ()) if o in position else (-1, *self._slab_place(o))
                         for o in plan.outputs]
+        # a replay's results: the inputs updated in place (picked in one C call), and the slab's views
+        self._in_place = [(k, j) for k, (j, *_) in enumerate(self._out_at) if j >= 0]
+        self._take_outputs = gather([j for _, j in self._in_place])
+        self._slab_outs = [(k, *rest) for k, (j, *rest) in enumerate(self._out_at) if j < 0]
 
     def _staged_bytes(self) -> int:
         """What a replay may copy: the staged inputs in, the fresh outputs out (only while the caller
@@ -475,13 +482,9 @@ class CompiledPlan:
     def _key(self, arrays: list) -> tuple:
         """The pointers of the inputs bound by pointer (those not staged). Read again only when one of
         them is not the array it was last time (an array's pointer never changes)."""
-        if self._keyed is not None:
-            for j, a in zip(self._bound, self._keyed[0]):
-                if arrays[j] is not a:
-                    break
-            else:
-                return self._keyed[1]
-        bound = [arrays[j] for j in self._bound]
+        bound = self._take_bound(arrays)
+        if self._keyed is not None and all_same(bound, self._keyed[0]):
+            return self._keyed[1]
         self._keyed = (bound, tuple(a.data.ptr for a in bound))
         return self._keyed[1]
 
@@ -497,6 +500,7 @@ class CompiledPlan:
     def _set_staged(self, staged: set) -> None:
         self._staged = staged
         self._bound = [j for j in range(len(self.plan.inputs)) if j not in staged]
+        self._take_bound = gather(self._bound)
         self._keyed: tuple | None = None  # (the bound arrays _key last read, their pointers)
 
     def _capture(self, arrays: list, slot: int) -> None:
@@ -587,8 +591,14 @@ class CompiledPlan:
         if slot == _INTERNAL and self._slab_size:  # the caller holds every slab: a copy of the internal one
             out = cupy.empty(self._slab_size, cupy.uint8)
             cupy.cuda.runtime.memcpyAsync(out.data.ptr, self._slabs[slot][0].data.ptr, self._slab_size, 3, stream.ptr)
-        return [arrays[j] if j >= 0 else out[at: at + n].view(dt).reshape(shape)
-                for j, at, n, dt, shape in self._out_at]
+        if not self._slab_outs:
+            return list(self._take_outputs(arrays))
+        results = [None] * len(self._out_at)
+        for (k, _), a in zip(self._in_place, self._take_outputs(arrays)):
+            results[k] = a
+        for k, at, n, dt, shape in self._slab_outs:
+            results[k] = out[at: at + n].view(dt).reshape(shape)
+        return results
 
 
 class CudaExecutor:

@@ -42,9 +42,9 @@ f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at 
 Algorithms: cuBLASLt's heuristic ranks the algorithms a planned Matmul may run; flame runs its first.
 With `autotune` on (FLAME_MATMUL_AUTOTUNE=1), the first execution of each cached Matmul doing at
 least TUNE_MIN_FLOPS (outside a CUDA-graph capture) times every algorithm the plan returned on the
-call's own operands (CUDA events, TUNE_REPS runs each after one warm-up) and runs the fastest from
-then on. Results may then differ by rounding from one process to the next (the choice depends on
-timings), so it is off by default.
+call's own operands (TUNE_REPS runs each in a CUDA graph, replayed once to warm up and once timed
+by CUDA events) and runs the fastest from then on. Results may then differ by rounding from one
+process to the next (the choice depends on timings), so it is off by default.
 """
 
 from __future__ import annotations
@@ -184,24 +184,31 @@ def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
 
 
 def algorithm_times(mm, stream, reps: int = TUNE_REPS) -> list[float]:
-    """Milliseconds (median of reps after one warm-up, CUDA events) of planned Matmul mm with each of
-    its plan's algorithms in turn, on its current operands (its result is overwritten); inf where
-    one fails. The epilogue outputs' pointers and the workspace must be set (as _execute does)."""
+    """Milliseconds per run of planned Matmul mm with each of its plan's algorithms in turn, on its
+    current operands (its result is overwritten): `reps` runs captured back to back in one CUDA graph,
+    replayed once to warm up and once timed by CUDA events, so nvmath's host time per execute (often
+    longer than a small GEMM) is not counted; inf where an algorithm fails. The epilogue outputs'
+    pointers and the workspace must be set (as _execute does)."""
     import cupy
 
+    side = cupy.cuda.Stream(non_blocking=True)
     times = []
     for alg in mm.algorithms:
         try:
-            mm.execute(algorithm=alg, stream=stream)
-            runs = []
-            for _ in range(reps):
-                start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-                start.record(stream)
-                mm.execute(algorithm=alg, stream=stream)
-                stop.record(stream)
-                stop.synchronize()
-                runs.append(cupy.cuda.get_elapsed_time(start, stop))
-            times.append(sorted(runs)[len(runs) // 2])
+            with side:
+                side.begin_capture()
+                try:
+                    for _ in range(reps):
+                        mm.execute(algorithm=alg, stream=side)
+                finally:
+                    graph = side.end_capture()
+            graph.launch(stream)
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(stream)
+            graph.launch(stream)
+            stop.record(stream)
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop) / reps)
         except Exception:  # noqa: BLE001 - an algorithm the heuristic listed may still refuse these operands
             times.append(math.inf)
     return times
