@@ -78,11 +78,13 @@ def run_back_to_back(call: Callable[[int], object], timer: str, batches: int, pe
     issued the batch's first calls, so no call of the batch waits for a dispatch the loop would have
     hidden (timed from an idle GPU, the first call's dispatch latency counted, 1/per_batch of it per
     call: a tenth of flame's ~0.1 ms before an optimizer step's graph launch); wall+block: the wall
-    clock until the last result is ready; wall: the CPU wall clock."""
+    clock until the last result is ready; wall: the CPU wall clock. One untimed batch goes first:
+    what a framework does the first time calls pile up (torch's allocator growing for the outputs a
+    batch holds, flame capturing a graph for another output buffer) is warm-up, not a call's time."""
     block = block or (lambda r: None)
     sync = _sync(timer)
     out = []
-    for b in range(batches):
+    for b in range(batches + 1):
         first = b * (per_batch + 1)
         calls = range(first + 1, first + 1 + per_batch)
         sync()
@@ -95,7 +97,7 @@ def run_back_to_back(call: Callable[[int], object], timer: str, batches: int, pe
         block([call(i) for i in calls][-1])
         sync()
         out.append((time.perf_counter() - t0) * 1e3 / per_batch)
-    return out
+    return out[1:]
 
 
 def _event_ms(timer: str, work: Callable[[], object], lead: Callable[[], object] | None = None) -> float:
