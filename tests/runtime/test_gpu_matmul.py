@@ -77,3 +77,38 @@ def test_zero_sized_matmul():
     out = cupy.full((2, 3, 4), np.nan, dtype=np.float32)
     matmul_into(out, cupy.ones((2, 3, 0), np.float32), cupy.ones((2, 0, 4), np.float32))
     assert float(abs(out).max()) == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("epilogue", ["none", "bias", "bgrad_a"])
+def test_autotune_times_every_algorithm_and_keeps_a_correct_one(monkeypatch, epilogue):
+    """FLAME_MATMUL_AUTOTUNE: a GEMM of at least TUNE_MIN_FLOPS gets every algorithm of its plan
+    timed once (outside a capture), remembers its choice, and still computes the product (and the
+    epilogue's bias or bias gradient); smaller ones keep the heuristic's first without timing."""
+    import cupy
+
+    from flame.runtime import matmul
+
+    monkeypatch.setattr(matmul, "autotune", True)
+    monkeypatch.setattr(matmul, "TUNE_MIN_FLOPS", 2 * 256 * 512 * 384)
+    timed = []
+    real = matmul.algorithm_times
+    monkeypatch.setattr(matmul, "algorithm_times", lambda mm, s: timed.append(len(mm.algorithms)) or real(mm, s))
+    rng = np.random.default_rng(5)
+    for m, k, n, tuned in ((256, 384, 512, True), (64, 32, 48, False)):
+        ta = epilogue == "bgrad_a"  # cuBLASLt sums a only when it is stored [k, m]
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32)
+        before = len(timed)
+        for _ in range(3):
+            out = cupy.full((m, n), np.nan, np.float32)
+            grad = cupy.full(m, np.nan, np.float32) if epilogue == "bgrad_a" else None
+            matmul.matmul_into(out, cupy.asarray(a), cupy.asarray(b), ta=ta, epilogue=epilogue,
+                               bias=cupy.asarray(bias) if epilogue == "bias" else None, bgrad=grad)
+            want = (a.T if ta else a).astype(np.float64) @ b + (bias if epilogue == "bias" else 0)
+            np.testing.assert_allclose(out.get(), want, rtol=1e-4, atol=1e-3)
+            if grad is not None:
+                np.testing.assert_allclose(grad.get(), a.sum(axis=0), rtol=1e-4, atol=1e-3)
+        assert len(timed) - before == (1 if tuned else 0)  # timed at the first call only
+    assert timed and all(n >= 1 for n in timed)
