@@ -103,7 +103,8 @@ def run_back_to_back(call: Callable[[int], object], timer: str, batches: int, pe
 def _event_ms(timer: str, work: Callable[[], object], lead: Callable[[], object] | None = None) -> float:
     """Milliseconds between two CUDA events (CuPy's or torch's current stream) around work(); lead()
     runs untimed first, its GPU work ahead of the first event."""
-    kept = lead() if lead is not None else None  # noqa: F841 - its results live until the batch is issued
+    if lead is not None:
+        lead()
     if timer == "cupy-events":
         import cupy
 
