@@ -21,10 +21,13 @@ goes), so double-buffered inputs replay without copies. Scalar inputs, a new arr
 are staged from the start. Outputs (those not updated in place) live in an output slab whose
 disjoint views a call returns; each slab has its own graph. The caller gets a slab's views only
 while nothing outside flame still holds the views of an earlier call from it (its memory's reference
-count says so), so the OUTPUT_SLABS slabs take turns (`loss = step(x)` in a loop holds the last
-call's while the next one runs) and nothing is copied. When the caller holds all of them (a list of
-every loss), the graph writes an internal slab that is copied into a fresh one (one allocation, one
-memcpy: a copy on the GPU costs microseconds even for a scalar, and bandwidth for a large output).
+count says so), so in a loop (`loss = step(x)` holds the last call's outputs while the next call
+runs) two slabs take turns and nothing is copied. When the caller holds every slab (a list of every
+call's outputs), another slab (and graph) is made, as an allocator would hand out fresh memory, up to
+OUTPUT_SLABS slabs and OUTPUT_SLAB_BYTES in all per plan; past that the graph writes an internal slab
+that is copied into a fresh one (one allocation, one memcpy: a copy costs the GPU microseconds even
+for a scalar, and bandwidth for a large output). A free slab that already has a graph for the call's
+input pointers is taken first, so a few input sets in turn do not capture a graph per slab each.
 Graph launches go on the caller's current stream. A plan that cannot be captured runs plain launches
 and says why at debug level; FLAME_CUDA_GRAPHS=0 disables.
 
@@ -270,7 +273,8 @@ def run_program(program: Program, bufs: dict, stream) -> None:
 LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (DESIGN.md §7)
 GRAPH_VARIANTS = 4  # graphs kept per plan, one per set of input pointers (module docstring)
 STAGE_BYTES = 1 << 20  # data inputs moved by at most this many bytes in all are staged (module docstring)
-OUTPUT_SLABS = 2  # output slabs handed to the caller in turn, each with its graph (module docstring)
+OUTPUT_SLABS = 16  # the most output slabs a plan hands out, each with its graph (module docstring) ...
+OUTPUT_SLAB_BYTES = 1 << 30  # ... and the most bytes they may hold in all
 _INTERNAL = -1  # the slot of the internal output slab, copied out after each replay
 COPY_BYTES_PER_US = 2.0e6  # a device copy moves about this many bytes per µs (read + write at ~4 TB/s)
 
@@ -466,17 +470,24 @@ class CompiledPlan:
             self._slabs[slot] = (slab, sys.getrefcount(slab.data.mem))
         return self._slabs[slot][0]
 
-    def _free_slot(self) -> int:
-        """A slab slot whose earlier outputs nobody outside flame holds any more (a new one while fewer
-        than OUTPUT_SLABS exist), the least recently handed out first; _INTERNAL when the caller holds
-        them all. Views of a slab hold its memory, so its reference count is back to what it was when
-        the slab was made exactly when they are all gone."""
+    def _free_slot(self, graphs: dict) -> int:
+        """A slab slot whose earlier outputs nobody outside flame holds any more, one with a graph in
+        `graphs` (this call's input pointers) first; a new slot when the caller holds them all (module
+        docstring: within OUTPUT_SLABS and OUTPUT_SLAB_BYTES); else _INTERNAL. Views of a slab hold
+        its memory, so its reference count is back to what it was when the slab was made exactly when
+        they are all gone."""
         if not self._slab_size:
             return _INTERNAL
-        for slot in range(OUTPUT_SLABS):
-            got = self._slabs.get(slot)
-            if got is None or sys.getrefcount(got[0].data.mem) <= got[1]:
+        free = [slot for slot, (slab, alone) in self._slabs.items()
+                if slot != _INTERNAL and sys.getrefcount(slab.data.mem) <= alone]
+        for slot in free:
+            if slot in graphs:
                 return slot
+        if free:
+            return free[0]
+        made = len(self._slabs) - (_INTERNAL in self._slabs)
+        if made < OUTPUT_SLABS and (made + 1) * self._slab_size <= OUTPUT_SLAB_BYTES:
+            return made
         return _INTERNAL
 
     def _key(self, arrays: list) -> tuple:
@@ -564,7 +575,7 @@ class CompiledPlan:
                 self._graphs.popitem(last=False)  # the least recently replayed goes
         else:
             self._graphs.move_to_end(key)
-        slot = self._free_slot()
+        slot = self._free_slot(graphs or {})
         graph = (graphs or {}).get(slot)
         if graph is None:
             try:

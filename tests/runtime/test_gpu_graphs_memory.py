@@ -100,10 +100,13 @@ def test_a_bound_input_that_moves_after_identical_replays_is_noticed(monkeypatch
 
 
 def test_outputs_are_never_overwritten_while_held(monkeypatch):
-    """Replays hand out the output slabs in turn, each only while nothing holds its earlier outputs:
-    outputs dropped at once reuse one slab; `out = run(...)` in a loop alternates two slabs without
-    copies; outputs kept in a list are copied out of an internal slab, and keep their values."""
+    """Replays hand out output slabs, each only while nothing holds its earlier outputs: outputs
+    dropped at once reuse one slab; `out = run(...)` in a loop alternates two slabs without copies;
+    outputs kept in a list get a slab each (up to OUTPUT_SLABS), then copies of an internal slab;
+    every kept output keeps its values."""
     import cupy
+
+    import flame.runtime.cuda as cuda
 
     run, plain = _compile(monkeypatch, True), _compile(monkeypatch, False)
     rng = np.random.default_rng(2)
@@ -122,15 +125,25 @@ def test_outputs_are_never_overwritten_while_held(monkeypatch):
         plain([x, w_plain])
         ptrs.add(out.data.ptr)
     assert run.captures == 2 and len(ptrs) == 2
-    kept, want = [], []
-    for _ in range(4):  # all kept: the third and later are copies of the internal slab
-        kept.append(run([x, w])[0])
-        want.append(cupy.asnumpy(plain([x, w_plain])[0]))
-    assert run.captures == 3 and len({k.data.ptr for k in kept}) == 4
-    for k, v in zip(kept, want):
-        np.testing.assert_allclose(cupy.asnumpy(k), v, rtol=1e-5, atol=1e-5)
-    del kept, out
-    assert run._free_slot() == 0  # all dropped: the slabs are free again
+
+    def keep(n):
+        kept, want = [], []
+        for _ in range(n):
+            kept.append(run([x, w])[0])
+            want.append(cupy.asnumpy(plain([x, w_plain])[0]))
+        assert len({k.data.ptr for k in kept}) == n
+        for k, v in zip(kept, want):
+            np.testing.assert_allclose(cupy.asnumpy(k), v, rtol=1e-5, atol=1e-5)
+
+    keep(4)  # slot 0 (out holds slot 1), then three new slabs
+    assert run.captures == 5 and len(run._slabs) == 5
+    keep(4)  # the same five slabs again (one held by out): no capture
+    assert run.captures == 5
+    monkeypatch.setattr(cuda, "OUTPUT_SLABS", 5)
+    keep(6)  # past OUTPUT_SLABS: the internal slab's graph, copied out
+    assert run.captures == 6 and cuda._INTERNAL in run._slabs
+    del out
+    assert run._free_slot({}) == 0  # all dropped: the slabs are free again
 
 
 def test_large_inputs_get_a_graph_per_address_that_recurs(monkeypatch):
