@@ -6,10 +6,11 @@ owns one arena (allocated at its first call, poisoned with 0xFF bytes so reads o
 show up as NaN); temporaries are views into it. A call binds the inputs, allocates fresh outputs,
 and runs the steps in order on the current CuPy stream. Outputs are fresh CuPy arrays (never arena
 views), so they stay valid across later calls. An output aliased to an input (plan.memory) is the
-input array itself, updated in place. One plan's calls must not run concurrently: they share the arena.
+input array itself, updated in place. One plan's calls never run concurrently (they share the
+arena): a call on another stream than the last call's waits for that stream first.
 
 CUDA graphs (DESIGN.md §7): the first call runs the steps as plain launches; the second captures the
-whole plan once on the plan's own non-default stream (cuBLASLt through nvmath on that same stream),
+whole plan once on a non-default stream (cuBLASLt through nvmath on that same stream),
 later calls replay it. Inputs: parameters, state, constants, in-place-updated inputs and data inputs
 are captured by pointer (in-place updates must land in the caller's arrays). When data inputs of at
 most STAGE_BYTES in all arrive at other addresses (a new batch), they are staged from then on:
@@ -352,6 +353,7 @@ class CompiledPlan:
         self._scalars = {j for j, b in enumerate(plan.inputs) if plan.buffers[b].role == "scalar"}
         self._staged_from: dict[int, object] = {}  # scalar input -> the array last copied into its stage
         self._calls = 0
+        self._last_stream = None  # the stream of the last call (_follow_stream)
         # input pointers (_key) -> {output slab slot -> graph}, most recently replayed last
         self._graphs: OrderedDict = OrderedDict()
         self._keys_seen: OrderedDict = OrderedDict()  # the input pointers of recent calls, most recent last
@@ -398,6 +400,7 @@ class CompiledPlan:
         if self._arena is None:
             self._bind_arena()
         arrays = self._inputs(arrays)
+        self._follow_stream()
         if self.use_graphs and self._calls > 0:
             out = self._replay(arrays)
             if out is not None:
@@ -412,6 +415,20 @@ class CompiledPlan:
             bufs[b.id] = cupy.empty(b.shape, b.dtype.np_dtype)
         run_program(self._program, bufs, stream)
         return [bufs[o] for o in self.plan.outputs]
+
+    def _follow_stream(self) -> None:
+        """A call on another stream than the last one waits for everything queued on that one so far:
+        the calls share the arena, the stage buffers and the output slabs, and each runs on its
+        caller's stream (an event only when the stream changes)."""
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        last = self._last_stream
+        if last is not None and last.ptr != stream.ptr:
+            done = cupy.cuda.Event(disable_timing=True)
+            done.record(last)
+            stream.wait_event(done)
+        self._last_stream = stream
 
     # ---- CUDA graphs ------------------------------------------------------------------------------
 

@@ -146,6 +146,29 @@ def test_outputs_are_never_overwritten_while_held(monkeypatch):
     assert run._free_slot({}) == 0  # all dropped: the slabs are free again
 
 
+def test_calls_on_streams_in_turn_wait_for_each_other(monkeypatch):
+    """Replays run on the caller's stream; a call on another stream than the last one waits for the
+    last one's work first (the calls share the arena, the stage buffers and the output slabs)."""
+    import cupy
+
+    run, plain = _compile(monkeypatch, True), _compile(monkeypatch, False)
+    rng = np.random.default_rng(3)
+    w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+    w_plain = w.copy()
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    for k in range(8):
+        x = cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32))
+        cupy.cuda.Device().synchronize()
+        with streams[k % 2]:
+            got = run([x, w])[0]
+            total = float(got.sum())  # read on the call's stream (the next call may reuse the slab)
+            streams[k % 2].synchronize()
+        want = plain([x, w_plain])[0]
+        np.testing.assert_allclose(total, float(want.sum()), rtol=1e-4, atol=1e-3)
+        np.testing.assert_array_equal(cupy.asnumpy(w), cupy.asnumpy(w_plain))
+    assert run._last_stream.ptr == streams[1].ptr and run.captures >= 1
+
+
 def test_large_inputs_get_a_graph_per_address_that_recurs(monkeypatch):
     """Inputs too large to stage (here: any, STAGE_BYTES 0): three arrays in turn get a graph each,
     replayed without copies; arrays at new addresses run plain launches (never staged); those that
