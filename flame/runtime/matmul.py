@@ -1,48 +1,41 @@
-"""Matmul through cuBLASLt (nvmath-python), DESIGN.md §6.
+"""Matmul through cuBLASLt (nvmath-python's bindings), DESIGN.md §6.
 
 `run_matmul(call, buffers, stream)` runs a plan's MatmulCall through `matmul_into(out, a, b)`, which
 computes out[..., m, n] = a[..., m, k] @ b[..., k, n] for contiguous row-major CuPy arrays, with NumPy
 batch broadcasting; `ta` / `tb` say an operand is stored transposed ([..., k, m] / [..., n, k]). How
 flame's row-major, batched, broadcast operands become the 2-D / 3-D strided views cuBLASLt takes is
-decided in ONE place, `_layout`. One stateful
-`nvmath.linalg.advanced.Matmul` is built and planned per (shapes, dtype, transposes, tf32) and
-reused with new operands; it writes straight into `out` (in-place C with beta = 0).
+decided in ONE place, `_layout`. One `_Gemm` (cuBLASLt's matmul descriptor, matrix layouts and the
+algorithms its heuristic returned) is planned per (shapes, dtype, transposes, tf32, epilogue,
+operand alignment) and reused with new pointers; it writes straight into `out` (beta = 0). Planning
+goes through the raw bindings (`nvmath.bindings.cublasLt`): a descriptor, three layouts and one
+heuristic query cost ~0.1 ms of host time, where nvmath's `Matmul` object took ~1.3 ms per shape
+(H100 host, 2026-11-27), most of a first call at a new batch size.
 
-Epilogues (`SUPPORTED_EPILOGUES`, flame.target.MATMUL_EPILOGUES) run inside the GEMM through
-cuBLASLt: "bias" adds a [n] vector to every row, "relu" clamps at zero, "gelu" is GELU in its tanh
-form (cuBLASLt has no erf form), "bias_relu" / "bias_gelu" do both; the "*_aux" forms also write the
-pre-activation (a @ b [+ bias], what the backward of the GELU reads) to `aux`; "bgrad_a" / "bgrad_b"
-also write the sum over k of op(a) ([m]) / op(b) ([n]) to `bgrad` (a Linear's bias gradient beside
-its weight gradient). cuBLASLt's epilogues want a column-major result D (one bias value per row of
-D), so an epilogue GEMM is issued transposed: D = out^T[n, m] = op(b)^T @ op(a)^T, cuBLASLt's
-A = op(b)^T, B = op(a)^T, M = n, N = m, with out^T a column-major view of `out`. Hence:
-- the bias is one value per row n of out^T, i.e. per column of out;
-- the aux has D's layout, column-major [n, m] with leading dimension n: exactly the row-major
-  [m, n] pre-activation, provided n is a multiple of 8 (cuBLASLt's GELU aux leading dimension;
-  the fusion pass marks only such GEMMs);
-- cuBLASLt's BGRADA sums its A = op(b)^T over k: one value per n, flame's "bgrad_b"; its BGRADB
-  sums its B = op(a)^T over k: one value per m, flame's "bgrad_a".
-
-No allocation during a call: nvmath's `execute` allocates every epilogue output (the aux, the bias
-gradient) afresh from the device's memory pool. flame takes the output handlers off the planned
-Matmul (`epilog_output_handlers`, set in `plan`), so execute allocates nothing, and before each call
-points cuBLASLt's descriptor at the plan's buffers through those handlers' `update_pointer` (they set
-CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER / BIAS_POINTER on `mm_desc_ifc`; the leading dimension
-and batch stride were set in `plan`).
+cuBLASLt is column-major, so every GEMM is issued transposed: D = out^T[n, m] = op(b)^T @ op(a)^T,
+cuBLASLt's A = b, B = a (each row-major array is its own transpose read column-major), M = n, N = m.
+Epilogues (`SUPPORTED_EPILOGUES`, flame.target.MATMUL_EPILOGUES) run inside the GEMM: "bias" adds a
+[n] vector to every row of out (one value per row of D), "relu" clamps at zero, "gelu" is GELU in its
+tanh form (cuBLASLt has no erf form), "bias_relu" / "bias_gelu" do both; the "*_aux" forms also write
+the pre-activation (a @ b [+ bias], what the backward of the GELU reads) to `aux`, in D's layout:
+column-major [n, m] with leading dimension n, exactly the row-major [m, n] pre-activation, provided n
+is a multiple of 8 (cuBLASLt's GELU aux leading dimension; the fusion pass marks only such GEMMs);
+"bgrad_a" / "bgrad_b" also write the sum over k of op(a) ([m]) / op(b) ([n]) to `bgrad` (a Linear's
+bias gradient beside its weight gradient): cuBLASLt's BGRADB sums its B = a, BGRADA its A = b, into
+the bias pointer. No allocation during a call: the caller's aux, bias gradient and workspace
+pointers are set on the descriptor before each launch.
 
 Workspace: cuBLASLt draws its workspace (`workspace_bytes` of the output's size: at most
 WORKSPACE_BYTES, what NVIDIA suggests on Hopper) from the bytes the plan placed in its arena for the
-call (MatmulCall.workspace), handed to nvmath through `_PlanWorkspace` for the duration of one
-execute; the pool holds no per-GEMM workspaces. A call without a planned workspace (not from a
-plan) uses one fallback buffer per device.
+call (MatmulCall.workspace); the heuristic only offers algorithms that fit it. A call without a
+planned workspace (not from a plan) uses one fallback buffer per device.
 
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
-f16/bf16 accumulate in f32; f64 in f64. The cached objects assume one stream at a time.
+f16/bf16 accumulate in f32; f64 in f64. A planned _Gemm assumes one stream at a time.
 
-Algorithms: cuBLASLt's heuristic ranks the algorithms a planned Matmul may run; flame runs its first.
-With `autotune` on (FLAME_MATMUL_AUTOTUNE=1), the first execution of each cached Matmul doing at
-least TUNE_MIN_FLOPS (outside a CUDA-graph capture) times every algorithm the plan returned on the
-call's own operands (TUNE_REPS runs each in a CUDA graph, replayed once to warm up and once timed
+Algorithms: cuBLASLt's heuristic ranks the algorithms a problem may run; flame runs its first.
+With `autotune` on (FLAME_MATMUL_AUTOTUNE=1), the first execution of each planned GEMM doing at
+least TUNE_MIN_FLOPS (outside a CUDA-graph capture) times every algorithm the heuristic returned on
+the call's own operands (TUNE_REPS runs each in a CUDA graph, replayed once to warm up and once timed
 by CUDA events) and runs the fastest from then on. Results may then differ by rounding from one
 process to the next (the choice depends on timings), so it is off by default.
 """
@@ -53,6 +46,8 @@ import math
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from flame.ir import symbolic
 from flame.plan.steps import MatmulCall
 
@@ -60,7 +55,7 @@ allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (1
 autotune = os.environ.get("FLAME_MATMUL_AUTOTUNE", "0") not in ("", "0")  # time the algorithms (module doc)
 TUNE_MIN_FLOPS = 1 << 30  # smaller GEMMs keep the heuristic's first algorithm (timing them would read L2)
 TUNE_REPS = 3
-# flame epilogue -> cuBLASLt's (nvmath's MatmulEpilog), for the call issued transposed (module doc)
+# flame epilogue -> cuBLASLt's (cublasLt.Epilogue), for the call issued transposed (module doc)
 _EPILOG_NAMES = {"bias": "BIAS", "relu": "RELU", "bias_relu": "RELU_BIAS", "gelu": "GELU", "bias_gelu": "GELU_BIAS",
                  "gelu_aux": "GELU_AUX", "bias_gelu_aux": "GELU_AUX_BIAS", "bgrad_a": "BGRADB", "bgrad_b": "BGRADA"}
 SUPPORTED_EPILOGUES = frozenset({"none", *_EPILOG_NAMES})
@@ -68,7 +63,6 @@ AUX_ALIGN = 8  # cuBLASLt's GELU aux: leading dimension (here: out's last dim) a
 
 
 WORKSPACE_BYTES = 32 << 20  # the most workspace a cuBLASLt call may use
-_WORKSPACE_SLACK = 256  # nvmath asks for a little more than its memory_limit (alignment: 32784 of 32768)
 _SPLITS = 4  # a call's workspace holds up to this many f32 partial results (split-K) of its output
 
 
@@ -79,32 +73,24 @@ def workspace_bytes(out_elements: int) -> int:
     return symbolic.maximum(4096, symbolic.minimum(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096))
 
 
-_PLANS: dict[tuple, object] = {}
-_OUTPUTS: dict[tuple, tuple] = {}  # key -> the epilogue output handlers taken off that planned Matmul
-_CHOSEN: dict[tuple, object] = {}  # key -> the algorithm it runs (None: the heuristic's first)
-_WORKSPACES: dict[int, _PlanWorkspace] = {}  # device id -> the allocator every Matmul on it draws from
+_PLANS: dict[tuple, _Gemm] = {}  # key (matmul_into) -> its planned GEMM
+_HANDLES: dict[int, int] = {}  # device id -> cuBLASLt handle
 _FALLBACK: dict[int, object] = {}  # device id -> workspace for calls that come with none
+_DATA_TYPES = {"float16": "CUDA_R_16F", "bfloat16": "CUDA_R_16BF", "float32": "CUDA_R_32F", "float64": "CUDA_R_64F"}
 
 
-class _PlanWorkspace:
-    """nvmath's allocator (the BaseCUDAMemoryManager protocol) for cuBLASLt workspaces: it hands out
-    the bytes set in `ptr`/`size` by the call being run (the plan's arena scratch), never allocating."""
+def _handle(device_id: int) -> int:
+    if device_id not in _HANDLES:
+        from nvmath.bindings import cublasLt
 
-    def __init__(self, device_id: int):
-        self.device_id, self.ptr, self.size = device_id, 0, 0
-
-    def memalloc(self, size: int):
-        from nvmath.memory import MemoryPointer
-
-        if size > self.size:
-            raise MemoryError(f"cuBLASLt asked for {size} bytes of workspace; the plan holds {self.size}")
-        return MemoryPointer(self.ptr, size, finalizer=None)
+        _HANDLES[device_id] = cublasLt.create()
+    return _HANDLES[device_id]
 
 
-def _workspace(device_id: int) -> _PlanWorkspace:
-    if device_id not in _WORKSPACES:
-        _WORKSPACES[device_id] = _PlanWorkspace(device_id)
-    return _WORKSPACES[device_id]
+def _alignment(ptr: int) -> int:
+    """The largest power of two dividing ptr, at most 256: what cuBLASLt's heuristic is told it may
+    assume of an operand (its MIN_ALIGNMENT preferences), and part of the plan's key."""
+    return min(256, ptr & -ptr) if ptr else 256
 
 
 @dataclass(frozen=True)
@@ -124,7 +110,7 @@ class Layout:
 
 def _layout(a_shape, b_shape, out_shape, ta: bool, tb: bool) -> Layout:
     """Fold batch dimensions: b shared by every batch -> one GEMM with M = batch*m (when a is not
-    transposed); one operand shared -> nvmath broadcasts a 2-D operand; equal batches -> a strided
+    transposed); one operand shared -> a batch stride of 0; equal batches -> a strided
     batched GEMM over the flattened batch; otherwise expand the operands to the full batch."""
     m, n = out_shape[-2:]
     k = a_shape[-2] if ta else a_shape[-1]
@@ -144,17 +130,15 @@ def _layout(a_shape, b_shape, out_shape, ta: bool, tb: bool) -> Layout:
     return Layout((nb,) + a2, (nb,) + b2, (nb, m, n), ta, tb, batch + a2, batch + b2)
 
 
-def _view(x, shape: tuple[int, ...], transposed: bool, expand: tuple[int, ...] | None):
+def _expanded(x, expand: tuple[int, ...] | None):
+    """x broadcast to `expand` and materialized (Layout: a partial broadcast of the batch dims)."""
     import cupy
 
-    if expand is not None:
-        x = cupy.ascontiguousarray(cupy.broadcast_to(x, expand))
-    x = x.reshape(shape)
-    return x.swapaxes(-1, -2) if transposed else x
+    return x if expand is None else cupy.ascontiguousarray(cupy.broadcast_to(x, expand))
 
 
 def _compute_type(dtype_name: str):
-    from nvmath.linalg.advanced import MatmulComputeType as CT
+    from nvmath.bindings.cublas import ComputeType as CT
 
     if dtype_name == "float64":
         return CT.COMPUTE_64F
@@ -163,43 +147,111 @@ def _compute_type(dtype_name: str):
     return CT.COMPUTE_32F
 
 
-def _planned(key: tuple, a, b, c, stream, epilogue: str = "none", bias=None):
-    """The cached, planned nvmath Matmul for key, pointed at operands a, b, result c (and bias)."""
-    mm = _PLANS.get(key)
-    inputs = {"bias": bias} if "bias" in epilogue else None
-    if mm is None:
-        from nvmath.linalg.advanced import Matmul, MatmulEpilog, MatmulOptions
+class _Gemm:
+    """One planned cuBLASLt problem (module doc: issued transposed, cuBLASLt's A = b, B = a): its
+    matmul descriptor, matrix layouts, the algorithms the heuristic returned (best first) and the host
+    scalars alpha = 1, beta = 0. run() points the descriptor at the call's epilogue buffers and launches."""
 
-        opts = MatmulOptions(inplace=True, compute_type=_compute_type(str(c.dtype)),
-                             memory_limit=workspace_bytes(c.size) - _WORKSPACE_SLACK, allocator=_workspace(c.device.id))
-        mm = Matmul(a, b, c, alpha=1.0, beta=0.0, options=opts, stream=stream)
-        epilog = getattr(MatmulEpilog, _EPILOG_NAMES[epilogue]) if epilogue != "none" else None
-        mm.plan(epilog=epilog, epilog_inputs=inputs, stream=stream)
-        # execute() would allocate each epilogue output: flame keeps the handlers (module doc)
-        _OUTPUTS[key], mm.epilog_output_handlers = tuple(mm.epilog_output_handlers), []
-        _PLANS[key] = mm
-    else:
-        mm.reset_operands_unchecked(a=a, b=b, c=c, epilog_inputs=inputs, stream=stream)
-    return mm
+    def __init__(self, lay: Layout, dtype_name: str, epilogue: str, aligns: tuple[int, int, int], ws_limit: int,
+                 device_id: int):
+        from nvmath import CudaDataType
+        from nvmath.bindings import cublasLt as lt
+
+        self.lt, self.handle, self.epilogue = lt, _handle(device_id), epilogue
+        dt = int(getattr(CudaDataType, _DATA_TYPES[dtype_name]))
+        f64 = dtype_name == "float64"
+        scalar = np.float64 if f64 else np.float32
+        self.alpha, self.beta = np.ones(1, scalar), np.zeros(1, scalar)
+        self.desc = lt.matmul_desc_create(int(_compute_type(dtype_name)),
+                                          int(CudaDataType.CUDA_R_64F if f64 else CudaDataType.CUDA_R_32F))
+        self.layouts: list[int] = []
+        self.pointer = np.zeros(1, np.uint64)  # the buffer of the pointer attribute being set (run)
+        attr = lt.MatmulDescAttribute
+        self._set(attr.TRANSA, np.array([int(lay.tb)], np.int32))
+        self._set(attr.TRANSB, np.array([int(lay.ta)], np.int32))
+        nb = lay.out[0] if len(lay.out) == 3 else 1
+        m, n = lay.out[-2:]
+        self.a, self.b, self.d = (self._layout(dt, shape, nb) for shape in (lay.b, lay.a, lay.out))
+        if epilogue != "none":
+            self._set(attr.EPILOGUE, np.array([int(getattr(lt.Epilogue, _EPILOG_NAMES[epilogue]))], np.uint32))
+        if epilogue.endswith("_aux"):
+            self._set(attr.EPILOGUE_AUX_LD, np.array([n], np.int64))
+            if nb > 1:
+                self._set(attr.EPILOGUE_AUX_BATCH_STRIDE, np.array([m * n], np.int64))
+        pref = lt.matmul_preference_create()
+        try:
+            p = lt.MatmulPreferenceAttribute
+            for name, value, kind in ((p.MAX_WORKSPACE_BYTES, ws_limit, np.uint64),
+                                      (p.MIN_ALIGNMENT_A_BYTES, aligns[1], np.uint32),
+                                      (p.MIN_ALIGNMENT_B_BYTES, aligns[0], np.uint32),
+                                      (p.MIN_ALIGNMENT_C_BYTES, aligns[2], np.uint32),
+                                      (p.MIN_ALIGNMENT_D_BYTES, aligns[2], np.uint32)):
+                buf = np.array([value], kind)
+                lt.matmul_preference_set_attribute(pref, name, buf.ctypes.data, buf.nbytes)
+            self.results = lt.MatmulHeuristicResult(8)
+            count = np.zeros(1, np.int32)
+            lt.matmul_algo_get_heuristic(self.handle, self.desc, self.a, self.b, self.d, self.d, pref, 8,
+                                         self.results.ptr, count.ctypes.data)
+        finally:
+            lt.matmul_preference_destroy(pref)
+        if not count[0]:
+            raise RuntimeError(f"cuBLASLt has no algorithm for a {dtype_name} GEMM of layout {lay}, epilogue "
+                               f"{epilogue!r}, workspace {ws_limit} bytes")
+        size = lt.matmul_heuristic_result_dtype.itemsize
+        self.algorithms = [self.results.ptr + i * size for i in range(int(count[0]))]  # each result's algo
+        self.algorithm = self.algorithms[0]
+
+    def _set(self, attr, value: np.ndarray) -> None:
+        self.lt.matmul_desc_set_attribute(self.desc, attr, value.ctypes.data, value.nbytes)
+
+    def _layout(self, dt: int, shape: tuple[int, ...], nb: int) -> int:
+        """A stored row-major [rows, cols] matrix (or a batch of them, or one shared by a batch of nb)
+        as cuBLASLt sees it: column-major cols x rows, leading dimension cols."""
+        lt = self.lt
+        r, c = shape[-2:]
+        h = lt.matrix_layout_create(dt, c, r, c)
+        self.layouts.append(h)
+        if nb > 1:
+            for attr, value in ((lt.MatrixLayoutAttribute.BATCH_COUNT, np.array([nb], np.int32)),
+                                (lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET,
+                                 np.array([r * c if len(shape) == 3 else 0], np.int64))):
+                lt.matrix_layout_set_attribute(h, attr, value.ctypes.data, value.nbytes)
+        return h
+
+    def run(self, a: int, b: int, out: int, workspace, stream: int, epilogue_ptrs: dict,
+            algorithm: int | None = None) -> None:
+        """out = op(a) @ op(b) with the epilogue (pointers: "bias" (also a bias gradient's), "aux")."""
+        attr = self.lt.MatmulDescAttribute
+        for name, ptr in epilogue_ptrs.items():
+            self.pointer[0] = ptr
+            self._set(attr.BIAS_POINTER if name == "bias" else attr.EPILOGUE_AUX_POINTER, self.pointer)
+        self.lt.matmul(self.handle, self.desc, self.alpha.ctypes.data, b, self.a, a, self.b, self.beta.ctypes.data,
+                       out, self.d, out, self.d, algorithm or self.algorithm, workspace.data.ptr, workspace.nbytes,
+                       stream)
+
+    def free(self) -> None:
+        for h in self.layouts:
+            self.lt.matrix_layout_destroy(h)
+        self.lt.matmul_desc_destroy(self.desc)
+        self.layouts = []
 
 
-def algorithm_times(mm, stream, reps: int = TUNE_REPS) -> list[float]:
-    """Milliseconds per run of planned Matmul mm with each of its plan's algorithms in turn, on its
-    current operands (its result is overwritten): `reps` runs captured back to back in one CUDA graph,
-    replayed once to warm up and once timed by CUDA events, so nvmath's host time per execute (often
-    longer than a small GEMM) is not counted; inf where an algorithm fails. The epilogue outputs'
-    pointers and the workspace must be set (as _execute does)."""
+def algorithm_times(gemm: _Gemm, call, stream, reps: int = TUNE_REPS) -> list[float]:
+    """Milliseconds per run of each algorithm the heuristic returned for `gemm`: call(algorithm)
+    launches it on the call's own operands (its result is overwritten), `reps` times captured back to
+    back in one CUDA graph, replayed once to warm up and once timed by CUDA events, so the host time
+    of a launch (longer than a small GEMM) is not counted; inf where an algorithm fails."""
     import cupy
 
     side = cupy.cuda.Stream(non_blocking=True)
     times = []
-    for alg in mm.algorithms:
+    for alg in gemm.algorithms:
         try:
             with side:
                 side.begin_capture()
                 try:
                     for _ in range(reps):
-                        mm.execute(algorithm=alg, stream=side)
+                        call(alg, side.ptr)
                 finally:
                     graph = side.end_capture()
             graph.launch(stream)
@@ -214,41 +266,18 @@ def algorithm_times(mm, stream, reps: int = TUNE_REPS) -> list[float]:
     return times
 
 
-def _choose(key: tuple, mm, stream, flops: int):
-    """The algorithm key's Matmul runs (module doc: autotune); None: the heuristic's first."""
-    if not autotune:
-        return None
-    if key in _CHOSEN:
-        return _CHOSEN[key]
-    if flops < TUNE_MIN_FLOPS or len(mm.algorithms) < 2:
-        _CHOSEN[key] = None
-        return None
+def _tune(gemm: _Gemm, call, stream, flops: int) -> None:
+    """Module doc (autotune): time gemm's algorithms once, at its first execution outside a capture,
+    and keep the fastest."""
+    if getattr(gemm, "tuned", False) or flops < TUNE_MIN_FLOPS or len(gemm.algorithms) < 2:
+        return
     if stream.is_capturing():
-        return None  # not remembered: a later execution outside a capture tunes it
-    times = algorithm_times(mm, stream)
+        return  # a later execution outside a capture tunes it
+    times = algorithm_times(gemm, call, stream)
     best = min(range(len(times)), key=times.__getitem__)
-    _CHOSEN[key] = None if best == 0 or times[best] == math.inf else mm.algorithms[best]
-    return _CHOSEN[key]
-
-
-def _execute(mm, workspace, stream, outputs: tuple = (), results: dict | None = None, key: tuple = (),
-             flops: int = 0) -> None:
-    """Run planned Matmul mm with `workspace` (a CuPy array of >= workspace_bytes(out), or None: the
-    device's fallback buffer) as cuBLASLt's workspace; nvmath lets go of it when the call returns.
-    outputs: the epilogue output handlers taken off mm; results: handler name ("gelu_aux",
-    "bgrada", "bgradb") -> the CuPy array that output is written to."""
-    import cupy
-
-    for handler in outputs:
-        handler.update_pointer(mm.mm_desc_ifc, results[handler.name].data.ptr)
-    dev = cupy.cuda.Device().id
-    if workspace is None:
-        if dev not in _FALLBACK:
-            _FALLBACK[dev] = cupy.empty(WORKSPACE_BYTES, cupy.uint8)
-        workspace = _FALLBACK[dev]
-    alloc = _workspace(dev)
-    alloc.ptr, alloc.size = workspace.data.ptr, workspace.nbytes
-    mm.execute(algorithm=_choose(key, mm, stream, flops), stream=stream, release_workspace=True)
+    if times[best] < math.inf:
+        gemm.algorithm = gemm.algorithms[best]
+    gemm.tuned = True
 
 
 def bgrad_supported(epilogue: str, ta: bool, tb: bool) -> bool:
@@ -310,24 +339,36 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
     if k == 0:
         _empty_k(out, a, b, ta, epilogue, bias, aux, bgrad, stream)
         return
+    if not (a.dtype == b.dtype == out.dtype):
+        raise ValueError(f"matmul operands and result must share a dtype; got {a.dtype} @ {b.dtype} -> {out.dtype}")
     lay = _layout(tuple(a.shape), tuple(b.shape), tuple(out.shape), ta, tb)
-    key = (lay, str(out.dtype), allow_tf32, cupy.cuda.Device().id, epilogue)
-    flops = 2 * out.size * k
-    if epilogue == "none":
+    if lay.expand_a is not None or lay.expand_b is not None:
         with stream:
-            av = _view(a, lay.a, lay.ta, lay.expand_a)
-            bv = _view(b, lay.b, lay.tb, lay.expand_b)
-        mm = _planned(key, av, bv, out.reshape(lay.out), stream)
-        _execute(mm, workspace, stream, key=key, flops=flops)
-        return
-    with stream:  # transposed problem (module doc): A' = op(b)^T, B' = op(a)^T, C' = out^T
-        av = _view(b, lay.b, not lay.tb, lay.expand_b)
-        bv = _view(a, lay.a, not lay.ta, lay.expand_a)
-    cv = out.reshape(lay.out).swapaxes(-1, -2)
-    bias = None if bias is None else bias.reshape(-1)
-    mm = _planned(key, av, bv, cv, stream, epilogue, bias)
-    results = {"gelu_aux": aux, "bgrada": bgrad, "bgradb": bgrad}
-    _execute(mm, workspace, stream, _OUTPUTS.get(key, ()), results, key, flops)
+            a, b = _expanded(a, lay.expand_a), _expanded(b, lay.expand_b)
+    dev = cupy.cuda.Device().id
+    if workspace is None:
+        if dev not in _FALLBACK:
+            _FALLBACK[dev] = cupy.empty(WORKSPACE_BYTES, cupy.uint8)
+        workspace = _FALLBACK[dev]
+    ws_limit = min(int(workspace_bytes(out.size)), workspace.nbytes)
+    aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), _alignment(out.data.ptr))
+    key = (lay, str(out.dtype), allow_tf32, dev, epilogue, aligns, ws_limit)
+    gemm = _PLANS.get(key)
+    if gemm is None:
+        gemm = _PLANS[key] = _Gemm(lay, str(out.dtype), epilogue, aligns, ws_limit, dev)
+    ptrs = {}
+    if bias is not None or bgrad is not None:  # cuBLASLt writes a bias gradient to its bias pointer
+        ptrs["bias"] = (bias if bias is not None else bgrad).data.ptr
+    if aux is not None:
+        ptrs["aux"] = aux.data.ptr
+    a_ptr, b_ptr, out_ptr = a.data.ptr, b.data.ptr, out.data.ptr
+
+    def launch(algorithm, stream_ptr):
+        gemm.run(a_ptr, b_ptr, out_ptr, workspace, stream_ptr, ptrs, algorithm)
+
+    if autotune:
+        _tune(gemm, launch, stream, 2 * out.size * k)
+    launch(None, stream.ptr)
 
 
 def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
@@ -338,10 +379,8 @@ def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
 
 
 def clear_cache() -> None:
-    """Free every cached Matmul (their workspaces and cuBLASLt descriptors)."""
-    for mm in _PLANS.values():
-        mm.free()
+    """Free every planned GEMM (its cuBLASLt descriptors) and the fallback workspaces."""
+    for gemm in _PLANS.values():
+        gemm.free()
     _PLANS.clear()
-    _OUTPUTS.clear()
-    _CHOSEN.clear()
     _FALLBACK.clear()

@@ -93,7 +93,8 @@ def test_autotune_times_every_algorithm_and_keeps_a_correct_one(monkeypatch, epi
     monkeypatch.setattr(matmul, "TUNE_MIN_FLOPS", 2 * 256 * 512 * 384)
     timed = []
     real = matmul.algorithm_times
-    monkeypatch.setattr(matmul, "algorithm_times", lambda mm, s: timed.append(len(mm.algorithms)) or real(mm, s))
+    monkeypatch.setattr(matmul, "algorithm_times",
+                        lambda gemm, call, s: timed.append(len(gemm.algorithms)) or real(gemm, call, s))
     rng = np.random.default_rng(5)
     for m, k, n, tuned in ((256, 384, 512, True), (64, 32, 48, False)):
         ta = epilogue == "bgrad_a"  # cuBLASLt sums a only when it is stored [k, m]

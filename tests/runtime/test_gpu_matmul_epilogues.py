@@ -91,7 +91,8 @@ def test_bias_gradient_epilogues(dt, ta, tb, side):
 
 @pytest.mark.parametrize("epilogue", ["bias_gelu_aux", "bgrad_b", "bgrad_a"])
 def test_no_allocation_after_the_first_call(epilogue):
-    """nvmath would allocate the aux / bias gradient in every execute(); flame points cuBLASLt at the
+    """A call allocates nothing for the aux / bias gradient (nvmath's Matmul allocated both in every
+    execute(), flame used to take its output handlers off); flame points cuBLASLt at the
     caller's buffers, so from the second call on nothing is requested from CuPy's pool."""
     import cupy
     from cupy.cuda import memory_hook
