@@ -244,6 +244,9 @@ class Template:
             raise NotDynamic(f"the traces at sizes {sa} and {sb} return different values")
         self.aliases = dict(ga.aliases)
         self.groups = _groups(ga, gb, ida, idb, sa, sb)
+        # worked out now, while compiling, rather than on the path of the first new size's call (where it
+        # took ~5 ms of the digits MLP's first smaller batch on an H100 host, 2026-11-27)
+        _ = self._program
 
     def instantiate(self, s: int, symbolic: bool = False, check: bool = True) -> Graph:
         """The graph at size s0 = s, each op's result type checked against its shape rule (with its
