@@ -87,8 +87,7 @@ def _b2b_table(cases: list[dict], peers: list[str]) -> list[str]:
     """Calls issued back to back (no synchronisation between calls): GPU-bound time per call."""
     out = ["Back to back — the same calls issued without a synchronisation between them (5 batches after an "
            "untimed one, CUDA events around each batch, issued after one untimed call so the batch starts on a "
-           "busy GPU; JAX: wall "
-           "clock to the last result), ms per call, median batch; % of the "
+           "busy GPU; JAX: wall clock to the last result), ms per call, median batch; % of the "
            "copy ceiling measured back to back as well. Host dispatch hides behind the previous call's GPU work "
            "here, as in a training loop; the table above times each call alone, dispatch included.", "",
            "| case | flame ms | % of ceiling | " + " | ".join(f"{p} ms" for p in peers) + " | speed-up vs best peer |",

@@ -287,7 +287,7 @@ def graphs_setting() -> str:
 
 # host time of one plain call into a library from Python, counted low: a cuDNN frontend graph's execute
 # (variant pack, handle, stream) cost ~150 us on an H100 host (2026-11-27: sdpa_fwd_bwd's two attention
-# calls ran 331 us per call back to back without a graph, 261 us of GPU time); nvmath's matmul: an estimate
+# calls ran 331 us per call back to back without a graph, 261 us of GPU time); a cuBLASLt matmul: an estimate
 LIBRARY_CALL_US = {AttentionCall: 100.0, ConvCall: 100.0}
 LIBRARY_CALL_US_DEFAULT = 30.0
 
@@ -400,15 +400,14 @@ class CompiledPlan:
         if self._arena is None:
             self._bind_arena()
         arrays = self._inputs(arrays)
-        self._follow_stream()
+        stream = self._follow_stream()
         if self.use_graphs and self._calls > 0:
-            out = self._replay(arrays)
+            out = self._replay(arrays, stream)
             if out is not None:
                 return out
         if self.use_graphs and not self._calls:
             self._remember(self._key(arrays))
         self._calls += 1
-        stream = cupy.cuda.get_current_stream()
         bufs = dict(self._views)
         bufs.update(zip(self.plan.inputs, arrays))
         for b in self._fresh:
@@ -416,10 +415,10 @@ class CompiledPlan:
         run_program(self._program, bufs, stream)
         return [bufs[o] for o in self.plan.outputs]
 
-    def _follow_stream(self) -> None:
-        """A call on another stream than the last one waits for everything queued on that one so far:
-        the calls share the arena, the stage buffers and the output slabs, and each runs on its
-        caller's stream (an event only when the stream changes)."""
+    def _follow_stream(self):
+        """The caller's current stream, which this call runs on. A call on another stream than the last
+        one waits for everything queued on that one so far: the calls share the arena, the stage
+        buffers and the output slabs (an event only when the stream changes)."""
         import cupy
 
         stream = cupy.cuda.get_current_stream()
@@ -429,6 +428,7 @@ class CompiledPlan:
             done.record(last)
             stream.wait_event(done)
         self._last_stream = stream
+        return stream
 
     # ---- CUDA graphs ------------------------------------------------------------------------------
 
@@ -557,8 +557,9 @@ class CompiledPlan:
         self._graphs.setdefault(self._key(arrays), {})[slot] = graph
         self.captures += 1
 
-    def _replay(self, arrays: list) -> list | None:
-        """Run the captured graph (capturing first when needed); None: run plain launches instead."""
+    def _replay(self, arrays: list, stream) -> list | None:
+        """Run the captured graph on `stream`, the caller's (capturing first when needed); None: run
+        plain launches instead."""
         import cupy
 
         if self.captures == 0:
@@ -605,7 +606,6 @@ class CompiledPlan:
             graph = self._graphs[self._key(arrays)][slot]
         # launched on the caller's stream (captured on the graph stream: a capture needs a stream of
         # its own, a launch does not): no events between streams, whose waits cost the GPU microseconds
-        stream = cupy.cuda.get_current_stream()
         for j in self._staged:
             dst, src = self._stage_of(j), arrays[j]
             if j in self._scalars:  # scalar arrays are never written: the same one means the same value
@@ -615,12 +615,12 @@ class CompiledPlan:
             if dst.nbytes:
                 cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
         graph.launch(stream)
-        out = self._slab_of(slot)
-        if slot == _INTERNAL and self._slab_size:  # the caller holds every slab: a copy of the internal one
-            out = cupy.empty(self._slab_size, cupy.uint8)
-            cupy.cuda.runtime.memcpyAsync(out.data.ptr, self._slabs[slot][0].data.ptr, self._slab_size, 3, stream.ptr)
         if not self._slab_outs:
             return list(self._take_outputs(arrays))
+        out = self._slab_of(slot)
+        if slot == _INTERNAL and self._slab_size:  # the caller holds every slab: a copy of the internal one
+            internal, out = out, cupy.empty(self._slab_size, cupy.uint8)
+            cupy.cuda.runtime.memcpyAsync(out.data.ptr, internal.data.ptr, self._slab_size, 3, stream.ptr)
         results = [None] * len(self._out_at)
         for (k, _), a in zip(self._in_place, self._take_outputs(arrays)):
             results[k] = a

@@ -157,7 +157,8 @@ class _Gemm:
         from nvmath import CudaDataType
         from nvmath.bindings import cublasLt as lt
 
-        self.lt, self.handle, self.epilogue = lt, _handle(device_id), epilogue
+        self.lt, self.handle = lt, _handle(device_id)
+        self.tuned = False  # autotune timed its algorithms (_tune)
         dt = int(getattr(CudaDataType, _DATA_TYPES[dtype_name]))
         f64 = dtype_name == "float64"
         scalar = np.float64 if f64 else np.float32
@@ -269,7 +270,7 @@ def algorithm_times(gemm: _Gemm, call, stream, reps: int = TUNE_REPS) -> list[fl
 def _tune(gemm: _Gemm, call, stream, flops: int) -> None:
     """Module doc (autotune): time gemm's algorithms once, at its first execution outside a capture,
     and keep the fastest."""
-    if getattr(gemm, "tuned", False) or flops < TUNE_MIN_FLOPS or len(gemm.algorithms) < 2:
+    if gemm.tuned or flops < TUNE_MIN_FLOPS or len(gemm.algorithms) < 2:
         return
     if stream.is_capturing():
         return  # a later execution outside a capture tunes it
