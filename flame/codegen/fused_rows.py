@@ -1,7 +1,8 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
 their elementwise prologue and epilogue. Two schedules (Config.rows_schedule / FLAME_ROWS_SCHEDULE:
-"old", "new", or the default "auto": "new" for kernels without column reductions whose per-element
-reads and writes index the domain itself (_plain), "old" for the others; on an H100 (2026-11-23,
+"old", "new", or the default "auto": "new" for kernels without column reductions, or with column
+reductions only (no row total: a channels-last BatchNorm's statistics), whose per-element reads and
+writes index the domain itself (_plain), "old" for the others; on an H100 (2026-11-23,
 rows_schedules.py) "new" ran softmax [131072, 1024] bf16 in 215 us instead of 314, cross-entropy
 [8192, 32768] in 516 instead of 702 and LayerNorm forward in 19.7 instead of 20.8, but a LayerNorm
 backward carrying its weight and bias gradients in 75.9 us instead of 52.9):
@@ -16,7 +17,11 @@ backward carrying its weight and bias gradients in 75.9 us instead of 52.9):
   kernel-wide alignment check picks a same-order element-by-element copy of the row loop otherwise);
   registers hold the row in its storage type; the threads per row G are the fewest (a warp first:
   shuffles only, no barrier, 8 rows per block) at which the held data fits Config.row_regs
-  registers; a block-wide reduction takes one barrier (one shared slot per reduction of the row);
+  registers, or, with column sums only, the fewest (4, 8 or 16) whose one vector each covers the row
+  (on an H100, 2026-11-27, resnet_block_train's BatchNorm statistics [262144 rows x 128] bf16: 16
+  threads per row, 32 rows per block, forward sums 31 us instead of 37, backward ones 79-151 us
+  instead of 88-194, 85-90% of copy); a block-wide reduction takes one barrier (one shared slot per
+  reduction of the row);
   values with a transcendental that a later pass reads again (softmax's exp(x - max)) are kept in
   registers from the pass that computes them (Config.row_carry), so each is computed once.
 Per-row values (reduction results and what is computed from them) are computed once per thread, from
@@ -78,16 +83,17 @@ def _threads(R: int) -> int:
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
 
 
-def _block(G: int, M: int, R: int, columns: tuple[Op, ...]) -> int:
+def _block(G: int, M: int, R: int, columns: tuple[Op, ...], row_totals: bool = True) -> int:
     """Threads per block. Warp rows: 8 per block (no barriers). A row kernel carrying column reductions
-    runs several wider rows per block (fewer, larger per-block partials, more threads per SM) when
-    every step of the row loop keeps all of a block's rows real (M divisible by the rows per block:
-    the rows' barriers stay uniform) and the rows' partials fit in shared memory; else one row."""
+    runs several wider (or, without row totals, narrower) rows per block (fewer, larger per-block
+    partials, more threads per SM) when every step of the row loop keeps all of a block's rows real
+    (M divisible by the rows per block: the rows' barriers stay uniform; no matter without
+    row_totals, whose rows take no barrier) and the rows' partials fit in shared memory; else one row."""
     if G == 32:
         return 256
     S = _COLUMN_BLOCK // G
     acc = max((accumulator(op).dtype.itemsize for op in columns), default=0)
-    if columns and S > 1 and M % S == 0 and S * R * acc <= _COLUMN_SMEM:
+    if columns and S > 1 and (not row_totals or M % S == 0) and S * R * acc <= _COLUMN_SMEM:
         return _COLUMN_BLOCK
     return G
 
@@ -166,6 +172,10 @@ class _RowSegment:
                 self.reg = reg
                 if self.data_regs() > config.row_regs:
                     self.reg = varying
+
+    def row_reductions(self) -> list[Op]:
+        """The segment's reductions over its rows (column reductions aside)."""
+        return [op for op in self.ops if is_reduction(op) and op not in self.columns]
 
     def data_regs(self) -> int:
         """32-bit registers per thread of the row's held data at its peak over the passes: held
@@ -490,6 +500,13 @@ def _new_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
     its row in registers and the held data fits Config.row_regs registers per thread, carrying
     costly values (Config.row_carry) if some G fits with them; else 1024 threads, the row in
     registers only if it fits the 64 registers a thread of a 1024-thread block has (streamed else)."""
+    parts = make(32)
+    if not any(p.row_reductions() for p in parts) and all(p.cached for p in parts):
+        # column sums only (a channels-last BatchNorm's statistics): no row total, so no shuffle needs a
+        # whole warp; the fewest threads that cover a row with one vector each, at least 4
+        for G in (4, 8, 16):
+            if G * parts[0].V >= max(p.R for p in parts):
+                return G, make(G)
     for carry in (True, False) if config.row_carry else (False,):
         for G in _THREAD_CHOICES:
             parts = make(G, carry)
@@ -553,8 +570,9 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
     split = _split_schedule(segs, lays, columns, config, target)
     schedule = rows_schedule(config)
-    new = ((schedule == "new" or (schedule == "auto" and not columns and _plain(lays))) and not split
-           and _walks_rows(lays))
+    column_only = bool(columns) and all(op in columns for seg in segs for op in seg if is_reduction(op))
+    new = ((schedule == "new" or (schedule == "auto" and (not columns or column_only) and _plain(lays)))
+           and not split and _walks_rows(lays))
 
     def make(G: int, carry: bool = False, hold: bool = True) -> list[_RowSegment]:
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)
@@ -566,7 +584,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         G = config.split_threads if split else _threads(R)
         parts = make(G)
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
-    block = _block(G, M, R, columns)
+    block = _block(G, M, R, columns, row_totals=not column_only)
     for p in parts:
         p.block = block
     paths, start = [], 0

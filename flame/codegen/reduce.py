@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from flame.codegen import cuda_c, views
 from flame.codegen.kernel import Kernel, finish, header, index_types, op_params, render_template, shape_tag
 from flame.codegen.snippets import accumulator
+from flame.ir import symbolic
 from flame.ir.graph import Op
 from flame.target import DEFAULT_TARGET
 
@@ -98,6 +99,11 @@ def _vector(op: Op, red: list, CH: int) -> int:
     if op.name == "argmax":
         return 1
     V = max(1, 16 // op.inputs[0].dtype.itemsize)
+    R = red[0][0] if len(red) == 1 else None
+    if isinstance(R, symbolic.SymInt) and not all(type(c) is int and c % V == 0 for c in (R.a, R.b)):
+        # a dynamic length (a batch mean) whose divisibility by V changes with the size: one kernel for
+        # every size (a vector guard would render one per class of sizes, each an NVRTC compile)
+        return 1
     ok = len(red) == 1 and red[0][1] == 1 and red[0][0] % V == 0 and CH % V == 0
     return V if ok else 1
 

@@ -414,10 +414,15 @@ class Compiled:
         return f"{shown} {'is' if len(dims) == 1 else 'are'} now dynamic (sizes {sizes})"
 
     def _probe(self, entry: _Entry, args: list) -> None:
-        """dynamic=True, first trace of a signature: trace again with the batch dim (dim 0 of every
-        tensor argument of the first one's dim 0) one larger, so that dim is dynamic from now on."""
+        """dynamic=True, first trace of a signature (`entry`, traced, not compiled): trace again with
+        the batch dim (dim 0 of every tensor argument of the first one's dim 0) one larger, so that
+        dim is dynamic from now on, and compile entry. With a plan template, entry's plan is the
+        template's at its own size: its kernels take the size as a parameter, so the sizes after it
+        compile none (a first smaller batch would otherwise pay NVRTC for the whole step once more);
+        without one, or while the debug CLI observes (it reads the compile record), entry's own."""
         shapes = entry.shapes
         if not shapes or not shapes[min(shapes)]:
+            self._compile(entry)
             return
         batch = shapes[min(shapes)][0]
         probe = [zeros((a.shape[0] + 1, *a.shape[1:]), dtype=a.dtype).requires_grad_(a.requires_grad)
@@ -427,11 +432,27 @@ class Compiled:
         why = self._make_dynamic(entry, probe_entry)
         if "cannot" in why:
             self._warn(f"dynamic=True: {why}")
-        else:  # the template's base is the entry that runs (the probe only lent its numbers and its passes)
-            dyn = self._templates[0]
-            dyn.base = entry
-            dyn.learn(entry.graph, self.memory_budget)
-            dyn.learn(optimize_graph(probe_entry.traced), self.memory_budget)
+            self._compile(entry)
+            return
+        # the template's base is the entry that runs (the probe only lent its numbers and its passes)
+        dyn = self._templates[0]
+        dyn.base = entry
+        dyn.learn(optimize_graph(entry.traced), self.memory_budget)
+        dyn.learn(optimize_graph(probe_entry.traced), self.memory_budget)
+        if dyn.plans is None or debug.observing():
+            self._compile(entry)
+            return
+        try:
+            c, inst = compile_instance(dyn.plans, batch)
+        except NotDynamic as e:
+            log.info("flame.compile: %s: s0=%d planned from its own graph (%s)", self.name, batch, e)
+            self._compile(entry)
+            return
+        entry.graph, entry.plan, entry.run = c.graph, c.plan, c.run
+        dyn.sources.update(k.source for k in entry.plan.kernels())  # the first size: nothing counted as new
+        if inst.rebuilt:
+            log.info("flame.compile: %s: s0=%d (the first size) planned from the template's graph (%s)",
+                     self.name, batch, inst.rebuilt)
 
     def _lookup(self, args: list) -> _Entry:
         """The cached trace valid for these arguments, tracing (and warning why) when none is."""
@@ -458,8 +479,11 @@ class Compiled:
         if not why and self.dynamic is not False:
             sibling = next((e for e in self._entries() if e.family == _family(key) and e.key != key
                             and not e.valid()), None)
+        # dynamic=True, the first trace of a family: compiled by _probe (from the size template when one is made)
+        probe = self.dynamic is True and sibling is None and not any(e.family == _family(key)
+                                                                     for e in self._entries())
         t0 = time.perf_counter()
-        entry = self._build(args)
+        entry = self._build(args, compile=not probe)
         self._compile_seconds += time.perf_counter() - t0
         self._traces += 1
         dynamic = self._make_dynamic(sibling, entry) if sibling is not None else ""
@@ -469,7 +493,7 @@ class Compiled:
                            "" if self._last.key == key else self._last.valid()]
                 why = "; ".join(c for c in changes if c)
             self._warn("; ".join(c for c in (why, dynamic) if c) or "the cached trace was dropped")
-        if self.dynamic is True and sibling is None and not any(e.family == _family(key) for e in self._entries()):
+        if probe:
             t0 = time.perf_counter()
             self._probe(entry, args)
             self._compile_seconds += time.perf_counter() - t0

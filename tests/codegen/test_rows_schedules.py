@@ -2,7 +2,8 @@
 FLAME_ROWS_SCHEDULE): each case below picks one branch of the "new" schedule (warp rows with 16-byte
 vectors, odd lengths element by element, rows shorter than a warp's vectors, block rows with one
 barrier per reduction, streamed rows, column partials, carried exp values); both schedules render and
-compile with NVRTC, "old" is the default ("auto": new for plain rows without column sums), and (marked
+compile with NVRTC, "old" is the default ("auto": new for plain rows without column sums, or with
+column sums only), and (marked
 gpu) every case under both schedules matches the reference executor's computation of the same
 ops, also from misaligned pointers."""
 
@@ -16,6 +17,7 @@ from flame.codegen.kernel import Config, rows_schedule
 from flame.codegen.nvrtc import compile_many
 from flame.ir import Builder, Graph, TensorType, bf16, f32
 from flame.ir.graph import FusionGroup, Kind
+from flame.ir.verify import verify
 from flame.passes.fuse import fuse
 from flame.target import Target
 from tests.codegen.test_reduce_schedules import _layer_norm, _softmax, _sum_squares, layer_norm_fwd_bwd
@@ -28,6 +30,17 @@ SMALL_CACHE = Target(row_cache=1024)
 
 def _graph(make, shape, dt):
     return lambda: make(shape, dt)
+
+
+def _channel_sums(shape=(4, 6, 10, 128), dt=bf16):
+    """A channels-last BatchNorm's statistics: sums of x and x*x over [N, H, W] per channel C, the
+    innermost dim (column sums only: no row total). The "new" schedule runs rows of C / 8 threads."""
+    g = Graph("channel_sums")
+    b = Builder(g)
+    x = b.cast(g.add_input(TensorType(shape, dt)), dtype=f32)
+    lead = list(range(len(shape) - 1))
+    g.outputs = [b.reduce_sum(x, axes=lead, keepdim=True), b.reduce_sum(b.mul(x, x), axes=lead, keepdim=True)]
+    return verify(g)
 
 
 # name -> (graph maker, Config of the new schedule, Target, fragments the new kernel's source must hold)
@@ -50,6 +63,9 @@ CASES = {
     "columns_block": (lambda: layer_norm_fwd_bwd((64, 96))[0], Config(rows_schedule="new", row_regs=8), None,
                       ["rows per block", "column reduction(s)"]),
     "cross_entropy_bf16": (lambda: cross_entropy_bf16(True, vocab=40)[0], NEW, None, ["1 value(s) carried"]),
+    "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
+    "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,
+                           ["4 threads per row", "flame_vec<__nv_bfloat16, 8>"]),
 }
 
 
@@ -69,7 +85,9 @@ def test_default_schedule_is_auto_and_env_selects(monkeypatch):
     assert "new schedule" in lower(grp)[0].source
     assert "new schedule" not in lower(grp, OLD)[0].source
     (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 96))[0])
-    assert "new schedule" not in lower(grp)[0].source  # carries column sums: old
+    assert "new schedule" not in lower(grp)[0].source  # carries column sums beside row sums: old
+    (grp,) = _rows_groups(_channel_sums())
+    assert "new schedule" in lower(grp)[0].source  # column sums only: new, rows of fewer than 32 threads
     monkeypatch.setenv("FLAME_ROWS_SCHEDULE", "new")
     assert rows_schedule() == "new" and rows_schedule(OLD) == "old"
     (grp,) = _rows_groups(_softmax((8, 1000), f32))

@@ -470,3 +470,19 @@ def test_merged_guards_hold_exactly_where_each_holds():
     assert len(g) == 4
     for s in range(0, 200):
         assert g.holds(s) == (g.failed(s) == ""), s
+
+
+def test_dynamic_true_first_call_runs_the_template_kernels(cuda_target):
+    """dynamic=True: the first call's plan is the size template's at its own size (kernels taking the
+    size as a parameter), so a later size of the same class needs no kernel of its own. Before, the
+    first call compiled kernels specialised to its size and the first smaller batch compiled the
+    whole step again: 64 ms extra in the digits MLP's first epoch on a fresh H100 (2026-11-27)."""
+    step, _ = _mlp(True)
+    first, later = _digits_batches((64, 48))
+    step(*(flame.tensor(a) for a in first))
+    sources = {k.source for k in step._last.plan.kernels()}
+    assert any("s0" in src for src in sources)  # the batch size is a kernel parameter
+    step(*(flame.tensor(a) for a in later))
+    assert {k.source for k in step._last.plan.kernels()} <= sources
+    s = step.stats()
+    assert (s.traces, s.instantiations, s.size_kernels, s.size_replans) == (2, 1, 0, 0), str(s)
