@@ -526,17 +526,28 @@ def _merge_rows(out: list[str], late: list[str]) -> list[str]:
     return out[:first] + late + out[first:]
 
 
-def _plain(lays: list[Layout]) -> bool:
+def _plain(lays: list[Layout], broadcasts: bool = False) -> bool:
     """Every value the row kernel reads or writes per element of every row is indexed as the domain
-    itself (weights the same for every row aside): no permuted view, so a GroupNorm's channels-last
-    groups take the old schedule under "auto" (the new one failed its GPU tests there)."""
+    itself (weights the same for every row aside; with `broadcasts`, also values broadcast over some
+    kept dims, as a pooled gradient [N, 1, 1, C] over channels-last rows): no permuted view, so a
+    GroupNorm's channels-last groups take the old schedule under "auto" (the new one failed its GPU
+    tests there)."""
     for lay in lays:
         n = len(lay.domain)
         kept, red, ident = range(n - lay.n_red), range(n - lay.n_red, n), identity(n)
-        maps = [m for ms in lay.maps.values() for m in ms] + list(lay.stores.values())
-        if any(m.depends_on(red) and m.depends_on(kept) and m != ident for m in maps):
+        maps = [(v, m) for v, ms in lay.maps.items() for m in ms] + list(lay.stores.items())
+        if any(m.depends_on(red) and m.depends_on(kept) and m != ident
+               and not (broadcasts and _broadcast(v, m, lay.domain)) for v, m in maps):
             return False
     return True
+
+
+def _broadcast(v: Value, m: IndexMap, domain: tuple) -> bool:
+    """v is read at domain coordinates through m as a broadcast of itself: each of its dims is a domain
+    dim of its size or of size 1 (where the domain's is not), in the domain's order."""
+    _, strides = m.flat(v.shape)
+    want = contiguous_strides(tuple(d if s else 1 for d, s in zip(domain, strides)))
+    return len(strides) == len(domain) and all(s in (0, w) for s, w in zip(strides, want))
 
 
 def _walks_rows(lays: list[Layout]) -> bool:
@@ -571,7 +582,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     split = _split_schedule(segs, lays, columns, config, target)
     schedule = rows_schedule(config)
     column_only = bool(columns) and all(op in columns for seg in segs for op in seg if is_reduction(op))
-    new = ((schedule == "new" or (schedule == "auto" and (not columns or column_only) and _plain(lays)))
+    new = ((schedule == "new" or (schedule == "auto" and (not columns and _plain(lays) or column_only
+                                                          and _plain(lays, broadcasts=True))))
            and not split and _walks_rows(lays))
 
     def make(G: int, carry: bool = False, hold: bool = True) -> list[_RowSegment]:

@@ -43,6 +43,19 @@ def _channel_sums(shape=(4, 6, 10, 128), dt=bf16):
     return verify(g)
 
 
+def _channel_sums_broadcast(shape=(4, 6, 10, 128), dt=bf16):
+    """Channel sums of x * p, with p [N, 1, 1, C] broadcast over H and W (a global average pool's
+    gradient in a BatchNorm backward's statistics): read as a broadcast by the vector schedule too."""
+    g = Graph("channel_sums_broadcast")
+    b = Builder(g)
+    x = g.add_input(TensorType(shape, dt))
+    p = g.add_input(TensorType((shape[0], 1, 1, shape[-1]), dt))
+    y = b.cast(b.mul(x, p), dtype=f32)
+    lead = list(range(len(shape) - 1))
+    g.outputs = [b.reduce_sum(y, axes=lead, keepdim=True), b.reduce_sum(b.mul(y, y), axes=lead, keepdim=True)]
+    return verify(g)
+
+
 # name -> (graph maker, Config of the new schedule, Target, fragments the new kernel's source must hold)
 CASES = {
     "warp_vectors": (_graph(_layer_norm, (16, 40), f32), NEW, None,
@@ -64,6 +77,7 @@ CASES = {
                       ["rows per block", "column reduction(s)"]),
     "cross_entropy_bf16": (lambda: cross_entropy_bf16(True, vocab=40)[0], NEW, None, ["1 value(s) carried"]),
     "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
+    "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
     "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,
                            ["4 threads per row", "flame_vec<__nv_bfloat16, 8>"]),
 }
@@ -88,6 +102,8 @@ def test_default_schedule_is_auto_and_env_selects(monkeypatch):
     assert "new schedule" not in lower(grp)[0].source  # carries column sums beside row sums: old
     (grp,) = _rows_groups(_channel_sums())
     assert "new schedule" in lower(grp)[0].source  # column sums only: new, rows of fewer than 32 threads
+    (grp,) = _rows_groups(_channel_sums_broadcast())
+    assert "new schedule" in lower(grp)[0].source  # ... also with a value broadcast over kept dims
     monkeypatch.setenv("FLAME_ROWS_SCHEDULE", "new")
     assert rows_schedule() == "new" and rows_schedule(OLD) == "old"
     (grp,) = _rows_groups(_softmax((8, 1000), f32))
