@@ -155,7 +155,7 @@ def recompute_in(st: State, cone: list[Op], v: Value, r: Group, undo: list) -> b
     backward_only = all(is_backward(o) for o in r.ops if not is_free(o))
     locs = {o: RecomputeLoc(o.loc or "") if backward_only and not is_backward(o) else o.loc for o in cone}
     copies, copy = _copies(st, cone, set(cone), undo, locs)
-    for u in [u for u in st.users[v] if st.group_of.get(u) is r]:
+    for u in dict.fromkeys(u for u in st.users[v] if st.group_of.get(u) is r):  # once: x * x reads v twice
         new = tuple(copy[v] if x is v else x for x in u.inputs)
         _rewire(st, u, u.inputs, new)
         undo.append(lambda u=u, new=new: _rewire(st, u, new, tuple(v if x is copy[v] else x for x in new)))

@@ -190,6 +190,39 @@ def test_widening_conversion_is_recomputed_in_each_reading_kernel():
     assert "recomputed in the backward: 1 values" in str(memory_report(plan))
 
 
+def test_a_conversion_read_twice_by_one_op_is_recomputed_or_left_whole(monkeypatch):
+    """A bf16 model whose AdamW update reads a widened [1] value twice in one op (g.float() ** 2 as
+    g * g): recompute_in rewired that op once per read, and taking the recomputation back (the kernel
+    did not fit) then unwired it twice: the compile failed with "list.remove(x): x not in list"
+    (found on the CPU, 2026-11-27). Now it compiles and trains as it does without fusion."""
+    import flame
+    import flame.nn as nn
+    import flame.optim as optim
+
+    def run():
+        gen = flame.Generator(3)
+        model = nn.Sequential(nn.Linear(12, 16, generator=gen), nn.GELU(), nn.LayerNorm(16),
+                              nn.Linear(16, 1, generator=gen), nn.Linear(1, 7, generator=gen)).to(flame.bf16)
+        opt = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+
+        @flame.compile
+        def step(x, y):
+            loss = ((model(x).float() - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        rng = np.random.default_rng(0)
+        x = flame.tensor(rng.standard_normal((5, 12)).astype(np.float32)).to(flame.bf16)
+        y = flame.tensor(rng.standard_normal((5, 7)).astype(np.float32))
+        return [step(x, y).item() for _ in range(3)]
+
+    fused = run()
+    monkeypatch.setenv("FLAME_FUSE", "0")
+    np.testing.assert_allclose(fused, run(), rtol=2e-2)
+
+
 @pytest.mark.parametrize("shape", [(64, 3000), (3, 20000), (1000, 7), (2, 3, 50)])
 def test_column_reductions_ride_in_the_row_kernel(shape):
     g = Graph("columns")
