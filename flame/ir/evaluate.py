@@ -23,15 +23,17 @@ def evaluate_op(op: Op, args: Sequence[np.ndarray]) -> np.ndarray:
         return compute_op(op, args)
 
 
-def compute_op(op: Op, args: Sequence[np.ndarray]) -> np.ndarray:
+def compute_op(op: Op, args: Sequence[np.ndarray], shape: tuple | None = None) -> np.ndarray:
     """evaluate_op for a caller that already holds `np.errstate(all="ignore")` around many ops (the
-    reference executor, once per run: entering it per op cost ~12% of a small model's step)."""
+    reference executor, once per run: entering it per op cost ~12% of a small model's step). shape:
+    the result's, when an elementwise op runs on several instances of itself at once (the reference
+    executor's batched segments); else op's own."""
     opdef = REGISTRY[op.name]
     if opdef.compute_f32:
         args = [a.astype(np.float32) if a.dtype in _LOW else a for a in args]
     out = opdef.ref(*args, **op.attrs)
     out = np.asarray(out).astype(op.out.type.dtype.np_dtype, copy=False)
-    if out.shape != op.out.type.shape:
+    if out.shape != (op.out.type.shape if shape is None else shape):
         raise FlameError(f"reference of {op.name} returned shape {out.shape}, expected {op.out.type}")
     return out
 

@@ -31,6 +31,7 @@ from flame.plan.steps import (
     Step,
 )
 from flame.runtime.communicator import run_collective
+from flame.runtime.segments import kernel_function
 
 log = logging.getLogger("flame")
 POISON = 0xFF  # fresh arena bytes: NaN in every float dtype, so a read of unwritten memory shows
@@ -54,24 +55,12 @@ def run_graph(g: Graph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 def arena_view(arena: np.ndarray, b: Buffer) -> np.ndarray:
     """The array a temporary or scratch buffer occupies in the arena."""
-    raw = arena[b.offset: b.offset + b.nbytes]
-    return raw.view(b.dtype.np_dtype).reshape(b.shape)
+    return np.ndarray(b.shape, b.dtype.np_dtype, arena, b.offset)  # one call (bind makes ~100 per run)
 
 
 def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
-    if s.part[0] != s.part[1] - 1:
-        return  # an earlier part of a multi-kernel op: the op completes at its last part
-    env: dict = {}
-    for op in s.ops:
-        args = [env[v] if v in env else bufs[plan.buffer_of[v]] for v in op.inputs]
-        env[op.out] = compute_op(op, args)
-    if s.n_outputs == 1:
-        np.copyto(bufs[s.out], env[s.ops[-1].out])
-        return
-    outs = set(s.args[s.n_inputs: s.n_inputs + s.n_outputs])  # a fused kernel writes only these
-    for op in s.ops:
-        if plan.buffer_of.get(op.out) in outs:
-            np.copyto(bufs[plan.buffer_of[op.out]], env[op.out])
+    """The kernel's ops by segment, alike segments at once (runtime/segments.py)."""
+    kernel_function(s, plan)(bufs)
 
 
 def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
@@ -182,16 +171,29 @@ def watch_steps(hook: StepHook):
         _step_hooks.reset(token)
 
 
-def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> list[np.ndarray]:
+def prepare(plan: Plan) -> list[Callable[[dict], None]]:
+    """Each step of the plan as a function of a run's buffers: its STEP_HANDLERS entry, a kernel's
+    segments worked out once (segments.kernel_function)."""
+    return [kernel_function(s, plan) if isinstance(s, KernelLaunch) else partial(_handle, s, plan)
+            for s in plan.steps]
+
+
+def _handle(s: Step, plan: Plan, bufs: dict) -> None:
+    STEP_HANDLERS[type(s)](s, bufs, plan)
+
+
+def run_plan(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None,
+             program: list | None = None) -> list[np.ndarray]:
     """Run a Plan on NumPy arrays: inputs bound as given, outputs fresh, temporaries in `arena`
-    (a uint8 buffer of plan.arena_size bytes; a fresh poisoned one by default)."""
+    (a uint8 buffer of plan.arena_size bytes; a fresh poisoned one by default); `program`: prepare(plan)
+    (made here if not given; a compiled plan keeps its own)."""
     bufs = bind(plan, arrays, arena)
     hooks = _step_hooks.get()
     for hook in hooks:
         hook(plan, -1, None, bufs)
     with np.errstate(all="ignore"):  # the step handlers compute with compute_op: IEEE results, no warnings
-        for i, s in enumerate(plan.steps):
-            STEP_HANDLERS[type(s)](s, bufs, plan)
+        for i, (s, run) in enumerate(zip(plan.steps, prepare(plan) if program is None else program)):
+            run(bufs)
             for hook in hooks:
                 hook(plan, i, s, bufs)
     return [bufs[o] for o in plan.outputs]
@@ -213,6 +215,6 @@ class ReferenceExecutor:
 
     def compile(self, plan: Plan):
         """A callable running the (memory-planned) Plan on NumPy; `.plan` is the plan."""
-        run = partial(run_plan, plan)
+        run = partial(run_plan, plan, program=prepare(plan))
         run.plan = plan
         return run
