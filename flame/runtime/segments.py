@@ -23,6 +23,8 @@ from flame.ir.registry import REGISTRY
 from flame.plan.steps import KernelLaunch, Plan
 
 CONST, SEG, ELEM = 0, 1, 2  # a value the same in every segment, a scalar per segment, a tensor per segment
+BATCH_MAX = 1 << 15  # elements per tensor of a batched segment: past it an op's own cost outweighs its
+# call's, and concatenating and splitting the segments' tensors would cost more than it saves
 _POSITIONAL = ("arange", "tril", "triu")  # elementwise ops whose result depends on the element's index
 
 
@@ -79,7 +81,7 @@ class _Segment:
     """One segment: its ops, the values it reads from buffers (in first-use order), what it writes
     (local value index -> buffer), and its signature (None: it runs one op at a time): the ops'
     names, attributes, dtypes and wiring with each value's kind. Every value of a batched segment is a
-    scalar or has the segment's one element count n (more than 1)."""
+    scalar or has the segment's one element count n (more than 1, at most BATCH_MAX)."""
 
     def __init__(self, ops: list[Op], buffer_of: dict, written: dict):
         self.ops = ops
@@ -107,7 +109,7 @@ class _Segment:
         if shape == ():
             return SEG
         n = math.prod(shape)
-        if n <= 1 or (self.n and n != self.n):
+        if n <= 1 or n > BATCH_MAX or (self.n and n != self.n):
             return None
         self.n = n
         return ELEM

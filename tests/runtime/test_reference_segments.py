@@ -61,7 +61,7 @@ def test_batched_segments_give_the_same_bits_as_one_by_one(dtype, opt_name, monk
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_multi_tensor_update_runs_as_a_few_batches():
+def test_a_multi_tensor_update_runs_as_a_few_batches(monkeypatch):
     """The AdamW update over many parameters: its kernels' segments fall into a few groups of alike ones."""
     flame.set_device("reference")
     model = nn.Sequential(*[nn.Linear(8, 8, generator=flame.Generator(i)) for i in range(6)])
@@ -80,6 +80,9 @@ def test_a_multi_tensor_update_runs_as_a_few_batches():
     written = {op.out: plan.buffer_of[op.out] for op in update.ops if plan.buffer_of.get(op.out) in set(update.outputs)}
     signatures = {segments._Segment(p, plan.buffer_of, written).signature for p in parts}
     assert len(parts) >= 10 and None not in signatures and len(signatures) <= 3, (len(parts), len(signatures))
+    monkeypatch.setattr(segments, "BATCH_MAX", 32)  # the [8, 8] weights' segments are now too big to batch
+    signatures = [segments._Segment(p, plan.buffer_of, written).signature for p in parts]
+    assert 0 < signatures.count(None) < len(parts)
 
 
 def test_outputs_are_written_after_every_segment_read_its_inputs():
