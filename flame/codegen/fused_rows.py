@@ -1,8 +1,9 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
 their elementwise prologue and epilogue. Two schedules (Config.rows_schedule / FLAME_ROWS_SCHEDULE:
 "old", "new", or the default "auto": "new" for kernels without column reductions, or with column
-reductions only (no row total: a channels-last BatchNorm's statistics), whose per-element reads and
-writes index the domain itself (_plain), "old" for the others; on an H100 (2026-11-23,
+reductions only (no row total: a channels-last BatchNorm's statistics) over rows of at most 16
+vectors, whose per-element reads and writes index the domain itself (_plain; for column sums only,
+values broadcast over kept dims too), "old" for the others; on an H100 (2026-11-23,
 rows_schedules.py) "new" ran softmax [131072, 1024] bf16 in 215 us instead of 314, cross-entropy
 [8192, 32768] in 516 instead of 702 and LayerNorm forward in 19.7 instead of 20.8, but a LayerNorm
 backward carrying its weight and bias gradients in 75.9 us instead of 52.9):
@@ -500,13 +501,9 @@ def _new_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
     its row in registers and the held data fits Config.row_regs registers per thread, carrying
     costly values (Config.row_carry) if some G fits with them; else 1024 threads, the row in
     registers only if it fits the 64 registers a thread of a 1024-thread block has (streamed else)."""
-    parts = make(32)
-    if not any(p.row_reductions() for p in parts) and all(p.cached for p in parts):
-        # column sums only (a channels-last BatchNorm's statistics): no row total, so no shuffle needs a
-        # whole warp; the fewest threads that cover a row with one vector each, at least 4
-        for G in (4, 8, 16):
-            if G * parts[0].V >= max(p.R for p in parts):
-                return G, make(G)
+    narrow = _narrow_threads(make)
+    if narrow is not None:
+        return narrow
     for carry in (True, False) if config.row_carry else (False,):
         for G in _THREAD_CHOICES:
             parts = make(G, carry)
@@ -516,6 +513,19 @@ def _new_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
     if all(p.cached for p in parts) and max(p.data_regs() for p in parts) <= 40:
         return 1024, parts
     return 1024, make(1024, hold=False)
+
+
+def _narrow_threads(make) -> tuple[int, list[_RowSegment]] | None:
+    """"new", column sums only (a channels-last BatchNorm's statistics): no row total, so no shuffle
+    needs a whole warp: (the fewest threads, at least 4, that cover a row with one vector each, the
+    segments at it), or None when a row is wider than 16 vectors."""
+    parts = make(32)
+    if any(p.row_reductions() for p in parts) or not all(p.cached for p in parts):
+        return None
+    for G in (4, 8, 16):
+        if G * parts[0].V >= max(p.R for p in parts):
+            return G, make(G)
+    return None
 
 
 def _merge_rows(out: list[str], late: list[str]) -> list[str]:
@@ -590,6 +600,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)
                 for k, (seg, lay) in enumerate(zip(segs, lays))]
 
+    if new and column_only and schedule == "auto" and _narrow_threads(make) is None:
+        new = False  # wider rows carrying column sums only: measured on the old schedule alone
     if new:
         G, parts = _new_threads(make, config)
     else:

@@ -104,6 +104,9 @@ def test_default_schedule_is_auto_and_env_selects(monkeypatch):
     assert "new schedule" in lower(grp)[0].source  # column sums only: new, rows of fewer than 32 threads
     (grp,) = _rows_groups(_channel_sums_broadcast())
     assert "new schedule" in lower(grp)[0].source  # ... also with a value broadcast over kept dims
+    (grp,) = _rows_groups(_channel_sums((4, 6, 10, 1024)))
+    assert "new schedule" not in lower(grp)[0].source  # rows wider than 16 vectors: old (not measured)
+    assert "new schedule" in lower(grp, NEW)[0].source
     monkeypatch.setenv("FLAME_ROWS_SCHEDULE", "new")
     assert rows_schedule() == "new" and rows_schedule(OLD) == "old"
     (grp,) = _rows_groups(_softmax((8, 1000), f32))
