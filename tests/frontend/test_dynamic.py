@@ -486,3 +486,14 @@ def test_dynamic_true_first_call_runs_the_template_kernels(cuda_target):
     assert {k.source for k in step._last.plan.kernels()} <= sources
     s = step.stats()
     assert (s.traces, s.instantiations, s.size_kernels, s.size_replans) == (2, 1, 0, 0), str(s)
+
+
+def test_odd_sizes_reuse_the_batch_means_kernel(cuda_target):
+    """The loss's mean over the batch is a row reduction over s0 itself: vectorising it only when s0 is
+    a multiple of 4 made every odd size render (and compile) a kernel of its own; it now takes one
+    kernel for every size."""
+    step, _ = _mlp(True)
+    for n in (64, 29, 17, 41, 50):
+        step(*(flame.tensor(a) for a in _digits_batches((n,))[0]))
+    s = step.stats()
+    assert (s.instantiations, s.size_kernels, s.size_rerenders) == (4, 0, 0), str(s)
