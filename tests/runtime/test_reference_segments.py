@@ -54,7 +54,6 @@ def _train(dtype, opt_name, batched: bool, monkeypatch) -> tuple[list, list]:
 @pytest.mark.parametrize("opt_name", ["adamw", "adam", "sgd"])
 @pytest.mark.parametrize("dtype", [flame.f32, flame.bf16])
 def test_batched_segments_give_the_same_bits_as_one_by_one(dtype, opt_name, monkeypatch):
-    flame.set_device("reference")
     one_losses, one_params = _train(dtype, opt_name, False, monkeypatch)
     losses, params = _train(dtype, opt_name, True, monkeypatch)
     for a, b in zip(losses + params, one_losses + one_params):
@@ -63,7 +62,6 @@ def test_batched_segments_give_the_same_bits_as_one_by_one(dtype, opt_name, monk
 
 def test_a_multi_tensor_update_runs_as_a_few_batches(monkeypatch):
     """The AdamW update over many parameters: its kernels' segments fall into a few groups of alike ones."""
-    flame.set_device("reference")
     model = nn.Sequential(*[nn.Linear(8, 8, generator=flame.Generator(i)) for i in range(6)])
     opt = optim.AdamW(model.parameters(), lr=1e-2)
 
