@@ -430,8 +430,9 @@ class Compiled:
         self._traces += 1
         probe_entry = self._build(probe, compile=False)
         why = self._make_dynamic(entry, probe_entry)
-        if "cannot" in why:
-            self._warn(f"dynamic=True: {why}")
+        if not self._templates or self._templates[0].base is not probe_entry:  # no template made
+            if why:  # why not (said once per family and dims)
+                self._warn(f"dynamic=True: {why}")
             self._compile(entry)
             return
         # the template's base is the entry that runs (the probe only lent its numbers and its passes)
