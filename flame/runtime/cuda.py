@@ -366,9 +366,9 @@ class CompiledPlan:
         for b in self.plan.buffers.values():
             if b.role in ("temporary", "scratch"):
                 # under the sanitizer every buffer is its own allocation, so an access past it is caught
-                raw = cupy.full(b.nbytes, 0xFF, dtype=cupy.uint8) if separate else \
-                    self._arena[b.offset: b.offset + b.nbytes]
-                self._views[b.id] = raw.view(b.dtype.np_dtype).reshape(b.shape)
+                raw = cupy.full(b.nbytes, 0xFF, dtype=cupy.uint8) if separate else self._arena
+                # one array per buffer, made in one call (a first call at a new size makes dozens)
+                self._views[b.id] = cupy.ndarray(b.shape, b.dtype.np_dtype, raw.data + (0 if separate else b.offset))
 
     def _inputs(self, arrays: Sequence) -> list:
         import cupy
