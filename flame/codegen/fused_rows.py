@@ -174,10 +174,6 @@ class _RowSegment:
                 if self.data_regs() > config.row_regs:
                     self.reg = varying
 
-    def row_reductions(self) -> list[Op]:
-        """The segment's reductions over its rows (column reductions aside)."""
-        return [op for op in self.ops if is_reduction(op) and op not in self.columns]
-
     def data_regs(self) -> int:
         """32-bit registers per thread of the row's held data at its peak over the passes: held
         inputs (compute type: the compiler converts them once) from the top to the last pass reading
@@ -501,9 +497,6 @@ def _new_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
     its row in registers and the held data fits Config.row_regs registers per thread, carrying
     costly values (Config.row_carry) if some G fits with them; else 1024 threads, the row in
     registers only if it fits the 64 registers a thread of a 1024-thread block has (streamed else)."""
-    narrow = _narrow_threads(make)
-    if narrow is not None:
-        return narrow
     for carry in (True, False) if config.row_carry else (False,):
         for G in _THREAD_CHOICES:
             parts = make(G, carry)
@@ -520,7 +513,7 @@ def _narrow_threads(make) -> tuple[int, list[_RowSegment]] | None:
     needs a whole warp: (the fewest threads, at least 4, that cover a row with one vector each, the
     segments at it), or None when a row is wider than 16 vectors."""
     parts = make(32)
-    if any(p.row_reductions() for p in parts) or not all(p.cached for p in parts):
+    if not all(p.cached for p in parts):
         return None
     for G in (4, 8, 16):
         if G * parts[0].V >= max(p.R for p in parts):
@@ -600,10 +593,11 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)
                 for k, (seg, lay) in enumerate(zip(segs, lays))]
 
-    if new and column_only and schedule == "auto" and _narrow_threads(make) is None:
+    narrow = _narrow_threads(make) if new and column_only else None
+    if narrow is None and column_only and schedule == "auto":
         new = False  # wider rows carrying column sums only: measured on the old schedule alone
     if new:
-        G, parts = _new_threads(make, config)
+        G, parts = narrow or _new_threads(make, config)
     else:
         G = config.split_threads if split else _threads(R)
         parts = make(G)

@@ -365,10 +365,10 @@ class CompiledPlan:
         self._arena = cupy.full(1 if separate else max(self.plan.arena_size, 1), 0xFF, dtype=cupy.uint8)
         for b in self.plan.buffers.values():
             if b.role in ("temporary", "scratch"):
-                # under the sanitizer every buffer is its own allocation, so an access past it is caught
-                raw = cupy.full(b.nbytes, 0xFF, dtype=cupy.uint8) if separate else self._arena
+                # under the sanitizer every buffer is its own allocation, so an access past it is caught;
                 # one array per buffer, made in one call (a first call at a new size makes dozens)
-                self._views[b.id] = cupy.ndarray(b.shape, b.dtype.np_dtype, raw.data + (0 if separate else b.offset))
+                at = cupy.full(b.nbytes, 0xFF, dtype=cupy.uint8).data if separate else self._arena.data + b.offset
+                self._views[b.id] = cupy.ndarray(b.shape, b.dtype.np_dtype, at)
 
     def _inputs(self, arrays: Sequence) -> list:
         import cupy

@@ -196,26 +196,13 @@ def test_a_conversion_read_twice_by_one_op_is_recomputed_or_left_whole(monkeypat
     did not fit) then unwired it twice: the compile failed with "list.remove(x): x not in list"
     (found on the CPU, 2026-11-27). Now it compiles and trains as it does without fusion."""
     import flame
-    import flame.nn as nn
     import flame.optim as optim
+    from tests.runtime.test_reference_segments import batch, mse_step, small_model
 
     def run():
-        gen = flame.Generator(3)
-        model = nn.Sequential(nn.Linear(12, 16, generator=gen), nn.GELU(), nn.LayerNorm(16),
-                              nn.Linear(16, 1, generator=gen), nn.Linear(1, 7, generator=gen)).to(flame.bf16)
-        opt = optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-
-        @flame.compile
-        def step(x, y):
-            loss = ((model(x).float() - y) ** 2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
-
-        rng = np.random.default_rng(0)
-        x = flame.tensor(rng.standard_normal((5, 12)).astype(np.float32)).to(flame.bf16)
-        y = flame.tensor(rng.standard_normal((5, 7)).astype(np.float32))
+        model = small_model(flame.bf16)
+        step = mse_step(model, optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1))
+        x, y = batch(np.random.default_rng(0), flame.bf16)
         return [step(x, y).item() for _ in range(3)]
 
     fused = run()

@@ -16,22 +16,15 @@ from flame.plan.steps import KernelLaunch
 from flame.runtime import segments
 
 
-def _model(dtype):
+def small_model(dtype):
     gen = flame.Generator(3)
     model = nn.Sequential(nn.Linear(12, 16, generator=gen), nn.GELU(), nn.LayerNorm(16),
                           nn.Linear(16, 1, generator=gen), nn.Linear(1, 7, generator=gen))
     return model.to(dtype)
 
 
-def _train(dtype, opt_name, batched: bool, monkeypatch) -> tuple[list, list]:
-    """Four compiled steps of a small model (parameters of shapes [16, 12], [16], [1, 16], [1], [7, 1], ...:
-    the update's segments differ in size and some hold one element)."""
-    if not batched:
-        monkeypatch.setattr(segments, "_batched", segments._one_by_one)
-    model = _model(dtype)
-    opt = {"adamw": lambda p: optim.AdamW(p, lr=1e-2, weight_decay=0.1),
-           "adam": lambda p: optim.Adam(p, lr=1e-2),
-           "sgd": lambda p: optim.SGD(p, lr=1e-2, momentum=0.9, nesterov=True)}[opt_name](model.parameters())
+def mse_step(model, opt):
+    """A compiled training step: the mean square error of the model's f32 output, backward, opt's step."""
 
     @flame.compile
     def step(x, y):
@@ -41,12 +34,27 @@ def _train(dtype, opt_name, batched: bool, monkeypatch) -> tuple[list, list]:
         opt.zero_grad()
         return loss
 
+    return step
+
+
+def batch(rng, dtype) -> tuple:
+    """x [5, 12] in dtype and y [5, 7] f32, standard normal."""
+    return (flame.tensor(rng.standard_normal((5, 12)).astype(np.float32)).to(dtype),
+            flame.tensor(rng.standard_normal((5, 7)).astype(np.float32)))
+
+
+def _train(dtype, opt_name, batched: bool, monkeypatch) -> tuple[list, list]:
+    """Four compiled steps of a small model (parameters of shapes [16, 12], [16], [1, 16], [1], [7, 1], ...:
+    the update's segments differ in size and some hold one element)."""
+    if not batched:
+        monkeypatch.setattr(segments, "_batched", segments._one_by_one)
+    model = small_model(dtype)
+    opt = {"adamw": lambda p: optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+           "adam": lambda p: optim.Adam(p, lr=1e-2),
+           "sgd": lambda p: optim.SGD(p, lr=1e-2, momentum=0.9, nesterov=True)}[opt_name](model.parameters())
+    step = mse_step(model, opt)
     rng = np.random.default_rng(0)
-    losses = []
-    for _ in range(4):
-        x = flame.tensor(rng.standard_normal((5, 12)).astype(np.float32)).to(dtype)
-        y = flame.tensor(rng.standard_normal((5, 7)).astype(np.float32))
-        losses.append(step(x, y).numpy().copy())
+    losses = [step(*batch(rng, dtype)).numpy().copy() for _ in range(4)]
     monkeypatch.undo()
     return losses, [p.float().numpy().copy() for p in model.parameters()]
 
