@@ -69,9 +69,14 @@ def elementwise_step(s: Step) -> bool:
             and all(REGISTRY[o.name].category == "elementwise" for o in s.ops))
 
 
-def _read_pointwise(s: Step, dead_args: set[int], buffer_of: dict | None, values_of: dict | None = None) -> bool:
+def _read_pointwise(s: Step, dead_args: set[int], born_args: set[int], buffer_of: dict | None,
+                    values_of: dict | None = None) -> bool:
     """Every op of kernel s that depends on a value read from dead_args is elementwise (other ops,
-    e.g. a fused transpose of a gradient, may read other buffers freely). Without buffer_of: every op."""
+    e.g. a fused transpose of a gradient, may read other buffers freely), and every value s writes to
+    born_args depends on one read from dead_args: a thread computing it has loaded its dead element
+    first (a fused kernel's element loop loads an input where a stored value first needs it, so an
+    output computed without it could be stored over an element another output has yet to load).
+    Without buffer_of: every op is elementwise."""
     if not isinstance(s, KernelLaunch) or s.part != (0, 1):
         return False
     if buffer_of is None:
@@ -86,7 +91,7 @@ def _read_pointwise(s: Step, dead_args: set[int], buffer_of: dict | None, values
                     return False
                 seen.add(i)
                 tainted.append(s.ops[i].out)
-    return True
+    return all(flow.written_at[v] in seen for v in _held_in(born_args, flow.written_at, buffer_of, values_of))
 
 
 def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict, dead: int, born: int,
@@ -102,7 +107,7 @@ def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict,
     outs = [a for a in s.writes if root(buffers, a) == born]
     ins = [a for a in s.reads if root(buffers, a) == dead]
     return (bool(outs and ins) and all(buffers[a].shape == buffers[o].shape for a in ins for o in outs)
-            and _read_pointwise(s, set(ins), buffer_of, values_of)
+            and _read_pointwise(s, set(ins), set(outs), buffer_of, values_of)
             and _one_segment(s, set(ins), set(outs), buffer_of, values_of))
 
 
@@ -112,8 +117,8 @@ def _one_segment(s: Step, ins: set[int], outs: set[int], buffer_of: dict | None,
     segments of a horizontal kernel run on different blocks with their own index maps, so one
     segment's writes would overwrite bytes another segment has not read yet."""
     flow = _dataflow(tuple(s.ops))
-    if flow.n_segments == 1:
-        return True
+    if flow.n_segments == 1 or (flow.maps_only and getattr(s, "in_place_safe", False)):
+        return True  # the second: parts reading a value in common, which lower_map ran as one segment
     if buffer_of is None:
         return False
     touching = {flow.written_in[v] for v in _held_in(outs, flow.written_in, buffer_of, values_of)}
@@ -142,6 +147,9 @@ class _Dataflow:
     n_segments: int
     written_in: dict
     read_in: dict
+    written_at: dict  # value -> the position of the op computing it
+    maps_only: bool  # no reductions: a kernel of codegen.fused.lower_map, whose in_place_safe says it
+    # ran as one segment (its parts reading a value in common are one: indexmap.row_segments)
 
 
 @lru_cache(maxsize=64)
@@ -160,9 +168,10 @@ def _dataflow(ops: tuple) -> _Dataflow:
             written_in[op.out] = i
             for v in op.inputs:
                 read_in.setdefault(v, set()).add(i)
+    categories = [REGISTRY[op.name].category for op in ops]
     return _Dataflow(readers, frozenset(v for v in readers if v not in inside),
-                     tuple(REGISTRY[op.name].category == "elementwise" for op in ops), len(parts), written_in,
-                     read_in)
+                     tuple(c == "elementwise" for c in categories), len(parts), written_in, read_in,
+                     {op.out: i for i, op in enumerate(ops)}, all(c in ("elementwise", "movement") for c in categories))
 
 
 # ---------------------------------------------------------------------------------------------

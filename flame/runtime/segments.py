@@ -132,8 +132,9 @@ class _Segment:
             if kind == SEG and all(k == CONST for k in ins):
                 kind = CONST  # full, or arithmetic on constants: the same in every segment
             kinds.append(kind)
-            sig.append((op.name, tuple(sorted((k, repr(v)) for k, v in op.attrs.items())), op.out.dtype.name, kind,
-                        refs))
+            attrs = () if op.name == "reshape" else tuple(sorted((k, repr(v)) for k, v in op.attrs.items()))
+            sig.append((op.name, attrs, op.out.dtype.name, kind, refs))  # a batched reshape moves nothing: any
+            # target shape runs alike (a bias's gradient arrives as [1, 1, n] whatever its n)
         self.kinds = kinds
         sig.append(tuple(j for j, _ in self.writes))
         return tuple(sig)

@@ -28,6 +28,7 @@ import numpy as np
 
 from flame.errors import DTypeError, ShapeError
 from flame.ir.dtypes import f32
+from flame.ir.memo import exact_memo
 from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
@@ -134,6 +135,7 @@ def _repeat_heads(x, h):
     return x if x.shape[-3] == h else np.repeat(x, h // x.shape[-3], axis=-3)
 
 
+@exact_memo
 def _scores(q, k, mask, scale, is_causal):
     """q k^T * scale + mask, -inf where a key takes no part."""
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * _scalar(q, scale)
@@ -149,12 +151,20 @@ def _scores(q, k, mask, scale, is_causal):
     return s
 
 
-def _probabilities(q, k, mask, scale, is_causal):
-    """softmax(q k^T * scale + mask) with a max shift; rows with no key taking part are 0."""
+@exact_memo
+def _softmax_terms(q, k, mask, scale, is_causal):
+    """The row shift (max, 0 for a row of -inf), exp(scores - shift) and its row sums: what the
+    forward's probabilities and its statistics share (kept, so the second reads them)."""
     s = _scores(q, k, mask, scale, is_causal)
     m = s.max(-1, keepdims=True)
-    e = np.exp(s - np.where(np.isfinite(m), m, 0))
-    total = e.sum(-1, keepdims=True)
+    shift = np.where(np.isfinite(m), m, 0)
+    e = np.exp(s - shift)
+    return np.stack([np.broadcast_to(shift, e.shape), e, np.broadcast_to(e.sum(-1, keepdims=True), e.shape)])
+
+
+def _probabilities(q, k, mask, scale, is_causal):
+    """softmax(q k^T * scale + mask) with a max shift; rows with no key taking part are 0."""
+    _, e, total = _softmax_terms(q, k, mask, scale, is_causal)
     return np.where(total > 0, e / np.where(total > 0, total, 1), 0)
 
 
@@ -174,10 +184,8 @@ def _sdpa_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
 def _stats_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
     """log(sum(exp(s))) per row with a max shift; -inf for a row with no key taking part."""
     q, k, _ = _operands(q, k, v, enable_gqa)
-    s = _scores(q, k, mask[0] if mask else None, scale, is_causal)
-    m = s.max(-1, keepdims=True)
-    shift = np.where(np.isfinite(m), m, 0)
-    return (shift + np.log(np.exp(s - shift).sum(-1, keepdims=True)))[..., 0]
+    shift, _, total = _softmax_terms(q, k, mask[0] if mask else None, scale, is_causal)
+    return (shift[..., :1] + np.log(total[..., :1]))[..., 0]
 
 
 def _sum_groups(dx, hkv):

@@ -11,6 +11,8 @@ from scipy import special
 
 from flame.errors import DTypeError
 from flame.ir.dtypes import boolean, f32
+from flame.ir.memo import exact_memo
+from flame.ir.ops._erf import erf_narrow
 from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
@@ -21,9 +23,13 @@ INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
+@exact_memo
 def _erf_ref(x):
-    # SciPy's erf, vectorised (math.erf through np.vectorize was 45% of a small GELU model's CPU step);
-    # evaluated in f64 and rounded once, so the reference stays the accurate side of every comparison
+    # vectorised (math.erf through np.vectorize was 45% of a small GELU model's CPU step); f32 and
+    # narrower through whole-array polynomials in f64 (_erf.py: SciPy's rounded results, at a fraction
+    # of its scalar loop's time), f64 through SciPy; either way the accurate side of every comparison
+    if x.dtype != np.float64 and x.dtype.itemsize <= 4:
+        return erf_narrow(x)
     return special.erf(x.astype(np.float64, copy=False)).astype(x.dtype, copy=False)
 
 
