@@ -34,7 +34,8 @@ class Target:
     (with_stats: a forward whose call also writes its softmax statistics to a planned buffer).
     conv_unsupported(op) / conv_workspace(op): the same for convolution ops (conv, conv_grad_input,
     conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
-    matmul_workspace(op): the bytes of arena workspace that matmul op's GEMM library call may use. comm_stream: the
+    matmul_workspace(op, epilogue, ta, tb): the bytes of arena workspace that matmul op's GEMM library call
+    may use (with that epilogue, ta / tb: an operand read through its transpose's input). comm_stream: the
     executor issues collectives on a communication stream (plan: CollectiveCall.overlap). sm_count,
     split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows).
     conv_channels_last: convolution library calls take channels-last activations, so the layout pass
@@ -51,7 +52,7 @@ class Target:
     attention_layout_unsupported: Callable[[Op, str, tuple, object], str] = lambda op, name, shape, layout: ""
     conv_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     conv_workspace: Callable[[Op], int] = lambda op: 0
-    matmul_workspace: Callable[[Op], int] = lambda op: 0
+    matmul_workspace: Callable[..., int] = lambda op, epilogue="none", ta=False, tb=False: 0
     sm_count: int = 132  # multiprocessors (H100 / H200 SXM): a reduction's grid should fill them
     split_row_min: int = 8192  # a row at least this long may be split across blocks ...
     split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements

@@ -249,7 +249,8 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, aux=aux, bgrad=bgrad,
-                         workspace=bld.scratch(bld.target.matmul_workspace(op)), **flags)
+                         workspace=bld.scratch(bld.target.matmul_workspace(op, epilogue, flags["ta"], flags["tb"])),
+                         **flags)
 
 
 def attention_call(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) -> AttentionCall:

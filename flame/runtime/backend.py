@@ -25,8 +25,17 @@ def _attention_workspace(op, with_stats: bool = False) -> int:
     return cudnn_attention.workspace_bytes(op, with_stats)
 
 
-def _matmul_workspace(op) -> int:
-    """cuBLASLt's workspace for matmul op: sized by its output (runtime/matmul.py)."""
+def _matmul_workspace(op, epilogue: str = "none", ta: bool = False, tb: bool = False) -> int:
+    """cuBLASLt's workspace for matmul op (ta / tb: an operand read through its transpose's input):
+    what the heuristic's first algorithm asks for where a GPU is present and the shapes are numbers
+    (matmul.planned_workspace), else the bound sized by its output (matmul.workspace_bytes)."""
+    a, b = (v.producer.inputs[0] if t else v for v, t in zip(op.inputs, (ta, tb)))
+    shapes = (a.shape, b.shape, op.out.shape)
+    if cuda_available() and all(isinstance(d, int) for shape in shapes for d in shape):
+        try:
+            return matmul.planned_workspace(*shapes, ta, tb, str(op.out.dtype.np_dtype), epilogue)
+        except (ImportError, RuntimeError):
+            pass  # no cuBLASLt here, or no algorithm: the call says so when it runs
     return matmul.workspace_bytes(op.out.type.numel)
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -71,6 +72,30 @@ def workspace_bytes(out_elements: int) -> int:
     results of its output (what split-K and stream-K kernels draw on), at most WORKSPACE_BYTES. A small
     GEMM thus reserves little of the arena; cuBLASLt chooses among the algorithms that fit."""
     return symbolic.maximum(4096, symbolic.minimum(WORKSPACE_BYTES, -(-4 * _SPLITS * out_elements // 4096) * 4096))
+
+
+def planned_workspace(a_shape: tuple, b_shape: tuple, out_shape: tuple, ta: bool, tb: bool, dtype_name: str,
+                      epilogue: str) -> int:
+    """The arena workspace to plan for one GEMM (operands as stored) on the current GPU: what the
+    algorithm cuBLASLt's heuristic ranks first within workspace_bytes asks for (at least 4 KiB, so the
+    call still gets its own), or workspace_bytes itself under FLAME_MATMUL_AUTOTUNE (which times every
+    algorithm the bound admits). Seen on an H200 (2026-11-29): for every GEMM of gpt_block_train and
+    mlp_bf16_train the heuristic's first four algorithms ask for none, and run as fast with a 4 KiB
+    workspace as with 32 MiB; the 32 MiB the bound reserved sat in the arena at the step's peak."""
+    bound = int(workspace_bytes(math.prod(out_shape)))
+    if autotune:
+        return bound
+    return _first_workspace(_layout(a_shape, b_shape, out_shape, ta, tb), dtype_name, epilogue, bound)
+
+
+@lru_cache(maxsize=1024)
+def _first_workspace(lay: Layout, dtype_name: str, epilogue: str, bound: int) -> int:
+    import cupy
+
+    gemm = _Gemm(lay, dtype_name, epilogue, (256, 256, 256), bound, cupy.cuda.Device().id)
+    need = int(gemm.results.workspace_size[0])
+    gemm.free()
+    return min(bound, max(4096, -(-need // 4096) * 4096))
 
 
 _PLANS: dict[tuple, _Gemm] = {}  # key (matmul_into) -> its planned GEMM
@@ -385,3 +410,4 @@ def clear_cache() -> None:
         gemm.free()
     _PLANS.clear()
     _FALLBACK.clear()
+    _first_workspace.cache_clear()
