@@ -380,10 +380,10 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
     it), one fused KernelLaunch (args: external inputs, then every value the group writes), or the
     op-by-op steps of a group of one op."""
     if grp.kind == "matmul":
-        rest = _matmul_group(bld, grp)
+        rest, why = _matmul_group(bld, grp)
         if not rest:
             return
-        grp = FusionGroup(rest, Kind.ELEMENTWISE, "matmul epilogue not supported by the runtime", grp.outputs)
+        grp = FusionGroup(rest, Kind.ELEMENTWISE, why, grp.outputs)
     if all(op in bld.strided.skipped for op in grp.ops):
         return  # views an attention call reads or writes through strides
     why = [bld.strided.refused[v] for v in grp.outputs if v in bld.strided.refused]
@@ -415,20 +415,27 @@ def _views_only(grp: FusionGroup) -> bool:
             and all(op.inputs[0] is prev.out for prev, op in zip(ops, ops[1:])))
 
 
-def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
+def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[tuple[Op, ...], str]:
     """Emit the matmul of a matmul group, folding its epilogue into the call when the target's
-    library runs it; returns the epilogue ops left to lower. The group's ops: the matmul, then
-    either its elementwise epilogue (add of the bias, activation: out is the last one's value, aux
-    the activation's input) or the reduction a bgrad epilogue computes (bgrad: its value)."""
+    library runs it; returns the epilogue ops left to lower, and why they were. The group's ops: the
+    matmul, then either its elementwise epilogue (add of the bias, activation: out is the last one's
+    value, aux the activation's input) or the reduction a bgrad epilogue computes (bgrad: its value)."""
     mm, rest = grp.ops[0], grp.ops[1:]
     if grp.epilogue == "none" or grp.epilogue not in bld.target.matmul_epilogues:
         bld.op(mm)
-        return rest
+        return rest, "matmul epilogue not supported by the runtime"
     if grp.epilogue.startswith("bgrad"):
+        a_folded, b_folded = (v in bld.folded for v in mm.inputs)
+        if not (a_folded if grp.epilogue == "bgrad_a" else not b_folded):
+            # cuBLASLt sums only an operand stored [k, ...]: a read through its transpose's input (ta), b as
+            # stored; the fusion pass chose the epilogue expecting that, but a transpose the plan writes (fused
+            # into a kernel: a tokens x hidden gradient with tokens == hidden) is read as stored [m, k]
+            bld.op(mm)
+            return rest, f"{grp.epilogue}: the summed operand is not stored [k, ...] here (its transpose is written)"
         (red,) = rest
         bid = bld.temporary(mm.out)
         bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bgrad=bld.temporary(red.out)))
-        return ()
+        return (), ""
     aux = bld.temporary(rest[-1].inputs[0]) if grp.epilogue.endswith("_aux") else None
     bid = bld.temporary(rest[-1].out)
     add = next((op for op in rest if op.name == "add"), None)
@@ -437,4 +444,4 @@ def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[Op, ...]:
         v = add.inputs[1] if add.inputs[0] is mm.out else add.inputs[0]
         bias = bld.buffer_of[v]
     bld.steps.append(matmul_call(bld, mm, bid, grp.epilogue, bias, aux=aux))
-    return ()
+    return (), ""

@@ -209,3 +209,30 @@ def test_explain_and_plan_text_name_the_epilogue_and_its_results():
     assert "cuBLASLt call, epilogue bias_gelu_aux" in report and "cuBLASLt call, epilogue bgrad_a" in report
     lines = [ln for ln in str(plan).splitlines() if 'epilogue="bias_gelu_aux"' in ln]
     assert lines and all(ln.split(" = call")[0].count(", ") == 1 for ln in lines)  # out, aux
+
+
+def test_a_bias_gradient_rides_a_gemm_only_over_an_operand_stored_k_first():
+    """cuBLASLt's BGRADA sums a stored transposed (read as ta), BGRADB b as stored. With as many tokens
+    as hidden units, the first layer's weight gradient reads a transpose that a kernel writes (not
+    folded), so its bias gradient runs as a reduction of its own; on a GPU the call raised before."""
+    import flame
+    import flame.nn as nn
+    from flame.plan.steps import KernelLaunch, MatmulCall
+
+    flame.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)).to(flame.bf16)
+
+    @flame.compile
+    def step(x):
+        loss = (model(x).float() ** 2).mean()
+        loss.backward()
+        return loss
+
+    x = flame.tensor(np.random.default_rng(0).standard_normal((128, 32)).astype(np.float32)).to(flame.bf16)
+    plan = step._lookup(step._args([x])).plan
+    calls = [s for s in plan.steps if isinstance(s, MatmulCall)]
+    assert all(s.ta for s in calls if s.epilogue == "bgrad_a") and not any(s.tb for s in calls if s.epilogue == "bgrad_b")
+    assert any("not stored [k, ...]" in s.reason for s in plan.steps if isinstance(s, KernelLaunch))
+    step(x)
+    grads = [p.grad.numpy().astype(np.float32) for p in model.parameters()]
+    assert all(np.isfinite(g).all() for g in grads) and np.abs(grads[1]).sum() > 0  # the first bias's gradient
