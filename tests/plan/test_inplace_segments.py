@@ -90,23 +90,11 @@ def test_a_gelu_backward_recomputes_the_gelu_output_over_its_input():
     """The MLP step's backward kernel reads the pre-activation h and the output's gradient, and writes
     the recomputed gelu(h) (for the weight gradient) in h's bytes and h's gradient in the output
     gradient's: two of the four [tokens, 4d] buffers a transformer's MLP backward held at its peak."""
-    import numpy as np
-
-    import flame
-    import flame.nn as nn
     from flame.passes.remat import is_recompute
     from flame.plan.steps import KernelLaunch
+    from tests.plan.gelu_mlp import gelu_mlp_step
 
-    flame.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
-
-    @flame.compile
-    def step(x):
-        loss = (model(x) ** 2).mean()
-        loss.backward()
-        return loss
-
-    x = flame.tensor(np.ones((64, 32), np.float32))
+    step, x = gelu_mlp_step()
     plan = step._lookup(step._args([x])).plan
     (k,) = [s for s in plan.steps if isinstance(s, KernelLaunch)
             and any(op.name == "gelu" and is_recompute(op) for op in s.ops)]

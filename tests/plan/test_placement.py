@@ -49,19 +49,10 @@ def test_random_placements_never_overlap_nor_beat_the_bound():
 
 
 def test_the_report_counts_an_in_place_output_once():
-    import flame
-    import flame.nn as nn
+    from tests.plan.gelu_mlp import gelu_mlp_step
 
-    flame.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))
-
-    @flame.compile
-    def step(x):
-        loss = (model(x) ** 2).mean()
-        loss.backward()
-        return loss
-
-    report = step.memory_report(flame.tensor(np.ones((64, 32), np.float32)))
+    step, x = gelu_mlp_step()
+    report = step.memory_report(x)
     assert report.live_bytes <= report.arena  # counted twice, a step held more than the arena
     born, dead = Buffer(1, 4096, U8, (4096,), "temporary", 0), Buffer(2, 4096, U8, (4096,), "temporary", 0)
     assert _slot_bytes([born, dead, Buffer(3, 100, U8, (100,), "temporary", 4096)]) == 4096 + 256
