@@ -4,20 +4,14 @@ with a memory budget (a fraction of the unconstrained plan's peak, met by remate
 is torch.compile with its own selective activation checkpointing, activation_memory_budget=0.5).
 
 BUDGET is 0.95, not the 0.5 the issue asks for: on one block, 0.5 is out of reach (MemoryBudgetError).
-At full size the unconstrained plan (which already recomputes the free elementwise work: GELU and
-LayerNorm outputs, and keeps backward work out of forward kernels) peaks at 585 MiB, of which 176 MiB
-are the f32 parameters, AdamW moments and the input; the smallest peak the budget search reaches is
-528 MiB, 0.90 (0.95 at the suite's quick sizes). The floor has stayed at 528 MiB since the fourth
-session while the unconstrained peak fell from 601 MiB (attention's backward now writes dq, dk, dv
-into one buffer with no copies), so the same floor is a larger fraction. (Before backward work was
-kept out of forward kernels the unconstrained peak was 633 MiB and the floor 488 MiB, 0.77: that
-rule moves the LayerNorm-2 recomputations the budget leans on.)
-At the floor the arena holds, during the MLP backward, the recomputed pre-activation, its gradient,
-the recomputed GELU output and the GELU gradient (4 x 64 MiB, two pairs sharing bytes in place) and
-recomputed LayerNorm-2 values (f32). A lower bound: the MLP backward holds the [tokens, 4d]
-pre-activation and its gradient (2 x 64 MiB), the f32 residual gradient (32 MiB) and the cuBLASLt
-workspace (32 MiB) at once, so the peak stays above 176 + 192 = 368 MiB, 0.61, whatever is recomputed
-(only splitting the tokens, which flame does not do, goes lower): 0.5 is out of reach.
+Planned for the reference executor at full size (2026-11-29), the unconstrained plan (which already
+recomputes the free elementwise work: GELU and LayerNorm outputs, and keeps backward work out of
+forward kernels) peaks at 520.7 MiB, of which 176 MiB are the f32 parameters, AdamW moments and the
+input; the smallest peak the budget search reaches is 416.2 MiB, 0.80 (0.93 at the suite's quick
+sizes). It was 528 of 585 MiB (0.90) before the MLP backward's kernel recomputed the GELU output over
+its input's bytes and the arena's placement tried more orders. The MLP backward still holds [tokens,
+4d] values and the f32 residual gradient at once, so only splitting the tokens, which flame does not
+do, reaches 0.5.
 Set BUDGET = 0.5 to see the error, which names the floor and what is live there.
 The data and the parameters are f32; the step casts them where autocast says, so the matmuls and the
 attention run in bf16, the LayerNorms, softmax and loss in f32. The attention mask is built in the
