@@ -35,9 +35,18 @@ def _key(a: np.ndarray) -> tuple:
     return a.shape, a.dtype.str, *((a.flat[0], a.flat[n // 2], a.flat[n - 1]) if n else ())
 
 
+def _copy(result):
+    return tuple(r.copy() for r in result) if isinstance(result, tuple) else result.copy()
+
+
+def _nbytes(result) -> int:
+    return sum(r.nbytes for r in result) if isinstance(result, tuple) else result.nbytes
+
+
 def exact_memo(fn: Callable) -> Callable:
     """fn memoised on its arguments: NumPy arrays by their exact bits, everything else by equality
-    (it must be hashable). Returns a fresh copy of a kept result, so a caller may write into it."""
+    (it must be hashable). fn returns an array or a tuple of arrays; a kept result comes back as a
+    fresh copy, so a caller may write into it."""
     kept: OrderedDict[tuple, tuple] = OrderedDict()  # key -> (arrays, result), least recently used first
     used = [0]  # bytes kept
     lock = threading.Lock()
@@ -50,17 +59,18 @@ def exact_memo(fn: Callable) -> Callable:
             hit = kept.get(key)
             if hit is not None and all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(arrays, hit[0])):
                 kept.move_to_end(key)
-                return hit[1].copy()
-        result = np.asarray(fn(*args, **kwargs))
-        size = result.nbytes + sum(a.nbytes for a in arrays)
+                return _copy(hit[1])
+        result = fn(*args, **kwargs)
+        result = tuple(map(np.asarray, result)) if isinstance(result, tuple) else np.asarray(result)
+        size = _nbytes(result) + sum(a.nbytes for a in arrays)
         if size <= MAX_ENTRY_BYTES:
             with lock:
                 old = kept.pop(key, None)
-                kept[key] = ([np.array(a) for a in arrays], result.copy())
-                used[0] += size - (0 if old is None else old[1].nbytes + sum(a.nbytes for a in old[0]))
+                kept[key] = ([np.array(a) for a in arrays], _copy(result))
+                used[0] += size - (0 if old is None else _nbytes(old[1]) + sum(a.nbytes for a in old[0]))
                 while used[0] > MAX_BYTES:
                     _, (held, res) = kept.popitem(last=False)
-                    used[0] -= res.nbytes + sum(a.nbytes for a in held)
+                    used[0] -= _nbytes(res) + sum(a.nbytes for a in held)
         return result
 
     memoised.cache_clear = lambda: (kept.clear(), used.__setitem__(0, 0))

@@ -60,3 +60,20 @@ def test_kept_bytes_stay_within_the_budget(monkeypatch):
     f(xs[4])
     f(xs[0])  # the oldest was dropped
     assert len(calls) == 6
+
+
+def test_a_tuple_of_results_comes_back_copied():
+    calls = []
+
+    @exact_memo
+    def parts(x):
+        calls.append(1)
+        return x.max(-1, keepdims=True), np.exp(x)
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    first = parts(x)
+    again = parts(x.copy())
+    assert len(calls) == 1 and isinstance(again, tuple)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    again[1][:] = 0  # the caller's copy
+    assert np.array_equal(parts(x)[1], np.exp(x))

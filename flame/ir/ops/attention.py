@@ -159,7 +159,7 @@ def _softmax_terms(q, k, mask, scale, is_causal):
     m = s.max(-1, keepdims=True)
     shift = np.where(np.isfinite(m), m, 0)
     e = np.exp(s - shift)
-    return np.stack([np.broadcast_to(shift, e.shape), e, np.broadcast_to(e.sum(-1, keepdims=True), e.shape)])
+    return shift, e, e.sum(-1, keepdims=True)
 
 
 def _probabilities(q, k, mask, scale, is_causal):
@@ -185,7 +185,7 @@ def _stats_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
     """log(sum(exp(s))) per row with a max shift; -inf for a row with no key taking part."""
     q, k, _ = _operands(q, k, v, enable_gqa)
     shift, _, total = _softmax_terms(q, k, mask[0] if mask else None, scale, is_causal)
-    return (shift[..., :1] + np.log(total[..., :1]))[..., 0]
+    return (shift + np.log(total))[..., 0]
 
 
 def _sum_groups(dx, hkv):
