@@ -101,6 +101,7 @@ class _Segment:
                     refs.append((False, read_at[v]))
             self.wiring.append(tuple(refs))
         self.writes = [(local[v], b) for v, b in written.items() if v in local]
+        self.fixed = [_constant(op) if not op.inputs and not REGISTRY[op.name].random else None for op in ops]
         self.read_values = list(read_at)
         self.n = 0
         self.signature = self._signature()
@@ -143,9 +144,28 @@ class _Segment:
 def _one_by_one(segs: list[_Segment], bufs: dict, writes: list) -> None:
     for seg in segs:
         env: list = []
-        for op, refs in zip(seg.ops, seg.wiring):
-            env.append(compute_op(op, [env[j] if inner else bufs[seg.reads[j]] for inner, j in refs]))
+        for op, refs, fixed in zip(seg.ops, seg.wiring, seg.fixed):
+            if fixed is None:
+                env.append(compute_op(op, [env[j] if inner else bufs[seg.reads[j]] for inner, j in refs]))
+            else:
+                env.append(fixed())
         writes += [(b, env[j]) for j, b in seg.writes]
+
+
+def _constant(op: Op) -> Callable[[], np.ndarray]:
+    """An op without inputs that draws nothing (full, arange): its value, computed at its first run
+    and kept read-only (it is the same at every run; ~40 per step of the tiny GPT)."""
+    kept: list = []
+
+    def value() -> np.ndarray:
+        if not kept:
+            with np.errstate(all="ignore"):
+                out = compute_op(op, [])
+            out.flags.writeable = False
+            kept.append(out)
+        return kept[0]
+
+    return value
 
 
 def _batched(segs: list[_Segment], bufs: dict, writes: list) -> None:
