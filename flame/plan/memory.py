@@ -120,7 +120,7 @@ def _one_segment(s: Step, ins: set[int], outs: set[int], buffer_of: dict | None,
     segments of a horizontal kernel run on different blocks with their own index maps, so one
     segment's writes would overwrite bytes another segment has not read yet."""
     flow = _dataflow(tuple(s.ops))
-    if flow.n_segments == 1 or (flow.maps_only and getattr(s, "in_place_safe", False)):
+    if flow.n_segments == 1 or (flow.maps_only and s.in_place_safe):
         return True  # the second: parts reading a value in common, which lower_map ran as one segment
     if buffer_of is None:
         return False

@@ -333,13 +333,12 @@ class AttentionCall(LibraryCall):
 
     def operands(self) -> dict[str, tuple[int, tuple[int, ...], int, tuple[int, ...]]]:
         """name -> (buffer, shape, start, strides in elements) of each tensor the call reads or writes
-        but the statistics and the mask: q, k, v, o, and grad_out, dq, dk, dv for a backward. Worked
-        out once per step (the reference executor asks at every call)."""
-        if "_operands" not in self.__dict__:
-            object.__setattr__(self, "_operands", self._work_out_operands())
-        return self.__dict__["_operands"]
+        but the statistics and the mask: q, k, v, o, and grad_out, dq, dk, dv for a backward."""
+        return self._operands
 
-    def _work_out_operands(self) -> dict[str, tuple[int, tuple[int, ...], int, tuple[int, ...]]]:
+    @functools.cached_property
+    def _operands(self) -> dict[str, tuple[int, tuple[int, ...], int, tuple[int, ...]]]:
+        """operands(), worked out once per step (the reference executor asks at every call)."""
         ins = [v.type.shape for v in self.op.inputs]
         got = {"q": (self.q, ins[0]), "k": (self.k, ins[1]), "v": (self.v, ins[2])}
         if self.backward:
@@ -360,7 +359,6 @@ class AttentionCall(LibraryCall):
             flat = bufs[b].reshape(-1)
             out[name] = as_strided(flat[start:], shape, tuple(s * flat.itemsize for s in strides))
         return out
-
 
     @property
     def reads(self) -> tuple[int, ...]:

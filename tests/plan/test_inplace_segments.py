@@ -17,7 +17,7 @@ def _two_segments():
     y = b.mul(x, x)  # segment A reads x
     z = b.add(w, w)  # segment B writes z
     ops = [y.producer, z.producer]
-    return SimpleNamespace(ops=ops), {x: 1, w: 2, y: 3, z: 4}
+    return SimpleNamespace(ops=ops, in_place_safe=False), {x: 1, w: 2, y: 3, z: 4}  # as lower_map says of two parts
 
 
 def test_a_segment_never_writes_over_what_another_segment_reads():
