@@ -231,7 +231,8 @@ def _fit_budget(g: Graph, requested: float, finish: Callable) -> tuple[Callable[
     order (passes/schedule_memory.py). Tries the memory-first order alone, then cheap work (remat
     tier 0), then one by one the ops of the higher tiers (reductions, matmuls, attention, random
     draws; remat.candidates), each kept unless its try raises the peak planned in the fusion pass's
-    order; every try is also planned in memory-first order. Plans are made for real, since the peak
+    order (cheap work stays allowed even then: recomputing a matmul's input often needs it); every
+    try is also planned in memory-first order. Plans are made for real, since the peak
     depends on fusion, placement and when the backward's recomputations run (so it need not fall as
     more is allowed).
     The first plan that fits wins. Raises MemoryBudgetError with the smallest peak any try reached,
@@ -252,8 +253,8 @@ def _fit_budget(g: Graph, requested: float, finish: Callable) -> tuple[Callable[
                 return allow, budget, memory_first
             if best is None or peak < best[0]:
                 best = (peak, plan)
-        if op != "order" and peaks[False] <= path:  # more recomputation can raise the peak
-            path, kept = peaks[False], chosen
+        if op is None or (op != "order" and peaks[False] <= path):  # more recomputation can raise the peak;
+            path, kept = peaks[False], chosen  # cheap work stays allowed: the higher tiers build on it
     raise MemoryBudgetError(_unreachable(g.name, requested, budget, *best))
 
 

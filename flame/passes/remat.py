@@ -167,16 +167,30 @@ def _downstream(g: Graph, ops: list[Op], start: set[Value]) -> set[Op]:
     return out
 
 
+SMALL = 16  # a forward value at most 1/SMALL of the elements of the op reading it is cheap to keep
+TAIL = 8  # the capacity of a value alive at the forward's end is 1/TAIL lower (`_tail`)
+
+
+def _small(u: Value, op: Op) -> bool:
+    """u (read by op) is a broadcast operand small enough to keep for op's recomputation: a
+    LayerNorm's per-row mean and rstd against the [rows, d] value computed from them."""
+    return u.type.numel * SMALL <= op.out.type.numel
+
+
 def free(g: Graph) -> set[Op]:
     """The forward ops the backward recomputes by default, because it costs no launch and no matmul:
     elementwise ops (not random draws) computed from values that are kept anyway (saved values,
-    graph inputs, constants) or from other such ops, whose recomputation lands in a backward kernel
-    that runs anyway: one reading the value itself (vertical fusion), or one reading, over the same
-    domain, a forward value the recomputation reads (passes/fuse_columns.py's sibling rule). So the GELU output is
-    recomputed from its saved input inside the GELU backward's kernel, and a LayerNorm's normalised
-    output from the saved centred input and rstd inside the LayerNorm backward's kernel."""
+    graph inputs, constants), cheap to keep (small broadcast operands: a norm's row statistics,
+    `_small`), alive at the forward's end anyway (`_tail`; not for work the loss's gradient does in
+    the forward's kernels, `_early`) or from other such ops, whose recomputation lands in a backward
+    kernel that runs anyway (`_lands`). So the GELU output is recomputed from its saved input inside
+    the GELU backward's kernel, a LayerNorm's normalised output from its input and row statistics
+    inside the LayerNorm backward's kernel (which keeps nothing of [rows, d] when the input is a
+    graph input or the residual stream the forward holds to its end), and a BatchNorm + ReLU output
+    from the convolution's result inside the BatchNorm backward's kernel. The minimum cut (`choose`)
+    then decides which of these are recomputed."""
     s = split(g)
-    needed, outputs = saved(g), set(g.outputs)
+    needed, outputs, tail = saved(g), set(g.outputs), _tail(g)
     users = g.users()
     cand = {op for op in _ancestors(g, needed)  # checkpoint regions say for themselves what is kept
             if _elementwise(op) and op.out not in outputs and _region(op) is None}
@@ -185,25 +199,73 @@ def free(g: Graph) -> set[Op]:
         changed = False
         for op in list(cand):
             if not all(u.producer is None or u.producer.name == "full" or u in needed or u.producer in cand
-                       for u in op.inputs):
+                       or u in tail or _small(u, op) for u in op.inputs):
                 cand.discard(op)
                 changed = True
     back = g.ops[s:]
+    early = _early(g)
     allowed: set[Op] = set()
-    for op in cand:
-        if op.out not in needed:
+    todo = [op for op in cand if op.out in needed and (not _reads_tail(op, cand, needed, tail)
+                                                       or any(r not in early for r in users[op.out] if is_backward(r)))]
+    while True:  # a recomputation allowed lands in a kernel, which then reads what it reads too
+        took = [op for op in todo if _lands(g, op, cand, allowed, back, users)]
+        if not took:
+            return allowed
+        for op in took:
+            allowed |= _chain(op, cand)[0]
+            todo.remove(op)
+
+
+def _reads_tail(op: Op, cand: set[Op], needed: set[Value], tail: set[Value]) -> bool:
+    """Recomputing op needs a tail value (_tail) to be kept that nothing else keeps."""
+    return any(u in tail and u not in needed and u.producer is not None for u in _chain(op, cand)[1])
+
+
+def _early(g: Graph) -> set[Op]:
+    """Backward elementwise ops computed from forward values and constants alone (a loss's
+    gradient: the seed is a constant), which fusion computes in the forward's last kernels: what
+    they read is not really kept for the backward, and recomputing it there would add a kernel."""
+    s = split(g)
+    ready = {op.out for op in g.ops[:s]} | set(g.inputs)
+    early = set()
+    for op in g.ops[s:]:
+        if _elementwise(op) and all(u in ready or u.producer.name == "full" for u in op.inputs):
+            early.add(op)
+            ready.add(op.out)
+    return early
+
+
+def _lands(g: Graph, op: Op, cand: set[Op], allowed: set[Op], back: list[Op], users) -> bool:
+    """Recomputing op (with the chain of cand ops it needs) lands in a backward kernel that runs
+    anyway: one reading op's value elementwise (vertical), or one reading, over the same domain, a
+    computed forward value the chain reads, or a graph input that a recomputation already allowed
+    there reads (sibling; a graph input read directly does not count: the optimizer reads every
+    parameter, after everything that needs a parameter's cast)."""
+    n = op.out.type.numel
+    if any(_elementwise(r) and r.out.type.numel == n for r in users[op.out] if is_backward(r)):
+        return True
+    _, reads = _chain(op, cand)
+    shared = {u for u in reads if (u.producer is None or u.producer.name != "full") and u.type.numel == n}
+    after = _downstream(g, back, {op.out})  # a kernel these feed cannot also compute op
+    for r in back:
+        if r in after or REGISTRY[r.name].category not in ("elementwise", "reduction"):
             continue
-        readers = [u for u in users[op.out] if is_backward(u)]
-        n = op.out.type.numel
-        vertical = any(_elementwise(r) and r.out.type.numel == n for r in readers)
-        chain, reads = _chain(op, cand)
-        shared = {u for u in reads if u.producer is not None and u.producer.name != "full" and u.type.numel == n}
-        after = _downstream(g, back, {op.out})  # a kernel these feed cannot also compute op
-        sibling = any(r not in after and REGISTRY[r.name].category in ("elementwise", "reduction")
-                      and any(u in shared for u in r.inputs) for r in back)
-        if vertical or sibling:
-            allowed |= chain
-    return allowed
+        if any(u in shared and u.producer is not None for u in r.inputs):
+            return True
+        if any(u in shared for v in r.inputs if v.producer in allowed for u in _chain(v.producer, allowed)[1]):
+            return True
+    return False
+
+
+def _tail(g: Graph) -> set[Value]:
+    """Values the forward reads after its last matmul or library call: alive at the forward's end,
+    where its allocations peak, whether kept for the backward or not. Of two ways to keep equal
+    bytes, the cut takes the one that keeps these (a residual stream rather than the centred copy a
+    LayerNorm made of it, with the row means): their capacity is 1/TAIL lower."""
+    s = split(g)
+    last = max((i for i, op in enumerate(g.ops[:s]) if REGISTRY[op.name].category in ("matmul", "library")),
+               default=s)
+    return {v for op in g.ops[last + 1:s] for v in op.inputs}
 
 
 def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
@@ -217,10 +279,12 @@ def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
     net.add_nodes_from((_SRC, _SINK))
     ops = _ancestors(g, needed)
     inside = {op.out for op in ops}
+    tail = _tail(g)
     for op in ops:
         v = op.out
         vin, vout = ("in", id(v)), ("out", id(v))
-        net.add_edge(vin, vout, capacity=nbytes(v) + 1)  # +1: of equal bytes, keep fewer values
+        keep = nbytes(v) * TAIL - (nbytes(v) if v in tail else 0)
+        net.add_edge(vin, vout, capacity=keep + 1)  # +1: of equal bytes, keep fewer values
         for u in op.inputs:
             if u in inside:
                 net.add_edge(("out", id(u)), vin)  # no capacity: uncuttable

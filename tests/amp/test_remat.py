@@ -214,3 +214,84 @@ def test_tiers_order_the_budget_candidates():
     tiers = [remat.tier(op) for op in order]
     assert tiers == sorted(tiers) and {op.name for op in order} >= {"matmul", "reduce_mean"}
     assert remat.TIERS[remat.tier(next(op for op in order if op.name == "matmul"))] == "matmuls"
+
+
+def _norm_step(kind: str):
+    """A small training step on the reference executor, compiled twice: with the free recomputations
+    and without them (remat.free patched to choose nothing). kind: "input", a LayerNorm of the graph
+    input; "residual", a LayerNorm of a residual stream the loss reads at the forward's end; "xent",
+    a cross-entropy loss, whose gradient the forward's last kernel computes. Returns, per plan, the
+    memory report, the optimised graph's kernels and the gradients."""
+    from flame.passes import remat
+
+    rng = np.random.default_rng(3)
+    x = flame.tensor(rng.standard_normal((256, 64)).astype(np.float32))
+    t = flame.tensor(rng.integers(0, 64, 256))
+    out = {}
+    for free in (True, False):
+        flame.manual_seed(0)
+        norm, lin1, lin2 = nn.LayerNorm(64), nn.Linear(64, 64), nn.Linear(64, 64)
+
+        def step(x, t):
+            if kind == "input":
+                loss = (lin1(norm(x)) ** 2).mean()
+            elif kind == "residual":
+                h = x + lin1(x)
+                loss = ((h + lin2(norm(h))) ** 2).mean()
+            else:
+                loss = F.cross_entropy(lin2(F.gelu(lin1(x))), t)
+            loss.backward()
+            return loss
+
+        saved_free = remat.free
+        if not free:
+            remat.free = lambda g: set()
+        try:
+            f = flame.compile(step, name=f"{kind}_{free}")
+            report, kernels = f.memory_report(x, t), f.optimized(x, t).groups
+        finally:
+            remat.free = saved_free
+        f(x, t)
+        params = [norm.weight, norm.bias, lin1.weight, lin1.bias, lin2.weight, lin2.bias]
+        out[free] = report, kernels, [p.grad.numpy().copy() if p.grad is not None else None for p in params]
+    return out
+
+
+def _full_size_saved(report, rows=256, d=64):
+    return [src for src, ty, _ in report.saved if ty.endswith(f"[{rows},{d}]")]
+
+
+def test_a_layer_norm_of_a_graph_input_keeps_only_its_row_statistics():
+    got = _norm_step("input")
+    report, kernels, grads = got[True]
+    base, kernels0, grads0 = got[False]
+    # the input is bound memory anyway: the backward recomputes the normalised value (and the Linear's
+    # input) from it, the row mean and rstd (kept: [256, 1] each) inside the kernel of LayerNorm's
+    # weight gradient; what stays is the loss's input, read by its gradient in the forward's kernel
+    assert [src.split(" = ")[1].split()[0] for src in _full_size_saved(report)] == ["add"], report.saved
+    assert any("reduce_mean" in src for src, _, _ in report.saved)
+    assert len(_full_size_saved(base)) == 3 and report.peak < base.peak
+    assert len(kernels) <= len(kernels0)
+    _same_bits([g for g in grads if g is not None], [g for g in grads0 if g is not None])
+
+
+def test_a_layer_norm_of_the_residual_stream_keeps_the_stream_not_a_centred_copy():
+    got = _norm_step("residual")
+    report, kernels, grads = got[True]
+    base, kernels0, grads0 = got[False]
+    # the stream h is alive to the forward's end (the loss reads it): keeping it and the row statistics
+    # costs the centred copy's bytes, which no longer exist in the forward
+    kept = _full_size_saved(report)
+    assert not any(" sub " in src for src in kept), kept
+    assert any(" sub " in src for src in _full_size_saved(base))
+    assert report.peak <= base.peak and len(kernels) <= len(kernels0)
+    _same_bits([g for g in grads if g is not None], [g for g in grads0 if g is not None])
+
+
+def test_a_loss_gradient_computed_in_the_forward_is_not_recomputed_in_the_backward():
+    got = _norm_step("xent")
+    report, kernels, _ = got[True]
+    # the softmax's exp reads the logits, alive at the forward's end; recomputing it in the backward would
+    # only split the kernel that computes the loss and its gradient together
+    assert not any(" exp " in src for src, _, _ in report.recomputed), report.recomputed
+    assert len(kernels) <= len(got[False][1])
