@@ -42,7 +42,7 @@ def _sizes(quick: bool) -> dict:
     """gpt_block_train's sizes, f32 inputs and master weights. --quick has more tokens than
     gpt_block_train's quick sizes so that activations, not the parameters and AdamW moments, dominate
     the peak (as at full size), which the memory budget needs to be reachable."""
-    sizes = {"batch": 4, "T": 64, "d": 32, "heads": 4} if quick else _block_sizes(False)
+    sizes = {"batch": 4, "T": 64, "d": 64, "heads": 4} if quick else _block_sizes(False)
     return {**sizes, "dtype": "f32"}
 
 

@@ -172,23 +172,28 @@ TAIL = 8  # the capacity of a value alive at the forward's end is 1/TAIL lower (
 
 
 def _small(u: Value, op: Op) -> bool:
-    """u (read by op) is a broadcast operand small enough to keep for op's recomputation: a
-    LayerNorm's per-row mean and rstd against the [rows, d] value computed from them."""
-    return u.type.numel * SMALL <= op.out.type.numel
+    """u (read by op) is a row statistic small enough to keep for op's recomputation: a LayerNorm's
+    per-row mean and rstd ([rows, 1]) against the [rows, d] value computed from them, which the
+    row kernel of the norm's backward then recomputes. Not per-channel statistics (a BatchNorm's
+    [1, 1, 1, C]): recomputing a BatchNorm + ReLU output from the convolution's result cost
+    resnet_block_train 11 % more time and 89 MiB more planned on an H200 (2026-11-29), the
+    recomputed outputs being written again for the weight gradients of the next convolutions."""
+    shape, out = u.shape, op.out.shape
+    return (u.type.numel * SMALL <= op.out.type.numel and len(shape) == len(out) and shape[-1] == 1
+            and tuple(shape[:-1]) == tuple(out[:-1]))
 
 
 def free(g: Graph) -> set[Op]:
     """The forward ops the backward recomputes by default, because it costs no launch and no matmul:
     elementwise ops (not random draws) computed from values that are kept anyway (saved values,
-    graph inputs, constants), cheap to keep (small broadcast operands: a norm's row statistics,
-    `_small`), alive at the forward's end anyway (`_tail`; not for work the loss's gradient does in
-    the forward's kernels, `_early`) or from other such ops, whose recomputation lands in a backward
-    kernel that runs anyway (`_lands`). So the GELU output is recomputed from its saved input inside
-    the GELU backward's kernel, a LayerNorm's normalised output from its input and row statistics
-    inside the LayerNorm backward's kernel (which keeps nothing of [rows, d] when the input is a
-    graph input or the residual stream the forward holds to its end), and a BatchNorm + ReLU output
-    from the convolution's result inside the BatchNorm backward's kernel. The minimum cut (`choose`)
-    then decides which of these are recomputed."""
+    graph inputs, constants), cheap to keep (a norm's row statistics, `_small`), alive at the
+    forward's end anyway (`_tail`) or from other such ops; read in the backward by more than the
+    work the loss's gradient does in the forward's kernels (`_early`); and whose recomputation
+    lands in a backward kernel that runs anyway (`_lands`). So the GELU output is recomputed from
+    its saved input inside the GELU backward's kernel, and a LayerNorm's normalised output from its
+    input and row statistics inside the LayerNorm backward's kernel (nothing of [rows, d] is kept
+    when that input is a graph input or the residual stream the forward holds to its end). The
+    minimum cut (`choose`) then decides which of these are recomputed."""
     s = split(g)
     needed, outputs, tail = saved(g), set(g.outputs), _tail(g)
     users = g.users()
@@ -205,8 +210,7 @@ def free(g: Graph) -> set[Op]:
     back = g.ops[s:]
     early = _early(g)
     allowed: set[Op] = set()
-    todo = [op for op in cand if op.out in needed and (not _reads_tail(op, cand, needed, tail)
-                                                       or any(r not in early for r in users[op.out] if is_backward(r)))]
+    todo = [op for op in cand if op.out in needed and any(r not in early for r in users[op.out] if is_backward(r))]
     while True:  # a recomputation allowed lands in a kernel, which then reads what it reads too
         took = [op for op in todo if _lands(g, op, cand, allowed, back, users)]
         if not took:
@@ -216,22 +220,20 @@ def free(g: Graph) -> set[Op]:
             todo.remove(op)
 
 
-def _reads_tail(op: Op, cand: set[Op], needed: set[Value], tail: set[Value]) -> bool:
-    """Recomputing op needs a tail value (_tail) to be kept that nothing else keeps."""
-    return any(u in tail and u not in needed and u.producer is not None for u in _chain(op, cand)[1])
-
-
 def _early(g: Graph) -> set[Op]:
-    """Backward elementwise ops computed from forward values and constants alone (a loss's
-    gradient: the seed is a constant), which fusion computes in the forward's last kernels: what
-    they read is not really kept for the backward, and recomputing it there would add a kernel."""
+    """Backward elementwise ops and reductions that read nothing a backward matmul or library call
+    computed (a loss's gradient, a norm's backward right after its forward): fusion can run them in
+    the forward's kernels, so a value only they read is not really kept for the backward, and
+    recomputing it would split those kernels."""
     s = split(g)
-    ready = {op.out for op in g.ops[:s]} | set(g.inputs)
+    late: set[Value] = set()
     early = set()
     for op in g.ops[s:]:
-        if _elementwise(op) and all(u in ready or u.producer.name == "full" for u in op.inputs):
+        category = REGISTRY[op.name].category
+        if category in ("matmul", "library") or any(u in late for u in op.inputs):
+            late.add(op.out)
+        elif category in ("elementwise", "reduction"):  # a view feeding a matmul is no kernel's work
             early.add(op)
-            ready.add(op.out)
     return early
 
 

@@ -1,8 +1,8 @@
 """What a conv + BatchNorm + ReLU training step keeps for its backward and when its backward runs:
-one activation per layer (BatchNorm's input, the convolution's result, with its per-channel
-statistics; the ReLU output the next convolution reads is recomputed from them) and no ReLU mask;
-a weight gradient that is the last reader of its layer's input runs before the data gradient;
-recomputations run right before what reads them. The gradients are torch's on the reference executor."""
+two activations per layer (BatchNorm's input, the convolution's result, and the ReLU output, which
+the next convolution reads anyway) and no ReLU mask beside them; a weight gradient that is the last
+reader of its layer's input runs before the data gradient; recomputations run right before what
+reads them. The gradients are torch's on the reference executor."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _flame_step(params):
     return step
 
 
-def test_conv_bn_relu_saves_one_activation_per_layer_and_matches_torch():
+def test_conv_bn_relu_saves_two_activations_per_layer_and_matches_torch():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((N, C, HW, HW)).astype(np.float32)
     params = _params(rng)
@@ -64,10 +64,9 @@ def test_conv_bn_relu_saves_one_activation_per_layer_and_matches_torch():
     users = g.users()
     saved = [op.name for op in g.ops  # forward values the backward reads (memory_report's "saved")
              if not is_backward(op) and op.out.type.numel == size and any(is_backward(u) for u in users[op.out])]
-    # the ReLU outputs the next convolutions read are recomputed from the convolutions' results and the
-    # BatchNorm statistics by the backward kernels that read those anyway; the last layer's centred value
-    # and ReLU output are read by the loss's gradient in the kernel that computes them; permute: x channels-last
-    assert sorted(saved) == ["conv"] * LAYERS + ["permute", "relu", "sub"]
+    # permute: x channels-last; sub: the last layer's centred value, which its BatchNorm's backward reads
+    # (computed with the loss's gradient in the forward's kernels: no matmul or convolution between them)
+    assert sorted(saved) == ["conv"] * LAYERS + ["permute"] + ["relu"] * LAYERS + ["sub"]
     for grp in g.groups:  # and no kernel of the forward computes a mask for the backward (a per-channel one,
         if not all(is_backward(op) for op in grp.ops):  # BatchNorm's clamp of its variance, is no activation)
             assert not [v for v in grp.outputs
