@@ -338,6 +338,13 @@ class CompiledPlan:
         self._types = [(plan.buffers[b].shape, plan.buffers[b].dtype.np_dtype) for b in plan.inputs]
         self._fresh = [b for b in plan.buffers.values() if b.role == "output" and b.base is None]
         donated = set(plan.outputs) & set(plan.inputs)
+        # parameters and state: the arrays the last call checked are remembered (an optimizer's hundreds
+        # are then checked by identity in one pass); their owners keep them alive anyway. Other inputs
+        # are checked at every call and never held: a remembered batch, or the source of an eager cast,
+        # would stay allocated as long as this executor lives.
+        held = [j for j, b in enumerate(plan.inputs) if plan.buffers[b].role in ("param", "state")]
+        self._held, self._held_set, self._pick_held, self._seen = held, set(held), gather(held), (None,) * len(held)
+        self._unheld = [j for j in range(len(plan.inputs)) if j not in self._held_set]
         self._donated = {j for j, b in enumerate(plan.inputs) if b in donated}
         # scalars are staged from the start (a Python number arrives in a new array each call); data
         # inputs are bound by pointer until one arrives at another address (a new batch), then staged
@@ -349,7 +356,6 @@ class CompiledPlan:
         if not self.use_graphs:
             log.debug("flame: %s runs without a CUDA graph: %s", plan.name, self.why_no_graph)
         self.captures = 0  # how many times the plan was captured (new input pointers capture again)
-        self._seen: list = [None] * len(plan.inputs)  # the arrays the last call checked, per input
         self._scalars = {j for j, b in enumerate(plan.inputs) if plan.buffers[b].role == "scalar"}
         self._staged_from: dict[int, object] = {}  # scalar input -> the array last copied into its stage
         self._calls = 0
@@ -371,28 +377,30 @@ class CompiledPlan:
                 self._views[b.id] = cupy.ndarray(b.shape, b.dtype.np_dtype, at)
 
     def _inputs(self, arrays: Sequence) -> list:
-        import cupy
-
         plan = self.plan
         out = list(arrays)
         if len(out) != len(self._types):
             raise FlameError(f"graph {plan.name} takes {len(self._types)} inputs, got {len(out)}")
-        seen = self._seen
-        if all_same(out, seen):  # the arrays of the last call (an optimizer's hundreds): checked already
-            return out
-        for i, (a, s) in enumerate(zip(out, seen)):
-            if a is s:  # the same array as last call (parameters, state): checked already
-                continue
-            shape, dt = self._types[i]
-            if isinstance(a, cupy.ndarray) and a.flags.c_contiguous and tuple(a.shape) == shape and a.dtype == dt:
-                seen[i] = a
-                continue
-            a = a if isinstance(a, cupy.ndarray) else cupy.asarray(np.asarray(a))
-            if tuple(a.shape) != shape or a.dtype != dt:
-                raise FlameError(f"graph {plan.name}: input {i} should be {dt}{list(shape)}, got "
-                                 f"{a.dtype}{list(a.shape)}")
-            out[i] = a if a.flags.c_contiguous else cupy.ascontiguousarray(a)
+        if not all_same(self._pick_held(out), self._seen):
+            for j in self._held:
+                out[j] = self._checked(out[j], j)
+            self._seen = self._pick_held(out)
+        for j in self._unheld:
+            out[j] = self._checked(out[j], j)
         return out
+
+    def _checked(self, a, i: int):
+        """Input i as a C-contiguous CuPy array of the planned shape and dtype (FlameError if not)."""
+        import cupy
+
+        shape, dt = self._types[i]
+        if isinstance(a, cupy.ndarray) and a.flags.c_contiguous and tuple(a.shape) == shape and a.dtype == dt:
+            return a
+        a = a if isinstance(a, cupy.ndarray) else cupy.asarray(np.asarray(a))
+        if tuple(a.shape) != shape or a.dtype != dt:
+            raise FlameError(f"graph {self.plan.name}: input {i} should be {dt}{list(shape)}, got "
+                             f"{a.dtype}{list(a.shape)}")
+        return a if a.flags.c_contiguous else cupy.ascontiguousarray(a)
 
     def __call__(self, arrays: Sequence) -> list:
         import cupy
@@ -508,13 +516,22 @@ class CompiledPlan:
         return _INTERNAL
 
     def _key(self, arrays: list) -> tuple:
-        """The pointers of the inputs bound by pointer (those not staged). Read again only when one of
-        them is not the array it was last time (an array's pointer never changes)."""
-        bound = self._take_bound(arrays)
-        if self._keyed is not None and all_same(bound, self._keyed[0]):
-            return self._keyed[1]
-        self._keyed = (bound, tuple(a.data.ptr for a in bound))
-        return self._keyed[1]
+        """The pointers of the inputs bound by pointer (those not staged), in `_bound` order. Those of
+        parameters and state are read again only when one is not the array it was last time (an
+        array's pointer never changes; their owners keep them alive); the others' at every call
+        (holding them would keep a batch allocated)."""
+        held = self._take_held_bound(arrays)
+        if self._keyed is None or not all_same(held, self._keyed[0]):
+            ptrs = list(self._keyed[1]) if self._keyed is not None else [0] * len(self._bound)
+            for at, a in zip(self._held_at, held):
+                ptrs[at] = a.data.ptr
+            self._keyed = (held, ptrs)
+        if not self._unheld_at:
+            return tuple(self._keyed[1])
+        ptrs = list(self._keyed[1])
+        for at, j in self._unheld_at:
+            ptrs[at] = arrays[j].data.ptr
+        return tuple(ptrs)
 
     def _remember(self, key: tuple) -> bool:
         """Note the pointers of a call; whether they were among the last 2 * GRAPH_VARIANTS calls' pointers."""
@@ -528,8 +545,10 @@ class CompiledPlan:
     def _set_staged(self, staged: set) -> None:
         self._staged = staged
         self._bound = [j for j in range(len(self.plan.inputs)) if j not in staged]
-        self._take_bound = gather(self._bound)
-        self._keyed: tuple | None = None  # (the bound arrays _key last read, their pointers)
+        self._held_at = [at for at, j in enumerate(self._bound) if j in self._held_set]
+        self._take_held_bound = gather([self._bound[at] for at in self._held_at])
+        self._unheld_at = [(at, j) for at, j in enumerate(self._bound) if j not in self._held_set]
+        self._keyed: tuple | None = None  # (the held bound arrays _key last read, every bound pointer)
 
     def _capture(self, arrays: list, slot: int) -> None:
         plan = self.plan
