@@ -5,10 +5,11 @@ A joint graph (autodiff appended the backward) splits at its first backward op: 
 the forward; everything from it on (backward, optimizer update) reads forward values that must then
 be kept, "saved". Which forward values are recomputed is a minimum cut (networkx) over the forward
 ops that saved values depend on, as AOTAutograd's partitioner does: each such value v is an edge
-v_in -> v_out whose capacity is v's bytes (keeping v), data edges u_out -> v_in are uncuttable,
-values read later are tied to the sink (needed in the backward), and values whose op may not be
-recomputed are tied to the source (computed in the forward only). A cut keeps the values whose edge
-it cuts and recomputes those on the sink side; its capacity is the bytes kept.
+v_in -> v_out whose capacity is v's bytes (keeping v; 1/TAIL less for a value alive at the forward's
+end anyway, `_tail`), data edges u_out -> v_in are uncuttable, values read later are tied to the
+sink (needed in the backward), and values whose op may not be recomputed are tied to the source
+(computed in the forward only). A cut keeps the values whose edge it cuts and recomputes those on
+the sink side; its capacity is the bytes kept.
 
 Every plan recomputes the free ops (`free`): elementwise work computed from values kept anyway
 whose recomputation lands in a backward kernel that runs anyway (no launch, no matmul). What else
