@@ -190,7 +190,7 @@ def free(g: Graph) -> set[Op]:
     graph inputs, constants), cheap to keep (a norm's row statistics, `_small`), alive at the
     forward's end anyway (`_tail`) or from other such ops; read in the backward by more than the
     work the loss's gradient does in the forward's kernels (`_early`); and whose recomputation
-    lands in a backward kernel that runs anyway (`_lands`). So the GELU output is recomputed from
+    lands in a backward kernel that runs anyway (`_landing`, `_sibling`). So the GELU output is recomputed from
     its saved input inside the GELU backward's kernel, and a LayerNorm's normalised output from its
     input and row statistics inside the LayerNorm backward's kernel (nothing of [rows, d] is kept
     when that input is a graph input or the residual stream the forward holds to its end). The
@@ -211,15 +211,16 @@ def free(g: Graph) -> set[Op]:
     back = g.ops[s:]
     early = _early(g)
     allowed: set[Op] = set()
-    todo = [op for op in cand if op.out in needed and any(r not in early for r in users[op.out] if is_backward(r))]
+    todo = {op: _landing(g, op, cand, back, users) for op in cand
+            if op.out in needed and any(r not in early for r in users[op.out] if is_backward(r))}
     while True:  # a recomputation allowed lands in a kernel, which then reads what it reads too
-        took = [op for op in todo if _lands(g, op, cand, allowed, back, users)]
+        took = [op for op, (vertical, shared, readers) in todo.items()
+                if vertical or _sibling(shared, readers, allowed)]
         if not took:
             return allowed
         for op in took:
             allowed |= _chain(op, cand)[0]
-            todo.remove(op)
-
+            del todo[op]
 
 def _early(g: Graph) -> set[Op]:
     """Backward elementwise ops and reductions that read nothing a backward matmul or library call
@@ -238,27 +239,30 @@ def _early(g: Graph) -> set[Op]:
     return early
 
 
-def _lands(g: Graph, op: Op, cand: set[Op], allowed: set[Op], back: list[Op], users) -> bool:
-    """Recomputing op (with the chain of cand ops it needs) lands in a backward kernel that runs
-    anyway: one reading op's value elementwise (vertical), or one reading, over the same domain, a
-    computed forward value the chain reads, or a graph input that a recomputation already allowed
-    there reads (sibling; a graph input read directly does not count: the optimizer reads every
-    parameter, after everything that needs a parameter's cast)."""
+def _landing(g: Graph, op: Op, cand: set[Op], back: list[Op], users) -> tuple[bool, set[Value], list[Op]]:
+    """Where recomputing op (with the chain of cand ops it needs) may land in a backward kernel that
+    runs anyway: (a kernel reads op's value elementwise: vertical, the values of op's domain the
+    chain reads, the backward elementwise ops and reductions that op does not feed), for `_sibling`."""
     n = op.out.type.numel
     if any(_elementwise(r) and r.out.type.numel == n for r in users[op.out] if is_backward(r)):
-        return True
+        return True, set(), []
     _, reads = _chain(op, cand)
     shared = {u for u in reads if (u.producer is None or u.producer.name != "full") and u.type.numel == n}
     after = _downstream(g, back, {op.out})  # a kernel these feed cannot also compute op
-    for r in back:
-        if r in after or REGISTRY[r.name].category not in ("elementwise", "reduction"):
-            continue
+    readers = [r for r in back if r not in after and REGISTRY[r.name].category in ("elementwise", "reduction")]
+    return False, shared, readers
+
+
+def _sibling(shared: set[Value], readers: list[Op], allowed: set[Op]) -> bool:
+    """One of `readers` reads, over the same domain, a computed forward value in `shared`, or a graph
+    input in it that a recomputation already allowed there reads. A graph input read directly does
+    not count: the optimizer reads every parameter, after everything that needs a parameter's cast."""
+    for r in readers:
         if any(u in shared and u.producer is not None for u in r.inputs):
             return True
         if any(u in shared for v in r.inputs if v.producer in allowed for u in _chain(v.producer, allowed)[1]):
             return True
     return False
-
 
 def _tail(g: Graph) -> set[Value]:
     """Values the forward reads after its last matmul or library call: alive at the forward's end,

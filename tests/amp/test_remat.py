@@ -216,7 +216,7 @@ def test_tiers_order_the_budget_candidates():
     assert remat.TIERS[remat.tier(next(op for op in order if op.name == "matmul"))] == "matmuls"
 
 
-def _norm_plan(kind: str, free: bool, x, t):
+def _norm_plan(monkeypatch, kind: str, free: bool, x, t):
     """(memory report, kernels, gradients) of a small step (`_norm_step`), with or without the free
     recomputations (remat.free patched to choose nothing)."""
     from flame.passes import remat
@@ -235,20 +235,17 @@ def _norm_plan(kind: str, free: bool, x, t):
         loss.backward()
         return loss
 
-    saved_free = remat.free
     if not free:
-        remat.free = lambda g: set()
-    try:
-        f = flame.compile(step, name=f"{kind}_{free}")
-        report, kernels = f.memory_report(x, t), f.optimized(x, t).groups
-    finally:
-        remat.free = saved_free
+        monkeypatch.setattr(remat, "free", lambda g: set())
+    f = flame.compile(step, name=f"{kind}_{free}")
+    report, kernels = f.memory_report(x, t), f.optimized(x, t).groups
+    monkeypatch.undo()
     f(x, t)
     params = [norm.weight, norm.bias, lin1.weight, lin1.bias, lin2.weight, lin2.bias]
     return report, kernels, [p.grad.numpy().copy() for p in params if p.grad is not None]
 
 
-def _norm_step(kind: str):
+def _norm_step(monkeypatch, kind: str):
     """A small training step on the reference executor, planned with the free recomputations (True)
     and without them (False). kind: "input", a LayerNorm of the graph input; "residual", a LayerNorm
     of a residual stream the loss reads at the forward's end; "xent", a cross-entropy loss, whose
@@ -256,15 +253,15 @@ def _norm_step(kind: str):
     rng = np.random.default_rng(3)
     x = flame.tensor(rng.standard_normal((256, 64)).astype(np.float32))
     t = flame.tensor(rng.integers(0, 64, 256))
-    return {free: _norm_plan(kind, free, x, t) for free in (True, False)}
+    return {free: _norm_plan(monkeypatch, kind, free, x, t) for free in (True, False)}
 
 
 def _full_size_saved(report, rows=256, d=64):
     return [src for src, ty, _ in report.saved if ty.endswith(f"[{rows},{d}]")]
 
 
-def test_a_layer_norm_of_a_graph_input_keeps_only_its_row_statistics():
-    got = _norm_step("input")
+def test_a_layer_norm_of_a_graph_input_keeps_only_its_row_statistics(monkeypatch):
+    got = _norm_step(monkeypatch, "input")
     report, kernels, grads = got[True]
     base, kernels0, grads0 = got[False]
     # the input is bound memory anyway: the backward recomputes the normalised value (and the Linear's
@@ -277,8 +274,8 @@ def test_a_layer_norm_of_a_graph_input_keeps_only_its_row_statistics():
     _same_bits(grads, grads0)
 
 
-def test_a_layer_norm_of_the_residual_stream_keeps_the_stream_not_a_centred_copy():
-    got = _norm_step("residual")
+def test_a_layer_norm_of_the_residual_stream_keeps_the_stream_not_a_centred_copy(monkeypatch):
+    got = _norm_step(monkeypatch, "residual")
     report, kernels, grads = got[True]
     base, kernels0, grads0 = got[False]
     # the stream h is alive to the forward's end (the loss reads it): keeping it and the row statistics
@@ -290,8 +287,8 @@ def test_a_layer_norm_of_the_residual_stream_keeps_the_stream_not_a_centred_copy
     _same_bits(grads, grads0)
 
 
-def test_a_loss_gradient_computed_in_the_forward_is_not_recomputed_in_the_backward():
-    got = _norm_step("xent")
+def test_a_loss_gradient_computed_in_the_forward_is_not_recomputed_in_the_backward(monkeypatch):
+    got = _norm_step(monkeypatch, "xent")
     report, kernels, _ = got[True]
     # the softmax's exp reads the logits, alive at the forward's end; recomputing it in the backward would
     # only split the kernel that computes the loss and its gradient together
