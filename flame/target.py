@@ -36,7 +36,9 @@ class Target:
     conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
     matmul_workspace(op, epilogue, ta, tb): the bytes of arena workspace that matmul op's GEMM library call
     may use (with that epilogue, ta / tb: an operand read through its transpose's input). comm_stream: the
-    executor issues collectives on a communication stream (plan: CollectiveCall.overlap). sm_count,
+    executor issues collectives on a communication stream (plan: CollectiveCall.overlap). side_stream:
+    the executor issues optimizer updates (kernels that only write parameters and state in place) on a
+    second stream, so they overlap the backward after them (plan: KernelLaunch.side). sm_count,
     split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows).
     conv_channels_last: convolution library calls take channels-last activations, so the layout pass
     (passes/layout.py) keeps the activations of convolutional segments [N, *S, C] inside the step.
@@ -57,6 +59,7 @@ class Target:
     split_row_min: int = 8192  # a row at least this long may be split across blocks ...
     split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements
     comm_stream: bool = False  # collectives run on a second stream, overlapping the steps after them
+    side_stream: bool = False  # optimizer updates run on a second stream, overlapping the steps after them
     conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
     arch: str = ""
     kernel_param_bytes: int = 32764  # a kernel's parameters (CUDA 12.1+ on Volta and newer; 4096 before)

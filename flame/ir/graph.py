@@ -149,6 +149,10 @@ class Graph:
                 out.setdefault(v, []).append(op)
         return out
 
+    def updated(self) -> dict[Value, Value]:
+        """Each output that updates an input in place (aliases), with that input."""
+        return {self.outputs[o]: self.inputs[i] for o, i in self.aliases.items()}
+
     def numbering(self) -> dict[Value, int]:
         """Deterministic value numbers: inputs first, then op results in order."""
         ids: dict[Value, int] = {}

@@ -24,6 +24,12 @@ Rules, in the order they apply:
   launch with one segment each (e.g. the AdamW update of every parameter): elementwise ones while
   their pointers fit the kernel's parameter space (Target.kernel_param_bytes; codegen shares one
   body among segments that differ only in their pointers), scalar and row ones at most MAX_SEGMENTS;
+- updates (Target.side_stream): a kernel that only writes parameters or optimizer state in place
+  (fusion_state.updates_only: an optimizer's update) is launched as soon as what it reads is final
+  and every other reader of what it overwrites has run, so the plan can issue it on the side stream
+  while the rest of the backward runs (the multi-tensor AdamW of the MLP step hid behind its weight
+  gradients' matmuls); horizontal fusion merges only updates that become ready between the same two
+  library calls;
 - matmul: stays a library call; a bias add over the last dim and a relu or tanh-GELU that only it
   feeds are marked as its epilogue when the target's library runs that epilogue
   (Target.matmul_epilogues; the plan builder still falls back to a kernel when the runtime it builds
@@ -64,6 +70,7 @@ siblings, BGRAD) in passes/fuse_columns.py."""
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import networkx as nx
@@ -85,7 +92,16 @@ from flame.passes.fuse_columns import (
     columns_of,
 )
 from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
-from flame.passes.fusion_state import Group, State, fit, hoists_backward, merge, mixes_phases, rows_shape
+from flame.passes.fusion_state import (
+    Group,
+    State,
+    fit,
+    hoists_backward,
+    merge,
+    mixes_phases,
+    rows_shape,
+    updates_only,
+)
 from flame.passes.prepare_fusion import (
     clone_constants,
     drop_zero_signs,
@@ -420,12 +436,44 @@ def _hoists_recomputation(st: State, a: Group, b: Group) -> bool:
     return recomputes and not (st.succ(a) & st.succ(b))
 
 
+LIBRARY_KINDS = (Kind.MATMUL, Kind.ATTENTION, Kind.CONV, Kind.COLLECTIVE)
+
+
+def _is_update(st: State, grp: Group) -> bool:
+    """grp is an optimizer's update that goes on the side stream (module docstring: updates)."""
+    return st.target.side_stream and updates_only(grp.kind, grp.ops, st.exposed(grp.ops), st.g, st.updated, st.users)
+
+
+def _overwritten_readers(st: State, grp: Group) -> set[Op]:
+    """The ops outside grp that read an input grp overwrites (they must run before it)."""
+    inside = set(grp.ops)
+    return {u for v in st.exposed(grp.ops) if v in st.updated for u in st.users[st.updated[v]] if u not in inside}
+
+
+def _ready_points(st: State) -> dict[Group, frozenset]:
+    """Each update kernel (side stream) -> the library calls upstream of what it reads: updates with
+    the same ones become ready together (a Linear's weight and bias, after its weight gradient)."""
+    updates = [k for k in st.groups if _is_update(st, k)]
+    if not updates:
+        return {}
+    up: dict[Op, frozenset] = {}
+    for op in st.g.ops:  # topological: each op's inputs come first
+        calls = [up[v.producer] for v in op.inputs if v.producer in up]
+        mine = frozenset().union(*calls)
+        grp = st.group_of.get(op)
+        up[op] = mine | {grp} if grp is not None and grp.kind in LIBRARY_KINDS else mine
+    return {k: frozenset().union(*(up[v.producer] for op in k.ops for v in op.inputs
+                                   if v.producer in up and v.producer not in k.ops)) for k in updates}
+
+
 def _horizontal(st: State) -> None:
     """Independent kernels of the same signature (scalar kernels: any) become one launch. Not those
     feeding a collective: merged with work the backward does later, a gradient bucket's last kernel
     would hold its all-reduce back until then (passes/schedule_collectives.py); nor recomputations
-    that different kernels read: each runs right before what reads it."""
+    that different kernels read: each runs right before what reads it; nor, with a side stream,
+    updates that become ready after different library calls: the earlier would wait for the later."""
     sigs = {k: _signature(k) for k in st.groups}  # dropped when a group takes another in
+    ready = _ready_points(st)
 
     def sig_of(k: Group) -> tuple:
         if k not in sigs:
@@ -449,7 +497,8 @@ def _horizontal(st: State) -> None:
             both = a.ops + b.ops
             down = st.downstream(a) if down is None else down
             if (b in down or st.reaches(b, a) or mixes_phases(both)
-                    or hoists_backward(st, both) or _hoists_recomputation(st, a, b)):
+                    or hoists_backward(st, both) or _hoists_recomputation(st, a, b)
+                    or ready.get(a) != ready.get(b)):
                 continue
             if a.kind == Kind.ELEMENTWISE and 8 * _pointers(st, both) > st.target.kernel_param_bytes:
                 a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
@@ -489,16 +538,23 @@ def _bytes(v: Value) -> int:
 
 
 def _order(st: State) -> list[Group]:
-    """Groups in a topological order of the kernel graph: among the ready kernels, one that frees
-    more memory than it takes first (a weight gradient, last reader of the saved layer input, before
-    the data gradient), then by first op's position."""
+    """Groups in a topological order of the kernel graph: among the ready kernels, an update for the
+    side stream (after every reader of what it overwrites) or 0-d work it reads first, then one that frees more memory
+    than it takes (a weight gradient, last reader of the saved layer input, before the data
+    gradient), then by first op's position."""
     kernels = nx.DiGraph()
     kernels.add_nodes_from(st.groups)
     kernels.add_edges_from((grp, s) for grp in st.groups for s in st.succ(grp))
     # collectives in program order: every rank must issue them in the same order (ir/ops/collective.py)
     chain = sorted((grp for grp in st.groups if grp.kind == Kind.COLLECTIVE), key=lambda k: st.index[k.ops[0]])
     kernels.add_edges_from(zip(chain, chain[1:]))
-    first = {k: (not _frees_memory(st, k, nx.ancestors(kernels, k)), st.index[k.ops[0]]) for k in st.groups}
+    updates = {k for k in st.groups if _is_update(st, k)}
+    kernels.add_edges_from((st.group_of[u], k) for k in updates for u in _overwritten_readers(st, k)
+                           if st.group_of.get(u, k) is not k)
+    # and the 0-d work they read (an optimizer's step count and bias corrections, traced after the backward)
+    early = updates | {k for u in updates for k in nx.ancestors(kernels, u) if k.kind == Kind.SCALAR}
+    first = {k: (k not in early, not _frees_memory(st, k, nx.ancestors(kernels, k)), st.index[k.ops[0]])
+             for k in st.groups}
     try:
         return list(nx.lexicographical_topological_sort(kernels, key=first.__getitem__))
     except nx.NetworkXUnfeasible:

@@ -45,6 +45,7 @@ class State:
         self.refused: dict[tuple[Op, Op], str] = {}
         self.forward, self.later = _phases(g)
         self.in_place = {g.outputs[o] for o in g.aliases}
+        self.updated = g.updated()  # output updating an input in place -> that input
 
     def refuse(self, grp: Group, op: Op, why: str) -> bool:
         """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
@@ -91,6 +92,17 @@ class State:
 
     def sorted_ops(self, ops) -> list[Op]:
         return sorted(ops, key=self.index.__getitem__)
+
+
+def updates_only(kind: Kind, ops, outputs, g: Graph, updated: dict[Value, Value], users: dict[Value, list[Op]]) -> bool:
+    """A kernel whose results are parameters or optimizer state updated in place, and maybe values
+    the step returns (a gradient it keeps), that nothing else in the step reads: an optimizer's
+    update of one or more parameters. With Target.side_stream the fusion pass launches it as soon as
+    its gradient is final and the plan issues it on the side stream; `outputs`: what it writes;
+    `updated`: g.updated(); `users`: g.users()."""
+    inside = set(ops)
+    return (kind == Kind.ELEMENTWISE and any(v in updated for v in outputs)
+            and all(v.shape and (v in updated or v in g.outputs) and inside.issuperset(users[v]) for v in outputs))
 
 
 def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tuple | str:

@@ -3,7 +3,7 @@ gradient bucket's all-reduce is issued as soon as the bucket's gradients are fin
 of the backward still runs — instead of where it was traced (after the whole backward). The fusion
 pass keeps this order (it orders kernels by their first op among those ready), and the plan builder
 then lets the steps up to the first reader of the result overlap the transfer (plan/build.py
-overlap_collectives)."""
+overlap_streams)."""
 
 from __future__ import annotations
 

@@ -32,19 +32,20 @@ from flame.ir.indexmap import swaps_last_two
 from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
+from flame.passes.fusion_state import updates_only
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
     Alias,
     AttentionCall,
     Buffer,
     CollectiveCall,
-    CollectiveWait,
     ConvCall,
     Copy,
     KernelLaunch,
     MatmulCall,
     Plan,
     Step,
+    Wait,
     byte_offset,
     root,
 )
@@ -160,6 +161,8 @@ class _Builder:
         self.temp_roots: set[int] = set()
         self.folded = fold_transposes(g)  # transposes that every matmul user reads with ta/tb instead
         self.strided = fold_attention_views(g, target.attention_layout_unsupported)  # views attention reads
+        self.updated = g.updated()
+        self._users: dict | None = None  # g.users(), once a kernel asks (updates_only)
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -180,8 +183,14 @@ class _Builder:
         self.temp_roots.add(bid)
         return bid
 
+    def updates_only(self, grp: FusionGroup) -> bool:
+        """grp is an optimizer's update (fusion_state.updates_only): its launch goes on the side stream."""
+        if self._users is None:
+            self._users = self.g.users()
+        return updates_only(grp.kind, grp.ops, grp.outputs, self.g, self.updated, self._users)
+
     def launches(self, kernels: list, ins: tuple[int, ...], outs: tuple[int, ...], ops: tuple[Op, ...],
-                 grp: FusionGroup | None = None, reason: str = "") -> None:
+                 grp: FusionGroup | None = None, reason: str = "", side: bool = False) -> None:
         """One KernelLaunch per kernel (args: ins, outs, then one scratch buffer sized for the
         largest workspace any part needs, e.g. a split reduction's partials). A fused kernel (`grp`)
         carries the group's boundary reason and says whether it is in-place safe; a one-op kernel
@@ -193,7 +202,7 @@ class _Builder:
             self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra,
                                            k.n_inputs, ops, (i, len(kernels)), len(outs),
                                            grp.reason if grp else reason, k.in_place_safe if grp else True,
-                                           k.sizes))
+                                           k.sizes, side))
 
     def scratch(self, nbytes: int) -> int | None:
         """A fresh scratch buffer of nbytes in the arena (a kernel's or a library call's workspace,
@@ -285,7 +294,7 @@ def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
     """The communicator call of a collective op writing buffer `out`. A reduce_scatter of several
     inputs packs them into a scratch buffer of the packed size (its result is one rank's part);
     the other collectives pack into `out` itself. `overlap` when the target runs collectives on a
-    communication stream (the CollectiveWait is placed by `overlap_collectives`)."""
+    communication stream (the Wait is placed by `overlap_streams`)."""
     ins = tuple(bld.buffer_of[v] for v in op.inputs)
     ws = None
     if op.name == "reduce_scatter" and len(op.inputs) > 1:
@@ -306,20 +315,37 @@ LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {
     "matmul": matmul_call, "attention": attention_call, "collective": collective_call, "conv": conv_call}
 
 
-def overlap_collectives(buffers: dict[int, Buffer], steps: list[Step]) -> list[Step]:
-    """After each overlapped CollectiveCall, a CollectiveWait right before the first later step that
-    touches the bytes the call writes (its result, its workspace) or writes the bytes it reads (its
-    inputs), or at the end of the plan: the steps in between, readers of the inputs among them, run
-    while the transfer does. The wait reads the inputs, so the memory planner keeps them until then."""
+def overlap_streams(buffers: dict[int, Buffer], steps: list[Step], updates: dict[int, int]) -> list[Step]:
+    """After each overlapped step (a CollectiveCall on the communication stream, an update's
+    KernelLaunch on the side stream), a Wait right before the first later step that touches the
+    bytes the step writes (its results, workspace, scratch) or writes the bytes it reads, or at the
+    end of the plan: the steps in between run while it does. The wait reads the step's inputs, so
+    the memory planner keeps them until then; but not the inputs an update overwrites in place (see
+    Wait; `updates`: the buffer of an output that updates an input in place -> the input's buffer).
+    An update with no other work before its wait (the last ones of a step, an eager optimizer's)
+    runs on the plan's stream instead: a second stream would only add its two events."""
     out = list(steps)
-    for call in [s for s in steps if isinstance(s, CollectiveCall) and s.overlap]:
-        at = out.index(call)
+    at = 0
+    while at < len(out):
+        call = out[at]
+        side = isinstance(call, KernelLaunch) and call.side
+        if not (side or isinstance(call, CollectiveCall) and call.overlap):
+            at += 1
+            continue
         written = {root(buffers, b) for b in call.writes}
         read = {root(buffers, b) for b in call.reads}
         later = next((j for j in range(at + 1, len(out))
                       if any(root(buffers, b) in written for b in out[j].touches)
                       or any(root(buffers, b) in read for b in out[j].writes)), len(out))
-        out.insert(later, CollectiveWait(call.inputs, call.out, call.op, call.workspace))
+        if side and not any(s.ops and not (isinstance(s, KernelLaunch) and s.side) for s in out[at + 1:later]):
+            out[at] = dataclasses.replace(call, side=False)
+        elif side:
+            own = {updates[b] for b in call.writes if b in updates}
+            keep = tuple(b for b in call.reads if b not in own)
+            out.insert(later, Wait(keep, call.out, call.ops[0], call.writes[1:], "side"))
+        else:
+            out.insert(later, Wait(call.inputs, call.out, call.op, () if call.workspace is None else (call.workspace,)))
+        at += 1
     return out
 
 
@@ -371,7 +397,8 @@ def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None
         for grp in g.groups:
             _group_steps(bld, grp)
     outputs = _bind_outputs(bld)
-    steps = overlap_collectives(bld.buffers, bld.steps)
+    updates = {bld.buffer_of[o]: bld.buffer_of[i] for o, i in g.updated().items() if o in bld.buffer_of}
+    steps = overlap_streams(bld.buffers, bld.steps, updates)
     return Plan(g.name, bld.buffers, steps, inputs, outputs, 0, g, bld.buffer_of)
 
 
@@ -405,7 +432,8 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         return
     ins = tuple(bld.buffer_of[v] for v in inputs)
     outs = tuple(bld.temporary(v) for v in grp.outputs)
-    bld.launches(kernels, ins, outs, grp.ops, grp)
+    side = bld.target.side_stream and len(kernels) == 1 and bld.updates_only(grp)
+    bld.launches(kernels, ins, outs, grp.ops, grp, side=side)
 
 
 def _views_only(grp: FusionGroup) -> bool:

@@ -167,6 +167,7 @@ class KernelLaunch(Step):
     reason: str = ""  # why the fusion pass ended the kernel here
     in_place_safe: bool = True  # an output may take the bytes of a same-shaped input (see Kernel)
     sizes: tuple[int, ...] = ()  # int64 arguments after args: the size s0 of a dynamic dim (flame.ir.symbolic)
+    side: bool = False  # issued on the side stream after the steps before it, finished by its Wait
 
     @property
     def out(self) -> int:
@@ -198,7 +199,7 @@ class KernelLaunch(Step):
         scratch = f" scratch=b{self.args[-1]}" if self.scratch else ""
         outs = ", ".join(f"b{a}" for a in self.outputs)
         comment = "; ".join(format_op(o, ids) for o in self.ops)
-        launch = f"{self.name}{part} <<<{self.grid}, {self.block}, {self.smem}>>>"
+        launch = f"{self.name}{part} <<<{self.grid}, {self.block}, {self.smem}>>>" + (" on side stream" if self.side else "")
         if self.sizes:
             launch += f" s0={','.join(map(str, self.sizes))}"
         return f"{outs} = launch {launch} ({ins}){scratch}  # {comment}"
@@ -396,7 +397,7 @@ class CollectiveCall(LibraryCall):
     are packed flat, in order, into `out` (all_gather: at this rank's slot) or into `workspace`
     (reduce_scatter, whose `out` is one rank's part) and the collective runs once on the packed bytes.
     `overlap`: issued on the communication stream after the steps before it, and finished by the
-    CollectiveWait the plan builder puts before the first step that needs its buffers again, so the
+    Wait the plan builder puts before the first step that needs its buffers again, so the
     steps between them overlap the transfer."""
 
     name: ClassVar[str] = "collective"
@@ -421,15 +422,20 @@ class CollectiveCall(LibraryCall):
 
 
 @dataclass(frozen=True)
-class CollectiveWait(Step):
-    """The plan's stream waits for an overlapped CollectiveCall (the one writing `out`) to finish.
-    It reads the call's inputs and writes its result as far as the memory planner is concerned, so
-    those bytes stay untouched by other steps while the transfer runs."""
+class Wait(Step):
+    """The plan's stream waits for an overlapped step to finish: a CollectiveCall on the communication
+    stream or an update's KernelLaunch on the side stream (`stream`), the one writing `out` for IR op
+    `op`. It reads the step's inputs and writes what the step writes (`out`, then `rest`: a workspace,
+    other results, scratch) as far as the memory planner is concerned, so those bytes stay untouched
+    by other steps while the step runs. A bound input the step itself overwrites in place is not
+    among `inputs` (nothing can take its bytes, and reading it here would cost the update its
+    in-place write)."""
 
     inputs: tuple[int, ...] = buffer_field()
     out: int = buffer_field()
-    op: Op  # the call's op (the wait itself does no work)
-    workspace: int | None = buffer_field(default=None)
+    op: Op  # the step's (first) op: with `out`, it names the step's events (the wait itself does no work)
+    rest: tuple[int, ...] = buffer_field(default=())
+    stream: str = "comm"
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -441,14 +447,15 @@ class CollectiveWait(Step):
 
     @property
     def writes(self) -> tuple[int, ...]:
-        return (self.out,) + (() if self.workspace is None else (self.workspace,))
+        return (self.out,) + self.rest
 
     @property
     def outputs(self) -> tuple[int, ...]:
         return ()
 
     def format(self, ids: dict[Value, int]) -> str:
-        return f"wait b{self.out}  # the collective writing b{self.out} has finished"
+        what = "collective" if self.stream == "comm" else "update"
+        return f"wait b{self.out}  # the {what} writing b{self.out} on the {self.stream} stream has finished"
 
 
 @dataclass(frozen=True)

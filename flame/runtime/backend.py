@@ -62,14 +62,16 @@ def _conv_workspace(op) -> int:
 def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Target:
     """`target` with the matmul epilogues cuBLASLt runs inside the call and, for the CUDA executor,
     which attention and convolution ops cuDNN runs (with the workspace each call needs), whether
-    collectives overlap on a communication stream and the current GPU's architecture."""
+    collectives overlap on a communication stream, whether optimizer updates overlap on a side stream and
+    the current GPU's architecture."""
     target = replace(target, matmul_epilogues=frozenset(matmul.SUPPORTED_EPILOGUES) - {"none"})
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
                    attention_layout_unsupported=cudnn_attention.layout_unsupported,
                    attention_workspace=_attention_workspace, matmul_workspace=_matmul_workspace,
-                   comm_stream=comm_stream_enabled(), conv_unsupported=_conv_unsupported,
+                   comm_stream=comm_stream_enabled(), side_stream=side_stream_enabled(),
+                   conv_unsupported=_conv_unsupported,
                    conv_workspace=_conv_workspace, arch=_arch())
 
 
@@ -80,6 +82,13 @@ def _arch() -> str:
     from flame.codegen.nvrtc import device_arch
 
     return device_arch()
+
+
+def side_stream_enabled() -> bool:
+    """FLAME_SIDE_STREAM=0 runs optimizer updates on the plan's own stream, in order; by default the CUDA
+    executor issues each on a second stream as soon as its gradient is final, so it overlaps the rest
+    of the backward (a memory-bound update beside compute-bound matmuls)."""
+    return os.environ.get("FLAME_SIDE_STREAM", "1") != "0"
 
 
 def comm_stream_enabled() -> bool:

@@ -53,13 +53,13 @@ from flame.plan.steps import (
     Alias,
     AttentionCall,
     CollectiveCall,
-    CollectiveWait,
     ConvCall,
     Copy,
     KernelLaunch,
     MatmulCall,
     Plan,
     Step,
+    Wait,
     aligned,
     byte_offset,
 )
@@ -162,7 +162,6 @@ def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
             att.forward(a["q"], a["k"], a["v"], a["o"], None if s.stats is None else bufs[s.stats], mask, ws)
 
 
-_COMM_STREAMS: dict[int, object] = {}  # device id -> the communication stream of this process
 _GRAPH_STREAMS: dict[int, object] = {}  # device id -> the stream compiled plans capture their graphs on
 
 
@@ -179,50 +178,67 @@ def graph_stream():
     return _GRAPH_STREAMS[dev]
 
 
-def comm_stream():
-    """The stream overlapped collectives run on (one per device, non-blocking)."""
+_STREAMS: dict[tuple[int, str], object] = {}  # (device id, "comm" or "side") -> that stream of this process
+
+
+def overlap_stream(name: str):
+    """The second stream overlapped steps run on, one per device and kind (non-blocking): "comm" for
+    collectives, "side" for optimizer updates (separate, so an update never queues behind a transfer)."""
     import cupy
 
-    dev = cupy.cuda.Device().id
-    if dev not in _COMM_STREAMS:
-        _COMM_STREAMS[dev] = cupy.cuda.Stream(non_blocking=True)
-    return _COMM_STREAMS[dev]
+    key = (cupy.cuda.Device().id, name)
+    if key not in _STREAMS:
+        _STREAMS[key] = cupy.cuda.Stream(non_blocking=True)
+    return _STREAMS[key]
+
+
+def _fork(stream, name: str, out: int, op) -> tuple:
+    """Start an overlapped step: the `name` stream waits for everything issued on `stream` so far.
+    Returns (that stream, the event its Wait waits for: record it after the step's work); under
+    CUDA-graph capture the two events become the graph's fork and join edges."""
+    side = overlap_stream(name)
+    ready, done = _events(out, op)
+    ready.record(stream)
+    side.wait_event(ready)
+    return side, done
 
 
 def _collective(s: CollectiveCall, fn, bufs: dict, stream) -> None:
-    """NCCL through the process group's communicator (runtime/nccl.py). Overlapped (s.overlap): the
-    communication stream waits for everything issued on `stream` so far, runs the call, and records
-    an event the matching CollectiveWait makes `stream` wait for; under CUDA-graph capture the two
-    events become the graph's fork and join edges."""
+    """NCCL through the process group's communicator (runtime/nccl.py). Overlapped (s.overlap): on
+    the communication stream (_fork), finished by the matching Wait."""
     if not s.overlap:
         with stream:
             run_collective(s, bufs, stream)
         return
-    side = comm_stream()
-    ready, done = _comm_events(s)
-    ready.record(stream)
-    side.wait_event(ready)
+    side, done = _fork(stream, "comm", s.out, s.op)
     with side:
         run_collective(s, bufs, side)
     done.record(side)
 
 
-_EVENTS: dict[tuple, tuple] = {}  # (device, result buffer, op) -> (ready, done) events of an overlapped call
+def _side_kernel(s: KernelLaunch, fn, bufs: dict, stream) -> None:
+    """An update's kernel (s.side) on the side stream (_fork), finished by the matching Wait."""
+    side, done = _fork(stream, "side", s.out, s.ops[0])
+    _kernel(s, fn, bufs, side)
+    done.record(side)
 
 
-def _comm_events(s: CollectiveCall | CollectiveWait) -> tuple:
-    """The (ready, done) events of an overlapped call, shared with its wait; created at the plan's
-    first (uncaptured) run, so a capture records only the events' edges."""
+_EVENTS: dict[tuple, tuple] = {}  # (device, result buffer, op) -> (ready, done) events of an overlapped step
+
+
+def _events(out: int, op) -> tuple:
+    """The (ready, done) events of an overlapped step (the one writing buffer `out` for `op`), shared
+    with its Wait; created at the plan's first (uncaptured) run, so a capture records only edges."""
     import cupy
 
-    key = (cupy.cuda.Device().id, s.out, s.op)
+    key = (cupy.cuda.Device().id, out, op)
     if key not in _EVENTS:
         _EVENTS[key] = (cupy.cuda.Event(disable_timing=True), cupy.cuda.Event(disable_timing=True))
     return _EVENTS[key]
 
 
-def _wait(s: CollectiveWait, fn, bufs: dict, stream) -> None:
-    stream.wait_event(_comm_events(s)[1])
+def _wait(s: Wait, fn, bufs: dict, stream) -> None:
+    stream.wait_event(_events(s.out, s.op)[1])
 
 
 def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
@@ -250,7 +266,7 @@ def _copy(s: Copy, fn, bufs: dict, stream) -> None:
 
 
 STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, AttentionCall: _attention,
-                                       ConvCall: _conv, CollectiveCall: _collective, CollectiveWait: _wait,
+                                       ConvCall: _conv, CollectiveCall: _collective, Wait: _wait,
                                        Alias: _alias, Copy: _copy}
 Program = list[tuple[Callable, object, Step]]
 
@@ -262,7 +278,8 @@ def prepare(steps: Sequence[Step], fns: dict) -> Program:
     def kernel(s: Step):
         return fns[(_source_key(s.source), s.name)] if isinstance(s, KernelLaunch) else None
 
-    return [(STEP_HANDLERS[type(s)], kernel(s), s) for s in steps]
+    return [(_side_kernel if isinstance(s, KernelLaunch) and s.side else STEP_HANDLERS[type(s)], kernel(s), s)
+            for s in steps]
 
 
 def run_program(program: Program, bufs: dict, stream) -> None:

@@ -107,14 +107,17 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
         rows.append((ms, unit, _rate(plan, unit, ms)))
     cupy.cuda.Device().synchronize()
     total = sum(ms for ms, _, _ in rows)
-    lines = [f"== {plan.name}: {len(rows)} kernels, {total * 1e3:.1f} us of GPU time per step "
-             f"(copy bandwidth {peak_gbs:.0f} GB/s; timed by {' and '.join(sorted(how))}) =="]
+    side = sum(ms for ms, unit, _ in rows if getattr(unit.steps[0], "side", False))
+    overlapped = f", {side * 1e3:.1f} us of it on the side stream beside other kernels" if side else ""
+    lines = [f"== {plan.name}: {len(rows)} kernels, {total * 1e3:.1f} us of GPU time per step{overlapped} "
+             f"(copy bandwidth {peak_gbs:.0f} GB/s; each kernel alone, timed by {' and '.join(sorted(how))}) =="]
     for ms, unit, rate in sorted(rows, key=lambda r: -r[0]):
         pct = ""
         if rate.endswith("GB/s"):
             pct = f" {100 * float(rate.split()[0]) / peak_gbs:5.1f}% of copy"
         ops = "+".join(o.name for o in unit.ops)
-        lines.append(f"  {ms * 1e3:9.1f} us {100 * ms / total:5.1f}%  {rate}{pct}  [{unit.index}] {unit.name} ({ops})")
+        where = " on side stream" if getattr(unit.steps[0], "side", False) else ""
+        lines.append(f"  {ms * 1e3:9.1f} us {100 * ms / total:5.1f}%  {rate}{pct}  [{unit.index}] {unit.name}{where} ({ops})")
     return "\n".join(lines)
 
 

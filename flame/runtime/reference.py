@@ -22,7 +22,7 @@ from flame.plan.steps import (
     AttentionCall,
     Buffer,
     CollectiveCall,
-    CollectiveWait,
+    Wait,
     ConvCall,
     Copy,
     KernelLaunch,
@@ -119,11 +119,11 @@ def _attention(s: AttentionCall, bufs: dict, plan: Plan) -> None:
 
 def _collective(s: CollectiveCall, bufs: dict, plan: Plan) -> None:
     """Through the process's communicator (the identity in a world of one, the TCP-store exchange
-    between processes otherwise); synchronous, so the matching CollectiveWait has nothing to do."""
+    between processes otherwise); synchronous, so the matching Wait has nothing to do."""
     run_collective(s, bufs)
 
 
-def _wait(s: CollectiveWait, bufs: dict, plan: Plan) -> None:
+def _wait(s: Wait, bufs: dict, plan: Plan) -> None:
     pass
 
 
@@ -141,7 +141,7 @@ def _copy(s: Copy, bufs: dict, plan: Plan) -> None:
 
 
 STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _attention, CollectiveCall: _collective,
-                 CollectiveWait: _wait, ConvCall: _conv, Alias: _alias, Copy: _copy}  # one per step type
+                 Wait: _wait, ConvCall: _conv, Alias: _alias, Copy: _copy}  # one per step type
 
 
 def bind(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> dict[int, np.ndarray]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flame.ir.graph import Value
-from flame.plan.steps import KernelLaunch, Plan
+from flame.plan.steps import KernelLaunch, Plan, with_fields
 
 
 @dataclass
@@ -106,8 +106,10 @@ class GpuUnitRunner:
         """Issue the unit's steps on `stream`, through the CUDA executor's step handlers."""
         from flame.runtime.cuda import prepare, run_program
 
-        if unit.index not in self._programs:
-            self._programs[unit.index] = prepare(unit.steps, self.fns)
+        if unit.index not in self._programs:  # an update runs on `stream` too: it is timed and checked alone
+            steps = [with_fields(s, {"side": False}) if isinstance(s, KernelLaunch) and s.side else s
+                     for s in unit.steps]
+            self._programs[unit.index] = prepare(steps, self.fns)
         run_program(self._programs[unit.index], bufs, stream)
 
     def run(self, unit: Unit) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:

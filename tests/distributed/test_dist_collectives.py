@@ -23,7 +23,7 @@ from flame.passes.dce import eliminate_dead_code
 from flame.passes.schedule_collectives import schedule_collectives
 from flame.plan.build import build_plan, to_plan
 from flame.plan.memory import check_plan
-from flame.plan.steps import CollectiveCall, CollectiveWait
+from flame.plan.steps import CollectiveCall, Wait
 from flame.runtime import communicator
 from flame.runtime.reference import run_graph, run_plan
 from flame.target import Target
@@ -130,12 +130,12 @@ def test_overlapped_collective_waits_before_its_first_reader():
     g, ins = _two_buckets_graph()
     g = schedule_collectives(g)
     plain = to_plan(g)
-    assert not any(isinstance(s, CollectiveWait) for s in plain.steps)
+    assert not any(isinstance(s, Wait) for s in plain.steps)
     plan = to_plan(g, target=dataclasses.replace(Target(), comm_stream=True))
     check_plan(plan)
     kinds = [type(s).__name__ for s in plan.steps]
     calls = [i for i, s in enumerate(plan.steps) if isinstance(s, CollectiveCall)]
-    waits = [i for i, s in enumerate(plan.steps) if isinstance(s, CollectiveWait)]
+    waits = [i for i, s in enumerate(plan.steps) if isinstance(s, Wait)]
     assert len(calls) == len(waits) == 2 and all(isinstance(plan.steps[i], CollectiveCall) and plan.steps[i].overlap
                                                  for i in calls)
     first_wait = min(waits)
