@@ -70,7 +70,6 @@ siblings, BGRAD) in passes/fuse_columns.py."""
 
 from __future__ import annotations
 
-import bisect
 import math
 
 import networkx as nx

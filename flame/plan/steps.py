@@ -199,7 +199,8 @@ class KernelLaunch(Step):
         scratch = f" scratch=b{self.args[-1]}" if self.scratch else ""
         outs = ", ".join(f"b{a}" for a in self.outputs)
         comment = "; ".join(format_op(o, ids) for o in self.ops)
-        launch = f"{self.name}{part} <<<{self.grid}, {self.block}, {self.smem}>>>" + (" on side stream" if self.side else "")
+        launch = f"{self.name}{part} <<<{self.grid}, {self.block}, {self.smem}>>>"
+        launch += " on side stream" if self.side else ""
         if self.sizes:
             launch += f" s0={','.join(map(str, self.sizes))}"
         return f"{outs} = launch {launch} ({ins}){scratch}  # {comment}"

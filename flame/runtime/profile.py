@@ -117,7 +117,8 @@ def profile_plan(plan: Plan, inputs: list[np.ndarray], repeat: int, peak_gbs: fl
             pct = f" {100 * float(rate.split()[0]) / peak_gbs:5.1f}% of copy"
         ops = "+".join(o.name for o in unit.ops)
         where = " on side stream" if getattr(unit.steps[0], "side", False) else ""
-        lines.append(f"  {ms * 1e3:9.1f} us {100 * ms / total:5.1f}%  {rate}{pct}  [{unit.index}] {unit.name}{where} ({ops})")
+        lines.append(f"  {ms * 1e3:9.1f} us {100 * ms / total:5.1f}%  {rate}{pct}  [{unit.index}] {unit.name}{where} "
+                     f"({ops})")
     return "\n".join(lines)
 
 

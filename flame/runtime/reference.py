@@ -22,13 +22,13 @@ from flame.plan.steps import (
     AttentionCall,
     Buffer,
     CollectiveCall,
-    Wait,
     ConvCall,
     Copy,
     KernelLaunch,
     MatmulCall,
     Plan,
     Step,
+    Wait,
 )
 from flame.runtime.communicator import run_collective
 from flame.runtime.segments import kernel_function
