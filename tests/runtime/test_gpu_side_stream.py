@@ -1,6 +1,8 @@
 """On a GPU: optimizer updates issued on the side stream (FLAME_SIDE_STREAM, the default) give the
-same bits as the same training run with every step on the plan's stream, with and without CUDA
-graphs, over steps whose updates run while the backward's matmuls do."""
+same bits as the same plan with every step on the plan's stream, with and without CUDA graphs, over
+steps whose updates run while the backward's matmuls do; and the values of the plan without a side
+stream (one multi-tensor update at the end) up to rounding: NVRTC contracts the update's multiply-adds
+into FMAs per kernel source, and the two plans' update kernels are different sources."""
 
 from __future__ import annotations
 
@@ -18,10 +20,15 @@ from flame.plan.steps import KernelLaunch, Wait
 pytestmark = pytest.mark.gpu
 
 
-def _train(monkeypatch, side: bool, graphs: bool, steps: int = 4):
+def _train(monkeypatch, side: bool, graphs: bool, on_side_stream: bool = True, steps: int = 4):
     monkeypatch.setattr(compiler, "_CACHE", OrderedDict())
     monkeypatch.setenv("FLAME_SIDE_STREAM", "1" if side else "0")
     monkeypatch.setenv("FLAME_CUDA_GRAPHS", "1" if graphs else "0")
+    if not on_side_stream:  # the same plan, its side launches issued on the plan's stream
+        from flame.runtime import cuda
+
+        monkeypatch.setattr(cuda, "_side_kernel", cuda._kernel)
+        monkeypatch.setitem(cuda.STEP_HANDLERS, Wait, lambda s, fn, bufs, stream: None)
     flame.manual_seed(0)
     width = 1024  # big enough that an update still runs when the next matmul starts
     model = nn.Sequential(nn.Linear(256, width), nn.GELU(), nn.Linear(width, width), nn.GELU(),
@@ -48,11 +55,18 @@ def _train(monkeypatch, side: bool, graphs: bool, steps: int = 4):
 
 @pytest.mark.parametrize("graphs", [False, True])
 def test_side_stream_updates_equal_in_order_updates(monkeypatch, graphs):
-    plain, losses0, params0 = _train(monkeypatch, False, graphs)
     plan, losses, params = _train(monkeypatch, True, graphs)
-    assert not any(isinstance(s, Wait) for s in plain.steps)
+    monkeypatch.undo()
+    same, losses1, params1 = _train(monkeypatch, True, graphs, on_side_stream=False)
+    monkeypatch.undo()
+    plain, losses0, params0 = _train(monkeypatch, False, graphs)
     side = [s for s in plan.steps if isinstance(s, KernelLaunch) and s.side]
     assert len(side) == 3 and sum(isinstance(s, Wait) for s in plan.steps) == 3
-    assert losses == losses0
-    for a, b in zip(params, params0):
+    assert not any(isinstance(s, Wait) for s in plain.steps)
+    assert losses == losses1
+    for a, b in zip(params, params1):
         np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(losses, losses0, rtol=1e-3)
+    for a, b in zip(params, params0):  # a bf16 ulp here and there
+        assert np.mean(a != b) < 1e-3
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=1e-3)
