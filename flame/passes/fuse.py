@@ -27,9 +27,8 @@ Rules, in the order they apply:
 - updates (Target.side_stream): a kernel that only writes parameters or optimizer state in place
   (fusion_state.updates_only: an optimizer's update) is launched as soon as what it reads is final
   and every other reader of what it overwrites has run, so the plan can issue it on the side stream
-  while the rest of the backward runs (the multi-tensor AdamW of the MLP step hid behind its weight
-  gradients' matmuls); horizontal fusion merges only updates that become ready between the same two
-  library calls;
+  while the rest of the backward runs; horizontal fusion merges only updates that become ready after
+  the same library calls (off by default: runtime/backend.side_stream_enabled says why);
 - matmul: stays a library call; a bias add over the last dim and a relu or tanh-GELU that only it
   feeds are marked as its epilogue when the target's library runs that epilogue
   (Target.matmul_epilogues; the plan builder still falls back to a kernel when the runtime it builds
