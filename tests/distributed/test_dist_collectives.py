@@ -23,8 +23,9 @@ from flame.passes.dce import eliminate_dead_code
 from flame.passes.schedule_collectives import schedule_collectives
 from flame.plan.build import build_plan, to_plan
 from flame.plan.memory import check_plan
-from flame.plan.steps import CollectiveCall, Wait
+from flame.plan.steps import CollectiveCall, KernelLaunch, Wait, root
 from flame.runtime import communicator
+from flame.runtime.backend import capabilities
 from flame.runtime.reference import run_graph, run_plan
 from flame.target import Target
 from tests.distributed.launch import ok, run
@@ -237,6 +238,48 @@ def test_ddp_adds_one_all_reduce_per_bucket_right_after_its_gradients(two_ranks)
         np.testing.assert_allclose(step(*args).item(), ref_step(*args).item(), rtol=1e-6)
     for p, q in zip(model.parameters(), ref_model.parameters()):
         np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_side_stream_updates_wait_for_the_all_reduce_of_their_gradients(two_ranks, monkeypatch):
+    """Collectives on the communication stream and optimizer updates on the side stream (both targets'
+    streams on): the same bits as neither, and an update reads an all-reduced gradient only after
+    that collective's Wait."""
+    from collections import OrderedDict
+
+    from flame import compiler
+    from flame.nn.parallel import DistributedDataParallel
+
+    def run(overlap: bool):
+        monkeypatch.setattr(compiler, "_CACHE", OrderedDict())
+        target = dataclasses.replace(capabilities("reference"), side_stream=overlap, comm_stream=overlap)
+        monkeypatch.setattr(compiler, "_target", lambda *settings: target)
+        model = _mlp()
+        ddp = DistributedDataParallel(model, bucket_cap_mb=8000 / 2**20)
+        opt = flame.optim.AdamW(ddp.parameters(), lr=1e-3)
+        x, y = flame.randn(8, 16, generator=flame.Generator(1)), flame.tensor([i % 4 for i in range(8)])
+        step, args = _step(ddp, opt, x, y)
+        losses = [step(*args).item() for _ in range(2)]
+        return step._lookup(step._args(list(args))).plan, losses, [p.numpy().copy() for p in model.parameters()]
+
+    _, losses0, params0 = run(False)
+    plan, losses, params = run(True)
+    check_plan(plan)
+    assert losses == losses0
+    for a, b in zip(params, params0):
+        np.testing.assert_array_equal(a, b)
+    calls = [i for i, s in enumerate(plan.steps) if isinstance(s, CollectiveCall) and s.overlap]
+    side = [i for i, s in enumerate(plan.steps) if isinstance(s, KernelLaunch) and s.side]
+    assert len(calls) >= 3 and side
+    pairs = 0
+    for i in side:
+        reads = {root(plan.buffers, b) for b in plan.steps[i].reads}
+        for c in calls:
+            if root(plan.buffers, plan.steps[c].out) in reads:
+                wait = next(j for j, s in enumerate(plan.steps)
+                            if isinstance(s, Wait) and s.stream == "comm" and s.out == plan.steps[c].out)
+                assert c < wait < i
+                pairs += 1
+    assert pairs >= len(side)
 
 
 def test_no_sync_inside_and_outside_compile_traces_both_ways(two_ranks):

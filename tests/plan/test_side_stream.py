@@ -98,3 +98,4 @@ def test_an_eager_optimizer_step_has_nothing_to_overlap(monkeypatch):
     assert not np.array_equal(lin.weight.numpy(), before)
     for entry in compiler._CACHE.values():
         assert not any(isinstance(s, Wait) or getattr(s, "side", False) for s in entry.plan.steps)
+
