@@ -520,7 +520,7 @@ def _frees_memory(st: State, grp: Group, before: set[Group]) -> bool:
     replaces an input (an optimizer update, written in place once nothing else reads the input)
     keeps its place."""
     exposed = st.exposed(grp.ops)
-    if any(v in st.in_place for v in exposed):
+    if any(v in st.updated for v in exposed):
         return False
     inside = set(grp.ops)
     written = sum(_bytes(v) for v in exposed if not is_view(v.producer) and v not in st.outs)
@@ -537,9 +537,9 @@ def _bytes(v: Value) -> int:
 
 def _order(st: State) -> list[Group]:
     """Groups in a topological order of the kernel graph: among the ready kernels, an update for the
-    side stream (after every reader of what it overwrites) or 0-d work it reads first, then one that frees more memory
-    than it takes (a weight gradient, last reader of the saved layer input, before the data
-    gradient), then by first op's position."""
+    side stream (after every reader of what it overwrites) or 0-d work it reads first, then one
+    that frees more memory than it takes (a weight gradient, last reader of the saved layer input,
+    before the data gradient), then by first op's position."""
     kernels = nx.DiGraph()
     kernels.add_nodes_from(st.groups)
     kernels.add_edges_from((grp, s) for grp in st.groups for s in st.succ(grp))

@@ -44,7 +44,6 @@ class State:
         # (op of a kernel, reader op) -> why the reader could not join that kernel (its last try)
         self.refused: dict[tuple[Op, Op], str] = {}
         self.forward, self.later = _phases(g)
-        self.in_place = {g.outputs[o] for o in g.aliases}
         self.updated = g.updated()  # output updating an input in place -> that input
 
     def refuse(self, grp: Group, op: Op, why: str) -> bool:
