@@ -39,7 +39,7 @@ from flame.plan.build import to_plan
 from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
 from flame.plan.steps import MemoryBudget
-from flame.runtime.backend import capabilities, comm_stream_enabled, side_stream_enabled
+from flame.runtime.backend import bgrad_enabled, capabilities, comm_stream_enabled, side_stream_enabled
 from flame.runtime.cuda import graphs_setting
 from flame.runtime.device import executor
 from flame.target import Target
@@ -71,9 +71,10 @@ def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
     cuda = ex.name == "cuda"
     gpu = _current_gpu() if cuda else None
     comm, side = cuda and comm_stream_enabled(), cuda and side_stream_enabled()
+    bgrad = bgrad_enabled()
     settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm, side,
-                rows_schedule())
-    return settings, _target(ex.name, gpu, comm, side)
+                rows_schedule(), bgrad)
+    return settings, _target(ex.name, gpu, comm, side, bgrad)
 
 
 def _current_gpu() -> int:
@@ -83,9 +84,9 @@ def _current_gpu() -> int:
 
 
 @lru_cache(maxsize=16)
-def _target(executor_name: str, gpu: int | None, comm_stream: bool, side_stream: bool) -> Target:
+def _target(executor_name: str, gpu: int | None, comm_stream: bool, side_stream: bool, bgrad: bool) -> Target:
     """capabilities() of the executor, once per (executor, current GPU, FLAME_COMM_STREAM,
-    FLAME_SIDE_STREAM): what it reads."""
+    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD): what it reads."""
     return capabilities(executor_name)
 
 

@@ -38,7 +38,10 @@ class Target:
     may use (with that epilogue, ta / tb: an operand read through its transpose's input). comm_stream: the
     executor issues collectives on a communication stream (plan: CollectiveCall.overlap). side_stream:
     the executor issues optimizer updates (kernels that only write parameters and state in place) on a
-    second stream, so they overlap the backward after them (plan: KernelLaunch.side). sm_count,
+    second stream, so they overlap the backward after them (plan: KernelLaunch.side). bgrad_epilogue:
+    a Linear's bias gradient becomes its weight-gradient GEMM's BGRAD epilogue (when matmul_epilogues
+    has it) instead of a column-reduction kernel of its own (runtime/backend.bgrad_enabled says why that
+    is the default). sm_count,
     split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows).
     conv_channels_last: convolution library calls take channels-last activations, so the layout pass
     (passes/layout.py) keeps the activations of convolutional segments [N, *S, C] inside the step.
@@ -60,6 +63,7 @@ class Target:
     split_work_min: int = 1 << 20  # ... when the reduction reads at least this many elements
     comm_stream: bool = False  # collectives run on a second stream, overlapping the steps after them
     side_stream: bool = False  # optimizer updates run on a second stream, overlapping the steps after them
+    bgrad_epilogue: bool = False  # bias gradients ride in their weight-gradient GEMMs (cuBLASLt BGRAD)
     conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
     arch: str = ""
     kernel_param_bytes: int = 32764  # a kernel's parameters (CUDA 12.1+ on Volta and newer; 4096 before)

@@ -63,8 +63,10 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
     """`target` with the matmul epilogues cuBLASLt runs inside the call and, for the CUDA executor,
     which attention and convolution ops cuDNN runs (with the workspace each call needs), whether
     collectives overlap on a communication stream, whether optimizer updates overlap on a side stream and
-    the current GPU's architecture."""
-    target = replace(target, matmul_epilogues=frozenset(matmul.SUPPORTED_EPILOGUES) - {"none"})
+    the current GPU's architecture; for every executor, whether bias gradients take cuBLASLt's BGRAD
+    epilogue (bgrad_enabled), so that the reference runs the plan the GPU runs."""
+    target = replace(target, matmul_epilogues=frozenset(matmul.SUPPORTED_EPILOGUES) - {"none"},
+                     bgrad_epilogue=bgrad_enabled())
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
@@ -91,6 +93,16 @@ def side_stream_enabled() -> bool:
     so nothing was hidden, and gpt_train's 48 per-layer updates took 1.5 % longer than its one
     multi-tensor update (README, "The optimizer and the backward")."""
     return os.environ.get("FLAME_SIDE_STREAM", "0") == "1"
+
+
+def bgrad_enabled() -> bool:
+    """FLAME_MATMUL_BGRAD=1 has a Linear's bias gradient computed by its weight-gradient GEMM (cuBLASLt's
+    BGRADA / BGRADB epilogue). Off by default: on an H200 (2026-11-29, cuBLASLt 13) cuBLASLt ran every
+    such epilogue as a kernel of its own after the GEMM (globalKernelBgradAB_v2), slower than flame's
+    column reduction of the same gradient: [8192, 4096] bf16 30.6 us against 18.6 + 2.2, [8192, 3072]
+    20.3 against 14.0 + 1.7, [8192, 1024] 8.4 against 3.8 + 2.0; the step spans (CUPTI timelines)
+    mlp_bf16_train 4484 -> 4450 us, gpt_block_train 1481 -> 1464, gpt_train 8410 -> 8280."""
+    return os.environ.get("FLAME_MATMUL_BGRAD", "0") == "1"
 
 
 def comm_stream_enabled() -> bool:

@@ -1,6 +1,7 @@
 """Which cuBLASLt epilogue each GEMM of a training step gets (tanh-GELU with its pre-activation as aux,
-BGRAD bias gradients), and that the plan with those epilogues computes on the reference executor what
-the unfused graph computes. The GPU side: tests/runtime/test_gpu_matmul_epilogues.py."""
+BGRAD bias gradients where the target asks for them: FLAME_MATMUL_BGRAD=1, Target.bgrad_epilogue),
+and that the plan with those epilogues computes on the reference executor what the unfused graph
+computes. The GPU side: tests/runtime/test_gpu_matmul_epilogues.py."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from flame.runtime.reference import run_graph, run_plan
 from flame.target import MATMUL_EPILOGUES
 from tests.passes.fuse_cases import build
 
-CUDA = capabilities("cuda")
+CUDA = replace(capabilities("cuda"), bgrad_epilogue=True)  # every epilogue, BGRAD included
 
 
 def mlp_step(approximate: str, width: int = 16, dtype: str = "f32", backward: bool = True):
@@ -192,6 +193,21 @@ def test_without_the_epilogues_the_same_step_runs_as_kernels():
     _close(got_new, got_old, 1e-5, 1e-5)
 
 
+def test_by_default_a_bias_gradient_is_a_column_kernel_of_its_own():
+    """Without Target.bgrad_epilogue (the default: runtime/backend.bgrad_enabled says why) each
+    Linear's bias gradient is one column reduction over the tokens, neither a GEMM epilogue nor carried
+    by the kernel that computes its input; the results are those of the unfused graph."""
+    g, inputs = mlp_step("none")
+    default = capabilities("cuda")
+    assert not default.bgrad_epilogue
+    got, want, plan = _run_both(g, inputs, default)
+    assert not [c for c in _calls(plan) if c.epilogue.startswith("bgrad")]
+    column_sums = [s for s in plan.steps if isinstance(s, KernelLaunch) and [o.name for o in s.ops] == ["reduce_sum"]
+                   and list(s.ops[0].attrs["axes"]) == [0]]
+    assert sorted(s.ops[0].inputs[0].shape for s in column_sums) == [(24, 4), (24, 16), (24, 16)]  # one per Linear
+    _close(got, want, 1e-5, 1e-5)
+
+
 def test_every_epilogue_is_one_the_runtime_maps():
     from flame.runtime import matmul
 
@@ -211,7 +227,7 @@ def test_explain_and_plan_text_name_the_epilogue_and_its_results():
     assert lines and all(ln.split(" = call")[0].count(", ") == 1 for ln in lines)  # out, aux
 
 
-def test_a_bias_gradient_rides_a_gemm_only_over_an_operand_stored_k_first():
+def test_a_bias_gradient_rides_a_gemm_only_over_an_operand_stored_k_first(monkeypatch):
     """cuBLASLt's BGRADA sums a stored transposed (read as ta), BGRADB b as stored. With as many tokens
     as hidden units, the first layer's weight gradient reads a transpose that a kernel writes (not
     folded), so its bias gradient runs as a reduction of its own; on a GPU the call raised before."""
@@ -219,6 +235,7 @@ def test_a_bias_gradient_rides_a_gemm_only_over_an_operand_stored_k_first():
     import flame.nn as nn
     from flame.plan.steps import KernelLaunch, MatmulCall
 
+    monkeypatch.setenv("FLAME_MATMUL_BGRAD", "1")
     flame.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)).to(flame.bf16)
 

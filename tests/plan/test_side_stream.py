@@ -22,7 +22,8 @@ from flame.runtime.backend import capabilities
 
 def _target(monkeypatch, side: bool) -> None:
     monkeypatch.setattr(compiler, "_CACHE", OrderedDict())
-    target = dataclasses.replace(capabilities("reference"), side_stream=side)
+    # bias gradients in their GEMMs (BGRAD): a Linear's weight and bias updates are then ready together
+    target = dataclasses.replace(capabilities("reference"), side_stream=side, bgrad_epilogue=True)
     monkeypatch.setattr(compiler, "_target", lambda *settings: target)
 
 

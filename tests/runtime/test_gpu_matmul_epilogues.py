@@ -6,6 +6,7 @@ on the CUDA executor against the same plan on the reference executor."""
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -144,7 +145,7 @@ def test_compiled_training_step_matches_the_reference(monkeypatch, approximate, 
 
     monkeypatch.setenv("FLAME_CUDA_GRAPHS", "1")
     g, inputs = mlp_step(approximate, dtype=dtype)
-    target = capabilities("cuda")
+    target = replace(capabilities("cuda"), bgrad_epilogue=True)  # BGRAD too (off by default)
     plan = to_plan(fuse(g, target), target=target)
     epilogues = {s.epilogue for s in plan.steps if hasattr(s, "epilogue")}
     assert "bgrad_a" in epilogues and (approximate != "tanh" or "bias_gelu_aux" in epilogues)
