@@ -1,4 +1,4 @@
-"""On a GPU: optimizer updates issued on the side stream (FLAME_SIDE_STREAM, the default) give the
+"""On a GPU: optimizer updates issued on the side stream (FLAME_SIDE_STREAM=1) give the
 same bits as the same plan with every step on the plan's stream, with and without CUDA graphs, over
 steps whose updates run while the backward's matmuls do; and the values of the plan without a side
 stream (one multi-tensor update at the end) up to rounding: NVRTC contracts the update's multiply-adds
@@ -24,6 +24,7 @@ def _train(monkeypatch, side: bool, graphs: bool, on_side_stream: bool = True, s
     monkeypatch.setattr(compiler, "_CACHE", OrderedDict())
     monkeypatch.setenv("FLAME_SIDE_STREAM", "1" if side else "0")
     monkeypatch.setenv("FLAME_CUDA_GRAPHS", "1" if graphs else "0")
+    monkeypatch.setenv("FLAME_MATMUL_BGRAD", "1")  # a Linear's weight and bias updates ready together: one launch
     if not on_side_stream:  # the same plan, its side launches issued on the plan's stream
         from flame.runtime import cuda
 
