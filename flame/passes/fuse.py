@@ -88,6 +88,7 @@ from flame.passes.fuse_columns import (
     absorb_recomputations,
     column_kernels,
     columns_of,
+    is_bias_grad,
 )
 from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
 from flame.passes.fusion_state import (
@@ -576,6 +577,9 @@ def _reason(st: State, grp: Group) -> str:
         return f"collective ({grp.ops[-1].name}: a communicator call)"
     if grp.kind == Kind.ATTENTION and len(grp.ops) > 1:
         return "attention (one library call writes the result and the softmax statistics)"
+    if grp.kind == Kind.REDUCTION and not st.target.bgrad_epilogue and is_bias_grad(st, grp.ops[-1]):
+        return ("bias gradient (a column reduction of its own: faster than cuBLASLt's BGRAD epilogue; "
+                "FLAME_MATMUL_BGRAD=1 puts it there)")
     if grp.kind == Kind.REDUCTION:
         return "column reduction (its own kernel: reduced dims are not innermost)"
     if any(v in st.outs for v in outs) and not readers:

@@ -125,7 +125,7 @@ def absorb_columns(st: State) -> None:
     [rows, cols]). One whose result also depends on kept dims or sums elements of a row (a GroupNorm
     backward's per-channel sums over channels-last data: indexmap.column_map) joins only with
     another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
-    horizontal one. A bias gradient (_bias_grad) stays a column-reduction kernel of its own: carried by
+    horizontal one. A bias gradient (is_bias_grad) stays a column-reduction kernel of its own: carried by
     the kernel computing it, the GELU backward of mlp_bf16_train took 109.5 us + an 8 us fold instead
     of 75 + 18.6 + 2.2, and its cross-entropy row kernel 90.6 + 3.2 instead of 46 + 21 (H200,
     2026-11-29).
@@ -137,7 +137,7 @@ def absorb_columns(st: State) -> None:
         v = op.inputs[0]
         if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
             continue
-        if _bias_grad(st, op):
+        if is_bias_grad(st, op):
             continue  # a column kernel of its own (docstring), or its GEMM's epilogue
         for rg in st.groups:
             if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
@@ -187,7 +187,7 @@ def column_kernels(st: State) -> None:
             v, n_red = op.inputs[0], leading_reduced(op)
             if (op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or n_red is None
                     or any(isinstance(d, SymInt) for d in v.shape) or not math.prod(v.shape)
-                    or v.type.numel != math.prod(eg.domain) or _bias_grad(st, op) or v in by_rows):
+                    or v.type.numel != math.prod(eg.domain) or is_bias_grad(st, op) or v in by_rows):
                 continue  # dynamic sizes and bias gradients keep their column kernel (absorb_columns)
             if eg.kind == Kind.ROWS and (eg.domain, eg.n_red) != (v.shape, n_red):
                 continue  # carries columns of another row layout already
@@ -205,7 +205,7 @@ def column_kernels(st: State) -> None:
             eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
 
 
-def _bias_grad(st: State, red: Op) -> bool:
+def is_bias_grad(st: State, red: Op) -> bool:
     """red is a bias gradient: a column sum that a GEMM reading the same operand could compute as its
     BGRAD epilogue (absorb_bias_grads), whether or not the target has it take it."""
     readers = _view_readers(st, _unreshaped(red.inputs[0]))

@@ -196,7 +196,8 @@ def test_without_the_epilogues_the_same_step_runs_as_kernels():
 def test_by_default_a_bias_gradient_is_a_column_kernel_of_its_own():
     """Without Target.bgrad_epilogue (the default: runtime/backend.bgrad_enabled says why) each
     Linear's bias gradient is one column reduction over the tokens, neither a GEMM epilogue nor carried
-    by the kernel that computes its input; the results are those of the unfused graph."""
+    by the kernel that computes its input, and `flame explain` says so; the results are those of the unfused
+    graph."""
     g, inputs = mlp_step("none")
     default = capabilities("cuda")
     assert not default.bgrad_epilogue
@@ -205,6 +206,7 @@ def test_by_default_a_bias_gradient_is_a_column_kernel_of_its_own():
     column_sums = [s for s in plan.steps if isinstance(s, KernelLaunch) and [o.name for o in s.ops] == ["reduce_sum"]
                    and list(s.ops[0].attrs["axes"]) == [0]]
     assert sorted(s.ops[0].inputs[0].shape for s in column_sums) == [(24, 4), (24, 16), (24, 16)]  # one per Linear
+    assert all(s.reason.startswith("bias gradient (") and "FLAME_MATMUL_BGRAD=1" in s.reason for s in column_sums)
     _close(got, want, 1e-5, 1e-5)
 
 
