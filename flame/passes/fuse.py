@@ -578,8 +578,8 @@ def _reason(st: State, grp: Group) -> str:
     if grp.kind == Kind.ATTENTION and len(grp.ops) > 1:
         return "attention (one library call writes the result and the softmax statistics)"
     if grp.kind == Kind.REDUCTION and not st.target.bgrad_epilogue and is_bias_grad(st, grp.ops[-1]):
-        return ("bias gradient (a column reduction of its own: faster than cuBLASLt's BGRAD epilogue; "
-                "FLAME_MATMUL_BGRAD=1 puts it there)")
+        return ("bias gradient (a column reduction of its own, faster than cuBLASLt's BGRAD epilogue on "
+                "large layers; FLAME_MATMUL_BGRAD=1 puts it in the GEMM)")
     if grp.kind == Kind.REDUCTION:
         return "column reduction (its own kernel: reduced dims are not innermost)"
     if any(v in st.outs for v in outs) and not readers:
