@@ -1,7 +1,7 @@
 """Row kernels of fused groups (templates/fused_rows.cu.j2): reductions over the innermost dims with
 their elementwise prologue and epilogue. Two schedules (Config.rows_schedule / FLAME_ROWS_SCHEDULE:
 "old", "new", or the default "auto": "new" for kernels without column reductions, or with column
-reductions only (no row total: a channels-last BatchNorm's statistics) over rows of at most 16
+reductions only (no row total: a channels-last BatchNorm's statistics) over rows of at most 1024
 vectors, whose per-element reads and writes index the domain itself (_plain; for column sums only,
 values broadcast over kept dims too), "old" for the others; on an H100 (2026-11-23,
 rows_schedules.py) "new" ran softmax [131072, 1024] bf16 in 215 us instead of 314, cross-entropy
@@ -509,16 +509,21 @@ def _new_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
 
 
 def _narrow_threads(make) -> tuple[int, list[_RowSegment]] | None:
-    """"new", column sums only (a channels-last BatchNorm's statistics): no row total, so no shuffle
-    needs a whole warp: (the fewest threads, at least 4, that cover a row with one vector each, the
-    segments at it), or None when a row is wider than 16 vectors."""
+    """"new", column sums only (a channels-last BatchNorm's statistics, a LayerNorm backward's
+    recomputed output beside its weight and bias gradients): no row total, so no shuffle needs a
+    whole warp: (the fewest threads, a power of two of at least 4, that cover a row with one vector
+    each, the segments at it), or None when that takes more than 1024 threads or the row is not held
+    in registers. Rows of more than 16 vectors (whole warps) were measured on an H200 (2026-11-29,
+    kernel timelines): gpt_block_train's LayerNorm-backward kernel of [8192, 1024] bf16 (the
+    recomputed normalised input beside dweight and dbias) ran in 17.7 + 3.6 us (fold) instead of
+    25.3 + 8.0 on the old schedule."""
     parts = make(32)
-    if not all(p.cached for p in parts):
+    V, R = parts[0].V, max(p.R for p in parts)
+    G = next((g for g in (4, 8, 16, 32, 64, 128, 256, 512, 1024) if g * V >= R), 0)
+    if not G or (G < 32 and not all(p.cached for p in parts)):
         return None
-    for G in (4, 8, 16):
-        if G * parts[0].V >= max(p.R for p in parts):
-            return G, make(G)
-    return None
+    parts = parts if G == 32 else make(G)
+    return (G, parts) if all(p.cached for p in parts) else None
 
 
 def _merge_rows(out: list[str], late: list[str]) -> list[str]:
@@ -595,7 +600,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
 
     narrow = _narrow_threads(make) if new and column_only else None
     if narrow is None and column_only and schedule == "auto":
-        new = False  # wider rows carrying column sums only: measured on the old schedule alone
+        new = False  # rows of over 1024 vectors carrying column sums only: measured on the old schedule alone
     if new:
         G, parts = narrow or _new_threads(make, config)
     else:
@@ -621,7 +626,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         paths.append(dict(segments=fields, cond=" && ".join(dict.fromkeys(checks)) if aligned and checks else ""))
     fields = paths[0]["segments"]
     per_sm = config.column_threads if any(is_reduction(op) and op not in columns for op in group.ops) \
-        else config.column_only_threads
+        or (new and G >= 32) else config.column_only_threads  # a wide row's partials: Config.column_threads
     cap = target.sm_count * max(1, per_sm // block) if columns else _MAX_GRID
     grid = min(-(-start // (block // G)), cap)
     if columns and isinstance(start, symbolic.SymInt) and symbolic.current() is not None:

@@ -14,6 +14,7 @@ import flame
 from flame.codegen import lower
 from flame.codegen.kernel import DEFAULT_CONFIG
 from flame.codegen.nvrtc import compile_many
+from flame.codegen.rows_columns import FOLD_COLS, FOLD_PHASES
 from flame.ir import Builder, Graph, TensorType, bf16, f32, verify
 from flame.passes.fuse import fuse
 from flame.plan.build import to_plan
@@ -206,13 +207,13 @@ def _column_kernels(shape):
 def test_layer_norm_backward_column_schedule(shape, block):
     """Rows of <= 128 threads carrying the weight/bias gradients run 4 per 512-thread block when the
     row count lets every block's rows stay real (else one per block); the grid fills the GPU and
-    no more (one partial per block); the fold kernel takes 32 columns per block; all compile."""
+    no more (one partial per block); the fold kernel takes 32 columns x 32 runs per block; all compile."""
     main, fold = _column_kernels(shape)
     rows, C = math.prod(shape[:-1]), shape[-1]
     assert main.block == block and "_fold_" in fold.name and main.scratch == fold.scratch
     cap = DEFAULT_TARGET.sm_count * max(1, DEFAULT_CONFIG.column_threads // block)
     assert main.grid == min(-(-rows // (block // (32 if C <= 256 else 128))), cap)
-    assert fold.block == 256 and fold.grid == -(-C // 32)
+    assert fold.block == FOLD_COLS * FOLD_PHASES == 1024 and fold.grid == -(-C // FOLD_COLS)
     assert main.scratch == 2 * -(-main.grid * C * 4 // 256) * 256  # two f32 column partials per block
     assert len(compile_many([main.source, fold.source], "sm_90")) == 2
 

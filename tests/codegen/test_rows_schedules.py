@@ -80,6 +80,14 @@ CASES = {
     "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
     "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,
                            ["4 threads per row", "flame_vec<__nv_bfloat16, 8>"]),
+    # rows of over 16 vectors: a warp or more per row, one vector per thread (idle threads past a row
+    # of 96 vectors; 2-element vectors where a row's length is not a multiple of 8)
+    "columns_only_wide": (lambda: _channel_sums((3, 5, 768)), NEW, None,
+                          ["128 threads per row, 4 rows per block", "8-element vectors"]),
+    "columns_only_one_row_per_block": (lambda: _channel_sums((2, 9, 4096)), NEW, None,
+                                       ["512 threads per row", "8-element vectors"]),
+    "columns_only_wide_pairs": (lambda: _channel_sums((5, 3, 1030)), NEW, None,
+                                ["1024 threads per row", "2-element vectors"]),
 }
 
 
@@ -101,11 +109,13 @@ def test_default_schedule_is_auto_and_env_selects(monkeypatch):
     (grp,) = _rows_groups(layer_norm_fwd_bwd((64, 96))[0])
     assert "new schedule" not in lower(grp)[0].source  # carries column sums beside row sums: old
     (grp,) = _rows_groups(_channel_sums())
-    assert "new schedule" in lower(grp)[0].source  # column sums only: new, rows of fewer than 32 threads
+    assert "new schedule" in lower(grp)[0].source  # column sums only: new, a vector per thread
     (grp,) = _rows_groups(_channel_sums_broadcast())
     assert "new schedule" in lower(grp)[0].source  # ... also with a value broadcast over kept dims
     (grp,) = _rows_groups(_channel_sums((4, 6, 10, 1024)))
-    assert "new schedule" not in lower(grp)[0].source  # rows wider than 16 vectors: old (not measured)
+    assert "128 threads per row" in lower(grp)[0].source  # wider rows: whole warps, a vector per thread
+    (grp,) = _rows_groups(_channel_sums((2, 3, 8192), f32))
+    assert "new schedule" not in lower(grp)[0].source  # rows of over 1024 vectors: old (not measured)
     assert "new schedule" in lower(grp, NEW)[0].source
     monkeypatch.setenv("FLAME_ROWS_SCHEDULE", "new")
     assert rows_schedule() == "new" and rows_schedule(OLD) == "old"
