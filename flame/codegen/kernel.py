@@ -41,10 +41,10 @@ class Config:
     BatchNorm's statistics, rows of C channels): on an H200 (2026-11-27, rows_schedules.py, [64, 64,
     64, 128] bf16) 2048 ran its forward sums in 39.6 us (91% of copy) instead of 43.2 (83%) at 1024,
     its backward sums in 59.6 us (78%) instead of 74.2 (62%); rows of over 16 vectors (a thread
-    per vector, whole warps) take column_threads: on an H200 (2026-11-29, kernel timelines) a GELU
-    backward carrying its bias gradient ([8192, 4096] bf16, 512 threads per row, two blocks resident
-    per multiprocessor) ran in the same 83-84 us at either, and its fold read 264 partials in 4.3 us
-    instead of 528 in 8.4. row_unroll: `#pragma unroll` of the row
+    per vector, whole warps) take column_threads: on an H200 (2026-11-29, kernel timelines, an
+    experiment carrying a bias gradient in a GELU backward: [8192, 4096] bf16, 512 threads per row,
+    two blocks resident per multiprocessor) the kernel ran in the same 83-84 us at either, and its
+    fold read 264 partials in 4.3 us instead of 528 in 8.4. row_unroll: `#pragma unroll` of the row
     loop of a row kernel carrying column partials (1: none), so that the compiler may issue the next
     rows' loads before the partials take this row's: on an H100 (2026-11-27, rows_schedules.py
     --cases BN) 2 ran the BatchNorm backward's statistics in 68.5 us instead of 71.0 and its forward

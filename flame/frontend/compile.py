@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flame import debug
+from flame import _gc, debug
 from flame.compiler import compile_graph, compile_instance, optimize_graph, plan_template
 from flame.errors import FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
@@ -471,6 +471,12 @@ class Compiled:
                 self._last = self._checked = entry
                 return entry
             why = why or failed
+        with _gc.paused():  # building (module flame._gc): a new size's plan, or a trace and its compile
+            return self._build_for(args, key, why)
+
+    def _build_for(self, args: list, key: tuple, why: str) -> _Entry:
+        """_lookup's miss: the entry made for these arguments (instantiated from a size template, or
+        traced and compiled, warning why), remembered in the cache."""
         if not why and self.dynamic is not False:
             entry, why = self._instantiate(args, key)
             if entry is not None:
