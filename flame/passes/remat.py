@@ -222,6 +222,7 @@ def free(g: Graph) -> set[Op]:
             allowed |= _chain(op, cand)[0]
             del todo[op]
 
+
 def _early(g: Graph) -> set[Op]:
     """Backward elementwise ops and reductions that read nothing a backward matmul or library call
     computed (a loss's gradient, a norm's backward right after its forward): fusion can run them in
@@ -263,6 +264,7 @@ def _sibling(shared: set[Value], readers: list[Op], allowed: set[Op]) -> bool:
         if any(u in shared for v in r.inputs if v.producer in allowed for u in _chain(v.producer, allowed)[1]):
             return True
     return False
+
 
 def _tail(g: Graph) -> set[Value]:
     """Values the forward reads after its last matmul or library call: alive at the forward's end,
