@@ -7,9 +7,12 @@ flame's row-major, batched, broadcast operands become the 2-D / 3-D strided view
 decided in ONE place, `_layout`. One `_Gemm` (cuBLASLt's matmul descriptor, matrix layouts and the
 algorithms its heuristic returned) is planned per (shapes, dtype, transposes, tf32, epilogue,
 operand alignment) and reused with new pointers; it writes straight into `out` (beta = 0). Planning
-goes through the raw bindings (`nvmath.bindings.cublasLt`): a descriptor, three layouts and one
-heuristic query cost ~0.1 ms of host time, where nvmath's `Matmul` object took ~1.3 ms per shape
-(H100 host, 2026-11-27), most of a first call at a new batch size.
+goes through the raw bindings (`nvmath.bindings.cublasLt`), where nvmath's `Matmul` object took
+~1.3 ms per shape (H100 host, 2026-11-27), most of a first call at a new batch size. The matmul
+descriptors, matrix layouts and heuristic preferences are shared by every problem needing the same
+one (`_Handles`), so a new batch size's GEMM costs little more than its heuristic query: on an H200's
+host (2026-11-29) planning a GEMM at a new shape took 57-67 us of host time, of which 30-35 us the
+query, against 86-88 us (22 us the query) with a descriptor, layouts and preference made per problem.
 
 cuBLASLt is column-major, so every GEMM is issued transposed: D = out^T[n, m] = op(b)^T @ op(a)^T,
 cuBLASLt's A = b, B = a (each row-major array is its own transpose read column-major), M = n, N = m.
@@ -93,8 +96,7 @@ def _first_workspace(lay: Layout, dtype_name: str, epilogue: str, bound: int) ->
     import cupy
 
     gemm = _Gemm(lay, dtype_name, epilogue, (256, 256, 256), bound, cupy.cuda.Device().id)
-    need = int(gemm.results.workspace_size[0])
-    gemm.free()
+    need = int(gemm.results["workspace_size"][0])
     return min(bound, max(4096, -(-need // 4096) * 4096))
 
 
@@ -133,6 +135,7 @@ class Layout:
     expand_b: tuple[int, ...] | None = None
 
 
+@lru_cache(maxsize=4096)
 def _layout(a_shape, b_shape, out_shape, ta: bool, tb: bool) -> Layout:
     """Fold batch dimensions: b shared by every batch -> one GEMM with M = batch*m (when a is not
     transposed); one operand shared -> a batch stride of 0; equal batches -> a strided
@@ -173,39 +176,121 @@ def _compute_type(dtype_name: str):
 
 
 class _Gemm:
-    """One planned cuBLASLt problem (module doc: issued transposed, cuBLASLt's A = b, B = a): its
-    matmul descriptor, matrix layouts, the algorithms the heuristic returned (best first) and the host
-    scalars alpha = 1, beta = 0. run() points the descriptor at the call's epilogue buffers and launches."""
+    """One planned cuBLASLt problem (module doc: issued transposed, cuBLASLt's A = b, B = a): the
+    matmul descriptor, matrix layouts and preference it was planned with (cuBLASLt objects shared by
+    every problem that needs the same one, module doc: _Handles), the algorithms the heuristic returned
+    (best first) and host scalars alpha = 1, beta = 0. run() points the descriptor at the call's
+    epilogue buffers and launches."""
 
     def __init__(self, lay: Layout, dtype_name: str, epilogue: str, aligns: tuple[int, int, int], ws_limit: int,
                  device_id: int):
+        h = _handles()
+        lt = self.lt = h.lt
+        self.handle = _handle(device_id)
+        self.tuned = False  # autotune timed its algorithms (_tune)
+        nb = lay.out[0] if len(lay.out) == 3 else 1
+        m, n = lay.out[-2:]
+        aux = (n, m * n if nb > 1 else 0) if epilogue.endswith("_aux") else None
+        self.desc, self.alpha_ptr, self.beta_ptr = h.descriptor(dtype_name, lay.tb, lay.ta, epilogue, aux)
+        self.pointer, self._pointer_at = h.pointer, h.pointer_at  # the value of a pointer attribute run() sets
+        attr = lt.MatmulDescAttribute
+        self._bias_attr, self._aux_attr = attr.BIAS_POINTER, attr.EPILOGUE_AUX_POINTER
+        self.a, self.b, self.d = (h.layout(dtype_name, shape, nb) for shape in (lay.b, lay.a, lay.out))
+        self.results = np.zeros(8, lt.matmul_heuristic_result_dtype)
+        at, count = self.results.ctypes.data, h.count
+        lt.matmul_algo_get_heuristic(self.handle, self.desc, self.a, self.b, self.d, self.d,
+                                     h.preference(ws_limit, aligns), 8, at, h.count_at)
+        if not count[0]:
+            raise RuntimeError(f"cuBLASLt has no algorithm for a {dtype_name} GEMM of layout {lay}, epilogue "
+                               f"{epilogue!r}, workspace {ws_limit} bytes")
+        size = self.results.itemsize
+        self.algorithms = [at + i * size for i in range(int(count[0]))]  # each result's algo
+        self.algorithm = self.algorithms[0]
+
+    def run(self, a: int, b: int, out: int, workspace, stream: int, epilogue_ptrs: dict,
+            algorithm: int | None = None) -> None:
+        """out = op(a) @ op(b) with the epilogue (pointers: "bias" (also a bias gradient's), "aux")."""
+        lt = self.lt
+        for name, ptr in epilogue_ptrs.items():
+            self.pointer[0] = ptr
+            lt.matmul_desc_set_attribute(self.desc, self._bias_attr if name == "bias" else self._aux_attr,
+                                         self._pointer_at, 8)
+        lt.matmul(self.handle, self.desc, self.alpha_ptr, b, self.a, a, self.b, self.beta_ptr, out, self.d, out,
+                  self.d, algorithm or self.algorithm, workspace.data.ptr, workspace.nbytes, stream)
+
+
+class _Handles:
+    """The cuBLASLt objects planned GEMMs share, made on first use and kept until clear_cache():
+    matmul descriptors (per dtype, transposes, epilogue and aux layout; a GEMM of a new batch size
+    shares its descriptor with the other sizes'), matrix layouts, heuristic preferences (per
+    workspace bound and operand alignments), and the alpha = 1, beta = 0 scalars. Sharing is what
+    makes a new size's GEMM cost about its heuristic query (~45 us of host time on an H200's host)
+    instead of ~170 us. The pointer attributes run() sets on a shared descriptor are set before every
+    launch, so sharing never carries one call's pointers into another's."""
+
+    def __init__(self):
         from nvmath import CudaDataType
         from nvmath.bindings import cublasLt as lt
 
-        self.lt, self.handle = lt, _handle(device_id)
-        self.tuned = False  # autotune timed its algorithms (_tune)
-        dt = int(getattr(CudaDataType, _DATA_TYPES[dtype_name]))
-        f64 = dtype_name == "float64"
-        scalar = np.float64 if f64 else np.float32
-        self.alpha, self.beta = np.ones(1, scalar), np.zeros(1, scalar)
-        self.desc = lt.matmul_desc_create(int(_compute_type(dtype_name)),
-                                          int(CudaDataType.CUDA_R_64F if f64 else CudaDataType.CUDA_R_32F))
-        self.layouts: list[int] = []
-        self.pointer = np.zeros(1, np.uint64)  # the buffer of the pointer attribute being set (run)
-        attr = lt.MatmulDescAttribute
-        self._set(attr.TRANSA, np.array([int(lay.tb)], np.int32))
-        self._set(attr.TRANSB, np.array([int(lay.ta)], np.int32))
-        nb = lay.out[0] if len(lay.out) == 3 else 1
-        m, n = lay.out[-2:]
-        self.a, self.b, self.d = (self._layout(dt, shape, nb) for shape in (lay.b, lay.a, lay.out))
-        if epilogue != "none":
-            self._set(attr.EPILOGUE, np.array([int(getattr(lt.Epilogue, _EPILOG_NAMES[epilogue]))], np.uint32))
-        if epilogue.endswith("_aux"):
-            self._set(attr.EPILOGUE_AUX_LD, np.array([n], np.int64))
+        self.lt, self.types = lt, CudaDataType
+        self.descriptors: dict[tuple, tuple[int, int, int]] = {}
+        self.layouts: dict[tuple, int] = {}
+        self.preferences: dict[tuple, int] = {}
+        self.scalars: list[np.ndarray] = []  # alpha and beta arrays, kept alive for their pointers
+        # what a pointer attribute is set from (cuBLASLt copies the value) and where the heuristic counts
+        self.pointer, self.count = np.zeros(1, np.uint64), np.zeros(1, np.int32)
+        self.pointer_at, self.count_at = self.pointer.ctypes.data, self.count.ctypes.data
+
+    def descriptor(self, dtype_name: str, trans_a: bool, trans_b: bool, epilogue: str,
+                   aux: tuple[int, int] | None) -> tuple[int, int, int]:
+        """(descriptor, alpha pointer, beta pointer) for cuBLASLt's transposes and epilogue; aux: the
+        GELU aux output's (leading dimension, batch stride) for the *_aux epilogues."""
+        key = (dtype_name, allow_tf32, trans_a, trans_b, epilogue, aux)
+        if key not in self.descriptors:
+            lt, f64 = self.lt, dtype_name == "float64"
+            scale_type = self.types.CUDA_R_64F if f64 else self.types.CUDA_R_32F
+            desc = lt.matmul_desc_create(int(_compute_type(dtype_name)), int(scale_type))
+            attr = lt.MatmulDescAttribute
+            values = [(attr.TRANSA, np.array([int(trans_a)], np.int32)),
+                      (attr.TRANSB, np.array([int(trans_b)], np.int32))]
+            if epilogue != "none":
+                values.append((attr.EPILOGUE, np.array([int(getattr(lt.Epilogue, _EPILOG_NAMES[epilogue]))],
+                                                       np.uint32)))
+            if aux is not None:
+                values.append((attr.EPILOGUE_AUX_LD, np.array([aux[0]], np.int64)))
+                if aux[1]:
+                    values.append((attr.EPILOGUE_AUX_BATCH_STRIDE, np.array([aux[1]], np.int64)))
+            for name, value in values:
+                lt.matmul_desc_set_attribute(desc, name, value.ctypes.data, value.nbytes)
+            scalar = np.float64 if f64 else np.float32
+            alpha, beta = np.ones(1, scalar), np.zeros(1, scalar)
+            self.scalars += [alpha, beta]
+            self.descriptors[key] = (desc, alpha.ctypes.data, beta.ctypes.data)
+        return self.descriptors[key]
+
+    def layout(self, dtype_name: str, shape: tuple[int, ...], nb: int) -> int:
+        """A stored row-major [rows, cols] matrix (or a batch of them, or one shared by a batch of nb)
+        as cuBLASLt sees it: column-major cols x rows, leading dimension cols."""
+        r, c = shape[-2:]
+        stride = r * c if len(shape) == 3 else 0
+        key = (dtype_name, r, c, nb, stride)
+        if key not in self.layouts:
+            lt = self.lt
+            h = lt.matrix_layout_create(int(getattr(self.types, _DATA_TYPES[dtype_name])), c, r, c)
             if nb > 1:
-                self._set(attr.EPILOGUE_AUX_BATCH_STRIDE, np.array([m * n], np.int64))
-        pref = lt.matmul_preference_create()
-        try:
+                for attr, value in ((lt.MatrixLayoutAttribute.BATCH_COUNT, np.array([nb], np.int32)),
+                                    (lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, np.array([stride], np.int64))):
+                    lt.matrix_layout_set_attribute(h, attr, value.ctypes.data, value.nbytes)
+            self.layouts[key] = h
+        return self.layouts[key]
+
+    def preference(self, ws_limit: int, aligns: tuple[int, int, int]) -> int:
+        """The heuristic's preference: at most ws_limit bytes of workspace; the operands' alignments
+        (a, b, out: cuBLASLt's B, A, C and D)."""
+        key = (ws_limit, aligns)
+        if key not in self.preferences:
+            lt = self.lt
+            pref = lt.matmul_preference_create()
             p = lt.MatmulPreferenceAttribute
             for name, value, kind in ((p.MAX_WORKSPACE_BYTES, ws_limit, np.uint64),
                                       (p.MIN_ALIGNMENT_A_BYTES, aligns[1], np.uint32),
@@ -214,52 +299,27 @@ class _Gemm:
                                       (p.MIN_ALIGNMENT_D_BYTES, aligns[2], np.uint32)):
                 buf = np.array([value], kind)
                 lt.matmul_preference_set_attribute(pref, name, buf.ctypes.data, buf.nbytes)
-            self.results = lt.MatmulHeuristicResult(8)
-            count = np.zeros(1, np.int32)
-            lt.matmul_algo_get_heuristic(self.handle, self.desc, self.a, self.b, self.d, self.d, pref, 8,
-                                         self.results.ptr, count.ctypes.data)
-        finally:
-            lt.matmul_preference_destroy(pref)
-        if not count[0]:
-            raise RuntimeError(f"cuBLASLt has no algorithm for a {dtype_name} GEMM of layout {lay}, epilogue "
-                               f"{epilogue!r}, workspace {ws_limit} bytes")
-        size = lt.matmul_heuristic_result_dtype.itemsize
-        self.algorithms = [self.results.ptr + i * size for i in range(int(count[0]))]  # each result's algo
-        self.algorithm = self.algorithms[0]
-
-    def _set(self, attr, value: np.ndarray) -> None:
-        self.lt.matmul_desc_set_attribute(self.desc, attr, value.ctypes.data, value.nbytes)
-
-    def _layout(self, dt: int, shape: tuple[int, ...], nb: int) -> int:
-        """A stored row-major [rows, cols] matrix (or a batch of them, or one shared by a batch of nb)
-        as cuBLASLt sees it: column-major cols x rows, leading dimension cols."""
-        lt = self.lt
-        r, c = shape[-2:]
-        h = lt.matrix_layout_create(dt, c, r, c)
-        self.layouts.append(h)
-        if nb > 1:
-            for attr, value in ((lt.MatrixLayoutAttribute.BATCH_COUNT, np.array([nb], np.int32)),
-                                (lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET,
-                                 np.array([r * c if len(shape) == 3 else 0], np.int64))):
-                lt.matrix_layout_set_attribute(h, attr, value.ctypes.data, value.nbytes)
-        return h
-
-    def run(self, a: int, b: int, out: int, workspace, stream: int, epilogue_ptrs: dict,
-            algorithm: int | None = None) -> None:
-        """out = op(a) @ op(b) with the epilogue (pointers: "bias" (also a bias gradient's), "aux")."""
-        attr = self.lt.MatmulDescAttribute
-        for name, ptr in epilogue_ptrs.items():
-            self.pointer[0] = ptr
-            self._set(attr.BIAS_POINTER if name == "bias" else attr.EPILOGUE_AUX_POINTER, self.pointer)
-        self.lt.matmul(self.handle, self.desc, self.alpha.ctypes.data, b, self.a, a, self.b, self.beta.ctypes.data,
-                       out, self.d, out, self.d, algorithm or self.algorithm, workspace.data.ptr, workspace.nbytes,
-                       stream)
+            self.preferences[key] = pref
+        return self.preferences[key]
 
     def free(self) -> None:
-        for h in self.layouts:
-            self.lt.matrix_layout_destroy(h)
-        self.lt.matmul_desc_destroy(self.desc)
-        self.layouts = []
+        lt = self.lt
+        for h in self.layouts.values():
+            lt.matrix_layout_destroy(h)
+        for desc, _, _ in self.descriptors.values():
+            lt.matmul_desc_destroy(desc)
+        for pref in self.preferences.values():
+            lt.matmul_preference_destroy(pref)
+        self.layouts, self.descriptors, self.preferences, self.scalars = {}, {}, {}, []
+
+
+_SHARED: list[_Handles] = []  # the one _Handles, made on first use (cuBLASLt is imported lazily)
+
+
+def _handles() -> _Handles:
+    if not _SHARED:
+        _SHARED.append(_Handles())
+    return _SHARED[0]
 
 
 def algorithm_times(gemm: _Gemm, call, stream, reps: int = TUNE_REPS) -> list[float]:
@@ -371,7 +431,7 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
     if lay.expand_a is not None or lay.expand_b is not None:
         with stream:
             a, b = _expanded(a, lay.expand_a), _expanded(b, lay.expand_b)
-    dev = cupy.cuda.Device().id
+    dev = cupy.cuda.runtime.getDevice()
     if workspace is None:
         if dev not in _FALLBACK:
             _FALLBACK[dev] = cupy.empty(WORKSPACE_BYTES, cupy.uint8)
@@ -388,13 +448,10 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
     if aux is not None:
         ptrs["aux"] = aux.data.ptr
     a_ptr, b_ptr, out_ptr = a.data.ptr, b.data.ptr, out.data.ptr
-
-    def launch(algorithm, stream_ptr):
-        gemm.run(a_ptr, b_ptr, out_ptr, workspace, stream_ptr, ptrs, algorithm)
-
     if autotune:
-        _tune(gemm, launch, stream, 2 * out.size * k)
-    launch(None, stream.ptr)
+        _tune(gemm, lambda algorithm, stream_ptr: gemm.run(a_ptr, b_ptr, out_ptr, workspace, stream_ptr, ptrs,
+                                                           algorithm), stream, 2 * out.size * k)
+    gemm.run(a_ptr, b_ptr, out_ptr, workspace, stream.ptr, ptrs)
 
 
 def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
@@ -405,9 +462,10 @@ def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
 
 
 def clear_cache() -> None:
-    """Free every planned GEMM (its cuBLASLt descriptors) and the fallback workspaces."""
-    for gemm in _PLANS.values():
-        gemm.free()
+    """Forget every planned GEMM, free the cuBLASLt objects they shared (_Handles) and the fallback
+    workspaces."""
     _PLANS.clear()
+    if _SHARED:
+        _SHARED.pop().free()
     _FALLBACK.clear()
     _first_workspace.cache_clear()
