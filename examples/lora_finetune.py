@@ -1,6 +1,6 @@
 """Fine-tune LoRA adapters on a frozen character-level GPT (the model of examples/train_gpt.py).
 
-    python examples/lora_finetune.py [--tiny] [--base runs/gpt] [--out runs/lora] [--steps N] [--rank 16]
+    python3 examples/lora_finetune.py [--tiny] [--base runs/gpt] [--out runs/lora] [--steps N] [--rank 16]
 
 1. The base model is the checkpoint examples/train_gpt.py writes (BASE/checkpoint.safetensors): a GPT
    trained on the code of the standard library's top-level modules. When it is missing, train_gpt.py

@@ -1,6 +1,6 @@
 """Train a small residual CNN with BatchNorm on scikit-learn's bundled 8x8 digits (no download).
 
-    python examples/train_cnn.py [--epochs 30] [--out runs/cnn] [--tiny]
+    python3 examples/train_cnn.py [--epochs 30] [--out runs/cnn] [--tiny]
 
 The network: a 3x3 convolution stem, residual blocks (conv-BN-ReLU-conv-BN plus the skip), a strided
 convolution down to 4x4, global average pooling and a linear head. The whole training step --

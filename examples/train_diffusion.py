@@ -1,6 +1,6 @@
 """Train a denoising diffusion model (DDPM) with a small U-Net on the 8x8 digits upsampled to 16x16.
 
-    python examples/train_diffusion.py [--steps 4000] [--out runs/diffusion] [--tiny]
+    python3 examples/train_diffusion.py [--steps 4000] [--out runs/diffusion] [--tiny]
 
 Data: scikit-learn's bundled digits (no download), upsampled bilinearly to 16x16 with
 F.interpolate and scaled to [-1, 1]. Training (Ho et al., 2020): draw a timestep t and Gaussian noise

@@ -1,6 +1,6 @@
 """Train a character-level GPT on Python's own standard library source (read from disk; no download).
 
-    python examples/train_gpt.py [--steps 2000] [--out runs/gpt] [--resume] [--tiny]
+    python3 examples/train_gpt.py [--steps 2000] [--out runs/gpt] [--resume] [--tiny]
 
 A decoder-only transformer (token + position embedding, pre-LayerNorm blocks with causal attention
 written by hand and a GELU MLP, final LayerNorm, output head tied to the token embedding) learns to

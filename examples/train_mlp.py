@@ -1,6 +1,6 @@
 """Train an MLP on scikit-learn's bundled 8x8 digits (no download) with a compiled training step.
 
-    python examples/train_mlp.py [--epochs 30] [--print-ir]
+    python3 examples/train_mlp.py [--epochs 30] [--print-ir]
 
 The whole step -- forward, loss.backward(), AdamW.step(), zero_grad() -- is traced once by
 @flame.compile into one graph and replayed; the learning-rate schedule changes group['lr'], which the

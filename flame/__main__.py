@@ -1,4 +1,4 @@
-"""`python -m flame` is the `flame` command."""
+"""`python3 -m flame` is the `flame` command."""
 
 from flame.cli import main
 

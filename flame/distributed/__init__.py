@@ -1,5 +1,5 @@
 """flame.distributed: data-parallel training on several GPUs through NCCL, with torch.distributed's
-names. Start one process per GPU with torchrun or `python -m flame.distributed.run --nproc-per-node N
+names. Start one process per GPU with torchrun or `python3 -m flame.distributed.run --nproc-per-node N
 script.py`, call `init_process_group()` in each, and wrap the model in
 `flame.nn.parallel.DistributedDataParallel`. Without a process group (or on one GPU) every call works
 with world size 1. The collectives are IR ops (DESIGN.md §12), eager and inside @flame.compile."""

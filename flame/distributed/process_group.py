@@ -1,5 +1,5 @@
 """The process group: one process per GPU, started by `torchrun` or flame's launcher
-(`python -m flame.distributed.run`), which set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and
+(`python3 -m flame.distributed.run`), which set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT. `init_process_group` joins the ranks through the TCP store (store.py), makes the
 communicator every collective goes through (NCCL on CUDA; the store exchange on the reference
 executor) and installs it in flame.runtime.communicator.
@@ -53,7 +53,7 @@ def _env_int(name: str, default: int | None) -> int:
     if raw is None:
         if default is None:
             raise DistributedError(f"init_process_group: environment variable {name} is not set (start the "
-                                   f"ranks with torchrun or `python -m flame.distributed.run`, or set RANK, "
+                                   f"ranks with torchrun or `python3 -m flame.distributed.run`, or set RANK, "
                                    f"WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
         return default
     try:

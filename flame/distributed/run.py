@@ -1,7 +1,7 @@
 """flame's launcher, for users without torchrun:
 
-    python -m flame.distributed.run --nproc-per-node N script.py [script args]
-    python -m flame.distributed.run --nnodes 2 --node-rank K --master-addr HOST --master-port PORT \\
+    python3 -m flame.distributed.run --nproc-per-node N script.py [script args]
+    python3 -m flame.distributed.run --nnodes 2 --node-rank K --master-addr HOST --master-port PORT \\
         --nproc-per-node N script.py [script args]
 
 starts N processes (one per GPU) with the variables torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE,
@@ -27,7 +27,7 @@ from flame.distributed.store import DistributedError, StoreClient, StoreServer
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m flame.distributed.run", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m flame.distributed.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=1, help="ranks on this host")
     p.add_argument("--nnodes", type=int, default=1, help="hosts taking part")
     p.add_argument("--node-rank", "--node_rank", type=int, default=0, help="this host's index")

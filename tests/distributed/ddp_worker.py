@@ -1,6 +1,6 @@
 """One rank of a data-parallel training run, for the distributed tests (CPU: the reference executor
 with the store exchange; GPU: NCCL). Run it alone (world size 1, the whole batch) or under the
-launcher (`python -m flame.distributed.run --nproc-per-node 2 tests/distributed/ddp_worker.py ...`):
+launcher (`python3 -m flame.distributed.run --nproc-per-node 2 tests/distributed/ddp_worker.py ...`):
 every rank takes its rows of the same global batch, and rank 0 writes the parameters after each step
 to OUT/step{i}.npz, so a test compares the runs step by step.
 

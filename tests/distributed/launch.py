@@ -28,7 +28,7 @@ def env(device: str = "reference", **extra: str) -> dict[str, str]:
 def run(script: str, *args: str, nproc: int = 0, device: str = "reference", timeout: float = 240,
         launcher: tuple[str, ...] = ("--grace", "5"), **extra: str) -> subprocess.CompletedProcess:
     """script (a file in tests/distributed, or a path) with args: alone when nproc is 0, else under
-    `python -m flame.distributed.run --nproc-per-node nproc`."""
+    `python3 -m flame.distributed.run --nproc-per-node nproc`."""
     path = str(HERE / script) if not os.path.isabs(script) else script
     cmd = [sys.executable, path, *args]
     if nproc:
