@@ -223,10 +223,10 @@ class _Handles:
     """The cuBLASLt objects planned GEMMs share, made on first use and kept until clear_cache():
     matmul descriptors (per dtype, transposes, epilogue and aux layout; a GEMM of a new batch size
     shares its descriptor with the other sizes'), matrix layouts, heuristic preferences (per
-    workspace bound and operand alignments), and the alpha = 1, beta = 0 scalars. Sharing is what
-    makes a new size's GEMM cost about its heuristic query (~45 us of host time on an H200's host)
-    instead of ~170 us. The pointer attributes run() sets on a shared descriptor are set before every
-    launch, so sharing never carries one call's pointers into another's."""
+    workspace bound and operand alignments), and the alpha = 1, beta = 0 scalars. Sharing leaves a
+    new size's GEMM little more than its heuristic query to pay (module doc). The pointer attributes
+    run() sets on a shared descriptor are set before every launch, so sharing never carries one
+    call's pointers into another's."""
 
     def __init__(self):
         from nvmath import CudaDataType
