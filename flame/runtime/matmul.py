@@ -11,8 +11,8 @@ goes through the raw bindings (`nvmath.bindings.cublasLt`), where nvmath's `Matm
 ~1.3 ms per shape (H100 host, 2026-11-27), most of a first call at a new batch size. The matmul
 descriptors, matrix layouts and heuristic preferences are shared by every problem needing the same
 one (`_Handles`), so a new batch size's GEMM costs little more than its heuristic query: on an H200's
-host (2026-11-29) planning a GEMM at a new shape took 57-67 us of host time, of which 30-35 us the
-query, against 86-88 us (22 us the query) with a descriptor, layouts and preference made per problem.
+host (2026-11-29) planning a GEMM at a new shape took 27-32 us of host time besides the query, against
+64-66 us with a descriptor, layouts and preference made per problem (the query itself took 22-35 us).
 
 cuBLASLt is column-major, so every GEMM is issued transposed: D = out^T[n, m] = op(b)^T @ op(a)^T,
 cuBLASLt's A = b, B = a (each row-major array is its own transpose read column-major), M = n, N = m.
