@@ -69,6 +69,40 @@ sum, mean, amax, amin, argmax = (_unary(n) for n in ("sum", "mean", "amax", "ami
 reshape, permute, transpose, flip, squeeze, unsqueeze = (
     _unary(n) for n in ("reshape", "permute", "transpose", "flip", "squeeze", "unsqueeze"))
 triu, tril, clamp = _unary("triu"), _unary("tril"), _unary("clamp")
+# PyTorch's function forms of the other Tensor methods (frontend/tensor_ops.py has their docstrings)
+add, sub, mul, div, true_divide = (_unary(n) for n in ("add", "sub", "mul", "div", "true_divide"))
+eq, ne, lt, le, gt, ge = (_unary(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
+logical_and, logical_or, logical_not = (_unary(n) for n in ("logical_and", "logical_or", "logical_not"))
+mm, bmm, dot, outer, addmm = (_unary(n) for n in ("mm", "bmm", "dot", "outer", "addmm"))
+logsumexp, var, std, square, argmin = (_unary(n) for n in ("logsumexp", "var", "std", "square", "argmin"))
+lerp, addcmul, addcdiv = _unary("lerp"), _unary("addcmul"), _unary("addcdiv")
+gather, index_select, scatter_add, clone = (_unary(n) for n in ("gather", "index_select", "scatter_add", "clone"))
+select, unbind, roll, movedim, flatten = (_unary(n) for n in ("select", "unbind", "roll", "movedim", "flatten"))
+swapaxes, swapdims, t, is_floating_point = (_unary(n) for n in ("swapaxes", "swapdims", "t", "is_floating_point"))
+
+
+def max(input, dim=None, keepdim: bool = False):  # noqa: A001, A002 - PyTorch's names
+    """torch.max: the largest element; with dim, (values, indices) along it; with a tensor as the
+    second argument, the elementwise maximum (torch.max(a, b) = torch.maximum(a, b))."""
+    if isinstance(dim, Tensor):
+        return maximum(input, dim)
+    return (input if isinstance(input, Tensor) else tensor(input)).max(dim, keepdim)
+
+
+def min(input, dim=None, keepdim: bool = False):  # noqa: A001, A002
+    """torch.min: the smallest element; with dim, (values, indices); with a tensor, torch.minimum."""
+    if isinstance(dim, Tensor):
+        return minimum(input, dim)
+    return (input if isinstance(input, Tensor) else tensor(input)).min(dim, keepdim)
+
+
+def is_tensor(obj) -> bool:
+    """Whether obj is a flame.Tensor, as torch.is_tensor."""
+    return isinstance(obj, Tensor)
+
+
+def numel(input) -> int:  # noqa: A002
+    return input.numel()
 
 
 def maximum(a, b) -> Tensor:

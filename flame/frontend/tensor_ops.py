@@ -24,6 +24,23 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float, bool, np.number, np.bool_))
 
 
+def _ranks(op: str, *pairs) -> None:
+    """Each (tensor, rank) pair's tensor has that rank, else a ShapeError naming the op and the user's line."""
+    for x, rank in pairs:
+        if not isinstance(x, _t.Tensor) or x.ndim != rank:
+            got = list(x.shape) if isinstance(x, _t.Tensor) else type(x).__name__
+            raise ShapeError(f"{op}: expects {rank}-D tensors, got {got}\n  at {user_location()}")
+
+
+def _bool(x):
+    return x if x.dtype == boolean else x != 0
+
+
+def _tensor(x, like):
+    """x as a Tensor (a Python number as a 0-d tensor of its own type, as PyTorch promotes it)."""
+    return x if isinstance(x, _t.Tensor) else _t.Tensor(np.asarray(x))
+
+
 class TensorOps:
     """The mixin Tensor inherits (no state of its own)."""
 
@@ -278,6 +295,221 @@ class TensorOps:
 
         assign(self, fn(stand_in(self, *others)))
         return self
+
+    # ---- PyTorch's other spellings: arithmetic, comparisons, products --------------------------------
+    def add(self, other, *, alpha=1):
+        """self + alpha * other, as torch.add."""
+        return self + (other * alpha if alpha != 1 else other)
+
+    def sub(self, other, *, alpha=1):
+        """self - alpha * other, as torch.sub."""
+        return self - (other * alpha if alpha != 1 else other)
+
+    def mul(self, other):
+        return self * other
+
+    def div(self, other, *, rounding_mode: str | None = None):
+        """self / other, as torch.div: true division (integers give f32), or rounded toward zero
+        (rounding_mode="trunc") or down ("floor"), which keep an integer dtype."""
+        if rounding_mode is None:
+            return self / other
+        if rounding_mode == "floor":
+            return self // other
+        if rounding_mode != "trunc":
+            raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        from flame.frontend.ops import where
+
+        floor = self // other
+        if floor.dtype.is_float:
+            q = self / other
+            return where(q < 0, (-q).floor().neg(), floor).to(floor.dtype)
+        # integers: floor division rounds down; toward zero differs when the remainder is nonzero and
+        # the signs differ
+        rest = self - floor * other
+        return where((rest != 0) & ((self < 0) != (_tensor(other, self) < 0)), floor + 1, floor)
+
+    def true_divide(self, other):
+        return self / other
+
+    def div_(self, other, *, rounding_mode: str | None = None):
+        return self.copy_(self.div(other, rounding_mode=rounding_mode))
+
+    def eq(self, other):
+        return self == other
+
+    def ne(self, other):
+        return self != other
+
+    def lt(self, other):
+        return self < other
+
+    def le(self, other):
+        return self <= other
+
+    def gt(self, other):
+        return self > other
+
+    def ge(self, other):
+        return self >= other
+
+    def logical_and(self, other):
+        """Both nonzero, as torch.logical_and (any dtypes; a bool result)."""
+        return _bool(self) & _bool(_tensor(other, self))
+
+    def logical_or(self, other):
+        return _bool(self) | _bool(_tensor(other, self))
+
+    def where(self, condition, other):
+        """self where condition holds, else other: torch.where(condition, self, other)."""
+        from flame.frontend.ops import where
+
+        return where(condition, self, other)
+
+    def matmul(self, other):
+        return _t.matmul(self, other)
+
+    def mm(self, mat2):
+        """The product of two matrices (2-D only, as torch.mm; matmul broadcasts)."""
+        _ranks("mm", (self, 2), (mat2, 2))
+        return _t.matmul(self, mat2)
+
+    def bmm(self, mat2):
+        """Batched product of [b, n, m] and [b, m, p] (equal batches, as torch.bmm)."""
+        _ranks("bmm", (self, 3), (mat2, 3))
+        if self.shape[0] != mat2.shape[0]:
+            raise ShapeError(f"bmm: batch sizes differ: {list(self.shape)} and {list(mat2.shape)}\n"
+                             f"  at {user_location()}")
+        return _t.matmul(self, mat2)
+
+    def dot(self, other):
+        """The inner product of two 1-D tensors of one length, as torch.dot."""
+        _ranks("dot", (self, 1), (other, 1))
+        return _t.matmul(self, other)
+
+    def outer(self, vec2):
+        """[n] x [m] -> [n, m]: self[i] * vec2[j], as torch.outer."""
+        _ranks("outer", (self, 1), (vec2, 1))
+        return self.unsqueeze(1) * vec2.unsqueeze(0)
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        """beta * self + alpha * (mat1 @ mat2), as torch.addmm (self broadcast to the product; with
+        beta = 0 self is not read, so its NaN and inf do not propagate)."""
+        _ranks("addmm", (mat1, 2), (mat2, 2))
+        prod = _t.matmul(mat1, mat2)
+        prod = prod * alpha if alpha != 1 else prod
+        if beta == 0:
+            return prod
+        return (self * beta if beta != 1 else self) + prod
+
+    def logsumexp(self, dim, keepdim: bool = False):
+        """log(sum(exp(self))) over dim (an int or a tuple), computed stably, as torch.logsumexp."""
+        from flame.frontend.functional import logsumexp
+
+        axes = _t._axes(dim, self.ndim, "logsumexp")
+        if len(axes) == 1:
+            return logsumexp(self, axes[0], keepdim)
+        rest = [a for a in range(self.ndim) if a not in axes]
+        moved = self.permute(*rest, *axes).reshape(*[self.shape[a] for a in rest], -1)
+        out = logsumexp(moved, -1)
+        return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
+
+    # ---- interpolation and fused products (optimizer and EMA code) ------------------------------------
+    def lerp(self, end, weight):
+        """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
+        weight >= 0.5), so weight 1 gives end exactly."""
+        diff = end - self
+        if isinstance(weight, _t.Tensor):
+            from flame.frontend.ops import where
+
+            return where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
+        return self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+
+    def lerp_(self, end, weight):
+        return self.copy_(self.lerp(end, weight))
+
+    def addcmul(self, tensor1, tensor2, *, value=1):
+        """self + value * tensor1 * tensor2, as torch.addcmul."""
+        prod = tensor1 * tensor2
+        return self + (prod * value if value != 1 else prod)
+
+    def addcmul_(self, tensor1, tensor2, *, value=1):
+        return self.copy_(self.addcmul(tensor1, tensor2, value=value))
+
+    def addcdiv(self, tensor1, tensor2, *, value=1):
+        """self + value * tensor1 / tensor2, as torch.addcdiv."""
+        quot = tensor1 / tensor2
+        return self + (quot * value if value != 1 else quot)
+
+    def addcdiv_(self, tensor1, tensor2, *, value=1):
+        return self.copy_(self.addcdiv(tensor1, tensor2, value=value))
+
+    # ---- picking along a dim, rolling, moving dims -----------------------------------------------------
+    def select(self, dim: int, index: int):
+        """The slice at index along dim, that dim removed, as torch.select."""
+        axis = _t.dim_index("select", dim, self.ndim)
+        n = self.shape[axis]
+        if not -n <= index < n:
+            raise IndexError(f"select: index {index} is out of range for dimension {dim} of size {n}\n"
+                             f"  at {user_location()}")
+        return self.narrow(axis, index % n, 1).squeeze(axis)
+
+    def unbind(self, dim: int = 0):
+        """Every slice along dim, that dim removed, as a tuple (torch.unbind)."""
+        axis = _t.dim_index("unbind", dim, self.ndim)
+        return tuple(self.select(axis, i) for i in range(self.shape[axis]))
+
+    def roll(self, shifts, dims=None):
+        """Elements shifted along dims (of the flattened tensor when dims is None), those falling off
+        one end coming back at the other, as torch.roll."""
+        if dims is None:
+            if not isinstance(shifts, int):
+                raise ValueError("roll: without dims, shifts must be one int (the flattened tensor's shift)")
+            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
+        out = self
+        for shift, dim in zip(shifts, dims):
+            axis = _t.dim_index("roll", dim, self.ndim)
+            n = self.shape[axis]
+            k = shift % n if n else 0
+            if k:
+                from flame.frontend.ops import cat
+
+                out = cat([out.narrow(axis, n - k, k), out.narrow(axis, 0, n - k)], axis)
+        return out
+
+    def movedim(self, source, destination):
+        """Dims moved from source to destination (ints or sequences), the others in order, as torch.movedim."""
+        src = (source,) if isinstance(source, int) else tuple(source)
+        dst = (destination,) if isinstance(destination, int) else tuple(destination)
+        if len(src) != len(dst):
+            raise ValueError(f"movedim: {len(src)} source dims for {len(dst)} destinations")
+        src = [_t.dim_index("movedim", d, self.ndim) for d in src]
+        dst = [_t.dim_index("movedim", d, self.ndim) for d in dst]
+        if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+            raise ValueError(f"movedim: repeated dims in {source} or {destination}")
+        order: list = [None] * self.ndim
+        for s, d in zip(src, dst):
+            order[d] = s
+        rest = iter(a for a in range(self.ndim) if a not in src)
+        return self.permute(*[a if a is not None else next(rest) for a in order])
+
+    def swapaxes(self, axis0: int, axis1: int):
+        return self.transpose(axis0, axis1)
+
+    swapdims = swapaxes
+
+    def t(self):
+        """The transpose of a matrix (a 0-d or 1-D tensor as it is), as torch.t."""
+        if self.ndim > 2:
+            raise ShapeError(f"t: expects a tensor of at most 2 dimensions, got {list(self.shape)} (use "
+                             f"transpose or mT)\n  at {user_location()}")
+        return self.transpose(0, 1) if self.ndim == 2 else self
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_float
 
     # ---- new tensors like this one --------------------------------------------------------------------
     def new_full(self, size, fill_value, dtype=None):
