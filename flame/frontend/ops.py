@@ -79,6 +79,7 @@ lerp, addcmul, addcdiv = _unary("lerp"), _unary("addcmul"), _unary("addcdiv")
 gather, index_select, scatter_add, clone = (_unary(n) for n in ("gather", "index_select", "scatter_add", "clone"))
 select, unbind, roll, movedim, flatten = (_unary(n) for n in ("select", "unbind", "roll", "movedim", "flatten"))
 swapaxes, swapdims, t, is_floating_point = (_unary(n) for n in ("swapaxes", "swapdims", "t", "is_floating_point"))
+log1p, expm1 = _unary("log1p"), _unary("expm1")
 
 
 def max(input, dim=None, keepdim: bool = False):  # noqa: A001, A002 - PyTorch's names

@@ -413,6 +413,29 @@ class TensorOps:
         out = logsumexp(moved, -1)
         return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
 
+    def log1p(self):
+        """log(1 + self), accurate for small self (Kahan's correction: log(w) * self / (w - 1) with
+        w = 1 + self rounded, which cancels w's rounding error), as torch.log1p."""
+        from flame.frontend.ops import where
+
+        x = self if self.dtype.is_float else self.to(f32)
+        w = x + 1
+        exact, inf = w == 1, w == float("inf")  # 1 + x rounds to 1: log1p(x) = x to within rounding
+        safe = where(exact | inf, 2.0, w)  # keeps the unused branch finite (no 0/0 in either direction)
+        return where(exact | inf, x, safe.log() * (x / (safe - 1)))
+
+    def expm1(self):
+        """exp(self) - 1, accurate for small self (Kahan's correction for |self| < 0.5: (u - 1) *
+        self / log(u) with u = exp(self) rounded; beyond, u - 1 loses nothing), as torch.expm1."""
+        from flame.frontend.ops import where
+
+        x = self if self.dtype.is_float else self.to(f32)
+        u = x.exp()
+        near = x.abs() < 0.5
+        exact = u == 1
+        safe = where(near & ~exact, u, 2.0)  # the unused branch stays finite
+        return where(exact, x, where(near, (safe - 1) * (x / safe.log()), u - 1))
+
     # ---- interpolation and fused products (optimizer and EMA code) ------------------------------------
     def lerp(self, end, weight):
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when

@@ -1,6 +1,28 @@
 """flame.nn: PyTorch-shaped modules."""
 
 from flame.nn import functional, init, parallel, utils  # noqa: F401
+from flame.nn.activations import (
+    CELU,
+    ELU,
+    GLU,
+    SELU,
+    CosineSimilarity,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    HuberLoss,
+    KLDivLoss,
+    LogSigmoid,
+    Mish,
+    PairwiseDistance,
+    PReLU,
+    ReLU6,
+    Softmin,
+    Softplus,
+    Softsign,
+    Threshold,
+    Unflatten,
+)
 from flame.nn.conv import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -65,4 +87,6 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "ParameterDict", "ParameterList", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity",
            "IncompatibleKeys", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList",
            "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init",
-           "parallel", "utils"]
+           "parallel", "utils", "CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish",
+           "Hardtanh", "HuberLoss", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance", "ReLU6",
+           "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten"]

@@ -1,6 +1,9 @@
-"""flame.nn.functional: the composite functions (PyTorch names), defined in flame.frontend.functional
-and (convolutions, pooling, interpolation, batch/group norm) flame.frontend.vision."""
+"""flame.nn.functional: the composite functions (PyTorch names), defined in flame.frontend.functional,
+flame.frontend.losses, flame.frontend.activations (the other activations, normalize, similarities,
+huber and KL losses) and (convolutions, pooling, interpolation, batch/group norm) flame.frontend.vision."""
 
+from flame.frontend.activations import *  # noqa: F401,F403
+from flame.frontend.activations import __all__ as _activations
 from flame.frontend.functional import *  # noqa: F401,F403
 from flame.frontend.functional import __all__ as _core
 from flame.frontend.losses import *  # noqa: F401,F403
@@ -8,4 +11,4 @@ from flame.frontend.losses import __all__ as _more
 from flame.frontend.vision import *  # noqa: F401,F403
 from flame.frontend.vision import __all__ as _vision
 
-__all__ = [*_core, *_more, *_vision]
+__all__ = [*_core, *_more, *_activations, *_vision]

@@ -1,0 +1,152 @@
+"""The activations, normalisations, similarities and losses of torch.nn.functional that the core
+(functional.py, losses.py) does not define, each composed from primitives as PyTorch defines it
+(softplus's threshold, logsigmoid's stable form, elu/selu/celu through an accurate expm1, hardtanh and
+relu6 as clamps, glu's halves, kl_div's reductions, huber_loss's two pieces). flame.nn.functional
+exports them; flame.nn has the module of each."""
+
+from __future__ import annotations
+
+import warnings
+
+from flame.errors import ShapeError
+from flame.frontend.context import user_location
+from flame.frontend.functional import _loss_reduce, softmax, warn_if_broadcast
+from flame.frontend.ops import vector_norm, where
+from flame.frontend.tensor import Tensor
+
+__all__ = ["celu", "cosine_similarity", "elu", "glu", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div",
+           "logsigmoid", "mish", "normalize", "pairwise_distance", "prelu", "relu6", "selu", "softmin", "softplus",
+           "softsign", "threshold"]
+
+# SELU's constants (Klambauer et al. 2017), as PyTorch spells them
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as PyTorch."""
+    z = input * beta if beta != 1 else input
+    soft = z.clamp(max=threshold).exp().log1p()
+    return where(z > threshold, input, soft / beta if beta != 1 else soft)
+
+
+def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0)."""
+    return input.clamp(max=0.0) - (-input.abs()).exp().log1p()
+
+
+def elu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+    return where(input > 0, input, input.clamp(max=0.0).expm1() * alpha)
+
+
+def selu(input: Tensor) -> Tensor:  # noqa: A002
+    """SELU_SCALE * elu(x, SELU_ALPHA)."""
+    return elu(input, SELU_ALPHA) * SELU_SCALE
+
+
+def celu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    return where(input > 0, input, (input.clamp(max=0.0) / alpha).expm1() * alpha)
+
+
+def mish(input: Tensor) -> Tensor:  # noqa: A002
+    """x * tanh(softplus(x))."""
+    return input * softplus(input).tanh()
+
+
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
+    """x limited to [min_val, max_val]."""
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val {min_val} is larger than max_val {max_val}")
+    return input.clamp(min_val, max_val)
+
+
+def relu6(input: Tensor) -> Tensor:  # noqa: A002
+    return input.clamp(0.0, 6.0)
+
+
+def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    """relu6(x + 3) / 6."""
+    return (input + 3).clamp(0.0, 6.0) / 6
+
+
+def hardswish(input: Tensor) -> Tensor:  # noqa: A002
+    """x * relu6(x + 3) / 6."""
+    return input * (input + 3).clamp(0.0, 6.0) / 6
+
+
+def softsign(input: Tensor) -> Tensor:  # noqa: A002
+    """x / (1 + |x|)."""
+    return input / (input.abs() + 1)
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
+    """a * sigmoid(b), a and b the two halves of input along dim (its size must be even)."""
+    if input.shape[dim] % 2:
+        raise ShapeError(f"glu: halving dimension {dim} needs an even size, got {list(input.shape)}"
+                         f"\n  at {user_location()}")
+    a, b = input.chunk(2, dim)
+    return a * b.sigmoid()
+
+
+def softmin(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
+    """softmax(-x) along dim."""
+    return softmax(-input, dim)
+
+
+def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002
+    """x where x > threshold, else value."""
+    return where(input > threshold, input, value)
+
+
+def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
+    """x where x >= 0, else weight * x; weight holds one slope, or one per channel (dim 1)."""
+    if weight.ndim != 1 or (weight.shape[0] != 1 and (input.ndim < 2 or weight.shape[0] != input.shape[1])):
+        raise ShapeError(f"prelu: weight {list(weight.shape)} must hold 1 slope or one per channel of input "
+                         f"{list(input.shape)} (dim 1)\n  at {user_location()}")
+    if weight.shape[0] != 1:
+        weight = weight.reshape(-1, *([1] * (input.ndim - 2)))
+    return where(input >= 0, input, input * weight)
+
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
+    """x / max(||x||_p along dim, eps)."""
+    return input / vector_norm(input, p, dim, keepdim=True).clamp(min=eps)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """x1 . x2 / max(||x1|| * ||x2||, eps) along dim (x1 and x2 broadcast)."""
+    n1, n2 = vector_norm(x1, 2, dim), vector_norm(x2, 2, dim)
+    return (x1 * x2).sum(dim) / (n1 * n2).clamp(min=eps)
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
+    """||x1 - x2 + eps||_p over the last dim."""
+    return vector_norm(x1 - x2 + eps, p, -1, keepdim=keepdim)
+
+
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:  # noqa: A002
+    """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target."""
+    warn_if_broadcast("huber_loss", input, target)
+    d = input - target
+    a = d.abs()
+    return _loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), reduction)
+
+
+def kl_div(input: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:  # noqa: A002
+    """The pointwise KL divergence target * (log(target) - input) of log-probabilities input (0 where
+    target is 0), or exp(target) * (target - input) with log_target. reduction "batchmean" divides
+    the sum by the batch size (the mathematically right KL); "mean" averages over every element, with
+    PyTorch's warning."""
+    if log_target:
+        point = target.exp() * (target - input)
+    else:
+        point = where(target > 0, target * (where(target > 0, target, 1.0).log() - input), 0.0)
+    if reduction == "batchmean":
+        return point.sum() / (input.shape[0] if input.ndim else 1)
+    if reduction == "mean":
+        warnings.warn("kl_div: reduction='mean' divides the total loss by both the batch size and the support "
+                      "size; 'batchmean' divides only by the batch size and aligns with the KL math definition "
+                      "(as PyTorch warns)", UserWarning, stacklevel=2)
+    return _loss_reduce(point, reduction)
