@@ -79,6 +79,7 @@ from flame.nn.module import (
     Sequential,
 )
 from flame.nn.parameter import Parameter
+from flame.nn.transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
@@ -89,4 +90,5 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init",
            "parallel", "utils", "CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish",
            "Hardtanh", "HuberLoss", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance", "ReLU6",
-           "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten"]
+           "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten", "MultiheadAttention", "TransformerEncoder",
+           "TransformerEncoderLayer"]

@@ -1,0 +1,217 @@
+"""nn.MultiheadAttention, nn.TransformerEncoderLayer and nn.TransformerEncoder with PyTorch's names,
+parameter names (a PyTorch state_dict loads as it is), arguments and masks. Attention runs as the
+one fused op (F.scaled_dot_product_attention: cuDNN on the GPU) unless the caller asks for the
+attention weights or attention dropout is active, which need the probabilities written out."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+from flame.errors import ShapeError
+from flame.frontend import functional as F
+from flame.frontend.context import user_location
+from flame.frontend.creation import Generator, zeros
+from flame.frontend.ops import where
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import boolean, dtype_of, f32
+from flame.nn import init
+from flame.nn.layers import Dropout, LayerNorm, Linear
+from flame.nn.module import Module, ModuleList
+from flame.nn.parameter import Parameter
+
+__all__ = ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]
+
+
+def _masked_as_additive(mask: Tensor, dtype) -> Tensor:
+    """PyTorch's attention masks: bool True = not allowed -> -inf; a float mask is added as it is."""
+    if mask.dtype == boolean:
+        return where(mask, float("-inf"), 0.0).to(dtype)
+    return mask.to(dtype)
+
+
+class MultiheadAttention(Module):
+    """Multi-head attention as torch.nn.MultiheadAttention: in_proj_weight [3E, E] and in_proj_bias
+    [3E] (query, key and value projections stacked), out_proj a Linear(E, E). Inputs are [L, N, E]
+    (batch_first=False, PyTorch's default), [N, L, E] (batch_first=True) or unbatched [L, E].
+    forward returns (output, weights): weights [N, L, S] averaged over heads (average_attn_weights),
+    [N, H, L, S] otherwise, or None with need_weights=False, which lets attention run fused.
+    key_padding_mask [N, S] and attn_mask [L, S] or [N * H, L, S]: True (bool) marks keys a query may
+    not attend to; float masks are added to the scores. Different key and value widths (kdim, vdim),
+    add_bias_kv and add_zero_attn are not supported."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
+                 vdim: int | None = None, batch_first: bool = False, device: Any = None, dtype: Any = f32,
+                 generator: Generator | None = None):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+        if kdim not in (None, embed_dim) or vdim not in (None, embed_dim) or add_bias_kv or add_zero_attn:
+            raise NotImplementedError("MultiheadAttention: kdim/vdim other than embed_dim, add_bias_kv and "
+                                      "add_zero_attn are not supported")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"MultiheadAttention: dropout must be in [0, 1), got {dropout}")
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.dropout, self.batch_first, self.generator = dropout, batch_first, generator
+        dt = dtype_of(dtype)
+        self.in_proj_weight = Parameter(zeros(3 * embed_dim, embed_dim, dtype=dt))
+        self.register_parameter("in_proj_bias", Parameter(zeros(3 * embed_dim, dtype=dt)) if bias else None)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dt, generator=generator)
+        self._reset_parameters(generator)
+
+    def _reset_parameters(self, generator: Generator | None) -> None:
+        """PyTorch's: xavier_uniform_ in_proj_weight, zero biases (out_proj's weight as a Linear's)."""
+        init.xavier_uniform_(self.in_proj_weight, generator=generator)
+        for bias in (self.in_proj_bias, self.out_proj.bias):
+            if bias is not None:
+                init.zeros_(bias)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
+                need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
+                is_causal: bool = False):
+        unbatched = query.ndim == 2
+        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+            raise ShapeError(f"MultiheadAttention: query, key and value must all be 2-D (unbatched) or 3-D, got "
+                             f"{list(query.shape)}, {list(key.shape)}, {list(value.shape)}\n  at {user_location()}")
+        if unbatched:
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+            key_padding_mask = None if key_padding_mask is None else key_padding_mask.reshape(1, -1)
+        elif not self.batch_first:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        n, length, e = query.shape
+        s = key.shape[1]
+        if e != self.embed_dim:
+            raise ShapeError(f"MultiheadAttention: query has {e} features, the module embed_dim {self.embed_dim}"
+                             f"\n  at {user_location()}")
+        w, b = self.in_proj_weight, self.in_proj_bias
+        wq, wk, wv = w.chunk(3, 0)
+        bq, bk, bv = (None, None, None) if b is None else b.chunk(3, 0)
+        h, d = self.num_heads, self.head_dim
+
+        def heads(x: Tensor, weight: Tensor, bias: Tensor | None, n_tokens: int) -> Tensor:
+            return F.linear(x, weight, bias).reshape(n, n_tokens, h, d).transpose(1, 2)
+
+        q, k, v = heads(query, wq, bq, length), heads(key, wk, bk, s), heads(value, wv, bv, s)
+        mask = self._mask(attn_mask, key_padding_mask, n, length, s, q.dtype, is_causal)
+        dropout = self.dropout if self.training else 0.0
+        if need_weights or dropout:
+            scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d))
+            if mask is not None:
+                scores = scores + mask
+            elif is_causal:
+                scores = scores + _masked_as_additive(_causal(length, s), scores.dtype)
+            probs = F.softmax(scores, -1)
+            if dropout:  # the weights handed back are the dropped-out ones, as PyTorch's
+                probs = F.dropout(probs, dropout, True, self.generator)
+            out = probs @ v
+        else:
+            probs = None
+            out = F.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal and mask is None)
+        out = self.out_proj(out.transpose(1, 2).reshape(n, length, e))
+        if unbatched:
+            out = out.squeeze(0)
+        elif not self.batch_first:
+            out = out.transpose(0, 1)
+        if not need_weights:
+            return out, None
+        weights = probs.mean(1) if average_attn_weights else probs
+        return out, weights.squeeze(0) if unbatched else weights
+
+    def _mask(self, attn_mask, key_padding_mask, n: int, length: int, s: int, dtype, is_causal: bool):
+        """attn_mask and key_padding_mask as one additive mask broadcasting to [N, H, L, S], or None."""
+        mask = None
+        if attn_mask is not None:
+            if attn_mask.ndim == 2:
+                if tuple(attn_mask.shape) != (length, s):
+                    raise ShapeError(f"MultiheadAttention: attn_mask {list(attn_mask.shape)} must be [L, S] = "
+                                     f"{[length, s]} or [N * num_heads, L, S]\n  at {user_location()}")
+                mask = _masked_as_additive(attn_mask, dtype)
+            elif tuple(attn_mask.shape) == (n * self.num_heads, length, s):
+                mask = _masked_as_additive(attn_mask, dtype).reshape(n, self.num_heads, length, s)
+            else:
+                raise ShapeError(f"MultiheadAttention: attn_mask {list(attn_mask.shape)} must be [L, S] = "
+                                 f"{[length, s]} or [N * num_heads, L, S]\n  at {user_location()}")
+        if key_padding_mask is not None:
+            if tuple(key_padding_mask.shape) != (n, s):
+                raise ShapeError(f"MultiheadAttention: key_padding_mask {list(key_padding_mask.shape)} must be "
+                                 f"[N, S] = {[n, s]}\n  at {user_location()}")
+            pad = _masked_as_additive(key_padding_mask, dtype).reshape(n, 1, 1, s)
+            mask = pad if mask is None else mask + pad
+        if mask is not None and is_causal and attn_mask is None:
+            mask = mask + _masked_as_additive(_causal(length, s), dtype)
+        return mask
+
+
+def _causal(length: int, s: int) -> Tensor:
+    """True above the diagonal: the keys a query may not attend to under a causal mask."""
+    from flame.frontend.creation import ones
+
+    return ones(length, s, dtype=boolean).triu(1)
+
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+
+
+class TransformerEncoderLayer(Module):
+    """torch.nn.TransformerEncoderLayer: self-attention and a feed-forward block (linear1, activation,
+    dropout, linear2), each with a residual and a LayerNorm, after (norm_first=False, PyTorch's
+    default) or before (norm_first=True) the block. activation: "relu", "gelu" or a callable."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: str | Callable[[Tensor], Tensor] = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True, device: Any = None,
+                 dtype: Any = f32, generator: Generator | None = None):
+        super().__init__()
+        if isinstance(activation, str):
+            if activation not in _ACTIVATIONS:
+                raise ValueError(f"TransformerEncoderLayer: activation should be relu/gelu, not {activation!r}")
+            activation = _ACTIVATIONS[activation]
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias, batch_first=batch_first, dtype=dtype,
+                                            generator=generator)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype, generator=generator)
+        self.dropout = Dropout(dropout, generator)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype, generator=generator)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
+        self.dropout1, self.dropout2 = Dropout(dropout, generator), Dropout(dropout, generator)
+        self.activation = activation
+
+    def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                is_causal: bool = False) -> Tensor:
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+    def _sa_block(self, x: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
+        out = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+                             is_causal=is_causal)[0]
+        return self.dropout1(out)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoder(Module):
+    """num_layers copies of encoder_layer (torch.nn.TransformerEncoder: layers.0, layers.1, ...), then
+    norm if given."""
+
+    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                is_causal: bool | None = None) -> Tensor:
+        x = src
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+        return self.norm(x) if self.norm is not None else x

@@ -1,0 +1,166 @@
+"""nn.MultiheadAttention, nn.TransformerEncoderLayer and nn.TransformerEncoder against PyTorch's on the
+CPU, from the same weights (PyTorch's state_dict loaded as it is): outputs, attention weights, and the
+gradients of the inputs and of every parameter, eagerly and compiled; every mask kind; the errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+import flame.nn as nn
+from flame.errors import ShapeError
+
+MODES = ("eager", "compiled")
+E, H = 16, 4
+
+
+def _rand(*shape, key=0):
+    return np.random.default_rng(abs(hash((shape, key))) % 2**32).standard_normal(shape).astype(np.float32)
+
+
+def _pair(mine, theirs):
+    mine.load_state_dict({k: flame.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    return mine, theirs
+
+
+def _compare(mine, theirs, inputs: list, call, tcall, mode: str, rtol=2e-5, atol=2e-5):
+    """call(module, *tensors) -> output tuple in both libraries; the loss sum(out * ct) back-propagated;
+    outputs, input gradients and parameter gradients compared."""
+    ts = [torch.tensor(a, requires_grad=a.dtype == np.float32) for a in inputs]
+    touts = [o for o in tcall(theirs, *ts) if o is not None]
+    cts = [_rand(*o.shape, key=9 + i) for i, o in enumerate(touts)]
+    sum((o * torch.tensor(c)).sum() for o, c in zip(touts, cts)).backward()
+    xs = [flame.tensor(a, requires_grad=a.dtype == np.float32) for a in inputs]
+
+    def body(*xs):
+        outs = [o for o in call(mine, *xs) if o is not None]
+        sum((o * flame.tensor(c)).sum() for o, c in zip(outs, cts)).backward()
+        return tuple(outs)
+
+    outs = body(*xs) if mode == "eager" else flame.compile(body)(*xs)
+    assert len(outs) == len(touts)
+    for o, t in zip(outs, touts):
+        np.testing.assert_allclose(o.numpy(), t.detach().numpy(), rtol=rtol, atol=atol)
+    for x, t in zip(xs, ts):
+        if t.grad is not None:
+            np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=rtol, atol=atol)
+    grads = dict(theirs.named_parameters())
+    for name, p in mine.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), grads[name].grad.numpy(), rtol=rtol, atol=atol, err_msg=name)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multihead_attention_self(mode, batch_first, need_weights):
+    torch.manual_seed(0)
+    mine, theirs = _pair(nn.MultiheadAttention(E, H, batch_first=batch_first),
+                         torch.nn.MultiheadAttention(E, H, batch_first=batch_first))
+    x = _rand(*((3, 5, E) if batch_first else (5, 3, E)))
+    _compare(mine, theirs, [x], lambda m, x: m(x, x, x, need_weights=need_weights),
+             lambda m, x: m(x, x, x, need_weights=need_weights), mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")  # PyTorch's, for bool with float
+def test_multihead_attention_cross_with_masks(mode):
+    torch.manual_seed(1)
+    mine, theirs = _pair(nn.MultiheadAttention(E, H, batch_first=True),
+                         torch.nn.MultiheadAttention(E, H, batch_first=True))
+    q, kv = _rand(2, 4, E), _rand(2, 7, E, key=1)
+    pad = np.zeros((2, 7), bool)
+    pad[0, 5:] = pad[1, 6:] = True
+    bool_mask = np.triu(np.ones((4, 7), bool), 3)
+    float_mask = _rand(2 * H, 4, 7, key=2)
+    for mask in (bool_mask, float_mask):
+        _compare(mine, theirs, [q, kv, mask, pad],
+                 lambda m, q, kv, a, p: m(q, kv, kv, key_padding_mask=p, attn_mask=a, average_attn_weights=False),
+                 lambda m, q, kv, a, p: m(q, kv, kv, key_padding_mask=p, attn_mask=a, average_attn_weights=False),
+                 mode)
+        for p in list(mine.parameters()) + list(theirs.parameters()):
+            p.grad = None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_multihead_attention_causal_and_unbatched(mode):
+    torch.manual_seed(2)
+    mine, theirs = _pair(nn.MultiheadAttention(E, H), torch.nn.MultiheadAttention(E, H))
+    x = _rand(6, E)
+    causal = np.triu(np.ones((6, 6), bool), 1)
+    # PyTorch wants the mask with its is_causal hint; flame takes the hint alone too
+    _compare(mine, theirs, [x], lambda m, x: m(x, x, x, need_weights=False, is_causal=True),
+             lambda m, x: m(x, x, x, need_weights=False, attn_mask=torch.tensor(causal), is_causal=True), mode)
+
+
+def test_multihead_attention_errors():
+    with pytest.raises(ValueError, match="divisible"):
+        nn.MultiheadAttention(10, 3)
+    with pytest.raises(NotImplementedError, match="kdim"):
+        nn.MultiheadAttention(8, 2, kdim=4)
+    m = nn.MultiheadAttention(8, 2, batch_first=True)
+    x = flame.randn(2, 3, 8)
+    with pytest.raises(ShapeError, match="(?s)attn_mask \\[3, 4\\].*test_transformer_modules"):
+        m(x, x, x, attn_mask=flame.zeros(3, 4))
+    with pytest.raises(ShapeError, match="key_padding_mask \\[3, 3\\] must be \\[N, S\\]"):
+        m(x, x, x, key_padding_mask=flame.zeros(3, 3, dtype=flame.bool))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("norm_first,activation,batch_first", [(False, "relu", False), (True, "gelu", True)])
+def test_encoder_layer(mode, norm_first, activation, batch_first):
+    torch.manual_seed(3)
+    kw = dict(dim_feedforward=32, norm_first=norm_first, activation=activation, batch_first=batch_first)
+    mine, theirs = _pair(nn.TransformerEncoderLayer(E, H, **kw), torch.nn.TransformerEncoderLayer(E, H, **kw))
+    mine.eval(), theirs.eval()  # dropout off: the same function in both
+    x = _rand(*((2, 5, E) if batch_first else (5, 2, E)))
+    pad = np.zeros((2, 5), bool)
+    pad[1, 3:] = True
+    _compare(mine, theirs, [x, pad], lambda m, x, p: (m(x, src_key_padding_mask=p),),
+             lambda m, x, p: (m(x, src_key_padding_mask=p),), mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_encoder_stack(mode):
+    torch.manual_seed(4)
+    layer = dict(dim_feedforward=24, batch_first=True, norm_first=True)
+    mine = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, H, **layer), 2, norm=nn.LayerNorm(E))
+    theirs = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(E, H, **layer), 2,
+                                         norm=torch.nn.LayerNorm(E), enable_nested_tensor=False)
+    assert sorted(mine.state_dict()) == sorted(theirs.state_dict())
+    _pair(mine, theirs)
+    mine.eval(), theirs.eval()
+    x = _rand(2, 6, E)
+    causal = np.triu(np.ones((6, 6), bool), 1)
+    _compare(mine, theirs, [x, causal], lambda m, x, c: (m(x, mask=c, is_causal=True),),
+             lambda m, x, c: (m(x, mask=c, is_causal=True),), mode)
+
+
+def test_encoder_layers_are_independent_copies():
+    stack = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, dim_feedforward=16), 3)
+    ws = [layer.linear1.weight for layer in stack.layers]
+    assert len({id(w) for w in ws}) == 3 and all(np.array_equal(ws[0].numpy(), w.numpy()) for w in ws)
+
+
+def test_encoder_trains_compiled_with_dropout():
+    """Training mode: attention dropout takes the unfused path (the weights are written out); a
+    compiled step with AdamW lowers the loss."""
+    model = nn.TransformerEncoder(nn.TransformerEncoderLayer(E, H, dim_feedforward=32, dropout=0.1,
+                                                             batch_first=True, generator=flame.Generator(0)), 2)
+    head = nn.Linear(E, 1, generator=flame.Generator(1))
+    params = list(model.parameters()) + list(head.parameters())
+    opt = flame.optim.AdamW(params, lr=3e-3)
+    x, y = flame.tensor(_rand(4, 6, E)), flame.tensor(_rand(4, 6, 1, key=1))
+
+    @flame.compile
+    def step(x, y):
+        loss = ((head(model(x)) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    losses = [step(x, y).item() for _ in range(30)]
+    assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
+    assert step.stats().traces == 1
