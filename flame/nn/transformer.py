@@ -142,6 +142,10 @@ class MultiheadAttention(Module):
             mask = pad if mask is None else mask + pad
         if mask is not None and is_causal and attn_mask is None:
             mask = mask + _masked_as_additive(_causal(length, s), dtype)
+        if mask is not None and mask.shape[-2] != length:
+            # [N, 1, 1, S] (padding alone) spelled out over the queries: cuDNN's fused attention takes a
+            # mask broadcast over heads, not over query positions
+            mask = mask.broadcast_to((n, 1, length, s))
         return mask
 
 

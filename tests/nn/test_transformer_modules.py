@@ -164,3 +164,42 @@ def test_encoder_trains_compiled_with_dropout():
     losses = [step(x, y).item() for _ in range(30)]
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
     assert step.stats().traces == 1
+
+
+@pytest.fixture
+def cuda_target(monkeypatch):
+    """Plan for the CUDA backend (its fusion, its library calls) whatever executor runs the plan."""
+    from flame import compiler
+
+    cuda = compiler.capabilities("cuda")
+    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
+    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_encoder_layer_attention_is_one_fused_call_on_the_gpu(cuda_target, masked):
+    """Planned for the CUDA target, a bf16 encoder layer's self-attention is one attention library call
+    forward and one backward (cuDNN takes f16/bf16), with or without a key padding mask, and every
+    kernel around it compiles for sm_90."""
+    from flame.codegen.nvrtc import compile_cubin
+    from flame.plan.steps import AttentionCall
+
+    layer = nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True, dtype=flame.bfloat16,
+                                       generator=flame.Generator(0))  # heads of 16 (cuDNN: multiples of 8)
+    layer.eval()
+    x = flame.tensor(_rand(2, 8, 64), flame.bfloat16, requires_grad=True)
+    pad = flame.tensor(np.arange(8)[None, :] >= np.array([[8], [5]]))
+
+    @flame.compile
+    def step(x, pad):
+        out = layer(x, src_key_padding_mask=pad if masked else None)
+        loss = (out.float() ** 2).mean()
+        loss.backward()
+        return loss
+
+    step(x, pad)
+    plan = step._last.plan
+    calls = [s for s in plan.steps if isinstance(s, AttentionCall)]
+    assert len(calls) == 2, [type(s).__name__ for s in plan.steps]
+    for source in {k.source for k in plan.kernels()}:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
