@@ -80,6 +80,40 @@ gather, index_select, scatter_add, clone = (_unary(n) for n in ("gather", "index
 select, unbind, roll, movedim, flatten = (_unary(n) for n in ("select", "unbind", "roll", "movedim", "flatten"))
 swapaxes, swapdims, t, is_floating_point = (_unary(n) for n in ("swapaxes", "swapdims", "t", "is_floating_point"))
 log1p, expm1 = _unary("log1p"), _unary("expm1")
+trunc, fix, frac, log2, log10 = (_unary(n) for n in ("trunc", "fix", "frac", "log2", "log10"))
+sinh, cosh, tan, xlogy, logit = (_unary(n) for n in ("sinh", "cosh", "tan", "xlogy", "logit"))
+prod, nansum, nanmean = _unary("prod"), _unary("nansum"), _unary("nanmean")
+diagonal, diag, trace, take_along_dim = (_unary(n) for n in ("diagonal", "diag", "trace", "take_along_dim"))
+index_add, masked_select, unflatten, ravel = (_unary(n) for n in ("index_add", "masked_select", "unflatten", "ravel"))
+baddbmm = _unary("baddbmm")
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """The shape the given shapes broadcast to (NumPy's rules), as torch.broadcast_shapes."""
+    import numpy as np
+
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) if not isinstance(s, int) else (s,) for s in shapes]))
+    except ValueError:
+        raise ShapeError(f"broadcast_shapes: {[list(s) if not isinstance(s, int) else [s] for s in shapes]} do "
+                         f"not broadcast\n  at {user_location()}") from None
+
+
+def broadcast_tensors(*tensors) -> tuple[Tensor, ...]:
+    """Every tensor broadcast to their common shape, as torch.broadcast_tensors."""
+    ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
+    shape = broadcast_shapes(*[t.shape for t in ts])
+    return tuple(t.broadcast_to(shape) for t in ts)
+
+
+def atleast_1d(*tensors):
+    out = [t.reshape(1) if t.ndim == 0 else t for t in tensors]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def atleast_2d(*tensors):
+    out = [t.reshape(1, -1) if t.ndim < 2 else t for t in tensors]
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def max(input, dim=None, keepdim: bool = False):  # noqa: A001, A002 - PyTorch's names

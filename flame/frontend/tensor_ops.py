@@ -436,6 +436,175 @@ class TensorOps:
         safe = where(near & ~exact, u, 2.0)  # the unused branch stays finite
         return where(exact, x, where(near, (safe - 1) * (x / safe.log()), u - 1))
 
+    def trunc(self):
+        """Rounded toward zero, as torch.trunc (integers as they are)."""
+        if not self.dtype.is_float:
+            return self
+        from flame.frontend.ops import where
+
+        return where(self < 0, self.ceil(), self.floor())
+
+    fix = trunc
+
+    def frac(self):
+        """self - trunc(self): the fractional part with self's sign, as torch.frac."""
+        return self - self.trunc()
+
+    def log2(self):
+        return self.log() * (1.0 / math.log(2.0))
+
+    def log10(self):
+        return self.log() * (1.0 / math.log(10.0))
+
+    def sinh(self):
+        """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
+        return (self.expm1() - (-self).expm1()) * 0.5
+
+    def cosh(self):
+        return (self.exp() + (-self).exp()) * 0.5
+
+    def tan(self):
+        return self.sin() / self.cos()
+
+    def xlogy(self, other):
+        """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
+        from flame.frontend.ops import where
+
+        other = _tensor(other, self)
+        x = self if self.dtype.is_float else self.to(f32)
+        log = other.log()
+        # where self is 0 the value is 0 (even for other = 0) and the gradient log(other), as PyTorch's
+        return where((x == 0) & ~other.isnan(), x * where(log.isfinite(), log, 0.0), x * log)
+
+    def logit(self, eps: float | None = None):
+        """log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given, as torch.logit."""
+        p = self.clamp(eps, 1 - eps) if eps is not None else self
+        return (p / (1 - p)).log()
+
+    def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
+        """The product over dim (every element when None), as torch.prod: the last running product of
+        cumprod, so it differentiates as cumprod does (zeros included)."""
+        x = self.to(dtype) if dtype is not None else (self.to(i64) if self.dtype == boolean else self)
+        if dim is None:
+            flat = x.reshape(-1)
+            return flat.cumprod(0)[-1] if flat.shape[0] else _t.full((), 1, x.dtype)
+        axis = _t.dim_index("prod", dim, x.ndim)
+        if x.ndim == 0:
+            return x
+        out = x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1) if x.shape[axis] else \
+            _t.full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
+        return out if keepdim else out.squeeze(axis)
+
+    def nansum(self, dim=None, keepdim: bool = False):
+        """The sum with NaNs counted as zero, as torch.nansum."""
+        from flame.frontend.ops import where
+
+        return where(self.isnan(), 0.0, self).sum(dim, keepdim)
+
+    def nanmean(self, dim=None, keepdim: bool = False):
+        """The mean of the elements that are not NaN, as torch.nanmean."""
+        count = (~self.isnan()).to(self.dtype).sum(dim, keepdim)
+        return self.nansum(dim, keepdim) / count
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
+        """The diagonal of the (dim1, dim2) planes (above it for offset > 0, below for offset < 0) as
+        the last dim, as torch.diagonal."""
+        a, b = _t.dim_index("diagonal", dim1, self.ndim), _t.dim_index("diagonal", dim2, self.ndim)
+        if a == b:
+            raise ValueError(f"diagonal: dim1 and dim2 are both {dim1}")
+        x = self.movedim((a, b), (-2, -1))
+        rows, cols = x.shape[-2:]
+        if offset >= 0:
+            x, cols_left = x.narrow(-1, min(offset, cols), cols - min(offset, cols)), cols - min(offset, cols)
+            n = min(rows, cols_left)
+            x = x.narrow(-2, 0, n).narrow(-1, 0, n)
+        else:
+            start = min(-offset, rows)
+            n = min(rows - start, cols)
+            x = x.narrow(-2, start, n).narrow(-1, 0, n)
+        if n == 0:
+            return x.reshape(*x.shape[:-2], 0)
+        return x.reshape(*x.shape[:-2], n * n)[..., :: n + 1]
+
+    def diag(self, diagonal: int = 0):
+        """A 1-D tensor's matrix with it on a diagonal, or a matrix's diagonal, as torch.diag."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise ShapeError(f"diag: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
+        from flame.frontend.creation import eye
+
+        n, k = self.shape[0], abs(diagonal)
+        square = eye(n, dtype=self.dtype) * self.unsqueeze(0) if self.dtype != boolean else \
+            eye(n, dtype=boolean) & self.unsqueeze(0)
+        if not k:
+            return square
+        from flame.frontend.ops import pad
+
+        return pad(square, ((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
+
+    def trace(self):
+        """The sum of a matrix's diagonal, as torch.trace."""
+        _ranks("trace", (self, 2))
+        return self.diagonal().sum()
+
+    def take_along_dim(self, indices, dim: int | None = None):
+        """self's elements at indices along dim (of the flattened tensor when dim is None), self and
+        indices broadcast except along dim, as torch.take_along_dim."""
+        if dim is None:
+            return self.reshape(-1).gather(0, indices.reshape(-1))
+        axis = _t.dim_index("take_along_dim", dim, self.ndim)
+        shape = [max(a, b) for a, b in zip(self.shape, indices.shape)]
+        src = self.broadcast_to(*[n if i != axis else self.shape[axis] for i, n in enumerate(shape)])
+        idx = indices.broadcast_to(*[n if i != axis else indices.shape[axis] for i, n in enumerate(shape)])
+        return src.gather(axis, idx)
+
+    def index_add(self, dim: int, index, source, *, alpha=1):
+        """self with alpha * source's slices added at index along dim (repeated indices add up), as
+        torch.index_add."""
+        axis = _t.dim_index("index_add", dim, self.ndim)
+        if index.ndim != 1 or source.shape[axis] != index.shape[0]:
+            raise ShapeError(f"index_add: index {list(index.shape)} must be 1-D with one entry per slice of "
+                             f"source {list(source.shape)} along dim {dim}\n  at {user_location()}")
+        shape = [1] * source.ndim
+        shape[axis] = index.shape[0]
+        idx = index.reshape(*shape).broadcast_to(*source.shape)
+        return self.scatter_add(axis, idx, source * alpha if alpha != 1 else source)
+
+    def masked_select(self, mask):
+        """The elements where mask (broadcast with self) is True, as a 1-D tensor: eager only, as
+        x[mask] (its length depends on the values)."""
+        from flame.frontend.ops import broadcast_tensors
+
+        x, m = broadcast_tensors(self, mask)
+        return x[m]
+
+    def unflatten(self, dim: int, sizes):
+        """Dimension dim split into sizes (one may be -1), as torch.unflatten."""
+        axis = _t.dim_index("unflatten", dim, self.ndim)
+        return self.reshape(*self.shape[:axis], *sizes, *self.shape[axis + 1:])
+
+    def ravel(self):
+        return self.reshape(-1)
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator=None):
+        from flame.nn import init
+
+        return init.uniform_(self, a, b, generator)
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator=None):
+        from flame.nn import init
+
+        return init.normal_(self, mean, std, generator)
+
+    def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        """beta * self + alpha * (batch1 @ batch2) over a batch, as torch.baddbmm."""
+        prod = self.__class__.bmm(batch1, batch2)
+        prod = prod * alpha if alpha != 1 else prod
+        if beta == 0:
+            return prod
+        return (self * beta if beta != 1 else self) + prod
+
     # ---- interpolation and fused products (optimizer and EMA code) ------------------------------------
     def lerp(self, end, weight):
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when

@@ -33,7 +33,8 @@ from flame.frontend.tensor import Tensor, full
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool1d", "avg_pool2d",
            "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-           "conv_transpose3d", "group_norm", "interpolate", "max_pool1d", "max_pool2d", "max_pool3d"]
+           "conv_transpose3d", "dropout1d", "dropout2d", "dropout3d", "group_norm", "instance_norm", "interpolate",
+           "max_pool1d", "max_pool2d", "max_pool3d", "pixel_shuffle", "pixel_unshuffle"]
 
 
 def _err(msg: str) -> ShapeError:
@@ -542,3 +543,75 @@ def _update_running(running_mean, running_var, mu, var, momentum, count) -> None
         batch_var = (var.detach().reshape(c) * (count / (count - 1))).to(running_var.dtype)
         running_mean.copy_(running_mean * (1 - m) + batch_mean * m)
         running_var.copy_(running_var * (1 - m) + batch_var * m)
+
+
+def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,  # noqa: A002
+                  weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalise each channel of each sample of [N, C, *S] over its positions (biased variance), then
+    scale and shift per channel: group_norm with one group per channel. Running statistics are not
+    supported (PyTorch's InstanceNorm default, track_running_stats=False)."""
+    if running_mean is not None or running_var is not None or not use_input_stats:
+        raise NotImplementedError("instance_norm: running statistics (track_running_stats=True) are not supported")
+    if input.ndim < 3:
+        raise _err(f"instance_norm: expected an [N, C, ...] input with positions, got {list(input.shape)}")
+    return group_norm(input, input.shape[1], weight, bias, eps)
+
+
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:  # noqa: A002
+    """[..., C * r * r, H, W] -> [..., C, H * r, W * r], as torch.nn.functional.pixel_shuffle."""
+    r = int(upscale_factor)
+    *batch, c, h, w = input.shape
+    if c % (r * r):
+        raise _err(f"pixel_shuffle: channels {c} must be divisible by upscale_factor**2 = {r * r}")
+    k = len(batch)
+    x = input.reshape(*batch, c // (r * r), r, r, h, w)
+    x = x.permute(*range(k), k, k + 3, k + 1, k + 4, k + 2)
+    return x.reshape(*batch, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:  # noqa: A002
+    """[..., C, H * r, W * r] -> [..., C * r * r, H, W]: pixel_shuffle's inverse."""
+    r = int(downscale_factor)
+    *batch, c, h, w = input.shape
+    if h % r or w % r:
+        raise _err(f"pixel_unshuffle: height {h} and width {w} must be divisible by downscale_factor {r}")
+    k = len(batch)
+    x = input.reshape(*batch, c, h // r, r, w // r, r)
+    x = x.permute(*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    return x.reshape(*batch, c * r * r, h // r, w // r)
+
+
+def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float, training: bool,  # noqa: A002
+                     generator) -> Tensor:
+    """Whole channels zeroed with probability p (the rest scaled by 1 / (1 - p)): dropout of a mask
+    of one value per (sample, channel), broadcast over the positions."""
+    from flame.frontend.creation import ones
+    from flame.frontend.functional import dropout
+
+    if input.ndim not in ranks:
+        raise _err(f"{name}: expected a {' or '.join(f'{r}-D' for r in ranks)} input, got {list(input.shape)}")
+    if not training or p == 0.0:
+        return input
+    spatial = ranks[-1] - 2  # the positions' dims: a mask of one value per (sample, channel) over them
+    keep = dropout(ones(*input.shape[:input.ndim - spatial], *([1] * spatial), dtype=input.dtype), p, True,
+                   generator)
+    return input * keep
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+              generator=None) -> Tensor:
+    """Channel dropout of [N, C, L] (or [C, L])."""
+    return _channel_dropout("dropout1d", (2, 3), input, p, training, generator)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+              generator=None) -> Tensor:
+    """Channel dropout of [N, C, H, W] (or [C, H, W])."""
+    return _channel_dropout("dropout2d", (3, 4), input, p, training, generator)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+              generator=None) -> Tensor:
+    """Channel dropout of [N, C, D, H, W] (or [C, D, H, W])."""
+    return _channel_dropout("dropout3d", (4, 5), input, p, training, generator)

@@ -1,18 +1,29 @@
-"""The modules of the activations, similarities and losses in flame.frontend.activations (PyTorch's
-names and constructor arguments; `inplace=True` is accepted and means nothing: flame's IR is pure)."""
+"""The modules of the activations, similarities and losses in flame.frontend.activations, and of
+channel dropout, pixel (un)shuffle, padding and instance norm (flame.frontend.vision, losses.pad):
+PyTorch's names and constructor arguments; `inplace=True` is accepted and means nothing (flame's IR
+is pure)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from flame.errors import ShapeError
 from flame.frontend import activations as A
-from flame.frontend.creation import full
+from flame.frontend import losses as L
+from flame.frontend import vision as V
+from flame.frontend.context import user_location
+from flame.frontend.creation import full, ones, zeros
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import dtype_of, f32
 from flame.nn.layers import _Elementwise
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
-__all__ = ["CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss",
-           "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance", "ReLU6", "Softmin", "Softplus",
-           "Softsign", "Threshold", "Unflatten"]
+__all__ = ["CELU", "ELU", "GLU", "SELU", "ConstantPad1d", "ConstantPad2d", "CosineSimilarity", "Dropout1d",
+           "Dropout2d", "Dropout3d", "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "InstanceNorm1d",
+           "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance",
+           "PixelShuffle", "PixelUnshuffle", "ReLU6", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
+           "ReplicationPad2d", "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten", "ZeroPad1d", "ZeroPad2d"]
 
 
 class Softplus(_Elementwise):
@@ -168,3 +179,138 @@ class Unflatten(Module):
     def forward(self, x: Tensor) -> Tensor:
         d = self.dim % x.ndim
         return x.reshape(*x.shape[:d], *self.unflattened_size, *x.shape[d + 1:])
+
+
+class _ChannelDropout(Module):
+    fn = staticmethod(V.dropout2d)
+
+    def __init__(self, p: float = 0.5, inplace: bool = False, generator=None):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p, self.generator = p, generator
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self).fn(x, self.p, self.training, generator=self.generator)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Dropout1d(_ChannelDropout):
+    fn = staticmethod(V.dropout1d)
+
+
+class Dropout2d(_ChannelDropout):
+    fn = staticmethod(V.dropout2d)
+
+
+class Dropout3d(_ChannelDropout):
+    fn = staticmethod(V.dropout3d)
+
+
+class PixelShuffle(_Elementwise):
+    fn = staticmethod(V.pixel_shuffle)
+
+    def __init__(self, upscale_factor: int):
+        super().__init__(upscale_factor=upscale_factor)
+
+
+class PixelUnshuffle(_Elementwise):
+    fn = staticmethod(V.pixel_unshuffle)
+
+    def __init__(self, downscale_factor: int):
+        super().__init__(downscale_factor=downscale_factor)
+
+
+class _Pad(Module):
+    """F.pad with a fixed mode over the last `dims` dims; padding an int (every side) or a tuple in
+    PyTorch's order (left, right, top, bottom, ...)."""
+
+    dims, mode = 2, "constant"
+
+    def __init__(self, padding, value: float = 0.0):
+        super().__init__()
+        self.padding = (int(padding),) * (2 * self.dims) if isinstance(padding, int) else tuple(padding)
+        if len(self.padding) != 2 * self.dims:
+            raise ValueError(f"{type(self).__name__}: padding needs {2 * self.dims} values, got {self.padding}")
+        self.value = value
+
+    def forward(self, x: Tensor) -> Tensor:
+        return L.pad(x, self.padding, self.mode, self.value if self.mode == "constant" else None)
+
+    def extra_repr(self) -> str:
+        return f"{self.padding}" + (f", value={self.value}" if self.mode == "constant" and self.value else "")
+
+
+class ConstantPad1d(_Pad):
+    dims = 1
+
+    def __init__(self, padding, value: float):
+        super().__init__(padding, value)
+
+
+class ConstantPad2d(_Pad):
+    def __init__(self, padding, value: float):
+        super().__init__(padding, value)
+
+
+class ZeroPad1d(_Pad):
+    dims = 1
+
+
+class ZeroPad2d(_Pad):
+    pass
+
+
+class ReflectionPad1d(_Pad):
+    dims, mode = 1, "reflect"
+
+
+class ReflectionPad2d(_Pad):
+    mode = "reflect"
+
+
+class ReplicationPad1d(_Pad):
+    dims, mode = 1, "replicate"
+
+
+class ReplicationPad2d(_Pad):
+    mode = "replicate"
+
+
+class _InstanceNorm(Module):
+    """Per-sample, per-channel normalisation over the positions (F.instance_norm); affine=False by
+    default, as PyTorch; track_running_stats is not supported."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
+                 track_running_stats: bool = False, dtype: Any = f32):
+        super().__init__()
+        if track_running_stats:
+            raise NotImplementedError(f"{type(self).__name__}: track_running_stats=True is not supported")
+        self.num_features, self.eps, self.affine = num_features, eps, affine
+        self.register_parameter("weight", Parameter(ones(num_features, dtype=dtype_of(dtype))) if affine else None)
+        self.register_parameter("bias", Parameter(zeros(num_features, dtype=dtype_of(dtype))) if affine else None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim == self.rank - 1:  # unbatched
+            return self.forward(x.unsqueeze(0)).squeeze(0)
+        if x.ndim != self.rank or x.shape[1] != self.num_features:
+            raise ShapeError(f"{type(self).__name__}({self.num_features}): expected [N, {self.num_features}, ...] of "
+                             f"rank {self.rank}, got {list(x.shape)}\n  at {user_location()}")
+        return V.instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, affine={self.affine}"
+
+
+class InstanceNorm1d(_InstanceNorm):
+    rank = 3
+
+
+class InstanceNorm2d(_InstanceNorm):
+    rank = 4
+
+
+class InstanceNorm3d(_InstanceNorm):
+    rank = 5

@@ -216,3 +216,58 @@ def test_a_step_of_them_fuses_renders_and_compiles_for_the_gpu(cuda_target):
     assert len(kernels) > 5
     for source in kernels:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+# ---- channel dropout, pixel shuffle, padding, instance norm ------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pixel_shuffle_round_trip(mode):
+    x = randn(2, 8, 3, 5)
+    check(lambda t: F.pixel_shuffle(t, 2), lambda t: TF.pixel_shuffle(t, 2), x, mode=mode)
+    check(lambda t: F.pixel_unshuffle(t, 2), lambda t: TF.pixel_unshuffle(t, 2), randn(2, 3, 4, 6), mode=mode)
+    check(lambda t: nn.PixelUnshuffle(2)(nn.PixelShuffle(2)(t)), lambda t: t * 1, x, mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_instance_norm(mode):
+    x = randn(2, 3, 4, 5) * 2 + 1
+    check(lambda t: F.instance_norm(t), lambda t: TF.instance_norm(t), x, mode=mode, rtol=1e-4, atol=1e-5)
+    check(lambda t, w, b: F.instance_norm(t, weight=w, bias=b), lambda t, w, b: TF.instance_norm(t, weight=w, bias=b),
+          x, randn(3, key=1), randn(3, key=2), mode=mode, rtol=1e-4, atol=1e-5)
+    mine, theirs = nn.InstanceNorm1d(3, affine=True), torch.nn.InstanceNorm1d(3, affine=True)
+    for seq in (x.reshape(2, 3, 20), x[0].reshape(3, 20)):  # batched, and unbatched [C, L]
+        np.testing.assert_allclose(mine(flame.tensor(seq)).numpy(), theirs(torch.tensor(seq)).detach().numpy(),
+                                   rtol=1e-4, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="track_running_stats"):
+        nn.InstanceNorm2d(3, track_running_stats=True)
+
+
+def test_padding_modules():
+    x = randn(1, 2, 4, 5)
+    for mine, theirs in [(nn.ZeroPad2d(1), torch.nn.ZeroPad2d(1)),
+                         (nn.ConstantPad2d((1, 0, 2, 1), 3.5), torch.nn.ConstantPad2d((1, 0, 2, 1), 3.5)),
+                         (nn.ReflectionPad2d(2), torch.nn.ReflectionPad2d(2)),
+                         (nn.ReplicationPad2d((0, 1, 1, 0)), torch.nn.ReplicationPad2d((0, 1, 1, 0)))]:
+        np.testing.assert_array_equal(mine(flame.tensor(x)).numpy(), theirs(torch.tensor(x)).numpy())
+    y = randn(2, 3, 6)
+    for mine, theirs in [(nn.ZeroPad1d((2, 1)), torch.nn.ZeroPad1d((2, 1))),
+                         (nn.ConstantPad1d(1, -1.0), torch.nn.ConstantPad1d(1, -1.0)),
+                         (nn.ReflectionPad1d(3), torch.nn.ReflectionPad1d(3)),
+                         (nn.ReplicationPad1d(2), torch.nn.ReplicationPad1d(2))]:
+        np.testing.assert_array_equal(mine(flame.tensor(y)).numpy(), theirs(torch.tensor(y)).numpy())
+
+
+@pytest.mark.parametrize("name,shape", [("dropout1d", (4, 16, 5)), ("dropout2d", (4, 16, 3, 3)),
+                                        ("dropout3d", (2, 32, 2, 2, 2))])
+def test_channel_dropout_drops_whole_channels(name, shape):
+    x = flame.ones(*shape)
+    out = getattr(F, name)(x, 0.5, True, generator=flame.Generator(0)).numpy()
+    per_channel = out.reshape(shape[0], shape[1], -1)
+    assert np.all(per_channel.min(-1) == per_channel.max(-1))  # each channel all kept (2.0) or all dropped
+    assert set(np.unique(per_channel)) <= {0.0, 2.0} and 0.2 < (per_channel == 0).mean() < 0.8
+    np.testing.assert_array_equal(getattr(F, name)(x, 0.5, False).numpy(), x.numpy())
+    module = {"dropout1d": nn.Dropout1d, "dropout2d": nn.Dropout2d, "dropout3d": nn.Dropout3d}[name](0.3)
+    module.eval()
+    np.testing.assert_array_equal(module(x).numpy(), x.numpy())
+    with pytest.raises(ShapeError, match=f"{name}: expected"):
+        getattr(F, name)(flame.ones(3), 0.5)

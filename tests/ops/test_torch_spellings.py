@@ -185,3 +185,82 @@ def test_function_forms_show_the_methods_signature():
 
     assert list(inspect.signature(flame.addmm).parameters) == ["input", "mat1", "mat2", "beta", "alpha"]
     assert "two-sided" in flame.lerp.__doc__
+
+
+# ---- elementwise and reductions composed from primitives ----------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_more_elementwise(mode):
+    x, y = randn(4, 5) * 3, np.abs(randn(4, 5, key=1)) + 0.1
+    for name in ("trunc", "frac", "sinh", "cosh", "tan"):
+        check(lambda t, n=name: getattr(flame, n)(t), lambda t, n=name: getattr(torch, n)(t), x, mode=mode)
+    for name in ("log2", "log10"):
+        check(lambda t, n=name: getattr(t, n)(), lambda t, n=name: getattr(t, n)(), y, mode=mode)
+    check(lambda a, b: flame.xlogy(a, b), lambda a, b: torch.xlogy(a, b), np.where(x > 1, 0, x), y, mode=mode)
+    check(lambda t: flame.logit(t, eps=1e-3), lambda t: torch.logit(t, eps=1e-3), y / 4, mode=mode)
+    small = np.float32([1e-30, -3e-8, 1e-5, -2e-3])  # sinh through expm1 keeps these to a few ulp
+    np.testing.assert_allclose(flame.sinh(flame.tensor(small)).numpy(), torch.sinh(torch.tensor(small)).numpy(),
+                               rtol=3e-7)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_products_and_nan_reductions(mode):
+    x = randn(3, 4) + 0.5
+    x[1, 2] = 0.0  # a zero: the gradient of the other factors still flows, as cumprod's
+    check(lambda t: flame.prod(t, 1), lambda t: torch.prod(t, 1), x, mode=mode)
+    check(lambda t: t.prod(0, keepdim=True), lambda t: t.prod(0, keepdim=True), x, mode=mode)
+    check(lambda t: t.prod(), lambda t: t.prod(), x[0], mode=mode)
+    with_nan = x.copy()
+    with_nan[0, 1] = np.nan
+    check(lambda t: (flame.nansum(t, 1), t.nanmean()), lambda t: (torch.nansum(t, 1), t.nanmean()), with_nan,
+          mode=mode, wrt=[])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_diagonals(mode):
+    x = randn(3, 5)
+    for off in (0, 2, -1, 6):
+        check(lambda t, o=off: flame.diagonal(t, o), lambda t, o=off: torch.diagonal(t, o), x, mode=mode)
+    check(lambda t: t.diagonal(1, 0, 2), lambda t: t.diagonal(1, 0, 2), randn(3, 2, 4), mode=mode)
+    check(lambda t: flame.diag(t, 1) + flame.diag(t, 1).T, lambda t: torch.diag(t, 1) + torch.diag(t, 1).T, randn(4),
+          mode=mode)
+    check(lambda t: flame.trace(t), lambda t: torch.trace(t), randn(4, 4), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gathers_and_scatters(mode):
+    x = randn(4, 5)
+    idx = np.array([[0], [4], [2], [1]])
+    check(lambda t: flame.take_along_dim(t, flame.tensor(idx), 1),
+          lambda t: torch.take_along_dim(t, torch.tensor(idx), 1), x, mode=mode)
+    check(lambda t: t.take_along_dim(flame.tensor(np.array([3, 0, 7]))),
+          lambda t: t.take_along_dim(torch.tensor([3, 0, 7])), x, mode=mode)
+    check(lambda t, s: flame.index_add(t, 0, flame.tensor([1, 3, 1]), s, alpha=2.0),
+          lambda t, s: torch.index_add(t, 0, torch.tensor([1, 3, 1]), s, alpha=2.0), x, randn(3, 5, key=1), mode=mode)
+
+
+def test_eager_only_selection_and_broadcasting():
+    x = randn(3, 4)
+    got = flame.masked_select(flame.tensor(x), flame.tensor(x[0] > 0))
+    np.testing.assert_array_equal(got.numpy(), torch.masked_select(torch.tensor(x), torch.tensor(x[0] > 0)).numpy())
+    a, b = flame.broadcast_tensors(flame.ones(3, 1), flame.zeros(4))
+    assert a.shape == b.shape == (3, 4) and flame.broadcast_shapes((2, 1), (5,)) == (2, 5)
+    with pytest.raises(ShapeError, match="do not broadcast"):
+        flame.broadcast_shapes((2, 3), (4,))
+    assert flame.atleast_2d(flame.tensor(1.0)).shape == (1, 1) and flame.atleast_1d(flame.tensor(1.0)).shape == (1,)
+    assert flame.unflatten(flame.ones(2, 12), 1, (3, -1)).shape == (2, 3, 4) and flame.ones(2, 3).ravel().shape == (6,)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_baddbmm(mode):
+    check(lambda c, a, b: flame.baddbmm(c, a, b, beta=0.5, alpha=-1.0),
+          lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=-1.0), randn(2, 3, 4), randn(2, 3, 5, key=1),
+          randn(2, 5, 4, key=2), mode=mode)
+
+
+def test_in_place_initialisers():
+    x = flame.zeros(1000)
+    x.uniform_(-2.0, 3.0, generator=flame.Generator(0))
+    assert -2.0 <= x.numpy().min() and x.numpy().max() < 3.0 and abs(x.numpy().mean() - 0.5) < 0.15
+    x.normal_(1.0, 0.5, generator=flame.Generator(0))
+    assert abs(x.numpy().mean() - 1.0) < 0.1 and abs(x.numpy().std() - 0.5) < 0.1
