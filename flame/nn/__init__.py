@@ -95,7 +95,14 @@ from flame.nn.module import (
     Sequential,
 )
 from flame.nn.parameter import Parameter
-from flame.nn.transformer import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from flame.nn.transformer import (
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
@@ -107,6 +114,7 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "parallel", "utils", "CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish",
            "Hardtanh", "HuberLoss", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance", "ReLU6",
            "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten", "MultiheadAttention", "TransformerEncoder",
-           "TransformerEncoderLayer", "ConstantPad1d", "ConstantPad2d", "Dropout1d", "Dropout2d", "Dropout3d",
+           "TransformerEncoderLayer", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
+           "ConstantPad1d", "ConstantPad2d", "Dropout1d", "Dropout2d", "Dropout3d",
            "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad1d",
            "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d"]

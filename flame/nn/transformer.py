@@ -1,7 +1,8 @@
-"""nn.MultiheadAttention, nn.TransformerEncoderLayer and nn.TransformerEncoder with PyTorch's names,
-parameter names (a PyTorch state_dict loads as it is), arguments and masks. Attention runs as the
-one fused op (F.scaled_dot_product_attention: cuDNN on the GPU) unless the caller asks for the
-attention weights or attention dropout is active, which need the probabilities written out."""
+"""nn.MultiheadAttention, the Transformer encoder and decoder layers and stacks, and nn.Transformer,
+with PyTorch's names, parameter names (a PyTorch state_dict loads as it is), arguments and masks.
+Attention runs as the one fused op (F.scaled_dot_product_attention: cuDNN on the GPU) unless the
+caller asks for the attention weights or attention dropout is active, which need the probabilities
+written out."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from flame.nn.layers import Dropout, LayerNorm, Linear
 from flame.nn.module import Module, ModuleList
 from flame.nn.parameter import Parameter
 
-__all__ = ["MultiheadAttention", "TransformerEncoder", "TransformerEncoderLayer"]
+__all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerEncoderLayer"]
 
 
 def _masked_as_additive(mask: Tensor, dtype) -> Tensor:
@@ -219,3 +221,126 @@ class TransformerEncoder(Module):
         for layer in self.layers:
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
         return self.norm(x) if self.norm is not None else x
+
+
+class TransformerDecoderLayer(Module):
+    """torch.nn.TransformerDecoderLayer: self-attention over the target, attention from the target to
+    the encoder's memory, and the feed-forward block, each with a residual and a LayerNorm (after the
+    block, or before it with norm_first=True)."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: str | Callable[[Tensor], Tensor] = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True, device: Any = None,
+                 dtype: Any = f32, generator: Generator | None = None):
+        super().__init__()
+        if isinstance(activation, str):
+            if activation not in _ACTIVATIONS:
+                raise ValueError(f"TransformerDecoderLayer: activation should be relu/gelu, not {activation!r}")
+            activation = _ACTIVATIONS[activation]
+        attn = dict(bias=bias, batch_first=batch_first, dtype=dtype, generator=generator)
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout, **attn)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, **attn)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype, generator=generator)
+        self.dropout = Dropout(dropout, generator)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype, generator=generator)
+        self.norm_first = norm_first
+        self.norm1, self.norm2, self.norm3 = (LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
+                                              for _ in range(3))
+        self.dropout1, self.dropout2, self.dropout3 = (Dropout(dropout, generator) for _ in range(3))
+        self.activation = activation
+
+    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,
+                tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
+                tgt_is_causal: bool = False, memory_is_causal: bool = False) -> Tensor:
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+        x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
+        return self.norm3(x + self._ff_block(x))
+
+    def _sa_block(self, x: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
+        out = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
+                             is_causal=is_causal)[0]
+        return self.dropout1(out)
+
+    def _mha_block(self, x: Tensor, mem: Tensor, attn_mask, key_padding_mask, is_causal: bool) -> Tensor:
+        out = self.multihead_attn(x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                                  need_weights=False, is_causal=is_causal)[0]
+        return self.dropout2(out)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerDecoder(Module):
+    """num_layers copies of decoder_layer (layers.0, layers.1, ...), then norm if given."""
+
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Module | None = None):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,
+                tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
+                tgt_is_causal: bool | None = None, memory_is_causal: bool = False) -> Tensor:
+        x = tgt
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                      memory_is_causal=memory_is_causal)
+        return self.norm(x) if self.norm is not None else x
+
+
+class Transformer(Module):
+    """torch.nn.Transformer: an encoder of num_encoder_layers and a decoder of num_decoder_layers,
+    each ending in a LayerNorm; every parameter of two or more dims initialised by xavier_uniform_,
+    as PyTorch's."""
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
+                 dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: str | Callable[[Tensor], Tensor] = "relu", custom_encoder: Module | None = None,
+                 custom_decoder: Module | None = None, layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, device: Any = None, dtype: Any = f32,
+                 generator: Generator | None = None):
+        super().__init__()
+        kw = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+                  layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias,
+                  dtype=dtype, generator=generator)
+        self.encoder = custom_encoder if custom_encoder is not None else TransformerEncoder(
+            TransformerEncoderLayer(d_model, nhead, **kw), num_encoder_layers,
+            LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype))
+        self.decoder = custom_decoder if custom_decoder is not None else TransformerDecoder(
+            TransformerDecoderLayer(d_model, nhead, **kw), num_decoder_layers,
+            LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype))
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():
+            if p.ndim > 1:
+                init.xavier_uniform_(p, generator=generator)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
+                src_is_causal: bool | None = None, tgt_is_causal: bool | None = None,
+                memory_is_causal: bool = False) -> Tensor:
+        batch = 0 if self.batch_first else 1
+        if src.ndim == 3 and tgt.ndim == 3 and src.shape[batch] != tgt.shape[batch]:
+            raise ShapeError(f"Transformer: src and tgt batch sizes differ: {list(src.shape)} and {list(tgt.shape)}"
+                             f"\n  at {user_location()}")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ShapeError(f"Transformer: src and tgt need d_model = {self.d_model} features, got "
+                             f"{list(src.shape)} and {list(tgt.shape)}\n  at {user_location()}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = f32) -> Tensor:
+        """[sz, sz] float mask: -inf above the diagonal (future positions), 0 elsewhere."""
+        from flame.frontend.creation import full
+
+        return full((sz, sz), float("-inf"), dtype=dtype_of(dtype)).triu(1)

@@ -203,3 +203,44 @@ def test_encoder_layer_attention_is_one_fused_call_on_the_gpu(cuda_target, maske
     assert len(calls) == 2, [type(s).__name__ for s in plan.steps]
     for source in {k.source for k in plan.kernels()}:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("norm_first,batch_first", [(False, False), (True, True)])
+def test_decoder_layer(mode, norm_first, batch_first):
+    torch.manual_seed(5)
+    kw = dict(dim_feedforward=24, norm_first=norm_first, batch_first=batch_first, activation="gelu")
+    mine, theirs = _pair(nn.TransformerDecoderLayer(E, H, **kw), torch.nn.TransformerDecoderLayer(E, H, **kw))
+    mine.eval(), theirs.eval()
+    shape = (lambda n, t: (n, t, E)) if batch_first else (lambda n, t: (t, n, E))
+    tgt, mem = _rand(*shape(2, 5)), _rand(*shape(2, 7), key=1)
+    causal = np.triu(np.ones((5, 5), bool), 1)
+    pad = np.zeros((2, 7), bool)
+    pad[0, 4:] = True
+    _compare(mine, theirs, [tgt, mem, causal, pad],
+             lambda m, t, s, c, p: (m(t, s, tgt_mask=c, memory_key_padding_mask=p, tgt_is_causal=True),),
+             lambda m, t, s, c, p: (m(t, s, tgt_mask=c, memory_key_padding_mask=p, tgt_is_causal=True),), mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_transformer(mode):
+    torch.manual_seed(6)
+    kw = dict(d_model=E, nhead=H, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=20, batch_first=True)
+    mine, theirs = nn.Transformer(**kw), torch.nn.Transformer(**kw)
+    assert sorted(mine.state_dict()) == sorted(theirs.state_dict())
+    _pair(mine, theirs)
+    mine.eval(), theirs.eval()
+    src, tgt = _rand(2, 6, E), _rand(2, 4, E, key=1)
+    mask = nn.Transformer.generate_square_subsequent_mask(4)
+    np.testing.assert_array_equal(mask.numpy(), torch.nn.Transformer.generate_square_subsequent_mask(4).numpy())
+    _compare(mine, theirs, [src, tgt, mask.numpy()], lambda m, s, t, c: (m(s, t, tgt_mask=c),),
+             lambda m, s, t, c: (m(s, t, tgt_mask=c),), mode, rtol=5e-5, atol=5e-5)
+
+
+def test_transformer_initialises_and_checks_like_pytorch():
+    model = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=8,
+                           generator=flame.Generator(0))
+    w = model.encoder.layers[0].linear1.weight.numpy()
+    assert np.abs(w).max() <= np.sqrt(6 / (16 + 8)) + 1e-6  # xavier_uniform_ bound of an [8, 16] weight
+    with pytest.raises(ShapeError, match="src and tgt batch sizes differ"):
+        model(flame.ones(5, 2, 16), flame.ones(5, 3, 16))
