@@ -1,0 +1,206 @@
+"""nn.RNN, nn.LSTM and nn.GRU with PyTorch's parameter names (weight_ih_l0, weight_hh_l0_reverse, ...,
+so a PyTorch state_dict loads as it is), gate orders (LSTM: i, f, g, o; GRU: r, z, n), arguments and
+return values. The recurrence is unrolled over time while tracing: each layer and direction
+projects every time step's input with one matmul, then runs the hidden-state update step by step,
+so a compiled function over sequences of length T holds T steps per layer (its graph grows with T)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from flame.errors import ShapeError
+from flame.frontend import functional as F
+from flame.frontend.context import user_location
+from flame.frontend.creation import Generator, zeros
+from flame.frontend.ops import cat, stack
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import dtype_of, f32
+from flame.nn import init
+from flame.nn.module import Module
+from flame.nn.parameter import Parameter
+
+__all__ = ["GRU", "LSTM", "RNN"]
+
+
+class _RNNBase(Module):
+    gates = 1  # rows of weight_ih per hidden unit (LSTM 4, GRU 3)
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 device: Any = None, dtype: Any = f32, generator: Generator | None = None):
+        super().__init__()
+        if proj_size:
+            raise NotImplementedError(f"{type(self).__name__}: proj_size is not supported")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"{type(self).__name__}: dropout must be in [0, 1), got {dropout}")
+        if num_layers < 1 or hidden_size < 1:
+            raise ValueError(f"{type(self).__name__}: num_layers and hidden_size must be positive")
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
+        self.bidirectional, self.generator = bidirectional, generator
+        dt = dtype_of(dtype)
+        rows = self.gates * hidden_size
+        for layer in range(num_layers):
+            width = input_size if layer == 0 else hidden_size * self.directions
+            for suffix in self._suffixes(layer):
+                setattr(self, f"weight_ih_{suffix}", Parameter(zeros(rows, width, dtype=dt)))
+                setattr(self, f"weight_hh_{suffix}", Parameter(zeros(rows, hidden_size, dtype=dt)))
+                if bias:
+                    setattr(self, f"bias_ih_{suffix}", Parameter(zeros(rows, dtype=dt)))
+                    setattr(self, f"bias_hh_{suffix}", Parameter(zeros(rows, dtype=dt)))
+        self.reset_parameters(generator)
+
+    @property
+    def directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    def _suffixes(self, layer: int) -> list[str]:
+        return [f"l{layer}"] + ([f"l{layer}_reverse"] if self.bidirectional else [])
+
+    def reset_parameters(self, generator: Generator | None = None) -> None:
+        """Every weight and bias from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            init.uniform_(p, -bound, bound, generator)
+
+    def extra_repr(self) -> str:
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False)):
+            if getattr(self, name) != default:
+                s += f", {name}={getattr(self, name)}"
+        return s
+
+    def _cell(self, x_proj: Tensor, state, w_hh: Tensor, b_hh: Tensor | None):
+        """One step: x_proj = x @ w_ih^T + b_ih for this step; state -> (output h, new state)."""
+        raise NotImplementedError
+
+    def _initial(self, hx, n: int, like: Tensor):
+        """Per (layer, direction): the initial state, from hx [L * D, N, H] or zeros."""
+        raise NotImplementedError
+
+    def _final(self, states: list):
+        raise NotImplementedError
+
+    def forward(self, input: Tensor, hx=None):  # noqa: A002
+        name = type(self).__name__
+        unbatched = input.ndim == 2
+        if input.ndim not in (2, 3) or input.shape[-1] != self.input_size:
+            raise ShapeError(f"{name}: input must be [T, N, {self.input_size}] ([N, T, {self.input_size}] with "
+                             f"batch_first, or unbatched [T, {self.input_size}]), got {list(input.shape)}"
+                             f"\n  at {user_location()}")
+        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
+        if unbatched and hx is not None:
+            hx = tuple(h.unsqueeze(1) for h in hx) if isinstance(hx, tuple) else hx.unsqueeze(1)
+        length, n = x.shape[0], x.shape[1]
+        states = self._initial(hx, n, x)
+        finals = []
+        for layer in range(self.num_layers):
+            outs = []
+            for d, suffix in enumerate(self._suffixes(layer)):
+                w_ih, w_hh = getattr(self, f"weight_ih_{suffix}"), getattr(self, f"weight_hh_{suffix}")
+                b_ih = getattr(self, f"bias_ih_{suffix}") if self.bias else None
+                b_hh = getattr(self, f"bias_hh_{suffix}") if self.bias else None
+                proj = F.linear(x, w_ih, b_ih)  # every step's input projection in one matmul: [T, N, G * H]
+                state = states[layer * self.directions + d]
+                steps = range(length - 1, -1, -1) if d else range(length)
+                hs: list = [None] * length
+                for t in steps:
+                    hs[t], state = self._cell(proj[t], state, w_hh, b_hh)
+                finals.append(state)
+                outs.append(stack(hs, 0))
+            x = outs[0] if len(outs) == 1 else cat(outs, -1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, True, self.generator)
+        out = x.squeeze(1) if unbatched else (x.transpose(0, 1) if self.batch_first else x)
+        final = self._final(finals)
+        if unbatched:
+            final = tuple(f.squeeze(1) for f in final) if isinstance(final, tuple) else final.squeeze(1)
+        return out, final
+
+    def _check_hx(self, h: Tensor, n: int, what: str) -> None:
+        want = (self.num_layers * self.directions, n, self.hidden_size)
+        if tuple(h.shape) != want:
+            raise ShapeError(f"{type(self).__name__}: {what} must be {list(want)}, got {list(h.shape)}"
+                             f"\n  at {user_location()}")
+
+
+class RNN(_RNNBase):
+    """Elman RNN: h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (nonlinearity="relu": relu)."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device: Any = None, dtype: Any = f32, generator: Generator | None = None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNN: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
+                         device, dtype, generator)
+        self.nonlinearity = nonlinearity
+
+    def _initial(self, hx, n: int, like: Tensor):
+        if hx is None:
+            return [zeros(n, self.hidden_size, dtype=like.dtype)] * (self.num_layers * self.directions)
+        self._check_hx(hx, n, "hx")
+        return list(hx.unbind(0))
+
+    def _cell(self, x_proj, h, w_hh, b_hh):
+        pre = x_proj + F.linear(h, w_hh, b_hh)
+        h = pre.tanh() if self.nonlinearity == "tanh" else pre.relu()
+        return h, h
+
+    def _final(self, states):
+        return stack(states, 0)
+
+
+class LSTM(_RNNBase):
+    """c' = f * c + i * g, h' = o * tanh(c'), the gates i, f, g, o (in that order in the weights) from
+    x W_ih^T + b_ih + h W_hh^T + b_hh. forward returns (output, (h_n, c_n))."""
+
+    gates = 4
+
+    def _initial(self, hx, n: int, like: Tensor):
+        k = self.num_layers * self.directions
+        if hx is None:
+            z = zeros(n, self.hidden_size, dtype=like.dtype)
+            return [(z, z)] * k
+        if not isinstance(hx, tuple) or len(hx) != 2:
+            raise ShapeError(f"LSTM: hx must be a tuple (h_0, c_0)\n  at {user_location()}")
+        self._check_hx(hx[0], n, "h_0")
+        self._check_hx(hx[1], n, "c_0")
+        return list(zip(hx[0].unbind(0), hx[1].unbind(0)))
+
+    def _cell(self, x_proj, state, w_hh, b_hh):
+        h, c = state
+        i, f, g, o = (x_proj + F.linear(h, w_hh, b_hh)).chunk(4, -1)
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        h = o.sigmoid() * c.tanh()
+        return h, (h, c)
+
+    def _final(self, states):
+        return stack([h for h, _ in states], 0), stack([c for _, c in states], 0)
+
+
+class GRU(_RNNBase):
+    """r = sigmoid(.), z = sigmoid(.), n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)),
+    h' = (1 - z) * n + z * h; the gates r, z, n in that order in the weights."""
+
+    gates = 3
+
+    def _initial(self, hx, n: int, like: Tensor):
+        if hx is None:
+            return [zeros(n, self.hidden_size, dtype=like.dtype)] * (self.num_layers * self.directions)
+        self._check_hx(hx, n, "hx")
+        return list(hx.unbind(0))
+
+    def _cell(self, x_proj, h, w_hh, b_hh):
+        xr, xz, xn = x_proj.chunk(3, -1)
+        hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, -1)
+        r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
+        new = (xn + r * hn).tanh()
+        h = (1 - z) * new + z * h
+        return h, h
+
+    def _final(self, states):
+        return stack(states, 0)
