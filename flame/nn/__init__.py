@@ -95,7 +95,7 @@ from flame.nn.module import (
     Sequential,
 )
 from flame.nn.parameter import Parameter
-from flame.nn.recurrent import GRU, LSTM, RNN
+from flame.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from flame.nn.transformer import (
     MultiheadAttention,
     Transformer,
@@ -116,7 +116,7 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "Hardtanh", "HuberLoss", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance", "ReLU6",
            "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten", "MultiheadAttention", "TransformerEncoder",
            "TransformerEncoderLayer", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "GRU", "LSTM",
-           "RNN",
+           "RNN", "GRUCell", "LSTMCell", "RNNCell",
            "ConstantPad1d", "ConstantPad2d", "Dropout1d", "Dropout2d", "Dropout3d",
            "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad1d",
            "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d"]

@@ -20,7 +20,29 @@ from flame.nn import init
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
-__all__ = ["GRU", "LSTM", "RNN"]
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+
+
+# ---- one step of each recurrence (x_proj = x @ W_ih^T + b_ih), shared by the layers and the cells ----
+
+def _rnn_step(x_proj: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None, nonlinearity: str) -> Tensor:
+    pre = x_proj + F.linear(h, w_hh, b_hh)
+    return pre.tanh() if nonlinearity == "tanh" else pre.relu()
+
+
+def _lstm_step(x_proj: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The gates i, f, g, o in that order: c' = f * c + i * g, h' = o * tanh(c')."""
+    i, f, g, o = (x_proj + F.linear(h, w_hh, b_hh)).chunk(4, -1)
+    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c.tanh(), c
+
+
+def _gru_step(x_proj: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None) -> Tensor:
+    """The gates r, z, n in that order: n = tanh(x_n + r * h_n), h' = (1 - z) * n + z * h."""
+    xr, xz, xn = x_proj.chunk(3, -1)
+    hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, -1)
+    r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
+    return (1 - z) * (xn + r * hn).tanh() + z * h
 
 
 class _RNNBase(Module):
@@ -146,8 +168,7 @@ class RNN(_RNNBase):
         return list(hx.unbind(0))
 
     def _cell(self, x_proj, h, w_hh, b_hh):
-        pre = x_proj + F.linear(h, w_hh, b_hh)
-        h = pre.tanh() if self.nonlinearity == "tanh" else pre.relu()
+        h = _rnn_step(x_proj, h, w_hh, b_hh, self.nonlinearity)
         return h, h
 
     def _final(self, states):
@@ -172,10 +193,7 @@ class LSTM(_RNNBase):
         return list(zip(hx[0].unbind(0), hx[1].unbind(0)))
 
     def _cell(self, x_proj, state, w_hh, b_hh):
-        h, c = state
-        i, f, g, o = (x_proj + F.linear(h, w_hh, b_hh)).chunk(4, -1)
-        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-        h = o.sigmoid() * c.tanh()
+        h, c = _lstm_step(x_proj, *state, w_hh, b_hh)
         return h, (h, c)
 
     def _final(self, states):
@@ -195,12 +213,86 @@ class GRU(_RNNBase):
         return list(hx.unbind(0))
 
     def _cell(self, x_proj, h, w_hh, b_hh):
-        xr, xz, xn = x_proj.chunk(3, -1)
-        hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, -1)
-        r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
-        new = (xn + r * hn).tanh()
-        h = (1 - z) * new + z * h
+        h = _gru_step(x_proj, h, w_hh, b_hh)
         return h, h
 
     def _final(self, states):
         return stack(states, 0)
+
+
+class _CellBase(Module):
+    """One step of a recurrence (torch.nn.RNNCell / LSTMCell / GRUCell): weight_ih, weight_hh,
+    bias_ih, bias_hh; input [N, input_size] or unbatched [input_size]."""
+
+    gates = 1
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = f32,
+                 generator: Generator | None = None):
+        super().__init__()
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        dt = dtype_of(dtype)
+        self.weight_ih = Parameter(zeros(self.gates * hidden_size, input_size, dtype=dt))
+        self.weight_hh = Parameter(zeros(self.gates * hidden_size, hidden_size, dtype=dt))
+        self.register_parameter("bias_ih", Parameter(zeros(self.gates * hidden_size, dtype=dt)) if bias else None)
+        self.register_parameter("bias_hh", Parameter(zeros(self.gates * hidden_size, dtype=dt)) if bias else None)
+        bound = 1.0 / math.sqrt(hidden_size)
+        for p in self.parameters():
+            init.uniform_(p, -bound, bound, generator)
+
+    def _prepare(self, input: Tensor, hx, parts: int):  # noqa: A002
+        name = type(self).__name__
+        if input.ndim not in (1, 2) or input.shape[-1] != self.input_size:
+            raise ShapeError(f"{name}: input must be [N, {self.input_size}] or [{self.input_size}], got "
+                             f"{list(input.shape)}\n  at {user_location()}")
+        unbatched = input.ndim == 1
+        x = input.unsqueeze(0) if unbatched else input
+        n = x.shape[0]
+        if hx is None:
+            z = zeros(n, self.hidden_size, dtype=x.dtype)
+            states = [z] * parts
+        else:
+            states = list(hx) if isinstance(hx, tuple) else [hx]
+            if len(states) != parts:
+                raise ShapeError(f"{name}: hx must be {'a tuple (h, c)' if parts == 2 else 'one tensor'}"
+                                 f"\n  at {user_location()}")
+            states = [h.unsqueeze(0) if unbatched else h for h in states]
+            for h in states:
+                if tuple(h.shape) != (n, self.hidden_size):
+                    raise ShapeError(f"{name}: hidden state must be [{n}, {self.hidden_size}], got {list(h.shape)}"
+                                     f"\n  at {user_location()}")
+        return F.linear(x, self.weight_ih, self.bias_ih), states, unbatched
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+
+
+class RNNCell(_CellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
+                 device: Any = None, dtype: Any = f32, generator: Generator | None = None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNNCell: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
+        super().__init__(input_size, hidden_size, bias, device, dtype, generator)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
+        x_proj, (h,), unbatched = self._prepare(input, hx, 1)
+        h = _rnn_step(x_proj, h, self.weight_hh, self.bias_hh, self.nonlinearity)
+        return h.squeeze(0) if unbatched else h
+
+
+class LSTMCell(_CellBase):
+    gates = 4
+
+    def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
+        x_proj, (h, c), unbatched = self._prepare(input, hx, 2)
+        h, c = _lstm_step(x_proj, h, c, self.weight_hh, self.bias_hh)
+        return (h.squeeze(0), c.squeeze(0)) if unbatched else (h, c)
+
+
+class GRUCell(_CellBase):
+    gates = 3
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
+        x_proj, (h,), unbatched = self._prepare(input, hx, 1)
+        h = _gru_step(x_proj, h, self.weight_hh, self.bias_hh)
+        return h.squeeze(0) if unbatched else h

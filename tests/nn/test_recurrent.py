@@ -130,3 +130,16 @@ def test_an_lstm_step_plans_and_compiles_for_the_gpu(monkeypatch):
         np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-4, atol=1e-6)
     for source in {k.source for k in step._last.plan.kernels()}:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cls", ["RNNCell", "LSTMCell", "GRUCell"])
+def test_cells(cls, mode):
+    mine, theirs = _pair(cls, 4, 6)
+    x, h, c = _rand(3, 4), _rand(3, 6, key=1), _rand(3, 6, key=2)
+    if cls == "LSTMCell":
+        _compare(mine, theirs, [x, h, c], lambda m, x, h, c: m(x, (h, c)), lambda m, x, h, c: m(x, (h, c)), mode)
+        _compare(mine, theirs, [x[0]], lambda m, x: m(x), lambda m, x: m(x), mode)
+    else:
+        _compare(mine, theirs, [x, h], lambda m, x, h: (m(x, h),), lambda m, x, h: (m(x, h),), mode)
+        _compare(mine, theirs, [x[0]], lambda m, x: (m(x),), lambda m, x: (m(x),), mode)
