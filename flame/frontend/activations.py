@@ -14,9 +14,9 @@ from flame.frontend.functional import _loss_reduce, softmax, warn_if_broadcast
 from flame.frontend.ops import vector_norm, where
 from flame.frontend.tensor import Tensor
 
-__all__ = ["celu", "cosine_similarity", "elu", "glu", "hardsigmoid", "hardswish", "hardtanh", "huber_loss", "kl_div",
-           "logsigmoid", "mish", "normalize", "pairwise_distance", "prelu", "relu6", "selu", "softmin", "softplus",
-           "softsign", "threshold"]
+__all__ = ["bilinear", "celu", "cosine_similarity", "elu", "embedding_bag", "glu", "hardsigmoid", "hardswish",
+           "hardtanh", "huber_loss", "kl_div", "logsigmoid", "mish", "normalize", "pairwise_distance", "prelu", "relu6",
+           "selu", "softmin", "softplus", "softsign", "threshold"]
 
 # SELU's constants (Klambauer et al. 2017), as PyTorch spells them
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -150,3 +150,85 @@ def kl_div(input: Tensor, target: Tensor, reduction: str = "mean", log_target: b
                       "size; 'batchmean' divides only by the batch size and aligns with the KL math definition "
                       "(as PyTorch warns)", UserWarning, stacklevel=2)
     return _loss_reduce(point, reduction)
+
+
+def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """y[..., o] = sum_ij input1[..., i] * weight[o, i, j] * input2[..., j] (+ bias[o]), as PyTorch."""
+    o, i, j = weight.shape
+    if input1.shape[-1] != i or input2.shape[-1] != j or tuple(input1.shape[:-1]) != tuple(input2.shape[:-1]):
+        raise ShapeError(f"bilinear: inputs {list(input1.shape)} and {list(input2.shape)} do not fit weight "
+                         f"{list(weight.shape)} ([out, in1, in2], one batch shape)\n  at {user_location()}")
+    batch = input1.shape[:-1]
+    x1, x2 = input1.reshape(-1, i), input2.reshape(-1, j)
+    mixed = (x1 @ weight.permute(1, 0, 2).reshape(i, o * j)).reshape(-1, o, j)  # x1 through each out's matrix
+    out = (mixed * x2.unsqueeze(1)).sum(-1)
+    out = out + bias if bias is not None else out
+    return out.reshape(*batch, o)
+
+
+def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, max_norm=None,  # noqa: A002
+                  norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                  sparse: bool = False, per_sample_weights: Tensor | None = None,
+                  include_last_offset: bool = False, padding_idx: int | None = None) -> Tensor:
+    """The sum, mean or max of each bag's embeddings, as torch.nn.functional.embedding_bag: bags are
+    the rows of a 2-D input, or the runs of a 1-D input starting at offsets. An empty bag gives zeros;
+    padding_idx entries take no part (nor count in the mean); per_sample_weights scale each entry
+    (mode "sum"). With include_last_offset, entries from the last offset on belong to no bag (PyTorch's
+    mean still counts them in the last bag's size). max_norm and scale_grad_by_freq are not supported."""
+    from flame.frontend.creation import ones
+    from flame.frontend.creation import zeros as zeros_
+
+    if max_norm is not None or scale_grad_by_freq:
+        raise NotImplementedError("embedding_bag: max_norm and scale_grad_by_freq are not supported")
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError(f"embedding_bag: mode must be 'sum', 'mean' or 'max', got {mode!r}")
+    if per_sample_weights is not None and mode != "sum":
+        raise ValueError("embedding_bag: per_sample_weights only with mode='sum', as PyTorch")
+    from flame.frontend.functional import embedding
+
+    dim = weight.shape[1]
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError("embedding_bag: offsets go with a 1-D input (a 2-D input's rows are the bags)")
+        bags, length = input.shape
+        input, per = input.reshape(-1), per_sample_weights
+        per_sample_weights = per.reshape(-1) if per is not None else None
+        ids = None
+    elif input.ndim == 1 and offsets is not None:
+        bags = offsets.shape[0] - (1 if include_last_offset else 0)
+        # each entry's bag: how many offsets after the first lie at or before it (with
+        # include_last_offset, entries from the last offset on count bags: a spare slot, dropped)
+        marks = zeros_(input.shape[0] + 1, dtype=input.dtype)  # one past the end: an offset may equal the length
+        if offsets.shape[0] > 1:
+            rest = offsets.shape[0] - 1
+            marks = marks.index_add(0, offsets.narrow(0, 1, rest), ones(rest, dtype=input.dtype))
+        ids = marks.cumsum(0).narrow(0, 0, input.shape[0])
+    else:
+        raise ShapeError(f"embedding_bag: input must be 2-D, or 1-D with offsets; got {list(input.shape)}"
+                         f"\n  at {user_location()}")
+    rows = embedding(input, weight)
+    keep = None if padding_idx is None else (input != padding_idx % weight.shape[0])
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(-1)
+    if keep is not None:
+        rows = where(keep.unsqueeze(-1), rows, 0.0 if mode != "max" else float("-inf"))
+    if ids is None:
+        rows = rows.reshape(bags, length, dim)
+        if mode == "max":
+            out = rows.amax(1)
+            return where(out == float("-inf"), 0.0, out) if keep is not None else out
+        total = rows.sum(1)
+        if mode == "sum":
+            return total
+        count = keep.reshape(bags, length).to(rows.dtype).sum(1, keepdim=True) if keep is not None else length
+        return total / (count.clamp(min=1.0) if keep is not None else count)
+    if mode == "max":
+        raise NotImplementedError("embedding_bag: mode='max' with offsets is not supported (use a 2-D input)")
+    slots = bags + (1 if include_last_offset else 0)  # a spare bag for what lies past the last offset
+    idx = ids.to(input.dtype).unsqueeze(-1).broadcast_to(rows.shape)
+    total = zeros_(slots, dim, dtype=rows.dtype).scatter_add(0, idx, rows).narrow(0, 0, bags)
+    if mode == "sum":
+        return total
+    weight_of = keep.to(rows.dtype) if keep is not None else ones(input.shape[0], dtype=rows.dtype)
+    count = zeros_(slots, dtype=rows.dtype).scatter_add(0, ids.to(input.dtype), weight_of).narrow(0, 0, bags)
+    return total / count.clamp(min=1.0).unsqueeze(-1)

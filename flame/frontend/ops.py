@@ -86,6 +86,22 @@ prod, nansum, nanmean = _unary("prod"), _unary("nansum"), _unary("nanmean")
 diagonal, diag, trace, take_along_dim = (_unary(n) for n in ("diagonal", "diag", "trace", "take_along_dim"))
 index_add, masked_select, unflatten, ravel = (_unary(n) for n in ("index_add", "masked_select", "unflatten", "ravel"))
 baddbmm = _unary("baddbmm")
+kthvalue, median, tensordot, kron, cross = (_unary(n) for n in ("kthvalue", "median", "tensordot", "kron", "cross"))
+cov, corrcoef = _unary("cov"), _unary("corrcoef")
+
+
+def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None) -> Tensor:
+    """[2, n] int64: the (row, column) of each element of the lower triangle, row by row, as torch."""
+    import numpy as np
+
+    return tensor(np.stack(np.tril_indices(row, offset, col)).astype(np.int64), dtype)
+
+
+def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None) -> Tensor:
+    """[2, n] int64: the (row, column) of each element of the upper triangle, row by row, as torch."""
+    import numpy as np
+
+    return tensor(np.stack(np.triu_indices(row, offset, col)).astype(np.int64), dtype)
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:

@@ -18,6 +18,8 @@ from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote
 
 SortResult = namedtuple("sort", ["values", "indices"])
 TopkResult = namedtuple("topk", ["values", "indices"])
+KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
+MedianResult = namedtuple("median", ["values", "indices"])
 
 
 def _is_number(x) -> bool:
@@ -604,6 +606,93 @@ class TensorOps:
         if beta == 0:
             return prod
         return (self * beta if beta != 1 else self) + prod
+
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
+        """(values, indices) of the k-th smallest element along dim (k from 1), as torch.kthvalue."""
+        axis = _t.dim_index("kthvalue", dim, self.ndim)
+        x = self if self.ndim else self.reshape(1)
+        n = x.shape[axis]
+        if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+            raise ShapeError(f"kthvalue: k={k!r} is out of range for dimension {dim} of size {n} (expected 1 <= k <= "
+                             f"{n})\n  at {user_location()}")
+        idx = x.argsort(axis).narrow(axis, int(k) - 1, 1)
+        values, indices = x.gather(axis, idx), idx
+        if not keepdim or self.ndim == 0:
+            values, indices = values.squeeze(axis), indices.squeeze(axis)
+        return KthvalueResult(values, indices)
+
+    def median(self, dim: int | None = None, keepdim: bool = False):
+        """The lower median (the ((n + 1) // 2)-th smallest): of every element when dim is None, else
+        (values, indices) along dim, as torch.median."""
+        if dim is None:
+            flat = self.reshape(-1)
+            return flat.kthvalue((flat.shape[0] + 1) // 2, 0).values
+        axis = _t.dim_index("median", dim, self.ndim)
+        n = self.shape[axis] if self.ndim else 1
+        r = self.kthvalue((n + 1) // 2, axis, keepdim)
+        return MedianResult(r.values, r.indices)
+
+    def tensordot(self, other, dims=2):
+        """The sum over dims pairs of self's and other's axes (an int: self's last and other's first
+        dims), as torch.tensordot."""
+        if isinstance(dims, int):
+            a_axes, b_axes = list(range(self.ndim - dims, self.ndim)), list(range(dims))
+        else:
+            a_axes, b_axes = [list(d) if not isinstance(d, int) else [d] for d in dims]
+        a_axes = [_t.dim_index("tensordot", d, self.ndim) for d in a_axes]
+        b_axes = [_t.dim_index("tensordot", d, other.ndim) for d in b_axes]
+        if [self.shape[i] for i in a_axes] != [other.shape[j] for j in b_axes]:
+            raise ShapeError(f"tensordot: contracted dims differ: {[self.shape[i] for i in a_axes]} and "
+                             f"{[other.shape[j] for j in b_axes]}\n  at {user_location()}")
+        a_free = [i for i in range(self.ndim) if i not in a_axes]
+        b_free = [j for j in range(other.ndim) if j not in b_axes]
+        k = math.prod(self.shape[i] for i in a_axes)
+        a = self.permute(*a_free, *a_axes).reshape(-1, k)
+        b = other.permute(*b_axes, *b_free).reshape(k, -1)
+        return _t.matmul(a, b).reshape(*[self.shape[i] for i in a_free], *[other.shape[j] for j in b_free])
+
+    def kron(self, other):
+        """The Kronecker product, as torch.kron (ranks padded with leading 1s)."""
+        rank = max(self.ndim, other.ndim)
+        a = self.reshape(*([1] * (rank - self.ndim)), *self.shape)
+        b = other.reshape(*([1] * (rank - other.ndim)), *other.shape)
+        inter = [v for pair in zip(a.shape, [1] * rank) for v in pair]
+        outer = [v for pair in zip([1] * rank, b.shape) for v in pair]
+        prod = a.reshape(*inter) * b.reshape(*outer)
+        return prod.reshape(*[x * y for x, y in zip(a.shape, b.shape)])
+
+    def cross(self, other, dim: int | None = None):
+        """The cross product of 3-vectors along dim (the first dim of size 3 when None, as torch.cross)."""
+        if dim is None:
+            dim = next((i for i, n in enumerate(self.shape) if n == 3), None)
+            if dim is None:
+                raise ShapeError(f"cross: no dimension of size 3 in {list(self.shape)}\n  at {user_location()}")
+        axis = _t.dim_index("cross", dim, self.ndim)
+        if self.shape[axis] != 3 or other.shape[axis] != 3:
+            raise ShapeError(f"cross: dimension {dim} must have size 3, got {list(self.shape)} and "
+                             f"{list(other.shape)}\n  at {user_location()}")
+        return self.roll(-1, axis) * other.roll(-2, axis) - self.roll(-2, axis) * other.roll(-1, axis)
+
+    def cov(self, *, correction: int = 1, fweights=None, aweights=None):
+        """The covariance of the rows (variables) over the columns (observations), as torch.cov
+        (frequency and analytic weights are not supported)."""
+        if fweights is not None or aweights is not None:
+            raise NotImplementedError("cov: fweights and aweights are not supported")
+        if self.ndim > 2:
+            raise ShapeError(f"cov: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
+        x = self.reshape(1, -1) if self.ndim < 2 else self
+        x = x if x.dtype.is_float else x.to(f32)
+        centered = x - x.mean(1, keepdim=True)
+        out = _t.matmul(centered, centered.transpose(0, 1)) / (x.shape[1] - correction)
+        return out.reshape(()) if self.ndim < 2 else out
+
+    def corrcoef(self):
+        """Pearson's correlation coefficients of the rows, clipped to [-1, 1], as torch.corrcoef."""
+        c = self.cov()
+        if c.ndim == 0:
+            return c / c
+        d = c.diagonal().sqrt()
+        return (c / d.unsqueeze(1) / d.unsqueeze(0)).clamp(-1.0, 1.0)
 
     # ---- interpolation and fused products (optimizer and EMA code) ------------------------------------
     def lerp(self, end, weight):

@@ -19,7 +19,8 @@ from flame.nn.layers import _Elementwise
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
-__all__ = ["CELU", "ELU", "GLU", "SELU", "ConstantPad1d", "ConstantPad2d", "CosineSimilarity", "Dropout1d",
+__all__ = ["CELU", "ELU", "GLU", "SELU", "Bilinear", "EmbeddingBag", "ConstantPad1d", "ConstantPad2d",
+           "CosineSimilarity", "Dropout1d",
            "Dropout2d", "Dropout3d", "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "InstanceNorm1d",
            "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance",
            "PixelShuffle", "PixelUnshuffle", "ReLU6", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
@@ -314,3 +315,55 @@ class InstanceNorm2d(_InstanceNorm):
 
 class InstanceNorm3d(_InstanceNorm):
     rank = 5
+
+
+class Bilinear(Module):
+    """y = x1^T A x2 + b: weight [out_features, in1_features, in2_features], bias [out_features], both
+    from U(-1/sqrt(in1_features), 1/sqrt(in1_features)), as PyTorch."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
+                 device: Any = None, dtype: Any = f32, generator=None):
+        super().__init__()
+        from flame.nn import init
+
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        dt = dtype_of(dtype)
+        self.weight = Parameter(zeros(out_features, in1_features, in2_features, dtype=dt))
+        self.register_parameter("bias", Parameter(zeros(out_features, dtype=dt)) if bias else None)
+        bound = 1.0 / in1_features ** 0.5
+        for p in self.parameters():
+            init.uniform_(p, -bound, bound, generator)
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return A.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
+
+
+class EmbeddingBag(Module):
+    """A lookup table [num_embeddings, embedding_dim] (N(0, 1)) whose forward reduces each bag of
+    entries by mode ("mean" by default, "sum", "max"): F.embedding_bag."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm=None, norm_type: float = 2.0,
+                 scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, _weight=None,
+                 include_last_offset: bool = False, padding_idx: int | None = None, device: Any = None,
+                 dtype: Any = f32, generator=None):
+        super().__init__()
+        from flame.nn import init
+
+        if max_norm is not None or scale_grad_by_freq:
+            raise NotImplementedError("EmbeddingBag: max_norm and scale_grad_by_freq are not supported")
+        self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
+        self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
+        self.weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dtype_of(dtype)))
+        init.normal_(self.weight, generator=generator)
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None,  # noqa: A002
+                per_sample_weights: Tensor | None = None) -> Tensor:
+        return A.embedding_bag(input, self.weight, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
+                               include_last_offset=self.include_last_offset, padding_idx=self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"

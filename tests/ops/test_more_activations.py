@@ -271,3 +271,43 @@ def test_channel_dropout_drops_whole_channels(name, shape):
     np.testing.assert_array_equal(module(x).numpy(), x.numpy())
     with pytest.raises(ShapeError, match=f"{name}: expected"):
         getattr(F, name)(flame.ones(3), 0.5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bilinear(mode):
+    check(lambda a, b, w, c: F.bilinear(a, b, w, c), lambda a, b, w, c: TF.bilinear(a, b, w, c),
+          randn(2, 3, 4), randn(2, 3, 5, key=1), randn(6, 4, 5, key=2), randn(6, key=3), mode=mode)
+    mine, theirs = nn.Bilinear(4, 5, 6), torch.nn.Bilinear(4, 5, 6)
+    mine.load_state_dict({k: flame.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    a, b = randn(3, 4), randn(3, 5, key=1)
+    np.testing.assert_allclose(mine(flame.tensor(a), flame.tensor(b)).numpy(),
+                               theirs(torch.tensor(a), torch.tensor(b)).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bag_mode", ["sum", "mean"])
+def test_embedding_bag_with_offsets(bag_mode, mode):
+    entries, offsets = np.array([1, 2, 4, 5, 4, 3, 2, 9]), np.array([0, 4, 4, 6])
+    for pad in (None, 4):
+        check(lambda w, p=pad: F.embedding_bag(flame.tensor(entries), w, flame.tensor(offsets), mode=bag_mode,
+                                               padding_idx=p),
+              lambda w, p=pad: TF.embedding_bag(torch.tensor(entries), w, torch.tensor(offsets), mode=bag_mode,
+                                                padding_idx=p), randn(10, 4), mode=mode)
+    check(lambda w: F.embedding_bag(flame.tensor(entries), w, flame.tensor(np.array([0, 4, 4, 6, 8])), mode=bag_mode,
+                                    include_last_offset=True),
+          lambda w: TF.embedding_bag(torch.tensor(entries), w, torch.tensor([0, 4, 4, 6, 8]), mode=bag_mode,
+                                     include_last_offset=True), randn(10, 4), mode=mode)
+    check(lambda w, p: F.embedding_bag(flame.tensor(entries), w, flame.tensor(offsets), mode="sum",
+                                       per_sample_weights=p),
+          lambda w, p: TF.embedding_bag(torch.tensor(entries), w, torch.tensor(offsets), mode="sum",
+                                        per_sample_weights=p), randn(10, 4), randn(8, key=1), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bag_mode", ["sum", "mean", "max"])
+def test_embedding_bag_2d(bag_mode, mode):
+    entries = np.array([[1, 2, 4, 5], [4, 3, 2, 9]])
+    check(lambda w: F.embedding_bag(flame.tensor(entries), w, mode=bag_mode, padding_idx=4),
+          lambda w: TF.embedding_bag(torch.tensor(entries), w, mode=bag_mode, padding_idx=4), randn(10, 4), mode=mode)
+    module = nn.EmbeddingBag(10, 4, mode=bag_mode)
+    assert module(flame.tensor(entries)).shape == (2, 4) and module.weight.shape == (10, 4)

@@ -264,3 +264,41 @@ def test_in_place_initialisers():
     assert -2.0 <= x.numpy().min() and x.numpy().max() < 3.0 and abs(x.numpy().mean() - 0.5) < 0.15
     x.normal_(1.0, 0.5, generator=flame.Generator(0))
     assert abs(x.numpy().mean() - 1.0) < 0.1 and abs(x.numpy().std() - 0.5) < 0.1
+
+
+# ---- order statistics, products of tensors, covariance --------------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kthvalue_and_median(mode):
+    x = randn(4, 7)
+    check(lambda t: flame.kthvalue(t, 3, 1).values, lambda t: torch.kthvalue(t, 3, 1).values, x, mode=mode)
+    check(lambda t: t.median(0, keepdim=True).values, lambda t: t.median(0, keepdim=True).values, x, mode=mode)
+    check(lambda t: flame.median(t), lambda t: torch.median(t), x[:, :6], mode=mode)  # even count: the lower one
+    got = flame.tensor(x).median(1)
+    np.testing.assert_array_equal(np.take_along_axis(x, got.indices.numpy()[:, None], 1)[:, 0], got.values.numpy())
+    with pytest.raises(ShapeError, match="kthvalue: k=8 is out of range"):
+        flame.kthvalue(flame.tensor(x), 8)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tensordot_kron_cross(mode):
+    a, b = randn(2, 3, 4), randn(4, 3, 5, key=1)
+    check(lambda x, y: flame.tensordot(x, y, ([1, 2], [1, 0])), lambda x, y: torch.tensordot(x, y, ([1, 2], [1, 0])),
+          a, b, mode=mode)
+    check(lambda x, y: flame.tensordot(x, y[:, :, 0], 1), lambda x, y: torch.tensordot(x, y[:, :, 0], 1), a, b,
+          mode=mode)
+    check(lambda x, y: flame.kron(x, y), lambda x, y: torch.kron(x, y), randn(2, 3), randn(3, 2, key=1), mode=mode)
+    check(lambda x, y: flame.linalg.cross(x, y), lambda x, y: torch.linalg.cross(x, y), randn(4, 3), randn(4, 3, key=1),
+          mode=mode)
+    check(lambda x, y: flame.cross(x, y, dim=0), lambda x, y: torch.cross(x, y, dim=0), randn(3, 2), randn(3, 2, key=1),
+          mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cov_corrcoef_and_triangle_indices(mode):
+    x = randn(3, 8)
+    check(lambda t: (flame.cov(t), t.cov(correction=0), t.corrcoef()),
+          lambda t: (torch.cov(t), t.cov(correction=0), t.corrcoef()), x, mode=mode)
+    for args in ((3, 4, 1), (4, 3, -1), (5, 5, 0)):
+        assert flame.tril_indices(*args).tolist() == torch.tril_indices(*args).tolist()
+        assert flame.triu_indices(*args).tolist() == torch.triu_indices(*args).tolist()
