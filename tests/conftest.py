@@ -40,3 +40,15 @@ def _reference_device(request, monkeypatch):
     device.executor.cache_clear()
     yield
     device.executor.cache_clear()
+
+
+@pytest.fixture
+def cuda_target(monkeypatch):
+    """Plan for the CUDA backend (its fusion, its library calls, its kernels) whatever executor runs
+    the plan: on a CPU host the reference executor runs the GPU's plan, and a test can compile the
+    plan's kernel sources with NVRTC."""
+    from flame import compiler
+
+    cuda = compiler.capabilities("cuda")
+    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
+    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())

@@ -100,11 +100,15 @@ class _RNNBase(Module):
         raise NotImplementedError
 
     def _initial(self, hx, n: int, like: Tensor):
-        """Per (layer, direction): the initial state, from hx [L * D, N, H] or zeros."""
-        raise NotImplementedError
+        """Per (layer, direction): the initial state, from hx [L * D, N, H] or zeros (one hidden
+        state; LSTM's is a pair)."""
+        if hx is None:
+            return [zeros(n, self.hidden_size, dtype=like.dtype)] * (self.num_layers * self.directions)
+        self._check_hx(hx, n, "hx")
+        return list(hx.unbind(0))
 
     def _final(self, states: list):
-        raise NotImplementedError
+        return stack(states, 0)
 
     def forward(self, input: Tensor, hx=None):  # noqa: A002
         name = type(self).__name__
@@ -161,18 +165,9 @@ class RNN(_RNNBase):
                          device, dtype, generator)
         self.nonlinearity = nonlinearity
 
-    def _initial(self, hx, n: int, like: Tensor):
-        if hx is None:
-            return [zeros(n, self.hidden_size, dtype=like.dtype)] * (self.num_layers * self.directions)
-        self._check_hx(hx, n, "hx")
-        return list(hx.unbind(0))
-
     def _cell(self, x_proj, h, w_hh, b_hh):
         h = _rnn_step(x_proj, h, w_hh, b_hh, self.nonlinearity)
         return h, h
-
-    def _final(self, states):
-        return stack(states, 0)
 
 
 class LSTM(_RNNBase):
@@ -206,18 +201,9 @@ class GRU(_RNNBase):
 
     gates = 3
 
-    def _initial(self, hx, n: int, like: Tensor):
-        if hx is None:
-            return [zeros(n, self.hidden_size, dtype=like.dtype)] * (self.num_layers * self.directions)
-        self._check_hx(hx, n, "hx")
-        return list(hx.unbind(0))
-
     def _cell(self, x_proj, h, w_hh, b_hh):
         h = _gru_step(x_proj, h, w_hh, b_hh)
         return h, h
-
-    def _final(self, states):
-        return stack(states, 0)
 
 
 class _CellBase(Module):

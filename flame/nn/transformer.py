@@ -161,6 +161,15 @@ def _causal(length: int, s: int) -> Tensor:
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
 
+def _activation(activation: str | Callable[[Tensor], Tensor], who: str) -> Callable[[Tensor], Tensor]:
+    """A layer's activation argument: "relu", "gelu" or a callable, as PyTorch's layers take it."""
+    if not isinstance(activation, str):
+        return activation
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"{who}: activation should be relu/gelu, not {activation!r}")
+    return _ACTIVATIONS[activation]
+
+
 class TransformerEncoderLayer(Module):
     """torch.nn.TransformerEncoderLayer: self-attention and a feed-forward block (linear1, activation,
     dropout, linear2), each with a residual and a LayerNorm, after (norm_first=False, PyTorch's
@@ -171,10 +180,7 @@ class TransformerEncoderLayer(Module):
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True, device: Any = None,
                  dtype: Any = f32, generator: Generator | None = None):
         super().__init__()
-        if isinstance(activation, str):
-            if activation not in _ACTIVATIONS:
-                raise ValueError(f"TransformerEncoderLayer: activation should be relu/gelu, not {activation!r}")
-            activation = _ACTIVATIONS[activation]
+        activation = _activation(activation, "TransformerEncoderLayer")
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias, batch_first=batch_first, dtype=dtype,
                                             generator=generator)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype, generator=generator)
@@ -233,10 +239,7 @@ class TransformerDecoderLayer(Module):
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True, device: Any = None,
                  dtype: Any = f32, generator: Generator | None = None):
         super().__init__()
-        if isinstance(activation, str):
-            if activation not in _ACTIVATIONS:
-                raise ValueError(f"TransformerDecoderLayer: activation should be relu/gelu, not {activation!r}")
-            activation = _ACTIVATIONS[activation]
+        activation = _activation(activation, "TransformerDecoderLayer")
         attn = dict(bias=bias, batch_first=batch_first, dtype=dtype, generator=generator)
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, **attn)
         self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, **attn)

@@ -12,7 +12,6 @@ import torch.nn.functional as TF
 
 import flame
 import flame.nn.functional as F
-from flame import compiler
 from flame.codegen.nvrtc import compile_cubin
 from flame.ir.graph import Kind
 from flame.ir.indexmap import is_reduction, trailing_reduced
@@ -32,13 +31,6 @@ GPU_SHAPES = SHAPES + [
 TORCH = {"f32": torch.float32, "bf16": torch.bfloat16}
 DTYPES = {"f32": flame.float32, "bf16": flame.bfloat16}
 
-
-@pytest.fixture
-def cuda_target(monkeypatch):
-    """Plan for the CUDA backend (what it fuses) whatever executor runs the plan."""
-    cuda = compiler.capabilities("cuda")
-    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
-    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
 
 
 def _arrays(shape):

@@ -101,15 +101,11 @@ def test_a_compiled_lstm_language_model_learns():
     assert losses[-1] < 0.3 * losses[0] and step.stats().traces == 1
 
 
-def test_an_lstm_step_plans_and_compiles_for_the_gpu(monkeypatch):
+def test_an_lstm_step_plans_and_compiles_for_the_gpu(cuda_target):
     """Planned for the CUDA target (its fusion, its GEMMs), a GRU-and-LSTM step gives the eager values
     on the reference executor and every kernel compiles with NVRTC for sm_90."""
-    from flame import compiler
     from flame.codegen.nvrtc import compile_cubin
 
-    cuda = compiler.capabilities("cuda")
-    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
-    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
     gru, lstm = nn.GRU(8, 16, generator=flame.Generator(0)), nn.LSTM(16, 16, bidirectional=True,
                                                                    generator=flame.Generator(1))
     x = flame.tensor(_rand(5, 2, 8))

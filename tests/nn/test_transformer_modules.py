@@ -166,15 +166,6 @@ def test_encoder_trains_compiled_with_dropout():
     assert step.stats().traces == 1
 
 
-@pytest.fixture
-def cuda_target(monkeypatch):
-    """Plan for the CUDA backend (its fusion, its library calls) whatever executor runs the plan."""
-    from flame import compiler
-
-    cuda = compiler.capabilities("cuda")
-    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
-    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
-
 
 @pytest.mark.parametrize("masked", [False, True])
 def test_encoder_layer_attention_is_one_fused_call_on_the_gpu(cuda_target, masked):

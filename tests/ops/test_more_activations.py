@@ -173,15 +173,6 @@ def test_prelu_trains_in_a_compiled_step():
     assert losses[-1] < losses[0] and not np.array_equal(model[1].weight.numpy(), before)
 
 
-@pytest.fixture
-def cuda_target(monkeypatch):
-    """Plan for the CUDA backend (its fusion, its kernels) whatever executor runs the plan."""
-    from flame import compiler
-
-    cuda = compiler.capabilities("cuda")
-    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
-    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
-
 
 def test_a_step_of_them_fuses_renders_and_compiles_for_the_gpu(cuda_target):
     """A training step over every new composition, planned for the CUDA target: the fused plan gives the
