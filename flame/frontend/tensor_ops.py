@@ -1,7 +1,12 @@
 """Tensor methods beyond the core of tensor.py, with PyTorch's names and semantics, each composed from
 IR ops: sorting and selection (sort, argsort, topk, narrow), scans (cumsum, cumprod), tests (any, all,
 isnan, isinf, isfinite), splitting and tiling (split, chunk, repeat, tile, repeat_interleave), norms,
-floor division and remainder, clamp, masked_fill, the new_* constructors. Tensor inherits them."""
+floor division and remainder, clamp, masked_fill; PyTorch's other spellings (add ... div with
+rounding_mode, eq ... ge, logical_and/or, mm bmm dot outer addmm baddbmm tensordot kron cross,
+logsumexp), accurate log1p/expm1 and what is built on them, order statistics (kthvalue, median),
+prod, nansum/nanmean, cov/corrcoef, diagonals, take_along_dim/index_add/masked_select, lerp/addcmul/
+addcdiv and their in-place forms; the new_* constructors. Tensor inherits them; flame.frontend.ops
+makes the function forms."""
 
 from __future__ import annotations
 
