@@ -1,0 +1,89 @@
+"""RMSprop and Adagrad with torch.optim's update rules, state names and defaults. Their state (a step
+counter and the running averages) is created at construction, as every flame optimizer's
+(optimizer.py), so one optimizer works eagerly and inside @flame.compile."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from flame.frontend.tensor import Tensor
+from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
+
+
+class RMSprop(Optimizer):
+    """square_avg = alpha * square_avg + (1 - alpha) g^2; avg = sqrt(square_avg) + eps (centered:
+    sqrt(square_avg - grad_avg^2) + eps with grad_avg the running mean of g); p -= lr * g / avg, or
+    with momentum buf = momentum * buf + g / avg and p -= lr * buf. weight_decay adds wd * p to g."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, alpha: float = 0.99,
+                 eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                                      centered=centered))
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        for key in ("alpha", "eps", "weight_decay", "momentum"):
+            if group[key] < 0:
+                raise ValueError(f"RMSprop: invalid {key} {group[key]}")
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        return {"step": state_tensor(p, compute_dtype(p), ()), "square_avg": state_tensor(p),
+                "momentum_buffer": state_tensor(p), "grad_avg": state_tensor(p)}
+
+    def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
+        cd = compute_dtype(p)
+        lr, alpha, eps = self.hyper(group, "lr", cd), self.hyper(group, "alpha", cd), self.hyper(group, "eps", cd)
+        x, g = p.to(cd), p.grad.to(cd)
+        state["step"].copy_(state["step"] + 1)
+        if self.option(group, "weight_decay", nonzero=True):
+            g = g + x * self.hyper(group, "weight_decay", cd)
+        square = state["square_avg"].to(cd) * alpha + g * g * (1 - alpha)
+        state["square_avg"].copy_(square)
+        if self.option(group, "centered"):
+            mean = state["grad_avg"].to(cd).lerp(g, 1 - alpha)
+            state["grad_avg"].copy_(mean)
+            avg = (square - mean * mean).sqrt() + eps
+        else:
+            avg = square.sqrt() + eps
+        if self.option(group, "momentum", nonzero=True):
+            buf = state["momentum_buffer"].to(cd) * self.hyper(group, "momentum", cd) + g / avg
+            state["momentum_buffer"].copy_(buf)
+            p.copy_(x - buf * lr)
+        else:
+            p.copy_(x - g / avg * lr)
+
+
+class Adagrad(Optimizer):
+    """sum += g^2; p -= clr * g / (sqrt(sum) + eps), clr = lr / (1 + (step - 1) * lr_decay); sum starts
+    at initial_accumulator_value; weight_decay adds wd * p to g."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0, eps: float = 1e-10):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        for key in ("lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
+            if group[key] < 0:
+                raise ValueError(f"Adagrad: invalid {key} {group[key]}")
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        total = state_tensor(p)
+        if group["initial_accumulator_value"]:
+            total.copy_(total + group["initial_accumulator_value"])
+        return {"step": state_tensor(p, compute_dtype(p), ()), "sum": total}
+
+    def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
+        cd = compute_dtype(p)
+        lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
+        x, g = p.to(cd), p.grad.to(cd)
+        step = state["step"] + 1
+        state["step"].copy_(step)
+        if self.option(group, "weight_decay", nonzero=True):
+            g = g + x * self.hyper(group, "weight_decay", cd)
+        clr = lr / ((step.to(cd) - 1) * self.hyper(group, "lr_decay", cd) + 1)
+        total = state["sum"].to(cd) + g * g
+        state["sum"].copy_(total)
+        p.copy_(x - g / (total.sqrt() + eps) * clr)
