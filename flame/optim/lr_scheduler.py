@@ -187,24 +187,14 @@ class PolynomialLR(LRScheduler):
         return [base * (1.0 - min(epoch, self.total_iters) / self.total_iters) ** self.power for base in self.base_lrs]
 
 
-class MultiplicativeLR(LRScheduler):
-    """lr = the last lr * lr_lambda(epoch) at each step after the first (one function or one per group)."""
-
-    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
-                 last_epoch: int = -1):
-        n = len(optimizer.param_groups)
-        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
-        if len(self.lr_lambdas) != n:
-            raise ValueError(f"expected {n} lr_lambdas, got {len(self.lr_lambdas)}")
-        super().__init__(optimizer, last_epoch)
+class MultiplicativeLR(LambdaLR):
+    """lr = the last lr * lr_lambda(epoch) at each step after the first (one function or one per group):
+    LambdaLR's arguments, applied to the running rate instead of initial_lr."""
 
     def get_lr(self) -> list[float]:
         if self.last_epoch <= 0:
             return list(self.base_lrs)
         return [g["lr"] * f(self.last_epoch) for g, f in zip(self.optimizer.param_groups, self.lr_lambdas)]
-
-    def state_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in super().state_dict().items() if k != "lr_lambdas"}
 
 
 class CosineAnnealingWarmRestarts(LRScheduler):
