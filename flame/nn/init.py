@@ -9,8 +9,8 @@ from flame.frontend.context import no_grad
 from flame.frontend.creation import Generator, rand, randn
 from flame.frontend.tensor import Tensor
 
-__all__ = ["calculate_gain", "constant_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
-           "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_"]
+__all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
+           "orthogonal_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_"]
 
 
 def _fans(t: Tensor) -> tuple[int, int]:
@@ -87,3 +87,68 @@ def xavier_uniform_(t: Tensor, gain: float = 1.0, generator: Generator | None = 
 def xavier_normal_(t: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
     fan_in, fan_out = _fans(t)
     return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
+
+
+def trunc_normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                  generator: Generator | None = None) -> Tensor:
+    """Fill t in place with N(mean, std^2) truncated to [a, b] (bounds in the tensor's units, as
+    torch.nn.init.trunc_normal_): a uniform draw mapped through the normal's inverse CDF between the
+    bounds' CDF values, so every value lies in [a, b]."""
+    import numpy as np
+    from scipy.special import erf, erfinv
+
+    if a >= b:
+        raise ValueError(f"trunc_normal_: a ({a}) must be below b ({b})")
+    lo, hi = (erf((v - mean) / (std * math.sqrt(2.0))) for v in (a, b))  # the bounds' CDFs, as 2 * cdf - 1
+    u = rand(*t.shape, dtype=t.dtype, generator=generator).numpy().astype(np.float64)
+    values = np.clip(erfinv(lo + (hi - lo) * u) * std * math.sqrt(2.0) + mean, a, b)
+    with no_grad():
+        return t.copy_(Tensor(values.astype(t.dtype.np_dtype)))
+
+
+def orthogonal_(t: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """Fill t (2-D or more: its trailing dims flattened) with a (semi-)orthogonal matrix times gain:
+    the Q of a QR decomposition of a normal draw, its signs fixed by R's diagonal, as
+    torch.nn.init.orthogonal_."""
+    import numpy as np
+
+    if t.ndim < 2:
+        raise ValueError(f"orthogonal_: needs a tensor with at least 2 dimensions, got shape {list(t.shape)}")
+    rows, cols = t.shape[0], math.prod(t.shape[1:])
+    flat = randn(rows, cols, dtype=t.dtype, generator=generator).numpy().astype(np.float64)
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    with no_grad():
+        return t.copy_(Tensor((q * gain).reshape(t.shape).astype(t.dtype.np_dtype)))
+
+
+def eye_(t: Tensor) -> Tensor:
+    """Fill a 2-D t with the identity (ones on the diagonal, as many as fit)."""
+    import numpy as np
+
+    if t.ndim != 2:
+        raise ValueError(f"eye_: needs a 2-D tensor, got shape {list(t.shape)}")
+    with no_grad():
+        return t.copy_(Tensor(np.eye(*t.shape, dtype=t.dtype.np_dtype)))
+
+
+def dirac_(t: Tensor, groups: int = 1) -> Tensor:
+    """Fill a 3-, 4- or 5-D convolution weight [out, in, *k] with the Dirac delta (the identity
+    convolution: each output channel passes its input channel through, per group)."""
+    import numpy as np
+
+    if t.ndim not in (3, 4, 5) or t.shape[0] % groups:
+        raise ValueError(f"dirac_: needs a 3-, 4- or 5-D weight whose dim 0 divides into {groups} groups, got shape "
+                         f"{list(t.shape)}")
+    out = np.zeros(t.shape, dtype=t.dtype.np_dtype)
+    per = t.shape[0] // groups
+    centre = tuple(k // 2 for k in t.shape[2:])
+    for g in range(groups):
+        for d in range(min(per, t.shape[1])):
+            out[(g * per + d, d, *centre)] = 1
+    with no_grad():
+        return t.copy_(Tensor(out))
