@@ -10,7 +10,8 @@ import warnings
 
 from flame.errors import ShapeError
 from flame.frontend.context import user_location
-from flame.frontend.functional import _loss_reduce, softmax, warn_if_broadcast
+from flame.frontend.creation import ones, zeros
+from flame.frontend.functional import _loss_reduce, embedding, softmax, warn_if_broadcast
 from flame.frontend.ops import vector_norm, where
 from flame.frontend.tensor import Tensor
 
@@ -175,17 +176,12 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
     padding_idx entries take no part (nor count in the mean); per_sample_weights scale each entry
     (mode "sum"). With include_last_offset, entries from the last offset on belong to no bag (PyTorch's
     mean still counts them in the last bag's size). max_norm and scale_grad_by_freq are not supported."""
-    from flame.frontend.creation import ones
-    from flame.frontend.creation import zeros as zeros_
-
     if max_norm is not None or scale_grad_by_freq:
         raise NotImplementedError("embedding_bag: max_norm and scale_grad_by_freq are not supported")
     if mode not in ("sum", "mean", "max"):
         raise ValueError(f"embedding_bag: mode must be 'sum', 'mean' or 'max', got {mode!r}")
     if per_sample_weights is not None and mode != "sum":
         raise ValueError("embedding_bag: per_sample_weights only with mode='sum', as PyTorch")
-    from flame.frontend.functional import embedding
-
     dim = weight.shape[1]
     if input.ndim == 2:
         if offsets is not None:
@@ -198,7 +194,7 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
         bags = offsets.shape[0] - (1 if include_last_offset else 0)
         # each entry's bag: how many offsets after the first lie at or before it (with
         # include_last_offset, entries from the last offset on count bags: a spare slot, dropped)
-        marks = zeros_(input.shape[0] + 1, dtype=input.dtype)  # one past the end: an offset may equal the length
+        marks = zeros(input.shape[0] + 1, dtype=input.dtype)  # one past the end: an offset may equal the length
         if offsets.shape[0] > 1:
             rest = offsets.shape[0] - 1
             marks = marks.index_add(0, offsets.narrow(0, 1, rest), ones(rest, dtype=input.dtype))
@@ -226,9 +222,9 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
         raise NotImplementedError("embedding_bag: mode='max' with offsets is not supported (use a 2-D input)")
     slots = bags + (1 if include_last_offset else 0)  # a spare bag for what lies past the last offset
     idx = ids.to(input.dtype).unsqueeze(-1).broadcast_to(rows.shape)
-    total = zeros_(slots, dim, dtype=rows.dtype).scatter_add(0, idx, rows).narrow(0, 0, bags)
+    total = zeros(slots, dim, dtype=rows.dtype).scatter_add(0, idx, rows).narrow(0, 0, bags)
     if mode == "sum":
         return total
     weight_of = keep.to(rows.dtype) if keep is not None else ones(input.shape[0], dtype=rows.dtype)
-    count = zeros_(slots, dtype=rows.dtype).scatter_add(0, ids.to(input.dtype), weight_of).narrow(0, 0, bags)
+    count = zeros(slots, dtype=rows.dtype).scatter_add(0, ids.to(input.dtype), weight_of).narrow(0, 0, bags)
     return total / count.clamp(min=1.0).unsqueeze(-1)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import builtins
 import inspect
 
+import numpy as np
+
 from flame.errors import DTypeError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor
@@ -92,22 +94,16 @@ cov, corrcoef = _unary("cov"), _unary("corrcoef")
 
 def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None) -> Tensor:
     """[2, n] int64: the (row, column) of each element of the lower triangle, row by row, as torch."""
-    import numpy as np
-
     return tensor(np.stack(np.tril_indices(row, offset, col)).astype(np.int64), dtype)
 
 
 def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None) -> Tensor:
     """[2, n] int64: the (row, column) of each element of the upper triangle, row by row, as torch."""
-    import numpy as np
-
     return tensor(np.stack(np.triu_indices(row, offset, col)).astype(np.int64), dtype)
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
     """The shape the given shapes broadcast to (NumPy's rules), as torch.broadcast_shapes."""
-    import numpy as np
-
     try:
         return tuple(np.broadcast_shapes(*[tuple(s) if not isinstance(s, int) else (s,) for s in shapes]))
     except ValueError:

@@ -11,6 +11,7 @@ import numpy as np
 from flame.errors import DimError, DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
+from flame.frontend.tensor_math import TensorMath
 from flame.frontend.tensor_ops import TensorOps
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
 
@@ -41,9 +42,10 @@ def _shape_arg(shape) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
-class Tensor(TensorOps):
+class Tensor(TensorOps, TensorMath):
     """A tensor. Concrete tensors live on the current device (NumPy or CuPy arrays); traced tensors
-    exist while @flame.compile records a function. Methods beyond the core: frontend/tensor_ops.py."""
+    exist while @flame.compile records a function. Methods beyond the core: frontend/tensor_ops.py and
+    frontend/tensor_math.py."""
 
     __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "_grad", "_node", "_version",
                  "_role", "__weakref__")

@@ -15,6 +15,7 @@ from flame.frontend.context import user_location
 from flame.frontend.creation import full, ones, zeros
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of, f32
+from flame.nn import init
 from flame.nn.layers import _Elementwise
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
@@ -324,8 +325,6 @@ class Bilinear(Module):
     def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
                  device: Any = None, dtype: Any = f32, generator=None):
         super().__init__()
-        from flame.nn import init
-
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
         dt = dtype_of(dtype)
         self.weight = Parameter(zeros(out_features, in1_features, in2_features, dtype=dt))
@@ -351,8 +350,6 @@ class EmbeddingBag(Module):
                  include_last_offset: bool = False, padding_idx: int | None = None, device: Any = None,
                  dtype: Any = f32, generator=None):
         super().__init__()
-        from flame.nn import init
-
         if max_norm is not None or scale_grad_by_freq:
             raise NotImplementedError("EmbeddingBag: max_norm and scale_grad_by_freq are not supported")
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode

@@ -14,7 +14,7 @@ from typing import Any
 from flame.errors import ShapeError
 from flame.frontend import functional as F
 from flame.frontend.context import user_location
-from flame.frontend.creation import Generator, zeros
+from flame.frontend.creation import Generator, full, ones, zeros
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import boolean, dtype_of, f32
@@ -153,8 +153,6 @@ class MultiheadAttention(Module):
 
 def _causal(length: int, s: int) -> Tensor:
     """True above the diagonal: the keys a query may not attend to under a causal mask."""
-    from flame.frontend.creation import ones
-
     return ones(length, s, dtype=boolean).triu(1)
 
 
@@ -344,6 +342,4 @@ class Transformer(Module):
     @staticmethod
     def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = f32) -> Tensor:
         """[sz, sz] float mask: -inf above the diagonal (future positions), 0 elsewhere."""
-        from flame.frontend.creation import full
-
         return full((sz, sz), float("-inf"), dtype=dtype_of(dtype)).triu(1)

@@ -297,14 +297,6 @@ class OneCycleLR(LRScheduler):
                 start = end
         return lrs
 
-    def state_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in super().state_dict().items() if k != "anneal"}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        anneal = self.anneal
-        super().load_state_dict(state_dict)
-        self.anneal = anneal
-
 
 class SequentialLR(LRScheduler):
     """schedulers[i] from milestones[i - 1] on, each counting its epochs from its milestone (the

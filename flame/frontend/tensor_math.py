@@ -1,0 +1,348 @@
+"""Tensor methods of arithmetic and statistics beyond the core of tensor.py, with PyTorch's names and
+semantics, each composed from IR ops: products (matmul, mm, bmm, dot, outer, addmm, baddbmm,
+tensordot, kron, cross), elementwise math (log1p and expm1 with Kahan's corrections, and what is
+built on them; trunc, frac, log2, log10, tan, xlogy, logit), reductions and statistics (logsumexp,
+prod, nansum, nanmean, kthvalue, median, cov, corrcoef, diagonal, diag, trace), and the fused
+updates of optimizer and EMA code (lerp, addcmul, addcdiv and their in-place forms). Tensor
+inherits them; flame.frontend.ops makes the function forms."""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+
+from flame.errors import ShapeError
+from flame.frontend import tensor as _t  # circular: used at call time only
+from flame.frontend.context import user_location
+from flame.frontend.tensor_ops import _tensor
+from flame.ir.dtypes import boolean, f32, i64
+
+KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
+MedianResult = namedtuple("median", ["values", "indices"])
+
+
+def _ranks(op: str, *pairs) -> None:
+    """Each (tensor, rank) pair's tensor has that rank, else a ShapeError naming the op and the user's line."""
+    for x, rank in pairs:
+        if not isinstance(x, _t.Tensor) or x.ndim != rank:
+            got = list(x.shape) if isinstance(x, _t.Tensor) else type(x).__name__
+            raise ShapeError(f"{op}: expects {rank}-D tensors, got {got}\n  at {user_location()}")
+
+
+class TensorMath:
+    """The mixin Tensor inherits (no state of its own)."""
+
+    __slots__ = ()
+
+    # ---- products --------------------------------------------------------------------------------
+    def matmul(self, other):
+        return _t.matmul(self, other)
+
+    def mm(self, mat2):
+        """The product of two matrices (2-D only, as torch.mm; matmul broadcasts)."""
+        _ranks("mm", (self, 2), (mat2, 2))
+        return _t.matmul(self, mat2)
+
+    def bmm(self, mat2):
+        """Batched product of [b, n, m] and [b, m, p] (equal batches, as torch.bmm)."""
+        _ranks("bmm", (self, 3), (mat2, 3))
+        if self.shape[0] != mat2.shape[0]:
+            raise ShapeError(f"bmm: batch sizes differ: {list(self.shape)} and {list(mat2.shape)}\n"
+                             f"  at {user_location()}")
+        return _t.matmul(self, mat2)
+
+    def dot(self, other):
+        """The inner product of two 1-D tensors of one length, as torch.dot."""
+        _ranks("dot", (self, 1), (other, 1))
+        return _t.matmul(self, other)
+
+    def outer(self, vec2):
+        """[n] x [m] -> [n, m]: self[i] * vec2[j], as torch.outer."""
+        _ranks("outer", (self, 1), (vec2, 1))
+        return self.unsqueeze(1) * vec2.unsqueeze(0)
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        """beta * self + alpha * (mat1 @ mat2), as torch.addmm (self broadcast to the product; with
+        beta = 0 self is not read, so its NaN and inf do not propagate)."""
+        _ranks("addmm", (mat1, 2), (mat2, 2))
+        prod = _t.matmul(mat1, mat2)
+        prod = prod * alpha if alpha != 1 else prod
+        if beta == 0:
+            return prod
+        return (self * beta if beta != 1 else self) + prod
+
+    def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        """beta * self + alpha * (batch1 @ batch2) over a batch, as torch.baddbmm."""
+        prod = self.__class__.bmm(batch1, batch2)
+        prod = prod * alpha if alpha != 1 else prod
+        if beta == 0:
+            return prod
+        return (self * beta if beta != 1 else self) + prod
+
+    def tensordot(self, other, dims=2):
+        """The sum over dims pairs of self's and other's axes (an int: self's last and other's first
+        dims), as torch.tensordot."""
+        if isinstance(dims, int):
+            a_axes, b_axes = list(range(self.ndim - dims, self.ndim)), list(range(dims))
+        else:
+            a_axes, b_axes = [list(d) if not isinstance(d, int) else [d] for d in dims]
+        a_axes = [_t.dim_index("tensordot", d, self.ndim) for d in a_axes]
+        b_axes = [_t.dim_index("tensordot", d, other.ndim) for d in b_axes]
+        if [self.shape[i] for i in a_axes] != [other.shape[j] for j in b_axes]:
+            raise ShapeError(f"tensordot: contracted dims differ: {[self.shape[i] for i in a_axes]} and "
+                             f"{[other.shape[j] for j in b_axes]}\n  at {user_location()}")
+        a_free = [i for i in range(self.ndim) if i not in a_axes]
+        b_free = [j for j in range(other.ndim) if j not in b_axes]
+        k = math.prod(self.shape[i] for i in a_axes)
+        a = self.permute(*a_free, *a_axes).reshape(-1, k)
+        b = other.permute(*b_axes, *b_free).reshape(k, -1)
+        return _t.matmul(a, b).reshape(*[self.shape[i] for i in a_free], *[other.shape[j] for j in b_free])
+
+    def kron(self, other):
+        """The Kronecker product, as torch.kron (ranks padded with leading 1s)."""
+        rank = max(self.ndim, other.ndim)
+        a = self.reshape(*([1] * (rank - self.ndim)), *self.shape)
+        b = other.reshape(*([1] * (rank - other.ndim)), *other.shape)
+        inter = [v for pair in zip(a.shape, [1] * rank) for v in pair]
+        outer = [v for pair in zip([1] * rank, b.shape) for v in pair]
+        prod = a.reshape(*inter) * b.reshape(*outer)
+        return prod.reshape(*[x * y for x, y in zip(a.shape, b.shape)])
+
+    def cross(self, other, dim: int | None = None):
+        """The cross product of 3-vectors along dim (the first dim of size 3 when None, as torch.cross)."""
+        if dim is None:
+            dim = next((i for i, n in enumerate(self.shape) if n == 3), None)
+            if dim is None:
+                raise ShapeError(f"cross: no dimension of size 3 in {list(self.shape)}\n  at {user_location()}")
+        axis = _t.dim_index("cross", dim, self.ndim)
+        if self.shape[axis] != 3 or other.shape[axis] != 3:
+            raise ShapeError(f"cross: dimension {dim} must have size 3, got {list(self.shape)} and "
+                             f"{list(other.shape)}\n  at {user_location()}")
+        return self.roll(-1, axis) * other.roll(-2, axis) - self.roll(-2, axis) * other.roll(-1, axis)
+
+    # ---- elementwise math ------------------------------------------------------------------------
+    def log1p(self):
+        """log(1 + self), accurate for small self (Kahan's correction: log(w) * self / (w - 1) with
+        w = 1 + self rounded, which cancels w's rounding error), as torch.log1p."""
+        from flame.frontend.ops import where
+
+        x = self if self.dtype.is_float else self.to(f32)
+        w = x + 1
+        exact, inf = w == 1, w == float("inf")  # 1 + x rounds to 1: log1p(x) = x to within rounding
+        safe = where(exact | inf, 2.0, w)  # keeps the unused branch finite (no 0/0 in either direction)
+        return where(exact | inf, x, safe.log() * (x / (safe - 1)))
+
+    def expm1(self):
+        """exp(self) - 1, accurate for small self (Kahan's correction for |self| < 0.5: (u - 1) *
+        self / log(u) with u = exp(self) rounded; beyond, u - 1 loses nothing), as torch.expm1."""
+        from flame.frontend.ops import where
+
+        x = self if self.dtype.is_float else self.to(f32)
+        u = x.exp()
+        near = x.abs() < 0.5
+        exact = u == 1
+        safe = where(near & ~exact, u, 2.0)  # the unused branch stays finite
+        return where(exact, x, where(near, (safe - 1) * (x / safe.log()), u - 1))
+
+    def trunc(self):
+        """Rounded toward zero, as torch.trunc (integers as they are)."""
+        if not self.dtype.is_float:
+            return self
+        from flame.frontend.ops import where
+
+        return where(self < 0, self.ceil(), self.floor())
+
+    fix = trunc
+
+    def frac(self):
+        """self - trunc(self): the fractional part with self's sign, as torch.frac."""
+        return self - self.trunc()
+
+    def log2(self):
+        return self.log() * (1.0 / math.log(2.0))
+
+    def log10(self):
+        return self.log() * (1.0 / math.log(10.0))
+
+    def sinh(self):
+        """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
+        return (self.expm1() - (-self).expm1()) * 0.5
+
+    def cosh(self):
+        return (self.exp() + (-self).exp()) * 0.5
+
+    def tan(self):
+        return self.sin() / self.cos()
+
+    def xlogy(self, other):
+        """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
+        from flame.frontend.ops import where
+
+        other = _tensor(other)
+        x = self if self.dtype.is_float else self.to(f32)
+        log = other.log()
+        # where self is 0 the value is 0 (even for other = 0) and the gradient log(other), as PyTorch's
+        return where((x == 0) & ~other.isnan(), x * where(log.isfinite(), log, 0.0), x * log)
+
+    def logit(self, eps: float | None = None):
+        """log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given, as torch.logit."""
+        p = self.clamp(eps, 1 - eps) if eps is not None else self
+        return (p / (1 - p)).log()
+
+    # ---- reductions and statistics ---------------------------------------------------------------
+    def logsumexp(self, dim, keepdim: bool = False):
+        """log(sum(exp(self))) over dim (an int or a tuple), computed stably, as torch.logsumexp."""
+        from flame.frontend.functional import logsumexp
+
+        axes = _t._axes(dim, self.ndim, "logsumexp")
+        if len(axes) == 1:
+            return logsumexp(self, axes[0], keepdim)
+        rest = [a for a in range(self.ndim) if a not in axes]
+        moved = self.permute(*rest, *axes).reshape(*[self.shape[a] for a in rest], -1)
+        out = logsumexp(moved, -1)
+        return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
+
+    def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
+        """The product over dim (every element when None), as torch.prod: the last running product of
+        cumprod, so it differentiates as cumprod does (zeros included)."""
+        x = self.to(dtype) if dtype is not None else (self.to(i64) if self.dtype == boolean else self)
+        if dim is None:
+            flat = x.reshape(-1)
+            return flat.cumprod(0)[-1] if flat.shape[0] else _t.full((), 1, x.dtype)
+        axis = _t.dim_index("prod", dim, x.ndim)
+        if x.ndim == 0:
+            return x
+        out = x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1) if x.shape[axis] else \
+            _t.full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
+        return out if keepdim else out.squeeze(axis)
+
+    def nansum(self, dim=None, keepdim: bool = False):
+        """The sum with NaNs counted as zero, as torch.nansum."""
+        from flame.frontend.ops import where
+
+        return where(self.isnan(), 0.0, self).sum(dim, keepdim)
+
+    def nanmean(self, dim=None, keepdim: bool = False):
+        """The mean of the elements that are not NaN, as torch.nanmean."""
+        count = (~self.isnan()).to(self.dtype).sum(dim, keepdim)
+        return self.nansum(dim, keepdim) / count
+
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
+        """(values, indices) of the k-th smallest element along dim (k from 1), as torch.kthvalue."""
+        axis = _t.dim_index("kthvalue", dim, self.ndim)
+        x = self if self.ndim else self.reshape(1)
+        n = x.shape[axis]
+        if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+            raise ShapeError(f"kthvalue: k={k!r} is out of range for dimension {dim} of size {n} (expected 1 <= k <= "
+                             f"{n})\n  at {user_location()}")
+        idx = x.argsort(axis).narrow(axis, int(k) - 1, 1)
+        values, indices = x.gather(axis, idx), idx
+        if not keepdim or self.ndim == 0:
+            values, indices = values.squeeze(axis), indices.squeeze(axis)
+        return KthvalueResult(values, indices)
+
+    def median(self, dim: int | None = None, keepdim: bool = False):
+        """The lower median (the ((n + 1) // 2)-th smallest): of every element when dim is None, else
+        (values, indices) along dim, as torch.median."""
+        if dim is None:
+            flat = self.reshape(-1)
+            return flat.kthvalue((flat.shape[0] + 1) // 2, 0).values
+        axis = _t.dim_index("median", dim, self.ndim)
+        n = self.shape[axis] if self.ndim else 1
+        r = self.kthvalue((n + 1) // 2, axis, keepdim)
+        return MedianResult(r.values, r.indices)
+
+    def cov(self, *, correction: int = 1, fweights=None, aweights=None):
+        """The covariance of the rows (variables) over the columns (observations), as torch.cov
+        (frequency and analytic weights are not supported)."""
+        if fweights is not None or aweights is not None:
+            raise NotImplementedError("cov: fweights and aweights are not supported")
+        if self.ndim > 2:
+            raise ShapeError(f"cov: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
+        x = self.reshape(1, -1) if self.ndim < 2 else self
+        x = x if x.dtype.is_float else x.to(f32)
+        centered = x - x.mean(1, keepdim=True)
+        out = _t.matmul(centered, centered.transpose(0, 1)) / (x.shape[1] - correction)
+        return out.reshape(()) if self.ndim < 2 else out
+
+    def corrcoef(self):
+        """Pearson's correlation coefficients of the rows, clipped to [-1, 1], as torch.corrcoef."""
+        c = self.cov()
+        if c.ndim == 0:
+            return c / c
+        d = c.diagonal().sqrt()
+        return (c / d.unsqueeze(1) / d.unsqueeze(0)).clamp(-1.0, 1.0)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
+        """The diagonal of the (dim1, dim2) planes (above it for offset > 0, below for offset < 0) as
+        the last dim, as torch.diagonal."""
+        a, b = _t.dim_index("diagonal", dim1, self.ndim), _t.dim_index("diagonal", dim2, self.ndim)
+        if a == b:
+            raise ValueError(f"diagonal: dim1 and dim2 are both {dim1}")
+        x = self.movedim((a, b), (-2, -1))
+        rows, cols = x.shape[-2:]
+        if offset >= 0:
+            x, cols_left = x.narrow(-1, min(offset, cols), cols - min(offset, cols)), cols - min(offset, cols)
+            n = min(rows, cols_left)
+            x = x.narrow(-2, 0, n).narrow(-1, 0, n)
+        else:
+            start = min(-offset, rows)
+            n = min(rows - start, cols)
+            x = x.narrow(-2, start, n).narrow(-1, 0, n)
+        if n == 0:
+            return x.reshape(*x.shape[:-2], 0)
+        return x.reshape(*x.shape[:-2], n * n)[..., :: n + 1]
+
+    def diag(self, diagonal: int = 0):
+        """A 1-D tensor's matrix with it on a diagonal, or a matrix's diagonal, as torch.diag."""
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise ShapeError(f"diag: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
+        from flame.frontend.creation import eye
+
+        n, k = self.shape[0], abs(diagonal)
+        square = eye(n, dtype=self.dtype) * self.unsqueeze(0) if self.dtype != boolean else \
+            eye(n, dtype=boolean) & self.unsqueeze(0)
+        if not k:
+            return square
+        from flame.frontend.ops import pad
+
+        return pad(square, ((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
+
+    def trace(self):
+        """The sum of a matrix's diagonal, as torch.trace."""
+        _ranks("trace", (self, 2))
+        return self.diagonal().sum()
+
+    # ---- interpolation and fused products (optimizer and EMA code) -------------------------------
+    def lerp(self, end, weight):
+        """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
+        weight >= 0.5), so weight 1 gives end exactly."""
+        diff = end - self
+        if isinstance(weight, _t.Tensor):
+            from flame.frontend.ops import where
+
+            return where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
+        return self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+
+    def lerp_(self, end, weight):
+        return self.copy_(self.lerp(end, weight))
+
+    def addcmul(self, tensor1, tensor2, *, value=1):
+        """self + value * tensor1 * tensor2, as torch.addcmul."""
+        prod = tensor1 * tensor2
+        return self + (prod * value if value != 1 else prod)
+
+    def addcmul_(self, tensor1, tensor2, *, value=1):
+        return self.copy_(self.addcmul(tensor1, tensor2, value=value))
+
+    def addcdiv(self, tensor1, tensor2, *, value=1):
+        """self + value * tensor1 / tensor2, as torch.addcdiv."""
+        quot = tensor1 / tensor2
+        return self + (quot * value if value != 1 else quot)
+
+    def addcdiv_(self, tensor1, tensor2, *, value=1):
+        return self.copy_(self.addcdiv(tensor1, tensor2, value=value))
