@@ -8,6 +8,8 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 
+_call = getattr(operator, "call", lambda f: f())  # operator.call: Python 3.11+
+
 
 def gather(indices: Sequence[int]) -> Callable[[Sequence], tuple]:
     """xs -> tuple(xs[i] for i in indices), as one C call (itemgetter returns a bare item for one index)."""
@@ -22,3 +24,9 @@ def gather(indices: Sequence[int]) -> Callable[[Sequence], tuple]:
 def all_same(xs, ys) -> bool:
     """Whether xs[i] is ys[i] for every i (iterables of equal length)."""
     return all(map(operator.is_, xs, ys))
+
+
+def alive_same(refs, xs) -> bool:
+    """Whether refs[i]() is xs[i] for every i: refs are weak references (or callables returning None)
+    to the objects a previous call saw, xs this call's objects."""
+    return all(map(operator.is_, map(_call, refs), xs))

@@ -197,8 +197,9 @@ class _MapSegment:
     """The CUDA pieces of one elementwise segment over its collapsed domain."""
 
     def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], prefix: str = "",
-                 hoist: str | None = None):
+                 hoist: str | None = None, streaming: bool = False):
         self.ops, self.lay, self.prefix = ops, lay, prefix  # prefix: of the pointer names; hoist: of the scalars'
+        self.streaming = streaming  # the vector path's loads and stores with the streaming cache hint
         self.hoist = prefix if hoist is None else hoist
         self.in_idx = {v: i for i, v in enumerate(inputs)}
         self.stores = [(outputs.index(v), v, m) for v, m in lay.stores.items()]
@@ -292,7 +293,8 @@ class _MapSegment:
                 p = self._in(i)
                 at = f"({p})[v]" if md == "identity" else f"({p} + {views.offset_expr(self.view[(v, m)])})[0]"
                 decls.append(f"{t} vl{i}_{k}[U];")
-                loads.append(f"vl{i}_{k}[u] = reinterpret_cast<const {t}*>{at};")
+                load = f"reinterpret_cast<const {t}*>{at}"
+                loads.append(f"vl{i}_{k}[u] = " + (f"flame_ldcs(&{load});" if self.streaming else f"{load};"))
         return em.row, decls, loads, sdecls, post
 
     def _write(self, o: int, v: Value, m: IndexMap, val: str, vector: bool, sdecls, post) -> str:
@@ -302,7 +304,8 @@ class _MapSegment:
         if md == "identity" and vector:
             t = f"flame_vec<{v.dtype.cuda_type}, {self.vec()}>"
             sdecls.append(f"{t} vs{o};")
-            post.append(f"reinterpret_cast<{t}*>({self._out(o)})[v] = vs{o};")
+            to = f"reinterpret_cast<{t}*>({self._out(o)})[v]"
+            post.append(f"flame_stcs(&{to}, vs{o});" if self.streaming else f"{to} = vs{o};")
             return f"vs{o}.v[j] = {store(v, val)};"
         if md == "identity":
             return f"{self._out(o)}[i] = {store(v, val)};"
@@ -434,7 +437,7 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     for seg, lay in zip(segs, lays):
         ins = _reads(seg)  # in the segment's own order of first use: the same in segments of one class
         outs = [v for v in outputs if v in lay.stores]
-        probe = _MapSegment(seg, lay, ins, outs, "p_", "R.").template_fields(ins, outs)
+        probe = _MapSegment(seg, lay, ins, outs, "p_", "R.", config.balanced_streaming).template_fields(ins, outs)
         key = repr(([v.dtype.name for v in ins], [v.dtype.name for v in outs],
                     {k: f for k, f in probe.items() if k not in ("n", "what")}))
         if key not in classes:

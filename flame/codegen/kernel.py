@@ -74,7 +74,17 @@ class Config:
     against 411; 512 threads per SM: 228 and 336; U = 2 or 4 spill (598 and 833 us). The copy
     ceiling and the one-wave figures move by up to 10% between machines (one-wave 243 / 268 us).
     Four steps per block beat one on an H200 (2026-11-29, same script, results bit-identical): the
-    52-tensor update 170.8 -> 161.0 us, mlp_bf16_train's 265.7 -> 249.5 (fewer, longer blocks)."""
+    52-tensor update 170.8 -> 161.0 us, mlp_bf16_train's 265.7 -> 249.5 (fewer, longer blocks).
+    L2 prefetches of the streamed inputs, to put more bytes in flight than a thread's registers hold,
+    made it slower on an H200 (2026-11-29, same script, the 52-tensor update, four steps): 161.5 us
+    without; 183.6 with each thread asking for its next step's vector (`prefetch.global.L2`, one per
+    128-byte line); 186.8 with each block asking for its whole chunk of every segment at its start
+    (`cp.async.bulk.prefetch.L2`); 177.7-220.3 at 2, 8 or 16 steps with either. Not kept.
+    balanced_streaming: the vector loads and stores with the streaming cache hint (__ldcs / __stcs:
+    every byte of an update is touched once). H200, 2026-11-29, same script, bit-identical: the
+    52-tensor update 176.4 -> 170.8 us, its 18 matrices alone 145.3 -> 138.8, each tensor twice as long
+    281.9 -> 270.2, mlp_bf16_train's 253.7 -> 237.1 (95% of copy). (On an H100, 2026-11-27, with the
+    one-wave chunks of then: 251 against 242 us for the 52 tensors, 397 against 408 for the MLP's.)"""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -94,6 +104,7 @@ class Config:
     balanced_threads: int = 1024
     balanced_unroll: int = 1
     balanced_steps: int = 4
+    balanced_streaming: bool = True
 
 
 DEFAULT_CONFIG = Config()

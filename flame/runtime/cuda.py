@@ -42,12 +42,13 @@ import hashlib
 import logging
 import os
 import sys
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from flame._lists import all_same, gather
+from flame._lists import alive_same, all_same, gather
 from flame.errors import FlameError
 from flame.plan.steps import (
     Alias,
@@ -340,6 +341,19 @@ def sanitizing() -> bool:
     return True
 
 
+def _dead():
+    """A weak reference to nothing: no array is the one it remembers."""
+    return None
+
+
+def _weak(a):
+    """A weak reference to a, or _dead where a takes none."""
+    try:
+        return weakref.ref(a)
+    except TypeError:
+        return _dead
+
+
 _POOL_OFF = [True]  # turn CuPy's pool off once, the first time a sanitized plan binds its buffers
 
 
@@ -362,6 +376,15 @@ class CompiledPlan:
         held = [j for j, b in enumerate(plan.inputs) if plan.buffers[b].role in ("param", "state")]
         self._held, self._held_set, self._pick_held, self._seen = held, set(held), gather(held), (None,) * len(held)
         self._unheld = [j for j in range(len(plan.inputs)) if j not in self._held_set]
+        # ... and the other inputs' arrays weakly: the objects the last call checked skip the check (a
+        # gradient passed again, a scalar whose value did not change), and their pointers are the same.
+        # Scalars apart: a step count's is new at every call, and should not send the rest through
+        # the slow path.
+        scalar = {j for j, b in enumerate(plan.inputs) if plan.buffers[b].role == "scalar"}
+        self._unheld_groups = [(gather(js), js, [_dead] * len(js))
+                               for js in ([j for j in self._unheld if j not in scalar],
+                                          [j for j in self._unheld if j in scalar]) if js]
+        self._unheld_changes = 0  # bumped whenever one bound by pointer is not the array of the last call
         self._donated = {j for j, b in enumerate(plan.inputs) if b in donated}
         # scalars are staged from the start (a Python number arrives in a new array each call); data
         # inputs are bound by pointer until one arrives at another address (a new batch), then staged
@@ -402,9 +425,21 @@ class CompiledPlan:
             for j in self._held:
                 out[j] = self._checked(out[j], j)
             self._seen = self._pick_held(out)
-        for j in self._unheld:
-            out[j] = self._checked(out[j], j)
+        for pick, js, refs in self._unheld_groups:
+            if not alive_same(refs, pick(out)):
+                self._check_unheld(out, js, refs)
         return out
+
+    def _check_unheld(self, out: list, js: list, refs: list) -> None:
+        """_inputs for the other inputs js that are not the arrays the last call checked: checked (or
+        converted: a NumPy array, a strided view) and remembered weakly in refs."""
+        for k, j in enumerate(js):
+            a = out[j]
+            if refs[k]() is not a:
+                out[j] = self._checked(a, j)
+                refs[k] = _weak(a) if out[j] is a else _dead
+                if j not in self._staged:
+                    self._unheld_changes += 1
 
     def _checked(self, a, i: int):
         """Input i as a C-contiguous CuPy array of the planned shape and dtype (FlameError if not)."""
@@ -535,20 +570,25 @@ class CompiledPlan:
     def _key(self, arrays: list) -> tuple:
         """The pointers of the inputs bound by pointer (those not staged), in `_bound` order. Those of
         parameters and state are read again only when one is not the array it was last time (an
-        array's pointer never changes; their owners keep them alive); the others' at every call
-        (holding them would keep a batch allocated)."""
+        array's pointer never changes; their owners keep them alive); the others' only when one of
+        them is not the array it was at the last call (_inputs remembers them weakly: holding them
+        would keep a batch allocated)."""
         held = self._take_held_bound(arrays)
         if self._keyed is None or not all_same(held, self._keyed[0]):
             ptrs = list(self._keyed[1]) if self._keyed is not None else [0] * len(self._bound)
             for at, a in zip(self._held_at, held):
                 ptrs[at] = a.data.ptr
             self._keyed = (held, ptrs)
-        if not self._unheld_at:
-            return tuple(self._keyed[1])
+            self._key_memo = None
+        memo = self._key_memo
+        if memo is not None and memo[0] == self._unheld_changes:  # the others are the arrays keyed last
+            return memo[1]
         ptrs = list(self._keyed[1])
         for at, j in self._unheld_at:
             ptrs[at] = arrays[j].data.ptr
-        return tuple(ptrs)
+        key = tuple(ptrs)
+        self._key_memo = (self._unheld_changes, key)
+        return key
 
     def _remember(self, key: tuple) -> bool:
         """Note the pointers of a call; whether they were among the last 2 * GRAPH_VARIANTS calls' pointers."""
@@ -566,6 +606,7 @@ class CompiledPlan:
         self._take_held_bound = gather([self._bound[at] for at in self._held_at])
         self._unheld_at = [(at, j) for at, j in enumerate(self._bound) if j not in self._held_set]
         self._keyed: tuple | None = None  # (the held bound arrays _key last read, every bound pointer)
+        self._key_memo: tuple | None = None  # (_unheld_changes, the key) of the last _key
 
     def _capture(self, arrays: list, slot: int) -> None:
         plan = self.plan

@@ -174,6 +174,30 @@ def test_unrolled_balanced_kernels_compile(unroll):
         assert len(compile_many([k.source for k in kernels], arch)) == len(kernels)
 
 
+def test_balanced_kernels_stream_unless_told_not_to():
+    """The balanced update's vector loads and stores carry the streaming cache hint (every byte is
+    touched once) through flame_ldcs / flame_stcs, in 16-byte pieces for any vector size; with
+    Config(balanced_streaming=False) plain ones. Both compile, f32, bf16 and mixed-dtype updates."""
+    shapes = [(1000,), (3, 5), (17,), (768, 3), (1,), (33, 7)]
+    groups = [_update_group(shapes, dtype) for dtype in ("f32", "bf16")]
+    mixed = [grp for grp in fuse(mlp_adamw(dtype="bf16")[0]).groups if len(grp.outputs) > 3]
+    r = np.random.default_rng(4)  # bf16 times f32 into bf16: 4-element vectors, 8 bytes of bf16 each
+    arrays = [r.standard_normal(s).astype(dt) for s in [(64, 8), (100,), (3, 40)]
+              for dt in (ml_dtypes.bfloat16, np.float32)]
+    g, _ = build(lambda *xs: tuple((x * y).to(x.dtype) for x, y in zip(xs[::2], xs[1::2])), *arrays)
+    mixed += [grp for grp in fuse(g).groups if grp.ops]
+    for streaming in (True, False):
+        config = Config(balanced_streaming=streaming)
+        kernels = [_balanced(grp, config) for grp in groups]
+        kernels += [k for grp in mixed for k in lower(grp, config) if "struct row0" in k.source]
+        assert len(kernels) == 4 and "flame_vec<__nv_bfloat16, 4>" in kernels[-1].source
+        for k in kernels:
+            assert ("= flame_ldcs(&reinterpret_cast<const flame_vec<" in k.source) == streaming
+            assert ("flame_stcs(&reinterpret_cast<flame_vec<" in k.source) == streaming
+        for arch in ("sm_80", "sm_90"):
+            assert len(compile_many([k.source for k in kernels], arch)) == len(kernels)
+
+
 MIXED = [(4096, 1024)] * 2 + [(1000,), (3, 5), (17,), (768, 3), (1,), (8192, 768), (768,), (33, 7)]
 
 

@@ -345,3 +345,33 @@ def test_an_eager_cast_frees_its_source():
     gc.collect()
     assert pool.used_bytes() <= before - 4 * 1024 * 1024, (before, pool.used_bytes())
     assert low.dtype == flame.bf16
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_a_data_input_passed_again_is_checked_once(monkeypatch, graphs):
+    """A data input that is the array of the last call skips the check (remembered weakly, not held);
+    another array is checked again (a wrong shape raises), and a NumPy array is converted at every call."""
+    import cupy
+
+    from flame.errors import FlameError
+    from flame.runtime.cuda import CompiledPlan
+
+    run, plain = _compile(monkeypatch, graphs), _compile(monkeypatch, False)
+    checked = []
+    real = CompiledPlan._checked
+    monkeypatch.setattr(CompiledPlan, "_checked", lambda self, a, i: checked.append(i) or real(self, a, i))
+    rng = np.random.default_rng(0)
+    w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
+    w_plain = w.copy()
+    x = cupy.asarray(rng.standard_normal((64, 32)).astype(np.float32))
+    for _ in range(3):
+        got, want = run([x, w]), plain([x, w_plain])
+        np.testing.assert_allclose(cupy.asnumpy(got[0]), cupy.asnumpy(want[0]), rtol=1e-5, atol=1e-5)
+    assert checked.count(0) == 1 and checked.count(1) == 1
+    with pytest.raises(FlameError, match="input 0 should be float32"):
+        run([cupy.zeros((32, 64), np.float32), w])
+    host = rng.standard_normal((64, 32)).astype(np.float32)
+    for _ in range(2):
+        got, want = run([host, w]), plain([host, w_plain])
+        np.testing.assert_allclose(cupy.asnumpy(got[0]), cupy.asnumpy(want[0]), rtol=1e-5, atol=1e-5)
+    assert checked.count(0) == 4

@@ -7,15 +7,17 @@ device copy; every variant's outputs are checked bit for bit against the side-by
 side: each tensor on its own blocks (Config(balanced=0)); bN: the balanced flat schedule
 (codegen/fused.py _lower_balanced), one step per block, N threads per multiprocessor asked resident
 (Config.balanced_threads); b1024sK: K steps per block; waveN: the one-wave form (balanced_steps=0);
-bNuK: with K items per thread per step, all their loads first (Config.balanced_unroll); b1024fdiv and
-b1024nodiv: probes of what the arithmetic costs (PROBES; their results differ by design), b1024cs of
-streaming cache hints.
+bNuK: with K items per thread per step, all their loads first (Config.balanced_unroll); b1024nocs:
+without the streaming cache hints (Config.balanced_streaming); b1024fdiv and b1024nodiv: probes of
+what the arithmetic costs (PROBES; their results differ by design).
 The first variant is the reference of the bit check (side, unless --variants says otherwise); side
 rounds some elements differently (up to 9 ulp of 201M in the mlp set, 2026-11-27): it is not a
 bit-for-bit reference of the balanced kernels.
---set mlp: mlp_bf16_train's parameters instead (4 x [4096, 4096] + 4 x [4096]).
+--set mlp: mlp_bf16_train's parameters instead (4 x [4096, 4096] + 4 x [4096]); gpt2x, gptbig: see --help.
 Bytes: every input tensor read once, every output written once (the 0-d scalars aside). Times: CUDA
-events around each launch, median of --reps after 5 warm-ups.
+events around each replay of a CUDA graph of one launch (as a plan runs it: a direct launch of a
+kernel of 472 pointers also times CuPy packing them, ~30 us on an H200 host), median of --reps after
+5 warm-ups; the copies as well.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from flame.runtime.profile import median_event_ms  # noqa: E402
 
 VARIANTS = {"side": dict(balanced=0), "b512": dict(balanced_threads=512), "b768": dict(balanced_threads=768),
-            "b1024": dict(balanced_threads=1024), "b2048": dict(balanced_threads=2048),
+            "b1024": dict(balanced_threads=1024), "b1536": dict(balanced_threads=1536),
+            "b2048": dict(balanced_threads=2048), "b1024nocs": dict(balanced_streaming=False),
             "wave1024": dict(balanced_threads=1024, balanced_steps=0),
             "wave512": dict(balanced_threads=512, balanced_steps=0),
             "b1024s2": dict(balanced_steps=2), "b1024s4": dict(balanced_steps=4), "b1024s8": dict(balanced_steps=8)}
@@ -54,22 +57,21 @@ VARIANTS.update(
 # the division and square root are not what kept the update at 64-78% of copy; the one-wave chunks
 # were (Config.balanced_steps).
 _DIV = re.compile(r"\((t\d+) / (t\d+)\)")
-# b1024cs: loads and stores with streaming cache hints (__ldcs / __stcs), same results. H100,
-# 2026-11-27, one-wave schedule: gpt set 251 us against 242, mlp set 397 against 408.
-_VLOAD = re.compile(r"(\w+\[u\]) = reinterpret_cast<const (flame_vec<[^>]*>)\*>\((\w+)\)\[v\];")
-_VSTORE = re.compile(r"reinterpret_cast<(flame_vec<[^>]*>)\*>\((\w+)\)\[v\] = (\w+);")
-
-
-def _streaming(s: str) -> str:
-    s = _VLOAD.sub((r"{ const int4 q_ = __ldcs(reinterpret_cast<const int4*>(\3) + v); "
-                    r"\1 = *reinterpret_cast<const \2*>(&q_); }"), s)
-    return _VSTORE.sub(r"__stcs(reinterpret_cast<int4*>(\2) + v, *reinterpret_cast<const int4*>(&\3));", s)
-
-
 PROBES = {"b1024fdiv": lambda s: _DIV.sub(r"__fdividef(\1, \2)", s),
-          "b1024nodiv": lambda s: _DIV.sub(r"(\1 * \2)", s).replace("sqrtf(", "("),
-          "b1024cs": _streaming}
+          "b1024nodiv": lambda s: _DIV.sub(r"(\1 * \2)", s).replace("sqrtf(", "(")}
 VARIANTS.update({name: dict(balanced_threads=1024) for name in PROBES})
+
+
+def _graphed(launch):
+    """launch captured in a CUDA graph: a callable that replays it on the current stream."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        launch()
+        graph = stream.end_capture()
+    return lambda: graph.launch(cupy.cuda.get_current_stream())
 
 
 def _bits(a):
@@ -98,19 +100,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--set", choices=("gpt", "mlp"), default="gpt",
-                    help="gpt: adamw_multi_tensor's 52 tensors; mlp: mlp_bf16_train's 4 x [4096, 4096] + 4 x [4096]")
+    ap.add_argument("--set", choices=("gpt", "gpt2x", "gptbig", "mlp"), default="gpt",
+                    help="gpt: adamw_multi_tensor's 52 tensors (gpt2x: each twice as long; gptbig: its 2-D ones "
+                         "alone); mlp: mlp_bf16_train's 4 x [4096, 4096] + 4 x [4096]")
     opts = ap.parse_args()
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     print(f"device: {props['name'].decode()}, {props['multiProcessorCount']} SMs", flush=True)
     big = cupy.empty(2**28, np.float32)
     big_out = cupy.empty_like(big)
-    ceiling = 2 * big.nbytes / median_event_ms(functools.partial(cupy.copyto, big_out, big), opts.reps, warmup=5) / 1e6
+    copy_ms = median_event_ms(_graphed(functools.partial(cupy.copyto, big_out, big)), opts.reps, warmup=5)
+    ceiling = 2 * big.nbytes / copy_ms / 1e6
     big = big_out = None
     print(f"copy ceiling (1 GiB copyto): {ceiling:.0f} GB/s", flush=True)
 
-    shapes = ([i.shape for i in _adamw_inputs(_adamw_sizes(False)).values() if i.state] if opts.set == "gpt"
-              else [(4096, 4096), (4096,)] * 4)
+    shapes = [i.shape for i in _adamw_inputs(_adamw_sizes(False)).values() if i.state]
+    shapes = {"gpt": shapes, "gpt2x": [(2 * s[0], *s[1:]) for s in shapes],
+              "gptbig": [s for s in shapes if len(s) == 2], "mlp": [(4096, 4096), (4096,)] * 4}[opts.set]
     groups = fuse(multi_adamw(shapes, "bf16")[0]).groups
     grp = max(groups, key=lambda g: sum(v.type.numel for v in g.outputs))  # the update (not the 0-d work)
     rng = np.random.default_rng(1)
@@ -126,6 +131,11 @@ def main() -> None:
     nbytes = sum(a.nbytes for a in ins if a.ndim) + sum(a.nbytes for a in outs)
     print(f"update: {len(shapes)} tensors, {sum(v.type.numel for v in grp.outputs) // 3} elements each of "
           f"p, m, v; {nbytes / 1e6:.0f} MB moved", flush=True)
+    src = cupy.empty(nbytes // 8, np.float32)  # a copy moving the update's bytes (half read, half written)
+    dst = cupy.empty_like(src)
+    same = median_event_ms(_graphed(functools.partial(cupy.copyto, dst, src)), opts.reps, warmup=5)
+    src = dst = None
+    print(f"a copy of the same bytes: {same * 1e3:.1f} us ({nbytes / same / 1e6:.0f} GB/s)", flush=True)
     rows, ref = [], None
     for label in opts.variants.split(","):
         (k,) = lower(grp, Config(**VARIANTS[label]))
@@ -140,7 +150,7 @@ def main() -> None:
         got = [_bits(o.get()) for o in outs]
         check = "ref" if ref is None else _compare(got, ref)
         ref = ref or got
-        ms = median_event_ms(launch, opts.reps, warmup=5)
+        ms = median_event_ms(_graphed(launch), opts.reps, warmup=5)
         rows.append((label, k.grid, k.block, ms * 1e3, nbytes / ms / 1e6, nbytes / ms / 1e6 / ceiling * 100, check))
         print(*rows[-1], flush=True)
     print(f"\n| variant | grid | block | us | GB/s | % of copy ({ceiling:.0f} GB/s) | check |")
