@@ -384,7 +384,9 @@ class CompiledPlan:
         self._unheld_groups = [(gather(js), js, [_dead] * len(js))
                                for js in ([j for j in self._unheld if j not in scalar],
                                           [j for j in self._unheld if j in scalar]) if js]
-        self._unheld_changes = 0  # bumped whenever one bound by pointer is not the array of the last call
+        # bumped whenever an input bound by pointer is not the array of the last call (_key reads the
+        # pointers again only then)
+        self._input_changes = 0
         self._donated = {j for j, b in enumerate(plan.inputs) if b in donated}
         # scalars are staged from the start (a Python number arrives in a new array each call); data
         # inputs are bound by pointer until one arrives at another address (a new batch), then staged
@@ -425,6 +427,7 @@ class CompiledPlan:
             for j in self._held:
                 out[j] = self._checked(out[j], j)
             self._seen = self._pick_held(out)
+            self._input_changes += 1
         for pick, js, refs in self._unheld_groups:
             if not alive_same(refs, pick(out)):
                 self._check_unheld(out, js, refs)
@@ -439,7 +442,7 @@ class CompiledPlan:
                 out[j] = self._checked(a, j)
                 refs[k] = _weak(a) if out[j] is a else _dead
                 if j not in self._staged:
-                    self._unheld_changes += 1
+                    self._input_changes += 1
 
     def _checked(self, a, i: int):
         """Input i as a C-contiguous CuPy array of the planned shape and dtype (FlameError if not)."""
@@ -568,26 +571,25 @@ class CompiledPlan:
         return _INTERNAL
 
     def _key(self, arrays: list) -> tuple:
-        """The pointers of the inputs bound by pointer (those not staged), in `_bound` order. Those of
-        parameters and state are read again only when one is not the array it was last time (an
-        array's pointer never changes; their owners keep them alive); the others' only when one of
-        them is not the array it was at the last call (_inputs remembers them weakly: holding them
-        would keep a batch allocated)."""
+        """The pointers of the inputs bound by pointer (those not staged), in `_bound` order: the last
+        call's key unless _inputs saw an input that is not the array of the last call (an array's
+        pointer never changes). Then parameters' and state's pointers are read again only if one of
+        them changed (their owners keep them alive, and _keyed holds them), the others' always (they
+        are remembered weakly: holding them would keep a batch allocated)."""
+        memo = self._key_memo
+        if memo is not None and memo[0] == self._input_changes:  # every input is the array keyed last
+            return memo[1]
         held = self._take_held_bound(arrays)
         if self._keyed is None or not all_same(held, self._keyed[0]):
             ptrs = list(self._keyed[1]) if self._keyed is not None else [0] * len(self._bound)
             for at, a in zip(self._held_at, held):
                 ptrs[at] = a.data.ptr
             self._keyed = (held, ptrs)
-            self._key_memo = None
-        memo = self._key_memo
-        if memo is not None and memo[0] == self._unheld_changes:  # the others are the arrays keyed last
-            return memo[1]
         ptrs = list(self._keyed[1])
         for at, j in self._unheld_at:
             ptrs[at] = arrays[j].data.ptr
         key = tuple(ptrs)
-        self._key_memo = (self._unheld_changes, key)
+        self._key_memo = (self._input_changes, key)
         return key
 
     def _remember(self, key: tuple) -> bool:
@@ -606,7 +608,7 @@ class CompiledPlan:
         self._take_held_bound = gather([self._bound[at] for at in self._held_at])
         self._unheld_at = [(at, j) for at, j in enumerate(self._bound) if j not in self._held_set]
         self._keyed: tuple | None = None  # (the held bound arrays _key last read, every bound pointer)
-        self._key_memo: tuple | None = None  # (_unheld_changes, the key) of the last _key
+        self._key_memo: tuple | None = None  # (_input_changes, the key) of the last _key
 
     def _capture(self, arrays: list, slot: int) -> None:
         plan = self.plan
