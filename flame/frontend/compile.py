@@ -572,7 +572,7 @@ class Compiled:
         arrays = entry.replay.inputs(args, ex, checked)
         if entry.record is not None and entry.record.inputs is None:
             entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
-        return entry.replay.hand_back(entry.run(arrays), args)
+        return entry.replay.hand_back(entry.run(arrays), args, checked)
 
 
 def _grad_outputs(tr: Trace, g: Graph) -> list:

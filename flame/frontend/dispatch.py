@@ -4,6 +4,7 @@ compiled once per (op, attributes, input types) by flame.compiler.compile_graph.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,38 @@ class Node:
     versions: tuple
     loc: str | None
     freed: bool = False
+
+
+# The tensors whose versions some eager graph recorded (a Node's inputs), weakly, and how many times
+# a tensor joined them: only their in-place updates can make backward() raise, so a compiled step's
+# replay bumps the versions of these alone (frontend/replay.py), not of every parameter and moment
+_WATCHED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor (Tensor's == is elementwise)
+_JOINED = [0]
+
+
+def record_versions(inputs: tuple) -> tuple:
+    """The versions of a Node's inputs (0 for a non-tensor), each tensor noted as watched."""
+    from flame.frontend.tensor import Tensor
+
+    versions = []
+    for x in inputs:
+        if isinstance(x, Tensor):
+            if _WATCHED.get(id(x)) is not x:
+                _WATCHED[id(x)] = x
+                _JOINED[0] += 1
+            versions.append(x._version)
+        else:
+            versions.append(0)
+    return tuple(versions)
+
+
+def watched(tensors) -> tuple[int, list]:
+    """(the watch count now, those of tensors whose versions an eager graph recorded)."""
+    return _JOINED[0], [t for t in tensors if _WATCHED.get(id(t)) is t]
+
+
+def watch_count() -> int:
+    return _JOINED[0]
 
 
 def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:
@@ -100,7 +133,5 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     if grad_enabled.get() and dtype.is_float and opdef.vjp is not None:
         if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
             t.requires_grad = True
-            t._node = Node(name, attrs, tuple(inputs),
-                           tuple(x._version if isinstance(x, Tensor) else 0 for x in inputs),
-                           _loc())
+            t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc())
     return t

@@ -17,6 +17,7 @@ from typing import Any
 from flame._lists import all_same
 from flame._lists import gather as _gather
 from flame.frontend.context import no_grad
+from flame.frontend.dispatch import watch_count, watched
 from flame.frontend.guards import Namer, role_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
@@ -80,6 +81,10 @@ class Replay:
                         for o, i in graph.aliases.items()]
         self.aliased = None if any(t is None for _, _, t in self.aliases) else [t for _, _, t in self.aliases]
         self.alias_outputs = _gather([o for o, _, _ in self.aliases])
+        # the captured tensors updated in place, as indices into `checked` (what changed() verified)
+        self.pick_aliased = None if self.aliased is None else _gather(
+            [next(k for k, c in enumerate(self.captured) if c is t) for t in self.aliased])
+        self.bumped: tuple | None = None  # (dispatch.watch_count(), the aliased tensors eager graphs watch)
         outputs = graph.outputs
         # .grad: (argument position, output) per argument (its .grad accumulates); (tensor, output) per
         # captured tensor the body left a .grad; the captured tensors whose .grad the body set to None
@@ -126,19 +131,19 @@ class Replay:
         pool += [b.scalar_array(executor) for b in self.getters]
         return list(self.gather_inputs(pool))
 
-    def hand_back(self, outs: list, args: list) -> Any:
+    def hand_back(self, outs: list, args: list, checked: bool = False) -> Any:
         """After a run: in-place updates land in the caller's tensors (their buffers, their versions),
         every .grad the body left goes to its tensor, and the user's outputs come back in the structure
-        the function returned."""
+        the function returned. checked: as for inputs()."""
         tensors = self.aliased if self.aliased is not None else \
             [args[i] if t is None else t for _, i, t in self.aliases]
         updated = self.alias_outputs(outs)
-        if not all_same(updated, map(_data, tensors)):  # usually updated in place
+        held = self.pick_aliased(self.checked) if checked and self.pick_aliased is not None else map(_data, tensors)
+        if not all_same(updated, held):  # usually updated in place
             for t, a in zip(tensors, updated):
                 if a is not t._data:
                     t._data[...] = a
-        for t in tensors:
-            t._version += 1
+        self._bump_versions(tensors)
         for i, o, dtype in self.arg_grads:  # an argument's .grad accumulates across calls, as eager backward()
             t, grad = args[i], Tensor._concrete(outs[o], dtype)
             if t._grad is not None:
@@ -151,3 +156,16 @@ class Replay:
             t._grad = None
         return self.unflatten([Tensor._concrete(outs[o].copy() if copy else outs[o], dtype)
                                for o, dtype, copy in self.users])
+
+    def _bump_versions(self, tensors: list) -> None:
+        """A new version for each updated tensor whose version an eager graph recorded (only those can
+        make a backward() raise: dispatch.record_versions); the captured ones' list is worked out
+        again only when a tensor joined the watched ones."""
+        if self.aliased is None:  # arguments among them: other tensors at every call
+            for t in tensors:
+                t._version += 1
+            return
+        if self.bumped is None or self.bumped[0] != watch_count():
+            self.bumped = watched(self.aliased)
+        for t in self.bumped[1]:
+            t._version += 1
