@@ -1,12 +1,13 @@
 """RMSprop and Adagrad with torch.optim's update rules, state names and defaults. Their state (a step
-counter and the running averages) is created at construction, as every flame optimizer's
-(optimizer.py), so one optimizer works eagerly and inside @flame.compile."""
+counter and the running averages their options ask for, as torch's) is created at construction, as
+every flame optimizer's (optimizer.py), so one optimizer works eagerly and inside @flame.compile."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from flame.errors import FlameError
 from flame.frontend.tensor import Tensor
 from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
 
@@ -28,8 +29,21 @@ class RMSprop(Optimizer):
                 raise ValueError(f"RMSprop: invalid {key} {group[key]}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
-        return {"step": state_tensor(p, compute_dtype(p), ()), "square_avg": state_tensor(p),
-                "momentum_buffer": state_tensor(p), "grad_avg": state_tensor(p)}
+        """torch's state: step and square_avg, momentum_buffer with momentum > 0, grad_avg if centered."""
+        st = {"step": state_tensor(p, compute_dtype(p), ()), "square_avg": state_tensor(p)}
+        if group["momentum"] > 0:
+            st["momentum_buffer"] = state_tensor(p)
+        if group["centered"]:
+            st["grad_avg"] = state_tensor(p)
+        return st
+
+    @staticmethod
+    def _buffer(state: dict[str, Tensor], key: str, option: str) -> Tensor:
+        if key not in state:
+            raise FlameError(f"RMSprop: {option} was set after the optimizer was made, which then kept no "
+                             f"{key}; make the optimizer with {option} set (its state is created with it, as "
+                             f"torch.optim.RMSprop's at its first step)")
+        return state[key]
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
@@ -41,14 +55,16 @@ class RMSprop(Optimizer):
         square = state["square_avg"].to(cd) * alpha + g * g * (1 - alpha)
         state["square_avg"].copy_(square)
         if self.option(group, "centered"):
-            mean = state["grad_avg"].to(cd).lerp(g, 1 - alpha)
-            state["grad_avg"].copy_(mean)
+            grad_avg = self._buffer(state, "grad_avg", "centered")
+            mean = grad_avg.to(cd).lerp(g, 1 - alpha)
+            grad_avg.copy_(mean)
             avg = (square - mean * mean).sqrt() + eps
         else:
             avg = square.sqrt() + eps
         if self.option(group, "momentum", nonzero=True):
-            buf = state["momentum_buffer"].to(cd) * self.hyper(group, "momentum", cd) + g / avg
-            state["momentum_buffer"].copy_(buf)
+            momentum_buffer = self._buffer(state, "momentum_buffer", "momentum")
+            buf = momentum_buffer.to(cd) * self.hyper(group, "momentum", cd) + g / avg
+            momentum_buffer.copy_(buf)
             p.copy_(x - buf * lr)
         else:
             p.copy_(x - g / avg * lr)
