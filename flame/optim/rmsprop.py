@@ -1,4 +1,4 @@
-"""RMSprop and Adagrad with torch.optim's update rules, state names and defaults. Their state (a step
+"""RMSprop, Adagrad and Adadelta with torch.optim's update rules, state names and defaults. Their state (a step
 counter and the running averages their options ask for, as torch's) is created at construction, as
 every flame optimizer's (optimizer.py), so one optimizer works eagerly and inside @flame.compile."""
 
@@ -103,3 +103,37 @@ class Adagrad(Optimizer):
         total = state["sum"].to(cd) + g * g
         state["sum"].copy_(total)
         p.copy_(x - g / (total.sqrt() + eps) * clr)
+
+
+class Adadelta(Optimizer):
+    """square_avg = rho square_avg + (1 - rho) g^2; delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps)
+    * g; acc_delta = rho acc_delta + (1 - rho) delta^2; p -= lr * delta. weight_decay adds wd * p to g."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1.0, rho: float = 0.9,
+                 eps: float = 1e-6, weight_decay: float = 0.0):
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay))
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        if not 0.0 <= group["rho"] <= 1.0:
+            raise ValueError(f"Adadelta: invalid rho {group['rho']}")
+        for key in ("eps", "weight_decay"):
+            if group[key] < 0:
+                raise ValueError(f"Adadelta: invalid {key} {group[key]}")
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        return {"step": state_tensor(p, compute_dtype(p), ()), "square_avg": state_tensor(p),
+                "acc_delta": state_tensor(p)}
+
+    def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
+        cd = compute_dtype(p)
+        lr, rho, eps = self.hyper(group, "lr", cd), self.hyper(group, "rho", cd), self.hyper(group, "eps", cd)
+        x, g = p.to(cd), p.grad.to(cd)
+        state["step"].copy_(state["step"] + 1)
+        if self.option(group, "weight_decay", nonzero=True):
+            g = g + x * self.hyper(group, "weight_decay", cd)
+        square = state["square_avg"].to(cd) * rho + g * g * (1 - rho)
+        delta = (state["acc_delta"].to(cd) + eps).sqrt() / (square + eps).sqrt() * g
+        state["square_avg"].copy_(square)
+        state["acc_delta"].copy_(state["acc_delta"].to(cd) * rho + delta * delta * (1 - rho))
+        p.copy_(x - delta * lr)
