@@ -11,7 +11,7 @@ from typing import Any
 
 from flame.optim.optimizer import Optimizer
 
-__all__ = ["ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "ExponentialLR", "LRScheduler",
+__all__ = ["ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR", "ExponentialLR", "LRScheduler",
            "LambdaLR", "LinearLR", "MultiStepLR", "MultiplicativeLR", "OneCycleLR", "PolynomialLR", "ReduceLROnPlateau",
            "SequentialLR", "StepLR", "WarmupCosineLR", "get_cosine_schedule_with_warmup"]
 
@@ -275,10 +275,7 @@ class OneCycleLR(LRScheduler):
         return (end - start) * pct + start
 
     def _set_momentum(self, group: dict, value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
+        _set_momentum(group, self.use_beta1, value)
 
     def get_lr(self) -> list[float]:
         step = self.last_epoch
@@ -296,6 +293,81 @@ class OneCycleLR(LRScheduler):
                     break
                 start = end
         return lrs
+
+
+def _set_momentum(group: dict, use_beta1: bool, value: float) -> None:
+    """Cycle the momentum: beta1 of an Adam-like optimizer, else SGD's momentum."""
+    if use_beta1:
+        group["betas"] = (value, *group["betas"][1:])
+    else:
+        group["momentum"] = value
+
+
+def _per_group(name: str, optimizer: Optimizer, value: float | Sequence[float]) -> list[float]:
+    groups = optimizer.param_groups
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * len(groups)
+    if len(values) != len(groups):
+        raise ValueError(f"expected {len(groups)} values for {name}, got {len(values)}")
+    return values
+
+
+class CyclicLR(LRScheduler):
+    """The cyclical learning rate (Smith): lr goes from base_lr up to max_lr over step_size_up steps
+    and back over step_size_down (default: the same), the amplitude scaled by mode "triangular" (1),
+    "triangular2" (halved every cycle) or "exp_range" (gamma ** step), or by scale_fn(cycle or step,
+    per scale_mode); with cycle_momentum, momentum (SGD) or beta1 (Adam) moves the other way between
+    max_momentum and base_momentum. Step it after every batch, as PyTorch's."""
+
+    def __init__(self, optimizer: Optimizer, base_lr: float | Sequence[float], max_lr: float | Sequence[float],
+                 step_size_up: int = 2000, step_size_down: int | None = None, mode: str = "triangular",
+                 gamma: float = 1.0, scale_fn: Callable[[float], float] | None = None, scale_mode: str = "cycle",
+                 cycle_momentum: bool = True, base_momentum: float | Sequence[float] = 0.8,
+                 max_momentum: float | Sequence[float] = 0.9, last_epoch: int = -1):
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for g, lr in zip(optimizer.param_groups, base_lrs):
+                g["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size, self.step_ratio = up + down, up / (up + down)
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError(f"CyclicLR: mode {mode!r} is none of 'triangular', 'triangular2', 'exp_range' and "
+                             f"there is no scale_fn")
+        self.mode, self.gamma, self.scale_fn = mode, gamma, scale_fn
+        self.scale_mode = scale_mode if scale_fn is not None else ("iterations" if mode == "exp_range" else "cycle")
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("CyclicLR: optimizer must support momentum or beta1 with cycle_momentum enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            self.base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+            if last_epoch == -1:
+                for g, top, low in zip(optimizer.param_groups, self.max_momentums, self.base_momentums):
+                    _set_momentum(g, self.use_beta1, top)
+                    g["max_momentum"], g["base_momentum"] = top, low
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _scale(self, x: float) -> float:
+        if self.scale_fn is not None:
+            return self.scale_fn(x)
+        return {"triangular": 1.0, "triangular2": 1 / (2.0 ** (x - 1)), "exp_range": self.gamma**x}[self.mode]
+
+    def get_lr(self) -> list[float]:
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        factor = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self._scale(cycle if self.scale_mode == "cycle" else self.last_epoch)
+        lrs = [base + (top - base) * factor * scale for base, top in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for g, low, top in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
+                _set_momentum(g, self.use_beta1, top - (top - low) * factor * scale)
+        return lrs
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().state_dict().items() if k != "scale_fn"}
 
 
 class SequentialLR(LRScheduler):

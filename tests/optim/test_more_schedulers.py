@@ -72,6 +72,39 @@ def test_one_cycle_matches_pytorch(kind, three_phase, strategy):
               kind=kind, groups=2)
 
 
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+@pytest.mark.parametrize("kw", [dict(mode="triangular"), dict(mode="triangular2", step_size_down=3),
+                                dict(mode="exp_range", gamma=0.97),
+                                dict(scale_fn=lambda x: 0.5 ** x, scale_mode="cycle"),
+                                dict(scale_fn=lambda x: 1 / (1 + 0.1 * x), scale_mode="iterations")])
+def test_cyclic_matches_pytorch(kind, kw):
+    _same_lrs(lambda m, o: m.CyclicLR(o, base_lr=0.01, max_lr=0.1, step_size_up=5, **kw), kind=kind,
+              momentum=True)
+    _same_lrs(lambda m, o: m.CyclicLR(o, base_lr=[0.01, 0.02], max_lr=[0.1, 0.3], step_size_up=4,
+                                      cycle_momentum=False, **kw), kind=kind, groups=2)
+
+
+def test_cyclic_checks_and_round_trips():
+    opt, _ = _optimizers("sgd")
+    with pytest.raises(ValueError, match="mode 'sine' is none of"):
+        S.CyclicLR(opt, 0.01, 0.1, mode="sine")
+    with pytest.raises(ValueError, match="expected 1 values for max_lr, got 2"):
+        S.CyclicLR(opt, 0.01, [0.1, 0.2])
+    plain = flame.optim.Adagrad([nn.Parameter(flame.zeros(2))])
+    with pytest.raises(ValueError, match="must support momentum or beta1"):
+        S.CyclicLR(plain, 0.01, 0.1)
+    a = S.CyclicLR(opt, 0.01, 0.1, step_size_up=3, mode="triangular2")
+    for _ in range(7):
+        a.step()
+    opt2, _ = _optimizers("sgd")
+    b = S.CyclicLR(opt2, 0.01, 0.1, step_size_up=3, mode="triangular2")
+    b.load_state_dict(a.state_dict())
+    for _ in range(5):
+        a.step()
+        b.step()
+        assert a.get_last_lr() == b.get_last_lr()
+
+
 def test_one_cycle_refuses_to_run_past_its_steps():
     opt, _ = _optimizers("sgd")
     sched = S.OneCycleLR(opt, max_lr=1.0, total_steps=3)
