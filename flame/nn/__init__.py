@@ -87,6 +87,17 @@ from flame.nn.layers import (
     Softmax,
     Tanh,
 )
+from flame.nn.losses import (
+    CosineEmbeddingLoss,
+    GaussianNLLLoss,
+    HingeEmbeddingLoss,
+    MarginRankingLoss,
+    MultiLabelSoftMarginLoss,
+    MultiMarginLoss,
+    PoissonNLLLoss,
+    SoftMarginLoss,
+    TripletMarginLoss,
+)
 from flame.nn.module import (
     IncompatibleKeys,
     Module,
@@ -121,4 +132,6 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "RNN", "GRUCell", "LSTMCell", "RNNCell", "Bilinear", "EmbeddingBag",
            "ConstantPad1d", "ConstantPad2d", "Dropout1d", "Dropout2d", "Dropout3d",
            "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad1d",
-           "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d"]
+           "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d",
+           "CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss",
+           "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "SoftMarginLoss", "TripletMarginLoss"]

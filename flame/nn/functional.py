@@ -1,5 +1,6 @@
 """flame.nn.functional: the composite functions (PyTorch names), defined in flame.frontend.functional,
-flame.frontend.losses, flame.frontend.activations (the other activations, normalize, similarities,
+flame.frontend.losses, flame.frontend.margin_losses (margin, embedding and likelihood losses,
+gumbel_softmax), flame.frontend.activations (the other activations, normalize, similarities,
 huber and KL losses) and (convolutions, pooling, interpolation, batch/group norm) flame.frontend.vision."""
 
 from flame.frontend.activations import *  # noqa: F401,F403
@@ -8,7 +9,9 @@ from flame.frontend.functional import *  # noqa: F401,F403
 from flame.frontend.functional import __all__ as _core
 from flame.frontend.losses import *  # noqa: F401,F403
 from flame.frontend.losses import __all__ as _more
+from flame.frontend.margin_losses import *  # noqa: F401,F403
+from flame.frontend.margin_losses import __all__ as _margin
 from flame.frontend.vision import *  # noqa: F401,F403
 from flame.frontend.vision import __all__ as _vision
 
-__all__ = [*_core, *_more, *_activations, *_vision]
+__all__ = [*_core, *_more, *_margin, *_activations, *_vision]
