@@ -15,7 +15,8 @@ from flame.errors import ShapeError
 from flame.frontend import functional as F
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, full, ones, zeros
-from flame.frontend.ops import where
+from flame.frontend.losses import pad
+from flame.frontend.ops import cat, where
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import boolean, dtype_of, f32
 from flame.nn import init
@@ -41,8 +42,11 @@ class MultiheadAttention(Module):
     forward returns (output, weights): weights [N, L, S] averaged over heads (average_attn_weights),
     [N, H, L, S] otherwise, or None with need_weights=False, which lets attention run fused.
     key_padding_mask [N, S] and attn_mask [L, S] or [N * H, L, S]: True (bool) marks keys a query may
-    not attend to; float masks are added to the scores. Different key and value widths (kdim, vdim),
-    add_bias_kv and add_zero_attn are not supported."""
+    not attend to; float masks are added to the scores. Keys and values of other widths (kdim, vdim:
+    cross-attention to a text encoder's states) take separate q_proj_weight [E, E], k_proj_weight [E,
+    kdim] and v_proj_weight [E, vdim] instead of in_proj_weight, as PyTorch's; add_bias_kv appends a
+    learned key and value (bias_k, bias_v [1, 1, E]) to the sequence, add_zero_attn a zero one (after
+    the projections), the masks extended to let every query attend to them."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
@@ -51,25 +55,41 @@ class MultiheadAttention(Module):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
-        if kdim not in (None, embed_dim) or vdim not in (None, embed_dim) or add_bias_kv or add_zero_attn:
-            raise NotImplementedError("MultiheadAttention: kdim/vdim other than embed_dim, add_bias_kv and "
-                                      "add_zero_attn are not supported")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1), got {dropout}")
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.dropout, self.batch_first, self.generator = dropout, batch_first, generator
         dt = dtype_of(dtype)
-        self.in_proj_weight = Parameter(zeros(3 * embed_dim, embed_dim, dtype=dt))
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        if self._qkv_same_embed_dim:
+            self.in_proj_weight = Parameter(zeros(3 * embed_dim, embed_dim, dtype=dt))
+            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                self.register_parameter(name, None)
+        else:
+            self.register_parameter("in_proj_weight", None)
+            self.q_proj_weight = Parameter(zeros(embed_dim, embed_dim, dtype=dt))
+            self.k_proj_weight = Parameter(zeros(embed_dim, self.kdim, dtype=dt))
+            self.v_proj_weight = Parameter(zeros(embed_dim, self.vdim, dtype=dt))
         self.register_parameter("in_proj_bias", Parameter(zeros(3 * embed_dim, dtype=dt)) if bias else None)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dt, generator=generator)
+        for name in ("bias_k", "bias_v"):
+            self.register_parameter(name, Parameter(zeros(1, 1, embed_dim, dtype=dt)) if add_bias_kv else None)
+        self.add_zero_attn = add_zero_attn
         self._reset_parameters(generator)
 
     def _reset_parameters(self, generator: Generator | None) -> None:
-        """PyTorch's: xavier_uniform_ in_proj_weight, zero biases (out_proj's weight as a Linear's)."""
-        init.xavier_uniform_(self.in_proj_weight, generator=generator)
+        """PyTorch's: xavier_uniform_ the projection weights, zero biases (out_proj's weight as a
+        Linear's), xavier_normal_ bias_k and bias_v."""
+        for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if w is not None:
+                init.xavier_uniform_(w, generator=generator)
         for bias in (self.in_proj_bias, self.out_proj.bias):
             if bias is not None:
                 init.zeros_(bias)
+        for bias in (self.bias_k, self.bias_v):
+            if bias is not None:
+                init.xavier_normal_(bias, generator=generator)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
                 need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
@@ -88,8 +108,15 @@ class MultiheadAttention(Module):
         if e != self.embed_dim:
             raise ShapeError(f"MultiheadAttention: query has {e} features, the module embed_dim {self.embed_dim}"
                              f"\n  at {user_location()}")
-        w, b = self.in_proj_weight, self.in_proj_bias
-        wq, wk, wv = w.chunk(3, 0)
+        for x, width, what in ((key, self.kdim, "key"), (value, self.vdim, "value")):
+            if x.shape[-1] != width:
+                raise ShapeError(f"MultiheadAttention: {what} has {x.shape[-1]} features, the module "
+                                 f"{'kdim' if what == 'key' else 'vdim'} {width}\n  at {user_location()}")
+        if self._qkv_same_embed_dim:
+            wq, wk, wv = self.in_proj_weight.chunk(3, 0)
+        else:
+            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b = self.in_proj_bias
         bq, bk, bv = (None, None, None) if b is None else b.chunk(3, 0)
         h, d = self.num_heads, self.head_dim
 
@@ -97,7 +124,18 @@ class MultiheadAttention(Module):
             return F.linear(x, weight, bias).reshape(n, n_tokens, h, d).transpose(1, 2)
 
         q, k, v = heads(query, wq, bq, length), heads(key, wk, bk, s), heads(value, wv, bv, s)
+        if self.bias_k is not None:  # one more key and value, learned
+            k = cat([k, self.bias_k.reshape(1, h, 1, d).expand(n, h, 1, d)], 2)
+            v = cat([v, self.bias_v.reshape(1, h, 1, d).expand(n, h, 1, d)], 2)
+        if self.add_zero_attn:  # and a zero one
+            k = cat([k, zeros(n, h, 1, d, dtype=k.dtype)], 2)
+            v = cat([v, zeros(n, h, 1, d, dtype=v.dtype)], 2)
         mask = self._mask(attn_mask, key_padding_mask, n, length, s, q.dtype, is_causal)
+        extra = k.shape[2] - s
+        if extra:  # every query may attend to the appended keys
+            if mask is None and is_causal:
+                mask = _masked_as_additive(_causal(length, s), q.dtype)
+            mask = None if mask is None else pad(mask, (0, extra))
         dropout = self.dropout if self.training else 0.0
         if need_weights or dropout:
             scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d))

@@ -94,11 +94,37 @@ def test_multihead_attention_causal_and_unbatched(mode):
              lambda m, x: m(x, x, x, need_weights=False, attn_mask=torch.tensor(causal), is_causal=True), mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("bias_kv,zero_attn", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask")
+def test_multihead_attention_kdim_vdim_bias_kv_zero_attn(mode, need_weights, bias_kv, zero_attn):
+    """Cross-attention to keys and values of other widths (separate q/k/v projection weights, PyTorch's
+    names, its state_dict loaded as it is), a learned and a zero key appended, with a padding mask and
+    an attention mask (both extended over the appended keys) or none."""
+    torch.manual_seed(3)
+    kw = dict(kdim=6, vdim=10, add_bias_kv=bias_kv, add_zero_attn=zero_attn, batch_first=True)
+    mine, theirs = _pair(nn.MultiheadAttention(E, H, **kw), torch.nn.MultiheadAttention(E, H, **kw))
+    assert {n for n, _ in mine.named_parameters()} == {n for n, _ in theirs.named_parameters()}
+    q, k, v = _rand(2, 4, E), _rand(2, 5, 6, key=1), _rand(2, 5, 10, key=2)
+    pad = np.zeros((2, 5), bool)
+    pad[1, 3:] = True
+    mask = np.triu(np.ones((4, 5), bool), 2)
+    _compare(mine, theirs, [q, k, v], lambda m, q, k, v: m(q, k, v, need_weights=need_weights),
+             lambda m, q, k, v: m(q, k, v, need_weights=need_weights), mode)
+    for p in list(mine.parameters()) + list(theirs.parameters()):
+        p.grad = None
+    _compare(mine, theirs, [q, k, v, pad, mask],
+             lambda m, q, k, v, p, a: m(q, k, v, key_padding_mask=p, attn_mask=a, need_weights=need_weights),
+             lambda m, q, k, v, p, a: m(q, k, v, key_padding_mask=p, attn_mask=a, need_weights=need_weights), mode)
+
+
 def test_multihead_attention_errors():
     with pytest.raises(ValueError, match="divisible"):
         nn.MultiheadAttention(10, 3)
-    with pytest.raises(NotImplementedError, match="kdim"):
-        nn.MultiheadAttention(8, 2, kdim=4)
+    cross = nn.MultiheadAttention(8, 2, kdim=4, vdim=6, batch_first=True)
+    with pytest.raises(ShapeError, match="key has 8 features, the module kdim 4"):
+        cross(flame.randn(2, 3, 8), flame.randn(2, 5, 8), flame.randn(2, 5, 6))
     m = nn.MultiheadAttention(8, 2, batch_first=True)
     x = flame.randn(2, 3, 8)
     with pytest.raises(ShapeError, match="(?s)attn_mask \\[3, 4\\].*test_transformer_modules"):
