@@ -49,6 +49,7 @@ from flame.frontend.creation import (
     zeros,
     zeros_like,
 )
+from flame.frontend.data_dependent import argwhere, bincount, count_nonzero, histc, nonzero, unique
 from flame.frontend.einsum import einsum
 from flame.frontend.ops import (
     abs,

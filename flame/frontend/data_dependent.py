@@ -1,0 +1,98 @@
+"""torch's functions whose result's shape depends on the values: nonzero / argwhere, unique,
+bincount and histc (the last has a fixed shape, but bins over the data's own range by default). They
+run eagerly, on the values read to the host, and return tensors on the current device; none has a
+gradient (as in PyTorch). Inside @flame.compile the values are not known: each raises a TraceError
+that says what to write instead. count_nonzero has a fixed shape and works compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flame.errors import ShapeError, TraceError
+from flame.frontend.context import user_location
+from flame.frontend.tensor import Tensor
+
+__all__ = ["argwhere", "bincount", "count_nonzero", "histc", "nonzero", "unique"]
+
+
+def _values(name: str, t: Tensor, instead: str) -> np.ndarray:
+    if t._value is not None:
+        raise TraceError(f"{name}: its result's shape depends on the values, which are not known while tracing "
+                         f"@flame.compile; {instead}\n  at {user_location()}")
+    return np.asarray(t.numpy())
+
+
+def nonzero(input: Tensor, *, as_tuple: bool = False):  # noqa: A002
+    """The indices of the nonzero elements: [n, ndim] int64 (a 0-d input counts as one dim), or with
+    as_tuple one 1-D tensor per dimension."""
+    x = _values("nonzero", input, "use flame.where(x != 0, ...) or a mask there")
+    if as_tuple:
+        return tuple(Tensor(i.astype(np.int64)) for i in np.nonzero(np.atleast_1d(x)))
+    return Tensor(np.argwhere(x).astype(np.int64))
+
+
+def argwhere(input: Tensor) -> Tensor:  # noqa: A002
+    """nonzero(input): [n, ndim] int64."""
+    return nonzero(input)
+
+
+def count_nonzero(input: Tensor, dim=None) -> Tensor:  # noqa: A002
+    """How many elements are nonzero (over dim, an int or a tuple, or all), int64."""
+    from flame.ir.dtypes import i64
+
+    hits = (input != 0).to(i64)
+    return hits.sum() if dim is None else hits.sum(dim)
+
+
+def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002
+           return_counts: bool = False, dim: int | None = None):
+    """The distinct values (sorted, as PyTorch's on either setting of `sorted`), or with dim the
+    distinct slices along it; return_inverse: where each element (slice) went, in the input's shape
+    (along dim: one per slice); return_counts: how often each occurs."""
+    x = _values("unique", input, "its output size depends on the data")
+    axis = None if dim is None else (dim % x.ndim if x.ndim else 0)
+    if axis is not None and x.ndim == 0:
+        raise ShapeError(f"unique: dim {dim} is out of range for a 0-d tensor\n  at {user_location()}")
+    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True, axis=axis)
+    out = [Tensor(values, dtype=input.dtype)]
+    if return_inverse:
+        inverse = inverse.reshape(x.shape if axis is None else (x.shape[axis],))
+        out.append(Tensor(inverse.astype(np.int64)))
+    if return_counts:
+        out.append(Tensor(counts.astype(np.int64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:  # noqa: A002
+    """Occurrences of each value 0..max of a 1-D tensor of non-negative integers (at least minlength
+    bins), int64; with weights the sum of their weights instead, in the weights' dtype."""
+    x = _values("bincount", input, "use one_hot(x, num_classes).sum(0) there")
+    if x.ndim != 1 or input.dtype.is_float or input.dtype.name == "bool":
+        raise ShapeError(f"bincount: expected a 1-D tensor of integers, got {input.dtype}{list(x.shape)}"
+                         f"\n  at {user_location()}")
+    if x.size and x.min() < 0:
+        raise ValueError(f"bincount: the input must be non-negative, got {int(x.min())}\n  at {user_location()}")
+    if weights is None:
+        return Tensor(np.bincount(x, minlength=minlength).astype(np.int64))
+    w = np.asarray(weights.numpy())
+    if w.shape != x.shape:
+        raise ShapeError(f"bincount: weights {list(w.shape)} must have the input's shape {list(x.shape)}"
+                         f"\n  at {user_location()}")
+    return Tensor(np.bincount(x, weights=w.astype(np.float64), minlength=minlength), dtype=weights.dtype)
+
+
+def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Tensor:  # noqa: A002
+    """A histogram of `bins` equal-width bins over [min, max] (min == max: the data's own range);
+    elements outside are ignored, max falls in the last bin. Float, the input's dtype."""
+    x = _values("histc", input, "pass fixed min and max and build the bins with comparisons there")
+    if not input.dtype.is_float:
+        raise ShapeError(f"histc: expected a floating-point tensor, got {input.dtype}\n  at {user_location()}")
+    if bins <= 0 or min > max:
+        raise ValueError(f"histc: bins must be positive and min <= max, got bins={bins}, min={min}, max={max}")
+    lo, hi = float(min), float(max)
+    if lo == hi and x.size:
+        lo, hi = float(x.min()), float(x.max())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    counts, _ = np.histogram(x.astype(np.float64), bins=bins, range=(lo, hi))
+    return Tensor(counts.astype(input.dtype.np_dtype), dtype=input.dtype)
