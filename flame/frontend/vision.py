@@ -28,10 +28,14 @@ import numpy as np
 
 from flame.errors import FlameError, ShapeError
 from flame.frontend.context import user_location
+from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
+from flame.frontend.losses import pad
+from flame.frontend.ops import cat, stack
 from flame.frontend.tensor import Tensor, full
 
-__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool1d", "avg_pool2d",
+__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+           "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "fold", "unfold",
            "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "conv_transpose3d", "dropout1d", "dropout2d", "dropout3d", "group_norm", "instance_norm", "interpolate",
            "max_pool1d", "max_pool2d", "max_pool3d", "pixel_shuffle", "pixel_unshuffle"]
@@ -332,15 +336,20 @@ def _adaptive_matrix(n: int, o: int) -> np.ndarray:
     return m
 
 
-def _adaptive_avg(d, x, output_size):
-    name = f"adaptive_avg_pool{d}d"
-    x, unbatched = _batched(name, x, d)
+def _adaptive_sizes(name: str, d: int, x: Tensor, output_size) -> tuple[int, ...]:
     sizes = (output_size,) * d if isinstance(output_size, int) or output_size is None else tuple(output_size)
     if len(sizes) != d:
         raise _err(f"{name}: output_size must be an int or {d} values, got {output_size!r}")
     out = tuple(n if o is None else int(o) for n, o in zip(x.shape[2:], sizes))
     if min(out) < 1:
         raise _err(f"{name}: output_size {list(out)} must be positive")
+    return out
+
+
+def _adaptive_avg(d, x, output_size):
+    name = f"adaptive_avg_pool{d}d"
+    x, unbatched = _batched(name, x, d)
+    out = _adaptive_sizes(name, d, x, output_size)
     if all(n % o == 0 for n, o in zip(x.shape[2:], out)):
         k = [n // o for n, o in zip(x.shape[2:], out)]
         y = _tiles(x, k, out).mean(tuple(range(3, 3 + 2 * d, 2))) if any(kk > 1 for kk in k) else x
@@ -364,6 +373,117 @@ def adaptive_avg_pool2d(input, output_size) -> Tensor:  # noqa: A002
 
 def adaptive_avg_pool3d(input, output_size) -> Tensor:  # noqa: A002
     return _adaptive_avg(3, input, output_size)
+
+
+def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
+    """The maximum over PyTorch's adaptive windows of one axis: each window's elements gathered into a
+    row of K (the widest window; a shorter one repeats its last element, which leaves its maximum and,
+    the gather summing its gradient back, the gradient as it was), then amax over the row."""
+    lo = [(i * n) // o for i in range(o)]
+    hi = [-(-((i + 1) * n) // o) for i in range(o)]
+    k = max(h - lw for lw, h in zip(lo, hi))
+    idx = np.array([[min(lw + j, h - 1) for j in range(k)] for lw, h in zip(lo, hi)], np.int64)
+    g = x.index_select(axis, Tensor(idx.reshape(-1)))
+    return g.reshape(*x.shape[:axis], o, k, *x.shape[axis + 1:]).amax(axis + 1)
+
+
+def _adaptive_max(d, x, output_size, return_indices: bool):
+    name = f"adaptive_max_pool{d}d"
+    if return_indices:
+        raise NotImplementedError(f"{name}: return_indices=True is not supported (MaxUnpool is not either)")
+    x, unbatched = _batched(name, x, d)
+    out = _adaptive_sizes(name, d, x, output_size)
+    if all(n % o == 0 for n, o in zip(x.shape[2:], out)):
+        k = [n // o for n, o in zip(x.shape[2:], out)]
+        y = _tiles(x, k, out).amax(tuple(range(3, 3 + 2 * d, 2))) if any(kk > 1 for kk in k) else x
+    else:
+        y = x
+        for i, (n, o) in enumerate(zip(x.shape[2:], out)):
+            if n != o:
+                y = _max_along(y, 2 + i, n, o)
+    return y.squeeze(0) if unbatched else y
+
+
+def adaptive_max_pool1d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
+    return _adaptive_max(1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
+    """The maximum over PyTorch's adaptive windows [floor(i*S/O), ceil((i+1)*S/O)) per axis (an output
+    size of None keeps that axis): adaptive_max_pool2d(x, 1) is global max pooling."""
+    return _adaptive_max(2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
+    return _adaptive_max(3, input, output_size, return_indices)
+
+
+# ---- sliding windows as columns: unfold (im2col) and fold (its adjoint) ----------------------------
+
+def _window_args(name: str, kernel_size, dilation, padding, stride) -> tuple[tuple[int, int], ...]:
+    return tuple(ntuple(v, 2, what, name) for v, what in
+                 ((kernel_size, "kernel_size"), (dilation, "dilation"), (padding, "padding"), (stride, "stride")))
+
+
+def _blocks(name: str, size: tuple[int, int], k, dil, pad, st) -> tuple[int, int]:
+    out = tuple((n + 2 * p - dl * (kk - 1) - 1) // s + 1 for n, kk, dl, p, s in zip(size, k, dil, pad, st))
+    if min(out) < 1:
+        raise _err(f"{name}: a {list(k)} kernel (dilation {list(dil)}, padding {list(pad)}) does not fit the "
+                   f"input's spatial size {list(size)}")
+    return out
+
+
+def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
+    """The sliding [kh, kw] blocks of [N, C, H, W] (or [C, H, W]) as columns: [N, C * kh * kw, L] with L
+    the blocks in row-major order and the rows channel-major, as torch.nn.functional.unfold."""
+    x, unbatched = _batched("unfold", input, 2)
+    k, dil, pad_, st = _window_args("unfold", kernel_size, dilation, padding, stride)
+    oh, ow = _blocks("unfold", tuple(x.shape[2:]), k, dil, pad_, st)
+    xp = pad(x, (pad_[1], pad_[1], pad_[0], pad_[0])) if any(pad_) else x
+    cols = [xp[:, :, i * dil[0]: i * dil[0] + st[0] * (oh - 1) + 1: st[0],
+               j * dil[1]: j * dil[1] + st[1] * (ow - 1) + 1: st[1]]
+            for i in range(k[0]) for j in range(k[1])]
+    y = stack(cols, 2).reshape(x.shape[0], x.shape[1] * k[0] * k[1], oh * ow)
+    return y.squeeze(0) if unbatched else y
+
+
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
+    """unfold's adjoint: the columns [N, C * kh * kw, L] (or [C * kh * kw, L]) summed back into
+    [N, C, H, W] at the positions their blocks came from (overlaps add), as torch.nn.functional.fold."""
+    if input.ndim not in (2, 3):
+        raise _err(f"fold: expected a 2-D (unbatched) or 3-D (batched) input, got {input.dtype}{list(input.shape)}")
+    x, unbatched = (input.unsqueeze(0), True) if input.ndim == 2 else (input, False)
+    size = ntuple(output_size, 2, "output_size", "fold")
+    k, dil, pad_, st = _window_args("fold", kernel_size, dilation, padding, stride)
+    oh, ow = _blocks("fold", size, k, dil, pad_, st)
+    n, rows, length = x.shape
+    if rows % (k[0] * k[1]) or length != oh * ow:
+        raise _err(f"fold: input {list(input.shape)} needs C * {k[0] * k[1]} rows and {oh * ow} columns (the "
+                   f"blocks of {list(size)} for these kernel, dilation, padding and stride)")
+    c = rows // (k[0] * k[1])
+    cols = x.reshape(n, c, k[0] * k[1], oh, ow)
+    hp, wp = size[0] + 2 * pad_[0], size[1] + 2 * pad_[1]
+    acc = None
+    for i in range(k[0]):
+        for j in range(k[1]):
+            part = _spread(cols[:, :, i * k[1] + j], st, (i * dil[0], j * dil[1]), (hp, wp))
+            acc = part if acc is None else acc + part
+    y = acc[:, :, pad_[0]: pad_[0] + size[0], pad_[1]: pad_[1] + size[1]]
+    return y.squeeze(0) if unbatched else y
+
+
+def _spread(p: Tensor, stride: tuple[int, int], at: tuple[int, int], size: tuple[int, int]) -> Tensor:
+    """[N, C, oh, ow] placed into zeros [N, C, *size], element (y, x) at at + stride * (y, x): zeros
+    interleaved along each axis (a concatenation and a reshape), then padded (or cropped) into place."""
+    n, c, oh, ow = p.shape
+    if stride[0] > 1:
+        gap = zeros(n, c, oh, stride[0] - 1, ow, dtype=p.dtype)
+        p = cat([p.unsqueeze(3), gap], 3).reshape(n, c, oh * stride[0], ow)
+    if stride[1] > 1:
+        h = p.shape[2]
+        gap = zeros(n, c, h, ow, stride[1] - 1, dtype=p.dtype)
+        p = cat([p.unsqueeze(4), gap], 4).reshape(n, c, h, ow * stride[1])
+    return pad(p, (at[1], size[1] - at[1] - p.shape[3], at[0], size[0] - at[0] - p.shape[2]))
 
 
 # ---- interpolation -------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from flame.nn import init
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
-__all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+__all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+           "AdaptiveMaxPool3d", "Fold", "Unfold", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
            "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Upsample"]
 
@@ -215,6 +216,55 @@ class AdaptiveAvgPool2d(_AdaptiveAvgPool):
 
 class AdaptiveAvgPool3d(_AdaptiveAvgPool):
     d = 3
+
+
+class _AdaptiveMaxPool(Module):
+    d = 2
+
+    def __init__(self, output_size, return_indices: bool = False):
+        super().__init__()
+        self.output_size, self.return_indices = output_size, return_indices
+
+    def forward(self, x: Tensor) -> Tensor:
+        return V._adaptive_max(self.d, x, self.output_size, self.return_indices)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPool):
+    d = 1
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPool):
+    d = 2
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPool):
+    d = 3
+
+
+class Unfold(Module):
+    """F.unfold as a layer: sliding blocks as columns."""
+
+    def __init__(self, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
+
+    def forward(self, x: Tensor) -> Tensor:
+        return V.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
+
+
+class Fold(Module):
+    """F.fold as a layer: columns summed back into an image."""
+
+    def __init__(self, output_size, kernel_size, dilation=1, padding=0, stride=1):
+        super().__init__()
+        self.output_size, self.kernel_size = output_size, kernel_size
+        self.dilation, self.padding, self.stride = dilation, padding, stride
+
+    def forward(self, x: Tensor) -> Tensor:
+        return V.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
 
 
 class Upsample(Module):
