@@ -390,7 +390,7 @@ def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
 def _adaptive_max(d, x, output_size, return_indices: bool):
     name = f"adaptive_max_pool{d}d"
     if return_indices:
-        raise NotImplementedError(f"{name}: return_indices=True is not supported (MaxUnpool is not either)")
+        raise NotImplementedError(f"{name}: return_indices=True is not supported\n  at {user_location()}")
     x, unbatched = _batched(name, x, d)
     out = _adaptive_sizes(name, d, x, output_size)
     if all(n % o == 0 for n, o in zip(x.shape[2:], out)):
