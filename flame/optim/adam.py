@@ -18,9 +18,9 @@ class Adam(Optimizer):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 amsgrad: bool = False):
+                 amsgrad: bool = False, **flags):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad))
+                                      amsgrad=amsgrad), **flags)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -41,7 +41,7 @@ class Adam(Optimizer):
         cd = compute_dtype(p)
         lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
         b1, b2 = self.hyper(group, "betas", cd, 0), self.hyper(group, "betas", cd, 1)
-        x, g = p.to(cd), p.grad.to(cd)
+        x, g = p.to(cd), self.grad(p, group, cd)
         step = state["step"]
         step.copy_(step + 1)
         t = step.to(cd)
@@ -72,5 +72,5 @@ class AdamW(Adam):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 amsgrad: bool = False):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad)
+                 amsgrad: bool = False, **flags):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, **flags)

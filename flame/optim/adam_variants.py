@@ -22,8 +22,8 @@ class _AdamLike(Adam):
     """Adam's arguments, checks and moments (exp_avg, exp_avg_sq), with an optional decoupled weight
     decay (NAdam's and RAdam's `decoupled_weight_decay`)."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]):
-        super(Adam, self).__init__(params, defaults)
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any], **flags):
+        super(Adam, self).__init__(params, defaults, **flags)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p),
@@ -33,7 +33,7 @@ class _AdamLike(Adam):
         """The step counter advanced; (x, g, t): the parameter and the gradient in the compute dtype
         after weight decay, and the new step as a 0-d f64 tensor."""
         cd = compute_dtype(p)
-        x, g = p.to(cd), p.grad.to(cd)
+        x, g = p.to(cd), self.grad(p, group, cd)
         step = state["step"]
         step.copy_(step + 1)
         if self.option(group, "weight_decay", nonzero=True):
@@ -60,8 +60,8 @@ class Adamax(_AdamLike):
     weight_decay * p to the gradient. State: step, exp_avg, exp_inf."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 2e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0, **flags):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), **flags)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p),
@@ -87,9 +87,10 @@ class NAdam(_AdamLike):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 2e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 momentum_decay: float = 4e-3, decoupled_weight_decay: bool = False):
+                 momentum_decay: float = 4e-3, decoupled_weight_decay: bool = False, **flags):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay))
+                                      momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay),
+                         **flags)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -126,9 +127,9 @@ class RAdam(_AdamLike):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 decoupled_weight_decay: bool = False):
+                 decoupled_weight_decay: bool = False, **flags):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      decoupled_weight_decay=decoupled_weight_decay))
+                                      decoupled_weight_decay=decoupled_weight_decay), **flags)
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         x, g, t = self._begin(p, group, state)

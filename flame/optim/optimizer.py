@@ -38,8 +38,18 @@ class Optimizer:
     """Base class: param_groups (list of dicts, torch-shaped), state (param -> dict of tensors),
     zero_grad, step, state_dict / load_state_dict. Subclasses define `_init_state` and `_update`."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any]):
-        self.defaults = dict(defaults)
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any], *,
+                 maximize: bool = False, foreach: bool | None = None, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None):
+        """torch.optim's keyword flags, which every optimizer takes: maximize (ascend the objective) is
+        honoured; foreach, fused and capturable are accepted and change nothing (a compiled step's
+        updates are one fused kernel, replayed in a CUDA graph); differentiable=True (gradients through
+        the update) is not supported. They live in the param_groups, as torch's."""
+        if differentiable:
+            raise NotImplementedError(f"{type(self).__name__}: differentiable=True (gradients through the "
+                                      f"update) is not supported")
+        self.defaults = dict(defaults, maximize=maximize, foreach=foreach, capturable=capturable,
+                             differentiable=differentiable, fused=fused)
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Tensor]] = {}
         self._scalars: tuple[object, dict] = (None, {})
@@ -82,6 +92,11 @@ class Optimizer:
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         raise NotImplementedError
+
+    def grad(self, p: Tensor, group: dict[str, Any], dtype: DType) -> Tensor:
+        """p's gradient in the compute dtype, negated when the group maximizes."""
+        g = p.grad.to(dtype)
+        return -g if self.option(group, "maximize") else g
 
     # ---- hyperparameters ----------------------------------------------------------------------------
     def hyper(self, group: dict[str, Any], key: str, dtype: DType, index: int | None = None) -> Tensor | float:

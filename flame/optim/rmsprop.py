@@ -18,9 +18,9 @@ class RMSprop(Optimizer):
     with momentum buf = momentum * buf + g / avg and p -= lr * buf. weight_decay adds wd * p to g."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, alpha: float = 0.99,
-                 eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+                 eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, **flags):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered))
+                                      centered=centered), **flags)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -48,7 +48,7 @@ class RMSprop(Optimizer):
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
         lr, alpha, eps = self.hyper(group, "lr", cd), self.hyper(group, "alpha", cd), self.hyper(group, "eps", cd)
-        x, g = p.to(cd), p.grad.to(cd)
+        x, g = p.to(cd), self.grad(p, group, cd)
         state["step"].copy_(state["step"] + 1)
         if self.option(group, "weight_decay", nonzero=True):
             g = g + x * self.hyper(group, "weight_decay", cd)
@@ -75,9 +75,9 @@ class Adagrad(Optimizer):
     at initial_accumulator_value; weight_decay adds wd * p to g."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, lr_decay: float = 0.0,
-                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0, eps: float = 1e-10):
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0, eps: float = 1e-10, **flags):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps), **flags)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -94,7 +94,7 @@ class Adagrad(Optimizer):
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
         lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
-        x, g = p.to(cd), p.grad.to(cd)
+        x, g = p.to(cd), self.grad(p, group, cd)
         step = state["step"] + 1
         state["step"].copy_(step)
         if self.option(group, "weight_decay", nonzero=True):
@@ -110,8 +110,8 @@ class Adadelta(Optimizer):
     * g; acc_delta = rho acc_delta + (1 - rho) delta^2; p -= lr * delta. weight_decay adds wd * p to g."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1.0, rho: float = 0.9,
-                 eps: float = 1e-6, weight_decay: float = 0.0):
-        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay))
+                 eps: float = 1e-6, weight_decay: float = 0.0, **flags):
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay), **flags)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -128,7 +128,7 @@ class Adadelta(Optimizer):
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
         lr, rho, eps = self.hyper(group, "lr", cd), self.hyper(group, "rho", cd), self.hyper(group, "eps", cd)
-        x, g = p.to(cd), p.grad.to(cd)
+        x, g = p.to(cd), self.grad(p, group, cd)
         state["step"].copy_(state["step"] + 1)
         if self.option(group, "weight_decay", nonzero=True):
             g = g + x * self.hyper(group, "weight_decay", cd)
