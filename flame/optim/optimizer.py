@@ -40,11 +40,13 @@ class Optimizer:
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any], *,
                  maximize: bool = False, foreach: bool | None = None, capturable: bool = False,
-                 differentiable: bool = False, fused: bool | None = None):
+                 differentiable: bool = False, fused: bool | None = None, **unknown):
         """torch.optim's keyword flags, which every optimizer takes: maximize (ascend the objective) is
         honoured; foreach, fused and capturable are accepted and change nothing (a compiled step's
         updates are one fused kernel, replayed in a CUDA graph); differentiable=True (gradients through
         the update) is not supported. They live in the param_groups, as torch's."""
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {next(iter(unknown))!r}")
         if differentiable:
             raise NotImplementedError(f"{type(self).__name__}: differentiable=True (gradients through the "
                                       f"update) is not supported")

@@ -1,5 +1,5 @@
-"""Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay, with
-torch.optim.SGD's update rule."""
+"""Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay (SGD),
+averaged SGD (ASGD) and resilient backpropagation (Rprop), with torch.optim's update rules."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from flame.errors import FlameError
 from flame.frontend.creation import zeros_like
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import f64
 from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
 
 
@@ -70,3 +71,77 @@ class SGD(Optimizer):
             step.copy_(step + 1)
             g = g + new * momentum if self.option(group, "nesterov") else new
         p.copy_(x - g * self.hyper(group, "lr", cd))
+
+
+class ASGD(Optimizer):
+    """Averaged SGD (torch.optim.ASGD): p = p (1 - lambd eta) - eta g, with eta = lr / (1 + lambd lr
+    t)^alpha after step t (lr itself at the first step); ax, the average of the iterates, follows p
+    with weight mu = 1 / max(1, t - t0) (a copy while mu is 1). State: step, eta, mu, ax."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, lambd: float = 1e-4,
+                 alpha: float = 0.75, t0: float = 1e6, weight_decay: float = 0.0, **flags):
+        super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay), **flags)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        if group["weight_decay"] < 0:
+            raise ValueError(f"ASGD: invalid weight_decay {group['weight_decay']}")
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        cd = compute_dtype(p)
+        mu = state_tensor(p, cd, ())
+        mu.copy_(mu + 1)
+        return {"step": state_tensor(p, cd, ()), "eta": state_tensor(p, cd, ()), "mu": mu, "ax": state_tensor(p)}
+
+    def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
+        cd = compute_dtype(p)
+        x, g = p.to(cd), self.grad(p, group, cd)
+        step = state["step"]
+        step.copy_(step + 1)
+        if self.option(group, "weight_decay", nonzero=True):
+            g = g + x * self.hyper(group, "weight_decay", cd)
+        lr, lambd = self.hyper(group, "lr", f64), self.hyper(group, "lambd", f64)
+        t = step.to(f64)
+        eta = where(t == 1, lr, state["eta"].to(f64)).to(cd)  # torch sets eta to the lr of the first step
+        x = x * (1 - lambd * eta) - g * eta
+        mu = state["mu"].to(cd)
+        state["ax"].copy_(where(mu == 1, x, state["ax"].to(cd) + (x - state["ax"].to(cd)) * mu))
+        state["eta"].copy_((lr / (1 + lambd * lr * t) ** self.hyper(group, "alpha", f64)).to(cd))
+        state["mu"].copy_((1 / (t - self.hyper(group, "t0", f64)).maximum(1.0)).to(cd))
+        p.copy_(x)
+
+
+class Rprop(Optimizer):
+    """Resilient backpropagation (torch.optim.Rprop): each element's step size grows by etas[1] while
+    its gradient keeps its sign, shrinks by etas[0] when it flips (that step then skips the element and
+    forgets its gradient), clamped to step_sizes; p -= sign(g) * step size. Step sizes start at the
+    lr of the first step. State: step, prev, step_size."""
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2,
+                 etas: tuple[float, float] = (0.5, 1.2), step_sizes: tuple[float, float] = (1e-6, 50.0), **flags):
+        super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes)), **flags)
+
+    def _check_group(self, group: dict[str, Any]) -> None:
+        super()._check_group(group)
+        minus, plus = group["etas"]
+        if not 0.0 < minus < 1.0 < plus:
+            raise ValueError(f"Rprop: invalid etas {group['etas']}: need 0 < etaminus < 1 < etaplus")
+
+    def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        return {"step": state_tensor(p, compute_dtype(p), ()), "prev": state_tensor(p), "step_size": state_tensor(p)}
+
+    def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
+        cd = compute_dtype(p)
+        x, g = p.to(cd), self.grad(p, group, cd)
+        step = state["step"]
+        step.copy_(step + 1)
+        minus, plus = self.hyper(group, "etas", cd, 0), self.hyper(group, "etas", cd, 1)
+        lo, hi = self.hyper(group, "step_sizes", cd, 0), self.hyper(group, "step_sizes", cd, 1)
+        same = (g * state["prev"].to(cd)).sign()
+        factor = where(same > 0, plus, where(same < 0, minus, 1.0))
+        size = where(step == 1, self.hyper(group, "lr", cd), state["step_size"].to(cd))
+        size = (size * factor).clamp(lo, hi)
+        g = where(same < 0, 0.0, g)
+        state["step_size"].copy_(size)
+        state["prev"].copy_(g)
+        p.copy_(x - g.sign() * size)

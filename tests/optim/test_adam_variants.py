@@ -1,4 +1,4 @@
-"""Adamax, NAdam, RAdam and Adadelta against torch.optim's on the same parameters and gradients: eight
+"""Adamax, NAdam, RAdam, Adadelta, ASGD and Rprop against torch.optim's on the same parameters and gradients: eight
 steps (RAdam's rectification starts at the sixth), eager and compiled, every option; the same state
 names and values; a bf16 parameter; one trace over the steps; a multi-parameter update planned for the
 CUDA target whose kernels compile for sm_90."""
@@ -17,7 +17,9 @@ CONFIGS = [("Adamax", {}), ("Adamax", dict(betas=(0.8, 0.99), eps=1e-6, weight_d
            ("NAdam", dict(weight_decay=0.1, decoupled_weight_decay=True, betas=(0.8, 0.95))),
            ("RAdam", {}), ("RAdam", dict(betas=(0.9, 0.99), weight_decay=0.1)),
            ("RAdam", dict(weight_decay=0.1, decoupled_weight_decay=True)),
-           ("Adadelta", {}), ("Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=0.05))]
+           ("Adadelta", {}), ("Adadelta", dict(lr=0.5, rho=0.8, eps=1e-5, weight_decay=0.05)),
+           ("ASGD", {}), ("ASGD", dict(lambd=0.01, alpha=0.5, t0=3, weight_decay=0.1)),
+           ("Rprop", {}), ("Rprop", dict(etas=(0.3, 1.5), step_sizes=(1e-3, 0.07)))]
 
 
 def _run(name: str, kw: dict, mode: str, steps: int = 8):
@@ -83,7 +85,7 @@ def test_turning_decoupled_weight_decay_on_traces_again():
     np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam", "Adadelta"])
+@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop"])
 def test_bf16_parameters_update_in_f32(name):
     p = nn.Parameter(flame.ones(8, dtype=flame.bfloat16))
     opt = getattr(flame.optim, name)([p], lr=0.01)
@@ -98,12 +100,12 @@ def test_bf16_parameters_update_in_f32(name):
     np.testing.assert_allclose(p.numpy().astype(np.float32), ref.detach().numpy(), rtol=1e-2)
 
 
-@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam", "Adadelta"])
+@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam", "Adadelta", "ASGD", "Rprop"])
 def test_multi_parameter_update_compiles_for_the_gpu(cuda_target, name):
     from flame.codegen.nvrtc import compile_cubin
 
     ps = [nn.Parameter(flame.ones(*s)) for s in ((64, 32), (32,), (7, 5))]
-    opt = getattr(flame.optim, name)(ps, lr=0.01, weight_decay=0.01)
+    opt = getattr(flame.optim, name)(ps, lr=0.01, **({} if name == "Rprop" else {"weight_decay": 0.01}))
     for p in ps:
         p.grad = flame.full(p.shape, 0.1)
     step = flame.compile(opt.step)

@@ -11,7 +11,7 @@ import torch
 import flame
 import flame.nn as nn
 
-NAMES = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta"]
+NAMES = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "ASGD", "Rprop"]
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
@@ -40,8 +40,10 @@ def test_flags_are_accepted_kept_and_checked():
         {"fused": True, "foreach": True, "capturable": True, "differentiable": False, "maximize": False}
     with pytest.raises(NotImplementedError, match="RMSprop: differentiable=True"):
         flame.optim.RMSprop([p], differentiable=True)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'nesterovv'"):
+    with pytest.raises(TypeError, match="SGD\\(\\) got an unexpected keyword argument 'nesterovv'"):
         flame.optim.SGD([p], nesterovv=True)
+    with pytest.raises(TypeError, match="Rprop\\(\\) got an unexpected keyword argument 'weight_decay'"):
+        flame.optim.Rprop([p], weight_decay=0.1)
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
