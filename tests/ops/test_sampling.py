@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 import torch.nn.functional as TF
 
 import flame
+import flame.nn as nn
 import flame.nn.functional as F
 from flame.errors import ShapeError
 from tests.ops.test_everyday_ops import MODES, check, randn
@@ -69,8 +69,6 @@ def test_errors():
 
 def test_a_warp_plans_and_compiles_for_the_gpu(cuda_target):
     from flame.codegen.nvrtc import compile_cubin
-
-    import flame.nn as nn
 
     theta = nn.Parameter(flame.tensor(np.array([[[0.9, 0.1, 0.0], [-0.1, 0.9, 0.0]]] * 2, np.float32)))
 
