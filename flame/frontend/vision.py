@@ -336,43 +336,45 @@ def _adaptive_matrix(n: int, o: int) -> np.ndarray:
     return m
 
 
-def _adaptive_sizes(name: str, d: int, x: Tensor, output_size) -> tuple[int, ...]:
+def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = False) -> Tensor:
+    """Adaptive average or max pooling ("avg", "max") over PyTorch's windows [floor(i*S/O),
+    ceil((i+1)*S/O)) per axis: reshaped tiles where every axis divides evenly, else axis by axis (a
+    constant matrix for the mean, a gather of each window for the max)."""
+    name = f"adaptive_{kind}_pool{d}d"
+    if return_indices:
+        raise NotImplementedError(f"{name}: return_indices=True is not supported\n  at {user_location()}")
+    x, unbatched = _batched(name, x, d)
     sizes = (output_size,) * d if isinstance(output_size, int) or output_size is None else tuple(output_size)
     if len(sizes) != d:
         raise _err(f"{name}: output_size must be an int or {d} values, got {output_size!r}")
     out = tuple(n if o is None else int(o) for n, o in zip(x.shape[2:], sizes))
     if min(out) < 1:
         raise _err(f"{name}: output_size {list(out)} must be positive")
-    return out
-
-
-def _adaptive_avg(d, x, output_size):
-    name = f"adaptive_avg_pool{d}d"
-    x, unbatched = _batched(name, x, d)
-    out = _adaptive_sizes(name, d, x, output_size)
     if all(n % o == 0 for n, o in zip(x.shape[2:], out)):
         k = [n // o for n, o in zip(x.shape[2:], out)]
-        y = _tiles(x, k, out).mean(tuple(range(3, 3 + 2 * d, 2))) if any(kk > 1 for kk in k) else x
+        axes = tuple(range(3, 3 + 2 * d, 2))
+        tiles = _tiles(x, k, out) if any(kk > 1 for kk in k) else None
+        y = x if tiles is None else tiles.mean(axes) if kind == "avg" else tiles.amax(axes)
     else:
         y = x
         for i, (n, o) in enumerate(zip(x.shape[2:], out)):
             if n != o:
-                y = _along(y, 2 + i, _adaptive_matrix(n, o))
+                y = _along(y, 2 + i, _adaptive_matrix(n, o)) if kind == "avg" else _max_along(y, 2 + i, n, o)
     return y.squeeze(0) if unbatched else y
 
 
 def adaptive_avg_pool1d(input, output_size) -> Tensor:  # noqa: A002
-    return _adaptive_avg(1, input, output_size)
+    return _adaptive("avg", 1, input, output_size)
 
 
 def adaptive_avg_pool2d(input, output_size) -> Tensor:  # noqa: A002
     """The mean over PyTorch's adaptive windows [floor(i*S/O), ceil((i+1)*S/O)) per axis; an output
     size of None keeps that axis."""
-    return _adaptive_avg(2, input, output_size)
+    return _adaptive("avg", 2, input, output_size)
 
 
 def adaptive_avg_pool3d(input, output_size) -> Tensor:  # noqa: A002
-    return _adaptive_avg(3, input, output_size)
+    return _adaptive("avg", 3, input, output_size)
 
 
 def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
@@ -387,35 +389,18 @@ def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
     return g.reshape(*x.shape[:axis], o, k, *x.shape[axis + 1:]).amax(axis + 1)
 
 
-def _adaptive_max(d, x, output_size, return_indices: bool):
-    name = f"adaptive_max_pool{d}d"
-    if return_indices:
-        raise NotImplementedError(f"{name}: return_indices=True is not supported\n  at {user_location()}")
-    x, unbatched = _batched(name, x, d)
-    out = _adaptive_sizes(name, d, x, output_size)
-    if all(n % o == 0 for n, o in zip(x.shape[2:], out)):
-        k = [n // o for n, o in zip(x.shape[2:], out)]
-        y = _tiles(x, k, out).amax(tuple(range(3, 3 + 2 * d, 2))) if any(kk > 1 for kk in k) else x
-    else:
-        y = x
-        for i, (n, o) in enumerate(zip(x.shape[2:], out)):
-            if n != o:
-                y = _max_along(y, 2 + i, n, o)
-    return y.squeeze(0) if unbatched else y
-
-
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
-    return _adaptive_max(1, input, output_size, return_indices)
+    return _adaptive("max", 1, input, output_size, return_indices)
 
 
 def adaptive_max_pool2d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
     """The maximum over PyTorch's adaptive windows [floor(i*S/O), ceil((i+1)*S/O)) per axis (an output
     size of None keeps that axis): adaptive_max_pool2d(x, 1) is global max pooling."""
-    return _adaptive_max(2, input, output_size, return_indices)
+    return _adaptive("max", 2, input, output_size, return_indices)
 
 
 def adaptive_max_pool3d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
-    return _adaptive_max(3, input, output_size, return_indices)
+    return _adaptive("max", 3, input, output_size, return_indices)
 
 
 # ---- sliding windows as columns: unfold (im2col) and fold (its adjoint) ----------------------------

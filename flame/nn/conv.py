@@ -192,18 +192,23 @@ class AvgPool3d(_AvgPool):
     d = 3
 
 
-class _AdaptiveAvgPool(Module):
-    d = 2
+class _AdaptivePool(Module):
+    d, kind = 2, "avg"
 
-    def __init__(self, output_size):
+    def __init__(self, output_size, return_indices: bool = False):
         super().__init__()
-        self.output_size = output_size
+        self.output_size, self.return_indices = output_size, return_indices
 
     def forward(self, x: Tensor) -> Tensor:
-        return V._adaptive_avg(self.d, x, self.output_size)
+        return V._adaptive(self.kind, self.d, x, self.output_size, self.return_indices)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
+
+
+class _AdaptiveAvgPool(_AdaptivePool):
+    def __init__(self, output_size):
+        super().__init__(output_size)
 
 
 class AdaptiveAvgPool1d(_AdaptiveAvgPool):
@@ -218,30 +223,16 @@ class AdaptiveAvgPool3d(_AdaptiveAvgPool):
     d = 3
 
 
-class _AdaptiveMaxPool(Module):
-    d = 2
-
-    def __init__(self, output_size, return_indices: bool = False):
-        super().__init__()
-        self.output_size, self.return_indices = output_size, return_indices
-
-    def forward(self, x: Tensor) -> Tensor:
-        return V._adaptive_max(self.d, x, self.output_size, self.return_indices)
-
-    def extra_repr(self) -> str:
-        return f"output_size={self.output_size}"
+class AdaptiveMaxPool1d(_AdaptivePool):
+    d, kind = 1, "max"
 
 
-class AdaptiveMaxPool1d(_AdaptiveMaxPool):
-    d = 1
+class AdaptiveMaxPool2d(_AdaptivePool):
+    d, kind = 2, "max"
 
 
-class AdaptiveMaxPool2d(_AdaptiveMaxPool):
-    d = 2
-
-
-class AdaptiveMaxPool3d(_AdaptiveMaxPool):
-    d = 3
+class AdaptiveMaxPool3d(_AdaptivePool):
+    d, kind = 3, "max"
 
 
 class Unfold(Module):

@@ -71,6 +71,24 @@ def check(fn, tfn, *arrays, wrt=None, mode="eager", rtol=1e-5, atol=1e-5):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"gradient of input {i}")
 
 
+def check_gpu_step(body, param, *inputs, rtol=1e-4, atol=1e-5):
+    """body(*inputs), a loss that calls backward() itself, eagerly and then @flame.compile'd for the
+    CUDA target (the cuda_target fixture): the same loss and gradient of `param` on the reference
+    executor, and every kernel of the compiled plan compiles with NVRTC for sm_90."""
+    from flame.codegen.nvrtc import compile_cubin
+
+    want = body(*inputs).item(), param.grad.numpy()
+    param.grad = None
+    step = flame.compile(body)
+    got = step(*inputs).item(), param.grad.numpy()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got[1], want[1], rtol=rtol, atol=atol)
+    sources = {k.source for k in step._last.plan.kernels()}
+    assert sources
+    for source in sources:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
 def randn(*shape, key=0):
     return _rng("x", shape, key).standard_normal(shape).astype(np.float32)
 

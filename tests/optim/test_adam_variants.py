@@ -11,6 +11,7 @@ import torch
 
 import flame
 import flame.nn as nn
+from tests.optim.test_rmsprop_adagrad import _run
 
 CONFIGS = [("Adamax", {}), ("Adamax", dict(betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
            ("NAdam", {}), ("NAdam", dict(weight_decay=0.1, momentum_decay=0.01)),
@@ -22,30 +23,10 @@ CONFIGS = [("Adamax", {}), ("Adamax", dict(betas=(0.8, 0.99), eps=1e-6, weight_d
            ("Rprop", {}), ("Rprop", dict(etas=(0.3, 1.5), step_sizes=(1e-3, 0.07)))]
 
 
-def _run(name: str, kw: dict, mode: str, steps: int = 8):
-    rng = np.random.default_rng(len(name) + len(kw))
-    shapes = [(4, 3), (5,)]
-    p0 = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(steps)]
-    ps = [nn.Parameter(flame.tensor(a.copy())) for a in p0]
-    tps = [torch.nn.Parameter(torch.tensor(a.copy())) for a in p0]
-    groups = [{"params": [ps[0]]}, {"params": [ps[1]], "lr": 0.02}]
-    tgroups = [{"params": [tps[0]]}, {"params": [tps[1]], "lr": 0.02}]
-    kw = {"lr": 0.05, **kw}
-    opt, topt = getattr(flame.optim, name)(groups, **kw), getattr(torch.optim, name)(tgroups, **kw)
-    step = flame.compile(opt.step) if mode == "compiled" else opt.step
-    for gs in grads:
-        for p, tp, g in zip(ps, tps, gs):
-            p.grad, tp.grad = flame.tensor(g), torch.tensor(g)
-        step()
-        topt.step()
-    return ps, tps, opt, topt, step
-
-
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 @pytest.mark.parametrize("name,kw", CONFIGS)
 def test_against_pytorch(name, kw, mode):
-    ps, tps, opt, topt, step = _run(name, kw, mode)
+    ps, tps, opt, step, topt = _run(name, kw, mode, steps=8)
     for p, tp in zip(ps, tps):  # parameters of order 1; a compiled step's fused arithmetic rounds apart
         np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-5, atol=5e-6)
         assert set(opt.state[p]) == set(topt.state[tp])

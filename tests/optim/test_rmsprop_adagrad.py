@@ -17,16 +17,20 @@ CONFIGS = [("RMSprop", {}), ("RMSprop", dict(alpha=0.9, eps=1e-6)), ("RMSprop", 
            ("Adagrad", dict(initial_accumulator_value=0.5, eps=1e-6))]
 
 
-def _run(name: str, kw: dict, mode: str):
+def _run(name: str, kw: dict, mode: str, steps: int = 5):
+    """flame's and torch's optimizer `name` (lr 0.05 unless kw says, a second group at 0.02) over
+    `steps` steps of the same gradients, eager or compiled: (flame params, torch params, flame
+    optimizer, flame step, torch optimizer)."""
     rng = np.random.default_rng(len(name) + len(kw))
     shapes = [(4, 3), (5,)]
     p0 = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(5)]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(steps)]
     ps = [nn.Parameter(flame.tensor(a.copy())) for a in p0]
     tps = [torch.nn.Parameter(torch.tensor(a.copy())) for a in p0]
     groups = [{"params": [ps[0]]}, {"params": [ps[1]], "lr": 0.02}]
     tgroups = [{"params": [tps[0]]}, {"params": [tps[1]], "lr": 0.02}]
-    opt, topt = getattr(flame.optim, name)(groups, lr=0.05, **kw), getattr(torch.optim, name)(tgroups, lr=0.05, **kw)
+    kw = {"lr": 0.05, **kw}
+    opt, topt = getattr(flame.optim, name)(groups, **kw), getattr(torch.optim, name)(tgroups, **kw)
     step = flame.compile(opt.step) if mode == "compiled" else opt.step
     for gs in grads:
         for p, tp, g in zip(ps, tps, gs):
