@@ -41,16 +41,8 @@ class Adam(Optimizer):
         cd = compute_dtype(p)
         lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
         b1, b2 = self.hyper(group, "betas", cd, 0), self.hyper(group, "betas", cd, 1)
-        x, g = p.to(cd), self.grad(p, group, cd)
-        step = state["step"]
-        step.copy_(step + 1)
-        t = step.to(cd)
-        if self.option(group, "weight_decay", nonzero=True):
-            wd = self.hyper(group, "weight_decay", cd)
-            if self.decoupled:
-                x = x * (1 - lr * wd)
-            else:
-                g = g + x * wd
+        x, g = self.begin(p, group, state, self.decoupled)
+        t = state["step"].to(cd)
         m = state["exp_avg"].to(cd)
         m = m + (g - m) * (1 - b1)
         v = state["exp_avg_sq"].to(cd) * b2 + g * g * (1 - b2)

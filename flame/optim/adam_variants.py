@@ -30,19 +30,10 @@ class _AdamLike(Adam):
                 "exp_avg_sq": state_tensor(p)}
 
     def _begin(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]):
-        """The step counter advanced; (x, g, t): the parameter and the gradient in the compute dtype
-        after weight decay, and the new step as a 0-d f64 tensor."""
-        cd = compute_dtype(p)
-        x, g = p.to(cd), self.grad(p, group, cd)
-        step = state["step"]
-        step.copy_(step + 1)
-        if self.option(group, "weight_decay", nonzero=True):
-            wd = self.hyper(group, "weight_decay", cd)
-            if "decoupled_weight_decay" in group and self.option(group, "decoupled_weight_decay"):
-                x = x * (1 - self.hyper(group, "lr", cd) * wd)
-            else:
-                g = g + x * wd
-        return x, g, step.to(f64)
+        """begin() (decoupled weight decay where the group has decoupled_weight_decay), and the new step
+        as a 0-d f64 tensor."""
+        x, g = self.begin(p, group, state, "decoupled_weight_decay" if "decoupled_weight_decay" in group else False)
+        return x, g, state["step"].to(f64)
 
     def _moments(self, group: dict[str, Any], state: dict[str, Tensor], g: Tensor) -> tuple[Tensor, Tensor]:
         cd = g.dtype

@@ -100,6 +100,22 @@ class Optimizer:
         g = p.grad.to(dtype)
         return -g if self.option(group, "maximize") else g
 
+    def begin(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor],
+              decoupled: bool | str = False) -> tuple[Tensor, Tensor]:
+        """The start most updates share, as torch's: the step counter advanced; (x, g), the parameter and
+        its gradient (grad()) in the compute dtype, with weight_decay applied: added to g as wd * x, or
+        with `decoupled` (True, or the name of the group's bool that says so) x scaled by 1 - lr * wd."""
+        cd = compute_dtype(p)
+        x, g = p.to(cd), self.grad(p, group, cd)
+        state["step"].copy_(state["step"] + 1)
+        if self.option(group, "weight_decay", nonzero=True):
+            wd = self.hyper(group, "weight_decay", cd)
+            if decoupled is True or (isinstance(decoupled, str) and self.option(group, decoupled)):
+                x = x * (1 - self.hyper(group, "lr", cd) * wd)
+            else:
+                g = g + x * wd
+        return x, g
+
     # ---- hyperparameters ----------------------------------------------------------------------------
     def hyper(self, group: dict[str, Any], key: str, dtype: DType, index: int | None = None) -> Tensor | float:
         """group[key] (or group[key][index], for betas): a Python float eagerly; inside a trace a 0-d

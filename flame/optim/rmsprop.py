@@ -48,10 +48,7 @@ class RMSprop(Optimizer):
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
         lr, alpha, eps = self.hyper(group, "lr", cd), self.hyper(group, "alpha", cd), self.hyper(group, "eps", cd)
-        x, g = p.to(cd), self.grad(p, group, cd)
-        state["step"].copy_(state["step"] + 1)
-        if self.option(group, "weight_decay", nonzero=True):
-            g = g + x * self.hyper(group, "weight_decay", cd)
+        x, g = self.begin(p, group, state)
         square = state["square_avg"].to(cd) * alpha + g * g * (1 - alpha)
         state["square_avg"].copy_(square)
         if self.option(group, "centered"):
@@ -94,12 +91,8 @@ class Adagrad(Optimizer):
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
         lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
-        x, g = p.to(cd), self.grad(p, group, cd)
-        step = state["step"] + 1
-        state["step"].copy_(step)
-        if self.option(group, "weight_decay", nonzero=True):
-            g = g + x * self.hyper(group, "weight_decay", cd)
-        clr = lr / ((step.to(cd) - 1) * self.hyper(group, "lr_decay", cd) + 1)
+        x, g = self.begin(p, group, state)
+        clr = lr / ((state["step"].to(cd) - 1) * self.hyper(group, "lr_decay", cd) + 1)
         total = state["sum"].to(cd) + g * g
         state["sum"].copy_(total)
         p.copy_(x - g / (total.sqrt() + eps) * clr)
@@ -128,10 +121,7 @@ class Adadelta(Optimizer):
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
         lr, rho, eps = self.hyper(group, "lr", cd), self.hyper(group, "rho", cd), self.hyper(group, "eps", cd)
-        x, g = p.to(cd), self.grad(p, group, cd)
-        state["step"].copy_(state["step"] + 1)
-        if self.option(group, "weight_decay", nonzero=True):
-            g = g + x * self.hyper(group, "weight_decay", cd)
+        x, g = self.begin(p, group, state)
         square = state["square_avg"].to(cd) * rho + g * g * (1 - rho)
         delta = (state["acc_delta"].to(cd) + eps).sqrt() / (square + eps).sqrt() * g
         state["square_avg"].copy_(square)

@@ -95,11 +95,8 @@ class ASGD(Optimizer):
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
-        x, g = p.to(cd), self.grad(p, group, cd)
+        x, g = self.begin(p, group, state)
         step = state["step"]
-        step.copy_(step + 1)
-        if self.option(group, "weight_decay", nonzero=True):
-            g = g + x * self.hyper(group, "weight_decay", cd)
         lr, lambd = self.hyper(group, "lr", f64), self.hyper(group, "lambd", f64)
         t = step.to(f64)
         eta = where(t == 1, lr, state["eta"].to(f64)).to(cd)  # torch sets eta to the lr of the first step
