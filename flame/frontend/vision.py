@@ -654,12 +654,28 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
                   weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
                   momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Normalise each channel of each sample of [N, C, *S] over its positions (biased variance), then
-    scale and shift per channel: group_norm with one group per channel. Running statistics are not
-    supported (PyTorch's InstanceNorm default, track_running_stats=False)."""
-    if running_mean is not None or running_var is not None or not use_input_stats:
-        raise NotImplementedError("instance_norm: running statistics (track_running_stats=True) are not supported")
+    scale and shift per channel: group_norm with one group per channel. With running_mean and
+    running_var (InstanceNorm's track_running_stats), they move in place toward the batch's average of
+    the per-sample statistics (the variance unbiased over the positions), as PyTorch's; with
+    use_input_stats=False the running statistics normalise instead (evaluation)."""
     if input.ndim < 3:
         raise _err(f"instance_norm: expected an [N, C, ...] input with positions, got {list(input.shape)}")
+    if (running_mean is None) != (running_var is None):
+        raise _err("instance_norm: give both running_mean and running_var, or neither")
+    if not use_input_stats:
+        if running_mean is None:
+            raise _err("instance_norm: use_input_stats=False needs running_mean and running_var")
+        return batch_norm(input, running_mean, running_var, weight, bias, False, eps=eps)
+    if running_mean is not None:
+        c, positions = input.shape[1], input.numel() // (input.shape[0] * input.shape[1])
+        if positions <= 1:
+            raise _err(f"instance_norm: expected more than 1 position per channel, got input {list(input.shape)}")
+        acc = input.float() if input.dtype.is_float and input.dtype.itemsize < 4 else input
+        dims = tuple(range(2, input.ndim))
+        mean = acc.mean(dims)  # [N, C]
+        var = (acc * acc).mean(dims) - mean * mean
+        _update_running(running_mean, running_var, mean.mean(0).reshape(c), var.relu().mean(0).reshape(c),
+                        momentum, positions)
     return group_norm(input, input.shape[1], weight, bias, eps)
 
 

@@ -14,7 +14,7 @@ from flame.frontend import vision as V
 from flame.frontend.context import user_location
 from flame.frontend.creation import full, ones, zeros
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import dtype_of, f32
+from flame.ir.dtypes import dtype_of, f32, i64
 from flame.nn import init
 from flame.nn.layers import _Elementwise
 from flame.nn.module import Module
@@ -282,17 +282,26 @@ class ReplicationPad2d(_Pad):
 
 
 class _InstanceNorm(Module):
-    """Per-sample, per-channel normalisation over the positions (F.instance_norm); affine=False by
-    default, as PyTorch; track_running_stats is not supported."""
+    """Per-sample, per-channel normalisation over the positions (F.instance_norm); affine=False and
+    track_running_stats=False by default, as PyTorch. With track_running_stats, training updates the
+    buffers running_mean, running_var (an aliased state output inside @flame.compile) and eval()
+    normalises with them; num_batches_tracked is kept for PyTorch's state_dict names."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
                  track_running_stats: bool = False, dtype: Any = f32):
         super().__init__()
+        dt = dtype_of(dtype)
+        self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
+        self.track_running_stats = track_running_stats
+        self.register_parameter("weight", Parameter(ones(num_features, dtype=dt)) if affine else None)
+        self.register_parameter("bias", Parameter(zeros(num_features, dtype=dt)) if affine else None)
         if track_running_stats:
-            raise NotImplementedError(f"{type(self).__name__}: track_running_stats=True is not supported")
-        self.num_features, self.eps, self.affine = num_features, eps, affine
-        self.register_parameter("weight", Parameter(ones(num_features, dtype=dtype_of(dtype))) if affine else None)
-        self.register_parameter("bias", Parameter(zeros(num_features, dtype=dtype_of(dtype))) if affine else None)
+            self.register_buffer("running_mean", zeros(num_features, dtype=dt))
+            self.register_buffer("running_var", ones(num_features, dtype=dt))
+            self.register_buffer("num_batches_tracked", zeros(dtype=i64))
+        else:
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                self.register_buffer(name, None)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim == self.rank - 1:  # unbatched
@@ -300,10 +309,12 @@ class _InstanceNorm(Module):
         if x.ndim != self.rank or x.shape[1] != self.num_features:
             raise ShapeError(f"{type(self).__name__}({self.num_features}): expected [N, {self.num_features}, ...] of "
                              f"rank {self.rank}, got {list(x.shape)}\n  at {user_location()}")
-        return V.instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+        return V.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                               self.training or not self.track_running_stats, self.momentum, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.num_features}, eps={self.eps}, affine={self.affine}"
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):

@@ -229,8 +229,36 @@ def test_instance_norm(mode):
     for seq in (x.reshape(2, 3, 20), x[0].reshape(3, 20)):  # batched, and unbatched [C, L]
         np.testing.assert_allclose(mine(flame.tensor(seq)).numpy(), theirs(torch.tensor(seq)).detach().numpy(),
                                    rtol=1e-4, atol=1e-5)
-    with pytest.raises(NotImplementedError, match="track_running_stats"):
-        nn.InstanceNorm2d(3, track_running_stats=True)
+
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_instance_norm_running_stats(mode):
+    """track_running_stats: training moves the buffers as PyTorch's (the per-sample statistics averaged
+    over the batch, the variance unbiased over the positions), inside @flame.compile too (an aliased
+    state output), and eval() normalises with them; PyTorch's state_dict loads as it is."""
+    mine, theirs = nn.InstanceNorm2d(3, affine=True, momentum=0.3, track_running_stats=True), \
+        torch.nn.InstanceNorm2d(3, affine=True, momentum=0.3, track_running_stats=True)
+    assert set(mine.state_dict()) == set(theirs.state_dict())
+    step = flame.compile(lambda t: mine(t)) if mode == "compiled" else mine
+    for k in range(3):
+        x = randn(4, 3, 5, 6, key=k) * (k + 1) + k
+        got, want = step(flame.tensor(x)), theirs(torch.tensor(x))
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(mine.running_mean.numpy(), theirs.running_mean.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(mine.running_var.numpy(), theirs.running_var.numpy(), rtol=1e-5, atol=1e-6)
+    mine.eval()
+    theirs.eval()
+    x = randn(2, 3, 5, 6, key=9)
+    np.testing.assert_allclose(mine(flame.tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+    fresh = nn.InstanceNorm2d(3, affine=True, track_running_stats=True)
+    fresh.load_state_dict({k: flame.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    fresh.eval()
+    np.testing.assert_allclose(fresh(flame.tensor(x)).numpy(), theirs(torch.tensor(x)).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ShapeError, match="give both running_mean and running_var"):
+        F.instance_norm(flame.tensor(x), running_mean=flame.zeros(3))
 
 
 def test_padding_modules():
