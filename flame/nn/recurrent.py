@@ -30,11 +30,14 @@ def _rnn_step(x_proj: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None, nonl
     return pre.tanh() if nonlinearity == "tanh" else pre.relu()
 
 
-def _lstm_step(x_proj: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The gates i, f, g, o in that order: c' = f * c + i * g, h' = o * tanh(c')."""
+def _lstm_step(x_proj: Tensor, h: Tensor, c: Tensor, w_hh: Tensor, b_hh: Tensor | None,
+               w_hr: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The gates i, f, g, o in that order: c' = f * c + i * g, h' = o * tanh(c') (times w_hr^T: a
+    projection to proj_size)."""
     i, f, g, o = (x_proj + F.linear(h, w_hh, b_hh)).chunk(4, -1)
     c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-    return o.sigmoid() * c.tanh(), c
+    h = o.sigmoid() * c.tanh()
+    return (h if w_hr is None else F.linear(h, w_hr)), c
 
 
 def _gru_step(x_proj: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None) -> Tensor:
@@ -52,26 +55,36 @@ class _RNNBase(Module):
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
                  device: Any = None, dtype: Any = f32, generator: Generator | None = None):
         super().__init__()
-        if proj_size:
-            raise NotImplementedError(f"{type(self).__name__}: proj_size is not supported")
+        if proj_size and self.gates != 4:
+            raise ValueError(f"{type(self).__name__}: proj_size is only supported for LSTM")
+        if not 0 <= proj_size < hidden_size:
+            raise ValueError(f"{type(self).__name__}: proj_size must be in [0, hidden_size = {hidden_size}), got "
+                             f"{proj_size}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"{type(self).__name__}: dropout must be in [0, 1), got {dropout}")
         if num_layers < 1 or hidden_size < 1:
             raise ValueError(f"{type(self).__name__}: num_layers and hidden_size must be positive")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
-        self.bidirectional, self.generator = bidirectional, generator
+        self.bidirectional, self.generator, self.proj_size = bidirectional, generator, proj_size
         dt = dtype_of(dtype)
-        rows = self.gates * hidden_size
+        rows, out = self.gates * hidden_size, self.out_size
         for layer in range(num_layers):
-            width = input_size if layer == 0 else hidden_size * self.directions
-            for suffix in self._suffixes(layer):
+            width = input_size if layer == 0 else out * self.directions
+            for suffix in self._suffixes(layer):  # PyTorch's order: ih, hh, biases, hr
                 setattr(self, f"weight_ih_{suffix}", Parameter(zeros(rows, width, dtype=dt)))
-                setattr(self, f"weight_hh_{suffix}", Parameter(zeros(rows, hidden_size, dtype=dt)))
+                setattr(self, f"weight_hh_{suffix}", Parameter(zeros(rows, out, dtype=dt)))
                 if bias:
                     setattr(self, f"bias_ih_{suffix}", Parameter(zeros(rows, dtype=dt)))
                     setattr(self, f"bias_hh_{suffix}", Parameter(zeros(rows, dtype=dt)))
+                if proj_size:
+                    setattr(self, f"weight_hr_{suffix}", Parameter(zeros(proj_size, hidden_size, dtype=dt)))
         self.reset_parameters(generator)
+
+    @property
+    def out_size(self) -> int:
+        """The width of the hidden state h (and of the output per direction): proj_size, else hidden_size."""
+        return self.proj_size or self.hidden_size
 
     @property
     def directions(self) -> int:
@@ -90,12 +103,13 @@ class _RNNBase(Module):
         s = f"{self.input_size}, {self.hidden_size}"
         if self.num_layers != 1:
             s += f", num_layers={self.num_layers}"
-        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False)):
+        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False),
+                              ("proj_size", 0)):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s
 
-    def _cell(self, x_proj: Tensor, state, w_hh: Tensor, b_hh: Tensor | None):
+    def _cell(self, x_proj: Tensor, state, w_hh: Tensor, b_hh: Tensor | None, w_hr: Tensor | None):
         """One step: x_proj = x @ w_ih^T + b_ih for this step; state -> (output h, new state)."""
         raise NotImplementedError
 
@@ -104,7 +118,7 @@ class _RNNBase(Module):
         state; LSTM's is a pair)."""
         if hx is None:
             return [zeros(n, self.hidden_size, dtype=like.dtype)] * (self.num_layers * self.directions)
-        self._check_hx(hx, n, "hx")
+        self._check_hx(hx, n, "hx", self.hidden_size)
         return list(hx.unbind(0))
 
     def _final(self, states: list):
@@ -129,12 +143,13 @@ class _RNNBase(Module):
                 w_ih, w_hh = getattr(self, f"weight_ih_{suffix}"), getattr(self, f"weight_hh_{suffix}")
                 b_ih = getattr(self, f"bias_ih_{suffix}") if self.bias else None
                 b_hh = getattr(self, f"bias_hh_{suffix}") if self.bias else None
+                w_hr = getattr(self, f"weight_hr_{suffix}") if self.proj_size else None
                 proj = F.linear(x, w_ih, b_ih)  # every step's input projection in one matmul: [T, N, G * H]
                 state = states[layer * self.directions + d]
                 steps = range(length - 1, -1, -1) if d else range(length)
                 hs: list = [None] * length
                 for t in steps:
-                    hs[t], state = self._cell(proj[t], state, w_hh, b_hh)
+                    hs[t], state = self._cell(proj[t], state, w_hh, b_hh, w_hr)
                 finals.append(state)
                 outs.append(stack(hs, 0))
             x = outs[0] if len(outs) == 1 else cat(outs, -1)
@@ -146,8 +161,8 @@ class _RNNBase(Module):
             final = tuple(f.squeeze(1) for f in final) if isinstance(final, tuple) else final.squeeze(1)
         return out, final
 
-    def _check_hx(self, h: Tensor, n: int, what: str) -> None:
-        want = (self.num_layers * self.directions, n, self.hidden_size)
+    def _check_hx(self, h: Tensor, n: int, what: str, width: int) -> None:
+        want = (self.num_layers * self.directions, n, width)
         if tuple(h.shape) != want:
             raise ShapeError(f"{type(self).__name__}: {what} must be {list(want)}, got {list(h.shape)}"
                              f"\n  at {user_location()}")
@@ -165,30 +180,31 @@ class RNN(_RNNBase):
                          device, dtype, generator)
         self.nonlinearity = nonlinearity
 
-    def _cell(self, x_proj, h, w_hh, b_hh):
+    def _cell(self, x_proj, h, w_hh, b_hh, w_hr):
         h = _rnn_step(x_proj, h, w_hh, b_hh, self.nonlinearity)
         return h, h
 
 
 class LSTM(_RNNBase):
     """c' = f * c + i * g, h' = o * tanh(c'), the gates i, f, g, o (in that order in the weights) from
-    x W_ih^T + b_ih + h W_hh^T + b_hh. forward returns (output, (h_n, c_n))."""
+    x W_ih^T + b_ih + h W_hh^T + b_hh. forward returns (output, (h_n, c_n)). proj_size > 0: h' is
+    projected to proj_size by weight_hr_l{k} [proj_size, hidden_size] (h_0 and the output are that wide;
+    c_0 stays hidden_size), as PyTorch's."""
 
     gates = 4
 
     def _initial(self, hx, n: int, like: Tensor):
         k = self.num_layers * self.directions
         if hx is None:
-            z = zeros(n, self.hidden_size, dtype=like.dtype)
-            return [(z, z)] * k
+            return [(zeros(n, self.out_size, dtype=like.dtype), zeros(n, self.hidden_size, dtype=like.dtype))] * k
         if not isinstance(hx, tuple) or len(hx) != 2:
             raise ShapeError(f"LSTM: hx must be a tuple (h_0, c_0)\n  at {user_location()}")
-        self._check_hx(hx[0], n, "h_0")
-        self._check_hx(hx[1], n, "c_0")
+        self._check_hx(hx[0], n, "h_0", self.out_size)
+        self._check_hx(hx[1], n, "c_0", self.hidden_size)
         return list(zip(hx[0].unbind(0), hx[1].unbind(0)))
 
-    def _cell(self, x_proj, state, w_hh, b_hh):
-        h, c = _lstm_step(x_proj, *state, w_hh, b_hh)
+    def _cell(self, x_proj, state, w_hh, b_hh, w_hr):
+        h, c = _lstm_step(x_proj, *state, w_hh, b_hh, w_hr)
         return h, (h, c)
 
     def _final(self, states):
@@ -201,7 +217,7 @@ class GRU(_RNNBase):
 
     gates = 3
 
-    def _cell(self, x_proj, h, w_hh, b_hh):
+    def _cell(self, x_proj, h, w_hh, b_hh, w_hr):
         h = _gru_step(x_proj, h, w_hh, b_hh)
         return h, h
 

@@ -51,6 +51,23 @@ def test_initial_state_and_unbatched(cls, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bias,batch_first", [(True, False), (False, True)])
+def test_lstm_with_projections(bias, batch_first, mode):
+    """proj_size: h projected by weight_hr (PyTorch's names and order), layers and directions, with an
+    initial state of the projected width for h and the hidden width for c."""
+    mine, theirs = _pair("LSTM", 5, 7, num_layers=2, bidirectional=True, proj_size=3, bias=bias,
+                         batch_first=batch_first)
+    x = _rand(2, 4, 5) if batch_first else _rand(4, 2, 5)
+    _compare(mine, theirs, [x], lambda m, x: _flat(m(x)), lambda m, x: _flat(m(x)), mode)
+    h0, c0 = _rand(4, 2, 3, key=1), _rand(4, 2, 7, key=2)
+    for m in (mine, theirs):
+        for p in m.parameters():
+            p.grad = None
+    _compare(mine, theirs, [x, h0, c0], lambda m, x, h, c: _flat(m(x, (h, c))),
+             lambda m, x, h, c: _flat(m(x, (h, c))), mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_relu_rnn_without_bias(mode):
     mine, theirs = _pair("RNN", 3, 4, nonlinearity="relu", bias=False)
     _compare(mine, theirs, [_rand(5, 2, 3)], lambda m, x: _flat(m(x)), lambda m, x: _flat(m(x)), mode)
@@ -63,8 +80,10 @@ def test_errors():
         nn.GRU(4, 3)(flame.ones(5, 2, 4), flame.zeros(2, 2, 3))
     with pytest.raises(ShapeError, match="hx must be a tuple"):
         nn.LSTM(4, 3)(flame.ones(5, 2, 4), flame.zeros(1, 2, 3))
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        nn.LSTM(4, 3, proj_size=2)
+    with pytest.raises(ValueError, match="GRU: proj_size is only supported for LSTM"):
+        nn.GRU(4, 3, proj_size=2)
+    with pytest.raises(ValueError, match="proj_size must be in \\[0, hidden_size = 3\\)"):
+        nn.LSTM(4, 3, proj_size=3)
     with pytest.raises(ValueError, match="nonlinearity"):
         nn.RNN(4, 3, nonlinearity="gelu")
 
