@@ -514,15 +514,21 @@ class Tensor(TensorOps, TensorMath):
         # integer range onto itself
         return (-self if self.dtype.is_float else -1 - self).argmax(dim, keepdim)
 
-    def var(self, dim=None, keepdim: bool = False, unbiased: bool = True):
+    def var(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
+        """The variance over dim (all by default) with torch's signature: the squared deviations' sum over
+        n - correction (default 1, Bessel's correction; unbiased=False means 0)."""
+        if unbiased is not None and correction is not None:
+            raise TypeError("var: give unbiased or correction, not both")
+        c = correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
         axes = _axes(dim, self.ndim)
         n = int(np.prod([self.shape[a] for a in axes]))
         d = self - self.mean(axes, keepdim=True)
         s = (d * d).sum(axes, keepdim=keepdim)
-        return s / (n - int(unbiased)) if n > int(unbiased) else s * float("nan")  # PyTorch: NaN, no divisor
+        return s / (n - c) if n > c else s * float("nan")  # PyTorch: NaN, no divisor
 
-    def std(self, dim=None, keepdim: bool = False, unbiased: bool = True):
-        return self.var(dim, keepdim, unbiased).sqrt()
+    def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
+        """The square root of var (same arguments)."""
+        return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
 
     # ---- movement ---------------------------------------------------------------------------------
     def reshape(self, *shape):

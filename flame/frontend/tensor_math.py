@@ -346,3 +346,82 @@ class TensorMath:
 
     def addcdiv_(self, tensor1, tensor2, *, value=1):
         return self.copy_(self.addcdiv(tensor1, tensor2, value=value))
+
+    # ---- the method forms of flame.frontend.more_math (imported on use: it builds on Tensor) ---------
+    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):
+        return _more().nan_to_num(self, nan, posinf, neginf)
+
+    def logaddexp(self, other):
+        return _more().logaddexp(self, other)
+
+    def logaddexp2(self, other):
+        return _more().logaddexp2(self, other)
+
+    def hypot(self, other):
+        return _more().hypot(self, other)
+
+    def copysign(self, other):
+        return _more().copysign(self, other)
+
+    def signbit(self):
+        return _more().signbit(self)
+
+    def heaviside(self, values):
+        return _more().heaviside(self, values)
+
+    def sinc(self):
+        return _more().sinc(self)
+
+    def fmax(self, other):
+        return _more().fmax(self, other)
+
+    def fmin(self, other):
+        return _more().fmin(self, other)
+
+    def float_power(self, exponent):
+        return _more().float_power(self, exponent)
+
+    def exp2(self):
+        return _more().exp2(self)
+
+    def deg2rad(self):
+        return _more().deg2rad(self)
+
+    def rad2deg(self):
+        return _more().rad2deg(self)
+
+    def positive(self):
+        return self
+
+    def negative(self):
+        return -self
+
+    def absolute(self):
+        return self.abs()
+
+    def sgn(self):
+        return self.sign()
+
+    def diff(self, n: int = 1, dim: int = -1, prepend=None, append=None):
+        return _more().diff(self, n, dim, prepend, append)
+
+    def rot90(self, k: int = 1, dims=(0, 1)):
+        return _more().rot90(self, k, dims)
+
+    def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1):
+        return _more().diag_embed(self, offset, dim1, dim2)
+
+    def aminmax(self, *, dim: int | None = None, keepdim: bool = False):
+        return _more().aminmax(self, dim=dim, keepdim=keepdim)
+
+    def addmv(self, mat, vec, *, beta: float = 1.0, alpha: float = 1.0):
+        return _more().addmv(self, mat, vec, beta=beta, alpha=alpha)
+
+    def vdot(self, other):
+        return _more().vdot(self, other)
+
+
+def _more():
+    from flame.frontend import more_math
+
+    return more_math

@@ -1,0 +1,356 @@
+"""More of torch's functions, each composed from the IR's primitives (so they fuse, trace and
+differentiate like the rest), with torch's names, arguments and edge values: grids and products
+(meshgrid, cartesian_prod, block_diag, diag_embed, rot90, addmv, vdot), differences and sums (diff,
+trapezoid, cumulative_trapezoid, cdist), searching sorted values (searchsorted, bucketize), statistics
+pairs (var_mean, std_mean, aminmax) and elementwise functions (nan_to_num, logaddexp, logaddexp2,
+hypot, copysign, signbit, heaviside, sinc, fmax, fmin, float_power, exp2, deg2rad, rad2deg, and the
+aliases positive, negative, absolute, sgn, rsub)."""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+from flame.errors import ShapeError
+from flame.frontend.context import user_location
+from flame.frontend.creation import arange, as_tensor, zeros
+from flame.frontend.ops import cat, stack, vector_norm, where
+from flame.frontend.tensor import Tensor, dim_index
+from flame.ir.dtypes import f64, i32, i64
+
+__all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
+           "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "exp2", "float_power", "fmax", "fmin",
+           "heaviside", "hypot", "logaddexp", "logaddexp2", "meshgrid", "nan_to_num", "negative", "positive",
+           "rad2deg", "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid",
+           "var_mean", "vdot"]
+
+_MinMax = namedtuple("aminmax", ["min", "max"])
+
+
+def _err(msg: str) -> ShapeError:
+    return ShapeError(f"{msg}\n  at {user_location()}")
+
+
+# ---- grids and products ------------------------------------------------------------------------------
+
+def meshgrid(*tensors, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids of 1-D (or 0-d) tensors: with "ij" output k varies along dim k; with "xy" the
+    first two swap (Cartesian, as NumPy's default). torch's default is "ij"."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = [as_tensor(t).reshape(-1) for t in tensors]
+    if not ts:
+        return ()
+    order = list(range(len(ts)))
+    if indexing == "xy" and len(ts) >= 2:
+        order[0], order[1] = 1, 0
+    shape = [ts[k].shape[0] for k in order]
+    out = []
+    for i, t in enumerate(ts):
+        axis = order.index(i)
+        out.append(t.reshape([-1 if a == axis else 1 for a in range(len(ts))]).expand(*shape))
+    return tuple(out)
+
+
+def cartesian_prod(*tensors) -> Tensor:
+    """Every combination of the 1-D tensors' elements, [prod(n_k), k] (one tensor: itself)."""
+    if len(tensors) == 1:
+        return as_tensor(tensors[0])
+    grids = meshgrid(*tensors, indexing="ij")
+    return stack([g.reshape(-1) for g in grids], 1)
+
+
+def block_diag(*tensors) -> Tensor:
+    """The tensors (0-d, 1-D as one row, or 2-D) along the diagonal of one 2-D tensor, zeros elsewhere."""
+    if not tensors:
+        return zeros(1, 0)
+    blocks = []
+    for t in tensors:
+        t = as_tensor(t)
+        if t.ndim > 2:
+            raise _err(f"block_diag: every input must have at most 2 dimensions, got {list(t.shape)}")
+        blocks.append(t.reshape(1, -1) if t.ndim < 2 else t)
+    width, at, rows = sum(b.shape[1] for b in blocks), 0, []
+    dtype = blocks[0].dtype
+    for b in blocks:
+        b = b.to(dtype)
+        parts = [zeros(b.shape[0], at, dtype=dtype), b, zeros(b.shape[0], width - at - b.shape[1], dtype=dtype)]
+        rows.append(cat([p for p in parts if p.shape[1]], 1) if b.shape[0] else zeros(0, width, dtype=dtype))
+        at += b.shape[1]
+    return cat(rows, 0)
+
+
+def diag_embed(input: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:  # noqa: A002
+    """[..., n] -> [..., n + |offset|, n + |offset|] with the last dim on the offset diagonal of the
+    planes (dim1, dim2) of the result, zeros elsewhere."""
+    x = as_tensor(input)
+    n, m = x.shape[-1], x.shape[-1] + abs(offset)
+    xp = cat([x, zeros(*x.shape[:-1], m - n, dtype=x.dtype)], -1) if m > n else x
+    on = (arange(m).reshape(1, m) - arange(m).reshape(m, 1)) == offset  # [m, m]: where the diagonal runs
+    y = where(on, xp.unsqueeze(-1) if offset >= 0 else xp.unsqueeze(-2), 0.0).to(x.dtype)  # row i or column j
+    nd = y.ndim
+    d1, d2 = dim_index("diag_embed", dim1, nd), dim_index("diag_embed", dim2, nd)
+    if d1 == d2:
+        raise _err(f"diag_embed: dim1 and dim2 cannot be the same dim ({dim1}, {dim2})")
+    rest = iter(range(nd - 2))
+    return y.permute(*[nd - 2 if a == d1 else nd - 1 if a == d2 else next(rest) for a in range(nd)])
+
+
+def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:  # noqa: A002
+    """input rotated by k * 90 degrees in the plane dims, from the first axis toward the second."""
+    x = as_tensor(input)
+    if len(dims) != 2:
+        raise _err(f"rot90: dims must be two dims, got {dims}")
+    a, b = (dim_index("rot90", d, x.ndim) for d in dims)
+    if a == b:
+        raise _err(f"rot90: dims must differ, got {dims}")
+    k %= 4
+    if k == 1:
+        return x.flip(b).transpose(a, b)
+    if k == 2:
+        return x.flip(a, b)
+    if k == 3:
+        return x.flip(a).transpose(a, b)
+    return x
+
+
+def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:  # noqa: A002
+    """beta * input + alpha * (mat @ vec)."""
+    mv = mat @ vec
+    return (mv if alpha == 1 else mv * alpha) + (input if beta == 1 else input * beta)
+
+
+def vdot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """The dot product of two 1-D tensors (real: dot)."""
+    if input.ndim != 1 or other.ndim != 1:
+        raise _err(f"vdot: expected 1-D tensors, got {list(input.shape)} and {list(other.shape)}")
+    return (input * other).sum()
+
+
+# ---- differences, sums, distances ------------------------------------------------------------------
+
+def diff(input: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None,  # noqa: A002
+         append: Tensor | None = None) -> Tensor:
+    """The n-th forward difference along dim (x[i + 1] - x[i]), after prepending / appending values."""
+    x = as_tensor(input)
+    d = dim_index("diff", dim, x.ndim)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if len(parts) > 1:
+        x = cat([as_tensor(p).to(x.dtype) if as_tensor(p).ndim else as_tensor(p).to(x.dtype).expand(
+            *[1 if a == d else s for a, s in enumerate(x.shape)]) for p in parts], d)
+    for _ in range(n):
+        length = x.shape[d]
+        if length == 0:
+            break
+        hi, lo = x.narrow(d, 1, length - 1), x.narrow(d, 0, length - 1)
+        x = (hi != lo) if x.dtype.name == "bool" else hi - lo
+    return x
+
+
+def trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1) -> Tensor:
+    """The trapezoid rule's integral of y along dim: over sample points x, or spacing dx (default 1)."""
+    return _trapezoids(y, x, dx, dim).sum(dim_index("trapezoid", dim, y.ndim))
+
+
+def cumulative_trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1) -> Tensor:
+    """The trapezoid rule's running integral of y along dim (one element shorter)."""
+    return _trapezoids(y, x, dx, dim).cumsum(dim_index("cumulative_trapezoid", dim, y.ndim))
+
+
+def _trapezoids(y: Tensor, x: Tensor | None, dx: float | None, dim: int) -> Tensor:
+    d = dim_index("trapezoid", dim, y.ndim)
+    length = y.shape[d]
+    mid = (y.narrow(d, 1, length - 1) + y.narrow(d, 0, length - 1)) / 2 if length else y
+    if x is None:
+        return mid * (1.0 if dx is None else dx)
+    if dx is not None:
+        raise ValueError("trapezoid: give x or dx, not both")
+    steps = diff(x, dim=-1 if x.ndim == 1 else dim)
+    if x.ndim == 1:
+        steps = steps.reshape([steps.shape[0] if a == d else 1 for a in range(y.ndim)])
+    return mid * steps
+
+
+def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
+    """The p-norm distance between each row of x1 [..., P, M] and each row of x2 [..., R, M]: [..., P, R],
+    computed from the differences (exact at any distance; torch's matrix-product shortcut for large
+    inputs is not taken)."""
+    if x1.ndim < 2 or x2.ndim < 2 or x1.shape[-1] != x2.shape[-1]:
+        raise _err(f"cdist: expected [..., P, M] and [..., R, M], got {list(x1.shape)} and {list(x2.shape)}")
+    if p < 0:
+        raise ValueError(f"cdist: p must be non-negative, got {p}")
+    return vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
+
+
+# ---- sorted values ---------------------------------------------------------------------------------
+
+def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: bool = False,  # noqa: A002
+                 right: bool = False, side: str | None = None, sorter: Tensor | None = None) -> Tensor:
+    """For each value, where it would go in the sorted last dim of sorted_sequence to keep it sorted:
+    the count of elements below it (at or below it with right=True or side="right"). A 1-D sequence
+    serves every value; else its leading dims match the values'."""
+    seq = as_tensor(sorted_sequence)
+    if sorter is not None:
+        seq = seq.take_along_dim(as_tensor(sorter), -1)
+    if side is not None:
+        if side not in ("left", "right") or (right and side == "left"):
+            raise ValueError(f"searchsorted: side must be 'left' or 'right' and agree with right, got {side!r}")
+        right = side == "right"
+    scalar = not isinstance(input, Tensor)
+    v = as_tensor(input).to(seq.dtype) if scalar else input
+    if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(v.shape[:-1]):
+        raise _err(f"searchsorted: the leading dims of sorted_sequence {list(seq.shape)} and of the values "
+                   f"{list(v.shape)} must match")
+    s = seq if seq.ndim == 1 else seq.unsqueeze(-2)  # [..., 1, N] against values [..., M, 1]
+    below = (s <= v.unsqueeze(-1)) if right else (s < v.unsqueeze(-1))
+    return below.to(i32 if out_int32 else i64).sum(-1)
+
+
+def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor:  # noqa: A002
+    """The bucket of each value among the 1-D sorted boundaries: i with boundaries[i - 1] < x <=
+    boundaries[i] (right=True: boundaries[i - 1] <= x < boundaries[i])."""
+    if boundaries.ndim != 1:
+        raise _err(f"bucketize: boundaries must be 1-D, got {list(boundaries.shape)}")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+# ---- statistics pairs ------------------------------------------------------------------------------
+
+def var_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,  # noqa: A002
+             correction: float | None = None):
+    """(var, mean) over dim (all by default): var's arguments."""
+    mean = input.mean(dim, keepdim=keepdim) if dim is not None else input.mean()
+    return input.var(dim, unbiased, keepdim, correction=correction), mean
+
+
+def std_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,  # noqa: A002
+             correction: float | None = None):
+    """(std, mean) over dim (all by default): std's arguments."""
+    mean = input.mean(dim, keepdim=keepdim) if dim is not None else input.mean()
+    return input.std(dim, unbiased, keepdim, correction=correction), mean
+
+
+def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):  # noqa: A002
+    """(min, max) over dim (all by default), as a named tuple."""
+    if dim is None:
+        return _MinMax(input.amin(), input.amax())
+    return _MinMax(input.amin(dim, keepdim=keepdim), input.amax(dim, keepdim=keepdim))
+
+
+# ---- elementwise -------------------------------------------------------------------------------------
+
+def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # noqa: A002
+               neginf: float | None = None) -> Tensor:
+    """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and lowest finite
+    values); the gradient passes where the input is finite."""
+    x = as_tensor(input)
+    if not x.dtype.is_float:
+        return x
+    import numpy as np
+
+    info = np.finfo(x.dtype.np_dtype)
+    hi = float(info.max) if posinf is None else posinf
+    lo = float(info.min) if neginf is None else neginf
+    return where(x != x, nan, where(x == math.inf, hi, where(x == -math.inf, lo, x)))
+
+
+def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf."""
+    a, b = input, other
+    d = -(a - b).abs()
+    d = where(d != d, 0.0, d)  # inf - inf: the two are equal infinities
+    return a.maximum(b) + d.exp().log1p()
+
+
+def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """log2(2^a + 2^b): logaddexp in base 2."""
+    return logaddexp(input * math.log(2), other * math.log(2)) / math.log(2)
+
+
+def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
+    where either is infinite."""
+    a, b = input, other
+    m = a.abs().maximum(b.abs())
+    safe = where((m == 0) | (m == math.inf), 1.0, m)
+    scaled = where(m == 0, 0.0, m * ((a / safe) ** 2 + (b / safe) ** 2).sqrt())
+    return where((a.abs() == math.inf) | (b.abs() == math.inf), math.inf, scaled)  # even against NaN, as C
+
+
+def signbit(input: Tensor) -> Tensor:  # noqa: A002
+    """Whether the sign bit is set: negative numbers and -0.0."""
+    x = as_tensor(input)
+    if not x.dtype.is_float:
+        return x < 0
+    return (x < 0) | ((x == 0) & ((1 / x) < 0))
+
+
+def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
+    """|input| with the sign (bit) of other."""
+    return where(signbit(as_tensor(other)), -input.abs(), input.abs())
+
+
+def heaviside(input: Tensor, values) -> Tensor:  # noqa: A002
+    """0 where input < 0, values where input == 0, 1 where input > 0."""
+    return where(input == 0, values, (input > 0).to(input.dtype)).to(input.dtype)
+
+
+def sinc(input: Tensor) -> Tensor:  # noqa: A002
+    """sin(pi x) / (pi x), 1 at 0 (whose gradient there is 0)."""
+    x = input if input.dtype.is_float else input.float()
+    safe = where(x == 0, 1.0, x) * math.pi
+    return where(x == 0, 1.0, safe.sin() / safe).to(x.dtype)
+
+
+def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """maximum, but a NaN loses to a number (NaN only where both are)."""
+    return where(input != input, other, where(other != other, input, input.maximum(other)))
+
+
+def fmin(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """minimum, but a NaN loses to a number (NaN only where both are)."""
+    return where(input != input, other, where(other != other, input, input.minimum(other)))
+
+
+def float_power(input, exponent) -> Tensor:  # noqa: A002
+    """input ** exponent in double precision (f64), as torch.float_power."""
+    base = as_tensor(input).to(f64)
+    return base ** (exponent.to(f64) if isinstance(exponent, Tensor) else exponent)
+
+
+def exp2(input: Tensor) -> Tensor:  # noqa: A002
+    """2 ** input."""
+    x = input if input.dtype.is_float else input.float()
+    return 2.0 ** x
+
+
+def deg2rad(input: Tensor) -> Tensor:  # noqa: A002
+    return input * (math.pi / 180)
+
+
+def rad2deg(input: Tensor) -> Tensor:  # noqa: A002
+    return input * (180 / math.pi)
+
+
+def positive(input: Tensor) -> Tensor:  # noqa: A002
+    return input
+
+
+def negative(input: Tensor) -> Tensor:  # noqa: A002
+    return -input
+
+
+def absolute(input: Tensor) -> Tensor:  # noqa: A002
+    return input.abs()
+
+
+def sgn(input: Tensor) -> Tensor:  # noqa: A002
+    """sign (real tensors)."""
+    return input.sign()
+
+
+def rsub(input: Tensor, other, alpha: float = 1) -> Tensor:  # noqa: A002
+    """other - alpha * input."""
+    return other - (input if alpha == 1 else input * alpha)
