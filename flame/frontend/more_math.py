@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 
+import numpy as np
+
 from flame.errors import ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
@@ -248,8 +250,6 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
     x = as_tensor(input)
     if not x.dtype.is_float:
         return x
-    import numpy as np
-
     info = np.finfo(x.dtype.np_dtype)
     hi = float(info.max) if posinf is None else posinf
     lo = float(info.min) if neginf is None else neginf

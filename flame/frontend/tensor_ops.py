@@ -394,35 +394,23 @@ class TensorOps:
 
     # ---- value-dependent shapes (eager only): flame.frontend.data_dependent --------------------------
     def nonzero(self, *, as_tuple: bool = False):
-        from flame.frontend import data_dependent
-
-        return data_dependent.nonzero(self, as_tuple=as_tuple)
+        return _data_dependent().nonzero(self, as_tuple=as_tuple)
 
     def argwhere(self):
-        from flame.frontend import data_dependent
-
-        return data_dependent.argwhere(self)
+        return _data_dependent().argwhere(self)
 
     def count_nonzero(self, dim=None):
-        from flame.frontend import data_dependent
-
-        return data_dependent.count_nonzero(self, dim)
+        return _data_dependent().count_nonzero(self, dim)
 
     def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
                dim: int | None = None):
-        from flame.frontend import data_dependent
-
-        return data_dependent.unique(self, sorted, return_inverse, return_counts, dim)
+        return _data_dependent().unique(self, sorted, return_inverse, return_counts, dim)
 
     def bincount(self, weights=None, minlength: int = 0):
-        from flame.frontend import data_dependent
-
-        return data_dependent.bincount(self, weights, minlength)
+        return _data_dependent().bincount(self, weights, minlength)
 
     def histc(self, bins: int = 100, min: float = 0.0, max: float = 0.0):  # noqa: A002
-        from flame.frontend import data_dependent
-
-        return data_dependent.histc(self, bins, min, max)
+        return _data_dependent().histc(self, bins, min, max)
 
     def unflatten(self, dim: int, sizes):
         """Dimension dim split into sizes (one may be -1), as torch.unflatten."""
@@ -540,3 +528,10 @@ class TensorOps:
 
     def nelement(self) -> int:
         return math.prod(self.shape)
+
+
+def _data_dependent():
+    """flame.frontend.data_dependent, imported on use (it builds on Tensor)."""
+    from flame.frontend import data_dependent
+
+    return data_dependent

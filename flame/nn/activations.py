@@ -12,10 +12,11 @@ from flame.frontend import activations as A
 from flame.frontend import losses as L
 from flame.frontend import vision as V
 from flame.frontend.context import user_location
-from flame.frontend.creation import full, ones, zeros
+from flame.frontend.creation import full, zeros
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import dtype_of, f32, i64
+from flame.ir.dtypes import dtype_of, f32
 from flame.nn import init
+from flame.nn.conv import _NormBase
 from flame.nn.layers import _Elementwise
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
@@ -281,7 +282,7 @@ class ReplicationPad2d(_Pad):
     mode = "replicate"
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
     """Per-sample, per-channel normalisation over the positions (F.instance_norm); affine=False and
     track_running_stats=False by default, as PyTorch. With track_running_stats, training updates the
     buffers running_mean, running_var (an aliased state output inside @flame.compile) and eval()
@@ -289,19 +290,7 @@ class _InstanceNorm(Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
                  track_running_stats: bool = False, dtype: Any = f32):
-        super().__init__()
-        dt = dtype_of(dtype)
-        self.num_features, self.eps, self.momentum, self.affine = num_features, eps, momentum, affine
-        self.track_running_stats = track_running_stats
-        self.register_parameter("weight", Parameter(ones(num_features, dtype=dt)) if affine else None)
-        self.register_parameter("bias", Parameter(zeros(num_features, dtype=dt)) if affine else None)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, dtype=dt))
-            self.register_buffer("running_var", ones(num_features, dtype=dt))
-            self.register_buffer("num_batches_tracked", zeros(dtype=i64))
-        else:
-            for name in ("running_mean", "running_var", "num_batches_tracked"):
-                self.register_buffer(name, None)
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim == self.rank - 1:  # unbatched

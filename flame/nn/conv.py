@@ -299,13 +299,10 @@ class GroupNorm(Module):
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
-class _BatchNorm(Module):
-    """Per-channel normalisation with running statistics as buffers (running_mean, running_var,
-    num_batches_tracked), updated in place in training mode: inside @flame.compile they are `state`
-    inputs whose new values the step writes back (aliased outputs). momentum=None averages every
-    batch seen so far (factor 1 / num_batches_tracked), as PyTorch."""
-
-    ranks: tuple[int, ...] = (4,)
+class _NormBase(Module):
+    """What batch and instance norm share (PyTorch's _NormBase): the per-channel weight and bias
+    (affine) and, with track_running_stats, the buffers running_mean, running_var and
+    num_batches_tracked."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, dtype: Any = f32):
@@ -328,6 +325,15 @@ class _BatchNorm(Module):
             self.running_mean.zero_()
             self.running_var.fill_(1)
             self.num_batches_tracked.zero_()
+
+
+class _BatchNorm(_NormBase):
+    """Per-channel normalisation with running statistics as buffers (running_mean, running_var,
+    num_batches_tracked), updated in place in training mode: inside @flame.compile they are `state`
+    inputs whose new values the step writes back (aliased outputs). momentum=None averages every
+    batch seen so far (factor 1 / num_batches_tracked), as PyTorch."""
+
+    ranks: tuple[int, ...] = (4,)
 
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__

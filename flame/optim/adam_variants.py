@@ -83,10 +83,7 @@ class NAdam(_AdamLike):
                                       momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay),
                          **flags)
 
-    def _check_group(self, group: dict[str, Any]) -> None:
-        super()._check_group(group)
-        if group["momentum_decay"] < 0:
-            raise ValueError(f"NAdam: invalid momentum_decay {group['momentum_decay']}")
+    non_negative = ("momentum_decay",)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         st = super()._init_state(p, group)

@@ -85,9 +85,14 @@ class Optimizer:
         for p in group["params"]:
             self.state[p] = self._init_state(p, group)
 
+    non_negative: tuple[str, ...] = ()  # the group options a subclass requires to be >= 0 (besides lr)
+
     def _check_group(self, group: dict[str, Any]) -> None:
         if group["lr"] < 0:
             raise ValueError(f"invalid learning rate {group['lr']}")
+        for key in self.non_negative:
+            if group[key] < 0:
+                raise ValueError(f"{type(self).__name__}: invalid {key} {group[key]}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {}

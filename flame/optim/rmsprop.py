@@ -22,11 +22,7 @@ class RMSprop(Optimizer):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
                                       centered=centered), **flags)
 
-    def _check_group(self, group: dict[str, Any]) -> None:
-        super()._check_group(group)
-        for key in ("alpha", "eps", "weight_decay", "momentum"):
-            if group[key] < 0:
-                raise ValueError(f"RMSprop: invalid {key} {group[key]}")
+    non_negative = ("alpha", "eps", "weight_decay", "momentum")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         """torch's state: step and square_avg, momentum_buffer with momentum > 0, grad_avg if centered."""
@@ -76,11 +72,7 @@ class Adagrad(Optimizer):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value, eps=eps), **flags)
 
-    def _check_group(self, group: dict[str, Any]) -> None:
-        super()._check_group(group)
-        for key in ("lr_decay", "weight_decay", "initial_accumulator_value", "eps"):
-            if group[key] < 0:
-                raise ValueError(f"Adagrad: invalid {key} {group[key]}")
+    non_negative = ("lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         total = state_tensor(p)
@@ -106,13 +98,12 @@ class Adadelta(Optimizer):
                  eps: float = 1e-6, weight_decay: float = 0.0, **flags):
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay), **flags)
 
+    non_negative = ("eps", "weight_decay")
+
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
         if not 0.0 <= group["rho"] <= 1.0:
             raise ValueError(f"Adadelta: invalid rho {group['rho']}")
-        for key in ("eps", "weight_decay"):
-            if group[key] < 0:
-                raise ValueError(f"Adadelta: invalid {key} {group[key]}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {"step": state_tensor(p, compute_dtype(p), ()), "square_avg": state_tensor(p),

@@ -82,10 +82,7 @@ class ASGD(Optimizer):
                  alpha: float = 0.75, t0: float = 1e6, weight_decay: float = 0.0, **flags):
         super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay), **flags)
 
-    def _check_group(self, group: dict[str, Any]) -> None:
-        super()._check_group(group)
-        if group["weight_decay"] < 0:
-            raise ValueError(f"ASGD: invalid weight_decay {group['weight_decay']}")
+    non_negative = ("weight_decay",)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         cd = compute_dtype(p)
