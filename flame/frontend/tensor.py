@@ -224,13 +224,65 @@ class Tensor(TensorOps, TensorMath):
         return self
 
     def add_(self, other, alpha: float = 1.0) -> Tensor:
-        return self.copy_(self + other * alpha if alpha != 1.0 else self + other)
+        return self._inplace(lambda x: x + other * alpha if alpha != 1.0 else x + other, other)
 
     def sub_(self, other, alpha: float = 1.0) -> Tensor:
-        return self.copy_(self - other * alpha if alpha != 1.0 else self - other)
+        return self._inplace(lambda x: x - other * alpha if alpha != 1.0 else x - other, other)
 
     def mul_(self, other) -> Tensor:
-        return self.copy_(self * other)
+        return self._inplace(lambda x: x * other, other)
+
+    # x += y and its kin update x itself, as in PyTorch: the same object keeps its identity,
+    # requires_grad and .grad (a Parameter stays the module's parameter). See TensorOps._inplace.
+    def __iadd__(self, o):
+        return self._inplace(lambda x: x + o, o)
+
+    def __isub__(self, o):
+        return self._inplace(lambda x: x - o, o)
+
+    def __imul__(self, o):
+        return self._inplace(lambda x: x * o, o)
+
+    def __itruediv__(self, o):
+        return self._inplace(lambda x: x / o, o)
+
+    def __ifloordiv__(self, o):
+        return self._inplace(lambda x: x // o, o)
+
+    def __imod__(self, o):
+        return self._inplace(lambda x: x % o, o)
+
+    def __ipow__(self, o):
+        return self._inplace(lambda x: x**o, o)
+
+    def __iand__(self, o):
+        return self._inplace(lambda x: x & o, o)
+
+    def __ior__(self, o):
+        return self._inplace(lambda x: x | o, o)
+
+    def __imatmul__(self, o):
+        raise TypeError("In-place matrix multiplication is not supported: write `a = a @ b` instead of "
+                        f"`a @= b` (as in PyTorch)\n  at {user_location()}")
+
+    @property
+    def data(self) -> Tensor:
+        """The same values outside autograd, as torch's .data: eagerly a tensor sharing this one's
+        buffer (a write through it is seen here, and records no gradient history); while tracing,
+        `detach()`."""
+        if self._value is not None:
+            return self.detach()
+        return Tensor._concrete(self._data, self._dtype)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Tensor.data must be set to a Tensor, got {type(value).__name__}\n  at {user_location()}")
+        if self._value is not None or value._value is not None:
+            raise TraceError(f"assigning .data of a traced tensor is not supported inside @flame.compile: use "
+                             f"`with flame.no_grad(): x.copy_(value)`\n  at {user_location()}")
+        self._data, self._dtype = value._data, value._dtype
+        self._version += 1
 
     def zero_(self) -> Tensor:
         return self.copy_(0)

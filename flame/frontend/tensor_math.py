@@ -329,7 +329,7 @@ class TensorMath:
         return self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
 
     def lerp_(self, end, weight):
-        return self.copy_(self.lerp(end, weight))
+        return self._inplace(lambda x: x.lerp(end, weight), end, weight)
 
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul."""
@@ -337,7 +337,7 @@ class TensorMath:
         return self + (prod * value if value != 1 else prod)
 
     def addcmul_(self, tensor1, tensor2, *, value=1):
-        return self.copy_(self.addcmul(tensor1, tensor2, value=value))
+        return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2)
 
     def addcdiv(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 / tensor2, as torch.addcdiv."""
@@ -345,7 +345,7 @@ class TensorMath:
         return self + (quot * value if value != 1 else quot)
 
     def addcdiv_(self, tensor1, tensor2, *, value=1):
-        return self.copy_(self.addcdiv(tensor1, tensor2, value=value))
+        return self._inplace(lambda x: x.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2)
 
     # ---- the method forms of flame.frontend.more_math (imported on use: it builds on Tensor) ---------
     def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):

@@ -24,6 +24,11 @@ SortResult = namedtuple("sort", ["values", "indices"])
 TopkResult = namedtuple("topk", ["values", "indices"])
 
 
+def _kind(dtype) -> int:
+    """bool < integer < floating: the order in which an in-place result may not widen (torch's can_cast)."""
+    return 2 if dtype.is_float else 0 if dtype == boolean else 1
+
+
 def _is_number(x) -> bool:
     return isinstance(x, (int, float, bool, np.number, np.bool_))
 
@@ -287,9 +292,18 @@ class TensorOps:
         return self._inplace(lambda x: x.masked_fill(mask, value), value)
 
     def _inplace(self, fn, *others):
+        """Make self hold fn(self) (an in-place op, torch's rules): the result keeps self's shape and
+        dtype, and may not need a wider kind of dtype (a float result into an integer tensor)."""
         from flame.frontend.indexing import assign, stand_in
 
-        assign(self, fn(stand_in(self, *others)))
+        new = fn(stand_in(self, *others))
+        if new.shape != self.shape:
+            raise ShapeError(f"in-place op: output with shape {list(self.shape)} doesn't match the broadcast "
+                             f"shape {list(new.shape)}\n  at {user_location()}")
+        if new.dtype != self.dtype and _kind(new.dtype) > _kind(self.dtype):
+            raise DTypeError(f"in-place op: result type {new.dtype} can't be cast to the desired output type "
+                             f"{self.dtype}\n  at {user_location()}")
+        assign(self, new if new.dtype == self.dtype else new.to(self.dtype))
         return self
 
     # ---- PyTorch's other spellings: arithmetic and comparisons --------------------------------------
@@ -328,7 +342,7 @@ class TensorOps:
         return self / other
 
     def div_(self, other, *, rounding_mode: str | None = None):
-        return self.copy_(self.div(other, rounding_mode=rounding_mode))
+        return self._inplace(lambda x: x.div(other, rounding_mode=rounding_mode), other)
 
     def eq(self, other):
         return self == other

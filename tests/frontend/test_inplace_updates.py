@@ -1,0 +1,143 @@
+"""In-place updates as PyTorch's: `p -= lr * p.grad`, `x += y`, `add_`, `.data`, eager and compiled."""
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+import flame.nn as nn
+from flame.errors import DTypeError, FlameError, ShapeError
+
+X = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+Y = np.random.default_rng(1).standard_normal((8, 3)).astype(np.float32)
+W = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+B = np.random.default_rng(3).standard_normal(3).astype(np.float32)
+
+
+def _torch_manual_sgd(steps: int) -> list[float]:
+    m = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        m.weight.copy_(torch.from_numpy(W))
+        m.bias.copy_(torch.from_numpy(B))
+    x, y, losses = torch.from_numpy(X), torch.from_numpy(Y), []
+    for _ in range(steps):
+        loss = ((m(x) - y) ** 2).mean()
+        losses.append(loss.item())
+        m.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for p in m.parameters():
+                p -= 0.1 * p.grad
+    return losses
+
+
+def _flame_linear() -> nn.Linear:
+    m = nn.Linear(4, 3)
+    with flame.no_grad():
+        m.weight.copy_(flame.tensor(W))
+        m.bias.copy_(flame.tensor(B))
+    return m
+
+
+def test_the_textbook_manual_update_trains_as_torch():
+    m = _flame_linear()
+    x, y, losses = flame.tensor(X), flame.tensor(Y), []
+    params = list(m.parameters())
+    for _ in range(6):
+        loss = ((m(x) - y) ** 2).mean()
+        losses.append(loss.item())
+        m.zero_grad()
+        loss.backward()
+        with flame.no_grad():
+            for p in m.parameters():
+                p -= 0.1 * p.grad
+    assert [p is q for p, q in zip(params, m.parameters())] == [True, True]
+    np.testing.assert_allclose(losses, _torch_manual_sgd(6), rtol=1e-5)
+    assert losses[-1] < losses[0]
+
+
+def test_the_manual_update_inside_a_compiled_step_trains_as_torch():
+    m = _flame_linear()
+
+    @flame.compile
+    def step(x, y):
+        loss = ((m(x) - y) ** 2).mean()
+        loss.backward()
+        with flame.no_grad():
+            for p in m.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
+        return loss
+
+    losses = [step(flame.tensor(X), flame.tensor(Y)).item() for _ in range(6)]
+    np.testing.assert_allclose(losses, _torch_manual_sgd(6), rtol=1e-5)
+
+
+def test_a_single_tensor_keeps_its_identity_grad_and_requires_grad():
+    w = flame.tensor(np.ones(3, np.float32), requires_grad=True)
+    tw = torch.ones(3, requires_grad=True)
+    for t, lib in ((w, flame), (tw, torch)):
+        (t * t).sum().backward()
+        with lib.no_grad():
+            t -= 0.25 * t.grad
+        t.grad.zero_()
+    assert w.requires_grad and w.grad is not None
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy())
+    (w * w).sum().backward()  # the same leaf goes on recording gradients
+    np.testing.assert_allclose(w.grad.numpy(), 2 * tw.detach().numpy())
+
+
+@pytest.mark.parametrize("op", ["iadd", "isub", "imul", "itruediv", "add_", "sub_", "mul_", "div_"])
+def test_an_inplace_op_on_an_intermediate_differentiates_through_the_write(op):
+    def run(lib, x):
+        y = x * 2.0
+        if op.startswith("i"):
+            y = {"iadd": y.__iadd__, "isub": y.__isub__, "imul": y.__imul__, "itruediv": y.__itruediv__}[op](x)
+        else:
+            getattr(y, op)(x)
+        (y * y).sum().backward()
+        return y.detach().numpy(), x.grad.numpy()
+
+    v = np.array([0.5, -1.5, 2.0], np.float32)
+    got = run(flame, flame.tensor(v, requires_grad=True))
+    want = run(torch, torch.tensor(v, requires_grad=True))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_an_inplace_op_on_a_leaf_that_requires_grad_raises():
+    w = flame.ones(3, requires_grad=True)
+    with pytest.raises(FlameError, match="leaf tensor that requires grad"):
+        w += 1
+    with pytest.raises(FlameError, match="leaf tensor that requires grad"):
+        w.mul_(2)
+    np.testing.assert_array_equal(w.numpy(), np.ones(3, np.float32))
+
+
+def test_inplace_results_keep_shape_and_may_not_widen_the_dtype():
+    a = flame.zeros(3)
+    with pytest.raises(ShapeError, match=r"output with shape \[3\] doesn't match the broadcast shape \[2, 3\]"):
+        a += flame.ones(2, 3)
+    i = flame.tensor(np.array([1, 2], np.int64))
+    with pytest.raises(DTypeError, match="can't be cast"):
+        i += 0.5
+    f = flame.zeros(2)
+    f += flame.tensor(np.array([1, 2], np.int64))  # an integer into a float tensor is fine, as in torch
+    f += flame.tensor(np.array([0.5, 0.5], np.float64))
+    assert f.dtype == flame.float32
+    np.testing.assert_array_equal(f.numpy(), [1.5, 2.5])
+    with pytest.raises(TypeError, match="a = a @ b"):
+        m = flame.ones(2, 2)
+        m @= flame.ones(2, 2)
+
+
+def test_data_shares_the_buffer_outside_autograd():
+    p = flame.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    d = p.data
+    assert not d.requires_grad
+    d.mul_(3)  # no error: .data is outside autograd, as in torch
+    np.testing.assert_array_equal(p.numpy(), [3.0, 6.0])
+    p.data = flame.tensor(np.array([7.0, 8.0, 9.0], np.float32))
+    assert p.shape == (3,) and p.requires_grad
+    (p * p).sum().backward()
+    np.testing.assert_array_equal(p.grad.numpy(), [14.0, 16.0, 18.0])
