@@ -256,11 +256,12 @@ __all__ = sorted([n for n, v in globals().items()
 
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.amp,
-    flame.distributed and flame.utils import on first use (they are not needed to trace)."""
+    flame.distributed, flame.utils and flame.cuda import on first use (they are not needed to trace)."""
     import importlib
 
-    if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "utils"):
+    if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "utils", "cuda"):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)
-    raise AttributeError(f"module 'flame' has no attribute {name!r}")
+    raise AttributeError(f"module 'flame' has no attribute {name!r} (docs/coming_from_pytorch.md lists what "
+                         f"flame does not have yet, with the workaround)")
