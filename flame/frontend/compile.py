@@ -493,13 +493,18 @@ class Compiled:
         entry = self._build(args, compile=not probe)
         self._compile_seconds += time.perf_counter() - t0
         self._traces += 1
+        templates = len(self._templates)
         dynamic = self._make_dynamic(sibling, entry) if sibling is not None else ""
         if self._last is not None:
+            expected = False
             if not why:  # a new signature: what differs from the last call, and what else changed
                 changes = [argument_changes(self._last.arguments, describe_arguments(self.fn, args)),
                            "" if self._last.key == key else self._last.valid()]
                 why = "; ".join(c for c in changes if c)
-            self._warn("; ".join(c for c in (why, dynamic) if c) or "the cached trace was dropped")
+                # only sizes changed, and the changed dims are dynamic from now on (a smaller last batch):
+                # expected, said at info level
+                expected = not changes[1] and len(self._templates) > templates
+            self._warn("; ".join(c for c in (why, dynamic) if c) or "the cached trace was dropped", expected)
         if probe:
             t0 = time.perf_counter()
             self._probe(entry, args)
@@ -539,7 +544,8 @@ class Compiled:
         if not self._cache[entry.key]:
             del self._cache[entry.key]
 
-    def _warn(self, why: str) -> None:
+    def _warn(self, why: str, expected: bool = False) -> None:
+        """Say why a call re-traced: a RecompileWarning, or (an expected re-trace) the log at info level."""
         self._reasons.append(why)
         msg = f"flame.compile: re-tracing {self.name}: {why}"
         cached = self._entries()
@@ -549,7 +555,7 @@ class Compiled:
                     f"dropped; raise it with flame.compile(fn, cache_limit=N) or FLAME_CACHE_LIMIT, or keep "
                     f"what changes between calls fixed)")
         log.info("%s", msg)
-        if self.warn:
+        if self.warn and (not expected or len(cached) >= self.cache_limit):
             warnings.warn(msg, RecompileWarning, stacklevel=user_stacklevel())
 
     def memory_report(self, *args):

@@ -1,6 +1,6 @@
 """flame.utils: PyTorch's torch.utils names that flame has. `flame.utils.checkpoint(fn, *args)`
 is activation checkpointing (also reachable as flame.utils.checkpoint.checkpoint, PyTorch's path);
-flame.utils.data shards indices over ranks (DistributedSampler)."""
+flame.utils.data loads data as torch.utils.data does (DataLoader, datasets, samplers, DistributedSampler)."""
 
 from flame.utils._checkpoint import checkpoint
 

@@ -1,6 +1,7 @@
 """flame.compile(dynamic=...): a dim seen at two sizes becomes one template instantiated per size
 (flame/frontend/dynamic.py); results equal the specialised compiles, warnings say when and why."""
 
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -16,16 +17,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from train_gpt import GPT  # noqa: E402
 
 
-def _recompiles(seen) -> list[str]:
-    return [str(w.message) for w in seen if issubclass(w.category, flame.RecompileWarning)]
+class _Retraces(logging.Handler):
+    """Every re-trace message, warned or (an expected one: a dim made dynamic) logged at info."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        if "re-tracing" in record.getMessage():
+            self.messages.append(record.getMessage())
 
 
 def _run(make, batches, dynamic):
     step, params = make(dynamic)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        losses = [step(*(flame.tensor(a) for a in b)).numpy().copy() for b in batches]
-    return losses, [p.numpy().copy() for p in params], step.stats(), _recompiles(seen), step
+    logger, seen = logging.getLogger("flame"), _Retraces()
+    level = logger.level
+    logger.addHandler(seen)
+    logger.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            losses = [step(*(flame.tensor(a) for a in b)).numpy().copy() for b in batches]
+    finally:
+        logger.removeHandler(seen)
+        logger.setLevel(level)
+    warned = [str(w.message) for w in warned if issubclass(w.category, flame.RecompileWarning)]
+    # a dim made dynamic is expected (a smaller last batch): said at info level, never warned
+    assert warned == [m for m in seen.messages if "now dynamic" not in m]
+    return losses, [p.numpy().copy() for p in params], step.stats(), seen.messages, step
 
 
 def _mlp(dynamic):

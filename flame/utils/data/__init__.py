@@ -1,0 +1,22 @@
+"""flame.utils.data: torch.utils.data's interface. Datasets (`Dataset`, `IterableDataset`,
+`TensorDataset`, `Subset`, `ConcatDataset`, `random_split`), samplers (`SequentialSampler`,
+`RandomSampler`, `SubsetRandomSampler`, `WeightedRandomSampler`, `BatchSampler`, and
+`DistributedSampler`, which shards indices over the ranks of a process group) and `DataLoader`
+(batching, shuffling with a generator, drop_last, collate_fn, worker processes, pinned host
+buffers with an asynchronous copy to the GPU)."""
+
+from flame.utils.data.dataloader import DataLoader, default_collate
+from flame.utils.data.dataset import ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
+from flame.utils.data.distributed import DistributedSampler
+from flame.utils.data.sampler import (
+    BatchSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
+
+__all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler", "IterableDataset",
+           "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler", "TensorDataset",
+           "WeightedRandomSampler", "default_collate", "random_split"]

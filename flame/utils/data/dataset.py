@@ -1,0 +1,112 @@
+"""Datasets with torch.utils.data's interface: a map-style `Dataset` (`__getitem__`, `__len__`), an
+`IterableDataset` (`__iter__`), `TensorDataset`, `Subset`, `ConcatDataset` and `random_split`."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["ConcatDataset", "Dataset", "IterableDataset", "Subset", "TensorDataset", "random_split"]
+
+
+class Dataset:
+    """A map-style data set: `dataset[i]` for i in range(len(dataset)). `a + b` concatenates."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__ (as torch's Dataset)")
+
+    def __add__(self, other: Dataset) -> ConcatDataset:
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A data set read as a stream (`__iter__`); a DataLoader batches what it yields, in order."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__ (as torch's IterableDataset)")
+
+
+class TensorDataset(Dataset):
+    """Items are the i-th rows of the given tensors (which share their first dimension). A DataLoader
+    over it gathers each batch with one indexed read per tensor rather than one per item."""
+
+    def __init__(self, *tensors):
+        if not tensors:
+            raise ValueError("TensorDataset needs at least one tensor")
+        n = tensors[0].shape[0] if tensors[0].ndim else None
+        if n is None or any(not t.ndim or t.shape[0] != n for t in tensors):
+            raise ValueError("TensorDataset: size mismatch between tensors (every tensor needs the same first "
+                             f"dimension), got shapes {[list(t.shape) for t in tensors]}")
+        self.tensors = tuple(tensors)
+
+    def __getitem__(self, index):
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self) -> int:
+        return self.tensors[0].shape[0]
+
+
+class Subset(Dataset):
+    """The items of `dataset` at `indices`, in that order."""
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int]):
+        self.dataset, self.indices = dataset, [int(i) for i in indices]
+
+    def __getitem__(self, index):
+        if isinstance(index, list):
+            return self.dataset[[self.indices[i] for i in index]]
+        return self.dataset[self.indices[index]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class ConcatDataset(Dataset):
+    """The items of several map-style data sets one after another."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("ConcatDataset: datasets should not be an empty iterable")
+        for d in self.datasets:
+            if isinstance(d, IterableDataset):
+                raise TypeError("ConcatDataset does not support IterableDataset (as in torch)")
+        self.cumulative_sizes = np.cumsum([len(d) for d in self.datasets]).tolist()
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, index: int):
+        if index < 0:
+            if -index > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            index += len(self)
+        which = bisect.bisect_right(self.cumulative_sizes, index)
+        start = self.cumulative_sizes[which - 1] if which else 0
+        return self.datasets[which][index - start]
+
+
+def random_split(dataset: Dataset, lengths: Sequence[int | float], generator=None) -> list[Subset]:
+    """Split `dataset` into non-overlapping Subsets of the given lengths (or fractions summing to 1,
+    the remainder spread one by one from the first, as torch does), in a random order drawn from
+    `generator` (a flame.Generator; default: flame's default generator)."""
+    n = len(dataset)
+    if lengths and all(isinstance(x, float) for x in lengths) and math.isclose(sum(lengths), 1.0) and sum(lengths) <= 1:
+        sizes = [int(math.floor(n * f)) for f in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        lengths = sizes
+    if sum(lengths) != n:
+        raise ValueError("random_split: sum of input lengths does not equal the length of the input dataset "
+                         f"({sum(lengths)} vs {n})")
+    from flame.utils.data.sampler import host_rng
+
+    order = host_rng(generator).permutation(n).tolist()
+    out, at = [], 0
+    for k in lengths:
+        out.append(Subset(dataset, order[at: at + int(k)]))
+        at += int(k)
+    return out

@@ -1,0 +1,131 @@
+"""Samplers with torch.utils.data's interface: iterables of indices (or, for BatchSampler, of lists of
+indices). Shuffling draws its permutation on the host from a NumPy generator seeded by one draw of a
+flame.Generator (the default one unless given), so `flame.manual_seed` makes an epoch's order
+repeatable and each epoch's differs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler", "SubsetRandomSampler",
+           "WeightedRandomSampler", "host_rng"]
+
+
+def host_rng(generator=None) -> np.random.Generator:
+    """A NumPy generator seeded from one draw of a flame.Generator (the default one when None)."""
+    from flame.frontend.creation import default_generator, rand
+
+    bits = rand(2, generator=generator or default_generator()).numpy().astype(np.float64)
+    return np.random.default_rng([int(b * (1 << 24)) for b in bits])
+
+
+class Sampler:
+    """Base of the samplers: an iterable of indices with a length."""
+
+    def __iter__(self) -> Iterator:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise TypeError(f"{type(self).__name__} has no len()")
+
+
+class SequentialSampler(Sampler):
+    """0, 1, ..., len(data_source) - 1."""
+
+    def __init__(self, data_source):
+        self.data_source = data_source
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.data_source)))
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A random permutation of the indices (a new one each pass), or num_samples draws with
+    replacement."""
+
+    def __init__(self, data_source, replacement: bool = False, num_samples: int | None = None, generator=None):
+        self.data_source, self.replacement, self.generator = data_source, bool(replacement), generator
+        self._num_samples = num_samples
+        if not isinstance(self.num_samples, int) or isinstance(self.num_samples, bool) or self.num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={self.num_samples}")
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        n, rng = len(self.data_source), host_rng(self.generator)
+        if self.replacement:
+            return iter(rng.integers(0, n, self.num_samples).tolist())
+        reps = [rng.permutation(n) for _ in range(-(-self.num_samples // n))]
+        return iter(np.concatenate(reps)[: self.num_samples].tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler):
+    """The given indices in a random order (a new one each pass)."""
+
+    def __init__(self, indices: Sequence[int], generator=None):
+        self.indices, self.generator = list(indices), generator
+
+    def __iter__(self) -> Iterator[int]:
+        order = host_rng(self.generator).permutation(len(self.indices))
+        return iter([self.indices[i] for i in order])
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """num_samples indices drawn with probabilities proportional to `weights`."""
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
+        w = np.asarray(weights.numpy() if hasattr(weights, "numpy") else weights, np.float64).reshape(-1)
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+        if (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
+            raise ValueError("WeightedRandomSampler: weights must be finite, non-negative and not all zero")
+        if not replacement and num_samples > (w > 0).sum():
+            raise ValueError("WeightedRandomSampler: cannot draw more samples than there are non-zero weights "
+                             "without replacement")
+        self.weights, self.num_samples, self.replacement, self.generator = w, num_samples, replacement, generator
+
+    def __iter__(self) -> Iterator[int]:
+        rng = host_rng(self.generator)
+        return iter(rng.choice(len(self.weights), self.num_samples, self.replacement,
+                               self.weights / self.weights.sum()).tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Lists of batch_size indices from `sampler`; the last shorter list is kept unless drop_last."""
+
+    def __init__(self, sampler, batch_size: int, drop_last: bool):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+            raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last should be a boolean value, but got drop_last={drop_last}")
+        self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch: list[int] = []
+        for i in self.sampler:
+            batch.append(i)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
