@@ -24,6 +24,7 @@ from flame.frontend.context import current_trace, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor, zeros
 from flame.frontend.dynamic import NotDynamic, Template, changed_dims
 from flame.frontend.guards import (
+    Expected,
     Namer,
     argument_changes,
     describe_arguments,
@@ -496,7 +497,7 @@ class Compiled:
         templates = len(self._templates)
         dynamic = self._make_dynamic(sibling, entry) if sibling is not None else ""
         if self._last is not None:
-            expected = False
+            expected = isinstance(why, Expected) and why not in self._reasons
             if not why:  # a new signature: what differs from the last call, and what else changed
                 changes = [argument_changes(self._last.arguments, describe_arguments(self.fn, args)),
                            "" if self._last.key == key else self._last.valid()]

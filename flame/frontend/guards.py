@@ -74,6 +74,12 @@ def guard(what: str, read: Callable[[], Any], show_value: Callable[[Any], str] =
     return Guard(what, read, read(), show_value)
 
 
+class Expected(str):
+    """A guard's reason for a re-trace that ordinary training code makes on purpose (the first
+    micro-batch of gradient accumulation finds .grad set; a model switched to eval()): compile.py
+    says it at info level, once per function, instead of warning."""
+
+
 @dataclass(frozen=True)
 class GradsUnset:
     """Each tensor's .grad, None when the body first read it, is still None (one check for all of a
@@ -85,7 +91,7 @@ class GradsUnset:
     def failed(self) -> str:
         for t, name in zip(self.tensors, self.names):
             if t._grad is not None:
-                return f"{name}.grad: None -> set"
+                return Expected(f"{name}.grad: None -> set")
         return ""
 
 
@@ -100,7 +106,7 @@ class Modes:
     def failed(self) -> str:
         for m, mode, name in zip(self.modules, self.modes, self.names):
             if m.training is not mode:
-                return f"{name}: training: {mode} -> {m.training}"
+                return Expected(f"{name}: training: {mode} -> {m.training}")
         return ""
 
 
