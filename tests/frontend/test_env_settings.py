@@ -31,8 +31,11 @@ def test_a_flag_with_a_value_it_cannot_hold_is_refused(monkeypatch, name, read, 
         read()
 
 
-@pytest.mark.parametrize("name, read, default", [f for f in FLAGS if f[0] != "FLAME_SANITIZE"],
-                         ids=[f[0] for f in FLAGS if f[0] != "FLAME_SANITIZE"])  # sanitizing() on needs CuPy
+@pytest.mark.parametrize(
+    "name, read, default",
+    [f for f in FLAGS if f[0] != "FLAME_SANITIZE"],
+    ids=[f[0] for f in FLAGS if f[0] != "FLAME_SANITIZE"],
+)  # sanitizing() on needs CuPy
 def test_flags_keep_their_meaning(monkeypatch, name, read, default):
     monkeypatch.delenv(name, raising=False)
     assert read() is default
