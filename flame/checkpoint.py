@@ -170,7 +170,7 @@ def _rebuild(skel: Any, tensors: dict[str, Tensor], where: str, at: str = "") ->
         return [_rebuild(v, tensors, where, f"{at}.{i}" if at else str(i)) for i, v in enumerate(skel)]
     if not isinstance(skel, dict):
         return skel  # JSON's scalars: what _skeleton stores as they are
-    ((kind, body),) = skel.items() if len(skel) == 1 else ((None, None),)
+    kind, body = next(iter(skel.items())) if len(skel) == 1 else (None, None)
     if kind == "__tensor__" and isinstance(body, str):
         if body not in tensors:
             raise _malformed(where, at, f"names tensor {body!r}, which the file does not hold")
