@@ -10,6 +10,8 @@ from types import ModuleType as _ModuleType
 from flame import ir
 from flame._version import __version__
 from flame.errors import (
+    ArgumentError,
+    ArgumentTypeError,
     CheckpointError,
     DTypeError,
     FlameError,

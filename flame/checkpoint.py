@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import reprlib
 import struct
 import tempfile
 from typing import Any
@@ -32,6 +34,13 @@ _NP_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": m
               "I64": np.int64, "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}  # the dtypes flame has
 _ST_DTYPES = {np.dtype(v): k for k, v in _NP_DTYPES.items()}
 _CHUNK = 1 << 24
+_MAX_DEPTH = 64  # the most nested lists / tuples / dicts flame.save stores ...
+_MAX_JSON_DEPTH = 3 * _MAX_DEPTH + 1  # ... as JSON (a dict is 3 levels: {"__dict__": [[key, value]]}); a header
+# nested deeper is refused before it is parsed (Python's parser would raise RecursionError)
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_STATE_INDEX = re.compile(r"[0-9]{1,18}")
+_REPR = reprlib.Repr()  # a value quoted in an error, shortened
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 40
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once, so a saved file gets the usual permissions (mkstemp's are 0600)
 
@@ -106,10 +115,12 @@ def _encode_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
             continue
         try:
             out[k] = json.dumps(v, default=_json_default, allow_nan=True)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, RecursionError) as e:
             raise CheckpointError(f"metadata {k!r}: a {type(v).__name__} cannot be stored (metadata values "
                                   f"must be strings or JSON-serialisable: numbers, bools, None, lists, dicts; "
                                   f"{e})") from None
+        if _json_depth(out[k]) > _MAX_JSON_DEPTH:
+            raise CheckpointError(f"metadata {k!r}: nested deeper than {_MAX_JSON_DEPTH} levels")
         encoded.append(k)
     if encoded:
         out[_JSON_KEY] = json.dumps(encoded)
@@ -123,8 +134,12 @@ def _is_array(v: Any) -> bool:
     return isinstance(v, (Tensor, np.ndarray)) or (hasattr(v, "detach") and hasattr(v, "cpu"))
 
 
-def _skeleton(obj: Any, path: str, arrays: dict[str, Any]) -> Any:
-    """obj as JSON, each tensor replaced by {"__tensor__": its name in the file} (named by its path)."""
+def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0) -> Any:
+    """obj as JSON, each tensor replaced by {"__tensor__": its name in the file} (named by its path);
+    at most _MAX_DEPTH containers deep."""
+    if isinstance(obj, (dict, list, tuple)) and depth == _MAX_DEPTH:
+        raise CheckpointError(f"cannot save {path or 'the object'}: containers nested deeper than {_MAX_DEPTH} "
+                              f"levels")
     if _is_array(obj):
         name, n = path or "tensor", 1
         while name in arrays:
@@ -135,9 +150,10 @@ def _skeleton(obj: Any, path: str, arrays: dict[str, Any]) -> Any:
         for k in obj:
             if not isinstance(k, (str, int, float, bool)) and k is not None:
                 raise CheckpointError(f"cannot save a dict key of type {type(k).__name__} ({k!r})")
-        return {"__dict__": [[k, _skeleton(v, f"{path}.{k}" if path else str(k), arrays)] for k, v in obj.items()]}
+        return {"__dict__": [[k, _skeleton(v, f"{path}.{k}" if path else str(k), arrays, depth + 1)]
+                             for k, v in obj.items()]}
     if isinstance(obj, (list, tuple)):
-        items = [_skeleton(v, f"{path}.{i}" if path else str(i), arrays) for i, v in enumerate(obj)]
+        items = [_skeleton(v, f"{path}.{i}" if path else str(i), arrays, depth + 1) for i, v in enumerate(obj)]
         return items if isinstance(obj, list) else {"__tuple__": items}
     if obj is None or isinstance(obj, (str, bool, int, float)):
         return obj
@@ -147,16 +163,30 @@ def _skeleton(obj: Any, path: str, arrays: dict[str, Any]) -> Any:
                           f"tensors, numbers, strings, None and dicts / lists / tuples of them (no pickle)")
 
 
-def _rebuild(skel: Any, tensors: dict[str, Tensor]) -> Any:
+def _rebuild(skel: Any, tensors: dict[str, Tensor], where: str, at: str = "") -> Any:
+    """The object _skeleton described (its nesting already bounded by _parse_json); CheckpointError
+    naming the file and the place (`at`) where the description is not one _skeleton makes."""
     if isinstance(skel, list):
-        return [_rebuild(v, tensors) for v in skel]
-    if isinstance(skel, dict):
-        if "__tensor__" in skel:
-            return tensors[skel["__tensor__"]]
-        if "__tuple__" in skel:
-            return tuple(_rebuild(v, tensors) for v in skel["__tuple__"])
-        return {k: _rebuild(v, tensors) for k, v in skel["__dict__"]}
-    return skel
+        return [_rebuild(v, tensors, where, f"{at}.{i}" if at else str(i)) for i, v in enumerate(skel)]
+    if not isinstance(skel, dict):
+        return skel  # JSON's scalars: what _skeleton stores as they are
+    kind, body = next(iter(skel.items())) if len(skel) == 1 else (None, None)
+    if kind == "__tensor__" and isinstance(body, str):
+        if body not in tensors:
+            raise _malformed(where, at, f"names tensor {body!r}, which the file does not hold")
+        return tensors[body]
+    if kind == "__tuple__" and isinstance(body, list):
+        return tuple(_rebuild(v, tensors, where, f"{at}.{i}" if at else str(i)) for i, v in enumerate(body))
+    if kind == "__dict__" and isinstance(body, list) and all(
+            isinstance(p, list) and len(p) == 2 and (p[0] is None or isinstance(p[0], (str, int, float)))
+            for p in body):
+        return {k: _rebuild(v, tensors, where, f"{at}.{k}" if at else str(k)) for k, v in body}
+    raise _malformed(where, at, f"is {_REPR.repr(skel)}, not a tensor, tuple or dict as flame.save writes them")
+
+
+def _malformed(where: str, at: str, what: str) -> CheckpointError:
+    return CheckpointError(f"{where!r}: the saved object ({_OBJECT_KEY}) is malformed: "
+                           f"{'the object' if not at else repr(at)} {what}")
 
 
 def save(obj: Any, f: str | os.PathLike | Any, metadata: dict[str, Any] | None = None) -> None:
@@ -188,7 +218,7 @@ def _read(path: str | os.PathLike | Any) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {os.fspath(path)!r} does not exist") from None
+        raise CheckpointError(f"checkpoint {_where(path)!r} does not exist") from None
 
 
 def load(path: str | os.PathLike | Any, map_location: Any = None, weights_only: bool | None = None) -> Any:
@@ -205,22 +235,52 @@ def load(path: str | os.PathLike | Any, map_location: Any = None, weights_only: 
     tensors = _load_tensors(path, data)
     meta = _header_metadata(path, data)
     if _OBJECT_KEY in meta:
-        return _rebuild(json.loads(meta[_OBJECT_KEY]), tensors)
+        where = _where(path)
+        return _rebuild(_parse_json(where, f"the saved object ({_OBJECT_KEY})", meta[_OBJECT_KEY]), tensors, where)
     return tensors
 
 
+def _where(f: Any) -> str:
+    """How an error names the file: its path, a file object's name, or its type."""
+    name = getattr(f, "name", f)
+    try:
+        return os.fsdecode(name)
+    except TypeError:
+        return f"<{type(f).__name__}>"
+
+
+def _json_depth(text: str | bytes) -> int:
+    """The deepest nesting of [ and { in JSON text, outside its strings, counted without parsing it."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    bare = np.frombuffer(_JSON_STRING.sub(b"", data), np.uint8)
+    step = np.isin(bare, (ord("["), ord("{"))).astype(np.int64) - np.isin(bare, (ord("]"), ord("}")))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _parse_json(where: str, what: str, text: str | bytes) -> Any:
+    """JSON text of a file's header (`what` names it); CheckpointError naming the file when it is not
+    JSON, or is nested deeper than _MAX_JSON_DEPTH (refused before parsing)."""
+    depth = _json_depth(text)
+    if depth > _MAX_JSON_DEPTH:
+        raise CheckpointError(f"{where!r}: {what}: JSON nested {depth} levels deep (at most {_MAX_JSON_DEPTH})")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and too long an integer are ValueErrors
+        raise CheckpointError(f"{where!r}: {what}: not valid JSON ({e})") from None
+
+
 def _load_tensors(path: Any, data: bytes) -> dict[str, Tensor]:
-    path = getattr(path, "name", path)
+    path = _where(path)
     try:
         items = deserialize(data)
     except CheckpointError:
         raise
     except Exception as e:
-        raise CheckpointError(f"{os.fspath(path)!r} is not a valid safetensors file: {e}") from None
+        raise CheckpointError(f"{path!r} is not a valid safetensors file: {e}") from None
     out = {}
     for name, info in items:
         if info["dtype"] not in _NP_DTYPES:
-            raise CheckpointError(f"{os.fspath(path)!r}: tensor {name!r} has unsupported dtype {info['dtype']}")
+            raise CheckpointError(f"{path!r}: tensor {name!r} has unsupported dtype {info['dtype']}")
         arr = np.frombuffer(info["data"], dtype=_NP_DTYPES[info["dtype"]]).reshape(info["shape"])
         out[name] = as_tensor(arr.copy())
     return out
@@ -233,31 +293,30 @@ def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _header_metadata(path: Any, data: bytes) -> dict[str, str]:
-    path = getattr(path, "name", path)
+    path = _where(path)
     try:
         (n,) = struct.unpack("<Q", data[:8])
         if n > len(data) - 8:
             raise ValueError(f"the header claims {n} bytes but the file has {len(data) - 8} after the length")
-        header = json.loads(data[8:8 + n])
-        meta = (header.get("__metadata__") or {}) if isinstance(header, dict) else None
-        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-            raise ValueError("the header's __metadata__ is not a string -> string map")
-    except (struct.error, ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{os.fspath(path)!r} is not a valid safetensors file: {e}") from None
+    except (struct.error, ValueError) as e:
+        raise CheckpointError(f"{path!r} is not a valid safetensors file: {e}") from None
+    header = _parse_json(path, "the safetensors header", data[8:8 + n])
+    meta = (header.get("__metadata__") or {}) if isinstance(header, dict) else None
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise CheckpointError(f"{path!r} is not a valid safetensors file: the header's __metadata__ is not a "
+                              f"string -> string map")
     return dict(meta)
 
 
 def _decode_metadata(path, meta: dict[str, str]) -> dict[str, Any]:
     if _JSON_KEY not in meta:
         return meta
-    try:
-        keys = json.loads(meta.pop(_JSON_KEY))
-        if not isinstance(keys, list) or not all(isinstance(k, str) and k in meta for k in keys):
-            raise ValueError(f"{_JSON_KEY} does not list metadata keys")
-        for k in keys:
-            meta[k] = json.loads(meta[k])
-    except ValueError as e:
-        raise CheckpointError(f"{os.fspath(path)!r}: malformed metadata ({e})") from None
+    where = _where(path)
+    keys = _parse_json(where, f"the metadata key {_JSON_KEY!r}", meta.pop(_JSON_KEY))
+    if not isinstance(keys, list) or not all(isinstance(k, str) and k in meta for k in keys):
+        raise CheckpointError(f"{where!r}: malformed metadata ({_JSON_KEY} does not list metadata keys)")
+    for k in keys:
+        meta[k] = _parse_json(where, f"metadata {k!r}", meta[k])
     return meta
 
 
@@ -295,20 +354,17 @@ def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: di
 
 def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -> dict:
     """The optimizer's state_dict stored in a checkpoint; CheckpointError naming the file if malformed."""
-    where = os.fspath(path)
+    where = _where(path)
     if _GROUPS_KEY not in meta:
         raise CheckpointError(f"{where!r} holds no optimizer state (it was saved without one)")
     state: dict[int, dict[str, Tensor]] = {}
     for k, v in tensors.items():
         if k.startswith(_OPT + "state/"):
             i, _, name = k[len(_OPT + "state/"):].partition("/")
-            if not i.isdigit() or not name:
+            if not _STATE_INDEX.fullmatch(i) or not name:
                 raise CheckpointError(f"{where!r}: optimizer tensor {k!r} is not named {_OPT}state/INDEX/NAME")
             state.setdefault(int(i), {})[name] = v
-    try:
-        groups = json.loads(meta[_GROUPS_KEY])
-    except ValueError as e:
-        raise CheckpointError(f"{where!r}: the optimizer's parameter groups are not valid JSON ({e})") from None
+    groups = _parse_json(where, "the optimizer's parameter groups", meta[_GROUPS_KEY])
     if not isinstance(groups, list) or not all(
             isinstance(g, dict) and isinstance(g.get("params"), list)
             and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"]) for g in groups):
@@ -333,7 +389,7 @@ def load_checkpoint(path: str | os.PathLike, model, optimizer=None, strict: bool
         model_pairs, _ = model.plan_load(model_sd, strict=strict)
         opt_pairs = optimizer.plan_load(opt_sd) if optimizer is not None else None
     except CheckpointError as e:
-        raise CheckpointError(f"{os.fspath(path)!r}: {e}") from None
+        raise CheckpointError(f"{_where(path)!r}: {e}") from None
     copy_pairs(model_pairs)
     if optimizer is not None:
         optimizer.apply_load(opt_pairs, opt_sd)

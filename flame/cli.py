@@ -202,8 +202,10 @@ def _parser() -> argparse.ArgumentParser:
                    "whose output diverges (or produces NaN/Inf with --nan). Without a GPU: the reference "
                    "plan executor against the graph interpreter, and the NaN/Inf watch over every call",
                    cmd_check)
-    c.add_argument("--rtol", type=_number(lambda x: x > 0, "a positive number"), default=1e-3)
-    c.add_argument("--atol", type=_number(lambda x: x >= 0, "a number >= 0"), default=1e-4)
+    c.add_argument("--rtol", type=_number(lambda x: x >= 0, "a number >= 0"), default=1e-3,
+                   help="relative tolerance (default 1e-3); 0 compares with --atol alone, as numpy.allclose does")
+    c.add_argument("--atol", type=_number(lambda x: x >= 0, "a number >= 0"), default=1e-4,
+                   help="absolute tolerance (default 1e-4)")
     c.add_argument("--nan", action="store_true", help="NaN/Inf watch: name the first kernel producing one")
     for sp in (e, v, pr):
         sp.add_argument("--function", default=None, metavar="NAME",

@@ -22,6 +22,8 @@ types))."""
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -30,7 +32,7 @@ from functools import lru_cache
 
 from flame import debug
 from flame.codegen.kernel import rows_schedule
-from flame.errors import MemoryBudgetError
+from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
 from flame.passes import remat as remat_pass
@@ -113,9 +115,11 @@ def compile_graph(
     other's pointers); it shares the cached passes and plan but gets a fresh executor compile, and
     the cache keeps no runnable for it. Otherwise (eager ops, backward graphs) the runnable is shared.
     memory_budget: the planned peak to fit in (bytes, or a fraction in (0, 1] of the peak planned
-    without it) by recomputing forward values in the backward (`_fit_budget`); MemoryBudgetError,
+    without it; check_memory_budget says what else it may be) by recomputing forward values in the
+    backward (`_fit_budget`); MemoryBudgetError,
     saying the smallest reachable peak, when it cannot be met. Needs optimize.
     """
+    memory_budget = check_memory_budget(memory_budget, "compile_graph")
     ex = executor()
     if key is None:
         key = print_graph(graph)
@@ -220,10 +224,32 @@ def compile_instance(template: PlanTemplate, size: int) -> tuple[CompiledGraph, 
     return CompiledGraph(inst.plan.graph, inst.plan, run, timings), inst
 
 
+_BUDGET_MEANS = ("a whole number of bytes (an int, or a float above 1 with no fraction) or a fraction in (0, 1] "
+                 "of the peak planned without a budget")
+
+
+def check_memory_budget(value: float | None, owner: str = "flame.compile") -> float | None:
+    """`value` as compile_graph plans for it (an int of bytes, or a float: a fraction in (0, 1] of the
+    peak planned without a budget, or a whole number of bytes above 1), None for no budget. Anything
+    else raises ArgumentTypeError (not a number: a bool, a string) or ArgumentError (zero, negative,
+    NaN, infinite, or a float above 1 with a fraction, such as 1.5), naming `owner`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{owner}: memory_budget must be {_BUDGET_MEANS}; got {type(value).__name__} "
+                                f"{value!r}")
+    if isinstance(value, numbers.Integral):
+        if value >= 1:
+            return int(value)
+    elif math.isfinite(value) and 0 < value and (value <= 1 or float(value).is_integer()):
+        return float(value)
+    elif math.isfinite(value) and value > 1:
+        raise ArgumentError(f"{owner}: memory_budget={value!r} has a fraction of a byte: a float above 1 is a "
+                            f"number of bytes, and a fraction of the peak planned without a budget is in (0, 1]")
+    raise ArgumentError(f"{owner}: memory_budget={value!r} is not {_BUDGET_MEANS}")
+
+
 def _budget_bytes(requested: float, unconstrained: int) -> int:
-    if isinstance(requested, bool) or not isinstance(requested, (int, float)) or not requested > 0:
-        raise ValueError(f"memory_budget must be a positive number of bytes or a fraction in (0, 1], got "
-                         f"{requested!r}")
     return int(requested * unconstrained) if isinstance(requested, float) and requested <= 1 else int(requested)
 
 

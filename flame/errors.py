@@ -46,6 +46,16 @@ class MemoryBudgetError(FlameError, ValueError):
     message says the smallest peak that is reachable."""
 
 
+class ArgumentError(FlameError, ValueError):
+    """An argument, option or FLAME_* environment variable holds a value flame does not accept; the
+    message names it, what it accepts and what it holds."""
+
+
+class ArgumentTypeError(FlameError, TypeError):
+    """An argument is of a type flame does not accept there (PyTorch raises TypeError); the message
+    names it, what it accepts and what came."""
+
+
 class CheckpointError(FlameError, KeyError):
     """A state_dict / checkpoint does not match the module or optimizer it is loaded into."""
 

@@ -5,15 +5,16 @@ launch-size helpers and unique, descriptive kernel names."""
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
+from flame._env import env_choice
 from flame.codegen import cuda_c
 from flame.codegen.snippets import PRELUDES
+from flame.errors import ArgumentError
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
 from flame.ir.printer import format_attr, format_op
@@ -115,10 +116,12 @@ ROWS_SCHEDULE_ENV = "FLAME_ROWS_SCHEDULE"
 def rows_schedule(config: Config = DEFAULT_CONFIG) -> str:
     """The row kernels' schedule: config.rows_schedule, else $FLAME_ROWS_SCHEDULE, else "auto" (the new
     schedule where it is faster, plain rows; the whole GPU suite passed with it on an H100, 2026-11-27)."""
-    name = config.rows_schedule or os.environ.get(ROWS_SCHEDULE_ENV, "") or "auto"
-    if name not in ROWS_SCHEDULES:
-        raise ValueError(f"{ROWS_SCHEDULE_ENV}={name!r}: expected one of {', '.join(ROWS_SCHEDULES)}")
-    return name
+    if not config.rows_schedule:
+        return env_choice(ROWS_SCHEDULE_ENV, ROWS_SCHEDULES, "auto")
+    if config.rows_schedule not in ROWS_SCHEDULES:
+        raise ArgumentError(f"Config.rows_schedule={config.rows_schedule!r}: expected one of "
+                            f"{', '.join(ROWS_SCHEDULES)}")
+    return config.rows_schedule
 
 
 @dataclass(frozen=True)

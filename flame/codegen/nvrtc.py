@@ -4,10 +4,12 @@ Cache entries live in ~/.cache/flame (mode 0700; env FLAME_CACHE_DIR overrides),
 sha256(source, arch, options, NVRTC version, flame version). A cache directory that is not owned by
 the user or that others may write is not used (a warning says so; kernels are then compiled every
 time), as pip and CUDA's own caches do. Each file holds a magic line, an HMAC-SHA256 of the entry's
-name and payload under a per-user secret (`.hmac-key` in the directory, mode 0600) and the payload: an
-entry planted by someone without the secret, or one whose payload is damaged, fails the check and is
-deleted and rebuilt. Entries are written to a temporary file and os.replace()d into place, so readers
-never see half an entry; writing is best-effort (a failure warns and the compile still returns).
+name and payload under a per-user secret (`.hmac-key` in the directory, mode 0600, 32 random bytes; a
+shorter one, such as an empty file, is replaced with a warning) and the payload: an entry planted by
+someone without the secret, or one whose payload is damaged, fails the check and is deleted and
+rebuilt. Entries are written to a temporary file and os.replace()d into place, so readers never see
+half an entry; writing is best-effort (a failure, such as a read-only directory, warns once per
+process and directory, and the compile still returns).
 A compile error raises FlameError with the numbered source, the NVRTC log and the IR op."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hmac
 import os
 import stat
 import tempfile
+import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,15 +33,20 @@ from flame.errors import FlameError
 
 _MAGIC = b"FLAMECUBIN2\n"  # 2: the digest is an HMAC (entries of version 1 fail the check and are rebuilt)
 _KEY_FILE = ".hmac-key"
+_KEY_BYTES = 32  # HMAC-SHA256's block-sized secret; a shorter key file is replaced
 _TMP = ".tmp-"
 OPTIONS = ("-std=c++17", "-default-device")  # no --use_fast_math: kernels must match the reference
+
+
+def _cache_path() -> Path:
+    env = os.environ.get("FLAME_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "flame"
 
 
 def cache_dir() -> Path:
     """The cache directory (created with mode 0700 on first use). FlameError if it is not a directory,
     is not owned by the user, or others may write to it."""
-    env = os.environ.get("FLAME_CACHE_DIR")
-    path = Path(env) if env else Path.home() / ".cache" / "flame"
+    path = _cache_path()
     try:
         if not path.is_dir():
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -55,13 +63,23 @@ def cache_dir() -> Path:
     return path
 
 
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()  # (what failed, the cache directory): each warned about once
+_lock = threading.RLock()  # compile_many's threads share the warnings and the key
 
 
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(f"flame: {message}", RuntimeWarning, stacklevel=3)
+def _warn_once(what: str, folder: Path | str, message: str) -> None:
+    """Warn once per process about `what` failing in the cache directory `folder` (one warning, not
+    one per kernel: the message must not name a kernel's files)."""
+    with _lock:
+        if (what, str(folder)) in _warned:
+            return
+        _warned.add((what, str(folder)))
+    warnings.warn(f"flame: {message}", RuntimeWarning, stacklevel=3)
+
+
+def _reason(e: BaseException) -> str:
+    """Why an operation on the cache failed, without the file it failed on (a temporary's name)."""
+    return (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
 
 
 def _usable_dir() -> Path | None:
@@ -69,25 +87,53 @@ def _usable_dir() -> Path | None:
     try:
         return cache_dir()
     except FlameError as e:
-        _warn_once(f"{e}; compiling without the kernel cache")
+        _warn_once("use", _cache_path(), f"{e}; compiling without the kernel cache")
         return None
+
+
+def _new_key(path: Path, replace: bool) -> None:
+    """Write a fresh random key to `path` (mode 0600) atomically: with replace, in place of what is
+    there; else only if there is none (concurrent creators agree on one key)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(_TMP), suffix=".part")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(_KEY_BYTES))
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _secret(folder: Path) -> bytes:
     """The per-user HMAC key of the cache (created once, 0600; OSError if it cannot be read or made,
-    FlameError if someone else could have written it)."""
+    FlameError if someone else could have written it). A key shorter than _KEY_BYTES (an empty file)
+    would let anyone sign entries: it is replaced by a new one, with one warning (entries signed with
+    it then fail their check and are compiled again); FlameError if that cannot be done."""
     path = folder / _KEY_FILE
     if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=temp_prefix(_TMP), suffix=".part")  # mode 0600
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(32))
-            try:
-                os.link(tmp, path)  # atomic and never overwrites: concurrent creators agree on one key
-            except FileExistsError:
-                pass
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        _new_key(path, replace=False)
+    key = _read_key(path)
+    if len(key) >= _KEY_BYTES:
+        return key
+    with _lock:  # one thread replaces it; the others read the new key
+        key = _read_key(path)
+        if len(key) < _KEY_BYTES:
+            _warn_once("key", folder, f"the kernel cache key {str(path)!r} holds {len(key)} bytes, fewer than "
+                       f"{_KEY_BYTES}; it is replaced by a new key (cached kernels are compiled again)")
+            _new_key(path, replace=True)
+            key = _read_key(path)
+    if len(key) < _KEY_BYTES:
+        raise FlameError(f"the kernel cache key {str(path)!r} holds {len(key)} bytes, fewer than {_KEY_BYTES}")
+    return key
+
+
+def _read_key(path: Path) -> bytes:
+    """The key file's bytes, once it is known to be a private regular file of the user's."""
     st = os.stat(path)
     if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
         raise FlameError(f"the kernel cache key {str(path)!r} is not a private file of yours")
@@ -225,7 +271,8 @@ def compile_cubin(source: str, arch: str, name_hint: str = "") -> bytes:
     try:
         cached = None if path is None else _read(path)
     except (OSError, FlameError) as e:
-        _warn_once(f"cannot read the kernel cache ({e}); compiling without it")
+        _warn_once("read", folder, f"cannot read the kernel cache {str(folder)!r} ({_reason(e)}); compiling "
+                   f"without it")
         path = cached = None
     if cached is not None:
         return cached
@@ -234,8 +281,8 @@ def compile_cubin(source: str, arch: str, name_hint: str = "") -> bytes:
         try:
             _write(path, cubin)
         except (OSError, FlameError) as e:
-            _warn_once(f"cannot write to the kernel cache {str(path.parent)!r} ({e}); kernels are compiled "
-                       f"again next time")
+            _warn_once("write", folder, f"cannot write to the kernel cache {str(folder)!r} ({_reason(e)}); "
+                       f"kernels are compiled again next time")
     return cubin
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
+import numbers
 import re
 import time
 import warnings
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flame import _gc, debug
-from flame.compiler import compile_graph, compile_instance, optimize_graph, plan_template
-from flame.errors import FlameError, MemoryBudgetError, RecompileWarning
+from flame._env import env_int
+from flame.compiler import check_memory_budget, compile_graph, compile_instance, optimize_graph, plan_template
+from flame.errors import ArgumentError, ArgumentTypeError, FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor, zeros
@@ -199,7 +200,17 @@ class CompileStats:
 
 
 def _default_cache_limit() -> int:
-    return int(os.environ.get("FLAME_CACHE_LIMIT", "8"))
+    return env_int("FLAME_CACHE_LIMIT", 8, minimum=1)
+
+
+def _cache_limit(value: Any, name: str) -> int:
+    """flame.compile's cache_limit: an int of at least 1 (ArgumentTypeError / ArgumentError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(f"flame.compile({name}): cache_limit must be an int, got {type(value).__name__} "
+                                f"{value!r}")
+    if value < 1:
+        raise ArgumentError(f"flame.compile({name}): cache_limit must be at least 1, got {value}")
+    return int(value)
 
 
 class Compiled:
@@ -231,13 +242,11 @@ class Compiled:
             raise ValueError(f"flame.compile: dynamic must be None, True or False, got {dynamic!r}")
         self.fn = fn
         self.dynamic = dynamic
-        self.memory_budget = memory_budget
         self.warn = warn  # False for flame's own uses that the user did not ask to compile (eager flame.grad)
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
         self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
-        self.cache_limit = _default_cache_limit() if cache_limit is None else int(cache_limit)
-        if self.cache_limit < 1:
-            raise ValueError(f"flame.compile({self.name}): cache_limit must be at least 1, got {self.cache_limit}")
+        self.memory_budget = check_memory_budget(memory_budget, f"flame.compile({self.name})")
+        self.cache_limit = _default_cache_limit() if cache_limit is None else _cache_limit(cache_limit, self.name)
         self._cache: dict[tuple, list[_Entry]] = {}  # signature -> its traces (they differ in guards)
         self._calls = self._hits = self._traces = 0
         self._compile_seconds = 0.0
@@ -617,8 +626,9 @@ def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A00
     and compiled on its own (specialised). A dim that cannot be dynamic (the body branches on it,
     or a number derived from it is not affine in it) is specialised with a warning saying why.
 
-    memory_budget: the planned peak device memory a call may take, in bytes (an int, or a float
-    above 1) or as a fraction in (0, 1] of the peak planned without a budget. The backward then
+    memory_budget: the planned peak device memory a call may take, in bytes (an int, or a whole float
+    above 1) or as a fraction in (0, 1] of the peak planned without a budget (anything else, such as
+    1.5, 0 or inf, raises flame.ArgumentError). The backward then
     recomputes forward values instead of keeping them: a minimum cut over the joint graph picks which
     (cheap elementwise work first; matmuls, attention and random draws only when the budget forces
     it; passes/remat.py). `memory_report(*args)` shows what is kept and recomputed and both peaks; a

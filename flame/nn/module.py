@@ -3,13 +3,14 @@ PyTorch API people know (parameters, named_modules, state_dict, train/eval, ...)
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from flame.errors import CheckpointError
+from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import as_tensor as share_tensor
 from flame.frontend.tensor import Tensor
@@ -320,7 +321,10 @@ class Module:
         """Copy tensors into this module's parameters and buffers (in place: the same objects stay
         bound, so optimizers and compiled steps see the new values). Raises flame.CheckpointError
         listing every missing, unexpected and mis-shaped entry; nothing is changed when it raises.
-        With strict=False, missing and unexpected keys are returned instead (shapes must still fit)."""
+        With strict=False, missing and unexpected keys are returned instead (shapes must still fit).
+        A path is refused (flame.ArgumentTypeError, a TypeError as in PyTorch): load the file first."""
+        if not isinstance(state_dict, Mapping):
+            raise ArgumentTypeError(_not_a_state_dict(type(self).__name__, state_dict))
         pairs, keys = self.plan_load(state_dict, strict)
         copy_pairs(pairs)
         return keys
@@ -338,6 +342,16 @@ class Module:
         lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ")" if not lines else head + "\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _not_a_state_dict(owner: str, value: Any) -> str:
+    """Why load_state_dict cannot take `value`, and for a path what loads it."""
+    head = f"{owner}.load_state_dict: expected a state_dict (a mapping of names to tensors), got"
+    if isinstance(value, (str, bytes, os.PathLike)):
+        return (f"{head} the path {value!r}; load the file first: model.load_state_dict(flame.load(path)) for a "
+                f"safetensors file (flame.save's or PyTorch's), or flame.checkpoint.load_checkpoint(path, model, "
+                f"optimizer) for one written by flame.checkpoint.save_checkpoint")
+    return f"{head} {type(value).__name__}"
 
 
 def match_state(own: dict[str, Tensor], state_dict: dict[str, Any], strict: bool,

@@ -10,7 +10,8 @@ read through `option()`, which guards them: changing one re-traces with a Recomp
 from __future__ import annotations
 
 import copy
-import math
+import reprlib
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -246,19 +247,20 @@ class Optimizer:
 
 
 _MISSING = object()
+_FLOAT_MAX = sys.float_info.max
 
 
 def _hyper_problem(saved: Any, mine: Any) -> str:
     """'' if a saved hyperparameter can replace this optimizer's value (same kind: a finite number for
     a number, a bool for a bool, a tuple of numbers of the same length for a tuple; a key this optimizer
     lacks must hold plain data), else what is wrong."""
-    def number(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    def number(v) -> bool:  # a finite float, or an int a float holds (not 10**400)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and -_FLOAT_MAX <= v <= _FLOAT_MAX
 
     if mine is _MISSING:  # a key a scheduler adds (initial_lr), as PyTorch keeps it: plain data only
         plain = saved is None or isinstance(saved, (bool, str)) or number(saved) or (
             isinstance(saved, (tuple, list)) and all(number(x) for x in saved))
-        return "" if plain else f"saved {saved!r} is not a number, bool, string or list of numbers"
+        return "" if plain else f"saved {_quote(saved)} is not a number, bool, string or list of numbers"
 
     if isinstance(mine, bool) or mine is None:
         ok = isinstance(saved, bool) or (mine is None and (saved is None or number(saved)))
@@ -268,4 +270,11 @@ def _hyper_problem(saved: Any, mine: Any) -> str:
         ok = isinstance(saved, (tuple, list)) and len(saved) == len(mine) and all(number(x) for x in saved)
     else:
         ok = type(saved) is type(mine)
-    return "" if ok else f"saved {saved!r} cannot replace {mine!r}"
+    return "" if ok else f"saved {_quote(saved)} cannot replace {mine!r}"
+
+
+def _quote(v: Any) -> str:
+    """A saved value as an error quotes it: shortened, and an int too long to print described."""
+    if isinstance(v, int) and v.bit_length() > 4096:
+        return f"an int of {v.bit_length()} bits"
+    return reprlib.repr(v)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from functools import partial, update_wrapper
 
+from flame._env import env_flag
 from flame.errors import VerifyError
 from flame.ir.graph import Graph, Op
 from flame.ir.ops.conv import CONV_OPS
@@ -44,8 +44,8 @@ MAX_ROUNDS = 8  # a rewrite exposing another is rare; more rounds than this mean
 
 
 def debug_enabled() -> bool:
-    """FLAME_DEBUG=1 (any value but empty or 0) turns on the verifier after every pass."""
-    return os.environ.get("FLAME_DEBUG", "") not in ("", "0")
+    """FLAME_DEBUG=1 turns on the verifier after every pass."""
+    return env_flag("FLAME_DEBUG", False)
 
 
 def stage_name(p: Pass, rnd: int) -> str:
@@ -103,7 +103,7 @@ def run_pipeline(
 
 def fusion_enabled() -> bool:
     """FLAME_FUSE=0 turns the fusion pass off (one kernel per op), for A/B tests and debugging."""
-    return os.environ.get("FLAME_FUSE", "1") != "0"
+    return env_flag("FLAME_FUSE", True)
 
 
 def _after_traced(dump: Dump | None) -> Dump | None:

@@ -7,9 +7,9 @@ attention and convolution op as one step through its NumPy reference."""
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import replace
 
+from flame._env import env_flag
 from flame.runtime import cudnn_attention, cudnn_conv, matmul
 from flame.runtime.device import cuda_available
 from flame.target import DEFAULT_TARGET, Target
@@ -92,7 +92,7 @@ def side_stream_enabled() -> bool:
     (2026-11-29) the update's short blocks were dispatched before the next matmul's and delayed it,
     so nothing was hidden, and gpt_train's 48 per-layer updates took 1.5 % longer than its one
     multi-tensor update (README, "The optimizer and the backward")."""
-    return os.environ.get("FLAME_SIDE_STREAM", "0") == "1"
+    return env_flag("FLAME_SIDE_STREAM", False)
 
 
 def bgrad_enabled() -> bool:
@@ -104,10 +104,10 @@ def bgrad_enabled() -> bool:
     mlp_bf16_train 4484 -> 4450 us, gpt_block_train 1481 -> 1464, gpt_train 8410 -> 8280. Tiny layers
     lose a little (mlp_small_train, [128, 256] f32 gradients: 83.3 -> 84.8 us): there the epilogue's
     one kernel beats the column sum's two."""
-    return os.environ.get("FLAME_MATMUL_BGRAD", "0") == "1"
+    return env_flag("FLAME_MATMUL_BGRAD", False)
 
 
 def comm_stream_enabled() -> bool:
     """FLAME_COMM_STREAM=0 issues collectives on the plan's own stream, in order (no overlap with
     the computation after them); by default the CUDA executor runs them on a second stream."""
-    return os.environ.get("FLAME_COMM_STREAM", "1") != "0"
+    return env_flag("FLAME_COMM_STREAM", True)

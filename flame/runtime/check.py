@@ -20,15 +20,19 @@ from flame.runtime.stepwise import GpuUnitRunner, Unit, units
 _LOOSE = {"float16": 1e-2, "bfloat16": 4e-2}  # f16/bf16 results round more coarsely
 
 
-def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> tuple[bool, float]:
-    """(within tolerance, worst relative error); a NaN must meet a NaN."""
+def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> tuple[bool, str]:
+    """(within tolerance as numpy.allclose(rtol, atol) sees it, the worst error: relative, with atol / rtol
+    as the floor of the reference's magnitude, or absolute when rtol is 0); a NaN must meet a NaN."""
     rt = max(rtol, _LOOSE.get(want.dtype.name, 0.0))
     g, w = got.astype(np.float64), want.astype(np.float64)
     fin = ~np.isnan(w)
-    err = np.abs(g[fin] - w[fin]) / (np.abs(w[fin]) + atol / rt)
-    worst = float(err.max()) if err.size else 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):  # inf - inf where both are the same infinity; x / 0
+        err = np.where(g[fin] == w[fin], 0.0, np.abs(g[fin] - w[fin]))
+        if rt > 0:
+            err = np.where(err == 0, 0.0, err / (np.abs(w[fin]) + atol / rt))
+    worst = float(np.nan_to_num(err, nan=np.inf).max()) if err.size else 0.0
     ok = np.array_equal(np.isnan(g), np.isnan(w)) and bool(np.allclose(g[fin], w[fin], rtol=rt, atol=atol))
-    return ok, worst
+    return ok, f"worst {'relative' if rt > 0 else 'absolute'} error {worst:.3g}"
 
 
 def nonfinite(a: np.ndarray) -> str:
@@ -64,8 +68,8 @@ def check_plan_gpu(title: str, plan: Plan, inputs: list[np.ndarray], rtol: float
                 continue
             ok, worst = _close(got, want, rtol, atol)
             if not ok:
-                return _report(unit, ids, f"diverges from the reference in b{bid}: worst relative error "
-                               f"{worst:.3g} (rtol {rtol}, atol {atol})", title), False
+                return _report(unit, ids, f"diverges from the reference in b{bid}: {worst} (rtol {rtol}, "
+                               f"atol {atol})", title), False
     what = "no NaN/Inf in any kernel output" if nan_watch else "every kernel matches the reference"
     return (f"OK {title}: {what} ({len(units(plan))} kernels run one by one on the GPU, on the first "
             f"call's inputs)"), True
@@ -93,7 +97,7 @@ def check_plan_reference(title: str, plan: Plan, inputs: list[np.ndarray], rtol:
         ok, worst = _close(g, w, rtol, atol)
         if not ok:
             return (f"MISMATCH {title}: output {i} of the reference plan executor differs from the graph "
-                    f"interpreter (worst relative error {worst:.3g}): the memory plan or a step is wrong"), False
+                    f"interpreter ({worst}, rtol {rtol}, atol {atol}): the memory plan or a step is wrong"), False
     return (f"OK {title}: compared the reference executor running the plan ({len(plan.steps)} steps, memory "
             f"plan included) with the graph interpreter op by op, on the first call's inputs: all "
             f"{len(want)} outputs agree (rtol {rtol}, atol {atol}). No GPU here, so no CUDA kernel was "

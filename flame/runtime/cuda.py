@@ -40,7 +40,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 import sys
 import weakref
 from collections import OrderedDict
@@ -48,6 +47,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from flame._env import env_choice, env_flag
 from flame._lists import alive_same, all_same, gather
 from flame.errors import FlameError
 from flame.plan.steps import (
@@ -300,7 +300,7 @@ COPY_BYTES_PER_US = 2.0e6  # a device copy moves about this many bytes per µs (
 
 def graphs_setting() -> str:
     """FLAME_CUDA_GRAPHS: "0" never replays CUDA graphs, "1" always does, unset/"auto" decides per plan."""
-    return {"0": "never", "1": "always"}.get(os.environ.get("FLAME_CUDA_GRAPHS", "auto"), "auto")
+    return env_choice("FLAME_CUDA_GRAPHS", {"0": "never", "1": "always", "auto": "auto"}, "auto")
 
 
 # host time of one plain call into a library from Python, counted low: a cuDNN frontend graph's execute
@@ -331,7 +331,7 @@ def sanitizing() -> bool:
     """FLAME_SANITIZE=1 (for compute-sanitizer memcheck): every planned buffer is its own cudaMalloc and
     CuPy's pool is off, so an access past any buffer lands outside an allocation and is reported (in
     one arena, or in a pooled chunk, it would hit a neighbour silently). Slow; for checking only."""
-    if os.environ.get("FLAME_SANITIZE", "0") in ("", "0"):
+    if not env_flag("FLAME_SANITIZE", False):
         return False
     import cupy
 

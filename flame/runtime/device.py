@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from flame._env import env_choice
 from flame.errors import FlameError
 
 DEVICES = ("cuda", "reference")
@@ -49,7 +50,7 @@ def set_device(name: str) -> None:
 def get_device() -> str:
     if _chosen:
         return _chosen[0]
-    env = os.environ.get("FLAME_DEVICE")
+    env = env_choice("FLAME_DEVICE", DEVICES, None)
     if env:
         set_device(env)
         return env

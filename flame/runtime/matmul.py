@@ -46,17 +46,17 @@ process to the next (the choice depends on timings), so it is off by default.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from flame._env import env_flag
 from flame.ir import symbolic
 from flame.plan.steps import MatmulCall
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
-autotune = os.environ.get("FLAME_MATMUL_AUTOTUNE", "0") not in ("", "0")  # time the algorithms (module doc)
+autotune = env_flag("FLAME_MATMUL_AUTOTUNE", False)  # time the algorithms (module doc)
 TUNE_MIN_FLOPS = 1 << 30  # smaller GEMMs keep the heuristic's first algorithm (timing them would read L2)
 TUNE_REPS = 3
 # flame epilogue -> cuBLASLt's (cublasLt.Epilogue), for the call issued transposed (module doc)

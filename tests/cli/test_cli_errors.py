@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from flame import cli
@@ -14,9 +15,11 @@ SCRIPT = os.path.join(HERE, "tiny_step.py")
 
 
 @pytest.mark.parametrize("args", [
-    ["check", "--rtol", "0", SCRIPT],
+    ["check", "--rtol", "-0.1", SCRIPT],
     ["check", "--rtol", "nan", SCRIPT],
     ["check", "--atol", "-1", SCRIPT],
+    ["check", "--atol", "nan", SCRIPT],
+    ["check", "--rtol", "abc", SCRIPT],
     ["profile", "--repeat", "0", SCRIPT],
     ["bench", "--no-such-flag"],
     ["cache", "info", "extra"],
@@ -51,3 +54,30 @@ def test_unwritable_output_is_one_line(tmp_path, capsys):
     out.mkdir()  # a directory where the .dot file should go: open() fails
     assert cli.main(["viz", "-o", str(out), SCRIPT]) == 1
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rtol, atol", [("0", "1e-5"), ("0", "0")])
+def test_check_with_rtol_0_compares_with_atol_alone(rtol, atol, capsys):
+    """rtol 0 with an atol is a valid request (numpy.allclose's meaning), not a usage error."""
+    assert cli.main(["check", "--rtol", rtol, "--atol", atol, SCRIPT]) == 0
+    out = capsys.readouterr().out
+    assert f"(rtol {float(rtol)}, atol {float(atol)})" in out and "OK " in out
+
+
+@pytest.mark.parametrize("rtol, atol", [(0.0, 1e-3), (0.0, 0.0), (1e-3, 0.0), (1e-2, 1e-4)])
+def test_check_tolerance_is_numpys_allclose(rtol, atol):
+    from flame.runtime.check import _close
+
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal(1000).astype(np.float32)
+    want[:3] = (0.0, np.inf, -np.inf)
+    for noise in (0.0, 1e-6, 1e-4, 1e-2):
+        got = (want + noise * rng.standard_normal(1000)).astype(np.float32)
+        got[:3] = want[:3]
+        ok, worst = _close(got, want, rtol, atol)
+        assert ok == np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+        err = np.abs(got[3:].astype(np.float64) - want[3:])
+        if rtol == 0:
+            assert worst == f"worst absolute error {err.max():.3g}"
+        else:
+            assert worst.startswith("worst relative error ") and "nan" not in worst

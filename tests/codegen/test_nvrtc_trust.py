@@ -5,6 +5,7 @@ in-flight temporaries alone (issue 14 item 11)."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import warnings
 
@@ -97,3 +98,67 @@ def test_clear_keeps_in_flight_temporaries_of_live_processes(cache):
         warnings.simplefilter("error")
         assert nvrtc.cache_clear() == 1
     assert live.exists() and not dead.exists() and not legacy.exists()
+
+
+def _kernel(i: int) -> str:
+    return SRC.replace("flame_test_k", f"flame_test_k{i}")
+
+
+@pytest.mark.parametrize("short", [b"", b"k", b"x" * 31])
+def test_an_empty_or_short_key_is_replaced_with_one_warning(cache, short):
+    """A key file shorter than 32 bytes (an empty one would let anyone sign) is never signed with:
+    it is replaced by a new key, one warning for the process."""
+    good = nvrtc.compile_cubin(SRC, "sm_80")
+    key = cache / ".hmac-key"
+    key.write_bytes(short)
+    os.chmod(key, 0o600)
+    (entry,) = _entries(cache)
+    # an entry signed with the short key, as someone knowing it could make one
+    evil = good.replace(b"flame_test_k", b"flame_evil_k")
+    forged = hmac.new(short, entry.name.encode() + b"\0" + evil, hashlib.sha256).hexdigest().encode()
+    entry.write_bytes(nvrtc._MAGIC + forged + b"\n" + evil)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert nvrtc.compile_cubin(SRC, "sm_80") == good  # the forged entry fails under the new key
+        for i in range(3):
+            nvrtc.compile_cubin(_kernel(i), "sm_80")
+    assert [str(w.message) for w in seen] == [
+        f"flame: the kernel cache key {str(key)!r} holds {len(short)} bytes, fewer than 32; it is replaced by a "
+        f"new key (cached kernels are compiled again)"]
+    new = key.read_bytes()
+    assert len(new) == 32 and new != short and oct(os.stat(key).st_mode & 0o777) == "0o600"
+    assert nvrtc._read(entry) == good  # rebuilt and signed with the new key
+
+
+def test_a_key_that_cannot_be_replaced_is_never_signed_with(cache, monkeypatch):
+    nvrtc.compile_cubin(SRC, "sm_80")
+    (cache / ".hmac-key").write_bytes(b"")
+    monkeypatch.setattr(nvrtc, "_new_key", lambda path, replace: None)  # a replacement that does not happen
+    signed = []
+    real = nvrtc.hmac.new
+    monkeypatch.setattr(nvrtc.hmac, "new", lambda key, *a, **k: signed.append(key) or real(key, *a, **k))
+    with pytest.warns(RuntimeWarning, match="holds 0 bytes"):
+        assert nvrtc.compile_cubin(_kernel(7), "sm_80")[:4] == b"\x7fELF"
+    assert b"" not in signed
+    with pytest.raises(FlameError, match="holds 0 bytes, fewer than 32"):
+        nvrtc._secret(cache)
+
+
+def test_a_read_only_cache_warns_once_naming_the_directory(cache, monkeypatch):
+    """Each kernel's write fails on its own temporary file; the warning names the directory, once."""
+    nvrtc.compile_cubin(SRC, "sm_80")
+    made = iter(range(100))
+
+    def denied(*, dir, prefix, suffix):
+        raise PermissionError(13, "Permission denied", os.path.join(dir, f"{prefix}{next(made)}x{suffix}"))
+
+    monkeypatch.setattr(nvrtc.tempfile, "mkstemp", denied)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for i in range(4):
+            assert nvrtc.compile_cubin(_kernel(i), "sm_80")[:4] == b"\x7fELF"
+        assert nvrtc.compile_many([_kernel(i) for i in range(4, 8)], "sm_80")[0][:4] == b"\x7fELF"
+    assert [str(w.message) for w in seen] == [
+        f"flame: cannot write to the kernel cache {str(cache)!r} (Permission denied); kernels are compiled again "
+        f"next time"]
+    assert nvrtc.compile_cubin(SRC, "sm_80")[:4] == b"\x7fELF"  # entries already there are still read

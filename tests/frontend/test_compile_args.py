@@ -78,3 +78,45 @@ def test_argument_mutation_and_grads_on_the_gpu():
     """The same on the CUDA executor (arguments' buffers are bound per call, CUDA graphs included)."""
     test_add_and_copy_into_arguments_reach_the_caller()
     test_backward_inside_the_step_fills_argument_grads_and_accumulates()
+
+
+@pytest.mark.parametrize("budget", [1.5, 2.25, 0, 0.0, -1, -0.5, float("nan"), float("inf"), -float("inf")])
+def test_a_memory_budget_that_is_neither_bytes_nor_a_fraction_is_refused(budget):
+    """memory_budget is a whole number of bytes (an int, or a float above 1 with no fraction) or a
+    fraction in (0, 1] of the unconstrained peak; 1.5 was read as 1 byte and inf raised OverflowError."""
+    with pytest.raises(flame.ArgumentError, match=r"flame\.compile\(step\): memory_budget=") as e:
+        flame.compile(lambda x: x, name="step", memory_budget=budget)
+    assert isinstance(e.value, ValueError)
+    if budget == 1.5:
+        assert "fraction of a byte" in str(e.value) and "(0, 1]" in str(e.value)
+
+
+@pytest.mark.parametrize("budget", [True, False, "0.5", [0.5], 1j])
+def test_a_memory_budget_that_is_not_a_number_is_refused(budget):
+    with pytest.raises(flame.ArgumentTypeError, match=rf"memory_budget must be .* got {type(budget).__name__}") as e:
+        flame.compile(lambda x: x, memory_budget=budget)
+    assert isinstance(e.value, TypeError)
+
+
+def test_memory_budget_bytes_and_fractions_keep_their_meaning():
+    def step(w, x):
+        loss = ((x @ w).tanh() * 2).sum()
+        loss.backward()
+        return loss
+
+    w = flame.tensor(np.ones((8, 8), np.float32), requires_grad=True)
+    x = flame.ones(4, 8)
+    free = flame.compile(step).memory_report(w, x).peak
+    whole = flame.compile(step, memory_budget=1.0).memory_report(w, x).budget
+    assert (whole.bytes, whole.unconstrained_peak) == (free, free)
+    as_float = flame.compile(step, memory_budget=float(free)).memory_report(w, x).budget
+    as_int = flame.compile(step, memory_budget=np.int64(free)).memory_report(w, x).budget
+    assert as_float.bytes == as_int.bytes == free
+
+
+@pytest.mark.parametrize("limit, error", [(0, flame.ArgumentError), (-2, flame.ArgumentError),
+                                          (2.5, flame.ArgumentTypeError), (True, flame.ArgumentTypeError),
+                                          ("4", flame.ArgumentTypeError)])
+def test_a_cache_limit_that_is_not_a_positive_int_is_refused(limit, error):
+    with pytest.raises(error, match=r"flame\.compile\(f\): cache_limit must be"):
+        flame.compile(lambda x: x, name="f", cache_limit=limit)

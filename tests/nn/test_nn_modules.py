@@ -124,6 +124,35 @@ def test_load_state_dict_non_strict_returns_keys():
         m.load_state_dict(sd, strict=False)
 
 
+@pytest.mark.parametrize("as_path", [str, lambda p: p])
+def test_load_state_dict_refuses_a_path_and_says_how_to_load_it(tmp_path, as_path):
+    """A path was iterated character by character and nothing loaded; PyTorch raises a TypeError on
+    anything that is not a mapping, and flame's error names the loaders."""
+    m = _mlp(0)
+    path = tmp_path / "w.safetensors"
+    flame.save(_mlp(1).state_dict(), path)
+    before = {k: v.numpy().copy() for k, v in m.state_dict().items()}
+    match = r"Sequential\.load_state_dict: .* the path .*w\.safetensors"
+    with pytest.raises(flame.ArgumentTypeError, match=match) as e:
+        m.load_state_dict(as_path(path))
+    assert isinstance(e.value, TypeError) and "flame.load(path)" in str(e.value) and "load_checkpoint" in str(e.value)
+    for k, v in m.state_dict().items():
+        np.testing.assert_array_equal(v.numpy(), before[k])
+    m.load_state_dict(flame.load(path))  # what the message says to do
+    for k, v in _mlp(1).state_dict().items():
+        np.testing.assert_array_equal(m.state_dict()[k].numpy(), v.numpy())
+    with pytest.raises(TypeError):  # PyTorch refuses what is not a mapping the same way
+        torch.nn.Linear(2, 2).load_state_dict(str(path))
+
+
+@pytest.mark.parametrize("value", [[("0.weight", np.zeros(1))], None, 3])
+def test_load_state_dict_refuses_what_is_not_a_mapping(value):
+    with pytest.raises(flame.ArgumentTypeError, match=rf"expected a state_dict .*got {type(value).__name__}"):
+        _mlp(0).load_state_dict(value)
+    with pytest.raises(TypeError):
+        torch.nn.Linear(2, 2).load_state_dict(value)
+
+
 def test_train_eval_and_dropout():
     m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5, generator=flame.Generator(3)))
     assert m.training and m[1].training

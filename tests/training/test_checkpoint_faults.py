@@ -1,6 +1,7 @@
 """Corrupt checkpoints raise CheckpointError naming the file; saved hyperparameters are validated;
 temp files of killed saves are cleaned by the next save (issue 14 item 10)."""
 
+import io
 import json
 import os
 import struct
@@ -101,3 +102,122 @@ def test_metadata_header_length_past_the_end(tmp_path):
     path.write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
     with pytest.raises(flame.CheckpointError, match="h.safetensors"):
         checkpoint.load_metadata(path)
+
+
+def _set_header_metadata(path, key, text):
+    """Edit one metadata entry of a safetensors header in place, as a hand (or an attacker) would."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header["__metadata__"][key] = text
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+
+
+def _saved_object(tmp_path):
+    path = tmp_path / "obj.safetensors"
+    flame.save({"w": flame.ones(2), "step": 3, "pair": (1, "a")}, path)
+    return path
+
+
+@pytest.mark.parametrize("text, says", [
+    (json.dumps({"__tensor__": "nope"}), "names tensor 'nope', which the file does not hold"),
+    (json.dumps({"__dict__": [["w", {"__tensor__": "gone"}]]}), "'w' names tensor 'gone'"),
+    (json.dumps({"__dict__": 3}), "not a tensor, tuple or dict"),
+    (json.dumps({"__dict__": [[1]]}), "not a tensor, tuple or dict"),
+    (json.dumps({"__dict__": [[[1], 2]]}), "not a tensor, tuple or dict"),  # an unhashable key
+    (json.dumps({"__tuple__": 5}), "not a tensor, tuple or dict"),
+    (json.dumps({"__tensor__": [1]}), "not a tensor, tuple or dict"),
+    (json.dumps([{"a": 1}]), "'0' is {'a': 1}, not a tensor"),
+    (json.dumps({"__tensor__": "w", "__tuple__": []}), "not a tensor, tuple or dict"),
+    ("{{", "not valid JSON"),
+    ("1" * 5000, "not valid JSON"),
+    ("[" * 100_000 + "]" * 100_000, "JSON nested 100000 levels deep (at most 193)"),
+    ("[" * 194 + "]" * 194, "JSON nested 194 levels deep"),
+], ids=lambda v: v[:20] if isinstance(v, str) else None)
+def test_a_tampered_saved_object_raises_checkpoint_error(tmp_path, text, says):
+    """flame.object edited by hand: a KeyError, TypeError, ValueError or RecursionError before."""
+    path = _saved_object(tmp_path)
+    _set_header_metadata(path, "flame.object", text)
+    with pytest.raises(flame.CheckpointError, match="obj.safetensors") as e:
+        flame.load(path)
+    assert says in str(e.value)
+
+
+def _nest(x, levels):
+    for i in range(levels):
+        x = ({"k": x}, (x,), [x])[i % 3]
+    return x
+
+
+def _unnest(x, levels):
+    for i in reversed(range(levels)):
+        x = x["k"] if i % 3 == 0 else x[0]
+    return x
+
+
+def test_what_flame_save_nests_flame_load_reads_and_deeper_is_refused(tmp_path):
+    path = tmp_path / "deep.safetensors"
+    deepest = _nest([flame.ones(1)], 63)  # 64 containers, dicts and tuples among them
+    flame.save(deepest, path)
+    back = _unnest(flame.load(path), 63)
+    assert isinstance(back, list) and back[0].numpy().tolist() == [1.0]
+    with pytest.raises(flame.CheckpointError, match="nested deeper than 64 levels"):
+        flame.save([deepest], path)
+    assert _unnest(flame.load(path), 63)[0].numpy().tolist() == [1.0]  # the file is the one saved before
+
+
+@pytest.mark.parametrize("levels", [200, 5000])
+def test_metadata_nested_too_deep_is_refused_on_save(tmp_path, levels):
+    value = []
+    for _ in range(levels - 1):
+        value = [value]
+    with pytest.raises(flame.CheckpointError, match="metadata 'm'"):
+        flame.save({"w": flame.ones(1)}, tmp_path / "m.safetensors", metadata={"m": value})
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[" * 50_000, "JSON nested 50000 levels deep"),
+    ('["x"]', "does not list metadata keys"),
+    ('{"a": 1}', "does not list metadata keys"),
+], ids=["deep", "unknown key", "not a list"])
+def test_tampered_json_metadata_list_raises_checkpoint_error(saved, text, says):
+    path, model, opt = saved
+    _set_header_metadata(path, "flame.metadata.json", text)
+    for load in (checkpoint.load_metadata, lambda p: checkpoint.load_checkpoint(p, model, opt)):
+        with pytest.raises(flame.CheckpointError, match="ck.safetensors") as e:
+            load(path)
+        assert says in str(e.value)
+
+
+def test_optimizer_groups_nested_too_deep_raise_checkpoint_error(saved):
+    path, model, opt = saved
+    _set_header_metadata(path, "flame.optimizer.param_groups", "[" * 50_000 + "]" * 50_000)
+    with pytest.raises(flame.CheckpointError, match="parameter groups: JSON nested 50000 levels deep"):
+        checkpoint.load_checkpoint(path, model, opt)
+
+
+@pytest.mark.parametrize("lr", ["1" + "0" * 400, "1e400", "-1e400"], ids=["10**400", "1e400", "-1e400"])
+def test_a_learning_rate_beyond_float_range_raises_checkpoint_error(saved, lr):
+    """An lr of 10**400 raised OverflowError (math.isfinite of an int no float holds)."""
+    path, model, opt = saved
+    groups = _groups(path)
+    _rewrite_groups(path, json.dumps(groups).replace(f'"lr": {groups[0]["lr"]}', f'"lr": {lr}'))
+    match = r"ck\.safetensors.*\n  param_groups\.0\.lr: saved .* cannot replace"
+    with pytest.raises(flame.CheckpointError, match=match):
+        checkpoint.load_checkpoint(path, model, opt)
+    assert opt.param_groups[0]["lr"] == 1e-3
+
+
+@pytest.mark.parametrize("index", ["\u00b2", "9" * 5000, "-1"], ids=["superscript", "5000 digits", "-1"])
+def test_an_optimizer_tensor_with_a_bad_index_raises_checkpoint_error(saved, index):
+    path, model, opt = saved
+    _rewrite_groups(path, json.dumps(_groups(path)), {f"optimizer/state/{index}/exp_avg": flame.zeros(2)})
+    with pytest.raises(flame.CheckpointError, match="is not named optimizer/state/INDEX/NAME"):
+        checkpoint.load_checkpoint(path, model, opt)
+
+
+def test_a_file_object_is_named_by_its_type(tmp_path):
+    with pytest.raises(flame.CheckpointError, match="<BytesIO>"):
+        flame.load(io.BytesIO(b"not a checkpoint"))
