@@ -11,10 +11,10 @@ one self-attention layer at the lowest resolution (4x4, F.scaled_dot_product_att
 upsampling and skip connections. The training step (forward, backward, AdamW, zero_grad) is one
 @flame.compile graph; an exponential moving average of the weights is kept for sampling. At the end
 ancestral sampling draws a grid of digits from noise with a compiled forward (traced once), written
-as samples.png next to loss.png. Every SAVE_EVERY steps and at the end it saves the EMA weights
-(checkpoint.safetensors) and the training state (train_state.safetensors: the model, AdamW's state,
-the step and the loss history); --resume continues a stopped run from them. --tiny is a
-configuration of a few seconds for CI.
+as samples.png next to loss.png. Every save_every steps (250; 5 with --tiny) and at the end it saves
+the EMA weights (checkpoint.safetensors) and the training state (train_state.safetensors: the model,
+AdamW's state, the step and the loss history); --resume continues a stopped run from them. --tiny is
+a configuration of a few seconds for CI.
 """
 
 from __future__ import annotations
