@@ -113,6 +113,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict]:
     cfg["rank"] = args.rank or cfg["rank"]
     cfg["alpha"] = args.alpha or 2.0 * cfg["rank"]
     args.dtype = args.dtype or ("bf16" if flame.get_device() == "cuda" else "f32")
+    if not args.tiny and flame.get_device() != "cuda":
+        print("note: the full-size configuration is sized for a GPU; on the CPU (reference executor) it runs "
+              "for hours. Pass --tiny for a configuration that runs in seconds.", flush=True)
     return args, cfg
 
 

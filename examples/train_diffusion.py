@@ -1,6 +1,6 @@
 """Train a denoising diffusion model (DDPM) with a small U-Net on the 8x8 digits upsampled to 16x16.
 
-    python3 examples/train_diffusion.py [--steps 4000] [--out runs/diffusion] [--tiny]
+    python3 examples/train_diffusion.py [--steps 4000] [--out runs/diffusion] [--tiny] [--resume]
 
 Data: scikit-learn's bundled digits (no download), upsampled bilinearly to 16x16 with
 F.interpolate and scaled to [-1, 1]. Training (Ho et al., 2020): draw a timestep t and Gaussian noise
@@ -11,7 +11,10 @@ one self-attention layer at the lowest resolution (4x4, F.scaled_dot_product_att
 upsampling and skip connections. The training step (forward, backward, AdamW, zero_grad) is one
 @flame.compile graph; an exponential moving average of the weights is kept for sampling. At the end
 ancestral sampling draws a grid of digits from noise with a compiled forward (traced once), written
-as samples.png next to loss.png. --tiny is a configuration of a few seconds for CI.
+as samples.png next to loss.png. Every save_every steps (250; 5 with --tiny) and at the end it saves
+the EMA weights (checkpoint.safetensors) and the training state (train_state.safetensors: the model,
+AdamW's state, the step and the loss history); --resume continues a stopped run from them. --tiny is
+a configuration of a few seconds for CI.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from sklearn.datasets import load_digits
 import flame
 import flame.nn as nn
 import flame.nn.functional as F
-from flame.checkpoint import save_checkpoint
+from flame.checkpoint import load_checkpoint, load_metadata, save_checkpoint
 from flame.optim.lr_scheduler import WarmupCosineLR
 
-FULL = {"width": 32, "T": 200, "steps": 4000, "batch": 64, "lr": 2e-3, "grid": 8, "ema": 0.995}
-TINY = {"width": 8, "T": 20, "steps": 12, "batch": 8, "lr": 2e-3, "grid": 2, "ema": 0.9}
+FULL = {"width": 32, "T": 200, "steps": 4000, "batch": 64, "lr": 2e-3, "grid": 8, "ema": 0.995, "save_every": 250}
+TINY = {"width": 8, "T": 20, "steps": 12, "batch": 8, "lr": 2e-3, "grid": 2, "ema": 0.9, "save_every": 5}
 
 
 def load_images() -> np.ndarray:
@@ -185,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="a few seconds' configuration (CI)")
-    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None, help="train until this step (counting resumed ones)")
     ap.add_argument("--width", type=int, default=None, help="channels at the top level of the U-Net")
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--out", default="runs/diffusion", help="folder for checkpoint.safetensors and the PNGs")
+    ap.add_argument("--resume", action="store_true", help="continue from OUT/train_state.safetensors")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", choices=flame.runtime.device.DEVICES, default=None)
     args = ap.parse_args(argv)
@@ -197,6 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dict(TINY if args.tiny else FULL)
     cfg.update({k: v for k, v in (("steps", args.steps), ("width", args.width), ("batch", args.batch)) if v})
     os.makedirs(args.out, exist_ok=True)
+    ckpt, state = os.path.join(args.out, "checkpoint.safetensors"), os.path.join(args.out, "train_state.safetensors")
+    resume = args.resume and os.path.exists(state)
+    if resume:  # the saved run's model shape and noise schedule
+        saved = load_metadata(state)
+        cfg.update(width=int(saved["width"]), T=int(saved["T"]))
+    if not args.tiny and flame.get_device() != "cuda":
+        print("note: the full-size configuration is sized for a GPU; on the CPU (reference executor) it runs "
+              "for about an hour. Pass --tiny for a configuration that runs in seconds.", flush=True)
 
     data = load_images()
     betas, abar = cosine_schedule(cfg["T"])
@@ -206,8 +218,21 @@ def main(argv: list[str] | None = None) -> int:
     ema.load_state_dict(model.state_dict())
     print(f"U-Net with {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
     opt = flame.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
+    start, history = 0, []
+    if resume:
+        meta = load_checkpoint(state, model, opt)
+        load_checkpoint(ckpt, ema)
+        start, history = int(meta["step"]), list(meta["history"])
+        print(f"resumed from step {start} ({state})", flush=True)
     sched = WarmupCosineLR(opt, warmup_steps=max(1, cfg["steps"] // 20), total_steps=cfg["steps"])
+    for _ in range(start):
+        sched.step()
     pairs = list(zip(ema.parameters(), model.parameters()))
+
+    def save(at: int) -> None:
+        shape = {"width": str(cfg["width"]), "T": str(cfg["T"])}
+        save_checkpoint(ckpt, ema, None, {"steps": str(at), **shape})
+        save_checkpoint(state, model, opt, {"step": at, "history": history, **shape})
 
     @flame.compile
     def train_step(x_t, t, eps):
@@ -220,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
                 e.copy_(e * cfg["ema"] + p * (1 - cfg["ema"]))
         return loss
 
-    rng = np.random.default_rng(args.seed)
-    history, t0 = [], time.perf_counter()
-    bar = tqdm(range(cfg["steps"]), desc="train", mininterval=0.5)
+    rng = np.random.default_rng(args.seed + start)
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, cfg["steps"]), initial=start, total=cfg["steps"], desc="train", mininterval=0.5)
     losses = []
     for step in bar:
         x0 = data[rng.integers(0, len(data), cfg["batch"])]
@@ -236,12 +261,19 @@ def main(argv: list[str] | None = None) -> int:
             history += [v.item() for v in losses]
             losses = []
             bar.set_postfix(loss=f"{np.mean(history[-25:]):.4f}")
+        if (step + 1) % cfg["save_every"] == 0 and step + 1 < cfg["steps"]:
+            history += [v.item() for v in losses]
+            losses = []
+            save(step + 1)
     bar.close()
+    history += [v.item() for v in losses]
+    if not history:
+        print(f"nothing to train: the run is at step {start} of {cfg['steps']} (raise --steps)", file=sys.stderr)
+        return 1
     first, last = np.mean(history[:5]), np.mean(history[-max(5, len(history) // 10):])
-    print(f"trained {cfg['steps']} steps in {time.perf_counter() - t0:.1f} s ({train_step.stats().traces} trace(s) of "
-          f"the training step); loss {first:.4f} -> {last:.4f}", flush=True)
-    ckpt = os.path.join(args.out, "checkpoint.safetensors")
-    save_checkpoint(ckpt, ema, None, {"steps": str(cfg["steps"]), "width": str(cfg["width"]), "T": str(cfg["T"])})
+    print(f"trained to step {cfg['steps']} in {time.perf_counter() - t0:.1f} s ({train_step.stats().traces} trace(s) "
+          f"of the training step); loss {first:.4f} -> {last:.4f}", flush=True)
+    save(cfg["steps"])
     images = sample(ema, cfg["grid"] ** 2, betas, abar, args.seed)
     loss_png, grid_png = save_pictures(history, images, args.out)
     print(f"wrote {ckpt}, {loss_png} and {grid_png}", flush=True)

@@ -200,6 +200,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cfg = dict(TINY if args.tiny else FULL)
     cfg["steps"] = args.steps if args.steps is not None else cfg["steps"]
     args.dtype = args.dtype or ("bf16" if flame.get_device() == "cuda" else "f32")
+    if not args.tiny and flame.get_device() != "cuda":
+        print("note: the full-size configuration is sized for a GPU; on the CPU (reference executor) it runs "
+              "for many hours. Pass --tiny for a configuration that runs in seconds.", flush=True)
     return args, cfg
 
 

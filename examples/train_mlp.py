@@ -4,7 +4,8 @@
 
 The whole step -- forward, loss.backward(), AdamW.step(), zero_grad() -- is traced once by
 @flame.compile into one graph and replayed; the learning-rate schedule changes group['lr'], which the
-graph reads as a scalar input, so it never re-traces. Exits with status 1 below 95% test accuracy."""
+graph reads as a scalar input, so it never re-traces. Exits with status 1, saying so, below 95% test
+accuracy."""
 
 from __future__ import annotations
 
@@ -88,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"final test accuracy {acc * 100:.2f}% in {time.perf_counter() - t0:.1f} s "
           f"({st.traces} trace(s) of the training step, {st.cache_hits} replays, "
           f"{st.compile_seconds:.2f} s tracing and compiling)")
-    return 0 if acc >= 0.95 else 1
+    if acc < 0.95:
+        print(f"test accuracy {acc * 100:.2f}% is below the 95% this example expects: exit status 1 "
+              f"(try more --epochs, or another --lr)", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ STALE_SECONDS = 24 * 3600  # this old, a temp file is a dead writer's even if it
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this machine (one we may not signal counts as running)."""
+    """Whether a process with this id runs on this host (one we may not signal counts as running)."""
     if pid == os.getpid():
         return True
     try:

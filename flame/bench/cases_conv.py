@@ -477,10 +477,11 @@ def _jax_factory(loss_fn, inputs, checked, adamw: bool):
 # frameworks: JAX differs from torch by 0.22 on the --quick sizes, flame by 0.29. A wrong kernel gives
 # 1 or more; in f32 all three agree to 1e-4 (tests/bench/test_conv_cases.py).
 UNET_UPDATE_TOL = 0.5
-# The ResNet's bf16 SGD step: the first update is lr * g, and the gradients of the first conv and the head
-# pass through 8 bf16 BatchNorms. Measured on an H100 (2026-11-23, full sizes): torch.compile differs
-# from torch eager by 0.36 (0.36 and 0.22 on those two weights, <= 0.07 elsewhere), flame by 0.52 (0.38
-# and 0.52, <= 0.05 elsewhere); in f32 flame agrees with torch to 2e-3 (full) and 2e-6 (quick).
+# The ResNet's bf16 SGD step: the first update is lr * g, and the gradients of the first conv and the
+# head pass through 8 bf16 BatchNorms. On an H100 at full sizes
+# (benchmarks/results/2026-11-23-H100-models/) torch.compile differs from torch eager by 0.36 (0.36 and
+# 0.22 on those two weights, <= 0.07 elsewhere), flame by 0.52 (0.38 and 0.52, <= 0.05 elsewhere); in
+# f32 flame agrees with torch to 2e-3 (full) and 2e-6 (quick).
 RESNET_UPDATE_TOL = 0.7
 
 

@@ -220,8 +220,8 @@ class _MapSegment:
         """Elements per vector on the vector path (1: none). Indexed ops must walk the domain contiguously
         (identity) or be scalars; loads and stores may also be 'blocked' views (see _blocked): a store so
         (a per-channel result of a BatchNorm's normalisation kernel, [1, 1, 1, C] of [N, H, W, C]) is
-        written element by element from the vector loop, under its broadcast guard, so it no longer
-        holds the whole kernel to 2-byte loads (43% of copy in resnet_block_train on an H100)."""
+        written element by element from the vector loop, under its broadcast guard, so it does not
+        hold the whole kernel to 2-byte loads (43% of copy in resnet_block_train on an H100)."""
         if any(md == "general" for k, md in self.mode.items() if k not in self.loads and k not in self.element_stores):
             return 1  # an indexed op off the identity
         sizes = [k[0].dtype.itemsize for k, md in self.mode.items() if md != "scalar" and k not in self.element_stores]

@@ -3,10 +3,10 @@ their elementwise prologue and epilogue. Two schedules (Config.rows_schedule / F
 "old", "new", or the default "auto": "new" for kernels without column reductions, or with column
 reductions only (no row total: a channels-last BatchNorm's statistics) over rows of at most 1024
 vectors, whose per-element reads and writes index the domain itself (_plain; for column sums only,
-values broadcast over kept dims too), "old" for the others; on an H100 (2026-11-23,
-rows_schedules.py) "new" ran softmax [131072, 1024] bf16 in 215 us instead of 314, cross-entropy
-[8192, 32768] in 516 instead of 702 and LayerNorm forward in 19.7 instead of 20.8, but a LayerNorm
-backward carrying its weight and bias gradients in 75.9 us instead of 52.9):
+values broadcast over kept dims too), "old" for the others. Measured with the rows_schedules script
+on an H100, "new" runs softmax [131072, 1024] bf16 in 215 us against 314, cross-entropy [8192, 32768]
+in 516 against 702 and LayerNorm forward in 19.7 against 20.8, but a LayerNorm backward carrying its
+weight and bias gradients in 75.9 us against 52.9:
 
 - "old": each row is one warp (R <= 256 elements, 8 rows per block) or one block of 128 / 512 / 1024
   threads (by R alone). A thread owns elements r = lane + j*G of its row, loaded one by one; for rows
@@ -19,10 +19,10 @@ backward carrying its weight and bias gradients in 75.9 us instead of 52.9):
   registers hold the row in its storage type; the threads per row G are the fewest (a warp first:
   shuffles only, no barrier, 8 rows per block) at which the held data fits Config.row_regs
   registers, or, with column sums only, the fewest (4, 8 or 16) whose one vector each covers the row
-  (on an H100, 2026-11-27, resnet_block_train's BatchNorm statistics [262144 rows x 128] bf16: 16
-  threads per row, 32 rows per block, forward sums 31 us instead of 37, backward ones 79-151 us
-  instead of 88-194, 85-90% of copy); a block-wide reduction takes one barrier (one shared slot per
-  reduction of the row);
+  (resnet_block_train's BatchNorm statistics [262144 rows x 128] bf16 on an H100: 16 threads per
+  row, 32 rows per block, forward sums 31 us against 37 on "old", backward ones 79-151 us against
+  88-194, 85-90% of copy: benchmarks/results/2026-11-27-H100-batchnorm-rows/); a block-wide reduction
+  takes one barrier (one shared slot per reduction of the row);
   values with a transcendental that a later pass reads again (softmax's exp(x - max)) are kept in
   registers from the pass that computes them (Config.row_carry), so each is computed once.
 Per-row values (reduction results and what is computed from them) are computed once per thread, from
@@ -513,10 +513,10 @@ def _narrow_threads(make) -> tuple[int, list[_RowSegment]] | None:
     recomputed output beside its weight and bias gradients): no row total, so no shuffle needs a
     whole warp: (the fewest threads, a power of two of at least 4, that cover a row with one vector
     each, the segments at it), or None when that takes more than 1024 threads or the row is not held
-    in registers. Rows of more than 16 vectors (whole warps) were measured on an H200 (2026-11-29,
-    kernel timelines): gpt_block_train's LayerNorm-backward kernel of [8192, 1024] bf16 (the
-    recomputed normalised input beside dweight and dbias) ran in 17.7 + 3.6 us (fold) instead of
-    25.3 + 8.0 on the old schedule."""
+    in registers. Rows of more than 16 vectors (whole warps) gain too: gpt_block_train's
+    LayerNorm-backward kernel of [8192, 1024] bf16 (the recomputed normalised input beside dweight
+    and dbias) runs in 17.7 + 3.6 us (fold) against 25.3 + 8.0 on the old schedule on an H200
+    (benchmarks/results/2026-11-29-H200-column-rows/)."""
     parts = make(32)
     V, R = parts[0].V, max(p.R for p in parts)
     G = next((g for g in (4, 8, 16, 32, 64, 128, 256, 512, 1024) if g * V >= R), 0)
@@ -600,7 +600,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
 
     narrow = _narrow_threads(make) if new and column_only else None
     if narrow is None and column_only and schedule == "auto":
-        new = False  # rows of over 1024 vectors carrying column sums only: measured on the old schedule alone
+        new = False  # rows of over 1024 vectors carrying column sums only: the old schedule is the measured one
     if new:
         G, parts = narrow or _new_threads(make, config)
     else:

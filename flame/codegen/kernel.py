@@ -27,65 +27,48 @@ INT32_LIMIT = 1 << 31
 
 @dataclass(frozen=True)
 class Config:
-    """Launch-shape tuning of the fused kernels, passed to codegen.lower (benchmarks/tune_fused.py
-    times variants of it). Defaults measured on an H200 (2026-11-22): 1 vector per thread per step
-    with a grid capped at MAX_GRID blocks beat 2 or 4 vectors per step (fewer threads resident: 34-40
-    registers) and uncapped or persistent (1 wave) grids for the erf/tanh-heavy chain.
+    """Launch-shape tuning of the fused kernels, passed to codegen.lower (the tune_fused benchmark script
+    times variants of it). The defaults are the fastest variants measured on H100 and H200 GPUs; each
+    field says what decided it, with the results folder under benchmarks/results/ that holds the figures.
 
     unroll: vectors per thread per grid-stride step of an elementwise kernel, all loaded before the
-    first is used; grid_cap: its grid, in blocks. cache_invariant: row kernels keep inputs that are
-    the same for every row (weights) in registers too; reg_budget: threads per row -> registers per
+    first is used; grid_cap: its grid, in blocks. 1 vector per step with a grid capped at MAX_GRID
+    blocks beats 2 or 4 (fewer threads resident at 34-40 registers) and uncapped or one-wave grids for
+    erf/tanh-heavy chains (2026-11-22-H200-fused-tuning). cache_invariant: row kernels keep inputs that
+    are the same for every row (weights) in registers too; reg_budget: threads per row -> registers per
     thread for cached row elements (default 64); min_blocks: __launch_bounds__ minimum blocks per
     multiprocessor (0: the compiler's choice); column_threads: threads per multiprocessor
     (Target.sm_count) of a row kernel that carries column partials (its grid; one partial per
     block); column_only_threads: the same for one without row reductions (a channels-last
-    BatchNorm's statistics, rows of C channels): on an H200 (2026-11-27, rows_schedules.py, [64, 64,
-    64, 128] bf16) 2048 ran its forward sums in 39.6 us (91% of copy) instead of 43.2 (83%) at 1024,
-    its backward sums in 59.6 us (78%) instead of 74.2 (62%); rows of over 16 vectors (a thread
-    per vector, whole warps) take column_threads: on an H200 (2026-11-29, kernel timelines, an
-    experiment carrying a bias gradient in a GELU backward: [8192, 4096] bf16, 512 threads per row,
-    two blocks resident per multiprocessor) the kernel ran in the same 83-84 us at either, and its
-    fold read 264 partials in 4.3 us instead of 528 in 8.4. row_unroll: `#pragma unroll` of the row
-    loop of a row kernel carrying column partials (1: none), so that the compiler may issue the next
-    rows' loads before the partials take this row's: on an H100 (2026-11-27, rows_schedules.py
-    --cases BN) 2 ran the BatchNorm backward's statistics in 68.5 us instead of 71.0 and its forward
-    ones in 44.3 instead of 44.8, 4 and 8 slower (77.4, 89.6 us backward): too little to change the
-    default. row_barriers: the
-    reductions of a row kernel with several rows per block wait at the row's own named barrier
-    (`bar.sync`, G threads) instead of the block's, one per reduction (a shared slot each), so a
-    block's rows do not wait for each other: on an H100 (2026-11-27, rows_schedules.py) gpt_train's
-    LayerNorm backward (4 rows of 128 threads per block, carrying dw and db) ran in 48.0 us instead of
-    52.8 (49% of copy instead of 45%); kernels of one row per block or warp rows are unchanged. split_threads,
-    split_elements: threads per chunk and elements per thread of a row split across blocks
-    (Target.splits_rows): chunks of 2048 elements give an 8M-element loss 4096 blocks.
+    BatchNorm's statistics, rows of C channels): 2048 runs [64, 64, 64, 128] bf16 forward sums at 91 %
+    of copy against 83 % at 1024 (the rows_schedules script on an H200); rows of over 16 vectors (a thread per vector,
+    whole warps) take column_threads, which halves the partials their fold reads at the same kernel
+    time (2026-11-29-H200-column-rows). row_unroll: `#pragma unroll` of the row loop of a row kernel
+    carrying column partials (1: none), so that the compiler may issue the next rows' loads before the
+    partials take this row's; 2 gains under 4 % on BatchNorm statistics and 4 or 8 are slower, so it
+    stays 1 (2026-11-27-H100-gpt-kernels). row_barriers: the reductions of a row kernel with several
+    rows per block wait at the row's own named barrier (`bar.sync`, G threads) instead of the block's,
+    one per reduction (a shared slot each), so a block's rows do not wait for each other: gpt_train's
+    LayerNorm backward (4 rows of 128 threads per block) 52.8 -> 48.0 us (2026-11-27-H100-gpt-kernels);
+    kernels of one row per block or warp rows are unchanged. split_threads, split_elements: threads per
+    chunk and elements per thread of a row split across blocks (Target.splits_rows): chunks of 2048
+    elements give an 8M-element loss 4096 blocks.
     balanced: a horizontal elementwise kernel of at least this many segments (a multi-tensor update)
     spreads all its segments' work evenly over one flat space of items (fused._lower_balanced) instead
     of giving each segment its own blocks (0: never; pairs such as a GELU backward and its
-    recomputation keep the grid-stride schedule measured above); balanced_steps: steps of U * block
-    items per block (many waves of short blocks), 0: one wave of balanced_threads threads per
-    multiprocessor, each block an equal chunk; balanced_threads: the threads per multiprocessor that
-    __launch_bounds__ asks to keep resident (1024 leave 64 registers per thread); balanced_unroll (U):
-    items per thread per step (g, g + block, ...), all their 16-byte loads issued before the first is
-    used where they are full aligned vectors of one segment.
-    The AdamW update (bf16) needs 64-68 registers at one item, ~80-100 at two: U > 1 spills at 1024
-    threads (NVRTC 12.9, sm_90: 210 bytes at U=2), so U stays 1. On an H100 (2026-11-27,
-    bench/scripts/multi_tensor.py, one run, bit-identical results) the 52-tensor bf16 update of the
-    adamw_multi_tensor case (496 MB) ran in 200.6 us (83% of copy) with one step per block against 268
-    with the one-wave chunks, and mlp_bf16_train's 4 x [4096, 4096] update (940 MB) in 328.7 us (100%)
-    against 411; 512 threads per SM: 228 and 336; U = 2 or 4 spill (598 and 833 us). The copy
-    ceiling and the one-wave figures move by up to 10% between machines (one-wave 243 / 268 us).
-    Four steps per block beat one on an H200 (2026-11-29, same script, results bit-identical): the
-    52-tensor update 170.8 -> 161.0 us, mlp_bf16_train's 265.7 -> 249.5 (fewer, longer blocks).
-    L2 prefetches of the streamed inputs, to put more bytes in flight than a thread's registers hold,
-    made it slower on an H200 (2026-11-29, same script, the 52-tensor update, four steps): 161.5 us
-    without; 183.6 with each thread asking for its next step's vector (`prefetch.global.L2`, one per
-    128-byte line); 186.8 with each block asking for its whole chunk of every segment at its start
-    (`cp.async.bulk.prefetch.L2`); 177.7-220.3 at 2, 8 or 16 steps with either. Not kept.
-    balanced_streaming: the vector loads and stores with the streaming cache hint (__ldcs / __stcs:
-    every byte of an update is touched once). H200, 2026-11-29, same script, bit-identical: the
-    52-tensor update 176.4 -> 170.8 us, its 18 matrices alone 145.3 -> 138.8, each tensor twice as long
-    281.9 -> 270.2, mlp_bf16_train's 253.7 -> 237.1 (95% of copy). (On an H100, 2026-11-27, with the
-    one-wave chunks of then: 251 against 242 us for the 52 tensors, 397 against 408 for the MLP's.)"""
+    recomputation keep the grid-stride schedule); balanced_steps: steps of U * block items per block
+    (many waves of short blocks), 0: one wave of balanced_threads threads per multiprocessor, each
+    block an equal chunk; balanced_threads: the threads per multiprocessor that __launch_bounds__ asks
+    to keep resident (1024 leave 64 registers per thread); balanced_unroll (U): items per thread per
+    step (g, g + block, ...), all their 16-byte loads issued before the first is used where they are
+    full aligned vectors of one segment. The AdamW update (bf16) needs 64-68 registers at one item and
+    spills at two (NVRTC 12.9, sm_90), so U stays 1. Short blocks beat one wave of long chunks (the
+    52-tensor bf16 update of adamw_multi_tensor at 83 % of copy against 62 %: 2026-11-27-H100-multi-tensor),
+    and four steps per block beat one (161.0 against 170.8 us on an H200, bit-identical:
+    2026-11-29-H200-bias-grad); L2 prefetches of the streamed inputs make it slower (2026-11-29-H200-adamw).
+    balanced_streaming: the vector loads and stores carry the streaming cache hint (__ldcs / __stcs:
+    every byte of an update is touched once): mlp_bf16_train's update at 95 % of copy, 7 % faster
+    than without, bit-identical (2026-11-29-H200-adamw)."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -115,7 +98,7 @@ ROWS_SCHEDULE_ENV = "FLAME_ROWS_SCHEDULE"
 
 def rows_schedule(config: Config = DEFAULT_CONFIG) -> str:
     """The row kernels' schedule: config.rows_schedule, else $FLAME_ROWS_SCHEDULE, else "auto" (the new
-    schedule where it is faster, plain rows; the whole GPU suite passed with it on an H100, 2026-11-27)."""
+    schedule where it is faster, old elsewhere: codegen/fused_rows.py says which kernels take which)."""
     if not config.rows_schedule:
         return env_choice(ROWS_SCHEDULE_ENV, ROWS_SCHEDULES, "auto")
     if config.rows_schedule not in ROWS_SCHEDULES:

@@ -17,9 +17,9 @@ from flame.ir.indexmap import column_map, contiguous_strides
 if TYPE_CHECKING:
     from flame.codegen.fused_rows import _RowSegment
 
-# fold kernel block: 32 columns x 32 runs over the partials. On an H200 (2026-11-29, kernel
-# timelines) 32 runs instead of 8 folded gpt_block_train's LayerNorm-backward partials (264 x 1024 x 2)
-# in 4.4 us instead of 6.0-6.9, and gpt_train's (264 x 768 x 2) in 3.3 instead of 4.5.
+# fold kernel block: 32 columns x 32 runs over the partials. 32 runs fold gpt_block_train's
+# LayerNorm-backward partials (264 x 1024 x 2) in 4.4 us against 6.0-6.9 with 8, and gpt_train's
+# (264 x 768 x 2) in 3.3 against 4.5 (H200 kernel timelines: benchmarks/results/2026-11-29-H200-column-rows/).
 FOLD_COLS, FOLD_PHASES = 32, 32
 _MAX_GRID = 65535
 

@@ -8,7 +8,7 @@
   tile of TJ x TI elements through shared memory (templates/transpose.cu.j2), reading rows of I and
   writing rows of J, both coalesced and as wide vectors as the extents allow. Reading in the
   output's order instead touches one element per 32-byte sector: 31 % of copy bandwidth for the
-  NCHW <-> NHWC conversions of a ResNet step (profile of 2026-11-27).
+  NCHW <-> NHWC conversions of a ResNet step (benchmarks/results/2026-11-27-H100-transpose/, its profile).
 
 Dynamic sizes (flame.ir.symbolic) and thin transposes (I or J under MIN_EXTENT elements, where most
 of a tile would be idle and the elementwise read is already nearly coalesced) take the copy path."""

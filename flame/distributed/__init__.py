@@ -2,7 +2,8 @@
 names. Start one process per GPU with torchrun or `python3 -m flame.distributed.run --nproc-per-node N
 script.py`, call `init_process_group()` in each, and wrap the model in
 `flame.nn.parallel.DistributedDataParallel`. Without a process group (or on one GPU) every call works
-with world size 1. The collectives are IR ops (DESIGN.md §12), eager and inside @flame.compile."""
+with world size 1. The collectives are IR ops (ARCHITECTURE.md "Collectives are ops"),
+eager and inside @flame.compile."""
 
 from flame.distributed.collectives import (
     ReduceOp,

@@ -1,5 +1,5 @@
 """apply(): the single entry point every frontend op goes through. Inside a trace it records an IR op;
-outside it runs the op eagerly as a one-op graph through the current executor (DESIGN.md §3),
+outside it runs the op eagerly as a one-op graph through the current executor (ARCHITECTURE.md "Eager is compiled"),
 compiled once per (op, attributes, input types) by flame.compiler.compile_graph."""
 
 from __future__ import annotations

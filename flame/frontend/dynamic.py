@@ -245,7 +245,7 @@ class Template:
         self.aliases = dict(ga.aliases)
         self.groups = _groups(ga, gb, ida, idb, sa, sb)
         # worked out now, while compiling, rather than on the path of the first new size's call (where it
-        # took ~5 ms of the digits MLP's first smaller batch on an H100 host, 2026-11-27)
+        # would cost ~5 ms of the digits MLP's first smaller batch on an H100's host)
         _ = self._program
 
     def instantiate(self, s: int, symbolic: bool = False, check: bool = True) -> Graph:

@@ -2,7 +2,7 @@
 say what changed when a check fails.
 
 A compiled function's cache key is its arguments' kinds, shapes, dtypes and constant values
-(DESIGN.md §2). Running the Python body once also bakes in Python state it read; each such read
+(ARCHITECTURE.md "Graph inputs"). Running the Python body once also bakes in Python state it read; each such read
 becomes a Guard of that trace:
 - whether a captured tensor's `.grad` was set, where the body read it before writing it (a step that
   begins with `zero_grad()` never reads the old one: that is part of the program, not of the key);

@@ -7,7 +7,7 @@ dimensions replace them where they are adjacent, else come first, as in PyTorch)
 mask has True values, which the graph cannot know while tracing, so `x[mask]` reads work eagerly and
 raise TraceError inside @flame.compile (use flame.where / masked_fill there).
 
-Writes (`x[key] = v`) are functional (DESIGN.md §1): the new tensor is built from where / scatter_add
+Writes (`x[key] = v`) are functional (ARCHITECTURE.md "Pure IR"): the new tensor is built from where / scatter_add
 and the Tensor is rebound to it (copy_), so a compiled step that writes into an argument returns it
 as an aliased output. `x[mask] = v` is `where(mask, v, x)` (v a scalar, or one value per True element
 in order), which also works while tracing; other keys scatter v at the flat positions the key

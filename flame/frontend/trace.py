@@ -1,6 +1,6 @@
 """A Trace records a Python function into a Graph. Concrete tensors the function touches (parameters
 reached through closures, optimizer state, RNG seed/offset) are lifted to graph inputs with a role
-(DESIGN.md §2); in-place updates rebind them and become aliased outputs (DESIGN.md §1).
+(ARCHITECTURE.md "Graph inputs"); in-place updates rebind them and become aliased outputs (ARCHITECTURE.md "Pure IR").
 
 A trace never changes a concrete tensor's `.grad`: what the body assigns (zero_grad(), backward())
 goes to the trace's own view of it (`grad_view`), handed to the tensor after each call. The trace

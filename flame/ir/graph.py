@@ -1,5 +1,5 @@
 """Value, Op and Graph: flame's SSA IR. Ops are kept in topological order; ops never mutate inputs
-(DESIGN.md §1) — in-place updates are expressed as aliases from outputs to inputs."""
+(ARCHITECTURE.md "Pure IR") — in-place updates are expressed as aliases from outputs to inputs."""
 
 from __future__ import annotations
 

@@ -3,12 +3,12 @@
 The reference executor evaluates some expensive pure functions several times per step on the same
 values, because the plan recomputes them where the GPU recomputes for free: an exact GELU's erf in
 the forward, again in the backward kernel that recomputes the GELU output for the weight gradient,
-and a third time in the GELU's derivative; attention's scores in the forward, its softmax statistics
-and its backward. On the tiny GPT of examples/train_gpt.py (CPU, 2026-11-29) the six erf evaluations
-were about a third of the step. `exact_memo` keeps the last results (up to a byte budget) keyed by
-the arguments' bits, so a repeat costs a comparison and a copy instead of the evaluation, and the
-result is the same array, bit for bit, as evaluating again: the function must be pure (its result a
-function of its arguments alone), which holds for registry references.
+and a third time in the GELU's derivative; attention's scores in the forward, its softmax statistics and
+its backward. On the tiny GPT of examples/train_gpt.py (CPU) the six erf evaluations would be about a
+third of the step (benchmarks/results/2026-11-29-CPU-reference/). `exact_memo` keeps the last results
+(up to a byte budget) keyed by the arguments' bits, so a repeat costs a comparison and a copy instead of
+the evaluation, and the result is the same array, bit for bit, as evaluating again: the function must be
+pure (its result a function of its arguments alone), which holds for registry references.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DistributedDataParallel: data-parallel training, one process per GPU (DESIGN.md §12).
+"""DistributedDataParallel: data-parallel training, one process per GPU (ARCHITECTURE.md "Collectives are ops").
 
 Wrapping broadcasts the module's parameters and buffers from rank 0, so every rank starts from the
 same model. After each backward (eager, or inside @flame.compile: the same code traced), every

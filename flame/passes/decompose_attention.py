@@ -1,4 +1,4 @@
-"""Attention the backend cannot run as one call becomes the unfused graph again (DESIGN.md §9).
+"""Attention the backend cannot run as one call becomes the unfused graph again (ARCHITECTURE.md "Patterns become ops").
 
 scaled_dot_product_attention and its backward are one op each so that the GPU can run them as one
 cuDNN call; cuDNN does not take every case (f32, odd head sizes, some mask broadcasts ...). For such an

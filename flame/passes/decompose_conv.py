@@ -1,4 +1,5 @@
-"""Convolutions the backend cannot run as one library call become im2col + matmul (DESIGN.md §9).
+"""Convolutions the backend cannot run as one library call become im2col + matmul (ARCHITECTURE.md "Patterns
+become ops").
 
 conv, conv_grad_input and conv_grad_weight are one op each so that the GPU runs each as one cuDNN
 call; where cuDNN is absent or refuses (f64, a shape no engine takes ...), `supported(op)` gives the

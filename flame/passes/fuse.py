@@ -1,5 +1,5 @@
 """The fusion pass: partition a graph's ops into kernels (FusionGroups) and record why each kernel
-boundary exists (DESIGN.md §5). Only fusions whose math is the op-by-op math are made: a fused
+boundary exists (ARCHITECTURE.md "Named kernels"). Only fusions whose math is the op-by-op math are made: a fused
 kernel evaluates the same ops on the same operands and rounds every intermediate to its dtype.
 
 Rules, in the order they apply:

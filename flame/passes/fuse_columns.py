@@ -126,9 +126,9 @@ def absorb_columns(st: State) -> None:
     backward's per-channel sums over channels-last data: indexmap.column_map) joins only with
     another such: alone it would trade its launch for the fold's and keep the rows kernel out of a
     horizontal one. A bias gradient (is_bias_grad) stays a column-reduction kernel of its own: carried
-    by the kernel computing it, the GELU backward of mlp_bf16_train took 109.5 us + an 8 us fold
-    instead of 75 + 18.6 + 2.2, and its cross-entropy row kernel 90.6 + 3.2 instead of 46 + 21 (H200,
-    2026-11-29)."""
+    by the kernel computing it, the GELU backward of mlp_bf16_train takes 109.5 us + an 8 us fold
+    against 75 + 18.6 + 2.2, and its cross-entropy row kernel 90.6 + 3.2 against 46 + 21 (H200:
+    benchmarks/results/2026-11-29-H200-bias-grad/)."""
     waiting: dict[Group, list[Group]] = {}
     one_segment: dict[Group, bool] = {}  # per rows kernel: the columns it takes in are not in its layout
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:

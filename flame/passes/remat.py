@@ -1,5 +1,5 @@
 """Rematerialisation: the backward recomputes some forward values instead of keeping them alive from
-the forward to the backward (DESIGN.md §11).
+the forward to the backward (ARCHITECTURE.md "Planned memory").
 
 A joint graph (autodiff appended the backward) splits at its first backward op: the ops before it are
 the forward; everything from it on (backward, optimizer update) reads forward values that must then
@@ -176,8 +176,8 @@ def _small(u: Value, op: Op) -> bool:
     """u (read by op) is a row statistic small enough to keep for op's recomputation: a LayerNorm's
     per-row mean and rstd ([rows, 1]) against the [rows, d] value computed from them, which the
     row kernel of the norm's backward then recomputes. Not per-channel statistics (a BatchNorm's
-    [1, 1, 1, C]): recomputing a BatchNorm + ReLU output from the convolution's result cost
-    resnet_block_train 11 % more time and 89 MiB more planned on an H200 (2026-11-29), the
+    [1, 1, 1, C]): recomputing a BatchNorm + ReLU output from the convolution's result costs
+    resnet_block_train 11 % more time and 89 MiB more planned (benchmarks/results/2026-11-29-H200-remat/), the
     recomputed outputs being written again for the weight gradients of the next convolutions."""
     shape, out = u.shape, op.out.shape
     return (u.type.numel * SMALL <= op.out.type.numel and len(shape) == len(out) and shape[-1] == 1

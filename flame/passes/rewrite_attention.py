@@ -1,4 +1,5 @@
-"""Recognise attention written by hand and make it ONE scaled_dot_product_attention op (DESIGN.md §9).
+"""Recognise attention written by hand and make it ONE scaled_dot_product_attention op (ARCHITECTURE.md
+"Patterns become ops").
 
 The pattern, read from the value matmul backwards:
 

@@ -1,4 +1,5 @@
-"""Move each collective to right after the last producer of its inputs (DESIGN.md §12), so that a
+"""Move each collective to right after the last producer of its inputs (ARCHITECTURE.md "Collectives are ops"),
+so that a
 gradient bucket's all-reduce is issued as soon as the bucket's gradients are final — while the rest
 of the backward still runs — instead of where it was traced (after the whole backward). The fusion
 pass keeps this order (it orders kernels by their first op among those ready), and the plan builder

@@ -1,4 +1,5 @@
-"""The memory plan of a Plan (DESIGN.md §1, §4, §11): this module owns liveness, in-place updates,
+"""The memory plan of a Plan (ARCHITECTURE.md "Pure IR", "Plans are data", "Planned memory"):
+this module owns liveness, in-place updates,
 arena placement, the plan checker and the memory report. `plan_memory` is a pass over the Plan, not
 the Graph: it sees the steps as they will run (fused kernels, library calls, copies, views), through
 each step's own `reads` / `writes` / `touches`.

@@ -1,4 +1,5 @@
-"""The Plan as data (DESIGN.md §4, §8): typed buffers, typed steps that say what they read and write,
+"""The Plan as data (ARCHITECTURE.md "Plans are data", "Library steps"):
+typed buffers, typed steps that say what they read and write,
 and how both print. This module owns the data only; flame.plan.build makes a Plan from a graph,
 flame.plan.memory places its buffers, and the executors in flame.runtime run it (they import this
 module and nothing else from flame.plan).

@@ -88,21 +88,21 @@ def _arch() -> str:
 
 def side_stream_enabled() -> bool:
     """FLAME_SIDE_STREAM=1 has the CUDA executor issue each optimizer update on a second stream as soon
-    as its gradient is final, so it may overlap the rest of the backward. Off by default: on an H200
-    (2026-11-29) the update's short blocks were dispatched before the next matmul's and delayed it,
-    so nothing was hidden, and gpt_train's 48 per-layer updates took 1.5 % longer than its one
-    multi-tensor update (README, "The optimizer and the backward")."""
+    as its gradient is final, so it may overlap the rest of the backward. Off by default: the update's
+    short blocks are dispatched before the next matmul's and delay it, so nothing is hidden, and
+    gpt_train's 48 per-layer updates take 1.5 % longer than its one multi-tensor update on an H200
+    (benchmarks/results/2026-11-29-H200-side-stream/; docs/performance.md, "Settings that stay off")."""
     return env_flag("FLAME_SIDE_STREAM", False)
 
 
 def bgrad_enabled() -> bool:
     """FLAME_MATMUL_BGRAD=1 has a Linear's bias gradient computed by its weight-gradient GEMM (cuBLASLt's
-    BGRADA / BGRADB epilogue). Off by default: on an H200 (2026-11-29, cuBLASLt 13) cuBLASLt ran every
-    such epilogue as a kernel of its own after the GEMM (globalKernelBgradAB_v2), slower than flame's
-    column reduction of the same gradient: [8192, 4096] bf16 30.6 us against 18.6 + 2.2, [8192, 3072]
-    20.3 against 14.0 + 1.7, [8192, 1024] 8.4 against 3.8 + 2.0; the step spans (CUPTI timelines)
-    mlp_bf16_train 4484 -> 4450 us, gpt_block_train 1481 -> 1464, gpt_train 8410 -> 8280. Tiny layers
-    lose a little (mlp_small_train, [128, 256] f32 gradients: 83.3 -> 84.8 us): there the epilogue's
+    BGRADA / BGRADB epilogue). Off by default: cuBLASLt 13 runs every such epilogue as a kernel of its
+    own after the GEMM (globalKernelBgradAB_v2), slower than flame's column reduction of the same
+    gradient on an H200: [8192, 4096] bf16 30.6 us against 18.6 + 2.2, [8192, 3072] 20.3 against
+    14.0 + 1.7, [8192, 1024] 8.4 against 3.8 + 2.0; gpt_train's step spans 8410 us with it, 8280
+    without (benchmarks/results/2026-11-29-H200-bias-grad/). Tiny layers lose a little without it
+    (mlp_small_train, [128, 256] f32 gradients: 84.8 us against 83.3): there the epilogue's
     one kernel beats the column sum's two."""
     return env_flag("FLAME_MATMUL_BGRAD", False)
 

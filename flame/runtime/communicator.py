@@ -1,4 +1,5 @@
-"""The communicator the executors' collective handlers call (DESIGN.md §12). One per process: the
+"""The communicator the executors' collective handlers call (ARCHITECTURE.md "Collectives are ops").
+One per process: the
 world-size-1 one below until `flame.distributed.init_process_group` installs another (NCCL on CUDA,
 runtime/nccl.py; the TCP-store exchange for the reference executor, flame/distributed/store_comm.py).
 This module is the only thing the runtime knows about process groups, so runtime/ never imports

@@ -1,4 +1,4 @@
-"""The CUDA executor: runs a Plan with CuPy (DESIGN.md §4).
+"""The CUDA executor: runs a Plan with CuPy (ARCHITECTURE.md "Plans are data").
 
 compile(graph) builds the Plan, compiles every kernel it names with NVRTC (codegen.nvrtc, whose
 on-disk cache makes a restart cheap), loads the cubins, and returns a callable. Each compiled plan
@@ -9,7 +9,7 @@ views), so they stay valid across later calls. An output aliased to an input (pl
 input array itself, updated in place. One plan's calls never run concurrently (they share the
 arena): a call on another stream than the last call's waits for that stream first.
 
-CUDA graphs (DESIGN.md §7): the first call runs the steps as plain launches; the second captures the
+CUDA graphs (ARCHITECTURE.md "CUDA graphs"): the first call runs the steps as plain launches; the second captures the
 whole plan once on a non-default stream (cuBLASLt through nvmath on that same stream),
 later calls replay it. Inputs: parameters, state, constants, in-place-updated inputs and data inputs
 are captured by pointer (in-place updates must land in the caller's arrays). When data inputs of at
@@ -289,7 +289,7 @@ def run_program(program: Program, bufs: dict, stream) -> None:
         handler(s, fn, bufs, stream)
 
 
-LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (DESIGN.md §7)
+LAUNCH_US = 8.0  # a kernel launch from Python costs about this much host time (ARCHITECTURE.md "CUDA graphs")
 GRAPH_VARIANTS = 4  # graphs kept per plan, one per set of input pointers (module docstring)
 STAGE_BYTES = 1 << 20  # data inputs moved by at most this many bytes in all are staged (module docstring)
 OUTPUT_SLABS = 16  # the most output slabs a plan hands out, each with its graph (module docstring) ...
@@ -304,8 +304,9 @@ def graphs_setting() -> str:
 
 
 # host time of one plain call into a library from Python, counted low: a cuDNN frontend graph's execute
-# (variant pack, handle, stream) cost ~150 us on an H100 host (2026-11-27: sdpa_fwd_bwd's two attention
-# calls ran 331 us per call back to back without a graph, 261 us of GPU time); a cuBLASLt matmul: an estimate
+# (variant pack, handle, stream) costs ~150 us on an H100's host (sdpa_fwd_bwd's two attention calls run
+# 331 us per call back to back without a graph, 261 us of GPU time: benchmarks/results/2026-11-27-H100-multi-tensor/);
+# a cuBLASLt matmul: an estimate
 LIBRARY_CALL_US = {AttentionCall: 100.0, ConvCall: 100.0}
 LIBRARY_CALL_US_DEFAULT = 30.0
 

@@ -1,5 +1,5 @@
 """cuDNN fused attention (forward and backward) through nvidia-cudnn-frontend's Python graph API, on
-CuPy device memory (DESIGN.md §8), called by the plan's `AttentionCall` steps (runtime/cuda.py).
+CuPy device memory (ARCHITECTURE.md "Library steps"), called by the plan's `AttentionCall` steps (runtime/cuda.py).
 
     spec = AttentionSpec.of(q_shape, k_shape, v_shape, "bf16", scale, is_causal, enable_gqa, mask_shape)
     why = unsupported_reason(spec)            # "" when cuDNN can run it, else the reason to fall back

@@ -1,5 +1,5 @@
 """Convolutions (forward, data gradient, weight gradient) through cuDNN's graph API in
-nvidia-cudnn-frontend, on CuPy device memory (DESIGN.md §8), called by the plan's `ConvCall` steps
+nvidia-cudnn-frontend, on CuPy device memory (ARCHITECTURE.md "Library steps"), called by the plan's `ConvCall` steps
 (runtime/cuda.py).
 
     spec = spec_of(op)                        # a conv / conv_grad_input / conv_grad_weight IR op

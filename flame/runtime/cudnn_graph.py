@@ -1,4 +1,4 @@
-"""What every cuDNN call of flame shares (DESIGN.md §8): importing nvidia-cudnn-frontend, one cuDNN
+"""What every cuDNN call of flame shares (ARCHITECTURE.md "Library steps"): importing nvidia-cudnn-frontend, one cuDNN
 handle per thread, device pointers from CuPy arrays or ints, and running a built frontend graph on the
 current CuPy stream. runtime/cudnn_attention.py and runtime/cudnn_conv.py build their graphs with
 these; neither allocates at run time, so both replay inside a CUDA graph capture."""

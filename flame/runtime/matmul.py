@@ -1,4 +1,4 @@
-"""Matmul through cuBLASLt (nvmath-python's bindings), DESIGN.md §6.
+"""Matmul through cuBLASLt (nvmath-python's bindings), ARCHITECTURE.md "Matmul epilogues".
 
 `run_matmul(call, buffers, stream)` runs a plan's MatmulCall through `matmul_into(out, a, b)`, which
 computes out[..., m, n] = a[..., m, k] @ b[..., k, n] for contiguous row-major CuPy arrays, with NumPy
@@ -7,12 +7,13 @@ flame's row-major, batched, broadcast operands become the 2-D / 3-D strided view
 decided in ONE place, `_layout`. One `_Gemm` (cuBLASLt's matmul descriptor, matrix layouts and the
 algorithms its heuristic returned) is planned per (shapes, dtype, transposes, tf32, epilogue,
 operand alignment) and reused with new pointers; it writes straight into `out` (beta = 0). Planning
-goes through the raw bindings (`nvmath.bindings.cublasLt`), where nvmath's `Matmul` object took
-~1.3 ms per shape (H100 host, 2026-11-27), most of a first call at a new batch size. The matmul
-descriptors, matrix layouts and heuristic preferences are shared by every problem needing the same
-one (`_Handles`), so a new batch size's GEMM costs little more than its heuristic query: on an H200's
-host (2026-11-29) planning a GEMM at a new shape took 27-32 us of host time besides the query, against
-64-66 us with a descriptor, layouts and preference made per problem (the query itself took 22-35 us).
+goes through the raw bindings (`nvmath.bindings.cublasLt`): nvmath's `Matmul` object costs ~1.3 ms
+per shape on an H100's host, most of a first call at a new batch size, the raw planning 0.07-0.16 ms
+(benchmarks/results/2026-11-27-H100-host/). The matmul descriptors, matrix layouts and heuristic
+preferences are shared by every problem needing the same one (`_Handles`), so a new batch size's GEMM
+costs little more than its heuristic query: on an H200's host planning a GEMM at a new shape takes
+27-32 us of host time besides the query, against 64-66 us with a descriptor, layouts and preference
+made per problem (the query itself 22-35 us; benchmarks/results/2026-11-29-H200-suite/).
 
 cuBLASLt is column-major, so every GEMM is issued transposed: D = out^T[n, m] = op(b)^T @ op(a)^T,
 cuBLASLt's A = b, B = a (each row-major array is its own transpose read column-major), M = n, N = m.
@@ -82,9 +83,9 @@ def planned_workspace(a_shape: tuple, b_shape: tuple, out_shape: tuple, ta: bool
     """The arena workspace to plan for one GEMM (operands as stored) on the current GPU: what the
     algorithm cuBLASLt's heuristic ranks first within workspace_bytes asks for (at least 4 KiB, so the
     call still gets its own), or workspace_bytes itself under FLAME_MATMUL_AUTOTUNE (which times every
-    algorithm the bound admits). Seen on an H200 (2026-11-29): for every GEMM of gpt_block_train and
-    mlp_bf16_train the heuristic's first four algorithms ask for none, and run as fast with a 4 KiB
-    workspace as with 32 MiB; the 32 MiB the bound reserved sat in the arena at the step's peak."""
+    algorithm the bound admits). On an H200, for every GEMM of gpt_block_train and mlp_bf16_train the
+    heuristic's first four algorithms ask for none, and run as fast with a 4 KiB workspace as with
+    32 MiB, which would sit in the arena at the step's peak (benchmarks/results/2026-11-29-H200-memory-plan/)."""
     bound = int(workspace_bytes(math.prod(out_shape)))
     if autotune:
         return bound
@@ -369,7 +370,7 @@ def _tune(gemm: _Gemm, call, stream, flops: int) -> None:
 def bgrad_supported(epilogue: str, ta: bool, tb: bool) -> bool:
     """Whether cuBLASLt runs bias-gradient epilogue `epilogue` with these transposes: only when the
     summed operand is stored [k, ...] (bgrad_a with a stored transposed, bgrad_b with b not). The
-    other two layouts return CUBLAS_STATUS_NOT_SUPPORTED (H100, cuBLASLt 13, 2026-11-23)."""
+    other two layouts return CUBLAS_STATUS_NOT_SUPPORTED (cuBLASLt 13)."""
     return ta if epilogue == "bgrad_a" else not tb if epilogue == "bgrad_b" else True
 
 

@@ -1,7 +1,7 @@
 """The NumPy reference executor. run_graph interprets a graph op by op with each op's reference
 implementation (the test oracle); run_plan runs a compiled Plan exactly as the CUDA executor does,
 with the arena as one NumPy byte buffer and temporaries as views at their planned offsets, so a
-wrong memory plan breaks results here too (DESIGN.md §4). It is the executor without a GPU."""
+wrong memory plan breaks results here too (ARCHITECTURE.md "Plans are data"). It is the executor without a GPU."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reduction schedules (DESIGN.md §10): rows that fit a block, rows split across blocks (a whole-tensor
+"""Reduction schedules (ARCHITECTURE.md "Reduction schedules"):
+rows that fit a block, rows split across blocks (a whole-tensor
 reduction is one row), and columns in their own kernel. Each shape below picks one schedule; the
 fused plan must equal the unfused plan and the reference bit for bit (CPU), every kernel compiles
 with NVRTC, and (marked gpu) every schedule matches NumPy on the GPU."""

@@ -1,4 +1,5 @@
-"""Convolutions in the plan (DESIGN.md §8): each conv / conv_grad_input / conv_grad_weight op becomes one
+"""Convolutions in the plan (ARCHITECTURE.md "Library steps"):
+each conv / conv_grad_input / conv_grad_weight op becomes one
 ConvCall naming its operands in the op's order, with the workspace the Target asks for as arena scratch
 that the memory planner keeps apart from what is live at the call; the reference executor runs the
 calls through the ops' NumPy references; a compiled training step (forward + autodiff) plans all three

@@ -1,7 +1,8 @@
 """The GPU suite under NVIDIA's compute-sanitizer: memcheck over the GPU tests of the kernels,
 reductions, attention and the runtime (every planned buffer its own allocation, FLAME_SANITIZE=1, so
 an access past a buffer is caught), and racecheck over the reduction and attention kernels. Skipped,
-saying why, where the sanitizer or a GPU is absent. The whole GPU suite: see README (Testing)."""
+saying why, where the sanitizer or a GPU is absent. The whole GPU suite under memcheck:
+docs/writing_an_op.md (Compute-sanitizer)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Fused attention: scaled_dot_product_attention, its softmax statistics and its backward (DESIGN.md §9).
+"""Fused attention: scaled_dot_product_attention, its softmax statistics and its backward (ARCHITECTURE.md
+"Patterns become ops").
 
 softmax(q @ k^T * scale + mask) @ v with PyTorch's semantics: q [..., H, L, E], k [..., Hkv, S, E],
 v [..., Hkv, S, Ev] (equal leading dimensions; Hkv divides H when enable_gqa), an optional 4th input

@@ -1,4 +1,5 @@
-"""Collectives: all_reduce, broadcast, all_gather, reduce_scatter (DESIGN.md §12). Each is ONE op with
+"""Collectives: all_reduce, broadcast, all_gather, reduce_scatter (ARCHITECTURE.md "Collectives are ops").
+Each is ONE op with
 the `library` trait "collective": fusion leaves it a group of its own, the plan builder makes it a
 CollectiveCall, and each executor runs it through the process group's communicator (NCCL on CUDA, a
 TCP-store exchange or the identity on the NumPy reference).
