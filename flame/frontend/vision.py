@@ -606,34 +606,32 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
 
 
 def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel) -> Tensor:
-    """Training-mode batch_norm in one read of x for its statistics and one joint read of (dy, x) for
-    the backward's: sum(x) and sum(x*x) are sibling column sums of one input (the fusion pass runs
-    them as one kernel), var = E[x^2] - E[x]^2 clamped at 0, and y = (x - m) * scale + shift with
-    per-channel scale = w * rstd, m = mean.detach() and shift = b + (m - mean) * scale (= b: the
-    term is an exact per-channel zero that carries mean's gradient). Autodiff's backward then needs
-    only sum(dy) (dshift, and through it dmean = -scale * dshift) and the centred sum(dy * (x - m))
-    (dscale), two column sums of one pass over (dy, x), where (x - mean) * rstd * w + b needs a pass per
-    sum and a third for dmean's sum(dy * scale). The sums stay centred as PyTorch's: the
-    scale-and-shift form x * scale + shift would need sum(dy * x) - mean * sum(dy), whose cancellation a
-    convolution's weight gradient after a pooled loss amplifies by the per-channel count (~100x at
-    resnet_block_train's 262144; tests/nn/test_batch_norm_large_count.py).
-    Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type).
-    The one-pass variance loses ~eps_f32 * (mean/std)^2 relative accuracy: post-convolution
-    activations have |mean| of the order of std, where it is far below bf16's rounding
-    (tests/nn/test_batch_norm.py checks it against torch, mean up to 30 std)."""
+    """Training-mode batch_norm with two-pass statistics, as PyTorch's: the per-channel mean, then the
+    mean of (x - m)^2 with m = mean.detach() (E[x^2] - E[x]^2 in f32 cancels to noise once |mean| is
+    a few thousand standard deviations; the centred form stays accurate whatever the mean). The
+    variance's gradient through m is an exact zero (the deviations sum to zero), so detaching m costs
+    nothing and keeps the backward to autodiff's two centred column sums over (dy, x): y = (x - m) *
+    scale + shift with per-channel scale = w * rstd and shift = b + (m - mean) * scale (= b: the term
+    is an exact per-channel zero that carries mean's gradient), whose backward needs only sum(dy)
+    (dshift, and through it dmean = -scale * dshift) and sum(dy * (x - m)) (dscale). The sums stay
+    centred as PyTorch's: the scale-and-shift form x * scale + shift would need sum(dy * x) - mean *
+    sum(dy), whose cancellation a convolution's weight gradient after a pooled loss amplifies by the
+    per-channel count (tests/nn/test_batch_norm_large_count.py).
+    Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type)."""
     acc = x.float() if x.dtype.is_float and x.dtype.itemsize < 4 else x
     mean = acc.sum(dims, keepdim=True) / count
-    var = ((acc * acc).sum(dims, keepdim=True) / count - mean * mean).relu()
+    m = mean.detach()
+    dev = acc - m
+    var = (dev * dev).sum(dims, keepdim=True) / count
     scale = (var + eps).rsqrt()
     if weight is not None:
         scale = scale * weight.reshape(*per_channel).to(acc.dtype)
-    m = mean.detach()
     shift = (m - mean) * scale
     if bias is not None:
         shift = shift + bias.reshape(*per_channel).to(acc.dtype)
     if running_mean is not None and running_var is not None:
         _update_running(running_mean, running_var, mean, var, momentum, count)
-    return ((acc - m) * scale + shift).to(x.dtype)
+    return (dev * scale + shift).to(x.dtype)
 
 
 def _update_running(running_mean, running_var, mu, var, momentum, count) -> None:
@@ -667,15 +665,16 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
             raise _err("instance_norm: use_input_stats=False needs running_mean and running_var")
         return batch_norm(input, running_mean, running_var, weight, bias, False, eps=eps)
     if running_mean is not None:
-        c, positions = input.shape[1], input.numel() // (input.shape[0] * input.shape[1])
+        positions = input.numel() // (input.shape[0] * input.shape[1])
         if positions <= 1:
             raise _err(f"instance_norm: expected more than 1 position per channel, got input {list(input.shape)}")
         acc = input.float() if input.dtype.is_float and input.dtype.itemsize < 4 else input
         dims = tuple(range(2, input.ndim))
-        mean = acc.mean(dims)  # [N, C]
-        var = (acc * acc).mean(dims) - mean * mean
-        _update_running(running_mean, running_var, mean.mean(0).reshape(c), var.relu().mean(0).reshape(c),
-                        momentum, positions)
+        mean = acc.mean(dims, keepdim=True)  # [N, C, 1, ...]: two passes, as batch_norm's statistics
+        dev = acc - mean
+        var = (dev * dev).mean(dims)
+        _update_running(running_mean, running_var, mean.reshape(*mean.shape[:2]).mean(0), var.mean(0), momentum,
+                        positions)
     return group_norm(input, input.shape[1], weight, bias, eps)
 
 
