@@ -95,12 +95,21 @@ def _conv_padding(name, padding, k, stride, dilation, d) -> tuple[tuple[int, int
     return tuple((p, p) for p in ntuple(padding, d, "padding", name))
 
 
+def _check_weight_channels(name: str, weight: Tensor, outputs: int, groups) -> None:
+    """PyTorch's refusal of a weight with no output channels (fewer than groups along dim 0, or an
+    empty second dim for a transposed convolution's [C_in, C_out/groups, ...])."""
+    if weight.shape[0] < int(groups) or outputs < 1:
+        raise _err(f"{name}: given groups={int(groups)}, expected the weight to have at least {int(groups)} "
+                   f"output channel(s), got weight of size {list(weight.shape)}")
+
+
 def _conv(d: int, x: Tensor, weight: Tensor, bias, stride, padding, dilation, groups) -> Tensor:
     name = f"conv{d}d"
     x, unbatched = _batched(name, x, d)
     if weight.ndim != d + 2:
         raise _err(f"{name}: the weight must be [C_out, C_in/groups, {', '.join('k' * d)}], got "
                    f"{weight.dtype}{list(weight.shape)}")
+    _check_weight_channels(name, weight, weight.shape[0], groups)
     stride, dilation = ntuple(stride, d, "stride", name), ntuple(dilation, d, "dilation", name)
     pads = _conv_padding(name, padding, weight.shape[2:], stride, dilation, d)
     y = _call(name, "conv", x, weight, stride=stride, padding=pads, dilation=dilation, groups=int(groups))
@@ -136,6 +145,7 @@ def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups,
     if weight.ndim != d + 2:
         raise _err(f"{name}: the weight must be [C_in, C_out/groups, {', '.join('k' * d)}], got "
                    f"{weight.dtype}{list(weight.shape)}")
+    _check_weight_channels(name, weight, weight.shape[1], groups)
     stride, dilation = ntuple(stride, d, "stride", name), ntuple(dilation, d, "dilation", name)
     pad, out_pad = ntuple(padding, d, "padding", name), ntuple(output_padding, d, "output_padding", name)
     if x.shape[1] != weight.shape[0]:
@@ -183,6 +193,9 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 def _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode):
     """(kernel, stride, padding, dilation, output sizes) with PyTorch's checks and ceil_mode rule (the
     last window must start inside the input or its left padding)."""
+    if 0 in x.shape[1:]:  # PyTorch pools an empty batch, but no empty channel or position dim
+        raise _err(f"{name}: expected a {d + 1}-D or {d + 2}-D (batched) input whose dims other than the batch "
+                   f"are non-empty, got {list(x.shape)}")
     k = ntuple(kernel_size, d, "kernel_size", name)
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else ntuple(stride, d, "stride", name)
     p, dl = ntuple(padding, d, "padding", name), ntuple(dilation, d, "dilation", name)
@@ -591,6 +604,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     count = x.numel() // c if c else 0
     per_channel = (c, *[1] * spatial)
     if training:
+        if x.numel() == 0:  # PyTorch: an empty output, the running statistics untouched
+            return _affine(x, weight, bias, per_channel)
         if count <= 1:
             raise _err(f"batch_norm: expected more than 1 value per channel when training, got input "
                        f"{list(x.shape)}")
@@ -598,11 +613,14 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if running_mean is None or running_var is None:
         raise _err("batch_norm: evaluation without batch statistics needs running_mean and running_var")
     y = (x - running_mean.reshape(*per_channel)) * (running_var.reshape(*per_channel) + eps).rsqrt()
+    return _affine(y, weight, bias, per_channel)
+
+
+def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, per_channel) -> Tensor:
+    """y * weight + bias per channel (either may be absent)."""
     if weight is not None:
         y = y * weight.reshape(*per_channel)
-    if bias is not None:
-        y = y + bias.reshape(*per_channel)
-    return y
+    return y + bias.reshape(*per_channel) if bias is not None else y
 
 
 def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel) -> Tensor:
