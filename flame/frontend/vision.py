@@ -159,14 +159,33 @@ def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups,
             for n, s, p, dl, k, op in zip(x.shape[2:], stride, pad, dilation, weight.shape[2:], out_pad)]
     if min(size) < 1:
         raise _err(f"{name}: the output size {size} is not positive (input {list(x.shape)}, padding {list(pad)})")
-    shape = (x.shape[0], weight.shape[1] * int(groups), *size)
-    y = _call(name, "conv_grad_input", x, weight, stride=stride, padding=[(p, p) for p in pad], dilation=dilation,
+    pads, extra = _transpose_padding(pad, out_pad, stride)
+    shape = (x.shape[0], weight.shape[1] * int(groups), *(n - e for n, e in zip(size, extra)))
+    y = _call(name, "conv_grad_input", x, weight, stride=stride, padding=pads, dilation=dilation,
               groups=int(groups), input_shape=shape)
+    if any(extra):
+        y = _pad_spatial(y, [(0, e) for e in extra], 0.0)
+    shape = (*shape[:2], *size)
     if bias is not None:
         if tuple(bias.shape) != (shape[1],):
             raise _err(f"{name}: bias must be [{shape[1]}] (one per output channel), got {list(bias.shape)}")
         y = y + _channel_view(bias, d)
     return y.squeeze(0) if unbatched else y
+
+
+def _transpose_padding(pad, out_pad, stride) -> tuple[list[tuple[int, int]], list[int]]:
+    """The data gradient's [lo, hi] padding per spatial dim and the zeros appended after it, for a transposed
+    convolution's padding p and output_padding op. op < stride: (p, p), none appended (the convolution of the
+    padded output has the input's length, the floor of its division absorbs op). op >= stride (allowed when
+    the dilation exceeds it): the output's last op positions lie beyond every window of a (p, p) padding's
+    convolution, so the high padding shrinks by op (p >= op) or, where p < op, to 0 with op - p zeros
+    appended: the positions no input element reaches, as in PyTorch."""
+    pads, extra = [], []
+    for p, op, s in zip(pad, out_pad, stride):
+        hi = p if op < s else max(p - op, 0)
+        pads.append((p, hi))
+        extra.append(0 if op < s else max(op - p, 0))
+    return pads, extra
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,  # noqa: A002

@@ -119,7 +119,9 @@ def test_empty_batch_convolution_planned_for_the_gpu(cuda_target):
         F.relu(F.conv2d(x_, w_, b_, **kw)).sum().backward()
 
     step(*xs)
-    for source in {k.source for k in step._last.plan.kernels()}:
+    sources = {k.source for k in step._last.plan.kernels()}
+    assert sources
+    for source in sources:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
 
 
@@ -171,3 +173,64 @@ def test_pooling_an_empty_channel_dim_is_refused(name, shape):
         getattr(TF, name)(torch.zeros(shape), 3)
     with pytest.raises(ShapeError, match=r"(?s)non-empty.*test_conv_edge_cases.py"):
         getattr(F, name)(flame.zeros(*shape), 3)
+
+
+# ---- transposed convolutions whose output_padding reaches the stride ------------------------------------
+
+DILATED_TRANSPOSE = [  # d, input shape, weight shape, kwargs: output_padding >= stride, < dilation
+    (1, (2, 3, 6), (3, 2, 3), {"stride": 1, "dilation": 2, "output_padding": 1}),
+    (1, (1, 2, 5), (2, 4, 2), {"stride": 1, "dilation": 3, "output_padding": 2, "padding": 1}),
+    (2, (2, 2, 4, 5), (2, 3, 3, 3), {"stride": 1, "dilation": 2, "output_padding": 1}),
+    (2, (1, 4, 4, 3), (4, 1, 3, 2), {"stride": 2, "dilation": 3, "output_padding": 2, "padding": 3, "groups": 2}),
+    (
+        2,
+        (2, 2, 4, 5),
+        (2, 3, 3, 3),
+        {"stride": (1, 2), "dilation": (2, 3), "output_padding": (1, 2), "padding": (0, 1)},
+    ),
+    (3, (1, 2, 3, 4, 3), (2, 2, 2, 3, 2), {"stride": 1, "dilation": 2, "output_padding": (1, 0, 1), "padding": 1}),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("d,xs,ws,kw", DILATED_TRANSPOSE)
+def test_conv_transpose_with_output_padding_below_the_dilation(d, xs, ws, kw, bias, mode):
+    """PyTorch accepts output_padding smaller than either the stride or the dilation; the extra
+    positions receive what the padding's windows reach (zeros past every window)."""
+    name = f"conv_transpose{d}d"
+    arrays = [randn(*xs), randn(*ws, seed=1)] + ([randn(ws[1] * kw.get("groups", 1), seed=2)] if bias else [])
+    compare(
+        lambda *a: getattr(F, name)(*a, **kw),
+        lambda *a: getattr(TF, name)(*a, **kw),
+        *arrays,
+        mode=mode,
+        rtol=1e-4,
+        atol=1e-5,
+    )
+
+
+def test_conv_transpose_with_output_padding_below_the_dilation_planned_for_the_gpu(cuda_target):
+    """The same, planned for the CUDA target (the asymmetric padding of the data gradient, the zeros after
+    it): torch's values and gradients on the reference executor, every kernel compiles with NVRTC."""
+    kw = {"stride": 1, "dilation": 2, "output_padding": 1}
+    x, w = randn(2, 4, 6, 6), randn(4, 3, 3, 3, seed=1)
+    compare(
+        lambda *a: F.conv_transpose2d(*a, **kw),
+        lambda *a: TF.conv_transpose2d(*a, **kw),
+        x,
+        w,
+        mode="compiled",
+        rtol=1e-4,
+    )
+    xs = [flame.tensor(a, requires_grad=True) for a in (x, w)]
+
+    @flame.compile
+    def step(x_, w_):
+        F.conv_transpose2d(x_, w_, **kw).sum().backward()
+
+    step(*xs)
+    sources = {k.source for k in step._last.plan.kernels()}
+    assert sources
+    for source in sources:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
