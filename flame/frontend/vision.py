@@ -316,6 +316,8 @@ def _avg_pool(d, x, kernel_size, stride, padding, ceil_mode, count_include_pad, 
         ones = full((x.shape[1], 1, *k), 1.0, x.dtype)
         y = apply("conv", x, ones, stride=s, padding=_right_pads(x, k, s, p, [1] * d, out), dilation=[1] * d,
                   groups=x.shape[1])
+    if divisor_override is not None and divisor_override == 0:  # PyTorch: "divisor must be not zero"
+        raise _err(f"{name}: divisor must be not zero, got divisor_override={divisor_override!r}")
     if divisor_override:
         y = y * (1.0 / divisor_override)
     else:
@@ -544,17 +546,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     if (size is None) == (scale_factor is None):
         raise _err("interpolate: give exactly one of size and scale_factor")
     spatial = x.shape[2:]
-    if size is not None:
-        out = ntuple(size, d, "size", "interpolate")
-        scales = [n / o for n, o in zip(spatial, out)]
-    else:
-        f = [float(v) for v in ((scale_factor,) * d if isinstance(scale_factor, (int, float)) else scale_factor)]
-        if len(f) != d:
-            raise _err(f"interpolate: scale_factor must be a number or {d} numbers, got {scale_factor!r}")
-        out = tuple(int(math.floor(n * ff)) for n, ff in zip(spatial, f))
-        scales = [n / o if recompute_scale_factor else 1.0 / ff for n, o, ff in zip(spatial, out, f)]
-    if min(out) < 1:
-        raise _err(f"interpolate: the output size {list(out)} must be positive")
+    out, scales = _resize(spatial, size, scale_factor, recompute_scale_factor)
     if mode == "nearest":
         return _nearest(x, out, scales)
     y = x
@@ -562,6 +554,26 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         if n != o or align_corners:
             y = _along(y, 2 + i, _linear_matrix(n, o, sc, bool(align_corners)))
     return y
+
+
+def _resize(spatial, size, scale_factor, recompute_scale_factor) -> tuple[tuple[int, ...], list[float]]:
+    """interpolate's output size and per-axis source step (input / output) from size or scale_factor;
+    as PyTorch, a non-finite scale_factor and an output size below 1 are refused."""
+    d = len(spatial)
+    if size is not None:
+        out = ntuple(size, d, "size", "interpolate")
+    else:
+        f = [float(v) for v in ((scale_factor,) * d if isinstance(scale_factor, (int, float)) else scale_factor)]
+        if len(f) != d:
+            raise _err(f"interpolate: scale_factor must be a number or {d} numbers, got {scale_factor!r}")
+        if not all(math.isfinite(ff) for ff in f):
+            raise _err(f"interpolate: scale_factor must be finite, got {scale_factor!r}")
+        out = tuple(int(math.floor(n * ff)) for n, ff in zip(spatial, f))
+    if min(out) < 1:
+        raise _err(f"interpolate: the output size {list(out)} must be positive (input size {list(spatial)})")
+    if size is not None:
+        return out, [n / o for n, o in zip(spatial, out)]
+    return out, [n / o if recompute_scale_factor else 1.0 / ff for n, o, ff in zip(spatial, out, f)]
 
 
 def _nearest(x: Tensor, out, scales) -> Tensor:

@@ -234,3 +234,48 @@ def test_conv_transpose_with_output_padding_below_the_dilation_planned_for_the_g
     assert sources
     for source in sources:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+# ---- arguments PyTorch refuses: refused by name ---------------------------------------------------------
+
+REFUSED = [  # flame/torch function name, input shape, kwargs, what flame's message says
+    ("avg_pool2d", (1, 3, 6, 6), {"kernel_size": 2, "divisor_override": 0}, "divisor must be not zero"),
+    ("avg_pool3d", (1, 2, 4, 4, 4), {"kernel_size": 2, "divisor_override": 0}, "divisor must be not zero"),
+    ("interpolate", (1, 3, 4, 4), {"size": (0, 3)}, r"the output size \[0, 3\] must be positive"),
+    ("interpolate", (1, 3, 4, 4), {"size": (0, 3), "mode": "bilinear"}, r"the output size \[0, 3\] must be positive"),
+    ("interpolate", (1, 3, 4), {"size": -2}, r"the output size \[-2\] must be positive"),
+    ("interpolate", (1, 3, 4, 4), {"scale_factor": 0.1}, r"the output size \[0, 0\] must be positive"),
+    ("interpolate", (1, 3, 4, 4), {"scale_factor": float("nan")}, "scale_factor must be finite"),
+    ("interpolate", (1, 3, 4, 4), {"scale_factor": float("inf")}, "scale_factor must be finite"),
+    (
+        "interpolate",
+        (1, 3, 4, 4),
+        {"scale_factor": (2.0, float("nan")), "mode": "bilinear"},
+        "scale_factor must be finite",
+    ),
+    (
+        "interpolate",
+        (1, 3, 4, 4, 4),
+        {"scale_factor": -float("inf"), "mode": "trilinear"},
+        "scale_factor must be finite",
+    ),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name,shape,kw,match", REFUSED)
+def test_refused_arguments_name_the_argument_and_the_users_line(name, shape, kw, match, mode):
+    with pytest.raises(RuntimeError):
+        getattr(TF, name)(torch.zeros(shape), **kw)
+    fn = (
+        (lambda x: getattr(F, name)(x, **kw)) if mode == "eager" else flame.compile(lambda x: getattr(F, name)(x, **kw))
+    )
+    with pytest.raises(ShapeError, match=rf"(?s){name}: {match}.*test_conv_edge_cases.py"):
+        fn(flame.zeros(*shape))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("divisor", [-2, 5])
+def test_avg_pool2d_with_a_nonzero_divisor_override(divisor, mode):
+    kw = {"kernel_size": 3, "stride": 2, "padding": 1, "divisor_override": divisor}
+    compare(lambda x: F.avg_pool2d(x, **kw), lambda x: TF.avg_pool2d(x, **kw), randn(2, 3, 7, 6), mode=mode)
