@@ -95,12 +95,21 @@ def _conv_padding(name, padding, k, stride, dilation, d) -> tuple[tuple[int, int
     return tuple((p, p) for p in ntuple(padding, d, "padding", name))
 
 
+def _check_weight_channels(name: str, weight: Tensor, outputs: int, groups) -> None:
+    """PyTorch's refusal of a weight with no output channels (fewer than groups along dim 0, or an
+    empty second dim for a transposed convolution's [C_in, C_out/groups, ...])."""
+    if weight.shape[0] < int(groups) or outputs < 1:
+        raise _err(f"{name}: given groups={int(groups)}, expected the weight to have at least {int(groups)} "
+                   f"output channel(s), got weight of size {list(weight.shape)}")
+
+
 def _conv(d: int, x: Tensor, weight: Tensor, bias, stride, padding, dilation, groups) -> Tensor:
     name = f"conv{d}d"
     x, unbatched = _batched(name, x, d)
     if weight.ndim != d + 2:
         raise _err(f"{name}: the weight must be [C_out, C_in/groups, {', '.join('k' * d)}], got "
                    f"{weight.dtype}{list(weight.shape)}")
+    _check_weight_channels(name, weight, weight.shape[0], groups)
     stride, dilation = ntuple(stride, d, "stride", name), ntuple(dilation, d, "dilation", name)
     pads = _conv_padding(name, padding, weight.shape[2:], stride, dilation, d)
     y = _call(name, "conv", x, weight, stride=stride, padding=pads, dilation=dilation, groups=int(groups))
@@ -136,6 +145,7 @@ def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups,
     if weight.ndim != d + 2:
         raise _err(f"{name}: the weight must be [C_in, C_out/groups, {', '.join('k' * d)}], got "
                    f"{weight.dtype}{list(weight.shape)}")
+    _check_weight_channels(name, weight, weight.shape[1], groups)
     stride, dilation = ntuple(stride, d, "stride", name), ntuple(dilation, d, "dilation", name)
     pad, out_pad = ntuple(padding, d, "padding", name), ntuple(output_padding, d, "output_padding", name)
     if x.shape[1] != weight.shape[0]:
@@ -149,14 +159,33 @@ def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups,
             for n, s, p, dl, k, op in zip(x.shape[2:], stride, pad, dilation, weight.shape[2:], out_pad)]
     if min(size) < 1:
         raise _err(f"{name}: the output size {size} is not positive (input {list(x.shape)}, padding {list(pad)})")
-    shape = (x.shape[0], weight.shape[1] * int(groups), *size)
-    y = _call(name, "conv_grad_input", x, weight, stride=stride, padding=[(p, p) for p in pad], dilation=dilation,
+    pads, extra = _transpose_padding(pad, out_pad, stride)
+    shape = (x.shape[0], weight.shape[1] * int(groups), *(n - e for n, e in zip(size, extra)))
+    y = _call(name, "conv_grad_input", x, weight, stride=stride, padding=pads, dilation=dilation,
               groups=int(groups), input_shape=shape)
+    if any(extra):
+        y = _pad_spatial(y, [(0, e) for e in extra], 0.0)
+    shape = (*shape[:2], *size)
     if bias is not None:
         if tuple(bias.shape) != (shape[1],):
             raise _err(f"{name}: bias must be [{shape[1]}] (one per output channel), got {list(bias.shape)}")
         y = y + _channel_view(bias, d)
     return y.squeeze(0) if unbatched else y
+
+
+def _transpose_padding(pad, out_pad, stride) -> tuple[list[tuple[int, int]], list[int]]:
+    """The data gradient's [lo, hi] padding per spatial dim and the zeros appended after it, for a transposed
+    convolution's padding p and output_padding op. op < stride: (p, p), none appended (the convolution of the
+    padded output has the input's length, the floor of its division absorbs op). op >= stride (allowed when
+    the dilation exceeds it): the output's last op positions lie beyond every window of a (p, p) padding's
+    convolution, so the high padding shrinks by op (p >= op) or, where p < op, to 0 with op - p zeros
+    appended: the positions no input element reaches, as in PyTorch."""
+    pads, extra = [], []
+    for p, op, s in zip(pad, out_pad, stride):
+        hi = p if op < s else max(p - op, 0)
+        pads.append((p, hi))
+        extra.append(0 if op < s else max(op - p, 0))
+    return pads, extra
 
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,  # noqa: A002
@@ -183,6 +212,9 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
 def _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode):
     """(kernel, stride, padding, dilation, output sizes) with PyTorch's checks and ceil_mode rule (the
     last window must start inside the input or its left padding)."""
+    if 0 in x.shape[1:]:  # PyTorch pools an empty batch, but no empty channel or position dim
+        raise _err(f"{name}: expected a {d + 1}-D or {d + 2}-D (batched) input whose dims other than the batch "
+                   f"are non-empty, got {list(x.shape)}")
     k = ntuple(kernel_size, d, "kernel_size", name)
     s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else ntuple(stride, d, "stride", name)
     p, dl = ntuple(padding, d, "padding", name), ntuple(dilation, d, "dilation", name)
@@ -284,6 +316,8 @@ def _avg_pool(d, x, kernel_size, stride, padding, ceil_mode, count_include_pad, 
         ones = full((x.shape[1], 1, *k), 1.0, x.dtype)
         y = apply("conv", x, ones, stride=s, padding=_right_pads(x, k, s, p, [1] * d, out), dilation=[1] * d,
                   groups=x.shape[1])
+    if divisor_override is not None and divisor_override == 0:  # PyTorch: "divisor must be not zero"
+        raise _err(f"{name}: divisor must be not zero, got divisor_override={divisor_override!r}")
     if divisor_override:
         y = y * (1.0 / divisor_override)
     else:
@@ -512,17 +546,7 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     if (size is None) == (scale_factor is None):
         raise _err("interpolate: give exactly one of size and scale_factor")
     spatial = x.shape[2:]
-    if size is not None:
-        out = ntuple(size, d, "size", "interpolate")
-        scales = [n / o for n, o in zip(spatial, out)]
-    else:
-        f = [float(v) for v in ((scale_factor,) * d if isinstance(scale_factor, (int, float)) else scale_factor)]
-        if len(f) != d:
-            raise _err(f"interpolate: scale_factor must be a number or {d} numbers, got {scale_factor!r}")
-        out = tuple(int(math.floor(n * ff)) for n, ff in zip(spatial, f))
-        scales = [n / o if recompute_scale_factor else 1.0 / ff for n, o, ff in zip(spatial, out, f)]
-    if min(out) < 1:
-        raise _err(f"interpolate: the output size {list(out)} must be positive")
+    out, scales = _resize(spatial, size, scale_factor, recompute_scale_factor)
     if mode == "nearest":
         return _nearest(x, out, scales)
     y = x
@@ -530,6 +554,26 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         if n != o or align_corners:
             y = _along(y, 2 + i, _linear_matrix(n, o, sc, bool(align_corners)))
     return y
+
+
+def _resize(spatial, size, scale_factor, recompute_scale_factor) -> tuple[tuple[int, ...], list[float]]:
+    """interpolate's output size and per-axis source step (input / output) from size or scale_factor;
+    as PyTorch, a non-finite scale_factor and an output size below 1 are refused."""
+    d = len(spatial)
+    if size is not None:
+        out = ntuple(size, d, "size", "interpolate")
+    else:
+        f = [float(v) for v in ((scale_factor,) * d if isinstance(scale_factor, (int, float)) else scale_factor)]
+        if len(f) != d:
+            raise _err(f"interpolate: scale_factor must be a number or {d} numbers, got {scale_factor!r}")
+        if not all(math.isfinite(ff) for ff in f):
+            raise _err(f"interpolate: scale_factor must be finite, got {scale_factor!r}")
+        out = tuple(int(math.floor(n * ff)) for n, ff in zip(spatial, f))
+    if min(out) < 1:
+        raise _err(f"interpolate: the output size {list(out)} must be positive (input size {list(spatial)})")
+    if size is not None:
+        return out, [n / o for n, o in zip(spatial, out)]
+    return out, [n / o if recompute_scale_factor else 1.0 / ff for n, o, ff in zip(spatial, out, f)]
 
 
 def _nearest(x: Tensor, out, scales) -> Tensor:
@@ -591,6 +635,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     count = x.numel() // c if c else 0
     per_channel = (c, *[1] * spatial)
     if training:
+        if x.numel() == 0:  # PyTorch: an empty output, the running statistics untouched
+            return _affine(x, weight, bias, per_channel)
         if count <= 1:
             raise _err(f"batch_norm: expected more than 1 value per channel when training, got input "
                        f"{list(x.shape)}")
@@ -598,42 +644,43 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if running_mean is None or running_var is None:
         raise _err("batch_norm: evaluation without batch statistics needs running_mean and running_var")
     y = (x - running_mean.reshape(*per_channel)) * (running_var.reshape(*per_channel) + eps).rsqrt()
+    return _affine(y, weight, bias, per_channel)
+
+
+def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, per_channel) -> Tensor:
+    """y * weight + bias per channel (either may be absent)."""
     if weight is not None:
         y = y * weight.reshape(*per_channel)
-    if bias is not None:
-        y = y + bias.reshape(*per_channel)
-    return y
+    return y + bias.reshape(*per_channel) if bias is not None else y
 
 
 def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel) -> Tensor:
-    """Training-mode batch_norm in one read of x for its statistics and one joint read of (dy, x) for
-    the backward's: sum(x) and sum(x*x) are sibling column sums of one input (the fusion pass runs
-    them as one kernel), var = E[x^2] - E[x]^2 clamped at 0, and y = (x - m) * scale + shift with
-    per-channel scale = w * rstd, m = mean.detach() and shift = b + (m - mean) * scale (= b: the
-    term is an exact per-channel zero that carries mean's gradient). Autodiff's backward then needs
-    only sum(dy) (dshift, and through it dmean = -scale * dshift) and the centred sum(dy * (x - m))
-    (dscale), two column sums of one pass over (dy, x), where (x - mean) * rstd * w + b needs a pass per
-    sum and a third for dmean's sum(dy * scale). The sums stay centred as PyTorch's: the
-    scale-and-shift form x * scale + shift would need sum(dy * x) - mean * sum(dy), whose cancellation a
-    convolution's weight gradient after a pooled loss amplifies by the per-channel count (~100x at
-    resnet_block_train's 262144; tests/nn/test_batch_norm_large_count.py).
-    Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type).
-    The one-pass variance loses ~eps_f32 * (mean/std)^2 relative accuracy: post-convolution
-    activations have |mean| of the order of std, where it is far below bf16's rounding
-    (tests/nn/test_batch_norm.py checks it against torch, mean up to 30 std)."""
+    """Training-mode batch_norm with two-pass statistics, as PyTorch's: the per-channel mean, then the
+    mean of (x - m)^2 with m = mean.detach() (E[x^2] - E[x]^2 in f32 cancels to noise once |mean| is
+    a few thousand standard deviations; the centred form stays accurate whatever the mean). The
+    variance's gradient through m is an exact zero (the deviations sum to zero), so detaching m costs
+    nothing and keeps the backward to autodiff's two centred column sums over (dy, x): y = (x - m) *
+    scale + shift with per-channel scale = w * rstd and shift = b + (m - mean) * scale (= b: the term
+    is an exact per-channel zero that carries mean's gradient), whose backward needs only sum(dy)
+    (dshift, and through it dmean = -scale * dshift) and sum(dy * (x - m)) (dscale). The sums stay
+    centred as PyTorch's: the scale-and-shift form x * scale + shift would need sum(dy * x) - mean *
+    sum(dy), whose cancellation a convolution's weight gradient after a pooled loss amplifies by the
+    per-channel count (tests/nn/test_batch_norm_large_count.py).
+    Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type)."""
     acc = x.float() if x.dtype.is_float and x.dtype.itemsize < 4 else x
     mean = acc.sum(dims, keepdim=True) / count
-    var = ((acc * acc).sum(dims, keepdim=True) / count - mean * mean).relu()
+    m = mean.detach()
+    dev = acc - m
+    var = (dev * dev).sum(dims, keepdim=True) / count
     scale = (var + eps).rsqrt()
     if weight is not None:
         scale = scale * weight.reshape(*per_channel).to(acc.dtype)
-    m = mean.detach()
     shift = (m - mean) * scale
     if bias is not None:
         shift = shift + bias.reshape(*per_channel).to(acc.dtype)
     if running_mean is not None and running_var is not None:
         _update_running(running_mean, running_var, mean, var, momentum, count)
-    return ((acc - m) * scale + shift).to(x.dtype)
+    return (dev * scale + shift).to(x.dtype)
 
 
 def _update_running(running_mean, running_var, mu, var, momentum, count) -> None:
@@ -667,15 +714,16 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
             raise _err("instance_norm: use_input_stats=False needs running_mean and running_var")
         return batch_norm(input, running_mean, running_var, weight, bias, False, eps=eps)
     if running_mean is not None:
-        c, positions = input.shape[1], input.numel() // (input.shape[0] * input.shape[1])
+        positions = input.numel() // (input.shape[0] * input.shape[1])
         if positions <= 1:
             raise _err(f"instance_norm: expected more than 1 position per channel, got input {list(input.shape)}")
         acc = input.float() if input.dtype.is_float and input.dtype.itemsize < 4 else input
         dims = tuple(range(2, input.ndim))
-        mean = acc.mean(dims)  # [N, C]
-        var = (acc * acc).mean(dims) - mean * mean
-        _update_running(running_mean, running_var, mean.mean(0).reshape(c), var.relu().mean(0).reshape(c),
-                        momentum, positions)
+        mean = acc.mean(dims, keepdim=True)  # [N, C, 1, ...]: two passes, as batch_norm's statistics
+        dev = acc - mean
+        var = (dev * dev).mean(dims)
+        _update_running(running_mean, running_var, mean.reshape(*mean.shape[:2]).mean(0), var.mean(0), momentum,
+                        positions)
     return group_norm(input, input.shape[1], weight, bias, eps)
 
 

@@ -13,11 +13,11 @@ RR = prod(R) kernel offsets and P = prod(O) output positions:
     conv_grad_input   dx = col2im(w^T[G, Cg*RR, Kg] @ dy[N, G, Kg, P])            -> [N, C, *S]
 
 col2im scatters each kernel offset's [N, C, *O] slab back to its strided window of the padded input
-(zeros interleaved by unsqueeze + pad + reshape, then a pad to place it), sums the RR slabs and cuts
-the padding away. Matmuls stay in the input dtype (f16/bf16 accumulate in f32 on the GPU, as the
-reference computes in f32); the weight gradient contracts over N*P in one matmul per group, so a
-low-precision result is rounded once. The cost is RR copies of the input (or the gradient): a
-fallback, not a fast path.
+(ir/ops/movement.place_strided, a strided slice's adjoint: zeros interleaved, then a pad to place
+it), sums the RR slabs and cuts the padding away. Matmuls stay in the input dtype (f16/bf16
+accumulate in f32 on the GPU, as the reference computes in f32); the weight gradient contracts over
+N*P in one matmul per group, so a low-precision result is rounded once. The cost is RR copies of the
+input (or the gradient): a fallback, not a fast path.
 
 Every op that replaces a convolution carries the op's source line with `[decompose_conv: <reason>]`
 appended (so dumps and `flame explain` say why it is not one call), and each reason is logged at
@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Op, Value
+from flame.ir.ops.movement import place_strided
 from flame.passes._rewrite import DECOMPOSE_ALL, Supported, decompose  # noqa: F401  (DECOMPOSE_ALL: re-exported)
 
 
@@ -57,25 +58,6 @@ def _im2col(b: Builder, x: Value, k_shape, o_shape, attrs) -> Value:
     return b.reshape(cols, shape=(n, g, c // g * math.prod(k_shape), math.prod(o_shape)))
 
 
-def _place(b: Builder, v: Value, axis: int, start: int, step: int, length: int) -> Value:
-    """v's entries along `axis` moved to start, start + step, ... of a zero tensor `length` long there
-    (the adjoint of a strided slice)."""
-    n = v.shape[axis]
-    if step > 1:  # interleave step - 1 zeros after each entry, then drop the trailing ones
-        v = b.unsqueeze(v, axes=[axis + 1])
-        pads = [(0, 0)] * v.type.rank
-        pads[axis + 1] = (0, step - 1)
-        v = b.pad(v, pads=pads, value=0)
-        shape = list(v.shape)
-        v = b.reshape(v, shape=shape[:axis] + [n * step] + shape[axis + 2:])
-        stops = list(v.shape)
-        stops[axis] = (n - 1) * step + 1
-        v = b.slice(v, starts=[0] * v.type.rank, stops=stops, steps=[1] * v.type.rank)
-    pads = [(0, 0)] * v.type.rank
-    pads[axis] = (start, length - start - v.shape[axis])
-    return b.pad(v, pads=pads, value=0) if any(pads[axis]) else v
-
-
 def _col2im(b: Builder, cols: Value, x_shape, k_shape, o_shape, attrs) -> Value:
     """columns [N, G, Cg*RR, P] -> dx [N, C, *S]: each kernel offset's slab added into its strided
     window of the padded input, the padding then cut away."""
@@ -90,7 +72,7 @@ def _col2im(b: Builder, cols: Value, x_shape, k_shape, o_shape, attrs) -> Value:
         slab = b.reshape(b.slice(cols, starts=starts, stops=stops, steps=[1] * cols.type.rank),
                          shape=(n, c, *o_shape))
         for d, (ri, dil, s, length) in enumerate(zip(r, attrs["dilation"], attrs["stride"], padded)):
-            slab = _place(b, slab, 2 + d, ri * dil, s, length)
+            slab = place_strided(b, slab, 2 + d, ri * dil, s, length)
         total = slab if total is None else b.add(total, slab)
     if any(lo or hi for lo, hi in attrs["padding"]):
         starts = [0, 0, *(lo for lo, _ in attrs["padding"])]

@@ -4,7 +4,7 @@ linear -> cross-entropy) in bf16 on the reference executor against torch. There 
 constant per (n, c) wherever the ReLU passes it, so BatchNorm's input gradient is a small difference
 and the convolution's weight gradient (a sum of 262144 products per element against a ReLU output
 of positive mean) amplifies any per-channel bias of it by ~count (frontend/vision.py
-_batch_norm_train's one-pass statistics and scale-and-shift backward)."""
+_batch_norm_train's centred scale-and-shift backward)."""
 
 from __future__ import annotations
 

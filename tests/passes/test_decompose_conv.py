@@ -18,6 +18,7 @@ from flame.ir import REGISTRY, Graph, parse, print_graph, verify
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, bf16, f32, f64
 from flame.ir.ops.conv import CONV_OPS
+from flame.ir.ops.movement import place_strided
 from flame.ir.types import TensorType
 from flame.passes.decompose_conv import DECOMPOSE_ALL, decompose_conv, note
 from flame.passes.pipeline import legalize, lower
@@ -37,6 +38,11 @@ CASES = {
     "1d-dilated": ((2, 3, 11), (4, 3, 3), {"stride": [1], "padding": [[2, 1]], "dilation": [2]}),
     "3d": ((1, 2, 4, 5, 3), (3, 2, 2, 3, 1), {"stride": [1, 2, 1], "padding": [[1, 0], [1, 1], [0, 0]],
                                               "dilation": [1, 1, 2]}),
+    # a transposed convolution's with output_padding >= stride: the high padding shrunk below the low
+    "2d-transpose-output-padding": ((2, 3, 9, 8), (4, 3, 3, 2), {"stride": [2, 1], "padding": [[3, 1], [1, 0]],
+                                                                 "dilation": [3, 2]}),
+    "2d-empty-batch": ((0, 3, 6, 5), (4, 3, 3, 3), {"stride": [2, 2], "padding": [[1, 1], [1, 1]],
+                                                    "dilation": [1, 1]}),
     # symmetric padding, channels multiples of 8 (the GPU tests run these through cuDNN too)
     "2d-groups-stride": ((3, 16, 15, 17), (32, 8, 3, 3), {"stride": [2, 2], "padding": [[1, 1], [1, 1]],
                                                        "dilation": [1, 1], "groups": 2}),
@@ -77,6 +83,20 @@ def test_decomposition_computes_the_reference(which, case):
     assert any(op.name == "matmul" for op in d.ops)
     arrays = _inputs(g, 1)
     np.testing.assert_allclose(run_graph(d, arrays)[0], run_graph(g, arrays)[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n,start,step,length", [(3, 0, 2, 7), (3, 1, 3, 8), (4, 2, 2, 9), (2, 0, 5, 6),
+                                                  (0, 1, 2, 4), (3, 2, 1, 5)])
+def test_place_strided_is_a_strided_slices_adjoint(n, start, step, length):
+    """place_strided (the slice VJP's and col2im's one zero interleave) puts v at start, start + step, ...
+    of zeros `length` long, trailing interleaved zeros past the end cut away."""
+    g = Graph("place")
+    v = g.add_input(TensorType((2, n, 3), f64))
+    g.outputs = [place_strided(Builder(g, LOC), v, 1, start, step, length)]
+    a = _inputs(verify(g), 2)[0]
+    want = np.zeros((2, length, 3))
+    want[:, start:start + step * n:step] = a
+    np.testing.assert_array_equal(run_graph(g, [a])[0], want)
 
 
 @pytest.mark.parametrize("which", CONV_OPS)

@@ -1,6 +1,7 @@
 """What a conv + BatchNorm + ReLU training step keeps for its backward and when its backward runs:
-two activations per layer (BatchNorm's input, the convolution's result, and the ReLU output, which
-the next convolution reads anyway) and no ReLU mask beside them; a weight gradient that is the last
+two activations per layer (BatchNorm's centred input x - mean, which its two-pass variance computes
+in place of keeping the convolution's result, and the ReLU output, which the next convolution reads
+anyway) and no ReLU mask beside them; a weight gradient that is the last
 reader of its layer's input runs before the data gradient; recomputations run right before what
 reads them. The gradients are torch's on the reference executor."""
 
@@ -64,9 +65,9 @@ def test_conv_bn_relu_saves_two_activations_per_layer_and_matches_torch():
     users = g.users()
     saved = [op.name for op in g.ops  # forward values the backward reads (memory_report's "saved")
              if not is_backward(op) and op.out.type.numel == size and any(is_backward(u) for u in users[op.out])]
-    # permute: x channels-last; sub: the last layer's centred value, which its BatchNorm's backward reads
-    # (computed with the loss's gradient in the forward's kernels: no matmul or convolution between them)
-    assert sorted(saved) == ["conv"] * LAYERS + ["permute"] + ["relu"] * LAYERS + ["sub"]
+    # permute: x channels-last; sub: each layer's centred value x - mean, which the kernel of its variance's
+    # sum((x - mean)^2) writes and its BatchNorm's backward reads
+    assert sorted(saved) == ["permute"] + ["relu"] * LAYERS + ["sub"] * LAYERS
     for grp in g.groups:  # and no kernel of the forward computes a mask for the backward (a per-channel one,
         if not all(is_backward(op) for op in grp.ops):  # BatchNorm's clamp of its variance, is no activation)
             assert not [v for v in grp.outputs

@@ -93,6 +93,8 @@ def _check(name, types, x_shape, w_shape, stride, padding, dilation, groups) -> 
     if min(stride) < 1 or min(dilation) < 1 or min(min(p) for p in padding) < 0 or groups < 1:
         raise ShapeError(f"{shown}: stride and dilation must be >= 1, padding >= 0, groups >= 1")
     c_in, c_out = x_shape[1], w_shape[0]
+    if c_out < groups:
+        raise ShapeError(f"{shown}: the weight {list(w_shape)} has {c_out} output channels, fewer than groups")
     if c_in % groups or c_out % groups:
         raise ShapeError(f"{shown}: groups={groups} must divide the input channels ({c_in}) and the "
                          f"output channels ({c_out})")
@@ -157,14 +159,16 @@ def _cols(x, k_shape, o_shape, stride, padding, dilation, groups):
     win = _windows(x, k_shape, o_shape, stride, padding, dilation)  # [N, C, *O, *K], a view
     win = win.reshape((n, groups, c // groups) + tuple(o_shape) + tuple(k_shape))
     perm = (1, 2, *range(3 + d, 3 + 2 * d), 0, *range(3, 3 + d))
-    return np.ascontiguousarray(win.transpose(perm)).reshape(groups, -1, n * math.prod(o_shape))
+    rows = c // groups * math.prod(k_shape)  # sizes spelled out: no -1 to infer from an empty batch
+    return np.ascontiguousarray(win.transpose(perm)).reshape(groups, rows, n * math.prod(o_shape))
 
 
 def _rows_of(dy, groups):
     """dy [N, C_out, *O] as [G, C_out/G, N * prod(O)], the GEMM operand matching _cols."""
     n, c, d = dy.shape[0], dy.shape[1], dy.ndim - 2
     dyg = dy.reshape((n, groups, c // groups) + dy.shape[2:])
-    return np.ascontiguousarray(dyg.transpose(1, 2, 0, *range(3, 3 + d))).reshape(groups, c // groups, -1)
+    return np.ascontiguousarray(dyg.transpose(1, 2, 0, *range(3, 3 + d))).reshape(groups, c // groups,
+                                                                                   n * math.prod(dy.shape[2:]))
 
 
 def _conv_ref(x, w, stride, padding, dilation, groups):
@@ -172,7 +176,7 @@ def _conv_ref(x, w, stride, padding, dilation, groups):
     o_shape = tuple(conv_output_size(s, k, st, p, dl) for s, k, st, p, dl in
                     zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
     cols = _cols(x, w.shape[2:], o_shape, stride, padding, dilation, groups)
-    y = np.matmul(w.reshape(groups, w.shape[0] // groups, -1), cols)  # [G, C_out/G, N * O]
+    y = np.matmul(w.reshape(groups, w.shape[0] // groups, cols.shape[1]), cols)  # [G, C_out/G, N * O]
     y = y.reshape((groups, w.shape[0] // groups, n) + o_shape)
     return y.transpose(2, 0, 1, *range(3, 3 + d)).reshape((n, w.shape[0]) + o_shape)
 
@@ -187,7 +191,7 @@ def _grad_input_ref(dy, w, stride, padding, dilation, groups, input_shape):
     of the padded input, then the padding cut away."""
     n, c, d = input_shape[0], input_shape[1], len(input_shape) - 2
     o_shape, k_shape = dy.shape[2:], w.shape[2:]
-    wg = w.reshape(groups, w.shape[0] // groups, -1)
+    wg = w.reshape(groups, w.shape[0] // groups, c // groups * math.prod(k_shape))
     cols = np.matmul(wg.transpose(0, 2, 1), _rows_of(dy, groups))  # [G, C_in/G * K, N * O]
     cols = cols.reshape((groups, c // groups) + k_shape + (n,) + o_shape)
     padded = [s + lo + hi for s, (lo, hi) in zip(input_shape[2:], padding)]

@@ -73,29 +73,35 @@ def _slice_ref(x, starts, stops, steps):
     return x[tuple(slice(a, z, s) for a, z, s in zip(starts, stops, steps))]
 
 
+def place_strided(b, v, axis: int, start: int, step: int, length: int):
+    """v's entries along `axis` moved to start, start + step, ... of a zero tensor `length` long there
+    (the adjoint of a strided slice; a transposed convolution's decomposition places its slabs so):
+    step - 1 zeros interleaved after each entry (unsqueeze + pad + reshape), those past `length` cut
+    away, then zero padding before and after."""
+    n = v.shape[axis]
+    if step > 1 and n > 0:
+        v = b.unsqueeze(v, axes=[axis + 1])
+        pads = [(0, 0)] * v.type.rank
+        pads[axis + 1] = (0, step - 1)
+        v = b.pad(v, pads=pads, value=0)
+        shape = list(v.shape)
+        v = b.reshape(v, shape=shape[:axis] + [n * step] + shape[axis + 2:])
+    hi = length - start - v.shape[axis]
+    if hi < 0:
+        stops = list(v.shape)
+        stops[axis] = length - start
+        v = b.slice(v, starts=[0] * v.type.rank, stops=stops, steps=[1] * v.type.rank)
+        hi = 0
+    if start or hi:
+        pads = [(0, 0)] * v.type.rank
+        pads[axis] = (start, hi)
+        v = b.pad(v, pads=pads, value=0)
+    return v
+
+
 def _slice_vjp(b, g, x, out, starts, stops, steps):
-    # scatter g back into zeros: per strided axis interleave zeros, then pad to the full length
-    for d, (a, s) in enumerate(zip(starts, steps)):
-        n = g.shape[d]
-        if s > 1 and n > 0:
-            g = b.unsqueeze(g, axes=[d + 1])
-            pads = [(0, 0)] * g.type.rank
-            pads[d + 1] = (0, s - 1)
-            g = b.pad(g, pads=pads, value=0)
-            shape = list(g.shape)
-            g = b.reshape(g, shape=shape[:d] + [n * s] + shape[d + 2:])
-        end = a + g.shape[d]
-        hi = x.shape[d] - end
-        if hi < 0:
-            lo_starts = [0] * g.type.rank
-            stops_ = list(g.shape)
-            stops_[d] = x.shape[d] - a
-            g = b.slice(g, starts=lo_starts, stops=stops_, steps=[1] * g.type.rank)
-            hi = 0
-        if a or hi:
-            pads = [(0, 0)] * g.type.rank
-            pads[d] = (a, hi)
-            g = b.pad(g, pads=pads, value=0)
+    for d, (a, s) in enumerate(zip(starts, steps)):  # scatter g back into zeros, one axis at a time
+        g = place_strided(b, g, d, a, s, x.shape[d])
     return (g,)
 
 
