@@ -7,8 +7,9 @@ kernel source. A change meant to change nothing that flame produces is checked w
     PYTHONPATH=. python3 tests/plan_snapshot.py OUTDIR_after       # on the change
     diff -r OUTDIR_before OUTDIR_after                              # empty: the same plans and kernels
 
---reference also writes the plans made for the reference executor's target; names after the
-directory select cases."""
+--reference also writes the plans made for the reference executor's target, --side those for the
+CUDA target with optimizer updates on the side stream and bias gradients in their GEMMs (the settings
+FLAME_SIDE_STREAM=1 and FLAME_MATMUL_BGRAD=1 choose); names after the directory select cases."""
 
 from __future__ import annotations
 
@@ -82,7 +83,9 @@ def _groups(graph) -> str:
 def _plan(case, target: str):
     """The plan flame.compile makes for one call of `case` at its quick sizes, for `target`'s backend."""
     capabilities = compiler.capabilities
-    chosen = capabilities(target)
+    chosen = capabilities("cuda" if target == "side" else target)
+    if target == "side":
+        chosen = dataclasses.replace(chosen, side_stream=True, bgrad_epilogue=True)
     compiler.capabilities = lambda name: chosen
     compiler._target.cache_clear()
     compiler._CACHE.clear()
@@ -134,5 +137,5 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     if not argv or argv[0].startswith("-"):
         raise SystemExit(__doc__)
-    targets = ("cuda", "reference") if "--reference" in argv else ("cuda",)
+    targets = ("cuda", *(["reference"] if "--reference" in argv else []), *(["side"] if "--side" in argv else []))
     snapshot(argv[0], [a for a in argv[1:] if not a.startswith("-")], targets)

@@ -165,6 +165,20 @@ def get(name: str) -> OpDef:
         raise VerifyError(f"unknown op {name!r}") from None
 
 
+def flops(op: Op) -> int:
+    """A rough count of op's work (what recomputing it costs): 2 m n k for a matmul, 4 L S E per head
+    for a library call (attention), the elements read for a reduction, else one per element written."""
+    category = get(op.name).category
+    if category == "matmul":
+        return 2 * op.out.type.numel * op.inputs[0].shape[-1]
+    if category == "library":
+        q, k = op.inputs[0], op.inputs[1]
+        return 4 * q.type.numel * k.shape[-2]
+    if category == "reduction":
+        return op.inputs[0].type.numel
+    return op.out.type.numel
+
+
 def check_dtype(op: str, t: TensorType, kinds: tuple[str, ...], what: str = "input") -> DType:
     """Raise DTypeError unless t's dtype kind is one of kinds ('float', 'int', 'bool')."""
     if t.dtype.kind not in kinds:

@@ -69,6 +69,7 @@ siblings, BGRAD) in passes/fuse_columns.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import networkx as nx
@@ -634,4 +635,15 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
         FusionGroup(tuple(grp.ops), _recorded_kind(grp), _reason(st, grp), tuple(st.exposed(grp.ops)), grp.epilogue)
         for grp in ordered
     ]
+    _mark_updates(g, target)
     return g
+
+
+def _mark_updates(g: Graph, target: Target) -> None:
+    """With Target.side_stream, record on each kernel that is an optimizer's update (fusion_state.updates_only,
+    as the graph now stands) that the plan issues it on the side stream."""
+    if not target.side_stream:
+        return
+    users, updated = g.users(), g.updated()
+    g.groups = [dataclasses.replace(k, update=True) if updates_only(k.kind, k.ops, k.outputs, g, updated, users)
+                else k for k in g.groups]

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import math
 
-from flame.ir.graph import Kind, Op, Value
+from flame.ir.graph import Kind, Op, RecomputeLoc, Value, is_backward
 from flame.ir.indexmap import is_reduction, is_view
 from flame.ir.registry import get
 from flame.ir.symbolic import SymInt
-from flame.passes.autodiff import is_backward
 from flame.passes.fusion_state import Group, State, carried_columns, fit, one_row_segment
 from flame.passes.prepare_fusion import is_free
-from flame.passes.remat import RecomputeLoc
 
 # elementwise ops whose cost per element is many instructions (IEEE division and square root, the
 # transcendental functions): worth a launch to compute once per broadcast element

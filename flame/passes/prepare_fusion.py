@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.ir.graph import Graph, Op, Value
+from flame.ir.graph import Graph, Op, Value, is_backward
 from flame.ir.indexmap import is_view
 from flame.ir.registry import get
 from flame.passes._rewrite import full_value, rewrite
-from flame.passes.autodiff import is_backward
 
 # conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
 # work worth a buffer of its own (move_conversions, _recompute_conversions)

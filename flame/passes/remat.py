@@ -32,22 +32,11 @@ from collections.abc import Callable, Collection
 
 import networkx as nx
 
-from flame.ir.graph import CheckpointLoc, Graph, Op, Value
-from flame.ir.registry import REGISTRY
-from flame.passes.autodiff import BackwardLoc, is_backward
+from flame.ir.graph import CheckpointLoc, Graph, Op, RecomputeLoc, Value, is_backward, is_recompute
+from flame.ir.registry import REGISTRY, flops
 from flame.passes.dce import eliminate_dead_code
 
 _SRC, _SINK = "source", "sink"
-
-
-class RecomputeLoc(BackwardLoc):
-    """The loc of an op the remat pass added: it recomputes a forward value inside the backward."""
-
-    __slots__ = ()
-
-
-def is_recompute(op: Op) -> bool:
-    return isinstance(op.loc, RecomputeLoc)
 
 
 def mixes_phases(ops: Collection[Op]) -> bool:
@@ -76,19 +65,6 @@ def tier(op: Op) -> int:
 
 def nbytes(v: Value) -> int:
     return v.type.numel * v.dtype.itemsize
-
-
-def flops(op: Op) -> int:
-    """A rough cost of recomputing op: 2 m n k for a matmul, 4 L S E per head for attention, else one
-    per element read or written."""
-    if op.name == "matmul":
-        return 2 * op.out.type.numel * op.inputs[0].shape[-1]
-    if REGISTRY[op.name].category == "library":
-        q, k = op.inputs[0], op.inputs[1]
-        return 4 * q.type.numel * k.shape[-2]
-    if REGISTRY[op.name].category == "reduction":
-        return op.inputs[0].type.numel
-    return op.out.type.numel
 
 
 def split(g: Graph) -> int:
