@@ -21,7 +21,7 @@ from flame.ir import symbolic
 from flame.ir.dtypes import DType, f64
 from flame.ir.graph import Op
 from flame.ir.indexmap import broadcast
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 
 
 # ops whose expression is computed in another dtype than the output's (the store rounds once)
@@ -50,7 +50,7 @@ def _fields(op: Op, expr_dtype: DType) -> dict[str, str]:
             out[key] = str(v)
         else:
             out[key] = cuda_c.literal(v, expr_dtype)
-    if op.name == "full":
+    if is_fill(op):
         out["value"] = cuda_c.literal(op.attrs["value"], op.out.dtype)
     if op.name == "arange":
         as_float = expr_dtype.kind != "int"

@@ -52,7 +52,7 @@ from flame.ir.indexmap import (
     row_segments,
     trailing_reduced,
 )
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 from flame.target import DEFAULT_TARGET, Target
 
 
@@ -149,7 +149,7 @@ class Emitter:
 
 
 def _what(ops: list[Op]) -> str:
-    names = [op.name for op in ops if not is_view(op) and op.name != "full"]
+    names = [op.name for op in ops if not is_view(op) and not is_fill(op)]
     return " ".join(dict.fromkeys(names)) or "copy"
 
 
@@ -392,7 +392,7 @@ def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGE
         off_t=off_t,
         segments=fields,
     )
-    names = [op.name for op in group.ops if not is_view(op) and op.name != "full"]
+    names = [op.name for op in group.ops if not is_view(op) and not is_fill(op)]
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
     if len(parts) > 1:
         stem += f"_x{len(parts)}"
@@ -478,7 +478,7 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         slots=slots,
         cls_of=cls_of,
     )
-    names = [op.name for op in group.ops if not is_view(op) and op.name != "full"]
+    names = [op.name for op in group.ops if not is_view(op) and not is_fill(op)]
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}_x{len(segs)}"
     k = finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))
     return dataclasses.replace(k, in_place_safe=False)

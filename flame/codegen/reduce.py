@@ -43,6 +43,7 @@ from flame.codegen.kernel import Kernel, finish, header, index_types, op_params,
 from flame.codegen.snippets import accumulator
 from flame.ir import symbolic
 from flame.ir.graph import Op
+from flame.ir.registry import get
 from flame.target import DEFAULT_TARGET
 
 _BLOCK = 256
@@ -86,9 +87,14 @@ def _chunks(R: int, units: int, min_chunk: int, target: int = _TARGET_BLOCKS) ->
     return -(-R // ch), ch
 
 
+def _yields_index(op: Op) -> bool:
+    """op's result is the position of the winner (argmax: the `reduction` trait's `index`), not a value."""
+    return get(op.name).reduction.index
+
+
 def _axes(op: Op) -> set[int]:
     rank = op.inputs[0].type.rank
-    if op.name == "argmax":
+    if _yields_index(op):
         return {op.attrs["axis"] % rank} if rank else set()
     return {a % max(rank, 1) for a in op.attrs["axes"]}
 
@@ -96,7 +102,7 @@ def _axes(op: Op) -> set[int]:
 def _vector(op: Op, red: list, CH: int) -> int:
     """Elements per 16-byte load of a row reduction (1: none): one contiguous reduced dim with R and
     the chunk multiples of it."""
-    if op.name == "argmax":
+    if _yields_index(op):
         return 1
     V = max(1, 16 // op.inputs[0].dtype.itemsize)
     R = red[0][0] if len(red) == 1 else None
@@ -144,7 +150,7 @@ def _fields(op: Op, kind: str, kept: list, red: list, P: int, CH: int, G: int = 
     M, R = out.numel, views.numel([s for s, _ in red])
     accu = accumulator(op)
     acc = accu.dtype
-    argmax = op.name == "argmax"
+    argmax = _yields_index(op)
     a, b = ("a", "b") if argmax else ("a.v", "b.v")
     vbytes = P * M * acc.itemsize
     index_offset = -(-vbytes // 8) * 8
@@ -263,7 +269,7 @@ def lower_columns(op: Op, kept: list, red: list) -> list[Kernel]:
     into scratch ([P, M]) and a second column reduction folding them."""
     x = op.inputs[0].type
     M, R = op.out.type.numel, views.numel([s for s, _ in red])
-    argmax = op.name == "argmax"
+    argmax = _yields_index(op)
     V = _col_vector(kept[-1][0] if kept else 1, x.dtype.itemsize, argmax)  # no kept dim: one output
     plan = _col_plan(M, R, V, _lanes(M, V), _col_loads(V, x.dtype.itemsize, argmax))
     common = _fields(op, "cols", kept, red, plan.P, plan.CH)

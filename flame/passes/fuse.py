@@ -81,7 +81,7 @@ from flame.ir.indexmap import (
     trailing_reduced,
 )
 from flame.ir.ops.attention import FORWARD, STATS
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 from flame.passes import remat
 from flame.passes.fuse_columns import (
     absorb_bias_grads,
@@ -420,7 +420,7 @@ def _split_few_rows(st: State) -> None:
 
 
 def _signature(grp: Group) -> tuple:
-    work = tuple((op.name, str(sorted(op.attrs.items())) if op.name != "full" else "", op.out.dtype.name)
+    work = tuple((op.name, str(sorted(op.attrs.items())) if not is_fill(op) else "", op.out.dtype.name)
                  for op in grp.ops if not is_view(op))
     return (grp.kind, grp.n_red > 0, work)
 

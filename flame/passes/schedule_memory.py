@@ -25,7 +25,7 @@ import dataclasses
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
 from flame.ir.indexmap import is_reduction, swaps_last_two
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 from flame.passes.remat import is_recompute, nbytes
 
 SPLIT = "recomputation (remat) split from its sibling kernel: it runs right before its reader (memory budget)"
@@ -54,7 +54,7 @@ def _split_recomputations(grp: FusionGroup, updated: dict) -> list[FusionGroup]:
     if grp.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or len(grp.ops) < 2:
         return [grp]
     parts = segments(list(grp.ops))
-    moved = [p for p in parts if all(is_recompute(o) or o.name == "full" for o in p)]
+    moved = [p for p in parts if all(is_recompute(o) or is_fill(o) for o in p)]
     if len(parts) < 2 or not moved:
         return [grp]
     rest = [o for o in grp.ops if not any(o in p for p in moved)]
