@@ -26,7 +26,6 @@ import math
 from flame.codegen import cuda_c, views
 from flame.codegen.elementwise import op_expr
 from flame.codegen.kernel import (
-    NAME_TOKEN,
     Config,
     Kernel,
     block_for,
@@ -36,6 +35,7 @@ from flame.codegen.kernel import (
     group_params,
     group_prelude,
     index_types,
+    kernel_fields,
     render_template,
     store,
 )
@@ -382,10 +382,8 @@ def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGE
     source = render_template(
         "fused_elementwise.cu.j2",
         header=group_header(group, inputs, f"{len(parts)} segment(s): {what}"),
-        includes=cuda_c.includes(group_dtypes(group)),
+        **kernel_fields(group_dtypes(group), group_params(inputs, outputs)),
         prelude=group_prelude(group),
-        name=NAME_TOKEN,
-        params=group_params(inputs, outputs),
         block=block,
         U=config.unroll,
         idx_t=idx_t,
@@ -462,10 +460,8 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         "fused_balanced.cu.j2",
         header=group_header(group, inputs, f"{len(segs)} segment(s), {len(fields)} class(es), balanced: "
                             + "; ".join(whats)),
-        includes=cuda_c.includes(group_dtypes(group)),
+        **kernel_fields(group_dtypes(group), group_params(inputs, outputs)),
         prelude=group_prelude(group),
-        name=NAME_TOKEN,
-        params=group_params(inputs, outputs),
         block=block,
         U=U,
         min_blocks=max(1, config.balanced_threads // block),

@@ -38,7 +38,6 @@ from dataclasses import replace
 from flame.codegen import cuda_c, views
 from flame.codegen.fused import Emitter, positional, prepare
 from flame.codegen.kernel import (
-    NAME_TOKEN,
     Config,
     Kernel,
     finish,
@@ -47,6 +46,7 @@ from flame.codegen.kernel import (
     group_params,
     group_prelude,
     index_types,
+    kernel_fields,
     render_template,
     rows_schedule,
     store,
@@ -465,8 +465,8 @@ def _split_fold(group: FusionGroup, inputs: list[Value], seg: _RowSegment, stem:
                           store=store(op.out, cuda_c.load(total, op.out.dtype))))
     what = f"fold of {seg.P} partials per row, {seg.M} rows"
     source = render_template("fused_rows_split_fold.cu.j2", header=group_header(group, inputs, what),
-                             includes=cuda_c.includes(group_dtypes(group)), name=NAME_TOKEN, params=params,
-                             M=seg.M, P=seg.P, folds=[f for f in folds if f["out"] >= 0])
+                             **kernel_fields(group_dtypes(group), params), M=seg.M, P=seg.P,
+                             folds=[f for f in folds if f["out"] >= 0])
     return finish(f"{stem}_fold", source, min(seg.M, _MAX_GRID), 256, len(inputs), n_outputs=len(outputs))
 
 
@@ -635,10 +635,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         "fused_rows.cu.j2",
         header=group_header(group, inputs, ("new schedule: " if new else "") + "; ".join(f["what"] for f in fields)
                        + (f"; {len(columns)} column reduction(s) in {cols.P} partials" if cols else "")),
-        includes=cuda_c.includes(group_dtypes(group)),
+        **kernel_fields(group_dtypes(group), params),
         prelude=group_prelude(group),
-        name=NAME_TOKEN,
-        params=params,
         block=block,
         min_blocks=config.min_blocks,
         G=G,

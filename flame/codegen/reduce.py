@@ -39,7 +39,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flame.codegen import cuda_c, views
-from flame.codegen.kernel import Kernel, finish, header, index_types, op_params, render_template, shape_tag
+from flame.codegen.kernel import (
+    Kernel,
+    finish,
+    header,
+    index_types,
+    kernel_fields,
+    op_params,
+    render_template,
+    shape_tag,
+)
 from flame.codegen.snippets import accumulator
 from flame.ir import symbolic
 from flame.ir.graph import Op
@@ -158,9 +167,7 @@ def _fields(op: Op, kind: str, kept: list, red: list, P: int, CH: int, G: int = 
     idx_t, off_t = index_types(x.numel)
     roff = "r" if len(red) == 1 and red[0][1] == 1 else _offset(red, "q")
     return dict(
-        includes=cuda_c.includes({x.dtype, out.dtype}),
-        name="FLAME_KERNEL_NAME",
-        params=op_params(op, scratch > 0),
+        **kernel_fields({x.dtype, out.dtype}, op_params(op, scratch > 0)),
         block=_BLOCK,
         idx_t=idx_t,
         off_t=off_t,

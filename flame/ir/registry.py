@@ -13,7 +13,6 @@ from flame.ir.types import TensorType
 
 if TYPE_CHECKING:
     from flame.ir.graph import Op
-    from flame.ir.indexmap import IndexMap
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
 CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
@@ -58,7 +57,7 @@ class View:
     is not affine (a reshape that merges dims). relabel: on contiguous buffers the output is the
     input's bytes under another shape (no copy needed; the plan makes it an alias)."""
 
-    index_map: Callable[[Op], IndexMap | None]
+    index_map: Callable[[Op], Any]  # an IndexMap (flame.ir.indexmap, which reads this registry) or None
     relabel: bool = False
 
 
