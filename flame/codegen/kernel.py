@@ -68,7 +68,7 @@ class Config:
     used where they are full aligned vectors of one segment.
     The AdamW update (bf16) needs 64-68 registers at one item, ~80-100 at two: U > 1 spills at 1024
     threads (NVRTC 12.9, sm_90: 210 bytes at U=2), so U stays 1. On an H100 (2026-11-27,
-    bench/scripts/multi_tensor.py, one run, bit-identical results) the 52-tensor bf16 update of the
+    benchmarks/scripts/multi_tensor.py, one run, bit-identical results) the 52-tensor bf16 update of the
     adamw_multi_tensor case (496 MB) ran in 200.6 us (83% of copy) with one step per block against 268
     with the one-wave chunks, and mlp_bf16_train's 4 x [4096, 4096] update (940 MB) in 328.7 us (100%)
     against 411; 512 threads per SM: 228 and 336; U = 2 or 4 spill (598 and 833 us). The copy

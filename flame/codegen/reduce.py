@@ -18,7 +18,7 @@ Every fold runs in a fixed order (no atomics), so results do not vary between ru
 accumulate in f32; the output is rounded once (reduce_mean divides by R first).
 
 The column schedule above retired an older one (tiles of 32 lanes x V outputs, 8 thread rows, chunks
-for about 2048 blocks), measured with flame/bench/scripts/reduce_columns.py on an H100 on 2026-11-27:
+for about 2048 blocks), measured with benchmarks/scripts/reduce_columns.py on an H100 on 2026-11-27:
 faster or equal on every shape, with the same error vs NumPy (GPU tests of test_reduce_columns.py and
 test_reduce_schedules.py: 93 passed). Median us, old -> new, reduced over axis 0 unless said:
     sum  [262144, 128] bf16             54.1 -> 35.2
