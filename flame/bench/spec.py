@@ -115,6 +115,14 @@ def generate(inputs: dict[str, Input], xp, seed: int) -> dict[str, Any]:
 # handing arrays to frameworks and back
 
 
+def flame_inputs(case: Case, sizes: dict, seed: int = 0) -> dict:
+    """name -> flame tensor for every input of `case` at `sizes`, drawn as the suite draws them (NumPy)."""
+    import numpy as np
+
+    inputs = case.inputs(sizes)
+    return {n: to_flame(x, inputs[n].dtype, copy=False) for n, x in generate(inputs, np, seed).items()}
+
+
 def _on_gpu(arr) -> bool:
     return hasattr(arr, "__cuda_array_interface__")
 

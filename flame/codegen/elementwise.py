@@ -11,6 +11,7 @@ from flame.codegen.kernel import (
     grid_for,
     header,
     index_types,
+    kernel_fields,
     op_params,
     render_template,
     shape_tag,
@@ -21,7 +22,7 @@ from flame.ir import symbolic
 from flame.ir.dtypes import DType, f64
 from flame.ir.graph import Op
 from flame.ir.indexmap import broadcast
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 
 
 # ops whose expression is computed in another dtype than the output's (the store rounds once)
@@ -50,7 +51,7 @@ def _fields(op: Op, expr_dtype: DType) -> dict[str, str]:
             out[key] = str(v)
         else:
             out[key] = cuda_c.literal(v, expr_dtype)
-    if op.name == "full":
+    if is_fill(op):
         out["value"] = cuda_c.literal(op.attrs["value"], op.out.dtype)
     if op.name == "arange":
         as_float = expr_dtype.kind != "int"
@@ -137,10 +138,8 @@ def render_map(
     source = render_template(
         "elementwise.cu.j2",
         header=header(op, what),
-        includes=cuda_c.includes(dtypes),
+        **kernel_fields(dtypes, op_params(op)),
         prelude=prelude,
-        name="FLAME_KERNEL_NAME",
-        params=op_params(op),
         block=block,
         idx_t=idx_t,
         off_t=off_t,

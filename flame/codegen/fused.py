@@ -26,7 +26,6 @@ import math
 from flame.codegen import cuda_c, views
 from flame.codegen.elementwise import op_expr
 from flame.codegen.kernel import (
-    NAME_TOKEN,
     Config,
     Kernel,
     block_for,
@@ -36,6 +35,7 @@ from flame.codegen.kernel import (
     group_params,
     group_prelude,
     index_types,
+    kernel_fields,
     render_template,
     store,
 )
@@ -52,7 +52,7 @@ from flame.ir.indexmap import (
     row_segments,
     trailing_reduced,
 )
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 from flame.target import DEFAULT_TARGET, Target
 
 
@@ -149,7 +149,7 @@ class Emitter:
 
 
 def _what(ops: list[Op]) -> str:
-    names = [op.name for op in ops if not is_view(op) and op.name != "full"]
+    names = [op.name for op in ops if not is_view(op) and not is_fill(op)]
     return " ".join(dict.fromkeys(names)) or "copy"
 
 
@@ -382,17 +382,15 @@ def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGE
     source = render_template(
         "fused_elementwise.cu.j2",
         header=group_header(group, inputs, f"{len(parts)} segment(s): {what}"),
-        includes=cuda_c.includes(group_dtypes(group)),
+        **kernel_fields(group_dtypes(group), group_params(inputs, outputs)),
         prelude=group_prelude(group),
-        name=NAME_TOKEN,
-        params=group_params(inputs, outputs),
         block=block,
         U=config.unroll,
         idx_t=idx_t,
         off_t=off_t,
         segments=fields,
     )
-    names = [op.name for op in group.ops if not is_view(op) and op.name != "full"]
+    names = [op.name for op in group.ops if not is_view(op) and not is_fill(op)]
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}"
     if len(parts) > 1:
         stem += f"_x{len(parts)}"
@@ -462,10 +460,8 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         "fused_balanced.cu.j2",
         header=group_header(group, inputs, f"{len(segs)} segment(s), {len(fields)} class(es), balanced: "
                             + "; ".join(whats)),
-        includes=cuda_c.includes(group_dtypes(group)),
+        **kernel_fields(group_dtypes(group), group_params(inputs, outputs)),
         prelude=group_prelude(group),
-        name=NAME_TOKEN,
-        params=group_params(inputs, outputs),
         block=block,
         U=U,
         min_blocks=max(1, config.balanced_threads // block),
@@ -478,7 +474,7 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         slots=slots,
         cls_of=cls_of,
     )
-    names = [op.name for op in group.ops if not is_view(op) and op.name != "full"]
+    names = [op.name for op in group.ops if not is_view(op) and not is_fill(op)]
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}_x{len(segs)}"
     k = finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))
     return dataclasses.replace(k, in_place_safe=False)

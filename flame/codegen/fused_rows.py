@@ -38,7 +38,6 @@ from dataclasses import replace
 from flame.codegen import cuda_c, views
 from flame.codegen.fused import Emitter, positional, prepare
 from flame.codegen.kernel import (
-    NAME_TOKEN,
     Config,
     Kernel,
     finish,
@@ -47,15 +46,17 @@ from flame.codegen.kernel import (
     group_params,
     group_prelude,
     index_types,
+    kernel_fields,
     render_template,
     rows_schedule,
     store,
 )
 from flame.codegen.rows_columns import Columns, column_fold, column_period, scratch_ptr
-from flame.codegen.snippets import SNIPPETS, accumulator
+from flame.codegen.snippets import accumulator
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
 from flame.ir.indexmap import IndexMap, Layout, contiguous_strides, identity, is_reduction, row_map
+from flame.ir.registry import is_costly
 from flame.target import Target
 
 _MAX_GRID = 65535
@@ -72,14 +73,6 @@ _COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when
 
 
 _THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)  # "new": threads per row, fewest first
-_COSTLY = ("expf(", "logf(", "tanhf(", "erff(", "powf(", "sinf(", "cosf(", "expm1f(", "log1pf(", "exp2f(", "log2f(")
-
-
-def _costly(op: Op) -> bool:
-    """op's CUDA text calls a transcendental function (worth registers to compute once per element)."""
-    return any(c in text for text in SNIPPETS.get(op.name, {}).values() for c in _COSTLY)
-
-
 def _threads(R: int) -> int:
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
 
@@ -200,7 +193,7 @@ class _RowSegment:
             for k in keys:
                 seen[k] = seen.get(k, 0) + 1
         return {k for k, n in seen.items() if n > 1 and k[0].producer is not None and k[0] in self.values
-                and _costly(k[0].producer)}
+                and is_costly(k[0].producer, transcendental=True)}
 
     @property
     def _e(self) -> str:
@@ -472,8 +465,8 @@ def _split_fold(group: FusionGroup, inputs: list[Value], seg: _RowSegment, stem:
                           store=store(op.out, cuda_c.load(total, op.out.dtype))))
     what = f"fold of {seg.P} partials per row, {seg.M} rows"
     source = render_template("fused_rows_split_fold.cu.j2", header=group_header(group, inputs, what),
-                             includes=cuda_c.includes(group_dtypes(group)), name=NAME_TOKEN, params=params,
-                             M=seg.M, P=seg.P, folds=[f for f in folds if f["out"] >= 0])
+                             **kernel_fields(group_dtypes(group), params), M=seg.M, P=seg.P,
+                             folds=[f for f in folds if f["out"] >= 0])
     return finish(f"{stem}_fold", source, min(seg.M, _MAX_GRID), 256, len(inputs), n_outputs=len(outputs))
 
 
@@ -642,10 +635,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         "fused_rows.cu.j2",
         header=group_header(group, inputs, ("new schedule: " if new else "") + "; ".join(f["what"] for f in fields)
                        + (f"; {len(columns)} column reduction(s) in {cols.P} partials" if cols else "")),
-        includes=cuda_c.includes(group_dtypes(group)),
+        **kernel_fields(group_dtypes(group), params),
         prelude=group_prelude(group),
-        name=NAME_TOKEN,
-        params=params,
         block=block,
         min_blocks=config.min_blocks,
         G=G,

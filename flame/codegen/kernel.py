@@ -140,6 +140,12 @@ def render_template(template: str, **params) -> str:
     return _ENV.get_template(template).render(**params)
 
 
+def kernel_fields(dtypes, params: str) -> dict:
+    """The fields every kernel template takes besides its header: the headers its `dtypes` need
+    (includes), the token `finish` replaces with the kernel's name (name) and its parameters (params)."""
+    return dict(includes=cuda_c.includes(dtypes), name=NAME_TOKEN, params=params)
+
+
 def group_header(group: FusionGroup, inputs: list[Value], what: str) -> str:
     """The leading comment of a fused kernel: its IR ops (values numbered from its inputs), why."""
     ids = {v: i for i, v in enumerate(inputs)}
@@ -219,9 +225,8 @@ def render_op(template: str, op: Op, kind: str, n: int, comment: str, scratch: i
     idx_t, off_t = index_types(n, op.out.type.numel, *(v.type.numel for v in op.inputs))
     block = block_for(n)
     source = render_template(template, header=header(op, comment),
-                             includes=cuda_c.includes({op.out.dtype, *(v.dtype for v in op.inputs)}),
-                             name="FLAME_KERNEL_NAME", params=op_params(op, scratch > 0), block=block, idx_t=idx_t,
-                             off_t=off_t, n=n, kind=kind, **fields)
+                             **kernel_fields({op.out.dtype, *(v.dtype for v in op.inputs)}, op_params(op, scratch > 0)),
+                             block=block, idx_t=idx_t, off_t=off_t, n=n, kind=kind, **fields)
     stem = f"{op.name}_{op.out.dtype.name}_{shape_tag(op.out.shape)}" + ("" if kind == op.name else f"_{kind}")
     return finish(stem, source, grid_for(n, block), block, len(op.inputs), scratch)
 

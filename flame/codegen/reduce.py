@@ -18,7 +18,7 @@ Every fold runs in a fixed order (no atomics), so results do not vary between ru
 accumulate in f32; the output is rounded once (reduce_mean divides by R first).
 
 The column schedule above retired an older one (tiles of 32 lanes x V outputs, 8 thread rows, chunks
-for about 2048 blocks), measured with flame/bench/scripts/reduce_columns.py on an H100 on 2026-11-27:
+for about 2048 blocks), measured with benchmarks/scripts/reduce_columns.py on an H100 on 2026-11-27:
 faster or equal on every shape, with the same error vs NumPy (GPU tests of test_reduce_columns.py and
 test_reduce_schedules.py: 93 passed). Median us, old -> new, reduced over axis 0 unless said:
     sum  [262144, 128] bf16             54.1 -> 35.2
@@ -39,10 +39,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flame.codegen import cuda_c, views
-from flame.codegen.kernel import Kernel, finish, header, index_types, op_params, render_template, shape_tag
+from flame.codegen.kernel import (
+    Kernel,
+    finish,
+    header,
+    index_types,
+    kernel_fields,
+    op_params,
+    render_template,
+    shape_tag,
+)
 from flame.codegen.snippets import accumulator
 from flame.ir import symbolic
 from flame.ir.graph import Op
+from flame.ir.registry import get
 from flame.target import DEFAULT_TARGET
 
 _BLOCK = 256
@@ -86,9 +96,14 @@ def _chunks(R: int, units: int, min_chunk: int, target: int = _TARGET_BLOCKS) ->
     return -(-R // ch), ch
 
 
+def _yields_index(op: Op) -> bool:
+    """op's result is the position of the winner (argmax: the `reduction` trait's `index`), not a value."""
+    return get(op.name).reduction.index
+
+
 def _axes(op: Op) -> set[int]:
     rank = op.inputs[0].type.rank
-    if op.name == "argmax":
+    if _yields_index(op):
         return {op.attrs["axis"] % rank} if rank else set()
     return {a % max(rank, 1) for a in op.attrs["axes"]}
 
@@ -96,7 +111,7 @@ def _axes(op: Op) -> set[int]:
 def _vector(op: Op, red: list, CH: int) -> int:
     """Elements per 16-byte load of a row reduction (1: none): one contiguous reduced dim with R and
     the chunk multiples of it."""
-    if op.name == "argmax":
+    if _yields_index(op):
         return 1
     V = max(1, 16 // op.inputs[0].dtype.itemsize)
     R = red[0][0] if len(red) == 1 else None
@@ -144,7 +159,7 @@ def _fields(op: Op, kind: str, kept: list, red: list, P: int, CH: int, G: int = 
     M, R = out.numel, views.numel([s for s, _ in red])
     accu = accumulator(op)
     acc = accu.dtype
-    argmax = op.name == "argmax"
+    argmax = _yields_index(op)
     a, b = ("a", "b") if argmax else ("a.v", "b.v")
     vbytes = P * M * acc.itemsize
     index_offset = -(-vbytes // 8) * 8
@@ -152,9 +167,7 @@ def _fields(op: Op, kind: str, kept: list, red: list, P: int, CH: int, G: int = 
     idx_t, off_t = index_types(x.numel)
     roff = "r" if len(red) == 1 and red[0][1] == 1 else _offset(red, "q")
     return dict(
-        includes=cuda_c.includes({x.dtype, out.dtype}),
-        name="FLAME_KERNEL_NAME",
-        params=op_params(op, scratch > 0),
+        **kernel_fields({x.dtype, out.dtype}, op_params(op, scratch > 0)),
         block=_BLOCK,
         idx_t=idx_t,
         off_t=off_t,
@@ -263,7 +276,7 @@ def lower_columns(op: Op, kept: list, red: list) -> list[Kernel]:
     into scratch ([P, M]) and a second column reduction folding them."""
     x = op.inputs[0].type
     M, R = op.out.type.numel, views.numel([s for s, _ in red])
-    argmax = op.name == "argmax"
+    argmax = _yields_index(op)
     V = _col_vector(kept[-1][0] if kept else 1, x.dtype.itemsize, argmax)  # no kept dim: one output
     plan = _col_plan(M, R, V, _lanes(M, V), _col_loads(V, x.dtype.itemsize, argmax))
     common = _fields(op, "cols", kept, red, plan.P, plan.CH)

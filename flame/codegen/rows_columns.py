@@ -6,16 +6,28 @@ GroupNorm's per-channel sums over channels-last groups)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from flame.codegen import cuda_c
-from flame.codegen.kernel import NAME_TOKEN, Kernel, finish, group_dtypes, group_header, render_template, store
+from flame.codegen.kernel import Kernel, finish, group_dtypes, group_header, kernel_fields, render_template, store
 from flame.codegen.snippets import accumulator
 from flame.ir.graph import FusionGroup, Op, Value
-from flame.ir.indexmap import column_map, contiguous_strides
+from flame.ir.indexmap import Layout, column_map, contiguous_strides
 
-if TYPE_CHECKING:
-    from flame.codegen.fused_rows import _RowSegment
+
+class RowSegment(Protocol):
+    """What the column reductions read of the row segment that carries them (fused_rows.py makes it):
+    its column reductions, its row layout, its threads per row (G), elements per thread (E) and per
+    vector (V), its row length (R) and whether it runs the new schedule."""
+
+    columns: Sequence[Op]
+    lay: Layout
+    G: int
+    E: int
+    V: int
+    R: int
+    new: bool
 
 # fold kernel block: 32 columns x 32 runs over the partials. 32 runs fold gpt_block_train's
 # LayerNorm-backward partials (264 x 1024 x 2) in 4.4 us against 6.0-6.9 with 8, and gpt_train's
@@ -43,7 +55,7 @@ class Columns:
     and the slot sums its threads' elements per lane % Q (in j order, warp shuffles, then its warps in
     order); else [R], one per row element. Either way the results do not vary between runs."""
 
-    def __init__(self, seg: _RowSegment, outputs: list[Value], grid: int, block: int):
+    def __init__(self, seg: RowSegment, outputs: list[Value], grid: int, block: int):
         self.seg, self.R = seg, seg.R
         self.slots_per_block, self.block = block // seg.G, block
         self.plain = not column_period(seg)[1]
@@ -170,7 +182,7 @@ class Columns:
                     T=math.prod(lay.domain[d] for d in free_k) * RF, walk=walk)
 
 
-def _suffix(seg: _RowSegment, op: Op) -> int | None:
+def _suffix(seg: RowSegment, op: Op) -> int | None:
     """Q when the row elements column reduction op keeps are the innermost Q of the row (its result
     element of row element r depends on r % Q only) and Q divides the threads per row G, so that all
     of a thread's elements r = lane + j*G belong to one result element; else None."""
@@ -187,7 +199,7 @@ def _suffix(seg: _RowSegment, op: Op) -> int | None:
     return q if q < seg.R and seg.G % q == 0 else None
 
 
-def column_period(seg: _RowSegment) -> tuple[int, bool]:
+def column_period(seg: RowSegment) -> tuple[int, bool]:
     """(P, general) of a row segment's column reductions: rows u and u + k*P agree on every kept dim
     a result depends on (P: the product of the kept dims from the outermost such dim in), and general
     when some result element is not exactly one element of the row (see Columns)."""
@@ -212,8 +224,7 @@ def column_fold(group: FusionGroup, inputs: list[Value], cols: Columns, stem: st
     """The kernel folding the column partials: 32 columns x 8 runs per block when each result element
     is one row element (plain), else one block per result element (its preimage's terms)."""
     header = group_header(group, inputs, f"fold of {cols.P} partials x {cols.R} per column reduction")
-    common = dict(includes=cuda_c.includes(group_dtypes(group)), name=NAME_TOKEN, params=params, P=cols.P,
-                  R=cols.R, columns=cols.fold())
+    common = dict(**kernel_fields(group_dtypes(group), params), P=cols.P, R=cols.R, columns=cols.fold())
     n_out = len(group.outputs)
     if cols.plain:
         fold = render_template("fused_rows_fold.cu.j2", header=header, cols=FOLD_COLS, phases=FOLD_PHASES, **common)

@@ -18,9 +18,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from flame.codegen import cuda_c, views
+from flame.codegen import views
 from flame.codegen.elementwise import render_map
-from flame.codegen.kernel import MAX_GRID, Kernel, finish, header, index_types, op_params, render_template, shape_tag
+from flame.codegen.kernel import (
+    MAX_GRID,
+    Kernel,
+    finish,
+    header,
+    index_types,
+    kernel_fields,
+    op_params,
+    render_template,
+    shape_tag,
+)
 from flame.ir import symbolic
 from flame.ir.graph import Op
 from flame.ir.indexmap import permute_map
@@ -125,9 +135,7 @@ def _render_tiled(op: Op, t: Transpose) -> Kernel:
             f"tiled transpose through shared memory: {t.nj} x {t.ni} per batch of "
             f"{tiles // (ti * tj)}, {tile} x {tile} tiles",
         ),
-        includes=cuda_c.includes({op.out.dtype}),
-        name="FLAME_KERNEL_NAME",
-        params=op_params(op),
+        **kernel_fields({op.out.dtype}, op_params(op)),
         block=BLOCK,
         idx_t=idx_t,
         off_t=off_t,

@@ -274,7 +274,7 @@ class Template:
         if self.groups is not None:
             first = len(self.inputs)
             g.groups = [FusionGroup(tuple(g.ops[i - first] for i in ops), kind, reason, tuple(values[i] for i in outs),
-                                    epilogue) for ops, kind, reason, outs, epilogue in self.groups]
+                                    epilogue, update) for ops, kind, reason, outs, epilogue, update in self.groups]
         return g
 
     def _unchecked(self, s: int, symbolic: bool) -> Graph:
@@ -351,19 +351,19 @@ class Template:
 
 
 def _groups(ga: Graph, gb: Graph, ida: dict, idb: dict, sa: int, sb: int) -> list[tuple] | None:
-    """The fusion groups of ga as (op value numbers, kind, reason, output value numbers, epilogue),
+    """The fusion groups of ga as (op value numbers, kind, reason, output value numbers, epilogue, update),
     checked to be gb's; the reason is ga's (it may quote sizes, and only explains)."""
     if ga.groups is None and gb.groups is None:
         return None
-    shape = [(tuple(ida[op.out] for op in grp.ops), grp.kind, tuple(ida[v] for v in grp.outputs), grp.epilogue)
-             for grp in ga.groups or ()]
-    other = [(tuple(idb[op.out] for op in grp.ops), grp.kind, tuple(idb[v] for v in grp.outputs), grp.epilogue)
-             for grp in gb.groups or ()]
+    shape = [(tuple(ida[op.out] for op in grp.ops), grp.kind, tuple(ida[v] for v in grp.outputs), grp.epilogue,
+              grp.update) for grp in ga.groups or ()]
+    other = [(tuple(idb[op.out] for op in grp.ops), grp.kind, tuple(idb[v] for v in grp.outputs), grp.epilogue,
+              grp.update) for grp in gb.groups or ()]
     if ga.groups is None or gb.groups is None or shape != other:
         at = next((f"first at %{a[0][0]}" for a, b in zip(shape, other) if a != b), "")
         raise NotDynamic(f"the fusion pass grouped the ops differently at sizes {sa} and {sb}"
                          + (f" ({at})" if at else ""))
-    return [(ops, kind, grp.reason, outs, epi) for (ops, kind, outs, epi), grp in zip(shape, ga.groups)]
+    return [(ops, kind, grp.reason, outs, epi, up) for (ops, kind, outs, epi, up), grp in zip(shape, ga.groups)]
 
 
 class _Shown(int):

@@ -46,6 +46,31 @@ class CheckpointLoc(str):
         return loc
 
 
+class BackwardLoc(str):
+    """The `loc` autodiff stamps on the ops it appends: the forward op's text, marked as backward.
+    Passes copy an op's `loc` object as it is, so the mark survives simplification and fusion and
+    later stages (the memory report's "saved for backward") can tell the two phases apart. An op
+    merged by CSE keeps the first op's loc: a value computed once in the forward stays forward."""
+
+    __slots__ = ()
+
+
+class RecomputeLoc(BackwardLoc):
+    """The loc of an op the remat pass added: it recomputes a forward value inside the backward."""
+
+    __slots__ = ()
+
+
+def is_backward(op: Op) -> bool:
+    """True for ops that autodiff appended (the backward part of a joint graph), recomputations included."""
+    return isinstance(op.loc, BackwardLoc)
+
+
+def is_recompute(op: Op) -> bool:
+    """True for the ops the remat pass added to recompute a forward value inside the backward."""
+    return isinstance(op.loc, RecomputeLoc)
+
+
 class Op:
     """One operation: registry name, input values, frozen attributes, one result value.
     `loc` is the user's source line that created it ("train.py:14  logits = x @ w"), or None."""
@@ -89,13 +114,16 @@ class FusionGroup:
     """Ops that run as one kernel (or one library call), recorded by the fusion pass. kind:
     elementwise, rows, matmul, reduction or opaque; `reason`: why the kernel boundary around the group
     exists; `outputs`: the values the group must write (read by other groups or returned); `epilogue`:
-    what a matmul group folds into the library call (none, bias, relu, bias_relu)."""
+    what a matmul group folds into the library call (none, bias, relu, bias_relu); `update`: an
+    optimizer's update that the fusion pass scheduled for the side stream (Target.side_stream: it
+    writes only parameters and state in place, and values the step returns, that nothing else reads)."""
 
     ops: tuple[Op, ...]
     kind: Kind
     reason: str
     outputs: tuple[Value, ...] = ()
     epilogue: str = "none"
+    update: bool = False
 
 
 def segments(ops: list[Op]) -> list[list[Op]]:
@@ -177,7 +205,7 @@ class Graph:
         if self.groups is not None:
             ops = {op.out: m[op.out].producer for op in self.ops}
             g.groups = [FusionGroup(tuple(ops[o.out] for o in k.ops), k.kind, k.reason,
-                                    tuple(m[v] for v in k.outputs), k.epilogue) for k in self.groups]
+                                    tuple(m[v] for v in k.outputs), k.epilogue, k.update) for k in self.groups]
         return g
 
     def __str__(self) -> str:

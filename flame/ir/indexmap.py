@@ -16,7 +16,7 @@ from functools import lru_cache, wraps
 from operator import mul
 
 from flame.ir.graph import Op, Value, segments
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill, is_relabel
 
 MAX_MAPS = 4  # a value needed at more maps than this is recomputed too often: split the group
 
@@ -300,7 +300,7 @@ def _shared_reads(ops: list[Op], parts: list[list[Op]]) -> list[list[Op]]:
     import networkx as nx
 
     def domain(part):
-        shapes = {o.out.shape for o in part if not is_view(o) and o.name != "full"}
+        shapes = {o.out.shape for o in part if not is_view(o) and not is_fill(o)}
         return shapes.pop() if len(shapes) == 1 else None
 
     g = nx.Graph()
@@ -441,7 +441,7 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
 
 
 def _bijective(op: Op, i: int) -> bool:
-    return op.name in ("permute", "reshape", "squeeze", "unsqueeze") or (
+    return op.name == "permute" or is_relabel(op) or (
         get(op.name).category == "elementwise" and op.inputs[i].shape == op.out.shape)
 
 
@@ -452,7 +452,7 @@ def _forward(op: Op, i: int) -> IndexMap | None:
         return identity(rank)
     if op.name == "permute":
         return _select(rank, [(p, 0) for p in op.attrs["perm"]])
-    if op.name in ("reshape", "squeeze", "unsqueeze"):
+    if is_relabel(op):
         return reshape(op.out.shape, u.shape)
     return None
 

@@ -15,7 +15,7 @@ from flame.ir.types import TensorType
 _TYPE = r"([a-z0-9]+)\[([0-9,]*)\]"
 _HEADER = re.compile(r"^graph\s+([\w.\-]+)\((.*)\)\s*\{$")
 _PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
-_KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_]+))?\): (.*)$")
+_KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_]+))?(, update)?\): (.*)$")
 _OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*?\})?\s*:\s*" + _TYPE
                  + r"(?:\s+checkpoint\s+(\d+))?\s*(?:#\s*(.*))?$")
 _TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')
@@ -179,14 +179,14 @@ def parse(text: str) -> Graph:
 
 
 def _groups(g: Graph, kernels: list) -> None:
-    """Rebuild the fusion pass's groups from its `# kernel k (kind[, epilogue E]): reason` lines."""
+    """Rebuild the fusion pass's groups from its `# kernel k (kind[, epilogue E][, update]): reason` lines."""
     users, outs = g.users(), set(g.outputs)
     g.groups = []
     for (start, m), (stop, _) in zip(kernels, kernels[1:] + [(len(g.ops), None)]):
         ops = tuple(g.ops[start:stop])
         inside = set(ops)
         written = tuple(op.out for op in ops if op.out in outs or any(u not in inside for u in users[op.out]))
-        g.groups.append(FusionGroup(ops, Kind(m.group(1)), m.group(3), written, m.group(2) or "none"))
+        g.groups.append(FusionGroup(ops, Kind(m.group(1)), m.group(4), written, m.group(2) or "none", bool(m.group(3))))
 
 
 def _same(raw: Any, norm: Any) -> bool:

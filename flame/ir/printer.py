@@ -68,6 +68,7 @@ def print_graph(g: Graph, locs: bool = False) -> str:
         if op in starts:  # the fusion pass's kernels; the parser skips comment lines
             i, k = starts[op]
             kind = k.kind + (f", epilogue {k.epilogue}" if k.epilogue != "none" else "")
+            kind += ", update" if k.update else ""
             lines.append(f"  # kernel {i} ({kind}): {k.reason}")
         lines.append("  " + format_op(op, ids, locs, regions))
     rets = []

@@ -13,11 +13,13 @@ from flame.ir.types import TensorType
 
 if TYPE_CHECKING:
     from flame.ir.graph import Op
-    from flame.ir.indexmap import IndexMap
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
 CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
 AUTOCAST = ("", "lower", "f32")  # OpDef.autocast
+# OpDef.cost, an elementwise op's work per element: "" a few instructions; "division" IEEE division or
+# square root (many instructions); "transcendental" a call of the math library (expf, logf, tanhf, ...)
+COSTS = ("", "division", "transcendental")
 REQUIRED = object()
 
 
@@ -55,7 +57,7 @@ class View:
     is not affine (a reshape that merges dims). relabel: on contiguous buffers the output is the
     input's bytes under another shape (no copy needed; the plan makes it an alias)."""
 
-    index_map: Callable[[Op], IndexMap | None]
+    index_map: Callable[[Op], Any]  # an IndexMap (flame.ir.indexmap, which reads this registry) or None
     relabel: bool = False
 
 
@@ -95,7 +97,11 @@ class OpDef:
     random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass
         recomputes it only when a memory budget forces it);
     selects: an op whose result's elements are elements of input 0, picked by the other inputs
-        (gather, index_select), so an elementwise op on input 0 commutes with it."""
+        (gather, index_select), so an elementwise op on input 0 commutes with it;
+    constant: the result is a function of the attributes alone, read from no input (full, arange): it is
+        folded, and cloned into every kernel that reads it, computed there from the element's index;
+    cost: an elementwise op's work per element (COSTS): what is worth computing once per broadcast
+        element, or keeping in registers rather than computing twice."""
 
     name: str
     category: str
@@ -115,6 +121,8 @@ class OpDef:
     autocast: str = ""
     random: bool = False
     selects: bool = False
+    constant: bool = False
+    cost: str = ""
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""
@@ -152,6 +160,8 @@ def register(opdef: OpDef) -> OpDef:
         raise ValueError(f"op {opdef.name!r}: unknown category {opdef.category!r}")
     if opdef.autocast not in AUTOCAST:
         raise ValueError(f"op {opdef.name!r}: unknown autocast policy {opdef.autocast!r}")
+    if opdef.cost not in COSTS:
+        raise ValueError(f"op {opdef.name!r}: unknown cost {opdef.cost!r}")
     if opdef.vjp is None and not opdef.nondiff:
         raise ValueError(f"op {opdef.name!r} needs a vjp or a nondiff reason")
     REGISTRY[opdef.name] = opdef
@@ -163,6 +173,44 @@ def get(name: str) -> OpDef:
         return REGISTRY[name]
     except KeyError:
         raise VerifyError(f"unknown op {name!r}") from None
+
+
+def is_relabel(op: Op) -> bool:
+    """op is a view whose output is its input's bytes under another shape (reshape, squeeze, unsqueeze:
+    the `view` trait's `relabel`)."""
+    view = get(op.name).view
+    return view is not None and view.relabel
+
+
+def is_constant(op: Op) -> bool:
+    """op's result is a function of its attributes alone (the `constant` trait: full, arange)."""
+    return get(op.name).constant
+
+
+def is_fill(op: Op | None) -> bool:
+    """op is a constant whose every element holds the one value of its attributes (full)."""
+    return op is not None and get(op.name).constant and not get(op.name).positional
+
+
+def is_costly(op: Op, transcendental: bool = False) -> bool:
+    """op's work per element is many instructions (the `cost` trait); with transcendental, only a call
+    of the math library counts (a division or square root does not)."""
+    cost = get(op.name).cost
+    return cost == "transcendental" if transcendental else cost != ""
+
+
+def flops(op: Op) -> int:
+    """A rough count of op's work (what recomputing it costs): 2 m n k for a matmul, 4 L S E per head
+    for a library call (attention), the elements read for a reduction, else one per element written."""
+    category = get(op.name).category
+    if category == "matmul":
+        return 2 * op.out.type.numel * op.inputs[0].shape[-1]
+    if category == "library":
+        q, k = op.inputs[0], op.inputs[1]
+        return 4 * q.type.numel * k.shape[-2]
+    if category == "reduction":
+        return op.inputs[0].type.numel
+    return op.out.type.numel
 
 
 def check_dtype(op: str, t: TensorType, kinds: tuple[str, ...], what: str = "input") -> DType:

@@ -456,7 +456,58 @@ class ModuleList(Module):
         return iter(self._modules.values())
 
 
-class ModuleDict(Module):
+class _Registry(Module):
+    """The dict protocol over one of a module's registries (`_store`: "_modules" or "_parameters"),
+    whose entries `_add(key, value)` registers: ModuleDict and ParameterDict."""
+
+    _store = "_modules"
+
+    @property
+    def _entries(self) -> dict:
+        return self.__dict__[self._store]
+
+    def _add(self, key: str, value: Any) -> None:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str):
+        return self._entries[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._add(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
+    def keys(self):
+        return self._entries.keys()
+
+    def values(self):
+        return self._entries.values()
+
+    def items(self):
+        return self._entries.items()
+
+    def pop(self, key: str):
+        return self._entries.pop(key)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def update(self, entries: Any) -> None:
+        for key, value in (entries.items() if hasattr(entries, "items") else entries):
+            self[key] = value
+
+
+class ModuleDict(_Registry):
     """An ordered dict of modules, registered so their parameters are found (torch.nn.ModuleDict)."""
 
     def __init__(self, modules: Any = None):
@@ -464,42 +515,8 @@ class ModuleDict(Module):
         if modules is not None:
             self.update(modules)
 
-    def __getitem__(self, key: str) -> Module:
-        return self._modules[key]
-
-    def __setitem__(self, key: str, module: Module) -> None:
+    def _add(self, key: str, module: Module) -> None:
         self.add_module(key, module)
-
-    def __delitem__(self, key: str) -> None:
-        del self._modules[key]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._modules)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._modules
-
-    def keys(self):
-        return self._modules.keys()
-
-    def values(self):
-        return self._modules.values()
-
-    def items(self):
-        return self._modules.items()
-
-    def pop(self, key: str) -> Module:
-        return self._modules.pop(key)
-
-    def clear(self) -> None:
-        self._modules.clear()
-
-    def update(self, modules: Any) -> None:
-        for key, module in (modules.items() if hasattr(modules, "items") else modules):
-            self[key] = module
 
 
 def _as_parameter(value: Any) -> Parameter:
@@ -539,37 +556,15 @@ class ParameterList(Module):
         return iter(self._parameters.values())
 
 
-class ParameterDict(Module):
-    """An ordered dict of Parameters (torch.nn.ParameterDict)."""
+class ParameterDict(_Registry):
+    """An ordered dict of Parameters (torch.nn.ParameterDict); tensors set are wrapped in Parameter."""
+
+    _store = "_parameters"
 
     def __init__(self, parameters: Any = None):
         super().__init__()
-        for key, value in (parameters.items() if hasattr(parameters, "items") else parameters or ()):
-            self[key] = value
+        if parameters is not None:
+            self.update(parameters)
 
-    def __getitem__(self, key: str) -> Parameter:
-        return self._parameters[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
+    def _add(self, key: str, value: Any) -> None:
         self.register_parameter(key, _as_parameter(value))
-
-    def __delitem__(self, key: str) -> None:
-        del self._parameters[key]
-
-    def __len__(self) -> int:
-        return len(self._parameters)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._parameters)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._parameters
-
-    def keys(self):
-        return self._parameters.keys()
-
-    def values(self):
-        return self._parameters.values()
-
-    def items(self):
-        return self._parameters.items()

@@ -12,6 +12,7 @@ import numpy as np
 from flame.errors import FlameError
 from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Op, Value
+from flame.ir.registry import is_fill
 
 Rule = Callable[[Op, Builder], "Value | None"]
 
@@ -57,7 +58,7 @@ def full_value(v: Value) -> np.generic | None:
     """The element of a `full` constant, as stored (the attribute cast to the dtype, as the reference
     does), or None when v is not produced by `full`."""
     op = v.producer
-    if op is None or op.name != "full":
+    if not is_fill(op):
         return None
     return np.full((), op.attrs["value"], dtype=v.dtype.np_dtype)[()]
 

@@ -17,23 +17,9 @@ from collections.abc import Sequence
 
 from flame.errors import FlameError
 from flame.ir.builder import Builder
-from flame.ir.graph import Graph, Value
+from flame.ir.graph import BackwardLoc, Graph, Value, is_backward  # noqa: F401 (is_backward: callers)
 from flame.ir.registry import REGISTRY
 from flame.passes.rewrite_attention import rewrite_attention_in_place
-
-
-class BackwardLoc(str):
-    """The `loc` autodiff stamps on the ops it appends: the forward op's text, marked as backward.
-    Passes copy an op's `loc` object as it is, so the mark survives simplification and fusion and
-    later stages (the memory report's "saved for backward") can tell the two phases apart. An op
-    merged by CSE keeps the first op's loc: a value computed once in the forward stays forward."""
-
-    __slots__ = ()
-
-
-def is_backward(op) -> bool:
-    """True for ops that autodiff appended (the backward part of a joint graph)."""
-    return isinstance(op.loc, BackwardLoc)
 
 
 def _depends_on(g: Graph, wrt: Sequence[Value]) -> set[Value]:

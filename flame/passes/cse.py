@@ -9,6 +9,7 @@ from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops.collective import is_collective
+from flame.ir.registry import is_fill
 from flame.passes._rewrite import full_value, rewrite
 
 # a op b == b op a bit for bit (IEEE + and * are commutative; NaN payloads aside). maximum/minimum are
@@ -35,8 +36,8 @@ def attr_key(v: Any) -> Any:
 def _key(op: Op) -> tuple:
     if is_collective(op):
         return ("collective", id(op))  # every rank must issue each one: never merged
-    if op.name == "full":  # full {value=1} and full {value=1.0} of one dtype store the same element
-        return ("full", op.out.type, full_value(op.out).tobytes())
+    if is_fill(op):  # full {value=1} and full {value=1.0} of one dtype store the same element
+        return (op.name, op.out.type, full_value(op.out).tobytes())
     ins = tuple(id(v) for v in op.inputs)
     if op.name in COMMUTATIVE:
         ins = tuple(sorted(ins))

@@ -8,12 +8,11 @@ from flame.ir.builder import Builder
 from flame.ir.evaluate import evaluate_op
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops.collective import is_collective
-from flame.ir.registry import REGISTRY
+from flame.ir.registry import REGISTRY, is_constant
 from flame.passes._rewrite import full_value, python_number, rewrite, same_bits
 
 SMALL = 64  # results up to this many elements are evaluated and folded when uniform
 MAX_EVAL_INPUT = 4096  # constant inputs are materialized for evaluation only up to this size
-CONSTANT_OPS = ("full", "arange")
 
 
 def _preserves_uniform(op: Op) -> bool:
@@ -43,7 +42,7 @@ def _evaluate(op: Op) -> np.ndarray | None:
 def _fold(op: Op, b: Builder) -> Value | None:
     if is_collective(op):
         return None  # its result depends on what the other ranks hold
-    if not op.inputs or any(v.producer is None or v.producer.name not in CONSTANT_OPS for v in op.inputs):
+    if not op.inputs or any(v.producer is None or not is_constant(v.producer) for v in op.inputs):
         return None
     elems = [full_value(v) for v in op.inputs]
     if all(e is not None for e in elems) and _preserves_uniform(op):

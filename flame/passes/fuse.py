@@ -69,6 +69,7 @@ siblings, BGRAD) in passes/fuse_columns.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import networkx as nx
@@ -80,7 +81,7 @@ from flame.ir.indexmap import (
     trailing_reduced,
 )
 from flame.ir.ops.attention import FORWARD, STATS
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 from flame.passes import remat
 from flame.passes.fuse_columns import (
     absorb_bias_grads,
@@ -419,7 +420,7 @@ def _split_few_rows(st: State) -> None:
 
 
 def _signature(grp: Group) -> tuple:
-    work = tuple((op.name, str(sorted(op.attrs.items())) if op.name != "full" else "", op.out.dtype.name)
+    work = tuple((op.name, str(sorted(op.attrs.items())) if not is_fill(op) else "", op.out.dtype.name)
                  for op in grp.ops if not is_view(op))
     return (grp.kind, grp.n_red > 0, work)
 
@@ -634,4 +635,15 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
         FusionGroup(tuple(grp.ops), _recorded_kind(grp), _reason(st, grp), tuple(st.exposed(grp.ops)), grp.epilogue)
         for grp in ordered
     ]
+    _mark_updates(g, target)
     return g
+
+
+def _mark_updates(g: Graph, target: Target) -> None:
+    """With Target.side_stream, record on each kernel that is an optimizer's update (fusion_state.updates_only,
+    as the graph now stands) that the plan issues it on the side stream."""
+    if not target.side_stream:
+        return
+    users, updated = g.users(), g.updated()
+    g.groups = [dataclasses.replace(k, update=True) if updates_only(k.kind, k.ops, k.outputs, g, updated, users)
+                else k for k in g.groups]

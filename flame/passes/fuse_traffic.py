@@ -6,20 +6,13 @@ from __future__ import annotations
 
 import math
 
-from flame.ir.graph import Kind, Op, Value
+from flame.ir.graph import Kind, Op, RecomputeLoc, Value, is_backward
 from flame.ir.indexmap import is_reduction, is_view
-from flame.ir.registry import get
+from flame.ir.registry import get, is_costly
 from flame.ir.symbolic import SymInt
-from flame.passes.autodiff import is_backward
 from flame.passes.fusion_state import Group, State, carried_columns, fit, one_row_segment
 from flame.passes.prepare_fusion import is_free
-from flame.passes.remat import RecomputeLoc
 
-# elementwise ops whose cost per element is many instructions (IEEE division and square root, the
-# transcendental functions): worth a launch to compute once per broadcast element
-COSTLY = frozenset({"div", "rsqrt", "sqrt", "reciprocal", "exp", "log", "pow", "erf", "sigmoid", "silu", "gelu",
-                    "tanh", "sin", "cos", "remainder", "floor_divide"})
-_PER_ELEMENT = frozenset({"arange", "random_normal", "random_uniform", "tril", "triu"})  # depend on the index
 # the kernel domain from which a costly op per element costs more than a launch of its own: ~30 instructions
 # per element over 4M elements is ~4 us of an H100's issue slots, one launch in a CUDA graph ~2 us
 HOIST_MIN = 1 << 22
@@ -34,7 +27,7 @@ def _fixed(grp: Group) -> bool:
 def hoist_broadcasts(st: State) -> None:
     """The work of a big elementwise kernel on values it broadcasts (a BatchNorm's per-channel mean,
     rsqrt of the variance, running-statistics updates: [1, 1, 1, C] values over an [N, H, W, C] domain)
-    runs once per value in a small kernel of its own when it holds a costly op (COSTLY) or writes a
+    runs once per value in a small kernel of its own when it holds a costly op (the `cost` trait) or writes a
     result: fused, every element of the big domain recomputes it (an IEEE division and square root per
     element held a bf16 BatchNorm's normalising kernel to a quarter of the copy bandwidth) and writes
     the results under a guard. Kernels under HOIST_MIN elements keep it. Scalars (one element) stay:
@@ -53,7 +46,7 @@ def _hoist_one(st: State, grp: Group) -> bool:
     cand: set[Op] = set()
     for op in grp.ops:  # in program order: an op's producers in grp come first
         m = op.out.type.numel
-        broadcast = 1 < m and m * 8 <= n and op.name not in _PER_ELEMENT and (
+        broadcast = 1 < m and m * 8 <= n and not get(op.name).positional and (
             get(op.name).category == "elementwise" or is_view(op))
         if (is_free(op) or broadcast) and all(
                 v.producer is None or v.producer in cand or st.group_of.get(v.producer) is not grp for v in op.inputs):
@@ -62,7 +55,7 @@ def _hoist_one(st: State, grp: Group) -> bool:
     seeds = [o for o in st.sorted_ops(cand) if not is_view(o) and not is_free(o) and not (forward and o in st.later)]
     for shape in dict.fromkeys(o.out.shape for o in seeds):
         mine = [o for o in seeds if o.out.shape == shape]
-        if not any(o.name in COSTLY or o.out in st.outs
+        if not any(is_costly(o) or o.out in st.outs
                    or any(st.group_of.get(u) is not grp for u in st.users[o.out]) for o in mine):
             continue
         needed = _closure(mine, cand)
@@ -122,7 +115,7 @@ def _cone(st: State, a: Group, v: Value) -> list[Op] | None:
         o = todo.pop()
         if o in ops:
             continue
-        if is_reduction(o) or o.name in _PER_ELEMENT or not (get(o.name).category == "elementwise" or is_view(o)):
+        if is_reduction(o) or get(o.name).positional or not (get(o.name).category == "elementwise" or is_view(o)):
             return None
         if any(st.group_of.get(x.producer) is a and is_reduction(x.producer) for x in o.inputs):
             return None  # a's own reductions' results: the readers would re-read what a reduced (a softmax's rows)

@@ -8,11 +8,10 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from flame.ir.graph import Graph, Kind, Op, Value
+from flame.ir.graph import Graph, Kind, Op, Value, is_backward
 from flame.ir.indexmap import Layout, canonical, derive, is_reduction, is_view, row_segments, trailing_reduced
 from flame.ir.registry import get
 from flame.passes import remat
-from flame.passes.autodiff import is_backward
 from flame.passes.prepare_fusion import is_free
 from flame.target import Target
 

@@ -35,14 +35,14 @@ import math
 
 from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Op, Value
+from flame.ir.indexmap import is_reduction
 from flame.ir.ops.conv import CONV_OPS, to_channels_last
 from flame.ir.registry import get as opdef
+from flame.ir.registry import is_relabel
 from flame.passes.dce import eliminate_dead_code
 from flame.target import DEFAULT_TARGET, Target
 
 Perm = tuple[int, ...]
-_REDUCTIONS = ("reduce_sum", "reduce_mean", "reduce_max", "reduce_min")
-_RESHAPES = ("reshape", "squeeze", "unsqueeze")
 
 
 def channels_last(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
@@ -240,12 +240,14 @@ def _category_rule(op: Op):
     d = opdef(op.name)
     if d.category == "elementwise" and not d.positional and not d.random and op.inputs:
         return _Sweep._elementwise
+    if is_reduction(op):
+        return _Sweep._reduction
+    if is_relabel(op):
+        return _Sweep._reshape
     return None
 
 
 _RULES = {
-    **{n: _Sweep._reduction for n in _REDUCTIONS},
-    **{n: _Sweep._reshape for n in _RESHAPES},
     "permute": _Sweep._permute_op,
     "broadcast_to": lambda s, op: s._per_dim(op, shape="each"),
     "concat": lambda s, op: s._per_dim(op, axis="dim"),

@@ -8,11 +8,10 @@ from functools import partial, update_wrapper
 
 from flame._env import env_flag
 from flame.errors import VerifyError
-from flame.ir.graph import Graph, Op
+from flame.ir.graph import Graph, Op, is_backward
 from flame.ir.ops.conv import CONV_OPS
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
-from flame.passes.autodiff import is_backward
 from flame.passes.cse import eliminate_common_subexpressions
 from flame.passes.dce import eliminate_dead_code
 from flame.passes.decompose_attention import ATTENTION_OPS, all_supported, decompose_attention

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.ir.graph import Graph, Op, Value
+from flame.ir.graph import Graph, Op, Value, is_backward
 from flame.ir.indexmap import is_view
-from flame.ir.registry import get
+from flame.ir.registry import get, is_constant, is_fill
 from flame.passes._rewrite import full_value, rewrite
-from flame.passes.autodiff import is_backward
 
 # conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
 # work worth a buffer of its own (move_conversions, _recompute_conversions)
@@ -24,7 +23,6 @@ CONVERSIONS = frozenset({"cast", "neg", "abs"})
 MAX_MOVES = 8  # rounds of move_conversions: each moves a conversion past one view
 
 
-FREE_OPS = frozenset({"full", "arange"})  # computed from the element's index alone
 
 
 def is_free(op: Op | None) -> bool:
@@ -33,15 +31,15 @@ def is_free(op: Op | None) -> bool:
     one of the logits' 8192 rows), views of graph inputs and views of those computed values."""
     if op is None:
         return False
-    if op.name in FREE_OPS:
+    if is_constant(op):  # computed from the element's index alone
         return True
     return is_view(op) and all(v.producer is None or _generated(v) for v in op.inputs)
 
 
 def _generated(v: Value) -> bool:
-    """v is computed from the index alone: a FREE_OPS result, or views of one (a reshaped arange)."""
+    """v is computed from the index alone: a constant op's result, or views of one (a reshaped arange)."""
     p = v.producer
-    return p is not None and (p.name in FREE_OPS or (is_view(p) and all(_generated(x) for x in p.inputs)))
+    return p is not None and (is_constant(p) or (is_view(p) and all(_generated(x) for x in p.inputs)))
 
 
 def is_conversion(op: Op | None, widening: bool) -> bool:
@@ -143,7 +141,7 @@ def drop_zero_signs(g: Graph) -> Graph:
                 continue
         ops.append(op)
     read = {v for op in ops for v in op.inputs} | outputs
-    g.ops = [op for op in ops if op.out in read or op.name != "full"]  # the +0.0 of a dropped add
+    g.ops = [op for op in ops if op.out in read or not is_fill(op)]  # the +0.0 of a dropped add
     return g
 
 

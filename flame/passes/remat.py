@@ -32,22 +32,11 @@ from collections.abc import Callable, Collection
 
 import networkx as nx
 
-from flame.ir.graph import CheckpointLoc, Graph, Op, Value
-from flame.ir.registry import REGISTRY
-from flame.passes.autodiff import BackwardLoc, is_backward
+from flame.ir.graph import CheckpointLoc, Graph, Op, RecomputeLoc, Value, is_backward, is_recompute
+from flame.ir.registry import REGISTRY, flops, is_fill
 from flame.passes.dce import eliminate_dead_code
 
 _SRC, _SINK = "source", "sink"
-
-
-class RecomputeLoc(BackwardLoc):
-    """The loc of an op the remat pass added: it recomputes a forward value inside the backward."""
-
-    __slots__ = ()
-
-
-def is_recompute(op: Op) -> bool:
-    return isinstance(op.loc, RecomputeLoc)
 
 
 def mixes_phases(ops: Collection[Op]) -> bool:
@@ -76,19 +65,6 @@ def tier(op: Op) -> int:
 
 def nbytes(v: Value) -> int:
     return v.type.numel * v.dtype.itemsize
-
-
-def flops(op: Op) -> int:
-    """A rough cost of recomputing op: 2 m n k for a matmul, 4 L S E per head for attention, else one
-    per element read or written."""
-    if op.name == "matmul":
-        return 2 * op.out.type.numel * op.inputs[0].shape[-1]
-    if REGISTRY[op.name].category == "library":
-        q, k = op.inputs[0], op.inputs[1]
-        return 4 * q.type.numel * k.shape[-2]
-    if REGISTRY[op.name].category == "reduction":
-        return op.inputs[0].type.numel
-    return op.out.type.numel
 
 
 def split(g: Graph) -> int:
@@ -139,7 +115,7 @@ def checkpointed(g: Graph) -> set[Op]:
 
 def _elementwise(op: Op) -> bool:
     opdef = REGISTRY[op.name]
-    return opdef.category == "elementwise" and not opdef.random and op.name != "full"
+    return opdef.category == "elementwise" and not opdef.random and not is_fill(op)
 
 
 def _chain(op: Op, allowed: set[Op]) -> tuple[set[Op], set[Value]]:
@@ -204,7 +180,7 @@ def free(g: Graph) -> set[Op]:
     while changed:  # drop ops that read a forward value that is neither kept nor recomputable
         changed = False
         for op in list(cand):
-            if not all(u.producer is None or u.producer.name == "full" or u in needed or u.producer in cand
+            if not all(u.producer is None or is_fill(u.producer) or u in needed or u.producer in cand
                        or u in tail or _small(u, op) for u in op.inputs):
                 cand.discard(op)
                 changed = True
@@ -248,7 +224,7 @@ def _landing(g: Graph, op: Op, cand: set[Op], back: list[Op], users) -> tuple[bo
     if any(_elementwise(r) and r.out.type.numel == n for r in users[op.out] if is_backward(r)):
         return True, set(), []
     _, reads = _chain(op, cand)
-    shared = {u for u in reads if (u.producer is None or u.producer.name != "full") and u.type.numel == n}
+    shared = {u for u in reads if not is_fill(u.producer) and u.type.numel == n}
     after = _downstream(g, back, {op.out})  # a kernel these feed cannot also compute op
     readers = [r for r in back if r not in after and REGISTRY[r.name].category in ("elementwise", "reduction")]
     return False, shared, readers

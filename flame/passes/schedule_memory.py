@@ -25,7 +25,7 @@ import dataclasses
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
 from flame.ir.indexmap import is_reduction, swaps_last_two
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 from flame.passes.remat import is_recompute, nbytes
 
 SPLIT = "recomputation (remat) split from its sibling kernel: it runs right before its reader (memory budget)"
@@ -38,7 +38,8 @@ def schedule_memory(g: Graph) -> Graph:
     g is not modified; a graph without groups is returned as is."""
     if g.groups is None:
         return g
-    groups = [part for grp in g.groups for part in _split_recomputations(grp)]
+    updated = g.updated()
+    groups = [part for grp in g.groups for part in _split_recomputations(grp, updated)]
     index = {op: i for i, op in enumerate(g.ops)}
     groups.sort(key=lambda grp: min(index[o] for o in grp.ops))
     ordered = _memory_order(g, groups)
@@ -47,12 +48,13 @@ def schedule_memory(g: Graph) -> Graph:
     return dataclasses.replace(g, ops=[op for grp in ordered for op in grp.ops], groups=ordered)
 
 
-def _split_recomputations(grp: FusionGroup) -> list[FusionGroup]:
-    """grp, or its segments made only of recomputations as kernels of their own, then the rest."""
+def _split_recomputations(grp: FusionGroup, updated: dict) -> list[FusionGroup]:
+    """grp, or its segments made only of recomputations as kernels of their own, then the rest (an
+    update's part is one while it still writes an updated value: `updated`, the graph's g.updated())."""
     if grp.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or len(grp.ops) < 2:
         return [grp]
     parts = segments(list(grp.ops))
-    moved = [p for p in parts if all(is_recompute(o) or o.name == "full" for o in p)]
+    moved = [p for p in parts if all(is_recompute(o) or is_fill(o) for o in p)]
     if len(parts) < 2 or not moved:
         return [grp]
     rest = [o for o in grp.ops if not any(o in p for p in moved)]
@@ -60,7 +62,9 @@ def _split_recomputations(grp: FusionGroup) -> list[FusionGroup]:
     for ops, reason in [*((p, SPLIT) for p in moved), *([(rest, grp.reason)] if rest else [])]:
         mine = {o.out for o in ops}
         kind = grp.kind if any(is_reduction(o) for o in ops) else Kind.ELEMENTWISE
-        out.append(FusionGroup(tuple(ops), kind, reason, tuple(v for v in grp.outputs if v in mine), grp.epilogue))
+        written = tuple(v for v in grp.outputs if v in mine)
+        update = grp.update and kind == Kind.ELEMENTWISE and any(v in updated for v in written)
+        out.append(FusionGroup(tuple(ops), kind, reason, written, grp.epilogue, update))
     return out
 
 

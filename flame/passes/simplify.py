@@ -14,7 +14,7 @@ from flame.ir.builder import Builder
 from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i32, i64
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops._shapes import norm_axes
-from flame.ir.registry import REGISTRY
+from flame.ir.registry import REGISTRY, is_fill, is_relabel
 from flame.ir.types import TensorType
 from flame.passes._rewrite import Rule, full_value, rewrite
 from flame.passes.simplify_slabs import concat_of_pieces, sum_of_slabs
@@ -125,15 +125,12 @@ def _where(op: Op, b: Builder) -> Value | None:
 
 # ---- movement -----------------------------------------------------------------------------------
 
-_RESHAPES = ("reshape", "squeeze", "unsqueeze")
-
-
 def _reshape(op: Op, b: Builder) -> Value | None:
     (x,) = op.inputs
     if x.shape == op.out.shape:  # reshape(x, x.shape) -> x (also squeeze/unsqueeze of no axes)
         return x
-    inner = _producer(x, *_RESHAPES)  # reshape(reshape(x)) -> reshape(x), any mix of squeeze/unsqueeze
-    if inner is None:
+    inner = x.producer  # reshape(reshape(x)) -> reshape(x), any mix of squeeze/unsqueeze
+    if inner is None or not is_relabel(inner):
         return None
     src = inner.inputs[0]  # already simplified: not itself a reshape
     return src if src.shape == op.out.shape else b.reshape(src, shape=op.out.shape)
@@ -204,7 +201,7 @@ def _sink_broadcasts(op: Op, b: Builder) -> Value | None:
         return None
     inputs: list[Value | Op] = list(op.inputs)  # an Op stands for a `full` to re-emit as a scalar
     for i, v in enumerate(op.inputs):
-        inner = _producer(v, "broadcast_to", "full")
+        inner = _producer(v, "broadcast_to") or (v.producer if is_fill(v.producer) else None)
         if inner is None or v.shape == ():
             continue
         narrow = inner.inputs[0] if inner.name == "broadcast_to" else inner

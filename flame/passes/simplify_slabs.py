@@ -11,6 +11,7 @@ import numpy as np
 
 from flame.ir.builder import Builder
 from flame.ir.graph import Op, Value
+from flame.ir.registry import is_relabel
 
 # (axis, [(start, stop, piece)]) : piece lies at [start, stop) along axis, zeros elsewhere
 Slabs = tuple[int, list[tuple[int, int, Value]]]
@@ -69,7 +70,7 @@ def sum_of_slabs(op: Op, b: Builder) -> Value | None:
 def _flat_range(v: Value) -> tuple[Value, int, int] | None:
     """v, looked at through reshapes, as the row-major range [start, stop) of a tensor t: a slice of t
     along its first axis only (step 1), or t itself."""
-    while v.producer is not None and v.producer.name in ("reshape", "squeeze", "unsqueeze"):
+    while v.producer is not None and is_relabel(v.producer):
         v = v.producer.inputs[0]
     op = v.producer
     if op is None or op.name != "slice":

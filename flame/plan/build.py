@@ -32,7 +32,6 @@ from flame.ir.indexmap import swaps_last_two
 from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.printer import format_op
 from flame.ir.registry import get
-from flame.passes.fusion_state import updates_only
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
     Alias,
@@ -50,7 +49,7 @@ from flame.plan.steps import (
     root,
 )
 from flame.plan.views import STRIDED_INPUTS, fold_attention_views, view_start
-from flame.target import Target
+from flame.target import DEFAULT_TARGET, Target
 
 ROLE_OF_INPUT = {"data": "input", "param": "param", "state": "state", "scalar": "scalar", "const": "const"}
 _U8 = DType("u8", np.dtype(np.uint8), "unsigned char", "unsigned char", "int")  # scratch bytes
@@ -161,8 +160,6 @@ class _Builder:
         self.temp_roots: set[int] = set()
         self.folded = fold_transposes(g)  # transposes that every matmul user reads with ta/tb instead
         self.strided = fold_attention_views(g, target.attention_layout_unsupported)  # views attention reads
-        self.updated = g.updated()
-        self._users: dict | None = None  # g.users(), once a kernel asks (updates_only)
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -182,12 +179,6 @@ class _Builder:
         bid = self.add(self.ids[v], v, "temporary")
         self.temp_roots.add(bid)
         return bid
-
-    def updates_only(self, grp: FusionGroup) -> bool:
-        """grp is an optimizer's update (fusion_state.updates_only): its launch goes on the side stream."""
-        if self._users is None:
-            self._users = self.g.users()
-        return updates_only(grp.kind, grp.ops, grp.outputs, self.g, self.updated, self._users)
 
     def launches(self, kernels: list, ins: tuple[int, ...], outs: tuple[int, ...], ops: tuple[Op, ...],
                  grp: FusionGroup | None = None, reason: str = "", side: bool = False) -> None:
@@ -380,12 +371,9 @@ def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None
     """The Plan of a verified graph, before memory planning (temporaries have no arena offsets yet:
     flame.plan.memory.plan_memory places them; to_plan does both). `lowering(op) -> list[Kernel]`
     defaults to codegen's lowering of the op's group of one; kernels are rendered, never compiled,
-    here. `target` (default: the reference executor's, asked when the plan is built: the matmul
-    epilogues cuBLASLt runs, no library workspaces) says what the backend's library calls do."""
-    if target is None:
-        from flame.runtime.backend import capabilities
-
-        target = capabilities("reference")
+    here. `target` (compile_graph hands over the one the passes planned for; by default the reference
+    executor's: every matmul epilogue, no library workspaces) says what the backend's library calls do."""
+    target = DEFAULT_TARGET if target is None else target
     bld = _Builder(g, lowering, target)
     for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
         bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)
@@ -432,7 +420,7 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         return
     ins = tuple(bld.buffer_of[v] for v in inputs)
     outs = tuple(bld.temporary(v) for v in grp.outputs)
-    side = bld.target.side_stream and len(kernels) == 1 and bld.updates_only(grp)
+    side = bld.target.side_stream and len(kernels) == 1 and grp.update  # an update the fusion pass scheduled
     bld.launches(kernels, ins, outs, grp.ops, grp, side=side)
 
 

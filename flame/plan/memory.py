@@ -30,11 +30,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from flame.errors import FlameError
-from flame.ir.graph import segments
+from flame.ir.graph import is_backward, is_recompute, segments
 from flame.ir.printer import format_op
-from flame.ir.registry import REGISTRY
-from flame.passes.autodiff import is_backward
-from flame.passes.remat import flops, is_recompute
+from flame.ir.registry import REGISTRY, flops
 from flame.plan.steps import Buffer, Copy, KernelLaunch, MemoryBudget, Plan, Step, aligned, root, with_fields
 
 BOUND_ROLES = ("input", "param", "state", "scalar", "const", "output")
@@ -465,7 +463,7 @@ class MemoryReport:
     saved: list[tuple[str, str, int]] = field(default_factory=list)
     recomputed: list[tuple[str, str, int]] = field(default_factory=list)
     budget: MemoryBudget | None = None
-    recomputed_flops: int = 0  # a rough count (remat.flops) of the work the recomputations add
+    recomputed_flops: int = 0  # a rough count (ir.registry.flops) of the work the recomputations add
 
     @property
     def peak(self) -> int:
@@ -508,7 +506,7 @@ def _slot_bytes(buffers) -> int:
 
 
 def saved_for_backward(plan: Plan) -> list:
-    """Values computed by forward ops and read by backward ops (autodiff.is_backward), in order. A
+    """Values computed by forward ops and read by backward ops (ir.graph.is_backward), in order. A
     view with no buffer of its own (a library call reads it from its input's bytes: a folded
     transpose, attention's strided operands) counts as the buffered value it views, once; a value
     with no buffer otherwise (an attention output written into its permute's buffer) is that buffer,

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.indexmap import contiguous_strides, input_map, is_view
 from flame.ir.ops.attention import BACKWARD, FORWARD, STATS
-from flame.ir.registry import get
+from flame.ir.registry import get, is_relabel
 from flame.plan.steps import ALIGN
 
 ATTENTION = (FORWARD, STATS, BACKWARD)
 # the operands of an attention op that its library call takes strided, by input position
 STRIDED_INPUTS = {FORWARD: ("q", "k", "v"), STATS: ("q", "k", "v"), BACKWARD: ("q", "k", "v", "o", "grad_out")}
-_BIJECTIVE = ("permute", "reshape", "squeeze", "unsqueeze")
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,7 @@ def unview_layout(op: Op, lay: Strided) -> Strided | None:
         for j, p in enumerate(op.attrs["perm"]):
             strides[p] = lay.strides[j]
         return Strided(lay.start, tuple(strides))
-    if op.name in _BIJECTIVE:
+    if is_relabel(op):
         return reshaped(lay, op.out.shape, op.inputs[0].shape)
     return None
 
@@ -205,7 +204,7 @@ def _write_chain(v: Value, g: Graph, users: dict, alone: set[Op]) -> list[Op]:
     chain, outs = [], set(g.outputs)
     while v not in outs:
         rest = [u for u in users[v] if u.name not in ATTENTION]
-        if len(rest) != 1 or rest[0].name not in _BIJECTIVE or rest[0] not in alone:
+        if len(rest) != 1 or not (rest[0].name == "permute" or is_relabel(rest[0])) or rest[0] not in alone:
             break
         chain.append(rest[0])
         v = rest[0].out
@@ -273,7 +272,7 @@ def _grad_parts(op: Op, chain: list[Op], lays: list) -> tuple[Strided, ...] | No
                 parts.append(flat_range(lay, u.out.shape, at, at + x.type.numel, x.shape))
                 at += x.type.numel
             return None if None in parts else tuple(parts)
-        if u.name not in ("reshape", "squeeze", "unsqueeze"):
+        if not is_relabel(u):
             return None
     return None
 

@@ -74,7 +74,7 @@ _LOADED: dict[tuple, object] = {}  # (sha256 of source, kernel name, device id) 
 
 
 @functools.lru_cache(maxsize=8192)
-def _source_key(source: str) -> str:
+def source_key(source: str) -> str:
     """sha256 of a kernel's source, once per source: every size of a dynamic dim plans the same
     source objects (flame.plan.instance), and a str keeps its hash, so a repeat costs a lookup."""
     return hashlib.sha256(source.encode()).hexdigest()
@@ -87,7 +87,7 @@ def _compile_cubins(kernels: Sequence) -> dict[str, bytes]:
     arch = nvrtc.device_arch()
     todo = {}
     for k in kernels:
-        todo.setdefault(_source_key(k.source), k)
+        todo.setdefault(source_key(k.source), k)
     if len(todo) > 1:
         return dict(zip(todo, nvrtc.compile_many([k.source for k in todo.values()], arch)))
     return {key: nvrtc.compile_cubin(k.source, arch, name_hint=k.name) for key, k in todo.items()}
@@ -98,10 +98,10 @@ def load_kernels(kernels: Sequence[KernelLaunch]) -> dict[tuple[str, str], objec
     import cupy
 
     dev = cupy.cuda.Device().id
-    missing = [k for k in kernels if (_source_key(k.source), k.name, dev) not in _LOADED]
+    missing = [k for k in kernels if (source_key(k.source), k.name, dev) not in _LOADED]
     cubins = _compile_cubins(missing) if missing else {}
     for k in missing:
-        key = (_source_key(k.source), k.name, dev)
+        key = (source_key(k.source), k.name, dev)
         if key in _LOADED:
             continue
         mod = cupy.cuda.function.Module()
@@ -109,7 +109,7 @@ def load_kernels(kernels: Sequence[KernelLaunch]) -> dict[tuple[str, str], objec
         _LOADED[key] = mod.get_function(k.name)
     out = {}
     for k in kernels:
-        key = _source_key(k.source)
+        key = source_key(k.source)
         fn = _LOADED[(key, k.name, dev)]
         if k.smem > _MAX_STATIC_SMEM and _SMEM_SET.get(fn.ptr, 0) < k.smem:
             cupy.cuda.driver.funcSetAttribute(fn.ptr, _ATTR_MAX_DYNAMIC_SMEM, k.smem)
@@ -277,7 +277,7 @@ def prepare(steps: Sequence[Step], fns: dict) -> Program:
     looked up once so that running the steps costs one call per step."""
 
     def kernel(s: Step):
-        return fns[(_source_key(s.source), s.name)] if isinstance(s, KernelLaunch) else None
+        return fns[(source_key(s.source), s.name)] if isinstance(s, KernelLaunch) else None
 
     return [(_side_kernel if isinstance(s, KernelLaunch) and s.side else STEP_HANDLERS[type(s)], kernel(s), s)
             for s in steps]

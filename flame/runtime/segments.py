@@ -19,13 +19,12 @@ import numpy as np
 
 from flame.ir.evaluate import compute_op
 from flame.ir.graph import Op, Value
-from flame.ir.registry import REGISTRY
+from flame.ir.registry import REGISTRY, is_fill
 from flame.plan.steps import KernelLaunch, Plan
 
 CONST, SEG, ELEM = 0, 1, 2  # a value the same in every segment, a scalar per segment, a tensor per segment
 BATCH_MAX = 1 << 15  # elements per tensor of a batched segment: past it an op's own cost outweighs its
 # call's, and concatenating and splitting the segments' tensors would cost more than it saves
-_POSITIONAL = ("arange", "tril", "triu")  # elementwise ops whose result depends on the element's index
 
 
 def kernel_function(s: KernelLaunch, plan: Plan) -> Callable[[dict], None]:
@@ -123,8 +122,8 @@ class _Segment:
         sig = [tuple((v.dtype.name, k) for v, k in zip(self.read_values, read_kinds))]
         for op, refs in zip(self.ops, self.wiring):
             opdef = REGISTRY[op.name]
-            if opdef.random or op.name in _POSITIONAL or opdef.category not in ("elementwise", "movement") or \
-                    (opdef.category == "movement" and op.name != "reshape") or (op.name == "full" and op.out.shape):
+            if opdef.random or opdef.positional or opdef.category not in ("elementwise", "movement") or \
+                    (opdef.category == "movement" and op.name != "reshape") or (is_fill(op) and op.out.shape):
                 return None
             ins = [kinds[j] if inner else read_kinds[j] for inner, j in refs]
             kind = self._kind(op.out.shape)

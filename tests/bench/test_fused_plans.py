@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 import flame
-from flame.bench.scripts.gpt_step import arrays
+from flame.bench.spec import flame_inputs
 from flame.bench.table import CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_no_group_falls_back_to_op_by_op(case):
     sizes = case.sizes(True)
-    a = arrays(case, sizes)
+    a = flame_inputs(case, sizes)
     bound = case.flame(sizes, a, flame.compile)
     data = [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
     c = bound.call

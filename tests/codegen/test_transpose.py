@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flame.bench.scripts.transpose import CASES, permute_op
+from benchmarks.scripts.transpose import CASES, permute_op
 from flame.codegen import lower, single
 from flame.codegen.nvrtc import compile_cubin
 from flame.codegen.transpose import _bank_cost, _padding, as_transpose
@@ -84,7 +84,7 @@ def test_reference_executor_permutes():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("offset", [0, 1])  # 1: the buffers one element past 16-byte alignment (scalar path)
 def test_gpu_permute_kernels_are_exact(dtype, offset):
-    from flame.bench.scripts.transpose import check
+    from benchmarks.scripts.transpose import check
 
     for shape, perm in SHAPES + [((64, 128, 4096), (0, 2, 1)), ((7, 1000, 1001), (0, 2, 1))]:
         assert check(_kernel(shape, perm, dtype), shape, perm, dtype, offset) == "exact", (shape, perm)

@@ -18,7 +18,7 @@ def _full_infer(types, shape, value, dtype):
 register(OpDef("full", "elementwise", 0, _full_infer,
                lambda shape, value, dtype: np.full(shape, value, dtype=dtype.np_dtype),
                {"shape": Attr("ints"), "value": Attr("number"), "dtype": Attr("dtype")},
-               nondiff=_NO_INPUTS))
+               nondiff=_NO_INPUTS, constant=True))
 
 
 def arange_len(start: float, stop: float, step: float) -> int:
@@ -38,7 +38,7 @@ def _arange_ref(start, stop, step, dtype):
 
 register(OpDef("arange", "elementwise", 0, _arange_infer, _arange_ref,
                {"start": Attr("number"), "stop": Attr("number"), "step": Attr("number", 1),
-                "dtype": Attr("dtype")}, nondiff=_NO_INPUTS, positional=True))
+                "dtype": Attr("dtype")}, nondiff=_NO_INPUTS, positional=True, constant=True))
 
 
 def _tri_infer(name):

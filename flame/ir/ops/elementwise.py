@@ -88,10 +88,10 @@ def _unary_infer(name, kinds):
     return infer
 
 
-def unary(name, ref, vjp=None, kinds=("float",), nondiff="", attrs=None, doc="", autocast=""):
+def unary(name, ref, vjp=None, kinds=("float",), nondiff="", attrs=None, doc="", autocast="", cost=""):
     """Declare a unary elementwise op (same type in and out)."""
     return register(OpDef(name, "elementwise", 1, lambda types, **a: _unary_infer(name, kinds)(types),
-                          ref, attrs or {}, vjp, nondiff, compute_f32=True, doc=doc, autocast=autocast))
+                          ref, attrs or {}, vjp, nondiff, compute_f32=True, doc=doc, autocast=autocast, cost=cost))
 
 
 _NUM = ("float", "int")
@@ -99,22 +99,24 @@ _PIECEWISE = "piecewise constant: gradient is zero almost everywhere (none)"
 
 unary("neg", np.negative, lambda b, g, x, y: (b.neg(g),), kinds=_NUM)
 unary("abs", np.abs, lambda b, g, x, y: (b.mul(g, b.sign(x)),), kinds=_NUM)
-unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),), autocast="f32")
-unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), autocast="f32")
-unary("sqrt", np.sqrt, lambda b, g, x, y: (b.div(g, b.mul(y, 2.0)),))
-unary("rsqrt", lambda x: 1.0 / np.sqrt(x),
-      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),)), autocast="f32")  # d x^-1/2 = -y^3/2
-unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),), autocast="f32")
-unary("sin", np.sin, lambda b, g, x, y: (b.mul(g, b.cos(x)),))
-unary("cos", np.cos, lambda b, g, x, y: (b.neg(b.mul(g, b.sin(x))),))
-unary("tanh", np.tanh, _opmath(lambda b, g, x, y: (b.mul(g, b.sub(1.0, b.mul(y, y))),)))  # d tanh = 1 - y^2
-unary("sigmoid", _sigmoid_ref, _opmath(lambda b, g, x, y: (b.mul(g, b.mul(y, b.sub(1.0, y))),)))
+_LIBM, _IEEE = "transcendental", "division"  # OpDef.cost
+unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),), autocast="f32", cost=_LIBM)
+unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), autocast="f32", cost=_LIBM)
+unary("sqrt", np.sqrt, lambda b, g, x, y: (b.div(g, b.mul(y, 2.0)),), cost=_IEEE)
+unary("rsqrt", lambda x: 1.0 / np.sqrt(x),  # d x^-1/2 = -y^3/2
+      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),)), autocast="f32", cost=_IEEE)
+unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),), autocast="f32",
+      cost=_IEEE)
+unary("sin", np.sin, lambda b, g, x, y: (b.mul(g, b.cos(x)),), cost=_LIBM)
+unary("cos", np.cos, lambda b, g, x, y: (b.neg(b.mul(g, b.sin(x))),), cost=_LIBM)
+unary("tanh", np.tanh, _opmath(lambda b, g, x, y: (b.mul(g, b.sub(1.0, b.mul(y, y))),)), cost=_LIBM)  # 1 - y^2
+unary("sigmoid", _sigmoid_ref, _opmath(lambda b, g, x, y: (b.mul(g, b.mul(y, b.sub(1.0, y))),)), cost=_LIBM)
 unary("erf", _erf_ref,
-      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),)))
+      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),)), cost=_LIBM)
 unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),  # y > 0 exactly where x > 0: the backward reads the
       lambda b, g, x, y: (b.where(b.gt(y, 0), g, 0),), kinds=_NUM)  # result, which the next layer keeps anyway
-unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))})
-unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp))
+unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))}, cost=_LIBM)
+unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp), cost=_LIBM)
 unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope),
       lambda b, g, x, y, negative_slope: (b.where(b.gt(x, 0), g, b.mul(g, negative_slope)),),
       attrs={"negative_slope": Attr("float", 0.01)})
@@ -137,11 +139,11 @@ def _binary_infer(name, kinds, out_dtype=None):
     return infer
 
 
-def binary(name, ref, vjp=None, kinds=_NUM, out_dtype=None, nondiff="", autocast=""):
+def binary(name, ref, vjp=None, kinds=_NUM, out_dtype=None, nondiff="", autocast="", cost=""):
     """Declare a binary elementwise op with NumPy broadcasting; both inputs share one dtype."""
     rule = _binary_infer(name, kinds, out_dtype)
     return register(OpDef(name, "elementwise", 2, lambda types: rule(types), ref, {}, vjp, nondiff,
-                          compute_f32=True, autocast=autocast))
+                          compute_f32=True, autocast=autocast, cost=cost))
 
 
 def _minmax_vjp(pick):
@@ -178,11 +180,11 @@ binary("add", np.add, lambda b, g, x, y, out: (g, g))
 binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)))
 binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)))
 binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
-       kinds=("float",))
-binary("pow", _power, _pow_vjp, kinds=("float",), autocast="f32")
-binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE)  # Python's // (floor), as torch.floor_divide
+       kinds=("float",), cost=_IEEE)
+binary("pow", _power, _pow_vjp, kinds=("float",), autocast="f32", cost=_LIBM)
+binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE, cost=_IEEE)  # Python's // (floor), as torch.floor_divide
 binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
-       lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))))
+       lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))), cost=_IEEE)
 binary("maximum", np.maximum, _minmax_vjp(lambda b, p, q: b.gt(p, q)))
 binary("minimum", np.minimum, _minmax_vjp(lambda b, p, q: b.lt(p, q)))
 

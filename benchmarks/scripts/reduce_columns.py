@@ -3,7 +3,7 @@ gradients) under the column schedule of flame/codegen/reduce.py, timed on one GP
 copy of the same bytes and checked against NumPy in float64. (Its module docstring records the run of
 this script that retired the old column schedule.)
 
-    PYTHONPATH=. python3 flame/bench/scripts/reduce_columns.py [--ops reduce_sum,reduce_mean] [--reps 50]
+    PYTHONPATH=. python3 benchmarks/scripts/reduce_columns.py [--ops reduce_sum,reduce_mean] [--reps 50]
 
 Each case is one reduce_sum/reduce_mean op, lowered (the column kernel, plus the fold of its
 partials when R is split) and launched directly with CuPy on N(0, 1) inputs (bf16 held as its bits);

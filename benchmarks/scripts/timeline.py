@@ -3,8 +3,8 @@ replays with its stream, its start (us after the step's first kernel) and its du
 CUPTI trace torch.profiler records (it sees CuPy's and cuBLASLt's kernels too). It shows what
 `flame profile` cannot: which kernels overlap, and the gaps between them.
 
-    python3 -m flame.bench.scripts.timeline CASE        # e.g. mlp_bf16_train (full sizes)
-    FLAME_SIDE_STREAM=1 python3 -m flame.bench.scripts.timeline CASE
+    python3 -m benchmarks.scripts.timeline CASE        # e.g. mlp_bf16_train (full sizes)
+    FLAME_SIDE_STREAM=1 python3 -m benchmarks.scripts.timeline CASE
 
 The first line gives the step's span and the spans of the four replays."""
 
@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 import flame
-from flame.bench.scripts.gpt_step import arrays
+from flame.bench.spec import flame_inputs
 from flame.bench.table import CASES
 
 REPLAYS = 4
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> None:
 
     case = next(c for c in CASES if c.name == argv[0])
     sizes = case.sizes(False)
-    a = arrays(case, sizes)
+    a = flame_inputs(case, sizes)
     bound = case.flame(sizes, a, flame.compile)
     data = [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
     for _ in range(5):

@@ -3,7 +3,7 @@ GPU against a device copy of the same bytes; every variant's output is checked b
 the first variant's (the reference kernel: the committed sources in .tune/old/<case>.cu when present,
 else the variant listed first).
 
-    python3 -m flame.bench.scripts.tune_fused [--cases elementwise,bias_gelu,...] [--reps 40]
+    python3 -m benchmarks.scripts.tune_fused [--cases elementwise,bias_gelu,...] [--reps 40]
 
 Variants are flame.codegen.Config values (unroll, grid_cap for elementwise kernels; cache_invariant,
 min_blocks for row kernels) passed to flame.codegen.lower. Times: CUDA events around each launch,

@@ -4,7 +4,7 @@ GPT of examples/train_gpt.py --tiny (d 32, 2 blocks, 2 heads, T 32, batch 8, Ada
 start from the same weights and see the same batches; the first losses are printed side by side as
 a check that they run the same computation. A benchmark, not a test:
 
-    PYTHONPATH=. python3 -m flame.bench.scripts.cpu_reference [--steps 200] [--threads N]
+    PYTHONPATH=. python3 -m benchmarks.scripts.cpu_reference [--steps 200] [--threads N]
 
 --threads sets torch's intra-op threads; NumPy's BLAS threads are whatever the environment says
 (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS): flame leaves them to the user, so set both alike to compare."""

@@ -1,8 +1,8 @@
 """Run flame's step of one case of the suite (gpt_block_train by default; any case of the table, for
 instance mlp_bf16_train or unet_train) a few times, for `flame profile` and memory checks:
 
-    FLAME_GPT_CASE=gpt_train flame profile flame/bench/scripts/gpt_step.py
-    python3 -m flame.bench.scripts.gpt_step mlp_bf16_train [--quick]
+    FLAME_GPT_CASE=gpt_train flame profile benchmarks/scripts/gpt_step.py
+    python3 -m benchmarks.scripts.gpt_step mlp_bf16_train [--quick]
 
 Inputs are drawn as the suite draws them (flame.bench.spec.generate);
 prints the loss and, on the GPU, the CuPy pool's bytes in use and reserved after the calls."""
@@ -12,17 +12,9 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-
 import flame
-from flame.bench.spec import flat_outputs, generate, to_flame
+from flame.bench.spec import flame_inputs, flat_outputs
 from flame.bench.table import CASES
-
-
-def arrays(case, sizes: dict, seed: int = 0) -> dict:
-    """name -> flame tensor for every input of `case` at `sizes`, drawn as the suite draws them."""
-    inputs = case.inputs(sizes)
-    return {n: to_flame(x, inputs[n].dtype, copy=False) for n, x in generate(inputs, np, seed).items()}
 
 
 def main(argv: list[str]) -> None:
@@ -31,7 +23,7 @@ def main(argv: list[str]) -> None:
     if case is None:
         raise SystemExit(f"no case {name!r} in the suite; the cases: {', '.join(c.name for c in CASES)}")
     sizes = case.sizes("--quick" in argv)
-    a = arrays(case, sizes)
+    a = flame_inputs(case, sizes)
     bound = case.flame(sizes, a, flame.compile)
     data = [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
     for _ in range(3):

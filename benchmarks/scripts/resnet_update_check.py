@@ -4,7 +4,7 @@ dtype and against torch in f64 from the same rounded inputs; with --reference, a
 current device against flame's NumPy reference executor (same plan, same inputs), which separates a
 kernel's fault from the graph's math. Inputs: NumPy, seed --seed (the suite draws CuPy's on a GPU).
 
-    python3 -m flame.bench.scripts.resnet_update_check [--batch 64 --hw 64 --c 128 --blocks 4]
+    python3 -m benchmarks.scripts.resnet_update_check [--batch 64 --hw 64 --c 128 --blocks 4]
         [--dtype bf16] [--seed 0] [--no-f64] [--reference] [--torch-device cpu]
 
 On a 2-core CPU the full size takes ~2 min for flame (reference), ~2 min for torch f64.

@@ -1,6 +1,6 @@
 """Per-step time of a 784-256-256-10 MLP training step (batch 128, f32, SGD) under @flame.compile
 with and without CUDA graphs, and PyTorch eager for the same step when torch has CUDA. CUDA events,
-warm-up, median of repeats. Run on a GPU: `PYTHONPATH=. python3 -m flame.bench.scripts.mlp_step_graphs`."""
+warm-up, median of repeats. Run on a GPU: `PYTHONPATH=. python3 -m benchmarks.scripts.mlp_step_graphs`."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ when the innermost dim moves, a copy of vector runs when it stays) and the plain
 replaces, checked bit for bit against NumPy's transpose and timed against a device copy of the same
 bytes.
 
-    python3 -m flame.bench.scripts.transpose [--reps 50]
+    python3 -m benchmarks.scripts.transpose [--reps 50]
 
 Bytes: the tensor read once and written once. Times: CUDA events around each launch, median of --reps
 after 5 warm-ups. Outputs are poisoned (all bits set) before the checked launch.

@@ -2,7 +2,7 @@
 flame.compile(dynamic=...) mode, for the digits MLP of examples/train_mlp.py (64-128-128-10, AdamW,
 batch 64: 1437 training digits make 22 full batches and a last one of 29). A benchmark, not a test:
 
-    PYTHONPATH=. python3 -m flame.bench.scripts.last_batch [--epochs 5] [--device cuda]
+    PYTHONPATH=. python3 -m benchmarks.scripts.last_batch [--epochs 5] [--device cuda]
 
 Per mode it prints the wall time of each epoch (synchronised at its end) and, per epoch, the extra
 over the same epoch with the last batch left out (`full`, timed right after). Epoch 1 is where the

@@ -3,7 +3,7 @@ flame's compiled call timed (1) alone and (2) back to back (10 calls between two
 suite's timers (flame.bench.timing), and (3) the host wall time of one call up to its return (its
 launches are asynchronous: this is the time before the GPU has work, when it was idle).
 
-    python3 -m flame.bench.scripts.dispatch_gap [--repeat 30]
+    python3 -m benchmarks.scripts.dispatch_gap [--repeat 30]
 
 Prints one table; all times in microseconds, medians, on the current GPU."""
 

@@ -1,7 +1,7 @@
 """Write, per case of the suite, the compiled plan (its text) and every kernel source flame renders for
 it, so that a change meant to make the compiler faster can be checked to change nothing it produces:
 
-    FLAME_DEVICE=reference PYTHONPATH=. python3 -m flame.bench.scripts.plan_snapshot OUTDIR [--full]
+    FLAME_DEVICE=reference PYTHONPATH=. python3 -m benchmarks.scripts.plan_snapshot OUTDIR [--full]
     diff -r OUTDIR_before OUTDIR_after          # empty: the same plans and kernels
 
 Quick sizes of every case; with --full also the full sizes of the real models (a few minutes on a
@@ -14,7 +14,7 @@ import sys
 import time
 
 import flame
-from flame.bench.scripts.gpt_step import arrays
+from flame.bench.spec import flame_inputs
 from flame.bench.table import CASES
 
 FULL = ("unet_train", "resnet_block_train", "gpt_block_train", "gpt_train", "mlp_bf16_train", "gpt_lora_train")
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> None:
 
 def _snapshot(case, quick: bool, out: str) -> None:
     sizes = case.sizes(quick)
-    a = arrays(case, sizes)
+    a = flame_inputs(case, sizes)
     bound = case.flame(sizes, a, flame.compile)
     data = [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
     c = bound.call

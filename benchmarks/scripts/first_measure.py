@@ -2,7 +2,7 @@
 one flame row reduction, each timed with CUDA events after warm-up, median of many runs. Bandwidth
 counts bytes read plus bytes written. Prints the device and a short table, last.
 
-    PYTHONPATH=. python3 -m flame.bench.scripts.first_measure [--mib 1024] [--reps 50]
+    PYTHONPATH=. python3 -m benchmarks.scripts.first_measure [--mib 1024] [--reps 50]
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from flame.runtime.profile import median_event_ms
 def _single_kernel(graph):
     """The one compiled kernel of a one-op graph, and a launcher on given arrays."""
     from flame.plan.build import to_plan
-    from flame.runtime.cuda import _source_key, load_kernels
+    from flame.runtime.cuda import load_kernels, source_key
 
     plan = to_plan(graph)
     (k,) = plan.kernels()
-    fn = load_kernels([k])[(_source_key(k.source), k.name)]
+    fn = load_kernels([k])[(source_key(k.source), k.name)]
     return k, lambda *arrays: fn((k.grid,), (k.block,), list(arrays), shared_mem=k.smem)
 
 

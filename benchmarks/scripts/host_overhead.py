@@ -1,8 +1,8 @@
 """The host time of a compiled call: what flame's Python costs per call of a compiled step on the
 steady-state path (same signature, cache hit, replay), with the plan's execution replaced by a no-op.
 
-    PYTHONPATH=. python3 -m flame.bench.scripts.host_overhead [CASE ...] [--calls N]
-    PYTHONPATH=. python3 -m flame.bench.scripts.host_overhead --gpu [--profile] [CASE ...]  # on a GPU
+    PYTHONPATH=. python3 -m benchmarks.scripts.host_overhead [CASE ...] [--calls N]
+    PYTHONPATH=. python3 -m benchmarks.scripts.host_overhead --gpu [--profile] [CASE ...]  # on a GPU
 
 The default mode needs no GPU: each case (adamw_multi_tensor, gpt_block_train and sdpa_fwd_bwd unless
 named) is built at its quick sizes on the reference executor, called a few times for real, then its
@@ -35,12 +35,12 @@ DEFAULT = ("adamw_multi_tensor", "gpt_block_train", "sdpa_fwd_bwd")
 
 def _built(name: str, quick: bool) -> tuple:
     """(compiled step, its data arguments) of case `name`, inputs drawn as the suite draws them."""
-    from flame.bench.scripts.gpt_step import arrays
+    from flame.bench.spec import flame_inputs
     from flame.bench.table import CASES
 
     case = next(c for c in CASES if c.name == name)
     sizes = case.sizes(quick)
-    a = arrays(case, sizes)
+    a = flame_inputs(case, sizes)
     bound = case.flame(sizes, a, flame.compile)
     return bound.call, [a[n] for n, inp in case.inputs(sizes).items() if not inp.state]
 

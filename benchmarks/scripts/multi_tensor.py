@@ -2,7 +2,7 @@
 tensors from [768] to [8192, 768]) as one kernel, in schedule variants, timed on one GPU against a
 device copy; every variant's outputs are checked bit for bit against the side-by-side kernel's.
 
-    python3 -m flame.bench.scripts.multi_tensor [--reps 50] [--variants side,b1024,b1024u2,b512u4]
+    python3 -m benchmarks.scripts.multi_tensor [--reps 50] [--variants side,b1024,b1024u2,b512u4]
 
 side: each tensor on its own blocks (Config(balanced=0)); bN: the balanced flat schedule
 (codegen/fused.py _lower_balanced), one step per block, N threads per multiprocessor asked resident

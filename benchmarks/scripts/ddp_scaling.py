@@ -4,7 +4,7 @@ batch, flame (DistributedDataParallel, with and without ZeRO-1, with and without
 stream) next to PyTorch (torch.nn.parallel.DistributedDataParallel + torch.compile) on the same GPUs
 in the same run. One command on a host with N GPUs:
 
-    NCCL_NVLS_ENABLE=0 python3 -m flame.bench.scripts.ddp_scaling --gpus 2 --out benchmarks/results/DIR
+    NCCL_NVLS_ENABLE=0 python3 -m benchmarks.scripts.ddp_scaling --gpus 2 --out benchmarks/results/DIR
 
 (NCCL_NVLS_ENABLE=0 keeps NVLink multicast off on shared hosts; every run gets the caller's
 environment unchanged, so whatever NCCL settings are given reach NCCL, and nothing here sets any.)
@@ -45,14 +45,14 @@ def _flame_rank(a) -> dict:
     import flame.distributed as dist
     import flame.nn.functional as F
     from flame.bench.cases_gpt import GPT, _flame_block, _flame_mask, _flame_setup
-    from flame.bench.scripts.gpt_step import arrays
+    from flame.bench.spec import flame_inputs
     from flame.distributed.optim import ZeroRedundancyOptimizer
     from flame.nn.parallel import DistributedDataParallel
 
     dist.init_process_group()
     case = next(c for c in GPT if c.name == "gpt_train")
     s = case.sizes(a.quick)
-    arr = arrays(case, s, seed=dist.get_rank())
+    arr = flame_inputs(case, s, seed=dist.get_rank())
     p, opt = _flame_setup(s, arr)
     holder = flame.nn.Module()
     for n, t in p.items():
@@ -209,7 +209,7 @@ def worker(a) -> int:
 
 
 def _job(framework: str, gpus: int, args: list[str], env: dict) -> list[str]:
-    me = ["-m", "flame.bench.scripts.ddp_scaling"]
+    me = ["-m", "benchmarks.scripts.ddp_scaling"]
     if framework == "flame":
         return [sys.executable, "-m", "flame.distributed.run", "--nproc-per-node", str(gpus), *me, *args]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus), *me, *args]

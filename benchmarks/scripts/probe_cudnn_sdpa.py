@@ -2,7 +2,7 @@
 torch's SDPA (when a CUDA torch is installed; else against flame's NumPy reference on one batch) and
 forward / backward milliseconds (CUDA events, median of 20 after warm-up).
 
-    python3 -m flame.bench.scripts.probe_cudnn_sdpa [--batch 8 --heads 16 --seq 1024 --dim 64] [--no-causal]
+    python3 -m benchmarks.scripts.probe_cudnn_sdpa [--batch 8 --heads 16 --seq 1024 --dim 64] [--no-causal]
 
 The forward writes the softmax statistics (log-sum-exp per row) that the backward reads (see
 flame/runtime/cudnn_attention.py); the backward time is cuDNN's backward alone."""

@@ -3,7 +3,7 @@ timed on one GPU against a device copy of the same bytes, each checked against t
 executor's computation of the same ops (flame.ir.evaluate.compute_op, as runtime/reference.py runs a
 kernel launch) on the same inputs (of every row, or of the first --check-rows rows of large cases).
 
-    PYTHONPATH=. python3 flame/bench/scripts/rows_schedules.py [--variants old,new,...] [--reps 50]
+    PYTHONPATH=. python3 benchmarks/scripts/rows_schedules.py [--variants old,new,...] [--reps 50]
 
 A variant is a schedule with optional Config knobs: "new:row_regs=96", "new:row_carry=0". Each case is
 a small flame function traced and fused as in a training step; its largest rows group is lowered under

@@ -2,7 +2,7 @@
 and the fold of its partials, each alone and as the pair, against a device copy and torch.mean on one
 GPU, checked against NumPy in float64.
 
-    PYTHONPATH=. python3 flame/bench/scripts/reduce_all.py [--reps 50]
+    PYTHONPATH=. python3 benchmarks/scripts/reduce_all.py [--reps 50]
 
 Times: CUDA events, median of --reps after 5 warm-ups; "b2b": 20 calls issued back to back between
 two events, per call. Inputs rotate over copies of at least 1 GiB in all, so nothing is served from L2.
@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from flame.bench.scripts.reduce_columns import _copies, _launcher, _op, _rotating_copy  # noqa: E402
+from benchmarks.scripts.reduce_columns import _copies, _launcher, _op, _rotating_copy  # noqa: E402
 from flame.runtime.profile import median_event_ms  # noqa: E402
 
 
