@@ -16,6 +16,7 @@ FLAME = Path(__file__).resolve().parent.parent / "flame"
 # flame/ (by its directory name) or a top-level module (by its file name); "flame" is the package face.
 LAYERS = [
     ("errors", "_version", "_tempfiles", "_gc", "_lists"),  # plain helpers every layer may use
+    ("_env",),  # FLAME_* settings read with errors that name the variable
     ("ir",),
     ("target",),  # what the backend can do, as data; filled in by runtime/backend.py
     ("passes", "codegen"),
@@ -26,7 +27,7 @@ LAYERS = [
     ("frontend",),
     ("distributed",),
     ("nn",),
-    ("optim", "amp", "utils", "checkpoint", "linalg"),
+    ("optim", "amp", "utils", "checkpoint", "linalg", "cuda"),
     ("flame",),  # flame/__init__.py: re-exports the layers below
     ("explain", "viz", "bench"),  # tools over a compiled plan, and the `flame bench` suite
     ("cli",),
