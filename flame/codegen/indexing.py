@@ -1,6 +1,8 @@
-"""Copy kernels that are not affine Views: pad, concat, gather, index_select, and scatter_add
-(copy x into the output, then atomicAdd src; f16/bf16 accumulate in an f32 scratch copy and round
-once at the end, as the reference does). All through templates/indexed.cu.j2."""
+"""Copy kernels that are not affine Views: pad, concat, gather, index_select, scatter_add (copy x
+into the output, then atomicAdd src; f16/bf16 accumulate in an f32 scratch copy and round once at
+the end, as the reference does) and scatter (copy x, claim each position for its last write with
+atomicMax on the write's number, then the winners store). An index outside [0, size) fails a
+device-side assertion. All through templates/indexed.cu.j2."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ import math
 
 from flame.codegen import cuda_c, views
 from flame.codegen.kernel import Kernel, render_op
+from flame.ir import symbolic
 from flame.ir.dtypes import bf16, f16, f32, i64
 from flame.ir.graph import Op
 
 
 def _render(op: Op, kind: str, n: int, what: str, scratch: int = 0, **fields) -> Kernel:
-    return render_op("indexed.cu.j2", op, kind, n, what, scratch, **{"vec": None, **fields})
+    return render_op("indexed.cu.j2", op, kind, n, what, scratch, **{"vec": None, "win_t": None, "op_name": op.name,
+                                                                      **fields})
 
 
 def _split(shape: tuple[int, ...], axis: int) -> tuple[int, int]:
@@ -119,4 +123,26 @@ def lower_scatter_add(op: Op) -> list[Kernel]:
                 vec=vec, **fields
             )
         )
+    return kernels
+
+
+def lower_scatter(op: Op) -> list[Kernel]:
+    """out = x; out[.., idx[i], ..] = src[i], the last i in row-major order winning where several
+    name one position (the reference's order, whatever the GPU's thread order): a scratch array
+    holds each position's winning i."""
+    out = op.out.type
+    if out.numel == 0:
+        return []
+    x, idx, src = (v.type for v in op.inputs)
+    axis = op.attrs["axis"] % out.rank
+    extent, inner = _split(idx.shape, axis)
+    wide = isinstance(src.numel, symbolic.SymInt) or src.numel >= 2**31  # a size that may grow: 64 bits
+    win_t, size = ("long long", 8) if wide else ("int", 4)
+    fields = dict(inner=inner, extent=extent, axis_size=out.shape[axis], win_t=win_t)
+    scratch = out.numel * size
+    kernels = [_render(op, "scatter_init", out.numel, "scatter 1/3: copy x, no winners yet", scratch, **fields)]
+    if src.numel:
+        kernels += [_render(op, "scatter_claim", src.numel, "scatter 2/3: each position's last write", scratch,
+                            **fields),
+                    _render(op, "scatter_store", src.numel, "scatter 3/3: the last writes store", scratch, **fields)]
     return kernels

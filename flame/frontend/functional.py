@@ -181,8 +181,10 @@ def _check_labels(target: Tensor, n_classes: int, ignore_index: int | None) -> b
 
 
 def embedding(idx: Tensor, weight: Tensor) -> Tensor:
-    flat = apply("index_select", weight, idx.reshape(-1), axis=0)
-    return flat.reshape(*idx.shape, weight.shape[1])
+    """weight's rows at idx; an index outside [0, rows) raises (frontend/index_ops.py)."""
+    from flame.frontend.index_ops import embedding_rows
+
+    return embedding_rows(weight, idx)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, generator: Generator | None = None) -> Tensor:

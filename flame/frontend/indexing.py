@@ -7,12 +7,18 @@ dimensions replace them where they are adjacent, else come first, as in PyTorch)
 mask has True values, which the graph cannot know while tracing, so `x[mask]` reads work eagerly and
 raise TraceError inside @flame.compile (use flame.where / masked_fill there).
 
-Writes (`x[key] = v`) are functional (ARCHITECTURE.md "Pure IR"): the new tensor is built from where / scatter_add
-and the Tensor is rebound to it (copy_), so a compiled step that writes into an argument returns it
-as an aliased output. `x[mask] = v` is `where(mask, v, x)` (v a scalar, or one value per True element
-in order), which also works while tracing; other keys scatter v at the flat positions the key
-selects. Duplicate positions: eagerly the last write wins (as PyTorch on the CPU); inside a compiled
-step the values are summed (PyTorch leaves the result unspecified)."""
+Integer indices count from the end when negative, in the value and in the gradient: [-n, n) is
+in bounds. Eagerly an index outside raises IndexValueError at the user's line; inside
+@flame.compile (values unknown while tracing) the reference executor raises it when the step runs
+and a CUDA kernel stops at a device-side assertion, as PyTorch on CUDA (frontend/index_ops.py).
+
+Writes (`x[key] = v`, index_put) are functional (ARCHITECTURE.md "Pure IR"): the new tensor is built from where /
+scatter and the Tensor is rebound to it (copy_), so a compiled step that writes into an argument
+returns it as an aliased output. `x[mask] = v` is `where(mask, v, x)` (v a scalar, or one value per
+True element in order), which also works while tracing; other keys scatter v at the flat positions
+the key selects. Duplicate positions: the last write in row-major order wins, eagerly and compiled
+(PyTorch's CPU result; PyTorch leaves it unspecified on CUDA), and every write, a losing duplicate
+too, gets the gradient of its position (PyTorch's index_put). index_put(accumulate=True) adds."""
 
 from __future__ import annotations
 
@@ -20,10 +26,11 @@ import math
 
 import numpy as np
 
-from flame.errors import FlameError, IndexValueError, ShapeError, TraceError
+from flame.errors import FlameError, ShapeError, TraceError
 from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.dispatch import apply
-from flame.ir.dtypes import boolean, i32, i64
+from flame.frontend.index_ops import check_indices, wrap_negative
+from flame.ir.dtypes import boolean, i64
 
 
 def _tensor_cls():
@@ -135,15 +142,6 @@ def getitem(t, key):
     return _advanced(out, advanced) if advanced else out
 
 
-def _check_bounds(idx, n: int, axis: int) -> None:
-    if idx._value is None and idx.numel():
-        a = idx.numpy()
-        bad = (a < -n) | (a >= n)
-        if bad.any():
-            raise IndexValueError(f"index {int(a[bad].flat[0])} is out of bounds for dimension {axis} with size {n}"
-                                  f"\n  at {user_location()}")
-
-
 def _advanced(x, advanced: list):
     """Integer index tensors on axes A of x: broadcast them, read the elements they name pairwise."""
     from flame.ir.ops._shapes import broadcast_shapes
@@ -151,7 +149,7 @@ def _advanced(x, advanced: list):
     axes = [a for a, _ in advanced]
     idxs = [k for _, k in advanced]
     for a, k in advanced:
-        _check_bounds(k, x.shape[a], a)
+        check_indices("", k, x.shape[a], a, negative=True)
     batch = broadcast_shapes("index", [k._type() for k in idxs])
     if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: their result goes first
         x = x.permute(*axes, *[d for d in range(x.ndim) if d not in axes])
@@ -159,12 +157,11 @@ def _advanced(x, advanced: list):
     p = axes[0]
     sizes = [x.shape[a] for a in axes]
     if len(axes) == 1:
-        flat = idxs[0]
+        flat = wrap_negative(idxs[0], sizes[0])
     else:  # one index into the merged axes: sum of (idx_k wrapped to [0, n_k)) * stride_k
         flat = None
         for k, n, stride in zip(idxs, sizes, _strides(sizes)):
-            k = k.to(i64)
-            term = apply("where", k < 0, k + n, k) * stride
+            term = wrap_negative(k.to(i64), n) * stride
             flat = term if flat is None else flat + term
         x = x.reshape(*x.shape[:p], math.prod(sizes), *x.shape[p + len(axes):])
     flat = flat.broadcast_to(batch).reshape(-1)
@@ -234,32 +231,35 @@ def masked_write(t, mask, value):
 
 
 def _scatter_write(t, key, value):
-    """Scatter value at the flat positions x[key] reads: flat indices of the key, from an arange."""
+    """Scatter value at the flat positions x[key] reads (the flat indices of the key, read from an
+    arange); the last write to a position wins (the scatter op)."""
+    from flame.frontend.creation import arange
+
+    positions = getitem(arange(t.numel()).reshape(t.shape), key)
+    src = value.broadcast_to(positions.shape).reshape(-1)
+    return apply("scatter", t.reshape(-1), positions.reshape(-1), src, axis=0).reshape(t.shape)
+
+
+def index_put(t, indices, values, accumulate: bool = False):
+    """torch.index_put: t with values written (accumulate=False; a repeated position keeps the last)
+    or added (accumulate=True) at the elements the tuple of index tensors selects, as t[indices]."""
     from flame.frontend.creation import arange
 
     Tensor = _tensor_cls()
+    if not isinstance(indices, (tuple, list)):
+        raise ShapeError(f"index_put: indices must be a tuple of tensors, got {type(indices).__name__}"
+                         f"\n  at {user_location()}")
+    values = values if isinstance(values, Tensor) else _scalar_like(values, t)
+    values = values.to(t.dtype) if values.dtype != t.dtype else values
+    key = tuple(indices)
+    if not accumulate:
+        k = _as_index(key[0]) if len(key) == 1 else None
+        if isinstance(k, Tensor) and k.dtype == boolean:
+            return masked_write(t, k, values)
+        return _scatter_write(t, key, values)
     positions = getitem(arange(t.numel()).reshape(t.shape), key)
-    src = value.broadcast_to(positions.shape).reshape(-1)
-    pos = positions.reshape(-1)
-    if pos._value is None and src._value is None and t._value is None and pos.numel():
-        p = pos.numpy()
-        _, last = np.unique(p[::-1], return_index=True)
-        if len(last) < len(p):  # duplicate positions: the last write wins, as in PyTorch on the CPU
-            keep = Tensor(np.sort(len(p) - 1 - last).astype(np.int64))
-            pos, src = pos[keep], src[keep]
-    work = t.dtype if t.dtype.is_float or t.dtype.itemsize >= 4 else i32  # scatter_add adds 32/64-bit numbers
-    flat = t.reshape(-1)
-    hit = apply("scatter_add", _full((t.numel(),), 0, i32), pos, _full(pos.shape, 1, i32), axis=0) > 0
-    # -0.0 + v == v for every v (0.0 + -0.0 would give +0.0)
-    base = _full((t.numel(),), -0.0 if work.is_float else 0, work)
-    placed = apply("scatter_add", base, pos, src.to(work), axis=0)
-    return apply("where", hit, placed.to(t.dtype), flat).reshape(t.shape)
-
-
-def _full(shape, value, dtype):
-    from flame.frontend.tensor import full
-
-    return full(tuple(shape), value, dtype)
+    src = values.broadcast_to(positions.shape).reshape(-1)
+    return apply("scatter_add", t.reshape(-1), positions.reshape(-1), src, axis=0).reshape(t.shape)
 
 
 def assign(t, new) -> None:

@@ -87,6 +87,7 @@ sinh, cosh, tan, xlogy, logit = (_unary(n) for n in ("sinh", "cosh", "tan", "xlo
 prod, nansum, nanmean = _unary("prod"), _unary("nansum"), _unary("nanmean")
 diagonal, diag, trace, take_along_dim = (_unary(n) for n in ("diagonal", "diag", "trace", "take_along_dim"))
 index_add, masked_select, unflatten, ravel = (_unary(n) for n in ("index_add", "masked_select", "unflatten", "ravel"))
+scatter, index_copy, index_fill, index_put = (_unary(n) for n in ("scatter", "index_copy", "index_fill", "index_put"))
 baddbmm = _unary("baddbmm")
 kthvalue, median, tensordot, kron, cross = (_unary(n) for n in ("kthvalue", "median", "tensordot", "kron", "cross"))
 cov, corrcoef = _unary("cov"), _unary("corrcoef")

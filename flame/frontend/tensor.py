@@ -666,16 +666,22 @@ class Tensor(TensorOps, TensorMath):
         return apply("tril", self, k=diagonal)
 
     def gather(self, dim: int, index: Tensor):
-        axis = dim_index("gather", dim, self.ndim)
-        if self.ndim == 0:  # PyTorch treats a 0-d tensor as one element along dim 0
-            return self.reshape(1).gather(0, index.reshape(1)).reshape(index.shape)
-        return apply("gather", self, index, axis=axis)
+        """self's elements at index along dim (frontend/index_ops.py: an index must be in [0, size))."""
+        from flame.frontend.index_ops import gather
+
+        return gather(self, dim, index)
 
     def index_select(self, dim: int, index: Tensor):
-        return apply("index_select", self, index, axis=dim_index("index_select", dim, self.ndim))
+        """self's slices at index (1-D) along dim; an index must be in [0, size)."""
+        from flame.frontend.index_ops import index_select
+
+        return index_select(self, dim, index)
 
     def scatter_add(self, dim: int, index: Tensor, src: Tensor):
-        return apply("scatter_add", self, index, src, axis=dim_index("scatter_add", dim, self.ndim))
+        """self with src added at index along dim (duplicates add up)."""
+        from flame.frontend.index_ops import scatter_add
+
+        return scatter_add(self, dim, index, src)
 
     def clone(self):
         # x * 1, not x + 0: -0.0 + 0 is +0.0

@@ -2,10 +2,11 @@
 IR ops: sorting and selection (sort, argsort, topk, narrow), scans (cumsum, cumprod), tests (any, all,
 isnan, isinf, isfinite), splitting and tiling (split, chunk, repeat, tile, repeat_interleave), norms,
 floor division and remainder, clamp, masked_fill; PyTorch's other spellings (add ... div with
-rounding_mode, eq ... ge, logical_and/or, where), take_along_dim/index_add/masked_select, picking,
-rolling and moving dims; the new_* constructors. Arithmetic and statistics (products, log1p/expm1
-and kin, order statistics, lerp/addcmul/addcdiv) are in tensor_math.py. Tensor inherits both;
-flame.frontend.ops makes the function forms."""
+rounding_mode, eq ... ge, logical_and/or, where), masked_select, picking, rolling and moving dims;
+the new_* constructors; the gather/scatter family's methods (take_along_dim, index_add/copy/fill,
+scatter, index_put: index_ops.py). Arithmetic and statistics (products, log1p/expm1 and kin, order
+statistics, lerp/addcmul/addcdiv) are in tensor_math.py. Tensor inherits both; flame.frontend.ops
+makes the function forms."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ def _is_number(x) -> bool:
 
 def _bool(x):
     return x if x.dtype == boolean else x != 0
+
+
+def _index_ops():
+    from flame.frontend import index_ops
+
+    return index_ops
 
 
 def _tensor(x):
@@ -375,28 +382,59 @@ class TensorOps:
 
         return where(condition, self, other)
 
+    # ---- the gather/scatter family: flame.frontend.index_ops --------------------------------------------
     def take_along_dim(self, indices, dim: int | None = None):
-        """self's elements at indices along dim (of the flattened tensor when dim is None), self and
-        indices broadcast except along dim, as torch.take_along_dim."""
-        if dim is None:
-            return self.reshape(-1).gather(0, indices.reshape(-1))
-        axis = _t.dim_index("take_along_dim", dim, self.ndim)
-        shape = [max(a, b) for a, b in zip(self.shape, indices.shape)]
-        src = self.broadcast_to(*[n if i != axis else self.shape[axis] for i, n in enumerate(shape)])
-        idx = indices.broadcast_to(*[n if i != axis else indices.shape[axis] for i, n in enumerate(shape)])
-        return src.gather(axis, idx)
+        """self's elements at indices along dim (flattened when dim is None), broadcast except along dim;
+        along a dim a negative index counts from the end, as torch.take_along_dim."""
+        return _index_ops().take_along_dim(self, indices, dim)
 
     def index_add(self, dim: int, index, source, *, alpha=1):
-        """self with alpha * source's slices added at index along dim (repeated indices add up), as
-        torch.index_add."""
-        axis = _t.dim_index("index_add", dim, self.ndim)
-        if index.ndim != 1 or source.shape[axis] != index.shape[0]:
-            raise ShapeError(f"index_add: index {list(index.shape)} must be 1-D with one entry per slice of "
-                             f"source {list(source.shape)} along dim {dim}\n  at {user_location()}")
-        shape = [1] * source.ndim
-        shape[axis] = index.shape[0]
-        idx = index.reshape(*shape).broadcast_to(*source.shape)
-        return self.scatter_add(axis, idx, source * alpha if alpha != 1 else source)
+        """self with alpha * source's slices added at index along dim (repeated indices add up)."""
+        return _index_ops().index_add(self, dim, index, source, alpha=alpha)
+
+    def index_add_(self, dim: int, index, source, *, alpha=1):
+        """index_add, in place."""
+        return self._inplace(lambda x: x.index_add(dim, index, source, alpha=alpha), source)
+
+    def index_copy(self, dim: int, index, source):
+        """self with source's slices written at index along dim (a repeated index: the last wins)."""
+        return _index_ops().index_copy(self, dim, index, source)
+
+    def index_copy_(self, dim: int, index, source):
+        """index_copy, in place."""
+        return self._inplace(lambda x: x.index_copy(dim, index, source), source)
+
+    def index_fill(self, dim: int, index, value):
+        """self with the slices at index along dim set to value (negative indices count from the end)."""
+        return _index_ops().index_fill(self, dim, index, value)
+
+    def index_fill_(self, dim: int, index, value):
+        """index_fill, in place."""
+        return self._inplace(lambda x: x.index_fill(dim, index, value), value)
+
+    def scatter(self, dim: int, index, src=None, value=None, *, reduce: str | None = None):
+        """self with src (or value) written at index along dim; of several writes to one position the
+        last in row-major order wins, as torch.scatter on the CPU."""
+        return _index_ops().scatter(self, dim, index, src, value, reduce=reduce)
+
+    def scatter_(self, dim: int, index, src=None, value=None, *, reduce: str | None = None):
+        """scatter, in place."""
+        return self._inplace(lambda x: x.scatter(dim, index, src, value, reduce=reduce), src, value)
+
+    def scatter_add_(self, dim: int, index, src):
+        """scatter_add, in place."""
+        return self._inplace(lambda x: x.scatter_add(dim, index, src), src)
+
+    def index_put(self, indices, values, accumulate: bool = False):
+        """torch.index_put: values written at (accumulate=True: added to) the elements self[indices]
+        selects; a position written twice keeps the last write (frontend/indexing.py)."""
+        from flame.frontend.indexing import index_put
+
+        return index_put(self, indices, values, accumulate)
+
+    def index_put_(self, indices, values, accumulate: bool = False):
+        """index_put, in place."""
+        return self._inplace(lambda x: x.index_put(indices, values, accumulate), values)
 
     def masked_select(self, mask):
         """The elements where mask (broadcast with self) is True, as a 1-D tensor: eager only, as

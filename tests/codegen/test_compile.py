@@ -120,6 +120,8 @@ def _gather(b, g, dt, name):
             b.gather(x, idx, axis=1)
         elif name == "index_select":
             b.index_select(x, sel, axis=0)
+        elif name == "scatter":
+            b.scatter(x, idx, src, axis=1)
         else:
             b.scatter_add(x, idx, src, axis=1)
 
@@ -144,7 +146,7 @@ def _maker(name: str):
         return lambda b, g, dt: _tri(b, g, dt, name)
     if name.startswith("random_"):
         return lambda b, g, dt: _random(b, g, dt, name)
-    if name in ("gather", "index_select", "scatter_add"):
+    if name in ("gather", "index_select", "scatter_add", "scatter"):
         return lambda b, g, dt: _gather(b, g, dt, name)
     if opdef.category == "reduction":
         return lambda b, g, dt: _reduce(b, g, dt, name)

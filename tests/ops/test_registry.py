@@ -186,6 +186,21 @@ def _scatter_add(rng, dt):
             for i, (xs, ids, ax) in enumerate(specs)]
 
 
+def _scatter(rng, dt):
+    """Duplicate positions included (the last write in row-major order wins)."""
+    specs = [((3, 4), (3, 6), 1), ((4, 2), (6, 2), 0), ((3, 4), (3, 0), -1), ((2, 3, 2), (2, 3, 4), 2)]
+    return [([_arr(rng, xs, dt), _idx(rng, xs[ax], ids, i), _arr(rng, ids, dt)], {"axis": ax})
+            for i, (xs, ids, ax) in enumerate(specs)]
+
+
+def _scatter_unique(rng, dt):
+    """Each position written at most once: where duplicates write, the losers' gradient is PyTorch's
+    (the position's), not a derivative."""
+    x, src = _arr(rng, (4, 5), dt), _arr(rng, (3, 5), dt)
+    idx = np.stack([rng.permutation(4)[:3] for _ in range(5)], axis=1)
+    return [([x, idx, src], {"axis": 0}), ([x.T.copy(), idx.T.copy(), src.T.copy()], {"axis": 1})]
+
+
 def _random(rng, dt):
     draws = [(0, 0, (5,)), (12345678901, 7, (2, 3)), (3, 5, (0,)), (2**40 + 3, 2**33 - 2, (4,)), (1, 0, ())]
     return [([np.array(s, np.int64), np.array(o, np.int64)], {"shape": sh, "dtype": dt}) for s, o, sh in draws]
@@ -397,6 +412,15 @@ def _index_select_oracle(x, idx, axis):
     ax = axis % x.ndim
     parts = [np.take(x, [int(i)], axis=ax) for i in idx]
     return np.concatenate(parts, axis=ax) if parts else np.zeros(x.shape[:ax] + (0,) + x.shape[ax + 1:], x.dtype)
+
+
+def _scatter_oracle(x, idx, src, axis):
+    out = x.copy()
+    for pos in np.ndindex(*idx.shape):  # row-major: a later write replaces an earlier one
+        dst = list(pos)
+        dst[axis % x.ndim] = idx[pos]
+        out[tuple(dst)] = src[pos]
+    return out
 
 
 def _scatter_add_oracle(x, idx, src, axis):
@@ -651,6 +675,7 @@ RECIPES: dict[str, Recipe] = {
     "gather": Recipe(_gather, _gather_oracle, ALL),
     "index_select": Recipe(_index_select, _index_select_oracle, ALL),
     "scatter_add": Recipe(_scatter_add, _scatter_add_oracle, NUM),
+    "scatter": Recipe(_scatter, _scatter_oracle, ALL, grad_make=_scatter_unique),
     "random_uniform": Recipe(_random, _random_oracle(False), out="attr"),
     "random_normal": Recipe(_random, _random_oracle(True), out="attr"),
     # the gradient check leaves out the additive mask: it gets no gradient (documented)

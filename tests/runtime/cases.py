@@ -97,6 +97,13 @@ def _scatter_add(rng, dt):
     return [([x, idx, arr(rng, (8, 7), dt)], {"axis": 0})]
 
 
+def _scatter(rng, dt):
+    x = arr(rng, (5, 7), dt)
+    idx = rng.integers(0, 5, (8, 7)).astype(np.int64)  # duplicates: the last write wins
+    along = rng.integers(0, 7, (5, 9)).astype(np.int32)
+    return [([x, idx, arr(rng, (8, 7), dt)], {"axis": 0}), ([x, along, arr(rng, (5, 9), dt)], {"axis": 1})]
+
+
 def _matmul(rng, dt):
     shapes = [((3, 5), (5, 4)), ((2, 3, 5), (5, 7)), ((5, 6), (4, 6, 2)), ((2, 1, 3, 4), (1, 3, 4, 5)),
               ((33, 65), (65, 17)), ((1, 8), (8, 1)), ((2, 3, 0), (2, 0, 4))]
@@ -177,6 +184,7 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "minimum": (NUM, _binary()), "logical_and": (("bool",), _binary()), "logical_or": (("bool",), _binary()),
     "logical_not": (("bool",), _unary()), "where": (ALL, _where), "cast": (ALL, _cast),
     "gather": (ALL, _index), "index_select": (ALL, _index_select), "scatter_add": (NUM, _scatter_add),
+    "scatter": (ALL, _scatter),
     "matmul": (FLOATS, _matmul), "reduce_sum": (NUM, _reduce_sum), "reduce_mean": (FLOATS, _reduce),
     "reduce_max": (NUM, lambda r, d: _reduce(r, d)[:-1]), "reduce_min": (NUM, lambda r, d: _reduce(r, d)[:-1]),
     "argmax": (NUM, _argmax),

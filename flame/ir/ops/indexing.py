@@ -1,11 +1,21 @@
-"""gather (take-along-axis), index_select and scatter_add. Indices are i32 or i64; an index out of
-range raises in the reference executor and is undefined behaviour on the GPU (as in PyTorch)."""
+"""gather (take-along-axis), index_select, scatter_add and scatter (its non-accumulating twin).
+
+Indices are i32 or i64 and must lie in [0, n) for an axis of size n, as PyTorch's gather, scatter
+and index_select require: a negative index does not count from the end (the frontend wraps one
+where PyTorch does, `x[idx]` and take_along_dim, before it reaches these ops). An index outside
+[0, n) raises IndexValueError in the reference executor (naming the op and the user's line) and
+stops the CUDA kernel with a device-side assertion (as PyTorch on CUDA does); it is never read
+from another element, so a value and its gradient cannot disagree.
+
+scatter writes src[i] at out[.., idx[i], ..]; where several i name one position the last in
+row-major order wins, on both executors (PyTorch's CPU order), so a compiled write gives what an
+eager one gives."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import DTypeError, ShapeError
+from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.ir.ops._shapes import norm_axis
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 
@@ -13,6 +23,16 @@ from flame.ir.registry import Attr, OpDef, check_dtype, register
 def _check_index(op, idx):
     if idx.dtype.kind != "int":
         raise DTypeError(f"{op}: index {idx} must be an integer tensor")
+
+
+def _in_range(op: str, idx: np.ndarray, n: int, axis: int) -> np.ndarray:
+    """idx as i64, after checking every index lies in [0, n) (PyTorch's message)."""
+    idx = idx.astype(np.int64, copy=False)
+    bad = (idx < 0) | (idx >= n)
+    if bad.any():
+        raise IndexValueError(f"{op}: index {int(idx[bad].flat[0])} is out of bounds for dimension {axis} "
+                              f"with size {n}")
+    return idx
 
 
 def _same_off_axis(op, x, idx, ax):
@@ -41,7 +61,8 @@ def _gather_vjp(b, g, x, idx, out, axis):
 
 
 register(OpDef("gather", "opaque", 2, _gather_infer,
-               lambda x, idx, axis: np.take_along_axis(x, idx.astype(np.int64), axis=axis),
+               lambda x, idx, axis: np.take_along_axis(x, _in_range("gather", idx, x.shape[axis], axis % x.ndim),
+                                                       axis=axis),
                {"axis": Attr("int")}, _gather_vjp, selects=True))
 
 
@@ -63,7 +84,8 @@ def _index_select_vjp(b, g, x, idx, out, axis):
 
 
 register(OpDef("index_select", "opaque", 2, _index_select_infer,
-               lambda x, idx, axis: np.take(x, idx.astype(np.int64), axis=axis),
+               lambda x, idx, axis: np.take(x, _in_range("index_select", idx, x.shape[axis], axis % x.ndim),
+                                            axis=axis),
                {"axis": Attr("int")}, _index_select_vjp, selects=True))
 
 
@@ -86,7 +108,7 @@ def _scatter_add_ref(x, idx, src, axis):
     out = x.copy()
     ax = axis % x.ndim
     grid = list(np.indices(idx.shape, sparse=True))
-    grid[ax] = idx.astype(np.int64)
+    grid[ax] = _in_range("scatter_add", idx, x.shape[ax], ax)
     np.add.at(out, tuple(grid), src)
     return out
 
@@ -94,3 +116,37 @@ def _scatter_add_ref(x, idx, src, axis):
 register(OpDef("scatter_add", "opaque", 3, _scatter_add_infer, _scatter_add_ref, {"axis": Attr("int")},
                lambda b, g, x, idx, src, out, axis: (g, None, b.gather(g, idx, axis=axis)),
                compute_f32=True))
+
+
+def _scatter_infer(types, axis):
+    x, idx, src = types
+    _check_index("scatter", idx)
+    if src.dtype != x.dtype:
+        raise DTypeError(f"scatter: src {src} must have the dtype of {x}")
+    if idx.shape != src.shape:
+        raise ShapeError(f"scatter: index {idx} and src {src} must have the same shape")
+    _same_off_axis("scatter", x, idx, norm_axis("scatter", axis, x.rank))
+    return x
+
+
+def _scatter_ref(x, idx, src, axis):
+    out = x.copy()
+    ax = axis % x.ndim
+    grid = list(np.indices(idx.shape))
+    grid[ax] = _in_range("scatter", idx, x.shape[ax], ax)
+    at = np.ravel_multi_index(tuple(grid), x.shape).reshape(-1)
+    # the last write to each position, in row-major order of idx (NumPy's fancy assignment does
+    # not promise an order)
+    _, last = np.unique(at[::-1], return_index=True)
+    keep = at.size - 1 - last
+    out.reshape(-1)[at[keep]] = src.reshape(-1)[keep]
+    return out
+
+
+def _scatter_vjp(b, g, x, idx, src, out, axis):
+    """PyTorch's: x's gradient is g with the written positions zeroed; every write (a duplicate that
+    lost too) gets the gradient of the position it names."""
+    return b.scatter(g, idx, b.zeros_like(src), axis=axis), None, b.gather(g, idx, axis=axis)
+
+
+register(OpDef("scatter", "opaque", 3, _scatter_infer, _scatter_ref, {"axis": Attr("int")}, _scatter_vjp))

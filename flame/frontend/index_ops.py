@@ -1,0 +1,197 @@
+"""The gather/scatter family with PyTorch's semantics: gather, take_along_dim, index_select,
+scatter, scatter_add, index_add, index_copy, index_fill, index_put, embedding's lookup.
+
+Indices: the IR ops take indices in [0, n) only (flame/ir/ops/indexing.py). Where PyTorch counts a
+negative index from the end (take_along_dim along a dim, index_fill, `x[idx]`, index_put) it is
+wrapped here, in the value and so in the gradient; where PyTorch raises on one (gather, scatter,
+scatter_add, index_select, index_add, index_copy, embedding), so does flame. Eagerly the index
+values are known and an out-of-bounds one raises IndexValueError at the user's line, before
+anything runs. Inside @flame.compile they are not known while tracing: the reference executor
+raises the same IndexValueError when the step runs, and a CUDA kernel stops at a device-side
+assertion (as PyTorch on CUDA); an out-of-bounds index never reads or writes another element.
+
+Duplicate indices: scatter, index_copy and index_put (accumulate=False) keep the last write in
+row-major order of the index, eagerly and compiled, on both executors (PyTorch's CPU result; it
+leaves the winner unspecified on CUDA). Their gradient is PyTorch's: every write, a duplicate that
+lost included, gets the gradient of the position it names. scatter_add, index_add and index_put
+(accumulate=True) add the duplicates up."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flame.errors import DTypeError, IndexValueError, ShapeError
+from flame.frontend import tensor as _t  # circular: used at call time only
+from flame.frontend.context import user_location
+from flame.frontend.dispatch import apply
+from flame.ir.dtypes import boolean
+
+
+def check_indices(op: str, index, size: int, dim: int, *, negative: bool = False) -> None:
+    """Eagerly (the values known): every index in [0, size), or in [-size, size) where PyTorch
+    counts negative ones from the end; else IndexValueError with PyTorch's message (after `op: `
+    unless op is empty). Inside
+    @flame.compile the executors check when the step runs (module docstring)."""
+    if index._value is not None or not index.numel():
+        return
+    a = index.numpy()
+    bad = (a < (-size if negative else 0)) | (a >= size)
+    if bad.any():
+        raise IndexValueError(
+            f"{op + ': ' if op else ''}index {int(a[bad].flat[0])} is out of bounds for dimension "
+            f"{dim} with size {size}\n  at {user_location()}"
+        )
+
+
+def wrap_negative(index, size: int):
+    """index + size where it is negative (PyTorch's count from the end), for the ops whose IR
+    takes [0, size). Known values wrap on the host; traced ones through a where."""
+    if index._value is None:
+        a = index.numpy()
+        return _t.Tensor(np.where(a < 0, a + size, a).astype(a.dtype)) if (a < 0).any() else index
+    return apply("where", index < 0, index + size, index)
+
+
+def _index_tensor(op: str, index):
+    if not isinstance(index, _t.Tensor):
+        index = _t.Tensor(np.asarray(index, np.int64))
+    if not index.dtype.is_int:
+        raise DTypeError(f"{op}: index must be an integer tensor, got {index.dtype}\n  at {user_location()}")
+    return index
+
+
+def gather(x, dim: int, index):
+    """out[.., i, ..] = x[.., index[.., i, ..], ..] along dim; an index must be in [0, size)."""
+    axis = _t.dim_index("gather", dim, x.ndim)
+    index = _index_tensor("gather", index)
+    if x.ndim == 0:  # PyTorch treats a 0-d tensor as one element along dim 0
+        return gather(x.reshape(1), 0, index.reshape(1)).reshape(index.shape)
+    check_indices("gather", index, x.shape[axis], axis)
+    return apply("gather", x, index, axis=axis)
+
+
+def take_along_dim(x, indices, dim: int | None = None):
+    """x's elements at indices along dim (of the flattened x when dim is None), x and indices
+    broadcast except along dim, as torch.take_along_dim: along a dim a negative index counts from
+    the end (PyTorch wraps it there); with dim=None it is out of bounds, as in gather."""
+    indices = _index_tensor("take_along_dim", indices)
+    if dim is None:
+        return gather(x.reshape(-1), 0, indices.reshape(-1))
+    axis = _t.dim_index("take_along_dim", dim, x.ndim)
+    n = x.shape[axis]
+    check_indices("take_along_dim", indices, n, axis, negative=True)
+    shape = [max(a, b) for a, b in zip(x.shape, indices.shape)]
+    src = x.broadcast_to(*[s if i != axis else n for i, s in enumerate(shape)])
+    idx = indices.broadcast_to(*[s if i != axis else indices.shape[axis] for i, s in enumerate(shape)])
+    return apply("gather", src, wrap_negative(idx, n), axis=axis)
+
+
+def index_select(x, dim: int, index):
+    """The slices of x at index (1-D) along dim; an index must be in [0, size)."""
+    axis = _t.dim_index("index_select", dim, x.ndim)
+    index = _index_tensor("index_select", index)
+    check_indices("index_select", index, x.shape[axis], axis)
+    return apply("index_select", x, index, axis=axis)
+
+
+def embedding_rows(weight, idx):
+    """weight's rows at idx (any shape): F.embedding's lookup; an index must be in [0, rows)."""
+    check_indices("embedding", idx, weight.shape[0], 0)
+    flat = apply("index_select", weight, idx.reshape(-1), axis=0)
+    return flat.reshape(*idx.shape, *weight.shape[1:])
+
+
+def scatter_add(x, dim: int, index, src):
+    """x with src[.., i, ..] added at x[.., index[.., i, ..], ..] (duplicates add up)."""
+    axis = _t.dim_index("scatter_add", dim, x.ndim)
+    index = _index_tensor("scatter_add", index)
+    check_indices("scatter_add", index, x.shape[axis], axis)
+    return apply("scatter_add", x, index, src, axis=axis)
+
+
+def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = None):
+    """x with src[.., i, ..] (or the number value) written at x[.., index[.., i, ..], ..]; where
+    several writes name one position the last in row-major order wins (module docstring). src may
+    be larger than index (its leading part is used), as in PyTorch; reduce='add' is scatter_add."""
+    axis = _t.dim_index("scatter", dim, x.ndim)
+    index = _index_tensor("scatter", index)
+    if (src is None) == (value is None):
+        raise ShapeError(
+            f"scatter: give one of src (a tensor or a number) and value (a number)\n  at {user_location()}"
+        )
+    src = value if src is None else src
+    if not isinstance(src, _t.Tensor):
+        src = _t.full(tuple(index.shape), src, x.dtype)
+    elif src.shape != index.shape:
+        if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
+            raise ShapeError(
+                f"scatter: src {list(src.shape)} must be at least as large as index "
+                f"{list(index.shape)} in every dimension\n  at {user_location()}"
+            )
+        src = src[tuple(slice(0, n) for n in index.shape)]
+    src = src.to(x.dtype) if src.dtype != x.dtype else src
+    if reduce == "add":
+        return scatter_add(x, dim, index, src)
+    if reduce is not None:
+        raise ShapeError(
+            f"scatter: reduce={reduce!r} is not supported (None or 'add'; scatter_reduce is not "
+            f"supported either)\n  at {user_location()}"
+        )
+    check_indices("scatter", index, x.shape[axis], axis)
+    return apply("scatter", x, index, src, axis=axis)
+
+
+def _along(op: str, x, dim: int, index, source):
+    """(axis, index as 1-D broadcast to source's shape along axis) for index_add / index_copy."""
+    axis = _t.dim_index(op, dim, x.ndim)
+    index = _index_tensor(op, index).reshape(-1)
+    if (
+        source.ndim != x.ndim
+        or source.shape[axis] != index.shape[0]
+        or any(s != n for i, (s, n) in enumerate(zip(source.shape, x.shape)) if i != axis)
+    ):
+        raise ShapeError(
+            f"{op}: source {list(source.shape)} must match {list(x.shape)} except along dim {dim}, "
+            f"where it needs one slice per index ({index.shape[0]})\n  at {user_location()}"
+        )
+    check_indices(op, index, x.shape[axis], axis)
+    shape = [1] * source.ndim
+    shape[axis] = index.shape[0]
+    return axis, index.reshape(*shape).broadcast_to(*source.shape)
+
+
+def index_add(x, dim: int, index, source, *, alpha=1):
+    """x with alpha * source's slices added at index along dim (repeated indices add up)."""
+    axis, idx = _along("index_add", x, dim, index, source)
+    return apply("scatter_add", x, idx, source * alpha if alpha != 1 else source, axis=axis)
+
+
+def index_copy(x, dim: int, index, source):
+    """x with source's slices written at index along dim (a repeated index: the last slice wins)."""
+    axis, idx = _along("index_copy", x, dim, index, source.to(x.dtype))
+    return apply("scatter", x, idx, source.to(x.dtype), axis=axis)
+
+
+def index_fill(x, dim: int, index, value):
+    """x with the slices at index along dim set to value (a number or a 0-d tensor); a negative
+    index counts from the end, as in PyTorch."""
+    axis = _t.dim_index("index_fill", dim, x.ndim)
+    index = _index_tensor("index_fill", index).reshape(-1)
+    n = x.shape[axis] if x.ndim else 1
+    check_indices("index_fill", index, n, axis, negative=True)
+    if isinstance(value, _t.Tensor) and value.ndim:
+        raise ShapeError(
+            f"index_fill: value must be a number or a 0-d tensor, got shape {list(value.shape)}\n  at {user_location()}"
+        )
+    hit = apply(
+        "scatter",
+        _t.full((n,), False, boolean),
+        wrap_negative(index, n),
+        _t.full(tuple(index.shape), True, boolean),
+        axis=0,
+    )
+    value = value.to(x.dtype) if isinstance(value, _t.Tensor) else _t.full((), value, x.dtype)
+    shape = [1] * x.ndim
+    if x.ndim:
+        shape[axis] = n
+    return apply("where", hit.reshape(*shape), value, x)

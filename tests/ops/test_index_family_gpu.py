@@ -1,0 +1,78 @@
+"""The gather/scatter family on the CUDA executor: duplicate write positions give the last write
+(as eagerly and on the reference executor), negative indices wrap where torch wraps them, and an
+out-of-bounds index inside a compiled step stops the kernel at a device-side assertion (in a child
+process: the assertion leaves the process's CUDA context unusable)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+from tests.ops.test_everyday_ops import check, randn
+
+pytestmark = pytest.mark.gpu
+MODES = ("eager", "compiled")
+
+
+def _write(lib):
+    def fn(t, v, i):
+        y = t * 1
+        y[i, -1] = v
+        return y
+
+    return fn
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_duplicates_and_negative_indices_on_gpu(mode):
+    x = randn(300, 7)
+    dup = np.array([5, -1, 5, 299, 0, 5] * 50)  # many writes to few positions: the last one wins
+    check(_write(flame), _write(torch), x, randn(dup.size, key=1), dup, mode=mode)
+    check(lambda t, i: t[i], lambda t, i: t[i], x, dup, mode=mode)
+    idx = np.random.default_rng(0).integers(0, 300, (600, 7))
+    check(
+        lambda t, s, i: t.scatter(0, i, s),
+        lambda t, s, i: t.scatter(0, i, s),
+        x,
+        randn(600, 7, key=2),
+        np.sort(idx, axis=0),
+        mode=mode,
+    )
+    check(lambda t, i: t.scatter(0, i, 7.0), lambda t, i: t.scatter(0, i, 7.0), x, idx, mode=mode)
+    check(lambda t, i: t.take_along_dim(i, 1), lambda t, i: t.take_along_dim(i, 1), x, -(idx[:300] % 7) - 1, mode=mode)
+
+
+def test_compiled_duplicate_write_on_gpu():
+    @flame.compile
+    def step(y, i):
+        y[i, 2] = 7.0
+        return y.sum()
+
+    y = flame.zeros(4, 4)
+    assert step(y, flame.tensor([1, 1, 3])).item() == 14.0
+    assert y.numpy()[:, 2].tolist() == [0.0, 7.0, 0.0, 7.0]
+
+
+SCRIPT = """
+import flame
+x = flame.ones(4, 3)
+f = flame.compile(lambda x, i: x.gather(0, i).sum())
+print(f(x, flame.tensor([[0, 1, 2]])).item(), flush=True)
+print(f(x, flame.tensor([[0, {bad}, 2]])).item(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_out_of_bounds_index_stops_the_compiled_kernel(bad):
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SCRIPT.format(bad=bad))], capture_output=True, text=True, timeout=300
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and r.stdout.startswith("3.0"), out
+    assert "gather: index out of bounds" in out, out  # the assertion's text, printed by the device
