@@ -18,6 +18,18 @@ from flame.ir.graph import Graph, Value
 from flame.passes.autodiff import autodiff
 
 
+def _as_of(x, version: int):
+    """Input x of a node, as it was when the node was recorded: x, or the stand-in an in-place write
+    into x left for that version (so `z = y[0]; y[1] = z` differentiates through y's old history)."""
+    if isinstance(x, Tensor) and x._version != version and x._past is not None:
+        return x._past.get(version, x)
+    return x
+
+
+def _inputs(node) -> list:
+    return [_as_of(x, v) for x, v in zip(node.inputs, node.versions)]
+
+
 def _topo(root: Tensor) -> list[Tensor]:
     """Every tensor root was computed from (root included), each after the tensors it was made from."""
     g = nx.DiGraph()
@@ -25,7 +37,7 @@ def _topo(root: Tensor) -> list[Tensor]:
     tensors, todo = {id(root): root}, [root]
     while todo:
         t = todo.pop()
-        for x in t._node.inputs if t._node is not None else ():
+        for x in _inputs(t._node) if t._node is not None else ():
             if isinstance(x, Tensor):
                 if id(x) not in tensors:
                     tensors[id(x)] = x
@@ -60,13 +72,13 @@ def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor], list]
         if node.freed:
             raise freed_graph_error(node.name, node.loc)
         nodes.append(node)
-        for x, ver in zip(node.inputs, node.versions):
-            if isinstance(x, Tensor) and x._version != ver:
+        inputs = _inputs(node)
+        for x, orig, ver in zip(inputs, node.inputs, node.versions):
+            if x is orig and isinstance(x, Tensor) and x._version != ver:
                 raise FlameError(f"a tensor needed to compute gradients was modified in place after "
                                  f"it was used by {node.name}\n  at {node.loc}")
         b.loc = node.loc
-        vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in node.inputs],
-                             **node.attrs)
+        vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
     return g, vals, leaves, nodes
 
 

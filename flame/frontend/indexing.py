@@ -281,7 +281,7 @@ def assign(t, new) -> None:
 def stand_in(t, *others):
     """What an in-place op on t computes from: t itself while tracing or when no gradient is recorded,
     else a new Tensor holding t's gradient history (and, for a leaf, a copy of its values: the write
-    changes t's buffer, and t takes the new history)."""
+    changes t's buffer, and t takes the new history), remembered as t at its current version."""
     from flame.frontend.tensor import Tensor
 
     involved = [t, *(o for o in others if isinstance(o, Tensor))]
@@ -290,4 +290,6 @@ def stand_in(t, *others):
         return t
     old = Tensor._concrete(t._data if t._node is not None else t._data.copy(), t.dtype)
     old.requires_grad, old._node = t.requires_grad, t._node
+    # ops recorded before the write name t at this version: backward() reads them as `old`
+    t._past = {**(t._past or {}), t._version: old}
     return old

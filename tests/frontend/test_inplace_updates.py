@@ -141,3 +141,18 @@ def test_data_shares_the_buffer_outside_autograd():
     assert p.shape == (3,) and p.requires_grad
     (p * p).sum().backward()
     np.testing.assert_array_equal(p.grad.numpy(), [14.0, 16.0, 18.0])
+
+
+def test_a_write_into_a_tensor_a_recorded_op_read_differentiates_through_its_old_history():
+    def run(lib, v):
+        x = lib.tensor(v, requires_grad=True)
+        y = x.exp() * 1
+        y[lib.tensor(np.array([0, 2]))] += lib.tensor(np.array([1.0, 3.0], np.float32))  # reads y[idx], writes y
+        z = y[1:2]
+        y[0] = z.sum() * 2  # z was read from y before this write
+        (y * y).sum().backward()
+        return y.detach().numpy(), x.grad.numpy()
+
+    v = np.array([0.5, -1.0, 2.0], np.float32)
+    for got, want in zip(run(flame, v), run(torch, v)):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
