@@ -15,7 +15,7 @@ mask required) is dS = p * (dP - rowsum(dO * O)), the gradient of the scores, su
 shape over the dimensions it broadcasts along; autodiff drops it when the mask needs no gradient. A
 bool mask and is_causal get none. References compute in f32 (f64 for f64 inputs) with a
 max-shifted softmax. With no keys (S = 0) the result is zeros, the statistics -inf, dq zeros, as
-torch.
+torch; there (and with no queries) the mask gets no gradient, as in torch.
 
 The backward reads the forward's softmax statistics: scaled_dot_product_attention_stats (same inputs
 and attributes as the forward) is the log-sum-exp of each query row's scaled, masked scores,
@@ -274,7 +274,7 @@ def _sdpa_vjp(b, g, q, k, v, *rest, scale, is_causal, enable_gqa):
         part = b.slice(packed, starts=[start], stops=[start + x.type.numel], steps=[1])
         grads.append(b.reshape(part, shape=x.shape))
         start += x.type.numel
-    if mask and mask[0].dtype.is_float:
+    if mask and mask[0].dtype.is_float and q.shape[-2] and k.shape[-2]:  # torch: none when L or S is 0
         attrs = {"scale": scale, "is_causal": is_causal, "enable_gqa": enable_gqa}
         return (*grads, b.emit(BIAS_GRAD, q, k, v, out, g, stats, mask[0], **attrs))
     return (*grads, *(None for _ in mask))
