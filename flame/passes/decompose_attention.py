@@ -47,7 +47,8 @@ NO_BIAS_CALL = "no library call computes the attention bias's gradient: it runs 
 
 
 def all_supported(op: Op) -> str:
-    """The reference executor runs every attention op as it is (its reference is NumPy)."""
+    """The reference executor runs every attention op as it is (its reference is NumPy); the bias
+    gradient, which no backend runs as one call, is decomposed whatever this says (NO_BIAS_CALL)."""
     return ""
 
 
