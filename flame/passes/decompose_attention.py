@@ -23,8 +23,8 @@ scores and the statistics, p = exp(s - stats), and packs dq, dk, dv flat, as the
 The bias gradient (an additive mask's) is dS before the scale, summed to the mask's shape. No library
 call computes it (cuDNN's dBias output is not wired), so it is always decomposed: for a backend that
 runs every attention op (the reference executor) with the reason NO_BIAS_CALL; the CUDA target gives
-its own. With no keys (S = 0) the forward is zeros, the statistics -inf and the gradients zeros (and
-empty), as torch gives, without a reduction over the empty key axis.
+its own. With no keys (S = 0), no queries or no batch the forward is zeros, the statistics -inf and
+the gradients zeros (or empty), as torch gives, without a reduction over an empty axis.
 
 Every op that replaces an attention op carries the op's source line with `[decompose_attention:
 <reason>]` appended (so dumps and `flame explain` say why the attention is not one call), and each
@@ -137,7 +137,7 @@ def _forward(rows: dict, b: Builder, op: Op) -> Value:
     """softmax(scores) @ v; a row whose keys are all masked out sums to 0 and gives the reference's 0.
     Keeps the row shift and sums in `rows` for the statistics op of the same attention."""
     if _empty(op):
-        return b.const(0.0, op.out.dtype, op.out.shape)  # no keys: zeros, as torch
+        return b.const(0.0, op.out.dtype, op.out.shape)  # zeros (empty without queries), as torch
     k, v = _keys_for(b, op)
     e, shift, total = _softmax_rows(b, op, k)
     rows[_key(op)] = shift, total
@@ -149,7 +149,7 @@ def _stats(rows: dict, b: Builder, op: Op) -> Value:
     """shift + log(sum exp(s - shift)) per row (-inf for a row with no key), from the rows of the
     decomposed forward of the same attention when there is one (the scores are not computed twice)."""
     if _empty(op):
-        return b.const(float("-inf"), op.out.dtype, op.out.shape)  # no keys: log(0)
+        return b.const(float("-inf"), op.out.dtype, op.out.shape)  # log of an empty sum
     shift, total = rows.get(_key(op)) or _softmax_rows(b, op, _keys_for(b, op)[0])[1:]
     lse = b.add(shift, b.log(total))
     return b.reshape(lse, shape=lse.shape[:-1])
@@ -175,7 +175,7 @@ def _backward(b: Builder, op: Op) -> Value:
     """dq, dk, dv packed flat."""
     q, k0, v0, _, gout = op.inputs[:5]
     if _empty(op):
-        return b.const(0.0, q.dtype, op.out.shape)  # no keys: dq is zeros, dk and dv are empty (and so on)
+        return b.const(0.0, q.dtype, op.out.shape)  # zeros (dk, dv empty without keys; dq without queries)
     k, v = _keys_for(b, op)
     p, ds = _score_grad(b, op, k, v)
     dv = b.matmul(b.transpose_last(_cast(b, p, q.dtype)), gout)
@@ -193,7 +193,7 @@ def _bias_grad(b: Builder, op: Op) -> Value:
     """The additive mask's gradient: dS (before the scale) summed to the mask's shape."""
     mask = mask_of(op)
     if _empty(op):
-        return b.const(0.0, mask.dtype, mask.shape)  # no keys: nothing flows back
+        return b.const(0.0, mask.dtype, mask.shape)  # no score, so nothing flows back
     _, ds = _score_grad(b, op, *_keys_for(b, op))
     return _cast(b, b.sum_to(ds, mask.shape), mask.dtype)
 
