@@ -51,4 +51,5 @@ def cuda_target(monkeypatch):
 
     cuda = compiler.capabilities("cuda")
     monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
+    monkeypatch.setattr(compiler, "_target", lambda *settings: cuda)  # not a Target cached before the test
     monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())

@@ -207,7 +207,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     equal H unless enable_gqa (then it divides H). attn_mask broadcasts to [..., H, L, S]: bool (True =
     the key takes part) or additive in query's dtype. is_causal masks with PyTorch's top-left aligned
     tril(ones(L, S)) and excludes attn_mask. scale defaults to 1/sqrt(E). f16/bf16 compute in f32.
-    The mask gets no gradient. dropout_p > 0 raises NotImplementedError (no attention dropout yet)."""
+    An additive mask that requires grad (a learned attention bias) gets its gradient, summed to its own
+    shape; a bool mask gets none. With no keys (S = 0) the result is zeros, as torch's.
+    dropout_p > 0 raises NotImplementedError (no attention dropout yet)."""
     if dropout_p:
         raise NotImplementedError(f"scaled_dot_product_attention: dropout_p={dropout_p} is not supported yet "
                                   f"(attention dropout is not implemented; apply dropout elsewhere)"

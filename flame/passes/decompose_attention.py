@@ -20,6 +20,12 @@ scores and the statistics, p = exp(s - stats), and packs dq, dk, dv flat, as the
 
     dV = p^T @ dO    dP = dO @ V^T    dS = p * (dP - rowsum(dO * O)) * scale    dQ = dS @ K    dK = dS^T @ Q
 
+The bias gradient (an additive mask's) is dS before the scale, summed to the mask's shape. No library
+call computes it (cuDNN's dBias output is not wired), so it is always decomposed: for a backend that
+runs every attention op (the reference executor) with the reason NO_BIAS_CALL; the CUDA target gives
+its own. With no keys (S = 0), no queries or no batch the forward is zeros, the statistics -inf and
+the gradients zeros (or empty), as torch gives, without a reduction over an empty axis.
+
 Every op that replaces an attention op carries the op's source line with `[decompose_attention:
 <reason>]` appended (so dumps and `flame explain` say why the attention is not one call), and each
 reason is logged at info level once per process."""
@@ -33,15 +39,16 @@ import numpy as np
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, boolean, f32, f64
 from flame.ir.graph import Graph, Op, Value
-from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, mask_of
+from flame.ir.ops.attention import BACKWARD, BIAS_GRAD, FORWARD, STATS, mask_of
 from flame.passes._rewrite import DECOMPOSE_ALL, Supported, decompose  # noqa: F401  (DECOMPOSE_ALL: re-exported)
 
-ATTENTION_OPS = (FORWARD, STATS, BACKWARD)
-
+ATTENTION_OPS = (FORWARD, STATS, BACKWARD, BIAS_GRAD)
+NO_BIAS_CALL = "no library call computes the attention bias's gradient: it runs as primitive ops"
 
 
 def all_supported(op: Op) -> str:
-    """The reference executor runs every attention op as it is (its reference is NumPy)."""
+    """The reference executor runs every attention op as it is (its reference is NumPy); the bias
+    gradient, which no backend runs as one call, is decomposed whatever this says (NO_BIAS_CALL)."""
     return ""
 
 
@@ -104,6 +111,12 @@ def _scores(b: Builder, q: Value, k: Value, mask: Value | None, attrs: dict) -> 
     return s
 
 
+def _empty(op: Op) -> bool:
+    """No queries, no keys or no batch: every result is a constant (zeros; -inf statistics)."""
+    q, k = op.inputs[:2]
+    return 0 in (q.shape[-2], k.shape[-2]) or 0 in q.shape[:-2]
+
+
 def _shift(b: Builder, m: Value) -> Value:
     """A row's max (or log-sum-exp) as the shift of its exponentials: a row with every key masked has
     -inf there; the lowest finite number instead keeps exp at 0 (not NaN from -inf - -inf) and changes
@@ -123,6 +136,8 @@ def _softmax_rows(b: Builder, op: Op, k: Value) -> tuple[Value, Value, Value]:
 def _forward(rows: dict, b: Builder, op: Op) -> Value:
     """softmax(scores) @ v; a row whose keys are all masked out sums to 0 and gives the reference's 0.
     Keeps the row shift and sums in `rows` for the statistics op of the same attention."""
+    if _empty(op):
+        return b.const(0.0, op.out.dtype, op.out.shape)  # zeros (empty without queries), as torch
     k, v = _keys_for(b, op)
     e, shift, total = _softmax_rows(b, op, k)
     rows[_key(op)] = shift, total
@@ -133,6 +148,8 @@ def _forward(rows: dict, b: Builder, op: Op) -> Value:
 def _stats(rows: dict, b: Builder, op: Op) -> Value:
     """shift + log(sum exp(s - shift)) per row (-inf for a row with no key), from the rows of the
     decomposed forward of the same attention when there is one (the scores are not computed twice)."""
+    if _empty(op):
+        return b.const(float("-inf"), op.out.dtype, op.out.shape)  # log of an empty sum
     shift, total = rows.get(_key(op)) or _softmax_rows(b, op, _keys_for(b, op)[0])[1:]
     lse = b.add(shift, b.log(total))
     return b.reshape(lse, shape=lse.shape[:-1])
@@ -142,25 +159,43 @@ def _key(op: Op) -> tuple:
     return op.inputs, tuple(sorted(op.attrs.items()))
 
 
-def _backward(b: Builder, op: Op) -> Value:
-    """dq, dk, dv packed flat, with p = exp(s - stats) and D = rowsum(dO * O) as the reference (and
-    cuDNN) use."""
-    q, k0, v0, out, gout, stats = op.inputs[:6]
+def _score_grad(b: Builder, op: Op, k: Value, v: Value) -> tuple[Value, Value]:
+    """p = exp(s - stats) and dS = p * (dP - rowsum(dO * O)) in the compute dtype, of backward or
+    bias-gradient op `op` (k, v: as every query head reads them), as the reference (and cuDNN) use."""
+    q, _, _, out, gout, stats = op.inputs[:6]
     acc = _compute_dtype(q.dtype)
-    k, v = _keys_for(b, op)
     s = _scores(b, q, k, mask_of(op), op.attrs)
     p = b.exp(b.sub(s, _shift(b, b.reshape(stats, shape=(*stats.shape, 1)))))
-    dv = b.matmul(b.transpose_last(_cast(b, p, q.dtype)), gout)
     dp = _cast(b, b.matmul(gout, b.transpose_last(v)), acc)
     d = b.reduce_sum(b.mul(_cast(b, gout, acc), _cast(b, out, acc)), axes=[-1], keepdim=True)
+    return p, b.mul(p, b.sub(dp, d))
+
+
+def _backward(b: Builder, op: Op) -> Value:
+    """dq, dk, dv packed flat."""
+    q, k0, v0, _, gout = op.inputs[:5]
+    if _empty(op):
+        return b.const(0.0, q.dtype, op.out.shape)  # zeros (dk, dv empty without keys; dq without queries)
+    k, v = _keys_for(b, op)
+    p, ds = _score_grad(b, op, k, v)
+    dv = b.matmul(b.transpose_last(_cast(b, p, q.dtype)), gout)
     # the scale goes into dS once instead of onto dQ and dK separately
-    ds = _cast(b, b.mul(b.mul(p, b.sub(dp, d)), op.attrs["scale"]), q.dtype)
+    ds = _cast(b, b.mul(ds, op.attrs["scale"]), q.dtype)
     dq = b.matmul(ds, k)
     dk = b.matmul(b.transpose_last(ds), q)
     if op.attrs["enable_gqa"]:
         dk, dv = _sum_groups(b, dk, k0.shape[-3]), _sum_groups(b, dv, v0.shape[-3])
     flat = [b.reshape(x, shape=(x.type.numel,)) for x in (dq, dk, dv)]
     return b.concat(*flat, axis=0)
+
+
+def _bias_grad(b: Builder, op: Op) -> Value:
+    """The additive mask's gradient: dS (before the scale) summed to the mask's shape."""
+    mask = mask_of(op)
+    if _empty(op):
+        return b.const(0.0, mask.dtype, mask.shape)  # no score, so nothing flows back
+    _, ds = _score_grad(b, op, *_keys_for(b, op))
+    return _cast(b, b.sum_to(ds, mask.shape), mask.dtype)
 
 
 def decompose_attention(g: Graph, supported: Supported | None = None) -> Graph:
@@ -171,6 +206,11 @@ def decompose_attention(g: Graph, supported: Supported | None = None) -> Graph:
     gone, and the ops replacing one carry its loc with note(reason) appended. g is not modified (it
     is returned as it is when no op needs decomposing)."""
     rows: dict = {}  # a decomposed forward's row shift and sums, which its statistics op reuses
-    rules = {FORWARD: partial(_forward, rows), STATS: partial(_stats, rows), BACKWARD: _backward}
-    return decompose(g, rules, supported, "decompose_attention",
+    rules = {FORWARD: partial(_forward, rows), STATS: partial(_stats, rows), BACKWARD: _backward, BIAS_GRAD: _bias_grad}
+
+    def reason(op: Op) -> str:
+        why = DECOMPOSE_ALL if supported is None else supported(op)
+        return why or (NO_BIAS_CALL if op.name == BIAS_GRAD else "")
+
+    return decompose(g, rules, reason, "decompose_attention",
                      "attention runs as the unfused graph (matmul, softmax, matmul)")

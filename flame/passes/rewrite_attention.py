@@ -13,8 +13,9 @@ The pattern, read from the value matmul backwards:
     out = p @ v
 
 It is rewritten only when the scores and probabilities have no reader outside the pattern (and are
-neither graph outputs nor autodiff targets), so nothing else needs them. One difference: a row whose
-keys are all masked out gives 0 (as torch's SDPA) instead of the hand-written softmax's NaN.
+neither graph outputs nor autodiff targets), so nothing else needs them. An additive mask that needs a
+gradient (a learned bias) keeps it: the attention op's VJP gives it. One difference: a row whose keys
+are all masked out gives 0 (as torch's SDPA) instead of the hand-written softmax's NaN.
 
 The rewritten op keeps the value matmul's result value and its source line, with REWRITE_NOTE
 appended to the line's text, so dumps and `flame explain` say where the op came from.

@@ -158,8 +158,10 @@ class _Builder:
         self.steps: list[Step] = []
         self.buffer_of: dict[Value, int] = {}
         self.temp_roots: set[int] = set()
-        self.folded = fold_transposes(g)  # transposes that every matmul user reads with ta/tb instead
         self.strided = fold_attention_views(g, target.attention_layout_unsupported)  # views attention reads
+        # transposes that every matmul user reads with ta/tb instead; not one an attention call writes
+        # its result through (its input then has no buffer: the call fills the transpose's own)
+        self.folded = {v for v in fold_transposes(g) if v.producer not in self.strided.skipped}
 
     def new_id(self) -> int:
         self.next_id += 1

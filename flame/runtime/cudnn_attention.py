@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
 from flame.ir.indexmap import contiguous_strides
-from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, mask_of
+from flame.ir.ops.attention import BACKWARD, BIAS_GRAD, FORWARD, STATS, mask_of
 from flame.plan.steps import aligned
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
@@ -61,7 +61,7 @@ class AttentionSpec:
         q_shape, k_shape, v_shape = tuple(q_shape), tuple(k_shape), tuple(v_shape)
         heads = q_shape[-3] if len(q_shape) >= 3 else 1
         kv_heads = k_shape[-3] if enable_gqa else heads
-        batch = math.prod(q_shape[:-2]) // heads
+        batch = math.prod(q_shape[:-2]) // heads if heads else 0
         mask_dims = ()
         if mask_shape is not None:
             full = (1,) * (len(q_shape) - len(mask_shape)) + tuple(mask_shape)
@@ -89,6 +89,9 @@ def unsupported_reason(spec: AttentionSpec) -> str:
     flame knows; building the graph may still refuse (CudnnAttention raises NotImplementedError)."""
     if spec.dtype not in DTYPES:
         return f"cuDNN fused attention takes f16/bf16, not {spec.dtype}"
+    if 0 in (spec.batch, spec.heads, spec.q_len, spec.kv_len):
+        return (f"an empty attention (batch {spec.batch}, heads {spec.heads}, L={spec.q_len}, S={spec.kv_len}): "
+                f"its results are constants")
     if spec.head_dim % 8 or spec.value_dim % 8:
         return f"head sizes must be multiples of 8 (E={spec.head_dim}, Ev={spec.value_dim})"
     if max(spec.head_dim, spec.value_dim) > 256:
@@ -148,8 +151,11 @@ def layout_unsupported(op, name: str, shape: tuple[int, ...], layout) -> str:
 
 
 def op_unsupported(op) -> str:
-    """Why cuDNN cannot run attention op `op` ("" if it can): the spec's limits, and bool masks
-    (cuDNN takes an additive bias)."""
+    """Why cuDNN cannot run attention op `op` ("" if it can): the spec's limits, bool masks (cuDNN
+    takes an additive bias), and the bias gradient (cuDNN's dBias output is not wired in flame)."""
+    if op.name == BIAS_GRAD:
+        return ("the attention bias needs a gradient and flame does not wire cuDNN's dBias output: "
+                "the bias gradient runs as primitive ops")
     mask = mask_of(op)
     if mask is not None and mask.type.dtype.kind == "bool":
         return "cuDNN takes an additive mask, not a bool one"

@@ -1,6 +1,7 @@
 """flame.nn.functional.scaled_dot_product_attention against torch's (values and the gradients of
 query, key and value; float32 tolerance 1e-5), eager and inside @flame.compile, for every mask kind,
-causal with equal and different query and key lengths, grouped-query attention and half types."""
+causal with equal and different query and key lengths, grouped-query attention, half types, and
+attention with no keys or no queries (torch's zeros, eager, compiled and on the CUDA target)."""
 
 from __future__ import annotations
 
@@ -137,3 +138,75 @@ def test_errors_are_readable():
         F.scaled_dot_product_attention(q, k[:, :3], v[:, :3], enable_gqa=True)
     with pytest.raises(FlameError, match="mask vs scores.*do not broadcast"):
         F.scaled_dot_product_attention(q, k, v, attn_mask=flame.tensor(np.ones((5, 6), bool)))
+
+
+EMPTY = {"no-keys": (5, 0), "no-queries": (0, 7)}
+EMPTY_MASKS = {"none": None, "causal": None, "bool": "bool", "additive": "float", "additive-broadcast": "float"}
+
+
+def _empty_case(lengths, kind):
+    rng = np.random.default_rng(9)
+    length, keys = lengths
+    q, k, v = _inputs(rng, length=length, keys=keys)
+    shape = (1, 1) if kind == "additive-broadcast" else (length, keys)
+    masks = {"bool": lambda: rng.random(shape) < 0.7, "float": lambda: rng.standard_normal(shape).astype(np.float32)}
+    mask = None if EMPTY_MASKS[kind] is None else masks[EMPTY_MASKS[kind]]()
+    return q, k, v, mask, rng.standard_normal((2, 4, length, 6)).astype(np.float32)
+
+
+def _empty_torch(q, k, v, mask, cot, kind):
+    ts = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
+    m = None if mask is None else torch.tensor(mask, requires_grad=mask.dtype != bool)
+    out = torch.nn.functional.scaled_dot_product_attention(*ts, attn_mask=m, is_causal=kind == "causal")
+    (out * torch.tensor(cot)).sum().backward()
+    return [out.detach().numpy()] + [t.grad.numpy() for t in ts] + [None if m is None else m.grad]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("kind", sorted(EMPTY_MASKS))
+@pytest.mark.parametrize("lengths", sorted(EMPTY), ids=str)
+def test_empty_attention_matches_torch(lengths, kind, compiled):
+    """No keys (S = 0): torch's zeros and zero dq; no queries: an empty result, zero dk and dv; the
+    mask gets no gradient (None) in either, as in torch."""
+    q, k, v, mask, cot = _empty_case(EMPTY[lengths], kind)
+    want = _empty_torch(q, k, v, mask, cot, kind)
+    xs = [flame.tensor(x, requires_grad=True) for x in (q, k, v)]
+    m = None if mask is None else flame.tensor(mask, requires_grad=mask.dtype != bool)
+    c = flame.tensor(cot)
+
+    def step(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=kind == "causal")
+        (out * c).sum().backward()
+        return out
+
+    out = (flame.compile(step) if compiled else step)(*xs)
+    for name, got, w in zip(("out", "dq", "dk", "dv"), [out.numpy()] + [x.grad.numpy() for x in xs], want):
+        assert got.shape == w.shape, name
+        np.testing.assert_array_equal(got, w, err_msg=name)
+    assert want[4] is None and (m is None or m.grad is None)
+
+
+@pytest.mark.parametrize("lengths", sorted(EMPTY), ids=str)
+def test_empty_attention_on_the_cuda_target(cuda_target, lengths):
+    """The CUDA target does not ask cuDNN for an empty attention: its results are constants (the reason is
+    on their source line) and the plan's kernels compile with NVRTC."""
+    from flame.codegen.nvrtc import compile_cubin
+
+    q, k, v, mask, cot = _empty_case(EMPTY[lengths], "additive")
+    xs = [flame.tensor(x, dtype="bf16", requires_grad=True) for x in (q, k, v)]
+    m, c = flame.tensor(mask, dtype="bf16"), flame.tensor(cot)
+
+    @flame.compile
+    def step(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        (out.float() * c).sum().backward()
+        return out
+
+    out = step(*xs)
+    want = _empty_torch(q, k, v, mask, cot, "additive")
+    results = [out.float().numpy()] + [x.grad.float().numpy() for x in xs]
+    for name, got, w in zip(("out", "dq", "dk", "dv"), results, want):
+        np.testing.assert_array_equal(got, w, err_msg=name)
+    assert any("an empty attention" in (op.loc or "") for op in step._last.graph.ops)
+    for source in {kern.source for kern in step._last.plan.kernels()}:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"

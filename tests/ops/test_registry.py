@@ -234,6 +234,20 @@ def _attention_backward_cases(rng, dt):
     return out
 
 
+def _attention_bias_cases(rng, dt):
+    """The backward's inputs with an additive mask of several broadcast shapes (its gradient)."""
+    def case(b, h, hkv, length, keys, mask_shape, **attrs):
+        attrs = {"scale": 0.5, **attrs}
+        q, k, v = (_arr(rng, s, dt) for s in ((b, h, length, 3), (b, hkv, keys, 3), (b, hkv, keys, 2)))
+        mask = _arr(rng, mask_shape, dt)
+        o, go = (_arr(rng, (b, h, length, 2), dt) for _ in range(2))
+        wide = [a.astype(np.float64) for a in (q, k, v, mask)]
+        stats = _attention_stats_oracle(*wide, **attrs).astype(np.float64 if dt.name == "f64" else np.float32)
+        return [q, k, v, o, go, stats, mask], attrs
+    return [case(1, 2, 2, 3, 4, (3, 4)), case(2, 2, 2, 3, 4, (2, 1, 3, 4)), case(2, 2, 2, 3, 4, (1, 2, 3, 4)),
+            case(1, 4, 2, 3, 3, (1, 4, 3, 3), enable_gqa=True), case(2, 2, 2, 3, 4, (2, 2, 3, 4))]
+
+
 def _nonzero(rng, shape, dt):
     """Divisors: floats at least 0.2 away from zero, nonzero integers; quotients not near integers."""
     if dt.kind != "float":
@@ -495,6 +509,15 @@ def _attention_backward_oracle(q, k, v, out, gout, stats, *mask, scale, is_causa
     return np.concatenate([dq.ravel(), heads(dk).ravel(), heads(dv).ravel()])
 
 
+def _attention_bias_oracle(q, k, v, out, gout, stats, mask, *, scale, is_causal, enable_gqa):
+    """dS = p * (dP - rowsum(dO * O)) summed over the dimensions the mask broadcasts along."""
+    p, _ = _attention_probs(q, k, mask, scale, is_causal, enable_gqa)
+    vr = np.repeat(v, q.shape[-3] // v.shape[-3], axis=-3) if enable_gqa else v
+    ds = p * (np.einsum("...le,...se->...ls", gout, vr) - (gout * out).sum(-1, keepdims=True))
+    ds = ds.sum(axis=tuple(range(ds.ndim - mask.ndim)))
+    return ds.sum(axis=tuple(i for i, n in enumerate(mask.shape) if n == 1), keepdims=True)
+
+
 def _conv_taps(x_shape, w_shape, stride, padding, dilation, groups):
     """Every (n, o, out position, c, input position, kernel offset) of a convolution, as loops."""
     cg, og = w_shape[1], w_shape[0] // groups
@@ -678,11 +701,10 @@ RECIPES: dict[str, Recipe] = {
     "scatter": Recipe(_scatter, _scatter_oracle, ALL, grad_make=_scatter_unique),
     "random_uniform": Recipe(_random, _random_oracle(False), out="attr"),
     "random_normal": Recipe(_random, _random_oracle(True), out="attr"),
-    # the gradient check leaves out the additive mask: it gets no gradient (documented)
-    "scaled_dot_product_attention": Recipe(_attention_cases, _attention_oracle,
-                                           grad_make=lambda rng, dt: _attention_cases(rng, dt, additive=False)),
+    "scaled_dot_product_attention": Recipe(_attention_cases, _attention_oracle),
     "scaled_dot_product_attention_stats": Recipe(_attention_cases, _attention_stats_oracle, out="acc"),
     "scaled_dot_product_attention_backward": Recipe(_attention_backward_cases, _attention_backward_oracle),
+    "scaled_dot_product_attention_bias_grad": Recipe(_attention_bias_cases, _attention_bias_oracle),
     # world size 1 (the reference of one op has no other ranks): the identity, several inputs packed flat
     "all_reduce": Recipe(_collective(True), _packed_oracle, NUM),
     "broadcast": Recipe(_collective(False), _packed_oracle, NUM),

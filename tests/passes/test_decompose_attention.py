@@ -1,7 +1,8 @@
 """decompose_attention: an attention op (forward, softmax statistics or backward) the backend cannot run
 becomes primitive ops that compute what the op's NumPy reference computes, for every mask kind,
 grouped-query attention, f32, f16 and bf16; the ops carry the reason on their source line; a supported
-op stays one op; the statistics reuse the decomposed forward's row max and sums."""
+op stays one op; the statistics reuse the decomposed forward's row max and sums. The bias gradient
+always decomposes, for every mask broadcast; an attention with no keys or no queries becomes constants."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from flame.ir.types import TensorType
 from flame.passes.decompose_attention import (
     ATTENTION_OPS,
     BACKWARD,
+    BIAS_GRAD,
     DECOMPOSE_ALL,
     FORWARD,
+    NO_BIAS_CALL,
     STATS,
     decompose_attention,
     note,
@@ -198,3 +201,71 @@ def test_compile_graph_legalizes_every_graph(monkeypatch, optimize):
     assert "decompose_attention" in dict(compiled.timings)
     arrays = _inputs(g, np.random.default_rng(3))
     _assert_close(np.asarray(compiled.run(arrays)[0]), run_graph(g, arrays)[0], f32)
+
+
+def _bias_graph(mask_shape, gqa: bool, dtype: DType, length: int = 5, keys: int = 7) -> Graph:
+    """One bias-gradient op: q, k, v, out, grad_out, stats and an additive mask of `mask_shape`."""
+    hkv = 2 if gqa else H
+    g = Graph("bias")
+    shapes = [(B, H, length, E), (B, hkv, keys, E), (B, hkv, keys, EV), (B, H, length, EV), (B, H, length, EV)]
+    q, k, v, out, gout = (g.add_input(TensorType(s, dtype)) for s in shapes)
+    stats = g.add_input(stats_type(q.type))
+    mask = g.add_input(TensorType(mask_shape, dtype))
+    g.outputs = [Builder(g, LOC).emit(BIAS_GRAD, q, k, v, out, gout, stats, mask, scale=0.35, enable_gqa=gqa)]
+    return verify(g)
+
+
+def _bias_inputs(g: Graph, rng: np.random.Generator) -> list[np.ndarray]:
+    """Finite inputs, and the statistics the forward computes for its q, k and mask."""
+    arrays = [rng.standard_normal(v.type.shape).astype(v.type.dtype.np_dtype) for v in g.inputs]
+    op = g.ops[-1]
+    arrays[5] = run_graph(_stats_of(op), [arrays[i] for i in (0, 1, 2, 6)])[0]
+    return arrays
+
+
+@pytest.mark.parametrize("dtype", [f32, f16, bf16], ids=str)
+@pytest.mark.parametrize("gqa", [False, True], ids=["mha", "gqa"])
+@pytest.mark.parametrize("mask_shape", [(5, 7), (B, 1, 5, 7), (1, H, 5, 7), (B, H, 5, 7), (H, 1, 7)], ids=str)
+def test_decomposed_bias_gradient_equals_reference(mask_shape, gqa, dtype):
+    """The bias gradient decomposes (whatever the backend says: no library call computes it, NO_BIAS_CALL
+    on its ops' lines) into primitive ops that give the reference's dS summed to the mask's shape."""
+    g = _bias_graph(mask_shape, gqa, dtype)
+    d = decompose_attention(g, lambda op: "")
+    verify(d)
+    assert not any(op.name in ATTENTION_OPS for op in d.ops)
+    assert all(note(NO_BIAS_CALL) in op.loc for op in d.ops)
+    arrays = _bias_inputs(g, np.random.default_rng(5))
+    (want,), (got,) = run_graph(g, arrays), run_graph(d, arrays)
+    _assert_close(got, want, dtype)
+
+
+def test_bias_gradient_reasons():
+    """legalize decomposes the bias gradient on the reference target too; the CUDA target says why cuDNN
+    does not compute it."""
+    from flame.runtime.cudnn_attention import op_unsupported
+
+    g = _bias_graph((5, 7), False, bf16)
+    assert not any(op.name == BIAS_GRAD for op in legalize(g).ops)
+    assert "dBias" in op_unsupported(g.ops[-1])
+
+
+@pytest.mark.parametrize("backward", [False, "stats", True, "bias"], ids=["forward", "stats", "backward", "bias"])
+@pytest.mark.parametrize("lengths", [(5, 0), (0, 7)], ids=["no-keys", "no-queries"])
+def test_empty_attention_decomposes_to_the_references_constants(lengths, backward):
+    """No keys or no queries: zeros (the statistics -inf), without a reduction over an empty axis."""
+    length, keys = lengths
+    if backward == "bias":
+        g = _bias_graph((length, keys), False, f32, length, keys)
+    else:
+        g = Graph("empty")
+        q = g.add_input(TensorType((B, H, length, E), f32))
+        k, v = (g.add_input(TensorType((B, H, keys, n), f32)) for n in (E, EV))
+        extra = [g.add_input(TensorType((B, H, length, EV), f32)) for _ in range(2)] if backward is True else []
+        extra += [g.add_input(stats_type(q.type))] if backward is True else []
+        name = {True: BACKWARD, False: FORWARD, "stats": STATS}[backward]
+        g.outputs = [Builder(g, LOC).emit(name, q, k, v, *extra, scale=0.35)]
+    d = decompose_attention(g)
+    assert {op.name for op in d.ops} <= {"full"}
+    arrays = [np.random.default_rng(6).standard_normal(v.type.shape).astype(v.type.dtype.np_dtype) for v in g.inputs]
+    (want,), (got,) = run_graph(g, arrays), run_graph(d, arrays)
+    np.testing.assert_array_equal(got, want)

@@ -128,6 +128,20 @@ def _attention(rng, dt, backward=False):
     return cases
 
 
+def _attention_bias(rng, dt):
+    """The backward's inputs with an additive mask (a [L, S] bias and one per batch row, [B, 1, L, S]):
+    the mask's gradient."""
+    sdpa, stats = REGISTRY["scaled_dot_product_attention"], REGISTRY["scaled_dot_product_attention_stats"]
+    q, k, v, go = (arr(rng, s, dt) for s in ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8), (2, 4, 5, 8)))
+    cases = []
+    for mask in (arr(rng, (5, 7), dt), arr(rng, (2, 1, 5, 7), dt)):
+        attrs = sdpa.normalize_attrs({"scale": 0.35})
+        ins = [q, k, v, mask]
+        lse = stats.ref(*ins, **attrs).astype(np.float64 if dt.name == "f64" else np.float32)
+        cases.append(([q, k, v, sdpa.ref(*ins, **attrs).astype(q.dtype), go, lse, mask], {"scale": 0.35}))
+    return cases
+
+
 def _conv(rng, dt, which="conv"):
     """A strided, padded, grouped 2-d convolution (odd sizes) and a dilated 1-d one with batch 1; the
     gradients on the same shapes."""
@@ -190,6 +204,9 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "argmax": (NUM, _argmax),
     "scaled_dot_product_attention": (FLOATS, _attention),
     "scaled_dot_product_attention_backward": (FLOATS, lambda rng, dt: _attention(rng, dt, backward=True)),
+    # always decomposed, with f16/bf16 GEMMs rounded to the input dtype as cuBLAS does: the half cases
+    # are held to half tolerances in tests/nn/test_attention_bias.py and passes/test_decompose_attention.py
+    "scaled_dot_product_attention_bias_grad": (("f32", "f64"), _attention_bias),
     "conv": (FLOATS, _conv),
     "conv_grad_input": (FLOATS, lambda rng, dt: _conv(rng, dt, "conv_grad_input")),
     "conv_grad_weight": (FLOATS, lambda rng, dt: _conv(rng, dt, "conv_grad_weight")),

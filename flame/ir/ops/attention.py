@@ -10,8 +10,13 @@ as torch's math path does.
 
 The IR has single-result ops, so the backward is ONE op whose result packs dq, dk, dv flat
 ([numel(q) + numel(k) + numel(v)]); the VJP slices and reshapes it. A GPU lowering computes all three
-with one library call (cuDNN's sdpa_backward). The mask gets no gradient. References compute in f32
-(f64 for f64 inputs) with a max-shifted softmax.
+with one library call (cuDNN's sdpa_backward). An additive (float) mask is an attention bias and gets
+a gradient, as in PyTorch: scaled_dot_product_attention_bias_grad (same inputs as the backward, the
+mask required) is dS = p * (dP - rowsum(dO * O)), the gradient of the scores, summed to the mask's
+shape over the dimensions it broadcasts along; autodiff drops it when the mask needs no gradient. A
+bool mask and is_causal get none. References compute in f32 (f64 for f64 inputs) with a
+max-shifted softmax. With no keys (S = 0) the result is zeros, the statistics -inf, dq zeros, as
+torch; there (and with no queries) the mask gets no gradient, as in torch.
 
 The backward reads the forward's softmax statistics: scaled_dot_product_attention_stats (same inputs
 and attributes as the forward) is the log-sum-exp of each query row's scaled, masked scores,
@@ -41,12 +46,13 @@ NO_SECOND_ORDER = "second derivatives of attention are not implemented (its back
 FORWARD = "scaled_dot_product_attention"
 STATS = "scaled_dot_product_attention_stats"
 BACKWARD = "scaled_dot_product_attention_backward"
+BIAS_GRAD = "scaled_dot_product_attention_bias_grad"
 
 
 def mask_of(op):
     """The optional mask input of an attention op: after q, k, v (forward, stats) or after q, k, v,
-    out, grad_out, stats (backward); None without one."""
-    n = 6 if op.name == BACKWARD else 3
+    out, grad_out, stats (backward, bias gradient); None without one."""
+    n = 6 if op.name in (BACKWARD, BIAS_GRAD) else 3
     return op.inputs[n] if len(op.inputs) > n else None
 
 
@@ -106,18 +112,36 @@ def _stats_infer(types, scale, is_causal, enable_gqa):
     return stats_type(q)
 
 
+def _check_saved(name, types):
+    """The checks shared by the backward and the bias gradient: q, k, v, out, grad_out, stats[, mask]."""
+    q, _, v, out, gout, stats = types[:6]
+    want = TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
+    if out != want or gout != want:
+        raise ShapeError(f"{name}: out {out} and grad_out {gout} must both be {want}")
+    if stats != stats_type(q):
+        raise ShapeError(f"{name}: stats {stats} must be {stats_type(q)} (the forward's log-sum-exp)")
+
+
 def _backward_infer(types, scale, is_causal, enable_gqa):
     if len(types) not in (6, 7):
         raise ShapeError(f"{BACKWARD}: expected q, k, v, out, grad_out, stats[, mask], got {len(types)} inputs")
-    q, k, v, out, gout, stats = types[:6]
+    q, k, v = types[:3]
     _check_qkv(BACKWARD, q, k, v, enable_gqa)
     _check_mask(BACKWARD, q, k, types[6] if len(types) == 7 else None, is_causal)
-    want = TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
-    if out != want or gout != want:
-        raise ShapeError(f"{BACKWARD}: out {out} and grad_out {gout} must both be {want}")
-    if stats != stats_type(q):
-        raise ShapeError(f"{BACKWARD}: stats {stats} must be {stats_type(q)} (the forward's log-sum-exp)")
+    _check_saved(BACKWARD, types)
     return TensorType((q.numel + k.numel + v.numel,), q.dtype)
+
+
+def _bias_grad_infer(types, scale, is_causal, enable_gqa):
+    if len(types) != 7:
+        raise ShapeError(f"{BIAS_GRAD}: expected q, k, v, out, grad_out, stats, mask, got {len(types)} inputs")
+    q, k, v, mask = types[0], types[1], types[2], types[6]
+    _check_qkv(BIAS_GRAD, q, k, v, enable_gqa)
+    _check_mask(BIAS_GRAD, q, k, mask, is_causal)
+    if mask.dtype.kind == "bool":
+        raise DTypeError(f"{BIAS_GRAD}: a bool mask {mask} has no gradient (only an additive one does)")
+    _check_saved(BIAS_GRAD, types)
+    return mask
 
 
 # ---- NumPy references ---------------------------------------------------------------------------------
@@ -157,7 +181,7 @@ def _softmax_terms(q, k, mask, scale, is_causal):
     """The row shift (max, 0 for a row of -inf), exp(scores - shift) and its row sums: what the
     forward's probabilities and its statistics share (kept, so the second reads them)."""
     s = _scores(q, k, mask, scale, is_causal)
-    m = s.max(-1, keepdims=True)
+    m = s.max(-1, keepdims=True, initial=-np.inf)  # no keys (S = 0): -inf, as a row with every key masked
     shift = np.where(np.isfinite(m), m, 0)
     e = np.exp(s - shift)
     return shift, e, e.sum(-1, keepdims=True)
@@ -196,15 +220,22 @@ def _sum_groups(dx, hkv):
     return dx.reshape(dx.shape[:-3] + (hkv, dx.shape[-3] // hkv) + dx.shape[-2:]).sum(-3)
 
 
-def _sdpa_backward_ref(q, k0, v0, out, gout, stats, *mask, scale, is_causal, enable_gqa):
-    """dq, dk, dv packed flat, with p = exp(s - stats) and D = rowsum(grad_out * out), as
-    FlashAttention and cuDNN do (so wrong statistics give wrong gradients here too)."""
-    q, k, v = _operands(q, k0, v0, enable_gqa)
+def _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal):
+    """p = exp(s - stats) and dS = p * (dP - D) with dP = grad_out v^T and D = rowsum(grad_out * out):
+    the probabilities and the gradient of the scaled, masked scores, as FlashAttention and cuDNN
+    compute them (so wrong statistics give wrong gradients here too). q, k, v: the operands."""
     out, gout, stats = _acc(out), _acc(gout), _acc(stats)[..., None]
-    s = _scores(q, k, mask[0] if mask else None, scale, is_causal)
+    s = _scores(q, k, mask, scale, is_causal)
     p = np.exp(s - np.where(np.isfinite(stats), stats, 0))  # -inf scores (and rows) give 0
     dp = np.matmul(gout, np.swapaxes(v, -1, -2))
-    ds = p * (dp - (gout * out).sum(-1, keepdims=True))
+    return p, p * (dp - (gout * out).sum(-1, keepdims=True))
+
+
+def _sdpa_backward_ref(q, k0, v0, out, gout, stats, *mask, scale, is_causal, enable_gqa):
+    """dq, dk, dv packed flat, from the probabilities and the scores' gradient (_score_grad)."""
+    q, k, v = _operands(q, k0, v0, enable_gqa)
+    p, ds = _score_grad(q, k, v, out, gout, stats, mask[0] if mask else None, scale, is_causal)
+    gout = _acc(gout)
     dq = np.matmul(ds, k) * _scalar(q, scale)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q) * _scalar(q, scale)
     dv = np.matmul(np.swapaxes(p, -1, -2), gout)
@@ -213,13 +244,28 @@ def _sdpa_backward_ref(q, k0, v0, out, gout, stats, *mask, scale, is_causal, ena
     return np.concatenate([dq.ravel(), dk.ravel(), dv.ravel()])
 
 
+def _sum_to(x, shape):
+    """x summed over the dimensions along which an array of `shape` broadcasts to x's shape."""
+    x = x.sum(axis=tuple(range(x.ndim - len(shape)))) if x.ndim > len(shape) else x
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=axes, keepdims=True) if axes else x
+
+
+def _sdpa_bias_grad_ref(q, k, v, out, gout, stats, mask, *, scale, is_causal, enable_gqa):
+    """The additive mask's gradient: dS summed to the mask's shape, in the mask's dtype."""
+    q, k, v = _operands(q, k, v, enable_gqa)
+    _, ds = _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal)
+    return _sum_to(ds, mask.shape).astype(mask.dtype)
+
+
 def _sdpa_residuals(b, q, k, v, *rest, scale, is_causal, enable_gqa):
     """What the backward reads besides the inputs and the result: the forward's statistics."""
     return (b.emit(STATS, q, k, v, *rest[:-1], scale=scale, is_causal=is_causal, enable_gqa=enable_gqa),)
 
 
 def _sdpa_vjp(b, g, q, k, v, *rest, scale, is_causal, enable_gqa):
-    """One backward op, then dq, dk, dv as slices of its packed result; no gradient for the mask.
+    """One backward op, then dq, dk, dv as slices of its packed result; an additive mask's gradient
+    from the bias-gradient op (autodiff drops it when the mask needs none), none for a bool mask.
     rest: [mask,] out, stats (the residual)."""
     mask, out, stats = rest[:-2], rest[-2], rest[-1]
     packed = b.emit(BACKWARD, q, k, v, out, g, stats, *mask, scale=scale, is_causal=is_causal,
@@ -229,6 +275,9 @@ def _sdpa_vjp(b, g, q, k, v, *rest, scale, is_causal, enable_gqa):
         part = b.slice(packed, starts=[start], stops=[start + x.type.numel], steps=[1])
         grads.append(b.reshape(part, shape=x.shape))
         start += x.type.numel
+    if mask and mask[0].dtype.is_float and q.shape[-2] and k.shape[-2]:  # torch: none when L or S is 0
+        attrs = {"scale": scale, "is_causal": is_causal, "enable_gqa": enable_gqa}
+        return (*grads, b.emit(BIAS_GRAD, q, k, v, out, g, stats, mask[0], **attrs))
     return (*grads, *(None for _ in mask))
 
 
@@ -241,3 +290,6 @@ register(OpDef(STATS, "library", -1, _stats_infer, _stats_ref, dict(ATTRS), nond
 register(OpDef(BACKWARD, "library", -1, _backward_infer, _sdpa_backward_ref, dict(ATTRS), nondiff=NO_SECOND_ORDER,
                compute_f32=True, library="attention",
                doc="dq, dk, dv of scaled_dot_product_attention from its out and stats, packed flat in that order"))
+register(OpDef(BIAS_GRAD, "library", 7, _bias_grad_infer, _sdpa_bias_grad_ref, dict(ATTRS), nondiff=NO_SECOND_ORDER,
+               compute_f32=True, library="attention",
+               doc="the additive mask's gradient of scaled_dot_product_attention (dS summed to the mask's shape)"))
