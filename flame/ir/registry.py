@@ -95,7 +95,10 @@ class OpDef:
     random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass
         recomputes it only when a memory budget forces it);
     selects: an op whose result's elements are elements of input 0, picked by the other inputs
-        (gather, index_select), so an elementwise op on input 0 commutes with it."""
+        (gather, index_select), so an elementwise op on input 0 commutes with it;
+    user: an op the user defined with flame.cuda.kernel / flame.cuda.elementwise (its
+        `flame.ir.ops.user.UserCode`: the user's CUDA text, which codegen renders in place of a snippet
+        or a lowering)."""
 
     name: str
     category: str
@@ -115,6 +118,7 @@ class OpDef:
     autocast: str = ""
     random: bool = False
     selects: bool = False
+    user: Any = None
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""
