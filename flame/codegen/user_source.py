@@ -54,7 +54,7 @@ def kernel_body(op: str, code: UserCode, named: list[tuple[str, str, tuple]]) ->
         lines.append(f"  const long long {name}_numel = {numel};")
         if shape:
             lines.append(f"  const long long {name}_shape[{len(shape)}] = {{{', '.join(str(s) for s in shape)}}};")
-        lines.append(f"  (void){name}_numel;")
+        lines.append(f"  (void){name}_numel;" + (f" (void){name}_shape;" if shape else ""))
     return "\n".join(lines) + "\n" + _quoted(op, code, "")
 
 
