@@ -12,6 +12,8 @@ from flame.codegen import cuda_c
 from flame.codegen.elementwise import lower_elementwise
 from flame.codegen.kernel import Kernel, finish, header, shape_tag
 from flame.codegen.user_source import kernel_body
+from flame.errors import ArgumentError
+from flame.ir import symbolic
 from flame.ir.graph import Op, Value
 from flame.ir.registry import get
 from flame.ir.types import TensorType
@@ -24,7 +26,7 @@ def lower_user(op: Op) -> list[Kernel]:
     code = get(op.name).user
     if op.out.type.numel == 0:
         return []
-    blocks, threads = code.launch([v.type for v in op.inputs], op.out.type)
+    blocks, threads = _launch(op)
     named = [(p, v.dtype.cuda_type, v.shape) for p, v in zip(code.params, op.inputs)]
     named.append(("out", op.out.dtype.cuda_type, op.out.shape))
     params = [f"const {c}* __restrict__ {p}" for p, c, _ in named[:-1]] + [f"{named[-1][1]}* __restrict__ out"]
@@ -40,6 +42,35 @@ def lower_user(op: Op) -> list[Kernel]:
     )
     stem = f"{op.name}_{op.out.dtype.name}_{shape_tag(op.out.shape)}"
     return [dataclasses.replace(finish(stem, source, blocks, threads, len(op.inputs)), in_place_safe=False)]
+
+
+def _launch(op: Op) -> tuple[int, int]:
+    """(blocks, threads) from the user's grid rule, given plain sizes. With a dynamic dim
+    (flame.ir.symbolic) the blocks are a function of the size (the rule asked again at each size), and
+    the threads, which the kernel's __launch_bounds__ holds, must be the same at every size."""
+    code = get(op.name).user
+    types = [v.type for v in op.inputs] + [op.out.type]
+
+    def at(s: int | None):
+        plain = [
+            TensorType(tuple(int(d) if s is None else symbolic.value_at(d, s) for d in t.shape), t.dtype) for t in types
+        ]
+        return code.launch(plain[:-1], plain[-1])
+
+    blocks, threads = at(None)
+    if not any(isinstance(d, (symbolic.SymInt, symbolic.SizeExpr)) for t in types for d in t.shape):
+        return blocks, threads
+
+    def blocks_at(s: int) -> int:
+        b, t = at(s)
+        if t != threads:
+            raise ArgumentError(
+                f"{code.what}: its grid rule gives {t} threads per block at size {s} of a dynamic "
+                f"dim and {threads} at another; the threads must not depend on the size"
+            )
+        return b
+
+    return symbolic.SizeExpr(blocks, f"{op.name}_grid", blocks_at), threads
 
 
 def render(name: str, in_types: Sequence[TensorType]) -> list[Kernel]:

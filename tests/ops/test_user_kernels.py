@@ -254,3 +254,18 @@ def test_bad_names_and_arity_are_errors():
         gate(flame.tensor(randn(3, key=22)))
     other = _leaky_gate()
     assert other.name != gate.name and other.name.startswith("user_leaky_gate_")
+
+
+def test_grid_follows_a_dynamic_size():
+    sq = _squared_relu()  # grid: min(ceil(numel / 128), 1024) blocks of 128
+
+    @flame.compile
+    def f(x):
+        return sq(x.tanh()) * 2
+
+    for n in (4, 6, 8, 1000):  # the second shape makes the batch dim dynamic: one plan for every size
+        x = randn(n, 3, key=n)
+        np.testing.assert_allclose(f(flame.tensor(x)).numpy(), np.maximum(np.tanh(x), 0) ** 2 * 2, rtol=1e-6)
+        (mine,) = [s for s in f._last.plan.steps if s.ops and s.ops[0].name == sq.name]
+        assert (mine.grid, mine.block) == (min(-(-n * 3 // 128), 1024), 128)
+    assert f.stats().traces == 2
