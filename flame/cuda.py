@@ -11,19 +11,88 @@ arena and library workspace from: `memory_allocated()` is the pool's bytes in us
 `max_memory_allocated()` the peak of that since `reset_peak_memory_stats()` (or since the first
 memory-statistics call of the process: the peak is counted by a pool hook installed then).
 `Event` and `Stream` wrap CuPy's; flame's compiled steps run on the current stream, so
-`with flame.cuda.stream(s):` places them on s."""
+`with flame.cuda.stream(s):` places them on s.
+
+`kernel(...)` and `elementwise(...)` make an op of the user's own CUDA code (docs/writing_an_op.md,
+"Your own CUDA kernel"); they work on any machine (the reference executor runs the user's NumPy
+reference)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
+from flame.errors import ArgumentError
 from flame.frontend.creation import manual_seed as _manual_seed
+from flame.frontend.user_ops import UserOp, definition_site, tensor_vjp
+from flame.ir.ops import user as _user
 from flame.runtime.device import cuda_available
 
-__all__ = ["Event", "Stream", "current_device", "current_stream", "device_count", "get_device_name",
-           "is_available", "manual_seed", "manual_seed_all", "max_memory_allocated", "memory_allocated",
+__all__ = ["Event", "Stream", "current_device", "current_stream", "device_count", "elementwise", "get_device_name",
+           "is_available", "kernel", "manual_seed", "manual_seed_all", "max_memory_allocated", "memory_allocated",
            "memory_reserved", "reset_peak_memory_stats", "stream", "synchronize"]
+
+
+def kernel(source: str, *, name: str, reference: Callable, out: Any = None, grid: Callable | None = None,
+           vjp: Callable | None = None, inputs: Sequence[str] | None = None) -> UserOp:
+    """An op running the user's CUDA kernel. `source` is the body of a `__global__` function whose
+    parameters are the inputs, `const T* <name>` (named as `reference`'s parameters, or `inputs`), then
+    `T* out`; in it, `<name>_t` is a parameter's element type, `<name>_numel` its element count and
+    `<name>_shape[d]` its sizes (constants). `out`: the output type, as a function of the inputs'
+    TensorTypes (`.shape`, `.dtype`, `.numel`) giving a TensorType or `(shape, dtype)`, or that fixed,
+    or None (the first input's type). `grid(*input types, out type) -> (blocks, threads)`, a 1-D launch
+    (None: one thread per output element, 256 per block). `reference`: the NumPy function of the input
+    arrays giving the output array (required: the reference executor runs it). `vjp(grad, *inputs,
+    out)`: one gradient Tensor (or None) per input, written with flame ops (other user ops included);
+    without it, a gradient through the op raises. Returns the op as a function of Tensors, eager and
+    inside @flame.compile."""
+    where = definition_site()
+    params = _param_names("kernel", name, reference, inputs, where)
+    what = _user.describe("kernel", name, where)
+    opdef = _user.define_kernel(name, source, params, out, reference, _vjp(vjp, what), grid, where)
+    return UserOp(opdef.name)
+
+
+def elementwise(expr: str, *, name: str, reference: Callable, vjp: Callable | None = None,
+                inputs: Sequence[str] | None = None) -> UserOp:
+    """An elementwise op computing the CUDA expression `expr` per element, e.g.
+    `"x * (y > 0.f ? 1.f : 0.2f)"`, over inputs named as `reference`'s parameters (or `inputs`), each in
+    its compute type (float for f16/bf16/f32, double for f64). Inputs broadcast as in NumPy and share one
+    dtype, the output's. It fuses with the elementwise ops around it like a built-in op. `reference` and
+    `vjp` as for `kernel`."""
+    where = definition_site()
+    params = _param_names("elementwise", name, reference, inputs, where)
+    what = _user.describe("elementwise", name, where)
+    return UserOp(_user.define_elementwise(name, expr, params, reference, _vjp(vjp, what), where).name)
+
+
+def _param_names(kind: str, name: str, reference: Any, inputs: Sequence[str] | None, where: str | None):
+    """The inputs' names: `inputs`, else the reference's positional parameters."""
+    if inputs is not None:
+        return tuple(inputs)
+    what = _user.describe(kind, name, where)
+    if reference is None:
+        raise ArgumentError(f"{what}: reference= is required: a NumPy function of the input arrays giving the "
+                            f"output array (the reference executor runs it)")
+    try:
+        ps = inspect.signature(reference).parameters.values()
+    except (TypeError, ValueError):
+        ps = None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if ps is None or any(p.kind not in kinds for p in ps):
+        raise ArgumentError(f"{what}: cannot name its inputs from its reference's signature; pass inputs=[...]")
+    return tuple(p.name for p in ps)
+
+
+def _vjp(fn: Callable | None, what: str) -> Callable | None:
+    if fn is None:
+        return None
+    if not callable(fn):
+        raise ArgumentError(f"{what}: vjp= must be a function (grad, *inputs, out) -> gradients, got "
+                            f"{type(fn).__name__}")
+    return tensor_vjp(fn, what)
 
 
 def is_available() -> bool:

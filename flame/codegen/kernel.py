@@ -13,7 +13,7 @@ import jinja2
 
 from flame._env import env_choice
 from flame.codegen import cuda_c
-from flame.codegen.snippets import PRELUDES
+from flame.codegen.snippets import prelude
 from flame.errors import ArgumentError
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
@@ -210,7 +210,7 @@ def group_dtypes(group: FusionGroup) -> set:
 
 def group_prelude(group: FusionGroup) -> str:
     """The device functions the group's snippets call, each once."""
-    return "\n".join(dict.fromkeys(PRELUDES[op.name] for op in group.ops if op.name in PRELUDES))
+    return "\n".join(x for x in dict.fromkeys(prelude(op.name) for op in group.ops) if x)
 
 
 def store(v: Value, expr: str) -> str:

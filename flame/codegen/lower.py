@@ -24,6 +24,7 @@ from flame.codegen.kernel import DEFAULT_CONFIG, Config, Kernel
 from flame.codegen.reduce import lower_reduction
 from flame.codegen.scan import lower_argsort, lower_scan
 from flame.codegen.transpose import lower_permute
+from flame.codegen.user import lower_user
 from flame.ir.graph import FusionGroup, Kind, Op, Value
 from flame.ir.registry import get
 from flame.target import DEFAULT_TARGET, Target
@@ -59,6 +60,8 @@ def _op_rule(op: Op) -> Callable[[Op], list[Kernel]] | None:
     opdef = get(op.name)
     if opdef.library:
         return _library
+    if opdef.user is not None and opdef.category == "opaque":  # flame.cuda.kernel: the user's own kernel
+        return lower_user
     if op.name in _BY_NAME:
         return _BY_NAME[op.name]
     if opdef.view is not None:

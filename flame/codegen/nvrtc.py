@@ -10,7 +10,8 @@ someone without the secret, or one whose payload is damaged, fails the check and
 rebuilt. Entries are written to a temporary file and os.replace()d into place, so readers never see
 half an entry; writing is best-effort (a failure, such as a read-only directory, warns once per
 process and directory, and the compile still returns).
-A compile error raises FlameError with the numbered source, the NVRTC log and the IR op."""
+A compile error raises FlameError with the numbered source, the NVRTC log and the IR op (and, for user
+code, the user's lines the errors are in: codegen/user_source.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame._version import __version__
+from flame.codegen.user_source import user_errors
 from flame.errors import FlameError
 
 _MAGIC = b"FLAMECUBIN2\n"  # 2: the digest is an HMAC (entries of version 1 fail the check and are rebuilt)
@@ -253,8 +255,10 @@ def _compile(source: str, arch: str, name_hint: str) -> bytes:
         except nvrtc.NVRTCError as e:
             log = nvrtc.getProgramLog(prog)
             op = ir_line(source)
+            user = user_errors(source, log)
             raise FlameError(
-                f"NVRTC could not compile kernel {name_hint or '?'} for {arch} ({e})"
+                (f"{user}\n" if user else "")
+                + f"NVRTC could not compile kernel {name_hint or '?'} for {arch} ({e})"
                 + (f"\n  IR op: {op}" if op else "")
                 + f"\n--- NVRTC log ---\n{log.strip()}\n--- generated source ---\n{_numbered(source)}"
             ) from None

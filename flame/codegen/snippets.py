@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flame.codegen import cuda_c
+from flame.codegen import cuda_c, user_source
 from flame.ir.dtypes import DType
 from flame.ir.graph import Op
 from flame.ir.registry import get
@@ -232,8 +232,19 @@ def accumulator(op: Op) -> Accumulator:
 
 def snippet(op: str, kind: str, variant: str | None = None) -> str:
     """The expression template of `op` for compute kind `kind`; KeyError when there is none."""
+    if op not in SNIPPETS and get(op).user is not None:  # flame.cuda.elementwise: the op's own expression
+        return user_source.call(op, get(op).user)
     table = SNIPPETS[op]
     for key in ((f"{kind}/{variant}",) if variant else ()) + (kind, "*"):
         if key in table:
             return table[key]
     raise KeyError(f"no CUDA snippet for {op} on {kind} operands")
+
+
+def prelude(op: str) -> str:
+    """The device functions the snippet of `op` calls ('' for none): PRELUDES', or a user elementwise op's
+    own function (flame.cuda.elementwise)."""
+    if op in PRELUDES:
+        return PRELUDES[op]
+    code = get(op).user
+    return user_source.device_function(op, code) if code is not None and code.form == "elementwise" else ""

@@ -101,7 +101,10 @@ class OpDef:
     constant: the result is a function of the attributes alone, read from no input (full, arange): it is
         folded, and cloned into every kernel that reads it, computed there from the element's index;
     cost: an elementwise op's work per element (COSTS): what is worth computing once per broadcast
-        element, or keeping in registers rather than computing twice."""
+        element, or keeping in registers rather than computing twice;
+    user: an op the user defined with flame.cuda.kernel / flame.cuda.elementwise (its
+        `flame.ir.ops.user.UserCode`: the user's CUDA text, which codegen renders in place of a snippet
+        or a lowering)."""
 
     name: str
     category: str
@@ -123,6 +126,7 @@ class OpDef:
     selects: bool = False
     constant: bool = False
     cost: str = ""
+    user: Any = None
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""
