@@ -42,7 +42,7 @@ from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
 from flame.plan.steps import MemoryBudget
 from flame.runtime.backend import bgrad_enabled, capabilities, comm_stream_enabled, side_stream_enabled
-from flame.runtime.cuda import graphs_setting
+from flame.runtime.cuda_graphs import graphs_setting
 from flame.runtime.device import executor
 from flame.target import Target
 

@@ -15,7 +15,7 @@ from flame.runtime.profile import median_event_ms
 def _single_kernel(graph):
     """The one compiled kernel of a one-op graph, and a launcher on given arrays."""
     from flame.plan.build import to_plan
-    from flame.runtime.cuda import load_kernels, source_key
+    from flame.runtime.cuda_kernels import load_kernels, source_key
 
     plan = to_plan(graph)
     (k,) = plan.kernels()

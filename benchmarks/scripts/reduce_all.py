@@ -13,7 +13,7 @@ alone, mostly its launch), torch.mean 94.5 us, the copy 2.93 TB/s: the kernels r
 (a fold by a whole block instead of one warp: 92.5 us, not kept).
 The suite's back-to-back figure for the case was 107 us then (0.91x torch): its two input sets in turn
 moved the input's pointer every call, so the plan ran plain launches, host-bound; with a graph per
-input-pointer set (runtime/cuda.py GRAPH_VARIANTS) it ran 100 us (90% of copy) in the suite.
+input-pointer set (runtime/cuda_graphs.py GRAPH_VARIANTS) it ran 100 us (90% of copy) in the suite.
 """
 
 from __future__ import annotations

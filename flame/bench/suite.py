@@ -98,9 +98,9 @@ def _empty_loaded_kernels():
     """Hide the CUDA executor's in-process table of loaded kernels, so a cold compile also compiles
     and loads kernels an earlier case already loaded. Yields whether it could."""
     try:
-        from flame.runtime import cuda
+        from flame.runtime import cuda_kernels
 
-        table = getattr(cuda, "_LOADED", None)
+        table = getattr(cuda_kernels, "_LOADED", None)
     except Exception:
         table = None
     if not isinstance(table, dict):

@@ -9,7 +9,7 @@ A step is a frozen dataclass deriving from `Step`. Its buffer-id fields are decl
 code; `reads` / `writes` name the buffers it reads and writes, so liveness needs none either. A
 call into a vendor library derives from `LibraryCall`. Adding a step type (an `AttentionCall`, a
 `ConvCall`, a `CollectiveCall`) is: one class here, one handler in each executor's table
-(`runtime/cuda.py` STEP_HANDLERS, `runtime/reference.py` STEP_HANDLERS) and one lowering entry
+(`runtime/cuda_steps.py` STEP_HANDLERS, `runtime/reference.py` STEP_HANDLERS) and one lowering entry
 (`plan/build.py` LIBRARY_CALLS).
 """
 

@@ -83,7 +83,7 @@ class GpuUnitRunner:
     def __init__(self, plan: Plan, env: dict[Value, np.ndarray]):
         import cupy
 
-        from flame.runtime.cuda import load_kernels
+        from flame.runtime.cuda_kernels import load_kernels
 
         self.plan, self.cp = plan, cupy
         self.values = UnitValues(plan, env)
@@ -104,7 +104,7 @@ class GpuUnitRunner:
 
     def launch(self, unit: Unit, bufs: dict[int, object], stream) -> None:
         """Issue the unit's steps on `stream`, through the CUDA executor's step handlers."""
-        from flame.runtime.cuda import prepare, run_program
+        from flame.runtime.cuda_steps import prepare, run_program
 
         if unit.index not in self._programs:  # an update runs on `stream` too: it is timed and checked alone
             steps = [with_fields(s, {"side": False}) if isinstance(s, KernelLaunch) and s.side else s

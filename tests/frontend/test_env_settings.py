@@ -10,7 +10,7 @@ import flame
 from flame import _env
 from flame.codegen.kernel import rows_schedule
 from flame.passes.pipeline import debug_enabled, fusion_enabled
-from flame.runtime import backend, cuda, device
+from flame.runtime import backend, cuda, cuda_graphs, device
 
 FLAGS = [  # (variable, its reader, the default)
     ("FLAME_FUSE", fusion_enabled, True),
@@ -59,10 +59,10 @@ def test_cache_limit_from_the_environment_must_be_a_positive_int(monkeypatch, ba
 def test_cuda_graphs_setting(monkeypatch):
     for text, value in (("0", "never"), ("1", "always"), ("auto", "auto"), ("", "auto")):
         monkeypatch.setenv("FLAME_CUDA_GRAPHS", text)
-        assert cuda.graphs_setting() == value
+        assert cuda_graphs.graphs_setting() == value
     monkeypatch.setenv("FLAME_CUDA_GRAPHS", "2")
     with pytest.raises(flame.ArgumentError, match=r"FLAME_CUDA_GRAPHS='2': expected one of 0, 1, auto"):
-        cuda.graphs_setting()
+        cuda_graphs.graphs_setting()
 
 
 def test_rows_schedule_setting(monkeypatch):

@@ -14,7 +14,7 @@ import flame
 from flame.ir import Builder, Graph, TensorType, dtype_of
 from flame.plan import steps
 from flame.plan.steps import Alias, Copy, KernelLaunch, MatmulCall, Step
-from flame.runtime import cuda, reference
+from flame.runtime import cuda_steps, reference
 
 ROOT = Path(flame.__file__).parent
 
@@ -61,7 +61,7 @@ def _step_types() -> set[type]:
             if issubclass(c, Step) and c.__module__ == steps.__name__ and "__dataclass_fields__" in vars(c)}
 
 
-@pytest.mark.parametrize("table", [cuda.STEP_HANDLERS, reference.STEP_HANDLERS], ids=["cuda", "reference"])
+@pytest.mark.parametrize("table", [cuda_steps.STEP_HANDLERS, reference.STEP_HANDLERS], ids=["cuda", "reference"])
 def test_every_executor_handles_every_step_type(table):
     assert set(table) == _step_types()
 

@@ -106,7 +106,7 @@ def test_outputs_are_never_overwritten_while_held(monkeypatch):
     every kept output keeps its values."""
     import cupy
 
-    import flame.runtime.cuda as cuda
+    import flame.runtime.cuda_graphs as cuda_graphs
 
     run, plain = _compile(monkeypatch, True), _compile(monkeypatch, False)
     rng = np.random.default_rng(2)
@@ -139,9 +139,9 @@ def test_outputs_are_never_overwritten_while_held(monkeypatch):
     assert run.captures == 5 and len(run._slabs) == 5
     keep(4)  # the same five slabs again (one held by out): no capture
     assert run.captures == 5
-    monkeypatch.setattr(cuda, "OUTPUT_SLABS", 5)
+    monkeypatch.setattr(cuda_graphs, "OUTPUT_SLABS", 5)
     keep(6)  # past OUTPUT_SLABS: the internal slab's graph, copied out
-    assert run.captures == 6 and cuda._INTERNAL in run._slabs
+    assert run.captures == 6 and cuda_graphs._INTERNAL in run._slabs
     del out
     assert run._free_slot({}) == 0  # all dropped: the slabs are free again
 
@@ -175,9 +175,9 @@ def test_large_inputs_get_a_graph_per_address_that_recurs(monkeypatch):
     come back get a graph too, the least recently replayed graph making room."""
     import cupy
 
-    import flame.runtime.cuda as cuda
+    import flame.runtime.cuda_graphs as cuda_graphs
 
-    monkeypatch.setattr(cuda, "STAGE_BYTES", 0)
+    monkeypatch.setattr(cuda_graphs, "STAGE_BYTES", 0)
     run, plain = _compile(monkeypatch, True), _compile(monkeypatch, False)
     rng = np.random.default_rng(1)
     w = cupy.asarray(rng.standard_normal((16, 32)).astype(np.float32))
@@ -197,7 +197,7 @@ def test_large_inputs_get_a_graph_per_address_that_recurs(monkeypatch):
     assert run.captures == 3 and not run._staged
     for x in xs[3:5] * 2:  # two of them again: a graph each, at most GRAPH_VARIANTS in all
         check(x)
-    assert run.captures == 5 and len(run._graphs) == cuda.GRAPH_VARIANTS and not run._staged
+    assert run.captures == 5 and len(run._graphs) == cuda_graphs.GRAPH_VARIANTS and not run._staged
 
 
 def test_capture_failure_falls_back(monkeypatch, caplog):

@@ -26,10 +26,10 @@ def _train(monkeypatch, side: bool, graphs: bool, on_side_stream: bool = True, s
     monkeypatch.setenv("FLAME_CUDA_GRAPHS", "1" if graphs else "0")
     monkeypatch.setenv("FLAME_MATMUL_BGRAD", "1")  # a Linear's weight and bias updates ready together: one launch
     if not on_side_stream:  # the same plan, its side launches issued on the plan's stream
-        from flame.runtime import cuda
+        from flame.runtime import cuda_steps
 
-        monkeypatch.setattr(cuda, "_side_kernel", cuda._kernel)
-        monkeypatch.setitem(cuda.STEP_HANDLERS, Wait, lambda s, fn, bufs, stream: None)
+        monkeypatch.setattr(cuda_steps, "_side_kernel", cuda_steps._kernel)
+        monkeypatch.setitem(cuda_steps.STEP_HANDLERS, Wait, lambda s, fn, bufs, stream: None)
     flame.manual_seed(0)
     width = 1024  # big enough that an update still runs when the next matmul starts
     model = nn.Sequential(nn.Linear(256, width), nn.GELU(), nn.Linear(width, width), nn.GELU(),

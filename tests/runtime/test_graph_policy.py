@@ -1,4 +1,4 @@
-"""When the CUDA executor replays a plan as a CUDA graph (runtime/cuda.py graphs_pay_off): a replay
+"""When the CUDA executor replays a plan as a CUDA graph (runtime/cuda_graphs.py graphs_pay_off): a replay
 copies staged inputs in and fresh outputs out; it pays off where that costs less than half of the
 host time the plain launches would take, and library calls cost the host far more than a kernel
 launch. No GPU needed: the policy reads only the plan."""
@@ -10,7 +10,7 @@ import numpy as np
 import flame
 import flame.nn.functional as F
 from flame.plan.steps import AttentionCall, KernelLaunch
-from flame.runtime.cuda import LAUNCH_US, LIBRARY_CALL_US, _host_us, graphs_pay_off
+from flame.runtime.cuda_graphs import LAUNCH_US, LIBRARY_CALL_US, _host_us, graphs_pay_off
 
 
 def _plan(fn, *shapes, dtype="bf16"):

@@ -1,0 +1,140 @@
+"""The CUDA executor's step handlers: one handler per step type, the one place plan steps become GPU
+work (ARCHITECTURE.md "Plans are data").
+
+handler(step, loaded kernel or None, buffers (id -> CuPy array), stream); the executor
+(runtime/cuda.py) and `flame check` / `flame profile` (runtime.stepwise) run steps through these:
+`prepare` pairs each step with its handler and loaded kernel once, `run_program` issues them.
+
+CuPy is imported lazily: `import flame` works without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from flame.errors import FlameError
+from flame.plan.steps import (
+    Alias,
+    AttentionCall,
+    CollectiveCall,
+    ConvCall,
+    Copy,
+    KernelLaunch,
+    MatmulCall,
+    Step,
+    Wait,
+)
+from flame.runtime.communicator import run_collective
+from flame.runtime.cuda_kernels import source_key
+from flame.runtime.cuda_streams import _events, _fork
+from flame.runtime.matmul import run_matmul
+
+
+def _kernel(s: KernelLaunch, fn, bufs: dict, stream) -> None:
+    if s.grid > 0:
+        sizes = [np.int64(n) for n in s.sizes]  # a dynamic dim's size (flame.ir.symbolic)
+        fn((s.grid,), (s.block,), [bufs[a] for a in s.args] + sizes, shared_mem=s.smem, stream=stream)
+
+
+def _matmul(s: MatmulCall, fn, bufs: dict, stream) -> None:
+    run_matmul(s, bufs, stream)
+
+
+def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
+    """cuDNN's graphs for the op at the call's layouts (part of the spec, so of the graph cache's key),
+    on the operands' strided views of their buffers."""
+    import cupy
+
+    from flame.runtime.cudnn_attention import STATS, cudnn_attention, spec_of, workspace_bytes
+
+    att = cudnn_attention(spec_of(s.op, s.layouts))
+    need = workspace_bytes(s.op, s.stats_op is not None, exact=True, att=att)
+    ws = None if s.workspace is None else bufs[s.workspace]
+    held = 0 if ws is None else ws.nbytes
+    if held < need:
+        raise FlameError(f"attention call for {s.op.name}: cuDNN needs {need} bytes of workspace, the plan "
+                         f"holds {held}")
+    ws = 0 if ws is None else ws  # no workspace planned: cuDNN asked for none
+    mask = None if s.mask is None else bufs[s.mask]
+    a = s.arrays(bufs, cupy.lib.stride_tricks.as_strided)
+    with stream:
+        if s.backward:
+            att.backward(a["q"], a["k"], a["v"], a["o"], a["grad_out"], bufs[s.stats], (a["dq"], a["dk"], a["dv"]),
+                         mask, ws)
+        elif s.op.name == STATS:  # the statistics alone: the forward's output goes to the workspace
+            att.forward(a["q"], a["k"], a["v"], None, bufs[s.out], mask, ws)
+        else:
+            att.forward(a["q"], a["k"], a["v"], a["o"], None if s.stats is None else bufs[s.stats], mask, ws)
+
+
+def _collective(s: CollectiveCall, fn, bufs: dict, stream) -> None:
+    """NCCL through the process group's communicator (runtime/nccl.py). Overlapped (s.overlap): on
+    the communication stream (_fork), finished by the matching Wait."""
+    if not s.overlap:
+        with stream:
+            run_collective(s, bufs, stream)
+        return
+    side, done = _fork(stream, "comm", s.out, s.op)
+    with side:
+        run_collective(s, bufs, side)
+    done.record(side)
+
+
+def _side_kernel(s: KernelLaunch, fn, bufs: dict, stream) -> None:
+    """An update's kernel (s.side) on the side stream (_fork), finished by the matching Wait."""
+    side, done = _fork(stream, "side", s.out, s.ops[0])
+    _kernel(s, fn, bufs, side)
+    done.record(side)
+
+
+def _wait(s: Wait, fn, bufs: dict, stream) -> None:
+    stream.wait_event(_events(s.out, s.op)[1])
+
+
+def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
+    from flame.runtime.cudnn_conv import cudnn_conv, spec_of
+
+    conv = cudnn_conv(spec_of(s.op))
+    ws = 0 if s.workspace is None else bufs[s.workspace]
+    if conv.workspace > (0 if s.workspace is None else ws.nbytes):
+        raise FlameError(f"conv_{s.kind} call for {s.op.name}: cuDNN needs {conv.workspace} bytes of workspace, "
+                         f"the plan holds {0 if s.workspace is None else ws.nbytes}")
+    with stream:
+        conv(*(bufs[b] for b in s.reads), bufs[s.out], ws)
+
+
+def _alias(s: Alias, fn, bufs: dict, stream) -> None:
+    bufs[s.dst] = s.view(bufs[s.src])
+
+
+def _copy(s: Copy, fn, bufs: dict, stream) -> None:
+    import cupy
+
+    dst, src = bufs[s.dst], bufs[s.src]
+    if dst.nbytes:
+        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
+
+
+STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, AttentionCall: _attention,
+                                       ConvCall: _conv, CollectiveCall: _collective, Wait: _wait,
+                                       Alias: _alias, Copy: _copy}
+Program = list[tuple[Callable, object, Step]]
+
+
+def prepare(steps: Sequence[Step], fns: dict) -> Program:
+    """Each step with its handler and its loaded kernel (from load_kernels; None for other steps),
+    looked up once so that running the steps costs one call per step."""
+
+    def kernel(s: Step):
+        return fns[(source_key(s.source), s.name)] if isinstance(s, KernelLaunch) else None
+
+    return [(_side_kernel if isinstance(s, KernelLaunch) and s.side else STEP_HANDLERS[type(s)], kernel(s), s)
+            for s in steps]
+
+
+def run_program(program: Program, bufs: dict, stream) -> None:
+    """Issue prepared steps in order on `stream`; bufs maps buffer id -> CuPy array (aliases add theirs)."""
+    for handler, fn, s in program:
+        handler(s, fn, bufs, stream)
