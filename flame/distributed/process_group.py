@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from flame.distributed.store import ABORT_KEY, DistributedError, StoreClient, StoreServer
+from flame.distributed.store_comm import StoreCommunicator, StoreExchange
 from flame.runtime import communicator as _comm
 from flame.runtime.device import get_device
 
@@ -120,8 +121,6 @@ def init_process_group(backend: str | None = None, *, rank: int | None = None, w
         if backend == "nccl" and rank == 0:
             print("flame.distributed: the reference executor has no NCCL; the ranks exchange through the "
                   "TCP store (slow: for tests)", file=sys.stderr)
-        from flame.distributed.store_comm import StoreCommunicator
-
         comm = StoreCommunicator(store, rank, world_size, f"{prefix}/c")
     group = _Group(rank, world_size, local_rank, backend, store, server, comm, gen)
     _group.append(group)
@@ -137,7 +136,7 @@ def _nccl_communicator(store: StoreClient, rank: int, world_size: int, prefix: s
     if rank == 0:
         store.set(f"{prefix}/nccl_id", nccl.unique_id())
     uid = store.get(f"{prefix}/nccl_id", what="the NCCL unique id from rank 0")
-    return nccl.NcclCommunicator(world_size, rank, uid)
+    return nccl.NcclCommunicator(world_size, rank, uid, StoreExchange(store, rank, world_size, f"{prefix}/sig"))
 
 
 def _install_failure_handling(group: _Group, host: str, port: int, seconds: float) -> None:

@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 
-from flame.errors import FlameError
+from flame.runtime.communicator import DistributedError
 
 SET, GET, ADD, WAIT, DELETE, ABORT = range(6)
 OK, TIMEOUT, ABORTED = range(3)
@@ -27,10 +27,6 @@ FOREVER = (1 << 63) - 1  # a timeout in ms meaning "no timeout"
 _REQ = struct.Struct("<BI")
 _LEN = struct.Struct("<Q")
 _REPLY = struct.Struct("<BQ")
-
-
-class DistributedError(FlameError):
-    """A process group failed: a peer aborted, a wait timed out, the store went away."""
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -55,10 +51,10 @@ class _State:
         deadline = None if timeout_ms >= FOREVER else time.monotonic() + timeout_ms / 1000
         with self.cond:
             while True:
-                if key != ABORT_KEY and self.aborted is not None:
-                    return ABORTED, self.aborted.encode()
-                if ready():
+                if ready():  # what is there already is returned even after an abort
                     return OK, self.data.get(key, b"")
+                if self.aborted is not None:
+                    return ABORTED, self.aborted.encode()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return TIMEOUT, b""
