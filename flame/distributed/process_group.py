@@ -11,8 +11,12 @@ FLAME_STORE_PORT overrides both.
 
 Failure: a rank that dies of an uncaught exception posts an abort with its error to the store.
 Every wait in the store then fails with that message (the reference executor's collectives), and on
-CUDA a watchdog thread, which also notices the store disappearing, aborts the NCCL communicator and
-ends the process with the message: no rank hangs in a collective whose peer is gone."""
+CUDA a watchdog thread, which also notices the store disappearing or no longer answering, aborts the
+NCCL communicator and ends the process with the message: no rank hangs in a collective whose peer is
+gone. Every wait is bounded by the timeout (FLAME_DIST_TIMEOUT): a rank that does not post in time
+(stopped, far behind) makes the ranks waiting for it fail with an error naming themselves, what they
+waited for and from which rank; a store whose process is stopped makes its clients fail once a
+reply is a second overdue (store.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from flame.distributed.store import ABORT_KEY, DistributedError, StoreClient, StoreServer
+from flame.distributed.store import ABORT_KEY, DistributedError, StoreClient, StoreServer, StoreTimeout
 from flame.distributed.store_comm import StoreCommunicator, StoreExchange
 from flame.runtime import communicator as _comm
 from flame.runtime.device import get_device
@@ -85,7 +89,9 @@ def init_process_group(backend: str | None = None, *, rank: int | None = None, w
     backend: "nccl" (the default; on a machine whose executor is the NumPy reference, the ranks
     exchange through the store instead, with a notice) or "store" (always the store: slow, for
     tests). On CUDA each rank uses GPU LOCAL_RANK. timeout: how long a rank waits for the others in
-    the store (default 300 s, or FLAME_DIST_TIMEOUT seconds)."""
+    the store (default 300 s, or FLAME_DIST_TIMEOUT seconds). If joining fails (a rank does not come
+    within the timeout, the store cannot be reached), the error names what was missing and the
+    process is left as it was before the call, so init_process_group can be called again."""
     if _group:
         raise DistributedError("init_process_group: the process group is already initialised "
                                "(destroy_process_group first)")
@@ -103,38 +109,76 @@ def init_process_group(backend: str | None = None, *, rank: int | None = None, w
         import cupy
 
         cupy.cuda.Device(local_rank % cupy.cuda.runtime.getDeviceCount()).use()
-    _generation[0] += 1
-    gen = _generation[0]
+    gen = _generation[0] + 1  # taken only when joining succeeds: a retry uses the same keys
     if world_size == 1:
-        _group.append(_Group(0, 1, local_rank, backend, None, None, _comm.SingleProcess(), gen))
-        return
-    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    port = store_port(_env_int("MASTER_PORT", None))
-    server = None
-    if rank == 0 and os.environ.get("FLAME_AGENT_STORE") != "1":
-        server = StoreServer("0.0.0.0", port)
-    store = StoreClient(host, port, seconds)
-    prefix = f"pg{gen}"
-    if backend == "nccl" and device == "cuda":
-        comm = _nccl_communicator(store, rank, world_size, prefix)
+        group = _Group(0, 1, local_rank, backend, None, None, _comm.SingleProcess(), gen)
     else:
-        if backend == "nccl" and rank == 0:
-            print("flame.distributed: the reference executor has no NCCL; the ranks exchange through the "
-                  "TCP store (slow: for tests)", file=sys.stderr)
-        comm = StoreCommunicator(store, rank, world_size, f"{prefix}/c")
-    group = _Group(rank, world_size, local_rank, backend, store, server, comm, gen)
+        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        port = store_port(_env_int("MASTER_PORT", None))
+        group = _join(backend, device, rank, world_size, local_rank, host, port, seconds, gen)
+        _comm.set_communicator(group.comm)
+        _install_failure_handling(group, host, port, seconds)
+    _generation[0] = gen
     _group.append(group)
-    _comm.set_communicator(comm)
-    _install_failure_handling(group, host, port, seconds)
-    store.add(f"{prefix}/joined", 1)
-    store.wait(f"{prefix}/joined", world_size, what="every rank to join the process group")
+
+
+def _join(backend: str, device: str, rank: int, world_size: int, local_rank: int, host: str, port: int,
+          seconds: float, gen: int) -> _Group:
+    """Serve (rank 0, unless a launcher does) and reach the store, meet every rank there, make the
+    communicator. On failure everything made here is closed again before the error propagates."""
+    server = store = None
+    try:
+        if rank == 0 and os.environ.get("FLAME_AGENT_STORE") != "1":
+            server = StoreServer("0.0.0.0", port)
+        store = StoreClient(host, port, seconds, rank=rank)
+        prefix = f"pg{gen}"
+        _rendezvous(store, prefix, rank, world_size)
+        if backend == "nccl" and device == "cuda":
+            comm = _nccl_communicator(store, rank, world_size, prefix)
+        else:
+            if backend == "nccl" and rank == 0:
+                print("flame.distributed: the reference executor has no NCCL; the ranks exchange through the "
+                      "TCP store (slow: for tests)", file=sys.stderr)
+            comm = StoreCommunicator(store, rank, world_size, f"{prefix}/c")
+    except BaseException:
+        if store is not None:
+            store.close()
+        if server is not None:
+            server.close()
+        raise
+    return _Group(rank, world_size, local_rank, backend, store, server, comm, gen)
+
+
+def _rendezvous(store: StoreClient, prefix: str, rank: int, world_size: int) -> None:
+    """Every rank posts that it is here; rank 0 waits for each and then says so. Posting is
+    idempotent, so a rank that failed to join can simply try again."""
+    store.set(f"{prefix}/joined/{rank}", b"1", what="joining the process group")
+    if rank == 0:
+        for r in range(1, world_size):
+            store.get(f"{prefix}/joined/{r}", what=f"rank {r} to join the process group")
+        store.set(f"{prefix}/ready", b"1", what="joining the process group")
+        return
+    try:
+        store.get(f"{prefix}/ready", what="every rank to join the process group")
+    except StoreTimeout as e:
+        missing = [r for r in range(world_size) if not _posted(store, f"{prefix}/joined/{r}")]
+        raise StoreTimeout(f"{e}; missing: rank{'s' if len(missing) > 1 else ''} "
+                           f"{', '.join(map(str, missing)) or 'none (rank 0 did not confirm)'}") from None
+
+
+def _posted(store: StoreClient, key: str) -> bool:
+    try:
+        store.get(key, timeout=0)
+        return True
+    except StoreTimeout:
+        return False
 
 
 def _nccl_communicator(store: StoreClient, rank: int, world_size: int, prefix: str):
     from flame.runtime import nccl
 
     if rank == 0:
-        store.set(f"{prefix}/nccl_id", nccl.unique_id())
+        store.set(f"{prefix}/nccl_id", nccl.unique_id(), what="posting the NCCL unique id")
     uid = store.get(f"{prefix}/nccl_id", what="the NCCL unique id from rank 0")
     return nccl.NcclCommunicator(world_size, rank, uid, StoreExchange(store, rank, world_size, f"{prefix}/sig"))
 
@@ -152,16 +196,24 @@ def _install_failure_handling(group: _Group, host: str, port: int, seconds: floa
 
     sys.excepthook = hook
     if group.backend == "nccl" and hasattr(group.comm, "abort"):
-        watch = StoreClient(host, port, seconds)
-        threading.Thread(target=_watchdog, args=(group, watch), name="flame-watchdog", daemon=True).start()
+        watch = StoreClient(host, port, seconds, rank=group.rank)
+        threading.Thread(target=_watchdog, args=(group, watch, seconds), name="flame-watchdog", daemon=True).start()
 
 
-def _watchdog(group: _Group, store: StoreClient) -> None:
-    """Wait for an abort (or the store's end); then abort NCCL and end this process with the reason."""
-    try:
-        why = store.get(ABORT_KEY, timeout=float("inf")).decode(errors="replace")
-    except DistributedError as e:
-        why = str(e)
+def _watchdog(group: _Group, store: StoreClient, seconds: float) -> None:
+    """Wait for an abort, or for the store to end or stop answering (each wait bounded by the
+    timeout; one that times out with the store answering just starts the next); then abort NCCL
+    and end this process with the reason."""
+    while True:
+        try:
+            why = store.get(ABORT_KEY, timeout=seconds).decode(errors="replace")
+            break
+        except StoreTimeout:
+            if group.closing:
+                return
+        except DistributedError as e:
+            why = str(e)
+            break
     if group.closing:
         return
     print(f"flame.distributed: rank {group.rank}: stopping: {why}", file=sys.stderr, flush=True)
@@ -210,7 +262,7 @@ def barrier() -> None:
     if g is None or g.store is None:
         return
     key = f"pg{g.generation}/barrier/{_next_barrier(g)}"
-    g.store.add(key, 1)
+    g.store.add(key, 1, what="entering barrier()")
     g.store.wait(key, g.world_size, what="every rank to reach barrier()")
 
 
@@ -232,7 +284,7 @@ def destroy_process_group() -> None:
     try:
         if g.store is not None:
             key = f"pg{g.generation}/left"
-            g.store.add(key, 1)
+            g.store.add(key, 1, what="leaving the process group")
             if g.server is not None:
                 g.store.wait(key, g.world_size, what="every rank to leave the process group")
     finally:

@@ -95,6 +95,8 @@ class Launcher:
             live = [p for p in self.procs if p.poll() is None]
             for p in live:
                 p.send_signal(sig)
+                if sig == signal.SIGTERM:
+                    p.send_signal(signal.SIGCONT)  # a stopped rank acts on SIGTERM only once continued
             end = time.monotonic() + 5.0
             while time.monotonic() < end and any(p.poll() is None for p in live):
                 time.sleep(0.05)

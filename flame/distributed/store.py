@@ -131,71 +131,112 @@ class StoreServer:
         self._server.server_close()
 
 
-class StoreClient:
-    """One connection to the store. Calls are serialised (one request at a time per client); waits
-    raise DistributedError on timeout, on an abort posted by any rank, or when the store goes away."""
+class StoreTimeout(DistributedError):
+    """A wait in the store ran out of time (the store answered: the awaited rank did not post)."""
 
-    def __init__(self, host: str, port: int, timeout: float = 300.0, connect_timeout: float | None = None):
-        self.host, self.port, self.timeout = host, port, float(timeout)
+
+_MARGIN = 1.0  # seconds a client waits for a reply beyond the store's own timeout of the same wait
+_NAMES = {SET: "posting", ADD: "counting", DELETE: "deleting", ABORT: "aborting"}
+
+
+class StoreClient:
+    """One connection to the store. Calls are serialised (one request at a time per client). Every
+    call is bounded: connecting within `connect_timeout` (default: `timeout`), a wait within its
+    timeout (the store answers TIMEOUT: StoreTimeout), and any reply within the wait plus a second
+    (or `timeout` for a call that does not wait): a store that accepted the connection but does not
+    answer (its process stopped) raises instead of hanging. Errors name `rank` and what was waited for;
+    they are DistributedError (an abort posted by any rank, a lost connection, no answer)."""
+
+    def __init__(self, host: str, port: int, timeout: float = 300.0, connect_timeout: float | None = None,
+                 rank: int | None = None):
+        self.host, self.port, self.timeout, self.rank = host, port, float(timeout), rank
         self._lock = threading.Lock()
+        self._broken: str | None = None
         deadline = time.monotonic() + (self.timeout if connect_timeout is None else connect_timeout)
         while True:
             try:
-                self._sock = socket.create_connection((host, port), timeout=5.0)
+                left = max(0.1, min(5.0, deadline - time.monotonic()))
+                self._sock = socket.create_connection((host, port), timeout=left)
                 break
             except OSError as e:
                 if time.monotonic() >= deadline:
-                    raise DistributedError(f"cannot reach the process group's store at {host}:{port}: {e} "
-                                           f"(is rank 0 running, and MASTER_ADDR/MASTER_PORT the same on "
+                    raise DistributedError(f"{self._who()}cannot reach the process group's store at {host}:{port}: "
+                                           f"{e} (is rank 0 running, and MASTER_ADDR/MASTER_PORT the same on "
                                            f"every rank?)") from None
                 time.sleep(0.05)
-        self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def _call(self, cmd: int, key: str, value: bytes = b"", what: str = "", timeout: float | None = None) -> bytes:
+    def _who(self) -> str:
+        return "" if self.rank is None else f"rank {self.rank}: "
+
+    def _fail(self, why: str) -> DistributedError:
+        """Drop the connection (a reply may still be on its way) and say why every later call fails."""
+        self._broken = why
+        self.close()
+        return DistributedError(f"{self._who()}{why}")
+
+    def _call(self, cmd: int, key: str, value: bytes = b"", what: str = "", wait: float | None = None) -> bytes:
+        """Send one request and read its reply. wait: how long the store itself waits (None: the
+        command does not wait)."""
         k = key.encode()
+        if cmd in (GET, WAIT):
+            doing = f"waiting for {what or repr(key)}"
+        else:
+            doing = what or f"{_NAMES.get(cmd, cmd)} {key!r}"
+        limit = self.timeout if wait is None else None if wait == float("inf") else wait + _MARGIN
         with self._lock:
+            if self._broken is not None:
+                raise DistributedError(f"{self._who()}{doing}: the store's connection failed earlier: {self._broken}")
             try:
+                self._sock.settimeout(limit)
                 self._sock.sendall(_REQ.pack(cmd, len(k)) + k + _LEN.pack(len(value)) + value)
                 status, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
                 payload = _recv_exact(self._sock, n)
+            except TimeoutError:
+                raise self._fail(f"the process group's store at {self.host}:{self.port} did not answer within "
+                                 f"{limit:g} s while {doing}: the process serving it (rank 0, or flame's launcher) "
+                                 f"is stopped or unreachable (FLAME_DIST_TIMEOUT sets the limit)") from None
             except (ConnectionError, OSError) as e:
-                raise DistributedError(f"lost the connection to the process group's store at "
-                                       f"{self.host}:{self.port} ({e}): rank 0 or the launcher has exited") from None
+                raise self._fail(f"lost the connection to the process group's store at {self.host}:{self.port} "
+                                 f"({e}) while {doing}: rank 0 or the launcher has exited") from None
         if status == ABORTED:
-            raise DistributedError(f"the process group was aborted: {payload.decode(errors='replace')}")
+            raise DistributedError(f"{self._who()}the process group was aborted: {payload.decode(errors='replace')}")
         if status == TIMEOUT:
-            t = self.timeout if timeout is None else timeout
-            raise DistributedError(f"timed out after {t:g} s waiting for {what or repr(key)} (a rank "
-                                   f"has stopped or is far behind; FLAME_DIST_TIMEOUT sets the limit)")
+            raise StoreTimeout(f"{self._who()}timed out after {wait:g} s {doing} (a rank has stopped or is far "
+                               f"behind; FLAME_DIST_TIMEOUT sets the limit)")
         return payload
 
-    def _ms(self, timeout: float | None) -> bytes:
-        t = self.timeout if timeout is None else timeout
-        return _LEN.pack(FOREVER if t == float("inf") else int(t * 1000))
+    def _ms(self, timeout: float) -> bytes:
+        return _LEN.pack(FOREVER if timeout == float("inf") else int(timeout * 1000))
 
-    def set(self, key: str, value: bytes) -> None:
-        self._call(SET, key, bytes(value))
+    def set(self, key: str, value: bytes, what: str = "") -> None:
+        """Store value under key (what: the operation, for errors)."""
+        self._call(SET, key, bytes(value), what)
 
     def get(self, key: str, timeout: float | None = None, what: str = "") -> bytes:
-        """The value of key, waiting until some rank sets it."""
-        return self._call(GET, key, self._ms(timeout), what, timeout)
+        """The value of key, waiting (at most timeout, default the client's) until some rank sets it."""
+        t = self.timeout if timeout is None else timeout
+        return self._call(GET, key, self._ms(t), what, t)
 
-    def add(self, key: str, delta: int = 1) -> int:
-        return struct.unpack("<q", self._call(ADD, key, struct.pack("<q", delta)))[0]
+    def add(self, key: str, delta: int = 1, what: str = "") -> int:
+        """Add delta to the counter key; returns the new count."""
+        return struct.unpack("<q", self._call(ADD, key, struct.pack("<q", delta), what))[0]
 
     def wait(self, key: str, count: int, timeout: float | None = None, what: str = "") -> None:
         """Wait until the counter `key` (see add) reaches count."""
-        self._call(WAIT, key, struct.pack("<q", count) + self._ms(timeout), what, timeout)
+        t = self.timeout if timeout is None else timeout
+        self._call(WAIT, key, struct.pack("<q", count) + self._ms(t), what, t)
 
     def delete(self, key: str) -> None:
+        """Remove key."""
         self._call(DELETE, key)
 
     def abort(self, message: str) -> None:
         """Make every wait of every rank fail with `message` (the first abort's message wins)."""
-        self._call(ABORT, "", message.encode())
+        self._call(ABORT, "", message.encode(), "posting an abort")
 
     def close(self) -> None:
+        """Close the connection."""
         try:
             self._sock.close()
         except OSError:

@@ -34,7 +34,7 @@ class StoreExchange:
     def __call__(self, what: str, mine: bytes) -> list[bytes]:
         self.calls += 1
         seq, key = self.calls, f"{self.prefix}/{self.calls}"
-        self.store.set(f"{key}/{self.rank}", mine)
+        self.store.set(f"{key}/{self.rank}", mine, what=f"posting {what} #{seq}")
         got = [self.store.get(f"{key}/{r}", what=f"{what} #{seq} from rank {r}") for r in range(self.world_size)]
         # every rank has read call seq-2 before it posted seq-1, which this rank has just read
         if seq > 2:

@@ -5,8 +5,10 @@ fails the test instead of stalling the suite."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -55,3 +57,42 @@ def relative_errors(single: Path, multi: Path) -> list[float]:
         den = sum(float((a[k].astype(np.float64) ** 2).sum()) for k in a)
         errs.append((num / den) ** 0.5)
     return errs
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (for a store that rank 0 serves)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(script: str, *args: str, world: int, out: Path, **extra: str) -> list[subprocess.Popen]:
+    """world processes of script, started as torchrun starts them (rank 0 serves the store on
+    MASTER_PORT), each with its output in out/rank{r}.log; the caller waits for them (bounded) and
+    kills what is left (kill_all)."""
+    port = str(free_port())
+    procs = []
+    for r in range(world):
+        e = env(**{"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": port, **extra})
+        log = open(out / f"rank{r}.log", "w")
+        procs.append(subprocess.Popen([sys.executable, str(HERE / script), *args], stdout=log,
+                                      stderr=subprocess.STDOUT, env=e, cwd=str(ROOT)))
+        log.close()
+    return procs
+
+
+def wait_for_files(paths: list[Path], timeout: float) -> None:
+    """Wait until every path exists (AssertionError after timeout seconds)."""
+    deadline = time.monotonic() + timeout
+    while not all(p.exists() for p in paths):
+        assert time.monotonic() < deadline, f"not written within {timeout} s: {[str(p) for p in paths]}"
+        time.sleep(0.05)
+
+
+def kill_all(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL every process still running (stopped ones too) and reap them."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
