@@ -7,7 +7,10 @@ executor) and installs it in flame.runtime.communicator.
 Where the store listens: flame's launcher serves it itself on MASTER_PORT (and says so with
 FLAME_AGENT_STORE=1); otherwise rank 0 serves it on MASTER_PORT, except under torchrun, whose own
 store already holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True): then on MASTER_PORT + 1.
-FLAME_STORE_PORT overrides both.
+FLAME_STORE_PORT overrides both. The store listens on MASTER_ADDR's address only (FLAME_STORE_BIND
+names another, e.g. 0.0.0.0 behind NAT, where MASTER_ADDR is not an address of rank 0's host) and
+admits only processes that know the job's secret, FLAME_DIST_SECRET (auth.py): flame's launcher
+sets it; under torchrun set it yourself, or rank 0 warns that the store admits anyone who reaches it.
 
 Failure: a rank that dies of an uncaught exception posts an abort with its error to the store.
 Every wait in the store then fails with that message (the reference executor's collectives), and on
@@ -27,6 +30,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from flame.distributed.auth import SECRET_VAR, job_secret
 from flame.distributed.store import ABORT_KEY, DistributedError, StoreClient, StoreServer, StoreTimeout
 from flame.distributed.store_comm import StoreCommunicator, StoreExchange
 from flame.runtime import communicator as _comm
@@ -46,6 +50,7 @@ class _Group:
     server: StoreServer | None
     comm: object
     generation: int
+    secret: bytes | None = None
     closing: bool = False
 
 
@@ -127,10 +132,16 @@ def _join(backend: str, device: str, rank: int, world_size: int, local_rank: int
     """Serve (rank 0, unless a launcher does) and reach the store, meet every rank there, make the
     communicator. On failure everything made here is closed again before the error propagates."""
     server = store = None
+    secret = job_secret()
     try:
         if rank == 0 and os.environ.get("FLAME_AGENT_STORE") != "1":
-            server = StoreServer("0.0.0.0", port)
-        store = StoreClient(host, port, seconds, rank=rank)
+            server = StoreServer(os.environ.get("FLAME_STORE_BIND") or host, port, secret)
+            if secret is None:
+                print(f"flame.distributed: {SECRET_VAR} is not set: the process group's store on "
+                      f"{server.address}:{port} admits any process that reaches it (set {SECRET_VAR} to the same "
+                      f"random value for every rank, or start the ranks with python3 -m flame.distributed.run)",
+                      file=sys.stderr)
+        store = StoreClient(host, port, seconds, rank=rank, secret=secret)
         prefix = f"pg{gen}"
         _rendezvous(store, prefix, rank, world_size)
         if backend == "nccl" and device == "cuda":
@@ -146,7 +157,7 @@ def _join(backend: str, device: str, rank: int, world_size: int, local_rank: int
         if server is not None:
             server.close()
         raise
-    return _Group(rank, world_size, local_rank, backend, store, server, comm, gen)
+    return _Group(rank, world_size, local_rank, backend, store, server, comm, gen, secret)
 
 
 def _rendezvous(store: StoreClient, prefix: str, rank: int, world_size: int) -> None:
@@ -196,7 +207,7 @@ def _install_failure_handling(group: _Group, host: str, port: int, seconds: floa
 
     sys.excepthook = hook
     if group.backend == "nccl" and hasattr(group.comm, "abort"):
-        watch = StoreClient(host, port, seconds, rank=group.rank)
+        watch = StoreClient(host, port, seconds, rank=group.rank, secret=group.secret)
         threading.Thread(target=_watchdog, args=(group, watch, seconds), name="flame-watchdog", daemon=True).start()
 
 

@@ -2,6 +2,8 @@
 rank 0 (or flame's launcher) serves it on MASTER_ADDR:port, every rank connects as a client. It
 carries the NCCL unique id, barriers, the reference executor's collectives between processes
 (store_comm.py) and the abort message of a failing rank. The same code serves ranks on several hosts.
+The store listens on the rendezvous address only, and every connection starts with the handshake of
+auth.py: with the job's secret, only a client that proves it knows the secret may send a command.
 
 Wire format, both ways: a request is `command (1 byte) | key length (u32) | key | value length (u64)
 | value`; a reply is `status (1 byte) | length (u64) | payload`. Commands: SET, GET (waits until the
@@ -18,6 +20,7 @@ import struct
 import threading
 import time
 
+from flame.distributed import auth
 from flame.runtime.communicator import DistributedError
 
 SET, GET, ADD, WAIT, DELETE, ABORT = range(6)
@@ -94,16 +97,20 @@ class _State:
 
 class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
-        sock, state = self.request, self.server.state
+        sock, server = self.request, self.server
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
+            sock.settimeout(server.handshake_timeout)  # a client that never answers is dropped
+            if not auth.accept(sock, server.secret):
+                return
+            sock.settimeout(None)  # a rank may compute for long between two calls
             while True:
                 cmd, klen = _REQ.unpack(_recv_exact(sock, _REQ.size))
                 key = _recv_exact(sock, klen).decode()
                 (vlen,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
-                status, payload = state.handle(cmd, key, _recv_exact(sock, vlen))
+                status, payload = server.state.handle(cmd, key, _recv_exact(sock, vlen))
                 sock.sendall(_REPLY.pack(status, len(payload)) + payload)
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError, UnicodeDecodeError):
             return
 
 
@@ -112,21 +119,34 @@ class _Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
 
-class StoreServer:
-    """Serves the store on (host, port) from a daemon thread; port 0 picks a free port (`.port`)."""
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
-    def __init__(self, host: str = "0.0.0.0", port: int = 0):
+
+class StoreServer:
+    """Serves the store on (host, port) from a daemon thread: listening on host's address only (the
+    rendezvous address; "0.0.0.0" for every interface), port 0 picks a free port (`.port`). With a
+    secret (auth.py) only clients that prove they know it may send commands; a client gets
+    `handshake_timeout` seconds to do so."""
+
+    def __init__(self, host: str, port: int = 0, secret: bytes | None = None, handshake_timeout: float = 30.0):
         try:
-            self._server = _Server((host, port), _Handler)
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+            self._server = (_Server6 if family == socket.AF_INET6 else _Server)((host, port), _Handler)
         except OSError as e:
             raise DistributedError(f"cannot serve the process group's store on {host}:{port}: {e} (set "
-                                   f"MASTER_PORT, or FLAME_STORE_PORT, to a free port)") from None
+                                   f"MASTER_PORT, or FLAME_STORE_PORT, to a free port; MASTER_ADDR, or "
+                                   f"FLAME_STORE_BIND, to an address of this host)") from None
         self._server.state = _State()
+        self._server.secret = secret
+        self._server.handshake_timeout = handshake_timeout
+        self.address = self._server.server_address[0]
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="flame-store", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
+        """Stop serving and release the port."""
         self._server.shutdown()
         self._server.server_close()
 
@@ -148,7 +168,7 @@ class StoreClient:
     they are DistributedError (an abort posted by any rank, a lost connection, no answer)."""
 
     def __init__(self, host: str, port: int, timeout: float = 300.0, connect_timeout: float | None = None,
-                 rank: int | None = None):
+                 rank: int | None = None, secret: bytes | None = None):
         self.host, self.port, self.timeout, self.rank = host, port, float(timeout), rank
         self._lock = threading.Lock()
         self._broken: str | None = None
@@ -165,6 +185,26 @@ class StoreClient:
                                            f"every rank?)") from None
                 time.sleep(0.05)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._handshake(secret)
+
+    def _handshake(self, secret: bytes | None) -> None:
+        """auth.connect within the timeout; on any failure the connection is closed."""
+        where = f"{self.host}:{self.port}"
+        try:
+            self._sock.settimeout(self.timeout)
+            auth.connect(self._sock, secret, where)
+        except TimeoutError:
+            self.close()
+            raise DistributedError(f"{self._who()}the process group's store at {where} did not answer within "
+                                   f"{self.timeout:g} s while connecting: the process serving it (rank 0, or flame's "
+                                   f"launcher) is stopped or unreachable") from None
+        except (ConnectionError, OSError) as e:
+            self.close()
+            raise DistributedError(f"{self._who()}lost the connection to the process group's store at {where} "
+                                   f"while connecting ({e})") from None
+        except DistributedError as e:
+            self.close()
+            raise DistributedError(f"{self._who()}{e}") from None
 
     def _who(self) -> str:
         return "" if self.rank is None else f"rank {self.rank}: "

@@ -16,7 +16,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 _RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-              "FLAME_AGENT_STORE", "TORCHELASTIC_USE_AGENT_STORE", "FLAME_STORE_PORT")
+              "FLAME_AGENT_STORE", "TORCHELASTIC_USE_AGENT_STORE", "FLAME_STORE_PORT",
+              "FLAME_DIST_SECRET", "FLAME_STORE_BIND")
 
 
 def env(device: str = "reference", **extra: str) -> dict[str, str]:
@@ -66,11 +67,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ranks(script: str, *args: str, world: int, out: Path, **extra: str) -> list[subprocess.Popen]:
+def start_ranks(script: str, *args: str, world: int, out: Path, port: int | None = None,
+                **extra: str) -> list[subprocess.Popen]:
     """world processes of script, started as torchrun starts them (rank 0 serves the store on
-    MASTER_PORT), each with its output in out/rank{r}.log; the caller waits for them (bounded) and
-    kills what is left (kill_all)."""
-    port = str(free_port())
+    MASTER_PORT: `port`, else a free one), each with its output in out/rank{r}.log; the caller waits
+    for them (bounded) and kills what is left (kill_all)."""
+    port = str(port or free_port())
     procs = []
     for r in range(world):
         e = env(**{"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",

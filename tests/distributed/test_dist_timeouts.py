@@ -10,10 +10,12 @@ import os
 import re
 import signal
 import socket
+import threading
 import time
 
 import pytest
 
+from flame.distributed import auth
 from flame.distributed.store import DistributedError, StoreClient
 from tests.distributed.launch import kill_all, run, start_ranks, wait_for_files
 
@@ -91,18 +93,46 @@ def test_a_store_that_accepts_but_never_answers_is_an_error_not_a_hang():
     port = silent.getsockname()[1]
     try:
         start = time.monotonic()
+        with pytest.raises(DistributedError, match=rf"rank 2: the process group's store at 127.0.0.1:{port} did not "
+                                                   r"answer within 0.3 s while connecting"):
+            StoreClient("127.0.0.1", port, timeout=0.3, rank=2)
+        assert time.monotonic() - start < 5
+    finally:
+        silent.close()
+
+
+def test_a_store_that_stops_answering_after_the_handshake_is_an_error_not_a_hang():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(2)
+    port = listener.getsockname()[1]
+    conns = []
+
+    def store_that_stops():  # greets like an open store, then never answers a request
+        for _ in range(2):
+            conn, _ = listener.accept()
+            conn.sendall(auth.HELLO + b"\x00")
+            conns.append(conn)
+
+    t = threading.Thread(target=store_that_stops)
+    t.start()
+    try:
+        start = time.monotonic()
         c = StoreClient("127.0.0.1", port, timeout=0.3, rank=2)
         with pytest.raises(DistributedError, match=rf"rank 2: the process group's store at 127.0.0.1:{port} did not "
                                                    r"answer within 1.3 s while waiting for all_reduce #4 from rank 0"):
             c.get("k", what="all_reduce #4 from rank 0")
         with pytest.raises(DistributedError, match="rank 2: posting 'x': the store's connection failed earlier"):
             c.set("x", b"")
-        assert time.monotonic() - start < 5
         d = StoreClient("127.0.0.1", port, timeout=0.3, rank=1)
         with pytest.raises(DistributedError, match=r"rank 1: .* did not answer within 0.3 s while posting 'x'"):
             d.set("x", b"1")
+        assert time.monotonic() - start < 6
     finally:
-        silent.close()
+        t.join(10)
+        for conn in conns:
+            conn.close()
+        listener.close()
 
 
 def test_a_failed_join_leaves_the_process_uninitialised_and_a_retry_works(tmp_path):
