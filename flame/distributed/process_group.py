@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import operator
 import os
 import sys
 import threading
 from dataclasses import dataclass
 
+from flame.distributed import env
 from flame.distributed.auth import SECRET_VAR, job_secret
 from flame.distributed.store import ABORT_KEY, DistributedError, StoreClient, StoreServer, StoreTimeout
 from flame.distributed.store_comm import StoreCommunicator, StoreExchange
@@ -58,33 +60,49 @@ _group: list[_Group] = []
 _generation = [0]
 
 
-def _env_int(name: str, default: int | None) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        if default is None:
-            raise DistributedError(f"init_process_group: environment variable {name} is not set (start the "
-                                   f"ranks with torchrun or `python3 -m flame.distributed.run`, or set RANK, "
-                                   f"WORLD_SIZE, MASTER_ADDR and MASTER_PORT)")
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise DistributedError(f"init_process_group: {name}={raw!r} is not an integer") from None
-
-
 def store_port(master_port: int) -> int:
     """The port the store listens on (module docstring)."""
     if "FLAME_STORE_PORT" in os.environ:
-        return _env_int("FLAME_STORE_PORT", None)
+        return env.port("FLAME_STORE_PORT")
     if os.environ.get("FLAME_AGENT_STORE") != "1" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        if master_port == 65535:
+            raise DistributedError("init_process_group: MASTER_PORT=65535 leaves no port for flame's store beside "
+                                   "torchrun's (MASTER_PORT + 1): set FLAME_STORE_PORT")
         return master_port + 1
     return master_port
 
 
 def _timeout_seconds(timeout) -> float:
     if timeout is None:
-        return float(os.environ.get("FLAME_DIST_TIMEOUT", DEFAULT_TIMEOUT))
-    return timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+        raw = os.environ.get("FLAME_DIST_TIMEOUT")
+        return DEFAULT_TIMEOUT if raw is None else env.seconds(raw, "FLAME_DIST_TIMEOUT")
+    return env.seconds(timeout)
+
+
+def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int, int]:
+    """(rank, world size, local rank) from the arguments or the environment, checked."""
+    if world_size is None:
+        world_size = env.env_int("WORLD_SIZE", 1, 1, what="a number of ranks")
+    elif _integer(world_size) is None or world_size < 1:
+        raise DistributedError(f"init_process_group: world_size={world_size!r} is not a number of ranks >= 1")
+    if rank is None:
+        rank = env.env_int("RANK", 0, 0, what="a rank")
+        if rank >= world_size:
+            raise DistributedError(f"init_process_group: RANK={rank} is not a rank of a world of {world_size} "
+                                   f"(WORLD_SIZE): expected 0 to {world_size - 1}")
+    elif _integer(rank) is None or not 0 <= rank < world_size:
+        raise DistributedError(f"init_process_group: rank={rank!r} is not a rank of a world of {world_size}: "
+                               f"expected 0 to {world_size - 1}")
+    return int(rank), int(world_size), env.env_int("LOCAL_RANK", int(rank), 0, what="a rank")
+
+
+def _integer(x) -> int | None:
+    if isinstance(x, bool):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
 
 
 def init_process_group(backend: str | None = None, *, rank: int | None = None, world_size: int | None = None,
@@ -103,11 +121,7 @@ def init_process_group(backend: str | None = None, *, rank: int | None = None, w
     backend = backend or "nccl"
     if backend not in BACKENDS:
         raise DistributedError(f"init_process_group: unknown backend {backend!r}; expected one of {BACKENDS}")
-    rank = _env_int("RANK", 0) if rank is None else rank
-    world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
-    local_rank = _env_int("LOCAL_RANK", rank)
-    if not 0 <= rank < world_size:
-        raise DistributedError(f"init_process_group: rank {rank} is not in [0, {world_size})")
+    rank, world_size, local_rank = _ranks(rank, world_size)
     seconds = _timeout_seconds(timeout)
     device = get_device()
     if device == "cuda":
@@ -118,8 +132,8 @@ def init_process_group(backend: str | None = None, *, rank: int | None = None, w
     if world_size == 1:
         group = _Group(0, 1, local_rank, backend, None, None, _comm.SingleProcess(), gen)
     else:
-        host = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        port = store_port(_env_int("MASTER_PORT", None))
+        host = env.master_addr()
+        port = store_port(env.port("MASTER_PORT"))
         group = _join(backend, device, rank, world_size, local_rank, host, port, seconds, gen)
         _comm.set_communicator(group.comm)
         _install_failure_handling(group, host, port, seconds)

@@ -20,12 +20,14 @@ seconds to exit, then terminates (and finally kills) the rest, and exits with th
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 
+from flame.distributed import env
 from flame.distributed.auth import SECRET_VAR, job_secret, new_secret
 from flame.distributed.store import DistributedError, StoreClient, StoreServer
 
@@ -46,6 +48,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.nproc_per_node < 1 or a.nnodes < 1 or not 0 <= a.node_rank < a.nnodes:
         p.error("need --nproc-per-node >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes")
+    if not 0 <= a.master_port <= 65535:
+        p.error(f"--master-port {a.master_port} is not a TCP port number (0 to 65535; 0: a free one)")
+    if not (math.isfinite(a.grace) and a.grace >= 0):
+        p.error(f"--grace {a.grace} is not a number of seconds >= 0")
     if a.nnodes > 1 and a.master_port == 0:
         p.error("--master-port is required with --nnodes > 1 (every host must name the same port)")
     if a.nnodes > 1 and not os.environ.get(SECRET_VAR):
@@ -72,7 +78,7 @@ class Launcher:
         self.a = a
         self.world = a.nproc_per_node * a.nnodes
         self.server = None
-        port = int(os.environ.get("FLAME_STORE_PORT", a.master_port))
+        port = env.port("FLAME_STORE_PORT", low=0) if "FLAME_STORE_PORT" in os.environ else a.master_port
         self.secret = job_secret() or new_secret().encode()
         if a.node_rank == 0:
             self.server = StoreServer(os.environ.get("FLAME_STORE_BIND") or a.master_addr, port, self.secret)
