@@ -14,12 +14,12 @@ sets it; under torchrun set it yourself, or rank 0 warns that the store admits a
 
 Failure: a rank that dies of an uncaught exception posts an abort with its error to the store.
 Every wait in the store then fails with that message (the reference executor's collectives), and on
-CUDA a watchdog thread, which also notices the store disappearing or no longer answering, aborts the
-NCCL communicator and ends the process with the message: no rank hangs in a collective whose peer is
-gone. Every wait is bounded by the timeout (FLAME_DIST_TIMEOUT): a rank that does not post in time
-(stopped, far behind) makes the ranks waiting for it fail with an error naming themselves, what they
-waited for and from which rank; a store whose process is stopped makes its clients fail once a
-reply is a second overdue (store.py)."""
+CUDA a watchdog thread (watchdog.py), which also notices the store disappearing or no longer
+answering and a rank whose heartbeat stops, aborts the NCCL communicator and ends the process with
+the message: no rank hangs in a collective whose peer is gone or stopped. Every wait is bounded by
+the timeout (FLAME_DIST_TIMEOUT): a rank that does not post in time (stopped, far behind) makes the
+ranks waiting for it fail with an error naming themselves, what they waited for and from which rank;
+a store whose process is stopped makes its clients fail once a reply is a second overdue (store.py)."""
 
 from __future__ import annotations
 
@@ -28,12 +28,11 @@ import datetime
 import operator
 import os
 import sys
-import threading
 from dataclasses import dataclass
 
-from flame.distributed import env
+from flame.distributed import env, watchdog
 from flame.distributed.auth import SECRET_VAR, job_secret
-from flame.distributed.store import ABORT_KEY, DistributedError, StoreClient, StoreServer, StoreTimeout
+from flame.distributed.store import DistributedError, StoreClient, StoreServer, StoreTimeout
 from flame.distributed.store_comm import StoreCommunicator, StoreExchange
 from flame.runtime import communicator as _comm
 from flame.runtime.device import get_device
@@ -54,6 +53,7 @@ class _Group:
     generation: int
     secret: bytes | None = None
     closing: bool = False
+    watched: bool = False
 
 
 _group: list[_Group] = []
@@ -221,31 +221,13 @@ def _install_failure_handling(group: _Group, host: str, port: int, seconds: floa
 
     sys.excepthook = hook
     if group.backend == "nccl" and hasattr(group.comm, "abort"):
-        watch = StoreClient(host, port, seconds, rank=group.rank, secret=group.secret)
-        threading.Thread(target=_watchdog, args=(group, watch, seconds), name="flame-watchdog", daemon=True).start()
+        start_watchdog(group, host, port, seconds)
 
 
-def _watchdog(group: _Group, store: StoreClient, seconds: float) -> None:
-    """Wait for an abort, or for the store to end or stop answering (each wait bounded by the
-    timeout; one that times out with the store answering just starts the next); then abort NCCL
-    and end this process with the reason."""
-    while True:
-        try:
-            why = store.get(ABORT_KEY, timeout=seconds).decode(errors="replace")
-            break
-        except StoreTimeout:
-            if group.closing:
-                return
-        except DistributedError as e:
-            why = str(e)
-            break
-    if group.closing:
-        return
-    print(f"flame.distributed: rank {group.rank}: stopping: {why}", file=sys.stderr, flush=True)
-    try:
-        group.comm.abort()
-    finally:
-        os._exit(1)
+def start_watchdog(group: _Group, host: str, port: int, seconds: float) -> None:
+    """Watch the group's ranks from a thread with its own connection to the store (watchdog.py)."""
+    watchdog.start(group, StoreClient(host, port, seconds, secret=group.secret), seconds)  # it names the rank
+    group.watched = True
 
 
 def _current() -> _Group | None:
@@ -308,6 +290,8 @@ def destroy_process_group() -> None:
     g.closing = True
     try:
         if g.store is not None:
+            if g.watched:
+                watchdog.gone(g.store, g)
             key = f"pg{g.generation}/left"
             g.store.add(key, 1, what="leaving the process group")
             if g.server is not None:

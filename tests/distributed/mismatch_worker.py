@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -21,36 +20,7 @@ import flame
 import flame.distributed as dist
 from flame.distributed import process_group as pg
 from flame.runtime import communicator
-
-NCCL_CALLS: list[list] = []
-
-
-class _FakeNcclComm:
-    def __init__(self, world_size, uid, rank):
-        self.rank = rank
-
-    def allReduce(self, send, recv, count, dtype, op, stream):  # noqa: N802 (CuPy's name)
-        NCCL_CALLS.append(["allReduce", count, dtype, op])
-
-    def broadcast(self, send, recv, count, dtype, root, stream):
-        NCCL_CALLS.append(["broadcast", count, dtype, root])
-
-
-def install_fake_nccl() -> None:
-    """A `cupy.cuda.nccl` that records calls (see the module docstring)."""
-    nccl = types.ModuleType("cupy.cuda.nccl")
-    nccl.NcclCommunicator = _FakeNcclComm
-    nccl.get_unique_id = lambda: tuple(range(128))
-    for i, name in enumerate(("NCCL_FLOAT32", "NCCL_FLOAT64", "NCCL_INT32", "NCCL_INT64", "NCCL_FLOAT16",
-                              "NCCL_BFLOAT16", "NCCL_UINT8", "NCCL_INT8", "NCCL_SUM", "NCCL_AVG", "NCCL_MAX",
-                              "NCCL_MIN")):
-        setattr(nccl, name, i)
-    cuda = types.ModuleType("cupy.cuda")
-    cuda.nccl = nccl
-    cuda.get_current_stream = lambda: types.SimpleNamespace(ptr=0)
-    cupy = types.ModuleType("cupy")
-    cupy.cuda = cuda
-    sys.modules.update({"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.nccl": nccl})
+from tests.distributed.fake_nccl import NCCL_CALLS, install_fake_nccl
 
 
 def main() -> int:

@@ -150,3 +150,41 @@ def _port() -> int:
     from tests.distributed.launch import free_port
 
     return free_port()
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_the_nccl_watchdog_stops_a_rank_whose_peer_is_stopped(victim, tmp_path):
+    """The other rank sleeps as if blocked in an NCCL wait: its watchdog notices the stopped rank's
+    heartbeat (or, when the stopped rank serves the store, the silent store) and aborts NCCL."""
+    procs = start_ranks("watchdog_worker.py", "--out", str(tmp_path), world=2, out=tmp_path,
+                        FLAME_DIST_TIMEOUT=str(TIMEOUT))
+    try:
+        wait_for_files([tmp_path / f"rank{r}.ready" for r in range(2)], 60)
+        procs[victim].send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        other = 1 - victim
+        procs[other].wait(timeout=TIMEOUT + SLACK + 10)
+        assert time.monotonic() - stopped < TIMEOUT + SLACK
+        log = (tmp_path / f"rank{other}.log").read_text()
+        assert procs[other].returncode == 1 and "fake NCCL communicator aborted" in log, log
+        if victim == 1:
+            assert "rank 0: stopping: rank 1 has not answered for 2 s (stopped, or its host unreachable" in log, log
+        else:
+            assert re.search(r"rank 1: stopping: the process group's store at 127.0.0.1:\d+ did not answer "
+                             r"within [0-9.]+ s while (posting a heartbeat|waiting for 'flame/abort')", log), log
+    finally:
+        kill_all(procs)
+
+
+def test_the_nccl_watchdog_lets_ranks_leave_at_different_times(tmp_path):
+    """A rank that left the group stops its heartbeat on purpose: the other, still sleeping for
+    longer than the timeout, is not stopped for it."""
+    procs = start_ranks("watchdog_worker.py", "--out", str(tmp_path), "--sleeps", "3", "0", world=2, out=tmp_path,
+                        FLAME_DIST_TIMEOUT="1")
+    try:
+        for p in procs:
+            p.wait(timeout=60)
+        logs = [(tmp_path / f"rank{r}.log").read_text() for r in range(2)]
+        assert [p.returncode for p in procs] == [0, 0], logs
+    finally:
+        kill_all(procs)
