@@ -36,9 +36,11 @@ def job_secret() -> bytes | None:
     if raw is None:
         return None
     if not raw:
-        raise DistributedError(f"{SECRET_VAR} is set but empty: set it to the same random value for every rank "
-                               f"(`export {SECRET_VAR}=$(python3 -c 'import secrets; print(secrets.token_hex(32))')`), "
-                               f"or unset it")
+        raise DistributedError(
+            f"{SECRET_VAR} is set but empty: set it to the same random value for every rank "
+            f"(`export {SECRET_VAR}=$(python3 -c 'import secrets; print(secrets.token_hex(32))')`), "
+            f"or unset it"
+        )
     return raw.encode()
 
 
@@ -83,16 +85,21 @@ def connect(sock: socket.socket, secret: bytes | None, where: str) -> None:
     sides agree (socket errors and timeouts propagate to the caller)."""
     hello = _read(sock, len(HELLO) + 1)
     if hello[:-1] != HELLO:
-        raise DistributedError(f"{where} is not a flame process group's store (another program listens on that "
-                               f"port: check MASTER_PORT and FLAME_STORE_PORT)")
+        raise DistributedError(
+            f"{where} is not a flame process group's store (another program listens on that "
+            f"port: check MASTER_PORT and FLAME_STORE_PORT)"
+        )
     if hello[-1] == 0:
         if secret is not None:
-            raise DistributedError(f"the store at {where} does not authenticate its clients but this process has "
-                                   f"{SECRET_VAR}: refusing to use it (is it another job's store?)")
+            raise DistributedError(
+                f"the store at {where} does not authenticate its clients but this process has "
+                f"{SECRET_VAR}: refusing to use it (is it another job's store?)"
+            )
         return
     if secret is None:
-        raise DistributedError(f"the store at {where} requires the job's secret: set {SECRET_VAR} to the value "
-                               f"the other ranks have")
+        raise DistributedError(
+            f"the store at {where} requires the job's secret: set {SECRET_VAR} to the value the other ranks have"
+        )
     nonce_s, nonce_c = _read(sock, _NONCE), secrets.token_bytes(_NONCE)
     sock.sendall(nonce_c + _mac(secret, b"client", nonce_s, nonce_c))
     try:
@@ -102,5 +109,6 @@ def connect(sock: socket.socket, secret: bytes | None, where: str) -> None:
     if verdict != b"\x01":
         raise DistributedError(f"the store at {where} refused this process: its {SECRET_VAR} is not the job's")
     if not hmac.compare_digest(_read(sock, _MAC), _mac(secret, b"store", nonce_s, nonce_c)):
-        raise DistributedError(f"the process at {where} did not prove that it knows the job's {SECRET_VAR}: it is "
-                               f"not the job's store")
+        raise DistributedError(
+            f"the process at {where} did not prove that it knows the job's {SECRET_VAR}: it is not the job's store"
+        )

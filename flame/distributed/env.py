@@ -10,8 +10,10 @@ import os
 
 from flame.runtime.communicator import DistributedError
 
-_START = ("start the ranks with torchrun or `python3 -m flame.distributed.run`, or set RANK, WORLD_SIZE, "
-          "MASTER_ADDR and MASTER_PORT")
+_START = (
+    "start the ranks with torchrun or `python3 -m flame.distributed.run`, or set RANK, WORLD_SIZE, "
+    "MASTER_ADDR and MASTER_PORT"
+)
 
 
 def env_int(name: str, default: int | None, low: int, high: int | None = None, what: str = "an integer") -> int:

@@ -66,8 +66,10 @@ def store_port(master_port: int) -> int:
         return env.port("FLAME_STORE_PORT")
     if os.environ.get("FLAME_AGENT_STORE") != "1" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         if master_port == 65535:
-            raise DistributedError("init_process_group: MASTER_PORT=65535 leaves no port for flame's store beside "
-                                   "torchrun's (MASTER_PORT + 1): set FLAME_STORE_PORT")
+            raise DistributedError(
+                "init_process_group: MASTER_PORT=65535 leaves no port for flame's store beside "
+                "torchrun's (MASTER_PORT + 1): set FLAME_STORE_PORT"
+            )
         return master_port + 1
     return master_port
 
@@ -88,11 +90,15 @@ def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int, int]:
     if rank is None:
         rank = env.env_int("RANK", 0, 0, what="a rank")
         if rank >= world_size:
-            raise DistributedError(f"init_process_group: RANK={rank} is not a rank of a world of {world_size} "
-                                   f"(WORLD_SIZE): expected 0 to {world_size - 1}")
+            raise DistributedError(
+                f"init_process_group: RANK={rank} is not a rank of a world of {world_size} "
+                f"(WORLD_SIZE): expected 0 to {world_size - 1}"
+            )
     elif _integer(rank) is None or not 0 <= rank < world_size:
-        raise DistributedError(f"init_process_group: rank={rank!r} is not a rank of a world of {world_size}: "
-                               f"expected 0 to {world_size - 1}")
+        raise DistributedError(
+            f"init_process_group: rank={rank!r} is not a rank of a world of {world_size}: "
+            f"expected 0 to {world_size - 1}"
+        )
     return int(rank), int(world_size), env.env_int("LOCAL_RANK", int(rank), 0, what="a rank")
 
 
@@ -105,8 +111,13 @@ def _integer(x) -> int | None:
         return None
 
 
-def init_process_group(backend: str | None = None, *, rank: int | None = None, world_size: int | None = None,
-                       timeout: datetime.timedelta | float | None = None) -> None:
+def init_process_group(
+    backend: str | None = None,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    timeout: datetime.timedelta | float | None = None,
+) -> None:
     """Join this process to the group of `world_size` ranks (default: the environment torchrun sets).
 
     backend: "nccl" (the default; on a machine whose executor is the NumPy reference, the ranks
@@ -116,8 +127,9 @@ def init_process_group(backend: str | None = None, *, rank: int | None = None, w
     within the timeout, the store cannot be reached), the error names what was missing and the
     process is left as it was before the call, so init_process_group can be called again."""
     if _group:
-        raise DistributedError("init_process_group: the process group is already initialised "
-                               "(destroy_process_group first)")
+        raise DistributedError(
+            "init_process_group: the process group is already initialised (destroy_process_group first)"
+        )
     backend = backend or "nccl"
     if backend not in BACKENDS:
         raise DistributedError(f"init_process_group: unknown backend {backend!r}; expected one of {BACKENDS}")
@@ -141,8 +153,17 @@ def init_process_group(backend: str | None = None, *, rank: int | None = None, w
     _group.append(group)
 
 
-def _join(backend: str, device: str, rank: int, world_size: int, local_rank: int, host: str, port: int,
-          seconds: float, gen: int) -> _Group:
+def _join(
+    backend: str,
+    device: str,
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    host: str,
+    port: int,
+    seconds: float,
+    gen: int,
+) -> _Group:
     """Serve (rank 0, unless a launcher does) and reach the store, meet every rank there, make the
     communicator. On failure everything made here is closed again before the error propagates."""
     server = store = None
@@ -151,10 +172,12 @@ def _join(backend: str, device: str, rank: int, world_size: int, local_rank: int
         if rank == 0 and os.environ.get("FLAME_AGENT_STORE") != "1":
             server = StoreServer(os.environ.get("FLAME_STORE_BIND") or host, port, secret)
             if secret is None:
-                print(f"flame.distributed: {SECRET_VAR} is not set: the process group's store on "
-                      f"{server.address}:{port} admits any process that reaches it (set {SECRET_VAR} to the same "
-                      f"random value for every rank, or start the ranks with python3 -m flame.distributed.run)",
-                      file=sys.stderr)
+                print(
+                    f"flame.distributed: {SECRET_VAR} is not set: the process group's store on "
+                    f"{server.address}:{port} admits any process that reaches it (set {SECRET_VAR} to the same "
+                    f"random value for every rank, or start the ranks with python3 -m flame.distributed.run)",
+                    file=sys.stderr,
+                )
         store = StoreClient(host, port, seconds, rank=rank, secret=secret)
         prefix = f"pg{gen}"
         _rendezvous(store, prefix, rank, world_size)
@@ -162,8 +185,11 @@ def _join(backend: str, device: str, rank: int, world_size: int, local_rank: int
             comm = _nccl_communicator(store, rank, world_size, prefix)
         else:
             if backend == "nccl" and rank == 0:
-                print("flame.distributed: the reference executor has no NCCL; the ranks exchange through the "
-                      "TCP store (slow: for tests)", file=sys.stderr)
+                print(
+                    "flame.distributed: the reference executor has no NCCL; the ranks exchange through the "
+                    "TCP store (slow: for tests)",
+                    file=sys.stderr,
+                )
             comm = StoreCommunicator(store, rank, world_size, f"{prefix}/c")
     except BaseException:
         if store is not None:
@@ -187,8 +213,10 @@ def _rendezvous(store: StoreClient, prefix: str, rank: int, world_size: int) -> 
         store.get(f"{prefix}/ready", what="every rank to join the process group")
     except StoreTimeout as e:
         missing = [r for r in range(world_size) if not _posted(store, f"{prefix}/joined/{r}")]
-        raise StoreTimeout(f"{e}; missing: rank{'s' if len(missing) > 1 else ''} "
-                           f"{', '.join(map(str, missing)) or 'none (rank 0 did not confirm)'}") from None
+        raise StoreTimeout(
+            f"{e}; missing: rank{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(str, missing)) or 'none (rank 0 did not confirm)'}"
+        ) from None
 
 
 def _posted(store: StoreClient, key: str) -> bool:

@@ -38,10 +38,19 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--nnodes", type=int, default=1, help="hosts taking part")
     p.add_argument("--node-rank", "--node_rank", type=int, default=0, help="this host's index")
     p.add_argument("--master-addr", "--master_addr", default="127.0.0.1", help="the host of node 0")
-    p.add_argument("--master-port", "--master_port", type=int, default=0,
-                   help="the store's port on node 0 (0: a free one; needed with --nnodes > 1)")
-    p.add_argument("--grace", type=float, default=10.0,
-                   help="seconds the other ranks get to exit after one failed, before they are terminated")
+    p.add_argument(
+        "--master-port",
+        "--master_port",
+        type=int,
+        default=0,
+        help="the store's port on node 0 (0: a free one; needed with --nnodes > 1)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="seconds the other ranks get to exit after one failed, before they are terminated",
+    )
     p.add_argument("-m", dest="module", action="store_true", help="run the script argument as a module")
     p.add_argument("script", help="the training script (or module, with -m)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
@@ -55,18 +64,38 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if a.nnodes > 1 and a.master_port == 0:
         p.error("--master-port is required with --nnodes > 1 (every host must name the same port)")
     if a.nnodes > 1 and not os.environ.get(SECRET_VAR):
-        p.error(f"{SECRET_VAR} must be set, to the same random value on every host, with --nnodes > 1 (the ranks "
-                f"prove to the store that they belong to the job with it)")
+        p.error(
+            f"{SECRET_VAR} must be set, to the same random value on every host, with --nnodes > 1 (the ranks "
+            f"prove to the store that they belong to the job with it)"
+        )
     return a
 
 
-def rank_env(base: dict[str, str], *, rank: int, local_rank: int, nproc: int, world: int, node_rank: int,
-             addr: str, port: int, secret: str) -> dict[str, str]:
+def rank_env(
+    base: dict[str, str],
+    *,
+    rank: int,
+    local_rank: int,
+    nproc: int,
+    world: int,
+    node_rank: int,
+    addr: str,
+    port: int,
+    secret: str,
+) -> dict[str, str]:
     """The caller's environment plus the variables torchrun sets for one rank and the job's secret;
     nothing else changes."""
     env = dict(base)
-    env.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(nproc),
-               GROUP_RANK=str(node_rank), MASTER_ADDR=addr, MASTER_PORT=str(port), FLAME_AGENT_STORE="1")
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(local_rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(nproc),
+        GROUP_RANK=str(node_rank),
+        MASTER_ADDR=addr,
+        MASTER_PORT=str(port),
+        FLAME_AGENT_STORE="1",
+    )
     env[SECRET_VAR] = secret
     return env
 
@@ -91,8 +120,17 @@ class Launcher:
         cmd = [sys.executable] + (["-m", a.script] if a.module else [a.script]) + list(a.args)
         for local in range(a.nproc_per_node):
             rank = a.node_rank * a.nproc_per_node + local
-            env = rank_env(os.environ, rank=rank, local_rank=local, nproc=a.nproc_per_node, world=self.world,
-                           node_rank=a.node_rank, addr=a.master_addr, port=self.port, secret=self.secret.decode())
+            env = rank_env(
+                os.environ,
+                rank=rank,
+                local_rank=local,
+                nproc=a.nproc_per_node,
+                world=self.world,
+                node_rank=a.node_rank,
+                addr=a.master_addr,
+                port=self.port,
+                secret=self.secret.decode(),
+            )
             self.procs.append(subprocess.Popen(cmd, env=env))
 
     def _abort(self, message: str) -> None:
@@ -127,8 +165,11 @@ class Launcher:
                 local, code = failed[0]
                 rank = a.node_rank * a.nproc_per_node + local
                 why = f"signal {-code}" if code < 0 else f"exit code {code}"
-                print(f"flame.distributed.run: rank {rank} failed ({why}); stopping the other ranks",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"flame.distributed.run: rank {rank} failed ({why}); stopping the other ranks",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self._abort(f"rank {rank} failed ({why})")
                 self._stop(a.grace)
                 return code if code > 0 else 128 - code

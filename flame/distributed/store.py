@@ -134,9 +134,11 @@ class StoreServer:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
             self._server = (_Server6 if family == socket.AF_INET6 else _Server)((host, port), _Handler)
         except OSError as e:
-            raise DistributedError(f"cannot serve the process group's store on {host}:{port}: {e} (set "
-                                   f"MASTER_PORT, or FLAME_STORE_PORT, to a free port; MASTER_ADDR, or "
-                                   f"FLAME_STORE_BIND, to an address of this host)") from None
+            raise DistributedError(
+                f"cannot serve the process group's store on {host}:{port}: {e} (set "
+                f"MASTER_PORT, or FLAME_STORE_PORT, to a free port; MASTER_ADDR, or "
+                f"FLAME_STORE_BIND, to an address of this host)"
+            ) from None
         self._server.state = _State()
         self._server.secret = secret
         self._server.handshake_timeout = handshake_timeout
@@ -167,8 +169,15 @@ class StoreClient:
     answer (its process stopped) raises instead of hanging. Errors name `rank` and what was waited for;
     they are DistributedError (an abort posted by any rank, a lost connection, no answer)."""
 
-    def __init__(self, host: str, port: int, timeout: float = 300.0, connect_timeout: float | None = None,
-                 rank: int | None = None, secret: bytes | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout: float = 300.0,
+        connect_timeout: float | None = None,
+        rank: int | None = None,
+        secret: bytes | None = None,
+    ):
         self.host, self.port, self.timeout, self.rank = host, port, float(timeout), rank
         self._lock = threading.Lock()
         self._broken: str | None = None
@@ -180,9 +189,11 @@ class StoreClient:
                 break
             except OSError as e:
                 if time.monotonic() >= deadline:
-                    raise DistributedError(f"{self._who()}cannot reach the process group's store at {host}:{port}: "
-                                           f"{e} (is rank 0 running, and MASTER_ADDR/MASTER_PORT the same on "
-                                           f"every rank?)") from None
+                    raise DistributedError(
+                        f"{self._who()}cannot reach the process group's store at {host}:{port}: "
+                        f"{e} (is rank 0 running, and MASTER_ADDR/MASTER_PORT the same on "
+                        f"every rank?)"
+                    ) from None
                 time.sleep(0.05)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._handshake(secret)
@@ -195,13 +206,16 @@ class StoreClient:
             auth.connect(self._sock, secret, where)
         except TimeoutError:
             self.close()
-            raise DistributedError(f"{self._who()}the process group's store at {where} did not answer within "
-                                   f"{self.timeout:g} s while connecting: the process serving it (rank 0, or flame's "
-                                   f"launcher) is stopped or unreachable") from None
+            raise DistributedError(
+                f"{self._who()}the process group's store at {where} did not answer within "
+                f"{self.timeout:g} s while connecting: the process serving it (rank 0, or flame's "
+                f"launcher) is stopped or unreachable"
+            ) from None
         except (ConnectionError, OSError) as e:
             self.close()
-            raise DistributedError(f"{self._who()}lost the connection to the process group's store at {where} "
-                                   f"while connecting ({e})") from None
+            raise DistributedError(
+                f"{self._who()}lost the connection to the process group's store at {where} while connecting ({e})"
+            ) from None
         except DistributedError as e:
             self.close()
             raise DistributedError(f"{self._who()}{e}") from None
@@ -233,17 +247,23 @@ class StoreClient:
                 status, n = _REPLY.unpack(_recv_exact(self._sock, _REPLY.size))
                 payload = _recv_exact(self._sock, n)
             except TimeoutError:
-                raise self._fail(f"the process group's store at {self.host}:{self.port} did not answer within "
-                                 f"{limit:g} s while {doing}: the process serving it (rank 0, or flame's launcher) "
-                                 f"is stopped or unreachable (FLAME_DIST_TIMEOUT sets the limit)") from None
+                raise self._fail(
+                    f"the process group's store at {self.host}:{self.port} did not answer within "
+                    f"{limit:g} s while {doing}: the process serving it (rank 0, or flame's launcher) "
+                    f"is stopped or unreachable (FLAME_DIST_TIMEOUT sets the limit)"
+                ) from None
             except (ConnectionError, OSError) as e:
-                raise self._fail(f"lost the connection to the process group's store at {self.host}:{self.port} "
-                                 f"({e}) while {doing}: rank 0 or the launcher has exited") from None
+                raise self._fail(
+                    f"lost the connection to the process group's store at {self.host}:{self.port} "
+                    f"({e}) while {doing}: rank 0 or the launcher has exited"
+                ) from None
         if status == ABORTED:
             raise DistributedError(f"{self._who()}the process group was aborted: {payload.decode(errors='replace')}")
         if status == TIMEOUT:
-            raise StoreTimeout(f"{self._who()}timed out after {wait:g} s {doing} (a rank has stopped or is far "
-                               f"behind; FLAME_DIST_TIMEOUT sets the limit)")
+            raise StoreTimeout(
+                f"{self._who()}timed out after {wait:g} s {doing} (a rank has stopped or is far "
+                f"behind; FLAME_DIST_TIMEOUT sets the limit)"
+            )
         return payload
 
     def _ms(self, timeout: float) -> bytes:

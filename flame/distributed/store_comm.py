@@ -64,8 +64,8 @@ class StoreCommunicator:
         sigs, data = [], []
         for p in posts:
             (n,) = _HEAD.unpack_from(p)
-            sigs.append(p[_HEAD.size: _HEAD.size + n].decode(errors="replace"))
-            data.append(memoryview(p)[_HEAD.size + n:])
+            sigs.append(p[_HEAD.size : _HEAD.size + n].decode(errors="replace"))
+            data.append(memoryview(p)[_HEAD.size + n :])
         if any(s != sig for s in sigs):
             raise mismatch_error(sigs, self.rank, loc)
         return data
@@ -94,12 +94,12 @@ class StoreCommunicator:
     def all_gather(self, buf, stream) -> None:
         part = buf.size // self.world_size
         flat = buf.reshape(-1)
-        for r, a in enumerate(self._arrays("all_gather", flat[self.rank * part: (self.rank + 1) * part])):
-            flat[r * part: (r + 1) * part] = a
+        for r, a in enumerate(self._arrays("all_gather", flat[self.rank * part : (self.rank + 1) * part])):
+            flat[r * part : (r + 1) * part] = a
 
     def reduce_scatter(self, send, recv, op: str, stream) -> None:
         n = recv.size
-        parts = [a[self.rank * n: (self.rank + 1) * n] for a in self._arrays("reduce_scatter", send.reshape(-1))]
+        parts = [a[self.rank * n : (self.rank + 1) * n] for a in self._arrays("reduce_scatter", send.reshape(-1))]
         recv[...] = self._reduce(parts, op).reshape(recv.shape)
 
     def barrier(self) -> None:

@@ -63,8 +63,10 @@ def _watch(group, store: StoreClient, seconds: float) -> str | None:
                     return None
             stopped = _stopped(store, prefix, seen, seconds)
             if stopped is not None:
-                why = (f"rank {stopped} has not answered for {seconds:g} s (stopped, or its host unreachable; "
-                       f"FLAME_DIST_TIMEOUT sets the limit)")
+                why = (
+                    f"rank {stopped} has not answered for {seconds:g} s (stopped, or its host unreachable; "
+                    f"FLAME_DIST_TIMEOUT sets the limit)"
+                )
                 store.abort(f"rank {group.rank}: {why}")
                 return why
     except DistributedError as e:

@@ -117,7 +117,8 @@ def mismatch_error(signatures: list[str], rank: int, loc: str | None) -> Collect
     at = "" if loc is None else f"\n  at {loc}"
     return CollectiveMismatchError(
         f"rank {rank}: the ranks' collectives do not match: {said}. Every rank must issue the same "
-        f"collectives, with the same reduce op, shapes and dtypes, in the same order{at}")
+        f"collectives, with the same reduce op, shapes and dtypes, in the same order{at}"
+    )
 
 
 class SignatureCheck:
@@ -164,7 +165,7 @@ def _pack(arrays: list, dst) -> None:
     at = 0
     for a in arrays:
         n = a.size
-        part = dst[at: at + n]
+        part = dst[at : at + n]
         if n and address(part) != address(a):
             part[...] = a.reshape(-1)
         at += n
@@ -178,8 +179,10 @@ def run_collective(s, bufs: dict, stream=None) -> None:
     comm, op = communicator(), s.op
     n = op.attrs["world_size"]
     if comm.world_size != n:
-        raise FlameError(f"{op.name} was compiled for {n} ranks but the process group has {comm.world_size}"
-                         f"{'' if op.loc is None else chr(10) + '  at ' + op.loc}")
+        raise FlameError(
+            f"{op.name} was compiled for {n} ranks but the process group has {comm.world_size}"
+            f"{'' if op.loc is None else chr(10) + '  at ' + op.loc}"
+        )
     if n > 1:
         comm.check(_signature_of(op), op.loc)
     ins = [bufs[b] for b in s.inputs]
@@ -192,7 +195,7 @@ def run_collective(s, bufs: dict, stream=None) -> None:
         comm.broadcast(out, op.attrs["root"], stream)
     elif op.name == "all_gather":
         part = out.size // n
-        _pack(ins, out[comm.rank * part: (comm.rank + 1) * part])
+        _pack(ins, out[comm.rank * part : (comm.rank + 1) * part])
         comm.all_gather(out, stream)
     elif op.name == "reduce_scatter":
         send = ins[0].reshape(-1) if s.workspace is None else bufs[s.workspace].view(out.dtype).reshape(-1)

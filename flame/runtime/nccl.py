@@ -24,8 +24,10 @@ def _nccl():
     from cupy.cuda import nccl
 
     if not getattr(nccl, "available", True) or not hasattr(nccl, "NcclCommunicator"):
-        raise FlameError("NCCL is not available to CuPy: install the NCCL runtime (pip install -e '.[distributed]', "
-                         "or nvidia-nccl-cu12 / -cu13 for the CUDA version of your CuPy)")
+        raise FlameError(
+            "NCCL is not available to CuPy: install the NCCL runtime (pip install -e '.[distributed]', "
+            "or nvidia-nccl-cu12 / -cu13 for the CUDA version of your CuPy)"
+        )
     return nccl
 
 
@@ -38,9 +40,16 @@ def _as_id(raw: bytes) -> tuple[int, ...]:
     return tuple(b - 256 if b > 127 else b for b in raw)  # CuPy takes the id as signed chars
 
 
-_DTYPES = {"float32": "NCCL_FLOAT32", "float16": "NCCL_FLOAT16", "bfloat16": "NCCL_BFLOAT16",
-           "float64": "NCCL_FLOAT64", "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8",
-           "int8": "NCCL_INT8"}
+_DTYPES = {
+    "float32": "NCCL_FLOAT32",
+    "float16": "NCCL_FLOAT16",
+    "bfloat16": "NCCL_BFLOAT16",
+    "float64": "NCCL_FLOAT64",
+    "int32": "NCCL_INT32",
+    "int64": "NCCL_INT64",
+    "uint8": "NCCL_UINT8",
+    "int8": "NCCL_INT8",
+}
 _OPS = {"sum": "NCCL_SUM", "avg": "NCCL_AVG", "max": "NCCL_MAX", "min": "NCCL_MIN"}
 
 
@@ -89,8 +98,9 @@ class NcclCommunicator:
         self._comm.allGather(send, address(buf), part, self._type(buf), self._ptr(stream))
 
     def reduce_scatter(self, send, recv, op: str, stream) -> None:
-        self._comm.reduceScatter(address(send), address(recv), recv.size, self._type(recv), self._op(op),
-                                 self._ptr(stream))
+        self._comm.reduceScatter(
+            address(send), address(recv), recv.size, self._type(recv), self._op(op), self._ptr(stream)
+        )
 
     def barrier(self) -> None:
         """An all-reduce of one element, waited for on the host."""

@@ -7,8 +7,20 @@ import sys
 import types
 
 NCCL_CALLS: list[list] = []
-_NAMES = ("NCCL_FLOAT32", "NCCL_FLOAT64", "NCCL_INT32", "NCCL_INT64", "NCCL_FLOAT16", "NCCL_BFLOAT16", "NCCL_UINT8",
-          "NCCL_INT8", "NCCL_SUM", "NCCL_AVG", "NCCL_MAX", "NCCL_MIN")
+_NAMES = (
+    "NCCL_FLOAT32",
+    "NCCL_FLOAT64",
+    "NCCL_INT32",
+    "NCCL_INT64",
+    "NCCL_FLOAT16",
+    "NCCL_BFLOAT16",
+    "NCCL_UINT8",
+    "NCCL_INT8",
+    "NCCL_SUM",
+    "NCCL_AVG",
+    "NCCL_MAX",
+    "NCCL_MIN",
+)
 
 
 class _FakeNcclComm:

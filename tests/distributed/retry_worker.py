@@ -41,8 +41,9 @@ def main() -> int:
         report["first"] = str(e)
     report["initialised_after_failure"] = dist.is_initialized()
     report["world_after_failure"] = communicator.communicator().world_size
-    rank1 = subprocess.Popen([sys.executable, __file__, *sys.argv[1:]], env={**os.environ, "RANK": "1",
-                                                                             "LOCAL_RANK": "1"})
+    rank1 = subprocess.Popen(
+        [sys.executable, __file__, *sys.argv[1:]], env={**os.environ, "RANK": "1", "LOCAL_RANK": "1"}
+    )
     try:
         dist.init_process_group("store")
         report["result"] = all_reduce_once()

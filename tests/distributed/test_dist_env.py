@@ -48,14 +48,17 @@ def test_bad_environment_is_a_clear_error(bad, message, monkeypatch):
     assert not dist.is_initialized()
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"timeout": -1}, r"timeout=-1 must be a positive, finite number of seconds"),
-    ({"timeout": datetime.timedelta(seconds=-5)}, r"timeout=datetime.timedelta\(days=-1, seconds=86395\) must be"),
-    ({"timeout": "soon"}, r"timeout='soon' is not a number of seconds"),
-    ({"rank": 3, "world_size": 2}, r"rank=3 is not a rank of a world of 2: expected 0 to 1"),
-    ({"rank": 0, "world_size": 0}, r"world_size=0 is not a number of ranks >= 1"),
-    ({"rank": True, "world_size": 2}, r"rank=True is not a rank"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"timeout": -1}, r"timeout=-1 must be a positive, finite number of seconds"),
+        ({"timeout": datetime.timedelta(seconds=-5)}, r"timeout=datetime.timedelta\(days=-1, seconds=86395\) must be"),
+        ({"timeout": "soon"}, r"timeout='soon' is not a number of seconds"),
+        ({"rank": 3, "world_size": 2}, r"rank=3 is not a rank of a world of 2: expected 0 to 1"),
+        ({"rank": 0, "world_size": 0}, r"world_size=0 is not a number of ranks >= 1"),
+        ({"rank": True, "world_size": 2}, r"rank=True is not a rank"),
+    ],
+)
 def test_bad_arguments_are_a_clear_error(kwargs, message, monkeypatch):
     for k, v in GOOD.items():
         monkeypatch.setenv(k, v)

@@ -21,17 +21,29 @@ def _ranks(tmp_path, *args: str) -> tuple[int, list[dict], str]:
 
 
 MISMATCHES = {
-    "shape-eager": (["--numels", "4", "1", "--dtypes", "float32", "float32"],
-                    ["rank 0: all_reduce {op=sum, world_size=2} (f32[4]) -> f32[4]",
-                     "rank 1: all_reduce {op=sum, world_size=2} (f32[1]) -> f32[1]"]),
-    "dtype-same-bytes-compiled": (["--numels", "4", "4", "--dtypes", "float32", "int32", "--compiled"],
-                                  ["(f32[4]) -> f32[4]", "(i32[4]) -> i32[4]"]),
-    "reduce-op": (["--numels", "3", "3", "--dtypes", "float32", "float32", "--ops", "sum", "max"],
-                  ["rank 0: all_reduce {op=sum", "rank 1: all_reduce {op=max"]),
-    "shape-nccl": (["--numels", "4", "1", "--dtypes", "float32", "float32", "--nccl"],
-                   ["(f32[4]) -> f32[4]", "(f32[1]) -> f32[1]"]),
-    "dtype-nccl-compiled": (["--numels", "2", "2", "--dtypes", "float32", "int32", "--nccl", "--compiled"],
-                            ["(f32[2]) -> f32[2]", "(i32[2]) -> i32[2]"]),
+    "shape-eager": (
+        ["--numels", "4", "1", "--dtypes", "float32", "float32"],
+        [
+            "rank 0: all_reduce {op=sum, world_size=2} (f32[4]) -> f32[4]",
+            "rank 1: all_reduce {op=sum, world_size=2} (f32[1]) -> f32[1]",
+        ],
+    ),
+    "dtype-same-bytes-compiled": (
+        ["--numels", "4", "4", "--dtypes", "float32", "int32", "--compiled"],
+        ["(f32[4]) -> f32[4]", "(i32[4]) -> i32[4]"],
+    ),
+    "reduce-op": (
+        ["--numels", "3", "3", "--dtypes", "float32", "float32", "--ops", "sum", "max"],
+        ["rank 0: all_reduce {op=sum", "rank 1: all_reduce {op=max"],
+    ),
+    "shape-nccl": (
+        ["--numels", "4", "1", "--dtypes", "float32", "float32", "--nccl"],
+        ["(f32[4]) -> f32[4]", "(f32[1]) -> f32[1]"],
+    ),
+    "dtype-nccl-compiled": (
+        ["--numels", "2", "2", "--dtypes", "float32", "int32", "--nccl", "--compiled"],
+        ["(f32[2]) -> f32[2]", "(i32[2]) -> i32[2]"],
+    ),
 }
 
 
@@ -50,8 +62,9 @@ def test_mismatched_collectives_fail_on_every_rank(case, tmp_path):
 
 
 def test_matching_collectives_check_each_signature_once_before_nccl(tmp_path):
-    code, reports, out = _ranks(tmp_path, "--numels", "3", "3", "--dtypes", "float32", "float32", "--nccl",
-                                "--repeat", "3")
+    code, reports, out = _ranks(
+        tmp_path, "--numels", "3", "3", "--dtypes", "float32", "float32", "--nccl", "--repeat", "3"
+    )
     assert code == 0, out
     for rep in reports:
         assert rep["signature_exchanges"] == 1  # one agreement, then three NCCL calls
@@ -59,8 +72,9 @@ def test_matching_collectives_check_each_signature_once_before_nccl(tmp_path):
 
 
 def test_matching_collectives_through_the_store_are_unchanged(tmp_path):
-    code, reports, out = _ranks(tmp_path, "--numels", "3", "3", "--dtypes", "float64", "float64", "--compiled",
-                                "--repeat", "2")
+    code, reports, out = _ranks(
+        tmp_path, "--numels", "3", "3", "--dtypes", "float64", "float64", "--compiled", "--repeat", "2"
+    )
     assert code == 0, out
     want = (np.arange(3) + 0.0) + (np.arange(3) + 1.0)
     for rep in reports:
@@ -87,6 +101,8 @@ def test_signature_check_agrees_once_and_names_every_rank():
     assert asked == [f"the signature of {mine}"]
     with pytest.raises(CollectiveMismatchError) as e:
         check(mine + "!", "train.py:3  dist.all_reduce(x)")
-    assert str(e.value) == (f"rank 0: the ranks' collectives do not match: ranks 0, 1: {mine}!; rank 2: {other}. "
-                            "Every rank must issue the same collectives, with the same reduce op, shapes and "
-                            "dtypes, in the same order\n  at train.py:3  dist.all_reduce(x)")
+    assert str(e.value) == (
+        f"rank 0: the ranks' collectives do not match: ranks 0, 1: {mine}!; rank 2: {other}. "
+        "Every rank must issue the same collectives, with the same reduce op, shapes and "
+        "dtypes, in the same order\n  at train.py:3  dist.all_reduce(x)"
+    )

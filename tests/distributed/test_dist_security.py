@@ -52,8 +52,11 @@ def _read_all(sock: socket.socket) -> bytes:
 def test_a_client_without_the_secret_can_neither_read_nor_post_nor_abort(server):
     owner = StoreClient("127.0.0.1", server.port, 5.0, secret=SECRET)
     owner.set("weights", b"the job's tensor bytes")
-    for request in (_request(GET, "weights", struct.pack("<Q", 1000)), _request(SET, "weights", b"injected" * 20),
-                    _request(5, "", b"aborted by an intruder" * 4)):  # 5: ABORT
+    for request in (
+        _request(GET, "weights", struct.pack("<Q", 1000)),
+        _request(SET, "weights", b"injected" * 20),
+        _request(5, "", b"aborted by an intruder" * 4),
+    ):  # 5: ABORT
         sock = _raw(server.port)
         hello = sock.recv(len(auth.HELLO) + 1 + 32)
         assert hello.startswith(auth.HELLO + b"\x01")
@@ -75,15 +78,20 @@ def test_a_silent_client_is_dropped_after_the_handshake_timeout(server):
 
 
 def test_clients_with_a_wrong_or_no_secret_are_refused(server):
-    with pytest.raises(DistributedError, match=f"rank 1: the store at 127.0.0.1:{server.port} refused this process: "
-                                               "its FLAME_DIST_SECRET is not the job's"):
+    with pytest.raises(
+        DistributedError,
+        match=f"rank 1: the store at 127.0.0.1:{server.port} refused this process: "
+        "its FLAME_DIST_SECRET is not the job's",
+    ):
         StoreClient("127.0.0.1", server.port, 5.0, rank=1, secret=b"a guess")
     with pytest.raises(DistributedError, match="requires the job's secret: set FLAME_DIST_SECRET"):
         StoreClient("127.0.0.1", server.port, 5.0)
     open_store = StoreServer("127.0.0.1", 0)
     try:
-        with pytest.raises(DistributedError, match="does not authenticate its clients but this process has "
-                                                   "FLAME_DIST_SECRET: refusing to use it"):
+        with pytest.raises(
+            DistributedError,
+            match="does not authenticate its clients but this process has FLAME_DIST_SECRET: refusing to use it",
+        ):
             StoreClient("127.0.0.1", open_store.port, 5.0, secret=SECRET)
     finally:
         open_store.close()
@@ -152,8 +160,18 @@ def test_ranks_of_a_job_with_a_secret_refuse_intruders_and_finish(tmp_path):
     MASTER_ADDR only, refuses clients without the secret, and the job still finishes."""
     port = free_port()
     stop = tmp_path / "stop"
-    procs = start_ranks("hang_worker.py", "--out", str(tmp_path), "--stop-file", str(stop), world=2, out=tmp_path,
-                        port=port, FLAME_DIST_SECRET="0123456789abcdef the user's secret", FLAME_DIST_TIMEOUT="20")
+    procs = start_ranks(
+        "hang_worker.py",
+        "--out",
+        str(tmp_path),
+        "--stop-file",
+        str(stop),
+        world=2,
+        out=tmp_path,
+        port=port,
+        FLAME_DIST_SECRET="0123456789abcdef the user's secret",
+        FLAME_DIST_TIMEOUT="20",
+    )
     try:
         wait_for_files([tmp_path / "rank0.ready", tmp_path / "rank1.ready"], 60)
         with pytest.raises(ConnectionRefusedError):
