@@ -5,7 +5,8 @@ raises it again, so the rank fails).
 
 --nccl: the collectives go through runtime/nccl.py's NcclCommunicator (made by the process group's
 own code) over a stand-in `cupy.cuda.nccl` that records each call instead of running it, so the
-check that must come before every NCCL call runs on the CPU."""
+check that must come before every NCCL call runs on the CPU. --backend nccl (on GPUs): the process
+group's real NCCL communicator."""
 
 from __future__ import annotations
 
@@ -31,10 +32,11 @@ def main() -> int:
     p.add_argument("--ops", nargs="+", default=None)
     p.add_argument("--compiled", action="store_true")
     p.add_argument("--nccl", action="store_true")
+    p.add_argument("--backend", default="store")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--out", required=True)
     a = p.parse_args()
-    dist.init_process_group("store")
+    dist.init_process_group(a.backend)
     r, n = dist.get_rank(), dist.get_world_size()
     exchange = None
     if a.nccl:
