@@ -26,6 +26,21 @@ from flame.distributed.process_group import (
 )
 from flame.distributed.store import DistributedError
 
-__all__ = ["DistributedError", "ReduceOp", "all_gather", "all_gather_into_tensor", "all_reduce", "barrier",
-           "broadcast", "destroy_process_group", "get_backend", "get_local_rank", "get_rank", "get_world_size",
-           "init_process_group", "is_initialized", "reduce_scatter", "reduce_scatter_tensor"]
+__all__ = [
+    "DistributedError",
+    "ReduceOp",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "barrier",
+    "broadcast",
+    "destroy_process_group",
+    "get_backend",
+    "get_local_rank",
+    "get_rank",
+    "get_world_size",
+    "init_process_group",
+    "is_initialized",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+]

@@ -79,20 +79,22 @@ def all_gather(tensor_list: list[Tensor], tensor: Tensor, group=None, async_op: 
     gathered = apply("all_gather", flat, world_size=n)
     k = tensor.numel()
     for r, t in enumerate(tensor_list):
-        t.copy_(gathered[r * k: (r + 1) * k].reshape(tensor.shape))
+        t.copy_(gathered[r * k : (r + 1) * k].reshape(tensor.shape))
     return _finish(async_op)
 
 
-def reduce_scatter_tensor(output: Tensor, input: Tensor, op: ReduceOp | str = ReduceOp.SUM, group=None,
-                          async_op: bool = False):
+def reduce_scatter_tensor(
+    output: Tensor, input: Tensor, op: ReduceOp | str = ReduceOp.SUM, group=None, async_op: bool = False
+):
     """output <- this rank's slice (along axis 0) of op over the ranks' inputs."""
     _check(group)
     output.copy_(apply("reduce_scatter", input, op=_op(op), world_size=get_world_size()))
     return _finish(async_op)
 
 
-def reduce_scatter(output: Tensor, input_list: list[Tensor], op: ReduceOp | str = ReduceOp.SUM, group=None,
-                   async_op: bool = False):
+def reduce_scatter(
+    output: Tensor, input_list: list[Tensor], op: ReduceOp | str = ReduceOp.SUM, group=None, async_op: bool = False
+):
     """output <- op over the ranks' input_list[rank] (one entry per rank, each of output's shape)."""
     _check(group)
     n = get_world_size()

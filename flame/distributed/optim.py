@@ -47,9 +47,11 @@ class ZeroRedundancyOptimizer:
             ddp = ddp_of(self.params[0]) if self.params else None
             same = ddp is not None and {id(p) for p in ddp.parameters_reduced} == {id(p) for p in self.params}
             if len(owners) != 1 or not same:
-                raise DistributedError("ZeroRedundancyOptimizer: pass the parameters of ONE DistributedDataParallel "
-                                       "model (wrap the model first: opt = ZeroRedundancyOptimizer(ddp.parameters(), "
-                                       "flame.optim.AdamW, lr=...))")
+                raise DistributedError(
+                    "ZeroRedundancyOptimizer: pass the parameters of ONE DistributedDataParallel "
+                    "model (wrap the model first: opt = ZeroRedundancyOptimizer(ddp.parameters(), "
+                    "flame.optim.AdamW, lr=...))"
+                )
             self.ddp = ddp
             self.shards = ddp.shard_for_zero()
             self.buckets = ddp.buckets
@@ -108,7 +110,7 @@ class ZeroRedundancyOptimizer:
             for i in owned:
                 n = numel[i]
                 if r != self.rank:
-                    params[i].copy_(flat[at: at + n].reshape(params[i].shape))
+                    params[i].copy_(flat[at : at + n].reshape(params[i].shape))
                 at += n
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> Tensor:
@@ -160,8 +162,12 @@ class ZeroRedundancyOptimizer:
                         broadcast(buf, src=owner[k])
                     got[name] = buf
                 state[k] = got
-        groups = [{**{k: v for k, v in self.param_groups[0].items() if k != "params"},
-                   "params": list(range(len(self.params)))}]
+        groups = [
+            {
+                **{k: v for k, v in self.param_groups[0].items() if k != "params"},
+                "params": list(range(len(self.params))),
+            }
+        ]
         return {"state": state, "param_groups": groups}
 
     def _owners(self) -> list[int]:
@@ -175,8 +181,12 @@ class ZeroRedundancyOptimizer:
         """The part of a whole-optimizer state_dict that this rank's optimizer holds."""
         saved = {int(k): v for k, v in state_dict["state"].items()}
         ids = [self._order[id(p)] for p in self.owned]
-        groups = [{**{k: v for k, v in state_dict["param_groups"][0].items() if k != "params"},
-                   "params": list(range(len(ids)))}]
+        groups = [
+            {
+                **{k: v for k, v in state_dict["param_groups"][0].items() if k != "params"},
+                "params": list(range(len(ids))),
+            }
+        ]
         return {"state": {j: saved.get(k, {}) for j, k in enumerate(ids)}, "param_groups": groups}
 
     def plan_load(self, state_dict: dict[str, Any]) -> list:

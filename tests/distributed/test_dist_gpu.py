@@ -44,14 +44,65 @@ def test_gpt_on_two_gpus_matches_one_gpu(case, graphs, stream, tmp_path):
 
 def test_a_raising_rank_stops_both_gpus(tmp_path):
     start = time.monotonic()
-    proc = run("ddp_worker.py", "--model", "gpt", "--fail-rank", "1", "--out", str(tmp_path), nproc=2,
-               device="cuda", timeout=180)
+    proc = run(
+        "ddp_worker.py",
+        "--model",
+        "gpt",
+        "--fail-rank",
+        "1",
+        "--out",
+        str(tmp_path),
+        nproc=2,
+        device="cuda",
+        timeout=180,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "rank 1 failed" in out and "ValueError: boom" in out, out
     assert time.monotonic() - start < 150
 
 
 def test_checkpoint_on_two_gpus(tmp_path):
-    ok(run("ddp_worker.py", "--model", "gpt", "--zero", "--steps", "2", "--out", str(tmp_path),
-           "--checkpoint", str(tmp_path / "ck.safetensors"), nproc=2, device="cuda"))
+    ok(
+        run(
+            "ddp_worker.py",
+            "--model",
+            "gpt",
+            "--zero",
+            "--steps",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--checkpoint",
+            str(tmp_path / "ck.safetensors"),
+            nproc=2,
+            device="cuda",
+        )
+    )
     assert (tmp_path / "ck.safetensors").exists() and (tmp_path / "loaded.npz").exists()
+
+
+def test_mismatched_collectives_fail_on_both_gpus_before_nccl(tmp_path):
+    import json
+
+    proc = run(
+        "mismatch_worker.py",
+        "--backend",
+        "nccl",
+        "--numels",
+        "4",
+        "1",
+        "--dtypes",
+        "float32",
+        "float32",
+        "--out",
+        str(tmp_path),
+        nproc=2,
+        device="cuda",
+        timeout=120,
+        FLAME_DIST_TIMEOUT="30",
+    )
+    assert proc.returncode != 0
+    for r in range(2):
+        err = json.loads((tmp_path / f"rank{r}.json").read_text())["error"]
+        assert err.startswith(f"CollectiveMismatchError: rank {r}: the ranks' collectives do not match"), err
+        assert "(f32[4]) -> f32[4]" in err and "(f32[1]) -> f32[1]" in err, err
