@@ -11,7 +11,8 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, matmul
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import matmul
 
 __all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "leaky_relu", "linear",
            "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm", "scaled_dot_product_attention", "sigmoid",

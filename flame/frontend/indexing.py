@@ -22,13 +22,15 @@ import numpy as np
 
 from flame.errors import FlameError, IndexValueError, ShapeError, TraceError
 from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import full
 from flame.ir.dtypes import boolean, i32, i64
+from flame.ir.ops._shapes import broadcast_shapes
 
 
 def _tensor_cls():
-    from flame.frontend.tensor import Tensor
-
     return Tensor
 
 
@@ -146,8 +148,6 @@ def _check_bounds(idx, n: int, axis: int) -> None:
 
 def _advanced(x, advanced: list):
     """Integer index tensors on axes A of x: broadcast them, read the elements they name pairwise."""
-    from flame.ir.ops._shapes import broadcast_shapes
-
     axes = [a for a, _ in advanced]
     idxs = [k for _, k in advanced]
     for a, k in advanced:
@@ -198,8 +198,6 @@ def setitem(t, key, value) -> None:
 
 
 def _scalar_like(value, t):
-    from flame.frontend.tensor import full
-
     if not isinstance(value, (int, float, bool, np.number, np.bool_)):
         Tensor = _tensor_cls()
         return Tensor(value, t.dtype)
@@ -208,8 +206,6 @@ def _scalar_like(value, t):
 
 def masked_write(t, mask, value):
     """where(mask, value, t): value broadcasts against t, or holds one row per True element of mask."""
-    from flame.ir.ops._shapes import broadcast_shapes
-
     if tuple(mask.shape) != tuple(t.shape[: mask.ndim]):
         raise ShapeError(f"the shape of the mask {list(mask.shape)} does not match the shape of the indexed tensor "
                          f"{list(t.shape)}\n  at {user_location()}")
@@ -235,8 +231,6 @@ def masked_write(t, mask, value):
 
 def _scatter_write(t, key, value):
     """Scatter value at the flat positions x[key] reads: flat indices of the key, from an arange."""
-    from flame.frontend.creation import arange
-
     Tensor = _tensor_cls()
     positions = getitem(arange(t.numel()).reshape(t.shape), key)
     src = value.broadcast_to(positions.shape).reshape(-1)
@@ -257,8 +251,6 @@ def _scatter_write(t, key, value):
 
 
 def _full(shape, value, dtype):
-    from flame.frontend.tensor import full
-
     return full(tuple(shape), value, dtype)
 
 
@@ -282,8 +274,6 @@ def stand_in(t, *others):
     """What an in-place op on t computes from: t itself while tracing or when no gradient is recorded,
     else a new Tensor holding t's gradient history (and, for a leaf, a copy of its values: the write
     changes t's buffer, and t takes the new history)."""
-    from flame.frontend.tensor import Tensor
-
     involved = [t, *(o for o in others if isinstance(o, Tensor))]
     if current_trace.get() is not None or t._value is not None or not grad_enabled.get() \
             or not any(x.requires_grad for x in involved):
