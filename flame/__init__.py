@@ -245,7 +245,8 @@ from flame.frontend.ops import (
     where,
     xlogy,
 )
-from flame.frontend.tensor import Tensor, matmul
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import matmul
 from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flame.errors import DTypeError
+from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType, bf16, dtype_of, f16, f32, f64, promote
 
 LOW = (f16, bf16)
@@ -112,8 +113,6 @@ def cast_inputs(policy: str, inputs: tuple) -> tuple:
     (see the module docstring); other values and everything outside a region pass through."""
     if not _state.get().enabled:
         return inputs
-    from flame.frontend.tensor import Tensor
-
     dtypes = [x.dtype for x in inputs if isinstance(x, Tensor) and _eligible(policy, x.dtype)]
     target = _target(policy, dtypes) if dtypes else None
     if target is None:

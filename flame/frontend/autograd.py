@@ -9,8 +9,10 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 
 from flame.compiler import compile_graph
-from flame.errors import AutogradError, FlameError
+from flame.errors import FlameError
+from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.dispatch import freed_graph_error
 from flame.frontend.hooks import run_grad_reducers
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
@@ -44,17 +46,6 @@ def _topo(root: Tensor) -> list[Tensor]:
                     todo.append(x)
                 g.add_edge(id(x), id(t))
     return [tensors[i] for i in nx.topological_sort(g)]
-
-
-_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after "
-          "they have already been freed). Saved intermediate values of the graph are freed when you call "
-          ".backward(). Specify retain_graph=True if you need to backward through the graph a second time")
-
-
-def freed_graph_error(op: str, loc: str | None) -> AutogradError:
-    """The error of a second backward() through a graph a first one freed."""
-    return AutogradError(f"backward(): {_FREED} (the graph's {op}{f' at {loc}' if loc else ''} was freed by "
-                         f"an earlier backward())\n  at {user_location()}")
 
 
 def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
@@ -117,8 +108,6 @@ def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | 
 def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """f -> (x... -> (f(x...), df/dx)) for the arguments at argnums (f must return a scalar).
     Works eagerly and inside @flame.compile; gradients that do not depend on f are zeros."""
-    from flame.frontend.compile import Compiled
-
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def traced(*args):

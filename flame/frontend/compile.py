@@ -38,6 +38,7 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
 from flame.ir.verify import verify
+from flame.plan.memory import memory_report
 from flame.runtime.device import executor
 
 if TYPE_CHECKING:
@@ -572,8 +573,6 @@ class Compiled:
         """The planned device memory of a call with these arguments, before it runs (traces and
         compiles like a first call, which then reuses the result): peak bytes, what is live at the
         peak, activations saved for the backward. Printable; see flame.plan.memory."""
-        from flame.plan.memory import memory_report
-
         return memory_report(self._lookup(self._args(args)).plan)
 
     def __call__(self, *args):

@@ -6,54 +6,18 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import DTypeError, ShapeError
+from flame.errors import ShapeError
+from flame.frontend.context import no_grad
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, _shape_arg, full
-from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, f64, i64
+from flame.frontend.tensor import Tensor, _shape_arg, to_array
+from flame.frontend.tensor_core import full, where
+from flame.ir.dtypes import DType, bf16, dtype_of, f32, f64, i64
+from flame.runtime import device as _device
+from flame.runtime.device import executor
 
 __all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy", "full",
            "full_like", "linspace", "manual_seed", "multinomial", "ones", "ones_like", "rand", "rand_like", "randint",
            "randn", "randn_like", "tensor", "zeros", "zeros_like"]
-
-
-def default_dtype_for(value: Any) -> DType:
-    if isinstance(value, (bool, np.bool_)):
-        return boolean
-    if isinstance(value, (int, np.integer)):
-        return i64
-    return f32
-
-
-def to_array(data: Any, dtype: Any = None, copy: bool = True):
-    """Convert user data (lists, numbers, NumPy/CuPy/DLPack arrays, Tensors) to a device array.
-    copy=False shares the caller's array where its dtype and device allow (as torch.as_tensor)."""
-    from flame.runtime.device import executor
-
-    if isinstance(data, Tensor):
-        data = data.numpy()
-    dt = dtype_of(dtype) if dtype is not None else None
-    if not isinstance(data, np.ndarray) and hasattr(data, "__cuda_array_interface__"):
-        arr = data
-    else:
-        arr = np.asarray(data)
-        if dt is None:
-            if arr.dtype.kind == "f":
-                dt = f32 if arr.dtype == np.float64 and not isinstance(data, np.ndarray) else dtype_of(arr.dtype)
-            elif arr.dtype.kind in "iu":
-                dt = i64 if not isinstance(data, np.ndarray) else dtype_of(arr.dtype)
-            elif arr.dtype.kind == "b":
-                dt = boolean
-            elif arr.dtype == bf16.np_dtype:  # ml_dtypes' bfloat16 has kind 'V'
-                dt = bf16
-            else:
-                raise DTypeError(f"cannot make a tensor from data of dtype {arr.dtype}")
-    if dt is None:
-        dt = dtype_of(arr.dtype)
-    ex = executor()
-    out = ex.asarray(arr.astype(dt.np_dtype) if arr.dtype != dt.np_dtype else arr)
-    if copy and (out is arr or (isinstance(out, np.ndarray) and np.may_share_memory(out, arr))):
-        out = out.copy()  # flame.tensor never aliases the caller's array (a later a[0] = 42 must not show)
-    return out, dt
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
@@ -81,8 +45,6 @@ def from_dlpack(obj) -> Tensor:
     """Zero-copy view of a DLPack-capable array (torch, CuPy, JAX) on the current device, bfloat16
     included (NumPy and CuPy import no bfloat16 through DLPack: its bits come as int16 and are viewed
     as bfloat16, still sharing memory)."""
-    from flame.runtime.device import executor
-
     bits = _bfloat16_bits(obj)
     if bits is not None:
         return Tensor._concrete(executor().from_dlpack(bits).view(bf16.np_dtype), bf16)
@@ -173,9 +135,7 @@ class _DefaultGenerator:
         self.seed = 0
 
     def get(self) -> Generator:
-        from flame.runtime.device import get_device
-
-        device = get_device()
+        device = _device.get_device()
         if device not in self.gens:
             self.gens[device] = Generator(self.seed)
         return self.gens[device]
@@ -183,11 +143,9 @@ class _DefaultGenerator:
     def manual_seed(self, seed: int) -> Generator:
         """Reseed every device's generator (torch.manual_seed does): the current device's in place (a
         compiled function that captured it sees the new seed), the others are made afresh from it."""
-        from flame.runtime.device import get_device
-
         self.seed = int(seed)
         current = self.get()
-        self.gens = {get_device(): current}
+        self.gens = {_device.get_device(): current}
         return current.manual_seed(seed)
 
 
@@ -221,6 +179,18 @@ def rand_like(t: Tensor, dtype=None, generator: Generator | None = None) -> Tens
 
 def randn_like(t: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:
     return randn(*t.shape, dtype=dtype or t.dtype, generator=generator)
+
+
+def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """Fill t in place with U(a, b) (Tensor.uniform_, torch.nn.init.uniform_)."""
+    with no_grad():
+        return t.copy_(rand(*t.shape, dtype=t.dtype, generator=generator) * (b - a) + a)
+
+
+def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """Fill t in place with N(mean, std^2) (Tensor.normal_, torch.nn.init.normal_)."""
+    with no_grad():
+        return t.copy_(randn(*t.shape, dtype=t.dtype, generator=generator) * std + mean)
 
 
 def randint(*args, size=None, dtype=i64, generator: Generator | None = None) -> Tensor:
@@ -259,8 +229,6 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False,  # n
     u = (generator or default_generator()).draw("random_uniform", (*input.shape[:-1], num_samples if replacement
                                                                    else c), f64)
     if not replacement:
-        from flame.frontend.ops import where
-
         keys = where(p > 0, u.log() / where(p > 0, p, 1.0), float("-inf"))
         return keys.topk(num_samples, dim=-1).indices
     cdf = p.cumsum(-1)
@@ -279,8 +247,6 @@ def linspace(start, end, steps: int, dtype=None) -> Tensor:
     work = dt if dt.is_float else f64
     if steps <= 1:
         return full((steps,), start, work).to(dt)
-    from flame.frontend.ops import where
-
     step = (end - start) / (steps - 1)
     i = arange(steps, dtype=work)
     out = where(i < steps // 2, i * step + start, end - (float(steps - 1) - i) * step)

@@ -11,6 +11,7 @@ import numpy as np
 from flame.errors import ShapeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import i64
 
 __all__ = ["argwhere", "bincount", "count_nonzero", "histc", "nonzero", "unique"]
 
@@ -38,8 +39,6 @@ def argwhere(input: Tensor) -> Tensor:  # noqa: A002
 
 def count_nonzero(input: Tensor, dim=None) -> Tensor:  # noqa: A002
     """How many elements are nonzero (over dim, an int or a tuple, or all), int64."""
-    from flame.ir.dtypes import i64
-
     hits = (input != 0).to(i64)
     return hits.sum() if dim is None else hits.sum(dim)
 

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from flame.compiler import compile_graph
-from flame.errors import FlameError, TraceError
+from flame.errors import AutogradError, FlameError, TraceError
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, grad_enabled, in_checkpoint, user_location
+from flame.frontend.tensor import Tensor
 from flame.ir import registry
 from flame.ir.builder import Builder, _with_loc
 from flame.ir.dtypes import DType
@@ -36,6 +37,17 @@ class Node:
     freed: bool = False
 
 
+_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after "
+          "they have already been freed). Saved intermediate values of the graph are freed when you call "
+          ".backward(). Specify retain_graph=True if you need to backward through the graph a second time")
+
+
+def freed_graph_error(op: str, loc: str | None) -> AutogradError:
+    """The error of a second backward() through a graph a first one freed."""
+    return AutogradError(f"backward(): {_FREED} (the graph's {op}{f' at {loc}' if loc else ''} was freed by "
+                         f"an earlier backward())\n  at {user_location()}")
+
+
 # The tensors whose versions some eager graph recorded (a Node's inputs), weakly, and how many times
 # a tensor joined them: only their in-place updates can make backward() raise, so a compiled step's
 # replay bumps the versions of these alone (frontend/replay.py), not of every parameter and moment
@@ -45,8 +57,6 @@ _JOINED = [0]
 
 def record_versions(inputs: tuple) -> tuple:
     """The versions of a Node's inputs (0 for a non-tensor), each tensor noted as watched."""
-    from flame.frontend.tensor import Tensor
-
     versions = []
     for x in inputs:
         if isinstance(x, Tensor):
@@ -69,8 +79,6 @@ def watch_count() -> int:
 
 
 def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:
-    from flame.frontend.tensor import Tensor
-
     tensors = [x for x in inputs if isinstance(x, Tensor)]
     like = next((t for t in tensors if t.dtype.kind != "bool"), tensors[0] if tensors else None)
     if like is None:
@@ -94,8 +102,6 @@ def _one_op_graph(name: str, attrs: dict, types: tuple[TensorType, ...]) -> Grap
 def apply(name: str, *inputs: Any, **attrs: Any):
     """Run or record op `name` on Tensors / Python numbers. Returns a Tensor. Inside flame.autocast
     the floating-point inputs are cast first, as the op's `autocast` trait says."""
-    from flame.frontend.tensor import Tensor
-
     opdef = registry.get(name)
     inputs = autocast.cast_inputs(opdef.autocast, inputs)
     try:

@@ -11,7 +11,9 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, matmul
+from flame.frontend.index_ops import embedding_rows
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import matmul
 
 __all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "leaky_relu", "linear",
            "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm", "scaled_dot_product_attention", "sigmoid",
@@ -182,8 +184,6 @@ def _check_labels(target: Tensor, n_classes: int, ignore_index: int | None) -> b
 
 def embedding(idx: Tensor, weight: Tensor) -> Tensor:
     """weight's rows at idx; an index outside [0, rows) raises (frontend/index_ops.py)."""
-    from flame.frontend.index_ops import embedding_rows
-
     return embedding_rows(weight, idx)
 
 

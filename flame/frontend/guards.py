@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType
 
 MISSING = object()
@@ -198,8 +199,6 @@ def _is_module(obj: Any) -> bool:
 def _is_holder(obj: Any) -> bool:
     """An object of the user's (a trainer) whose attributes may hold the modules: not a module, a
     tensor, a class or a Python module."""
-    from flame.frontend.tensor import Tensor
-
     return (hasattr(obj, "__dict__") and not _is_module(obj) and not isinstance(obj, (type, types.ModuleType, Tensor))
             and not callable(obj))
 
@@ -213,8 +212,6 @@ class Namer:
 
     @functools.cached_property
     def names(self) -> dict[int, str]:
-        from flame.frontend.tensor import Tensor
-
         out: dict[int, str] = {}
         roots = list(_roots(self.fn))
         roots += [(f"{name}.{attr}", v) for name, obj in roots if _is_holder(obj)  # one level into self
@@ -268,8 +265,6 @@ def role_of(t: Any) -> str:
 
 def describe_arguments(fn: Callable, args: list) -> list[tuple[str, Any]]:
     """(label, what it is) per argument: ('argument 0 (x)', ('tensor', [64, 784], 'f32', False))."""
-    from flame.frontend.tensor import Tensor
-
     try:
         params = [p.name for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

@@ -21,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from flame.errors import DTypeError, IndexValueError, ShapeError
-from flame.frontend import tensor as _t  # circular: used at call time only
+from flame.frontend import tensor as _t
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
+from flame.frontend.tensor_core import full
 from flame.ir.dtypes import boolean
 
 
@@ -121,7 +122,7 @@ def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = No
         )
     src = value if src is None else src
     if not isinstance(src, _t.Tensor):
-        src = _t.full(tuple(index.shape), src, x.dtype)
+        src = full(tuple(index.shape), src, x.dtype)
     elif src.shape != index.shape:
         if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
             raise ShapeError(
@@ -185,12 +186,12 @@ def index_fill(x, dim: int, index, value):
         )
     hit = apply(
         "scatter",
-        _t.full((n,), False, boolean),
+        full((n,), False, boolean),
         wrap_negative(index, n),
-        _t.full(tuple(index.shape), True, boolean),
+        full(tuple(index.shape), True, boolean),
         axis=0,
     )
-    value = value.to(x.dtype) if isinstance(value, _t.Tensor) else _t.full((), value, x.dtype)
+    value = value.to(x.dtype) if isinstance(value, _t.Tensor) else full((), value, x.dtype)
     shape = [1] * x.ndim
     if x.ndim:
         shape[axis] = n

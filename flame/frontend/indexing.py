@@ -28,14 +28,16 @@ import numpy as np
 
 from flame.errors import FlameError, ShapeError, TraceError
 from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
 from flame.frontend.index_ops import check_indices, wrap_negative
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import full
 from flame.ir.dtypes import boolean, i64
+from flame.ir.ops._shapes import broadcast_shapes
 
 
 def _tensor_cls():
-    from flame.frontend.tensor import Tensor
-
     return Tensor
 
 
@@ -144,8 +146,6 @@ def getitem(t, key):
 
 def _advanced(x, advanced: list):
     """Integer index tensors on axes A of x: broadcast them, read the elements they name pairwise."""
-    from flame.ir.ops._shapes import broadcast_shapes
-
     axes = [a for a, _ in advanced]
     idxs = [k for _, k in advanced]
     for a, k in advanced:
@@ -195,8 +195,6 @@ def setitem(t, key, value) -> None:
 
 
 def _scalar_like(value, t):
-    from flame.frontend.tensor import full
-
     if not isinstance(value, (int, float, bool, np.number, np.bool_)):
         Tensor = _tensor_cls()
         return Tensor(value, t.dtype)
@@ -205,8 +203,6 @@ def _scalar_like(value, t):
 
 def masked_write(t, mask, value):
     """where(mask, value, t): value broadcasts against t, or holds one row per True element of mask."""
-    from flame.ir.ops._shapes import broadcast_shapes
-
     if tuple(mask.shape) != tuple(t.shape[: mask.ndim]):
         raise ShapeError(f"the shape of the mask {list(mask.shape)} does not match the shape of the indexed tensor "
                          f"{list(t.shape)}\n  at {user_location()}")
@@ -233,8 +229,6 @@ def masked_write(t, mask, value):
 def _scatter_write(t, key, value):
     """Scatter value at the flat positions x[key] reads (the flat indices of the key, read from an
     arange); the last write to a position wins (the scatter op)."""
-    from flame.frontend.creation import arange
-
     positions = getitem(arange(t.numel()).reshape(t.shape), key)
     src = value.broadcast_to(positions.shape).reshape(-1)
     return apply("scatter", t.reshape(-1), positions.reshape(-1), src, axis=0).reshape(t.shape)
@@ -243,8 +237,6 @@ def _scatter_write(t, key, value):
 def index_put(t, indices, values, accumulate: bool = False):
     """torch.index_put: t with values written (accumulate=False; a repeated position keeps the last)
     or added (accumulate=True) at the elements the tuple of index tensors selects, as t[indices]."""
-    from flame.frontend.creation import arange
-
     Tensor = _tensor_cls()
     if not isinstance(indices, (tuple, list)):
         raise ShapeError(f"index_put: indices must be a tuple of tensors, got {type(indices).__name__}"
@@ -282,8 +274,6 @@ def stand_in(t, *others):
     """What an in-place op on t computes from: t itself while tracing or when no gradient is recorded,
     else a new Tensor holding t's gradient history (and, for a leaf, a copy of its values: the write
     changes t's buffer, and t takes the new history), remembered as t at its current version."""
-    from flame.frontend.tensor import Tensor
-
     involved = [t, *(o for o in others if isinstance(o, Tensor))]
     if current_trace.get() is not None or t._value is not None or not grad_enabled.get() \
             or not any(x.requires_grad for x in involved):

@@ -11,6 +11,7 @@ from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
 from flame.frontend.functional import _loss_reduce, warn_if_broadcast
 from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import where
 from flame.ir.dtypes import i64
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss", "nll_loss", "one_hot", "pad",
@@ -18,8 +19,6 @@ __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss"
 
 
 def _where(cond: Tensor, a, b) -> Tensor:
-    from flame.frontend.ops import where
-
     return where(cond, a, b)
 
 

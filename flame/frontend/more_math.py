@@ -16,8 +16,9 @@ import numpy as np
 from flame.errors import ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
-from flame.frontend.ops import cat, stack, vector_norm, where
 from flame.frontend.tensor import Tensor, dim_index
+from flame.frontend.tensor_core import cat, stack, where
+from flame.frontend.tensor_ops import vector_norm
 from flame.ir.dtypes import f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",

@@ -1,6 +1,7 @@
 """The torch-level functions of the package root (flame.exp, flame.where, flame.cat, ...): thin
-wrappers over Tensor methods and apply(), with PyTorch names and semantics. flame/__init__.py only
-re-exports them."""
+wrappers over Tensor methods, with PyTorch names and semantics, and the functions written beside the
+methods they build on (where, cat, stack, pad in tensor_core.py; vector_norm in tensor_ops.py).
+flame/__init__.py only re-exports them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,22 @@ import inspect
 
 import numpy as np
 
-from flame.errors import DTypeError, ShapeError
-from flame.frontend.context import user_location
+from flame.frontend import methods  # noqa: F401  (Tensor's methods are bound: _unary reads them)
 from flame.frontend.creation import tensor
-from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, binary, dim_index, full, result_type
-from flame.ir.dtypes import boolean
+from flame.frontend.functional import log_softmax as _log_softmax
+from flame.frontend.functional import softmax as _softmax
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import (  # noqa: F401  (the package root's names)
+    binary,
+    broadcast_shapes,
+    broadcast_tensors,
+    cat,
+    concat,
+    pad,
+    stack,
+    where,
+)
+from flame.frontend.tensor_ops import vector_norm  # noqa: F401  (the package root's name)
 
 _DOCS = {
     "exp": "e to the power of each element.", "log": "Natural logarithm of each element.",
@@ -103,22 +114,6 @@ def triu_indices(row: int, col: int, offset: int = 0, *, dtype=None) -> Tensor:
     return tensor(np.stack(np.triu_indices(row, offset, col)).astype(np.int64), dtype)
 
 
-def broadcast_shapes(*shapes) -> tuple[int, ...]:
-    """The shape the given shapes broadcast to (NumPy's rules), as torch.broadcast_shapes."""
-    try:
-        return tuple(np.broadcast_shapes(*[tuple(s) if not isinstance(s, int) else (s,) for s in shapes]))
-    except ValueError:
-        raise ShapeError(f"broadcast_shapes: {[list(s) if not isinstance(s, int) else [s] for s in shapes]} do "
-                         f"not broadcast\n  at {user_location()}") from None
-
-
-def broadcast_tensors(*tensors) -> tuple[Tensor, ...]:
-    """Every tensor broadcast to their common shape, as torch.broadcast_tensors."""
-    ts = [t if isinstance(t, Tensor) else tensor(t) for t in tensors]
-    shape = broadcast_shapes(*[t.shape for t in ts])
-    return tuple(t.broadcast_to(shape) for t in ts)
-
-
 def atleast_1d(*tensors):
     out = [t.reshape(1) if t.ndim == 0 else t for t in tensors]
     return out[0] if len(out) == 1 else tuple(out)
@@ -168,46 +163,6 @@ def pow(a, b) -> Tensor:  # noqa: A001
     return binary("pow", a, b)
 
 
-def where(cond: Tensor, a, b) -> Tensor:
-    """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype (result_type)."""
-    dt = result_type(a, b)
-    if not builtins.any(isinstance(x, Tensor) for x in (a, b)):
-        a = full((), a, dt)
-    a = a.to(dt) if isinstance(a, Tensor) else a
-    b = b.to(dt) if isinstance(b, Tensor) else b
-    return apply("where", cond.to(boolean), a, b)
-
-
-def cat(tensors, dim: int = 0) -> Tensor:
-    """Concatenate along dim (all tensors share one dtype)."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ShapeError(f"cat: expected a non-empty list of tensors\n  at {user_location()}")
-    for i, t in enumerate(tensors):
-        if t.ndim == 0:
-            raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated"
-                             f"\n  at {user_location()}")
-    return apply("concat", *tensors, axis=dim_index("cat", dim, tensors[0].ndim))
-
-
-concat = cat
-
-
-def stack(tensors, dim: int = 0) -> Tensor:
-    """Join same-shaped tensors along a new dimension dim."""
-    tensors = list(tensors)
-    if not tensors:
-        raise ShapeError(f"stack: expected a non-empty list of tensors\n  at {user_location()}")
-    dim = dim_index("stack", dim, tensors[0].ndim + 1)
-    return cat([t.unsqueeze(dim) for t in tensors], dim)
-
-
-def pad(x: Tensor, pads, value: float = 0) -> Tensor:
-    """Constant padding; pads is one (lo, hi) pair per axis, first axis first (NumPy's form; torch's
-    order, last dimension first, is flame.nn.functional.pad)."""
-    return apply("pad", x, pads=pads, value=value)
-
-
 argsort, sort, topk, narrow = (_unary(n) for n in ("argsort", "sort", "topk", "narrow"))
 cumsum, cumprod, any, all = (_unary(n) for n in ("cumsum", "cumprod", "any", "all"))  # noqa: A001
 isnan, isinf, isfinite = (_unary(n) for n in ("isnan", "isinf", "isfinite"))
@@ -220,41 +175,13 @@ for _f in (argsort, sort, topk, narrow, cumsum, cumprod, any, all, isnan, isinf,
                                                                              "as in PyTorch.")
 
 
-def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
-    """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
-    (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of
-    the 2-norm (and of every ord > 0 root) is zero, as in PyTorch."""
-    x = x.to(dtype) if dtype is not None else x
-    if not x.dtype.is_float:
-        raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
-    a = x.abs()
-    if ord == float("inf"):
-        return a.amax(dim, keepdim)
-    if ord == float("-inf"):
-        return a.amin(dim, keepdim)
-    if ord == 0:
-        return (x != 0).to(x.dtype).sum(dim, keepdim)
-    if ord == 1:
-        return a.sum(dim, keepdim)
-    s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
-    if ord < 0:
-        return s ** (1.0 / ord)
-    zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
-    safe = where(zero, 1.0, s)
-    return where(zero, 0.0, safe.sqrt() if ord == 2 else safe ** (1.0 / ord))
-
-
 def softmax(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
     """flame.softmax(x, dim) (torch.softmax)."""
-    from flame.frontend.functional import softmax as _softmax
-
     return _softmax(x.to(dtype) if dtype is not None else x, dim)
 
 
 def log_softmax(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
     """flame.log_softmax(x, dim) (torch.log_softmax)."""
-    from flame.frontend.functional import log_softmax as _log_softmax
-
     return _log_softmax(x.to(dtype) if dtype is not None else x, dim)
 
 

@@ -1,10 +1,10 @@
-"""Tensor methods of arithmetic and statistics beyond the core of tensor.py, with PyTorch's names and
+"""Tensor methods of arithmetic and statistics beyond the core of tensor_core.py, with PyTorch's names and
 semantics, each composed from IR ops: products (matmul, mm, bmm, dot, outer, addmm, baddbmm,
 tensordot, kron, cross), elementwise math (log1p and expm1 with Kahan's corrections, and what is
 built on them; trunc, frac, log2, log10, tan, xlogy, logit), reductions and statistics (logsumexp,
 prod, nansum, nanmean, kthvalue, median, cov, corrcoef, diagonal, diag, trace), and the fused
-updates of optimizer and EMA code (lerp, addcmul, addcdiv and their in-place forms). Tensor
-inherits them; flame.frontend.ops makes the function forms."""
+updates of optimizer and EMA code (lerp, addcmul, addcdiv and their in-place forms). frontend/methods.py
+binds them onto Tensor; flame.frontend.ops makes the function forms."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ShapeError
-from flame.frontend import tensor as _t  # circular: used at call time only
+from flame.frontend import functional, more_math
 from flame.frontend.context import user_location
+from flame.frontend.creation import eye
+from flame.frontend.tensor import Tensor, _axes, dim_index
+from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
 from flame.ir.dtypes import boolean, f32, i64
 
@@ -26,8 +29,8 @@ MedianResult = namedtuple("median", ["values", "indices"])
 def _ranks(op: str, *pairs) -> None:
     """Each (tensor, rank) pair's tensor has that rank, else a ShapeError naming the op and the user's line."""
     for x, rank in pairs:
-        if not isinstance(x, _t.Tensor) or x.ndim != rank:
-            got = list(x.shape) if isinstance(x, _t.Tensor) else type(x).__name__
+        if not isinstance(x, Tensor) or x.ndim != rank:
+            got = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ShapeError(f"{op}: expects {rank}-D tensors, got {got}\n  at {user_location()}")
 
 
@@ -38,12 +41,12 @@ class TensorMath:
 
     # ---- products --------------------------------------------------------------------------------
     def matmul(self, other):
-        return _t.matmul(self, other)
+        return matmul(self, other)
 
     def mm(self, mat2):
         """The product of two matrices (2-D only, as torch.mm; matmul broadcasts)."""
         _ranks("mm", (self, 2), (mat2, 2))
-        return _t.matmul(self, mat2)
+        return matmul(self, mat2)
 
     def bmm(self, mat2):
         """Batched product of [b, n, m] and [b, m, p] (equal batches, as torch.bmm)."""
@@ -51,12 +54,12 @@ class TensorMath:
         if self.shape[0] != mat2.shape[0]:
             raise ShapeError(f"bmm: batch sizes differ: {list(self.shape)} and {list(mat2.shape)}\n"
                              f"  at {user_location()}")
-        return _t.matmul(self, mat2)
+        return matmul(self, mat2)
 
     def dot(self, other):
         """The inner product of two 1-D tensors of one length, as torch.dot."""
         _ranks("dot", (self, 1), (other, 1))
-        return _t.matmul(self, other)
+        return matmul(self, other)
 
     def outer(self, vec2):
         """[n] x [m] -> [n, m]: self[i] * vec2[j], as torch.outer."""
@@ -67,7 +70,7 @@ class TensorMath:
         """beta * self + alpha * (mat1 @ mat2), as torch.addmm (self broadcast to the product; with
         beta = 0 self is not read, so its NaN and inf do not propagate)."""
         _ranks("addmm", (mat1, 2), (mat2, 2))
-        prod = _t.matmul(mat1, mat2)
+        prod = matmul(mat1, mat2)
         prod = prod * alpha if alpha != 1 else prod
         if beta == 0:
             return prod
@@ -88,8 +91,8 @@ class TensorMath:
             a_axes, b_axes = list(range(self.ndim - dims, self.ndim)), list(range(dims))
         else:
             a_axes, b_axes = [list(d) if not isinstance(d, int) else [d] for d in dims]
-        a_axes = [_t.dim_index("tensordot", d, self.ndim) for d in a_axes]
-        b_axes = [_t.dim_index("tensordot", d, other.ndim) for d in b_axes]
+        a_axes = [dim_index("tensordot", d, self.ndim) for d in a_axes]
+        b_axes = [dim_index("tensordot", d, other.ndim) for d in b_axes]
         if [self.shape[i] for i in a_axes] != [other.shape[j] for j in b_axes]:
             raise ShapeError(f"tensordot: contracted dims differ: {[self.shape[i] for i in a_axes]} and "
                              f"{[other.shape[j] for j in b_axes]}\n  at {user_location()}")
@@ -98,7 +101,7 @@ class TensorMath:
         k = math.prod(self.shape[i] for i in a_axes)
         a = self.permute(*a_free, *a_axes).reshape(-1, k)
         b = other.permute(*b_axes, *b_free).reshape(k, -1)
-        return _t.matmul(a, b).reshape(*[self.shape[i] for i in a_free], *[other.shape[j] for j in b_free])
+        return matmul(a, b).reshape(*[self.shape[i] for i in a_free], *[other.shape[j] for j in b_free])
 
     def kron(self, other):
         """The Kronecker product, as torch.kron (ranks padded with leading 1s)."""
@@ -116,7 +119,7 @@ class TensorMath:
             dim = next((i for i, n in enumerate(self.shape) if n == 3), None)
             if dim is None:
                 raise ShapeError(f"cross: no dimension of size 3 in {list(self.shape)}\n  at {user_location()}")
-        axis = _t.dim_index("cross", dim, self.ndim)
+        axis = dim_index("cross", dim, self.ndim)
         if self.shape[axis] != 3 or other.shape[axis] != 3:
             raise ShapeError(f"cross: dimension {dim} must have size 3, got {list(self.shape)} and "
                              f"{list(other.shape)}\n  at {user_location()}")
@@ -126,8 +129,6 @@ class TensorMath:
     def log1p(self):
         """log(1 + self), accurate for small self (Kahan's correction: log(w) * self / (w - 1) with
         w = 1 + self rounded, which cancels w's rounding error), as torch.log1p."""
-        from flame.frontend.ops import where
-
         x = self if self.dtype.is_float else self.to(f32)
         w = x + 1
         exact, inf = w == 1, w == float("inf")  # 1 + x rounds to 1: log1p(x) = x to within rounding
@@ -137,8 +138,6 @@ class TensorMath:
     def expm1(self):
         """exp(self) - 1, accurate for small self (Kahan's correction for |self| < 0.5: (u - 1) *
         self / log(u) with u = exp(self) rounded; beyond, u - 1 loses nothing), as torch.expm1."""
-        from flame.frontend.ops import where
-
         x = self if self.dtype.is_float else self.to(f32)
         u = x.exp()
         near = x.abs() < 0.5
@@ -150,8 +149,6 @@ class TensorMath:
         """Rounded toward zero, as torch.trunc (integers as they are)."""
         if not self.dtype.is_float:
             return self
-        from flame.frontend.ops import where
-
         return where(self < 0, self.ceil(), self.floor())
 
     fix = trunc
@@ -178,8 +175,6 @@ class TensorMath:
 
     def xlogy(self, other):
         """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
-        from flame.frontend.ops import where
-
         other = _tensor(other)
         x = self if self.dtype.is_float else self.to(f32)
         log = other.log()
@@ -194,14 +189,12 @@ class TensorMath:
     # ---- reductions and statistics ---------------------------------------------------------------
     def logsumexp(self, dim, keepdim: bool = False):
         """log(sum(exp(self))) over dim (an int or a tuple), computed stably, as torch.logsumexp."""
-        from flame.frontend.functional import logsumexp
-
-        axes = _t._axes(dim, self.ndim, "logsumexp")
+        axes = _axes(dim, self.ndim, "logsumexp")
         if len(axes) == 1:
-            return logsumexp(self, axes[0], keepdim)
+            return functional.logsumexp(self, axes[0], keepdim)
         rest = [a for a in range(self.ndim) if a not in axes]
         moved = self.permute(*rest, *axes).reshape(*[self.shape[a] for a in rest], -1)
-        out = logsumexp(moved, -1)
+        out = functional.logsumexp(moved, -1)
         return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
 
     def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
@@ -210,18 +203,16 @@ class TensorMath:
         x = self.to(dtype) if dtype is not None else (self.to(i64) if self.dtype == boolean else self)
         if dim is None:
             flat = x.reshape(-1)
-            return flat.cumprod(0)[-1] if flat.shape[0] else _t.full((), 1, x.dtype)
-        axis = _t.dim_index("prod", dim, x.ndim)
+            return flat.cumprod(0)[-1] if flat.shape[0] else full((), 1, x.dtype)
+        axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
             return x
         out = x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1) if x.shape[axis] else \
-            _t.full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
+            full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
         return out if keepdim else out.squeeze(axis)
 
     def nansum(self, dim=None, keepdim: bool = False):
         """The sum with NaNs counted as zero, as torch.nansum."""
-        from flame.frontend.ops import where
-
         return where(self.isnan(), 0.0, self).sum(dim, keepdim)
 
     def nanmean(self, dim=None, keepdim: bool = False):
@@ -231,7 +222,7 @@ class TensorMath:
 
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
         """(values, indices) of the k-th smallest element along dim (k from 1), as torch.kthvalue."""
-        axis = _t.dim_index("kthvalue", dim, self.ndim)
+        axis = dim_index("kthvalue", dim, self.ndim)
         x = self if self.ndim else self.reshape(1)
         n = x.shape[axis]
         if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
@@ -249,7 +240,7 @@ class TensorMath:
         if dim is None:
             flat = self.reshape(-1)
             return flat.kthvalue((flat.shape[0] + 1) // 2, 0).values
-        axis = _t.dim_index("median", dim, self.ndim)
+        axis = dim_index("median", dim, self.ndim)
         n = self.shape[axis] if self.ndim else 1
         r = self.kthvalue((n + 1) // 2, axis, keepdim)
         return MedianResult(r.values, r.indices)
@@ -264,7 +255,7 @@ class TensorMath:
         x = self.reshape(1, -1) if self.ndim < 2 else self
         x = x if x.dtype.is_float else x.to(f32)
         centered = x - x.mean(1, keepdim=True)
-        out = _t.matmul(centered, centered.transpose(0, 1)) / (x.shape[1] - correction)
+        out = matmul(centered, centered.transpose(0, 1)) / (x.shape[1] - correction)
         return out.reshape(()) if self.ndim < 2 else out
 
     def corrcoef(self):
@@ -278,7 +269,7 @@ class TensorMath:
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
         """The diagonal of the (dim1, dim2) planes (above it for offset > 0, below for offset < 0) as
         the last dim, as torch.diagonal."""
-        a, b = _t.dim_index("diagonal", dim1, self.ndim), _t.dim_index("diagonal", dim2, self.ndim)
+        a, b = dim_index("diagonal", dim1, self.ndim), dim_index("diagonal", dim2, self.ndim)
         if a == b:
             raise ValueError(f"diagonal: dim1 and dim2 are both {dim1}")
         x = self.movedim((a, b), (-2, -1))
@@ -301,15 +292,11 @@ class TensorMath:
             return self.diagonal(diagonal)
         if self.ndim != 1:
             raise ShapeError(f"diag: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
-        from flame.frontend.creation import eye
-
         n, k = self.shape[0], abs(diagonal)
         square = eye(n, dtype=self.dtype) * self.unsqueeze(0) if self.dtype != boolean else \
             eye(n, dtype=boolean) & self.unsqueeze(0)
         if not k:
             return square
-        from flame.frontend.ops import pad
-
         return pad(square, ((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
 
     def trace(self):
@@ -322,9 +309,7 @@ class TensorMath:
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
         weight >= 0.5), so weight 1 gives end exactly."""
         diff = end - self
-        if isinstance(weight, _t.Tensor):
-            from flame.frontend.ops import where
-
+        if isinstance(weight, Tensor):
             return where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
         return self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
 
@@ -347,48 +332,48 @@ class TensorMath:
     def addcdiv_(self, tensor1, tensor2, *, value=1):
         return self._inplace(lambda x: x.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2)
 
-    # ---- the method forms of flame.frontend.more_math (imported on use: it builds on Tensor) ---------
+    # ---- the method forms of flame.frontend.more_math ---------------------------------------------------
     def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):
-        return _more().nan_to_num(self, nan, posinf, neginf)
+        return more_math.nan_to_num(self, nan, posinf, neginf)
 
     def logaddexp(self, other):
-        return _more().logaddexp(self, other)
+        return more_math.logaddexp(self, other)
 
     def logaddexp2(self, other):
-        return _more().logaddexp2(self, other)
+        return more_math.logaddexp2(self, other)
 
     def hypot(self, other):
-        return _more().hypot(self, other)
+        return more_math.hypot(self, other)
 
     def copysign(self, other):
-        return _more().copysign(self, other)
+        return more_math.copysign(self, other)
 
     def signbit(self):
-        return _more().signbit(self)
+        return more_math.signbit(self)
 
     def heaviside(self, values):
-        return _more().heaviside(self, values)
+        return more_math.heaviside(self, values)
 
     def sinc(self):
-        return _more().sinc(self)
+        return more_math.sinc(self)
 
     def fmax(self, other):
-        return _more().fmax(self, other)
+        return more_math.fmax(self, other)
 
     def fmin(self, other):
-        return _more().fmin(self, other)
+        return more_math.fmin(self, other)
 
     def float_power(self, exponent):
-        return _more().float_power(self, exponent)
+        return more_math.float_power(self, exponent)
 
     def exp2(self):
-        return _more().exp2(self)
+        return more_math.exp2(self)
 
     def deg2rad(self):
-        return _more().deg2rad(self)
+        return more_math.deg2rad(self)
 
     def rad2deg(self):
-        return _more().rad2deg(self)
+        return more_math.rad2deg(self)
 
     def positive(self):
         return self
@@ -403,25 +388,20 @@ class TensorMath:
         return self.sign()
 
     def diff(self, n: int = 1, dim: int = -1, prepend=None, append=None):
-        return _more().diff(self, n, dim, prepend, append)
+        return more_math.diff(self, n, dim, prepend, append)
 
     def rot90(self, k: int = 1, dims=(0, 1)):
-        return _more().rot90(self, k, dims)
+        return more_math.rot90(self, k, dims)
 
     def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1):
-        return _more().diag_embed(self, offset, dim1, dim2)
+        return more_math.diag_embed(self, offset, dim1, dim2)
 
     def aminmax(self, *, dim: int | None = None, keepdim: bool = False):
-        return _more().aminmax(self, dim=dim, keepdim=keepdim)
+        return more_math.aminmax(self, dim=dim, keepdim=keepdim)
 
     def addmv(self, mat, vec, *, beta: float = 1.0, alpha: float = 1.0):
-        return _more().addmv(self, mat, vec, beta=beta, alpha=alpha)
+        return more_math.addmv(self, mat, vec, beta=beta, alpha=alpha)
 
     def vdot(self, other):
-        return _more().vdot(self, other)
+        return more_math.vdot(self, other)
 
-
-def _more():
-    from flame.frontend import more_math
-
-    return more_math

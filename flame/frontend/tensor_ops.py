@@ -16,10 +16,15 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import tensor as _t  # circular: used at call time only
+from flame.frontend import data_dependent, index_ops
 from flame.frontend.context import user_location
+from flame.frontend.creation import arange, normal_, uniform_
 from flame.frontend.dispatch import apply
+from flame.frontend.indexing import assign, index_put, stand_in
+from flame.frontend.tensor import Tensor, _shape_arg, dim_index
+from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, where
 from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote
+from flame.ir.ops._shapes import broadcast_shapes
 
 SortResult = namedtuple("sort", ["values", "indices"])
 TopkResult = namedtuple("topk", ["values", "indices"])
@@ -38,15 +43,10 @@ def _bool(x):
     return x if x.dtype == boolean else x != 0
 
 
-def _index_ops():
-    from flame.frontend import index_ops
-
-    return index_ops
-
 
 def _tensor(x):
     """x as a Tensor (a Python number as a 0-d tensor of its own type, as PyTorch promotes it)."""
-    return x if isinstance(x, _t.Tensor) else _t.Tensor(np.asarray(x))
+    return x if isinstance(x, Tensor) else Tensor(np.asarray(x))
 
 
 class TensorOps:
@@ -58,7 +58,7 @@ class TensorOps:
     def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False):
         """Indices that sort along dim. Always stable (equal elements keep their order); NaN sorts as
         larger than any number, as in PyTorch."""
-        axis = _t.dim_index("argsort", dim, self.ndim)
+        axis = dim_index("argsort", dim, self.ndim)
         return apply("argsort", self, axis=axis, descending=bool(descending))
 
     def sort(self, dim: int = -1, descending: bool = False, stable: bool = False):
@@ -71,7 +71,7 @@ class TensorOps:
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
         """(values, indices) of the k largest (or smallest) elements along dim, in sorted order; ties
         keep the lower index first."""
-        axis = _t.dim_index("topk", dim, self.ndim)
+        axis = dim_index("topk", dim, self.ndim)
         x = self if self.ndim else self.reshape(1)
         n = x.shape[axis]
         if not isinstance(k, (int, np.integer)) or not 0 <= k <= n:
@@ -85,7 +85,7 @@ class TensorOps:
 
     def narrow(self, dim: int, start: int, length: int):
         """Elements start .. start+length-1 along dim (a slice)."""
-        axis = _t.dim_index("narrow", dim, self.ndim)
+        axis = dim_index("narrow", dim, self.ndim)
         n = self.shape[axis]
         start = start + n if start < 0 else start
         if not 0 <= start <= n or length < 0 or start + length > n:
@@ -102,7 +102,7 @@ class TensorOps:
         x = self.to(dtype) if dtype is not None else self
         if dtype is None and not x.dtype.is_float:  # PyTorch scans bool and integers in int64
             x = x.to(i64)
-        return apply(name, x, axis=_t.dim_index(name, dim, self.ndim))
+        return apply(name, x, axis=dim_index(name, dim, self.ndim))
 
     def cumsum(self, dim: int, dtype=None):
         """Running sum along dim (integers and bool accumulate in int64, as in PyTorch)."""
@@ -125,18 +125,18 @@ class TensorOps:
         return (~self._truth()).sum(dim, keepdim=keepdim) == 0
 
     def isnan(self):
-        return self != self if self.dtype.is_float else _t.full(self.shape, False, boolean)
+        return self != self if self.dtype.is_float else full(self.shape, False, boolean)
 
     def isinf(self):
-        return self.abs() == float("inf") if self.dtype.is_float else _t.full(self.shape, False, boolean)
+        return self.abs() == float("inf") if self.dtype.is_float else full(self.shape, False, boolean)
 
     def isfinite(self):
-        return self.abs() < float("inf") if self.dtype.is_float else _t.full(self.shape, True, boolean)
+        return self.abs() < float("inf") if self.dtype.is_float else full(self.shape, True, boolean)
 
     # ---- splitting and tiling -----------------------------------------------------------------------------
     def split(self, split_size_or_sections, dim: int = 0):
         """Pieces of split_size along dim (the last one smaller), or of the listed sizes."""
-        axis = _t.dim_index("split", dim, self.ndim)
+        axis = dim_index("split", dim, self.ndim)
         n = self.shape[axis]
         if isinstance(split_size_or_sections, (int, np.integer)):
             size = int(split_size_or_sections)
@@ -158,14 +158,14 @@ class TensorOps:
         """At most `chunks` pieces of ceil(n / chunks) along dim (PyTorch's torch.chunk)."""
         if chunks <= 0:
             raise ShapeError(f"chunk: chunks must be positive, got {chunks}\n  at {user_location()}")
-        n = self.shape[_t.dim_index("chunk", dim, self.ndim)]
+        n = self.shape[dim_index("chunk", dim, self.ndim)]
         if n == 0:
             return tuple(self for _ in range(chunks))
         return self.split(-(-n // chunks), dim)
 
     def repeat(self, *sizes):
         """Tile the tensor sizes[i] times along dim i (leading extra sizes add new dims)."""
-        sizes = _t._shape_arg(sizes)
+        sizes = _shape_arg(sizes)
         if len(sizes) < self.ndim:
             raise ShapeError(f"repeat: {len(sizes)} repeat sizes for a tensor of {self.ndim} dimensions (need at least "
                              f"one per dimension)\n  at {user_location()}")
@@ -178,21 +178,21 @@ class TensorOps:
 
     def tile(self, *dims):
         """repeat(), with missing leading sizes taken as 1 (torch.tile)."""
-        dims = _t._shape_arg(dims)
+        dims = _shape_arg(dims)
         return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
 
     def repeat_interleave(self, repeats, dim: int | None = None, output_size: int | None = None):
         """Repeat each element (each slice along dim) repeats times; repeats is an int or one count per
         element. Inside @flame.compile a tensor of counts needs output_size (the result's length)."""
-        x, axis = (self.reshape(-1), 0) if dim is None else (self, _t.dim_index("repeat_interleave", dim, self.ndim))
-        if isinstance(repeats, _t.Tensor) and repeats.numel() == 1 and repeats._value is None:
+        x, axis = (self.reshape(-1), 0) if dim is None else (self, dim_index("repeat_interleave", dim, self.ndim))
+        if isinstance(repeats, Tensor) and repeats.numel() == 1 and repeats._value is None:
             repeats = int(repeats.item())
         if isinstance(repeats, (int, np.integer)):
             r = int(repeats)
             y = x.unsqueeze(axis + 1)
             y = y.broadcast_to(*y.shape[:axis + 1], r, *y.shape[axis + 2:])
             return y.reshape(*x.shape[:axis], x.shape[axis] * r, *x.shape[axis + 1:])
-        repeats = repeats if isinstance(repeats, _t.Tensor) else _t.Tensor(np.asarray(repeats, np.int64))
+        repeats = repeats if isinstance(repeats, Tensor) else Tensor(np.asarray(repeats, np.int64))
         if repeats.shape != (x.shape[axis],):
             raise ShapeError(f"repeat_interleave: repeats {list(repeats.shape)} must have one count per element of "
                              f"dimension {axis} ({x.shape[axis]})\n  at {user_location()}")
@@ -201,8 +201,6 @@ class TensorOps:
                 raise TraceError("repeat_interleave with a tensor of repeats inside @flame.compile needs "
                                  f"output_size= (the result's length depends on the counts)\n  at {user_location()}")
             output_size = int(repeats.sum().item())
-        from flame.frontend.creation import arange
-
         ends = repeats.to(i64).cumsum(0)  # position j comes from the element whose range holds it
         src = (ends.unsqueeze(0) <= arange(int(output_size)).unsqueeze(1)).sum(1)
         return apply("index_select", x, src, axis=axis)
@@ -211,32 +209,30 @@ class TensorOps:
     def norm(self, p="fro", dim=None, keepdim: bool = False, dtype=None):
         """torch.norm for vectors: p = 'fro'/2, 1, inf, -inf, 0 or any number, over dim (all by default).
         The gradient of the 2-norm at zero is zero, as in PyTorch."""
-        from flame.frontend.ops import vector_norm
-
         if p == "nuc" or (p == "fro" and dim is not None and not isinstance(dim, int) and len(dim) > 2):
             raise ShapeError(f"norm: p={p!r} (matrix norms) is not supported\n  at {user_location()}")
         return vector_norm(self, 2 if p == "fro" else p, dim, keepdim, dtype=dtype)
 
     # ---- floor division and remainder -------------------------------------------------------------------
     def __floordiv__(self, o):
-        return _t.binary("floor_divide", self, o)
+        return binary("floor_divide", self, o)
 
     def __rfloordiv__(self, o):
-        return _t.binary("floor_divide", o, self)
+        return binary("floor_divide", o, self)
 
     def __mod__(self, o):
-        return _t.binary("remainder", self, o)
+        return binary("remainder", self, o)
 
     def __rmod__(self, o):
-        return _t.binary("remainder", o, self)
+        return binary("remainder", o, self)
 
     def floor_divide(self, o):
         """Quotient rounded toward -inf (Python's //)."""
-        return _t.binary("floor_divide", self, o)
+        return binary("floor_divide", self, o)
 
     def remainder(self, o):
         """Python's %: self - floor(self / o) * o, with the sign of o."""
-        return _t.binary("remainder", self, o)
+        return binary("remainder", self, o)
 
     # ---- clamp and masked_fill --------------------------------------------------------------------------
     def clamp(self, min=None, max=None):  # noqa: A002
@@ -247,17 +243,17 @@ class TensorOps:
             raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
         dt = self.dtype
         for bound in (min, max):
-            if isinstance(bound, _t.Tensor):
+            if isinstance(bound, Tensor):
                 dt = promote(dt, bound.dtype)
             elif isinstance(bound, (float, np.floating)) and not dt.is_float:
                 dt = f32
         out = self.to(dt)
         if min is not None:
-            lo = min.to(dt) if isinstance(min, _t.Tensor) else min
-            out = apply("where", out < lo, lo if isinstance(lo, _t.Tensor) else _t.full((), lo, dt), out)
+            lo = min.to(dt) if isinstance(min, Tensor) else min
+            out = apply("where", out < lo, lo if isinstance(lo, Tensor) else full((), lo, dt), out)
         if max is not None:
-            hi = max.to(dt) if isinstance(max, _t.Tensor) else max
-            out = apply("where", out > hi, hi if isinstance(hi, _t.Tensor) else _t.full((), hi, dt), out)
+            hi = max.to(dt) if isinstance(max, Tensor) else max
+            out = apply("where", out > hi, hi if isinstance(hi, Tensor) else full((), hi, dt), out)
         if dt.is_float:  # NaN stays NaN, with no gradient (PyTorch's mask min <= x <= max is False there)
             x = self.to(dt)
             out = apply("where", x != x, x.detach(), out)
@@ -278,21 +274,19 @@ class TensorOps:
 
     def masked_fill(self, mask, value):
         """value where mask is True (mask broadcasts to self's shape), self elsewhere."""
-        from flame.ir.ops._shapes import broadcast_shapes
-
-        if not isinstance(mask, _t.Tensor) or mask.dtype != boolean:
-            got = mask.dtype if isinstance(mask, _t.Tensor) else type(mask).__name__
+        if not isinstance(mask, Tensor) or mask.dtype != boolean:
+            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
             raise DTypeError(f"masked_fill: the mask must be a bool tensor, got {got}\n  at {user_location()}")
         if broadcast_shapes("masked_fill", [mask._type(), self._type()]) != tuple(self.shape):
             raise ShapeError(f"masked_fill: mask {list(mask.shape)} does not broadcast to the shape of the tensor "
                              f"{list(self.shape)}\n  at {user_location()}")
-        if isinstance(value, _t.Tensor):
+        if isinstance(value, Tensor):
             if value.ndim:
                 raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {list(value.shape)}"
                                  f"\n  at {user_location()}")
             value = value.to(self.dtype)
         else:
-            value = _t.full((), value, self.dtype)
+            value = full((), value, self.dtype)
         return apply("where", mask, value, self)
 
     def masked_fill_(self, mask, value):
@@ -301,8 +295,6 @@ class TensorOps:
     def _inplace(self, fn, *others):
         """Make self hold fn(self) (an in-place op, torch's rules): the result keeps self's shape and
         dtype, and may not need a wider kind of dtype (a float result into an integer tensor)."""
-        from flame.frontend.indexing import assign, stand_in
-
         new = fn(stand_in(self, *others))
         if new.shape != self.shape:
             raise ShapeError(f"in-place op: output with shape {list(self.shape)} doesn't match the broadcast "
@@ -312,6 +304,48 @@ class TensorOps:
                              f"{self.dtype}\n  at {user_location()}")
         assign(self, new if new.dtype == self.dtype else new.to(self.dtype))
         return self
+
+    def add_(self, other, alpha: float = 1.0) -> Tensor:
+        return self._inplace(lambda x: x + other * alpha if alpha != 1.0 else x + other, other)
+
+    def sub_(self, other, alpha: float = 1.0) -> Tensor:
+        return self._inplace(lambda x: x - other * alpha if alpha != 1.0 else x - other, other)
+
+    def mul_(self, other) -> Tensor:
+        return self._inplace(lambda x: x * other, other)
+
+    # x += y and its kin update x itself, as in PyTorch: the same object keeps its identity,
+    # requires_grad and .grad (a Parameter stays the module's parameter). See _inplace above.
+    def __iadd__(self, o):
+        return self._inplace(lambda x: x + o, o)
+
+    def __isub__(self, o):
+        return self._inplace(lambda x: x - o, o)
+
+    def __imul__(self, o):
+        return self._inplace(lambda x: x * o, o)
+
+    def __itruediv__(self, o):
+        return self._inplace(lambda x: x / o, o)
+
+    def __ifloordiv__(self, o):
+        return self._inplace(lambda x: x // o, o)
+
+    def __imod__(self, o):
+        return self._inplace(lambda x: x % o, o)
+
+    def __ipow__(self, o):
+        return self._inplace(lambda x: x**o, o)
+
+    def __iand__(self, o):
+        return self._inplace(lambda x: x & o, o)
+
+    def __ior__(self, o):
+        return self._inplace(lambda x: x | o, o)
+
+    def __imatmul__(self, o):
+        raise TypeError("In-place matrix multiplication is not supported: write `a = a @ b` instead of "
+                        f"`a @= b` (as in PyTorch)\n  at {user_location()}")
 
     # ---- PyTorch's other spellings: arithmetic and comparisons --------------------------------------
     def add(self, other, *, alpha=1):
@@ -334,8 +368,6 @@ class TensorOps:
             return self // other
         if rounding_mode != "trunc":
             raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-        from flame.frontend.ops import where
-
         floor = self // other
         if floor.dtype.is_float:
             q = self / other
@@ -378,19 +410,29 @@ class TensorOps:
 
     def where(self, condition, other):
         """self where condition holds, else other: torch.where(condition, self, other)."""
-        from flame.frontend.ops import where
-
         return where(condition, self, other)
 
     # ---- the gather/scatter family: flame.frontend.index_ops --------------------------------------------
+    def gather(self, dim: int, index):
+        """self's elements at index along dim (frontend/index_ops.py: an index must be in [0, size))."""
+        return index_ops.gather(self, dim, index)
+
+    def index_select(self, dim: int, index):
+        """self's slices at index (1-D) along dim; an index must be in [0, size)."""
+        return index_ops.index_select(self, dim, index)
+
+    def scatter_add(self, dim: int, index, src):
+        """self with src added at index along dim (duplicates add up)."""
+        return index_ops.scatter_add(self, dim, index, src)
+
     def take_along_dim(self, indices, dim: int | None = None):
         """self's elements at indices along dim (flattened when dim is None), broadcast except along dim;
         along a dim a negative index counts from the end, as torch.take_along_dim."""
-        return _index_ops().take_along_dim(self, indices, dim)
+        return index_ops.take_along_dim(self, indices, dim)
 
     def index_add(self, dim: int, index, source, *, alpha=1):
         """self with alpha * source's slices added at index along dim (repeated indices add up)."""
-        return _index_ops().index_add(self, dim, index, source, alpha=alpha)
+        return index_ops.index_add(self, dim, index, source, alpha=alpha)
 
     def index_add_(self, dim: int, index, source, *, alpha=1):
         """index_add, in place."""
@@ -398,7 +440,7 @@ class TensorOps:
 
     def index_copy(self, dim: int, index, source):
         """self with source's slices written at index along dim (a repeated index: the last wins)."""
-        return _index_ops().index_copy(self, dim, index, source)
+        return index_ops.index_copy(self, dim, index, source)
 
     def index_copy_(self, dim: int, index, source):
         """index_copy, in place."""
@@ -406,7 +448,7 @@ class TensorOps:
 
     def index_fill(self, dim: int, index, value):
         """self with the slices at index along dim set to value (negative indices count from the end)."""
-        return _index_ops().index_fill(self, dim, index, value)
+        return index_ops.index_fill(self, dim, index, value)
 
     def index_fill_(self, dim: int, index, value):
         """index_fill, in place."""
@@ -415,7 +457,7 @@ class TensorOps:
     def scatter(self, dim: int, index, src=None, value=None, *, reduce: str | None = None):
         """self with src (or value) written at index along dim; of several writes to one position the
         last in row-major order wins, as torch.scatter on the CPU."""
-        return _index_ops().scatter(self, dim, index, src, value, reduce=reduce)
+        return index_ops.scatter(self, dim, index, src, value, reduce=reduce)
 
     def scatter_(self, dim: int, index, src=None, value=None, *, reduce: str | None = None):
         """scatter, in place."""
@@ -428,8 +470,6 @@ class TensorOps:
     def index_put(self, indices, values, accumulate: bool = False):
         """torch.index_put: values written at (accumulate=True: added to) the elements self[indices]
         selects; a position written twice keeps the last write (frontend/indexing.py)."""
-        from flame.frontend.indexing import index_put
-
         return index_put(self, indices, values, accumulate)
 
     def index_put_(self, indices, values, accumulate: bool = False):
@@ -439,53 +479,47 @@ class TensorOps:
     def masked_select(self, mask):
         """The elements where mask (broadcast with self) is True, as a 1-D tensor: eager only, as
         x[mask] (its length depends on the values)."""
-        from flame.frontend.ops import broadcast_tensors
-
         x, m = broadcast_tensors(self, mask)
         return x[m]
 
     # ---- value-dependent shapes (eager only): flame.frontend.data_dependent --------------------------
     def nonzero(self, *, as_tuple: bool = False):
-        return _data_dependent().nonzero(self, as_tuple=as_tuple)
+        return data_dependent.nonzero(self, as_tuple=as_tuple)
 
     def argwhere(self):
-        return _data_dependent().argwhere(self)
+        return data_dependent.argwhere(self)
 
     def count_nonzero(self, dim=None):
-        return _data_dependent().count_nonzero(self, dim)
+        return data_dependent.count_nonzero(self, dim)
 
     def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
                dim: int | None = None):
-        return _data_dependent().unique(self, sorted, return_inverse, return_counts, dim)
+        return data_dependent.unique(self, sorted, return_inverse, return_counts, dim)
 
     def bincount(self, weights=None, minlength: int = 0):
-        return _data_dependent().bincount(self, weights, minlength)
+        return data_dependent.bincount(self, weights, minlength)
 
     def histc(self, bins: int = 100, min: float = 0.0, max: float = 0.0):  # noqa: A002
-        return _data_dependent().histc(self, bins, min, max)
+        return data_dependent.histc(self, bins, min, max)
 
     def unflatten(self, dim: int, sizes):
         """Dimension dim split into sizes (one may be -1), as torch.unflatten."""
-        axis = _t.dim_index("unflatten", dim, self.ndim)
+        axis = dim_index("unflatten", dim, self.ndim)
         return self.reshape(*self.shape[:axis], *sizes, *self.shape[axis + 1:])
 
     def ravel(self):
         return self.reshape(-1)
 
     def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator=None):
-        from flame.nn import init
-
-        return init.uniform_(self, a, b, generator)
+        return uniform_(self, a, b, generator)
 
     def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator=None):
-        from flame.nn import init
-
-        return init.normal_(self, mean, std, generator)
+        return normal_(self, mean, std, generator)
 
     # ---- picking along a dim, rolling, moving dims -----------------------------------------------------
     def select(self, dim: int, index: int):
         """The slice at index along dim, that dim removed, as torch.select."""
-        axis = _t.dim_index("select", dim, self.ndim)
+        axis = dim_index("select", dim, self.ndim)
         n = self.shape[axis]
         if not -n <= index < n:
             raise IndexError(f"select: index {index} is out of range for dimension {dim} of size {n}\n"
@@ -494,7 +528,7 @@ class TensorOps:
 
     def unbind(self, dim: int = 0):
         """Every slice along dim, that dim removed, as a tuple (torch.unbind)."""
-        axis = _t.dim_index("unbind", dim, self.ndim)
+        axis = dim_index("unbind", dim, self.ndim)
         return tuple(self.select(axis, i) for i in range(self.shape[axis]))
 
     def roll(self, shifts, dims=None):
@@ -510,12 +544,10 @@ class TensorOps:
             raise ValueError(f"roll: {len(shifts)} shifts for {len(dims)} dims")
         out = self
         for shift, dim in zip(shifts, dims):
-            axis = _t.dim_index("roll", dim, self.ndim)
+            axis = dim_index("roll", dim, self.ndim)
             n = self.shape[axis]
             k = shift % n if n else 0
             if k:
-                from flame.frontend.ops import cat
-
                 out = cat([out.narrow(axis, n - k, k), out.narrow(axis, 0, n - k)], axis)
         return out
 
@@ -525,8 +557,8 @@ class TensorOps:
         dst = (destination,) if isinstance(destination, int) else tuple(destination)
         if len(src) != len(dst):
             raise ValueError(f"movedim: {len(src)} source dims for {len(dst)} destinations")
-        src = [_t.dim_index("movedim", d, self.ndim) for d in src]
-        dst = [_t.dim_index("movedim", d, self.ndim) for d in dst]
+        src = [dim_index("movedim", d, self.ndim) for d in src]
+        dst = [dim_index("movedim", d, self.ndim) for d in dst]
         if len(set(src)) != len(src) or len(set(dst)) != len(dst):
             raise ValueError(f"movedim: repeated dims in {source} or {destination}")
         order: list = [None] * self.ndim
@@ -552,21 +584,21 @@ class TensorOps:
 
     # ---- new tensors like this one --------------------------------------------------------------------
     def new_full(self, size, fill_value, dtype=None):
-        return _t.full(_t._shape_arg((size,) if isinstance(size, int) else tuple(size)), fill_value,
+        return full(_shape_arg((size,) if isinstance(size, int) else tuple(size)), fill_value,
                        dtype_of(dtype) if dtype is not None else self.dtype)
 
     def new_zeros(self, *size, dtype=None):
-        return self.new_full(_t._shape_arg(size), 0, dtype)
+        return self.new_full(_shape_arg(size), 0, dtype)
 
     def new_ones(self, *size, dtype=None):
-        return self.new_full(_t._shape_arg(size), 1, dtype)
+        return self.new_full(_shape_arg(size), 1, dtype)
 
     def new_empty(self, *size, dtype=None):
         """Like new_zeros: flame has no uninitialised memory to hand out."""
         return self.new_zeros(*size, dtype=dtype)
 
     def new_tensor(self, data, dtype=None):
-        return _t.Tensor(data, dtype if dtype is not None else self.dtype)
+        return Tensor(data, dtype if dtype is not None else self.dtype)
 
     def contiguous(self, memory_format=None):
         """self: every flame tensor is contiguous (row-major, no strided views)."""
@@ -582,8 +614,25 @@ class TensorOps:
         return math.prod(self.shape)
 
 
-def _data_dependent():
-    """flame.frontend.data_dependent, imported on use (it builds on Tensor)."""
-    from flame.frontend import data_dependent
-
-    return data_dependent
+def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
+    """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
+    (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of
+    the 2-norm (and of every ord > 0 root) is zero, as in PyTorch."""
+    x = x.to(dtype) if dtype is not None else x
+    if not x.dtype.is_float:
+        raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
+    a = x.abs()
+    if ord == float("inf"):
+        return a.amax(dim, keepdim)
+    if ord == float("-inf"):
+        return a.amin(dim, keepdim)
+    if ord == 0:
+        return (x != 0).to(x.dtype).sum(dim, keepdim)
+    if ord == 1:
+        return a.sum(dim, keepdim)
+    s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
+    if ord < 0:
+        return s ** (1.0 / ord)
+    zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
+    safe = where(zero, 1.0, s)
+    return where(zero, 0.0, safe.sqrt() if ord == 2 else safe ** (1.0 / ord))

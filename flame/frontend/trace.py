@@ -16,11 +16,14 @@ import numpy as np
 
 from flame.errors import FlameError, TraceError
 from flame.frontend.context import user_location
+from flame.frontend.dispatch import freed_graph_error
 from flame.frontend.hooks import run_grad_reducers
+from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Value
 from flame.ir.types import TensorType
+from flame.passes.autodiff import autodiff
 
 
 @dataclass
@@ -66,8 +69,6 @@ class Trace:
         self.builder = Builder(self.graph)
 
     def add_arg(self, t, index: int):
-        from flame.frontend.tensor import Tensor
-
         v = self.graph.add_input(TensorType(t.shape, t.dtype), "data")
         self.bindings.append(Binding("arg", arg=index))
         out = Tensor._traced(v, self)
@@ -99,8 +100,6 @@ class Trace:
         """t.grad of a concrete tensor, read while tracing. The first read before the body assigned it
         depends on the call's state: a set .grad becomes a "state" input bound to t.grad at every call,
         and whether it was set is recorded (a guard of the trace)."""
-        from flame.frontend.tensor import Tensor
-
         hit = self.grad_view.get(id(t))
         if hit is not None:
             return hit[1]
@@ -133,8 +132,6 @@ class Trace:
 
     def scalar(self, getter: Callable[[], float], dtype: DType):
         """A 0-d input whose value is read from getter() at every call (no re-trace on change)."""
-        from flame.frontend.tensor import Tensor
-
         v = self.graph.add_input(TensorType((), dtype), "scalar")
         self.bindings.append(Binding("getter", getter=getter, dtype=dtype))
         return Tensor._traced(v, self)
@@ -162,10 +159,6 @@ class Trace:
         """loss.backward() inside a trace: autodiff appends the backward ops; leaves get traced .grad.
         Without retain_graph=True the ops it went through are freed, as eager backward() frees its
         nodes: a second backward through one raises."""
-        from flame.frontend.autograd import freed_graph_error
-        from flame.frontend.tensor import Tensor
-        from flame.passes.autodiff import autodiff
-
         leaves = [t for t, _ in self.current.values() if t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None
         if seed is None and loss.numel() != 1:

@@ -11,6 +11,7 @@ from flame.codegen.user import compile_check
 from flame.errors import AutogradError, FlameError, TraceError
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.dispatch import apply
+from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Value
 from flame.ir.registry import get
@@ -44,8 +45,6 @@ class _BackwardTrace(Trace):
 def tensor_vjp(fn: Callable, what: str) -> Callable:
     """`fn(grad, *inputs, out)` over flame Tensors (returning one gradient Tensor or None per input) as an
     OpDef VJP `vjp(b, g, *inputs, out)` over the builder's Values."""
-    from flame.frontend.tensor import Tensor
-
     def vjp(b, g, *args):
         trace = _BackwardTrace(b.graph)
         trace.builder, trace.what = b, what

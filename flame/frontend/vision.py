@@ -27,12 +27,14 @@ from functools import lru_cache
 import numpy as np
 
 from flame.errors import FlameError, ShapeError
-from flame.frontend.context import user_location
-from flame.frontend.creation import zeros
+from flame.frontend.context import no_grad, user_location
+from flame.frontend.creation import ones, zeros
 from flame.frontend.dispatch import apply
+from flame.frontend.functional import dropout
 from flame.frontend.losses import pad
 from flame.frontend.ops import cat, stack
-from flame.frontend.tensor import Tensor, full
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import full
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
            "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "fold", "unfold",
@@ -686,8 +688,6 @@ def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps,
 def _update_running(running_mean, running_var, mu, var, momentum, count) -> None:
     """running = (1 - momentum) * running + momentum * batch, in place (an aliased state output when
     traced); the variance is the unbiased one, as PyTorch's."""
-    from flame.frontend.context import no_grad
-
     c = running_mean.shape[0]
     with no_grad():
         m = momentum.to(running_mean.dtype) if isinstance(momentum, Tensor) else float(momentum)
@@ -755,9 +755,6 @@ def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float,
                      generator) -> Tensor:
     """Whole channels zeroed with probability p (the rest scaled by 1 / (1 - p)): dropout of a mask
     of one value per (sample, channel), broadcast over the positions."""
-    from flame.frontend.creation import ones
-    from flame.frontend.functional import dropout
-
     if input.ndim not in ranks:
         raise _err(f"{name}: expected a {' or '.join(f'{r}-D' for r in ranks)} input, got {list(input.shape)}")
     if not training or p == 0.0:

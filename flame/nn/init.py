@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from flame.frontend.context import no_grad
-from flame.frontend.creation import Generator, rand, randn
+from flame.frontend.creation import Generator, normal_, rand, randn, uniform_
 from flame.frontend.tensor import Tensor
 
 __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
@@ -34,18 +34,6 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     if nonlinearity == "selu":
         return 3.0 / 4
     raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
-
-
-def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill t in place with U(a, b)."""
-    with no_grad():
-        return t.copy_(rand(*t.shape, dtype=t.dtype, generator=generator) * (b - a) + a)
-
-
-def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill t in place with N(mean, std^2)."""
-    with no_grad():
-        return t.copy_(randn(*t.shape, dtype=t.dtype, generator=generator) * std + mean)
 
 
 def constant_(t: Tensor, value: float) -> Tensor:

@@ -1,0 +1,60 @@
+"""Tensor's methods, bound onto the class in one place. tensor.py holds a tensor's state and what reads
+it; every method that makes a tensor goes through dispatch.apply, which makes Tensors, so those methods
+are written above it: tensor_core.TensorCore (conversions, operators, elementwise math, reductions,
+movement), tensor_ops.TensorOps, tensor_math.TensorMath, and below the methods whose code is a
+function of an op module (indexing, softmax, backward). The package's __init__ imports this module,
+so a Tensor has all its methods once any part of flame.frontend is imported."""
+
+from __future__ import annotations
+
+from flame.frontend import autograd, functional, indexing
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import TensorCore
+from flame.frontend.tensor_math import TensorMath
+from flame.frontend.tensor_ops import TensorOps
+
+_OF_THE_CLASS = {"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__"}
+
+
+class TensorLinks:
+    """Tensor's methods whose code is a function of an op module (no state of their own)."""
+
+    __slots__ = ()
+
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's .grad (torch's Tensor.backward). The graph
+        behind self is freed unless retain_graph=True: a second backward through it raises."""
+        autograd.backward(self, gradient, retain_graph)
+
+    def __setitem__(self, key, value):
+        """x[key] = value: a functional update that rebinds x (frontend/indexing.py)."""
+        indexing.setitem(self, key, value)
+
+    def __getitem__(self, key):
+        return indexing.getitem(self, key)
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # ---- nn shortcuts -----------------------------------------------------------------------------
+    def softmax(self, dim: int = -1):
+        return functional.softmax(self, dim)
+
+    def log_softmax(self, dim: int = -1):
+        return functional.log_softmax(self, dim)
+
+
+def bind(cls: type, *mixins: type) -> None:
+    """Copy each mixin's methods and attributes onto cls; a name that two of them (or cls and one of
+    them) define is an error, so no definition silently hides another."""
+    for mixin in mixins:
+        for name, member in vars(mixin).items():
+            if name in _OF_THE_CLASS:
+                continue
+            if name in vars(cls):
+                raise TypeError(f"{cls.__name__}.{name} is defined twice (again in {mixin.__name__})")
+            setattr(cls, name, member)
+
+
+bind(Tensor, TensorCore, TensorOps, TensorMath, TensorLinks)

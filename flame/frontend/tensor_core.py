@@ -1,0 +1,564 @@
+"""The core of Tensor's methods, each one apply() of an IR op or a few: conversions (to, float, ...),
+detach and copy_, the arithmetic and comparison operators, elementwise math, reductions, movement
+(reshape, permute, gather, ...); and the functions every op module builds on: result_type and binary
+(PyTorch's promotion), matmul, full, where, cat, stack, pad, broadcast_tensors. frontend/methods.py
+binds TensorCore's methods onto Tensor."""
+
+from __future__ import annotations
+
+import builtins
+from collections import namedtuple
+
+import numpy as np
+
+from flame.errors import DTypeError, FlameError, ShapeError, TraceError
+from flame.frontend import autocast
+from flame.frontend.context import current_trace, user_location
+from flame.frontend.dispatch import apply
+from flame.frontend.tensor import Tensor, _axes, _shape_arg, default_dtype_for, dim_index
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
+from flame.runtime.device import is_device
+
+MaxMin = namedtuple("MaxMin", ["values", "indices"])
+
+
+class TensorCore:
+    """Tensor's methods that need only apply() (no state of their own)."""
+
+    __slots__ = ()
+
+    def detach(self) -> Tensor:
+        if self._value is not None:  # traced: an op autodiff does not differentiate through
+            return apply("stop_gradient", self)
+        return Tensor._concrete(self._data, self._dtype)
+
+    # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
+    def copy_(self, src: Tensor | float) -> Tensor:
+        src = src if isinstance(src, Tensor) else full(self.shape, src, self.dtype)
+        if src.dtype != self.dtype:
+            src = src.to(self.dtype)
+        if src.shape != self.shape:
+            src = src.broadcast_to(self.shape)
+        trace = current_trace.get()
+        if trace is not None:
+            trace.assign(self, trace.value_of(src))
+        elif self._value is not None:
+            raise TraceError("copy_ into a traced tensor outside its trace")
+        else:
+            self._data[...] = src._data
+            self._version += 1
+        return self
+
+    @property
+    def data(self) -> Tensor:
+        """The same values outside autograd, as torch's .data: eagerly a tensor sharing this one's
+        buffer (a write through it is seen here, and records no gradient history); while tracing,
+        `detach()`."""
+        if self._value is not None:
+            return self.detach()
+        return Tensor._concrete(self._data, self._dtype)
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Tensor.data must be set to a Tensor, got {type(value).__name__}\n  at {user_location()}")
+        if self._value is not None or value._value is not None:
+            raise TraceError(f"assigning .data of a traced tensor is not supported inside @flame.compile: use "
+                             f"`with flame.no_grad(): x.copy_(value)`\n  at {user_location()}")
+        self._data, self._dtype = value._data, value._dtype
+        self._version += 1
+
+    def zero_(self) -> Tensor:
+        return self.copy_(0)
+
+    def fill_(self, value) -> Tensor:
+        return self.copy_(value)
+
+    # ---- dtype conversion -------------------------------------------------------------------------
+    def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False) -> Tensor:
+        """to(dtype), to(device), to(device, dtype), to(other) (its device and dtype), as in PyTorch.
+        A device is "cpu" or "cuda" (see `device`)."""
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif is_device(a):
+                device = a
+            else:
+                dtype = a
+        out = self._to_device(device) if device is not None else self
+        if dtype is not None:
+            dt = dtype_of(dtype)
+            out = out if dt == out.dtype else apply("cast", out, dtype=dt)
+        return out.clone() if copy and out is self else out
+
+    def type(self, dtype=None):
+        """The dtype's name without an argument; with one, a conversion (as to(dtype))."""
+        return f"flame.{self.dtype.name}" if dtype is None else self.to(dtype)
+
+    def float(self) -> Tensor:
+        return self.to(f32)
+
+    def double(self) -> Tensor:
+        return self.to(f64)
+
+    def half(self) -> Tensor:
+        return self.to(f16)
+
+    def bfloat16(self) -> Tensor:
+        return self.to(bf16)
+
+    def long(self) -> Tensor:
+        return self.to(i64)
+
+    def int(self) -> Tensor:
+        return self.to(i32)
+
+    def bool(self) -> Tensor:
+        return self.to(boolean)
+
+    # ---- arithmetic -------------------------------------------------------------------------------
+    def __add__(self, o):
+        return binary("add", self, o)
+
+    def __radd__(self, o):
+        return binary("add", o, self)
+
+    def __sub__(self, o):
+        return binary("sub", self, o)
+
+    def __rsub__(self, o):
+        return binary("sub", o, self)
+
+    def __mul__(self, o):
+        return binary("mul", self, o)
+
+    def __rmul__(self, o):
+        return binary("mul", o, self)
+
+    def __truediv__(self, o):
+        return binary("div", self, o)
+
+    def __rtruediv__(self, o):
+        return binary("div", o, self)
+
+    def __pow__(self, o):
+        return binary("pow", self, o)
+
+    def __rpow__(self, o):
+        return binary("pow", o, self)
+
+    def __neg__(self):
+        return apply("neg", self)
+
+    def __abs__(self):
+        return apply("abs", self)
+
+    def __matmul__(self, o):
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return matmul(o, self)
+
+    def __lt__(self, o):
+        return binary("lt", self, o)
+
+    def __le__(self, o):
+        return binary("le", self, o)
+
+    def __gt__(self, o):
+        return binary("gt", self, o)
+
+    def __ge__(self, o):
+        return binary("ge", self, o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return binary("eq", self, o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return binary("ne", self, o)
+
+    __hash__ = object.__hash__  # defining __eq__ would make a class unhashable: tensors hash by identity
+
+    def __and__(self, o):
+        return binary("logical_and", self, o)
+
+    def __or__(self, o):
+        return binary("logical_or", self, o)
+
+    def __invert__(self):
+        return apply("logical_not", self)
+
+    def pow(self, o):
+        return binary("pow", self, o)
+
+    def maximum(self, o):
+        return binary("maximum", self, o)
+
+    def minimum(self, o):
+        return binary("minimum", self, o)
+
+    # ---- unary math (float ops promote integer inputs to f32, as torch does) ----------------------
+    def _float_unary(self, name, **attrs):
+        x = self if self.dtype.is_float else self.to(f32)
+        return apply(name, x, **attrs)
+
+    def exp(self):
+        return self._float_unary("exp")
+
+    def log(self):
+        return self._float_unary("log")
+
+    def sqrt(self):
+        return self._float_unary("sqrt")
+
+    def rsqrt(self):
+        return self._float_unary("rsqrt")
+
+    def reciprocal(self):
+        return self._float_unary("reciprocal")
+
+    def sin(self):
+        return self._float_unary("sin")
+
+    def cos(self):
+        return self._float_unary("cos")
+
+    def tanh(self):
+        return self._float_unary("tanh")
+
+    def sigmoid(self):
+        return self._float_unary("sigmoid")
+
+    def erf(self):
+        return self._float_unary("erf")
+
+    def gelu(self, approximate: str = "none"):
+        return self._float_unary("gelu", approximate=approximate)
+
+    def silu(self):
+        return self._float_unary("silu")
+
+    def leaky_relu(self, negative_slope: float = 0.01):
+        return self._float_unary("leaky_relu", negative_slope=negative_slope)
+
+    def relu(self):
+        return apply("relu", self)
+
+    def abs(self):
+        return apply("abs", self)
+
+    def neg(self):
+        return apply("neg", self)
+
+    def sign(self):
+        return apply("sign", self)
+
+    def floor(self):
+        return apply("floor", self)
+
+    def ceil(self):
+        return apply("ceil", self)
+
+    def round(self):
+        return apply("round", self)
+
+    def logical_not(self):
+        return apply("logical_not", self)
+
+    def square(self):
+        return self * self
+
+    # ---- reductions -------------------------------------------------------------------------------
+    def sum(self, dim=None, keepdim: bool = False, dtype=None):
+        x = self.to(dtype) if dtype is not None else self
+        if dtype is None and not x.dtype.is_float:  # PyTorch sums bool and integers in int64: no wrap
+            x = x.to(i64)
+        return apply("reduce_sum", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
+
+    def mean(self, dim=None, keepdim: bool = False):
+        x = self if self.dtype.is_float else self.to(f32)
+        return apply("reduce_mean", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
+
+    def amax(self, dim=None, keepdim: bool = False):
+        return apply("reduce_max", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
+
+    def amin(self, dim=None, keepdim: bool = False):
+        return apply("reduce_min", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
+
+    def max(self, dim: int | None = None, keepdim: bool = False):
+        """max() of all elements; max(dim) -> (values, indices) as in PyTorch."""
+        if dim is None:
+            return self.amax()
+        return MaxMin(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim: int | None = None, keepdim: bool = False):
+        if dim is None:
+            return self.amin()
+        return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False):
+        if dim is None:
+            return apply("argmax", self.reshape(-1), axis=0, keepdim=False)
+        if self.ndim == 0:
+            dim_index("argmax", dim, 0)
+            return apply("argmax", self.reshape(1), axis=0, keepdim=False)
+        return apply("argmax", self, axis=dim_index("argmax", dim, self.ndim), keepdim=keepdim)
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False):
+        # an order-reversing map with no overflow: -x wraps INT_MIN onto itself, -1 - x maps the
+        # integer range onto itself
+        return (-self if self.dtype.is_float else -1 - self).argmax(dim, keepdim)
+
+    def var(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
+        """The variance over dim (all by default) with torch's signature: the squared deviations' sum over
+        n - correction (default 1, Bessel's correction; unbiased=False means 0)."""
+        if unbiased is not None and correction is not None:
+            raise TypeError("var: give unbiased or correction, not both")
+        c = correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
+        axes = _axes(dim, self.ndim)
+        n = int(np.prod([self.shape[a] for a in axes]))
+        d = self - self.mean(axes, keepdim=True)
+        s = (d * d).sum(axes, keepdim=keepdim)
+        return s / (n - c) if n > c else s * float("nan")  # PyTorch: NaN, no divisor
+
+    def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
+        """The square root of var (same arguments)."""
+        return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
+
+    # ---- movement ---------------------------------------------------------------------------------
+    def reshape(self, *shape):
+        shape = list(_shape_arg(shape))
+        if shape.count(-1) > 1:
+            raise ShapeError(f"reshape {list(self.shape)} -> {shape}: only one -1 allowed")
+        if -1 in shape:
+            known = int(np.prod([s for s in shape if s != -1]))
+            if known == 0 or self.numel() % known:
+                raise ShapeError(f"reshape {list(self.shape)} -> {shape}: cannot infer the -1 dimension")
+            shape[shape.index(-1)] = self.numel() // known
+        if tuple(shape) == self.shape:
+            return self
+        return apply("reshape", self, shape=shape)
+
+    view = reshape
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+        if self.ndim == 0:
+            dim_index("flatten", start_dim, 0), dim_index("flatten", end_dim, 0)
+            return self.reshape(1)
+        s, e = dim_index("flatten", start_dim, self.ndim), dim_index("flatten", end_dim, self.ndim)
+        if s > e:
+            raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}\n  at {user_location()}")
+        return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
+
+    def permute(self, *dims):
+        perm = [dim_index("permute", d, self.ndim) for d in _shape_arg(dims)]
+        if sorted(perm) != list(range(self.ndim)):
+            raise ShapeError(f"permute: dims {list(_shape_arg(dims))} are not a permutation of the "
+                             f"{self.ndim} dimensions of {list(self.shape)}\n  at {user_location()}")
+        return apply("permute", self, perm=perm) if self.ndim else self
+
+    def transpose(self, dim0: int, dim1: int):
+        a, b = dim_index("transpose", dim0, self.ndim), dim_index("transpose", dim1, self.ndim)
+        if self.ndim < 2:
+            return self
+        perm = list(range(self.ndim))
+        perm[a], perm[b] = perm[b], perm[a]
+        return self if a == b else apply("permute", self, perm=perm)
+
+    @property
+    def T(self):  # noqa: N802
+        return self if self.ndim < 2 else apply("permute", self, perm=list(range(self.ndim))[::-1])
+
+    @property
+    def mT(self):  # noqa: N802
+        return self.transpose(-2, -1)
+
+    def unsqueeze(self, dim: int):
+        return apply("unsqueeze", self, axes=[dim_index("unsqueeze", dim, self.ndim + 1)])
+
+    def squeeze(self, dim=None):
+        axes = range(self.ndim) if dim is None else _axes(dim, self.ndim, "squeeze")
+        axes = [a for a in axes if self.shape[a] == 1]  # squeezing a dim of another size is a no-op
+        return apply("squeeze", self, axes=axes) if axes else self
+
+    def broadcast_to(self, *shape):
+        shape = _shape_arg(shape)
+        return self if shape == self.shape else apply("broadcast_to", self, shape=shape)
+
+    def expand(self, *shape):
+        shape = _shape_arg(shape)
+        lead = len(shape) - self.ndim
+        if lead < 0 or -1 in shape[:lead]:
+            raise ShapeError(f"expand {list(self.shape)} -> {list(shape)}: "
+                             + ("fewer sizes than dimensions" if lead < 0 else "-1 is not allowed in a new "
+                                "leading dimension") + f"\n  at {user_location()}")
+        full_shape = [self.shape[i - lead] if s == -1 else s for i, s in enumerate(shape)]
+        return self.broadcast_to(full_shape)
+
+    def expand_as(self, other: Tensor):
+        return self.broadcast_to(other.shape)
+
+    def flip(self, *dims):
+        axes = _axes(_shape_arg(dims), self.ndim, "flip")
+        return apply("flip", self, axes=list(axes)) if axes else self
+
+    def triu(self, diagonal: int = 0):
+        return apply("triu", self, k=diagonal)
+
+    def tril(self, diagonal: int = 0):
+        return apply("tril", self, k=diagonal)
+
+    def clone(self):
+        # x * 1, not x + 0: -0.0 + 0 is +0.0
+        return self * 1 if self.dtype != boolean else self.logical_not().logical_not()
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (int, float, bool, np.number, np.bool_))
+
+
+def result_type(*operands) -> DType:
+    """torch.result_type over tensors and Python numbers: the dtype of the dimensioned tensors (by
+    promote()); a 0-d tensor, then a Python number, counts only when of a higher category (bool <
+    integer < float), a Python float then giving f32. So f16[n] * 2.0 is f16, f32[n] + f64[] is f32,
+    i32[n] + 1 is i32 and i32[n] * 1.5 is f32."""
+    groups: list[DType | None] = [None, None, None]  # dimensioned, 0-d, Python numbers
+    for x in operands:
+        if isinstance(x, Tensor):
+            i, dt = (0 if x.ndim else 1), x.dtype
+        else:
+            i = 2
+            dt = (boolean if isinstance(x, (bool, np.bool_)) else i64 if isinstance(x, (int, np.integer))
+                  else f32)
+        groups[i] = dt if groups[i] is None else promote(groups[i], dt)
+    return _combine(groups[0], _combine(groups[1], groups[2]))
+
+
+def _combine(higher: DType | None, lower: DType | None) -> DType | None:
+    """PyTorch's combine_categories: `lower` (a 0-d tensor's or a number's dtype) matters only when
+    its category is higher than `higher`'s."""
+    if higher is None or lower is None:
+        return higher or lower
+    if higher.is_float:
+        return higher
+    if higher == boolean or lower.is_float:
+        return promote(higher, lower)
+    return higher
+
+
+_BOOL_AS_LOGIC = {"add": "logical_or", "mul": "logical_and", "maximum": "logical_or", "minimum": "logical_and"}
+
+
+def binary(name: str, a, b) -> Tensor:
+    """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to
+    f32); on two bool tensors + and max are logical or, * and min logical and, - raises, as in torch."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
+    for x in (a, b):
+        if not isinstance(x, Tensor) and not _is_scalar(x):
+            if isinstance(x, np.ndarray):
+                continue
+            raise FlameError(f"{name}: unsupported operand of type {type(x).__name__}")
+    a = Tensor(a) if isinstance(a, np.ndarray) else a
+    b = Tensor(b) if isinstance(b, np.ndarray) else b
+    dt = result_type(a, b)
+    if dt == boolean and name in _BOOL_AS_LOGIC:
+        a, b = (x if isinstance(x, Tensor) else full((), bool(x), boolean) for x in (a, b))
+        return apply(_BOOL_AS_LOGIC[name], a, b)
+    if dt == boolean and name == "sub":
+        raise DTypeError(f"sub: subtraction of two bool tensors is not supported (as in PyTorch); a != b "
+                         f"is their exclusive or\n  at {user_location()}")
+    if name in ("div", "pow") and not dt.is_float:
+        dt = f32
+    a = a.to(dt) if isinstance(a, Tensor) else (float(a) if dt.is_float else a)
+    b = b.to(dt) if isinstance(b, Tensor) else (float(b) if dt.is_float else b)
+    return apply(name, a, b)
+
+
+def _autocast_lowers(*dtypes: DType) -> bool:
+    """Inside flame.autocast a matmul casts f16/bf16/f32 operands to one dtype (as torch.autocast)."""
+    return autocast.is_autocast_enabled() and all(d in (f16, bf16, f32) for d in dtypes)
+
+
+def matmul(a, b) -> Tensor:
+    """`a @ b` with NumPy's rules for 1-D operands (the IR's matmul wants rank >= 2). Both operands
+    must have one dtype (PyTorch's rule: bf16 @ f32, or an integer or f64 input to an f32 Linear,
+    raises flame.DTypeError naming the line, so an f64 batch never runs an f32 model in f64), except
+    inside flame.autocast, which casts floating operands to its dtype."""
+    a = a if isinstance(a, Tensor) else Tensor(a)
+    b = b if isinstance(b, Tensor) else Tensor(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)}: both operands "
+                         f"need at least one dimension\n  at {user_location()}")
+    if a.dtype != b.dtype and not _autocast_lowers(a.dtype, b.dtype):  # PyTorch raises too: an f64 batch
+        raise DTypeError(f"matmul {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)}: both operands must "
+                         f"have the same dtype, as in PyTorch (convert one with .to({b.dtype.name!r}) or "
+                         f".to({a.dtype.name!r}))\n  at {user_location()}")
+    a1, b1 = a.ndim == 1, b.ndim == 1
+    out = apply("matmul", a.unsqueeze(0) if a1 else a, b.unsqueeze(1) if b1 else b)
+    if a1 and b1:
+        return out.reshape(())
+    if a1 or b1:
+        out = out.squeeze(out.ndim - 2 if a1 else out.ndim - 1)
+    return out
+
+
+def full(shape, value, dtype=None) -> Tensor:
+    dt = dtype_of(dtype) if dtype is not None else default_dtype_for(value)
+    return apply("full", shape=tuple(shape), value=value, dtype=dt)
+
+
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """The shape the given shapes broadcast to (NumPy's rules), as torch.broadcast_shapes."""
+    try:
+        return tuple(np.broadcast_shapes(*[tuple(s) if not isinstance(s, int) else (s,) for s in shapes]))
+    except ValueError:
+        raise ShapeError(f"broadcast_shapes: {[list(s) if not isinstance(s, int) else [s] for s in shapes]} do "
+                         f"not broadcast\n  at {user_location()}") from None
+
+
+def broadcast_tensors(*tensors) -> tuple[Tensor, ...]:
+    """Every tensor broadcast to their common shape, as torch.broadcast_tensors."""
+    ts = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
+    shape = broadcast_shapes(*[t.shape for t in ts])
+    return tuple(t.broadcast_to(shape) for t in ts)
+
+
+def where(cond: Tensor, a, b) -> Tensor:
+    """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype (result_type)."""
+    dt = result_type(a, b)
+    if not builtins.any(isinstance(x, Tensor) for x in (a, b)):
+        a = full((), a, dt)
+    a = a.to(dt) if isinstance(a, Tensor) else a
+    b = b.to(dt) if isinstance(b, Tensor) else b
+    return apply("where", cond.to(boolean), a, b)
+
+
+def cat(tensors, dim: int = 0) -> Tensor:
+    """Concatenate along dim (all tensors share one dtype)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ShapeError(f"cat: expected a non-empty list of tensors\n  at {user_location()}")
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated"
+                             f"\n  at {user_location()}")
+    return apply("concat", *tensors, axis=dim_index("cat", dim, tensors[0].ndim))
+
+
+concat = cat
+
+
+def stack(tensors, dim: int = 0) -> Tensor:
+    """Join same-shaped tensors along a new dimension dim."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ShapeError(f"stack: expected a non-empty list of tensors\n  at {user_location()}")
+    dim = dim_index("stack", dim, tensors[0].ndim + 1)
+    return cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+def pad(x: Tensor, pads, value: float = 0) -> Tensor:
+    """Constant padding; pads is one (lo, hi) pair per axis, first axis first (NumPy's form; torch's
+    order, last dimension first, is flame.nn.functional.pad)."""
+    return apply("pad", x, pads=pads, value=value)
