@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
+
 from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
@@ -90,7 +92,11 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+    """x / sqrt(mean(x^2 over the normalized dims) + eps) * weight; eps=None is the dtype's machine
+    epsilon, as in PyTorch."""
+    if eps is None:
+        eps = float(np.finfo(x.dtype.np_dtype).eps)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     dims = tuple(range(x.ndim - len(shape), x.ndim))
     y = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
