@@ -98,6 +98,12 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     if eps is None:
         eps = float(np.finfo(x.dtype.np_dtype).eps)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
+        raise ShapeError(f"rms_norm: input {list(x.shape)} does not end with normalized_shape {list(shape)}"
+                         f"\n  at {user_location()}")
+    if weight is not None and tuple(weight.shape) != shape:
+        raise ShapeError(f"rms_norm: weight {list(weight.shape)} must have the normalized_shape {list(shape)}"
+                         f"\n  at {user_location()}")
     dims = tuple(range(x.ndim - len(shape), x.ndim))
     y = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
     return y * weight if weight is not None else y
