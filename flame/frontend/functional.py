@@ -54,16 +54,26 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
     return x.leaky_relu(negative_slope)
 
 
+def _empty_along(x: Tensor, dim: int) -> bool:
+    """True when x has no elements along dim (a softmax over it is empty; its max has no identity)."""
+    return x.ndim > 0 and -x.ndim <= dim < x.ndim and x.shape[dim] == 0
+
+
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     # the max only keeps exp() in range: the result does not depend on it, so neither does the
     # gradient (detached, as in PyTorch; otherwise autodiff adds terms that cancel to rounding error)
+    if _empty_along(x, dim):
+        return x * 1
     e = (x - x.amax(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
+    if _empty_along(x, dim):  # the sum of no terms: log(0) = -inf, as in PyTorch
+        out = x.exp().sum(dim, keepdim=True).log()
+        return out if keepdim else out.squeeze(dim)
     m = x.amax(dim, keepdim=True).detach()  # a shift the result does not depend on (see softmax)
     m = apply("where", m.abs() < float("inf"), m, 0.0)  # an infinite max would give inf - inf = NaN
     out = (x - m).exp().sum(dim, keepdim=True).log() + m

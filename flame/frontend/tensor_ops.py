@@ -367,7 +367,7 @@ class TensorOps:
         if dim is None:
             return self.reshape(-1).gather(0, indices.reshape(-1))
         axis = _t.dim_index("take_along_dim", dim, self.ndim)
-        shape = [max(a, b) for a, b in zip(self.shape, indices.shape)]
+        shape = [b if a == 1 else a for a, b in zip(self.shape, indices.shape)]  # broadcast: 1 takes the other
         src = self.broadcast_to(*[n if i != axis else self.shape[axis] for i, n in enumerate(shape)])
         idx = indices.broadcast_to(*[n if i != axis else indices.shape[axis] for i, n in enumerate(shape)])
         return src.gather(axis, idx)

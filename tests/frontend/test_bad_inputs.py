@@ -356,6 +356,12 @@ VALID = {  # name: (f(lib, functional, *tensors), inputs)
         lambda lib, f, x, s: x.scatter_add(0, lib.tensor([[2, 2], [0, 2]]), s),
         [R.standard_normal((3, 4)), R.standard_normal((2, 2))],
     ),
+    "softmax over an empty dim": (lambda lib, f, x: f.softmax(x, -1) + f.log_softmax(x, -1), [np.zeros((2, 0))]),
+    "logsumexp over an empty dim": (lambda lib, f, x: lib.logsumexp(x, 1) + 0 * x.sum(), [np.zeros((2, 0))]),
+    "take_along_dim with an empty index": (
+        lambda lib, f, x: x.take_along_dim(lib.tensor(np.zeros((1, 0, 1), np.int64)), 1),
+        [R.standard_normal((1, 3, 2))],
+    ),
     "index_add with duplicate indices": (
         lambda lib, f, x, s: x.index_add(0, lib.tensor([1, 1, 0]), s),
         [R.standard_normal((3, 2)), R.standard_normal((3, 2))],
