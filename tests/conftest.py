@@ -7,7 +7,9 @@ from flame.runtime.device import cuda_available
 
 def pytest_addoption(parser):
     parser.addoption("--fuzz-seconds", type=float, default=0,
-                     help="run the random-program differential test for this long instead of its fixed budget")
+                     help="draw fresh random programs for this many seconds (tests/frontend/test_random_programs.py) "
+                          "instead of the fixed seeds; prints how many ran and each failure's seed and smallest "
+                          "failing program")
 
 
 def _gpu_count() -> int:

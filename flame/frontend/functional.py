@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
+
 from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
@@ -54,16 +56,26 @@ def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
     return x.leaky_relu(negative_slope)
 
 
+def _empty_along(x: Tensor, dim: int) -> bool:
+    """True when x has no elements along dim (a softmax over it is empty; its max has no identity)."""
+    return x.ndim > 0 and -x.ndim <= dim < x.ndim and x.shape[dim] == 0
+
+
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     # the max only keeps exp() in range: the result does not depend on it, so neither does the
     # gradient (detached, as in PyTorch; otherwise autodiff adds terms that cancel to rounding error)
+    if _empty_along(x, dim):
+        return x * 1
     e = (x - x.amax(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
+    if _empty_along(x, dim):  # the sum of no terms: log(0) = -inf, as in PyTorch
+        out = x.exp().sum(dim, keepdim=True).log()
+        return out if keepdim else out.squeeze(dim)
     m = x.amax(dim, keepdim=True).detach()  # a shift the result does not depend on (see softmax)
     m = apply("where", m.abs() < float("inf"), m, 0.0)  # an infinite max would give inf - inf = NaN
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
@@ -92,8 +104,18 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+    """x / sqrt(mean(x^2 over the normalized dims) + eps) * weight; eps=None is the dtype's machine
+    epsilon, as in PyTorch."""
+    if eps is None:
+        eps = float(np.finfo(x.dtype.np_dtype).eps)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
+        raise ShapeError(f"rms_norm: input {list(x.shape)} does not end with normalized_shape {list(shape)}"
+                         f"\n  at {user_location()}")
+    if weight is not None and tuple(weight.shape) != shape:
+        raise ShapeError(f"rms_norm: weight {list(weight.shape)} must have the normalized_shape {list(shape)}"
+                         f"\n  at {user_location()}")
     dims = tuple(range(x.ndim - len(shape), x.ndim))
     y = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
     return y * weight if weight is not None else y

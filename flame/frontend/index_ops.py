@@ -81,7 +81,7 @@ def take_along_dim(x, indices, dim: int | None = None):
     axis = _t.dim_index("take_along_dim", dim, x.ndim)
     n = x.shape[axis]
     check_indices("take_along_dim", indices, n, axis, negative=True)
-    shape = [max(a, b) for a, b in zip(x.shape, indices.shape)]
+    shape = [b if a == 1 else a for a, b in zip(x.shape, indices.shape)]  # broadcast: 1 takes the other
     src = x.broadcast_to(*[s if i != axis else n for i, s in enumerate(shape)])
     idx = indices.broadcast_to(*[s if i != axis else indices.shape[axis] for i, s in enumerate(shape)])
     return apply("gather", src, wrap_negative(idx, n), axis=axis)

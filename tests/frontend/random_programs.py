@@ -1,9 +1,20 @@
 """A generator of random PyTorch-style programs over the ops flame and torch share by name, run on
-either library: `program(seed)` returns `run(lib, xs)` where lib is `flame` or `torch`. Used by the
-differential test (test_random_programs.py) and its --fuzz-seconds mode."""
+either library: `program(seed)` returns a Program whose `run(lib, xs)` takes `flame` or `torch`.
+Used by the differential test (test_random_programs.py) and its --fuzz-seconds mode.
+
+A program is a list of nodes: inputs (a shape, drawn from N(mean, std^2); every input requires grad)
+and ops over earlier nodes. The op families: elementwise, reductions, softmax, movement (mT
+included), matmul and linear; convolutions and transposed convolutions; max, average and adaptive
+pooling; interpolation; every norm (inputs with extreme means and scales); attention with every mask
+kind (none, causal, boolean with fully masked rows, float additive, a learned float mask) and
+attention written by hand with a learned bias; gather, index_select, index reads and writes
+(duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; and autocast
+regions around the low-precision ops. Shapes include 0-d and zero-size ones. Constants (indices,
+masks, running statistics) live in the node's arguments, so the printed program is the whole program."""
 
 from __future__ import annotations
 
+import importlib
 import random
 from dataclasses import dataclass
 
@@ -11,110 +22,626 @@ import numpy as np
 
 UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "sin", "cos"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
+EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One line of a program: `op` ("input" or a key of _APPLY) over earlier nodes `ins`, with
+    keyword arguments `kw` (numbers, tuples and NumPy constants)."""
+
+    op: str
+    ins: tuple[int, ...]
+    kw: tuple[tuple[str, object], ...]
 
 
 @dataclass
 class Program:
-    """Input shapes and a list of steps; each step is (op, operand indices, arguments)."""
+    """A random program: its nodes, in order."""
 
-    shapes: list[tuple[int, ...]]
-    steps: list[tuple[str, tuple[int, ...], tuple]]
+    nodes: list[Node]
 
     def __str__(self) -> str:
-        lines = [f"inputs {self.shapes}"] + [f"v{len(self.shapes) + i} = {op}{tuple(f'v{j}' for j in ins)} {args}"
-                                              for i, (op, ins, args) in enumerate(self.steps)]
-        return "\n".join(lines)
+        return "\n".join(_render(i, n) for i, n in enumerate(self.nodes))
 
     def inputs(self, seed: int) -> list[np.ndarray]:
+        """The inputs' values, drawn from each input's N(mean, std^2) and rounded to float32 (so the
+        float64 oracle and flame's float32 runs start from the same numbers)."""
         rng = np.random.default_rng(seed)
-        return [rng.standard_normal(s) for s in self.shapes]
+        out = []
+        for n in self.nodes:
+            if n.op == "input":
+                kw = dict(n.kw)
+                out.append(
+                    (rng.standard_normal(kw["shape"]) * kw["std"] + kw["mean"]).astype(np.float32).astype(np.float64)
+                )
+        return out
+
+    @property
+    def condition(self) -> float:
+        """How much the inputs' offsets amplify rounding: the largest |mean| / std of an input (at
+        least 1). A norm of values near 1000 with spread 0.1 loses four digits in any float format."""
+        ratios = [abs(dict(n.kw)["mean"]) / dict(n.kw)["std"] for n in self.nodes if n.op == "input"]
+        return max([1.0, *ratios])
+
+    @property
+    def low_precision(self) -> str | None:
+        """The autocast dtype's name when the program has an autocast region, else None."""
+        lows = [dict(n.kw)["dtype"] for n in self.nodes if n.op == "autocast"]
+        return max(lows, key=lambda d: EPS[d]) if lows else None
+
+    def subset(self, keep: list[int]) -> Program:
+        """The program of the nodes `keep` only (their operands among them), renumbered."""
+        where = {old: new for new, old in enumerate(keep)}
+        return Program(
+            [Node(self.nodes[i].op, tuple(where[j] for j in self.nodes[i].ins), self.nodes[i].kw) for i in keep]
+        )
 
     def run(self, lib, xs: list):
-        """The program's scalar loss (and every intermediate value) on lib's tensors xs."""
-        vals = list(xs)
-        for op, ins, args in self.steps:
-            vals.append(_APPLY[op](lib, *[vals[i] for i in ins], *args))
-        loss = sum((v * v).mean() if i % 2 else v.sum() * 0.1 for i, v in enumerate(vals[len(xs):]))
+        """The program's scalar loss and every value (inputs and results, in node order) on lib's
+        tensors xs, one per input node."""
+        vals, feed = [], iter(xs)
+        for n in self.nodes:
+            if n.op == "input":
+                vals.append(next(feed))
+            else:
+                vals.append(_APPLY[n.op](lib, *[vals[i] for i in n.ins], **dict(n.kw)))
+        results = [v for n, v in zip(self.nodes, vals) if n.op != "input"]
+        loss = sum(_term(k, v) for k, v in enumerate(results))
         return loss, vals
 
 
-def _where(lib, x, y):
-    return lib.where(x > y, x, y * 0.5)
+def _term(k: int, v):
+    """One result's share of the loss: alternately 0.1 * sum and the mean square (sum when empty)."""
+    return (v * v).mean() if k % 2 and v.numel() else v.sum() * 0.1
+
+
+def _render(i: int, n: Node) -> str:
+    kw = dict(n.kw)
+    if n.op == "input":
+        return f"v{i} = input({kw['shape']}, mean={kw['mean']}, std={kw['std']})"
+    args = [f"v{j}" for j in n.ins] + [f"{k}={_show(v)}" for k, v in kw.items()]
+    return f"v{i} = {n.op}({', '.join(args)})"
+
+
+def _show(v) -> str:
+    if isinstance(v, np.ndarray):
+        return f"tensor({np.array2string(v, separator=', ', threshold=10_000).replace(chr(10), '')}, {v.dtype})"
+    return repr(v)
+
+
+# ---- the ops, on either library -------------------------------------------------------------------
+
+
+def _F(lib):
+    return importlib.import_module(f"{lib.__name__}.nn.functional")
+
+
+def _const(lib, a: np.ndarray, like):
+    """A constant on lib: float arrays in like's dtype, integer and bool arrays as they are."""
+    if a.dtype.kind == "f":
+        return lib.tensor(a, dtype=like.dtype)
+    return lib.tensor(a)
+
+
+def _fn(name: str):
+    """nn.functional.name(*tensors, **kw), with NumPy constants among kw made tensors of lib."""
+
+    def apply(lib, *xs, **kw):
+        kw = {k: _const(lib, v, xs[0]) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+        return getattr(_F(lib), name)(*xs, **kw)
+
+    return apply
+
+
+def _binary(name: str):
+    if name in ("maximum", "minimum"):
+        return lambda lib, x, y: getattr(lib, name)(x, y)
+    return lambda lib, x, y: getattr(x, f"__{name}__")(y)
+
+
+def _with_optional(name: str, slots: tuple[str, ...]):
+    """nn.functional.name(x, *params): tensor operands after x fill the named slots whose flag in kw
+    (has_<slot>) is true; the rest are None."""
+
+    def apply(lib, x, *params, **kw):
+        given = iter(params)
+        tensors = {s: next(given) if kw.pop(f"has_{s}") else None for s in slots}
+        return _fn(name)(lib, x, **tensors, **kw)
+
+    return apply
+
+
+def _sdpa(lib, q, k, v, *bias, mask=None, **kw):
+    """scaled_dot_product_attention; the mask is a constant (bool or float) or the learned `bias`."""
+    m = bias[0] if bias else (None if mask is None else _const(lib, mask, q))
+    return _F(lib).scaled_dot_product_attention(q, k, v, attn_mask=m, **kw)
+
+
+def _attention_by_hand(lib, q, k, v, bias, scale):
+    return ((q @ k.transpose(-2, -1)) * scale + bias).softmax(-1) @ v
+
+
+def _set_rows(lib, x, v, index, dim):
+    """y = x * 1; y[..., index, ...] = v (v broadcasts along dim, so duplicate indices write one value)."""
+    y = x * 1
+    y[(slice(None),) * dim + (_const(lib, index, x),)] = v
+    return y
+
+
+def _add_rows(lib, x, v, index):
+    """y = x * 1; y[index] += v: a read, an add and a write (duplicates write the same sum once)."""
+    y = x * 1
+    i = _const(lib, index, x)
+    y[i] += v
+    return y
+
+
+def _autocast(lib, *xs, dtype, inner, **kw):
+    """_APPLY[inner] inside an autocast region of dtype, the result cast back to the first input's dtype."""
+    region = (
+        lib.autocast("cpu", dtype=getattr(lib, dtype))
+        if lib.__name__ == "torch"
+        else lib.autocast("cuda", dtype=getattr(lib, dtype))
+    )
+    with region:
+        out = _APPLY[inner](lib, *xs, **kw)
+    return out.to(xs[0].dtype)
 
 
 _APPLY = {
     **{u: (lambda name: lambda lib, x: getattr(x, name)())(u) for u in UNARY},
-    **{b: (lambda name: lambda lib, x, y: getattr(lib, name)(x, y) if name in ("maximum", "minimum")
-           else getattr(x, {"add": "__add__", "sub": "__sub__", "mul": "__mul__"}[name])(y))(b) for b in BINARY},
+    **{b: _binary(b) for b in BINARY},
     "sum": lambda lib, x, dim, keep: x.sum(dim, keepdim=keep),
     "mean": lambda lib, x, dim, keep: x.mean(dim, keepdim=keep),
     "amax": lambda lib, x, dim, keep: x.amax(dim, keepdim=keep),
     "softmax": lambda lib, x, dim: x.softmax(dim),
     "log_softmax": lambda lib, x, dim: x.log_softmax(dim),
     "transpose": lambda lib, x, a, b: x.transpose(a, b),
+    "mT": lambda lib, x: x.mT,
     "flip": lambda lib, x, dim: x.flip(dim),
     "unsqueeze": lambda lib, x, dim: x.unsqueeze(dim),
     "reshape": lambda lib, x, shape: x.reshape(shape),
     "matmul": lambda lib, x, y: x @ y,
-    "where": _where,
+    "where": lambda lib, x, y: lib.where(x > y, x, y * 0.5),
     "scale": lambda lib, x, c: x * c,
+    "linear": _with_optional("linear", ("weight", "bias")),
+    "cumsum": lambda lib, x, dim: x.cumsum(dim),
+    "cumprod": lambda lib, x, dim: x.cumprod(dim),
+    "gather": lambda lib, x, dim, index: x.gather(dim, _const(lib, index, x)),
+    "index_select": lambda lib, x, dim, index: x.index_select(dim, _const(lib, index, x)),
+    "take_along_dim": lambda lib, x, dim, index: x.take_along_dim(_const(lib, index, x), dim),
+    "getitem": lambda lib, x, index, dim: x[(slice(None),) * dim + (_const(lib, index, x),)],
+    "masked_fill": lambda lib, x, mask, value: x.masked_fill(_const(lib, mask, x), value),
+    "set_rows": _set_rows,
+    "add_rows": _add_rows,
+    "scatter_add": lambda lib, x, src, dim, index: x.scatter_add(dim, _const(lib, index, x), src),
+    "index_add": lambda lib, x, src, dim, index, alpha: x.index_add(dim, _const(lib, index, x), src, alpha=alpha),
+    "sdpa": _sdpa,
+    "attention_by_hand": _attention_by_hand,
+    "autocast": _autocast,
+    **{f"conv{d}d": _with_optional(f"conv{d}d", ("weight", "bias")) for d in (1, 2, 3)},
+    **{f"conv_transpose{d}d": _with_optional(f"conv_transpose{d}d", ("weight", "bias")) for d in (1, 2)},
+    **{
+        f"{p}{d}d": _fn(f"{p}{d}d")
+        for p in ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool")
+        for d in (1, 2)
+    },
+    "interpolate": _fn("interpolate"),
+    "layer_norm": _with_optional("layer_norm", ("weight", "bias")),
+    "rms_norm": _with_optional("rms_norm", ("weight",)),
+    "group_norm": _with_optional("group_norm", ("weight", "bias")),
+    "batch_norm": _with_optional("batch_norm", ("weight", "bias")),
+    "instance_norm": _with_optional("instance_norm", ("weight", "bias")),
 }
 
 
-def program(seed: int) -> Program:
-    """A random program of 3 to 8 steps over 1 to 3 inputs of rank 1 to 3 (sizes 1 to 4)."""
-    rng = random.Random(seed)
-    shapes = [tuple(rng.randint(1, 4) for _ in range(rng.randint(1, 3))) for _ in range(rng.randint(1, 3))]
-    known = list(shapes)
-    steps = []
-    while len(steps) < rng.randint(3, 8):
-        i = len(known) - 1 if rng.random() < 0.5 else rng.randrange(len(known))
-        step = _step(rng, known, i)
-        if step is not None:
-            steps.append(step)
-            known.append(_shape_of(step, known))
-    return Program(shapes, steps)
+# ---- the generator --------------------------------------------------------------------------------
 
 
-def _step(rng: random.Random, known: list, i: int):
-    s = known[i]
-    r = len(s)
-    kind = rng.choice(["unary", "binary", "binary", "reduce", "softmax", "move", "matmul", "where", "scale"])
+class _Gen:
+    """A program being drawn: its nodes, their shapes and which of them later ops may take."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.nodes, self.shapes, self.free = rng, [], [], []
+        self.np = np.random.default_rng(rng.getrandbits(32))  # the constants' values
+
+    def rare(self, p: float = 0.08) -> bool:
+        return self.rng.random() < p
+
+    def input(self, shape, mean: float = 0.0, std: float = 1.0, free: bool = True) -> int:
+        """A new input node (it requires grad); `free` lets later ops take it."""
+        return self._append(
+            Node("input", (), (("shape", tuple(shape)), ("mean", mean), ("std", std))), tuple(shape), free
+        )
+
+    def add(self, op: str, ins, **kw) -> int | None:
+        """A new op node, or None where torch refuses it (its shape comes from torch on zeros)."""
+        node = Node(op, tuple(ins), tuple(kw.items()))
+        shape = _shape_of(node, [self.shapes[i] for i in ins])
+        return None if shape is None else self._append(node, shape, True)
+
+    def _append(self, node: Node, shape, free: bool) -> int:
+        self.nodes.append(node)
+        self.shapes.append(shape)
+        if free:
+            self.free.append(len(self.nodes) - 1)
+        return len(self.nodes) - 1
+
+    def undo(self, mark: int) -> None:
+        del self.nodes[mark:], self.shapes[mark:]
+        self.free = [i for i in self.free if i < mark]
+
+    def pick(self, ok=lambda s: True) -> int | None:
+        """A free value whose shape passes `ok`: the newest such half the time, else any."""
+        found = [i for i in self.free if ok(self.shapes[i])]
+        if not found:
+            return None
+        return found[-1] if self.rng.random() < 0.5 else self.rng.choice(found)
+
+    def size(self, lo: int = 1, hi: int = 4) -> int:
+        """A dimension's size: lo..hi, now and then 0."""
+        return 0 if self.rare(0.05) else self.rng.randint(lo, hi)
+
+    def shape(self) -> tuple[int, ...]:
+        """A tensor shape of rank 0 to 3."""
+        return tuple(self.size() for _ in range(self.rng.choice([0, 1, 1, 2, 2, 3, 3])))
+
+    def operand(self, shape) -> int:
+        """A free value of exactly this shape half the time there is one, else a new input."""
+        i = self.pick(lambda s: s == tuple(shape)) if self.rng.random() < 0.5 else None
+        return self.input(shape) if i is None else i
+
+    def batch(self, d: int, channels: int | None = None, lo: int = 1, hi: int = 5) -> int:
+        """An [N, C, *spatial] operand of d spatial dims: a free value (half the time) or a new input."""
+        if self.rng.random() < 0.5:
+            i = self.pick(lambda s: len(s) == d + 2 and (channels is None or s[1] == channels))
+            if i is not None:
+                return i
+        c = self.rng.randint(1, 3) if channels is None else channels
+        return self.input((self.size(1, 2), c, *(self.size(lo, hi) for _ in range(d))))
+
+
+def _shape_of(node: Node, shapes: list) -> tuple[int, ...] | None:
+    """The result's shape from torch on zeros (the oracle for every shape rule), None if torch refuses
+    the op or its gradient."""
+    import warnings
+
+    import torch
+
+    xs = [torch.zeros(s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = _APPLY[node.op](torch, *xs, **dict(node.kw))
+            out.sum().backward()  # torch's backward refuses a few shapes its forward takes
+            return tuple(out.shape)
+    except (RuntimeError, ValueError, IndexError, TypeError):
+        return None
+
+
+def _elementwise(g: _Gen) -> int | None:
+    """A unary, binary, where, scale, reduction, softmax or movement op on a free value."""
+    rng, i = g.rng, g.pick()
+    s, r = g.shapes[i], len(g.shapes[i])
+    kind = rng.choice(["unary", "binary", "binary", "reduce", "softmax", "move", "where", "scale"])
     if kind == "unary":
-        return rng.choice(UNARY), (i,), ()
+        return g.add(rng.choice(UNARY), (i,))
     if kind in ("binary", "where"):
-        others = [j for j, t in enumerate(known) if _broadcasts(s, t)]
-        return ("where" if kind == "where" else rng.choice(BINARY)), (i, rng.choice(others)), ()
-    if kind == "reduce" and r > 1:
-        return rng.choice(["sum", "mean", "amax"]), (i,), (rng.randrange(-r, r), rng.random() < 0.5)
+        others = [j for j in g.free if _broadcasts(s, g.shapes[j])]
+        j = (
+            rng.choice(others)
+            if others and rng.random() < 0.7
+            else g.input(tuple(1 if rng.random() < 0.3 else n for n in s[rng.randrange(r + 1) :]))
+        )
+        return g.add("where" if kind == "where" else rng.choice(BINARY), (i, j))
+    if kind == "reduce" and r:
+        return g.add(rng.choice(["sum", "mean", "amax"]), (i,), dim=rng.randrange(-r, r), keep=rng.random() < 0.5)
     if kind == "softmax":
-        return rng.choice(["softmax", "log_softmax"]), (i,), (rng.randrange(-r, r),)
-    if kind == "move":
-        m = rng.choice(["transpose", "flip", "unsqueeze", "reshape"])
-        if m == "transpose" and r > 1:
-            return m, (i,), (rng.randrange(r), rng.randrange(r))
-        if m == "flip":
-            return m, (i,), (rng.randrange(-r, r),)
-        if m == "unsqueeze" and r < 4:
-            return m, (i,), (rng.randrange(-r - 1, r + 1),)
-        return "reshape", (i,), ((-1,),)
-    if kind == "matmul" and r == 2:
-        others = [j for j, t in enumerate(known) if len(t) == 2 and t[0] == s[1]]
-        if others:
-            return "matmul", (i, rng.choice(others)), ()
+        return g.add(rng.choice(["softmax", "log_softmax"]), (i,), dim=rng.randrange(-r, r) if r else 0)
     if kind == "scale":
-        return "scale", (i,), (rng.choice([0.5, -2.0, 3.0]),)
-    return None
+        return g.add("scale", (i,), c=rng.choice([0.5, -2.0, 3.0]))
+    m = rng.choice(["transpose", "mT", "flip", "unsqueeze", "reshape"])
+    if m == "transpose" and r:
+        return g.add(m, (i,), a=rng.randrange(r), b=rng.randrange(r))
+    if m == "mT" and r >= 2:
+        return g.add(m, (i,))
+    if m == "flip" and r:
+        return g.add(m, (i,), dim=rng.randrange(-r, r))
+    if m == "unsqueeze" and r < 4:
+        return g.add(m, (i,), dim=rng.randrange(-r - 1, r + 1))
+    return g.add("reshape", (i,), shape=(-1,))
+
+
+def _matmul(g: _Gen) -> int | None:
+    """x @ w or F.linear(x, w, b) on a free value of rank 1 or more; w a free value or a new input."""
+    rng = g.rng
+    i = g.pick(lambda s: len(s) >= 1)
+    if i is None:
+        return None
+    k = g.shapes[i][-1]
+    if rng.random() < 0.5:
+        others = [j for j in g.free if len(g.shapes[j]) == 2 and g.shapes[j][0] == k]
+        return g.add("matmul", (i, rng.choice(others) if others and rng.random() < 0.5 else g.input((k, g.size()))))
+    w = g.input((g.size(), k))
+    bias = rng.random() < 0.5
+    ins = (i, w, g.input((g.shapes[w][0],))) if bias else (i, w)
+    return g.add("linear", ins, has_weight=True, has_bias=bias)
 
 
 def _broadcasts(a: tuple, b: tuple) -> bool:
     return all(x == y or x == 1 or y == 1 for x, y in zip(reversed(a), reversed(b)))
 
 
-def _shape_of(step, known) -> tuple[int, ...]:
-    """The result shape, from torch on zeros (the oracle for the shape rules of the ops above)."""
-    import torch
+def _per_dim(g: _Gen, d: int, lo: int, hi: int):
+    """An int or a tuple of d ints in lo..hi (both spellings PyTorch takes)."""
+    vals = tuple(g.rng.randint(lo, hi) for _ in range(d))
+    return vals[0] if g.rng.random() < 0.5 else vals
 
-    op, ins, args = step
-    xs = [torch.zeros(known[j], dtype=torch.float64) for j in ins]
-    return tuple(_APPLY[op](torch, *xs, *args).shape)
+
+def _conv(g: _Gen) -> int | None:
+    """conv1d/2d/3d: stride, padding (numbers, "same", "valid"), dilation, groups, with or without
+    bias; now and then an empty batch or zero output channels."""
+    rng = g.rng
+    d, groups = rng.choice([1, 1, 2, 2, 3]), rng.choice([1, 1, 2])
+    x = g.batch(d, groups * rng.randint(1, 2), lo=1, hi=6 if d < 3 else 3)
+    cout = groups * (0 if g.rare() else rng.randint(1, 2))
+    k, stride, dilation = _per_dim(g, d, 1, 3), _per_dim(g, d, 1, 2), _per_dim(g, d, 1, 2)
+    padding = rng.choice([0, 1, _per_dim(g, d, 0, 1), "valid"] + (["same"] if stride == 1 else []))
+    w = g.input((cout, g.shapes[x][1] // groups, *((k,) * d if isinstance(k, int) else k)))
+    bias = rng.random() < 0.5
+    ins = (x, w, g.input((cout,))) if bias else (x, w)
+    return g.add(
+        f"conv{d}d",
+        ins,
+        has_weight=True,
+        has_bias=bias,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+    )
+
+
+def _conv_transpose(g: _Gen) -> int | None:
+    """conv_transpose1d/2d: stride, padding, output_padding (below the stride or the dilation),
+    dilation, groups, with or without bias."""
+    rng = g.rng
+    d, groups = rng.choice([1, 2]), rng.choice([1, 1, 2])
+    x = g.batch(d, groups * rng.randint(1, 2), hi=4)
+    cout = groups * (0 if g.rare() else rng.randint(1, 2))
+    k = tuple(rng.randint(1, 3) for _ in range(d))
+    stride, dilation = tuple(rng.randint(1, 2) for _ in range(d)), tuple(rng.randint(1, 2) for _ in range(d))
+    out_pad = tuple(rng.randrange(max(s, dl)) for s, dl in zip(stride, dilation))
+    w = g.input((g.shapes[x][1], cout // groups, *k))
+    bias = rng.random() < 0.5
+    ins = (x, w, g.input((cout,))) if bias else (x, w)
+    return g.add(
+        f"conv_transpose{d}d",
+        ins,
+        has_weight=True,
+        has_bias=bias,
+        stride=stride,
+        padding=rng.randint(0, 1),
+        output_padding=out_pad,
+        groups=groups,
+        dilation=dilation,
+    )
+
+
+def _pool(g: _Gen) -> int | None:
+    """max, average and adaptive pooling, 1-D and 2-D: padding, stride, dilation, ceil_mode,
+    count_include_pad, divisor_override."""
+    rng = g.rng
+    d = rng.choice([1, 2])
+    x = g.batch(d, lo=1, hi=6)
+    kind = rng.choice(["max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool"])
+    if kind.startswith("adaptive"):
+        return g.add(f"{kind}{d}d", (x,), output_size=_per_dim(g, d, 1, 4))
+    k = _per_dim(g, d, 1, 3)
+    kw = {
+        "kernel_size": k,
+        "stride": rng.choice([None, _per_dim(g, d, 1, 3)]),
+        "padding": rng.randint(0, min(k) // 2 if isinstance(k, tuple) else k // 2),
+        "ceil_mode": rng.random() < 0.4,
+    }
+    if kind == "max_pool":  # (torch 2.13's CPU max pool corrupts memory when dilated with padding or ceil_mode)
+        kw["dilation"] = 1 if kw["ceil_mode"] or kw["padding"] else rng.randint(1, 2)
+    else:
+        kw["count_include_pad"] = rng.random() < 0.5
+        if d == 2:
+            kw["divisor_override"] = rng.choice([None, None, rng.randint(1, 3)])
+    return g.add(f"{kind}{d}d", (x,), **kw)
+
+
+def _interpolate(g: _Gen) -> int | None:
+    """interpolate, 1-D and 2-D: nearest or (bi)linear (align_corners), to a size or by a scale factor."""
+    rng = g.rng
+    d = rng.choice([1, 2])
+    x = g.batch(d, lo=1, hi=4)
+    mode = rng.choice(["nearest", "linear" if d == 1 else "bilinear"])
+    kw = {"mode": mode}
+    if rng.random() < 0.5:
+        kw["size"] = _per_dim(g, d, 1, 6)
+    else:
+        kw["scale_factor"] = rng.choice([0.5, 0.75, 1.5, 2.0, 3.0])
+        kw["recompute_scale_factor"] = rng.choice([None, True])
+    if mode != "nearest":
+        kw["align_corners"] = rng.choice([None, False, True])
+    spatial = g.shapes[x][2:]
+    if "scale_factor" in kw and min(int(n * kw["scale_factor"]) for n in spatial) < 1:
+        return None
+    return g.add("interpolate", (x,), **kw)
+
+
+NORM_INPUTS = [(0.0, 1.0), (0.0, 1.0), (1000.0, 0.1), (-300.0, 10.0), (3.0, 1e-3)]
+
+
+def _norm(g: _Gen) -> int | None:
+    """layer_norm, rms_norm, group_norm, batch_norm (training or with running statistics) or
+    instance_norm, of a new input drawn with an extreme mean and scale now and then."""
+    rng = g.rng
+    kind = rng.choice(["layer_norm", "rms_norm", "group_norm", "batch_norm", "batch_norm", "instance_norm"])
+    mean, std = rng.choice(NORM_INPUTS)
+    c = rng.randint(1, 4)
+    shape = (g.size(1, 3), c, *(g.size(1, 4) for _ in range(rng.randint(0 if kind != "instance_norm" else 1, 2))))
+    x = g.input(shape, mean, std, free=not mean)
+    if kind in ("layer_norm", "rms_norm"):
+        normalized = shape[-rng.randint(1, len(shape)) :]
+        return _affine(
+            g,
+            kind,
+            x,
+            normalized,
+            kind == "layer_norm",
+            normalized_shape=normalized,
+            eps=rng.choice([1e-5, 1e-3] + ([None] if kind == "rms_norm" else [])),
+        )
+    if kind == "group_norm":
+        groups = rng.choice([n for n in range(1, c + 1) if c % n == 0])
+        return _affine(g, kind, x, (c,), True, num_groups=groups, eps=1e-5)
+    if kind == "instance_norm":
+        return _affine(g, kind, x, (c,), True, eps=1e-5)
+    training = rng.random() < 0.6
+    stats = {"running_mean": None, "running_var": None}
+    if not training or rng.random() < 0.5:
+        stats = {"running_mean": g.np.normal(mean, std, c), "running_var": g.np.uniform(0.5, 2.0, c) * std * std}
+    return _affine(g, kind, x, (c,), True, training=training, momentum=0.1, eps=1e-5, **stats)
+
+
+def _affine(g: _Gen, kind: str, x: int, shape, has_bias: bool, **kw) -> int | None:
+    """A norm with its optional weight (and bias) as new inputs."""
+    weight, bias = g.rng.random() < 0.7, has_bias and g.rng.random() < 0.7
+    ins = [x] + ([g.input(shape, 1.0, 1.0)] if weight else []) + ([g.input(shape)] if bias else [])
+    flags = {"has_weight": weight} | ({"has_bias": bias} if has_bias else {})
+    return g.add(kind, ins, **flags, **kw)
+
+
+def _attention(g: _Gen) -> int | None:
+    """scaled_dot_product_attention with no mask, is_causal, a boolean mask (rows fully masked now and
+    then), a float additive mask (-inf entries included) or a learned float mask (an input: it
+    requires grad); grouped-query heads, a given scale, empty query or key lengths; or the same
+    written by hand with a learned bias."""
+    rng = g.rng
+    h = rng.randint(1, 2)
+    gqa = rng.random() < 0.2
+    lead = rng.choice([(h,), (rng.randint(1, 2), h)])
+    kv = lead[:-1] + ((1,) if gqa else (h,))
+    length, keys, e = g.size(1, 4), g.size(1, 4), rng.randint(1, 4)
+    q = g.operand(lead + (length, e))
+    k, v = g.input(kv + (keys, e)), g.input(kv + (keys, rng.randint(1, 4)))
+    mask_shape = rng.choice([(length, keys), (1, length, keys), lead + (length, keys)])
+    kind = rng.choice(["none", "causal", "bool", "float", "learned", "by hand"])
+    if kind == "by hand" and not gqa:
+        return g.add("attention_by_hand", (q, k, v, g.input(mask_shape)), scale=rng.choice([e**-0.5, 0.7]))
+    kw = {"scale": rng.choice([None, None, 0.5])} | ({"enable_gqa": True} if gqa else {})
+    if kind == "learned":
+        return g.add("sdpa", (q, k, v, g.input(mask_shape)), **kw)
+    if kind == "causal":
+        kw["is_causal"] = True
+    elif kind == "bool":
+        mask = g.np.random(mask_shape) < 0.7
+        if g.rare(0.3) and length:
+            mask[..., rng.randrange(length), :] = False
+        kw["mask"] = mask
+    elif kind == "float":
+        kw["mask"] = np.where(g.np.random(mask_shape) < 0.2, -np.inf, g.np.standard_normal(mask_shape))
+    return g.add("sdpa", (q, k, v), **kw)
+
+
+def _index(g: _Gen) -> int | None:
+    """gather, index_select, take_along_dim, x[index] (negative and duplicate indices), x[index] = v
+    and x[index] += v (duplicates write one value), scatter_add and index_add (duplicates add up),
+    masked_fill."""
+    rng = g.rng
+    i = g.pick(lambda s: len(s) >= 1)
+    if i is None:
+        return None
+    s = g.shapes[i]
+    dim = rng.randrange(len(s))
+    n = s[dim]
+    kind = rng.choice(
+        [
+            "gather",
+            "index_select",
+            "take_along_dim",
+            "getitem",
+            "set_rows",
+            "add_rows",
+            "scatter_add",
+            "index_add",
+            "masked_fill",
+        ]
+    )
+    if kind == "masked_fill":
+        mask = g.np.random(tuple(1 if rng.random() < 0.3 else m for m in s)) < 0.5
+        return g.add(kind, (i,), mask=mask, value=rng.choice([0.0, -1.5]))
+    if kind in ("getitem", "set_rows", "add_rows"):
+        index = g.np.integers(-n, n, g.size(1, 4)) if n else np.zeros(0, np.int64)
+        if kind == "getitem":
+            return g.add(kind, (i,), index=index, dim=dim)
+        dim = dim if kind == "set_rows" else 0
+        v = g.input(tuple(1 if j == dim else m for j, m in enumerate(s))[rng.randrange(dim + 1) :])
+        return g.add(kind, (i, v), index=index, **({"dim": dim} if kind == "set_rows" else {}))
+    if kind in ("index_select", "index_add"):
+        index = g.np.integers(0, n, g.size(1, 4)) if n else np.zeros(0, np.int64)
+        if kind == "index_select":
+            return g.add(kind, (i,), dim=dim, index=index)
+        src = g.input(tuple(len(index) if j == dim else m for j, m in enumerate(s)))
+        return g.add(kind, (i, src), dim=dim, index=index, alpha=rng.choice([1, -0.5]))
+    shape = tuple(g.size(1, 4) if j == dim else (rng.randint(1, m) if m else 0) for j, m in enumerate(s))
+    if kind == "take_along_dim":
+        shape = tuple(m if j == dim or rng.random() < 0.5 else 1 for j, m in enumerate(shape))
+    index = g.np.integers(0, n, shape) if n else np.zeros(shape, np.int64)
+    if kind == "scatter_add":
+        return g.add(kind, (i, g.input(shape)), dim=dim, index=index)
+    return g.add(kind, (i,), dim=dim, index=index)
+
+
+def _scan(g: _Gen) -> int | None:
+    """cumsum or cumprod along a dim of a free value (0-d included)."""
+    i = g.pick()
+    r = len(g.shapes[i])
+    return g.add(g.rng.choice(["cumsum", "cumprod"]), (i,), dim=g.rng.randrange(-r, r) if r else 0)
+
+
+def _autocast(g: _Gen) -> int | None:
+    """A matmul, linear, convolution or attention inside an autocast region (float16 or bfloat16)."""
+    i = g.rng.choice([_matmul, _conv, _attention])(g)
+    if i is None:
+        return None
+    node = g.nodes[i]
+    dtype = g.rng.choice(["float16", "bfloat16"])
+    g.nodes[i] = Node("autocast", node.ins, (("dtype", dtype), ("inner", node.op), *node.kw))
+    return i
+
+
+FAMILIES = {
+    _elementwise: 4,
+    _matmul: 1.5,
+    _conv: 1.5,
+    _conv_transpose: 1,
+    _pool: 1.5,
+    _interpolate: 1,
+    _norm: 2,
+    _attention: 2,
+    _index: 2,
+    _scan: 1,
+    _autocast: 1,
+}
+
+
+def program(seed: int) -> Program:
+    """A random program: 1 or 2 inputs of rank 0 to 3 (sizes 0 to 4), then 2 to 5 ops drawn from the
+    op families (each may add inputs of its own)."""
+    rng = random.Random(seed)
+    g = _Gen(rng)
+    for _ in range(rng.randint(1, 2)):
+        g.input(g.shape())
+    target, tries = rng.randint(2, 5), 0
+    while sum(n.op != "input" for n in g.nodes) < target and tries < 200:
+        tries += 1
+        mark = len(g.nodes)
+        if rng.choices(list(FAMILIES), list(FAMILIES.values()))[0](g) is None:
+            g.undo(mark)
+    return Program(g.nodes)

@@ -4,12 +4,16 @@ errors (which are also the built-in class PyTorch raises), edge values agree wit
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as TF
 
 import flame
 import flame.nn.functional as F
+from flame.nn import Linear
 
 M = np.arange(6, dtype=np.float32).reshape(2, 3)
 S = np.float32(2.0)
@@ -41,16 +45,28 @@ def test_bad_input_raises_flames_error(name, compiled):
 
 EDGE = {  # name: (flame function, torch function, inputs)
     "zero-size sum": (lambda a: a.sum(0), lambda a: a.sum(0), [np.zeros((0, 3), np.float32)]),
-    "zero-size matmul": (lambda a, b: a @ b, lambda a, b: a @ b,
-                         [np.zeros((2, 0), np.float32), np.zeros((0, 3), np.float32)]),
+    "zero-size matmul": (
+        lambda a, b: a @ b,
+        lambda a, b: a @ b,
+        [np.zeros((2, 0), np.float32), np.zeros((0, 3), np.float32)],
+    ),
     "zero-size amax of rows": (lambda a: a.amax(1), lambda a: a.amax(1), [np.zeros((0, 3), np.float32)]),
-    "NaN through relu and max": (lambda a: a.relu().amax(0), lambda a: a.relu().amax(0),
-                                 [np.array([[np.nan, 1.0], [0.0, -np.inf]], np.float32)]),
+    "NaN through relu and max": (
+        lambda a: a.relu().amax(0),
+        lambda a: a.relu().amax(0),
+        [np.array([[np.nan, 1.0], [0.0, -np.inf]], np.float32)],
+    ),
     "inf softmax": (lambda a: a.softmax(-1), lambda a: a.softmax(-1), [np.array([[np.inf, 1.0]], np.float32)]),
-    "-inf logsumexp": (lambda a: F.logsumexp(a, -1), lambda a: a.logsumexp(-1),
-                       [np.array([[-np.inf, -np.inf], [np.inf, 1.0]], np.float32)]),
-    "0-d ops": (lambda a: (a.exp() * a).flip(0).transpose(0, -1), lambda a: (a.exp() * a).flip(0).transpose(0, -1),
-                [np.array(S)]),
+    "-inf logsumexp": (
+        lambda a: F.logsumexp(a, -1),
+        lambda a: a.logsumexp(-1),
+        [np.array([[-np.inf, -np.inf], [np.inf, 1.0]], np.float32)],
+    ),
+    "0-d ops": (
+        lambda a: (a.exp() * a).flip(0).transpose(0, -1),
+        lambda a: (a.exp() * a).flip(0).transpose(0, -1),
+        [np.array(S)],
+    ),
     "int32 sum": (lambda a: a.sum(), lambda a: a.sum(), [np.array([2**31 - 1, 1], np.int32)]),
 }
 
@@ -69,3 +85,332 @@ def test_edge_values_agree_with_torch(name, compiled):
 def test_huge_shape_is_refused_before_allocating():
     with pytest.raises((flame.FlameError, MemoryError, ValueError)):
         flame.zeros(2**40, 2**40)
+
+
+# ---- the newer surfaces: convolution, pooling, interpolation, norms, attention, indexing, autocast,
+# checkpoints, compile options. Each row: the call (on flame's module `lib`, flame.nn.functional `F`),
+# the error class expected and a fragment of its message naming the argument. Op errors must be flame's
+# own (flame.FlameError); a bad keyword of flame.compile, autocast or load_state_dict may be the plain
+# built-in class. Torch 2.13 raises on every row (RuntimeError for most of the op rows).
+
+X4 = np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)
+Q = np.random.default_rng(1).standard_normal((1, 2, 3, 4)).astype(np.float32)
+KV = np.random.default_rng(2).standard_normal((1, 2, 5, 4)).astype(np.float32)
+
+
+def _t(a):
+    return flame.tensor(a)
+
+
+def _w(*shape):
+    return flame.tensor(np.ones(shape, np.float32))
+
+
+def _budget(b):
+    return lambda: flame.compile(lambda x: (x * 2).sum(), memory_budget=b)(_t(X4))
+
+
+def _sdpa(q=Q, k=KV, v=KV, **kw):
+    return lambda: F.scaled_dot_product_attention(_t(q), _t(k), _t(v), **kw)
+
+
+OP, ARG = flame.FlameError, None  # ARG: any exception of the given class
+BAD_CALLS = {  # name: (call, expected class, must it be a FlameError, message fragment)
+    "memory_budget=1.5": (_budget(1.5), ValueError, ARG, "memory_budget"),
+    "memory_budget=inf": (_budget(math.inf), ValueError, ARG, "memory_budget"),
+    "memory_budget=nan": (_budget(math.nan), ValueError, ARG, "memory_budget"),
+    "memory_budget=-1": (_budget(-1), ValueError, ARG, "memory_budget"),
+    "memory_budget='x'": (_budget("x"), TypeError, ARG, "memory_budget"),
+    "compile dynamic='yes'": (lambda: flame.compile(lambda x: x, dynamic="yes"), ValueError, ARG, "dynamic"),
+    "load_state_dict(a path)": (
+        lambda: Linear(2, 2).load_state_dict("model.safetensors"),
+        TypeError,
+        ARG,
+        "state_dict",
+    ),
+    "flame.load of a file that is not safetensors": (
+        lambda: flame.checkpoint.load(__file__),
+        flame.CheckpointError,
+        OP,
+        "safetensors",
+    ),
+    "avg_pool2d divisor_override=0": (
+        lambda: F.avg_pool2d(_t(X4), 2, divisor_override=0),
+        ValueError,
+        OP,
+        "divisor_override",
+    ),
+    "avg_pool2d kernel larger than the input": (lambda: F.avg_pool2d(_t(X4), 5), ValueError, OP, "kernel"),
+    "max_pool2d padding above half the kernel": (lambda: F.max_pool2d(_t(X4), 2, padding=2), ValueError, OP, "padding"),
+    "max_pool2d stride=0": (lambda: F.max_pool2d(_t(X4), 2, stride=0), ValueError, OP, "stride"),
+    "max_pool2d kernel_size=0": (lambda: F.max_pool2d(_t(X4), 0), ValueError, OP, "kernel_size"),
+    "interpolate size=(0, 3)": (lambda: F.interpolate(_t(X4), size=(0, 3)), ValueError, OP, "size"),
+    "interpolate scale_factor=nan": (
+        lambda: F.interpolate(_t(X4), scale_factor=math.nan),
+        ValueError,
+        OP,
+        "scale_factor",
+    ),
+    "interpolate scale_factor=inf": (
+        lambda: F.interpolate(_t(X4), scale_factor=math.inf),
+        ValueError,
+        OP,
+        "scale_factor",
+    ),
+    "interpolate scale_factor=-1": (lambda: F.interpolate(_t(X4), scale_factor=-1.0), ValueError, OP, "size"),
+    "interpolate size and scale_factor": (
+        lambda: F.interpolate(_t(X4), size=2, scale_factor=2.0),
+        ValueError,
+        OP,
+        "scale_factor",
+    ),
+    "interpolate mode 'cubic'": (lambda: F.interpolate(_t(X4), size=2, mode="cubic"), ValueError, OP, "mode"),
+    "interpolate align_corners with nearest": (
+        lambda: F.interpolate(_t(X4), size=2, align_corners=True),
+        ValueError,
+        OP,
+        "align_corners",
+    ),
+    "interpolate size of 3 dims on 2": (lambda: F.interpolate(_t(X4), size=(2, 2, 2)), ValueError, OP, "size"),
+    "conv2d weight with 0 out channels": (lambda: F.conv2d(_t(X4), _w(0, 2, 3, 3)), ValueError, OP, "weight"),
+    "conv2d stride=0": (lambda: F.conv2d(_t(X4), _w(3, 2, 3, 3), stride=0), ValueError, OP, "stride"),
+    "conv2d padding=-1": (lambda: F.conv2d(_t(X4), _w(3, 2, 3, 3), padding=-1), ValueError, OP, "padding"),
+    "conv2d padding='same' with stride 2": (
+        lambda: F.conv2d(_t(X4), _w(3, 2, 3, 3), padding="same", stride=2),
+        ValueError,
+        OP,
+        "same",
+    ),
+    "conv2d padding='full'": (lambda: F.conv2d(_t(X4), _w(3, 2, 3, 3), padding="full"), ValueError, OP, "padding"),
+    "conv2d groups not dividing": (lambda: F.conv2d(_t(X4), _w(3, 1, 3, 3), groups=2), ValueError, OP, "groups"),
+    "conv2d input channels": (lambda: F.conv2d(_t(X4), _w(3, 3, 3, 3)), ValueError, OP, "channels"),
+    "conv2d kernel larger than the input": (lambda: F.conv2d(_t(X4), _w(3, 2, 5, 5)), ValueError, OP, "kernel"),
+    "conv2d of a 5-D input": (lambda: F.conv2d(_w(2, 4, 4, 4, 4), _w(3, 2, 3, 3)), ValueError, OP, "input"),
+    "conv_transpose2d output_padding >= stride and dilation": (
+        lambda: F.conv_transpose2d(_t(X4), _w(2, 3, 3, 3), stride=2, output_padding=2),
+        ValueError,
+        OP,
+        "output_padding",
+    ),
+    "gather with a negative index": (
+        lambda: _w(3, 4).gather(1, flame.tensor([[-1], [0], [0]])),
+        IndexError,
+        OP,
+        "index",
+    ),
+    "gather with an index past the end": (
+        lambda: _w(3, 4).gather(1, flame.tensor([[4], [0], [0]])),
+        IndexError,
+        OP,
+        "index",
+    ),
+    "gather with a float index": (lambda: _w(3, 4).gather(1, _w(3, 1)), TypeError, OP, "index"),
+    "index_select with a negative index": (
+        lambda: _w(3, 4).index_select(0, flame.tensor([-1])),
+        IndexError,
+        OP,
+        "index",
+    ),
+    "scatter_add past the end": (lambda: _w(3).scatter_add(0, flame.tensor([3]), _w(1)), IndexError, OP, "index"),
+    "cumsum dim out of range": (lambda: _w(2, 3).cumsum(2), IndexError, OP, "dim"),
+    "sdpa head sizes differ": (_sdpa(k=KV[..., :3]), ValueError, OP, "k f32[1,2,5,3]"),
+    "sdpa mask does not broadcast": (_sdpa(attn_mask=_w(4, 5)), ValueError, OP, "mask"),
+    "sdpa integer mask": (_sdpa(attn_mask=flame.ones(3, 5, dtype=flame.int64)), TypeError, OP, "mask"),
+    "sdpa fewer kv heads without enable_gqa": (_sdpa(q=np.concatenate([Q, Q], 1)), ValueError, OP, "head"),
+    "sdpa kv heads not dividing": (_sdpa(q=np.concatenate([Q, Q[:, :1]], 1), enable_gqa=True), ValueError, OP, "heads"),
+    "batch_norm running_mean of the wrong size": (
+        lambda: F.batch_norm(_t(X4), _w(3), _w(3)),
+        ValueError,
+        OP,
+        "running_mean",
+    ),
+    "batch_norm one value per channel in training": (
+        lambda: F.batch_norm(_w(1, 2), None, None, training=True),
+        ValueError,
+        OP,
+        "per channel",
+    ),
+    "batch_norm in eval without running stats": (
+        lambda: F.batch_norm(_t(X4), None, None, training=False),
+        ValueError,
+        OP,
+        "running_mean",
+    ),
+    "group_norm groups not dividing": (lambda: F.group_norm(_w(2, 3, 4), 2), ValueError, OP, "num_groups"),
+    "layer_norm normalized_shape": (lambda: F.layer_norm(_w(2, 3), (4,)), ValueError, OP, "normalized_shape"),
+    "layer_norm weight shape": (lambda: F.layer_norm(_w(2, 3), (3,), _w(4)), ValueError, OP, "weight"),
+    "rms_norm normalized_shape": (lambda: F.rms_norm(_w(2, 3), (4,)), ValueError, OP, "normalized_shape"),
+    "rms_norm weight shape": (lambda: F.rms_norm(_w(2, 3), (3,), _w(4)), ValueError, OP, "weight"),
+    "autocast dtype=float32": (lambda: flame.autocast(dtype=flame.float32), TypeError, OP, "dtype"),
+    "autocast device_type 'tpu'": (lambda: flame.autocast("tpu"), ValueError, ARG, "device_type"),
+    "checkpoint of a non-callable": (lambda: flame.utils.checkpoint(3, _w(2)), TypeError, ARG, "callable"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_CALLS)
+def test_bad_call_names_its_argument(name):
+    call, cls, flame_error, fragment = BAD_CALLS[name]
+    with pytest.raises(cls) as info:
+        call()
+    if flame_error is not None:
+        assert isinstance(info.value, flame_error), f"{type(info.value).__name__} is not one of flame's errors"
+    assert fragment.lower() in str(info.value).lower(), f"{fragment!r} not in: {info.value}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "interpolate size=(0, 3)",
+        "conv2d weight with 0 out channels",
+        "sdpa integer mask",
+        "conv_transpose2d output_padding >= stride and dilation",
+    ],
+)
+def test_bad_call_raises_inside_compile_too(name):
+    call, cls, flame_error, fragment = BAD_CALLS[name]
+    with pytest.raises(cls) as info:
+        flame.compile(lambda x: call() * x)(flame.tensor(1.0))
+    assert isinstance(info.value, flame.FlameError) and fragment.lower() in str(info.value).lower()
+
+
+# ---- edge calls torch answers: flame's values and gradients must equal torch's (float64), eager and compiled
+
+
+def _both(f):
+    """f(lib, functional, *tensors) as (flame function, torch function)."""
+    return lambda *xs: f(flame, F, *xs), lambda *xs: f(torch, TF, *xs)
+
+
+R = np.random.default_rng(3)
+VALID = {  # name: (f(lib, functional, *tensors), inputs)
+    "conv_transpose2d stride=1 dilation=2 output_padding=1": (
+        lambda lib, f, x, w: f.conv_transpose2d(x, w, stride=1, dilation=2, output_padding=1),
+        [R.standard_normal((1, 2, 4, 4)), R.standard_normal((2, 3, 3, 3))],
+    ),
+    "conv_transpose1d stride=2 dilation=3 output_padding=2": (
+        lambda lib, f, x, w: f.conv_transpose1d(x, w, stride=2, dilation=3, output_padding=2),
+        [R.standard_normal((2, 2, 5)), R.standard_normal((2, 1, 2))],
+    ),
+    "sdpa with no keys (S=0)": (
+        lambda lib, f, q, k, v: f.scaled_dot_product_attention(q, k, v),
+        [R.standard_normal((1, 2, 3, 4)), np.zeros((1, 2, 0, 4)), np.zeros((1, 2, 0, 4))],
+    ),
+    "sdpa with no queries (L=0)": (
+        lambda lib, f, q, k, v: f.scaled_dot_product_attention(q, k, v),
+        [np.zeros((1, 2, 0, 4)), R.standard_normal((1, 2, 3, 4)), R.standard_normal((1, 2, 3, 4))],
+    ),
+    "sdpa with a fully masked row": (
+        lambda lib, f, q, k, v: f.scaled_dot_product_attention(
+            q, k, v, attn_mask=lib.tensor([[True, True], [False, False], [True, False]])
+        ),
+        [R.standard_normal((1, 3, 4)), R.standard_normal((1, 2, 4)), R.standard_normal((1, 2, 4))],
+    ),
+    "sdpa is_causal with more queries than keys": (
+        lambda lib, f, q, k, v: f.scaled_dot_product_attention(q, k, v, is_causal=True),
+        [R.standard_normal((1, 5, 4)), R.standard_normal((1, 3, 4)), R.standard_normal((1, 3, 4))],
+    ),
+    "sdpa learned float mask": (
+        lambda lib, f, q, k, v, m: f.scaled_dot_product_attention(q, k, v, attn_mask=m),
+        [
+            R.standard_normal((1, 3, 4)),
+            R.standard_normal((1, 2, 4)),
+            R.standard_normal((1, 2, 4)),
+            R.standard_normal((3, 2)),
+        ],
+    ),
+    "conv2d of an empty batch": (
+        lambda lib, f, x, w: f.conv2d(x, w, padding=1),
+        [np.zeros((0, 2, 4, 4)), R.standard_normal((3, 2, 3, 3))],
+    ),
+    "max_pool2d of an empty batch": (lambda lib, f, x: f.max_pool2d(x, 2), [np.zeros((0, 2, 4, 4))]),
+    "max_pool1d ceil_mode with the kernel past the input": (
+        lambda lib, f, x: f.max_pool1d(x, 3, ceil_mode=True),
+        [R.standard_normal((1, 3, 1))],
+    ),
+    "adaptive_avg_pool2d to (0, 2)": (
+        lambda lib, f, x: f.adaptive_avg_pool2d(x, (0, 2)),
+        [R.standard_normal((1, 2, 4, 4))],
+    ),
+    "batch_norm of an empty batch": (lambda lib, f, x: f.batch_norm(x, None, None, training=True), [np.zeros((0, 2))]),
+    "batch_norm of values near 1000 spread by 0.1": (
+        lambda lib, f, x: f.batch_norm(x, None, None, training=True),
+        [(1000 + 0.1 * R.standard_normal((8, 3))).astype(np.float32)],
+    ),
+    "var of values near 1000 spread by 0.1": (
+        lambda lib, f, x: x.var(0),
+        [(1000 + 0.1 * R.standard_normal((8, 3))).astype(np.float32)],
+    ),
+    "gather with duplicate indices": (
+        lambda lib, f, x: x.gather(1, lib.tensor([[0, 0, 2], [1, 1, 1]])),
+        [R.standard_normal((2, 3))],
+    ),
+    "x[i] = v with duplicate and negative indices": (
+        lambda lib, f, x, v: _set(x, lib.tensor([1, -2, 0, 1]), v),
+        [R.standard_normal((3, 2)), R.standard_normal((1, 2))],
+    ),
+    "gather with an index smaller than the input on another dim": (
+        lambda lib, f, x: x.gather(1, lib.tensor([[1, 1], [3, 0]])),
+        [R.standard_normal((3, 4))],
+    ),
+    "scatter_add with an index smaller than the input on another dim": (
+        lambda lib, f, x, s: x.scatter_add(0, lib.tensor([[2, 2], [0, 2]]), s),
+        [R.standard_normal((3, 4)), R.standard_normal((2, 2))],
+    ),
+    "softmax over an empty dim": (lambda lib, f, x: f.softmax(x, -1) + f.log_softmax(x, -1), [np.zeros((2, 0))]),
+    "logsumexp over an empty dim": (lambda lib, f, x: lib.logsumexp(x, 1) + 0 * x.sum(), [np.zeros((2, 0))]),
+    "take_along_dim with an empty index": (
+        lambda lib, f, x: x.take_along_dim(lib.tensor(np.zeros((1, 0, 1), np.int64)), 1),
+        [R.standard_normal((1, 3, 2))],
+    ),
+    "index_add with duplicate indices": (
+        lambda lib, f, x, s: x.index_add(0, lib.tensor([1, 1, 0]), s),
+        [R.standard_normal((3, 2)), R.standard_normal((3, 2))],
+    ),
+    "rms_norm with the default eps (float32's)": (
+        lambda lib, f, x: (
+            f.rms_norm(x, (3,)) if lib is flame else f.rms_norm(x, (3,), eps=torch.finfo(torch.float32).eps)
+        ),
+        [1e-4 * R.standard_normal((2, 3))],
+    ),
+}
+
+
+def _set(x, i, v):
+    y = x * 1
+    y[i] = v
+    return y
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", VALID)
+def test_edge_call_agrees_with_torch(name, compiled):
+    f, inputs = VALID[name]
+    mine, theirs = _both(f)
+    ts = [torch.tensor(np.asarray(x, np.float64), requires_grad=True) for x in inputs]
+    want = theirs(*ts)
+    want.sum().backward() if want.numel() else None
+    xs = [flame.tensor(np.asarray(x, np.float32), requires_grad=True) for x in inputs]
+
+    def step(*xs):
+        out = mine(*xs)
+        if out.numel():
+            out.sum().backward()
+        return out
+
+    got = (flame.compile(step) if compiled else step)(*xs)
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_allclose(
+        got.numpy(),
+        want.detach().numpy(),
+        rtol=1e-4,
+        atol=1e-4 * max(1.0, float(want.detach().abs().max()) if want.numel() else 1.0),
+    )
+    for x, t in zip(xs, ts):
+        g = np.zeros(tuple(t.shape)) if t.grad is None else t.grad.numpy()
+        np.testing.assert_allclose(
+            np.zeros(tuple(x.shape)) if x.grad is None else x.grad.numpy(),
+            g,
+            rtol=1e-4,
+            atol=1e-4 * max(1.0, float(np.abs(g).max(initial=0.0))),
+        )
