@@ -670,9 +670,18 @@ def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps,
     per-channel count (tests/nn/test_batch_norm_large_count.py).
     Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type)."""
     acc = x.float() if x.dtype.is_float and x.dtype.itemsize < 4 else x
-    mean = acc.sum(dims, keepdim=True) / count
+    # deviations from s, one sample of the channel: x - s is exact where x lies within s's binade
+    # (Sterbenz), so the mean of the deviations and x - mean = (x - s) - that mean are accurate to the
+    # deviations' rounding, not the values' (in f32 a mean of 1000 +- 0.1 is off by up to half an ulp
+    # of 1000, 3e-5, which the normalised output magnifies by 1 / std)
+    s = acc
+    for a in dims:
+        s = s.narrow(a, 0, 1)
+    d = acc - s.detach()
+    mean_d = d.sum(dims, keepdim=True) / count
+    mean = s.detach() + mean_d
     m = mean.detach()
-    dev = acc - m
+    dev = d - mean_d.detach()
     var = (dev * dev).sum(dims, keepdim=True) / count
     scale = (var + eps).rsqrt()
     if weight is not None:
