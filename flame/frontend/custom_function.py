@@ -174,7 +174,10 @@ def _vjp(b, gouts: dict, *inputs, call: int, index: int):
         )
     n, m = len(c.positions), sum(c.slots)
     values = [*inputs[: n + m], *(gouts.get(k) for k in range(len(c.outputs)))]
-    got, trace = run_backward(b, c.what, lambda *ts: _run(c, ts[n : n + m], ts[n + m :]), values)
+    try:
+        got, trace = run_backward(b, c.what, lambda *ts: _run(c, ts[n : n + m], ts[n + m :]), values)
+    except AutogradError as e:  # the front end's count check: say where the call was made too
+        raise AutogradError(f"{e}\n  applied at {b.loc}" if b.loc and "applied at" not in str(e) else str(e)) from None
     return (*_checked(c, got, trace, b.loc), *([None] * (len(inputs) - n)))
 
 
@@ -207,7 +210,7 @@ def _checked(c: Call, got: list, trace, loc) -> list:
             out.append(None)
             continue
         if not isinstance(g, Tensor) or g._trace is not trace:
-            kind = type(g).__name__ if not isinstance(g, Tensor) else "Tensor it was not given"
+            kind = type(g).__name__ if not isinstance(g, Tensor) else "a Tensor computed outside backward"
             raise AutogradError(
                 f"{c.what}: expected Variable or None (got {kind}) at position {pos + 1}: a "
                 f"gradient is a flame Tensor computed from the saved tensors and the "

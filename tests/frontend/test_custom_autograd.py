@@ -370,6 +370,50 @@ def test_custom_op_matches_its_composite_eager_and_compiled():
         np.testing.assert_allclose(g, results[0][1], rtol=1e-10)
 
 
+class _LinearFn(flame.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return x @ w.t() + b
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w, g.t() @ x, g.sum(0)
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_custom_linear_in_a_compiled_training_step_matches_nn_linear(checkpointed):
+    """A module calling a custom linear, with an optimizer step (and inside flame.utils.checkpoint),
+    against nn.Linear: the same loss and the same updated parameters."""
+    x = flame.tensor(_rng(40, 5, 4).astype(np.float32))
+    results = []
+    for custom in (False, True):
+        flame.manual_seed(0)
+        lin = flame.nn.Linear(4, 3)
+        opt = flame.optim.SGD(lin.parameters(), lr=0.1)
+
+        def forward(x, lin=lin, custom=custom):
+            y = _LinearFn.apply(x, lin.weight, lin.bias) if custom else lin(x)
+            return y.tanh()
+
+        @flame.compile
+        def step(x, forward=forward, opt=opt):
+            opt.zero_grad()
+            y = flame.utils.checkpoint(forward, x) if checkpointed else forward(x)
+            loss = (y * y).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        losses = [step(x).item() for _ in range(3)]
+        results.append((losses, lin.weight.numpy(), lin.bias.numpy()))
+    (l0, w0, b0), (l1, w1, b1) = results
+    np.testing.assert_allclose(l1, l0, rtol=1e-6)
+    np.testing.assert_allclose(w1, w0, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(b1, b0, rtol=1e-6, atol=1e-7)
+
+
 def _exp_step(fn):
     @flame.compile
     def step(x):
