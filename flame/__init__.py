@@ -51,6 +51,7 @@ from flame.frontend.creation import (
     zeros,
     zeros_like,
 )
+from flame.frontend.custom_function import custom_vjp
 from flame.frontend.data_dependent import argwhere, bincount, count_nonzero, histc, nonzero, unique
 from flame.frontend.einsum import einsum
 from flame.frontend.more_math import (
@@ -263,10 +264,11 @@ __all__ = sorted([n for n, v in globals().items()
 
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.amp,
-    flame.distributed, flame.utils and flame.cuda import on first use (they are not needed to trace)."""
+    flame.distributed, flame.utils, flame.cuda and flame.autograd import on first use (they are not needed
+    to trace)."""
     import importlib
 
-    if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "utils", "cuda"):
+    if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "utils", "cuda", "autograd"):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)

@@ -33,6 +33,11 @@ class AutogradError(FlameError, RuntimeError):
     RuntimeError there too)."""
 
 
+class GradcheckError(AutogradError):
+    """flame.autograd.gradcheck found analytical gradients that differ from finite differences (PyTorch's
+    torch.autograd.gradcheck.GradcheckError)."""
+
+
 class VerifyError(FlameError, ValueError):
     """A graph is malformed; the message quotes the offending IR line."""
 

@@ -27,7 +27,7 @@ LAYERS = [
     ("frontend",),
     ("distributed",),
     ("nn",),
-    ("optim", "amp", "utils", "checkpoint", "linalg", "cuda"),
+    ("optim", "amp", "utils", "checkpoint", "linalg", "cuda", "autograd"),
     ("flame",),  # flame/__init__.py: re-exports the layers below
     ("explain", "viz", "bench"),  # tools over a compiled plan, and the `flame bench` suite
     ("cli",),

@@ -13,7 +13,7 @@ from flame.frontend.context import current_trace, user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
-from flame.ir.graph import Value
+from flame.ir.graph import BackwardLoc, Value
 from flame.ir.registry import get
 from flame.ir.types import TensorType
 from flame.runtime.device import cuda_available
@@ -42,18 +42,30 @@ class _BackwardTrace(Trace):
         return super().value_of(t)
 
 
+def run_backward(b, what: str, fn: Callable, values) -> tuple:
+    """fn(*tensors) over the Values `values` (None stays None) of the graph being differentiated, as
+    traced Tensors: its flame ops are appended to that graph through the autodiff pass's builder `b`, each
+    marked as backward work (BackwardLoc) with the user's line. Returns (what fn returned, the trace)."""
+    trace = _BackwardTrace(b.graph)
+    trace.builder, trace.what = b, what
+    loc, start, token = b.loc, len(b.graph.ops), current_trace.set(trace)
+    try:
+        got = fn(*(None if v is None else Tensor._traced(v, trace) for v in values))
+    finally:
+        current_trace.reset(token)
+        b.loc = loc
+    for op in b.graph.ops[start:]:
+        if not isinstance(op.loc, BackwardLoc):
+            op.loc = BackwardLoc(op.loc or "")
+    return got, trace
+
+
 def tensor_vjp(fn: Callable, what: str) -> Callable:
     """`fn(grad, *inputs, out)` over flame Tensors (returning one gradient Tensor or None per input) as an
     OpDef VJP `vjp(b, g, *inputs, out)` over the builder's Values."""
+
     def vjp(b, g, *args):
-        trace = _BackwardTrace(b.graph)
-        trace.builder, trace.what = b, what
-        loc, token = b.loc, current_trace.set(trace)
-        try:
-            got = fn(*(Tensor._traced(v, trace) for v in (g, *args)))
-        finally:
-            current_trace.reset(token)
-            b.loc = loc
+        got, trace = run_backward(b, what, fn, (g, *args))
         many = isinstance(got, (tuple, list))
         out = []
         for x in got if many else (got,):

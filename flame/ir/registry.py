@@ -104,7 +104,13 @@ class OpDef:
         element, or keeping in registers rather than computing twice;
     user: an op the user defined with flame.cuda.kernel / flame.cuda.elementwise (its
         `flame.ir.ops.user.UserCode`: the user's CUDA text, which codegen renders in place of a snippet
-        or a lowering)."""
+        or a lowering);
+    call_result: one result of a call of the user's autograd Function (flame.autograd.Function,
+        flame.custom_vjp): the result is the op's last input (the user's forward, traced inline before it,
+        so it fuses with its neighbours), and simplification removes the op. The ops of one call share
+        its `call` attribute and are told apart by `index`; their inputs but the last are the same.
+        autodiff calls their VJP once per call, at its first op, with {index: cotangent or None} in place
+        of one cotangent."""
 
     name: str
     category: str
@@ -127,6 +133,7 @@ class OpDef:
     constant: bool = False
     cost: str = ""
     user: Any = None
+    call_result: bool = False
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""

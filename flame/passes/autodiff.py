@@ -9,7 +9,9 @@ Gradient conventions (declared per op in the registry):
 - only values on a path from `wrt` get gradients: parameters with requires_grad=False (frozen) and
   data get no gradient work at all (a VJP's unneeded parts are dropped as it is applied);
 - ops with `nondiff` (comparisons, argmax, floor/ceil/round/sign, random draws, creation) pass no
-  gradient: their inputs get none through them, i.e. zero."""
+  gradient: their inputs get none through them, i.e. zero;
+- the results of one call of a user's autograd Function (`call_result`) differentiate together: the
+  user's backward runs once, given every result's cotangent."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 
 from flame.errors import FlameError
 from flame.ir.builder import Builder
-from flame.ir.graph import BackwardLoc, Graph, Value, is_backward  # noqa: F401 (is_backward: callers)
+from flame.ir.graph import BackwardLoc, Graph, Op, Value, is_backward  # noqa: F401 (is_backward: callers)
 from flame.ir.registry import REGISTRY
 from flame.passes.rewrite_attention import rewrite_attention_in_place
 
@@ -67,6 +69,27 @@ def _emit_residuals(g: Graph, out: Value, end: int, needed: set[Value]) -> dict:
     return saved
 
 
+def _calls(ops: Sequence[Op]) -> dict[Op, dict[int, Op]]:
+    """The ops of each call of a user's autograd Function (OpDef.call_result), by `index`, under the
+    call's first op in graph order; its other ops map to {} (the first one's VJP serves them all: by
+    then every result's cotangent is complete, whatever order the results were used in)."""
+    first: dict[tuple, Op] = {}
+    out: dict[Op, dict[int, Op]] = {}
+    for op in ops:
+        if REGISTRY[op.name].call_result:
+            head = first.setdefault((op.name, op.attrs["call"]), op)
+            out.setdefault(head, {})[op.attrs["index"]] = op
+            if head is not op:
+                out[op] = {}
+    return out
+
+
+def _call_cotangents(members: dict[int, Op], ct: dict[Value, Value]) -> dict[int, Value | None] | None:
+    """{index: cotangent or None} of a call's results, or None where no result has one."""
+    got = {k: ct.get(op.out) for k, op in members.items()}
+    return got if any(v is not None for v in got.values()) else None
+
+
 def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None) -> list[Value | None]:
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
@@ -88,9 +111,12 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
     forward = list(g.ops)
     ct: dict[Value, Value] = {out: seed if seed is not None else b.const(1.0, out.dtype, out.shape)}
     end = next((i for i, op in enumerate(forward) if op.out is out), -1)
+    calls = _calls(forward[: end + 1])
     for op in reversed(forward[: end + 1]):
         gout = ct.get(op.out)
         opdef = REGISTRY[op.name]
+        if opdef.call_result:
+            gout = _call_cotangents(calls[op], ct)
         if gout is None or opdef.vjp is None or not any(v in needed for v in op.inputs):
             continue
         b.loc = BackwardLoc(op.loc or "")

@@ -3,7 +3,8 @@ per definition, registered as `user_<name>` (a number appended when that name is
 user's NumPy reference (what the reference executor runs), a gradient rule and the `user` trait
 (UserCode) that codegen renders. The elementwise form is an "elementwise" op, so the fusion pass fuses
 it with its neighbours like a built-in one; the raw-kernel form is "opaque": its own launch, its own
-grid (ARCHITECTURE.md "Where a change goes": a new op)."""
+grid (ARCHITECTURE.md "Where a change goes": a new op). A user's autograd Function is an op of its
+own too (define_function): the identity of its traced forward, whose gradient is the user's backward."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from flame.errors import ArgumentError, ArgumentTypeError, AutogradError, DTypeE
 from flame.ir.dtypes import dtype_of
 from flame.ir.graph import Value
 from flame.ir.ops._shapes import broadcast_shapes
-from flame.ir.registry import REGISTRY, OpDef, check_dtype, register
+from flame.ir.registry import REGISTRY, Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -283,9 +284,37 @@ def define_kernel(
     )
 
 
+def _last_type(types, **attrs):
+    return types[-1]
+
+
+def _last(*arrays, **attrs):
+    return np.copy(arrays[-1])
+
+
+def define_function(name: str, vjp: Callable, where: str | None) -> OpDef:
+    """Register the op of a user's autograd Function (flame.autograd.Function, flame.custom_vjp), one per
+    definition: `op(*tensor inputs, *saved tensors, result, call=N, index=K)` is `result` (the forward,
+    traced before it from flame ops), and its gradient is the user's backward: vjp(b, {index: cotangent},
+    *inputs, out, call=N, index=K) (the `call_result` trait)."""
+    return register(
+        OpDef(
+            op_name(name),
+            "elementwise",
+            -1,
+            _last_type,
+            _last,
+            attrs={"call": Attr("int"), "index": Attr("int")},
+            vjp=vjp,
+            doc=f"the autograd Function {name!r}" + (f", defined at {where}" if where else ""),
+            call_result=True,
+        )
+    )
+
+
 def _check_source(what: str, source: Any, kind: str) -> None:
     if not isinstance(source, str) or not source.strip():
         raise ArgumentError(f"{what}: the CUDA {kind} must be a non-empty string, got {source!r}")
 
 
-__all__ = ["UserCode", "define_elementwise", "define_kernel", "describe", "op_name"]
+__all__ = ["UserCode", "define_elementwise", "define_function", "define_kernel", "describe", "op_name"]

@@ -1,0 +1,177 @@
+"""torch.autograd's functional entry points over the one autodiff pass (passes/autodiff.py): grad(outputs,
+inputs, ...) returns the gradients and touches no .grad; backward(tensors, grad_tensors) accumulates into
+the leaves' .grad as Tensor.backward() does. Several outputs are differentiated as one scalar,
+sum_k <outputs[k], grad_outputs[k]>, whose gradient is their vector-Jacobian product. Eagerly the graph
+is rebuilt from the outputs' Node records, as backward() rebuilds it; inside @flame.compile the
+gradients are values of the trace (and so can be differentiated again: create_graph=True)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flame.compiler import compile_graph
+from flame.errors import AutogradError
+from flame.frontend.autograd import _rebuild
+from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.creation import zeros
+from flame.frontend.tensor import Tensor
+from flame.passes.autodiff import autodiff
+
+
+def _tensors(x, what: str) -> tuple:
+    items = (x,) if isinstance(x, Tensor) else tuple(x)
+    for i, t in enumerate(items):
+        if not isinstance(t, Tensor):
+            raise AutogradError(
+                f"{what}: element {i} is a {type(t).__name__}, not a flame Tensor\n  at {user_location()}"
+            )
+    return items
+
+
+def _seeds(grads, n: int, what: str) -> tuple:
+    if grads is None:
+        return (None,) * n
+    items = (grads,) if isinstance(grads, Tensor) else tuple(grads)
+    if len(items) != n:
+        raise AutogradError(f"{what}: got {len(items)} gradients for {n} outputs\n  at {user_location()}")
+    return items
+
+
+def _root(outputs: Sequence[Tensor], seeds: Sequence, what: str) -> Tensor:
+    """sum_k <outputs[k], seeds[k]>: one scalar whose gradient is the outputs' vector-Jacobian product."""
+    total = None
+    for k, (o, g) in enumerate(zip(outputs, seeds)):
+        if g is None:
+            if o.numel() != 1:
+                raise AutogradError(
+                    f"{what}: grad can be implicitly created only for scalar outputs (output {k} "
+                    f"has shape {list(o.shape)})\n  at {user_location()}"
+                )
+            term = o.sum()
+        else:
+            if not isinstance(g, Tensor):
+                raise AutogradError(
+                    f"{what}: grad_outputs[{k}] is a {type(g).__name__}; expected a Tensor or "
+                    f"None\n  at {user_location()}"
+                )
+            if tuple(g.shape) != tuple(o.shape):
+                raise AutogradError(
+                    f"{what}: Mismatch in shape: grad_output[{k}] has a shape of {list(g.shape)} "
+                    f"and output[{k}] has a shape of {list(o.shape)}\n  at {user_location()}"
+                )
+            term = (o * g.detach().to(o.dtype)).sum()
+        total = term if total is None else total + term
+    return total
+
+
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool | None = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+) -> tuple:
+    """torch.autograd.grad: the gradients of `outputs` (weighted by grad_outputs; None: a scalar output's
+    ones) with respect to `inputs` (leaves or intermediate tensors), as a tuple; .grad is not touched.
+    An input the outputs do not depend on raises, unless allow_unused=True (then None; zeros with
+    materialize_grads=True). Eagerly the graph is freed unless retain_graph=True; create_graph=True
+    (differentiating the gradients again) works inside @flame.compile, where gradients are traced values,
+    and raises eagerly."""
+    outs, ins = _tensors(outputs, "grad(outputs)"), _tensors(inputs, "grad(inputs)")
+    seeds = _seeds(grad_outputs, len(outs), "grad(grad_outputs)")
+    if is_grads_batched:
+        raise AutogradError(
+            f"grad(is_grads_batched=True) is not supported: call grad once per row of "
+            f"grad_outputs\n  at {user_location()}"
+        )
+    allow_unused = bool(allow_unused) or materialize_grads
+    trace = current_trace.get()
+    if trace is not None:
+        root = _root(outs, seeds, "grad")
+        ws = [trace.value_of(t) for t in ins]
+        trace.builder.loc = user_location()
+        got = [
+            None if gv is None else Tensor._traced(gv, trace) for gv in autodiff(trace.graph, trace.value_of(root), ws)
+        ]
+        return _finish(ins, got, allow_unused, materialize_grads)
+    if create_graph:
+        raise AutogradError(
+            f"grad(create_graph=True) is not supported eagerly (eager gradients carry no graph of "
+            f"their own); differentiate twice inside @flame.compile, where gradients are traced "
+            f"values\n  at {user_location()}"
+        )
+    for k, o in enumerate(outs):
+        if not o.requires_grad:
+            raise AutogradError(
+                f"element {k} of tensors does not require grad and does not have a grad_fn\n  at {user_location()}"
+            )
+    if not all(t.requires_grad for t in ins):
+        raise AutogradError(f"One of the differentiated Tensors does not require grad\n  at {user_location()}")
+    root = _root(outs, seeds, "grad")
+    return _finish(ins, _eager(root, ins, bool(retain_graph)), allow_unused, materialize_grads)
+
+
+def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool) -> list:
+    """d root / d ins by rebuilding root's graph and running autodiff on it (None: not used)."""
+    g, vals, leaves, nodes = _rebuild(root)
+    used = [t for t in ins if id(t) in vals]
+    gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used])))
+    pairs = [(i, gvals[id(t)]) for i, t in enumerate(ins) if gvals.get(id(t)) is not None]
+    g.outputs = [gv for _, gv in pairs]
+    got: list = [None] * len(ins)
+    if pairs:
+        arrays = compile_graph(g).run([t._data for t in leaves])
+        for (i, _), arr in zip(pairs, arrays):
+            got[i] = Tensor._concrete(arr, ins[i].dtype)
+    if not retain:
+        for node in nodes:
+            node.freed = True
+    return got
+
+
+def _finish(ins: Sequence[Tensor], got: list, allow_unused: bool, materialize: bool) -> tuple:
+    for i, (t, gt) in enumerate(zip(ins, got)):
+        if gt is None and not allow_unused:
+            raise AutogradError(
+                f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
+                f"Set allow_unused=True if this is the desired behavior.\n  at {user_location()}"
+            )
+        if gt is None and materialize:
+            with no_grad():
+                got[i] = zeros(t.shape, dtype=t.dtype)
+    return tuple(got)
+
+
+def backward(
+    tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False, inputs=None
+) -> None:
+    """torch.autograd.backward: accumulate into .grad the gradients of `tensors` (weighted by
+    grad_tensors; None: a scalar's ones), into the leaves they depend on, or into `inputs` alone."""
+    ts = _tensors(tensors, "backward(tensors)")
+    seeds = _seeds(grad_tensors, len(ts), "backward(grad_tensors)")
+    eager = current_trace.get() is None
+    if eager and create_graph:
+        raise AutogradError(
+            f"backward(create_graph=True) is not supported eagerly; differentiate twice inside "
+            f"@flame.compile\n  at {user_location()}"
+        )
+    if eager:
+        for k, t in enumerate(ts):
+            if not t.requires_grad:
+                raise AutogradError(
+                    f"element {k} of tensors does not require grad and does not have a grad_fn\n  at {user_location()}"
+                )
+    if inputs is not None:
+        wrt = _tensors(inputs, "backward(inputs)")
+        got = grad(ts, wrt, seeds, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True)
+        for t, gt in zip(wrt, got):
+            if gt is not None:
+                t.grad = gt if t.grad is None else t.grad + gt
+        return
+    _root(ts, seeds, "backward").backward(retain_graph=retain_graph)
+
+
+__all__ = ["backward", "grad"]
