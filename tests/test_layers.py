@@ -38,7 +38,6 @@ LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 # Upward imports that stay until the frontend is split into rooms that do not import each other in a
 # circle; each is to be removed then, and none may be added. (importing module, imported module)
 KNOWN_UPWARD = {
-    ("flame.distributed.optim", "flame.nn.parallel"),  # ZeRO finds the DDP wrapper of a module
     ("flame.nn.utils.lora", "flame.checkpoint"),  # adapters saved as checkpoints; checkpoint.py reads nn modules
 }
 
