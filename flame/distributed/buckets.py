@@ -6,19 +6,21 @@ start as soon as its last gradient is computed (passes/schedule_collectives.py).
 
 The wrapper that reduces a model's gradients in buckets (flame.nn.parallel.DistributedDataParallel)
 registers itself here for its parameters (register_reducer); the ZeRO optimizer, given parameters,
-asks which reducer they belong to (reducer_of) and shards that reducer's buckets."""
+asks which reducer they belong to (reducer_of) and shards that reducer's buckets, and a checkpoint
+saves the module a reducer wraps (unwrap)."""
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from flame.ir.dtypes import DType
 
 # id(parameter) -> (the parameter, the reducer that averages its gradient), both held weakly (Tensor's == is
 # elementwise, so tensors cannot be the keys of a WeakKeyDictionary)
 _REDUCER_OF: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+_REDUCERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id(reducer) -> the reducer
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,11 @@ def shard_bucket(bucket: Bucket, params: list, world_size: int) -> Shard:
 
 
 class BucketedReducer(Protocol):
-    """What the ZeRO optimizer asks of the wrapper that reduces a model's gradients bucket by bucket."""
+    """What the ZeRO optimizer and checkpoints ask of the wrapper that reduces a model's gradients bucket by
+    bucket."""
 
     buckets: list[Bucket]
+    module: Any  # the model it wraps
 
     @property
     def parameters_reduced(self) -> list:
@@ -89,6 +93,7 @@ class BucketedReducer(Protocol):
 
 def register_reducer(params: list, reducer: BucketedReducer) -> None:
     """Record that `reducer` reduces the gradients of `params` (both held weakly)."""
+    _REDUCERS[id(reducer)] = reducer
     for p in params:
         _REDUCER_OF[id(p)] = (weakref.ref(p), weakref.ref(reducer))
 
@@ -97,3 +102,9 @@ def reducer_of(param) -> BucketedReducer | None:
     """The reducer registered for `param` (the DistributedDataParallel that averages its gradient), if any."""
     p, reducer = _REDUCER_OF.get(id(param), (lambda: None, lambda: None))
     return reducer() if p() is param else None
+
+
+def unwrap(model):
+    """The module a registered reducer (a DistributedDataParallel) wraps (its state_dict is the single-GPU
+    one), else model."""
+    return model.module if _REDUCERS.get(id(model)) is model else model

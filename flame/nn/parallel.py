@@ -23,6 +23,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from flame.distributed import buckets as _buckets
+from flame.distributed.buckets import unwrap
 from flame.distributed.process_group import get_rank, get_world_size
 from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import zeros
@@ -149,8 +150,3 @@ class DistributedDataParallel(Module):
         for i in bucket.params:
             if i not in shard.owners[rank]:
                 self._ddp_params[i].grad = None
-
-
-def unwrap(model: Module) -> Module:
-    """The module a DistributedDataParallel wraps (its state_dict is the single-GPU one), else model."""
-    return model.module if isinstance(model, DistributedDataParallel) else model
