@@ -22,8 +22,10 @@ from safetensors import deserialize
 
 from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame.errors import CheckpointError
+from flame.frontend.context import no_grad
+from flame.frontend.creation import as_tensor as share_tensor
 from flame.frontend.tensor import Tensor
-from flame.nn.module import as_tensor, copy_pairs
+from flame.ir.dtypes import dtype_of
 
 __all__ = ["load", "load_checkpoint", "load_metadata", "save", "save_checkpoint"]
 
@@ -43,6 +45,34 @@ _REPR = reprlib.Repr()  # a value quoted in an error, shortened
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 40
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once, so a saved file gets the usual permissions (mkstemp's are 0600)
+
+
+def as_tensor(value: Any) -> Tensor:
+    """A flame Tensor from a flame Tensor, a NumPy array or anything NumPy can read (a CPU torch tensor)."""
+    if isinstance(value, Tensor):
+        return value
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor: no torch import needed
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # NumPy has no bf16: reinterpret the bits
+            import ml_dtypes
+            import torch
+
+            value = value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        else:
+            value = value.numpy()
+    arr = np.asarray(value)
+    try:
+        dt = dtype_of(arr.dtype)
+    except Exception:
+        raise CheckpointError(f"cannot make a flame tensor from an array of dtype {arr.dtype}") from None
+    return share_tensor(arr, dt)
+
+
+def copy_pairs(pairs: list[tuple[Tensor, Tensor]]) -> None:
+    """dst.copy_(src) for each pair, recording no gradient history."""
+    with no_grad():
+        for dst, src in pairs:
+            dst.copy_(src)
 
 
 def _to_numpy(name: str, value: Any) -> np.ndarray:
@@ -333,7 +363,7 @@ def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: di
     sharded ZeRO optimizer gathers its state), rank 0 alone writes — the file a single-GPU run writes: a
     DistributedDataParallel model is saved as the module it wraps — and every rank returns once the
     file is in place."""
-    from flame.nn.parallel import unwrap
+    from flame.distributed.buckets import unwrap
 
     model = unwrap(model)
     tensors: dict[str, Any] = dict(model.state_dict())
@@ -378,7 +408,7 @@ def load_checkpoint(path: str | os.PathLike, model, optimizer=None, strict: bool
     `{"epoch": 3}` comes back as the int 3). Raises flame.CheckpointError listing every missing,
     unexpected and mis-shaped tensor. Every rank of a process group may load the same file (a ZeRO
     optimizer keeps its part of the state)."""
-    from flame.nn.parallel import unwrap
+    from flame.distributed.buckets import unwrap
 
     model = unwrap(model)
     tensors = load(path)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from flame.distributed.buckets import reducer_of
 from flame.distributed.collectives import all_reduce, broadcast
 from flame.distributed.process_group import get_rank, get_world_size
 from flame.distributed.store import DistributedError
@@ -34,8 +35,6 @@ class ZeroRedundancyOptimizer:
     DistributedDataParallel model (module docstring). In a world of one rank it is the plain optimizer."""
 
     def __init__(self, params, optimizer_class, **defaults: Any):
-        from flame.nn.parallel import ddp_of
-
         self.params = [p for p in params]
         if any(isinstance(p, dict) for p in self.params):
             raise DistributedError("ZeroRedundancyOptimizer takes a list of parameters (no parameter groups)")
@@ -43,8 +42,8 @@ class ZeroRedundancyOptimizer:
         self.world_size, self.rank = get_world_size(), get_rank()
         self.ddp = None
         if self.world_size > 1:
-            owners = {id(ddp_of(p)) for p in self.params}
-            ddp = ddp_of(self.params[0]) if self.params else None
+            owners = {id(reducer_of(p)) for p in self.params}
+            ddp = reducer_of(self.params[0]) if self.params else None
             same = ddp is not None and {id(p) for p in ddp.parameters_reduced} == {id(p) for p in self.params}
             if len(owners) != 1 or not same:
                 raise DistributedError(

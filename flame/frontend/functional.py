@@ -11,15 +11,16 @@ import numpy as np
 from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
-from flame.frontend.creation import Generator, default_generator
+from flame.frontend.creation import Generator, default_generator, ones
 from flame.frontend.dispatch import apply
 from flame.frontend.index_ops import embedding_rows
+from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul
 
-__all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "leaky_relu", "linear",
-           "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm", "scaled_dot_product_attention", "sigmoid",
-           "silu", "softmax", "tanh"]
+__all__ = ["cross_entropy", "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
+           "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
+           "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "tanh"]
 
 
 def _loss_reduce(x: Tensor, reduction: str) -> Tensor:
@@ -216,6 +217,38 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True, generator: Generat
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     keep = (generator or default_generator()).draw("random_uniform", x.shape, x.dtype) >= p
     return apply("where", keep, x * (1.0 / (1.0 - p)), 0.0)
+
+
+def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float, training: bool,  # noqa: A002
+                     generator) -> Tensor:
+    """Whole channels zeroed with probability p (the rest scaled by 1 / (1 - p)): dropout of a mask
+    of one value per (sample, channel), broadcast over the positions."""
+    if input.ndim not in ranks:
+        raise _err(f"{name}: expected a {' or '.join(f'{r}-D' for r in ranks)} input, got {list(input.shape)}")
+    if not training or p == 0.0:
+        return input
+    spatial = ranks[-1] - 2  # the positions' dims: a mask of one value per (sample, channel) over them
+    keep = dropout(ones(*input.shape[:input.ndim - spatial], *([1] * spatial), dtype=input.dtype), p, True,
+                   generator)
+    return input * keep
+
+
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+              generator=None) -> Tensor:
+    """Channel dropout of [N, C, L] (or [C, L])."""
+    return _channel_dropout("dropout1d", (2, 3), input, p, training, generator)
+
+
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+              generator=None) -> Tensor:
+    """Channel dropout of [N, C, H, W] (or [C, H, W])."""
+    return _channel_dropout("dropout2d", (3, 4), input, p, training, generator)
+
+
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+              generator=None) -> Tensor:
+    """Channel dropout of [N, C, D, H, W] (or [C, D, H, W])."""
+    return _channel_dropout("dropout3d", (4, 5), input, p, training, generator)
 
 
 

@@ -150,7 +150,8 @@ def segments(ops: list[Op]) -> list[list[Op]]:
 @dataclass(eq=False)
 class Graph:
     """A function in SSA form. `aliases` maps an output index to the input index whose buffer that
-    output replaces after the call (an in-place update, e.g. a parameter after an optimizer step)."""
+    output replaces after the call (an in-place update, e.g. a parameter after an optimizer step).
+    str(g) is its text (printer.print_graph, bound onto Graph by flame/ir/__init__.py)."""
 
     name: str = "main"
     inputs: list[Value] = field(default_factory=list)
@@ -207,8 +208,3 @@ class Graph:
             g.groups = [FusionGroup(tuple(ops[o.out] for o in k.ops), k.kind, k.reason,
                                     tuple(m[v] for v in k.outputs), k.epilogue, k.update) for k in self.groups]
         return g
-
-    def __str__(self) -> str:
-        from flame.ir.printer import print_graph
-
-        return print_graph(self)

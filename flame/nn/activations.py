@@ -1,7 +1,7 @@
 """The modules of the activations, similarities and losses in flame.frontend.activations, and of
-channel dropout, pixel (un)shuffle, padding and instance norm (flame.frontend.vision, losses.pad):
-PyTorch's names and constructor arguments; `inplace=True` is accepted and means nothing (flame's IR
-is pure)."""
+channel dropout, pixel (un)shuffle, padding and instance norm (flame.frontend's functional, resample,
+losses.pad and norms): PyTorch's names and constructor arguments; `inplace=True` is accepted and
+means nothing (flame's IR is pure)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any
 
 from flame.errors import ShapeError
 from flame.frontend import activations as A
+from flame.frontend import functional as F
 from flame.frontend import losses as L
-from flame.frontend import vision as V
+from flame.frontend import norms as N
+from flame.frontend import resample as R
 from flame.frontend.context import user_location
 from flame.frontend.creation import full, zeros
 from flame.frontend.tensor import Tensor
@@ -185,7 +187,7 @@ class Unflatten(Module):
 
 
 class _ChannelDropout(Module):
-    fn = staticmethod(V.dropout2d)
+    fn = staticmethod(F.dropout2d)
 
     def __init__(self, p: float = 0.5, inplace: bool = False, generator=None):
         super().__init__()
@@ -201,26 +203,26 @@ class _ChannelDropout(Module):
 
 
 class Dropout1d(_ChannelDropout):
-    fn = staticmethod(V.dropout1d)
+    fn = staticmethod(F.dropout1d)
 
 
 class Dropout2d(_ChannelDropout):
-    fn = staticmethod(V.dropout2d)
+    fn = staticmethod(F.dropout2d)
 
 
 class Dropout3d(_ChannelDropout):
-    fn = staticmethod(V.dropout3d)
+    fn = staticmethod(F.dropout3d)
 
 
 class PixelShuffle(_Elementwise):
-    fn = staticmethod(V.pixel_shuffle)
+    fn = staticmethod(R.pixel_shuffle)
 
     def __init__(self, upscale_factor: int):
         super().__init__(upscale_factor=upscale_factor)
 
 
 class PixelUnshuffle(_Elementwise):
-    fn = staticmethod(V.pixel_unshuffle)
+    fn = staticmethod(R.pixel_unshuffle)
 
     def __init__(self, downscale_factor: int):
         super().__init__(downscale_factor=downscale_factor)
@@ -298,7 +300,7 @@ class _InstanceNorm(_NormBase):
         if x.ndim != self.rank or x.shape[1] != self.num_features:
             raise ShapeError(f"{type(self).__name__}({self.num_features}): expected [N, {self.num_features}, ...] of "
                              f"rank {self.rank}, got {list(x.shape)}\n  at {user_location()}")
-        return V.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+        return N.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                                self.training or not self.track_running_stats, self.momentum, self.eps)
 
     def extra_repr(self) -> str:

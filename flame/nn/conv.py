@@ -1,6 +1,6 @@
 """The convolutional layers of flame.nn (PyTorch names, arguments, parameter layouts and initialisation,
 so a torch state_dict loads): Conv1d/2d/3d, ConvTranspose1d/2d/3d, pooling, Upsample, GroupNorm and
-BatchNorm1d/2d/3d, each a thin Module over flame.frontend.vision."""
+BatchNorm1d/2d/3d, each a thin Module over flame.frontend's conv, pooling, resample and norms."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import math
 from typing import Any
 
 from flame.errors import ShapeError
-from flame.frontend import vision as V
+from flame.frontend import conv as C
+from flame.frontend import norms as N
+from flame.frontend import pooling as P
+from flame.frontend import resample as R
 from flame.frontend.creation import Generator, ones, zeros
+from flame.frontend.spatial import ntuple
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of, f32, i64
 from flame.nn import init
@@ -41,10 +45,10 @@ class _ConvNd(Module):
             raise NotImplementedError(f"{name}: padding_mode={padding_mode!r} is not supported (only 'zeros')")
         d = self.d
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = V.ntuple(kernel_size, d, "kernel_size", name)
-        self.stride, self.dilation = V.ntuple(stride, d, "stride", name), V.ntuple(dilation, d, "dilation", name)
-        self.padding = padding if isinstance(padding, str) else V.ntuple(padding, d, "padding", name)
-        self.output_padding = V.ntuple(output_padding, d, "output_padding", name)
+        self.kernel_size = ntuple(kernel_size, d, "kernel_size", name)
+        self.stride, self.dilation = ntuple(stride, d, "stride", name), ntuple(dilation, d, "dilation", name)
+        self.padding = padding if isinstance(padding, str) else ntuple(padding, d, "padding", name)
+        self.output_padding = ntuple(output_padding, d, "output_padding", name)
         self.padding_mode = padding_mode
         dt = dtype_of(dtype)
         shape = ((in_channels, out_channels // groups) if self.transposed else
@@ -78,7 +82,7 @@ class _Conv(_ConvNd):
                          padding_mode, dtype, generator)
 
     def forward(self, x: Tensor) -> Tensor:
-        return V._conv(self.d, x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        return C._conv(self.d, x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class Conv1d(_Conv):
@@ -115,7 +119,7 @@ class _ConvTranspose(_ConvNd):
             least = [(n - 1) * s - 2 * p + dl * (k - 1) + 1 for n, s, p, dl, k in
                      zip(x.shape[-self.d:], self.stride, self.padding, self.dilation, self.kernel_size)]
             out_pad = tuple(w - m for w, m in zip(want, least))
-        return V._conv_transpose(self.d, x, self.weight, self.bias, self.stride, self.padding, out_pad,
+        return C._conv_transpose(self.d, x, self.weight, self.bias, self.stride, self.padding, out_pad,
                                  self.groups, self.dilation)
 
 
@@ -143,7 +147,7 @@ class _MaxPool(Module):
         self.return_indices, self.ceil_mode = return_indices, ceil_mode
 
     def forward(self, x: Tensor) -> Tensor:
-        return V._max_pool(self.d, x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+        return P._max_pool(self.d, x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
                            self.return_indices)
 
     def extra_repr(self) -> str:
@@ -173,7 +177,7 @@ class _AvgPool(Module):
         self.ceil_mode, self.count_include_pad, self.divisor_override = ceil_mode, count_include_pad, divisor_override
 
     def forward(self, x: Tensor) -> Tensor:
-        return V._avg_pool(self.d, x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+        return P._avg_pool(self.d, x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                            self.count_include_pad, self.divisor_override)
 
     def extra_repr(self) -> str:
@@ -200,7 +204,7 @@ class _AdaptivePool(Module):
         self.output_size, self.return_indices = output_size, return_indices
 
     def forward(self, x: Tensor) -> Tensor:
-        return V._adaptive(self.kind, self.d, x, self.output_size, self.return_indices)
+        return P._adaptive(self.kind, self.d, x, self.output_size, self.return_indices)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
@@ -243,7 +247,7 @@ class Unfold(Module):
         self.kernel_size, self.dilation, self.padding, self.stride = kernel_size, dilation, padding, stride
 
     def forward(self, x: Tensor) -> Tensor:
-        return V.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
+        return R.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
 
 
 class Fold(Module):
@@ -255,7 +259,7 @@ class Fold(Module):
         self.dilation, self.padding, self.stride = dilation, padding, stride
 
     def forward(self, x: Tensor) -> Tensor:
-        return V.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+        return R.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
 
 
 class Upsample(Module):
@@ -268,7 +272,7 @@ class Upsample(Module):
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 
     def forward(self, x: Tensor) -> Tensor:
-        return V.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners,
+        return R.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners,
                              self.recompute_scale_factor)
 
     def extra_repr(self) -> str:
@@ -293,7 +297,7 @@ class GroupNorm(Module):
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ShapeError(f"GroupNorm: expected an input with {self.num_channels} channels [N, C, ...], got "
                              f"{list(x.shape)}")
-        return V.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+        return N.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
@@ -348,7 +352,7 @@ class _BatchNorm(_NormBase):
             if self.momentum is None:  # cumulative moving average
                 momentum = 1.0 / self.num_batches_tracked.to(x.dtype)
         batch_stats = self.training or self.running_mean is None  # as PyTorch's _BatchNorm.forward
-        return V.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, batch_stats,
+        return N.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, batch_stats,
                             momentum, self.eps)
 
     def extra_repr(self) -> str:

@@ -10,9 +10,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.context import current_trace, no_grad
-from flame.frontend.creation import as_tensor as share_tensor
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn.parameter import Parameter
@@ -23,27 +23,6 @@ class IncompatibleKeys(NamedTuple):
 
     missing_keys: list[str]
     unexpected_keys: list[str]
-
-
-def as_tensor(value: Any) -> Tensor:
-    """A flame Tensor from a flame Tensor, a NumPy array or anything NumPy can read (a CPU torch tensor)."""
-    if isinstance(value, Tensor):
-        return value
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor: no torch import needed
-        value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":  # NumPy has no bf16: reinterpret the bits
-            import ml_dtypes
-            import torch
-
-            value = value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        else:
-            value = value.numpy()
-    arr = np.asarray(value)
-    try:
-        dt = dtype_of(arr.dtype)
-    except Exception:
-        raise CheckpointError(f"cannot make a flame tensor from an array of dtype {arr.dtype}") from None
-    return share_tensor(arr, dt)
 
 
 def _describe(t: Any) -> str:
@@ -373,13 +352,6 @@ def match_state(own: dict[str, Tensor], state_dict: dict[str, Any], strict: bool
     if misshaped or (strict and (missing or unexpected)):
         raise CheckpointError(_mismatch_message(owner, missing, unexpected, misshaped, strict))
     return pairs, IncompatibleKeys(missing, unexpected)
-
-
-def copy_pairs(pairs: list[tuple[Tensor, Tensor]]) -> None:
-    """dst.copy_(src) for each pair, recording no gradient history."""
-    with no_grad():
-        for dst, src in pairs:
-            dst.copy_(src)
 
 
 def _mismatch_message(owner: str, missing: list, unexpected: list, misshaped: list, strict: bool) -> str:

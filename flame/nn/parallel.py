@@ -20,10 +20,10 @@ A parameter without a gradient on this rank contributes zeros to its bucket and 
 
 from __future__ import annotations
 
-import weakref
 from contextlib import contextmanager
 
 from flame.distributed import buckets as _buckets
+from flame.distributed.buckets import unwrap
 from flame.distributed.process_group import get_rank, get_world_size
 from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import zeros
@@ -33,11 +33,6 @@ from flame.frontend.tensor import Tensor
 from flame.nn.module import Module
 
 __all__ = ["DistributedDataParallel", "unwrap"]
-
-# id(parameter) -> (the parameter, the DDP that reduces it), both held weakly (Tensor's == is elementwise,
-# so tensors cannot be the keys of a WeakKeyDictionary)
-_DDP_OF: dict[int, tuple[weakref.ref, weakref.ref]] = {}
-
 
 def flat_parts(flat: Tensor, tensors: list[Tensor]) -> list[Tensor]:
     """The consecutive parts of a packed (1-D) collective result, shaped like `tensors`; a result of
@@ -68,8 +63,7 @@ class DistributedDataParallel(Module):
         object.__setattr__(self, "_ddp_params", params)
         object.__setattr__(self, "buckets", _buckets.plan_buckets(params, int(self.bucket_cap_mb * 2**20)))
         object.__setattr__(self, "_shards", None)  # set by a ZeroRedundancyOptimizer: one Shard per bucket
-        for p in params:
-            _DDP_OF[id(p)] = (weakref.ref(p), weakref.ref(self))
+        _buckets.register_reducer(params, self)  # the ZeRO optimizer finds it by its parameters
         if self.world_size > 1:
             self._broadcast_from_rank0(broadcast_buffers)
         register_grad_reducer(self)
@@ -156,14 +150,3 @@ class DistributedDataParallel(Module):
         for i in bucket.params:
             if i not in shard.owners[rank]:
                 self._ddp_params[i].grad = None
-
-
-def ddp_of(param: Tensor) -> DistributedDataParallel | None:
-    """The DistributedDataParallel that averages `param`'s gradient, if any."""
-    p, ddp = _DDP_OF.get(id(param), (lambda: None, lambda: None))
-    return ddp() if p() is param else None
-
-
-def unwrap(model: Module) -> Module:
-    """The module a DistributedDataParallel wraps (its state_dict is the single-GPU one), else model."""
-    return model.module if isinstance(model, DistributedDataParallel) else model

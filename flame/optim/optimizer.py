@@ -15,12 +15,12 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import CheckpointError, FlameError
 from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import zeros
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType, bf16, f16, f32
-from flame.nn.module import as_tensor, copy_pairs
 
 
 def compute_dtype(p: Tensor) -> DType:

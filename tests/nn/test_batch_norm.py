@@ -1,4 +1,4 @@
-"""Training-mode BatchNorm (frontend/vision.py _batch_norm_train: two-pass statistics, centred
+"""Training-mode BatchNorm (frontend/norms.py _batch_norm_train: two-pass statistics, centred
 scale-and-shift form) against torch on the reference executor: outputs, every gradient and the running statistics
 after several steps, for 1-d/2-d/3-d inputs with and without affine parameters, f32 and bf16, odd
 sizes, batch 2 and activations whose mean is many standard deviations; and its kernels over

@@ -3,7 +3,7 @@ channel): the last block's tail (conv3x3 -> BatchNorm -> + residual -> ReLU -> g
 linear -> cross-entropy) in bf16 on the reference executor against torch. There the pooled gradient is
 constant per (n, c) wherever the ReLU passes it, so BatchNorm's input gradient is a small difference
 and the convolution's weight gradient (a sum of 262144 products per element against a ReLU output
-of positive mean) amplifies any per-channel bias of it by ~count (frontend/vision.py
+of positive mean) amplifies any per-channel bias of it by ~count (frontend/norms.py
 _batch_norm_train's centred scale-and-shift backward)."""
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
+from flame.checkpoint import copy_pairs, load, load_metadata, save
 from flame.errors import CheckpointError, FlameError
 from flame.frontend.context import no_grad
 from flame.frontend.creation import Generator
@@ -39,7 +40,7 @@ from flame.ir.dtypes import bf16, f16, f32
 from flame.nn import init
 from flame.nn.layers import Dropout, Identity
 from flame.nn.layers import Linear as _Linear
-from flame.nn.module import Module, copy_pairs, match_state
+from flame.nn.module import Module, match_state
 
 __all__ = ["Linear", "LoraConfig", "apply_lora", "load_lora", "lora_layers", "lora_state_dict",
            "mark_only_lora_as_trainable", "merge_and_unload", "merge_lora", "save_lora", "unmerge_lora"]
@@ -239,8 +240,6 @@ def lora_state_dict(model: Module, bias: str | None = None) -> OrderedDict[str, 
 def save_lora(model: Module, path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
     """Write the adapters (lora_state_dict) to a safetensors file, atomically, with the LoRA config
     (PEFT's adapter_config fields) as the header's `adapter_config` metadata."""
-    from flame.checkpoint import save  # flame.checkpoint imports flame.nn: import at call time
-
     config = model.__dict__.get("lora_config")
     layers = list(lora_layers(model))
     if not layers:
@@ -256,8 +255,6 @@ def load_lora(model: Module, path: str | os.PathLike, strict: bool = True) -> di
     without adapters is first wrapped with the file's adapter_config (apply_lora). Raises
     flame.CheckpointError listing every missing, unexpected and mis-shaped tensor (nothing changes
     then). Returns the file's metadata."""
-    from flame.checkpoint import load, load_metadata
-
     meta = load_metadata(path)
     tensors = load(path)
     where = os.fspath(path)

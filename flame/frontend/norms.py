@@ -1,0 +1,152 @@
+"""The batch, group and instance normalisations of flame.nn.functional (PyTorch names and semantics;
+layer_norm and rms_norm are in frontend/functional.py), written over primitives:
+- group_norm: statistics over the trailing dims of an [N, G, C/G, *S] view (one row kernel);
+- batch_norm: statistics over every dim but the channels, running statistics updated in place;
+- instance_norm: group_norm with one group per channel; its running statistics move as batch_norm's."""
+
+from __future__ import annotations
+
+from flame.frontend.context import no_grad
+from flame.frontend.spatial import _err
+from flame.frontend.tensor import Tensor
+
+__all__ = ["batch_norm", "group_norm", "instance_norm"]
+
+
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
+               eps: float = 1e-5) -> Tensor:
+    """Normalise each group of C/num_groups channels of [N, C, *S] over its channels and positions
+    (biased variance), then scale and shift per channel."""
+    x = input
+    if x.ndim < 2 or x.shape[1] % num_groups:
+        raise _err(f"group_norm: num_groups={num_groups} must divide the channels of an [N, C, ...] input, got "
+                   f"{list(x.shape)}")
+    n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
+    g = x.reshape(n, num_groups, c // num_groups, *spatial)
+    dims = tuple(range(2, g.ndim))
+    mu = g.mean(dims, keepdim=True)
+    dev = g - mu
+    y = dev * ((dev * dev).mean(dims, keepdim=True) + eps).rsqrt()
+    per_channel = (num_groups, c // num_groups) + (1,) * len(spatial)
+    if weight is not None:
+        y = y * weight.reshape(*per_channel)
+    if bias is not None:
+        y = y + bias.reshape(*per_channel)
+    return y.reshape(*x.shape)
+
+
+def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
+               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
+               momentum: float | Tensor = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalise [N, C, *S] per channel. training: with the batch's statistics (biased variance),
+    updating running_mean / running_var in place (if given) as (1 - momentum) * running + momentum *
+    batch (the unbiased variance); else with the running statistics."""
+    x = input
+    if x.ndim < 2:
+        raise _err(f"batch_norm: expected an [N, C, ...] input, got {list(x.shape)}")
+    c, spatial = x.shape[1], x.ndim - 2
+    for what, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is not None and tuple(t.shape) != (c,):
+            raise _err(f"batch_norm: {what} must be [{c}] (one per channel), got {list(t.shape)}")
+    dims = (0, *range(2, x.ndim))
+    count = x.numel() // c if c else 0
+    per_channel = (c, *[1] * spatial)
+    if training:
+        if x.numel() == 0:  # PyTorch: an empty output, the running statistics untouched
+            return _affine(x, weight, bias, per_channel)
+        if count <= 1:
+            raise _err(f"batch_norm: expected more than 1 value per channel when training, got input "
+                       f"{list(x.shape)}")
+        return _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel)
+    if running_mean is None or running_var is None:
+        raise _err("batch_norm: evaluation without batch statistics needs running_mean and running_var")
+    y = (x - running_mean.reshape(*per_channel)) * (running_var.reshape(*per_channel) + eps).rsqrt()
+    return _affine(y, weight, bias, per_channel)
+
+
+def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, per_channel) -> Tensor:
+    """y * weight + bias per channel (either may be absent)."""
+    if weight is not None:
+        y = y * weight.reshape(*per_channel)
+    return y + bias.reshape(*per_channel) if bias is not None else y
+
+
+def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel) -> Tensor:
+    """Training-mode batch_norm with two-pass statistics, as PyTorch's: the per-channel mean, then the
+    mean of (x - m)^2 with m = mean.detach() (E[x^2] - E[x]^2 in f32 cancels to noise once |mean| is
+    a few thousand standard deviations; the centred form stays accurate whatever the mean). The
+    variance's gradient through m is an exact zero (the deviations sum to zero), so detaching m costs
+    nothing and keeps the backward to autodiff's two centred column sums over (dy, x): y = (x - m) *
+    scale + shift with per-channel scale = w * rstd and shift = b + (m - mean) * scale (= b: the term
+    is an exact per-channel zero that carries mean's gradient), whose backward needs only sum(dy)
+    (dshift, and through it dmean = -scale * dshift) and sum(dy * (x - m)) (dscale). The sums stay
+    centred as PyTorch's: the scale-and-shift form x * scale + shift would need sum(dy * x) - mean *
+    sum(dy), whose cancellation a convolution's weight gradient after a pooled loss amplifies by the
+    per-channel count (tests/nn/test_batch_norm_large_count.py).
+    Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type)."""
+    acc = x.float() if x.dtype.is_float and x.dtype.itemsize < 4 else x
+    # deviations from s, one sample of the channel: x - s is exact where x lies within s's binade
+    # (Sterbenz), so the mean of the deviations and x - mean = (x - s) - that mean are accurate to the
+    # deviations' rounding, not the values' (in f32 a mean of 1000 +- 0.1 is off by up to half an ulp
+    # of 1000, 3e-5, which the normalised output magnifies by 1 / std)
+    s = acc
+    for a in dims:
+        s = s.narrow(a, 0, 1)
+    d = acc - s.detach()
+    mean_d = d.sum(dims, keepdim=True) / count
+    mean = s.detach() + mean_d
+    m = mean.detach()
+    dev = d - mean_d.detach()
+    var = (dev * dev).sum(dims, keepdim=True) / count
+    scale = (var + eps).rsqrt()
+    if weight is not None:
+        scale = scale * weight.reshape(*per_channel).to(acc.dtype)
+    shift = (m - mean) * scale
+    if bias is not None:
+        shift = shift + bias.reshape(*per_channel).to(acc.dtype)
+    if running_mean is not None and running_var is not None:
+        _update_running(running_mean, running_var, mean, var, momentum, count)
+    return (dev * scale + shift).to(x.dtype)
+
+
+def _update_running(running_mean, running_var, mu, var, momentum, count) -> None:
+    """running = (1 - momentum) * running + momentum * batch, in place (an aliased state output when
+    traced); the variance is the unbiased one, as PyTorch's."""
+    c = running_mean.shape[0]
+    with no_grad():
+        m = momentum.to(running_mean.dtype) if isinstance(momentum, Tensor) else float(momentum)
+        batch_mean = mu.detach().reshape(c).to(running_mean.dtype)
+        batch_var = (var.detach().reshape(c) * (count / (count - 1))).to(running_var.dtype)
+        running_mean.copy_(running_mean * (1 - m) + batch_mean * m)
+        running_var.copy_(running_var * (1 - m) + batch_var * m)
+
+
+def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,  # noqa: A002
+                  weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """Normalise each channel of each sample of [N, C, *S] over its positions (biased variance), then
+    scale and shift per channel: group_norm with one group per channel. With running_mean and
+    running_var (InstanceNorm's track_running_stats), they move in place toward the batch's average of
+    the per-sample statistics (the variance unbiased over the positions), as PyTorch's; with
+    use_input_stats=False the running statistics normalise instead (evaluation)."""
+    if input.ndim < 3:
+        raise _err(f"instance_norm: expected an [N, C, ...] input with positions, got {list(input.shape)}")
+    if (running_mean is None) != (running_var is None):
+        raise _err("instance_norm: give both running_mean and running_var, or neither")
+    if not use_input_stats:
+        if running_mean is None:
+            raise _err("instance_norm: use_input_stats=False needs running_mean and running_var")
+        return batch_norm(input, running_mean, running_var, weight, bias, False, eps=eps)
+    if running_mean is not None:
+        positions = input.numel() // (input.shape[0] * input.shape[1])
+        if positions <= 1:
+            raise _err(f"instance_norm: expected more than 1 position per channel, got input {list(input.shape)}")
+        acc = input.float() if input.dtype.is_float and input.dtype.itemsize < 4 else input
+        dims = tuple(range(2, input.ndim))
+        mean = acc.mean(dims, keepdim=True)  # [N, C, 1, ...]: two passes, as batch_norm's statistics
+        dev = acc - mean
+        var = (dev * dev).mean(dims)
+        _update_running(running_mean, running_var, mean.reshape(*mean.shape[:2]).mean(0), var.mean(0), momentum,
+                        positions)
+    return group_norm(input, input.shape[1], weight, bias, eps)

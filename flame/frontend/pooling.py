@@ -1,0 +1,238 @@
+"""The pooling of flame.nn.functional (PyTorch names and semantics), written over primitives so the
+compiler fuses it:
+- max_poolNd: a chain over the kernel offsets of strided slices of the (-inf padded) input,
+  m = where(s > m or s is NaN, s, m): one fused kernel forward, and the gradient goes to the first
+  maximum of each window in row-major order, as PyTorch's.
+- avg_poolNd: a window reshaped out and averaged when kernel == stride tiles the input; otherwise a
+  depthwise convolution with a ones kernel, times the reciprocal window size (count_include_pad,
+  ceil_mode and divisor_override give the divisor, a constant).
+- adaptive_avg_poolNd: reshape + mean when the output divides the input, else one matmul per axis with
+  the averaging matrix (PyTorch's windows [floor(i*S/O), ceil((i+1)*S/O))); adaptive_max_poolNd:
+  reshape + amax, else each window of an axis gathered into a row and its maximum taken."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from flame.frontend.context import user_location
+from flame.frontend.dispatch import apply
+from flame.frontend.spatial import _along, _batched, _err, _pad_spatial, ntuple
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import full
+
+__all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+           "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d",
+           "max_pool2d", "max_pool3d"]
+
+
+def _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode):
+    """(kernel, stride, padding, dilation, output sizes) with PyTorch's checks and ceil_mode rule (the
+    last window must start inside the input or its left padding)."""
+    if 0 in x.shape[1:]:  # PyTorch pools an empty batch, but no empty channel or position dim
+        raise _err(f"{name}: expected a {d + 1}-D or {d + 2}-D (batched) input whose dims other than the batch "
+                   f"are non-empty, got {list(x.shape)}")
+    k = ntuple(kernel_size, d, "kernel_size", name)
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else ntuple(stride, d, "stride", name)
+    p, dl = ntuple(padding, d, "padding", name), ntuple(dilation, d, "dilation", name)
+    if min(k) < 1 or min(s) < 1 or min(dl) < 1 or min(p) < 0:
+        raise _err(f"{name}: kernel_size, stride and dilation must be >= 1 and padding >= 0")
+    if any(2 * pp > kk for pp, kk in zip(p, k)):
+        raise _err(f"{name}: padding {list(p)} should be at most half of the kernel size {list(k)}")
+    out = []
+    for n, kk, ss, pp, dd in zip(x.shape[2:], k, s, p, dl):
+        span = n + 2 * pp - dd * (kk - 1) - 1
+        o = (-(-span // ss) if ceil_mode else span // ss) + 1
+        if ceil_mode and (o - 1) * ss >= n + pp:
+            o -= 1
+        if span < 0 or o < 1:
+            raise _err(f"{name}: the kernel {list(k)} (dilation {list(dl)}) is larger than the padded input "
+                       f"{list(x.shape[2:])} + 2 x {list(p)}")
+        out.append(o)
+    return k, s, p, dl, tuple(out)
+
+
+def _window(x: Tensor, offset, stride, out) -> Tensor:
+    """x[..., offset + stride * i] over the spatial dims, i < out (a strided view)."""
+    d = len(out)
+    starts = [0, 0] + list(offset)
+    stops = list(x.shape[:2]) + [o + s * (n - 1) + 1 for o, s, n in zip(offset, stride, out)]
+    return apply("slice", x, starts=starts, stops=stops, steps=[1, 1] + list(stride[:d]))
+
+
+def _right_pads(x, k, s, p, dl, out):
+    """[lo, hi] per spatial dim: the padding, with hi grown where ceil_mode's last window needs it."""
+    return [(pp, max(pp, (o - 1) * ss + dd * (kk - 1) + 1 - n - pp))
+            for n, kk, ss, pp, dd, o in zip(x.shape[2:], k, s, p, dl, out)]
+
+
+def _max_pool(d, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    name = f"max_pool{d}d"
+    if return_indices:
+        raise NotImplementedError(f"{name}: return_indices=True is not supported\n  at {user_location()}")
+    x, unbatched = _batched(name, x, d)
+    if not x.dtype.is_float:
+        raise _err(f"{name}: expected a floating-point input, got {x.dtype}")
+    k, s, p, dl, out = _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode)
+    xp = _pad_spatial(x, _right_pads(x, k, s, p, dl, out), float("-inf"))
+    m = None
+    for off in np.ndindex(*k):
+        w = _window(xp, [o * dd for o, dd in zip(off, dl)], s, out)
+        # strictly greater: a tie keeps the earlier element (PyTorch's argmax), and a NaN wins
+        m = w if m is None else apply("where", (w > m) | (w != w), w, m)
+    return m.squeeze(0) if unbatched else m
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
+               return_indices=False) -> Tensor:
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
+               return_indices=False) -> Tensor:
+    """The maximum over each window (stride defaults to kernel_size; padding is -inf); the gradient goes
+    to the first maximum of each window, as in PyTorch."""
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
+               return_indices=False) -> Tensor:
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _divisor(n, k, s, p, o, include_pad) -> np.ndarray:
+    """Per output position of one axis: the count PyTorch divides by (windows clipped to the padded
+    input; with count_include_pad=False also to the input)."""
+    start = np.arange(o) * s - p
+    end = np.minimum(start + k, n + p)
+    if include_pad:
+        return (end - start).astype(np.float64)
+    return (np.minimum(end, n) - np.maximum(start, 0)).astype(np.float64)
+
+
+def _tiles(x: Tensor, k, out) -> Tensor:
+    """[N, C, O1, k1, O2, k2, ...]: the windows of a kernel == stride pooling that tiles x, as a view."""
+    return x.reshape(*x.shape[:2], *[v for pair in zip(out, k) for v in pair])
+
+
+def _avg_pool(d, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    name = f"avg_pool{d}d"
+    x, unbatched = _batched(name, x, d)
+    if not x.dtype.is_float:
+        raise _err(f"{name}: expected a floating-point input, got {x.dtype}")
+    k, s, p, _, out = _pool_sizes(name, x, d, kernel_size, stride, padding, 1, ceil_mode)
+    if k == s and not any(p) and all(o * kk == n for o, kk, n in zip(out, k, x.shape[2:])):
+        y = _tiles(x, k, out).sum(tuple(range(3, 3 + 2 * d, 2)))  # non-overlapping tiles: one reduction
+    else:
+        ones = full((x.shape[1], 1, *k), 1.0, x.dtype)
+        y = apply("conv", x, ones, stride=s, padding=_right_pads(x, k, s, p, [1] * d, out), dilation=[1] * d,
+                  groups=x.shape[1])
+    if divisor_override is not None and divisor_override == 0:  # PyTorch: "divisor must be not zero"
+        raise _err(f"{name}: divisor must be not zero, got divisor_override={divisor_override!r}")
+    if divisor_override:
+        y = y * (1.0 / divisor_override)
+    else:
+        per_axis = [_divisor(n, kk, ss, pp, o, count_include_pad)
+                    for n, kk, ss, pp, o in zip(x.shape[2:], k, s, p, out)]
+        div = per_axis[0]
+        for a in per_axis[1:]:
+            div = np.multiply.outer(div, a)
+        if np.all(div == div.flat[0]):
+            y = y * (1.0 / float(div.flat[0]))
+        else:
+            y = y * Tensor((1.0 / div).astype(x.dtype.np_dtype), x.dtype)
+    return y.squeeze(0) if unbatched else y
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True) -> Tensor:  # noqa: A002
+    return _avg_pool(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+               divisor_override=None) -> Tensor:
+    """The mean over each window (zero padding; count_include_pad counts it in the divisor)."""
+    return _avg_pool(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
+               divisor_override=None) -> Tensor:
+    return _avg_pool(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+# ---- adaptive pooling ----------------------------------------------------------------------------
+
+@lru_cache(maxsize=256)
+def _adaptive_matrix(n: int, o: int) -> np.ndarray:
+    m = np.zeros((o, n))
+    for i in range(o):
+        lo, hi = (i * n) // o, -(-((i + 1) * n) // o)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = False) -> Tensor:
+    """Adaptive average or max pooling ("avg", "max") over PyTorch's windows [floor(i*S/O),
+    ceil((i+1)*S/O)) per axis: reshaped tiles where every axis divides evenly, else axis by axis (a
+    constant matrix for the mean, a gather of each window for the max)."""
+    name = f"adaptive_{kind}_pool{d}d"
+    if return_indices:
+        raise NotImplementedError(f"{name}: return_indices=True is not supported\n  at {user_location()}")
+    x, unbatched = _batched(name, x, d)
+    sizes = (output_size,) * d if isinstance(output_size, int) or output_size is None else tuple(output_size)
+    if len(sizes) != d:
+        raise _err(f"{name}: output_size must be an int or {d} values, got {output_size!r}")
+    out = tuple(n if o is None else int(o) for n, o in zip(x.shape[2:], sizes))
+    if min(out) < 1:
+        raise _err(f"{name}: output_size {list(out)} must be positive")
+    if all(n % o == 0 for n, o in zip(x.shape[2:], out)):
+        k = [n // o for n, o in zip(x.shape[2:], out)]
+        axes = tuple(range(3, 3 + 2 * d, 2))
+        tiles = _tiles(x, k, out) if any(kk > 1 for kk in k) else None
+        y = x if tiles is None else tiles.mean(axes) if kind == "avg" else tiles.amax(axes)
+    else:
+        y = x
+        for i, (n, o) in enumerate(zip(x.shape[2:], out)):
+            if n != o:
+                y = _along(y, 2 + i, _adaptive_matrix(n, o)) if kind == "avg" else _max_along(y, 2 + i, n, o)
+    return y.squeeze(0) if unbatched else y
+
+
+def adaptive_avg_pool1d(input, output_size) -> Tensor:  # noqa: A002
+    return _adaptive("avg", 1, input, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size) -> Tensor:  # noqa: A002
+    """The mean over PyTorch's adaptive windows [floor(i*S/O), ceil((i+1)*S/O)) per axis; an output
+    size of None keeps that axis."""
+    return _adaptive("avg", 2, input, output_size)
+
+
+def adaptive_avg_pool3d(input, output_size) -> Tensor:  # noqa: A002
+    return _adaptive("avg", 3, input, output_size)
+
+
+def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
+    """The maximum over PyTorch's adaptive windows of one axis: each window's elements gathered into a
+    row of K (the widest window; a shorter one repeats its last element, which leaves its maximum and,
+    the gather summing its gradient back, the gradient as it was), then amax over the row."""
+    lo = [(i * n) // o for i in range(o)]
+    hi = [-(-((i + 1) * n) // o) for i in range(o)]
+    k = max(h - lw for lw, h in zip(lo, hi))
+    idx = np.array([[min(lw + j, h - 1) for j in range(k)] for lw, h in zip(lo, hi)], np.int64)
+    g = x.index_select(axis, Tensor(idx.reshape(-1)))
+    return g.reshape(*x.shape[:axis], o, k, *x.shape[axis + 1:]).amax(axis + 1)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
+    return _adaptive("max", 1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
+    """The maximum over PyTorch's adaptive windows [floor(i*S/O), ceil((i+1)*S/O)) per axis (an output
+    size of None keeps that axis): adaptive_max_pool2d(x, 1) is global max pooling."""
+    return _adaptive("max", 2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
+    return _adaptive("max", 3, input, output_size, return_indices)

@@ -1,0 +1,205 @@
+"""Resampling and rearranging the spatial dims, in flame.nn.functional (PyTorch names and semantics),
+written over primitives:
+- interpolate: nearest by broadcasting (integer factors) or index_select; (bi/tri)linear by one matmul
+  per axis with the interpolation matrix (align_corners as PyTorch).
+- pixel_shuffle / pixel_unshuffle: a reshape, a permutation of the dims and a reshape.
+- unfold (im2col): the strided slices of the kernel offsets stacked into columns; fold, its adjoint:
+  each offset's columns interleaved with zeros, padded into place and summed."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from flame.frontend.creation import zeros
+from flame.frontend.dispatch import apply
+from flame.frontend.losses import pad
+from flame.frontend.spatial import _along, _batched, _err, ntuple
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import cat, stack
+
+__all__ = ["fold", "interpolate", "pixel_shuffle", "pixel_unshuffle", "unfold"]
+
+
+# ---- interpolation -------------------------------------------------------------------------------
+
+_LINEAR = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def _source(o: int, n: int, scale: float, align_corners: bool) -> np.ndarray:
+    """PyTorch's area_pixel_compute_source_index for every output position of one axis."""
+    i = np.arange(o, dtype=np.float64)
+    if align_corners:
+        return i * ((n - 1) / (o - 1) if o > 1 else 0.0)
+    return np.maximum((i + 0.5) * scale - 0.5, 0.0)
+
+
+@lru_cache(maxsize=256)
+def _linear_matrix(n: int, o: int, scale: float, align_corners: bool) -> np.ndarray:
+    src = _source(o, n, scale, align_corners)
+    i0 = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    i1 = np.minimum(i0 + 1, n - 1)
+    lam = src - i0
+    m = np.zeros((o, n))
+    np.add.at(m, (np.arange(o), i0), 1.0 - lam)
+    np.add.at(m, (np.arange(o), i1), lam)
+    return m
+
+
+def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> Tensor:
+    """Resize the spatial dims of [N, C, *S] (1 to 3 of them): mode "nearest" (PyTorch's floor rule)
+    or "linear" / "bilinear" / "trilinear" (align_corners as PyTorch; default False)."""
+    x, d = input, input.ndim - 2
+    if not 1 <= d <= 3:
+        raise _err(f"interpolate: expected a 3-D to 5-D input [N, C, *spatial], got {list(x.shape)}")
+    if mode not in ("nearest", *_LINEAR):
+        raise _err(f"interpolate: mode {mode!r} is not supported (nearest, linear, bilinear, trilinear)")
+    if mode in _LINEAR and _LINEAR[mode] != d:
+        raise _err(f"interpolate: mode {mode!r} expects a {_LINEAR[mode] + 2}-D input, got {x.ndim}-D")
+    if mode == "nearest" and align_corners is not None:
+        raise _err("interpolate: align_corners applies only to the linear modes")
+    if (size is None) == (scale_factor is None):
+        raise _err("interpolate: give exactly one of size and scale_factor")
+    spatial = x.shape[2:]
+    out, scales = _resize(spatial, size, scale_factor, recompute_scale_factor)
+    if mode == "nearest":
+        return _nearest(x, out, scales)
+    y = x
+    for i, (n, o, sc) in enumerate(zip(spatial, out, scales)):
+        if n != o or align_corners:
+            y = _along(y, 2 + i, _linear_matrix(n, o, sc, bool(align_corners)))
+    return y
+
+
+def _resize(spatial, size, scale_factor, recompute_scale_factor) -> tuple[tuple[int, ...], list[float]]:
+    """interpolate's output size and per-axis source step (input / output) from size or scale_factor;
+    as PyTorch, a non-finite scale_factor and an output size below 1 are refused."""
+    d = len(spatial)
+    if size is not None:
+        out = ntuple(size, d, "size", "interpolate")
+    else:
+        f = [float(v) for v in ((scale_factor,) * d if isinstance(scale_factor, (int, float)) else scale_factor)]
+        if len(f) != d:
+            raise _err(f"interpolate: scale_factor must be a number or {d} numbers, got {scale_factor!r}")
+        if not all(math.isfinite(ff) for ff in f):
+            raise _err(f"interpolate: scale_factor must be finite, got {scale_factor!r}")
+        out = tuple(int(math.floor(n * ff)) for n, ff in zip(spatial, f))
+    if min(out) < 1:
+        raise _err(f"interpolate: the output size {list(out)} must be positive (input size {list(spatial)})")
+    if size is not None:
+        return out, [n / o for n, o in zip(spatial, out)]
+    return out, [n / o if recompute_scale_factor else 1.0 / ff for n, o, ff in zip(spatial, out, f)]
+
+
+def _nearest(x: Tensor, out, scales) -> Tensor:
+    """src = min(floor(o * scale), n - 1) per axis: a broadcast for integer upscaling, else a gather."""
+    spatial = x.shape[2:]
+    idx = [np.minimum(np.floor(np.arange(o) * sc).astype(np.int64), n - 1) for n, o, sc in zip(spatial, out, scales)]
+    factors = [o // n if o % n == 0 else 0 for n, o in zip(spatial, out)]
+    if all(f and np.array_equal(ix, np.arange(o) // f) for f, ix, o in zip(factors, idx, out)):
+        lead = list(x.shape[:2])
+        inter = lead + [v for n in spatial for v in (n, 1)]
+        wide = lead + [v for n, f in zip(spatial, factors) for v in (n, f)]
+        return x.reshape(*inter).broadcast_to(wide).reshape(*lead, *out)
+    y = x
+    for i, ix in enumerate(idx):
+        if not np.array_equal(ix, np.arange(spatial[i])):
+            y = apply("index_select", y, Tensor(ix), axis=2 + i)
+    return y
+
+
+# ---- pixel (un)shuffle ---------------------------------------------------------------------------
+
+def pixel_shuffle(input: Tensor, upscale_factor: int) -> Tensor:  # noqa: A002
+    """[..., C * r * r, H, W] -> [..., C, H * r, W * r], as torch.nn.functional.pixel_shuffle."""
+    r = int(upscale_factor)
+    *batch, c, h, w = input.shape
+    if c % (r * r):
+        raise _err(f"pixel_shuffle: channels {c} must be divisible by upscale_factor**2 = {r * r}")
+    k = len(batch)
+    x = input.reshape(*batch, c // (r * r), r, r, h, w)
+    x = x.permute(*range(k), k, k + 3, k + 1, k + 4, k + 2)
+    return x.reshape(*batch, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(input: Tensor, downscale_factor: int) -> Tensor:  # noqa: A002
+    """[..., C, H * r, W * r] -> [..., C * r * r, H, W]: pixel_shuffle's inverse."""
+    r = int(downscale_factor)
+    *batch, c, h, w = input.shape
+    if h % r or w % r:
+        raise _err(f"pixel_unshuffle: height {h} and width {w} must be divisible by downscale_factor {r}")
+    k = len(batch)
+    x = input.reshape(*batch, c, h // r, r, w // r, r)
+    x = x.permute(*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    return x.reshape(*batch, c * r * r, h // r, w // r)
+
+
+# ---- sliding windows as columns: unfold (im2col) and fold (its adjoint) --------------------------
+
+def _window_args(name: str, kernel_size, dilation, padding, stride) -> tuple[tuple[int, int], ...]:
+    return tuple(ntuple(v, 2, what, name) for v, what in
+                 ((kernel_size, "kernel_size"), (dilation, "dilation"), (padding, "padding"), (stride, "stride")))
+
+
+def _blocks(name: str, size: tuple[int, int], k, dil, pad, st) -> tuple[int, int]:
+    out = tuple((n + 2 * p - dl * (kk - 1) - 1) // s + 1 for n, kk, dl, p, s in zip(size, k, dil, pad, st))
+    if min(out) < 1:
+        raise _err(f"{name}: a {list(k)} kernel (dilation {list(dil)}, padding {list(pad)}) does not fit the "
+                   f"input's spatial size {list(size)}")
+    return out
+
+
+def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
+    """The sliding [kh, kw] blocks of [N, C, H, W] (or [C, H, W]) as columns: [N, C * kh * kw, L] with L
+    the blocks in row-major order and the rows channel-major, as torch.nn.functional.unfold."""
+    x, unbatched = _batched("unfold", input, 2)
+    k, dil, pad_, st = _window_args("unfold", kernel_size, dilation, padding, stride)
+    oh, ow = _blocks("unfold", tuple(x.shape[2:]), k, dil, pad_, st)
+    xp = pad(x, (pad_[1], pad_[1], pad_[0], pad_[0])) if any(pad_) else x
+    cols = [xp[:, :, i * dil[0]: i * dil[0] + st[0] * (oh - 1) + 1: st[0],
+               j * dil[1]: j * dil[1] + st[1] * (ow - 1) + 1: st[1]]
+            for i in range(k[0]) for j in range(k[1])]
+    y = stack(cols, 2).reshape(x.shape[0], x.shape[1] * k[0] * k[1], oh * ow)
+    return y.squeeze(0) if unbatched else y
+
+
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
+    """unfold's adjoint: the columns [N, C * kh * kw, L] (or [C * kh * kw, L]) summed back into
+    [N, C, H, W] at the positions their blocks came from (overlaps add), as torch.nn.functional.fold."""
+    if input.ndim not in (2, 3):
+        raise _err(f"fold: expected a 2-D (unbatched) or 3-D (batched) input, got {input.dtype}{list(input.shape)}")
+    x, unbatched = (input.unsqueeze(0), True) if input.ndim == 2 else (input, False)
+    size = ntuple(output_size, 2, "output_size", "fold")
+    k, dil, pad_, st = _window_args("fold", kernel_size, dilation, padding, stride)
+    oh, ow = _blocks("fold", size, k, dil, pad_, st)
+    n, rows, length = x.shape
+    if rows % (k[0] * k[1]) or length != oh * ow:
+        raise _err(f"fold: input {list(input.shape)} needs C * {k[0] * k[1]} rows and {oh * ow} columns (the "
+                   f"blocks of {list(size)} for these kernel, dilation, padding and stride)")
+    c = rows // (k[0] * k[1])
+    cols = x.reshape(n, c, k[0] * k[1], oh, ow)
+    hp, wp = size[0] + 2 * pad_[0], size[1] + 2 * pad_[1]
+    acc = None
+    for i in range(k[0]):
+        for j in range(k[1]):
+            part = _spread(cols[:, :, i * k[1] + j], st, (i * dil[0], j * dil[1]), (hp, wp))
+            acc = part if acc is None else acc + part
+    y = acc[:, :, pad_[0]: pad_[0] + size[0], pad_[1]: pad_[1] + size[1]]
+    return y.squeeze(0) if unbatched else y
+
+
+def _spread(p: Tensor, stride: tuple[int, int], at: tuple[int, int], size: tuple[int, int]) -> Tensor:
+    """[N, C, oh, ow] placed into zeros [N, C, *size], element (y, x) at at + stride * (y, x): zeros
+    interleaved along each axis (a concatenation and a reshape), then padded (or cropped) into place."""
+    n, c, oh, ow = p.shape
+    if stride[0] > 1:
+        gap = zeros(n, c, oh, stride[0] - 1, ow, dtype=p.dtype)
+        p = cat([p.unsqueeze(3), gap], 3).reshape(n, c, oh * stride[0], ow)
+    if stride[1] > 1:
+        h = p.shape[2]
+        gap = zeros(n, c, h, ow, stride[1] - 1, dtype=p.dtype)
+        p = cat([p.unsqueeze(4), gap], 4).reshape(n, c, h, ow * stride[1])
+    return pad(p, (at[1], size[1] - at[1] - p.shape[3], at[0], size[0] - at[0] - p.shape[2]))
