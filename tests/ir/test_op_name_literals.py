@@ -26,16 +26,6 @@ KNOWN = {
     "codegen/fused_rows.py": 1,  # kernel names after the row patterns (softmax, layer_norm, ...)
     "frontend/tensor_core.py": 1,  # the logical op a bool add / mul / maximum becomes
     "frontend/trace.py": 1,  # stop_gradient
-    "passes/cse.py": 1,  # the commutative ops
-    "passes/fold_constants.py": 1,  # pad does not keep a uniform value uniform
-    "passes/fuse.py": 4,  # matmul epilogues: the bias add, relu, GELU
-    "passes/fuse_columns.py": 6,  # column sums through reshapes and permutes
-    "passes/layout.py": 4,  # permute, reshape, the convolution gradients
-    "passes/prepare_fusion.py": 6,  # conversions, accumulating and sign-only ops, unit reductions
-    "passes/rewrite_attention.py": 4,  # the attention pattern
-    "passes/schedule_memory.py": 1,  # matmul
-    "passes/simplify.py": 1,  # broadcast_to
-    "passes/simplify_slabs.py": 3,  # pad, add, slice
     "plan/build.py": 3,  # reduce_scatter, the bias add of an epilogue, matmul
     "plan/steps.py": 1,  # the attention forward
     "plan/views.py": 2,  # permute
