@@ -22,15 +22,9 @@ EXEMPT = ("ir/ops/", "codegen/snippets.py")
 
 # Name tests that remain, per module (the count); each is to become a trait, and none may be added.
 KNOWN = {
-    "codegen/elementwise.py": 2,  # arange's and triu/tril's snippet fields
     "codegen/fused_rows.py": 1,  # kernel names after the row patterns (softmax, layer_norm, ...)
     "frontend/tensor_core.py": 1,  # the logical op a bool add / mul / maximum becomes
     "frontend/trace.py": 1,  # stop_gradient
-    "plan/build.py": 3,  # reduce_scatter, the bias add of an epilogue, matmul
-    "plan/steps.py": 1,  # the attention forward
-    "plan/views.py": 2,  # permute
-    "runtime/communicator.py": 5,  # the collectives (and all_gather's packed inputs, checked by size)
-    "runtime/segments.py": 3,  # reshape
 }
 
 
