@@ -23,8 +23,6 @@ EXEMPT = ("ir/ops/", "codegen/snippets.py")
 # Name tests that remain, per module (the count); each is to become a trait, and none may be added.
 KNOWN = {
     "codegen/fused_rows.py": 1,  # kernel names after the row patterns (softmax, layer_norm, ...)
-    "frontend/tensor_core.py": 1,  # the logical op a bool add / mul / maximum becomes
-    "frontend/trace.py": 1,  # stop_gradient
 }
 
 
