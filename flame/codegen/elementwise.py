@@ -43,6 +43,23 @@ _EXPR_DTYPE = {
 }
 
 
+def _arange_fields(op: Op, expr_dtype: DType) -> dict[str, str]:
+    as_float = expr_dtype.kind != "int"
+    return {
+        key: cuda_c.literal(float(op.attrs[key]) if as_float else op.attrs[key], expr_dtype)
+        for key in ("start", "step")
+    }
+
+
+def _triangle_fields(op: Op, expr_dtype: DType) -> dict[str, str]:
+    rows, cols = op.out.shape[-2:]
+    return {"rows": f"{rows}u", "cols": f"{cols}u", "k": f"{op.attrs['k']}LL"}
+
+
+# fields an op's snippet reads beside its attributes (per-op code, as the snippets are)
+_EXTRA_FIELDS = {"arange": _arange_fields, "triu": _triangle_fields, "tril": _triangle_fields}
+
+
 def _fields(op: Op, expr_dtype: DType) -> dict[str, str]:
     """Attributes (and a few derived values) formatted for a snippet."""
     out: dict[str, str] = {"ctype": cuda_c.compute_dtype(expr_dtype).cuda_type}
@@ -53,14 +70,9 @@ def _fields(op: Op, expr_dtype: DType) -> dict[str, str]:
             out[key] = cuda_c.literal(v, expr_dtype)
     if is_fill(op):
         out["value"] = cuda_c.literal(op.attrs["value"], op.out.dtype)
-    if op.name == "arange":
-        as_float = expr_dtype.kind != "int"
-        for key in ("start", "step"):
-            v = op.attrs[key]
-            out[key] = cuda_c.literal(float(v) if as_float else v, expr_dtype)
-    if op.name in ("triu", "tril"):
-        rows, cols = op.out.shape[-2:]
-        out.update(rows=f"{rows}u", cols=f"{cols}u", k=f"{op.attrs['k']}LL")
+    extra = _EXTRA_FIELDS.get(op.name)
+    if extra is not None:
+        out.update(extra(op, expr_dtype))
     return out
 
 

@@ -17,6 +17,7 @@ from flame.frontend.context import current_trace, user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, default_dtype_for, dim_index
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
+from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
@@ -446,9 +447,6 @@ def _combine(higher: DType | None, lower: DType | None) -> DType | None:
     return higher
 
 
-_BOOL_AS_LOGIC = {"add": "logical_or", "mul": "logical_and", "maximum": "logical_or", "minimum": "logical_and"}
-
-
 def binary(name: str, a, b) -> Tensor:
     """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to
     f32); on two bool tensors + and max are logical or, * and min logical and, - raises, as in torch."""
@@ -462,9 +460,9 @@ def binary(name: str, a, b) -> Tensor:
     a = Tensor(a) if isinstance(a, np.ndarray) else a
     b = Tensor(b) if isinstance(b, np.ndarray) else b
     dt = result_type(a, b)
-    if dt == boolean and name in _BOOL_AS_LOGIC:
+    if dt == boolean and opdef(name).on_bool:  # the logical op it is on bools (the OpDef's `on_bool` trait)
         a, b = (x if isinstance(x, Tensor) else full((), bool(x), boolean) for x in (a, b))
-        return apply(_BOOL_AS_LOGIC[name], a, b)
+        return apply(opdef(name).on_bool, a, b)
     if dt == boolean and name == "sub":
         raise DTypeError(f"sub: subtraction of two bool tensors is not supported (as in PyTorch); a != b "
                          f"is their exclusive or\n  at {user_location()}")

@@ -22,6 +22,7 @@ from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Value
+from flame.ir.ops.elementwise import STOP_GRADIENT
 from flame.ir.types import TensorType
 from flame.passes.autodiff import autodiff
 
@@ -189,7 +190,7 @@ class Trace:
         """The ops a backward from loss to leaves goes through: on a path from a leaf to the loss."""
         carries, on_path = set(leaves), set()
         for op in self.graph.ops:
-            if op.name != "stop_gradient" and any(v in carries for v in op.inputs):
+            if op.name != STOP_GRADIENT.name and any(v in carries for v in op.inputs):
                 carries.add(op.out)
         producer = {op.out: op for op in self.graph.ops}
         stack = [loss]

@@ -16,7 +16,7 @@ from functools import lru_cache, wraps
 from operator import mul
 
 from flame.ir.graph import Op, Value, segments
-from flame.ir.registry import get, is_fill, is_relabel
+from flame.ir.registry import accumulates, axis_order, get, is_fill, is_relabel
 
 MAX_MAPS = 4  # a value needed at more maps than this is recomputed too often: split the group
 
@@ -29,7 +29,7 @@ def is_view(op: Op) -> bool:
 def swaps_last_two(op: Op | None) -> bool:
     """op is a permute that swaps the last two axes and keeps the others (a matmul can read its input
     with the operand's transpose flag instead: plan.build.fold_transposes)."""
-    if op is None or op.name != "permute" or op.out.type.rank < 2:
+    if axis_order(op) is None or op.out.type.rank < 2:
         return False
     perm = list(op.attrs["perm"])
     want = list(range(len(perm)))
@@ -236,7 +236,7 @@ def column_map(op: Op, m: IndexMap, domain: tuple[int, ...], n_red: int) -> Inde
     coefficient, no offset). The kept dims among those fix the rows that may share a partial; the
     reduced ones fix the elements of a row. None when op is no such reduction."""
     v = op.inputs[0]
-    if not is_reduction(op) or op.name not in ("reduce_sum", "reduce_mean") or n_red == 0:
+    if not is_reduction(op) or not accumulates(op) or n_red == 0:
         return None
     if not _bijection(m, v.shape, domain):
         return None
@@ -441,7 +441,7 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
 
 
 def _bijective(op: Op, i: int) -> bool:
-    return op.name == "permute" or is_relabel(op) or (
+    return axis_order(op) is not None or is_relabel(op) or (
         get(op.name).category == "elementwise" and op.inputs[i].shape == op.out.shape)
 
 
@@ -450,8 +450,9 @@ def _forward(op: Op, i: int) -> IndexMap | None:
     u, rank = op.inputs[i], op.out.type.rank
     if get(op.name).category == "elementwise" and u.shape == op.out.shape:
         return identity(rank)
-    if op.name == "permute":
-        return _select(rank, [(p, 0) for p in op.attrs["perm"]])
+    order = axis_order(op)
+    if order is not None:
+        return _select(rank, [(p, 0) for p in order])
     if is_relabel(op):
         return reshape(op.out.shape, u.shape)
     return None

@@ -55,10 +55,12 @@ class View:
     """Trait of a movement op that computes nothing: out[c] = in[index_map(op)(c)].
     index_map(op): the IndexMap from the output's coordinates to the input's, or None where the op
     is not affine (a reshape that merges dims). relabel: on contiguous buffers the output is the
-    input's bytes under another shape (no copy needed; the plan makes it an alias)."""
+    input's bytes under another shape (no copy needed; the plan makes it an alias). perm: for a view
+    that only reorders axes (permute), op -> the order: output axis k is input axis perm(op)[k]."""
 
     index_map: Callable[[Op], Any]  # an IndexMap (flame.ir.indexmap, which reads this registry) or None
     relabel: bool = False
+    perm: Callable[[Op], tuple[int, ...]] | None = None  # a view that only reorders axes (permute): its order
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,20 @@ class OpDef:
         folded, and cloned into every kernel that reads it, computed there from the element's index;
     cost: an elementwise op's work per element (COSTS): what is worth computing once per broadcast
         element, or keeping in registers rather than computing twice;
+    commutative: a op b == b op a bit for bit (IEEE + and *; not maximum / minimum, whose NaN or
+        signed zero may come from either operand): CSE orders the operands;
+    on_bool: the op it is on two bool operands (add -> logical_or, mul -> logical_and), as in torch;
+    conversion: a cheap unary op a kernel applies to what it loads or stores (cast, neg, abs), rather
+        than work worth a buffer of its own;
+    sign_only: results differ at most in the sign of a zero when an input does (mul, add, sub, neg, cast);
+    accumulates: the result is a sum that starts at +0.0 (matmul, reduce_sum, reduce_mean), so the sign
+        of a zero it adds cannot reach it;
+    epilogue: the part of a GEMM's epilogue the op is when it follows a matmul ("bias", "relu",
+        "gelu"; the Target says which epilogues the backend fuses);
+    pads: a movement op that writes a value of its own (its `value` attribute) around its input's
+        elements (pad), so a uniform input does not give a uniform result;
+    activations: per operand and then the result, whether it is an activation [N, C, *spatial] that a
+        channels-last layout reorders (the convolutions; the others are weights);
     user: an op the user defined with flame.cuda.kernel / flame.cuda.elementwise (its
         `flame.ir.ops.user.UserCode`: the user's CUDA text, which codegen renders in place of a snippet
         or a lowering);
@@ -132,6 +148,14 @@ class OpDef:
     selects: bool = False
     constant: bool = False
     cost: str = ""
+    commutative: bool = False
+    on_bool: str = ""
+    conversion: bool = False
+    sign_only: bool = False
+    accumulates: bool = False
+    epilogue: str = ""
+    pads: bool = False
+    activations: tuple[bool, ...] = ()
     user: Any = None
     call_result: bool = False
 
@@ -191,6 +215,38 @@ def is_relabel(op: Op) -> bool:
     the `view` trait's `relabel`)."""
     view = get(op.name).view
     return view is not None and view.relabel
+
+
+def axis_order(op: Op | None) -> tuple[int, ...] | None:
+    """The order of a view that only reorders axes (the `view` trait's `perm`: permute): output axis k
+    is input axis order[k]; None for any other op."""
+    view = None if op is None else get(op.name).view
+    return None if view is None or view.perm is None else tuple(view.perm(op))
+
+
+def is_matmul(op: Op) -> bool:
+    """op is a GEMM (category "matmul": a cuBLASLt call)."""
+    return get(op.name).category == "matmul"
+
+
+def is_commutative(op: Op) -> bool:
+    """a op b == b op a bit for bit (the `commutative` trait)."""
+    return get(op.name).commutative
+
+
+def is_sign_only(op: Op) -> bool:
+    """A zero's sign in an input changes at most a zero's sign in the result (the `sign_only` trait)."""
+    return get(op.name).sign_only
+
+
+def accumulates(op: Op) -> bool:
+    """op's result is a sum that starts at +0.0 (the `accumulates` trait: matmul, reduce_sum, reduce_mean)."""
+    return get(op.name).accumulates
+
+
+def epilogue_role(op: Op) -> str:
+    """The part of a GEMM's epilogue op is after a matmul ("bias", "relu", "gelu"), or ""."""
+    return get(op.name).epilogue
 
 
 def is_constant(op: Op) -> bool:

@@ -9,12 +9,8 @@ from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops.collective import is_collective
-from flame.ir.registry import is_fill
+from flame.ir.registry import is_commutative, is_fill
 from flame.passes._rewrite import full_value, rewrite
-
-# a op b == b op a bit for bit (IEEE + and * are commutative; NaN payloads aside). maximum/minimum are
-# left out: which operand a NaN or a signed zero comes from may depend on the order.
-COMMUTATIVE = frozenset({"add", "mul", "eq", "ne", "logical_and", "logical_or"})
 
 
 def attr_key(v: Any) -> Any:
@@ -39,7 +35,7 @@ def _key(op: Op) -> tuple:
     if is_fill(op):  # full {value=1} and full {value=1.0} of one dtype store the same element
         return (op.name, op.out.type, full_value(op.out).tobytes())
     ins = tuple(id(v) for v in op.inputs)
-    if op.name in COMMUTATIVE:
+    if is_commutative(op):  # a op b == b op a bit for bit (the OpDef's `commutative` trait)
         ins = tuple(sorted(ins))
     return (op.name, ins, tuple((k, attr_key(v)) for k, v in sorted(op.attrs.items())))
 

@@ -21,7 +21,7 @@ def _preserves_uniform(op: Op) -> bool:
     opdef = REGISTRY[op.name]
     if opdef.category == "elementwise":
         return not opdef.positional  # triu/tril/random draws depend on the position
-    return opdef.category == "movement" and op.name != "pad"
+    return opdef.category == "movement" and not opdef.pads
 
 
 def _uniform_result(op: Op, elems: list[np.generic]) -> np.generic | None:

@@ -3,7 +3,7 @@ boundary exists (ARCHITECTURE.md "Named kernels"). Only fusions whose math is th
 kernel evaluates the same ops on the same operands and rounds every intermediate to its dtype.
 
 Rules, in the order they apply:
-- conversions (flame.passes.prepare_fusion.CONVERSIONS: cast, neg, abs) first move past views and
+- conversions (the OpDef trait `conversion`: cast, neg, abs) first move past views and
   gathers to the side where values are wider (prepare_fusion.move_conversions), so only narrow values
   cross kernel boundaries: the readers of bf16 logits' .float() convert what they load, a reshaped f32
   gradient cast to bf16 is converted by the kernel computing it; a widening conversion that several
@@ -81,7 +81,7 @@ from flame.ir.indexmap import (
     trailing_reduced,
 )
 from flame.ir.ops.attention import FORWARD, STATS
-from flame.ir.registry import get, is_fill
+from flame.ir.registry import epilogue_role, get, is_fill
 from flame.passes import remat
 from flame.passes.fuse_columns import (
     absorb_bias_grads,
@@ -169,7 +169,7 @@ def _classify(op: Op) -> Kind:
     return Kind.OPAQUE
 
 
-# (epilogue so far, activation) -> the epilogue with the activation; GELU only in its tanh form
+# (epilogue so far, the activation's epilogue role) -> the epilogue with the activation; GELU only in its tanh form
 _ACTIVATIONS = {("none", "relu"): "relu", ("bias", "relu"): "bias_relu", ("none", "gelu"): "gelu",
                 ("bias", "gelu"): "bias_gelu"}
 AUX_ALIGN = 8  # cuBLASLt's GELU aux (the pre-activation) has a leading dimension that is a multiple of 8
@@ -183,16 +183,17 @@ def _epilogue(st: State, grp: Group, op: Op) -> str | None:
     if mixes_phases([*grp.ops, op]) or last.dtype.name not in ("f32", "f16", "bf16"):
         return None
     private = st.users[last] == [op] and last not in st.outs
-    if op.name in ("relu", "gelu"):
-        epi = _ACTIVATIONS.get((grp.epilogue, op.name))
-        if epi is None or (op.name == "gelu" and op.attrs["approximate"] != "tanh"):
+    role = epilogue_role(op)
+    if role in ("relu", "gelu"):
+        epi = _ACTIVATIONS.get((grp.epilogue, role))
+        if epi is None or (role == "gelu" and op.attrs["approximate"] != "tanh"):
             return None
         if not private:  # the pre-activation is read later (the backward): GELU can write it as aux
-            if op.name != "gelu" or last.shape[-1] % AUX_ALIGN:
+            if role != "gelu" or last.shape[-1] % AUX_ALIGN:
                 return None
             epi += "_aux"
         return epi if epi in st.target.matmul_epilogues else None
-    if not private or op.name != "add" or grp.epilogue != "none" or op.out.type != last.type:
+    if not private or role != "bias" or grp.epilogue != "none" or op.out.type != last.type:
         return None
     if "bias" not in st.target.matmul_epilogues:
         return None

@@ -17,6 +17,8 @@ from flame.ir.indexmap import (
     leading_reduced,
     trailing_reduced,
 )
+from flame.ir.ops.reduce import REDUCE_SUM
+from flame.ir.registry import accumulates, axis_order, is_relabel
 from flame.ir.symbolic import SymInt
 from flame.passes import remat
 from flame.passes.fusion_state import (
@@ -45,7 +47,7 @@ def bias_grad_operand(mm: Op, red: Op) -> str | None:
     gradient beside its weight gradient). The operand may be the reduced value with its leading
     dims flattened ([b, t, n] summed over (0, 1) is [b*t, n] summed over 0). 2-D GEMMs only (a
     batched call would sum per batch)."""
-    if red.name != "reduce_sum" or mm.out.type.rank != 2 or any(v.type.rank != 2 for v in mm.inputs):
+    if red.name != REDUCE_SUM.name or mm.out.type.rank != 2 or any(v.type.rank != 2 for v in mm.inputs):
         return None
     v, axes = red.inputs[0], list(red.attrs["axes"])
     if mm.inputs[0].shape[1] < 2 or v.dtype != mm.out.dtype or v.dtype.name not in ("f32", "f16", "bf16"):
@@ -64,9 +66,9 @@ def bias_grad_operand(mm: Op, red: Op) -> str | None:
 
 
 def _unreshaped(x: Value) -> Value:
-    """x before the reshapes that produced it: two values with the same one and the same last dim
-    hold the same [m, n] matrix in row-major order."""
-    while x.producer is not None and x.producer.name == "reshape":
+    """x before the reshapes (relabelling views) that produced it: two values with the same one and the
+    same last dim hold the same [m, n] matrix in row-major order."""
+    while x.producer is not None and is_relabel(x.producer):
         x = x.producer.inputs[0]
     return x
 
@@ -74,14 +76,14 @@ def _unreshaped(x: Value) -> Value:
 def _transposed_from(x: Value) -> Value | None:
     """u when x = permute(u, [1, 0]) (the weight-gradient GEMM dy^T @ x reads dy so), else None."""
     p = x.producer
-    return p.inputs[0] if p is not None and p.name == "permute" and list(p.attrs["perm"]) == [1, 0] else None
+    return p.inputs[0] if axis_order(p) == (1, 0) else None
 
 
 def _view_readers(st: State, root: Value) -> list[Op]:
     """The ops reading root directly or through up to three reshapes / transposes."""
     readers, views = list(st.users[root]), list(st.users[root])
     for _ in range(3):
-        views = [u for t in views if t.name in ("reshape", "permute") for u in st.users[t.out]]
+        views = [u for t in views if is_relabel(t) or axis_order(t) is not None for u in st.users[t.out]]
         readers += views
     return readers
 
@@ -134,7 +136,7 @@ def absorb_columns(st: State) -> None:
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
         v = op.inputs[0]
-        if op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or not math.prod(v.shape):
+        if not accumulates(op) or not v.dtype.is_float or not math.prod(v.shape):
             continue
         if is_bias_grad(st, op):
             continue  # a column kernel of its own (docstring), or its GEMM's epilogue
@@ -184,7 +186,7 @@ def column_kernels(st: State) -> None:
         for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
             (op,) = cg.ops
             v, n_red = op.inputs[0], leading_reduced(op)
-            if (op.name not in ("reduce_sum", "reduce_mean") or not v.dtype.is_float or n_red is None
+            if (not accumulates(op) or not v.dtype.is_float or n_red is None
                     or any(isinstance(d, SymInt) for d in v.shape) or not math.prod(v.shape)
                     or v.type.numel != math.prod(eg.domain) or is_bias_grad(st, op) or v in by_rows):
                 continue  # dynamic sizes and bias gradients keep their column kernel (absorb_columns)

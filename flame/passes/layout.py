@@ -37,8 +37,8 @@ from flame.ir.builder import Builder
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.indexmap import is_reduction
 from flame.ir.ops.conv import CONV_OPS, to_channels_last
+from flame.ir.registry import axis_order, is_relabel
 from flame.ir.registry import get as opdef
-from flame.ir.registry import is_relabel
 from flame.passes.dce import eliminate_dead_code
 from flame.target import DEFAULT_TARGET, Target
 
@@ -112,10 +112,10 @@ class _Sweep:
         key = (v, perm)
         if key not in self._permuted:
             src = v.producer
-            if src is not None and src.name == "permute":  # permute(permute(x, a), b) = permute(x, a[b])
-                inner = src.attrs["perm"]
+            inner = axis_order(src)
+            if inner is not None:  # permute(permute(x, a), b) = permute(x, a[b])
                 self._permuted[key] = self.permute(src.inputs[0], tuple(inner[i] for i in perm))
-            elif src is not None and src.name == "reshape" and _unit_moves(v.shape, perm):
+            elif src is not None and is_relabel(src) and _unit_moves(v.shape, perm):
                 self._permuted[key] = self.b.reshape(src.inputs[0], shape=tuple(v.shape[i] for i in perm))
             elif _unit_moves(v.shape, perm):
                 self._permuted[key] = self.b.reshape(v, shape=tuple(v.shape[i] for i in perm))
@@ -154,11 +154,11 @@ class _Sweep:
     def _conv(self, op: Op):
         rank = op.inputs[0].type.rank
         first = _to_first(rank)
-        acts = {"conv": (True, False), "conv_grad_input": (True, False), "conv_grad_weight": (True, True)}[op.name]
+        acts = opdef(op.name).activations  # per operand, then the result: an activation [N, C, *S]
         ins = [self.in_order(v, first) if act else self.plain(v) for v, act in zip(op.inputs, acts)]
-        extra = {"input_shape": to_channels_last(op.attrs["input_shape"])} if op.name == "conv_grad_input" else {}
+        extra = {"input_shape": to_channels_last(op.attrs["input_shape"])} if "input_shape" in op.attrs else {}
         out = self._copy(op, ins, channels_last=True, **extra)
-        return out, (None if op.name == "conv_grad_weight" else first)
+        return out, (first if acts[-1] else None)
 
     def _elementwise(self, op: Op):
         q = self.order_of(op)

@@ -3,7 +3,7 @@ rewrites of the graph, and the two kinds of ops they name.
 - unit_reductions: a reduction over dims of size 1 only becomes the reshape (plus +0.0) it computes;
 - drop_zero_signs: an add of +0.0 (it only turns -0.0 into +0.0) goes where every reader only
   accumulates the sum, so the sign of a zero cannot reach a result;
-- move_conversions: each conversion (CONVERSIONS: cast, neg, abs) moves past views and gathers to
+- move_conversions: each conversion (the `conversion` trait: cast, neg, abs) moves past views and gathers to
   the side where values are wider, so only narrow values cross kernel boundaries;
 - clone_constants: each free op (is_free: a `full` constant, an `arange`, a view of a graph input or
   of such constants) gets a clone per reader, so every kernel computes its own constants and indexes inputs itself."""
@@ -13,13 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from flame.ir.graph import Graph, Op, Value, is_backward
-from flame.ir.indexmap import is_view
-from flame.ir.registry import get, is_constant, is_fill
+from flame.ir.indexmap import is_reduction, is_view
+from flame.ir.ops.elementwise import ADD
+from flame.ir.registry import accumulates, axis_order, get, is_constant, is_fill, is_sign_only
 from flame.passes._rewrite import full_value, rewrite
 
-# conversions: cheap unary elementwise ops a kernel applies to what it loads or stores, rather than
-# work worth a buffer of its own (move_conversions, _recompute_conversions)
-CONVERSIONS = frozenset({"cast", "neg", "abs"})
 MAX_MOVES = 8  # rounds of move_conversions: each moves a conversion past one view
 
 
@@ -43,9 +41,11 @@ def _generated(v: Value) -> bool:
 
 
 def is_conversion(op: Op | None, widening: bool) -> bool:
-    """op is a conversion (CONVERSIONS) whose element is at least as wide as its input's (widening:
-    reading the input instead of the result moves no more bytes), or strictly narrower (not widening)."""
-    if op is None or op.name not in CONVERSIONS:
+    """op is a conversion (the OpDef's `conversion` trait: cheap unary ops a kernel applies to what it
+    loads or stores, rather than work worth a buffer of its own) whose element is at least as wide as
+    its input's (widening: reading the input instead of the result moves no more bytes), or strictly
+    narrower (not widening)."""
+    if op is None or not get(op.name).conversion:
         return False
     return (op.out.dtype.itemsize >= op.inputs[0].dtype.itemsize) == widening
 
@@ -104,21 +104,16 @@ def move_conversions(g: Graph) -> Graph:
     return g
 
 
-ACCUMULATORS = frozenset({"matmul", "reduce_sum", "reduce_mean"})  # accumulators start at +0.0
-# ops whose results differ at most in the sign of a zero when an input does (-0.0 * y = -(+0.0 * y) or
-# NaN either way; -0.0 + y = +0.0 + y unless y is a zero): the sign still cannot reach an accumulator's sum
-SIGN_ONLY = frozenset({"mul", "add", "sub", "neg", "cast"})
-
-
 def drop_zero_signs(g: Graph) -> Graph:
-    """A copy of g without the adds of +0.0 whose every reader, through views and SIGN_ONLY ops
-    (float ones: a LoRA step scales the qkv gradient by alpha / r before its adapters' GEMMs), is an
-    accumulator (ACCUMULATORS): a sum that starts at +0.0 never becomes -0.0 (-0.0 + +0.0 = +0.0),
-    so whether a zero element of its input is -0.0 or +0.0 cannot change its result, and the add
-    that turns one into the other is dead weight. It is what simplify_slabs.sum_of_slabs leaves
-    after a sum of disjoint slabs (the gradient of qkv[0], qkv[1], qkv[2]); without it attention's
-    backward writes dq, dk and dv straight into the one gradient buffer. Exact: no result changes
-    by a bit."""
+    """A copy of g without the adds of +0.0 whose every reader, through views and `sign_only` ops (whose
+    results differ at most in the sign of a zero when an input does: -0.0 * y = -(+0.0 * y) or NaN
+    either way; -0.0 + y = +0.0 + y unless y is a zero; float ones: a LoRA step scales the qkv gradient
+    by alpha / r before its adapters' GEMMs), is an accumulator (the `accumulates` trait): a sum that
+    starts at +0.0 never becomes -0.0 (-0.0 + +0.0 = +0.0), so whether a zero element of its input is
+    -0.0 or +0.0 cannot change its result, and the add that turns one into the other is dead weight.
+    It is what simplify_slabs.sum_of_slabs leaves after a sum of disjoint slabs (the gradient of
+    qkv[0], qkv[1], qkv[2]); without it attention's backward writes dq, dk and dv straight into the one
+    gradient buffer. Exact: no result changes by a bit."""
     g = g.copy()
     users, outputs = g.users(), set(g.outputs)
     memo: dict[Value, bool] = {}
@@ -126,15 +121,15 @@ def drop_zero_signs(g: Graph) -> Graph:
     def accumulated(v: Value) -> bool:
         if v not in memo:
             memo[v] = v not in outputs and all(
-                accumulated(u.out) if is_view(u) or (u.name in SIGN_ONLY and u.out.dtype.is_float)
-                else u.name in ACCUMULATORS for u in users[v])
+                accumulated(u.out) if is_view(u) or (is_sign_only(u) and u.out.dtype.is_float)
+                else accumulates(u) for u in users[v])
         return memo[v]
 
     renamed: dict[Value, Value] = {}
     ops: list[Op] = []
     for op in g.ops:
         op.inputs = tuple(renamed.get(v, v) for v in op.inputs)
-        if op.name == "add" and op.out.dtype.is_float and users[op.out] and accumulated(op.out):
+        if op.name == ADD.name and op.out.dtype.is_float and users[op.out] and accumulated(op.out):
             x, zero = op.inputs if _positive_zero(op.inputs[1]) else op.inputs[::-1]
             if _positive_zero(zero) and x.type == op.out.type:
                 renamed[op.out] = x
@@ -145,17 +140,14 @@ def drop_zero_signs(g: Graph) -> Graph:
     return g
 
 
-UNIT_REDUCTIONS = {"reduce_sum": True, "reduce_mean": True, "reduce_max": False, "reduce_min": False}  # -> adds +0.0
-
-
 def unit_reductions(g: Graph) -> Graph:
-    """g with each reduction over no dims or over dims of size 1 only (UNIT_REDUCTIONS) replaced by
-    what it computes: its input reshaped, plus +0.0 for a float sum or mean (the reference's sum
-    turns -0.0 into +0.0; a max or min keeps it). A rows kernel has no row to reduce for it (found
-    by the random-graph test: a sum over no axes of a sum the kernel computes had no load to read).
-    g itself when it has none."""
+    """g with each reduction over no dims or over dims of size 1 only (is_reduction: not argmax) replaced
+    by what it computes: its input reshaped, plus +0.0 for a float sum or mean (accumulates: the
+    reference's sum turns -0.0 into +0.0; a max or min keeps it). A rows kernel has no row to reduce
+    for it (found by the random-graph test: a sum over no axes of a sum the kernel computes had no
+    load to read). g itself when it has none."""
     def unit(op: Op) -> bool:
-        if op.name not in UNIT_REDUCTIONS:
+        if not is_reduction(op):
             return False
         shape = op.inputs[0].shape  # a 0-d tensor reduces to itself
         return not shape or all(shape[a % len(shape)] == 1 for a in op.attrs["axes"])
@@ -168,7 +160,7 @@ def unit_reductions(g: Graph) -> Graph:
             return None
         x = op.inputs[0]
         y = x if x.shape == op.out.shape else b.reshape(x, shape=list(op.out.shape))
-        if UNIT_REDUCTIONS[op.name] and op.out.dtype.is_float:
+        if accumulates(op) and op.out.dtype.is_float:
             y = b.add(y, b.full(shape=[], value=0.0, dtype=op.out.dtype))
         return y
 
@@ -183,7 +175,8 @@ def _positive_zero(v: Value) -> bool:
 def _materialized_transpose(op: Op, readers: list[Op]) -> bool:
     """op is a permute of a graph input that moves its innermost dim, and a convolution reads it in
     the forward (its input is written in that order anyway) beside other forward readers."""
-    if not (is_free(op) and op.name == "permute" and op.attrs["perm"][-1] != len(op.attrs["perm"]) - 1):
+    order = axis_order(op)
+    if not (is_free(op) and order is not None and order[-1] != len(order) - 1):
         return False
     fwd = [u for u in readers if not is_backward(u)]
     return len(fwd) > 1 and any(get(u.name).library == "conv" for u in fwd)

@@ -34,6 +34,8 @@ from flame.errors import FlameError
 from flame.ir.builder import Builder
 from flame.ir.evaluate import evaluate_op
 from flame.ir.graph import Graph, Op, Value
+from flame.ir.ops.elementwise import ADD, DIV, MUL
+from flame.ir.ops.linalg import MATMUL
 from flame.passes._rewrite import annotate_loc, full_value
 from flame.passes.dce import eliminate_dead_code
 
@@ -61,12 +63,12 @@ def _producer(v: Value, *names: str) -> Op | None:
 def _constant_factor(op: Op, operand: Value) -> float | None:
     """c when op is `operand * c`, `c * operand` or `operand / c` with c a one-element constant."""
     other = [v for v in op.inputs if v is not operand]
-    if len(other) != 1 or other[0].type.numel != 1 or (op.name == "div" and op.inputs[0] is not operand):
+    if len(other) != 1 or other[0].type.numel != 1 or (op.name == DIV.name and op.inputs[0] is not operand):
         return None
     c = full_value(other[0])
     if c is None or not np.isfinite(c) or c == 0:
         return None
-    return float(c) if op.name == "mul" else 1.0 / float(c)
+    return float(c) if op.name == MUL.name else 1.0 / float(c)
 
 
 def _scaling(v: Value) -> tuple[Value, float, Op] | None:
@@ -132,7 +134,7 @@ def _peel_mask(x: Value, m: _Match) -> Value:
     op = _producer(x, "add", "where")
     if op is None:
         return x
-    if op.name == "add":
+    if op.name == ADD.name:
         for s, mask in (op.inputs, op.inputs[::-1]):
             if s.type == x.type and _scores(s):
                 m.mask, m.mask_kind = mask, "additive"
@@ -248,7 +250,7 @@ def rewrite_attention_in_place(g: Graph, keep: Collection[Value] = ()) -> int:
     users = g.users()
     keep = set(keep) | set(g.outputs)
     count = 0
-    for op in [o for o in g.ops if o.name == "matmul"]:
+    for op in [o for o in g.ops if o.name == MATMUL.name]:
         m = _match(op)
         if m is None or not _private(m, users, keep):
             continue

@@ -204,7 +204,7 @@ def _sink_broadcasts(op: Op, b: Builder) -> Value | None:
         inner = _producer(v, "broadcast_to") or (v.producer if is_fill(v.producer) else None)
         if inner is None or v.shape == ():
             continue
-        narrow = inner.inputs[0] if inner.name == "broadcast_to" else inner
+        narrow = inner if is_fill(inner) else inner.inputs[0]  # a `full`, or a broadcast_to's input
         types = [_type_of(w) for w in inputs[:i] + [narrow] + inputs[i + 1 :]]
         try:
             fits = opdef.infer(types, **op.attrs) == op.out.type

@@ -11,7 +11,9 @@ import numpy as np
 
 from flame.ir.builder import Builder
 from flame.ir.graph import Op, Value
-from flame.ir.registry import is_relabel
+from flame.ir.ops.elementwise import ADD
+from flame.ir.ops.movement import SLICE
+from flame.ir.registry import get, is_relabel
 
 # (axis, [(start, stop, piece)]) : piece lies at [start, stop) along axis, zeros elsewhere
 Slabs = tuple[int, list[tuple[int, int, Value]]]
@@ -20,7 +22,7 @@ Slabs = tuple[int, list[tuple[int, int, Value]]]
 def _zero_pad(v: Value) -> Slabs | None:
     """v = pad(x) with +0 fill along one axis: its single slab; else None."""
     op = v.producer
-    if op is None or op.name != "pad" or op.attrs["value"] != 0 or np.signbit(op.attrs["value"]):
+    if op is None or not get(op.name).pads or op.attrs["value"] != 0 or np.signbit(op.attrs["value"]):
         return None
     padded = [d for d, (lo, hi) in enumerate(op.attrs["pads"]) if lo or hi]
     if len(padded) != 1:
@@ -35,7 +37,7 @@ def _slabs(v: Value) -> Slabs | None:
     """v as disjoint slabs along one axis: a zero pad, or a sum of such sums on the same axis."""
     got = _zero_pad(v)
     op = v.producer
-    if got is not None or op is None or op.name != "add" or op.inputs[0].shape != op.inputs[1].shape:
+    if got is not None or op is None or op.name != ADD.name or op.inputs[0].shape != op.inputs[1].shape:
         return got
     left, right = _slabs(op.inputs[0]), _slabs(op.inputs[1])
     if left is None or right is None or left[0] != right[0]:
@@ -73,7 +75,7 @@ def _flat_range(v: Value) -> tuple[Value, int, int] | None:
     while v.producer is not None and is_relabel(v.producer):
         v = v.producer.inputs[0]
     op = v.producer
-    if op is None or op.name != "slice":
+    if op is None or op.name != SLICE.name:
         return v, 0, v.type.numel
     t = op.inputs[0]
     starts, stops, steps = op.attrs["starts"], op.attrs["stops"], op.attrs["steps"]

@@ -30,8 +30,9 @@ from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import swaps_last_two
 from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
+from flame.ir.ops.collective import REDUCE_SCATTER
 from flame.ir.printer import format_op
-from flame.ir.registry import get
+from flame.ir.registry import epilogue_role, get, is_matmul
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
     Alias,
@@ -238,7 +239,7 @@ def fold_transposes(g: Graph) -> set[Value]:
     users, outs = g.users(), set(g.outputs)
     alone = None if g.groups is None else {grp.ops[0] for grp in g.groups if len(grp.ops) == 1}
     return {op.out for op in g.ops if swaps_last_two(op) and op.out not in outs and users[op.out]
-            and all(u.name == "matmul" for u in users[op.out]) and (alone is None or op in alone)}
+            and all(map(is_matmul, users[op.out])) and (alone is None or op in alone)}
 
 
 def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: int | None = None,
@@ -290,7 +291,7 @@ def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
     communication stream (the Wait is placed by `overlap_streams`)."""
     ins = tuple(bld.buffer_of[v] for v in op.inputs)
     ws = None
-    if op.name == "reduce_scatter" and len(op.inputs) > 1:
+    if op.name == REDUCE_SCATTER.name and len(op.inputs) > 1:
         ws = bld.scratch(sum(v.type.numel for v in op.inputs) * op.out.dtype.itemsize)
     return CollectiveCall(ins, out, op, workspace=ws, overlap=bld.target.comm_stream)
 
@@ -456,7 +457,7 @@ def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[tuple[Op, ...], str]
         return (), ""
     aux = bld.temporary(rest[-1].inputs[0]) if grp.epilogue.endswith("_aux") else None
     bid = bld.temporary(rest[-1].out)
-    add = next((op for op in rest if op.name == "add"), None)
+    add = next((op for op in rest if epilogue_role(op) == "bias"), None)
     bias = None
     if add is not None:
         v = add.inputs[1] if add.inputs[0] is mm.out else add.inputs[0]

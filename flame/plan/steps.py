@@ -24,6 +24,7 @@ from typing import ClassVar
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.indexmap import contiguous_strides
+from flame.ir.ops.attention import FORWARD
 from flame.ir.printer import format_attr, format_op
 
 ALIGN = 256  # arena offsets are multiples of this (cudaMalloc's alignment: vector loads stay aligned)
@@ -347,7 +348,7 @@ class AttentionCall(LibraryCall):
         if self.backward:
             got.update(o=(self.o, ins[3]), grad_out=(self.grad_out, ins[4]))
             got.update(dq=(self.out, ins[0]), dk=(self.out, ins[1]), dv=(self.out, ins[2]))
-        elif self.op.name == "scaled_dot_product_attention":
+        elif self.op.name == FORWARD:
             got["o"] = (self.out, self.op.out.type.shape)
         packed = {"dq": 0, "dk": math.prod(ins[0]), "dv": math.prod(ins[0]) + math.prod(ins[1])}
         lays = {name: (start, strides) for name, start, strides in self.layouts}

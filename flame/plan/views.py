@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.indexmap import contiguous_strides, input_map, is_view
 from flame.ir.ops.attention import BACKWARD, FORWARD, STATS
-from flame.ir.registry import get, is_relabel
+from flame.ir.registry import axis_order, get, is_relabel
 from flame.plan.steps import ALIGN
 
 ATTENTION = (FORWARD, STATS, BACKWARD)
@@ -100,9 +100,10 @@ def view_layout(op: Op, lay: Strided) -> Strided | None:
 def unview_layout(op: Op, lay: Strided) -> Strided | None:
     """The layout of a bijective view op's input when its result has layout `lay` (the inverse of
     view_layout), or None for other views or layouts a reshape cannot give back."""
-    if op.name == "permute":
+    order = axis_order(op)
+    if order is not None:
         strides = [0] * len(lay.strides)
-        for j, p in enumerate(op.attrs["perm"]):
+        for j, p in enumerate(order):
             strides[p] = lay.strides[j]
         return Strided(lay.start, tuple(strides))
     if is_relabel(op):
@@ -204,7 +205,7 @@ def _write_chain(v: Value, g: Graph, users: dict, alone: set[Op]) -> list[Op]:
     chain, outs = [], set(g.outputs)
     while v not in outs:
         rest = [u for u in users[v] if u.name not in ATTENTION]
-        if len(rest) != 1 or not (rest[0].name == "permute" or is_relabel(rest[0])) or rest[0] not in alone:
+        if len(rest) != 1 or not (axis_order(rest[0]) is not None or is_relabel(rest[0])) or rest[0] not in alone:
             break
         chain.append(rest[0])
         v = rest[0].out

@@ -30,6 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from flame.errors import FlameError
+from flame.ir.ops.collective import ALL_GATHER
 
 
 class DistributedError(FlameError, RuntimeError):
@@ -102,7 +103,7 @@ def signature(op) -> str:
     inputs an all_gather packs into its rank's slot are each rank's own (ZeRO: the parameters a rank
     owns): only their packed size counts (`(160 x f32 per rank) -> f32[320]`), and the result's shape."""
     attrs = ", ".join(f"{k}={v}" for k, v in sorted(op.attrs.items()))
-    if op.name == "all_gather":
+    if op.name == ALL_GATHER.name:
         ins = f"{sum(v.type.numel for v in op.inputs)} x {op.out.type.dtype} per rank"
     else:
         ins = ", ".join(str(v.type) for v in op.inputs)
@@ -186,22 +187,39 @@ def run_collective(s, bufs: dict, stream=None) -> None:
         )
     if n > 1:
         comm.check(_signature_of(op), op.loc)
-    ins = [bufs[b] for b in s.inputs]
-    out = bufs[s.out].reshape(-1)
-    if op.name == "all_reduce":
-        _pack(ins, out)
-        comm.all_reduce(out, op.attrs["op"], stream)
-    elif op.name == "broadcast":
-        _pack(ins, out)
-        comm.broadcast(out, op.attrs["root"], stream)
-    elif op.name == "all_gather":
-        part = out.size // n
-        _pack(ins, out[comm.rank * part : (comm.rank + 1) * part])
-        comm.all_gather(out, stream)
-    elif op.name == "reduce_scatter":
-        send = ins[0].reshape(-1) if s.workspace is None else bufs[s.workspace].view(out.dtype).reshape(-1)
-        if s.workspace is not None:
-            _pack(ins, send)
-        comm.reduce_scatter(send, out, op.attrs["op"], stream)
-    else:
+    call = _CALLS.get(op.name)
+    if call is None:
         raise FlameError(f"no communicator call for collective {op.name}")
+    call(comm, s, [bufs[b] for b in s.inputs], bufs[s.out].reshape(-1), bufs, stream)
+
+
+def _all_reduce(comm, s, ins, out, bufs, stream) -> None:
+    _pack(ins, out)
+    comm.all_reduce(out, s.op.attrs["op"], stream)
+
+
+def _broadcast(comm, s, ins, out, bufs, stream) -> None:
+    _pack(ins, out)
+    comm.broadcast(out, s.op.attrs["root"], stream)
+
+
+def _all_gather(comm, s, ins, out, bufs, stream) -> None:
+    part = out.size // comm.world_size
+    _pack(ins, out[comm.rank * part : (comm.rank + 1) * part])
+    comm.all_gather(out, stream)
+
+
+def _reduce_scatter(comm, s, ins, out, bufs, stream) -> None:
+    send = ins[0].reshape(-1) if s.workspace is None else bufs[s.workspace].view(out.dtype).reshape(-1)
+    if s.workspace is not None:
+        _pack(ins, send)
+    comm.reduce_scatter(send, out, s.op.attrs["op"], stream)
+
+
+# each collective's communicator call: (communicator, CollectiveCall, input arrays, flat output, bufs, stream)
+_CALLS: dict[str, Callable] = {
+    "all_reduce": _all_reduce,
+    "broadcast": _broadcast,
+    "all_gather": _all_gather,
+    "reduce_scatter": _reduce_scatter,
+}

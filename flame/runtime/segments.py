@@ -19,7 +19,7 @@ import numpy as np
 
 from flame.ir.evaluate import compute_op
 from flame.ir.graph import Op, Value
-from flame.ir.registry import REGISTRY, is_fill
+from flame.ir.registry import REGISTRY, is_fill, is_relabel
 from flame.plan.steps import KernelLaunch, Plan
 
 CONST, SEG, ELEM = 0, 1, 2  # a value the same in every segment, a scalar per segment, a tensor per segment
@@ -123,7 +123,7 @@ class _Segment:
         for op, refs in zip(self.ops, self.wiring):
             opdef = REGISTRY[op.name]
             if opdef.random or opdef.positional or opdef.category not in ("elementwise", "movement") or \
-                    (opdef.category == "movement" and op.name != "reshape") or (is_fill(op) and op.out.shape):
+                    (opdef.category == "movement" and not is_relabel(op)) or (is_fill(op) and op.out.shape):
                 return None
             ins = [kinds[j] if inner else read_kinds[j] for inner, j in refs]
             kind = self._kind(op.out.shape)
@@ -132,8 +132,8 @@ class _Segment:
             if kind == SEG and all(k == CONST for k in ins):
                 kind = CONST  # full, or arithmetic on constants: the same in every segment
             kinds.append(kind)
-            attrs = () if op.name == "reshape" else tuple(sorted((k, repr(v)) for k, v in op.attrs.items()))
-            sig.append((op.name, attrs, op.out.dtype.name, kind, refs))  # a batched reshape moves nothing: any
+            attrs = () if is_relabel(op) else tuple(sorted((k, repr(v)) for k, v in op.attrs.items()))
+            sig.append((op.name, attrs, op.out.dtype.name, kind, refs))  # a batched relabelling view moves nothing: any
             # target shape runs alike (a bias's gradient arrives as [1, 1, n] whatever its n)
         self.kinds = kinds
         sig.append(tuple(j for j, _ in self.writes))
@@ -181,7 +181,7 @@ def _batched(segs: list[_Segment], bufs: dict, writes: list) -> None:
     env: list = []
     for op, refs, kind in zip(first.ops, first.wiring, first.kinds):
         ins = [env[j] if inner else reads[j] for inner, j in refs]
-        if op.name == "reshape":
+        if is_relabel(op):
             env.append((kind, ins[0][1]))  # the same values in the same order
             continue
         args = [np.repeat(a, sizes) if k == SEG and kind == ELEM else a for k, a in ins]

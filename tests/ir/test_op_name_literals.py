@@ -4,7 +4,9 @@ snippets (flame/codegen/snippets.py), no module tests an op by its name against 
 (`op.name == "full"`, `op.name in ("reshape", "squeeze")`) and none keeps a collection of op names
 (`COSTLY = {"exp", "log"}`, `{"reduce_sum": True}`). Tables that give each op its own rule
 (`{"permute": lower_permute}`: per-op code of a layer, as the snippets are) and calls that build an op
-by name (`b.emit("full", ...)`) are no name tests."""
+by name (`b.emit("full", ...)`) are no name tests. Where a pattern matcher means one op itself (the
+attention rewrite's matmul, the slab rules' slice), it compares with the name its declaration exports
+(`op.name == MATMUL.name`, `from flame.ir.ops.linalg import MATMUL`): no literal."""
 
 from __future__ import annotations
 
@@ -20,30 +22,12 @@ EXEMPT = ("ir/ops/", "codegen/snippets.py")
 
 # Name tests that remain, per module (the count); each is to become a trait, and none may be added.
 KNOWN = {
-    "codegen/elementwise.py": 2,  # arange's and triu/tril's snippet fields
     "codegen/fused_rows.py": 1,  # kernel names after the row patterns (softmax, layer_norm, ...)
-    "frontend/tensor_core.py": 1,  # the logical op a bool add / mul / maximum becomes
-    "frontend/trace.py": 1,  # stop_gradient
-    "ir/indexmap.py": 4,  # permute's index maps; the column sums a row domain carries
-    "passes/cse.py": 1,  # the commutative ops
-    "passes/fold_constants.py": 1,  # pad does not keep a uniform value uniform
-    "passes/fuse.py": 4,  # matmul epilogues: the bias add, relu, GELU
-    "passes/fuse_columns.py": 6,  # column sums through reshapes and permutes
-    "passes/layout.py": 4,  # permute, reshape, the convolution gradients
-    "passes/prepare_fusion.py": 6,  # conversions, accumulating and sign-only ops, unit reductions
-    "passes/rewrite_attention.py": 4,  # the attention pattern
-    "passes/schedule_memory.py": 1,  # matmul
-    "passes/simplify.py": 1,  # broadcast_to
-    "passes/simplify_slabs.py": 3,  # pad, add, slice
-    "plan/build.py": 3,  # reduce_scatter, the bias add of an epilogue, matmul
-    "plan/steps.py": 1,  # the attention forward
-    "plan/views.py": 2,  # permute
-    "runtime/communicator.py": 5,  # the collectives (and all_gather's packed inputs, checked by size)
-    "runtime/segments.py": 3,  # reshape
 }
 
 
 def _is_name(node: ast.AST) -> bool:
+    """node is a string literal that names an op."""
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in REGISTRY
 
 
@@ -110,3 +94,45 @@ def test_the_facts_that_were_name_lists_are_traits():
     assert {n for n, d in REGISTRY.items() if d.reduction is not None and d.reduction.index} == {"argmax"}
     assert {n for n, d in REGISTRY.items() if d.cost == "transcendental"} >= {"exp", "log", "tanh", "erf"}
     assert {n for n, d in REGISTRY.items() if d.cost == "division"} >= {"div", "sqrt", "rsqrt"}
+
+
+def test_what_counts_as_a_name_test(tmp_path):
+    """Literals and collections of them are name tests; a declaration's exported name, a trait and a
+    table of per-op rules are not."""
+    src = tmp_path / "m.py"
+    src.write_text(
+        "from flame.ir.ops.linalg import MATMUL\n"
+        "RULES = {'permute': print}\n"
+        "PAIRS = frozenset({'add', 'mul'})\n"
+        "def f(op):\n"
+        "    return op.name == MATMUL.name or get(op.name).commutative or op.name in ('relu', 'gelu')\n"
+    )
+    assert [t.split(":")[0] for t in _name_tests(src)] == ["5", "3"]
+
+
+def test_the_facts_that_were_name_lists_are_traits_too():
+    """CSE's commutative ops, the bool forms of + * max min, the conversions, the sign-only and the
+    accumulating ops, the GEMM epilogue roles, pad's own value, the convolutions' activation operands
+    and the axis order of permute are traits of their declarations."""
+
+    def having(trait):
+        return {n: getattr(d, trait) for n, d in REGISTRY.items() if getattr(d, trait)}
+
+    assert set(having("commutative")) == {"add", "mul", "eq", "ne", "logical_and", "logical_or"}
+    assert having("on_bool") == {
+        "add": "logical_or",
+        "mul": "logical_and",
+        "maximum": "logical_or",
+        "minimum": "logical_and",
+    }
+    assert set(having("conversion")) == {"cast", "neg", "abs"}
+    assert set(having("sign_only")) == {"mul", "add", "sub", "neg", "cast"}
+    assert set(having("accumulates")) == {"matmul", "reduce_sum", "reduce_mean"}
+    assert having("epilogue") == {"add": "bias", "relu": "relu", "gelu": "gelu"}
+    assert set(having("pads")) == {"pad"}
+    assert having("activations") == {
+        "conv": (True, False, True),
+        "conv_grad_input": (True, False, True),
+        "conv_grad_weight": (True, True, False),
+    }
+    assert {n for n, d in REGISTRY.items() if d.view is not None and d.view.perm is not None} == {"permute"}

@@ -169,10 +169,12 @@ register(OpDef("all_reduce", "library", -1, _all_reduce_infer, _all_reduce_ref, 
                library="collective", doc="sum/avg/max/min of each element over the ranks"))
 register(OpDef("broadcast", "library", -1, _broadcast_infer, _broadcast_ref, {"root": Attr("int", 0), **_N},
                nondiff=_BROADCAST_WHY, library="collective", doc="the root rank's tensor on every rank"))
-register(OpDef("all_gather", "library", -1, _all_gather_infer, _all_gather_ref, dict(_N), _all_gather_vjp,
-               library="collective", doc="the ranks' tensors concatenated along axis 0 (or packed flat)"))
-register(OpDef("reduce_scatter", "library", -1, _reduce_scatter_infer, _reduce_scatter_ref, dict(_REDUCE),
-               _reduce_scatter_vjp, library="collective", doc="rank r's slice of the reduction over the ranks"))
+ALL_GATHER = register(OpDef("all_gather", "library", -1, _all_gather_infer, _all_gather_ref, dict(_N),
+                            _all_gather_vjp, library="collective",
+                            doc="the ranks' tensors concatenated along axis 0 (or packed flat)"))
+REDUCE_SCATTER = register(OpDef("reduce_scatter", "library", -1, _reduce_scatter_infer, _reduce_scatter_ref,
+                                dict(_REDUCE), _reduce_scatter_vjp, library="collective",
+                                doc="rank r's slice of the reduction over the ranks"))
 
 
 def is_collective(op) -> bool:

@@ -237,16 +237,17 @@ def _grad_weight_vjp(b, g, x, d, out, weight_shape, **a):
     return b.conv_grad_input(d, g, input_shape=x.shape, **a), b.conv(x, g, **a)
 
 
-def _op(name, infer, ref, vjp, extra, doc):
-    return OpDef(name, "library", 2, infer, ref, {**ATTRS, **extra}, vjp, compute_f32=True, library="conv",
-                 doc=doc)
+def _op(name, infer, ref, activations, vjp, extra, doc):
+    """A convolution op; activations: whether each operand, then the result, is an activation [N, C, *S]
+    (the `activations` trait; the reference moves those to and from channels-last)."""
+    return OpDef(name, "library", 2, infer, _in_layout(ref, activations[:2], activations[2]), {**ATTRS, **extra}, vjp,
+                 compute_f32=True, library="conv", doc=doc, activations=activations)
 
 
-register(_op("conv", _conv_infer, _in_layout(_conv_ref, (True, False), True), _conv_vjp, {},
+register(_op("conv", _conv_infer, _conv_ref, (True, False, True), _conv_vjp, {},
              "N-d cross-correlation of x [N, C_in, *S] with w [C_out, C_in/groups, *K] (PyTorch's convNd)"))
-register(_op("conv_grad_input", _grad_input_infer, _in_layout(_grad_input_ref, (True, False), True), _grad_input_vjp,
+register(_op("conv_grad_input", _grad_input_infer, _grad_input_ref, (True, False, True), _grad_input_vjp,
              {"input_shape": Attr("ints")}, "the data gradient of conv (a transposed convolution)"))
-register(_op("conv_grad_weight", _grad_weight_infer, _in_layout(_grad_weight_ref, (True, True), False),
-             _grad_weight_vjp,
+register(_op("conv_grad_weight", _grad_weight_infer, _grad_weight_ref, (True, True, False), _grad_weight_vjp,
              {"weight_shape": Attr("ints")}, "the weight gradient of conv"))
 

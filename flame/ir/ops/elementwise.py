@@ -88,17 +88,18 @@ def _unary_infer(name, kinds):
     return infer
 
 
-def unary(name, ref, vjp=None, kinds=("float",), nondiff="", attrs=None, doc="", autocast="", cost=""):
-    """Declare a unary elementwise op (same type in and out)."""
+def unary(name, ref, vjp=None, kinds=("float",), nondiff="", attrs=None, doc="", autocast="", cost="", **traits):
+    """Declare a unary elementwise op (same type in and out); traits: further OpDef traits."""
     return register(OpDef(name, "elementwise", 1, lambda types, **a: _unary_infer(name, kinds)(types),
-                          ref, attrs or {}, vjp, nondiff, compute_f32=True, doc=doc, autocast=autocast, cost=cost))
+                          ref, attrs or {}, vjp, nondiff, compute_f32=True, doc=doc, autocast=autocast, cost=cost,
+                          **traits))
 
 
 _NUM = ("float", "int")
 _PIECEWISE = "piecewise constant: gradient is zero almost everywhere (none)"
 
-unary("neg", np.negative, lambda b, g, x, y: (b.neg(g),), kinds=_NUM)
-unary("abs", np.abs, lambda b, g, x, y: (b.mul(g, b.sign(x)),), kinds=_NUM)
+unary("neg", np.negative, lambda b, g, x, y: (b.neg(g),), kinds=_NUM, conversion=True, sign_only=True)
+unary("abs", np.abs, lambda b, g, x, y: (b.mul(g, b.sign(x)),), kinds=_NUM, conversion=True)
 _LIBM, _IEEE = "transcendental", "division"  # OpDef.cost
 unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),), autocast="f32", cost=_LIBM)
 unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), autocast="f32", cost=_LIBM)
@@ -114,8 +115,10 @@ unary("sigmoid", _sigmoid_ref, _opmath(lambda b, g, x, y: (b.mul(g, b.mul(y, b.s
 unary("erf", _erf_ref,
       _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),)), cost=_LIBM)
 unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),  # y > 0 exactly where x > 0: the backward reads the
-      lambda b, g, x, y: (b.where(b.gt(y, 0), g, 0),), kinds=_NUM)  # result, which the next layer keeps anyway
-unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))}, cost=_LIBM)
+      lambda b, g, x, y: (b.where(b.gt(y, 0), g, 0),), kinds=_NUM,  # result, which the next layer keeps anyway
+      epilogue="relu")
+unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))}, cost=_LIBM,
+      epilogue="gelu")  # cuBLASLt's GELU is the tanh form only
 unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp), cost=_LIBM)
 unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope),
       lambda b, g, x, y, negative_slope: (b.where(b.gt(x, 0), g, b.mul(g, negative_slope)),),
@@ -124,7 +127,7 @@ unary("floor", np.floor, kinds=_NUM, nondiff=_PIECEWISE)
 unary("ceil", np.ceil, kinds=_NUM, nondiff=_PIECEWISE)
 unary("round", np.round, kinds=_NUM, nondiff=_PIECEWISE, doc="half to even, like torch.round")
 unary("sign", np.sign, kinds=_NUM, nondiff=_PIECEWISE)
-unary("stop_gradient", np.copy, kinds=("float", "int", "bool"),
+STOP_GRADIENT = unary("stop_gradient", np.copy, kinds=("float", "int", "bool"),
       nondiff="the identity that gradients do not flow through (Tensor.detach); removed after autodiff",
       doc="x, with no gradient: what Tensor.detach() records while tracing")
 
@@ -139,11 +142,12 @@ def _binary_infer(name, kinds, out_dtype=None):
     return infer
 
 
-def binary(name, ref, vjp=None, kinds=_NUM, out_dtype=None, nondiff="", autocast="", cost=""):
-    """Declare a binary elementwise op with NumPy broadcasting; both inputs share one dtype."""
+def binary(name, ref, vjp=None, kinds=_NUM, out_dtype=None, nondiff="", autocast="", cost="", **traits):
+    """Declare a binary elementwise op with NumPy broadcasting; both inputs share one dtype; traits:
+    further OpDef traits."""
     rule = _binary_infer(name, kinds, out_dtype)
     return register(OpDef(name, "elementwise", 2, lambda types: rule(types), ref, {}, vjp, nondiff,
-                          compute_f32=True, autocast=autocast, cost=cost))
+                          compute_f32=True, autocast=autocast, cost=cost, **traits))
 
 
 def _minmax_vjp(pick):
@@ -176,24 +180,27 @@ def _int_div_ref(x, y):
     return np.true_divide(x, y)
 
 
-binary("add", np.add, lambda b, g, x, y, out: (g, g))
-binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)))
-binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)))
-binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
+ADD = binary("add", np.add, lambda b, g, x, y, out: (g, g), commutative=True, on_bool="logical_or", sign_only=True,
+             epilogue="bias")
+binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)), sign_only=True)
+MUL = binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)), commutative=True,
+             on_bool="logical_and", sign_only=True)
+DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
        kinds=("float",), cost=_IEEE)
 binary("pow", _power, _pow_vjp, kinds=("float",), autocast="f32", cost=_LIBM)
 binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE, cost=_IEEE)  # Python's // (floor), as torch.floor_divide
 binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))), cost=_IEEE)
-binary("maximum", np.maximum, _minmax_vjp(lambda b, p, q: b.gt(p, q)))
-binary("minimum", np.minimum, _minmax_vjp(lambda b, p, q: b.lt(p, q)))
+binary("maximum", np.maximum, _minmax_vjp(lambda b, p, q: b.gt(p, q)), on_bool="logical_or")
+binary("minimum", np.minimum, _minmax_vjp(lambda b, p, q: b.lt(p, q)), on_bool="logical_and")
 
 _CMP = "comparison: boolean result has no gradient"
 for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
                    ("gt", np.greater), ("ge", np.greater_equal)):
-    binary(_name, _fn, kinds=("float", "int", "bool"), out_dtype=boolean, nondiff=_CMP)
-binary("logical_and", np.logical_and, kinds=("bool",), nondiff=_CMP)
-binary("logical_or", np.logical_or, kinds=("bool",), nondiff=_CMP)
+    binary(_name, _fn, kinds=("float", "int", "bool"), out_dtype=boolean, nondiff=_CMP,
+           commutative=_name in ("eq", "ne"))  # a == b is b == a bit for bit; a < b is not b < a
+binary("logical_and", np.logical_and, kinds=("bool",), nondiff=_CMP, commutative=True)
+binary("logical_or", np.logical_or, kinds=("bool",), nondiff=_CMP, commutative=True)
 unary("logical_not", np.logical_not, kinds=("bool",), nondiff=_CMP)
 
 
@@ -215,4 +222,5 @@ def _cast_vjp(b, g, x, out, dtype):
 
 
 register(OpDef("cast", "elementwise", 1, lambda types, dtype: types[0].with_dtype(dtype),
-               lambda x, dtype: x.astype(dtype.np_dtype), {"dtype": Attr("dtype")}, _cast_vjp))
+               lambda x, dtype: x.astype(dtype.np_dtype), {"dtype": Attr("dtype")}, _cast_vjp, conversion=True,
+               sign_only=True))

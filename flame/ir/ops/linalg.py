@@ -66,5 +66,5 @@ def _matmul_vjp(b, g, x, y, out):
     return gx, _product(b, b.transpose_last(x), g, _transposed(y))
 
 
-register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp, library="matmul",
-               autocast="lower"))
+MATMUL = register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp, library="matmul",
+                        autocast="lower", accumulates=True))

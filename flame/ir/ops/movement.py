@@ -22,8 +22,9 @@ def _reshape_infer(types, shape):
     return t.with_shape(shape)
 
 
-register(OpDef("reshape", "movement", 1, _reshape_infer, lambda x, shape: np.reshape(x, shape),
-               {"shape": Attr("ints")}, lambda b, g, x, out, shape: (b.reshape(g, shape=x.shape),), view=_RELABEL))
+RESHAPE = register(OpDef("reshape", "movement", 1, _reshape_infer, lambda x, shape: np.reshape(x, shape),
+                          {"shape": Attr("ints")}, lambda b, g, x, out, shape: (b.reshape(g, shape=x.shape),),
+                          view=_RELABEL))
 
 
 def _broadcast_infer(types, shape):
@@ -51,7 +52,7 @@ def _permute_vjp(b, g, x, out, perm):
 
 
 register(OpDef("permute", "movement", 1, _permute_infer, lambda x, perm: np.transpose(x, perm),
-               {"perm": Attr("ints")}, _permute_vjp, view=View(permute_map)))
+               {"perm": Attr("ints")}, _permute_vjp, view=View(permute_map, perm=lambda op: op.attrs["perm"])))
 
 
 def slice_len(start: int, stop: int, step: int) -> int:
@@ -105,9 +106,9 @@ def _slice_vjp(b, g, x, out, starts, stops, steps):
     return (g,)
 
 
-register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref,
-               {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp,
-               view=View(slice_map)))
+SLICE = register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref,
+                       {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp,
+                       view=View(slice_map)))
 
 
 def _concat_infer(types, axis):
@@ -189,4 +190,4 @@ def _pad_vjp(b, g, x, out, pads, value):
 
 register(OpDef("pad", "movement", 1, _pad_infer,
                lambda x, pads, value: np.pad(x, pads, constant_values=value) if pads else x.copy(),
-               {"pads": Attr("pairs"), "value": Attr("number", 0)}, _pad_vjp))
+               {"pads": Attr("pairs"), "value": Attr("number", 0)}, _pad_vjp, pads=True))

@@ -59,12 +59,13 @@ def _np_axes_v(v, axes):
 def _declare(name, np_fn, vjp, kinds, identity, needs_items=False, autocast=""):
     def ref(x, axes, keepdim):
         return np_fn(x, axis=_np_axes(x, axes), keepdims=keepdim)
-    register(OpDef(name, "reduction", 1, _reduce_infer(name, kinds, needs_items), ref, dict(_AXES), vjp,
-                   compute_f32=True, reduction=Reduce(identity), autocast=autocast))
+    return register(OpDef(name, "reduction", 1, _reduce_infer(name, kinds, needs_items), ref, dict(_AXES), vjp,
+                          compute_f32=True, reduction=Reduce(identity), autocast=autocast,
+                          accumulates=identity == "zero"))
 
 
-# sums accumulate: under autocast they run in f32 (max and min only pick an element)
-_declare("reduce_sum", np.sum, _sum_vjp, ("float", "int"), "zero", autocast="f32")
+# sums accumulate (from +0.0): under autocast they run in f32 (max and min only pick an element)
+REDUCE_SUM = _declare("reduce_sum", np.sum, _sum_vjp, ("float", "int"), "zero", autocast="f32")
 _declare("reduce_mean", np.mean, _mean_vjp, ("float",), "zero", autocast="f32")
 _declare("reduce_max", np.max, _extreme_vjp, ("float", "int"), "lowest", needs_items=True)
 _declare("reduce_min", np.min, _extreme_vjp, ("float", "int"), "highest", needs_items=True)
