@@ -13,7 +13,7 @@ Gradient conventions (declared per op in the registry):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from flame.errors import FlameError
 from flame.ir.builder import Builder
@@ -67,10 +67,56 @@ def _emit_residuals(g: Graph, out: Value, end: int, needed: set[Value]) -> dict:
     return saved
 
 
-def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None) -> list[Value | None]:
+GradHook = tuple[tuple[Value, ...], Callable[[Builder, tuple], tuple]]
+
+
+def _hook_points(forward: list, hooks: Sequence[GradHook], end: int) -> tuple[dict[int, list], list]:
+    """Where each gradient hook runs: right before the VJP of the last op producing one of its values
+    (every use of them comes later, so their gradients are complete there), or after the last VJP when
+    they are all graph inputs. A hook on values out does not depend on never runs."""
+    index = {op.out: i for i, op in enumerate(forward)}
+    at: dict[int, list] = {}
+    last = []
+    for hook in hooks:
+        values = hook[0]
+        i = max(index.get(v, -1) for v in values)
+        if i > end:
+            continue
+        first = min(index.get(v, -1) for v in values)
+        if any(v in values for op in forward[first + 1 : i + 1] for v in op.inputs):
+            raise FlameError("a gradient hook's values must not use one another (their gradients are "
+                             "transformed together)")
+        (at.setdefault(i, []) if i >= 0 else last).append(hook)
+    return at, last
+
+
+def _run_hook(b: Builder, ct: dict, hook: GradHook) -> None:
+    """Replace the gradients of a hook's values with what its function makes of them (None: none).
+    The ops the function appends are backward ops."""
+    values, fn = hook
+    grads = tuple(ct.get(v) for v in values)
+    if all(gv is None for gv in grads):
+        return
+    start = len(b.graph.ops)
+    new = fn(b, grads)
+    for op in b.graph.ops[start:]:
+        if not isinstance(op.loc, BackwardLoc):
+            op.loc = BackwardLoc(op.loc or "")
+    for v, gv in zip(values, new):
+        if gv is None:
+            ct.pop(v, None)
+        else:
+            ct[v] = gv
+
+
+def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None,
+             hooks: Sequence[GradHook] = ()) -> list[Value | None]:
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
-    does not depend on w. Before: a verified graph containing out and wrt. After: the same graph
+    does not depend on w. `hooks`: gradient transforms, each (values, fn): once the gradients of
+    `values` are complete, fn(builder, their gradients) -> the gradients that flow on from them
+    (Tensor.register_hook, module backward hooks); a hook on a value in wrt changes what is returned.
+    Before: a verified graph containing out and wrt. After: the same graph
     with hand-written attention rewritten in place (passes/rewrite_attention.py) and backward ops
     appended (outputs unchanged; the caller decides what to return)."""
     if not out.dtype.is_float:
@@ -88,7 +134,12 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
     forward = list(g.ops)
     ct: dict[Value, Value] = {out: seed if seed is not None else b.const(1.0, out.dtype, out.shape)}
     end = next((i for i, op in enumerate(forward) if op.out is out), -1)
-    for op in reversed(forward[: end + 1]):
+    at, last = _hook_points(forward, hooks, end)
+    for i in range(end, -1, -1):
+        op = forward[i]
+        for hook in at.get(i, ()):
+            b.loc = BackwardLoc(op.loc or "")
+            _run_hook(b, ct, hook)
         gout = ct.get(op.out)
         opdef = REGISTRY[op.name]
         if gout is None or opdef.vjp is None or not any(v in needed for v in op.inputs):
@@ -108,4 +159,6 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
             if gx.dtype != x.dtype:
                 gx = b.cast(gx, dtype=x.dtype)
             ct[x] = b.add(ct[x], gx) if x in ct else gx
+    for hook in last:
+        _run_hook(b, ct, hook)
     return [ct.get(w) for w in wrt]
