@@ -122,6 +122,7 @@ class GroupHook:
         self.id = next(_ids)
         for t in members:
             _hook_dict(t)[self.id] = self
+            _note(t)
 
     @property
     def members(self) -> list[Tensor]:
@@ -148,15 +149,20 @@ def unit_of(t: Tensor) -> list[Tensor]:
     return out
 
 
+def check_traced_result(fn: Callable, got, what: str) -> None:
+    """A backward hook that returned None while @flame.compile traced the backward: a TraceError (it
+    runs once, when the step is traced, so what it records or prints would not happen at each call)."""
+    if got is None and current_trace.get() is not None:
+        raise TraceError(
+            f"{describe(fn)} returned None while @flame.compile traced the backward: it runs once, when "
+            f"the step is traced, so what it records or prints would not happen at each call. Return "
+            f"{what} (changed or not) to make it part of the step, or run it eagerly\n  at {user_location()}"
+        )
+
+
 def _checked(fn: Callable, grad: Tensor, got) -> Tensor:
     if got is None:
-        if current_trace.get() is not None:
-            raise TraceError(
-                f"{describe(fn)} returned None while @flame.compile traced the backward: it runs "
-                f"once, when the step is traced, so what it records or prints would not happen at "
-                f"each call. Return the gradient (changed or not) to make it part of the step, or "
-                f"run it eagerly\n  at {user_location()}"
-            )
+        check_traced_result(fn, got, "the gradient")
         return grad
     if not isinstance(got, Tensor):
         raise AutogradError(

@@ -146,6 +146,10 @@ class Tensor:
 
     # ---- reading values ---------------------------------------------------------------------------
     def _need_concrete(self, what: str) -> None:
+        if self._value is not None and current_trace.get() is None:
+            raise TraceError(f"{what}: this tensor was traced inside @flame.compile and outlived the trace (kept "
+                             f"by a hook or a list?); it holds no values. Return it from the compiled function to "
+                             f"get its value at each call\n  at {user_location()}")
         if self._value is not None:
             raise TraceError(f"{what} reads a tensor's value, which does not exist while tracing "
                              f"@flame.compile (Python control flow runs at trace time; use "
