@@ -162,17 +162,28 @@ def _hooked_backward(loss: Tensor, gradient: Tensor | None, order: list[Tensor])
     pairs = []
     with no_grad():
         run_unit(retained, grads[len(wrt) - len(retained):])
-        for t, gr in reversed(list(zip(wrt[: len(wrt) - len(retained)], grads))):
+        for t, gr in sorted(zip(wrt[: len(wrt) - len(retained)], grads), key=_last_use(order)):
             if gr is not None:
                 gr = run_unit([t], [gr])[0] if is_hooked(t) else gr
             if gr is not None:
                 pairs.append((t, gr))
-    return pairs[::-1], nodes
+    return pairs, nodes
+
+
+def _last_use(order: list[Tensor]):
+    """The order leaves' hooks run in: the leaf the latest op reads first (PyTorch's engine accumulates
+    a leaf as soon as its gradient is complete), ties by the input's position (passes/autodiff.py)."""
+    last: dict[int, tuple[int, int]] = {}
+    for i, t in enumerate(order):
+        for k, x in enumerate(_inputs(t._node) if t._node is not None else ()):
+            last[id(x)] = (-i, k)
+    return lambda pair: last.get(id(pair[0]), (1, 0))
 
 
 def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """f -> (x... -> (f(x...), df/dx)) for the arguments at argnums (f must return a scalar).
-    Works eagerly and inside @flame.compile; gradients that do not depend on f are zeros."""
+    Works eagerly and inside @flame.compile; gradients that do not depend on f are zeros. Tensor hooks
+    run as in backward() (torch.autograd.grad runs them too)."""
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def traced(*args):
@@ -186,7 +197,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
                              f"{getattr(out, 'shape', type(out).__name__)}")
         ws = [trace.value_of(args[i]) for i in nums]
         trace.builder.loc = user_location()
-        gvals = autodiff(trace.graph, trace.value_of(out), ws)
+        gvals = autodiff(trace.graph, trace.value_of(out), ws, hooks=trace._grad_hooks([args[i] for i in nums]))
         grads = tuple(Tensor._traced(gv if gv is not None else trace.builder.zeros_like(w), trace)
                       for gv, w in zip(gvals, ws))
         return out, grads[0] if isinstance(argnums, int) else grads

@@ -135,6 +135,14 @@ def _hook_dict(t: Tensor) -> OrderedDict:
     return t._hooks
 
 
+def own_hooks(t: Tensor) -> OrderedDict | None:
+    """A copy of t's own hooks (not the group hooks it is a member of), for the tensor that stands for it
+    in a trace (a @flame.compile argument), or None."""
+    if not t._hooks:
+        return None
+    return OrderedDict((k, h) for k, h in t._hooks.items() if not isinstance(h, GroupHook)) or None
+
+
 def is_hooked(t: Tensor) -> bool:
     """t has a hook or a group hook."""
     return bool(t._hooks)

@@ -17,7 +17,7 @@ import numpy as np
 from flame.errors import FlameError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import freed_graph_error
-from flame.frontend.hooks import hooks_version, is_hooked, run_grad_reducers, traced_unit, unit_of
+from flame.frontend.hooks import hooks_version, is_hooked, own_hooks, run_grad_reducers, traced_unit, unit_of
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
@@ -74,6 +74,7 @@ class Trace:
         self.bindings.append(Binding("arg", arg=index))
         out = Tensor._traced(v, self)
         out.requires_grad = t.requires_grad
+        out._hooks = own_hooks(t)  # the caller's hooks on it run in the traced backward
         # tracked like a captured tensor: an in-place update becomes an aliased output and
         # loss.backward() gives it a .grad, both handed to the caller's tensor after each call
         self.current[id(out)] = (out, v)

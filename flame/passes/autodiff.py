@@ -73,7 +73,8 @@ GradHook = tuple[tuple[Value, ...], Callable[[Builder, tuple], tuple]]
 def _hook_points(forward: list, hooks: Sequence[GradHook], end: int) -> tuple[dict[int, list], list]:
     """Where each gradient hook runs: right before the VJP of the last op producing one of its values
     (every use of them comes later, so their gradients are complete there), or after the last VJP when
-    they are all graph inputs. A hook on values out does not depend on never runs."""
+    they are all graph inputs (in the order of _last_use). A hook on values out does not depend on
+    never runs."""
     index = {op.out: i for i, op in enumerate(forward)}
     at: dict[int, list] = {}
     last = []
@@ -87,7 +88,17 @@ def _hook_points(forward: list, hooks: Sequence[GradHook], end: int) -> tuple[di
             raise FlameError("a gradient hook's values must not use one another (their gradients are "
                              "transformed together)")
         (at.setdefault(i, []) if i >= 0 else last).append(hook)
-    return at, last
+    return at, sorted(last, key=lambda hook: _last_use(forward[: end + 1], hook[0]))
+
+
+def _last_use(forward: list, values: tuple) -> tuple[int, int]:
+    """Hooks on graph inputs run in the order their gradients are complete: the input the latest op
+    reads first (PyTorch's engine accumulates a leaf as soon as its gradient is), ties by position."""
+    for i in range(len(forward) - 1, -1, -1):
+        for k, v in enumerate(forward[i].inputs):
+            if v in values:
+                return -i, k
+    return 1, 0
 
 
 def _run_hook(b: Builder, ct: dict, hook: GradHook) -> None:
