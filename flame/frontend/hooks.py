@@ -33,7 +33,7 @@ from flame.ir import registry
 
 _reducers: list[weakref.ref] = []
 _ids = itertools.count()
-_version = [0]  # changes whenever a hook a compiled step can see is added or removed
+_seen: dict[int, None] = {}  # the ids of the live hooks a compiled step can see (on leaf tensors and modules)
 
 
 def register_grad_reducer(reducer) -> None:
@@ -55,15 +55,15 @@ def run_grad_reducers(touched: Iterable) -> None:
 
 
 # ---- handles ---------------------------------------------------------------------------------------
-def hooks_version() -> int:
-    """A number that changes whenever a hook is added to or removed from a leaf tensor or a module: a
-    compiled step that read the hooks guards on it, so a later change traces it again."""
-    return _version[0]
+def hooks_state() -> tuple[int, ...]:
+    """The ids of the live hooks on leaf tensors and modules: a compiled step that read the hooks guards
+    on it, so adding or removing one traces it again (or reuses the trace made with those hooks)."""
+    return tuple(_seen)
 
 
-def changed() -> None:
-    """Note that hooks a compiled step can see were added or removed."""
-    _version[0] += 1
+def seen(handle: RemovableHandle) -> None:
+    """Note a hook a compiled step can see (on a leaf tensor or a module); its handle's remove() forgets it."""
+    _seen[handle.id] = None
 
 
 class RemovableHandle:
@@ -80,7 +80,7 @@ class RemovableHandle:
             d = ref()
             if d is not None and self.id in d:
                 del d[self.id]
-                changed()
+        _seen.pop(self.id, None)
 
     def __enter__(self) -> RemovableHandle:
         return self
@@ -244,7 +244,7 @@ class TensorHooks:
         d = _hook_dict(self)
         handle = RemovableHandle(d)
         d[handle.id] = hook
-        _note(self)
+        _note(self, handle)
         return handle
 
     def retain_grad(self) -> None:
@@ -270,13 +270,13 @@ class TensorHooks:
         return self._node is None
 
 
-def _note(t: Tensor) -> None:
-    """A hook was added: a traced tensor is noted by its trace (its backward looks for them), a leaf
-    changes the hooks a compiled step can see."""
+def _note(t: Tensor, handle: RemovableHandle | None = None) -> None:
+    """A hook was added: a traced tensor is noted by its trace (its backward looks for them), a leaf's
+    hook is one a compiled step can see."""
     if t._value is not None:
         t._trace.hooked[id(t)] = t
-    elif t._node is None:
-        changed()
+    elif t._node is None and handle is not None:
+        seen(handle)
 
 
 def _traced_requires_grad(t: Tensor) -> bool:

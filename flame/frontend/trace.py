@@ -17,7 +17,7 @@ import numpy as np
 from flame.errors import FlameError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import freed_graph_error
-from flame.frontend.hooks import hooks_version, is_hooked, own_hooks, run_grad_reducers, traced_unit, unit_of
+from flame.frontend.hooks import hooks_state, is_hooked, own_hooks, run_grad_reducers, traced_unit, unit_of
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
@@ -186,7 +186,7 @@ class Trace:
         """The gradient hooks of a backward, traced into it (passes/autodiff.py `hooks`): one per group of
         tensors whose hooks run together (frontend/hooks.py), from the traced tensors given hooks or
         retain_grad() and the leaves with hooks. Which hooks the leaves and modules have is a guard."""
-        self.guard(hooks_version, "the hooks registered on leaf tensors and modules")
+        self.guard(hooks_state, "the hooks registered on leaf tensors and modules")
         tensors = [t for t in self.hooked.values() if t._value is not None] + [t for t in leaves if is_hooked(t)]
         hooks, done = [], set()
         for t in tensors:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from flame.errors import AutogradError, FlameError
 from flame.frontend.context import current_trace, grad_enabled, user_location
-from flame.frontend.hooks import GroupHook, RemovableHandle, call_hook, changed, check_traced_result, hooks_version
+from flame.frontend.hooks import GroupHook, RemovableHandle, call_hook, check_traced_result, hooks_state, seen
 from flame.frontend.tensor import Tensor
 
 _KINDS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
@@ -35,7 +35,7 @@ def _add(hooks: OrderedDict, hook: Callable, prepend: bool, *extra: OrderedDict)
     hooks[handle.id] = hook
     if prepend:
         hooks.move_to_end(handle.id, last=False)
-    changed()
+    seen(handle)
     return handle
 
 
@@ -113,7 +113,7 @@ def call(module, args: tuple, kwargs: dict):
     """module(*args, **kwargs): forward() with the hooks around it, in torch's order."""
     trace = current_trace.get()
     if trace is not None:
-        trace.guard(hooks_version, "the hooks registered on leaf tensors and modules")
+        trace.guard(hooks_state, "the hooks registered on leaf tensors and modules")
     d = module.__dict__
     if not (any(_global.values()) or any(d.get(k) for k in _KINDS)):
         return module.forward(*args, **kwargs)
@@ -177,6 +177,7 @@ class _BackwardCall:
     def __init__(self, module, full: list, pre: list):
         self.module, self.full, self.pre = module, full, pre
         self.n_inputs, self.input_pos, self.grad_outputs = 0, None, None
+        self.n_outputs, self.output_pos = 0, None
 
     def _wrap(self, values: tuple, on_grads: Callable) -> tuple[tuple, list[int] | None]:
         """values with each tensor that wants a gradient passed through an identity carrying a group hook;

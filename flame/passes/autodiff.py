@@ -101,10 +101,11 @@ def _last_use(forward: list, values: tuple) -> tuple[int, int]:
     return 1, 0
 
 
-def _run_hook(b: Builder, ct: dict, hook: GradHook) -> None:
+def _run_hook(b: Builder, ct: dict, hook: GradHook, loc: str | None = None) -> None:
     """Replace the gradients of a hook's values with what its function makes of them (None: none).
-    The ops the function appends are backward ops."""
+    The ops the function appends are backward ops (of the op at `loc`)."""
     values, fn = hook
+    b.loc = BackwardLoc(loc or "")
     grads = tuple(ct.get(v) for v in values)
     if all(gv is None for gv in grads):
         return
@@ -124,12 +125,11 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
              hooks: Sequence[GradHook] = ()) -> list[Value | None]:
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
-    does not depend on w. `hooks`: gradient transforms, each (values, fn): once the gradients of
-    `values` are complete, fn(builder, their gradients) -> the gradients that flow on from them
-    (Tensor.register_hook, module backward hooks); a hook on a value in wrt changes what is returned.
-    Before: a verified graph containing out and wrt. After: the same graph
-    with hand-written attention rewritten in place (passes/rewrite_attention.py) and backward ops
-    appended (outputs unchanged; the caller decides what to return)."""
+    does not depend on w. `hooks` (values, fn): once the gradients of `values` are complete,
+    fn(builder, those gradients) -> the gradients that flow on (Tensor.register_hook, module backward
+    hooks). Before: a verified graph containing out and wrt. After: the same graph with hand-written
+    attention rewritten in place (passes/rewrite_attention.py) and backward ops appended (outputs
+    unchanged; the caller decides what to return)."""
     if not out.dtype.is_float:
         raise FlameError(f"cannot differentiate a {out.type} result: it is not floating point")
     for w in wrt:
@@ -149,8 +149,7 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
     for i in range(end, -1, -1):
         op = forward[i]
         for hook in at.get(i, ()):
-            b.loc = BackwardLoc(op.loc or "")
-            _run_hook(b, ct, hook)
+            _run_hook(b, ct, hook, op.loc)
         gout = ct.get(op.out)
         opdef = REGISTRY[op.name]
         if gout is None or opdef.vjp is None or not any(v in needed for v in op.inputs):

@@ -3,12 +3,15 @@ order with torch's gradients, what they return flows on (for a leaf: is what .gr
 handles remove them; eagerly and inside @flame.compile, where a hook is traced into the backward and
 one that needs Python at run time is an error naming it."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 
 import flame
 from flame.errors import AutogradError, TraceError
+from tests.ops.test_everyday_ops import check_gpu_step
 
 X = np.array([0.5, -1.25, 2.0, 0.75])
 W = np.array([1.5, -0.5, 0.25, 2.0])
@@ -164,7 +167,7 @@ def _clipped_sgd(lib, compiled, steps=3):
         return loss
 
     run = flame.compile(step) if compiled else step
-    losses = [float(run(_t(lib, x))) for x in xs]
+    losses = [run(_t(lib, x)).item() for x in xs]
     return losses, _a(w)
 
 
@@ -221,7 +224,9 @@ def test_leaf_hook_added_after_compiling_traces_again():
         with pytest.warns(flame.RecompileWarning):
             step(x)
         np.testing.assert_allclose(w.grad.numpy(), 2 * X)
-    step(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", flame.RecompileWarning)  # the first trace holds again
+        step(x)
     np.testing.assert_allclose(w.grad.numpy(), X)
 
 
@@ -257,3 +262,17 @@ def test_grad_runs_hooks_like_torch_autograd_grad():
     got = flame.grad(f)(flame.ones(2, dtype=flame.float64, requires_grad=True))
     np.testing.assert_allclose(got.numpy(), want.numpy())
     assert log == ["y", "y"]
+
+
+def test_a_hooked_step_plans_and_compiles_for_the_gpu(cuda_target):
+    w = flame.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), requires_grad=True)
+    w.register_hook(lambda g: g.clamp(-0.25, 0.25))
+
+    def body(x):
+        h = x @ w
+        h.register_hook(lambda g: g * 0.5)
+        loss = (h.tanh() ** 2).mean()
+        loss.backward()
+        return loss
+
+    check_gpu_step(body, w, flame.tensor(np.random.RandomState(0).randn(5, 3).astype(np.float32)))
