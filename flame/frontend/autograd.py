@@ -13,9 +13,10 @@ from flame.errors import FlameError
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import freed_graph_error
-from flame.frontend.hooks import run_grad_reducers
+from flame.frontend.hooks import is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
+from flame.ir.dtypes import f32
 from flame.ir.graph import Graph, Value
 from flame.passes.autodiff import autodiff
 
@@ -48,13 +49,17 @@ def _topo(root: Tensor) -> list[Tensor]:
     return [tensors[i] for i in nx.topological_sort(g)]
 
 
-def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
+def _rebuild(loss: Tensor, cut: dict | None = None,
+             order: list | None = None) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
+    """The graph of the ops that made loss, from its leaves (graph inputs). A tensor in `cut` passes no
+    gradient to what it was made from (its uses read it through stop_gradient); cut[id] is set to its
+    own value, where a hooked backward seeds the gradient its hooks made (_hooked_backward)."""
     g = Graph("backward")
     b = Builder(g)
     vals: dict[int, Value] = {}
     leaves: list[Tensor] = []
     nodes = []
-    for t in _topo(loss):
+    for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
             vals[id(t)] = g.add_input(t._type(), "param" if t.requires_grad else "const")
@@ -70,6 +75,9 @@ def _rebuild(loss: Tensor) -> tuple[Graph, dict[int, Value], list[Tensor], list]
                                  f"it was used by {node.name}\n  at {node.loc}")
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
+        if cut is not None and id(t) in cut:
+            cut[id(t)] = vals[id(t)]
+            vals[id(t)] = b.emit("stop_gradient", vals[id(t)])
     return g, vals, leaves, nodes
 
 
@@ -87,17 +95,14 @@ def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | 
     if gradient is None and loss.numel() != 1:
         raise FlameError(f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient argument"
                          f"\n  at {user_location()}")
-    g, vals, leaves, nodes = _rebuild(loss)
-    wrt = [t for t in leaves if t.requires_grad]
-    seed = g.add_input(loss._type(), "data") if gradient is not None else None
-    grads = autodiff(g, vals[id(loss)], [vals[id(t)] for t in wrt], seed)
-    pairs = [(t, gv) for t, gv in zip(wrt, grads) if gv is not None]
-    g.outputs = [gv for _, gv in pairs]
-    run = compile_graph(g).run
-    arrays = [t._data for t in leaves] + ([gradient._data] if gradient is not None else [])
+    order = _topo(loss)
+    if any(t._hooks or t._retains_grad for t in order):
+        pairs, nodes = _hooked_backward(loss, gradient, order)
+    else:
+        wrt, grads, nodes = _gradients(loss, gradient, {}, [], leaves=True, order=order)
+        pairs = [(t, gr) for t, gr in zip(wrt, grads) if gr is not None]
     with no_grad():
-        for (t, _), arr in zip(pairs, run(arrays)):
-            new = Tensor._concrete(arr, t.dtype)
+        for t, new in pairs:
             t.grad = new if t.grad is None else t.grad + new
     run_grad_reducers(t for t, _ in pairs)
     if not retain_graph:
@@ -105,9 +110,80 @@ def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | 
             node.freed = True
 
 
+def _gradients(loss: Tensor, gradient: Tensor | None, seeds: dict, want: list[Tensor], leaves: bool, order: list):
+    """The gradients of loss (seeded with `gradient`) with respect to the tensors `want` and, if
+    `leaves`, every leaf that requires grad: (those tensors, their gradients or None, the nodes passed).
+    `order`: the tensors loss was computed from (_topo).
+    `seeds`: id -> (tensor, gradient) of hooked tensors whose gradients are known: nothing flows back
+    through them from loss, their own gradient flows on from them instead."""
+    cut = dict.fromkeys(seeds)
+    g, vals, graph_leaves, nodes = _rebuild(loss, cut, order)
+    wrt = [t for t in graph_leaves if t.requires_grad and leaves] + want
+    arrays = [t._data for t in graph_leaves]
+    terms = [] if id(loss) in seeds else [(vals[id(loss)], gradient)]
+    terms += [(cut[i], gr) for i, (_, gr) in seeds.items() if gr is not None]
+    if not seeds:
+        out = vals[id(loss)]
+        seed = g.add_input(loss._type(), "data") if gradient is not None else None
+    else:  # one scalar whose gradient is every seed: sum(value * seed) over the seeded values
+        b, out, seed = Builder(g), None, None
+        for v, gr in terms:
+            term = b.sum_to(v if gr is None else b.mul(v, g.add_input(gr._type(), "data")), ())
+            term = term if term.dtype == f32 else b.cast(term, dtype=f32)
+            out = term if out is None else b.add(out, term)
+    arrays += [gr._data for _, gr in terms if gr is not None]
+    grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed) if out is not None else [None] * len(wrt)
+    keep = [i for i, gv in enumerate(grads) if gv is not None]
+    g.outputs = [grads[i] for i in keep]
+    result: list = [None] * len(wrt)
+    if keep:
+        for i, arr in zip(keep, compile_graph(g).run(arrays)):
+            result[i] = Tensor._concrete(arr, wrt[i].dtype)
+    return wrt, result, nodes
+
+
+def _hooked_backward(loss: Tensor, gradient: Tensor | None, order: list[Tensor]) -> tuple[list, list]:
+    """backward() through tensors with hooks or retain_grad(), PyTorch's semantics with concrete
+    gradients: in stages, latest hooked tensors first, each stage computing the complete gradients of
+    one group of them (frontend/hooks.py `unit_of`) with the gradients already hooked as seeds, its
+    hooks then run on them; a last stage gives the leaves (whose hooks run before accumulation) and the
+    non-leaves that retain their grad. Returns ((leaf, gradient) pairs, the nodes passed)."""
+    inner = {id(t): t for t in order if t._node is not None}
+    seeds: dict[int, tuple] = {}
+    for t in reversed(order):
+        if id(t) in inner and is_hooked(t) and id(t) not in seeds:
+            unit = [u for u in unit_of(t) if id(u) in inner]
+            _, grads, _ = _gradients(loss, gradient, seeds, unit, leaves=False, order=order)
+            with no_grad():
+                grads = run_unit(unit, grads)
+            seeds.update((id(u), (u, gr)) for u, gr in zip(unit, grads))
+    retained = [t for t in inner.values() if t._retains_grad and id(t) not in seeds]
+    wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order)
+    pairs = []
+    with no_grad():
+        run_unit(retained, grads[len(wrt) - len(retained):])
+        for t, gr in sorted(zip(wrt[: len(wrt) - len(retained)], grads), key=_last_use(order)):
+            if gr is not None:
+                gr = run_unit([t], [gr])[0] if is_hooked(t) else gr
+            if gr is not None:
+                pairs.append((t, gr))
+    return pairs, nodes
+
+
+def _last_use(order: list[Tensor]):
+    """The order leaves' hooks run in: the leaf the latest op reads first (PyTorch's engine accumulates
+    a leaf as soon as its gradient is complete), ties by the input's position (passes/autodiff.py)."""
+    last: dict[int, tuple[int, int]] = {}
+    for i, t in enumerate(order):
+        for k, x in enumerate(_inputs(t._node) if t._node is not None else ()):
+            last[id(x)] = (-i, k)
+    return lambda pair: last.get(id(pair[0]), (1, 0))
+
+
 def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """f -> (x... -> (f(x...), df/dx)) for the arguments at argnums (f must return a scalar).
-    Works eagerly and inside @flame.compile; gradients that do not depend on f are zeros."""
+    Works eagerly and inside @flame.compile; gradients that do not depend on f are zeros. Tensor hooks
+    run as in backward() (torch.autograd.grad runs them too)."""
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
     def traced(*args):
@@ -121,7 +197,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
                              f"{getattr(out, 'shape', type(out).__name__)}")
         ws = [trace.value_of(args[i]) for i in nums]
         trace.builder.loc = user_location()
-        gvals = autodiff(trace.graph, trace.value_of(out), ws)
+        gvals = autodiff(trace.graph, trace.value_of(out), ws, hooks=trace._grad_hooks([args[i] for i in nums]))
         grads = tuple(Tensor._traced(gv if gv is not None else trace.builder.zeros_like(w), trace)
                       for gv, w in zip(gvals, ws))
         return out, grads[0] if isinstance(argnums, int) else grads

@@ -271,7 +271,7 @@ class Compiled:
         key = []
         for a in args:
             if isinstance(a, Tensor):
-                key.append(("T", a.shape, a.dtype.name, a.requires_grad))
+                key.append(("T", a.shape, a.dtype.name, a.requires_grad, *(a._hooks or ())))  # hooks: their ids
             else:
                 try:
                     hash(a)

@@ -1,16 +1,39 @@
-"""Gradient reducers: objects that rewrite the .grad of their parameters right after a backward
-(flame.nn.parallel.DistributedDataParallel averages them over the ranks). backward() — eager, or
-inside @flame.compile, where the reducer's ops join the traced graph after the autodiff ops — calls
+"""Hooks on gradients, with PyTorch's semantics: who may change a gradient as backward computes it, in
+which order, and the handles that take a hook away again.
+
+Gradient hooks. `Tensor.register_hook(fn)`: when backward has the complete gradient of the tensor,
+fn(grad) -> None (keep it) or a new gradient of the same shape and dtype, which is what flows on to
+the tensors it was computed from (for a leaf: what is accumulated into .grad). A tensor's hooks run
+in registration order; then the group hooks it belongs to (`GroupHook`: a module's backward hooks,
+over the gradients of all its inputs, or all its outputs, at once: flame.nn.module_hooks); then a
+non-leaf that called `retain_grad()` gets the result in .grad (accumulated, as a leaf's). Eager
+backward (frontend/autograd.py) runs in stages so that each hook gets a concrete gradient; inside
+@flame.compile the hooks are traced into the backward graph (passes/autodiff.py's `hooks`): a hook
+written with flame ops becomes part of the compiled step, and one that needs Python at run time
+(.item(), .numpy(), returning None to only record or print) is a flame.TraceError naming the hook.
+
+Gradient reducers: objects that rewrite the .grad of their parameters right after a backward
+(flame.nn.parallel.DistributedDataParallel averages them over the ranks). backward(), eager or
+inside @flame.compile (where the reducer's ops join the traced graph after the autodiff ops), calls
 `run_grad_reducers` with the tensors whose .grad it has just set. Reducers run in the order they were
 registered, which is the same on every rank, so every rank issues the same collectives in the same
 order."""
 
 from __future__ import annotations
 
+import itertools
 import weakref
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+from flame.errors import AutogradError, TraceError
+from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.tensor import Tensor
+from flame.ir import registry
 
 _reducers: list[weakref.ref] = []
+_ids = itertools.count()
+_seen: dict[int, None] = {}  # the ids of the live hooks a compiled step can see (on leaf tensors and modules)
 
 
 def register_grad_reducer(reducer) -> None:
@@ -21,6 +44,7 @@ def register_grad_reducer(reducer) -> None:
 
 
 def run_grad_reducers(touched: Iterable) -> None:
+    """Hand the tensors whose .grad a backward just set to every live reducer, in registration order."""
     touched = list(touched)
     if not touched:
         return
@@ -28,3 +52,244 @@ def run_grad_reducers(touched: Iterable) -> None:
         reducer = ref()
         if reducer is not None:
             reducer.reduce_grads(touched)
+
+
+# ---- handles ---------------------------------------------------------------------------------------
+def hooks_state() -> tuple[int, ...]:
+    """The ids of the live hooks on leaf tensors and modules: a compiled step that read the hooks guards
+    on it, so adding or removing one traces it again (or reuses the trace made with those hooks)."""
+    return tuple(_seen)
+
+
+def seen(handle: RemovableHandle) -> None:
+    """Note a hook a compiled step can see (on a leaf tensor or a module); its handle's remove() forgets it."""
+    _seen[handle.id] = None
+
+
+class RemovableHandle:
+    """What a register_*hook returns (torch.utils.hooks.RemovableHandle): `.remove()` takes the hook out
+    of every dict it was put in (again is harmless); `with handle:` removes it at the block's end."""
+
+    def __init__(self, *dicts: OrderedDict):
+        self.id = next(_ids)
+        self._dicts = [weakref.ref(d) for d in dicts]
+
+    def remove(self) -> None:
+        """Take the hook away; backward and Module calls from now on do not run it."""
+        for ref in self._dicts:
+            d = ref()
+            if d is not None and self.id in d:
+                del d[self.id]
+        _seen.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def describe(fn: Callable) -> str:
+    """How errors name a hook: "hook 'clip' (defined at train.py:12)"."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    code = getattr(fn, "__code__", None) or getattr(vars(type(fn)).get("__call__"), "__code__", None)
+    where = f" (defined at {code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    return f"hook {name!r}{where}"
+
+
+def call_hook(fn: Callable, *args):
+    """fn(*args), a user's hook; a TraceError inside it (it read a value while @flame.compile traced)
+    is raised again naming the hook and what to do."""
+    try:
+        return fn(*args)
+    except TraceError as e:
+        raise TraceError(
+            f"{describe(fn)} needs Python values at run time, which a @flame.compile step does "
+            f"not have: write it with flame ops on its arguments (returning a tensor), or run "
+            f"this code eagerly\n{e}"
+        ) from None
+
+
+# ---- tensor hooks ----------------------------------------------------------------------------------
+class GroupHook:
+    """A hook on the gradients of several tensors at once (a module call's inputs, or its outputs):
+    fn(grads) -> None, or new gradients, one per member (None where a member gets none). Members are
+    held weakly: the hook lives as long as the tensors that carry it."""
+
+    def __init__(self, members: list[Tensor], fn: Callable[[tuple], tuple | None]):
+        self._members = [weakref.ref(t) for t in members]
+        self.fn = fn
+        self.id = next(_ids)
+        for t in members:
+            _hook_dict(t)[self.id] = self
+            _note(t)
+
+    @property
+    def members(self) -> list[Tensor]:
+        return [t for t in (r() for r in self._members) if t is not None]
+
+
+def _hook_dict(t: Tensor) -> OrderedDict:
+    if t._hooks is None:
+        t._hooks = OrderedDict()
+    return t._hooks
+
+
+def own_hooks(t: Tensor) -> OrderedDict | None:
+    """A copy of t's own hooks (not the group hooks it is a member of), for the tensor that stands for it
+    in a trace (a @flame.compile argument), or None."""
+    if not t._hooks:
+        return None
+    return OrderedDict((k, h) for k, h in t._hooks.items() if not isinstance(h, GroupHook)) or None
+
+
+def is_hooked(t: Tensor) -> bool:
+    """t has a hook or a group hook."""
+    return bool(t._hooks)
+
+
+def unit_of(t: Tensor) -> list[Tensor]:
+    """The tensors whose gradients t's hooks transform together: t, and the members of its group hooks."""
+    out = [t]
+    for h in (t._hooks or {}).values():
+        if isinstance(h, GroupHook):
+            out += [m for m in h.members if all(m is not o for o in out)]
+    return out
+
+
+def check_traced_result(fn: Callable, got, what: str) -> None:
+    """A backward hook that returned None while @flame.compile traced the backward: a TraceError (it
+    runs once, when the step is traced, so what it records or prints would not happen at each call)."""
+    if got is None and current_trace.get() is not None:
+        raise TraceError(
+            f"{describe(fn)} returned None while @flame.compile traced the backward: it runs once, when "
+            f"the step is traced, so what it records or prints would not happen at each call. Return "
+            f"{what} (changed or not) to make it part of the step, or run it eagerly\n  at {user_location()}"
+        )
+
+
+def _checked(fn: Callable, grad: Tensor, got) -> Tensor:
+    if got is None:
+        check_traced_result(fn, got, "the gradient")
+        return grad
+    if not isinstance(got, Tensor):
+        raise AutogradError(
+            f"{describe(fn)} returned {type(got).__name__}; a gradient hook returns None or a flame Tensor"
+        )
+    if got.shape != grad.shape or got.dtype != grad.dtype:
+        raise AutogradError(
+            f"{describe(fn)} has changed the size of value: it returned {got.dtype.name}"
+            f"{list(got.shape)} for a gradient of {grad.dtype.name}{list(grad.shape)}"
+        )
+    return got
+
+
+def run_unit(tensors: list[Tensor], grads: list) -> list:
+    """Apply the hooks of `tensors` to their complete gradients (Tensors or None), PyTorch's order: each
+    tensor's own hooks in registration order, then the group hooks; a non-leaf that retains its grad
+    gets the result in .grad. Concrete gradients eagerly, traced ones inside @flame.compile."""
+    grads = list(grads)
+    groups = {}
+    for i, t in enumerate(tensors):
+        for h in list((t._hooks or {}).values()):
+            if isinstance(h, GroupHook):
+                groups.setdefault(h.id, h)
+            elif grads[i] is not None:
+                grads[i] = _checked(h, grads[i], call_hook(h, grads[i]))
+    for h in sorted(groups.values(), key=lambda h: h.id):
+        members = h.members
+        idx = [next(j for j, t in enumerate(tensors) if t is m) for m in members]
+        got = h.fn(tuple(grads[j] for j in idx))
+        if got is not None:
+            for j, gr in zip(idx, got):
+                grads[j] = gr
+    for t, gr in zip(tensors, grads):
+        if t._retains_grad and gr is not None:
+            with no_grad():
+                t.grad = gr if t.grad is None else t.grad + gr
+    return grads
+
+
+def traced_unit(tensors: list[Tensor], wrap: Callable, unwrap: Callable) -> Callable:
+    """The hooks of `tensors` as an autodiff gradient hook (passes/autodiff.py `hooks`): fn(builder,
+    gradient Values) -> Values, running `run_unit` on traced tensors (wrap: Value -> Tensor, unwrap:
+    Tensor -> Value)."""
+
+    def fn(b, grads):
+        got = run_unit(tensors, [None if g is None else wrap(g) for g in grads])
+        return tuple(None if t is None else unwrap(t) for t in got)
+
+    return fn
+
+
+class TensorHooks:
+    """Tensor's hook methods (bound onto Tensor by frontend/methods.py)."""
+
+    __slots__ = ()
+
+    def register_hook(self, hook: Callable) -> RemovableHandle:
+        """hook(grad) -> None or a new gradient, called when backward computes this tensor's gradient
+        (for a leaf: before it is accumulated into .grad). Returns a handle whose .remove() unregisters
+        it. Inside @flame.compile the hook is traced into the backward: it must compute with flame ops
+        and return the gradient."""
+        if not self.requires_grad and not (self._value is not None and not self.is_leaf):
+            raise AutogradError(
+                f"register_hook: cannot register a hook on a tensor that doesn't require "
+                f"gradient\n  at {user_location()}"
+            )
+        if not callable(hook):
+            raise AutogradError(
+                f"register_hook: expected a function of the gradient, got {type(hook).__name__}\n  at {user_location()}"
+            )
+        d = _hook_dict(self)
+        handle = RemovableHandle(d)
+        d[handle.id] = hook
+        _note(self, handle)
+        return handle
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf tensor's gradient in .grad after backward (a leaf keeps it anyway)."""
+        if self.is_leaf:
+            if not self.requires_grad:
+                raise AutogradError(f"can't retain_grad on Tensor that has requires_grad=False\n  at {user_location()}")
+            return
+        self._retains_grad = True
+        _note(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        """True for a non-leaf whose retain_grad() was called."""
+        return self._retains_grad
+
+    @property
+    def is_leaf(self) -> bool:
+        """A tensor backward ends at: one made by the user (or that does not require grad), not by an
+        op from tensors that require grad."""
+        if self._value is not None:
+            return self._value.producer is None or not _traced_requires_grad(self)
+        return self._node is None
+
+
+def _note(t: Tensor, handle: RemovableHandle | None = None) -> None:
+    """A hook was added: a traced tensor is noted by its trace (its backward looks for them), a leaf's
+    hook is one a compiled step can see."""
+    if t._value is not None:
+        t._trace.hooked[id(t)] = t
+    elif t._node is None and handle is not None:
+        seen(handle)
+
+
+def _traced_requires_grad(t: Tensor) -> bool:
+    """A traced tensor is computed from a tensor that requires grad, through ops with a gradient."""
+    trace = t._trace
+    wanting = {trace.inputs_of[k] for k, (x, _) in trace.current.items() if x.requires_grad}
+    seen, todo = set(), [t._value]
+    while todo:
+        v = todo.pop()
+        if v in wanting:
+            return True
+        if v in seen or v.producer is None or registry.get(v.producer.name).vjp is None:
+            continue
+        seen.add(v)
+        todo.extend(v.producer.inputs)
+    return False

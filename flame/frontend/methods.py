@@ -8,6 +8,7 @@ so a Tensor has all its methods once any part of flame.frontend is imported."""
 from __future__ import annotations
 
 from flame.frontend import autograd, functional, indexing
+from flame.frontend.hooks import TensorHooks
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import TensorCore
 from flame.frontend.tensor_math import TensorMath
@@ -57,4 +58,4 @@ def bind(cls: type, *mixins: type) -> None:
             setattr(cls, name, member)
 
 
-bind(Tensor, TensorCore, TensorOps, TensorMath, TensorLinks)
+bind(Tensor, TensorCore, TensorOps, TensorMath, TensorLinks, TensorHooks)

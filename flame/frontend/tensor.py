@@ -84,7 +84,7 @@ class Tensor:
     exist while @flame.compile records a function. Its methods beyond its state: frontend/methods.py."""
 
     __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "_grad", "_node", "_version",
-                 "_role", "_past", "__weakref__")
+                 "_role", "_past", "_hooks", "_retains_grad", "__weakref__")
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
     def __init__(self, data: Any = None, dtype: Any = None, requires_grad: bool = False):
@@ -96,6 +96,7 @@ class Tensor:
         self._data, self._dtype, self._value, self._trace = data, dtype, value, trace
         self.requires_grad, self._grad, self._node, self._version, self._role = False, None, None, 0, None
         self._past = None  # {version: the tensor as it was then}, left by in-place writes (indexing.stand_in)
+        self._hooks, self._retains_grad = None, False  # gradient hooks, retain_grad() (frontend/hooks.py)
 
     @classmethod
     def _concrete(cls, data, dtype: DType) -> Tensor:
@@ -145,6 +146,10 @@ class Tensor:
 
     # ---- reading values ---------------------------------------------------------------------------
     def _need_concrete(self, what: str) -> None:
+        if self._value is not None and current_trace.get() is None:
+            raise TraceError(f"{what}: this tensor was traced inside @flame.compile and outlived the trace (kept "
+                             f"by a hook or a list?); it holds no values. Return it from the compiled function to "
+                             f"get its value at each call\n  at {user_location()}")
         if self._value is not None:
             raise TraceError(f"{what} reads a tensor's value, which does not exist while tracing "
                              f"@flame.compile (Python control flow runs at trace time; use "

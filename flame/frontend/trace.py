@@ -17,7 +17,7 @@ import numpy as np
 from flame.errors import FlameError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import freed_graph_error
-from flame.frontend.hooks import run_grad_reducers
+from flame.frontend.hooks import hooks_state, is_hooked, own_hooks, run_grad_reducers, traced_unit, unit_of
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
@@ -65,6 +65,7 @@ class Trace:
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
     freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
+    hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -74,6 +75,7 @@ class Trace:
         self.bindings.append(Binding("arg", arg=index))
         out = Tensor._traced(v, self)
         out.requires_grad = t.requires_grad
+        out._hooks = own_hooks(t)  # the caller's hooks on it run in the traced backward
         # tracked like a captured tensor: an in-place update becomes an aliased output and
         # loss.backward() gives it a .grad, both handed to the caller's tensor after each call
         self.current[id(out)] = (out, v)
@@ -173,13 +175,29 @@ class Trace:
         if not retain_graph:
             self.freed |= used
         self.builder.loc = user_location()
-        grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed)
+        grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves))
         for t, gv in zip(leaves, grads):
             if gv is None:
                 continue
             g = Tensor._traced(gv, self)
             t.grad = g if t.grad is None else t.grad + g
         run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
+
+    def _grad_hooks(self, leaves: list) -> list:
+        """The gradient hooks of a backward, traced into it (passes/autodiff.py `hooks`): one per group of
+        tensors whose hooks run together (frontend/hooks.py), from the traced tensors given hooks or
+        retain_grad() and the leaves with hooks. Which hooks the leaves and modules have is a guard."""
+        self.guard(hooks_state, "the hooks registered on leaf tensors and modules")
+        tensors = [t for t in self.hooked.values() if t._value is not None] + [t for t in leaves if is_hooked(t)]
+        hooks, done = [], set()
+        for t in tensors:
+            if id(t) in done:
+                continue
+            unit = unit_of(t)
+            done.update(id(u) for u in unit)
+            fn = traced_unit(unit, lambda v: Tensor._traced(v, self), self.value_of)
+            hooks.append((tuple(self.value_of(u) for u in unit), fn))
+        return hooks
 
     def guard(self, read: Callable[[], object], what: str) -> None:
         """Python state the traced graph depends on (read() now); a call when read() returns something

@@ -15,6 +15,8 @@ from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.context import current_trace, no_grad
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
+from flame.nn import module_hooks
+from flame.nn.module_hooks import ModuleHooks
 from flame.nn.parameter import Parameter
 
 
@@ -32,9 +34,9 @@ def _describe(t: Any) -> str:
     return f"{a.dtype}{list(a.shape)}"
 
 
-class Module:
+class Module(ModuleHooks):
     """Base class of every layer. Assigning a Parameter, a Module or (via register_buffer) a Tensor to
-    an attribute registers it, so parameters() and state_dict() find it."""
+    an attribute registers it, so parameters() and state_dict() find it. Hooks: nn/module_hooks.py."""
 
     @property
     def training(self) -> bool:
@@ -279,7 +281,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        """forward(*args, **kwargs), with the module's and the global hooks around it (nn/module_hooks.py)."""
+        return module_hooks.call(self, args, kwargs)
 
     # ---- state_dict -------------------------------------------------------------------------------
     def state_dict(self, prefix: str = "", keep_vars: bool = False) -> OrderedDict[str, Tensor]:

@@ -15,7 +15,7 @@ Gradient conventions (declared per op in the registry):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from flame.errors import FlameError
 from flame.ir.builder import Builder
@@ -90,12 +90,70 @@ def _call_cotangents(members: dict[int, Op], ct: dict[Value, Value]) -> dict[int
     return got if any(v is not None for v in got.values()) else None
 
 
-def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None) -> list[Value | None]:
+
+GradHook = tuple[tuple[Value, ...], Callable[[Builder, tuple], tuple]]
+
+
+def _hook_points(forward: list, hooks: Sequence[GradHook], end: int) -> tuple[dict[int, list], list]:
+    """Where each gradient hook runs: right before the VJP of the last op producing one of its values
+    (every use of them comes later, so their gradients are complete there), or after the last VJP when
+    they are all graph inputs (in the order of _last_use). A hook on values out does not depend on
+    never runs."""
+    index = {op.out: i for i, op in enumerate(forward)}
+    at: dict[int, list] = {}
+    last = []
+    for hook in hooks:
+        values = hook[0]
+        i = max(index.get(v, -1) for v in values)
+        if i > end:
+            continue
+        first = min(index.get(v, -1) for v in values)
+        if any(v in values for op in forward[first + 1 : i + 1] for v in op.inputs):
+            raise FlameError("a gradient hook's values must not use one another (their gradients are "
+                             "transformed together)")
+        (at.setdefault(i, []) if i >= 0 else last).append(hook)
+    return at, sorted(last, key=lambda hook: _last_use(forward[: end + 1], hook[0]))
+
+
+def _last_use(forward: list, values: tuple) -> tuple[int, int]:
+    """Hooks on graph inputs run in the order their gradients are complete: the input the latest op
+    reads first (PyTorch's engine accumulates a leaf as soon as its gradient is), ties by position."""
+    for i in range(len(forward) - 1, -1, -1):
+        for k, v in enumerate(forward[i].inputs):
+            if v in values:
+                return -i, k
+    return 1, 0
+
+
+def _run_hook(b: Builder, ct: dict, hook: GradHook, loc: str | None = None) -> None:
+    """Replace the gradients of a hook's values with what its function makes of them (None: none).
+    The ops the function appends are backward ops (of the op at `loc`)."""
+    values, fn = hook
+    b.loc = BackwardLoc(loc or "")
+    grads = tuple(ct.get(v) for v in values)
+    if all(gv is None for gv in grads):
+        return
+    start = len(b.graph.ops)
+    new = fn(b, grads)
+    for op in b.graph.ops[start:]:
+        if not isinstance(op.loc, BackwardLoc):
+            op.loc = BackwardLoc(op.loc or "")
+    for v, gv in zip(values, new):
+        if gv is None:
+            ct.pop(v, None)
+        else:
+            ct[v] = gv
+
+
+def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None,
+             hooks: Sequence[GradHook] = ()) -> list[Value | None]:
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
-    does not depend on w. Before: a verified graph containing out and wrt. After: the same graph
-    with hand-written attention rewritten in place (passes/rewrite_attention.py) and backward ops
-    appended (outputs unchanged; the caller decides what to return)."""
+    does not depend on w. `hooks` (values, fn): once the gradients of `values` are complete,
+    fn(builder, those gradients) -> the gradients that flow on (Tensor.register_hook, module backward
+    hooks). Before: a verified graph containing out and wrt. After: the same graph with hand-written
+    attention rewritten in place (passes/rewrite_attention.py) and backward ops appended (outputs
+    unchanged; the caller decides what to return)."""
     if not out.dtype.is_float:
         raise FlameError(f"cannot differentiate a {out.type} result: it is not floating point")
     for w in wrt:
@@ -112,7 +170,11 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
     ct: dict[Value, Value] = {out: seed if seed is not None else b.const(1.0, out.dtype, out.shape)}
     end = next((i for i, op in enumerate(forward) if op.out is out), -1)
     calls = _calls(forward[: end + 1])
-    for op in reversed(forward[: end + 1]):
+    at, last = _hook_points(forward, hooks, end)
+    for i in range(end, -1, -1):
+        op = forward[i]
+        for hook in at.get(i, ()):
+            _run_hook(b, ct, hook, op.loc)
         gout = ct.get(op.out)
         opdef = REGISTRY[op.name]
         if opdef.call_result:
@@ -134,4 +196,6 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
             if gx.dtype != x.dtype:
                 gx = b.cast(gx, dtype=x.dtype)
             ct[x] = b.add(ct[x], gx) if x in ct else gx
+    for hook in last:
+        _run_hook(b, ct, hook)
     return [ct.get(w) for w in wrt]
