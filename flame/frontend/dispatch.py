@@ -136,8 +136,24 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     (out,) = c.run(arrays)
     dtype = c.graph.outputs[0].dtype
     t = Tensor._concrete(out, dtype)
+    if opdef.view is not None and opdef.view.torch_view and isinstance(inputs[0], Tensor):
+        src = inputs[0]._base() if inputs[0]._base is not None else None
+        t._base = weakref.ref(src if src is not None else inputs[0])
     if grad_enabled.get() and dtype.is_float and opdef.vjp is not None:
         if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
             t.requires_grad = True
             t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc())
     return t
+
+
+def refuse_write_through_view(t: Tensor, what: str) -> None:
+    """An eager in-place write into t, which PyTorch would make a view of a tensor that still lives: in
+    flame t holds a copy, so the write would not reach that tensor as it does in PyTorch. Refused, so
+    the difference is never a silent one."""
+    base = t._base() if t._base is not None else None
+    if base is not None:
+        raise FlameError(f"{what} writes into a view of another tensor (of shape {list(base.shape)}): flame's "
+                         f"eager views are copies, so the write would not reach that tensor as it does in "
+                         f"PyTorch. Write through the tensor itself (x[0, 1] = v, not x[0][1] = v; x[i] += v), "
+                         f"or take a copy first (.clone()) if the tensor is meant to stay as it is "
+                         f"(docs/coming_from_pytorch.md)\n  at {user_location()}")

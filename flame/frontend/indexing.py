@@ -29,7 +29,7 @@ import numpy as np
 from flame.errors import FlameError, ShapeError, TraceError
 from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.creation import arange
-from flame.frontend.dispatch import apply
+from flame.frontend.dispatch import apply, refuse_write_through_view
 from flame.frontend.index_ops import check_indices, wrap_negative
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
@@ -254,13 +254,15 @@ def index_put(t, indices, values, accumulate: bool = False):
     return apply("scatter_add", t.reshape(-1), positions.reshape(-1), src, axis=0).reshape(t.shape)
 
 
-def assign(t, new) -> None:
+def assign(t, new, through_view: bool = False) -> None:
     """Make tensor t hold `new` (an in-place op: x[k] = v, masked_fill_, clamp_). While tracing t is
     rebound; eagerly t's buffer is overwritten and t takes new's gradient history (the history keeps t's
     old value in a stand-in tensor, so t.backward() differentiates through the write)."""
     if current_trace.get() is not None or t._value is not None:
         t.copy_(new)
         return
+    if not through_view:
+        refuse_write_through_view(t, "an in-place op")
     if grad_enabled.get() and t.requires_grad and t._node is None:
         raise FlameError(f"a leaf tensor that requires grad cannot be written in place (use `with "
                          f"flame.no_grad():` or write into a clone)\n  at {user_location()}")

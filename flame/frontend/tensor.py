@@ -84,7 +84,7 @@ class Tensor:
     exist while @flame.compile records a function. Its methods beyond its state: frontend/methods.py."""
 
     __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "_grad", "_node", "_version",
-                 "_role", "_past", "_hooks", "_retains_grad", "__weakref__")
+                 "_role", "_past", "_base", "_hooks", "_retains_grad", "__weakref__")
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
     def __init__(self, data: Any = None, dtype: Any = None, requires_grad: bool = False):
@@ -96,6 +96,7 @@ class Tensor:
         self._data, self._dtype, self._value, self._trace = data, dtype, value, trace
         self.requires_grad, self._grad, self._node, self._version, self._role = False, None, None, 0, None
         self._past = None  # {version: the tensor as it was then}, left by in-place writes (indexing.stand_in)
+        self._base = None  # eagerly: a weak reference to the tensor this one is a PyTorch view of (dispatch.apply)
         self._hooks, self._retains_grad = None, False  # gradient hooks, retain_grad() (frontend/hooks.py)
 
     @classmethod

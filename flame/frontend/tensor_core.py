@@ -14,7 +14,7 @@ import numpy as np
 from flame.errors import DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location
-from flame.frontend.dispatch import apply
+from flame.frontend.dispatch import apply, refuse_write_through_view
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, default_dtype_for, dim_index
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
 from flame.ir.registry import get as opdef
@@ -46,6 +46,7 @@ class TensorCore:
         elif self._value is not None:
             raise TraceError("copy_ into a traced tensor outside its trace")
         else:
+            refuse_write_through_view(self, "copy_")
             self._data[...] = src._data
             self._version += 1
         return self

@@ -17,7 +17,7 @@ import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops
-from flame.frontend.context import user_location
+from flame.frontend.context import in_augmented_subscript, user_location
 from flame.frontend.creation import arange, normal_, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
@@ -302,7 +302,9 @@ class TensorOps:
         if new.dtype != self.dtype and _kind(new.dtype) > _kind(self.dtype):
             raise DTypeError(f"in-place op: result type {new.dtype} can't be cast to the desired output type "
                              f"{self.dtype}\n  at {user_location()}")
-        assign(self, new if new.dtype == self.dtype else new.to(self.dtype))
+        # a view of a live tensor takes the write only in x[i] += v, which Python stores back with x[i] = ...
+        through = self._base is not None and self._base() is not None and in_augmented_subscript()
+        assign(self, new if new.dtype == self.dtype else new.to(self.dtype), through_view=through)
         return self
 
     def add_(self, other, alpha: float = 1.0) -> Tensor:

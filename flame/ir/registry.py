@@ -56,11 +56,14 @@ class View:
     index_map(op): the IndexMap from the output's coordinates to the input's, or None where the op
     is not affine (a reshape that merges dims). relabel: on contiguous buffers the output is the
     input's bytes under another shape (no copy needed; the plan makes it an alias). perm: for a view
-    that only reorders axes (permute), op -> the order: output axis k is input axis perm(op)[k]."""
+    that only reorders axes (permute), op -> the order: output axis k is input axis perm(op)[k].
+    torch_view: PyTorch returns a view sharing the input's storage (flip copies); flame's eager result
+    is a copy, so the frontend refuses writes into it while its input lives (frontend/dispatch.py)."""
 
     index_map: Callable[[Op], Any]  # an IndexMap (flame.ir.indexmap, which reads this registry) or None
     relabel: bool = False
     perm: Callable[[Op], tuple[int, ...]] | None = None  # a view that only reorders axes (permute): its order
+    torch_view: bool = True
 
 
 @dataclass(frozen=True)

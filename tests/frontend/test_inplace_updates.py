@@ -156,3 +156,33 @@ def test_a_write_into_a_tensor_a_recorded_op_read_differentiates_through_its_old
     v = np.array([0.5, -1.0, 2.0], np.float32)
     for got, want in zip(run(flame, v), run(torch, v)):
         np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("make", [lambda x: x[0], lambda x: x.t(), lambda x: x.view(-1), lambda x: x.unsqueeze(0),
+                                  lambda x: x.expand(2, 3, 4), lambda x: x.narrow(1, 0, 2), lambda x: x.unbind(0)[1],
+                                  lambda x: x.permute(1, 0)[0], lambda x: x.reshape(4, 3)])
+def test_a_write_through_an_eager_view_is_refused_not_lost(make):
+    """PyTorch's views share storage; flame's eager ones are copies, so a write through one would
+    silently miss the tensor it views: it raises instead, naming what to write."""
+    x = flame.zeros(3, 4)
+    with pytest.raises(FlameError, match="writes into a view of another tensor"):
+        v = make(x)
+        v += 1
+    with pytest.raises(FlameError, match="writes into a view"):
+        make(x).copy_(flame.ones(*make(x).shape))
+    with pytest.raises(FlameError, match="writes into a view"):
+        make(x)[...] = 5
+    np.testing.assert_array_equal(x.numpy(), np.zeros((3, 4), np.float32))
+
+
+def test_copies_and_views_of_temporaries_take_writes():
+    x = flame.zeros(3, 4)
+    y = x[0].clone()
+    y += 1  # a copy, as in torch
+    f = x.flip(0)
+    f += 1  # flip copies in torch too
+    t = flame.zeros(3, 4).t()
+    t += 1  # nothing else sees the tensor it views
+    x[0] += 1  # writes through the base tensor itself
+    np.testing.assert_array_equal(x.numpy()[0], np.ones(4, np.float32))
+    assert y.numpy().sum() == 4 and f.numpy().sum() == 12 and t.numpy().sum() == 12

@@ -147,7 +147,7 @@ def _flip_infer(types, axes):
 
 register(OpDef("flip", "movement", 1, _flip_infer, lambda x, axes: np.flip(x, axis=tuple(axes)).copy(),
                {"axes": Attr("ints")}, lambda b, g, x, out, axes: (b.flip(g, axes=axes),),
-               view=View(flip_map)))
+               view=View(flip_map, torch_view=False)))
 
 
 def _squeeze_infer(types, axes):
