@@ -213,6 +213,24 @@ def test_scatter_and_index_copy_with_duplicates(mode):
     check(inplace(flame), inplace(torch), x, randn(3, 3, key=4), idx, mode=mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_gather_and_scatter_with_an_index_smaller_than_the_input(mode):
+    """torch takes an index no larger than the input on the dims but dim (and than src on all): gather
+    reads the leading part, scatter and scatter_add write only where the index reaches."""
+    x, idx = randn(3, 4, 2), np.array([[[1], [0], [3]], [[3], [3], [0]]])  # [2, 3, 1] along dim 1
+    check(lambda t, i: t.gather(1, i), lambda t, i: t.gather(1, i), x, idx, mode=mode)
+    for op in ("scatter", "scatter_add"):
+        fn = lambda t, s, i, op=op: getattr(t, op)(1, i, s)  # noqa: E731
+        check(fn, fn, x, randn(2, 3, 1, key=5), idx, mode=mode)
+        check(fn, fn, x, randn(2, 1, 2, key=6), np.array([[[2, 0]], [[2, 2]]]), mode=mode)
+    check(lambda t, i: t.scatter(0, i, 2.5), lambda t, i: t.scatter(0, i, 2.5), x[0], idx[0, :2, :1].T, mode=mode)
+    for bad in (np.zeros((5, 2), np.int64), np.zeros((2,), np.int64)):
+        with pytest.raises(RuntimeError):
+            torch.tensor(x[0]).gather(1, torch.tensor(bad))
+        with pytest.raises(flame.ShapeError, match="index"):
+            flame.tensor(x[0]).gather(1, flame.tensor(bad))
+
+
 def test_compiled_duplicate_write_into_an_argument():
     @flame.compile
     def step(y, i):
