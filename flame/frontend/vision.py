@@ -386,6 +386,9 @@ def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = 
     if len(sizes) != d:
         raise _err(f"{name}: output_size must be an int or {d} values, got {output_size!r}")
     out = tuple(n if o is None else int(o) for n, o in zip(x.shape[2:], sizes))
+    if kind == "avg" and set(out) == {1}:  # PyTorch: the mean (of an empty dim too: NaN)
+        y = x.mean(tuple(range(2, 2 + d)), keepdim=True)
+        return y.squeeze(0) if unbatched else y
     if 0 in x.shape[1:]:
         raise _err(f"{name}: expected an input whose dims other than the batch are non-empty, got {list(x.shape)}")
     if min(out) < 0:

@@ -187,6 +187,23 @@ def test_adaptive_pooling_to_an_empty_size(name, shape, out, mode):
     assert tuple(got.shape) == tuple(want.shape) and not got.numel()
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "name,shape",
+    [
+        ("adaptive_avg_pool1d", (0, 1, 0)),
+        ("adaptive_avg_pool1d", (1, 2, 0)),
+        ("adaptive_avg_pool2d", (0, 1, 0, 2)),
+        ("adaptive_avg_pool2d", (2, 3, 3)),
+        ("adaptive_avg_pool3d", (0, 1, 0, 2, 2)),
+    ],
+)
+def test_adaptive_avg_pooling_to_one_is_the_mean(name, shape, mode):
+    """torch answers output_size 1 with the mean, of an empty dim too (NaN), where it refuses an empty
+    dim for any other size."""
+    compare(lambda x: getattr(F, name)(x, 1), lambda x: getattr(TF, name)(x, 1), randn(*shape), mode=mode)
+
+
 # ---- what PyTorch refuses -----------------------------------------------------------------------------
 
 NO_OUTPUT_CHANNELS = [  # name, input shape, weight shape, kwargs: PyTorch raises for each
