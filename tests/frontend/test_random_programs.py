@@ -139,12 +139,12 @@ def _close(what: str, got, want, unit: float, atol: float) -> None:
 
 
 def _room(prog: Program, way: str):
-    """Scales torch's float32 error (float32 with autocast's dtype in its regions) to this way's
-    dtype: rounding errors grow with the dtype's eps."""
+    """M times torch's float32 error (float32 with autocast's dtype in its regions), scaled to this
+    way's dtype: rounding errors grow with the dtype's eps."""
     torch_eps = EPS[prog.low_precision or "float32"]
     if way == "eager f64":
-        return lambda e: e * EPS["float64"] / torch_eps
-    return lambda e: e * EPS[prog.low_precision or "float32"] / torch_eps
+        return lambda e: M * e * EPS["float64"] / torch_eps
+    return lambda e: M * e * EPS[prog.low_precision or "float32"] / torch_eps
 
 
 def check(prog: Program, xs: list[np.ndarray]) -> None:
