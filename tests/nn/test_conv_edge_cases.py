@@ -66,6 +66,30 @@ def test_empty_batch_matches_torch(fn, tfn, shapes, kw, mode):
     compare(lambda *a: fn(*a, **kw), lambda *a: tfn(*a, **kw), *arrays, mode=mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "fn,tfn,shapes,kw",
+    [
+        (F.conv_transpose2d, TF.conv_transpose2d, [(0, 4, 1, 4), (4, 2, 2, 2), (2,)], {"padding": 1}),
+        (F.conv_transpose2d, TF.conv_transpose2d, [(0, 2, 2, 1), (2, 3, 2, 2)], {"padding": 1}),
+        (F.conv_transpose1d, TF.conv_transpose1d, [(0, 4, 0), (4, 2, 3)], {}),
+    ],
+)
+def test_conv_transpose_of_an_empty_batch_with_an_empty_output(fn, tfn, shapes, kw, mode):
+    """An empty batch's output may have a spatial size of 0 (or come from an empty input), as in torch; a
+    batch of one with that output size is refused, as torch does."""
+    arrays = [randn(*s, seed=i) for i, s in enumerate(shapes)]
+    want = tfn(*[torch.tensor(a) for a in arrays], **kw)
+    call = lambda *a: fn(*a, **kw) * 2  # noqa: E731
+    got = (call if mode == "eager" else flame.compile(call))(*[flame.tensor(a) for a in arrays])
+    assert tuple(got.shape) == tuple(want.shape) and not got.numel()
+    one = randn(1, *shapes[0][1:])
+    with pytest.raises(RuntimeError):
+        tfn(torch.tensor(one), *[torch.tensor(a) for a in arrays[1:]], **kw)
+    with pytest.raises(ShapeError, match="conv_transpose"):
+        fn(flame.tensor(one), *[flame.tensor(a) for a in arrays[1:]], **kw)
+
+
 def test_compiled_conv_module_with_an_empty_batch():
     """nn.Conv2d under @flame.compile on a batch of 0: torch's [0, C_out, H, W] output and zero
     weight and bias gradients."""
