@@ -271,6 +271,9 @@ def test_index_family_step_planned_for_the_gpu(cuda_target):
         c[flame.tensor([2, 2, -1]), 1] = 0.5  # duplicates: the last write wins
         d = c.index_copy(1, flame.tensor([3, 3]), w[:, :2]).index_add(0, flame.tensor([5, 5, 0]), src)
         loss = (b * b).sum() + (d * d).sum() + w.take_along_dim(flame.tensor([[-1], [0]]), 0).sum()
+        small = flame.tensor([[2, 0], [5, 5]])  # smaller than w on dim 1: padded, the rest of w kept
+        e = w.scatter(0, small, src[:2, :2]).scatter_add(0, small, src[:2, :2] * w[:2, :2]).gather(1, small % 4)
+        loss = loss + (e * e).sum()
         loss.backward()
         return loss
 
