@@ -71,10 +71,10 @@ def gather(x, dim: int, index):
     axis = _t.dim_index("gather", dim, x.ndim)
     index = _index_tensor("gather", index)
     _check_extent("gather", x, axis, index)
+    if not index.numel():  # no element read (x's gradient: zeros)
+        return x.reshape(-1)[:0].reshape(*index.shape)
     if x.ndim == 0 or index.ndim == 0:  # PyTorch treats a 0-d tensor as one element along dim 0
         return gather(x.reshape(1) if x.ndim == 0 else x, axis, index.reshape(1)).reshape(index.shape)
-    if not index.numel():
-        return full(tuple(index.shape), 0, x.dtype)
     check_indices("gather", index, x.shape[axis], axis)
     return apply("gather", _leading(x, index.shape, axis), index, axis=axis)
 
@@ -82,6 +82,8 @@ def gather(x, dim: int, index):
 def _check_extent(op: str, x, axis: int, index, src=None) -> None:
     """PyTorch's shape rule for gather and scatter: index has x's rank and is no larger than x on
     every dim but axis (and no larger than src on every dim); an empty index is not checked."""
+    if not index.numel():
+        return
     if max(index.ndim, 1) != max(x.ndim, 1):
         raise ShapeError(
             f"{op}: index {list(index.shape)} must have as many dimensions as the input {list(x.shape)}"
@@ -92,8 +94,6 @@ def _check_extent(op: str, x, axis: int, index, src=None) -> None:
             f"{op}: src {list(src.shape)} must have as many dimensions as the input {list(x.shape)}"
             f"\n  at {user_location()}"
         )
-    if not index.numel():
-        return
     if any(i > n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != axis) or (
         src is not None and any(i > n for i, n in zip(index.shape, src.shape))
     ):

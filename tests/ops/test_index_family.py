@@ -224,6 +224,9 @@ def test_gather_and_scatter_with_an_index_smaller_than_the_input(mode):
         check(fn, fn, x, randn(2, 3, 1, key=5), idx, mode=mode)
         check(fn, fn, x, randn(2, 1, 2, key=6), np.array([[[2, 0]], [[2, 2]]]), mode=mode)
     check(lambda t, i: t.scatter(0, i, 2.5), lambda t, i: t.scatter(0, i, 2.5), x[0], idx[0, :2, :1].T, mode=mode)
+    empty = np.zeros((0,), np.int64)  # an empty index is not shape-checked; the result keeps x's graph
+    check(lambda t, i: t.gather(0, i) * 2, lambda t, i: t.gather(0, i) * 2, randn(3, 0, 4), empty, mode=mode)
+    check(lambda t, i: t.gather(1, i) + 1, lambda t, i: t.gather(1, i) + 1, x[0], np.zeros((5, 0), np.int64), mode=mode)
     for bad in (np.zeros((5, 2), np.int64), np.zeros((2,), np.int64)):
         with pytest.raises(RuntimeError):
             torch.tensor(x[0]).gather(1, torch.tensor(bad))
