@@ -70,6 +70,10 @@ class Program:
         lows = [dict(n.kw)["dtype"] for n in self.nodes if n.op == "autocast"]
         return max(lows, key=lambda d: EPS[d]) if lows else None
 
+    def without_autocast(self) -> Program:
+        """The program with each autocast region's op run as it is (in the inputs' dtype)."""
+        return Program([_outside(n) if n.op == "autocast" else n for n in self.nodes])
+
     def subset(self, keep: list[int]) -> Program:
         """The program of the nodes `keep` only (their operands among them), renumbered."""
         where = {old: new for new, old in enumerate(keep)}
@@ -89,6 +93,11 @@ class Program:
         results = [v for n, v in zip(self.nodes, vals) if n.op != "input"]
         loss = sum(_term(k, v) for k, v in enumerate(results))
         return loss, vals
+
+
+def _outside(n: Node) -> Node:
+    kw = dict(n.kw)
+    return Node(kw.pop("inner"), n.ins, tuple((k, v) for k, v in kw.items() if k != "dtype"))
 
 
 def _term(k: int, v):
@@ -583,10 +592,11 @@ def _index(g: _Gen) -> int | None:
         mask = g.np.random(tuple(1 if rng.random() < 0.3 else m for m in s)) < 0.5
         return g.add(kind, (i,), mask=mask, value=rng.choice([0.0, -1.5]))
     if kind in ("getitem", "set_rows", "add_rows"):
+        dim = 0 if kind == "add_rows" else dim  # y[index] += v: along dim 0, in range for dim 0
+        n = s[dim]
         index = g.np.integers(-n, n, g.size(1, 4)) if n else np.zeros(0, np.int64)
         if kind == "getitem":
             return g.add(kind, (i,), index=index, dim=dim)
-        dim = dim if kind == "set_rows" else 0
         v = g.input(tuple(1 if j == dim else m for j, m in enumerate(s))[rng.randrange(dim + 1) :])
         return g.add(kind, (i, v), index=index, **({"dim": dim} if kind == "set_rows" else {}))
     if kind in ("index_select", "index_add"):
