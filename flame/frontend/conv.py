@@ -7,6 +7,7 @@ flame/ir/ops/conv.py with the bias as a broadcast add:
 from __future__ import annotations
 
 from flame.errors import FlameError
+from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.spatial import _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
@@ -104,18 +105,20 @@ def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups,
                        f"or dilation {list(dilation)}")
     size = [(n - 1) * s - 2 * p + dl * (k - 1) + op + 1
             for n, s, p, dl, k, op in zip(x.shape[2:], stride, pad, dilation, weight.shape[2:], out_pad)]
-    if min(size) < 1:
+    if min(size) < (0 if x.shape[0] == 0 else 1):  # PyTorch: an empty batch may have an empty output
         raise _err(f"{name}: the output size {size} is not positive (input {list(x.shape)}, padding {list(pad)})")
+    cout = weight.shape[1] * int(groups)
+    if bias is not None and tuple(bias.shape) != (cout,):
+        raise _err(f"{name}: bias must be [{cout}] (one per output channel), got {list(bias.shape)}")
+    if x.shape[0] == 0 and (0 in size or 0 in x.shape[2:]):  # PyTorch: an empty batch's output, any size
+        return zeros(0, cout, *size, dtype=x.dtype)
     pads, extra = _transpose_padding(pad, out_pad, stride)
-    shape = (x.shape[0], weight.shape[1] * int(groups), *(n - e for n, e in zip(size, extra)))
+    shape = (x.shape[0], cout, *(n - e for n, e in zip(size, extra)))
     y = _call(name, "conv_grad_input", x, weight, stride=stride, padding=pads, dilation=dilation,
               groups=int(groups), input_shape=shape)
     if any(extra):
         y = _pad_spatial(y, [(0, e) for e in extra], 0.0)
-    shape = (*shape[:2], *size)
     if bias is not None:
-        if tuple(bias.shape) != (shape[1],):
-            raise _err(f"{name}: bias must be [{shape[1]}] (one per output channel), got {list(bias.shape)}")
         y = y + _channel_view(bias, d)
     return y.squeeze(0) if unbatched else y
 

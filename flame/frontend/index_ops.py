@@ -14,7 +14,12 @@ Duplicate indices: scatter, index_copy and index_put (accumulate=False) keep the
 row-major order of the index, eagerly and compiled, on both executors (PyTorch's CPU result; it
 leaves the winner unspecified on CUDA). Their gradient is PyTorch's: every write, a duplicate that
 lost included, gets the gradient of the position it names. scatter_add, index_add and index_put
-(accumulate=True) add the duplicates up."""
+(accumulate=True) add the duplicates up.
+
+Shapes: as in PyTorch, gather's and scatter's index may be smaller than the input on the dims but
+`dim` (and than src on every dim). The IR ops want the index to match the input there: gather reads
+the input's leading part, scatter and scatter_add pad the index with 0 and src with zeros, and
+scatter keeps the input where only that padding writes."""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.frontend import tensor as _t
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor_core import full
+from flame.frontend.tensor_core import full, pad, where
 from flame.ir.dtypes import boolean
 
 
@@ -65,10 +70,61 @@ def gather(x, dim: int, index):
     """out[.., i, ..] = x[.., index[.., i, ..], ..] along dim; an index must be in [0, size)."""
     axis = _t.dim_index("gather", dim, x.ndim)
     index = _index_tensor("gather", index)
-    if x.ndim == 0:  # PyTorch treats a 0-d tensor as one element along dim 0
-        return gather(x.reshape(1), 0, index.reshape(1)).reshape(index.shape)
+    _check_extent("gather", x, axis, index)
+    if not index.numel():  # no element read (x's gradient: zeros)
+        return x.reshape(-1)[:0].reshape(*index.shape)
+    if x.ndim == 0 or index.ndim == 0:  # PyTorch treats a 0-d tensor as one element along dim 0
+        return gather(x.reshape(1) if x.ndim == 0 else x, axis, index.reshape(1)).reshape(index.shape)
     check_indices("gather", index, x.shape[axis], axis)
-    return apply("gather", x, index, axis=axis)
+    return apply("gather", _leading(x, index.shape, axis), index, axis=axis)
+
+
+def _check_extent(op: str, x, axis: int, index, src=None) -> None:
+    """PyTorch's shape rule for gather and scatter: index has x's rank and is no larger than x on
+    every dim but axis (and no larger than src on every dim); an empty index is not checked."""
+    if not index.numel():
+        return
+    if max(index.ndim, 1) != max(x.ndim, 1):
+        raise ShapeError(
+            f"{op}: index {list(index.shape)} must have as many dimensions as the input {list(x.shape)}"
+            f"\n  at {user_location()}"
+        )
+    if src is not None and max(src.ndim, 1) != max(x.ndim, 1):
+        raise ShapeError(
+            f"{op}: src {list(src.shape)} must have as many dimensions as the input {list(x.shape)}"
+            f"\n  at {user_location()}"
+        )
+    if any(i > n for d, (i, n) in enumerate(zip(index.shape, x.shape)) if d != axis) or (
+        src is not None and any(i > n for i, n in zip(index.shape, src.shape))
+    ):
+        against = f" and src {list(src.shape)} on every dim" if src is not None else ""
+        raise ShapeError(
+            f"{op}: index {list(index.shape)} must be no larger than the input {list(x.shape)} on every "
+            f"dim but {axis}{against}\n  at {user_location()}"
+        )
+
+
+def _one_d(x, t):
+    """A 0-d index or src of a 1-D x as one element (PyTorch treats a 0-d tensor as 1-D here)."""
+    return t.reshape(1) if x.ndim == 1 and isinstance(t, _t.Tensor) and t.ndim == 0 else t
+
+
+def _leading(t, shape, axis: int | None = None):
+    """t's leading part of the given extent on every dim (but axis): PyTorch's gather and scatter
+    use only the part of the input (or src) an index smaller than it covers."""
+    if all(n == m or d == axis for d, (n, m) in enumerate(zip(t.shape, shape))):
+        return t
+    return t[tuple(slice(None) if d == axis else slice(0, m) for d, m in enumerate(shape))]
+
+
+def _widen(index, src, shape, axis: int):
+    """index and src padded to shape on every dim but axis (index with 0, src with 0), so the IR
+    ops, which want the index to match the input there, see a full index; the padded writes land on
+    positions no real write touches (their other coordinates lie past the index's extent)."""
+    pads = [(0, 0) if d == axis else (0, n - m) for d, (n, m) in enumerate(zip(shape, index.shape))]
+    if not any(hi for _, hi in pads):
+        return index, src, None
+    return pad(index, pads, 0), pad(src, pads, 0), pads
 
 
 def take_along_dim(x, indices, dim: int | None = None):
@@ -106,7 +162,16 @@ def scatter_add(x, dim: int, index, src):
     """x with src[.., i, ..] added at x[.., index[.., i, ..], ..] (duplicates add up)."""
     axis = _t.dim_index("scatter_add", dim, x.ndim)
     index = _index_tensor("scatter_add", index)
-    check_indices("scatter_add", index, x.shape[axis], axis)
+    index, src = _one_d(x, index), _one_d(x, src)
+    if x.ndim and isinstance(src, _t.Tensor):
+        _check_extent("scatter_add", x, axis, index, src)
+        if not index.numel():
+            return x.clone()
+        src = _leading(src, index.shape)
+        check_indices("scatter_add", index, x.shape[axis], axis)
+        index, src, _ = _widen(index, src, x.shape, axis)  # added zeros change nothing
+    else:
+        check_indices("scatter_add", index, x.shape[axis] if x.ndim else 1, axis)
     return apply("scatter_add", x, index, src, axis=axis)
 
 
@@ -121,15 +186,11 @@ def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = No
             f"scatter: give one of src (a tensor or a number) and value (a number)\n  at {user_location()}"
         )
     src = value if src is None else src
-    if not isinstance(src, _t.Tensor):
-        src = full(tuple(index.shape), src, x.dtype)
-    elif src.shape != index.shape:
-        if src.ndim != index.ndim or any(s < i for s, i in zip(src.shape, index.shape)):
-            raise ShapeError(
-                f"scatter: src {list(src.shape)} must be at least as large as index "
-                f"{list(index.shape)} in every dimension\n  at {user_location()}"
-            )
-        src = src[tuple(slice(0, n) for n in index.shape)]
+    index = _one_d(x, index)
+    src = _one_d(x, src) if isinstance(src, _t.Tensor) else full(tuple(index.shape), src, x.dtype)
+    if x.ndim:
+        _check_extent("scatter", x, axis, index, src)
+        src = _leading(src, index.shape)
     src = src.to(x.dtype) if src.dtype != x.dtype else src
     if reduce == "add":
         return scatter_add(x, dim, index, src)
@@ -138,8 +199,26 @@ def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = No
             f"scatter: reduce={reduce!r} is not supported (None or 'add'; scatter_reduce is not "
             f"supported either)\n  at {user_location()}"
         )
-    check_indices("scatter", index, x.shape[axis], axis)
-    return apply("scatter", x, index, src, axis=axis)
+    if x.ndim and not index.numel():
+        return x.clone()
+    check_indices("scatter", index, x.shape[axis] if x.ndim else 1, axis)
+    if not x.ndim:
+        return apply("scatter", x, index, src, axis=axis)
+    index, src, pads = _widen(index, src, x.shape, axis)
+    out = apply("scatter", x, index, src, axis=axis)
+    return out if pads is None else where(_padded_writes(x.shape, axis, pads), x, out)
+
+
+def _padded_writes(shape, axis: int, pads):
+    """The positions only _widen's padding writes (index 0 along axis, past the index's extent on
+    another dim): a constant mask that keeps x there, in the value and in the gradient."""
+    outside = np.zeros(shape, bool)
+    for d, (_, hi) in enumerate(pads):
+        if hi:
+            outside[(slice(None),) * d + (slice(shape[d] - hi, None),)] = True
+    first = np.zeros(shape, bool)
+    first[(slice(None),) * axis + (0,)] = True
+    return _t.Tensor(outside & first)
 
 
 def _along(op: str, x, dim: int, index, source):

@@ -17,6 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from flame.frontend.context import user_location
+from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.spatial import _along, _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
@@ -42,11 +43,11 @@ def _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode):
         raise _err(f"{name}: padding {list(p)} should be at most half of the kernel size {list(k)}")
     out = []
     for n, kk, ss, pp, dd in zip(x.shape[2:], k, s, p, dl):
-        span = n + 2 * pp - dd * (kk - 1) - 1
-        o = (-(-span // ss) if ceil_mode else span // ss) + 1
+        # PyTorch's rule: ceil_mode may keep a window that reaches past the input and its padding
+        o = (n + 2 * pp - dd * (kk - 1) - 1 + (ss - 1 if ceil_mode else 0)) // ss + 1
         if ceil_mode and (o - 1) * ss >= n + pp:
             o -= 1
-        if span < 0 or o < 1:
+        if o < 1:
             raise _err(f"{name}: the kernel {list(k)} (dilation {list(dl)}) is larger than the padded input "
                        f"{list(x.shape[2:])} + 2 x {list(p)}")
         out.append(o)
@@ -122,6 +123,8 @@ def _avg_pool(d, x, kernel_size, stride, padding, ceil_mode, count_include_pad, 
     if not x.dtype.is_float:
         raise _err(f"{name}: expected a floating-point input, got {x.dtype}")
     k, s, p, _, out = _pool_sizes(name, x, d, kernel_size, stride, padding, 1, ceil_mode)
+    if d == 3 and any(n < kk for n, kk in zip(x.shape[2:], k)):  # PyTorch checks this for avg_pool3d only
+        raise _err(f"{name}: the input {list(x.shape[2:])} is smaller than the kernel {list(k)}")
     if k == s and not any(p) and all(o * kk == n for o, kk, n in zip(out, k, x.shape[2:])):
         y = _tiles(x, k, out).sum(tuple(range(3, 3 + 2 * d, 2)))  # non-overlapping tiles: one reduction
     else:
@@ -183,8 +186,16 @@ def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = 
     if len(sizes) != d:
         raise _err(f"{name}: output_size must be an int or {d} values, got {output_size!r}")
     out = tuple(n if o is None else int(o) for n, o in zip(x.shape[2:], sizes))
-    if min(out) < 1:
-        raise _err(f"{name}: output_size {list(out)} must be positive")
+    if kind == "avg" and set(out) == {1}:  # PyTorch: the mean (of an empty dim too: NaN)
+        y = x.mean(tuple(range(2, 2 + d)), keepdim=True)
+        return y.squeeze(0) if unbatched else y
+    if 0 in x.shape[1:]:
+        raise _err(f"{name}: expected an input whose dims other than the batch are non-empty, got {list(x.shape)}")
+    if min(out) < 0:
+        raise _err(f"{name}: output_size {list(out)} must be >= 0")
+    if 0 in out:  # PyTorch: an empty result
+        y = zeros(*x.shape[:2], *out, dtype=x.dtype)
+        return y.squeeze(0) if unbatched else y
     if all(n % o == 0 for n, o in zip(x.shape[2:], out)):
         k = [n // o for n, o in zip(x.shape[2:], out)]
         axes = tuple(range(3, 3 + 2 * d, 2))

@@ -260,10 +260,10 @@ _RULES = {
 def _groups(shape_in, shape_out) -> list[tuple[list[int], list[int]]] | None:
     """The reshape shape_in -> shape_out as groups (in dims, out dims) of equal element counts, each the
     fewest non-unit dims; a unit out dim joins the group of the non-unit out dim before it (the first
-    group if none). None when there is no non-unit dim."""
+    group if none). None when there is no non-unit dim or no element (a 0 matches no product)."""
     ins = [i for i, s in enumerate(shape_in) if s != 1]
     outs = [k for k, s in enumerate(shape_out) if s != 1]
-    if not ins or not outs:
+    if not ins or not outs or 0 in shape_in or 0 in shape_out:
         return None
     groups, i, k = [], 0, 0
     while i < len(ins):

@@ -66,6 +66,30 @@ def test_empty_batch_matches_torch(fn, tfn, shapes, kw, mode):
     compare(lambda *a: fn(*a, **kw), lambda *a: tfn(*a, **kw), *arrays, mode=mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "fn,tfn,shapes,kw",
+    [
+        (F.conv_transpose2d, TF.conv_transpose2d, [(0, 4, 1, 4), (4, 2, 2, 2), (2,)], {"padding": 1}),
+        (F.conv_transpose2d, TF.conv_transpose2d, [(0, 2, 2, 1), (2, 3, 2, 2)], {"padding": 1}),
+        (F.conv_transpose1d, TF.conv_transpose1d, [(0, 4, 0), (4, 2, 3)], {}),
+    ],
+)
+def test_conv_transpose_of_an_empty_batch_with_an_empty_output(fn, tfn, shapes, kw, mode):
+    """An empty batch's output may have a spatial size of 0 (or come from an empty input), as in torch; a
+    batch of one with that output size is refused, as torch does."""
+    arrays = [randn(*s, seed=i) for i, s in enumerate(shapes)]
+    want = tfn(*[torch.tensor(a) for a in arrays], **kw)
+    call = lambda *a: fn(*a, **kw) * 2  # noqa: E731
+    got = (call if mode == "eager" else flame.compile(call))(*[flame.tensor(a) for a in arrays])
+    assert tuple(got.shape) == tuple(want.shape) and not got.numel()
+    one = randn(1, *shapes[0][1:])
+    with pytest.raises(RuntimeError):
+        tfn(torch.tensor(one), *[torch.tensor(a) for a in arrays[1:]], **kw)
+    with pytest.raises(ShapeError, match="conv_transpose"):
+        fn(flame.tensor(one), *[flame.tensor(a) for a in arrays[1:]], **kw)
+
+
 def test_compiled_conv_module_with_an_empty_batch():
     """nn.Conv2d under @flame.compile on a batch of 0: torch's [0, C_out, H, W] output and zero
     weight and bias gradients."""
@@ -141,6 +165,67 @@ UNTILED = [  # input shape, avg_pool2d arguments: the windows leave a remainder 
 @pytest.mark.parametrize("shape,kw", UNTILED)
 def test_avg_pool2d_whose_kernel_does_not_tile_the_input(shape, kw, mode):
     compare(lambda x: F.avg_pool2d(x, **kw), lambda x: TF.avg_pool2d(x, **kw), randn(*shape), mode=mode)
+
+
+# ---- ceil_mode windows that reach past the input and its padding; adaptive pooling to an empty size -----
+
+PAST_THE_INPUT = [  # function name, input shape, arguments: ceil_mode keeps a last window that starts
+    # inside the input but ends past it and its padding (even a kernel larger than the padded input)
+    ("max_pool1d", (1, 3, 1), {"kernel_size": 3, "ceil_mode": True}),
+    ("max_pool2d", (2, 1, 2, 2), {"kernel_size": (3, 1), "ceil_mode": True}),
+    ("max_pool3d", (1, 1, 1, 2, 3), {"kernel_size": (2, 3, 2), "stride": 2, "ceil_mode": True}),
+    ("avg_pool1d", (1, 2, 2), {"kernel_size": 3, "stride": 2, "ceil_mode": True}),
+    ("avg_pool1d", (1, 2, 3), {"kernel_size": 4, "stride": 2, "padding": 1, "ceil_mode": True}),
+    ("avg_pool2d", (1, 2, 1, 6), {"kernel_size": 2, "ceil_mode": True, "count_include_pad": False}),
+    ("avg_pool2d", (1, 1, 2, 1), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
+    ("avg_pool2d", (2, 1, 1, 3), {"kernel_size": (2, 3), "ceil_mode": True, "divisor_override": 2}),
+    ("avg_pool3d", (1, 1, 3, 3, 4), {"kernel_size": 2, "stride": (2, 2, 3), "ceil_mode": True}),
+    ("avg_pool3d", (1, 2, 3, 3, 3), {"kernel_size": 2, "ceil_mode": True, "count_include_pad": False}),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name,shape,kw", PAST_THE_INPUT)
+def test_ceil_mode_window_past_the_input(name, shape, kw, mode):
+    fn, tfn = getattr(F, name), getattr(TF, name)
+    compare(lambda x: fn(x, **kw), lambda x: tfn(x, **kw), randn(*shape), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "name,shape,out",
+    [
+        ("adaptive_avg_pool2d", (1, 2, 4, 4), (0, 2)),
+        ("adaptive_max_pool2d", (2, 4, 4), 0),
+        ("adaptive_avg_pool1d", (1, 2, 4), 0),
+        ("adaptive_max_pool1d", (1, 2, 4), 0),
+        ("adaptive_avg_pool3d", (1, 2, 4, 3, 3), (2, 0, None)),
+        ("adaptive_max_pool3d", (1, 2, 4, 3, 3), (2, 0, 1)),
+    ],
+)
+def test_adaptive_pooling_to_an_empty_size(name, shape, out, mode):
+    """torch's answer is an empty tensor (its backward refuses one: there is no gradient to compare)."""
+    want = getattr(TF, name)(torch.zeros(shape), out)
+    fn = lambda x: getattr(F, name)(x, out) * 2  # noqa: E731
+    got = (fn if mode == "eager" else flame.compile(fn))(flame.tensor(randn(*shape)))
+    assert tuple(got.shape) == tuple(want.shape) and not got.numel()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "name,shape",
+    [
+        ("adaptive_avg_pool1d", (0, 1, 0)),
+        ("adaptive_avg_pool1d", (1, 2, 0)),
+        ("adaptive_avg_pool2d", (0, 1, 0, 2)),
+        ("adaptive_avg_pool2d", (2, 3, 3)),
+        ("adaptive_avg_pool3d", (0, 1, 0, 2, 2)),
+    ],
+)
+def test_adaptive_avg_pooling_to_one_is_the_mean(name, shape, mode):
+    """torch answers output_size 1 with the mean, of an empty dim too (NaN), where it refuses an empty
+    dim for any other size."""
+    compare(lambda x: getattr(F, name)(x, 1), lambda x: getattr(TF, name)(x, 1), randn(*shape), mode=mode)
 
 
 # ---- what PyTorch refuses -----------------------------------------------------------------------------
@@ -241,6 +326,21 @@ def test_conv_transpose_with_output_padding_below_the_dilation_planned_for_the_g
 REFUSED = [  # flame/torch function name, input shape, kwargs, what flame's message says
     ("avg_pool2d", (1, 3, 6, 6), {"kernel_size": 2, "divisor_override": 0}, "divisor must be not zero"),
     ("avg_pool3d", (1, 2, 4, 4, 4), {"kernel_size": 2, "divisor_override": 0}, "divisor must be not zero"),
+    (
+        "avg_pool3d",
+        (1, 1, 2, 4, 4),
+        {"kernel_size": 3, "padding": 1},
+        r"the input \[2, 4, 4\] is smaller than the kernel",
+    ),
+    ("max_pool1d", (1, 3, 1), {"kernel_size": 3}, r"the kernel \[3\] .* is larger than the padded input"),
+    (
+        "max_pool1d",
+        (1, 3, 1),
+        {"kernel_size": 3, "stride": 1, "ceil_mode": True},
+        r"the kernel \[3\] .* is larger than the padded input",
+    ),
+    ("adaptive_avg_pool2d", (1, 2, 4, 4), {"output_size": (-1, 2)}, r"output_size \[-1, 2\] must be >= 0"),
+    ("adaptive_max_pool2d", (1, 2, 0, 4), {"output_size": 2}, r"expected an input whose dims other than the batch"),
     ("interpolate", (1, 3, 4, 4), {"size": (0, 3)}, r"the output size \[0, 3\] must be positive"),
     ("interpolate", (1, 3, 4, 4), {"size": (0, 3), "mode": "bilinear"}, r"the output size \[0, 3\] must be positive"),
     ("interpolate", (1, 3, 4), {"size": -2}, r"the output size \[-2\] must be positive"),

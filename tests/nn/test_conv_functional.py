@@ -150,6 +150,36 @@ def test_group_norm(xs, groups):
            pairs, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_group_norm_of_one_or_no_element_per_group(dtype):
+    """One element per group: x - mean is exactly 0, so the output is exactly the bias and the input and
+    weight gradients exactly 0 (torch, which folds the mean into the shift as x * scale + (b - mean *
+    scale), lands within |x| * eps / sqrt(eps) of that: its float64 answer is off by 1e-12 here, which is
+    why the random programs keep clear of such groups). No element per group: an empty output and zero
+    gradients (torch gives the bias's, but NaN for the weight's, 0 times the NaN statistics of nothing)."""
+    rng, dt = np.random.default_rng(12), getattr(flame, dtype)
+    x, w, b = rng.standard_normal((2, 4, 1)) * 10 - 300, rng.standard_normal(4) + 1, rng.standard_normal(4)
+    xs = [flame.tensor(a, dtype=dt, requires_grad=True) for a in (x, w, b)]
+    ts = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    for args, lib, fn in ((xs, flame, F.group_norm), (ts, torch, TF.group_norm)):
+        y = fn(args[0], 4, args[1], args[2])
+        (y * y).sum().backward()
+        if lib is flame:
+            np.testing.assert_array_equal(y.numpy(), np.broadcast_to(b[:, None], (2, 4, 1)).astype(dtype))
+            np.testing.assert_array_equal(xs[0].grad.numpy(), 0)
+            np.testing.assert_array_equal(xs[1].grad.numpy(), 0)
+            np.testing.assert_allclose(xs[2].grad.numpy(), 4 * b, rtol=1e-6)
+        else:
+            np.testing.assert_allclose(y.detach().numpy(), np.broadcast_to(b[:, None], (2, 4, 1)), atol=1e-10)
+    empty = flame.tensor(np.zeros((2, 4, 0)), dtype=dt, requires_grad=True)
+    xs[1].grad = xs[2].grad = None
+    y = F.group_norm(empty, 2, xs[1], xs[2])
+    y.sum().backward()
+    assert y.shape == (2, 4, 0)
+    np.testing.assert_array_equal(xs[1].grad.numpy(), 0)
+    np.testing.assert_array_equal(xs[2].grad.numpy(), 0)
+
+
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("xs", [(4, 3, 5, 5), (6, 4), (3, 2, 7)])
 def test_batch_norm_functional(xs, training):

@@ -213,6 +213,27 @@ def test_scatter_and_index_copy_with_duplicates(mode):
     check(inplace(flame), inplace(torch), x, randn(3, 3, key=4), idx, mode=mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_gather_and_scatter_with_an_index_smaller_than_the_input(mode):
+    """torch takes an index no larger than the input on the dims but dim (and than src on all): gather
+    reads the leading part, scatter and scatter_add write only where the index reaches."""
+    x, idx = randn(3, 4, 2), np.array([[[1], [0], [3]], [[3], [3], [0]]])  # [2, 3, 1] along dim 1
+    check(lambda t, i: t.gather(1, i), lambda t, i: t.gather(1, i), x, idx, mode=mode)
+    for op in ("scatter", "scatter_add"):
+        fn = lambda t, s, i, op=op: getattr(t, op)(1, i, s)  # noqa: E731
+        check(fn, fn, x, randn(2, 3, 1, key=5), idx, mode=mode)
+        check(fn, fn, x, randn(2, 1, 2, key=6), np.array([[[2, 0]], [[2, 2]]]), mode=mode)
+    check(lambda t, i: t.scatter(0, i, 2.5), lambda t, i: t.scatter(0, i, 2.5), x[0], idx[0, :2, :1].T, mode=mode)
+    empty = np.zeros((0,), np.int64)  # an empty index is not shape-checked; the result keeps x's graph
+    check(lambda t, i: t.gather(0, i) * 2, lambda t, i: t.gather(0, i) * 2, randn(3, 0, 4), empty, mode=mode)
+    check(lambda t, i: t.gather(1, i) + 1, lambda t, i: t.gather(1, i) + 1, x[0], np.zeros((5, 0), np.int64), mode=mode)
+    for bad in (np.zeros((5, 2), np.int64), np.zeros((2,), np.int64)):
+        with pytest.raises(RuntimeError):
+            torch.tensor(x[0]).gather(1, torch.tensor(bad))
+        with pytest.raises(flame.ShapeError, match="index"):
+            flame.tensor(x[0]).gather(1, flame.tensor(bad))
+
+
 def test_compiled_duplicate_write_into_an_argument():
     @flame.compile
     def step(y, i):
@@ -253,6 +274,9 @@ def test_index_family_step_planned_for_the_gpu(cuda_target):
         c[flame.tensor([2, 2, -1]), 1] = 0.5  # duplicates: the last write wins
         d = c.index_copy(1, flame.tensor([3, 3]), w[:, :2]).index_add(0, flame.tensor([5, 5, 0]), src)
         loss = (b * b).sum() + (d * d).sum() + w.take_along_dim(flame.tensor([[-1], [0]]), 0).sum()
+        small = flame.tensor([[2, 0], [5, 5]])  # smaller than w on dim 1: padded, the rest of w kept
+        e = w.scatter(0, small, src[:2, :2]).scatter_add(0, small, src[:2, :2] * w[:2, :2]).gather(1, small % 4)
+        loss = loss + (e * e).sum()
         loss.backward()
         return loss
 

@@ -122,6 +122,23 @@ def test_reshape_commutes_with_a_permute_when_the_dims_it_splits_stay_adjacent()
     assert _commute_reshape((2, 8, 4, 4), (2, 32, 4), nhwc_to_nchw) is None
 
 
+def test_reshape_of_an_empty_channels_last_value_is_left_alone():
+    """A reshape of an empty batch has no element counts to group dims by: it stays after the permute,
+    and a compiled step over an empty batch runs (its weight gradient from the other term alone)."""
+    assert _commute_reshape((0, 8, 4, 4), (0, 8, 16), (0, 3, 1, 2)) is None
+    x = flame.tensor(np.zeros((0, 2, 4, 3), np.float32), requires_grad=True)
+    w = flame.tensor(np.ones((3, 2, 3, 3), np.float32), requires_grad=True)
+
+    @flame.compile
+    def step(x, w):
+        y = F.relu(F.conv2d(x, w, padding=1)).reshape(-1)
+        (y.sum() + (w * w).sum()).backward()
+        return y
+
+    assert step(x, w).shape == (0,)
+    np.testing.assert_array_equal(w.grad.numpy(), 2 * np.ones((3, 2, 3, 3), np.float32))
+
+
 def _unet_like_step(layout: bool, monkeypatch) -> list[np.ndarray]:
     """Conv, GroupNorm, SiLU, a stride-2 conv, nearest upsampling, a skip concatenation, a residual
     add; the loss's gradients with respect to every weight and the input, compiled."""
