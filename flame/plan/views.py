@@ -115,6 +115,8 @@ def flat_range(lay: Strided, shape: tuple[int, ...], lo: int, hi: int, dst: tupl
     """The layout of elements [lo, hi) (row-major) of a tensor of `shape` and layout `lay`, seen as
     shape dst: a slice along one axis, then a reshape; None where that is not a strided view."""
     start, strides, shape = lay.start, list(lay.strides), list(shape)
+    if hi <= lo or 0 in shape:  # an empty range: nothing to view (the caller keeps its own buffer)
+        return None
     while shape:
         inner = math.prod(shape[1:])
         if lo % inner == 0 and hi % inner == 0:

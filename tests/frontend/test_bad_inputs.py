@@ -299,6 +299,10 @@ VALID = {  # name: (f(lib, functional, *tensors), inputs)
         lambda lib, f, q, k, v: f.scaled_dot_product_attention(q, k, v),
         [np.zeros((1, 2, 0, 4)), R.standard_normal((1, 2, 3, 4)), R.standard_normal((1, 2, 3, 4))],
     ),
+    "sdpa with no queries and no keys, a learned mask": (
+        lambda lib, f, q, k, v, m: f.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.5),
+        [np.zeros((1, 1, 0, 4)), np.zeros((1, 1, 0, 4)), np.zeros((1, 1, 0, 4)), np.zeros((1, 0, 0))],
+    ),
     "sdpa with a fully masked row": (
         lambda lib, f, q, k, v: f.scaled_dot_product_attention(
             q, k, v, attn_mask=lib.tensor([[True, True], [False, False], [True, False]])
