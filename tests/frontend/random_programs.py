@@ -492,7 +492,8 @@ def _norm(g: _Gen) -> int | None:
     groups of one element or none: torch's kernel folds the mean into the shift (x * scale + (b - mean *
     scale)), which for one element cancels to |x| * eps / sqrt(eps), not the exact 0 (its float64 answer
     is off by 1e-12 at |x| = 300), and for none gives the weight a NaN gradient (0 times the NaN
-    statistics of nothing); tests/nn/test_conv_functional.py checks flame's exact answers there."""
+    statistics of nothing); tests/nn/test_conv_functional.py checks flame's exact answers there. The
+    same holds for a layer_norm over one element (tests/nn/test_norm_extreme_means.py)."""
     rng = g.rng
     kind = rng.choice(["layer_norm", "rms_norm", "group_norm", "batch_norm", "batch_norm", "instance_norm"])
     mean, std = rng.choice(NORM_INPUTS)
@@ -501,6 +502,8 @@ def _norm(g: _Gen) -> int | None:
     x = g.input(shape, mean, std, free=not mean)
     if kind in ("layer_norm", "rms_norm"):
         normalized = shape[-rng.randint(1, len(shape)) :]
+        if kind == "layer_norm" and np.prod(normalized, dtype=int) < 2:  # one element: as group_norm's, below
+            return None
         return _affine(
             g,
             kind,

@@ -134,3 +134,17 @@ def test_offset_norm_planned_for_the_gpu(cuda_target, name):
     assert sources
     for source in sources:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+def test_layer_norm_over_one_element_is_exactly_its_bias():
+    """x - mean is an exact 0 over one element: the output is the bias and the input and weight get
+    exact zero gradients (torch's kernel folds the mean into the shift and leaves |x| * eps rounding)."""
+    x = flame.tensor(np.array([[-305.25], [-291.5]]), requires_grad=True)
+    w = flame.tensor(np.array([1.7]), requires_grad=True)
+    b = flame.tensor(np.array([0.25]), requires_grad=True)
+    y = flame.nn.functional.layer_norm(x, (1,), w, b, 1e-3)
+    (y * flame.tensor(np.array([[0.5], [-2.0]]))).sum().backward()
+    np.testing.assert_array_equal(y.numpy(), [[0.25], [0.25]])
+    np.testing.assert_array_equal(x.grad.numpy(), [[0.0], [0.0]])
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0])
+    np.testing.assert_array_equal(b.grad.numpy(), [-1.5])
