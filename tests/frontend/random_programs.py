@@ -492,7 +492,9 @@ def _norm(g: _Gen) -> int | None:
     groups of one element or none: torch's kernel folds the mean into the shift (x * scale + (b - mean *
     scale)), which for one element cancels to |x| * eps / sqrt(eps), not the exact 0 (its float64 answer
     is off by 1e-12 at |x| = 300), and for none gives the weight a NaN gradient (0 times the NaN
-    statistics of nothing); tests/nn/test_conv_functional.py checks flame's exact answers there."""
+    statistics of nothing); no layer_norm of one element either (its input gradient is exactly 0, torch's
+    the rounding of its terms, with nothing in the program to measure that rounding against);
+    tests/nn/test_conv_functional.py checks flame's exact answers there."""
     rng = g.rng
     kind = rng.choice(["layer_norm", "rms_norm", "group_norm", "batch_norm", "batch_norm", "instance_norm"])
     mean, std = rng.choice(NORM_INPUTS)
@@ -501,6 +503,8 @@ def _norm(g: _Gen) -> int | None:
     x = g.input(shape, mean, std, free=not mean)
     if kind in ("layer_norm", "rms_norm"):
         normalized = shape[-rng.randint(1, len(shape)) :]
+        if kind == "layer_norm" and np.prod(normalized, dtype=int) == 1:  # as group_norm's groups, below
+            return None
         return _affine(
             g,
             kind,

@@ -171,6 +171,11 @@ def test_group_norm_of_one_or_no_element_per_group(dtype):
             np.testing.assert_allclose(xs[2].grad.numpy(), 4 * b, rtol=1e-6)
         else:
             np.testing.assert_allclose(y.detach().numpy(), np.broadcast_to(b[:, None], (2, 4, 1)), atol=1e-10)
+    one = flame.tensor(x, dtype=dt, requires_grad=True)  # layer_norm over one element: the bias too
+    y = F.layer_norm(one, (1,), xs[1][:1], xs[2][:1])
+    (y * y).sum().backward()
+    np.testing.assert_array_equal(y.numpy(), np.full((2, 4, 1), b[0], dtype))
+    np.testing.assert_array_equal(one.grad.numpy(), 0)
     empty = flame.tensor(np.zeros((2, 4, 0)), dtype=dt, requires_grad=True)
     xs[1].grad = xs[2].grad = None
     y = F.group_norm(empty, 2, xs[1], xs[2])
