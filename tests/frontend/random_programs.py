@@ -186,6 +186,15 @@ def _add_rows(lib, x, v, index):
     return y
 
 
+def _contiguous_grad(lib, y):
+    """y, whose gradient torch receives contiguous: torch 2.13's CPU batch_norm (and instance_norm, which
+    runs it) computes a wrong input gradient from a 4-D gradient laid out channels-last, as a permute
+    after the norm leaves it (against finite differences; flame's agrees with them)."""
+    if lib.__name__ == "torch" and y.requires_grad:
+        y.register_hook(lambda g: g.contiguous())
+    return y
+
+
 def _autocast(lib, *xs, dtype, inner, **kw):
     """_APPLY[inner] inside an autocast region of dtype, the result cast back to the first input's dtype."""
     region = (
@@ -240,8 +249,12 @@ _APPLY = {
     "layer_norm": _with_optional("layer_norm", ("weight", "bias")),
     "rms_norm": _with_optional("rms_norm", ("weight",)),
     "group_norm": _with_optional("group_norm", ("weight", "bias")),
-    "batch_norm": _with_optional("batch_norm", ("weight", "bias")),
-    "instance_norm": _with_optional("instance_norm", ("weight", "bias")),
+    "batch_norm": lambda lib, *xs, **kw: _contiguous_grad(
+        lib, _with_optional("batch_norm", ("weight", "bias"))(lib, *xs, **kw)
+    ),
+    "instance_norm": lambda lib, *xs, **kw: _contiguous_grad(
+        lib, _with_optional("instance_norm", ("weight", "bias"))(lib, *xs, **kw)
+    ),
 }
 
 

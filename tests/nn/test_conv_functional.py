@@ -255,3 +255,21 @@ def test_low_precision_layers_follow_f32(dt):
         got = fn(flame.tensor(x, dtype=dt), flame.tensor(w, dtype=dt))
         assert got.dtype.name == dt
         np.testing.assert_allclose(got.float().numpy(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["batch_norm", "instance_norm"])
+@pytest.mark.parametrize("shape,perm", [((1, 3, 4, 1), (2, 1, 0, 3)), ((2, 3, 4, 5), (2, 3, 0, 1))])
+def test_norm_gradient_through_a_permute(name, shape, perm):
+    """The gradient through a permute after the norm. torch 2.13's CPU kernel gets it wrong from a
+    gradient laid out channels-last (against finite differences), so torch is asked with it contiguous."""
+    rng = np.random.default_rng(13)
+    x, c = rng.standard_normal(shape), rng.standard_normal([shape[p] for p in perm])
+    call = {"batch_norm": lambda fn, v: fn.batch_norm(v, None, None, training=True),
+            "instance_norm": lambda fn, v: fn.instance_norm(v)}[name]
+    t = torch.tensor(x, requires_grad=True)
+    y = call(TF, t)
+    y.register_hook(lambda g: g.contiguous())
+    (y.permute(*perm) ** 2 * torch.tensor(c)).sum().backward()
+    f = flame.tensor(x, dtype=flame.float64, requires_grad=True)
+    (call(F, f).permute(*perm) ** 2 * flame.tensor(c)).sum().backward()
+    np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), atol=1e-12)
