@@ -116,6 +116,8 @@ def flat_range(lay: Strided, shape: tuple[int, ...], lo: int, hi: int, dst: tupl
     start, strides, shape = lay.start, list(lay.strides), list(shape)
     while shape:
         inner = math.prod(shape[1:])
+        if inner == 0:  # no element: no strided range to name
+            return None
         if lo % inner == 0 and hi % inner == 0:
             return reshaped(Strided(start + lo // inner * strides[0], tuple(strides)),
                             ((hi - lo) // inner, *shape[1:]), dst)
