@@ -7,7 +7,6 @@ flame/ir/ops/conv.py with the bias as a broadcast add:
 from __future__ import annotations
 
 from flame.errors import FlameError
-from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.spatial import _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
@@ -111,7 +110,8 @@ def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups,
     if bias is not None and tuple(bias.shape) != (cout,):
         raise _err(f"{name}: bias must be [{cout}] (one per output channel), got {list(bias.shape)}")
     if x.shape[0] == 0 and (0 in size or 0 in x.shape[2:]):  # PyTorch: an empty batch's output, any size
-        return zeros(0, cout, *size, dtype=x.dtype)
+        parts = [t.reshape(-1)[:0].to(x.dtype) for t in (x, weight, bias) if t is not None]
+        return sum(parts[1:], parts[0]).reshape(0, cout, *size)  # in the operands' graph: zero gradients
     pads, extra = _transpose_padding(pad, out_pad, stride)
     shape = (x.shape[0], cout, *(n - e for n, e in zip(size, extra)))
     y = _call(name, "conv_grad_input", x, weight, stride=stride, padding=pads, dilation=dilation,

@@ -136,8 +136,9 @@ def take_along_dim(x, indices, dim: int | None = None):
         return gather(x.reshape(-1), 0, indices.reshape(-1))
     axis = _t.dim_index("take_along_dim", dim, x.ndim)
     n = x.shape[axis]
-    check_indices("take_along_dim", indices, n, axis, negative=True)
     shape = [b if a == 1 else a for a, b in zip(x.shape, indices.shape)]  # broadcast: 1 takes the other
+    if np.prod([m if i != axis else indices.shape[axis] for i, m in enumerate(shape)], dtype=np.int64):
+        check_indices("take_along_dim", indices, n, axis, negative=True)  # (PyTorch: not for no element)
     src = x.broadcast_to(*[s if i != axis else n for i, s in enumerate(shape)])
     idx = indices.broadcast_to(*[s if i != axis else indices.shape[axis] for i, s in enumerate(shape)])
     return apply("gather", src, wrap_negative(idx, n), axis=axis)

@@ -366,6 +366,10 @@ VALID = {  # name: (f(lib, functional, *tensors), inputs)
         lambda lib, f, x: x.take_along_dim(lib.tensor(np.zeros((1, 0, 1), np.int64)), 1),
         [R.standard_normal((1, 3, 2))],
     ),
+    "take_along_dim of an empty input, reading no element": (  # torch checks no index then
+        lambda lib, f, x: x.take_along_dim(lib.tensor([[[0], [0], [0], [0]]]), 1) + 0 * x.sum(),
+        [np.zeros((2, 0, 0))],
+    ),
     "index_add with duplicate indices": (
         lambda lib, f, x, s: x.index_add(0, lib.tensor([1, 1, 0]), s),
         [R.standard_normal((3, 2)), R.standard_normal((3, 2))],

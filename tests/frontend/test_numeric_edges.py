@@ -34,3 +34,24 @@ def test_numeric_edge_matches_torch(name, compiled):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
     signed = ~np.isnan(want.numpy().astype(np.float64))  # a NaN's sign bit is not part of the result
     np.testing.assert_array_equal(np.signbit(got.numpy())[signed], np.signbit(want.numpy())[signed])
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_minimum_gradient_at_nan_and_ties(name, compiled):
+    """torch's gradient: to the operand picked, half to each of a tie, and to both where a NaN leaves
+    neither picked."""
+    x, y = np.array([np.nan, 1, 2, 3, np.nan], np.float32), np.array([1, np.nan, 2, 1, np.nan], np.float32)
+    c = np.array([1.0, 2.0, 3.0, 4.0, 5.0], np.float32)
+    tx, ty = (torch.tensor(a, requires_grad=True) for a in (x, y))
+    (getattr(torch, name)(tx, ty) * torch.tensor(c)).sum().backward()
+    fx, fy = (flame.tensor(a, requires_grad=True) for a in (x, y))
+
+    def step(a, b):
+        out = getattr(flame, name)(a, b)
+        (out * flame.tensor(c)).sum().backward()
+        return out
+
+    (flame.compile(step) if compiled else step)(fx, fy)
+    np.testing.assert_array_equal(fx.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_array_equal(fy.grad.numpy(), ty.grad.numpy())

@@ -83,6 +83,9 @@ def test_conv_transpose_of_an_empty_batch_with_an_empty_output(fn, tfn, shapes, 
     call = lambda *a: fn(*a, **kw) * 2  # noqa: E731
     got = (call if mode == "eager" else flame.compile(call))(*[flame.tensor(a) for a in arrays])
     assert tuple(got.shape) == tuple(want.shape) and not got.numel()
+    params = [flame.tensor(a, requires_grad=True) for a in arrays[1:]]  # in their graph: zero gradients
+    fn(flame.tensor(arrays[0]), *params, **kw).sum().backward()
+    assert all(np.array_equal(p.grad.numpy(), np.zeros(p.shape)) for p in params)
     one = randn(1, *shapes[0][1:])
     with pytest.raises(RuntimeError):
         tfn(torch.tensor(one), *[torch.tensor(a) for a in arrays[1:]], **kw)

@@ -171,6 +171,11 @@ def test_group_norm_of_one_or_no_element_per_group(dtype):
             np.testing.assert_allclose(xs[2].grad.numpy(), 4 * b, rtol=1e-6)
         else:
             np.testing.assert_allclose(y.detach().numpy(), np.broadcast_to(b[:, None], (2, 4, 1)), atol=1e-10)
+    one = flame.tensor(x, dtype=dt, requires_grad=True)  # layer_norm over one element: the bias too
+    y = F.layer_norm(one, (1,), xs[1][:1], xs[2][:1])
+    (y * y).sum().backward()
+    np.testing.assert_array_equal(y.numpy(), np.full((2, 4, 1), b[0], dtype))
+    np.testing.assert_array_equal(one.grad.numpy(), 0)
     empty = flame.tensor(np.zeros((2, 4, 0)), dtype=dt, requires_grad=True)
     xs[1].grad = xs[2].grad = None
     y = F.group_norm(empty, 2, xs[1], xs[2])
@@ -250,3 +255,21 @@ def test_low_precision_layers_follow_f32(dt):
         got = fn(flame.tensor(x, dtype=dt), flame.tensor(w, dtype=dt))
         assert got.dtype.name == dt
         np.testing.assert_allclose(got.float().numpy(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["batch_norm", "instance_norm"])
+@pytest.mark.parametrize("shape,perm", [((1, 3, 4, 1), (2, 1, 0, 3)), ((2, 3, 4, 5), (2, 3, 0, 1))])
+def test_norm_gradient_through_a_permute(name, shape, perm):
+    """The gradient through a permute after the norm. torch 2.13's CPU kernel gets it wrong from a
+    gradient laid out channels-last (against finite differences), so torch is asked with it contiguous."""
+    rng = np.random.default_rng(13)
+    x, c = rng.standard_normal(shape), rng.standard_normal([shape[p] for p in perm])
+    call = {"batch_norm": lambda fn, v: fn.batch_norm(v, None, None, training=True),
+            "instance_norm": lambda fn, v: fn.instance_norm(v)}[name]
+    t = torch.tensor(x, requires_grad=True)
+    y = call(TF, t)
+    y.register_hook(lambda g: g.contiguous())
+    (y.permute(*perm) ** 2 * torch.tensor(c)).sum().backward()
+    f = flame.tensor(x, dtype=flame.float64, requires_grad=True)
+    (call(F, f).permute(*perm) ** 2 * flame.tensor(c)).sum().backward()
+    np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), atol=1e-12)

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+import flame
+import flame.nn.functional  # noqa: F401  (flame.nn.functional below)
 from flame.explain import explain_plan
 from flame.ir import Builder, Graph, TensorType, verify
 from flame.ir.dtypes import bf16, f32
@@ -218,3 +220,13 @@ def test_a_fused_projection_is_stored_once_and_read_through_strides(executor):
     tol = 1e-5 if executor == "reference" else 2e-2
     for got, want in zip(ReferenceExecutor().compile(plan)(arrays), run_graph(g, arrays)):
         np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tol, atol=tol)
+
+
+def test_attention_of_empty_sequences_plans_without_a_view():
+    """Queries, keys and values with no position: their gradients are no range of a packed result
+    (an empty tensor has none), and the step plans and runs (torch: empty results, zero gradients)."""
+    assert flat_range(Strided(0, (0, 0, 2, 1)), (2, 1, 0, 2), 0, 0, (2, 1, 0, 2)) is None
+    q = flame.tensor(np.zeros((2, 1, 0, 2), np.float32), requires_grad=True)
+    y = flame.nn.functional.scaled_dot_product_attention(q, q, q)
+    (y * y).sum().backward()
+    assert y.shape == (2, 1, 0, 2) and q.grad.shape == (2, 1, 0, 2)

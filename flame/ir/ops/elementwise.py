@@ -151,11 +151,11 @@ def binary(name, ref, vjp=None, kinds=_NUM, out_dtype=None, nondiff="", autocast
 
 
 def _minmax_vjp(pick):
+    """PyTorch's: g to the operand picked, half to each of a tie, and g to both where neither compares
+    (a NaN; its gradient is the NaN's)."""
     def vjp(b, g, x, y, out):
-        half = b.mul(g, 0.5)
-        gx = b.where(pick(b, x, y), g, b.where(b.eq(x, y), half, 0))
-        gy = b.where(pick(b, y, x), g, b.where(b.eq(x, y), half, 0))
-        return gx, gy
+        share = b.where(b.eq(x, y), b.mul(g, 0.5), g)
+        return b.where(pick(b, y, x), 0, share), b.where(pick(b, x, y), 0, share)
     return vjp
 
 
