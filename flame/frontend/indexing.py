@@ -37,13 +37,8 @@ from flame.ir.dtypes import boolean, i64
 from flame.ir.ops._shapes import broadcast_shapes
 
 
-def _tensor_cls():
-    return Tensor
-
-
 def _as_index(k):
     """Lists and arrays become index tensors; NumPy integers become ints."""
-    Tensor = _tensor_cls()
     if isinstance(k, (list, np.ndarray)):
         return Tensor(np.asarray(k) if not isinstance(k, list) or k else np.zeros(0, np.int64))
     if isinstance(k, np.integer):
@@ -68,13 +63,11 @@ def _expand_ellipsis(key: tuple, rank: int) -> tuple:
 
 def _width(k) -> int:
     """How many dimensions of the tensor an index consumes (a bool mask: its rank)."""
-    Tensor = _tensor_cls()
     return k.ndim if isinstance(k, Tensor) and k.dtype == boolean else 1
 
 
 def _masks_to_indices(t, key: tuple) -> tuple:
     """A bool mask index is its nonzero() integer indices (one per mask dimension), eagerly."""
-    Tensor = _tensor_cls()
     out, dim = [], 0
     for k in key:
         if isinstance(k, Tensor) and k.dtype == boolean:
@@ -107,7 +100,6 @@ def _insert_new_axes(t, key: tuple):
 
 
 def getitem(t, key):
-    Tensor = _tensor_cls()
     key = tuple(_as_index(k) for k in (key if isinstance(key, tuple) else (key,)))
     key = _expand_ellipsis(key, t.ndim)
     if sum(_width(k) for k in key if k is not None) > t.ndim:
@@ -181,7 +173,6 @@ def _strides(sizes: list[int]) -> list[int]:
 
 def setitem(t, key, value) -> None:
     """x[key] = value, as a functional update that rebinds x (see the module docstring)."""
-    Tensor = _tensor_cls()
     value = value if isinstance(value, Tensor) else _scalar_like(value, t)
     if value.dtype != t.dtype:
         value = value.to(t.dtype)
@@ -196,7 +187,6 @@ def setitem(t, key, value) -> None:
 
 def _scalar_like(value, t):
     if not isinstance(value, (int, float, bool, np.number, np.bool_)):
-        Tensor = _tensor_cls()
         return Tensor(value, t.dtype)
     return full((), value, t.dtype)
 
@@ -237,7 +227,6 @@ def _scatter_write(t, key, value):
 def index_put(t, indices, values, accumulate: bool = False):
     """torch.index_put: t with values written (accumulate=False; a repeated position keeps the last)
     or added (accumulate=True) at the elements the tuple of index tensors selects, as t[indices]."""
-    Tensor = _tensor_cls()
     if not isinstance(indices, (tuple, list)):
         raise ShapeError(f"index_put: indices must be a tuple of tensors, got {type(indices).__name__}"
                          f"\n  at {user_location()}")

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import stack
 from flame.utils.data.dataset import IterableDataset, TensorDataset
 from flame.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
 
@@ -33,22 +35,13 @@ __all__ = ["DataLoader", "default_collate", "get_worker_info"]
 _POLL_S = 0.5  # how often a waiting main process checks that its workers are alive
 
 
-def _tensor_cls():
-    from flame.frontend.tensor import Tensor
-
-    return Tensor
-
-
 def default_collate(batch: list) -> Any:
     """Stack a list of samples into a batch, as torch's default_collate: flame tensors and NumPy
     arrays are stacked along a new first dimension, Python floats become a float64 tensor and ints
     an int64 one, strings stay a list, and mappings, named tuples and sequences are collated per
     field (a tuple gives a list, as in torch)."""
-    Tensor = _tensor_cls()
     elem = batch[0]
     if isinstance(elem, Tensor):
-        from flame.frontend.ops import stack
-
         return stack(list(batch))
     if isinstance(elem, np.ndarray) and elem.dtype.kind not in "OSUV":
         return Tensor(np.stack(batch))
@@ -84,7 +77,6 @@ class _Host:
 
 
 def _to_host(obj):
-    Tensor = _tensor_cls()
     if isinstance(obj, Tensor):
         return _Host(obj.numpy(), obj.dtype.name)
     if isinstance(obj, dict):
@@ -109,7 +101,6 @@ class _DeviceCopier:
     def tensor(self, array: np.ndarray, dtype: str | None = None):
         from flame.ir.dtypes import dtype_of
 
-        Tensor = _tensor_cls()
         if not self.async_copy:
             return Tensor(array, dtype_of(dtype) if dtype else None)
         import cupy
@@ -201,7 +192,6 @@ class _Fetcher:
         if not self.auto_collation:
             return self.collate(self.dataset[indices])
         if self.fast:  # one gather per tensor
-            Tensor = _tensor_cls()
             idx = Tensor(np.asarray(indices, np.int64))
             return [t[idx] for t in self.dataset.tensors]
         return self.collate([self.dataset[i] for i in indices])
@@ -224,7 +214,7 @@ class _Fetcher:
 def _no_batching(x):
     """collate_fn of batch_size=None: items as they are (tensors stay tensors, arrays become tensors)."""
     if isinstance(x, np.ndarray) and x.dtype.kind not in "OSUV":
-        return _tensor_cls()(x)
+        return Tensor(x)
     return x
 
 
