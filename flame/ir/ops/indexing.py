@@ -89,19 +89,26 @@ register(OpDef("index_select", "opaque", 2, _index_select_infer,
                {"axis": Attr("int")}, _index_select_vjp, selects=True))
 
 
-def _scatter_add_infer(types, axis):
+def _scatter_checks(name: str, types, axis):
+    """What scatter and scatter_add ask of their operands: x, an index and src of the index's shape
+    and x's dtype, the index matching x off the axis. Returns x's type."""
     x, idx, src = types
-    _check_index("scatter_add", idx)
+    _check_index(name, idx)
     if src.dtype != x.dtype:
-        raise DTypeError(f"scatter_add: src {src} must have the dtype of {x}")
+        raise DTypeError(f"{name}: src {src} must have the dtype of {x}")
+    if idx.shape != src.shape:
+        raise ShapeError(f"{name}: index {idx} and src {src} must have the same shape")
+    _same_off_axis(name, x, idx, norm_axis(name, axis, x.rank))
+    return x
+
+
+def _scatter_add_infer(types, axis):
+    x = types[0]
     check_dtype("scatter_add", x, ("float", "int"))
     if x.dtype.is_int and x.dtype.itemsize < 4:
         raise DTypeError(f"scatter_add: {x} has dtype {x.dtype}, expected a float, i32 or i64 dtype (the GPU adds "
                          f"atomically in 32 or 64 bits; cast to i32 first)")
-    if idx.shape != src.shape:
-        raise ShapeError(f"scatter_add: index {idx} and src {src} must have the same shape")
-    _same_off_axis("scatter_add", x, idx, norm_axis("scatter_add", axis, x.rank))
-    return x
+    return _scatter_checks("scatter_add", types, axis)
 
 
 def _scatter_add_ref(x, idx, src, axis):
@@ -119,14 +126,7 @@ register(OpDef("scatter_add", "opaque", 3, _scatter_add_infer, _scatter_add_ref,
 
 
 def _scatter_infer(types, axis):
-    x, idx, src = types
-    _check_index("scatter", idx)
-    if src.dtype != x.dtype:
-        raise DTypeError(f"scatter: src {src} must have the dtype of {x}")
-    if idx.shape != src.shape:
-        raise ShapeError(f"scatter: index {idx} and src {src} must have the same shape")
-    _same_off_axis("scatter", x, idx, norm_axis("scatter", axis, x.rank))
-    return x
+    return _scatter_checks("scatter", types, axis)
 
 
 def _scatter_ref(x, idx, src, axis):
