@@ -57,13 +57,14 @@ class View:
     is not affine (a reshape that merges dims). relabel: on contiguous buffers the output is the
     input's bytes under another shape (no copy needed; the plan makes it an alias). perm: for a view
     that only reorders axes (permute), op -> the order: output axis k is input axis perm(op)[k].
-    torch_view: PyTorch returns a view sharing the input's storage (flip copies); flame's eager result
-    is a copy, so the frontend refuses writes into it while its input lives (frontend/dispatch.py)."""
+    strided(array, out, **attrs): the op as PyTorch's view, sharing the input's storage: a NumPy or
+    CuPy view of a NumPy or CuPy array (out: the output's shape), which may be a copy only where PyTorch's
+    reshape copies too; None where PyTorch copies (flip). Eager views are made so (frontend/views.py)."""
 
     index_map: Callable[[Op], Any]  # an IndexMap (flame.ir.indexmap, which reads this registry) or None
     relabel: bool = False
     perm: Callable[[Op], tuple[int, ...]] | None = None  # a view that only reorders axes (permute): its order
-    torch_view: bool = True
+    strided: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
