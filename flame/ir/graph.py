@@ -101,6 +101,7 @@ class Kind(str, Enum):
     ATTENTION = "attention"  # a library call (cuDNN fused attention, forward or backward)
     COLLECTIVE = "collective"  # a library call (NCCL all-reduce, broadcast, all-gather, reduce-scatter)
     CONV = "conv"  # a library call (cuDNN convolution: forward, data or weight gradient)
+    HOST = "host"  # a copy between device and pinned host memory (an offloaded activation)
     OPAQUE = "opaque"  # one op with its own kernel (gather, scatter, pad, concat, argmax)
 
     def __str__(self) -> str:

@@ -576,11 +576,27 @@ class MemoryBudget:
     unconstrained_peak: int
 
 
+@dataclass(frozen=True)
+class ActivationBudget:
+    """What flame.compile(activation_budget=...) asked for and what the solver chose
+    (passes/activation_budget.py): `requested` the fraction, the activation bytes kept for the backward
+    without the budget (`unconstrained`), the budget in bytes, the bytes kept with it (`kept`), and each
+    choice as (kind: "recompute" or "offload", the value's IR line, its bytes, the seconds it costs
+    at the Target's rates)."""
+
+    requested: float
+    unconstrained: int
+    bytes: int
+    kept: int
+    choices: tuple[tuple[str, str, int, float], ...] = ()
+
+
 @dataclass
 class Plan:
     """Buffers (by id), steps in order, the buffer of each graph input and output, and the arena
     size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops.
-    `memory_budget`: set when the plan was fitted to a memory budget (the memory report shows it)."""
+    `memory_budget` / `activation_budget`: set when the plan was fitted to a budget (the memory report
+    shows it)."""
 
     name: str
     buffers: dict[int, Buffer]
@@ -591,6 +607,7 @@ class Plan:
     graph: Graph
     buffer_of: dict[Value, int]
     memory_budget: MemoryBudget | None = None
+    activation_budget: ActivationBudget | None = None
 
     def kernels(self) -> list[KernelLaunch]:
         return [s for s in self.steps if isinstance(s, KernelLaunch)]
