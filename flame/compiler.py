@@ -177,7 +177,7 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         plan = replace(plan, memory_budget=budget)
     elif activation_budget is not None and optimize:
         start = time.perf_counter()
-        decision = activation_solve(g, activation_budget, target, offload=False)
+        decision = activation_solve(g, activation_budget, target)
         timings.append(("activation budget", time.perf_counter() - start))
         g, plan = finish(g, decision, dump, timings)
         plan = replace(plan, activation_budget=ActivationBudget(*decision.summary()))

@@ -152,8 +152,10 @@ def _cost(g: Graph, recompute: set[Value], offload: Collection[Value], target: T
 
 
 def _offloadable(g: Graph, values: dict[Value, int]) -> list[Value]:
-    """The kept values that may go to host memory, largest first (small ones cost more than they hold)."""
-    return sorted((v for v, n in values.items() if n >= OFFLOAD_MIN), key=lambda v: (-values[v], v.id))
+    """The kept values that may go to host memory, largest first, then in graph order (small ones cost
+    more than they hold)."""
+    order = {op.out: i for i, op in enumerate(g.ops)}
+    return sorted((v for v, n in values.items() if n >= OFFLOAD_MIN), key=lambda v: (-values[v], order[v]))
 
 
 def solve(g: Graph, fraction: float, target: Target, offload: bool = True, name: str = "") -> Decision:
@@ -189,9 +191,9 @@ def solve(g: Graph, fraction: float, target: Target, offload: bool = True, name:
     allow, moved = _prune(g, allow - free, free, moved, budget, target)
     recompute = _cut(g, allow)
     left = kept(g, recompute, moved)
-    choices = [("recompute", op.out, remat.nbytes(op.out), seconds(op, target)) for op in recomputed(g, recompute)] + [
-        ("offload", v, remat.nbytes(v), offload_seconds(v, target)) for v in sorted(moved, key=lambda v: v.id)
-    ]
+    hosted = _offloadable(g, {v: remat.nbytes(v) for v in moved})
+    choices = [("recompute", op.out, remat.nbytes(op.out), seconds(op, target)) for op in recomputed(g, recompute)]
+    choices += [("offload", v, remat.nbytes(v), offload_seconds(v, target)) for v in hosted]
     ids = g.numbering()
     lines = tuple((kind, format_op(v.producer, ids), n, sec) for kind, v, n, sec in choices)
     return Decision(allow, frozenset(moved), fraction, unconstrained, budget, sum(left.values()), tuple(choices), lines)
