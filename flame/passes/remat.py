@@ -105,13 +105,14 @@ def _region(op: Op) -> int | None:
 
 def checkpointed(g: Graph) -> set[Op]:
     """The forward ops of checkpoint regions whose results do not leave their region (read by no
-    forward op outside it, not returned): the backward must recompute them when it reads them."""
+    forward op outside it, not returned) and that the region's policy does not save (CheckpointLoc.saved:
+    flame.utils.checkpoint's `policy`): the backward must recompute them when it reads them."""
     s = split(g)
     leaves = set(g.outputs)
     for op in g.ops[:s]:
         leaves.update(v for v in op.inputs if v.producer is not None and _region(v.producer) is not None
                       and _region(v.producer) != _region(op))
-    return {op for op in g.ops[:s] if _region(op) is not None and op.out not in leaves}
+    return {op for op in g.ops[:s] if _region(op) is not None and op.out not in leaves and not op.loc.saved}
 
 
 def _elementwise(op: Op) -> bool:
