@@ -194,6 +194,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dtype", choices=("bf16", "f32"), default=None, help="compute dtype (default bf16 on a GPU)")
     ap.add_argument("--device", choices=flame.runtime.device.DEVICES, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--activation-budget", type=float, default=None, metavar="F",
+                    help="keep at most F (0..1) of the activations the plan without a budget keeps for the backward: "
+                         "flame recomputes or offloads the rest and prints its choice")
     args = ap.parse_args(argv)
     if args.device:
         flame.set_device(args.device)
@@ -234,13 +237,22 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(step):
         sched.step()
 
-    @flame.compile
+    @flame.compile(activation_budget=args.activation_budget)
     def train_step(x, y):
         loss = model.loss(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad()
         return loss
+
+    if args.activation_budget is not None:  # the plan's choice, before the first step runs
+        report = train_step.memory_report(*batch(train, cfg["T"], cfg["batch"], np.random.default_rng(0)))
+        a = report.activation
+        kinds = {k: sum(1 for c in a.choices if c[0] == k) for k in ("recompute", "offload")}
+        print(f"activation budget {a.requested:g}: activations kept for the backward {a.kept / 2**20:.1f} MiB of "
+              f"{a.unconstrained / 2**20:.1f} MiB without it; {kinds['recompute']} values recomputed, "
+              f"{kinds['offload']} offloaded to host memory, about {sum(c[3] for c in a.choices) * 1e3:.2f} ms "
+              f"per step; planned peak {report.peak / 2**20:.1f} MiB", flush=True)
 
     @flame.compile
     def eval_loss(x, y):

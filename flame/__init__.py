@@ -259,11 +259,11 @@ float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa:
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
 __all__ = sorted([n for n, v in globals().items()
                   if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
-                 + ["save", "load", "linalg"])  # these three import on first use (__getattr__ below)
+                 + ["save", "load", "linalg", "tag"])  # these import on first use (__getattr__ below)
 
 
 def __getattr__(name: str):
-    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.amp,
+    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
     flame.distributed, flame.utils, flame.cuda and flame.autograd import on first use (they are not needed
     to trace)."""
     import importlib
@@ -272,5 +272,7 @@ def __getattr__(name: str):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)
+    if name == "tag":  # flame.tag(x, "name"): a value named for a checkpoint policy (flame.utils.tag)
+        return importlib.import_module("flame.utils").tag
     raise AttributeError(f"module 'flame' has no attribute {name!r} (docs/coming_from_pytorch.md lists what "
                          f"flame does not have yet, with the workaround)")

@@ -36,11 +36,12 @@ from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
 from flame.passes import remat as remat_pass
+from flame.passes.activation_budget import solve as activation_solve
 from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
 from flame.plan.build import to_plan
 from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
-from flame.plan.steps import MemoryBudget
+from flame.plan.steps import ActivationBudget, MemoryBudget
 from flame.runtime.backend import bgrad_enabled, capabilities, comm_stream_enabled, side_stream_enabled
 from flame.runtime.cuda_graphs import graphs_setting
 from flame.runtime.device import executor
@@ -100,6 +101,7 @@ def compile_graph(
     report: bool = False,
     own_run: bool = False,
     memory_budget: float | None = None,
+    activation_budget: float | None = None,
 ) -> CompiledGraph:
     """Compile `graph` for the current executor, or return the cached result of an identical one.
 
@@ -118,13 +120,17 @@ def compile_graph(
     without it; check_memory_budget says what else it may be) by recomputing forward values in the
     backward (`_fit_budget`); MemoryBudgetError,
     saying the smallest reachable peak, when it cannot be met. Needs optimize.
+    activation_budget: the fraction in [0, 1] of the activation memory the plan without it keeps for
+    the backward that may be kept (check_activation_budget), met by recomputing or offloading forward
+    values (passes/activation_budget.py); MemoryBudgetError naming the floor when it cannot be met.
     """
     memory_budget = check_memory_budget(memory_budget, "compile_graph")
+    activation_budget = check_activation_budget(activation_budget, "compile_graph", memory_budget)
     ex = executor()
     if key is None:
         key = print_graph(graph)
     settings, target = _settings(ex, optimize)
-    full_key = (settings, target, key, memory_budget)
+    full_key = (settings, target, key, memory_budget, activation_budget)
     watched = report and debug.watching()
     hit = None if watched else _CACHE.get(full_key)
     if hit is not None:
@@ -135,7 +141,8 @@ def compile_graph(
         if hit.run is None:  # planned for an own_run caller: compile the shared runnable once
             hit = _CACHE[full_key] = replace(hit, run=ex.compile(hit.plan))
         return hit
-    result = _compile(graph() if callable(graph) else graph, ex, target, optimize, watched, memory_budget)
+    result = _compile(graph() if callable(graph) else graph, ex, target, optimize, watched, memory_budget,
+                      activation_budget)
     _CACHE[full_key] = replace(result, run=None if own_run else result.run, record=None)
     if len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -143,7 +150,7 @@ def compile_graph(
 
 
 def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
-             memory_budget: float | None = None) -> CompiledGraph:
+             memory_budget: float | None = None, activation_budget: float | None = None) -> CompiledGraph:
     """Run the stages on g for `target` (what the backend can do: fusion, legalization and the plan
     builder ask it) and time them; with watched, record every stage and notify debug."""
     record = debug.CompileRecord(g.name) if watched else None
@@ -168,6 +175,12 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         timings.append(("memory budget search", time.perf_counter() - start))
         g, plan = finish(g, allow, dump, timings, memory_first)
         plan = replace(plan, memory_budget=budget)
+    elif activation_budget is not None and optimize:
+        start = time.perf_counter()
+        decision = activation_solve(g, activation_budget, target)
+        timings.append(("activation budget", time.perf_counter() - start))
+        g, plan = finish(g, decision, dump, timings)
+        plan = replace(plan, activation_budget=ActivationBudget(*decision.summary()))
     else:
         g, plan = finish(g, dump=dump, timings=timings)
     start = time.perf_counter()
@@ -247,6 +260,28 @@ def check_memory_budget(value: float | None, owner: str = "flame.compile") -> fl
         raise ArgumentError(f"{owner}: memory_budget={value!r} has a fraction of a byte: a float above 1 is a "
                             f"number of bytes, and a fraction of the peak planned without a budget is in (0, 1]")
     raise ArgumentError(f"{owner}: memory_budget={value!r} is not {_BUDGET_MEANS}")
+
+
+_ACTIVATION_MEANS = "a fraction in [0, 1] of the activation memory the plan without a budget keeps for the backward"
+
+
+def check_activation_budget(value: float | None, owner: str = "flame.compile",
+                            memory_budget: float | None = None) -> float | None:
+    """`value` as a float in [0, 1] (PyTorch's activation_memory_budget: 0 recomputes everything that
+    may be, 1 is the plan without a budget), None for no budget. A bool or a non-number raises
+    ArgumentTypeError; NaN, infinities and numbers outside [0, 1] raise ArgumentError, as does giving
+    both it and a memory_budget; each names `owner` and the argument."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{owner}: activation_budget must be {_ACTIVATION_MEANS}; got {type(value).__name__} "
+                                f"{value!r}")
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise ArgumentError(f"{owner}: activation_budget must be {_ACTIVATION_MEANS}; got {value!r}")
+    if memory_budget is not None:
+        raise ArgumentError(f"{owner}: give activation_budget or memory_budget, not both (got activation_budget="
+                            f"{value!r} and memory_budget={memory_budget!r})")
+    return float(value)
 
 
 def _budget_bytes(requested: float, unconstrained: int) -> int:

@@ -15,6 +15,8 @@ current_trace: ContextVar = ContextVar("flame_trace", default=None)
 grad_enabled: ContextVar[bool] = ContextVar("flame_grad_enabled", default=True)
 # the flame.utils.checkpoint region ops are being recorded in (its number), or None
 in_checkpoint: ContextVar[int | None] = ContextVar("flame_in_checkpoint", default=None)
+# the policy of the flame.utils.checkpoint region being recorded: op -> whether its result is kept
+checkpoint_saves: ContextVar = ContextVar("flame_checkpoint_saves", default=None)
 
 
 def user_location() -> str | None:

@@ -13,7 +13,7 @@ import numpy as np
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError, TraceError
 from flame.frontend import autocast
-from flame.frontend.context import current_trace, grad_enabled, in_checkpoint, user_location
+from flame.frontend.context import checkpoint_saves, current_trace, grad_enabled, in_checkpoint, user_location
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import contiguous_array, link, stale, strided_array, version
 from flame.ir import registry
@@ -87,10 +87,14 @@ def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:
     return like.dtype
 
 
-def _loc() -> str | None:
-    """The user's line, marked when the op is recorded inside flame.utils.checkpoint."""
+def _loc(name: str = "") -> str | None:
+    """The user's line, marked when the op (`name`) is recorded inside flame.utils.checkpoint (and
+    marked saved when the region's policy keeps the op's results)."""
     loc, region = user_location(), in_checkpoint.get()
-    return loc if region is None else CheckpointLoc(loc or "", region)
+    if region is None:
+        return loc
+    saves = checkpoint_saves.get()
+    return CheckpointLoc(loc or "", region, bool(saves and saves(name)))
 
 
 def _one_op_graph(name: str, attrs: dict, types: tuple[TensorType, ...]) -> Graph:
@@ -115,7 +119,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     trace = current_trace.get()
     if trace is not None:
         vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
-        trace.builder.loc = _loc()
+        trace.builder.loc = _loc(name)
         t = Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
         if strided:
             link(t, inputs[0], opdef, attrs)
@@ -131,7 +135,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     if grad_enabled.get() and t.dtype.is_float and opdef.vjp is not None:
         if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
             t.requires_grad = True
-            t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc())
+            t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc(name))
     return t
 
 

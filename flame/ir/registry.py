@@ -130,7 +130,9 @@ class OpDef:
         so it fuses with its neighbours), and simplification removes the op. The ops of one call share
         its `call` attribute and are told apart by `index`; their inputs but the last are the same.
         autodiff calls their VJP once per call, at its first op, with {index: cotangent or None} in place
-        of one cotangent."""
+        of one cotangent;
+    work: op -> its floating-point work (FLOPs) where `flops` cannot tell it from the category (a
+        convolution's multiply-adds), which is what recomputing it costs (passes/activation_budget.py)."""
 
     name: str
     category: str
@@ -162,6 +164,7 @@ class OpDef:
     activations: tuple[bool, ...] = ()
     user: Any = None
     call_result: bool = False
+    work: Callable[[Op], int] | None = None
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""
@@ -271,12 +274,16 @@ def is_costly(op: Op, transcendental: bool = False) -> bool:
 
 
 def flops(op: Op) -> int:
-    """A rough count of op's work (what recomputing it costs): 2 m n k for a matmul, 4 L S E per head
-    for a library call (attention), the elements read for a reduction, else one per element written."""
-    category = get(op.name).category
+    """A rough count of op's work (what recomputing it costs): the op's `work` trait where it has one
+    (convolutions), 2 m n k for a matmul, 4 L S E per head for attention, the elements read for a
+    reduction, else one per element written."""
+    opdef = get(op.name)
+    category = opdef.category
+    if opdef.work is not None:
+        return int(opdef.work(op))
     if category == "matmul":
         return 2 * op.out.type.numel * op.inputs[0].shape[-1]
-    if category == "library":
+    if opdef.library == "attention":
         q, k = op.inputs[0], op.inputs[1]
         return 4 * q.type.numel * k.shape[-2]
     if category == "reduction":

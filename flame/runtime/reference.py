@@ -24,6 +24,7 @@ from flame.plan.steps import (
     CollectiveCall,
     ConvCall,
     Copy,
+    HostCopy,
     KernelLaunch,
     MatmulCall,
     Plan,
@@ -127,6 +128,11 @@ def _wait(s: Wait, bufs: dict, plan: Plan) -> None:
     pass
 
 
+def _host_copy(s: HostCopy, bufs: dict, plan: Plan) -> None:
+    """An offloaded activation to or from its host buffer (a NumPy array outside the arena), byte for byte."""
+    np.copyto(bufs[s.out], bufs[s.src])
+
+
 def _conv(s: ConvCall, bufs: dict, plan: Plan) -> None:
     """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone)."""
     np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
@@ -141,7 +147,7 @@ def _copy(s: Copy, bufs: dict, plan: Plan) -> None:
 
 
 STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _attention, CollectiveCall: _collective,
-                 Wait: _wait, ConvCall: _conv, Alias: _alias, Copy: _copy}  # one per step type
+                 Wait: _wait, ConvCall: _conv, Alias: _alias, Copy: _copy, HostCopy: _host_copy}  # one per step type
 
 
 def bind(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> dict[int, np.ndarray]:
@@ -155,7 +161,7 @@ def bind(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = No
     for b in plan.buffers.values():
         if b.role in ("temporary", "scratch"):
             bufs[b.id] = arena_view(arena, b)
-        elif b.role == "output" and b.base is None:
+        elif (b.role == "output" and b.base is None) or b.role == "host":
             bufs[b.id] = np.empty(b.shape, b.dtype.np_dtype)
     return bufs
 

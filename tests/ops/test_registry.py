@@ -710,6 +710,9 @@ RECIPES: dict[str, Recipe] = {
     "broadcast": Recipe(_collective(False), _packed_oracle, NUM),
     "all_gather": Recipe(_collective(False), _packed_oracle, NUM),
     "reduce_scatter": Recipe(_collective(True), _packed_oracle, NUM),
+    # host copies (offloading): the identity on values, byte for byte
+    "offload": Recipe(_movement([((3, 4), {}), ((5,), {}), ((), {}), ((0, 3), {})]), lambda x: x, ALL),
+    "reload": Recipe(_movement([((3, 4), {}), ((5,), {}), ((), {}), ((0, 3), {})]), lambda x: x, ALL),
     "conv": Recipe(_conv_cases, _channels_first(_conv_oracle, (True, False), True)),
     "conv_grad_input": Recipe(_conv_grad_input_cases, _channels_first(_conv_grad_input_oracle, (True, False), True)),
     "conv_grad_weight": Recipe(_conv_grad_weight_cases, _channels_first(_conv_grad_weight_oracle, (True, True), False)),

@@ -279,6 +279,9 @@ def _collective(name: str, reduce: bool):
     return make
 
 
+TABLE["offload"] = (ALL, _unary())  # host copies: the identity, through host memory and back
+TABLE["reload"] = (ALL, _unary())
+
 for _c, _r in (("all_reduce", True), ("broadcast", False), ("all_gather", False), ("reduce_scatter", True)):
     TABLE[_c] = (NUM, _collective(_c, _r))
 
