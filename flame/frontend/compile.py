@@ -29,6 +29,7 @@ from flame.frontend.guards import (
     Namer,
     argument_changes,
     describe_arguments,
+    guards_key,
     python_value_guards,
     trace_guards,
     value_key,
@@ -335,7 +336,8 @@ class Compiled:
     def _compile(self, entry: _Entry) -> _Entry:
         """entry with its traced graph run through compile_graph (passes, plan, executor)."""
         try:
-            c = compile_graph(entry.traced, report=True, own_run=True, memory_budget=self.memory_budget)
+            c = compile_graph(entry.traced, report=True, own_run=True, memory_budget=self.memory_budget,
+                              persist=guards_key(entry.guards))
         except MemoryBudgetError as e:
             raise MemoryBudgetError(f"{e}\n  at {user_location()}") from None
         entry.graph, entry.plan, entry.run, entry.record = c.graph, c.plan, c.run, c.record
@@ -449,8 +451,8 @@ class Compiled:
         # the template's base is the entry that runs (the probe only lent its numbers and its passes)
         dyn = self._templates[0]
         dyn.base = entry
-        dyn.learn(optimize_graph(entry.traced), self.memory_budget)
-        dyn.learn(optimize_graph(probe_entry.traced), self.memory_budget)
+        dyn.learn(optimize_graph(entry.traced, persist=guards_key(entry.guards)), self.memory_budget)
+        dyn.learn(optimize_graph(probe_entry.traced, persist=guards_key(probe_entry.guards)), self.memory_budget)
         if dyn.plans is None or debug.observing():
             self._compile(entry)
             return
