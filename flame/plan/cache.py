@@ -72,8 +72,10 @@ def size_limit() -> int:
         return DEFAULT_SIZE
     m = re.fullmatch(r"(\d+)\s*([kmgt]?)i?b?", text.lower())
     if m is None:
-        raise ArgumentError(f"environment variable FLAME_CACHE_SIZE={os.environ['FLAME_CACHE_SIZE']!r}: expected "
-                            f"a number of bytes, optionally with a K, M or G suffix (such as 500M or 4G)")
+        raise ArgumentError(
+            f"environment variable FLAME_CACHE_SIZE={os.environ['FLAME_CACHE_SIZE']!r}: expected "
+            f"a number of bytes, optionally with a K, M or G suffix (such as 500M or 4G)"
+        )
     return int(m.group(1)) * _UNITS[m.group(2)]
 
 
@@ -111,8 +113,11 @@ def entry_name(key: str) -> str:
 def _warn(name: str, folder: Path, why: str) -> None:
     COUNTS.rebuilt += 1
     COUNTS.rebuilt_names.append(name)
-    warnings.warn(f"flame: the cached plan of {name} in {str(folder)!r} {why}; it is compiled again and "
-                  f"stored anew", RuntimeWarning, stacklevel=4)
+    warnings.warn(
+        f"flame: the cached plan of {name} in {str(folder)!r} {why}; it is compiled again and stored anew",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def load(key: str, name: str) -> tuple[Graph, Plan | None] | None:
@@ -208,8 +213,7 @@ def cache_info() -> dict:
     """{'dir', 'entries', 'bytes', 'limit'} of the plan cache (for `flame cache`)."""
     d = nvrtc.cache_dir()
     files = [p for p in d.glob("*" + SUFFIX) if p.is_file()]
-    return {"dir": str(d), "entries": len(files), "bytes": sum(p.stat().st_size for p in files),
-            "limit": size_limit()}
+    return {"dir": str(d), "entries": len(files), "bytes": sum(p.stat().st_size for p in files), "limit": size_limit()}
 
 
 def cache_clear() -> int:

@@ -115,9 +115,13 @@ def dumps(graph: Graph, plan: Plan | None) -> bytes:
         raise NotStorable(str(e)) from None
     ops = {op: i for i, op in enumerate(graph.ops)}
     numbers_ = graph.numbering()
-    data = {"format": FORMAT, "graph": text, "locs": [_loc(op.loc) for op in graph.ops],
-            "groups": None if graph.groups is None else [[numbers_[v] for v in k.outputs] for k in graph.groups],
-            "plan": None if plan is None else _plan(plan, graph, ops, numbers_)}
+    data = {
+        "format": FORMAT,
+        "graph": text,
+        "locs": [_loc(op.loc) for op in graph.ops],
+        "groups": None if graph.groups is None else [[numbers_[v] for v in k.outputs] for k in graph.groups],
+        "plan": None if plan is None else _plan(plan, graph, ops, numbers_),
+    }
     return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
 
 
@@ -129,11 +133,16 @@ def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict) -> dict
         if steps.get(type(s).__name__) is not type(s):
             raise NotStorable(f"step type {type(s).__name__} has no stored form")
     budget = plan.memory_budget
-    return {"name": plan.name, "buffers": [_fields(b, ops) for b in plan.buffers.values()],
-            "steps": [[type(s).__name__, _fields(s, ops)] for s in plan.steps],
-            "inputs": list(plan.inputs), "outputs": list(plan.outputs), "arena_size": plan.arena_size,
-            "buffer_of": [[numbering[v], b] for v, b in plan.buffer_of.items()],
-            "memory_budget": None if budget is None else _fields(budget, ops)}
+    return {
+        "name": plan.name,
+        "buffers": [_fields(b, ops) for b in plan.buffers.values()],
+        "steps": [[type(s).__name__, _fields(s, ops)] for s in plan.steps],
+        "inputs": list(plan.inputs),
+        "outputs": list(plan.outputs),
+        "arena_size": plan.arena_size,
+        "buffer_of": [[numbering[v], b] for v, b in plan.buffer_of.items()],
+        "memory_budget": None if budget is None else _fields(budget, ops),
+    }
 
 
 def loads(payload: bytes) -> tuple[Graph, Plan | None]:
@@ -150,8 +159,10 @@ def loads(payload: bytes) -> tuple[Graph, Plan | None]:
             op.loc = _unloc(loc)
         values = graph.inputs + [op.out for op in graph.ops]
         if data["groups"] is not None:
-            graph.groups = [FusionGroup(k.ops, Kind(k.kind), k.reason, tuple(values[n] for n in outs), k.epilogue,
-                                        k.update) for k, outs in zip(graph.groups or [], data["groups"], strict=True)]
+            graph.groups = [
+                FusionGroup(k.ops, Kind(k.kind), k.reason, tuple(values[n] for n in outs), k.epilogue, k.update)
+                for k, outs in zip(graph.groups or [], data["groups"], strict=True)
+            ]
         plan = None if data["plan"] is None else _unplan(data["plan"], graph, values)
     except BadPayload:
         raise
@@ -172,6 +183,14 @@ def _unplan(data: dict, graph: Graph, values: list) -> Plan:
             raise BadPayload(f"unknown step type {name!r}")
         made.append(steps[name](**{k: _dec(v, ops) for k, v in fields.items()}))
     budget = data["memory_budget"]
-    return Plan(data["name"], buffers, made, list(data["inputs"]), list(data["outputs"]), data["arena_size"],
-                graph, {values[n]: b for n, b in data["buffer_of"]},
-                None if budget is None else MemoryBudget(**budget))
+    return Plan(
+        data["name"],
+        buffers,
+        made,
+        list(data["inputs"]),
+        list(data["outputs"]),
+        data["arena_size"],
+        graph,
+        {values[n]: b for n, b in data["buffer_of"]},
+        None if budget is None else MemoryBudget(**budget),
+    )
