@@ -277,3 +277,35 @@ def test_flame_cache_shows_and_clears_plans(cache_dir, monkeypatch, capsys):
     assert cli.main(["cache", "clear"]) == 0
     assert "1 cached plan(s)" in capsys.readouterr().out
     assert not _entries(cache_dir)
+
+
+def _library_step(q, k, v, x, w):
+    """Attention and a convolution with their backward: the CUDA target's library calls (cuDNN)."""
+    a = flame.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    y = flame.nn.functional.conv2d(x, w, padding=1).relu()
+    loss = (a * a).sum() + (y * y).mean()
+    loss.backward()
+    return loss, q.grad, w.grad
+
+
+@pytest.mark.parametrize("memory_budget", [None, 1.0])
+def test_a_cuda_targets_plan_reads_back_and_runs_alike(memory_budget, cuda_target):
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((2, 2, 8, 16),) * 3 + ((2, 3, 6, 6), (4, 3, 3, 3))]
+    args = [flame.tensor(a, requires_grad=i in (0, 1, 2, 4)) for i, a in enumerate(arrays)]
+    g = flame.compile(_library_step).trace(*args)
+    c = compiler.compile_graph(g, memory_budget=memory_budget)
+    assert any(type(s).__name__ in ("AttentionCall", "ConvCall") for s in c.plan.steps)
+    graph, plan = serial.loads(serial.dumps(c.graph, c.plan))
+    assert format_plan(plan) == format_plan(c.plan) and plan.memory_budget == c.plan.memory_budget
+    from flame.runtime.reference import run_plan
+
+    assert [v.type.shape for v in g.inputs] == [a.shape for a in arrays]
+    want = run_plan(c.plan, [a.copy() for a in arrays])
+    got = run_plan(plan, [a.copy() for a in arrays])
+    assert all(np.array_equal(a, b) for a, b in zip(want, got))
+    t = [torch.from_numpy(a).double().requires_grad_(i in (0, 1, 2, 4)) for i, a in enumerate(arrays)]
+    ta = torch.nn.functional.scaled_dot_product_attention(*t[:3], is_causal=True)
+    ty = torch.nn.functional.conv2d(t[3], t[4], padding=1).relu()
+    ((ta * ta).sum() + (ty * ty).mean()).backward()
+    np.testing.assert_allclose(np.asarray(got[1]), t[0].grad.numpy(), rtol=1e-4, atol=1e-4)
