@@ -37,6 +37,7 @@ from flame.codegen.kernel import rows_schedule
 from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
+from flame.ir.registry import get
 from flame.passes import remat as remat_pass
 from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
 from flame.plan import cache as plan_cache
@@ -150,7 +151,7 @@ def compile_graph(
             hit = _CACHE[full_key] = replace(hit, run=ex.compile(hit.plan))
         return hit
     g = graph() if callable(graph) else graph
-    disk = None if persist is None else _disk_key(ex, settings, target, key, memory_budget, persist)
+    disk = _disk_key(ex, settings, target, g, key, memory_budget, persist)
     result = None if disk is None or watched else _from_disk(disk, g, ex, target)
     if result is None:
         result = _compile(g, ex, target, optimize, watched, memory_budget)
@@ -221,7 +222,7 @@ def optimize_graph(g: Graph, persist: str | None = None) -> Graph:
     stored in, the persistent plan cache under the key compile_graph uses)."""
     ex = executor()
     settings, target = _settings(ex, True)
-    disk = None if persist is None else _disk_key(ex, settings, target, print_graph(g), None, persist)
+    disk = _disk_key(ex, settings, target, g, None, None, persist)
     found = None if disk is None else plan_cache.load(disk, g.name)
     if found is not None:
         return found[0]
@@ -231,13 +232,22 @@ def optimize_graph(g: Graph, persist: str | None = None) -> Graph:
     return out
 
 
-def _disk_key(ex, settings: tuple, target: Target, key: Hashable, memory_budget: float | None,
-              persist: str) -> str | None:
-    """The persistent plan cache's key text for a compile_graph call (None while the cache is off):
-    the executor's and Target's identity, the settings read (the GPU's id aside), the memory budget,
-    `persist` (the guards) and the graph's text. flame.plan.cache adds flame's version."""
-    if not plan_cache.enabled():
+def _storable(g: Graph) -> bool:
+    """Whether g's compile may go to the persistent plan cache: not with ops the user defined with their
+    own CUDA code (flame.cuda.kernel / elementwise), whose code and NumPy reference live in this process's
+    registry, not in the graph's text that keys the entry."""
+    return not any(get(op.name).user is not None for op in g.ops)
+
+
+def _disk_key(ex, settings: tuple, target: Target, g: Graph, key: Hashable | None, memory_budget: float | None,
+              persist: str | None) -> str | None:
+    """The persistent plan cache's key text for compiling g (None: not persisted, because persist is None,
+    g is not _storable or the cache is off): the executor's and Target's identity, the settings read (the
+    GPU's id aside), the memory budget, `persist` (the guards) and the graph's text (`key`, or printed
+    here). flame.plan.cache adds flame's version."""
+    if persist is None or not plan_cache.enabled() or not _storable(g):
         return None
+    key = print_graph(g) if key is None else key
     return "\n".join((target_identity(ex.name, target, settings[1]), repr(settings[:1] + settings[2:]),
                       f"memory_budget {memory_budget!r}", f"guards {persist}", str(key)))
 

@@ -309,3 +309,22 @@ def test_a_cuda_targets_plan_reads_back_and_runs_alike(memory_budget, cuda_targe
     ty = torch.nn.functional.conv2d(t[3], t[4], padding=1).relu()
     ((ta * ta).sum() + (ty * ty).mean()).backward()
     np.testing.assert_allclose(np.asarray(got[1]), t[0].grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_function_with_the_users_own_cuda_code_is_not_stored(cache_dir, monkeypatch):
+    """A user op's CUDA code and NumPy reference live in the process's registry, not in the graph text
+    that keys an entry: an edited kernel under the same name must not load the old plan."""
+    gate = flame.cuda.elementwise(
+        "x * (y > 0.f ? 1.f : 0.2f)", name="plan_cache_gate", reference=lambda x, y: x * np.where(y > 0, 1.0, 0.2)
+    )
+    x, y = _inputs()[0], -_inputs()[0]
+    before = dataclasses.replace(plan_cache.COUNTS)
+    out = flame.compile(lambda a, b: gate(a, b) * 2.0)(flame.tensor(x), flame.tensor(y)).numpy()
+    assert (plan_cache.COUNTS.hits, plan_cache.COUNTS.misses, plan_cache.COUNTS.stored) == (
+        before.hits,
+        before.misses,
+        before.stored,
+    )
+    assert not cache_dir.exists() or not _entries(cache_dir)
+    tx, ty = torch.from_numpy(x).double(), torch.from_numpy(y).double()
+    np.testing.assert_allclose(out, (tx * torch.where(ty > 0, 1.0, 0.2) * 2.0).numpy(), rtol=1e-6)
