@@ -17,7 +17,9 @@ for lowering, FLAME_ROWS_SCHEDULE for the row kernels, FLAME_CUDA_GRAPHS and FLA
 executor), whether the passes run,
 and the graph itself (its printed text, which parses back to the same graph,
 or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
-types))."""
+types)). A caller that asks for it (`persist`: @flame.compile) also reaches the persistent plan cache
+(flame.plan.cache) on a miss: a graph compiled by an earlier process is loaded from disk, its passes,
+plan builder and NVRTC skipped."""
 
 from __future__ import annotations
 
@@ -35,14 +37,22 @@ from flame.codegen.kernel import rows_schedule
 from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
+from flame.ir.registry import get
 from flame.passes import remat as remat_pass
 from flame.passes.activation_budget import solve as activation_solve
 from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
+from flame.plan import cache as plan_cache
 from flame.plan.build import to_plan
 from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
 from flame.plan.steps import ActivationBudget, MemoryBudget
-from flame.runtime.backend import bgrad_enabled, capabilities, comm_stream_enabled, side_stream_enabled
+from flame.runtime.backend import (
+    bgrad_enabled,
+    capabilities,
+    comm_stream_enabled,
+    side_stream_enabled,
+    target_identity,
+)
 from flame.runtime.cuda_graphs import graphs_setting
 from flame.runtime.device import executor
 from flame.target import Target
@@ -102,6 +112,7 @@ def compile_graph(
     own_run: bool = False,
     memory_budget: float | None = None,
     activation_budget: float | None = None,
+    persist: str | None = None,
 ) -> CompiledGraph:
     """Compile `graph` for the current executor, or return the cached result of an identical one.
 
@@ -123,6 +134,10 @@ def compile_graph(
     activation_budget: the fraction in [0, 1] of the activation memory the plan without it keeps for
     the backward that may be kept (check_activation_budget), met by recomputing or offloading forward
     values (passes/activation_budget.py); MemoryBudgetError naming the floor when it cannot be met.
+    persist: also use the persistent plan cache (flame.plan.cache), with this text (@flame.compile: the
+    trace's guards, guards.guards_key) in the key beside the graph's printed text: on a miss here a
+    result an earlier process stored is loaded (not while something watches: it reads every stage),
+    and a result compiled here is stored.
     """
     memory_budget = check_memory_budget(memory_budget, "compile_graph")
     activation_budget = check_activation_budget(activation_budget, "compile_graph", memory_budget)
@@ -141,8 +156,13 @@ def compile_graph(
         if hit.run is None:  # planned for an own_run caller: compile the shared runnable once
             hit = _CACHE[full_key] = replace(hit, run=ex.compile(hit.plan))
         return hit
-    result = _compile(graph() if callable(graph) else graph, ex, target, optimize, watched, memory_budget,
-                      activation_budget)
+    g = graph() if callable(graph) else graph
+    disk = _disk_key(ex, settings, target, g, key, (memory_budget, activation_budget), persist)
+    result = None if disk is None or watched else _from_disk(disk, g, ex, target)
+    if result is None:
+        result = _compile(g, ex, target, optimize, watched, memory_budget, activation_budget)
+        if disk is not None:
+            plan_cache.store(disk, result.graph, result.plan)
     _CACHE[full_key] = replace(result, run=None if own_run else result.run, record=None)
     if len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -207,11 +227,62 @@ def _lower_for(graph: Graph, target, optimize: bool, allow=remat_pass.never, dum
     return graph
 
 
-def optimize_graph(g: Graph) -> Graph:
+def optimize_graph(g: Graph, persist: str | None = None) -> Graph:
     """The graph compile_graph would plan for the current executor (every pass, lowering included),
     neither planned nor compiled: what a dynamic-size template learns from a size it will not run
-    (flame.compile(dynamic=True)'s probe)."""
-    return _lower_for(run_pipeline(g), _settings(executor(), True)[1], True)
+    (flame.compile(dynamic=True)'s probe). persist: as compile_graph's (the graph is loaded from, or
+    stored in, the persistent plan cache under the key compile_graph uses)."""
+    ex = executor()
+    settings, target = _settings(ex, True)
+    disk = _disk_key(ex, settings, target, g, None, (None, None), persist)
+    found = None if disk is None else plan_cache.load(disk, g.name)
+    if found is not None:
+        return found[0]
+    out = _lower_for(run_pipeline(g), target, True)
+    if disk is not None:
+        plan_cache.store(disk, out, None)
+    return out
+
+
+def _storable(g: Graph) -> bool:
+    """Whether g's compile may go to the persistent plan cache: not with ops the user defined with their
+    own CUDA code (flame.cuda.kernel / elementwise), whose code and NumPy reference live in this process's
+    registry, not in the graph's text that keys the entry."""
+    return not any(get(op.name).user is not None for op in g.ops)
+
+
+def _disk_key(ex, settings: tuple, target: Target, g: Graph, key: Hashable | None, budgets: tuple,
+              persist: str | None) -> str | None:
+    """The persistent plan cache's key text for compiling g (None: not persisted, because persist is None,
+    g is not _storable or the cache is off): the executor's and Target's identity, the settings read (the
+    GPU's id aside), the (memory, activation) budgets, `persist` (the guards) and the graph's text (`key`, or printed
+    here). flame.plan.cache adds flame's version."""
+    if persist is None or not plan_cache.enabled() or not _storable(g):
+        return None
+    key = print_graph(g) if key is None else key
+    return "\n".join((target_identity(ex.name, target, settings[1]), repr(settings[:1] + settings[2:]),
+                      f"budgets {budgets!r}", f"guards {persist}", str(key)))
+
+
+def _from_disk(disk: str, g: Graph, ex, target: Target) -> CompiledGraph | None:
+    """The compiled result of g from the persistent plan cache (the executor compiles the loaded plan;
+    an entry holding the optimised graph alone is planned here and stored whole), or None on a miss."""
+    start = time.perf_counter()
+    found = plan_cache.load(disk, g.name)
+    if found is None:
+        return None
+    graph, plan = found
+    timings = [("plan cache", time.perf_counter() - start)]
+    if plan is None:
+        start = time.perf_counter()
+        plan = to_plan(graph, target=target)
+        timings.append(("plan", time.perf_counter() - start))
+        plan_cache.store(disk, graph, plan)
+    start = time.perf_counter()
+    run = ex.compile(plan)
+    timings.append((f"{ex.name} compile", time.perf_counter() - start))
+    log.debug("flame: %s: loaded from the plan cache", g.name)
+    return CompiledGraph(graph, plan, run, tuple(timings))
 
 
 def plan_template(graph_at: Callable[[int, bool], Graph], sizes: tuple[int, int]) -> PlanTemplate:

@@ -165,15 +165,16 @@ def markdown(run: dict) -> str:
         lines += _b2b_table(cases, peers)
     lines += _memory_table(cases, peers)
     lines += [
-              "| case | rel. error vs torch | compile cold s | compile warm s | planned MiB | actual peak MiB | "
-              "input sets | flame timer | spread |", "|" + "---|" * 9]
+              "| case | rel. error vs torch | compile cold s | compile warm s | compile warm plan s | planned MiB | "
+              "actual peak MiB | input sets | flame timer | spread |", "|" + "---|" * 10]
     for c in cases:
         f = c["flame"]
         errs = "; ".join(f"{k}{f[key]:.2e}" for k, key in (("", "rel_error"), ("updates ", "rel_error_state"))
                          if f.get(key) is not None)
         lines.append("| " + " | ".join([
             c["name"], errs or "—", _s(f.get("compile_cold_s")), _s(f.get("compile_warm_s")),
-            _mib(f.get("planned_bytes")), _mib(f.get("actual_peak_bytes")), str(c["input_sets"]),
+            _s(f.get("compile_warm_plan_s")), _mib(f.get("planned_bytes")), _mib(f.get("actual_peak_bytes")),
+            str(c["input_sets"]),
             f.get("timer", "—"), "—" if f.get("spread") is None else f"{100 * f['spread']:.0f}%"]) + " |")
     lines += ["", "rel. error: ||flame - torch|| / ||torch|| over the outputs (worst output); updates: the same over "
               "what one step changed in the parameters (p_after - p_before). Tolerances are in results.json.",

@@ -36,6 +36,7 @@ from flame.frontend.guards import (
     Namer,
     argument_changes,
     describe_arguments,
+    guards_key,
     python_value_guards,
     trace_guards,
     value_key,
@@ -349,7 +350,7 @@ class Compiled:
         """entry with its traced graph run through compile_graph (passes, plan, executor)."""
         try:
             c = compile_graph(entry.traced, report=True, own_run=True, memory_budget=self.memory_budget,
-                              activation_budget=self.activation_budget)
+                              activation_budget=self.activation_budget, persist=guards_key(entry.guards))
         except MemoryBudgetError as e:
             raise MemoryBudgetError(f"{e}\n  at {user_location()}") from None
         entry.graph, entry.plan, entry.run, entry.record = c.graph, c.plan, c.run, c.record
@@ -463,8 +464,8 @@ class Compiled:
         # the template's base is the entry that runs (the probe only lent its numbers and its passes)
         dyn = self._templates[0]
         dyn.base = entry
-        dyn.learn(optimize_graph(entry.traced), self._budget)
-        dyn.learn(optimize_graph(probe_entry.traced), self._budget)
+        dyn.learn(optimize_graph(entry.traced, persist=guards_key(entry.guards)), self._budget)
+        dyn.learn(optimize_graph(probe_entry.traced, persist=guards_key(probe_entry.guards)), self._budget)
         if dyn.plans is None or debug.observing():
             self._compile(entry)
             return
