@@ -24,9 +24,9 @@ from flame.ir.dtypes import DType, dtype_of
 from flame.ir.graph import BackwardLoc, CheckpointLoc, FusionGroup, Graph, Kind, Op, RecomputeLoc
 from flame.ir.parser import parse
 from flame.ir.printer import print_graph
-from flame.plan.steps import Buffer, MemoryBudget, Plan, Step
+from flame.plan.steps import ActivationBudget, Buffer, MemoryBudget, Plan, Step
 
-FORMAT = 1  # the payload's layout; an entry of another layout is rebuilt
+FORMAT = 2  # the payload's layout; an entry of another layout is rebuilt
 _LOCS = {"b": BackwardLoc, "r": RecomputeLoc}
 
 
@@ -142,6 +142,7 @@ def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict) -> dict
         "arena_size": plan.arena_size,
         "buffer_of": [[numbering[v], b] for v, b in plan.buffer_of.items()],
         "memory_budget": None if budget is None else _fields(budget, ops),
+        "activation_budget": None if plan.activation_budget is None else _fields(plan.activation_budget, ops),
     }
 
 
@@ -182,7 +183,7 @@ def _unplan(data: dict, graph: Graph, values: list) -> Plan:
         if name not in steps:
             raise BadPayload(f"unknown step type {name!r}")
         made.append(steps[name](**{k: _dec(v, ops) for k, v in fields.items()}))
-    budget = data["memory_budget"]
+    budget, activations = data["memory_budget"], data["activation_budget"]
     return Plan(
         data["name"],
         buffers,
@@ -193,4 +194,5 @@ def _unplan(data: dict, graph: Graph, values: list) -> Plan:
         graph,
         {values[n]: b for n, b in data["buffer_of"]},
         None if budget is None else MemoryBudget(**budget),
+        None if activations is None else ActivationBudget(**{k: _dec(v, ops) for k, v in activations.items()}),
     )

@@ -328,3 +328,26 @@ def test_a_function_with_the_users_own_cuda_code_is_not_stored(cache_dir, monkey
     assert not cache_dir.exists() or not _entries(cache_dir)
     tx, ty = torch.from_numpy(x).double(), torch.from_numpy(y).double()
     np.testing.assert_allclose(out, (tx * torch.where(ty > 0, 1.0, 0.2) * 2.0).numpy(), rtol=1e-6)
+
+
+def test_a_plan_fitted_to_an_activation_budget_reads_back_with_its_choices(cache_dir):
+    from flame.compiler import compile_graph
+    from flame.ir.builder import Builder
+    from flame.ir.graph import Graph
+    from flame.ir.types import TensorType
+    from flame.passes.autodiff import autodiff
+
+    g = Graph("mlp")
+    b = Builder(g)
+    x = g.add_input(TensorType((16, 32), flame.float32), "data")
+    ws = [g.add_input(TensorType((32, 32), flame.float32), "param") for _ in range(3)]
+    h = x
+    for w in ws:
+        h = b.tanh(b.matmul(h, w))
+    loss = b.reduce_sum(b.mul(h, h), axes=[0, 1], keepdim=False)
+    g.outputs = [loss, *autodiff(g, loss, ws)]
+    c = compile_graph(g, memory_budget=None, activation_budget=0.2)
+    assert c.plan.activation_budget is not None and c.plan.activation_budget.choices
+    graph, plan = serial.loads(serial.dumps(c.graph, c.plan))
+    assert plan.activation_budget == c.plan.activation_budget
+    assert format_plan(plan) == format_plan(c.plan)
