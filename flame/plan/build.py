@@ -251,7 +251,9 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
     for v, flag in zip(op.inputs, ("ta", "tb")):
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
+    scales = {k: bld.buffer_of[v] for k, v in zip(("a_scale", "b_scale"), op.inputs[2:])}  # fp8_matmul's
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, aux=aux, bgrad=bgrad,
+                         **scales,
                          workspace=bld.scratch(bld.target.matmul_workspace(op, epilogue, flags["ta"], flags["tb"])),
                          **flags)
 
