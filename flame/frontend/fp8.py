@@ -84,9 +84,11 @@ def _state_of(weight: Tensor, recipe: Float8Recipe) -> Float8State:
     st = float8_state(weight)
     if st is None or st.input.amax_history.shape[0] != recipe.amax_history_len:
         if weight._trace is not None or weight._value is not None:
-            raise ArgumentError("Float8Recipe(scaling='delayed'): the weight of a Linear must be a parameter (a "
-                                "concrete tensor) to keep its scaling state; this one is computed in the step"
-                                f"\n  at {user_location()}")
+            raise ArgumentError(
+                "Float8Recipe(scaling='delayed'): the weight of a Linear must be a parameter (a "
+                "concrete tensor) to keep its scaling state; this one is computed in the step"
+                f"\n  at {user_location()}"
+            )
         st = Float8State(_meta(recipe.amax_history_len), _meta(recipe.amax_history_len))
         key = id(weight)
         _STATES[key] = (weakref.ref(weight, lambda _, key=key: _STATES.pop(key, None)), st)

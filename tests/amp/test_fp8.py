@@ -168,13 +168,19 @@ def test_fp8_linear_gradients_are_close_to_torch():
     with flame.autocast(dtype=flame.float8_e4m3fn):
         y = F.linear(xt, wt, bt)
     (y.float() * flame.tensor(c)).sum().backward()
-    tx, tw = torch.tensor(x, dtype=torch.float64, requires_grad=True), torch.tensor(w, dtype=torch.float64,
-                                                                                   requires_grad=True)
+    tx, tw = (
+        torch.tensor(x, dtype=torch.float64, requires_grad=True),
+        torch.tensor(w, dtype=torch.float64, requires_grad=True),
+    )
     tb = torch.full((48,), 0.5, dtype=torch.float64, requires_grad=True)
     ty = torch.nn.functional.linear(tx, tw, tb)
     (ty * torch.tensor(c, dtype=torch.float64)).sum().backward()
-    for got, want, tol in ((y.float(), ty, 0.06), (xt.grad, tx.grad, 0.1), (wt.grad, tw.grad, 0.1), (bt.grad, tb.grad,
-                                                                                                    0.01)):
+    for got, want, tol in (
+        (y.float(), ty, 0.06),
+        (xt.grad, tx.grad, 0.1),
+        (wt.grad, tw.grad, 0.1),
+        (bt.grad, tb.grad, 0.01),
+    ):
         want = want.detach().numpy()
         assert np.linalg.norm(got.numpy() - want) / np.linalg.norm(want) < tol
 
@@ -195,8 +201,10 @@ def test_delayed_scaling_updates_match_the_model(compiled):
     for k in range(5):
         x = _rng(10 + k).standard_normal((16, 32)).astype(np.float32) * (k + 1)
         y = run(flame.tensor(x))
-        want = _bf16((_q(x, scale["x"], E4M3) @ _q(w, scale["w"], E4M3).T) * np.float32(
-            np.float32(1 / scale["x"]) * np.float32(1 / scale["w"])))
+        want = _bf16(
+            (_q(x, scale["x"], E4M3) @ _q(w, scale["w"], E4M3).T)
+            * np.float32(np.float32(1 / scale["x"]) * np.float32(1 / scale["w"]))
+        )
         np.testing.assert_allclose(y.float().numpy(), want, rtol=8e-3, atol=1e-6)
         for role, t in (("x", x), ("w", w)):  # the model: push this step's amax, scale from the history
             hist[role] = np.concatenate([[np.abs(t).max()], hist[role][:-1]]).astype(np.float32)
@@ -230,8 +238,10 @@ def test_recipe_arguments_and_computed_weights_give_clear_errors():
 
 def _block(recipe, d=32):
     rng = _rng(5)
-    ws = [flame.nn.Parameter(flame.tensor((rng.standard_normal(s) * 0.1).astype(np.float32)))
-          for s in ((3 * d, d), (d, d), (4 * d, d), (d, 4 * d))]
+    ws = [
+        flame.nn.Parameter(flame.tensor((rng.standard_normal(s) * 0.1).astype(np.float32)))
+        for s in ((3 * d, d), (d, d), (4 * d, d), (d, 4 * d))
+    ]
     opt = flame.optim.AdamW(ws, lr=1e-3)
 
     @flame.compile

@@ -28,8 +28,10 @@ from flame.ir.types import TensorType
 
 SCALE_EPS = 1e-12  # the smallest amax a scale is computed from (torchao's EPS): an all-zero tensor gets a finite scale
 OUT_DTYPES = (bf16, f16, f32)
-_NONDIFF = ("an FP8 op is differentiated by the FP8 linear that emits it (flame.amp.Float8Recipe: its backward "
-            "runs the gradient GEMMs in FP8, straight through the rounding)")
+_NONDIFF = (
+    "an FP8 op is differentiated by the FP8 linear that emits it (flame.amp.Float8Recipe: its backward "
+    "runs the gradient GEMMs in FP8, straight through the rounding)"
+)
 
 
 def _check_scale(op: str, t: TensorType, what: str) -> None:
@@ -53,8 +55,19 @@ def _scaled_cast_ref(x, scale, dtype):
     return np.clip(y, -limit, limit).astype(dtype.np_dtype)  # clip keeps NaN
 
 
-register(OpDef("scaled_cast", "elementwise", 2, _scaled_cast_infer, _scaled_cast_ref, {"dtype": Attr("dtype")},
-               nondiff=_NONDIFF, autocast="keep", cost="division"))
+register(
+    OpDef(
+        "scaled_cast",
+        "elementwise",
+        2,
+        _scaled_cast_infer,
+        _scaled_cast_ref,
+        {"dtype": Attr("dtype")},
+        nondiff=_NONDIFF,
+        autocast="keep",
+        cost="division",
+    )
+)
 
 
 def _fp8_matmul_infer(types, out_dtype):
@@ -85,6 +98,16 @@ def _fp8_matmul_ref(a, b, a_inv, b_inv, out_dtype):
     return (acc * scale).astype(out_dtype.np_dtype)
 
 
-FP8_MATMUL = register(OpDef("fp8_matmul", "matmul", 4, _fp8_matmul_infer, _fp8_matmul_ref,
-                            {"out_dtype": Attr("dtype")}, nondiff=_NONDIFF, library="matmul", autocast="keep"))
-
+FP8_MATMUL = register(
+    OpDef(
+        "fp8_matmul",
+        "matmul",
+        4,
+        _fp8_matmul_infer,
+        _fp8_matmul_ref,
+        {"out_dtype": Attr("dtype")},
+        nondiff=_NONDIFF,
+        library="matmul",
+        autocast="keep",
+    )
+)
