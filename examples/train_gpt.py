@@ -116,10 +116,11 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token + position embedding, `layers` blocks, final LayerNorm, head tied to the token embedding."""
 
-    def __init__(self, vocab: int, d: int, layers: int, heads: int, T: int, dtype, seed: int = 0, fp8: bool = False):
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, T: int, dtype, seed: int = 0, fp8=False):
         super().__init__()
         gen = flame.Generator(seed)
-        self.dtype, self.fp8 = dtype, fp8  # fp8: the Linear layers' GEMMs in FP8 (dtype: bf16, the rest)
+        # fp8: True or a flame.amp.Float8Recipe: the Linear layers' GEMMs in FP8 (dtype bf16: the rest)
+        self.dtype, self.fp8 = dtype, fp8
         self.wte = nn.Embedding(vocab, d, generator=gen)
         self.wpe = nn.Parameter(flame.zeros(T, d))
         nn.init.normal_(self.wte.weight, std=0.02, generator=gen)
@@ -141,7 +142,8 @@ class GPT(nn.Module):
         return _norm(x, self.ln_f) @ self.wte.weight.transpose(0, 1).to(self.dtype)  # the tied head
 
     def loss(self, idx, targets):
-        with flame.autocast(dtype=flame.float8_e4m3fn, enabled=self.fp8):
+        recipe = self.fp8 if isinstance(self.fp8, flame.amp.Float8Recipe) else flame.float8_e4m3fn
+        with flame.autocast(dtype=recipe, enabled=bool(self.fp8)):
             logits = self(idx).float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 

@@ -233,6 +233,13 @@ def is_matmul(op: Op) -> bool:
     return get(op.name).category == "matmul"
 
 
+def reads_transposed(op: Op) -> bool:
+    """op is a GEMM that may read an operand through a transpose of its producer's input (ta / tb), so a
+    permute read only by such GEMMs needs no kernel: every GEMM but the FP8 one, whose operand layouts
+    cuBLASLt fixes (fp8_matmul: four inputs, the two scales after the operands)."""
+    return is_matmul(op) and get(op.name).arity == 2
+
+
 def is_commutative(op: Op) -> bool:
     """a op b == b op a bit for bit (the `commutative` trait)."""
     return get(op.name).commutative

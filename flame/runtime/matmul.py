@@ -497,12 +497,15 @@ def fp8_matmul_into(out, a, b, a_inv, b_inv, epilogue: str = "none", bias=None, 
     if epilogue.startswith("bgrad") or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"FP8 GEMM: a [m, k] and b [n, k] without a bias-gradient epilogue; got a {list(a.shape)}, "
                          f"b {list(b.shape)}, epilogue {epilogue!r}")
-    if a.shape[1] % 16 or (a.shape[0] * b.shape[0] and (a.shape[0] % 16 or b.shape[0] % 16)):
-        raise ValueError(f"FP8 GEMM: cuBLASLt needs m, n and k multiples of 16; got m={a.shape[0]}, n={b.shape[0]}, "
-                         f"k={a.shape[1]}")
     stream = stream or cupy.cuda.get_current_stream()
     if out.size == 0:
         return
+    if a.shape[1] == 0:
+        _empty_k(out, a, b, False, epilogue, bias, aux, None, stream)
+        return
+    if a.shape[1] % 16 or a.shape[0] % 16 or b.shape[0] % 16:
+        raise ValueError(f"FP8 GEMM: cuBLASLt needs m, n and k multiples of 16; got m={a.shape[0]}, n={b.shape[0]}, "
+                         f"k={a.shape[1]}")
     lay = _layout(tuple(a.shape), tuple(b.shape), tuple(out.shape), False, True)
     dev = cupy.cuda.runtime.getDevice()
     workspace = _workspace(workspace, dev)
