@@ -65,7 +65,6 @@ register(
         {"dtype": Attr("dtype")},
         nondiff=_NONDIFF,
         autocast="keep",
-        cost="division",
     )
 )
 
