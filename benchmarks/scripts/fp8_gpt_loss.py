@@ -9,6 +9,13 @@ FP8 runs flame.autocast(dtype=Float8Recipe(scaling=...)): every Linear's GEMMs i
 e5m2 gradients), the rest (attention, the tied head, norms) in bf16, f32 master weights. On the
 reference executor (no GPU) the FP8 GEMMs are the exact emulation; on a GPU they need FLAME_FP8_GEMM=1.
 Prints one line per run and the relative differences.
+
+On the reference executor, --config tiny (d 32, 2 layers, T 32, batch 8, lr 1e-2), 300 steps:
+
+    bf16                      validation loss 2.7064
+    fp8 current               validation loss 2.7260   +0.72 % vs bf16
+    fp8 delayed               validation loss 2.7469   +1.50 % vs bf16
+    bf16, other data order    validation loss 2.7041   -0.09 % vs bf16
 """
 
 from __future__ import annotations
