@@ -248,12 +248,13 @@ from flame.frontend.ops import (
 )
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul
-from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i8, i32, i64, u8
+from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
 int8, uint8 = i8, u8
+float8_e4m3fn, float8_e5m2 = f8e4m3, f8e5m2  # FP8 storage types (flame.amp.Float8Recipe)
 float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa: A001  (torch's aliases)
 # everything above is public: help(flame) and `from flame import *` list every function and type
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here

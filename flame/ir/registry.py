@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
 CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
-AUTOCAST = ("", "lower", "f32")  # OpDef.autocast
+AUTOCAST = ("", "lower", "f32", "keep")  # OpDef.autocast ("keep": inputs as they are, the FP8 ops)
 # OpDef.cost, an elementwise op's work per element: "" a few instructions; "division" IEEE division or
 # square root (many instructions); "transcendental" a call of the math library (expf, logf, tanhf, ...)
 COSTS = ("", "division", "transcendental")
@@ -99,7 +99,8 @@ class OpDef:
     autocast: what `flame.autocast` does to the op's floating-point inputs (PyTorch's CUDA op lists):
         "lower" casts them to the autocast dtype (matmul, attention), "f32" casts f16/bf16 ones to
         f32 (exp, log, pow, accumulating reductions), "" leaves them (an op given several float
-        dtypes then gets them all in the widest);
+        dtypes then gets them all in the widest), "keep" leaves them as they are (the FP8 ops, whose
+        operands have fixed roles: a bf16 tensor and its f32 scale);
     random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass
         recomputes it only when a memory budget forces it);
     selects: an op whose result's elements are elements of input 0, picked by the other inputs
@@ -234,6 +235,13 @@ def axis_order(op: Op | None) -> tuple[int, ...] | None:
 def is_matmul(op: Op) -> bool:
     """op is a GEMM (category "matmul": a cuBLASLt call)."""
     return get(op.name).category == "matmul"
+
+
+def reads_transposed(op: Op) -> bool:
+    """op is a GEMM that may read an operand through a transpose of its producer's input (ta / tb), so a
+    permute read only by such GEMMs needs no kernel: every GEMM but the FP8 one, whose operand layouts
+    cuBLASLt fixes (fp8_matmul: four inputs, the two scales after the operands)."""
+    return is_matmul(op) and get(op.name).arity == 2
 
 
 def is_commutative(op: Op) -> bool:

@@ -33,7 +33,7 @@ from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.ops.collective import REDUCE_SCATTER
 from flame.ir.ops.host import OFFLOAD
 from flame.ir.printer import format_op
-from flame.ir.registry import epilogue_role, get, is_matmul
+from flame.ir.registry import epilogue_role, get, reads_transposed
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
     Alias,
@@ -241,7 +241,7 @@ def fold_transposes(g: Graph) -> set[Value]:
     users, outs = g.users(), set(g.outputs)
     alone = None if g.groups is None else {grp.ops[0] for grp in g.groups if len(grp.ops) == 1}
     return {op.out for op in g.ops if swaps_last_two(op) and op.out not in outs and users[op.out]
-            and all(map(is_matmul, users[op.out])) and (alone is None or op in alone)}
+            and all(map(reads_transposed, users[op.out])) and (alone is None or op in alone)}
 
 
 def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: int | None = None,
@@ -253,7 +253,9 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
     for v, flag in zip(op.inputs, ("ta", "tb")):
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
+    scales = {k: bld.buffer_of[v] for k, v in zip(("a_scale", "b_scale"), op.inputs[2:])}  # fp8_matmul's
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, aux=aux, bgrad=bgrad,
+                         **scales,
                          workspace=bld.scratch(bld.target.matmul_workspace(op, epilogue, flags["ta"], flags["tb"])),
                          **flags)
 

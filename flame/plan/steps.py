@@ -248,7 +248,10 @@ class MatmulCall(LibraryCall):
     batch_a / batch_b / batch: the batch shapes of a, b and out (NumPy broadcasting); epilogue: one of
     flame.target.MATMUL_EPILOGUES or none, with `bias` the buffer of a [n] vector (bias*), `aux` the
     buffer the pre-activation a @ b [+ bias] is written to (*gelu_aux; out holds the activation) and
-    `bgrad` the buffer of the sum over k of op(a) ([m], bgrad_a) or of op(b) ([n], bgrad_b)."""
+    `bgrad` the buffer of the sum over k of op(a) ([m], bgrad_a) or of op(b) ([n], bgrad_b). An FP8
+    GEMM (op fp8_matmul, whose b is [n, k] as the op takes it: out = a @ b^T) also reads `a_scale` and
+    `b_scale`, the buffers of its two f32 inverse scales (the product is multiplied by both: cuBLASLt's
+    A/B scale pointers)."""
 
     name: ClassVar[str] = "matmul"
     library: ClassVar[str] = "cuBLASLt"
@@ -270,16 +273,19 @@ class MatmulCall(LibraryCall):
     workspace: int | None = buffer_field(default=None)  # cuBLASLt's workspace, scratch in the arena
     aux: int | None = buffer_field(default=None)
     bgrad: int | None = buffer_field(default=None)
+    a_scale: int | None = buffer_field(default=None)
+    b_scale: int | None = buffer_field(default=None)
 
     @classmethod
     def of(cls, op: Op, a: int, b: int, out: int, **kw) -> MatmulCall:
         """The call computing matmul `op` (its shapes as in the IR) from buffers a, b into out."""
         sa, sb, so = op.inputs[0].type.shape, op.inputs[1].type.shape, op.out.type.shape
-        return cls(a, b, out, op, sa[-2], sb[-1], sa[-1], sa[:-2], sb[:-2], so[:-2], **kw)
+        return cls(a, b, out, op, so[-2], so[-1], sa[-1], sa[:-2], sb[:-2], so[:-2], **kw)
 
     @property
     def reads(self) -> tuple[int, ...]:
-        return (self.a, self.b) + (() if self.bias is None else (self.bias,))
+        extra = (self.bias, self.a_scale, self.b_scale)
+        return (self.a, self.b) + tuple(x for x in extra if x is not None)
 
     @property
     def outputs(self) -> tuple[int, ...]:

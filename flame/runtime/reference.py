@@ -65,7 +65,8 @@ def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
 
 
 def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
-    """ta/tb read a stored-transposed operand; the epilogue is applied to the f32-or-wider product as
+    """ta/tb read a stored-transposed operand (an FP8 GEMM also reads its two scales: the op's reference
+    emulates it); the epilogue is applied to the f32-or-wider product as
     cuBLASLt does: + bias, the pre-activation rounded once into aux, relu or tanh-GELU rounded once
     into out; bgrad_a / bgrad_b sum op(a) / op(b) over k in f32 (or wider)."""
     a, b = bufs[s.a], bufs[s.b]
@@ -73,7 +74,8 @@ def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
         a = np.swapaxes(a, -1, -2)
     if s.tb:
         b = np.swapaxes(b, -1, -2)
-    out = compute_op(s.op, [a, b])
+    scales = [bufs[x] for x in (s.a_scale, s.b_scale) if x is not None]  # an FP8 GEMM's inverse scales
+    out = compute_op(s.op, [a, b, *scales])
     epilogue = s.epilogue
     if epilogue.startswith("bgrad"):
         x, axis = (a, -1) if epilogue == "bgrad_a" else (b, -2)

@@ -6,6 +6,7 @@ from flame.ir.ops import (  # noqa: F401
     conv,
     creation,
     elementwise,
+    fp8,
     host,
     indexing,
     linalg,
