@@ -2,7 +2,9 @@
 iteration domain D (a shape). A value v is read or computed at `coords_v = base + A @ coords_D` — an
 IndexMap. Elementwise broadcasting, broadcast_to, permute, squeeze/unsqueeze, slice, flip and the
 reshapes that only split dimensions are affine, so a chain of them composes into one IndexMap, and a
-load of v becomes a flat offset `strides(v) . coords_v`.
+load of v becomes a flat offset `strides(v) . coords_v`. A piecewise op (concat, pad: the OpDef trait
+`pieces`) is a select between such maps: each region of its result reads one input through its own
+map (or is the fill value), and what a region reads is loaded only where that region holds.
 
 A row domain has `n_red` trailing reduced dims: reductions over exactly those dims are computed
 once per row. `derive` assigns the maps of a candidate group, or says why it cannot be one kernel;
