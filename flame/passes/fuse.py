@@ -161,13 +161,13 @@ def _try_join(st: State, grp: Group, op: Op) -> bool:
     return True
 
 
-def _classify(op: Op) -> Kind:
+def _classify(op: Op, target: Target) -> Kind:
     opdef = get(op.name)
     if opdef.library:
         return Kind(opdef.library)  # each library call is its own kind
     if is_reduction(op):
         return Kind.ROWS if trailing_reduced(op) is not None else Kind.REDUCTION
-    if opdef.category == "elementwise" or opdef.view is not None or opdef.pieces is not None:
+    if opdef.category == "elementwise" or opdef.view is not None or opdef.pieces is not None and target.fused_pieces:
         small = math.prod(op.out.shape) == 1 and all(math.prod(v.shape) == 1 for v in op.inputs)
         return Kind.SCALAR if small else Kind.ELEMENTWISE
     return Kind.OPAQUE
@@ -217,7 +217,7 @@ def _attention_operand(st: State, v: Value) -> bool:
 
 
 def _place(st: State, op: Op) -> None:
-    kind = _classify(op)
+    kind = _classify(op, st.target)
     if is_view(op) and op.inputs[0].producer in st.group_of and _attention_operand(st, op.out):
         # not joined to the kernel computing its input, which would write q, k and v transposed (a LoRA
         # step's qkv, base + scaled adapter: 160 us at 24% of copy on an H100) instead of the one value
@@ -446,7 +446,7 @@ def _split_few_rows(st: State) -> None:
         grp.reason = f"split: {M} row(s) of {R} run across blocks; what reads the reduced values is a kernel of its own"
         if isinstance(got, str):  # no common domain: one kernel per op
             for op in moved:
-                kind = Kind.ELEMENTWISE if is_free(op) else _classify(op)
+                kind = Kind.ELEMENTWISE if is_free(op) else _classify(op, st.target)
                 st.new([op], kind, domain=op.inputs[0].shape if kind == Kind.ROWS else op.out.shape,
                        n_red=trailing_reduced(op) or 0 if kind == Kind.ROWS else 0)
             continue

@@ -2,7 +2,8 @@
 a Llama-style attention block writes it (halves rotated with cat, or interleaved pairs with stack and
 flatten) plans as one kernel with the projection's reshape and permute that produce its input, forward
 and backward, for the CUDA target; values and gradients agree with torch in float64 on the reference
-executor, and every kernel of the plans compiles with NVRTC for sm_90."""
+executor, and every kernel of the plans compiles with NVRTC for sm_90. The fusion is behind
+FLAME_FUSE_PIECES until the GPU tests here have run its kernels; these tests turn it on."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ from flame.ir.graph import is_backward
 
 B, T, H, KV, D = 2, 8, 4, 2, 16
 PIECEWISE = ("concat", "pad")
+
+
+@pytest.fixture(autouse=True)
+def _pieces_fused(monkeypatch):
+    monkeypatch.setenv("FLAME_FUSE_PIECES", "1")
 
 
 def _rng(*key) -> np.random.Generator:
