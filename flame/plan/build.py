@@ -29,7 +29,7 @@ from flame.ir import symbolic
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import swaps_last_two
-from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
+from flame.ir.ops.attention import BACKWARD, FORWARD, extras_of, mask_of
 from flame.ir.ops.collective import REDUCE_SCATTER
 from flame.ir.printer import format_op
 from flame.ir.registry import epilogue_role, get, is_matmul
@@ -276,12 +276,13 @@ def attention_call(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) 
     m = mask_of(op)
     mask = None if m is None else bld.buffer_of[m]
     ws = bld.scratch(bld.target.attention_workspace(op, stats_op is not None))
+    extras = tuple(bld.buffer_of[v] for v in extras_of(op))
     if op.name == BACKWARD:
         return AttentionCall(*ins[:3], out, op, o=ins[3], grad_out=ins[4], stats=ins[5], mask=mask, workspace=ws,
-                             layouts=tuple(layouts))
+                             layouts=tuple(layouts), extras=extras)
     stats = None if stats_op is None else bld.temporary(stats_op.out)
     return AttentionCall(*ins[:3], out, op, stats=stats, mask=mask, workspace=ws, stats_op=stats_op,
-                         layouts=tuple(layouts))
+                         layouts=tuple(layouts), extras=extras)
 
 
 def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
