@@ -199,7 +199,7 @@ for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le
                    ("gt", np.greater), ("ge", np.greater_equal)):
     binary(_name, _fn, kinds=("float", "int", "bool"), out_dtype=boolean, nondiff=_CMP,
            commutative=_name in ("eq", "ne"))  # a == b is b == a bit for bit; a < b is not b < a
-binary("logical_and", np.logical_and, kinds=("bool",), nondiff=_CMP, commutative=True)
+LOGICAL_AND = binary("logical_and", np.logical_and, kinds=("bool",), nondiff=_CMP, commutative=True)
 binary("logical_or", np.logical_or, kinds=("bool",), nondiff=_CMP, commutative=True)
 unary("logical_not", np.logical_not, kinds=("bool",), nondiff=_CMP)
 
