@@ -41,7 +41,13 @@ from flame.plan.build import to_plan
 from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
 from flame.plan.steps import MemoryBudget
-from flame.runtime.backend import bgrad_enabled, capabilities, comm_stream_enabled, side_stream_enabled
+from flame.runtime.backend import (
+    attention_lowering,
+    bgrad_enabled,
+    capabilities,
+    comm_stream_enabled,
+    side_stream_enabled,
+)
 from flame.runtime.cuda_graphs import graphs_setting
 from flame.runtime.device import executor
 from flame.target import Target
@@ -74,9 +80,10 @@ def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
     gpu = _current_gpu() if cuda else None
     comm, side = cuda and comm_stream_enabled(), cuda and side_stream_enabled()
     bgrad = bgrad_enabled()
+    attention = attention_lowering() if cuda else None
     settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm, side,
-                rows_schedule(), bgrad)
-    return settings, _target(ex.name, gpu, comm, side, bgrad)
+                rows_schedule(), bgrad, attention)
+    return settings, _target(ex.name, gpu, comm, side, bgrad, attention)
 
 
 def _current_gpu() -> int:
@@ -86,9 +93,10 @@ def _current_gpu() -> int:
 
 
 @lru_cache(maxsize=16)
-def _target(executor_name: str, gpu: int | None, comm_stream: bool, side_stream: bool, bgrad: bool) -> Target:
+def _target(executor_name: str, gpu: int | None, comm_stream: bool, side_stream: bool, bgrad: bool,
+            attention: str | None = None) -> Target:
     """capabilities() of the executor, once per (executor, current GPU, FLAME_COMM_STREAM,
-    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD): what it reads."""
+    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD, FLAME_ATTENTION): what it reads."""
     return capabilities(executor_name)
 
 
