@@ -31,7 +31,8 @@ from flame.passes._rewrite import full_value
 @dataclass
 class Chain:
     """What lies between the scaled scores `base` and the softmax input: `ops` (chain and side ops in
-    program order), `score` (the value the softmax reads once the keep masks are peeled), `keeps`
+    program order, the peeled masks left out), `score` (the value the softmax reads: its masks peeled
+    through `through`), `keeps`
     ((condition, "keep" | "drop") per peeled where; (mask, "causal") for an added causal mask), `peeled`
     (those ops), `extras` (the values the side ops start from)."""
 
@@ -40,6 +41,13 @@ class Chain:
     keeps: list[tuple[Value, str]] = field(default_factory=list)
     peeled: list[Op] = field(default_factory=list)
     extras: list[Value] = field(default_factory=list)
+    through: dict[Value, Value] = field(default_factory=dict)  # a peeled op's result -> the value it masks
+
+    def resolve(self, v: Value) -> Value:
+        """v, or what a peeled mask op's result stands for once the mask is taken out."""
+        while v in self.through:
+            v = self.through[v]
+        return v
 
     @property
     def chain_ops(self) -> list[Op]:
@@ -82,33 +90,43 @@ def _score_sized(v: Value, length: int, keys: int) -> bool:
     return v.type.rank >= 2 and v.shape[-2:] == (length, keys) and length * keys > 1
 
 
-def _peel_keeps(x: Value, chain: set[Op], dep: set[Value], causal_add) -> tuple[Value, list, list]:
-    """x without its outermost where(-inf) masks whose condition does not read the scores, and without
-    one added constant that `causal_add(value)` says is PyTorch's causal mask (0 / -inf)."""
-    keeps, peeled = [], []
-    while x.producer is not None and x.producer in chain and x.producer.name in (WHERE.name, ADD.name):
-        if x.producer.name == ADD.name:
-            a, b = x.producer.inputs
+def _widening(op: Op) -> bool:
+    """A cast between float dtypes that loses nothing (s.float() before the softmax)."""
+    x = op.inputs[0].dtype
+    return op.name == CAST.name and x.is_float and op.out.dtype.is_float and op.out.dtype.itemsize >= x.itemsize
+
+
+def _peel_keeps(x: Value, chain: set[Op], dep: set[Value], causal_add) -> tuple[list, list, dict]:
+    """The outermost where(-inf) masks of the chain ending at x whose condition does not read the scores
+    (under widening casts too: a cast of -inf is -inf), and one added constant that `causal_add(value)`
+    says is PyTorch's causal mask (0 / -inf): (keeps, peeled ops, each peeled op's result -> its scores
+    operand, which takes its place)."""
+    keeps, peeled, through = [], [], {}
+    while x.producer is not None and x.producer in chain:
+        op = x.producer
+        if _widening(op):
+            x = op.inputs[0]
+            continue
+        if op.name == ADD.name:
+            a, b = op.inputs
             s, mask = (a, b) if b not in dep else (b, a)
             if mask in dep or s.type != x.type or any(k == "causal" for _, k in keeps) or not causal_add(mask):
                 break
             keeps.append((mask, "causal"))
-            peeled.append(x.producer)
-            x = s
-            continue
-        cond, a, b = x.producer.inputs
-        if cond in dep:
-            break
-        for s, fill, kind in ((a, b, "keep"), (b, a, "drop")):
-            value = full_value(fill)
-            if s.type == x.type and value is not None and np.isneginf(value):
-                keeps.append((cond, kind))
-                peeled.append(x.producer)
-                x = s
+        elif op.name == WHERE.name and op.inputs[0] not in dep:
+            cond, a, b = op.inputs
+            for s, fill, kind in ((a, b, "keep"), (b, a, "drop")):
+                value = full_value(fill)
+                if s.type == x.type and value is not None and np.isneginf(value):
+                    keeps.append((cond, kind))
+                    break
+            else:
                 break
         else:
             break
-    return x, keeps, peeled
+        peeled.append(op)
+        through[op.out] = x = s
+    return keeps, peeled, through
 
 
 def extract(ops: list[Op], x: Value, base: Value, scores_of: Value, causal_add) -> Chain | None:
@@ -124,7 +142,7 @@ def extract(ops: list[Op], x: Value, base: Value, scores_of: Value, causal_add) 
     if any(not _elementwise(op) or op.out.shape != shape for op in chain):
         return None
     inside = set(chain)
-    score, keeps, peeled = _peel_keeps(x, inside, dep_mm, causal_add)
+    keeps, peeled, through = _peel_keeps(x, inside, dep_mm, causal_add)
     side, extras, stack = set(), [], [v for op in chain for v in op.inputs if v not in dep_mm]
     while stack:
         v = stack.pop()
@@ -141,17 +159,17 @@ def extract(ops: list[Op], x: Value, base: Value, scores_of: Value, causal_add) 
         else:
             extras.append(v)
     ops_in = [op for op in ops if op in inside or op.out in side]
-    return Chain([op for op in ops_in if op not in peeled], score, keeps, peeled, extras)
+    return Chain([op for op in ops_in if op not in peeled], x, keeps, peeled, extras, through)
 
 
 def build(chain: Chain, base: Value, keeps: list[tuple[Value, str]]) -> tuple[Graph, list[Value]]:
     """The score modification as a graph: inputs (scores, *extras), outputs (score[, keep]) where keep
     is the conjunction of `keeps`; only the ops those need. Returns it and the extras it reads."""
-    wanted = [chain.score, *(c for c, _ in keeps)]
+    wanted = [chain.resolve(chain.score), *(c for c, _ in keeps)]
     needed, stack = set(), list(wanted)
     by_out = {op.out: op for op in chain.ops}
     while stack:
-        v = stack.pop()
+        v = chain.resolve(stack.pop())
         if v in needed:
             continue
         needed.add(v)
@@ -164,7 +182,7 @@ def build(chain: Chain, base: Value, keeps: list[tuple[Value, str]]) -> tuple[Gr
         renamed[e] = sub.add_input(e.type)
     for op in chain.ops:
         if op.out in needed:
-            new = Op(op.name, tuple(renamed[v] for v in op.inputs), op.attrs, op.out.type)
+            new = Op(op.name, tuple(renamed[chain.resolve(v)] for v in op.inputs), op.attrs, op.out.type)
             sub.ops.append(new)
             renamed[op.out] = new.out
     b = Builder(sub)
@@ -172,7 +190,7 @@ def build(chain: Chain, base: Value, keeps: list[tuple[Value, str]]) -> tuple[Gr
     for cond, kind in keeps:
         c = renamed[cond] if kind == "keep" else b.logical_not(renamed[cond])
         keep = c if keep is None else b.logical_and(keep, c)
-    sub.outputs = [renamed[chain.score], *([keep] if keep is not None else [])]
+    sub.outputs = [renamed[chain.resolve(chain.score)], *([keep] if keep is not None else [])]
     return sub, extras
 
 
