@@ -1,5 +1,6 @@
 """The suite's table of cases, in report order: the stateless kernels, fused attention forward +
-backward, then the training steps, then the transformer training steps (bf16, then mixed precision
+backward (SDPA, then hand-written attention with score modifications), then the training steps, then
+the transformer training steps (bf16, then mixed precision
 and memory budgets), LoRA fine-tuning and the convolutional training steps."""
 
 from flame.bench.cases import STATELESS
@@ -8,6 +9,7 @@ from flame.bench.cases_attention import ATTENTION
 from flame.bench.cases_conv import CONV
 from flame.bench.cases_gpt import GPT
 from flame.bench.cases_lora import LORA
+from flame.bench.cases_score_mod import SCORE_MOD
 from flame.bench.cases_train import TRAINING
 
-CASES = [*STATELESS, *ATTENTION, *TRAINING, *GPT, *AMP, *LORA, *CONV]
+CASES = [*STATELESS, *ATTENTION, *SCORE_MOD, *TRAINING, *GPT, *AMP, *LORA, *CONV]

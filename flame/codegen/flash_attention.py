@@ -28,6 +28,7 @@ import numpy as np
 
 from flame.codegen import cuda_c, score_mod
 from flame.codegen.kernel import Kernel, finish, header, kernel_fields, render_template
+from flame.ir.dtypes import f32
 from flame.ir.evaluate import evaluate_op
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, extras_of, float_extras
@@ -128,7 +129,7 @@ def _fields(op: Op) -> dict:
         D=dim,
         BH=math.prod(q.shape[:-2]),
         lead=list(q.shape[:-2]),
-        scale=cuda_c.literal(op.attrs["scale"], q.dtype),
+        scale=cuda_c.literal(op.attrs["scale"], f32),
         causal=op.attrs["is_causal"],
         band_lo=lo,
         band_hi=hi,
