@@ -51,6 +51,10 @@ def _step(mod, length=8, dim=64, seed=0):
     return step, args, [t.grad.numpy() for t in ts]
 
 
+def _score_sized(plan, length=8):
+    return [b for b in plan.buffers.values() if b.shape[-2:] == (length, length)]
+
+
 def test_forced_flash_plans_the_generated_kernels_and_runs_on_the_reference(attention_target):
     attention_target("flash")
     step, args, want = _step(MODS["causal+document+softcap"])
@@ -63,6 +67,7 @@ def test_forced_flash_plans_the_generated_kernels_and_runs_on_the_reference(atte
     assert sum(n.startswith("flash_attention_backward") for n in names) == 3
     for source in {k.source for k in plan.kernels()}:
         assert compile_cubin(source, "sm_90")[:4] == ELF
+    assert not _score_sized(plan)  # no L x S buffer: the scores live in the kernels' registers
     lines = attention_lines(step.optimized(*args), plan)
     assert len(lines) == 3 and all(
         "generated flash-attention kernel" in x and "not yet verified" in x for x in lines[1:]
@@ -86,6 +91,7 @@ def test_explain_says_why_a_modification_is_decomposed(attention_target, setting
     assert not any(op.name in (FORWARD, BACKWARD) for op in g.ops)
     lines = attention_lines(g, step._last.plan)
     assert len(lines) == 2 and "primitive ops" in lines[1] and says in lines[1], lines
+    assert _score_sized(step._last.plan)  # the unfused graph stores the scores
 
 
 def test_explain_says_cudnn_runs_plain_causal_attention(attention_target):
