@@ -41,7 +41,11 @@ def attention_lines(graph: Graph, plan: Plan) -> list[str]:
     out: list[str] = []
     for s in plan.steps:
         if isinstance(s, AttentionCall):
-            out.append(f"  {s.op.name} at {_where(s.op.loc)}: cuDNN fused attention (one library call)")
+            how = ("one call of its NumPy reference (the reference executor; cuDNN cannot run a score "
+                   "modification, so the CUDA executor runs what FLAME_ATTENTION chooses)"
+                   if s.op.attrs.get("score_mod") is not None else
+                   "one fused attention call (cuDNN on the CUDA executor, the NumPy reference on the reference one)")
+            out.append(f"  {s.op.name} at {_where(s.op.loc)}: {how}")
         elif isinstance(s, KernelLaunch) and s.part[0] == 0 and any(get(o.name).library == "attention" for o in s.ops):
             out.append(f"  {s.ops[0].name} at {_where(s.ops[0].loc)}: {s.reason}")
     notes = {}

@@ -307,11 +307,13 @@ def _match_chain(op: Op, g: Graph, users: dict) -> tuple[_Match, _score_chain.Ch
 
 def _conjuncts(cond: Value, kind: str) -> list[tuple[Value, str]]:
     """A where's condition as (condition, kind) conjuncts of what takes part: ~a becomes (a, keep) for a
-    drop, a & b its parts for a keep."""
+    drop, a & b its parts for a keep, a | b its parts for a drop."""
     if kind == "drop" and _producer(cond, "logical_not"):
         return _conjuncts(cond.producer.inputs[0], "keep")
     if kind == "keep" and _producer(cond, "logical_and"):
         return [c for x in cond.producer.inputs for c in _conjuncts(x, "keep")]
+    if kind == "drop" and _producer(cond, "logical_or"):  # ~(a | b) = ~a & ~b
+        return [c for x in cond.producer.inputs for c in _conjuncts(x, "drop")]
     return [(cond, kind)]
 
 

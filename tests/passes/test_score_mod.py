@@ -244,6 +244,24 @@ def test_fully_masked_rows_give_zeros_where_torch_gives_nan():
     np.testing.assert_allclose(grads[0].numpy()[~rows], want_grads[0][~rows], rtol=1e-9, atol=1e-11)
 
 
+def test_a_causal_part_of_an_or_of_dropped_positions_becomes_is_causal():
+    def attention(q, k, v):
+        s = q @ k.transpose(-1, -2) * 0.5
+        i, j = flame.arange(6)[:, None], flame.arange(6)[None, :]
+        return flame.nn.functional.softmax(s.masked_fill((j > i) | (i - j >= 2), float("-inf")), -1) @ v
+
+    args = _args(_qkv(6, 6), {})
+    fn = flame.compile(attention)
+    (op,) = [o for o in fn.optimized(*args).ops if o.name == FORWARD]
+    assert op.attrs["is_causal"] and len(op.attrs["score_mod"].graph.outputs) == 2
+    i, j = np.arange(6)[:, None], np.arange(6)[None, :]
+    keep = torch.tensor((j <= i) & (i - j < 2))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.tensor(a) for a in _qkv(6, 6)), attn_mask=keep, scale=0.5
+    )
+    np.testing.assert_allclose(fn(*args).numpy(), want.numpy(), rtol=1e-10, atol=1e-12)
+
+
 def test_a_score_sized_operand_is_a_mask_input_not_a_modification():
     """An additive bias the size of the scores stays the op's mask input (cuDNN takes it)."""
     arrays = _qkv(4, 4)

@@ -104,7 +104,14 @@ def test_explain_says_cudnn_runs_plain_causal_attention(attention_target):
     fn = flame.compile(attention)
     fn(*args)
     lines = attention_lines(fn.optimized(*args), fn._last.plan)
-    assert lines[1:] == [lines[1]] and "cuDNN fused attention" in lines[1]
+    assert lines[1:] == [lines[1]] and "one fused attention call (cuDNN on the CUDA executor" in lines[1]
+
+
+def test_explain_on_the_reference_executor_says_what_runs_there():
+    step, args, _ = _step(MODS["causal+document+softcap"])
+    step(*args)
+    lines = attention_lines(step.optimized(*args), step._last.plan)
+    assert len(lines) == 3 and all("NumPy reference" in x and "FLAME_ATTENTION" in x for x in lines[1:])
 
 
 def test_an_unknown_setting_is_an_argument_error(monkeypatch):
