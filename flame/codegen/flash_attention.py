@@ -10,10 +10,11 @@ loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
   sliding window) are skipped; the log-sum-exp of each row is written for the backward (the stats op's
   buffer, or scratch when nothing keeps it). A row no key takes part in gives 0 and statistics -inf.
 - backward: a prep kernel (Delta = rowsum(dO * O) in f32, the f32 dQ accumulator zeroed), the main
-  kernel (one block per 32 keys, a thread per key: P = exp(S - LSE) and dS = P (dP - Delta) recomputed,
-  dS taken through the modification's VJP graph, dK and dV accumulated in registers, dQ summed over the
-  block's keys into the f32 accumulator with atomics) and a kernel converting dQ into the packed result.
-  The backward runs on CUDA cores (no tensor-core path yet).
+  kernel (one block per BN keys; P = exp(S - LSE) and dS = P (dP - Delta) recomputed from the saved
+  statistics, dS taken through the modification's VJP graph, dK and dV accumulated in registers, dQ
+  added to the f32 accumulator with atomics; f16 / bf16: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
+  dK += dS^T Q and dQ += dS K on tensor cores, 16 keys per warp; f32: a thread per key on CUDA cores)
+  and a kernel converting dQ into the packed result.
 
 Kernel ABI (codegen.lower's): the op's inputs in order, then its result(s), then the scratch pointer.
 Forward: q, k, v, *extras, out, stats (stats: the joined stats op's buffer or the scratch); backward:
@@ -195,27 +196,26 @@ def lower_forward(op: Op, with_stats: bool) -> list[Kernel]:
 
 
 def lower_backward(op: Op) -> list[Kernel]:
-    """The backward's three kernels (prep, main, dQ), sharing one scratch buffer (dQ in f32, Delta)."""
+    """The backward's three kernels (prep, main, dQ), sharing one scratch buffer (dQ in f32, Delta); the
+    main one on tensor cores for f16 / bf16 (BN keys per block, 16 per warp), on CUDA cores for f32."""
     fields = _fields(op)
     q = op.inputs[0].type
     bh, length, keys, dim = fields["BH"], fields["L"], fields["S"], fields["D"]
     scratch = (bh * length * dim + bh * length) * 4
-    n_in = len(op.inputs)
+    mma = q.dtype.name in ("f16", "bf16")
+    main = (
+        ("backward_mma", -(-keys // fields["BN"]) * bh, 2 * fields["BN"])
+        if mma
+        else ("backward", -(-keys // 32) * bh, 32)
+    )
     out = []
-    for kind, grid in (
-        ("backward_prep", -(-bh * length // 256)),
-        ("backward", -(-keys // 32) * bh),
-        ("backward_dq", -(-bh * length * dim // 256)),
+    for kind, grid, block in (
+        ("backward_prep", -(-bh * length // 256), 256),
+        main,
+        ("backward_dq", -(-bh * length * dim // 256), 256),
     ):
         source = _render(op, kind, f"flash attention {kind.replace('_', ' ')}", fields)
         out.append(
-            finish(
-                f"flash_attention_{kind}_{q.dtype.name}_d{dim}",
-                source,
-                grid,
-                32 if kind == "backward" else 256,
-                n_in,
-                scratch,
-            )
+            finish(f"flash_attention_{kind}_{q.dtype.name}_d{dim}", source, grid, block, len(op.inputs), scratch)
         )
     return out

@@ -59,9 +59,10 @@ def test_each_modification_renders_and_compiles_forward_and_backward(name):
     kernels = flash_attention.lower_backward(bwd)
     assert [k.name.split("_bf16")[0] for k in kernels] == [
         "flash_attention_backward_prep",
-        "flash_attention_backward",
+        "flash_attention_backward_mma",
         "flash_attention_backward_dq",
     ]
+    assert kernels[1].source.count("flame_mma(") >= 6  # S^T, dP^T, dV, dK, dQ on tensor cores
     _compiles(kernels)
 
 
