@@ -47,6 +47,7 @@ from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
 from flame.plan.steps import ActivationBudget, MemoryBudget
 from flame.runtime.backend import (
+    attention_lowering,
     bgrad_enabled,
     capabilities,
     comm_stream_enabled,
@@ -86,9 +87,10 @@ def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
     gpu = _current_gpu() if cuda else None
     comm, side = cuda and comm_stream_enabled(), cuda and side_stream_enabled()
     bgrad, pieces = bgrad_enabled(), pieces_enabled()
+    attention = attention_lowering() if cuda else None
     settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm, side,
-                rows_schedule(), bgrad, pieces)
-    return settings, _target(ex.name, gpu, comm, side, bgrad, pieces)
+                rows_schedule(), bgrad, pieces, attention)
+    return settings, _target(ex.name, gpu, comm, side, bgrad, pieces, attention)
 
 
 def _current_gpu() -> int:
@@ -99,9 +101,9 @@ def _current_gpu() -> int:
 
 @lru_cache(maxsize=16)
 def _target(executor_name: str, gpu: int | None, comm_stream: bool, side_stream: bool, bgrad: bool,
-            pieces: bool) -> Target:
+            pieces: bool, attention: str | None = None) -> Target:
     """capabilities() of the executor, once per (executor, current GPU, FLAME_COMM_STREAM,
-    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD, FLAME_FUSE_PIECES): what it reads."""
+    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD, FLAME_FUSE_PIECES, FLAME_ATTENTION): what it reads."""
     return capabilities(executor_name)
 
 

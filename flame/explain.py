@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from flame.ir.graph import Graph
 from flame.ir.printer import format_op
+from flame.ir.registry import get
 from flame.plan.memory import human_bytes, memory_report
-from flame.plan.steps import Alias, Copy, LibraryCall, Plan, Step
+from flame.plan.steps import Alias, AttentionCall, Copy, KernelLaunch, LibraryCall, Plan, Step
 
 UNFUSED = "one kernel per op (unfused)"
 
@@ -26,6 +27,36 @@ def _bytes(plan: Plan, bids) -> int:
     return sum(plan.buffers[b].nbytes for b in dict.fromkeys(bids))  # q, k, v may be one buffer, read once
 
 
+DECOMPOSED = "[decompose_attention: "
+
+
+def _where(loc: str | None) -> str:
+    """The user's line of an op, without the notes passes appended to it."""
+    return (loc or "?").split("\n", 1)[0].split("  [")[0]
+
+
+def attention_lines(graph: Graph, plan: Plan) -> list[str]:
+    """How each attention op runs: cuDNN's call, the generated flash-attention kernels, or primitive ops
+    (with the reason the decomposition noted on their source line), one line per op or reason."""
+    out: list[str] = []
+    for s in plan.steps:
+        if isinstance(s, AttentionCall):
+            how = ("one call of its NumPy reference (the reference executor; cuDNN cannot run a score "
+                   "modification, so the CUDA executor runs what FLAME_ATTENTION chooses)"
+                   if s.op.attrs.get("score_mod") is not None else
+                   "one fused attention call (cuDNN on the CUDA executor, the NumPy reference on the reference one)")
+            out.append(f"  {s.op.name} at {_where(s.op.loc)}: {how}")
+        elif isinstance(s, KernelLaunch) and s.part[0] == 0 and any(get(o.name).library == "attention" for o in s.ops):
+            out.append(f"  {s.ops[0].name} at {_where(s.ops[0].loc)}: {s.reason}")
+    notes = {}
+    for op in graph.ops:
+        first = (op.loc or "").split("\n", 1)[0]
+        if DECOMPOSED in first:
+            notes.setdefault((_where(first), first[first.index(DECOMPOSED) + len(DECOMPOSED): first.rindex("]")]))
+    out += [f"  attention at {where}: primitive ops (matmul, softmax, matmul): {why}" for where, why in notes]
+    return ["== attention lowering (FLAME_ATTENTION=auto|cudnn|flash|decomposed) =="] + out if out else []
+
+
 def explain_plan(title: str, graph: Graph, plan: Plan) -> str:
     """The `flame explain` report of one compiled function, headed by `title` (the CLI's: the function,
     its trace number and its input types)."""
@@ -41,4 +72,5 @@ def explain_plan(title: str, graph: Graph, plan: Plan) -> str:
                      f"  out {human_bytes(_bytes(plan, s.outputs))}  | boundary: {reason}")
         for o in s.ops:
             lines.append(f"          {format_op(o, ids, loc=True)}")
+    lines += attention_lines(graph, plan)
     return "\n".join(lines) + "\n" + str(memory_report(plan)) + "\n"

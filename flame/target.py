@@ -30,7 +30,9 @@ class Target:
     attention_layout_unsupported(op, name, shape, layout): why the attention library cannot read or
     write operand `name` (q, k, v, o, grad_out, dq, dk, dv) of attention op `op` at a strided layout
     (flame.plan.views.Strided) of its buffer ("" if it can; the views are then copied, as before).
-    attention_workspace(op, with_stats): the bytes of arena workspace that op's library call needs
+    attention_kernel(op): the op (a forward or backward the attention library does not run, or one a
+    setting forces) runs as the generated flash-attention kernels (codegen/flash_attention.py) instead of
+    a library call. attention_workspace(op, with_stats): the bytes of arena workspace that op's library call needs
     (with_stats: a forward whose call also writes its softmax statistics to a planned buffer).
     conv_unsupported(op) / conv_workspace(op): the same for convolution ops (conv, conv_grad_input,
     conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
@@ -62,6 +64,7 @@ class Target:
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
     attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     attention_workspace: Callable[[Op, bool], int] = lambda op, with_stats=False: 0
+    attention_kernel: Callable[[Op], bool] = lambda op: False  # the NumPy reference runs the op as one step
     attention_layout_unsupported: Callable[[Op, str, tuple, object], str] = lambda op, name, shape, layout: ""
     conv_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
     conv_workspace: Callable[[Op], int] = lambda op: 0

@@ -1,7 +1,7 @@
 """The suite's table of cases, in report order: the stateless kernels, fused attention forward +
-backward, then the training steps, then the transformer training steps (bf16: GPT, then the
-Llama-style block; then mixed precision and memory budgets), LoRA fine-tuning and the convolutional
-training steps."""
+backward (SDPA, then hand-written attention with score modifications), then the training steps, then
+the transformer training steps (bf16: GPT, then the Llama-style block; then mixed precision and
+memory budgets), LoRA fine-tuning and the convolutional training steps."""
 
 from flame.bench.cases import STATELESS
 from flame.bench.cases_amp import AMP
@@ -10,6 +10,7 @@ from flame.bench.cases_conv import CONV
 from flame.bench.cases_gpt import GPT
 from flame.bench.cases_llama import LLAMA
 from flame.bench.cases_lora import LORA
+from flame.bench.cases_score_mod import SCORE_MOD
 from flame.bench.cases_train import TRAINING
 
-CASES = [*STATELESS, *ATTENTION, *TRAINING, *GPT, *LLAMA, *AMP, *LORA, *CONV]
+CASES = [*STATELESS, *ATTENTION, *SCORE_MOD, *TRAINING, *GPT, *LLAMA, *AMP, *LORA, *CONV]

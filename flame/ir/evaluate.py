@@ -47,3 +47,17 @@ def evaluate_graph(g: Graph, arrays: Sequence[np.ndarray]) -> dict[Value, np.nda
     for op in g.ops:
         env[op.out] = evaluate_op(op, [env[v] for v in op.inputs])
     return env
+
+
+def evaluate_outputs(g: Graph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """g's outputs computed op by op from the input arrays, each intermediate dropped after its last
+    use (so a chain of elementwise ops over a large array holds about two arrays at a time)."""
+    last = {v: i for i, op in enumerate(g.ops) for v in op.inputs}
+    keep = set(g.outputs)
+    env = dict(zip(g.inputs, arrays))
+    for i, op in enumerate(g.ops):
+        env[op.out] = evaluate_op(op, [env[v] for v in op.inputs])
+        for v in set(op.inputs):
+            if last[v] == i and v not in keep:
+                del env[v]
+    return [env[v] for v in g.outputs]

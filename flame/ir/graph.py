@@ -151,6 +151,28 @@ def segments(ops: list[Op]) -> list[list[Op]]:
     return list(parts.values())
 
 
+class SubGraph:
+    """A graph held as an op's attribute (kind "graph"): attention's score modification and its
+    gradient. Immutable by convention; equal and hashed by its printed text, so ops carrying one
+    compare, hash (CSE, cache keys) and print like any other attribute. In IR text it is the graph's
+    text on one line, lines separated by `;` (printer.format_attr, parser.parse_attr_value)."""
+
+    __slots__ = ("graph", "text")
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.text = str(graph)  # print_graph, bound onto Graph by flame/ir/__init__.py
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SubGraph) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"<SubGraph {self.graph.name}: {len(self.graph.ops)} ops>"
+
+
 @dataclass(eq=False)
 class Graph:
     """A function in SSA form. `aliases` maps an output index to the input index whose buffer that

@@ -9,15 +9,15 @@ from typing import Any
 from flame.errors import FlameError, ParseError
 from flame.ir import registry
 from flame.ir.dtypes import dtype_of
-from flame.ir.graph import CheckpointLoc, FusionGroup, Graph, Kind, Op, Value
+from flame.ir.graph import CheckpointLoc, FusionGroup, Graph, Kind, Op, SubGraph, Value
 from flame.ir.types import TensorType
 
 _TYPE = r"([a-z0-9]+)\[([0-9,]*)\]"
 _HEADER = re.compile(r"^graph\s+([\w.\-]+)\((.*)\)\s*\{$")
 _PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
 _KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_]+))?(, update)?\): (.*)$")
-_OP = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*([^{:]*?)\s*(\{.*?\})?\s*:\s*" + _TYPE
-                 + r"(?:\s+checkpoint\s+(\d+)(\s+saved)?)?\s*(?:#\s*(.*))?$")
+_OP_HEAD = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*((?:%\d+\s*,?\s*)*)")
+_OP_TAIL = re.compile(r"^:\s*" + _TYPE + r"(?:\s+checkpoint\s+(\d+)(\s+saved)?)?\s*(?:#\s*(.*))?$")
 _TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')
 
 
@@ -25,16 +25,17 @@ def _type(dt: str, dims: str) -> TensorType:
     return TensorType(tuple(int(d) for d in dims.split(",") if d != ""), dtype_of(dt))
 
 
-def _split_top(text: str) -> list[str]:
-    """Split `a=1, b=[1, 2]` on commas outside brackets and strings."""
+def _split_top(text: str, sep: str = ",", level: int = 0) -> list[str]:
+    """Split `a=1, b=[1, 2]` on `sep` outside strings and nested at most `level` deep in brackets,
+    braces and parentheses."""
     parts, depth, cur, in_str = [], 0, "", False
     for i, ch in enumerate(text):
         if ch == '"' and (i == 0 or text[i - 1] != "\\"):
             in_str = not in_str
         if not in_str:
-            depth += ch == "["
-            depth -= ch == "]"
-            if ch == "," and depth == 0:
+            depth += ch in "[{("
+            depth -= ch in "]})"
+            if ch == sep and depth <= level:
                 parts.append(cur)
                 cur = ""
                 continue
@@ -62,8 +63,50 @@ def _scalar(tok: str) -> Any:
 MAX_NESTING = 16  # attribute lists nest at most twice today (pads); deeper text is not IR
 
 
+def _closing_brace(line: str, start: int) -> int:
+    """The index just past the `}` that closes the `{` at line[start] (strings skipped), or -1."""
+    depth, in_str = 0, False
+    for i in range(start, len(line)):
+        ch = line[i]
+        if ch == '"' and line[i - 1] != "\\":
+            in_str = not in_str
+        elif not in_str and ch in "{}":
+            depth += 1 if ch == "{" else -1
+            if depth == 0:
+                return i + 1
+    return -1
+
+
+def _op_line(line: str) -> tuple | None:
+    """(number, name, arguments, attribute text or None, dtype, dims, checkpoint, saved, loc) of an op line
+    `%N = name %a, %b {attrs} : TYPE [checkpoint K] [# loc]`, or None. The attribute braces may nest
+    (a graph-valued attribute holds a whole graph's text)."""
+    head = _OP_HEAD.match(line)
+    if not head:
+        return None
+    rest, attrs = line[head.end():].lstrip(), None
+    if rest.startswith("{"):
+        end = _closing_brace(rest, 0)
+        if end < 0:
+            return None
+        attrs, rest = rest[:end], rest[end:].lstrip()
+    tail = _OP_TAIL.match(rest)
+    return None if tail is None else (*head.groups(), attrs, *tail.groups())
+
+
+def _subgraph(text: str) -> SubGraph:
+    """A graph-valued attribute from its one-line text (lines joined by `;`)."""
+    try:
+        return SubGraph(parse("\n".join(_split_top(text, ";", 1))))
+    except ParseError as e:
+        raise ValueError(f"bad graph attribute: {e}") from None
+
+
 def parse_attr_value(text: str) -> Any:
-    """One attribute value: a scalar, a string, a dtype or a nested [list]; ValueError if malformed."""
+    """One attribute value: a scalar, a string, a dtype, a nested [list] or a graph (`graph NAME(...)
+    {; ...; }`); ValueError if malformed."""
+    if text.startswith("graph ") and text.endswith("}"):
+        return _subgraph(text)
     toks = [t for t in _TOKEN.findall(text) if t]
     pos = 0
 
@@ -147,10 +190,10 @@ def parse(text: str, verify: bool = True) -> Graph:
             if n + 2 < len(lines):
                 fail(n + 2, "unexpected text after the graph's closing `}`")
             break
-        m = _OP.match(line)
+        m = _op_line(line)
         if not m:
             fail(n, "expected `%N = op %a, %b {attrs} : TYPE`")
-        num, name, args, attrs, dt, dims, checkpoint, saved, loc = m.groups()
+        num, name, args, attrs, dt, dims, checkpoint, saved, loc = m
         if int(num) in ids:
             fail(n, f"%{num} is defined twice")
         try:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from flame.ir.dtypes import DType
-from flame.ir.graph import CheckpointLoc, Graph, Op, Value
+from flame.ir.graph import CheckpointLoc, Graph, Op, SubGraph, Value
 
 
 def format_attr(v: Any) -> str:
@@ -30,6 +30,8 @@ def format_attr(v: Any) -> str:
         return json.dumps(v)
     if isinstance(v, (tuple, list)):
         return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    if isinstance(v, SubGraph):  # the graph's text on one line: `graph NAME(...) {; %2 = ...; return %2; }`
+        return "; ".join(line.strip() for line in v.text.strip().splitlines())
     raise TypeError(f"cannot print attribute value {v!r}")
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flame.errors import DTypeError, VerifyError
 from flame.ir.dtypes import DType, dtype_of
+from flame.ir.graph import Graph, Op, SubGraph
 from flame.ir.types import TensorType
-
-if TYPE_CHECKING:
-    from flame.ir.graph import Op
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
 CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
@@ -25,7 +23,8 @@ REQUIRED = object()
 
 @dataclass(frozen=True)
 class Attr:
-    """An attribute's kind and default. Kinds: int, float, number, bool, str, ints, pairs, dtype."""
+    """An attribute's kind and default. Kinds: int, float, number, bool, str, ints, pairs, dtype, graph
+    (a flame.ir.graph.SubGraph, or a Graph made into one)."""
 
     kind: str
     default: Any = REQUIRED
@@ -47,7 +46,12 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "ints": _as_ints,
     "pairs": lambda v: tuple(tuple(int(a) for a in p) for p in v),
     "dtype": dtype_of,
+    "graph": lambda v: v if isinstance(v, SubGraph) else SubGraph(v) if isinstance(v, Graph) else _not_graph(v),
 }
+
+
+def _not_graph(v: Any):
+    raise TypeError(f"{v!r} is not a graph")
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from collections.abc import Callable, Sequence
 from flame.errors import FlameError
 from flame.ir.builder import Builder
 from flame.ir.graph import BackwardLoc, Graph, Op, Value, is_backward  # noqa: F401 (is_backward: callers)
+from flame.ir.ops.attention import float_extras
 from flame.ir.registry import REGISTRY
+from flame.passes.dce import eliminate_dead_code
 from flame.passes.rewrite_attention import rewrite_attention_in_place
 
 
@@ -161,7 +163,7 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
             raise FlameError(f"cannot take a gradient with respect to a {w.type} value: only floating-point "
                              f"values have gradients")
     # hand-written attention becomes one op first, so its backward is the fused attention backward
-    rewrite_attention_in_place(g, keep=[out, *wrt])
+    rewrite_attention_in_place(g, keep=[out, *wrt], differentiate=score_mod_vjp)
     needed = _depends_on(g, wrt)
     end = next((i for i, op in enumerate(g.ops) if op.out is out), -1)
     saved = _emit_residuals(g, out, end, needed)
@@ -199,3 +201,18 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
     for hook in last:
         _run_hook(b, ct, hook)
     return [ct.get(w) for w in wrt]
+
+
+def score_mod_vjp(sub: Graph) -> Graph:
+    """The VJP graph of an attention's score modification (flame/ir/ops/attention.py): inputs (s,
+    *extras, g), outputs (ds, *gradient of each float extra; zeros where the score does not depend on
+    it), made by this pass from the registry's VJPs."""
+    g = sub.copy()
+    g.name = "score_mod_grad"
+    seed = g.add_input(g.outputs[0].type)
+    wrt = [g.inputs[0], *float_extras(g.inputs[1:-1])]
+    grads = autodiff(g, g.outputs[0], wrt, seed=seed)
+    b = Builder(g)
+    g.outputs = [gx if gx is not None else b.zeros_like(w) for gx, w in zip(grads, wrt)]
+    g.outputs = [b.cast(gx, dtype=w.dtype) if gx.dtype != w.dtype else gx for gx, w in zip(g.outputs, wrt)]
+    return eliminate_dead_code(g)

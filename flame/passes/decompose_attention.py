@@ -6,6 +6,7 @@ op, `supported(op)` gives the reason and this pass replaces the op by primitive 
 NumPy reference computes (flame/ir/ops/attention.py):
 
     s = (q @ k^T) * scale                      in the compute dtype (f32; f64 for f64 inputs)
+    s = where(keep, score, -inf)               with a score_mod: its graph's ops, inlined (score, keep)
     s = s + mask | where(keep, s, -inf)        additive or bool mask; is_causal: keep = tril(ones(L, S))
     p = exp(s - max s) / sum                   a row with no key taking part gives 0, as the reference
     out = p @ v
@@ -19,6 +20,9 @@ comes right after it) instead of computing the scores again. The backward recomp
 scores and the statistics, p = exp(s - stats), and packs dq, dk, dv flat, as the op does:
 
     dV = p^T @ dO    dP = dO @ V^T    dS = p * (dP - rowsum(dO * O)) * scale    dQ = dS @ K    dK = dS^T @ Q
+
+With a score_mod, dS goes through its VJP graph (score_mod_grad, inlined) before the scale, which also
+gives the extras' gradients, packed after dv.
 
 The bias gradient (an additive mask's) is dS before the scale, summed to the mask's shape. No library
 call computes it (cuDNN's dBias output is not wired), so it is always decomposed: for a backend that
@@ -39,7 +43,7 @@ import numpy as np
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, boolean, f32, f64
 from flame.ir.graph import Graph, Op, Value
-from flame.ir.ops.attention import BACKWARD, BIAS_GRAD, FORWARD, STATS, mask_of
+from flame.ir.ops.attention import BACKWARD, BIAS_GRAD, FORWARD, STATS, extras_of, mask_of
 from flame.passes._rewrite import DECOMPOSE_ALL, Supported, decompose  # noqa: F401  (DECOMPOSE_ALL: re-exported)
 
 ATTENTION_OPS = (FORWARD, STATS, BACKWARD, BIAS_GRAD)
@@ -95,10 +99,27 @@ def _keys_for(b: Builder, op: Op) -> tuple[Value, Value]:
     return _repeat_heads(b, k, q.shape[-3]), _repeat_heads(b, v, q.shape[-3])
 
 
-def _scores(b: Builder, q: Value, k: Value, mask: Value | None, attrs: dict) -> Value:
-    """q k^T * scale + mask in the compute dtype, -inf where a key takes no part."""
+def _inline(b: Builder, sub: Graph, args: list[Value]) -> list[Value]:
+    """A score modification's graph (or its VJP's) emitted with `args` as its inputs (cast to the
+    dtypes it declares); its outputs."""
+    env = {x: _cast(b, a, x.dtype) for x, a in zip(sub.inputs, args)}
+    for o in sub.ops:
+        env[o.out] = b.emit(o.name, *(env[v] for v in o.inputs), **o.attrs)
+    return [env[v] for v in sub.outputs]
+
+
+def _base_scores(b: Builder, q: Value, k: Value, attrs: dict) -> Value:
+    return b.mul(_cast(b, b.matmul(q, b.transpose_last(k)), _compute_dtype(q.dtype)), attrs["scale"])
+
+
+def _scores(b: Builder, q: Value, k: Value, mask: Value | None, attrs: dict, extras: tuple = ()) -> Value:
+    """q k^T * scale + mask (or its score modification) in the compute dtype, -inf where a key takes no part."""
     acc = _compute_dtype(q.dtype)
-    s = b.mul(_cast(b, b.matmul(q, b.transpose_last(k)), acc), attrs["scale"])
+    s = _base_scores(b, q, k, attrs)
+    if attrs.get("score_mod") is not None:
+        score, *keep = _inline(b, attrs["score_mod"].graph, [s, *extras])
+        s = _cast(b, score, acc)
+        s = b.where(keep[0], s, float("-inf")) if keep else s
     keep = None
     if attrs["is_causal"]:  # PyTorch's top-left aligned tril(ones(L, S)): key j takes part in row i iff j <= i
         keep = b.tril(b.const(True, boolean, s.shape[-2:]))
@@ -127,7 +148,7 @@ def _shift(b: Builder, m: Value) -> Value:
 def _softmax_rows(b: Builder, op: Op, k: Value) -> tuple[Value, Value, Value]:
     """exp(s - shift), the row shift (keepdim) and the row sums of the scores of attention op `op`
     (k: its keys as every query head reads them)."""
-    s = _scores(b, op.inputs[0], k, mask_of(op), op.attrs)
+    s = _scores(b, op.inputs[0], k, mask_of(op), op.attrs, extras_of(op))
     shift = _shift(b, b.reduce_max(s, axes=[-1], keepdim=True))
     e = b.exp(b.sub(s, shift))
     return e, shift, b.reduce_sum(e, axes=[-1], keepdim=True)
@@ -164,7 +185,7 @@ def _score_grad(b: Builder, op: Op, k: Value, v: Value) -> tuple[Value, Value]:
     bias-gradient op `op` (k, v: as every query head reads them), as the reference (and cuDNN) use."""
     q, _, _, out, gout, stats = op.inputs[:6]
     acc = _compute_dtype(q.dtype)
-    s = _scores(b, q, k, mask_of(op), op.attrs)
+    s = _scores(b, q, k, mask_of(op), op.attrs, extras_of(op))
     p = b.exp(b.sub(s, _shift(b, b.reshape(stats, shape=(*stats.shape, 1)))))
     dp = _cast(b, b.matmul(gout, b.transpose_last(v)), acc)
     d = b.reduce_sum(b.mul(_cast(b, gout, acc), _cast(b, out, acc)), axes=[-1], keepdim=True)
@@ -178,6 +199,11 @@ def _backward(b: Builder, op: Op) -> Value:
         return b.const(0.0, q.dtype, op.out.shape)  # zeros (dk, dv empty without keys; dq without queries)
     k, v = _keys_for(b, op)
     p, ds = _score_grad(b, op, k, v)
+    extra_grads = []
+    if op.attrs["score_mod"] is not None:  # through the score modification's VJP graph
+        ds, *extra_grads = _inline(b, op.attrs["score_mod_grad"].graph,
+                                   [_base_scores(b, q, k, op.attrs), *extras_of(op), ds])
+        ds = _cast(b, ds, _compute_dtype(q.dtype))
     dv = b.matmul(b.transpose_last(_cast(b, p, q.dtype)), gout)
     # the scale goes into dS once instead of onto dQ and dK separately
     ds = _cast(b, b.mul(ds, op.attrs["scale"]), q.dtype)
@@ -185,7 +211,7 @@ def _backward(b: Builder, op: Op) -> Value:
     dk = b.matmul(b.transpose_last(ds), q)
     if op.attrs["enable_gqa"]:
         dk, dv = _sum_groups(b, dk, k0.shape[-3]), _sum_groups(b, dv, v0.shape[-3])
-    flat = [b.reshape(x, shape=(x.type.numel,)) for x in (dq, dk, dv)]
+    flat = [b.reshape(_cast(b, x, q.dtype), shape=(x.type.numel,)) for x in (dq, dk, dv, *extra_grads)]
     return b.concat(*flat, axis=0)
 
 

@@ -25,7 +25,7 @@ tensors the trace still holds stay valid)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,11 +33,14 @@ import numpy as np
 from flame.errors import FlameError
 from flame.ir.builder import Builder
 from flame.ir.evaluate import evaluate_op
-from flame.ir.graph import Graph, Op, Value
+from flame.ir.graph import Graph, Op, SubGraph, Value
 from flame.ir.ops.elementwise import ADD, DIV, MUL
 from flame.ir.ops.linalg import MATMUL
+from flame.passes import _score_chain
 from flame.passes._rewrite import annotate_loc, full_value
 from flame.passes.dce import eliminate_dead_code
+
+Differentiate = Callable[[Graph], Graph]  # a score modification's graph -> its VJP graph (the autodiff pass)
 
 OP = "scaled_dot_product_attention"
 REWRITE_NOTE = "[rewrite_attention: attention written by hand -> one scaled_dot_product_attention]"
@@ -217,24 +220,37 @@ def _is_causal(mask: np.ndarray, kind: str, length: int, keys: int) -> bool:
     return bool(np.all(np.where(tril, full == 0, np.isneginf(full))))
 
 
+def _causal_mask(m: _Match, g: Graph, length: int, keys: int) -> bool:
+    """m's mask is a constant equal to PyTorch's is_causal."""
+    const = None if m.mask is None else _constant(m.mask, g)
+    return const is not None and _is_causal(const, m.mask_kind, length, keys)
+
+
+def _keys(b: Builder, kt: Value) -> Value:
+    """k from k^T: the permute's input when kt swaps the last two axes of a value, else a transpose."""
+    kt_op = _producer(kt, "permute")
+    rank = kt.type.rank
+    swaps_last = kt_op is not None and tuple(kt_op.attrs["perm"]) == (*range(rank - 2), rank - 1, rank - 2)
+    return kt_op.inputs[0] if swaps_last else b.transpose_last(kt)
+
+
 def _emit(m: _Match, op: Op, g: Graph) -> tuple[list[Op], dict] | None:
     """The helper ops to insert before `op` and op's new inputs and attributes, or None if the op's
     shape rule refuses (batch dimensions that only broadcast, ranks that differ ...)."""
     scratch = Graph()
     b = Builder(scratch, op.loc)
-    kt_op = _producer(m.kt, "permute")
-    rank = m.kt.type.rank
-    swaps_last = kt_op is not None and tuple(kt_op.attrs["perm"]) == (*range(rank - 2), rank - 1, rank - 2)
-    k = kt_op.inputs[0] if swaps_last else b.transpose_last(m.kt)
+    k = _keys(b, m.kt)
     mask, causal = m.mask, False
     if mask is not None:
-        const = _constant(mask, g)
-        length, keys = op.inputs[0].shape[-2:]
-        causal = const is not None and _is_causal(const, m.mask_kind, length, keys)
+        causal = _causal_mask(m, g, *op.inputs[0].shape[-2:])
         mask = None if causal else b.logical_not(mask) if m.mask_kind == "drop" else mask
     attrs = {"scale": m.scale, "is_causal": causal, "enable_gqa": False}
+    return _emitted(scratch, b, op, (m.q, k, m.v, *(() if mask is None else (mask,))), attrs)
+
+
+def _emitted(scratch: Graph, b: Builder, op: Op, inputs: tuple, attrs: dict) -> tuple[list[Op], dict] | None:
     try:
-        out = b.emit(OP, m.q, k, m.v, *(() if mask is None else (mask,)), **attrs)
+        out = b.emit(OP, *inputs, **attrs)
     except FlameError:
         return None
     if out.type != op.out.type:
@@ -243,18 +259,123 @@ def _emit(m: _Match, op: Op, g: Graph) -> tuple[list[Op], dict] | None:
     return scratch.ops, {"inputs": new.inputs, "attrs": new.attrs}
 
 
-def rewrite_attention_in_place(g: Graph, keep: Collection[Value] = ()) -> int:
+def _find_matmul(x: Value) -> Op | None:
+    """The one matmul of x's shape that x is computed from through elementwise ops of its shape."""
+    found, seen, stack = [], set(), [x]
+    while stack:
+        v = stack.pop()
+        op = v.producer
+        if v in seen or op is None or v.shape != x.shape:
+            continue
+        seen.add(v)
+        if op.name == MATMUL.name:
+            found.append(op)
+        elif _score_chain._elementwise(op):
+            stack.extend(op.inputs)
+    return found[0] if len(found) == 1 else None
+
+
+def _match_chain(op: Op, g: Graph, users: dict) -> tuple[_Match, _score_chain.Chain, Value] | None:
+    """The attention pattern ending at value matmul `op` with a score modification between the scaled
+    scores and the softmax: (match, chain, the scaled scores), or None."""
+    p, v = op.inputs
+    inner: list[Op] = [op]
+    x = _softmax_input(_peel_cast(p, inner), inner)
+    mm = None if x is None or not x.dtype.is_float else _find_matmul(x)
+    if mm is None:
+        return None
+    m = _Match(x, x, v, inner=inner)
+    base, readers = mm.out, users.get(mm.out, ())
+    got = _scaling(readers[0].out) if len(readers) == 1 else None
+    if got is not None and got[0] is mm.out:
+        m.scale *= got[1]
+        base = readers[0].out
+        inner.append(readers[0])
+    length, keys = base.shape[-2:]
+
+    def causal_add(mask: Value) -> bool:
+        const = _constant(mask, g)
+        return const is not None and _is_causal(const, "additive", length, keys)
+
+    chain = _score_chain.extract(g.ops, x, base, mm.out, causal_add)
+    if chain is None or not chain.chain_ops:
+        return None
+    inner.extend([mm, *chain.chain_ops])
+    m.q, m.kt = _peel_scale(mm.inputs[0], m), _peel_scale(mm.inputs[1], m)
+    return m, chain, base
+
+
+def _conjuncts(cond: Value, kind: str) -> list[tuple[Value, str]]:
+    """A where's condition as (condition, kind) conjuncts of what takes part: ~a becomes (a, keep) for a
+    drop, a & b its parts for a keep, a | b its parts for a drop."""
+    if kind == "drop" and _producer(cond, "logical_not"):
+        return _conjuncts(cond.producer.inputs[0], "keep")
+    if kind == "keep" and _producer(cond, "logical_and"):
+        return [c for x in cond.producer.inputs for c in _conjuncts(x, "keep")]
+    if kind == "drop" and _producer(cond, "logical_or"):  # ~(a | b) = ~a & ~b
+        return [c for x in cond.producer.inputs for c in _conjuncts(x, "drop")]
+    return [(cond, kind)]
+
+
+def _emit_chain(m: _Match, chain, base: Value, op: Op, g: Graph,
+                differentiate: Differentiate | None) -> tuple[list[Op], dict] | None:
+    """As _emit, for a match with a score modification: a causal conjunct of its masks becomes
+    is_causal, the rest the score_mod graph (with its VJP graph when `differentiate` is given)."""
+    length, keys = base.shape[-2:]
+    causal, keeps = False, []
+    for cond, kind in (c for where in chain.keeps for c in _conjuncts(*where)):
+        const = None if causal or kind == "causal" else _constant(cond, g)
+        if kind == "causal" or (const is not None and _is_causal(const, kind, length, keys)):
+            causal = True
+        else:
+            keeps.append((cond, kind))
+    sub, extras = _score_chain.build(chain, base, keeps)
+    plain = _score_chain.is_plain(sub)
+    scratch = Graph()
+    b = Builder(scratch, op.loc)
+    attrs = {"scale": m.scale, "is_causal": causal, "enable_gqa": False}
+    if not plain:
+        attrs["score_mod"] = SubGraph(sub)
+        attrs["score_mod_grad"] = SubGraph(differentiate(sub)) if differentiate is not None else None
+    return _emitted(scratch, b, op, (m.q, _keys(b, m.kt), m.v, *(() if plain else extras)), attrs)
+
+
+def _mask_input(m: _Match, g: Graph, op: Op) -> bool:
+    """The plain pattern's mask stays an input of the attention op: it is a graph input or the result
+    of an op a score modification cannot hold, or a constant equal to is_causal; a mask computed from
+    positions or small vectors is a score modification (computed where it is used, never stored)."""
+    mask = m.mask
+    if mask is None or mask.producer is None or not _score_chain._side_op(mask.producer):
+        return True
+    return _causal_mask(m, g, *op.inputs[0].shape[-2:])
+
+
+def _rewrite_one(op: Op, g: Graph, users: dict, keep: set, differentiate) -> tuple[list[Op], dict] | None:
+    """The rewrite of the attention ending at value matmul `op` (helpers, new inputs and attributes),
+    or None when there is none."""
+    m = _match(op)
+    if m is not None and _mask_input(m, g, op):
+        return _emit(m, op, g) if _private(m, users, keep) else None
+    got = _match_chain(op, g, users)
+    if got is not None and _private(got[0], users, keep):
+        new = _emit_chain(*got, op, g, differentiate)
+        if new is not None:
+            return new
+    return _emit(m, op, g) if m is not None and _private(m, users, keep) else None
+
+
+def rewrite_attention_in_place(g: Graph, keep: Collection[Value] = (),
+                               differentiate: Differentiate | None = None) -> int:
     """Rewrite every hand-written attention of g into one op, editing g: the value matmul becomes the
     attention op (same result value), helper ops are inserted before it, the dead pattern stays for
-    DCE. `keep`: values that must stay computed as they are (autodiff's targets). Returns the count."""
+    DCE. `keep`: values that must stay computed as they are (autodiff's targets). `differentiate`:
+    makes a score modification's VJP graph (autodiff passes its own; without it the op has none and
+    cannot be differentiated). Returns the count."""
     users = g.users()
     keep = set(keep) | set(g.outputs)
     count = 0
     for op in [o for o in g.ops if o.name == MATMUL.name]:
-        m = _match(op)
-        if m is None or not _private(m, users, keep):
-            continue
-        got = _emit(m, op, g)
+        got = _rewrite_one(op, g, users, keep, differentiate)
         if got is None:
             continue
         helpers, new = got

@@ -29,7 +29,7 @@ from flame.ir import symbolic
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import swaps_last_two
-from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
+from flame.ir.ops.attention import BACKWARD, FORWARD, extras_of, mask_of
 from flame.ir.ops.collective import REDUCE_SCATTER
 from flame.ir.ops.host import OFFLOAD
 from flame.ir.printer import format_op
@@ -186,7 +186,8 @@ class _Builder:
         return bid
 
     def launches(self, kernels: list, ins: tuple[int, ...], outs: tuple[int, ...], ops: tuple[Op, ...],
-                 grp: FusionGroup | None = None, reason: str = "", side: bool = False) -> None:
+                 grp: FusionGroup | None = None, reason: str = "", side: bool = False,
+                 in_place_safe: bool = True) -> None:
         """One KernelLaunch per kernel (args: ins, outs, then one scratch buffer sized for the
         largest workspace any part needs, e.g. a split reduction's partials). A fused kernel (`grp`)
         carries the group's boundary reason and says whether it is in-place safe; a one-op kernel
@@ -197,7 +198,8 @@ class _Builder:
         for i, k in enumerate(kernels):
             self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra,
                                            k.n_inputs, ops, (i, len(kernels)), len(outs),
-                                           grp.reason if grp else reason, k.in_place_safe if grp else True,
+                                           grp.reason if grp else reason,
+                                           k.in_place_safe if grp else in_place_safe,
                                            k.sizes, side))
 
     def scratch(self, nbytes: int) -> int | None:
@@ -221,6 +223,9 @@ class _Builder:
             self.steps.append(Alias(src, bid, op, start))
             return
         library = get(op.name).library
+        if library == "attention" and self.target.attention_kernel(op):
+            flash_steps(self, op, self.temporary(op.out))
+            return
         if library:
             bid = self.temporary(self.strided.stored_in(op))
             self.steps.append(LIBRARY_CALLS[library](self, op, bid))
@@ -280,12 +285,33 @@ def attention_call(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) 
     m = mask_of(op)
     mask = None if m is None else bld.buffer_of[m]
     ws = bld.scratch(bld.target.attention_workspace(op, stats_op is not None))
+    extras = tuple(bld.buffer_of[v] for v in extras_of(op))
     if op.name == BACKWARD:
         return AttentionCall(*ins[:3], out, op, o=ins[3], grad_out=ins[4], stats=ins[5], mask=mask, workspace=ws,
-                             layouts=tuple(layouts))
+                             layouts=tuple(layouts), extras=extras)
     stats = None if stats_op is None else bld.temporary(stats_op.out)
     return AttentionCall(*ins[:3], out, op, stats=stats, mask=mask, workspace=ws, stats_op=stats_op,
-                         layouts=tuple(layouts))
+                         layouts=tuple(layouts), extras=extras)
+
+
+FLASH_REASON = "generated flash-attention kernel (FLAME_ATTENTION=flash; not yet verified on a GPU)"
+
+
+def flash_steps(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) -> None:
+    """The generated flash-attention launches of a forward (writing buffer `out` and, with `stats_op`,
+    the statistics' buffer; else the statistics go to scratch) or of a backward (its three kernels
+    sharing one scratch buffer) or of a stats op standing alone (the forward's output to scratch), where
+    the Target says the op runs so (Target.attention_kernel)."""
+    from flame.codegen import flash_attention
+
+    ins = tuple(bld.buffer_of[v] for v in op.inputs)
+    if op.name == BACKWARD:
+        kernels, outs, ops = flash_attention.lower_backward(op), (out,), (op,)
+    else:
+        kernels = flash_attention.lower_forward(op, with_stats=stats_op is not None)
+        outs = (out,) if stats_op is None else (out, bld.temporary(stats_op.out))
+        ops = (op,) if stats_op is None else (op, stats_op)
+    bld.launches(kernels, ins, outs, ops, reason=FLASH_REASON, in_place_safe=False)
 
 
 def collective_call(bld: _Builder, op: Op, out: int) -> CollectiveCall:
@@ -437,6 +463,9 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         return
     if grp.kind == Kind.ATTENTION:  # a forward and its softmax statistics: one call writes both
         fwd, stats = sorted(grp.ops, key=lambda op: op.name != FORWARD)
+        if bld.target.attention_kernel(fwd):
+            flash_steps(bld, fwd, bld.temporary(fwd.out), stats)
+            return
         bld.steps.append(attention_call(bld, fwd, bld.temporary(bld.strided.stored_in(fwd)), stats))
         return
     try:

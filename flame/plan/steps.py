@@ -337,6 +337,7 @@ class AttentionCall(LibraryCall):
     workspace: int | None = buffer_field(default=None)
     stats_op: Op | None = None
     layouts: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
+    extras: tuple[int, ...] = buffer_field(default=())  # what the op's score_mod reads (ir/ops/attention.py)
 
     @property
     def backward(self) -> bool:
@@ -373,9 +374,9 @@ class AttentionCall(LibraryCall):
 
     @property
     def reads(self) -> tuple[int, ...]:
-        """The op's inputs in order: q, k, v[, out, grad_out, stats (backward)][, mask]."""
+        """The op's inputs in order: q, k, v[, out, grad_out, stats (backward)][, mask | *extras]."""
         saved = (self.o, self.grad_out, self.stats) if self.backward else ()
-        return tuple(b for b in (self.q, self.k, self.v, *saved, self.mask) if b is not None)
+        return tuple(b for b in (self.q, self.k, self.v, *saved, self.mask, *self.extras) if b is not None)
 
     @property
     def outputs(self) -> tuple[int, ...]:

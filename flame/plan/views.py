@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.indexmap import contiguous_strides, input_map, is_view
-from flame.ir.ops.attention import BACKWARD, FORWARD, STATS
+from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, extras_of
 from flame.ir.registry import axis_order, get, is_relabel
 from flame.plan.steps import ALIGN
 
@@ -244,8 +244,8 @@ def fold_attention_views(g: Graph, layout_unsupported) -> Folded:
 def _fold_result(op: Op, g: Graph, users: dict, alone: set[Op], layout_unsupported) -> _Fold | None:
     """Store op's result (a forward's out, a backward's dq, dk, dv) in the buffer its views make."""
     chain = _write_chain(op.out, g, users, alone)
-    if not chain:
-        return None
+    if not chain or (op.name == BACKWARD and extras_of(op)):
+        return None  # a backward that also packs a score modification's gradients writes its flat result
     root = chain[-1].out
     lays, lay = [Strided.contiguous(root.shape)], Strided.contiguous(root.shape)
     for u in reversed(chain):

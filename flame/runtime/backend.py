@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import replace
-from functools import lru_cache
+from dataclasses import dataclass, replace
+from functools import cache, lru_cache
 from importlib import metadata
 
-from flame._env import env_flag
+from flame._env import env_choice, env_flag
+from flame.codegen import flash_attention
 from flame.runtime import cudnn_attention, cudnn_conv, matmul
 from flame.runtime.device import cuda_available
 from flame.target import DEFAULT_TARGET, Target
@@ -63,9 +64,69 @@ def _conv_workspace(op) -> int:
     return cudnn_conv.workspace_bytes(op)
 
 
+ATTENTION_ENV = "FLAME_ATTENTION"
+ATTENTION_LOWERINGS = ("auto", "cudnn", "flash", "decomposed")
+FLASH_OFF = ("the generated flash-attention kernel covers it but stays off until a GPU test passes it "
+             "(FLAME_ATTENTION=flash turns it on)")
+
+
+def attention_lowering() -> str:
+    """FLAME_ATTENTION: how the CUDA target runs an attention op. auto (the default): cuDNN's fused
+    attention where it supports the op, else the unfused graph (the generated flash-attention kernel,
+    codegen/flash_attention.py, is not the default until a GPU test has passed it); cudnn: the same, never
+    the generated kernel; flash: the generated kernel wherever its template covers the op, else as auto;
+    decomposed: every attention op as the unfused graph (primitive ops)."""
+    return env_choice(ATTENTION_ENV, ATTENTION_LOWERINGS, "auto")
+
+
+@dataclass(frozen=True)
+class AttentionLowering:
+    """Where the CUDA target runs each attention op under one FLAME_ATTENTION setting: `choice(op)` is
+    ("cudnn" | "flash" | "decomposed", why), and the Target's attention fields read it."""
+
+    mode: str
+
+    def choice(self, op) -> tuple[str, str]:
+        """(how op runs, why it is not cuDNN's call where it is not)."""
+        if self.mode == "decomposed":
+            return "decomposed", "FLAME_ATTENTION=decomposed: every attention op runs as primitive ops"
+        cudnn_why, flash_why = cudnn_attention.op_unsupported(op), flash_attention.unsupported(op)
+        if self.mode == "flash" and not flash_why:
+            return "flash", "FLAME_ATTENTION=flash: the generated flash-attention kernel (not yet verified on a GPU)"
+        if not cudnn_why:
+            return "cudnn", ""
+        if self.mode == "cudnn":
+            return "decomposed", f"{cudnn_why}; FLAME_ATTENTION=cudnn leaves the generated flash-attention kernel off"
+        if not flash_why:
+            return "decomposed", f"{cudnn_why}; {FLASH_OFF}"
+        return "decomposed", f"{cudnn_why}; nor can the generated flash-attention kernel ({flash_why})"
+
+    def unsupported(self, op) -> str:
+        """Target.attention_unsupported: why op becomes primitive ops ("" if it stays one op)."""
+        how, why = self.choice(op)
+        return why if how == "decomposed" else ""
+
+    def kernel(self, op) -> bool:
+        """Target.attention_kernel: op runs as the generated flash-attention kernels."""
+        return self.choice(op)[0] == "flash"
+
+    def layout_unsupported(self, op, name: str, shape: tuple[int, ...], layout) -> str:
+        """cuDNN's strided operands; the generated kernels read and write contiguous ones."""
+        if self.kernel(op):
+            return "the generated flash-attention kernel reads and writes contiguous operands"
+        return cudnn_attention.layout_unsupported(op, name, shape, layout)
+
+
+@cache
+def attention_rules(mode: str) -> AttentionLowering:
+    """The one AttentionLowering of a FLAME_ATTENTION setting (its methods are part of cached Targets)."""
+    return AttentionLowering(mode)
+
+
 def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Target:
     """`target` with the matmul epilogues cuBLASLt runs inside the call and, for the CUDA executor,
-    which attention and convolution ops cuDNN runs (with the workspace each call needs), whether
+    which attention and convolution ops cuDNN runs (with the workspace each call needs; attention under
+    the FLAME_ATTENTION setting: attention_lowering), whether
     collectives overlap on a communication stream, whether optimizer updates overlap on a side stream and
     the current GPU's architecture; for every executor, whether bias gradients take cuBLASLt's BGRAD
     epilogue (bgrad_enabled), so that the reference runs the plan the GPU runs."""
@@ -73,8 +134,9 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
                      bgrad_epilogue=bgrad_enabled(), fused_pieces=pieces_enabled())
     if executor != "cuda":
         return target
-    return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
-                   attention_layout_unsupported=cudnn_attention.layout_unsupported,
+    rules = attention_rules(attention_lowering())
+    return replace(target, attention_unsupported=rules.unsupported, attention_kernel=rules.kernel,
+                   attention_layout_unsupported=rules.layout_unsupported,
                    attention_workspace=_attention_workspace, matmul_workspace=_matmul_workspace,
                    comm_stream=comm_stream_enabled(), side_stream=side_stream_enabled(),
                    conv_unsupported=_conv_unsupported,

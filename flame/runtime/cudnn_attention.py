@@ -34,6 +34,7 @@ from flame.plan.steps import aligned
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
 DTYPES = ("f16", "bf16")
+NO_SCORE_MOD = "cuDNN's fused attention cannot express a score modification (score_mod)"
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,8 @@ def op_unsupported(op) -> str:
     if op.name == BIAS_GRAD:
         return ("the attention bias needs a gradient and flame does not wire cuDNN's dBias output: "
                 "the bias gradient runs as primitive ops")
+    if op.attrs.get("score_mod") is not None:
+        return NO_SCORE_MOD
     mask = mask_of(op)
     if mask is not None and mask.type.dtype.kind == "bool":
         return "cuDNN takes an additive mask, not a bool one"

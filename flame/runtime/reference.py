@@ -114,6 +114,8 @@ def _attention(s: AttentionCall, bufs: dict, plan: Plan) -> None:
         for n in ("dq", "dk", "dv"):
             np.copyto(arrays[n], got[at: at + arrays[n].size].reshape(arrays[n].shape))
             at += arrays[n].size
+        if s.extras:  # a score modification's float extras' gradients, after dv in the flat result
+            np.copyto(bufs[s.out].reshape(-1)[at:], got[at:])
     else:
         np.copyto(arrays["o"] if "o" in arrays else bufs[s.out], got)
     if s.stats_op is not None:

@@ -10,6 +10,7 @@ import pytest
 import flame
 import flame.nn as nn
 import flame.nn.functional as F
+from flame.ir.ops.attention import STATS
 from flame.ir.registry import REGISTRY
 from flame.passes.autodiff import is_backward
 
@@ -95,7 +96,8 @@ def test_every_op_of_an_autocast_graph_runs_in_its_policys_dtype():
     kinds = {}
     for op in g.ops:
         policy = REGISTRY[op.name].autocast
-        floats = {v.dtype for v in op.inputs if v.dtype.is_float}
+        # the attention backward reads the forward's softmax statistics, which are f32 by definition
+        floats = {v.dtype for v in op.inputs if v.dtype.is_float and not (v.producer and v.producer.name == STATS)}
         kinds.setdefault(op.name, set()).add(op.out.dtype.name)
         if op.name == "cast":
             continue

@@ -32,7 +32,10 @@ graph kinds(%0: f32[2,3] data, %1: i64[2,3] param, %2: f32[] scalar, %3: i64[] s
   %19 = concat %0, %0, %0 {axis=0} : f32[6,3]
   %20 = random_normal %3, %3 {shape=[4, 1], dtype=f32} : f32[4,1]
   %21 = slice %19 {starts=[1, 0], stops=[6, 3], steps=[2, 1]} : f32[3,3]
-  return %5, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %20, %21
+  %22 = scaled_dot_product_attention %0, %0, %0, %2 {scale=0.5, is_causal=true, enable_gqa=false, \
+score_mod=graph score_mod(%0: f32[2,2] data, %1: f32[] data) {; %2 = div %0, %1 : f32[2,2]; %3 = tanh %2 : f32[2,2]; \
+%4 = gelu %3 {approximate="tanh"} : f32[2,2]; %5 = mul %4, %1 : f32[2,2]; return %5; }, score_mod_grad=none} : f32[2,3]
+  return %5, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %20, %21, %22
 }
 """
 
@@ -74,6 +77,24 @@ def test_every_attribute_kind_is_exercised() -> None:
     g = parse(EVERY_ATTR_KIND)
     kinds = {REGISTRY[op.name].attrs[k].kind for op in g.ops for k in op.attrs}
     assert kinds == set(_COERCE), f"kinds not covered: {set(_COERCE) - kinds}"
+
+
+def test_a_graph_attribute_is_a_graph_that_prints_and_parses_back() -> None:
+    op = parse(EVERY_ATTR_KIND).ops[-1]
+    sub = op.attrs["score_mod"].graph
+    assert [o.name for o in sub.ops] == ["div", "tanh", "gelu", "mul"] and op.attrs["score_mod_grad"] is None
+    assert sub.ops[2].attrs == {"approximate": "tanh"} and len(sub.inputs) == 2
+    assert parse(print_graph(sub)).ops[-1].out.type == sub.outputs[0].type
+
+
+def test_a_malformed_graph_attribute_names_the_inner_line() -> None:
+    bad = EVERY_ATTR_KIND.replace("%3 = tanh %2 : f32[2,2]", "%3 = tanh %9 : f32[2,2]")
+    try:
+        parse(bad)
+    except flame.errors.ParseError as e:
+        assert "bad graph attribute" in str(e) and "'%9' is not a defined value" in str(e)
+    else:
+        raise AssertionError("a graph attribute reading an undefined value parsed")
 
 
 def test_parsed_values_are_typed() -> None:

@@ -173,7 +173,7 @@ def test_probabilities_read_elsewhere_are_not_rewritten():
     assert SDPA not in _ops(g) and "matmul" in _ops(g)
 
 
-def test_non_causal_constant_mask_stays_a_mask_input():
+def test_non_causal_constant_mask_becomes_the_score_modifications_keep_mask():
     def attention(q, k, v):
         keep = flame.tril(flame.ones(L, S), 1) == 1  # one diagonal more than causal
         return F.softmax(flame.where(keep, _scaled_after(q, k), float("-inf")), -1) @ v
@@ -181,7 +181,13 @@ def test_non_causal_constant_mask_stays_a_mask_input():
     args = [flame.tensor(x) for x in _data()[:3]]
     g = flame.compile(attention).optimized(*args)
     (op,) = [o for o in g.ops if o.name == SDPA]
-    assert not op.attrs["is_causal"] and len(op.inputs) == 4 and op.inputs[3].dtype.kind == "bool"
+    assert not op.attrs["is_causal"] and len(op.inputs) == 3  # computed from positions, never stored
+    sub = op.attrs["score_mod"].graph
+    assert len(sub.outputs) == 2 and sub.outputs[1].dtype.kind == "bool" and sub.outputs[0] is sub.inputs[0]
+    keep = np.tril(np.ones((L, S), bool), 1)
+    q, k, v = (torch.tensor(a.numpy()) for a in args)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=torch.tensor(keep))
+    np.testing.assert_allclose(flame.compile(attention)(*args).numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_rewritten_graph_prints_and_parses_back():

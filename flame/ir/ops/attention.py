@@ -26,20 +26,39 @@ a second result (the IR has one result per op, and the two have different dtypes
 emits it right after the forward (OpDef.residuals) and the fusion pass joins it to its forward, so
 one library call writes both; an inference graph has no stats op (DCE), so nothing keeps them. The
 backward takes them as its 6th input (q, k, v, out, grad_out, stats[, mask]) and computes the
-probabilities as exp(scores - stats), as cuDNN does."""
+probabilities as exp(scores - stats), as cuDNN does.
+
+A score modification (what the attention-recognition pass finds between `q @ k^T * scale` and the
+softmax of hand-written attention: soft-capping, ALiBi, relative-position biases, sliding windows,
+document masks ...) is the graph-valued attribute `score_mod` (a flame.ir.graph.SubGraph) with the
+values it reads as the op's inputs after q, k, v (then there is no mask input):
+
+    score_mod(s, *extras) -> score[, keep]     s: the scaled scores [..., H, L, S] in the dtype the user
+                                               computed them in; score: the modified scores (same shape,
+                                               a float dtype); keep: bool, broadcasting to the scores
+                                               (True = takes part)
+    scores = where(keep, score, -inf), then is_causal as above
+
+`score_mod_grad` is its vector-Jacobian product, made by the autodiff pass from the registry's VJPs:
+(s, *extras, g) -> (ds, *one gradient per float extra). The backward op takes the extras after its
+six inputs and packs, after dq, dk, dv, the gradient of each float extra (in q's dtype); the VJP
+slices them out. The references evaluate the modification on the scores as the unfused graph would,
+dropping each intermediate after its last use."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import DTypeError, ShapeError
+from flame.errors import DTypeError, FlameError, ShapeError
 from flame.ir.dtypes import f32
+from flame.ir.evaluate import evaluate_outputs
 from flame.ir.memo import exact_memo
 from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
 
-ATTRS = {"scale": Attr("float"), "is_causal": Attr("bool", False), "enable_gqa": Attr("bool", False)}
+ATTRS = {"scale": Attr("float"), "is_causal": Attr("bool", False), "enable_gqa": Attr("bool", False),
+         "score_mod": Attr("graph", None), "score_mod_grad": Attr("graph", None)}
 NO_SECOND_ORDER = "second derivatives of attention are not implemented (its backward is one fused op)"
 
 
@@ -49,11 +68,25 @@ BACKWARD = "scaled_dot_product_attention_backward"
 BIAS_GRAD = "scaled_dot_product_attention_bias_grad"
 
 
+def _first_after(op) -> int:
+    return 6 if op.name in (BACKWARD, BIAS_GRAD) else 3
+
+
 def mask_of(op):
     """The optional mask input of an attention op: after q, k, v (forward, stats) or after q, k, v,
-    out, grad_out, stats (backward, bias gradient); None without one."""
-    n = 6 if op.name in (BACKWARD, BIAS_GRAD) else 3
-    return op.inputs[n] if len(op.inputs) > n else None
+    out, grad_out, stats (backward, bias gradient); None without one (always with a score_mod)."""
+    n = _first_after(op)
+    return op.inputs[n] if len(op.inputs) > n and op.attrs.get("score_mod") is None else None
+
+
+def extras_of(op) -> tuple:
+    """The inputs an attention op's score_mod reads (where the mask would be); () without one."""
+    return tuple(op.inputs[_first_after(op):]) if op.attrs.get("score_mod") is not None else ()
+
+
+def float_extras(extras) -> list:
+    """The extras (Values or types) that get a gradient: the floating-point ones."""
+    return [e for e in extras if (e.type if hasattr(e, "type") else e).dtype.is_float]
 
 
 def stats_type(q: TensorType) -> TensorType:
@@ -93,22 +126,47 @@ def _check_mask(name, q, k, mask, is_causal):
         raise ShapeError(f"{name}: mask {mask} does not broadcast to the scores {scores}")
 
 
-def _check_forward(name, types, is_causal, enable_gqa):
-    if len(types) not in (3, 4):
-        raise ShapeError(f"{name}: expected q, k, v[, mask], got {len(types)} inputs")
+def _check_mod(name, q, k, extras, score_mod, score_mod_grad):
+    """A score modification's graph matches the scores and the extras it reads (module docstring)."""
+    sub = score_mod.graph
+    scores = q.shape[:-1] + (k.shape[-2],)
+    ins, outs = [v.type for v in sub.inputs], [v.type for v in sub.outputs]
+    if len(ins) != 1 + len(extras) or list(extras) != ins[1:]:
+        raise ShapeError(f"{name}: score_mod reads {ins[1:]} besides the scores, the op gives {list(extras)}")
+    if ins[0].shape != scores or not ins[0].dtype.is_float:
+        raise ShapeError(f"{name}: score_mod's scores input {ins[0]} must be a float [{', '.join(map(str, scores))}]")
+    if not 1 <= len(outs) <= 2 or outs[0].shape != scores or not outs[0].dtype.is_float:
+        raise ShapeError(f"{name}: score_mod must give the modified scores (float, shape {scores}) "
+                         f"and optionally a bool keep mask, not {outs}")
+    if len(outs) == 2 and (outs[1].dtype.kind != "bool"
+                           or broadcast_shapes(f"{name}: keep mask", [ins[0], outs[1]]) != scores):
+        raise ShapeError(f"{name}: score_mod's keep mask {outs[1]} must be bool and broadcast to {scores}")
+    if score_mod_grad is not None:
+        grad = score_mod_grad.graph
+        want_in, want_out = [*ins, outs[0]], [ins[0], *float_extras(ins[1:])]
+        if [v.type for v in grad.inputs] != want_in or [v.type for v in grad.outputs] != want_out:
+            raise ShapeError(f"{name}: score_mod_grad must map {want_in} to {want_out}")
+
+
+def _check_forward(name, types, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
     q, k, v = types[:3]
+    if score_mod is None and len(types) not in (3, 4):
+        raise ShapeError(f"{name}: expected q, k, v[, mask], got {len(types)} inputs")
     _check_qkv(name, q, k, v, enable_gqa)
-    _check_mask(name, q, k, types[3] if len(types) == 4 else None, is_causal)
+    if score_mod is not None:
+        _check_mod(name, q, k, types[3:], score_mod, score_mod_grad)
+    else:
+        _check_mask(name, q, k, types[3] if len(types) == 4 else None, is_causal)
     return q, v
 
 
-def _forward_infer(types, scale, is_causal, enable_gqa):
-    q, v = _check_forward(FORWARD, types, is_causal, enable_gqa)
+def _forward_infer(types, scale, is_causal, enable_gqa, **mod):
+    q, v = _check_forward(FORWARD, types, is_causal, enable_gqa, **mod)
     return TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
 
 
-def _stats_infer(types, scale, is_causal, enable_gqa):
-    q, _ = _check_forward(STATS, types, is_causal, enable_gqa)
+def _stats_infer(types, scale, is_causal, enable_gqa, **mod):
+    q, _ = _check_forward(STATS, types, is_causal, enable_gqa, **mod)
     return stats_type(q)
 
 
@@ -122,17 +180,27 @@ def _check_saved(name, types):
         raise ShapeError(f"{name}: stats {stats} must be {stats_type(q)} (the forward's log-sum-exp)")
 
 
-def _backward_infer(types, scale, is_causal, enable_gqa):
-    if len(types) not in (6, 7):
+def _backward_infer(types, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
+    if len(types) < 6 or (score_mod is None and len(types) > 7):
         raise ShapeError(f"{BACKWARD}: expected q, k, v, out, grad_out, stats[, mask], got {len(types)} inputs")
     q, k, v = types[:3]
     _check_qkv(BACKWARD, q, k, v, enable_gqa)
-    _check_mask(BACKWARD, q, k, types[6] if len(types) == 7 else None, is_causal)
+    extra = 0
+    if score_mod is not None:
+        if score_mod_grad is None:
+            raise ShapeError(f"{BACKWARD}: a score_mod needs its score_mod_grad")
+        _check_mod(BACKWARD, q, k, types[6:], score_mod, score_mod_grad)
+        extra = sum(t.numel for t in float_extras(types[6:]))
+    else:
+        _check_mask(BACKWARD, q, k, types[6] if len(types) == 7 else None, is_causal)
     _check_saved(BACKWARD, types)
-    return TensorType((q.numel + k.numel + v.numel,), q.dtype)
+    return TensorType((q.numel + k.numel + v.numel + extra,), q.dtype)
 
 
-def _bias_grad_infer(types, scale, is_causal, enable_gqa):
+def _bias_grad_infer(types, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
+    if score_mod is not None:
+        raise ShapeError(f"{BIAS_GRAD}: an attention with a score_mod has no mask (its extras get their "
+                         f"gradients from the backward)")
     if len(types) != 7:
         raise ShapeError(f"{BIAS_GRAD}: expected q, k, v, out, grad_out, stats, mask, got {len(types)} inputs")
     q, k, v, mask = types[0], types[1], types[2], types[6]
@@ -160,10 +228,26 @@ def _repeat_heads(x, h):
     return x if x.shape[-3] == h else np.repeat(x, h // x.shape[-3], axis=-3)
 
 
+def _run_mod(sub, s, extras) -> list:
+    """A score modification's graph (or its gradient's) on the scores and extras, inputs cast to the
+    dtypes the graph declares."""
+    args = [a.astype(v.type.dtype.np_dtype, copy=False) for v, a in zip(sub.inputs, (s, *extras))]
+    return evaluate_outputs(sub, args)
+
+
+def _modified(s, score_mod, extras):
+    """The scores after the score modification: where(keep, score, -inf), in s's dtype."""
+    outs = _run_mod(score_mod.graph, s, extras)
+    score = outs[0].astype(s.dtype)
+    return np.where(outs[1], score, -np.inf) if len(outs) > 1 else score
+
+
 @exact_memo
-def _scores(q, k, mask, scale, is_causal):
-    """q k^T * scale + mask, -inf where a key takes no part."""
+def _scores(q, k, mask, scale, is_causal, score_mod=None, *extras):
+    """q k^T * scale + mask (or the score modification of it), -inf where a key takes no part."""
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * _scalar(q, scale)
+    if score_mod is not None:
+        s = _modified(s, score_mod, extras)
     keep = None
     if is_causal:
         keep = np.tril(np.ones(s.shape[-2:], bool))
@@ -177,19 +261,19 @@ def _scores(q, k, mask, scale, is_causal):
 
 
 @exact_memo
-def _softmax_terms(q, k, mask, scale, is_causal):
+def _softmax_terms(q, k, mask, scale, is_causal, score_mod=None, *extras):
     """The row shift (max, 0 for a row of -inf), exp(scores - shift) and its row sums: what the
     forward's probabilities and its statistics share (kept, so the second reads them)."""
-    s = _scores(q, k, mask, scale, is_causal)
+    s = _scores(q, k, mask, scale, is_causal, score_mod, *extras)
     m = s.max(-1, keepdims=True, initial=-np.inf)  # no keys (S = 0): -inf, as a row with every key masked
     shift = np.where(np.isfinite(m), m, 0)
     e = np.exp(s - shift)
     return shift, e, e.sum(-1, keepdims=True)
 
 
-def _probabilities(q, k, mask, scale, is_causal):
+def _probabilities(q, k, mask, scale, is_causal, score_mod=None, *extras):
     """softmax(q k^T * scale + mask) with a max shift; rows with no key taking part are 0."""
-    _, e, total = _softmax_terms(q, k, mask, scale, is_causal)
+    _, e, total = _softmax_terms(q, k, mask, scale, is_causal, score_mod, *extras)
     return np.where(total > 0, e / np.where(total > 0, total, 1), 0)
 
 
@@ -200,16 +284,24 @@ def _operands(q, k, v, enable_gqa):
     return (q, *((_repeat_heads(k, h), _repeat_heads(v, h)) if enable_gqa else (k, v)))
 
 
-def _sdpa_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
+def _mask_and_mod(rest, score_mod):
+    """(mask, score_mod, *extras) from the inputs after q, k, v (or after the backward's six)."""
+    if score_mod is not None:
+        return (None, score_mod, *rest)
+    return (rest[0] if rest else None,)
+
+
+def _sdpa_ref(q, k, v, *rest, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
     q, k, v = _operands(q, k, v, enable_gqa)
-    p = _probabilities(q, k, mask[0] if mask else None, scale, is_causal)
-    return np.matmul(p, v)
+    mask, *mod = _mask_and_mod(rest, score_mod)
+    return np.matmul(_probabilities(q, k, mask, scale, is_causal, *mod), v)
 
 
-def _stats_ref(q, k, v, *mask, scale, is_causal, enable_gqa):
+def _stats_ref(q, k, v, *rest, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
     """log(sum(exp(s))) per row with a max shift; -inf for a row with no key taking part."""
     q, k, _ = _operands(q, k, v, enable_gqa)
-    shift, _, total = _softmax_terms(q, k, mask[0] if mask else None, scale, is_causal)
+    mask, *mod = _mask_and_mod(rest, score_mod)
+    shift, _, total = _softmax_terms(q, k, mask, scale, is_causal, *mod)
     return (shift + np.log(total))[..., 0]
 
 
@@ -220,28 +312,43 @@ def _sum_groups(dx, hkv):
     return dx.reshape(dx.shape[:-3] + (hkv, dx.shape[-3] // hkv) + dx.shape[-2:]).sum(-3)
 
 
-def _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal):
+def _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal, *mod):
     """p = exp(s - stats) and dS = p * (dP - D) with dP = grad_out v^T and D = rowsum(grad_out * out):
-    the probabilities and the gradient of the scaled, masked scores, as FlashAttention and cuDNN
-    compute them (so wrong statistics give wrong gradients here too). q, k, v: the operands."""
+    the probabilities and the gradient of the scaled, masked (modified) scores, as FlashAttention and
+    cuDNN compute them (so wrong statistics give wrong gradients here too). q, k, v: the operands;
+    mod: (score_mod, *extras) or ()."""
     out, gout, stats = _acc(out), _acc(gout), _acc(stats)[..., None]
-    s = _scores(q, k, mask, scale, is_causal)
+    s = _scores(q, k, mask, scale, is_causal, *mod)
     p = np.exp(s - np.where(np.isfinite(stats), stats, 0))  # -inf scores (and rows) give 0
     dp = np.matmul(gout, np.swapaxes(v, -1, -2))
     return p, p * (dp - (gout * out).sum(-1, keepdims=True))
 
 
-def _sdpa_backward_ref(q, k0, v0, out, gout, stats, *mask, scale, is_causal, enable_gqa):
-    """dq, dk, dv packed flat, from the probabilities and the scores' gradient (_score_grad)."""
+def _through_mod(q, k, ds, scale, score_mod_grad, extras) -> tuple:
+    """The gradient of the scaled scores and of the float extras from that of the modified ones,
+    through the score modification's VJP graph."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * _scalar(q, scale)
+    outs = _run_mod(score_mod_grad.graph, s, (*extras, ds))
+    return outs[0].astype(ds.dtype), outs[1:]
+
+
+def _sdpa_backward_ref(q, k0, v0, out, gout, stats, *rest, scale, is_causal, enable_gqa, score_mod=None,
+                       score_mod_grad=None):
+    """dq, dk, dv (then the float extras' gradients) packed flat, from the probabilities and the
+    scores' gradient (_score_grad)."""
     q, k, v = _operands(q, k0, v0, enable_gqa)
-    p, ds = _score_grad(q, k, v, out, gout, stats, mask[0] if mask else None, scale, is_causal)
+    mask, *mod = _mask_and_mod(rest, score_mod)
+    p, ds = _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal, *mod)
+    extra_grads = ()
+    if score_mod is not None:
+        ds, extra_grads = _through_mod(q, k, ds, scale, score_mod_grad, rest)
     gout = _acc(gout)
     dq = np.matmul(ds, k) * _scalar(q, scale)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q) * _scalar(q, scale)
     dv = np.matmul(np.swapaxes(p, -1, -2), gout)
     if enable_gqa:
         dk, dv = _sum_groups(dk, k0.shape[-3]), _sum_groups(dv, v0.shape[-3])
-    return np.concatenate([dq.ravel(), dk.ravel(), dv.ravel()])
+    return np.concatenate([dq.ravel(), dk.ravel(), dv.ravel(), *(g.ravel().astype(dq.dtype) for g in extra_grads)])
 
 
 def _sum_to(x, shape):
@@ -251,32 +358,44 @@ def _sum_to(x, shape):
     return x.sum(axis=axes, keepdims=True) if axes else x
 
 
-def _sdpa_bias_grad_ref(q, k, v, out, gout, stats, mask, *, scale, is_causal, enable_gqa):
+def _sdpa_bias_grad_ref(q, k, v, out, gout, stats, mask, *, scale, is_causal, enable_gqa, **mod):
     """The additive mask's gradient: dS summed to the mask's shape, in the mask's dtype."""
     q, k, v = _operands(q, k, v, enable_gqa)
     _, ds = _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal)
     return _sum_to(ds, mask.shape).astype(mask.dtype)
 
 
-def _sdpa_residuals(b, q, k, v, *rest, scale, is_causal, enable_gqa):
+def _sdpa_residuals(b, q, k, v, *rest, **attrs):
     """What the backward reads besides the inputs and the result: the forward's statistics."""
-    return (b.emit(STATS, q, k, v, *rest[:-1], scale=scale, is_causal=is_causal, enable_gqa=enable_gqa),)
+    return (b.emit(STATS, q, k, v, *rest[:-1], **attrs),)
 
 
-def _sdpa_vjp(b, g, q, k, v, *rest, scale, is_causal, enable_gqa):
-    """One backward op, then dq, dk, dv as slices of its packed result; an additive mask's gradient
-    from the bias-gradient op (autodiff drops it when the mask needs none), none for a bool mask.
-    rest: [mask,] out, stats (the residual)."""
-    mask, out, stats = rest[:-2], rest[-2], rest[-1]
-    packed = b.emit(BACKWARD, q, k, v, out, g, stats, *mask, scale=scale, is_causal=is_causal,
-                    enable_gqa=enable_gqa)
+def _unpack(b, packed, xs) -> list:
+    """The parts of a backward's packed result: one gradient per value of xs, in its shape and dtype."""
     grads, start = [], 0
-    for x in (q, k, v):
+    for x in xs:
         part = b.slice(packed, starts=[start], stops=[start + x.type.numel], steps=[1])
-        grads.append(b.reshape(part, shape=x.shape))
+        part = b.reshape(part, shape=x.shape)
+        grads.append(part if part.dtype == x.dtype else b.cast(part, dtype=x.dtype))
         start += x.type.numel
+    return grads
+
+
+def _sdpa_vjp(b, g, q, k, v, *rest, **attrs):
+    """One backward op, then dq, dk, dv (and a score modification's float extras' gradients) as slices
+    of its packed result; an additive mask's gradient from the bias-gradient op (autodiff drops it when
+    the mask needs none), none for a bool mask. rest: [mask | *extras,] out, stats (the residual)."""
+    mask, out, stats = rest[:-2], rest[-2], rest[-1]
+    if attrs["score_mod"] is not None and attrs["score_mod_grad"] is None:
+        raise FlameError("scaled_dot_product_attention: this score modification has no gradient graph "
+                         "(score_mod_grad); differentiate the hand-written attention instead")
+    packed = b.emit(BACKWARD, q, k, v, out, g, stats, *mask, **attrs)
+    if attrs["score_mod"] is not None:
+        floats = float_extras(mask)
+        grads = iter(_unpack(b, packed, (q, k, v, *floats)))
+        return (*(next(grads) for _ in range(3)), *(next(grads) if e in floats else None for e in mask))
+    grads = _unpack(b, packed, (q, k, v))
     if mask and mask[0].dtype.is_float and q.shape[-2] and k.shape[-2]:  # torch: none when L or S is 0
-        attrs = {"scale": scale, "is_causal": is_causal, "enable_gqa": enable_gqa}
         return (*grads, b.emit(BIAS_GRAD, q, k, v, out, g, stats, mask[0], **attrs))
     return (*grads, *(None for _ in mask))
 

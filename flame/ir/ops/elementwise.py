@@ -199,7 +199,7 @@ for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le
                    ("gt", np.greater), ("ge", np.greater_equal)):
     binary(_name, _fn, kinds=("float", "int", "bool"), out_dtype=boolean, nondiff=_CMP,
            commutative=_name in ("eq", "ne"))  # a == b is b == a bit for bit; a < b is not b < a
-binary("logical_and", np.logical_and, kinds=("bool",), nondiff=_CMP, commutative=True)
+LOGICAL_AND = binary("logical_and", np.logical_and, kinds=("bool",), nondiff=_CMP, commutative=True)
 binary("logical_or", np.logical_or, kinds=("bool",), nondiff=_CMP, commutative=True)
 unary("logical_not", np.logical_not, kinds=("bool",), nondiff=_CMP)
 
@@ -213,7 +213,7 @@ def _where_infer(types):
     return TensorType(broadcast_shapes("where", types), a.dtype)
 
 
-register(OpDef("where", "elementwise", 3, _where_infer, lambda c, a, b: np.where(c, a, b),
+WHERE = register(OpDef("where", "elementwise", 3, _where_infer, lambda c, a, b: np.where(c, a, b),
                vjp=lambda b, g, c, x, y, out: (None, b.where(c, g, 0), b.where(c, 0, g))))
 
 
@@ -221,6 +221,6 @@ def _cast_vjp(b, g, x, out, dtype):
     return (b.cast(g, dtype=x.dtype) if x.dtype.is_float else None,)
 
 
-register(OpDef("cast", "elementwise", 1, lambda types, dtype: types[0].with_dtype(dtype),
+CAST = register(OpDef("cast", "elementwise", 1, lambda types, dtype: types[0].with_dtype(dtype),
                lambda x, dtype: x.astype(dtype.np_dtype), {"dtype": Attr("dtype")}, _cast_vjp, conversion=True,
                sign_only=True))

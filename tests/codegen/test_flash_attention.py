@@ -1,0 +1,93 @@
+"""The generated flash-attention kernels (codegen/flash_attention.py, templates/flash_attention.cu.j2):
+rendered from each recorded score modification, forward and backward, and compiled with NVRTC for sm_90
+(bf16 / f16 through mma.sync, f32 by the plain path, head dims 64 and 128, odd lengths, L != S), with
+whole tiles skipped from the keep mask's band. The lowering choice: tests/plan/test_attention_lowering.py;
+GPU runs: tests/runtime/test_gpu_flash_attention.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flame
+from flame.codegen import flash_attention
+from flame.codegen.nvrtc import compile_cubin
+from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, extras_of, float_extras
+from tests.passes.test_score_mod import MODS, _attention, _extras
+
+B, H = 2, 3
+ELF = b"\x7fELF"
+
+
+def _ops(mod, dtype="bf16", dim=64, length=100, keys=100):
+    """The forward, stats and backward attention ops of a training step over modification `mod`."""
+    rng = np.random.default_rng(0)
+    qkv = [flame.tensor(rng.standard_normal((B, H, n, dim)).astype(np.float32)).to(dtype) for n in (length, keys, keys)]
+    extras = {
+        n: flame.tensor(a.astype(np.float32)).to(dtype) if a.dtype.kind == "f" else flame.tensor(a)
+        for n, a in _extras(length, keys).items()
+    }
+    fn = _attention(flame, mod)
+    names = list(extras)
+
+    def loss(q, k, v, *xs):
+        return fn(q, k, v, dict(zip(names, xs))).float().sum()
+
+    g = flame.compile(flame.value_and_grad(loss, (0, 1, 2))).optimized(*qkv, *extras.values())
+    by_name = {op.name: op for op in g.ops}
+    return by_name[FORWARD], by_name[STATS], by_name[BACKWARD]
+
+
+def _compiles(kernels):
+    for k in kernels:
+        assert compile_cubin(k.source, "sm_90")[:4] == ELF, k.name
+
+
+@pytest.mark.parametrize("name", sorted(MODS))
+def test_each_modification_renders_and_compiles_forward_and_backward(name):
+    fwd, stats, bwd = _ops(MODS[name], length=100, keys=100 if "causal" in name or "window" in name else 75)
+    assert flash_attention.unsupported(fwd) == "" and flash_attention.unsupported(stats) == ""
+    (kernel,) = flash_attention.lower_forward(fwd, with_stats=True)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in kernel.source
+    assert "flame_score_mod(" in kernel.source and kernel.n_outputs == 2
+    _compiles([kernel, *flash_attention.lower_forward(stats, with_stats=False)])
+    why = flash_attention.unsupported(bwd)
+    if float_extras(extras_of(bwd)):
+        assert "float operands" in why  # a per-head slope, a bias table: their gradients need reductions
+        return
+    assert why == ""
+    kernels = flash_attention.lower_backward(bwd)
+    assert [k.name.split("_bf16")[0] for k in kernels] == [
+        "flash_attention_backward_prep",
+        "flash_attention_backward_mma",
+        "flash_attention_backward_dq",
+    ]
+    assert kernels[1].source.count("flame_mma(") >= 6  # S^T, dP^T, dV, dK, dQ on tensor cores
+    _compiles(kernels)
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+@pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
+def test_dtypes_and_head_dims_compile_at_odd_lengths(dtype, dim):
+    fwd, _, bwd = _ops(MODS["causal+document+softcap"], dtype, dim, length=77, keys=77)
+    (kernel,) = flash_attention.lower_forward(fwd, with_stats=True)
+    assert ("mma.sync" in kernel.source) == (dtype != "f32")
+    _compiles([kernel, *flash_attention.lower_backward(bwd)])
+    fwd, _, _ = _ops(MODS["softcap"], dtype, dim, length=70, keys=130)  # L != S
+    _compiles(flash_attention.lower_forward(fwd, with_stats=False))
+
+
+def test_causal_and_window_tiles_are_skipped_from_the_keep_band():
+    fwd, _, bwd = _ops(MODS["window+document"], length=100, keys=100)
+    source = flash_attention.lower_forward(fwd, True)[0].source
+    assert "lo = q0 + (-2LL)" in source and "hi = q0 + BM + (0LL)" in source  # i - 3 < j <= i
+    assert "lo = k0 - (0LL)" in flash_attention.lower_backward(bwd)[1].source
+    fwd, _, _ = _ops(MODS["document"], length=100, keys=75)
+    assert "lo = q0" not in flash_attention.lower_forward(fwd, True)[0].source  # data-dependent: no skipping
+
+
+def test_what_the_template_does_not_take_is_said():
+    fwd, _, _ = _ops(MODS["softcap"], dim=32, length=8, keys=8)
+    assert "head dims 64 and 128" in flash_attention.unsupported(fwd)
+    fwd, _, _ = _ops(MODS["softcap"], dtype="f64", length=8, keys=8)
+    assert "f16, bf16 or f32" in flash_attention.unsupported(fwd)
