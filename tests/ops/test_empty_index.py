@@ -1,5 +1,7 @@
 """Indexing with no element against torch: advanced indexing with an empty index, or a non-empty index
-into a zero-size dim (shapes, values, gradients), eagerly and inside @flame.compile."""
+into a zero-size dim (shapes, values, gradients), and scatter / scatter_add / index_put / x[idx] = v
+with an empty index, whose src keeps a gradient path (zeros of its shape, present as in torch, not
+missing), eagerly and inside @flame.compile."""
 
 from __future__ import annotations
 
@@ -54,3 +56,57 @@ def test_empty_read_alone_calls_backward(k, mode):
     body(x, flame.tensor(idx)) if mode == "eager" else flame.compile(body)(x, flame.tensor(idx))
     assert x.grad is not None
     np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
+def _writes(lib):
+    """(name, fn(x, i, src)) writing src into x at no position (i is empty)."""
+
+    def setitem(x, i, v):
+        y = x * 1
+        y[i] = v
+        return y
+
+    return [
+        ("scatter", lambda x, i, s: x.scatter(0, i.reshape(0, 1).expand(0, 3), s)),
+        ("scatter_add", lambda x, i, s: x.scatter_add(0, i.reshape(0, 1).expand(0, 3), s)),
+        ("index_put", lambda x, i, s: x.index_put((i,), s)),
+        ("index_put accumulate", lambda x, i, s: x.index_put((i,), s, accumulate=True)),
+        ("index_add", lambda x, i, s: x.index_add(0, i, s)),
+        ("index_copy", lambda x, i, s: x.index_copy(0, i, s)),
+        ("setitem", setitem),
+    ]
+
+
+SRC = {"index_put": [(0, 3), (3,), (1, 3)], "index_put accumulate": [(0, 3), (1, 3)], "setitem": [(0, 3), (3,)]}
+
+
+def _write_cases():
+    return [(k, s) for k, (name, _) in enumerate(_writes(torch)) for s in SRC.get(name, [(0, 3)])]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("k,src", _write_cases(), ids=[f"{_writes(torch)[k][0]}-{s}" for k, s in _write_cases()])
+def test_write_with_an_empty_index_keeps_src_in_the_graph(k, src, mode):
+    """x unchanged (-0.0, inf and NaN too); x's gradient passes through, src's is zeros of its shape."""
+    name, tfn = _writes(torch)[k]
+    _, fn = _writes(flame)[k]
+    x0 = randn(4, 3)
+    x0[0] = [-0.0, np.inf, np.nan]
+    s0, ct = randn(*src, key=1), randn(4, 3, key=2)
+    tx, ts = torch.tensor(x0, requires_grad=True), torch.tensor(s0, requires_grad=True)
+    want = tfn(tx, torch.tensor(EMPTY), ts)
+    (want * torch.tensor(ct)).sum().backward()
+    x, s = flame.tensor(x0, requires_grad=True), flame.tensor(s0, requires_grad=True)
+
+    def body(x, i, s):
+        y = fn(x, i, s)
+        (y * flame.tensor(ct)).sum().backward()
+        return y
+
+    got = body(x, flame.tensor(EMPTY), s) if mode == "eager" else flame.compile(body)(x, flame.tensor(EMPTY), s)
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(np.signbit(got.numpy()), np.signbit(want.detach().numpy()))
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    assert ts.grad is not None and s.grad is not None, f"{name}: src has no gradient"
+    assert s.grad.shape == tuple(ts.grad.shape)
+    np.testing.assert_array_equal(s.grad.numpy(), ts.grad.numpy())
