@@ -43,8 +43,7 @@ CONFIGS = {  # name -> (framework, extra worker arguments)
 def _flame_rank(a) -> dict:
     import flame
     import flame.distributed as dist
-    import flame.nn.functional as F
-    from flame.bench.cases_gpt import GPT, _flame_block, _flame_mask, _flame_setup
+    from flame.bench.cases_gpt import GPT, gpt_loss, gpt_setup
     from flame.bench.spec import flame_inputs
     from flame.distributed.optim import ZeroRedundancyOptimizer
     from flame.nn.parallel import DistributedDataParallel
@@ -53,7 +52,7 @@ def _flame_rank(a) -> dict:
     case = next(c for c in GPT if c.name == "gpt_train")
     s = case.sizes(a.quick)
     arr = flame_inputs(case, s, seed=dist.get_rank())
-    p, opt = _flame_setup(s, arr)
+    p, opt = gpt_setup("flame", s, arr)
     holder = flame.nn.Module()
     for n, t in p.items():
         setattr(holder, n.replace(".", "_"), t)
@@ -65,13 +64,7 @@ def _flame_rank(a) -> dict:
 
     @flame.compile
     def step(idx, targets):
-        mask = _flame_mask(s)
-        x = F.embedding(idx, p["wte"]) + p["wpe"]
-        for i in range(s["layers"]):
-            x = _flame_block(x, p, f"h{i}.", s, mask)
-        x = F.layer_norm(x, (s["d"],), p["lnf_w"], p["lnf_b"])
-        logits = x @ p["wte"].transpose(0, 1)
-        loss = F.cross_entropy(logits.float().reshape(-1, s["vocab"]), targets.reshape(-1))
+        loss = gpt_loss("flame", p, s, idx, targets)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -82,9 +75,16 @@ def _flame_rank(a) -> dict:
     ms = _time(lambda: step(*data), sync, a.warmup, a.steps, dist.barrier)
     comm = _flame_comm_ms(ddp, sync, a, dist.barrier) if dist.get_world_size() > 1 else 0.0
     report = step.memory_report(*data)
-    out = dict(step_ms=ms, comm_ms=comm, loss=float(step(*data).item()), planned_peak_mib=report.peak / 2**20,
-               state_mib=report.bound["state"] / 2**20, buckets=len(ddp.buckets), batch_per_gpu=s["batch"],
-               tokens_per_step=s["batch"] * s["T"] * dist.get_world_size())
+    out = dict(
+        step_ms=ms,
+        comm_ms=comm,
+        loss=float(step(*data).item()),
+        planned_peak_mib=report.peak / 2**20,
+        state_mib=report.bound["state"] / 2**20,
+        buckets=len(ddp.buckets),
+        batch_per_gpu=s["batch"],
+        tokens_per_step=s["batch"] * s["T"] * dist.get_world_size(),
+    )
     out.update(_flame_pool())
     dist.destroy_process_group()
     return out
@@ -141,9 +141,8 @@ def _time(call, sync, warmup: int, steps: int, barrier) -> float:
 def _torch_rank(a) -> dict:
     import torch
     import torch.distributed as tdist
-    import torch.nn.functional as F
 
-    from flame.bench.cases_gpt import GPT, _torch_block, _torch_setup
+    from flame.bench.cases_gpt import GPT, gpt_loss, gpt_setup
     from flame.bench.spec import generate
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -158,7 +157,7 @@ def _torch_rank(a) -> dict:
     raw = generate(inputs, np, seed=tdist.get_rank())
     arr = {n: torch.from_numpy(x).to(device) for n, x in raw.items()}
     arr = {n: x.to(torch.bfloat16) if inputs[n].dtype == "bf16" else x for n, x in arr.items()}
-    p, opt = _torch_setup(s, arr)
+    p, opt = gpt_setup("torch", s, arr)
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -166,14 +165,11 @@ def _torch_rank(a) -> dict:
             self.params = torch.nn.ParameterDict({n.replace(".", "_"): t for n, t in p.items()})
 
         def forward(self, idx, targets):
-            x = F.embedding(idx, p["wte"]) + p["wpe"]
-            for i in range(s["layers"]):
-                x = _torch_block(x, p, f"h{i}.", s)
-            logits = F.layer_norm(x, (s["d"],), p["lnf_w"], p["lnf_b"]) @ p["wte"].T
-            return F.cross_entropy(logits.float().reshape(-1, s["vocab"]), targets.reshape(-1))
+            return gpt_loss("torch", p, s, idx, targets)
 
-    model = torch.nn.parallel.DistributedDataParallel(Model(), device_ids=[local] if on_gpu else None,
-                                                      bucket_cap_mb=a.bucket_mb)
+    model = torch.nn.parallel.DistributedDataParallel(
+        Model(), device_ids=[local] if on_gpu else None, bucket_cap_mb=a.bucket_mb
+    )
     compiled = torch.compile(model)
 
     def step():
@@ -187,8 +183,12 @@ def _torch_rank(a) -> dict:
     if on_gpu:
         torch.cuda.reset_peak_memory_stats()
     ms = _time(step, sync, a.warmup, a.steps, tdist.barrier)
-    out = dict(step_ms=ms, loss=float(step().item()), batch_per_gpu=s["batch"],
-               tokens_per_step=s["batch"] * s["T"] * tdist.get_world_size())
+    out = dict(
+        step_ms=ms,
+        loss=float(step().item()),
+        batch_per_gpu=s["batch"],
+        tokens_per_step=s["batch"] * s["T"] * tdist.get_world_size(),
+    )
     if on_gpu:
         out["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
     tdist.destroy_process_group()
@@ -217,8 +217,10 @@ def _job(framework: str, gpus: int, args: list[str], env: dict) -> list[str]:
 
 def _table(rows: list[dict]) -> str:
     base = {r["config"]: r for r in rows if r["gpus"] == 1}
-    lines = ["| config | GPUs | ms/step | tokens/s | scaling vs 1 GPU | peak MiB/GPU | comm alone ms | hidden |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| config | GPUs | ms/step | tokens/s | scaling vs 1 GPU | peak MiB/GPU | comm alone ms | hidden |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in sorted(rows, key=lambda r: (r["config"], r["gpus"])):
         one = base.get(r["config"])
         tok = r["tokens_per_step"] / r["step_ms"] * 1e3
@@ -229,8 +231,10 @@ def _table(rows: list[dict]) -> str:
             hidden = f"{100 * max(0.0, min(1.0, 1 - (r['step_ms'] - one['step_ms']) / comm)):.0f}%"
         peak = r.get("peak_mib", r.get("pool_reserved_mib", r.get("planned_peak_mib", float("nan"))))
         comm_cell = f"{comm:.2f}" if comm else ""
-        lines.append(f"| {r['config']} | {r['gpus']} | {r['step_ms']:.2f} | {tok:,.0f} | {scale:.2f}x | {peak:.0f} | "
-                     f"{comm_cell} | {hidden} |")
+        lines.append(
+            f"| {r['config']} | {r['gpus']} | {r['step_ms']:.2f} | {tok:,.0f} | {scale:.2f}x | {peak:.0f} | "
+            f"{comm_cell} | {hidden} |"
+        )
     return "\n".join(lines)
 
 
@@ -242,8 +246,16 @@ def driver(a) -> int:
     env = dict(os.environ)  # unchanged: NCCL_* settings reach every rank as the caller gave them
     if a.device:
         env["FLAME_DEVICE"] = a.device
-    common = ["--steps", str(a.steps), "--warmup", str(a.warmup), "--bucket-mb", str(a.bucket_mb),
-              "--result", str(result)] + (["--quick"] if a.quick else [])
+    common = [
+        "--steps",
+        str(a.steps),
+        "--warmup",
+        str(a.warmup),
+        "--bucket-mb",
+        str(a.bucket_mb),
+        "--result",
+        str(result),
+    ] + (["--quick"] if a.quick else [])
     configs = [c for c in CONFIGS if c in a.configs]
     failures = []
     for name in configs:
@@ -260,8 +272,11 @@ def driver(a) -> int:
     for r in rows:  # zero1 / no-overlap scale against flame's 1-GPU step
         r.setdefault("config", "")
     one = {r["config"]: r for r in rows if r["gpus"] == 1}
-    rows += [{**one["flame"], "config": c} for c in ("flame zero1", "flame no-overlap")
-             if "flame" in one and any(r["config"] == c for r in rows)]
+    rows += [
+        {**one["flame"], "config": c}
+        for c in ("flame zero1", "flame no-overlap")
+        if "flame" in one and any(r["config"] == c for r in rows)
+    ]
     text = _table(rows)
     nvls = os.environ.get("NCCL_NVLS_ENABLE", "(unset)")
     sizes = "--quick" if a.quick else "gpt_train full"

@@ -51,17 +51,17 @@ def no_op_step(name: str) -> tuple:
     compiled, data = _built(name, quick=True)
     for _ in range(3):
         compiled(*data)
-    (entry,) = compiled._entries()
-    real = entry.run
+    (variant,) = compiled.variants()
+    real = variant.run
     outs = []
 
     def record(arrays):
         outs[:] = real(arrays)
         return outs
 
-    entry.run = record
+    variant.run = record
     compiled(*data)
-    entry.run = lambda arrays: outs  # aliased outputs are the inputs' own arrays: nothing is copied back
+    variant.run = lambda arrays: outs  # aliased outputs are the inputs' own arrays: nothing is copied back
     return compiled, data
 
 
@@ -104,7 +104,7 @@ def gpu_times(name: str, calls: int = 500, profile: bool = False) -> tuple[float
     if prof is not None:
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)
-    run = compiled._entries()[0].run
+    run = compiled.variants()[0].run
     slots = next(reversed(getattr(run, "_graphs", {}).values()), {})  # the last call's input pointers
     graph = next(iter(slots.values()), None)
     if graph is None:

@@ -36,8 +36,13 @@ def flame_step(graphs: bool) -> float:
     import flame.optim as optim
 
     g = flame.Generator(0)
-    model = nn.Sequential(nn.Linear(784, 256, generator=g), nn.ReLU(), nn.Linear(256, 256, generator=g),
-                          nn.ReLU(), nn.Linear(256, 10, generator=g))
+    model = nn.Sequential(
+        nn.Linear(784, 256, generator=g),
+        nn.ReLU(),
+        nn.Linear(256, 256, generator=g),
+        nn.ReLU(),
+        nn.Linear(256, 10, generator=g),
+    )
     opt = optim.SGD(model.parameters(), lr=0.01)
     rng = np.random.default_rng(0)
     x = flame.tensor(rng.standard_normal((128, 784)).astype(np.float32))
@@ -52,10 +57,12 @@ def flame_step(graphs: bool) -> float:
         return loss
 
     t = _time(lambda: step(x, y))
-    run = step._entries()[0].run
-    print(f"flame graphs={graphs}: {t:.1f} us/step (captures={getattr(run, 'captures', '?')}, "
-          f"why_no_graph={getattr(run, 'why_no_graph', '?')!r}, steps={len(run.plan.steps)}, "
-          f"loss={float(step(x, y)):.4f})")
+    run = step.variants()[0].run
+    print(
+        f"flame graphs={graphs}: {t:.1f} us/step (captures={getattr(run, 'captures', '?')}, "
+        f"why_no_graph={getattr(run, 'why_no_graph', '?')!r}, steps={len(run.plan.steps)}, "
+        f"loss={float(step(x, y)):.4f})"
+    )
     if graphs:
         print(step.memory_report(x, y))
     return t
@@ -70,8 +77,9 @@ def torch_step() -> float | None:
     if not torch.cuda.is_available():
         print("torch: no CUDA")
         return None
-    model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                                torch.nn.ReLU(), torch.nn.Linear(256, 10)).cuda()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    ).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(128, 784, device="cuda")
     y = torch.randint(0, 10, (128,), device="cuda")

@@ -36,12 +36,20 @@ sys.path.insert(0, str(ROOT))
 
 from flame.runtime.profile import median_event_ms  # noqa: E402
 
-VARIANTS = {"side": dict(balanced=0), "b512": dict(balanced_threads=512), "b768": dict(balanced_threads=768),
-            "b1024": dict(balanced_threads=1024), "b1536": dict(balanced_threads=1536),
-            "b2048": dict(balanced_threads=2048), "b1024nocs": dict(balanced_streaming=False),
-            "wave1024": dict(balanced_threads=1024, balanced_steps=0),
-            "wave512": dict(balanced_threads=512, balanced_steps=0),
-            "b1024s2": dict(balanced_steps=2), "b1024s4": dict(balanced_steps=4), "b1024s8": dict(balanced_steps=8)}
+VARIANTS = {
+    "side": dict(balanced=0),
+    "b512": dict(balanced_threads=512),
+    "b768": dict(balanced_threads=768),
+    "b1024": dict(balanced_threads=1024),
+    "b1536": dict(balanced_threads=1536),
+    "b2048": dict(balanced_threads=2048),
+    "b1024nocs": dict(balanced_streaming=False),
+    "wave1024": dict(balanced_threads=1024, balanced_steps=0),
+    "wave512": dict(balanced_threads=512, balanced_steps=0),
+    "b1024s2": dict(balanced_steps=2),
+    "b1024s4": dict(balanced_steps=4),
+    "b1024s8": dict(balanced_steps=8),
+}
 # several items per thread per step; registers (NVRTC 12.9, sm_90, bf16 update): b1024u2/u4 spill
 # (64 registers), b768u2 80 (84 bytes spilled), b512u2 102 (none), b512u4 128 (186 bytes spilled)
 VARIANTS.update(
@@ -58,8 +66,10 @@ VARIANTS.update(
 # the division and square root are not what kept the update at 64-78% of copy; the one-wave chunks
 # were (Config.balanced_steps).
 _DIV = re.compile(r"\((t\d+) / (t\d+)\)")
-PROBES = {"b1024fdiv": lambda s: _DIV.sub(r"__fdividef(\1, \2)", s),
-          "b1024nodiv": lambda s: _DIV.sub(r"(\1 * \2)", s).replace("sqrtf(", "(")}
+PROBES = {
+    "b1024fdiv": lambda s: _DIV.sub(r"__fdividef(\1, \2)", s),
+    "b1024nodiv": lambda s: _DIV.sub(r"(\1 * \2)", s).replace("sqrtf(", "("),
+}
 VARIANTS.update({name: dict(balanced_threads=1024) for name in PROBES})
 
 
@@ -92,7 +102,7 @@ def main() -> None:
     import cupy
     import ml_dtypes
 
-    from flame.bench.cases_gpt import _adamw_inputs, _adamw_sizes
+    from flame.bench.run import select
     from flame.codegen import Config, lower, nvrtc
     from flame.codegen.fused import group_inputs
     from flame.passes.fuse import fuse
@@ -101,9 +111,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--set", choices=("gpt", "gpt2x", "gptbig", "mlp"), default="gpt",
-                    help="gpt: adamw_multi_tensor's 52 tensors (gpt2x: each twice as long; gptbig: its 2-D ones "
-                         "alone); mlp: mlp_bf16_train's 4 x [4096, 4096] + 4 x [4096]")
+    ap.add_argument(
+        "--set",
+        choices=("gpt", "gpt2x", "gptbig", "mlp"),
+        default="gpt",
+        help="gpt: adamw_multi_tensor's 52 tensors (gpt2x: each twice as long; gptbig: its 2-D ones "
+        "alone); mlp: mlp_bf16_train's 4 x [4096, 4096] + 4 x [4096]",
+    )
     opts = ap.parse_args()
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     print(f"device: {props['name'].decode()}, {props['multiProcessorCount']} SMs", flush=True)
@@ -114,24 +128,35 @@ def main() -> None:
     big = big_out = None
     print(f"copy ceiling (1 GiB copyto): {ceiling:.0f} GB/s", flush=True)
 
-    shapes = [i.shape for i in _adamw_inputs(_adamw_sizes(False)).values() if i.state]
-    shapes = {"gpt": shapes, "gpt2x": [(2 * s[0], *s[1:]) for s in shapes],
-              "gptbig": [s for s in shapes if len(s) == 2], "mlp": [(4096, 4096), (4096,)] * 4}[opts.set]
+    (case,) = select("adamw_multi_tensor")
+    shapes = [i.shape for i in case.inputs(case.sizes(False)).values() if i.state]
+    shapes = {
+        "gpt": shapes,
+        "gpt2x": [(2 * s[0], *s[1:]) for s in shapes],
+        "gptbig": [s for s in shapes if len(s) == 2],
+        "mlp": [(4096, 4096), (4096,)] * 4,
+    }[opts.set]
     groups = fuse(multi_adamw(shapes, "bf16")[0]).groups
     grp = max(groups, key=lambda g: sum(v.type.numel for v in g.outputs))  # the update (not the 0-d work)
     rng = np.random.default_rng(1)
 
     def device(v, fill=None):
-        x = np.full(v.shape, fill, np.float32) if fill is not None else (
-            rng.uniform(0.5, 1.0, v.shape) if not v.shape else np.abs(rng.standard_normal(v.shape)) * 1e-2 + 1e-3)
+        x = (
+            np.full(v.shape, fill, np.float32)
+            if fill is not None
+            else (rng.uniform(0.5, 1.0, v.shape) if not v.shape else np.abs(rng.standard_normal(v.shape)) * 1e-2 + 1e-3)
+        )
         x = np.asarray(x).astype(v.dtype.np_dtype)
         return cupy.asarray(x.view(np.uint16) if x.dtype == np.dtype(ml_dtypes.bfloat16) else x)
 
     ins = [device(v) for v in group_inputs(grp)]
     outs = [device(v, np.nan) for v in grp.outputs]
     nbytes = sum(a.nbytes for a in ins if a.ndim) + sum(a.nbytes for a in outs)
-    print(f"update: {len(shapes)} tensors, {sum(v.type.numel for v in grp.outputs) // 3} elements each of "
-          f"p, m, v; {nbytes / 1e6:.0f} MB moved", flush=True)
+    print(
+        f"update: {len(shapes)} tensors, {sum(v.type.numel for v in grp.outputs) // 3} elements each of "
+        f"p, m, v; {nbytes / 1e6:.0f} MB moved",
+        flush=True,
+    )
     src = cupy.empty(nbytes // 8, np.float32)  # a copy moving the update's bytes (half read, half written)
     dst = cupy.empty_like(src)
     same = median_event_ms(functools.partial(cupy.copyto, dst, src), opts.reps, warmup=5)

@@ -18,9 +18,12 @@ import time
 
 import numpy as np
 
-from flame.bench import cases_conv as cc
+from flame.bench.cases_conv import resnet_state_names
+from flame.bench.run import select
 from flame.bench.spec import as_xp, convert, generate, rel_error
-from flame.bench.suite import _wrapper
+from flame.bench.suite import wrapper
+
+(CASE,) = select("resnet_block_train")
 
 
 def _host(a) -> np.ndarray:
@@ -33,9 +36,8 @@ def _step(framework: str, mode: str, s: dict, spec: dict, arrays: dict, torch_de
     a = {n: convert(framework, arrays[n], i.dtype, i.state, torch_dev) for n, i in spec.items()}
     if f64:
         a = {n: (t.double() if t.is_floating_point() else t) for n, t in a.items()}
-    factory = cc._torch_factory if framework == "torch" else cc._flame_factory
-    make = factory(cc._resnet_loss, cc._resnet_inputs, cc._resnet_checked, cc._sgd)
-    bound = make(dict(s, dtype="f64") if f64 else s, a, _wrapper(framework, mode))
+    make = CASE.torch if framework == "torch" else CASE.flame
+    bound = make(dict(s, dtype="f64") if f64 else s, a, wrapper(framework, mode))
     data = [a[n] for n, i in spec.items() if not i.state]
 
     def state():
@@ -62,9 +64,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--torch-device", default="cpu")
     args = ap.parse_args(argv)
     s = {"batch": args.batch, "hw": args.hw, "c": args.c, "blocks": args.blocks, "dtype": args.dtype}
-    spec = cc._resnet_inputs(s)
+    spec = CASE.inputs(s)
     arrays = generate(spec, np, args.seed)
-    names = cc._resnet_checked(s) + list(cc._running_stats(s, lambda c: 0, lambda c: 1))
+    names = resnet_state_names(s)
     runs = {
         "flame": _step("flame", "compiled", s, spec, arrays, args.torch_device),
         "torch": _step("torch", "eager", s, spec, arrays, args.torch_device),

@@ -290,6 +290,12 @@ def _running_stats(s, zeros, ones) -> dict:
     return out
 
 
+def resnet_state_names(s) -> list[str]:
+    """The names of what resnet_block_train's Bound.state() lists at sizes s, in its order: the checked
+    weights, then BatchNorm's running statistics."""
+    return _resnet_checked(s) + list(_running_stats(s, lambda c: 0, lambda c: 1))
+
+
 def _state(s, p: dict, stats: dict, checked) -> Callable[[], list]:
     names = [n for n in stats if not n.startswith("__")]
     return lambda: [p[n] for n in checked(s)] + [stats[n] for n in names]

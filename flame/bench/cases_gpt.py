@@ -310,6 +310,21 @@ def _bytes(inputs):
     return count
 
 
+# ---- gpt_train's model for scripts that run it otherwise (benchmarks/scripts/ddp_scaling.py) ------------
+
+
+def gpt_setup(framework: str, s, arrays) -> tuple[dict, object]:
+    """(parameters by name, AdamW over them) of gpt_train's GPT at sizes s, made from `arrays` (the
+    case's inputs in `framework`'s tensors: "flame" or "torch"), as the suite's step sets them up."""
+    return (_flame_setup if framework == "flame" else _torch_setup)(s, arrays)
+
+
+def gpt_loss(framework: str, p: dict, s, idx, targets):
+    """gpt_train's loss of parameters p (from gpt_setup) on a batch: flame's with attention written by
+    hand (its causal mask built in the step), torch's with scaled_dot_product_attention."""
+    return (_flame_gpt_loss if framework == "flame" else _torch_gpt_loss)(p, s, idx, targets)
+
+
 # ---- AdamW alone over a GPT's parameters (multi-tensor) ---------------------------------------------
 
 

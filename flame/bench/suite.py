@@ -26,9 +26,11 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}"[:200]
 
 
-def _wrapper(framework: str, mode: str) -> Callable:
-    """How a factory's function is prepared: flame.compile, torch.compile (its default or its
-    "max-autotune" mode), jax.jit or as is."""
+def wrapper(framework: str, mode: str) -> Callable:
+    """The `wrap` a case's factory takes (Case.flame/torch/jax(sizes, arrays, wrap)): how the step is
+    prepared for `framework` ("flame", "torch" or "jax") in `mode` ("eager", "compiled" or
+    "max-autotune"): flame.compile, torch.compile (its default or its "max-autotune" mode), jax.jit or
+    as is."""
     if framework == "flame":
         import flame
 
@@ -157,9 +159,16 @@ def _plan_facts(plan) -> dict:
     calls = sum(isinstance(s, LibraryCall) for s in plan.steps)
     bound = sum(b.nbytes for b in plan.buffers.values() if b.role in ROLES_BOUND and b.base is None)
     inputs = sum(b.nbytes for b in plan.buffers.values() if b.role in ROLES_BOUND[:-1] and b.base is None)
-    return {"kernels_per_call": launches + calls, "launches": launches, "library_calls": calls,
-            "copies": sum(isinstance(s, Copy) for s in plan.steps), "arena_bytes": plan.arena_size,
-            "bound_bytes": bound, "input_bytes": inputs, "planned_bytes": plan.arena_size + bound}
+    return {
+        "kernels_per_call": launches + calls,
+        "launches": launches,
+        "library_calls": calls,
+        "copies": sum(isinstance(s, Copy) for s in plan.steps),
+        "arena_bytes": plan.arena_size,
+        "bound_bytes": bound,
+        "input_bytes": inputs,
+        "planned_bytes": plan.arena_size + bound,
+    }
 
 
 def _compile_time(compiled, data: list, cold: bool) -> tuple[float, object]:
@@ -186,9 +195,11 @@ def _setup(framework: str, factory, mode: str, case: Case, sizes: dict, sets: li
     spec = case.inputs(sizes)
     dev = ctx.torch_dev if framework == "torch" else "cpu"
     arrays = {n: convert(framework, sets[0][n], i.dtype, i.state, dev) for n, i in spec.items()}
-    data = [[arrays[n] if k == 0 else convert(framework, s[n], i.dtype, False, dev)
-             for n, i in spec.items() if not i.state] for k, s in enumerate(sets)]
-    return factory(sizes, arrays, _wrapper(framework, mode)), data
+    data = [
+        [arrays[n] if k == 0 else convert(framework, s[n], i.dtype, False, dev) for n, i in spec.items() if not i.state]
+        for k, s in enumerate(sets)
+    ]
+    return factory(sizes, arrays, wrapper(framework, mode)), data
 
 
 def _check(bound, data0: list, ctx: Context, around=None) -> tuple[list, list]:
@@ -204,8 +215,10 @@ def _check(bound, data0: list, ctx: Context, around=None) -> tuple[list, list]:
 
 def _errors(got: tuple[list, list], want: tuple[list, list], ctx: Context) -> tuple[float, float | None]:
     """Relative errors of the outputs and of the state changes (None where there are none)."""
-    return (rel_error(got[0], want[0], ctx.xp) if want[0] or got[0] else None,
-            rel_error(got[1], want[1], ctx.xp) if want[1] or got[1] else None)
+    return (
+        rel_error(got[0], want[0], ctx.xp) if want[0] or got[0] else None,
+        rel_error(got[1], want[1], ctx.xp) if want[1] or got[1] else None,
+    )
 
 
 def _blocker(bound, timer: str):
@@ -231,8 +244,13 @@ def _time(bound, data: list, timer: str, ctx: Context) -> dict:
     samples = timing.run_timed(call, timer, ctx.repeat, ctx.warmup, block)
     batches, per_batch = (1, 2) if ctx.quick else (5, max(2, ctx.repeat // 3))
     b2b = timing.run_back_to_back(call, timer, batches, per_batch, block)
-    return {"timer": timer, **timing.summary(samples), "b2b_ms": statistics.median(b2b), "b2b_samples": b2b,
-            "b2b_calls": per_batch}
+    return {
+        "timer": timer,
+        **timing.summary(samples),
+        "b2b_ms": statistics.median(b2b),
+        "b2b_samples": b2b,
+        "b2b_calls": per_batch,
+    }
 
 
 def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ctx: Context) -> dict:
@@ -272,9 +290,19 @@ def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ct
     return res
 
 
-def run_peer(name: str, framework: str, factory, mode: str, case: Case, sizes: dict, sets: list[dict],
-             oracle: list | None, ctx: Context, keep_check: bool = False, timed: bool = True
-             ) -> tuple[dict, list | None]:
+def run_peer(
+    name: str,
+    framework: str,
+    factory,
+    mode: str,
+    case: Case,
+    sizes: dict,
+    sets: list[dict],
+    oracle: list | None,
+    ctx: Context,
+    keep_check: bool = False,
+    timed: bool = True,
+) -> tuple[dict, list | None]:
     """One peer's figures (or n/a: reason); with keep_check, also its check outputs (the oracle);
     timed=False only runs the check."""
     res: dict = {"framework": framework, "mode": mode}
@@ -348,9 +376,17 @@ def run_case(case: Case, ctx: Context) -> dict:
     spec = case.inputs(sizes)
     data_bytes = sum(i.nbytes for i in spec.values() if not i.state)
     n_sets = ctx.n_sets(case, data_bytes)
-    out = {"name": case.name, "what": case.what, "sizes": sizes, "min_bytes": case.min_bytes(sizes),
-           "min_flops": case.min_flops(sizes) if case.min_flops else None, "tol": case.tol,
-           "input_sets": n_sets, "bytes_per_input_set": data_bytes, "peers": {}}
+    out = {
+        "name": case.name,
+        "what": case.what,
+        "sizes": sizes,
+        "min_bytes": case.min_bytes(sizes),
+        "min_flops": case.min_flops(sizes) if case.min_flops else None,
+        "tol": case.tol,
+        "input_sets": n_sets,
+        "bytes_per_input_set": data_bytes,
+        "peers": {},
+    }
     sets = [generate(spec, ctx.xp, seed=k) for k in range(n_sets)]
     peers = case.peers()
     wanted = [p for p in peers if ctx.peers is None or p in ctx.peers]
@@ -361,8 +397,9 @@ def run_case(case: Case, ctx: Context) -> dict:
             out["peers"]["torch"] = {"status": why}
         else:
             fw, fac, mode = peers["torch"]
-            res, oracle = run_peer("torch", fw, fac, mode, case, sizes, sets, None, ctx, keep_check=True,
-                                   timed="torch" in wanted)
+            res, oracle = run_peer(
+                "torch", fw, fac, mode, case, sizes, sets, None, ctx, keep_check=True, timed="torch" in wanted
+            )
             timing.free_memory()  # after the return, so the peer's arrays are unreachable
             if "torch" in wanted or res["status"] != "ok":
                 out["peers"]["torch"] = res
@@ -374,8 +411,9 @@ def run_case(case: Case, ctx: Context) -> dict:
             continue
         fw, fac, mode = peers[name]
         why = _available(fw)
-        out["peers"][name] = {"status": why} if why else run_peer(name, fw, fac, mode, case, sizes, sets,
-                                                                 oracle, ctx)[0]
+        out["peers"][name] = (
+            {"status": why} if why else run_peer(name, fw, fac, mode, case, sizes, sets, oracle, ctx)[0]
+        )
         timing.free_memory()
     del sets, oracle
     timing.free_memory()

@@ -56,16 +56,10 @@ from flame.codegen.snippets import accumulator
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Op, Value
 from flame.ir.indexmap import IndexMap, Layout, contiguous_strides, identity, is_reduction, row_map
-from flame.ir.registry import is_costly
+from flame.ir.registry import get, is_costly
 from flame.target import Target
 
 _MAX_GRID = 65535
-_NAMES = {  # reductions (and a telling op) -> the composite a row kernel implements
-    ("reduce_max", "reduce_sum", "div"): "softmax",
-    ("reduce_max", "reduce_sum", "log"): "log_softmax",
-    ("reduce_mean", "reduce_mean", "rsqrt"): "layer_norm",
-    ("reduce_mean", "rsqrt"): "rms_norm",
-}
 
 
 _COLUMN_BLOCK = 512  # threads of a block that carries column partials (several rows of <= 128 threads)
@@ -101,6 +95,15 @@ def _offset(kept: views.View, red: views.View, kc: str, rc: str) -> tuple[str, s
     k = views.offset_expr(kept, kc)
     r = " + ".join(f"{rc}{d} * {s}" if s != 1 else f"{rc}{d}" for d, s in enumerate(red.strides) if s) or "0"
     return k, r
+
+
+def _row_kernel_name(group: FusionGroup, columns: tuple[Op, ...]) -> str:
+    """What a row kernel is named after: the composite an op of it names for its row reductions (the
+    OpDef trait row_kernels; softmax, layer_norm, ...; several: the op first by name), else the stems
+    of its first three reductions (sum_sum)."""
+    reds = tuple(op.name.removeprefix("reduce_") for op in group.ops if is_reduction(op) and op not in columns)
+    named = sorted((op.name, what) for op in group.ops for key, what in get(op.name).row_kernels if key == reds)
+    return named[0][1] if named else "_".join(reds[:3])
 
 
 class _RowSegment:
@@ -655,11 +658,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         before=cols.declarations() if cols else [],
         after=cols.partial_writes() if cols else [],
     )
-    reds = [op.name for op in group.ops if is_reduction(op) and op not in columns]
-    names = set(op.name for op in group.ops)
-    what = next((n for key, n in _NAMES.items() if list(key[:-1]) == reds[: len(key) - 1] and key[-1] in names
-                 and len(reds) == len(key) - 1), "_".join(r.removeprefix("reduce_") for r in reds[:3]))
-    stem = f"reduce_{what}_rows_{outputs[0].dtype.name}" + (f"_x{len(parts)}" if len(parts) > 1 else "")
+    stem = f"reduce_{_row_kernel_name(group, columns)}_rows_{outputs[0].dtype.name}"
+    stem += f"_x{len(parts)}" if len(parts) > 1 else ""
     stem += "_split" if split else ""
     kernels = [finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))]
     if split:

@@ -51,8 +51,9 @@ def _topo(root: Tensor) -> list[Tensor]:
     return [tensors[i] for i in nx.topological_sort(g)]
 
 
-def _rebuild(loss: Tensor, cut: dict | None = None,
-             order: list | None = None) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
+def _rebuild(
+    loss: Tensor, cut: dict | None = None, order: list | None = None
+) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
     """The graph of the ops that made loss, from its leaves (graph inputs). A tensor in `cut` passes no
     gradient to what it was made from (its uses read it through stop_gradient); cut[id] is set to its
     own value, where a hooked backward seeds the gradient its hooks made (_hooked_backward)."""
@@ -74,8 +75,10 @@ def _rebuild(loss: Tensor, cut: dict | None = None,
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
             # its history is the same; only a leaf's values can have changed under it
             if x is orig and isinstance(x, Tensor) and x._version != ver and x._node is None:
-                raise FlameError(f"a tensor needed to compute gradients was modified in place after "
-                                 f"it was used by {node.name}\n  at {node.loc}")
+                raise FlameError(
+                    f"a tensor needed to compute gradients was modified in place after "
+                    f"it was used by {node.name}\n  at {node.loc}"
+                )
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
         if cut is not None and id(t) in cut:
@@ -93,11 +96,13 @@ def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | 
         trace.backward(loss, gradient, retain_graph)
         return
     if not loss.requires_grad:
-        raise FlameError(f"backward(): the tensor does not require grad (no input had requires_grad=True)"
-                         f"\n  at {user_location()}")
+        raise FlameError(
+            f"backward(): the tensor does not require grad (no input had requires_grad=True)\n  at {user_location()}"
+        )
     if gradient is None and loss.numel() != 1:
-        raise FlameError(f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient argument"
-                         f"\n  at {user_location()}")
+        raise FlameError(
+            f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient argument\n  at {user_location()}"
+        )
     order = _topo(loss)
     if any(t._hooks or t._retains_grad for t in order):
         pairs, nodes = _hooked_backward(loss, gradient, order)
@@ -164,7 +169,7 @@ def _hooked_backward(loss: Tensor, gradient: Tensor | None, order: list[Tensor])
     wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order)
     pairs = []
     with no_grad():
-        run_unit(retained, grads[len(wrt) - len(retained):])
+        run_unit(retained, grads[len(wrt) - len(retained) :])
         for t, gr in sorted(zip(wrt[: len(wrt) - len(retained)], grads), key=_last_use(order)):
             if gr is not None:
                 gr = run_unit([t], [gr])[0] if is_hooked(t) else gr
@@ -194,15 +199,22 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
         for i in nums:
             if not isinstance(args[i], Tensor) or not args[i].dtype.is_float:
                 raise FlameError(f"grad: argument {i} must be a floating-point flame.Tensor")
-        out = f(*args)
+        before = trace.differentiated
+        trace.differentiated = (*before, *(args[i] for i in nums))  # they require grad inside f, as torch.func's
+        try:
+            out = f(*args)
+        finally:
+            trace.differentiated = before
         if not isinstance(out, Tensor) or out.numel() != 1:
-            raise FlameError(f"grad: the function must return a scalar Tensor, got "
-                             f"{getattr(out, 'shape', type(out).__name__)}")
+            raise FlameError(
+                f"grad: the function must return a scalar Tensor, got {getattr(out, 'shape', type(out).__name__)}"
+            )
         ws = [trace.value_of(args[i]) for i in nums]
         trace.builder.loc = user_location()
         gvals = autodiff(trace.graph, trace.value_of(out), ws, hooks=trace._grad_hooks([args[i] for i in nums]))
-        grads = tuple(Tensor._traced(gv if gv is not None else trace.builder.zeros_like(w), trace)
-                      for gv, w in zip(gvals, ws))
+        grads = tuple(
+            Tensor._traced(gv if gv is not None else trace.builder.zeros_like(w), trace) for gv, w in zip(gvals, ws)
+        )
         return out, grads[0] if isinstance(argnums, int) else grads
 
     eager = Compiled(traced, name=f"grad_{getattr(f, '__name__', 'fn').strip('<>')}", warn=False)

@@ -101,6 +101,45 @@ class _Entry:
         return ""
 
 
+class Variant:
+    """One compiled variant of a Compiled function (one traced input signature), from
+    `Compiled.variants()`: `graph` (after the passes: what runs), `traced` (as traced), `plan` (the
+    memory-planned Plan) and `run`, the executor's callable from the plan's input arrays to its output
+    arrays (on the CUDA executor it also tells `captures` and `why_no_graph` of its CUDA graphs).
+    Setting `run` replaces what calls of this variant execute (a benchmark times flame's own per-call
+    work with a run that does nothing)."""
+
+    __slots__ = ("_entry",)
+
+    def __init__(self, entry: _Entry):
+        self._entry = entry
+
+    @property
+    def graph(self) -> Graph:
+        """The graph after the pass pipeline, as the executor runs it."""
+        return self._entry.graph
+
+    @property
+    def traced(self) -> Graph:
+        """The graph as traced, before any pass."""
+        return self._entry.traced
+
+    @property
+    def plan(self):
+        """The memory-planned Plan of `graph`."""
+        return self._entry.plan
+
+    @property
+    def run(self) -> Callable:
+        """The executor's callable: the plan's input arrays -> its output arrays."""
+        return self._entry.run
+
+    @run.setter
+    def run(self, fn: Callable) -> None:
+        """What calls of this variant execute from now on."""
+        self._entry.run = fn
+
+
 def _family(key: tuple) -> tuple:
     """A signature with each tensor's shape replaced by its rank: the calls one template can serve."""
     return tuple(("T", len(k[1]), *k[2:]) if k[0] == "T" else k for k in key)
@@ -355,6 +394,11 @@ class Compiled:
             raise MemoryBudgetError(f"{e}\n  at {user_location()}") from None
         entry.graph, entry.plan, entry.run, entry.record = c.graph, c.plan, c.run, c.record
         return entry
+
+    def variants(self) -> list[Variant]:
+        """The compiled variants cached now (one per traced input signature; sizes instantiated from a
+        dynamic template left out), the most recently called first: each one's graph, plan and run."""
+        return [Variant(e) for e in self._entries()]
 
     def _entries(self) -> list[_Entry]:
         """Every cached trace (sizes instantiated from a template left out), the most recently used first."""

@@ -100,23 +100,24 @@ def define(name: str, where: str | None) -> OpDef:
     return define_function(ident if not ident[0].isdigit() else f"f{ident}", _vjp, where)
 
 
-def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[tuple], Forward]) -> Any:
-    """Run a user definition on `args` (tensors and Python values): forward(needs_input_grad) with
-    gradients off, then each differentiable result through `op`, eager or traced."""
+def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[tuple, bool], Forward]) -> Any:
+    """Run a user definition on `args` (tensors and Python values): forward(needs_input_grad, recording)
+    with gradients off, then each differentiable result through `op`, eager or traced. needs_input_grad
+    is torch's: which arguments require grad (known while tracing too), whether or not gradients are on;
+    recording: whether the call records a gradient (gradients on and some argument requires grad)."""
     trace = current_trace.get()
     on = grad_enabled.get() and not _IN_FORWARD.get()  # inside a forward, as with gradients off: none
-    if trace is None:
-        needs = tuple(on and isinstance(a, Tensor) and a.requires_grad and a.dtype.is_float for a in args)
-    else:  # what gradients a trace will ask for is not known yet: any floating-point input may need one
-        needs = tuple(on and isinstance(a, Tensor) and a.dtype.is_float for a in args)
+    wants = (lambda a: a.requires_grad) if trace is None else trace.requires_grad
+    needs = tuple(isinstance(a, Tensor) and a.dtype.is_float and wants(a) for a in args)
+    recording = on and any(needs)
     token = _IN_FORWARD.set(True)
     try:
         with no_grad():
-            fw = forward(needs)
+            fw = forward(needs, recording)
     finally:
         _IN_FORWARD.reset(token)
     diff = [
-        any(needs) and isinstance(t, Tensor) and t.dtype.is_float and id(t) not in fw.non_differentiable
+        recording and isinstance(t, Tensor) and t.dtype.is_float and id(t) not in fw.non_differentiable
         for t in fw.outputs
     ]
     if not any(diff):
@@ -235,8 +236,8 @@ def _checked(c: Call, got: list, trace, loc) -> list:
 class FunctionCtx:
     """The `ctx` a Function's forward and backward share (torch.autograd.function.FunctionCtx): tensors
     saved with save_for_backward (read back as ctx.saved_tensors), needs_input_grad (one bool per
-    argument: inside @flame.compile, True for every floating-point tensor, since what the trace will
-    differentiate is not known yet), and any Python value set as an attribute. A tensor set as an
+    argument: True for a floating-point tensor that requires grad, eagerly and inside @flame.compile,
+    as torch's), and any Python value set as an attribute. A tensor set as an
     attribute (ctx.mask = m) is saved as if given to save_for_backward."""
 
     def __init__(self, needs_input_grad: tuple[bool, ...] = ()):
@@ -322,7 +323,7 @@ class Function:
         where = _where(cls.backward, f"{cls.__qualname__}.backward")
         n_args = len(args)
 
-        def forward(needs):
+        def forward(needs, recording):
             ctx = FunctionCtx(needs)
             if split:
                 out = cls.forward(*args)
@@ -450,8 +451,8 @@ class custom_vjp:  # noqa: N801  (jax.custom_vjp's name)
         counts = [len(_flatten(a)[0]) for a in diff]
         what, where = f"custom_vjp {name!r}", _where(self.bwd, f"the bwd of {name}")
 
-        def forward(needs):
-            if not any(needs):
+        def forward(needs, recording):
+            if not recording:
                 out, res = self.fun(*args), None
             else:
                 pair = self.fwd(*args)

@@ -38,15 +38,19 @@ class Node:
     freed: bool = False
 
 
-_FREED = ("Trying to backward through the graph a second time (or directly access saved tensors after "
-          "they have already been freed). Saved intermediate values of the graph are freed when you call "
-          ".backward(). Specify retain_graph=True if you need to backward through the graph a second time")
+_FREED = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you call "
+    ".backward(). Specify retain_graph=True if you need to backward through the graph a second time"
+)
 
 
 def freed_graph_error(op: str, loc: str | None) -> AutogradError:
     """The error of a second backward() through a graph a first one freed."""
-    return AutogradError(f"backward(): {_FREED} (the graph's {op}{f' at {loc}' if loc else ''} was freed by "
-                         f"an earlier backward())\n  at {user_location()}")
+    return AutogradError(
+        f"backward(): {_FREED} (the graph's {op}{f' at {loc}' if loc else ''} was freed by "
+        f"an earlier backward())\n  at {user_location()}"
+    )
 
 
 # The tensors whose versions some eager graph recorded (a Node's inputs), weakly, and how many times
@@ -121,13 +125,16 @@ def apply(name: str, *inputs: Any, **attrs: Any):
         vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
         trace.builder.loc = _loc(name)
         t = Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
+        if not grad_enabled.get():  # it does not require grad (Trace.requires_grad)
+            trace.no_grad.add(t._value)
         if strided:
             link(t, inputs[0], opdef, attrs)
         return t
     for x in inputs:
         if isinstance(x, Tensor) and x._value is not None:
-            raise TraceError(f"{name}: a tensor traced inside @flame.compile was used after its trace "
-                             f"ended\n  at {user_location()}")
+            raise TraceError(
+                f"{name}: a tensor traced inside @flame.compile was used after its trace ended\n  at {user_location()}"
+            )
     ex = executor()
     t = _eager_view(opdef, inputs[0], attrs) if strided else None
     if t is None:
@@ -145,8 +152,10 @@ def _run_eagerly(ex, name: str, inputs: tuple, attrs: dict) -> Tensor:
     for x in inputs:
         if isinstance(x, Tensor):
             if ex.name == "cuda" and isinstance(x._data, np.ndarray):
-                raise FlameError(f"{name}: a tensor on the cpu (made by .cpu()) met the cuda executor: "
-                                 f"move it back with .cuda() first\n  at {user_location()}")
+                raise FlameError(
+                    f"{name}: a tensor on the cpu (made by .cpu()) met the cuda executor: "
+                    f"move it back with .cuda() first\n  at {user_location()}"
+                )
             types.append(TensorType(x.shape, x.dtype))
             arrays.append(contiguous_array(x))
         else:
@@ -154,8 +163,9 @@ def _run_eagerly(ex, name: str, inputs: tuple, attrs: dict) -> Tensor:
             types.append(TensorType((), dt))
             arrays.append(ex.asarray(np.asarray(x, dtype=dt.np_dtype)))
     types = tuple(types)
-    c = compile_graph(lambda: _one_op_graph(name, attrs, types), key=(name, tuple(attrs.items()), types),
-                      optimize=False)
+    c = compile_graph(
+        lambda: _one_op_graph(name, attrs, types), key=(name, tuple(attrs.items()), types), optimize=False
+    )
     (out,) = c.run(arrays)
     return Tensor._concrete(out, c.graph.outputs[0].dtype)
 

@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable
 from flame.errors import AutogradError, TraceError
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.tensor import Tensor
-from flame.ir import registry
 
 _reducers: list[weakref.ref] = []
 _ids = itertools.count()
@@ -281,15 +280,4 @@ def _note(t: Tensor, handle: RemovableHandle | None = None) -> None:
 
 def _traced_requires_grad(t: Tensor) -> bool:
     """A traced tensor is computed from a tensor that requires grad, through ops with a gradient."""
-    trace = t._trace
-    wanting = {trace.inputs_of[k] for k, (x, _) in trace.current.items() if x.requires_grad}
-    seen, todo = set(), [t._value]
-    while todo:
-        v = todo.pop()
-        if v in wanting:
-            return True
-        if v in seen or v.producer is None or registry.get(v.producer.name).vjp is None:
-            continue
-        seen.add(v)
-        todo.extend(v.producer.inputs)
-    return False
+    return t._trace.requires_grad(t)

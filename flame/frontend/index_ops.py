@@ -167,7 +167,7 @@ def scatter_add(x, dim: int, index, src):
     if x.ndim and isinstance(src, _t.Tensor):
         _check_extent("scatter_add", x, axis, index, src)
         if not index.numel():
-            return x.clone()
+            return _untouched(x, src)
         src = _leading(src, index.shape)
         check_indices("scatter_add", index, x.shape[axis], axis)
         index, src, _ = _widen(index, src, x.shape, axis)  # added zeros change nothing
@@ -201,13 +201,22 @@ def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = No
             f"supported either)\n  at {user_location()}"
         )
     if x.ndim and not index.numel():
-        return x.clone()
+        return _untouched(x, src)
     check_indices("scatter", index, x.shape[axis] if x.ndim else 1, axis)
     if not x.ndim:
         return apply("scatter", x, index, src, axis=axis)
     index, src, pads = _widen(index, src, x.shape, axis)
     out = apply("scatter", x, index, src, axis=axis)
     return out if pads is None else where(_padded_writes(x.shape, axis, pads), x, out)
+
+
+def _untouched(x, src):
+    """x unchanged (a scatter with an empty index writes nothing), with src kept in the result's
+    graph as PyTorch keeps it: src's gradient is zeros of its shape, not missing. x minus the sum of
+    no element of src (+0.0) is x bit for bit, -0.0, inf and NaN included."""
+    if not (isinstance(src, _t.Tensor) and src.dtype.is_float and x.dtype.is_float):
+        return x.clone()
+    return x - src.reshape(-1)[:0].sum().to(x.dtype)
 
 
 def _padded_writes(shape, axis: int, pads):

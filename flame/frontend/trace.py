@@ -19,6 +19,7 @@ from flame.frontend.context import user_location
 from flame.frontend.dispatch import freed_graph_error
 from flame.frontend.hooks import hooks_state, is_hooked, own_hooks, run_grad_reducers, traced_unit, unit_of
 from flame.frontend.tensor import Tensor
+from flame.ir import registry
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Value
@@ -67,6 +68,8 @@ class Trace:
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
+    differentiated: tuple = ()  # tensors a flame.grad being traced differentiates by, whatever their requires_grad
+    no_grad: set = field(default_factory=set)  # Values of ops recorded with gradients off (no_grad)
 
     def __post_init__(self):
         self.builder = Builder(self.graph)
@@ -150,6 +153,29 @@ class Trace:
         self.value_of(t)
         self.current[id(t)] = (t, v)
 
+    def requires_grad(self, t) -> bool:
+        """Whether tensor t (traced, or concrete and used in this trace) requires grad as torch would
+        say: it requires grad itself, or is computed (through ops with a gradient, with gradients on)
+        from a tensor that does (or from one a flame.grad being traced differentiates by). Known while
+        tracing: a trace is keyed on its arguments' and captured tensors' requires_grad."""
+        if t.requires_grad or any(d is t for d in self.differentiated):
+            return True
+        start = t._value if t._value is not None else self.current.get(id(t), (None, None))[1]
+        if start is None:
+            return False
+        wanting = {v for k, (x, now) in self.current.items() if x.requires_grad for v in (self.inputs_of[k], now)}
+        wanting |= {d._value if d._value is not None else self.inputs_of.get(id(d)) for d in self.differentiated}
+        seen, todo = set(), [start]
+        while todo:
+            v = todo.pop()
+            if v in wanting:
+                return True
+            if v in seen or v in self.no_grad or v.producer is None or registry.get(v.producer.name).vjp is None:
+                continue
+            seen.add(v)
+            todo.extend(v.producer.inputs)
+        return False
+
     def mutated(self) -> list[tuple[object, int, Value]]:
         """(tensor, input index, new value) for every argument or captured tensor updated in place."""
         out = []
@@ -166,8 +192,10 @@ class Trace:
         leaves = [t for t, _ in self.current.values() if t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None
         if seed is None and loss.numel() != 1:
-            raise FlameError(f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient "
-                             f"argument\n  at {user_location()}")
+            raise FlameError(
+                f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient "
+                f"argument\n  at {user_location()}"
+            )
         leaf_values = [self.value_of(t) for t in leaves]
         used = self._backward_ops(self.value_of(loss), leaf_values)
         again = next((op for op in self.graph.ops if op in used and op in self.freed), None)

@@ -140,7 +140,11 @@ class OpDef:
         autodiff calls their VJP once per call, at its first op, with {index: cotangent or None} in place
         of one cotangent;
     work: op -> its floating-point work (FLOPs) where `flops` cannot tell it from the category (a
-        convolution's multiply-adds), which is what recomputing it costs (passes/activation_budget.py)."""
+        convolution's multiply-adds), which is what recomputing it costs (passes/activation_budget.py);
+    row_kernels: the composites a row kernel is named after when it holds this op and its reductions
+        are exactly these, in order, named by their stems (the reduction's name without `reduce_`):
+        ((("max", "sum"), "softmax"),) on div. Its kernels read `reduce_softmax_rows_...`; a kernel
+        no op names is named after its reductions (`reduce_sum_sum_rows_...`)."""
 
     name: str
     category: str
@@ -174,6 +178,7 @@ class OpDef:
     user: Any = None
     call_result: bool = False
     work: Callable[[Op], int] | None = None
+    row_kernels: tuple[tuple[tuple[str, ...], str], ...] = ()
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""

@@ -64,8 +64,8 @@ def test_max_autotune_peer_compiles_with_that_mode(monkeypatch):
 
     seen = []
     monkeypatch.setattr(torch, "compile", lambda f, **kw: seen.append(kw) or f)
-    wrapped = suite._wrapper("torch", "max-autotune")(lambda x: x + 1)
-    suite._wrapper("torch", "compiled")(lambda x: x)
+    wrapped = suite.wrapper("torch", "max-autotune")(lambda x: x + 1)
+    suite.wrapper("torch", "compiled")(lambda x: x)
     assert wrapped(1) == 2 and seen == [{"mode": "max-autotune"}, {}]
 
 

@@ -12,7 +12,7 @@ from flame import debug
 from flame.bench.cases_gpt import GPT
 from flame.bench.cases_lora import LORA
 from flame.bench.spec import convert, generate
-from flame.bench.suite import Context, _wrapper, run_case
+from flame.bench.suite import Context, run_case, wrapper
 from flame.plan.steps import MatmulCall
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -38,7 +38,7 @@ def _matmul_shapes(case, sizes) -> tuple[list[tuple[int, ...]], list]:
     spec = case.inputs(sizes)
     arrays = generate(spec, np, seed=0)
     flame_arrays = {n: convert("flame", arrays[n], i.dtype, i.state) for n, i in spec.items()}
-    bound = case.flame(sizes, flame_arrays, _wrapper("flame", "compiled"))
+    bound = case.flame(sizes, flame_arrays, wrapper("flame", "compiled"))
     before = [p.numpy().copy() for p in bound.state()]
     records = []
     with debug.observe(records.append):
@@ -65,7 +65,6 @@ def test_lora_step_computes_no_weight_gradient_of_the_frozen_base(device):
         assert len(lora_shapes) == 8 * projections - 2 + 2
     for (before, after), name in zip(states, ["adapter"] * 16 + ["wte", "h0.w_fc"]):
         assert np.array_equal(before, after) == (name != "adapter"), name
-
 
 
 @pytest.mark.gpu

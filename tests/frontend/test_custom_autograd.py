@@ -212,62 +212,7 @@ def test_only_the_used_output_differentiates_and_the_other_gets_zeros():
             np.testing.assert_allclose(b.grad.numpy(), want[1], rtol=1e-12)
 
 
-# ---- ctx: needs_input_grad, mark_non_differentiable, set_materialize_grads, once_differentiable ---------
-
-
-def _recording_fn(lib, seen: list):
-    class Rec(lib.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, y, k):
-            ctx.save_for_backward(x, y)
-            seen.append(("forward", tuple(ctx.needs_input_grad)))
-            return x * y * k
-
-        @staticmethod
-        def backward(ctx, g):
-            x, y = ctx.saved_tensors
-            gx = g * y * 3.0 if ctx.needs_input_grad[0] else None
-            gy = g * x * 3.0 if ctx.needs_input_grad[1] else None
-            return gx, gy, None
-
-    return Rec
-
-
-@pytest.mark.parametrize("grads", [(True, False), (False, True), (True, True)])
-def test_needs_input_grad_is_torch_s_eagerly(grads):
-    seen = {torch: [], flame: []}
-    result = {}
-    for lib in (torch, flame):
-        x, y = _rng(8, 3), _rng(9, 3)
-        mk = (
-            (lambda v, r: torch.tensor(v, requires_grad=r))
-            if lib is torch
-            else (lambda v, r: flame.tensor(v, dtype=flame.f64, requires_grad=r))
-        )
-        tx, ty = mk(x, grads[0]), mk(y, grads[1])
-        _recording_fn(lib, seen[lib]).apply(tx, ty, 3.0).sum().backward()
-        result[lib] = [None if t.grad is None else t.grad.numpy() for t in (tx, ty)]
-    assert seen[flame] == seen[torch] == [("forward", (*grads, False))]
-    for g, w in zip(result[flame], result[torch]):
-        assert (g is None) == (w is None)
-        if w is not None:
-            np.testing.assert_allclose(g, w, rtol=1e-12)
-
-
-def test_needs_input_grad_inside_compile_counts_every_float_tensor():
-    seen: list = []
-    fn = _recording_fn(flame, seen)
-    x = flame.tensor(_rng(8, 3), dtype=flame.f64, requires_grad=True)
-    y = flame.tensor(_rng(9, 3), dtype=flame.f64)
-
-    @flame.compile
-    def step(x, y):
-        fn.apply(x, y, 3.0).sum().backward()
-
-    step(x, y)
-    assert seen == [("forward", (True, True, False))]
-    np.testing.assert_allclose(x.grad.numpy(), 3.0 * y.numpy(), rtol=1e-12)
-    assert y.grad is None
+# ---- ctx: mark_non_differentiable, set_materialize_grads, once_differentiable (needs_input_grad: its own file)
 
 
 def _argmax_fn(lib, seen: list, materialize: bool):

@@ -34,6 +34,7 @@ def _batch(n=8, seed=0):
 def _steps(where: str):
     """The same AdamW step with zero_grad() at the top, in the middle or at the end, in flame
     (compiled) and in torch."""
+
     def flame_step(model, opt, x, y, body):
         if where == "top":
             opt.zero_grad()
@@ -115,8 +116,9 @@ def test_a_shape_change_that_becomes_dynamic_is_said_at_info_level_then_replays_
     assert "predict" in said and "argument 0 (x): shape [64, 6] -> [32, 6]" in said
     s = predict.stats()
     assert (s.traces, s.cache_hits, s.calls) == (2, 7, 9)
-    assert s.recompile_reasons == ("argument 0 (x): shape [64, 6] -> [32, 6]; argument 0 dim 0 is now dynamic "
-                                   "(sizes 64, 32)",)
+    assert s.recompile_reasons == (
+        "argument 0 (x): shape [64, 6] -> [32, 6]; argument 0 dim 0 is now dynamic (sizes 64, 32)",
+    )
     assert s.compile_seconds > 0
     assert "2 trace(s), 0 size instantiation(s), 7 cache hit(s)" in str(s)
 
@@ -224,3 +226,33 @@ def test_each_cause_is_shown_once_under_the_default_warning_filter():
     assert f.stats().traces == 6
     assert sorted({str(w.message) for w in seen}) == sorted(str(w.message) for w in seen)
     assert len(seen) == 2  # [4] -> [2] and [2] -> [4], once each
+
+
+def test_variants_are_the_cached_traces_most_recently_called_first():
+    """Compiled.variants(): one per traced signature, each with its graph, plan and run; setting run
+    replaces what that variant's calls execute."""
+
+    @flame.compile(dynamic=False)
+    def f(x):
+        return x * 2
+
+    a, b = flame.ones(2), flame.ones(3)
+    f(a)
+    with pytest.warns(flame.RecompileWarning):
+        f(b)
+    f(a)
+    first, second = f.variants()
+    assert [v.graph.inputs[0].type.shape for v in (first, second)] == [(2,), (3,)]
+    assert "mul" in [op.name for op in first.traced.ops]
+    assert first.plan is not None and f.stats().variants == 2
+    real, seen = first.run, []
+
+    def counted(arrays):
+        seen.append(len(arrays))
+        return real(arrays)
+
+    first.run = counted
+    np.testing.assert_array_equal(f(a).numpy(), [2.0, 2.0])
+    assert seen == [1] and first.run is counted
+    f(b)
+    assert seen == [1] and [v.graph.inputs[0].type.shape for v in f.variants()] == [(3,), (2,)]

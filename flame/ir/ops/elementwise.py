@@ -102,10 +102,12 @@ unary("neg", np.negative, lambda b, g, x, y: (b.neg(g),), kinds=_NUM, conversion
 unary("abs", np.abs, lambda b, g, x, y: (b.mul(g, b.sign(x)),), kinds=_NUM, conversion=True)
 _LIBM, _IEEE = "transcendental", "division"  # OpDef.cost
 unary("exp", np.exp, lambda b, g, x, y: (b.mul(g, y),), autocast="f32", cost=_LIBM)
-unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), autocast="f32", cost=_LIBM)
+unary("log", np.log, lambda b, g, x, y: (b.div(g, x),), autocast="f32", cost=_LIBM,
+      row_kernels=((("max", "sum"), "log_softmax"),))
 unary("sqrt", np.sqrt, lambda b, g, x, y: (b.div(g, b.mul(y, 2.0)),), cost=_IEEE)
 unary("rsqrt", lambda x: 1.0 / np.sqrt(x),  # d x^-1/2 = -y^3/2
-      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),)), autocast="f32", cost=_IEEE)
+      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.mul(b.mul(y, y), y), -0.5)),)), autocast="f32", cost=_IEEE,
+      row_kernels=((("mean", "mean"), "layer_norm"), (("mean",), "rms_norm")))
 unary("reciprocal", lambda x: 1.0 / x, lambda b, g, x, y: (b.neg(b.mul(g, b.mul(y, y))),), autocast="f32",
       cost=_IEEE)
 unary("sin", np.sin, lambda b, g, x, y: (b.mul(g, b.cos(x)),), cost=_LIBM)
@@ -186,7 +188,7 @@ binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)), sign_only=True
 MUL = binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)), commutative=True,
              on_bool="logical_and", sign_only=True)
 DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
-       kinds=("float",), cost=_IEEE)
+       kinds=("float",), cost=_IEEE, row_kernels=((("max", "sum"), "softmax"),))
 binary("pow", _power, _pow_vjp, kinds=("float",), autocast="f32", cost=_LIBM)
 binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE, cost=_IEEE)  # Python's // (floor), as torch.floor_divide
 binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
