@@ -262,9 +262,10 @@ def assign(t, new, what: str = "an in-place op") -> None:
         trace.assign(t, trace.value_of(new))
         bump(t)
         return
-    if grad_enabled.get() and t.requires_grad and not new.requires_grad:
-        # as torch's: t still requires grad (no gradient reaches its old history through the write)
-        new = apply("where", full((), True, boolean), new, stand_in(t))
+    if grad_enabled.get() and (t.requires_grad or new.requires_grad) and (new._node is None or not new.requires_grad):
+        # t takes a history of its own, as torch's copy_: a leaf's values through an op (t must not become a
+        # leaf), or a constant that leaves t requiring grad (no gradient reaches its old history)
+        new = apply("where", full((), True, boolean), new, stand_in(t) if t.requires_grad else new)
     node, needs = new._node, new.requires_grad
     write(t, new)
     t._version += 1
@@ -309,12 +310,13 @@ def _write_view(t, new, what: str) -> None:
         trace.assign(base, trace.value_of(merged))
         if t._value is not None:
             t._value = trace.value_of(new)
-    else:
-        write(t, new)
-        base._node, base.requires_grad = merged._node, merged.requires_grad
-        t._node, t.requires_grad = new._node, new.requires_grad
+        bump(base)
+        t._seen = version(base)
+        return
+    write(t, new)
+    base._node, base.requires_grad = merged._node, merged.requires_grad
     bump(base)
-    t._seen = version(base)
+    fresh(t)  # t's history from here on: its view of the base's (never new's own: new may be a leaf)
 
 
 def stand_in(t, *others):

@@ -300,7 +300,9 @@ class _Gen:
         node = Node(op, tuple(ins), tuple(kw.items()))
         verdict = _torch_verdict(self.nodes + [node])
         if isinstance(verdict, str):
-            if any(m in verdict for m in random_views.MUST_REFUSE) and len(self.refused) < 2:
+            root = self.roots[node.ins[0]]
+            leaf = self.nodes[root].op == "input" and self.requires_grad(root)  # (not a buffer torch made one)
+            if random_views.must_refuse(verdict, leaf) and len(self.refused) < 2:
                 self.refused.append((Program(self.nodes + [node]), verdict))
             return None
         return self._append(node, verdict, True)

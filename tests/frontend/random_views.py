@@ -22,8 +22,13 @@ import numpy as np
 # nodes whose value shares its first operand's storage (where the op is a view in torch and flame)
 ALIASING = {"view", "write", "transpose", "mT", "unsqueeze", "reshape"}
 
-# torch's refusals that flame must share: the program that meets one is a program flame must refuse
-MUST_REFUSE = ("more than one element of the written-to tensor", "leaf Variable that requires grad")
+
+def must_refuse(error: str, leaf: bool) -> bool:
+    """torch's refusal is one flame must share: a write into an expanded view, or into an input that
+    requires grad (`leaf`) or a view of it. (torch also calls a view taken of a buffer before a write made
+    the buffer require grad a leaf; flame computes that write.)"""
+    return "more than one element of the written-to tensor" in error or leaf and "leaf Variable" in error
+
 
 VIEWS = {
     "view": lambda x, shape: x.view(shape),

@@ -362,9 +362,28 @@ def _g_copied_constant(m, x, w):
     return (y * w).sum()
 
 
+def _g_leaf_copied_into_an_intermediate(m, x, w):
+    y = x * 2
+    y[:, :1].copy_(w[:3].reshape(3, 1))  # a view of y takes a leaf's values
+    z = -x[0]
+    z.copy_(w)  # y takes a leaf's values: its gradient reaches the leaf
+    return (y * y).sum() + (z * z * x[1]).sum()
+
+
+def _g_leaf_copied_into_a_view_of_a_buffer(m, x, w):
+    buf = m.zeros(4, dtype=x.dtype)
+    v = buf.view(-1)[-1]
+    v.copy_(w[0])
+    return (buf * x[0]).sum() + v * v
+
+
+COPIES = [_g_zeroed_intermediate, _g_copied_constant, _g_leaf_copied_into_an_intermediate,
+          _g_leaf_copied_into_a_view_of_a_buffer]
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-@pytest.mark.parametrize("fn", [_g_zeroed_intermediate, _g_copied_constant], ids=["zero_fill", "copy_constant"])
-def test_a_constant_written_into_a_tensor_that_requires_grad_keeps_it_requiring_grad(fn, compiled):
+@pytest.mark.parametrize("fn", COPIES, ids=[g.__name__[3:] for g in COPIES])
+def test_writes_of_constants_and_leaves_keep_the_gradient_history_as_in_torch(fn, compiled):
     got, want = _grads(flame, fn, compiled), _grads(torch, fn, False)
     for g, t in zip(got, want):
         if compiled and g is None and t is not None:  # compiled, a leaf no path reaches keeps .grad None
