@@ -8,8 +8,9 @@ included), matmul and linear; convolutions and transposed convolutions; max, ave
 pooling; interpolation; every norm (inputs with extreme means and scales); attention with every mask
 kind (none, causal, boolean with fully masked rows, float additive, a learned float mask) and
 attention written by hand with a learned bias; gather, index_select, index reads and writes
-(duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; and autocast
-regions around the low-precision ops. Shapes include 0-d and zero-size ones. Constants (indices,
+(duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; autocast
+regions around the low-precision ops; and views of intermediates and buffers written through in place
+(tests/frontend/random_views.py). Shapes include 0-d and zero-size ones. Constants (indices,
 masks, running statistics) live in the node's arguments, so the printed program is the whole program."""
 
 from __future__ import annotations

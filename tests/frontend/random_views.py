@@ -256,6 +256,8 @@ def _write_through(g, root: int) -> int | None:
             "iadd",
         ]
     )
+    if kind == "index_put" and _expanded(g, t):  # torch's index_put_ writes overlapping memory unchecked
+        return None
     if kind == "zero_":
         return g.add_aliasing("write", (t,), kind=kind)
     if kind in ("fill_", "clamp_"):
@@ -278,6 +280,15 @@ def _write_through(g, root: int) -> int | None:
     if kind not in ("copy_",) and rng.random() < 0.3:
         return g.add_aliasing("write", (t,), kind=kind, c=rng.choice([0.5, -2.0, 3.0]), **kw)
     return g.add_aliasing("write", (t, _operand(g, tuple(region))), kind=kind, **kw)
+
+
+def _expanded(g, i: int) -> bool:
+    """Value i is reached from its storage through an expand."""
+    while g.nodes[i].op in ALIASING:
+        if g.nodes[i].op == "view" and dict(g.nodes[i].kw)["kind"] == "expand":
+            return True
+        i = g.nodes[i].ins[0]
+    return False
 
 
 def _operand(g, region: tuple) -> int:
