@@ -253,19 +253,34 @@ def assign(t, new, what: str = "an in-place op") -> None:
         _write_view(t, new, what)
         return
     trace = current_trace.get()
+    if grad_enabled.get() and _leaf(t, trace):
+        raise FlameError(f"a leaf tensor that requires grad cannot be written in place (use `with "
+                         f"flame.no_grad():` or write into a clone)\n  at {user_location()}")
     if trace is not None or t._value is not None:
         if trace is None:
             raise TraceError(f"{what} into a traced tensor outside its trace\n  at {user_location()}")
         trace.assign(t, trace.value_of(new))
         bump(t)
         return
-    if grad_enabled.get() and t.requires_grad and t._node is None:
-        raise FlameError(f"a leaf tensor that requires grad cannot be written in place (use `with "
-                         f"flame.no_grad():` or write into a clone)\n  at {user_location()}")
+    if grad_enabled.get() and (t.requires_grad or new.requires_grad) and (new._node is None or not new.requires_grad):
+        # t takes a history of its own, as torch's copy_: a leaf's values through an op (t must not become a
+        # leaf), or a constant that leaves t requiring grad (no gradient reaches its old history)
+        new = apply("where", full((), True, boolean), new, stand_in(t) if t.requires_grad else new)
     node, needs = new._node, new.requires_grad
     write(t, new)
     t._version += 1
     t._node, t.requires_grad = (node, needs) if grad_enabled.get() else (None, t.requires_grad)
+
+
+def _leaf(t, trace) -> bool:
+    """t is a leaf that requires grad (torch refuses to write one in place while recording gradients):
+    eagerly a tensor no op made; while tracing also an argument of the traced function or a captured
+    tensor (a leaf of the trace) that requires grad."""
+    if not t.requires_grad:
+        return False
+    if t._value is not None:
+        return trace is not None and id(t) in trace.inputs_of
+    return t._node is None
 
 
 def _write_view(t, new, what: str) -> None:
@@ -282,7 +297,7 @@ def _write_view(t, new, what: str) -> None:
         if base._node is not None:  # as a write into the base itself under no_grad: no history through it
             base._node = None
         return
-    if not traced and base.requires_grad and base._node is None:
+    if grad_enabled.get() and _leaf(base, trace):
         raise FlameError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
                          f"operation (write into it under `with flame.no_grad():`, or into a clone)"
                          f"\n  at {user_location()}")
@@ -295,12 +310,13 @@ def _write_view(t, new, what: str) -> None:
         trace.assign(base, trace.value_of(merged))
         if t._value is not None:
             t._value = trace.value_of(new)
-    else:
-        write(t, new)
-        base._node, base.requires_grad = merged._node, merged.requires_grad
-        t._node, t.requires_grad = new._node, new.requires_grad
+        bump(base)
+        t._seen = version(base)
+        return
+    write(t, new)
+    base._node, base.requires_grad = merged._node, merged.requires_grad
     bump(base)
-    t._seen = version(base)
+    fresh(t)  # t's history from here on: its view of the base's (never new's own: new may be a leaf)
 
 
 def stand_in(t, *others):

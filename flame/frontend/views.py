@@ -84,6 +84,10 @@ def strided_array(x: Tensor, opdef, attrs: dict, shape: tuple[int, ...]):
     out = opdef.view.strided(a, shape, **attrs)
     if out.size > 1 and not _shares(out, a):
         return None
+    if isinstance(out, np.ndarray) and not out.flags.writeable and a.flags.writeable:
+        # NumPy's broadcast_to is read-only; torch's expand is writable where no two elements share memory
+        # (a new dim of size 1), and check_writable refuses a write into one where they do
+        out = np.lib.stride_tricks.as_strided(a, out.shape, out.strides)
     return out
 
 

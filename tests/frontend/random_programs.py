@@ -8,17 +8,21 @@ included), matmul and linear; convolutions and transposed convolutions; max, ave
 pooling; interpolation; every norm (inputs with extreme means and scales); attention with every mask
 kind (none, causal, boolean with fully masked rows, float additive, a learned float mask) and
 attention written by hand with a learned bias; gather, index_select, index reads and writes
-(duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; and autocast
-regions around the low-precision ops. Shapes include 0-d and zero-size ones. Constants (indices,
+(duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; autocast
+regions around the low-precision ops; and views of intermediates and buffers written through in place
+(tests/frontend/random_views.py). Shapes include 0-d and zero-size ones. Constants (indices,
 masks, running statistics) live in the node's arguments, so the printed program is the whole program."""
 
 from __future__ import annotations
 
 import importlib
 import random
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from tests.frontend import random_views
 
 UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "sin", "cos"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
@@ -37,12 +41,20 @@ class Node:
 
 @dataclass
 class Program:
-    """A random program: its nodes, in order."""
+    """A random program: its nodes, in order; `refused`: programs (and torch's error) that torch refuses
+    and flame must refuse too (a write into an expanded view or into a leaf that requires grad), met
+    while drawing this one."""
 
     nodes: list[Node]
+    refused: list[tuple[Program, str]] = field(default_factory=list)
 
     def __str__(self) -> str:
         return "\n".join(_render(i, n) for i, n in enumerate(self.nodes))
+
+    @property
+    def grads(self) -> list[bool]:
+        """Per input: whether it requires grad (an input marked grad=False is a buffer to write into)."""
+        return [dict(n.kw).get("grad", True) for n in self.nodes if n.op == "input"]
 
     def inputs(self, seed: int) -> list[np.ndarray]:
         """The inputs' values, drawn from each input's N(mean, std^2) and rounded to float32 (so the
@@ -108,7 +120,8 @@ def _term(k: int, v):
 def _render(i: int, n: Node) -> str:
     kw = dict(n.kw)
     if n.op == "input":
-        return f"v{i} = input({kw['shape']}, mean={kw['mean']}, std={kw['std']})"
+        grad = ", grad=False" if kw.get("grad", True) is False else ""
+        return f"v{i} = input({kw['shape']}, mean={kw['mean']}, std={kw['std']}{grad})"
     args = [f"v{j}" for j in n.ins] + [f"{k}={_show(v)}" for k, v in kw.items()]
     return f"v{i} = {n.op}({', '.join(args)})"
 
@@ -255,6 +268,7 @@ _APPLY = {
     "instance_norm": lambda lib, *xs, **kw: _contiguous_grad(
         lib, _with_optional("instance_norm", ("weight", "bias"))(lib, *xs, **kw)
     ),
+    **random_views.APPLY,
 }
 
 
@@ -266,16 +280,33 @@ class _Gen:
 
     def __init__(self, rng: random.Random):
         self.rng, self.nodes, self.shapes, self.free = rng, [], [], []
+        self.roots, self.refused = [], []  # the node owning each value's storage; programs flame must refuse
         self.np = np.random.default_rng(rng.getrandbits(32))  # the constants' values
 
     def rare(self, p: float = 0.08) -> bool:
         return self.rng.random() < p
 
-    def input(self, shape, mean: float = 0.0, std: float = 1.0, free: bool = True) -> int:
-        """A new input node (it requires grad); `free` lets later ops take it."""
-        return self._append(
-            Node("input", (), (("shape", tuple(shape)), ("mean", mean), ("std", std))), tuple(shape), free
-        )
+    def input(self, shape, mean: float = 0.0, std: float = 1.0, free: bool = True, grad: bool = True) -> int:
+        """A new input node (it requires grad unless `grad` is False); `free` lets later ops take it."""
+        kw = (("shape", tuple(shape)), ("mean", mean), ("std", std)) + ((("grad", False),) if not grad else ())
+        return self._append(Node("input", (), kw), tuple(shape), free)
+
+    def requires_grad(self, i: int) -> bool:
+        """Input node i requires grad."""
+        return dict(self.nodes[i].kw).get("grad", True)
+
+    def add_aliasing(self, op: str, ins, **kw) -> int | None:
+        """A new view, write or buffer node, or None where torch refuses the program with it (run with its
+        backward on torch; a refusal flame must share is kept in `refused`)."""
+        node = Node(op, tuple(ins), tuple(kw.items()))
+        verdict = _torch_verdict(self.nodes + [node])
+        if isinstance(verdict, str):
+            root = self.roots[node.ins[0]]
+            leaf = self.nodes[root].op == "input" and self.requires_grad(root)  # (not a buffer torch made one)
+            if random_views.must_refuse(verdict, leaf) and len(self.refused) < 2:
+                self.refused.append((Program(self.nodes + [node]), verdict))
+            return None
+        return self._append(node, verdict, True)
 
     def add(self, op: str, ins, **kw) -> int | None:
         """A new op node, or None where torch refuses it (its shape comes from torch on zeros)."""
@@ -286,12 +317,13 @@ class _Gen:
     def _append(self, node: Node, shape, free: bool) -> int:
         self.nodes.append(node)
         self.shapes.append(shape)
+        self.roots.append(self.roots[node.ins[0]] if node.op in random_views.ALIASING else len(self.nodes) - 1)
         if free:
             self.free.append(len(self.nodes) - 1)
         return len(self.nodes) - 1
 
     def undo(self, mark: int) -> None:
-        del self.nodes[mark:], self.shapes[mark:]
+        del self.nodes[mark:], self.shapes[mark:], self.roots[mark:]
         self.free = [i for i in self.free if i < mark]
 
     def pick(self, ok=lambda s: True) -> int | None:
@@ -327,8 +359,6 @@ class _Gen:
 def _shape_of(node: Node, shapes: list) -> tuple[int, ...] | None:
     """The result's shape from torch on zeros (the oracle for every shape rule), None if torch refuses
     the op or its gradient."""
-    import warnings
-
     import torch
 
     xs = [torch.zeros(s, dtype=torch.float64, requires_grad=True) for s in shapes]
@@ -340,6 +370,26 @@ def _shape_of(node: Node, shapes: list) -> tuple[int, ...] | None:
             return tuple(out.shape)
     except (RuntimeError, ValueError, IndexError, TypeError):
         return None
+
+
+def _torch_verdict(nodes: list[Node]) -> tuple[int, ...] | str:
+    """The last node's shape where torch runs the program (and its backward) on zeros, else torch's error."""
+    import torch
+
+    prog = Program(nodes)
+    xs = [
+        torch.zeros(dict(n.kw)["shape"], dtype=torch.float64, requires_grad=g)
+        for n, g in zip([n for n in nodes if n.op == "input"], prog.grads)
+    ]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loss, vals = prog.run(torch, xs)
+            if loss.requires_grad:
+                loss.backward()
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        return str(e) or type(e).__name__
+    return tuple(vals[-1].shape)
 
 
 def _elementwise(g: _Gen) -> int | None:
@@ -662,6 +712,7 @@ FAMILIES = {
     _index: 2,
     _scan: 1,
     _autocast: 1,
+    random_views.views_family: 3,
 }
 
 
@@ -678,4 +729,4 @@ def program(seed: int) -> Program:
         mark = len(g.nodes)
         if rng.choices(list(FAMILIES), list(FAMILIES.values()))[0](g) is None:
             g.undo(mark)
-    return Program(g.nodes)
+    return Program(g.nodes, g.refused)

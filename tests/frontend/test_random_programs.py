@@ -31,6 +31,8 @@ import pytest
 import torch
 
 import flame
+from flame.errors import FlameError
+from tests.frontend import random_views
 from tests.frontend.random_programs import EPS, Program, program
 
 SEEDS = range(100)  # the fixed CI budget (about 10 s of CPU)
@@ -53,16 +55,31 @@ def _fusion(on: bool):
             os.environ["FLAME_FUSE"] = old
 
 
+def _shown(prog: Program) -> list[int]:
+    """The nodes whose values are compared: every op's, then every input's that does not require grad
+    (a buffer the program may write into), read after the program ran."""
+    grads = dict(zip([i for i, n in enumerate(prog.nodes) if n.op == "input"], prog.grads))
+    return [i for i, n in enumerate(prog.nodes) if n.op != "input"] + [i for i, g in grads.items() if not g]
+
+
 def _results(prog: Program, vals: list) -> list:
-    return [v for n, v in zip(prog.nodes, vals) if n.op != "input"]
+    return [vals[i] for i in _shown(prog)]
 
 
 def _oracle(prog: Program, xs, dtype=torch.float64):
-    """torch's loss, results and input gradients (float64 arrays), computed in dtype."""
-    ts = [torch.tensor(x, dtype=dtype, requires_grad=True) for x in xs]
+    """torch's loss, results and input gradients (float64 arrays), computed in dtype, and whether the
+    loss requires grad (a program that only writes inputs into buffers may have no gradient at all: its
+    runs call no backward())."""
+    ts = [torch.tensor(x, dtype=dtype, requires_grad=g) for x, g in zip(xs, prog.grads)]
     loss, vals = prog.run(torch, ts)
-    loss.backward()
-    return [_array(loss), [_array(v) for v in _results(prog, vals)], [_array(t.grad, t) for t in ts]]
+    if loss.requires_grad:
+        loss.backward()
+    return [
+        _array(loss),
+        [_array(v) for v in _results(prog, vals)],
+        [_array(t.grad, t) for t in ts],
+        loss.requires_grad,
+    ]
 
 
 def _array(t, like=None) -> np.ndarray:
@@ -91,31 +108,38 @@ def _torch_error(prog: Program, xs, want) -> list:
     ]
 
 
-def _flame_eager(prog: Program, xs, dtype):
-    ts = [flame.tensor(x, dtype=dtype, requires_grad=True) for x in xs]
+def _flame_eager(prog: Program, xs, dtype, backward: bool = True):
+    ts = [flame.tensor(x, dtype=dtype, requires_grad=g) for x, g in zip(xs, prog.grads)]
     with _fusion(True):
         loss, vals = prog.run(flame, ts)
-        loss.backward()
+        if backward:
+            loss.backward()
     return _array(loss), [_array(v) for v in _results(prog, vals)], [_array(t.grad, t) for t in ts]
 
 
-def _flame_compiled(prog: Program, xs, fuse: bool):
+def _flame_compiled(prog: Program, xs, fuse: bool, backward: bool = True):
+    """The program as one @flame.compile step; the buffers among its inputs are arguments it updates in
+    place, read after the call."""
+    ops = [i for i, n in enumerate(prog.nodes) if n.op != "input"]
+
     def step(*ts):
         loss, vals = prog.run(flame, list(ts))
-        loss.backward()
-        return loss, _results(prog, vals)
+        if backward:
+            loss.backward()
+        return loss, [vals[i] for i in ops]
 
-    ts = [flame.tensor(x, dtype=flame.float32, requires_grad=True) for x in xs]
+    ts = [flame.tensor(x, dtype=flame.float32, requires_grad=g) for x, g in zip(xs, prog.grads)]
     with _fusion(fuse):
         loss, vals = flame.compile(step, name="random_program")(*ts)
+    vals = list(vals) + [t for t, g in zip(ts, prog.grads) if not g]
     return _array(loss), [_array(v) for v in vals], [_array(t.grad, t) for t in ts]
 
 
-WAYS = {
-    "eager f32": lambda prog, xs: _flame_eager(prog, xs, flame.float32),
-    "eager f64": lambda prog, xs: _flame_eager(prog, xs, flame.float64),
-    "compiled fused": lambda prog, xs: _flame_compiled(prog, xs, fuse=True),
-    "compiled unfused": lambda prog, xs: _flame_compiled(prog, xs, fuse=False),
+WAYS = {  # (program, inputs, whether torch's loss requires grad: then each way calls backward())
+    "eager f32": lambda prog, xs, bw: _flame_eager(prog, xs, flame.float32, bw),
+    "eager f64": lambda prog, xs, bw: _flame_eager(prog, xs, flame.float64, bw),
+    "compiled fused": lambda prog, xs, bw: _flame_compiled(prog, xs, True, bw),
+    "compiled unfused": lambda prog, xs, bw: _flame_compiled(prog, xs, False, bw),
 }
 
 
@@ -171,16 +195,16 @@ def check(prog: Program, xs: list[np.ndarray]) -> None:
     slack = _torch_error(prog, xs, want)
     # float64 runs no autocast region: torch's float32 error without them, scaled from float32's eps
     slack64 = _torch_error(prog.without_autocast(), xs, want) if prog.low_precision else slack
-    ops = [i for i, n in enumerate(prog.nodes) if n.op != "input"]
+    ops = _shown(prog)
     inputs = [i for i, n in enumerate(prog.nodes) if n.op == "input"]
     lost32 = _overflows(prog, xs, want)
     for way, run in WAYS.items():
         unit, room = _unit(prog, way), _room(prog, way)
         e_loss, e_vals, e_grads = slack64 if way == "eager f64" else slack
-        w_loss, w_vals, w_grads = want
+        w_loss, w_vals, w_grads, _ = want
         floor = unit * _magnitude(want)
         try:
-            loss, vals, grads = run(prog, xs)
+            loss, vals, grads = run(prog, xs, want[3])
         except Exception as e:
             raise AssertionError(f"{way}: {type(e).__name__}: {e}") from e
         lost = (None, [None] * len(w_vals), [None] * len(w_grads)) if way == "eager f64" else lost32
@@ -189,25 +213,56 @@ def check(prog: Program, xs: list[np.ndarray]) -> None:
             _close(f"{way}: value v{i}", g, w, unit, max(floor, room(e)), m)
         for i, g, w, e, m in zip(inputs, grads, w_grads, e_grads, lost[2]):
             _close(f"{way}: gradient of input v{i}", g, w, unit, max(floor, room(e)), m)
+    for bad, why in prog.refused:
+        refuses(bad, why)
 
 
+REFUSING = {
+    "eager": lambda prog, xs: _flame_eager(prog, xs, flame.float32),
+    "compiled": lambda prog, xs: _flame_compiled(prog, xs, fuse=True),
+}
 
-def _ancestors(prog: Program, j: int) -> list[int]:
+
+def refuses(prog: Program, why: str) -> None:
+    """flame raises its error on a program torch refuses (a write into an expanded view or into a leaf
+    that requires grad), eagerly and compiled; AssertionError naming the program where it does not."""
+    xs = [np.zeros(dict(n.kw)["shape"]) for n in prog.nodes if n.op == "input"]
+    for way, run in REFUSING.items():
+        try:
+            run(prog, xs)
+        except FlameError:
+            continue
+        except Exception as e:
+            raise AssertionError(f"{way}: {type(e).__name__} where torch refuses ({_gist(why)}): {e}\n{prog}") from e
+        raise AssertionError(f"{way}: flame runs a program torch refuses ({_gist(why)})\n{prog}")
+
+
+def _ancestors(prog: Program, j: int, aliases: bool = False) -> list[int]:
+    """Node j, the nodes it reads, and the writes before j into the storage of any of them (aliases:
+    every node before j that shares storage with one of them: the views a write changes)."""
+    roots = random_views.roots(prog.nodes)
+    sharing = [w for w in range(j) if prog.nodes[w].op == "write" or aliases and roots[w] != w]
     keep, todo = set(), [j]
     while todo:
         i = todo.pop()
         if i not in keep:
             keep.add(i)
             todo.extend(prog.nodes[i].ins)
+            todo.extend(w for w in sharing if roots[w] == roots[i])
     return sorted(keep)
 
 
-def _fails(prog: Program, xs) -> str | None:
+def _fails(prog: Program, xs, torch_may_refuse: bool = False) -> str | None:
+    """Why prog disagrees with torch, or None. torch_may_refuse: a part of a program (shrink) that torch
+    refuses (a write whose refusal a dropped node avoided) passes."""
     try:
         with np.errstate(all="ignore"):
             check(prog, xs)
     except AssertionError as e:
         return str(e)
+    except RuntimeError:
+        if not torch_may_refuse:
+            raise
     return None
 
 
@@ -218,11 +273,15 @@ def shrink(prog: Program, xs) -> tuple[list[int], str]:
     for j, n in enumerate(prog.nodes):
         if n.op == "input":
             continue
-        keep = _ancestors(prog, j)
-        sub_xs = [xs[inputs.index(i)] for i in keep if i in inputs]
-        why = _fails(prog.subset(keep), sub_xs)
-        if why:
-            return keep, why
+        tried = []
+        for keep in (_ancestors(prog, j), _ancestors(prog, j, aliases=True)):
+            if keep in tried:
+                continue
+            tried.append(keep)
+            sub_xs = [xs[inputs.index(i)] for i in keep if i in inputs]
+            why = _fails(prog.subset(keep), sub_xs, torch_may_refuse=True)
+            if why:
+                return keep, why
     return list(range(len(prog.nodes))), _fails(prog, xs) or "passes when run again"
 
 
@@ -245,6 +304,19 @@ def report(seed: int) -> str | None:
     why = _fails(prog, xs)
     if why is None:
         return None
+    for bad, refusal in prog.refused:
+        try:
+            refuses(bad, refusal)
+        except AssertionError as e:
+            keep = _ancestors(bad, len(bad.nodes) - 1)
+            small = bad.subset(keep)
+            try:
+                refuses(small, refusal)
+            except AssertionError:
+                bad = small
+            return f"seed {seed}: {_gist(str(e))}\n  a program torch refuses and flame runs:\n" + "\n".join(
+                "    " + line for line in str(bad).splitlines()
+            )
     keep, small_why = shrink(prog, xs)
     return (
         f"seed {seed}: {_gist(why)}\n  minimal reproduction, replay({seed}, {keep}) in "
