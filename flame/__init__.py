@@ -111,6 +111,7 @@ from flame.frontend.ops import (
     bmm,
     broadcast_shapes,
     broadcast_tensors,
+    broadcast_to,
     cat,
     ceil,
     chunk,

@@ -125,7 +125,13 @@ def apply(name: str, *inputs: Any, **attrs: Any):
         vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
         trace.builder.loc = _loc(name)
         t = Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
-        if not grad_enabled.get():  # it does not require grad (Trace.requires_grad)
+        grad = t.dtype.is_float and opdef.vjp is not None and any(
+            isinstance(x, Tensor) and x.requires_grad for x in inputs)
+        if grad_enabled.get():
+            t.requires_grad = grad  # as eagerly: an op's result requires grad when an input does
+        else:  # it does not require grad (Trace.requires_grad), and no gradient flows through it
+            if grad:
+                t = Tensor._traced(trace.builder.emit("stop_gradient", t._value), trace)
             trace.no_grad.add(t._value)
         if strided:
             link(t, inputs[0], opdef, attrs)

@@ -12,6 +12,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.functional import _loss_reduce, warn_if_broadcast
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
+from flame.frontend.views import new_tensor
 from flame.ir.dtypes import i64
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss", "nll_loss", "one_hot", "pad",
@@ -126,6 +127,7 @@ def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta:
     return _loss_reduce(_where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
 
 
+@new_tensor
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
     """torch.nn.functional.pad: `pad` holds (left, right) pairs starting from the LAST dimension
     (pad=(1, 2) pads the last dim by 1 before and 2 after; (1, 1, 2, 2) also the one before it).

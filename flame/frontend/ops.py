@@ -102,6 +102,7 @@ scatter, index_copy, index_fill, index_put = (_unary(n) for n in ("scatter", "in
 baddbmm = _unary("baddbmm")
 kthvalue, median, tensordot, kron, cross = (_unary(n) for n in ("kthvalue", "median", "tensordot", "kron", "cross"))
 cov, corrcoef = _unary("cov"), _unary("corrcoef")
+broadcast_to = _unary("broadcast_to")
 
 
 def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None) -> Tensor:

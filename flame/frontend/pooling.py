@@ -22,6 +22,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.spatial import _along, _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
+from flame.frontend.views import new_tensor
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
            "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d",
@@ -247,3 +248,7 @@ def adaptive_max_pool2d(input, output_size, return_indices: bool = False) -> Ten
 
 def adaptive_max_pool3d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
     return _adaptive("max", 3, input, output_size, return_indices)
+
+
+for _name in __all__:  # PyTorch's poolings make new tensors, never views of the input (views.new_tensor)
+    globals()[_name] = new_tensor(globals()[_name])

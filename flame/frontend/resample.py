@@ -19,6 +19,7 @@ from flame.frontend.losses import pad
 from flame.frontend.spatial import _along, _batched, _err, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, stack
+from flame.frontend.views import new_tensor
 
 __all__ = ["fold", "interpolate", "pixel_shuffle", "pixel_unshuffle", "unfold"]
 
@@ -203,3 +204,7 @@ def _spread(p: Tensor, stride: tuple[int, int], at: tuple[int, int], size: tuple
         gap = zeros(n, c, h, ow, stride[1] - 1, dtype=p.dtype)
         p = cat([p.unsqueeze(4), gap], 4).reshape(n, c, h, ow * stride[1])
     return pad(p, (at[1], size[1] - at[1] - p.shape[3], at[0], size[0] - at[0] - p.shape[2]))
+
+
+for _name in __all__:  # PyTorch's resamplings make new tensors, never views of the input (views.new_tensor)
+    globals()[_name] = new_tensor(globals()[_name])

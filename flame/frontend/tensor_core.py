@@ -16,7 +16,7 @@ from flame.frontend import autocast
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, default_dtype_for, dim_index
-from flame.frontend.views import view_error
+from flame.frontend.views import new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
@@ -385,6 +385,11 @@ class TensorCore:
     def expand_as(self, other: Tensor):
         return self.broadcast_to(other.shape)
 
+    def type_as(self, other: Tensor) -> Tensor:
+        """self in other's dtype (itself when it has it), as torch's."""
+        return self.to(other.dtype)
+
+    @new_tensor
     def flip(self, *dims):
         axes = _axes(_shape_arg(dims), self.ndim, "flip")
         return apply("flip", self, axes=list(axes)) if axes else self

@@ -163,6 +163,7 @@ class TensorOps:
             return tuple(self for _ in range(chunks))
         return self.split(-(-n // chunks), dim)
 
+    @views.new_tensor
     def repeat(self, *sizes):
         """Tile the tensor sizes[i] times along dim i (leading extra sizes add new dims)."""
         sizes = _shape_arg(sizes)
@@ -176,6 +177,7 @@ class TensorOps:
         x = x.broadcast_to([d for r, s in zip(sizes, shape) for d in (r, s)])
         return x.reshape(*[r * s for r, s in zip(sizes, shape)])
 
+    @views.new_tensor
     def tile(self, *dims):
         """repeat(), with missing leading sizes taken as 1 (torch.tile)."""
         dims = _shape_arg(dims)
@@ -549,6 +551,7 @@ class TensorOps:
         axis = dim_index("unbind", dim, self.ndim)
         return tuple(self.select(axis, i) for i in range(self.shape[axis]))
 
+    @views.new_tensor
     def roll(self, shifts, dims=None):
         """Elements shifted along dims (of the flattened tensor when dims is None), those falling off
         one end coming back at the other, as torch.roll."""

@@ -17,6 +17,7 @@ storage_offset, data_ptr, untyped_storage)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -217,3 +218,29 @@ def contiguous_array(t: Tensor):
 def write(t: Tensor, src: Tensor) -> None:
     """Copy src's elements into t's storage (through t's strides, when t is a view)."""
     _as_bits(t._data)[...] = _as_bits(src._data)
+
+
+def _aliases(out, inputs) -> bool:
+    """out is one of the tensors in inputs, or a view of one's storage."""
+    for x in inputs:
+        if isinstance(x, Tensor) and (out is x or out._base is not None and (out._base is x or out._base is x._base)):
+            return True
+    return False
+
+
+def new_tensor(fn):
+    """fn, whose result PyTorch makes a new tensor (a pooling, an interpolation, a pad, a repeat),
+    returning a copy where flame builds the result from view ops alone and it would share an input's
+    storage (an identity pooling, a pad of zeros): a write into the result never reaches the input."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        inputs = (*args, *kwargs.values())
+        if isinstance(out, tuple):
+            return type(out)(*(o.clone() if isinstance(o, Tensor) and _aliases(o, inputs) else o for o in out)) \
+                if hasattr(out, "_fields") else tuple(
+                    o.clone() if isinstance(o, Tensor) and _aliases(o, inputs) else o for o in out)
+        return out.clone() if isinstance(out, Tensor) and _aliases(out, inputs) else out
+
+    return call

@@ -394,3 +394,75 @@ def test_writes_of_constants_and_leaves_keep_the_gradient_history_as_in_torch(fn
     y = flame.ones(2, requires_grad=True) * 2
     y.zero_()
     assert y.requires_grad and not y.is_leaf
+
+
+NEW_TENSORS = {
+    "repeat": lambda m, F, x: x.repeat(1, 1, 1),
+    "tile": lambda m, F, x: x.tile((1,)),
+    "roll_by_0": lambda m, F, x: x.roll(0, 0),
+    "pad_of_zeros": lambda m, F, x: F.pad(x, (0, 0)),
+    "interpolate_scale_1": lambda m, F, x: F.interpolate(x, scale_factor=1.0),
+    "adaptive_max_pool_identity": lambda m, F, x: F.adaptive_max_pool1d(x, 4),
+    "adaptive_avg_pool_identity": lambda m, F, x: F.adaptive_avg_pool1d(x, 4),
+    "max_pool_kernel_1": lambda m, F, x: F.max_pool1d(x, 1),
+    "max_pool2d_kernel_1": lambda m, F, x: F.max_pool2d(x, 1),
+    "pixel_shuffle_1": lambda m, F, x: F.pixel_shuffle(x.reshape(1, 2, 3, 4), 1),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", NEW_TENSORS)
+def test_functions_that_make_new_tensors_in_torch_never_return_a_view_of_their_input(name, compiled):
+    """Built from view ops alone (an identity pooling, a pad of zeros), the result is still a new tensor:
+    a write into it leaves the input as it was."""
+    import torch.nn.functional as TF
+
+    import flame.nn.functional as FF
+
+    def body(m, F, x):
+        y = NEW_TENSORS[name](m, F, x)
+        y.add_(100)
+        return x * 1, y * 1
+
+    x, tx = _pair()
+    got = flame.compile(lambda x: body(flame, FF, x))(x) if compiled else body(flame, FF, x)
+    want = body(torch, TF, tx)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+
+
+def test_no_grad_inside_a_compiled_step_stops_gradients_as_in_torch():
+    grads = []
+    for m in (torch, flame):
+        x = m.tensor([1.0, 2.0, 3.0], requires_grad=True)
+
+        def step(x, m=m):
+            with m.no_grad():
+                y = x * 2
+            loss = (y * x).sum()
+            loss.backward()
+            return loss
+
+        (flame.compile(step) if m is flame else step)(x)
+        grads.append(x.grad.numpy())
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
+def test_intermediates_inside_a_compiled_step_require_grad_as_in_torch():
+    seen = []
+
+    @flame.compile
+    def step(x, c):
+        y = x * 3
+        seen.append((y.requires_grad, (c * 2).requires_grad, y.detach().requires_grad))
+        with flame.no_grad():
+            seen.append(((x * 2).requires_grad,))
+        if y.requires_grad:  # a user's guard around backward() takes the same branch as eagerly
+            y.sum().backward()
+        return y
+
+    x = flame.tensor([1.0, 2.0], requires_grad=True)
+    step(x, flame.tensor([1.0, 1.0]))
+    assert seen == [(True, False, False), (False,)]
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
