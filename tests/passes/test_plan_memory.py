@@ -155,9 +155,10 @@ def _mlp_step():
         h = (x @ w1 + b1).tanh()
         loss = ((h @ w2 - y) ** 2).mean()
         loss.backward()
-        for p in params:
-            p.copy_(p - 0.05 * p.grad)
-            p.grad = None
+        with flame.no_grad():
+            for p in params:
+                p.copy_(p - 0.05 * p.grad)
+                p.grad = None
         return loss
 
     x = flame.tensor(rng.standard_normal((64, 10)).astype(np.float32))
