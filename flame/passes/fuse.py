@@ -488,7 +488,7 @@ def _horizontal(st: State) -> None:
         if a not in st.groups or a in alone:
             continue
         sig = sig_of(a)
-        down = None  # the kernels a reaches
+        down = up = None  # the kernels a reaches, and those that reach a
         for b in list(st.groups):
             if a.kind != Kind.ELEMENTWISE and len(a.merged) + 1 >= MAX_SEGMENTS:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
@@ -497,7 +497,10 @@ def _horizontal(st: State) -> None:
                 continue
             both = a.ops + b.ops
             down = st.downstream(a) if down is None else down
-            if (b in down or st.reaches(b, a) or mixes_phases(both)
+            if b in down:
+                continue
+            up = st.upstream(a) if up is None else up
+            if (b in up or mixes_phases(both)
                     or hoists_backward(st, both) or _hoists_recomputation(st, a, b)
                     or ready.get(a) != ready.get(b)):
                 continue
@@ -505,6 +508,7 @@ def _horizontal(st: State) -> None:
                 a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
                 continue
             down |= st.downstream(b)  # neither reaches the other: merged, they reach what either did
+            up |= st.upstream(b)  # and are reached from where either was
             merge(st, a, b)
             sigs.pop(a, None)
 

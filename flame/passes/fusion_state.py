@@ -77,16 +77,29 @@ class State:
         """The kernels src reaches (see reaches): one walk answers it for every kernel."""
         return set(self._walk(src))
 
-    def _walk(self, src: Group) -> Iterator[Group]:
-        """The kernels at the end of a path of data edges from src, each once."""
-        todo, seen = list(self.succ(src)), set()
+    def pred(self, grp: Group) -> set[Group]:
+        """The kernels grp reads (succ's edges the other way)."""
+        group_of = self.group_of
+        out = {group_of[v.producer] for op in grp.ops for v in op.inputs if v.producer in group_of}
+        out.discard(grp)
+        return out
+
+    def upstream(self, dst: Group) -> set[Group]:
+        """The kernels that reach dst (see reaches): one walk against the edges answers it for every kernel."""
+        return set(self._walk(dst, self.pred))
+
+    def _walk(self, src: Group, step=None) -> Iterator[Group]:
+        """The kernels at the end of a path of data edges from src (of `step`'s edges: succ by default),
+        each once."""
+        step = step or self.succ
+        todo, seen = list(step(src)), set()
         while todo:
             h = todo.pop()
             if h in seen:
                 continue
             seen.add(h)
             yield h
-            todo += [s for s in self.succ(h) if s not in seen]
+            todo += [s for s in step(h) if s not in seen]
 
     def sorted_ops(self, ops) -> list[Op]:
         return sorted(ops, key=self.index.__getitem__)

@@ -580,7 +580,9 @@ class MemoryBudget:
 class Plan:
     """Buffers (by id), steps in order, the buffer of each graph input and output, and the arena
     size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops.
-    `memory_budget`: set when the plan was fitted to a memory budget (the memory report shows it)."""
+    `memory_budget`: set when the plan was fitted to a memory budget (the memory report shows it).
+    `reused`: the kernels rendered once and reused by alike groups (a model's repeated blocks), as
+    (kernel names, how many more groups took them), for `flame explain`."""
 
     name: str
     buffers: dict[int, Buffer]
@@ -591,6 +593,7 @@ class Plan:
     graph: Graph
     buffer_of: dict[Value, int]
     memory_budget: MemoryBudget | None = None
+    reused: tuple[tuple[tuple[str, ...], int], ...] = ()
 
     def kernels(self) -> list[KernelLaunch]:
         return [s for s in self.steps if isinstance(s, KernelLaunch)]
