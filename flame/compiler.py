@@ -13,8 +13,8 @@ Nothing below it (ir, passes, plan, codegen, runtime) imports it.
 The cache is keyed by everything that decides what comes out: the executor, the GPU it compiles for
 (its id: the runnable's kernels are loaded there), the Target the passes and the plan builder plan for
 (what the backend can do, the GPU architecture included), the settings read while compiling (FLAME_FUSE
-for lowering, FLAME_ROWS_SCHEDULE for the row kernels, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA
-executor), whether the passes run,
+for lowering, FLAME_ROWS_SCHEDULE and FLAME_BALANCED_SCALARS for the kernels codegen renders,
+FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor), whether the passes run,
 and the graph itself (its printed text, which parses back to the same graph,
 or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
 types))."""
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from flame import debug
-from flame.codegen.kernel import rows_schedule
+from flame.codegen.kernel import codegen_settings
 from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
@@ -75,7 +75,7 @@ def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
     comm, side = cuda and comm_stream_enabled(), cuda and side_stream_enabled()
     bgrad = bgrad_enabled()
     settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm, side,
-                rows_schedule(), bgrad)
+                codegen_settings(), bgrad)
     return settings, _target(ex.name, gpu, comm, side, bgrad)
 
 

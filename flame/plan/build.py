@@ -148,8 +148,8 @@ def canonical_group(group: FusionGroup, inputs: tuple[Value, ...]) -> tuple:
     """What codegen's rendering of `group` depends on, with values numbered from the kernel's inputs
     (so the same work in another block of the model, on other values, gives the same key): its ops as
     IR text, its inputs' types, which values it writes, its kind, reason, epilogue and update mark,
-    and the row schedule setting."""
-    from flame.codegen.kernel import rows_schedule
+    and the settings codegen reads (codegen.kernel.codegen_settings)."""
+    from flame.codegen.kernel import codegen_settings
 
     local = {v: i for i, v in enumerate(inputs)}
     lines = []
@@ -157,7 +157,7 @@ def canonical_group(group: FusionGroup, inputs: tuple[Value, ...]) -> tuple:
         for v in (*op.inputs, op.out):
             local.setdefault(v, len(local))
         lines.append(format_op(op, local))
-    return (str(group.kind), group.reason, group.epilogue, group.update, rows_schedule(),
+    return (str(group.kind), group.reason, group.epilogue, group.update, codegen_settings(),
             tuple(str(v.type) for v in inputs), tuple(local.get(v, -1) for v in group.outputs), tuple(lines))
 
 
