@@ -8,7 +8,12 @@ the reference executor, to see how compile time grows with depth.
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile depth 2 6 12 [--cuda] [--profile]
 
 --profile prints the top functions of a cProfile of the compile (cumulative time); --cuda plans the
-depth runs for the CUDA target instead of the reference executor's."""
+depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=1 in the
+environment shows NVRTC with the balanced form of scalar horizontal kernels.
+
+Planning runs on the reference executor (no GPU needed), so the CUDA executor's own work (cuDNN and
+cuBLASLt plans, loading modules) is not in these numbers, nor NVRTC overlapped with planning
+(codegen.nvrtc.compile_ahead starts only for a GPU's architecture)."""
 
 from __future__ import annotations
 
@@ -71,28 +76,37 @@ def compile_once(call, data: list, profile: bool = False) -> dict:
     return {"total": total, "cpu": cpu, "stages": dict(stages), "plan": record.plan, "prof": prof}
 
 
-def nvrtc_seconds(plan, arch: str = "sm_90") -> tuple[int, float, float]:
-    """(distinct kernel sources, cold seconds, warm seconds) of compiling the plan's kernels with
-    NVRTC through codegen.nvrtc.compile_many, in an empty temporary cache directory."""
+def nvrtc_seconds(plan, arch: str = "sm_90") -> dict:
+    """NVRTC over the plan's distinct kernel sources in an empty temporary cache directory: each
+    compiled in turn (their sum: the CPU time; the longest: the critical path on a host with a core
+    per kernel), then all again through codegen.nvrtc.compile_many (the warm cache)."""
     from flame.codegen import nvrtc
 
-    sources = list(dict.fromkeys(k.source for k in plan.kernels()))
+    kernels = {k.source: k.name for k in plan.kernels()}
     old = os.environ.get("FLAME_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="flame-profile-cache-") as d:
         os.environ["FLAME_CACHE_DIR"] = d
         try:
+            each = []
+            for source, name in kernels.items():
+                t0 = time.perf_counter()
+                nvrtc.compile_cubin(source, arch, name)
+                each.append((time.perf_counter() - t0, name, source.count("\n")))
             t0 = time.perf_counter()
-            nvrtc.compile_many(sources, arch)
-            cold = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            nvrtc.compile_many(sources, arch)
+            nvrtc.compile_many(list(kernels), arch)
             warm = time.perf_counter() - t0
         finally:
             if old is None:
                 os.environ.pop("FLAME_CACHE_DIR", None)
             else:
                 os.environ["FLAME_CACHE_DIR"] = old
-    return len(sources), cold, warm
+    each.sort(reverse=True)
+    return {
+        "sources": len(kernels),
+        "total": sum(t for t, *_ in each),
+        "longest": each[0] if each else None,
+        "warm": warm,
+    }
 
 
 def _top(prof, n: int = 30) -> str:
@@ -115,8 +129,13 @@ def run_cases(names: list[str], full: bool, profile: bool) -> None:
         call, data = _bound(case, case.sizes(not full))
         r = compile_once(call, data, profile)
         _report(case.name, r)
-        n, cold, warm = nvrtc_seconds(r["plan"])
-        print(f"  NVRTC: {n} kernel sources, cold {cold:.2f} s, warm cache {warm:.3f} s", flush=True)
+        nv = nvrtc_seconds(r["plan"])
+        t, name, lines = nv["longest"]
+        print(
+            f"  NVRTC: {nv['sources']} kernel sources, cold {nv['total']:.2f} s in turn, the longest {t:.2f} s "
+            f"({name}, {lines} lines); warm cache {nv['warm']:.3f} s",
+            flush=True,
+        )
         if profile:
             print(_top(r["prof"]))
 

@@ -2,8 +2,9 @@
 the buffers (flame.plan.memory).
 
 build_plan(graph) walks the fusion groups (or, on an unfused graph, the ops) once: a KernelLaunch per
-kernel codegen renders for a group or op (rendered only: nothing is compiled here; `_lower` is the
-one place that calls codegen), a library-call step for an op with the `library` trait (LIBRARY_CALLS;
+kernel codegen renders for a group or op (rendered here; `_lower` is the one place that calls
+codegen, and for a GPU target each kernel's NVRTC compile starts in the background as it is
+rendered, codegen.nvrtc.compile_ahead), a library-call step for an op with the `library` trait (LIBRARY_CALLS;
 matmul: a MatmulCall, with its epilogue when the fusion pass marked one and the target's library fuses
 it: bias, activation, the pre-activation as aux result, an operand's bias gradient), an Alias for
 relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (every flame buffer is
@@ -238,6 +239,10 @@ class _Builder:
         sid = self.scratch(max((k.scratch for k in kernels), default=0))
         extra = () if sid is None else (sid,)
         for i, k in enumerate(kernels):
+            if self.target.arch:  # planned for a GPU: its compile starts now, beside the planning
+                from flame.codegen.nvrtc import compile_ahead
+
+                compile_ahead(k.source, self.target.arch, k.name)
             self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra,
                                            k.n_inputs, ops, (i, len(kernels)), len(outs),
                                            grp.reason if grp else reason, k.in_place_safe if grp else True,
@@ -418,8 +423,9 @@ def _bind_outputs(bld: _Builder) -> list[int]:
 def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None = None) -> Plan:
     """The Plan of a verified graph, before memory planning (temporaries have no arena offsets yet:
     flame.plan.memory.plan_memory places them; to_plan does both). `lowering(op) -> list[Kernel]`
-    defaults to codegen's lowering of the op's group of one; kernels are rendered, never compiled,
-    here. `target` (compile_graph hands over the one the passes planned for; by default the reference
+    defaults to codegen's lowering of the op's group of one; kernels are rendered here, and for a
+    target with an architecture (a GPU's) compiled ahead in the background (codegen.nvrtc.compile_ahead).
+    `target` (compile_graph hands over the one the passes planned for; by default the reference
     executor's: every matmul epilogue, no library workspaces) says what the backend's library calls do."""
     target = DEFAULT_TARGET if target is None else target
     bld = _Builder(g, lowering, target)
