@@ -12,7 +12,10 @@ the end it writes loss.png and prints a sample of generated text; generation run
 over a fixed context window, so it is traced once too.
 
 On a GPU the matmuls run in bf16 (--dtype bf16, the default there) with f32 master weights; on the
-reference executor (no GPU) everything is f32. --tiny is a configuration of a few seconds for CI.
+reference executor (no GPU) everything is f32. --dtype fp8 trains the Linear layers' GEMMs in FP8
+(flame.autocast(dtype=flame.float8_e4m3fn): e4m3 forward, e5m2 gradients, per-tensor current scaling)
+and the rest in bf16; the FP8 GEMMs run on the reference executor (an exact emulation) and, on a GPU,
+through cuBLASLt once FLAME_FP8_GEMM=1 is set. --tiny is a configuration of a few seconds for CI.
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ def _linear(x, layer: nn.Linear | lora.Linear):
     if isinstance(layer, lora.Linear):
         base = _linear(x, layer.base_layer)
         return base if layer.merged else base + layer.lora_delta(x)
+    if flame.amp.get_fp8_recipe() is not None:  # FP8 training: F.linear casts the f32 weights to FP8 itself
+        return F.linear(x, layer.weight, layer.bias)
     return x @ layer.weight.transpose(0, 1).to(x.dtype) + layer.bias.to(x.dtype)
 
 
@@ -111,10 +116,11 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token + position embedding, `layers` blocks, final LayerNorm, head tied to the token embedding."""
 
-    def __init__(self, vocab: int, d: int, layers: int, heads: int, T: int, dtype, seed: int = 0):
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, T: int, dtype, seed: int = 0, fp8=False):
         super().__init__()
         gen = flame.Generator(seed)
-        self.dtype = dtype
+        # fp8: True or a flame.amp.Float8Recipe: the Linear layers' GEMMs in FP8 (dtype bf16: the rest)
+        self.dtype, self.fp8 = dtype, fp8
         self.wte = nn.Embedding(vocab, d, generator=gen)
         self.wpe = nn.Parameter(flame.zeros(T, d))
         nn.init.normal_(self.wte.weight, std=0.02, generator=gen)
@@ -136,7 +142,9 @@ class GPT(nn.Module):
         return _norm(x, self.ln_f) @ self.wte.weight.transpose(0, 1).to(self.dtype)  # the tied head
 
     def loss(self, idx, targets):
-        logits = self(idx).float()
+        recipe = self.fp8 if isinstance(self.fp8, flame.amp.Float8Recipe) else flame.float8_e4m3fn
+        with flame.autocast(dtype=recipe, enabled=bool(self.fp8)):
+            logits = self(idx).float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -191,9 +199,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=None, help="train until this step (counting resumed ones)")
     ap.add_argument("--out", default="runs/gpt", help="folder for checkpoint.safetensors and loss.png")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.safetensors")
-    ap.add_argument("--dtype", choices=("bf16", "f32"), default=None, help="compute dtype (default bf16 on a GPU)")
+    ap.add_argument("--dtype", choices=("bf16", "f32", "fp8"), default=None,
+                    help="compute dtype (default bf16 on a GPU; fp8: the Linear GEMMs in FP8, the rest bf16)")
     ap.add_argument("--device", choices=flame.runtime.device.DEVICES, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--activation-budget", type=float, default=None, metavar="F",
+                    help="keep at most F (0..1) of the activations the plan without a budget keeps for the backward: "
+                         "flame recomputes or offloads the rest and prints its choice")
     args = ap.parse_args(argv)
     if args.device:
         flame.set_device(args.device)
@@ -222,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {flame.get_device()}, dtype {args.dtype}; {len(text):,} characters of the standard library, "
           f"vocabulary {len(vocab)} (ln {math.log(len(vocab)):.2f})", flush=True)
 
-    dtype = flame.bf16 if args.dtype == "bf16" else flame.f32
-    model = GPT(len(vocab), cfg["d"], cfg["layers"], cfg["heads"], cfg["T"], dtype, args.seed)
+    dtype = flame.bf16 if args.dtype in ("bf16", "fp8") else flame.f32
+    model = GPT(len(vocab), cfg["d"], cfg["layers"], cfg["heads"], cfg["T"], dtype, args.seed, fp8=args.dtype == "fp8")
     opt = flame.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.1, betas=(0.9, 0.95))
     step, history = 0, {"train": [], "val": []}
     if args.resume and os.path.exists(ckpt):
@@ -234,13 +246,22 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(step):
         sched.step()
 
-    @flame.compile
+    @flame.compile(activation_budget=args.activation_budget)
     def train_step(x, y):
         loss = model.loss(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad()
         return loss
+
+    if args.activation_budget is not None:  # the plan's choice, before the first step runs
+        report = train_step.memory_report(*batch(train, cfg["T"], cfg["batch"], np.random.default_rng(0)))
+        a = report.activation
+        kinds = {k: sum(1 for c in a.choices if c[0] == k) for k in ("recompute", "offload")}
+        print(f"activation budget {a.requested:g}: activations kept for the backward {a.kept / 2**20:.1f} MiB of "
+              f"{a.unconstrained / 2**20:.1f} MiB without it; {kinds['recompute']} values recomputed, "
+              f"{kinds['offload']} offloaded to host memory, about {sum(c[3] for c in a.choices) * 1e3:.2f} ms "
+              f"per step; planned peak {report.peak / 2**20:.1f} MiB", flush=True)
 
     @flame.compile
     def eval_loss(x, y):

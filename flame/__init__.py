@@ -248,22 +248,23 @@ from flame.frontend.ops import (
 )
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul
-from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i8, i32, i64, u8
+from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
 int8, uint8 = i8, u8
+float8_e4m3fn, float8_e5m2 = f8e4m3, f8e5m2  # FP8 storage types (flame.amp.Float8Recipe)
 float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa: A001  (torch's aliases)
 # everything above is public: help(flame) and `from flame import *` list every function and type
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
 __all__ = sorted([n for n, v in globals().items()
                   if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
-                 + ["save", "load", "linalg"])  # these three import on first use (__getattr__ below)
+                 + ["save", "load", "linalg", "tag"])  # these import on first use (__getattr__ below)
 
 
 def __getattr__(name: str):
-    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.amp,
+    """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
     flame.distributed, flame.utils, flame.cuda and flame.autograd import on first use (they are not needed
     to trace)."""
     import importlib
@@ -272,5 +273,7 @@ def __getattr__(name: str):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)
+    if name == "tag":  # flame.tag(x, "name"): a value named for a checkpoint policy (flame.utils.tag)
+        return importlib.import_module("flame.utils").tag
     raise AttributeError(f"module 'flame' has no attribute {name!r} (docs/coming_from_pytorch.md lists what "
                          f"flame does not have yet, with the workaround)")

@@ -137,13 +137,19 @@ def cmd_check(a) -> int:
 
 def cmd_cache(a) -> int:
     from flame.codegen import nvrtc
+    from flame.plan import cache as plan_cache
 
     if a.action == "clear":
         n = nvrtc.cache_clear()
-        print(f"removed {n} cached kernel(s) from {nvrtc.cache_dir()}")
+        plans = plan_cache.cache_clear()
+        print(f"removed {n} cached kernel(s) and {plans} cached plan(s) from {nvrtc.cache_dir()}")
         return 0
     info = nvrtc.cache_info()
-    print(f"kernel cache: {info['dir']}\n  entries: {info['entries']}\n  bytes:   {info['bytes']}")
+    plans = plan_cache.cache_info()
+    limit = f"{plans['limit']} (FLAME_CACHE_SIZE)" if plans["limit"] else "0: the plan cache is off (FLAME_CACHE_SIZE)"
+    print(f"kernel cache: {info['dir']}\n  entries: {info['entries']}\n  bytes:   {info['bytes']}\n"
+          f"plan cache: {plans['dir']}\n  entries: {plans['entries']}\n  bytes:   {plans['bytes']}\n"
+          f"size limit of both: {limit}")
     return 0
 
 
@@ -210,8 +216,8 @@ def _parser() -> argparse.ArgumentParser:
     for sp in (e, v, pr):
         sp.add_argument("--function", default=None, metavar="NAME",
                         help="only the compiled function NAME (default: every compiled function)")
-    k = sub.add_parser("cache", help="size and entries of the kernel cache, or clear it",
-                       description="size and entries of the kernel cache, or clear it")
+    k = sub.add_parser("cache", help="size and entries of the kernel and plan caches, or clear them",
+                       description="size and entries of the kernel and plan caches, or clear them")
     k.add_argument("action", choices=["info", "clear"])
     k.set_defaults(fn=cmd_cache)
     b = sub.add_parser("bench", help="the fusion benchmark suite: flame vs PyTorch eager, torch.compile and JAX",

@@ -17,7 +17,9 @@ for lowering, FLAME_ROWS_SCHEDULE and FLAME_BALANCED_SCALARS for the kernels cod
 FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor), whether the passes run,
 and the graph itself (its printed text, which parses back to the same graph,
 or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
-types))."""
+types)). A caller that asks for it (`persist`: @flame.compile) also reaches the persistent plan cache
+(flame.plan.cache) on a miss: a graph compiled by an earlier process is loaded from disk, its passes,
+plan builder and NVRTC skipped."""
 
 from __future__ import annotations
 
@@ -35,13 +37,22 @@ from flame.codegen.kernel import codegen_settings
 from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
+from flame.ir.registry import get
 from flame.passes import remat as remat_pass
+from flame.passes.activation_budget import solve as activation_solve
 from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
+from flame.plan import cache as plan_cache
 from flame.plan.build import to_plan
 from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak
-from flame.plan.steps import MemoryBudget
-from flame.runtime.backend import bgrad_enabled, capabilities, comm_stream_enabled, side_stream_enabled
+from flame.plan.steps import ActivationBudget, MemoryBudget
+from flame.runtime.backend import (
+    bgrad_enabled,
+    capabilities,
+    comm_stream_enabled,
+    side_stream_enabled,
+    target_identity,
+)
 from flame.runtime.cuda_graphs import graphs_setting
 from flame.runtime.device import executor
 from flame.target import Target
@@ -100,6 +111,8 @@ def compile_graph(
     report: bool = False,
     own_run: bool = False,
     memory_budget: float | None = None,
+    activation_budget: float | None = None,
+    persist: str | None = None,
 ) -> CompiledGraph:
     """Compile `graph` for the current executor, or return the cached result of an identical one.
 
@@ -118,13 +131,21 @@ def compile_graph(
     without it; check_memory_budget says what else it may be) by recomputing forward values in the
     backward (`_fit_budget`); MemoryBudgetError,
     saying the smallest reachable peak, when it cannot be met. Needs optimize.
+    activation_budget: the fraction in [0, 1] of the activation memory the plan without it keeps for
+    the backward that may be kept (check_activation_budget), met by recomputing or offloading forward
+    values (passes/activation_budget.py); MemoryBudgetError naming the floor when it cannot be met.
+    persist: also use the persistent plan cache (flame.plan.cache), with this text (@flame.compile: the
+    trace's guards, guards.guards_key) in the key beside the graph's printed text: on a miss here a
+    result an earlier process stored is loaded (not while something watches: it reads every stage),
+    and a result compiled here is stored.
     """
     memory_budget = check_memory_budget(memory_budget, "compile_graph")
+    activation_budget = check_activation_budget(activation_budget, "compile_graph", memory_budget)
     ex = executor()
     if key is None:
         key = print_graph(graph)
     settings, target = _settings(ex, optimize)
-    full_key = (settings, target, key, memory_budget)
+    full_key = (settings, target, key, memory_budget, activation_budget)
     watched = report and debug.watching()
     hit = None if watched else _CACHE.get(full_key)
     if hit is not None:
@@ -135,7 +156,13 @@ def compile_graph(
         if hit.run is None:  # planned for an own_run caller: compile the shared runnable once
             hit = _CACHE[full_key] = replace(hit, run=ex.compile(hit.plan))
         return hit
-    result = _compile(graph() if callable(graph) else graph, ex, target, optimize, watched, memory_budget)
+    g = graph() if callable(graph) else graph
+    disk = _disk_key(ex, settings, target, g, key, (memory_budget, activation_budget), persist)
+    result = None if disk is None or watched else _from_disk(disk, g, ex, target)
+    if result is None:
+        result = _compile(g, ex, target, optimize, watched, memory_budget, activation_budget)
+        if disk is not None:
+            plan_cache.store(disk, result.graph, result.plan)
     _CACHE[full_key] = replace(result, run=None if own_run else result.run, record=None)
     if len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -143,7 +170,7 @@ def compile_graph(
 
 
 def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
-             memory_budget: float | None = None) -> CompiledGraph:
+             memory_budget: float | None = None, activation_budget: float | None = None) -> CompiledGraph:
     """Run the stages on g for `target` (what the backend can do: fusion, legalization and the plan
     builder ask it) and time them; with watched, record every stage and notify debug."""
     record = debug.CompileRecord(g.name) if watched else None
@@ -168,6 +195,12 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         timings.append(("memory budget search", time.perf_counter() - start))
         g, plan = finish(g, allow, dump, timings, memory_first)
         plan = replace(plan, memory_budget=budget)
+    elif activation_budget is not None and optimize:
+        start = time.perf_counter()
+        decision = activation_solve(g, activation_budget, target)
+        timings.append(("activation budget", time.perf_counter() - start))
+        g, plan = finish(g, decision, dump, timings)
+        plan = replace(plan, activation_budget=ActivationBudget(*decision.summary()))
     else:
         g, plan = finish(g, dump=dump, timings=timings)
     start = time.perf_counter()
@@ -194,11 +227,62 @@ def _lower_for(graph: Graph, target, optimize: bool, allow=remat_pass.never, dum
     return graph
 
 
-def optimize_graph(g: Graph) -> Graph:
+def optimize_graph(g: Graph, persist: str | None = None) -> Graph:
     """The graph compile_graph would plan for the current executor (every pass, lowering included),
     neither planned nor compiled: what a dynamic-size template learns from a size it will not run
-    (flame.compile(dynamic=True)'s probe)."""
-    return _lower_for(run_pipeline(g), _settings(executor(), True)[1], True)
+    (flame.compile(dynamic=True)'s probe). persist: as compile_graph's (the graph is loaded from, or
+    stored in, the persistent plan cache under the key compile_graph uses)."""
+    ex = executor()
+    settings, target = _settings(ex, True)
+    disk = _disk_key(ex, settings, target, g, None, (None, None), persist)
+    found = None if disk is None else plan_cache.load(disk, g.name)
+    if found is not None:
+        return found[0]
+    out = _lower_for(run_pipeline(g), target, True)
+    if disk is not None:
+        plan_cache.store(disk, out, None)
+    return out
+
+
+def _storable(g: Graph) -> bool:
+    """Whether g's compile may go to the persistent plan cache: not with ops the user defined with their
+    own CUDA code (flame.cuda.kernel / elementwise), whose code and NumPy reference live in this process's
+    registry, not in the graph's text that keys the entry."""
+    return not any(get(op.name).user is not None for op in g.ops)
+
+
+def _disk_key(ex, settings: tuple, target: Target, g: Graph, key: Hashable | None, budgets: tuple,
+              persist: str | None) -> str | None:
+    """The persistent plan cache's key text for compiling g (None: not persisted, because persist is None,
+    g is not _storable or the cache is off): the executor's and Target's identity, the settings read (the
+    GPU's id aside), the (memory, activation) budgets, `persist` (the guards) and the graph's text (`key`, or printed
+    here). flame.plan.cache adds flame's version."""
+    if persist is None or not plan_cache.enabled() or not _storable(g):
+        return None
+    key = print_graph(g) if key is None else key
+    return "\n".join((target_identity(ex.name, target, settings[1]), repr(settings[:1] + settings[2:]),
+                      f"budgets {budgets!r}", f"guards {persist}", str(key)))
+
+
+def _from_disk(disk: str, g: Graph, ex, target: Target) -> CompiledGraph | None:
+    """The compiled result of g from the persistent plan cache (the executor compiles the loaded plan;
+    an entry holding the optimised graph alone is planned here and stored whole), or None on a miss."""
+    start = time.perf_counter()
+    found = plan_cache.load(disk, g.name)
+    if found is None:
+        return None
+    graph, plan = found
+    timings = [("plan cache", time.perf_counter() - start)]
+    if plan is None:
+        start = time.perf_counter()
+        plan = to_plan(graph, target=target)
+        timings.append(("plan", time.perf_counter() - start))
+        plan_cache.store(disk, graph, plan)
+    start = time.perf_counter()
+    run = ex.compile(plan)
+    timings.append((f"{ex.name} compile", time.perf_counter() - start))
+    log.debug("flame: %s: loaded from the plan cache", g.name)
+    return CompiledGraph(graph, plan, run, tuple(timings))
 
 
 def plan_template(graph_at: Callable[[int, bool], Graph], sizes: tuple[int, int]) -> PlanTemplate:
@@ -247,6 +331,28 @@ def check_memory_budget(value: float | None, owner: str = "flame.compile") -> fl
         raise ArgumentError(f"{owner}: memory_budget={value!r} has a fraction of a byte: a float above 1 is a "
                             f"number of bytes, and a fraction of the peak planned without a budget is in (0, 1]")
     raise ArgumentError(f"{owner}: memory_budget={value!r} is not {_BUDGET_MEANS}")
+
+
+_ACTIVATION_MEANS = "a fraction in [0, 1] of the activation memory the plan without a budget keeps for the backward"
+
+
+def check_activation_budget(value: float | None, owner: str = "flame.compile",
+                            memory_budget: float | None = None) -> float | None:
+    """`value` as a float in [0, 1] (PyTorch's activation_memory_budget: 0 recomputes everything that
+    may be, 1 is the plan without a budget), None for no budget. A bool or a non-number raises
+    ArgumentTypeError; NaN, infinities and numbers outside [0, 1] raise ArgumentError, as does giving
+    both it and a memory_budget; each names `owner` and the argument."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{owner}: activation_budget must be {_ACTIVATION_MEANS}; got {type(value).__name__} "
+                                f"{value!r}")
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise ArgumentError(f"{owner}: activation_budget must be {_ACTIVATION_MEANS}; got {value!r}")
+    if memory_budget is not None:
+        raise ArgumentError(f"{owner}: give activation_budget or memory_budget, not both (got activation_budget="
+                            f"{value!r} and memory_budget={memory_budget!r})")
+    return float(value)
 
 
 def _budget_bytes(requested: float, unconstrained: int) -> int:

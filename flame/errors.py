@@ -68,6 +68,11 @@ class CheckpointError(FlameError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnverifiedError(FlameError, RuntimeError):
+    """A GPU path that has not yet passed its GPU tests, asked for while its switch is off (the
+    message names the switch)."""
+
+
 class RecompileWarning(UserWarning):
     """A @flame.compile'd function traced again after its first trace: an argument's shape, dtype or
     value changed, or a Python value the trace baked in (a module's train/eval mode, a global or a

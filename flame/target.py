@@ -48,7 +48,13 @@ class Target:
     arch: the GPU architecture the plan is made for, as NVRTC spells it ("sm_90"; "" for the NumPy
     reference): the libraries' answers and workspaces depend on it, so it is part of the compile cache key
     (a Target is hashable; the whole of it is in the key). kernel_param_bytes: the parameter space of one
-    kernel, which bounds how many tensors a horizontal (multi-tensor) kernel takes (one pointer each)."""
+    kernel, which bounds how many tensors a horizontal (multi-tensor) kernel takes (one pointer each).
+    matmul_rate / matmul_rate_f32: the GEMM work per second (FLOP/s) of 16-bit and of f32 (and wider)
+    operands; memory_bandwidth: the device memory's bytes per second; host_link_bandwidth: bytes per
+    second one way between device memory and pinned host memory. The activation-budget solver
+    (passes/activation_budget.py) prices a recomputation or an offload with them. The defaults are
+    declared figures of an H200 SXM (dense bf16 989 TFLOP/s, f32 67 TFLOP/s, HBM3e 4.8 TB/s, a PCIe
+    5.0 x16 link at 55 GB/s); a backend may fill in measured ones."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
@@ -67,6 +73,10 @@ class Target:
     conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
     arch: str = ""
     kernel_param_bytes: int = 32764  # a kernel's parameters (CUDA 12.1+ on Volta and newer; 4096 before)
+    matmul_rate: float = 989e12  # FLOP/s of a GEMM on 16-bit operands
+    matmul_rate_f32: float = 67e12  # FLOP/s of a GEMM on f32 operands (no TF32)
+    memory_bandwidth: float = 4.8e12  # bytes/s of device memory
+    host_link_bandwidth: float = 55e9  # bytes/s one way between device and pinned host memory
 
     def splits_rows(self, rows: int, length: int) -> bool:
         """Whether `rows` reductions of `length` elements each should split every row across blocks

@@ -55,3 +55,10 @@ def cuda_target(monkeypatch):
     monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
     monkeypatch.setattr(compiler, "_target", lambda *settings: cuda)  # not a Target cached before the test
     monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
+
+
+@pytest.fixture(autouse=True)
+def _no_plan_cache(monkeypatch):
+    """The persistent plan cache is off unless a test turns it on (with a directory of its own): tests
+    patch passes and settings its key cannot see, and must not load what another test run stored."""
+    monkeypatch.setenv("FLAME_CACHE_SIZE", "0")

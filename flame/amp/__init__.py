@@ -2,6 +2,8 @@
 `GradScaler` (loss scaling for float16)."""
 
 from flame.amp.grad_scaler import GradScaler
-from flame.frontend.autocast import autocast, get_autocast_dtype, is_autocast_enabled
+from flame.frontend.autocast import Float8Recipe, autocast, get_autocast_dtype, get_fp8_recipe, is_autocast_enabled
+from flame.frontend.fp8 import float8_state
 
-__all__ = ["GradScaler", "autocast", "get_autocast_dtype", "is_autocast_enabled"]
+__all__ = ["Float8Recipe", "GradScaler", "autocast", "float8_state", "get_autocast_dtype", "get_fp8_recipe",
+           "is_autocast_enabled"]

@@ -58,7 +58,8 @@ def _peer_cell(p: dict | None) -> str:
     if p is None:
         return "—"
     if p.get("median_ms"):
-        return _ms(p["median_ms"])
+        compiled = f" (compile {p['compile_s']:.3g} s)" if p.get("compile_s") is not None else ""
+        return _ms(p["median_ms"]) + compiled
     return str(p.get("status", "n/a"))
 
 
@@ -102,6 +103,29 @@ def _b2b_table(cases: list[dict], peers: list[str]) -> list[str]:
         cells = [c["name"], _ms(f["b2b_ms"]), pct,
                  *[_ms(c["peers"][p].get("b2b_ms")) if c["peers"].get(p, {}).get("b2b_ms") else "—" for p in peers],
                  f"{sp:.2f}x vs {c['best_peer_b2b']}" if sp else "—"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _pct(x) -> str:
+    return "—" if x is None else f"{x:.0f}%"
+
+
+def _matmul_table(cases: list[dict], peers: list[str], reference: bool) -> list[str]:
+    """Each case that does matmul work: its matmul flops per call and the fraction of the measured bf16
+    matmul ceiling that flame and each peer reach (their median time; flame's back to back too)."""
+    rows = [c for c in cases if c.get("min_flops")]
+    if not rows:
+        return []
+    out = ["Fraction of the matmul ceiling — each case's matmul flops (GEMMs and attention's two products, "
+           "forward and backward) over the framework's median time, against the bf16 matmul rate measured at the "
+           "start of this run" + (" (not measured on the reference executor)." if reference else "."), "",
+           "| case | matmul GFLOP/call | flame | flame back to back | " + " | ".join(peers) + " |",
+           "|" + "---|" * (4 + len(peers))]
+    for c in rows:
+        f = c["flame"]
+        cells = [c["name"], f"{c['min_flops'] / 1e9:.4g}", _pct(f.get("pct_matmul")), _pct(f.get("pct_matmul_b2b")),
+                 *[_pct(c["peers"].get(p, {}).get("pct_matmul")) for p in peers]]
         out.append("| " + " | ".join(cells) + " |")
     return out + [""]
 
@@ -160,20 +184,23 @@ def markdown(run: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "achieved / % of ceiling: minimum bytes (or flops, for compute-bound cases) over flame's median "
               "time, against the ceiling measured above. speed-up = best peer's median / flame's median (above 1: "
-              "flame is faster).", ""]
+              "flame is faster). A compiled peer's cell also gives its compile time: the seconds of its first "
+              "call.", ""]
     if run["mode"] != "reference" and any(c["flame"].get("b2b_ms") for c in cases):
         lines += _b2b_table(cases, peers)
+    lines += _matmul_table(cases, peers, run["mode"] == "reference")
     lines += _memory_table(cases, peers)
     lines += [
-              "| case | rel. error vs torch | compile cold s | compile warm s | planned MiB | actual peak MiB | "
-              "input sets | flame timer | spread |", "|" + "---|" * 9]
+              "| case | rel. error vs torch | compile cold s | compile warm s | compile warm plan s | planned MiB | "
+              "actual peak MiB | input sets | flame timer | spread |", "|" + "---|" * 10]
     for c in cases:
         f = c["flame"]
         errs = "; ".join(f"{k}{f[key]:.2e}" for k, key in (("", "rel_error"), ("updates ", "rel_error_state"))
                          if f.get(key) is not None)
         lines.append("| " + " | ".join([
             c["name"], errs or "—", _s(f.get("compile_cold_s")), _s(f.get("compile_warm_s")),
-            _mib(f.get("planned_bytes")), _mib(f.get("actual_peak_bytes")), str(c["input_sets"]),
+            _s(f.get("compile_warm_plan_s")), _mib(f.get("planned_bytes")), _mib(f.get("actual_peak_bytes")),
+            str(c["input_sets"]),
             f.get("timer", "—"), "—" if f.get("spread") is None else f"{100 * f['spread']:.0f}%"]) + " |")
     lines += ["", "rel. error: ||flame - torch|| / ||torch|| over the outputs (worst output); updates: the same over "
               "what one step changed in the parameters (p_after - p_before). Tolerances are in results.json.",

@@ -44,13 +44,15 @@ class Bound:
 
 
 Factory = Callable[[dict, dict, Callable], Bound]
+MAX_AUTOTUNE = "torch.compile max-autotune"  # the strongest torch.compile setting: a peer of every torch case
 
 
 @dataclass(frozen=True)
 class Case:
     """One row of the suite. inputs(sizes) -> name -> Input; min_bytes/min_flops(sizes) -> int.
     flame/torch/jax: factories (sizes, arrays, wrap) -> Bound. extra: further peers,
-    name -> (framework, factory, mode) with mode "eager" or "compiled". tol: largest accepted
+    name -> (framework, factory, mode) with mode "eager", "compiled" (default settings) or "max-autotune"
+    (torch.compile's mode of that name). tol: largest accepted
     relative error of flame's outputs against PyTorch eager's; state_tol: the same for what one step
     changed in the state (p_after - p_before), None meaning tol."""
 
@@ -77,6 +79,7 @@ class Case:
         if self.torch is not None:
             out["torch"] = ("torch", self.torch, "eager")
             out["torch.compile"] = ("torch", self.torch, "compiled")
+            out[MAX_AUTOTUNE] = ("torch", self.torch, "max-autotune")
         if self.jax is not None:
             out["jax"] = ("jax", self.jax, "compiled")
         out.update(self.extra)

@@ -1,6 +1,6 @@
 """Running the suite: for each case, generate the inputs once, run PyTorch eager (the oracle), then
-flame (cold and warm compile, kernels per call, planned vs actual memory, correctness, time), then
-every other peer, all in this one process on one device. A peer that fails is recorded as
+flame (cold, warm-kernel-cache and warm-plan-cache compile, kernels per call, planned vs actual memory,
+correctness, time), then every other peer, all in this one process on one device. A peer that fails is recorded as
 "n/a: <reason>" and the suite goes on; a flame result that disagrees with the oracle is WRONG and
 is not timed.
 """
@@ -27,7 +27,8 @@ def _reason(e: BaseException) -> str:
 
 
 def _wrapper(framework: str, mode: str) -> Callable:
-    """How a factory's function is prepared: flame.compile, torch.compile, jax.jit or as is."""
+    """How a factory's function is prepared: flame.compile, torch.compile (its default or its
+    "max-autotune" mode), jax.jit or as is."""
     if framework == "flame":
         import flame
 
@@ -37,6 +38,8 @@ def _wrapper(framework: str, mode: str) -> Callable:
             return lambda f, **kw: f
         import torch
 
+        if mode == "max-autotune":
+            return lambda f, **kw: torch.compile(f, mode="max-autotune")
         return lambda f, **kw: torch.compile(f)
     import jax
 
@@ -113,6 +116,38 @@ def _empty_loaded_kernels():
     finally:
         table.clear()
         table.update(saved)
+
+
+@contextmanager
+def _empty_compile_cache():
+    """Hide the compiler's in-process compile cache, so a compile reaches the persistent plan cache
+    as a new process would."""
+    from flame import compiler
+
+    saved = dict(compiler._CACHE)
+    compiler._CACHE.clear()
+    try:
+        yield
+    finally:
+        compiler._CACHE.clear()
+        compiler._CACHE.update(saved)
+
+
+def _plan_cache_time(compiled, data: list) -> float | None:
+    """Seconds to trace a fresh Compiled and load its compiled plan from the persistent plan cache
+    (filled by the compiles before), with the in-process compile cache and kernel table hidden; None
+    when the plan cache is off or missed."""
+    from flame.plan import cache as plan_cache
+
+    if not plan_cache.enabled():
+        return None
+    fresh = type(compiled)(compiled.fn, compiled.name, memory_budget=compiled.memory_budget)
+    hits = plan_cache.COUNTS.hits
+    with _empty_compile_cache(), _empty_loaded_kernels():
+        t0 = time.perf_counter()
+        fresh.optimized(*data)
+        sec = time.perf_counter() - t0
+    return sec if plan_cache.COUNTS.hits > hits else None
 
 
 def _plan_facts(plan) -> dict:
@@ -209,6 +244,7 @@ def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ct
             bound, data = _setup("flame", case.flame, "compiled", case, sizes, sets, ctx)
             res["compile_cold_s"], record = _compile_time(bound.call, data[0], cold=True)
             res["compile_warm_s"], _ = _compile_time(bound.call, data[0], cold=False)
+            res["compile_warm_plan_s"] = _plan_cache_time(bound.call, data[0])
             plan = record.plan
             if plan is not None:
                 res.update(_plan_facts(plan))
@@ -256,6 +292,8 @@ def run_peer(name: str, framework: str, factory, mode: str, case: Case, sizes: d
 
             torch.cuda.synchronize()
         res["first_call_s"] = time.perf_counter() - t0
+        if mode != "eager":  # a compiled peer compiles in its first call: that call's time, beside its step time
+            res["compile_s"] = res["first_call_s"]
         res["device"] = ctx.torch_dev if framework == "torch" else _jax_device(framework)
         if oracle is not None:
             res["rel_error_vs_torch"], res["rel_error_state_vs_torch"] = _errors(check, oracle, ctx)

@@ -10,12 +10,35 @@ import math
 import numpy as np
 
 from flame.ir import symbolic
-from flame.ir.dtypes import DType, bf16, boolean, f16, f32, f64, i8, i32, i64, u8
+from flame.ir.dtypes import FP8_DTYPES, DType, bf16, boolean, f16, f32, f64, i8, i32, i64, u8
+
+# FP8 storage is cuda_fp8.h's raw byte; these convert it, rounding to nearest even WITHOUT saturation, as
+# ml_dtypes and PyTorch convert: beyond the format's range (past the midpoint above its largest value) a
+# value becomes NaN in e4m3 (sign kept) and inf in e5m2. From f32 the hardware's saturating conversion
+# does the rounding inside the range; from f64 cuda_fp8.h's own conversion.
+_FP8_HELPERS = """#ifndef FLAME_FP8_HELPERS
+#define FLAME_FP8_HELPERS
+static __device__ __forceinline__ float flame_from_f8e4m3(__nv_fp8_storage_t x) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3))); }
+static __device__ __forceinline__ float flame_from_f8e5m2(__nv_fp8_storage_t x) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E5M2))); }
+static __device__ __forceinline__ __nv_fp8_storage_t flame_to_f8e4m3(float x) {
+  return fabsf(x) > 464.0f ? (__nv_fp8_storage_t)(signbit(x) ? 0xFF : 0x7F)
+                           : __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
+static __device__ __forceinline__ __nv_fp8_storage_t flame_to_f8e5m2(float x) {
+  return fabsf(x) >= 61440.0f ? (__nv_fp8_storage_t)(signbit(x) ? 0xFC : 0x7C)
+                              : __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2); }
+static __device__ __forceinline__ __nv_fp8_storage_t flame_to_f8e4m3(double x) {
+  return __nv_cvt_double_to_fp8(x, __NV_NOSAT, __NV_E4M3); }
+static __device__ __forceinline__ __nv_fp8_storage_t flame_to_f8e5m2(double x) {
+  return __nv_cvt_double_to_fp8(x, __NV_NOSAT, __NV_E5M2); }
+#endif"""
 
 
 def compute_dtype(d: DType) -> DType:
-    """The dtype arithmetic happens in: f16/bf16 compute in f32, everything else in itself."""
-    return f32 if d in (f16, bf16) else d
+    """The dtype arithmetic happens in: f16/bf16 and the FP8 formats compute in f32, everything else in
+    itself."""
+    return f32 if d in (f16, bf16) or d.is_float8 else d
 
 
 def kind(d: DType) -> str:
@@ -30,6 +53,8 @@ def load(raw: str, d: DType) -> str:
         return f"__half2float({raw})"
     if d == bf16:
         return f"__bfloat162float({raw})"
+    if d.is_float8:
+        return f"flame_from_{d.name}({raw})"
     return raw
 
 
@@ -42,6 +67,8 @@ _TO_BF16 = {f32: "__float2bfloat16_rn", f64: "__double2bfloat16", i32: "__int2bf
 def convert(expr: str, src: DType, dst: DType) -> str:
     """expr (of compute dtype src) as storage dtype dst, rounding once (NumPy's astype semantics)."""
     src = compute_dtype(src)
+    if dst.is_float8:  # from f64 as double, from everything else as float (exact up to 2^24; FP8 ends at 57344)
+        return f"flame_to_{dst.name}(({'double' if src == f64 else 'float'})({expr}))"
     if dst in (f16, bf16):
         table = _TO_HALF if dst == f16 else _TO_BF16
         if src == boolean:
@@ -106,4 +133,6 @@ def includes(dtypes) -> list[str]:
         out.append("#include <cuda_fp16.h>")
     if bf16 in dtypes:
         out.append("#include <cuda_bf16.h>")
+    if any(d in FP8_DTYPES for d in dtypes):
+        out += ["#include <cuda_fp16.h>"] * (f16 not in dtypes) + ["#include <cuda_fp8.h>", _FP8_HELPERS]
     return out

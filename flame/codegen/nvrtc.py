@@ -86,12 +86,12 @@ def _reason(e: BaseException) -> str:
     return (e.strerror or str(e)) if isinstance(e, OSError) else str(e)
 
 
-def _usable_dir() -> Path | None:
+def usable_dir() -> Path | None:
     """cache_dir(), or None (with a warning, once) when it cannot be trusted or created."""
     try:
         return cache_dir()
     except FlameError as e:
-        _warn_once("use", _cache_path(), f"{e}; compiling without the kernel cache")
+        _warn_once("use", _cache_path(), f"{e}; compiling without the kernel and plan caches")
         return None
 
 
@@ -207,30 +207,55 @@ def _key(source: str, arch: str) -> str:
     return h.hexdigest()
 
 
-def _read(path: Path) -> bytes | None:
-    """The payload of a cache entry, or None if missing; an entry failing its HMAC is deleted."""
+class UnsignedEntry(Exception):
+    """A cache entry that fails its check (damaged, planted, or signed with another key); deleted."""
+
+
+def read_signed(path: Path, magic: bytes = _MAGIC) -> bytes | None:
+    """The payload of the cache entry at `path` (a file of the cache directory), or None if there is
+    none. An entry whose magic line or HMAC does not check out is deleted and raises UnsignedEntry.
+    A good entry's modification time is set to now: the size limit (flame.plan.cache) evicts the
+    least recently used entries first."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
-    head = len(_MAGIC) + 65
-    if data[: len(_MAGIC)] == _MAGIC and len(data) > head:
-        digest, payload = data[len(_MAGIC) : head - 1], data[head:]
+    head = len(magic) + 65
+    if data[: len(magic)] == magic and len(data) > head:
+        digest, payload = data[len(magic) : head - 1], data[head:]
         if hmac.compare_digest(_digest(path, payload), digest):
+            try:
+                os.utime(path)
+            except OSError:
+                pass  # evicted meanwhile, or a read-only directory: the payload is still good
             return payload
     path.unlink(missing_ok=True)
-    return None
+    raise UnsignedEntry(path.name)
 
 
-def _write(path: Path, payload: bytes) -> None:
+def write_signed(path: Path, payload: bytes, magic: bytes = _MAGIC) -> None:
+    """Write a cache entry atomically: magic line, HMAC of name and payload, payload, into a
+    temporary file that is os.replace()d onto `path` (readers never see half an entry)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(_TMP), suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + _digest(path, payload) + b"\n" + payload)
+            f.write(magic + _digest(path, payload) + b"\n" + payload)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _read(path: Path) -> bytes | None:
+    """The payload of a kernel entry, or None if missing; an entry failing its HMAC is deleted."""
+    try:
+        return read_signed(path)
+    except UnsignedEntry:
+        return None
+
+
+def _write(path: Path, payload: bytes) -> None:
+    write_signed(path, payload)
 
 
 def ir_line(source: str) -> str:
@@ -281,7 +306,7 @@ def compile_cubin(source: str, arch: str, name_hint: str = "") -> bytes:
 
 
 def _cached_compile(source: str, arch: str, name_hint: str) -> bytes:
-    folder = _usable_dir()
+    folder = usable_dir()
     path = None if folder is None else folder / f"{_key(source, arch)}.cubin"
     try:
         cached = None if path is None else _read(path)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flame.codegen import cuda_c, user_source
-from flame.ir.dtypes import DType
+from flame.ir.dtypes import FP8_DTYPES, DType, fp8_max
 from flame.ir.graph import Op
 from flame.ir.registry import get
 
@@ -85,6 +85,8 @@ SNIPPETS: dict[str, dict[str, str]] = {
     "where": {"*": "({0} ? {1} : {2})"},
     # conversion and creation (the renderer picks the compute type of the expression, see render)
     "cast": {"*": "{0}"},
+    # x * scale saturated to the FP8 format's range (NaN kept); the store rounds it once to FP8
+    "scaled_cast": {"f32": "flame_saturate_{dtype}({0} * {1})"},
     "full": {"*": "{value}"},
     "arange": {"int": "({start} + {step} * ({ctype})i)", "*": "({start} + {step} * (double)i)"},
     "triu": {"*": "(((long long)(i % {cols}) - (long long)((i / {cols}) % {rows}) >= {k}) ? {0} : ({ctype})0)"},
@@ -180,8 +182,17 @@ __device__ __forceinline__ int flame_remainder(int a, int b) { return flame_rema
 __device__ __forceinline__ long long flame_remainder(long long a, long long b) { return flame_remainder_int(a, b); }
 #endif"""
 
-PRELUDES: dict[str, str] = {"random_uniform": _PHILOX, "random_normal": _PHILOX, "floor_divide": _DIVMOD,
-                            "remainder": _DIVMOD}
+_SATURATE = (
+    "#ifndef FLAME_FP8_SATURATE\n#define FLAME_FP8_SATURATE\n"
+    + "".join(
+        f"static __device__ __forceinline__ float flame_saturate_{d.name}(float v) {{\n"
+        f"  return v != v ? v : fminf(fmaxf(v, -{fp8_max(d):.1f}f), {fp8_max(d):.1f}f);\n}}\n"
+        for d in FP8_DTYPES
+    )
+    + "#endif\n"
+)
+PRELUDES: dict[str, str] = {"scaled_cast": _SATURATE, "random_uniform": _PHILOX, "random_normal": _PHILOX,
+                            "floor_divide": _DIVMOD, "remainder": _DIVMOD}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,11 @@ composites of flame.nn.functional declare theirs with `@policy(...)` beside thei
 f64 inputs are never cast. Every cast is an ordinary `cast` op, so the IR shows it, autodiff casts
 the gradient back (f32 master weights get f32 gradients) and fusion folds it into a neighbour kernel.
 Works eagerly and inside @flame.compile (the trace records the casts; the autocast state is part of
-the compiled function's cache key). The state is a ContextVar: threads never see each other's."""
+the compiled function's cache key). The state is a ContextVar: threads never see each other's.
+
+FP8 training: `flame.autocast(dtype=flame.float8_e4m3fn)` or `flame.autocast(dtype=Float8Recipe(...))`
+runs every Linear (flame.nn.functional.linear, nn.Linear) as FP8 GEMMs (frontend/fp8.py: e4m3 forward,
+e5m2 gradients, per-tensor scales as the recipe says) and everything else as autocast bf16 does."""
 
 from __future__ import annotations
 
@@ -20,20 +24,50 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from flame.errors import DTypeError
+from flame.errors import ArgumentError, DTypeError
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, bf16, dtype_of, f16, f32, f64, promote
+from flame.ir.dtypes import DType, bf16, dtype_of, f8e4m3, f16, f32, f64, promote
 
 LOW = (f16, bf16)
 DEVICE_TYPES = {"cuda": f16, "cpu": bf16, "reference": bf16}  # PyTorch's default dtype per device type
 
 
+SCALINGS = ("current", "delayed")
+
+
+@dataclass(frozen=True)
+class Float8Recipe:
+    """How `flame.autocast(dtype=Float8Recipe(...))` trains in FP8 (TransformerEngine's hybrid format:
+    the Linear GEMMs' inputs and weights in e4m3, their gradients in e5m2, each tensor with one f32
+    scale; f32 master weights stay f32; every other op runs as under autocast bf16).
+    scaling="current": each tensor's scale comes from its own amax in the same step (torchao's dynamic
+    scaling). scaling="delayed": a Linear's input and weight use a scale kept as device state beside an
+    amax history of amax_history_len steps (TransformerEngine's DelayedScaling): the step casts with the
+    stored scale, then pushes this step's amax into the history and stores fp8_max / max(history); the
+    state is created at a weight's first FP8 step, carried by a compiled step like optimizer state and
+    updated inside it. Gradients are always scaled by their current amax (a backward computes it where
+    the gradient is made). Every scale is fp8_max / max(amax, 1e-12) / 2**margin."""
+
+    scaling: str = "current"
+    amax_history_len: int = 16
+    margin: int = 0
+
+    def __post_init__(self):
+        if self.scaling not in SCALINGS:
+            raise ArgumentError(f"Float8Recipe: scaling must be one of {', '.join(SCALINGS)}, got {self.scaling!r}")
+        if not isinstance(self.amax_history_len, int) or self.amax_history_len < 1:
+            raise ArgumentError(f"Float8Recipe: amax_history_len must be a positive int, got {self.amax_history_len!r}")
+        if not isinstance(self.margin, int) or self.margin < 0:
+            raise ArgumentError(f"Float8Recipe: margin must be a non-negative int, got {self.margin!r}")
+
+
 @dataclass(frozen=True)
 class AutocastState:
-    """Whether autocast is on, and its low-precision dtype."""
+    """Whether autocast is on, its low-precision dtype, and the FP8 recipe of an FP8 region."""
 
     enabled: bool = False
     dtype: DType = f16
+    fp8: Float8Recipe | None = None
 
 
 _OFF = AutocastState()
@@ -50,16 +84,25 @@ def get_autocast_dtype() -> DType:
     return _state.get().dtype
 
 
+def get_fp8_recipe() -> Float8Recipe | None:
+    """The FP8 recipe of the current region (None outside an enabled FP8 region)."""
+    st = _state.get()
+    return st.fp8 if st.enabled else None
+
+
 def cache_key() -> tuple:
     """The part of a compiled function's cache key that autocast decides: () when off."""
     st = _state.get()
-    return ("autocast", st.dtype.name) if st.enabled else ()
+    if not st.enabled:
+        return ()
+    return ("autocast", st.dtype.name) + ((repr(st.fp8),) if st.fp8 is not None else ())
 
 
 class autocast:  # noqa: N801 - PyTorch's name
     """`with flame.autocast(dtype=flame.bf16):` or `flame.autocast("cuda", dtype=flame.float16)`, also
     as a decorator. device_type ("cuda", "cpu" or "reference") only picks the default dtype, as in
     PyTorch (float16 for cuda, bfloat16 for cpu); flame runs on the current device either way.
+    dtype=flame.float8_e4m3fn (the default Float8Recipe) or a Float8Recipe trains in FP8 (module doc).
     enabled=False turns autocast off inside an enclosing region. cache_enabled is accepted and ignored
     (inside @flame.compile common-subexpression elimination casts each weight once)."""
 
@@ -70,14 +113,18 @@ class autocast:  # noqa: N801 - PyTorch's name
         if device_type not in DEVICE_TYPES:
             raise ValueError(f"autocast: unsupported device_type {device_type!r}; expected one of "
                              f"{', '.join(DEVICE_TYPES)}")
-        dt = DEVICE_TYPES[device_type] if dtype is None else dtype_of(dtype)
+        self.fp8 = dtype if isinstance(dtype, Float8Recipe) else None
+        if self.fp8 is None and dtype is not None and dtype_of(dtype) == f8e4m3:
+            self.fp8 = Float8Recipe()
+        dt = bf16 if self.fp8 else DEVICE_TYPES[device_type] if dtype is None else dtype_of(dtype)
         if dt not in LOW:
-            raise DTypeError(f"autocast: dtype must be float16 or bfloat16, got {dt}")
+            raise DTypeError(f"autocast: dtype must be float16 or bfloat16 (float8_e4m3fn or a Float8Recipe: FP8 "
+                             f"training), got {dt}")
         self.device_type, self.fast_dtype, self.enabled = device_type, dt, bool(enabled)
         self._tokens: list = []
 
     def __enter__(self) -> autocast:
-        self._tokens.append(_state.set(AutocastState(self.enabled, self.fast_dtype)))
+        self._tokens.append(_state.set(AutocastState(self.enabled, self.fast_dtype, self.fp8)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -86,7 +133,7 @@ class autocast:  # noqa: N801 - PyTorch's name
     def __call__(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
-            with autocast(self.device_type, self.fast_dtype, self.enabled):
+            with autocast(self.device_type, self.fp8 or self.fast_dtype, self.enabled):
                 return fn(*args, **kwargs)
 
         return wrapped
@@ -94,6 +141,8 @@ class autocast:  # noqa: N801 - PyTorch's name
 
 def _target(policy: str, dtypes: list[DType]) -> DType | None:
     """The dtype `policy` casts floating inputs of these dtypes to, or None (nothing to do)."""
+    if policy == "keep":
+        return None
     if policy == "lower":
         return _state.get().dtype
     if policy == "f32":

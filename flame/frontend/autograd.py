@@ -22,10 +22,12 @@ from flame.passes.autodiff import autodiff
 
 
 def _as_of(x, version: int):
-    """Input x of a node, as it was when the node was recorded: x, or the stand-in an in-place write
-    into x left for that version (so `z = y[0]; y[1] = z` differentiates through y's old history)."""
+    """Input x of a node, as it was when the node was recorded: x, or the stand-in the first in-place
+    write into x at or after that version left (so `z = y[0]; y[1] = z` differentiates through y's old
+    history). A version counter is shared with views, so a write elsewhere may have moved it on."""
     if isinstance(x, Tensor) and x._version != version and x._past is not None:
-        return x._past.get(version, x)
+        later = [v for v in x._past if v >= version]
+        return x._past[min(later)] if later else x
     return x
 
 
@@ -70,7 +72,8 @@ def _rebuild(loss: Tensor, cut: dict | None = None,
         nodes.append(node)
         inputs = _inputs(node)
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
-            if x is orig and isinstance(x, Tensor) and x._version != ver:
+            # its history is the same; only a leaf's values can have changed under it
+            if x is orig and isinstance(x, Tensor) and x._version != ver and x._node is None:
                 raise FlameError(f"a tensor needed to compute gradients was modified in place after "
                                  f"it was used by {node.name}\n  at {node.loc}")
         b.loc = node.loc

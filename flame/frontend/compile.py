@@ -18,7 +18,14 @@ import numpy as np
 
 from flame import _gc, debug
 from flame._env import env_int
-from flame.compiler import check_memory_budget, compile_graph, compile_instance, optimize_graph, plan_template
+from flame.compiler import (
+    check_activation_budget,
+    check_memory_budget,
+    compile_graph,
+    compile_instance,
+    optimize_graph,
+    plan_template,
+)
 from flame.errors import ArgumentError, ArgumentTypeError, FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location, user_stacklevel
@@ -29,6 +36,7 @@ from flame.frontend.guards import (
     Namer,
     argument_changes,
     describe_arguments,
+    guards_key,
     python_value_guards,
     trace_guards,
     value_key,
@@ -117,11 +125,12 @@ class _Dynamic:
     optimised: list = dataclasses.field(default_factory=list)  # the passes' graphs at sizes so far
     sources: set = dataclasses.field(default_factory=set)  # kernel sources compiled for its sizes so far
 
-    def learn(self, graph: Graph, memory_budget: float | None) -> None:
+    def learn(self, graph: Graph, budget: float | None) -> None:
         """Fit the graph the passes made at one size against those made at the sizes before (a dim
-        equal to s0 at one size may be fused otherwise there) into `planned`, or say why not."""
-        if memory_budget is not None:
-            self.not_planned = "a memory_budget plans what to recompute per size"
+        equal to s0 at one size may be fused otherwise there) into `planned`, or say why not (`budget`:
+        a memory or activation budget, which plans what to recompute per size)."""
+        if budget is not None:
+            self.not_planned = "a memory or activation budget plans what to recompute per size"
             return
         for other in self.optimised:
             dims = {(k, d): (other.inputs[k].shape[d], graph.inputs[k].shape[d]) for k, d in self.input_dims}
@@ -223,7 +232,8 @@ class Compiled:
     first was set, plain Python globals and closure variables the function names. Every trace after
     the first emits a flame.RecompileWarning naming the cause; `stats()` counts traces, cache hits and
     compile time. At most `cache_limit` traces are kept (default 8, or $FLAME_CACHE_LIMIT); past it
-    the least recently used one is dropped, and the warning says so. memory_budget: see flame.compile.
+    the least recently used one is dropped, and the warning says so. memory_budget, activation_budget:
+    see flame.compile.
 
     Dynamic sizes (`dynamic`, see flame.compile): once a tensor argument's dim has been traced at two
     sizes, the two traces make one template with that dim as a symbol (flame.frontend.dynamic), and
@@ -238,7 +248,8 @@ class Compiled:
     DYNAMIC_SIZES = 64
 
     def __init__(self, fn: Callable, name: str | None = None, memory_budget: float | None = None,
-                 cache_limit: int | None = None, warn: bool = True, dynamic: bool | None = None):
+                 cache_limit: int | None = None, warn: bool = True, dynamic: bool | None = None,
+                 activation_budget: float | None = None):
         if dynamic not in (None, True, False):
             raise ValueError(f"flame.compile: dynamic must be None, True or False, got {dynamic!r}")
         self.fn = fn
@@ -247,6 +258,9 @@ class Compiled:
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
         self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
         self.memory_budget = check_memory_budget(memory_budget, f"flame.compile({self.name})")
+        self.activation_budget = check_activation_budget(activation_budget, f"flame.compile({self.name})",
+                                                         self.memory_budget)
+        self._budget = self.memory_budget if self.activation_budget is None else self.activation_budget
         self.cache_limit = _default_cache_limit() if cache_limit is None else _cache_limit(cache_limit, self.name)
         self._cache: dict[tuple, list[_Entry]] = {}  # signature -> its traces (they differ in guards)
         self._calls = self._hits = self._traces = 0
@@ -337,7 +351,8 @@ class Compiled:
     def _compile(self, entry: _Entry) -> _Entry:
         """entry with its traced graph run through compile_graph (passes, plan, executor)."""
         try:
-            c = compile_graph(entry.traced, report=True, own_run=True, memory_budget=self.memory_budget)
+            c = compile_graph(entry.traced, report=True, own_run=True, memory_budget=self.memory_budget,
+                              activation_budget=self.activation_budget, persist=guards_key(entry.guards))
         except MemoryBudgetError as e:
             raise MemoryBudgetError(f"{e}\n  at {user_location()}") from None
         entry.graph, entry.plan, entry.run, entry.record = c.graph, c.plan, c.run, c.record
@@ -369,7 +384,7 @@ class Compiled:
                 log.info("flame.compile: %s: s0=%d compiled from the traced graph (passes and kernels for this "
                          "size: %s)", self.name, s, dyn.not_planned or "the optimised graph is not learned")
                 if len(dyn.optimised) < 4:  # two sizes may group ops alike where a third does not (a dim equal to s0)
-                    dyn.learn(entry.graph, self.memory_budget)
+                    dyn.learn(entry.graph, self._budget)
             else:
                 entry.graph, entry.plan, entry.run = c.graph, c.plan, c.run
                 self._note_kernels(dyn, entry.plan, s, inst)
@@ -422,8 +437,8 @@ class Compiled:
             return f"{shown} changed (sizes {sizes}) but cannot be dynamic: {e}; specialising per size"
         self._templates.insert(0, _Dynamic(template, new))
         if old.plan is not None:  # both sizes ran the passes: a new size only plans
-            self._templates[0].learn(old.graph, self.memory_budget)
-            self._templates[0].learn(new.graph, self.memory_budget)
+            self._templates[0].learn(old.graph, self._budget)
+            self._templates[0].learn(new.graph, self._budget)
         return f"{shown} {'is' if len(dims) == 1 else 'are'} now dynamic (sizes {sizes})"
 
     def _probe(self, entry: _Entry, args: list) -> None:
@@ -451,8 +466,8 @@ class Compiled:
         # the template's base is the entry that runs (the probe only lent its numbers and its passes)
         dyn = self._templates[0]
         dyn.base = entry
-        dyn.learn(optimize_graph(entry.traced), self.memory_budget)
-        dyn.learn(optimize_graph(probe_entry.traced), self.memory_budget)
+        dyn.learn(optimize_graph(entry.traced, persist=guards_key(entry.guards)), self._budget)
+        dyn.learn(optimize_graph(probe_entry.traced, persist=guards_key(probe_entry.guards)), self._budget)
         if dyn.plans is None or debug.observing():
             self._compile(entry)
             return
@@ -614,7 +629,8 @@ def _grad_outputs(tr: Trace, g: Graph) -> list:
 
 
 def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A001
-            memory_budget: float | None = None, cache_limit: int | None = None, dynamic: bool | None = None):
+            memory_budget: float | None = None, cache_limit: int | None = None, dynamic: bool | None = None,
+            activation_budget: float | None = None):
     """Decorator: `@flame.compile`, `@flame.compile(name="train_step", cache_limit=16)` or
     `flame.compile(fn, ...)`. The function is traced once per input signature and replayed; see
     Compiled for what re-traces (each time with a flame.RecompileWarning) and for `cache_limit`.
@@ -633,7 +649,19 @@ def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A00
     recomputes forward values instead of keeping them: a minimum cut over the joint graph picks which
     (cheap elementwise work first; matmuls, attention and random draws only when the budget forces
     it; passes/remat.py). `memory_report(*args)` shows what is kept and recomputed and both peaks; a
-    budget no recomputation meets raises flame.MemoryBudgetError naming the smallest reachable peak."""
+    budget no recomputation meets raises flame.MemoryBudgetError naming the smallest reachable peak.
+
+    activation_budget: PyTorch's activation_memory_budget: the fraction in [0, 1] of the activation
+    memory (the forward values kept for the backward, not parameters, optimizer state or inputs) that
+    the plan without a budget keeps and this one may keep. 1 is that plan; 0 recomputes every forward
+    value that may be. The solver (passes/activation_budget.py) recomputes elementwise work, then
+    matmuls, convolutions and attention, and offloads values to pinned host memory, cheapest per byte
+    at the Target's rates first; gradients are bit-identical to the plan without it. A bool, a
+    non-number, NaN, inf or a number outside [0, 1] raises flame.ArgumentError (ArgumentTypeError for
+    the wrong type); a budget nothing meets raises flame.MemoryBudgetError naming the floor. Give one
+    of memory_budget and activation_budget."""
+    kw = dict(memory_budget=memory_budget, cache_limit=cache_limit, dynamic=dynamic,
+              activation_budget=activation_budget)
     if fn is None:
-        return lambda f: Compiled(f, name, memory_budget=memory_budget, cache_limit=cache_limit, dynamic=dynamic)
-    return Compiled(fn, name, memory_budget=memory_budget, cache_limit=cache_limit, dynamic=dynamic)
+        return lambda f: Compiled(f, name, **kw)
+    return Compiled(fn, name, **kw)

@@ -4,7 +4,6 @@ and nested calls never see each other's state."""
 
 from __future__ import annotations
 
-import dis
 import linecache
 import os
 import sys
@@ -16,6 +15,8 @@ current_trace: ContextVar = ContextVar("flame_trace", default=None)
 grad_enabled: ContextVar[bool] = ContextVar("flame_grad_enabled", default=True)
 # the flame.utils.checkpoint region ops are being recorded in (its number), or None
 in_checkpoint: ContextVar[int | None] = ContextVar("flame_in_checkpoint", default=None)
+# the policy of the flame.utils.checkpoint region being recorded: op -> whether its result is kept
+checkpoint_saves: ContextVar = ContextVar("flame_checkpoint_saves", default=None)
 
 
 def user_location() -> str | None:
@@ -83,34 +84,3 @@ def inference_mode(mode: bool = True):
 def is_grad_enabled() -> bool:
     return grad_enabled.get()
 
-
-def _user_frame():
-    """The innermost frame outside the flame package (the user's), or None."""
-    f = sys._getframe(1)
-    while f is not None:
-        path = f.f_code.co_filename
-        if not os.path.abspath(path).startswith(_FLAME_DIR + os.sep) and "contextlib" not in path:
-            return f
-        f = f.f_back
-    return None
-
-
-def in_augmented_subscript() -> bool:
-    """True while the user's line is an augmented assignment to a subscript (`x[i] += v`): Python
-    computes `x[i] + v` in place on the item it read, then stores it back with `x[i] = ...` (the
-    store follows the in-place op within three instructions, before any other store or call)."""
-    f = _user_frame()
-    if f is None:
-        return False
-    after = False
-    for ins in dis.get_instructions(f.f_code):
-        if ins.offset == f.f_lasti:
-            after, seen = True, 0
-            continue
-        if after:
-            if ins.opname in ("STORE_SUBSCR",):
-                return True
-            seen += 1
-            if ins.opname.startswith(("STORE", "CALL", "RETURN")) or seen > 3:
-                return False
-    return False

@@ -13,8 +13,9 @@ import numpy as np
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError, TraceError
 from flame.frontend import autocast
-from flame.frontend.context import current_trace, grad_enabled, in_checkpoint, user_location
+from flame.frontend.context import checkpoint_saves, current_trace, grad_enabled, in_checkpoint, user_location
 from flame.frontend.tensor import Tensor
+from flame.frontend.views import contiguous_array, link, stale, strided_array, version
 from flame.ir import registry
 from flame.ir.builder import Builder, _with_loc
 from flame.ir.dtypes import DType
@@ -86,10 +87,14 @@ def _scalar_dtype(inputs: tuple, scalar: Any) -> DType:
     return like.dtype
 
 
-def _loc() -> str | None:
-    """The user's line, marked when the op is recorded inside flame.utils.checkpoint."""
+def _loc(name: str = "") -> str | None:
+    """The user's line, marked when the op (`name`) is recorded inside flame.utils.checkpoint (and
+    marked saved when the region's policy keeps the op's results)."""
     loc, region = user_location(), in_checkpoint.get()
-    return loc if region is None else CheckpointLoc(loc or "", region)
+    if region is None:
+        return loc
+    saves = checkpoint_saves.get()
+    return CheckpointLoc(loc or "", region, bool(saves and saves(name)))
 
 
 def _one_op_graph(name: str, attrs: dict, types: tuple[TensorType, ...]) -> Graph:
@@ -101,23 +106,41 @@ def _one_op_graph(name: str, attrs: dict, types: tuple[TensorType, ...]) -> Grap
 
 def apply(name: str, *inputs: Any, **attrs: Any):
     """Run or record op `name` on Tensors / Python numbers. Returns a Tensor. Inside flame.autocast
-    the floating-point inputs are cast first, as the op's `autocast` trait says."""
+    the floating-point inputs are cast first, as the op's `autocast` trait says. A view op (one with
+    the `View.strided` trait) makes an eager view sharing its input's storage (frontend/views.py)."""
     opdef = registry.get(name)
     inputs = autocast.cast_inputs(opdef.autocast, inputs)
     try:
         attrs = opdef.normalize_attrs(attrs)
     except FlameError as e:
         raise _with_loc(e, user_location()) from None
+    inputs = _current(inputs)
+    strided = opdef.view is not None and opdef.view.strided is not None and isinstance(inputs[0], Tensor)
     trace = current_trace.get()
     if trace is not None:
         vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
-        trace.builder.loc = _loc()
-        return Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
+        trace.builder.loc = _loc(name)
+        t = Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
+        if strided:
+            link(t, inputs[0], opdef, attrs)
+        return t
     for x in inputs:
         if isinstance(x, Tensor) and x._value is not None:
             raise TraceError(f"{name}: a tensor traced inside @flame.compile was used after its trace "
                              f"ended\n  at {user_location()}")
     ex = executor()
+    t = _eager_view(opdef, inputs[0], attrs) if strided else None
+    if t is None:
+        t = _run_eagerly(ex, name, inputs, attrs)
+    if grad_enabled.get() and t.dtype.is_float and opdef.vjp is not None:
+        if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
+            t.requires_grad = True
+            t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc(name))
+    return t
+
+
+def _run_eagerly(ex, name: str, inputs: tuple, attrs: dict) -> Tensor:
+    """The op computed now, as a one-op graph compiled once per (op, attributes, input types)."""
     types, arrays = [], []
     for x in inputs:
         if isinstance(x, Tensor):
@@ -125,7 +148,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
                 raise FlameError(f"{name}: a tensor on the cpu (made by .cpu()) met the cuda executor: "
                                  f"move it back with .cuda() first\n  at {user_location()}")
             types.append(TensorType(x.shape, x.dtype))
-            arrays.append(x._data)
+            arrays.append(contiguous_array(x))
         else:
             dt = _scalar_dtype(inputs, x)
             types.append(TensorType((), dt))
@@ -134,26 +157,54 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     c = compile_graph(lambda: _one_op_graph(name, attrs, types), key=(name, tuple(attrs.items()), types),
                       optimize=False)
     (out,) = c.run(arrays)
-    dtype = c.graph.outputs[0].dtype
-    t = Tensor._concrete(out, dtype)
-    if opdef.view is not None and opdef.view.torch_view and isinstance(inputs[0], Tensor):
-        src = inputs[0]._base() if inputs[0]._base is not None else None
-        t._base = weakref.ref(src if src is not None else inputs[0])
-    if grad_enabled.get() and dtype.is_float and opdef.vjp is not None:
-        if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
-            t.requires_grad = True
-            t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc())
+    return Tensor._concrete(out, c.graph.outputs[0].dtype)
+
+
+def _eager_view(opdef, x: Tensor, attrs: dict) -> Tensor | None:
+    """The view op as PyTorch's view: a tensor sharing x's storage, made with no kernel; None where
+    the strides allow no view (a reshape that must copy)."""
+    try:
+        shape = opdef.infer([x._type()], **attrs).shape
+    except FlameError as e:
+        raise _with_loc(e, user_location()) from None
+    arr = strided_array(x, opdef, attrs, shape)
+    if arr is None:
+        return None
+    t = Tensor._concrete(arr, x.dtype)
+    link(t, x, opdef, attrs)
     return t
 
 
-def refuse_write_through_view(t: Tensor, what: str) -> None:
-    """An eager in-place write into t, which PyTorch would make a view of a tensor that still lives: in
-    flame t holds a copy, so the write would not reach that tensor as it does in PyTorch. Refused, so
-    the difference is never a silent one."""
-    base = t._base() if t._base is not None else None
-    if base is not None:
-        raise FlameError(f"{what} writes into a view of another tensor (of shape {list(base.shape)}): flame's "
-                         f"eager views are copies, so the write would not reach that tensor as it does in "
-                         f"PyTorch. Write through the tensor itself (x[0, 1] = v, not x[0][1] = v; x[i] += v), "
-                         f"or take a copy first (.clone()) if the tensor is meant to stay as it is "
-                         f"(docs/coming_from_pytorch.md)\n  at {user_location()}")
+def _current(inputs: tuple) -> tuple:
+    """The inputs, each view written since it was derived (through its base or another view of it)
+    derived again from its base first."""
+    for x in inputs:
+        if isinstance(x, Tensor) and stale(x):
+            return tuple(fresh(y) if isinstance(y, Tensor) and stale(y) else y for y in inputs)
+    return inputs
+
+
+def fresh(x: Tensor) -> Tensor:
+    """View x as its base holds it now. While tracing x takes the value the view ops give from the
+    base's current value. Eagerly x's storage is already current; with gradients recorded, x takes the
+    base's new gradient history (what was recorded from x before keeps the old one, in x._past)."""
+    trace = current_trace.get()
+    if trace is None and not grad_enabled.get():
+        return x
+    if trace is None and not (x._base.requires_grad or x.requires_grad):  # no history to follow
+        x._seen = version(x._base)
+        return x
+    y = x._base
+    for opdef, attrs, _ in x._chain:
+        y = apply(opdef.name, y, **attrs)
+    if trace is not None and x._value is None:  # an eager view read inside a trace: its value there
+        return y
+    if x._value is not None:
+        x._value = y._value
+    else:
+        old = Tensor._concrete(x._data, x.dtype)
+        old.requires_grad, old._node = x.requires_grad, x._node
+        x._past = {**(x._past or {}), x._seen: old}
+        x._node, x.requires_grad = y._node, y.requires_grad
+    x._seen = version(x._base)
+    return x

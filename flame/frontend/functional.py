@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 
 from flame.errors import DTypeError, IndexValueError, ShapeError
-from flame.frontend.autocast import policy
+from flame.frontend import fp8
+from flame.frontend.autocast import get_fp8_recipe, policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones
 from flame.frontend.dispatch import apply
@@ -122,19 +123,35 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     return y * weight if weight is not None else y
 
 
-@policy("lower")  # autocast: input, weight and bias in the autocast dtype
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight.T + bias, with weight [out_features, in_features] as in PyTorch."""
+    """x @ weight.T + bias, with weight [out_features, in_features] as in PyTorch. Inside an FP8 autocast
+    region its GEMMs run in FP8 (frontend/fp8.py)."""
+    recipe = get_fp8_recipe()
+    if recipe is not None and fp8.eligible(x, weight):
+        _check_linear(x, weight, same_dtype=False)  # each operand is cast to FP8 from its own dtype
+        return fp8.linear(x, weight, bias, recipe)
+    return _linear(x, weight, bias)
+
+
+linear.autocast = "lower"  # its policy outside FP8 regions (autocast.policy)
+
+
+@policy("lower")  # autocast: input, weight and bias in the autocast dtype
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    _check_linear(x, weight)
+    y = matmul(x, weight.T)
+    return y + bias if bias is not None else y
+
+
+def _check_linear(x: Tensor, weight: Tensor, same_dtype: bool = True) -> None:
     if x.shape[-1] != weight.shape[-1]:
         raise ShapeError(f"linear: input {x.dtype}{list(x.shape)} has {x.shape[-1]} features but the weight "
                          f"{list(weight.shape)} expects {weight.shape[-1]}\n  at {user_location()}")
-    if x.dtype != weight.dtype:  # PyTorch raises too ("mat1 and mat2 must have the same dtype")
+    if same_dtype and x.dtype != weight.dtype:  # PyTorch raises too ("mat1 and mat2 must have the same dtype")
         raise DTypeError(f"linear: input {x.dtype}{list(x.shape)} and weight {weight.dtype}{list(weight.shape)} "
                          f"have different dtypes, as PyTorch does not allow; convert the input with "
                          f".to({weight.dtype.name!r}) (a NumPy float64 batch: .astype(np.float32))"
                          f"\n  at {user_location()}")
-    y = matmul(x, weight.T)
-    return y + bias if bias is not None else y
 
 
 def warn_if_broadcast(loss: str, input: Tensor, target: Tensor) -> None:  # noqa: A002

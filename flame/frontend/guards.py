@@ -69,6 +69,10 @@ class Guard:
             return ""
         return f"{self.what}: {self.show(self.value)} -> {self.show(now)}"
 
+    def key(self) -> str:
+        """What the guard reads and expects, as text alike in every process (guards_key)."""
+        return f"{self.what} == {value_key(self.value)!r}"
+
 
 def guard(what: str, read: Callable[[], Any], show_value: Callable[[Any], str] = show) -> Guard:
     """A guard that the value `read()` returns now stays the same."""
@@ -95,6 +99,9 @@ class GradsUnset:
                 return Expected(f"{name}.grad: None -> set")
         return ""
 
+    def key(self) -> str:
+        return f"grad unset: {', '.join(self.names)}"
+
 
 @dataclass(frozen=True)
 class Modes:
@@ -109,6 +116,9 @@ class Modes:
             if m.training is not mode:
                 return Expected(f"{name}: training: {mode} -> {m.training}")
         return ""
+
+    def key(self) -> str:
+        return "training: " + ", ".join(f"{name}={mode}" for name, mode in zip(self.names, self.modes))
 
 
 def _is_plain(v: Any) -> bool:
@@ -256,6 +266,13 @@ def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Gua
     if unset:
         out.append(GradsUnset(tuple(unset), tuple(namer.tensor(t, role_of(t)) for t in unset)))
     return out
+
+
+def guards_key(guards: list) -> str:
+    """The guards of a trace as text that is the same in every process tracing alike (each guard's
+    `key()`: what it reads and the value it expects): the persistent plan cache keys a compiled trace
+    with it beside the graph (flame.compiler.compile_graph's `persist`)."""
+    return "\n".join(g.key() for g in guards)
 
 
 def role_of(t: Any) -> str:

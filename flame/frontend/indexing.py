@@ -29,10 +29,11 @@ import numpy as np
 from flame.errors import FlameError, ShapeError, TraceError
 from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.creation import arange
-from flame.frontend.dispatch import apply, refuse_write_through_view
+from flame.frontend.dispatch import apply, fresh
 from flame.frontend.index_ops import check_indices, wrap_negative
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
+from flame.frontend.views import bump, check_writable, positions, stale, version, write
 from flame.ir.dtypes import boolean, i64
 from flame.ir.ops._shapes import broadcast_shapes
 
@@ -243,28 +244,71 @@ def index_put(t, indices, values, accumulate: bool = False):
     return apply("scatter_add", t.reshape(-1), positions.reshape(-1), src, axis=0).reshape(t.shape)
 
 
-def assign(t, new, through_view: bool = False) -> None:
-    """Make tensor t hold `new` (an in-place op: x[k] = v, masked_fill_, clamp_). While tracing t is
-    rebound; eagerly t's buffer is overwritten and t takes new's gradient history (the history keeps t's
-    old value in a stand-in tensor, so t.backward() differentiates through the write)."""
-    if current_trace.get() is not None or t._value is not None:
-        t.copy_(new)
+def assign(t, new, what: str = "an in-place op") -> None:
+    """Make tensor t hold `new` (an in-place op: x[k] = v, masked_fill_, clamp_, copy_). While tracing
+    t is rebound; eagerly t's buffer is overwritten and t takes new's gradient history (the history keeps
+    t's old value in a stand-in tensor, so t.backward() differentiates through the write). A write into
+    a view reaches its base (_write_view)."""
+    if t._base is not None:
+        _write_view(t, new, what)
         return
-    if not through_view:
-        refuse_write_through_view(t, "an in-place op")
+    trace = current_trace.get()
+    if trace is not None or t._value is not None:
+        if trace is None:
+            raise TraceError(f"{what} into a traced tensor outside its trace\n  at {user_location()}")
+        trace.assign(t, trace.value_of(new))
+        bump(t)
+        return
     if grad_enabled.get() and t.requires_grad and t._node is None:
         raise FlameError(f"a leaf tensor that requires grad cannot be written in place (use `with "
                          f"flame.no_grad():` or write into a clone)\n  at {user_location()}")
     node, needs = new._node, new.requires_grad
-    t._data[...] = new._data
+    write(t, new)
     t._version += 1
     t._node, t.requires_grad = (node, needs) if grad_enabled.get() else (None, t.requires_grad)
+
+
+def _write_view(t, new, what: str) -> None:
+    """t (a view) holds `new` from here on, and so does the part of its base t shows: eagerly through
+    the shared storage, and in the base's value and gradient history as a scatter of `new` into the
+    base's old value at t's positions (while tracing, and eagerly when a gradient is recorded)."""
+    base, trace = t._base, current_trace.get()
+    traced = trace is not None or t._value is not None or base._value is not None
+    record = traced or grad_enabled.get() and (base.requires_grad or new.requires_grad)
+    if not record:
+        check_writable(t, what)
+        write(t, new)
+        bump(base)  # t (and every other view) is derived again from the base at its next use
+        if base._node is not None:  # as a write into the base itself under no_grad: no history through it
+            base._node = None
+        return
+    if not traced and base.requires_grad and base._node is None:
+        raise FlameError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
+                         f"operation (write into it under `with flame.no_grad():`, or into a clone)"
+                         f"\n  at {user_location()}")
+    pos = positions(t)
+    check_writable(t, what, pos)
+    old = stand_in(base, new)
+    flat = Tensor(pos.reshape(-1))
+    merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)
+    if traced:
+        trace.assign(base, trace.value_of(merged))
+        if t._value is not None:
+            t._value = trace.value_of(new)
+    else:
+        write(t, new)
+        base._node, base.requires_grad = merged._node, merged.requires_grad
+        t._node, t.requires_grad = new._node, new.requires_grad
+    bump(base)
+    t._seen = version(base)
 
 
 def stand_in(t, *others):
     """What an in-place op on t computes from: t itself while tracing or when no gradient is recorded,
     else a new Tensor holding t's gradient history (and, for a leaf, a copy of its values: the write
     changes t's buffer, and t takes the new history), remembered as t at its current version."""
+    if stale(t):
+        fresh(t)
     involved = [t, *(o for o in others if isinstance(o, Tensor))]
     if current_trace.get() is not None or t._value is not None or not grad_enabled.get() \
             or not any(x.requires_grad for x in involved):

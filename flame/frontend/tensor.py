@@ -83,8 +83,8 @@ class Tensor:
     """A tensor. Concrete tensors live on the current device (NumPy or CuPy arrays); traced tensors
     exist while @flame.compile records a function. Its methods beyond its state: frontend/methods.py."""
 
-    __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "_grad", "_node", "_version",
-                 "_role", "_past", "_base", "_hooks", "_retains_grad", "__weakref__")
+    __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "_grad", "_node", "_vc",
+                 "_role", "_past", "_base", "_chain", "_seen", "_hooks", "_retains_grad", "__weakref__")
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
     def __init__(self, data: Any = None, dtype: Any = None, requires_grad: bool = False):
@@ -94,9 +94,12 @@ class Tensor:
 
     def _init(self, data, dtype, value, trace):
         self._data, self._dtype, self._value, self._trace = data, dtype, value, trace
-        self.requires_grad, self._grad, self._node, self._version, self._role = False, None, None, 0, None
+        self.requires_grad, self._grad, self._node, self._role = False, None, None, None
+        self._vc = [0]  # the version counter, shared with the tensor's views (frontend/views.py)
         self._past = None  # {version: the tensor as it was then}, left by in-place writes (indexing.stand_in)
-        self._base = None  # eagerly: a weak reference to the tensor this one is a PyTorch view of (dispatch.apply)
+        # a view (frontend/views.py): the tensor whose storage it shares (never itself a view), the view
+        # ops from there ((op, attrs, shape) each), and that tensor's version when this one was derived
+        self._base, self._chain, self._seen = None, (), 0
         self._hooks, self._retains_grad = None, False  # gradient hooks, retain_grad() (frontend/hooks.py)
 
     @classmethod
@@ -135,6 +138,15 @@ class Tensor:
 
     def numel(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def _version(self) -> int:
+        """How many in-place writes the tensor's storage has seen (through it or any view of it)."""
+        return self._vc[0]
+
+    @_version.setter
+    def _version(self, value: int) -> None:
+        self._vc[0] = value
 
     @property
     def is_traced(self) -> bool:

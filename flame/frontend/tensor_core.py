@@ -13,9 +13,10 @@ import numpy as np
 
 from flame.errors import DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend import autocast
-from flame.frontend.context import current_trace, user_location
-from flame.frontend.dispatch import apply, refuse_write_through_view
+from flame.frontend.context import user_location
+from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, default_dtype_for, dim_index
+from flame.frontend.views import view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
@@ -31,25 +32,9 @@ class TensorCore:
     def detach(self) -> Tensor:
         if self._value is not None:  # traced: an op autodiff does not differentiate through
             return apply("stop_gradient", self)
-        return Tensor._concrete(self._data, self._dtype)
-
-    # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
-    def copy_(self, src: Tensor | float) -> Tensor:
-        src = src if isinstance(src, Tensor) else full(self.shape, src, self.dtype)
-        if src.dtype != self.dtype:
-            src = src.to(self.dtype)
-        if src.shape != self.shape:
-            src = src.broadcast_to(self.shape)
-        trace = current_trace.get()
-        if trace is not None:
-            trace.assign(self, trace.value_of(src))
-        elif self._value is not None:
-            raise TraceError("copy_ into a traced tensor outside its trace")
-        else:
-            refuse_write_through_view(self, "copy_")
-            self._data[...] = src._data
-            self._version += 1
-        return self
+        out = Tensor._concrete(self._data, self._dtype)
+        out._vc = self._vc  # as torch's: the same storage and version counter
+        return out
 
     @property
     def data(self) -> Tensor:
@@ -69,12 +54,6 @@ class TensorCore:
                              f"`with flame.no_grad(): x.copy_(value)`\n  at {user_location()}")
         self._data, self._dtype = value._data, value._dtype
         self._version += 1
-
-    def zero_(self) -> Tensor:
-        return self.copy_(0)
-
-    def fill_(self, value) -> Tensor:
-        return self.copy_(value)
 
     # ---- dtype conversion -------------------------------------------------------------------------
     def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False) -> Tensor:
@@ -341,7 +320,13 @@ class TensorCore:
             return self
         return apply("reshape", self, shape=shape)
 
-    view = reshape
+    def view(self, *shape):
+        """The tensor under another shape, sharing its storage (as reshape, which copies where the
+        strides allow no view; view raises there, as torch's)."""
+        out = self.reshape(*shape)
+        if out is not self and out._base is None and self._value is None and out.numel() > 1:
+            raise view_error(self, out.shape)
+        return out
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1):
         if self.ndim == 0:

@@ -16,8 +16,8 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, index_ops
-from flame.frontend.context import in_augmented_subscript, user_location
+from flame.frontend import data_dependent, index_ops, views
+from flame.frontend.context import user_location
 from flame.frontend.creation import arange, normal_, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
@@ -302,10 +302,26 @@ class TensorOps:
         if new.dtype != self.dtype and _kind(new.dtype) > _kind(self.dtype):
             raise DTypeError(f"in-place op: result type {new.dtype} can't be cast to the desired output type "
                              f"{self.dtype}\n  at {user_location()}")
-        # a view of a live tensor takes the write only in x[i] += v, which Python stores back with x[i] = ...
-        through = self._base is not None and self._base() is not None and in_augmented_subscript()
-        assign(self, new if new.dtype == self.dtype else new.to(self.dtype), through_view=through)
+        assign(self, new if new.dtype == self.dtype else new.to(self.dtype))
         return self
+
+    # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
+    def copy_(self, src: Tensor | float) -> Tensor:
+        """self's elements set to src's (broadcast, converted to self's dtype), as torch's copy_."""
+        src = src if isinstance(src, Tensor) else full(self.shape, src, self.dtype)
+        if src.dtype != self.dtype:
+            src = src.to(self.dtype)
+        if src.shape != self.shape:
+            src = src.broadcast_to(self.shape)
+        stand_in(self, src)
+        assign(self, src, "copy_")
+        return self
+
+    def zero_(self) -> Tensor:
+        return self.copy_(0)
+
+    def fill_(self, value) -> Tensor:
+        return self.copy_(value)
 
     def add_(self, other, alpha: float = 1.0) -> Tensor:
         return self._inplace(lambda x: x + other * alpha if alpha != 1.0 else x + other, other)
@@ -603,11 +619,31 @@ class TensorOps:
         return Tensor(data, dtype if dtype is not None else self.dtype)
 
     def contiguous(self, memory_format=None):
-        """self: every flame tensor is contiguous (row-major, no strided views)."""
-        return self
+        """self when it is contiguous (row-major, no gaps), else a row-major copy (not a view)."""
+        return self if views.is_contiguous(self) else self.clone()
 
     def is_contiguous(self, memory_format=None) -> bool:
-        return True
+        """Row-major with no gaps, as torch's (a transpose or a strided slice is not)."""
+        return views.is_contiguous(self)
+
+    def stride(self, dim: int | None = None):
+        """Strides in elements, as torch's (a traced tensor's are row-major)."""
+        s = views.strides(self)
+        return s if dim is None else s[dim_index("stride", dim, self.ndim)]
+
+    def storage_offset(self) -> int:
+        return views.storage_offset(self)
+
+    def data_ptr(self) -> int:
+        """The address of the first element (NumPy or CuPy memory)."""
+        return views.data_ptr(self)
+
+    def untyped_storage(self):
+        """The memory this tensor shares with its views (its data_ptr() identifies it)."""
+        return views.untyped_storage(self)
+
+    def _is_view(self) -> bool:
+        return self._base is not None
 
     def element_size(self) -> int:
         return self.dtype.itemsize

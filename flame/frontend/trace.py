@@ -66,6 +66,7 @@ class Trace:
     freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
+    writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
 
     def __post_init__(self):
         self.builder = Builder(self.graph)

@@ -1,4 +1,9 @@
-"""The dtypes flame knows. One table: name, NumPy dtype, CUDA storage type, CUDA compute type."""
+"""The dtypes flame knows. One table: name, NumPy dtype, CUDA storage type, CUDA compute type.
+
+The two FP8 formats (`f8e4m3`: PyTorch's float8_e4m3fn, 4 exponent and 3 mantissa bits, finite only,
+largest 448; `f8e5m2`: 5 and 2, with infinities, largest 57344) are of kind "float8": storage types for
+FP8 training (flame.amp.Float8Recipe). Only the ops that declare it take them (cast, scaled_cast,
+fp8_matmul), and no promotion involves them, as in PyTorch. Kernels compute on them in f32."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ class DType:
     np_dtype: np.dtype
     cuda_type: str  # storage type in generated CUDA
     cuda_compute: str  # arithmetic type in generated CUDA (f16/bf16 compute in f32)
-    kind: str  # "float", "int" or "bool"
+    kind: str  # "float", "float8", "int" or "bool"
 
     @property
     def itemsize(self) -> int:
@@ -25,6 +30,10 @@ class DType:
     @property
     def is_float(self) -> bool:
         return self.kind == "float"
+
+    @property
+    def is_float8(self) -> bool:
+        return self.kind == "float8"
 
     @property
     def is_int(self) -> bool:
@@ -46,14 +55,22 @@ i64 = DType("i64", np.dtype(np.int64), "long long", "long long", "int")
 i8 = DType("i8", np.dtype(np.int8), "signed char", "signed char", "int")
 u8 = DType("u8", np.dtype(np.uint8), "unsigned char", "unsigned char", "int")  # flame's one unsigned dtype
 boolean = DType("bool", np.dtype(np.bool_), "bool", "bool", "bool")
+f8e4m3 = DType("f8e4m3", np.dtype(ml_dtypes.float8_e4m3fn), "__nv_fp8_storage_t", "float", "float8")
+f8e5m2 = DType("f8e5m2", np.dtype(ml_dtypes.float8_e5m2), "__nv_fp8_storage_t", "float", "float8")
+FP8_DTYPES: tuple[DType, ...] = (f8e4m3, f8e5m2)
 
 ALL_DTYPES: tuple[DType, ...] = (f32, f16, bf16, f64, i32, i64, i8, u8, boolean)
 FLOAT_DTYPES: tuple[DType, ...] = (f32, f16, bf16, f64)
-_BY_NAME = {d.name: d for d in ALL_DTYPES}
+_BY_NAME = {d.name: d for d in ALL_DTYPES + FP8_DTYPES}
 _ALIASES = {"float32": f32, "float": f32, "float64": f64, "double": f64, "float16": f16,
             "half": f16, "bfloat16": bf16, "int32": i32, "int": i32, "int64": i64, "long": i64, "int8": i8,
-            "uint8": u8, "bool_": boolean}
-_BY_NP = {d.np_dtype: d for d in ALL_DTYPES}
+            "uint8": u8, "bool_": boolean, "float8_e4m3fn": f8e4m3, "float8_e5m2": f8e5m2}
+_BY_NP = {d.np_dtype: d for d in ALL_DTYPES + FP8_DTYPES}
+
+
+def fp8_max(d: DType) -> float:
+    """The largest finite value of FP8 dtype d (448 for f8e4m3, 57344 for f8e5m2)."""
+    return float(ml_dtypes.finfo(d.np_dtype).max)
 
 
 def dtype_of(x: object) -> DType:
@@ -89,6 +106,8 @@ def promote(a: DType, b: DType) -> DType:
     """Result dtype of a binary op on tensors of dtypes a and b (PyTorch's rules for tensor-tensor)."""
     if a == b:
         return a
+    if a.is_float8 or b.is_float8:
+        raise DTypeError(f"no type promotion with float8 ({a} and {b}); as in PyTorch, convert explicitly")
     if _ORDER[a.kind] != _ORDER[b.kind]:
         return a if _ORDER[a.kind] > _ORDER[b.kind] else b
     if a.kind == "float":

@@ -38,11 +38,14 @@ class CheckpointLoc(str):
     """The `loc` of an op recorded inside `flame.utils.checkpoint(fn, ...)`: the backward recomputes
     its result instead of keeping it, unless it leaves the region (passes/remat.py). `region` tells
     the calls apart. Prints as a trailing `checkpoint N` on the op's line, regions numbered in order
-    of appearance, so the mark is part of the IR text (and of every cache key made from it)."""
+    of appearance, so the mark is part of the IR text (and of every cache key made from it). `saved`:
+    the region's policy keeps this result for the backward (a matmul's under "save_matmuls", a value
+    tagged with a name the policy saves); it prints as `checkpoint N saved`."""
 
-    def __new__(cls, text: str = "", region: int = 0):
+    def __new__(cls, text: str = "", region: int = 0, saved: bool = False):
         loc = super().__new__(cls, text)
         loc.region = region
+        loc.saved = saved
         return loc
 
 
@@ -101,6 +104,7 @@ class Kind(str, Enum):
     ATTENTION = "attention"  # a library call (cuDNN fused attention, forward or backward)
     COLLECTIVE = "collective"  # a library call (NCCL all-reduce, broadcast, all-gather, reduce-scatter)
     CONV = "conv"  # a library call (cuDNN convolution: forward, data or weight gradient)
+    HOST = "host"  # a copy between device and pinned host memory (an offloaded activation)
     OPAQUE = "opaque"  # one op with its own kernel (gather, scatter, pad, concat, argmax)
 
     def __str__(self) -> str:

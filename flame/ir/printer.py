@@ -52,7 +52,7 @@ def format_op(op: Op, ids: dict[Value, int], loc: bool = False, regions: dict[in
     text += f" {{{attrs}}}" if attrs else ""
     text += f" : {op.out.type}"
     if isinstance(op.loc, CheckpointLoc):  # inside flame.utils.checkpoint: recomputed by the backward
-        text += f" checkpoint {(regions or {}).get(op.loc.region, op.loc.region)}"
+        text += f" checkpoint {(regions or {}).get(op.loc.region, op.loc.region)}" + (" saved" if op.loc.saved else "")
     if loc and op.loc:
         text += f"  # {op.loc.splitlines()[0]}"
     return text

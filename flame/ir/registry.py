@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
 CATEGORIES = ("elementwise", "reduction", "movement", "matmul", "library", "opaque")
-AUTOCAST = ("", "lower", "f32")  # OpDef.autocast
+AUTOCAST = ("", "lower", "f32", "keep")  # OpDef.autocast ("keep": inputs as they are, the FP8 ops)
 # OpDef.cost, an elementwise op's work per element: "" a few instructions; "division" IEEE division or
 # square root (many instructions); "transcendental" a call of the math library (expf, logf, tanhf, ...)
 COSTS = ("", "division", "transcendental")
@@ -57,13 +57,14 @@ class View:
     is not affine (a reshape that merges dims). relabel: on contiguous buffers the output is the
     input's bytes under another shape (no copy needed; the plan makes it an alias). perm: for a view
     that only reorders axes (permute), op -> the order: output axis k is input axis perm(op)[k].
-    torch_view: PyTorch returns a view sharing the input's storage (flip copies); flame's eager result
-    is a copy, so the frontend refuses writes into it while its input lives (frontend/dispatch.py)."""
+    strided(array, out, **attrs): the op as PyTorch's view, sharing the input's storage: a NumPy or
+    CuPy view of a NumPy or CuPy array (out: the output's shape), which may be a copy only where PyTorch's
+    reshape copies too; None where PyTorch copies (flip). Eager views are made so (frontend/views.py)."""
 
     index_map: Callable[[Op], Any]  # an IndexMap (flame.ir.indexmap, which reads this registry) or None
     relabel: bool = False
     perm: Callable[[Op], tuple[int, ...]] | None = None  # a view that only reorders axes (permute): its order
-    torch_view: bool = True
+    strided: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ class OpDef:
     autocast: what `flame.autocast` does to the op's floating-point inputs (PyTorch's CUDA op lists):
         "lower" casts them to the autocast dtype (matmul, attention), "f32" casts f16/bf16 ones to
         f32 (exp, log, pow, accumulating reductions), "" leaves them (an op given several float
-        dtypes then gets them all in the widest);
+        dtypes then gets them all in the widest), "keep" leaves them as they are (the FP8 ops, whose
+        operands have fixed roles: a bf16 tensor and its f32 scale);
     random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass
         recomputes it only when a memory budget forces it);
     selects: an op whose result's elements are elements of input 0, picked by the other inputs
@@ -129,7 +131,9 @@ class OpDef:
         so it fuses with its neighbours), and simplification removes the op. The ops of one call share
         its `call` attribute and are told apart by `index`; their inputs but the last are the same.
         autodiff calls their VJP once per call, at its first op, with {index: cotangent or None} in place
-        of one cotangent."""
+        of one cotangent;
+    work: op -> its floating-point work (FLOPs) where `flops` cannot tell it from the category (a
+        convolution's multiply-adds), which is what recomputing it costs (passes/activation_budget.py)."""
 
     name: str
     category: str
@@ -161,6 +165,7 @@ class OpDef:
     activations: tuple[bool, ...] = ()
     user: Any = None
     call_result: bool = False
+    work: Callable[[Op], int] | None = None
 
     def normalize_attrs(self, given: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults, coerce kinds, reject unknown or missing attributes."""
@@ -232,6 +237,13 @@ def is_matmul(op: Op) -> bool:
     return get(op.name).category == "matmul"
 
 
+def reads_transposed(op: Op) -> bool:
+    """op is a GEMM that may read an operand through a transpose of its producer's input (ta / tb), so a
+    permute read only by such GEMMs needs no kernel: every GEMM but the FP8 one, whose operand layouts
+    cuBLASLt fixes (fp8_matmul: four inputs, the two scales after the operands)."""
+    return is_matmul(op) and get(op.name).arity == 2
+
+
 def is_commutative(op: Op) -> bool:
     """a op b == b op a bit for bit (the `commutative` trait)."""
     return get(op.name).commutative
@@ -270,12 +282,16 @@ def is_costly(op: Op, transcendental: bool = False) -> bool:
 
 
 def flops(op: Op) -> int:
-    """A rough count of op's work (what recomputing it costs): 2 m n k for a matmul, 4 L S E per head
-    for a library call (attention), the elements read for a reduction, else one per element written."""
-    category = get(op.name).category
+    """A rough count of op's work (what recomputing it costs): the op's `work` trait where it has one
+    (convolutions), 2 m n k for a matmul, 4 L S E per head for attention, the elements read for a
+    reduction, else one per element written."""
+    opdef = get(op.name)
+    category = opdef.category
+    if opdef.work is not None:
+        return int(opdef.work(op))
     if category == "matmul":
         return 2 * op.out.type.numel * op.inputs[0].shape[-1]
-    if category == "library":
+    if opdef.library == "attention":
         q, k = op.inputs[0], op.inputs[1]
         return 4 * q.type.numel * k.shape[-2]
     if category == "reduction":

@@ -10,6 +10,7 @@ import numpy as np
 
 from flame.frontend import functional as F
 from flame.frontend import losses
+from flame.frontend.context import no_grad
 from flame.frontend.creation import Generator, ones, zeros
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of, f32
@@ -110,7 +111,8 @@ class Embedding(Module):
             mask = np.ones((num_embeddings, 1), dtype=dt.np_dtype)
             mask[padding_idx] = 0
             self.register_buffer("_row_mask", Tensor(mask), persistent=False)
-            self.weight.copy_(self.weight.detach() * self._row_mask)
+            with no_grad():
+                self.weight.copy_(self.weight * self._row_mask)
 
     def forward(self, idx: Tensor) -> Tensor:
         w = self.weight if self.padding_idx is None else self.weight * self._row_mask

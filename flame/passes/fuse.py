@@ -625,6 +625,8 @@ def _reason(st: State, grp: Group) -> str:
         return f"opaque op ({grp.ops[-1].name})"
     if grp.kind == Kind.COLLECTIVE:
         return f"collective ({grp.ops[-1].name}: a communicator call)"
+    if grp.kind == Kind.HOST:
+        return f"host copy ({grp.ops[-1].name}: an offloaded activation to or from pinned host memory)"
     if grp.kind == Kind.ATTENTION and len(grp.ops) > 1:
         return "attention (one library call writes the result and the softmax statistics)"
     if grp.kind == Kind.REDUCTION and not st.target.bgrad_epilogue and is_bias_grad(st, grp.ops[-1]):

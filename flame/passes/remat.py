@@ -32,8 +32,9 @@ from collections.abc import Callable, Collection
 
 import networkx as nx
 
-from flame.ir.graph import CheckpointLoc, Graph, Op, RecomputeLoc, Value, is_backward, is_recompute
-from flame.ir.registry import REGISTRY, flops, is_fill
+from flame.ir.graph import BackwardLoc, CheckpointLoc, Graph, Op, RecomputeLoc, Value, is_backward, is_recompute
+from flame.ir.ops.host import OFFLOAD, RELOAD
+from flame.ir.registry import REGISTRY, flops, is_fill, is_relabel
 from flame.passes.dce import eliminate_dead_code
 
 _SRC, _SINK = "source", "sink"
@@ -104,13 +105,14 @@ def _region(op: Op) -> int | None:
 
 def checkpointed(g: Graph) -> set[Op]:
     """The forward ops of checkpoint regions whose results do not leave their region (read by no
-    forward op outside it, not returned): the backward must recompute them when it reads them."""
+    forward op outside it, not returned) and that the region's policy does not save (CheckpointLoc.saved:
+    flame.utils.checkpoint's `policy`): the backward must recompute them when it reads them."""
     s = split(g)
     leaves = set(g.outputs)
     for op in g.ops[:s]:
         leaves.update(v for v in op.inputs if v.producer is not None and _region(v.producer) is not None
                       and _region(v.producer) != _region(op))
-    return {op for op in g.ops[:s] if _region(op) is not None and op.out not in leaves}
+    return {op for op in g.ops[:s] if _region(op) is not None and op.out not in leaves and not op.loc.saved}
 
 
 def _elementwise(op: Op) -> bool:
@@ -283,19 +285,36 @@ def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
     return {op.out for op in ops if ("in", id(op.out)) in sink_side}
 
 
-def rewrite(g: Graph, recompute: set[Value]) -> Graph:
-    """g where every later read of a value in `recompute` reads a clone computed right before it."""
-    if not recompute:
+def rewrite(g: Graph, recompute: set[Value], offload: Collection[Value] = ()) -> Graph:
+    """g where every later read of a value in `recompute` reads a clone computed right before it, and
+    every backward read of a value in `offload` reads it back from host memory: an `offload` op right
+    after its last forward use, a `reload` op (a backward op) before the backward library call that
+    precedes its first backward use, so the copy overlaps that call (ir/ops/host.py)."""
+    if not recompute and not offload:
         return g
     s = split(g)
     new = Graph(g.name)
     m: dict[Value, Value] = {v: new.add_input(v.type, r) for v, r in zip(g.inputs, g.roles)}
     clones: dict[Value, Value] = {}
+    hosted: dict[Value, Value] = {}
+    reloaded: dict[Value, Value] = {}
+    last_use = _last_forward_use(g, offload)
 
     def emit(op: Op, inputs: tuple[Value, ...], loc) -> Value:
         out = Op(op.name, inputs, op.attrs, op.out.type, loc)
         new.ops.append(out)
         return out.out
+
+    def read(u: Value) -> Value:
+        if u in clones:
+            return clones[u]
+        if u in hosted:
+            if u not in reloaded:
+                op = Op(RELOAD.name, (hosted[u],), {}, u.type, BackwardLoc(u.producer.loc or ""))
+                new.ops.append(op)
+                reloaded[u] = op.out
+            return reloaded[u]
+        return m[u]
 
     def clone(v: Value) -> Value:
         stack = [v]
@@ -308,24 +327,51 @@ def rewrite(g: Graph, recompute: set[Value]) -> Graph:
             stack.pop()
             if x not in clones:
                 op = x.producer
-                ins = tuple(clones.get(u, m.get(u)) for u in op.inputs)
-                clones[x] = emit(op, ins, RecomputeLoc(op.loc or ""))
+                clones[x] = emit(op, tuple(read(u) for u in op.inputs), RecomputeLoc(op.loc or ""))
         return clones[v]
 
     for i, op in enumerate(g.ops):
         if i < s:
             m[op.out] = emit(op, tuple(m[u] for u in op.inputs), op.loc)
+            for v in last_use.get(i, ()):
+                hosted[v] = emit(Op(OFFLOAD.name, (v,), {}, v.type, op.loc), (m[v],), op.loc)
             continue
-        ins = tuple(clone(u) if u in recompute else m[u] for u in op.inputs)
+        ins = tuple(clone(u) if u in recompute else read(u) for u in op.inputs)
         m[op.out] = emit(op, ins, op.loc)
+    new.ops = _prefetch(new.ops, set(reloaded.values()), split(new))
     new.outputs = [m[v] for v in g.outputs]
     new.aliases = dict(g.aliases)
     return eliminate_dead_code(new)
 
 
+def _last_forward_use(g: Graph, offload: Collection[Value]) -> dict[int, list[Value]]:
+    """Forward op index -> the offloaded values whose last forward use (or making) it is."""
+    s = split(g)
+    last = {v: i for i, op in enumerate(g.ops[:s]) for v in (op.out, *op.inputs) if v in offload}
+    out: dict[int, list[Value]] = {}
+    for v, i in last.items():
+        out.setdefault(i, []).append(v)
+    return out
+
+
+def _prefetch(ops: list[Op], reloads: set[Value], start: int) -> list[Op]:
+    """ops with each reload moved before the backward library call (matmul, attention, convolution)
+    that precedes the op reading it, so its copy runs while that call does (a reload reads only its
+    host value, made in the forward)."""
+    out = [op for op in ops if op.out not in reloads]
+    for r in (op for op in ops if op.out in reloads):
+        reader = next(i for i, op in enumerate(out) if r.out in op.inputs)
+        before = [i for i in range(start, reader) if REGISTRY[out[i].name].category in ("matmul", "library")]
+        out.insert(before[-1] if before else reader, r)
+    return out
+
+
 def rematerialize(g: Graph, allow: Callable[[Op], bool] = never) -> Graph:
     """Recompute in the backward what the minimum cut says (module docstring), letting `allow(op)`
-    say which ops outside checkpoint regions may be recomputed (default: none).
+    say which ops outside checkpoint regions may be recomputed (default: none). An `allow` with an
+    `offload` attribute (passes/activation_budget.Decision) also names kept values that the backward
+    reads back from host memory (`rewrite`); the relabelling views of those it reads are recomputed
+    from the reloaded value.
 
     Before: a verified joint graph, simplified (no CSE may run after this pass). After: the same
     function; forward values the backward reads are either kept or recomputed by RecomputeLoc clones
@@ -336,4 +382,14 @@ def rematerialize(g: Graph, allow: Callable[[Op], bool] = never) -> Graph:
     cheap = free(g)
     if allow is never and not cheap and not any(isinstance(op.loc, CheckpointLoc) for op in g.ops):
         return g
-    return rewrite(g, choose(g, lambda op: op in cheap or allow(op)))
+    offload = frozenset(getattr(allow, "offload", ()))
+    recompute = choose(g, lambda op: op in cheap or allow(op))
+    views = {op.out for op in g.ops[:split(g)] if is_relabel(op) and _viewed(op.out) in offload}
+    return rewrite(g, (recompute | views) - offload, offload)
+
+
+def _viewed(v: Value) -> Value:
+    """The value whose bytes v is (itself, or what a chain of relabelling views views)."""
+    while v.producer is not None and is_relabel(v.producer):
+        v = v.producer.inputs[0]
+    return v

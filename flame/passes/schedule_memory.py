@@ -25,7 +25,7 @@ import dataclasses
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value, segments
 from flame.ir.indexmap import is_reduction, swaps_last_two
-from flame.ir.registry import get, is_fill, is_matmul
+from flame.ir.registry import get, is_fill, reads_transposed
 from flame.passes.remat import is_recompute, nbytes
 
 SPLIT = "recomputation (remat) split from its sibling kernel: it runs right before its reader (memory budget)"
@@ -115,7 +115,7 @@ def _writes_nothing(op: Op, users: dict[Value, list[Op]]) -> bool:
     view = get(op.name).view
     if view is not None and view.relabel:
         return True
-    return swaps_last_two(op) and bool(users[op.out]) and all(map(is_matmul, users[op.out]))
+    return swaps_last_two(op) and bool(users[op.out]) and all(map(reads_transposed, users[op.out]))
 
 
 def _memory_order(g: Graph, groups: list[FusionGroup]) -> list[FusionGroup]:

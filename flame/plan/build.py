@@ -32,8 +32,9 @@ from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import swaps_last_two
 from flame.ir.ops.attention import BACKWARD, FORWARD, mask_of
 from flame.ir.ops.collective import REDUCE_SCATTER
+from flame.ir.ops.host import OFFLOAD
 from flame.ir.printer import format_op
-from flame.ir.registry import epilogue_role, get, is_matmul
+from flame.ir.registry import epilogue_role, get, reads_transposed
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
     Alias,
@@ -42,6 +43,7 @@ from flame.plan.steps import (
     CollectiveCall,
     ConvCall,
     Copy,
+    HostCopy,
     KernelLaunch,
     MatmulCall,
     Plan,
@@ -289,7 +291,7 @@ def fold_transposes(g: Graph) -> set[Value]:
     users, outs = g.users(), set(g.outputs)
     alone = None if g.groups is None else {grp.ops[0] for grp in g.groups if len(grp.ops) == 1}
     return {op.out for op in g.ops if swaps_last_two(op) and op.out not in outs and users[op.out]
-            and all(map(is_matmul, users[op.out])) and (alone is None or op in alone)}
+            and all(map(reads_transposed, users[op.out])) and (alone is None or op in alone)}
 
 
 def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: int | None = None,
@@ -301,7 +303,9 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
     for v, flag in zip(op.inputs, ("ta", "tb")):
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
+    scales = {k: bld.buffer_of[v] for k, v in zip(("a_scale", "b_scale"), op.inputs[2:])}  # fp8_matmul's
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, aux=aux, bgrad=bgrad,
+                         **scales,
                          workspace=bld.scratch(bld.target.matmul_workspace(op, epilogue, flags["ta"], flags["tb"])),
                          **flags)
 
@@ -353,10 +357,22 @@ def conv_call(bld: _Builder, op: Op, out: int) -> ConvCall:
     return ConvCall.of(op, a, b, out, bld.scratch(bld.target.conv_workspace(op)))
 
 
+def host_copy(bld: _Builder, op: Op, out: int) -> HostCopy:
+    """The copy of an offload (into `out`, made a host buffer: pinned host memory, outside the arena)
+    or a reload (into the device buffer `out`); overlapped (`overlap_streams` places the Wait)."""
+    to_host = get(op.name) is OFFLOAD
+    if to_host:
+        old = bld.buffers[out]
+        bld.buffers[out] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "host")
+        bld.temp_roots.discard(out)
+    return HostCopy(bld.buffer_of[op.inputs[0]], out, op, to_host)
+
+
 # an op's `library` trait -> the library-call step that computes it, built as f(builder, op, out
 # buffer); every other op becomes the kernels codegen renders for it.
 LIBRARY_CALLS: dict[str, Callable[[_Builder, Op, int], Step]] = {
-    "matmul": matmul_call, "attention": attention_call, "collective": collective_call, "conv": conv_call}
+    "matmul": matmul_call, "attention": attention_call, "collective": collective_call, "conv": conv_call,
+    "host": host_copy}
 
 
 def overlap_streams(buffers: dict[int, Buffer], steps: list[Step], updates: dict[int, int]) -> list[Step]:
@@ -367,13 +383,16 @@ def overlap_streams(buffers: dict[int, Buffer], steps: list[Step], updates: dict
     the memory planner keeps them until then; but not the inputs an update overwrites in place (see
     Wait; `updates`: the buffer of an output that updates an input in place -> the input's buffer).
     An update with no other work before its wait (the last ones of a step, an eager optimizer's)
-    runs on the plan's stream instead: a second stream would only add its two events."""
+    runs on the plan's stream instead: a second stream would only add its two events. An offload's
+    HostCopy waits after the next step that computes (it overlaps that step, and its source's bytes
+    are free after the wait)."""
     out = list(steps)
     at = 0
     while at < len(out):
         call = out[at]
         side = isinstance(call, KernelLaunch) and call.side
-        if not (side or isinstance(call, CollectiveCall) and call.overlap):
+        host = isinstance(call, HostCopy) and call.overlap
+        if not (side or host or isinstance(call, CollectiveCall) and call.overlap):
             at += 1
             continue
         written = {root(buffers, b) for b in call.writes}
@@ -381,7 +400,12 @@ def overlap_streams(buffers: dict[int, Buffer], steps: list[Step], updates: dict
         later = next((j for j in range(at + 1, len(out))
                       if any(root(buffers, b) in written for b in out[j].touches)
                       or any(root(buffers, b) in read for b in out[j].writes)), len(out))
-        if side and not any(s.ops and not (isinstance(s, KernelLaunch) and s.side) for s in out[at + 1:later]):
+        if host and call.to_host:  # overlap the next step that computes
+            later = min(later, next((j + 1 for j in range(at + 1, len(out)) if out[j].ops
+                                     and not isinstance(out[j], HostCopy)), len(out)))
+        if host:
+            out.insert(later, Wait((call.src,), call.out, call.op, (), "host"))
+        elif side and not any(s.ops and not (isinstance(s, KernelLaunch) and s.side) for s in out[at + 1:later]):
             out[at] = dataclasses.replace(call, side=False)
         elif side:
             own = {updates[b] for b in call.writes if b in updates}

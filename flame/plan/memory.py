@@ -33,7 +33,18 @@ from flame.errors import FlameError
 from flame.ir.graph import is_backward, is_recompute, segments
 from flame.ir.printer import format_op
 from flame.ir.registry import REGISTRY, flops
-from flame.plan.steps import Buffer, Copy, KernelLaunch, MemoryBudget, Plan, Step, aligned, root, with_fields
+from flame.plan.steps import (
+    ActivationBudget,
+    Buffer,
+    Copy,
+    KernelLaunch,
+    MemoryBudget,
+    Plan,
+    Step,
+    aligned,
+    root,
+    with_fields,
+)
 
 BOUND_ROLES = ("input", "param", "state", "scalar", "const", "output")
 
@@ -452,7 +463,9 @@ class MemoryReport:
     recomputed: (op line, type, bytes) of what the backward recomputes instead (rematerialisation:
     flame.utils.checkpoint regions, memory budgets, and the free elementwise recomputations every plan
     makes); budget: the memory budget the plan was fitted to, with the peak it had without it;
-    recomputed_flops: the estimated work those recomputations add."""
+    recomputed_flops: the estimated work those recomputations add; offloaded: (op line, type, bytes)
+    of the values kept in host memory between the forward and the backward (offloading);
+    activation: the activation budget the plan was fitted to, with each choice and its cost."""
 
     name: str
     arena: int
@@ -464,6 +477,8 @@ class MemoryReport:
     recomputed: list[tuple[str, str, int]] = field(default_factory=list)
     budget: MemoryBudget | None = None
     recomputed_flops: int = 0  # a rough count (ir.registry.flops) of the work the recomputations add
+    offloaded: list[tuple[str, str, int]] = field(default_factory=list)
+    activation: ActivationBudget | None = None
 
     @property
     def peak(self) -> int:
@@ -493,7 +508,27 @@ class MemoryReport:
             lines.append(f"recomputed in the backward: {len(self.recomputed)} values, "
                          f"{human_bytes(self.recomputed_bytes)}, about {self.recomputed_flops / 1e9:.3g} GFLOP")
             lines += [f"  {t:<16} {human_bytes(n):>10}  {src}" for src, t, n in self.recomputed]
+        if self.offloaded:
+            lines.append(f"offloaded to host memory: {len(self.offloaded)} values, "
+                         f"{human_bytes(sum(n for _, _, n in self.offloaded))}")
+            lines += [f"  {t:<16} {human_bytes(n):>10}  {src}" for src, t, n in self.offloaded]
+        if self.activation is not None:
+            lines += activation_lines(self.activation)
         return "\n".join(lines)
+
+
+def activation_lines(a: ActivationBudget) -> list[str]:
+    """The activation budget's lines of the memory report: what was asked and reached, then each
+    choice (recompute or offload) with its bytes and the time it costs at the Target's rates."""
+    lines = [f"activation budget: {a.requested:g} of the {human_bytes(a.unconstrained)} of activations kept for "
+             f"the backward without it = {human_bytes(a.bytes)}; kept {human_bytes(a.kept)}",
+             f"  choices, {sum(s for *_, s in a.choices) * 1e6:.1f} us in all:"]
+    lines += [f"  {kind:<9} {human_bytes(n):>10} {sec * 1e6:9.2f} us  {src}" for kind, src, n, sec in a.choices]
+    return lines
+
+
+def _is_offload(op) -> bool:
+    return REGISTRY[op.name].library == "host" and not is_backward(op)
 
 
 def _slot_bytes(buffers) -> int:
@@ -510,12 +545,13 @@ def saved_for_backward(plan: Plan) -> list:
     view with no buffer of its own (a library call reads it from its input's bytes: a folded
     transpose, attention's strided operands) counts as the buffered value it views, once; a value
     with no buffer otherwise (an attention output written into its permute's buffer) is that buffer,
-    listed with its own value. Graph inputs are not listed (the caller holds them)."""
+    listed with its own value. Graph inputs are not listed (the caller holds them), nor values
+    offloaded to host memory (held there, not on the device)."""
     g = plan.graph
     users = g.users()
     out = []
     for op in g.ops:
-        if is_backward(op) or not any(is_backward(u) for u in users[op.out]):
+        if is_backward(op) or _is_offload(op) or not any(is_backward(u) for u in users[op.out]):
             continue
         v = op.out
         while v not in plan.buffer_of and v.producer is not None and REGISTRY[v.producer.name].view is not None:
@@ -554,5 +590,8 @@ def memory_report(plan: Plan) -> MemoryReport:
     recomputed = [(format_op(op, ids), str(op.out.type), op.out.type.numel * op.out.dtype.itemsize)
                   for op in plan.graph.ops if is_recompute(op)]
     extra = sum(flops(op) for op in plan.graph.ops if is_recompute(op))
+    offloaded = [(format_op(op.inputs[0].producer, ids) if op.inputs[0].producer is not None else format_op(op, ids),
+                  str(op.out.type), op.out.type.numel * op.out.dtype.itemsize)
+                 for op in plan.graph.ops if _is_offload(op)]
     return MemoryReport(plan.name, plan.arena_size, bound_bytes(plan), peak_step, max(peak, 0), live, saved,
-                        recomputed, plan.memory_budget, extra)
+                        recomputed, plan.memory_budget, extra, offloaded, plan.activation_budget)

@@ -40,7 +40,8 @@ class Buffer:
     """One typed buffer. role: input/param/state/scalar/const (bound to call argument `index`),
     output (allocated per call, returned as output `index`), temporary (arena bytes
     [offset, offset + nbytes)), scratch (a kernel's workspace, in the arena too) or view (the
-    bytes of buffer `base`, seen with this shape)."""
+    bytes of buffer `base`, seen with this shape) or host (pinned host memory holding an offloaded
+    activation between the forward and the backward: plan.steps.HostCopy; not on the device)."""
 
     id: int
     nbytes: int
@@ -247,7 +248,10 @@ class MatmulCall(LibraryCall):
     batch_a / batch_b / batch: the batch shapes of a, b and out (NumPy broadcasting); epilogue: one of
     flame.target.MATMUL_EPILOGUES or none, with `bias` the buffer of a [n] vector (bias*), `aux` the
     buffer the pre-activation a @ b [+ bias] is written to (*gelu_aux; out holds the activation) and
-    `bgrad` the buffer of the sum over k of op(a) ([m], bgrad_a) or of op(b) ([n], bgrad_b)."""
+    `bgrad` the buffer of the sum over k of op(a) ([m], bgrad_a) or of op(b) ([n], bgrad_b). An FP8
+    GEMM (op fp8_matmul, whose b is [n, k] as the op takes it: out = a @ b^T) also reads `a_scale` and
+    `b_scale`, the buffers of its two f32 inverse scales (the product is multiplied by both: cuBLASLt's
+    A/B scale pointers)."""
 
     name: ClassVar[str] = "matmul"
     library: ClassVar[str] = "cuBLASLt"
@@ -269,16 +273,19 @@ class MatmulCall(LibraryCall):
     workspace: int | None = buffer_field(default=None)  # cuBLASLt's workspace, scratch in the arena
     aux: int | None = buffer_field(default=None)
     bgrad: int | None = buffer_field(default=None)
+    a_scale: int | None = buffer_field(default=None)
+    b_scale: int | None = buffer_field(default=None)
 
     @classmethod
     def of(cls, op: Op, a: int, b: int, out: int, **kw) -> MatmulCall:
         """The call computing matmul `op` (its shapes as in the IR) from buffers a, b into out."""
         sa, sb, so = op.inputs[0].type.shape, op.inputs[1].type.shape, op.out.type.shape
-        return cls(a, b, out, op, sa[-2], sb[-1], sa[-1], sa[:-2], sb[:-2], so[:-2], **kw)
+        return cls(a, b, out, op, so[-2], so[-1], sa[-1], sa[:-2], sb[:-2], so[:-2], **kw)
 
     @property
     def reads(self) -> tuple[int, ...]:
-        return (self.a, self.b) + (() if self.bias is None else (self.bias,))
+        extra = (self.bias, self.a_scale, self.b_scale)
+        return (self.a, self.b) + tuple(x for x in extra if x is not None)
 
     @property
     def outputs(self) -> tuple[int, ...]:
@@ -427,7 +434,8 @@ class CollectiveCall(LibraryCall):
 @dataclass(frozen=True)
 class Wait(Step):
     """The plan's stream waits for an overlapped step to finish: a CollectiveCall on the communication
-    stream or an update's KernelLaunch on the side stream (`stream`), the one writing `out` for IR op
+    stream, an update's KernelLaunch on the side stream or a HostCopy on the host-copy stream
+    (`stream`), the one writing `out` for IR op
     `op`. It reads the step's inputs and writes what the step writes (`out`, then `rest`: a workspace,
     other results, scratch) as far as the memory planner is concerned, so those bytes stay untouched
     by other steps while the step runs. A bound input the step itself overwrites in place is not
@@ -457,7 +465,7 @@ class Wait(Step):
         return ()
 
     def format(self, ids: dict[Value, int]) -> str:
-        what = "collective" if self.stream == "comm" else "update"
+        what = {"comm": "collective", "side": "update", "host": "host copy"}[self.stream]
         return f"wait b{self.out}  # the {what} writing b{self.out} on the {self.stream} stream has finished"
 
 
@@ -498,6 +506,35 @@ class ConvCall(LibraryCall):
     def format(self, ids: dict[Value, int]) -> str:
         ins = ", ".join(f"b{a}" for a in self.reads)
         return f"b{self.out} = call {self.op.name} ({ins}){self._scratch_note()}  # {format_op(self.op, ids)}"
+
+
+@dataclass(frozen=True)
+class HostCopy(LibraryCall):
+    """An offloaded activation's copy (IR op `op`: offload or reload, ir/ops/host.py) between device
+    memory and pinned host memory: `to_host` copies device buffer `src` into host buffer `out` (role
+    "host": not in the arena, not on the device), else host `src` into device `out`. `overlap`: issued
+    on the host-copy stream after the steps before it, and finished by the Wait the plan builder puts
+    after the next compute step (an offload: its source's bytes are free after that) or before the
+    first reader (a reload), so the transfers run while compute does."""
+
+    name: ClassVar[str] = "host_copy"
+    library: ClassVar[str] = "CUDA runtime"
+
+    src: int = buffer_field()
+    out: int = buffer_field()
+    op: Op
+    to_host: bool = True
+    overlap: bool = True
+    workspace: int | None = buffer_field(default=None)
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        return (self.src,)
+
+    def format(self, ids: dict[Value, int]) -> str:
+        where = "host" if self.to_host else "device"
+        stream = " on host-copy stream" if self.overlap else ""
+        return f"b{self.out} = copy to {where} b{self.src}{stream}  # {format_op(self.op, ids)}"
 
 
 @dataclass(frozen=True)
@@ -576,13 +613,28 @@ class MemoryBudget:
     unconstrained_peak: int
 
 
+@dataclass(frozen=True)
+class ActivationBudget:
+    """What flame.compile(activation_budget=...) asked for and what the solver chose
+    (passes/activation_budget.py): `requested` the fraction, the activation bytes kept for the backward
+    without the budget (`unconstrained`), the budget in bytes, the bytes kept with it (`kept`), and each
+    choice as (kind: "recompute" or "offload", the value's IR line, its bytes, the seconds it costs
+    at the Target's rates)."""
+
+    requested: float
+    unconstrained: int
+    bytes: int
+    kept: int
+    choices: tuple[tuple[str, str, int, float], ...] = ()
+
+
 @dataclass
 class Plan:
     """Buffers (by id), steps in order, the buffer of each graph input and output, and the arena
     size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops.
-    `memory_budget`: set when the plan was fitted to a memory budget (the memory report shows it).
-    `reused`: the kernels rendered once and reused by alike groups (a model's repeated blocks), as
-    (kernel names, how many more groups took them), for `flame explain`."""
+    `memory_budget` / `activation_budget`: set when the plan was fitted to a budget (the memory report
+    shows it). `reused`: the kernels rendered once and reused by alike groups (a model's repeated
+    blocks), as (kernel names, how many more groups took them), for `flame explain`."""
 
     name: str
     buffers: dict[int, Buffer]
@@ -593,6 +645,7 @@ class Plan:
     graph: Graph
     buffer_of: dict[Value, int]
     memory_budget: MemoryBudget | None = None
+    activation_budget: ActivationBudget | None = None
     reused: tuple[tuple[tuple[str, ...], int], ...] = ()
 
     def kernels(self) -> list[KernelLaunch]:

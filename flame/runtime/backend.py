@@ -6,8 +6,11 @@ attention and convolution op as one step through its NumPy reference."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import replace
+from functools import lru_cache
+from importlib import metadata
 
 from flame._env import env_flag
 from flame.runtime import cudnn_attention, cudnn_conv, matmul
@@ -34,7 +37,8 @@ def _matmul_workspace(op, epilogue: str = "none", ta: bool = False, tb: bool = F
     (matmul.planned_workspace), else the bound sized by its output (matmul.workspace_bytes)."""
     a, b = (v.producer.inputs[0] if t else v for v, t in zip(op.inputs, (ta, tb)))
     shapes = (a.shape, b.shape, op.out.shape)
-    if cuda_available() and all(isinstance(d, int) for shape in shapes for d in shape):
+    fp8 = len(op.inputs) > 2  # fp8_matmul: its heuristic is asked at its first call, within the bound
+    if cuda_available() and not fp8 and all(isinstance(d, int) for shape in shapes for d in shape):
         try:
             return matmul.planned_workspace(*shapes, ta, tb, str(op.out.dtype.np_dtype), epilogue)
         except Exception as e:  # cuBLASLt's own error type too: the call itself reports a real fault
@@ -111,3 +115,47 @@ def comm_stream_enabled() -> bool:
     """FLAME_COMM_STREAM=0 issues collectives on the plan's own stream, in order (no overlap with
     the computation after them); by default the CUDA executor runs them on a second stream."""
     return env_flag("FLAME_COMM_STREAM", True)
+
+
+def target_identity(executor_name: str, target: Target, gpu: int | None = None) -> str:
+    """Text naming what a plan made for `target` on this executor depends on besides the graph: the
+    Target's fields (a function by its module and name) and the executor: on CUDA the current GPU
+    (name, compute capability) and the versions of the driver, the CUDA runtime, NVRTC and the
+    libraries flame calls; the reference executor by its name and NumPy's version. The persistent plan
+    cache keys its entries with it (flame.plan.cache); `gpu`: the current GPU's id (its answers are kept
+    per GPU)."""
+    fields = []
+    for f in dataclasses.fields(target):
+        v = getattr(target, f.name)
+        if callable(v):
+            v = f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', type(v).__name__)}"
+        elif isinstance(v, frozenset):
+            v = sorted(v)
+        fields.append(f"{f.name}={v}")
+    return f"{_executor_identity(executor_name, gpu)}; target {', '.join(fields)}"
+
+
+@lru_cache(maxsize=8)
+def _executor_identity(executor_name: str, gpu: int | None = None) -> str:
+    """The executor, and on CUDA the GPU and the driver's and libraries' versions (target_identity)."""
+    import numpy
+
+    if executor_name != "cuda":
+        return f"executor {executor_name}, numpy {numpy.__version__}"
+    import cupy
+
+    from flame.codegen.nvrtc import nvrtc_version
+
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    parts = [f"executor cuda, gpu {name} sm_{dev.compute_capability}",
+             f"driver {cupy.cuda.runtime.driverGetVersion()}", f"runtime {cupy.cuda.runtime.runtimeGetVersion()}",
+             f"nvrtc {nvrtc_version()}", f"cupy {cupy.__version__}"]
+    for dist in ("nvidia-cublas-cu12", "nvidia-cublas", "nvmath-python", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13",
+                 "nvidia-cudnn-frontend", "nvidia-nccl-cu12"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return ", ".join(parts)

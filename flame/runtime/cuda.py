@@ -123,6 +123,10 @@ class CompiledPlan(GraphReplay):
         separate = sanitizing()
         self._arena = cupy.full(1 if separate else max(self.plan.arena_size, 1), 0xFF, dtype=cupy.uint8)
         for b in self.plan.buffers.values():
+            if b.role == "host":  # an offloaded activation: pinned host memory (runtime/cuda_steps._host_copy)
+                import cupyx
+
+                self._views[b.id] = cupyx.empty_pinned(b.shape, b.dtype.np_dtype)
             if b.role in ("temporary", "scratch"):
                 # under the sanitizer every buffer is its own allocation, so an access past it is caught;
                 # one array per buffer, made in one call (a first call at a new size makes dozens)

@@ -21,6 +21,7 @@ from flame.plan.steps import (
     CollectiveCall,
     ConvCall,
     Copy,
+    HostCopy,
     KernelLaunch,
     MatmulCall,
     Step,
@@ -109,17 +110,39 @@ def _alias(s: Alias, fn, bufs: dict, stream) -> None:
     bufs[s.dst] = s.view(bufs[s.src])
 
 
+def _ptr(a) -> int:
+    """The address of a CuPy array's bytes, or of a NumPy array's (a host buffer: pinned memory)."""
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
 def _copy(s: Copy, fn, bufs: dict, stream) -> None:
     import cupy
 
     dst, src = bufs[s.dst], bufs[s.src]
-    if dst.nbytes:
-        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, stream.ptr)
+    if dst.nbytes:  # device to device, or cudaMemcpyDefault where one side is a host buffer
+        kind = 4 if isinstance(src, np.ndarray) or isinstance(dst, np.ndarray) else 3
+        cupy.cuda.runtime.memcpyAsync(_ptr(dst), _ptr(src), dst.nbytes, kind, stream.ptr)
+
+
+def _host_copy(s: HostCopy, fn, bufs: dict, stream) -> None:
+    """An offloaded activation between a device buffer (a CuPy array) and its host buffer (a NumPy
+    array in pinned memory): one cudaMemcpyAsync, on the host-copy stream when overlapped (_fork),
+    finished by the matching Wait."""
+    import cupy
+
+    src, dst = bufs[s.src], bufs[s.out]
+    if not dst.nbytes:
+        return
+    on, done = _fork(stream, "host", s.out, s.op) if s.overlap else (stream, None)
+    # cudaMemcpyDefault: the direction from the addresses (a host op of a graph input copies device to device)
+    cupy.cuda.runtime.memcpyAsync(_ptr(dst), _ptr(src), dst.nbytes, 4, on.ptr)
+    if done is not None:
+        done.record(on)
 
 
 STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmul, AttentionCall: _attention,
                                        ConvCall: _conv, CollectiveCall: _collective, Wait: _wait,
-                                       Alias: _alias, Copy: _copy}
+                                       Alias: _alias, Copy: _copy, HostCopy: _host_copy}
 Program = list[tuple[Callable, object, Step]]
 
 

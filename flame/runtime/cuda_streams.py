@@ -1,6 +1,7 @@
 """The streams and events the CUDA executor keeps per device: the stream plans capture their CUDA graphs
 on, the second streams overlapped steps run on ("comm" for collectives, "side" for optimizer
-updates), and the (ready, done) event pair of each overlapped step, shared with its Wait.
+updates, "host" for offloaded activations' host copies), and the (ready, done) event pair of each
+overlapped step, shared with its Wait.
 
 CuPy is imported lazily: `import flame` works without a GPU.
 """
@@ -28,7 +29,8 @@ _STREAMS: dict[tuple[int, str], object] = {}  # (device id, "comm" or "side") ->
 
 def overlap_stream(name: str):
     """The second stream overlapped steps run on, one per device and kind (non-blocking): "comm" for
-    collectives, "side" for optimizer updates (separate, so an update never queues behind a transfer)."""
+    collectives, "side" for optimizer updates (separate, so an update never queues behind a transfer),
+    "host" for offloaded activations' copies to and from pinned host memory."""
     import cupy
 
     key = (cupy.cuda.Device().id, name)

@@ -33,6 +33,16 @@ WORKSPACE_BYTES, what NVIDIA suggests on Hopper) from the bytes the plan placed 
 call (MatmulCall.workspace); the heuristic only offers algorithms that fit it. A call without a
 planned workspace (not from a plan) uses one fallback buffer per device.
 
+FP8 GEMMs (`fp8_matmul_into`, the plan's fp8_matmul calls): a [m, k] and b [n, k] in e4m3 or e5m2
+(not both e5m2), out in bf16/f16/f32, computed as (a @ b^T) * a_inv * b_inv with f32 accumulation.
+cuBLASLt runs FP8 only in its "TN" form (its A transposed, B not), which issued transposed is exactly
+flame's b stored [n, k] (tb) and a as is; its A/B scale pointers take b_inv / a_inv (device f32
+scalars, set before each launch like the epilogue pointers), its matrix layouts the FP8 types and
+its C/D the output type. k must be a multiple of 16 (FP8 leading dimensions of 16 bytes). This path
+has not yet run on a GPU: it stays off until its GPU tests (tests/runtime/test_fp8_gpu.py) have passed
+it, behind the switch FLAME_FP8_GEMM=1 (`fp8_gemm`); without it an FP8 GEMM raises UnverifiedError
+naming the switch. The reference executor emulates FP8 GEMMs exactly (ir/ops/fp8.py).
+
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. A planned _Gemm assumes one stream at a time.
 
@@ -53,11 +63,13 @@ from functools import lru_cache
 import numpy as np
 
 from flame._env import env_flag
+from flame.errors import UnverifiedError
 from flame.ir import symbolic
 from flame.plan.steps import MatmulCall
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
 autotune = env_flag("FLAME_MATMUL_AUTOTUNE", False)  # time the algorithms (module doc)
+fp8_gemm = env_flag("FLAME_FP8_GEMM", False)  # cuBLASLt's FP8 GEMM, not yet verified on a GPU (module doc)
 TUNE_MIN_FLOPS = 1 << 30  # smaller GEMMs keep the heuristic's first algorithm (timing them would read L2)
 TUNE_REPS = 3
 # flame epilogue -> cuBLASLt's (cublasLt.Epilogue), for the call issued transposed (module doc)
@@ -104,7 +116,11 @@ def _first_workspace(lay: Layout, dtype_name: str, epilogue: str, bound: int) ->
 _PLANS: dict[tuple, _Gemm] = {}  # key (matmul_into) -> its planned GEMM
 _HANDLES: dict[int, int] = {}  # device id -> cuBLASLt handle
 _FALLBACK: dict[int, object] = {}  # device id -> workspace for calls that come with none
-_DATA_TYPES = {"float16": "CUDA_R_16F", "bfloat16": "CUDA_R_16BF", "float32": "CUDA_R_32F", "float64": "CUDA_R_64F"}
+_DATA_TYPES = {"float16": "CUDA_R_16F", "bfloat16": "CUDA_R_16BF", "float32": "CUDA_R_32F", "float64": "CUDA_R_64F",
+               "float8_e4m3fn": "CUDA_R_8F_E4M3", "float8_e5m2": "CUDA_R_8F_E5M2"}
+# run()'s pointer names -> cuBLASLt's matmul descriptor attribute (A/B: cuBLASLt's, i.e. flame's b/a)
+_POINTER_ATTRS = {"bias": "BIAS_POINTER", "aux": "EPILOGUE_AUX_POINTER", "A_scale": "A_SCALE_POINTER",
+                  "B_scale": "B_SCALE_POINTER"}
 
 
 def _handle(device_id: int) -> int:
@@ -184,7 +200,7 @@ class _Gemm:
     epilogue buffers and launches."""
 
     def __init__(self, lay: Layout, dtype_name: str, epilogue: str, aligns: tuple[int, int, int], ws_limit: int,
-                 device_id: int):
+                 device_id: int, operand_dtypes: tuple[str, str] | None = None):
         h = _handles()
         lt = self.lt = h.lt
         self.handle = _handle(device_id)
@@ -192,11 +208,14 @@ class _Gemm:
         nb = lay.out[0] if len(lay.out) == 3 else 1
         m, n = lay.out[-2:]
         aux = (n, m * n if nb > 1 else 0) if epilogue.endswith("_aux") else None
-        self.desc, self.alpha_ptr, self.beta_ptr = h.descriptor(dtype_name, lay.tb, lay.ta, epilogue, aux)
+        self.desc, self.alpha_ptr, self.beta_ptr = h.descriptor(dtype_name, lay.tb, lay.ta, epilogue, aux,
+                                                                fp8=operand_dtypes is not None)
         self.pointer, self._pointer_at = h.pointer, h.pointer_at  # the value of a pointer attribute run() sets
         attr = lt.MatmulDescAttribute
-        self._bias_attr, self._aux_attr = attr.BIAS_POINTER, attr.EPILOGUE_AUX_POINTER
-        self.a, self.b, self.d = (h.layout(dtype_name, shape, nb) for shape in (lay.b, lay.a, lay.out))
+        self._attrs = {name: getattr(attr, a) for name, a in _POINTER_ATTRS.items()}
+        a_type, b_type = operand_dtypes or (dtype_name, dtype_name)  # FP8 operands: another type than out's
+        self.a, self.b, self.d = (h.layout(t, shape, nb) for t, shape in ((b_type, lay.b), (a_type, lay.a),
+                                                                           (dtype_name, lay.out)))
         self.results = np.zeros(8, lt.matmul_heuristic_result_dtype)
         at, count = self.results.ctypes.data, h.count
         lt.matmul_algo_get_heuristic(self.handle, self.desc, self.a, self.b, self.d, self.d,
@@ -210,12 +229,12 @@ class _Gemm:
 
     def run(self, a: int, b: int, out: int, workspace, stream: int, epilogue_ptrs: dict,
             algorithm: int | None = None) -> None:
-        """out = op(a) @ op(b) with the epilogue (pointers: "bias" (also a bias gradient's), "aux")."""
+        """out = op(a) @ op(b) with the epilogue (pointers: "bias" (also a bias gradient's), "aux"; an FP8
+        GEMM's "A_scale" / "B_scale", cuBLASLt's A = flame's b)."""
         lt = self.lt
         for name, ptr in epilogue_ptrs.items():
             self.pointer[0] = ptr
-            lt.matmul_desc_set_attribute(self.desc, self._bias_attr if name == "bias" else self._aux_attr,
-                                         self._pointer_at, 8)
+            lt.matmul_desc_set_attribute(self.desc, self._attrs[name], self._pointer_at, 8)
         lt.matmul(self.handle, self.desc, self.alpha_ptr, b, self.a, a, self.b, self.beta_ptr, out, self.d, out,
                   self.d, algorithm or self.algorithm, workspace.data.ptr, workspace.nbytes, stream)
 
@@ -243,10 +262,11 @@ class _Handles:
         self.pointer_at, self.count_at = self.pointer.ctypes.data, self.count.ctypes.data
 
     def descriptor(self, dtype_name: str, trans_a: bool, trans_b: bool, epilogue: str,
-                   aux: tuple[int, int] | None) -> tuple[int, int, int]:
+                   aux: tuple[int, int] | None, fp8: bool = False) -> tuple[int, int, int]:
         """(descriptor, alpha pointer, beta pointer) for cuBLASLt's transposes and epilogue; aux: the
-        GELU aux output's (leading dimension, batch stride) for the *_aux epilogues."""
-        key = (dtype_name, allow_tf32, trans_a, trans_b, epilogue, aux)
+        GELU aux output's (leading dimension, batch stride) for the *_aux epilogues. FP8 GEMMs get
+        descriptors of their own (their scale pointers are never set on another GEMM's)."""
+        key = (dtype_name, allow_tf32, trans_a, trans_b, epilogue, aux, fp8)
         if key not in self.descriptors:
             lt, f64 = self.lt, dtype_name == "float64"
             scale_type = self.types.CUDA_R_64F if f64 else self.types.CUDA_R_32F
@@ -433,10 +453,7 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
         with stream:
             a, b = _expanded(a, lay.expand_a), _expanded(b, lay.expand_b)
     dev = cupy.cuda.runtime.getDevice()
-    if workspace is None:
-        if dev not in _FALLBACK:
-            _FALLBACK[dev] = cupy.empty(WORKSPACE_BYTES, cupy.uint8)
-        workspace = _FALLBACK[dev]
+    workspace = _workspace(workspace, dev)
     ws_limit = min(int(workspace_bytes(out.size)), workspace.nbytes)
     aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), _alignment(out.data.ptr))
     key = (lay, str(out.dtype), allow_tf32, dev, epilogue, aligns, ws_limit)
@@ -455,9 +472,68 @@ def matmul_into(out, a, b, ta: bool = False, tb: bool = False, epilogue: str = "
     gemm.run(a_ptr, b_ptr, out_ptr, workspace, stream.ptr, ptrs)
 
 
+def _workspace(workspace, dev: int):
+    if workspace is None:
+        if dev not in _FALLBACK:
+            import cupy
+
+            _FALLBACK[dev] = cupy.empty(WORKSPACE_BYTES, cupy.uint8)
+        workspace = _FALLBACK[dev]
+    return workspace
+
+
+def fp8_matmul_into(out, a, b, a_inv, b_inv, epilogue: str = "none", bias=None, *, aux=None, stream=None,
+                    workspace=None) -> None:
+    """out = epilogue((a @ b^T) * a_inv * b_inv [+ bias]) through cuBLASLt's FP8 GEMM (module doc): a [m, k]
+    and b [n, k] contiguous FP8 CuPy arrays, a_inv / b_inv f32 device scalars, out [m, n]. Raises
+    UnverifiedError unless FLAME_FP8_GEMM=1 (the path has not yet run on a GPU)."""
+    import cupy
+
+    if not fp8_gemm:
+        raise UnverifiedError("FP8 GEMMs through cuBLASLt have not yet been verified on a GPU; set FLAME_FP8_GEMM=1 "
+                              "to run them (tests/runtime/test_fp8_gpu.py checks them), or train FP8 on the reference "
+                              "executor (FLAME_DEVICE=reference)")
+    _check(epilogue, out, bias, aux, None, False, True)
+    if epilogue.startswith("bgrad") or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"FP8 GEMM: a [m, k] and b [n, k] without a bias-gradient epilogue; got a {list(a.shape)}, "
+                         f"b {list(b.shape)}, epilogue {epilogue!r}")
+    stream = stream or cupy.cuda.get_current_stream()
+    if out.size == 0:
+        return
+    if a.shape[1] == 0:
+        _empty_k(out, a, b, False, epilogue, bias, aux, None, stream)
+        return
+    if a.shape[1] % 16 or a.shape[0] % 16 or b.shape[0] % 16:
+        raise ValueError(f"FP8 GEMM: cuBLASLt needs m, n and k multiples of 16; got m={a.shape[0]}, n={b.shape[0]}, "
+                         f"k={a.shape[1]}")
+    lay = _layout(tuple(a.shape), tuple(b.shape), tuple(out.shape), False, True)
+    dev = cupy.cuda.runtime.getDevice()
+    workspace = _workspace(workspace, dev)
+    ws_limit = min(int(workspace_bytes(out.size)), workspace.nbytes)
+    aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), _alignment(out.data.ptr))
+    operands = (str(a.dtype), str(b.dtype))
+    key = (lay, str(out.dtype), operands, dev, epilogue, aligns, ws_limit)
+    gemm = _PLANS.get(key)
+    if gemm is None:
+        gemm = _PLANS[key] = _Gemm(lay, str(out.dtype), epilogue, aligns, ws_limit, dev, operands)
+    ptrs = {"A_scale": b_inv.data.ptr, "B_scale": a_inv.data.ptr}
+    if bias is not None:
+        ptrs["bias"] = bias.data.ptr
+    if aux is not None:
+        ptrs["aux"] = aux.data.ptr
+    gemm.run(a.data.ptr, b.data.ptr, out.data.ptr, workspace, stream.ptr, ptrs)
+
+
 def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
     """Run plan step `s` on CuPy arrays bufs (buffer id -> array) on `stream`."""
     bias, aux, bgrad, ws = (None if b is None else bufs[b] for b in (s.bias, s.aux, s.bgrad, s.workspace))
+    if s.a_scale is not None:  # fp8_matmul: b is [n, k] as the op takes it; a folded transpose cannot be run
+        if s.ta or s.tb:
+            raise ValueError(f"FP8 GEMM {s.op.name}: its operands must be stored as the op takes them (cuBLASLt's "
+                             f"TN form), not through a folded transpose (ta={s.ta}, tb={s.tb})")
+        fp8_matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], bufs[s.a_scale], bufs[s.b_scale], s.epilogue, bias,
+                        aux=aux, stream=stream, workspace=ws)
+        return
     matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], s.ta, s.tb, s.epilogue, bias, aux=aux, bgrad=bgrad, stream=stream,
                 workspace=ws)
 

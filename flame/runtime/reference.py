@@ -24,6 +24,7 @@ from flame.plan.steps import (
     CollectiveCall,
     ConvCall,
     Copy,
+    HostCopy,
     KernelLaunch,
     MatmulCall,
     Plan,
@@ -64,7 +65,8 @@ def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
 
 
 def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
-    """ta/tb read a stored-transposed operand; the epilogue is applied to the f32-or-wider product as
+    """ta/tb read a stored-transposed operand (an FP8 GEMM also reads its two scales: the op's reference
+    emulates it); the epilogue is applied to the f32-or-wider product as
     cuBLASLt does: + bias, the pre-activation rounded once into aux, relu or tanh-GELU rounded once
     into out; bgrad_a / bgrad_b sum op(a) / op(b) over k in f32 (or wider)."""
     a, b = bufs[s.a], bufs[s.b]
@@ -72,7 +74,8 @@ def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
         a = np.swapaxes(a, -1, -2)
     if s.tb:
         b = np.swapaxes(b, -1, -2)
-    out = compute_op(s.op, [a, b])
+    scales = [bufs[x] for x in (s.a_scale, s.b_scale) if x is not None]  # an FP8 GEMM's inverse scales
+    out = compute_op(s.op, [a, b, *scales])
     epilogue = s.epilogue
     if epilogue.startswith("bgrad"):
         x, axis = (a, -1) if epilogue == "bgrad_a" else (b, -2)
@@ -127,6 +130,11 @@ def _wait(s: Wait, bufs: dict, plan: Plan) -> None:
     pass
 
 
+def _host_copy(s: HostCopy, bufs: dict, plan: Plan) -> None:
+    """An offloaded activation to or from its host buffer (a NumPy array outside the arena), byte for byte."""
+    np.copyto(bufs[s.out], bufs[s.src])
+
+
 def _conv(s: ConvCall, bufs: dict, plan: Plan) -> None:
     """The op's NumPy reference on the call's operands (the workspace is cuDNN's alone)."""
     np.copyto(bufs[s.out], compute_op(s.op, [bufs[b] for b in s.reads]))  # reads: the op's inputs in order
@@ -141,7 +149,7 @@ def _copy(s: Copy, bufs: dict, plan: Plan) -> None:
 
 
 STEP_HANDLERS = {KernelLaunch: _launch, MatmulCall: _matmul, AttentionCall: _attention, CollectiveCall: _collective,
-                 Wait: _wait, ConvCall: _conv, Alias: _alias, Copy: _copy}  # one per step type
+                 Wait: _wait, ConvCall: _conv, Alias: _alias, Copy: _copy, HostCopy: _host_copy}  # one per step type
 
 
 def bind(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = None) -> dict[int, np.ndarray]:
@@ -155,7 +163,7 @@ def bind(plan: Plan, arrays: Sequence[np.ndarray], arena: np.ndarray | None = No
     for b in plan.buffers.values():
         if b.role in ("temporary", "scratch"):
             bufs[b.id] = arena_view(arena, b)
-        elif b.role == "output" and b.base is None:
+        elif (b.role == "output" and b.base is None) or b.role == "host":
             bufs[b.id] = np.empty(b.shape, b.dtype.np_dtype)
     return bufs
 

@@ -46,8 +46,9 @@ def _torch_run():
 def _flame_setup():
     x, w = _data()
     lin = nn.Linear(5, 3)
-    lin.weight.copy_(flame.tensor(w))
-    lin.bias.zero_()
+    with flame.no_grad():
+        lin.weight.copy_(flame.tensor(w))
+        lin.bias.zero_()
     opt = flame.optim.Adam(lin.parameters(), lr=0.1)
     return flame.tensor(x), lin, opt, GradScaler("cpu", **KW)
 

@@ -46,6 +46,16 @@ def _cast(b, g, dt):
     b.cast(b.broadcast_to(y, shape=(3, 2, 4)), dtype=ALL_DTYPES[0])
 
 
+def _scaled_cast(b, g, dt):
+    from flame.ir import f32
+    from flame.ir.dtypes import FP8_DTYPES
+
+    x, y, s = _inputs(g, ((5, 7), dt), ((3, 1, 4), dt), ((), f32))
+    for to in FP8_DTYPES:
+        b.scaled_cast(x, s, dtype=to)
+        b.scaled_cast(b.broadcast_to(y, shape=(3, 2, 4)), s, dtype=to)
+
+
 def _full(b, g, dt):
     b.full(shape=(3, 4), value=2.5, dtype=dt)
     b.full(shape=(), value=-1, dtype=dt)
@@ -137,7 +147,8 @@ def _scan(b, g, dt, name):
 
 def _maker(name: str):
     opdef = REGISTRY[name]
-    special = {"where": _where, "cast": _cast, "full": _full, "arange": _arange, "argmax": _argmax}
+    special = {"where": _where, "cast": _cast, "scaled_cast": _scaled_cast, "full": _full, "arange": _arange,
+               "argmax": _argmax}
     if name in ("cumsum", "cumprod", "argsort"):
         return lambda b, g, dt: _scan(b, g, dt, name)
     if name in special:

@@ -47,7 +47,8 @@ def _randomise_b(model, seed=2):
     """Non-zero B (a trained adapter), so gradients of A and the merge are not trivially zero."""
     r = np.random.default_rng(seed)
     for _, m in lora.lora_layers(model):
-        m.lora_B.weight.copy_(flame.tensor(r.standard_normal(m.lora_B.weight.shape).astype(np.float32) * 0.3))
+        with flame.no_grad():
+            m.lora_B.weight.copy_(flame.tensor(r.standard_normal(m.lora_B.weight.shape).astype(np.float32) * 0.3))
 
 
 def test_apply_lora_wraps_targets_and_freezes_the_rest():

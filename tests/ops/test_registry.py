@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -147,6 +148,36 @@ def _pad(rng, dt):
 def _matmul(rng, dt):
     specs = [((3, 4), (4, 5)), ((2, 3, 4), (4, 2)), ((2, 1, 3, 4), (5, 4, 2)), ((3, 0), (0, 2)), ((0, 4), (4, 3))]
     return [([_arr(rng, a, dt), _arr(rng, b, dt)], {}) for a, b in specs]
+
+
+def _fp8(rng, shape, fmt):
+    """FP8 sample values (ml_dtypes), every one exact in any wider dtype."""
+    return np.asarray(rng.uniform(-8.0, 8.0, shape)).astype(fmt)
+
+
+def _scaled_cast(rng, dt):
+    # a power-of-two scale (exact products), a value past each format's range (saturated), a NaN
+    x = _arr(rng, (4, 6), dt)
+    x.flat[0], x.flat[1] = np.asarray(1e4, dt.np_dtype), np.asarray(np.nan if dt.kind == "float" else 0, dt.np_dtype)
+    return [([x, np.array(s, np.float32)], {"dtype": fmt}) for s in (4.0, 0.25) for fmt in ("f8e4m3", "f8e5m2")]
+
+
+def _scaled_cast_oracle(x, scale, dtype):
+    limit = float(ml_dtypes.finfo(dtype.np_dtype).max)
+    return np.clip(x * scale, -limit, limit).astype(dtype.np_dtype)
+
+
+def _fp8_matmul(rng, dt):
+    e4, e5 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+    out = []
+    for fa, fb, (m, n, k) in ((e4, e4, (3, 5, 16)), (e5, e4, (4, 2, 8)), (e4, e5, (2, 3, 32)), (e4, e4, (0, 3, 4))):
+        ins = [_fp8(rng, (m, k), fa), _fp8(rng, (n, k), fb), np.array(0.5, np.float32), np.array(0.125, np.float32)]
+        out.append((ins, {"out_dtype": dt}))
+    return out
+
+
+def _fp8_matmul_oracle(a, b, a_inv, b_inv, out_dtype):
+    return (a.astype(np.float64) @ b.astype(np.float64).T) * (float(a_inv) * float(b_inv))
 
 
 def _full(rng, dt):
@@ -691,6 +722,8 @@ RECIPES: dict[str, Recipe] = {
                         lambda x, axes: x.reshape(_unsqueezed(x.shape, axes)), ALL),
     "pad": Recipe(_pad, lambda x, pads, value: _pad_oracle(x, pads, value), ALL),
     "matmul": Recipe(_matmul, _matmul_oracle),
+    "scaled_cast": Recipe(_scaled_cast, _scaled_cast_oracle, ("f32", "f16", "bf16"), out="attr"),
+    "fp8_matmul": Recipe(_fp8_matmul, _fp8_matmul_oracle, ("f32", "f16", "bf16")),
     "full": Recipe(_full, lambda shape, value, dtype: np.ones(shape) * value, ALL, out="attr"),
     "arange": Recipe(_arange, _arange_oracle, ALL, out="attr"),
     "triu": Recipe(_tri, _tri_oracle(True), ALL),
@@ -710,6 +743,9 @@ RECIPES: dict[str, Recipe] = {
     "broadcast": Recipe(_collective(False), _packed_oracle, NUM),
     "all_gather": Recipe(_collective(False), _packed_oracle, NUM),
     "reduce_scatter": Recipe(_collective(True), _packed_oracle, NUM),
+    # host copies (offloading): the identity on values, byte for byte
+    "offload": Recipe(_movement([((3, 4), {}), ((5,), {}), ((), {}), ((0, 3), {})]), lambda x: x, ALL),
+    "reload": Recipe(_movement([((3, 4), {}), ((5,), {}), ((), {}), ((0, 3), {})]), lambda x: x, ALL),
     "conv": Recipe(_conv_cases, _channels_first(_conv_oracle, (True, False), True)),
     "conv_grad_input": Recipe(_conv_grad_input_cases, _channels_first(_conv_grad_input_oracle, (True, False), True)),
     "conv_grad_weight": Recipe(_conv_grad_weight_cases, _channels_first(_conv_grad_weight_oracle, (True, True), False)),

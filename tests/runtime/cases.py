@@ -110,6 +110,29 @@ def _matmul(rng, dt):
     return [([arr(rng, a, dt), arr(rng, b, dt)], {}) for a, b in shapes]
 
 
+def _scaled_cast(rng, dt):
+    """x of dt and an f32 scale; a power-of-two scale keeps x * scale exact, a large value saturates."""
+    out = []
+    for shape, fmt in (((3, 5), "f8e4m3"), ((129, 257), "f8e5m2"), ((2, 0, 3), "f8e4m3"), ((), "f8e5m2")):
+        x = arr(rng, shape, dt, -600.0, 600.0)
+        out.append(([x, np.array(0.5 if fmt == "f8e5m2" else 2.0, np.float32)], {"dtype": fmt}))
+    return out
+
+
+def _fp8_matmul(rng, dt):
+    """FP8 a [m, k] and b [n, k] (dims multiples of 16, cuBLASLt's FP8 rule), f32 inverse scales; dt is
+    the result's dtype."""
+    import ml_dtypes
+
+    e4, e5 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+    out = []
+    for fa, fb, (m, n, k) in ((e4, e4, (16, 32, 16)), (e5, e4, (48, 16, 64)), (e4, e5, (32, 32, 32)),
+                              (e4, e4, (0, 16, 32))):
+        a, b = rng.uniform(-8, 8, (m, k)).astype(fa), rng.uniform(-8, 8, (n, k)).astype(fb)
+        out.append(([a, b, np.array(0.5, np.float32), np.array(0.25, np.float32)], {"out_dtype": dt}))
+    return out
+
+
 def _attention(rng, dt, backward=False):
     """q, k, v [, mask]: causal with L != S, a broadcast bool mask, grouped-query heads. The backward's
     out and stats are the forward's (the op's contract: cuDNN's backward reads them)."""
@@ -199,7 +222,9 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "logical_not": (("bool",), _unary()), "where": (ALL, _where), "cast": (ALL, _cast),
     "gather": (ALL, _index), "index_select": (ALL, _index_select), "scatter_add": (NUM, _scatter_add),
     "scatter": (ALL, _scatter),
-    "matmul": (FLOATS, _matmul), "reduce_sum": (NUM, _reduce_sum), "reduce_mean": (FLOATS, _reduce),
+    "matmul": (FLOATS, _matmul), "scaled_cast": (("f32", "f16", "bf16"), _scaled_cast),
+    "fp8_matmul": (("f32", "f16", "bf16"), _fp8_matmul), "reduce_sum": (NUM, _reduce_sum),
+    "reduce_mean": (FLOATS, _reduce),
     "reduce_max": (NUM, lambda r, d: _reduce(r, d)[:-1]), "reduce_min": (NUM, lambda r, d: _reduce(r, d)[:-1]),
     "argmax": (NUM, _argmax),
     "scaled_dot_product_attention": (FLOATS, _attention),
@@ -278,6 +303,9 @@ def _collective(name: str, reduce: bool):
         return [([*ins], dict(a)) for ins in (one, many) for a in ops]
     return make
 
+
+TABLE["offload"] = (ALL, _unary())  # host copies: the identity, through host memory and back
+TABLE["reload"] = (ALL, _unary())
 
 for _c, _r in (("all_reduce", True), ("broadcast", False), ("all_gather", False), ("reduce_scatter", True)):
     TABLE[_c] = (NUM, _collective(_c, _r))

@@ -53,6 +53,14 @@ def _tol_of(name: str, inputs) -> str | None:
         np.asarray(inputs[0]).dtype, "bf16")
 
 
+@pytest.fixture(autouse=True)
+def _fp8_gemm(monkeypatch):
+    """The FP8 GEMM cases run cuBLASLt's FP8 GEMM (its switch, FLAME_FP8_GEMM, on for these tests)."""
+    from flame.runtime import matmul
+
+    monkeypatch.setattr(matmul, "fp8_gemm", True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_op_matches_reference(case):

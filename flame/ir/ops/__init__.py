@@ -6,6 +6,8 @@ from flame.ir.ops import (  # noqa: F401
     conv,
     creation,
     elementwise,
+    fp8,
+    host,
     indexing,
     linalg,
     movement,

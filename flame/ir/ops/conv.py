@@ -237,11 +237,26 @@ def _grad_weight_vjp(b, g, x, d, out, weight_shape, **a):
     return b.conv_grad_input(d, g, input_shape=x.shape, **a), b.conv(x, g, **a)
 
 
+def _macs_per_output(w_shape) -> int:
+    """The multiply-adds of one output element: the weight's elements per output channel."""
+    return math.prod(w_shape[1:])
+
+
+def _work(name: str):
+    """The FLOPs of one conv op (the `work` trait): two per multiply-add of the forward convolution it
+    is, or is the data or weight gradient of (every gradient does the forward's multiply-adds)."""
+    if name == "conv_grad_weight":
+        return lambda op: 2 * op.inputs[1].type.numel * _macs_per_output(op.attrs["weight_shape"])
+    if name == "conv_grad_input":
+        return lambda op: 2 * op.inputs[0].type.numel * _macs_per_output(op.inputs[1].shape)
+    return lambda op: 2 * op.out.type.numel * _macs_per_output(op.inputs[1].shape)
+
+
 def _op(name, infer, ref, activations, vjp, extra, doc):
     """A convolution op; activations: whether each operand, then the result, is an activation [N, C, *S]
     (the `activations` trait; the reference moves those to and from channels-last)."""
     return OpDef(name, "library", 2, infer, _in_layout(ref, activations[:2], activations[2]), {**ATTRS, **extra}, vjp,
-                 compute_f32=True, library="conv", doc=doc, activations=activations)
+                 compute_f32=True, library="conv", doc=doc, activations=activations, work=_work(name))
 
 
 register(_op("conv", _conv_infer, _conv_ref, (True, False, True), _conv_vjp, {},

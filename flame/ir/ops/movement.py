@@ -11,7 +11,12 @@ from flame.ir.indexmap import broadcast_map, flip_map, permute_map, reshape_map,
 from flame.ir.ops._shapes import broadcast_shapes, norm_axes, norm_axis
 from flame.ir.registry import Attr, OpDef, View, register
 
-_RELABEL = View(reshape_map, relabel=True)  # contiguous bytes, another shape
+
+def _reshaped(x, out, **_):
+    return x.reshape(out)
+
+
+_RELABEL = View(reshape_map, relabel=True, strided=_reshaped)  # contiguous bytes, another shape
 
 
 def _reshape_infer(types, shape):
@@ -37,7 +42,8 @@ def _broadcast_infer(types, shape):
 
 register(OpDef("broadcast_to", "movement", 1, _broadcast_infer,
                lambda x, shape: np.broadcast_to(x, shape).copy(), {"shape": Attr("ints")},
-               lambda b, g, x, out, shape: (b.sum_to(g, x.shape),), view=View(broadcast_map)))
+               lambda b, g, x, out, shape: (b.sum_to(g, x.shape),),
+               view=View(broadcast_map, strided=lambda x, out, shape: np.broadcast_to(x, out))))
 
 
 def _permute_infer(types, perm):
@@ -52,7 +58,9 @@ def _permute_vjp(b, g, x, out, perm):
 
 
 register(OpDef("permute", "movement", 1, _permute_infer, lambda x, perm: np.transpose(x, perm),
-               {"perm": Attr("ints")}, _permute_vjp, view=View(permute_map, perm=lambda op: op.attrs["perm"])))
+               {"perm": Attr("ints")}, _permute_vjp,
+               view=View(permute_map, perm=lambda op: op.attrs["perm"],
+                         strided=lambda x, out, perm: x.transpose(perm))))
 
 
 def slice_len(start: int, stop: int, step: int) -> int:
@@ -108,7 +116,7 @@ def _slice_vjp(b, g, x, out, starts, stops, steps):
 
 SLICE = register(OpDef("slice", "movement", 1, _slice_infer, _slice_ref,
                        {"starts": Attr("ints"), "stops": Attr("ints"), "steps": Attr("ints")}, _slice_vjp,
-                       view=View(slice_map)))
+                       view=View(slice_map, strided=lambda x, out, **attrs: _slice_ref(x, **attrs))))
 
 
 def _concat_infer(types, axis):
@@ -147,7 +155,7 @@ def _flip_infer(types, axes):
 
 register(OpDef("flip", "movement", 1, _flip_infer, lambda x, axes: np.flip(x, axis=tuple(axes)).copy(),
                {"axes": Attr("ints")}, lambda b, g, x, out, axes: (b.flip(g, axes=axes),),
-               view=View(flip_map, torch_view=False)))
+               view=View(flip_map)))
 
 
 def _squeeze_infer(types, axes):

@@ -308,6 +308,7 @@ def define_function(name: str, vjp: Callable, where: str | None) -> OpDef:
             vjp=vjp,
             doc=f"the autograd Function {name!r}" + (f", defined at {where}" if where else ""),
             call_result=True,
+            autocast="keep",  # the identity of the forward's result: autocast never casts it (as in PyTorch)
         )
     )
 

@@ -1,0 +1,165 @@
+"""The FP8 linear: what flame.nn.functional.linear runs inside an FP8 autocast region
+(`flame.autocast(dtype=flame.float8_e4m3fn)` or a `Float8Recipe`, frontend/autocast.py).
+
+    x8 = scaled_cast(x, sx, e4m3)            w8 = scaled_cast(w, sw, e4m3)       (x [m, k], w [n, k])
+    y  = fp8_matmul(x8, w8, 1/sx, 1/sw) -> bf16  (+ bias in bf16)
+  backward, from the cotangent g [m, n] (bf16), its scale sg from amax(g) (current scaling):
+    dx = fp8_matmul(scaled_cast(g, sg, e5m2),   scaled_cast(w^T, sw, e4m3), 1/sg, 1/sw) -> x's dtype
+    dw = fp8_matmul(scaled_cast(g^T, sg, e5m2), scaled_cast(x^T, sx, e4m3), 1/sg, 1/sx) -> w's dtype
+
+All of it is IR (ir/ops/fp8.py): the casts are elementwise ops that fuse into the kernels producing
+their inputs (a transposed cast is one kernel reading its input transposed), the amaxes are ordinary
+reductions that fuse with their producers, and each fp8_matmul is one cuBLASLt FP8 call (the
+reference executor emulates it exactly). The GEMM operands are always "a [m, k] times b [n, k]",
+cuBLASLt's only FP8 form, which is why the backward casts transposed copies. The gradient flows
+straight through the rounding (the derivative of the cast is taken as the identity, as
+TransformerEngine and torchao do): one autograd Function (flame.autograd.Function) holds the forward
+and emits the two gradient GEMMs itself. f32 master weights stay f32 (w is cast from f32 straight to
+e4m3, and its gradient comes out of the GEMM in f32); the input and the bias are taken as autocast bf16
+would (f32 data cast once, to FP8).
+
+Scales (Float8Recipe): "current" computes sx and sw from this step's amax of x and w; "delayed"
+reads them from device state kept per weight (`float8_state(weight)`: for the input and for the
+weight an amax history [amax_history_len] and a scale []) and updates that state in the same step."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from flame.errors import ArgumentError
+from flame.frontend.autocast import Float8Recipe
+from flame.frontend.context import no_grad, user_location
+from flame.frontend.custom_function import Function
+from flame.frontend.dispatch import apply
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import cat
+from flame.ir.dtypes import DType, bf16, f8e4m3, f8e5m2, f16, f32, fp8_max
+from flame.ir.ops.fp8 import SCALE_EPS
+
+FLOAT_INPUTS = (f32, bf16, f16)  # f64 is never cast (autocast's rule)
+
+
+@dataclass
+class Float8Meta:
+    """The delayed-scaling state of one tensor role: amax_history [L] (newest first) and scale [] (f32
+    device tensors, role `state`)."""
+
+    amax_history: Tensor
+    scale: Tensor
+
+
+@dataclass
+class Float8State:
+    """The delayed-scaling state of one weight: its input's and its own (`Float8Meta`)."""
+
+    input: Float8Meta
+    weight: Float8Meta
+
+
+# id(weight) -> (a weak reference to it, its Float8State): by identity (a Tensor's == is elementwise); an
+# entry leaves with its weight
+_STATES: dict[int, tuple[weakref.ref, Float8State]] = {}
+
+
+def float8_state(weight: Tensor) -> Float8State | None:
+    """The delayed-scaling state of `weight` (None before its first step under a delayed recipe)."""
+    got = _STATES.get(id(weight))
+    return got[1] if got is not None and got[0]() is weight else None
+
+
+def _state_tensor(values: np.ndarray) -> Tensor:
+    t = Tensor(values)
+    t._role = "state"
+    return t
+
+
+def _meta(length: int) -> Float8Meta:
+    return Float8Meta(_state_tensor(np.zeros(length, np.float32)), _state_tensor(np.ones((), np.float32)))
+
+
+def _state_of(weight: Tensor, recipe: Float8Recipe) -> Float8State:
+    st = float8_state(weight)
+    if st is None or st.input.amax_history.shape[0] != recipe.amax_history_len:
+        if weight._trace is not None or weight._value is not None:
+            raise ArgumentError(
+                "Float8Recipe(scaling='delayed'): the weight of a Linear must be a parameter (a "
+                "concrete tensor) to keep its scaling state; this one is computed in the step"
+                f"\n  at {user_location()}"
+            )
+        st = Float8State(_meta(recipe.amax_history_len), _meta(recipe.amax_history_len))
+        key = id(weight)
+        _STATES[key] = (weakref.ref(weight, lambda _, key=key: _STATES.pop(key, None)), st)
+    return st
+
+
+def amax(x: Tensor) -> Tensor:
+    """max |x| over every element, as an f32 scalar (the reduction fuses with x's producer)."""
+    m = x.abs().amax()
+    return m if m.dtype == f32 else m.float()
+
+
+def scale_from_amax(a: Tensor, dtype: DType, margin: int = 0) -> Tensor:
+    """fp8_max(dtype) / max(a, SCALE_EPS) / 2**margin (an all-zero tensor gets a large finite scale)."""
+    return (fp8_max(dtype) / 2.0**margin) / a.clamp(min=SCALE_EPS)
+
+
+def _delayed(meta: Float8Meta, x: Tensor, recipe: Float8Recipe) -> Tensor:
+    """The stored scale (what this step casts with), after which meta takes this step's amax: the
+    history shifts by one (newest first) and the scale becomes fp8_max / max(history)."""
+    used = meta.scale * 1.0  # the value before the update below
+    hist = cat([amax(x).reshape(1), meta.amax_history[:-1]]) if recipe.amax_history_len > 1 else amax(x).reshape(1)
+    meta.amax_history.copy_(hist)
+    meta.scale.copy_(scale_from_amax(hist.amax(), f8e4m3, recipe.margin))
+    return used
+
+
+def _scales(x: Tensor, w: Tensor, recipe: Float8Recipe) -> tuple[Tensor, Tensor]:
+    with no_grad():
+        if recipe.scaling == "current":
+            return (scale_from_amax(amax(x), f8e4m3, recipe.margin), scale_from_amax(amax(w), f8e4m3, recipe.margin))
+        st = _state_of(w, recipe)
+        return _delayed(st.input, x, recipe), _delayed(st.weight, w, recipe)
+
+
+def _cast(x: Tensor, scale: Tensor, dtype: DType) -> Tensor:
+    return apply("scaled_cast", x, scale, dtype=dtype)
+
+
+def _gemm(a8: Tensor, b8: Tensor, a_inv: Tensor, b_inv: Tensor, out: DType) -> Tensor:
+    return apply("fp8_matmul", a8, b8, a_inv, b_inv, out_dtype=out)
+
+
+class _Float8Linear(Function):
+    """y = x @ w^T with the GEMMs in FP8 (module doc); x [m, k], w [n, k]; sx, sw: their f32 scales."""
+
+    @staticmethod
+    def forward(ctx, x, w, sx, sw):
+        ctx.save_for_backward(x, w, sx, sw)
+        return _gemm(_cast(x, sx, f8e4m3), _cast(w, sw, f8e4m3), sx.reciprocal(), sw.reciprocal(), bf16)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, sx, sw = ctx.saved_tensors
+        sg = scale_from_amax(amax(g), f8e5m2)
+        g_inv = sg.reciprocal()
+        dx = _gemm(_cast(g, sg, f8e5m2), _cast(w.T, sw, f8e4m3), g_inv, sw.reciprocal(), x.dtype)
+        dw = _gemm(_cast(g.T, sg, f8e5m2), _cast(x.T, sx, f8e4m3), g_inv, sx.reciprocal(), w.dtype)
+        return dx, dw, None, None
+
+
+def eligible(x: Tensor, weight: Tensor) -> bool:
+    """Whether linear(x, weight) runs in FP8 in an FP8 region: floating inputs f32/bf16/f16, a 2-D
+    weight and an input of rank 1 or more (f64 stays f64, as autocast never casts it)."""
+    return x.dtype in FLOAT_INPUTS and weight.dtype in FLOAT_INPUTS and weight.ndim == 2 and x.ndim >= 1
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None, recipe: Float8Recipe) -> Tensor:
+    """x @ weight.T + bias with the GEMMs in FP8 as `recipe` says (module doc); the result is bf16."""
+    k = weight.shape[-1]
+    x2 = x.reshape(-1, k)
+    sx, sw = _scales(x2, weight, recipe)
+    y = _Float8Linear.apply(x2, weight, sx, sw).reshape(*x.shape[:-1], weight.shape[0])
+    return y + bias.to(bf16) if bias is not None else y

@@ -1,0 +1,215 @@
+"""PyTorch's views. view/reshape (where the strides allow), transpose/t/permute, slicing, expand,
+unsqueeze/squeeze, narrow, select, unbind and split/chunk return tensors that share their input's
+storage and version counter: eagerly their arrays are NumPy/CuPy views of the input's array (made by
+the op's `View.strided` trait, with no kernel), so a write through one is seen by the base and by
+every other view of it, as in PyTorch.
+
+A view remembers its base (the tensor that owns the storage, never itself a view), the view ops that
+lead from the base to it (`_chain`) and the base's version when its value and gradient history were
+derived (`_seen`). A write through a view updates the base's value and history
+(frontend/indexing.py `assign`); another view of that base, used after the write, is derived again
+from the base (dispatch.apply), so its value and its gradient follow the write. While tracing,
+views are values like any other and the same bookkeeping makes a write through one reach its base.
+
+This module holds what reads or links views without running an op: making an eager view, the
+positions a view's elements take in its base, and PyTorch's layout queries (is_contiguous, stride,
+storage_offset, data_ptr, untyped_storage)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from flame.errors import FlameError, ShapeError
+from flame.frontend.context import current_trace, user_location
+from flame.frontend.tensor import Tensor
+
+
+def version(base: Tensor) -> int:
+    """base's version as views see it: while tracing, a concrete tensor's counter is left alone (the
+    compiled call bumps it when it runs) and the trace counts the writes into it."""
+    trace = current_trace.get()
+    if trace is None or base._value is not None:
+        return base._vc[0]
+    return base._vc[0] + trace.writes.get(id(base), 0)
+
+
+def bump(t: Tensor) -> None:
+    """Count a write into t's storage (its version, shared with its views)."""
+    trace = current_trace.get()
+    if trace is None or t._value is not None:
+        t._vc[0] += 1
+    else:
+        trace.writes[id(t)] = trace.writes.get(id(t), 0) + 1
+
+
+def link(out: Tensor, src: Tensor, opdef, attrs: dict) -> None:
+    """Make out a view of src's base: it shares the base's version counter and remembers how it was
+    reached from the base."""
+    base = src._base if src._base is not None else src
+    out._base, out._vc, out._seen = base, base._vc, version(base)
+    out._chain = src._chain + ((opdef, attrs, out.shape),)
+
+
+def stale(x: Tensor) -> bool:
+    """x is a view whose base was written (through the base or another view) since x was derived."""
+    return x._base is not None and x._seen != version(x._base)
+
+
+def _address(a) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
+
+
+def _extent(a) -> tuple[int, int]:
+    """The byte range [lo, hi) a's elements occupy."""
+    lo = hi = _address(a)
+    for n, s in zip(a.shape, a.strides):
+        if n == 0:
+            return lo, lo
+        lo, hi = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
+    return lo, hi + a.itemsize
+
+
+def _shares(a, b) -> bool:
+    """a and b may share memory (their byte ranges overlap); a fresh copy never does."""
+    (alo, ahi), (blo, bhi) = _extent(a), _extent(b)
+    return alo < bhi and blo < ahi
+
+
+def strided_array(x: Tensor, opdef, attrs: dict, shape: tuple[int, ...]):
+    """x's array seen through view op `opdef`, sharing x's storage; None where PyTorch's reshape would
+    copy (the strides allow no view)."""
+    a = x._data
+    out = opdef.view.strided(a, shape, **attrs)
+    if out.size > 1 and not _shares(out, a):
+        return None
+    return out
+
+
+def view_error(x: Tensor, shape) -> ShapeError:
+    """PyTorch's error for .view() of a tensor whose strides allow no such view."""
+    return ShapeError(f"view {list(x.shape)} -> {list(shape)}: view size is not compatible with input tensor's "
+                      f"size and stride (at least one dimension spans across two contiguous subspaces). Use "
+                      f".reshape(...) instead.\n  at {user_location()}")
+
+
+def positions(t: Tensor) -> np.ndarray:
+    """For a view t: the flat position in its base of each of t's elements (int64, t's shape)."""
+    pos = np.arange(math.prod(t._base.shape), dtype=np.int64).reshape(t._base.shape)
+    for opdef, attrs, shape in t._chain:
+        pos = opdef.view.strided(pos, shape, **attrs)
+    return pos
+
+
+def overlap_error(what: str) -> FlameError:
+    return FlameError(f"{what}: unsupported operation: more than one element of the written-to tensor refers to a "
+                      f"single memory location (an expanded tensor). Please clone() the tensor before performing "
+                      f"the operation.\n  at {user_location()}")
+
+
+def check_writable(t: Tensor, what: str, pos: np.ndarray | None = None) -> None:
+    """Refuse a write into a view whose elements share memory (expand), as PyTorch does. pos: the
+    view's positions (needed for a traced view, which has no strides)."""
+    if t._base is None:
+        return
+    if pos is not None:
+        overlap = np.unique(pos).size != pos.size
+    else:
+        overlap = any(s == 0 and n > 1 for n, s in zip(t._data.shape, t._data.strides))
+    if overlap:
+        raise overlap_error(what)
+
+
+# ---- PyTorch's layout queries ----------------------------------------------------------------------------
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def strides(t: Tensor) -> tuple[int, ...]:
+    """Strides in elements, as torch's Tensor.stride() (a traced tensor's are row-major)."""
+    if t._value is not None:
+        return _contiguous_strides(t.shape)
+    return tuple(s // t._data.itemsize for s in t._data.strides)
+
+
+def is_contiguous(t: Tensor) -> bool:
+    """Row-major with no gaps (dims of size 1 may have any stride), as torch's is_contiguous()."""
+    if t._value is not None:
+        return True
+    return bool(t._data.flags.c_contiguous)
+
+
+def _owner(a):
+    """The array that owns a's memory (NumPy: the end of the .base chain)."""
+    while isinstance(a, np.ndarray) and isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _storage_start(a) -> int:
+    return _address(_owner(a)) if isinstance(a, np.ndarray) else a.data.mem.ptr
+
+
+def data_ptr(t: Tensor) -> int:
+    """The address of t's first element."""
+    t._need_concrete("data_ptr()")
+    return _address(t._data)
+
+
+def storage_offset(t: Tensor) -> int:
+    """How many elements into its storage t starts."""
+    if t._value is not None:
+        return 0
+    return (_address(t._data) - _storage_start(t._data)) // t._data.itemsize
+
+
+class UntypedStorage:
+    """The memory a tensor and its views share (torch.UntypedStorage's queries): data_ptr(), nbytes(),
+    size(); two tensors share storage when their storages' data_ptr() agree."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def data_ptr(self) -> int:
+        return _storage_start(self._array)
+
+    def nbytes(self) -> int:
+        owner = _owner(self._array)
+        return int(owner.nbytes) if isinstance(owner, np.ndarray) else int(owner.data.mem.size)
+
+    def size(self) -> int:
+        return self.nbytes()
+
+    def __len__(self) -> int:
+        return self.nbytes()
+
+
+def untyped_storage(t: Tensor) -> UntypedStorage:
+    t._need_concrete("untyped_storage()")
+    return UntypedStorage(t._data)
+
+
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _as_bits(a):
+    """a's elements as unsigned integers of their width where the dtype is not one NumPy/CuPy compute
+    in (bfloat16 and the float8s from ml_dtypes): copies then move bits, which every array library can."""
+    return a.view(_BITS[a.itemsize]) if a.dtype.kind == "V" else a
+
+
+def contiguous_array(t: Tensor):
+    """t's array, row-major: itself, or a copy of a strided view (what executors and kernels read)."""
+    a = t._data
+    return a if a.flags.c_contiguous else _as_bits(a).copy().view(a.dtype)
+
+
+def write(t: Tensor, src: Tensor) -> None:
+    """Copy src's elements into t's storage (through t's strides, when t is a view)."""
+    _as_bits(t._data)[...] = _as_bits(src._data)

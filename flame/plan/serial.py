@@ -1,0 +1,200 @@
+"""A compiled graph and its Plan as printable data, and back (ARCHITECTURE.md "Plans are data"): what
+the persistent plan cache (flame.plan.cache) stores.
+
+The graph travels as its IR text (flame.ir.printer; the parser reads it back, fusion groups included
+from their `# kernel` lines), with what the text leaves out beside it: each op's `loc` (the user's
+line, and whether the op is the backward's or a recomputation) and each fusion group's outputs. The
+plan travels as JSON: every buffer and step is a frozen dataclass, written field by field, with an op
+written as its position in the graph, a dtype by its name and a tuple as a list. So a loaded plan's
+steps read the loaded graph's ops, exactly as a plan built from that graph would.
+
+`dumps(graph, plan)` raises NotStorable for anything it cannot write (a field holding a number of a
+dynamic size, an op not in the graph); `loads(payload)` raises BadPayload for anything it cannot
+read back (damaged or foreign data)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+import zlib
+
+from flame.errors import FlameError
+from flame.ir.dtypes import DType, dtype_of
+from flame.ir.graph import BackwardLoc, CheckpointLoc, FusionGroup, Graph, Kind, Op, RecomputeLoc
+from flame.ir.parser import parse
+from flame.ir.printer import print_graph
+from flame.plan.steps import ActivationBudget, Buffer, MemoryBudget, Plan, Step
+
+FORMAT = 2  # the payload's layout; an entry of another layout is rebuilt
+_LOCS = {"b": BackwardLoc, "r": RecomputeLoc}
+
+
+class NotStorable(Exception):
+    """The compiled graph holds something the payload has no form for (it is then not stored)."""
+
+
+class BadPayload(Exception):
+    """The payload does not read back as a graph and its plan."""
+
+
+def _steps() -> dict[str, type]:
+    """Every step type by name (the subclasses of Step that are dataclasses)."""
+    found, todo = {}, [Step]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if dataclasses.is_dataclass(cls):
+            found[cls.__name__] = cls
+    return found
+
+
+def _enc(x, ops: dict[Op, int]):
+    """x as JSON data: numbers, strings, None as themselves, tuples as lists, ops as {"o": position},
+    dtypes as {"d": name}, memory budgets as {"m": fields}."""
+    if x is None or isinstance(x, (bool, str)):
+        return x
+    if isinstance(x, numbers.Integral) and type(x).__module__ in ("builtins", "numpy"):
+        return int(x)
+    if type(x) is float:
+        return x
+    if isinstance(x, tuple):
+        return [_enc(v, ops) for v in x]
+    if isinstance(x, Op):
+        if x not in ops:
+            raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
+        return {"o": ops[x]}
+    if isinstance(x, DType):
+        return {"d": x.name}
+    raise NotStorable(f"no stored form for {type(x).__name__} {x!r}")
+
+
+def _dec(x, ops: list[Op]):
+    """The inverse of _enc."""
+    if isinstance(x, list):
+        return tuple(_dec(v, ops) for v in x)
+    if isinstance(x, dict):
+        if "o" in x:
+            return ops[x["o"]]
+        if "d" in x:
+            return dtype_of(x["d"])
+        raise BadPayload(f"unknown stored value {x!r}")
+    return x
+
+
+def _fields(x, ops: dict[Op, int]) -> dict:
+    return {f.name: _enc(getattr(x, f.name), ops) for f in dataclasses.fields(x)}
+
+
+def _loc(loc) -> list | None:
+    """An op's loc as data: [kind, text, region] (kind "" plain, "b" backward, "r" recomputation,
+    "c" checkpoint region)."""
+    if loc is None:
+        return None
+    if isinstance(loc, CheckpointLoc):
+        return ["c", str(loc), loc.region]
+    kind = "r" if isinstance(loc, RecomputeLoc) else "b" if isinstance(loc, BackwardLoc) else ""
+    return [kind, str(loc), 0]
+
+
+def _unloc(data: list | None):
+    if data is None:
+        return None
+    kind, text, region = data
+    if kind == "c":
+        return CheckpointLoc(text, region)
+    return _LOCS[kind](text) if kind else text
+
+
+def dumps(graph: Graph, plan: Plan | None) -> bytes:
+    """The payload of a compiled graph (after every pass) and its memory-planned plan (None: the
+    graph alone, as flame.compiler.optimize_graph makes it). NotStorable if it has no stored form."""
+    try:
+        text = print_graph(graph)
+    except TypeError as e:  # an attribute the printer has no text for
+        raise NotStorable(str(e)) from None
+    ops = {op: i for i, op in enumerate(graph.ops)}
+    numbers_ = graph.numbering()
+    data = {
+        "format": FORMAT,
+        "graph": text,
+        "locs": [_loc(op.loc) for op in graph.ops],
+        "groups": None if graph.groups is None else [[numbers_[v] for v in k.outputs] for k in graph.groups],
+        "plan": None if plan is None else _plan(plan, graph, ops, numbers_),
+    }
+    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
+
+
+def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict) -> dict:
+    if plan.graph is not graph:
+        raise NotStorable("the plan was made for another graph")
+    steps = _steps()
+    for s in plan.steps:
+        if steps.get(type(s).__name__) is not type(s):
+            raise NotStorable(f"step type {type(s).__name__} has no stored form")
+    budget = plan.memory_budget
+    return {
+        "name": plan.name,
+        "buffers": [_fields(b, ops) for b in plan.buffers.values()],
+        "steps": [[type(s).__name__, _fields(s, ops)] for s in plan.steps],
+        "inputs": list(plan.inputs),
+        "outputs": list(plan.outputs),
+        "arena_size": plan.arena_size,
+        "buffer_of": [[numbering[v], b] for v, b in plan.buffer_of.items()],
+        "memory_budget": None if budget is None else _fields(budget, ops),
+        "activation_budget": None if plan.activation_budget is None else _fields(plan.activation_budget, ops),
+        "reused": [[list(names), n] for names, n in plan.reused],
+    }
+
+
+def loads(payload: bytes) -> tuple[Graph, Plan | None]:
+    """The graph and plan (None if the payload holds the graph alone) of a payload made by dumps.
+    BadPayload if it is not one."""
+    try:
+        data = json.loads(zlib.decompress(payload))
+        if data.get("format") != FORMAT:
+            raise BadPayload(f"payload layout {data.get('format')!r}, expected {FORMAT}")
+        graph = parse(data["graph"], verify=False)  # printed from a verified graph, and signed
+        if len(data["locs"]) != len(graph.ops):
+            raise BadPayload("the ops' locations do not match the graph")
+        for op, loc in zip(graph.ops, data["locs"]):
+            op.loc = _unloc(loc)
+        values = graph.inputs + [op.out for op in graph.ops]
+        if data["groups"] is not None:
+            graph.groups = [
+                FusionGroup(k.ops, Kind(k.kind), k.reason, tuple(values[n] for n in outs), k.epilogue, k.update)
+                for k, outs in zip(graph.groups or [], data["groups"], strict=True)
+            ]
+        plan = None if data["plan"] is None else _unplan(data["plan"], graph, values)
+    except BadPayload:
+        raise
+    except (FlameError, ValueError, KeyError, IndexError, TypeError, AttributeError, zlib.error) as e:
+        raise BadPayload(f"{type(e).__name__}: {e}") from None
+    return graph, plan
+
+
+def _unplan(data: dict, graph: Graph, values: list) -> Plan:
+    ops, steps = graph.ops, _steps()
+    buffers = {}
+    for fields in data["buffers"]:
+        b = Buffer(**{k: _dec(v, ops) for k, v in fields.items()})
+        buffers[b.id] = b
+    made = []
+    for name, fields in data["steps"]:
+        if name not in steps:
+            raise BadPayload(f"unknown step type {name!r}")
+        made.append(steps[name](**{k: _dec(v, ops) for k, v in fields.items()}))
+    budget, activations = data["memory_budget"], data["activation_budget"]
+    return Plan(
+        data["name"],
+        buffers,
+        made,
+        list(data["inputs"]),
+        list(data["outputs"]),
+        data["arena_size"],
+        graph,
+        {values[n]: b for n, b in data["buffer_of"]},
+        None if budget is None else MemoryBudget(**budget),
+        None if activations is None else ActivationBudget(**{k: _dec(v, ops) for k, v in activations.items()}),
+        tuple((tuple(names), n) for names, n in data.get("reused", ())),
+    )

@@ -1,0 +1,302 @@
+"""Eager views share storage and version counter with their base, as PyTorch's do: writes through a view
+reach the base and every other view of it, in values and in gradients, eagerly and under @flame.compile;
+the layout queries (is_contiguous, stride, storage_offset, storage identity) answer as torch's."""
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+from flame.errors import FlameError, ShapeError
+
+VIEWS = {
+    "view": lambda x: x.view(4, 6),
+    "reshape": lambda x: x.reshape(-1),
+    "t_of_2d": lambda x: x[0].t(),
+    "transpose": lambda x: x.transpose(0, 2),
+    "permute": lambda x: x.permute(2, 0, 1),
+    "int_index": lambda x: x[1],
+    "slices": lambda x: x[:, 1:, ::2],
+    "expand": lambda x: x[:, :1].expand(2, 5, 4),
+    "unsqueeze": lambda x: x.unsqueeze(1),
+    "squeeze": lambda x: x[:, :1].squeeze(1),
+    "narrow": lambda x: x.narrow(2, 1, 2),
+    "select": lambda x: x.select(1, 2),
+    "unbind": lambda x: x.unbind(2)[3],
+    "split": lambda x: x.split(2, 1)[1],
+    "chunk": lambda x: x.chunk(2, 2)[1],
+    "movedim": lambda x: x.movedim(0, 2),
+    "flatten": lambda x: x.flatten(1),
+    "view_of_view": lambda x: x.transpose(0, 1)[1:].unsqueeze(0),
+}
+
+
+def _pair():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    return flame.tensor(a), torch.tensor(a)
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_views_share_storage_and_answer_layout_queries_as_torch(name):
+    x, tx = _pair()
+    v, tv = VIEWS[name](x), VIEWS[name](tx)
+    np.testing.assert_array_equal(v.numpy(), tv.numpy())
+    assert v._is_view() == tv._is_view()
+    assert v.is_contiguous() == tv.is_contiguous()
+    if tv.numel() > 1:
+        assert v.stride() == tv.stride()
+    assert v.storage_offset() == tv.storage_offset()
+    assert (v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()) == \
+        (tv.untyped_storage().data_ptr() == tx.untyped_storage().data_ptr())
+    assert (v.data_ptr() - x.data_ptr()) // 4 == (tv.data_ptr() - tx.data_ptr()) // 4
+
+
+@pytest.mark.parametrize("name", [n for n in VIEWS if n != "expand"])
+def test_a_write_through_a_view_reaches_the_base_and_other_views(name):
+    x, tx = _pair()
+    results = []
+    for base in (x, tx):
+        other = base[:, 1]  # a second view, taken before the write
+        v = VIEWS[name](base)
+        v.mul_(-1)
+        v[...] = v + 0.5
+        results.append((base.numpy().copy(), other.numpy().copy(), v.numpy().copy()))
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_writes_into_the_base_are_seen_by_its_views_and_versions_are_shared():
+    x, tx = _pair()
+    for base in (x, tx):
+        v = base.transpose(0, 2)
+        base.add_(1)
+        base[1, 2, 3] = 100
+        assert v._version == base._version == 2
+    np.testing.assert_array_equal(x.transpose(0, 2).numpy(), tx.transpose(0, 2).numpy())
+
+
+def test_reshape_copies_where_the_strides_allow_no_view_and_view_raises():
+    x, tx = _pair()
+    r, tr = x.transpose(0, 1).reshape(-1), tx.transpose(0, 1).reshape(-1)
+    np.testing.assert_array_equal(r.numpy(), tr.numpy())
+    assert r._is_view() == tr._is_view() is False
+    with pytest.raises(ShapeError, match=r"view size is not compatible .* Use .reshape\(...\) instead"):
+        x.transpose(0, 1).view(-1)
+
+
+def test_contiguous_is_the_tensor_itself_or_a_row_major_copy():
+    x, _ = _pair()
+    assert x.contiguous() is x
+    t = x.transpose(0, 2)
+    c = t.contiguous()
+    assert not t.is_contiguous() and c.is_contiguous() and not c._is_view()
+    np.testing.assert_array_equal(c.numpy(), t.numpy())
+    c.zero_()
+    assert x.numpy().sum() == np.arange(24).sum()  # the copy does not write back
+
+
+def test_a_write_into_an_expanded_view_is_refused():
+    x = flame.zeros(1, 4)
+    with pytest.raises(FlameError, match="more than one element of the written-to tensor refers to a single"):
+        x.expand(3, 4).add_(1)
+    with pytest.raises(FlameError, match="more than one element"):
+        x.expand(3, 4)[0] = 1.0
+
+
+def test_detach_shares_storage_and_version_counter():
+    x, tx = _pair()
+    for base in (x, tx):
+        d = base.detach()
+        d.zero_()
+        assert base._version == 1 and float(base.sum()) == 0.0
+
+
+def test_views_are_made_without_copying_the_storage():
+    x = flame.zeros(256, 256)
+    for v in (x.view(-1), x.t(), x[3:, 5], x.unsqueeze(0).expand(4, 256, 256), x.chunk(4, 1)[2]):
+        assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+# ---- gradients through writes into views (torch as the oracle) -----------------------------------------
+
+def _g_base_scaled(m, x, w):
+    y = x * 2
+    y[0].mul_(3)
+    return (y * y).sum()
+
+
+def _g_transposed_add(m, x, w):
+    y = x * 2
+    y.t()[0].add_(w[0])
+    return (y * y).sum()
+
+
+def _g_stale_view(m, x, w):
+    y = x * 2
+    a = y[0]
+    y.mul_(w[0])  # a, taken before, reads the scaled values afterwards
+    return (a * a).sum()
+
+
+def _g_buffer_filled_through_a_view(m, x, w):
+    buf = m.zeros(3, 4)
+    buf[1].copy_(w * 2)
+    return (buf * buf).sum() + x.sum()
+
+
+def _g_one_view_into_another(m, x, w):
+    y = x * 1
+    a, b = y.narrow(1, 0, 2), y.narrow(1, 2, 2)
+    b.mul_(a * 1)
+    return (y * y).sum()
+
+
+def _g_flat_slice_assignment(m, x, w):
+    y = x + 0
+    z = y.view(-1)
+    z[2:5] = w[:3]
+    return (y * y * y).sum()
+
+
+def _g_rows(m, x, w):
+    y = x * 3
+    r = [y.select(0, i) for i in range(3)]
+    s = r[0] * 1
+    r[1].add_(r[2])
+    r[0].zero_()
+    return (y.sum(1) * w[:3]).sum() + (s * s).sum()
+
+
+def _g_overlapping_views(m, x, w):
+    y = x * 2
+    a, b = y[1], y[:, 1]
+    b.mul_(3)
+    a.add_(w)
+    return (y * a.sum()).sum() + (b * b).sum()
+
+
+GRADS = [_g_base_scaled, _g_transposed_add, _g_stale_view, _g_buffer_filled_through_a_view,
+         _g_one_view_into_another, _g_flat_slice_assignment, _g_rows, _g_overlapping_views]
+
+
+def _grads(m, fn, compiled: bool):
+    rng = np.random.default_rng(0)
+    xa, wa = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    dt = torch.float64 if m is torch else flame.float32
+    x, w = m.tensor(xa, dtype=dt, requires_grad=True), m.tensor(wa, dtype=dt, requires_grad=True)
+    if compiled:
+        @flame.compile
+        def step(x, w):
+            loss = fn(m, x, w)
+            loss.backward()
+            return loss
+        loss = step(x, w)
+    else:
+        loss = fn(m, x, w)
+        loss.backward()
+    return [float(loss.item())] + [None if t.grad is None else t.grad.numpy() for t in (x, w)]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("fn", GRADS, ids=[g.__name__[3:] for g in GRADS])
+def test_gradients_follow_writes_through_views_as_in_torch(fn, compiled):
+    got, want = _grads(flame, fn, compiled), _grads(torch, fn, False)
+    for g, t in zip(got, want):
+        assert (g is None) == (t is None)
+        if t is not None:
+            np.testing.assert_allclose(g, t, rtol=1e-5, atol=1e-5)
+
+
+def test_a_view_of_a_leaf_that_requires_grad_is_written_only_under_no_grad():
+    w = flame.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with pytest.raises(FlameError, match="a view of a leaf Variable that requires grad is being used in an in-place"):
+        w[:2].mul_(2)
+    with flame.no_grad():
+        w[:2].mul_(2)
+        w.view(-1)[2] = 7
+    np.testing.assert_array_equal(w.numpy(), [2.0, 4.0, 7.0])
+    (w * w).sum().backward()  # still a leaf, its gradient at the new values
+    np.testing.assert_array_equal(w.grad.numpy(), [4.0, 8.0, 14.0])
+
+
+def test_a_saved_leaf_changed_through_its_base_makes_backward_raise():
+    x = flame.zeros(4)
+    xv = x[:2]
+    w = flame.tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * xv).sum()
+    x.add_(1)  # xv's values change with it, as torch's version counter shows
+    with pytest.raises(FlameError, match="modified in place"):
+        loss.backward()
+
+
+def test_the_textbook_update_through_views_trains():
+    """SGD written by hand on flattened views of the parameters, as in tutorials."""
+    rng = np.random.default_rng(1)
+    xa, ya = rng.standard_normal((16, 3)), rng.standard_normal((16, 1))
+    losses = {}
+    for m in (flame, torch):
+        dt = torch.float64 if m is torch else flame.float32
+        lin = (flame.nn if m is flame else torch.nn).Linear(3, 1)
+        with m.no_grad():
+            lin.weight.copy_(m.tensor([[0.1, -0.2, 0.3]], dtype=dt))
+            lin.bias.zero_()
+        lin = lin.double() if m is torch else lin
+        x, y = m.tensor(xa, dtype=dt), m.tensor(ya, dtype=dt)
+        out = []
+        for _ in range(5):
+            loss = ((lin(x) - y) ** 2).mean()
+            lin.zero_grad()
+            loss.backward()
+            with m.no_grad():
+                for p in lin.parameters():
+                    p.view(-1).sub_(0.1 * p.grad.view(-1))
+            out.append(float(loss.item()))
+        losses[m] = out
+    np.testing.assert_allclose(losses[flame], losses[torch], rtol=1e-5)
+    assert losses[flame][-1] < losses[flame][0]
+
+
+def test_compiled_writes_through_views_of_captured_tensors_update_them():
+    buf = flame.zeros(3, 4)
+
+    @flame.compile
+    def step(x):
+        buf[1].copy_(x)
+        buf.t()[0].add_(1)
+        return buf.sum()
+
+    for _ in range(2):
+        total = step(flame.ones(4))
+    want = torch.zeros(3, 4)
+    for _ in range(2):
+        want[1].copy_(torch.ones(4))
+        want.t()[0].add_(1)
+    np.testing.assert_array_equal(buf.numpy(), want.numpy())
+    assert float(total) == float(want.sum())
+
+
+def test_a_strided_view_is_a_valid_argument_of_a_compiled_function():
+    x, tx = _pair()
+
+    @flame.compile
+    def f(a):
+        return a * 2 + 1
+
+    np.testing.assert_array_equal(f(x.transpose(0, 2)).numpy(), (tx.transpose(0, 2) * 2 + 1).numpy())
+    np.testing.assert_array_equal(f(x.permute(2, 1, 0)).numpy(), (tx.permute(2, 1, 0) * 2 + 1).numpy())
+
+
+@pytest.mark.gpu
+def test_views_share_device_memory_on_the_gpu():
+    for dtype in (flame.float32, flame.bf16):
+        x = flame.zeros(64, 32, dtype=dtype)
+        t = x.t()
+        assert t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() and not t.is_contiguous()
+        t[3].fill_(2.0)
+        x[:, 5].add_(1.0)
+        want = np.zeros((64, 32), np.float32)
+        want[:, 3] = 2.0
+        want[:, 5] += 1.0
+        np.testing.assert_array_equal(x.float().numpy(), want)
+        np.testing.assert_array_equal((t @ x).float().numpy(), want.T @ want)
+        np.testing.assert_array_equal(t.contiguous().float().numpy(), want.T)
