@@ -179,3 +179,16 @@ def test_repeated_runs_finds_the_blocks():
     seq = list("xy") + list("abc") * 4 + list("z") + list("de") * 3
     assert repeated_runs(seq) == [(2, 3, 4), (15, 2, 3)]
     assert repeated_runs(list("abcdef")) == []
+
+
+def test_a_stored_plan_keeps_what_was_reused():
+    """The plan cache's stored form (plan/serial.py) reads back with the same reused kernels, so
+    `flame explain` of a plan loaded in a new process names them too."""
+    from flame.plan import serial
+
+    step, _ = _flame_step(_weights(3))
+    step(flame.tensor(_x()))
+    entry = step._last
+    graph, plan = serial.loads(serial.dumps(entry.graph, entry.plan))
+    assert plan.reused == entry.plan.reused != ()
+    assert "reused regions:" in explain_plan("step", graph, plan)
