@@ -50,6 +50,7 @@ from flame.runtime.backend import (
     bgrad_enabled,
     capabilities,
     comm_stream_enabled,
+    pieces_enabled,
     side_stream_enabled,
     target_identity,
 )
@@ -84,10 +85,10 @@ def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
     cuda = ex.name == "cuda"
     gpu = _current_gpu() if cuda else None
     comm, side = cuda and comm_stream_enabled(), cuda and side_stream_enabled()
-    bgrad = bgrad_enabled()
+    bgrad, pieces = bgrad_enabled(), pieces_enabled()
     settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm, side,
-                codegen_settings(), bgrad)
-    return settings, _target(ex.name, gpu, comm, side, bgrad)
+                codegen_settings(), bgrad, pieces)
+    return settings, _target(ex.name, gpu, comm, side, bgrad, pieces)
 
 
 def _current_gpu() -> int:
@@ -97,9 +98,10 @@ def _current_gpu() -> int:
 
 
 @lru_cache(maxsize=16)
-def _target(executor_name: str, gpu: int | None, comm_stream: bool, side_stream: bool, bgrad: bool) -> Target:
+def _target(executor_name: str, gpu: int | None, comm_stream: bool, side_stream: bool, bgrad: bool,
+            pieces: bool) -> Target:
     """capabilities() of the executor, once per (executor, current GPU, FLAME_COMM_STREAM,
-    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD): what it reads."""
+    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD, FLAME_FUSE_PIECES): what it reads."""
     return capabilities(executor_name)
 
 

@@ -41,7 +41,9 @@ class Target:
     second stream, so they overlap the backward after them (plan: KernelLaunch.side). bgrad_epilogue:
     a Linear's bias gradient becomes its weight-gradient GEMM's BGRAD epilogue (when matmul_epilogues
     has it) instead of a column-reduction kernel of its own (runtime/backend.bgrad_enabled says why that
-    is the default). sm_count,
+    is the default). fused_pieces: concat and pad (the `pieces` trait) fuse as elementwise work, a kernel
+    selecting per element the region it reads (runtime/backend.pieces_enabled says why it is off by
+    default). sm_count,
     split_row_min, split_work_min: when a row reduction's rows are split across blocks (splits_rows).
     conv_channels_last: convolution library calls take channels-last activations, so the layout pass
     (passes/layout.py) keeps the activations of convolutional segments [N, *S, C] inside the step.
@@ -70,6 +72,7 @@ class Target:
     comm_stream: bool = False  # collectives run on a second stream, overlapping the steps after them
     side_stream: bool = False  # optimizer updates run on a second stream, overlapping the steps after them
     bgrad_epilogue: bool = False  # bias gradients ride in their weight-gradient GEMMs (cuBLASLt BGRAD)
+    fused_pieces: bool = False  # concat and pad fuse as elementwise work (FLAME_FUSE_PIECES)
     conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
     arch: str = ""
     kernel_param_bytes: int = 32764  # a kernel's parameters (CUDA 12.1+ on Volta and newer; 4096 before)

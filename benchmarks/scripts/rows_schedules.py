@@ -1,4 +1,6 @@
-"""The row kernels of gpt_train and mlp_bf16_train under each rows schedule (flame/codegen/fused_rows.py),
+"""The row kernels of gpt_train, mlp_bf16_train and a Llama-style block (RMSNorm forward and backward at
+[4096, 4096], its loss over a 32000-word vocabulary) under each rows schedule (flame/codegen/fused_rows.py),
+and the Llama block's rotary embedding kernels (elementwise: every schedule gives the same kernel),
 timed on one GPU against a device copy of the same bytes, each checked against the reference
 executor's computation of the same ops (flame.ir.evaluate.compute_op, as runtime/reference.py runs a
 kernel launch) on the same inputs (of every row, or of the first --check-rows rows of large cases).
@@ -59,6 +61,25 @@ def _cases() -> dict:
     def softmax(x):
         return F.softmax(x, -1)
 
+    def rms_fwd(x, w):
+        return F.rms_norm(x, (x.shape[-1],), w, 1e-5)
+
+    def rms_bwd(x, w, dy):  # dx and the weight gradient (a column sum carried by the row kernel)
+        def loss(x, w):
+            return (F.rms_norm(x, (x.shape[-1],), w, 1e-5).float() * dy.float()).sum()
+
+        return flame.grad(loss, (0, 1))(x, w)
+
+    def rope(x, cos, sin):  # a Llama block's q after its projection: [B, T, H*D] -> [B, H, T, D], rotated
+        b, t, hd = x.shape
+        d = cos.shape[-1]
+        q = x.reshape(b, t, hd // d, d).permute(0, 2, 1, 3)
+        q1, q2 = q[..., : d // 2], q[..., d // 2:]
+        return q * cos + flame.cat([-q2, q1], -1) * sin
+
+    def rope_bwd(x, cos, sin, dy):  # its gradient: the halves placed back (pads), permuted for the GEMM
+        return flame.grad(lambda x: (rope(x, cos, sin).float() * dy.float()).sum(), (0,))(x)
+
     def bn_stats(x):  # a channels-last BatchNorm's statistics: column sums, no row reduction
         xf = x.float()
         return xf.sum((0, 1, 2)), (xf * xf).sum((0, 1, 2))
@@ -78,6 +99,12 @@ def _cases() -> dict:
         "CE mlp [8192,4096] bf16": (ce, mk((8192, 4096)) + [rng.integers(0, 4096, 8192)]),
         "BN stats [64,64,64,128] bf16": (bn_stats, mk((64, 64, 64, 128))),
         "BN bwd stats [64,64,64,128] bf16": (bn_bwd_stats, mk((64, 64, 64, 128), (64, 64, 64, 128), (1, 1, 1, 128))),
+        "RMSNorm fwd [4096,4096] bf16": (rms_fwd, mk((4096, 4096), (4096,))),
+        "RMSNorm bwd [4096,4096] bf16": (rms_bwd, mk((4096, 4096), (4096,), (4096, 4096))),
+        "CE llama [4096,32000] bf16": (ce, mk((4096, 32000)) + [rng.integers(0, 32000, 4096)]),
+        "RoPE fwd [2,2048,4096] bf16": (rope, mk((2, 2048, 4096), (2048, 128), (2048, 128)), "elementwise"),
+        "RoPE bwd [2,2048,4096] bf16": (rope_bwd, mk((2, 2048, 4096), (2048, 128), (2048, 128), (2, 32, 2048, 128)),
+                                        "elementwise"),
     }
 
 
@@ -92,8 +119,9 @@ def _config(variant: str):
     return Config(**fields)
 
 
-def _rows_group(fn, arrays, like=None):
-    """The largest rows group of fn traced on arrays (traced and fused only: nothing compiled); with
+def _rows_group(fn, arrays, like=None, kind: str = "rows"):
+    """The largest group of `kind` (rows, or elementwise) of fn traced on arrays (traced and fused only:
+    nothing compiled); with
     `like`, the rows group holding the same ops as that group (None if none does: at another size
     the fusion pass may cut the kernels differently)."""
     import flame
@@ -102,7 +130,7 @@ def _rows_group(fn, arrays, like=None):
 
     c = flame.compile(fn)
     graph = run_pipeline(c._build(c._args(arrays), compile=False).traced)
-    groups = [g for g in fuse(graph).groups if g.kind == "rows" and g.ops]
+    groups = [g for g in fuse(graph).groups if g.kind == kind and g.ops]
     if like is not None:
         names = sorted(op.name for op in like.ops)
         return next((g for g in groups if sorted(op.name for op in g.ops) == names), None)
@@ -191,10 +219,11 @@ def main() -> None:
     print(f"device: {props['name'].decode()}, {props['multiProcessorCount']} SMs", flush=True)
     variants = opts.variants.split(",")
     rows = []
-    for case, (fn, arrays) in _cases().items():
+    for case, (fn, arrays, *kind) in _cases().items():
         if opts.cases and not any(c in case for c in opts.cases.split(",")):
             continue
-        group = _rows_group(fn, arrays)
+        kind = kind[0] if kind else "rows"
+        group = _rows_group(fn, arrays, kind=kind)
         ins = _inputs(group, seed=len(rows))
         outs = [_empty(v) for v in group.outputs]
         nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
@@ -207,14 +236,15 @@ def main() -> None:
         n = arrays[0].shape[0]
         k = n if sum(a.size for a in ins) <= 1 << 25 else min(n, opts.check_rows)
         sgroup = group if k == n else _rows_group(fn, [np.zeros((k, *a.shape[1:]), a.dtype)
-                                                       if a.ndim and a.shape[0] == n else a for a in arrays], group)
+                                                       if a.ndim and a.shape[0] == n else a for a in arrays], group,
+                                                  kind)
         same = sgroup is not None and [v.shape[1:] for v in kernel_inputs(sgroup)] == \
             [v.shape[1:] for v in kernel_inputs(group)]
         if not same:
             print(f"  {case}: not checked (at {k} rows the ops fuse into other kernels)", flush=True)
         ref = _reference(sgroup, [_host(a[:k] if a.ndim and a.shape[0] == n else a, v)
                                   for a, v in zip(ins, kernel_inputs(group))]) if same else [None] * len(group.outputs)
-        for variant in variants:
+        for variant in variants if kind == "rows" else variants[:1]:
             cfg = _config(variant)
             kernels = lower(group, cfg)
             outs = [_empty(v) for v in group.outputs]  # poisoned: an unwritten element fails the check

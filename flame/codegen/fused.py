@@ -45,11 +45,14 @@ from flame.ir.graph import FusionGroup, Op, Value, segments
 from flame.ir.indexmap import (
     IndexMap,
     Layout,
+    contiguous_strides,
     derive,
+    domains,
     input_map,
     is_reduction,
     is_view,
     leading_reduced,
+    pieces,
     row_segments,
     trailing_reduced,
 )
@@ -60,6 +63,11 @@ from flame.target import DEFAULT_TARGET, Target
 def positional(op: Op) -> bool:
     """op's snippet reads `i`, its own flat index (the OpDef's positional trait)."""
     return get(op.name).positional
+
+
+def own_indexed(op: Op) -> bool:
+    """op's code reads its own flat index: a positional op's snippet, a piecewise op's tests."""
+    return get(op.name).positional or get(op.name).pieces is not None
 
 
 def group_inputs(group: FusionGroup) -> list[Value]:
@@ -88,9 +96,8 @@ def layout(ops: list[Op], exposed: list[Value], columns: tuple[Op, ...] = ()) ->
         if isinstance(got, Layout):
             return got
         raise NotImplementedError(f"rows group cannot be lowered: {got}")
-    big = max(math.prod(op.out.shape) for op in ops)
     why = ""
-    for shape in dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big):
+    for shape in domains(ops):
         got = derive(ops, exposed, shape, 0)
         if isinstance(got, Layout):
             return got
@@ -129,10 +136,58 @@ class Emitter:
             name = self.value(op.inputs[0], self.lay.input_at(op, 0, m))
         elif is_reduction(op):
             raise KeyError(f"internal error: reduction {op.name} used before it is computed")
+        elif pieces(op) is not None:
+            name = self._select(op, m, lines)
         else:
             name = self._compute(op, m, lines)
         memo[(v, m)] = name
         return name
+
+    def _select(self, op: Op, m: IndexMap, lines: list[str]) -> str:
+        """A piecewise op (concat, pad) at m: if / else over its pieces, each computing its input at the
+        piece's map inside its own braces (what it reads may lie outside the input elsewhere); a
+        piece whose test does not depend on the domain is chosen here."""
+        chosen = []
+        for p in pieces(op):
+            tests = [t for t in (self._bound(op, m, b) for b in p.bounds) if t is not True]
+            if False not in tests:
+                chosen.append((tests, p))
+            if not tests:
+                break
+        ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
+        name = self.fresh()
+        lines.append(f"{ctype} {name};")
+        for k, (tests, p) in enumerate(chosen):
+            head = "" if k == 0 else "} else "
+            last = k == len(chosen) - 1
+            lines.append(head + ("{" if last else f"if ({' && '.join(tests)}) {{"))
+            body, val = self._branch(lambda p=p: self.value(op.inputs[p.source], m.then(p.index_map))
+                                     if p.source is not None else cuda_c.literal(op.attrs["value"], op.out.dtype))
+            lines += ["  " + line for line in body] + [f"  {name} = {val};"]
+        lines.append("}")
+        return name
+
+    def _bound(self, op: Op, m: IndexMap, bound: tuple[int, int, int]) -> str | bool:
+        """The test lo <= c[axis] < hi of op's result coordinate at m, or its value where it is fixed."""
+        axis, lo, hi = bound
+        if not any(c for c, n in zip(m.rows[axis], self.lay.domain) if n != 1):
+            return lo <= m.base[axis] < hi
+        size, stride = op.out.shape[axis], contiguous_strides(op.out.shape)[axis]
+        at = f"(off_t)({self.own_index(op.out, m)})"
+        at = f"{at} / {stride}" if stride != 1 else at
+        c = f"({at} % {size})" if axis else f"({at})"
+        return " && ".join(([f"{c} >= {lo}"] if lo else []) + ([f"{c} < {hi}"] if hi < size else [])) or True
+
+    def _branch(self, compute) -> tuple[list[str], str]:
+        """(statements, value) of compute() emitted apart: the values it computes stay in its braces."""
+        saved = self.row, self.elem, self.memo_row, self.memo_elem
+        self.row = self.elem = []
+        self.memo_row, self.memo_elem = dict(self.memo_row), dict(self.memo_elem)
+        try:
+            val = compute()
+            return self.row, val
+        finally:
+            self.row, self.elem, self.memo_row, self.memo_elem = saved
 
     def _compute(self, op: Op, m: IndexMap, lines: list[str]) -> str:
         args = [self.value(u, m.then(input_map(op, k))) for k, u in enumerate(op.inputs)]
@@ -194,6 +249,18 @@ def _coords(dims: tuple[int, ...], src: str, c: str) -> list[str]:
     return lines
 
 
+def _element_coords(dims: tuple[int, ...], vec: int) -> list[str]:
+    """Coordinates c0.. of element i = v * vec + j on the vector path: where the innermost dim holds
+    whole vectors, those of the vector's first element (the same for all j: computed once per vector
+    once the j loop is unrolled) with j added innermost; else those of i."""
+    if not dims or dims[-1] % vec:
+        return _coords(dims, "i", "c")
+    lines = _coords(dims, f"v * {vec}u", "c")
+    last = len(dims) - 1
+    head = f"const off_t c{last} = "
+    return [line.replace(head, head + "(off_t)j + ", 1) if line.startswith(head) else line for line in lines]
+
+
 class _MapSegment:
     """The CUDA pieces of one elementwise segment over its collapsed domain."""
 
@@ -206,7 +273,11 @@ class _MapSegment:
         self.stores = [(outputs.index(v), v, m) for v, m in lay.stores.items()]
         inside = {op.out for op in ops}
         self.loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
-        indexed = [(op.out, m) for op in ops if positional(op) for m in lay.maps.get(op.out, [])]
+        # loads inside a piece of a piecewise op: element by element where the piece holds, never ahead
+        self.guarded = {k for k in self.loads if k in lay.guarded}
+        indexed = [(op.out, m) for op in ops if own_indexed(op) for m in lay.maps.get(op.out, [])]
+        # a piecewise op's tests read its coordinates, which the vector path has element by element too
+        self.tested = {(op.out, m) for op in ops if pieces(op) is not None for m in lay.maps.get(op.out, [])}
         keys = self.loads + [(v, m) for _, v, m in self.stores] + indexed
         flat = [views.View(*m.flat(v.shape)) for v, m in keys]
         self.dims, cviews = views.collapse(lay.domain, flat)
@@ -223,13 +294,15 @@ class _MapSegment:
         (a per-channel result of a BatchNorm's normalisation kernel, [1, 1, 1, C] of [N, H, W, C]) is
         written element by element from the vector loop, under its broadcast guard, so it does not
         hold the whole kernel to 2-byte loads (43% of copy in resnet_block_train on an H100)."""
-        if any(md == "general" for k, md in self.mode.items() if k not in self.loads and k not in self.element_stores):
+        if any(md == "general" for k, md in self.mode.items()
+               if k not in self.loads and k not in self.element_stores and k not in self.tested):
             return 1  # an indexed op off the identity
         sizes = [k[0].dtype.itemsize for k, md in self.mode.items() if md != "scalar" and k not in self.element_stores]
         vec = 16 // max(sizes) if sizes else 1
         if vec == 1 or self.n < vec:
             return 1
-        ok = all(self._blocked(k, vec) for k, md in self.mode.items() if md == "general")
+        ok = all(self._blocked(k, vec) for k, md in self.mode.items()
+                 if md == "general" and k not in self.guarded and k not in self.tested)
         return vec if ok else 1
 
     def _blocked(self, key, vec: int) -> bool:
@@ -242,6 +315,8 @@ class _MapSegment:
     def _load(self, vector: bool, hoisted: dict[str, tuple[str, str]]):
         def load(v: Value, m: IndexMap) -> str:
             k, cv, md = self.in_idx[v], self.view[(v, m)], self.mode[(v, m)]
+            if (v, m) in self.guarded:  # where its piece holds only: element by element, in place
+                return cuda_c.load(f"{self._in(k)}[{'i' if md == 'identity' else views.offset_expr(cv)}]", v.dtype)
             if md == "scalar":  # loaded once per thread, before the loops (both paths share it)
                 expr = cuda_c.load(f"{self._in(k)}[{cv.base}]", v.dtype)
                 if expr not in hoisted:
@@ -259,7 +334,8 @@ class _MapSegment:
 
     def walked(self) -> list[int]:
         """The inputs (indices) read at more than one element: pointers the element loop uses."""
-        return sorted({self.in_idx[v] for v, m in self.loads if self.mode[(v, m)] != "scalar"})
+        return sorted({self.in_idx[v] for v, m in self.loads
+                       if self.mode[(v, m)] != "scalar" or (v, m) in self.guarded})
 
     def _in(self, k: int) -> str:
         return f"{self.prefix}in{k}"
@@ -281,15 +357,17 @@ class _MapSegment:
         for o, v, m in self.stores:
             val = em.value(v, m)
             em.row.append(self._write(o, v, m, val, vector, sdecls, post))
-        if vector and self.element_stores:
+        if vector and any(self.mode[k] == "general" for k in self.guarded | self.tested):
+            em.row[:0] = _element_coords(self.dims, self.vec())  # for the loads inside pieces (and guarded stores)
+        elif vector and self.element_stores:
             em.row[:0] = _coords(self.dims, "i", "c")  # element i's coordinates, for the guarded stores
         if vector:
             vec = self.vec()
-            if any(self.mode[k] == "general" for k in self.loads):
+            if any(self.mode[k] == "general" for k in self.loads if k not in self.guarded):
                 loads += _coords(self.dims, f"v * {vec}u", "c")
             for k, (v, m) in enumerate(self.loads):
                 md, t, i = self.mode[(v, m)], f"flame_vec<{v.dtype.cuda_type}, {vec}>", self.in_idx[v]
-                if md == "scalar":
+                if md == "scalar" or (v, m) in self.guarded:
                     continue
                 p = self._in(i)
                 at = f"({p})[v]" if md == "identity" else f"({p} + {views.offset_expr(self.view[(v, m)])})[0]"
@@ -317,7 +395,8 @@ class _MapSegment:
     def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:
         vec, conds = self.vec(), []
         for (v, m), md in self.mode.items():
-            if md == "scalar" or (v, m) in self.element_stores or ((v, m) not in self.loads and v not in outputs):
+            if md == "scalar" or (v, m) in self.element_stores or (v, m) in self.guarded or (
+                    (v, m) not in self.loads and v not in outputs):
                 continue
             ptr = self._in(self.in_idx[v]) if (v, m) in self.loads else self._out(outputs.index(v))
             conds.append(f"(reinterpret_cast<unsigned long long>({ptr}) % {vec * v.dtype.itemsize} == 0)")

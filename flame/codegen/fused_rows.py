@@ -36,7 +36,7 @@ import math
 from dataclasses import replace
 
 from flame.codegen import cuda_c, views
-from flame.codegen.fused import Emitter, positional, prepare
+from flame.codegen.fused import Emitter, own_indexed, prepare
 from flame.codegen.kernel import (
     Config,
     Kernel,
@@ -122,7 +122,7 @@ class _RowSegment:
         inside = {op.out for op in ops}
         self.values = inside
         loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
-        indexed = [(op.out, m) for op in ops if positional(op) for m in lay.maps.get(op.out, [])]
+        indexed = [(op.out, m) for op in ops if own_indexed(op) for m in lay.maps.get(op.out, [])]
         self.keys = loads + list(lay.stores.items()) + indexed
         flat = [views.View(*m.flat(v.shape)) for v, m in self.keys]
         parts = [_split(f, self.n_kept) for f in flat]
@@ -135,14 +135,16 @@ class _RowSegment:
         self.loads = loads
         # "new": what a thread touches element by element (per-element inputs and outputs) moves by vectors
         self.new = new and split is None
-        self.memory = [k for k in loads if k[1].depends_on(self.red)] + \
+        # loads inside a piece of a piecewise op: read element by element where the piece holds, never ahead
+        self.guarded = {k for k in loads if k in lay.guarded}
+        self.memory = [k for k in loads if k[1].depends_on(self.red) and k not in self.guarded] + \
                       [(v, m) for v, m in lay.stores.items() if m.depends_on(self.red) and v in self.out_idx]
         self.V = _vector_width(self.memory, dict(zip(self.keys, zip(kv, rv))), self.rdims, self.R) if self.new else 1
         self.J = -(-self.CH // (G * self.V))  # vectors (of V elements) per thread
         self.E = self.J * self.V  # elements per thread
         # per-element inputs held in registers: all of them, or (cache_invariant off) those that differ
         # between rows; a row-invariant one (a weight) is then re-read from the cache where it is used
-        reg = {k for k in loads if k[1].depends_on(self.red)
+        reg = {k for k in loads if k[1].depends_on(self.red) and k not in self.guarded
                and (config.cache_invariant or len(self.kguard[k]) < len(self.kdims))}
         if self.new:  # lower_rows picks G so that data_regs() fits Config.row_regs
             self.cached = hold and 0 < self.CH <= target.row_cache
@@ -205,6 +207,8 @@ class _RowSegment:
         key = self.loads.index((v, m))
         if not m.depends_on(self.red):
             return cuda_c.load(f"in{self.in_idx[v]}[rb{key}]", v.dtype)
+        if (v, m) in self.guarded:
+            return cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {r}]", v.dtype)
         if (v, m) in self.reg:
             self._read.add((v, m))
             return cuda_c.load(f"x{key}[j].v[v]", v.dtype) if self.new else f"x{key}[j]"

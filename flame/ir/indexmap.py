@@ -2,7 +2,9 @@
 iteration domain D (a shape). A value v is read or computed at `coords_v = base + A @ coords_D` — an
 IndexMap. Elementwise broadcasting, broadcast_to, permute, squeeze/unsqueeze, slice, flip and the
 reshapes that only split dimensions are affine, so a chain of them composes into one IndexMap, and a
-load of v becomes a flat offset `strides(v) . coords_v`.
+load of v becomes a flat offset `strides(v) . coords_v`. A piecewise op (concat, pad: the OpDef trait
+`pieces`) is a select between such maps: each region of its result reads one input through its own
+map (or is the fill value), and what a region reads is loaded only where that region holds.
 
 A row domain has `n_red` trailing reduced dims: reductions over exactly those dims are computed
 once per row. `derive` assigns the maps of a candidate group, or says why it cannot be one kernel;
@@ -188,11 +190,63 @@ def flip_map(op: Op) -> IndexMap:
     return IndexMap(rows, tuple(s - 1 if k in axes else 0 for k, s in enumerate(shape)), len(shape))
 
 
+@dataclass(frozen=True)
+class Piece:
+    """A region of a piecewise op's result (the OpDef trait `pieces`: concat, pad): the coordinates c
+    with lo <= c[axis] < hi for each (axis, lo, hi) of `bounds` hold input `source` read at `index_map`
+    (result coords -> that input's coords), or the op's fill value (source None). The last piece of an
+    op holds every coordinate the ones before it do not (its bounds are not tested)."""
+
+    source: int | None
+    bounds: tuple[tuple[int, int, int], ...]
+    index_map: IndexMap | None
+
+
+def _shift(rank: int, offsets: dict[int, int]) -> IndexMap:
+    """The map that reads coordinate k minus offsets[k] (0 where not given)."""
+    return _select(rank, [(k, -offsets.get(k, 0)) for k in range(rank)])
+
+
+def concat_pieces(op: Op) -> tuple[Piece, ...]:
+    """concat: one piece per input of non-zero extent along the axis, read shifted back by its offset."""
+    rank = op.out.type.rank
+    axis = op.attrs["axis"] % rank
+    out, at = [], 0
+    for k, v in enumerate(op.inputs):
+        size = v.shape[axis]
+        if size:
+            out.append(Piece(k, ((axis, at, at + size),), _shift(rank, {axis: at})))
+        at += size
+    return tuple(out)
+
+
+def pad_pieces(op: Op) -> tuple[Piece, ...]:
+    """pad: the input, shifted by the low pads, inside its box (only the padded axes bounded); the
+    value around it."""
+    x = op.inputs[0]
+    pads = op.attrs["pads"]
+    bounds = tuple((k, lo, lo + n) for k, ((lo, hi), n) in enumerate(zip(pads, x.shape)) if lo or hi)
+    inside = Piece(0, bounds, _shift(len(pads), {k: lo for k, (lo, _) in enumerate(pads)}))
+    fill = Piece(None, (), None)
+    if not math.prod(x.shape):
+        return (fill,)
+    return (inside, fill) if bounds else (inside,)
+
+
+def pieces(op: Op) -> tuple[Piece, ...] | None:
+    """The pieces of a piecewise op (the OpDef's `pieces` trait), or None for other ops."""
+    got = get(op.name).pieces
+    return None if got is None else got(op)
+
+
 def input_map(op: Op, i: int) -> IndexMap | None:
-    """op.out coords -> op.inputs[i] coords, for elementwise and view ops; None when not affine."""
+    """op.out coords -> op.inputs[i] coords, for elementwise and view ops, and for a piecewise op the
+    map of the piece reading input i (valid inside that piece only); None when not affine."""
     opdef = get(op.name)
     if opdef.view is not None:
         return opdef.view.index_map(op)
+    if opdef.pieces is not None:
+        return next((p.index_map for p in opdef.pieces(op) if p.source == i), None)
     if opdef.category == "elementwise":
         return broadcast(op.inputs[i].shape, op.out.shape)
     return None
@@ -361,6 +415,9 @@ class Layout:
     # (a merging reshape's result, a map it is needed at) -> the map its input is read at, where that
     # is no function of the result's map but the domain holds both once (derive's `_onto`)
     through: dict[tuple[Value, IndexMap], IndexMap] = field(default_factory=dict)
+    # (value, map) needed only inside pieces of piecewise ops: read only where that piece holds (the
+    # map may point outside the value elsewhere), so never loaded ahead of its piece's test
+    guarded: frozenset[tuple[Value, IndexMap]] = frozenset()
 
     def input_at(self, op: Op, i: int, m: IndexMap) -> IndexMap:
         """The map op.inputs[i] is needed at where op's result is needed at m."""
@@ -374,11 +431,13 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
     maps: dict[Value, list[IndexMap]] = {}
     stores: dict[Value, IndexMap] = {}
     through: dict[tuple[Value, IndexMap], IndexMap] = {}
+    guarded: dict[tuple[Value, IndexMap], bool] = {}  # needed only inside pieces (so far)
 
-    def need(v: Value, m: IndexMap) -> str:
+    def need(v: Value, m: IndexMap, inside_piece: bool = False) -> str:
         got = maps.setdefault(v, [])
         if m not in got:
             got.append(m)
+        guarded[(v, m)] = guarded.get((v, m), True) and inside_piece
         return "value needed at too many index maps" if len(got) > MAX_MAPS and v in inside else ""
 
     found: list[dict[Value, IndexMap]] = []
@@ -402,10 +461,21 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
         need(v, m)
     for op in reversed(ops):
         for m in maps.get(op.out, []):
-            why = _inputs(op, m, domain, n_red, need, onto, through)
+            why = _inputs(op, m, domain, n_red, need, onto, through, guarded[(op.out, m)])
             if why:
                 return why
-    return Layout(domain, n_red, maps, stores, through)
+    return Layout(domain, n_red, maps, stores, through, frozenset(k for k, g in guarded.items() if g))
+
+
+def domains(ops: list[Op]) -> list[tuple[int, ...]]:
+    """The iteration domains an elementwise group of `ops` is tried over, in order: the shapes of its
+    largest results (the last op's first), then smaller ones, largest first (a strided slice's half
+    of a value the group reads through it, which the larger domains cannot store)."""
+    shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops)))
+    sizes = {s: math.prod(s) for s in shapes}
+    big = max(sizes.values())
+    return [s for s in shapes if sizes[s] == big] + sorted((s for s in shapes if sizes[s] != big), key=sizes.get,
+                                                             reverse=True)
 
 
 def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
@@ -458,7 +528,15 @@ def _forward(op: Op, i: int) -> IndexMap | None:
     return None
 
 
-def _inputs(op: Op, m: IndexMap, domain, n_red, need, onto, through) -> str:
+def _inputs(op: Op, m: IndexMap, domain, n_red, need, onto, through, under: bool) -> str:
+    """Record the maps op's inputs are needed at where its result is needed at m (`under`: only inside
+    pieces of piecewise ops; what it reads there is too, but a reduction reads its whole row)."""
+    parts = pieces(op)
+    if parts is not None:
+        if set(map(type, op.out.shape)) - _INT:
+            return f"{op.name} of a dynamic size"
+        return next((w for p in parts if p.source is not None
+                     for w in [need(op.inputs[p.source], m.then(p.index_map), True)] if w), "")
     if is_reduction(op):
         if not reduced_ok(op, domain, n_red):
             return "reduction over other axes than the row's"
@@ -468,10 +546,10 @@ def _inputs(op: Op, m: IndexMap, domain, n_red, need, onto, through) -> str:
     for i, u in enumerate(op.inputs):
         im = input_map(op, i)
         if im is not None:
-            why = need(u, m.then(im))
+            why = need(u, m.then(im), under)
         elif (step := _forward(op, i)) is not None and u in onto() and onto()[u].then(step) == m:
             through[(op.out, m)] = onto()[u]  # a merging reshape of a value the domain holds once
-            why = need(u, onto()[u])
+            why = need(u, onto()[u], under)
         else:
             return f"{op.name} is not an affine view"
         if why:

@@ -121,6 +121,9 @@ class OpDef:
         "gelu"; the Target says which epilogues the backend fuses);
     pads: a movement op that writes a value of its own (its `value` attribute) around its input's
         elements (pad), so a uniform input does not give a uniform result;
+    pieces: op -> the pieces of a movement op whose result is, region by region of its coordinates,
+        one input read through an affine map or its fill value (concat, pad: flame.ir.indexmap.Piece),
+        so an elementwise kernel computes it as a select between index maps;
     activations: per operand and then the result, whether it is an activation [N, C, *spatial] that a
         channels-last layout reorders (the convolutions; the others are weights);
     user: an op the user defined with flame.cuda.kernel / flame.cuda.elementwise (its
@@ -162,6 +165,7 @@ class OpDef:
     accumulates: bool = False
     epilogue: str = ""
     pads: bool = False
+    pieces: Callable[[Op], Any] | None = None  # -> tuple of flame.ir.indexmap.Piece (which reads this registry)
     activations: tuple[bool, ...] = ()
     user: Any = None
     call_result: bool = False

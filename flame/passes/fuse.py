@@ -61,7 +61,11 @@ Rules, in the order they apply:
 - few long rows (Target.splits_rows; a whole-tensor reduction is one row): codegen splits each row
   across blocks, so what reads a reduced value leaves the group (its own kernel, reason recorded);
   the prologue and its per-element results (a loss's gradient) stay fused;
-Not fused: other column reductions (their own tuned kernel), gather/scatter/pad/concat/argmax (opaque).
+- piecewise ops (the OpDef trait `pieces`: concat, pad) are elementwise: a kernel computes each
+  element from the one input its region reads, through that piece's map (a select between index
+  maps), so a rotary embedding's `cat([-x2, x1])` of halves and a slice's gradient (a pad) join
+  their neighbours; not in row kernels;
+Not fused: other column reductions (their own tuned kernel), gather/scatter/argmax (opaque).
 
 The groups while they form and the checks every rule shares live in passes/fusion_state.py; the
 rules that run after partitioning to place column sums, bias gradients and recomputations (columns,
@@ -159,13 +163,13 @@ def _try_join(st: State, grp: Group, op: Op) -> bool:
     return True
 
 
-def _classify(op: Op) -> Kind:
+def _classify(op: Op, target: Target) -> Kind:
     opdef = get(op.name)
     if opdef.library:
         return Kind(opdef.library)  # each library call is its own kind
     if is_reduction(op):
         return Kind.ROWS if trailing_reduced(op) is not None else Kind.REDUCTION
-    if opdef.category == "elementwise" or opdef.view is not None:
+    if opdef.category == "elementwise" or opdef.view is not None or opdef.pieces is not None and target.fused_pieces:
         small = math.prod(op.out.shape) == 1 and all(math.prod(v.shape) == 1 for v in op.inputs)
         return Kind.SCALAR if small else Kind.ELEMENTWISE
     return Kind.OPAQUE
@@ -215,7 +219,7 @@ def _attention_operand(st: State, v: Value) -> bool:
 
 
 def _place(st: State, op: Op) -> None:
-    kind = _classify(op)
+    kind = _classify(op, st.target)
     if is_view(op) and op.inputs[0].producer in st.group_of and _attention_operand(st, op.out):
         # not joined to the kernel computing its input, which would write q, k and v transposed (a LoRA
         # step's qkv, base + scaled adapter: 160 us at 24% of copy on an H100) instead of the one value
@@ -253,12 +257,42 @@ def _place(st: State, op: Op) -> None:
             free = kept
         grp = st.new(free + [op], kind, domain=domain)
         grp.n_red = n_red
+        if kind == Kind.ROWS:
+            _take_views(st, grp, op)
         return
     for c in _constants(st, op):
         st.new([c], Kind.ELEMENTWISE, domain=c.out.shape)
     if kind == Kind.ATTENTION and _join_attention(st, op):
         return
     st.new([op], kind)
+
+
+def _take_views(st: State, grp: Group, op: Op) -> None:
+    """A row reduction that could not join the elementwise kernel computing its input takes the views
+    it reads that input through (a GroupNorm's reshape and permute over channels-last data) out of
+    that kernel into its own new rows kernel `grp`, where nothing else of that kernel reads them: the
+    kernel then writes the value they view, not a copy of it in the view's shape beside it."""
+    for v in op.inputs:
+        views: list[Op] = []
+        p = v.producer
+        while p is not None and is_view(p) and st.group_of.get(p) is not None and all(
+                st.group_of.get(u) is None or u in views or u is op for u in st.users[p.out]):
+            views.append(p)
+            p = p.inputs[0].producer
+        src = st.group_of.get(views[-1]) if views else None
+        if src is None or src.kind != Kind.ELEMENTWISE or any(st.group_of[w] is not src for w in views):
+            continue
+        rest = [o for o in src.ops if o not in views]
+        if not any(not is_free(o) for o in rest):
+            continue
+        mine = st.sorted_ops(views + grp.ops)
+        got, kept = fit(st, mine, Kind.ROWS, grp.domain, grp.n_red), fit(st, rest, Kind.ELEMENTWISE)
+        if isinstance(got, str) or isinstance(kept, str):
+            continue
+        src.ops, (src.domain, src.n_red) = rest, kept
+        grp.ops = mine
+        for w in views:
+            st.group_of[w] = grp
 
 
 def _same_value(a: Value, b: Value) -> bool:
@@ -414,7 +448,7 @@ def _split_few_rows(st: State) -> None:
         grp.reason = f"split: {M} row(s) of {R} run across blocks; what reads the reduced values is a kernel of its own"
         if isinstance(got, str):  # no common domain: one kernel per op
             for op in moved:
-                kind = Kind.ELEMENTWISE if is_free(op) else _classify(op)
+                kind = Kind.ELEMENTWISE if is_free(op) else _classify(op, st.target)
                 st.new([op], kind, domain=op.inputs[0].shape if kind == Kind.ROWS else op.out.shape,
                        n_red=trailing_reduced(op) or 0 if kind == Kind.ROWS else 0)
             continue

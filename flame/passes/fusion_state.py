@@ -9,7 +9,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from flame.ir.graph import Graph, Kind, Op, Value, is_backward
-from flame.ir.indexmap import Layout, canonical, derive, is_reduction, is_view, row_segments, trailing_reduced
+from flame.ir.indexmap import (
+    Layout,
+    canonical,
+    derive,
+    domains,
+    is_reduction,
+    is_view,
+    row_segments,
+    trailing_reduced,
+)
 from flame.ir.registry import get
 from flame.passes import remat
 from flame.passes.prepare_fusion import is_free
@@ -195,15 +204,15 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
         got = derive(ops, exposed, domain, n_red)
         got = _copied_view(st, ops, got) or got
         return got if isinstance(got, str) else (domain, n_red)
-    big = max(math.prod(op.out.shape) for op in ops)
-    shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops) if math.prod(op.out.shape) == big))
-    why = "no common iteration domain"
-    for shape in shapes:
+    why, big = "no common iteration domain", None
+    for shape in domains(ops):
         got = derive(ops, exposed, shape, 0)
         got = _copied_view(st, ops, got) or got
         if isinstance(got, Layout):
             return shape, 0
-        why = got
+        big = math.prod(shape) if big is None else big
+        if math.prod(shape) == big:  # the reason the largest domains give (smaller ones are a last resort)
+            why = got
     return why
 
 
@@ -255,7 +264,8 @@ def _phases(g: Graph) -> tuple[set[Op], set[Op]]:
     run well after the forward (what comes before, a loss's gradient, right after it)."""
     start = remat.split(g)
     heavy = next((i for i in range(start, len(g.ops))
-                  if get(g.ops[i].name).category not in ("elementwise", "reduction") and not is_view(g.ops[i])),
+                  if get(g.ops[i].name).category not in ("elementwise", "reduction") and not is_view(g.ops[i])
+                  and get(g.ops[i].name).pieces is None),
                  len(g.ops))
     return set(g.ops[:start]), {op for op in g.ops[heavy:] if is_backward(op)}
 

@@ -6,7 +6,8 @@ rewrites of the graph, and the two kinds of ops they name.
 - move_conversions: each conversion (the `conversion` trait: cast, neg, abs) moves past views and gathers to
   the side where values are wider, so only narrow values cross kernel boundaries;
 - clone_constants: each free op (is_free: a `full` constant, an `arange`, a view of a graph input or
-  of such constants) gets a clone per reader, so every kernel computes its own constants and indexes inputs itself."""
+  of such constants) gets a clone per reader, so every kernel computes its own constants and indexes inputs itself;
+  so do views of a library call's result that only several views read (_fanned_views)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 from flame.ir.graph import Graph, Op, Value, is_backward
 from flame.ir.indexmap import is_reduction, is_view
 from flame.ir.ops.elementwise import ADD
-from flame.ir.registry import accumulates, axis_order, get, is_constant, is_fill, is_sign_only
+from flame.ir.registry import accumulates, axis_order, get, is_constant, is_fill, is_relabel, is_sign_only
 from flame.passes._rewrite import full_value, rewrite
 
 MAX_MOVES = 8  # rounds of move_conversions: each moves a conversion past one view
@@ -172,6 +173,36 @@ def _positive_zero(v: Value) -> bool:
     return x is not None and x == 0 and not np.signbit(x)
 
 
+def _fanned_views(g: Graph, users: dict[Value, list[Op]]) -> set[Op]:
+    """Views of a value no kernel computes (a matmul's or attention's result) that only several other
+    views read, reindexing ones that no library call reads in turn (an interleaved rotary embedding's
+    x[..., ::2] and x[..., 1::2] of the permuted projection), with the views they read in turn: cloned
+    per reader like free ops, each reader's kernel indexes the value itself (a kernel of views alone,
+    which its readers' kernels may not join, would copy it)."""
+    out: set[Op] = set()
+    for op in g.ops:
+        chain, p = [], op
+        while p is not None and is_view(p):
+            chain.append(p)
+            p = p.inputs[0].producer
+        readers = users[op.out]
+        if (chain and p is not None and _unfused(p) and len(readers) > 1
+                and all(is_view(u) and not is_relabel(u) and not _feeds_library(u.out, users) for u in readers)):
+            out.update(chain)
+    return out
+
+
+def _feeds_library(v: Value, users: dict[Value, list[Op]]) -> bool:
+    """A library call reads v, directly or through views (it takes them as operand layouts)."""
+    return any(_unfused(u) or (is_view(u) and _feeds_library(u.out, users)) for u in users[v])
+
+
+def _unfused(op: Op) -> bool:
+    """op is computed by no fused kernel: a library call or an opaque op."""
+    opdef = get(op.name)
+    return bool(opdef.library) or opdef.category == "opaque"
+
+
 def _materialized_transpose(op: Op, readers: list[Op]) -> bool:
     """op is a permute of a graph input that moves its innermost dim, and a convolution reads it in
     the forward (its input is written in that order anyway) beside other forward readers."""
@@ -194,29 +225,33 @@ def clone_constants(g: Graph) -> Graph:
     g = g.copy()
     users = g.users()
     shared = {op for op in g.ops if _materialized_transpose(op, users[op.out])}
+    fanned = _fanned_views(g, users)
     ops: list[Op] = []
+
+    def cloned(p: Op | None) -> bool:
+        return is_free(p) or p in fanned
 
     def clone(v: Value) -> Value:  # v's free producer, and the free ops it reads, copied for one reader
         p = v.producer
-        c = Op(p.name, tuple(clone(x) if is_free(x.producer) else x for x in p.inputs), p.attrs, v.type, p.loc)
+        c = Op(p.name, tuple(clone(x) if cloned(x.producer) else x for x in p.inputs), p.attrs, v.type, p.loc)
         ops.append(c)
         return c.out
 
     outputs = set(g.outputs)
     for op in g.ops:
-        if is_free(op) and len(users[op.out]) > 1 and op not in shared and op.out not in outputs:
+        if cloned(op) and len(users[op.out]) > 1 and op not in shared and op.out not in outputs:
             continue  # its readers get clones (a returned one stays too)
         new_inputs = []
         for v in op.inputs:
             p = v.producer
-            if is_free(p) and len(users[v]) > 1 and not (p in shared and not is_backward(op)):
+            if cloned(p) and len(users[v]) > 1 and not (p in shared and not is_backward(op)):
                 v = clone(v)
             new_inputs.append(v)
         op.inputs = tuple(new_inputs)
         ops.append(op)
     read, live = set(outputs), []
     for op in reversed(ops):  # a free op that only the originals of clones read goes
-        if not is_free(op) or op.out in read:
+        if not cloned(op) or op.out in read:
             live.append(op)
             read.update(op.inputs)
     g.ops = live[::-1]

@@ -70,7 +70,7 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
     the current GPU's architecture; for every executor, whether bias gradients take cuBLASLt's BGRAD
     epilogue (bgrad_enabled), so that the reference runs the plan the GPU runs."""
     target = replace(target, matmul_epilogues=frozenset(matmul.SUPPORTED_EPILOGUES) - {"none"},
-                     bgrad_epilogue=bgrad_enabled())
+                     bgrad_epilogue=bgrad_enabled(), fused_pieces=pieces_enabled())
     if executor != "cuda":
         return target
     return replace(target, attention_unsupported=cudnn_attention.op_unsupported,
@@ -97,6 +97,15 @@ def side_stream_enabled() -> bool:
     gpt_train's 48 per-layer updates take 1.5 % longer than its one multi-tensor update on an H200
     (benchmarks/results/2026-11-29-H200-side-stream/; docs/performance.md, "Settings that stay off")."""
     return env_flag("FLAME_SIDE_STREAM", False)
+
+
+def pieces_enabled() -> bool:
+    """FLAME_FUSE_PIECES=1 has concat and pad (a rotary embedding's cat([-x2, x1]) and its gradient's
+    pads, a U-Net's skip connections) fused as elementwise work into their neighbours' kernels, each
+    element reading the input its region comes from. Off by default until the GPU tests have run those
+    kernels (tests/passes/test_piecewise_fusion.py, marked gpu); the reference executor plans as the GPU
+    does, for every executor."""
+    return env_flag("FLAME_FUSE_PIECES", False)
 
 
 def bgrad_enabled() -> bool:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError
-from flame.ir.indexmap import broadcast_map, flip_map, permute_map, reshape_map, slice_map
+from flame.ir.indexmap import broadcast_map, concat_pieces, flip_map, pad_pieces, permute_map, reshape_map, slice_map
 from flame.ir.ops._shapes import broadcast_shapes, norm_axes, norm_axis
 from flame.ir.registry import Attr, OpDef, View, register
 
@@ -85,13 +85,15 @@ def _slice_ref(x, starts, stops, steps):
 def place_strided(b, v, axis: int, start: int, step: int, length: int):
     """v's entries along `axis` moved to start, start + step, ... of a zero tensor `length` long there
     (the adjoint of a strided slice; a transposed convolution's decomposition places its slabs so):
-    step - 1 zeros interleaved after each entry (unsqueeze + pad + reshape), those past `length` cut
-    away, then zero padding before and after."""
+    each entry padded with zeros to `step` (start % step before it, the rest after: unsqueeze + pad +
+    reshape), those past `length` cut away, then zero padding before and after. Every other entry
+    of x[..., 1::2]'s gradient is so one pad and reshape, with nothing cut or padded after."""
     n = v.shape[axis]
     if step > 1 and n > 0:
         v = b.unsqueeze(v, axes=[axis + 1])
         pads = [(0, 0)] * v.type.rank
-        pads[axis + 1] = (0, step - 1)
+        pads[axis + 1] = (start % step, step - 1 - start % step)
+        start -= start % step
         v = b.pad(v, pads=pads, value=0)
         shape = list(v.shape)
         v = b.reshape(v, shape=shape[:axis] + [n * step] + shape[axis + 2:])
@@ -145,7 +147,7 @@ def _concat_vjp(b, g, *xs_out, axis):
 
 
 register(OpDef("concat", "movement", -1, _concat_infer, lambda *xs, axis: np.concatenate(xs, axis=axis),
-               {"axis": Attr("int")}, _concat_vjp))
+               {"axis": Attr("int")}, _concat_vjp, pieces=concat_pieces))
 
 
 def _flip_infer(types, axes):
@@ -198,4 +200,5 @@ def _pad_vjp(b, g, x, out, pads, value):
 
 register(OpDef("pad", "movement", 1, _pad_infer,
                lambda x, pads, value: np.pad(x, pads, constant_values=value) if pads else x.copy(),
-               {"pads": Attr("pairs"), "value": Attr("number", 0)}, _pad_vjp, pads=True))
+               {"pads": Attr("pairs"), "value": Attr("number", 0)}, _pad_vjp, pads=True,
+               pieces=pad_pieces))
