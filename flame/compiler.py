@@ -13,8 +13,8 @@ Nothing below it (ir, passes, plan, codegen, runtime) imports it.
 The cache is keyed by everything that decides what comes out: the executor, the GPU it compiles for
 (its id: the runnable's kernels are loaded there), the Target the passes and the plan builder plan for
 (what the backend can do, the GPU architecture included), the settings read while compiling (FLAME_FUSE
-for lowering, FLAME_ROWS_SCHEDULE for the row kernels, FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA
-executor), whether the passes run,
+for lowering, FLAME_ROWS_SCHEDULE and FLAME_BALANCED_SCALARS for the kernels codegen renders,
+FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor), whether the passes run,
 and the graph itself (its printed text, which parses back to the same graph,
 or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
 types)). A caller that asks for it (`persist`: @flame.compile) also reaches the persistent plan cache
@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from flame import debug
-from flame.codegen.kernel import rows_schedule
+from flame.codegen.kernel import codegen_settings
 from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
@@ -89,7 +89,7 @@ def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
     bgrad, pieces = bgrad_enabled(), pieces_enabled()
     attention = attention_lowering() if cuda else None
     settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm, side,
-                rows_schedule(), bgrad, pieces, attention)
+                codegen_settings(), bgrad, pieces, attention)
     return settings, _target(ex.name, gpu, comm, side, bgrad, pieces, attention)
 
 

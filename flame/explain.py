@@ -11,6 +11,7 @@ from flame.plan.memory import human_bytes, memory_report
 from flame.plan.steps import Alias, AttentionCall, Copy, KernelLaunch, LibraryCall, Plan, Step
 
 UNFUSED = "one kernel per op (unfused)"
+MIN_REPEATED = 4  # steps a repeated run covers at least to be named (a kernel launched twice in a row is not a region)
 
 
 def _label(s: Step) -> tuple[str, str]:
@@ -73,4 +74,52 @@ def explain_plan(title: str, graph: Graph, plan: Plan) -> str:
         for o in s.ops:
             lines.append(f"          {format_op(o, ids, loc=True)}")
     lines += attention_lines(graph, plan)
+    lines += reused_lines(plan)
     return "\n".join(lines) + "\n" + str(memory_report(plan)) + "\n"
+
+
+def reused_lines(plan: Plan) -> list[str]:
+    """Where the plan repeats itself, and what the plan builder rendered once for it (Plan.reused):
+    the runs of steps that recur back to back (a model's repeated blocks, forward and backward), then
+    the kernels of each group that recurs in the graph (the same ops on other values) and how often
+    they were reused."""
+    if not plan.reused:
+        return []
+    work = [s for s in plan.steps if s.ops]
+    tokens = [(type(s).__name__, s.name, tuple(str(o.out.type) for o in s.ops)) for s in work]
+    groups = sum(n for _, n in plan.reused)
+    lines = [f"  reused regions: {len(plan.reused)} kernel group(s) rendered once and reused by {groups} alike "
+             f"group(s) (the same ops on other values)"]
+    for start, period, count in repeated_runs(tokens):
+        lines.append(f"    steps [{start}, {start + period * count}): a region of {period} step(s) repeated {count} "
+                     f"times, its kernels rendered for the first")
+    lines += [f"    {' + '.join(names)}: rendered once, reused {n} time(s)" for names, n in plan.reused]
+    return lines
+
+
+def repeated_runs(tokens: list, limit: int = 8) -> list[tuple[int, int, int]]:
+    """The longest runs of `tokens` made of one region repeated back to back, as (start, period,
+    count), largest first, non-overlapping, at most `limit`: per period, the maximal stretches where
+    each token equals the one a period later; the shortest period wins among those covering as much."""
+    ids: dict = {}
+    tokens = [ids.setdefault(t, len(ids)) for t in tokens]  # small ints compare fast
+    taken = [False] * len(tokens)
+    found = []
+    while len(found) < limit:
+        best = None  # (covered, -period, start, period, count)
+        for p in range(1, len(tokens) // 2 + 1):
+            i = 0
+            while i + p < len(tokens):
+                j = i
+                while j + p < len(tokens) and tokens[j] == tokens[j + p] and not taken[j] and not taken[j + p]:
+                    j += 1
+                count = (j - i + p) // p
+                if count >= 2 and (best is None or (count * p, -p) > best[:2]):
+                    best = (count * p, -p, i, p, count)
+                i = j + 1
+        if best is None or best[0] < MIN_REPEATED:
+            break
+        _, _, start, p, count = best
+        taken[start:start + p * count] = [True] * (p * count)
+        found.append((start, p, count))
+    return sorted(found)

@@ -28,6 +28,7 @@ from flame.codegen.elementwise import op_expr
 from flame.codegen.kernel import (
     Config,
     Kernel,
+    balanced_scalars,
     block_for,
     finish,
     group_dtypes,
@@ -441,7 +442,7 @@ def lower_map(group: FusionGroup, config: Config, target: Target = DEFAULT_TARGE
     outputs = list(group.outputs)
     static = not any(isinstance(d, symbolic.SymInt) for v in inputs + outputs for d in v.shape)
     balanced = config.balanced and len(segs) >= max(2, config.balanced)
-    if balanced and static and any(math.prod(lay.domain) > 1 for lay in lays):
+    if balanced and static and (any(math.prod(lay.domain) > 1 for lay in lays) or balanced_scalars(config)):
         return [_lower_balanced(group, inputs, outputs, segs, lays, config, target)]
     parts = [_MapSegment(seg, lay, inputs, outputs) for seg, lay in zip(segs, lays)]
     fields = [p.template_fields(inputs, outputs) for p in parts]

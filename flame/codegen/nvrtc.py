@@ -19,15 +19,17 @@ import glob
 import hashlib
 import hmac
 import os
+import queue
 import stat
 import tempfile
 import threading
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
+from flame._env import env_flag
 from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame._version import __version__
 from flame.codegen.user_source import user_errors
@@ -293,8 +295,17 @@ def _compile(source: str, arch: str, name_hint: str) -> bytes:
 
 
 def compile_cubin(source: str, arch: str, name_hint: str = "") -> bytes:
-    """The cubin of `source` for `arch` ("sm_90"), from the cache or compiled (and cached) now. The
-    cache is best-effort: an unusable directory or a failed write warns, and the compile still returns."""
+    """The cubin of `source` for `arch` ("sm_90"), from the cache or compiled (and cached) now; a
+    compile started ahead (compile_ahead) is waited for instead. The cache is best-effort: an unusable
+    directory or a failed write warns, and the compile still returns."""
+    with _lock:
+        ahead = _AHEAD.pop((source, arch), None)
+    if ahead is not None:
+        return ahead.result()
+    return _cached_compile(source, arch, name_hint)
+
+
+def _cached_compile(source: str, arch: str, name_hint: str) -> bytes:
     folder = usable_dir()
     path = None if folder is None else folder / f"{_key(source, arch)}.cubin"
     try:
@@ -315,14 +326,61 @@ def compile_cubin(source: str, arch: str, name_hint: str = "") -> bytes:
     return cubin
 
 
+AHEAD_ENV = "FLAME_COMPILE_AHEAD"
+_AHEAD: dict[tuple[str, str], Future] = {}  # (source, arch) -> its compile started ahead, until asked for
+_AHEAD_KEPT = 4096  # compiles started ahead and never asked for (a plan not run) are forgotten past this
+_ahead_queue: queue.SimpleQueue = queue.SimpleQueue()
+_ahead_threads: list[threading.Thread] = []
+
+
+def compile_ahead(source: str, arch: str, name_hint: str = "") -> None:
+    """Start compiling `source` for `arch` on a background thread (NVRTC releases the GIL), unless it
+    is under way already, so that NVRTC runs while the rest of the step is planned: the plan builder
+    calls this for each kernel it renders for a GPU (Target.arch), and compile_cubin / compile_many
+    wait for that compile instead of starting their own. A compile error surfaces there too, with
+    the same message. The threads are daemons (a process that exits does not wait for a compile
+    nobody asked for); $FLAME_COMPILE_AHEAD=0 turns this off (kernels compile when the executor
+    loads the plan)."""
+    if not env_flag(AHEAD_ENV, True):
+        return
+    with _lock:
+        if (source, arch) in _AHEAD:
+            return
+        if len(_AHEAD) >= _AHEAD_KEPT:  # forget the oldest finished ones (their cubins are in the disk cache)
+            for key in [k for k, f in _AHEAD.items() if f.done()][: _AHEAD_KEPT // 2]:
+                del _AHEAD[key]
+        future: Future = Future()
+        _AHEAD[source, arch] = future
+        if len(_ahead_threads) < min(os.cpu_count() or 1, 16):
+            t = threading.Thread(target=_compile_ahead_loop, name="flame-nvrtc", daemon=True)
+            _ahead_threads.append(t)
+            t.start()
+    _ahead_queue.put((future, source, arch, name_hint))
+
+
+def _compile_ahead_loop() -> None:
+    while True:
+        future, source, arch, name_hint = _ahead_queue.get()
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(_cached_compile(source, arch, name_hint))
+        except BaseException as e:  # handed to whoever asks for the cubin
+            future.set_exception(e)
+
+
 def compile_many(sources: Sequence[str], arch: str, workers: int | None = None) -> list[bytes]:
-    """compile_cubin over many sources in a thread pool (NVRTC releases the GIL); same order out."""
+    """compile_cubin over many sources in a thread pool (NVRTC releases the GIL), the longest sources
+    first (the slowest compile, a multi-tensor update's, starts at once rather than behind the short
+    ones); same order out."""
     sources = list(sources)
     if len(sources) <= 1:
         return [compile_cubin(s, arch) for s in sources]
     workers = workers or min(len(sources), os.cpu_count() or 1, 16)
+    order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda s: compile_cubin(s, arch), sources))
+        done = dict(zip(order, pool.map(lambda i: compile_cubin(sources[i], arch), order)))
+    return [done[i] for i in range(len(sources))]
 
 
 def cache_info() -> dict:

@@ -351,11 +351,13 @@ class Compiled:
         """The traced Graph (joint forward+backward+update if the function asks for gradients), before
         any simplification pass. `optimized(*args)` gives the graph that actually runs. Neither counts
         as a call in stats()."""
-        return self._build(self._args(args)).traced
+        with _gc.paused():  # building, as a call's miss does (module flame._gc)
+            return self._build(self._args(args)).traced
 
     def optimized(self, *args) -> Graph:
         """The graph after the pass pipeline, as it is handed to the executor."""
-        return self._build(self._args(args)).graph
+        with _gc.paused():  # building, as a call's miss does (module flame._gc)
+            return self._build(self._args(args)).graph
 
     def stats(self) -> CompileStats:
         """Traces, cache hits, variants cached and the time spent tracing and compiling so far."""

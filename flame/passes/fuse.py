@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Container
 
 import networkx as nx
 
@@ -97,6 +98,7 @@ from flame.passes.fuse_columns import (
 )
 from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
 from flame.passes.fusion_state import (
+    Closure,
     Group,
     State,
     fit,
@@ -464,10 +466,12 @@ def _feeds_collective(st: State, grp: Group) -> bool:
     return any(s.kind == Kind.COLLECTIVE for s in st.succ(grp))
 
 
-def _hoists_recomputation(st: State, a: Group, b: Group) -> bool:
+def _hoists_recomputation(st: State, a: Group, b: Group, recomputes: bool | None = None) -> bool:
     """One of a, b recomputes values (remat) and no kernel reads results of both: merged, the
-    recomputation would run where the earlier one runs, its values live from there on."""
-    recomputes = any(remat.is_recompute(o) for o in a.ops + b.ops)
+    recomputation would run where the earlier one runs, its values live from there on. `recomputes`:
+    whether one of them does, where the caller knows."""
+    if recomputes is None:
+        recomputes = any(remat.is_recompute(o) for o in a.ops + b.ops)
     return recomputes and not (st.succ(a) & st.succ(b))
 
 
@@ -518,28 +522,41 @@ def _horizontal(st: State) -> None:
     # kernels that stay apart whatever merges (a merge keeps each of these properties off)
     alone = {k for k in st.groups
              if k.kind not in _FUSIBLE or not sigs[k][2] or columns_of(k) or _feeds_collective(st, k)}
+    reach = Closure.of(st)
+    flags: dict[Group, tuple[bool, bool, bool]] = {}  # kernel -> (recomputes, has forward ops, has later ops)
+
+    def flags_of(k: Group) -> tuple[bool, bool, bool]:
+        if k not in flags:
+            flags[k] = (any(remat.is_recompute(o) for o in k.ops), any(o in st.forward for o in k.ops),
+                        any(o in st.later for o in k.ops))
+        return flags[k]
+
     for a in list(st.groups):
         if a not in st.groups or a in alone:
             continue
         sig = sig_of(a)
-        down = None  # the kernels a reaches
         for b in list(st.groups):
             if a.kind != Kind.ELEMENTWISE and len(a.merged) + 1 >= MAX_SEGMENTS:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
             if b is a or b in alone or b.kind != a.kind or (a.kind != Kind.SCALAR and sig_of(b) != sig):
                 continue
+            if reach is None and (st.reaches(a, b) or st.reaches(b, a)):
+                continue
+            if reach is not None and (reach.reaches(a, b) or reach.reaches(b, a)):
+                continue
+            (ra, fa, la), (rb, fb, lb) = flags_of(a), flags_of(b)  # checks that need them only where they may hold
             both = a.ops + b.ops
-            down = st.downstream(a) if down is None else down
-            if (b in down or st.reaches(b, a) or mixes_phases(both)
-                    or hoists_backward(st, both) or _hoists_recomputation(st, a, b)
-                    or ready.get(a) != ready.get(b)):
+            if ((ra or rb) and (mixes_phases(both) or _hoists_recomputation(st, a, b, True))
+                    or (fa or fb) and (la or lb) and hoists_backward(st, both) or ready.get(a) != ready.get(b)):
                 continue
             if a.kind == Kind.ELEMENTWISE and 8 * _pointers(st, both) > st.target.kernel_param_bytes:
                 a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
                 continue
-            down |= st.downstream(b)  # neither reaches the other: merged, they reach what either did
+            if reach is not None:
+                reach.merge(a, b)  # neither reaches the other: merged, they reach what either did
             merge(st, a, b)
+            flags[a] = (ra or rb, fa or fb, la or lb)
             sigs.pop(a, None)
 
 
@@ -550,7 +567,7 @@ def _pointers(st: State, ops: list[Op]) -> int:
     return len(read) + len(st.exposed(ops))
 
 
-def _frees_memory(st: State, grp: Group, before: set[Group]) -> bool:
+def _frees_memory(st: State, grp: Group, before: Container[Group]) -> bool:
     """grp is the last reader of more bytes of temporaries than it writes: every other reader of
     those values runs before it (in `before`), and none reads them through a view (which may share
     their buffer). Graph outputs are bound buffers, not the arena's; a kernel writing one that
@@ -586,14 +603,45 @@ def _order(st: State) -> list[Group]:
     updates = {k for k in st.groups if _is_update(st, k)}
     kernels.add_edges_from((st.group_of[u], k) for k in updates for u in _overwritten_readers(st, k)
                            if st.group_of.get(u, k) is not k)
-    # and the 0-d work they read (an optimizer's step count and bias corrections, traced after the backward)
-    early = updates | {k for u in updates for k in nx.ancestors(kernels, u) if k.kind == Kind.SCALAR}
-    first = {k: (k not in early, not _frees_memory(st, k, nx.ancestors(kernels, k)), st.index[k.ops[0]])
-             for k in st.groups}
     try:
-        return list(nx.lexicographical_topological_sort(kernels, key=first.__getitem__))
+        before = _Ancestors(kernels)
     except nx.NetworkXUnfeasible:
         raise AssertionError("internal error: kernel graph has a cycle") from None
+    # and the 0-d work they read (an optimizer's step count and bias corrections, traced after the backward)
+    early = updates | {k for u in updates for k in before.of(u) if k.kind == Kind.SCALAR}
+    first = {k: (k not in early, not _frees_memory(st, k, before.at(k)), st.index[k.ops[0]]) for k in st.groups}
+    return list(nx.lexicographical_topological_sort(kernels, key=first.__getitem__))
+
+
+class _Ancestors:
+    """nx.ancestors of every kernel of a DAG at once: a bitset per kernel, made in topological order."""
+
+    def __init__(self, kernels: nx.DiGraph):
+        order = list(nx.topological_sort(kernels))
+        self.nodes, self.bit = order, {k: 1 << i for i, k in enumerate(order)}
+        self.bits: dict = {}
+        for k in order:
+            up = 0
+            for p in kernels.predecessors(k):
+                up |= self.bit[p] | self.bits[p]
+            self.bits[k] = up
+
+    def at(self, k) -> _Members:
+        """The kernels before k, as a container."""
+        return _Members(self.bits[k], self.bit)
+
+    def of(self, k) -> list:
+        """The kernels before k, in topological order."""
+        bits = self.bits[k]
+        return [n for n in self.nodes if bits & self.bit[n]]
+
+
+class _Members:
+    def __init__(self, bits: int, bit: dict):
+        self.bits, self.bit = bits, bit
+
+    def __contains__(self, k) -> bool:
+        return bool(self.bits & self.bit.get(k, 0))
 
 
 _READ_BY = {Kind.MATMUL: "result read by a matmul", Kind.OPAQUE: "result read by an opaque op or column reduction",

@@ -181,14 +181,15 @@ def column_kernels(st: State) -> None:
     row_kernels = [grp for grp in st.groups if grp.kind == Kind.ROWS
                    and any(is_reduction(o) and trailing_reduced(o) is not None for o in grp.ops)]
     by_rows = {v for grp in row_kernels for o in grp.ops for v in (o.out, *o.inputs)}
+    summed: dict[Op, int | None] = {}  # reduction -> its leading_reduced dims if it may join a kernel, else None
     for eg in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
         reads = {v for o in eg.ops for v in o.inputs}
         for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
             (op,) = cg.ops
-            v, n_red = op.inputs[0], leading_reduced(op)
-            if (not accumulates(op) or not v.dtype.is_float or n_red is None
-                    or any(isinstance(d, SymInt) for d in v.shape) or not math.prod(v.shape)
-                    or v.type.numel != math.prod(eg.domain) or is_bias_grad(st, op) or v in by_rows):
+            if op not in summed:
+                summed[op] = _column_candidate(st, op, by_rows)
+            v, n_red = op.inputs[0], summed[op]
+            if n_red is None or v.type.numel != math.prod(eg.domain):
                 continue  # dynamic sizes and bias gradients keep their column kernel (absorb_columns)
             if eg.kind == Kind.ROWS and (eg.domain, eg.n_red) != (v.shape, n_red):
                 continue  # carries columns of another row layout already
@@ -204,6 +205,19 @@ def column_kernels(st: State) -> None:
                 continue  # codegen carries columns in a one-segment row kernel only
             merge(st, eg, cg)
             eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
+
+
+def _column_candidate(st: State, op: Op, by_rows: set[Value]) -> int | None:
+    """The dims column reduction op sums (indexmap.leading_reduced) when column_kernels may give it to
+    an elementwise kernel, whichever: a float sum over whole columns of a static, non-empty value that
+    is no bias gradient and that no kernel with row reductions computes or reads. None otherwise.
+    What it asks does not change while column_kernels merges (those merges make rows kernels only)."""
+    v, n_red = op.inputs[0], leading_reduced(op)
+    if (not accumulates(op) or not v.dtype.is_float or n_red is None
+            or any(isinstance(d, SymInt) for d in v.shape) or not math.prod(v.shape)
+            or is_bias_grad(st, op) or v in by_rows):
+        return None
+    return n_red
 
 
 def is_bias_grad(st: State, red: Op) -> bool:

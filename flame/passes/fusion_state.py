@@ -86,19 +86,95 @@ class State:
         """The kernels src reaches (see reaches): one walk answers it for every kernel."""
         return set(self._walk(src))
 
-    def _walk(self, src: Group) -> Iterator[Group]:
-        """The kernels at the end of a path of data edges from src, each once."""
-        todo, seen = list(self.succ(src)), set()
+    def pred(self, grp: Group) -> set[Group]:
+        """The kernels grp reads (succ's edges the other way)."""
+        group_of = self.group_of
+        out = {group_of[v.producer] for op in grp.ops for v in op.inputs if v.producer in group_of}
+        out.discard(grp)
+        return out
+
+    def upstream(self, dst: Group) -> set[Group]:
+        """The kernels that reach dst (see reaches): one walk against the edges answers it for every kernel."""
+        return set(self._walk(dst, self.pred))
+
+    def _walk(self, src: Group, step=None) -> Iterator[Group]:
+        """The kernels at the end of a path of data edges from src (of `step`'s edges: succ by default),
+        each once."""
+        step = step or self.succ
+        todo, seen = list(step(src)), set()
         while todo:
             h = todo.pop()
             if h in seen:
                 continue
             seen.add(h)
             yield h
-            todo += [s for s in self.succ(h) if s not in seen]
+            todo += [s for s in step(h) if s not in seen]
 
     def sorted_ops(self, ops) -> list[Op]:
         return sorted(ops, key=self.index.__getitem__)
+
+
+class Closure:
+    """Which kernels reach which (State.reaches for all pairs at once): bitsets of the kernels each one
+    reaches (`down`) and is reached from (`up`), made from st.succ in one pass over the kernels in
+    topological order, and kept exact through `merge`s of two kernels neither of which reaches the
+    other (the horizontal rule's, which checks that first). `Closure.of(st)` is None where the
+    kernels' edges form a cycle (none should): the caller then walks the graph per question."""
+
+    def __init__(self, st: State, order: list[Group], succ: dict[Group, set[Group]]):
+        self.bit = {k: 1 << i for i, k in enumerate(order)}
+        self.down: dict[Group, int] = {}
+        self.up: dict[Group, int] = dict.fromkeys(order, 0)
+        for k in reversed(order):  # successors first
+            self.down[k] = _bits(self.bit, succ[k], self.down)
+        for k in order:  # predecessors first
+            for s in succ[k]:
+                self.up[s] |= self.bit[k] | self.up[k]
+
+    @staticmethod
+    def of(st: State) -> Closure | None:
+        succ = {k: st.succ(k) for k in st.groups}
+        if any(s not in succ for ss in succ.values() for s in ss):
+            return None
+        order, state = [], dict.fromkeys(succ, 0)  # 0 unseen, 1 on the path, 2 done
+        for root in succ:
+            stack = [(root, iter(succ[root]))] if not state[root] else []
+            state[root] = state[root] or 1
+            while stack:
+                k, it = stack[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    stack.pop()
+                    state[k] = 2
+                    order.append(k)
+                elif state[nxt] == 1:
+                    return None  # a cycle
+                elif not state[nxt]:
+                    state[nxt] = 1
+                    stack.append((nxt, iter(succ[nxt])))
+        order.reverse()  # topological: every kernel before those it reaches
+        return Closure(st, order, succ)
+
+    def reaches(self, src: Group, dst: Group) -> bool:
+        return bool(self.down[src] & self.bit[dst])
+
+    def merge(self, a: Group, b: Group) -> None:
+        """a takes b in (neither reaches the other): what reached either reaches a and all the kernels
+        either reached, which are reached from all that reached either."""
+        down, up = self.down[a] | self.down[b], self.up[a] | self.up[b]
+        for k, bit in self.bit.items():
+            if up & bit:
+                self.down[k] |= down | self.bit[a]
+            if down & bit:
+                self.up[k] |= up | self.bit[a]
+        self.down[a], self.up[a] = down, up
+
+
+def _bits(bit: dict[Group, int], groups, down: dict[Group, int]) -> int:
+    out = 0
+    for s in groups:
+        out |= bit[s] | down[s]
+    return out
 
 
 def updates_only(kind: Kind, ops, outputs, g: Graph, updated: dict[Value, Value], users: dict[Value, list[Op]]) -> bool:

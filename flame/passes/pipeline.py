@@ -81,7 +81,7 @@ def run_pipeline(
         _check("tracing", g)
     if dump is not None:
         dump("traced", g, 0.0)
-    text = print_graph(g)
+    text = print_graph(g) if max_rounds > 1 else ""  # only a round that may be followed by another compares
     for rnd in range(max_rounds):
         for p in passes:
             stage = stage_name(p, rnd)
@@ -94,6 +94,8 @@ def run_pipeline(
                 timings.append((stage, seconds))
             if dump is not None:
                 dump(stage, g, seconds)
+        if rnd + 1 == max_rounds:
+            break
         text, before = print_graph(g), text
         if text == before:
             break

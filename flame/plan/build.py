@@ -2,8 +2,9 @@
 the buffers (flame.plan.memory).
 
 build_plan(graph) walks the fusion groups (or, on an unfused graph, the ops) once: a KernelLaunch per
-kernel codegen renders for a group or op (rendered only: nothing is compiled here; `_lower` is the
-one place that calls codegen), a library-call step for an op with the `library` trait (LIBRARY_CALLS;
+kernel codegen renders for a group or op (rendered here; `_lower` is the one place that calls
+codegen, and for a GPU target each kernel's NVRTC compile starts in the background as it is
+rendered, codegen.nvrtc.compile_ahead), a library-call step for an op with the `library` trait (LIBRARY_CALLS;
 matmul: a MatmulCall, with its epilogue when the fusion pass marked one and the target's library fuses
 it: bias, activation, the pre-activation as aux result, an operand's bias gradient), an Alias for
 relabelling view ops (reshape/squeeze/unsqueeze) and order-keeping permutes (every flame buffer is
@@ -91,10 +92,12 @@ def kernel_memo(memo: KernelMemo):
         _MEMO.reset(token)
 
 
-def _lower(item: Op | FusionGroup, lowering: Callable | None) -> tuple[tuple[Value, ...], list]:
+def _lower(item: Op | FusionGroup, lowering: Callable | None,
+           renders: Renders | None = None) -> tuple[tuple[Value, ...], list]:
     """The kernels codegen renders for one op or one fusion group, and the values they read in
     argument order: the one place the builder calls codegen (a single op is a group of one).
-    `lowering(op)` replaces codegen for single ops when given."""
+    `lowering(op)` replaces codegen for single ops when given. `renders`: the kernels rendered so far
+    for this plan, by canonical group (a group alike to one rendered before takes its kernels)."""
     from flame.codegen import kernel_inputs, single
 
     if isinstance(item, Op):
@@ -103,7 +106,10 @@ def _lower(item: Op | FusionGroup, lowering: Callable | None) -> tuple[tuple[Val
         item = single(item)
     memo = _MEMO.get()
     if memo is None:
-        return tuple(kernel_inputs(item)), _render(item)
+        inputs = tuple(kernel_inputs(item))
+        if renders is None or symbolic.current() is not None:
+            return inputs, _render(item)
+        return inputs, renders.render(item, inputs)
     if memo.size is None:  # recording: this lowering's decisions on the size are its own guards
         with symbolic.recording() as guards:
             kernels = _render(item)
@@ -117,6 +123,45 @@ def _lower(item: Op | FusionGroup, lowering: Callable | None) -> tuple[tuple[Val
     kernels = _render(item)
     memo.rerendered.extend(f"{k.name}: {why}" for k in kernels)
     return tuple(kernel_inputs(item)), kernels
+
+
+@dataclasses.dataclass
+class Renders:
+    """The kernels rendered while building one plan, by canonical group (`canonical_group`): a group
+    alike to one rendered before (the same ops on the same types, wired the same way, the same kind,
+    boundary reason, epilogue and outputs: a repeated block of a model) takes the kernels rendered for
+    the first one, which codegen would render again to the same sources. `reused`: per canonical
+    group rendered more than once, the first group's kernel names and how many groups reused them."""
+
+    kernels: dict = dataclasses.field(default_factory=dict)  # canonical group -> kernels
+    reused: dict = dataclasses.field(default_factory=dict)  # canonical group -> (kernel names, reuses)
+
+    def render(self, item: FusionGroup, inputs: tuple[Value, ...]) -> list:
+        key = canonical_group(item, inputs)
+        kernels = self.kernels.get(key)
+        if kernels is None:
+            kernels = self.kernels[key] = _render(item)
+        else:
+            names, n = self.reused.get(key, (tuple(k.name for k in kernels), 0))
+            self.reused[key] = (names, n + 1)
+        return kernels
+
+
+def canonical_group(group: FusionGroup, inputs: tuple[Value, ...]) -> tuple:
+    """What codegen's rendering of `group` depends on, with values numbered from the kernel's inputs
+    (so the same work in another block of the model, on other values, gives the same key): its ops as
+    IR text, its inputs' types, which values it writes, its kind, reason, epilogue and update mark,
+    and the settings codegen reads (codegen.kernel.codegen_settings)."""
+    from flame.codegen.kernel import codegen_settings
+
+    local = {v: i for i, v in enumerate(inputs)}
+    lines = []
+    for op in group.ops:
+        for v in (*op.inputs, op.out):
+            local.setdefault(v, len(local))
+        lines.append(format_op(op, local))
+    return (str(group.kind), group.reason, group.epilogue, group.update, codegen_settings(),
+            tuple(str(v.type) for v in inputs), tuple(local.get(v, -1) for v in group.outputs), tuple(lines))
 
 
 def _render(item: FusionGroup) -> list:
@@ -161,6 +206,7 @@ class _Builder:
         self.steps: list[Step] = []
         self.buffer_of: dict[Value, int] = {}
         self.temp_roots: set[int] = set()
+        self.renders = Renders()  # kernels rendered so far, by canonical group (a repeated block's reuse them)
         self.strided = fold_attention_views(g, target.attention_layout_unsupported)  # views attention reads
         # transposes that every matmul user reads with ta/tb instead; not one an attention call writes
         # its result through (its input then has no buffer: the call fills the transpose's own)
@@ -196,6 +242,10 @@ class _Builder:
         sid = self.scratch(max((k.scratch for k in kernels), default=0))
         extra = () if sid is None else (sid,)
         for i, k in enumerate(kernels):
+            if self.target.arch:  # planned for a GPU: its compile starts now, beside the planning
+                from flame.codegen.nvrtc import compile_ahead
+
+                compile_ahead(k.source, self.target.arch, k.name)
             self.steps.append(KernelLaunch(k.name, k.source, k.grid, k.block, k.smem, ins + outs + extra,
                                            k.n_inputs, ops, (i, len(kernels)), len(outs),
                                            grp.reason if grp else reason,
@@ -232,7 +282,7 @@ class _Builder:
             return
         self.temporary(op.out)
         try:
-            inputs, kernels = _lower(op, self.lowering)
+            inputs, kernels = _lower(op, self.lowering, self.renders)
         except NotImplementedError as e:
             raise NotImplementedError(f"no kernel for {format_op(op, self.ids)}: {e}") from None
         self.launches(kernels, tuple(self.buffer_of[v] for v in inputs), (bid,), (op,), reason=reason)
@@ -423,8 +473,9 @@ def _bind_outputs(bld: _Builder) -> list[int]:
 def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None = None) -> Plan:
     """The Plan of a verified graph, before memory planning (temporaries have no arena offsets yet:
     flame.plan.memory.plan_memory places them; to_plan does both). `lowering(op) -> list[Kernel]`
-    defaults to codegen's lowering of the op's group of one; kernels are rendered, never compiled,
-    here. `target` (compile_graph hands over the one the passes planned for; by default the reference
+    defaults to codegen's lowering of the op's group of one; kernels are rendered here, and for a
+    target with an architecture (a GPU's) compiled ahead in the background (codegen.nvrtc.compile_ahead).
+    `target` (compile_graph hands over the one the passes planned for; by default the reference
     executor's: every matmul epilogue, no library workspaces) says what the backend's library calls do."""
     target = DEFAULT_TARGET if target is None else target
     bld = _Builder(g, lowering, target)
@@ -440,7 +491,8 @@ def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None
     outputs = _bind_outputs(bld)
     updates = {bld.buffer_of[o]: bld.buffer_of[i] for o, i in g.updated().items() if o in bld.buffer_of}
     steps = overlap_streams(bld.buffers, bld.steps, updates)
-    return Plan(g.name, bld.buffers, steps, inputs, outputs, 0, g, bld.buffer_of)
+    return Plan(g.name, bld.buffers, steps, inputs, outputs, 0, g, bld.buffer_of,
+                reused=tuple(bld.renders.reused.values()))
 
 
 def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
@@ -469,7 +521,7 @@ def _group_steps(bld: _Builder, grp: FusionGroup) -> None:
         bld.steps.append(attention_call(bld, fwd, bld.temporary(bld.strided.stored_in(fwd)), stats))
         return
     try:
-        inputs, kernels = _lower(grp, bld.lowering)
+        inputs, kernels = _lower(grp, bld.lowering, bld.renders)
     except NotImplementedError as e:  # not expected from the pass's groups; stay correct op by op
         for op in grp.ops:
             bld.op(op, f"op by op: codegen could not lower the fused group ({e})")

@@ -143,6 +143,7 @@ def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict) -> dict
         "buffer_of": [[numbering[v], b] for v, b in plan.buffer_of.items()],
         "memory_budget": None if budget is None else _fields(budget, ops),
         "activation_budget": None if plan.activation_budget is None else _fields(plan.activation_budget, ops),
+        "reused": [[list(names), n] for names, n in plan.reused],
     }
 
 
@@ -195,4 +196,5 @@ def _unplan(data: dict, graph: Graph, values: list) -> Plan:
         {values[n]: b for n, b in data["buffer_of"]},
         None if budget is None else MemoryBudget(**budget),
         None if activations is None else ActivationBudget(**{k: _dec(v, ops) for k, v in activations.items()}),
+        tuple((tuple(names), n) for names, n in data.get("reused", ())),
     )

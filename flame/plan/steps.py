@@ -634,7 +634,8 @@ class Plan:
     """Buffers (by id), steps in order, the buffer of each graph input and output, and the arena
     size. `graph` and `buffer_of` (Value -> buffer id) let the reference executor run the IR ops.
     `memory_budget` / `activation_budget`: set when the plan was fitted to a budget (the memory report
-    shows it)."""
+    shows it). `reused`: the kernels rendered once and reused by alike groups (a model's repeated
+    blocks), as (kernel names, how many more groups took them), for `flame explain`."""
 
     name: str
     buffers: dict[int, Buffer]
@@ -646,6 +647,7 @@ class Plan:
     buffer_of: dict[Value, int]
     memory_budget: MemoryBudget | None = None
     activation_budget: ActivationBudget | None = None
+    reused: tuple[tuple[tuple[str, ...], int], ...] = ()
 
     def kernels(self) -> list[KernelLaunch]:
         return [s for s in self.steps if isinstance(s, KernelLaunch)]

@@ -73,3 +73,12 @@ def test_a_new_size_is_instantiated_with_the_collector_paused(collector_enabled,
         assert step(flame.tensor(x)).item() == pytest.approx(float((x * x).sum()))
     assert states and not any(states) and gc.isenabled()
     assert step.stats().instantiations >= 1
+
+
+@pytest.mark.parametrize("method", ["trace", "optimized"])
+def test_trace_and_optimized_build_with_the_collector_paused(collector_enabled, method):
+    """`.trace(*args)` and `.optimized(*args)` (what the suite's compile-time columns time) build as a
+    call's miss does: the collector paused while the body runs, enabled again after."""
+    step, seen = _step()
+    graph = getattr(step, method)(flame.tensor(np.ones((4, 3), np.float32)))
+    assert graph.ops and seen == [False] and gc.isenabled()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
 
 from flame.errors import DTypeError
 from flame.ir.dtypes import boolean, f32
@@ -30,6 +29,8 @@ def _erf_ref(x):
     # of its scalar loop's time), f64 through SciPy; either way the accurate side of every comparison
     if x.dtype != np.float64 and x.dtype.itemsize <= 4:
         return erf_narrow(x)
+    from scipy import special  # here: importing SciPy's special functions is a sixth of `import flame`
+
     return special.erf(x.astype(np.float64, copy=False)).astype(x.dtype, copy=False)
 
 
