@@ -30,7 +30,7 @@ import numpy as np
 from flame.codegen import cuda_c, score_mod
 from flame.codegen.kernel import Kernel, finish, header, kernel_fields, render_template
 from flame.ir.dtypes import f32
-from flame.ir.evaluate import evaluate_op
+from flame.ir.evaluate import constant_value
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, extras_of, float_extras
 from flame.ir.ops.elementwise import LOGICAL_AND
@@ -81,19 +81,7 @@ def _conjuncts(v: Value) -> list[Value]:
 
 def _constant(sub: Graph, v: Value) -> np.ndarray | None:
     """v's value when it reads none of the graph's inputs and is small enough to evaluate, else None."""
-    needed, stack = set(), [v]
-    while stack:
-        x = stack.pop()
-        if x in sub.inputs or x.type.numel > MAX_BAND_EVAL:
-            return None
-        if x not in needed:
-            needed.add(x)
-            stack.extend(x.producer.inputs)
-    env: dict[Value, np.ndarray] = {}
-    for op in sub.ops:
-        if op.out in needed:
-            env[op.out] = evaluate_op(op, [env[x] for x in op.inputs])
-    return env[v]
+    return constant_value(sub, v, MAX_BAND_EVAL)
 
 
 def _keep_band(sub: Graph, length: int, keys: int) -> tuple[int | None, int | None]:

@@ -61,3 +61,22 @@ def evaluate_outputs(g: Graph, arrays: Sequence[np.ndarray]) -> list[np.ndarray]
             if last[v] == i and v not in keep:
                 del env[v]
     return [env[v] for v in g.outputs]
+
+
+def constant_value(g: Graph, v: Value, limit: int) -> np.ndarray | None:
+    """v's value when it reads none of g's inputs and neither it nor what it is computed from holds
+    more than `limit` elements (so it is cheap to evaluate now), else None."""
+    needed, stack = set(), [v]
+    while stack:
+        x = stack.pop()
+        if x in needed:
+            continue
+        if x.producer is None or x.type.numel > limit:
+            return None
+        needed.add(x)
+        stack.extend(x.producer.inputs)
+    env: dict[Value, np.ndarray] = {}
+    for op in g.ops:
+        if op.out in needed:
+            env[op.out] = evaluate_op(op, [env[i] for i in op.inputs])
+    return env[v]

@@ -32,7 +32,7 @@ import numpy as np
 
 from flame.errors import FlameError
 from flame.ir.builder import Builder
-from flame.ir.evaluate import evaluate_op
+from flame.ir.evaluate import constant_value
 from flame.ir.graph import Graph, Op, SubGraph, Value
 from flame.ir.ops.elementwise import ADD, DIV, MUL
 from flame.ir.ops.linalg import MATMUL
@@ -193,20 +193,7 @@ def _private(m: _Match, users: dict[Value, list[Op]], keep: Collection[Value]) -
 
 def _constant(v: Value, g: Graph) -> np.ndarray | None:
     """v's value when it depends on no graph input and is small enough to evaluate, else None."""
-    needed, stack = set(), [v]
-    while stack:
-        x = stack.pop()
-        if x in needed:
-            continue
-        if x.producer is None or x.type.numel > MAX_MASK_EVAL:
-            return None
-        needed.add(x)
-        stack.extend(x.producer.inputs)
-    env: dict[Value, np.ndarray] = {}
-    for op in g.ops:
-        if op.out in needed:
-            env[op.out] = evaluate_op(op, [env[i] for i in op.inputs])
-    return env[v]
+    return constant_value(g, v, MAX_MASK_EVAL)
 
 
 def _is_causal(mask: np.ndarray, kind: str, length: int, keys: int) -> bool:
