@@ -33,7 +33,7 @@ from flame.frontend.dispatch import apply, fresh
 from flame.frontend.index_ops import check_indices, wrap_negative
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
-from flame.frontend.views import bump, check_writable, positions, stale, version, write
+from flame.frontend.views import bump, check_writable, overlapping, positions, stale, version, write
 from flame.ir.dtypes import boolean, i64
 from flame.ir.ops._shapes import broadcast_shapes
 
@@ -174,6 +174,11 @@ def _strides(sizes: list[int]) -> list[int]:
 
 def setitem(t, key, value) -> None:
     """x[key] = value, as a functional update that rebinds x (see the module docstring)."""
+    fill = not isinstance(value, Tensor)  # one number: PyTorch writes it into an expanded view too
+    keys = key if isinstance(key, tuple) else (key,)
+    if fill and overlapping(t) and not any(isinstance(_as_index(k), Tensor) for k in keys):
+        getitem(t, key).fill_(value)  # only the elements the key names: the others share their memory
+        return
     value = value if isinstance(value, Tensor) else _scalar_like(value, t)
     if value.dtype != t.dtype:
         value = value.to(t.dtype)
@@ -183,7 +188,7 @@ def setitem(t, key, value) -> None:
         new = masked_write(base, k, value)
     else:
         new = _scatter_write(base, key, value)
-    assign(t, new)
+    assign(t, new, fill=fill)
 
 
 def _scalar_like(value, t):
@@ -244,13 +249,14 @@ def index_put(t, indices, values, accumulate: bool = False):
     return apply("scatter_add", t.reshape(-1), positions.reshape(-1), src, axis=0).reshape(t.shape)
 
 
-def assign(t, new, what: str = "an in-place op") -> None:
+def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     """Make tensor t hold `new` (an in-place op: x[k] = v, masked_fill_, clamp_, copy_). While tracing
     t is rebound; eagerly t's buffer is overwritten and t takes new's gradient history (the history keeps
     t's old value in a stand-in tensor, so t.backward() differentiates through the write). A write into
-    a view reaches its base (_write_view)."""
+    a view reaches its base (_write_view). fill: the write puts one number everywhere (fill_, zero_,
+    x[k] = 2.0), which PyTorch allows into an expanded view."""
     if t._base is not None:
-        _write_view(t, new, what)
+        _write_view(t, new, what, fill)
         return
     trace = current_trace.get()
     if grad_enabled.get() and _leaf(t, trace):
@@ -283,7 +289,7 @@ def _leaf(t, trace) -> bool:
     return t._node is None
 
 
-def _write_view(t, new, what: str) -> None:
+def _write_view(t, new, what: str, fill: bool) -> None:
     """t (a view) holds `new` from here on, and so does the part of its base t shows: eagerly through
     the shared storage, and in the base's value and gradient history as a scatter of `new` into the
     base's old value at t's positions (while tracing, and eagerly when a gradient is recorded)."""
@@ -291,7 +297,7 @@ def _write_view(t, new, what: str) -> None:
     traced = trace is not None or t._value is not None or base._value is not None
     record = traced or grad_enabled.get() and (base.requires_grad or new.requires_grad)
     if not record:
-        check_writable(t, what)
+        check_writable(t, what, fill)
         write(t, new)
         bump(base)  # t (and every other view) is derived again from the base at its next use
         if base._node is not None:  # as a write into the base itself under no_grad: no history through it
@@ -302,7 +308,7 @@ def _write_view(t, new, what: str) -> None:
                          f"operation (write into it under `with flame.no_grad():`, or into a clone)"
                          f"\n  at {user_location()}")
     pos = positions(t)
-    check_writable(t, what, pos)
+    check_writable(t, what, fill, pos)
     old = stand_in(base, new)
     flat = Tensor(pos.reshape(-1))
     merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)

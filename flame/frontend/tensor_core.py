@@ -335,7 +335,8 @@ class TensorCore:
         s, e = dim_index("flatten", start_dim, self.ndim), dim_index("flatten", end_dim, self.ndim)
         if s > e:
             raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}\n  at {user_location()}")
-        return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
+        merged = int(np.prod(self.shape[s:e + 1], dtype=np.int64))  # no -1: a zero-size tensor flattens too
+        return self.reshape(*self.shape[:s], merged, *self.shape[e + 1:])
 
     def permute(self, *dims):
         perm = [dim_index("permute", d, self.ndim) for d in _shape_arg(dims)]

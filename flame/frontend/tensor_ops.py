@@ -292,11 +292,12 @@ class TensorOps:
         return apply("where", mask, value, self)
 
     def masked_fill_(self, mask, value):
-        return self._inplace(lambda x: x.masked_fill(mask, value), value)
+        return self._inplace(lambda x: x.masked_fill(mask, value), value, fill=not isinstance(value, Tensor))
 
-    def _inplace(self, fn, *others):
+    def _inplace(self, fn, *others, fill: bool = False):
         """Make self hold fn(self) (an in-place op, torch's rules): the result keeps self's shape and
-        dtype, and may not need a wider kind of dtype (a float result into an integer tensor)."""
+        dtype, and may not need a wider kind of dtype (a float result into an integer tensor). fill: the
+        op writes one number (masked_fill_ of a number), as indexing.assign's."""
         new = fn(stand_in(self, *others))
         if new.shape != self.shape:
             raise ShapeError(f"in-place op: output with shape {list(self.shape)} doesn't match the broadcast "
@@ -304,19 +305,20 @@ class TensorOps:
         if new.dtype != self.dtype and _kind(new.dtype) > _kind(self.dtype):
             raise DTypeError(f"in-place op: result type {new.dtype} can't be cast to the desired output type "
                              f"{self.dtype}\n  at {user_location()}")
-        assign(self, new if new.dtype == self.dtype else new.to(self.dtype))
+        assign(self, new if new.dtype == self.dtype else new.to(self.dtype), fill=fill)
         return self
 
     # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
     def copy_(self, src: Tensor | float) -> Tensor:
         """self's elements set to src's (broadcast, converted to self's dtype), as torch's copy_."""
+        fill = not isinstance(src, Tensor)  # fill_ and zero_: one number, allowed into an expanded view
         src = src if isinstance(src, Tensor) else full(self.shape, src, self.dtype)
         if src.dtype != self.dtype:
             src = src.to(self.dtype)
         if src.shape != self.shape:
             src = src.broadcast_to(self.shape)
         stand_in(self, src)
-        assign(self, src, "copy_")
+        assign(self, src, "copy_", fill)
         return self
 
     def zero_(self) -> Tensor:

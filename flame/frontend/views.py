@@ -113,10 +113,22 @@ def overlap_error(what: str) -> FlameError:
                       f"the operation.\n  at {user_location()}")
 
 
-def check_writable(t: Tensor, what: str, pos: np.ndarray | None = None) -> None:
-    """Refuse a write into a view whose elements share memory (expand), as PyTorch does. pos: the
-    view's positions (needed for a traced view, which has no strides)."""
-    if t._base is None:
+def overlapping(t: Tensor) -> bool:
+    """t is a view some of whose elements share a memory location (an expanded tensor)."""
+    if t._base is None or t.numel() == 0:
+        return False
+    if t._value is not None:
+        pos = positions(t)
+        return np.unique(pos).size != pos.size
+    return any(s == 0 and n > 1 for n, s in zip(t._data.shape, t._data.strides))
+
+
+def check_writable(t: Tensor, what: str, fill: bool, pos: np.ndarray | None = None) -> None:
+    """Refuse a write into a view whose elements share memory (expand), as PyTorch does, unless it is a
+    fill (fill_, zero_, masked_fill_ or item assignment of a number: the same value wherever elements
+    share a location, which PyTorch writes too). pos: the view's positions (for a traced view, which
+    has no strides)."""
+    if t._base is None or fill or t.numel() == 0:
         return
     if pos is not None:
         overlap = np.unique(pos).size != pos.size

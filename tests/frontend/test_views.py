@@ -100,7 +100,37 @@ def test_a_write_into_an_expanded_view_is_refused():
     with pytest.raises(FlameError, match="more than one element of the written-to tensor refers to a single"):
         x.expand(3, 4).add_(1)
     with pytest.raises(FlameError, match="more than one element"):
-        x.expand(3, 4)[0] = 1.0
+        x.expand(3, 4).copy_(flame.ones(3, 4))
+    with pytest.raises(FlameError, match="more than one element"):
+        x.expand(3, 4)[0] = flame.ones(4)
+
+
+FILLS = {
+    "fill_": lambda m, e: e.fill_(1.5),
+    "zero_": lambda m, e: e.zero_(),
+    "item": lambda m, e: e.__setitem__(0, 5.0),
+    "element": lambda m, e: e.__setitem__((1, 2), 7.0),
+    "masked_fill_": lambda m, e: e.masked_fill_(m.tensor([[True, False, True, False]] * 3), 2.0),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", FILLS)
+def test_fills_of_an_expanded_view_are_written_as_torch_writes_them(name, compiled):
+    def body(m, x):
+        FILLS[name](m, x.expand(3, 4))
+        return x * 1
+
+    a = np.arange(4, dtype=np.float32).reshape(1, 4)
+    got = (flame.compile(lambda x: body(flame, x)) if compiled else lambda x: body(flame, x))(flame.tensor(a))
+    np.testing.assert_array_equal(got.numpy(), body(torch, torch.tensor(a)).numpy())
+
+
+def test_zero_size_views_flatten_and_take_writes_as_torch():
+    for m in (flame, torch):
+        x = m.zeros(0, 2, 1)
+        x[0::3].mul_(x)
+        assert tuple(m.zeros(1, 0, 2).flatten(1).shape) == (1, 0) and tuple(m.zeros(0, 2, 6).flatten(1).shape) == (0, 12)
 
 
 def test_detach_shares_storage_and_version_counter():
