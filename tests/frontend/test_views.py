@@ -130,7 +130,8 @@ def test_zero_size_views_flatten_and_take_writes_as_torch():
     for m in (flame, torch):
         x = m.zeros(0, 2, 1)
         x[0::3].mul_(x)
-        assert tuple(m.zeros(1, 0, 2).flatten(1).shape) == (1, 0) and tuple(m.zeros(0, 2, 6).flatten(1).shape) == (0, 12)
+        assert tuple(m.zeros(1, 0, 2).flatten(1).shape) == (1, 0)
+        assert tuple(m.zeros(0, 2, 6).flatten(1).shape) == (0, 12)
 
 
 def test_detach_shares_storage_and_version_counter():
