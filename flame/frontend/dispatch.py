@@ -15,7 +15,7 @@ from flame.errors import AutogradError, FlameError, TraceError
 from flame.frontend import autocast
 from flame.frontend.context import checkpoint_saves, current_trace, grad_enabled, in_checkpoint, user_location
 from flame.frontend.tensor import Tensor
-from flame.frontend.views import contiguous_array, link, stale, strided_array, version
+from flame.frontend.views import contiguous_array, link, stale, strided_array, traced_view, version
 from flame.ir import registry
 from flame.ir.builder import Builder, _with_loc
 from flame.ir.dtypes import DType
@@ -133,7 +133,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
             if grad:
                 t = Tensor._traced(trace.builder.emit("stop_gradient", t._value), trace)
             trace.no_grad.add(t._value)
-        if strided:
+        if strided and traced_view(inputs[0], opdef, t.shape):
             link(t, inputs[0], opdef, attrs)
         return t
     for x in inputs:

@@ -303,7 +303,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
         if base._node is not None:  # as a write into the base itself under no_grad: no history through it
             base._node = None
         return
-    if grad_enabled.get() and _leaf(base, trace):
+    detached = any(opdef.view is None for opdef, _, _ in t._chain)  # through detach(), as torch allows
+    if grad_enabled.get() and _leaf(base, trace) and not detached:
         raise FlameError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
                          f"operation (write into it under `with flame.no_grad():`, or into a clone)"
                          f"\n  at {user_location()}")

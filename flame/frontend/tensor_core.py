@@ -16,7 +16,7 @@ from flame.frontend import autocast
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, default_dtype_for, dim_index
-from flame.frontend.views import new_tensor, view_error
+from flame.frontend.views import link, new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
@@ -30,8 +30,10 @@ class TensorCore:
     __slots__ = ()
 
     def detach(self) -> Tensor:
-        if self._value is not None:  # traced: an op autodiff does not differentiate through
-            return apply("stop_gradient", self)
+        if self._value is not None:  # traced: an op autodiff does not differentiate through, a view of self
+            out = apply("stop_gradient", self)
+            link(out, self, opdef("stop_gradient"), {})
+            return out
         out = Tensor._concrete(self._data, self._dtype)
         out._vc = self._vc  # as torch's: the same storage and version counter
         return out

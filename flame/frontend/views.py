@@ -103,7 +103,8 @@ def positions(t: Tensor) -> np.ndarray:
     """For a view t: the flat position in its base of each of t's elements (int64, t's shape)."""
     pos = np.arange(math.prod(t._base.shape), dtype=np.int64).reshape(t._base.shape)
     for opdef, attrs, shape in t._chain:
-        pos = opdef.view.strided(pos, shape, **attrs)
+        if opdef.view is not None:  # an op without the trait in a chain is detach's: the same elements
+            pos = opdef.view.strided(pos, shape, **attrs)
     return pos
 
 
@@ -256,3 +257,54 @@ def new_tensor(fn):
         return out.clone() if isinstance(out, Tensor) and _aliases(out, inputs) else out
 
     return call
+
+
+def _view_strides(shape, strides, new_shape) -> list[int] | None:
+    """The strides of `shape`/`strides` seen as `new_shape` without a copy, or None where no such view
+    exists (PyTorch's rule for view and reshape: each run of dims that are contiguous in memory splits
+    or merges only within itself)."""
+    if math.prod(shape) == 0 or not shape:
+        return list(_contiguous_strides(new_shape))
+    out = [0] * len(new_shape)
+    view_d, base = len(new_shape) - 1, strides[-1]
+    numel = view_numel = 1
+    for d in range(len(shape) - 1, -1, -1):
+        numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != numel * base):
+            while view_d >= 0 and (view_numel < numel or new_shape[view_d] == 1):
+                out[view_d] = view_numel * base
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != numel:
+                return None
+            if d > 0:
+                base, numel, view_numel = strides[d - 1], 1, 1
+    return out if view_d == -1 else None
+
+
+def _layout(t: Tensor) -> tuple[tuple[int, ...], list[int]]:
+    """(shape, strides in elements) of a traced tensor as PyTorch would lay it out: row-major, or its
+    base's layout through the view ops that made it (the ops' `strided` trait, run on a stand-in
+    array that has the strides and no memory)."""
+    if t._base is None:
+        return t.shape, list(_contiguous_strides(t.shape))
+    shape, strides = t._base.shape, list(_contiguous_strides(t._base.shape))
+    for opdef, attrs, out in t._chain:
+        if opdef.view is None:  # detach's: the same layout
+            continue
+        if opdef.view.relabel:
+            strides = _view_strides(shape, strides, out)
+        else:
+            fake = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, strides, writeable=False)
+            strides = list(opdef.view.strided(fake, out, **attrs).strides)
+        shape = out
+    return shape, strides
+
+
+def traced_view(x: Tensor, opdef, shape) -> bool:
+    """Whether view op `opdef` of traced tensor x to `shape` is a view in PyTorch (a reshape of a
+    layout that allows none copies, as eagerly). A detached tensor (detach, while tracing) is a view
+    of what it was detached from, linked with the stop_gradient op in its chain."""
+    if not opdef.view.relabel or x._base is None:
+        return True
+    return _view_strides(*_layout(x), shape) is not None

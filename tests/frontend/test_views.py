@@ -497,3 +497,34 @@ def test_intermediates_inside_a_compiled_step_require_grad_as_in_torch():
     step(x, flame.tensor([1.0, 1.0]))
     assert seen == [(True, False, False), (False,)]
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_reshape_that_must_copy_is_not_a_view_and_detach_is(compiled):
+    """Inside @flame.compile as eagerly: reshape of a transpose copies (a later write into the base is not
+    seen through it), view of the base and detach() share it."""
+    def body(m, x):
+        y = x * 1
+        copied, viewed, detached = y.t().reshape(-1), y.view(-1), y.detach()
+        y.add_(10)
+        return copied * 1, viewed * 1, detached * 1
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = (flame.compile(lambda x: body(flame, x)) if compiled else lambda x: body(flame, x))(flame.tensor(a))
+    for g, w in zip(got, body(torch, torch.tensor(a))):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_a_write_through_detach_of_a_leaf_inside_a_compiled_step_is_allowed_as_in_torch():
+    xs = {m: m.tensor([1.0, 2.0], requires_grad=True) for m in (flame, torch)}
+
+    def step(m, x):
+        loss = (x * x).sum()
+        loss.backward()
+        x.detach().mul_(0.5)
+        return loss
+
+    flame.compile(lambda x: step(flame, x))(xs[flame])
+    step(torch, xs[torch])
+    np.testing.assert_array_equal(xs[flame].detach().numpy(), xs[torch].detach().numpy())
+    np.testing.assert_array_equal(xs[flame].grad.numpy(), xs[torch].grad.numpy())
