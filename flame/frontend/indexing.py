@@ -309,7 +309,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
                          f"operation (write into it under `with flame.no_grad():`, or into a clone)"
                          f"\n  at {user_location()}")
     pos = positions(t)
-    check_writable(t, what, fill, pos)
+    recorded = grad_enabled.get() and (base.requires_grad or new.requires_grad)
+    check_writable(t, what, fill and not recorded, pos)  # torch's backward refuses a recorded fill
     old = stand_in(base, new)
     flat = Tensor(pos.reshape(-1))
     merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)
