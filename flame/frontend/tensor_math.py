@@ -274,17 +274,14 @@ class TensorMath:
             raise ValueError(f"diagonal: dim1 and dim2 are both {dim1}")
         x = self.movedim((a, b), (-2, -1))
         rows, cols = x.shape[-2:]
-        if offset >= 0:
-            x, cols_left = x.narrow(-1, min(offset, cols), cols - min(offset, cols)), cols - min(offset, cols)
-            n = min(rows, cols_left)
-            x = x.narrow(-2, 0, n).narrow(-1, 0, n)
-        else:
-            start = min(-offset, rows)
-            n = min(rows - start, cols)
-            x = x.narrow(-2, start, n).narrow(-1, 0, n)
+        first_row, first_col = (0, min(offset, cols)) if offset >= 0 else (min(-offset, rows), 0)
+        n = max(0, min(rows - first_row, cols - first_col))
         if n == 0:
-            return x.reshape(*x.shape[:-2], 0)
-        return x.reshape(*x.shape[:-2], n * n)[..., :: n + 1]
+            return x.reshape(*x.shape[:-2], rows * cols)[..., :0]
+        # element i at (first_row + i, first_col + i): a strided slice of the plane laid out flat, so a
+        # view of self (as torch's) wherever the plane's elements are contiguous
+        start = first_row * cols + first_col
+        return x.reshape(*x.shape[:-2], rows * cols)[..., start:start + (n - 1) * (cols + 1) + 1:cols + 1]
 
     def diag(self, diagonal: int = 0):
         """A 1-D tensor's matrix with it on a diagonal, or a matrix's diagonal, as torch.diag."""

@@ -528,3 +528,25 @@ def test_a_write_through_detach_of_a_leaf_inside_a_compiled_step_is_allowed_as_i
     step(torch, xs[torch])
     np.testing.assert_array_equal(xs[flame].detach().numpy(), xs[torch].detach().numpy())
     np.testing.assert_array_equal(xs[flame].grad.numpy(), xs[torch].grad.numpy())
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_write_through_diagonal_reaches_the_matrix_as_in_torch(compiled):
+    def body(m, x, w):
+        y = x * 1
+        y.diagonal().mul_(w)
+        y.diagonal(1).fill_(-1.0)
+        y.unsqueeze(0).diagonal(dim1=-2, dim2=-1).add_(2.0)
+        loss = (y * y).sum()
+        loss.backward()
+        return y * 1
+
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    got_x, got_w = flame.tensor(a, dtype=flame.float32, requires_grad=True), flame.tensor(b, dtype=flame.float32,
+                                                                                          requires_grad=True)
+    want_x, want_w = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    run = flame.compile(lambda x, w: body(flame, x, w)) if compiled else (lambda x, w: body(flame, x, w))
+    np.testing.assert_allclose(run(got_x, got_w).numpy(), body(torch, want_x, want_w).detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(got_x.grad.numpy(), want_x.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_w.grad.numpy(), want_w.grad.numpy(), rtol=1e-5, atol=1e-6)
