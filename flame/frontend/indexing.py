@@ -255,6 +255,8 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     t's old value in a stand-in tensor, so t.backward() differentiates through the write). A write into
     a view reaches its base (_write_view). fill: the write puts one number everywhere (fill_, zero_,
     x[k] = 2.0), which PyTorch allows into an expanded view."""
+    if stale(new):  # a view written since it was made: its value and history as its base holds them now
+        new = fresh(new)
     if t._base is not None:
         _write_view(t, new, what, fill)
         return

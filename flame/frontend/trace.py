@@ -16,9 +16,10 @@ import numpy as np
 
 from flame.errors import FlameError, TraceError
 from flame.frontend.context import user_location
-from flame.frontend.dispatch import freed_graph_error
+from flame.frontend.dispatch import freed_graph_error, fresh
 from flame.frontend.hooks import hooks_state, is_hooked, own_hooks, run_grad_reducers, traced_unit, unit_of
 from flame.frontend.tensor import Tensor
+from flame.frontend.views import stale
 from flame.ir import registry
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
@@ -88,7 +89,10 @@ class Trace:
         return out
 
     def value_of(self, t) -> Value:
-        """The Value of tensor t in this trace, lifting a concrete tensor to a graph input."""
+        """The Value of tensor t in this trace, lifting a concrete tensor to a graph input (a view its
+        base's writes left behind is derived again first: frontend/views.py)."""
+        if t._base is not None and stale(t):
+            t = fresh(t)
         if t._value is not None:
             if t._trace is not self:
                 raise TraceError(f"a tensor from another trace was used here\n  at {user_location()}")

@@ -550,3 +550,27 @@ def test_a_write_through_diagonal_reaches_the_matrix_as_in_torch(compiled):
     np.testing.assert_allclose(run(got_x, got_w).numpy(), body(torch, want_x, want_w).detach().numpy(), rtol=1e-5)
     np.testing.assert_allclose(got_x.grad.numpy(), want_x.grad.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got_w.grad.numpy(), want_w.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_view_taken_before_a_write_is_read_as_it_is_after_it(compiled):
+    """A view is copied from, returned and differentiated with the values its base holds when it is used."""
+    def body(m, x):
+        y = x.sin()
+        v = y.permute(0, 1)
+        y.masked_fill_(m.tensor([[True, False, True]]), 1.5)
+        z = y * 1
+        z.copy_(v)
+        w = y[1]
+        y.mul_(3)
+        loss = (z * z).sum() + (w * w).sum()
+        loss.backward()
+        return z * 1, w
+
+    a = np.random.default_rng(4).standard_normal((2, 3))
+    x = flame.tensor(a, dtype=flame.float32, requires_grad=True)
+    tx = torch.tensor(a, requires_grad=True)
+    got = (flame.compile(lambda x: body(flame, x)) if compiled else (lambda x: body(flame, x)))(x)
+    for g, w in zip(got, body(torch, tx)):
+        np.testing.assert_allclose(g.numpy(), w.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
