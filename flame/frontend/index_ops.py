@@ -30,6 +30,7 @@ from flame.frontend import tensor as _t
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor_core import full, pad, where
+from flame.frontend.views import new_tensor
 from flame.ir.dtypes import boolean
 
 
@@ -66,6 +67,7 @@ def _index_tensor(op: str, index):
     return index
 
 
+@new_tensor
 def gather(x, dim: int, index):
     """out[.., i, ..] = x[.., index[.., i, ..], ..] along dim; an index must be in [0, size)."""
     axis = _t.dim_index("gather", dim, x.ndim)
@@ -127,6 +129,7 @@ def _widen(index, src, shape, axis: int):
     return pad(index, pads, 0), pad(src, pads, 0), pads
 
 
+@new_tensor
 def take_along_dim(x, indices, dim: int | None = None):
     """x's elements at indices along dim (of the flattened x when dim is None), x and indices
     broadcast except along dim, as torch.take_along_dim: along a dim a negative index counts from
@@ -144,6 +147,7 @@ def take_along_dim(x, indices, dim: int | None = None):
     return apply("gather", src, wrap_negative(idx, n), axis=axis)
 
 
+@new_tensor
 def index_select(x, dim: int, index):
     """The slices of x at index (1-D) along dim; an index must be in [0, size)."""
     axis = _t.dim_index("index_select", dim, x.ndim)
@@ -159,6 +163,7 @@ def embedding_rows(weight, idx):
     return flat.reshape(*idx.shape, *weight.shape[1:])
 
 
+@new_tensor
 def scatter_add(x, dim: int, index, src):
     """x with src[.., i, ..] added at x[.., index[.., i, ..], ..] (duplicates add up)."""
     axis = _t.dim_index("scatter_add", dim, x.ndim)
@@ -176,6 +181,7 @@ def scatter_add(x, dim: int, index, src):
     return apply("scatter_add", x, index, src, axis=axis)
 
 
+@new_tensor
 def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = None):
     """x with src[.., i, ..] (or the number value) written at x[.., index[.., i, ..], ..]; where
     several writes name one position the last in row-major order wins (module docstring). src may
@@ -250,18 +256,21 @@ def _along(op: str, x, dim: int, index, source):
     return axis, index.reshape(*shape).broadcast_to(*source.shape)
 
 
+@new_tensor
 def index_add(x, dim: int, index, source, *, alpha=1):
     """x with alpha * source's slices added at index along dim (repeated indices add up)."""
     axis, idx = _along("index_add", x, dim, index, source)
     return apply("scatter_add", x, idx, source * alpha if alpha != 1 else source, axis=axis)
 
 
+@new_tensor
 def index_copy(x, dim: int, index, source):
     """x with source's slices written at index along dim (a repeated index: the last slice wins)."""
     axis, idx = _along("index_copy", x, dim, index, source.to(x.dtype))
     return apply("scatter", x, idx, source.to(x.dtype), axis=axis)
 
 
+@new_tensor
 def index_fill(x, dim: int, index, value):
     """x with the slices at index along dim set to value (a number or a 0-d tensor); a negative
     index counts from the end, as in PyTorch."""

@@ -574,3 +574,12 @@ def test_a_view_taken_before_a_write_is_read_as_it_is_after_it(compiled):
     for g, w in zip(got, body(torch, tx)):
         np.testing.assert_allclose(g.numpy(), w.detach().numpy(), rtol=1e-5)
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_index_reads_with_an_empty_index_are_new_tensors():
+    for m in (flame, torch):
+        x = m.ones(2, 3, requires_grad=True)
+        idx = m.zeros(2, 0, dtype=m.int64)
+        for out in (x.gather(1, idx), x.index_select(1, idx[0]), m.take_along_dim(x, idx, 1)):
+            assert not out._is_view() or out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+            out.add_(1)  # a leaf's view would be refused
