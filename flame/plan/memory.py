@@ -282,7 +282,10 @@ class _InPlace:
             self.outputs[out] = p
         elif ok and buffers[xr].shape == buffers[p].shape and buffers[xr].dtype == buffers[p].dtype:
             self._substitute(xr, p)
-            self.outputs[out] = p  # x (xr or a view of it) has p's shape: the same bytes
+            # x (xr or a view of it) has p's shape: the same bytes; so has every output that was xr (the
+            # updated tensor returned as well)
+            self.outputs = [p if o == xr else o for o in self.outputs]
+            self.outputs[out] = p
         elif not only_copy:  # (only copies: a returned input or view read after the update: keep it)
             old = buffers[xr]
             buffers[xr] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "temporary")

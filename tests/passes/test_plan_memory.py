@@ -6,6 +6,7 @@ memory_report describes a training step before it runs."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -190,3 +191,17 @@ def test_memory_report_of_a_training_step():
     first = params[0]._data
     step(x, y)  # the report's trace is reused by the first call
     assert params[0]._data is first
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (2, 3)])
+def test_an_argument_updated_in_place_and_returned_is_returned_as_updated(shape):
+    @flame.compile
+    def step(b):
+        b.fill_(0.5)
+        return b.sum(), b
+
+    b = flame.zeros(*shape)
+    total, same = step(b)
+    np.testing.assert_array_equal(same.numpy(), np.full(shape, 0.5, np.float32))
+    np.testing.assert_array_equal(b.numpy(), np.full(shape, 0.5, np.float32))
+    assert float(total) == 0.5 * np.prod(shape)
