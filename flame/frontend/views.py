@@ -83,7 +83,7 @@ def strided_array(x: Tensor, opdef, attrs: dict, shape: tuple[int, ...]):
     copy (the strides allow no view)."""
     a = x._data
     out = opdef.view.strided(a, shape, **attrs)
-    if out.size > 1 and not _shares(out, a):
+    if opdef.view.relabel and out.size > 1 and not _shares(out, a):  # only a reshape may have copied
         return None
     if isinstance(out, np.ndarray) and not out.flags.writeable and a.flags.writeable:
         # NumPy's broadcast_to is read-only; torch's expand is writable where no two elements share memory
