@@ -176,8 +176,10 @@ def setitem(t, key, value) -> None:
     """x[key] = value, as a functional update that rebinds x (see the module docstring)."""
     fill = not isinstance(value, Tensor)  # one number: PyTorch writes it into an expanded view too
     keys = key if isinstance(key, tuple) else (key,)
-    if fill and overlapping(t) and not any(isinstance(_as_index(k), Tensor) for k in keys):
-        getitem(t, key).fill_(value)  # only the elements the key names: the others share their memory
+    if overlapping(t) and not any(isinstance(_as_index(k), Tensor) for k in keys):
+        # only the elements the key names, as torch's x[key].copy_(v): the others share their memory
+        sub = getitem(t, key)
+        sub.fill_(value) if fill else sub.copy_(value)
         return
     value = value if isinstance(value, Tensor) else _scalar_like(value, t)
     if value.dtype != t.dtype:

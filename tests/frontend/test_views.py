@@ -583,3 +583,14 @@ def test_index_reads_with_an_empty_index_are_new_tensors():
         for out in (x.gather(1, idx), x.index_select(1, idx[0]), m.take_along_dim(x, idx, 1)):
             assert not out._is_view() or out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
             out.add_(1)  # a leaf's view would be refused
+
+
+def test_item_assignment_into_an_expanded_view_writes_the_named_view_as_torch():
+    for m in (flame, torch):
+        x = m.zeros(3, 3)
+        e = x.expand(2, 3, 3)
+        e[0] = m.ones(3, 3) * 2  # e[0] is x itself: no two of its elements share memory
+        e[1:1] = m.ones(3)  # nothing named
+        assert float(x.sum()) == 18.0
+        with pytest.raises((FlameError, RuntimeError), match="more than one element"):
+            e[:, 0] = m.ones(2, 3)
