@@ -17,8 +17,8 @@ import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops, views
-from flame.frontend.context import user_location
-from flame.frontend.creation import arange, normal_, uniform_
+from flame.frontend.context import current_trace, user_location
+from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
@@ -292,7 +292,18 @@ class TensorOps:
         return apply("where", mask, value, self)
 
     def masked_fill_(self, mask, value):
-        return self._inplace(lambda x: x.masked_fill(mask, value), value, fill=not isinstance(value, Tensor))
+        if views.overlapping(self):  # an expanded view: only the chosen elements are written, as torch's
+            if self._value is None and current_trace.get() is None:
+                views.fill_where(self, mask, value)
+            else:  # the base's locations some chosen element shares take the value; the others keep theirs
+                views.check_writable(self, "masked_fill_", not (self.requires_grad or isinstance(value, Tensor)))
+                base = self._base
+                chosen = mask.broadcast_to(self.shape).to(f32).reshape(-1)
+                hit = apply("scatter_add", full((base.numel(),), 0.0, f32), tensor(views.positions(self).reshape(-1)),
+                            chosen, axis=0) > 0
+                assign(base, where(hit.reshape(base.shape), value, base), "masked_fill_", fill=True)
+            return self
+        return self._inplace(lambda x: x.masked_fill(mask, value), value)
 
     def _inplace(self, fn, *others, fill: bool = False):
         """Make self hold fn(self) (an in-place op, torch's rules): the result keeps self's shape and

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from flame.errors import FlameError, ShapeError
-from flame.frontend.context import current_trace, user_location
+from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.tensor import Tensor
 
 
@@ -308,3 +308,17 @@ def traced_view(x: Tensor, opdef, shape) -> bool:
     if not opdef.view.relabel or x._base is None:
         return True
     return _view_strides(*_layout(x), shape) is not None
+
+
+def fill_where(t: Tensor, mask: Tensor, value) -> None:
+    """masked_fill_ of an expanded view t (some of whose elements share memory), as torch writes it:
+    `value` at the elements the mask chooses, nothing elsewhere, so a chosen element is never overwritten
+    by an unchosen one sharing its location. Eager and without a recorded gradient only (torch deprecates
+    the write; its backward refuses it)."""
+    if t.requires_grad and grad_enabled.get():
+        raise overlap_error("masked_fill_")
+    chosen = np.broadcast_to(mask._data, t.shape)
+    src = np.full((), value, dtype=t.dtype.np_dtype) if not isinstance(value, Tensor) else value._data
+    dst = _as_bits(t._data)
+    dst[chosen] = _as_bits(np.broadcast_to(src, t.shape) if isinstance(src, np.ndarray) else src)[chosen]
+    bump(t._base)

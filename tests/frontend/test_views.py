@@ -594,3 +594,16 @@ def test_item_assignment_into_an_expanded_view_writes_the_named_view_as_torch():
         assert float(x.sum()) == 18.0
         with pytest.raises((FlameError, RuntimeError), match="more than one element"):
             e[:, 0] = m.ones(2, 3)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_masked_fill_of_an_expanded_view_writes_only_the_chosen_elements_as_torch(compiled):
+    mask = np.array([[[False], [False], [True]], [[True], [False], [False]], [[True], [False], [False]]])
+
+    def body(m, x):
+        x.expand(3, 3, 3).masked_fill_(m.tensor(mask), 1.5)
+        return x * 1
+
+    a = np.arange(9, dtype=np.float32).reshape(1, 3, 3)
+    got = (flame.compile(lambda x: body(flame, x)) if compiled else (lambda x: body(flame, x)))(flame.tensor(a))
+    np.testing.assert_array_equal(got.numpy(), body(torch, torch.tensor(a)).numpy())
