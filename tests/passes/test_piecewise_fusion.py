@@ -146,22 +146,29 @@ def test_rope_block_values_and_gradients(variant, mode):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"gradient of input {i}")
 
 
+def _planned_against_torch(variant: str, amp: bool):
+    """The attention block's step with RoPE `variant`, planned for the CUDA target and run on the
+    reference executor: its values and gradients checked against torch; its plan."""
+    arrays = _arrays()
+    ct = _randn(B, T, H * D, key=9)
+    want, want_grads = _torch_grads(
+        lambda *a: attention_block(*a, variant, torch, TF.scaled_dot_product_attention), arrays, ct
+    )
+    got, grads, plan = _flame_step(
+        lambda *a: attention_block(*a, variant, flame, F.scaled_dot_product_attention), arrays, ct, amp
+    )
+    _close(got, want, amp)
+    for g, w in zip(grads, want_grads):
+        _close(g, w, amp)
+    return plan
+
+
 @pytest.mark.parametrize("amp", [False, True])
 def test_rope_half_is_one_kernel_each_way(cuda_target, amp):
     """cat([-x2, x1]) and its gradient (slices padded back into place) are computed where x is produced
     and where its gradient is consumed: one kernel forward (both q and k, the projection's reshape and
     permute included), one backward (ending in the permute the weight gradient's matmul reads)."""
-    arrays = _arrays()
-    ct = _randn(B, T, H * D, key=9)
-    want, want_grads = _torch_grads(
-        lambda *a: attention_block(*a, "half", torch, TF.scaled_dot_product_attention), arrays, ct
-    )
-    got, grads, plan = _flame_step(
-        lambda *a: attention_block(*a, "half", flame, F.scaled_dot_product_attention), arrays, ct, amp
-    )
-    _close(got, want, amp)
-    for g, w in zip(grads, want_grads):
-        _close(g, w, amp)
+    plan = _planned_against_torch("half", amp)
     (fwd,), (bwd,) = _rope_kernels(plan, False), _rope_kernels(plan, True)
     assert {"reshape", "permute", "slice", "neg", "concat", "mul", "add"} <= {op.name for op in fwd.ops}
     assert sum(op.name == "concat" for op in fwd.ops) == 2  # q and k
@@ -176,17 +183,7 @@ def test_rope_interleaved_forward_is_one_kernel(cuda_target, amp):
     pairs, reading the projection through its reshape, permute and strided slices; the backward places
     each half back with a pad (the strided slice's gradient) in at most three kernels (the pairs'
     domain cannot also store the permuted sum the weight gradient reads)."""
-    arrays = _arrays()
-    ct = _randn(B, T, H * D, key=9)
-    want, want_grads = _torch_grads(
-        lambda *a: attention_block(*a, "interleaved", torch, TF.scaled_dot_product_attention), arrays, ct
-    )
-    got, grads, plan = _flame_step(
-        lambda *a: attention_block(*a, "interleaved", flame, F.scaled_dot_product_attention), arrays, ct, amp
-    )
-    _close(got, want, amp)
-    for g, w in zip(grads, want_grads):
-        _close(g, w, amp)
+    plan = _planned_against_torch("interleaved", amp)
     (fwd,) = _rope_kernels(plan, False)
     assert {"reshape", "permute", "slice", "concat", "mul", "sub", "add"} <= {op.name for op in fwd.ops}
     assert 1 <= len(_rope_kernels(plan, True)) <= 3
