@@ -312,9 +312,9 @@ def _write_view(t, new, what: str, fill: bool) -> None:
         raise FlameError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
                          f"operation (write into it under `with flame.no_grad():`, or into a clone)"
                          f"\n  at {user_location()}")
-    pos = positions(t)
     recorded = grad_enabled.get() and (base.requires_grad or new.requires_grad)
-    check_writable(t, what, fill and not recorded, pos)  # torch's backward refuses a recorded fill
+    check_writable(t, what, fill and not recorded)  # torch's backward refuses a recorded fill
+    pos = positions(t)
     old = stand_in(base, new)
     flat = Tensor(pos.reshape(-1))
     merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)

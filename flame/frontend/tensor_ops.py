@@ -17,7 +17,7 @@ import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops, views
-from flame.frontend.context import current_trace, user_location
+from flame.frontend.context import grad_enabled, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
@@ -292,16 +292,15 @@ class TensorOps:
         return apply("where", mask, value, self)
 
     def masked_fill_(self, mask, value):
-        if views.overlapping(self):  # an expanded view: only the chosen elements are written, as torch's
-            if self._value is None and current_trace.get() is None:
-                views.fill_where(self, mask, value)
-            else:  # the base's locations some chosen element shares take the value; the others keep theirs
-                views.check_writable(self, "masked_fill_", not (self.requires_grad or isinstance(value, Tensor)))
-                base = self._base
-                chosen = mask.broadcast_to(self.shape).to(f32).reshape(-1)
-                hit = apply("scatter_add", full((base.numel(),), 0.0, f32), tensor(views.positions(self).reshape(-1)),
-                            chosen, axis=0) > 0
-                assign(base, where(hit.reshape(base.shape), value, base), "masked_fill_", fill=True)
+        if views.overlapping(self):
+            # an expanded view, as torch writes it: value at the chosen elements and nothing elsewhere, so
+            # the base's locations some chosen element shares take the value and the others keep theirs
+            views.check_writable(self, "masked_fill_", not (self.requires_grad and grad_enabled.get()))
+            base = self._base
+            chosen = mask.broadcast_to(self.shape).to(f32).reshape(-1)
+            hit = apply("scatter_add", full((base.numel(),), 0.0, f32), tensor(views.positions(self).reshape(-1)),
+                        chosen, axis=0) > 0
+            assign(base, where(hit.reshape(base.shape), value, base), "masked_fill_", fill=True)
             return self
         return self._inplace(lambda x: x.masked_fill(mask, value), value)
 

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from flame.errors import FlameError, ShapeError
-from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.frontend.context import current_trace, user_location
 from flame.frontend.tensor import Tensor
 
 
@@ -115,27 +115,19 @@ def overlap_error(what: str) -> FlameError:
 
 
 def overlapping(t: Tensor) -> bool:
-    """t is a view some of whose elements share a memory location (an expanded tensor)."""
+    """t is a view some of whose elements share a memory location (an expanded tensor: a stride of 0
+    over a dim of more than one element; no other view op makes two elements meet)."""
     if t._base is None or t.numel() == 0:
         return False
-    if t._value is not None:
-        pos = positions(t)
-        return np.unique(pos).size != pos.size
-    return any(s == 0 and n > 1 for n, s in zip(t._data.shape, t._data.strides))
+    shape, steps = (t._data.shape, t._data.strides) if t._value is None else _layout(t)
+    return any(s == 0 and n > 1 for n, s in zip(shape, steps))
 
 
-def check_writable(t: Tensor, what: str, fill: bool, pos: np.ndarray | None = None) -> None:
+def check_writable(t: Tensor, what: str, fill: bool) -> None:
     """Refuse a write into a view whose elements share memory (expand), as PyTorch does, unless it is a
     fill (fill_, zero_, masked_fill_ or item assignment of a number: the same value wherever elements
-    share a location, which PyTorch writes too). pos: the view's positions (for a traced view, which
-    has no strides)."""
-    if t._base is None or fill or t.numel() == 0:
-        return
-    if pos is not None:
-        overlap = np.unique(pos).size != pos.size
-    else:
-        overlap = any(s == 0 and n > 1 for n, s in zip(t._data.shape, t._data.strides))
-    if overlap:
+    share a location, which PyTorch writes too)."""
+    if not fill and overlapping(t):
         raise overlap_error(what)
 
 
@@ -250,11 +242,13 @@ def new_tensor(fn):
     def call(*args, **kwargs):
         out = fn(*args, **kwargs)
         inputs = (*args, *kwargs.values())
-        if isinstance(out, tuple):
-            return type(out)(*(o.clone() if isinstance(o, Tensor) and _aliases(o, inputs) else o for o in out)) \
-                if hasattr(out, "_fields") else tuple(
-                    o.clone() if isinstance(o, Tensor) and _aliases(o, inputs) else o for o in out)
-        return out.clone() if isinstance(out, Tensor) and _aliases(out, inputs) else out
+
+        def own(o):
+            return o.clone() if isinstance(o, Tensor) and _aliases(o, inputs) else o
+
+        if isinstance(out, tuple):  # (values, indices), a named tuple or a plain one
+            return type(out)(*map(own, out)) if hasattr(out, "_fields") else tuple(map(own, out))
+        return own(out)
 
     return call
 
@@ -308,17 +302,3 @@ def traced_view(x: Tensor, opdef, shape) -> bool:
     if not opdef.view.relabel or x._base is None:
         return True
     return _view_strides(*_layout(x), shape) is not None
-
-
-def fill_where(t: Tensor, mask: Tensor, value) -> None:
-    """masked_fill_ of an expanded view t (some of whose elements share memory), as torch writes it:
-    `value` at the elements the mask chooses, nothing elsewhere, so a chosen element is never overwritten
-    by an unchosen one sharing its location. Eager and without a recorded gradient only (torch deprecates
-    the write; its backward refuses it)."""
-    if t.requires_grad and grad_enabled.get():
-        raise overlap_error("masked_fill_")
-    chosen = np.broadcast_to(mask._data, t.shape)
-    src = np.full((), value, dtype=t.dtype.np_dtype) if not isinstance(value, Tensor) else value._data
-    dst = _as_bits(t._data)
-    dst[chosen] = _as_bits(np.broadcast_to(src, t.shape) if isinstance(src, np.ndarray) else src)[chosen]
-    bump(t._base)
