@@ -67,6 +67,7 @@ SNIPPETS: dict[str, dict[str, str]] = {
     # binary
     "add": {"*": "({0} + {1})"},
     "sub": {"*": "({0} - {1})"},
+    "straight_through": {"*": "({1})"},
     "mul": {"*": "({0} * {1})"},
     "div": {"*": "({0} / {1})"},
     "pow": _f("powf({0}, {1})", "pow({0}, {1})"),

@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from flame.errors import FlameError, ShapeError, TraceError
-from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply, fresh
 from flame.frontend.index_ops import check_indices, wrap_negative
@@ -269,8 +269,12 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     if trace is not None or t._value is not None:
         if trace is None:
             raise TraceError(f"{what} into a traced tensor outside its trace\n  at {user_location()}")
-        trace.assign(t, trace.value_of(new))
+        value = new if grad_enabled.get() else _keeping_history(trace, t, new)
+        trace.assign(t, trace.value_of(value))
         bump(t)
+        return
+    if not grad_enabled.get():
+        _untracked(t, lambda: (write(t, new), bump(t)))
         return
     if grad_enabled.get() and (t.requires_grad or new.requires_grad) and (new._node is None or not new.requires_grad):
         # t takes a history of its own, as torch's copy_: a leaf's values through an op (t must not become a
@@ -279,7 +283,7 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     node, needs = new._node, new.requires_grad
     write(t, new)
     t._version += 1
-    t._node, t.requires_grad = (node, needs) if grad_enabled.get() else (None, t.requires_grad)
+    t._node, t.requires_grad = node, needs
 
 
 def _leaf(t, trace) -> bool:
@@ -300,14 +304,12 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     base, trace = t._base, current_trace.get()
     traced = trace is not None or t._value is not None or base._value is not None
     record = traced or grad_enabled.get() and (base.requires_grad or new.requires_grad)
-    if not record:
-        check_writable(t, what, fill)
-        write(t, new)
-        bump(base)  # t (and every other view) is derived again from the base at its next use
-        if base._node is not None:  # as a write into the base itself under no_grad: no history through it
-            base._node = None
-        return
     detached = any(opdef.view is None for opdef, _, _ in t._chain)  # through detach(), as torch allows
+    if not record or detached and not traced:
+        check_writable(t, what, fill)
+        # t (and every other view) is derived again from the base at its next use
+        _untracked(base, lambda: (write(t, new), bump(base)))
+        return
     if grad_enabled.get() and _leaf(base, trace) and not detached:
         raise FlameError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
                          f"operation (write into it under `with flame.no_grad():`, or into a clone)"
@@ -319,6 +321,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     flat = Tensor(pos.reshape(-1))
     merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)
     if traced:
+        if detached or not grad_enabled.get():
+            merged = _keeping_history(trace, old, merged)
         trace.assign(base, trace.value_of(merged))
         if t._value is not None:
             t._value = trace.value_of(new)
@@ -329,6 +333,33 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     base._node, base.requires_grad = merged._node, merged.requires_grad
     bump(base)
     fresh(t)  # t's history from here on: its view of the base's (never new's own: new may be a leaf)
+
+
+def _untracked(t, write_it) -> None:
+    """write_it(): t's storage takes values no gradient is recorded for (a write under no_grad, or
+    through detach() or .data). As in torch, t keeps its gradient history: it holds the new values,
+    and its gradient flows on through the history it had, as if they had not changed (the op
+    straight_through, of its old history and a copy of its new values). What was recorded from t
+    before reads it as it was (t._past). A leaf, or a tensor with no gradient history, just takes
+    the values."""
+    if t._node is None or not t.requires_grad:
+        write_it()
+        return
+    old = Tensor._concrete(t._data, t.dtype)  # its value comes from its history, never from this buffer
+    old._node, old.requires_grad = t._node, True
+    t._past = {**(t._past or {}), version(t): old}
+    write_it()
+    with enable_grad():
+        t._node = apply("straight_through", old, Tensor._concrete(t._data.copy(), t.dtype))._node
+
+
+def _keeping_history(trace, old, new):
+    """While tracing, the value a write no gradient is recorded for leaves in `old` (a tensor with a
+    gradient history; _untracked's eager rule): new's values, with old's gradient."""
+    if not trace.requires_grad(old):
+        return new
+    with enable_grad():
+        return apply("straight_through", old, new)
 
 
 def stand_in(t, *others):

@@ -35,7 +35,9 @@ class TensorCore:
             link(out, self, opdef("stop_gradient"), {})
             return out
         out = Tensor._concrete(self._data, self._dtype)
-        out._vc = self._vc  # as torch's: the same storage and version counter
+        # as torch's: the same storage and version counter; a view of self's base, so a write through it
+        # reaches self's values (indexing.assign: without a gradient, as one under no_grad)
+        link(out, self, opdef("stop_gradient"), {})
         return out
 
     @property
@@ -45,7 +47,12 @@ class TensorCore:
         `detach()`."""
         if self._value is not None:
             return self.detach()
-        return Tensor._concrete(self._data, self._dtype)
+        out = Tensor._concrete(self._data, self._dtype)
+        if self._node is not None or self._base is not None:
+            # a write through it must reach self's gradient history: a view, as detach()'s (a leaf's .data
+            # shares its buffer alone, with a version counter of its own, as torch's)
+            link(out, self, opdef("stop_gradient"), {})
+        return out
 
     @data.setter
     def data(self, value: Tensor) -> None:

@@ -102,6 +102,12 @@ def _stop_gradient(op: Op, b: Builder) -> Value | None:
     return op.inputs[0]
 
 
+def _straight_through(op: Op, b: Builder) -> Value | None:
+    """straight_through(x, y) -> y: only autodiff, which runs while tracing, before this, reads x."""
+    y = op.inputs[1]
+    return y if y.shape == op.out.shape else b.broadcast_to(y, shape=op.out.shape)
+
+
 def _cast(op: Op, b: Builder) -> Value | None:
     (x,) = op.inputs
     if x.dtype == op.out.dtype:  # cast(x: T, T) -> x
@@ -234,6 +240,7 @@ RULES: dict[str, Rule] = {
     "logical_not": _involution,
     "cast": _cast,
     "stop_gradient": _stop_gradient,
+    "straight_through": _straight_through,
     "where": _where,
     "reshape": _reshape,
     "squeeze": _reshape,

@@ -669,6 +669,7 @@ RECIPES: dict[str, Recipe] = {
     "stop_gradient": Recipe(_unary(_arr), lambda x: x, ALL),
     "add": Recipe(_binary(_arr), lambda a, b: a + b, NUM),
     "sub": Recipe(_binary(_arr), lambda a, b: a - b, NUM),
+    "straight_through": Recipe(_binary(_arr), lambda a, b: b + 0 * a),
     "mul": Recipe(_binary(_arr), lambda a, b: a * b, NUM),
     "div": Recipe(_binary(_arr, _away), lambda a, b: a / b),
     "pow": Recipe(_binary(_pos, _arr), lambda a, b: np.exp(b * np.log(a))),
@@ -771,7 +772,9 @@ def _pad_oracle(x, pads, value):
 # ---- the table ----------------------------------------------------------------------------------------
 
 OPS = sorted(REGISTRY)
-DIFF_OPS = sorted(n for n, d in REGISTRY.items() if d.vjp is not None)
+# ops whose VJP is by definition not their value's derivative (each has its own test below)
+NOT_DERIVATIVE = {"straight_through": "the result is y's values with x's gradient"}
+DIFF_OPS = sorted(n for n, d in REGISTRY.items() if d.vjp is not None and n not in NOT_DERIVATIVE)
 TOL = {"f64": (1e-12, 1e-12), "f32": (3e-6, 1e-5), "f16": (2e-3, 2e-3), "bf16": (1.6e-2, 1.6e-2)}
 
 
@@ -891,6 +894,22 @@ def test_vjp_matches_finite_differences(name: str) -> None:
         for i, got in zip(wrt, grads):
             want = _finite_difference(name, ins, attrs, ct, i)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{name} d/dinput{i} {attrs}")
+
+
+def test_straight_through_passes_the_whole_gradient_to_its_first_input() -> None:
+    """straight_through(x, y) is y, and its VJP gives x the cotangent as it is and y none."""
+    rng = _rng("straight_through", "grad")
+    x, y, ct = (rng.standard_normal((3, 4)) for _ in range(3))
+    g = Graph("vjp")
+    vx, vy = g.add_input(_ttype(x)), g.add_input(_ttype(y))
+    out = Builder(g).emit("straight_through", vx, vy)
+    seed = g.add_input(out.type)
+    gx, gy = autodiff(g, out, [vx, vy], seed=seed)
+    assert gy is None
+    g.outputs = [out, gx]
+    got_out, got_gx = run_graph(verify(g), [x, y, ct])
+    np.testing.assert_array_equal(got_out, y)
+    np.testing.assert_array_equal(got_gx, ct)
 
 
 @pytest.mark.parametrize("name", OPS)

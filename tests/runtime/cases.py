@@ -216,7 +216,7 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "leaky_relu": _float_unary(negative_slope=0.2), "floor": (NUM, _unary(_quarters)),
     "ceil": (NUM, _unary(_quarters)), "round": (NUM, _unary(_quarters)), "sign": (NUM, _unary()),
     "stop_gradient": (ALL, _unary()),
-    "add": (NUM, _binary()), "sub": (NUM, _binary()), "mul": (NUM, _binary()),
+    "add": (NUM, _binary()), "sub": (NUM, _binary()), "mul": (NUM, _binary()), "straight_through": (FLOATS, _binary()),
     "div": (FLOATS, _binary(arr, _pos)), "pow": (FLOATS, _binary(_pos)), "maximum": (NUM, _binary()),
     "minimum": (NUM, _binary()), "logical_and": (("bool",), _binary()), "logical_or": (("bool",), _binary()),
     "logical_not": (("bool",), _unary()), "where": (ALL, _where), "cast": (ALL, _cast),

@@ -194,6 +194,12 @@ binary("pow", _power, _pow_vjp, kinds=("float",), autocast="f32", cost=_LIBM)
 binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE, cost=_IEEE)  # Python's // (floor), as torch.floor_divide
 binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))), cost=_IEEE)
+STRAIGHT_THROUGH = binary(
+    "straight_through", lambda x, y: np.array(np.broadcast_to(y, np.broadcast_shapes(x.shape, y.shape))),
+    lambda b, g, x, y, out: (g, None), kinds=("float",),
+    doc="y's values with x's gradient: the result is y, and its gradient flows to x whole (none to y). What "
+        "a write no gradient is recorded for (under no_grad, or through detach()) leaves in a tensor that has "
+        "a gradient history, as torch keeps that history; removed after autodiff")
 binary("maximum", np.maximum, _minmax_vjp(lambda b, p, q: b.gt(p, q)), on_bool="logical_or")
 binary("minimum", np.minimum, _minmax_vjp(lambda b, p, q: b.lt(p, q)), on_bool="logical_and")
 

@@ -1,0 +1,172 @@
+"""Writes no gradient is recorded for — under no_grad, through detach() or .data — into a tensor that
+has a gradient history, as torch does them: the tensor holds the new values, and its gradient flows on
+through the history it had (frontend/indexing.py `_untracked`, the op straight_through). Against torch
+in float64, eagerly and inside @flame.compile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+
+def _no_grad(lib, write):
+    with lib.no_grad():
+        write()
+
+
+# each: (lib, y) -> None, a write into y (made from x with a gradient history) that records no gradient
+WRITES = {
+    "detach().zero_()": lambda lib, y: y.detach().zero_(),
+    "no_grad y[0] = 5": lambda lib, y: _no_grad(lib, lambda: y.__setitem__(0, 5.0)),
+    "no_grad mul_": lambda lib, y: _no_grad(lib, lambda: y.mul_(2)),
+    "no_grad view fill_": lambda lib, y: _no_grad(lib, lambda: y[1:].fill_(1.0)),
+    "no_grad -=": lambda lib, y: _no_grad(lib, lambda: y.__isub__(0.5)),
+    "detach()[1:].add_": lambda lib, y: y.detach()[1:].add_(1),
+    "detach().t() write": lambda lib, y: y.detach().reshape(3, 1).t()[0, 2:].copy_(lib.ones(1, dtype=y.dtype)),
+    ".data.mul_": lambda lib, y: y.data.mul_(10),
+    ".data[0].fill_": lambda lib, y: y.data[0].fill_(7.0),
+}
+
+
+def _write_then_use(lib, name, x):
+    y = x * 2
+    WRITES[name](lib, y)
+    return (y * y + y * x).sum()
+
+
+def _torch(body, *arrays):
+    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=i == 0) for i, a in enumerate(arrays)]
+    loss = body(torch, *ts)
+    loss.backward()
+    return float(loss.detach()), ts[0].grad.numpy(), ts[0].detach().numpy()
+
+
+def _flame(body, compiled, *arrays):
+    ts = [flame.tensor(a, dtype=flame.float64, requires_grad=i == 0) for i, a in enumerate(arrays)]
+    if compiled:
+
+        @flame.compile
+        def step(*args):
+            loss = body(flame, *args)
+            loss.backward()
+            return loss
+
+        loss = step(*ts)
+    else:
+        loss = body(flame, *ts)
+        loss.backward()
+    return float(loss.item()), ts[0].grad.numpy(), ts[0].detach().numpy()
+
+
+def _agree(body, *arrays):
+    want = _torch(body, *arrays)
+    for compiled in (False, True):
+        got = _flame(body, compiled, *arrays)
+        what = "compiled" if compiled else "eager"
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, err_msg=f"{what}: loss")
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, err_msg=f"{what}: gradient")
+        np.testing.assert_array_equal(got[2], want[2], err_msg=f"{what}: the leaf's values")
+
+
+@pytest.mark.parametrize("name", WRITES)
+def test_an_untracked_write_keeps_the_history_and_changes_the_values(name):
+    _agree(lambda lib, x: _write_then_use(lib, name, x), np.array([1.0, 2.0, 3.0]))
+
+
+def _leaf_detach_write(lib, p, x):
+    p.detach().zero_()  # the leaf stays a leaf: its gradient comes from what reads it after
+    return (p * x + p).sum()
+
+
+def _leaf_view_write(lib, p, x):
+    with lib.no_grad():
+        p[0] = 5.0
+    return (p * p * x).sum()
+
+
+def _view_taken_before(lib, p, x):
+    y = p * 2
+    v = y[1:]  # read after its base was written: the new values, y's history
+    with lib.no_grad():
+        y.mul_(3)
+    return (v * v * x[1:]).sum()
+
+
+def _detached_read_after(lib, p, x):
+    y = p * 2
+    d = y.detach()
+    d.add_(1)
+    return (y * d * x).sum()
+
+
+def _two_backwards_around_an_update(lib, p, x):
+    (p * x).sum().backward()
+    with lib.no_grad():
+        p.mul_(2)
+    return (p * p * x).sum()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [_leaf_detach_write, _leaf_view_write, _view_taken_before, _detached_read_after, _two_backwards_around_an_update],
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_leaves_views_and_aliases_around_an_untracked_write(body):
+    _agree(body, np.array([1.0, 2.0, 3.0]), np.array([1.0, -1.0, 2.0]))
+
+
+def test_an_op_recorded_before_the_write_differentiates_with_the_values_it_read():
+    """torch refuses this backward (a value the product saved was written since); flame differentiates
+    the product with the values it read, and what reads y after the write with the new ones."""
+
+    def flame_body(lib, x):
+        y = x * 2
+        w = y * y  # before the write: reads 2x
+        with lib.no_grad():
+            y.mul_(2)
+        return (w + y * x).sum()
+
+    def torch_model(lib, x):  # the same, said with a clone and a straight-through write
+        y = x * 2
+        w = y.clone() * y.clone()
+        y = y + (y.detach() * 2 - y.detach())
+        return (w + y * x).sum()
+
+    x = np.array([1.0, -2.0, 0.5])
+    want = _torch(torch_model, x)
+    for compiled in (False, True):
+        got = _flame(flame_body, compiled, x)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def test_the_write_is_gone_from_the_optimised_graph():
+    """straight_through matters to autodiff alone: after simplification the graph reads the new values
+    directly."""
+
+    @flame.compile
+    def step(x):
+        y = x * 2
+        with flame.no_grad():
+            y.mul_(3)
+        loss = (y * y).sum()
+        loss.backward()
+        return loss
+
+    x = flame.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    assert any(op.name == "straight_through" for op in step.trace(x).ops)
+    assert not any(op.name == "straight_through" for op in step.optimized(x).ops)
+
+
+@pytest.mark.parametrize("alias", ["data", "detach"])
+def test_a_leafs_version_counts_writes_through_detach_and_not_through_data(alias):
+    got = []
+    for lib in (torch, flame):
+        p = lib.ones(3, requires_grad=True)
+        before = p._version
+        (p.data if alias == "data" else p.detach()).add_(1)
+        got.append((p._version - before, p.detach().sum().item()))
+    assert got[0] == got[1]
