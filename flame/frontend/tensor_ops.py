@@ -651,7 +651,7 @@ class TensorOps:
         return views.is_contiguous(self)
 
     def stride(self, dim: int | None = None):
-        """Strides in elements, as torch's (a traced tensor's are row-major)."""
+        """Strides in elements, as torch's (a traced tensor's follow its view ops, as eagerly)."""
         s = views.strides(self)
         return s if dim is None else s[dim_index("stride", dim, self.ndim)]
 

@@ -209,16 +209,20 @@ def _contiguous_strides(shape) -> tuple[int, ...]:
 
 
 def strides(t: Tensor) -> tuple[int, ...]:
-    """Strides in elements, as torch's Tensor.stride() (a traced tensor's are row-major)."""
+    """Strides in elements, as torch's Tensor.stride() (a traced tensor's: the layout its view ops give
+    it from its base, _geometry)."""
     if t._value is not None:
-        return _contiguous_strides(t.shape)
+        return tuple(int(s) for s in _geometry(t)[2])
     return tuple(s // t._data.itemsize for s in t._data.strides)
 
 
 def is_contiguous(t: Tensor) -> bool:
     """Row-major with no gaps (dims of size 1 may have any stride), as torch's is_contiguous()."""
     if t._value is not None:
-        return True
+        if t.numel() == 0:
+            return True
+        _, shape, steps = _geometry(t)
+        return all(s == want for n, s, want in zip(shape, steps, _contiguous_strides(shape)) if n != 1)
     return bool(t._data.flags.c_contiguous)
 
 
@@ -242,7 +246,7 @@ def data_ptr(t: Tensor) -> int:
 def storage_offset(t: Tensor) -> int:
     """How many elements into its storage t starts."""
     if t._value is not None:
-        return 0
+        return int(_geometry(t)[0])
     return (_address(t._data) - _storage_start(t._data)) // t._data.itemsize
 
 
