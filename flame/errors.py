@@ -28,6 +28,11 @@ class TraceError(FlameError, RuntimeError):
     """Something cannot be done while tracing (reading a value, data-dependent control flow)."""
 
 
+class OverlapError(FlameError, RuntimeError):
+    """A write whose destination shares memory with itself (an expanded view) or partly with one of
+    the op's inputs (PyTorch raises a RuntimeError there); the message says to clone() first."""
+
+
 class AutogradError(FlameError, RuntimeError):
     """backward() cannot run as asked (a second backward through a freed graph; PyTorch raises a
     RuntimeError there too)."""

@@ -33,7 +33,17 @@ from flame.frontend.dispatch import apply, fresh
 from flame.frontend.index_ops import check_indices, wrap_negative
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
-from flame.frontend.views import bump, check_writable, overlapping, positions, stale, version, write
+from flame.frontend.views import (
+    bump,
+    check_overlap,
+    check_writable,
+    overlap_status,
+    overlapping,
+    positions,
+    stale,
+    version,
+    write,
+)
 from flame.ir.dtypes import boolean, i64
 from flame.ir.ops._shapes import broadcast_shapes
 
@@ -181,6 +191,8 @@ def setitem(t, key, value) -> None:
         sub = getitem(t, key)
         sub.fill_(value) if fill else sub.copy_(value)
         return
+    if not fill and overlap_status(t, value) != "no":
+        _check_shared_value(t, key, keys, value)
     value = value if isinstance(value, Tensor) else _scalar_like(value, t)
     if value.dtype != t.dtype:
         value = value.to(t.dtype)
@@ -191,6 +203,21 @@ def setitem(t, key, value) -> None:
     else:
         new = _scatter_write(base, key, value)
     assign(t, new, fill=fill)
+
+
+def _check_shared_value(t, key, keys: tuple, value) -> None:
+    """torch's refusal of x[key] = v where v shares x's memory: with index tensors the write is
+    index_put_ (refused where v shares any of the written memory; a bool mask and one element is
+    masked_fill_, which reads the value first); else it is x[key].copy_(v) with v broadcast to x[key]'s
+    shape first (refused where v, not expanded, shares part of x[key]'s memory)."""
+    index = [k for k in map(_as_index, keys) if isinstance(k, Tensor)]
+    if index:
+        if not (len(keys) == 1 and index[0].dtype == boolean and value.ndim == 0):
+            check_overlap(t, (value,), "x[key] = value", full=True)
+        return
+    dst = getitem(t, key)
+    if dst.numel() == value.numel():
+        check_overlap(dst, (value,), "x[key] = value")
 
 
 def _scalar_like(value, t):

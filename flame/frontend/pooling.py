@@ -1,14 +1,16 @@
 """The pooling of flame.nn.functional (PyTorch names and semantics), written over primitives so the
 compiler fuses it:
 - max_poolNd: a chain over the kernel offsets of strided slices of the (-inf padded) input,
-  m = where(s > m or s is NaN, s, m): one fused kernel forward, and the gradient goes to the first
-  maximum of each window in row-major order, as PyTorch's.
+  m = where(s > m or s is NaN, s, m): one fused kernel forward, and the gradient goes to the element
+  PyTorch's `indices` name: the first maximum of each window in row-major order (the last NaN; the
+  window's first element inside the input where all are -inf, never the padding).
 - avg_poolNd: a window reshaped out and averaged when kernel == stride tiles the input; otherwise a
   depthwise convolution with a ones kernel, times the reciprocal window size (count_include_pad,
   ceil_mode and divisor_override give the divisor, a constant).
 - adaptive_avg_poolNd: reshape + mean when the output divides the input, else one matmul per axis with
   the averaging matrix (PyTorch's windows [floor(i*S/O), ceil((i+1)*S/O))); adaptive_max_poolNd:
-  reshape + amax, else each window of an axis gathered into a row and its maximum taken."""
+  reshape, else each window of an axis gathered into a row, and the maximum of each row picked (argmax,
+  take_along_dim) axis by axis from the last, so the gradient reaches the element PyTorch's indices name."""
 
 from __future__ import annotations
 
@@ -17,12 +19,13 @@ from functools import lru_cache
 import numpy as np
 
 from flame.frontend.context import user_location
-from flame.frontend.creation import zeros
+from flame.frontend.creation import tensor, zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.spatial import _along, _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
 from flame.frontend.views import new_tensor
+from flame.ir.dtypes import i64
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
            "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d",
@@ -69,20 +72,57 @@ def _right_pads(x, k, s, p, dl, out):
             for n, kk, ss, pp, dd, o in zip(x.shape[2:], k, s, p, dl, out)]
 
 
+def _first_inside(x, k, s, p, dl, out) -> list[np.ndarray]:
+    """Per spatial dim, per output position: the kernel offset of its window's first element inside the
+    input (0 where the window starts inside; later where it starts in the left padding)."""
+    return [np.maximum(0, -(-(p_i - np.arange(o) * s_i) // d_i)) for s_i, p_i, d_i, o in zip(s, p, dl, out)]
+
+
+def _along_dims(vectors: list[np.ndarray], combine) -> np.ndarray:
+    """The outer combination (np.logical_and, np.add) of one vector per spatial dim, over the output grid."""
+    d = len(vectors)
+    out = None
+    for i, v in enumerate(vectors):
+        v = v.reshape([-1 if j == i else 1 for j in range(d)])
+        out = v if out is None else combine(out, v)
+    return out
+
+
 def _max_pool(d, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    """max_poolNd: the chain of module docstring; with return_indices also PyTorch's indices (each
+    maximum's flat position in its input plane), chosen by the same chain."""
     name = f"max_pool{d}d"
-    if return_indices:
-        raise NotImplementedError(f"{name}: return_indices=True is not supported\n  at {user_location()}")
     x, unbatched = _batched(name, x, d)
     if not x.dtype.is_float:
         raise _err(f"{name}: expected a floating-point input, got {x.dtype}")
     k, s, p, dl, out = _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode)
     xp = _pad_spatial(x, _right_pads(x, k, s, p, dl, out), float("-inf"))
-    m = None
+    first = _first_inside(x, k, s, p, dl, out) if any(p) else None
+    plane = [int(np.prod(x.shape[3 + i:], dtype=np.int64)) for i in range(d)]
+    m = idx = None
     for off in np.ndindex(*k):
         w = _window(xp, [o * dd for o, dd in zip(off, dl)], s, out)
-        # strictly greater: a tie keeps the earlier element (PyTorch's argmax), and a NaN wins
-        m = w if m is None else apply("where", (w > m) | (w != w), w, m)
+        pos = None
+        if return_indices:
+            at = [(np.arange(o) * s_i + o_i * d_i - p_i) * n
+                  for o, s_i, o_i, d_i, p_i, n in zip(out, s, off, dl, p, plane)]
+            pos = tensor(_along_dims(at, np.add).astype(np.int64))
+        if m is None:
+            m, idx = w, pos
+            continue
+        # strictly greater: a tie keeps the earlier element, a NaN wins (PyTorch's scan); a window's first
+        # element inside the input replaces the padding before it, whatever its value (an all -inf window)
+        take = (w > m) | (w != w)
+        if first is not None:
+            inside = _along_dims([f == o_i for f, o_i in zip(first, off)], np.logical_and)
+            if inside.any():
+                take = take | tensor(inside)
+        m = apply("where", take, w, m)
+        if return_indices:
+            idx = apply("where", take, pos, idx)
+    if return_indices:
+        idx = idx.broadcast_to(m.shape)
+        return (m.squeeze(0), idx.squeeze(0)) if unbatched else (m, idx)
     return m.squeeze(0) if unbatched else m
 
 
@@ -201,12 +241,20 @@ def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = 
         k = [n // o for n, o in zip(x.shape[2:], out)]
         axes = tuple(range(3, 3 + 2 * d, 2))
         tiles = _tiles(x, k, out) if any(kk > 1 for kk in k) else None
-        y = x if tiles is None else tiles.mean(axes) if kind == "avg" else tiles.amax(axes)
+        if tiles is None:
+            y = x
+        elif kind == "avg":
+            y = tiles.mean(axes)
+        else:  # the last window axis first: the first maximum in row-major order, as PyTorch's scan
+            y = tiles
+            for a in reversed(axes):
+                y = _first_max(y, a).squeeze(a)
     else:
         y = x
-        for i, (n, o) in enumerate(zip(x.shape[2:], out)):
-            if n != o:
-                y = _along(y, 2 + i, _adaptive_matrix(n, o)) if kind == "avg" else _max_along(y, 2 + i, n, o)
+        dims = [i for i, (n, o) in enumerate(zip(x.shape[2:], out)) if n != o]
+        for i in dims if kind == "avg" else reversed(dims):
+            n, o = x.shape[2 + i], out[i]
+            y = _along(y, 2 + i, _adaptive_matrix(n, o)) if kind == "avg" else _max_along(y, 2 + i, n, o)
     return y.squeeze(0) if unbatched else y
 
 
@@ -227,13 +275,22 @@ def adaptive_avg_pool3d(input, output_size) -> Tensor:  # noqa: A002
 def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
     """The maximum over PyTorch's adaptive windows of one axis: each window's elements gathered into a
     row of K (the widest window; a shorter one repeats its last element, which leaves its maximum and,
-    the gather summing its gradient back, the gradient as it was), then amax over the row."""
+    the gather summing its gradient back, the gradient as it was), then each row's first maximum."""
     lo = [(i * n) // o for i in range(o)]
     hi = [-(-((i + 1) * n) // o) for i in range(o)]
     k = max(h - lw for lw, h in zip(lo, hi))
     idx = np.array([[min(lw + j, h - 1) for j in range(k)] for lw, h in zip(lo, hi)], np.int64)
     g = x.index_select(axis, Tensor(idx.reshape(-1)))
-    return g.reshape(*x.shape[:axis], o, k, *x.shape[axis + 1:]).amax(axis + 1)
+    return _first_max(g.reshape(*x.shape[:axis], o, k, *x.shape[axis + 1:]), axis + 1).squeeze(axis + 1)
+
+
+def _first_max(x: Tensor, axis: int) -> Tensor:
+    """The maximum along axis (kept, of size 1) read at one element, which alone takes the gradient: the
+    first maximum, or the last NaN where there is one (PyTorch's max pooling scan: val > max or isnan)."""
+    nan = x != x
+    last_nan = (x.shape[axis] - 1) - nan.flip(axis).to(i64).argmax(axis, keepdim=True)
+    at = apply("where", nan.any(axis, keepdim=True), last_nan, x.argmax(axis, keepdim=True))
+    return x.take_along_dim(at, axis)
 
 
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002

@@ -311,7 +311,7 @@ class TensorMath:
         return self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
 
     def lerp_(self, end, weight):
-        return self._inplace(lambda x: x.lerp(end, weight), end, weight)
+        return self._inplace(lambda x: x.lerp(end, weight), end, weight, what="lerp_")
 
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul."""
@@ -319,7 +319,7 @@ class TensorMath:
         return self + (prod * value if value != 1 else prod)
 
     def addcmul_(self, tensor1, tensor2, *, value=1):
-        return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2)
+        return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2, what="addcmul_")
 
     def addcdiv(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 / tensor2, as torch.addcdiv."""
@@ -327,7 +327,7 @@ class TensorMath:
         return self + (quot * value if value != 1 else quot)
 
     def addcdiv_(self, tensor1, tensor2, *, value=1):
-        return self._inplace(lambda x: x.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2)
+        return self._inplace(lambda x: x.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2, what="addcdiv_")
 
     # ---- the method forms of flame.frontend.more_math ---------------------------------------------------
     def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):

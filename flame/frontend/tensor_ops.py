@@ -270,7 +270,7 @@ class TensorOps:
         return self.clamp(max=max)
 
     def clamp_(self, min=None, max=None):  # noqa: A002
-        return self._inplace(lambda x: x.clamp(min, max), min, max)
+        return self._inplace(lambda x: x.clamp(min, max), min, max, what="clamp_")
 
     clip_ = clamp_
 
@@ -302,12 +302,15 @@ class TensorOps:
                         chosen, axis=0) > 0
             assign(base, where(hit.reshape(base.shape), value, base), "masked_fill_", fill=True)
             return self
-        return self._inplace(lambda x: x.masked_fill(mask, value), value)
+        return self._inplace(lambda x: x.masked_fill(mask, value), value, check=None)  # torch reads value first
 
-    def _inplace(self, fn, *others, fill: bool = False):
+    def _inplace(self, fn, *others, fill: bool = False, check: str | None = "partial", what: str = "in-place op"):
         """Make self hold fn(self) (an in-place op, torch's rules): the result keeps self's shape and
         dtype, and may not need a wider kind of dtype (a float result into an integer tensor). fill: the
-        op writes one number (masked_fill_ of a number), as indexing.assign's."""
+        op writes one number (masked_fill_ of a number), as indexing.assign's. check: refuse an input of
+        `others` sharing part ("partial") or any ("any") of self's memory, as torch's op `what` does."""
+        if check is not None:
+            views.check_overlap(self, others, what, full=check == "any")
         new = fn(stand_in(self, *others))
         if new.shape != self.shape:
             raise ShapeError(f"in-place op: output with shape {list(self.shape)} doesn't match the broadcast "
@@ -321,6 +324,10 @@ class TensorOps:
     # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
     def copy_(self, src: Tensor | float) -> Tensor:
         """self's elements set to src's (broadcast, converted to self's dtype), as torch's copy_."""
+        views.check_overlap(self, (src,), "copy_")
+        return self._copy(src)
+
+    def _copy(self, src: Tensor | float) -> Tensor:
         fill = not isinstance(src, Tensor)  # fill_ and zero_: one number, allowed into an expanded view
         src = src if isinstance(src, Tensor) else full(self.shape, src, self.dtype)
         if src.dtype != self.dtype:
@@ -335,45 +342,45 @@ class TensorOps:
         return self.copy_(0)
 
     def fill_(self, value) -> Tensor:
-        return self.copy_(value)
+        return self._copy(value)  # a 0-d tensor value is read before the write, as torch's fill_
 
     def add_(self, other, alpha: float = 1.0) -> Tensor:
-        return self._inplace(lambda x: x + other * alpha if alpha != 1.0 else x + other, other)
+        return self._inplace(lambda x: x + other * alpha if alpha != 1.0 else x + other, other, what="add_")
 
     def sub_(self, other, alpha: float = 1.0) -> Tensor:
-        return self._inplace(lambda x: x - other * alpha if alpha != 1.0 else x - other, other)
+        return self._inplace(lambda x: x - other * alpha if alpha != 1.0 else x - other, other, what="sub_")
 
     def mul_(self, other) -> Tensor:
-        return self._inplace(lambda x: x * other, other)
+        return self._inplace(lambda x: x * other, other, what="mul_")
 
     # x += y and its kin update x itself, as in PyTorch: the same object keeps its identity,
     # requires_grad and .grad (a Parameter stays the module's parameter). See _inplace above.
     def __iadd__(self, o):
-        return self._inplace(lambda x: x + o, o)
+        return self._inplace(lambda x: x + o, o, what="+=")
 
     def __isub__(self, o):
-        return self._inplace(lambda x: x - o, o)
+        return self._inplace(lambda x: x - o, o, what="-=")
 
     def __imul__(self, o):
-        return self._inplace(lambda x: x * o, o)
+        return self._inplace(lambda x: x * o, o, what="*=")
 
     def __itruediv__(self, o):
-        return self._inplace(lambda x: x / o, o)
+        return self._inplace(lambda x: x / o, o, what="/=")
 
     def __ifloordiv__(self, o):
-        return self._inplace(lambda x: x // o, o)
+        return self._inplace(lambda x: x // o, o, what="//=")
 
     def __imod__(self, o):
-        return self._inplace(lambda x: x % o, o)
+        return self._inplace(lambda x: x % o, o, what="%=")
 
     def __ipow__(self, o):
-        return self._inplace(lambda x: x**o, o)
+        return self._inplace(lambda x: x**o, o, what="**=")
 
     def __iand__(self, o):
-        return self._inplace(lambda x: x & o, o)
+        return self._inplace(lambda x: x & o, o, what="&=")
 
     def __ior__(self, o):
-        return self._inplace(lambda x: x | o, o)
+        return self._inplace(lambda x: x | o, o, what="|=")
 
     def __imatmul__(self, o):
         raise TypeError("In-place matrix multiplication is not supported: write `a = a @ b` instead of "
@@ -413,7 +420,7 @@ class TensorOps:
         return self / other
 
     def div_(self, other, *, rounding_mode: str | None = None):
-        return self._inplace(lambda x: x.div(other, rounding_mode=rounding_mode), other)
+        return self._inplace(lambda x: x.div(other, rounding_mode=rounding_mode), other, what="div_")
 
     def eq(self, other):
         return self == other
@@ -468,7 +475,8 @@ class TensorOps:
 
     def index_add_(self, dim: int, index, source, *, alpha=1):
         """index_add, in place."""
-        return self._inplace(lambda x: x.index_add(dim, index, source, alpha=alpha), source)
+        return self._inplace(lambda x: x.index_add(dim, index, source, alpha=alpha), source, check="any",
+                             what="index_add_")
 
     def index_copy(self, dim: int, index, source):
         """self with source's slices written at index along dim (a repeated index: the last wins)."""
@@ -476,7 +484,7 @@ class TensorOps:
 
     def index_copy_(self, dim: int, index, source):
         """index_copy, in place."""
-        return self._inplace(lambda x: x.index_copy(dim, index, source), source)
+        return self._inplace(lambda x: x.index_copy(dim, index, source), source, check="any", what="index_copy_")
 
     def index_fill(self, dim: int, index, value):
         """self with the slices at index along dim set to value (negative indices count from the end)."""
@@ -484,7 +492,7 @@ class TensorOps:
 
     def index_fill_(self, dim: int, index, value):
         """index_fill, in place."""
-        return self._inplace(lambda x: x.index_fill(dim, index, value), value)
+        return self._inplace(lambda x: x.index_fill(dim, index, value), value, check=None)  # torch reads value first
 
     def scatter(self, dim: int, index, src=None, value=None, *, reduce: str | None = None):
         """self with src (or value) written at index along dim; of several writes to one position the
@@ -493,11 +501,12 @@ class TensorOps:
 
     def scatter_(self, dim: int, index, src=None, value=None, *, reduce: str | None = None):
         """scatter, in place."""
-        return self._inplace(lambda x: x.scatter(dim, index, src, value, reduce=reduce), src, value)
+        return self._inplace(lambda x: x.scatter(dim, index, src, value, reduce=reduce), src, value, check="any",
+                             what="scatter_")
 
     def scatter_add_(self, dim: int, index, src):
         """scatter_add, in place."""
-        return self._inplace(lambda x: x.scatter_add(dim, index, src), src)
+        return self._inplace(lambda x: x.scatter_add(dim, index, src), src, check="any", what="scatter_add_")
 
     def index_put(self, indices, values, accumulate: bool = False):
         """torch.index_put: values written at (accumulate=True: added to) the elements self[indices]
@@ -506,7 +515,7 @@ class TensorOps:
 
     def index_put_(self, indices, values, accumulate: bool = False):
         """index_put, in place."""
-        return self._inplace(lambda x: x.index_put(indices, values, accumulate), values)
+        return self._inplace(lambda x: x.index_put(indices, values, accumulate), values, check="any", what="index_put_")
 
     def masked_select(self, mask):
         """The elements where mask (broadcast with self) is True, as a 1-D tensor: eager only, as
@@ -642,7 +651,7 @@ class TensorOps:
         return views.is_contiguous(self)
 
     def stride(self, dim: int | None = None):
-        """Strides in elements, as torch's (a traced tensor's are row-major)."""
+        """Strides in elements, as torch's (a traced tensor's follow its view ops, as eagerly)."""
         s = views.strides(self)
         return s if dim is None else s[dim_index("stride", dim, self.ndim)]
 

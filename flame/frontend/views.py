@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from flame.errors import FlameError, ShapeError
+from flame.errors import FlameError, OverlapError, ShapeError
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.tensor import Tensor
 
@@ -109,7 +109,7 @@ def positions(t: Tensor) -> np.ndarray:
 
 
 def overlap_error(what: str) -> FlameError:
-    return FlameError(f"{what}: unsupported operation: more than one element of the written-to tensor refers to a "
+    return OverlapError(f"{what}: unsupported operation: more than one element of the written-to tensor refers to a "
                       f"single memory location (an expanded tensor). Please clone() the tensor before performing "
                       f"the operation.\n  at {user_location()}")
 
@@ -131,6 +131,73 @@ def check_writable(t: Tensor, what: str, fill: bool) -> None:
         raise overlap_error(what)
 
 
+# ---- a write's inputs that share its destination's memory (PyTorch's assert_no_partial_overlap) ----------
+
+def _dense(shape, steps) -> bool:
+    """The elements fill a block of memory with no gap and no repeat (torch's is_non_overlapping_and_dense):
+    the dims of more than one element, ordered by stride, are row-major."""
+    need = 1
+    for n, s in sorted(((n, s) for n, s in zip(shape, steps) if n != 1), key=lambda d: d[1]):
+        if s != need:
+            return False
+        need *= n
+    return True
+
+
+def _eager_geometry(t: Tensor) -> tuple[int, tuple, tuple]:
+    """(address of t's first element in bytes, shape, strides in elements) of an eager tensor."""
+    a = t._data
+    return _address(a), a.shape, tuple(s // a.itemsize for s in a.strides)
+
+
+def _traced_geometry(t: Tensor) -> tuple[int, tuple, tuple]:
+    """(bytes from its base's first element, shape, strides in elements) of a tensor as PyTorch lays it
+    out (frontend/views.py _layout), from its base (row-major) through its view ops."""
+    offset, shape, steps = _geometry(t)
+    return offset * t.dtype.itemsize, tuple(shape), tuple(steps)
+
+
+def overlap_status(out: Tensor, x) -> str:
+    """How input x's memory meets that of out, the tensor an op writes, as PyTorch's get_overlap_status:
+    "full" (the same elements in the same layout), "partial", "no", or "too_hard" (either has gaps or
+    repeats, which PyTorch does not examine). Cheap where x cannot share out's storage."""
+    if x is out:
+        return "full"
+    if not isinstance(x, Tensor) or x.numel() == 0 or out.numel() == 0:
+        return "no"
+    if out._value is None and x._value is None:  # eager: the arrays' own memory
+        if not _shares(out._data, x._data):
+            return "no"
+        (a, ashape, asteps), (b, bshape, bsteps) = _eager_geometry(out), _eager_geometry(x)
+    else:  # traced: the layouts views.py keeps, from the one base both share
+        if (out._base if out._base is not None else out) is not (x._base if x._base is not None else x):
+            return "no"
+        (a, ashape, asteps), (b, bshape, bsteps) = _traced_geometry(out), _traced_geometry(x)
+    if not (_dense(ashape, asteps) and _dense(bshape, bsteps)):
+        return "too_hard"
+    a_end, b_end = a + out.numel() * out.dtype.itemsize, b + x.numel() * x.dtype.itemsize
+    if (a, a_end) == (b, b_end):
+        same = [s for n, s in zip(ashape, asteps) if n != 1] == [s for n, s in zip(bshape, bsteps) if n != 1]
+        return "full" if same else "partial"
+    return "partial" if a < b_end and b < a_end else "no"
+
+
+def partial_overlap_error(what: str) -> OverlapError:
+    return OverlapError(f"{what}: unsupported operation: some elements of the input tensor and the written-to "
+                        f"tensor refer to a single memory location. Please clone() the tensor before performing "
+                        f"the operation.\n  at {user_location()}")
+
+
+def check_overlap(out: Tensor, inputs, what: str, full: bool = False) -> None:
+    """Refuse a write into out that reads an input sharing part of out's memory, as PyTorch does (its
+    result would depend on the order the elements are written in); full: refuse an input sharing all
+    of it too (torch's index_add_, index_copy_, scatter_, index_put_)."""
+    bad = ("partial", "full") if full else ("partial",)
+    for x in inputs:
+        if isinstance(x, Tensor) and overlap_status(out, x) in bad:
+            raise partial_overlap_error(what)
+
+
 # ---- PyTorch's layout queries ----------------------------------------------------------------------------
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
@@ -142,16 +209,20 @@ def _contiguous_strides(shape) -> tuple[int, ...]:
 
 
 def strides(t: Tensor) -> tuple[int, ...]:
-    """Strides in elements, as torch's Tensor.stride() (a traced tensor's are row-major)."""
+    """Strides in elements, as torch's Tensor.stride() (a traced tensor's: the layout its view ops give
+    it from its base, _geometry)."""
     if t._value is not None:
-        return _contiguous_strides(t.shape)
+        return tuple(int(s) for s in _geometry(t)[2])
     return tuple(s // t._data.itemsize for s in t._data.strides)
 
 
 def is_contiguous(t: Tensor) -> bool:
     """Row-major with no gaps (dims of size 1 may have any stride), as torch's is_contiguous()."""
     if t._value is not None:
-        return True
+        if t.numel() == 0:
+            return True
+        _, shape, steps = _geometry(t)
+        return all(s == want for n, s, want in zip(shape, steps, _contiguous_strides(shape)) if n != 1)
     return bool(t._data.flags.c_contiguous)
 
 
@@ -175,7 +246,7 @@ def data_ptr(t: Tensor) -> int:
 def storage_offset(t: Tensor) -> int:
     """How many elements into its storage t starts."""
     if t._value is not None:
-        return 0
+        return int(_geometry(t)[0])
     return (_address(t._data) - _storage_start(t._data)) // t._data.itemsize
 
 
@@ -276,13 +347,13 @@ def _view_strides(shape, strides, new_shape) -> list[int] | None:
     return out if view_d == -1 else None
 
 
-def _layout(t: Tensor) -> tuple[tuple[int, ...], list[int]]:
-    """(shape, strides in elements) of a traced tensor as PyTorch would lay it out: row-major, or its
-    base's layout through the view ops that made it (the ops' `strided` trait, run on a stand-in
-    array that has the strides and no memory)."""
+def _geometry(t: Tensor) -> tuple[int, tuple[int, ...], list[int]]:
+    """(offset from its base's first element, shape, strides), in elements, of a tensor as PyTorch would
+    lay it out: row-major, or its base's layout through the view ops that made it (the ops' `strided`
+    trait, run on a stand-in array that has the strides and no memory)."""
     if t._base is None:
-        return t.shape, list(_contiguous_strides(t.shape))
-    shape, strides = t._base.shape, list(_contiguous_strides(t._base.shape))
+        return 0, t.shape, list(_contiguous_strides(t.shape))
+    offset, shape, strides = 0, t._base.shape, list(_contiguous_strides(t._base.shape))
     for opdef, attrs, out in t._chain:
         if opdef.view is None:  # detach's: the same layout
             continue
@@ -290,9 +361,16 @@ def _layout(t: Tensor) -> tuple[tuple[int, ...], list[int]]:
             strides = _view_strides(shape, strides, out)
         else:
             fake = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, strides, writeable=False)
-            strides = list(opdef.view.strided(fake, out, **attrs).strides)
+            moved = opdef.view.strided(fake, out, **attrs)
+            offset += _address(moved) - _address(fake)
+            strides = list(moved.strides)
         shape = out
-    return shape, strides
+    return offset, shape, strides
+
+
+def _layout(t: Tensor) -> tuple[tuple[int, ...], list[int]]:
+    """(shape, strides in elements) of a traced tensor as PyTorch would lay it out (_geometry)."""
+    return _geometry(t)[1:]
 
 
 def traced_view(x: Tensor, opdef, shape) -> bool:

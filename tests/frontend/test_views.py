@@ -75,6 +75,54 @@ def test_writes_into_the_base_are_seen_by_its_views_and_versions_are_shared():
     np.testing.assert_array_equal(x.transpose(0, 2).numpy(), tx.transpose(0, 2).numpy())
 
 
+TRACED_LAYOUTS = {
+    **VIEWS,
+    "t": lambda x: x[0].t(),
+    "expand_new_dim": lambda x: x[0].expand(3, 3, 4),
+    "reshape_that_copies": lambda x: x.transpose(0, 1).reshape(-1),
+    "contiguous_of_a_transpose": lambda x: x.transpose(0, 1).contiguous(),
+    "detach_then_permute": lambda x: x.detach().permute(1, 2, 0),
+    "computed_then_transposed": lambda x: (x * 2).transpose(0, 2),
+}
+
+
+@pytest.mark.parametrize("name", TRACED_LAYOUTS)
+def test_layout_queries_inside_compile_answer_as_torch(name):
+    """stride(), stride(dim), is_contiguous() and storage_offset() of a traced tensor follow the view ops
+    that made it from its base, as torch's (and as flame's eager answers)."""
+    _, tx = _pair()
+    tv = TRACED_LAYOUTS[name](tx)
+    want = (tv.stride(), tv.stride(-1), tv.is_contiguous(), tv.storage_offset())
+    seen = {}
+
+    @flame.compile
+    def f(x):
+        v = TRACED_LAYOUTS[name](x)
+        seen["traced"] = (v.stride(), v.stride(-1), v.is_contiguous(), v.storage_offset())
+        return v * 1
+
+    x, _ = _pair()
+    np.testing.assert_array_equal(f(x).numpy(), tv.numpy())
+    v = TRACED_LAYOUTS[name](x)
+    assert seen["traced"] == want == (v.stride(), v.stride(-1), v.is_contiguous(), v.storage_offset())
+
+
+def test_contiguous_inside_compile_copies_a_view_that_is_not_as_torch():
+    """x.t().contiguous() is a new tensor (a write into it never reaches x), x.contiguous() is x."""
+
+    def fn(x):
+        c = x.transpose(0, 2).contiguous()
+        c.zero_()
+        same = x.contiguous()
+        return x * 1, c * 1, same is x
+
+    x, tx = _pair()
+    tout, out = fn(tx.clone()), flame.compile(fn)(x)
+    np.testing.assert_array_equal(out[0].numpy(), tout[0].numpy())
+    np.testing.assert_array_equal(out[1].numpy(), tout[1].numpy())
+    assert out[2] is tout[2] is True
+
+
 def test_reshape_copies_where_the_strides_allow_no_view_and_view_raises():
     x, tx = _pair()
     r, tr = x.transpose(0, 1).reshape(-1), tx.transpose(0, 1).reshape(-1)
