@@ -22,6 +22,9 @@ from flame.bench.cases_gpt import _bytes
 from flame.bench.cases_train import BF16_UPDATE_TOL, LR, WD
 from flame.bench.spec import Bound, Case, Input
 
+# FP8 against the bf16 peer: the loss within FP8's rounding (e4m3 has 3 mantissa bits); one AdamW step's
+# change of a weight element is about lr * sign(g), and FP8 gradients flip the sign of the smallest ones
+FP8_TOL, FP8_UPDATE_TOL = 5e-2, 0.5
 WEIGHTS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")  # the matmul weights, compared after a step
 ROPE_BASE = 10000.0
 
@@ -114,7 +117,11 @@ def _block(F, x, p, s, cos, sin, linear):
     return x + linear(F.silu(linear(h, "w_gate")) * linear(h, "w_up"), "w_down")
 
 
-def _flame_llama(s, a, wrap):
+def _flame_llama(s, a, wrap, fp8: bool = False):
+    """The block's step; fp8: its forward under flame.amp.Float8Recipe() (current scaling: the Linear
+    GEMMs in e4m3, their gradients in e5m2)."""
+    import contextlib
+
     import flame
     import flame.nn as nn
     import flame.nn.functional as F
@@ -123,15 +130,20 @@ def _flame_llama(s, a, wrap):
     opt = flame.optim.AdamW(list(p.values()), lr=LR, weight_decay=WD)
 
     def step(x):
-        cos, sin = _flame_rope(s)
-        y = _block(F, x, p, s, cos, sin, lambda h, n: F.linear(h, p[n]))
-        loss = (y.float() ** 2).mean()
+        with flame.autocast(dtype=flame.amp.Float8Recipe()) if fp8 else contextlib.nullcontext():
+            cos, sin = _flame_rope(s)
+            y = _block(F, x, p, s, cos, sin, lambda h, n: F.linear(h, p[n]))
+            loss = (y.float() ** 2).mean()
         loss.backward()
         opt.step()
         opt.zero_grad()
         return loss
 
     return Bound(wrap(step), lambda: [p[n] for n in WEIGHTS])
+
+
+def _flame_llama_fp8(s, a, wrap):
+    return _flame_llama(s, a, wrap, fp8=True)
 
 
 # ---- torch -----------------------------------------------------------------------------------------
@@ -167,6 +179,37 @@ def _torch_llama(s, a, wrap):
     return Bound(wrap(step), lambda: [p[n] for n in WEIGHTS])
 
 
+def _torchao_llama(s, a, wrap):
+    """The block's step with torchao's float8 training (convert_to_float8_training: dynamic per-tensor
+    scaling, e4m3 forward, e5m2 gradients) on its projections as bias-free nn.Linear modules."""
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError:
+        raise RuntimeError("torchao is not installed (the float8 training peer needs it)") from None
+    import torch
+    import torch.nn.functional as F
+
+    p = {n: torch.nn.Parameter(a[n]) for n in _shapes(s)}
+    mods = torch.nn.ModuleDict()
+    for n in WEIGHTS:
+        out_f, in_f = p[n].shape
+        mods[n] = torch.nn.Linear(in_f, out_f, bias=False, device=p[n].device, dtype=p[n].dtype)
+        mods[n].weight = p[n]
+    convert_to_float8_training(mods)
+    opt = torch.optim.AdamW(list(p.values()), lr=LR, weight_decay=WD)
+
+    def step(x):
+        cos, sin = _torch_rope(s, x.device)
+        y = _block(F, x, p, s, cos, sin, lambda h, n: mods[n](h))
+        loss = (y.float() ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return Bound(wrap(step), lambda: [p[n] for n in WEIGHTS])
+
+
 LLAMA = [
     Case(
         "llama_block_train",
@@ -181,5 +224,20 @@ LLAMA = [
         torch=_torch_llama,
         tol=2e-2,
         state_tol=BF16_UPDATE_TOL,
+    ),
+    Case(
+        "llama_block_train_fp8",
+        "llama_block_train (same sizes) with its Linear GEMMs in FP8 (flame.amp.Float8Recipe(): current "
+        "scaling, e4m3 forward, e5m2 gradients); peers: the torch bf16 step, and torchao's float8 training "
+        "(torch.compile'd) where torchao is installed",
+        sizes=_sizes,
+        inputs=_inputs,
+        min_bytes=_bytes(_inputs),
+        min_flops=_flops,
+        flame=_flame_llama_fp8,
+        torch=_torch_llama,
+        extra={"torchao float8": ("torch", _torchao_llama, "compiled")},
+        tol=FP8_TOL,
+        state_tol=FP8_UPDATE_TOL,
     ),
 ]

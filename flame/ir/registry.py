@@ -75,10 +75,13 @@ class View:
 class Reduce:
     """Trait of a reduction: identity is the accumulator's start ("zero", "lowest" or "highest");
     index: the result is the position of the winner (argmax), not a combined value, so the op is
-    not a monoid the row kernels fold (it keeps its own kernel)."""
+    not a monoid the row kernels fold (it keeps its own kernel); regroups: the reduction over several
+    dims is the reduction of its reduction over some of them, whatever the grouping (max, min: each
+    picks one of the elements; a sum's rounding depends on the grouping), so it may run in stages."""
 
     identity: str
     index: bool = False
+    regroups: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,13 @@ def is_commutative(op: Op) -> bool:
 def is_sign_only(op: Op) -> bool:
     """A zero's sign in an input changes at most a zero's sign in the result (the `sign_only` trait)."""
     return get(op.name).sign_only
+
+
+def regroups(op: Op) -> bool:
+    """op is a reduction that may run in stages, each reducing some of its dims (the `Reduce` trait's
+    `regroups`: max, min)."""
+    red = get(op.name).reduction
+    return red is not None and red.regroups
 
 
 def accumulates(op: Op) -> bool:

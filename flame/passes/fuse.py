@@ -114,6 +114,7 @@ from flame.passes.prepare_fusion import (
     is_conversion,
     is_free,
     move_conversions,
+    stage_reductions,
     unit_reductions,
 )
 from flame.target import DEFAULT_TARGET, Target
@@ -692,7 +693,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = clone_constants(move_conversions(drop_zero_signs(unit_reductions(g))))
+    g = clone_constants(move_conversions(drop_zero_signs(stage_reductions(unit_reductions(g), target.splits_rows))))
     st = State(g, target)
     for op in g.ops:
         if not is_free(op):

@@ -12,6 +12,7 @@ from flame.ir.graph import Graph, Kind, Op, Value, is_backward
 from flame.ir.indexmap import (
     Layout,
     canonical,
+    contiguous_strides,
     derive,
     domains,
     is_reduction,
@@ -237,11 +238,21 @@ def _copied_view(st: State, ops: list[Op], lay: Layout | str) -> str:
         return ""
     views = {op.out: op for op in ops if is_view(op)}
     for v, m in lay.stores.items():
-        if m == canonical(v, lay.domain, lay.n_red):
+        if m == canonical(v, lay.domain, lay.n_red) or _row_major(st, m, v, lay.domain):
             continue
         if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in lay.stores)):
             return f"a view's result would be copied (result {v.type})"
     return ""
+
+
+def _row_major(st: State, m, v: Value, domain: tuple[int, ...]) -> bool:
+    """Map m stores v, which only matmuls read (as it is), in v's own row-major order: v is a reshape
+    of the domain (an FP8 cast of a row kernel's result, read as [rows, k]), so the bytes are the ones
+    its canonical store writes."""
+    if math.prod(v.shape) != math.prod(domain) or not all(get(u.name).library == "matmul" for u in st.users[v]):
+        return False
+    base, strides = m.flat(v.shape)
+    return base == 0 and all(s == c for s, c, n in zip(strides, contiguous_strides(domain), domain) if n != 1)
 
 
 def _feeds_matmul(st: State, v: Value) -> bool:

@@ -1,6 +1,10 @@
-"""What the fusion pass (flame.passes.fuse) does to a graph before it partitions it into kernels: four
+"""What the fusion pass (flame.passes.fuse) does to a graph before it partitions it into kernels: five
 rewrites of the graph, and the two kinds of ops they name.
 - unit_reductions: a reduction over dims of size 1 only becomes the reshape (plus +0.0) it computes;
+- stage_reductions: a whole-value max or min (the `regroups` trait) of a value computed in the step,
+  long enough that its one row would be split across blocks, runs in two stages: over the last dim of
+  that value, which joins the kernel computing it as a second result (the amax of an FP8 cast's input
+  beside the RMSNorm or SwiGLU producing it), then over the rows' results;
 - drop_zero_signs: an add of +0.0 (it only turns -0.0 into +0.0) goes where every reader only
   accumulates the sum, so the sign of a zero cannot reach a result;
 - move_conversions: each conversion (the `conversion` trait: cast, neg, abs) moves past views and gathers to
@@ -11,13 +15,17 @@ rewrites of the graph, and the two kinds of ops they name.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from flame.ir.graph import Graph, Op, Value, is_backward
 from flame.ir.indexmap import is_reduction, is_view
 from flame.ir.ops.elementwise import ADD
-from flame.ir.registry import accumulates, axis_order, get, is_constant, is_fill, is_relabel, is_sign_only
+from flame.ir.registry import accumulates, axis_order, get, is_constant, is_fill, is_relabel, is_sign_only, regroups
+from flame.ir.symbolic import SymInt
 from flame.passes._rewrite import full_value, rewrite
+from flame.passes.dce import eliminate_dead_code
 
 MAX_MOVES = 8  # rounds of move_conversions: each moves a conversion past one view
 
@@ -166,6 +174,51 @@ def unit_reductions(g: Graph) -> Graph:
         return y
 
     return rewrite(g, rule)
+
+
+def stage_reductions(g: Graph, splits_rows) -> Graph:
+    """g with each whole-value reduction that may run in stages (registry.regroups: max, min) of a value
+    y computed in the step, read through relabelling views, permutes and conversions (an FP8 amax:
+    max(abs(y.reshape(-1, k)))), split in two when its one row is one that `splits_rows(rows, length)`
+    (Target.splits_rows) would split across blocks and y's own rows are not: the reduction of the
+    converted y over its last dim, a row reduction that joins the kernel computing y (its second
+    result, so y is read once more only by whatever else reads it), then the reduction of those
+    rows' results. The order of a whole-value reduction's elements does not matter, so the views
+    drop out. g itself when there is none."""
+    def staged(op: Op) -> tuple[Value, list[Op]] | None:
+        x = op.inputs[0]
+        if not regroups(op) or not x.shape or any(isinstance(d, SymInt) for d in x.shape):
+            return None
+        rank = len(x.shape)
+        if {a % rank for a in op.attrs["axes"]} != set(range(rank)) or not splits_rows(1, math.prod(x.shape)):
+            return None
+        y, convs = x, []
+        while y.producer is not None and len(y.producer.inputs) == 1 and (
+                is_relabel(y.producer) or axis_order(y.producer) is not None or get(y.producer.name).conversion):
+            if get(y.producer.name).conversion:
+                convs.append(y.producer)
+            y = y.producer.inputs[0]
+        if y.producer is None or is_free(y.producer) or len(y.shape) < 2 or y.shape[-1] < 2:
+            return None
+        if splits_rows(math.prod(y.shape[:-1]), y.shape[-1]):
+            return None
+        return y, convs[::-1]
+
+    if not any(staged(op) for op in g.ops if regroups(op)):
+        return g
+
+    def rule(op: Op, b) -> Value | None:
+        got = staged(op) if regroups(op) else None
+        if got is None:
+            return None
+        w, convs = got
+        for c in convs:
+            w = b.emit(c.name, w, **c.attrs)
+        rows = b.emit(op.name, w, axes=[len(w.shape) - 1], keepdim=False)
+        out = b.emit(op.name, rows, axes=list(range(len(rows.shape))), keepdim=False)
+        return out if out.shape == op.out.shape else b.reshape(out, shape=list(op.out.shape))
+
+    return eliminate_dead_code(rewrite(g, rule))
 
 
 def _positive_zero(v: Value) -> bool:

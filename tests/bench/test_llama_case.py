@@ -101,3 +101,18 @@ def test_report_gives_the_fraction_of_the_matmul_ceiling_and_peer_compile_time()
     row = next(line for line in md.splitlines() if line.startswith("| c | 4000 |"))
     assert row.rstrip(" |").split(" | ")[2:5] == ["50%", "100%", "62%"]  # 62.5 rounds to even
     assert "8 (compile 170 s)" in md
+
+
+@needs_torch
+def test_llama_fp8_case_runs_against_the_bf16_step_with_torchao_as_a_peer():
+    fp8 = LLAMA[1]
+    assert select("llama_block_train_fp8") == [fp8] and fp8.name == "llama_block_train_fp8"
+    assert fp8.sizes(False) == CASE.sizes(False) and fp8.torch is CASE.torch  # the two compare
+    assert fp8.peers()["torchao float8"][0] == "torch"
+    res = run_case(fp8, Context("reference", True, 1, 0, ["torch", "torchao float8"]))
+    f = res["flame"]
+    assert f["status"] == "ok", f
+    assert f["rel_error"] < fp8.tol and f["rel_error_state"] < fp8.state_tol
+    ao = res["peers"]["torchao float8"]["status"]
+    if importlib.util.find_spec("torchao") is None:  # skipped with a note saying why
+        assert ao.startswith("n/a") and "torchao is not installed" in ao, ao

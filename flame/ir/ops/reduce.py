@@ -56,19 +56,20 @@ def _np_axes_v(v, axes):
     return tuple(sorted(a % v.type.rank for a in axes)) if v.type.rank else ()
 
 
-def _declare(name, np_fn, vjp, kinds, identity, needs_items=False, autocast=""):
+def _declare(name, np_fn, vjp, kinds, identity, needs_items=False, autocast="", regroups=False):
     def ref(x, axes, keepdim):
         return np_fn(x, axis=_np_axes(x, axes), keepdims=keepdim)
     return register(OpDef(name, "reduction", 1, _reduce_infer(name, kinds, needs_items), ref, dict(_AXES), vjp,
-                          compute_f32=True, reduction=Reduce(identity), autocast=autocast,
+                          compute_f32=True, reduction=Reduce(identity, regroups=regroups), autocast=autocast,
                           accumulates=identity == "zero"))
 
 
-# sums accumulate (from +0.0): under autocast they run in f32 (max and min only pick an element)
+# sums accumulate (from +0.0): under autocast they run in f32 (max and min only pick an element, so they
+# may also run in stages: a row stage in the kernel computing the input, then the rest; passes/prepare_fusion.py)
 REDUCE_SUM = _declare("reduce_sum", np.sum, _sum_vjp, ("float", "int"), "zero", autocast="f32")
 _declare("reduce_mean", np.mean, _mean_vjp, ("float",), "zero", autocast="f32")
-_declare("reduce_max", np.max, _extreme_vjp, ("float", "int"), "lowest", needs_items=True)
-_declare("reduce_min", np.min, _extreme_vjp, ("float", "int"), "highest", needs_items=True)
+_declare("reduce_max", np.max, _extreme_vjp, ("float", "int"), "lowest", needs_items=True, regroups=True)
+_declare("reduce_min", np.min, _extreme_vjp, ("float", "int"), "highest", needs_items=True, regroups=True)
 
 
 def _argmax_infer(types, axis, keepdim):
