@@ -125,8 +125,9 @@ def test_state_dict_resume_continues_as_torch(name, defaults, head_kw, source, c
     saved_model, saved_opt = (theirs, topt) if source == "torch" else (mine, fopt)
     model_sd, opt_sd = saved_model.state_dict(), saved_opt.state_dict()
     _, fresh = twin(_mlp, seed=1)
-    fresh.load_state_dict({k: flame.tensor(v.detach().numpy()) if isinstance(v, torch.Tensor) else v
-                           for k, v in model_sd.items()})
+    fresh.load_state_dict(
+        {k: flame.tensor(v.detach().numpy()) if isinstance(v, torch.Tensor) else v for k, v in model_sd.items()}
+    )
     fresh_opt = getattr(flame.optim, name)(_groups(fresh, {}), **(defaults | {"lr": 0.5}))
     fresh_opt.load_state_dict(opt_sd)
     fstep = _step_fn(flame, fresh, fresh_opt, compiled)
