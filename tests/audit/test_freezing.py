@@ -37,7 +37,6 @@ def _step_fn(lib, model, opt, compiled, set_to_none=True, zero_with="opt"):
 OPTS = [
     ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.05)),
     ("AdamW", dict(lr=0.01, weight_decay=0.1)),
-    ("Adam", dict(lr=0.01)),
 ]
 
 
