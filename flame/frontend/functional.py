@@ -19,7 +19,7 @@ from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul
 
-__all__ = ["cross_entropy", "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
+__all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
            "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
            "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "tanh"]
 
@@ -172,10 +172,10 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor: 
     return _loss_reduce(d * d, reduction)
 
 
-@policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def cross_entropy(logits: Tensor, target: Tensor, reduction: str = "mean",
-                  label_smoothing: float = 0.0, ignore_index: int | None = None) -> Tensor:
-    """Cross-entropy of [N, C] logits against integer class labels [N]. Labels equal to ignore_index
+def cross_entropy_labels(logits: Tensor, target: Tensor, reduction: str = "mean",
+                         label_smoothing: float = 0.0, ignore_index: int | None = None) -> Tensor:
+    """Cross-entropy of [N, C] logits against integer class labels [N], without class weights (the fast
+    path of flame.frontend.losses.cross_entropy, which has PyTorch's signature). Labels equal to ignore_index
     (PyTorch's -100 when not given) add nothing to the loss or the gradient and are left out of the
     mean; another label outside [0, C) raises IndexError. Inside @flame.compile the labels are not
     known while tracing: the graph masks them (an ignored label adds nothing, an out-of-range one makes
@@ -222,9 +222,37 @@ def _check_labels(target: Tensor, n_classes: int, ignore_index: int | None) -> b
     return bool((t == ignore_index).any())
 
 
-def embedding(idx: Tensor, weight: Tensor) -> Tensor:
-    """weight's rows at idx; an index outside [0, rows) raises (frontend/index_ops.py)."""
-    return embedding_rows(weight, idx)
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,  # noqa: A002
+              max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+              sparse: bool = False) -> Tensor:
+    """weight's rows at input; an index outside [0, rows) raises (frontend/index_ops.py). The row
+    padding_idx gets no gradient (its lookups still give what it holds), as torch's."""
+    embedding_unsupported(max_norm, scale_grad_by_freq, sparse)
+    if padding_idx is not None:
+        mask = np.ones((weight.shape[0], 1), dtype=weight.dtype.np_dtype)
+        mask[padding_idx % weight.shape[0]] = 0
+        weight = rows_without_grad(weight, Tensor(mask))
+    return embedding_rows(weight, input)
+
+
+def rows_without_grad(weight: Tensor, row_mask: Tensor) -> Tensor:
+    """weight's values, with no gradient flowing to the rows where row_mask ([rows, 1], 0 or 1) is 0."""
+    return apply("where", row_mask != 0, weight, weight.detach())
+
+
+def embedding_unsupported(max_norm, scale_grad_by_freq: bool, sparse: bool) -> None:
+    """Raise, naming what to write instead, for embedding options flame does not have."""
+    if max_norm is not None:
+        raise NotImplementedError(
+            f"embedding: max_norm is not supported; renormalise the rows you look up yourself under "
+            f"flame.no_grad() before the lookup (n = w[idx].norm(dim=-1, keepdim=True); "
+            f"w[idx] = w[idx] * (max_norm / (n + 1e-7)).clamp(max=1))\n  at {user_location()}")
+    if scale_grad_by_freq:
+        raise NotImplementedError(f"embedding: scale_grad_by_freq is not supported; scale the weight's gradient "
+                                  f"by 1 / (the count of each row in the batch) yourself\n  at {user_location()}")
+    if sparse:
+        raise NotImplementedError(f"embedding: sparse gradients are not supported; use sparse=False (a dense "
+                                  f"gradient)\n  at {user_location()}")
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True, generator: Generator | None = None) -> Tensor:

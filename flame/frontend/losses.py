@@ -6,17 +6,18 @@ inside @flame.compile those values are not known and are not checked."""
 from __future__ import annotations
 
 from flame.errors import IndexValueError, ShapeError, TraceError
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
-from flame.frontend.functional import _loss_reduce, warn_if_broadcast
+from flame.frontend.functional import _loss_reduce, cross_entropy_labels, log_softmax, warn_if_broadcast
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
 from flame.frontend.views import new_tensor
 from flame.ir.dtypes import i64
 
-__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "l1_loss", "nll_loss", "one_hot", "pad",
-           "smooth_l1_loss"]
+__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "l1_loss", "nll_loss",
+           "one_hot", "pad", "smooth_l1_loss"]
 
 
 def _where(cond: Tensor, a, b) -> Tensor:
@@ -84,6 +85,53 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
     if reduction == "mean":
         return loss.sum() / w.sum()
     return _loss_reduce(loss, reduction)
+
+
+def _no_legacy(name: str, size_average, reduce) -> None:
+    if size_average is not None or reduce is not None:
+        raise ValueError(f"{name}: size_average and reduce are PyTorch's deprecated spellings of reduction; pass "
+                         f"reduction='mean', 'sum' or 'none'\n  at {user_location()}")
+
+
+@policy("f32")  # autocast: runs in f32, as on PyTorch's list
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
+                  ignore_index: int | None = None, reduce=None, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    """torch.nn.functional.cross_entropy: logits [N, C] (or [C], or [N, C, d1, ...]) against class
+    indices [N] (or [N, d1, ...]; ignore_index, PyTorch's -100 when not given, adds nothing and is left
+    out of the mean) or class probabilities of input's shape; weight [C] scales each class (the mean
+    divides by the summed weights of the targets); label_smoothing mixes in the uniform distribution."""
+    _no_legacy("cross_entropy", size_average, reduce)
+    if weight is None and input.ndim == 2 and not target.dtype.is_float:
+        return cross_entropy_labels(input, target, reduction, label_smoothing, ignore_index)
+    cdim = 1 if input.ndim >= 2 else 0
+    n_classes = input.shape[cdim] if input.ndim else 0
+    if weight is not None and (weight.ndim != 1 or weight.shape[0] != n_classes):
+        raise ShapeError(f"cross_entropy: weight must hold one value per class ({n_classes}), got "
+                         f"{list(weight.shape)}\n  at {user_location()}")
+    w = None if weight is None else weight.reshape(*[n_classes if d == cdim else 1 for d in range(input.ndim)])
+    logp = log_softmax(input, cdim)
+    if target.dtype.is_float:  # class probabilities
+        if tuple(target.shape) != tuple(input.shape):
+            raise ShapeError(f"cross_entropy: class probabilities must have the input's shape {list(input.shape)}, "
+                             f"got {list(target.shape)}\n  at {user_location()}")
+        t = target * (1 - label_smoothing) + label_smoothing / n_classes if label_smoothing else target
+        loss = -(logp * t if w is None else logp * t * w).sum(cdim)
+        return loss.sum() / (input.numel() // n_classes) if reduction == "mean" else _loss_reduce(loss, reduction)
+    ignore = -100 if ignore_index is None else ignore_index
+    nll = nll_loss(logp, target, weight, ignore, reduction)
+    if not label_smoothing:
+        return nll
+    keep = target != ignore
+    smooth = _where(keep, -(logp if w is None else logp * w).sum(cdim), 0.0)
+    if reduction == "mean":
+        picked = keep.to(logp.dtype) if weight is None else _where(
+            keep, apply("index_select", weight, _where(keep, target.to(i64), 0).reshape(-1), axis=0)
+            .reshape(target.shape), 0.0)
+        smooth = smooth.sum() / picked.sum()
+    else:
+        smooth = _loss_reduce(smooth, reduction)
+    return nll * (1 - label_smoothing) + smooth * (label_smoothing / n_classes)
 
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002

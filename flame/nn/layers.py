@@ -95,11 +95,14 @@ class RMSNorm(Module):
 
 class Embedding(Module):
     """A lookup table [num_embeddings, embedding_dim] initialised N(0, 1). With padding_idx, that row
-    starts at zero and gets no gradient (it is multiplied by a 0/1 row mask)."""
+    starts at zero and gets no gradient; its lookups give whatever the row holds, as torch's (a row
+    initialised again, or loaded, is not zero)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 dtype: Any = f32, generator: Generator | None = None):
+                 max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                 sparse: bool = False, dtype: Any = f32, generator: Generator | None = None):
         super().__init__()
+        F.embedding_unsupported(max_norm, scale_grad_by_freq, sparse)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         if padding_idx is not None:
             padding_idx = padding_idx % num_embeddings
@@ -115,7 +118,7 @@ class Embedding(Module):
                 self.weight.copy_(self.weight * self._row_mask)
 
     def forward(self, idx: Tensor) -> Tensor:
-        w = self.weight if self.padding_idx is None else self.weight * self._row_mask
+        w = self.weight if self.padding_idx is None else F.rows_without_grad(self.weight, self._row_mask)
         return F.embedding(idx, w)
 
     def extra_repr(self) -> str:
@@ -229,14 +232,18 @@ class MSELoss(Module):
 
 
 class CrossEntropyLoss(Module):
-    """Cross-entropy of [N, C] logits against integer labels [N] (log_softmax + gather)."""
+    """torch.nn.CrossEntropyLoss (its arguments, in its order): F.cross_entropy as a module."""
 
-    def __init__(self, reduction: str = "mean", label_smoothing: float = 0.0, ignore_index: int | None = None):
+    def __init__(self, weight: Tensor | None = None, size_average=None, ignore_index: int | None = None, reduce=None,
+                 reduction: str = "mean", label_smoothing: float = 0.0):
         super().__init__()
-        self.reduction, self.label_smoothing, self.ignore_index = reduction, label_smoothing, ignore_index
+        losses._no_legacy("CrossEntropyLoss", size_average, reduce)
+        self.weight, self.ignore_index = weight, ignore_index
+        self.reduction, self.label_smoothing = reduction, label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return F.cross_entropy(input, target, self.reduction, self.label_smoothing, self.ignore_index)
+        return losses.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                                    reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
 class L1Loss(Module):
@@ -258,8 +265,10 @@ class SmoothL1Loss(Module):
 
 
 class NLLLoss(Module):
-    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"):
+    def __init__(self, weight: Tensor | None = None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean"):
         super().__init__()
+        losses._no_legacy("NLLLoss", size_average, reduce)
         self.weight, self.ignore_index, self.reduction = weight, ignore_index, reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002

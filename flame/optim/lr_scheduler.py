@@ -1,6 +1,9 @@
 """Learning-rate schedules (torch.optim.lr_scheduler names). A scheduler only writes group['lr'];
 a compiled training step reads it as a `scalar` graph input at every call, so stepping a scheduler
-never re-traces."""
+never re-traces. flame's schedulers compute each step's rate from the initial lr (a closed form);
+where torch's scheduler of the same name computes it from the current lr (and so chains with another
+scheduler, or continues from a rate set by hand), a step that finds the rate changed since it last set
+it raises instead of undoing the change."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from flame.errors import FlameError
 from flame.optim.optimizer import Optimizer
 
 __all__ = ["ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR", "ExponentialLR", "LRScheduler",
@@ -19,6 +23,10 @@ __all__ = ["ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "Cy
 class LRScheduler:
     """Base class. Construction records each group's `initial_lr` and applies the schedule at
     epoch 0; `step()` advances one epoch (or step) and writes the new learning rates."""
+
+    # torch's scheduler of this name computes the next rate from group['lr'] (it chains): a rate
+    # changed by someone else since the last step would be continued from there, not undone
+    chainable = False
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1):
         self.optimizer = optimizer
@@ -40,20 +48,50 @@ class LRScheduler:
         return self.lr_at(self.last_epoch)
 
     def step(self) -> None:
+        """Advance one epoch (or step) and write each group's learning rate."""
+        if self._last_lr and self.follows_current_lr(self.last_epoch + 1):
+            self.check_unchanged()
         self.last_epoch += 1
         self._last_lr = [float(lr) for lr in self.get_lr()]
         for g, lr in zip(self.optimizer.param_groups, self._last_lr):
             g["lr"] = lr
+
+    def follows_current_lr(self, epoch: int) -> bool:
+        """Whether torch's scheduler computes epoch's rate from the current group['lr']."""
+        return self.chainable
+
+    def check_unchanged(self) -> None:
+        """Raise when a group's lr is no longer the rate this scheduler last set: torch's scheduler would
+        continue from the new rate (two schedulers stepping one optimizer chain in torch); flame's
+        closed form would silently undo it."""
+        for i, (g, mine) in enumerate(zip(self.optimizer.param_groups, self._last_lr)):
+            if g["lr"] != mine:
+                name = type(self).__name__
+                raise FlameError(
+                    f"{name}.step(): optimizer.param_groups[{i}]['lr'] is {g['lr']!r}, not the {mine!r} this "
+                    f"scheduler set at its last step: another scheduler stepping the same optimizer, a "
+                    f"change by hand or an optimizer state loaded without this scheduler's set it. torch's "
+                    f"{name} would continue from {g['lr']!r}; flame's schedulers compute each rate from the "
+                    f"initial lr and do not chain. Use one SequentialLR, or one LambdaLR with the product of "
+                    f"the factors; load the scheduler's state_dict with the optimizer's; to start a new "
+                    f"schedule from a rate set by hand, make a new scheduler")
 
     def get_last_lr(self) -> list[float]:
         """The learning rates the last step() wrote."""
         return list(self._last_lr)
 
     def state_dict(self) -> dict[str, Any]:
+        """Every attribute but the optimizer and functions (torch's layout)."""
         return {k: v for k, v in self.__dict__.items() if k != "optimizer" and not callable(v)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the saved attributes; the groups take the rates the saved scheduler last set (those
+        of the optimizer saved with it), so a scheduler made before or after loading the optimizer's
+        state resumes alike."""
         self.__dict__.update(state_dict)
+        if self._last_lr:
+            for g, lr in zip(self.optimizer.param_groups, self._last_lr):
+                g["lr"] = lr
 
 
 class LambdaLR(LRScheduler):
@@ -77,6 +115,8 @@ class LambdaLR(LRScheduler):
 class StepLR(LRScheduler):
     """lr = initial_lr * gamma ** (epoch // step_size)."""
 
+    chainable = True
+
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer, last_epoch)
@@ -87,6 +127,8 @@ class StepLR(LRScheduler):
 
 class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (initial_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 (the closed form)."""
+
+    chainable = True
 
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):  # noqa: N803
         self.T_max, self.eta_min = T_max, eta_min
@@ -127,6 +169,8 @@ def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int,
 class MultiStepLR(LRScheduler):
     """lr = initial_lr * gamma ** (the number of milestones reached)."""
 
+    chainable = True
+
     def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1, last_epoch: int = -1):
         self.milestones, self.gamma = sorted(milestones), gamma
         super().__init__(optimizer, last_epoch)
@@ -138,6 +182,8 @@ class MultiStepLR(LRScheduler):
 class ExponentialLR(LRScheduler):
     """lr = initial_lr * gamma ** epoch."""
 
+    chainable = True
+
     def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1):
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
@@ -148,6 +194,8 @@ class ExponentialLR(LRScheduler):
 
 class ConstantLR(LRScheduler):
     """lr = initial_lr * factor until total_iters, then initial_lr."""
+
+    chainable = True
 
     def __init__(self, optimizer: Optimizer, factor: float = 1.0 / 3, total_iters: int = 5, last_epoch: int = -1):
         if not 0 <= factor <= 1:
@@ -162,6 +210,8 @@ class ConstantLR(LRScheduler):
 class LinearLR(LRScheduler):
     """lr = initial_lr * a factor going linearly from start_factor to end_factor over total_iters
     epochs, then held (a warmup with the defaults' start_factor below 1)."""
+
+    chainable = True
 
     def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
                  total_iters: int = 5, last_epoch: int = -1):
@@ -178,6 +228,8 @@ class LinearLR(LRScheduler):
 
 class PolynomialLR(LRScheduler):
     """lr = initial_lr * (1 - min(epoch, total_iters) / total_iters) ** power."""
+
+    chainable = True
 
     def __init__(self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0, last_epoch: int = -1):
         self.total_iters, self.power = total_iters, power
@@ -392,6 +444,12 @@ class SequentialLR(LRScheduler):
         sched = self.schedulers[i]
         sched.last_epoch = self.last_epoch - start
         return sched.get_lr()
+
+    def follows_current_lr(self, epoch: int) -> bool:
+        """The scheduler epoch falls in follows the current rate, except at its milestone (torch starts
+        it there from its closed form)."""
+        i = bisect.bisect_right(self.milestones, epoch)
+        return self.schedulers[i].chainable and not (i and self.milestones[i - 1] == epoch)
 
     def state_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in super().state_dict().items() if k != "schedulers"}

@@ -56,6 +56,7 @@ class Optimizer:
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Tensor]] = {}
         self._scalars: tuple[object, dict] = (None, {})
+        self._serials: dict[int, int] = {}  # id(param) -> the order it joined this optimizer in
         groups = list(params)
         if not groups:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
@@ -84,6 +85,7 @@ class Optimizer:
         self._check_group(group)
         self.param_groups.append(group)
         for p in group["params"]:
+            self._serials[id(p)] = len(self._serials)
             self.state[p] = self._init_state(p, group)
 
     non_negative: tuple[str, ...] = ()  # the group options a subclass requires to be >= 0 (besides lr)
@@ -152,6 +154,17 @@ class Optimizer:
         return trace.read_python(f"{type(self).__name__}.param_groups[{index}][{key!r}]"
                                  + (" != 0" if nonzero else ""), read)
 
+    def guard_groups(self) -> None:
+        """Inside a trace, which parameters each group holds is a guard of the trace: add_param_group
+        (or a group's params changed by hand) after a step was compiled re-traces it, instead of
+        replaying an update and a zero_grad that leave the new parameters out."""
+        trace = current_trace.get()
+        if trace is not None:
+            trace.read_python(f"the parameters of {type(self).__name__}.param_groups", self._group_layout)
+
+    def _group_layout(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(self._serials.get(id(p), -1) for p in g["params"]) for g in self.param_groups)
+
     # ---- the public API ---------------------------------------------------------------------------
     def step(self, closure=None):
         """One update of every parameter that has a gradient. `closure` (re-evaluates the loss) is
@@ -159,6 +172,7 @@ class Optimizer:
         loss = None
         if closure is not None:
             loss = closure()
+        self.guard_groups()
         with no_grad():
             for group in self.param_groups:
                 for p in group["params"]:
@@ -168,6 +182,7 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop (or zero) every parameter's gradient; inside @flame.compile the result is written back."""
+        self.guard_groups()
         for group in self.param_groups:
             for p in group["params"]:
                 if set_to_none or p.grad is None:

@@ -117,7 +117,7 @@ def test_cross_entropy_grads_match_torch(reduction, smoothing):
     r = _rng(4)
     logits, lt = _pair((r.standard_normal((7, 5)) * 2).astype(np.float32))
     y = r.integers(0, 5, 7)
-    loss = nn.CrossEntropyLoss(reduction, smoothing)(logits, flame.tensor(y))
+    loss = nn.CrossEntropyLoss(reduction=reduction, label_smoothing=smoothing)(logits, flame.tensor(y))
     ref = torch.nn.CrossEntropyLoss(reduction=reduction, label_smoothing=smoothing)(lt, torch.tensor(y))
     assert rel_err(loss.numpy(), ref.detach().numpy()) < 1e-6
     loss.backward()

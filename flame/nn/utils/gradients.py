@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from flame.frontend.context import no_grad
+from flame.errors import FlameError, TraceError
+from flame.frontend.context import no_grad, user_location
 from flame.frontend.creation import Generator, randn
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import promote
@@ -40,23 +41,41 @@ def _total_norm(grads: list[Tensor], norm_type: float) -> Tensor:
     return total.sqrt() if norm_type == 2.0 else total ** (1.0 / norm_type)
 
 
-def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0) -> Tensor:
+def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False, foreach: bool | None = None) -> Tensor:
     """Scale all gradients together so their joint norm is at most max_norm (as torch does: by
     min(1, max_norm / (norm + 1e-6))). Returns the norm before clipping as a 0-d Tensor; no host
-    synchronisation, so it works inside @flame.compile."""
+    synchronisation, so it works inside @flame.compile. error_if_nonfinite=True raises, as torch's,
+    when the norm is NaN or infinite (eagerly: a compiled step cannot read the norm while it is traced,
+    so there it raises a TraceError saying to check the returned norm after the call); foreach is
+    accepted and changes nothing."""
     grads = _grads(parameters)
     if not grads:
         return Tensor(0.0)
     with no_grad():
         total = _total_norm(grads, float(norm_type))
+        if error_if_nonfinite:
+            _check_finite(total, norm_type)
         coef = (float(max_norm) / (total + 1e-6)).clamp(max=1.0)
         for g in grads:
             g.copy_(g * coef.to(g.dtype))
     return total
 
 
-def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float) -> None:
-    """Clamp every gradient element into [-clip_value, clip_value]."""
+def _check_finite(total: Tensor, norm_type: float) -> None:
+    if total.is_traced:
+        raise TraceError(f"clip_grad_norm_(error_if_nonfinite=True) reads the norm's value, which a step being "
+                         f"traced does not know; inside @flame.compile return the norm clip_grad_norm_ returns "
+                         f"and check it after the call (the gradients are then scaled by a non-finite norm, as "
+                         f"with error_if_nonfinite=False)\n  at {user_location()}")
+    if not math.isfinite(total.item()):
+        raise FlameError(f"The total norm of order {float(norm_type)} for gradients from `parameters` is non-finite, "
+                         f"so it cannot be clipped. To disable this error and scale the gradients by the non-finite "
+                         f"norm anyway, set `error_if_nonfinite=False`\n  at {user_location()}")
+
+
+def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float, foreach: bool | None = None) -> None:
+    """Clamp every gradient element into [-clip_value, clip_value]; foreach is accepted and changes nothing."""
     with no_grad():
         for g in _grads(parameters):
             g.copy_(g.clamp(-float(clip_value), float(clip_value)))

@@ -1,0 +1,137 @@
+"""Optimizer idioms of everyday PyTorch code against torch.optim, eagerly and inside @flame.compile,
+from the same f64 weights: parameter groups with their own lr and weight_decay, hyperparameters
+changed by hand between compiled steps, add_param_group in the middle of training, and an optimizer
+state_dict (torch's or flame's) loaded into a fresh optimizer that then continues as torch does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flame
+from tests.audit.common import assert_same_params, batches, maybe_compile, to_lib, twin
+
+DATA = batches(8, (6, 4), classes=3)
+
+
+def _mlp(lib):
+    nn = lib.nn
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def _step_fn(lib, model, opt, compiled):
+    F = lib.nn.functional
+
+    @maybe_compile(lib, compiled)
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return step
+
+
+OPTIMIZERS = [
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True), dict(lr=0.3, weight_decay=0.05)),
+    ("SGD", dict(lr=0.1, momentum=0.5, dampening=0.2), dict(lr=0.02, weight_decay=0.1)),
+    ("Adam", dict(lr=0.01, amsgrad=True), dict(lr=0.05, weight_decay=0.1, betas=(0.8, 0.9))),
+    ("AdamW", dict(lr=0.01, weight_decay=0.01), dict(lr=0.03, weight_decay=0.0)),
+    ("RMSprop", dict(lr=0.01, momentum=0.5, centered=True), dict(lr=0.002, weight_decay=0.1)),
+    ("Adagrad", dict(lr=0.1), dict(lr=0.3, weight_decay=0.02, lr_decay=0.01)),
+]
+
+
+def _groups(model, head_kw):
+    """Two groups, torch's spelling: the first layer with the defaults, the last with its own options."""
+    return [{"params": list(model[0].parameters())}, {"params": list(model[2].parameters()), **head_kw}]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name,defaults,head_kw", OPTIMIZERS)
+def test_param_groups_with_their_own_options(name, defaults, head_kw, compiled):
+    theirs, mine = twin(_mlp)
+    topt = getattr(torch.optim, name)(_groups(theirs, head_kw), **defaults)
+    fopt = getattr(flame.optim, name)(_groups(mine, head_kw), **defaults)
+    tstep, fstep = _step_fn(torch, theirs, topt, False), _step_fn(flame, mine, fopt, compiled)
+    for x, y in DATA[:5]:
+        tl, fl = tstep(*to_lib(torch, x, y)), fstep(*to_lib(flame, x, y))
+        assert abs(tl.item() - fl.item()) < 1e-10
+    assert_same_params(mine, theirs)
+
+
+CHANGES = [  # (optimizer, its options, what a user sets by hand on group 1 after some steps)
+    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.01), dict(lr=0.5, momentum=0.3, weight_decay=0.1)),
+    ("SGD", dict(lr=0.1, momentum=0.9), dict(weight_decay=0.2)),  # 0 -> non-zero: a choice made in Python
+    ("SGD", dict(lr=0.1, momentum=0.9, weight_decay=0.1), dict(weight_decay=0.0)),
+    ("Adam", dict(lr=0.01), dict(lr=0.1, betas=(0.5, 0.7), eps=1e-3)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.1), dict(weight_decay=0.5, eps=1e-4)),
+    ("RMSprop", dict(lr=0.01, momentum=0.5), dict(alpha=0.5, lr=0.03, momentum=0.1, weight_decay=0.1)),
+]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name,defaults,change", CHANGES)
+def test_options_changed_by_hand_between_steps(name, defaults, change, compiled):
+    """`opt.param_groups[i][key] = v` between steps takes effect at the next step, as in torch."""
+    theirs, mine = twin(_mlp)
+    topt = getattr(torch.optim, name)(_groups(theirs, {}), **defaults)
+    fopt = getattr(flame.optim, name)(_groups(mine, {}), **defaults)
+    tstep, fstep = _step_fn(torch, theirs, topt, False), _step_fn(flame, mine, fopt, compiled)
+    for i, (x, y) in enumerate(DATA):
+        if i == 3:
+            topt.param_groups[1].update(change)
+            fopt.param_groups[1].update(change)
+        if i == 5:
+            topt.param_groups[0]["lr"] *= 0.1
+            fopt.param_groups[0]["lr"] *= 0.1
+        tstep(*to_lib(torch, x, y))
+        fstep(*to_lib(flame, x, y))
+        assert_same_params(mine, theirs, what=f"after step {i}")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name,defaults", [("SGD", dict(lr=0.1, momentum=0.9)), ("AdamW", dict(lr=0.01))])
+def test_add_param_group_in_the_middle_of_training(name, defaults, compiled):
+    """The head trains from step 3 on, with its own lr: the compiled step must update it from then on."""
+    theirs, mine = twin(_mlp)
+    topt = getattr(torch.optim, name)(theirs[0].parameters(), **defaults)
+    fopt = getattr(flame.optim, name)(mine[0].parameters(), **defaults)
+    tstep, fstep = _step_fn(torch, theirs, topt, False), _step_fn(flame, mine, fopt, compiled)
+    for i, (x, y) in enumerate(DATA):
+        if i == 3:
+            topt.add_param_group({"params": theirs[2].parameters(), "lr": 0.05})
+            fopt.add_param_group({"params": mine[2].parameters(), "lr": 0.05})
+        tstep(*to_lib(torch, x, y))
+        fstep(*to_lib(flame, x, y))
+        assert_same_params(mine, theirs, what=f"after step {i}")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("source", ["torch", "flame"])
+@pytest.mark.parametrize("name,defaults,head_kw", OPTIMIZERS[::2] + [OPTIMIZERS[3]])
+def test_state_dict_resume_continues_as_torch(name, defaults, head_kw, source, compiled):
+    """Three steps, then the model's and the optimizer's state_dicts (saved by torch or by flame) into a
+    fresh model and optimizer (made with another lr and without the head group's options), and
+    three more steps: as torch's uninterrupted run."""
+    theirs, mine = twin(_mlp)
+    topt = getattr(torch.optim, name)(_groups(theirs, head_kw), **defaults)
+    fopt = getattr(flame.optim, name)(_groups(mine, head_kw), **defaults)
+    tstep, fstep = _step_fn(torch, theirs, topt, False), _step_fn(flame, mine, fopt, compiled)
+    for x, y in DATA[:3]:
+        tstep(*to_lib(torch, x, y))
+        fstep(*to_lib(flame, x, y))
+    saved_model, saved_opt = (theirs, topt) if source == "torch" else (mine, fopt)
+    model_sd, opt_sd = saved_model.state_dict(), saved_opt.state_dict()
+    _, fresh = twin(_mlp, seed=1)
+    fresh.load_state_dict(
+        {k: flame.tensor(v.detach().numpy()) if isinstance(v, torch.Tensor) else v for k, v in model_sd.items()}
+    )
+    fresh_opt = getattr(flame.optim, name)(_groups(fresh, {}), **(defaults | {"lr": 0.5}))
+    fresh_opt.load_state_dict(opt_sd)
+    fstep = _step_fn(flame, fresh, fresh_opt, compiled)
+    for i, (x, y) in enumerate(DATA[3:6]):
+        tstep(*to_lib(torch, x, y))
+        fstep(*to_lib(flame, x, y))
+        assert_same_params(fresh, theirs, what=f"after resumed step {i}")
