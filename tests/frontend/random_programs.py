@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.frontend import random_views
+from tests.frontend import random_ops, random_views
 
 UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "sin", "cos"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
@@ -47,9 +47,11 @@ class Program:
 
     nodes: list[Node]
     refused: list[tuple[Program, str]] = field(default_factory=list)
+    budget: float | None = None  # compiled once more with this activation_budget: bit for bit the same
 
     def __str__(self) -> str:
-        return "\n".join(_render(i, n) for i, n in enumerate(self.nodes))
+        head = [f"# compiled with activation_budget={self.budget} too"] if self.budget is not None else []
+        return "\n".join(head + [render(i, n) for i, n in enumerate(self.nodes)])
 
     @property
     def grads(self) -> list[bool]:
@@ -79,18 +81,27 @@ class Program:
     @property
     def low_precision(self) -> str | None:
         """The autocast dtype's name when the program has an autocast region, else None."""
-        lows = [dict(n.kw)["dtype"] for n in self.nodes if n.op == "autocast"]
+        nodes = list(_all_nodes(self.nodes))
+        lows = [dict(n.kw)["dtype"] for n in nodes if n.op == "autocast"]
+        lows += ["bfloat16" for n in nodes if n.op == "fp8_linear"]  # its result's format (the FP8 is emulated)
         return max(lows, key=lambda d: EPS[d]) if lows else None
 
+    @property
+    def fp8(self) -> bool:
+        """The program has an FP8 region (torch's side emulates it; in float64 it runs as written)."""
+        return any(n.op == "fp8_linear" for n in _all_nodes(self.nodes))
+
     def without_autocast(self) -> Program:
-        """The program with each autocast region's op run as it is (in the inputs' dtype)."""
-        return Program([_outside(n) if n.op == "autocast" else n for n in self.nodes])
+        """The program with each autocast region's op run as it is (in the inputs' dtype): what float64
+        runs, in torch and flame."""
+        return Program([_outside(n) for n in self.nodes])
 
     def subset(self, keep: list[int]) -> Program:
         """The program of the nodes `keep` only (their operands among them), renumbered."""
         where = {old: new for new, old in enumerate(keep)}
         return Program(
-            [Node(self.nodes[i].op, tuple(where[j] for j in self.nodes[i].ins), self.nodes[i].kw) for i in keep]
+            [Node(self.nodes[i].op, tuple(where[j] for j in self.nodes[i].ins), self.nodes[i].kw) for i in keep],
+            budget=self.budget,
         )
 
     def run(self, lib, xs: list):
@@ -108,8 +119,26 @@ class Program:
 
 
 def _outside(n: Node) -> Node:
+    """n as it runs outside autocast: an autocast node's op alone, an FP8 linear a plain one (checkpoint
+    bodies too)."""
     kw = dict(n.kw)
-    return Node(kw.pop("inner"), n.ins, tuple((k, v) for k, v in kw.items() if k != "dtype"))
+    if n.op == "autocast":
+        return Node(kw.pop("inner"), n.ins, tuple((k, v) for k, v in kw.items() if k != "dtype"))
+    if n.op == "fp8_linear":
+        return Node("linear", n.ins, (("has_weight", True), ("has_bias", len(n.ins) == 3)))
+    if n.op == "checkpoint":
+        body = kw["body"]
+        kw["body"] = random_ops.Body(body.args, tuple(_outside(b) for b in body.nodes))
+        return Node(n.op, n.ins, tuple(kw.items()))
+    return n
+
+
+def _all_nodes(nodes):
+    """The nodes, and the nodes of checkpoint bodies among them."""
+    for n in nodes:
+        yield n
+        if n.op == "checkpoint":
+            yield from _all_nodes(dict(n.kw)["body"].nodes)
 
 
 def _term(k: int, v):
@@ -117,13 +146,14 @@ def _term(k: int, v):
     return (v * v).mean() if k % 2 and v.numel() else v.sum() * 0.1
 
 
-def _render(i: int, n: Node) -> str:
+def render(i: int, n: Node, prefix: str = "v") -> str:
+    """Node i as a line of program text (values named prefix + index)."""
     kw = dict(n.kw)
     if n.op == "input":
         grad = ", grad=False" if kw.get("grad", True) is False else ""
-        return f"v{i} = input({kw['shape']}, mean={kw['mean']}, std={kw['std']}{grad})"
-    args = [f"v{j}" for j in n.ins] + [f"{k}={_show(v)}" for k, v in kw.items()]
-    return f"v{i} = {n.op}({', '.join(args)})"
+        return f"{prefix}{i} = input({kw['shape']}, mean={kw['mean']}, std={kw['std']}{grad})"
+    args = [f"{prefix}{j}" for j in n.ins] + [f"{k}={_show(v)}" for k, v in kw.items()]
+    return f"{prefix}{i} = {n.op}({', '.join(args)})"
 
 
 def _show(v) -> str:
@@ -269,7 +299,9 @@ _APPLY = {
         lib, _with_optional("instance_norm", ("weight", "bias"))(lib, *xs, **kw)
     ),
     **random_views.APPLY,
+    **random_ops.APPLY,
 }
+APPLY = _APPLY  # (random_ops runs checkpoint bodies with it)
 
 
 # ---- the generator --------------------------------------------------------------------------------
@@ -289,7 +321,7 @@ class _Gen:
     def input(self, shape, mean: float = 0.0, std: float = 1.0, free: bool = True, grad: bool = True) -> int:
         """A new input node (it requires grad unless `grad` is False); `free` lets later ops take it."""
         kw = (("shape", tuple(shape)), ("mean", mean), ("std", std)) + ((("grad", False),) if not grad else ())
-        return self._append(Node("input", (), kw), tuple(shape), free)
+        return self.append(Node("input", (), kw), tuple(shape), free)
 
     def requires_grad(self, i: int) -> bool:
         """Input node i requires grad."""
@@ -306,15 +338,16 @@ class _Gen:
             if random_views.must_refuse(verdict, leaf) and len(self.refused) < 2:
                 self.refused.append((Program(self.nodes + [node]), verdict))
             return None
-        return self._append(node, verdict, True)
+        return self.append(node, verdict, True)
 
     def add(self, op: str, ins, **kw) -> int | None:
         """A new op node, or None where torch refuses it (its shape comes from torch on zeros)."""
         node = Node(op, tuple(ins), tuple(kw.items()))
         shape = _shape_of(node, [self.shapes[i] for i in ins])
-        return None if shape is None else self._append(node, shape, True)
+        return None if shape is None else self.append(node, shape, True)
 
-    def _append(self, node: Node, shape, free: bool) -> int:
+    def append(self, node: Node, shape, free: bool) -> int:
+        """Node appended with its result's shape; `free` lets later ops take it."""
         self.nodes.append(node)
         self.shapes.append(shape)
         self.roots.append(self.roots[node.ins[0]] if node.op in random_views.ALIASING else len(self.nodes) - 1)
@@ -713,7 +746,25 @@ FAMILIES = {
     _scan: 1,
     _autocast: 1,
     random_views.views_family: 3,
+    random_ops.checkpoint_family: 1.5,
+    random_ops.fp8_family: 1,
+    random_ops.attention_mod_family: 1.5,
 }
+# the families a checkpoint region draws its ops from (no views or writes: a region recomputes them)
+CHECKPOINTED = {
+    _elementwise: 4,
+    _matmul: 2,
+    _conv: 1,
+    _pool: 0.5,
+    _norm: 1,
+    _attention: 1,
+    _index: 1,
+    _scan: 0.5,
+    _autocast: 0.5,
+    random_ops.fp8_family: 0.5,
+    random_ops.attention_mod_family: 1,
+}
+BUDGETS = [0.0, 0.25, 0.5, 0.8, 1.0]  # activation_budget, drawn for a fifth of the programs
 
 
 def program(seed: int) -> Program:
@@ -729,4 +780,4 @@ def program(seed: int) -> Program:
         mark = len(g.nodes)
         if rng.choices(list(FAMILIES), list(FAMILIES.values()))[0](g) is None:
             g.undo(mark)
-    return Program(g.nodes, g.refused)
+    return Program(g.nodes, g.refused, rng.choice(BUDGETS) if rng.random() < 0.2 else None)

@@ -32,7 +32,8 @@ import torch
 
 import flame
 from flame.errors import FlameError
-from tests.frontend import random_views
+from flame.ir.ops.attention import FORWARD as ATTENTION
+from tests.frontend import random_ops, random_views
 from tests.frontend.random_programs import EPS, Program, program
 
 SEEDS = range(100)  # the fixed CI budget (about 10 s of CPU)
@@ -109,17 +110,19 @@ def _torch_error(prog: Program, xs, want) -> list:
 
 
 def _flame_eager(prog: Program, xs, dtype, backward: bool = True):
+    """The program run eagerly: loss, results, input gradients (float64 arrays) and None (no graph)."""
     ts = [flame.tensor(x, dtype=dtype, requires_grad=g) for x, g in zip(xs, prog.grads)]
     with _fusion(True):
         loss, vals = prog.run(flame, ts)
         if backward:
             loss.backward()
-    return _array(loss), [_array(v) for v in _results(prog, vals)], [_array(t.grad, t) for t in ts]
+    return _array(loss), [_array(v) for v in _results(prog, vals)], [_array(t.grad, t) for t in ts], None
 
 
-def _flame_compiled(prog: Program, xs, fuse: bool, backward: bool = True):
-    """The program as one @flame.compile step; the buffers among its inputs are arguments it updates in
-    place, read after the call."""
+def _flame_compiled(prog: Program, xs, fuse: bool, backward: bool = True, budget: float | None = None):
+    """The program as one @flame.compile step (with `budget` as its activation_budget); the buffers among
+    its inputs are arguments it updates in place, read after the call. Loss, results, input gradients
+    and the graph that ran."""
     ops = [i for i, n in enumerate(prog.nodes) if n.op != "input"]
 
     def step(*ts):
@@ -129,10 +132,11 @@ def _flame_compiled(prog: Program, xs, fuse: bool, backward: bool = True):
         return loss, [vals[i] for i in ops]
 
     ts = [flame.tensor(x, dtype=flame.float32, requires_grad=g) for x, g in zip(xs, prog.grads)]
+    compiled = flame.compile(step, name="random_program", activation_budget=budget)
     with _fusion(fuse):
-        loss, vals = flame.compile(step, name="random_program")(*ts)
+        loss, vals = compiled(*ts)
     vals = list(vals) + [t for t, g in zip(ts, prog.grads) if not g]
-    return _array(loss), [_array(v) for v in vals], [_array(t.grad, t) for t in ts]
+    return _array(loss), [_array(v) for v in vals], [_array(t.grad, t) for t in ts], compiled._last.graph
 
 
 WAYS = {  # (program, inputs, whether torch's loss requires grad: then each way calls backward())
@@ -190,21 +194,27 @@ def _room(prog: Program, way: str):
 
 def check(prog: Program, xs: list[np.ndarray]) -> None:
     """Run prog on xs the four ways against torch float64; AssertionError on the first disagreement
-    (flame's errors included), its message naming the way and the value."""
+    (flame's errors included), its message naming the way and the value. A compiled run also holds an
+    attention op (with a score_mod graph) for each hand-written attention with a score modification,
+    and a program drawn with an activation budget is compiled with it too: bit for bit the fused run."""
     want = _oracle(prog, xs)
     slack = _torch_error(prog, xs, want)
-    # float64 runs no autocast region: torch's float32 error without them, scaled from float32's eps
-    slack64 = _torch_error(prog.without_autocast(), xs, want) if prog.low_precision else slack
+    # float64 runs no autocast region: torch's answer and float32 error without them (scaled from float32's
+    # eps); torch's float64 answer is the same but where an FP8 region is emulated in it
+    plain = prog.without_autocast()
+    want64 = _oracle(plain, xs) if prog.fp8 else want
+    slack64 = _torch_error(plain, xs, want64) if prog.low_precision else slack
     ops = _shown(prog)
     inputs = [i for i, n in enumerate(prog.nodes) if n.op == "input"]
     lost32 = _overflows(prog, xs, want)
+    fused = None
     for way, run in WAYS.items():
         unit, room = _unit(prog, way), _room(prog, way)
         e_loss, e_vals, e_grads = slack64 if way == "eager f64" else slack
-        w_loss, w_vals, w_grads, _ = want
-        floor = unit * _magnitude(want)
+        w_loss, w_vals, w_grads, _ = want64 if way == "eager f64" else want
+        floor = unit * _magnitude(want64 if way == "eager f64" else want)
         try:
-            loss, vals, grads = run(prog, xs, want[3])
+            loss, vals, grads, graph = run(prog, xs, want[3])
         except Exception as e:
             raise AssertionError(f"{way}: {type(e).__name__}: {e}") from e
         lost = (None, [None] * len(w_vals), [None] * len(w_grads)) if way == "eager f64" else lost32
@@ -213,8 +223,53 @@ def check(prog: Program, xs: list[np.ndarray]) -> None:
             _close(f"{way}: value v{i}", g, w, unit, max(floor, room(e)), m)
         for i, g, w, e, m in zip(inputs, grads, w_grads, e_grads, lost[2]):
             _close(f"{way}: gradient of input v{i}", g, w, unit, max(floor, room(e)), m)
+        if graph is not None:
+            _attention_ops(prog, graph, _shapes(prog, want), way)
+        if way == "compiled fused":
+            fused = (loss, vals, grads)
+    if prog.budget is not None:
+        _same_under_budget(prog, xs, want[3], fused)
     for bad, why in prog.refused:
         refuses(bad, why)
+
+
+def _attention_ops(prog: Program, graph, shapes: list, way: str) -> None:
+    """The compiled graph holds an attention op for each hand-written attention_mod node, with a score_mod
+    graph for each that modifies the scores, or is_causal where only a mask equal to torch's causal one
+    drops scores (docs/training.md, "Score modifications"). shapes: the nodes' shapes."""
+    count, steps, masks = random_ops.modified(prog.nodes, shapes)
+    if not count:
+        return
+    found = [op for op in graph.ops if op.name == ATTENTION]
+    with_mod = [op for op in found if op.attrs.get("score_mod") is not None]
+    masking = [op for op in found if op.attrs.get("score_mod") is not None or op.attrs.get("is_causal")]
+    assert len(found) >= count and len(with_mod) >= steps and len(masking) >= masks, (
+        f"{way}: {count} hand-written attentions ({steps} with score modification steps, {masks} with steps "
+        f"or a mask) became {len(found)} attention ops ({len(with_mod)} with a score_mod graph, "
+        f"{len(masking)} with one or is_causal)"
+    )
+
+
+def _shapes(prog: Program, want) -> list:
+    """Every node's shape: an input's from its declaration, an op's from torch's result."""
+    shown = dict(zip(_shown(prog), want[1]))
+    return [dict(n.kw)["shape"] if n.op == "input" else shown[i].shape for i, n in enumerate(prog.nodes)]
+
+
+def _same_under_budget(prog: Program, xs, backward: bool, fused) -> None:
+    """The fused compiled run again with prog.budget as its activation_budget: the same loss, results and
+    gradients bit for bit (the documented promise on the reference executor)."""
+    way = f"compiled, activation_budget={prog.budget}"
+    try:
+        got = _flame_compiled(prog, xs, True, backward, budget=prog.budget)
+    except Exception as e:
+        raise AssertionError(f"{way}: {type(e).__name__}: {e}") from e
+    inputs = [i for i, n in enumerate(prog.nodes) if n.op == "input"]
+    np.testing.assert_array_equal(got[0], fused[0], err_msg=f"{way}: loss differs from the run without it")
+    for i, g, w in zip(_shown(prog), got[1], fused[1]):
+        np.testing.assert_array_equal(g, w, err_msg=f"{way}: value v{i} differs from the run without it")
+    for i, g, w in zip(inputs, got[2], fused[2]):
+        np.testing.assert_array_equal(g, w, err_msg=f"{way}: gradient of input v{i} differs from the run without it")
 
 
 REFUSING = {
