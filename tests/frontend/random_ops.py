@@ -311,10 +311,12 @@ def attention_mod_family(g) -> int | None:
 def modified(nodes, shapes: list) -> tuple[int, int, int]:
     """Of the program's attention_mod nodes (`shapes`: every node's shape) whose q, k and v are not
     empty and whose result no later write overwrites (an attention whose result nothing reads is
-    dead code): how many there are, how many have score modification steps, and how many have steps or
-    a mask that drops a score (a mask that keeps every score may vanish). A compiled program holds at
-    least as many attention ops, at least the second count of them with a score_mod graph and the third
-    with a score_mod graph or is_causal (a mask that is torch's causal one becomes that)."""
+    dead code): how many there are, how many have a nonlinear step (soft-capping, sigmoid, sin, abs:
+    a step that adds a graph input or multiplies by a constant may become the op's mask input or part of
+    its scale instead), and how many have one or a mask that drops a score (a mask that keeps every
+    score may vanish). A compiled program holds at least as many attention ops, at least the second
+    count of them with a score_mod graph and the third with a score_mod graph or is_causal (a mask that
+    is torch's causal one becomes that)."""
     from tests.frontend import random_views
 
     roots = random_views.roots(nodes)
@@ -325,13 +327,11 @@ def modified(nodes, shapes: list) -> tuple[int, int, int]:
         if n.op != "attention_mod" or i in written or any(0 in shapes[j] for j in n.ins[:3]):
             continue
         count += 1
-        steps += bool(kw["steps"])
+        nonlinear = any(op in ("softcap", *SCORE_UNARY) for op, _ in kw["steps"])
+        steps += nonlinear
         length, keys = shapes[n.ins[0]][-2], shapes[n.ins[1]][-2]
-        drops = (
-            kw["mask"][0] != "none"
-            and not _keep(*kw["mask"], np.arange(length)[:, None], np.arange(keys)[None, :]).all()
-        )
-        masks += bool(kw["steps"]) or drops
+        positions = np.arange(length)[:, None], np.arange(keys)[None, :]
+        masks += nonlinear or (kw["mask"][0] != "none" and not _keep(*kw["mask"], *positions).all())
     return count, steps, masks
 
 
