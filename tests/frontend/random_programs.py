@@ -9,9 +9,12 @@ pooling; interpolation; every norm (inputs with extreme means and scales); atten
 kind (none, causal, boolean with fully masked rows, float additive, a learned float mask) and
 attention written by hand with a learned bias; gather, index_select, index reads and writes
 (duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; autocast
-regions around the low-precision ops; and views of intermediates and buffers written through in place
-(tests/frontend/random_views.py). Shapes include 0-d and zero-size ones. Constants (indices,
-masks, running statistics) live in the node's arguments, so the printed program is the whole program."""
+regions around the low-precision ops; views of intermediates and buffers written through in place
+(tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
+attention with a score modification (tests/frontend/random_ops.py). A fifth of the programs carry an
+activation budget (compiled once more with it). Shapes include 0-d and zero-size ones. Constants
+(indices, masks, running statistics) live in the node's arguments, so the printed program is the whole
+program."""
 
 from __future__ import annotations
 
@@ -410,23 +413,29 @@ def _shape_of(node: Node, shapes: list) -> tuple[int, ...] | None:
 
 
 def _torch_verdict(nodes: list[Node]) -> tuple[int, ...] | str:
-    """The last node's shape where torch runs the program (and its backward) on zeros, else torch's error."""
+    """The last node's shape where torch runs the program (and its backward) on zeros, else torch's error;
+    a program with autocast or FP8 regions runs as written too (what float64 runs: a plain matmul saves
+    its input for the backward where the region saves a rounded copy, so a later write into the input
+    is refused only there)."""
     import torch
 
     prog = Program(nodes)
-    xs = [
-        torch.zeros(dict(n.kw)["shape"], dtype=torch.float64, requires_grad=g)
-        for n, g in zip([n for n in nodes if n.op == "input"], prog.grads)
-    ]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            loss, vals = prog.run(torch, xs)
-            if loss.requires_grad:
-                loss.backward()
-    except (RuntimeError, ValueError, IndexError, TypeError) as e:
-        return str(e) or type(e).__name__
-    return tuple(vals[-1].shape)
+    shape = None
+    for p in (prog, prog.without_autocast()) if prog.low_precision else (prog,):
+        xs = [
+            torch.zeros(dict(n.kw)["shape"], dtype=torch.float64, requires_grad=g)
+            for n, g in zip([n for n in nodes if n.op == "input"], p.grads)
+        ]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loss, vals = p.run(torch, xs)
+                if loss.requires_grad:
+                    loss.backward()
+        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+            return str(e) or type(e).__name__
+        shape = shape or tuple(vals[-1].shape)
+    return shape
 
 
 def _elementwise(g: _Gen) -> int | None:

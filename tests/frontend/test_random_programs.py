@@ -1,9 +1,13 @@
 """Differential test over random programs (tests/frontend/random_programs.py: every op family, 0-d
 and zero-size shapes, extreme norm inputs, every attention mask kind, index writes, autocast
-regions). Each program runs four ways and every result, and the gradient of every input (each
-requires grad), is held to torch float64 autograd on the same inputs:
+regions, checkpoint regions with policies, FP8 linears, score modifications). Each program runs four
+ways and every result, and the gradient of every input (each requires grad), is held to torch float64
+autograd on the same inputs (an FP8 region: torch's emulation of the recipe, in the float32 ways):
   1. eager flame, float32      2. eager flame, float64
   3. @flame.compile, fused     4. @flame.compile, unfused (FLAME_FUSE=0), float32
+A compiled run holds an attention op (with a score_mod graph) for each hand-written attention with a
+score modification; a program with an activation budget is compiled once more with it, and gives
+the fused run's results and gradients bit for bit.
 CI runs a fixed set of seeds. `--fuzz-seconds N` draws fresh seeds for N seconds instead, keeps
 going past failures and prints how many programs ran, and for each failure its seed, what disagreed
 and a minimal reproduction: the fewest nodes of the program that still fail, as program text.
@@ -402,7 +406,10 @@ def _gist(why: str) -> str:
 def _fuzz_for(seconds: float, write) -> list[str]:
     start, seed, ran, failures = time.monotonic(), int.from_bytes(os.urandom(3), "little") * 1000, 0, []
     while time.monotonic() - start < seconds:
-        found = report(seed)
+        try:
+            found = report(seed)
+        except Exception as e:  # torch refusing the drawn program, or the harness failing: the seed says which
+            found = f"seed {seed}: the check itself raised {type(e).__name__}: {_gist(str(e))}"
         ran += 1
         if found:
             failures.append(found)
