@@ -30,6 +30,7 @@ plan."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -226,6 +227,17 @@ def _prune(
     return allow, {v for v in moved if v in still}
 
 
+def _least_fraction(floor: int, unconstrained: int) -> float:
+    """The smallest fraction of three decimals whose budget (int(fraction * unconstrained) bytes) holds
+    `floor` bytes: what the error asks for (rounded up, never below the floor)."""
+    if not unconstrained:
+        return 0.0
+    f = math.ceil(floor * 1000 / unconstrained) / 1000
+    while int(f * unconstrained) < floor:
+        f = round(f + 0.001, 3)
+    return f
+
+
 def _unreachable(name: str, fraction: float, budget: int, unconstrained: int, floor: int, offload: bool) -> str:
     from_floor = floor / unconstrained if unconstrained else 0.0
     return (
@@ -233,5 +245,5 @@ def _unreachable(name: str, fraction: float, budget: int, unconstrained: int, fl
         f"the unconstrained plan keeps for the backward) cannot be met: the floor is {floor} bytes "
         f"({from_floor:.3f} of them), with every value recomputed that may be (not a collective's result)"
         + (f" and every kept value of at least {OFFLOAD_MIN} bytes offloaded to host memory" if offload else "")
-        + f"; ask for activation_budget >= {from_floor:.3f}"
+        + f"; ask for activation_budget >= {_least_fraction(floor, unconstrained):.3f}"
     )

@@ -9,9 +9,12 @@ pooling; interpolation; every norm (inputs with extreme means and scales); atten
 kind (none, causal, boolean with fully masked rows, float additive, a learned float mask) and
 attention written by hand with a learned bias; gather, index_select, index reads and writes
 (duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; autocast
-regions around the low-precision ops; and views of intermediates and buffers written through in place
-(tests/frontend/random_views.py). Shapes include 0-d and zero-size ones. Constants (indices,
-masks, running statistics) live in the node's arguments, so the printed program is the whole program."""
+regions around the low-precision ops; views of intermediates and buffers written through in place
+(tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
+attention with a score modification (tests/frontend/random_ops.py). A fifth of the programs carry an
+activation budget (compiled once more with it). Shapes include 0-d and zero-size ones. Constants
+(indices, masks, running statistics) live in the node's arguments, so the printed program is the whole
+program."""
 
 from __future__ import annotations
 
@@ -22,11 +25,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.frontend import random_views
+from tests.frontend import random_ops, random_views
 
 UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "sin", "cos"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
 EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+# an FP8 region, which torch's side emulates but for the order of the f32 sums: they may round the bf16
+# result the other way (the check allows K_LOW of these: one bf16 ulp, relative to the largest value)
+EPS["fp8 recipe"] = 2.0**-10
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,11 @@ class Program:
 
     nodes: list[Node]
     refused: list[tuple[Program, str]] = field(default_factory=list)
+    budget: float | None = None  # compiled once more with this activation_budget: bit for bit the same
 
     def __str__(self) -> str:
-        return "\n".join(_render(i, n) for i, n in enumerate(self.nodes))
+        head = [f"# compiled with activation_budget={self.budget} too"] if self.budget is not None else []
+        return "\n".join(head + [render(i, n) for i, n in enumerate(self.nodes)])
 
     @property
     def grads(self) -> list[bool]:
@@ -78,19 +86,29 @@ class Program:
 
     @property
     def low_precision(self) -> str | None:
-        """The autocast dtype's name when the program has an autocast region, else None."""
-        lows = [dict(n.kw)["dtype"] for n in self.nodes if n.op == "autocast"]
+        """The autocast dtype's name when the program has an autocast region ("fp8 recipe" for an FP8 one:
+        the least precise of them), else None."""
+        nodes = list(_all_nodes(self.nodes))
+        lows = [dict(n.kw)["dtype"] for n in nodes if n.op == "autocast"]
+        lows += ["fp8 recipe" for n in nodes if n.op == "fp8_linear"]
         return max(lows, key=lambda d: EPS[d]) if lows else None
 
+    @property
+    def fp8(self) -> bool:
+        """The program has an FP8 region (torch's side emulates it; in float64 it runs as written)."""
+        return any(n.op == "fp8_linear" for n in _all_nodes(self.nodes))
+
     def without_autocast(self) -> Program:
-        """The program with each autocast region's op run as it is (in the inputs' dtype)."""
-        return Program([_outside(n) if n.op == "autocast" else n for n in self.nodes])
+        """The program with each autocast region's op run as it is (in the inputs' dtype): what float64
+        runs, in torch and flame."""
+        return Program([_outside(n) for n in self.nodes])
 
     def subset(self, keep: list[int]) -> Program:
         """The program of the nodes `keep` only (their operands among them), renumbered."""
         where = {old: new for new, old in enumerate(keep)}
         return Program(
-            [Node(self.nodes[i].op, tuple(where[j] for j in self.nodes[i].ins), self.nodes[i].kw) for i in keep]
+            [Node(self.nodes[i].op, tuple(where[j] for j in self.nodes[i].ins), self.nodes[i].kw) for i in keep],
+            budget=self.budget,
         )
 
     def run(self, lib, xs: list):
@@ -108,8 +126,26 @@ class Program:
 
 
 def _outside(n: Node) -> Node:
+    """n as it runs outside autocast: an autocast node's op alone, an FP8 linear a plain one (checkpoint
+    bodies too)."""
     kw = dict(n.kw)
-    return Node(kw.pop("inner"), n.ins, tuple((k, v) for k, v in kw.items() if k != "dtype"))
+    if n.op == "autocast":
+        return Node(kw.pop("inner"), n.ins, tuple((k, v) for k, v in kw.items() if k != "dtype"))
+    if n.op == "fp8_linear":
+        return Node("linear", n.ins, (("has_weight", True), ("has_bias", len(n.ins) == 3)))
+    if n.op == "checkpoint":
+        body = kw["body"]
+        kw["body"] = random_ops.Body(body.args, tuple(_outside(b) for b in body.nodes))
+        return Node(n.op, n.ins, tuple(kw.items()))
+    return n
+
+
+def _all_nodes(nodes):
+    """The nodes, and the nodes of checkpoint bodies among them."""
+    for n in nodes:
+        yield n
+        if n.op == "checkpoint":
+            yield from _all_nodes(dict(n.kw)["body"].nodes)
 
 
 def _term(k: int, v):
@@ -117,13 +153,14 @@ def _term(k: int, v):
     return (v * v).mean() if k % 2 and v.numel() else v.sum() * 0.1
 
 
-def _render(i: int, n: Node) -> str:
+def render(i: int, n: Node, prefix: str = "v") -> str:
+    """Node i as a line of program text (values named prefix + index)."""
     kw = dict(n.kw)
     if n.op == "input":
         grad = ", grad=False" if kw.get("grad", True) is False else ""
-        return f"v{i} = input({kw['shape']}, mean={kw['mean']}, std={kw['std']}{grad})"
-    args = [f"v{j}" for j in n.ins] + [f"{k}={_show(v)}" for k, v in kw.items()]
-    return f"v{i} = {n.op}({', '.join(args)})"
+        return f"{prefix}{i} = input({kw['shape']}, mean={kw['mean']}, std={kw['std']}{grad})"
+    args = [f"{prefix}{j}" for j in n.ins] + [f"{k}={_show(v)}" for k, v in kw.items()]
+    return f"{prefix}{i} = {n.op}({', '.join(args)})"
 
 
 def _show(v) -> str:
@@ -269,7 +306,9 @@ _APPLY = {
         lib, _with_optional("instance_norm", ("weight", "bias"))(lib, *xs, **kw)
     ),
     **random_views.APPLY,
+    **random_ops.APPLY,
 }
+APPLY = _APPLY  # (random_ops runs checkpoint bodies with it)
 
 
 # ---- the generator --------------------------------------------------------------------------------
@@ -289,7 +328,7 @@ class _Gen:
     def input(self, shape, mean: float = 0.0, std: float = 1.0, free: bool = True, grad: bool = True) -> int:
         """A new input node (it requires grad unless `grad` is False); `free` lets later ops take it."""
         kw = (("shape", tuple(shape)), ("mean", mean), ("std", std)) + ((("grad", False),) if not grad else ())
-        return self._append(Node("input", (), kw), tuple(shape), free)
+        return self.append(Node("input", (), kw), tuple(shape), free)
 
     def requires_grad(self, i: int) -> bool:
         """Input node i requires grad."""
@@ -306,15 +345,16 @@ class _Gen:
             if random_views.must_refuse(verdict, leaf) and len(self.refused) < 2:
                 self.refused.append((Program(self.nodes + [node]), verdict))
             return None
-        return self._append(node, verdict, True)
+        return self.append(node, verdict, True)
 
     def add(self, op: str, ins, **kw) -> int | None:
         """A new op node, or None where torch refuses it (its shape comes from torch on zeros)."""
         node = Node(op, tuple(ins), tuple(kw.items()))
         shape = _shape_of(node, [self.shapes[i] for i in ins])
-        return None if shape is None else self._append(node, shape, True)
+        return None if shape is None else self.append(node, shape, True)
 
-    def _append(self, node: Node, shape, free: bool) -> int:
+    def append(self, node: Node, shape, free: bool) -> int:
+        """Node appended with its result's shape; `free` lets later ops take it."""
         self.nodes.append(node)
         self.shapes.append(shape)
         self.roots.append(self.roots[node.ins[0]] if node.op in random_views.ALIASING else len(self.nodes) - 1)
@@ -373,23 +413,29 @@ def _shape_of(node: Node, shapes: list) -> tuple[int, ...] | None:
 
 
 def _torch_verdict(nodes: list[Node]) -> tuple[int, ...] | str:
-    """The last node's shape where torch runs the program (and its backward) on zeros, else torch's error."""
+    """The last node's shape where torch runs the program (and its backward) on zeros, else torch's error;
+    a program with autocast or FP8 regions runs as written too (what float64 runs: a plain matmul saves
+    its input for the backward where the region saves a rounded copy, so a later write into the input
+    is refused only there)."""
     import torch
 
     prog = Program(nodes)
-    xs = [
-        torch.zeros(dict(n.kw)["shape"], dtype=torch.float64, requires_grad=g)
-        for n, g in zip([n for n in nodes if n.op == "input"], prog.grads)
-    ]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            loss, vals = prog.run(torch, xs)
-            if loss.requires_grad:
-                loss.backward()
-    except (RuntimeError, ValueError, IndexError, TypeError) as e:
-        return str(e) or type(e).__name__
-    return tuple(vals[-1].shape)
+    shape = None
+    for p in (prog, prog.without_autocast()) if prog.low_precision else (prog,):
+        xs = [
+            torch.zeros(dict(n.kw)["shape"], dtype=torch.float64, requires_grad=g)
+            for n, g in zip([n for n in nodes if n.op == "input"], p.grads)
+        ]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loss, vals = p.run(torch, xs)
+                if loss.requires_grad:
+                    loss.backward()
+        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+            return str(e) or type(e).__name__
+        shape = shape or tuple(vals[-1].shape)
+    return shape
 
 
 def _elementwise(g: _Gen) -> int | None:
@@ -713,7 +759,25 @@ FAMILIES = {
     _scan: 1,
     _autocast: 1,
     random_views.views_family: 3,
+    random_ops.checkpoint_family: 1.5,
+    random_ops.fp8_family: 1,
+    random_ops.attention_mod_family: 1.5,
 }
+# the families a checkpoint region draws its ops from (no views or writes: a region recomputes them)
+CHECKPOINTED = {
+    _elementwise: 4,
+    _matmul: 2,
+    _conv: 1,
+    _pool: 0.5,
+    _norm: 1,
+    _attention: 1,
+    _index: 1,
+    _scan: 0.5,
+    _autocast: 0.5,
+    random_ops.fp8_family: 0.5,
+    random_ops.attention_mod_family: 1,
+}
+BUDGETS = [0.0, 0.25, 0.5, 0.8, 1.0]  # activation_budget, drawn for a fifth of the programs
 
 
 def program(seed: int) -> Program:
@@ -729,4 +793,4 @@ def program(seed: int) -> Program:
         mark = len(g.nodes)
         if rng.choices(list(FAMILIES), list(FAMILIES.values()))[0](g) is None:
             g.undo(mark)
-    return Program(g.nodes, g.refused)
+    return Program(g.nodes, g.refused, rng.choice(BUDGETS) if rng.random() < 0.2 else None)
