@@ -24,7 +24,8 @@ from flame.passes.autodiff import autodiff
 def _as_of(x, version: int):
     """Input x of a node, as it was when the node was recorded: x, or the stand-in the first in-place
     write into x at or after that version left (so `z = y[0]; y[1] = z` differentiates through y's old
-    history). A version counter is shared with views, so a write elsewhere may have moved it on."""
+    history); None where that write kept nothing of x (dispatch.fresh). A version counter is shared
+    with views, so a write elsewhere may have moved it on."""
     if isinstance(x, Tensor) and x._version != version and x._past is not None:
         later = [v for v in x._past if v >= version]
         return x._past[min(later)] if later else x
@@ -32,7 +33,15 @@ def _as_of(x, version: int):
 
 
 def _inputs(node) -> list:
-    return [_as_of(x, v) for x, v in zip(node.inputs, node.versions)]
+    got = [_as_of(x, v) for x, v in zip(node.inputs, node.versions)]
+    if any(x is None for x in got):
+        raise modified_error(node)
+    return got
+
+
+def modified_error(node) -> FlameError:
+    return FlameError(f"a tensor needed to compute gradients was modified in place after it was used by "
+                      f"{node.name}\n  at {node.loc}")
 
 
 def _topo(root: Tensor) -> list[Tensor]:
@@ -75,10 +84,7 @@ def _rebuild(
         for x, orig, ver in zip(inputs, node.inputs, node.versions):
             # its history is the same; only a leaf's values can have changed under it
             if x is orig and isinstance(x, Tensor) and x._version != ver and x._node is None:
-                raise FlameError(
-                    f"a tensor needed to compute gradients was modified in place after "
-                    f"it was used by {node.name}\n  at {node.loc}"
-                )
+                raise modified_error(node)
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
         if cut is not None and id(t) in cut:

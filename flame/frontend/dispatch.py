@@ -218,8 +218,12 @@ def fresh(x: Tensor) -> Tensor:
     if x._value is not None:
         x._value = y._value
     else:
-        old = Tensor._concrete(x._data, x.dtype)
-        old.requires_grad, old._node = x.requires_grad, x._node
+        # x as it was: its history; without one, its values, which the write overwrote in the storage (a
+        # backward that needs them raises, autograd._inputs)
+        old = None
+        if x._node is not None:
+            old = Tensor._concrete(x._data, x.dtype)
+            old.requires_grad, old._node = x.requires_grad, x._node
         x._past = {**(x._past or {}), x._seen: old}
         x._node, x.requires_grad = y._node, y.requires_grad
     x._seen = version(x._base)

@@ -144,6 +144,10 @@ def _flame_compiled(prog: Program, xs, fuse: bool, backward: bool = True, budget
     return _array(loss), [_array(v) for v in vals], [_array(t.grad, t) for t in ts], compiled._last.graph
 
 
+# flame's eager backward recomputes the forward, so it needs every value a recorded op read: one written
+# in place since, with nothing keeping it, is refused where torch's op saved nothing (compiled runs agree)
+RECOMPUTED = "was modified in place after it was used by"
+
 WAYS = {  # (program, inputs, whether torch's loss requires grad: then each way calls backward())
     "eager f32": lambda prog, xs, bw: _flame_eager(prog, xs, flame.float32, bw),
     "eager f64": lambda prog, xs, bw: _flame_eager(prog, xs, flame.float64, bw),
@@ -221,6 +225,8 @@ def check(prog: Program, xs: list[np.ndarray]) -> None:
         try:
             loss, vals, grads, graph = run(prog, xs, want[3])
         except Exception as e:
+            if way.startswith("eager") and RECOMPUTED in str(e) and any(n.op == "write" for n in prog.nodes):
+                continue  # eager backward recomputes what torch saves (docs/coming_from_pytorch.md, Gradients)
             raise AssertionError(f"{way}: {type(e).__name__}: {e}") from e
         lost = (None, [None] * len(w_vals), [None] * len(w_grads)) if way == "eager f64" else lost32
         _close(f"{way}: loss", loss, w_loss, unit, max(floor, room(e_loss)), lost[0])
