@@ -54,7 +54,8 @@ class Chain:
         return self.ops + self.peeled
 
 
-def _reachable_from(ops: list[Op], start: Value) -> set[Value]:
+def reachable_from(ops: list[Op], start: Value) -> set[Value]:
+    """start and the results of `ops` (in program order) that read it, directly or through each other."""
     seen = {start}
     for op in ops:
         if any(v in seen for v in op.inputs):
@@ -136,7 +137,7 @@ def extract(ops: list[Op], x: Value, base: Value, scores_of: Value, causal_add) 
     (peeled as a keep of kind "causal")."""
     shape = base.shape
     length, keys = shape[-2:]
-    dep_mm = _reachable_from(ops, scores_of)
+    dep_mm = reachable_from(ops, scores_of)
     anc = _ancestors(x, base)
     chain = [op for op in ops if op.out in dep_mm and op.out in anc and op.out is not base]
     if any(not _elementwise(op) or op.out.shape != shape for op in chain):

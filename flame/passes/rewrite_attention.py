@@ -287,7 +287,11 @@ def _match_chain(op: Op, g: Graph, users: dict) -> tuple[_Match, _score_chain.Ch
     chain = _score_chain.extract(g.ops, x, base, mm.out, causal_add)
     if chain is None or not chain.chain_ops:
         return None
-    inner.extend([mm, *chain.chain_ops])
+    # the ops that read the scores must stay private; side ops (a mask from arange, a bias) may be shared
+    # with anything else, such as another layer's attention: the score_mod sub-graph computes its own
+    mine = set(chain.chain_ops)
+    scored = _score_chain.reachable_from([o for o in g.ops if o in mine], base)
+    inner.extend([mm, *(o for o in chain.chain_ops if o.out in scored)])
     m.q, m.kt = _peel_scale(mm.inputs[0], m), _peel_scale(mm.inputs[1], m)
     return m, chain, base
 

@@ -394,3 +394,36 @@ def test_cuda_target_decomposes_a_modification_and_its_kernels_compile(name, cud
     assert sources
     for source in sources:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+def test_layers_sharing_one_mask_each_become_an_attention_op_and_match_torch():
+    """A mask built once (arange comparisons) and read by two layers' soft-capped attentions: the side
+    ops may be shared, each attention is rewritten, and values and gradients are torch's."""
+
+    def layer(lib, q, k, v, keep):
+        s = (q @ k.transpose(-2, -1)) * 0.35
+        s = (s / 20.0).tanh() * 20.0
+        return lib.where(keep, s, float("-inf")).softmax(-1) @ v
+
+    def model(lib, q, k, v):
+        i, j = lib.arange(6)[:, None], lib.arange(6)[None, :]
+        keep = j <= i
+        return layer(lib, layer(lib, q, k, v, keep), k, v, keep).sin().sum()
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((2, 6, 8)) for _ in range(3)]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    model(torch, *ts).backward()
+    fs = [flame.tensor(a, dtype=flame.float64, requires_grad=True) for a in arrays]
+
+    @flame.compile
+    def step(q, k, v):
+        loss = model(flame, q, k, v)
+        loss.backward()
+        return loss
+
+    step(*fs)
+    attention = [op for op in step.optimized(*fs).ops if op.name == "scaled_dot_product_attention"]
+    assert len(attention) == 2 and all(op.attrs["score_mod"] is not None for op in attention)
+    for f, t in zip(fs, ts):
+        np.testing.assert_allclose(f.grad.numpy(), t.grad.numpy(), rtol=1e-10, atol=1e-12)
