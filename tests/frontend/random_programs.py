@@ -119,10 +119,23 @@ class Program:
             if n.op == "input":
                 vals.append(next(feed))
             else:
-                vals.append(_APPLY[n.op](lib, *[vals[i] for i in n.ins], **dict(n.kw)))
+                args = [vals[i] for i in n.ins]
+                vals.append(_row_major(lib, _APPLY[n.op](lib, *args, **dict(n.kw)), args))
         results = [v for n, v in zip(self.nodes, vals) if n.op != "input"]
         loss = sum(_term(k, v) for k, v in enumerate(results))
         return loss, vals
+
+
+def _row_major(lib, out, args):
+    """out, row-major where torch made it a new tensor laid out as a permuted input (`x.t() * 2`): flame's
+    op results are always row-major (docs/coming_from_pytorch.md, "Where the ops differ"), so a reshape of
+    one is a view in flame where torch's copies; the programs compare what the ops compute."""
+    if lib.__name__ != "torch" or not isinstance(out, lib.Tensor) or out.is_contiguous():
+        return out
+    ptr = out.untyped_storage().data_ptr()
+    if any(isinstance(a, lib.Tensor) and a.untyped_storage().data_ptr() == ptr for a in args):
+        return out  # a view of an input: flame's is one too
+    return out.contiguous()
 
 
 def _outside(n: Node) -> Node:
