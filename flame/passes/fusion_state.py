@@ -238,7 +238,7 @@ def _copied_view(st: State, ops: list[Op], lay: Layout | str) -> str:
         return ""
     views = {op.out: op for op in ops if is_view(op)}
     for v, m in lay.stores.items():
-        if m == canonical(v, lay.domain, lay.n_red) or _row_major(st, m, v, lay.domain):
+        if m == canonical(v, lay.domain, lay.n_red) or v not in views and _row_major(st, m, v, lay.domain):
             continue
         if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in lay.stores)):
             return f"a view's result would be copied (result {v.type})"

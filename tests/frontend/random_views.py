@@ -2,7 +2,8 @@
 views of a value (view/reshape/flatten, transpose/t/permute, basic indexing with ints, slices with steps
 and None, narrow, select, unsqueeze/squeeze, unbind/split/chunk, expand), nodes that write
 through one in place (add_, sub_, mul_, copy_, zero_, fill_, masked_fill_, clamp_, x[key] = v with
-basic or integer-tensor keys, +=), and buffers that do not require grad to write into (an input that
+basic or integer-tensor keys, +=; recorded, or under no_grad or through detach(), which record no
+gradient), and buffers that do not require grad to write into (an input that
 does not require grad, which @flame.compile takes as an argument it updates, or a tensor made inside the
 program). A write node's value is the tensor it wrote (the same tensor as its target); every value is
 read at the end of the program, so a view taken before a write is read after it, and later ops read
@@ -58,8 +59,19 @@ def _buffer(lib, x, kind):
     return lib.zeros_like(x) if kind == "zeros" else x.detach().clone()
 
 
-def _write(lib, t, *operand, kind, c=None, key=None, index=None, dim=None, mask=None):
-    """t written in place (through t's storage: a view's write reaches its base); the value is t."""
+def _write(lib, t, *operand, way="plain", **kw):
+    """t written in place (through t's storage: a view's write reaches its base); the value is t. `way`:
+    recorded ("plain"), or recording no gradient: under no_grad, or through t.detach() (t keeps its
+    gradient history and takes the new values, as torch's)."""
+    if way == "no_grad":
+        with lib.no_grad():
+            _write_into(lib, t, *operand, **kw)
+    else:
+        _write_into(lib, t.detach() if way == "detach" else t, *operand, **kw)
+    return t
+
+
+def _write_into(lib, t, *operand, kind, c=None, key=None, index=None, dim=None, mask=None):
     v = operand[0] if operand else c
     if kind == "add_":
         t.add_(v)
@@ -83,7 +95,6 @@ def _write(lib, t, *operand, kind, c=None, key=None, index=None, dim=None, mask=
         t[(slice(None),) * dim + (lib.tensor(index),)] = v
     else:  # "iadd"
         t += v
-    return t
 
 
 APPLY = {"view": _view, "buffer": _buffer, "write": _write}
@@ -258,13 +269,14 @@ def _write_through(g, root: int) -> int | None:
     )
     if kind == "index_put" and _expanded(g, t):  # torch's index_put_ writes overlapping memory unchecked
         return None
+    way = {"way": rng.choice(["no_grad", "detach"])} if rng.random() < 0.25 else {}  # records no gradient
     if kind == "zero_":
-        return g.add_aliasing("write", (t,), kind=kind)
+        return g.add_aliasing("write", (t,), kind=kind, **way)
     if kind in ("fill_", "clamp_"):
-        return g.add_aliasing("write", (t,), kind=kind, c=rng.choice([0.5, -1.0, 2.0]))
+        return g.add_aliasing("write", (t,), kind=kind, c=rng.choice([0.5, -1.0, 2.0]), **way)
     if kind == "masked_fill_":
         mask = g.np.random(tuple(1 if rng.random() < 0.3 else n for n in s)) < 0.5
-        return g.add_aliasing("write", (t,), kind=kind, mask=mask, c=rng.choice([0.0, 1.5]))
+        return g.add_aliasing("write", (t,), kind=kind, mask=mask, c=rng.choice([0.0, 1.5]), **way)
     kw = {}
     region = s
     if kind == "setitem":
@@ -277,6 +289,7 @@ def _write_through(g, root: int) -> int | None:
         n = s[dim]
         kw["index"] = g.np.integers(-n, n, g.size(1, 3)) if n else np.zeros(0, np.int64)
         region = s[:dim] + (len(kw["index"]),) + s[dim + 1 :]
+    kw.update(way)
     if kind not in ("copy_",) and rng.random() < 0.3:
         return g.add_aliasing("write", (t,), kind=kind, c=rng.choice([0.5, -2.0, 3.0]), **kw)
     return g.add_aliasing("write", (t, _operand(g, tuple(region))), kind=kind, **kw)
