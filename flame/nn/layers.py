@@ -197,14 +197,14 @@ class LeakyReLU(_Elementwise):
 class Softmax(_Elementwise):
     fn = staticmethod(F.softmax)
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int | None = None):
         super().__init__(dim=dim)
 
 
 class LogSoftmax(_Elementwise):
     fn = staticmethod(F.log_softmax)
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int | None = None):
         super().__init__(dim=dim)
 
 
