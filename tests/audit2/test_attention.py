@@ -289,3 +289,24 @@ def test_square_subsequent_mask():
         flame.nn.Transformer.generate_square_subsequent_mask(4).numpy(),
         torch.nn.Transformer.generate_square_subsequent_mask(4).numpy(),
     )
+
+
+def test_encoder_inference_with_padding_mask():
+    """torch's inference fast path (eval, no grad, nested tensors) returns zeros at padded positions;
+    flame computes them as in training. The positions that are not padding agree."""
+
+    def build(lib):
+        layer = lib.nn.TransformerEncoderLayer(E, H, 7, dropout=0.0, batch_first=True)
+        return lib.nn.TransformerEncoder(layer, 2)
+
+    theirs, mine = twin(build)
+    theirs.eval(), mine.eval()
+    x = rng(7).standard_normal((2, 5, E))
+    kp = np.zeros((2, 5), bool)
+    kp[0, 3:] = True
+    with torch.no_grad(), pytest.warns(UserWarning):
+        t = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kp)).numpy()
+    with flame.no_grad():
+        f = mine(flame.tensor(x), src_key_padding_mask=flame.tensor(kp)).numpy()
+    np.testing.assert_allclose(f[~kp], t[~kp], rtol=1e-9, atol=1e-10)
+    assert np.all(t[kp] == 0) and np.all(np.abs(f[kp]).sum(-1) > 0)
