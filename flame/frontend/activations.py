@@ -11,7 +11,7 @@ import warnings
 from flame.errors import ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import ones, zeros
-from flame.frontend.functional import _loss_reduce, embedding, softmax, warn_if_broadcast
+from flame.frontend.functional import _loss_reduce, embedding, implicit_softmax_dim, softmax, warn_if_broadcast
 from flame.frontend.ops import vector_norm, where
 from flame.frontend.tensor import Tensor
 
@@ -91,9 +91,9 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     return a * b.sigmoid()
 
 
-def softmin(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
-    """softmax(-x) along dim."""
-    return softmax(-input, dim)
+def softmin(input: Tensor, dim: int | None = None) -> Tensor:  # noqa: A002
+    """softmax(-x) along dim (dim=None: PyTorch's legacy choice, with its warning)."""
+    return softmax(-input, implicit_softmax_dim("softmin", input, dim))
 
 
 def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002

@@ -64,7 +64,19 @@ def _empty_along(x: Tensor, dim: int) -> bool:
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def softmax(x: Tensor, dim: int = -1) -> Tensor:
+def implicit_softmax_dim(name: str, x: Tensor, dim: int | None) -> int:
+    """dim, or for dim=None PyTorch's legacy choice (dim 0 for 0-, 1- and 3-D inputs, else dim 1) with
+    PyTorch's deprecation warning."""
+    if dim is not None:
+        return dim
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
+                  f"as an argument.", UserWarning, stacklevel=user_stacklevel())
+    return 0 if x.ndim in (0, 1, 3) else 1
+
+
+def softmax(x: Tensor, dim: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along dim (dim=None: PyTorch's legacy choice, with its warning)."""
+    dim = implicit_softmax_dim("softmax", x, dim)
     # the max only keeps exp() in range: the result does not depend on it, so neither does the
     # gradient (detached, as in PyTorch; otherwise autodiff adds terms that cancel to rounding error)
     if _empty_along(x, dim):
@@ -85,8 +97,9 @@ def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    return x - logsumexp(x, dim, keepdim=True)
+def log_softmax(x: Tensor, dim: int | None = None) -> Tensor:
+    """x - logsumexp(x) along dim (dim=None: PyTorch's legacy choice, with its warning)."""
+    return x - logsumexp(x, implicit_softmax_dim("log_softmax", x, dim), keepdim=True)
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list

@@ -16,6 +16,7 @@ import numpy as np
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.losses import pad
+from flame.frontend.pooling import _adaptive
 from flame.frontend.spatial import _along, _batched, _err, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, stack
@@ -50,24 +51,33 @@ def _linear_matrix(n: int, o: int, scale: float, align_corners: bool) -> np.ndar
 
 
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
-                align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> Tensor:
-    """Resize the spatial dims of [N, C, *S] (1 to 3 of them): mode "nearest" (PyTorch's floor rule)
-    or "linear" / "bilinear" / "trilinear" (align_corners as PyTorch; default False)."""
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False) -> Tensor:
+    """Resize the spatial dims of [N, C, *S] (1 to 3 of them): mode "nearest" (PyTorch's floor rule,
+    its source positions computed in f32 as PyTorch's kernels), "nearest-exact" (the pixel centres'
+    rule), "area" (adaptive average pooling to the output size) or "linear" / "bilinear" / "trilinear"
+    (align_corners as PyTorch; default False). bicubic and antialias=True raise."""
     x, d = input, input.ndim - 2
     if not 1 <= d <= 3:
         raise _err(f"interpolate: expected a 3-D to 5-D input [N, C, *spatial], got {list(x.shape)}")
-    if mode not in ("nearest", *_LINEAR):
-        raise _err(f"interpolate: mode {mode!r} is not supported (nearest, linear, bilinear, trilinear)")
+    if mode not in ("nearest", "nearest-exact", "area", *_LINEAR):
+        raise _err(f"interpolate: mode {mode!r} is not supported (nearest, nearest-exact, area, linear, bilinear, "
+                   f"trilinear); use mode='bilinear' instead of 'bicubic'")
+    if antialias:
+        raise _err("interpolate: antialias=True is not supported; to shrink by a whole factor, use mode='area' "
+                   "(or avg_pool with that kernel), which averages every input pixel")
     if mode in _LINEAR and _LINEAR[mode] != d:
         raise _err(f"interpolate: mode {mode!r} expects a {_LINEAR[mode] + 2}-D input, got {x.ndim}-D")
-    if mode == "nearest" and align_corners is not None:
+    if mode not in _LINEAR and align_corners is not None:
         raise _err("interpolate: align_corners applies only to the linear modes")
     if (size is None) == (scale_factor is None):
         raise _err("interpolate: give exactly one of size and scale_factor")
     spatial = x.shape[2:]
     out, scales = _resize(spatial, size, scale_factor, recompute_scale_factor)
-    if mode == "nearest":
-        return _nearest(x, out, scales)
+    if mode == "area":
+        return _adaptive("avg", d, x, out)
+    if mode not in _LINEAR:
+        return _nearest(x, out, scales, exact=mode == "nearest-exact")
     y = x
     for i, (n, o, sc) in enumerate(zip(spatial, out, scales)):
         if n != o or align_corners:
@@ -95,10 +105,19 @@ def _resize(spatial, size, scale_factor, recompute_scale_factor) -> tuple[tuple[
     return out, [n / o if recompute_scale_factor else 1.0 / ff for n, o, ff in zip(spatial, out, f)]
 
 
-def _nearest(x: Tensor, out, scales) -> Tensor:
-    """src = min(floor(o * scale), n - 1) per axis: a broadcast for integer upscaling, else a gather."""
+def _nearest_source(n: int, o: int, scale: float, exact: bool) -> np.ndarray:
+    """The input position of each output position along one axis, in f32 arithmetic as PyTorch's
+    kernels (nearest: floor(o * scale); nearest-exact: floor((o + 0.5) * scale)), clamped to n - 1."""
+    i = np.arange(o)
+    sc = np.float32(scale)
+    src = np.float32((i + 0.5) * np.float64(sc)) if exact else i.astype(np.float32) * sc
+    return np.minimum(np.floor(src).astype(np.int64), n - 1)
+
+
+def _nearest(x: Tensor, out, scales, exact: bool = False) -> Tensor:
+    """Each axis' source positions: a broadcast for integer upscaling, else a gather."""
     spatial = x.shape[2:]
-    idx = [np.minimum(np.floor(np.arange(o) * sc).astype(np.int64), n - 1) for n, o, sc in zip(spatial, out, scales)]
+    idx = [_nearest_source(n, o, sc, exact) for n, o, sc in zip(spatial, out, scales)]
     factors = [o // n if o % n == 0 else 0 for n, o in zip(spatial, out)]
     if all(f and np.array_equal(ix, np.arange(o) // f) for f, ix, o in zip(factors, idx, out)):
         lead = list(x.shape[:2])

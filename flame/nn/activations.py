@@ -112,7 +112,7 @@ class GLU(_Elementwise):
 class Softmin(_Elementwise):
     fn = staticmethod(A.softmin)
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int | None = None):
         super().__init__(dim=dim)
 
 

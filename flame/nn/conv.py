@@ -13,6 +13,7 @@ from flame.frontend import norms as N
 from flame.frontend import pooling as P
 from flame.frontend import resample as R
 from flame.frontend.creation import Generator, ones, zeros
+from flame.frontend.losses import pad
 from flame.frontend.spatial import ntuple
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of, f32, i64
@@ -41,8 +42,11 @@ class _ConvNd(Module):
         if groups < 1 or in_channels % groups or out_channels % groups:
             raise ShapeError(f"{name}: groups={groups} must divide in_channels={in_channels} and "
                              f"out_channels={out_channels}")
-        if padding_mode != "zeros":
-            raise NotImplementedError(f"{name}: padding_mode={padding_mode!r} is not supported (only 'zeros')")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"{name}: padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', "
+                             f"got {padding_mode!r}")
+        if padding_mode != "zeros" and self.transposed:
+            raise ValueError(f"{name}: only 'zeros' padding_mode is supported for {name} (as PyTorch's)")
         d = self.d
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = ntuple(kernel_size, d, "kernel_size", name)
@@ -82,7 +86,14 @@ class _Conv(_ConvNd):
                          padding_mode, dtype, generator)
 
     def forward(self, x: Tensor) -> Tensor:
-        return C._conv(self.d, x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        if self.padding_mode == "zeros":
+            return C._conv(self.d, x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        # PyTorch's: pad with the mode first (last dim first, as F.pad), then convolve without padding
+        pairs = C._conv_padding(type(self).__name__, self.padding, self.kernel_size, self.stride, self.dilation,
+                                self.d)
+        flat = [p for lo_hi in reversed(pairs) for p in lo_hi]
+        return C._conv(self.d, pad(x, flat, self.padding_mode), self.weight, self.bias, self.stride, 0,
+                       self.dilation, self.groups)
 
 
 class Conv1d(_Conv):

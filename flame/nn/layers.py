@@ -197,14 +197,14 @@ class LeakyReLU(_Elementwise):
 class Softmax(_Elementwise):
     fn = staticmethod(F.softmax)
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int | None = None):
         super().__init__(dim=dim)
 
 
 class LogSoftmax(_Elementwise):
     fn = staticmethod(F.log_softmax)
 
-    def __init__(self, dim: int = -1):
+    def __init__(self, dim: int | None = None):
         super().__init__(dim=dim)
 
 
@@ -238,8 +238,8 @@ class CrossEntropyLoss(Module):
                  reduction: str = "mean", label_smoothing: float = 0.0):
         super().__init__()
         losses._no_legacy("CrossEntropyLoss", size_average, reduce)
-        self.weight, self.ignore_index = weight, ignore_index
-        self.reduction, self.label_smoothing = reduction, label_smoothing
+        self.register_buffer("weight", weight)  # in state_dict, as torch's
+        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return losses.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
@@ -269,7 +269,8 @@ class NLLLoss(Module):
                  reduction: str = "mean"):
         super().__init__()
         losses._no_legacy("NLLLoss", size_average, reduce)
-        self.weight, self.ignore_index, self.reduction = weight, ignore_index, reduction
+        self.register_buffer("weight", weight)
+        self.ignore_index, self.reduction = ignore_index, reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return losses.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
@@ -278,7 +279,8 @@ class NLLLoss(Module):
 class BCELoss(Module):
     def __init__(self, weight: Tensor | None = None, reduction: str = "mean"):
         super().__init__()
-        self.weight, self.reduction = weight, reduction
+        self.register_buffer("weight", weight)
+        self.reduction = reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return losses.binary_cross_entropy(input, target, self.weight, self.reduction)
@@ -287,7 +289,9 @@ class BCELoss(Module):
 class BCEWithLogitsLoss(Module):
     def __init__(self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None):
         super().__init__()
-        self.weight, self.reduction, self.pos_weight = weight, reduction, pos_weight
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+        self.reduction = reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return losses.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)

@@ -150,15 +150,19 @@ class Module(ModuleHooks):
     register_module = add_module
 
     # ---- walking the tree -------------------------------------------------------------------------
-    def named_modules(self, prefix: str = "", memo: set | None = None) -> Iterator[tuple[str, Module]]:
+    def named_modules(self, prefix: str = "", memo: set | None = None,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+        """(dotted name, module) for this module and every one below it, depth first; a module
+        reached twice is given once unless remove_duplicate=False (as PyTorch's)."""
         memo = set() if memo is None else memo
-        if id(self) in memo:
-            return
-        memo.add(id(self))
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
             if m is not None:
-                yield from m.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+                yield from m.named_modules(f"{prefix}.{name}" if prefix else name, memo, remove_duplicate)
 
     def modules(self) -> Iterator[Module]:
         for _, m in self.named_modules():
@@ -175,26 +179,31 @@ class Module(ModuleHooks):
         for _, m in self.named_children():
             yield m
 
-    def _named_members(self, kind: str, prefix: str, recurse: bool) -> Iterator[tuple[str, Tensor]]:
+    def _named_members(self, kind: str, prefix: str, recurse: bool,
+                       remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
         seen = set()
-        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        mods = self.named_modules(prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for mp, m in mods:
             for name, t in m.__dict__[kind].items():
-                if t is None or id(t) in seen:
+                if t is None or (remove_duplicate and id(t) in seen):
                     continue
                 seen.add(id(t))
                 yield (f"{mp}.{name}" if mp else name), t
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
-        """(dotted name, Parameter) for every parameter, each shared parameter once."""
-        yield from self._named_members("_parameters", prefix, recurse)
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, Parameter) for every parameter, each shared parameter once unless
+        remove_duplicate=False."""
+        yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
-        yield from self._named_members("_buffers", prefix, recurse)
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+        """(dotted name, buffer) for every buffer, each shared one once unless remove_duplicate=False."""
+        yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
         for _, b in self.named_buffers(recurse=recurse):
@@ -289,7 +298,8 @@ class Module(ModuleHooks):
         """Dotted name -> tensor for every parameter and persistent buffer. The tensors share memory
         with the module (detached unless keep_vars)."""
         out: OrderedDict[str, Tensor] = OrderedDict()
-        for mp, m in self.named_modules(prefix.rstrip(".")):
+        # a module reached under two names is saved under both, as PyTorch's
+        for mp, m in self.named_modules(prefix.rstrip("."), remove_duplicate=False):
             dot = f"{mp}." if mp else ""
             for name, p in m._parameters.items():
                 if p is not None:
@@ -370,7 +380,70 @@ def _mismatch_message(owner: str, missing: list, unexpected: list, misshaped: li
     return "\n".join(lines)
 
 
-class Sequential(Module):
+class _ModuleSequence(Module):
+    """The list protocol of Sequential and ModuleList over modules registered as "0", "1", ...,
+    PyTorch's: negative indices, insert and del renumber, a replaced entry keeps its place."""
+
+    def _index(self, i: int) -> str:
+        n = len(self._modules)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for {type(self).__name__} of length {n}")
+        return list(self._modules)[i % n]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def __setitem__(self, i: int, module: Module) -> None:
+        setattr(self, self._index(i), module)
+
+    def __delitem__(self, i: int | slice) -> None:
+        keys = list(self._modules)[i] if isinstance(i, slice) else [self._index(i)]
+        for k in keys:
+            del self._modules[k]
+        self._renumber()
+
+    def _renumber(self) -> None:
+        items = list(self._modules.values())
+        self._modules.clear()
+        for j, m in enumerate(items):
+            self._modules[str(j)] = m
+
+    def append(self, module: Module):
+        """Add a module at the end."""
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules: Iterable[Module]):
+        """Add each module at the end."""
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index: int, module: Module) -> None:
+        """Put a module before position index (negative counts from the end), as list.insert."""
+        n = len(self._modules)
+        if not -n <= index <= n:
+            raise IndexError(f"index {index} is out of range for {type(self).__name__} of length {n}")
+        items = list(self._modules.values())
+        items.insert(index + n if index < 0 else index, module)
+        self._modules.clear()
+        for j, m in enumerate(items):
+            self.add_module(str(j), m)
+
+    def pop(self, i: int = -1) -> Module:
+        """Remove and return the module at position i."""
+        m = self[i]
+        del self[i]
+        return m
+
+    def __iadd__(self, modules: Iterable[Module]):
+        return self.extend(modules)
+
+
+class Sequential(_ModuleSequence):
     """Modules applied one after another: Sequential(a, b, c)(x) == c(b(a(x)))."""
 
     def __init__(self, *modules: Module | OrderedDict):
@@ -388,23 +461,12 @@ class Sequential(Module):
         return x
 
     def __getitem__(self, i: int | slice):
-        mods = list(self._modules.values())
-        if isinstance(i, slice):
-            return Sequential(*mods[i])
-        return mods[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
-    def append(self, module: Module) -> Sequential:
-        self.add_module(str(len(self._modules)), module)
-        return self
+        if isinstance(i, slice):  # the entries keep their names, as PyTorch's
+            return Sequential(OrderedDict(list(self._modules.items())[i]))
+        return self._modules[self._index(i)]
 
 
-class ModuleList(Module):
+class ModuleList(_ModuleSequence):
     """A list of modules, registered so their parameters are found."""
 
     def __init__(self, modules: Iterable[Module] = ()):
@@ -412,23 +474,10 @@ class ModuleList(Module):
         for m in modules:
             self.append(m)
 
-    def append(self, module: Module) -> ModuleList:
-        self.add_module(str(len(self._modules)), module)
-        return self
-
-    def extend(self, modules: Iterable[Module]) -> ModuleList:
-        for m in modules:
-            self.append(m)
-        return self
-
-    def __getitem__(self, i: int):
-        return list(self._modules.values())[i]
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
+    def __getitem__(self, i: int | slice):
+        if isinstance(i, slice):
+            return ModuleList(list(self._modules.values())[i])
+        return self._modules[self._index(i)]
 
 
 class _Registry(Module):
@@ -478,6 +527,7 @@ class _Registry(Module):
         self._entries.clear()
 
     def update(self, entries: Any) -> None:
+        """Add or replace entries from a mapping or (key, value) pairs."""
         for key, value in (entries.items() if hasattr(entries, "items") else entries):
             self[key] = value
 
@@ -540,6 +590,13 @@ class ParameterDict(_Registry):
         super().__init__()
         if parameters is not None:
             self.update(parameters)
+
+    def update(self, entries: Any) -> None:
+        """As PyTorch's: a plain dict's entries are added in sorted key order, an OrderedDict's,
+        ParameterDict's or pairs' in their own."""
+        if isinstance(entries, Mapping) and not isinstance(entries, (OrderedDict, ParameterDict)):
+            entries = sorted(entries.items())
+        super().update(entries)
 
     def _add(self, key: str, value: Any) -> None:
         self.register_parameter(key, _as_parameter(value))

@@ -1,0 +1,312 @@
+"""nn.MultiheadAttention, the Transformer layers and F.scaled_dot_product_attention against torch from
+the same f64 weights: masks of every documented form, weights, kdim/vdim, bias_kv, zero_attn,
+batch_first and unbatched inputs; outputs and gradients, eager and compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+from tests.audit2.common import Fixed, check, compare, rng, twin
+
+E, H, L, S, N = 6, 2, 3, 5, 2
+
+
+def _mha(**kw):
+    return lambda lib: lib.nn.MultiheadAttention(E, H, **kw)
+
+
+def _qkv(batch_first, unbatched=False, kdim=E, vdim=E, seed=0):
+    r = rng(seed)
+    if unbatched:
+        return r.standard_normal((L, E)), r.standard_normal((S, kdim)), r.standard_normal((S, vdim))
+    shape = (lambda t: (N, t)) if batch_first else (lambda t: (t, N))
+    return (
+        r.standard_normal((*shape(L), E)),
+        r.standard_normal((*shape(S), kdim)),
+        r.standard_normal((*shape(S), vdim)),
+    )
+
+
+def _kpm(kind, n=N):
+    m = np.zeros((n, S), bool)
+    m[:, -1] = True
+    m[0, 1] = True
+    if kind == "bool":
+        return m
+    return np.where(m, -1e9, 0.0) + rng(3).standard_normal((n, S)) * 0.5
+
+
+def _attn_mask(kind, dims, n=N):
+    r = rng(4)
+    shape = (L, S) if dims == 2 else (n * H, L, S)
+    m = r.random(shape) < 0.3
+    m[..., 0] = False  # every query keeps one key
+    if kind == "bool":
+        return m
+    return np.where(m, -np.inf, 0.0) + r.standard_normal(shape)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("need_weights,average", [(True, True), (True, False), (False, True)])
+def test_mha_plain(batch_first, need_weights, average, compiled):
+    q, k, v = _qkv(batch_first)
+    check(
+        _mha(batch_first=batch_first),
+        lambda m, q, k, v: m(q, k, v, need_weights=need_weights, average_attn_weights=average),
+        [q, k, v],
+        compiled,
+    )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize(
+    "kpm,am",
+    [
+        (kpm, am)
+        for kpm in (None, "bool", "float")
+        for am in (None, ("bool", 2), ("float", 2), ("bool", 3), ("float", 3))
+        if kpm is None or am is None or kpm == am[0]
+    ],
+)  # mixed: below
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_mha_masks(kpm, am, need_weights, compiled):
+    q, k, v = _qkv(True)
+    masks = [None if kpm is None else _kpm(kpm), None if am is None else _attn_mask(*am)]
+    check(
+        _mha(batch_first=True),
+        lambda m, q, k, v, kp, a: m(q, k, v, key_padding_mask=kp, attn_mask=a, need_weights=need_weights),
+        [q, k, v, *masks],
+        compiled,
+    )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_mha_unbatched(need_weights, compiled):
+    q, k, v = _qkv(False, unbatched=True)
+    kp = _kpm("bool", 1)[0]
+    am = _attn_mask("float", 3, 1)  # [H, L, S] for unbatched input
+    check(
+        _mha(),
+        lambda m, q, k, v, kp, a: m(q, k, v, key_padding_mask=kp, attn_mask=a, need_weights=need_weights),
+        [q, k, v, kp, am],
+        compiled,
+    )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        dict(kdim=4, vdim=3),
+        dict(bias=False),
+        dict(add_bias_kv=True),
+        dict(add_zero_attn=True),
+        dict(add_bias_kv=True, add_zero_attn=True, kdim=4, vdim=5),
+        dict(bias=False, add_bias_kv=True),
+    ],
+)
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_mha_options(opts, need_weights, compiled):
+    q, k, v = _qkv(False, kdim=opts.get("kdim", E), vdim=opts.get("vdim", E))
+    kp, am = _kpm("bool"), _attn_mask("bool", 2)
+    check(
+        _mha(**opts),
+        lambda m, q, k, v, kp, a: m(q, k, v, key_padding_mask=kp, attn_mask=a, need_weights=need_weights),
+        [q, k, v, kp, am],
+        compiled,
+    )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_mha_causal_hint(compiled):
+    """is_causal with the causal attn_mask (torch takes is_causal as a hint about the mask)."""
+    q, k, v = _qkv(True)
+    mask = np.triu(np.ones((L, S), bool), 1)
+    check(
+        _mha(batch_first=True),
+        lambda m, q, k, v, a: m(q, k, v, attn_mask=a, need_weights=False, is_causal=True),
+        [q, k, v, mask],
+        compiled,
+    )
+
+
+def test_mha_mixed_mask_kinds_match_torch():
+    """A bool key_padding_mask with a float attn_mask: torch accepts it (deprecated, with a warning) and adds them."""
+    q, k, v = _qkv(True)
+    kp, am = _kpm("bool"), _attn_mask("float", 2)
+    theirs, mine = twin(_mha(batch_first=True))
+    with pytest.warns(UserWarning):
+        compare(
+            theirs,
+            mine,
+            lambda m, q, k, v, kp, a: m(q, k, v, key_padding_mask=kp, attn_mask=a),
+            [q, k, v, kp, am],
+            False,
+        )
+
+
+def _sdpa_case(name):
+    r = rng(5)
+    q = r.standard_normal((2, 2, L, 4))
+    k = r.standard_normal((2, 2, S, 4))
+    v = r.standard_normal((2, 2, S, 3))
+    kw = {}
+    if name == "bool_LS":
+        m = r.random((L, S)) < 0.6
+        m[:, 0] = True
+        return [q, k, v, m], kw
+    if name == "bool_N11S":
+        m = r.random((2, 1, 1, S)) < 0.6
+        m[..., 0] = True
+        return [q, k, v, m], kw
+    if name == "float_1HLS":
+        return [q, k, v, r.standard_normal((1, 2, L, S))], kw
+    if name == "float_S":
+        return [q, k, v, r.standard_normal((S,))], kw
+    if name == "causal_L<S":
+        return [q, k, v, None], dict(is_causal=True)
+    if name == "causal_L>S":
+        q = r.standard_normal((2, 2, S + 2, 4))
+        k, v = k[:, :, :L], v[:, :, :L]
+        return [q, k, v, None], dict(is_causal=True)
+    if name == "scale":
+        return [q, k, v, None], dict(scale=0.3)
+    if name == "gqa":
+        q = r.standard_normal((2, 4, L, 4))
+        return [q, k, v, None], dict(enable_gqa=True)
+    if name == "3d":
+        return [q[0], k[0], v[0], None], {}
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize(
+    "name", ["bool_LS", "bool_N11S", "float_1HLS", "float_S", "causal_L<S", "causal_L>S", "scale", "gqa", "3d"]
+)
+def test_sdpa(name, compiled):
+    arrays, kw = _sdpa_case(name)
+
+    def build(lib):
+        return lib.nn.Identity()
+
+    def call(m, q, k, v, mask):
+        F = (flame if isinstance(q, flame.Tensor) else torch).nn.functional
+        return F.scaled_dot_product_attention(q, k, v, mask, **kw)
+
+    check(build, call, arrays, compiled)
+
+
+def _act(name):
+    if name == "callable":
+        return lambda lib: lambda x: lib.tanh(x) * 2
+    if name == "module":
+        return lambda lib: lib.nn.GELU(approximate="tanh")
+    return lambda lib: name
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("act", ["relu", "gelu", "callable", "module"])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_encoder_layer(norm_first, act, batch_first, compiled):
+    def build(lib):
+        return lib.nn.TransformerEncoderLayer(
+            E,
+            H,
+            dim_feedforward=7,
+            dropout=0.0,
+            activation=_act(act)(lib),
+            batch_first=batch_first,
+            norm_first=norm_first,
+        )
+
+    src = _qkv(batch_first)[0]
+    kp = _kpm("bool")[:, :L]
+    causal = np.triu(np.full((L, L), -np.inf), 1)
+    check(build, lambda m, x, kp, c: m(x, src_mask=c, src_key_padding_mask=kp), [src, kp, causal], compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("with_norm", [False, True])
+def test_encoder_stack(is_causal, with_norm, compiled):
+    def build(lib):
+        layer = lib.nn.TransformerEncoderLayer(E, H, dim_feedforward=5, dropout=0.0, batch_first=True, bias=False)
+        return lib.nn.TransformerEncoder(
+            layer, 2, norm=lib.nn.LayerNorm(E) if with_norm else None, enable_nested_tensor=False
+        )
+
+    src = _qkv(True)[0]
+    causal = np.triu(np.ones((L, L), bool), 1)
+    kp = _kpm("bool")[:, :L]
+    check(
+        build,
+        lambda m, x, c, kp: m(x, mask=c, src_key_padding_mask=kp, is_causal=is_causal),
+        [src, causal, kp],
+        compiled,
+    )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_decoder_layer_and_stack(norm_first, batch_first, compiled):
+    def build(lib):
+        layer = lib.nn.TransformerDecoderLayer(
+            E, H, dim_feedforward=5, dropout=0.0, batch_first=batch_first, norm_first=norm_first, activation="gelu"
+        )
+        return lib.nn.TransformerDecoder(layer, 2, norm=lib.nn.LayerNorm(E))
+
+    q, k, _ = _qkv(batch_first)
+    mem = k
+    tgt_mask = np.triu(np.full((L, L), -np.inf), 1)
+    mem_kp = _kpm("bool")
+    check(
+        build,
+        lambda m, t, mem, tm, mkp: m(t, mem, tgt_mask=tm, memory_key_padding_mask=mkp, tgt_is_causal=True),
+        [q, mem, Fixed(tgt_mask), mem_kp],
+        compiled,
+    )  # torch drops the mask under the causal hint
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_transformer(compiled):
+    def build(lib):
+        return lib.nn.Transformer(E, H, 1, 1, dim_feedforward=5, dropout=0.0, batch_first=True)
+
+    src, tgt = _qkv(True)[1], _qkv(True)[0]
+    tgt_mask = np.triu(np.full((L, L), -np.inf), 1)
+    check(build, lambda m, s, t, tm: m(s, t, tgt_mask=tm), [src, tgt, Fixed(tgt_mask)], compiled)
+
+
+def test_square_subsequent_mask():
+    np.testing.assert_array_equal(
+        flame.nn.Transformer.generate_square_subsequent_mask(4).numpy(),
+        torch.nn.Transformer.generate_square_subsequent_mask(4).numpy(),
+    )
+
+
+def test_encoder_inference_with_padding_mask():
+    """torch's inference fast path (eval, no grad, nested tensors) returns zeros at padded positions;
+    flame computes them as in training. The positions that are not padding agree."""
+
+    def build(lib):
+        layer = lib.nn.TransformerEncoderLayer(E, H, 7, dropout=0.0, batch_first=True)
+        return lib.nn.TransformerEncoder(layer, 2)
+
+    theirs, mine = twin(build)
+    theirs.eval(), mine.eval()
+    x = rng(7).standard_normal((2, 5, E))
+    kp = np.zeros((2, 5), bool)
+    kp[0, 3:] = True
+    with torch.no_grad(), pytest.warns(UserWarning):
+        t = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kp)).numpy()
+    with flame.no_grad():
+        f = mine(flame.tensor(x), src_key_padding_mask=flame.tensor(kp)).numpy()
+    np.testing.assert_allclose(f[~kp], t[~kp], rtol=1e-9, atol=1e-10)
+    assert np.all(t[kp] == 0) and np.all(np.abs(f[kp]).sum(-1) > 0)

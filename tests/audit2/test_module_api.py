@@ -1,0 +1,203 @@
+"""The Module API against torch's on the same architecture: Sequential indexing, slicing, append,
+insert, extend, del; ModuleList / ModuleDict / ParameterList / ParameterDict; named_modules with
+remove_duplicate; state_dict names and shapes; load_state_dict(strict=False)'s result; buffers;
+children / modules / parameters order; train() / eval() propagation; zero_grad; requires_grad_."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+
+def _net(lib):
+    nn = lib.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(2, 3, 3, padding=1, bias=False)
+            self.bn = nn.BatchNorm2d(3)
+            self.heads = nn.ModuleDict({"b": nn.Linear(3, 2), "a": nn.Linear(3, 1)})
+            self.extra = nn.ParameterList([nn.Parameter(lib.ones(2)), nn.Parameter(lib.zeros(3, 1))])
+            self.pd = nn.ParameterDict({"z": nn.Parameter(lib.ones(1)), "y": nn.Parameter(lib.ones(2))})
+            self.register_buffer("scale", lib.ones(1))
+            self.register_buffer("tmp", lib.ones(1), persistent=False)
+            self.stack = nn.ModuleList([nn.LayerNorm(3), nn.GELU(), nn.Sequential(nn.Linear(3, 3), nn.ReLU())])
+            self.rnn = nn.LSTM(3, 4, 1, batch_first=True)
+            self.attn = nn.MultiheadAttention(4, 2)
+
+    return nn.Sequential(Block(), nn.Flatten(), nn.Dropout(0.1))
+
+
+def _shapes(sd):
+    return [(k, tuple(v.shape)) for k, v in sd.items()]
+
+
+def test_state_dict_names_shapes_and_order():
+    t, f = _net(torch), _net(flame)
+    assert _shapes(f.state_dict()) == _shapes(t.state_dict())
+    assert [n for n, _ in f.named_parameters()] == [n for n, _ in t.named_parameters()]
+    assert [n for n, _ in f.named_buffers()] == [n for n, _ in t.named_buffers()]
+    assert [n for n, _ in f.named_modules()] == [n for n, _ in t.named_modules()]
+    assert [type(m).__name__ for m in f.children()] == [type(m).__name__ for m in t.children()]
+    kinds = [type(m).__name__.replace("NonDynamicallyQuantizable", "") for m in t.modules()]
+    assert [type(m).__name__ for m in f.modules()] == kinds
+    f.load_state_dict({k: flame.tensor(v.detach().numpy()) for k, v in t.state_dict().items()})
+
+
+def test_load_state_dict_not_strict_result():
+    t, f = _net(torch), _net(flame)
+    sd = {k: v.detach().numpy() for k, v in t.state_dict().items()}
+    del sd["0.bn.running_var"], sd["0.heads.a.weight"]
+    sd["0.bogus"] = np.ones(2)
+    rt = t.load_state_dict({k: torch.tensor(v) for k, v in sd.items()}, strict=False)
+    rf = f.load_state_dict({k: flame.tensor(v) for k, v in sd.items()}, strict=False)
+    assert sorted(rf.missing_keys) == sorted(rt.missing_keys)
+    assert sorted(rf.unexpected_keys) == sorted(rt.unexpected_keys)
+    mk, uk = rf
+    assert (mk, uk) == (rf.missing_keys, rf.unexpected_keys)
+
+
+def test_sequential_operations():
+    ts, fs = ([lib.nn.Linear(2, 2), lib.nn.ReLU(), lib.nn.Linear(2, 3), lib.nn.Tanh()] for lib in (torch, flame))
+    t, f = torch.nn.Sequential(*ts), flame.nn.Sequential(*fs)
+
+    def names(m):
+        return [(k, type(v).__name__) for k, v in m.named_children()]
+
+    assert names(f[1:3]) == names(t[1:3])
+    assert names(f[::-2]) == names(t[::-2])
+    assert type(f[-1]).__name__ == type(t[-1]).__name__
+    assert len(f) == len(t)
+    for m, lib in ((t, torch), (f, flame)):
+        m.append(lib.nn.Sigmoid())
+        m.insert(1, lib.nn.Identity())
+        m.insert(-1, lib.nn.GELU())
+        m.extend([lib.nn.Identity()])
+        del m[0]
+        m[0] = lib.nn.ELU()
+    assert names(f) == names(t)
+    assert list(f.state_dict()) == list(t.state_dict())
+    from collections import OrderedDict
+
+    od = [(n, lib.nn.Linear(1, 1)) for lib in (flame,) for n in ("first", "second")]
+    assert list(flame.nn.Sequential(OrderedDict(od)).state_dict()) == [
+        "first.weight",
+        "first.bias",
+        "second.weight",
+        "second.bias",
+    ]
+
+
+def test_module_list_and_dict_operations():
+    for lib in (torch, flame):
+        ml = lib.nn.ModuleList([lib.nn.ReLU(), lib.nn.Tanh()])
+        ml.append(lib.nn.GELU())
+        ml.insert(0, lib.nn.Identity())
+        ml.extend([lib.nn.SiLU()])
+        ml += [lib.nn.ELU()]
+        del ml[1]
+        if lib is torch:
+            want = [type(m).__name__ for m in ml] + [type(m).__name__ for m in ml[1:3]]
+        else:
+            assert [type(m).__name__ for m in ml] + [type(m).__name__ for m in ml[1:3]] == want
+        md = lib.nn.ModuleDict({"x": lib.nn.ReLU()})
+        md["y"] = lib.nn.Tanh()
+        md.update({"z": lib.nn.GELU()})
+        popped = md.pop("x")
+        got = (list(md.keys()), type(popped).__name__, "y" in md, len(md))
+        if lib is torch:
+            want_d = got
+        else:
+            assert got == want_d
+
+
+def test_named_modules_remove_duplicate():
+    for lib in (torch, flame):
+        shared = lib.nn.Linear(2, 2)
+        m = lib.nn.Sequential(shared, lib.nn.ReLU(), shared)
+        got = (
+            [n for n, _ in m.named_modules()],
+            [n for n, _ in m.named_modules(remove_duplicate=False)],
+            [n for n, _ in m.named_parameters()],
+            [n for n, _ in m.named_parameters(remove_duplicate=False)],
+            list(m.state_dict()),
+        )
+        if lib is torch:
+            want = got
+        else:
+            assert got == want
+
+
+def test_train_eval_zero_grad_requires_grad():
+    t, f = _net(torch), _net(flame)
+    for m in (t, f):
+        m.eval()
+        m[0].stack.train()
+        m[0].requires_grad_(False)
+        m[0].heads.requires_grad_()
+    assert [x.training for x in f.modules()] == [x.training for x in t.modules()]
+    assert [p.requires_grad for p in f.parameters()] == [p.requires_grad for p in t.parameters()]
+    for m, lib in ((t, torch), (f, flame)):
+        for p in m.parameters():
+            p.grad = lib.ones(*p.shape) if p.requires_grad else None
+        m.zero_grad(set_to_none=False)
+    for pt, pf in zip(t.parameters(), f.parameters()):
+        assert (pt.grad is None) == (pf.grad is None)
+        if pt.grad is not None:
+            np.testing.assert_array_equal(pf.grad.numpy(), pt.grad.numpy())
+    for m in (t, f):
+        m.zero_grad()
+    assert all(p.grad is None for p in f.parameters())
+
+
+def test_buffers_persistence_and_assignment():
+    for lib in (torch, flame):
+        m = lib.nn.Module()
+        m.register_buffer("a", lib.ones(2))
+        m.register_buffer("b", lib.ones(1), persistent=False)
+        m.register_buffer("c", None)
+        m.a = lib.zeros(2)  # assigning a tensor to a buffer's name keeps it a buffer
+        got = (list(m.state_dict()), [n for n, _ in m.named_buffers()], m.a.numpy().tolist())
+        if lib is torch:
+            want = got
+        else:
+            assert got == want
+
+
+def test_parameter_containers():
+    for lib in (torch, flame):
+        pl = lib.nn.ParameterList([lib.nn.Parameter(lib.ones(2))])
+        pl.append(lib.nn.Parameter(lib.zeros(3)))
+        pl.extend([lib.nn.Parameter(lib.ones(1))])
+        pd = lib.nn.ParameterDict({"w": lib.nn.Parameter(lib.ones(2))})
+        pd["v"] = lib.nn.Parameter(lib.zeros(1))
+        pd.update({"u": lib.nn.Parameter(lib.ones(3))})
+        m = lib.nn.Module()
+        m.pl, m.pd = pl, pd
+        got = (_shapes(m.state_dict()), len(pl), list(pd.keys()), tuple(pl[-1].shape))
+        if lib is torch:
+            want = got
+        else:
+            assert got == want
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_whole_net_forward_matches(compiled):
+    """The container-heavy net above, loaded from torch's weights, computes torch's forward."""
+    from tests.audit2.common import compare, twin
+
+    def call(m, x):
+        b = m[0]
+        h = b.bn(b.conv(x)).mean((2, 3))
+        h = b.stack[2](b.stack[1](b.stack[0](h)))
+        y = b.heads["a"](h) + b.heads["b"](h).sum(-1, keepdim=True) + b.extra[0].sum() + b.pd["y"].sum() * b.scale
+        return y
+
+    theirs, mine = twin(_net)
+    for m in (theirs, mine):
+        m.eval()
+    compare(theirs, mine, call, [np.random.default_rng(0).standard_normal((2, 2, 4, 4))], compiled)

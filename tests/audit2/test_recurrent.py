@@ -1,0 +1,113 @@
+"""nn.RNN / LSTM / GRU and the cells against torch from the same f64 weights: layers, directions,
+batch_first, proj_size, initial states, unbatched inputs; outputs, final states and gradients, eager
+and compiled."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.audit2.common import check, rng
+
+IN, HID, T, N = 3, 4, 3, 2
+
+
+def _x(batch_first, unbatched=False):
+    r = rng(1)
+    if unbatched:
+        return r.standard_normal((T, IN))
+    return r.standard_normal((N, T, IN) if batch_first else (T, N, IN))
+
+
+def _h0(layers, dirs, width, unbatched=False, seed=2):
+    shape = (layers * dirs, width) if unbatched else (layers * dirs, N, width)
+    return rng(seed).standard_normal(shape)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM", "RNN_relu"])
+@pytest.mark.parametrize(
+    "layers,bidir,batch_first,with_state",
+    [(1, False, False, False), (2, True, True, True), (3, False, False, True), (1, True, True, False)],
+)
+def test_recurrent(kind, layers, bidir, batch_first, with_state, compiled):
+    extra = dict(nonlinearity="relu") if kind == "RNN_relu" else {}
+    name = kind.split("_")[0]
+
+    def build(lib):
+        return getattr(lib.nn, name)(
+            IN, HID, num_layers=layers, bidirectional=bidir, batch_first=batch_first, dropout=0.0, **extra
+        )
+
+    x = _x(batch_first)
+    d = 2 if bidir else 1
+    if not with_state:
+        check(build, lambda m, x: m(x), [x], compiled)
+    elif name == "LSTM":
+        check(build, lambda m, x, h, c: m(x, (h, c)), [x, _h0(layers, d, HID), _h0(layers, d, HID, seed=3)], compiled)
+    else:
+        check(build, lambda m, x, h: m(x, h), [x, _h0(layers, d, HID)], compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("layers,bidir,with_state", [(1, False, True), (2, True, False), (2, True, True)])
+def test_lstm_proj(layers, bidir, with_state, compiled):
+    def build(lib):
+        return lib.nn.LSTM(IN, HID, layers, bias=True, batch_first=True, bidirectional=bidir, proj_size=2)
+
+    x = _x(True)
+    d = 2 if bidir else 1
+    if with_state:
+        check(build, lambda m, x, h, c: m(x, (h, c)), [x, _h0(layers, d, 2), _h0(layers, d, HID, seed=3)], compiled)
+    else:
+        check(build, lambda m, x: m(x), [x], compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_unbatched_and_no_bias(kind, with_state, compiled):
+    def build(lib):
+        return getattr(lib.nn, kind)(IN, HID, 2, bias=False, bidirectional=True)
+
+    x = _x(False, unbatched=True)
+    if not with_state:
+        check(build, lambda m, x: m(x), [x], compiled)
+    elif kind == "LSTM":
+        check(build, lambda m, x, h, c: m(x, (h, c)), [x, _h0(2, 2, HID, True), _h0(2, 2, HID, True, 3)], compiled)
+    else:
+        check(build, lambda m, x, h: m(x, h), [x, _h0(2, 2, HID, True)], compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("kind", ["RNNCell", "GRUCell", "LSTMCell", "RNNCell_relu"])
+@pytest.mark.parametrize("bias,form", [(True, "batched"), (False, "batched_state"), (True, "unbatched_state")])
+def test_cells(kind, bias, form, compiled):
+    name = kind.split("_")[0]
+    extra = dict(nonlinearity="relu") if kind.endswith("relu") else {}
+
+    def build(lib):
+        return getattr(lib.nn, name)(IN, HID, bias, **extra)
+
+    r = rng(4)
+    lead = () if form.startswith("unbatched") else (N,)
+    x, h, c = r.standard_normal((*lead, IN)), r.standard_normal((*lead, HID)), r.standard_normal((*lead, HID))
+
+    def call(m, x, h, c):
+        if not form.endswith("state"):
+            return m(x)
+        return m(x, (h, c)) if name == "LSTMCell" else m(x, h)
+
+    check(build, call, [x, h, c], compiled)
+
+
+def test_state_dict_names_match_torch():
+    import torch
+
+    import flame
+
+    for kind, kw in [("LSTM", dict(num_layers=2, bidirectional=True, proj_size=2)), ("GRU", dict(bias=False))]:
+        t = getattr(torch.nn, kind)(IN, HID, **kw)
+        f = getattr(flame.nn, kind)(IN, HID, **kw)
+        assert [(k, tuple(v.shape)) for k, v in t.state_dict().items()] == [
+            (k, tuple(v.shape)) for k, v in f.state_dict().items()
+        ]
