@@ -332,10 +332,19 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     traced = trace is not None or t._value is not None or base._value is not None
     record = traced or grad_enabled.get() and (base.requires_grad or new.requires_grad)
     detached = any(opdef.view is None for opdef, _, _ in t._chain)  # through detach(), as torch allows
+    # a recorded write into the detached tensor itself: it takes the write's history, as torch's (its base
+    # takes the values only)
+    owns = detached and grad_enabled.get() and new.requires_grad
+    if owns and t._chain[-1][0].view is not None:
+        raise FlameError(f"{what}: a write that records a gradient into a view of a detach()ed tensor: write "
+                         f"into the detached tensor itself, or into a clone of it\n  at {user_location()}")
     if not record or detached and not traced:
         check_writable(t, what, fill)
         # t (and every other view) is derived again from the base at its next use
         _untracked(base, lambda: (write(t, new), bump(base)))
+        if owns:
+            t._node, t.requires_grad = (new if new._node is not None else new * 1)._node, True
+            t._seen = version(base)
         return
     if grad_enabled.get() and _leaf(base, trace) and not detached:
         raise FlameError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
@@ -348,13 +357,16 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     flat = Tensor(pos.reshape(-1))
     merged = apply("scatter", old.reshape(-1), flat, new.reshape(-1), axis=0).reshape(base.shape)
     if traced:
-        if detached or not grad_enabled.get():
+        untracked = detached or not grad_enabled.get()
+        if untracked:
             merged = _keeping_history(trace, old, merged)
         trace.assign(base, trace.value_of(merged))
-        if t._value is not None:
-            t._value = trace.value_of(new)
         bump(base)
-        t._seen = version(base)
+        if not untracked or owns:  # t is new from here on; a write with no gradient: t keeps its history,
+            if t._value is not None:  # as its base does, and is derived again from the base when next used
+                t._value = trace.value_of(new)
+                t.requires_grad = t.requires_grad or owns
+            t._seen = version(base)
         return
     write(t, new)
     base._node, base.requires_grad = merged._node, merged.requires_grad
@@ -382,11 +394,10 @@ def _untracked(t, write_it) -> None:
 
 def _keeping_history(trace, old, new):
     """While tracing, the value a write no gradient is recorded for leaves in `old` (a tensor with a
-    gradient history; _untracked's eager rule): new's values, with old's gradient."""
-    if not trace.requires_grad(old):
-        return new
+    gradient history; _untracked's eager rule): new's values, with old's gradient (none when old has
+    none: a write through detach() may carry a gradient of its own, which is not old's)."""
     with enable_grad():
-        return apply("straight_through", old, new)
+        return apply("straight_through", old, new) if trace.requires_grad(old) else apply("stop_gradient", new)
 
 
 def stand_in(t, *others):

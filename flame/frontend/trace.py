@@ -24,7 +24,7 @@ from flame.ir import registry
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Value
-from flame.ir.ops.elementwise import STOP_GRADIENT
+from flame.ir.ops.elementwise import STOP_GRADIENT, STRAIGHT_THROUGH
 from flame.ir.types import TensorType
 from flame.passes.autodiff import autodiff
 
@@ -200,7 +200,7 @@ class Trace:
                 f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient "
                 f"argument\n  at {user_location()}"
             )
-        leaf_values = [self.value_of(t) for t in leaves]
+        leaf_values = [_written_leaf(self.value_of(t)) for t in leaves]
         used = self._backward_ops(self.value_of(loss), leaf_values)
         again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
         if again is not None:
@@ -251,3 +251,12 @@ class Trace:
                 on_path.add(op)
                 stack.extend(op.inputs)
         return on_path
+
+
+def _written_leaf(v: Value) -> Value:
+    """The value a leaf's gradient is taken for: v, or where v is the leaf written with no gradient
+    recorded (under no_grad, through detach(): straight_through of what it was and the new values), the
+    leaf as it was, so what read it before the write adds to its gradient too, as torch's one leaf."""
+    while v.producer is not None and v.producer.name == STRAIGHT_THROUGH.name:
+        v = v.producer.inputs[0]
+    return v

@@ -37,15 +37,15 @@ def _write_then_use(lib, name, x):
     return (y * y + y * x).sum()
 
 
-def _torch(body, *arrays):
-    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=i == 0) for i, a in enumerate(arrays)]
+def _torch(body, *arrays, wanted=1):
+    ts = [torch.tensor(a, dtype=torch.float64, requires_grad=i < wanted) for i, a in enumerate(arrays)]
     loss = body(torch, *ts)
     loss.backward()
-    return float(loss.detach()), ts[0].grad.numpy(), ts[0].detach().numpy()
+    return float(loss.detach()), [t.grad.numpy() for t in ts[:wanted]], ts[0].detach().numpy()
 
 
-def _flame(body, compiled, *arrays):
-    ts = [flame.tensor(a, dtype=flame.float64, requires_grad=i == 0) for i, a in enumerate(arrays)]
+def _flame(body, compiled, *arrays, wanted=1):
+    ts = [flame.tensor(a, dtype=flame.float64, requires_grad=i < wanted) for i, a in enumerate(arrays)]
     if compiled:
 
         @flame.compile
@@ -58,13 +58,13 @@ def _flame(body, compiled, *arrays):
     else:
         loss = body(flame, *ts)
         loss.backward()
-    return float(loss.item()), ts[0].grad.numpy(), ts[0].detach().numpy()
+    return float(loss.item()), [t.grad.numpy() for t in ts[:wanted]], ts[0].detach().numpy()
 
 
-def _agree(body, *arrays):
-    want = _torch(body, *arrays)
+def _agree(body, *arrays, wanted=1):
+    want = _torch(body, *arrays, wanted=wanted)
     for compiled in (False, True):
-        got = _flame(body, compiled, *arrays)
+        got = _flame(body, compiled, *arrays, wanted=wanted)
         what = "compiled" if compiled else "eager"
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12, err_msg=f"{what}: loss")
         np.testing.assert_allclose(got[1], want[1], rtol=1e-12, err_msg=f"{what}: gradient")
@@ -191,3 +191,32 @@ def test_a_value_read_and_then_overwritten_in_place_raises_eagerly_and_compiles_
     got = _flame(body, True, w, x)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+def _detached_takes_a_gradient(lib, x, w):
+    y = x * 2
+    d = y.detach()
+    d += w  # d takes the write's history (w's gradient); y only the values
+    return (d * d).sum() + (y * y).sum()
+
+
+def _detached_copy_from_a_leaf(lib, x, w):
+    y = x * 2
+    d = y.detach()
+    d.copy_(w)
+    return (d * y).sum()
+
+
+@pytest.mark.parametrize(
+    "body", [_detached_takes_a_gradient, _detached_copy_from_a_leaf], ids=lambda f: f.__name__.strip("_")
+)
+def test_a_detached_tensor_written_with_a_gradient_takes_it_and_its_source_the_values(body):
+    _agree(body, np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0]), wanted=2)
+
+
+def test_a_write_with_a_gradient_into_a_view_of_a_detached_tensor_is_refused():
+    x = flame.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = flame.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    y = x * 2
+    with pytest.raises(flame.FlameError, match="view of a detach"):
+        y.detach()[1:].add_(w[1:])
