@@ -176,14 +176,14 @@ for _f in (argsort, sort, topk, narrow, cumsum, cumprod, any, all, isnan, isinf,
                                                                              "as in PyTorch.")
 
 
-def softmax(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
+def softmax(input: Tensor, dim: int = -1, dtype=None) -> Tensor:  # noqa: A002
     """flame.softmax(x, dim) (torch.softmax)."""
-    return _softmax(x.to(dtype) if dtype is not None else x, dim)
+    return _softmax(input, dim, dtype=dtype)
 
 
-def log_softmax(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
+def log_softmax(input: Tensor, dim: int = -1, dtype=None) -> Tensor:  # noqa: A002
     """flame.log_softmax(x, dim) (torch.log_softmax)."""
-    return _log_softmax(x.to(dtype) if dtype is not None else x, dim)
+    return _log_softmax(input, dim, dtype=dtype)
 
 
 def repeat(x: Tensor, *sizes) -> Tensor:

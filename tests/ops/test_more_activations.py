@@ -111,7 +111,7 @@ def test_kl_div(reduction, log_target, mode):
     x = np.log(np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float32)
     p = (np.exp(other) / np.exp(other).sum(1, keepdims=True)).astype(np.float32)
     t = np.log(p).astype(np.float32) if log_target else p
-    fn = lambda a, b: F.kl_div(a, b, reduction, log_target)  # noqa: E731
+    fn = lambda a, b: F.kl_div(a, b, reduction=reduction, log_target=log_target)  # noqa: E731
     tfn = lambda a, b: TF.kl_div(a, b, reduction=reduction, log_target=log_target)  # noqa: E731
     check(fn, tfn, x, t, mode=mode)
     if not log_target:  # a zero target contributes 0, not NaN (PyTorch's gradient for that target is NaN)
