@@ -31,9 +31,10 @@ def _same_shape(name: str, input: Tensor, target: Tensor) -> None:  # noqa: A002
                          f"(PyTorch raises here too; reshape one of them)\n  at {user_location()}")
 
 
-def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:  # noqa: A002
     """[..., num_classes] int64 with a 1 at each label (torch.nn.functional.one_hot). num_classes=-1
     means max + 1, which needs the values: eager only."""
+    tensor = input
     if tensor.dtype.is_float or tensor.dtype.name == "bool":
         raise ShapeError(f"one_hot: expected an integer tensor, got {tensor.dtype}\n  at {user_location()}")
     if tensor._value is None and tensor.numel():
