@@ -189,7 +189,7 @@ def test_a_step_of_them_fuses_renders_and_compiles_for_the_gpu(cuda_target):
         h = h + F.prelu(h, pw) + F.hardsigmoid(h) + F.softsign(h) + flame.log1p(h.abs()) + flame.expm1(h.clamp(max=3))
         h = h.roll(3, 1) + flame.lerp(h, y, 0.3) + flame.addcmul(h, h, y, value=0.1)
         loss = flame.logsumexp(h, (0, 1)) + F.huber_loss(h, y) + F.cosine_similarity(h, y).sum()
-        loss = loss + F.kl_div(F.log_softmax(h, 1), F.softmax(y, 1), "batchmean") + F.glu(h, 1).sum()
+        loss = loss + F.kl_div(F.log_softmax(h, 1), F.softmax(y, 1), reduction="batchmean") + F.glu(h, 1).sum()
         loss = loss + F.normalize(h).sum() + flame.div(h, 3.0, rounding_mode="trunc").sum()
         loss.backward()
         return loss
