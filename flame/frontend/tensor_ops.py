@@ -680,11 +680,11 @@ class TensorOps:
         return math.prod(self.shape)
 
 
-def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
+def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
     """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
     (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of
     the 2-norm (and of every ord > 0 root) is zero, as in PyTorch."""
-    x = x.to(dtype) if dtype is not None else x
+    x = input.to(dtype) if dtype is not None else input
     if not x.dtype.is_float:
         raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
     a = x.abs()

@@ -136,10 +136,22 @@ def torch_function(name: str, obj, stub_files: tuple[str, ...]) -> list[Sig]:
     if sig is not None:
         return [from_inspect(sig)]
     for rel in stub_files:
-        found = _stubs(rel).get(name)
+        stubs = _stubs(rel)
+        found = stubs.get(name) or stubs.get(f"linalg_{name}") or stubs.get(f"fft_{name}")  # torch.linalg's names
         if found:
             return _ask_parser(obj, [_from_ast(a, False) for a in found])
-    return _ask_parser(obj, [])
+    return _ask_parser(obj, _from_doc(obj))
+
+
+def _from_doc(obj) -> list[Sig]:
+    """The signature a builtin's docstring opens with (`linalg.vector_norm(x, ord=2, ...) -> Tensor`)."""
+    first = (getattr(obj, "__doc__", None) or "").strip().split("\n", 1)[0]
+    found = re.match(r"[\w.]+\((.*)\)\s*(->.*)?$", first)
+    try:
+        args = ast.parse(f"def f({found.group(1)}): pass").body[0].args if found else None
+    except SyntaxError:
+        return []
+    return [_from_ast(args, False)] if args else []
 
 
 def torch_method(name: str) -> list[Sig]:
