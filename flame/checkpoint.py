@@ -219,7 +219,7 @@ def _malformed(where: str, at: str, what: str) -> CheckpointError:
                            f"{'the object' if not at else repr(at)} {what}")
 
 
-def save(obj: Any, f: str | os.PathLike | Any, metadata: dict[str, Any] | None = None) -> None:
+def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | None = None) -> None:
     """flame.save(obj, f): obj to a safetensors file (a path, written atomically, or a binary file
     object). A flat name -> tensor dict (a state_dict) is a plain safetensors file that
     safetensors.torch.load_file reads; a tensor, or dicts / lists / tuples of tensors, numbers and
@@ -251,7 +251,7 @@ def _read(path: str | os.PathLike | Any) -> bytes:
         raise CheckpointError(f"checkpoint {_where(path)!r} does not exist") from None
 
 
-def load(path: str | os.PathLike | Any, map_location: Any = None, weights_only: bool | None = None) -> Any:
+def load(f: str | os.PathLike | Any, map_location: Any = None, *, weights_only: bool | None = None) -> Any:
     """flame.load(f): what flame.save wrote (its structure back), or a dict of flame Tensors on the
     current device for any other safetensors file (safetensors.torch.save_file's). Tensors always load
     onto the device this process runs on (flame has one executor per process): map_location is checked
@@ -261,6 +261,7 @@ def load(path: str | os.PathLike | Any, map_location: Any = None, weights_only: 
         from flame.runtime.device import Device
 
         Device(map_location)
+    path = f
     data = _read(path)
     tensors = _load_tensors(path, data)
     meta = _header_metadata(path, data)
@@ -378,7 +379,7 @@ def save_checkpoint(path: str | os.PathLike, model, optimizer=None, metadata: di
         meta[_GROUPS_KEY] = json.dumps(sd["param_groups"])
     rank, barrier = _rank_and_barrier()
     if rank == 0:
-        save(tensors, path, meta)
+        save(tensors, path, metadata=meta)
     barrier()
 
 

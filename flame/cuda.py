@@ -230,12 +230,12 @@ def current_stream() -> Stream:
 
 
 @contextlib.contextmanager
-def stream(s: Stream | None) -> Iterator[None]:
-    """Run the block's GPU work (eager ops and compiled steps) on stream s (None: no change)."""
-    if s is None:
+def stream(stream: Stream | None) -> Iterator[None]:
+    """Run the block's GPU work (eager ops and compiled steps) on the given stream (None: no change)."""
+    if stream is None:
         yield
         return
-    with s._stream:
+    with stream._stream:
         yield
 
 

@@ -11,7 +11,14 @@ import warnings
 from flame.errors import ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import ones, zeros
-from flame.frontend.functional import _loss_reduce, embedding, implicit_softmax_dim, softmax, warn_if_broadcast
+from flame.frontend.functional import (
+    _loss_reduce,
+    embedding,
+    no_legacy_reduction,
+    softmax,
+    softmax_dim,
+    warn_if_broadcast,
+)
 from flame.frontend.ops import vector_norm, where
 from flame.frontend.tensor import Tensor
 
@@ -91,9 +98,10 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     return a * b.sigmoid()
 
 
-def softmin(input: Tensor, dim: int | None = None) -> Tensor:  # noqa: A002
-    """softmax(-x) along dim (dim=None: PyTorch's legacy choice, with its warning)."""
-    return softmax(-input, implicit_softmax_dim("softmin", input, dim))
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
+    """softmax(-x) along dim (in dtype when given); without dim, torch's implicit choice."""
+    x = input.to(dtype) if dtype is not None else input
+    return softmax(-x, softmax_dim("softmin", x.ndim, dim))
 
 
 def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002
@@ -135,11 +143,13 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     return _loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), reduction)
 
 
-def kl_div(input: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:  # noqa: A002
+def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",  # noqa: A002
+           log_target: bool = False) -> Tensor:
     """The pointwise KL divergence target * (log(target) - input) of log-probabilities input (0 where
     target is 0), or exp(target) * (target - input) with log_target. reduction "batchmean" divides
     the sum by the batch size (the mathematically right KL); "mean" averages over every element, with
     PyTorch's warning."""
+    no_legacy_reduction("kl_div", size_average, reduce)
     if log_target:
         point = target.exp() * (target - input)
     else:

@@ -7,6 +7,7 @@ gradients are values of the trace (and so can be differentiated again: create_gr
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from flame.compiler import compile_graph
@@ -70,6 +71,7 @@ def grad(
     grad_outputs=None,
     retain_graph: bool | None = None,
     create_graph: bool = False,
+    only_inputs: bool = True,
     allow_unused: bool | None = None,
     is_grads_batched: bool = False,
     materialize_grads: bool = False,
@@ -79,7 +81,11 @@ def grad(
     An input the outputs do not depend on raises, unless allow_unused=True (then None; zeros with
     materialize_grads=True). Eagerly the graph is freed unless retain_graph=True; create_graph=True
     (differentiating the gradients again) works inside @flame.compile, where gradients are traced values,
-    and raises eagerly."""
+    and raises eagerly. only_inputs is torch's deprecated argument, ignored (with torch's warning when False)."""
+    if not only_inputs:
+        warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
+                      "gradient for other parts of the graph, please use torch.autograd.backward.", UserWarning,
+                      stacklevel=2)
     outs, ins = _tensors(outputs, "grad(outputs)"), _tensors(inputs, "grad(inputs)")
     seeds = _seeds(grad_outputs, len(outs), "grad(grad_outputs)")
     if is_grads_batched:
@@ -146,10 +152,22 @@ def _finish(ins: Sequence[Tensor], got: list, allow_unused: bool, materialize: b
 
 
 def backward(
-    tensors, grad_tensors=None, retain_graph: bool | None = None, create_graph: bool = False, inputs=None
+    tensors,
+    grad_tensors=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    grad_variables=None,
+    inputs=None,
 ) -> None:
     """torch.autograd.backward: accumulate into .grad the gradients of `tensors` (weighted by
-    grad_tensors; None: a scalar's ones), into the leaves they depend on, or into `inputs` alone."""
+    grad_tensors; None: a scalar's ones), into the leaves they depend on, or into `inputs` alone.
+    grad_variables is torch's deprecated name of grad_tensors."""
+    if grad_variables is not None:
+        if grad_tensors is not None:
+            raise RuntimeError("`grad_tensors` and `grad_variables` (deprecated) arguments both passed to "
+                               "`backward()`. Please only use `grad_tensors`.")
+        warnings.warn("`grad_variables` is deprecated. Use `grad_tensors` instead.", FutureWarning, stacklevel=2)
+        grad_tensors = grad_variables
     ts = _tensors(tensors, "backward(tensors)")
     seeds = _seeds(grad_tensors, len(ts), "backward(grad_tensors)")
     eager = current_trace.get() is None

@@ -33,18 +33,20 @@ def as_tensor(data: Any, dtype: Any = None) -> Tensor:
     return Tensor._concrete(arr, dt)
 
 
-def from_numpy(a: np.ndarray) -> Tensor:
+def from_numpy(ndarray: np.ndarray) -> Tensor:
     """A tensor sharing the NumPy array's memory on the reference executor (torch.from_numpy); on a GPU
     the data is copied to the device."""
+    a = ndarray
     if not isinstance(a, np.ndarray):
         raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(a).__name__}")
     return as_tensor(a, dtype_of(a.dtype))
 
 
-def from_dlpack(obj) -> Tensor:
+def from_dlpack(ext_tensor) -> Tensor:
     """Zero-copy view of a DLPack-capable array (torch, CuPy, JAX) on the current device, bfloat16
     included (NumPy and CuPy import no bfloat16 through DLPack: its bits come as int16 and are viewed
     as bfloat16, still sharing memory)."""
+    obj = ext_tensor
     bits = _bfloat16_bits(obj)
     if bits is not None:
         return Tensor._concrete(executor().from_dlpack(bits).view(bf16.np_dtype), bf16)
@@ -79,23 +81,29 @@ def empty(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
     return zeros(*shape, dtype=dtype, requires_grad=requires_grad)
 
 
-def empty_like(t: Tensor, dtype=None) -> Tensor:
-    return zeros_like(t, dtype)
+def empty_like(input: Tensor, dtype=None) -> Tensor:  # noqa: A002
+    """A tensor of input's shape (zeros), in dtype or input's."""
+    return zeros_like(input, dtype)
 
 
-def full_like(t: Tensor, fill_value, dtype=None) -> Tensor:
-    return full(t.shape, fill_value, dtype or t.dtype)
+def full_like(input: Tensor, fill_value, dtype=None) -> Tensor:  # noqa: A002
+    """A tensor of input's shape filled with fill_value, in dtype or input's."""
+    return full(input.shape, fill_value, dtype or input.dtype)
 
 
-def zeros_like(t: Tensor, dtype=None) -> Tensor:
-    return full(t.shape, 0, dtype or t.dtype)
+def zeros_like(input: Tensor, dtype=None) -> Tensor:  # noqa: A002
+    """Zeros of input's shape, in dtype or input's."""
+    return full(input.shape, 0, dtype or input.dtype)
 
 
-def ones_like(t: Tensor, dtype=None) -> Tensor:
-    return full(t.shape, 1, dtype or t.dtype)
+def ones_like(input: Tensor, dtype=None) -> Tensor:  # noqa: A002
+    """Ones of input's shape, in dtype or input's."""
+    return full(input.shape, 1, dtype or input.dtype)
 
 
-def arange(start, stop=None, step=1, dtype=None) -> Tensor:
+def arange(start=0, end=None, step=1, dtype=None) -> Tensor:
+    """start, start + step, ... below end (arange(end) counts from 0), as torch.arange."""
+    stop = end
     if stop is None:
         start, stop = 0, start
     if dtype is None:
@@ -173,24 +181,26 @@ def randn(*shape, dtype=f32, generator: Generator | None = None, requires_grad: 
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def rand_like(t: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:
-    return rand(*t.shape, dtype=dtype or t.dtype, generator=generator)
+def rand_like(input: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:  # noqa: A002
+    """U(0, 1) samples of input's shape, in dtype or input's."""
+    return rand(*input.shape, dtype=dtype or input.dtype, generator=generator)
 
 
-def randn_like(t: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:
-    return randn(*t.shape, dtype=dtype or t.dtype, generator=generator)
+def randn_like(input: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:  # noqa: A002
+    """N(0, 1) samples of input's shape, in dtype or input's."""
+    return randn(*input.shape, dtype=dtype or input.dtype, generator=generator)
 
 
-def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill t in place with U(a, b) (Tensor.uniform_, torch.nn.init.uniform_)."""
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """Fill tensor in place with U(a, b) (Tensor.uniform_, torch.nn.init.uniform_)."""
     with no_grad():
-        return t.copy_(rand(*t.shape, dtype=t.dtype, generator=generator) * (b - a) + a)
+        return tensor.copy_(rand(*tensor.shape, dtype=tensor.dtype, generator=generator) * (b - a) + a)
 
 
-def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill t in place with N(mean, std^2) (Tensor.normal_, torch.nn.init.normal_)."""
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """Fill tensor in place with N(mean, std^2) (Tensor.normal_, torch.nn.init.normal_)."""
     with no_grad():
-        return t.copy_(randn(*t.shape, dtype=t.dtype, generator=generator) * std + mean)
+        return tensor.copy_(randn(*tensor.shape, dtype=tensor.dtype, generator=generator) * std + mean)
 
 
 def randint(*args, size=None, dtype=i64, generator: Generator | None = None) -> Tensor:

@@ -34,28 +34,46 @@ def _loss_reduce(x: Tensor, reduction: str) -> Tensor:
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def relu(x: Tensor) -> Tensor:
-    return x.relu()
+def no_legacy_reduction(name: str, size_average, reduce) -> None:
+    """Refuse torch's deprecated size_average / reduce (they take the places torch gives them, so that a
+    reduction passed in one of those places is not read as the reduction)."""
+    if size_average is not None or reduce is not None:
+        raise ValueError(f"{name}: size_average and reduce are PyTorch's deprecated spellings of reduction; pass "
+                         f"reduction='mean', 'sum' or 'none'\n  at {user_location()}")
 
 
-def gelu(x: Tensor, approximate: str = "none") -> Tensor:
-    return x.gelu(approximate)
+def relu(input: Tensor) -> Tensor:  # noqa: A002
+    return input.relu()
 
 
-def silu(x: Tensor) -> Tensor:
-    return x.silu()
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
+    return input.gelu(approximate)
 
 
-def sigmoid(x: Tensor) -> Tensor:
-    return x.sigmoid()
+def silu(input: Tensor) -> Tensor:  # noqa: A002
+    return input.silu()
 
 
-def tanh(x: Tensor) -> Tensor:
-    return x.tanh()
+def sigmoid(input: Tensor) -> Tensor:  # noqa: A002
+    return input.sigmoid()
 
 
-def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
-    return x.leaky_relu(negative_slope)
+def tanh(input: Tensor) -> Tensor:  # noqa: A002
+    return input.tanh()
+
+
+def leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:  # noqa: A002
+    return input.leaky_relu(negative_slope)
+
+
+def softmax_dim(name: str, ndim: int, dim: int | None) -> int:
+    """torch's implicit dim of softmax, log_softmax and softmin called without one (0 for 0-, 1- and 3-D
+    inputs, else 1), with its deprecation warning."""
+    if dim is not None:
+        return dim
+    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as "
+                  f"an argument.", UserWarning, stacklevel=user_stacklevel())
+    return 0 if ndim in (0, 1, 3) else 1
 
 
 def _empty_along(x: Tensor, dim: int) -> bool:
@@ -64,19 +82,10 @@ def _empty_along(x: Tensor, dim: int) -> bool:
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def implicit_softmax_dim(name: str, x: Tensor, dim: int | None) -> int:
-    """dim, or for dim=None PyTorch's legacy choice (dim 0 for 0-, 1- and 3-D inputs, else dim 1) with
-    PyTorch's deprecation warning."""
-    if dim is not None:
-        return dim
-    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X "
-                  f"as an argument.", UserWarning, stacklevel=user_stacklevel())
-    return 0 if x.ndim in (0, 1, 3) else 1
-
-
-def softmax(x: Tensor, dim: int | None = None) -> Tensor:
-    """exp(x) / sum(exp(x)) along dim (dim=None: PyTorch's legacy choice, with its warning)."""
-    dim = implicit_softmax_dim("softmax", x, dim)
+def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
+    """exp(x) / sum(exp(x)) along dim (in dtype when given); without dim, torch's implicit choice."""
+    x = input.to(dtype) if dtype is not None else input
+    dim = softmax_dim("softmax", x.ndim, dim)
     # the max only keeps exp() in range: the result does not depend on it, so neither does the
     # gradient (detached, as in PyTorch; otherwise autodiff adds terms that cancel to rounding error)
     if _empty_along(x, dim):
@@ -97,14 +106,18 @@ def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def log_softmax(x: Tensor, dim: int | None = None) -> Tensor:
-    """x - logsumexp(x) along dim (dim=None: PyTorch's legacy choice, with its warning)."""
-    return x - logsumexp(x, implicit_softmax_dim("log_softmax", x, dim), keepdim=True)
+def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
+    """x - logsumexp(x) along dim (in dtype when given); without dim, torch's implicit choice."""
+    x = input.to(dtype) if dtype is not None else input
+    dim = softmax_dim("log_softmax", x.ndim, dim)
+    return x - logsumexp(x, dim, keepdim=True)
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5) -> Tensor:
+def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
+               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over the trailing normalized_shape dims, then weight and bias."""
+    x = input
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(x.shape[-len(shape):]) != shape:
         raise ShapeError(f"layer_norm: input {list(x.shape)} does not end with normalized_shape "
@@ -119,9 +132,11 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
+             eps: float | None = None) -> Tensor:
     """x / sqrt(mean(x^2 over the normalized dims) + eps) * weight; eps=None is the dtype's machine
     epsilon, as in PyTorch."""
+    x = input
     if eps is None:
         eps = float(np.finfo(x.dtype.np_dtype).eps)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -136,9 +151,10 @@ def rms_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, eps: flo
     return y * weight if weight is not None else y
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
     """x @ weight.T + bias, with weight [out_features, in_features] as in PyTorch. Inside an FP8 autocast
     region its GEMMs run in FP8 (frontend/fp8.py)."""
+    x = input
     recipe = get_fp8_recipe()
     if recipe is not None and fp8.eligible(x, weight):
         _check_linear(x, weight, same_dtype=False)  # each operand is cast to FP8 from its own dtype
@@ -177,9 +193,11 @@ def warn_if_broadcast(loss: str, input: Tensor, target: Tensor) -> None:  # noqa
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
+             reduction: str = "mean") -> Tensor:
     """mean((input - target)^2) (or its sum, or per element); warns as PyTorch does when the shapes
     differ and would broadcast."""
+    no_legacy_reduction("mse_loss", size_average, reduce)
     warn_if_broadcast("mse_loss", input, target)
     d = input - target
     return _loss_reduce(d * d, reduction)
@@ -268,13 +286,16 @@ def embedding_unsupported(max_norm, scale_grad_by_freq: bool, sparse: bool) -> N
                                   f"gradient)\n  at {user_location()}")
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True, generator: Generator | None = None) -> Tensor:
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+            *, generator: Generator | None = None) -> Tensor:
+    """Elements zeroed with probability p (the rest scaled by 1 / (1 - p)) when training; inplace is
+    accepted and means nothing (flame's IR is pure)."""
     if not training or p == 0.0:
-        return x
+        return input
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    keep = (generator or default_generator()).draw("random_uniform", x.shape, x.dtype) >= p
-    return apply("where", keep, x * (1.0 / (1.0 - p)), 0.0)
+    keep = (generator or default_generator()).draw("random_uniform", input.shape, input.dtype) >= p
+    return apply("where", keep, input * (1.0 / (1.0 - p)), 0.0)
 
 
 def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float, training: bool,  # noqa: A002
@@ -287,24 +308,24 @@ def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float,
         return input
     spatial = ranks[-1] - 2  # the positions' dims: a mask of one value per (sample, channel) over them
     keep = dropout(ones(*input.shape[:input.ndim - spatial], *([1] * spatial), dtype=input.dtype), p, True,
-                   generator)
+                   generator=generator)
     return input * keep
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
-              generator=None) -> Tensor:
+              *, generator=None) -> Tensor:
     """Channel dropout of [N, C, L] (or [C, L])."""
     return _channel_dropout("dropout1d", (2, 3), input, p, training, generator)
 
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
-              generator=None) -> Tensor:
+              *, generator=None) -> Tensor:
     """Channel dropout of [N, C, H, W] (or [C, H, W])."""
     return _channel_dropout("dropout2d", (3, 4), input, p, training, generator)
 
 
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
-              generator=None) -> Tensor:
+              *, generator=None) -> Tensor:
     """Channel dropout of [N, C, D, H, W] (or [C, D, H, W])."""
     return _channel_dropout("dropout3d", (4, 5), input, p, training, generator)
 

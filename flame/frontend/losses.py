@@ -11,6 +11,7 @@ from flame.frontend.context import user_location
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
 from flame.frontend.functional import _loss_reduce, cross_entropy_labels, log_softmax, warn_if_broadcast
+from flame.frontend.functional import no_legacy_reduction as _no_legacy
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
 from flame.frontend.views import new_tensor
@@ -30,9 +31,10 @@ def _same_shape(name: str, input: Tensor, target: Tensor) -> None:  # noqa: A002
                          f"(PyTorch raises here too; reshape one of them)\n  at {user_location()}")
 
 
-def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:  # noqa: A002
     """[..., num_classes] int64 with a 1 at each label (torch.nn.functional.one_hot). num_classes=-1
     means max + 1, which needs the values: eager only."""
+    tensor = input
     if tensor.dtype.is_float or tensor.dtype.name == "bool":
         raise ShapeError(f"one_hot: expected an integer tensor, got {tensor.dtype}\n  at {user_location()}")
     if tensor._value is None and tensor.numel():
@@ -60,11 +62,12 @@ def _check_targets(name: str, target: Tensor, n_classes: int, ignore_index: int)
                               f"\n  at {user_location()}")
 
 
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,  # noqa: A002
-             reduction: str = "mean") -> Tensor:
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
+             ignore_index: int = -100, reduce=None, reduction: str = "mean") -> Tensor:
     """-input[n, target[n]] (times weight[target[n]]), for log-probabilities input [N, C] (or [C], or
     [N, C, d1, ...] with target [N, d1, ...]); the mean divides by the summed weights of the targets
     that are not ignore_index."""
+    _no_legacy("nll_loss", size_average, reduce)
     if target.dtype.is_float:
         raise ShapeError(f"nll_loss: target must hold integer class indices, got {target.dtype}"
                          f"\n  at {user_location()}")
@@ -85,12 +88,6 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
     if reduction == "mean":
         return loss.sum() / w.sum()
     return _loss_reduce(loss, reduction)
-
-
-def _no_legacy(name: str, size_average, reduce) -> None:
-    if size_average is not None or reduce is not None:
-        raise ValueError(f"{name}: size_average and reduce are PyTorch's deprecated spellings of reduction; pass "
-                         f"reduction='mean', 'sum' or 'none'\n  at {user_location()}")
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
@@ -119,7 +116,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
         loss = -(logp * t if w is None else logp * t * w).sum(cdim)
         return loss.sum() / (input.numel() // n_classes) if reduction == "mean" else _loss_reduce(loss, reduction)
     ignore = -100 if ignore_index is None else ignore_index
-    nll = nll_loss(logp, target, weight, ignore, reduction)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore, reduction=reduction)
     if not label_smoothing:
         return nll
     keep = target != ignore
@@ -135,8 +132,9 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
 
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                         reduction: str = "mean") -> Tensor:
+                         size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """-(t log x + (1 - t) log(1 - x)) for probabilities x, each log clamped at -100 as in PyTorch."""
+    _no_legacy("binary_cross_entropy", size_average, reduce)
     _same_shape("binary_cross_entropy", input, target)
     if input._value is None and input.numel():
         x = input.numpy()
@@ -148,9 +146,11 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
 
 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                                     reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+                                     size_average=None, reduce=None, reduction: str = "mean",
+                                     pos_weight: Tensor | None = None) -> Tensor:
     """binary_cross_entropy(sigmoid(input), target) computed stably from the logits (PyTorch's formula:
     (1 - t) x + w_pos (log(exp(-m) + exp(-x - m)) + m) with m = max(-x, 0), exact gradient everywhere)."""
+    _no_legacy("binary_cross_entropy_with_logits", size_average, reduce)
     _same_shape("binary_cross_entropy_with_logits", input, target)
     m = (-input).clamp(min=0.0).detach()  # a shift the value does not depend on (nor its gradient)
     softplus_neg = ((-m).exp() + (-input - m).exp()).log() + m  # log(1 + exp(-x))
@@ -160,14 +160,18 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     return _loss_reduce(loss * weight if weight is not None else loss, reduction)
 
 
-def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
+            reduction: str = "mean") -> Tensor:
     """|input - target|, reduced."""
+    _no_legacy("l1_loss", size_average, reduce)
     warn_if_broadcast("l1_loss", input, target)  # PyTorch warns and broadcasts
     return _loss_reduce((input - target).abs(), reduction)
 
 
-def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:  # noqa: A002
+def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
+                   reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta (the Huber loss / beta)."""
+    _no_legacy("smooth_l1_loss", size_average, reduce)
     warn_if_broadcast("smooth_l1_loss", input, target)  # PyTorch warns and broadcasts
     d = (input - target).abs()
     if beta == 0:

@@ -6,13 +6,14 @@ written over primitives as PyTorch defines it, with PyTorch's arguments, default
 from __future__ import annotations
 
 import math
+import warnings
 
 from flame.errors import ShapeError
 from flame.frontend import creation
 from flame.frontend.activations import logsigmoid, pairwise_distance
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, rand_like
-from flame.frontend.functional import _loss_reduce, softmax
+from flame.frontend.functional import _loss_reduce, no_legacy_reduction, softmax
 from flame.frontend.losses import _where, one_hot
 from flame.frontend.tensor import Tensor
 
@@ -28,31 +29,36 @@ def _shapes_match(name: str, **tensors: Tensor) -> None:
         raise ShapeError(f"{name}: {said} must have the same shape\n  at {user_location()}")
 
 
-def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
-                        reduction: str = "mean") -> Tensor:
+def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average=None,
+                        reduce=None, reduction: str = "mean") -> Tensor:
     """max(0, -target (input1 - input2) + margin), target +1 where input1 should rank higher, -1 else."""
+    no_legacy_reduction("margin_ranking_loss", size_average, reduce)
     _shapes_match("margin_ranking_loss", input1=input1, input2=input2, target=target)
     return _loss_reduce((-target * (input1 - input2) + margin).clamp(min=0.0), reduction)
 
 
-def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0,  # noqa: A002
-                         reduction: str = "mean") -> Tensor:
+def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, size_average=None,  # noqa: A002
+                         reduce=None, reduction: str = "mean") -> Tensor:
     """input where target is 1, max(0, margin - input) where it is -1 (PyTorch's sum of both masks)."""
+    no_legacy_reduction("hinge_embedding_loss", size_average, reduce)
     _shapes_match("hinge_embedding_loss", input=input, target=target)
     loss = _where(target != 1, (margin - input).clamp(min=0.0), 0.0) + _where(target != -1, input, 0.0)
     return _loss_reduce(loss, reduction)
 
 
-def soft_margin_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
+                     reduction: str = "mean") -> Tensor:
     """log(1 + exp(-target input)), target +1 or -1."""
+    no_legacy_reduction("soft_margin_loss", size_average, reduce)
     _shapes_match("soft_margin_loss", input=input, target=target)
     return _loss_reduce(-logsigmoid(target * input), reduction)
 
 
 def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                                reduction: str = "mean") -> Tensor:
+                                size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """-(t log sigmoid(x) + (1 - t) log sigmoid(-x)) (times weight), averaged over the classes (the last
     dim), then reduced over the samples."""
+    no_legacy_reduction("multilabel_soft_margin_loss", size_average, reduce)
     _shapes_match("multilabel_soft_margin_loss", input=input, target=target)
     loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
     if weight is not None:
@@ -60,10 +66,11 @@ def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | 
     return _loss_reduce(loss.sum(-1) / input.shape[-1], reduction)
 
 
-def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
-                          reduction: str = "mean") -> Tensor:
+def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average=None,
+                          reduce=None, reduction: str = "mean") -> Tensor:
     """1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where it is -1; cos over the last
     dim, each squared norm plus 1e-12 as in PyTorch. Inputs [N, D] with target [N], or [D] with []."""
+    no_legacy_reduction("cosine_embedding_loss", size_average, reduce)
     if input1.ndim not in (1, 2) or tuple(input1.shape) != tuple(input2.shape) or \
             tuple(target.shape) != tuple(input1.shape[:-1]):
         raise ShapeError(f"cosine_embedding_loss: expected inputs [N, D] and target [N] (or [D] and []), got "
@@ -75,9 +82,11 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
 
 
 def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2.0,
-                        eps: float = 1e-6, swap: bool = False, reduction: str = "mean") -> Tensor:
+                        eps: float = 1e-6, swap: bool = False, size_average=None, reduce=None,
+                        reduction: str = "mean") -> Tensor:
     """max(d(a, p) - d(a, n) + margin, 0) with d the p-norm pairwise distance (eps added to the
     difference); swap: d(a, n) becomes min(d(a, n), d(p, n))."""
+    no_legacy_reduction("triplet_margin_loss", size_average, reduce)
     if not anchor.ndim == positive.ndim == negative.ndim or anchor.ndim not in (1, 2):
         raise ShapeError(f"triplet_margin_loss: anchor, positive and negative must all be [N, D] or [D], got "
                          f"{list(anchor.shape)}, {list(positive.shape)} and {list(negative.shape)}"
@@ -90,9 +99,10 @@ def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, marg
 
 
 def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,  # noqa: A002
-                      weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
+                      weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """Per sample: sum over classes i != y of max(0, margin - x[y] + x[i])^p (times weight[y]), over the
     number of classes. input [N, C] with target [N] class indices, or [C] with []."""
+    no_legacy_reduction("multi_margin_loss", size_average, reduce)
     if p not in (1, 2):
         raise ValueError(f"multi_margin_loss: only p == 1 and p == 2 are supported, got {p}")
     if input.ndim not in (1, 2) or tuple(target.shape) != tuple(input.shape[:-1]) or target.dtype.is_float:
@@ -109,9 +119,10 @@ def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float =
 
 
 def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,  # noqa: A002
-                     eps: float = 1e-8, reduction: str = "mean") -> Tensor:
+                     size_average=None, eps: float = 1e-8, reduce=None, reduction: str = "mean") -> Tensor:
     """exp(input) - target input (log_input), else input - target log(input + eps); full adds
     Stirling's approximation of log(target!) where target > 1."""
+    no_legacy_reduction("poisson_nll_loss", size_average, reduce)
     loss = input.exp() - target * input if log_input else input - target * (input + eps).log()
     if full:
         safe = _where(target > 1, target, 1.0)
@@ -146,9 +157,13 @@ def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor | float, full: 
     return _loss_reduce(loss, reduction)
 
 
-def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, dim: int = -1) -> Tensor:
+def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10,
+                   dim: int = -1) -> Tensor:
     """softmax((logits + g) / tau) with g Gumbel(0, 1) noise (-log(-log u), u uniform); hard: the one-hot
-    of its argmax in the forward, the soft sample's gradient in the backward (straight through)."""
+    of its argmax in the forward, the soft sample's gradient in the backward (straight through). eps is
+    torch's deprecated argument, unused there too (it warns when it is not the default)."""
+    if eps != 1e-10:
+        warnings.warn("gumbel_softmax: `eps` parameter is deprecated and has no effect.", UserWarning, stacklevel=2)
     u = rand_like(logits).clamp(min=1e-20, max=1.0 - 1e-7)
     y = softmax((logits - (-u.log()).log()) / tau, dim)
     if not hard:

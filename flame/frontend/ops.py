@@ -57,17 +57,27 @@ _DOCS = {
 }
 
 
-def _unary(name: str):
+def _unary(name: str, first: str = "input", renamed: dict[str, str] | None = None):
     """flame.NAME(input, ...) = input.NAME(...), input converted to a Tensor first; its signature and
-    docstring are the method's (so help(flame.sum) shows dim, keepdim, dtype)."""
+    docstring are the method's (so help(flame.sum) shows dim, keepdim, dtype). first: torch's name of the
+    tensor argument; renamed: torch's names of the function's other parameters where the method's differ
+    ({function's name: method's name})."""
     method = getattr(Tensor, name)
+    renamed = renamed or {}
 
-    def op(input, *args, **kwargs) -> Tensor:  # noqa: A002 - PyTorch's parameter name
-        return getattr(input if isinstance(input, Tensor) else tensor(input), name)(*args, **kwargs)
+    def op(*args, **kwargs) -> Tensor:
+        if first in kwargs:
+            args = (kwargs.pop(first), *args)
+        if not args:
+            raise TypeError(f"{name}() missing 1 required positional argument: '{first}'")
+        x, kwargs = args[0], {renamed.get(k, k): v for k, v in kwargs.items()}
+        return getattr(x if isinstance(x, Tensor) else tensor(x), name)(*args[1:], **kwargs)
 
     sig = inspect.signature(method)
     params = list(sig.parameters.values())
-    op.__signature__ = sig.replace(parameters=[params[0].replace(name="input"), *params[1:]],
+    back = {m: f for f, m in renamed.items()}
+    op.__signature__ = sig.replace(parameters=[params[0].replace(name=first),
+                                               *(p.replace(name=back.get(p.name, p.name)) for p in params[1:])],
                                    return_annotation="Tensor")
     op.__name__ = op.__qualname__ = name
     op.__doc__ = _DOCS.get(name, method.__doc__) or f"Tensor.{name} as a function."
@@ -100,7 +110,8 @@ diagonal, diag, trace, take_along_dim = (_unary(n) for n in ("diagonal", "diag",
 index_add, masked_select, unflatten, ravel = (_unary(n) for n in ("index_add", "masked_select", "unflatten", "ravel"))
 scatter, index_copy, index_fill, index_put = (_unary(n) for n in ("scatter", "index_copy", "index_fill", "index_put"))
 baddbmm = _unary("baddbmm")
-kthvalue, median, tensordot, kron, cross = (_unary(n) for n in ("kthvalue", "median", "tensordot", "kron", "cross"))
+kthvalue, median, kron, cross = (_unary(n) for n in ("kthvalue", "median", "kron", "cross"))
+tensordot = _unary("tensordot", first="a", renamed={"b": "other"})
 cov, corrcoef = _unary("cov"), _unary("corrcoef")
 broadcast_to = _unary("broadcast_to")
 
@@ -149,25 +160,26 @@ def numel(input) -> int:  # noqa: A002
     return input.numel()
 
 
-def maximum(a, b) -> Tensor:
-    """Elementwise maximum of a and b (broadcast), as torch.maximum."""
-    return binary("maximum", a, b)
+def maximum(input, other) -> Tensor:  # noqa: A002
+    """Elementwise maximum of input and other (broadcast), as torch.maximum."""
+    return binary("maximum", input, other)
 
 
-def minimum(a, b) -> Tensor:
-    """Elementwise minimum of a and b (broadcast), as torch.minimum."""
-    return binary("minimum", a, b)
+def minimum(input, other) -> Tensor:  # noqa: A002
+    """Elementwise minimum of input and other (broadcast), as torch.minimum."""
+    return binary("minimum", input, other)
 
 
-def pow(a, b) -> Tensor:  # noqa: A001
-    """a to the power b, elementwise (broadcast), as torch.pow."""
-    return binary("pow", a, b)
+def pow(input, exponent) -> Tensor:  # noqa: A001, A002
+    """input to the power exponent, elementwise (broadcast), as torch.pow."""
+    return binary("pow", input, exponent)
 
 
 argsort, sort, topk, narrow = (_unary(n) for n in ("argsort", "sort", "topk", "narrow"))
 cumsum, cumprod, any, all = (_unary(n) for n in ("cumsum", "cumprod", "any", "all"))  # noqa: A001
 isnan, isinf, isfinite = (_unary(n) for n in ("isnan", "isinf", "isfinite"))
-split, chunk, tile, repeat_interleave = (_unary(n) for n in ("split", "chunk", "tile", "repeat_interleave"))
+chunk, tile, repeat_interleave = (_unary(n) for n in ("chunk", "tile", "repeat_interleave"))
+split = _unary("split", first="tensor", renamed={"split_size_or_sections": "split_size"})
 norm, floor_divide, remainder, masked_fill = (_unary(n) for n in ("norm", "floor_divide", "remainder", "masked_fill"))
 clip, clamp_min, clamp_max = _unary("clip"), _unary("clamp_min"), _unary("clamp_max")
 for _f in (argsort, sort, topk, narrow, cumsum, cumprod, any, all, isnan, isinf, isfinite, split, chunk, tile,
@@ -176,25 +188,27 @@ for _f in (argsort, sort, topk, narrow, cumsum, cumprod, any, all, isnan, isinf,
                                                                              "as in PyTorch.")
 
 
-def softmax(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
+def softmax(input: Tensor, dim: int = -1, dtype=None) -> Tensor:  # noqa: A002
     """flame.softmax(x, dim) (torch.softmax)."""
-    return _softmax(x.to(dtype) if dtype is not None else x, dim)
+    return _softmax(input, dim, dtype=dtype)
 
 
-def log_softmax(x: Tensor, dim: int = -1, dtype=None) -> Tensor:
+def log_softmax(input: Tensor, dim: int = -1, dtype=None) -> Tensor:  # noqa: A002
     """flame.log_softmax(x, dim) (torch.log_softmax)."""
-    return _log_softmax(x.to(dtype) if dtype is not None else x, dim)
+    return _log_softmax(input, dim, dtype=dtype)
 
 
 def repeat(x: Tensor, *sizes) -> Tensor:
     return x.repeat(*sizes)
 
 
-def isclose(a: Tensor, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:
+def isclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:  # noqa: A002
     """|a - b| <= atol + rtol * |b| (torch.isclose); infinities are close to themselves."""
+    a, b = input, other
     close = ((a - b).abs() <= atol + rtol * (b.abs() if isinstance(b, Tensor) else builtins.abs(b))) | (a == b)
     return close | (a.isnan() & b.isnan()) if equal_nan and isinstance(b, Tensor) else close
 
 
-def allclose(a: Tensor, b, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
-    return bool(isclose(a, b, rtol, atol, equal_nan).all())
+def allclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:  # noqa: A002
+    """isclose(...).all() as a Python bool (torch.allclose)."""
+    return bool(isclose(input, other, rtol, atol, equal_nan).all())

@@ -231,8 +231,9 @@ class Tensor:
                 return
         self._grad = value
 
-    def requires_grad_(self, flag: bool = True) -> Tensor:
-        self.requires_grad = flag
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set requires_grad in place and return self, as torch's."""
+        self.requires_grad = requires_grad
         return self
 
     # ---- device -----------------------------------------------------------------------------------

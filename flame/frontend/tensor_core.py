@@ -178,14 +178,14 @@ class TensorCore:
     def __invert__(self):
         return apply("logical_not", self)
 
-    def pow(self, o):
-        return binary("pow", self, o)
+    def pow(self, exponent):
+        return binary("pow", self, exponent)
 
-    def maximum(self, o):
-        return binary("maximum", self, o)
+    def maximum(self, other):
+        return binary("maximum", self, other)
 
-    def minimum(self, o):
-        return binary("minimum", self, o)
+    def minimum(self, other):
+        return binary("minimum", self, other)
 
     # ---- unary math (float ops promote integer inputs to f32, as torch does) ----------------------
     def _float_unary(self, name, **attrs):
@@ -276,12 +276,19 @@ class TensorCore:
         return apply("reduce_min", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
 
     def max(self, dim: int | None = None, keepdim: bool = False):
-        """max() of all elements; max(dim) -> (values, indices) as in PyTorch."""
+        """max() of all elements; max(dim) -> (values, indices); max(other) with a tensor: the elementwise
+        maximum, as in PyTorch."""
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
         if dim is None:
             return self.amax()
         return MaxMin(self.amax(dim, keepdim), self.argmax(dim, keepdim))
 
     def min(self, dim: int | None = None, keepdim: bool = False):
+        """min() of all elements; min(dim) -> (values, indices); min(other) with a tensor: the elementwise
+        minimum, as in PyTorch."""
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
         if dim is None:
             return self.amin()
         return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
@@ -479,13 +486,13 @@ def _autocast_lowers(*dtypes: DType) -> bool:
     return autocast.is_autocast_enabled() and all(d in (f16, bf16, f32) for d in dtypes)
 
 
-def matmul(a, b) -> Tensor:
-    """`a @ b` with NumPy's rules for 1-D operands (the IR's matmul wants rank >= 2). Both operands
+def matmul(input, other) -> Tensor:  # noqa: A002
+    """`input @ other` with NumPy's rules for 1-D operands (the IR's matmul wants rank >= 2). Both operands
     must have one dtype (PyTorch's rule: bf16 @ f32, or an integer or f64 input to an f32 Linear,
     raises flame.DTypeError naming the line, so an f64 batch never runs an f32 model in f64), except
     inside flame.autocast, which casts floating operands to its dtype."""
-    a = a if isinstance(a, Tensor) else Tensor(a)
-    b = b if isinstance(b, Tensor) else Tensor(b)
+    a = input if isinstance(input, Tensor) else Tensor(input)
+    b = other if isinstance(other, Tensor) else Tensor(other)
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul {a.dtype}{list(a.shape)} @ {b.dtype}{list(b.shape)}: both operands "
                          f"need at least one dimension\n  at {user_location()}")
@@ -502,9 +509,10 @@ def matmul(a, b) -> Tensor:
     return out
 
 
-def full(shape, value, dtype=None) -> Tensor:
-    dt = dtype_of(dtype) if dtype is not None else default_dtype_for(value)
-    return apply("full", shape=tuple(shape), value=value, dtype=dt)
+def full(size, fill_value, dtype=None) -> Tensor:
+    """A tensor of shape size holding fill_value (dtype: given, else the value's default), as torch.full."""
+    dt = dtype_of(dtype) if dtype is not None else default_dtype_for(fill_value)
+    return apply("full", shape=tuple(size), value=fill_value, dtype=dt)
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:
@@ -523,8 +531,10 @@ def broadcast_tensors(*tensors) -> tuple[Tensor, ...]:
     return tuple(t.broadcast_to(shape) for t in ts)
 
 
-def where(cond: Tensor, a, b) -> Tensor:
-    """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype (result_type)."""
+def where(condition: Tensor, input, other) -> Tensor:  # noqa: A002
+    """Elementwise condition ? input : other (NumPy broadcasting); input and other are promoted to one dtype
+    (result_type)."""
+    cond, a, b = condition, input, other
     dt = result_type(a, b)
     if not builtins.any(isinstance(x, Tensor) for x in (a, b)):
         a = full((), a, dt)

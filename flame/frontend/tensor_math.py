@@ -56,10 +56,10 @@ class TensorMath:
                              f"  at {user_location()}")
         return matmul(self, mat2)
 
-    def dot(self, other):
+    def dot(self, tensor):
         """The inner product of two 1-D tensors of one length, as torch.dot."""
-        _ranks("dot", (self, 1), (other, 1))
-        return matmul(self, other)
+        _ranks("dot", (self, 1), (tensor, 1))
+        return matmul(self, tensor)
 
     def outer(self, vec2):
         """[n] x [m] -> [n, m]: self[i] * vec2[j], as torch.outer."""

@@ -134,8 +134,9 @@ class TensorOps:
         return self.abs() < float("inf") if self.dtype.is_float else full(self.shape, True, boolean)
 
     # ---- splitting and tiling -----------------------------------------------------------------------------
-    def split(self, split_size_or_sections, dim: int = 0):
+    def split(self, split_size, dim: int = 0):
         """Pieces of split_size along dim (the last one smaller), or of the listed sizes."""
+        split_size_or_sections = split_size
         axis = dim_index("split", dim, self.ndim)
         n = self.shape[axis]
         if isinstance(split_size_or_sections, (int, np.integer)):
@@ -208,7 +209,7 @@ class TensorOps:
         return apply("index_select", x, src, axis=axis)
 
     # ---- norms --------------------------------------------------------------------------------------------
-    def norm(self, p="fro", dim=None, keepdim: bool = False, dtype=None):
+    def norm(self, p="fro", dim=None, keepdim: bool = False, *, dtype=None):
         """torch.norm for vectors: p = 'fro'/2, 1, inf, -inf, 0 or any number, over dim (all by default).
         The gradient of the 2-norm at zero is zero, as in PyTorch."""
         if p == "nuc" or (p == "fro" and dim is not None and not isinstance(dim, int) and len(dim) > 2):
@@ -228,13 +229,13 @@ class TensorOps:
     def __rmod__(self, o):
         return binary("remainder", o, self)
 
-    def floor_divide(self, o):
+    def floor_divide(self, other):
         """Quotient rounded toward -inf (Python's //)."""
-        return binary("floor_divide", self, o)
+        return binary("floor_divide", self, other)
 
-    def remainder(self, o):
-        """Python's %: self - floor(self / o) * o, with the sign of o."""
-        return binary("remainder", self, o)
+    def remainder(self, other):
+        """Python's %: self - floor(self / other) * other, with the sign of other."""
+        return binary("remainder", self, other)
 
     # ---- clamp and masked_fill --------------------------------------------------------------------------
     def clamp(self, min=None, max=None):  # noqa: A002
@@ -322,10 +323,11 @@ class TensorOps:
         return self
 
     # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
-    def copy_(self, src: Tensor | float) -> Tensor:
-        """self's elements set to src's (broadcast, converted to self's dtype), as torch's copy_."""
-        views.check_overlap(self, (src,), "copy_")
-        return self._copy(src)
+    def copy_(self, other: Tensor | float, non_blocking: bool = False) -> Tensor:
+        """self's elements set to other's (broadcast, converted to self's dtype), as torch's copy_
+        (non_blocking changes nothing: flame's copies are ordered on the executor's stream)."""
+        views.check_overlap(self, (other,), "copy_")
+        return self._copy(other)
 
     def _copy(self, src: Tensor | float) -> Tensor:
         fill = not isinstance(src, Tensor)  # fill_ and zero_: one number, allowed into an expanded view
@@ -612,7 +614,9 @@ class TensorOps:
     def swapaxes(self, axis0: int, axis1: int):
         return self.transpose(axis0, axis1)
 
-    swapdims = swapaxes
+    def swapdims(self, dim0: int, dim1: int):
+        """dims dim0 and dim1 exchanged (torch.swapdims, swapaxes's other name)."""
+        return self.transpose(dim0, dim1)
 
     def t(self):
         """The transpose of a matrix (a 0-d or 1-D tensor as it is), as torch.t."""
@@ -676,11 +680,11 @@ class TensorOps:
         return math.prod(self.shape)
 
 
-def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
+def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
     """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
     (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of
     the 2-norm (and of every ord > 0 root) is zero, as in PyTorch."""
-    x = x.to(dtype) if dtype is not None else x
+    x = input.to(dtype) if dtype is not None else input
     if not x.dtype.is_float:
         raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
     a = x.abs()

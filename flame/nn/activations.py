@@ -19,7 +19,7 @@ from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of, f32
 from flame.nn import init
 from flame.nn.conv import _NormBase
-from flame.nn.layers import _Elementwise
+from flame.nn.layers import _Elementwise, given_weight
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
@@ -126,10 +126,11 @@ class Threshold(_Elementwise):
 class PReLU(Module):
     """x where x >= 0, else a learned slope times x: one slope, or num_parameters (one per channel)."""
 
-    def __init__(self, num_parameters: int = 1, init: float = 0.25, dtype=None):
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device: Any = None, dtype=None):
         super().__init__()
         self.num_parameters = num_parameters
         self.weight = Parameter(full((num_parameters,), init, dtype))
+        self._place(device)
 
     def forward(self, x: Tensor) -> Tensor:
         return A.prelu(x, self.weight)
@@ -166,12 +167,13 @@ class HuberLoss(Module):
 
 
 class KLDivLoss(Module):
-    def __init__(self, reduction: str = "mean", log_target: bool = False):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
         super().__init__()
+        F.no_legacy_reduction("KLDivLoss", size_average, reduce)
         self.reduction, self.log_target = reduction, log_target
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return A.kl_div(input, target, self.reduction, self.log_target)
+        return A.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
 
 class Unflatten(Module):
@@ -189,7 +191,7 @@ class Unflatten(Module):
 class _ChannelDropout(Module):
     fn = staticmethod(F.dropout2d)
 
-    def __init__(self, p: float = 0.5, inplace: bool = False, generator=None):
+    def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
         super().__init__()
         if not 0.0 <= p < 1.0:
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
@@ -291,8 +293,8 @@ class _InstanceNorm(_NormBase):
     normalises with them; num_batches_tracked is kept for PyTorch's state_dict names."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
-                 track_running_stats: bool = False, dtype: Any = f32):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype)
+                 track_running_stats: bool = False, device: Any = None, dtype: Any = f32, *, bias: bool = True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim == self.rank - 1:  # unbatched
@@ -325,7 +327,7 @@ class Bilinear(Module):
     from U(-1/sqrt(in1_features), 1/sqrt(in1_features)), as PyTorch."""
 
     def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
-                 device: Any = None, dtype: Any = f32, generator=None):
+                 device: Any = None, dtype: Any = f32, *, generator=None):
         super().__init__()
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
         dt = dtype_of(dtype)
@@ -334,6 +336,7 @@ class Bilinear(Module):
         bound = 1.0 / in1_features ** 0.5
         for p in self.parameters():
             init.uniform_(p, -bound, bound, generator)
+        self._place(device)
 
     def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
         return A.bilinear(input1, input2, self.weight, self.bias)
@@ -350,14 +353,18 @@ class EmbeddingBag(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, max_norm=None, norm_type: float = 2.0,
                  scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, _weight=None,
                  include_last_offset: bool = False, padding_idx: int | None = None, device: Any = None,
-                 dtype: Any = f32, generator=None):
+                 dtype: Any = f32, *, generator=None):
         super().__init__()
         if max_norm is not None or scale_grad_by_freq:
             raise NotImplementedError("EmbeddingBag: max_norm and scale_grad_by_freq are not supported")
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
-        self.weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dtype_of(dtype)))
-        init.normal_(self.weight, generator=generator)
+        weight = given_weight(self, _weight, (num_embeddings, embedding_dim))
+        if weight is None:
+            weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dtype_of(dtype)))
+            init.normal_(weight, generator=generator)
+        self.weight = weight
+        self._place(device)
 
     def forward(self, input: Tensor, offsets: Tensor | None = None,  # noqa: A002
                 per_sample_weights: Tensor | None = None) -> Tensor:

@@ -35,8 +35,8 @@ class _ConvNd(Module):
     transposed = False
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", dtype: Any = f32,
-                 generator: Generator | None = None, output_padding=0):
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device: Any = None,
+                 dtype: Any = f32, *, generator: Generator | None = None, output_padding=0):
         super().__init__()
         name = type(self).__name__
         if groups < 1 or in_channels % groups or out_channels % groups:
@@ -60,6 +60,7 @@ class _ConvNd(Module):
         self.weight = Parameter(zeros(*shape, dtype=dt))
         self.register_parameter("bias", Parameter(zeros(out_channels, dtype=dt)) if bias else None)
         self.reset_parameters(generator)
+        self._place(device)
 
     def reset_parameters(self, generator: Generator | None = None) -> None:
         init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
@@ -81,9 +82,9 @@ class _ConvNd(Module):
 
 class _Conv(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", dtype=f32, generator=None):
+                 bias=True, padding_mode="zeros", device=None, dtype=f32, *, generator=None):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, dtype, generator)
+                         padding_mode, device, dtype, generator=generator)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.padding_mode == "zeros":
@@ -117,11 +118,11 @@ class _ConvTranspose(_ConvNd):
     transposed = True
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
-                 bias=True, dilation=1, padding_mode="zeros", dtype=f32, generator=None):
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=f32, *, generator=None):
         if isinstance(padding, str):
             raise ShapeError(f"{type(self).__name__}: padding must be an int or a tuple, got {padding!r}")
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, dtype, generator, output_padding)
+                         padding_mode, device, dtype, generator=generator, output_padding=output_padding)
 
     def forward(self, x: Tensor, output_size=None) -> Tensor:
         out_pad = self.output_padding
@@ -295,14 +296,15 @@ class GroupNorm(Module):
     """Normalise groups of num_channels/num_groups channels; weight ones, bias zeros (affine)."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 dtype: Any = f32):
+                 device: Any = None, dtype: Any = f32, *, bias: bool = True):
         super().__init__()
         if num_groups < 1 or num_channels % num_groups:
             raise ShapeError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
         dt = dtype_of(dtype)
         self.register_parameter("weight", Parameter(ones(num_channels, dtype=dt)) if affine else None)
-        self.register_parameter("bias", Parameter(zeros(num_channels, dtype=dt)) if affine else None)
+        self.register_parameter("bias", Parameter(zeros(num_channels, dtype=dt)) if affine and bias else None)
+        self._place(device)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or x.shape[1] != self.num_channels:
@@ -320,13 +322,13 @@ class _NormBase(Module):
     num_batches_tracked."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, dtype: Any = f32):
+                 track_running_stats: bool = True, device: Any = None, dtype: Any = f32, *, bias: bool = True):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         dt = dtype_of(dtype)
         self.register_parameter("weight", Parameter(ones(num_features, dtype=dt)) if affine else None)
-        self.register_parameter("bias", Parameter(zeros(num_features, dtype=dt)) if affine else None)
+        self.register_parameter("bias", Parameter(zeros(num_features, dtype=dt)) if affine and bias else None)
         if track_running_stats:
             self.register_buffer("running_mean", zeros(num_features, dtype=dt))
             self.register_buffer("running_var", ones(num_features, dtype=dt))
@@ -334,6 +336,7 @@ class _NormBase(Module):
         else:
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(name, None)
+        self._place(device)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:

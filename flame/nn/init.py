@@ -13,11 +13,11 @@ __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "
            "orthogonal_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_"]
 
 
-def _fans(t: Tensor) -> tuple[int, int]:
-    if t.ndim < 2:
-        raise ValueError(f"fan in/out need a tensor with at least 2 dimensions, got shape {list(t.shape)}")
-    receptive = math.prod(t.shape[2:])
-    return t.shape[1] * receptive, t.shape[0] * receptive
+def _fans(tensor: Tensor) -> tuple[int, int]:
+    if tensor.ndim < 2:
+        raise ValueError(f"fan in/out need a tensor with at least 2 dimensions, got shape {list(tensor.shape)}")
+    receptive = math.prod(tensor.shape[2:])
+    return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
 
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
@@ -36,50 +36,51 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
 
 
-def constant_(t: Tensor, value: float) -> Tensor:
+def constant_(tensor: Tensor, val: float) -> Tensor:
+    """Fill tensor in place with val."""
     with no_grad():
-        return t.copy_(value)
+        return tensor.copy_(val)
 
 
-def zeros_(t: Tensor) -> Tensor:
-    return constant_(t, 0.0)
+def zeros_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 0.0)
 
 
-def ones_(t: Tensor) -> Tensor:
-    return constant_(t, 1.0)
+def ones_(tensor: Tensor) -> Tensor:
+    return constant_(tensor, 1.0)
 
 
-def kaiming_uniform_(t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                      generator: Generator | None = None) -> Tensor:
     """U(-bound, bound) with bound = gain * sqrt(3 / fan). With a=sqrt(5) (nn.Linear's default) the
     bound is 1/sqrt(fan_in)."""
-    fan_in, fan_out = _fans(t)
+    fan_in, fan_out = _fans(tensor)
     fan = fan_in if mode == "fan_in" else fan_out
     bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan)
-    return uniform_(t, -bound, bound, generator)
+    return uniform_(tensor, -bound, bound, generator)
 
 
-def kaiming_normal_(t: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                     generator: Generator | None = None) -> Tensor:
-    fan_in, fan_out = _fans(t)
+    fan_in, fan_out = _fans(tensor)
     fan = fan_in if mode == "fan_in" else fan_out
-    return normal_(t, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
+    return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
 
 
-def xavier_uniform_(t: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
-    fan_in, fan_out = _fans(t)
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
+    fan_in, fan_out = _fans(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(t, -bound, bound, generator)
+    return uniform_(tensor, -bound, bound, generator)
 
 
-def xavier_normal_(t: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
-    fan_in, fan_out = _fans(t)
-    return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
+    fan_in, fan_out = _fans(tensor)
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
 
-def trunc_normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
                   generator: Generator | None = None) -> Tensor:
-    """Fill t in place with N(mean, std^2) truncated to [a, b] (bounds in the tensor's units, as
+    """Fill tensor in place with N(mean, std^2) truncated to [a, b] (bounds in the tensor's units, as
     torch.nn.init.trunc_normal_): a uniform draw mapped through the normal's inverse CDF between the
     bounds' CDF values, so every value lies in [a, b]."""
     import numpy as np
@@ -88,22 +89,22 @@ def trunc_normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.
     if a >= b:
         raise ValueError(f"trunc_normal_: a ({a}) must be below b ({b})")
     lo, hi = (erf((v - mean) / (std * math.sqrt(2.0))) for v in (a, b))  # the bounds' CDFs, as 2 * cdf - 1
-    u = rand(*t.shape, dtype=t.dtype, generator=generator).numpy().astype(np.float64)
+    u = rand(*tensor.shape, dtype=tensor.dtype, generator=generator).numpy().astype(np.float64)
     values = np.clip(erfinv(lo + (hi - lo) * u) * std * math.sqrt(2.0) + mean, a, b)
     with no_grad():
-        return t.copy_(Tensor(values.astype(t.dtype.np_dtype)))
+        return tensor.copy_(Tensor(values.astype(tensor.dtype.np_dtype)))
 
 
-def orthogonal_(t: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill t (2-D or more: its trailing dims flattened) with a (semi-)orthogonal matrix times gain:
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """Fill tensor (2-D or more: its trailing dims flattened) with a (semi-)orthogonal matrix times gain:
     the Q of a QR decomposition of a normal draw, its signs fixed by R's diagonal, as
     torch.nn.init.orthogonal_."""
     import numpy as np
 
-    if t.ndim < 2:
-        raise ValueError(f"orthogonal_: needs a tensor with at least 2 dimensions, got shape {list(t.shape)}")
-    rows, cols = t.shape[0], math.prod(t.shape[1:])
-    flat = randn(rows, cols, dtype=t.dtype, generator=generator).numpy().astype(np.float64)
+    if tensor.ndim < 2:
+        raise ValueError(f"orthogonal_: needs a tensor with at least 2 dimensions, got shape {list(tensor.shape)}")
+    rows, cols = tensor.shape[0], math.prod(tensor.shape[1:])
+    flat = randn(rows, cols, dtype=tensor.dtype, generator=generator).numpy().astype(np.float64)
     if rows < cols:
         flat = flat.T
     q, r = np.linalg.qr(flat)
@@ -111,32 +112,32 @@ def orthogonal_(t: Tensor, gain: float = 1.0, generator: Generator | None = None
     if rows < cols:
         q = q.T
     with no_grad():
-        return t.copy_(Tensor((q * gain).reshape(t.shape).astype(t.dtype.np_dtype)))
+        return tensor.copy_(Tensor((q * gain).reshape(tensor.shape).astype(tensor.dtype.np_dtype)))
 
 
-def eye_(t: Tensor) -> Tensor:
-    """Fill a 2-D t with the identity (ones on the diagonal, as many as fit)."""
+def eye_(tensor: Tensor) -> Tensor:
+    """Fill a 2-D tensor with the identity (ones on the diagonal, as many as fit)."""
     import numpy as np
 
-    if t.ndim != 2:
-        raise ValueError(f"eye_: needs a 2-D tensor, got shape {list(t.shape)}")
+    if tensor.ndim != 2:
+        raise ValueError(f"eye_: needs a 2-D tensor, got shape {list(tensor.shape)}")
     with no_grad():
-        return t.copy_(Tensor(np.eye(*t.shape, dtype=t.dtype.np_dtype)))
+        return tensor.copy_(Tensor(np.eye(*tensor.shape, dtype=tensor.dtype.np_dtype)))
 
 
-def dirac_(t: Tensor, groups: int = 1) -> Tensor:
+def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
     """Fill a 3-, 4- or 5-D convolution weight [out, in, *k] with the Dirac delta (the identity
     convolution: each output channel passes its input channel through, per group)."""
     import numpy as np
 
-    if t.ndim not in (3, 4, 5) or t.shape[0] % groups:
+    if tensor.ndim not in (3, 4, 5) or tensor.shape[0] % groups:
         raise ValueError(f"dirac_: needs a 3-, 4- or 5-D weight whose dim 0 divides into {groups} groups, got shape "
-                         f"{list(t.shape)}")
-    out = np.zeros(t.shape, dtype=t.dtype.np_dtype)
-    per = t.shape[0] // groups
-    centre = tuple(k // 2 for k in t.shape[2:])
+                         f"{list(tensor.shape)}")
+    out = np.zeros(tensor.shape, dtype=tensor.dtype.np_dtype)
+    per = tensor.shape[0] // groups
+    centre = tuple(k // 2 for k in tensor.shape[2:])
     for g in range(groups):
-        for d in range(min(per, t.shape[1])):
+        for d in range(min(per, tensor.shape[1])):
             out[(g * per + d, d, *centre)] = 1
     with no_grad():
-        return t.copy_(Tensor(out))
+        return tensor.copy_(Tensor(out))

@@ -32,14 +32,15 @@ class Linear(Module):
     """y = x @ weight.T + bias, weight [out_features, in_features]. Initialised as PyTorch does:
     weight by kaiming_uniform(a=sqrt(5)) and bias by U(-1/sqrt(in), 1/sqrt(in))."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype: Any = f32,
-                 generator: Generator | None = None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = f32,
+                 *, generator: Generator | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         dt = dtype_of(dtype)
         self.weight = Parameter(zeros(out_features, in_features, dtype=dt))
         self.register_parameter("bias", Parameter(zeros(out_features, dtype=dt)) if bias else None)
         self.reset_parameters(generator)
+        self._place(device)
 
     def reset_parameters(self, generator: Generator | None = None) -> None:
         init.kaiming_uniform_(self.weight, a=math.sqrt(5), generator=generator)
@@ -58,7 +59,7 @@ class LayerNorm(Module):
     """Normalise over the trailing normalized_shape dims; weight ones, bias zeros."""
 
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, dtype: Any = f32):
+                 bias: bool = True, device: Any = None, dtype: Any = f32):
         super().__init__()
         self.normalized_shape, self.eps = _shape(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
@@ -66,6 +67,7 @@ class LayerNorm(Module):
         affine = elementwise_affine
         self.register_parameter("weight", Parameter(ones(*self.normalized_shape, dtype=dt)) if affine else None)
         self.register_parameter("bias", Parameter(zeros(*self.normalized_shape, dtype=dt)) if affine and bias else None)
+        self._place(device)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -78,12 +80,13 @@ class RMSNorm(Module):
     """x / sqrt(mean(x^2) + eps) * weight. eps=None means the dtype's machine epsilon (as in PyTorch)."""
 
     def __init__(self, normalized_shape: Any, eps: float | None = None, elementwise_affine: bool = True,
-                 dtype: Any = f32):
+                 device: Any = None, dtype: Any = f32):
         super().__init__()
         self.normalized_shape, self.eps = _shape(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
         w = Parameter(ones(*self.normalized_shape, dtype=dtype_of(dtype))) if elementwise_affine else None
         self.register_parameter("weight", w)
+        self._place(device)
 
     def forward(self, x: Tensor) -> Tensor:
         eps = self.eps if self.eps is not None else float(np.finfo(x.dtype.np_dtype).eps)
@@ -94,13 +97,15 @@ class RMSNorm(Module):
 
 
 class Embedding(Module):
-    """A lookup table [num_embeddings, embedding_dim] initialised N(0, 1). With padding_idx, that row
-    starts at zero and gets no gradient; its lookups give whatever the row holds, as torch's (a row
+    """A lookup table [num_embeddings, embedding_dim] initialised N(0, 1) (or holding _weight's values, as
+    torch's; _freeze: the weight requires no grad). With padding_idx, that row starts at zero (unless
+    _weight is given) and gets no gradient; its lookups give whatever the row holds, as torch's (a row
     initialised again, or loaded, is not zero)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
                  max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                 sparse: bool = False, dtype: Any = f32, generator: Generator | None = None):
+                 sparse: bool = False, _weight: Tensor | None = None, _freeze: bool = False, device: Any = None,
+                 dtype: Any = f32, *, generator: Generator | None = None):
         super().__init__()
         F.embedding_unsupported(max_norm, scale_grad_by_freq, sparse)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
@@ -108,14 +113,19 @@ class Embedding(Module):
             padding_idx = padding_idx % num_embeddings
         self.padding_idx = padding_idx
         dt = dtype_of(dtype)
-        self.weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dt))
-        init.normal_(self.weight, generator=generator)
+        weight = given_weight(self, _weight, (num_embeddings, embedding_dim), _freeze)
+        if weight is None:
+            weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dt))
+            init.normal_(weight, generator=generator)
+        self.weight = weight
         if padding_idx is not None:
-            mask = np.ones((num_embeddings, 1), dtype=dt.np_dtype)
+            mask = np.ones((num_embeddings, 1), dtype=self.weight.dtype.np_dtype)
             mask[padding_idx] = 0
             self.register_buffer("_row_mask", Tensor(mask), persistent=False)
-            with no_grad():
-                self.weight.copy_(self.weight * self._row_mask)
+            if _weight is None:
+                with no_grad():
+                    self.weight.copy_(self.weight * self._row_mask)
+        self._place(device)
 
     def forward(self, idx: Tensor) -> Tensor:
         w = self.weight if self.padding_idx is None else F.rows_without_grad(self.weight, self._row_mask)
@@ -126,17 +136,29 @@ class Embedding(Module):
         return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
 
-class Dropout(Module):
-    """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); identity in eval."""
+def given_weight(module: Module, weight: Tensor | None, shape: tuple[int, ...], freeze: bool = False):
+    """The `_weight` torch's Embedding and EmbeddingBag take: a Parameter holding its values (requiring no
+    grad with freeze), checked against the table's shape; None when it is not given."""
+    if weight is None:
+        return None
+    if tuple(weight.shape) != tuple(shape):
+        raise ValueError(f"{type(module).__name__}: _weight must have the shape {list(shape)}, got "
+                         f"{list(weight.shape)}")
+    return Parameter(weight.detach(), requires_grad=not freeze)
 
-    def __init__(self, p: float = 0.5, generator: Generator | None = None):
+
+class Dropout(Module):
+    """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); identity in eval.
+    inplace is accepted and means nothing (flame's IR is pure)."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False, *, generator: Generator | None = None):
         super().__init__()
         if not 0.0 <= p < 1.0:
             raise ValueError(f"dropout probability must be in [0, 1), got {p}")
         self.p, self.generator = p, generator
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training, self.generator)
+        return F.dropout(x, self.p, self.training, generator=self.generator)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
@@ -223,12 +245,13 @@ class Flatten(Module):
 
 
 class MSELoss(Module):
-    def __init__(self, reduction: str = "mean"):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        losses._no_legacy("MSELoss", size_average, reduce)
         self.reduction = reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return F.mse_loss(input, target, self.reduction)
+        return F.mse_loss(input, target, reduction=self.reduction)
 
 
 class CrossEntropyLoss(Module):
@@ -247,21 +270,23 @@ class CrossEntropyLoss(Module):
 
 
 class L1Loss(Module):
-    def __init__(self, reduction: str = "mean"):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        losses._no_legacy("L1Loss", size_average, reduce)
         self.reduction = reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return losses.l1_loss(input, target, self.reduction)
+        return losses.l1_loss(input, target, reduction=self.reduction)
 
 
 class SmoothL1Loss(Module):
-    def __init__(self, reduction: str = "mean", beta: float = 1.0):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
         super().__init__()
+        losses._no_legacy("SmoothL1Loss", size_average, reduce)
         self.reduction, self.beta = reduction, beta
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return losses.smooth_l1_loss(input, target, self.reduction, self.beta)
+        return losses.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
 
 
 class NLLLoss(Module):
@@ -273,25 +298,29 @@ class NLLLoss(Module):
         self.ignore_index, self.reduction = ignore_index, reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return losses.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+        return losses.nll_loss(input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
 class BCELoss(Module):
-    def __init__(self, weight: Tensor | None = None, reduction: str = "mean"):
+    def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        losses._no_legacy("BCELoss", size_average, reduce)
         self.register_buffer("weight", weight)
         self.reduction = reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return losses.binary_cross_entropy(input, target, self.weight, self.reduction)
+        return losses.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
 
 
 class BCEWithLogitsLoss(Module):
-    def __init__(self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Tensor | None = None):
+    def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean",
+                 pos_weight: Tensor | None = None):
         super().__init__()
+        losses._no_legacy("BCEWithLogitsLoss", size_average, reduce)
         self.register_buffer("weight", weight)
         self.register_buffer("pos_weight", pos_weight)
         self.reduction = reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return losses.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction, self.pos_weight)
+        return losses.binary_cross_entropy_with_logits(input, target, self.weight, reduction=self.reduction,
+                                                       pos_weight=self.pos_weight)

@@ -4,6 +4,7 @@ PyTorch's names and constructor arguments."""
 from __future__ import annotations
 
 from flame.frontend import margin_losses as M
+from flame.frontend.functional import no_legacy_reduction
 from flame.frontend.tensor import Tensor
 from flame.nn.module import Module
 
@@ -12,81 +13,91 @@ __all__ = ["CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "Marg
 
 
 class MarginRankingLoss(Module):
-    def __init__(self, margin: float = 0.0, reduction: str = "mean"):
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        no_legacy_reduction("MarginRankingLoss", size_average, reduce)
         self.margin, self.reduction = margin, reduction
 
     def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
-        return M.margin_ranking_loss(input1, input2, target, self.margin, self.reduction)
+        return M.margin_ranking_loss(input1, input2, target, self.margin, reduction=self.reduction)
 
 
 class HingeEmbeddingLoss(Module):
-    def __init__(self, margin: float = 1.0, reduction: str = "mean"):
+    def __init__(self, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        no_legacy_reduction("HingeEmbeddingLoss", size_average, reduce)
         self.margin, self.reduction = margin, reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return M.hinge_embedding_loss(input, target, self.margin, self.reduction)
+        return M.hinge_embedding_loss(input, target, self.margin, reduction=self.reduction)
 
 
 class SoftMarginLoss(Module):
-    def __init__(self, reduction: str = "mean"):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        no_legacy_reduction("SoftMarginLoss", size_average, reduce)
         self.reduction = reduction
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return M.soft_margin_loss(input, target, self.reduction)
+        return M.soft_margin_loss(input, target, reduction=self.reduction)
 
 
 class MultiLabelSoftMarginLoss(Module):
-    def __init__(self, weight: Tensor | None = None, reduction: str = "mean"):
+    def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        no_legacy_reduction("MultiLabelSoftMarginLoss", size_average, reduce)
         self.reduction = reduction
         self.register_buffer("weight", weight)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return M.multilabel_soft_margin_loss(input, target, self.weight, self.reduction)
+        return M.multilabel_soft_margin_loss(input, target, self.weight, reduction=self.reduction)
 
 
 class CosineEmbeddingLoss(Module):
-    def __init__(self, margin: float = 0.0, reduction: str = "mean"):
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        no_legacy_reduction("CosineEmbeddingLoss", size_average, reduce)
         self.margin, self.reduction = margin, reduction
 
     def forward(self, input1: Tensor, input2: Tensor, target: Tensor) -> Tensor:
-        return M.cosine_embedding_loss(input1, input2, target, self.margin, self.reduction)
+        return M.cosine_embedding_loss(input1, input2, target, self.margin, reduction=self.reduction)
 
 
 class TripletMarginLoss(Module):
     def __init__(self, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6, swap: bool = False,
-                 reduction: str = "mean"):
+                 size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        no_legacy_reduction("TripletMarginLoss", size_average, reduce)
         self.margin, self.p, self.eps, self.swap, self.reduction = margin, p, eps, swap, reduction
 
     def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
         return M.triplet_margin_loss(anchor, positive, negative, self.margin, self.p, self.eps, self.swap,
-                                     self.reduction)
+                                     reduction=self.reduction)
 
 
 class MultiMarginLoss(Module):
-    def __init__(self, p: int = 1, margin: float = 1.0, weight: Tensor | None = None, reduction: str = "mean"):
+    def __init__(self, p: int = 1, margin: float = 1.0, weight: Tensor | None = None, size_average=None,
+                 reduce=None, reduction: str = "mean"):
         super().__init__()
+        no_legacy_reduction("MultiMarginLoss", size_average, reduce)
         if p not in (1, 2):
             raise ValueError(f"MultiMarginLoss: only p == 1 and p == 2 are supported, got {p}")
         self.p, self.margin, self.reduction = p, margin, reduction
         self.register_buffer("weight", weight)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
-        return M.multi_margin_loss(input, target, self.p, self.margin, self.weight, self.reduction)
+        return M.multi_margin_loss(input, target, self.p, self.margin, self.weight, reduction=self.reduction)
 
 
 class PoissonNLLLoss(Module):
-    def __init__(self, log_input: bool = True, full: bool = False, eps: float = 1e-8, reduction: str = "mean"):
+    def __init__(self, log_input: bool = True, full: bool = False, size_average=None, eps: float = 1e-8,
+                 reduce=None, reduction: str = "mean"):
         super().__init__()
+        no_legacy_reduction("PoissonNLLLoss", size_average, reduce)
         self.log_input, self.full, self.eps, self.reduction = log_input, full, eps, reduction
 
     def forward(self, log_input: Tensor, target: Tensor) -> Tensor:
-        return M.poisson_nll_loss(log_input, target, self.log_input, self.full, self.eps, self.reduction)
+        return M.poisson_nll_loss(log_input, target, self.log_input, self.full, eps=self.eps, reduction=self.reduction)
 
 
 class GaussianNLLLoss(Module):

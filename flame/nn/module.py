@@ -273,6 +273,18 @@ class Module(ModuleHooks):
                     t._version += 1
         return self
 
+    def _place(self, device: Any) -> None:
+        """A constructor's `device=`, as torch's: None, or the device this process runs on (nothing moves);
+        another device raises as `to` does, and a value that names no device is a TypeError."""
+        if device is None:
+            return
+        from flame.runtime.device import is_device
+
+        if not is_device(device):
+            raise TypeError(f"{type(self).__name__}: device must name a device ('cpu', 'cuda', 'cuda:0'), got "
+                            f"{device!r}")
+        self.to(device)
+
     def cpu(self) -> Module:
         return self.to("cpu")
 

@@ -154,7 +154,7 @@ class _RNNBase(Module):
                 outs.append(stack(hs, 0))
             x = outs[0] if len(outs) == 1 else cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, True, self.generator)
+                x = F.dropout(x, self.dropout, True, generator=self.generator)
         out = x.squeeze(1) if unbatched else (x.transpose(0, 1) if self.batch_first else x)
         final = self._final(finals)
         if unbatched:

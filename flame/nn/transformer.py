@@ -145,7 +145,7 @@ class MultiheadAttention(Module):
                 scores = scores + _masked_as_additive(_causal(length, s), scores.dtype)
             probs = F.softmax(scores, -1)
             if dropout:  # the weights handed back are the dropped-out ones, as PyTorch's
-                probs = F.dropout(probs, dropout, True, self.generator)
+                probs = F.dropout(probs, dropout, True, generator=self.generator)
             out = probs @ v
         else:
             probs = None
@@ -220,12 +220,12 @@ class TransformerEncoderLayer(Module):
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias, batch_first=batch_first, dtype=dtype,
                                             generator=generator)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype, generator=generator)
-        self.dropout = Dropout(dropout, generator)
+        self.dropout = Dropout(dropout, generator=generator)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype, generator=generator)
         self.norm_first = norm_first
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
-        self.dropout1, self.dropout2 = Dropout(dropout, generator), Dropout(dropout, generator)
+        self.dropout1, self.dropout2 = Dropout(dropout, generator=generator), Dropout(dropout, generator=generator)
         self.activation = activation
 
     def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
@@ -280,12 +280,12 @@ class TransformerDecoderLayer(Module):
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, **attn)
         self.multihead_attn = MultiheadAttention(d_model, nhead, dropout, **attn)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype, generator=generator)
-        self.dropout = Dropout(dropout, generator)
+        self.dropout = Dropout(dropout, generator=generator)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype, generator=generator)
         self.norm_first = norm_first
         self.norm1, self.norm2, self.norm3 = (LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
                                               for _ in range(3))
-        self.dropout1, self.dropout2, self.dropout3 = (Dropout(dropout, generator) for _ in range(3))
+        self.dropout1, self.dropout2, self.dropout3 = (Dropout(dropout, generator=generator) for _ in range(3))
         self.activation = activation
 
     def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,

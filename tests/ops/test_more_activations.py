@@ -111,7 +111,7 @@ def test_kl_div(reduction, log_target, mode):
     x = np.log(np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float32)
     p = (np.exp(other) / np.exp(other).sum(1, keepdims=True)).astype(np.float32)
     t = np.log(p).astype(np.float32) if log_target else p
-    fn = lambda a, b: F.kl_div(a, b, reduction, log_target)  # noqa: E731
+    fn = lambda a, b: F.kl_div(a, b, reduction=reduction, log_target=log_target)  # noqa: E731
     tfn = lambda a, b: TF.kl_div(a, b, reduction=reduction, log_target=log_target)  # noqa: E731
     check(fn, tfn, x, t, mode=mode)
     if not log_target:  # a zero target contributes 0, not NaN (PyTorch's gradient for that target is NaN)
@@ -189,7 +189,7 @@ def test_a_step_of_them_fuses_renders_and_compiles_for_the_gpu(cuda_target):
         h = h + F.prelu(h, pw) + F.hardsigmoid(h) + F.softsign(h) + flame.log1p(h.abs()) + flame.expm1(h.clamp(max=3))
         h = h.roll(3, 1) + flame.lerp(h, y, 0.3) + flame.addcmul(h, h, y, value=0.1)
         loss = flame.logsumexp(h, (0, 1)) + F.huber_loss(h, y) + F.cosine_similarity(h, y).sum()
-        loss = loss + F.kl_div(F.log_softmax(h, 1), F.softmax(y, 1), "batchmean") + F.glu(h, 1).sum()
+        loss = loss + F.kl_div(F.log_softmax(h, 1), F.softmax(y, 1), reduction="batchmean") + F.glu(h, 1).sum()
         loss = loss + F.normalize(h).sum() + flame.div(h, 3.0, rounding_mode="trunc").sum()
         loss.backward()
         return loss

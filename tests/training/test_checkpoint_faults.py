@@ -42,7 +42,7 @@ def _rewrite_groups(path, groups_text, extra=None):
     meta = checkpoint.load_metadata(path)
     meta["flame.optimizer.param_groups"] = groups_text
     tensors.update(extra or {})
-    checkpoint.save(tensors, path, meta)
+    checkpoint.save(tensors, path, metadata=meta)
 
 
 def _groups(path):

@@ -247,7 +247,7 @@ def save_lora(model: Module, path: str | os.PathLike, metadata: dict[str, str] |
     if config is None:  # wrapped by hand: describe what is there
         _, first = layers[0]
         config = LoraConfig(first.r, first.lora_alpha, 0.0, [p for p, _ in layers])
-    save(lora_state_dict(model), path, {**(metadata or {}), "adapter_config": config.to_json()})
+    save(lora_state_dict(model), path, metadata={**(metadata or {}), "adapter_config": config.to_json()})
 
 
 def load_lora(model: Module, path: str | os.PathLike, strict: bool = True) -> dict[str, str]:
