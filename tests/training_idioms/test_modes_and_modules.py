@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import flame
-from tests.audit.common import assert_same_params, batches, maybe_compile, numpy_of, to_lib, twin
+from tests.training_idioms.common import assert_same_params, batches, maybe_compile, numpy_of, to_lib, twin
 
 DATA = batches(6, (8, 4), classes=3)
 

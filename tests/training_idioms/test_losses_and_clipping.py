@@ -12,7 +12,7 @@ import torch
 
 import flame
 from flame.errors import FlameError, TraceError
-from tests.audit.common import assert_same_params, maybe_compile, numpy_of, twin
+from tests.training_idioms.common import assert_same_params, maybe_compile, numpy_of, twin
 
 R = np.random.default_rng(0)
 X, Y, W = R.standard_normal((6, 5)), np.array([0, 2, 4, 2, 1, 3]), R.random(5) + 0.5

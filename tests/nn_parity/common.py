@@ -1,4 +1,4 @@
-"""Helpers of the module audit: the same module built in torch and flame from torch's f64 weights, run
+"""Helpers of the module parity tests: the same module built in torch and flame from torch's f64 weights, run
 on the same inputs eagerly or inside @flame.compile, with outputs, input gradients and parameter
 gradients compared."""
 

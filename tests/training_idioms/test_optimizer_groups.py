@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import flame
-from tests.audit.common import assert_same_params, batches, maybe_compile, to_lib, twin
+from tests.training_idioms.common import assert_same_params, batches, maybe_compile, to_lib, twin
 
 DATA = batches(8, (6, 4), classes=3)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import flame
-from tests.audit2.common import check, rng
+from tests.nn_parity.common import check, rng
 
 X4 = rng(0).standard_normal((2, 3, 4, 2)) * 3
 X3 = rng(1).standard_normal((3, 4, 2)) * 3

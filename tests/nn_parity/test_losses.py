@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import flame
-from tests.audit2.common import Fixed, check, rng
+from tests.nn_parity.common import Fixed, check, rng
 
 R = rng(0)
 A, B = R.standard_normal((4, 3)), R.standard_normal((4, 3))

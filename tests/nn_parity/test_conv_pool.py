@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import flame
-from tests.audit2.common import check, rng
+from tests.nn_parity.common import check, rng
 
 CONV = [
     dict(padding="same"),

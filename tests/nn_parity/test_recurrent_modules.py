@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.audit2.common import check, rng
+from tests.nn_parity.common import check, rng
 
 IN, HID, T, N = 3, 4, 3, 2
 

@@ -1,4 +1,4 @@
-"""Helpers of the audit tests: one model built from a `lib` namespace (torch or flame) in both
+"""Helpers of the training-idiom tests: one model built from a `lib` namespace (torch or flame) in both
 libraries with the same f64 weights, data in both, and comparisons of parameters and losses."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import flame
-from tests.audit2.common import Fixed, check, compare, rng, twin
+from tests.nn_parity.common import Fixed, check, compare, rng, twin
 
 E, H, L, S, N = 6, 2, 3, 5, 2
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import flame
-from tests.audit2.common import check, compare, numpy_of, rng, twin
+from tests.nn_parity.common import check, compare, numpy_of, rng, twin
 
 X = rng(0).standard_normal((3, 4, 5, 2)) * 2 + 1
 

@@ -188,7 +188,7 @@ def test_parameter_containers():
 @pytest.mark.parametrize("compiled", [False, True])
 def test_whole_net_forward_matches(compiled):
     """The container-heavy net above, loaded from torch's weights, computes torch's forward."""
-    from tests.audit2.common import compare, twin
+    from tests.nn_parity.common import compare, twin
 
     def call(m, x):
         b = m[0]
