@@ -39,6 +39,7 @@ from flame.frontend.creation import (
     full,
     full_like,
     linspace,
+    logspace,
     manual_seed,
     multinomial,
     ones,

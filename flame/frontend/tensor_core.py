@@ -15,7 +15,7 @@ from flame.errors import DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend import autocast
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, _axes, _shape_arg, default_dtype_for, dim_index
+from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index
 from flame.frontend.views import link, new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
 from flame.ir.registry import get as opdef
@@ -504,6 +504,8 @@ def matmul(a, b) -> Tensor:
 
 def full(shape, value, dtype=None) -> Tensor:
     dt = dtype_of(dtype) if dtype is not None else default_dtype_for(value)
+    if dt.is_int and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        check_int_range(value, dt)
     return apply("full", shape=tuple(shape), value=value, dtype=dt)
 
 
