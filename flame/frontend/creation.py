@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from flame.errors import ShapeError
-from flame.frontend.context import no_grad
+from flame.frontend.context import no_grad, user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
 from flame.frontend.tensor_core import full, where
@@ -101,6 +101,11 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
         start, stop = 0, start
     if dtype is None:
         dtype = f32 if any(isinstance(v, (float, np.floating)) for v in (start, stop, step)) else i64
+    if step == 0:
+        raise ShapeError(f"arange: step must be nonzero (as in PyTorch)\n  at {user_location()}")
+    if (stop - start) * step < 0:
+        raise ShapeError(f"arange({start}, {stop}, {step}): upper bound and larger bound inconsistent with step "
+                         f"sign, as in PyTorch (an empty range needs start == stop)\n  at {user_location()}")
     dt = dtype_of(dtype)
     if dt.is_int and any(isinstance(v, (float, np.floating)) for v in (start, stop, step)):
         return _int_arange(float(start), float(stop), float(step), dt)
@@ -111,7 +116,6 @@ def _int_arange(start: float, stop: float, step: float, dt: DType) -> Tensor:
     """torch.arange into an integer dtype from float bounds: the values are int(start) + i * int(step)
     (C++ casts, toward zero); the length is ceil((stop - start) / step) in doubles, except for int64,
     whose length is counted from the truncated bounds, as PyTorch's CPU kernel does."""
-    arange_len(start, stop, step)  # PyTorch's errors for a zero step or one of the wrong sign
     s0, s1, st = int(start), int(stop), int(step)
     n = arange_len(s0, s1, st) if dt == i64 else int(np.ceil((stop - start) / step))
     if st == 0:

@@ -22,7 +22,7 @@ from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
-from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, where
+from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, result_type, where
 from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote
 from flame.ir.ops._shapes import broadcast_shapes
 
@@ -42,6 +42,13 @@ def _is_number(x) -> bool:
 def _bool(x):
     return x if x.dtype == boolean else x != 0
 
+
+
+def _check_alpha(name: str, a, b, alpha) -> None:
+    """PyTorch's rule: a float alpha with integer (or bool) operands raises rather than promoting."""
+    if isinstance(alpha, (float, np.floating)) and not result_type(a, b).is_float:
+        raise DTypeError(f"{name}: for integral input tensors, argument alpha must not be a floating point number "
+                         f"(as in PyTorch)\n  at {user_location()}")
 
 
 def _tensor(x):
@@ -389,10 +396,12 @@ class TensorOps:
     # ---- PyTorch's other spellings: arithmetic and comparisons --------------------------------------
     def add(self, other, *, alpha=1):
         """self + alpha * other, as torch.add."""
+        _check_alpha("add", self, other, alpha)
         return self + (other * alpha if alpha != 1 else other)
 
     def sub(self, other, *, alpha=1):
         """self - alpha * other, as torch.sub."""
+        _check_alpha("sub", self, other, alpha)
         return self - (other * alpha if alpha != 1 else other)
 
     def mul(self, other):
@@ -445,7 +454,12 @@ class TensorOps:
         return _bool(self) & _bool(_tensor(other))
 
     def logical_or(self, other):
+        """Either nonzero, as torch.logical_or (any dtypes; a bool result)."""
         return _bool(self) | _bool(_tensor(other))
+
+    def logical_xor(self, other):
+        """Exactly one nonzero, as torch.logical_xor (any dtypes; a bool result)."""
+        return _bool(self) != _bool(_tensor(other))
 
     def where(self, condition, other):
         """self where condition holds, else other: torch.where(condition, self, other)."""

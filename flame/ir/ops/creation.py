@@ -23,11 +23,8 @@ register(OpDef("full", "elementwise", 0, _full_infer,
 
 def arange_len(start: float, stop: float, step: float) -> int:
     if step == 0:
-        raise ShapeError("arange: step must not be zero (torch: step must be nonzero)")
-    if (stop - start) * step < 0:
-        raise ShapeError(f"arange({start}, {stop}, {step}): upper bound and larger bound inconsistent with step "
-                         f"sign, as in PyTorch (an empty range needs start == stop)")
-    return int(np.ceil((stop - start) / step))
+        raise ShapeError("arange: step must not be zero")
+    return max(0, int(np.ceil((stop - start) / step)))
 
 
 def _arange_infer(types, start, stop, step, dtype):
