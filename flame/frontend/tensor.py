@@ -35,6 +35,19 @@ def _axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
     return tuple(a for a in axes if a < rank)  # a 0-d tensor's dim 0 names no axis
 
 
+def reduce_axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
+    """The axes a reduction over `dim` reduces, as PyTorch: None or an empty tuple/list is every axis;
+    an axis named twice raises (torch: "dim 0 appears multiple times in the list of dims")."""
+    if dim is None or (isinstance(dim, (tuple, list)) and not dim):
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    wrapped = [dim_index(op, d, rank) for d in dims]
+    if len(set(wrapped)) != len(wrapped):
+        raise DimError(f"{op}: dim {next(d for d in wrapped if wrapped.count(d) > 1)} appears multiple times in the "
+                       f"list of dims {list(dims)}\n  at {user_location()}")
+    return tuple(a for a in sorted(wrapped) if a < rank)  # a 0-d tensor's dim 0 names no axis
+
+
 def _shape_arg(shape) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]

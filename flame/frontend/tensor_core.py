@@ -15,7 +15,15 @@ from flame.errors import ArgumentError, DTypeError, FlameError, ShapeError, Trac
 from flame.frontend import autocast
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index
+from flame.frontend.tensor import (
+    Tensor,
+    _axes,
+    _shape_arg,
+    check_int_range,
+    default_dtype_for,
+    dim_index,
+    reduce_axes,
+)
 from flame.frontend.views import link, new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote, u8
 from flame.ir.registry import get as opdef
@@ -306,7 +314,7 @@ class TensorCore:
         x = self.to(dtype) if dtype is not None else self
         if dtype is None and not x.dtype.is_float:  # PyTorch sums bool and integers in int64: no wrap
             x = x.to(i64)
-        return apply("reduce_sum", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
+        return apply("reduce_sum", x, axes=reduce_axes(dim, self.ndim, "sum"), keepdim=keepdim)
 
     def mean(self, dim=None, keepdim: bool = False, *, dtype=None):
         """The mean over dim (all elements by default); as torch.mean, an integer or bool tensor needs a
@@ -316,24 +324,34 @@ class TensorCore:
             raise DTypeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
                              f"dtype, got {x.dtype} (as in PyTorch: x.float().mean() or x.mean(dtype=flame.f32))"
                              f"\n  at {user_location()}")
-        return apply("reduce_mean", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
+        return apply("reduce_mean", x, axes=reduce_axes(dim, self.ndim, "mean"), keepdim=keepdim)
 
     def amax(self, dim=None, keepdim: bool = False):
-        return apply("reduce_max", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
+        if self.dtype == boolean:  # torch: any / all, as bools
+            return self.to(u8).amax(dim, keepdim).to(boolean)
+        return apply("reduce_max", self, axes=reduce_axes(dim, self.ndim, "amax"), keepdim=keepdim)
 
     def amin(self, dim=None, keepdim: bool = False):
-        return apply("reduce_min", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
+        if self.dtype == boolean:
+            return self.to(u8).amin(dim, keepdim).to(boolean)
+        return apply("reduce_min", self, axes=reduce_axes(dim, self.ndim, "amin"), keepdim=keepdim)
 
     def max(self, dim: int | None = None, keepdim: bool = False):
         """max() of all elements; max(dim) -> (values, indices) as in PyTorch."""
         if dim is None:
             return self.amax()
-        return MaxMin(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+        if self.dtype == boolean:
+            r = self.to(u8).max(dim, keepdim)
+            return MaxMin(r.values.to(boolean), r.indices)
+        return _picked(self, self.argmax(dim, keepdim), dim, keepdim)
 
     def min(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:
             return self.amin()
-        return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+        if self.dtype == boolean:
+            r = self.to(u8).min(dim, keepdim)
+            return MaxMin(r.values.to(boolean), r.indices)
+        return _picked(self, self.argmin(dim, keepdim), dim, keepdim)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:
@@ -354,11 +372,11 @@ class TensorCore:
         if unbiased is not None and correction is not None:
             raise TypeError("var: give unbiased or correction, not both")
         c = correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
-        axes = _axes(dim, self.ndim)
+        axes = reduce_axes(dim, self.ndim, "var")
         n = int(np.prod([self.shape[a] for a in axes]))
         d = self - self.mean(axes, keepdim=True)
         s = (d * d).sum(axes, keepdim=keepdim)
-        return s / (n - c) if n > c else s * float("nan")  # PyTorch: NaN, no divisor
+        return s / float(max(0, n - c))  # PyTorch's divisor: n <= correction gives inf (0 / 0: NaN)
 
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The square root of var (same arguments)."""
@@ -537,6 +555,16 @@ def wrapped(x, dt: DType):
     bits = dt.itemsize * 8
     v = int(x) & ((1 << bits) - 1)
     return v - (1 << bits) if dt != u8 and v >= 1 << (bits - 1) else v
+
+
+def _picked(x: Tensor, idx: Tensor, dim: int, keepdim: bool):
+    """(values, indices) of max(dim) / min(dim): the values read at the indices, so that the gradient goes
+    to the index returned, as torch's (amax splits it among ties)."""
+    if not x.ndim:
+        return MaxMin(x, idx)
+    axis = dim_index("max", dim, x.ndim)
+    values = x.gather(axis, idx if keepdim else idx.unsqueeze(axis))
+    return MaxMin(values if keepdim else values.squeeze(axis), idx)
 
 
 def can_cast(from_: DType, to: DType) -> bool:

@@ -23,7 +23,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, result_type, where
-from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote
+from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
 SortResult = namedtuple("sort", ["values", "indices"])
@@ -124,12 +124,21 @@ class TensorOps:
         return self if self.dtype == boolean else self != 0
 
     def any(self, dim=None, keepdim: bool = False):
-        """True where some element (along dim) is nonzero."""
-        return self._truth().sum(dim, keepdim=keepdim) > 0
+        """True where some element (along dim) is nonzero (uint8 in, uint8 out, as torch; dim=() reduces
+        nothing)."""
+        if isinstance(dim, (tuple, list)) and not dim:
+            out = self._truth()
+        else:
+            out = self._truth().sum(dim, keepdim=keepdim) > 0
+        return out.to(u8) if self.dtype == u8 else out
 
     def all(self, dim=None, keepdim: bool = False):
         """True where every element (along dim) is nonzero (also over zero elements)."""
-        return (~self._truth()).sum(dim, keepdim=keepdim) == 0
+        if isinstance(dim, (tuple, list)) and not dim:
+            out = self._truth()
+        else:
+            out = (~self._truth()).sum(dim, keepdim=keepdim) == 0
+        return out.to(u8) if self.dtype == u8 else out
 
     def isnan(self):
         return self != self if self.dtype.is_float else full(self.shape, False, boolean)
@@ -706,7 +715,11 @@ def vector_norm(x: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None
         return (x != 0).to(x.dtype).sum(dim, keepdim)
     if ord == 1:
         return a.sum(dim, keepdim)
-    s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
+    if 0 < ord < 1:  # d a**ord is infinite at 0: its elements there take no gradient, as in PyTorch
+        at0 = a == 0
+        s = where(at0, 0.0, where(at0, 1.0, a) ** ord).sum(dim, keepdim)
+    else:
+        s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
     if ord < 0:
         return s ** (1.0 / ord)
     zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
