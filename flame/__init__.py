@@ -78,6 +78,7 @@ from flame.frontend.more_math import (
     logaddexp,
     logaddexp2,
     meshgrid,
+    msort,
     nan_to_num,
     negative,
     positive,
