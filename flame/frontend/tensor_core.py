@@ -299,15 +299,22 @@ class TensorCore:
     def ceil(self):
         return apply("ceil", self)
 
-    def round(self):
-        return apply("round", self)
+    def round(self, *, decimals: int = 0):
+        """Half to even, as torch.round; decimals=d rounds x * 10**d (x / 10**-d for d < 0) as torch does."""
+        if not decimals:
+            return apply("round", self)
+        if not self.dtype.is_float:
+            raise DTypeError(f'round: "round" with decimals is not implemented for {self.dtype} tensors (as in '
+                             f"PyTorch)\n  at {user_location()}")
+        scale = 10.0 ** abs(int(decimals))
+        return (self * scale).round() / scale if decimals > 0 else (self / scale).round() * scale
 
     def logical_not(self):
         """True where self is zero (any dtype; a bool result), as torch.logical_not."""
         return apply("logical_not", self if self.dtype == boolean else self != 0)
 
     def square(self):
-        return self * self
+        return self * self if self.dtype != boolean else self.to(i64) * self.to(i64)  # torch: bool squares to int64
 
     # ---- reductions -------------------------------------------------------------------------------
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
@@ -676,8 +683,14 @@ def broadcast_tensors(*tensors) -> tuple[Tensor, ...]:
     return tuple(t.broadcast_to(shape) for t in ts)
 
 
-def where(cond: Tensor, a, b) -> Tensor:
-    """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype (result_type)."""
+_NO_BRANCH = object()
+
+
+def where(cond: Tensor, a=_NO_BRANCH, b=_NO_BRANCH) -> Tensor:
+    """Elementwise cond ? a : b (NumPy broadcasting); a and b are promoted to one dtype (result_type).
+    where(cond) alone is nonzero(cond, as_tuple=True), as torch's."""
+    if a is _NO_BRANCH and b is _NO_BRANCH:
+        return cond.nonzero(as_tuple=True)
     dt = result_type(a, b)
     if not builtins.any(isinstance(x, Tensor) for x in (a, b)):
         a = full((), a, dt)
@@ -690,6 +703,9 @@ def cat(tensors, dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise ShapeError(f"cat: expected a non-empty list of tensors\n  at {user_location()}")
+    if builtins.any(t.ndim > 1 for t in tensors):  # torch skips 1-D empty tensors among others (legacy)
+        tensors = [t for t in tensors if t.shape != (0,)] or tensors
+    tensors = _promoted(tensors)
     for i, t in enumerate(tensors):
         if t.ndim == 0:
             raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated"
@@ -698,6 +714,14 @@ def cat(tensors, dim: int = 0) -> Tensor:
 
 
 concat = cat
+
+
+def _promoted(tensors: list) -> list:
+    """The tensors in their common dtype (torch.cat and torch.stack promote as result_type does)."""
+    dt = tensors[0].dtype
+    for t in tensors[1:]:
+        dt = promote(dt, t.dtype)
+    return [t if t.dtype == dt else t.to(dt) for t in tensors]
 
 
 def stack(tensors, dim: int = 0) -> Tensor:

@@ -129,7 +129,8 @@ unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_sl
 unary("floor", np.floor, kinds=_NUM, nondiff=_PIECEWISE)
 unary("ceil", np.ceil, kinds=_NUM, nondiff=_PIECEWISE)
 unary("round", np.round, kinds=_NUM, nondiff=_PIECEWISE, doc="half to even, like torch.round")
-unary("sign", np.sign, kinds=_NUM, nondiff=_PIECEWISE)
+unary("sign", lambda x: ((x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)).astype(x.dtype), kinds=_NUM,
+      nondiff=_PIECEWISE, doc="1, -1 or 0 (also for -0.0 and NaN), as torch.sign")
 STOP_GRADIENT = unary("stop_gradient", np.copy, kinds=("float", "int", "bool"),
       nondiff="the identity that gradients do not flow through (Tensor.detach); removed after autodiff",
       doc="x, with no gradient: what Tensor.detach() records while tracing")
