@@ -39,6 +39,7 @@ from flame.frontend.creation import (
     full,
     full_like,
     linspace,
+    logspace,
     manual_seed,
     multinomial,
     ones,
@@ -77,6 +78,7 @@ from flame.frontend.more_math import (
     logaddexp,
     logaddexp2,
     meshgrid,
+    msort,
     nan_to_num,
     negative,
     positive,
@@ -109,6 +111,12 @@ from flame.frontend.ops import (
     atleast_1d,
     atleast_2d,
     baddbmm,
+    bitwise_and,
+    bitwise_left_shift,
+    bitwise_not,
+    bitwise_or,
+    bitwise_right_shift,
+    bitwise_xor,
     bmm,
     broadcast_shapes,
     broadcast_tensors,
@@ -171,6 +179,7 @@ from flame.frontend.ops import (
     logical_and,
     logical_not,
     logical_or,
+    logical_xor,
     logit,
     logsumexp,
     lt,
@@ -249,7 +258,7 @@ from flame.frontend.ops import (
     xlogy,
 )
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import matmul
+from flame.frontend.tensor_core import can_cast, matmul, promote_types, result_type
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device

@@ -40,8 +40,8 @@ SNIPPETS: dict[str, dict[str, str]] = {
     "ceil": _f("ceilf({0})", "ceil({0})", "{0}"),
     "round": _f("rintf({0})", "rint({0})", "{0}"),  # half to even
     "sign": _f(
-        "({0} > 0.0f ? 1.0f : ({0} < 0.0f ? -1.0f : {0}))",
-        "({0} > 0.0 ? 1.0 : ({0} < 0.0 ? -1.0 : {0}))",
+        "({0} > 0.0f ? 1.0f : ({0} < 0.0f ? -1.0f : 0.0f))",  # NaN and -0.0 give 0, as torch.sign
+        "({0} > 0.0 ? 1.0 : ({0} < 0.0 ? -1.0 : 0.0))",
         "(({ctype})(({0} > 0) - ({0} < 0)))",
     ),
     # unary, float
@@ -70,8 +70,11 @@ SNIPPETS: dict[str, dict[str, str]] = {
     "straight_through": {"*": "({1})"},
     "mul": {"*": "({0} * {1})"},
     "div": {"*": "({0} / {1})"},
-    "pow": _f("powf({0}, {1})", "pow({0}, {1})"),
+    "pow": _f("powf({0}, {1})", "pow({0}, {1})", "flame_ipow({0}, {1})"),
     "floor_divide": {"*": "flame_floordiv({0}, {1})"},
+    "bitwise": {"int/and": "({0} & {1})", "bool/and": "({0} && {1})", "int/or": "({0} | {1})",
+                "bool/or": "({0} || {1})", "int/xor": "({0} ^ {1})", "bool/xor": "({0} != {1})",
+                "int/lshift": "flame_lshift({0}, {1})", "int/rshift": "flame_rshift({0}, {1})"},
     "remainder": {"*": "flame_remainder({0}, {1})"},
     "maximum": {"*": _NAN_MAX},
     "minimum": {"*": _NAN_MIN},
@@ -183,6 +186,29 @@ __device__ __forceinline__ int flame_remainder(int a, int b) { return flame_rema
 __device__ __forceinline__ long long flame_remainder(long long a, long long b) { return flame_remainder_int(a, b); }
 #endif"""
 
+# integer pow and shifts as PyTorch's CPU kernels: pow wraps (computed in unsigned 64-bit, then cut to T)
+# and gives 0 for a negative exponent unless the base is 1 or -1; a shift by a negative count or by the
+# width or more gives 0 (<<) or the sign (>>: -1 for a negative value, else 0)
+_INTBITS = r"""#ifndef FLAME_INTBITS
+#define FLAME_INTBITS
+template <typename T> __device__ __forceinline__ T flame_ipow(T a, T b) {
+  if (b < 0) return a == (T)1 ? (T)1 : (a == (T)-1 ? ((b % 2) ? (T)-1 : (T)1) : (T)0);
+  unsigned long long r = 1ull, x = (unsigned long long)(long long)a, e = (unsigned long long)(long long)b;
+  while (e) { if (e & 1ull) r *= x; x *= x; e >>= 1; }
+  return (T)r;
+}
+template <typename T> __device__ __forceinline__ T flame_lshift(T a, T b) {
+  const long long bits = (long long)(sizeof(T) * 8);
+  if ((long long)b < 0 || (long long)b >= bits) return (T)0;
+  return (T)((unsigned long long)(long long)a << (unsigned long long)(long long)b);
+}
+template <typename T> __device__ __forceinline__ T flame_rshift(T a, T b) {
+  const long long bits = (long long)(sizeof(T) * 8);
+  if ((long long)b < 0 || (long long)b >= bits) return (T)((long long)a < 0 ? -1 : 0);
+  return (T)(a >> b);
+}
+#endif"""
+
 _SATURATE = (
     "#ifndef FLAME_FP8_SATURATE\n#define FLAME_FP8_SATURATE\n"
     + "".join(
@@ -193,7 +219,7 @@ _SATURATE = (
     + "#endif\n"
 )
 PRELUDES: dict[str, str] = {"scaled_cast": _SATURATE, "random_uniform": _PHILOX, "random_normal": _PHILOX,
-                            "floor_divide": _DIVMOD, "remainder": _DIVMOD}
+                            "floor_divide": _DIVMOD, "remainder": _DIVMOD, "pow": _INTBITS, "bitwise": _INTBITS}
 
 
 @dataclass(frozen=True)

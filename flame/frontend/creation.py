@@ -7,17 +7,18 @@ from typing import Any
 import numpy as np
 
 from flame.errors import ShapeError
-from flame.frontend.context import no_grad
+from flame.frontend.context import no_grad, user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
 from flame.frontend.tensor_core import full, where
 from flame.ir.dtypes import DType, bf16, dtype_of, f32, f64, i64
+from flame.ir.ops.creation import arange_len
 from flame.runtime import device as _device
 from flame.runtime.device import executor
 
 __all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy", "full",
-           "full_like", "linspace", "manual_seed", "multinomial", "ones", "ones_like", "rand", "rand_like", "randint",
-           "randn", "randn_like", "tensor", "zeros", "zeros_like"]
+           "full_like", "linspace", "logspace", "manual_seed", "multinomial", "ones", "ones_like", "rand", "rand_like",
+           "randint", "randn", "randn_like", "tensor", "zeros", "zeros_like"]
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
@@ -107,8 +108,27 @@ def arange(start=0, end=None, step=1, dtype=None) -> Tensor:
     if stop is None:
         start, stop = 0, start
     if dtype is None:
-        dtype = f32 if any(isinstance(v, float) for v in (start, stop, step)) else i64
-    return apply("arange", start=start, stop=stop, step=step, dtype=dtype_of(dtype))
+        dtype = f32 if any(isinstance(v, (float, np.floating)) for v in (start, stop, step)) else i64
+    if step == 0:
+        raise ShapeError(f"arange: step must be nonzero (as in PyTorch)\n  at {user_location()}")
+    if (stop - start) * step < 0:
+        raise ShapeError(f"arange({start}, {stop}, {step}): upper bound and larger bound inconsistent with step "
+                         f"sign, as in PyTorch (an empty range needs start == stop)\n  at {user_location()}")
+    dt = dtype_of(dtype)
+    if dt.is_int and any(isinstance(v, (float, np.floating)) for v in (start, stop, step)):
+        return _int_arange(float(start), float(stop), float(step), dt)
+    return apply("arange", start=start, stop=stop, step=step, dtype=dt)
+
+
+def _int_arange(start: float, stop: float, step: float, dt: DType) -> Tensor:
+    """torch.arange into an integer dtype from float bounds: the values are int(start) + i * int(step)
+    (C++ casts, toward zero); the length is ceil((stop - start) / step) in doubles, except for int64,
+    whose length is counted from the truncated bounds, as PyTorch's CPU kernel does."""
+    s0, s1, st = int(start), int(stop), int(step)
+    n = arange_len(s0, s1, st) if dt == i64 else int(np.ceil((stop - start) / step))
+    if st == 0:
+        return full((n,), s0, dt)
+    return apply("arange", start=s0, stop=s0 + n * st, step=st, dtype=dt)
 
 
 class Generator:
@@ -253,7 +273,7 @@ def linspace(start, end, steps: int, dtype=None) -> Tensor:
     half, from end for the second, so both ends are exact)."""
     dt = dtype_of(dtype) if dtype is not None else f32
     if steps < 0:
-        raise ValueError(f"linspace: number of steps must be non-negative, got {steps}")
+        raise ShapeError(f"linspace: number of steps must be non-negative, got {steps}")
     work = dt if dt.is_float else f64
     if steps <= 1:
         return full((steps,), start, work).to(dt)
@@ -261,6 +281,12 @@ def linspace(start, end, steps: int, dtype=None) -> Tensor:
     i = arange(steps, dtype=work)
     out = where(i < steps // 2, i * step + start, end - (float(steps - 1) - i) * step)
     return out.to(dt)
+
+
+def logspace(start, end, steps: int, base: float = 10.0, dtype=None) -> Tensor:
+    """base ** linspace(start, end, steps), as torch.logspace (computed in f64, then cast to dtype)."""
+    dt = dtype_of(dtype) if dtype is not None else f32
+    return (full((), float(base), f64) ** linspace(start, end, steps, dtype=f64)).to(dt)
 
 
 def eye(n: int, m: int | None = None, dtype=f32) -> Tensor:

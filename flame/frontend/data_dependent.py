@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import ShapeError, TraceError
+from flame.errors import ArgumentError, ShapeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import i64
@@ -52,7 +52,9 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
     axis = None if dim is None else (dim % x.ndim if x.ndim else 0)
     if axis is not None and x.ndim == 0:
         raise ShapeError(f"unique: dim {dim} is out of range for a 0-d tensor\n  at {user_location()}")
-    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True, axis=axis)
+    # torch: every NaN is a value of its own
+    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True, axis=axis,
+                                        **({"equal_nan": False} if axis is None else {}))
     out = [Tensor(values, dtype=input.dtype)]
     if return_inverse:
         inverse = inverse.reshape(x.shape if axis is None else (x.shape[axis],))
@@ -64,20 +66,22 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
 
 def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:  # noqa: A002
     """Occurrences of each value 0..max of a 1-D tensor of non-negative integers (at least minlength
-    bins), int64; with weights the sum of their weights instead, in the weights' dtype."""
+    bins), int64; with weights the sum of their weights instead, in the weights' dtype (f64 for integer
+    weights, as torch)."""
     x = _values("bincount", input, "use one_hot(x, num_classes).sum(0) there")
     if x.ndim != 1 or input.dtype.is_float or input.dtype.name == "bool":
         raise ShapeError(f"bincount: expected a 1-D tensor of integers, got {input.dtype}{list(x.shape)}"
                          f"\n  at {user_location()}")
     if x.size and x.min() < 0:
-        raise ValueError(f"bincount: the input must be non-negative, got {int(x.min())}\n  at {user_location()}")
+        raise ArgumentError(f"bincount: the input must be non-negative, got {int(x.min())}\n  at {user_location()}")
     if weights is None:
         return Tensor(np.bincount(x, minlength=minlength).astype(np.int64))
     w = np.asarray(weights.numpy())
     if w.shape != x.shape:
         raise ShapeError(f"bincount: weights {list(w.shape)} must have the input's shape {list(x.shape)}"
                          f"\n  at {user_location()}")
-    return Tensor(np.bincount(x, weights=w.astype(np.float64), minlength=minlength), dtype=weights.dtype)
+    out_dtype = weights.dtype if weights.dtype.is_float else "f64"  # torch: integer weights sum in double
+    return Tensor(np.bincount(x, weights=w.astype(np.float64), minlength=minlength), dtype=out_dtype)
 
 
 def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Tensor:  # noqa: A002
@@ -87,7 +91,8 @@ def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) ->
     if not input.dtype.is_float:
         raise ShapeError(f"histc: expected a floating-point tensor, got {input.dtype}\n  at {user_location()}")
     if bins <= 0 or min > max:
-        raise ValueError(f"histc: bins must be positive and min <= max, got bins={bins}, min={min}, max={max}")
+        raise ArgumentError(f"histc: bins must be positive and min <= max, got bins={bins}, min={min}, max={max}"
+                            f"\n  at {user_location()}")
     lo, hi = float(min), float(max)
     if lo == hi and x.size:
         lo, hi = float(x.min()), float(x.max())

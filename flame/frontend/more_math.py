@@ -23,7 +23,7 @@ from flame.ir.dtypes import f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "exp2", "float_power", "fmax", "fmin",
-           "heaviside", "hypot", "logaddexp", "logaddexp2", "meshgrid", "nan_to_num", "negative", "positive",
+           "heaviside", "hypot", "logaddexp", "logaddexp2", "meshgrid", "msort", "nan_to_num", "negative", "positive",
            "rad2deg", "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid",
            "var_mean", "vdot"]
 
@@ -208,7 +208,12 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: b
                    f"{list(v.shape)} must match")
     s = seq if seq.ndim == 1 else seq.unsqueeze(-2)  # [..., 1, N] against values [..., M, 1]
     below = (s <= v.unsqueeze(-1)) if right else (s < v.unsqueeze(-1))
-    return below.to(i32 if out_int32 else i64).sum(-1)
+    return below.sum(-1).to(i32 if out_int32 else i64)
+
+
+def msort(input: Tensor) -> Tensor:  # noqa: A002
+    """The values sorted along the first dim, as torch.msort."""
+    return as_tensor(input).sort(dim=0).values
 
 
 def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor:  # noqa: A002

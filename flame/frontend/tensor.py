@@ -12,7 +12,7 @@ import numpy as np
 
 from flame.errors import DimError, DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend.context import current_trace, user_location
-from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, i64
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, i64, promote
 from flame.ir.types import TensorType
 from flame.runtime.device import Device, device_of, executor, get_device
 
@@ -35,6 +35,19 @@ def _axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
     return tuple(a for a in axes if a < rank)  # a 0-d tensor's dim 0 names no axis
 
 
+def reduce_axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
+    """The axes a reduction over `dim` reduces, as PyTorch: None or an empty tuple/list is every axis;
+    an axis named twice raises (torch: "dim 0 appears multiple times in the list of dims")."""
+    if dim is None or (isinstance(dim, (tuple, list)) and not dim):
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    wrapped = [dim_index(op, d, rank) for d in dims]
+    if len(set(wrapped)) != len(wrapped):
+        raise DimError(f"{op}: dim {next(d for d in wrapped if wrapped.count(d) > 1)} appears multiple times in the "
+                       f"list of dims {list(dims)}\n  at {user_location()}")
+    return tuple(a for a in sorted(wrapped) if a < rank)  # a 0-d tensor's dim 0 names no axis
+
+
 def _shape_arg(shape) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
@@ -49,6 +62,44 @@ def default_dtype_for(value: Any) -> DType:
     return f32
 
 
+def check_int_range(values, dt: DType) -> None:
+    """PyTorch's error for Python numbers that an integer dtype cannot hold (torch.tensor([300],
+    dtype=torch.uint8) raises rather than wrapping; arrays and arithmetic wrap, as in PyTorch)."""
+    info = np.iinfo(dt.np_dtype)
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iuf" and arr.size and (arr.min() < info.min or arr.max() > info.max):
+        raise DTypeError(f"value cannot be converted to type {dt} without overflow (it holds "
+                         f"{info.min}..{info.max}), as in PyTorch\n  at {user_location()}")
+
+
+_PY_DTYPE = {bool: boolean, int: i64, float: f32}
+
+
+def inferred_dtype(data: Any) -> DType:
+    """torch.tensor's dtype for data that is not an array: the promotion of its elements' dtypes, a
+    Python float counting as f32, an int as i64, a NumPy scalar, array or tensor as its own dtype
+    (so [np.float64(1.5), 2.0] is f64 and [np.int32(1), np.int8(2)] i32, as in PyTorch)."""
+    if isinstance(data, (list, tuple)):
+        kinds = set(map(type, data))
+        if kinds <= _PY_DTYPE.keys():  # the common case: plain Python numbers, one pass in C
+            return max((_PY_DTYPE[k] for k in kinds), key=lambda d: _ORDER_OF[d], default=f32)
+        out = None
+        for x in data:
+            d = inferred_dtype(x)
+            out = d if out is None else promote(out, d)
+        return out or f32
+    if type(data) in _PY_DTYPE:
+        return _PY_DTYPE[type(data)]
+    if isinstance(data, Tensor):
+        return data.dtype
+    if isinstance(data, (np.ndarray, np.generic)):
+        return dtype_of(data.dtype)
+    return default_dtype_for(data)
+
+
+_ORDER_OF = {boolean: 0, i64: 1, f32: 2}
+
+
 def to_array(data: Any, dtype: Any = None, copy: bool = True):
     """Convert user data (lists, numbers, NumPy/CuPy/DLPack arrays, Tensors) to a device array.
     copy=False shares the caller's array where its dtype and device allow (as torch.as_tensor)."""
@@ -60,10 +111,8 @@ def to_array(data: Any, dtype: Any = None, copy: bool = True):
     else:
         arr = np.asarray(data)
         if dt is None:
-            if arr.dtype.kind == "f":
-                dt = f32 if arr.dtype == np.float64 and not isinstance(data, np.ndarray) else dtype_of(arr.dtype)
-            elif arr.dtype.kind in "iu":
-                dt = i64 if not isinstance(data, np.ndarray) else dtype_of(arr.dtype)
+            if arr.dtype.kind in "fiu":
+                dt = dtype_of(arr.dtype) if isinstance(data, np.ndarray) else inferred_dtype(data)
             elif arr.dtype.kind == "b":
                 dt = boolean
             elif arr.dtype == bf16.np_dtype:  # ml_dtypes' bfloat16 has kind 'V'
@@ -72,6 +121,8 @@ def to_array(data: Any, dtype: Any = None, copy: bool = True):
                 raise DTypeError(f"cannot make a tensor from data of dtype {arr.dtype}")
     if dt is None:
         dt = dtype_of(arr.dtype)
+    elif dt.is_int and not isinstance(data, np.ndarray) and isinstance(arr, np.ndarray) and arr.size:
+        check_int_range(arr, dt)
     ex = executor()
     out = ex.asarray(arr.astype(dt.np_dtype) if arr.dtype != dt.np_dtype else arr)
     if copy and (out is arr or (isinstance(out, np.ndarray) and np.may_share_memory(out, arr))):
@@ -90,7 +141,7 @@ class Tensor:
     def __init__(self, data: Any = None, dtype: Any = None, requires_grad: bool = False):
         arr, dt = to_array(data, dtype)
         self._init(arr, dt, None, None)
-        self.requires_grad = bool(requires_grad)
+        self.requires_grad_(requires_grad)
 
     def _init(self, data, dtype, value, trace):
         self._data, self._dtype, self._value, self._trace = data, dtype, value, trace
@@ -232,8 +283,11 @@ class Tensor:
         self._grad = value
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        """Set requires_grad in place and return self, as torch's."""
-        self.requires_grad = requires_grad
+        """Set requires_grad in place and return self, as torch's (floating-point tensors only)."""
+        if requires_grad and not self.dtype.is_float:
+            raise DTypeError(f"only Tensors of floating point dtype can require gradients (this one is "
+                             f"{self.dtype}), as in PyTorch\n  at {user_location()}")
+        self.requires_grad = bool(requires_grad)
         return self
 
     # ---- device -----------------------------------------------------------------------------------

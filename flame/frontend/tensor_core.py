@@ -11,13 +11,21 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import DTypeError, FlameError, ShapeError, TraceError
+from flame.errors import ArgumentError, DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend import autocast
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
-from flame.frontend.tensor import Tensor, _axes, _shape_arg, default_dtype_for, dim_index
+from flame.frontend.tensor import (
+    Tensor,
+    _axes,
+    _shape_arg,
+    check_int_range,
+    default_dtype_for,
+    dim_index,
+    reduce_axes,
+)
 from flame.frontend.views import link, new_tensor, view_error
-from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote, u8
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
 
@@ -170,13 +178,55 @@ class TensorCore:
     __hash__ = object.__hash__  # defining __eq__ would make a class unhashable: tensors hash by identity
 
     def __and__(self, o):
-        return binary("logical_and", self, o)
+        return bitwise("and", self, o)
+
+    def __rand__(self, o):
+        return bitwise("and", o, self)
 
     def __or__(self, o):
-        return binary("logical_or", self, o)
+        return bitwise("or", self, o)
+
+    def __ror__(self, o):
+        return bitwise("or", o, self)
+
+    def __xor__(self, o):
+        return bitwise("xor", self, o)
+
+    def __rxor__(self, o):
+        return bitwise("xor", o, self)
+
+    def __lshift__(self, o):
+        return bitwise("lshift", self, o)
+
+    def __rlshift__(self, o):
+        return bitwise("lshift", o, self)
+
+    def __rshift__(self, o):
+        return bitwise("rshift", self, o)
+
+    def __rrshift__(self, o):
+        return bitwise("rshift", o, self)
 
     def __invert__(self):
-        return apply("logical_not", self)
+        return bitwise_not(self)
+
+    def bitwise_and(self, o):
+        return bitwise("and", self, o)
+
+    def bitwise_or(self, o):
+        return bitwise("or", self, o)
+
+    def bitwise_xor(self, o):
+        return bitwise("xor", self, o)
+
+    def bitwise_left_shift(self, o):
+        return bitwise("lshift", self, o)
+
+    def bitwise_right_shift(self, o):
+        return bitwise("rshift", self, o)
+
+    def bitwise_not(self):
+        return bitwise_not(self)
 
     def pow(self, exponent):
         return binary("pow", self, exponent)
@@ -241,7 +291,7 @@ class TensorCore:
         return apply("neg", self)
 
     def sign(self):
-        return apply("sign", self)
+        return apply("sign", self) if self.dtype != boolean else self.clone()
 
     def floor(self):
         return apply("floor", self)
@@ -249,31 +299,49 @@ class TensorCore:
     def ceil(self):
         return apply("ceil", self)
 
-    def round(self):
-        return apply("round", self)
+    def round(self, *, decimals: int = 0):
+        """Half to even, as torch.round; decimals=d rounds x * 10**d (x / 10**-d for d < 0) as torch does."""
+        if not decimals:
+            return apply("round", self)
+        if not self.dtype.is_float:
+            raise DTypeError(f'round: "round" with decimals is not implemented for {self.dtype} tensors (as in '
+                             f"PyTorch)\n  at {user_location()}")
+        scale = 10.0 ** abs(int(decimals))
+        return (self * scale).round() / scale if decimals > 0 else (self / scale).round() * scale
 
     def logical_not(self):
-        return apply("logical_not", self)
+        """True where self is zero (any dtype; a bool result), as torch.logical_not."""
+        return apply("logical_not", self if self.dtype == boolean else self != 0)
 
     def square(self):
-        return self * self
+        return self * self if self.dtype != boolean else self.to(i64) * self.to(i64)  # torch: bool squares to int64
 
     # ---- reductions -------------------------------------------------------------------------------
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
         x = self.to(dtype) if dtype is not None else self
         if dtype is None and not x.dtype.is_float:  # PyTorch sums bool and integers in int64: no wrap
             x = x.to(i64)
-        return apply("reduce_sum", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
+        return apply("reduce_sum", x, axes=reduce_axes(dim, self.ndim, "sum"), keepdim=keepdim)
 
-    def mean(self, dim=None, keepdim: bool = False):
-        x = self if self.dtype.is_float else self.to(f32)
-        return apply("reduce_mean", x, axes=_axes(dim, self.ndim), keepdim=keepdim)
+    def mean(self, dim=None, keepdim: bool = False, *, dtype=None):
+        """The mean over dim (all elements by default); as torch.mean, an integer or bool tensor needs a
+        floating `dtype` (it raises otherwise)."""
+        x = self.to(dtype) if dtype is not None else self
+        if not x.dtype.is_float:
+            raise DTypeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                             f"dtype, got {x.dtype} (as in PyTorch: x.float().mean() or x.mean(dtype=flame.f32))"
+                             f"\n  at {user_location()}")
+        return apply("reduce_mean", x, axes=reduce_axes(dim, self.ndim, "mean"), keepdim=keepdim)
 
     def amax(self, dim=None, keepdim: bool = False):
-        return apply("reduce_max", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
+        if self.dtype == boolean:  # torch: any / all, as bools
+            return self.to(u8).amax(dim, keepdim).to(boolean)
+        return apply("reduce_max", self, axes=reduce_axes(dim, self.ndim, "amax"), keepdim=keepdim)
 
     def amin(self, dim=None, keepdim: bool = False):
-        return apply("reduce_min", self, axes=_axes(dim, self.ndim), keepdim=keepdim)
+        if self.dtype == boolean:
+            return self.to(u8).amin(dim, keepdim).to(boolean)
+        return apply("reduce_min", self, axes=reduce_axes(dim, self.ndim, "amin"), keepdim=keepdim)
 
     def max(self, dim: int | None = None, keepdim: bool = False):
         """max() of all elements; max(dim) -> (values, indices); max(other) with a tensor: the elementwise
@@ -282,7 +350,10 @@ class TensorCore:
             return self.maximum(dim)
         if dim is None:
             return self.amax()
-        return MaxMin(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+        if self.dtype == boolean:
+            r = self.to(u8).max(dim, keepdim)
+            return MaxMin(r.values.to(boolean), r.indices)
+        return _picked(self, self.argmax(dim, keepdim), dim, keepdim)
 
     def min(self, dim: int | None = None, keepdim: bool = False):
         """min() of all elements; min(dim) -> (values, indices); min(other) with a tensor: the elementwise
@@ -291,7 +362,10 @@ class TensorCore:
             return self.minimum(dim)
         if dim is None:
             return self.amin()
-        return MaxMin(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+        if self.dtype == boolean:
+            r = self.to(u8).min(dim, keepdim)
+            return MaxMin(r.values.to(boolean), r.indices)
+        return _picked(self, self.argmin(dim, keepdim), dim, keepdim)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:
@@ -312,11 +386,11 @@ class TensorCore:
         if unbiased is not None and correction is not None:
             raise TypeError("var: give unbiased or correction, not both")
         c = correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
-        axes = _axes(dim, self.ndim)
+        axes = reduce_axes(dim, self.ndim, "var")
         n = int(np.prod([self.shape[a] for a in axes]))
         d = self - self.mean(axes, keepdim=True)
         s = (d * d).sum(axes, keepdim=keepdim)
-        return s / (n - c) if n > c else s * float("nan")  # PyTorch: NaN, no divisor
+        return s / float(max(0, n - c))  # PyTorch's divisor: n <= correction gives inf (0 / 0: NaN)
 
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The square root of var (same arguments)."""
@@ -471,14 +545,98 @@ def binary(name: str, a, b) -> Tensor:
     if dt == boolean and opdef(name).on_bool:  # the logical op it is on bools (the OpDef's `on_bool` trait)
         a, b = (x if isinstance(x, Tensor) else full((), bool(x), boolean) for x in (a, b))
         return apply(opdef(name).on_bool, a, b)
-    if dt == boolean and name == "sub":
-        raise DTypeError(f"sub: subtraction of two bool tensors is not supported (as in PyTorch); a != b "
-                         f"is their exclusive or\n  at {user_location()}")
-    if name in ("div", "pow") and not dt.is_float:
+    if name == "sub" and any(_is_bool(x) for x in (a, b)):
+        raise DTypeError(f"sub: subtraction with a bool tensor is not supported (as in PyTorch); a != b "
+                         f"is the exclusive or of two, ~mask or logical_not() inverts a mask\n  at {user_location()}")
+    if name == "pow" and not dt.is_float:
+        _check_int_pow(a, b, dt)
+    if name in ("floor_divide", "remainder") and not dt.is_float and _is_scalar(b) and b == 0:
+        raise ArgumentError(f"{name}: integer division by zero (torch: ZeroDivisionError); a divisor held in a "
+                            f"tensor gives 0 where it is zero\n  at {user_location()}")
+    if name == "div" and not dt.is_float:
         dt = f32
-    a = a.to(dt) if isinstance(a, Tensor) else (float(a) if dt.is_float else a)
-    b = b.to(dt) if isinstance(b, Tensor) else (float(b) if dt.is_float else b)
+    if name == "pow" and dt == boolean:  # bool ** True is the tensor, bool ** False all True (torch)
+        return binary("logical_or", a, not b)
+    a, b = (x.to(dt) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt) for x in (a, b))
     return apply(name, a, b)
+
+
+def wrapped(x, dt: DType):
+    """A Python number as an operand of an integer op of dtype dt: wrapped into its range, as PyTorch's
+    arithmetic does (u8 - 1 is 255 where the tensor holds 0, u8 * -2 multiplies by 254)."""
+    if dt == boolean or isinstance(x, (bool, np.bool_)):
+        return x
+    bits = dt.itemsize * 8
+    v = int(x) & ((1 << bits) - 1)
+    return v - (1 << bits) if dt != u8 and v >= 1 << (bits - 1) else v
+
+
+def _picked(x: Tensor, idx: Tensor, dim: int, keepdim: bool):
+    """(values, indices) of max(dim) / min(dim): the values read at the indices, so that the gradient goes
+    to the index returned, as torch's (amax splits it among ties)."""
+    if not x.ndim:
+        return MaxMin(x, idx)
+    axis = dim_index("max", dim, x.ndim)
+    values = x.gather(axis, idx if keepdim else idx.unsqueeze(axis))
+    return MaxMin(values if keepdim else values.squeeze(axis), idx)
+
+
+def can_cast(from_: DType, to: DType) -> bool:
+    """torch.can_cast: whether a type promotion may cast from_ to `to` (not to a lower category: bool <
+    integer < float)."""
+    order = {"bool": 0, "int": 1, "float": 2}
+    return order[dtype_of(from_).kind] <= order[dtype_of(to).kind]
+
+
+def promote_types(a, b) -> DType:
+    """torch.promote_types: the dtype two tensors of dtypes a and b promote to."""
+    return promote(dtype_of(a), dtype_of(b))
+
+
+def _is_bool(x) -> bool:
+    return x.dtype == boolean if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))
+
+
+def _check_int_pow(a, b, dt: DType) -> None:
+    """PyTorch's errors for integer pow: bool ** bool, and a negative Python exponent (a tensor of
+    negative exponents gives 0, or +-1 for bases +-1)."""
+    if dt == boolean and not (isinstance(a, Tensor) and isinstance(b, (bool, np.bool_))):
+        raise DTypeError(f"pow: not implemented for bool tensors (as in PyTorch); use logical_and, or cast "
+                         f"with .int()\n  at {user_location()}")
+    if not isinstance(b, Tensor) and b < 0:
+        raise DTypeError(f"pow: integers to negative integer powers are not allowed (as in PyTorch); use a "
+                         f"float exponent ({b}.0)\n  at {user_location()}")
+
+
+def bitwise(fn: str, a, b) -> Tensor:
+    """torch.bitwise_and / or / xor / left_shift / right_shift with PyTorch's promotion: integers and
+    bools (and, or, xor), integers (shifts); floats raise."""
+    name = {"lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift"}.get(fn, f"bitwise_{fn}")
+    a = Tensor(a) if isinstance(a, np.ndarray) else a
+    b = Tensor(b) if isinstance(b, np.ndarray) else b
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
+    for x in (a, b):
+        if not isinstance(x, Tensor) and (not _is_scalar(x) or isinstance(x, (float, np.floating))):
+            raise DTypeError(f"{name}: operand {x!r} is not an integer or bool\n  at {user_location()}")
+    dt = result_type(a, b)
+    if dt.is_float or (dt == boolean and fn in ("lshift", "rshift")):
+        raise DTypeError(f'{name}: not implemented for {dt} tensors (as in PyTorch: "{name}" takes integers'
+                         f'{"" if fn in ("lshift", "rshift") else " and bools"})\n  at {user_location()}')
+    if dt == boolean and fn != "xor":
+        return binary(f"logical_{fn}", a, b)
+    a, b = (x.to(dt) if isinstance(x, Tensor) else full((), wrapped(x, dt), dt) for x in (a, b))
+    return apply("bitwise", a, b, fn=fn)
+
+
+def bitwise_not(x: Tensor) -> Tensor:
+    """~x: logical not of bools, the bitwise complement of integers (torch.bitwise_not); floats raise."""
+    if x.dtype == boolean:
+        return apply("logical_not", x)
+    if not x.dtype.is_int:
+        raise DTypeError(f"bitwise_not: not implemented for {x.dtype} tensors (as in PyTorch: ~ and "
+                         f"bitwise_not take integers and bools)\n  at {user_location()}")
+    return bitwise("xor", x, full((), int(np.iinfo(x.dtype.np_dtype).max) if x.dtype == u8 else -1, x.dtype))
 
 
 def _autocast_lowers(*dtypes: DType) -> bool:
@@ -512,6 +670,8 @@ def matmul(input, other) -> Tensor:  # noqa: A002
 def full(size, fill_value, dtype=None) -> Tensor:
     """A tensor of shape size holding fill_value (dtype: given, else the value's default), as torch.full."""
     dt = dtype_of(dtype) if dtype is not None else default_dtype_for(fill_value)
+    if dt.is_int and isinstance(fill_value, (int, float, np.number)) and not isinstance(fill_value, bool):
+        check_int_range(fill_value, dt)
     return apply("full", shape=tuple(size), value=fill_value, dtype=dt)
 
 
@@ -531,15 +691,19 @@ def broadcast_tensors(*tensors) -> tuple[Tensor, ...]:
     return tuple(t.broadcast_to(shape) for t in ts)
 
 
-def where(condition: Tensor, input, other) -> Tensor:  # noqa: A002
+_NO_BRANCH = object()
+
+
+def where(condition: Tensor, input=_NO_BRANCH, other=_NO_BRANCH) -> Tensor:  # noqa: A002
     """Elementwise condition ? input : other (NumPy broadcasting); input and other are promoted to one dtype
-    (result_type)."""
+    (result_type). where(condition) alone is nonzero(condition, as_tuple=True), as torch's."""
+    if input is _NO_BRANCH and other is _NO_BRANCH:
+        return condition.nonzero(as_tuple=True)
     cond, a, b = condition, input, other
     dt = result_type(a, b)
     if not builtins.any(isinstance(x, Tensor) for x in (a, b)):
         a = full((), a, dt)
-    a = a.to(dt) if isinstance(a, Tensor) else a
-    b = b.to(dt) if isinstance(b, Tensor) else b
+    a, b = (x.to(dt) if isinstance(x, Tensor) else wrapped(x, dt) if dt.is_int else x for x in (a, b))
     return apply("where", cond.to(boolean), a, b)
 
 
@@ -548,6 +712,9 @@ def cat(tensors, dim: int = 0) -> Tensor:
     tensors = list(tensors)
     if not tensors:
         raise ShapeError(f"cat: expected a non-empty list of tensors\n  at {user_location()}")
+    if builtins.any(t.ndim > 1 for t in tensors):  # torch skips 1-D empty tensors among others (legacy)
+        tensors = [t for t in tensors if t.shape != (0,)] or tensors
+    tensors = _promoted(tensors)
     for i, t in enumerate(tensors):
         if t.ndim == 0:
             raise ShapeError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated"
@@ -556,6 +723,14 @@ def cat(tensors, dim: int = 0) -> Tensor:
 
 
 concat = cat
+
+
+def _promoted(tensors: list) -> list:
+    """The tensors in their common dtype (torch.cat and torch.stack promote as result_type does)."""
+    dt = tensors[0].dtype
+    for t in tensors[1:]:
+        dt = promote(dt, t.dtype)
+    return [t if t.dtype == dt else t.to(dt) for t in tensors]
 
 
 def stack(tensors, dim: int = 0) -> Tensor:

@@ -13,14 +13,14 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ShapeError
+from flame.errors import DTypeError, ShapeError
 from flame.frontend import functional, more_math
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
-from flame.frontend.tensor import Tensor, _axes, dim_index
+from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
-from flame.ir.dtypes import boolean, f32, i64
+from flame.ir.dtypes import boolean, f32, i64, u8
 
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
 MedianResult = namedtuple("median", ["values", "indices"])
@@ -189,7 +189,7 @@ class TensorMath:
     # ---- reductions and statistics ---------------------------------------------------------------
     def logsumexp(self, dim, keepdim: bool = False):
         """log(sum(exp(self))) over dim (an int or a tuple), computed stably, as torch.logsumexp."""
-        axes = _axes(dim, self.ndim, "logsumexp")
+        axes = reduce_axes(dim, self.ndim, "logsumexp")
         if len(axes) == 1:
             return functional.logsumexp(self, axes[0], keepdim)
         rest = [a for a in range(self.ndim) if a not in axes]
@@ -212,11 +212,14 @@ class TensorMath:
         return out if keepdim else out.squeeze(axis)
 
     def nansum(self, dim=None, keepdim: bool = False):
-        """The sum with NaNs counted as zero, as torch.nansum."""
-        return where(self.isnan(), 0.0, self).sum(dim, keepdim)
+        """The sum with NaNs counted as zero, as torch.nansum (integers: the sum, in int64)."""
+        return where(self.isnan(), 0.0, self).sum(dim, keepdim) if self.dtype.is_float else self.sum(dim, keepdim)
 
     def nanmean(self, dim=None, keepdim: bool = False):
-        """The mean of the elements that are not NaN, as torch.nanmean."""
+        """The mean of the elements that are not NaN, as torch.nanmean (floating tensors only)."""
+        if not self.dtype.is_float:
+            raise DTypeError(f"nanmean(): expected input to have floating point dtype but got {self.dtype} (as in "
+                             f"PyTorch: x.float().nanmean())\n  at {user_location()}")
         count = (~self.isnan()).to(self.dtype).sum(dim, keepdim)
         return self.nansum(dim, keepdim) / count
 
@@ -237,13 +240,29 @@ class TensorMath:
     def median(self, dim: int | None = None, keepdim: bool = False):
         """The lower median (the ((n + 1) // 2)-th smallest): of every element when dim is None, else
         (values, indices) along dim, as torch.median."""
+        if self.dtype == boolean:
+            raise DTypeError(f'median: "median" is not implemented for bool tensors (as in PyTorch)\n  at '
+                             f"{user_location()}")
         if dim is None:
             flat = self.reshape(-1)
-            return flat.kthvalue((flat.shape[0] + 1) // 2, 0).values
+            if not flat.shape[0] and self.dtype.is_float:
+                return full((), float("nan"), self.dtype)  # torch: the median of nothing is NaN
+            v = flat.kthvalue((flat.shape[0] + 1) // 2, 0).values
+            if not self.dtype.is_float:
+                return v
+            tie = flat == v.detach()  # torch: the gradient is shared evenly by the elements equal to the median
+            share = where(tie, flat, 0.0).sum() / tie.sum().to(self.dtype)
+            v = v.detach() + (share - share.detach())  # v's value, the shared gradient
+            return where(flat.isnan().any(), float("nan"), v)
         axis = dim_index("median", dim, self.ndim)
         n = self.shape[axis] if self.ndim else 1
         r = self.kthvalue((n + 1) // 2, axis, keepdim)
-        return MedianResult(r.values, r.indices)
+        if not self.dtype.is_float or not self.ndim:
+            return MedianResult(r.values, r.indices)
+        nan = self.isnan()  # torch: a line holding a NaN has the median NaN, at its first NaN
+        has = nan.any(axis, keepdim)
+        first = nan.to(u8).argmax(axis, keepdim)
+        return MedianResult(where(has, float("nan"), r.values), where(has, first, r.indices))
 
     def cov(self, *, correction: int = 1, fweights=None, aweights=None):
         """The covariance of the rows (variables) over the columns (observations), as torch.cov

@@ -22,8 +22,8 @@ from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
-from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, where
-from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote
+from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, result_type, where
+from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
 SortResult = namedtuple("sort", ["values", "indices"])
@@ -42,6 +42,13 @@ def _is_number(x) -> bool:
 def _bool(x):
     return x if x.dtype == boolean else x != 0
 
+
+
+def _check_alpha(name: str, a, b, alpha) -> None:
+    """PyTorch's rule: a float alpha with integer (or bool) operands raises rather than promoting."""
+    if isinstance(alpha, (float, np.floating)) and not result_type(a, b).is_float:
+        raise DTypeError(f"{name}: for integral input tensors, argument alpha must not be a floating point number "
+                         f"(as in PyTorch)\n  at {user_location()}")
 
 
 def _tensor(x):
@@ -117,12 +124,21 @@ class TensorOps:
         return self if self.dtype == boolean else self != 0
 
     def any(self, dim=None, keepdim: bool = False):
-        """True where some element (along dim) is nonzero."""
-        return self._truth().sum(dim, keepdim=keepdim) > 0
+        """True where some element (along dim) is nonzero (uint8 in, uint8 out, as torch; dim=() reduces
+        nothing)."""
+        if isinstance(dim, (tuple, list)) and not dim:
+            out = self._truth()
+        else:
+            out = self._truth().sum(dim, keepdim=keepdim) > 0
+        return out.to(u8) if self.dtype == u8 else out
 
     def all(self, dim=None, keepdim: bool = False):
         """True where every element (along dim) is nonzero (also over zero elements)."""
-        return (~self._truth()).sum(dim, keepdim=keepdim) == 0
+        if isinstance(dim, (tuple, list)) and not dim:
+            out = self._truth()
+        else:
+            out = (~self._truth()).sum(dim, keepdim=keepdim) == 0
+        return out.to(u8) if self.dtype == u8 else out
 
     def isnan(self):
         return self != self if self.dtype.is_float else full(self.shape, False, boolean)
@@ -391,10 +407,12 @@ class TensorOps:
     # ---- PyTorch's other spellings: arithmetic and comparisons --------------------------------------
     def add(self, other, *, alpha=1):
         """self + alpha * other, as torch.add."""
+        _check_alpha("add", self, other, alpha)
         return self + (other * alpha if alpha != 1 else other)
 
     def sub(self, other, *, alpha=1):
         """self - alpha * other, as torch.sub."""
+        _check_alpha("sub", self, other, alpha)
         return self - (other * alpha if alpha != 1 else other)
 
     def mul(self, other):
@@ -447,7 +465,12 @@ class TensorOps:
         return _bool(self) & _bool(_tensor(other))
 
     def logical_or(self, other):
+        """Either nonzero, as torch.logical_or (any dtypes; a bool result)."""
         return _bool(self) | _bool(_tensor(other))
+
+    def logical_xor(self, other):
+        """Exactly one nonzero, as torch.logical_xor (any dtypes; a bool result)."""
+        return _bool(self) != _bool(_tensor(other))
 
     def where(self, condition, other):
         """self where condition holds, else other: torch.where(condition, self, other)."""
@@ -696,7 +719,11 @@ def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=
         return (x != 0).to(x.dtype).sum(dim, keepdim)
     if ord == 1:
         return a.sum(dim, keepdim)
-    s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
+    if 0 < ord < 1:  # d a**ord is infinite at 0: its elements there take no gradient, as in PyTorch
+        at0 = a == 0
+        s = where(at0, 0.0, where(at0, 1.0, a) ** ord).sum(dim, keepdim)
+    else:
+        s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
     if ord < 0:
         return s ** (1.0 / ord)
     zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root

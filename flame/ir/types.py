@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from flame.errors import ShapeError
 from flame.ir.dtypes import DType
 from flame.ir.symbolic import SymInt
 
@@ -18,7 +19,8 @@ class TensorType:
         # a SymInt (flame.ir.symbolic) stays one: it is its value, and codegen renders it as a size parameter
         object.__setattr__(self, "shape", tuple(s if isinstance(s, SymInt) else int(s) for s in self.shape))
         if any(s < 0 for s in self.shape):
-            raise ValueError(f"negative dimension in shape {self.shape}")
+            raise ShapeError(f"negative dimension in shape {self.shape} (torch: Trying to create tensor with "
+                             f"negative dimension)")
 
     @property
     def rank(self) -> int:

@@ -32,6 +32,13 @@ def _binary(b, g, dt, name):
     getattr(b, name)(z, s)  # scalar operand
 
 
+def _bitwise(b, g, dt):
+    x, y, z, w = _inputs(g, ((4, 1, 6), dt), ((5, 1), dt), ((8, 16), dt), ((8, 16), dt))
+    for fn in ("and", "or", "xor") + (("lshift", "rshift") if dt.kind == "int" else ()):
+        b.bitwise(x, y, fn=fn)
+        b.bitwise(z, w, fn=fn)
+
+
 def _where(b, g, dt):
     from flame.ir import boolean
 
@@ -148,7 +155,7 @@ def _scan(b, g, dt, name):
 def _maker(name: str):
     opdef = REGISTRY[name]
     special = {"where": _where, "cast": _cast, "scaled_cast": _scaled_cast, "full": _full, "arange": _arange,
-               "argmax": _argmax}
+               "argmax": _argmax, "bitwise": _bitwise}
     if name in ("cumsum", "cumprod", "argsort"):
         return lambda b, g, dt: _scan(b, g, dt, name)
     if name in special:

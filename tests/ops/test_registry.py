@@ -404,6 +404,59 @@ def _py_binary(fn):
     return oracle
 
 
+def _int_pow(x: int, e: int) -> int:
+    """Integer pow as PyTorch's: a negative exponent gives 0 but for bases 1 and -1."""
+    if e < 0:
+        return 1 if x == 1 else (-1 if e % 2 else 1) if x == -1 else 0
+    return x**e
+
+
+def _wrap(v: int, dt: np.dtype) -> int:
+    bits = dt.itemsize * 8
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if dt.kind == "i" and v >= 1 << (bits - 1) else v
+
+
+def _pow_oracle(a, b):
+    if a.dtype.kind == "f":
+        return np.exp(b * np.log(a))
+    a, b = np.broadcast_arrays(a, b)
+    out = [_wrap(_int_pow(x.item(), y.item()), a.dtype) for x, y in zip(a.ravel(), b.ravel())]
+    return np.array(out, a.dtype).reshape(a.shape)
+
+
+def _pow_cases(rng, dt):
+    if dt.kind == "float":
+        return _binary(_pos, _arr)(rng, dt)
+    big = np.asarray(rng.integers(-40, 41, (3, 4))).astype(dt.np_dtype)  # overflowing powers wrap
+    return _binary(_arr)(rng, dt) + [([big, np.asarray(rng.integers(-3, 30, (3, 4))).astype(dt.np_dtype)], {})]
+
+
+def _bitwise_cases(rng, dt):
+    fns = ("and", "or", "xor") if dt.kind == "bool" else ("and", "or", "xor", "lshift", "rshift")
+    counts = np.array([-1, 0, 3, 31, 32, 63, 64, 70]).astype(dt.np_dtype) if dt.kind == "int" else None
+    out = [([_arr(rng, sa, dt), _arr(rng, sb, dt)], {"fn": fn}) for fn in fns for sa, sb in BINARY_SHAPES]
+    if counts is not None:  # shift counts past the width and negative ones
+        out += [([np.array([-5, 5, 1, -1, 7, -7, 2, 0]).astype(dt.np_dtype), counts], {"fn": fn})
+                for fn in ("lshift", "rshift")]
+    return out
+
+
+def _bitwise_oracle(a, b, fn):
+    a, b = np.broadcast_arrays(a, b)
+    bits = a.dtype.itemsize * 8
+
+    def one(x, y):
+        if fn in ("and", "or", "xor"):
+            return {"and": x & y, "or": x | y, "xor": x ^ y}[fn]
+        if fn == "lshift":
+            return 0 if y < 0 or y >= bits else _wrap(x << y, a.dtype)
+        return (-1 if x < 0 else 0) if y < 0 or y >= bits else x >> y
+
+    out = [one(x.item(), y.item()) for x, y in zip(a.ravel(), b.ravel())]
+    return np.array(out, a.dtype).reshape(a.shape)
+
+
 def _reduce_oracle(fn):
     def oracle(x, axes, keepdim):
         ax = tuple(a % x.ndim for a in axes) if x.ndim else ()  # a 0-d tensor reduces to itself
@@ -672,7 +725,8 @@ RECIPES: dict[str, Recipe] = {
     "straight_through": Recipe(_binary(_arr), lambda a, b: b + 0 * a),
     "mul": Recipe(_binary(_arr), lambda a, b: a * b, NUM),
     "div": Recipe(_binary(_arr, _away), lambda a, b: a / b),
-    "pow": Recipe(_binary(_pos, _arr), lambda a, b: np.exp(b * np.log(a))),
+    "pow": Recipe(_pow_cases, _pow_oracle, NUM),
+    "bitwise": Recipe(_bitwise_cases, _bitwise_oracle, INTS + ("bool",)),
     "floor_divide": Recipe(_divmod_cases, _py_binary(lambda a, b: a // b), NUM),
     "remainder": Recipe(_divmod_cases, _py_binary(lambda a, b: a % b), NUM),
     "cumsum": Recipe(_scan_cases, _scan_oracle(lambda acc, v: acc + v), NUM),

@@ -285,6 +285,32 @@ def _cast_narrow(rng, dt):
 
 
 TABLE["cast"] = (ALL + NARROW, _cast_narrow)
+
+
+def _bitwise(rng, dt):
+    """and / or / xor (and on ints, the shifts with counts past the width and negative ones)."""
+    fns = ("and", "or", "xor") if dt.kind == "bool" else ("and", "or", "xor", "lshift", "rshift")
+    out = [(pair, {"fn": fn}) for fn in fns for pair, _ in _binary()(rng, dt)]
+    if dt.kind == "int":
+        counts = np.array([-1, 0, 3, 7, 8, 31, 32, 64, 70] if dt.itemsize > 1 else [-1, 0, 3, 7, 8, 9, 100, 1, 2])
+        x = np.array([-5, 5, 1, -1, 7, -7, 2, 0, 100])
+        if dt.name == "u8":
+            x, counts = np.abs(x), np.abs(counts)
+        out += [([x.astype(dt.np_dtype), counts.astype(dt.np_dtype)], {"fn": fn}) for fn in ("lshift", "rshift")]
+    return out
+
+
+def _int_pow(rng, dt):
+    """Integer pow: small bases and exponents (negative ones too), and overflowing powers that wrap."""
+    if dt.kind == "float":
+        return _binary(_pos)(rng, dt)
+    big = np.asarray(rng.integers(0 if dt.name == "u8" else -40, 41, (5, 7))).astype(dt.np_dtype)
+    e = np.asarray(rng.integers(0 if dt.name == "u8" else -3, 30, (5, 7))).astype(dt.np_dtype)
+    return _binary()(rng, dt) + [([big, e], {})]
+
+
+TABLE["bitwise"] = (INTS + ("bool",) + NARROW, _bitwise)
+TABLE["pow"] = (NUM + NARROW, _int_pow)
 TABLE["floor_divide"] = (NUM, _binary(_quarters, _nonzero))
 TABLE["remainder"] = (NUM, _binary(_quarters, _nonzero))
 TABLE["cumsum"] = (NUM + NARROW, _scan)

@@ -13,7 +13,7 @@ from flame.ir.dtypes import boolean, f32
 from flame.ir.memo import exact_memo
 from flame.ir.ops._erf import erf_narrow
 from flame.ir.ops._shapes import broadcast_shapes
-from flame.ir.registry import Attr, OpDef, check_dtype, register
+from flame.ir.registry import REQUIRED, Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -129,7 +129,8 @@ unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_sl
 unary("floor", np.floor, kinds=_NUM, nondiff=_PIECEWISE)
 unary("ceil", np.ceil, kinds=_NUM, nondiff=_PIECEWISE)
 unary("round", np.round, kinds=_NUM, nondiff=_PIECEWISE, doc="half to even, like torch.round")
-unary("sign", np.sign, kinds=_NUM, nondiff=_PIECEWISE)
+unary("sign", lambda x: ((x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)).astype(x.dtype), kinds=_NUM,
+      nondiff=_PIECEWISE, doc="1, -1 or 0 (also for -0.0 and NaN), as torch.sign")
 STOP_GRADIENT = unary("stop_gradient", np.copy, kinds=("float", "int", "bool"),
       nondiff="the identity that gradients do not flow through (Tensor.detach); removed after autodiff",
       doc="x, with no gradient: what Tensor.detach() records while tracing")
@@ -173,6 +174,25 @@ def _power(x, y):
     return np.power(x.reshape(x.shape or (1,)), y).reshape(shape)
 
 
+def _int_power(x, y):
+    """Integer pow as PyTorch's: exact, wrapping on overflow; a negative exponent gives 0 except for bases
+    1 (1) and -1 (+-1 by the exponent's parity)."""
+    x, y = np.broadcast_arrays(np.asarray(x), np.asarray(y))
+    out, base, e = np.ones(x.shape, x.dtype), x.copy(), np.where(y > 0, y, 0).astype(np.int64)
+    with np.errstate(over="ignore"):
+        while e.any():
+            out = np.where(e & 1, out * base, out).astype(x.dtype)
+            base = (base * base).astype(x.dtype)
+            e >>= 1
+    neg = np.where(x == 1, 1, np.where(x == -1, np.where(y % 2 == 1, -1, 1), 0)).astype(x.dtype) \
+        if x.dtype.kind == "i" else np.where(x == 1, 1, 0).astype(x.dtype)
+    return np.where(y < 0, neg, out).astype(x.dtype) if y.dtype.kind == "i" else out
+
+
+def _power_any(x, y):
+    return _int_power(x, y) if np.asarray(x).dtype.kind in "iu" else _power(x, y)
+
+
 def _pow_vjp(b, g, x, y, out):
     gx = b.mul(g, b.mul(y, b.pow(x, b.sub(y, 1.0))))
     gy = b.where(b.gt(x, 0), b.mul(g, b.mul(out, b.log(b.where(b.gt(x, 0), x, 1.0)))), 0)
@@ -190,7 +210,7 @@ MUL = binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, 
              on_bool="logical_and", sign_only=True)
 DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
        kinds=("float",), cost=_IEEE, row_kernels=((("max", "sum"), "softmax"),))
-binary("pow", _power, _pow_vjp, kinds=("float",), autocast="f32", cost=_LIBM)
+binary("pow", _power_any, _pow_vjp, autocast="f32", cost=_LIBM)
 binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE, cost=_IEEE)  # Python's // (floor), as torch.floor_divide
 binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))), cost=_IEEE)
@@ -211,6 +231,36 @@ for _name, _fn in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le
 LOGICAL_AND = binary("logical_and", np.logical_and, kinds=("bool",), nondiff=_CMP, commutative=True)
 binary("logical_or", np.logical_or, kinds=("bool",), nondiff=_CMP, commutative=True)
 unary("logical_not", np.logical_not, kinds=("bool",), nondiff=_CMP)
+
+
+BITWISE = ("and", "or", "xor", "lshift", "rshift")
+
+
+def _bitwise_infer(types, fn):
+    a, b = types
+    if a.dtype != b.dtype:
+        raise DTypeError(f"bitwise_{fn} {a}, {b}: dtypes differ ({a.dtype} vs {b.dtype}); cast one first")
+    check_dtype(f"bitwise_{fn}", a, ("int",) if fn in ("lshift", "rshift") else ("int", "bool"))
+    return TensorType(broadcast_shapes(f"bitwise_{fn}", types), a.dtype)
+
+
+def _bitwise_ref(x, y, fn):
+    if fn in ("and", "or", "xor"):
+        return getattr(np, f"bitwise_{fn}")(x, y)
+    bits = x.dtype.itemsize * 8  # PyTorch's: a shift by a negative count or by the width or more gives 0
+    out_of_range = (y.astype(np.int64) < 0) | (y.astype(np.int64) >= bits)  # (<<) or the sign (>>: -1 or 0)
+    if fn == "lshift":
+        return np.where(out_of_range, 0, np.left_shift(x, np.where(out_of_range, 0, y).astype(x.dtype)))\
+            .astype(x.dtype)
+    fill = np.where(x < 0, -1, 0).astype(x.dtype)  # the sign (0 for unsigned x)
+    return np.where(out_of_range, fill, np.right_shift(x, np.where(out_of_range, 0, y).astype(x.dtype)))\
+        .astype(x.dtype)
+
+
+BITWISE_OP = register(OpDef("bitwise", "elementwise", 2, _bitwise_infer, _bitwise_ref,
+                            {"fn": Attr("str", REQUIRED, BITWISE)}, nondiff="integer result: no gradient",
+                            doc="bitwise and / or / xor of integers and bools, << and >> of integers "
+                                "(torch.bitwise_*), with PyTorch's results for shift counts out of range"))
 
 
 def _where_infer(types):
