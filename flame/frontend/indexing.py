@@ -23,11 +23,12 @@ too, gets the gradient of its position (PyTorch's index_put). index_put(accumula
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 from flame.errors import FlameError, ShapeError, TraceError
-from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location
+from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply, fresh
 from flame.frontend.index_ops import check_indices, wrap_negative
@@ -44,14 +45,31 @@ from flame.frontend.views import (
     version,
     write,
 )
-from flame.ir.dtypes import boolean, i64
+from flame.ir.dtypes import boolean, i64, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
 
+def _key(key) -> tuple:
+    """The index as a tuple of per-dim parts. A list holding a sequence, a tensor, a slice, None or
+    Ellipsis (and shorter than 32) is such a tuple, as torch (and NumPy once) reads it:
+    x[[[1, 0], [0, 0]]] is x[[1, 0], [0, 0]]."""
+    if isinstance(key, tuple):
+        return key
+    if isinstance(key, list) and len(key) < 32 and any(
+            k is None or k is Ellipsis or isinstance(k, (list, tuple, slice, np.ndarray, Tensor)) for k in key):
+        return tuple(key)
+    return (key,)
+
+
 def _as_index(k):
-    """Lists and arrays become index tensors; NumPy integers become ints."""
+    """Lists and arrays become index tensors; NumPy integers become ints; a uint8 index is a mask, as
+    torch's (deprecated there, with its warning)."""
     if isinstance(k, (list, np.ndarray)):
-        return Tensor(np.asarray(k) if not isinstance(k, list) or k else np.zeros(0, np.int64))
+        k = Tensor(np.asarray(k) if not isinstance(k, list) or k else np.zeros(0, np.int64))
+    if isinstance(k, Tensor) and k.dtype == u8:
+        warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
+                      "instead.", UserWarning, stacklevel=user_stacklevel())
+        return k.to(boolean)
     if isinstance(k, np.integer):
         return int(k)
     if isinstance(k, Tensor) and not (k.dtype.is_int or k.dtype == boolean):
@@ -111,7 +129,7 @@ def _insert_new_axes(t, key: tuple):
 
 
 def getitem(t, key):
-    key = tuple(_as_index(k) for k in (key if isinstance(key, tuple) else (key,)))
+    key = tuple(_as_index(k) for k in _key(key))
     key = _expand_ellipsis(key, t.ndim)
     if sum(_width(k) for k in key if k is not None) > t.ndim:
         raise ShapeError(f"too many indices for a tensor of shape {list(t.shape)}\n  at {user_location()}")
@@ -185,7 +203,8 @@ def _strides(sizes: list[int]) -> list[int]:
 def setitem(t, key, value) -> None:
     """x[key] = value, as a functional update that rebinds x (see the module docstring)."""
     fill = not isinstance(value, Tensor)  # one number: PyTorch writes it into an expanded view too
-    keys = key if isinstance(key, tuple) else (key,)
+    keys = _key(key)
+    key = keys if len(keys) != 1 or isinstance(key, tuple) else key
     if overlapping(t) and not any(isinstance(_as_index(k), Tensor) for k in keys):
         # only the elements the key names, as torch's x[key].copy_(v): the others share their memory
         sub = getitem(t, key)

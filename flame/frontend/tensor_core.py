@@ -210,20 +210,20 @@ class TensorCore:
     def __invert__(self):
         return bitwise_not(self)
 
-    def bitwise_and(self, o):
-        return bitwise("and", self, o)
+    def bitwise_and(self, other):
+        return bitwise("and", self, other)
 
-    def bitwise_or(self, o):
-        return bitwise("or", self, o)
+    def bitwise_or(self, other):
+        return bitwise("or", self, other)
 
-    def bitwise_xor(self, o):
-        return bitwise("xor", self, o)
+    def bitwise_xor(self, other):
+        return bitwise("xor", self, other)
 
-    def bitwise_left_shift(self, o):
-        return bitwise("lshift", self, o)
+    def bitwise_left_shift(self, other):
+        return bitwise("lshift", self, other)
 
-    def bitwise_right_shift(self, o):
-        return bitwise("rshift", self, o)
+    def bitwise_right_shift(self, other):
+        return bitwise("rshift", self, other)
 
     def bitwise_not(self):
         return bitwise_not(self)
@@ -588,9 +588,14 @@ def can_cast(from_: DType, to: DType) -> bool:
     return order[dtype_of(from_).kind] <= order[dtype_of(to).kind]
 
 
-def promote_types(a, b) -> DType:
-    """torch.promote_types: the dtype two tensors of dtypes a and b promote to."""
-    return promote(dtype_of(a), dtype_of(b))
+def torch_result_type(tensor, other) -> DType:
+    """torch.result_type(tensor, other): the dtype an op of the two gives (result_type's rules)."""
+    return result_type(tensor, other)
+
+
+def promote_types(type1, type2) -> DType:
+    """torch.promote_types: the dtype two tensors of dtypes type1 and type2 promote to."""
+    return promote(dtype_of(type1), dtype_of(type2))
 
 
 def _is_bool(x) -> bool:

@@ -6,6 +6,7 @@ dtype, shape, errors), eagerly and inside @flame.compile (bool-mask reads and no
 import numpy as np
 import pytest
 
+import flame
 from tests.tensor_parity.common import check
 
 X = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
@@ -71,22 +72,12 @@ def test_indexing(name, compiled):
     check(cases[name], X, compiled=compiled)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="torch reads a list holding lists (x[[[1, 0], [0, 0]]]) as a tuple of "
-    "indices (x[[1, 0], [0, 0]]), NumPy's old rule; flame takes it as one 2-D index tensor: a silent "
-    "shape difference (frontend/indexing.py)",
-)
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_list_of_lists_index_is_a_tuple_in_torch(compiled):
     check(lambda L, x: x[[[1, 0], [0, 0]]], X, compiled=compiled)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="torch takes a uint8 index tensor as a mask (deprecated, with a warning); "
-    "flame as integer positions: a silent shape difference (frontend/indexing.py should refuse u8)",
-)
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_uint8_index_is_a_mask_in_torch(compiled):
-    check(lambda L, x: x[L.tensor([1, 0], dtype=L.uint8)], X, compiled=compiled)
+def test_uint8_index_is_a_mask_as_torchs_with_its_warning():
+    check(lambda L, x: x[L.tensor([1, 0], dtype=L.uint8)], X, compiled=False)
+    with pytest.warns(UserWarning, match="uint8 is now deprecated"):
+        flame.arange(6).reshape(2, 3)[flame.tensor([1, 0], dtype=flame.uint8)]
