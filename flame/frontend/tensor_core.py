@@ -533,10 +533,21 @@ def matmul(input, other) -> Tensor:  # noqa: A002
     return out
 
 
-def full(size, fill_value, dtype=None) -> Tensor:
+def full(size, fill_value, dtype=None, *, device=None) -> Tensor:
     """A tensor of shape size holding fill_value (dtype: given, else the value's default), as torch.full."""
     dt = dtype_of(dtype) if dtype is not None else default_dtype_for(fill_value)
-    return apply("full", shape=tuple(size), value=fill_value, dtype=dt)
+    return placed(apply("full", shape=tuple(size), value=fill_value, dtype=dt), device, "full")
+
+
+def placed(t: Tensor, device, what: str) -> Tensor:
+    """A factory function's `device=`, as torch's: None, or the device this process runs on (t itself);
+    another device raises as Tensor.to does, and a value that names no device is a TypeError."""
+    if device is None:
+        return t
+    if not is_device(device):
+        raise TypeError(f"{what}: device must name a device ('cpu', 'cuda', 'cuda:0'), got {device!r}\n"
+                        f"  at {user_location()}")
+    return t._to_device(device)
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:

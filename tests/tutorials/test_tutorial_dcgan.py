@@ -2,7 +2,7 @@
 BatchNorm2d + ReLU ending in Tanh, a discriminator of Conv2d + LeakyReLU + BatchNorm2d ending in
 Sigmoid, `weights_init` through `model.apply` (`m.weight.data.normal_`, `nn.init.normal_`,
 `nn.init.constant_`), BCELoss, two Adam optimizers with betas=(0.5, 0.999), labels from
-`torch.full(..., dtype=...)` changed with `label.fill_`, `netD.zero_grad()`, the discriminator's
+`torch.full(..., dtype=..., device=device)` changed with `label.fill_`, `netD.zero_grad()`, the discriminator's
 step on `fake.detach()` and the generator's on `fake`. flame starts from torch's weights and takes
 the same images and noise (the tutorial's `torch.randn` noise is passed in, the one change); losses,
 D(x), D(G(z)) and every parameter and BatchNorm statistic must agree, eagerly and with the
@@ -82,11 +82,14 @@ def _trainer(lib, netG, netD, dtype, compiled):
     optimizerD = optim.Adam(netD.parameters(), lr=0.0002, betas=(0.5, 0.999))
     optimizerG = optim.Adam(netG.parameters(), lr=0.0002, betas=(0.5, 0.999))
 
-    def iteration(real_cpu, noise):
+    device = lib.device("cuda:0" if lib.cuda.is_available() else "cpu")
+
+    def iteration(data, noise):
         # (1) Update D network: maximize log(D(x)) + log(1 - D(G(z)))
         netD.zero_grad()
+        real_cpu = data.to(device)
         b_size = real_cpu.size(0)
-        label = lib.full((b_size,), real_label, dtype=dtype)
+        label = lib.full((b_size,), real_label, dtype=dtype, device=device)
         output = netD(real_cpu).view(-1)
         errD_real = criterion(output, label)
         errD_real.backward()
