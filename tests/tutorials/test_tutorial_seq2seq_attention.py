@@ -187,6 +187,11 @@ FACTORIES = [
     ("rand_like", lambda lib, **d: lib.rand_like(lib.ones(2), **d).shape),
     ("randn_like", lambda lib, **d: lib.randn_like(lib.ones(2), **d).shape),
     ("randint", lambda lib, **d: lib.randint(0, 5, (3,), **d).shape),
+    ("new_zeros", lambda lib, **d: lib.ones(2, dtype=lib.float64).new_zeros(2, 3, **d)),
+    ("new_ones", lambda lib, **d: lib.ones(2).new_ones((2,), **d)),
+    ("new_full", lambda lib, **d: lib.ones(2).new_full((2,), 3.0, **d)),
+    ("new_empty", lambda lib, **d: lib.ones(2).new_empty(2, **d).zero_()),
+    ("new_tensor", lambda lib, **d: lib.ones(2).new_tensor([1.0, 2.0], **d)),
 ]
 
 
