@@ -140,6 +140,13 @@ class Variant:
         self._entry.run = fn
 
 
+def _holds_tensor(a: Any) -> bool:
+    """a is a tuple, list or dict with a Tensor somewhere inside."""
+    if isinstance(a, dict):
+        a = list(a.values())
+    return isinstance(a, (tuple, list)) and any(isinstance(x, Tensor) or _holds_tensor(x) for x in a)
+
+
 def _family(key: tuple) -> tuple:
     """A signature with each tensor's shape replaced by its rank: the calls one template can serve."""
     return tuple(("T", len(k[1]), *k[2:]) if k[0] == "T" else k for k in key)
@@ -322,10 +329,16 @@ class Compiled:
 
     def _key(self, args: list) -> tuple:
         key = []
-        for a in args:
+        for i, a in enumerate(args):
             if isinstance(a, Tensor):
                 key.append(("T", a.shape, a.dtype.name, a.requires_grad, *(a._hooks or ())))  # hooks: their ids
             else:
+                if _holds_tensor(a):
+                    raise FlameError(
+                        f"{self.name}: argument {i} is a {type(a).__name__} holding tensors; a compiled function "
+                        f"takes each tensor as an argument of its own (anything else is a compile-time constant): "
+                        f"pass them unpacked, as `step(x, *hidden)`, and rebuild the {type(a).__name__} inside"
+                        f"\n  at {user_location()}")
                 try:
                     hash(a)
                 except TypeError:

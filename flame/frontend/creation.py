@@ -10,7 +10,7 @@ from flame.errors import ShapeError
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
-from flame.frontend.tensor_core import full, where
+from flame.frontend.tensor_core import full, placed, where
 from flame.ir.dtypes import DType, bf16, dtype_of, f32, f64, i64
 from flame.ir.ops.creation import arange_len
 from flame.runtime import device as _device
@@ -21,17 +21,17 @@ __all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "em
            "randint", "randn", "randn_like", "tensor", "zeros", "zeros_like"]
 
 
-def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def tensor(data: Any, dtype: Any = None, requires_grad: bool = False, *, device: Any = None) -> Tensor:
     """A new concrete tensor from data (Python floats default to f32, ints to i64, as in PyTorch)."""
-    return Tensor(data, dtype, requires_grad)
+    return placed(Tensor(data, dtype, requires_grad), device, "tensor")
 
 
-def as_tensor(data: Any, dtype: Any = None) -> Tensor:
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """A tensor sharing `data`'s memory where its dtype and device allow, else a copy (torch.as_tensor)."""
     if isinstance(data, Tensor) and (dtype is None or dtype_of(dtype) == data.dtype):
-        return data
+        return placed(data, device, "as_tensor")
     arr, dt = to_array(data, dtype, copy=False)
-    return Tensor._concrete(arr, dt)
+    return placed(Tensor._concrete(arr, dt), device, "as_tensor")
 
 
 def from_numpy(ndarray: np.ndarray) -> Tensor:
@@ -67,42 +67,42 @@ def _bfloat16_bits(obj) -> Any:
     return None
 
 
-def zeros(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
+def zeros(*shape, dtype=f32, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of zeros (torch.zeros)."""
-    return full(_shape_arg(shape), 0, dtype).requires_grad_(requires_grad)
+    return placed(full(_shape_arg(shape), 0, dtype), device, "zeros").requires_grad_(requires_grad)
 
 
-def ones(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
+def ones(*shape, dtype=f32, device=None, requires_grad: bool = False) -> Tensor:
     """A tensor of ones (torch.ones)."""
-    return full(_shape_arg(shape), 1, dtype).requires_grad_(requires_grad)
+    return placed(full(_shape_arg(shape), 1, dtype), device, "ones").requires_grad_(requires_grad)
 
 
-def empty(*shape, dtype=f32, requires_grad: bool = False) -> Tensor:
+def empty(*shape, dtype=f32, device=None, requires_grad: bool = False) -> Tensor:
     """torch.empty: flame has no uninitialised memory to hand out, so the tensor holds zeros."""
-    return zeros(*shape, dtype=dtype, requires_grad=requires_grad)
+    return placed(zeros(*shape, dtype=dtype), device, "empty").requires_grad_(requires_grad)
 
 
-def empty_like(input: Tensor, dtype=None) -> Tensor:  # noqa: A002
+def empty_like(input: Tensor, dtype=None, *, device=None) -> Tensor:  # noqa: A002
     """A tensor of input's shape (zeros), in dtype or input's."""
-    return zeros_like(input, dtype)
+    return placed(zeros_like(input, dtype), device, "empty_like")
 
 
-def full_like(input: Tensor, fill_value, dtype=None) -> Tensor:  # noqa: A002
+def full_like(input: Tensor, fill_value, dtype=None, *, device=None) -> Tensor:  # noqa: A002
     """A tensor of input's shape filled with fill_value, in dtype or input's."""
-    return full(input.shape, fill_value, dtype or input.dtype)
+    return placed(full(input.shape, fill_value, dtype or input.dtype), device, "full_like")
 
 
-def zeros_like(input: Tensor, dtype=None) -> Tensor:  # noqa: A002
+def zeros_like(input: Tensor, dtype=None, *, device=None) -> Tensor:  # noqa: A002
     """Zeros of input's shape, in dtype or input's."""
-    return full(input.shape, 0, dtype or input.dtype)
+    return placed(full(input.shape, 0, dtype or input.dtype), device, "zeros_like")
 
 
-def ones_like(input: Tensor, dtype=None) -> Tensor:  # noqa: A002
+def ones_like(input: Tensor, dtype=None, *, device=None) -> Tensor:  # noqa: A002
     """Ones of input's shape, in dtype or input's."""
-    return full(input.shape, 1, dtype or input.dtype)
+    return placed(full(input.shape, 1, dtype or input.dtype), device, "ones_like")
 
 
-def arange(start=0, end=None, step=1, dtype=None) -> Tensor:
+def arange(start=0, end=None, step=1, dtype=None, *, device=None) -> Tensor:
     """start, start + step, ... below end (arange(end) counts from 0), as torch.arange."""
     stop = end
     if stop is None:
@@ -116,8 +116,8 @@ def arange(start=0, end=None, step=1, dtype=None) -> Tensor:
                          f"sign, as in PyTorch (an empty range needs start == stop)\n  at {user_location()}")
     dt = dtype_of(dtype)
     if dt.is_int and any(isinstance(v, (float, np.floating)) for v in (start, stop, step)):
-        return _int_arange(float(start), float(stop), float(step), dt)
-    return apply("arange", start=start, stop=stop, step=step, dtype=dt)
+        return placed(_int_arange(float(start), float(stop), float(step), dt), device, "arange")
+    return placed(apply("arange", start=start, stop=stop, step=step, dtype=dt), device, "arange")
 
 
 def _int_arange(start: float, stop: float, step: float, dt: DType) -> Tensor:
@@ -189,26 +189,28 @@ def manual_seed(seed: int) -> Generator:
     return _default.manual_seed(seed)
 
 
-def rand(*shape, dtype=f32, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
+def rand(*shape, dtype=f32, device=None, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
     """Uniform numbers in [0, 1)."""
     t = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), dtype_of(dtype))
+    t = placed(t, device, "rand")
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def randn(*shape, dtype=f32, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
+def randn(*shape, dtype=f32, device=None, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
     """Standard normal numbers."""
     t = (generator or default_generator()).draw("random_normal", _shape_arg(shape), dtype_of(dtype))
+    t = placed(t, device, "randn")
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def rand_like(input: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:  # noqa: A002
+def rand_like(input: Tensor, dtype=None, *, device=None, generator: Generator | None = None) -> Tensor:  # noqa: A002
     """U(0, 1) samples of input's shape, in dtype or input's."""
-    return rand(*input.shape, dtype=dtype or input.dtype, generator=generator)
+    return placed(rand(*input.shape, dtype=dtype or input.dtype, generator=generator), device, "rand_like")
 
 
-def randn_like(input: Tensor, dtype=None, generator: Generator | None = None) -> Tensor:  # noqa: A002
+def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator | None = None) -> Tensor:  # noqa: A002
     """N(0, 1) samples of input's shape, in dtype or input's."""
-    return randn(*input.shape, dtype=dtype or input.dtype, generator=generator)
+    return placed(randn(*input.shape, dtype=dtype or input.dtype, generator=generator), device, "randn_like")
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
@@ -223,7 +225,7 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Gene
         return tensor.copy_(randn(*tensor.shape, dtype=tensor.dtype, generator=generator) * std + mean)
 
 
-def randint(*args, size=None, dtype=i64, generator: Generator | None = None) -> Tensor:
+def randint(*args, size=None, dtype=i64, device=None, generator: Generator | None = None) -> Tensor:
     """Integers drawn uniformly from [low, high): randint(high, size) or randint(low, high, size). Each is
     floor(low + u * (high - low)) of a 24-bit uniform u: exactly uniform when high - low is a power of two
     up to 2**24, within (high - low) / 2**24 of uniform otherwise."""
@@ -236,7 +238,7 @@ def randint(*args, size=None, dtype=i64, generator: Generator | None = None) -> 
         raise ValueError(f"randint: low ({low}) must be less than high ({high})")
     u = (generator or default_generator()).draw("random_uniform", _shape_arg((size,) if isinstance(size, int)
                                                                              else tuple(size)), f64)
-    return ((u * float(high - low)).floor() + float(low)).to(dtype_of(dtype))
+    return placed(((u * float(high - low)).floor() + float(low)).to(dtype_of(dtype)), device, "randint")
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False,  # noqa: A002
@@ -268,7 +270,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False,  # n
     return idx.clamp(max=last)
 
 
-def linspace(start, end, steps: int, dtype=None) -> Tensor:
+def linspace(start, end, steps: int, dtype=None, *, device=None) -> Tensor:
     """steps evenly spaced values from start to end, computed as PyTorch does (from start for the first
     half, from end for the second, so both ends are exact)."""
     dt = dtype_of(dtype) if dtype is not None else f32
@@ -276,11 +278,11 @@ def linspace(start, end, steps: int, dtype=None) -> Tensor:
         raise ShapeError(f"linspace: number of steps must be non-negative, got {steps}")
     work = dt if dt.is_float else f64
     if steps <= 1:
-        return full((steps,), start, work).to(dt)
+        return placed(full((steps,), start, work).to(dt), device, "linspace")
     step = (end - start) / (steps - 1)
     i = arange(steps, dtype=work)
     out = where(i < steps // 2, i * step + start, end - (float(steps - 1) - i) * step)
-    return out.to(dt)
+    return placed(out.to(dt), device, "linspace")
 
 
 def logspace(start, end, steps: int, base: float = 10.0, dtype=None) -> Tensor:
@@ -289,7 +291,7 @@ def logspace(start, end, steps: int, base: float = 10.0, dtype=None) -> Tensor:
     return (full((), float(base), f64) ** linspace(start, end, steps, dtype=f64)).to(dt)
 
 
-def eye(n: int, m: int | None = None, dtype=f32) -> Tensor:
+def eye(n: int, m: int | None = None, dtype=f32, *, device=None) -> Tensor:
     """The n x m identity (ones on the diagonal)."""
     m = n if m is None else m
-    return (arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).to(dtype_of(dtype))
+    return placed((arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).to(dtype_of(dtype)), device, "eye")

@@ -11,9 +11,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ArgumentError, DTypeError, FlameError, ShapeError, TraceError
+from flame.errors import ArgumentError, AutogradError, DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend import autocast
-from flame.frontend.context import user_location
+from flame.frontend.context import current_trace, user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import (
     Tensor,
@@ -24,7 +24,7 @@ from flame.frontend.tensor import (
     dim_index,
     reduce_axes,
 )
-from flame.frontend.views import link, new_tensor, view_error
+from flame.frontend.views import bump, link, new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote, u8
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
@@ -47,6 +47,30 @@ class TensorCore:
         # reaches self's values (indexing.assign: without a gradient, as one under no_grad)
         link(out, self, opdef("stop_gradient"), {})
         return out
+
+    def detach_(self) -> Tensor:
+        """Detach in place, as torch's: self becomes a leaf that does not require grad (`h.detach_()`
+        between truncated-BPTT batches). What was computed from self before still differentiates
+        through its history. A view (other than one made by detach() or .data) raises, as torch's."""
+        if self._base is not None and any(op.name != "stop_gradient" for op, _, _ in self._chain):
+            raise AutogradError(f"Can't detach views in-place. Use detach() instead\n  at {user_location()}")
+        if self._value is not None:  # traced: later uses read it through stop_gradient
+            self._value, self.requires_grad = apply("stop_gradient", self)._value, False
+            return self
+        if self._node is None and not self.requires_grad:
+            return self
+        if current_trace.get() is not None:
+            raise TraceError(
+                f"detach_() of a tensor made outside @flame.compile would change it once, while "
+                f"tracing: call it before the compiled function, or use x.detach()\n  at {user_location()}"
+            )
+        if self._node is not None:  # ops recorded before name self at this version: they read its history
+            old = Tensor._concrete(self._data, self.dtype)
+            old._node, old.requires_grad = self._node, self.requires_grad
+            self._past = {**(self._past or {}), self._version: old}
+            bump(self)
+        self._node, self.requires_grad = None, False
+        return self
 
     @property
     def data(self) -> Tensor:
@@ -672,12 +696,23 @@ def matmul(input, other) -> Tensor:  # noqa: A002
     return out
 
 
-def full(size, fill_value, dtype=None) -> Tensor:
+def full(size, fill_value, dtype=None, *, device=None) -> Tensor:
     """A tensor of shape size holding fill_value (dtype: given, else the value's default), as torch.full."""
     dt = dtype_of(dtype) if dtype is not None else default_dtype_for(fill_value)
     if dt.is_int and isinstance(fill_value, (int, float, np.number)) and not isinstance(fill_value, bool):
         check_int_range(fill_value, dt)
-    return apply("full", shape=tuple(size), value=fill_value, dtype=dt)
+    return placed(apply("full", shape=tuple(size), value=fill_value, dtype=dt), device, "full")
+
+
+def placed(t: Tensor, device, what: str) -> Tensor:
+    """A factory function's `device=`, as torch's: None, or the device this process runs on (t itself);
+    another device raises as Tensor.to does, and a value that names no device is a TypeError."""
+    if device is None:
+        return t
+    if not is_device(device):
+        raise TypeError(f"{what}: device must name a device ('cpu', 'cuda', 'cuda:0'), got {device!r}\n"
+                        f"  at {user_location()}")
+    return t._to_device(device)
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:

@@ -22,7 +22,7 @@ from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
-from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, result_type, where
+from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, result_type, where
 from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
@@ -652,22 +652,22 @@ class TensorOps:
         return self.dtype.is_float
 
     # ---- new tensors like this one --------------------------------------------------------------------
-    def new_full(self, size, fill_value, dtype=None):
-        return full(_shape_arg((size,) if isinstance(size, int) else tuple(size)), fill_value,
-                       dtype_of(dtype) if dtype is not None else self.dtype)
+    def new_full(self, size, fill_value, dtype=None, *, device=None):
+        return placed(full(_shape_arg((size,) if isinstance(size, int) else tuple(size)), fill_value,
+                           dtype_of(dtype) if dtype is not None else self.dtype), device, "new_full")
 
-    def new_zeros(self, *size, dtype=None):
-        return self.new_full(_shape_arg(size), 0, dtype)
+    def new_zeros(self, *size, dtype=None, device=None):
+        return placed(self.new_full(_shape_arg(size), 0, dtype), device, "new_zeros")
 
-    def new_ones(self, *size, dtype=None):
-        return self.new_full(_shape_arg(size), 1, dtype)
+    def new_ones(self, *size, dtype=None, device=None):
+        return placed(self.new_full(_shape_arg(size), 1, dtype), device, "new_ones")
 
-    def new_empty(self, *size, dtype=None):
+    def new_empty(self, *size, dtype=None, device=None):
         """Like new_zeros: flame has no uninitialised memory to hand out."""
-        return self.new_zeros(*size, dtype=dtype)
+        return placed(self.new_zeros(*size, dtype=dtype), device, "new_empty")
 
-    def new_tensor(self, data, dtype=None):
-        return Tensor(data, dtype if dtype is not None else self.dtype)
+    def new_tensor(self, data, dtype=None, *, device=None):
+        return placed(Tensor(data, dtype if dtype is not None else self.dtype), device, "new_tensor")
 
     def contiguous(self, memory_format=None):
         """self when it is contiguous (row-major, no gaps), else a row-major copy (not a view)."""

@@ -6,3 +6,13 @@ flame.utils.data loads data as torch.utils.data does (DataLoader, datasets, samp
 from flame.utils._checkpoint import checkpoint, checkpoint_policies, tag
 
 __all__ = ["checkpoint", "checkpoint_policies", "tag"]
+
+
+def __getattr__(name: str):
+    """flame.utils.data imports on first use: `flame.utils.data.DataLoader` works after a plain `import
+    flame`, as `torch.utils.data.DataLoader` does after `import torch`."""
+    if name == "data":
+        import importlib
+
+        return importlib.import_module("flame.utils.data")
+    raise AttributeError(f"module 'flame.utils' has no attribute {name!r}")
