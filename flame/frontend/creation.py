@@ -285,10 +285,10 @@ def linspace(start, end, steps: int, dtype=None, *, device=None) -> Tensor:
     return placed(out.to(dt), device, "linspace")
 
 
-def logspace(start, end, steps: int, base: float = 10.0, dtype=None) -> Tensor:
+def logspace(start, end, steps: int, base: float = 10.0, dtype=None, *, device=None) -> Tensor:
     """base ** linspace(start, end, steps), as torch.logspace (computed in f64, then cast to dtype)."""
     dt = dtype_of(dtype) if dtype is not None else f32
-    return (full((), float(base), f64) ** linspace(start, end, steps, dtype=f64)).to(dt)
+    return placed((full((), float(base), f64) ** linspace(start, end, steps, dtype=f64)).to(dt), device, "logspace")
 
 
 def eye(n: int, m: int | None = None, dtype=f32, *, device=None) -> Tensor:
