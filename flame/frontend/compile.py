@@ -28,7 +28,7 @@ from flame.compiler import (
 )
 from flame.errors import ArgumentError, ArgumentTypeError, FlameError, MemoryBudgetError, RecompileWarning
 from flame.frontend import autocast
-from flame.frontend.context import current_trace, user_location, user_stacklevel
+from flame.frontend.context import current_trace, tracing_hooks, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor, zeros
 from flame.frontend.dynamic import NotDynamic, Template, changed_dims
 from flame.frontend.guards import (
@@ -355,7 +355,8 @@ class Compiled:
         targs = [tr.add_arg(a, i) if isinstance(a, Tensor) else a for i, a in enumerate(args)]
         token = current_trace.set(tr)
         try:
-            result = self.fn(*targs)
+            with tracing_hooks():
+                result = self.fn(*targs)
         finally:
             current_trace.reset(token)
         return tr, result

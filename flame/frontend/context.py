@@ -84,3 +84,19 @@ def inference_mode(mode: bool = True):
 def is_grad_enabled() -> bool:
     return grad_enabled.get()
 
+
+# called with True as @flame.compile starts running a function's body to trace it and with False when
+# it ends: a higher layer registers what it watches only then (nn.Module's attribute reads)
+TRACING_HOOKS: list = []
+
+
+@contextmanager
+def tracing_hooks():
+    """The block runs a body being traced: TRACING_HOOKS are told on entry and on exit."""
+    for hook in TRACING_HOOKS:
+        hook(True)
+    try:
+        yield
+    finally:
+        for hook in TRACING_HOOKS:
+            hook(False)

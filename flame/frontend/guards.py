@@ -8,9 +8,13 @@ becomes a Guard of that trace:
   begins with `zero_grad()` never reads the old one: that is part of the program, not of the key);
 - a module's `training` flag, where something read it (Dropout does; a Linear does not);
 - a choice an optimizer made in Python (weight_decay != 0, nesterov, amsgrad: Optimizer.option);
-- plain immutable Python values the function names itself: globals and closure variables (numbers,
-  strings, None, flame dtypes, enum members, tuples of those). Values reached through other objects'
-  attributes, NumPy arrays and the globals of functions it calls are not guarded.
+- plain immutable Python values the function names: globals and closure variables (numbers, strings,
+  None, flame dtypes, enum members, tuples of those), its own and those of the user's functions it
+  names in turn (a helper reading a global learning rate);
+- plain values the body read from a module's own attributes (`self.eps`, `self.scale`: nn.Module
+  records them while a body is traced).
+Values reached through other objects' attributes (a dict's entries, a config object's fields) and NumPy
+arrays are not guarded.
 A captured tensor's shape and dtype are checked by the compiled function's bindings.
 """
 
@@ -20,7 +24,9 @@ import dis
 import enum
 import functools
 import inspect
+import os
 import struct
+import sysconfig
 import types
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -165,21 +171,45 @@ def _cell_reader(cell) -> Callable[[], Any]:
 
 
 def python_value_guards(fn: Callable) -> list[Guard]:
-    """Guards on the plain Python values fn names: its closure variables and its module's globals."""
+    """Guards on the plain Python values fn names: its closure variables and its module's globals, and
+    those of the functions of the user's it names in turn (a helper reading a global learning rate)."""
     f = _function(fn)
     if f is None:
         return []
-    globals_read, derefs_read = _names(f.__code__)
-    out = []
-    for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
-        read = _cell_reader(cell)
-        if name in derefs_read and _is_plain(read()):
-            out.append(guard(f"closure variable {name!r}", read))
-    g = f.__globals__
-    for name in sorted(globals_read):
-        if _is_plain(g.get(name, MISSING)):
-            out.append(guard(f"global {name!r}", functools.partial(g.get, name, MISSING)))
+    out, seen, todo = [], {f}, [(f, "")]
+    while todo and len(seen) <= MAX_HELPERS:
+        f, by = todo.pop()
+        globals_read, derefs_read = _names(f.__code__)
+        reads = [(f"closure variable {name!r}{by}", _cell_reader(cell))
+                 for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()) if name in derefs_read]
+        reads += [(f"global {name!r}{by}", functools.partial(f.__globals__.get, name, MISSING))
+                  for name in sorted(globals_read)]
+        for what, read in reads:
+            value = read()
+            if _is_plain(value):
+                out.append(Guard(what, read, value))
+            elif _users_function(value) and value not in seen:
+                seen.add(value)
+                todo.append((value, f" (read by {value.__qualname__})"))
     return out
+
+
+MAX_HELPERS = 64  # the user's functions followed from a compiled function's names, at most
+
+
+def _users_function(v: Any) -> bool:
+    """A plain Python function of the user's code: neither flame's nor a library's or the standard
+    library's (whose globals are no hyperparameters)."""
+    if not isinstance(v, types.FunctionType):
+        return False
+    path = os.path.abspath(v.__code__.co_filename)
+    return not path.startswith(_LIBRARY_DIRS) and not v.__code__.co_filename.startswith("<frozen")
+
+
+_LIBRARY_DIRS = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+                       *(os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()["stdlib"],
+                                                               sysconfig.get_paths()["purelib"],
+                                                               sysconfig.get_paths()["platlib"]))})
 
 
 def _roots(fn: Callable) -> Iterator[tuple[str, Any]]:
@@ -256,9 +286,12 @@ class Namer:
 
 def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Guard]) -> list:
     """Every guard of one trace (objects with `failed() -> str`): fn's Python values (read before the
-    body ran), the choices it made in Python, the module modes and the unset .grad it read."""
+    body ran), the choices it made in Python, the plain values it read from modules' attributes, the
+    module modes and the unset .grad it read."""
     out: list = list(python_values)
     out += [Guard(what, read, value) for what, (read, value) in trace.python_reads.items()]
+    out += [Guard(f"attribute {name!r} of {namer.module(obj)}", functools.partial(getattr, obj, name, MISSING), value)
+            for obj, name, value in trace.attribute_reads.values()]
     if trace.mode_reads:
         ms = list(trace.mode_reads.values())
         out.append(Modes(tuple(m for m, _ in ms), tuple(bool(v) for _, v in ms), tuple(namer.module(m) for m, _ in ms)))

@@ -67,6 +67,9 @@ class Trace:
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
     freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
+    # (id(object), attribute) -> (object, attribute, value): a plain value read from an attribute of an
+    # object whose class asks for it (nn.Module: its hyperparameters, `self.eps`, `self.scale`)
+    attribute_reads: dict[tuple, tuple] = field(default_factory=dict)
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
     differentiated: tuple = ()  # tensors a flame.grad being traced differentiates by, whatever their requires_grad
@@ -136,6 +139,10 @@ class Trace:
         value = read()
         self.python_reads.setdefault(what, (read, value))
         return value
+
+    def read_attribute(self, obj, name: str, value) -> None:
+        """A plain value read from obj's attribute `name` while tracing: the trace holds while it stays."""
+        self.attribute_reads.setdefault((id(obj), name), (obj, name, value))
 
     def read_mode(self, module, training: bool) -> None:
         """A module's training flag was read: the trace holds for this mode only."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
-from flame.frontend.context import current_trace, no_grad
+from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
@@ -32,6 +32,37 @@ def _describe(t: Any) -> str:
         return f"{t.dtype}{list(t.shape)}"
     a = np.asarray(t)
     return f"{a.dtype}{list(a.shape)}"
+
+
+_PLAIN_TYPES = (bool, int, float, str, complex, type(None))
+
+
+def _plain(v: Any) -> bool:
+    return isinstance(v, _PLAIN_TYPES) or isinstance(v, tuple) and all(_plain(x) for x in v)
+
+
+def _reading_getattribute(self, name: str) -> Any:
+    """Module.__getattribute__ while a body is traced: a plain value read from a module's own
+    attribute (`self.eps`, `self.scale`, `self.p`) becomes a guard of the trace, so a call after it
+    changed traces again (with a flame.RecompileWarning) instead of replaying the value baked in."""
+    value = object.__getattribute__(self, name)
+    if not name.startswith("__") and _plain(value):
+        trace = current_trace.get()
+        if trace is not None and name in object.__getattribute__(self, "__dict__"):
+            trace.read_attribute(self, name, value)
+    return value
+
+
+def _watch_attributes(tracing: bool) -> None:
+    """Installed in frontend.context.TRACING_HOOKS: modules watch their attribute reads only while a
+    body is traced (no cost to eager code)."""
+    if tracing:
+        Module.__getattribute__ = _reading_getattribute
+    elif "__getattribute__" in Module.__dict__:
+        del Module.__getattribute__
+
+
+TRACING_HOOKS.append(_watch_attributes)
 
 
 class Module(ModuleHooks):

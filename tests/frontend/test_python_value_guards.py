@@ -1,0 +1,79 @@
+"""Python values a trace bakes in are guards, as torch.compile's are: a global read by a helper the
+compiled function calls, and a plain value read from a module's own attribute. A call after one
+changed traces again (saying which, as a flame.RecompileWarning) instead of replaying the old value;
+unchanged, the trace replays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flame
+import flame.nn as nn
+
+LR = 0.5
+
+
+def _scaled(x):
+    return x * LR
+
+
+def _twice_scaled(x):
+    return _scaled(x) * 2.0
+
+
+def test_a_global_a_helper_reads_is_a_guard():
+    global LR
+
+    @flame.compile
+    def f(x):
+        return _twice_scaled(x)  # LR is read two calls down
+
+    x = flame.ones(3)
+    try:
+        np.testing.assert_array_equal(f(x).numpy(), 1.0)
+        np.testing.assert_array_equal(f(x).numpy(), 1.0)
+        assert f.stats().traces == 1
+        LR = 2.0
+        with pytest.warns(flame.RecompileWarning, match=r"global 'LR' \(read by _scaled\): 0.5 -> 2.0"):
+            out = f(x)
+        np.testing.assert_array_equal(out.numpy(), 4.0)
+    finally:
+        LR = 0.5
+
+
+class _Scale(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_a_plain_value_read_from_a_modules_attribute_is_a_guard():
+    m = _Scale(0.5)
+
+    @flame.compile
+    def f(x):
+        return m(x)
+
+    x = flame.ones(2, 3)
+    first = f(x).numpy()
+    f(x)
+    assert f.stats().traces == 1
+    m.scale = 3.0
+    with pytest.warns(flame.RecompileWarning, match=r"attribute 'scale' of _Scale 'm': 0.5 -> 3.0"):
+        again = f(x).numpy()
+    np.testing.assert_allclose(again, first * 6.0, rtol=1e-6)
+    m.other = 7  # an attribute the trace never read changes nothing
+    f(x)
+    assert f.stats().traces == 2
+
+
+def test_modules_record_attribute_reads_only_while_a_body_is_traced():
+    assert "__getattribute__" not in nn.Module.__dict__
+    m = _Scale(0.5)
+    flame.compile(lambda x: m(x))(flame.ones(2, 3))
+    assert "__getattribute__" not in nn.Module.__dict__
