@@ -174,10 +174,15 @@ def python_value_guards(fn: Callable) -> list[Guard]:
     """Guards on the plain Python values fn names: its closure variables and its module's globals, and
     those of the functions of the user's it names in turn (a helper reading a global learning rate)."""
     f = _function(fn)
-    if f is None:
-        return []
-    out, seen, todo = [], {f}, [(f, "")]
-    while todo and len(seen) <= MAX_HELPERS:
+    return [] if f is None else function_guards([f], top=f)
+
+
+def function_guards(functions: list, top: Any = None) -> list[Guard]:
+    """Guards on the plain closure variables and globals the functions read, following the user's
+    functions they name (at most MAX_HELPERS); the guards of `top` are named without saying whose."""
+    out, seen = [], set(functions)
+    todo = [(f, "" if f is top else f" (read by {f.__qualname__})") for f in functions]
+    while todo:
         f, by = todo.pop()
         globals_read, derefs_read = _names(f.__code__)
         reads = [(f"closure variable {name!r}{by}", _cell_reader(cell))
@@ -188,7 +193,7 @@ def python_value_guards(fn: Callable) -> list[Guard]:
             value = read()
             if _is_plain(value):
                 out.append(Guard(what, read, value))
-            elif _users_function(value) and value not in seen:
+            elif users_function(value) and value not in seen and len(seen) < MAX_HELPERS:
                 seen.add(value)
                 todo.append((value, f" (read by {value.__qualname__})"))
     return out
@@ -197,7 +202,7 @@ def python_value_guards(fn: Callable) -> list[Guard]:
 MAX_HELPERS = 64  # the user's functions followed from a compiled function's names, at most
 
 
-def _users_function(v: Any) -> bool:
+def users_function(v: Any) -> bool:
     """A plain Python function of the user's code: neither flame's nor a library's or the standard
     library's (whose globals are no hyperparameters)."""
     if not isinstance(v, types.FunctionType):
@@ -292,6 +297,8 @@ def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Gua
     out += [Guard(what, read, value) for what, (read, value) in trace.python_reads.items()]
     out += [Guard(f"attribute {name!r} of {namer.module(obj)}", functools.partial(getattr, obj, name, MISSING), value)
             for obj, name, value in trace.attribute_reads.values()]
+    known = {g.what for g in out}
+    out += [g for g in function_guards(list(trace.functions_read.values())) if g.what not in known]
     if trace.mode_reads:
         ms = list(trace.mode_reads.values())
         out.append(Modes(tuple(m for m, _ in ms), tuple(bool(v) for _, v in ms), tuple(namer.module(m) for m, _ in ms)))

@@ -70,6 +70,7 @@ class Trace:
     # (id(object), attribute) -> (object, attribute, value): a plain value read from an attribute of an
     # object whose class asks for it (nn.Module: its hyperparameters, `self.eps`, `self.scale`)
     attribute_reads: dict[tuple, tuple] = field(default_factory=dict)
+    functions_read: dict[int, object] = field(default_factory=dict)  # id -> a method of the user's it fetched
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
     differentiated: tuple = ()  # tensors a flame.grad being traced differentiates by, whatever their requires_grad
@@ -143,6 +144,11 @@ class Trace:
     def read_attribute(self, obj, name: str, value) -> None:
         """A plain value read from obj's attribute `name` while tracing: the trace holds while it stays."""
         self.attribute_reads.setdefault((id(obj), name), (obj, name, value))
+
+    def read_function(self, f) -> None:
+        """A function of the user's fetched while tracing (a module's forward): the plain globals and
+        closure variables it reads are guards too (guards.function_guards)."""
+        self.functions_read.setdefault(id(f), f)
 
     def read_mode(self, module, training: bool) -> None:
         """A module's training flag was read: the trace holds for this mode only."""

@@ -4,6 +4,7 @@ PyTorch API people know (parameters, named_modules, state_dict, train/eval, ...)
 from __future__ import annotations
 
 import os
+import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -13,6 +14,7 @@ import numpy as np
 from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad
+from flame.frontend.guards import users_function
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
@@ -44,12 +46,17 @@ def _plain(v: Any) -> bool:
 def _reading_getattribute(self, name: str) -> Any:
     """Module.__getattribute__ while a body is traced: a plain value read from a module's own
     attribute (`self.eps`, `self.scale`, `self.p`) becomes a guard of the trace, so a call after it
-    changed traces again (with a flame.RecompileWarning) instead of replaying the value baked in."""
+    changed traces again (with a flame.RecompileWarning) instead of replaying the value baked in; a
+    method of the user's fetched (forward) has the globals it reads guarded."""
     value = object.__getattribute__(self, name)
     if not name.startswith("__") and _plain(value):
         trace = current_trace.get()
         if trace is not None and name in object.__getattribute__(self, "__dict__"):
             trace.read_attribute(self, name, value)
+    elif type(value) is types.MethodType and users_function(value.__func__):  # forward, self.helper
+        trace = current_trace.get()
+        if trace is not None:
+            trace.read_function(value.__func__)
     return value
 
 

@@ -77,3 +77,29 @@ def test_modules_record_attribute_reads_only_while_a_body_is_traced():
     m = _Scale(0.5)
     flame.compile(lambda x: m(x))(flame.ones(2, 3))
     assert "__getattribute__" not in nn.Module.__dict__
+
+
+SCALE = 0.5
+
+
+class _GlobalScale(nn.Module):
+    def forward(self, x):
+        return x * SCALE
+
+
+def test_a_global_a_modules_forward_reads_is_a_guard():
+    global SCALE
+    m = _GlobalScale()
+
+    @flame.compile
+    def f(x):
+        return m(x)
+
+    x = flame.ones(3)
+    try:
+        np.testing.assert_array_equal(f(x).numpy(), 0.5)
+        SCALE = 4.0
+        with pytest.warns(flame.RecompileWarning, match=r"global 'SCALE' \(read by _GlobalScale.forward\)"):
+            np.testing.assert_array_equal(f(x).numpy(), 4.0)
+    finally:
+        SCALE = 0.5
