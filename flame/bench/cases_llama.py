@@ -165,11 +165,20 @@ def _torch_llama(s, a, wrap):
     import torch.nn.functional as F
 
     p = {n: torch.nn.Parameter(a[n]) for n in _shapes(s)}
+    return _torch_bound(s, p, wrap, lambda h, n: F.linear(h, p[n]))
+
+
+def _torch_bound(s, p: dict, wrap, project):
+    """The block's torch step (AdamW over p, the loss of the suite's Llama case) with its projections
+    computed by project(h, weight name)."""
+    import torch
+    import torch.nn.functional as F
+
     opt = torch.optim.AdamW(list(p.values()), lr=LR, weight_decay=WD)
 
     def step(x):
         cos, sin = _torch_rope(s, x.device)
-        y = _block(F, x, p, s, cos, sin, lambda h, n: F.linear(h, p[n]))
+        y = _block(F, x, p, s, cos, sin, project)
         loss = (y.float() ** 2).mean()
         loss.backward()
         opt.step()
@@ -187,7 +196,6 @@ def _torchao_llama(s, a, wrap):
     except ImportError:
         raise RuntimeError("torchao is not installed (the float8 training peer needs it)") from None
     import torch
-    import torch.nn.functional as F
 
     p = {n: torch.nn.Parameter(a[n]) for n in _shapes(s)}
     mods = torch.nn.ModuleDict()
@@ -196,18 +204,7 @@ def _torchao_llama(s, a, wrap):
         mods[n] = torch.nn.Linear(in_f, out_f, bias=False, device=p[n].device, dtype=p[n].dtype)
         mods[n].weight = p[n]
     convert_to_float8_training(mods)
-    opt = torch.optim.AdamW(list(p.values()), lr=LR, weight_decay=WD)
-
-    def step(x):
-        cos, sin = _torch_rope(s, x.device)
-        y = _block(F, x, p, s, cos, sin, lambda h, n: mods[n](h))
-        loss = (y.float() ** 2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    return Bound(wrap(step), lambda: [p[n] for n in WEIGHTS])
+    return _torch_bound(s, p, wrap, lambda h, n: mods[n](h))
 
 
 LLAMA = [

@@ -52,3 +52,19 @@ def assert_same_params(mine, theirs, rtol: float = 1e-9, atol: float = 1e-12, wh
     assert list(ms) == list(ts), (list(ms), list(ts))
     for k in ts:
         np.testing.assert_allclose(numpy_of(ms[k]), numpy_of(ts[k]), rtol=rtol, atol=atol, err_msg=f"{what} {k}")
+
+
+def ce_step(lib, model, opt, compiled: bool, zero_grad=None):
+    """The usual classification step on lib: cross-entropy of model(x) against y, backward, opt.step(),
+    then zero_grad() (opt.zero_grad() unless given), compiled when asked (flame only)."""
+    F = lib.nn.functional
+
+    @maybe_compile(lib, compiled)
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        (zero_grad or opt.zero_grad)()
+        return loss
+
+    return step

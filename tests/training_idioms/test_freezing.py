@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import flame
-from tests.training_idioms.common import assert_same_params, batches, maybe_compile, numpy_of, to_lib, twin
+from tests.training_idioms.common import assert_same_params, batches, ce_step, maybe_compile, numpy_of, to_lib, twin
 
 DATA = batches(8, (6, 4), classes=3)
 
@@ -21,17 +21,8 @@ def _mlp(lib):
 
 
 def _step_fn(lib, model, opt, compiled, set_to_none=True, zero_with="opt"):
-    F = lib.nn.functional
-
-    @maybe_compile(lib, compiled)
-    def step(x, y):
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        (opt if zero_with == "opt" else model).zero_grad(set_to_none=set_to_none)
-        return loss
-
-    return step
+    holder = opt if zero_with == "opt" else model
+    return ce_step(lib, model, opt, compiled, lambda: holder.zero_grad(set_to_none=set_to_none))
 
 
 OPTS = [

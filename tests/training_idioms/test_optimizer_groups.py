@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import flame
-from tests.training_idioms.common import assert_same_params, batches, maybe_compile, to_lib, twin
+from tests.training_idioms.common import assert_same_params, batches, ce_step, to_lib, twin
 
 DATA = batches(8, (6, 4), classes=3)
 
@@ -17,20 +17,6 @@ DATA = batches(8, (6, 4), classes=3)
 def _mlp(lib):
     nn = lib.nn
     return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
-
-
-def _step_fn(lib, model, opt, compiled):
-    F = lib.nn.functional
-
-    @maybe_compile(lib, compiled)
-    def step(x, y):
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-
-    return step
 
 
 OPTIMIZERS = [
@@ -54,7 +40,7 @@ def test_param_groups_with_their_own_options(name, defaults, head_kw, compiled):
     theirs, mine = twin(_mlp)
     topt = getattr(torch.optim, name)(_groups(theirs, head_kw), **defaults)
     fopt = getattr(flame.optim, name)(_groups(mine, head_kw), **defaults)
-    tstep, fstep = _step_fn(torch, theirs, topt, False), _step_fn(flame, mine, fopt, compiled)
+    tstep, fstep = ce_step(torch, theirs, topt, False), ce_step(flame, mine, fopt, compiled)
     for x, y in DATA[:5]:
         tl, fl = tstep(*to_lib(torch, x, y)), fstep(*to_lib(flame, x, y))
         assert abs(tl.item() - fl.item()) < 1e-10
@@ -78,7 +64,7 @@ def test_options_changed_by_hand_between_steps(name, defaults, change, compiled)
     theirs, mine = twin(_mlp)
     topt = getattr(torch.optim, name)(_groups(theirs, {}), **defaults)
     fopt = getattr(flame.optim, name)(_groups(mine, {}), **defaults)
-    tstep, fstep = _step_fn(torch, theirs, topt, False), _step_fn(flame, mine, fopt, compiled)
+    tstep, fstep = ce_step(torch, theirs, topt, False), ce_step(flame, mine, fopt, compiled)
     for i, (x, y) in enumerate(DATA):
         if i == 3:
             topt.param_groups[1].update(change)
@@ -98,7 +84,7 @@ def test_add_param_group_in_the_middle_of_training(name, defaults, compiled):
     theirs, mine = twin(_mlp)
     topt = getattr(torch.optim, name)(theirs[0].parameters(), **defaults)
     fopt = getattr(flame.optim, name)(mine[0].parameters(), **defaults)
-    tstep, fstep = _step_fn(torch, theirs, topt, False), _step_fn(flame, mine, fopt, compiled)
+    tstep, fstep = ce_step(torch, theirs, topt, False), ce_step(flame, mine, fopt, compiled)
     for i, (x, y) in enumerate(DATA):
         if i == 3:
             topt.add_param_group({"params": theirs[2].parameters(), "lr": 0.05})
@@ -118,7 +104,7 @@ def test_state_dict_resume_continues_as_torch(name, defaults, head_kw, source, c
     theirs, mine = twin(_mlp)
     topt = getattr(torch.optim, name)(_groups(theirs, head_kw), **defaults)
     fopt = getattr(flame.optim, name)(_groups(mine, head_kw), **defaults)
-    tstep, fstep = _step_fn(torch, theirs, topt, False), _step_fn(flame, mine, fopt, compiled)
+    tstep, fstep = ce_step(torch, theirs, topt, False), ce_step(flame, mine, fopt, compiled)
     for x, y in DATA[:3]:
         tstep(*to_lib(torch, x, y))
         fstep(*to_lib(flame, x, y))
@@ -130,7 +116,7 @@ def test_state_dict_resume_continues_as_torch(name, defaults, head_kw, source, c
     )
     fresh_opt = getattr(flame.optim, name)(_groups(fresh, {}), **(defaults | {"lr": 0.5}))
     fresh_opt.load_state_dict(opt_sd)
-    fstep = _step_fn(flame, fresh, fresh_opt, compiled)
+    fstep = ce_step(flame, fresh, fresh_opt, compiled)
     for i, (x, y) in enumerate(DATA[3:6]):
         tstep(*to_lib(torch, x, y))
         fstep(*to_lib(flame, x, y))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import flame
-from tests.training_idioms.common import assert_same_params, batches, maybe_compile, to_lib, twin
+from tests.training_idioms.common import assert_same_params, batches, ce_step, to_lib, twin
 
 DATA = batches(8, (6, 4), classes=3)
 
@@ -23,17 +23,7 @@ def _mlp(lib):
 def _setup(lib, model, compiled, opt_name="SGD"):
     groups = [{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.05}]
     opt = lib.optim.SGD(groups, lr=0.1, momentum=0.9) if opt_name == "SGD" else lib.optim.AdamW(groups, lr=0.01)
-    F = lib.nn.functional
-
-    @maybe_compile(lib, compiled)
-    def step(x, y):
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-
-    return opt, step
+    return opt, ce_step(lib, model, opt, compiled)
 
 
 SCHEDULES = {
