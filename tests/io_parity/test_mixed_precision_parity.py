@@ -184,7 +184,7 @@ def test_op_dtypes_under_autocast_follow_torchs_cuda_lists(name, fn, want, low):
     with flame.autocast("cuda", dtype=getattr(flame, low)):
         compiled = compiled_fn(*args)
     assert (_name(eager.dtype), _name(compiled.dtype)) == (expected, expected)
-    # values: torch computing the same op on inputs cast as the CUDA policy casts them
+    # values: the compiled step agrees with eager (torch's values on cast inputs: the test below)
     np.testing.assert_allclose(compiled.float().numpy(), eager.float().numpy(), rtol=3e-2, atol=3e-2)
 
 
