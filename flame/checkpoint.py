@@ -32,8 +32,17 @@ __all__ = ["load", "load_checkpoint", "load_metadata", "save", "save_checkpoint"
 _OPT = "optimizer/"
 _GROUPS_KEY = "flame.optimizer.param_groups"
 _JSON_KEY = "flame.metadata.json"  # the metadata keys whose values were not strings, stored as JSON text
-_NP_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
-              "I64": np.int64, "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}  # the dtypes flame has
+_NP_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}  # the dtypes flame has
 _ST_DTYPES = {np.dtype(v): k for k, v in _NP_DTYPES.items()}
 _CHUNK = 1 << 24
 _MAX_DEPTH = 64  # the most nested lists / tuples / dicts flame.save stores ...
@@ -89,7 +98,7 @@ def _write(f, data: bytes) -> None:
     """Write all of data (in chunks; a test makes this fail midway to check atomicity)."""
     view = memoryview(data)
     for i in range(0, len(view), _CHUNK):
-        f.write(view[i:i + _CHUNK])
+        f.write(view[i : i + _CHUNK])
 
 
 def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
@@ -146,9 +155,11 @@ def _encode_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
         try:
             out[k] = json.dumps(v, default=_json_default, allow_nan=True)
         except (TypeError, ValueError, RecursionError) as e:
-            raise CheckpointError(f"metadata {k!r}: a {type(v).__name__} cannot be stored (metadata values "
-                                  f"must be strings or JSON-serialisable: numbers, bools, None, lists, dicts; "
-                                  f"{e})") from None
+            raise CheckpointError(
+                f"metadata {k!r}: a {type(v).__name__} cannot be stored (metadata values "
+                f"must be strings or JSON-serialisable: numbers, bools, None, lists, dicts; "
+                f"{e})"
+            ) from None
         if _json_depth(out[k]) > _MAX_JSON_DEPTH:
             raise CheckpointError(f"metadata {k!r}: nested deeper than {_MAX_JSON_DEPTH} levels")
         encoded.append(k)
@@ -157,6 +168,7 @@ def _encode_metadata(metadata: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
+_ORDER_KEY = "flame.order"  # header metadata of a flat name -> tensor file: the names in the order saved
 _OBJECT_KEY = "flame.object"  # header metadata: the saved object's structure, tensors as {"__tensor__": name}
 
 
@@ -168,8 +180,7 @@ def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0) -> An
     """obj as JSON, each tensor replaced by {"__tensor__": its name in the file} (named by its path);
     at most _MAX_DEPTH containers deep."""
     if isinstance(obj, (dict, list, tuple)) and depth == _MAX_DEPTH:
-        raise CheckpointError(f"cannot save {path or 'the object'}: containers nested deeper than {_MAX_DEPTH} "
-                              f"levels")
+        raise CheckpointError(f"cannot save {path or 'the object'}: containers nested deeper than {_MAX_DEPTH} levels")
     if _is_array(obj):
         name, n = path or "tensor", 1
         while name in arrays:
@@ -180,8 +191,11 @@ def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0) -> An
         for k in obj:
             if not isinstance(k, (str, int, float, bool)) and k is not None:
                 raise CheckpointError(f"cannot save a dict key of type {type(k).__name__} ({k!r})")
-        return {"__dict__": [[k, _skeleton(v, f"{path}.{k}" if path else str(k), arrays, depth + 1)]
-                             for k, v in obj.items()]}
+        return {
+            "__dict__": [
+                [k, _skeleton(v, f"{path}.{k}" if path else str(k), arrays, depth + 1)] for k, v in obj.items()
+            ]
+        }
     if isinstance(obj, (list, tuple)):
         items = [_skeleton(v, f"{path}.{i}" if path else str(i), arrays, depth + 1) for i, v in enumerate(obj)]
         return items if isinstance(obj, list) else {"__tuple__": items}
@@ -189,8 +203,10 @@ def _skeleton(obj: Any, path: str, arrays: dict[str, Any], depth: int = 0) -> An
         return obj
     if isinstance(obj, np.generic):
         return obj.item()
-    raise CheckpointError(f"cannot save {path or 'the object'} of type {type(obj).__name__}: flame.save stores "
-                          f"tensors, numbers, strings, None and dicts / lists / tuples of them (no pickle)")
+    raise CheckpointError(
+        f"cannot save {path or 'the object'} of type {type(obj).__name__}: flame.save stores "
+        f"tensors, numbers, strings, None and dicts / lists / tuples of them (no pickle)"
+    )
 
 
 def _rebuild(skel: Any, tensors: dict[str, Tensor], where: str, at: str = "") -> Any:
@@ -207,16 +223,21 @@ def _rebuild(skel: Any, tensors: dict[str, Tensor], where: str, at: str = "") ->
         return tensors[body]
     if kind == "__tuple__" and isinstance(body, list):
         return tuple(_rebuild(v, tensors, where, f"{at}.{i}" if at else str(i)) for i, v in enumerate(body))
-    if kind == "__dict__" and isinstance(body, list) and all(
-            isinstance(p, list) and len(p) == 2 and (p[0] is None or isinstance(p[0], (str, int, float)))
-            for p in body):
+    if (
+        kind == "__dict__"
+        and isinstance(body, list)
+        and all(
+            isinstance(p, list) and len(p) == 2 and (p[0] is None or isinstance(p[0], (str, int, float))) for p in body
+        )
+    ):
         return {k: _rebuild(v, tensors, where, f"{at}.{k}" if at else str(k)) for k, v in body}
     raise _malformed(where, at, f"is {_REPR.repr(skel)}, not a tensor, tuple or dict as flame.save writes them")
 
 
 def _malformed(where: str, at: str, what: str) -> CheckpointError:
-    return CheckpointError(f"{where!r}: the saved object ({_OBJECT_KEY}) is malformed: "
-                           f"{'the object' if not at else repr(at)} {what}")
+    return CheckpointError(
+        f"{where!r}: the saved object ({_OBJECT_KEY}) is malformed: {'the object' if not at else repr(at)} {what}"
+    )
 
 
 def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | None = None) -> None:
@@ -230,6 +251,7 @@ def save(obj: Any, f: str | os.PathLike | Any, *, metadata: dict[str, Any] | Non
     flat = isinstance(obj, dict) and all(isinstance(k, str) and _is_array(v) for k, v in obj.items())
     if flat:
         raw = dict(obj)
+        meta[_ORDER_KEY] = json.dumps(list(raw))  # safetensors sorts its names; load gives this order back
     else:
         raw = {}
         meta[_OBJECT_KEY] = json.dumps(_skeleton(obj, "", raw))
@@ -268,6 +290,11 @@ def load(f: str | os.PathLike | Any, map_location: Any = None, *, weights_only: 
     if _OBJECT_KEY in meta:
         where = _where(path)
         return _rebuild(_parse_json(where, f"the saved object ({_OBJECT_KEY})", meta[_OBJECT_KEY]), tensors, where)
+    order = []
+    if _ORDER_KEY in meta:
+        order = _parse_json(_where(path), f"the names' order ({_ORDER_KEY})", meta[_ORDER_KEY])
+    if isinstance(order, list) and sorted(map(str, order)) == sorted(tensors):
+        return {k: tensors[k] for k in order}
     return tensors
 
 
@@ -307,7 +334,7 @@ def _load_tensors(path: Any, data: bytes) -> dict[str, Tensor]:
     except CheckpointError:
         raise
     except Exception as e:
-        raise CheckpointError(f"{path!r} is not a valid safetensors file: {e}") from None
+        raise CheckpointError(f"{path!r} is not a valid safetensors file: {e}{_torch_format_hint(data)}") from None
     out = {}
     for name, info in items:
         if info["dtype"] not in _NP_DTYPES:
@@ -315,6 +342,20 @@ def _load_tensors(path: Any, data: bytes) -> dict[str, Tensor]:
         arr = np.frombuffer(info["data"], dtype=_NP_DTYPES[info["dtype"]]).reshape(info["shape"])
         out[name] = as_tensor(arr.copy())
     return out
+
+
+def _torch_format_hint(data: bytes) -> str:
+    """What to do with a file torch.save wrote (a zip archive, or a pickle of the legacy format):
+    flame reads safetensors and never unpickles."""
+    if not (data[:4] == b"PK\x03\x04" or data[:1] == b"\x80"):
+        return ""
+    return (
+        "; it looks like a file torch.save wrote (a pickle), which flame does not read (loading a pickle can "
+        "run code). Convert it once with PyTorch: `import torch, safetensors.torch; "
+        "safetensors.torch.save_file(torch.load(path, map_location='cpu'), 'model.safetensors')` (for a "
+        "state_dict of tensors; save_file needs contiguous tensors that share no memory), then "
+        "flame.load('model.safetensors')"
+    )
 
 
 def load_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -331,11 +372,12 @@ def _header_metadata(path: Any, data: bytes) -> dict[str, str]:
             raise ValueError(f"the header claims {n} bytes but the file has {len(data) - 8} after the length")
     except (struct.error, ValueError) as e:
         raise CheckpointError(f"{path!r} is not a valid safetensors file: {e}") from None
-    header = _parse_json(path, "the safetensors header", data[8:8 + n])
+    header = _parse_json(path, "the safetensors header", data[8 : 8 + n])
     meta = (header.get("__metadata__") or {}) if isinstance(header, dict) else None
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
-        raise CheckpointError(f"{path!r} is not a valid safetensors file: the header's __metadata__ is not a "
-                              f"string -> string map")
+        raise CheckpointError(
+            f"{path!r} is not a valid safetensors file: the header's __metadata__ is not a string -> string map"
+        )
     return dict(meta)
 
 
@@ -391,16 +433,20 @@ def _optimizer_section(path, tensors: dict[str, Tensor], meta: dict[str, str]) -
     state: dict[int, dict[str, Tensor]] = {}
     for k, v in tensors.items():
         if k.startswith(_OPT + "state/"):
-            i, _, name = k[len(_OPT + "state/"):].partition("/")
+            i, _, name = k[len(_OPT + "state/") :].partition("/")
             if not _STATE_INDEX.fullmatch(i) or not name:
                 raise CheckpointError(f"{where!r}: optimizer tensor {k!r} is not named {_OPT}state/INDEX/NAME")
             state.setdefault(int(i), {})[name] = v
     groups = _parse_json(where, "the optimizer's parameter groups", meta[_GROUPS_KEY])
     if not isinstance(groups, list) or not all(
-            isinstance(g, dict) and isinstance(g.get("params"), list)
-            and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"]) for g in groups):
-        raise CheckpointError(f"{where!r}: the optimizer's parameter groups are not a list of groups with "
-                              f"integer 'params' lists")
+        isinstance(g, dict)
+        and isinstance(g.get("params"), list)
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in g["params"])
+        for g in groups
+    ):
+        raise CheckpointError(
+            f"{where!r}: the optimizer's parameter groups are not a list of groups with integer 'params' lists"
+        )
     return {"state": state, "param_groups": groups}
 
 

@@ -66,8 +66,9 @@ class ArgumentTypeError(FlameError, TypeError):
     names it, what it accepts and what came."""
 
 
-class CheckpointError(FlameError, KeyError):
-    """A state_dict / checkpoint does not match the module or optimizer it is loaded into."""
+class CheckpointError(FlameError, KeyError, RuntimeError):
+    """A state_dict / checkpoint does not match the module or optimizer it is loaded into, or a file
+    cannot be read (a RuntimeError, as PyTorch's load_state_dict raises)."""
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 
 from flame.errors import ShapeError
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import ones, zeros
 from flame.frontend.functional import (
@@ -22,9 +23,30 @@ from flame.frontend.functional import (
 from flame.frontend.ops import vector_norm, where
 from flame.frontend.tensor import Tensor
 
-__all__ = ["bilinear", "celu", "cosine_similarity", "elu", "embedding_bag", "glu", "hardsigmoid", "hardswish",
-           "hardtanh", "huber_loss", "kl_div", "logsigmoid", "mish", "normalize", "pairwise_distance", "prelu", "relu6",
-           "selu", "softmin", "softplus", "softsign", "threshold"]
+__all__ = [
+    "bilinear",
+    "celu",
+    "cosine_similarity",
+    "elu",
+    "embedding_bag",
+    "glu",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
+    "huber_loss",
+    "kl_div",
+    "logsigmoid",
+    "mish",
+    "normalize",
+    "pairwise_distance",
+    "prelu",
+    "relu6",
+    "selu",
+    "softmin",
+    "softplus",
+    "softsign",
+    "threshold",
+]
 
 # SELU's constants (Klambauer et al. 2017), as PyTorch spells them
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -92,8 +114,9 @@ def softsign(input: Tensor) -> Tensor:  # noqa: A002
 def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     """a * sigmoid(b), a and b the two halves of input along dim (its size must be even)."""
     if input.shape[dim] % 2:
-        raise ShapeError(f"glu: halving dimension {dim} needs an even size, got {list(input.shape)}"
-                         f"\n  at {user_location()}")
+        raise ShapeError(
+            f"glu: halving dimension {dim} needs an even size, got {list(input.shape)}\n  at {user_location()}"
+        )
     a, b = input.chunk(2, dim)
     return a * b.sigmoid()
 
@@ -109,11 +132,14 @@ def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa:
     return where(input > threshold, input, value)
 
 
+@policy("lower")  # autocast: PyTorch's lower-precision list
 def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
     """x where x >= 0, else weight * x; weight holds one slope, or one per channel (dim 1)."""
     if weight.ndim != 1 or (weight.shape[0] != 1 and (input.ndim < 2 or weight.shape[0] != input.shape[1])):
-        raise ShapeError(f"prelu: weight {list(weight.shape)} must hold 1 slope or one per channel of input "
-                         f"{list(input.shape)} (dim 1)\n  at {user_location()}")
+        raise ShapeError(
+            f"prelu: weight {list(weight.shape)} must hold 1 slope or one per channel of input "
+            f"{list(input.shape)} (dim 1)\n  at {user_location()}"
+        )
     if weight.shape[0] != 1:
         weight = weight.reshape(-1, *([1] * (input.ndim - 2)))
     return where(input >= 0, input, input * weight)
@@ -143,8 +169,14 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     return _loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), reduction)
 
 
-def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduction: str = "mean",  # noqa: A002
-           log_target: bool = False) -> Tensor:
+def kl_div(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",  # noqa: A002
+    log_target: bool = False,
+) -> Tensor:
     """The pointwise KL divergence target * (log(target) - input) of log-probabilities input (0 where
     target is 0), or exp(target) * (target - input) with log_target. reduction "batchmean" divides
     the sum by the batch size (the mathematically right KL); "mean" averages over every element, with
@@ -157,9 +189,13 @@ def kl_div(input: Tensor, target: Tensor, size_average=None, reduce=None, reduct
     if reduction == "batchmean":
         return point.sum() / (input.shape[0] if input.ndim else 1)
     if reduction == "mean":
-        warnings.warn("kl_div: reduction='mean' divides the total loss by both the batch size and the support "
-                      "size; 'batchmean' divides only by the batch size and aligns with the KL math definition "
-                      "(as PyTorch warns)", UserWarning, stacklevel=2)
+        warnings.warn(
+            "kl_div: reduction='mean' divides the total loss by both the batch size and the support "
+            "size; 'batchmean' divides only by the batch size and aligns with the KL math definition "
+            "(as PyTorch warns)",
+            UserWarning,
+            stacklevel=2,
+        )
     return _loss_reduce(point, reduction)
 
 
@@ -167,8 +203,10 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     """y[..., o] = sum_ij input1[..., i] * weight[o, i, j] * input2[..., j] (+ bias[o]), as PyTorch."""
     o, i, j = weight.shape
     if input1.shape[-1] != i or input2.shape[-1] != j or tuple(input1.shape[:-1]) != tuple(input2.shape[:-1]):
-        raise ShapeError(f"bilinear: inputs {list(input1.shape)} and {list(input2.shape)} do not fit weight "
-                         f"{list(weight.shape)} ([out, in1, in2], one batch shape)\n  at {user_location()}")
+        raise ShapeError(
+            f"bilinear: inputs {list(input1.shape)} and {list(input2.shape)} do not fit weight "
+            f"{list(weight.shape)} ([out, in1, in2], one batch shape)\n  at {user_location()}"
+        )
     batch = input1.shape[:-1]
     x1, x2 = input1.reshape(-1, i), input2.reshape(-1, j)
     mixed = (x1 @ weight.permute(1, 0, 2).reshape(i, o * j)).reshape(-1, o, j)  # x1 through each out's matrix
@@ -177,10 +215,19 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     return out.reshape(*batch, o)
 
 
-def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, max_norm=None,  # noqa: A002
-                  norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
-                  sparse: bool = False, per_sample_weights: Tensor | None = None,
-                  include_last_offset: bool = False, padding_idx: int | None = None) -> Tensor:
+def embedding_bag(
+    input: Tensor,
+    weight: Tensor,
+    offsets: Tensor | None = None,
+    max_norm=None,  # noqa: A002
+    norm_type: float = 2.0,
+    scale_grad_by_freq: bool = False,
+    mode: str = "mean",
+    sparse: bool = False,
+    per_sample_weights: Tensor | None = None,
+    include_last_offset: bool = False,
+    padding_idx: int | None = None,
+) -> Tensor:
     """The sum, mean or max of each bag's embeddings, as torch.nn.functional.embedding_bag: bags are
     the rows of a 2-D input, or the runs of a 1-D input starting at offsets. An empty bag gives zeros;
     padding_idx entries take no part (nor count in the mean); per_sample_weights scale each entry
@@ -210,8 +257,9 @@ def embedding_bag(input: Tensor, weight: Tensor, offsets: Tensor | None = None, 
             marks = marks.index_add(0, offsets.narrow(0, 1, rest), ones(rest, dtype=input.dtype))
         ids = marks.cumsum(0).narrow(0, 0, input.shape[0])
     else:
-        raise ShapeError(f"embedding_bag: input must be 2-D, or 1-D with offsets; got {list(input.shape)}"
-                         f"\n  at {user_location()}")
+        raise ShapeError(
+            f"embedding_bag: input must be 2-D, or 1-D with offsets; got {list(input.shape)}\n  at {user_location()}"
+        )
     rows = embedding(input, weight)
     keep = None if padding_idx is None else (input != padding_idx % weight.shape[0])
     if per_sample_weights is not None:

@@ -7,6 +7,7 @@ flame/ir/ops/conv.py with the bias as a broadcast add:
 from __future__ import annotations
 
 from flame.errors import FlameError
+from flame.frontend.autocast import cast_inputs
 from flame.frontend.dispatch import apply
 from flame.frontend.spatial import _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
@@ -44,16 +45,21 @@ def _check_weight_channels(name: str, weight: Tensor, outputs: int, groups) -> N
     """PyTorch's refusal of a weight with no output channels (fewer than groups along dim 0, or an
     empty second dim for a transposed convolution's [C_in, C_out/groups, ...])."""
     if weight.shape[0] < int(groups) or outputs < 1:
-        raise _err(f"{name}: given groups={int(groups)}, expected the weight to have at least {int(groups)} "
-                   f"output channel(s), got weight of size {list(weight.shape)}")
+        raise _err(
+            f"{name}: given groups={int(groups)}, expected the weight to have at least {int(groups)} "
+            f"output channel(s), got weight of size {list(weight.shape)}"
+        )
 
 
 def _conv(d: int, x: Tensor, weight: Tensor, bias, stride, padding, dilation, groups) -> Tensor:
     name = f"conv{d}d"
+    x, weight, bias = cast_inputs("lower", (x, weight, bias))  # autocast: PyTorch's lower-precision list
     x, unbatched = _batched(name, x, d)
     if weight.ndim != d + 2:
-        raise _err(f"{name}: the weight must be [C_out, C_in/groups, {', '.join('k' * d)}], got "
-                   f"{weight.dtype}{list(weight.shape)}")
+        raise _err(
+            f"{name}: the weight must be [C_out, C_in/groups, {', '.join('k' * d)}], got "
+            f"{weight.dtype}{list(weight.shape)}"
+        )
     _check_weight_channels(name, weight, weight.shape[0], groups)
     stride, dilation = ntuple(stride, d, "stride", name), ntuple(dilation, d, "dilation", name)
     pads = _conv_padding(name, padding, weight.shape[2:], stride, dilation, d)
@@ -65,45 +71,76 @@ def _conv(d: int, x: Tensor, weight: Tensor, bias, stride, padding, dilation, gr
     return y.squeeze(0) if unbatched else y
 
 
-def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,  # noqa: A002
-           groups: int = 1) -> Tensor:
+def conv1d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride=1,
+    padding=0,
+    dilation=1,  # noqa: A002
+    groups: int = 1,
+) -> Tensor:
     """1-D convolution (cross-correlation) of [N, C_in, L] with weight [C_out, C_in/groups, k]."""
     return _conv(1, input, weight, bias, stride, padding, dilation, groups)
 
 
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,  # noqa: A002
-           groups: int = 1) -> Tensor:
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride=1,
+    padding=0,
+    dilation=1,  # noqa: A002
+    groups: int = 1,
+) -> Tensor:
     """2-D convolution of [N, C_in, H, W] with weight [C_out, C_in/groups, kh, kw]; padding an int, a
     pair, "valid" or "same" (stride 1)."""
     return _conv(2, input, weight, bias, stride, padding, dilation, groups)
 
 
-def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,  # noqa: A002
-           groups: int = 1) -> Tensor:
+def conv3d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride=1,
+    padding=0,
+    dilation=1,  # noqa: A002
+    groups: int = 1,
+) -> Tensor:
     """3-D convolution of [N, C_in, D, H, W] with weight [C_out, C_in/groups, kd, kh, kw]."""
     return _conv(3, input, weight, bias, stride, padding, dilation, groups)
 
 
 # ---- transposed convolutions ---------------------------------------------------------------------
 
+
 def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups, dilation) -> Tensor:
     name = f"conv_transpose{d}d"
+    x, weight, bias = cast_inputs("lower", (x, weight, bias))  # autocast: PyTorch's lower-precision list
     x, unbatched = _batched(name, x, d)
     if weight.ndim != d + 2:
-        raise _err(f"{name}: the weight must be [C_in, C_out/groups, {', '.join('k' * d)}], got "
-                   f"{weight.dtype}{list(weight.shape)}")
+        raise _err(
+            f"{name}: the weight must be [C_in, C_out/groups, {', '.join('k' * d)}], got "
+            f"{weight.dtype}{list(weight.shape)}"
+        )
     _check_weight_channels(name, weight, weight.shape[1], groups)
     stride, dilation = ntuple(stride, d, "stride", name), ntuple(dilation, d, "dilation", name)
     pad, out_pad = ntuple(padding, d, "padding", name), ntuple(output_padding, d, "output_padding", name)
     if x.shape[1] != weight.shape[0]:
-        raise _err(f"{name}: the input has {x.shape[1]} channels but the weight {list(weight.shape)} expects "
-                   f"{weight.shape[0]} (weight is [C_in, C_out/groups, ...])")
+        raise _err(
+            f"{name}: the input has {x.shape[1]} channels but the weight {list(weight.shape)} expects "
+            f"{weight.shape[0]} (weight is [C_in, C_out/groups, ...])"
+        )
     for op, s, dl in zip(out_pad, stride, dilation):
         if not 0 <= op < max(s, dl):
-            raise _err(f"{name}: output_padding {list(out_pad)} must be smaller than either stride {list(stride)} "
-                       f"or dilation {list(dilation)}")
-    size = [(n - 1) * s - 2 * p + dl * (k - 1) + op + 1
-            for n, s, p, dl, k, op in zip(x.shape[2:], stride, pad, dilation, weight.shape[2:], out_pad)]
+            raise _err(
+                f"{name}: output_padding {list(out_pad)} must be smaller than either stride {list(stride)} "
+                f"or dilation {list(dilation)}"
+            )
+    size = [
+        (n - 1) * s - 2 * p + dl * (k - 1) + op + 1
+        for n, s, p, dl, k, op in zip(x.shape[2:], stride, pad, dilation, weight.shape[2:], out_pad)
+    ]
     if min(size) < (0 if x.shape[0] == 0 else 1):  # PyTorch: an empty batch may have an empty output
         raise _err(f"{name}: the output size {size} is not positive (input {list(x.shape)}, padding {list(pad)})")
     cout = weight.shape[1] * int(groups)
@@ -114,8 +151,17 @@ def _conv_transpose(d, x, weight, bias, stride, padding, output_padding, groups,
         return sum(parts[1:], parts[0]).reshape(0, cout, *size)  # in the operands' graph: zero gradients
     pads, extra = _transpose_padding(pad, out_pad, stride)
     shape = (x.shape[0], cout, *(n - e for n, e in zip(size, extra)))
-    y = _call(name, "conv_grad_input", x, weight, stride=stride, padding=pads, dilation=dilation,
-              groups=int(groups), input_shape=shape)
+    y = _call(
+        name,
+        "conv_grad_input",
+        x,
+        weight,
+        stride=stride,
+        padding=pads,
+        dilation=dilation,
+        groups=int(groups),
+        input_shape=shape,
+    )
     if any(extra):
         y = _pad_spatial(y, [(0, e) for e in extra], 0.0)
     if bias is not None:
@@ -138,20 +184,44 @@ def _transpose_padding(pad, out_pad, stride) -> tuple[list[tuple[int, int]], lis
     return pads, extra
 
 
-def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,  # noqa: A002
-                     dilation=1) -> Tensor:
+def conv_transpose1d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,  # noqa: A002
+    dilation=1,
+) -> Tensor:
     """The transposed 1-D convolution (the data gradient of conv1d), weight [C_in, C_out/groups, k]."""
     return _conv_transpose(1, input, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
-def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,  # noqa: A002
-                     dilation=1) -> Tensor:
+def conv_transpose2d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,  # noqa: A002
+    dilation=1,
+) -> Tensor:
     """The transposed 2-D convolution, weight [C_in, C_out/groups, kh, kw]; output size
     (H - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1."""
     return _conv_transpose(2, input, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
-def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,  # noqa: A002
-                     dilation=1) -> Tensor:
+def conv_transpose3d(
+    input,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,  # noqa: A002
+    dilation=1,
+) -> Tensor:
     """The transposed 3-D convolution, weight [C_in, C_out/groups, kd, kh, kw]."""
     return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups, dilation)

@@ -6,7 +6,7 @@ inside @flame.compile those values are not known and are not checked."""
 from __future__ import annotations
 
 from flame.errors import IndexValueError, ShapeError, TraceError
-from flame.frontend.autocast import policy
+from flame.frontend.autocast import is_autocast_enabled, policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
@@ -17,8 +17,16 @@ from flame.frontend.tensor_core import where
 from flame.frontend.views import new_tensor
 from flame.ir.dtypes import i64
 
-__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "l1_loss", "nll_loss",
-           "one_hot", "pad", "smooth_l1_loss"]
+__all__ = [
+    "binary_cross_entropy",
+    "binary_cross_entropy_with_logits",
+    "cross_entropy",
+    "l1_loss",
+    "nll_loss",
+    "one_hot",
+    "pad",
+    "smooth_l1_loss",
+]
 
 
 def _where(cond: Tensor, a, b) -> Tensor:
@@ -27,8 +35,10 @@ def _where(cond: Tensor, a, b) -> Tensor:
 
 def _same_shape(name: str, input: Tensor, target: Tensor) -> None:  # noqa: A002
     if tuple(input.shape) != tuple(target.shape):
-        raise ShapeError(f"{name}: target size {list(target.shape)} differs from input size {list(input.shape)} "
-                         f"(PyTorch raises here too; reshape one of them)\n  at {user_location()}")
+        raise ShapeError(
+            f"{name}: target size {list(target.shape)} differs from input size {list(input.shape)} "
+            f"(PyTorch raises here too; reshape one of them)\n  at {user_location()}"
+        )
 
 
 def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:  # noqa: A002
@@ -40,14 +50,18 @@ def one_hot(input: Tensor, num_classes: int = -1) -> Tensor:  # noqa: A002
     if tensor._value is None and tensor.numel():
         vals = tensor.numpy()
         if vals.min() < 0 or (num_classes >= 0 and vals.max() >= num_classes):
-            raise IndexValueError(f"one_hot: class values must be in [0, num_classes={num_classes}), got "
-                                  f"{int(vals.min())}..{int(vals.max())}\n  at {user_location()}")
+            raise IndexValueError(
+                f"one_hot: class values must be in [0, num_classes={num_classes}), got "
+                f"{int(vals.min())}..{int(vals.max())}\n  at {user_location()}"
+            )
         if num_classes < 0:
             num_classes = int(vals.max()) + 1
     elif num_classes < 0:
         if tensor._value is not None:
-            raise TraceError(f"one_hot inside @flame.compile needs num_classes (the result's width depends on the "
-                             f"values)\n  at {user_location()}")
+            raise TraceError(
+                f"one_hot inside @flame.compile needs num_classes (the result's width depends on the "
+                f"values)\n  at {user_location()}"
+            )
         num_classes = 0
     return (tensor.unsqueeze(-1) == arange(num_classes, dtype=tensor.dtype)).to(i64)
 
@@ -58,32 +72,46 @@ def _check_targets(name: str, target: Tensor, n_classes: int, ignore_index: int)
     t = target.numpy()
     bad = (t != ignore_index) & ((t < 0) | (t >= n_classes))
     if bad.any():
-        raise IndexValueError(f"{name}: target {int(t[bad].flat[0])} is out of bounds for {n_classes} classes"
-                              f"\n  at {user_location()}")
+        raise IndexValueError(
+            f"{name}: target {int(t[bad].flat[0])} is out of bounds for {n_classes} classes\n  at {user_location()}"
+        )
 
 
-def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
-             ignore_index: int = -100, reduce=None, reduction: str = "mean") -> Tensor:
+def nll_loss(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,  # noqa: A002
+    ignore_index: int = -100,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
     """-input[n, target[n]] (times weight[target[n]]), for log-probabilities input [N, C] (or [C], or
     [N, C, d1, ...] with target [N, d1, ...]); the mean divides by the summed weights of the targets
     that are not ignore_index."""
     _no_legacy("nll_loss", size_average, reduce)
     if target.dtype.is_float:
-        raise ShapeError(f"nll_loss: target must hold integer class indices, got {target.dtype}"
-                         f"\n  at {user_location()}")
+        raise ShapeError(
+            f"nll_loss: target must hold integer class indices, got {target.dtype}\n  at {user_location()}"
+        )
     batched = input.ndim >= 2
     want = (input.shape[0], *input.shape[2:]) if batched else ()
     if input.ndim == 0 or tuple(target.shape) != want:
-        raise ShapeError(f"nll_loss: input {list(input.shape)} needs target {list(want)}, got {list(target.shape)}"
-                         f"\n  at {user_location()}")
+        raise ShapeError(
+            f"nll_loss: input {list(input.shape)} needs target {list(want)}, got {list(target.shape)}"
+            f"\n  at {user_location()}"
+        )
     n_classes = input.shape[1] if batched else input.shape[0]
     _check_targets("nll_loss", target, n_classes, ignore_index)
     x = input.permute(0, *range(2, input.ndim), 1) if batched else input  # classes last
     valid = target != ignore_index
     safe = _where(valid, target.to(i64), 0)
     picked = x.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
-    w = _where(valid, 1.0, 0.0).to(input.dtype) if weight is None else \
-        _where(valid, apply("index_select", weight, safe.reshape(-1), axis=0).reshape(safe.shape), 0.0)
+    w = (
+        _where(valid, 1.0, 0.0).to(input.dtype)
+        if weight is None
+        else _where(valid, apply("index_select", weight, safe.reshape(-1), axis=0).reshape(safe.shape), 0.0)
+    )
     loss = -picked * w
     if reduction == "mean":
         return loss.sum() / w.sum()
@@ -91,9 +119,16 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, size_a
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
-def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average=None,  # noqa: A002
-                  ignore_index: int | None = None, reduce=None, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
+def cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    size_average=None,  # noqa: A002
+    ignore_index: int | None = None,
+    reduce=None,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+) -> Tensor:
     """torch.nn.functional.cross_entropy: logits [N, C] (or [C], or [N, C, d1, ...]) against class
     indices [N] (or [N, d1, ...]; ignore_index, PyTorch's -100 when not given, adds nothing and is left
     out of the mean) or class probabilities of input's shape; weight [C] scales each class (the mean
@@ -104,14 +139,18 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
     cdim = 1 if input.ndim >= 2 else 0
     n_classes = input.shape[cdim] if input.ndim else 0
     if weight is not None and (weight.ndim != 1 or weight.shape[0] != n_classes):
-        raise ShapeError(f"cross_entropy: weight must hold one value per class ({n_classes}), got "
-                         f"{list(weight.shape)}\n  at {user_location()}")
+        raise ShapeError(
+            f"cross_entropy: weight must hold one value per class ({n_classes}), got "
+            f"{list(weight.shape)}\n  at {user_location()}"
+        )
     w = None if weight is None else weight.reshape(*[n_classes if d == cdim else 1 for d in range(input.ndim)])
     logp = log_softmax(input, cdim)
     if target.dtype.is_float:  # class probabilities
         if tuple(target.shape) != tuple(input.shape):
-            raise ShapeError(f"cross_entropy: class probabilities must have the input's shape {list(input.shape)}, "
-                             f"got {list(target.shape)}\n  at {user_location()}")
+            raise ShapeError(
+                f"cross_entropy: class probabilities must have the input's shape {list(input.shape)}, "
+                f"got {list(target.shape)}\n  at {user_location()}"
+            )
         t = target * (1 - label_smoothing) + label_smoothing / n_classes if label_smoothing else target
         loss = -(logp * t if w is None else logp * t * w).sum(cdim)
         return loss.sum() / (input.numel() // n_classes) if reduction == "mean" else _loss_reduce(loss, reduction)
@@ -122,32 +161,64 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
     keep = target != ignore
     smooth = _where(keep, -(logp if w is None else logp * w).sum(cdim), 0.0)
     if reduction == "mean":
-        picked = keep.to(logp.dtype) if weight is None else _where(
-            keep, apply("index_select", weight, _where(keep, target.to(i64), 0).reshape(-1), axis=0)
-            .reshape(target.shape), 0.0)
+        picked = (
+            keep.to(logp.dtype)
+            if weight is None
+            else _where(
+                keep,
+                apply("index_select", weight, _where(keep, target.to(i64), 0).reshape(-1), axis=0).reshape(
+                    target.shape
+                ),
+                0.0,
+            )
+        )
         smooth = smooth.sum() / picked.sum()
     else:
         smooth = _loss_reduce(smooth, reduction)
     return nll * (1 - label_smoothing) + smooth * (label_smoothing / n_classes)
 
 
-def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                         size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
+_BCE_UNSAFE = (  # PyTorch's words: binary_cross_entropy is on its CUDA autocast's banned list
+    "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+    "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+    "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+    "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+    "safe to autocast."
+)
+
+
+def binary_cross_entropy(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,  # noqa: A002
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+) -> Tensor:
     """-(t log x + (1 - t) log(1 - x)) for probabilities x, each log clamped at -100 as in PyTorch."""
     _no_legacy("binary_cross_entropy", size_average, reduce)
+    if is_autocast_enabled():
+        raise RuntimeError(_BCE_UNSAFE + f"\n  at {user_location()}")
     _same_shape("binary_cross_entropy", input, target)
     if input._value is None and input.numel():
         x = input.numpy()
         if (x < 0).any() or (x > 1).any():
-            raise ValueError(f"binary_cross_entropy: all elements of input should be between 0 and 1"
-                             f"\n  at {user_location()}")
+            raise ValueError(
+                f"binary_cross_entropy: all elements of input should be between 0 and 1\n  at {user_location()}"
+            )
     loss = -(target * input.log().clamp(min=-100.0) + (1 - target) * (1 - input).log().clamp(min=-100.0))
     return _loss_reduce(loss * weight if weight is not None else loss, reduction)
 
 
-def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
-                                     size_average=None, reduce=None, reduction: str = "mean",
-                                     pos_weight: Tensor | None = None) -> Tensor:
+def binary_cross_entropy_with_logits(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,  # noqa: A002
+    size_average=None,
+    reduce=None,
+    reduction: str = "mean",
+    pos_weight: Tensor | None = None,
+) -> Tensor:
     """binary_cross_entropy(sigmoid(input), target) computed stably from the logits (PyTorch's formula:
     (1 - t) x + w_pos (log(exp(-m) + exp(-x - m)) + m) with m = max(-x, 0), exact gradient everywhere)."""
     _no_legacy("binary_cross_entropy_with_logits", size_average, reduce)
@@ -160,16 +231,27 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
     return _loss_reduce(loss * weight if weight is not None else loss, reduction)
 
 
-def l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
-            reduction: str = "mean") -> Tensor:
+def l1_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,  # noqa: A002
+    reduction: str = "mean",
+) -> Tensor:
     """|input - target|, reduced."""
     _no_legacy("l1_loss", size_average, reduce)
     warn_if_broadcast("l1_loss", input, target)  # PyTorch warns and broadcasts
     return _loss_reduce((input - target).abs(), reduction)
 
 
-def smooth_l1_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
-                   reduction: str = "mean", beta: float = 1.0) -> Tensor:
+def smooth_l1_loss(
+    input: Tensor,
+    target: Tensor,
+    size_average=None,
+    reduce=None,  # noqa: A002
+    reduction: str = "mean",
+    beta: float = 1.0,
+) -> Tensor:
     """0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta (the Huber loss / beta)."""
     _no_legacy("smooth_l1_loss", size_average, reduce)
     warn_if_broadcast("smooth_l1_loss", input, target)  # PyTorch warns and broadcasts
@@ -187,8 +269,10 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
     edge; pads < size), "replicate" (repeat the edge), "circular" (wrap around; pads <= size)."""
     pad = [int(p) for p in pad]
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
-        raise ShapeError(f"pad: {list(pad)} must hold (left, right) pairs for at most {input.ndim} dimensions"
-                         f"\n  at {user_location()}")
+        raise ShapeError(
+            f"pad: {list(pad)} must hold (left, right) pairs for at most {input.ndim} dimensions"
+            f"\n  at {user_location()}"
+        )
     pairs = {input.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
     if mode == "constant":
         x = input
@@ -198,8 +282,9 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         spec = [(max(pairs.get(d, (0, 0))[0], 0), max(pairs.get(d, (0, 0))[1], 0)) for d in range(x.ndim)]
         return apply("pad", x, pads=spec, value=0 if value is None else value) if any(a or b for a, b in spec) else x
     if mode not in ("reflect", "replicate", "circular"):
-        raise ShapeError(f"pad: mode {mode!r} is not one of 'constant', 'reflect', 'replicate', 'circular'"
-                         f"\n  at {user_location()}")
+        raise ShapeError(
+            f"pad: mode {mode!r} is not one of 'constant', 'reflect', 'replicate', 'circular'\n  at {user_location()}"
+        )
     if value:
         raise ShapeError(f"pad: value={value} only applies to mode='constant'\n  at {user_location()}")
     x = input
@@ -207,8 +292,11 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         n = x.shape[d]
         limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
         if min(lo, hi) < 0 or limit is not None and max(lo, hi) > limit or n == 0:
-            raise ShapeError(f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) must be non-negative"
-                             + (f" and at most {limit}" if limit is not None else "") + f"\n  at {user_location()}")
+            raise ShapeError(
+                f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) must be non-negative"
+                + (f" and at most {limit}" if limit is not None else "")
+                + f"\n  at {user_location()}"
+            )
         if lo or hi:
             x = apply("index_select", x, _source_positions(mode, n, lo, hi), axis=d)
     return x

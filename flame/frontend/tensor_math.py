@@ -52,14 +52,15 @@ class TensorMath:
         """Batched product of [b, n, m] and [b, m, p] (equal batches, as torch.bmm)."""
         _ranks("bmm", (self, 3), (mat2, 3))
         if self.shape[0] != mat2.shape[0]:
-            raise ShapeError(f"bmm: batch sizes differ: {list(self.shape)} and {list(mat2.shape)}\n"
-                             f"  at {user_location()}")
+            raise ShapeError(
+                f"bmm: batch sizes differ: {list(self.shape)} and {list(mat2.shape)}\n  at {user_location()}"
+            )
         return matmul(self, mat2)
 
     def dot(self, tensor):
         """The inner product of two 1-D tensors of one length, as torch.dot."""
         _ranks("dot", (self, 1), (tensor, 1))
-        return matmul(self, tensor)
+        return _promoted(matmul, self, tensor)
 
     def outer(self, vec2):
         """[n] x [m] -> [n, m]: self[i] * vec2[j], as torch.outer."""
@@ -70,6 +71,7 @@ class TensorMath:
         """beta * self + alpha * (mat1 @ mat2), as torch.addmm (self broadcast to the product; with
         beta = 0 self is not read, so its NaN and inf do not propagate)."""
         _ranks("addmm", (mat1, 2), (mat2, 2))
+        self, mat1, mat2 = _lowered(self, mat1, mat2)  # autocast: all three in the low dtype, as torch's
         prod = matmul(mat1, mat2)
         prod = prod * alpha if alpha != 1 else prod
         if beta == 0:
@@ -78,6 +80,7 @@ class TensorMath:
 
     def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
         """beta * self + alpha * (batch1 @ batch2) over a batch, as torch.baddbmm."""
+        self, batch1, batch2 = _lowered(self, batch1, batch2)  # autocast: all three in the low dtype
         prod = self.__class__.bmm(batch1, batch2)
         prod = prod * alpha if alpha != 1 else prod
         if beta == 0:
@@ -94,14 +97,16 @@ class TensorMath:
         a_axes = [dim_index("tensordot", d, self.ndim) for d in a_axes]
         b_axes = [dim_index("tensordot", d, other.ndim) for d in b_axes]
         if [self.shape[i] for i in a_axes] != [other.shape[j] for j in b_axes]:
-            raise ShapeError(f"tensordot: contracted dims differ: {[self.shape[i] for i in a_axes]} and "
-                             f"{[other.shape[j] for j in b_axes]}\n  at {user_location()}")
+            raise ShapeError(
+                f"tensordot: contracted dims differ: {[self.shape[i] for i in a_axes]} and "
+                f"{[other.shape[j] for j in b_axes]}\n  at {user_location()}"
+            )
         a_free = [i for i in range(self.ndim) if i not in a_axes]
         b_free = [j for j in range(other.ndim) if j not in b_axes]
         k = math.prod(self.shape[i] for i in a_axes)
         a = self.permute(*a_free, *a_axes).reshape(-1, k)
         b = other.permute(*b_axes, *b_free).reshape(k, -1)
-        return matmul(a, b).reshape(*[self.shape[i] for i in a_free], *[other.shape[j] for j in b_free])
+        return _promoted(matmul, a, b).reshape(*[self.shape[i] for i in a_free], *[other.shape[j] for j in b_free])
 
     def kron(self, other):
         """The Kronecker product, as torch.kron (ranks padded with leading 1s)."""
@@ -121,8 +126,10 @@ class TensorMath:
                 raise ShapeError(f"cross: no dimension of size 3 in {list(self.shape)}\n  at {user_location()}")
         axis = dim_index("cross", dim, self.ndim)
         if self.shape[axis] != 3 or other.shape[axis] != 3:
-            raise ShapeError(f"cross: dimension {dim} must have size 3, got {list(self.shape)} and "
-                             f"{list(other.shape)}\n  at {user_location()}")
+            raise ShapeError(
+                f"cross: dimension {dim} must have size 3, got {list(self.shape)} and "
+                f"{list(other.shape)}\n  at {user_location()}"
+            )
         return self.roll(-1, axis) * other.roll(-2, axis) - self.roll(-2, axis) * other.roll(-1, axis)
 
     # ---- elementwise math ------------------------------------------------------------------------
@@ -207,8 +214,11 @@ class TensorMath:
         axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
             return x
-        out = x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1) if x.shape[axis] else \
-            full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
+        out = (
+            x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1)
+            if x.shape[axis]
+            else full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
+        )
         return out if keepdim else out.squeeze(axis)
 
     def nansum(self, dim=None, keepdim: bool = False):
@@ -218,8 +228,10 @@ class TensorMath:
     def nanmean(self, dim=None, keepdim: bool = False):
         """The mean of the elements that are not NaN, as torch.nanmean (floating tensors only)."""
         if not self.dtype.is_float:
-            raise DTypeError(f"nanmean(): expected input to have floating point dtype but got {self.dtype} (as in "
-                             f"PyTorch: x.float().nanmean())\n  at {user_location()}")
+            raise DTypeError(
+                f"nanmean(): expected input to have floating point dtype but got {self.dtype} (as in "
+                f"PyTorch: x.float().nanmean())\n  at {user_location()}"
+            )
         count = (~self.isnan()).to(self.dtype).sum(dim, keepdim)
         return self.nansum(dim, keepdim) / count
 
@@ -229,8 +241,10 @@ class TensorMath:
         x = self if self.ndim else self.reshape(1)
         n = x.shape[axis]
         if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
-            raise ShapeError(f"kthvalue: k={k!r} is out of range for dimension {dim} of size {n} (expected 1 <= k <= "
-                             f"{n})\n  at {user_location()}")
+            raise ShapeError(
+                f"kthvalue: k={k!r} is out of range for dimension {dim} of size {n} (expected 1 <= k <= "
+                f"{n})\n  at {user_location()}"
+            )
         idx = x.argsort(axis).narrow(axis, int(k) - 1, 1)
         values, indices = x.gather(axis, idx), idx
         if not keepdim or self.ndim == 0:
@@ -241,8 +255,9 @@ class TensorMath:
         """The lower median (the ((n + 1) // 2)-th smallest): of every element when dim is None, else
         (values, indices) along dim, as torch.median."""
         if self.dtype == boolean:
-            raise DTypeError(f'median: "median" is not implemented for bool tensors (as in PyTorch)\n  at '
-                             f"{user_location()}")
+            raise DTypeError(
+                f'median: "median" is not implemented for bool tensors (as in PyTorch)\n  at {user_location()}'
+            )
         if dim is None:
             flat = self.reshape(-1)
             if not flat.shape[0] and self.dtype.is_float:
@@ -300,7 +315,7 @@ class TensorMath:
         # element i at (first_row + i, first_col + i): a strided slice of the plane laid out flat, so a
         # view of self (as torch's) wherever the plane's elements are contiguous
         start = first_row * cols + first_col
-        return x.reshape(*x.shape[:-2], rows * cols)[..., start:start + (n - 1) * (cols + 1) + 1:cols + 1]
+        return x.reshape(*x.shape[:-2], rows * cols)[..., start : start + (n - 1) * (cols + 1) + 1 : cols + 1]
 
     def diag(self, diagonal: int = 0):
         """A 1-D tensor's matrix with it on a diagonal, or a matrix's diagonal, as torch.diag."""
@@ -309,8 +324,11 @@ class TensorMath:
         if self.ndim != 1:
             raise ShapeError(f"diag: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
         n, k = self.shape[0], abs(diagonal)
-        square = eye(n, dtype=self.dtype) * self.unsqueeze(0) if self.dtype != boolean else \
-            eye(n, dtype=boolean) & self.unsqueeze(0)
+        square = (
+            eye(n, dtype=self.dtype) * self.unsqueeze(0)
+            if self.dtype != boolean
+            else eye(n, dtype=boolean) & self.unsqueeze(0)
+        )
         if not k:
             return square
         return pad(square, ((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
@@ -421,3 +439,22 @@ class TensorMath:
     def vdot(self, other):
         return more_math.vdot(self, other)
 
+
+def _lowered(*tensors):
+    """Inside an enabled autocast region, the floating tensors in its low dtype (PyTorch's
+    lower-precision list: addmm, baddbmm); else as they are."""
+    from flame.frontend.autocast import cast_inputs
+
+    return cast_inputs("lower", tensors)
+
+
+def _promoted(fn, *tensors):
+    """fn(*tensors) as PyTorch's autocast runs an op of its "promote" list (dot, tensordot): the inputs
+    in their widest floating dtype, and no lowering inside."""
+    from flame.frontend.autocast import autocast, cast_inputs, is_autocast_enabled
+
+    if not is_autocast_enabled():
+        return fn(*tensors)
+    tensors = cast_inputs("promote", tensors)
+    with autocast(enabled=False):
+        return fn(*tensors)

@@ -28,6 +28,11 @@ class IncompatibleKeys(NamedTuple):
     missing_keys: list[str]
     unexpected_keys: list[str]
 
+    def __repr__(self) -> str:
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return f"IncompatibleKeys(missing_keys={self.missing_keys!r}, unexpected_keys={self.unexpected_keys!r})"
+
 
 def _describe(t: Any) -> str:
     if isinstance(t, Tensor):
@@ -101,8 +106,10 @@ class Module(ModuleHooks):
     # ---- attribute registration -------------------------------------------------------------------
     def _check_init(self, name: str) -> None:
         if "_parameters" not in self.__dict__:
-            raise AttributeError(f"cannot assign {name!r} before Module.__init__() was called (call "
-                                 f"super().__init__() first in {type(self).__name__}.__init__)")
+            raise AttributeError(
+                f"cannot assign {name!r} before Module.__init__() was called (call "
+                f"super().__init__() first in {type(self).__name__}.__init__)"
+            )
 
     def __setattr__(self, name: str, value: Any) -> None:
         params, bufs, mods = (self.__dict__.get(k) for k in ("_parameters", "_buffers", "_modules"))
@@ -116,18 +123,20 @@ class Module(ModuleHooks):
             mods[name] = value
         elif params is not None and name in params:
             if value is not None:
-                raise TypeError(f"cannot assign {type(value).__name__} as parameter {name!r} of "
-                                f"{type(self).__name__} (expected nn.Parameter or None)")
+                raise TypeError(
+                    f"cannot assign {type(value).__name__} as parameter {name!r} of "
+                    f"{type(self).__name__} (expected nn.Parameter or None)"
+                )
             params[name] = None
         elif mods is not None and name in mods:
             if value is not None:
-                raise TypeError(f"cannot assign {type(value).__name__} as child module {name!r} "
-                                f"(expected nn.Module or None)")
+                raise TypeError(
+                    f"cannot assign {type(value).__name__} as child module {name!r} (expected nn.Module or None)"
+                )
             mods[name] = None
         elif bufs is not None and name in bufs:
             if value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"cannot assign {type(value).__name__} as buffer {name!r} (expected a "
-                                f"Tensor or None)")
+                raise TypeError(f"cannot assign {type(value).__name__} as buffer {name!r} (expected a Tensor or None)")
             bufs[name] = value
         else:
             object.__setattr__(self, name, value)
@@ -162,8 +171,7 @@ class Module(ModuleHooks):
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         self._check_init(name)
         if param is not None and not isinstance(param, Parameter):
-            raise TypeError(f"register_parameter({name!r}): expected nn.Parameter or None, got "
-                            f"{type(param).__name__}")
+            raise TypeError(f"register_parameter({name!r}): expected nn.Parameter or None, got {type(param).__name__}")
         self._forget(name)
         self._parameters[name] = param
 
@@ -188,8 +196,9 @@ class Module(ModuleHooks):
     register_module = add_module
 
     # ---- walking the tree -------------------------------------------------------------------------
-    def named_modules(self, prefix: str = "", memo: set | None = None,
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+    def named_modules(
+        self, prefix: str = "", memo: set | None = None, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Module]]:
         """(dotted name, module) for this module and every one below it, depth first; a module
         reached twice is given once unless remove_duplicate=False (as PyTorch's)."""
         memo = set() if memo is None else memo
@@ -217,8 +226,9 @@ class Module(ModuleHooks):
         for _, m in self.named_children():
             yield m
 
-    def _named_members(self, kind: str, prefix: str, recurse: bool,
-                       remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def _named_members(
+        self, kind: str, prefix: str, recurse: bool, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
         seen = set()
         mods = self.named_modules(prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
         for mp, m in mods:
@@ -228,8 +238,9 @@ class Module(ModuleHooks):
                 seen.add(id(t))
                 yield (f"{mp}.{name}" if mp else name), t
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True,
-                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
         """(dotted name, Parameter) for every parameter, each shared parameter once unless
         remove_duplicate=False."""
         yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
@@ -238,8 +249,9 @@ class Module(ModuleHooks):
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True,
-                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Tensor]]:
         """(dotted name, buffer) for every buffer, each shared one once unless remove_duplicate=False."""
         yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
@@ -319,8 +331,9 @@ class Module(ModuleHooks):
         from flame.runtime.device import is_device
 
         if not is_device(device):
-            raise TypeError(f"{type(self).__name__}: device must name a device ('cpu', 'cuda', 'cuda:0'), got "
-                            f"{device!r}")
+            raise TypeError(
+                f"{type(self).__name__}: device must name a device ('cpu', 'cuda', 'cuda:0'), got {device!r}"
+            )
         self.to(device)
 
     def cpu(self) -> Module:
@@ -359,17 +372,40 @@ class Module(ModuleHooks):
                     out[dot + name] = b if keep_vars else b.detach()
         return out
 
-    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+    def load_state_dict(
+        self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False
+    ) -> IncompatibleKeys:
         """Copy tensors into this module's parameters and buffers (in place: the same objects stay
-        bound, so optimizers and compiled steps see the new values). Raises flame.CheckpointError
-        listing every missing, unexpected and mis-shaped entry; nothing is changed when it raises.
-        With strict=False, missing and unexpected keys are returned instead (shapes must still fit).
-        A path is refused (flame.ArgumentTypeError, a TypeError as in PyTorch): load the file first."""
+        bound, so optimizers and compiled steps see the new values; each keeps its dtype). Raises
+        flame.CheckpointError (a RuntimeError, as PyTorch's) listing every missing, unexpected and
+        mis-shaped entry; nothing is changed when it raises. With strict=False, missing and unexpected
+        keys are returned instead (shapes must still fit). assign=True binds the loaded tensors
+        themselves instead, as PyTorch's (their dtype; a parameter keeps its requires_grad; an optimizer
+        made before holds the old ones). A path is refused (flame.ArgumentTypeError, a TypeError as in
+        PyTorch): load the file first."""
         if not isinstance(state_dict, Mapping):
             raise ArgumentTypeError(_not_a_state_dict(type(self).__name__, state_dict))
         pairs, keys = self.plan_load(state_dict, strict)
-        copy_pairs(pairs)
+        if assign:
+            self._assign(pairs)
+        else:
+            copy_pairs(pairs)
         return keys
+
+    def _assign(self, pairs: list) -> None:
+        """load_state_dict(assign=True): each destination's slot in its module takes the source tensor."""
+        slots = {}
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for name, t in store.items():
+                    if t is not None:
+                        slots.setdefault(id(t), []).append((store, name))
+        for dst, src in pairs:
+            for store, name in slots.get(id(dst), []):
+                if isinstance(dst, Parameter):
+                    store[name] = Parameter(src.detach(), requires_grad=dst.requires_grad)
+                else:
+                    store[name] = src.detach()
 
     def plan_load(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list, IncompatibleKeys]:
         """Check state_dict against this module without changing anything: (destination, source) pairs
@@ -390,14 +426,17 @@ def _not_a_state_dict(owner: str, value: Any) -> str:
     """Why load_state_dict cannot take `value`, and for a path what loads it."""
     head = f"{owner}.load_state_dict: expected a state_dict (a mapping of names to tensors), got"
     if isinstance(value, (str, bytes, os.PathLike)):
-        return (f"{head} the path {value!r}; load the file first: model.load_state_dict(flame.load(path)) for a "
-                f"safetensors file (flame.save's or PyTorch's), or flame.checkpoint.load_checkpoint(path, model, "
-                f"optimizer) for one written by flame.checkpoint.save_checkpoint")
+        return (
+            f"{head} the path {value!r}; load the file first: model.load_state_dict(flame.load(path)) for a "
+            f"safetensors file (flame.save's or PyTorch's), or flame.checkpoint.load_checkpoint(path, model, "
+            f"optimizer) for one written by flame.checkpoint.save_checkpoint"
+        )
     return f"{head} {type(value).__name__}"
 
 
-def match_state(own: dict[str, Tensor], state_dict: dict[str, Any], strict: bool,
-                owner: str) -> tuple[list, IncompatibleKeys]:
+def match_state(
+    own: dict[str, Tensor], state_dict: dict[str, Any], strict: bool, owner: str
+) -> tuple[list, IncompatibleKeys]:
     """Match a loaded name -> tensor dict against `own` (name -> destination tensor): the
     (destination, source) pairs to copy and the skipped keys. Raises flame.CheckpointError listing
     every missing, unexpected and mis-shaped entry (mis-shaped always; the others when strict)."""
@@ -418,8 +457,11 @@ def match_state(own: dict[str, Tensor], state_dict: dict[str, Any], strict: bool
 
 
 def _mismatch_message(owner: str, missing: list, unexpected: list, misshaped: list, strict: bool) -> str:
-    counts = [f"{len(x)} {w}" for x, w in ((missing, "missing"), (unexpected, "unexpected"),
-                                            (misshaped, "mis-shaped")) if x and (strict or w == "mis-shaped")]
+    counts = [
+        f"{len(x)} {w}"
+        for x, w in ((missing, "missing"), (unexpected, "unexpected"), (misshaped, "mis-shaped"))
+        if x and (strict or w == "mis-shaped")
+    ]
     lines = [f"load_state_dict into {owner}: " + ", ".join(counts)]
     if strict and missing:
         lines.append("  missing: " + ", ".join(missing))
@@ -578,7 +620,7 @@ class _Registry(Module):
 
     def update(self, entries: Any) -> None:
         """Add or replace entries from a mapping or (key, value) pairs."""
-        for key, value in (entries.items() if hasattr(entries, "items") else entries):
+        for key, value in entries.items() if hasattr(entries, "items") else entries:
             self[key] = value
 
 

@@ -39,9 +39,18 @@ class Optimizer:
     """Base class: param_groups (list of dicts, torch-shaped), state (param -> dict of tensors),
     zero_grad, step, state_dict / load_state_dict. Subclasses define `_init_state` and `_update`."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any], *,
-                 maximize: bool = False, foreach: bool | None = None, capturable: bool = False,
-                 differentiable: bool = False, fused: bool | None = None, **unknown):
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        defaults: dict[str, Any],
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        **unknown,
+    ):
         """torch.optim's keyword flags, which every optimizer takes: maximize (ascend the objective) is
         honoured; foreach, fused and capturable are accepted and change nothing (a compiled step's
         updates are one fused kernel, replayed in a CUDA graph); differentiable=True (gradients through
@@ -49,10 +58,17 @@ class Optimizer:
         if unknown:
             raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {next(iter(unknown))!r}")
         if differentiable:
-            raise NotImplementedError(f"{type(self).__name__}: differentiable=True (gradients through the "
-                                      f"update) is not supported")
-        self.defaults = dict(defaults, maximize=maximize, foreach=foreach, capturable=capturable,
-                             differentiable=differentiable, fused=fused)
+            raise NotImplementedError(
+                f"{type(self).__name__}: differentiable=True (gradients through the update) is not supported"
+            )
+        self.defaults = dict(
+            defaults,
+            maximize=maximize,
+            foreach=foreach,
+            capturable=capturable,
+            differentiable=differentiable,
+            fused=fused,
+        )
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Tensor]] = {}
         self._scalars: tuple[object, dict] = (None, {})
@@ -75,8 +91,9 @@ class Optimizer:
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for p in group["params"]:
             if not isinstance(p, Tensor) or p.is_traced:
-                raise TypeError(f"{type(self).__name__} can only optimize concrete flame Tensors, got "
-                                f"{type(p).__name__}")
+                raise TypeError(
+                    f"{type(self).__name__} can only optimize concrete flame Tensors, got {type(p).__name__}"
+                )
             if not p.dtype.is_float:
                 raise FlameError(f"{type(self).__name__}: cannot optimize a {p.dtype} tensor")
             if id(p) in seen:
@@ -108,8 +125,9 @@ class Optimizer:
         g = p.grad.to(dtype)
         return -g if self.option(group, "maximize") else g
 
-    def begin(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor],
-              decoupled: bool | str = False) -> tuple[Tensor, Tensor]:
+    def begin(
+        self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor], decoupled: bool | str = False
+    ) -> tuple[Tensor, Tensor]:
         """The start most updates share, as torch's: the step counter advanced; (x, g), the parameter and
         its gradient (grad()) in the compute dtype, with weight_decay applied: added to g as wd * x, or
         with `decoupled` (True, or the name of the group's bool that says so) x scaled by 1 - lr * wd."""
@@ -151,8 +169,9 @@ class Optimizer:
         if trace is None:
             return read()
         index = next(i for i, g in enumerate(self.param_groups) if g is group)
-        return trace.read_python(f"{type(self).__name__}.param_groups[{index}][{key!r}]"
-                                 + (" != 0" if nonzero else ""), read)
+        return trace.read_python(
+            f"{type(self).__name__}.param_groups[{index}][{key!r}]" + (" != 0" if nonzero else ""), read
+        )
 
     def guard_groups(self) -> None:
         """Inside a trace, which parameters each group holds is a guard of the trace: add_param_group
@@ -201,7 +220,7 @@ class Optimizer:
                 index[id(p)] = len(index)
                 ids.append(index[id(p)])
             groups.append({**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": ids})
-        state = {index[id(p)]: {k: v.detach() for k, v in st.items()} for p, st in self.state.items()}
+        state = {index[id(p)]: {k: _saved(k, v) for k, v in st.items()} for p, st in self.state.items()}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -214,20 +233,33 @@ class Optimizer:
         """Check a saved state_dict against this optimizer without changing anything; returns the
         (destination, source) tensor pairs to copy."""
         groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
-        if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
-                                                   for g in groups) or not isinstance(state_dict.get("state"), dict):
-            raise CheckpointError(f"{type(self).__name__}.load_state_dict: expected a dict with 'state' and a "
-                                  f"'param_groups' list of dicts with 'params' lists")
+        if (
+            not isinstance(groups, list)
+            or not all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
+            or not isinstance(state_dict.get("state"), dict)
+        ):
+            raise CheckpointError(
+                f"{type(self).__name__}.load_state_dict: expected a dict with 'state' and a "
+                f"'param_groups' list of dicts with 'params' lists"
+            )
         if len(groups) != len(self.param_groups) or any(
-                len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
-            raise CheckpointError(f"{type(self).__name__}.load_state_dict: the saved parameter groups "
-                                  f"({[len(g['params']) for g in groups]} parameters) do not match this "
-                                  f"optimizer's ({[len(g['params']) for g in self.param_groups]})")
+            len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)
+        ):
+            raise CheckpointError(
+                f"{type(self).__name__}.load_state_dict: the saved parameter groups "
+                f"({[len(g['params']) for g in groups]} parameters) do not match this "
+                f"optimizer's ({[len(g['params']) for g in self.param_groups]})"
+            )
         saved_state = {int(k): v for k, v in state_dict["state"].items()}
         errors, pairs = [], []
         for g, (saved, mine) in enumerate(zip(groups, self.param_groups)):
-            errors += [f"  param_groups.{g}.{k}: {why}" for k, v in saved.items() if k != "params"
-                       for why in [_hyper_problem(v, mine.get(k, _MISSING))] if why]
+            errors += [
+                f"  param_groups.{g}.{k}: {why}"
+                for k, v in saved.items()
+                if k != "params"
+                for why in [_hyper_problem(v, mine.get(k, _MISSING))]
+                if why
+            ]
         for saved, mine in zip(groups, self.param_groups):
             for i, p in zip(saved["params"], mine["params"]):
                 own, theirs = self.state[p], saved_state.get(int(i), {})
@@ -241,8 +273,9 @@ class Optimizer:
                     pairs.append((t, src))
                 errors += [f"  unexpected: state.{i}.{k}" for k in theirs if k not in own]
         if errors:
-            raise CheckpointError(f"{type(self).__name__}.load_state_dict: {len(errors)} problem(s)\n"
-                                  + "\n".join(errors))
+            raise CheckpointError(
+                f"{type(self).__name__}.load_state_dict: {len(errors)} problem(s)\n" + "\n".join(errors)
+            )
         return pairs
 
     def apply_load(self, pairs: list[tuple[Tensor, Tensor]], state_dict: dict[str, Any]) -> None:
@@ -269,12 +302,17 @@ def _hyper_problem(saved: Any, mine: Any) -> str:
     """'' if a saved hyperparameter can replace this optimizer's value (same kind: a finite number for
     a number, a bool for a bool, a tuple of numbers of the same length for a tuple; a key this optimizer
     lacks must hold plain data), else what is wrong."""
+
     def number(v) -> bool:  # a finite float, or an int a float holds (not 10**400)
         return isinstance(v, (int, float)) and not isinstance(v, bool) and -_FLOAT_MAX <= v <= _FLOAT_MAX
 
     if mine is _MISSING:  # a key a scheduler adds (initial_lr), as PyTorch keeps it: plain data only
-        plain = saved is None or isinstance(saved, (bool, str)) or number(saved) or (
-            isinstance(saved, (tuple, list)) and all(number(x) for x in saved))
+        plain = (
+            saved is None
+            or isinstance(saved, (bool, str))
+            or number(saved)
+            or (isinstance(saved, (tuple, list)) and all(number(x) for x in saved))
+        )
         return "" if plain else f"saved {_quote(saved)} is not a number, bool, string or list of numbers"
 
     if isinstance(mine, bool) or mine is None:
@@ -293,3 +331,11 @@ def _quote(v: Any) -> str:
     if isinstance(v, int) and v.bit_length() > 4096:
         return f"an int of {v.bit_length()} bits"
     return reprlib.repr(v)
+
+
+def _saved(key: str, value: Tensor) -> Tensor:
+    """A state tensor as state_dict() gives it: shared with the optimizer, except a step count, which is
+    an f32 copy as torch.optim's (flame counts in the parameter's dtype; loading converts back)."""
+    if key == "step" and value.ndim == 0 and value.dtype != f32 and value.dtype.is_float:
+        return value.detach().to(f32)
+    return value.detach()

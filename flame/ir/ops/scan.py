@@ -19,6 +19,7 @@ def _scan_infer(name):
         check_dtype(name, t, ("float", "int"))
         norm_axis(name, axis, t.rank)
         return t
+
     return infer
 
 
@@ -27,6 +28,7 @@ def _scan_ref(np_fn):
         if x.ndim == 0:
             return x.copy()
         return np_fn(x, axis=axis % x.ndim, dtype=x.dtype)
+
     return ref
 
 
@@ -55,10 +57,34 @@ def _cumprod_vjp(b, g, x, out, axis):
     return (b.where(first, at_first, b.where(zero, 0, plain)),)
 
 
-register(OpDef("cumsum", "opaque", 1, _scan_infer("cumsum"), _scan_ref(np.cumsum), {"axis": Attr("int")},
-               _cumsum_vjp, compute_f32=True, doc="running sum along axis (out[k] = x[0] + ... + x[k])"))
-register(OpDef("cumprod", "opaque", 1, _scan_infer("cumprod"), _scan_ref(np.cumprod), {"axis": Attr("int")},
-               _cumprod_vjp, compute_f32=True, doc="running product along axis"))
+register(
+    OpDef(
+        "cumsum",
+        "opaque",
+        1,
+        _scan_infer("cumsum"),
+        _scan_ref(np.cumsum),
+        {"axis": Attr("int")},
+        _cumsum_vjp,
+        compute_f32=True,
+        autocast="f32",  # autocast: on PyTorch's float32 list
+        doc="running sum along axis (out[k] = x[0] + ... + x[k])",
+    )
+)
+register(
+    OpDef(
+        "cumprod",
+        "opaque",
+        1,
+        _scan_infer("cumprod"),
+        _scan_ref(np.cumprod),
+        {"axis": Attr("int")},
+        _cumprod_vjp,
+        compute_f32=True,
+        autocast="f32",
+        doc="running product along axis",
+    )
+)
 
 
 def _argsort_infer(types, axis, descending):
@@ -82,7 +108,16 @@ def _argsort_ref(x, axis, descending):
     return np.moveaxis(order.astype(np.int64), -1, ax)
 
 
-register(OpDef("argsort", "opaque", 1, _argsort_infer, _argsort_ref,
-               {"axis": Attr("int"), "descending": Attr("bool", False)},
-               nondiff="integer result (the permutation) has no gradient", compute_f32=True,
-               doc="the permutation that sorts x along axis, stably; NaN counts as larger than any number"))
+register(
+    OpDef(
+        "argsort",
+        "opaque",
+        1,
+        _argsort_infer,
+        _argsort_ref,
+        {"axis": Attr("int"), "descending": Attr("bool", False)},
+        nondiff="integer result (the permutation) has no gradient",
+        compute_f32=True,
+        doc="the permutation that sorts x along axis, stably; NaN counts as larger than any number",
+    )
+)

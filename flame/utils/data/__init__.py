@@ -5,7 +5,7 @@
 (batching, shuffling with a generator, drop_last, collate_fn, worker processes, pinned host
 buffers with an asynchronous copy to the GPU)."""
 
-from flame.utils.data.dataloader import DataLoader, default_collate
+from flame.utils.data.dataloader import DataLoader, default_collate, default_convert, get_worker_info
 from flame.utils.data.dataset import ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
 from flame.utils.data.distributed import DistributedSampler
 from flame.utils.data.sampler import (
@@ -17,6 +17,22 @@ from flame.utils.data.sampler import (
     WeightedRandomSampler,
 )
 
-__all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "DistributedSampler", "IterableDataset",
-           "RandomSampler", "Sampler", "SequentialSampler", "Subset", "SubsetRandomSampler", "TensorDataset",
-           "WeightedRandomSampler", "default_collate", "random_split"]
+__all__ = [
+    "BatchSampler",
+    "ConcatDataset",
+    "DataLoader",
+    "Dataset",
+    "DistributedSampler",
+    "IterableDataset",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "Subset",
+    "SubsetRandomSampler",
+    "TensorDataset",
+    "WeightedRandomSampler",
+    "default_collate",
+    "default_convert",
+    "get_worker_info",
+    "random_split",
+]

@@ -16,6 +16,7 @@ garbage-collected."""
 from __future__ import annotations
 
 import collections.abc
+import copy
 import multiprocessing
 import queue
 import time
@@ -30,42 +31,72 @@ from flame.frontend.tensor_core import stack
 from flame.utils.data.dataset import IterableDataset, TensorDataset
 from flame.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
 
-__all__ = ["DataLoader", "default_collate", "get_worker_info"]
+__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
 
 _POLL_S = 0.5  # how often a waiting main process checks that its workers are alive
 
 
+_COLLATE_ERR = "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
+
+
 def default_collate(batch: list) -> Any:
     """Stack a list of samples into a batch, as torch's default_collate: flame tensors and NumPy
-    arrays are stacked along a new first dimension, Python floats become a float64 tensor and ints
-    an int64 one, strings stay a list, and mappings, named tuples and sequences are collated per
-    field (a tuple gives a list, as in torch)."""
+    arrays are stacked along a new first dimension, NumPy scalars keep their dtype, Python floats
+    become a float64 tensor and ints (and bools) a tensor of the dtype `flame.tensor` infers, strings
+    and bytes stay the sequence they came in, and mappings, named tuples and sequences are collated
+    per field, keeping their type where it can be rebuilt (a tuple gives a list, as in torch)."""
+    from flame.frontend.creation import tensor
+
     elem = batch[0]
     if isinstance(elem, Tensor):
         return stack(list(batch))
-    if isinstance(elem, np.ndarray) and elem.dtype.kind not in "OSUV":
-        return Tensor(np.stack(batch))
-    if isinstance(elem, np.generic) and elem.dtype.kind not in "OSUV":
-        return Tensor(np.asarray(batch))
+    if isinstance(elem, (np.ndarray, np.generic)):
+        if elem.dtype.kind in "OSUV":
+            raise TypeError(_COLLATE_ERR.format(elem.dtype))
+        return Tensor(np.stack(batch) if isinstance(elem, np.ndarray) else np.asarray(batch))
     if isinstance(elem, float):
-        return Tensor(np.asarray(batch, np.float64))
+        return tensor(list(batch), dtype="f64")
     if isinstance(elem, (bool, int)):
-        return Tensor(np.asarray(batch))
+        return tensor(list(batch))
     if isinstance(elem, (str, bytes)):
-        return list(batch)
+        return batch
     if isinstance(elem, collections.abc.Mapping):
-        return {key: default_collate([d[key] for d in batch]) for key in elem}
+        return _collate_mapping(elem, batch)
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):
-        return type(elem)(*(default_collate(list(s)) for s in zip(*batch)))
+        return type(elem)(*(default_collate(s) for s in zip(*batch)))
     if isinstance(elem, collections.abc.Sequence):
         if any(len(e) != len(elem) for e in batch):
             raise RuntimeError("each element in list of batch should be of equal size")
-        return [default_collate(list(s)) for s in zip(*batch)]
-    raise TypeError(f"default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found "
-                    f"{type(elem)}")
+        fields = [default_collate(s) for s in zip(*batch)]
+        if isinstance(elem, tuple):
+            return fields
+        try:
+            if isinstance(elem, collections.abc.MutableSequence):
+                clone = copy.copy(elem)
+                for i, f in enumerate(fields):
+                    clone[i] = f
+                return clone
+            return type(elem)(fields)
+        except TypeError:
+            return fields
+    raise TypeError(_COLLATE_ERR.format(type(elem)))
+
+
+def _collate_mapping(elem, batch):
+    """A batch of mappings collated per key, in the first one's type where it can be rebuilt."""
+    fields = {key: default_collate([d[key] for d in batch]) for key in elem}
+    try:
+        if isinstance(elem, collections.abc.MutableMapping):
+            clone = copy.copy(elem)
+            clone.update(fields)
+            return clone
+        return type(elem)(fields)
+    except TypeError:
+        return fields
 
 
 # ---- host form: what crosses a process boundary (flame tensors as NumPy arrays) ------------------
+
 
 class _Host:
     """A flame tensor's values on the host, on its way to the main process's device."""
@@ -133,6 +164,7 @@ class _DeviceCopier:
 
 # ---- worker processes ------------------------------------------------------------------------------
 
+
 class WorkerInfo:
     """What get_worker_info() returns inside a worker: id, num_workers, seed and dataset."""
 
@@ -148,36 +180,50 @@ def get_worker_info() -> WorkerInfo | None:
     return _worker_info
 
 
+def _seed_worker(seed: int) -> None:
+    """Seed a worker's random streams from its seed (the loader's base seed + worker id), as torch
+    seeds `random`, its own generator and NumPy's: flame's default generator, `random` and NumPy's
+    global generator, so workers draw different numbers and a seeded run repeats."""
+    import random
+
+    from flame.frontend.creation import manual_seed
+
+    random.seed(seed)
+    manual_seed(seed % (1 << 63))
+    np.random.seed(seed % (1 << 32))
+
+
 def _worker_loop(dataset, fetch, index_q, result_q, worker_id, num_workers, seed, init_fn):
-    """A worker: fetch each (batch number, indices) it is sent, or for an IterableDataset stream its
-    own batches, and send back (batch number, host batch or error text)."""
+    """A worker: serve tasks until a None task. A (batch number, indices) task is fetched and sent
+    back as (batch number, host batch, error text); for an IterableDataset, a ("stream", epoch) task
+    streams its own batches keyed (epoch, worker id, n), then its end (epoch, worker id, None)."""
     global _worker_info
     from flame.runtime.device import set_device
 
     set_device("reference")  # the GPU belongs to the main process
     _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
-    np.random.seed(seed % (1 << 32))
+    _seed_worker(seed)
+    where = f"Caught an exception in DataLoader worker process {worker_id}:\n"
     try:
         if init_fn is not None:
             init_fn(worker_id)
-        if isinstance(dataset, IterableDataset):
-            for n, batch in enumerate(fetch.stream()):
-                result_q.put(((worker_id, n), _to_host(batch), None))
-            result_q.put(((worker_id, None), None, None))
-            return
-        while True:
-            task = index_q.get()
-            if task is None:
-                return
-            n, indices = task
-            try:
-                result_q.put((n, _to_host(fetch(indices)), None))
-            except Exception:
-                result_q.put((n, None, f"Caught an exception in DataLoader worker process {worker_id}:\n"
-                                       + traceback.format_exc()))
     except Exception:
-        result_q.put(((worker_id, None), None, f"Caught an exception in DataLoader worker process {worker_id}:\n"
-                                                + traceback.format_exc()))
+        result_q.put((None, None, where + traceback.format_exc()))
+        return
+    while True:
+        task = index_q.get()
+        if task is None:
+            return
+        key, work = task
+        try:
+            if key == "stream":
+                for n, batch in enumerate(fetch.stream()):
+                    result_q.put(((work, worker_id, n), _to_host(batch), None))
+                result_q.put(((work, worker_id, None), None, None))
+            else:
+                result_q.put((key, _to_host(fetch(work)), None))
+        except Exception:
+            result_q.put((key, None, where + traceback.format_exc()))
 
 
 class _Fetcher:
@@ -185,7 +231,7 @@ class _Fetcher:
 
     def __init__(self, loader: DataLoader):
         self.dataset, self.collate, self.batch_size = loader.dataset, loader.collate_fn, loader.batch_size
-        self.drop_last, self.auto_collation = loader.drop_last, loader.batch_size is not None
+        self.drop_last, self.auto_collation = loader.drop_last, loader._auto
         self.fast = isinstance(loader.dataset, TensorDataset) and loader.collate_fn is default_collate
 
     def __call__(self, indices):
@@ -211,53 +257,105 @@ class _Fetcher:
             yield self.collate(batch)
 
 
-def _no_batching(x):
-    """collate_fn of batch_size=None: items as they are (tensors stay tensors, arrays become tensors)."""
-    if isinstance(x, np.ndarray) and x.dtype.kind not in "OSUV":
-        return Tensor(x)
-    return x
+def default_convert(data: Any) -> Any:
+    """collate_fn of batch_size=None, as torch's default_convert: NumPy arrays (but not arrays of
+    strings or objects) and NumPy scalars become tensors, tuples become lists, and mappings, named
+    tuples and other sequences are converted per field, keeping their type where it can be rebuilt."""
+    if isinstance(data, Tensor):
+        return data
+    if isinstance(data, (np.ndarray, np.generic)):
+        return data if data.dtype.kind in "OSUV" else Tensor(np.asarray(data))
+    if isinstance(data, collections.abc.Mapping):
+        fields = {k: default_convert(v) for k, v in data.items()}
+        try:
+            if isinstance(data, collections.abc.MutableMapping):
+                clone = copy.copy(data)
+                clone.update(fields)
+                return clone
+            return type(data)(fields)
+        except TypeError:
+            return fields
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(default_convert(d) for d in data))
+    if isinstance(data, tuple):
+        return [default_convert(d) for d in data]
+    if isinstance(data, collections.abc.Sequence) and not isinstance(data, (str, bytes)):
+        fields = [default_convert(d) for d in data]
+        try:
+            if isinstance(data, collections.abc.MutableSequence):
+                clone = copy.copy(data)
+                clone[:] = fields
+                return clone
+            return type(data)(fields)
+        except TypeError:
+            return fields
+    return data
 
 
 class DataLoader:
     """Batches of `dataset`, as torch.utils.data.DataLoader (same arguments and checks). Iterating
     gives one epoch; `len()` is the number of batches of a map-style data set."""
 
-    def __init__(self, dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
-                 batch_sampler=None, num_workers: int = 0, collate_fn=None, pin_memory: bool = False,
-                 drop_last: bool = False, timeout: float = 0, worker_init_fn=None, multiprocessing_context=None,
-                 generator=None, *, prefetch_factor: int | None = None, persistent_workers: bool = False,
-                 pin_memory_device: str = ""):
+    def __init__(
+        self,
+        dataset,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler=None,
+        batch_sampler=None,
+        num_workers: int = 0,
+        collate_fn=None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn=None,
+        multiprocessing_context=None,
+        generator=None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+    ):
         if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable "
-                             "multiprocessing.")
+            raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.")
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor is not None:
-            raise ValueError("prefetch_factor option could only be specified in multiprocessing. Let num_workers > 0 "
-                             "to enable multiprocessing, otherwise set prefetch_factor to None.")
+            raise ValueError(
+                "prefetch_factor option could only be specified in multiprocessing. Let num_workers > 0 "
+                "to enable multiprocessing, otherwise set prefetch_factor to None."
+            )
+        if prefetch_factor is not None and prefetch_factor < 0:
+            raise ValueError("prefetch_factor option should be non-negative")
         if persistent_workers and num_workers == 0:
             raise ValueError("persistent_workers option needs num_workers > 0")
         if isinstance(dataset, IterableDataset):
             if shuffle not in (None, False):
-                raise ValueError(f"DataLoader with IterableDataset: expected unspecified shuffle option, but got "
-                                 f"shuffle={shuffle}")
+                raise ValueError(
+                    f"DataLoader with IterableDataset: expected unspecified shuffle option, but got shuffle={shuffle}"
+                )
             if sampler is not None or batch_sampler is not None:
-                raise ValueError("DataLoader with IterableDataset: expected unspecified sampler and batch_sampler "
-                                 "options")
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified sampler and batch_sampler options"
+                )
         elif batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
-                                 "drop_last")
+                raise ValueError(
+                    "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last"
+                )
             batch_size, drop_last = None, False
         elif sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
-        if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
-                                       or batch_size <= 0):
+        if batch_size is None and drop_last and batch_sampler is None:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with drop_last")
+        if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0
+        ):
             raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
         self.dataset, self.num_workers, self.pin_memory, self.timeout = dataset, num_workers, pin_memory, timeout
         self.worker_init_fn, self.generator, self.prefetch_factor = worker_init_fn, generator, prefetch_factor or 2
         self.persistent_workers, self.multiprocessing_context = persistent_workers, multiprocessing_context
-        self.drop_last = drop_last
+        self.drop_last, self._workers = drop_last, None
         if not isinstance(dataset, IterableDataset) and sampler is None:
             sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
         if batch_sampler is None and batch_size is not None and not isinstance(dataset, IterableDataset):
@@ -267,7 +365,7 @@ class DataLoader:
             self.batch_size = getattr(batch_sampler, "batch_size", None)
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self._auto = batch_sampler is not None or (isinstance(dataset, IterableDataset) and batch_size is not None)
-        self.collate_fn = collate_fn or (default_collate if self._auto else _no_batching)
+        self.collate_fn = collate_fn or (default_collate if self._auto else default_convert)
 
     def __len__(self) -> int:
         if isinstance(self.dataset, IterableDataset):
@@ -282,46 +380,75 @@ class DataLoader:
 
     def __iter__(self):
         fetch = _Fetcher(self)
-        if not self._auto:
-            fetch.auto_collation = False
         copier = _DeviceCopier(self.pin_memory)
         if self.num_workers == 0:
             batches = fetch.stream() if isinstance(self.dataset, IterableDataset) else map(fetch, self._tasks())
             return (copier.place(b) if self.pin_memory else b for b in batches)
-        return _WorkerIterator(self, fetch, copier)
+        if not self.persistent_workers:
+            return _WorkerIterator(self, fetch, copier)
+        if self._workers is None:  # started once, kept for the next epochs (and their state), as torch's
+            self._workers = _WorkerIterator(self, fetch, copier)
+        else:
+            self._workers.reset(self, copier)
+        return self._workers
 
 
 class _WorkerIterator:
-    """One epoch through worker processes: batches handed out ahead (prefetch_factor per worker) and
-    given back in order; every wait bounded (dead workers, `timeout`); workers stopped at the end."""
+    """Epochs through worker processes: batches handed out ahead (prefetch_factor per worker) and
+    given back in order; every wait bounded (dead workers, `timeout`). The workers stop at the end of
+    the epoch, or, for persistent workers, when the loader is collected or the process exits."""
 
     def __init__(self, loader: DataLoader, fetch: _Fetcher, copier: _DeviceCopier):
+        from flame.utils.data.sampler import host_rng
+
         ctx = loader.multiprocessing_context
         if ctx is None or isinstance(ctx, str):
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context(ctx or ("fork" if "fork" in methods else "spawn"))
-        self.loader, self.copier, self.timeout = loader, copier, loader.timeout
+        self.timeout, self.persistent = loader.timeout, loader.persistent_workers
         self.iterable = isinstance(loader.dataset, IterableDataset)
         self.result_q = ctx.Queue()
         self.index_qs, self.workers = [], []
-        base_seed = int(np.random.default_rng().integers(1 << 62))
+        base_seed = int(host_rng(loader.generator).integers(1 << 62))  # repeatable under flame.manual_seed
         for w in range(loader.num_workers):
             q = ctx.Queue()
-            p = ctx.Process(target=_worker_loop, daemon=True,
-                            args=(loader.dataset, fetch, q, self.result_q, w, loader.num_workers, base_seed + w,
-                                  loader.worker_init_fn))
+            p = ctx.Process(
+                target=_worker_loop,
+                daemon=True,
+                args=(
+                    loader.dataset,
+                    fetch,
+                    q,
+                    self.result_q,
+                    w,
+                    loader.num_workers,
+                    base_seed + w,
+                    loader.worker_init_fn,
+                ),
+            )
             p.start()
             self.index_qs.append(q)
             self.workers.append(p)
         self._finalizer = weakref.finalize(self, _shutdown, self.workers, self.index_qs, self.result_q)
         self.pending: dict = {}
         self.sent = self.next = 0
-        self.tasks = None if self.iterable else loader._tasks()
-        self.live = set(range(loader.num_workers))  # IterableDataset: workers still streaming
-        self.turn, self.counts = 0, {}
-        if not self.iterable:
-            for _ in range(loader.prefetch_factor * loader.num_workers):
-                self._send()
+        self.epoch = -1
+        self.reset(loader, copier)
+
+    def reset(self, loader: DataLoader, copier: _DeviceCopier) -> None:
+        """Start an epoch on the running workers; what an unfinished earlier epoch still sends is dropped."""
+        self.copier, self.epoch = copier, self.epoch + 1
+        self.pending.clear()
+        self.first = self.next = self.sent  # batch numbers below `first` belong to an earlier epoch
+        if self.iterable:
+            self.live = set(range(len(self.workers)))  # workers still streaming this epoch
+            self.turn, self.counts = 0, {}
+            for q in self.index_qs:
+                q.put(("stream", self.epoch))
+            return
+        self.tasks = loader._tasks()
+        for _ in range(loader.prefetch_factor * len(self.workers)):
+            self._send()
 
     def _send(self) -> None:
         task = next(self.tasks, None)
@@ -331,6 +458,9 @@ class _WorkerIterator:
 
     def __iter__(self):
         return self
+
+    def _stale(self, key) -> bool:
+        return key[0] != self.epoch if isinstance(key, tuple) else key is not None and key < self.first
 
     def _receive(self, *keys):
         """Wait (bounded) until one of `keys` has arrived; (key, batch)."""
@@ -342,12 +472,9 @@ class _WorkerIterator:
             try:
                 k, batch, error = self.result_q.get(timeout=_POLL_S)
             except queue.Empty:
-                dead = [p for p in self.workers if p.exitcode is not None and p.exitcode != 0]
-                if dead:
-                    self.close()
-                    raise RuntimeError("DataLoader worker (pid(s) " + ", ".join(str(p.pid) for p in dead)
-                                       + ") exited unexpectedly (exit code "
-                                       + ", ".join(str(p.exitcode) for p in dead) + ")") from None
+                self._check_alive()
+                continue
+            if self._stale(k):
                 continue
             if error is not None:
                 self.close()
@@ -356,31 +483,46 @@ class _WorkerIterator:
         key = next(k for k in keys if k in self.pending)
         return key, self.pending.pop(key)
 
+    def _check_alive(self) -> None:
+        dead = [p for p in self.workers if p.exitcode is not None]
+        if dead:
+            self.close()
+            raise RuntimeError(
+                "DataLoader worker (pid(s) "
+                + ", ".join(str(p.pid) for p in dead)
+                + ") exited unexpectedly (exit code "
+                + ", ".join(str(p.exitcode) for p in dead)
+                + ")"
+            ) from None
+
     def __next__(self):
         if self.iterable:
             return self._next_streamed()
         if self.next >= self.sent:
-            self.close()
-            raise StopIteration
+            self._end()
         _, batch = self._receive(self.next)
         self.next += 1
         self._send()
         return self.copier.place(batch)
 
     def _next_streamed(self):
-        """Round robin over the workers' streams (worker w's n-th batch is keyed (w, n), its end
-        (w, None)), skipping the ones that ended, as torch orders them."""
+        """Round robin over the workers' streams (worker w's n-th batch of the epoch is keyed
+        (epoch, w, n), its end (epoch, w, None)), skipping the ones that ended, as torch orders them."""
         while self.live:
             w = sorted(self.live)[self.turn % len(self.live)]
             n = self.counts.get(w, 0)
-            key, batch = self._receive((w, n), (w, None))
-            if key[1] is None:
+            key, batch = self._receive((self.epoch, w, n), (self.epoch, w, None))
+            if key[2] is None:
                 self.live.discard(w)
                 continue
             self.counts[w] = n + 1
             self.turn += 1
             return self.copier.place(batch)
-        self.close()
+        self._end()
+
+    def _end(self):
+        if not self.persistent:
+            self.close()
         raise StopIteration
 
     def close(self) -> None:
@@ -404,4 +546,3 @@ def _shutdown(workers, index_qs, result_q) -> None:
     for q in [*index_qs, result_q]:
         q.cancel_join_thread()
         q.close()
-

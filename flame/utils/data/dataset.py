@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -38,8 +39,10 @@ class TensorDataset(Dataset):
             raise ValueError("TensorDataset needs at least one tensor")
         n = tensors[0].shape[0] if tensors[0].ndim else None
         if n is None or any(not t.ndim or t.shape[0] != n for t in tensors):
-            raise ValueError("TensorDataset: size mismatch between tensors (every tensor needs the same first "
-                             f"dimension), got shapes {[list(t.shape) for t in tensors]}")
+            raise ValueError(
+                "TensorDataset: size mismatch between tensors (every tensor needs the same first "
+                f"dimension), got shapes {[list(t.shape) for t in tensors]}"
+            )
         self.tensors = tuple(tensors)
 
     def __getitem__(self, index):
@@ -98,15 +101,21 @@ def random_split(dataset: Dataset, lengths: Sequence[int | float], generator=Non
         sizes = [int(math.floor(n * f)) for f in lengths]
         for i in range(n - sum(sizes)):
             sizes[i % len(sizes)] += 1
+        for i, k in enumerate(sizes):
+            if k == 0:
+                warnings.warn(
+                    f"Length of split at index {i} is 0. This might result in an empty dataset.", stacklevel=2
+                )
         lengths = sizes
     if sum(lengths) != n:
-        raise ValueError("random_split: sum of input lengths does not equal the length of the input dataset "
-                         f"({sum(lengths)} vs {n})")
+        raise ValueError(
+            f"random_split: sum of input lengths does not equal the length of the input dataset ({sum(lengths)} vs {n})"
+        )
     from flame.utils.data.sampler import host_rng
 
     order = host_rng(generator).permutation(n).tolist()
     out, at = [], 0
     for k in lengths:
-        out.append(Subset(dataset, order[at: at + int(k)]))
+        out.append(Subset(dataset, order[at : at + int(k)]))
         at += int(k)
     return out

@@ -9,8 +9,15 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler", "SubsetRandomSampler",
-           "WeightedRandomSampler", "host_rng"]
+__all__ = [
+    "BatchSampler",
+    "RandomSampler",
+    "Sampler",
+    "SequentialSampler",
+    "SubsetRandomSampler",
+    "WeightedRandomSampler",
+    "host_rng",
+]
 
 
 def host_rng(generator=None) -> np.random.Generator:
@@ -49,7 +56,9 @@ class RandomSampler(Sampler):
     replacement."""
 
     def __init__(self, data_source, replacement: bool = False, num_samples: int | None = None, generator=None):
-        self.data_source, self.replacement, self.generator = data_source, bool(replacement), generator
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement should be a boolean value, but got replacement={replacement}")
+        self.data_source, self.replacement, self.generator = data_source, replacement, generator
         self._num_samples = num_samples
         if not isinstance(self.num_samples, int) or isinstance(self.num_samples, bool) or self.num_samples <= 0:
             raise ValueError(f"num_samples should be a positive integer value, but got num_samples={self.num_samples}")
@@ -87,20 +96,28 @@ class WeightedRandomSampler(Sampler):
     """num_samples indices drawn with probabilities proportional to `weights`."""
 
     def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
-        w = np.asarray(weights.numpy() if hasattr(weights, "numpy") else weights, np.float64).reshape(-1)
+        w = np.asarray(weights.numpy() if hasattr(weights, "numpy") else weights, np.float64)
+        if w.ndim != 1:
+            raise ValueError(f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
             raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
         if (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
             raise ValueError("WeightedRandomSampler: weights must be finite, non-negative and not all zero")
         if not replacement and num_samples > (w > 0).sum():
-            raise ValueError("WeightedRandomSampler: cannot draw more samples than there are non-zero weights "
-                             "without replacement")
+            raise ValueError(
+                "WeightedRandomSampler: cannot draw more samples than there are non-zero weights without replacement"
+            )
         self.weights, self.num_samples, self.replacement, self.generator = w, num_samples, replacement, generator
 
     def __iter__(self) -> Iterator[int]:
         rng = host_rng(self.generator)
-        return iter(rng.choice(len(self.weights), self.num_samples, self.replacement,
-                               self.weights / self.weights.sum()).tolist())
+        return iter(
+            rng.choice(
+                len(self.weights), self.num_samples, self.replacement, self.weights / self.weights.sum()
+            ).tolist()
+        )
 
     def __len__(self) -> int:
         return self.num_samples
