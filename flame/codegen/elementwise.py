@@ -93,7 +93,7 @@ def lower_elementwise(op: Op) -> list[Kernel]:
     expr, expr_dtype = op_expr(op, [f"a{k}" for k in range(len(op.inputs))])
     vs = [views.of_map(broadcast(v.shape, op.out.shape), v.shape) for v in op.inputs]
     bcast = any(v.shape != op.out.shape for v in op.inputs)
-    return render_map(op, vs, expr, expr_dtype, prelude(op.name), "bcast" if bcast else "")
+    return render_map(op, vs, expr, expr_dtype, prelude(op.name, op.out.dtype), "bcast" if bcast else "")
 
 
 def render_map(

@@ -231,7 +231,7 @@ def group_dtypes(group: FusionGroup) -> set:
 
 def group_prelude(group: FusionGroup) -> str:
     """The device functions the group's snippets call, each once."""
-    return "\n".join(x for x in dict.fromkeys(prelude(op.name) for op in group.ops) if x)
+    return "\n".join(x for x in dict.fromkeys(prelude(op.name, op.out.dtype) for op in group.ops) if x)
 
 
 def store(v: Value, expr: str) -> str:

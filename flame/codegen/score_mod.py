@@ -151,4 +151,4 @@ def device_function(sub: Graph, name: str, coords_rank: int, outputs: tuple[str,
 
 def preludes(*subs: Graph) -> str:
     """The device functions the graphs' snippets call, each once."""
-    return "\n".join(x for x in dict.fromkeys(prelude(op.name) for sub in subs for op in sub.ops) if x)
+    return "\n".join(x for x in dict.fromkeys(prelude(op.name, op.out.dtype) for sub in subs for op in sub.ops) if x)

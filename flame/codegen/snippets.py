@@ -218,8 +218,9 @@ _SATURATE = (
     )
     + "#endif\n"
 )
-PRELUDES: dict[str, str] = {"scaled_cast": _SATURATE, "random_uniform": _PHILOX, "random_normal": _PHILOX,
-                            "floor_divide": _DIVMOD, "remainder": _DIVMOD, "pow": _INTBITS, "bitwise": _INTBITS}
+PRELUDES: dict[str, str | dict[str, str]] = {
+    "scaled_cast": _SATURATE, "random_uniform": _PHILOX, "random_normal": _PHILOX, "floor_divide": _DIVMOD,
+    "remainder": _DIVMOD, "pow": {"int": _INTBITS}, "bitwise": _INTBITS}
 
 
 @dataclass(frozen=True)
@@ -279,10 +280,12 @@ def snippet(op: str, kind: str, variant: str | None = None) -> str:
     raise KeyError(f"no CUDA snippet for {op} on {kind} operands")
 
 
-def prelude(op: str) -> str:
-    """The device functions the snippet of `op` calls ('' for none): PRELUDES', or a user elementwise op's
-    own function (flame.cuda.elementwise)."""
+def prelude(op: str, dtype=None) -> str:
+    """The device functions the snippet of `op` (with a result of `dtype`) calls ('' for none): PRELUDES'
+    (per kind of dtype where the entry is a table: integer pow only), or a user elementwise op's own
+    function (flame.cuda.elementwise)."""
     if op in PRELUDES:
-        return PRELUDES[op]
+        got = PRELUDES[op]
+        return got if isinstance(got, str) else got.get(getattr(dtype, "kind", ""), "")
     code = get(op).user
     return user_source.device_function(op, code) if code is not None and code.form == "elementwise" else ""
