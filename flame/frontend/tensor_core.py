@@ -52,7 +52,7 @@ class TensorCore:
         """Detach in place, as torch's: self becomes a leaf that does not require grad (`h.detach_()`
         between truncated-BPTT batches). What was computed from self before still differentiates
         through its history. A view (other than one made by detach() or .data) raises, as torch's."""
-        if self._base is not None and any(op.name != "stop_gradient" for op, _, _ in self._chain):
+        if self._base is not None and any(op.view is not None for op, _, _ in self._chain):  # not detach()'s
             raise AutogradError(f"Can't detach views in-place. Use detach() instead\n  at {user_location()}")
         if self._value is not None:  # traced: later uses read it through stop_gradient
             self._value, self.requires_grad = apply("stop_gradient", self)._value, False
