@@ -114,6 +114,24 @@ def gradcheck(
     return True
 
 
+_MISSING = {
+    "functional": (
+        "torch.autograd.functional (jacobian, hessian, vjp, jvp, hvp, vhp) is not in flame yet: vjp is "
+        "flame.autograd.grad(outputs, inputs, grad_outputs=v); a Jacobian is one grad per output element with "
+        "retain_graph=True, stacked; hvp / hessian: inside @flame.compile, g = flame.autograd.grad(f(x), x, "
+        "create_graph=True)[0], then flame.autograd.grad(g, x, grad_outputs=v) (one v per row for the Hessian)"
+    ),
+    "forward_ad": "forward-mode AD (torch.autograd.forward_ad) is not in flame: use reverse mode, flame.autograd.grad",
+}
+
+
+def __getattr__(name: str):
+    """flame.autograd.functional and forward_ad are not there yet: an AttributeError with the workaround."""
+    if name in _MISSING:
+        raise AttributeError(f"module 'flame.autograd' has no attribute {name!r}: {_MISSING[name]}")
+    raise AttributeError(f"module 'flame.autograd' has no attribute {name!r}")
+
+
 __all__ = [
     "Function",
     "FunctionCtx",

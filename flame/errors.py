@@ -38,6 +38,11 @@ class AutogradError(FlameError, RuntimeError):
     RuntimeError there too)."""
 
 
+class GradDTypeError(DTypeError, AutogradError):
+    """requires_grad on a tensor whose dtype cannot have gradients (an integer one): a DTypeError, and a
+    RuntimeError as PyTorch's."""
+
+
 class GradcheckError(AutogradError):
     """flame.autograd.gradcheck found analytical gradients that differ from finite differences (PyTorch's
     torch.autograd.gradcheck.GradcheckError)."""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 
 from flame.compiler import compile_graph
-from flame.errors import FlameError
+from flame.errors import AutogradError, FlameError
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import freed_graph_error
@@ -102,12 +102,14 @@ def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | 
         trace.backward(loss, gradient, retain_graph)
         return
     if not loss.requires_grad:
-        raise FlameError(
-            f"backward(): the tensor does not require grad (no input had requires_grad=True)\n  at {user_location()}"
+        raise AutogradError(
+            f"backward(): element 0 of tensors does not require grad and does not have a grad_fn (no input had "
+            f"requires_grad=True)\n  at {user_location()}"
         )
     if gradient is None and loss.numel() != 1:
-        raise FlameError(
-            f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient argument\n  at {user_location()}"
+        raise AutogradError(
+            f"backward(): grad can be implicitly created only for scalar outputs; a non-scalar "
+            f"{list(loss.shape)} tensor needs a gradient argument\n  at {user_location()}"
         )
     order = _topo(loss)
     if any(t._hooks or t._retains_grad for t in order):

@@ -4,9 +4,11 @@ and nested calls never see each other's state."""
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -40,45 +42,96 @@ def user_stacklevel() -> int:
     return level
 
 
-@contextmanager
-def no_grad():
-    """Operations inside record no gradient history (eager) — like torch.no_grad()."""
-    token = grad_enabled.set(False)
-    try:
-        yield
-    finally:
-        grad_enabled.reset(token)
+class _GradMode:
+    """A block (or, as a decorator, a function's body) with gradient recording set to a mode, as torch's
+    grad-mode managers: `with flame.no_grad():`, `@flame.no_grad()` and the bare `@flame.no_grad`."""
+
+    _mode = False
+
+    def __new__(cls, *args, **kwargs):
+        if cls is not set_grad_enabled and len(args) == 1 and not kwargs and callable(args[0]):
+            return cls()(args[0])  # the bare decorator, `@flame.no_grad`
+        return super().__new__(cls)
+
+    def __init__(self) -> None:
+        self._tokens: list = []
+
+    def __enter__(self) -> None:
+        self._tokens.append(grad_enabled.set(self._mode))
+
+    def __exit__(self, *exc) -> bool:
+        grad_enabled.reset(self._tokens.pop())
+        return False
+
+    def clone(self) -> _GradMode:
+        """A fresh manager of the same mode (a decorated function enters its own on each call)."""
+        return type(self)()
+
+    def __call__(self, fn: Callable) -> Callable:
+        if not callable(fn):
+            raise TypeError(f"{type(self).__name__}() decorates a function, got {type(fn).__name__}")
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with self.clone():
+                return fn(*args, **kwargs)
+
+        return run
 
 
-@contextmanager
-def enable_grad():
+class no_grad(_GradMode):
+    """Operations inside record no gradient history (eager) — like torch.no_grad(); also a decorator."""
+
+    _mode = False
+
+
+class enable_grad(_GradMode):
     """Record gradient history again inside a no_grad block (torch.enable_grad); also a decorator."""
-    token = grad_enabled.set(True)
-    try:
-        yield
-    finally:
-        grad_enabled.reset(token)
+
+    _mode = True
 
 
-@contextmanager
-def set_grad_enabled(mode: bool):
-    """Turn gradient recording on or off for the block (torch.set_grad_enabled)."""
-    token = grad_enabled.set(bool(mode))
-    try:
-        yield
-    finally:
-        grad_enabled.reset(token)
-
-
-@contextmanager
-def inference_mode(mode: bool = True):
+class inference_mode(_GradMode):
     """torch.inference_mode: no gradient history, like no_grad (flame has no further inference-only
-    savings to make: eager ops keep no autograd bookkeeping when gradients are off)."""
-    token = grad_enabled.set(not mode)
-    try:
-        yield
-    finally:
-        grad_enabled.reset(token)
+    savings to make: eager ops keep no autograd bookkeeping when gradients are off); also a decorator.
+    inference_mode(False) turns gradient recording on, as torch's."""
+
+    def __init__(self, mode: bool = True) -> None:
+        super().__init__()
+        self._on = bool(mode)
+        self._mode = not mode
+
+    def clone(self) -> inference_mode:
+        return inference_mode(self._on)
+
+
+class set_grad_enabled(_GradMode):
+    """Turn gradient recording on or off (torch.set_grad_enabled): for a `with` block, for a decorated
+    function's body, or, called on its own, from here on."""
+
+    def __init__(self, mode: bool) -> None:
+        super().__init__()
+        self._mode = bool(mode)
+        self._prev = grad_enabled.get()
+        grad_enabled.set(self._mode)  # torch's: the call itself sets the mode
+
+    def __enter__(self) -> None:
+        self._tokens.append(grad_enabled.set(self._mode))
+
+    def __exit__(self, *exc) -> bool:
+        grad_enabled.reset(self._tokens.pop())
+        grad_enabled.set(self._prev)
+        return False
+
+    def clone(self) -> set_grad_enabled:
+        fresh = _GradMode.__new__(set_grad_enabled)
+        _GradMode.__init__(fresh)
+        fresh._mode, fresh._prev = self._mode, grad_enabled.get()
+        return fresh
+
+    def __call__(self, fn: Callable) -> Callable:
+        grad_enabled.set(self._prev)  # decorating does not change the mode outside the function
+        return super().__call__(fn)
 
 
 def is_grad_enabled() -> bool:

@@ -268,6 +268,18 @@ class TensorHooks:
             return self._value.producer is None or not _traced_requires_grad(self)
         return self._node is None
 
+    @property
+    def grad_fn(self) -> None:
+        """None for a tensor without gradient history, as torch's. flame keeps no autograd tape, so a
+        tensor computed from ones that require grad has no grad_fn object: that raises AttributeError."""
+        if self.is_leaf:
+            return None
+        raise AttributeError(
+            "grad_fn: flame tensors carry no autograd graph objects (backward rebuilds the graph from the "
+            "loss); to ask whether a tensor has gradient history use `t.requires_grad and not t.is_leaf`"
+            f"\n  at {user_location()}"
+        )
+
 
 def _note(t: Tensor, handle: RemovableHandle | None = None) -> None:
     """A hook was added: a traced tensor is noted by its trace (its backward looks for them), a leaf's

@@ -7,7 +7,7 @@ so a Tensor has all its methods once any part of flame.frontend is imported."""
 
 from __future__ import annotations
 
-from flame.frontend import autograd, functional, indexing
+from flame.frontend import autograd, autograd_grad, functional, indexing
 from flame.frontend.hooks import TensorHooks
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import TensorCore
@@ -22,9 +22,15 @@ class TensorLinks:
 
     __slots__ = ()
 
-    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None) -> None:
-        """Accumulate d(self)/d(leaf) into every leaf's .grad (torch's Tensor.backward). The graph
-        behind self is freed unless retain_graph=True: a second backward through it raises."""
+    def backward(
+        self, gradient: Tensor | None = None, retain_graph: bool | None = None, create_graph: bool = False, inputs=None
+    ) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's .grad (torch's Tensor.backward), or into `inputs`
+        alone. The graph behind self is freed unless retain_graph=True: a second backward through it
+        raises. create_graph=True works inside @flame.compile (autograd.backward says so eagerly)."""
+        if create_graph or inputs is not None:
+            autograd_grad.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+            return
         autograd.backward(self, gradient, retain_graph)
 
     def __setitem__(self, key, value):

@@ -6,15 +6,23 @@ tensor_math.py) and frontend/methods.py binds them onto Tensor."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-from flame.errors import DimError, DTypeError, FlameError, ShapeError, TraceError
+from flame.errors import AutogradError, DimError, DTypeError, FlameError, GradDTypeError, ShapeError, TraceError
 from flame.frontend.context import current_trace, user_location
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, i64, promote
 from flame.ir.types import TensorType
 from flame.runtime.device import Device, device_of, executor, get_device
+
+_NON_LEAF_GRAD = (
+    "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute won't be "
+    "populated during autograd.backward(). If you indeed want the .grad field to be populated for a non-leaf "
+    "Tensor, use .retain_grad() on the non-leaf Tensor. If you access the non-leaf Tensor by mistake, make sure "
+    "you access the leaf Tensor instead."
+)
 
 
 def dim_index(op: str, dim: int, rank: int) -> int:
@@ -271,6 +279,8 @@ class Tensor:
             trace = current_trace.get()
             if trace is not None:
                 return trace.read_grad(self)
+            if self._grad is None and self._node is not None and self.requires_grad and not self._retains_grad:
+                warnings.warn(_NON_LEAF_GRAD, UserWarning, stacklevel=2)
         return self._grad
 
     @grad.setter
@@ -284,9 +294,17 @@ class Tensor:
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """Set requires_grad in place and return self, as torch's (floating-point tensors only)."""
+        if not requires_grad and self._node is not None and self._value is None and self.requires_grad:
+            raise AutogradError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a computed "
+                "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()"
+                f"\n  at {user_location()}"
+            )
         if requires_grad and not self.dtype.is_float:
-            raise DTypeError(f"only Tensors of floating point dtype can require gradients (this one is "
-                             f"{self.dtype}), as in PyTorch\n  at {user_location()}")
+            raise GradDTypeError(
+                f"only Tensors of floating point dtype can require gradients (this one is "
+                f"{self.dtype}), as in PyTorch\n  at {user_location()}"
+            )
         self.requires_grad = bool(requires_grad)
         return self
 
