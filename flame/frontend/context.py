@@ -5,6 +5,7 @@ and nested calls never see each other's state."""
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import os
 import sys
@@ -71,10 +72,31 @@ class _GradMode:
         if not callable(fn):
             raise TypeError(f"{type(self).__name__}() decorates a function, got {type(fn).__name__}")
 
+        if inspect.isgeneratorfunction(fn):
+            return self._wrap_generator(fn)
+
         @functools.wraps(fn)
         def run(*args, **kwargs):
             with self.clone():
                 return fn(*args, **kwargs)
+
+        return run
+
+    def _wrap_generator(self, fn: Callable) -> Callable:
+        """A decorated generator runs each of its steps in the mode (torch's), not only its creation."""
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            gen = fn(*args, **kwargs)
+            try:
+                with self.clone():
+                    value = next(gen)
+                while True:
+                    sent = yield value
+                    with self.clone():
+                        value = gen.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
         return run
 

@@ -332,6 +332,18 @@ def test_grad_modes_as_blocks_and_decorators_nested_as_torch():
     assert flame.is_grad_enabled() is True and torch.is_grad_enabled() is True
 
 
+def test_a_decorated_generator_runs_each_step_in_the_mode_as_torch():
+    for lib, x in zip((torch, flame), _pair(_rng(36, 2))):
+
+        @lib.no_grad()
+        def steps(v, lib=lib):
+            for _ in range(2):
+                yield lib.is_grad_enabled(), (v * 2).requires_grad
+
+        assert list(steps(x)) == [(False, False), (False, False)]
+        assert lib.is_grad_enabled() is True
+
+
 def test_set_grad_enabled_called_alone_sets_the_mode_as_torch():
     for lib, x in zip((torch, flame), _pair(_rng(27, 2))):
         try:
