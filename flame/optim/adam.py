@@ -12,15 +12,14 @@ from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
 
 class Adam(Optimizer):
     """m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t)
-    + eps). Adam adds weight_decay * p to the gradient; AdamW instead scales p by 1 - lr * weight_decay."""
-
-    decoupled = False
+    + eps). Adam adds weight_decay * p to the gradient; with decoupled_weight_decay (AdamW's rule) it
+    instead scales p by 1 - lr * weight_decay."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 amsgrad: bool = False, **flags):
+                 amsgrad: bool = False, *, decoupled_weight_decay: bool = False, **flags):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad), **flags)
+                                      amsgrad=amsgrad, decoupled_weight_decay=decoupled_weight_decay), **flags)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -41,7 +40,7 @@ class Adam(Optimizer):
         cd = compute_dtype(p)
         lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
         b1, b2 = self.hyper(group, "betas", cd, 0), self.hyper(group, "betas", cd, 1)
-        x, g = self.begin(p, group, state, self.decoupled)
+        x, g = self.begin(p, group, state, "decoupled_weight_decay")
         t = state["step"].to(cd)
         m = state["exp_avg"].to(cd)
         m = m + (g - m) * (1 - b1)
@@ -58,11 +57,10 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (default 0.01), as torch.optim.AdamW."""
-
-    decoupled = True
+    """Adam with decoupled weight decay (default 0.01), as torch.optim.AdamW (whose groups hold
+    decoupled_weight_decay=True)."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
                  amsgrad: bool = False, **flags):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, **flags)
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, decoupled_weight_decay=True, **flags)

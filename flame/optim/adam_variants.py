@@ -22,6 +22,8 @@ class _AdamLike(Adam):
     """Adam's arguments, checks and moments (exp_avg, exp_avg_sq), with an optional decoupled weight
     decay (NAdam's and RAdam's `decoupled_weight_decay`)."""
 
+    torch_flags = ("foreach", "maximize", "capturable", "differentiable")
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any], **flags):
         super(Adam, self).__init__(params, defaults, **flags)
 

@@ -17,6 +17,8 @@ class RMSprop(Optimizer):
     sqrt(square_avg - grad_avg^2) + eps with grad_avg the running mean of g); p -= lr * g / avg, or
     with momentum buf = momentum * buf + g / avg and p -= lr * buf. weight_decay adds wd * p to g."""
 
+    torch_flags = ("capturable", "foreach", "maximize", "differentiable")
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, alpha: float = 0.99,
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, **flags):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
@@ -67,6 +69,8 @@ class Adagrad(Optimizer):
     """sum += g^2; p -= clr * g / (sqrt(sum) + eps), clr = lr / (1 + (step - 1) * lr_decay); sum starts
     at initial_accumulator_value; weight_decay adds wd * p to g."""
 
+    torch_flags = ("foreach", "maximize", "differentiable", "fused")
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0, eps: float = 1e-10, **flags):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
@@ -93,6 +97,8 @@ class Adagrad(Optimizer):
 class Adadelta(Optimizer):
     """square_avg = rho square_avg + (1 - rho) g^2; delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps)
     * g; acc_delta = rho acc_delta + (1 - rho) delta^2; p -= lr * delta. weight_decay adds wd * p to g."""
+
+    torch_flags = ("foreach", "capturable", "maximize", "differentiable")
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1.0, rho: float = 0.9,
                  eps: float = 1e-6, weight_decay: float = 0.0, **flags):

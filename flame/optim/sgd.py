@@ -19,6 +19,8 @@ class SGD(Optimizer):
     b = momentum * b + (1 - dampening) * g (b = g on the first step), and d = g + momentum * b for
     Nesterov. With momentum, the buffer and a step counter are created at construction."""
 
+    torch_flags = ("maximize", "foreach", "differentiable", "fused")
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, **flags):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
@@ -78,6 +80,8 @@ class ASGD(Optimizer):
     t)^alpha after step t (lr itself at the first step); ax, the average of the iterates, follows p
     with weight mu = 1 / max(1, t - t0) (a copy while mu is 1). State: step, eta, mu, ax."""
 
+    torch_flags = ("foreach", "maximize", "differentiable", "capturable")
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, lambd: float = 1e-4,
                  alpha: float = 0.75, t0: float = 1e6, weight_decay: float = 0.0, **flags):
         super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay), **flags)
@@ -110,6 +114,8 @@ class Rprop(Optimizer):
     its gradient keeps its sign, shrinks by etas[0] when it flips (that step then skips the element and
     forgets its gradient), clamped to step_sizes; p -= sign(g) * step size. Step sizes start at the
     lr of the first step. State: step, prev, step_size."""
+
+    torch_flags = ("capturable", "foreach", "maximize", "differentiable")
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2,
                  etas: tuple[float, float] = (0.5, 1.2), step_sizes: tuple[float, float] = (1e-6, 50.0), **flags):
