@@ -40,7 +40,9 @@ class Optimizer:
     zero_grad, step, state_dict / load_state_dict. Subclasses define `_init_state` and `_update`."""
 
     # torch.optim's keyword flags and their defaults; each optimizer takes those its torch namesake takes
-    FLAG_DEFAULTS: dict[str, Any] = dict(maximize=False, foreach=None, capturable=False, differentiable=False, fused=None)
+    FLAG_DEFAULTS: dict[str, Any] = dict(
+        maximize=False, foreach=None, capturable=False, differentiable=False, fused=None
+    )
     torch_flags: tuple[str, ...] = ("maximize", "foreach", "capturable", "differentiable", "fused")
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any], **flags):

@@ -19,10 +19,22 @@ class RMSprop(Optimizer):
 
     torch_flags = ("capturable", "foreach", "maximize", "differentiable")
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, alpha: float = 0.99,
-                 eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, **flags):
-        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered), **flags)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        **flags,
+    ):
+        super().__init__(
+            params,
+            dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered),
+            **flags,
+        )
 
     non_negative = ("alpha", "eps", "weight_decay", "momentum")
 
@@ -38,9 +50,11 @@ class RMSprop(Optimizer):
     @staticmethod
     def _buffer(state: dict[str, Tensor], key: str, option: str) -> Tensor:
         if key not in state:
-            raise FlameError(f"RMSprop: {option} was set after the optimizer was made, which then kept no "
-                             f"{key}; make the optimizer with {option} set (its state is created with it, as "
-                             f"torch.optim.RMSprop's at its first step)")
+            raise FlameError(
+                f"RMSprop: {option} was set after the optimizer was made, which then kept no "
+                f"{key}; make the optimizer with {option} set (its state is created with it, as "
+                f"torch.optim.RMSprop's at its first step)"
+            )
         return state[key]
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
@@ -71,10 +85,27 @@ class Adagrad(Optimizer):
 
     torch_flags = ("foreach", "maximize", "differentiable", "fused")
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, lr_decay: float = 0.0,
-                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0, eps: float = 1e-10, **flags):
-        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value, eps=eps), **flags)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        **flags,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                lr_decay=lr_decay,
+                weight_decay=weight_decay,
+                initial_accumulator_value=initial_accumulator_value,
+                eps=eps,
+            ),
+            **flags,
+        )
 
     non_negative = ("lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 
@@ -100,8 +131,15 @@ class Adadelta(Optimizer):
 
     torch_flags = ("foreach", "capturable", "maximize", "differentiable")
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1.0, rho: float = 0.9,
-                 eps: float = 1e-6, weight_decay: float = 0.0, **flags):
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        **flags,
+    ):
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay), **flags)
 
     non_negative = ("eps", "weight_decay")
@@ -112,8 +150,11 @@ class Adadelta(Optimizer):
             raise ValueError(f"Adadelta: invalid rho {group['rho']}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
-        return {"step": state_tensor(p, compute_dtype(p), ()), "square_avg": state_tensor(p),
-                "acc_delta": state_tensor(p)}
+        return {
+            "step": state_tensor(p, compute_dtype(p), ()),
+            "square_avg": state_tensor(p),
+            "acc_delta": state_tensor(p),
+        }
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)

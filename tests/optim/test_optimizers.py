@@ -58,7 +58,7 @@ def test_matches_torch_float64(name, kw):
     for f, t in zip(ours, theirs):
         np.testing.assert_allclose(f.numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-13)
     for i, key in ((0, "exp_avg"), (1, "exp_avg_sq"), (0, "momentum_buffer")):
-        ours_st, theirs_st = fo.state_dict()["state"][i], to.state_dict()["state"].get(i, {})
+        ours_st, theirs_st = fo.state_dict()["state"].get(i, {}), to.state_dict()["state"].get(i, {})
         if key in theirs_st:
             np.testing.assert_allclose(ours_st[key].numpy(), theirs_st[key].numpy(), rtol=1e-12, atol=1e-13)
 
