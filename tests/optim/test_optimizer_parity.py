@@ -70,6 +70,13 @@ def test_every_optimizer_is_covered():
     assert exported == {n for n, _ in CASES}
 
 
+@pytest.mark.parametrize("name", ["LBFGS", "SparseAdam"])
+def test_torch_optimizers_flame_lacks_are_refused_by_name(name):
+    assert hasattr(torch.optim, name)
+    with pytest.raises(AttributeError, match=f"flame.optim has no {name} .*not supported"):
+        getattr(flame.optim, name)
+
+
 def _start() -> list[np.ndarray]:
     r = np.random.default_rng(0)
     return [r.standard_normal(s) for s in SHAPES]

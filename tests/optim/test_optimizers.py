@@ -120,8 +120,9 @@ def test_optimizer_state_dict_round_trip():
     sd = fo.state_dict()
     assert sd["param_groups"][0]["params"] == [0, 1] and sd["param_groups"][0]["betas"] == (0.9, 0.999)
     assert sd["state"][0]["step"].item() == 3
-    fresh = optim.AdamW([nn.Parameter(flame.zeros(5, 3, dtype="f64")), nn.Parameter(flame.zeros(5, dtype="f64"))],
-                        lr=0.5)
+    fresh = optim.AdamW(
+        [nn.Parameter(flame.zeros(5, 3, dtype="f64")), nn.Parameter(flame.zeros(5, dtype="f64"))], lr=0.5
+    )
     bound = fresh.state[fresh.param_groups[0]["params"][0]]["exp_avg"]
     group = fresh.param_groups[0]
     fresh.load_state_dict(sd)
