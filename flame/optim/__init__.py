@@ -9,5 +9,31 @@ from flame.optim.optimizer import Optimizer
 from flame.optim.rmsprop import Adadelta, Adagrad, RMSprop
 from flame.optim.sgd import ASGD, SGD, Rprop
 
-__all__ = ["ASGD", "SGD", "Adadelta", "Adagrad", "Adam", "AdamW", "Adamax", "NAdam", "Optimizer", "RAdam", "RMSprop",
-           "Rprop", "lr_scheduler"]
+__all__ = [
+    "ASGD",
+    "SGD",
+    "Adadelta",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "NAdam",
+    "Optimizer",
+    "RAdam",
+    "RMSprop",
+    "Rprop",
+    "lr_scheduler",
+]
+
+
+_NOT_PROVIDED = {
+    "LBFGS": "a quasi-Newton method that re-evaluates a closure several times per step",
+    "SparseAdam": "Adam for sparse gradients, which flame does not produce",
+}
+
+
+def __getattr__(name: str):
+    """torch.optim's optimizers that flame does not provide are refused by name."""
+    if name in _NOT_PROVIDED:
+        raise AttributeError(f"flame.optim has no {name} ({_NOT_PROVIDED[name]}): it is not supported")
+    raise AttributeError(f"module 'flame.optim' has no attribute {name!r}")

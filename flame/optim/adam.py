@@ -12,15 +12,33 @@ from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
 
 class Adam(Optimizer):
     """m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t)
-    + eps). Adam adds weight_decay * p to the gradient; AdamW instead scales p by 1 - lr * weight_decay."""
+    + eps). Adam adds weight_decay * p to the gradient; with decoupled_weight_decay (AdamW's rule) it
+    instead scales p by 1 - lr * weight_decay."""
 
-    decoupled = False
-
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 amsgrad: bool = False, **flags):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad), **flags)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        *,
+        decoupled_weight_decay: bool = False,
+        **flags,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=tuple(betas),
+                eps=eps,
+                weight_decay=weight_decay,
+                amsgrad=amsgrad,
+                decoupled_weight_decay=decoupled_weight_decay,
+            ),
+            **flags,
+        )
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -31,8 +49,7 @@ class Adam(Optimizer):
             raise ValueError(f"invalid eps {group['eps']} or weight_decay {group['weight_decay']}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
-        st = {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p),
-              "exp_avg_sq": state_tensor(p)}
+        st = {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p), "exp_avg_sq": state_tensor(p)}
         if group["amsgrad"]:
             st["max_exp_avg_sq"] = state_tensor(p)
         return st
@@ -41,7 +58,7 @@ class Adam(Optimizer):
         cd = compute_dtype(p)
         lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
         b1, b2 = self.hyper(group, "betas", cd, 0), self.hyper(group, "betas", cd, 1)
-        x, g = self.begin(p, group, state, self.decoupled)
+        x, g = self.begin(p, group, state, "decoupled_weight_decay")
         t = state["step"].to(cd)
         m = state["exp_avg"].to(cd)
         m = m + (g - m) * (1 - b1)
@@ -58,11 +75,17 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (default 0.01), as torch.optim.AdamW."""
+    """Adam with decoupled weight decay (default 0.01), as torch.optim.AdamW (whose groups hold
+    decoupled_weight_decay=True)."""
 
-    decoupled = True
-
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
-                 amsgrad: bool = False, **flags):
-        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, **flags)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        amsgrad: bool = False,
+        **flags,
+    ):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, decoupled_weight_decay=True, **flags)

@@ -13,7 +13,7 @@ from typing import Any
 
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import f64
+from flame.ir.dtypes import f32, f64
 from flame.optim.adam import Adam
 from flame.optim.optimizer import compute_dtype, state_tensor
 
@@ -22,12 +22,17 @@ class _AdamLike(Adam):
     """Adam's arguments, checks and moments (exp_avg, exp_avg_sq), with an optional decoupled weight
     decay (NAdam's and RAdam's `decoupled_weight_decay`)."""
 
+    torch_flags = ("foreach", "maximize", "capturable", "differentiable")
+
     def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any], **flags):
         super(Adam, self).__init__(params, defaults, **flags)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
-        return {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p),
-                "exp_avg_sq": state_tensor(p)}
+        return {
+            "step": state_tensor(p, compute_dtype(p), ()),
+            "exp_avg": state_tensor(p),
+            "exp_avg_sq": state_tensor(p),
+        }
 
     def _begin(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]):
         """begin() (decoupled weight decay where the group has decoupled_weight_decay), and the new step
@@ -50,13 +55,19 @@ class Adamax(_AdamLike):
     """m = lerp(m, g, 1 - b1); u = max(b2 u, |g| + eps); p -= lr / (1 - b1^t) * m / u. weight_decay adds
     weight_decay * p to the gradient. State: step, exp_avg, exp_inf."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 2e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0, **flags):
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        **flags,
+    ):
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay), **flags)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
-        return {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p),
-                "exp_inf": state_tensor(p)}
+        return {"step": state_tensor(p, compute_dtype(p), ()), "exp_avg": state_tensor(p), "exp_inf": state_tensor(p)}
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         x, g, t = self._begin(p, group, state)
@@ -76,18 +87,35 @@ class NAdam(_AdamLike):
     (psi: momentum_decay): p -= lr (1 - mu_t) / (1 - prod mu) g / d + lr mu_{t+1} / (1 - prod mu
     * mu_{t+1}) m / d, d = sqrt(v / (1 - b2^t)) + eps. State: step, mu_product, exp_avg, exp_avg_sq."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 2e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 momentum_decay: float = 4e-3, decoupled_weight_decay: bool = False, **flags):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay),
-                         **flags)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 2e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum_decay: float = 4e-3,
+        decoupled_weight_decay: bool = False,
+        **flags,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=tuple(betas),
+                eps=eps,
+                weight_decay=weight_decay,
+                momentum_decay=momentum_decay,
+                decoupled_weight_decay=decoupled_weight_decay,
+            ),
+            **flags,
+        )
 
     non_negative = ("momentum_decay",)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         st = super()._init_state(p, group)
-        mu_product = state_tensor(p, compute_dtype(p), ())
+        mu_product = state_tensor(p, f32, ())  # f32, as torch's (which rounds the product so)
         mu_product.copy_(mu_product + 1)
         return {"step": st["step"], "mu_product": mu_product, "exp_avg": st["exp_avg"], "exp_avg_sq": st["exp_avg_sq"]}
 
@@ -99,7 +127,7 @@ class NAdam(_AdamLike):
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * psi))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * psi))
         prod = state["mu_product"]
-        prod.copy_((prod.to(f64) * mu).to(prod.dtype))
+        prod.copy_(prod * mu.to(f32))  # an f32 product, as torch's mu_product *= mu
         prod = prod.to(f64)
         m, v = self._moments(group, state, g)
         d = (v / (1 - b2**t).to(cd)).sqrt() + self.hyper(group, "eps", cd)
@@ -113,11 +141,27 @@ class RAdam(_AdamLike):
     is at most 5, p -= lr m / (1 - b1^t); then p -= lr m / (1 - b1^t) * r_t sqrt(1 - b2^t) / (sqrt(v)
     + eps). State: step, exp_avg, exp_avg_sq."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
-                 decoupled_weight_decay: bool = False, **flags):
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
-                                      decoupled_weight_decay=decoupled_weight_decay), **flags)
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        decoupled_weight_decay: bool = False,
+        **flags,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=tuple(betas),
+                eps=eps,
+                weight_decay=weight_decay,
+                decoupled_weight_decay=decoupled_weight_decay,
+            ),
+            **flags,
+        )
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         x, g, t = self._begin(p, group, state)
@@ -131,6 +175,7 @@ class RAdam(_AdamLike):
         # the rectification term; where rho_t <= 5 (the root of a negative there) it is not used
         safe = where(rectified, rho, rho_inf)
         rect = ((safe - 4) * (safe - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * safe)).sqrt()
-        step = m * (self.hyper(group, "lr", f64) / bias1).to(cd)
-        adaptive = (rect * bias2.sqrt()).to(cd) / (v.sqrt() + self.hyper(group, "eps", cd))
-        p.copy_(x - step * where(rectified, adaptive, 1.0))
+        # torch's order of operations: m / bias1 * lr * (sqrt(bias2) / (sqrt(v) + eps)) * rect
+        step = m / bias1.to(cd) * self.hyper(group, "lr", cd)
+        adaptive = bias2.sqrt().to(cd) / (v.sqrt() + self.hyper(group, "eps", cd))
+        p.copy_(x - where(rectified, step * adaptive * rect.to(cd), step))

@@ -39,36 +39,26 @@ class Optimizer:
     """Base class: param_groups (list of dicts, torch-shaped), state (param -> dict of tensors),
     zero_grad, step, state_dict / load_state_dict. Subclasses define `_init_state` and `_update`."""
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict],
-        defaults: dict[str, Any],
-        *,
-        maximize: bool = False,
-        foreach: bool | None = None,
-        capturable: bool = False,
-        differentiable: bool = False,
-        fused: bool | None = None,
-        **unknown,
-    ):
-        """torch.optim's keyword flags, which every optimizer takes: maximize (ascend the objective) is
-        honoured; foreach, fused and capturable are accepted and change nothing (a compiled step's
-        updates are one fused kernel, replayed in a CUDA graph); differentiable=True (gradients through
-        the update) is not supported. They live in the param_groups, as torch's."""
+    # torch.optim's keyword flags and their defaults; each optimizer takes those its torch namesake takes
+    FLAG_DEFAULTS: dict[str, Any] = dict(
+        maximize=False, foreach=None, capturable=False, differentiable=False, fused=None
+    )
+    torch_flags: tuple[str, ...] = ("maximize", "foreach", "capturable", "differentiable", "fused")
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict], defaults: dict[str, Any], **flags):
+        """torch.optim's keyword flags, those of `torch_flags` (the ones the torch namesake takes):
+        maximize (ascend the objective) is honoured; foreach, fused and capturable are accepted and
+        change nothing (a compiled step's updates are one fused kernel, replayed in a CUDA graph);
+        differentiable=True (gradients through the update) is not supported. They live in the
+        param_groups, as torch's."""
+        unknown = [k for k in flags if k not in self.torch_flags]
         if unknown:
-            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {next(iter(unknown))!r}")
-        if differentiable:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}")
+        if flags.get("differentiable"):
             raise NotImplementedError(
                 f"{type(self).__name__}: differentiable=True (gradients through the update) is not supported"
             )
-        self.defaults = dict(
-            defaults,
-            maximize=maximize,
-            foreach=foreach,
-            capturable=capturable,
-            differentiable=differentiable,
-            fused=fused,
-        )
+        self.defaults = dict(defaults, **{k: flags.get(k, self.FLAG_DEFAULTS[k]) for k in self.torch_flags})
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Tensor]] = {}
         self._scalars: tuple[object, dict] = (None, {})
@@ -315,8 +305,8 @@ def _hyper_problem(saved: Any, mine: Any) -> str:
         )
         return "" if plain else f"saved {_quote(saved)} is not a number, bool, string or list of numbers"
 
-    if isinstance(mine, bool) or mine is None:
-        ok = isinstance(saved, bool) or (mine is None and (saved is None or number(saved)))
+    if isinstance(mine, bool) or mine is None:  # torch's foreach and fused are None or a bool
+        ok = isinstance(saved, bool) or saved is None or (mine is None and number(saved))
     elif isinstance(mine, (int, float)):
         ok = number(saved)
     elif isinstance(mine, (tuple, list)):

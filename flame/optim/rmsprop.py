@@ -17,10 +17,24 @@ class RMSprop(Optimizer):
     sqrt(square_avg - grad_avg^2) + eps with grad_avg the running mean of g); p -= lr * g / avg, or
     with momentum buf = momentum * buf + g / avg and p -= lr * buf. weight_decay adds wd * p to g."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, alpha: float = 0.99,
-                 eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, **flags):
-        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered), **flags)
+    torch_flags = ("capturable", "foreach", "maximize", "differentiable")
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        centered: bool = False,
+        **flags,
+    ):
+        super().__init__(
+            params,
+            dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum, centered=centered),
+            **flags,
+        )
 
     non_negative = ("alpha", "eps", "weight_decay", "momentum")
 
@@ -36,9 +50,11 @@ class RMSprop(Optimizer):
     @staticmethod
     def _buffer(state: dict[str, Tensor], key: str, option: str) -> Tensor:
         if key not in state:
-            raise FlameError(f"RMSprop: {option} was set after the optimizer was made, which then kept no "
-                             f"{key}; make the optimizer with {option} set (its state is created with it, as "
-                             f"torch.optim.RMSprop's at its first step)")
+            raise FlameError(
+                f"RMSprop: {option} was set after the optimizer was made, which then kept no "
+                f"{key}; make the optimizer with {option} set (its state is created with it, as "
+                f"torch.optim.RMSprop's at its first step)"
+            )
         return state[key]
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
@@ -67,10 +83,29 @@ class Adagrad(Optimizer):
     """sum += g^2; p -= clr * g / (sqrt(sum) + eps), clr = lr / (1 + (step - 1) * lr_decay); sum starts
     at initial_accumulator_value; weight_decay adds wd * p to g."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, lr_decay: float = 0.0,
-                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0, eps: float = 1e-10, **flags):
-        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value, eps=eps), **flags)
+    torch_flags = ("foreach", "maximize", "differentiable", "fused")
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+        **flags,
+    ):
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                lr_decay=lr_decay,
+                weight_decay=weight_decay,
+                initial_accumulator_value=initial_accumulator_value,
+                eps=eps,
+            ),
+            **flags,
+        )
 
     non_negative = ("lr_decay", "weight_decay", "initial_accumulator_value", "eps")
 
@@ -94,8 +129,17 @@ class Adadelta(Optimizer):
     """square_avg = rho square_avg + (1 - rho) g^2; delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps)
     * g; acc_delta = rho acc_delta + (1 - rho) delta^2; p -= lr * delta. weight_decay adds wd * p to g."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1.0, rho: float = 0.9,
-                 eps: float = 1e-6, weight_decay: float = 0.0, **flags):
+    torch_flags = ("foreach", "capturable", "maximize", "differentiable")
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1.0,
+        rho: float = 0.9,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        **flags,
+    ):
         super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay), **flags)
 
     non_negative = ("eps", "weight_decay")
@@ -106,8 +150,11 @@ class Adadelta(Optimizer):
             raise ValueError(f"Adadelta: invalid rho {group['rho']}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
-        return {"step": state_tensor(p, compute_dtype(p), ()), "square_avg": state_tensor(p),
-                "acc_delta": state_tensor(p)}
+        return {
+            "step": state_tensor(p, compute_dtype(p), ()),
+            "square_avg": state_tensor(p),
+            "acc_delta": state_tensor(p),
+        }
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)

@@ -7,10 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from flame.errors import FlameError
-from flame.frontend.creation import zeros_like
+from flame.frontend.creation import full_like, zeros_like
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import f64
+from flame.ir.dtypes import f32, f64
 from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
 
 
@@ -19,10 +19,23 @@ class SGD(Optimizer):
     b = momentum * b + (1 - dampening) * g (b = g on the first step), and d = g + momentum * b for
     Nesterov. With momentum, the buffer and a step counter are created at construction."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-3, momentum: float = 0.0,
-                 dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False, **flags):
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov), **flags)
+    torch_flags = ("maximize", "foreach", "differentiable", "fused")
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        **flags,
+    ):
+        super().__init__(
+            params,
+            dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov),
+            **flags,
+        )
 
     def _check_group(self, group: dict[str, Any]) -> None:
         super()._check_group(group)
@@ -37,6 +50,18 @@ class SGD(Optimizer):
         if group["momentum"] == 0:
             return {}
         return {"momentum_buffer": state_tensor(p), "step": state_tensor(p, compute_dtype(p), ())}
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim.SGD's layout: a momentum_buffer for each parameter that has taken a step with
+        momentum, nothing for the others (flame's step counter, which only tells the first step, is left
+        out; loading infers it)."""
+        sd = super().state_dict()
+        sd["state"] = {
+            i: {"momentum_buffer": st["momentum_buffer"]}
+            for i, st in sd["state"].items()
+            if "step" in st and st["step"].item() > 0
+        }
+        return sd
 
     def plan_load(self, state_dict: dict[str, Any]) -> list:
         """torch.optim.SGD's state_dict loads too: it has no step counter (a saved momentum_buffer means
@@ -61,8 +86,10 @@ class SGD(Optimizer):
             g = g + self.hyper(group, "weight_decay", cd) * x
         if self.option(group, "momentum", nonzero=True):
             if "momentum_buffer" not in state:
-                raise FlameError("SGD: momentum was set after the optimizer was made with momentum 0, which keeps "
-                                 "no momentum_buffer; make the optimizer with momentum set")
+                raise FlameError(
+                    "SGD: momentum was set after the optimizer was made with momentum 0, which keeps "
+                    "no momentum_buffer; make the optimizer with momentum set"
+                )
             momentum = self.hyper(group, "momentum", cd)
             buf, step = state["momentum_buffer"], state["step"]
             new = buf.to(cd) * momentum + g * (1 - self.hyper(group, "dampening", cd))
@@ -78,17 +105,27 @@ class ASGD(Optimizer):
     t)^alpha after step t (lr itself at the first step); ax, the average of the iterates, follows p
     with weight mu = 1 / max(1, t - t0) (a copy while mu is 1). State: step, eta, mu, ax."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2, lambd: float = 1e-4,
-                 alpha: float = 0.75, t0: float = 1e6, weight_decay: float = 0.0, **flags):
+    torch_flags = ("foreach", "maximize", "differentiable", "capturable")
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-2,
+        lambd: float = 1e-4,
+        alpha: float = 0.75,
+        t0: float = 1e6,
+        weight_decay: float = 0.0,
+        **flags,
+    ):
         super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay), **flags)
 
     non_negative = ("weight_decay",)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         cd = compute_dtype(p)
-        mu = state_tensor(p, cd, ())
+        mu = state_tensor(p, f32, ())  # eta and mu are f32, as torch's (which rounds them so)
         mu.copy_(mu + 1)
-        return {"step": state_tensor(p, cd, ()), "eta": state_tensor(p, cd, ()), "mu": mu, "ax": state_tensor(p)}
+        return {"step": state_tensor(p, cd, ()), "eta": state_tensor(p, f32, ()), "mu": mu, "ax": state_tensor(p)}
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
@@ -96,12 +133,13 @@ class ASGD(Optimizer):
         step = state["step"]
         lr, lambd = self.hyper(group, "lr", f64), self.hyper(group, "lambd", f64)
         t = step.to(f64)
-        eta = where(t == 1, lr, state["eta"].to(f64)).to(cd)  # torch sets eta to the lr of the first step
+        # torch sets eta to the lr of the first step, an f32 as eta always is
+        eta = where(t == 1, lr, state["eta"].to(f64)).to(f32).to(cd)
         x = x * (1 - lambd * eta) - g * eta
         mu = state["mu"].to(cd)
         state["ax"].copy_(where(mu == 1, x, state["ax"].to(cd) + (x - state["ax"].to(cd)) * mu))
-        state["eta"].copy_((lr / (1 + lambd * lr * t) ** self.hyper(group, "alpha", f64)).to(cd))
-        state["mu"].copy_((1 / (t - self.hyper(group, "t0", f64)).maximum(1.0)).to(cd))
+        state["eta"].copy_((lr / (1 + lambd * lr * t) ** self.hyper(group, "alpha", f64)).to(f32))
+        state["mu"].copy_((1 / (t - self.hyper(group, "t0", f64)).maximum(1.0)).to(f32))
         p.copy_(x)
 
 
@@ -111,8 +149,16 @@ class Rprop(Optimizer):
     forgets its gradient), clamped to step_sizes; p -= sign(g) * step size. Step sizes start at the
     lr of the first step. State: step, prev, step_size."""
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict], lr: float = 1e-2,
-                 etas: tuple[float, float] = (0.5, 1.2), step_sizes: tuple[float, float] = (1e-6, 50.0), **flags):
+    torch_flags = ("capturable", "foreach", "maximize", "differentiable")
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict],
+        lr: float = 1e-2,
+        etas: tuple[float, float] = (0.5, 1.2),
+        step_sizes: tuple[float, float] = (1e-6, 50.0),
+        **flags,
+    ):
         super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes)), **flags)
 
     def _check_group(self, group: dict[str, Any]) -> None:
@@ -132,7 +178,7 @@ class Rprop(Optimizer):
         minus, plus = self.hyper(group, "etas", cd, 0), self.hyper(group, "etas", cd, 1)
         lo, hi = self.hyper(group, "step_sizes", cd, 0), self.hyper(group, "step_sizes", cd, 1)
         same = (g * state["prev"].to(cd)).sign()
-        factor = where(same > 0, plus, where(same < 0, minus, 1.0))
+        factor = where(same > 0, plus, where(same < 0, minus, full_like(g, 1.0)))  # in g's dtype, not f32
         size = where(step == 1, self.hyper(group, "lr", cd), state["step_size"].to(cd))
         size = (size * factor).clamp(lo, hi)
         g = where(same < 0, 0.0, g)

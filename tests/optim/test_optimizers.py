@@ -58,7 +58,7 @@ def test_matches_torch_float64(name, kw):
     for f, t in zip(ours, theirs):
         np.testing.assert_allclose(f.numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-13)
     for i, key in ((0, "exp_avg"), (1, "exp_avg_sq"), (0, "momentum_buffer")):
-        ours_st, theirs_st = fo.state_dict()["state"][i], to.state_dict()["state"].get(i, {})
+        ours_st, theirs_st = fo.state_dict()["state"].get(i, {}), to.state_dict()["state"].get(i, {})
         if key in theirs_st:
             np.testing.assert_allclose(ours_st[key].numpy(), theirs_st[key].numpy(), rtol=1e-12, atol=1e-13)
 
@@ -120,8 +120,9 @@ def test_optimizer_state_dict_round_trip():
     sd = fo.state_dict()
     assert sd["param_groups"][0]["params"] == [0, 1] and sd["param_groups"][0]["betas"] == (0.9, 0.999)
     assert sd["state"][0]["step"].item() == 3
-    fresh = optim.AdamW([nn.Parameter(flame.zeros(5, 3, dtype="f64")), nn.Parameter(flame.zeros(5, dtype="f64"))],
-                        lr=0.5)
+    fresh = optim.AdamW(
+        [nn.Parameter(flame.zeros(5, 3, dtype="f64")), nn.Parameter(flame.zeros(5, dtype="f64"))], lr=0.5
+    )
     bound = fresh.state[fresh.param_groups[0]["params"][0]]["exp_avg"]
     group = fresh.param_groups[0]
     fresh.load_state_dict(sd)
