@@ -142,7 +142,7 @@ class Tensor:
     """A tensor. Concrete tensors live on the current device (NumPy or CuPy arrays); traced tensors
     exist while @flame.compile records a function. Its methods beyond its state: frontend/methods.py."""
 
-    __slots__ = ("_data", "_dtype", "_value", "_trace", "requires_grad", "_grad", "_node", "_vc",
+    __slots__ = ("_data", "_dtype", "_value", "_trace", "_requires_grad", "_grad", "_node", "_vc",
                  "_role", "_past", "_base", "_chain", "_seen", "_hooks", "_retains_grad", "__weakref__")
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
@@ -153,7 +153,7 @@ class Tensor:
 
     def _init(self, data, dtype, value, trace):
         self._data, self._dtype, self._value, self._trace = data, dtype, value, trace
-        self.requires_grad, self._grad, self._node, self._role = False, None, None, None
+        self._requires_grad, self._grad, self._node, self._role = False, None, None, None
         self._vc = [0]  # the version counter, shared with the tensor's views (frontend/views.py)
         self._past = None  # {version: the tensor as it was then}, left by in-place writes (indexing.stand_in)
         # a view (frontend/views.py): the tensor whose storage it shares (never itself a view), the view
@@ -292,14 +292,24 @@ class Tensor:
                 return
         self._grad = value
 
-    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        """Set requires_grad in place and return self, as torch's (floating-point tensors only)."""
-        if not requires_grad and self._node is not None and self._value is None and self.requires_grad:
+    @property
+    def requires_grad(self) -> bool:
+        """Whether autograd records operations on this tensor (a leaf's flag to set; a computed
+        tensor's says whether it has a gradient history)."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, requires_grad: bool) -> None:
+        if not requires_grad and self._requires_grad and self._node is not None and self._value is None:
             raise AutogradError(
                 "you can only change requires_grad flags of leaf variables. If you want to use a computed "
                 "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()"
                 f"\n  at {user_location()}"
             )
+        self._requires_grad = requires_grad
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set requires_grad in place and return self, as torch's (floating-point tensors only)."""
         if requires_grad and not self.dtype.is_float:
             raise GradDTypeError(
                 f"only Tensors of floating point dtype can require gradients (this one is "

@@ -436,11 +436,6 @@ def test_detach_requires_grad_is_a_new_leaf_as_torch():
     _close(got[1], got[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="assigning requires_grad = False to a non-leaf is accepted (flame's requires_grad is a plain attribute "
-    "its ops set); torch raises. requires_grad_(False) raises as torch's; use detach()",
-)
 def test_assigning_requires_grad_false_to_a_non_leaf_raises_as_torch():
     for x in _pair(_rng(35, 3)):
         y = x * 2
