@@ -322,7 +322,7 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     if not grad_enabled.get():
         _untracked(t, lambda: (write(t, new), bump(t)))
         return
-    if grad_enabled.get() and (t.requires_grad or new.requires_grad) and (new._node is None or not new.requires_grad):
+    if (t.requires_grad or new.requires_grad) and (new._node is None or not new.requires_grad):
         # t takes a history of its own, as torch's copy_: a leaf's values through an op (t must not become a
         # leaf), or a constant that leaves t requiring grad (no gradient reaches its old history)
         new = apply("where", full((), True, boolean), new, stand_in(t) if t.requires_grad else new)
