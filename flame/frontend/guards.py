@@ -127,10 +127,10 @@ class Modes:
         return "training: " + ", ".join(f"{name}={mode}" for name, mode in zip(self.names, self.modes))
 
 
-def _is_plain(v: Any) -> bool:
+def is_plain(v: Any) -> bool:
     """An immutable value a trace can bake in as a constant (tuples of such values too)."""
     if isinstance(v, (tuple, frozenset)):
-        return all(_is_plain(x) for x in v)
+        return all(is_plain(x) for x in v)
     return isinstance(v, _PLAIN)
 
 
@@ -191,7 +191,7 @@ def function_guards(functions: list, top: Any = None) -> list[Guard]:
                   for name in sorted(globals_read)]
         for what, read in reads:
             value = read()
-            if _is_plain(value):
+            if is_plain(value):
                 out.append(Guard(what, read, value))
             elif users_function(value) and value not in seen and len(seen) < MAX_HELPERS:
                 seen.add(value)

@@ -14,7 +14,7 @@ import numpy as np
 from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad
-from flame.frontend.guards import users_function
+from flame.frontend.guards import is_plain, users_function
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
@@ -41,20 +41,13 @@ def _describe(t: Any) -> str:
     return f"{a.dtype}{list(a.shape)}"
 
 
-_PLAIN_TYPES = (bool, int, float, str, complex, type(None))
-
-
-def _plain(v: Any) -> bool:
-    return isinstance(v, _PLAIN_TYPES) or isinstance(v, tuple) and all(_plain(x) for x in v)
-
-
 def _reading_getattribute(self, name: str) -> Any:
     """Module.__getattribute__ while a body is traced: a plain value read from a module's own
     attribute (`self.eps`, `self.scale`, `self.p`) becomes a guard of the trace, so a call after it
     changed traces again (with a flame.RecompileWarning) instead of replaying the value baked in; a
     method of the user's fetched (forward) has the globals it reads guarded."""
     value = object.__getattribute__(self, name)
-    if not name.startswith("__") and _plain(value):
+    if not name.startswith("__") and is_plain(value):
         trace = current_trace.get()
         if trace is not None and name in object.__getattribute__(self, "__dict__"):
             trace.read_attribute(self, name, value)

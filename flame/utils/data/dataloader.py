@@ -84,13 +84,18 @@ def default_collate(batch: list) -> Any:
 
 def _collate_mapping(elem, batch):
     """A batch of mappings collated per key, in the first one's type where it can be rebuilt."""
-    fields = {key: default_collate([d[key] for d in batch]) for key in elem}
+    return _same_mapping(elem, {key: default_collate([d[key] for d in batch]) for key in elem})
+
+
+def _same_mapping(like, fields: dict):
+    """fields in the mapping type of `like` (a copy of it updated, or its type built from them), as
+    torch's collate and convert keep it; a plain dict where that type cannot be rebuilt."""
     try:
-        if isinstance(elem, collections.abc.MutableMapping):
-            clone = copy.copy(elem)
+        if isinstance(like, collections.abc.MutableMapping):
+            clone = copy.copy(like)
             clone.update(fields)
             return clone
-        return type(elem)(fields)
+        return type(like)(fields)
     except TypeError:
         return fields
 
@@ -266,15 +271,7 @@ def default_convert(data: Any) -> Any:
     if isinstance(data, (np.ndarray, np.generic)):
         return data if data.dtype.kind in "OSUV" else Tensor(np.asarray(data))
     if isinstance(data, collections.abc.Mapping):
-        fields = {k: default_convert(v) for k, v in data.items()}
-        try:
-            if isinstance(data, collections.abc.MutableMapping):
-                clone = copy.copy(data)
-                clone.update(fields)
-                return clone
-            return type(data)(fields)
-        except TypeError:
-            return fields
+        return _same_mapping(data, {k: default_convert(v) for k, v in data.items()})
     if isinstance(data, tuple) and hasattr(data, "_fields"):
         return type(data)(*(default_convert(d) for d in data))
     if isinstance(data, tuple):
