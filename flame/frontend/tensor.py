@@ -229,7 +229,7 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         self._need_concrete(".numpy()")
-        return executor().to_numpy(self._data)
+        return executor().to_numpy(self._data, self.dtype)
 
     def item(self) -> float | int | bool:
         self._need_concrete(".item()")
@@ -347,5 +347,5 @@ class Tensor:
                              f"tensors live on {here}; flame runs one executor per process (flame.set_device or "
                              f"FLAME_DEVICE choose it before tensors are made)\n  at {user_location()}")
         if want.type == "cpu":
-            return Tensor._concrete(executor().to_numpy(self._data), self.dtype)
+            return Tensor._concrete(executor().to_numpy(self._data, self.dtype), self.dtype)
         return Tensor._concrete(executor().asarray(self._data), self.dtype)

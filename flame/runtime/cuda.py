@@ -33,7 +33,7 @@ from flame.errors import FlameError
 from flame.plan.steps import Plan
 from flame.runtime.cuda_graphs import GraphReplay, graphs_pay_off, graphs_setting
 from flame.runtime.cuda_kernels import load_kernels
-from flame.runtime.cuda_steps import prepare, run_program
+from flame.runtime.cuda_steps import cupy_dtype, cupy_storage, prepare, run_program
 
 log = logging.getLogger("flame")
 
@@ -77,7 +77,7 @@ class CompiledPlan(GraphReplay):
         self._program = prepare(plan.steps, fns)
         self._arena = None
         self._views: dict[int, object] = {}
-        self._types = [(plan.buffers[b].shape, plan.buffers[b].dtype.np_dtype) for b in plan.inputs]
+        self._types = [(plan.buffers[b].shape, cupy_dtype(plan.buffers[b].dtype)) for b in plan.inputs]
         self._fresh = [b for b in plan.buffers.values() if b.role == "output" and b.base is None]
         donated = set(plan.outputs) & set(plan.inputs)
         # parameters and state: the arrays the last call checked are remembered (an optimizer's hundreds
@@ -126,12 +126,12 @@ class CompiledPlan(GraphReplay):
             if b.role == "host":  # an offloaded activation: pinned host memory (runtime/cuda_steps._host_copy)
                 import cupyx
 
-                self._views[b.id] = cupyx.empty_pinned(b.shape, b.dtype.np_dtype)
+                self._views[b.id] = cupyx.empty_pinned(b.shape, cupy_dtype(b.dtype))
             if b.role in ("temporary", "scratch"):
                 # under the sanitizer every buffer is its own allocation, so an access past it is caught;
                 # one array per buffer, made in one call (a first call at a new size makes dozens)
                 at = cupy.full(b.nbytes, 0xFF, dtype=cupy.uint8).data if separate else self._arena.data + b.offset
-                self._views[b.id] = cupy.ndarray(b.shape, b.dtype.np_dtype, at)
+                self._views[b.id] = cupy.ndarray(b.shape, cupy_dtype(b.dtype), at)
 
     def _inputs(self, arrays: Sequence) -> list:
         plan = self.plan
@@ -166,7 +166,7 @@ class CompiledPlan(GraphReplay):
         shape, dt = self._types[i]
         if isinstance(a, cupy.ndarray) and a.flags.c_contiguous and tuple(a.shape) == shape and a.dtype == dt:
             return a
-        a = a if isinstance(a, cupy.ndarray) else cupy.asarray(np.asarray(a))
+        a = a if isinstance(a, cupy.ndarray) else cupy.asarray(cupy_storage(np.asarray(a)))
         if tuple(a.shape) != shape or a.dtype != dt:
             raise FlameError(f"graph {self.plan.name}: input {i} should be {dt}{list(shape)}, got "
                              f"{a.dtype}{list(a.shape)}")
@@ -189,7 +189,7 @@ class CompiledPlan(GraphReplay):
         bufs = dict(self._views)
         bufs.update(zip(self.plan.inputs, arrays))
         for b in self._fresh:
-            bufs[b.id] = cupy.empty(b.shape, b.dtype.np_dtype)
+            bufs[b.id] = cupy.empty(b.shape, cupy_dtype(b.dtype))
         run_program(self._program, bufs, stream)
         return [bufs[o] for o in self.plan.outputs]
 
@@ -217,12 +217,14 @@ class CudaExecutor:
     def asarray(self, data, dtype=None):
         import cupy
 
-        return cupy.asarray(np.asarray(data, dtype=dtype))
+        return cupy.asarray(cupy_storage(np.asarray(data, dtype=dtype)))
 
-    def to_numpy(self, a) -> np.ndarray:
+    def to_numpy(self, a, dtype=None) -> np.ndarray:
+        """a on the host; dtype (an IR DType): the tensor's, so FP8 bytes read back as FP8 (cupy_dtype)."""
         import cupy
 
-        return cupy.asnumpy(a) if isinstance(a, cupy.ndarray) else np.asarray(a)
+        out = cupy.asnumpy(a) if isinstance(a, cupy.ndarray) else np.asarray(a)
+        return out.view(dtype.np_dtype) if dtype is not None and dtype.is_float8 and out.dtype == np.uint8 else out
 
     def from_dlpack(self, obj):
         """Zero-copy: the result shares memory with obj."""

@@ -39,7 +39,7 @@ import sys
 from flame._env import env_choice
 from flame._lists import all_same, gather
 from flame.plan.steps import AttentionCall, ConvCall, KernelLaunch, Plan, Step, aligned, byte_offset
-from flame.runtime.cuda_steps import run_program
+from flame.runtime.cuda_steps import cupy_dtype, run_program
 from flame.runtime.cuda_streams import graph_stream
 
 log = logging.getLogger("flame")
@@ -132,7 +132,7 @@ class GraphReplay:
         """(byte offset, bytes, dtype, shape) of an output's bytes in the slab."""
         b = self.plan.buffers[bid]
         return self._slab_at[self.plan.root(bid).id] + byte_offset(self.plan.buffers, bid), b.nbytes, \
-            b.dtype.np_dtype, b.shape
+            cupy_dtype(b.dtype), b.shape
 
     def _slab_view(self, slab, bid: int):
         at, n, dt, shape = self._slab_place(bid)

@@ -33,6 +33,17 @@ from flame.runtime.cuda_streams import _events, _fork
 from flame.runtime.matmul import run_matmul
 
 
+def cupy_dtype(dt) -> np.dtype:
+    """The dtype of a CuPy array holding a buffer of IR dtype `dt`: CuPy has no FP8 types, so an FP8
+    buffer is held as its bytes (uint8); kernels and cuBLASLt read them by the plan's dtype."""
+    return np.dtype(np.uint8) if dt.is_float8 else dt.np_dtype
+
+
+def cupy_storage(a: np.ndarray) -> np.ndarray:
+    """A host array as CuPy can take it: FP8 (ml_dtypes) as its bytes (cupy_dtype)."""
+    return a.view(np.uint8) if a.dtype.itemsize == 1 and a.dtype.kind == "V" else a
+
+
 def _kernel(s: KernelLaunch, fn, bufs: dict, stream) -> None:
     if s.grid > 0:
         sizes = [np.int64(n) for n in s.sizes]  # a dynamic dim's size (flame.ir.symbolic)

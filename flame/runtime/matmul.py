@@ -38,10 +38,11 @@ FP8 GEMMs (`fp8_matmul_into`, the plan's fp8_matmul calls): a [m, k] and b [n, k
 cuBLASLt runs FP8 only in its "TN" form (its A transposed, B not), which issued transposed is exactly
 flame's b stored [n, k] (tb) and a as is; its A/B scale pointers take b_inv / a_inv (device f32
 scalars, set before each launch like the epilogue pointers), its matrix layouts the FP8 types and
-its C/D the output type. k must be a multiple of 16 (FP8 leading dimensions of 16 bytes). This path
-has not yet run on a GPU: it stays off until its GPU tests (tests/runtime/test_fp8_gpu.py) have passed
-it, behind the switch FLAME_FP8_GEMM=1 (`fp8_gemm`); without it an FP8 GEMM raises UnverifiedError
-naming the switch. The reference executor emulates FP8 GEMMs exactly (ir/ops/fp8.py).
+its C/D the output type. k must be a multiple of 16 (FP8 leading dimensions of 16 bytes). CuPy has no
+FP8 types: the operands are CuPy arrays of their bytes (uint8), their formats named by the plan's
+dtypes. This path has not yet passed its GPU tests (tests/runtime/test_fp8_gpu.py): it stays off until
+they have, behind the switch FLAME_FP8_GEMM=1 (`fp8_gemm`); without it an FP8 GEMM raises
+UnverifiedError naming the switch. The reference executor emulates FP8 GEMMs exactly (ir/ops/fp8.py).
 
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. A planned _Gemm assumes one stream at a time.
@@ -482,11 +483,12 @@ def _workspace(workspace, dev: int):
     return workspace
 
 
-def fp8_matmul_into(out, a, b, a_inv, b_inv, epilogue: str = "none", bias=None, *, aux=None, stream=None,
-                    workspace=None) -> None:
+def fp8_matmul_into(out, a, b, a_inv, b_inv, epilogue: str = "none", bias=None, *, formats: tuple[str, str],
+                    aux=None, stream=None, workspace=None) -> None:
     """out = epilogue((a @ b^T) * a_inv * b_inv [+ bias]) through cuBLASLt's FP8 GEMM (module doc): a [m, k]
-    and b [n, k] contiguous FP8 CuPy arrays, a_inv / b_inv f32 device scalars, out [m, n]. Raises
-    UnverifiedError unless FLAME_FP8_GEMM=1 (the path has not yet run on a GPU)."""
+    and b [n, k] contiguous CuPy arrays of FP8 bytes (uint8: CuPy has no FP8 types), formats their FP8
+    types ("float8_e4m3fn" or "float8_e5m2", a's then b's), a_inv / b_inv f32 device scalars, out [m, n].
+    Raises UnverifiedError unless FLAME_FP8_GEMM=1 (the path has not yet passed its GPU tests)."""
     import cupy
 
     if not fp8_gemm:
@@ -511,7 +513,10 @@ def fp8_matmul_into(out, a, b, a_inv, b_inv, epilogue: str = "none", bias=None, 
     workspace = _workspace(workspace, dev)
     ws_limit = min(int(workspace_bytes(out.size)), workspace.nbytes)
     aligns = (_alignment(a.data.ptr), _alignment(b.data.ptr), _alignment(out.data.ptr))
-    operands = (str(a.dtype), str(b.dtype))
+    operands = tuple(formats)
+    if any(f not in ("float8_e4m3fn", "float8_e5m2") for f in operands) or a.dtype.itemsize + b.dtype.itemsize != 2:
+        raise ValueError(f"FP8 GEMM: operands of one byte in FP8 formats float8_e4m3fn / float8_e5m2; got "
+                         f"{a.dtype} / {b.dtype} arrays as {operands}")
     key = (lay, str(out.dtype), operands, dev, epilogue, aligns, ws_limit)
     gemm = _PLANS.get(key)
     if gemm is None:
@@ -531,8 +536,9 @@ def run_matmul(s: MatmulCall, bufs: dict, stream) -> None:
         if s.ta or s.tb:
             raise ValueError(f"FP8 GEMM {s.op.name}: its operands must be stored as the op takes them (cuBLASLt's "
                              f"TN form), not through a folded transpose (ta={s.ta}, tb={s.tb})")
+        formats = tuple(str(v.type.dtype.np_dtype) for v in s.op.inputs[:2])
         fp8_matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], bufs[s.a_scale], bufs[s.b_scale], s.epilogue, bias,
-                        aux=aux, stream=stream, workspace=ws)
+                        formats=formats, aux=aux, stream=stream, workspace=ws)
         return
     matmul_into(bufs[s.out], bufs[s.a], bufs[s.b], s.ta, s.tb, s.epilogue, bias, aux=aux, bgrad=bgrad, stream=stream,
                 workspace=ws)

@@ -223,7 +223,7 @@ class ReferenceExecutor:
     def asarray(self, data, dtype=None) -> np.ndarray:
         return np.asarray(data, dtype=dtype)
 
-    def to_numpy(self, a) -> np.ndarray:
+    def to_numpy(self, a, dtype=None) -> np.ndarray:
         return np.asarray(a)
 
     def from_dlpack(self, obj) -> np.ndarray:

@@ -84,7 +84,9 @@ class GpuUnitRunner:
         import cupy
 
         from flame.runtime.cuda_kernels import load_kernels
+        from flame.runtime.cuda_steps import cupy_dtype, cupy_storage
 
+        self._dtype, self._storage = cupy_dtype, cupy_storage
         self.plan, self.cp = plan, cupy
         self.values = UnitValues(plan, env)
         self.fns = load_kernels(plan.kernels())
@@ -94,9 +96,9 @@ class GpuUnitRunner:
         cp, bufs = self.cp, {}
         for bid in unit.outs + unit.scratch:  # poisoned, so an element left unwritten shows
             b = self.plan.buffers[bid]
-            bufs[bid] = cp.full(b.nbytes, 0xFF, dtype=np.uint8).view(b.dtype.np_dtype).reshape(b.shape)
+            bufs[bid] = cp.full(b.nbytes, 0xFF, dtype=np.uint8).view(self._dtype(b.dtype)).reshape(b.shape)
         for bid in unit.ins:  # an input updated in place starts from its value, not poison
-            bufs[bid] = cp.asarray(self.values.read(unit, bid))
+            bufs[bid] = cp.asarray(self._storage(self.values.read(unit, bid)))
         # the uploads run on the current stream; the profiler times the unit on a stream of its own,
         # which would otherwise read indices still in flight (an illegal address in a gather)
         cp.cuda.get_current_stream().synchronize()
@@ -119,4 +121,5 @@ class GpuUnitRunner:
         self.launch(unit, bufs, stream)
         stream.synchronize()
         for bid in unit.outs:
-            yield bid, self.cp.asnumpy(bufs[bid]), self.values.written(unit, bid)
+            got = self.cp.asnumpy(bufs[bid]).view(self.plan.buffers[bid].dtype.np_dtype)  # FP8: its bytes
+            yield bid, got, self.values.written(unit, bid)

@@ -348,7 +348,7 @@ def test_cuda_fp8_gemm_is_behind_its_switch(monkeypatch):
 
     monkeypatch.setattr(matmul, "fp8_gemm", False)
     with pytest.raises(UnverifiedError, match="FLAME_FP8_GEMM=1"):
-        matmul.fp8_matmul_into(None, None, None, None, None)
+        matmul.fp8_matmul_into(None, None, None, None, None, formats=("float8_e4m3fn",) * 2)
 
 
 def test_plan_steps_read_the_scales():

@@ -37,7 +37,9 @@ def test_fp8_gemm_matches_an_f32_gemm_of_fp8_inputs(fp8_on, fa, fb, out, mnk):
     ia, ib = np.float32(0.5), np.float32(0.03125)
     dt = ml_dtypes.bfloat16 if out == "bfloat16" else np.float32
     got = cupy.empty((m, n), dt)
-    fp8_matmul_into(got, cupy.asarray(a), cupy.asarray(b), cupy.asarray(np.array(ia)), cupy.asarray(np.array(ib)))
+    # CuPy has no FP8 types: the operands go as their bytes, their formats named
+    fp8_matmul_into(got, cupy.asarray(a.view(np.uint8)), cupy.asarray(b.view(np.uint8)), cupy.asarray(np.array(ia)),
+                    cupy.asarray(np.array(ib)), formats=(np.dtype(fa).name, np.dtype(fb).name))
     want = (a.astype(np.float64) @ b.astype(np.float64).T) * (float(ia) * float(ib))
     err = np.linalg.norm(cupy.asnumpy(got).astype(np.float64) - want) / np.linalg.norm(want)
     assert err < (1e-2 if out == "bfloat16" else 1e-6)
@@ -83,6 +85,8 @@ def test_fp8_gemm_without_the_switch_says_so(monkeypatch):
     monkeypatch.setattr(matmul, "fp8_gemm", False)
     flame.set_device("cuda")
     w = flame.nn.Parameter(flame.tensor(np.ones((32, 32), np.float32)))
+    x = flame.tensor(np.ones((16, 32), np.float32))
+    assert x.to(flame.float8_e4m3fn).numpy().dtype == np.dtype(E4M3)  # FP8 tensors on the GPU read back as FP8
     with pytest.raises(UnverifiedError, match="FLAME_FP8_GEMM"):
         with flame.autocast(dtype=flame.float8_e4m3fn):
             F.linear(flame.tensor(np.ones((16, 32), np.float32)), w).numpy()

@@ -41,7 +41,7 @@ def _run(graph, inputs):
     plan = to_plan(legalize(graph, target.attention_unsupported, conv_unsupported=target.conv_unsupported),
                    target=target)
     outs = ex.compile(plan)([ex.asarray(x) for x in inputs])
-    return [ex.to_numpy(o) for o in outs]
+    return [ex.to_numpy(o, plan.buffers[b].dtype) for o, b in zip(outs, plan.outputs)]
 
 
 def _tol_of(name: str, inputs) -> str | None:
