@@ -9,8 +9,8 @@ bf16 [8, 16, T, 64], T 1024 and 4096:
   documents are contiguous runs of about 256 tokens).
 
 flame runs the code as written: the attention-recognition pass makes it one scaled_dot_product_attention
-op with the modification recorded (cuDNN runs the plain causal case; a modification runs as the unfused
-graph, or as the generated flash-attention kernel with FLAME_ATTENTION=flash). torch runs the same code
+op with the modification recorded (cuDNN runs the plain causal case, the generated flash-attention kernel
+a modification; FLAME_ATTENTION=decomposed runs it as the unfused graph). torch runs the same code
 eagerly (the T x T scores materialised) and under torch.compile; `flex_attention` is
 torch.nn.attention.flex_attention compiled, with the equivalent score_mod and a block mask made in the
 step (create_block_mask, so its cost is counted, as the document ids are data).
@@ -26,28 +26,30 @@ from flame.bench.spec import Case, Input
 CAP, WINDOW = 50.0, 256
 
 
-def _positions(lib, length):
-    return lib.arange(length)[:, None], lib.arange(length)[None, :]
+def _positions(lib, s):
+    """Query and key positions of scores s, made where s is (a user's torch code runs on the GPU)."""
+    length = s.shape[-1]
+    return lib.arange(length, device=s.device)[:, None], lib.arange(length, device=s.device)[None, :]
 
 
-def _slopes(lib, heads):
-    return 2.0 ** (-8.0 * (lib.arange(heads) + 1.0) / heads)
+def _slopes(lib, heads, device=None):
+    return 2.0 ** (-8.0 * (lib.arange(heads, device=device) + 1.0) / heads)
 
 
 def _softcap_alibi(lib, s, seg):
-    i, j = _positions(lib, s.shape[-1])
+    i, j = _positions(lib, s)
     s = (s / CAP).tanh() * CAP
-    s = s + (_slopes(lib, s.shape[-3])[:, None, None] * (j - i)).to(s.dtype)
+    s = s + (_slopes(lib, s.shape[-3], s.device)[:, None, None] * (j - i)).to(s.dtype)
     return s.masked_fill(j > i, float("-inf"))
 
 
 def _causal(lib, s, seg):
-    i, j = _positions(lib, s.shape[-1])
+    i, j = _positions(lib, s)
     return s.masked_fill(j > i, float("-inf"))
 
 
 def _window_doc(lib, s, seg):
-    i, j = _positions(lib, s.shape[-1])
+    i, j = _positions(lib, s)
     keep = (j <= i) & (i - j < WINDOW) & (seg[:, None, :, None] == seg[:, None, None, :])
     return s.masked_fill(~keep, float("-inf"))
 

@@ -135,6 +135,11 @@ def test_max_pool_ties_on_the_gpu_are_torch_s(name, mode):
     check(_pool(F, d, kw), _pool(TF, d, kw), x, mode=mode, rtol=0, atol=0)
 
 
+# uneven adaptive windows overlap: an element in two windows sums two gradients, in f32 on the GPU in its
+# own order (the ties still go where torch sends them, or the error would be whole gradients)
+UNEVEN_RTOL = 1e-6
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", ["2d tiles", "2d uneven windows", "2d global, all equal"])
@@ -146,6 +151,6 @@ def test_adaptive_max_pool_ties_on_the_gpu_are_torch_s(name, mode):
         lambda t: getattr(TF, fn)(t, out),
         x.astype(np.float32),
         mode=mode,
-        rtol=0,
+        rtol=UNEVEN_RTOL if name == "2d uneven windows" else 0,
         atol=0,
     )

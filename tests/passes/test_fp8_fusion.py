@@ -191,5 +191,6 @@ def test_fused_fp8_step_on_the_gpu_agrees_with_the_reference(monkeypatch, scalin
         flame.set_device(prev)
     (lg, pg), (lr, pr) = got["cuda"], got["reference"]
     np.testing.assert_allclose(lg, lr, rtol=5e-2)
-    for n in pg:
-        np.testing.assert_allclose(pg[n], pr[n], rtol=5e-2, atol=2e-3, err_msg=n)
+    for n in pg:  # in norm: an AdamW step moves a near-zero gradient's element by about lr either way,
+        # and FP8 rounding on the GPU and in the emulation may give such an element either sign
+        assert np.linalg.norm(pg[n] - pr[n]) / np.linalg.norm(pr[n]) < 1e-2, n

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 
 import numpy as np
@@ -23,6 +24,7 @@ from flame.codegen import nvrtc
 from flame.plan import cache
 
 RUNS = {"passes": 0, "nvrtc": 0}
+COMPILED: list[str] = []  # the kernel names NVRTC compiled (said when a test expects none)
 
 
 def _counting(module, name: str, what: str) -> None:
@@ -30,6 +32,8 @@ def _counting(module, name: str, what: str) -> None:
 
     def counted(*a, **kw):
         RUNS[what] += 1
+        if what == "nvrtc":
+            COMPILED.append(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)", a[0]))
         return inner(*a, **kw)
 
     setattr(module, name, counted)
@@ -66,6 +70,7 @@ def main(argv: list[str]) -> None:
                 "losses": losses,
                 "params": params,
                 "runs": RUNS,
+                "compiled": COMPILED,
                 "cache": {"hits": c.hits, "misses": c.misses, "stored": c.stored, "rebuilt": c.rebuilt},
             }
         )

@@ -40,9 +40,10 @@ def _train(dev: str, steps: int = 30) -> list[float]:
         h = (x @ w1 + b1).tanh()
         loss = ((h @ w2 + b2 - y) ** 2).mean()
         loss.backward()
-        for p in params:
-            p.copy_(p - 0.05 * p.grad)
-            p.grad = None
+        with flame.no_grad():  # an update of a leaf that requires grad, as in torch
+            for p in params:
+                p.copy_(p - 0.05 * p.grad)
+                p.grad = None
         return loss
 
     return [float(step(x, y)) for _ in range(steps)]
