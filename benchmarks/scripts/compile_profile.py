@@ -8,8 +8,8 @@ the reference executor, to see how compile time grows with depth.
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile depth 2 6 12 [--cuda] [--profile]
 
 --profile prints the top functions of a cProfile of the compile (cumulative time); --cuda plans the
-depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=1 in the
-environment shows NVRTC with the balanced form of scalar horizontal kernels.
+depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=0 in the
+environment shows NVRTC with a branch per segment in scalar horizontal kernels instead of the balanced form.
 
 Planning runs on the reference executor (no GPU needed), so the CUDA executor's own work (cuDNN and
 cuBLASLt plans, loading modules) is not in these numbers, nor NVRTC overlapped with planning

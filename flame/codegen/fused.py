@@ -176,7 +176,11 @@ class Emitter:
         at = f"(off_t)({self.own_index(op.out, m)})"
         at = f"{at} / {stride}" if stride != 1 else at
         c = f"({at} % {size})" if axis else f"({at})"
-        return " && ".join(([f"{c} >= {lo}"] if lo else []) + ([f"{c} < {hi}"] if hi < size else [])) or True
+        # a bound that is a function of the size is always tested: dropping it at a size where it is 0 or
+        # the extent would make the source differ from one size to the next (a guard, NVRTC at that size)
+        upper = symbolic.nonzero(size - hi) if isinstance(size - hi, symbolic.SymInt) else hi < size
+        tests = ([f"{c} >= {lo}"] if symbolic.nonzero(lo) else []) + ([f"{c} < {hi}"] if upper else [])
+        return " && ".join(tests) or True
 
     def _branch(self, compute) -> tuple[list[str], str]:
         """(statements, value) of compute() emitted apart: the values it computes stay in its braces."""

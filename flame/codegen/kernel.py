@@ -115,10 +115,10 @@ def balanced_scalars(config: Config = DEFAULT_CONFIG) -> bool:
     """Whether a horizontal kernel of scalar (0-d) segments takes the balanced form too (codegen/fused.py
     _lower_balanced: one body per class of alike segments, so an optimizer's per-parameter bias
     corrections, 79 segments in gpt_train, compile in 0.4 s instead of 2 s, the source 285 lines
-    instead of 2260): config.balanced_scalars, else $FLAME_BALANCED_SCALARS, else off (segments side
-    by side, a branch each) until a GPU run has checked the balanced form on scalars."""
+    instead of 2260): config.balanced_scalars, else $FLAME_BALANCED_SCALARS, else on
+    (FLAME_BALANCED_SCALARS=0: segments side by side, a branch each)."""
     if config.balanced_scalars is None:
-        return env_flag(BALANCED_SCALARS_ENV, False)
+        return env_flag(BALANCED_SCALARS_ENV, True)
     return config.balanced_scalars
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache, wraps
 from operator import mul
 
+from flame.ir import symbolic
 from flame.ir.graph import Op, Value, segments
 from flame.ir.registry import accumulates, axis_order, get, is_fill, is_relabel
 
@@ -225,7 +226,8 @@ def pad_pieces(op: Op) -> tuple[Piece, ...]:
     value around it."""
     x = op.inputs[0]
     pads = op.attrs["pads"]
-    bounds = tuple((k, lo, lo + n) for k, ((lo, hi), n) in enumerate(zip(pads, x.shape)) if lo or hi)
+    bounds = tuple((k, lo, lo + n) for k, ((lo, hi), n) in enumerate(zip(pads, x.shape))
+                   if symbolic.nonzero(lo) or symbolic.nonzero(hi))
     inside = Piece(0, bounds, _shift(len(pads), {k: lo for k, (lo, _) in enumerate(pads)}))
     fill = Piece(None, (), None)
     if not math.prod(x.shape):

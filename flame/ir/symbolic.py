@@ -356,6 +356,12 @@ def minimum(x, y):
     return min(x, y)
 
 
+def nonzero(x) -> bool:
+    """Whether an extent or offset x may be other than 0: true for a function of the size (a SymInt
+    that is 0 at some sizes only), so a decision on it holds at every size and records no guard."""
+    return isinstance(x, SymInt) and x.a != 0 or bool(x)
+
+
 def as_int(x) -> int:
     """x as an int, kept as it is where it is a function of the size (a SymInt or a SizeExpr)."""
     return x if isinstance(x, (SymInt, SizeExpr)) else int(x)

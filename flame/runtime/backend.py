@@ -66,16 +66,15 @@ def _conv_workspace(op) -> int:
 
 ATTENTION_ENV = "FLAME_ATTENTION"
 ATTENTION_LOWERINGS = ("auto", "cudnn", "flash", "decomposed")
-FLASH_OFF = ("the generated flash-attention kernel covers it but stays off until a GPU test passes it "
-             "(FLAME_ATTENTION=flash turns it on)")
 
 
 def attention_lowering() -> str:
     """FLAME_ATTENTION: how the CUDA target runs an attention op. auto (the default): cuDNN's fused
-    attention where it supports the op, else the unfused graph (the generated flash-attention kernel,
-    codegen/flash_attention.py, is not the default until a GPU test has passed it); cudnn: the same, never
-    the generated kernel; flash: the generated kernel wherever its template covers the op, else as auto;
-    decomposed: every attention op as the unfused graph (primitive ops)."""
+    attention where it supports the op, else the generated flash-attention kernel
+    (codegen/flash_attention.py) where its template covers the op, else the unfused graph; cudnn: cuDNN
+    where it can, else the unfused graph, never the generated kernel; flash: the generated kernel
+    wherever its template covers the op, else as auto; decomposed: every attention op as the unfused
+    graph (primitive ops)."""
     return env_choice(ATTENTION_ENV, ATTENTION_LOWERINGS, "auto")
 
 
@@ -92,13 +91,13 @@ class AttentionLowering:
             return "decomposed", "FLAME_ATTENTION=decomposed: every attention op runs as primitive ops"
         cudnn_why, flash_why = cudnn_attention.op_unsupported(op), flash_attention.unsupported(op)
         if self.mode == "flash" and not flash_why:
-            return "flash", "FLAME_ATTENTION=flash: the generated flash-attention kernel (not yet verified on a GPU)"
+            return "flash", "FLAME_ATTENTION=flash: the generated flash-attention kernel"
         if not cudnn_why:
             return "cudnn", ""
         if self.mode == "cudnn":
             return "decomposed", f"{cudnn_why}; FLAME_ATTENTION=cudnn leaves the generated flash-attention kernel off"
         if not flash_why:
-            return "decomposed", f"{cudnn_why}; {FLASH_OFF}"
+            return "flash", f"{cudnn_why}; the generated flash-attention kernel runs it"
         return "decomposed", f"{cudnn_why}; nor can the generated flash-attention kernel ({flash_why})"
 
     def unsupported(self, op) -> str:
@@ -164,10 +163,9 @@ def side_stream_enabled() -> bool:
 def pieces_enabled() -> bool:
     """FLAME_FUSE_PIECES=1 has concat and pad (a rotary embedding's cat([-x2, x1]) and its gradient's
     pads, a U-Net's skip connections) fused as elementwise work into their neighbours' kernels, each
-    element reading the input its region comes from. Off by default until the GPU tests have run those
-    kernels (tests/passes/test_piecewise_fusion.py, marked gpu); the reference executor plans as the GPU
-    does, for every executor."""
-    return env_flag("FLAME_FUSE_PIECES", False)
+    element reading the input its region comes from (the default; FLAME_FUSE_PIECES=0 runs each as a
+    kernel of its own). The reference executor plans as the GPU does, for every executor."""
+    return env_flag("FLAME_FUSE_PIECES", True)
 
 
 def bgrad_enabled() -> bool:

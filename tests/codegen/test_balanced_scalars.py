@@ -1,5 +1,5 @@
 """The balanced form for horizontal kernels of scalar (0-d) segments (Config.balanced_scalars,
-$FLAME_BALANCED_SCALARS; off by default): an optimizer's per-parameter bias corrections as one body
+$FLAME_BALANCED_SCALARS; on by default): an optimizer's per-parameter bias corrections as one body
 per class of alike segments instead of a branch per segment. The structure and the compile with
 NVRTC are checked here; (marked gpu) the kernel computes what the side-by-side one does."""
 
@@ -45,17 +45,17 @@ def test_scalar_segments_share_one_body_per_class_when_asked():
     assert all(c[:4] == b"\x7fELF" for c in compile_many([side.source, bal.source], "sm_90"))
 
 
-def test_off_unless_asked(monkeypatch):
+def test_on_unless_turned_off(monkeypatch):
     monkeypatch.delenv("FLAME_BALANCED_SCALARS", raising=False)
-    assert balanced_scalars() is False and codegen_settings()[1] is False
-    grp, *_ = _scalar_group()
-    (k,) = lower(grp)
-    assert "struct row0" not in k.source
-    monkeypatch.setenv("FLAME_BALANCED_SCALARS", "1")
     assert balanced_scalars() is True and codegen_settings()[1] is True
     assert balanced_scalars(OFF) is False  # a Config's own choice wins
+    grp, *_ = _scalar_group()
     (k,) = lower(grp)
     assert "struct row0" in k.source
+    monkeypatch.setenv("FLAME_BALANCED_SCALARS", "0")
+    assert balanced_scalars() is False and codegen_settings()[1] is False
+    (k,) = lower(grp)
+    assert "struct row0" not in k.source
     monkeypatch.setenv("FLAME_BALANCED_SCALARS", "maybe")
     with pytest.raises(flame.ArgumentError, match=r"FLAME_BALANCED_SCALARS='maybe': expected 1 \(on\) or 0 \(off\)"):
         balanced_scalars()
@@ -66,10 +66,10 @@ def test_the_setting_is_part_of_the_compile_cache_key(monkeypatch):
     from flame import compiler
 
     monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
-    monkeypatch.delenv("FLAME_BALANCED_SCALARS", raising=False)
+    monkeypatch.setenv("FLAME_BALANCED_SCALARS", "0")
     _, g, _, _ = _scalar_group()
     off = compiler.compile_graph(g)
-    monkeypatch.setenv("FLAME_BALANCED_SCALARS", "1")
+    monkeypatch.delenv("FLAME_BALANCED_SCALARS")
     on = compiler.compile_graph(g)
     assert on is not off
     sources = lambda c: [k.source for k in c.plan.kernels() if "_f32_x" in k.name]  # noqa: E731

@@ -41,7 +41,13 @@ def test_segment_blocks_fill_the_grid_in_proportion():
     assert got[0] == 2 * got[1] and got[2:] == [1, 1] and sum(got) <= 8192
 
 
-def test_scalar_segments_run_side_by_side_on_their_own_blocks():
+@pytest.fixture
+def side_by_side(monkeypatch):
+    """Scalar segments side by side, a branch each (the form FLAME_BALANCED_SCALARS=0 asks for)."""
+    monkeypatch.setenv("FLAME_BALANCED_SCALARS", "0")
+
+
+def test_scalar_segments_run_side_by_side_on_their_own_blocks(side_by_side):
     (k,) = [k for k in _horizontal(multi_adamw()[0]) if "_f32_x" in k.name]  # the 0-d bias corrections
     n = int(re.search(r"_x(\d+)_", k.name).group(1))
     ranges = [tuple(map(int, m.groups()[:3])) for m in _RANGE.finditer(k.source)]
@@ -51,7 +57,7 @@ def test_scalar_segments_run_side_by_side_on_their_own_blocks():
     assert "gridDim.x" not in k.source  # a segment strides over its own blocks only
 
 
-def test_scalar_work_is_one_segment_per_block():
+def test_scalar_work_is_one_segment_per_block(side_by_side):
     (scalars,) = [k for k in _horizontal(multi_adamw()[0]) if "_f32_x" in k.name]
     whats = [m.group(4) for m in _RANGE.finditer(scalars.source)]
     assert whats and all(w.endswith("over []") for w in whats) and scalars.grid == len(whats)
@@ -187,7 +193,7 @@ def test_balanced_kernels_stream_unless_told_not_to():
     g, _ = build(lambda *xs: tuple((x * y).to(x.dtype) for x, y in zip(xs[::2], xs[1::2])), *arrays)
     mixed += [grp for grp in fuse(g).groups if grp.ops]
     for streaming in (True, False):
-        config = Config(balanced_streaming=streaming)
+        config = Config(balanced_streaming=streaming, balanced_scalars=False)  # vector updates only
         kernels = [_balanced(grp, config) for grp in groups]
         kernels += [k for grp in mixed for k in lower(grp, config) if "struct row0" in k.source]
         assert len(kernels) == 4 and "flame_vec<__nv_bfloat16, 4>" in kernels[-1].source

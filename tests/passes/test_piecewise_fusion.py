@@ -2,8 +2,8 @@
 a Llama-style attention block writes it (halves rotated with cat, or interleaved pairs with stack and
 flatten) plans as one kernel with the projection's reshape and permute that produce its input, forward
 and backward, for the CUDA target; values and gradients agree with torch in float64 on the reference
-executor, and every kernel of the plans compiles with NVRTC for sm_90. The fusion is behind
-FLAME_FUSE_PIECES until the GPU tests here have run its kernels; these tests turn it on."""
+executor, and every kernel of the plans compiles with NVRTC for sm_90. The fusion is on by default
+(FLAME_FUSE_PIECES=0 turns it off); these tests set it on whatever the environment says."""
 
 from __future__ import annotations
 
