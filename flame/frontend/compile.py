@@ -181,7 +181,7 @@ class _Dynamic:
         for other in self.optimised:
             dims = {(k, d): (other.inputs[k].shape[d], graph.inputs[k].shape[d]) for k, d in self.input_dims}
             try:
-                self.planned = Template(other, graph, dims)
+                self.planned = Template(other, graph, dims, primary=self.input_dims[0])
             except NotDynamic as e:
                 self.not_planned = f"the optimised graphs at two sizes differ: {e}"
                 log.info("flame.compile: %s: %s", graph.name, self.not_planned)
@@ -208,20 +208,24 @@ class _Dynamic:
 
     def size_of(self, key: tuple) -> int | None:
         """The size s0 takes in a call with this signature, or None if the template does not cover it
-        (another dim changed, or the symbol's dims disagree)."""
+        (another dim changed, or a dim that follows s0 is not its form at this s0)."""
         if _family(key) != self.base.family:
             return None
-        shapes, base = _shapes(key), self.base.shapes
-        sizes = {shapes[i][d] for i, d in self.template.dims}
-        if len(sizes) != 1:
+        shapes, base, dims = _shapes(key), self.base.shapes, self.template.dims
+        (i0, d0), *others = dims
+        s = shapes[i0][d0]
+        if any(shapes[i][d] != self.template.size_at(k, d, s)
+               for (i, d), (k, _) in zip(others, self.input_dims[1:])):
             return None
-        if any(shapes[i][d] != n for i, shape in base.items() for d, n in enumerate(shape)
-               if (i, d) not in self.template.dims):
+        if any(shapes[i][d] != n for i, shape in base.items() for d, n in enumerate(shape) if (i, d) not in dims):
             return None
-        return sizes.pop()
+        return s
 
     def describe(self) -> str:
-        dims = ", ".join(f"argument {i} dim {d}" for i, d in self.template.dims)
+        t = self.template
+        forms = [str(t.inputs[k][2][d]) for k, d in self.input_dims]
+        dims = ", ".join(f"argument {i} dim {d}" + ("" if form == t.symbol else f" = {form}")
+                         for (i, d), form in zip(t.dims, forms))
         return f"{dims} ({self.template.symbol} = {', '.join(map(str, self.template.sizes))}, ...)"
 
 

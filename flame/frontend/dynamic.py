@@ -12,9 +12,11 @@ forms predict, so an integer the forms got wrong (a size squared, halved and rou
 there rather than run. What cannot be expressed raises NotDynamic with the reason; the compiled
 function then specialises per size and says why in its RecompileWarning.
 
-One symbol per template: the dims that changed between the two traces must change together (same
-old size, same new size: a batch of inputs x and labels y). `str(template)` prints the graph with
-the symbol in its types (`f32[s0,784]`)."""
+One symbol per template: the first dim that changed between the two traces is s0, and every other
+dim that changed is an affine function of it fitted like any other number (a batch of inputs x and
+labels y: both s0; tokens [s0, 4] and their flattened targets [4*s0]: a short last batch of a language
+model). A call is covered when its first dim gives s0 and every other dim is its form at s0.
+`str(template)` prints the graph with the symbol in its types (`f32[s0,784]`)."""
 
 from __future__ import annotations
 
@@ -201,16 +203,18 @@ def _has_form(form: Any) -> bool:
 
 class Template:
     """A traced graph with one size symbol s0 (see the module docstring). `dims` are the
-    (argument, dim) pairs that are s0; `sizes` the sizes it was traced at."""
+    (argument, dim) pairs that change with s0, the first (`primary`, the first changed dim unless
+    given) s0 itself; `sizes` the sizes it was traced at."""
 
     symbol = "s0"
 
-    def __init__(self, ga: Graph, gb: Graph, dims: dict[Dim, tuple[int, int]]):
-        (sa, sb), *rest = set(dims.values()) or {(0, 0)}
-        if rest or sa == sb:
-            shown = ", ".join(f"argument {i} dim {d} {a} -> {b}" for (i, d), (a, b) in sorted(dims.items()))
-            raise NotDynamic(f"dims that change by different sizes at once ({shown}): one symbol per trace")
-        self.name, self.dims, self.sizes = ga.name, tuple(sorted(dims)), (sa, sb)
+    def __init__(self, ga: Graph, gb: Graph, dims: dict[Dim, tuple[int, int]], primary: Dim | None = None):
+        primary = min(dims) if primary is None and dims else primary
+        sa, sb = dims[primary] if dims else (0, 0)
+        if sa == sb:
+            raise NotDynamic("no dim changed size")
+        self.name, self.sizes = ga.name, (sa, sb)
+        self.dims = (primary, *sorted(d for d in dims if d != primary))
         f = _Fitter(sa, sb)
         if (len(ga.inputs), len(ga.ops), len(ga.outputs)) != (len(gb.inputs), len(gb.ops), len(gb.outputs)):
             ida, idb = ga.numbering(), gb.numbering()
@@ -247,6 +251,13 @@ class Template:
         # worked out now, while compiling, rather than on the path of the first new size's call (where it
         # would cost ~5 ms of the digits MLP's first smaller batch on an H100's host)
         _ = self._program
+
+    def size_at(self, k: int, d: int, s: int) -> int | None:
+        """The size of graph input k's dim d at s0 = s (None where the form gives no size there)."""
+        try:
+            return _at(self.inputs[k][2][d], s)
+        except NotDynamic:
+            return None
 
     def instantiate(self, s: int, symbolic: bool = False, check: bool = True) -> Graph:
         """The graph at size s0 = s, each op's result type checked against its shape rule (with its

@@ -175,6 +175,37 @@ def test_a_size_the_affine_forms_cannot_take_is_traced_and_says_why():
         np.testing.assert_array_equal(step(flame.tensor(x)).numpy(), x[: len(x) // 2].sum(0))
 
 
+def test_dims_that_change_by_different_sizes_follow_one_symbol():
+    """A language model's short last batch: tokens [s0, 4] and their flattened targets [4*s0] change by
+    5 -> 2 and 20 -> 8 at once; the targets' length is a form of s0, so one template serves both (no
+    warning), and a call whose targets are not 4*s0 long is traced on its own."""
+
+    def f(x, y):
+        return (x.reshape(-1) * y).mean() + y.sum()
+
+    def want(x, y):
+        return (x.reshape(-1) * y).mean() + y.sum()
+
+    rng = np.random.default_rng(0)
+    calls = [(rng.standard_normal((n, 4)), rng.standard_normal(4 * n)) for n in (5, 2, 3, 7, 3)]
+    _, _, s, warns, step = _run(_simple(f), calls, None)
+    assert (s.traces, s.instantiations) == (2, 2)
+    assert warns == ["flame.compile: re-tracing f: argument 0 (x): shape [5, 4] -> [2, 4]; argument 1 (y): shape "
+                     "[20] -> [8]; argument 0 dim 0, argument 1 dim 0 are now dynamic (sizes 20, 8, 5, 2)"]
+    assert s.dynamic == ("argument 0 dim 0, argument 1 dim 0 = 4*s0 (s0 = 5, 2, ...)",)
+    for x, y in calls:
+        np.testing.assert_allclose(step(flame.tensor(x), flame.tensor(y)).numpy(), want(x, y), rtol=1e-12)
+
+    def g(x, y):
+        return x.mean() + y.mean()
+
+    other = [(rng.standard_normal((n, 4)), rng.standard_normal(m)) for n, m in ((5, 20), (2, 8), (3, 10))]
+    _, _, s, warns, step = _run(_simple(g), other, None)
+    assert (s.traces, s.instantiations) == (3, 0)  # y of 10 is not 4*s0 at s0 = 3: traced on its own
+    for x, y in other:
+        np.testing.assert_allclose(step(flame.tensor(x), flame.tensor(y)).numpy(), x.mean() + y.mean())
+
+
 def test_a_size_squared_is_caught_by_the_shape_rules():
     def f(x):
         return (x[:, None] * x[None, :]).reshape(-1) + 1

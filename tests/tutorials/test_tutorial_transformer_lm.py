@@ -153,7 +153,7 @@ def _corpus():
 
 
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")  # torch's note on batch_first=False
-@pytest.mark.filterwarnings("ignore:flame.compile. re-tracing train_step")  # the short last batch
+@pytest.mark.filterwarnings("error::flame.errors.RecompileWarning")  # the short last batch: dynamic, no warning
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_transformer_language_model_trains_as_torch(compiled):
     torch.manual_seed(0)

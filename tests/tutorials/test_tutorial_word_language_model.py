@@ -170,8 +170,8 @@ def _corpus():
     return seq[:75], seq[75:]
 
 
-# the epoch's short last batch changes the time dim of `data` and `targets` (seq_len * batch) by different
-# sizes at once: flame traces it on its own (said once, in a RecompileWarning) rather than making it dynamic
+# the epoch's short last batch unrolls the recurrent layers over fewer time steps: another program, so
+# flame traces it on its own (said once, in a RecompileWarning)
 @pytest.mark.filterwarnings("ignore:flame.compile. re-tracing train_step")
 @pytest.mark.parametrize(
     "rnn_type,tied,detach,compiled",
