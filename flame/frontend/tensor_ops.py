@@ -710,13 +710,15 @@ def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=
     x = input.to(dtype) if dtype is not None else input
     if not x.dtype.is_float:
         raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
+    if x.dtype.itemsize < 4:  # torch computes a half norm in f32 (x * x of 300 does not overflow) and rounds it
+        return vector_norm(x.to(f32), ord, dim, keepdim).to(x.dtype)
     a = x.abs()
     if ord == float("inf"):
         return a.amax(dim, keepdim)
     if ord == float("-inf"):
         return a.amin(dim, keepdim)
-    if ord == 0:
-        return (x != 0).to(x.dtype).sum(dim, keepdim)
+    if ord == 0:  # a count, with torch's zero gradient (x * 0 is 0 where it is picked: x == 0 there)
+        return where(x != 0, 1.0, x * 0).sum(dim, keepdim)
     if ord == 1:
         return a.sum(dim, keepdim)
     if 0 < ord < 1:  # d a**ord is infinite at 0: its elements there take no gradient, as in PyTorch
