@@ -707,6 +707,7 @@ def full(size, fill_value, dtype=None, *, device=None) -> Tensor:
     dt = dtype_of(dtype) if dtype is not None else default_dtype_for(fill_value)
     if dt.is_int and isinstance(fill_value, (int, float, np.number)) and not isinstance(fill_value, bool):
         check_int_range(fill_value, dt)
+        fill_value = wrapped(fill_value, dt) if isinstance(fill_value, (int, np.integer)) else fill_value
     return placed(apply("full", shape=tuple(size), value=fill_value, dtype=dt), device, "full")
 
 

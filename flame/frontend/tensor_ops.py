@@ -23,7 +23,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, result_type, where
-from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote, u8
+from flame.ir.dtypes import boolean, dtype_of, f32, i64, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
 SortResult = namedtuple("sort", ["values", "indices"])
@@ -260,12 +260,7 @@ class TensorOps:
         that won (none for NaN), as in PyTorch."""
         if min is None and max is None:
             raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
-        dt = self.dtype
-        for bound in (min, max):
-            if isinstance(bound, Tensor):
-                dt = promote(dt, bound.dtype)
-            elif isinstance(bound, (float, np.floating)) and not dt.is_float:
-                dt = f32
+        dt = result_type(self, *(b for b in (min, max) if b is not None))  # torch's: a 0-d bound counts less
         out = self.to(dt)
         if min is not None:
             lo = min.to(dt) if isinstance(min, Tensor) else min
@@ -428,9 +423,8 @@ class TensorOps:
         if rounding_mode != "trunc":
             raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         floor = self // other
-        if floor.dtype.is_float:
-            q = self / other
-            return where(q < 0, (-q).floor().neg(), floor).to(floor.dtype)
+        if floor.dtype.is_float:  # torch: trunc(a / b) of the rounded quotient (1.0 / 0.1 is 10, not 9)
+            return (self / other).trunc().to(floor.dtype)
         # integers: floor division rounds down; toward zero differs when the remainder is nonzero and
         # the signs differ
         rest = self - floor * other
