@@ -512,7 +512,8 @@ class TensorCore:
 
     @new_tensor
     def flip(self, *dims):
-        axes = _axes(_shape_arg(dims), self.ndim, "flip")
+        dims = _shape_arg(dims)
+        axes = reduce_axes(dims, self.ndim, "flip") if dims else ()  # a dim named twice raises, as torch's
         return apply("flip", self, axes=list(axes)) if axes else self
 
     def triu(self, diagonal: int = 0):

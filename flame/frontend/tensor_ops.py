@@ -488,6 +488,14 @@ class TensorOps:
         along a dim a negative index counts from the end, as torch.take_along_dim."""
         return index_ops.take_along_dim(self, indices, dim)
 
+    def take(self, index):
+        """self's elements at index (any shape) of the flattened tensor, as torch.take; a negative index
+        counts from the end and the index must be int64."""
+        if not isinstance(index, Tensor) or index.dtype != i64:
+            got = index.dtype if isinstance(index, Tensor) else type(index).__name__
+            raise DTypeError(f"take(): Expected a long tensor for index, but got {got}\n  at {user_location()}")
+        return self.reshape(-1)[index]
+
     def index_add(self, dim: int, index, source, *, alpha=1):
         """self with alpha * source's slices added at index along dim (repeated indices add up)."""
         return index_ops.index_add(self, dim, index, source, alpha=alpha)
@@ -539,6 +547,9 @@ class TensorOps:
     def masked_select(self, mask):
         """The elements where mask (broadcast with self) is True, as a 1-D tensor: eager only, as
         x[mask] (its length depends on the values)."""
+        if not isinstance(mask, Tensor) or mask.dtype != boolean:
+            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise DTypeError(f"masked_select: expected a bool tensor for mask, got {got}\n  at {user_location()}")
         x, m = broadcast_tensors(self, mask)
         return x[m]
 
