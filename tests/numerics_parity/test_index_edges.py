@@ -123,3 +123,19 @@ def test_dtype_errors_name_the_op_and_the_users_line():
 )
 def test_negative_slice_step_raises():
     check(lambda L, x: x[::-1], X, compiled=False)
+
+
+def test_the_new_paths_plan_for_the_gpu_and_their_kernels_compile(cuda_target):
+    """A step through a 0-d index, take, std at a zero deviation and a half norm, planned for the CUDA
+    target: the reference executor's loss and gradient, and every kernel compiled with NVRTC for sm_90."""
+    from tests.ops.test_everyday_ops import check_gpu_step
+
+    w = flame.tensor(X / 7, requires_grad=True)
+
+    def body(w):
+        y = w[flame.tensor(1), :, flame.tensor([0, 2])].std(0).sum() + w.take(flame.tensor([-1, 3])).sum()
+        loss = y + w.half().norm().float() + w[0].std(1, correction=0).sum()
+        loss.backward()
+        return loss
+
+    check_gpu_step(body, w, w, rtol=1e-3, atol=1e-3)
