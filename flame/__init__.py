@@ -236,6 +236,7 @@ from flame.frontend.ops import (
     swapaxes,
     swapdims,
     t,
+    take,
     take_along_dim,
     tan,
     tanh,

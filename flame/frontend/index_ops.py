@@ -152,6 +152,7 @@ def index_select(x, dim: int, index):
     """The slices of x at index (1-D) along dim; an index must be in [0, size)."""
     axis = _t.dim_index("index_select", dim, x.ndim)
     index = _index_tensor("index_select", index)
+    index = index.reshape(1) if index.ndim == 0 else index  # torch takes a 0-d index as one element
     check_indices("index_select", index, x.shape[axis], axis)
     return apply("index_select", x, index, axis=axis)
 
@@ -194,6 +195,9 @@ def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = No
         )
     src = value if src is None else src
     index = _one_d(x, index)
+    if isinstance(src, _t.Tensor) and src.dtype != x.dtype:
+        raise DTypeError(f"scatter(): Expected self.dtype to be equal to src.dtype, got {x.dtype} and {src.dtype} "
+                         f"(as in PyTorch: convert src with .to({x.dtype.name!r}))\n  at {user_location()}")
     src = _one_d(x, src) if isinstance(src, _t.Tensor) else full(tuple(index.shape), src, x.dtype)
     if x.ndim:
         _check_extent("scatter", x, axis, index, src)

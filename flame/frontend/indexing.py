@@ -27,7 +27,7 @@ import warnings
 
 import numpy as np
 
-from flame.errors import FlameError, ShapeError, TraceError
+from flame.errors import DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply, fresh
@@ -104,6 +104,12 @@ def _masks_to_indices(t, key: tuple) -> tuple:
                 raise TraceError(f"x[mask] with a boolean mask has as many elements as the mask has True values, "
                                  f"which is not known while tracing @flame.compile; use flame.where(mask, x, 0) "
                                  f"or x.masked_fill(~mask, 0) there\n  at {user_location()}")
+            if k.ndim == 0:  # torch: x[tensor(True)] is x[None], x[tensor(False)] an empty new dim
+                if any(isinstance(j, Tensor) and j.ndim for j in key):
+                    raise ShapeError(f"a 0-d bool index together with index tensors is not supported; index "
+                                     f"with x[None] or x[None][:0] first\n  at {user_location()}")
+                out.append(None if bool(k.item()) else _EMPTY_NEW_AXIS)
+                continue
             want = t.shape[dim: dim + k.ndim]
             if tuple(k.shape) != tuple(want):
                 raise ShapeError(f"the shape of the mask {list(k.shape)} does not match the shape of the indexed "
@@ -116,13 +122,16 @@ def _masks_to_indices(t, key: tuple) -> tuple:
     return tuple(out)
 
 
+_EMPTY_NEW_AXIS = slice(0, 0)  # what a 0-d False mask stands for: a new dim of size 1, read empty
+
+
 def _insert_new_axes(t, key: tuple):
     """x[..., None, ...]: unsqueeze first, then index the new axis with a full slice."""
     out, d = [], 0
     for k in key:
-        if k is None:
+        if k is None or k is _EMPTY_NEW_AXIS:
             t = apply("unsqueeze", t, axes=[d])
-            k = slice(None)
+            k = slice(None) if k is None else k
         out.append(k)
         d += 1
     return t, tuple(out)
@@ -135,8 +144,12 @@ def getitem(t, key):
         raise ShapeError(f"too many indices for a tensor of shape {list(t.shape)}\n  at {user_location()}")
     key = _masks_to_indices(t, key)
     t, key = _insert_new_axes(t, key)
-    starts, stops, steps, flips, drop, advanced = [], [], [], [], [], []
+    starts, stops, steps, flips, drop, advanced, picks = [], [], [], [], [], [], []
     for axis, (k, n) in enumerate(zip(key, t.shape)):
+        if isinstance(k, Tensor) and k.ndim == 0:  # torch: a 0-d integer tensor selects, as an int
+            picks.append((axis, k))
+            drop.append(axis)
+            k = slice(None)
         if isinstance(k, Tensor):
             advanced.append((axis, k))
             k = slice(None)
@@ -159,6 +172,9 @@ def getitem(t, key):
         out = apply("flip", out, axes=flips)
     if (starts, stops, steps) != ([0] * t.ndim, list(t.shape), [1] * t.ndim):
         out = apply("slice", out, starts=starts, stops=stops, steps=steps)
+    for axis, k in picks:
+        check_indices("", k, out.shape[axis], axis, negative=True)
+        out = apply("index_select", out, wrap_negative(k, out.shape[axis]).reshape(1), axis=axis)
     if drop:  # PyTorch selects with ints first: advanced indices act on the remaining axes
         out = apply("squeeze", out, axes=drop)
         advanced = [(axis - sum(d < axis for d in drop), k) for axis, k in advanced]
@@ -215,6 +231,9 @@ def setitem(t, key, value) -> None:
     value = value if isinstance(value, Tensor) else _scalar_like(value, t)
     if value.dtype != t.dtype:
         value = value.to(t.dtype)
+    lead = next((d for d, n in enumerate(value.shape) if n != 1), value.ndim)
+    if lead:  # torch drops a value's leading dims of size 1 before broadcasting it to x[key]
+        value = value.reshape(value.shape[lead:])
     k = _as_index(key) if not isinstance(key, tuple) else None
     base = stand_in(t, value)
     if isinstance(k, Tensor) and k.dtype == boolean:
@@ -284,8 +303,10 @@ def index_put(t, indices, values, accumulate: bool = False):
     if not isinstance(indices, (tuple, list)):
         raise ShapeError(f"index_put: indices must be a tuple of tensors, got {type(indices).__name__}"
                          f"\n  at {user_location()}")
+    if isinstance(values, Tensor) and values.dtype != t.dtype:
+        raise DTypeError(f"index_put: Index put requires the source and destination dtypes match, got {t.dtype} for "
+                         f"the destination and {values.dtype} for the source (as in PyTorch)\n  at {user_location()}")
     values = values if isinstance(values, Tensor) else _scalar_like(values, t)
-    values = values.to(t.dtype) if values.dtype != t.dtype else values
     key = tuple(indices)
     if not accumulate:
         k = _as_index(key[0]) if len(key) == 1 else None

@@ -13,13 +13,13 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ShapeError
+from flame.errors import DTypeError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.tensor import Tensor, dim_index
-from flame.frontend.tensor_core import cat, stack, where
+from flame.frontend.tensor_core import cat, result_type, stack, where
 from flame.frontend.tensor_ops import vector_norm
-from flame.ir.dtypes import f64, i32, i64
+from flame.ir.dtypes import f32, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "exp2", "float_power", "fmax", "fmin",
@@ -32,6 +32,13 @@ _MinMax = namedtuple("aminmax", ["min", "max"])
 
 def _err(msg: str) -> ShapeError:
     return ShapeError(f"{msg}\n  at {user_location()}")
+
+
+def _floating(op: str, a, b) -> None:
+    """torch's logaddexp and hypot have floating kernels only: integer and bool operands raise."""
+    if not result_type(a, b).is_float:
+        raise DTypeError(f'{op}: "{op}" is not implemented for {result_type(a, b)} tensors (as in PyTorch: convert '
+                         f"with .float())\n  at {user_location()}")
 
 
 # ---- grids and products ------------------------------------------------------------------------------
@@ -265,6 +272,7 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf."""
     a, b = input, other
+    _floating("logaddexp", a, b)
     d = -(a - b).abs()
     d = where(d != d, 0.0, d)  # inf - inf: the two are equal infinities
     return a.maximum(b) + d.exp().log1p()
@@ -279,6 +287,7 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
     where either is infinite."""
     a, b = input, other
+    _floating("hypot", a, b)
     m = a.abs().maximum(b.abs())
     safe = where((m == 0) | (m == math.inf), 1.0, m)
     scaled = where(m == 0, 0.0, m * ((a / safe) ** 2 + (b / safe) ** 2).sqrt())
@@ -294,8 +303,10 @@ def signbit(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
-    """|input| with the sign (bit) of other."""
-    return where(signbit(as_tensor(other)), -input.abs(), input.abs())
+    """|input| with the sign (bit) of other, in torch's dtype: integers and bools give f32."""
+    dt = result_type(input, other)
+    x = input.to(dt if dt.is_float else f32)
+    return where(signbit(as_tensor(other)), -x.abs(), x.abs())
 
 
 def heaviside(input: Tensor, values) -> Tensor:  # noqa: A002

@@ -72,10 +72,18 @@ def default_dtype_for(value: Any) -> DType:
 
 def check_int_range(values, dt: DType) -> None:
     """PyTorch's error for Python numbers that an integer dtype cannot hold (torch.tensor([300],
-    dtype=torch.uint8) raises rather than wrapping; arrays and arithmetic wrap, as in PyTorch)."""
+    dtype=torch.uint8) raises rather than wrapping; arrays and arithmetic wrap, as in PyTorch). As
+    torch's c10::overflows: an unsigned dtype takes negative integers down to -max (u8: -1 is 255), and
+    a float must lie in the range (NaN and infinities never do)."""
     info = np.iinfo(dt.np_dtype)
     arr = np.asarray(values)
-    if arr.dtype.kind in "iuf" and arr.size and (arr.min() < info.min or arr.max() > info.max):
+    if arr.dtype.kind not in "iuf" or not arr.size:
+        return
+    low = -info.max if info.min == 0 and arr.dtype.kind in "iu" else info.min
+    with np.errstate(invalid="ignore"):
+        bad = not np.isfinite(arr).all() if arr.dtype.kind == "f" else False
+        bad = bad or arr.min() < low or arr.max() > info.max
+    if bad:
         raise DTypeError(f"value cannot be converted to type {dt} without overflow (it holds "
                          f"{info.min}..{info.max}), as in PyTorch\n  at {user_location()}")
 

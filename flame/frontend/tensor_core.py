@@ -342,6 +342,8 @@ class TensorCore:
 
     # ---- reductions -------------------------------------------------------------------------------
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
+        if dtype is not None and dtype_of(dtype) == boolean:  # torch: a sum of bools in bool is any()
+            return self.to(boolean).sum(dim, keepdim) != 0
         x = self.to(dtype) if dtype is not None else self
         if dtype is None and not x.dtype.is_float:  # PyTorch sums bool and integers in int64: no wrap
             x = x.to(i64)
@@ -392,8 +394,9 @@ class TensorCore:
         return _picked(self, self.argmin(dim, keepdim), dim, keepdim)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False):
-        if dim is None:
-            return apply("argmax", self.reshape(-1), axis=0, keepdim=False)
+        if dim is None:  # torch: keepdim=True keeps every dim as 1
+            r = apply("argmax", self.reshape(-1), axis=0, keepdim=False)
+            return r.reshape([1] * self.ndim) if keepdim else r
         if self.ndim == 0:
             dim_index("argmax", dim, 0)
             return apply("argmax", self.reshape(1), axis=0, keepdim=False)
@@ -417,8 +420,11 @@ class TensorCore:
         return s / float(max(0, n - c))  # PyTorch's divisor: n <= correction gives inf (0 / 0: NaN)
 
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
-        """The square root of var (same arguments)."""
-        return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
+        """The square root of var (same arguments); where the deviation is zero the gradient is zero, as
+        torch's (sqrt's infinite derivative there is not taken)."""
+        v = self.var(dim, unbiased, keepdim, correction=correction)
+        zero = v == 0
+        return where(zero, 0.0, where(zero, 1.0, v).sqrt())
 
     # ---- movement ---------------------------------------------------------------------------------
     def reshape(self, *shape):
@@ -506,7 +512,8 @@ class TensorCore:
 
     @new_tensor
     def flip(self, *dims):
-        axes = _axes(_shape_arg(dims), self.ndim, "flip")
+        dims = _shape_arg(dims)
+        axes = reduce_axes(dims, self.ndim, "flip") if dims else ()  # a dim named twice raises, as torch's
         return apply("flip", self, axes=list(axes)) if axes else self
 
     def triu(self, diagonal: int = 0):
@@ -701,6 +708,7 @@ def full(size, fill_value, dtype=None, *, device=None) -> Tensor:
     dt = dtype_of(dtype) if dtype is not None else default_dtype_for(fill_value)
     if dt.is_int and isinstance(fill_value, (int, float, np.number)) and not isinstance(fill_value, bool):
         check_int_range(fill_value, dt)
+        fill_value = wrapped(fill_value, dt) if isinstance(fill_value, (int, np.integer)) else fill_value
     return placed(apply("full", shape=tuple(size), value=fill_value, dtype=dt), device, "full")
 
 
@@ -740,6 +748,9 @@ def where(condition: Tensor, input=_NO_BRANCH, other=_NO_BRANCH) -> Tensor:  # n
     if input is _NO_BRANCH and other is _NO_BRANCH:
         return condition.nonzero(as_tuple=True)
     cond, a, b = condition, input, other
+    if isinstance(cond, Tensor) and cond.dtype not in (boolean, u8):
+        raise DTypeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                         f"{cond.dtype} (as in PyTorch: compare it, e.g. x != 0)\n  at {user_location()}")
     dt = result_type(a, b)
     if not builtins.any(isinstance(x, Tensor) for x in (a, b)):
         a = full((), a, dt)

@@ -26,6 +26,14 @@ KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
 MedianResult = namedtuple("median", ["values", "indices"])
 
 
+def _floating(op: str, *operands) -> None:
+    """torch's ops that only have floating kernels (frac, lerp) raise for integer and bool tensors."""
+    for x in operands:
+        if isinstance(x, Tensor) and not x.dtype.is_float:
+            raise DTypeError(f'{op}: "{op}" is not implemented for {x.dtype} tensors (as in PyTorch: convert with '
+                             f".float())\n  at {user_location()}")
+
+
 def _ranks(op: str, *pairs) -> None:
     """Each (tensor, rank) pair's tensor has that rank, else a ShapeError naming the op and the user's line."""
     for x, rank in pairs:
@@ -161,7 +169,8 @@ class TensorMath:
     fix = trunc
 
     def frac(self):
-        """self - trunc(self): the fractional part with self's sign, as torch.frac."""
+        """self - trunc(self): the fractional part with self's sign, as torch.frac (floating tensors)."""
+        _floating("frac", self)
         return self - self.trunc()
 
     def log2(self):
@@ -341,7 +350,8 @@ class TensorMath:
     # ---- interpolation and fused products (optimizer and EMA code) -------------------------------
     def lerp(self, end, weight):
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
-        weight >= 0.5), so weight 1 gives end exactly."""
+        weight >= 0.5), so weight 1 gives end exactly (floating tensors)."""
+        _floating("lerp", self, end, weight)
         diff = end - self
         if isinstance(weight, Tensor):
             return where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
@@ -359,7 +369,10 @@ class TensorMath:
         return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2, what="addcmul_")
 
     def addcdiv(self, tensor1, tensor2, *, value=1):
-        """self + value * tensor1 / tensor2, as torch.addcdiv."""
+        """self + value * tensor1 / tensor2, as torch.addcdiv (which refuses two integer operands)."""
+        if not any(isinstance(t, Tensor) and t.dtype.is_float for t in (tensor1, tensor2)):
+            raise DTypeError("addcdiv: integer division with addcdiv is no longer supported (as in PyTorch); "
+                             f"divide floating tensors\n  at {user_location()}")
         quot = tensor1 / tensor2
         return self + (quot * value if value != 1 else quot)
 

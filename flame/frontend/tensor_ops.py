@@ -23,7 +23,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, result_type, where
-from flame.ir.dtypes import boolean, dtype_of, f32, i64, promote, u8
+from flame.ir.dtypes import boolean, dtype_of, f32, i64, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
 SortResult = namedtuple("sort", ["values", "indices"])
@@ -260,12 +260,7 @@ class TensorOps:
         that won (none for NaN), as in PyTorch."""
         if min is None and max is None:
             raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
-        dt = self.dtype
-        for bound in (min, max):
-            if isinstance(bound, Tensor):
-                dt = promote(dt, bound.dtype)
-            elif isinstance(bound, (float, np.floating)) and not dt.is_float:
-                dt = f32
+        dt = result_type(self, *(b for b in (min, max) if b is not None))  # torch's: a 0-d bound counts less
         out = self.to(dt)
         if min is not None:
             lo = min.to(dt) if isinstance(min, Tensor) else min
@@ -428,9 +423,8 @@ class TensorOps:
         if rounding_mode != "trunc":
             raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         floor = self // other
-        if floor.dtype.is_float:
-            q = self / other
-            return where(q < 0, (-q).floor().neg(), floor).to(floor.dtype)
+        if floor.dtype.is_float:  # torch: trunc(a / b) of the rounded quotient (1.0 / 0.1 is 10, not 9)
+            return (self / other).trunc().to(floor.dtype)
         # integers: floor division rounds down; toward zero differs when the remainder is nonzero and
         # the signs differ
         rest = self - floor * other
@@ -494,6 +488,14 @@ class TensorOps:
         along a dim a negative index counts from the end, as torch.take_along_dim."""
         return index_ops.take_along_dim(self, indices, dim)
 
+    def take(self, index):
+        """self's elements at index (any shape) of the flattened tensor, as torch.take; a negative index
+        counts from the end and the index must be int64."""
+        if not isinstance(index, Tensor) or index.dtype != i64:
+            got = index.dtype if isinstance(index, Tensor) else type(index).__name__
+            raise DTypeError(f"take(): Expected a long tensor for index, but got {got}\n  at {user_location()}")
+        return self.reshape(-1)[index]
+
     def index_add(self, dim: int, index, source, *, alpha=1):
         """self with alpha * source's slices added at index along dim (repeated indices add up)."""
         return index_ops.index_add(self, dim, index, source, alpha=alpha)
@@ -545,6 +547,9 @@ class TensorOps:
     def masked_select(self, mask):
         """The elements where mask (broadcast with self) is True, as a 1-D tensor: eager only, as
         x[mask] (its length depends on the values)."""
+        if not isinstance(mask, Tensor) or mask.dtype != boolean:
+            got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+            raise DTypeError(f"masked_select: expected a bool tensor for mask, got {got}\n  at {user_location()}")
         x, m = broadcast_tensors(self, mask)
         return x[m]
 
@@ -710,13 +715,15 @@ def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=
     x = input.to(dtype) if dtype is not None else input
     if not x.dtype.is_float:
         raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
+    if x.dtype.itemsize < 4:  # torch computes a half norm in f32 (x * x of 300 does not overflow) and rounds it
+        return vector_norm(x.to(f32), ord, dim, keepdim).to(x.dtype)
     a = x.abs()
     if ord == float("inf"):
         return a.amax(dim, keepdim)
     if ord == float("-inf"):
         return a.amin(dim, keepdim)
-    if ord == 0:
-        return (x != 0).to(x.dtype).sum(dim, keepdim)
+    if ord == 0:  # a count, with torch's zero gradient (x * 0 is 0 where it is picked: x == 0 there)
+        return where(x != 0, 1.0, x * 0).sum(dim, keepdim)
     if ord == 1:
         return a.sum(dim, keepdim)
     if 0 < ord < 1:  # d a**ord is infinite at 0: its elements there take no gradient, as in PyTorch
