@@ -135,6 +135,7 @@ class TensorMath:
         return self.roll(-1, axis) * other.roll(-2, axis) - self.roll(-2, axis) * other.roll(-1, axis)
 
     # ---- elementwise math ------------------------------------------------------------------------
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def log1p(self):
         """log(1 + self), accurate for small self (Kahan's correction: log(w) * self / (w - 1) with
         w = 1 + self rounded, which cancels w's rounding error), as torch.log1p."""
@@ -144,6 +145,7 @@ class TensorMath:
         safe = where(exact | inf, 2.0, w)  # keeps the unused branch finite (no 0/0 in either direction)
         return where(exact | inf, x, safe.log() * (x / (safe - 1)))
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def expm1(self):
         """exp(self) - 1, accurate for small self (Kahan's correction for |self| < 0.5: (u - 1) *
         self / log(u) with u = exp(self) rounded; beyond, u - 1 loses nothing), as torch.expm1."""
@@ -166,16 +168,20 @@ class TensorMath:
         """self - trunc(self): the fractional part with self's sign, as torch.frac."""
         return self - self.trunc()
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def log2(self):
         return self.log() * (1.0 / math.log(2.0))
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def log10(self):
         return self.log() * (1.0 / math.log(10.0))
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def sinh(self):
         """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
         return (self.expm1() - (-self).expm1()) * 0.5
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def cosh(self):
         return (self.exp() + (-self).exp()) * 0.5
 
