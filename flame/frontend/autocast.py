@@ -13,7 +13,7 @@ definition. The policies are torch's three lists and the rest:
 - "" (none of the lists: mean, max, relu, gelu, add, var, batch_norm, ...): the op runs in its
   inputs' dtype, as outside a region (several floating dtypes: type promotion, the widest).
 f64 inputs are never cast. As in PyTorch, a composite runs its body with autocast off: its policy
-alone decides, so a mean of bf16 is bf16 even where flame computes it through a sum. Every cast is
+alone decides, so a var of bf16 is bf16 although flame computes it through a sum. Every cast is
 an ordinary `cast` op, so the IR shows it, autodiff casts the gradient back (a gradient has its
 input's dtype: f32 master weights get f32 gradients) and fusion folds it into a neighbour kernel.
 Works eagerly and inside @flame.compile (the trace records the casts; the autocast state is part of

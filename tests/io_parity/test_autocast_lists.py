@@ -606,3 +606,38 @@ def test_recurrent_cells_run_in_the_low_dtype(cell, low, mode):
         want = ref(torch.tensor(x).to(tl).float(), (th, th) if cell == "LSTMCell" else th)
     for o, w in zip(outs, want if isinstance(want, tuple) else (want,)):
         _close(o.double().numpy(), w.to(tl).double().numpy(), low, cell)
+
+
+# ---- the GPU's plan -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("low", LOWS)
+def test_a_step_of_low_precision_means_and_variances_compiles_for_the_gpu(cuda_target, low):
+    """Means, variances, pools and activations that now stay in the low dtype: the CUDA target's plan
+    gives the reference executor's loss and gradient, and each of its kernels compiles with NVRTC."""
+    from flame.codegen.nvrtc import compile_cubin
+
+    r = np.random.default_rng(2)
+    w = flame.nn.Parameter(flame.tensor(r.standard_normal((8, 8)).astype(np.float32)))
+    x = flame.tensor(r.standard_normal((4, 8)).astype(np.float32))
+
+    def body(x):
+        with flame.autocast("cuda", dtype=getattr(flame, low)):
+            h = x @ w
+            y = h.mean(-1, keepdim=True) + h.var(-1, keepdim=True) + Fn(flame).mish(h) + h.amax(-1, keepdim=True)
+            assert _name(y.dtype) == low
+            loss = (y.float() ** 2).mean()
+        loss.backward()
+        return loss
+
+    want = body(x).item(), w.grad.numpy()
+    w.grad = None
+    step = flame.compile(body)
+    got = step(x).item(), w.grad.numpy()
+    tol = TOL[low] * 4
+    np.testing.assert_allclose(got[0], want[0], rtol=tol)
+    np.testing.assert_allclose(got[1], want[1], rtol=tol, atol=tol * np.abs(want[1]).max())
+    sources = {k.source for k in step._last.plan.kernels()}
+    assert sources
+    for source in sources:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
