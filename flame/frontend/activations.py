@@ -53,6 +53,7 @@ SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as PyTorch."""
     z = input * beta if beta != 1 else input
@@ -60,26 +61,31 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     return where(z > threshold, input, soft / beta if beta != 1 else soft)
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0)."""
     return input.clamp(max=0.0) - (-input.abs()).exp().log1p()
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def elu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
     """x where x > 0, else alpha * (exp(x) - 1)."""
     return where(input > 0, input, input.clamp(max=0.0).expm1() * alpha)
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def selu(input: Tensor) -> Tensor:  # noqa: A002
     """SELU_SCALE * elu(x, SELU_ALPHA)."""
     return elu(input, SELU_ALPHA) * SELU_SCALE
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def celu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
     """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
     return where(input > 0, input, (input.clamp(max=0.0) / alpha).expm1() * alpha)
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def mish(input: Tensor) -> Tensor:  # noqa: A002
     """x * tanh(softplus(x))."""
     return input * softplus(input).tanh()
@@ -145,22 +151,26 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
     return where(input >= 0, input, input * weight)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:  # noqa: A002
     """x / max(||x||_p along dim, eps)."""
     return input / vector_norm(input, p, dim, keepdim=True).clamp(min=eps)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """x1 . x2 / max(||x1|| * ||x2||, eps) along dim (x1 and x2 broadcast)."""
     n1, n2 = vector_norm(x1, 2, dim), vector_norm(x2, 2, dim)
     return (x1 * x2).sum(dim) / (n1 * n2).clamp(min=eps)
 
 
+@policy("f32")  # autocast: PyTorch's pairwise_distance is a norm, on its float32 list
 def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
     """||x1 - x2 + eps||_p over the last dim."""
     return vector_norm(x1 - x2 + eps, p, -1, keepdim=keepdim)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:  # noqa: A002
     """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target."""
     warn_if_broadcast("huber_loss", input, target)
@@ -169,6 +179,7 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     return _loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def kl_div(
     input: Tensor,
     target: Tensor,
@@ -199,6 +210,7 @@ def kl_div(
     return _loss_reduce(point, reduction)
 
 
+@policy("promote")  # autocast: on PyTorch's promote list: the widest input
 def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """y[..., o] = sum_ij input1[..., i] * weight[o, i, j] * input2[..., j] (+ bias[o]), as PyTorch."""
     o, i, j = weight.shape
@@ -215,6 +227,7 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     return out.reshape(*batch, o)
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def embedding_bag(
     input: Tensor,
     weight: Tensor,

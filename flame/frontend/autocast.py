@@ -1,14 +1,21 @@
 """Automatic mixed precision: `with flame.autocast(dtype=flame.bf16):` (PyTorch's torch.autocast).
 
-Inside the region every op casts its floating-point inputs as PyTorch's CUDA autocast lists say, by
-a policy declared once per op: primitive ops carry it as the `autocast` trait of their OpDef, and the
-composites of flame.nn.functional declare theirs with `@policy(...)` beside their definition:
-- "lower": run in the autocast dtype (matmul, linear, attention): f32/f16/bf16 inputs are cast to it;
-- "f32": run in f32 (exp, log, pow, rsqrt, reciprocal, sums and means; softmax, log_softmax,
-  logsumexp, layer_norm, rms_norm and the losses): f16/bf16 inputs are cast to f32;
-- none: the op runs in its inputs' dtype; several floating dtypes are all cast to the widest.
-f64 inputs are never cast. Every cast is an ordinary `cast` op, so the IR shows it, autodiff casts
-the gradient back (f32 master weights get f32 gradients) and fusion folds it into a neighbour kernel.
+Inside the region every op picks its dtype exactly as PyTorch's CUDA autocast does, by a policy
+declared once per op: primitive ops carry it as the `autocast` trait of their OpDef, and the
+composites (flame.nn.functional, the Tensor methods) declare theirs with `@policy(...)` beside their
+definition. The policies are torch's three lists and the rest:
+- "lower" (torch's "CUDA Ops that can autocast to float16"): run in the autocast dtype (matmul,
+  linear, the convolutions, attention): f32/f16/bf16 inputs are cast to it;
+- "f32" ("CUDA Ops that can autocast to float32"): run in f32 (exp, log, pow, rsqrt, sum, prod,
+  cumsum, softmax, log_softmax, logsumexp, the norms and the losses): f16/bf16 inputs are cast to f32;
+- "promote" ("CUDA Ops that promote to the widest input type": dot, addcmul, index_put, ...): the
+  floating inputs are cast to the widest of them;
+- "" (none of the lists: mean, max, relu, gelu, add, var, batch_norm, ...): the op runs in its
+  inputs' dtype, as outside a region (several floating dtypes: type promotion, the widest).
+f64 inputs are never cast. As in PyTorch, a composite runs its body with autocast off: its policy
+alone decides, so a var of bf16 is bf16 although flame computes it through a sum. Every cast is
+an ordinary `cast` op, so the IR shows it, autodiff casts the gradient back (a gradient has its
+input's dtype: f32 master weights get f32 gradients) and fusion folds it into a neighbour kernel.
 Works eagerly and inside @flame.compile (the trace records the casts; the autocast state is part of
 the compiled function's cache key). The state is a ContextVar: threads never see each other's.
 
@@ -169,18 +176,33 @@ def cast_inputs(policy: str, inputs: tuple) -> tuple:
     return tuple(x.to(target) if isinstance(x, Tensor) and _eligible(policy, x.dtype) else x for x in inputs)
 
 
+POLICIES = ("lower", "f32", "promote", "")  # what a composite may declare (OpDef traits add "keep")
+
+
 def policy(kind: str) -> Callable[[Callable], Callable]:
-    """Decorator declaring a composite function's autocast policy ("lower" or "f32"): inside a region
-    its tensor arguments are cast at entry, as PyTorch's autocast does for the op of that name."""
+    """Decorator declaring a composite function's autocast policy ("lower", "f32", "promote" or ""
+    for none of torch's lists; module docstring): inside a region its tensor arguments are cast at
+    entry as PyTorch's autocast casts the op of that name (not when it is given an explicit dtype=;
+    "" casts nothing: the body promotes as it does outside a region), and its body runs with autocast
+    off (as torch's autocast runs an op's kernel), so the ops it is made of cast nothing more."""
+    if kind not in POLICIES:
+        raise ValueError(f"autocast.policy: unknown policy {kind!r}; expected one of {POLICIES}")
 
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            if _state.get().enabled:
+            st = _state.get()
+            if not st.enabled:
+                return fn(*args, **kwargs)
+            if kind and kwargs.get("dtype") is None:  # PyTorch: an op given an explicit dtype= is not cast
                 args = cast_inputs(kind, args)
                 names = list(kwargs)
                 kwargs = dict(zip(names, cast_inputs(kind, tuple(kwargs[n] for n in names))))
-            return fn(*args, **kwargs)
+            token = _state.set(AutocastState(False, st.dtype, st.fp8))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _state.reset(token)
 
         run.autocast = kind
         return run

@@ -77,6 +77,7 @@ def _check_targets(name: str, target: Tensor, n_classes: int, ignore_index: int)
         )
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def nll_loss(
     input: Tensor,
     target: Tensor,
@@ -210,6 +211,7 @@ def binary_cross_entropy(
     return _loss_reduce(loss * weight if weight is not None else loss, reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def binary_cross_entropy_with_logits(
     input: Tensor,
     target: Tensor,
@@ -231,6 +233,7 @@ def binary_cross_entropy_with_logits(
     return _loss_reduce(loss * weight if weight is not None else loss, reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def l1_loss(
     input: Tensor,
     target: Tensor,
@@ -244,6 +247,7 @@ def l1_loss(
     return _loss_reduce((input - target).abs(), reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def smooth_l1_loss(
     input: Tensor,
     target: Tensor,

@@ -11,6 +11,7 @@ import warnings
 from flame.errors import ShapeError
 from flame.frontend import creation
 from flame.frontend.activations import logsigmoid, pairwise_distance
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, rand_like
 from flame.frontend.functional import _loss_reduce, no_legacy_reduction, softmax
@@ -29,6 +30,7 @@ def _shapes_match(name: str, **tensors: Tensor) -> None:
         raise ShapeError(f"{name}: {said} must have the same shape\n  at {user_location()}")
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average=None,
                         reduce=None, reduction: str = "mean") -> Tensor:
     """max(0, -target (input1 - input2) + margin), target +1 where input1 should rank higher, -1 else."""
@@ -37,6 +39,7 @@ def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: 
     return _loss_reduce((-target * (input1 - input2) + margin).clamp(min=0.0), reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, size_average=None,  # noqa: A002
                          reduce=None, reduction: str = "mean") -> Tensor:
     """input where target is 1, max(0, margin - input) where it is -1 (PyTorch's sum of both masks)."""
@@ -46,6 +49,7 @@ def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0, siz
     return _loss_reduce(loss, reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
                      reduction: str = "mean") -> Tensor:
     """log(1 + exp(-target input)), target +1 or -1."""
@@ -66,6 +70,7 @@ def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | 
     return _loss_reduce(loss.sum(-1) / input.shape[-1], reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0, size_average=None,
                           reduce=None, reduction: str = "mean") -> Tensor:
     """1 - cos(x1, x2) where target is 1, max(0, cos(x1, x2) - margin) where it is -1; cos over the last
@@ -81,6 +86,7 @@ def cosine_embedding_loss(input1: Tensor, input2: Tensor, target: Tensor, margin
     return _loss_reduce(loss, reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0, p: float = 2.0,
                         eps: float = 1e-6, swap: bool = False, size_average=None, reduce=None,
                         reduction: str = "mean") -> Tensor:
@@ -98,6 +104,7 @@ def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, marg
     return _loss_reduce((d_pos - d_neg + margin).clamp(min=0.0), reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float = 1.0,  # noqa: A002
                       weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean") -> Tensor:
     """Per sample: sum over classes i != y of max(0, margin - x[y] + x[i])^p (times weight[y]), over the
@@ -118,6 +125,7 @@ def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float =
     return _loss_reduce((z * (1 - hot)).sum(-1) / n_classes, reduction)
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,  # noqa: A002
                      size_average=None, eps: float = 1e-8, reduce=None, reduction: str = "mean") -> Tensor:
     """exp(input) - target input (log_input), else input - target log(input + eps); full adds

@@ -14,6 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.tensor import Tensor, dim_index
@@ -126,12 +127,14 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:  # noqa: A002
     return x
 
 
+@policy("lower")  # autocast: on PyTorch's lower-precision list
 def addmv(input: Tensor, mat: Tensor, vec: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:  # noqa: A002
     """beta * input + alpha * (mat @ vec)."""
     mv = mat @ vec
     return (mv if alpha == 1 else mv * alpha) + (input if beta == 1 else input * beta)
 
 
+@policy("promote")  # autocast: on PyTorch's promote list: the widest input
 def vdot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """The dot product of two 1-D tensors (real: dot)."""
     if input.ndim != 1 or other.ndim != 1:
@@ -183,6 +186,7 @@ def _trapezoids(y: Tensor, x: Tensor | None, dx: float | None, dim: int) -> Tens
     return mid * steps
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
     """The p-norm distance between each row of x1 [..., P, M] and each row of x2 [..., R, M]: [..., P, R],
     computed from the differences (exact at any distance; torch's matrix-product shortcut for large
@@ -269,6 +273,7 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
     return where(x != x, nan, where(x == math.inf, hi, where(x == -math.inf, lo, x)))
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf."""
     a, b = input, other
@@ -278,11 +283,13 @@ def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     return a.maximum(b) + d.exp().log1p()
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log2(2^a + 2^b): logaddexp in base 2."""
     return logaddexp(input * math.log(2), other * math.log(2)) / math.log(2)
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
     where either is infinite."""
@@ -337,6 +344,7 @@ def float_power(input, exponent) -> Tensor:  # noqa: A002
     return base ** (exponent.to(f64) if isinstance(exponent, Tensor) else exponent)
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def exp2(input: Tensor) -> Tensor:  # noqa: A002
     """2 ** input."""
     x = input if input.dtype.is_float else input.float()

@@ -6,6 +6,7 @@ layer_norm and rms_norm are in frontend/functional.py), written over primitives:
 
 from __future__ import annotations
 
+from flame.frontend.autocast import policy
 from flame.frontend.context import no_grad
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
@@ -13,6 +14,7 @@ from flame.frontend.tensor import Tensor
 __all__ = ["batch_norm", "group_norm", "instance_norm"]
 
 
+@policy("f32")  # autocast: on PyTorch's float32 list
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
                eps: float = 1e-5) -> Tensor:
     """Normalise each group of C/num_groups channels of [N, C, *S] over its channels and positions
@@ -35,6 +37,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     return y.reshape(*x.shape)
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
                weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
                momentum: float | Tensor = 0.1, eps: float = 1e-5) -> Tensor:
@@ -62,7 +65,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     if running_mean is None or running_var is None:
         raise _err("batch_norm: evaluation without batch statistics needs running_mean and running_var")
     y = (x - running_mean.reshape(*per_channel)) * (running_var.reshape(*per_channel) + eps).rsqrt()
-    return _affine(y, weight, bias, per_channel)
+    return _affine(y, weight, bias, per_channel).to(x.dtype)  # PyTorch: the input's dtype, f32 statistics or not
 
 
 def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, per_channel) -> Tensor:
@@ -122,6 +125,7 @@ def _update_running(running_mean, running_var, mu, var, momentum, count) -> None
         running_var.copy_(running_var * (1 - m) + batch_var * m)
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var: Tensor | None = None,  # noqa: A002
                   weight: Tensor | None = None, bias: Tensor | None = None, use_input_stats: bool = True,
                   momentum: float = 0.1, eps: float = 1e-5) -> Tensor:

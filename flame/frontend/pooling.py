@@ -18,6 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor, zeros
 from flame.frontend.dispatch import apply
@@ -158,6 +159,7 @@ def _tiles(x: Tensor, k, out) -> Tensor:
     return x.reshape(*x.shape[:2], *[v for pair in zip(out, k) for v in pair])
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype (avg_pool1d/2d/3d)
 def _avg_pool(d, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     name = f"avg_pool{d}d"
     x, unbatched = _batched(name, x, d)
@@ -215,6 +217,7 @@ def _adaptive_matrix(n: int, o: int) -> np.ndarray:
     return m
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype (the adaptive pools)
 def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = False) -> Tensor:
     """Adaptive average or max pooling ("avg", "max") over PyTorch's windows [floor(i*S/O),
     ceil((i+1)*S/O)) per axis: reshaped tiles where every axis divides evenly, else axis by axis (a

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from flame.frontend.autocast import policy
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.losses import pad
@@ -76,10 +77,15 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     out, scales = _resize(spatial, size, scale_factor, recompute_scale_factor)
     if mode == "area":
         return _adaptive("avg", d, x, out)
+    return _upsample(x, mode, out, scales, align_corners)
+
+
+@policy("f32")  # autocast: PyTorch's upsample_nearest* / upsample_*linear* are on its float32 list (area is not)
+def _upsample(x: Tensor, mode: str, out, scales, align_corners) -> Tensor:
     if mode not in _LINEAR:
         return _nearest(x, out, scales, exact=mode == "nearest-exact")
     y = x
-    for i, (n, o, sc) in enumerate(zip(spatial, out, scales)):
+    for i, (n, o, sc) in enumerate(zip(x.shape[2:], out, scales)):
         if n != o or align_corners:
             y = _along(y, 2 + i, _linear_matrix(n, o, sc, bool(align_corners)))
     return y
@@ -172,6 +178,7 @@ def _blocks(name: str, size: tuple[int, int], k, dil, pad, st) -> tuple[int, int
     return out
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
     """The sliding [kh, kw] blocks of [N, C, H, W] (or [C, H, W]) as columns: [N, C * kh * kw, L] with L
     the blocks in row-major order and the rows channel-major, as torch.nn.functional.unfold."""
@@ -186,6 +193,7 @@ def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tenso
     return y.squeeze(0) if unbatched else y
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:  # noqa: A002
     """unfold's adjoint: the columns [N, C * kh * kw, L] (or [C * kh * kw, L]) summed back into
     [N, C, H, W] at the positions their blocks came from (overlaps add), as torch.nn.functional.fold."""

@@ -8,6 +8,7 @@ PyTorch's."""
 from __future__ import annotations
 
 from flame.errors import ShapeError
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import linspace, ones
 from flame.frontend.ops import stack, where
@@ -52,6 +53,7 @@ def _source(coord: Tensor, size: int, padding_mode: str, align_corners: bool) ->
     return x
 
 
+@policy("promote")  # autocast: on PyTorch's promote list: the widest input
 def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros",  # noqa: A002
                 align_corners: bool | None = None) -> Tensor:
     """input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] ((x, y) in [-1, 1], x along W): [N, C, Ho, Wo].
@@ -91,6 +93,7 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
     return out
 
 
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tensor:
     """The sampling grid [N, H, W, 2] of the affine maps theta [N, 2, 3] for an output of size [N, C, H,
     W]: each output pixel's normalized (x, y, 1) times theta^T (what grid_sample then reads)."""

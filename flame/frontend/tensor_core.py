@@ -160,6 +160,7 @@ class TensorCore:
     def __truediv__(self, o):
         return binary("div", self, o)
 
+    @autocast.policy("f32")  # autocast: PyTorch's `o / x` is x.reciprocal() * o, reciprocal on its float32 list
     def __rtruediv__(self, o):
         return binary("div", o, self)
 
@@ -337,10 +338,12 @@ class TensorCore:
         """True where self is zero (any dtype; a bool result), as torch.logical_not."""
         return apply("logical_not", self if self.dtype == boolean else self != 0)
 
+    @autocast.policy("f32")  # autocast: PyTorch's square is pow(x, 2), pow on its float32 list
     def square(self):
         return self * self if self.dtype != boolean else self.to(i64) * self.to(i64)  # torch: bool squares to int64
 
     # ---- reductions -------------------------------------------------------------------------------
+    @autocast.policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
     def sum(self, dim=None, keepdim: bool = False, dtype=None):
         if dtype is not None and dtype_of(dtype) == boolean:  # torch: a sum of bools in bool is any()
             return self.to(boolean).sum(dim, keepdim) != 0
@@ -407,6 +410,7 @@ class TensorCore:
         # integer range onto itself
         return (-self if self.dtype.is_float else -1 - self).argmax(dim, keepdim)
 
+    @autocast.policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def var(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The variance over dim (all by default) with torch's signature: the squared deviations' sum over
         n - correction (default 1, Bessel's correction; unbiased=False means 0)."""
@@ -419,6 +423,7 @@ class TensorCore:
         s = (d * d).sum(axes, keepdim=keepdim)
         return s / float(max(0, n - c))  # PyTorch's divisor: n <= correction gives inf (0 / 0: NaN)
 
+    @autocast.policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The square root of var (same arguments); where the deviation is zero the gradient is zero, as
         torch's (sqrt's infinite derivative there is not taken)."""

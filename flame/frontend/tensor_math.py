@@ -15,6 +15,7 @@ import numpy as np
 
 from flame.errors import DTypeError, ShapeError
 from flame.frontend import functional, more_math
+from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
@@ -126,6 +127,7 @@ class TensorMath:
         prod = a.reshape(*inter) * b.reshape(*outer)
         return prod.reshape(*[x * y for x, y in zip(a.shape, b.shape)])
 
+    @policy("promote")  # autocast: on PyTorch's promote list: the widest input
     def cross(self, other, dim: int | None = None):
         """The cross product of 3-vectors along dim (the first dim of size 3 when None, as torch.cross)."""
         if dim is None:
@@ -141,6 +143,7 @@ class TensorMath:
         return self.roll(-1, axis) * other.roll(-2, axis) - self.roll(-2, axis) * other.roll(-1, axis)
 
     # ---- elementwise math ------------------------------------------------------------------------
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def log1p(self):
         """log(1 + self), accurate for small self (Kahan's correction: log(w) * self / (w - 1) with
         w = 1 + self rounded, which cancels w's rounding error), as torch.log1p."""
@@ -150,6 +153,7 @@ class TensorMath:
         safe = where(exact | inf, 2.0, w)  # keeps the unused branch finite (no 0/0 in either direction)
         return where(exact | inf, x, safe.log() * (x / (safe - 1)))
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def expm1(self):
         """exp(self) - 1, accurate for small self (Kahan's correction for |self| < 0.5: (u - 1) *
         self / log(u) with u = exp(self) rounded; beyond, u - 1 loses nothing), as torch.expm1."""
@@ -173,22 +177,28 @@ class TensorMath:
         _floating("frac", self)
         return self - self.trunc()
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def log2(self):
         return self.log() * (1.0 / math.log(2.0))
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def log10(self):
         return self.log() * (1.0 / math.log(10.0))
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def sinh(self):
         """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
         return (self.expm1() - (-self).expm1()) * 0.5
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def cosh(self):
         return (self.exp() + (-self).exp()) * 0.5
 
+    @policy("f32")  # autocast: on PyTorch's float32 list
     def tan(self):
         return self.sin() / self.cos()
 
+    @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def xlogy(self, other):
         """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
         other = _tensor(other)
@@ -197,6 +207,7 @@ class TensorMath:
         # where self is 0 the value is 0 (even for other = 0) and the gradient log(other), as PyTorch's
         return where((x == 0) & ~other.isnan(), x * where(log.isfinite(), log, 0.0), x * log)
 
+    @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def logit(self, eps: float | None = None):
         """log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given, as torch.logit."""
         p = self.clamp(eps, 1 - eps) if eps is not None else self
@@ -213,6 +224,7 @@ class TensorMath:
         out = functional.logsumexp(moved, -1)
         return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
 
+    @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
     def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
         """The product over dim (every element when None), as torch.prod: the last running product of
         cumprod, so it differentiates as cumprod does (zeros included)."""
@@ -230,10 +242,12 @@ class TensorMath:
         )
         return out if keepdim else out.squeeze(axis)
 
+    @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def nansum(self, dim=None, keepdim: bool = False):
         """The sum with NaNs counted as zero, as torch.nansum (integers: the sum, in int64)."""
         return where(self.isnan(), 0.0, self).sum(dim, keepdim) if self.dtype.is_float else self.sum(dim, keepdim)
 
+    @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def nanmean(self, dim=None, keepdim: bool = False):
         """The mean of the elements that are not NaN, as torch.nanmean (floating tensors only)."""
         if not self.dtype.is_float:
@@ -260,6 +274,7 @@ class TensorMath:
             values, indices = values.squeeze(axis), indices.squeeze(axis)
         return KthvalueResult(values, indices)
 
+    @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def median(self, dim: int | None = None, keepdim: bool = False):
         """The lower median (the ((n + 1) // 2)-th smallest): of every element when dim is None, else
         (values, indices) along dim, as torch.median."""
@@ -342,6 +357,7 @@ class TensorMath:
             return square
         return pad(square, ((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
 
+    @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def trace(self):
         """The sum of a matrix's diagonal, as torch.trace."""
         _ranks("trace", (self, 2))
@@ -360,6 +376,7 @@ class TensorMath:
     def lerp_(self, end, weight):
         return self._inplace(lambda x: x.lerp(end, weight), end, weight, what="lerp_")
 
+    @policy("promote")  # autocast: on PyTorch's promote list: the widest input
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul."""
         prod = tensor1 * tensor2
@@ -368,6 +385,7 @@ class TensorMath:
     def addcmul_(self, tensor1, tensor2, *, value=1):
         return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2, what="addcmul_")
 
+    @policy("promote")  # autocast: on PyTorch's promote list: the widest input
     def addcdiv(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 / tensor2, as torch.addcdiv (which refuses two integer operands)."""
         if not any(isinstance(t, Tensor) and t.dtype.is_float for t in (tensor1, tensor2)):

@@ -17,6 +17,7 @@ import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops, views
+from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
@@ -111,10 +112,12 @@ class TensorOps:
             x = x.to(i64)
         return apply(name, x, axis=dim_index(name, dim, self.ndim))
 
+    @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
     def cumsum(self, dim: int, dtype=None):
         """Running sum along dim (integers and bool accumulate in int64, as in PyTorch)."""
         return self._scan("cumsum", dim, dtype)
 
+    @policy("f32")  # autocast: on PyTorch's float32 list (not with an explicit dtype)
     def cumprod(self, dim: int, dtype=None):
         """Running product along dim; its gradient is exact where the input has zeros."""
         return self._scan("cumprod", dim, dtype)
@@ -535,6 +538,7 @@ class TensorOps:
         """scatter_add, in place."""
         return self._inplace(lambda x: x.scatter_add(dim, index, src), src, check="any", what="scatter_add_")
 
+    @policy("promote")  # autocast: on PyTorch's promote list: the widest input (index_put_, in place, is not cast)
     def index_put(self, indices, values, accumulate: bool = False):
         """torch.index_put: values written at (accumulate=True: added to) the elements self[indices]
         selects; a position written twice keeps the last write (frontend/indexing.py)."""
@@ -708,6 +712,7 @@ class TensorOps:
         return math.prod(self.shape)
 
 
+@policy("f32")  # autocast: linalg_vector_norm is on PyTorch's float32 list (not with an explicit dtype)
 def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
     """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
     (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of

@@ -103,11 +103,11 @@ class OpDef:
     positional: an elementwise op whose element depends on its position (arange, random draws,
         triu/tril), so uniform inputs do not give a uniform result;
     library: the library call that computes the op (also its fusion kind), e.g. "matmul";
-    autocast: what `flame.autocast` does to the op's floating-point inputs (PyTorch's CUDA op lists):
-        "lower" casts them to the autocast dtype (matmul, attention), "f32" casts f16/bf16 ones to
-        f32 (exp, log, pow, accumulating reductions), "" leaves them (an op given several float
-        dtypes then gets them all in the widest), "keep" leaves them as they are (the FP8 ops, whose
-        operands have fixed roles: a bf16 tensor and its f32 scale);
+    autocast: what `flame.autocast` does to the op's floating-point inputs (PyTorch's CUDA op lists,
+        frontend/autocast.py): "lower" casts them to the autocast dtype (matmul, attention), "f32"
+        casts f16/bf16 ones to f32 (exp, log, pow, sum, cumsum), "" leaves them (none of the lists, or
+        the promote list: an op given several float dtypes gets them all in the widest), "keep" leaves
+        them as they are (the FP8 ops, whose operands have fixed roles: a bf16 tensor and its f32 scale);
     random: draws random numbers (counter-based, so recomputing repeats the bits; the remat pass
         recomputes it only when a memory budget forces it);
     selects: an op whose result's elements are elements of input 0, picked by the other inputs

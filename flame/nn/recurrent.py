@@ -11,6 +11,7 @@ from typing import Any
 
 from flame.errors import ShapeError
 from flame.frontend import functional as F
+from flame.frontend.autocast import cast_inputs
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, zeros
 from flame.frontend.ops import cat, stack
@@ -262,6 +263,9 @@ class _CellBase(Module):
                 if tuple(h.shape) != (n, self.hidden_size):
                     raise ShapeError(f"{name}: hidden state must be [{n}, {self.hidden_size}], got {list(h.shape)}"
                                      f"\n  at {user_location()}")
+        # autocast: lstm_cell, gru_cell and rnn_*_cell are on PyTorch's lower-precision list: the input,
+        # the states and the weights (F.linear casts those) run in the autocast dtype
+        x, *states = cast_inputs("lower", (x, *states))
         return F.linear(x, self.weight_ih, self.bias_ih), states, unbatched
 
     def extra_repr(self) -> str:

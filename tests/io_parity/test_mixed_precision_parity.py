@@ -147,6 +147,7 @@ OPS = [
     ("tanh", lambda lib, x, y, w, img, cw, t: (x @ w).tanh(), LOW),
     ("sigmoid", lambda lib, x, y, w, img, cw, t: (x @ w).sigmoid(), LOW),
     ("amax", lambda lib, x, y, w, img, cw, t: (x @ w).amax(-1), LOW),
+    ("mean", lambda lib, x, y, w, img, cw, t: (x @ w).mean(-1), LOW),
     ("dropout eval", lambda lib, x, y, w, img, cw, t: lib.nn.functional.dropout(x @ w, 0.5, training=False), LOW),
     ("add f32", lambda lib, x, y, w, img, cw, t: (x @ w) + y, "float32"),
     ("mul scalar", lambda lib, x, y, w, img, cw, t: (x @ w) * 2.0, LOW),
@@ -156,9 +157,6 @@ OPS = [
     ("matmul of f64", lambda lib, x, y, w, img, cw, t: x.double() @ w.double(), "float64"),
     ("softmax of f64", lambda lib, x, y, w, img, cw, t: lib.nn.functional.softmax(x.double(), -1), "float64"),
 ]
-# flame's documented choice where it leaves torch's lists (docs/mixed_precision_and_memory.md): a mean of a
-# low-precision tensor accumulates and returns f32; torch's mean is on no list and returns the input's dtype
-MEAN = ("mean", lambda lib, x, y, w, img, cw, t: (x @ w).mean(-1), LOW)
 
 
 def _inputs(lib):
@@ -188,15 +186,14 @@ def test_op_dtypes_under_autocast_follow_torchs_cuda_lists(name, fn, want, low):
     np.testing.assert_allclose(compiled.float().numpy(), eager.float().numpy(), rtol=3e-2, atol=3e-2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flame's documented choice: mean under autocast runs and returns f32 "
-    "(torch's CUDA autocast keeps the input's low dtype)",
-)
 def test_mean_of_a_low_precision_tensor_keeps_its_dtype_as_torch():
-    args = _inputs(flame)
+    """mean is on none of torch's CUDA lists: a bf16 input gives a bf16 mean, eagerly and compiled."""
+    x = flame.tensor(np.random.default_rng(1).standard_normal((D, D)).astype(np.float32)).to(flame.bfloat16)
+    compiled = flame.compile(lambda a: a.mean(-1), name="io_ac_mean_low")
     with flame.autocast("cuda", dtype=flame.bfloat16):
-        assert _name(MEAN[1](flame, *args).dtype) == "bfloat16"
+        assert _name(x.mean(-1).dtype) == _name(compiled(x).dtype) == "bfloat16"
+        want = torch.tensor(x.float().numpy()).mean(-1).to(torch.bfloat16).float().numpy()
+        np.testing.assert_allclose(x.mean(-1).float().numpy(), want, rtol=1e-2, atol=1e-2)
 
 
 @pytest.mark.parametrize("low", ["bfloat16", "float16"])

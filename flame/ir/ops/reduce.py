@@ -64,10 +64,12 @@ def _declare(name, np_fn, vjp, kinds, identity, needs_items=False, autocast="", 
                           accumulates=identity == "zero"))
 
 
-# sums accumulate (from +0.0): under autocast they run in f32 (max and min only pick an element, so they
-# may also run in stages: a row stage in the kernel computing the input, then the rest; passes/prepare_fusion.py)
+# under autocast a sum runs in f32 (on PyTorch's CUDA float32 list); a mean is on none of its lists and
+# keeps its input's dtype (it still accumulates in f32 inside the kernel: compute_f32). Max and min only
+# pick an element, so they may also run in stages: a row stage in the kernel computing the input, then
+# the rest (passes/prepare_fusion.py)
 REDUCE_SUM = _declare("reduce_sum", np.sum, _sum_vjp, ("float", "int"), "zero", autocast="f32")
-_declare("reduce_mean", np.mean, _mean_vjp, ("float",), "zero", autocast="f32")
+_declare("reduce_mean", np.mean, _mean_vjp, ("float",), "zero")
 _declare("reduce_max", np.max, _extreme_vjp, ("float", "int"), "lowest", needs_items=True, regroups=True)
 _declare("reduce_min", np.min, _extreme_vjp, ("float", "int"), "highest", needs_items=True, regroups=True)
 
