@@ -146,8 +146,9 @@ def compile_graph(
     memory_budget = check_memory_budget(memory_budget, "compile_graph")
     activation_budget = check_activation_budget(activation_budget, "compile_graph", memory_budget)
     ex = executor()
+    text = None  # the graph's printed text, where it is the key: the pass pipeline starts from it
     if key is None:
-        key = print_graph(graph)
+        key = text = print_graph(graph)
     settings, target = _settings(ex, optimize)
     full_key = (settings, target, key, memory_budget, activation_budget)
     watched = report and debug.watching()
@@ -164,7 +165,7 @@ def compile_graph(
     disk = _disk_key(ex, settings, target, g, key, (memory_budget, activation_budget), persist)
     result = None if disk is None or watched else _from_disk(disk, g, ex, target)
     if result is None:
-        result = _compile(g, ex, target, optimize, watched, memory_budget, activation_budget)
+        result = _compile(g, ex, target, optimize, watched, memory_budget, activation_budget, text)
         if disk is not None:
             plan_cache.store(disk, result.graph, result.plan)
     _CACHE[full_key] = replace(result, run=None if own_run else result.run, record=None)
@@ -174,9 +175,11 @@ def compile_graph(
 
 
 def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
-             memory_budget: float | None = None, activation_budget: float | None = None) -> CompiledGraph:
+             memory_budget: float | None = None, activation_budget: float | None = None,
+             text: str | None = None) -> CompiledGraph:
     """Run the stages on g for `target` (what the backend can do: fusion, legalization and the plan
-    builder ask it) and time them; with watched, record every stage and notify debug."""
+    builder ask it) and time them; with watched, record every stage and notify debug. text: g's
+    printed text, where the caller has it."""
     record = debug.CompileRecord(g.name) if watched else None
     dump = None if record is None else (lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
     timings: list[tuple[str, float]] = []
@@ -192,7 +195,7 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         return graph, plan
 
     if optimize:
-        g = run_pipeline(g, dump=dump, timings=timings)
+        g = run_pipeline(g, dump=dump, timings=timings, text=text)
     if memory_budget is not None and optimize:
         start = time.perf_counter()
         allow, budget, memory_first = _fit_budget(g, memory_budget, finish)

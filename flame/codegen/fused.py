@@ -56,6 +56,7 @@ from flame.ir.indexmap import (
     row_segments,
     trailing_reduced,
 )
+from flame.ir.printer import format_op
 from flame.ir.registry import get, is_fill
 from flame.target import DEFAULT_TARGET, Target
 
@@ -516,10 +517,15 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     classes: dict[str, int] = {}
     fields: list[dict] = []
     cases, items, whats, slots, cls_of = [], [], [], [], []
+    probes: dict[tuple, dict] = {}  # a segment's ops as IR text, wired to its inputs and outputs -> its fields
     for seg, lay in zip(segs, lays):
         ins = _reads(seg)  # in the segment's own order of first use: the same in segments of one class
         outs = [v for v in outputs if v in lay.stores]
-        probe = _MapSegment(seg, lay, ins, outs, "p_", "R.", config.balanced_streaming).template_fields(ins, outs)
+        alike = _canonical_segment(seg, ins, outs)
+        probe = probes.get(alike)
+        if probe is None:
+            probe = probes[alike] = _MapSegment(seg, lay, ins, outs, "p_", "R.",
+                                                config.balanced_streaming).template_fields(ins, outs)
         key = repr(([v.dtype.name for v in ins], [v.dtype.name for v in outs],
                     {k: f for k, f in probe.items() if k not in ("n", "what")}))
         if key not in classes:
@@ -562,6 +568,20 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}_x{len(segs)}"
     k = finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))
     return dataclasses.replace(k, in_place_safe=False)
+
+
+def _canonical_segment(seg: list[Op], ins: list[Value], outs: list[Value]) -> tuple:
+    """What a segment's fields (_MapSegment.template_fields) depend on, with values numbered from its
+    inputs (the update of another parameter of the same shape gives the same key): its ops as IR text,
+    its inputs' types and which values it writes, which decide its layout too (indexmap.derive reads
+    nothing else of them). plan.build.canonical_group's rule, for one segment of a kernel."""
+    local = {v: i for i, v in enumerate(ins)}
+    lines = []
+    for op in seg:
+        for v in (*op.inputs, op.out):
+            local.setdefault(v, len(local))
+        lines.append(format_op(op, local))
+    return tuple(str(v.type) for v in ins), tuple(local[v] for v in outs), tuple(lines)
 
 
 def _class_fields(seg: list[Op], lay: Layout, ins: list[Value], outs: list[Value], body: dict, c: int) -> dict:

@@ -22,12 +22,27 @@ in_checkpoint: ContextVar[int | None] = ContextVar("flame_in_checkpoint", defaul
 checkpoint_saves: ContextVar = ContextVar("flame_checkpoint_saves", default=None)
 
 
+_FLAME_FILES: dict[str, bool] = {}  # absolute source path -> whether it is a file of the flame package
+
+
+def _flame_file(path: str) -> bool:
+    """Source file `path` (a code object's) is in the flame package: an absolute path is asked once
+    (a relative one depends on the working directory, so it is resolved every time)."""
+    known = _FLAME_FILES.get(path)
+    if known is not None:
+        return known
+    inside = os.path.abspath(path).startswith(_FLAME_DIR + os.sep)
+    if os.path.isabs(path) and len(_FLAME_FILES) < 4096:
+        _FLAME_FILES[path] = inside
+    return inside
+
+
 def user_location() -> str | None:
     """`file.py:LINE  source` of the innermost caller outside the flame package."""
     f = sys._getframe(1)
     while f is not None:
         path = f.f_code.co_filename
-        if not os.path.abspath(path).startswith(_FLAME_DIR + os.sep) and "contextlib" not in path:
+        if not _flame_file(path) and "contextlib" not in path:
             src = linecache.getline(path, f.f_lineno).strip()
             return f"{os.path.basename(path)}:{f.f_lineno}" + (f"  {src}" if src else "")
         f = f.f_back
@@ -38,7 +53,7 @@ def user_stacklevel() -> int:
     """The `stacklevel` that makes warnings.warn, called by the caller of this function, point at the
     innermost frame outside the flame package (the user's line)."""
     level, f = 1, sys._getframe(1)
-    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_FLAME_DIR + os.sep):
+    while f is not None and _flame_file(f.f_code.co_filename):
         level, f = level + 1, f.f_back
     return level
 

@@ -117,13 +117,14 @@ def _memo_plain(f):
 
     @wraps(f)
     def call(src, dst):
-        plain = type(src) is tuple and type(dst) is tuple and set(map(type, src + dst)) <= _INT
+        plain = type(src) is tuple and type(dst) is tuple and _INT.issuperset(map(type, src)) and _INT.issuperset(
+            map(type, dst))
         return memo(src, dst) if plain else f(src, dst)
 
     return call
 
 
-_INT = {int}
+_INT = frozenset({int})
 
 
 @_memo_plain
@@ -439,7 +440,8 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
         got = maps.setdefault(v, [])
         if m not in got:
             got.append(m)
-        guarded[(v, m)] = guarded.get((v, m), True) and inside_piece
+        key = (v, m)
+        guarded[key] = guarded.get(key, True) and inside_piece
         return "value needed at too many index maps" if len(got) > MAX_MAPS and v in inside else ""
 
     found: list[dict[Value, IndexMap]] = []
@@ -533,20 +535,22 @@ def _forward(op: Op, i: int) -> IndexMap | None:
 def _inputs(op: Op, m: IndexMap, domain, n_red, need, onto, through, under: bool) -> str:
     """Record the maps op's inputs are needed at where its result is needed at m (`under`: only inside
     pieces of piecewise ops; what it reads there is too, but a reduction reads its whole row)."""
-    parts = pieces(op)
-    if parts is not None:
+    opdef = get(op.name)  # (once: what pieces, is_reduction and input_map would each look up)
+    if opdef.pieces is not None:
         if set(map(type, op.out.shape)) - _INT:
             return f"{op.name} of a dynamic size"
-        return next((w for p in parts if p.source is not None
+        return next((w for p in opdef.pieces(op) if p.source is not None
                      for w in [need(op.inputs[p.source], m.then(p.index_map), True)] if w), "")
-    if is_reduction(op):
+    if opdef.reduction is not None and not opdef.reduction.index:
         if not reduced_ok(op, domain, n_red):
             return "reduction over other axes than the row's"
         if m != row_map(op.out, domain, n_red):
             return "reduction result used at another shape"
         return need(op.inputs[0], identity(len(domain)))
+    view, elementwise = opdef.view, opdef.category == "elementwise"
     for i, u in enumerate(op.inputs):
-        im = input_map(op, i)
+        # input_map(op, i) (no pieces here)
+        im = view.index_map(op) if view is not None else broadcast(u.shape, op.out.shape) if elementwise else None
         if im is not None:
             why = need(u, m.then(im), under)
         elif (step := _forward(op, i)) is not None and u in onto() and onto()[u].then(step) == m:

@@ -14,6 +14,11 @@ from flame.ir.graph import CheckpointLoc, Graph, Op, SubGraph, Value
 
 def format_attr(v: Any) -> str:
     """One attribute value as IR text (NumPy scalars print as the Python number they hold)."""
+    t = type(v)
+    if t is int:  # the common cases first (exactly these types: a SymInt prints as its context says)
+        return str(v)
+    if t is tuple or t is list:
+        return "[" + ", ".join([format_attr(x) for x in v]) + "]"
     if isinstance(v, np.generic) and v.dtype.kind in "biuf":
         v = v.item()
     if isinstance(v, bool):
@@ -47,8 +52,8 @@ def checkpoint_numbers(g: Graph) -> dict[int, int]:
 def format_op(op: Op, ids: dict[Value, int], loc: bool = False, regions: dict[int, int] | None = None) -> str:
     """`%3 = mul %1, %2 : f32[128,256]`; unknown values print as %? (used by the verifier). An op of
     a flame.utils.checkpoint region ends with `checkpoint N` (N from `regions`, else its raw id)."""
-    args = ", ".join(f"%{ids[v]}" if v in ids else "%?" for v in op.inputs)
-    attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in op.attrs.items())
+    args = ", ".join([f"%{ids.get(v, '?')}" for v in op.inputs])
+    attrs = ", ".join([f"{k}={format_attr(v)}" for k, v in op.attrs.items()])
     text = f"%{ids.get(op.out, '?')} = {op.name}"
     text += f" {args}" if args else ""
     text += f" {{{attrs}}}" if attrs else ""

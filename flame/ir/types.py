@@ -41,4 +41,9 @@ class TensorType:
         return TensorType(self.shape, dtype)
 
     def __str__(self) -> str:
-        return f"{self.dtype.name}[{','.join(str(s) for s in self.shape)}]"
+        text = self.__dict__.get("_text")  # (the type is immutable: its text, once made, is its text)
+        if text is None:
+            text = f"{self.dtype.name}[{','.join([str(s) for s in self.shape])}]"
+            if all(type(s) is int for s in self.shape):  # a SymInt prints as the rendering context says
+                object.__setattr__(self, "_text", text)
+        return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flame.errors import FlameError, VerifyError
 from flame.ir import registry
 from flame.ir.graph import ROLES, Graph, Value
-from flame.ir.printer import format_op
+from flame.ir.printer import format_attr, format_op
 
 
 def verify(g: Graph) -> Graph:
@@ -21,7 +21,8 @@ def verify(g: Graph) -> Graph:
         defined.add(v)
     for op in g.ops:
         try:
-            format_op(op, ids, loc=True)
+            for v in op.attrs.values():
+                format_attr(v)  # what the op's line prints of its attributes
         except TypeError as e:  # an attribute value the IR text has no form for
             raise VerifyError(f"graph {g.name}: {op.name} has an attribute that is not IR data ({e})") from None
 

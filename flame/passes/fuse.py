@@ -100,6 +100,7 @@ from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_
 from flame.passes.fusion_state import (
     Closure,
     Group,
+    Peers,
     State,
     fit,
     hoists_backward,
@@ -532,15 +533,18 @@ def _horizontal(st: State) -> None:
                         any(o in st.later for o in k.ops))
         return flags[k]
 
+    # the kernels each kernel may merge with: those of its signature (scalar kernels: every scalar one)
+    buffers = _Buffers(st)
+    peers = Peers([k for k in st.groups if k not in alone], lambda k: k.kind if k.kind == Kind.SCALAR else sig_of(k))
     for a in list(st.groups):
         if a not in st.groups or a in alone:
             continue
-        sig = sig_of(a)
-        for b in list(st.groups):
-            if a.kind != Kind.ELEMENTWISE and len(a.merged) + 1 >= MAX_SEGMENTS:
-                a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
-                break
-            if b is a or b in alone or b.kind != a.kind or (a.kind != Kind.SCALAR and sig_of(b) != sig):
+        sig, key, last, took = sig_of(a), peers.key(a), st.groups[-1], False
+        if _capped(a):
+            a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
+            continue
+        for b in peers.of(key):
+            if b is a or (a.kind != Kind.SCALAR and sig_of(b) != sig):
                 continue
             if reach is None and (st.reaches(a, b) or st.reaches(b, a)):
                 continue
@@ -551,21 +555,57 @@ def _horizontal(st: State) -> None:
             if ((ra or rb) and (mixes_phases(both) or _hoists_recomputation(st, a, b, True))
                     or (fa or fb) and (la or lb) and hoists_backward(st, both) or ready.get(a) != ready.get(b)):
                 continue
-            if a.kind == Kind.ELEMENTWISE and 8 * _pointers(st, both) > st.target.kernel_param_bytes:
+            if a.kind == Kind.ELEMENTWISE and 8 * buffers.joined(a, b) > st.target.kernel_param_bytes:
                 a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
                 continue
             if reach is not None:
                 reach.merge(a, b)  # neither reaches the other: merged, they reach what either did
+            if a.kind == Kind.ELEMENTWISE:
+                buffers.merge(a, b)
             merge(st, a, b)
+            peers.drop(b)
             flags[a] = (ra or rb, fa or fb, la or lb)
             sigs.pop(a, None)
+            took = True
+            if _capped(a) and b is not last:  # (the cap is checked before each further kernel)
+                a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
+                break
+        if took:
+            peers.moved(a, key)
 
 
-def _pointers(st: State, ops: list[Op]) -> int:
-    """The buffers a kernel of `ops` takes (one pointer each): what it reads from outside, what it writes."""
-    inside = set(ops)
-    read = {v for op in ops for v in op.inputs if v.producer not in inside}
-    return len(read) + len(st.exposed(ops))
+def _capped(a: Group) -> bool:
+    """A scalar or rows kernel of a horizontal merge has as many segments as it may have."""
+    return a.kind != Kind.ELEMENTWISE and len(a.merged) + 1 >= MAX_SEGMENTS
+
+
+class _Buffers:
+    """The buffers a kernel takes (one pointer each): what it reads from outside, and how many values it
+    writes, per kernel, kept through the horizontal rule's merges. Of two kernels neither of which
+    reaches the other (no data edge between them), the merged kernel reads what either reads and
+    writes what each writes."""
+
+    def __init__(self, st: State):
+        self.st = st
+        self.io: dict[Group, tuple[set[Value], int]] = {}
+
+    def _of(self, k: Group) -> tuple[set[Value], int]:
+        if k not in self.io:
+            inside = set(k.ops)
+            reads = {v for op in k.ops for v in op.inputs if v.producer not in inside}
+            self.io[k] = (reads, len(self.st.exposed(k.ops)))
+        return self.io[k]
+
+    def joined(self, a: Group, b: Group) -> int:
+        """The pointers of a kernel of a's and b's ops (neither reaches the other)."""
+        (ra, wa), (rb, wb) = self._of(a), self._of(b)
+        return len(ra | rb) + wa + wb
+
+    def merge(self, a: Group, b: Group) -> None:
+        """a takes b in."""
+        (ra, wa), (rb, wb) = self._of(a), self._of(b)
+        self.io[a] = (ra | rb, wa + wb)
+        del self.io[b]
 
 
 def _frees_memory(st: State, grp: Group, before: Container[Group]) -> bool:

@@ -181,15 +181,18 @@ def column_kernels(st: State) -> None:
     row_kernels = [grp for grp in st.groups if grp.kind == Kind.ROWS
                    and any(is_reduction(o) and trailing_reduced(o) is not None for o in grp.ops)]
     by_rows = {v for grp in row_kernels for o in grp.ops for v in (o.out, *o.inputs)}
-    summed: dict[Op, int | None] = {}  # reduction -> its leading_reduced dims if it may join a kernel, else None
+    # reduction kernel -> its leading_reduced dims, for those that may join a kernel (in kernel order)
+    summed = {cg: n for cg in st.groups if cg.kind == Kind.REDUCTION
+              for n in [_column_candidate(st, cg.ops[0], by_rows)] if n is not None}
+    if not summed:
+        return
+    taken: set[Group] = set()  # the reduction kernels merged into one (gone from st.groups)
     for eg in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
         reads = {v for o in eg.ops for v in o.inputs}
-        for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
+        for cg in [grp for grp in summed if grp not in taken]:
             (op,) = cg.ops
-            if op not in summed:
-                summed[op] = _column_candidate(st, op, by_rows)
-            v, n_red = op.inputs[0], summed[op]
-            if n_red is None or v.type.numel != math.prod(eg.domain):
+            v, n_red = op.inputs[0], summed[cg]
+            if v.type.numel != math.prod(eg.domain):
                 continue  # dynamic sizes and bias gradients keep their column kernel (absorb_columns)
             if eg.kind == Kind.ROWS and (eg.domain, eg.n_red) != (v.shape, n_red):
                 continue  # carries columns of another row layout already
@@ -204,6 +207,7 @@ def column_kernels(st: State) -> None:
             if not one_row_segment(trial.ops):
                 continue  # codegen carries columns in a one-segment row kernel only
             merge(st, eg, cg)
+            taken.add(cg)
             eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
 
 
@@ -257,15 +261,20 @@ def _column_fits(st: State, rg: Group, op: Op) -> str:
 def absorb_recomputations(st: State) -> None:
     """siblings: a backward kernel holding recomputed ops (remat) joins another backward kernel that
     reads a value it reads too over the same domain: the recomputation then costs no launch."""
+    readers: dict[Value, list[Op]] = {}  # value -> the ops of kernels reading it (merges move ops, never change them)
+    for k in st.groups:
+        for o in k.ops:
+            for v in o.inputs:
+                readers.setdefault(v, []).append(o)
     for a in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
         if a not in st.groups or not any(remat.is_recompute(o) for o in a.ops):
             continue
         inside, n = set(a.ops), math.prod(a.domain)
         shared = {v for o in a.ops for v in o.inputs
                   if v.producer not in inside and not is_free(v.producer) and math.prod(v.shape) == n}
-        for b in st.groups:
-            reads = any(v in shared for o in b.ops for v in o.inputs)
-            if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or not reads or mixes_phases(a.ops + b.ops)
+        reading = {st.group_of[o] for v in shared for o in readers.get(v, ())}  # the kernels reading one
+        for b in [k for k in st.groups if k in reading]:
+            if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or mixes_phases(a.ops + b.ops)
                     or st.reaches(a, b) or st.reaches(b, a)):
                 continue
             carried = columns_of(b)  # a kernel with column partials stays one segment (they are not in its layout)

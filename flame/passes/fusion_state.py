@@ -4,6 +4,7 @@ no hoisted backward work) and merging two kernels."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -169,6 +170,37 @@ class Closure:
             if down & bit:
                 self.up[k] |= up | self.bit[a]
         self.down[a], self.up[a] = down, up
+
+
+class Peers:
+    """Kernels by a key (the horizontal rule's: their signature), each key's in the order of the
+    kernels list they were taken from, kept so as kernels merge: the kernels one kernel may merge with
+    without a scan of every kernel. `key(k)` must stay what it was while k is here (moved says when
+    it changed)."""
+
+    def __init__(self, groups: list[Group], key):
+        self.key = key
+        self.pos = {k: i for i, k in enumerate(groups)}
+        self._of: dict = {}
+        self._key: dict[Group, object] = {}
+        for k in groups:
+            self._key[k] = key(k)
+            self._of.setdefault(self._key[k], []).append(k)
+
+    def of(self, key) -> list[Group]:
+        """The kernels with this key now, in order (a copy: merging may go on while it is read)."""
+        return list(self._of.get(key, ()))
+
+    def drop(self, k: Group) -> None:
+        """k left (merged into another kernel)."""
+        self._of[self._key.pop(k)].remove(k)
+
+    def moved(self, k: Group, old) -> None:
+        """k's key changed from `old` (it took other kernels in): it moves to its new key's kernels."""
+        self._of[old].remove(k)
+        new = self._key[k] = self.key(k)
+        at = self._of.setdefault(new, [])
+        at.insert(bisect.bisect([self.pos[x] for x in at], self.pos[k]), k)
 
 
 def _bits(bit: dict[Group, int], groups, down: dict[Group, int]) -> int:

@@ -67,6 +67,7 @@ def run_pipeline(
     dump: Dump | None = None,
     timings: list[tuple[str, float]] | None = None,
     max_rounds: int = MAX_ROUNDS,
+    text: str | None = None,
 ) -> Graph:
     """Run `passes` in order, repeating the whole list until a round leaves the graph's text unchanged
     (at most max_rounds rounds; pass max_rounds=1 for passes that must run once, such as lowering).
@@ -74,14 +75,18 @@ def run_pipeline(
     With debug=True or FLAME_DEBUG=1 the verifier checks the input and the result of every pass, and a
     failure names the pass. `dump(stage, graph, seconds)` is called with stage "traced" (0 s) first, then
     after every pass with its name (see stage_name) and its time; `timings`, when given, receives the
-    same (stage, seconds) pairs. Before: a verified graph. After: the passes' combined contract; g is
+    same (stage, seconds) pairs. `text`: print_graph(g), where the caller has it (the first round
+    compares against it). Before: a verified graph. After: the passes' combined contract; g is
     not modified (every pass builds a new graph)."""
     debug = debug or debug_enabled()
     if debug:
         _check("tracing", g)
     if dump is not None:
         dump("traced", g, 0.0)
-    text = print_graph(g) if max_rounds > 1 else ""  # only a round that may be followed by another compares
+    if max_rounds <= 1:
+        text = ""  # only a round that may be followed by another compares
+    elif text is None:
+        text = print_graph(g)
     for rnd in range(max_rounds):
         for p in passes:
             stage = stage_name(p, rnd)

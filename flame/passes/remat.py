@@ -136,16 +136,6 @@ def _chain(op: Op, allowed: set[Op]) -> tuple[set[Op], set[Value]]:
     return ops, reads
 
 
-def _downstream(g: Graph, ops: list[Op], start: set[Value]) -> set[Op]:
-    """The ops of `ops` (in order) that depend on a value in start."""
-    dep, out = set(start), set()
-    for op in ops:
-        if any(v in dep for v in op.inputs):
-            dep.add(op.out)
-            out.add(op)
-    return out
-
-
 SMALL = 16  # a forward value at most 1/SMALL of the elements of the op reading it is cheap to keep
 TAIL = 8  # the capacity of a value alive at the forward's end is 1/TAIL lower (`_tail`)
 
@@ -186,11 +176,11 @@ def free(g: Graph) -> set[Op]:
                        or u in tail or _small(u, op) for u in op.inputs):
                 cand.discard(op)
                 changed = True
-    back = g.ops[s:]
     early = _early(g)
     allowed: set[Op] = set()
-    todo = {op: _landing(g, op, cand, back, users) for op in cand
-            if op.out in needed and any(r not in early for r in users[op.out] if is_backward(r))}
+    starts = [op for op in cand if op.out in needed and any(r not in early for r in users[op.out] if is_backward(r))]
+    beside = _Beside(g.ops[s:], starts, cand, users)
+    todo = {op: _landing(op, cand, users, beside) for op in starts}
     while True:  # a recomputation allowed lands in a kernel, which then reads what it reads too
         took = [op for op, (vertical, shared, readers) in todo.items()
                 if vertical or _sibling(shared, readers, allowed)]
@@ -218,18 +208,51 @@ def _early(g: Graph) -> set[Op]:
     return early
 
 
-def _landing(g: Graph, op: Op, cand: set[Op], back: list[Op], users) -> tuple[bool, set[Value], list[Op]]:
+def _landing(op: Op, cand: set[Op], users, beside: _Beside) -> tuple[bool, set[Value], list[Op]]:
     """Where recomputing op (with the chain of cand ops it needs) may land in a backward kernel that
     runs anyway: (a kernel reads op's value elementwise: vertical, the values of op's domain the
-    chain reads, the backward elementwise ops and reductions that op does not feed), for `_sibling`."""
+    chain reads, the backward elementwise ops and reductions that op does not feed which may read
+    one of them or a cand op's value), for `_sibling`."""
     n = op.out.type.numel
     if any(_elementwise(r) and r.out.type.numel == n for r in users[op.out] if is_backward(r)):
         return True, set(), []
     _, reads = _chain(op, cand)
     shared = {u for u in reads if not is_fill(u.producer) and u.type.numel == n}
-    after = _downstream(g, back, {op.out})  # a kernel these feed cannot also compute op
-    readers = [r for r in back if r not in after and REGISTRY[r.name].category in ("elementwise", "reduction")]
-    return False, shared, readers
+    return False, shared, beside.readers(op, shared)
+
+
+class _Beside:
+    """The backward elementwise ops and reductions (`back`, in order) beside which the recomputation of
+    one of `starts` may land (`_sibling`), for all of them in one pass over the backward: per op, the
+    starts it depends on through backward ops (a bitset; a kernel these feed cannot also compute the
+    start). Of those, `_sibling` can only accept the readers of a computed value a start's chain reads
+    or of a cand op's value (what a recomputation allowed there computes)."""
+
+    def __init__(self, back: list[Op], starts: list[Op], cand: set[Op], users):
+        self.users = users
+        dep = {op.out: 1 << i for i, op in enumerate(starts)}  # value -> the starts it depends on
+        self.bit = dict(dep)
+        self.dep: dict[Op, int] = {}  # elementwise op or reduction of the backward -> its starts
+        self.pos: dict[Op, int] = {}
+        for i, r in enumerate(back):
+            d = 0
+            for u in r.inputs:
+                d |= dep.get(u, 0)
+            if d:
+                dep[r.out] = d
+            if REGISTRY[r.name].category in ("elementwise", "reduction"):
+                self.dep[r], self.pos[r] = d, i
+        outs = {op.out for op in cand}
+        self.of_cand = [r for r in self.dep if any(u in outs for u in r.inputs)]
+
+    def readers(self, op: Op, shared: set[Value]) -> list[Op]:
+        """The backward elementwise ops and reductions that op does not feed and that read a computed
+        value in `shared` or a cand op's value, in order."""
+        bit, dep = self.bit[op.out], self.dep
+        found = {r for r in self.of_cand if not dep[r] & bit}
+        found.update(r for u in shared if u.producer is not None for r in self.users.get(u, ())
+                     if r in dep and not dep[r] & bit)
+        return sorted(found, key=self.pos.__getitem__)
 
 
 def _sibling(shared: set[Value], readers: list[Op], allowed: set[Op]) -> bool:

@@ -382,6 +382,10 @@ def rewrite_attention(g: Graph) -> Graph:
     """Hand-written attention (matmul, scale, mask, softmax, matmul) -> one scaled_dot_product_attention.
 
     Before: a verified graph. After: the same function; each matched pattern is one attention op (whose
-    line carries REWRITE_NOTE) and its dead intermediates are gone. g is not modified."""
+    line carries REWRITE_NOTE) and its dead intermediates are gone. g is not modified (returned as it
+    is when no matmul reads a softmax: no pattern can match)."""
+    if not any(op.name == MATMUL.name and _softmax_input(_peel_cast(op.inputs[0], []), []) is not None
+               for op in g.ops):
+        return g
     new = g.copy()
     return eliminate_dead_code(new) if rewrite_attention_in_place(new) else new

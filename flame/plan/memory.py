@@ -43,6 +43,7 @@ from flame.plan.steps import (
     Step,
     aligned,
     root,
+    swapped,
     with_fields,
 )
 
@@ -108,17 +109,24 @@ def _read_pointwise(s: Step, dead_args: set[int], born_args: set[int], buffer_of
 
 
 def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict, dead: int, born: int,
-                    buffer_of: dict | None = None, values_of: dict | None = None) -> bool:
+                    buffer_of: dict | None = None, values_of: dict | None = None,
+                    owned: dict[int, set[int]] | None = None) -> bool:
     """Root buffers `dead` (last touched at step i) and `born` (first touched at step i) may occupy
     the same bytes: step i is one kernel that reads dead (through a buffer of born's shape) only with
     elementwise ops (all its ops, without buffer_of) and writes born. values_of (buffer id -> the
-    values held in it: buffer_of inverted), when the caller keeps one, only saves time."""
+    values held in it: buffer_of inverted) and owned (root id -> the ids whose bytes it owns: itself
+    and its views), when the caller keeps them, only save time."""
     (_, last), (first, _) = ranges.get(dead, (0, -1)), ranges.get(born, (-1, -1))
     if last != first or first < 0 or buffers[dead].nbytes != buffers[born].nbytes:
         return False
     s = steps[first]
-    outs = [a for a in s.writes if root(buffers, a) == born]
-    ins = [a for a in s.reads if root(buffers, a) == dead]
+    if owned is None:
+        outs = [a for a in s.writes if root(buffers, a) == born]
+        ins = [a for a in s.reads if root(buffers, a) == dead]
+    else:  # the same ids (order and repeats do not matter below), without a walk to the root of every argument
+        writes, reads = s.writes, s.reads
+        outs = [a for a in owned.get(born, ()) if a in writes]
+        ins = [a for a in owned.get(dead, ()) if a in reads]
     return (bool(outs and ins) and all(buffers[a].shape == buffers[o].shape for a in ins for o in outs)
             and _read_pointwise(s, set(ins), set(outs), buffer_of, values_of)
             and _one_segment(s, set(ins), set(outs), buffer_of, values_of))
@@ -165,10 +173,23 @@ class _Dataflow:
     # ran as one segment (its parts reading a value in common are one: indexmap.row_segments)
 
 
-@lru_cache(maxsize=64)
+_LAST_FLOW: list = [((), None)]  # [(ops, its _Dataflow)] of the kernel asked about last
+
+
 def _dataflow(ops: tuple) -> _Dataflow:
     """The _Dataflow of a kernel's ops, once per kernel: the donation of every parameter that a
-    horizontally fused optimizer kernel updates asks about the same kernel."""
+    horizontally fused optimizer kernel updates asks about the same kernel, whose ops tuple is then
+    the same object (found without hashing its thousands of ops again)."""
+    last_ops, last = _LAST_FLOW[0]  # one read: another thread may replace the entry meanwhile
+    if last_ops is ops:
+        return last
+    flow = _dataflow_of(ops)
+    _LAST_FLOW[0] = (ops, flow)
+    return flow
+
+
+@lru_cache(maxsize=64)
+def _dataflow_of(ops: tuple) -> _Dataflow:
     readers: dict = {op.out: [] for op in ops}
     inside = set(readers)
     for i, op in enumerate(ops):
@@ -269,7 +290,7 @@ class _InPlace:
         ranges = {p: (min(reads + [first]), first), xr: (first, writes[-1])}
         ok = all(r < first for r in reads) or (
             all(r <= first for r in reads) and buffers[xr].shape == buffers[p].shape
-            and shares_in_place(buffers, steps, ranges, p, xr, self.buffer_of, self.values_of))
+            and shares_in_place(buffers, steps, ranges, p, xr, self.buffer_of, self.values_of, self.owned))
         only_copy = all(isinstance(steps[i], Copy) for i in writes)
         if ok and only_copy and len(writes) == 1 and root(buffers, steps[first].src) == p:
             for index, bids in self._indexes(steps[first]):  # copying the input onto itself
@@ -284,7 +305,7 @@ class _InPlace:
             self._substitute(xr, p)
             # x (xr or a view of it) has p's shape: the same bytes; so has every output that was xr (the
             # updated tensor returned as well)
-            self.outputs = [p if o == xr else o for o in self.outputs]
+            self.outputs = list(swapped(tuple(self.outputs), xr, p))
             self.outputs[out] = p
         elif not only_copy:  # (only copies: a returned input or view read after the update: keep it)
             old = buffers[xr]

@@ -93,6 +93,20 @@ def root(buffers: dict[int, Buffer], bid: int) -> int:
     return bid
 
 
+def swapped(ids: tuple, old: int, new: int) -> tuple:
+    """ids with every `old` replaced by `new` (found by the tuple's own search: a horizontal kernel's
+    step names hundreds of buffers, and each in-place update renames one of them)."""
+    if old not in ids:
+        return ids
+    out, at = list(ids), ids.index(old)
+    while True:
+        out[at] = new
+        try:
+            at = ids.index(old, at + 1)
+        except ValueError:
+            return tuple(out)
+
+
 def buffer_field(**kw):
     """A step field holding a buffer id (or a tuple of them, or None): Step.renamed rewrites it."""
     return field(metadata={"buffer": True}, **kw)
@@ -141,11 +155,11 @@ class Step:
         """This step with buffer `old` replaced by `new` wherever it appears."""
 
         def r(x):
-            return tuple(new if b == old else b for b in x) if isinstance(x, tuple) else (new if x == old else x)
+            return swapped(x, old, new) if isinstance(x, tuple) else (new if x == old else x)
 
         fields = {name: getattr(self, name) for name in _buffer_fields(type(self))}
         changed = {k: r(v) for k, v in fields.items() if v == old or (isinstance(v, tuple) and old in v)}
-        return dataclasses.replace(self, **changed) if changed else self  # most steps do not name old
+        return with_fields(self, changed) if changed else self  # most steps do not name old
 
     def format(self, ids: dict[Value, int]) -> str:
         raise NotImplementedError

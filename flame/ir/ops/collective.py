@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from flame.errors import DTypeError, FlameError, ShapeError
-from flame.ir.registry import Attr, OpDef, register
+from flame.ir.registry import REGISTRY, Attr, OpDef, register
 from flame.ir.types import TensorType
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
@@ -180,6 +180,4 @@ REDUCE_SCATTER = register(OpDef("reduce_scatter", "library", -1, _reduce_scatter
 def is_collective(op) -> bool:
     """A collective: every rank must issue the same ones in the same order, so passes never drop,
     merge, evaluate or reorder them among themselves (DCE, CSE, constant folding, fusion)."""
-    from flame.ir.registry import REGISTRY
-
     return REGISTRY[op.name].library == "collective"
