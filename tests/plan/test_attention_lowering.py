@@ -55,13 +55,18 @@ def _score_sized(plan, length=8):
     return [b for b in plan.buffers.values() if b.shape[-2:] == (length, length)]
 
 
-def test_forced_flash_plans_the_generated_kernels_and_runs_on_the_reference(attention_target):
-    attention_target("flash")
-    step, args, want = _step(MODS["causal+document+softcap"])
+def _checked(mod):
+    """(step, args, plan) of the attention step with modification mod, its gradients checked."""
+    step, args, want = _step(mod)
     _, grads = step(*args)
     for got, w in zip(grads, want):
         np.testing.assert_allclose(got.numpy(), w, rtol=1e-4, atol=1e-5)
-    plan = step._last.plan
+    return step, args, step._last.plan
+
+
+def test_forced_flash_plans_the_generated_kernels_and_runs_on_the_reference(attention_target):
+    attention_target("flash")
+    step, args, plan = _checked(MODS["causal+document+softcap"])
     names = [k.name for k in plan.kernels()]
     assert sum(n.startswith("flash_attention_fwd") for n in names) == 1
     assert sum(n.startswith("flash_attention_backward") for n in names) == 3
@@ -95,11 +100,7 @@ def test_explain_says_why_a_modification_is_decomposed(attention_target, setting
 
 def test_auto_runs_what_cudnn_cannot_as_the_generated_kernel(attention_target):
     attention_target("auto")
-    step, args, want = _step(MODS["window+document"])
-    _, grads = step(*args)
-    for got, w in zip(grads, want):
-        np.testing.assert_allclose(got.numpy(), w, rtol=1e-4, atol=1e-5)
-    plan = step._last.plan
+    step, args, plan = _checked(MODS["window+document"])
     assert any(k.name.startswith("flash_attention_fwd") for k in plan.kernels()) and not _score_sized(plan)
     lines = attention_lines(step.optimized(*args), plan)
     assert len(lines) == 3 and all("generated flash-attention kernel" in x for x in lines[1:]), lines

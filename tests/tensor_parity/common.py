@@ -114,3 +114,17 @@ def assert_same(mine, theirs, rtol: float | None = None, atol: float = 1e-7) -> 
     assert len(m) == len(t), f"flame gave {len(m)} outputs, torch {len(t)}"
     for i, (a, b) in enumerate(zip(m, t)):
         _compare(a, b, f"output {i}", rtol, atol)
+
+
+def gradients(f: Callable, x: np.ndarray, compiled: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(flame's, torch's) gradient of the scalar f(lib, x) with respect to x; flame's eagerly or
+    through @flame.compile (flame.grad inside the compiled function)."""
+    tx = torch.tensor(x, requires_grad=True)
+    f(torch, tx).backward()
+    if compiled:
+        got = flame.compile(lambda a: flame.grad(lambda y: f(flame, y))(a))(flame.tensor(x))
+    else:
+        fx = flame.tensor(x, requires_grad=True)
+        f(flame, fx).backward()
+        got = fx.grad
+    return got.numpy(), tx.grad.numpy()
