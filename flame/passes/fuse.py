@@ -127,11 +127,15 @@ _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 def _free_chains(st: State, op: Op) -> list[list[Op]]:
     """Per free op that op reads and no kernel holds yet: it and the free ops it reads in turn (a
     reshaped `arange`), producers first."""
-    def chain(p: Op) -> list[Op]:
-        return [c for x in p.inputs if is_free(x.producer) and x.producer not in st.group_of
-                for c in chain(x.producer)] + [p]
     roots = dict.fromkeys(v.producer for v in op.inputs if is_free(v.producer) and v.producer not in st.group_of)
-    return [list(dict.fromkeys(chain(p))) for p in roots]
+    return [list(dict.fromkeys(_chain(st, p))) for p in roots]
+
+
+def _chain(st: State, p: Op) -> list[Op]:
+    """p and the free ops no kernel holds that it reads in turn, producers first (a module function:
+    a recursive closure per call would be a reference cycle for the collector, one per op placed)."""
+    return [c for x in p.inputs if is_free(x.producer) and x.producer not in st.group_of
+            for c in _chain(st, x.producer)] + [p]
 
 
 def _constants(st: State, op: Op) -> list[Op]:
