@@ -110,11 +110,9 @@ from flame.passes.fusion_state import (
     updates_only,
 )
 from flame.passes.prepare_fusion import (
-    clone_constants,
-    drop_zero_signs,
     is_conversion,
     is_free,
-    move_conversions,
+    prepare,
     stage_reductions,
     unit_reductions,
 )
@@ -737,7 +735,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = clone_constants(move_conversions(drop_zero_signs(stage_reductions(unit_reductions(g), target.splits_rows))))
+    g = prepare(stage_reductions(unit_reductions(g), target.splits_rows))  # (clone_constants last)
     st = State(g, target)
     for op in g.ops:
         if not is_free(op):
