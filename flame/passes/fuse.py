@@ -553,9 +553,9 @@ def _horizontal(st: State) -> None:
             if reach is not None and (reach.reaches(a, b) or reach.reaches(b, a)):
                 continue
             (ra, fa, la), (rb, fb, lb) = flags_of(a), flags_of(b)  # checks that need them only where they may hold
-            both = a.ops + b.ops
-            if ((ra or rb) and (mixes_phases(both) or _hoists_recomputation(st, a, b, True))
-                    or (fa or fb) and (la or lb) and hoists_backward(st, both) or ready.get(a) != ready.get(b)):
+            if ((ra or rb) and (mixes_phases(a.ops + b.ops) or _hoists_recomputation(st, a, b, True))
+                    or (fa or fb) and (la or lb) and hoists_backward(st, a.ops + b.ops)
+                    or ready.get(a) != ready.get(b)):
                 continue
             if a.kind == Kind.ELEMENTWISE and 8 * buffers.joined(a, b) > st.target.kernel_param_bytes:
                 a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
@@ -564,7 +564,7 @@ def _horizontal(st: State) -> None:
                 reach.merge(a, b)  # neither reaches the other: merged, they reach what either did
             if a.kind == Kind.ELEMENTWISE:
                 buffers.merge(a, b)
-            merge(st, a, b)
+            merge(st, a, b, in_order=False)  # (a's ops are sorted once, below; nothing here reads their order)
             peers.drop(b)
             flags[a] = (ra or rb, fa or fb, la or lb)
             sigs.pop(a, None)
@@ -573,6 +573,7 @@ def _horizontal(st: State) -> None:
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
         if took:
+            a.ops = st.sorted_ops(a.ops)
             peers.moved(a, key)
 
 

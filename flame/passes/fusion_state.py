@@ -333,8 +333,10 @@ def _rides_along(op: Op, n: int) -> bool:
     return get(op.name).category == "elementwise" and not is_view(op) and op.out.type.numel == n
 
 
-def merge(st: State, a: Group, b: Group) -> None:
-    a.ops = st.sorted_ops(a.ops + b.ops)
+def merge(st: State, a: Group, b: Group, in_order: bool = True) -> None:
+    """a takes b in. in_order=False: b's ops are appended to a's, and the caller puts a's ops in
+    program order (st.sorted_ops) once it has merged several kernels into a."""
+    a.ops = st.sorted_ops(a.ops + b.ops) if in_order else a.ops + b.ops
     a.merged.append(b)
     for op in b.ops:
         st.group_of[op] = a
