@@ -133,11 +133,7 @@ def absorb_columns(st: State) -> None:
     benchmarks/results/2026-11-29-H200-bias-grad/)."""
     waiting: dict[Group, list[Group]] = {}
     one_segment: dict[Group, bool] = {}  # per rows kernel: the columns it takes in are not in its layout
-    touching: dict[Value, set[Group]] = {}  # value -> the rows kernels computing or reading it (kept through merges)
-    for rg in st.groups:
-        if rg.kind == Kind.ROWS:
-            for o in rg.ops:
-                _touches(touching, rg, o)
+    touching = _rows_touching(st)  # value -> the rows kernels computing or reading it (kept through merges)
     pos = {k: i for i, k in enumerate(st.groups)}
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
@@ -171,6 +167,16 @@ def absorb_columns(st: State) -> None:
             for cg in cgs:
                 if not st.reaches(cg, rg):
                     merge(st, rg, cg)
+
+
+def _rows_touching(st: State) -> dict[Value, set[Group]]:
+    """Each value -> the rows kernels that compute or read it."""
+    touching: dict[Value, set[Group]] = {}
+    for rg in st.groups:
+        if rg.kind == Kind.ROWS:
+            for o in rg.ops:
+                _touches(touching, rg, o)
+    return touching
 
 
 def _touches(touching: dict[Value, set[Group]], rg: Group, o: Op) -> None:
