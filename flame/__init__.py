@@ -22,6 +22,7 @@ from flame.errors import (
     ShapeError,
     TraceError,
     VerifyError,
+    ZeroDivisorError,
 )
 from flame.frontend.autocast import autocast
 from flame.frontend.autograd import grad, value_and_grad
@@ -150,6 +151,7 @@ from flame.frontend.ops import (
     flip,
     floor,
     floor_divide,
+    fmod,
     frac,
     gather,
     ge,

@@ -11,7 +11,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ArgumentError, AutogradError, DTypeError, FlameError, ShapeError, TraceError
+from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.dispatch import apply
@@ -586,9 +586,9 @@ def binary(name: str, a, b) -> Tensor:
                          f"is the exclusive or of two, ~mask or logical_not() inverts a mask\n  at {user_location()}")
     if name == "pow" and not dt.is_float:
         _check_int_pow(a, b, dt)
-    if name in ("floor_divide", "remainder") and not dt.is_float and _is_scalar(b) and b == 0:
-        raise ArgumentError(f"{name}: integer division by zero (torch: ZeroDivisionError); a divisor held in a "
-                            f"tensor gives 0 where it is zero\n  at {user_location()}")
+    if name in ("floor_divide", "remainder", "fmod") and not dt.is_float and _is_scalar(b) and b == 0:
+        raise ZeroDivisorError(f"{name}: integer division by zero (torch: RuntimeError: ZeroDivisionError)"
+                               f"\n  at {user_location()}")
     if name == "div" and not dt.is_float:
         dt = f32
     if name == "pow" and dt == boolean:  # bool ** True is the tensor, bool ** False all True (torch)

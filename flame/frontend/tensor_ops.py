@@ -256,6 +256,17 @@ class TensorOps:
         """Python's %: self - floor(self / other) * other, with the sign of other."""
         return binary("remainder", self, other)
 
+    def fmod(self, other):
+        """C's fmod, as torch.fmod: self - trunc(self / other) * other, with the sign of self (integers and
+        floats; broadcasting and promotion as `%`). Its gradient is 1 for self and -trunc(self / other) for
+        other. An integer zero divisor raises ZeroDivisorError on the reference executor (PyTorch's CPU
+        raises); on the GPU its result is unspecified, as in PyTorch's CUDA."""
+        return binary("fmod", self, other)
+
+    def fmod_(self, other):
+        """fmod in place (torch's Tensor.fmod_): the result keeps self's dtype."""
+        return self._inplace(lambda x: x.fmod(other), other, what="fmod_")
+
     # ---- clamp and masked_fill --------------------------------------------------------------------------
     def clamp(self, min=None, max=None):  # noqa: A002
         """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
