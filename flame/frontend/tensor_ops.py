@@ -22,8 +22,9 @@ from flame.frontend.context import grad_enabled, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
+from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
-from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, result_type, where
+from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, where
 from flame.ir.dtypes import boolean, dtype_of, f32, i64, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
