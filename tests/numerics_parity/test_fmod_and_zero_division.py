@@ -142,3 +142,19 @@ def test_fmod_on_the_gpu(compiled):
         check(f, *args, compiled=compiled, atol=1e-6)
     got, want = gradients(lambda L, y: (L.fmod(L.tensor(X), y) * L.tensor(W)).sum(), Y, compiled)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_step_of_fmod_plans_and_compiles_for_the_gpu(cuda_target):
+    """fmod fused with its neighbours (floats and integers, its gradient) in a step planned for the CUDA target:
+    the reference executor's loss and gradient, and every kernel compiles with NVRTC for sm_90."""
+    from tests.ops.test_everyday_ops import check_gpu_step
+
+    w = flame.nn.Parameter(flame.tensor(Y.astype(np.float32)))
+
+    def body(x, k):
+        ints = (k * 7 - 20).fmod(k + 1) + (k * 3).fmod(-4)
+        loss = ((x.fmod(w * 0.5 + 0.25) * 1.5 + 1.0).fmod(w) * ints.float()).sum()
+        loss.backward()
+        return loss
+
+    check_gpu_step(body, w, flame.tensor(X.astype(np.float32)), flame.tensor(np.arange(6, dtype=np.int32)))
