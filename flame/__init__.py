@@ -22,6 +22,7 @@ from flame.errors import (
     ShapeError,
     TraceError,
     VerifyError,
+    ZeroDivisorError,
 )
 from flame.frontend.autocast import autocast
 from flame.frontend.autograd import grad, value_and_grad
@@ -150,6 +151,7 @@ from flame.frontend.ops import (
     flip,
     floor,
     floor_divide,
+    fmod,
     frac,
     gather,
     ge,
@@ -258,9 +260,10 @@ from flame.frontend.ops import (
     where,
     xlogy,
 )
+from flame.frontend.promotion import can_cast, promote_types
+from flame.frontend.promotion import torch_result_type as result_type
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import can_cast, matmul, promote_types
-from flame.frontend.tensor_core import torch_result_type as result_type
+from flame.frontend.tensor_core import matmul
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device

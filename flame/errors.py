@@ -66,6 +66,12 @@ class ArgumentError(FlameError, ValueError):
     message names it, what it accepts and what it holds."""
 
 
+class ZeroDivisorError(ArgumentError, RuntimeError):
+    """An integer floor_divide, remainder, fmod or div(rounding_mode=...) by zero, a Python 0 or a zero
+    held in a tensor (the reference executor checks the divisor; PyTorch's CPU raises a RuntimeError
+    there). On the GPU, as in PyTorch's CUDA, the result of such a division is unspecified."""
+
+
 class ArgumentTypeError(FlameError, TypeError):
     """An argument is of a type flame does not accept there (PyTorch raises TypeError); the message
     names it, what it accepts and what came."""

@@ -76,6 +76,7 @@ SNIPPETS: dict[str, dict[str, str]] = {
                 "bool/or": "({0} || {1})", "int/xor": "({0} ^ {1})", "bool/xor": "({0} != {1})",
                 "int/lshift": "flame_lshift({0}, {1})", "int/rshift": "flame_rshift({0}, {1})"},
     "remainder": {"*": "flame_remainder({0}, {1})"},
+    "fmod": _f("fmodf({0}, {1})", "fmod({0}, {1})", "flame_fmod({0}, {1})"),
     "maximum": {"*": _NAN_MAX},
     "minimum": {"*": _NAN_MIN},
     "eq": {"*": "({0} == {1})"},
@@ -134,8 +135,9 @@ __device__ __forceinline__ double flame_normal(unsigned long long seed, unsigned
 #endif"""
 
 # Python's // and % (NumPy's npy_divmod, which PyTorch's floor division and remainder follow): the
-# quotient rounds toward -inf, the remainder takes the divisor's sign; integer division by zero gives 0
-# (NumPy; PyTorch raises on the CPU)
+# quotient rounds toward -inf, the remainder takes the divisor's sign; and C's fmod of integers (the
+# dividend's sign). Integer division by zero gives 0 here: unspecified, as in PyTorch's CUDA kernels (the
+# reference executor raises, as PyTorch's CPU)
 _DIVMOD = r"""#ifndef FLAME_DIVMOD
 #define FLAME_DIVMOD
 __device__ __forceinline__ float flame_floordiv(float a, float b) {
@@ -180,6 +182,12 @@ template <typename T> __device__ __forceinline__ T flame_remainder_int(T a, T b)
   const T r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+template <typename T> __device__ __forceinline__ T flame_fmod_int(T a, T b) {
+  if (b == 0 || b == (T)-1) return 0;  // x % -1 is 0 (in C the minimum % -1 overflows)
+  return a % b;
+}
+__device__ __forceinline__ int flame_fmod(int a, int b) { return flame_fmod_int(a, b); }
+__device__ __forceinline__ long long flame_fmod(long long a, long long b) { return flame_fmod_int(a, b); }
 __device__ __forceinline__ int flame_floordiv(int a, int b) { return flame_floordiv_int(a, b); }
 __device__ __forceinline__ long long flame_floordiv(long long a, long long b) { return flame_floordiv_int(a, b); }
 __device__ __forceinline__ int flame_remainder(int a, int b) { return flame_remainder_int(a, b); }
@@ -220,7 +228,7 @@ _SATURATE = (
 )
 PRELUDES: dict[str, str | dict[str, str]] = {
     "scaled_cast": _SATURATE, "random_uniform": _PHILOX, "random_normal": _PHILOX, "floor_divide": _DIVMOD,
-    "remainder": _DIVMOD, "pow": {"int": _INTBITS}, "bitwise": _INTBITS}
+    "remainder": _DIVMOD, "fmod": {"int": _DIVMOD}, "pow": {"int": _INTBITS}, "bitwise": _INTBITS}
 
 
 @dataclass(frozen=True)

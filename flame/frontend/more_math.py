@@ -17,8 +17,9 @@ from flame.errors import DTypeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
+from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index
-from flame.frontend.tensor_core import cat, result_type, stack, where
+from flame.frontend.tensor_core import cat, stack, where
 from flame.frontend.tensor_ops import vector_norm
 from flame.ir.dtypes import f32, f64, i32, i64
 

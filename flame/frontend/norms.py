@@ -2,16 +2,41 @@
 layer_norm and rms_norm are in frontend/functional.py), written over primitives:
 - group_norm: statistics over the trailing dims of an [N, G, C/G, *S] view (one row kernel);
 - batch_norm: statistics over every dim but the channels, running statistics updated in place;
-- instance_norm: group_norm with one group per channel; its running statistics move as batch_norm's."""
+- instance_norm: group_norm with one group per channel; its running statistics move as batch_norm's.
+Each returns its input's dtype; parameters follow PyTorch's CPU rule (param_dtype): of the input's dtype,
+or f32 for an f16/bf16 input, which then computes in f32 and rounds the result once."""
 
 from __future__ import annotations
 
+from flame.errors import DTypeError
 from flame.frontend.autocast import policy
-from flame.frontend.context import no_grad
+from flame.frontend.context import no_grad, user_location
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 
 __all__ = ["batch_norm", "group_norm", "instance_norm"]
+
+
+def param_dtype(op: str, x: Tensor, *params: Tensor | None):
+    """The dtype of a normalisation's parameters (weight and bias, or the running statistics; None without
+    any), checked as PyTorch's CPU kernels check it: one dtype for all, the input's or, for an f16/bf16 input,
+    f32 (its mixed case: statistics and the affine step in f32, the result in the input's dtype); else a
+    DTypeError naming the op (PyTorch: "mixed dtype (CPU)")."""
+    given = [p for p in params if p is not None]
+    dts = {p.dtype for p in given}
+    low = x.dtype.is_float and x.dtype.itemsize == 2
+    if len(dts) > 1 or not all(d == x.dtype or (low and d.name == "f32") for d in dts):
+        wanted = f"{x.dtype}" + (" or f32" if low else "")
+        raise DTypeError(f"{op}: mixed dtypes: input {x.dtype} with parameters of "
+                         f"{', '.join(sorted(str(d) for d in dts))}; expected all {wanted} (as PyTorch's "
+                         f"'mixed dtype (CPU)'); cast them first\n  at {user_location()}")
+    return next(iter(dts), None)
+
+
+def mixed(x: Tensor, dtype) -> Tensor:
+    """x in f32 when its parameters are f32 and it is f16/bf16 (PyTorch's mixed case computes in f32),
+    else x."""
+    return x.float() if dtype is not None and dtype != x.dtype else x
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
@@ -19,10 +44,10 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
                eps: float = 1e-5) -> Tensor:
     """Normalise each group of C/num_groups channels of [N, C, *S] over its channels and positions
     (biased variance), then scale and shift per channel."""
-    x = input
-    if x.ndim < 2 or x.shape[1] % num_groups:
+    if input.ndim < 2 or input.shape[1] % num_groups:
         raise _err(f"group_norm: num_groups={num_groups} must divide the channels of an [N, C, ...] input, got "
-                   f"{list(x.shape)}")
+                   f"{list(input.shape)}")
+    x = mixed(input, param_dtype("group_norm", input, weight, bias))
     n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
     g = x.reshape(n, num_groups, c // num_groups, *spatial)
     dims = tuple(range(2, g.ndim))
@@ -34,7 +59,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
         y = y * weight.reshape(*per_channel)
     if bias is not None:
         y = y + bias.reshape(*per_channel)
-    return y.reshape(*x.shape)
+    return y.reshape(*x.shape).to(input.dtype)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
@@ -52,6 +77,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
                     ("bias", bias)):
         if t is not None and tuple(t.shape) != (c,):
             raise _err(f"batch_norm: {what} must be [{c}] (one per channel), got {list(t.shape)}")
+    param_dtype("batch_norm", x, weight, bias)  # the running statistics may be f32 with bf16 weights (torch's
+    param_dtype("batch_norm", x, running_mean, running_var)  # CPU refuses that mix, its GPU kernels do not)
     dims = (0, *range(2, x.ndim))
     count = x.numel() // c if c else 0
     per_channel = (c, *[1] * spatial)
@@ -142,6 +169,7 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
         if running_mean is None:
             raise _err("instance_norm: use_input_stats=False needs running_mean and running_var")
         return batch_norm(input, running_mean, running_var, weight, bias, False, eps=eps)
+    param_dtype("instance_norm", input, running_mean, running_var)  # its own group: torch's instance_norm
     if running_mean is not None:
         positions = input.numel() // (input.shape[0] * input.shape[1])
         if positions <= 1:

@@ -186,10 +186,11 @@ cumsum, cumprod, any, all = (_unary(n) for n in ("cumsum", "cumprod", "any", "al
 isnan, isinf, isfinite = (_unary(n) for n in ("isnan", "isinf", "isfinite"))
 chunk, tile, repeat_interleave = (_unary(n) for n in ("chunk", "tile", "repeat_interleave"))
 split = _unary("split", first="tensor", renamed={"split_size_or_sections": "split_size"})
-norm, floor_divide, remainder, masked_fill = (_unary(n) for n in ("norm", "floor_divide", "remainder", "masked_fill"))
+norm, floor_divide, remainder, fmod = (_unary(n) for n in ("norm", "floor_divide", "remainder", "fmod"))
+masked_fill = _unary("masked_fill")
 clip, clamp_min, clamp_max = _unary("clip"), _unary("clamp_min"), _unary("clamp_max")
 for _f in (argsort, sort, topk, narrow, cumsum, cumprod, any, all, isnan, isinf, isfinite, split, chunk, tile,
-           repeat_interleave, norm, floor_divide, remainder, masked_fill, clamp, clip, clamp_min, clamp_max):
+           repeat_interleave, norm, floor_divide, remainder, fmod, masked_fill, clamp, clip, clamp_min, clamp_max):
     _f.__doc__ = f"flame.{_f.__name__}(x, ...) = x.{_f.__name__}(...): " + (getattr(Tensor, _f.__name__).__doc__ or
                                                                              "as in PyTorch.")
 

@@ -1,8 +1,8 @@
 """The core of Tensor's methods, each one apply() of an IR op or a few: conversions (to, float, ...),
 detach and copy_, the arithmetic and comparison operators, elementwise math, reductions, movement
-(reshape, permute, gather, ...); and the functions every op module builds on: result_type and binary
-(PyTorch's promotion), matmul, full, where, cat, stack, pad, broadcast_tensors. frontend/methods.py
-binds TensorCore's methods onto Tensor."""
+(reshape, permute, gather, ...); and the functions every op module builds on: binary (an op with
+PyTorch's promotion, whose rules are in frontend/promotion.py), matmul, full, where, cat, stack, pad,
+broadcast_tensors. frontend/methods.py binds TensorCore's methods onto Tensor."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ArgumentError, AutogradError, DTypeError, FlameError, ShapeError, TraceError
+from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.dispatch import apply
+from flame.frontend.promotion import is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import (
     Tensor,
     _axes,
@@ -532,46 +533,13 @@ class TensorCore:
         return self * 1 if self.dtype != boolean else self.logical_not().logical_not()
 
 
-def _is_scalar(x) -> bool:
-    return isinstance(x, (int, float, bool, np.number, np.bool_))
-
-
-def result_type(*operands) -> DType:
-    """torch.result_type over tensors and Python numbers: the dtype of the dimensioned tensors (by
-    promote()); a 0-d tensor, then a Python number, counts only when of a higher category (bool <
-    integer < float), a Python float then giving f32. So f16[n] * 2.0 is f16, f32[n] + f64[] is f32,
-    i32[n] + 1 is i32 and i32[n] * 1.5 is f32."""
-    groups: list[DType | None] = [None, None, None]  # dimensioned, 0-d, Python numbers
-    for x in operands:
-        if isinstance(x, Tensor):
-            i, dt = (0 if x.ndim else 1), x.dtype
-        else:
-            i = 2
-            dt = (boolean if isinstance(x, (bool, np.bool_)) else i64 if isinstance(x, (int, np.integer))
-                  else f32)
-        groups[i] = dt if groups[i] is None else promote(groups[i], dt)
-    return _combine(groups[0], _combine(groups[1], groups[2]))
-
-
-def _combine(higher: DType | None, lower: DType | None) -> DType | None:
-    """PyTorch's combine_categories: `lower` (a 0-d tensor's or a number's dtype) matters only when
-    its category is higher than `higher`'s."""
-    if higher is None or lower is None:
-        return higher or lower
-    if higher.is_float:
-        return higher
-    if higher == boolean or lower.is_float:
-        return promote(higher, lower)
-    return higher
-
-
 def binary(name: str, a, b) -> Tensor:
     """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to
     f32); on two bool tensors + and max are logical or, * and min logical and, - raises, as in torch."""
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
     for x in (a, b):
-        if not isinstance(x, Tensor) and not _is_scalar(x):
+        if not isinstance(x, Tensor) and not is_scalar(x):
             if isinstance(x, np.ndarray):
                 continue
             raise FlameError(f"{name}: unsupported operand of type {type(x).__name__}")
@@ -581,30 +549,20 @@ def binary(name: str, a, b) -> Tensor:
     if dt == boolean and opdef(name).on_bool:  # the logical op it is on bools (the OpDef's `on_bool` trait)
         a, b = (x if isinstance(x, Tensor) else full((), bool(x), boolean) for x in (a, b))
         return apply(opdef(name).on_bool, a, b)
-    if name == "sub" and any(_is_bool(x) for x in (a, b)):
+    if name == "sub" and any(is_bool(x) for x in (a, b)):
         raise DTypeError(f"sub: subtraction with a bool tensor is not supported (as in PyTorch); a != b "
                          f"is the exclusive or of two, ~mask or logical_not() inverts a mask\n  at {user_location()}")
     if name == "pow" and not dt.is_float:
         _check_int_pow(a, b, dt)
-    if name in ("floor_divide", "remainder") and not dt.is_float and _is_scalar(b) and b == 0:
-        raise ArgumentError(f"{name}: integer division by zero (torch: ZeroDivisionError); a divisor held in a "
-                            f"tensor gives 0 where it is zero\n  at {user_location()}")
+    if name in ("floor_divide", "remainder", "fmod") and not dt.is_float and is_scalar(b) and b == 0:
+        raise ZeroDivisorError(f"{name}: integer division by zero (torch: RuntimeError: ZeroDivisionError)"
+                               f"\n  at {user_location()}")
     if name == "div" and not dt.is_float:
         dt = f32
     if name == "pow" and dt == boolean:  # bool ** True is the tensor, bool ** False all True (torch)
         return binary("logical_or", a, not b)
     a, b = (x.to(dt) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt) for x in (a, b))
     return apply(name, a, b)
-
-
-def wrapped(x, dt: DType):
-    """A Python number as an operand of an integer op of dtype dt: wrapped into its range, as PyTorch's
-    arithmetic does (u8 - 1 is 255 where the tensor holds 0, u8 * -2 multiplies by 254)."""
-    if dt == boolean or isinstance(x, (bool, np.bool_)):
-        return x
-    bits = dt.itemsize * 8
-    v = int(x) & ((1 << bits) - 1)
-    return v - (1 << bits) if dt != u8 and v >= 1 << (bits - 1) else v
 
 
 def _picked(x: Tensor, idx: Tensor, dim: int, keepdim: bool):
@@ -615,27 +573,6 @@ def _picked(x: Tensor, idx: Tensor, dim: int, keepdim: bool):
     axis = dim_index("max", dim, x.ndim)
     values = x.gather(axis, idx if keepdim else idx.unsqueeze(axis))
     return MaxMin(values if keepdim else values.squeeze(axis), idx)
-
-
-def can_cast(from_: DType, to: DType) -> bool:
-    """torch.can_cast: whether a type promotion may cast from_ to `to` (not to a lower category: bool <
-    integer < float)."""
-    order = {"bool": 0, "int": 1, "float": 2}
-    return order[dtype_of(from_).kind] <= order[dtype_of(to).kind]
-
-
-def torch_result_type(tensor, other) -> DType:
-    """torch.result_type(tensor, other): the dtype an op of the two gives (result_type's rules)."""
-    return result_type(tensor, other)
-
-
-def promote_types(type1, type2) -> DType:
-    """torch.promote_types: the dtype two tensors of dtypes type1 and type2 promote to."""
-    return promote(dtype_of(type1), dtype_of(type2))
-
-
-def _is_bool(x) -> bool:
-    return x.dtype == boolean if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))
 
 
 def _check_int_pow(a, b, dt: DType) -> None:
@@ -658,7 +595,7 @@ def bitwise(fn: str, a, b) -> Tensor:
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
     for x in (a, b):
-        if not isinstance(x, Tensor) and (not _is_scalar(x) or isinstance(x, (float, np.floating))):
+        if not isinstance(x, Tensor) and (not is_scalar(x) or isinstance(x, (float, np.floating))):
             raise DTypeError(f"{name}: operand {x!r} is not an integer or bool\n  at {user_location()}")
     dt = result_type(a, b)
     if dt.is_float or (dt == boolean and fn in ("lshift", "rshift")):

@@ -22,8 +22,9 @@ from flame.frontend.context import grad_enabled, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
+from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
-from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, result_type, where
+from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, where
 from flame.ir.dtypes import boolean, dtype_of, f32, i64, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
@@ -255,6 +256,17 @@ class TensorOps:
     def remainder(self, other):
         """Python's %: self - floor(self / other) * other, with the sign of other."""
         return binary("remainder", self, other)
+
+    def fmod(self, other):
+        """C's fmod, as torch.fmod: self - trunc(self / other) * other, with the sign of self (integers and
+        floats; broadcasting and promotion as `%`). Its gradient is 1 for self and -trunc(self / other) for
+        other. An integer zero divisor raises ZeroDivisorError on the reference executor (PyTorch's CPU
+        raises); on the GPU its result is unspecified, as in PyTorch's CUDA."""
+        return binary("fmod", self, other)
+
+    def fmod_(self, other):
+        """fmod in place (torch's Tensor.fmod_): the result keeps self's dtype."""
+        return self._inplace(lambda x: x.fmod(other), other, what="fmod_")
 
     # ---- clamp and masked_fill --------------------------------------------------------------------------
     def clamp(self, min=None, max=None):  # noqa: A002

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flame.errors import FlameError, IndexValueError
+from flame.errors import FlameError, IndexValueError, ZeroDivisorError
 from flame.ir.dtypes import bf16, f16
 from flame.ir.graph import Graph, Op, Value
 from flame.ir.registry import REGISTRY
@@ -33,8 +33,8 @@ def compute_op(op: Op, args: Sequence[np.ndarray], shape: tuple | None = None) -
         args = [a.astype(np.float32) if a.dtype in _LOW else a for a in args]
     try:
         out = opdef.ref(*args, **op.attrs)
-    except IndexValueError as e:  # an index held in a tensor: say whose line read it
-        raise IndexValueError(f"{e}\n  at {op.loc}") if op.loc and "\n  at " not in str(e) else e from None
+    except (IndexValueError, ZeroDivisorError) as e:  # a value held in a tensor: say whose line read it
+        raise type(e)(f"{e}\n  at {op.loc}") if op.loc and "\n  at " not in str(e) else e from None
     out = np.asarray(out).astype(op.out.type.dtype.np_dtype, copy=False)
     if out.shape != (op.out.type.shape if shape is None else shape):
         raise FlameError(f"reference of {op.name} returned shape {out.shape}, expected {op.out.type}")

@@ -77,7 +77,8 @@ class LayerNorm(Module):
 
 
 class RMSNorm(Module):
-    """x / sqrt(mean(x^2) + eps) * weight. eps=None means the dtype's machine epsilon (as in PyTorch)."""
+    """x / sqrt(mean(x^2) + eps) * weight. eps=None means the machine epsilon of the dtype PyTorch computes
+    in (f32 for f16/bf16 inputs), as in PyTorch."""
 
     def __init__(self, normalized_shape: Any, eps: float | None = None, elementwise_affine: bool = True,
                  device: Any = None, dtype: Any = f32):
@@ -89,8 +90,7 @@ class RMSNorm(Module):
         self._place(device)
 
     def forward(self, x: Tensor) -> Tensor:
-        eps = self.eps if self.eps is not None else float(np.finfo(x.dtype.np_dtype).eps)
-        return F.rms_norm(x, self.normalized_shape, self.weight, eps)
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)  # eps=None: F.rms_norm's default
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

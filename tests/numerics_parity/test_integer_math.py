@@ -95,21 +95,6 @@ def test_integer_math(name, compiled):
     check(f, *args, compiled=compiled, atol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flame checks no tensor values before an op runs: an integer // or % by a "
-    "zero held in a tensor gives 0 where torch's CPU raises (docs/coming_from_pytorch.md)",
-)
-@pytest.mark.parametrize("op", ["floor_divide", "remainder"])
-def test_integer_division_by_a_zero_in_a_tensor_raises(op):
-    check(lambda L, x, y: getattr(L, op)(x, y), I, np.array([1, 0, 1, 1, 1, 1]), compiled=False)
-
-
-@pytest.mark.xfail(strict=True, reason="flame has no fmod yet (docs/coming_from_pytorch.md gives the workaround)")
-def test_fmod():
-    check(lambda L, x, y: (L.fmod(x, y), L.fmod(x.float(), 1.5)), I, D, compiled=False)
-
-
 def test_the_errors_name_the_op_and_the_users_line():
     with pytest.raises(flame.errors.DTypeError, match=r'"frac" is not implemented for i64(.|\n)*test_integer_math'):
         flame.tensor([1, 2]).frac()

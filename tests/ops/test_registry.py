@@ -729,6 +729,8 @@ RECIPES: dict[str, Recipe] = {
     "bitwise": Recipe(_bitwise_cases, _bitwise_oracle, INTS + ("bool",)),
     "floor_divide": Recipe(_divmod_cases, _py_binary(lambda a, b: a // b), NUM),
     "remainder": Recipe(_divmod_cases, _py_binary(lambda a, b: a % b), NUM),
+    "fmod": Recipe(_divmod_cases, _py_binary(lambda a, b: math.fmod(a, b) if isinstance(a, float)
+                                             else (abs(a) % abs(b)) * (-1 if a < 0 else 1)), NUM),
     "cumsum": Recipe(_scan_cases, _scan_oracle(lambda acc, v: acc + v), NUM),
     "cumprod": Recipe(_scan_cases, _scan_oracle(lambda acc, v: acc * v), NUM, grad_make=_cumprod_grad_cases),
     "argsort": Recipe(_argsort_cases, _argsort_oracle, ALL, out="i64"),

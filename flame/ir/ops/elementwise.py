@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from flame.errors import DTypeError
+from flame.errors import DTypeError, ZeroDivisorError
 from flame.ir.dtypes import boolean, f32
 from flame.ir.memo import exact_memo
 from flame.ir.ops._erf import erf_narrow
@@ -199,6 +199,27 @@ def _pow_vjp(b, g, x, y, out):
     return gx, gy
 
 
+def _integer_division(name, fn):
+    """The reference of an integer-or-float division `name` computing fn(x, y): an integer divisor holding
+    a zero that reaches the result raises ZeroDivisorError naming the op, as PyTorch's CPU kernels raise
+    (a float one divides as IEEE does). The CUDA kernels check nothing: there, as in PyTorch's CUDA, the
+    result of an integer division by zero is unspecified."""
+
+    def ref(x, y):
+        y = np.asarray(y)
+        if y.dtype.kind in "iu" and np.broadcast(x, y).size and not np.all(y):
+            raise ZeroDivisorError(f"{name}: integer division by zero (torch: RuntimeError: ZeroDivisionError)")
+        return fn(x, y)
+
+    ref.__name__ = ref.__qualname__ = f"{name}_ref"
+    return ref
+
+
+def _trunc(b, q):
+    """q rounded toward zero, of IR values (the quotient of torch's div(rounding_mode="trunc"))."""
+    return b.where(b.lt(q, 0), b.ceil(q), b.floor(q))
+
+
 def _int_div_ref(x, y):
     return np.true_divide(x, y)
 
@@ -211,9 +232,12 @@ MUL = binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, 
 DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
        kinds=("float",), cost=_IEEE, row_kernels=((("max", "sum"), "softmax"),))
 binary("pow", _power_any, _pow_vjp, autocast="f32", cost=_LIBM)
-binary("floor_divide", np.floor_divide, nondiff=_PIECEWISE, cost=_IEEE)  # Python's // (floor), as torch.floor_divide
-binary("remainder", np.remainder,  # Python's %: the sign of the divisor, as torch.remainder
+binary("floor_divide", _integer_division("floor_divide", np.floor_divide), nondiff=_PIECEWISE,
+       cost=_IEEE)  # Python's // (floor), as torch.floor_divide
+binary("remainder", _integer_division("remainder", np.remainder),  # Python's %: the divisor's sign, as torch's
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))), cost=_IEEE)
+binary("fmod", _integer_division("fmod", np.fmod),  # C's fmod: the dividend's sign, as torch.fmod
+       lambda b, g, x, y, out: (g, b.neg(b.mul(g, _trunc(b, b.div(x, y))))), cost=_IEEE)
 STRAIGHT_THROUGH = binary(
     "straight_through", lambda x, y: np.array(np.broadcast_to(y, np.broadcast_shapes(x.shape, y.shape))),
     lambda b, g, x, y, out: (g, None), kinds=("float",),

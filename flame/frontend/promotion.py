@@ -1,0 +1,76 @@
+"""PyTorch's type promotion over tensors and Python numbers: result_type (the dtype a binary op of
+mixed operands computes in), torch.result_type / promote_types / can_cast, and how a Python number
+becomes an operand of an integer op (wrapped into its range). tensor_core.binary and every op module
+that mixes dtypes build on these."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import DType, boolean, dtype_of, f32, i64, promote, u8
+
+
+def is_scalar(x) -> bool:
+    """Whether x is a Python or NumPy number (bool included)."""
+    return isinstance(x, (int, float, bool, np.number, np.bool_))
+
+
+def is_bool(x) -> bool:
+    """Whether x is a bool tensor or a Python / NumPy bool."""
+    return x.dtype == boolean if isinstance(x, Tensor) else isinstance(x, (bool, np.bool_))
+
+
+def result_type(*operands) -> DType:
+    """torch.result_type over tensors and Python numbers: the dtype of the dimensioned tensors (by
+    promote()); a 0-d tensor, then a Python number, counts only when of a higher category (bool <
+    integer < float), a Python float then giving f32. So f16[n] * 2.0 is f16, f32[n] + f64[] is f32,
+    i32[n] + 1 is i32 and i32[n] * 1.5 is f32."""
+    groups: list[DType | None] = [None, None, None]  # dimensioned, 0-d, Python numbers
+    for x in operands:
+        if isinstance(x, Tensor):
+            i, dt = (0 if x.ndim else 1), x.dtype
+        else:
+            i = 2
+            dt = boolean if isinstance(x, (bool, np.bool_)) else i64 if isinstance(x, (int, np.integer)) else f32
+        groups[i] = dt if groups[i] is None else promote(groups[i], dt)
+    return _combine(groups[0], _combine(groups[1], groups[2]))
+
+
+def _combine(higher: DType | None, lower: DType | None) -> DType | None:
+    """PyTorch's combine_categories: `lower` (a 0-d tensor's or a number's dtype) matters only when
+    its category is higher than `higher`'s."""
+    if higher is None or lower is None:
+        return higher or lower
+    if higher.is_float:
+        return higher
+    if higher == boolean or lower.is_float:
+        return promote(higher, lower)
+    return higher
+
+
+def wrapped(x, dt: DType):
+    """A Python number as an operand of an integer op of dtype dt: wrapped into its range, as PyTorch's
+    arithmetic does (u8 - 1 is 255 where the tensor holds 0, u8 * -2 multiplies by 254)."""
+    if dt == boolean or isinstance(x, (bool, np.bool_)):
+        return x
+    bits = dt.itemsize * 8
+    v = int(x) & ((1 << bits) - 1)
+    return v - (1 << bits) if dt != u8 and v >= 1 << (bits - 1) else v
+
+
+def can_cast(from_: DType, to: DType) -> bool:
+    """torch.can_cast: whether a type promotion may cast from_ to `to` (not to a lower category: bool <
+    integer < float)."""
+    order = {"bool": 0, "int": 1, "float": 2}
+    return order[dtype_of(from_).kind] <= order[dtype_of(to).kind]
+
+
+def torch_result_type(tensor, other) -> DType:
+    """torch.result_type(tensor, other): the dtype an op of the two gives (result_type's rules)."""
+    return result_type(tensor, other)
+
+
+def promote_types(type1, type2) -> DType:
+    """torch.promote_types: the dtype two tensors of dtypes type1 and type2 promote to."""
+    return promote(dtype_of(type1), dtype_of(type2))
