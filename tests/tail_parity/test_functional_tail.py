@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import flame
 from tests.tail_parity.common import Fixed, check_fn, raises_like, rng
@@ -149,3 +150,21 @@ def test_grid_sample(mode, padding, align, compiled):
 )
 def test_functional_errors(name, fn, arrays, compiled):
     raises_like(fn, arrays, compiled and name != "one_hot_too_few")  # a check of the values: eager
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("method", ["view_as", "reshape_as"])
+def test_view_as_reshape_as(method, compiled):
+    check_fn(lambda L, x, y: getattr(x, method)(y) * 3.0, [R.standard_normal(12), Fixed(np.zeros((3, 4)))], compiled)
+
+
+def test_view_as_shares_memory():
+    """A write through view_as reaches the base; a transposed tensor cannot be viewed flat (both as torch)."""
+    x, tx = flame.zeros(6), torch.zeros(6)
+    x.view_as(flame.zeros(2, 3))[1, 2] = 5.0
+    tx.view_as(torch.zeros(2, 3))[1, 2] = 5.0
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, 3).t().view_as(tx)
+    with pytest.raises(flame.ShapeError, match="view size is not compatible"):
+        flame.zeros(2, 3).t().view_as(x)
