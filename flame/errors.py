@@ -38,6 +38,11 @@ class AutogradError(FlameError, RuntimeError):
     RuntimeError there too)."""
 
 
+class NonFiniteError(FlameError, RuntimeError):
+    """A value asked to be finite is not (clip_grad_norm_'s error_if_nonfinite; PyTorch raises a
+    RuntimeError there)."""
+
+
 class GradDTypeError(DTypeError, AutogradError):
     """requires_grad on a tensor whose dtype cannot have gradients (an integer one): a DTypeError, and a
     RuntimeError as PyTorch's."""

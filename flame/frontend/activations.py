@@ -20,7 +20,7 @@ from flame.frontend.functional import (
     softmax_dim,
     warn_if_broadcast,
 )
-from flame.frontend.ops import vector_norm, where
+from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.tensor import Tensor
 
 __all__ = [
@@ -159,9 +159,13 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
 
 @policy("f32")  # autocast: on PyTorch's float32 list
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
-    """x1 . x2 / max(||x1|| * ||x2||, eps) along dim (x1 and x2 broadcast)."""
-    n1, n2 = vector_norm(x1, 2, dim), vector_norm(x2, 2, dim)
-    return (x1 * x2).sum(dim) / (n1 * n2).clamp(min=eps)
+    """sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps)) along dim, as PyTorch's: x1 and x2 broadcast
+    first (a norm runs over the broadcast size), and each norm is clamped on its own, the clamp passing
+    the gradient through unchanged."""
+    x1, x2 = broadcast_tensors(x1, x2)
+    n1, n2 = (vector_norm(x, 2, dim, keepdim=True) for x in (x1, x2))
+    n1, n2 = (n + (n.detach().clamp(min=eps) - n.detach()) for n in (n1, n2))
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
 
 
 @policy("f32")  # autocast: PyTorch's pairwise_distance is a norm, on its float32 list

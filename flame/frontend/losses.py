@@ -115,8 +115,16 @@ def nll_loss(
     )
     loss = -picked * w
     if reduction == "mean":
-        return loss.sum() / w.sum()
+        return _weighted_mean(loss, w)
     return _loss_reduce(loss, reduction)
+
+
+def _weighted_mean(loss: Tensor, w: Tensor) -> Tensor:
+    """loss.sum() / w.sum(), as PyTorch's: NaN when every target is ignored (0 / 0), with a zero
+    gradient then (not 0 * inf)."""
+    total = w.sum()
+    none = total == 0
+    return loss.sum() / _where(none, 1.0, total) + _where(none, float("nan"), 0.0).to(loss.dtype)
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list

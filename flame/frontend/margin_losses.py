@@ -1,14 +1,16 @@
 """The margin, embedding and likelihood losses of torch.nn.functional (margin_ranking_loss,
 hinge_embedding_loss, soft_margin_loss, multilabel_soft_margin_loss, cosine_embedding_loss,
-triplet_margin_loss, multi_margin_loss, poisson_nll_loss, gaussian_nll_loss) and gumbel_softmax, each
+triplet_margin_loss, triplet_margin_with_distance_loss, multi_margin_loss, multilabel_margin_loss,
+poisson_nll_loss, gaussian_nll_loss) and gumbel_softmax, each
 written over primitives as PyTorch defines it, with PyTorch's arguments, defaults and shape checks."""
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
-from flame.errors import ShapeError
+from flame.errors import IndexValueError, ShapeError
 from flame.frontend import creation
 from flame.frontend.activations import logsigmoid, pairwise_distance
 from flame.frontend.autocast import policy
@@ -19,8 +21,8 @@ from flame.frontend.losses import _where, one_hot
 from flame.frontend.tensor import Tensor
 
 __all__ = ["cosine_embedding_loss", "gaussian_nll_loss", "gumbel_softmax", "hinge_embedding_loss",
-           "margin_ranking_loss", "multi_margin_loss", "multilabel_soft_margin_loss", "poisson_nll_loss",
-           "soft_margin_loss", "triplet_margin_loss"]
+           "margin_ranking_loss", "multi_margin_loss", "multilabel_margin_loss", "multilabel_soft_margin_loss",
+           "poisson_nll_loss", "soft_margin_loss", "triplet_margin_loss", "triplet_margin_with_distance_loss"]
 
 
 def _shapes_match(name: str, **tensors: Tensor) -> None:
@@ -102,6 +104,61 @@ def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, marg
     if swap:
         d_neg = d_neg.minimum(pairwise_distance(positive, negative, p, eps))
     return _loss_reduce((d_pos - d_neg + margin).clamp(min=0.0), reduction)
+
+
+def triplet_margin_with_distance_loss(anchor: Tensor, positive: Tensor, negative: Tensor, *,
+                                      distance_function: Callable[[Tensor, Tensor], Tensor] | None = None,
+                                      margin: float = 1.0, swap: bool = False, reduction: str = "mean") -> Tensor:
+    """max(d(a, p) - d(a, n) + margin, 0) with d = distance_function (pairwise_distance when None);
+    swap: d(a, n) becomes min(d(a, n), d(p, n)). margin must be positive, as PyTorch's."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"triplet_margin_with_distance_loss: {reduction!r} is not a valid value for reduction")
+    if margin <= 0:
+        raise ValueError(f"triplet_margin_with_distance_loss: margin must be greater than 0, got {margin}"
+                         f"\n  at {user_location()}")
+    if not anchor.ndim == positive.ndim == negative.ndim:
+        raise ShapeError(f"triplet_margin_with_distance_loss: the anchor, positive, and negative tensors are expected "
+                         f"to have the same number of dimensions, but got: anchor {anchor.ndim}D, positive "
+                         f"{positive.ndim}D, and negative {negative.ndim}D inputs\n  at {user_location()}")
+    dist = pairwise_distance if distance_function is None else distance_function
+    d_pos, d_neg = dist(anchor, positive), dist(anchor, negative)
+    if swap:
+        d_neg = d_neg.minimum(dist(positive, negative))
+    return _loss_reduce((margin + d_pos - d_neg).clamp(min=0.0), reduction)
+
+
+@policy("f32")  # autocast: on PyTorch's float32 list
+def multilabel_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
+                           reduction: str = "mean") -> Tensor:
+    """Per sample: sum over its target classes j and the other classes i of max(0, 1 - (x[j] - x[i])), over
+    the number of classes. target holds class indices of input's shape, [N, C] or [C]; its first -1 ends
+    a sample's list (what follows is ignored), as PyTorch's."""
+    no_legacy_reduction("multilabel_margin_loss", size_average, reduce)
+    if input.ndim not in (1, 2) or tuple(target.shape) != tuple(input.shape) or target.dtype.is_float:
+        raise ShapeError(f"multilabel_margin_loss: expected input [N, C] and an integer target of its shape (or [C] "
+                         f"and [C]), got {list(input.shape)} and {target.dtype}{list(target.shape)}"
+                         f"\n  at {user_location()}")
+    n_classes = input.shape[-1]
+    _check_multilabel(target, n_classes)
+    positions = arange(n_classes)
+    first_end = _where(target == -1, positions, n_classes).amin(-1, keepdim=True)
+    listed = positions < first_end  # [.., j]: the j-th entry is a target
+    labels = _where(listed, target, 0)
+    is_target = ((labels.unsqueeze(-1) == positions) & listed.unsqueeze(-1)).any(-2)  # [.., i]
+    x_j = input.gather(-1, labels).unsqueeze(-1)  # [.., j, 1]
+    hinge = (1.0 - x_j + input.unsqueeze(-2)).clamp(min=0.0)  # [.., j, i]
+    keep = listed.unsqueeze(-1) & ~is_target.unsqueeze(-2)
+    return _loss_reduce(_where(keep, hinge, 0.0).sum((-2, -1)) / n_classes, reduction)
+
+
+def _check_multilabel(target: Tensor, n_classes: int) -> None:
+    if target._value is not None or not target.numel():
+        return
+    t = target.numpy()
+    if ((t < -1) | (t >= n_classes)).any():
+        bad = t[(t < -1) | (t >= n_classes)].flat[0]
+        raise IndexValueError(f"multilabel_margin_loss: target {int(bad)} is out of range for {n_classes} classes "
+                              f"(a class index, or -1 to end the list)\n  at {user_location()}")
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list

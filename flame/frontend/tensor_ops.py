@@ -92,6 +92,14 @@ class TensorOps:
             return TopkResult(vals.reshape(()), idx.reshape(()))
         return TopkResult(vals, idx)
 
+    def view_as(self, other):
+        """self.view(other.shape), as torch's."""
+        return self.view(other.shape)
+
+    def reshape_as(self, other):
+        """self.reshape(other.shape), as torch's."""
+        return self.reshape(other.shape)
+
     def narrow(self, dim: int, start: int, length: int):
         """Elements start .. start+length-1 along dim (a slice)."""
         axis = dim_index("narrow", dim, self.ndim)

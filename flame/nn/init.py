@@ -4,36 +4,66 @@ flame.Generator (or flame.manual_seed) makes a model's initial weights reproduci
 from __future__ import annotations
 
 import math
+import warnings
 
 from flame.frontend.context import no_grad
 from flame.frontend.creation import Generator, normal_, rand, randn, uniform_
 from flame.frontend.tensor import Tensor
 
 __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
-           "orthogonal_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_"]
+           "orthogonal_", "sparse_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_"]
 
 
 def _fans(tensor: Tensor) -> tuple[int, int]:
     if tensor.ndim < 2:
-        raise ValueError(f"fan in/out need a tensor with at least 2 dimensions, got shape {list(tensor.shape)}")
+        raise ValueError(f"Fan in and fan out can not be computed for tensor with fewer than 2 dimensions, got shape "
+                         f"{list(tensor.shape)}")
     receptive = math.prod(tensor.shape[2:])
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
 
+def _fan(tensor: Tensor, mode: str) -> int:
+    """fan_in or fan_out (torch's modes, any case); another mode raises torch's ValueError."""
+    mode = mode.lower() if isinstance(mode, str) else mode
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"Mode {mode} not supported, please use one of ['fan_in', 'fan_out']")
+    fan_in, fan_out = _fans(tensor)
+    return fan_in if mode == "fan_in" else fan_out
+
+
+def _empty(tensor: Tensor) -> bool:
+    """True (with torch's warning) for a tensor with no elements, which the Kaiming fills leave as it is."""
+    if 0 in tuple(tensor.shape):
+        warnings.warn("Initializing zero-element tensors is a no-op", stacklevel=3)
+        return True
+    return False
+
+
+_LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+           "sigmoid")
+
+
 def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
-    """The recommended gain of torch.nn.init.calculate_gain."""
-    if nonlinearity in ("linear", "conv1d", "conv2d", "conv3d", "sigmoid"):
-        return 1.0
+    """The recommended gain of torch.nn.init.calculate_gain: 1 for the linear and convolution layers and
+    sigmoid, 5/3 for tanh, sqrt(2) for relu, sqrt(2 / (1 + slope^2)) for leaky_relu (slope `param`, 0.01
+    when None; a bool or another type raises, as torch's) and 3/4 for selu."""
+    if nonlinearity in _LINEAR:
+        return 1
     if nonlinearity == "tanh":
         return 5.0 / 3
     if nonlinearity == "relu":
         return math.sqrt(2.0)
     if nonlinearity == "leaky_relu":
-        slope = 0.01 if param is None else param
+        if param is None:
+            slope = 0.01
+        elif isinstance(param, (int, float)) and not isinstance(param, bool):
+            slope = param
+        else:
+            raise ValueError(f"calculate_gain: negative_slope {param} not a valid number")
         return math.sqrt(2.0 / (1 + slope**2))
     if nonlinearity == "selu":
         return 3.0 / 4
-    raise ValueError(f"unsupported nonlinearity {nonlinearity!r}")
+    raise ValueError(f"calculate_gain: Unsupported nonlinearity {nonlinearity}")
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
@@ -43,37 +73,43 @@ def constant_(tensor: Tensor, val: float) -> Tensor:
 
 
 def zeros_(tensor: Tensor) -> Tensor:
+    """Fill tensor in place with zeros."""
     return constant_(tensor, 0.0)
 
 
 def ones_(tensor: Tensor) -> Tensor:
+    """Fill tensor in place with ones."""
     return constant_(tensor, 1.0)
 
 
 def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                      generator: Generator | None = None) -> Tensor:
     """U(-bound, bound) with bound = gain * sqrt(3 / fan). With a=sqrt(5) (nn.Linear's default) the
-    bound is 1/sqrt(fan_in)."""
-    fan_in, fan_out = _fans(tensor)
-    fan = fan_in if mode == "fan_in" else fan_out
-    bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan)
+    bound is 1/sqrt(fan_in). A tensor with no elements is left as it is (with torch's warning)."""
+    if _empty(tensor):
+        return tensor
+    bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / _fan(tensor, mode))
     return uniform_(tensor, -bound, bound, generator)
 
 
 def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                     generator: Generator | None = None) -> Tensor:
-    fan_in, fan_out = _fans(tensor)
-    fan = fan_in if mode == "fan_in" else fan_out
-    return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan), generator)
+    """N(0, std^2) with std = gain / sqrt(fan). A tensor with no elements is left as it is (with torch's
+    warning)."""
+    if _empty(tensor):
+        return tensor
+    return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(_fan(tensor, mode)), generator)
 
 
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """U(-bound, bound) with bound = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = _fans(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(tensor, -bound, bound, generator)
 
 
 def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
+    """N(0, std^2) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = _fans(tensor)
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
@@ -103,6 +139,8 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None =
 
     if tensor.ndim < 2:
         raise ValueError(f"orthogonal_: needs a tensor with at least 2 dimensions, got shape {list(tensor.shape)}")
+    if tensor.numel() == 0:
+        return tensor
     rows, cols = tensor.shape[0], math.prod(tensor.shape[1:])
     flat = randn(rows, cols, dtype=tensor.dtype, generator=generator).numpy().astype(np.float64)
     if rows < cols:
@@ -141,3 +179,19 @@ def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
             out[(g * per + d, d, *centre)] = 1
     with no_grad():
         return tensor.copy_(Tensor(out))
+
+
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator: Generator | None = None) -> Tensor:
+    """Fill a 2-D tensor with N(0, std^2) draws, then zero ceil(sparsity * rows) randomly chosen elements of
+    every column (torch.nn.init.sparse_)."""
+    import numpy as np
+
+    if tensor.ndim != 2:
+        raise ValueError(f"sparse_: only tensors with 2 dimensions are supported, got shape {list(tensor.shape)}")
+    rows, cols = tensor.shape
+    zeros = math.ceil(sparsity * rows)
+    values = randn(rows, cols, dtype=tensor.dtype, generator=generator).numpy() * std
+    order = rand(rows, cols, generator=generator).numpy().argsort(0, kind="stable")  # a permutation per column
+    np.put_along_axis(values, order[:zeros], 0, axis=0)
+    with no_grad():
+        return tensor.copy_(Tensor(values.astype(tensor.dtype.np_dtype)))

@@ -1,15 +1,19 @@
-"""The modules of the margin, embedding and likelihood losses in flame.frontend.margin_losses, with
-PyTorch's names and constructor arguments."""
+"""The modules of the margin, embedding and likelihood losses in flame.frontend.margin_losses and of
+the CTC loss (flame.frontend.ctc), with PyTorch's names and constructor arguments."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flame.frontend import margin_losses as M
+from flame.frontend.ctc import ctc_loss
 from flame.frontend.functional import no_legacy_reduction
 from flame.frontend.tensor import Tensor
 from flame.nn.module import Module
 
-__all__ = ["CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss",
-           "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "SoftMarginLoss", "TripletMarginLoss"]
+__all__ = ["CTCLoss", "CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss",
+           "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "SoftMarginLoss",
+           "TripletMarginLoss", "TripletMarginWithDistanceLoss"]
 
 
 class MarginRankingLoss(Module):
@@ -107,3 +111,37 @@ class GaussianNLLLoss(Module):
 
     def forward(self, input: Tensor, target: Tensor, var: Tensor | float) -> Tensor:  # noqa: A002
         return M.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
+
+
+class TripletMarginWithDistanceLoss(Module):
+    def __init__(self, *, distance_function: Callable[[Tensor, Tensor], Tensor] | None = None, margin: float = 1.0,
+                 swap: bool = False, reduction: str = "mean"):
+        super().__init__()
+        if margin <= 0:
+            raise ValueError(f"TripletMarginWithDistanceLoss: expected margin to be greater than 0, got {margin} "
+                             f"instead")
+        self.distance_function, self.margin, self.swap, self.reduction = distance_function, margin, swap, reduction
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        return M.triplet_margin_with_distance_loss(anchor, positive, negative, distance_function=self.distance_function,
+                                                   margin=self.margin, swap=self.swap, reduction=self.reduction)
+
+
+class MultiLabelMarginLoss(Module):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__()
+        no_legacy_reduction("MultiLabelMarginLoss", size_average, reduce)
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        return M.multilabel_margin_loss(input, target, reduction=self.reduction)
+
+
+class CTCLoss(Module):
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__()
+        self.blank, self.reduction, self.zero_infinity = blank, reduction, zero_infinity
+
+    def forward(self, log_probs: Tensor, targets: Tensor, input_lengths, target_lengths) -> Tensor:
+        return ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
+                        self.zero_infinity)

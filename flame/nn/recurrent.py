@@ -2,7 +2,9 @@
 so a PyTorch state_dict loads as it is), gate orders (LSTM: i, f, g, o; GRU: r, z, n), arguments and
 return values. The recurrence is unrolled over time while tracing: each layer and direction
 projects every time step's input with one matmul, then runs the hidden-state update step by step,
-so a compiled function over sequences of length T holds T steps per layer (its graph grows with T)."""
+so a compiled function over sequences of length T holds T steps per layer (its graph grows with T).
+A PackedSequence input (flame.nn.utils.rnn) runs over its padded batch, each sequence's state held once
+its steps are done, and gives a PackedSequence out, as torch's."""
 
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ from flame.frontend import functional as F
 from flame.frontend.autocast import cast_inputs
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, zeros
-from flame.frontend.ops import cat, stack
+from flame.frontend.ops import cat, stack, where
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of, f32
 from flame.nn import init
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
+from flame.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 __all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
 
@@ -47,6 +50,13 @@ def _gru_step(x_proj: Tensor, h: Tensor, w_hh: Tensor, b_hh: Tensor | None) -> T
     hr, hz, hn = F.linear(h, w_hh, b_hh).chunk(3, -1)
     r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
     return (1 - z) * (xn + r * hn).tanh() + z * h
+
+
+def _hold(running: Tensor, new, old):
+    """new where the sequence is still running ([N, 1] bools), old after its end (LSTM: both of (h, c))."""
+    if isinstance(new, tuple):
+        return tuple(where(running, a, b) for a, b in zip(new, old))
+    return where(running, new, old)
 
 
 class _RNNBase(Module):
@@ -125,7 +135,12 @@ class _RNNBase(Module):
     def _final(self, states: list):
         return stack(states, 0)
 
-    def forward(self, input: Tensor, hx=None):  # noqa: A002
+    def forward(self, input, hx=None):  # noqa: A002
+        """(output, h_n) ((output, (h_n, c_n)) for LSTM), as torch's; input [T, N, H_in] ([N, T, H_in] with
+        batch_first, [T, H_in] unbatched) or a PackedSequence (then the output is one too, and each
+        sequence's state stops at its length)."""
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         name = type(self).__name__
         unbatched = input.ndim == 2
         if input.ndim not in (2, 3) or input.shape[-1] != self.input_size:
@@ -135,6 +150,33 @@ class _RNNBase(Module):
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
         if unbatched and hx is not None:
             hx = tuple(h.unsqueeze(1) for h in hx) if isinstance(hx, tuple) else hx.unsqueeze(1)
+        out, final = self._run(x, hx, None)
+        out = out.squeeze(1) if unbatched else (out.transpose(0, 1) if self.batch_first else out)
+        if unbatched:
+            final = tuple(f.squeeze(1) for f in final) if isinstance(final, tuple) else final.squeeze(1)
+        return out, final
+
+    def _forward_packed(self, packed: PackedSequence, hx):
+        """The layers over the padded batch (in the packed, longest-first order), each sequence's state held
+        once its steps are done; hx and the final state in the batch's original order, as torch's."""
+        x, _ = pad_packed_sequence(packed._replace(unsorted_indices=None))
+        if x.shape[-1] != self.input_size:
+            raise ShapeError(f"{type(self).__name__}: the packed input's rows must be [{self.input_size}], got "
+                             f"{list(packed.data.shape[1:])}\n  at {user_location()}")
+        order, back = packed.sorted_indices, packed.unsorted_indices
+        if hx is not None and order is not None:
+            hx = tuple(h.index_select(1, order) for h in hx) if isinstance(hx, tuple) else hx.index_select(1, order)
+        lengths = Tensor(packed.lengths()).unsqueeze(1)  # [N, 1]
+        out, final = self._run(x, hx, lengths)
+        if back is not None:
+            final = tuple(f.index_select(1, back) for f in final) if isinstance(final, tuple) else \
+                final.index_select(1, back)
+        rows = pack_padded_sequence(out, packed.lengths()).data
+        return packed._replace(data=rows), final
+
+    def _run(self, x: Tensor, hx, lengths: Tensor | None):
+        """The layers over time-major x [T, N, H_in]; with lengths [N, 1], a sequence's state stops changing
+        after its last step (its later outputs are left as they come: the caller drops them)."""
         length, n = x.shape[0], x.shape[1]
         states = self._initial(hx, n, x)
         finals = []
@@ -150,17 +192,14 @@ class _RNNBase(Module):
                 steps = range(length - 1, -1, -1) if d else range(length)
                 hs: list = [None] * length
                 for t in steps:
-                    hs[t], state = self._cell(proj[t], state, w_hh, b_hh, w_hr)
+                    hs[t], new = self._cell(proj[t], state, w_hh, b_hh, w_hr)
+                    state = new if lengths is None else _hold(lengths > t, new, state)
                 finals.append(state)
                 outs.append(stack(hs, 0))
             x = outs[0] if len(outs) == 1 else cat(outs, -1)
             if self.dropout and self.training and layer < self.num_layers - 1:
                 x = F.dropout(x, self.dropout, True, generator=self.generator)
-        out = x.squeeze(1) if unbatched else (x.transpose(0, 1) if self.batch_first else x)
-        final = self._final(finals)
-        if unbatched:
-            final = tuple(f.squeeze(1) for f in final) if isinstance(final, tuple) else final.squeeze(1)
-        return out, final
+        return x, self._final(finals)
 
     def _check_hx(self, h: Tensor, n: int, what: str, width: int) -> None:
         want = (self.num_layers * self.directions, n, width)

@@ -1,6 +1,16 @@
-"""flame.nn.utils: gradient tools (gradients.py) and LoRA adapters (`flame.nn.utils.lora`)."""
+"""flame.nn.utils: gradient tools (gradients.py), parameters as one vector (convert_parameters.py), padded
+and packed sequences (`flame.nn.utils.rnn`) and LoRA adapters (`flame.nn.utils.lora`)."""
 
-from flame.nn.utils import lora  # noqa: F401
-from flame.nn.utils.gradients import add_grad_noise_, clip_grad_norm_, clip_grad_value_, grad_stats
+from flame.nn.utils import lora, rnn  # noqa: F401
+from flame.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
+from flame.nn.utils.gradients import (
+    add_grad_noise_,
+    clip_grad_norm_,
+    clip_grad_value_,
+    clip_grads_with_norm_,
+    get_total_norm,
+    grad_stats,
+)
 
-__all__ = ["add_grad_noise_", "clip_grad_norm_", "clip_grad_value_", "grad_stats", "lora"]
+__all__ = ["add_grad_noise_", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm",
+           "grad_stats", "lora", "parameters_to_vector", "rnn", "vector_to_parameters"]

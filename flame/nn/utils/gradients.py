@@ -1,19 +1,21 @@
-"""Gradient tools: clipping by norm or value, seeded gradient noise, per-parameter gradient statistics.
-All of them work eagerly and inside @flame.compile (they update `.grad` with copy_, which a trace
-records as a rebinding)."""
+"""Gradient tools: the total norm of tensors, clipping by norm or value, seeded gradient noise,
+per-parameter gradient statistics. All of them work eagerly and inside @flame.compile (they update
+`.grad` with copy_, which a trace records as a rebinding)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
 
-from flame.errors import FlameError, TraceError
+from flame.errors import NonFiniteError, TraceError
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.creation import Generator, randn
+from flame.frontend.ops import stack, vector_norm
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import promote
 
-__all__ = ["add_grad_noise_", "clip_grad_norm_", "clip_grad_value_", "grad_stats"]
+__all__ = ["add_grad_noise_", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm",
+           "grad_stats"]
 
 
 def _grads(params: Tensor | Iterable[Tensor]) -> list[Tensor]:
@@ -21,44 +23,55 @@ def _grads(params: Tensor | Iterable[Tensor]) -> list[Tensor]:
     return [p.grad for p in params if p.grad is not None]
 
 
-def _total_norm(grads: list[Tensor], norm_type: float) -> Tensor:
-    dt = grads[0].dtype
-    for g in grads[1:]:
-        dt = promote(dt, g.dtype)
-    if math.isinf(norm_type):
-        parts = [g.abs().amax().to(dt) for g in grads]
-        total = parts[0]
-        for p in parts[1:]:
-            total = total.maximum(p)
-        return total
-    if norm_type == 2.0:
-        parts = [(g * g).sum().to(dt) for g in grads]
-    else:
-        parts = [(g.abs() ** norm_type).sum().to(dt) for g in grads]
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total.sqrt() if norm_type == 2.0 else total ** (1.0 / norm_type)
+def get_total_norm(tensors: Tensor | Iterable[Tensor], norm_type: float = 2.0, error_if_nonfinite: bool = False,
+                   foreach: bool | None = None) -> Tensor:
+    """The norm of order norm_type of the tensors taken as one vector, as torch's: the norm of the stacked
+    per-tensor norms (any order vector_norm takes: inf, -inf, 0 counts the non-zero elements, negative
+    and fractional orders), in the tensors' promoted dtype; a 0-d f32 zero for no tensors.
+    error_if_nonfinite raises for a NaN or infinite norm (eagerly; see clip_grad_norm_). foreach is
+    accepted and changes nothing."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    norm_type = float(norm_type)
+    if not tensors:
+        return Tensor(0.0)
+    dt = tensors[0].dtype
+    for t in tensors[1:]:
+        dt = promote(dt, t.dtype)
+    norms = [vector_norm(t, norm_type).to(dt) for t in tensors]
+    total = vector_norm(stack(norms), norm_type)
+    if error_if_nonfinite:
+        _check_finite(total, norm_type)
+    return total
+
+
+def clip_grads_with_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, total_norm: Tensor,
+                          foreach: bool | None = None) -> None:
+    """Scale every gradient by min(1, max_norm / (total_norm + 1e-6)), as torch's (total_norm: what
+    get_total_norm returned). foreach is accepted and changes nothing."""
+    grads = _grads(parameters)
+    if not grads:
+        return
+    with no_grad():
+        coef = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.copy_(g * coef.to(g.dtype))
 
 
 def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False, foreach: bool | None = None) -> Tensor:
     """Scale all gradients together so their joint norm is at most max_norm (as torch does: by
-    min(1, max_norm / (norm + 1e-6))). Returns the norm before clipping as a 0-d Tensor; no host
-    synchronisation, so it works inside @flame.compile. error_if_nonfinite=True raises, as torch's,
+    min(1, max_norm / (norm + 1e-6))). Returns the norm before clipping as a 0-d Tensor (get_total_norm's);
+    no host synchronisation, so it works inside @flame.compile. error_if_nonfinite=True raises, as torch's,
     when the norm is NaN or infinite (eagerly: a compiled step cannot read the norm while it is traced,
     so there it raises a TraceError saying to check the returned norm after the call); foreach is
-    accepted and changes nothing."""
-    grads = _grads(parameters)
+    accepted and changes nothing. Parameters without a gradient are left out."""
+    params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+    grads = _grads(params)
     if not grads:
         return Tensor(0.0)
     with no_grad():
-        total = _total_norm(grads, float(norm_type))
-        if error_if_nonfinite:
-            _check_finite(total, norm_type)
-        coef = (float(max_norm) / (total + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.copy_(g * coef.to(g.dtype))
+        total = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
+    clip_grads_with_norm_(params, max_norm, total, foreach)
     return total
 
 
@@ -69,9 +82,9 @@ def _check_finite(total: Tensor, norm_type: float) -> None:
                          f"and check it after the call (the gradients are then scaled by a non-finite norm, as "
                          f"with error_if_nonfinite=False)\n  at {user_location()}")
     if not math.isfinite(total.item()):
-        raise FlameError(f"The total norm of order {float(norm_type)} for gradients from `parameters` is non-finite, "
-                         f"so it cannot be clipped. To disable this error and scale the gradients by the non-finite "
-                         f"norm anyway, set `error_if_nonfinite=False`\n  at {user_location()}")
+        raise NonFiniteError(f"The total norm of order {float(norm_type)} for gradients from `parameters` is "
+                             f"non-finite, so it cannot be clipped. To disable this error and scale the gradients by "
+                             f"the non-finite norm anyway, set `error_if_nonfinite=False`\n  at {user_location()}")
 
 
 def clip_grad_value_(parameters: Tensor | Iterable[Tensor], clip_value: float, foreach: bool | None = None) -> None:
