@@ -31,10 +31,15 @@ from functools import cached_property, lru_cache
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.attention import BACKWARD, BIAS_GRAD, FORWARD, STATS, mask_of
 from flame.plan.steps import aligned
+from flame.runtime import cudnn_cache
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
 DTYPES = ("f16", "bf16")
 NO_SCORE_MOD = "cuDNN's fused attention cannot express a score modification (score_mod)"
+# the graphs' tensors by uid: a graph read back from the cache of built graphs runs the same way
+UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "stats": 5, "bias": 6, "dO": 7, "dq": 8, "dk": 9, "dv": 10}
+TENSORS = {"forward": ("q", "k", "v", "bias", "o", "stats"),
+           "backward": ("q", "k", "v", "o", "dO", "stats", "bias", "dq", "dk", "dv")}
 
 
 @dataclass(frozen=True)
@@ -192,7 +197,8 @@ def workspace_bytes(op, with_stats: bool = False, exact: bool = False, att: Cudn
 
 
 class CudnnAttention:
-    """The forward (with stats) and backward cuDNN graphs of one AttentionSpec, built on construction."""
+    """The forward (with stats) and backward cuDNN graphs of one AttentionSpec, each built (or read back
+    from the cache of built graphs, runtime/cudnn_cache.py) at its first use."""
 
     def __init__(self, spec: AttentionSpec):
         why = unsupported_reason(spec)
@@ -203,22 +209,25 @@ class CudnnAttention:
         self._io = {"f16": self._cudnn.data_type.HALF, "bf16": self._cudnn.data_type.BFLOAT16}[spec.dtype]
         self.itemsize = 2
 
-    def _built(self, build):
-        """build(cudnn) -> (graph, tensors), NotImplementedError where cuDNN refuses it. The forward and
-        the backward graph are built at first use: a forward call's spec and its backward's differ
-        where their other operands are strided."""
+    def _built(self, direction: str, build):
+        """(graph, {tensor name: uid, None for no mask}) of the `direction` graph: read back from the
+        cache of built graphs (runtime/cudnn_cache.py) or build(cudnn); NotImplementedError where
+        cuDNN refuses it. The forward and the backward graph are built at first use: a forward
+        call's spec and its backward's differ where their other operands are strided."""
         try:
-            return build(self._cudnn)
+            g = cudnn_cache.graph(self._cudnn, f"attention {direction} {self.spec!r}", f"attention {direction}",
+                                  lambda: build(self._cudnn))
         except refusals(self._cudnn) as e:
             raise NotImplementedError(f"cuDNN refused attention {self.spec}: {e}") from None
+        return g, {n: None if n == "bias" and not self.spec.mask_dims else UIDS[n] for n in TENSORS[direction]}
 
     @cached_property
     def _forward_graph(self):
-        return self._built(self._build_forward)
+        return self._built("forward", self._build_forward)
 
     @cached_property
     def _backward_graph(self):
-        return self._built(self._build_backward)
+        return self._built("backward", self._build_backward)
 
     @property
     def forward_workspace(self) -> int:
@@ -235,8 +244,10 @@ class CudnnAttention:
                              compute_data_type=cudnn.data_type.FLOAT, handle=handle())
 
     def _tensor(self, g, name: str, dims, data_type=None, strides=None):
-        return g.tensor(name=name, dim=list(dims), stride=strides or list(contiguous_strides(tuple(dims))),
-                        data_type=data_type or self._io)
+        t = g.tensor(name=name, dim=list(dims), stride=strides or list(contiguous_strides(tuple(dims))),
+                     data_type=data_type or self._io)
+        t.set_uid(UIDS[name])
+        return t
 
     def _mask(self, g):
         """The additive mask as cuDNN's bias: broadcast dimensions get stride 0."""
@@ -250,10 +261,11 @@ class CudnnAttention:
     def _operands(self, g, names=("q", "k", "v")):
         return [self._tensor(g, n, self.spec.dims(n), strides=self.spec.stride(n, n)) for n in names]
 
-    def _output(self, t, dims, data_type=None, strides=None):
+    def _output(self, t, name: str, dims, data_type=None, strides=None):
         t.set_output(True).set_dim(list(dims)).set_stride(strides or list(contiguous_strides(tuple(dims))))
         if data_type is not None:
             t.set_data_type(data_type)
+        t.set_uid(UIDS[name])
 
     def _build_forward(self, cudnn):
         g = self._graph(cudnn)
@@ -261,10 +273,10 @@ class CudnnAttention:
         bias = self._mask(g)
         o, stats = g.sdpa(name="sdpa", q=q, k=k, v=v, attn_scale=self.spec.scale, bias=bias,
                           use_causal_mask=self.spec.causal, generate_stats=True)
-        self._output(o, self.spec.dims("o"), strides=self.spec.stride("o", "o"))
-        self._output(stats, self.spec.dims("stats"), cudnn.data_type.FLOAT)
+        self._output(o, "o", self.spec.dims("o"), strides=self.spec.stride("o", "o"))
+        self._output(stats, "stats", self.spec.dims("stats"), cudnn.data_type.FLOAT)
         g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        return g, {"q": q, "k": k, "v": v, "bias": bias, "o": o, "stats": stats}
+        return g
 
     def _build_backward(self, cudnn):
         g = self._graph(cudnn)
@@ -275,10 +287,9 @@ class CudnnAttention:
         dq, dk, dv = g.sdpa_backward(name="sdpa_backward", q=q, k=k, v=v, o=o, dO=do, stats=stats,
                                      attn_scale=self.spec.scale, bias=bias, use_causal_mask=self.spec.causal)
         for t, which in ((dq, "q"), (dk, "k"), (dv, "v")):
-            self._output(t, self.spec.dims(which), strides=self.spec.stride("d" + which, which))
+            self._output(t, "d" + which, self.spec.dims(which), strides=self.spec.stride("d" + which, which))
         g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        return g, {"q": q, "k": k, "v": v, "o": o, "dO": do, "stats": stats, "bias": bias, "dq": dq, "dk": dk,
-                   "dv": dv}
+        return g
 
     def _run(self, g, pack: dict, workspace: int) -> None:
         execute(g, pack, workspace)

@@ -34,10 +34,12 @@ from functools import lru_cache
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.conv import to_channels_first
 from flame.plan.steps import ConvCall
+from flame.runtime import cudnn_cache
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
 DTYPES = ("f32", "f16", "bf16")
 OPERANDS = {"fprop": ("x", "w", "y"), "dgrad": ("y", "w", "x"), "wgrad": ("x", "y", "w")}  # a, b -> out, as X/W/Y
+UIDS = {"x": 1, "w": 2, "y": 3}  # the graph's tensors by uid: a graph read back from the cache runs the same way
 WORKSPACE_LIMIT = 256 << 20  # no engine needing more is chosen
 allow_tf32 = False  # explicit opt-in, as runtime/matmul.allow_tf32
 
@@ -139,7 +141,8 @@ def workspace_bytes(op, exact: bool = False) -> int:
 
 
 class CudnnConv:
-    """The cuDNN graph of one ConvSpec, built on construction; calling it runs the convolution."""
+    """The cuDNN graph of one ConvSpec, built on construction (or read back from the cache of built
+    graphs, runtime/cudnn_cache.py); calling it runs the convolution."""
 
     def __init__(self, spec: ConvSpec):
         why = unsupported_reason(spec)
@@ -150,14 +153,22 @@ class CudnnConv:
         self._io = {"f32": cudnn.data_type.FLOAT, "f16": cudnn.data_type.HALF,
                     "bf16": cudnn.data_type.BFLOAT16}[spec.dtype]
         try:
-            self._graph, self._tensors = self._build(cudnn)
+            self._graph = cudnn_cache.graph(cudnn, self._key(), f"{spec.kind} convolution", lambda: self._build(cudnn))
         except refusals(cudnn) as e:
             raise NotImplementedError(f"cuDNN refused the {spec.kind} convolution {spec}: {e}") from None
+        self._tensors = tuple(UIDS[n] for n in OPERANDS[spec.kind])  # a, b, out
         self.workspace = self._graph.get_workspace_size()
 
+    def _key(self) -> str:
+        """What decides the graph besides the GPU and the libraries (runtime/cudnn_cache.py's key)."""
+        tf32 = self.spec.dtype == "f32" and allow_tf32
+        return f"conv {self.spec!r} tf32={tf32} workspace<={WORKSPACE_LIMIT}"
+
     def _tensor(self, g, which: str):
-        return g.tensor(name=which.upper(), dim=list(self.spec.dims(which)), stride=list(self.spec.strides(which)),
-                        data_type=self._io)
+        t = g.tensor(name=which.upper(), dim=list(self.spec.dims(which)), stride=list(self.spec.strides(which)),
+                     data_type=self._io)
+        t.set_uid(UIDS[which])
+        return t
 
     def _build(self, cudnn):
         s, f32 = self.spec, cudnn.data_type.FLOAT
@@ -170,6 +181,7 @@ class CudnnConv:
         out = conv()
         out.set_output(True).set_dim(list(s.dims(out_name))).set_stride(list(s.strides(out_name)))
         out.set_data_type(self._io)
+        out.set_uid(UIDS[out_name])
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
@@ -178,7 +190,7 @@ class CudnnConv:
         g.deselect_workspace_greater_than(WORKSPACE_LIMIT)
         g.check_support()
         g.build_plans()
-        return g, (a, b, out)
+        return g
 
     def _attrs(self, compute) -> dict:
         s = self.spec
@@ -195,7 +207,8 @@ class CudnnConv:
 
 @lru_cache(maxsize=512)
 def cudnn_conv(spec: ConvSpec) -> CudnnConv:
-    """The built graph for `spec`, cached (building takes milliseconds)."""
+    """The built graph for `spec`, cached in the process and on disk (runtime/cudnn_cache.py: building
+    takes milliseconds)."""
     return CudnnConv(spec)
 
 
