@@ -84,8 +84,20 @@ class ConvSpec:
                 d, s = dims[n], st[n]
                 dims[n], st[n] = (*d[:2], 1, d[2]), (*s[:2], s[2] * d[2], s[2])
             pads, stride, dilation = [(0, 0), *pads], (1, *stride), (1, *dilation)
-        return ConvSpec(kind, dtype, dims["x"], dims["w"], dims["y"], st["x"], st["w"], st["y"],
-                        tuple(p[0] for p in pads), tuple(p[1] for p in pads), stride, dilation)
+        return ConvSpec(
+            kind,
+            dtype,
+            dims["x"],
+            dims["w"],
+            dims["y"],
+            st["x"],
+            st["w"],
+            st["y"],
+            tuple(p[0] for p in pads),
+            tuple(p[1] for p in pads),
+            stride,
+            dilation,
+        )
 
     @property
     def groups(self) -> int:
@@ -113,8 +125,17 @@ def spec_of(op, strides: dict | None = None) -> ConvSpec:
     if at.get("channels_last"):
         shapes.update({n: to_channels_first(shapes[n]) for n in ("x", "y")})
         strides = {n: channels_last_strides(shapes[n]) for n in ("x", "y")} | (strides or {})
-    return ConvSpec.of(kind, op.out.type.dtype.name, shapes["x"], shapes["w"], shapes["y"], at["padding"],
-                       at["stride"], at["dilation"], strides)
+    return ConvSpec.of(
+        kind,
+        op.out.type.dtype.name,
+        shapes["x"],
+        shapes["w"],
+        shapes["y"],
+        at["padding"],
+        at["stride"],
+        at["dilation"],
+        strides,
+    )
 
 
 def unsupported_reason(spec: ConvSpec) -> str:
@@ -150,8 +171,9 @@ class CudnnConv:
             raise NotImplementedError(f"cuDNN convolution: {why}")
         self.spec = spec
         cudnn = cudnn_module("cuDNN convolution")
-        self._io = {"f32": cudnn.data_type.FLOAT, "f16": cudnn.data_type.HALF,
-                    "bf16": cudnn.data_type.BFLOAT16}[spec.dtype]
+        self._io = {"f32": cudnn.data_type.FLOAT, "f16": cudnn.data_type.HALF, "bf16": cudnn.data_type.BFLOAT16}[
+            spec.dtype
+        ]
         try:
             self._graph = cudnn_cache.graph(cudnn, self._key(), f"{spec.kind} convolution", lambda: self._build(cudnn))
         except refusals(cudnn) as e:
@@ -165,8 +187,12 @@ class CudnnConv:
         return f"conv {self.spec!r} tf32={tf32} workspace<={WORKSPACE_LIMIT}"
 
     def _tensor(self, g, which: str):
-        t = g.tensor(name=which.upper(), dim=list(self.spec.dims(which)), stride=list(self.spec.strides(which)),
-                     data_type=self._io)
+        t = g.tensor(
+            name=which.upper(),
+            dim=list(self.spec.dims(which)),
+            stride=list(self.spec.strides(which)),
+            data_type=self._io,
+        )
         t.set_uid(UIDS[which])
         return t
 
@@ -175,9 +201,11 @@ class CudnnConv:
         g = cudnn.pygraph(io_data_type=self._io, intermediate_data_type=f32, compute_data_type=f32, handle=handle())
         a_name, b_name, out_name = OPERANDS[s.kind]
         a, b = self._tensor(g, a_name), self._tensor(g, b_name)
-        conv = {"fprop": lambda: g.conv_fprop(image=a, weight=b, **self._attrs(f32)),
-                "dgrad": lambda: g.conv_dgrad(loss=a, filter=b, **self._attrs(f32)),
-                "wgrad": lambda: g.conv_wgrad(image=a, loss=b, **self._attrs(f32))}[s.kind]
+        conv = {
+            "fprop": lambda: g.conv_fprop(image=a, weight=b, **self._attrs(f32)),
+            "dgrad": lambda: g.conv_dgrad(loss=a, filter=b, **self._attrs(f32)),
+            "wgrad": lambda: g.conv_wgrad(image=a, loss=b, **self._attrs(f32)),
+        }[s.kind]
         out = conv()
         out.set_output(True).set_dim(list(s.dims(out_name))).set_stride(list(s.strides(out_name)))
         out.set_data_type(self._io)
@@ -194,8 +222,13 @@ class CudnnConv:
 
     def _attrs(self, compute) -> dict:
         s = self.spec
-        return {"pre_padding": list(s.pre_padding), "post_padding": list(s.post_padding), "stride": list(s.stride),
-                "dilation": list(s.dilation), "compute_data_type": compute}
+        return {
+            "pre_padding": list(s.pre_padding),
+            "post_padding": list(s.post_padding),
+            "stride": list(s.stride),
+            "dilation": list(s.dilation),
+            "compute_data_type": compute,
+        }
 
     def __call__(self, a, b, out, workspace=0) -> None:
         """out = the convolution of a and b (the op's inputs in IR order: x, w / dy, w / x, dy); each a
