@@ -53,7 +53,8 @@ _lock = threading.Lock()
 class Counts:
     """What the cuDNN graph cache did in this process: graphs built (the cache missed or is off),
     loaded, stored, rebuilt (their entry failed its check or did not read back), not stored (no
-    serialized form), and the seconds spent building and loading them."""
+    serialized form), and the seconds spent building, loading (looking for entries included) and
+    storing them (serializing, the check that the form reads back, writing)."""
 
     built: int = 0
     loaded: int = 0
@@ -62,11 +63,12 @@ class Counts:
     unstorable: int = 0
     build_seconds: float = 0.0
     load_seconds: float = 0.0
+    store_seconds: float = 0.0
 
     @property
     def seconds(self) -> float:
-        """Seconds spent on cuDNN graphs: building and loading."""
-        return self.build_seconds + self.load_seconds
+        """Seconds spent on cuDNN graphs: building, loading and storing."""
+        return self.build_seconds + self.load_seconds + self.store_seconds
 
 
 COUNTS = Counts()
@@ -119,8 +121,8 @@ def graph(cudnn, key: str, label: str, build: Callable[[], object]):
     if path is not None:
         t0 = time.perf_counter()
         g = _load(cudnn, path, label)
+        _add("load_seconds", time.perf_counter() - t0)  # a miss or a bad entry's time included
         if g is not None:
-            _add("load_seconds", time.perf_counter() - t0)
             with _lock:
                 COUNTS.loaded += 1
             return g
@@ -132,7 +134,9 @@ def graph(cudnn, key: str, label: str, build: Callable[[], object]):
     with _lock:
         COUNTS.built += 1
     if path is not None:
+        t0 = time.perf_counter()
         _store(cudnn, g, path, label)
+        _add("store_seconds", time.perf_counter() - t0)
     return g
 
 
