@@ -22,8 +22,10 @@ form does not read back in the process that built it, is not stored (said at deb
 that fails its check (damaged, cut short, written without the key) or that cuDNN cannot read back
 (deserialize raises) is deleted and its graph is built and stored again, with one RuntimeWarning.
 
-COUNTS says what happened in this process, with the seconds spent building and loading graphs (a
-build that cuDNN refuses counted too): the share of a new process's start that is cuDNN's."""
+COUNTS says what happened in this process, with the seconds spent building, loading and storing
+graphs (a build that cuDNN refuses counted too): the share of a new process's start that is cuDNN's.
+The CUDA executor makes a plan's graphs when it prepares the plan (runtime/cuda_steps.prepare), so
+that share is part of the executor compile, not of the first step."""
 
 from __future__ import annotations
 
