@@ -6,7 +6,9 @@ bf16 parameters and activations, no biases, AdamW:
 
 Shape (full): batch 4, T 2048, d 2048, 16 query heads and 4 key/value heads of head dim 128
 (grouped-query attention, 4 query heads per key/value head), SwiGLU hidden 5632 (8/3 d rounded up to
-a multiple of 256, as Llama does). --quick: batch 2, T 16, d 64, 4 / 2 heads of 16, hidden 128.
+a multiple of 256, as Llama does). `llama7b_block_train` is the same step at Llama 2 7B's widths (d 4096,
+32 query heads, hidden 11008) with 8 key/value heads, T 2048, batch 2. Each has an `_fp8` twin whose
+Linear GEMMs run in FP8. --quick: batch 2, T 16, d 64, 4 / 2 heads of 16, hidden 128.
 RoPE is the rotate-half form (`x * cos + rotate_half(x) * sin`, base 10000) with the tables computed
 inside the step from positions, as a model's forward computes them; every framework writes the same
 math. Attention goes through each framework's scaled_dot_product_attention with is_causal and
@@ -33,6 +35,14 @@ def _sizes(quick: bool) -> dict:
     if quick:
         return {"batch": 2, "T": 16, "d": 64, "heads": 4, "kv_heads": 2, "hidden": 128}
     return {"batch": 4, "T": 2048, "d": 2048, "heads": 16, "kv_heads": 4, "hidden": 5632}
+
+
+def _sizes_7b(quick: bool) -> dict:
+    """The Llama 2 7B block's widths (d 4096, 32 query heads, hidden 11008) with 8 key/value heads,
+    T 2048, batch 2: where FP8 GEMMs are large enough to pay for their casts."""
+    if quick:
+        return _sizes(quick)
+    return {"batch": 2, "T": 2048, "d": 4096, "heads": 32, "kv_heads": 8, "hidden": 11008}
 
 
 def _shapes(s) -> dict[str, tuple[int, ...]]:
@@ -207,34 +217,42 @@ def _torchao_llama(s, a, wrap):
     return _torch_bound(s, p, wrap, lambda h, n: mods[n](h))
 
 
-LLAMA = [
-    Case(
-        "llama_block_train",
-        "bf16 Llama-style block training step: RMSNorm, RoPE, grouped-query causal attention "
-        "through SDPA (16 query / 4 key-value heads of 128), SwiGLU MLP (hidden 5632), no biases, d 2048, T 2048, "
-        "batch 4, loss mean(y.float()**2), AdamW",
-        sizes=_sizes,
-        inputs=_inputs,
-        min_bytes=_bytes(_inputs),
-        min_flops=_flops,
-        flame=_flame_llama,
-        torch=_torch_llama,
-        tol=2e-2,
-        state_tol=BF16_UPDATE_TOL,
-    ),
-    Case(
-        "llama_block_train_fp8",
-        "llama_block_train (same sizes) with its Linear GEMMs in FP8 (flame.amp.Float8Recipe(): current "
-        "scaling, e4m3 forward, e5m2 gradients); peers: the torch bf16 step, and torchao's float8 training "
-        "(torch.compile'd) where torchao is installed",
-        sizes=_sizes,
-        inputs=_inputs,
-        min_bytes=_bytes(_inputs),
-        min_flops=_flops,
-        flame=_flame_llama_fp8,
-        torch=_torch_llama,
-        extra={"torchao float8": ("torch", _torchao_llama, "compiled")},
-        tol=FP8_TOL,
-        state_tol=FP8_UPDATE_TOL,
-    ),
-]
+def _cases(name: str, sizes, shape: str) -> list[Case]:
+    """The bf16 case and its FP8 twin at one shape."""
+    return [
+        Case(
+            name,
+            "bf16 Llama-style block training step: RMSNorm, RoPE, grouped-query causal attention "
+            f"through SDPA, SwiGLU MLP, no biases, {shape}, loss mean(y.float()**2), AdamW",
+            sizes=sizes,
+            inputs=_inputs,
+            min_bytes=_bytes(_inputs),
+            min_flops=_flops,
+            flame=_flame_llama,
+            torch=_torch_llama,
+            tol=2e-2,
+            state_tol=BF16_UPDATE_TOL,
+        ),
+        Case(
+            f"{name}_fp8",
+            f"{name} (same sizes) with its Linear GEMMs in FP8 (flame.amp.Float8Recipe(): current "
+            "scaling, e4m3 forward, e5m2 gradients); peers: the torch bf16 step, and torchao's float8 training "
+            "(torch.compile'd) where torchao is installed",
+            sizes=sizes,
+            inputs=_inputs,
+            min_bytes=_bytes(_inputs),
+            min_flops=_flops,
+            flame=_flame_llama_fp8,
+            torch=_torch_llama,
+            extra={"torchao float8": ("torch", _torchao_llama, "compiled")},
+            tol=FP8_TOL,
+            state_tol=FP8_UPDATE_TOL,
+        ),
+    ]
+
+
+LLAMA = _cases(
+    "llama_block_train", _sizes, "16 query / 4 key-value heads of 128, hidden 5632, d 2048, T 2048, batch 4"
+) + _cases(
+    "llama7b_block_train", _sizes_7b, "32 query / 8 key-value heads of 128, hidden 11008, d 4096, T 2048, batch 2"
+)

@@ -521,11 +521,7 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     for seg, lay in zip(segs, lays):
         ins = _reads(seg)  # in the segment's own order of first use: the same in segments of one class
         outs = [v for v in outputs if v in lay.stores]
-        alike = _canonical_segment(seg, ins, outs)
-        probe = probes.get(alike)
-        if probe is None:
-            probe = probes[alike] = _MapSegment(seg, lay, ins, outs, "p_", "R.",
-                                                config.balanced_streaming).template_fields(ins, outs)
+        probe = _probe(probes, seg, lay, ins, outs, config.balanced_streaming)
         key = repr(([v.dtype.name for v in ins], [v.dtype.name for v in outs],
                     {k: f for k, f in probe.items() if k not in ("n", "what")}))
         if key not in classes:
@@ -568,6 +564,15 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}_x{len(segs)}"
     k = finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))
     return dataclasses.replace(k, in_place_safe=False)
+
+
+def _probe(probes: dict, seg: list[Op], lay: Layout, ins: list[Value], outs: list[Value], streaming: bool) -> dict:
+    """The fields of a balanced kernel's segment with its pointers read from a table row (R.), made
+    once per segment alike (`probes`: _canonical_segment -> fields)."""
+    alike = _canonical_segment(seg, ins, outs)
+    if alike not in probes:
+        probes[alike] = _MapSegment(seg, lay, ins, outs, "p_", "R.", streaming).template_fields(ins, outs)
+    return probes[alike]
 
 
 def _canonical_segment(seg: list[Op], ins: list[Value], outs: list[Value]) -> tuple:

@@ -58,6 +58,8 @@ class Trace:
     bindings: list[Binding] = field(default_factory=list)
     current: dict[int, tuple[object, Value]] = field(default_factory=dict)  # id(tensor) -> (tensor, value)
     inputs_of: dict[int, Value] = field(default_factory=dict)
+    # value -> the ids in `current` whose input (inputs_of) or current value it is (kept by _bind)
+    holders: dict[Value, set[int]] = field(default_factory=dict)
     args: list[tuple[int, object]] = field(default_factory=list)  # (argument position, traced proxy)
     # id(concrete tensor) -> (tensor, its .grad as the body sees it now: None, or a traced tensor)
     grad_view: dict[int, tuple] = field(default_factory=dict)
@@ -87,8 +89,8 @@ class Trace:
         out._hooks = own_hooks(t)  # the caller's hooks on it run in the traced backward
         # tracked like a captured tensor: an in-place update becomes an aliased output and
         # loss.backward() gives it a .grad, both handed to the caller's tensor after each call
-        self.current[id(out)] = (out, v)
         self.inputs_of[id(out)] = v
+        self._bind(id(out), out, v)
         self.args.append((index, out))
         return out
 
@@ -107,9 +109,17 @@ class Trace:
         role = t._role or ("param" if t.requires_grad else "const")
         v = self.graph.add_input(TensorType(t.shape, t.dtype), role)
         self.bindings.append(Binding("tensor", tensor=t, requires_grad=t.requires_grad))
-        self.current[id(t)] = (t, v)
         self.inputs_of[id(t)] = v
+        self._bind(id(t), t, v)
         return v
+
+    def _bind(self, key: int, t, v: Value) -> None:
+        """current[key] = (t, v), with `holders` kept up to date."""
+        old = self.current.get(key)
+        if old is not None and old[1] is not v and old[1] is not self.inputs_of.get(key):
+            self.holders[old[1]].discard(key)
+        self.current[key] = (t, v)
+        self.holders.setdefault(v, set()).add(key)
 
     def read_grad(self, t):
         """t.grad of a concrete tensor, read while tracing. The first read before the body assigned it
@@ -165,10 +175,10 @@ class Trace:
         if t._value is not None:
             t._value = v
             if id(t) in self.current:  # an argument of the traced function
-                self.current[id(t)] = (t, v)
+                self._bind(id(t), t, v)
             return
         self.value_of(t)
-        self.current[id(t)] = (t, v)
+        self._bind(id(t), t, v)
 
     def requires_grad(self, t) -> bool:
         """Whether tensor t (traced, or concrete and used in this trace) requires grad as torch would
@@ -180,12 +190,14 @@ class Trace:
         start = t._value if t._value is not None else self.current.get(id(t), (None, None))[1]
         if start is None:
             return False
-        wanting = {v for k, (x, now) in self.current.items() if x.requires_grad for v in (self.inputs_of[k], now)}
-        wanting |= {d._value if d._value is not None else self.inputs_of.get(id(d)) for d in self.differentiated}
+        # wanted: the input or current value of a tensor that requires grad (found through `holders`: a
+        # set of all of them per question would make a step's optimizer writes quadratic in its tensors)
+        wanting = {d._value if d._value is not None else self.inputs_of.get(id(d)) for d in self.differentiated}
+        current = self.current
         seen, todo = set(), [start]
         while todo:
             v = todo.pop()
-            if v in wanting:
+            if v in wanting or any(current[k][0].requires_grad for k in self.holders.get(v, ())):
                 return True
             if v in seen or v in self.no_grad or v.producer is None or registry.get(v.producer.name).vjp is None:
                 continue

@@ -437,7 +437,11 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
     guarded: dict[tuple[Value, IndexMap], bool] = {}  # needed only inside pieces (so far)
 
     def need(v: Value, m: IndexMap, inside_piece: bool = False) -> str:
-        got = maps.setdefault(v, [])
+        got = maps.get(v)
+        if got is None:  # the first map v is needed at (most values have one)
+            maps[v] = [m]
+            guarded[(v, m)] = inside_piece
+            return ""
         if m not in got:
             got.append(m)
         key = (v, m)
@@ -464,7 +468,10 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
         stores[v] = m
         need(v, m)
     for op in reversed(ops):
-        for m in maps.get(op.out, []):
+        ms = maps.get(op.out)
+        if ms is None:
+            continue
+        for m in ms:
             why = _inputs(op, m, domain, n_red, need, onto, through, guarded[(op.out, m)])
             if why:
                 return why

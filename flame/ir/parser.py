@@ -108,35 +108,36 @@ def parse_attr_value(text: str) -> Any:
     if text.startswith("graph ") and text.endswith("}"):
         return _subgraph(text)
     toks = [t for t in _TOKEN.findall(text) if t]
-    pos = 0
-
-    def take() -> str:
-        nonlocal pos
-        if pos >= len(toks):
-            raise ValueError(f"attribute value {text!r} ends early")
-        pos += 1
-        return toks[pos - 1]
-
-    def value(depth: int):
-        tok = take()
-        if tok == "]" or tok == ",":
-            raise ValueError(f"unexpected {tok!r} in attribute value {text!r}")
-        if tok != "[":
-            return _scalar(tok)
-        if depth >= MAX_NESTING:
-            raise ValueError(f"attribute value nests deeper than {MAX_NESTING} lists")
-        items = []
-        while pos < len(toks) and toks[pos] != "]":
-            items.append(value(depth + 1))
-            if pos < len(toks) and toks[pos] == ",":
-                take()
-        take()  # the closing ]
-        return tuple(items)
-
-    out = value(0)
+    out, pos = _value(text, toks, 0, 0)
     if pos != len(toks):
         raise ValueError(f"trailing text in attribute value {text!r}")
     return out
+
+
+def _value(text: str, toks: list[str], pos: int, depth: int) -> tuple[Any, int]:
+    """The value starting at token `pos` of `text`'s tokens, and the position after it (a module
+    function: recursive closures made per attribute would be reference cycles for the collector)."""
+    tok, pos = _take(text, toks, pos)
+    if tok == "]" or tok == ",":
+        raise ValueError(f"unexpected {tok!r} in attribute value {text!r}")
+    if tok != "[":
+        return _scalar(tok), pos
+    if depth >= MAX_NESTING:
+        raise ValueError(f"attribute value nests deeper than {MAX_NESTING} lists")
+    items = []
+    while pos < len(toks) and toks[pos] != "]":
+        item, pos = _value(text, toks, pos, depth + 1)
+        items.append(item)
+        if pos < len(toks) and toks[pos] == ",":
+            _, pos = _take(text, toks, pos)
+    _, pos = _take(text, toks, pos)  # the closing ]
+    return tuple(items), pos
+
+
+def _take(text: str, toks: list[str], pos: int) -> tuple[str, int]:
+    if pos >= len(toks):
+        raise ValueError(f"attribute value {text!r} ends early")
+    return toks[pos], pos + 1
 
 
 def _attrs(text: str) -> dict[str, Any]:

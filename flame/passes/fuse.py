@@ -98,6 +98,7 @@ from flame.passes.fuse_columns import (
 )
 from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
 from flame.passes.fusion_state import (
+    Buffers,
     Closure,
     Group,
     Peers,
@@ -110,11 +111,9 @@ from flame.passes.fusion_state import (
     updates_only,
 )
 from flame.passes.prepare_fusion import (
-    clone_constants,
-    drop_zero_signs,
     is_conversion,
     is_free,
-    move_conversions,
+    prepare,
     stage_reductions,
     unit_reductions,
 )
@@ -127,11 +126,15 @@ _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
 def _free_chains(st: State, op: Op) -> list[list[Op]]:
     """Per free op that op reads and no kernel holds yet: it and the free ops it reads in turn (a
     reshaped `arange`), producers first."""
-    def chain(p: Op) -> list[Op]:
-        return [c for x in p.inputs if is_free(x.producer) and x.producer not in st.group_of
-                for c in chain(x.producer)] + [p]
     roots = dict.fromkeys(v.producer for v in op.inputs if is_free(v.producer) and v.producer not in st.group_of)
-    return [list(dict.fromkeys(chain(p))) for p in roots]
+    return [list(dict.fromkeys(_chain(st, p))) for p in roots]
+
+
+def _chain(st: State, p: Op) -> list[Op]:
+    """p and the free ops no kernel holds that it reads in turn, producers first (a module function:
+    a recursive closure per call would be a reference cycle for the collector, one per op placed)."""
+    return [c for x in p.inputs if is_free(x.producer) and x.producer not in st.group_of
+            for c in _chain(st, x.producer)] + [p]
 
 
 def _constants(st: State, op: Op) -> list[Op]:
@@ -513,99 +516,89 @@ def _horizontal(st: State) -> None:
     would hold its all-reduce back until then (passes/schedule_collectives.py); nor recomputations
     that different kernels read: each runs right before what reads it; nor, with a side stream,
     updates that become ready after different library calls: the earlier would wait for the later."""
-    sigs = {k: _signature(k) for k in st.groups}  # dropped when a group takes another in
-    ready = _ready_points(st)
-
-    def sig_of(k: Group) -> tuple:
-        if k not in sigs:
-            sigs[k] = _signature(k)
-        return sigs[k]
-
-    # kernels that stay apart whatever merges (a merge keeps each of these properties off)
-    alone = {k for k in st.groups
-             if k.kind not in _FUSIBLE or not sigs[k][2] or columns_of(k) or _feeds_collective(st, k)}
-    reach = Closure.of(st)
-    flags: dict[Group, tuple[bool, bool, bool]] = {}  # kernel -> (recomputes, has forward ops, has later ops)
-
-    def flags_of(k: Group) -> tuple[bool, bool, bool]:
-        if k not in flags:
-            flags[k] = (any(remat.is_recompute(o) for o in k.ops), any(o in st.forward for o in k.ops),
-                        any(o in st.later for o in k.ops))
-        return flags[k]
-
+    pairs, buffers = _Pairs(st), Buffers(st)
     # the kernels each kernel may merge with: those of its signature (scalar kernels: every scalar one)
-    buffers = _Buffers(st)
-    peers = Peers([k for k in st.groups if k not in alone], lambda k: k.kind if k.kind == Kind.SCALAR else sig_of(k))
+    peers = Peers([k for k in st.groups if k not in pairs.alone],
+                  lambda k: k.kind if k.kind == Kind.SCALAR else pairs.sig_of(k))
     for a in list(st.groups):
-        if a not in st.groups or a in alone:
+        if a not in st.groups or a in pairs.alone:
             continue
-        sig, key, last, took = sig_of(a), peers.key(a), st.groups[-1], False
+        sig, key, last, took = pairs.sig_of(a), peers.key(a), st.groups[-1], False
         if _capped(a):
             a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
             continue
         for b in peers.of(key):
-            if b is a or (a.kind != Kind.SCALAR and sig_of(b) != sig):
-                continue
-            if reach is None and (st.reaches(a, b) or st.reaches(b, a)):
-                continue
-            if reach is not None and (reach.reaches(a, b) or reach.reaches(b, a)):
-                continue
-            (ra, fa, la), (rb, fb, lb) = flags_of(a), flags_of(b)  # checks that need them only where they may hold
-            both = a.ops + b.ops
-            if ((ra or rb) and (mixes_phases(both) or _hoists_recomputation(st, a, b, True))
-                    or (fa or fb) and (la or lb) and hoists_backward(st, both) or ready.get(a) != ready.get(b)):
+            if b is a or (a.kind != Kind.SCALAR and pairs.sig_of(b) != sig) or pairs.apart(a, b):
                 continue
             if a.kind == Kind.ELEMENTWISE and 8 * buffers.joined(a, b) > st.target.kernel_param_bytes:
                 a.reason = f"size cap: the pointers of one kernel fit in {st.target.kernel_param_bytes} bytes"
                 continue
-            if reach is not None:
-                reach.merge(a, b)  # neither reaches the other: merged, they reach what either did
+            pairs.merge(a, b)
             if a.kind == Kind.ELEMENTWISE:
                 buffers.merge(a, b)
-            merge(st, a, b)
+            merge(st, a, b, in_order=False)  # (a's ops are sorted once, below; nothing here reads their order)
             peers.drop(b)
-            flags[a] = (ra or rb, fa or fb, la or lb)
-            sigs.pop(a, None)
             took = True
             if _capped(a) and b is not last:  # (the cap is checked before each further kernel)
                 a.reason = f"size cap: at most {MAX_SEGMENTS} segments per horizontal kernel"
                 break
         if took:
+            a.ops = st.sorted_ops(a.ops)
             peers.moved(a, key)
+
+
+class _Pairs:
+    """What the horizontal rule asks of two kernels, kept through its merges: each kernel's signature
+    (dropped when it takes another in), which kernels reach which (Closure; st.reaches where the
+    kernels' edges form a cycle), each kernel's phase flags, and the library calls each update
+    becomes ready after (_ready_points)."""
+
+    def __init__(self, st: State):
+        self.st = st
+        self.sigs = {k: _signature(k) for k in st.groups}
+        self.ready = _ready_points(st)
+        # kernels that stay apart whatever merges (a merge keeps each of these properties off)
+        self.alone = {k for k in st.groups if k.kind not in _FUSIBLE or not self.sigs[k][2] or columns_of(k)
+                      or _feeds_collective(st, k)}
+        self.reach = Closure.of(st)
+        self.flags: dict[Group, tuple[bool, bool, bool]] = {}  # kernel -> (recomputes, has forward ops, has later)
+
+    def sig_of(self, k: Group) -> tuple:
+        if k not in self.sigs:
+            self.sigs[k] = _signature(k)
+        return self.sigs[k]
+
+    def flags_of(self, k: Group) -> tuple[bool, bool, bool]:
+        if k not in self.flags:
+            st = self.st
+            self.flags[k] = (any(remat.is_recompute(o) for o in k.ops), any(o in st.forward for o in k.ops),
+                             any(o in st.later for o in k.ops))
+        return self.flags[k]
+
+    def apart(self, a: Group, b: Group) -> bool:
+        """a and b may not be one launch: one reaches the other, or one launch would mix phases, hoist a
+        recomputation or backward work, or hold back an update."""
+        st, reach = self.st, self.reach
+        if reach is None and (st.reaches(a, b) or st.reaches(b, a)):
+            return True
+        if reach is not None and (reach.reaches(a, b) or reach.reaches(b, a)):
+            return True
+        (ra, fa, la), (rb, fb, lb) = self.flags_of(a), self.flags_of(b)  # checks needing them only where they may
+        return bool((ra or rb) and (mixes_phases(a.ops + b.ops) or _hoists_recomputation(st, a, b, True))
+                    or (fa or fb) and (la or lb) and hoists_backward(st, a.ops + b.ops)
+                    or self.ready.get(a) != self.ready.get(b))
+
+    def merge(self, a: Group, b: Group) -> None:
+        """a takes b in (before a's ops change)."""
+        if self.reach is not None:
+            self.reach.merge(a, b)  # neither reaches the other: merged, they reach what either did
+        self.flags[a] = tuple(x or y for x, y in zip(self.flags_of(a), self.flags_of(b)))
+        self.sigs.pop(a, None)
 
 
 def _capped(a: Group) -> bool:
     """A scalar or rows kernel of a horizontal merge has as many segments as it may have."""
     return a.kind != Kind.ELEMENTWISE and len(a.merged) + 1 >= MAX_SEGMENTS
-
-
-class _Buffers:
-    """The buffers a kernel takes (one pointer each): what it reads from outside, and how many values it
-    writes, per kernel, kept through the horizontal rule's merges. Of two kernels neither of which
-    reaches the other (no data edge between them), the merged kernel reads what either reads and
-    writes what each writes."""
-
-    def __init__(self, st: State):
-        self.st = st
-        self.io: dict[Group, tuple[set[Value], int]] = {}
-
-    def _of(self, k: Group) -> tuple[set[Value], int]:
-        if k not in self.io:
-            inside = set(k.ops)
-            reads = {v for op in k.ops for v in op.inputs if v.producer not in inside}
-            self.io[k] = (reads, len(self.st.exposed(k.ops)))
-        return self.io[k]
-
-    def joined(self, a: Group, b: Group) -> int:
-        """The pointers of a kernel of a's and b's ops (neither reaches the other)."""
-        (ra, wa), (rb, wb) = self._of(a), self._of(b)
-        return len(ra | rb) + wa + wb
-
-    def merge(self, a: Group, b: Group) -> None:
-        """a takes b in."""
-        (ra, wa), (rb, wb) = self._of(a), self._of(b)
-        self.io[a] = (ra | rb, wa + wb)
-        del self.io[b]
 
 
 def _frees_memory(st: State, grp: Group, before: Container[Group]) -> bool:
@@ -733,7 +726,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     Before: a verified graph. After: the same function with ops reordered so that each kernel's ops
     are contiguous, and `groups` set: one FusionGroup per kernel or library call, in launch order,
     with the values it writes and the reason for its boundary. g is not modified."""
-    g = clone_constants(move_conversions(drop_zero_signs(stage_reductions(unit_reductions(g), target.splits_rows))))
+    g = prepare(stage_reductions(unit_reductions(g), target.splits_rows))  # (clone_constants last)
     st = State(g, target)
     for op in g.ops:
         if not is_free(op):

@@ -133,6 +133,8 @@ def absorb_columns(st: State) -> None:
     benchmarks/results/2026-11-29-H200-bias-grad/)."""
     waiting: dict[Group, list[Group]] = {}
     one_segment: dict[Group, bool] = {}  # per rows kernel: the columns it takes in are not in its layout
+    touching = _rows_touching(st)  # value -> the rows kernels computing or reading it (kept through merges)
+    pos = {k: i for i, k in enumerate(st.groups)}
     for cg in [grp for grp in st.groups if grp.kind == Kind.REDUCTION]:
         (op,) = cg.ops
         v = op.inputs[0]
@@ -140,13 +142,11 @@ def absorb_columns(st: State) -> None:
             continue
         if is_bias_grad(st, op):
             continue  # a column kernel of its own (docstring), or its GEMM's epilogue
-        for rg in st.groups:
-            if rg.kind != Kind.ROWS or math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
+        for rg in sorted(touching.get(v, ()), key=pos.__getitem__):  # those computing or reading v, in order
+            if math.prod(rg.domain[-rg.n_red:]) > st.target.row_cache:
                 continue
             if st.target.splits_rows(*rows_shape(rg)):
                 continue  # a split row kernel carries no column partials
-            if v.producer not in rg.ops and not any(v in o.inputs for o in rg.ops):
-                continue  # rg neither computes nor reads v (the cheap check first)
             carried = columns_of(rg)
             if rg not in one_segment:
                 one_segment[rg] = one_row_segment(rg.ops)
@@ -158,6 +158,7 @@ def absorb_columns(st: State) -> None:
                 continue
             if fits == "leading":
                 merge(st, rg, cg)
+                _touches(touching, rg, op)
             else:
                 waiting.setdefault(rg, []).append(cg)
             break
@@ -166,6 +167,22 @@ def absorb_columns(st: State) -> None:
             for cg in cgs:
                 if not st.reaches(cg, rg):
                     merge(st, rg, cg)
+
+
+def _rows_touching(st: State) -> dict[Value, set[Group]]:
+    """Each value -> the rows kernels that compute or read it."""
+    touching: dict[Value, set[Group]] = {}
+    for rg in st.groups:
+        if rg.kind == Kind.ROWS:
+            for o in rg.ops:
+                _touches(touching, rg, o)
+    return touching
+
+
+def _touches(touching: dict[Value, set[Group]], rg: Group, o: Op) -> None:
+    """Rows kernel rg holds op o: it computes o's result and reads its inputs."""
+    for x in (o.out, *o.inputs):
+        touching.setdefault(x, set()).add(rg)
 
 
 def column_kernels(st: State) -> None:

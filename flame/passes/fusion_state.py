@@ -203,6 +203,35 @@ class Peers:
         at.insert(bisect.bisect([self.pos[x] for x in at], self.pos[k]), k)
 
 
+class Buffers:
+    """The buffers a kernel takes (one pointer each): what it reads from outside, and how many values it
+    writes, per kernel, kept through the horizontal rule's merges. Of two kernels neither of which
+    reaches the other (no data edge between them), the merged kernel reads what either reads and
+    writes what each writes."""
+
+    def __init__(self, st: State):
+        self.st = st
+        self.io: dict[Group, tuple[set[Value], int]] = {}
+
+    def _of(self, k: Group) -> tuple[set[Value], int]:
+        if k not in self.io:
+            inside = set(k.ops)
+            reads = {v for op in k.ops for v in op.inputs if v.producer not in inside}
+            self.io[k] = (reads, len(self.st.exposed(k.ops)))
+        return self.io[k]
+
+    def joined(self, a: Group, b: Group) -> int:
+        """The pointers of a kernel of a's and b's ops (neither reaches the other)."""
+        (ra, wa), (rb, wb) = self._of(a), self._of(b)
+        return len(ra | rb) + wa + wb
+
+    def merge(self, a: Group, b: Group) -> None:
+        """a takes b in."""
+        (ra, wa), (rb, wb) = self._of(a), self._of(b)
+        self.io[a] = (ra | rb, wa + wb)
+        del self.io[b]
+
+
 def _bits(bit: dict[Group, int], groups, down: dict[Group, int]) -> int:
     out = 0
     for s in groups:
@@ -333,8 +362,10 @@ def _rides_along(op: Op, n: int) -> bool:
     return get(op.name).category == "elementwise" and not is_view(op) and op.out.type.numel == n
 
 
-def merge(st: State, a: Group, b: Group) -> None:
-    a.ops = st.sorted_ops(a.ops + b.ops)
+def merge(st: State, a: Group, b: Group, in_order: bool = True) -> None:
+    """a takes b in. in_order=False: b's ops are appended to a's, and the caller puts a's ops in
+    program order (st.sorted_ops) once it has merged several kernels into a."""
+    a.ops = st.sorted_ops(a.ops + b.ops) if in_order else a.ops + b.ops
     a.merged.append(b)
     for op in b.ops:
         st.group_of[op] = a

@@ -77,7 +77,7 @@ def run_pipeline(
     after every pass with its name (see stage_name) and its time; `timings`, when given, receives the
     same (stage, seconds) pairs. `text`: print_graph(g), where the caller has it (the first round
     compares against it). Before: a verified graph. After: the passes' combined contract; g is
-    not modified (every pass builds a new graph)."""
+    not modified (a pass builds a new graph, or returns the one it was given when it changes nothing)."""
     debug = debug or debug_enabled()
     if debug:
         _check("tracing", g)

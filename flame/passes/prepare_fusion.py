@@ -89,7 +89,11 @@ def move_conversions(g: Graph) -> Graph:
       itself, u(r(y)) -> r(u(y)): the kernel computing y writes the narrow result (the f32 gradient
       of bf16 logits is written as bf16 by the row kernel), which the view relabels.
     Both are exact: an elementwise op commutes with moving elements. g is not modified."""
-    g = g.copy()
+    return _move_conversions(g.copy())
+
+
+def _move_conversions(g: Graph) -> Graph:
+    """move_conversions, editing g (a copy the caller owns)."""
     moved: list[Op] = []
     for _ in range(MAX_MOVES):
         ops, subst = [], {}
@@ -123,7 +127,11 @@ def drop_zero_signs(g: Graph) -> Graph:
     It is what simplify_slabs.sum_of_slabs leaves after a sum of disjoint slabs (the gradient of
     qkv[0], qkv[1], qkv[2]); without it attention's backward writes dq, dk and dv straight into the one
     gradient buffer. Exact: no result changes by a bit."""
-    g = g.copy()
+    return _drop_zero_signs(g.copy())
+
+
+def _drop_zero_signs(g: Graph) -> Graph:
+    """drop_zero_signs, editing g (a copy the caller owns)."""
     users, outputs = g.users(), set(g.outputs)
     memo: dict[Value, bool] = {}
 
@@ -275,7 +283,11 @@ def clone_constants(g: Graph) -> Graph:
     copy the convolution needs written (a ResNet's first residual add reads the channels-last input
     instead of gathering the user's NCHW batch across channels: 160 us at 42% of copy on an H100), its
     backward readers get their own (the copy is not kept alive until the backward for them)."""
-    g = g.copy()
+    return _clone_constants(g.copy())
+
+
+def _clone_constants(g: Graph) -> Graph:
+    """clone_constants, editing g (a copy the caller owns)."""
     users = g.users()
     shared = {op for op in g.ops if _materialized_transpose(op, users[op.out])}
     fanned = _fanned_views(g, users)
@@ -309,3 +321,9 @@ def clone_constants(g: Graph) -> Graph:
             read.update(op.inputs)
     g.ops = live[::-1]
     return g
+
+
+def prepare(g: Graph) -> Graph:
+    """drop_zero_signs, move_conversions and clone_constants, in that order, on one copy of g (each
+    alone copies g; the fusion pass runs all three). g is not modified."""
+    return _clone_constants(_move_conversions(_drop_zero_signs(g.copy())))

@@ -178,8 +178,9 @@ def store(key: str, graph: Graph, plan: Plan | None) -> bool:
     return True
 
 
-def _entries(folder: Path) -> list[tuple[float, int, Path]]:
-    """(modification time, bytes, path) of every plan, kernel and cuDNN graph entry in folder."""
+def _entries(folder: Path) -> list[tuple[float, int, str]]:
+    """(modification time, bytes, path) of every plan, kernel and cuDNN graph entry in folder (a path
+    as the directory scan gives it: a store scans thousands of entries and deletes few)."""
     found = []
     with os.scandir(folder) as it:
         for e in it:
@@ -188,7 +189,7 @@ def _entries(folder: Path) -> list[tuple[float, int, Path]]:
                     st = e.stat()
                 except FileNotFoundError:
                     continue  # removed by another process meanwhile
-                found.append((st.st_mtime, st.st_size, Path(e.path)))
+                found.append((st.st_mtime, st.st_size, e.path))
     return found
 
 
@@ -203,7 +204,7 @@ def evict(folder: Path, limit: int) -> int:
             if total <= limit:
                 break
             try:
-                path.unlink()
+                os.unlink(path)
                 removed += 1
             except FileNotFoundError:
                 pass
