@@ -142,14 +142,19 @@ def cmd_cache(a) -> int:
     if a.action == "clear":
         n = nvrtc.cache_clear()
         plans = plan_cache.cache_clear()
-        print(f"removed {n} cached kernel(s) and {plans} cached plan(s) from {nvrtc.cache_dir()}")
+        graphs = plan_cache.cache_clear(plan_cache.CUDNN_SUFFIX)
+        print(f"removed {n} cached kernel(s), {plans} cached plan(s) and {graphs} cached cuDNN graph(s) from "
+              f"{nvrtc.cache_dir()}")
         return 0
     info = nvrtc.cache_info()
     plans = plan_cache.cache_info()
-    limit = f"{plans['limit']} (FLAME_CACHE_SIZE)" if plans["limit"] else "0: the plan cache is off (FLAME_CACHE_SIZE)"
+    graphs = plan_cache.cache_info(plan_cache.CUDNN_SUFFIX)
+    limit = (f"{plans['limit']} (FLAME_CACHE_SIZE)" if plans["limit"]
+             else "0: the plan and cuDNN graph caches are off (FLAME_CACHE_SIZE)")
     print(f"kernel cache: {info['dir']}\n  entries: {info['entries']}\n  bytes:   {info['bytes']}\n"
           f"plan cache: {plans['dir']}\n  entries: {plans['entries']}\n  bytes:   {plans['bytes']}\n"
-          f"size limit of both: {limit}")
+          f"cuDNN graph cache: {graphs['dir']}\n  entries: {graphs['entries']}\n  bytes:   {graphs['bytes']}\n"
+          f"size limit of all three: {limit}")
     return 0
 
 
@@ -216,8 +221,8 @@ def _parser() -> argparse.ArgumentParser:
     for sp in (e, v, pr):
         sp.add_argument("--function", default=None, metavar="NAME",
                         help="only the compiled function NAME (default: every compiled function)")
-    k = sub.add_parser("cache", help="size and entries of the kernel and plan caches, or clear them",
-                       description="size and entries of the kernel and plan caches, or clear them")
+    k = sub.add_parser("cache", help="size and entries of the kernel, plan and cuDNN graph caches, or clear them",
+                       description="size and entries of the kernel, plan and cuDNN graph caches, or clear them")
     k.add_argument("action", choices=["info", "clear"])
     k.set_defaults(fn=cmd_cache)
     b = sub.add_parser("bench", help="the fusion benchmark suite: flame vs PyTorch eager, torch.compile and JAX",

@@ -199,7 +199,7 @@ def markdown(run: dict) -> str:
                          if f.get(key) is not None)
         lines.append("| " + " | ".join([
             c["name"], errs or "—", _s(f.get("compile_cold_s")), _s(f.get("compile_warm_s")),
-            _s(f.get("compile_warm_plan_s")), _mib(f.get("planned_bytes")), _mib(f.get("actual_peak_bytes")),
+            _warm_plan(f), _mib(f.get("planned_bytes")), _mib(f.get("actual_peak_bytes")),
             str(c["input_sets"]),
             f.get("timer", "—"), "—" if f.get("spread") is None else f"{100 * f['spread']:.0f}%"]) + " |")
     lines += ["", "rel. error: ||flame - torch|| / ||torch|| over the outputs (worst output); updates: the same over "
@@ -213,6 +213,12 @@ def markdown(run: dict) -> str:
 
 def _s(x) -> str:
     return "—" if x is None else f"{x:.2f}"
+
+
+def _warm_plan(f: dict) -> str:
+    """The warm-plan compile's seconds, with the share spent making cuDNN graphs in brackets."""
+    cudnn = f.get("compile_warm_plan_cudnn_s")
+    return _s(f.get("compile_warm_plan_s")) + (f" (cuDNN {cudnn:.2f})" if cudnn else "")
 
 
 def chart(run: dict, path: str) -> str:

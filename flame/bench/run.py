@@ -95,8 +95,9 @@ def _notes(device: str) -> list[str]:
     notes = ["compile cold: a fresh @flame.compile object traced, optimised, planned and compiled with an empty "
              "temporary FLAME_CACHE_DIR and the executor's in-process kernel table hidden; warm: another fresh "
              "object on the same (now filled) kernel cache; warm plan: another fresh object whose compiled plan "
-             "is loaded from the persistent plan cache (the in-process compile cache hidden too), as a new "
-             "process would. None includes running the step.",
+             "is loaded from the persistent plan cache (the in-process compile cache and cuDNN graphs hidden too), "
+             "as a new process would; in brackets, the seconds of it spent making cuDNN graphs (built, or read "
+             "back from their cache on disk). None includes running the step.",
              "planned memory: plan.arena_size plus the bound buffers (inputs, parameters, state, outputs); actual "
              "peak: the bound inputs plus the peak growth of CuPy's pool during the first call of the timed "
              "object.",

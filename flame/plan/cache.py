@@ -18,7 +18,9 @@ as a graph and a plan (stale: another layout) is deleted, and its graph is compi
 with one RuntimeWarning. FLAME_CACHE_SIZE bounds the bytes of the directory's entries (plans and
 kernels; default 4 GiB; a number of bytes, or with a K, M or G suffix; 0 turns the plan cache off):
 after each store, the least recently used entries (by modification time: a read entry is touched)
-are deleted until the rest fit. `flame cache info` shows both caches and `flame cache clear` empties them."""
+are deleted until the rest fit. The built cuDNN graphs of flame.runtime.cudnn_cache (CUDNN_SUFFIX) share
+the directory, the key, the switch and the limit. `flame cache info` shows the caches and `flame cache
+clear` empties them."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ log = logging.getLogger("flame")
 MAGIC = b"FLAMEPLAN1\n"
 SUFFIX = ".plan"
 KERNEL_SUFFIX = ".cubin"
+CUDNN_SUFFIX = ".cudnn"  # built cuDNN graphs (flame.runtime.cudnn_cache)
 DEFAULT_SIZE = 4 << 30
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _lock = threading.Lock()
@@ -176,12 +179,12 @@ def store(key: str, graph: Graph, plan: Plan | None) -> bool:
 
 
 def _entries(folder: Path) -> list[tuple[float, int, str]]:
-    """(modification time, bytes, path) of every plan and kernel entry in folder (a path as the
-    directory scan gives it: a store scans thousands of entries and deletes few)."""
+    """(modification time, bytes, path) of every plan, kernel and cuDNN graph entry in folder (a path
+    as the directory scan gives it: a store scans thousands of entries and deletes few)."""
     found = []
     with os.scandir(folder) as it:
         for e in it:
-            if e.name.endswith((SUFFIX, KERNEL_SUFFIX)) and not e.name.startswith("."):
+            if e.name.endswith((SUFFIX, KERNEL_SUFFIX, CUDNN_SUFFIX)) and not e.name.startswith("."):
                 try:
                     st = e.stat()
                 except FileNotFoundError:
@@ -191,7 +194,7 @@ def _entries(folder: Path) -> list[tuple[float, int, str]]:
 
 
 def evict(folder: Path, limit: int) -> int:
-    """Delete the least recently used entries (plans and kernels) of folder until the rest hold at
+    """Delete the least recently used entries (plans, kernels and cuDNN graphs) of folder until the rest hold at
     most `limit` bytes; returns how many were removed (another process may remove some first)."""
     with _lock:
         entries = _entries(folder)
@@ -210,17 +213,18 @@ def evict(folder: Path, limit: int) -> int:
     return removed
 
 
-def cache_info() -> dict:
-    """{'dir', 'entries', 'bytes', 'limit'} of the plan cache (for `flame cache`)."""
+def cache_info(suffix: str = SUFFIX) -> dict:
+    """{'dir', 'entries', 'bytes', 'limit'} of the plan cache (for `flame cache`); `suffix`
+    CUDNN_SUFFIX: of the cuDNN graphs stored beside it."""
     d = nvrtc.cache_dir()
-    files = [p for p in d.glob("*" + SUFFIX) if p.is_file()]
+    files = [p for p in d.glob("*" + suffix) if p.is_file()]
     return {"dir": str(d), "entries": len(files), "bytes": sum(p.stat().st_size for p in files), "limit": size_limit()}
 
 
-def cache_clear() -> int:
-    """Delete every plan entry; returns how many were removed."""
+def cache_clear(suffix: str = SUFFIX) -> int:
+    """Delete every plan entry (`suffix` CUDNN_SUFFIX: every cuDNN graph); returns how many were removed."""
     n = 0
-    for p in nvrtc.cache_dir().glob("*" + SUFFIX):
+    for p in nvrtc.cache_dir().glob("*" + suffix):
         try:
             p.unlink()
             n += 1

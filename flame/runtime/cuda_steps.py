@@ -54,15 +54,22 @@ def _matmul(s: MatmulCall, fn, bufs: dict, stream) -> None:
     run_matmul(s, bufs, stream)
 
 
-def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
-    """cuDNN's graphs for the op at the call's layouts (part of the spec, so of the graph cache's key),
-    on the operands' strided views of their buffers."""
-    import cupy
-
-    from flame.runtime.cudnn_attention import STATS, cudnn_attention, spec_of, workspace_bytes
+def _attention_graph(s: AttentionCall):
+    """The call's cuDNN graphs (for the op at the call's layouts: part of the spec, so of the graph
+    cache's key), the one it runs built, and the workspace that call needs."""
+    from flame.runtime.cudnn_attention import cudnn_attention, spec_of, workspace_bytes
 
     att = cudnn_attention(spec_of(s.op, s.layouts))
-    need = workspace_bytes(s.op, s.stats_op is not None, exact=True, att=att)
+    return att, workspace_bytes(s.op, s.stats_op is not None, exact=True, att=att)
+
+
+def _attention(s: AttentionCall, fn, bufs: dict, stream) -> None:
+    """cuDNN's graphs for the op at the call's layouts, on the operands' strided views of their buffers."""
+    import cupy
+
+    from flame.runtime.cudnn_attention import STATS
+
+    att, need = _attention_graph(s)
     ws = None if s.workspace is None else bufs[s.workspace]
     held = 0 if ws is None else ws.nbytes
     if held < need:
@@ -105,10 +112,14 @@ def _wait(s: Wait, fn, bufs: dict, stream) -> None:
     stream.wait_event(_events(s.out, s.op)[1])
 
 
-def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
+def _conv_graph(s: ConvCall):
     from flame.runtime.cudnn_conv import cudnn_conv, spec_of
 
-    conv = cudnn_conv(spec_of(s.op))
+    return cudnn_conv(spec_of(s.op))
+
+
+def _conv(s: ConvCall, fn, bufs: dict, stream) -> None:
+    conv = _conv_graph(s)
     ws = 0 if s.workspace is None else bufs[s.workspace]
     if conv.workspace > (0 if s.workspace is None else ws.nbytes):
         raise FlameError(f"conv_{s.kind} call for {s.op.name}: cuDNN needs {conv.workspace} bytes of workspace, "
@@ -157,9 +168,18 @@ STEP_HANDLERS: dict[type, Callable] = {KernelLaunch: _kernel, MatmulCall: _matmu
 Program = list[tuple[Callable, object, Step]]
 
 
+# what a step needs before its first run, made when the plan is prepared (a library's graph: cuDNN's are
+# built or read back from the cache of built graphs then, runtime/cudnn_cache.py, not inside the first step)
+STEP_GRAPHS: dict[type, Callable] = {AttentionCall: _attention_graph, ConvCall: _conv_graph}
+
+
 def prepare(steps: Sequence[Step], fns: dict) -> Program:
     """Each step with its handler and its loaded kernel (from load_kernels; None for other steps),
-    looked up once so that running the steps costs one call per step."""
+    looked up once so that running the steps costs one call per step; the library graphs the steps
+    run are made here (STEP_GRAPHS)."""
+    for s in steps:
+        if type(s) in STEP_GRAPHS:
+            STEP_GRAPHS[type(s)](s)
 
     def kernel(s: Step):
         return fns[(source_key(s.source), s.name)] if isinstance(s, KernelLaunch) else None

@@ -31,10 +31,17 @@ from functools import cached_property, lru_cache
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.attention import BACKWARD, BIAS_GRAD, FORWARD, STATS, mask_of
 from flame.plan.steps import aligned
+from flame.runtime import cudnn_cache
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
 DTYPES = ("f16", "bf16")
 NO_SCORE_MOD = "cuDNN's fused attention cannot express a score modification (score_mod)"
+# the graphs' tensors by uid: a graph read back from the cache of built graphs runs the same way
+UIDS = {"q": 1, "k": 2, "v": 3, "o": 4, "stats": 5, "bias": 6, "dO": 7, "dq": 8, "dk": 9, "dv": 10}
+TENSORS = {
+    "forward": ("q", "k", "v", "bias", "o", "stats"),
+    "backward": ("q", "k", "v", "o", "dO", "stats", "bias", "dq", "dk", "dv"),
+}
 
 
 @dataclass(frozen=True)
@@ -56,8 +63,16 @@ class AttentionSpec:
     strides: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (name, [b, h, l, e] strides): strided operands
 
     @staticmethod
-    def of(q_shape, k_shape, v_shape, dtype: str, scale: float, is_causal: bool, enable_gqa: bool,
-           mask_shape: tuple[int, ...] | None = None) -> AttentionSpec:
+    def of(
+        q_shape,
+        k_shape,
+        v_shape,
+        dtype: str,
+        scale: float,
+        is_causal: bool,
+        enable_gqa: bool,
+        mask_shape: tuple[int, ...] | None = None,
+    ) -> AttentionSpec:
         """The spec of one scaled_dot_product_attention op (shapes as in the IR)."""
         q_shape, k_shape, v_shape = tuple(q_shape), tuple(k_shape), tuple(v_shape)
         heads = q_shape[-3] if len(q_shape) >= 3 else 1
@@ -68,14 +83,37 @@ class AttentionSpec:
             full = (1,) * (len(q_shape) - len(mask_shape)) + tuple(mask_shape)
             lead = math.prod(full[:-3]) if len(full) > 3 else 1
             mask_dims = (lead, full[-3] if len(full) >= 3 else 1, *full[-2:])
-        return AttentionSpec(batch, heads, kv_heads, q_shape[-2], k_shape[-2], q_shape[-1], v_shape[-1], dtype,
-                             float(scale), bool(is_causal), mask_dims)
+        return AttentionSpec(
+            batch,
+            heads,
+            kv_heads,
+            q_shape[-2],
+            k_shape[-2],
+            q_shape[-1],
+            v_shape[-1],
+            dtype,
+            float(scale),
+            bool(is_causal),
+            mask_dims,
+        )
 
     def dims(self, which: str) -> tuple[int, ...]:
-        b, h, hk, lq, lk, e, ev = (self.batch, self.heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim,
-                                   self.value_dim)
-        return {"q": (b, h, lq, e), "k": (b, hk, lk, e), "v": (b, hk, lk, ev), "o": (b, h, lq, ev),
-                "stats": (b, h, lq, 1)}[which]
+        b, h, hk, lq, lk, e, ev = (
+            self.batch,
+            self.heads,
+            self.kv_heads,
+            self.q_len,
+            self.kv_len,
+            self.head_dim,
+            self.value_dim,
+        )
+        return {
+            "q": (b, h, lq, e),
+            "k": (b, hk, lk, e),
+            "v": (b, hk, lk, ev),
+            "o": (b, h, lq, ev),
+            "stats": (b, h, lq, 1),
+        }[which]
 
     def numel(self, which: str) -> int:
         return math.prod(self.dims(which))
@@ -91,8 +129,10 @@ def unsupported_reason(spec: AttentionSpec) -> str:
     if spec.dtype not in DTYPES:
         return f"cuDNN fused attention takes f16/bf16, not {spec.dtype}"
     if 0 in (spec.batch, spec.heads, spec.q_len, spec.kv_len):
-        return (f"an empty attention (batch {spec.batch}, heads {spec.heads}, L={spec.q_len}, S={spec.kv_len}): "
-                f"its results are constants")
+        return (
+            f"an empty attention (batch {spec.batch}, heads {spec.heads}, L={spec.q_len}, S={spec.kv_len}): "
+            f"its results are constants"
+        )
     if spec.head_dim % 8 or spec.value_dim % 8:
         return f"head sizes must be multiples of 8 (E={spec.head_dim}, Ev={spec.value_dim})"
     if max(spec.head_dim, spec.value_dim) > 256:
@@ -112,18 +152,28 @@ def spec_of(op, layouts: tuple = ()) -> AttentionSpec:
     through those strides."""
     q, k, v = (x.type for x in op.inputs[:3])
     mask = mask_of(op)
-    spec = AttentionSpec.of(q.shape, k.shape, v.shape, q.dtype.name, op.attrs["scale"], op.attrs["is_causal"],
-                            op.attrs["enable_gqa"], None if mask is None else mask.type.shape)
+    spec = AttentionSpec.of(
+        q.shape,
+        k.shape,
+        v.shape,
+        q.dtype.name,
+        op.attrs["scale"],
+        op.attrs["is_causal"],
+        op.attrs["enable_gqa"],
+        None if mask is None else mask.type.shape,
+    )
     shapes = {"q": q.shape, "k": k.shape, "v": v.shape, "dq": q.shape, "dk": k.shape, "dv": v.shape}
-    strides = tuple((name, _strides4(shapes.get(name, op.inputs[0].type.shape[:-1] + (v.shape[-1],)), st))
-                    for name, _, st in layouts)
+    strides = tuple(
+        (name, _strides4(shapes.get(name, op.inputs[0].type.shape[:-1] + (v.shape[-1],)), st))
+        for name, _, st in layouts
+    )
     return replace(spec, strides=strides)
 
 
 def _strides4(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...] | None:
     """[b, h, l, e] strides of an operand of IR shape [..., (H,) L, E] with these strides (its leading
     dims flattened into the batch), or None when the leading dims cannot be flattened."""
-    shape, strides = (1, 1, *shape)[-max(len(shape), 4):], (0, 0, *strides)[-max(len(strides), 4):]
+    shape, strides = (1, 1, *shape)[-max(len(shape), 4) :], (0, 0, *strides)[-max(len(strides), 4) :]
     lead = [(n, st) for n, st in zip(shape[:-3], strides[:-3]) if n != 1]
     if any(a[1] != b[1] * b[0] for a, b in zip(lead, lead[1:])):
         return None
@@ -144,8 +194,10 @@ def layout_unsupported(op, name: str, shape: tuple[int, ...], layout) -> str:
     if any(st <= 0 for st in big):
         return f"cuDNN needs positive strides ({name}: {list(layout.strides)})"
     if (layout.start * item) % 16 or any((st * item) % 16 for st in big[:-1]):
-        return (f"cuDNN needs 16-byte aligned strides and start ({name}: start {layout.start}, strides "
-                f"{list(layout.strides)} of {item}-byte elements)")
+        return (
+            f"cuDNN needs 16-byte aligned strides and start ({name}: start {layout.start}, strides "
+            f"{list(layout.strides)} of {item}-byte elements)"
+        )
     if _strides4(tuple(shape), tuple(layout.strides)) is None:
         return f"the leading dims of {name} cannot be flattened into one batch (strides {list(layout.strides)})"
     return ""
@@ -155,8 +207,10 @@ def op_unsupported(op) -> str:
     """Why cuDNN cannot run attention op `op` ("" if it can): the spec's limits, bool masks (cuDNN
     takes an additive bias), and the bias gradient (cuDNN's dBias output is not wired in flame)."""
     if op.name == BIAS_GRAD:
-        return ("the attention bias needs a gradient and flame does not wire cuDNN's dBias output: "
-                "the bias gradient runs as primitive ops")
+        return (
+            "the attention bias needs a gradient and flame does not wire cuDNN's dBias output: "
+            "the bias gradient runs as primitive ops"
+        )
     if op.attrs.get("score_mod") is not None:
         return NO_SCORE_MOD
     mask = mask_of(op)
@@ -192,7 +246,8 @@ def workspace_bytes(op, with_stats: bool = False, exact: bool = False, att: Cudn
 
 
 class CudnnAttention:
-    """The forward (with stats) and backward cuDNN graphs of one AttentionSpec, built on construction."""
+    """The forward (with stats) and backward cuDNN graphs of one AttentionSpec, each built (or read back
+    from the cache of built graphs, runtime/cudnn_cache.py) at its first use."""
 
     def __init__(self, spec: AttentionSpec):
         why = unsupported_reason(spec)
@@ -203,22 +258,29 @@ class CudnnAttention:
         self._io = {"f16": self._cudnn.data_type.HALF, "bf16": self._cudnn.data_type.BFLOAT16}[spec.dtype]
         self.itemsize = 2
 
-    def _built(self, build):
-        """build(cudnn) -> (graph, tensors), NotImplementedError where cuDNN refuses it. The forward and
-        the backward graph are built at first use: a forward call's spec and its backward's differ
-        where their other operands are strided."""
+    def _built(self, direction: str, build):
+        """(graph, {tensor name: uid, None for no mask}) of the `direction` graph: read back from the
+        cache of built graphs (runtime/cudnn_cache.py) or build(cudnn); NotImplementedError where
+        cuDNN refuses it. The forward and the backward graph are built at first use: a forward
+        call's spec and its backward's differ where their other operands are strided."""
         try:
-            return build(self._cudnn)
+            g = cudnn_cache.graph(
+                self._cudnn,
+                f"attention {direction} {self.spec!r}",
+                f"attention {direction}",
+                lambda: build(self._cudnn),
+            )
         except refusals(self._cudnn) as e:
             raise NotImplementedError(f"cuDNN refused attention {self.spec}: {e}") from None
+        return g, {n: None if n == "bias" and not self.spec.mask_dims else UIDS[n] for n in TENSORS[direction]}
 
     @cached_property
     def _forward_graph(self):
-        return self._built(self._build_forward)
+        return self._built("forward", self._build_forward)
 
     @cached_property
     def _backward_graph(self):
-        return self._built(self._build_backward)
+        return self._built("backward", self._build_backward)
 
     @property
     def forward_workspace(self) -> int:
@@ -231,12 +293,22 @@ class CudnnAttention:
         return aligned(self._backward_graph[0].get_workspace_size())
 
     def _graph(self, cudnn):
-        return cudnn.pygraph(io_data_type=self._io, intermediate_data_type=cudnn.data_type.FLOAT,
-                             compute_data_type=cudnn.data_type.FLOAT, handle=handle())
+        return cudnn.pygraph(
+            io_data_type=self._io,
+            intermediate_data_type=cudnn.data_type.FLOAT,
+            compute_data_type=cudnn.data_type.FLOAT,
+            handle=handle(),
+        )
 
     def _tensor(self, g, name: str, dims, data_type=None, strides=None):
-        return g.tensor(name=name, dim=list(dims), stride=strides or list(contiguous_strides(tuple(dims))),
-                        data_type=data_type or self._io)
+        t = g.tensor(
+            name=name,
+            dim=list(dims),
+            stride=strides or list(contiguous_strides(tuple(dims))),
+            data_type=data_type or self._io,
+        )
+        t.set_uid(UIDS[name])
+        return t
 
     def _mask(self, g):
         """The additive mask as cuDNN's bias: broadcast dimensions get stride 0."""
@@ -250,21 +322,30 @@ class CudnnAttention:
     def _operands(self, g, names=("q", "k", "v")):
         return [self._tensor(g, n, self.spec.dims(n), strides=self.spec.stride(n, n)) for n in names]
 
-    def _output(self, t, dims, data_type=None, strides=None):
+    def _output(self, t, name: str, dims, data_type=None, strides=None):
         t.set_output(True).set_dim(list(dims)).set_stride(strides or list(contiguous_strides(tuple(dims))))
         if data_type is not None:
             t.set_data_type(data_type)
+        t.set_uid(UIDS[name])
 
     def _build_forward(self, cudnn):
         g = self._graph(cudnn)
         q, k, v = self._operands(g)
         bias = self._mask(g)
-        o, stats = g.sdpa(name="sdpa", q=q, k=k, v=v, attn_scale=self.spec.scale, bias=bias,
-                          use_causal_mask=self.spec.causal, generate_stats=True)
-        self._output(o, self.spec.dims("o"), strides=self.spec.stride("o", "o"))
-        self._output(stats, self.spec.dims("stats"), cudnn.data_type.FLOAT)
+        o, stats = g.sdpa(
+            name="sdpa",
+            q=q,
+            k=k,
+            v=v,
+            attn_scale=self.spec.scale,
+            bias=bias,
+            use_causal_mask=self.spec.causal,
+            generate_stats=True,
+        )
+        self._output(o, "o", self.spec.dims("o"), strides=self.spec.stride("o", "o"))
+        self._output(stats, "stats", self.spec.dims("stats"), cudnn.data_type.FLOAT)
         g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        return g, {"q": q, "k": k, "v": v, "bias": bias, "o": o, "stats": stats}
+        return g
 
     def _build_backward(self, cudnn):
         g = self._graph(cudnn)
@@ -272,21 +353,35 @@ class CudnnAttention:
         do = self._tensor(g, "dO", self.spec.dims("o"), strides=self.spec.stride("grad_out", "o"))
         stats = self._tensor(g, "stats", self.spec.dims("stats"), cudnn.data_type.FLOAT)
         bias = self._mask(g)
-        dq, dk, dv = g.sdpa_backward(name="sdpa_backward", q=q, k=k, v=v, o=o, dO=do, stats=stats,
-                                     attn_scale=self.spec.scale, bias=bias, use_causal_mask=self.spec.causal)
+        dq, dk, dv = g.sdpa_backward(
+            name="sdpa_backward",
+            q=q,
+            k=k,
+            v=v,
+            o=o,
+            dO=do,
+            stats=stats,
+            attn_scale=self.spec.scale,
+            bias=bias,
+            use_causal_mask=self.spec.causal,
+        )
         for t, which in ((dq, "q"), (dk, "k"), (dv, "v")):
-            self._output(t, self.spec.dims(which), strides=self.spec.stride("d" + which, which))
+            self._output(t, "d" + which, self.spec.dims(which), strides=self.spec.stride("d" + which, which))
         g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        return g, {"q": q, "k": k, "v": v, "o": o, "dO": do, "stats": stats, "bias": bias, "dq": dq, "dk": dk,
-                   "dv": dv}
+        return g
 
     def _run(self, g, pack: dict, workspace: int) -> None:
         execute(g, pack, workspace)
 
     def _forward_pack(self, q, k, v, out, stats: int, mask) -> dict:
         t = self._forward_graph[1]
-        pack = {t["q"]: device_ptr(q), t["k"]: device_ptr(k), t["v"]: device_ptr(v), t["o"]: device_ptr(out),
-                t["stats"]: stats}
+        pack = {
+            t["q"]: device_ptr(q),
+            t["k"]: device_ptr(k),
+            t["v"]: device_ptr(v),
+            t["o"]: device_ptr(out),
+            t["stats"]: stats,
+        }
         if t["bias"] is not None:
             pack[t["bias"]] = device_ptr(mask)
         return pack
@@ -313,8 +408,17 @@ class CudnnAttention:
             dk = dq + self.spec.numel("q") * self.itemsize
             dv = dk + self.spec.numel("k") * self.itemsize
         g, t = self._backward_graph
-        pack = {t["q"]: device_ptr(q), t["k"]: device_ptr(k), t["v"]: device_ptr(v), t["o"]: device_ptr(out),
-                t["dO"]: device_ptr(grad_out), t["stats"]: device_ptr(stats), t["dq"]: dq, t["dk"]: dk, t["dv"]: dv}
+        pack = {
+            t["q"]: device_ptr(q),
+            t["k"]: device_ptr(k),
+            t["v"]: device_ptr(v),
+            t["o"]: device_ptr(out),
+            t["dO"]: device_ptr(grad_out),
+            t["stats"]: device_ptr(stats),
+            t["dq"]: dq,
+            t["dk"]: dk,
+            t["dv"]: dv,
+        }
         if t["bias"] is not None:
             pack[t["bias"]] = device_ptr(mask)
         self._run(g, pack, device_ptr(workspace))

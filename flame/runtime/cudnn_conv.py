@@ -34,10 +34,12 @@ from functools import lru_cache
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.conv import to_channels_first
 from flame.plan.steps import ConvCall
+from flame.runtime import cudnn_cache
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
 DTYPES = ("f32", "f16", "bf16")
 OPERANDS = {"fprop": ("x", "w", "y"), "dgrad": ("y", "w", "x"), "wgrad": ("x", "y", "w")}  # a, b -> out, as X/W/Y
+UIDS = {"x": 1, "w": 2, "y": 3}  # the graph's tensors by uid: a graph read back from the cache runs the same way
 WORKSPACE_LIMIT = 256 << 20  # no engine needing more is chosen
 allow_tf32 = False  # explicit opt-in, as runtime/matmul.allow_tf32
 
@@ -82,8 +84,20 @@ class ConvSpec:
                 d, s = dims[n], st[n]
                 dims[n], st[n] = (*d[:2], 1, d[2]), (*s[:2], s[2] * d[2], s[2])
             pads, stride, dilation = [(0, 0), *pads], (1, *stride), (1, *dilation)
-        return ConvSpec(kind, dtype, dims["x"], dims["w"], dims["y"], st["x"], st["w"], st["y"],
-                        tuple(p[0] for p in pads), tuple(p[1] for p in pads), stride, dilation)
+        return ConvSpec(
+            kind,
+            dtype,
+            dims["x"],
+            dims["w"],
+            dims["y"],
+            st["x"],
+            st["w"],
+            st["y"],
+            tuple(p[0] for p in pads),
+            tuple(p[1] for p in pads),
+            stride,
+            dilation,
+        )
 
     @property
     def groups(self) -> int:
@@ -111,8 +125,17 @@ def spec_of(op, strides: dict | None = None) -> ConvSpec:
     if at.get("channels_last"):
         shapes.update({n: to_channels_first(shapes[n]) for n in ("x", "y")})
         strides = {n: channels_last_strides(shapes[n]) for n in ("x", "y")} | (strides or {})
-    return ConvSpec.of(kind, op.out.type.dtype.name, shapes["x"], shapes["w"], shapes["y"], at["padding"],
-                       at["stride"], at["dilation"], strides)
+    return ConvSpec.of(
+        kind,
+        op.out.type.dtype.name,
+        shapes["x"],
+        shapes["w"],
+        shapes["y"],
+        at["padding"],
+        at["stride"],
+        at["dilation"],
+        strides,
+    )
 
 
 def unsupported_reason(spec: ConvSpec) -> str:
@@ -139,7 +162,8 @@ def workspace_bytes(op, exact: bool = False) -> int:
 
 
 class CudnnConv:
-    """The cuDNN graph of one ConvSpec, built on construction; calling it runs the convolution."""
+    """The cuDNN graph of one ConvSpec, built on construction (or read back from the cache of built
+    graphs, runtime/cudnn_cache.py); calling it runs the convolution."""
 
     def __init__(self, spec: ConvSpec):
         why = unsupported_reason(spec)
@@ -147,29 +171,45 @@ class CudnnConv:
             raise NotImplementedError(f"cuDNN convolution: {why}")
         self.spec = spec
         cudnn = cudnn_module("cuDNN convolution")
-        self._io = {"f32": cudnn.data_type.FLOAT, "f16": cudnn.data_type.HALF,
-                    "bf16": cudnn.data_type.BFLOAT16}[spec.dtype]
+        self._io = {"f32": cudnn.data_type.FLOAT, "f16": cudnn.data_type.HALF, "bf16": cudnn.data_type.BFLOAT16}[
+            spec.dtype
+        ]
         try:
-            self._graph, self._tensors = self._build(cudnn)
+            self._graph = cudnn_cache.graph(cudnn, self._key(), f"{spec.kind} convolution", lambda: self._build(cudnn))
         except refusals(cudnn) as e:
             raise NotImplementedError(f"cuDNN refused the {spec.kind} convolution {spec}: {e}") from None
+        self._tensors = tuple(UIDS[n] for n in OPERANDS[spec.kind])  # a, b, out
         self.workspace = self._graph.get_workspace_size()
 
+    def _key(self) -> str:
+        """What decides the graph besides the GPU and the libraries (runtime/cudnn_cache.py's key)."""
+        tf32 = self.spec.dtype == "f32" and allow_tf32
+        return f"conv {self.spec!r} tf32={tf32} workspace<={WORKSPACE_LIMIT}"
+
     def _tensor(self, g, which: str):
-        return g.tensor(name=which.upper(), dim=list(self.spec.dims(which)), stride=list(self.spec.strides(which)),
-                        data_type=self._io)
+        t = g.tensor(
+            name=which.upper(),
+            dim=list(self.spec.dims(which)),
+            stride=list(self.spec.strides(which)),
+            data_type=self._io,
+        )
+        t.set_uid(UIDS[which])
+        return t
 
     def _build(self, cudnn):
         s, f32 = self.spec, cudnn.data_type.FLOAT
         g = cudnn.pygraph(io_data_type=self._io, intermediate_data_type=f32, compute_data_type=f32, handle=handle())
         a_name, b_name, out_name = OPERANDS[s.kind]
         a, b = self._tensor(g, a_name), self._tensor(g, b_name)
-        conv = {"fprop": lambda: g.conv_fprop(image=a, weight=b, **self._attrs(f32)),
-                "dgrad": lambda: g.conv_dgrad(loss=a, filter=b, **self._attrs(f32)),
-                "wgrad": lambda: g.conv_wgrad(image=a, loss=b, **self._attrs(f32))}[s.kind]
+        conv = {
+            "fprop": lambda: g.conv_fprop(image=a, weight=b, **self._attrs(f32)),
+            "dgrad": lambda: g.conv_dgrad(loss=a, filter=b, **self._attrs(f32)),
+            "wgrad": lambda: g.conv_wgrad(image=a, loss=b, **self._attrs(f32)),
+        }[s.kind]
         out = conv()
         out.set_output(True).set_dim(list(s.dims(out_name))).set_stride(list(s.strides(out_name)))
         out.set_data_type(self._io)
+        out.set_uid(UIDS[out_name])
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
@@ -178,12 +218,17 @@ class CudnnConv:
         g.deselect_workspace_greater_than(WORKSPACE_LIMIT)
         g.check_support()
         g.build_plans()
-        return g, (a, b, out)
+        return g
 
     def _attrs(self, compute) -> dict:
         s = self.spec
-        return {"pre_padding": list(s.pre_padding), "post_padding": list(s.post_padding), "stride": list(s.stride),
-                "dilation": list(s.dilation), "compute_data_type": compute}
+        return {
+            "pre_padding": list(s.pre_padding),
+            "post_padding": list(s.post_padding),
+            "stride": list(s.stride),
+            "dilation": list(s.dilation),
+            "compute_data_type": compute,
+        }
 
     def __call__(self, a, b, out, workspace=0) -> None:
         """out = the convolution of a and b (the op's inputs in IR order: x, w / dy, w / x, dy); each a
@@ -195,7 +240,8 @@ class CudnnConv:
 
 @lru_cache(maxsize=512)
 def cudnn_conv(spec: ConvSpec) -> CudnnConv:
-    """The built graph for `spec`, cached (building takes milliseconds)."""
+    """The built graph for `spec`, cached in the process and on disk (runtime/cudnn_cache.py: building
+    takes milliseconds)."""
     return CudnnConv(spec)
 
 

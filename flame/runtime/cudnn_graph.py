@@ -16,8 +16,7 @@ def cudnn_module(what: str):
     try:
         import cudnn
     except ImportError as e:
-        raise NotImplementedError(f"{what} needs {FRONTEND} (pip install {FRONTEND} nvidia-cudnn-cu12): "
-                                  f"{e}") from None
+        raise NotImplementedError(f"{what} needs {FRONTEND} (pip install {FRONTEND} nvidia-cudnn-cu12): {e}") from None
     return cudnn
 
 
