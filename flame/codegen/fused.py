@@ -123,9 +123,37 @@ class Emitter:
         self.count += 1
         return f"{self.prefix}{self.count}"
 
+    def _memo(self, m: IndexMap) -> tuple[dict, list[str]]:
+        return (self.memo_row, self.row) if not m.depends_on(self.red) else (self.memo_elem, self.elem)
+
+    def _needs(self, v: Value, m: IndexMap) -> list[tuple[Value, IndexMap]]:
+        """What computing v at m reads first, in the order value() computes it (views and computed ops;
+        loads, piecewise ops and reductions read nothing here)."""
+        op = v.producer
+        if op is None or op.out not in self.lay_values or is_reduction(op) or pieces(op) is not None:
+            return []
+        if is_view(op):
+            return [(op.inputs[0], self.lay.input_at(op, 0, m))]
+        return [(u, m.then(input_map(op, k))) for k, u in enumerate(op.inputs)]
+
     def value(self, v: Value, m: IndexMap) -> str:
-        at_row = not m.depends_on(self.red)
-        memo, lines = (self.memo_row, self.row) if at_row else (self.memo_elem, self.elem)
+        """The name of v's value at m, computing what it needs first: from the deepest value up, so that
+        a chain of thousands of ops needs no deep recursion; the statements come in the order a
+        depth-first walk of the inputs gives."""
+        stack, seen = [((v, m), iter(self._needs(v, m)))], {(v, m)}
+        while stack:
+            key, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                self._value(*key)  # what it reads is computed by now
+            elif nxt not in seen and nxt not in self._memo(nxt[1])[0]:
+                seen.add(nxt)
+                stack.append((nxt, iter(self._needs(*nxt))))
+        return self._memo(m)[0][(v, m)]
+
+    def _value(self, v: Value, m: IndexMap) -> str:
+        memo, lines = self._memo(m)
         if (v, m) in memo:
             return memo[(v, m)]
         op = v.producer
@@ -134,7 +162,7 @@ class Emitter:
             name = self.fresh()
             lines.append(f"const {cuda_c.compute_dtype(v.dtype).cuda_type} {name} = {expr};")
         elif is_view(op):
-            name = self.value(op.inputs[0], self.lay.input_at(op, 0, m))
+            name = self._value(op.inputs[0], self.lay.input_at(op, 0, m))
         elif is_reduction(op):
             raise KeyError(f"internal error: reduction {op.name} used before it is computed")
         elif pieces(op) is not None:
@@ -195,7 +223,7 @@ class Emitter:
             self.row, self.elem, self.memo_row, self.memo_elem = saved
 
     def _compute(self, op: Op, m: IndexMap, lines: list[str]) -> str:
-        args = [self.value(u, m.then(input_map(op, k))) for k, u in enumerate(op.inputs)]
+        args = [self._value(u, m.then(input_map(op, k))) for k, u in enumerate(op.inputs)]
         expr, expr_dtype = op_expr(op, args)
         rounded = cuda_c.load(cuda_c.convert(expr, expr_dtype, op.out.dtype), op.out.dtype)
         name = self.fresh()

@@ -121,6 +121,10 @@ from flame.target import DEFAULT_TARGET, Target
 
 MAX_SEGMENTS = 32  # segments of a horizontal scalar or row kernel: its source grows with each
 _FUSIBLE = (Kind.ELEMENTWISE, Kind.SCALAR, Kind.ROWS)
+# ops of a kernel grown by joining readers and merging producers (the largest of a GPT, Llama or U-Net step
+# holds about 40): a chain thousands of ops long (a recurrence unrolled by a Python loop) becomes kernels of
+# at most this many, so fusing it stays linear in its length and NVRTC compiles sources of bounded size
+MAX_KERNEL_OPS = 128
 
 
 def _free_chains(st: State, op: Op) -> list[list[Op]]:
@@ -146,6 +150,8 @@ def _try_join(st: State, grp: Group, op: Op) -> bool:
     ins = {st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of} - {grp}
     if any(st.reaches(grp, h) for h in ins):
         return st.refuse(grp, op, "joining would make a cycle: the reader also reads a kernel that reads this one")
+    if len(grp.ops) >= MAX_KERNEL_OPS:
+        return st.refuse(grp, op, f"the kernel holds {len(grp.ops)} ops already (at most {MAX_KERNEL_OPS})")
     ops = st.sorted_ops(grp.ops + _constants(st, op) + [op])
     domain, n_red = grp.domain, grp.n_red
     if is_reduction(op):
@@ -327,6 +333,8 @@ def _try_merge(st: State, dst: Group, src: Group) -> None:
     if any(st.reaches(k, dst) for k in st.succ(src) if k is not dst) or st.reaches(dst, src):
         return
     if src.kind == Kind.ROWS and dst.kind == Kind.ROWS and (src.domain, src.n_red) != (dst.domain, dst.n_red):
+        return
+    if len(src.ops) + len(dst.ops) > MAX_KERNEL_OPS:
         return
     kind = Kind.ROWS if Kind.ROWS in (src.kind, dst.kind) else Kind.ELEMENTWISE
     rows = dst if dst.kind == Kind.ROWS else src

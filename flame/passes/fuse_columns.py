@@ -22,6 +22,7 @@ from flame.ir.registry import accumulates, axis_order, is_relabel
 from flame.ir.symbolic import SymInt
 from flame.passes import remat
 from flame.passes.fusion_state import (
+    Closure,
     Group,
     State,
     carried_columns,
@@ -204,27 +205,35 @@ def column_kernels(st: State) -> None:
     if not summed:
         return
     taken: set[Group] = set()  # the reduction kernels merged into one (gone from st.groups)
+    closure = Closure.of(st)
+    reaches = st.reaches if closure is None else closure.reaches
     for eg in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
-        reads = {v for o in eg.ops for v in o.inputs}
+        reads, mine = {v for o in eg.ops for v in o.inputs}, set(eg.ops)
         for cg in [grp for grp in summed if grp not in taken]:
             (op,) = cg.ops
             v, n_red = op.inputs[0], summed[cg]
+            if not (v.producer in mine or v in reads):
+                continue  # (asked first: the cheapest question, and the answer for most pairs)
             if v.type.numel != math.prod(eg.domain):
                 continue  # dynamic sizes and bias gradients keep their column kernel (absorb_columns)
             if eg.kind == Kind.ROWS and (eg.domain, eg.n_red) != (v.shape, n_red):
                 continue  # carries columns of another row layout already
-            if not (v.producer in eg.ops or v in reads) or mixes_phases(eg.ops + cg.ops):
+            if mixes_phases(eg.ops + cg.ops):
                 continue
-            if st.reaches(cg, eg) or any(st.reaches(k, cg) for k in st.succ(eg) if k is not cg):
+            if reaches(cg, eg) or any(reaches(k, cg) for k in st.succ(eg) if k is not cg):
                 continue
-            trial = Group([o for o in eg.ops if o not in columns_of(eg)], Kind.ROWS, domain=v.shape, n_red=n_red)
+            carried = columns_of(eg)
+            trial = Group([o for o in eg.ops if o not in carried], Kind.ROWS, domain=v.shape, n_red=n_red)
             if _column_fits(st, trial, op) != "leading" or isinstance(fit(st, eg.ops + cg.ops, Kind.ROWS,
                                                                             v.shape, n_red), str):
                 continue
             if not one_row_segment(trial.ops):
                 continue  # codegen carries columns in a one-segment row kernel only
+            if closure is not None:
+                closure.merge(eg, cg)
             merge(st, eg, cg)
             taken.add(cg)
+            mine.update(cg.ops)
             eg.kind, eg.domain, eg.n_red = Kind.ROWS, v.shape, n_red
 
 

@@ -119,8 +119,9 @@ class State:
 class Closure:
     """Which kernels reach which (State.reaches for all pairs at once): bitsets of the kernels each one
     reaches (`down`) and is reached from (`up`), made from st.succ in one pass over the kernels in
-    topological order, and kept exact through `merge`s of two kernels neither of which reaches the
-    other (the horizontal rule's, which checks that first). `Closure.of(st)` is None where the
+    topological order, and kept exact through `merge`s that make no cycle (the horizontal rule's, of
+    two kernels neither of which reaches the other; column_kernels', of a reduction into the kernel
+    it reads with no third kernel between them). `Closure.of(st)` is None where the
     kernels' edges form a cycle (none should): the caller then walks the graph per question."""
 
     def __init__(self, st: State, order: list[Group], succ: dict[Group, set[Group]]):
@@ -161,9 +162,11 @@ class Closure:
         return bool(self.down[src] & self.bit[dst])
 
     def merge(self, a: Group, b: Group) -> None:
-        """a takes b in (neither reaches the other): what reached either reaches a and all the kernels
-        either reached, which are reached from all that reached either."""
-        down, up = self.down[a] | self.down[b], self.up[a] | self.up[b]
+        """a takes b in (neither reaches the other, or one reaches the other only directly: no third
+        kernel lies on a path between them, so the merge makes no cycle): what reached either reaches a
+        and all the kernels either reached, which are reached from all that reached either."""
+        own = self.bit[a] | self.bit[b]
+        down, up = (self.down[a] | self.down[b]) & ~own, (self.up[a] | self.up[b]) & ~own
         for k, bit in self.bit.items():
             if up & bit:
                 self.down[k] |= down | self.bit[a]

@@ -133,20 +133,17 @@ def drop_zero_signs(g: Graph) -> Graph:
 def _drop_zero_signs(g: Graph) -> Graph:
     """drop_zero_signs, editing g (a copy the caller owns)."""
     users, outputs = g.users(), set(g.outputs)
-    memo: dict[Value, bool] = {}
-
-    def accumulated(v: Value) -> bool:
-        if v not in memo:
-            memo[v] = v not in outputs and all(
-                accumulated(u.out) if is_view(u) or (is_sign_only(u) and u.out.dtype.is_float)
-                else accumulates(u) for u in users[v])
-        return memo[v]
+    accumulated: dict[Value, bool] = {}  # from the last op back: every reader's answer comes first
+    for op in reversed(g.ops):
+        accumulated[op.out] = op.out not in outputs and all(
+            accumulated[u.out] if is_view(u) or (is_sign_only(u) and u.out.dtype.is_float)
+            else accumulates(u) for u in users[op.out])
 
     renamed: dict[Value, Value] = {}
     ops: list[Op] = []
     for op in g.ops:
         op.inputs = tuple(renamed.get(v, v) for v in op.inputs)
-        if op.name == ADD.name and op.out.dtype.is_float and users[op.out] and accumulated(op.out):
+        if op.name == ADD.name and op.out.dtype.is_float and users[op.out] and accumulated[op.out]:
             x, zero = op.inputs if _positive_zero(op.inputs[1]) else op.inputs[::-1]
             if _positive_zero(zero) and x.type == op.out.type:
                 renamed[op.out] = x

@@ -33,19 +33,35 @@ def _zero_pad(v: Value) -> Slabs | None:
     return axis, [(lo, lo + x.shape[axis], x)]
 
 
-def _slabs(v: Value) -> Slabs | None:
-    """v as disjoint slabs along one axis: a zero pad, or a sum of such sums on the same axis."""
-    got = _zero_pad(v)
+def _sum(v: Value) -> Op | None:
+    """v's producer when it is an add of two values of one shape (a sum that may be of slabs)."""
     op = v.producer
-    if got is not None or op is None or op.name != ADD.name or op.inputs[0].shape != op.inputs[1].shape:
+    return op if op is not None and op.name == ADD.name and op.inputs[0].shape == op.inputs[1].shape else None
+
+
+def _slabs(v: Value) -> Slabs | None:
+    """v as disjoint slabs along one axis: a zero pad, or a sum of such sums on the same axis. The sum's
+    tree is walked with a stack (its leaves in order, left first), however deep it is."""
+    got = _zero_pad(v)
+    if got is not None or _sum(v) is None:
         return got
-    left, right = _slabs(op.inputs[0]), _slabs(op.inputs[1])
-    if left is None or right is None or left[0] != right[0]:
+    leaves, stack = [], [v]
+    while stack:
+        u = stack.pop()
+        got = _zero_pad(u)
+        if got is not None:
+            leaves.append(got)
+            continue
+        op = _sum(u)
+        if op is None or (_zero_pad(op.inputs[1]) is None and _sum(op.inputs[1]) is None):
+            return None  # a term that is no slab (found at once in a long chain of other sums)
+        stack += [op.inputs[1], op.inputs[0]]
+    if any(axis != leaves[0][0] for axis, _ in leaves):
         return None
-    pieces = sorted(left[1] + right[1], key=lambda p: p[0])
+    pieces = sorted((p for _, ps in leaves for p in ps), key=lambda p: p[0])
     if any(a[1] > b[0] for a, b in zip(pieces, pieces[1:])):
         return None  # overlapping slabs really add
-    return left[0], pieces
+    return leaves[0][0], pieces
 
 
 def sum_of_slabs(op: Op, b: Builder) -> Value | None:
