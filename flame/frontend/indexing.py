@@ -227,13 +227,11 @@ def setitem(t, key, value) -> None:
         sub.fill_(value) if fill else sub.copy_(value)
         return
     if not fill and overlap_status(t, value) != "no":
-        _check_shared_value(t, key, keys, value)
+        _check_shared_value(t, key, keys, _without_leading_ones(value))
     value = value if isinstance(value, Tensor) else _scalar_like(value, t)
     if value.dtype != t.dtype:
         value = value.to(t.dtype)
-    lead = next((d for d, n in enumerate(value.shape) if n != 1), value.ndim)
-    if lead:  # torch drops a value's leading dims of size 1 before broadcasting it to x[key]
-        value = value.reshape(value.shape[lead:])
+    value = _without_leading_ones(value)
     k = _as_index(key) if not isinstance(key, tuple) else None
     base = stand_in(t, value)
     if isinstance(k, Tensor) and k.dtype == boolean:
@@ -241,6 +239,13 @@ def setitem(t, key, value) -> None:
     else:
         new = _scatter_write(base, key, value)
     assign(t, new, fill=fill)
+
+
+def _without_leading_ones(value: Tensor) -> Tensor:
+    """value without its leading dims of size 1, as torch drops them before broadcasting a value to x[key]
+    (a view of its own when it drops any: torch checks that view, not value itself, against x's memory)."""
+    lead = next((d for d, n in enumerate(value.shape) if n != 1), value.ndim)
+    return value.reshape(value.shape[lead:]) if lead else value
 
 
 def _check_shared_value(t, key, keys: tuple, value) -> None:

@@ -24,6 +24,11 @@ def _setitem(t, key, value):
     return t
 
 
+def _set_itself(t, key):
+    t[key] = t
+    return t
+
+
 def _ones(lib, *shape):
     return lib.ones(*shape, dtype=lib.float64)
 
@@ -62,6 +67,7 @@ CASES = {
     "x[v[1:]] = v[:-1]": lambda a, b, lib: _setitem(a.view(-1), slice(1, None), a.view(-1)[:-1]),
     "x[:] = x.t()": lambda a, b, lib: _setitem(b, slice(None), b.t()),
     "x[tensor] = row": lambda a, b, lib: _setitem(a, lib.tensor([1]), a[0]),
+    "x[:, tensor] = x (dense, a leading 1)": lambda a, b, lib: _set_itself(a[:1], (slice(None), lib.tensor([2, 0, 1]))),
     # torch computes these
     "copy_ itself": lambda a, b, lib: a.copy_(a),
     "mul_ itself": lambda a, b, lib: a.mul_(a),
@@ -81,6 +87,9 @@ CASES = {
     "x[0] = x[0]": lambda a, b, lib: _setitem(a, 0, a[0]),
     "x[:] = a row (expanded first)": lambda a, b, lib: _setitem(a, slice(None), a[0]),
     "x[mask] = an element": lambda a, b, lib: _setitem(a, a > 2, a[0, 0]),
+    # torch drops the value's leading 1s first: a view of its own, whose gaps torch does not examine
+    "x[:, :, tensor] = x (gaps, a leading 1)": lambda a, b, lib: _set_itself(
+        a.view(1, 2, 3)[:, :, :1], (slice(None), slice(None), lib.tensor([0, 0]))),
 }
 
 
