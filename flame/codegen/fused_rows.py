@@ -587,8 +587,12 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         raise NotImplementedError("a rows group without a reduction over the innermost dims")
     outputs = list(group.outputs)
     R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
-    split = _split_schedule(segs, lays, columns, config, target)
-    schedule = rows_schedule(config)
+    # a row whose length is the dynamic size (a whole-batch sum: the count of a loss's kept labels) takes a
+    # schedule that reads nothing of that length: a block of 1024 threads per row, no vectors, no split,
+    # so one source serves every size
+    dynamic_row = isinstance(R, symbolic.SymInt)
+    split = None if dynamic_row else _split_schedule(segs, lays, columns, config, target)
+    schedule = "old" if dynamic_row else rows_schedule(config)
     column_only = bool(columns) and all(op in columns for seg in segs for op in seg if is_reduction(op))
     new = ((schedule == "new" or (schedule == "auto" and (not columns and _plain(lays) or column_only
                                                           and _plain(lays, broadcasts=True))))
@@ -604,7 +608,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     if new:
         G, parts = narrow or _new_threads(make, config)
     else:
-        G = config.split_threads if split else _threads(R)
+        G = config.split_threads if split else 1024 if dynamic_row else _threads(R)
         parts = make(G)
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     block = _block(G, M, R, columns, row_totals=not column_only)

@@ -19,6 +19,7 @@ from flame.frontend.norms import mixed, param_dtype
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul
+from flame.ir.dtypes import f32
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
            "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
@@ -215,8 +216,7 @@ def cross_entropy_labels(logits: Tensor, target: Tensor, reduction: str = "mean"
     (PyTorch's -100 when not given) add nothing to the loss or the gradient and are left out of the
     mean; another label outside [0, C) raises IndexError. Inside @flame.compile the labels are not
     known while tracing: the graph masks them (an ignored label adds nothing, an out-of-range one makes
-    the loss NaN) only when ignore_index is given explicitly, so the default step keeps its fused
-    kernels; labels must then lie in [0, C)."""
+    the loss NaN), whether ignore_index is given or is PyTorch's default."""
     if logits.ndim != 2 or target.ndim != 1 or target.shape[0] != logits.shape[0]:
         raise ShapeError(f"cross_entropy: expected logits [N, C] and labels [N], got {list(logits.shape)} "
                          f"and {list(target.shape)}\n  at {user_location()}")
@@ -225,6 +225,13 @@ def cross_entropy_labels(logits: Tensor, target: Tensor, reduction: str = "mean"
     masked = _check_labels(target, logits.shape[1], ignore_index)
     ignore_index = -100 if ignore_index is None else ignore_index
     labels = apply("where", _in_range(target, logits.shape[1]), target, 0) if masked else target
+    if masked and reduction == "mean":
+        # the mean over the kept labels as a weighted sum, each row's weight (1 / count, or 0 where
+        # ignored) computed from the labels alone, first: the logits' gradient then needs nothing computed
+        # after their row kernel and is written by it, as without ignored labels (one pass over [N, C])
+        keep = target != ignore_index
+        count = keep.to(logits.dtype if logits.dtype.itemsize >= 4 else f32).sum()  # exact to 2**24 labels
+        share = apply("where", keep, 1.0 / count, 0.0).to(logits.dtype)
     # -log_softmax(x)[t] = logsumexp(x) - x[t]: the same arithmetic as gathering from log_softmax, but
     # the [N, C] log-probabilities are never materialised (and the backward fuses into one row kernel)
     lse = logsumexp(logits, 1)
@@ -235,9 +242,9 @@ def cross_entropy_labels(logits: Tensor, target: Tensor, reduction: str = "mean"
         return _loss_reduce(nll, reduction)
     keep = target != ignore_index
     nll = apply("where", keep, apply("where", _in_range(target, logits.shape[1]), nll, float("nan")), 0.0)
-    if reduction == "mean":
-        return nll.sum() / keep.to(nll.dtype).sum()
-    return _loss_reduce(nll, reduction)
+    if reduction != "mean":
+        return _loss_reduce(nll, reduction)
+    return apply("where", count == 0, float("nan"), (nll * share).sum())  # torch's 0 / 0, with a 0 gradient
 
 
 def _in_range(target: Tensor, n_classes: int) -> Tensor:
@@ -246,9 +253,9 @@ def _in_range(target: Tensor, n_classes: int) -> Tensor:
 
 def _check_labels(target: Tensor, n_classes: int, ignore_index: int | None) -> bool:
     """Eager labels are checked now (IndexValueError for one outside [0, C) that is not ignore_index);
-    returns whether the loss must mask labels: some are ignored, or (traced) ignore_index was given."""
+    returns whether the loss must mask labels: some are ignored, or they are traced (unknown now)."""
     if target._value is not None:
-        return ignore_index is not None
+        return True
     ignore_index = -100 if ignore_index is None else ignore_index
     t = target.numpy()
     bad = (t != ignore_index) & ((t < 0) | (t >= n_classes))

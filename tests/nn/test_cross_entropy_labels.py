@@ -44,8 +44,7 @@ def _torch(target, reduction):
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_ignore_index_matches_torch(reduction, compiled):
     target = [-100, 0, 2]
-    # traced labels are unknown: the compiled step masks them when ignore_index is given
-    got = _flame(target, reduction, compiled, -100 if compiled else None)
+    got = _flame(target, reduction, compiled)  # torch's default ignore_index, traced labels included
     want = _torch(target, reduction)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-7)
@@ -59,5 +58,26 @@ def test_out_of_range_label_raises_eagerly(target):
 
 
 def test_out_of_range_label_gives_nan_when_traced():
-    loss, _ = _flame([-1, 0, 1], "mean", compiled=True, ignore_index=-100)
+    loss, _ = _flame([-1, 0, 1], "mean", compiled=True)
     assert np.isnan(loss)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_language_models_padding_labels_are_ignored_by_default(compiled):
+    """The idiom of language-model training: padded positions labelled -100 and the logits flattened."""
+    rng = np.random.default_rng(0)
+    logits, labels = rng.standard_normal((2, 5, 7)).astype(np.float32), rng.integers(0, 7, (2, 5))
+    labels[0, 3:] = labels[1, 4:] = -100
+    x, t = torch.tensor(logits, requires_grad=True), torch.tensor(labels)
+    want = torch.nn.functional.cross_entropy(x.view(-1, 7), t.view(-1))
+    want.backward()
+    fx, ft = flame.tensor(logits, requires_grad=True), flame.tensor(labels)
+
+    def step(x, t):
+        loss = F.cross_entropy(x.view(-1, 7), t.view(-1))
+        loss.backward()
+        return loss
+
+    got = (flame.compile(step) if compiled else step)(fx, ft)
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-5)
+    np.testing.assert_allclose(fx.grad.numpy(), x.grad.numpy(), rtol=1e-5, atol=1e-7)

@@ -134,11 +134,13 @@ def test_an_add_of_positive_zero_goes_only_where_its_sum_is_accumulated(reader):
 
 
 def test_cross_entropy_backward_is_one_row_kernel():
-    """gather of the label logits, the row kernel (loss terms and d logits, one-hot computed in
-    place), the mean: the max is detached, so no tie-splitting terms reach the backward."""
+    """The count of the labels not ignored (torch's default ignore_index, -100: the labels are unknown
+    while tracing), gather of the label logits, the row kernel (loss terms and d logits, one-hot computed
+    in place, each row weighted by 1 / count), the sum: the max is detached, so no tie-splitting terms
+    reach the backward."""
     fused = check_fused(*cross_entropy(True))
-    names = [k.name.split("_f32")[0] for k in launches(fused)]
-    assert names == ["gather", "reduce_softmax_rows", "reduce_mean"]
+    names = [k.name.split("_f32")[0].split("_bool")[0] for k in launches(fused)]
+    assert names == ["reduce_sum_rows", "gather", "reduce_softmax_rows", "reduce_sum_rows"]
     assert not any(op.name == "eq" and op.inputs[0].producer is None for op in fused.ops)
 
 
