@@ -136,19 +136,18 @@ def cmd_check(a) -> int:
 
 
 def cmd_cache(a) -> int:
-    from flame.codegen import nvrtc
-    from flame.plan import cache as plan_cache
+    from flame.codegen import disk_cache, nvrtc
 
     if a.action == "clear":
         n = nvrtc.cache_clear()
-        plans = plan_cache.cache_clear()
-        graphs = plan_cache.cache_clear(plan_cache.CUDNN_SUFFIX)
+        plans = disk_cache.cache_clear()
+        graphs = disk_cache.cache_clear(disk_cache.CUDNN_SUFFIX)
         print(f"removed {n} cached kernel(s), {plans} cached plan(s) and {graphs} cached cuDNN graph(s) from "
               f"{nvrtc.cache_dir()}")
         return 0
     info = nvrtc.cache_info()
-    plans = plan_cache.cache_info()
-    graphs = plan_cache.cache_info(plan_cache.CUDNN_SUFFIX)
+    plans = disk_cache.cache_info()
+    graphs = disk_cache.cache_info(disk_cache.CUDNN_SUFFIX)
     limit = (f"{plans['limit']} (FLAME_CACHE_SIZE)" if plans["limit"]
              else "0: the plan and cuDNN graph caches are off (FLAME_CACHE_SIZE)")
     print(f"kernel cache: {info['dir']}\n  entries: {info['entries']}\n  bytes:   {info['bytes']}\n"

@@ -149,10 +149,11 @@ def _plan_cache_time(compiled, data: list) -> tuple[float | None, float | None]:
     (filled by the compiles before), with the in-process compile cache, kernel table and cuDNN graphs
     hidden, and the seconds of it spent making the plan's cuDNN graphs (built or read back from their
     cache on disk: runtime/cudnn_cache.py); (None, None) when the plan cache is off or missed."""
+    from flame.codegen import disk_cache
     from flame.plan import cache as plan_cache
     from flame.runtime import cudnn_cache
 
-    if not plan_cache.enabled():
+    if not disk_cache.enabled():
         return None, None
     fresh = type(compiled)(compiled.fn, compiled.name, memory_budget=compiled.memory_budget)
     hits, cudnn_before = plan_cache.COUNTS.hits, cudnn_cache.COUNTS.seconds

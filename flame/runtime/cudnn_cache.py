@@ -39,15 +39,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from flame.codegen import nvrtc
+from flame.codegen import disk_cache, nvrtc
 from flame.errors import FlameError
-from flame.plan import cache as plan_cache
 from flame.runtime.cudnn_graph import handle
 
 log = logging.getLogger("flame")
 
 MAGIC = b"FLAMECUDNN1\n"
-SUFFIX = plan_cache.CUDNN_SUFFIX
+SUFFIX = disk_cache.CUDNN_SUFFIX
 _lock = threading.Lock()
 
 
@@ -103,7 +102,7 @@ def entry_name(cudnn, key: str) -> str:
     h = hashlib.sha256()
     for part in (
         "flame cudnn graph",
-        plan_cache.flame_version(),
+        disk_cache.flame_version(),
         key,
         _device(),
         f"cudnn {cudnn.backend_version()}",
@@ -145,7 +144,7 @@ def graph(cudnn, key: str, label: str, build: Callable[[], object]):
 def _folder() -> Path | None:
     """The cache directory, or None when the cache is off (FLAME_CACHE_SIZE=0) or the directory
     cannot be used (nvrtc.usable_dir warns once)."""
-    return nvrtc.usable_dir() if plan_cache.enabled() else None
+    return nvrtc.usable_dir() if disk_cache.enabled() else None
 
 
 def _warn(label: str, folder: Path, why: str) -> None:
@@ -209,5 +208,5 @@ def _store(cudnn, g, path: Path, label: str) -> bool:
         return False
     with _lock:
         COUNTS.stored += 1
-    plan_cache.evict(path.parent, plan_cache.size_limit())
+    disk_cache.evict(path.parent, disk_cache.size_limit())
     return True

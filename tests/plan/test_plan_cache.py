@@ -23,7 +23,7 @@ import torch
 
 import flame
 from flame import _version, cli, compiler
-from flame.codegen import nvrtc
+from flame.codegen import disk_cache, nvrtc
 from flame.errors import ArgumentError
 from flame.plan import cache as plan_cache
 from flame.plan import serial
@@ -250,12 +250,12 @@ def test_the_size_limit_evicts_the_least_recently_used(cache_dir, monkeypatch):
 
 def test_cache_size_setting(cache_dir, monkeypatch):
     monkeypatch.setenv("FLAME_CACHE_SIZE", "500M")
-    assert plan_cache.size_limit() == 500 << 20
+    assert disk_cache.size_limit() == 500 << 20
     monkeypatch.setenv("FLAME_CACHE_SIZE", "2G")
-    assert plan_cache.size_limit() == 2 << 30
+    assert disk_cache.size_limit() == 2 << 30
     monkeypatch.setenv("FLAME_CACHE_SIZE", "lots")
     with pytest.raises(ArgumentError, match="FLAME_CACHE_SIZE='lots'"):
-        plan_cache.size_limit()
+        disk_cache.size_limit()
     monkeypatch.setenv("FLAME_CACHE_SIZE", "0")  # off: nothing is read or written
     _, did = _first_call(monkeypatch)
     assert did == {"hits": 0, "misses": 0, "stored": 0, "rebuilt": 0}

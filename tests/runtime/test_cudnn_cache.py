@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from flame import cli
-from flame.codegen import nvrtc
+from flame.codegen import disk_cache, nvrtc
 from flame.plan import cache as plan_cache
 from flame.runtime import cudnn_attention, cudnn_cache, cudnn_conv, cudnn_graph
 from flame.runtime.cudnn_attention import AttentionSpec
@@ -196,7 +196,7 @@ def _graphs() -> dict:
 
 
 def _entries(fake_dir) -> list:
-    return sorted(p.name for p in fake_dir.glob("*" + plan_cache.CUDNN_SUFFIX)) if fake_dir.exists() else []
+    return sorted(p.name for p in fake_dir.glob("*" + disk_cache.CUDNN_SUFFIX)) if fake_dir.exists() else []
 
 
 def test_a_new_process_reads_the_graphs_back_instead_of_building(fake, tmp_path):
