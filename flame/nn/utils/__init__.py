@@ -1,8 +1,8 @@
 """flame.nn.utils: gradient tools (gradients.py), parameters as one vector (convert_parameters.py), padded
 and packed sequences (`flame.nn.utils.rnn`), LoRA adapters (`flame.nn.utils.lora`), parametrizations
-(`flame.nn.utils.parametrize`)."""
+(`flame.nn.utils.parametrize`, `flame.nn.utils.parametrizations`: weight_norm, spectral_norm)."""
 
-from flame.nn.utils import lora, parametrize, rnn  # noqa: F401
+from flame.nn.utils import lora, parametrizations, parametrize, rnn  # noqa: F401
 from flame.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
 from flame.nn.utils.gradients import (
     add_grad_noise_,
@@ -22,6 +22,7 @@ __all__ = [
     "grad_stats",
     "lora",
     "parameters_to_vector",
+    "parametrizations",
     "parametrize",
     "rnn",
     "vector_to_parameters",
