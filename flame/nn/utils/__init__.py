@@ -1,6 +1,7 @@
 """flame.nn.utils: gradient tools (gradients.py), parameters as one vector (convert_parameters.py), padded
 and packed sequences (`flame.nn.utils.rnn`), LoRA adapters (`flame.nn.utils.lora`), parametrizations
-(`flame.nn.utils.parametrize`, `flame.nn.utils.parametrizations`: weight_norm, spectral_norm)."""
+(`flame.nn.utils.parametrize`, `flame.nn.utils.parametrizations`: weight_norm, spectral_norm) and the
+forward-pre-hook weight_norm / spectral_norm (norm_hooks.py)."""
 
 from flame.nn.utils import lora, parametrizations, parametrize, rnn  # noqa: F401
 from flame.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
@@ -12,6 +13,7 @@ from flame.nn.utils.gradients import (
     get_total_norm,
     grad_stats,
 )
+from flame.nn.utils.norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
 
 __all__ = [
     "add_grad_noise_",
@@ -24,6 +26,10 @@ __all__ = [
     "parameters_to_vector",
     "parametrizations",
     "parametrize",
+    "remove_spectral_norm",
+    "remove_weight_norm",
     "rnn",
+    "spectral_norm",
     "vector_to_parameters",
+    "weight_norm",
 ]
