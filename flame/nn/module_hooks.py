@@ -113,13 +113,18 @@ class ModuleHooks:
     def _register_load_state_dict_pre_hook(self, hook: Callable, with_module: bool = False) -> RemovableHandle:
         """As register_load_state_dict_pre_hook; without with_module the hook is called without the
         module first (torch's private form)."""
+        if not callable(hook):
+            raise FlameError(f"a hook must be callable, got {type(hook).__name__}\n  at {user_location()}")
         if with_module:
             module, user_hook = self, hook
 
             def hook(*args):
                 return user_hook(module, *args)
 
-        return _add(self._hook_dict("_load_state_dict_pre_hooks"), hook, False)
+        hooks = self._hook_dict("_load_state_dict_pre_hooks")
+        handle = RemovableHandle(hooks)  # not seen by compiled steps: it runs in load_state_dict alone
+        hooks[handle.id] = hook
+        return handle
 
     def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
         """hook(module, grad_input, grad_output) -> None or new grad_input (one per tensor input; None

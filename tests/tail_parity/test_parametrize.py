@@ -539,3 +539,38 @@ def test_deepcopy_and_pickle():
     np.testing.assert_array_equal(c.weight.numpy(), m.weight.numpy())
     with pytest.raises(RuntimeError, match="state_dict"):
         pickle.dumps(m)
+
+
+def test_load_state_dict_pre_hook_like_torch():
+    """register_load_state_dict_pre_hook: the hook gets (module, state_dict, prefix, ...), may rename keys
+    before they are matched, and its handle removes it; an error message it appends makes the load raise."""
+
+    def build(lib):
+        net = lib.nn.Sequential(lib.nn.Linear(2, 3), lib.nn.Linear(3, 1))
+        seen = []
+
+        def rename(module, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+            seen.append((type(module).__name__, prefix))
+            if prefix + "w" in state_dict:
+                state_dict[prefix + "weight"] = state_dict.pop(prefix + "w")
+
+        handle = net[1].register_load_state_dict_pre_hook(rename)
+        return net, seen, handle
+
+    (theirs, t_seen, _), (mine, f_seen, f_handle) = build(torch), build(flame)
+    sd = {k.replace("1.weight", "1.w"): v.detach().numpy() + 1.0 for k, v in theirs.state_dict().items()}
+    theirs.load_state_dict({k: torch.tensor(v) for k, v in sd.items()})
+    mine.load_state_dict({k: flame.tensor(v) for k, v in sd.items()})
+    assert f_seen == t_seen == [("Linear", "1.")]
+    for k, v in theirs.state_dict().items():
+        close(mine.state_dict()[k], v, k, RTOL, ATOL)
+    f_handle.remove()
+    with pytest.raises(RuntimeError, match="unexpected"):
+        mine.load_state_dict({k: flame.tensor(v) for k, v in sd.items()})
+
+    def refuse(module, state_dict, prefix, *rest):
+        rest[-1].append("refused by the hook")
+
+    mine[0].register_load_state_dict_pre_hook(refuse)
+    with pytest.raises(RuntimeError, match="refused by the hook"):
+        mine.load_state_dict(mine.state_dict())
