@@ -403,7 +403,25 @@ class Module(ModuleHooks):
     def plan_load(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list, IncompatibleKeys]:
         """Check state_dict against this module without changing anything: (destination, source) pairs
         to copy, and the skipped keys. Raises flame.CheckpointError as load_state_dict does."""
+        state_dict = self._run_load_pre_hooks(state_dict, strict)
         return match_state(self.state_dict(keep_vars=True), state_dict, strict, type(self).__name__)
+
+    def _run_load_pre_hooks(self, state_dict: Mapping[str, Any], strict: bool) -> Mapping[str, Any]:
+        """state_dict as the modules' load_state_dict pre-hooks leave it (a copy, when a module has one)."""
+        hooked = [
+            (p, m)
+            for p, m in self.named_modules(remove_duplicate=False)
+            if m.__dict__.get("_load_state_dict_pre_hooks")
+        ]
+        if not hooked:
+            return state_dict
+        state_dict, errors = OrderedDict(state_dict), []
+        for p, m in hooked:
+            for hook in list(m.__dict__["_load_state_dict_pre_hooks"].values()):
+                hook(state_dict, f"{p}." if p else "", {}, strict, [], [], errors)
+        if errors:
+            raise CheckpointError(f"load_state_dict into {type(self).__name__}:\n  " + "\n  ".join(errors))
+        return state_dict
 
     # ---- printing ---------------------------------------------------------------------------------
     def extra_repr(self) -> str:

@@ -103,6 +103,29 @@ class ModuleHooks:
         gradients of the module's outputs are computed, before they flow into the module."""
         return _add(self._hook_dict("_backward_pre_hooks"), hook, prepend)
 
+    def register_load_state_dict_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """hook(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+        error_msgs) -> None, run by load_state_dict before it matches the keys, as torch's: it may rename,
+        add or remove entries of state_dict (a copy of the one given) under `prefix` (this module's
+        dotted name and a dot); a message appended to error_msgs makes load_state_dict raise."""
+        return self._register_load_state_dict_pre_hook(hook, with_module=True)
+
+    def _register_load_state_dict_pre_hook(self, hook: Callable, with_module: bool = False) -> RemovableHandle:
+        """As register_load_state_dict_pre_hook; without with_module the hook is called without the
+        module first (torch's private form)."""
+        if not callable(hook):
+            raise FlameError(f"a hook must be callable, got {type(hook).__name__}\n  at {user_location()}")
+        if with_module:
+            module, user_hook = self, hook
+
+            def hook(*args):
+                return user_hook(module, *args)
+
+        hooks = self._hook_dict("_load_state_dict_pre_hooks")
+        handle = RemovableHandle(hooks)  # not seen by compiled steps: it runs in load_state_dict alone
+        hooks[handle.id] = hook
+        return handle
+
     def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
         """hook(module, grad_input, grad_output) -> None or new grad_input (one per tensor input; None
         where the input needs no gradient), run when the gradients of the module's inputs are computed."""

@@ -46,3 +46,26 @@ def test_packed_lstm_and_clipping_step_for_the_gpu(cuda_target):
         return loss
 
     check_gpu_step(body, w, flame.tensor(R.standard_normal((4, 3, 3)).astype(np.float32)))
+
+
+def test_weight_norm_and_spectral_norm_step_for_the_gpu(cuda_target):
+    """A weight-normed Conv1d then a spectral-normed Linear (power iteration in training mode: a state
+    update of the step), its buffers set back at the start so the eager and compiled runs agree."""
+    flame.manual_seed(0)
+    conv = flame.nn.utils.parametrizations.weight_norm(flame.nn.Conv1d(3, 4, 3))
+    lin = flame.nn.utils.parametrizations.spectral_norm(flame.nn.Linear(4, 2))
+    sn = lin.parametrizations.weight[0]
+    u0, v0 = sn._u.clone(), sn._v.clone()
+    g = conv.parametrizations.weight.original0
+
+    def body(x):
+        with flame.no_grad():
+            sn._u.copy_(u0)
+            sn._v.copy_(v0)
+        for p in (*conv.parameters(), *lin.parameters()):
+            p.grad = None
+        loss = (lin(conv(x).mean(-1)) ** 2).sum()
+        loss.backward()
+        return loss
+
+    check_gpu_step(body, g, flame.tensor(R.standard_normal((2, 3, 7)).astype(np.float32)))

@@ -1,7 +1,9 @@
 """flame.nn.utils: gradient tools (gradients.py), parameters as one vector (convert_parameters.py), padded
-and packed sequences (`flame.nn.utils.rnn`) and LoRA adapters (`flame.nn.utils.lora`)."""
+and packed sequences (`flame.nn.utils.rnn`), LoRA adapters (`flame.nn.utils.lora`), parametrizations
+(`flame.nn.utils.parametrize`, `flame.nn.utils.parametrizations`: weight_norm, spectral_norm) and the
+forward-pre-hook weight_norm / spectral_norm (norm_hooks.py)."""
 
-from flame.nn.utils import lora, rnn  # noqa: F401
+from flame.nn.utils import lora, parametrizations, parametrize, rnn  # noqa: F401
 from flame.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
 from flame.nn.utils.gradients import (
     add_grad_noise_,
@@ -11,6 +13,23 @@ from flame.nn.utils.gradients import (
     get_total_norm,
     grad_stats,
 )
+from flame.nn.utils.norm_hooks import remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm
 
-__all__ = ["add_grad_noise_", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm",
-           "grad_stats", "lora", "parameters_to_vector", "rnn", "vector_to_parameters"]
+__all__ = [
+    "add_grad_noise_",
+    "clip_grad_norm_",
+    "clip_grad_value_",
+    "clip_grads_with_norm_",
+    "get_total_norm",
+    "grad_stats",
+    "lora",
+    "parameters_to_vector",
+    "parametrizations",
+    "parametrize",
+    "remove_spectral_norm",
+    "remove_weight_norm",
+    "rnn",
+    "spectral_norm",
+    "vector_to_parameters",
+    "weight_norm",
+]
