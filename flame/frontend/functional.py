@@ -15,7 +15,7 @@ from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones
 from flame.frontend.dispatch import apply
 from flame.frontend.index_ops import embedding_rows
-from flame.frontend.norms import mixed, param_dtype
+from flame.frontend.norms import param_dtype, widened
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul
@@ -119,12 +119,13 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dty
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over the trailing normalized_shape dims, then weight and bias; in the
-    input's dtype (an f16/bf16 input with f32 weight and bias computes in f32, as PyTorch's)."""
+    input's dtype (an f16/bf16 input with f32 weight and bias computes in f32, as PyTorch's; with weights
+    of its own dtype each step is rounded to it, where PyTorch rounds once)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(input.shape[-len(shape):]) != shape:
         raise ShapeError(f"layer_norm: input {list(input.shape)} does not end with normalized_shape "
                          f"{list(shape)}\n  at {user_location()}")
-    x = mixed(input, param_dtype("layer_norm", input, weight, bias))
+    x = input.float() if param_dtype("layer_norm", input, weight, bias) not in (None, input.dtype) else input
     dims = tuple(range(x.ndim - len(shape), x.ndim))
     mu = x.mean(dims, keepdim=True)
     d = x - mu
@@ -134,11 +135,12 @@ def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  #
     return (y + bias if bias is not None else y).to(input.dtype)
 
 
+
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
              eps: float | None = None) -> Tensor:
     """x / sqrt(mean(x^2 over the normalized dims) + eps) * weight, in the input's dtype whatever the
-    weight's (an f16/bf16 input with a weight of another dtype computes in f32); eps=None is the machine
+    weight's (an f16/bf16 input computes in f32 and is rounded once, as PyTorch's); eps=None is the machine
     epsilon of the dtype PyTorch computes in (f32 for f16/bf16 inputs), as in PyTorch."""
     x = input
     if weight is not None and weight.dtype != x.dtype and x.dtype.is_float and x.dtype.itemsize == 2:
@@ -153,6 +155,7 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # n
         raise ShapeError(f"rms_norm: weight {list(weight.shape)} must have the normalized_shape {list(shape)}"
                          f"\n  at {user_location()}")
     dims = tuple(range(x.ndim - len(shape), x.ndim))
+    x, weight = widened(x), widened(weight)  # an f16/bf16 input computes in f32, rounded once, as PyTorch's
     y = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
     return (y * weight if weight is not None else y).to(input.dtype)
 

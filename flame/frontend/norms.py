@@ -33,10 +33,10 @@ def param_dtype(op: str, x: Tensor, *params: Tensor | None):
     return next(iter(dts), None)
 
 
-def mixed(x: Tensor, dtype) -> Tensor:
-    """x in f32 when its parameters are f32 and it is f16/bf16 (PyTorch's mixed case computes in f32),
-    else x."""
-    return x.float() if dtype is not None and dtype != x.dtype else x
+def widened(t: Tensor | None) -> Tensor | None:
+    """An f16/bf16 tensor in f32 (PyTorch's normalisations compute their statistics, the normalised value
+    and the affine step in their accumulation type and round the result once), else t."""
+    return t.float() if t is not None and t.dtype.is_float and t.dtype.itemsize == 2 else t
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
@@ -47,7 +47,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     if input.ndim < 2 or input.shape[1] % num_groups:
         raise _err(f"group_norm: num_groups={num_groups} must divide the channels of an [N, C, ...] input, got "
                    f"{list(input.shape)}")
-    x = mixed(input, param_dtype("group_norm", input, weight, bias))
+    x = input.float() if param_dtype("group_norm", input, weight, bias) not in (None, input.dtype) else input
     n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
     g = x.reshape(n, num_groups, c // num_groups, *spatial)
     dims = tuple(range(2, g.ndim))
@@ -91,8 +91,9 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
         return _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel)
     if running_mean is None or running_var is None:
         raise _err("batch_norm: evaluation without batch statistics needs running_mean and running_var")
-    y = (x - running_mean.reshape(*per_channel)) * (running_var.reshape(*per_channel) + eps).rsqrt()
-    return _affine(y, weight, bias, per_channel).to(x.dtype)  # PyTorch: the input's dtype, f32 statistics or not
+    rm, rv, w, b = (widened(t) for t in (running_mean, running_var, weight, bias))  # in f32, rounded once
+    y = (widened(x) - rm.reshape(*per_channel)) * (rv.reshape(*per_channel) + eps).rsqrt()
+    return _affine(y, w, b, per_channel).to(x.dtype)  # PyTorch: the input's dtype, f32 statistics or not
 
 
 def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, per_channel) -> Tensor:

@@ -143,3 +143,29 @@ def test_rms_norm_default_eps_of_a_half_input_is_f32s():
         rtol=2e-2,
         atol=2e-2,
     )
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_half_rms_norm_and_batch_norm_evaluation_round_once_as_torch(dt, compiled):
+    """A bf16/f16 rms_norm (weight of its dtype) and batch_norm in evaluation compute in f32 and round the
+    result once, as torch's kernels: all but a rare last bit, on rows whose mean is far from zero (where
+    rounding each step to the input's dtype loses most)."""
+    x = rng.standard_normal((32, 64)).astype(np.float32) * 3 + 5
+    w, b = 1 + 0.1 * rng.standard_normal(64).astype(np.float32), 0.1 * rng.standard_normal(64).astype(np.float32)
+    stats = x.mean(0), x.var(0) + 0.5
+
+    def fn(L, x, w, b, m, v):
+        half = getattr(L, NAMES[dt])
+        x, w, b, m, v = (t.to(half) for t in (x, w, b, m, v))
+        F = L.nn.functional
+        return F.rms_norm(x, (64,), w).float(), F.batch_norm(x, m, v, w, b, training=False).float()
+
+    args = [x, w, b, *stats]
+    want = fn(torch, *map(torch.tensor, args))
+    step = flame.compile(lambda *a: fn(flame, *a)) if compiled else (lambda *a: fn(flame, *a))
+    got = step(*map(flame.tensor, args))
+    ulp = 2.0**-10 if dt == "f16" else 2.0**-7
+    for g, t in zip(got, want):  # f32 arithmetic in another order (torch's batch_norm: x * a + c): a rare last bit
+        np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=ulp, atol=0)
+        assert (g.numpy() != t.numpy()).mean() < 0.01  # rounding each step to the input's dtype: a quarter
