@@ -86,13 +86,7 @@ def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Mo
 
 def remove_weight_norm(module: Module, name: str = "weight") -> Module:
     """Undo weight_norm: `<name>` is a parameter again, with the normalised value. Returns module."""
-    hooks = _pre_hooks(module)
-    for k, hook in hooks.items():
-        if isinstance(hook, WeightNorm) and hook.name == name:
-            hook.remove(module)
-            del hooks[k]
-            return module
-    raise ValueError(f"weight_norm of '{name}' not found in {type(module).__name__}")
+    return _remove(module, WeightNorm, name, "weight_norm")
 
 
 class SpectralNorm:
@@ -169,10 +163,16 @@ def spectral_norm(
 
 def remove_spectral_norm(module: Module, name: str = "weight") -> Module:
     """Undo spectral_norm: `<name>` is a parameter again, holding weight / sigma. Returns module."""
+    return _remove(module, SpectralNorm, name, "spectral_norm")
+
+
+def _remove(module: Module, kind: type, name: str, what: str) -> Module:
+    """Take module's pre-hook of class `kind` for parameter `name` off (its `remove` restores the
+    parameter); ValueError as torch's when there is none."""
     hooks = _pre_hooks(module)
     for k, hook in hooks.items():
-        if isinstance(hook, SpectralNorm) and hook.name == name:
+        if isinstance(hook, kind) and hook.name == name:
             hook.remove(module)
             del hooks[k]
             return module
-    raise ValueError(f"spectral_norm of '{name}' not found in {type(module).__name__}")
+    raise ValueError(f"{what} of '{name}' not found in {type(module).__name__}")
