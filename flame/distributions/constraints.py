@@ -14,6 +14,7 @@ __all__ = [
     "independent",
     "integer_interval",
     "interval",
+    "less_than",
     "is_dependent",
     "lower_cholesky",
     "nonnegative",
@@ -196,6 +197,18 @@ class _GreaterThanEq(_GreaterThan):
         return f"GreaterThanEq(lower_bound={self.lower_bound})"
 
 
+class _LessThan(Constraint):
+    def __init__(self, upper_bound):
+        self.upper_bound = upper_bound
+        super().__init__()
+
+    def check(self, value):
+        return value < self.upper_bound
+
+    def __repr__(self) -> str:
+        return f"LessThan(upper_bound={self.upper_bound})"
+
+
 class _Interval(Constraint):
     def __init__(self, lower_bound, upper_bound):
         self.lower_bound, self.upper_bound = lower_bound, upper_bound
@@ -242,6 +255,7 @@ positive = _GreaterThan(0.0)
 nonnegative = _GreaterThanEq(0.0)
 greater_than = _GreaterThan
 greater_than_eq = _GreaterThanEq
+less_than = _LessThan
 unit_interval = _Interval(0.0, 1.0)
 interval = _Interval
 half_open_interval = _HalfOpenInterval

@@ -6,7 +6,7 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions.distribution import Distribution, _all_true
+from flame.distributions.distribution import Distribution
 from flame.distributions.utils import broadcast_all
 
 __all__ = ["Uniform"]
@@ -15,18 +15,17 @@ __all__ = ["Uniform"]
 class Uniform(Distribution):
     """The uniform distribution on [low, high)."""
 
-    arg_constraints = {
-        "low": constraints.dependent(is_discrete=False, event_dim=0),
-        "high": constraints.dependent(is_discrete=False, event_dim=0),
-    }
+    @property
+    def arg_constraints(self):
+        """low < high, checked on both."""
+        return {"low": constraints.less_than(self.high), "high": constraints.greater_than(self.low)}
+
     has_rsample = True
 
     def __init__(self, low, high, validate_args: bool | None = None) -> None:
         self.low, self.high = broadcast_all(low, high)
         batch_shape = () if isinstance(low, Number) and isinstance(high, Number) else self.low.shape
         super().__init__(batch_shape, validate_args=validate_args)
-        if self._validate_args and not _all_true(self.low < self.high):
-            raise ValueError("Uniform is not defined when low>= high")
 
     def expand(self, batch_shape, _instance=None):
         """This distribution with its bounds expanded to batch_shape."""
