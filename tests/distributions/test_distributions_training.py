@@ -90,7 +90,9 @@ def test_compiled_reinforce_step_matches_torch_for_the_same_actions():
         obs = rng.normal(size=(6, 4))
         loss, actions = step(flame.tensor(obs), flame.tensor(target))
         a = actions.numpy()
-        assert a.dtype == np.int64  # torch's Categorical.sample dtype and a.shape == (6,) and set(a.tolist()) <= {0, 1, 2}
+        assert (
+            a.dtype == np.int64
+        )  # torch's Categorical.sample dtype and a.shape == (6,) and set(a.tolist()) <= {0, 1, 2}
         seen |= set(a.tolist())
         topt.zero_grad()
         tloss = reinforce_loss(TD, tpol, torch.tensor(obs), torch.tensor(a), torch.tensor(target))

@@ -246,3 +246,22 @@ def test_enumerate_support_matches_torch():
             np.testing.assert_array_equal(fd.enumerate_support(expand).numpy(), td.enumerate_support(expand).numpy())
     fb, tb = FD.Bernoulli(flame.tensor(p[0])), TD.Bernoulli(torch.tensor(p[0]))
     np.testing.assert_array_equal(fb.enumerate_support().numpy(), tb.enumerate_support().numpy())
+
+
+def test_tanh_as_documented_composition_matches_torchs_tanh_transform():
+    """docs/coming_from_pytorch.md: TanhTransform is [AffineTransform(0, 2), SigmoidTransform(),
+    AffineTransform(-1, 2)] (a squashed Gaussian policy)."""
+    rng = np.random.default_rng(9)
+    loc, scale, v = rng.normal(size=(3,)), rng.uniform(0.3, 1, size=(3,)), rng.uniform(-0.9, 0.9, size=(4, 3))
+    T = FD.transforms
+    parts = [T.AffineTransform(0.0, 2.0), T.SigmoidTransform(), T.AffineTransform(-1.0, 2.0)]
+    floc = flame.tensor(loc, requires_grad=True)
+    got = FD.TransformedDistribution(FD.Normal(floc, flame.tensor(scale)), parts).log_prob(flame.tensor(v))
+    tloc = torch.tensor(loc, requires_grad=True)
+    want = TD.TransformedDistribution(TD.Normal(tloc, torch.tensor(scale)), TD.TanhTransform()).log_prob(
+        torch.tensor(v)
+    )
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-9)
+    got.sum().backward()
+    want.sum().backward()
+    np.testing.assert_allclose(floc.grad.numpy(), tloc.grad.numpy(), rtol=1e-9)
