@@ -49,15 +49,18 @@ class Bernoulli(Distribution):
 
     @property
     def mean(self):
+        """The mean."""
         return self.probs
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         mode = (self.probs >= 0.5).to(self.probs.dtype)
         return ops.where(self.probs == 0.5, float("nan"), mode)
 
     @property
     def variance(self):
+        """The variance."""
         return self.probs * (1 - self.probs)
 
     @lazy_property
@@ -72,6 +75,7 @@ class Bernoulli(Distribution):
 
     @property
     def param_shape(self):
+        """The shape of the parameter tensor."""
         return self._param.shape
 
     def sample(self, sample_shape=()):

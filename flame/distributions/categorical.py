@@ -52,6 +52,7 @@ class Categorical(Distribution):
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):
+        """The constraint the values satisfy."""
         return constraints.integer_interval(0, self._num_events - 1)
 
     @lazy_property
@@ -66,18 +67,22 @@ class Categorical(Distribution):
 
     @property
     def param_shape(self):
+        """The shape of the parameter tensor."""
         return self._param.shape
 
     @property
     def mean(self):
+        """The mean."""
         return ops.full(self._extended_shape(), float("nan"), dtype=self.probs.dtype)
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         return self.probs.argmax(dim=-1)
 
     @property
     def variance(self):
+        """The variance."""
         return ops.full(self._extended_shape(), float("nan"), dtype=self.probs.dtype)
 
     def sample(self, sample_shape=()):
@@ -132,31 +137,38 @@ class OneHotCategorical(Distribution):
 
     @property
     def _param(self):
+        """The parameter tensor the distribution was given."""
         return self._categorical._param
 
     @property
     def probs(self):
+        """The probabilities."""
         return self._categorical.probs
 
     @property
     def logits(self):
+        """The logits."""
         return self._categorical.logits
 
     @property
     def mean(self):
+        """The mean."""
         return self._categorical.probs
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         probs = self._categorical.probs
         return _one_hot(probs.argmax(dim=-1), num_classes=probs.shape[-1]).to(probs.dtype)
 
     @property
     def variance(self):
+        """The variance."""
         return self._categorical.probs * (1 - self._categorical.probs)
 
     @property
     def param_shape(self):
+        """The shape of the parameter tensor."""
         return self._categorical.param_shape
 
     def sample(self, sample_shape=()):

@@ -52,12 +52,14 @@ class _Dependent(Constraint):
 
     @property
     def is_discrete(self) -> bool:
+        """Whether the constraint holds integers."""
         if self._is_discrete is NotImplemented:
             raise NotImplementedError(".is_discrete cannot be determined statically")
         return self._is_discrete
 
     @property
     def event_dim(self) -> int:
+        """How many rightmost dims make up one event."""
         if self._event_dim is NotImplemented:
             raise NotImplementedError(".event_dim cannot be determined statically")
         return self._event_dim
@@ -110,10 +112,12 @@ class _IndependentConstraint(Constraint):
 
     @property
     def is_discrete(self) -> bool:
+        """Whether the constraint holds integers."""
         return self.base_constraint.is_discrete
 
     @property
     def event_dim(self) -> int:
+        """How many rightmost dims make up one event."""
         return self.base_constraint.event_dim + self.reinterpreted_batch_ndims
 
     def check(self, value):

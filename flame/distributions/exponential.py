@@ -35,18 +35,22 @@ class Exponential(Distribution):
 
     @property
     def mean(self):
+        """The mean."""
         return self.rate.reciprocal()
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         return ops.zeros_like(self.rate)
 
     @property
     def stddev(self):
+        """The standard deviation."""
         return self.rate.reciprocal()
 
     @property
     def variance(self):
+        """The variance."""
         return self.rate.pow(-2)
 
     def rsample(self, sample_shape=()):

@@ -41,14 +41,17 @@ class Independent(Distribution):
 
     @property
     def has_rsample(self) -> bool:
+        """Whether rsample is available (the base distribution's)."""
         return self.base_dist.has_rsample
 
     @property
     def has_enumerate_support(self) -> bool:
+        """Whether enumerate_support is available."""
         return False if self.reinterpreted_batch_ndims > 0 else self.base_dist.has_enumerate_support
 
     @constraints.dependent_property
     def support(self):
+        """The constraint the values satisfy."""
         result = self.base_dist.support
         if self.reinterpreted_batch_ndims:
             result = constraints.independent(result, self.reinterpreted_batch_ndims)
@@ -56,14 +59,17 @@ class Independent(Distribution):
 
     @property
     def mean(self):
+        """The mean."""
         return self.base_dist.mean
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         return self.base_dist.mode
 
     @property
     def variance(self):
+        """The variance."""
         return self.base_dist.variance
 
     def sample(self, sample_shape=()):

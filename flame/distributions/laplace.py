@@ -36,18 +36,22 @@ class Laplace(Distribution):
 
     @property
     def mean(self):
+        """The mean."""
         return self.loc
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         return self.loc
 
     @property
     def variance(self):
+        """The variance."""
         return 2 * self.scale.pow(2)
 
     @property
     def stddev(self):
+        """The standard deviation."""
         return math.sqrt(2) * self.scale
 
     def rsample(self, sample_shape=()):

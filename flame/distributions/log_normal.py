@@ -28,22 +28,27 @@ class LogNormal(TransformedDistribution):
 
     @property
     def loc(self):
+        """The base Normal's loc."""
         return self.base_dist.loc
 
     @property
     def scale(self):
+        """The base Normal's scale."""
         return self.base_dist.scale
 
     @property
     def mean(self):
+        """The mean."""
         return (self.loc + self.scale.pow(2) / 2).exp()
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         return (self.loc - self.scale.square()).exp()
 
     @property
     def variance(self):
+        """The variance."""
         scale2 = self.scale.pow(2)
         return scale2.expm1() * (2 * self.loc + scale2).exp()
 

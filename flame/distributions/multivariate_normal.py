@@ -100,14 +100,17 @@ class MultivariateNormal(Distribution):
 
     @property
     def mean(self):
+        """The mean."""
         return self.loc
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         return self.loc
 
     @property
     def variance(self):
+        """The variance."""
         return self._unbroadcasted_scale_tril.pow(2).sum(-1).expand(*self._batch_shape, *self._event_shape)
 
     def rsample(self, sample_shape=()):

@@ -36,18 +36,22 @@ class Normal(Distribution):
 
     @property
     def mean(self):
+        """The mean."""
         return self.loc
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         return self.loc
 
     @property
     def stddev(self):
+        """The standard deviation."""
         return self.scale
 
     @property
     def variance(self):
+        """The variance."""
         return self.stddev.pow(2)
 
     def sample(self, sample_shape=()):

@@ -56,6 +56,7 @@ class TransformedDistribution(Distribution):
 
     @constraints.dependent_property(is_discrete=False)
     def support(self):
+        """The constraint the values satisfy."""
         if not self.transforms:
             return self.base_dist.support
         support = self.transforms[-1].codomain
@@ -65,6 +66,7 @@ class TransformedDistribution(Distribution):
 
     @property
     def has_rsample(self) -> bool:
+        """Whether rsample is available (the base distribution's)."""
         return self.base_dist.has_rsample
 
     def sample(self, sample_shape=()):

@@ -31,6 +31,7 @@ class Transform:
 
     @property
     def event_dim(self) -> int:
+        """How many rightmost dims make up one event."""
         if self.domain.event_dim == self.codomain.event_dim:
             return self.domain.event_dim
         raise ValueError("Please use either .domain.event_dim or .codomain.event_dim")
@@ -75,28 +76,34 @@ class _InverseTransform(Transform):
 
     @property
     def domain(self):
+        """The constraint the inputs satisfy."""
         return self._inv.codomain
 
     @property
     def codomain(self):
+        """The constraint the outputs satisfy."""
         return self._inv.domain
 
     @property
     def bijective(self):
+        """Whether the transform is a bijection."""
         return self._inv.bijective
 
     @property
     def sign(self):
+        """The sign of the derivative (+1 or -1) of a monotone transform."""
         return self._inv.sign
 
     @property
     def inv(self):
+        """The inverse transform."""
         return self._inv
 
     def __call__(self, x):
         return self._inv._inv_call(x)
 
     def log_abs_det_jacobian(self, x, y):
+        """Minus the forward transform's, at the swapped pair."""
         return -self._inv.log_abs_det_jacobian(y, x)
 
 
@@ -109,6 +116,7 @@ class ComposeTransform(Transform):
 
     @property
     def _dim(self) -> int:
+        """The largest event_dim of the parts."""
         return max([p.domain.event_dim for p in self.parts] + [0])
 
     def _widened(self, c):
@@ -116,18 +124,22 @@ class ComposeTransform(Transform):
 
     @property
     def domain(self):
+        """The constraint the inputs satisfy."""
         return self._widened(self.parts[0].domain) if self.parts else constraints.real
 
     @property
     def codomain(self):
+        """The constraint the outputs satisfy."""
         return self._widened(self.parts[-1].codomain) if self.parts else constraints.real
 
     @property
     def bijective(self):
+        """Whether the transform is a bijection."""
         return all(p.bijective for p in self.parts)
 
     @property
     def sign(self):
+        """The sign of the derivative (+1 or -1) of a monotone transform."""
         sign = 1
         for p in self.parts:
             sign = sign * p.sign
@@ -135,6 +147,7 @@ class ComposeTransform(Transform):
 
     @property
     def inv(self):
+        """The inverse transform."""
         return ComposeTransform([p.inv for p in reversed(self.parts)])
 
     def __call__(self, x):
@@ -172,6 +185,7 @@ class ExpTransform(Transform):
         return y.log()
 
     def log_abs_det_jacobian(self, x, y):
+        """log exp'(x) = x."""
         return x
 
 
@@ -191,6 +205,7 @@ class SigmoidTransform(Transform):
         return y.log() - (-y).log1p()
 
     def log_abs_det_jacobian(self, x, y):
+        """log sigmoid'(x) = -softplus(-x) - softplus(x)."""
         return -softplus(-x) - softplus(x)
 
 
@@ -205,12 +220,14 @@ class AffineTransform(Transform):
 
     @property
     def domain(self):
+        """The constraint the inputs satisfy."""
         return constraints.real if self._event_dim == 0 else constraints.independent(constraints.real, self._event_dim)
 
     codomain = domain
 
     @property
     def sign(self):
+        """The sign of the derivative (+1 or -1) of a monotone transform."""
         if isinstance(self.scale, Number):
             return 1 if float(self.scale) > 0 else -1 if float(self.scale) < 0 else 0
         return self.scale.sign()

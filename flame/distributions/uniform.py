@@ -38,22 +38,27 @@ class Uniform(Distribution):
 
     @constraints.dependent_property(is_discrete=False, event_dim=0)
     def support(self):
+        """The constraint the values satisfy."""
         return constraints.interval(self.low, self.high)
 
     @property
     def mean(self):
+        """The mean."""
         return (self.high + self.low) / 2
 
     @property
     def mode(self):
+        """The mode (the most likely value)."""
         return self.high * float("nan")
 
     @property
     def stddev(self):
+        """The standard deviation."""
         return (self.high - self.low) / 12**0.5
 
     @property
     def variance(self):
+        """The variance."""
         return (self.high - self.low).pow(2) / 12
 
     def rsample(self, sample_shape=()):
