@@ -281,11 +281,12 @@ __all__ = sorted([n for n, v in globals().items()
 
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
-    flame.distributed, flame.utils, flame.cuda and flame.autograd import on first use (they are not needed
-    to trace)."""
+    flame.distributed, flame.distributions, flame.utils, flame.cuda and flame.autograd import on first use
+    (they are not needed to trace)."""
     import importlib
 
-    if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "utils", "cuda", "autograd"):
+    if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "distributions", "utils", "cuda",
+                "autograd"):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)

@@ -1,0 +1,42 @@
+"""flame.distributions: torch.distributions' probability distributions, written with flame ops (so they
+run eagerly and inside @flame.compile, with gradients), sampling from flame's generator. What is here
+and what is not: docs/coming_from_pytorch.md."""
+
+from flame.distributions import constraints, transforms
+from flame.distributions.bernoulli import Bernoulli
+from flame.distributions.categorical import Categorical, OneHotCategorical
+from flame.distributions.distribution import Distribution
+from flame.distributions.exponential import Exponential
+from flame.distributions.independent import Independent
+from flame.distributions.kl import kl_divergence, register_kl
+from flame.distributions.laplace import Laplace
+from flame.distributions.log_normal import LogNormal
+from flame.distributions.multivariate_normal import MultivariateNormal
+from flame.distributions.normal import Normal
+from flame.distributions.transformed_distribution import TransformedDistribution
+from flame.distributions.transforms import AffineTransform, ComposeTransform, ExpTransform, SigmoidTransform, Transform
+from flame.distributions.uniform import Uniform
+
+__all__ = [
+    "AffineTransform",
+    "Bernoulli",
+    "Categorical",
+    "ComposeTransform",
+    "Distribution",
+    "ExpTransform",
+    "Exponential",
+    "Independent",
+    "Laplace",
+    "LogNormal",
+    "MultivariateNormal",
+    "Normal",
+    "OneHotCategorical",
+    "SigmoidTransform",
+    "Transform",
+    "TransformedDistribution",
+    "Uniform",
+    "constraints",
+    "kl_divergence",
+    "register_kl",
+    "transforms",
+]

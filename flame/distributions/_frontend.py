@@ -1,0 +1,28 @@
+"""The flame functions flame.distributions builds on, imported from the frontend's own modules (the
+library sits below the package face flame/__init__.py)."""
+
+from flame.frontend.context import enable_grad, no_grad
+from flame.frontend.creation import arange, eye, full, full_like, multinomial, rand, randn, tensor, zeros_like
+from flame.frontend.ops import broadcast_shapes, broadcast_tensors, erf, softmax, stack, where
+from flame.ir.dtypes import f32
+
+__all__ = [
+    "arange",
+    "broadcast_shapes",
+    "broadcast_tensors",
+    "enable_grad",
+    "erf",
+    "eye",
+    "f32",
+    "full",
+    "full_like",
+    "multinomial",
+    "no_grad",
+    "rand",
+    "randn",
+    "softmax",
+    "stack",
+    "tensor",
+    "where",
+    "zeros_like",
+]

@@ -1,0 +1,268 @@
+"""The constraints of flame.distributions, as torch.distributions.constraints: each says which values a
+parameter or a sample may take; `check(value)` is a boolean tensor of value's shape less event_dim dims."""
+
+from __future__ import annotations
+
+__all__ = [
+    "Constraint",
+    "boolean",
+    "dependent",
+    "dependent_property",
+    "greater_than",
+    "greater_than_eq",
+    "half_open_interval",
+    "independent",
+    "integer_interval",
+    "interval",
+    "less_than",
+    "is_dependent",
+    "lower_cholesky",
+    "nonnegative",
+    "nonnegative_integer",
+    "one_hot",
+    "positive",
+    "real",
+    "real_vector",
+    "simplex",
+    "unit_interval",
+]
+
+
+class Constraint:
+    """A region of values; is_discrete says whether it holds integers, event_dim how many rightmost dims
+    make up one event."""
+
+    is_discrete = False
+    event_dim = 0
+
+    def check(self, value):
+        """A boolean tensor: whether each event of value satisfies the constraint."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.__class__.__name__[1:] + "()"
+
+
+class _Dependent(Constraint):
+    """A placeholder for a parameter whose valid values depend on others (Uniform's low and high)."""
+
+    def __init__(self, *, is_discrete=NotImplemented, event_dim=NotImplemented):
+        self._is_discrete, self._event_dim = is_discrete, event_dim
+        super().__init__()
+
+    @property
+    def is_discrete(self) -> bool:
+        """Whether the constraint holds integers."""
+        if self._is_discrete is NotImplemented:
+            raise NotImplementedError(".is_discrete cannot be determined statically")
+        return self._is_discrete
+
+    @property
+    def event_dim(self) -> int:
+        """How many rightmost dims make up one event."""
+        if self._event_dim is NotImplemented:
+            raise NotImplementedError(".event_dim cannot be determined statically")
+        return self._event_dim
+
+    def __call__(self, *, is_discrete=NotImplemented, event_dim=NotImplemented):
+        """A dependent constraint with the given is_discrete and event_dim."""
+        is_discrete = self._is_discrete if is_discrete is NotImplemented else is_discrete
+        event_dim = self._event_dim if event_dim is NotImplemented else event_dim
+        return _Dependent(is_discrete=is_discrete, event_dim=event_dim)
+
+    def check(self, x):
+        raise ValueError("Cannot determine validity of dependent constraint")
+
+
+def is_dependent(constraint) -> bool:
+    """Whether constraint is a dependent one (not checked when a distribution is made)."""
+    return isinstance(constraint, _Dependent)
+
+
+class _DependentProperty(property, _Dependent):
+    """A property that is also a dependent constraint: `support` of a distribution whose support depends
+    on its parameters (Uniform, Categorical)."""
+
+    def __init__(self, fn=None, *, is_discrete=NotImplemented, event_dim=NotImplemented):
+        property.__init__(self, fn)
+        self._is_discrete, self._event_dim = is_discrete, event_dim
+
+    def __call__(self, fn):
+        """Decorate fn (as @constraints.dependent_property(is_discrete=..., event_dim=...))."""
+        return _DependentProperty(fn, is_discrete=self._is_discrete, event_dim=self._event_dim)
+
+
+def dependent_property(fn=None, *, is_discrete=NotImplemented, event_dim=NotImplemented):
+    """A property whose value is a constraint depending on the distribution's parameters."""
+    return _DependentProperty(fn, is_discrete=is_discrete, event_dim=event_dim)
+
+
+class _IndependentConstraint(Constraint):
+    """base_constraint over the reinterpreted_batch_ndims rightmost dims taken together as one event."""
+
+    def __init__(self, base_constraint: Constraint, reinterpreted_batch_ndims: int):
+        if not isinstance(base_constraint, Constraint):
+            raise TypeError(f"independent: base_constraint must be a Constraint, got {type(base_constraint)}")
+        if not isinstance(reinterpreted_batch_ndims, int) or reinterpreted_batch_ndims < 0:
+            raise ValueError(
+                f"independent: reinterpreted_batch_ndims must be a non-negative int, got {reinterpreted_batch_ndims!r}"
+            )
+        self.base_constraint, self.reinterpreted_batch_ndims = base_constraint, reinterpreted_batch_ndims
+        super().__init__()
+
+    @property
+    def is_discrete(self) -> bool:
+        """Whether the constraint holds integers."""
+        return self.base_constraint.is_discrete
+
+    @property
+    def event_dim(self) -> int:
+        """How many rightmost dims make up one event."""
+        return self.base_constraint.event_dim + self.reinterpreted_batch_ndims
+
+    def check(self, value):
+        result = self.base_constraint.check(value)
+        if result.ndim < self.reinterpreted_batch_ndims:
+            expected = self.base_constraint.event_dim + self.reinterpreted_batch_ndims
+            raise ValueError(f"Expected value.dim() >= {expected} but got {value.ndim}")
+        n = self.reinterpreted_batch_ndims
+        return result.reshape(*result.shape[: result.ndim - n], -1).all(-1) if n else result
+
+    def __repr__(self) -> str:
+        return f"IndependentConstraint({self.base_constraint!r}, {self.reinterpreted_batch_ndims})"
+
+
+class _Boolean(Constraint):
+    is_discrete = True
+
+    def check(self, value):
+        return (value == 0) | (value == 1)
+
+
+class _OneHot(Constraint):
+    is_discrete = True
+    event_dim = 1
+
+    def check(self, value):
+        is_int = ((value == 0) | (value == 1)).all(-1)
+        return is_int & (value.sum(-1) == 1)
+
+
+class _IntegerInterval(Constraint):
+    is_discrete = True
+
+    def __init__(self, lower_bound, upper_bound):
+        self.lower_bound, self.upper_bound = lower_bound, upper_bound
+        super().__init__()
+
+    def check(self, value):
+        return ((value % 1) == 0) & (value >= self.lower_bound) & (value <= self.upper_bound)
+
+    def __repr__(self) -> str:
+        return f"IntegerInterval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+
+
+class _IntegerGreaterThan(Constraint):
+    is_discrete = True
+
+    def __init__(self, lower_bound):
+        self.lower_bound = lower_bound
+        super().__init__()
+
+    def check(self, value):
+        return ((value % 1) == 0) & (value >= self.lower_bound)
+
+    def __repr__(self) -> str:
+        return f"IntegerGreaterThan(lower_bound={self.lower_bound})"
+
+
+class _Real(Constraint):
+    def check(self, value):
+        return value == value  # False for NaN
+
+
+class _GreaterThan(Constraint):
+    def __init__(self, lower_bound):
+        self.lower_bound = lower_bound
+        super().__init__()
+
+    def check(self, value):
+        return value > self.lower_bound
+
+    def __repr__(self) -> str:
+        return f"GreaterThan(lower_bound={self.lower_bound})"
+
+
+class _GreaterThanEq(_GreaterThan):
+    def check(self, value):
+        return value >= self.lower_bound
+
+    def __repr__(self) -> str:
+        return f"GreaterThanEq(lower_bound={self.lower_bound})"
+
+
+class _LessThan(Constraint):
+    def __init__(self, upper_bound):
+        self.upper_bound = upper_bound
+        super().__init__()
+
+    def check(self, value):
+        return value < self.upper_bound
+
+    def __repr__(self) -> str:
+        return f"LessThan(upper_bound={self.upper_bound})"
+
+
+class _Interval(Constraint):
+    def __init__(self, lower_bound, upper_bound):
+        self.lower_bound, self.upper_bound = lower_bound, upper_bound
+        super().__init__()
+
+    def check(self, value):
+        return (value >= self.lower_bound) & (value <= self.upper_bound)
+
+    def __repr__(self) -> str:
+        return f"Interval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+
+
+class _HalfOpenInterval(_Interval):
+    def check(self, value):
+        return (value >= self.lower_bound) & (value < self.upper_bound)
+
+    def __repr__(self) -> str:
+        return f"HalfOpenInterval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+
+
+class _Simplex(Constraint):
+    event_dim = 1
+
+    def check(self, value):
+        return (value >= 0).all(-1) & ((value.sum(-1) - 1).abs() < 1e-6)
+
+
+class _LowerCholesky(Constraint):
+    event_dim = 2
+
+    def check(self, value):
+        lower = (value.tril() == value).reshape(*value.shape[:-2], -1).all(-1)
+        return lower & (value.diagonal(dim1=-2, dim2=-1) > 0).all(-1)
+
+
+dependent = _Dependent()
+boolean = _Boolean()
+one_hot = _OneHot()
+nonnegative_integer = _IntegerGreaterThan(0)
+integer_interval = _IntegerInterval
+real = _Real()
+real_vector = _IndependentConstraint(real, 1)
+positive = _GreaterThan(0.0)
+nonnegative = _GreaterThanEq(0.0)
+greater_than = _GreaterThan
+greater_than_eq = _GreaterThanEq
+less_than = _LessThan
+unit_interval = _Interval(0.0, 1.0)
+interval = _Interval
+half_open_interval = _HalfOpenInterval
+simplex = _Simplex()
+lower_cholesky = _LowerCholesky()
+independent = _IndependentConstraint

@@ -1,0 +1,89 @@
+"""Normal(loc, scale), as torch.distributions.Normal."""
+
+from __future__ import annotations
+
+import math
+from numbers import Number
+
+from flame.distributions import _frontend as ops
+from flame.distributions import constraints
+from flame.distributions.distribution import Distribution
+from flame.distributions.utils import broadcast_all
+
+__all__ = ["Normal"]
+
+
+class Normal(Distribution):
+    """The normal (Gaussian) distribution of mean loc and standard deviation scale."""
+
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args: bool | None = None) -> None:
+        self.loc, self.scale = broadcast_all(loc, scale)
+        batch_shape = () if isinstance(loc, Number) and isinstance(scale, Number) else self.loc.shape
+        super().__init__(batch_shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        """This distribution with its parameters expanded to batch_shape."""
+        new = self._get_checked_instance(Normal, _instance)
+        batch_shape = tuple(batch_shape)
+        new.loc, new.scale = self.loc.expand(*batch_shape), self.scale.expand(*batch_shape)
+        super(Normal, new).__init__(batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        """The mean."""
+        return self.loc
+
+    @property
+    def mode(self):
+        """The mode (the most likely value)."""
+        return self.loc
+
+    @property
+    def stddev(self):
+        """The standard deviation."""
+        return self.scale
+
+    @property
+    def variance(self):
+        """The variance."""
+        return self.stddev.pow(2)
+
+    def sample(self, sample_shape=()):
+        """A sample without gradients: loc + scale * N(0, 1) noise from flame's generator."""
+        with ops.no_grad():
+            return self.rsample(sample_shape)
+
+    def rsample(self, sample_shape=()):
+        """loc + scale * eps with eps ~ N(0, 1) from flame's generator: gradients reach loc and scale."""
+        shape = self._extended_shape(sample_shape)
+        eps = ops.randn(shape, dtype=self.loc.dtype)
+        return self.loc + eps * self.scale
+
+    def log_prob(self, value):
+        """-(value - loc)^2 / (2 scale^2) - log(scale) - log(sqrt(2 pi))."""
+        if self._validate_args:
+            self._validate_sample(value)
+        var = self.scale**2
+        return -((value - self.loc) ** 2) / (2 * var) - self.scale.log() - math.log(math.sqrt(2 * math.pi))
+
+    def cdf(self, value):
+        """0.5 (1 + erf((value - loc) / (scale sqrt 2)))."""
+        if self._validate_args:
+            self._validate_sample(value)
+        return 0.5 * (1 + ops.erf((value - self.loc) * self.scale.reciprocal() / math.sqrt(2)))
+
+    def icdf(self, value):
+        """Not available: flame has no erfinv."""
+        raise NotImplementedError(
+            "Normal.icdf needs erfinv, which flame does not have; sample with rsample() or invert cdf() by bisection"
+        )
+
+    def entropy(self):
+        """0.5 + 0.5 log(2 pi) + log(scale)."""
+        return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log()

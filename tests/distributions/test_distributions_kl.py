@@ -1,0 +1,159 @@
+"""kl_divergence against torch's in f64 (values and gradients w.r.t. both distributions' parameters,
+eager and compiled), the infinite cases, and register_kl's dispatch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.distributions as TD
+
+import flame
+import flame.distributions as FD
+
+
+def _tril(rng, n=3):
+    a = np.tril(rng.normal(size=(2, n, n)) * 0.4)
+    a[..., np.arange(n), np.arange(n)] = rng.uniform(0.5, 1.5, size=(2, n))
+    return a
+
+
+def _probs(rng, *shape):
+    p = rng.uniform(0.1, 1.0, size=shape)
+    return p / p.sum(-1, keepdims=True)
+
+
+# name: (build(D, params, side) -> distribution, params(rng, side) -> {name: array})
+PAIRS = {
+    "Normal": (
+        lambda D, p: D.Normal(p["loc"], p["scale"]),
+        lambda r: {"loc": r.normal(size=(3, 2)), "scale": r.uniform(0.5, 2, size=(3, 2))},
+    ),
+    "Bernoulli": (lambda D, p: D.Bernoulli(logits=p["logits"]), lambda r: {"logits": r.normal(size=(4,))}),
+    "BernoulliProbs": (lambda D, p: D.Bernoulli(probs=p["probs"]), lambda r: {"probs": r.uniform(0.1, 0.9, (4,))}),
+    "Categorical": (lambda D, p: D.Categorical(logits=p["logits"]), lambda r: {"logits": r.normal(size=(3, 5))}),
+    "CategoricalProbs": (lambda D, p: D.Categorical(probs=p["probs"]), lambda r: {"probs": _probs(r, 2, 4)}),
+    "OneHotCategorical": (
+        lambda D, p: D.OneHotCategorical(logits=p["logits"]),
+        lambda r: {"logits": r.normal(size=(3, 5))},
+    ),
+    "Uniform": (
+        lambda D, p: D.Uniform(p["low"], p["high"]),
+        lambda r: {"low": r.uniform(-2, -1, size=(3,)), "high": r.uniform(1, 2, size=(3,))},
+    ),
+    "Laplace": (
+        lambda D, p: D.Laplace(p["loc"], p["scale"]),
+        lambda r: {"loc": r.normal(size=(4,)), "scale": r.uniform(0.5, 2, size=(4,))},
+    ),
+    "Exponential": (lambda D, p: D.Exponential(p["rate"]), lambda r: {"rate": r.uniform(0.5, 2, size=(2, 3))}),
+    "MultivariateNormal": (
+        lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["scale_tril"]),
+        lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": _tril(r)},
+    ),
+    "Independent": (
+        lambda D, p: D.Independent(D.Normal(p["loc"], p["scale"]), 2),
+        lambda r: {"loc": r.normal(size=(2, 3, 2)), "scale": r.uniform(0.5, 2, size=(2, 3, 2))},
+    ),
+}
+
+
+def _params(case, seed):
+    rng = np.random.default_rng(seed)
+    make = PAIRS[case][1]
+    p, q = make(rng), make(rng)
+    if case == "Uniform":  # q's support holds p's: a finite KL
+        q = {"low": p["low"] - rng.uniform(0.1, 1, size=3), "high": p["high"] + rng.uniform(0.1, 1, size=3)}
+    return p, q
+
+
+def _torch_kl(build, p, q, weight):
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in p.items()}
+    tq = {k: torch.tensor(v, requires_grad=True) for k, v in q.items()}
+    kl = TD.kl_divergence(build(TD, tp), build(TD, tq))
+    grads = torch.autograd.grad((kl * torch.tensor(weight)).sum(), [*tp.values(), *tq.values()])
+    return kl.detach().numpy(), [g.numpy() for g in grads]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("case", list(PAIRS))
+def test_kl_divergence_and_gradients_match_torch(case, compiled):
+    build = PAIRS[case][0]
+    p, q = _params(case, 11)
+    shape = TD.kl_divergence(
+        build(TD, {k: torch.tensor(v) for k, v in p.items()}), build(TD, {k: torch.tensor(v) for k, v in q.items()})
+    ).shape
+    weight = np.random.default_rng(1).normal(size=tuple(shape))
+    want, want_grads = _torch_kl(build, p, q, weight)
+    kp, kq = list(p), list(q)
+
+    def kl_and_grads(w, *ps):
+        fp, fq = dict(zip(kp, ps[: len(kp)])), dict(zip(kq, ps[len(kp) :]))
+        kl = FD.kl_divergence(build(FD, fp), build(FD, fq))
+        return (kl, *flame.autograd.grad((kl * w).sum(), list(ps)))
+
+    fn = flame.compile(kl_and_grads) if compiled else kl_and_grads
+    ps = [flame.tensor(v, requires_grad=True) for v in [*p.values(), *q.values()]]
+    kl, *grads = fn(flame.tensor(weight), *ps)
+    assert kl.shape == tuple(shape) and kl.dtype == flame.f64
+    np.testing.assert_allclose(kl.numpy(), want, rtol=1e-10, atol=1e-12)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("case", ["Bernoulli", "Categorical", "Uniform"])
+def test_infinite_and_zero_terms_match_torch(case):
+    if case == "Bernoulli":
+        p, q = np.array([0.0, 1.0, 0.3, 0.0, 0.5]), np.array([0.5, 0.5, 0.0, 0.0, 1.0])
+        make = lambda D, lib, v: D.Bernoulli(probs=lib.tensor(v))  # noqa: E731
+    elif case == "Categorical":
+        p, q = np.array([[0.0, 0.5, 0.5], [0.2, 0.8, 0.0]]), np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]])
+        make = lambda D, lib, v: D.Categorical(probs=lib.tensor(v))  # noqa: E731
+    else:
+        p, q = np.array([[0.0, 1.0], [0.0, 2.0]]), np.array([[0.5, 3.0], [-1.0, 3.0]])
+        make = lambda D, lib, v: D.Uniform(lib.tensor(v[:, 0]), lib.tensor(v[:, 1]))  # noqa: E731
+    want = TD.kl_divergence(make(TD, torch, p), make(TD, torch, q)).numpy()
+    got = FD.kl_divergence(make(FD, flame, p), make(FD, flame, q)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_kl_of_unregistered_pair_raises_torchs_error():
+    with pytest.raises(
+        NotImplementedError, match="No KL\\(p \\|\\| q\\) is implemented for p type Normal and q type Exponential"
+    ):
+        FD.kl_divergence(FD.Normal(0.0, 1.0), FD.Exponential(1.0))
+
+
+def test_independent_kl_needs_equal_reinterpreted_dims():
+    base = FD.Normal(flame.zeros(2, 3), flame.ones(2, 3))
+    with pytest.raises(NotImplementedError):
+        FD.kl_divergence(FD.Independent(base, 1), FD.Independent(base, 2))
+
+
+def test_mvn_kl_needs_equal_event_shapes():
+    p = FD.MultivariateNormal(flame.zeros(2), scale_tril=flame.eye(2))
+    q = FD.MultivariateNormal(flame.zeros(3), scale_tril=flame.eye(3))
+    with pytest.raises(ValueError, match="different event shapes"):
+        FD.kl_divergence(p, q)
+
+
+def test_register_kl_dispatches_to_the_most_specific_pair():
+    class MyNormal(FD.Normal):
+        pass
+
+    class MyOtherNormal(FD.Normal):
+        pass
+
+    p, q = MyNormal(0.0, 1.0), MyNormal(1.0, 2.0)
+    np.testing.assert_allclose(
+        FD.kl_divergence(p, q).numpy(), TD.kl_divergence(TD.Normal(0.0, 1.0), TD.Normal(1.0, 2.0)).numpy()
+    )
+    FD.register_kl(MyNormal, MyNormal)(lambda a, b: flame.tensor(-1.0))
+    assert FD.kl_divergence(p, q).item() == -1.0
+    assert FD.kl_divergence(MyOtherNormal(0.0, 1.0), q).item() != -1.0  # falls back to (Normal, Normal)
+
+
+def test_register_kl_refuses_non_distributions():
+    with pytest.raises(TypeError, match="Expected type_p to be a Distribution subclass"):
+        FD.register_kl(int, FD.Normal)
+    with pytest.raises(TypeError, match="Expected type_q to be a Distribution subclass"):
+        FD.register_kl(FD.Normal, "Normal")

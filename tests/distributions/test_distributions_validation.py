@@ -1,0 +1,133 @@
+"""Argument validation of flame.distributions: torch's ValueErrors (the same messages, shapes written as
+tuples) for bad parameters and for values outside the support; validate_args=False and
+Distribution.set_default_validate_args turn it off."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+import torch
+import torch.distributions as TD
+
+import flame
+import flame.distributions as FD
+
+NAN = float("nan")
+
+# each: fn(D, lib) that raises; lib is torch or flame
+BAD = {
+    "normal-scale": lambda D, t: D.Normal(t.zeros(3), -t.ones(3)),
+    "normal-nan-loc": lambda D, t: D.Normal(t.tensor([0.0, NAN]), t.ones(2)),
+    "normal-value-nan": lambda D, t: D.Normal(t.zeros(3), t.ones(3)).log_prob(t.tensor([1.0, NAN, 2.0])),
+    "normal-value-shape": lambda D, t: D.Normal(t.zeros(3), t.ones(3)).log_prob(t.zeros(2)),
+    "normal-value-not-tensor": lambda D, t: D.Normal(t.zeros(3), t.ones(3)).log_prob([0.0, 0.0, 0.0]),
+    "bernoulli-probs": lambda D, t: D.Bernoulli(t.tensor([0.2, 1.2])),
+    "bernoulli-value": lambda D, t: D.Bernoulli(t.tensor([0.2, 0.5])).log_prob(t.tensor([0.0, 0.5])),
+    "bernoulli-neither": lambda D, t: D.Bernoulli(),
+    "bernoulli-both": lambda D, t: D.Bernoulli(t.tensor([0.5]), t.tensor([0.0])),
+    "categorical-probs": lambda D, t: D.Categorical(t.tensor([0.2, -0.5, 0.3])),
+    "categorical-value": lambda D, t: D.Categorical(t.tensor([0.2, 0.8])).log_prob(t.tensor([2])),
+    "categorical-0d": lambda D, t: D.Categorical(t.tensor(1.0)),
+    "categorical-0d-logits": lambda D, t: D.Categorical(logits=t.tensor(1.0)),
+    "onehot-value": lambda D, t: D.OneHotCategorical(t.tensor([0.5, 0.5])).log_prob(t.tensor([1.0, 1.0])),
+    "uniform-order": lambda D, t: D.Uniform(t.ones(2), t.zeros(2)),
+    "uniform-value": lambda D, t: D.Uniform(t.zeros(2), t.ones(2)).log_prob(t.tensor([0.5, 1.5])),
+    "laplace-scale": lambda D, t: D.Laplace(t.zeros(2), t.zeros(2)),
+    "exponential-rate": lambda D, t: D.Exponential(t.tensor([1.0, -2.0])),
+    "exponential-value": lambda D, t: D.Exponential(t.ones(2)).log_prob(-t.ones(2)),
+    "mvn-tril": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.ones(2, 2)),
+    "mvn-diag": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=-t.eye(2)),
+    "mvn-two": lambda D, t: D.MultivariateNormal(t.zeros(2), covariance_matrix=t.eye(2), scale_tril=t.eye(2)),
+    "mvn-0d-loc": lambda D, t: D.MultivariateNormal(t.tensor(0.0), scale_tril=t.eye(1)),
+    "mvn-1d-tril": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.ones(2)),
+    "mvn-event-shape": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.eye(2)).log_prob(t.zeros(3)),
+    "independent-ndims": lambda D, t: D.Independent(D.Normal(t.zeros(2), t.ones(2)), 2),
+    "independent-value": lambda D, t: D.Independent(D.Normal(t.zeros(2), t.ones(2)), 1).log_prob(t.tensor([0, NAN])),
+    "lognormal-value": lambda D, t: D.LogNormal(t.zeros(2), t.ones(2)).log_prob(t.tensor([1.0, -1.0])),
+    "transformed-list": lambda D, t: D.TransformedDistribution(D.Normal(0.0, 1.0), [1]),
+}
+
+
+def _normalised(message: str) -> str:
+    message = message.split("but found invalid values")[0]
+    message = re.sub(
+        r"torch\.Size\(\[([^\]]*)\]\)", lambda m: repr(tuple(int(x) for x in m.group(1).split(",") if x)), message
+    )
+    return re.sub(r"tensor\([^)]*\)", "T", message)
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_raises_torchs_value_error(case):
+    with pytest.raises(ValueError) as want:
+        BAD[case](TD, torch)
+    with pytest.raises(ValueError) as got:
+        BAD[case](FD, flame)
+    assert _normalised(str(got.value)) == _normalised(str(want.value))
+
+
+def test_validation_names_the_parameter_and_shows_the_values():
+    with pytest.raises(
+        ValueError,
+        match=r"(?s)Expected parameter scale \(Tensor of shape \(3,\)\) of distribution "
+        r"Normal\(loc: \(3,\), scale: \(3,\)\) to satisfy the constraint "
+        r"GreaterThan\(lower_bound=0.0\), but found invalid values:\n.*-1",
+    ):
+        FD.Normal(flame.zeros(3), -flame.ones(3))
+
+
+def test_covariance_matrix_names_what_to_pass():
+    for kw in ("covariance_matrix", "precision_matrix"):
+        with pytest.raises(NotImplementedError, match=f"{kw}= needs a Cholesky factorisation.*pass scale_tril="):
+            FD.MultivariateNormal(flame.zeros(2), **{kw: flame.eye(2)})
+
+
+def test_normal_icdf_names_the_missing_erfinv():
+    with pytest.raises(NotImplementedError, match="erfinv"):
+        FD.Normal(0.0, 1.0).icdf(flame.tensor(0.3))
+
+
+@pytest.mark.parametrize("case", ["normal-scale", "bernoulli-value", "uniform-order", "exponential-value"])
+def test_validate_args_false_skips_the_checks_as_torch(case):
+    def off(fn):
+        def make(D, t):
+            real = {n: getattr(D, n) for n in ("Normal", "Bernoulli", "Uniform", "Exponential")}
+            patched = type("D", (), {n: functools.partial(c, validate_args=False) for n, c in real.items()})
+            return fn(patched, t)
+
+        return make
+
+    off(BAD[case])(TD, torch)
+    off(BAD[case])(FD, flame)
+
+
+def test_set_default_validate_args_turns_validation_off_and_on():
+    try:
+        FD.Distribution.set_default_validate_args(False)
+        FD.Normal(flame.zeros(2), -flame.ones(2))
+        FD.Distribution.set_default_validate_args(True)
+        with pytest.raises(ValueError, match="Expected parameter scale"):
+            FD.Normal(flame.zeros(2), -flame.ones(2))
+    finally:
+        FD.Distribution.set_default_validate_args(True)
+    with pytest.raises(ValueError):
+        FD.Distribution.set_default_validate_args("yes")
+
+
+def test_validate_args_true_checks_even_when_the_default_is_off():
+    d = FD.Normal(flame.zeros(2), flame.ones(2), validate_args=True)
+    with pytest.raises(ValueError, match="within the support"):
+        d.log_prob(flame.tensor([0.0, NAN]))
+
+
+def test_values_are_not_checked_inside_compile():
+    """Inside @flame.compile values do not exist while tracing: the checks are eager's."""
+
+    @flame.compile
+    def log_prob(scale, x):
+        return FD.Normal(flame.zeros_like(scale), scale).log_prob(x)
+
+    out = log_prob(flame.ones(2, dtype=flame.f64), flame.tensor([0.0, 1.0], dtype=flame.f64))
+    want = TD.Normal(torch.zeros(2, dtype=torch.float64), 1.0).log_prob(torch.tensor([0.0, 1.0], dtype=torch.float64))
+    assert out.numpy().tolist() == pytest.approx(want.numpy().tolist(), rel=1e-12)
