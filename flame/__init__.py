@@ -22,6 +22,7 @@ from flame.errors import (
     ShapeError,
     TraceError,
     VerifyError,
+    ViewError,
     ZeroDivisorError,
 )
 from flame.frontend.autocast import autocast

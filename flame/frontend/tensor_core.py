@@ -450,7 +450,7 @@ class TensorCore:
         """The tensor under another shape, sharing its storage (as reshape, which copies where the
         strides allow no view; view raises there, as torch's)."""
         out = self.reshape(*shape)
-        if out is not self and out._base is None and self._value is None and out.numel() > 1:
+        if out is not self and out._base is None and out.numel() > 1:  # reshape copied (traced too)
             raise view_error(self, out.shape)
         return out
 
