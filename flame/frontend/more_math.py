@@ -253,8 +253,8 @@ def std_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: boo
 
 
 def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):  # noqa: A002
-    """(min, max) over dim (all by default), as a named tuple."""
-    if dim is None:
+    """(min, max) over dim (all by default; keepdim then keeps every dim, as size 1), as a named tuple."""
+    if dim is None and not keepdim:
         return _MinMax(input.amin(), input.amax())
     return _MinMax(input.amin(dim, keepdim=keepdim), input.amax(dim, keepdim=keepdim))
 

@@ -119,6 +119,10 @@ cases["nansum int"] = (lambda L, x: x.nansum(), I)
 cases["nanmean int"] = (lambda L, x: x.nanmean(), I)
 cases["all float"] = (lambda L, x: (x.all(), x.any()), N)
 cases["std_mean int"] = (lambda L, x: L.std_mean(x), I)
+cases["aminmax keepdim"] = (
+    lambda L, x: (tuple(L.aminmax(x, keepdim=True)), tuple(L.aminmax(x[0, 0], keepdim=True))),
+    x,
+)
 
 for nm, x in [("ties", T), ("nan", N), ("int", I), ("empty", E)]:
     cases[f"median() {nm}"] = (lambda L, x: (x.median(), x.median(-1).values if x.size else x.sum()), x)
@@ -191,6 +195,12 @@ GRADS = {
     "vector_norm inf at 0": lambda L, x: L.linalg.vector_norm(x * 0, float("inf")),
     "logsumexp of -inf": lambda L, x: (x * 0).log().logsumexp(1).sum(),
     "std of one": lambda L, x: x[:1, :1].std(),
+    # n <= correction: torch's gradient is 2 (x - mean) / (n - correction), inf at n == correction (NaN
+    # where x is the mean), finite past it; its value inf or NaN either way
+    "var n == correction": lambda L, x: x.var(0, correction=3).sum(),
+    "var n < correction": lambda L, x: (x.var(1, correction=6, keepdim=True) * 0 + x.var(0, correction=5)).sum(),
+    "var of one, correction 2": lambda L, x: x[:1].var(0, correction=2).sum(),
+    "var_mean n == correction": lambda L, x: L.stack(L.var_mean(x, 1, correction=4)).sum(),
 }
 
 
