@@ -241,14 +241,14 @@ def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = Fa
 def var_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,  # noqa: A002
              correction: float | None = None):
     """(var, mean) over dim (all by default): var's arguments."""
-    mean = input.mean(dim, keepdim=keepdim) if dim is not None else input.mean()
+    mean = input.mean(dim, keepdim=keepdim)
     return input.var(dim, unbiased, keepdim, correction=correction), mean
 
 
 def std_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,  # noqa: A002
              correction: float | None = None):
     """(std, mean) over dim (all by default): std's arguments."""
-    mean = input.mean(dim, keepdim=keepdim) if dim is not None else input.mean()
+    mean = input.mean(dim, keepdim=keepdim)
     return input.std(dim, unbiased, keepdim, correction=correction), mean
 
 

@@ -119,6 +119,10 @@ cases["nansum int"] = (lambda L, x: x.nansum(), I)
 cases["nanmean int"] = (lambda L, x: x.nanmean(), I)
 cases["all float"] = (lambda L, x: (x.all(), x.any()), N)
 cases["std_mean int"] = (lambda L, x: L.std_mean(x), I)
+cases["var_mean keepdim"] = (
+    lambda L, x: (tuple(L.var_mean(x, keepdim=True)), tuple(L.std_mean(x, None, keepdim=True, correction=0))),
+    x,
+)
 cases["aminmax keepdim"] = (
     lambda L, x: (tuple(L.aminmax(x, keepdim=True)), tuple(L.aminmax(x[0, 0], keepdim=True))),
     x,
