@@ -228,10 +228,11 @@ class TensorMath:
     def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
         """The product over dim (every element when None), as torch.prod: the last running product of
         cumprod, so it differentiates as cumprod does (zeros included)."""
-        x = self.to(dtype) if dtype is not None else (self.to(i64) if self.dtype == boolean else self)
+        x = self.to(dtype) if dtype is not None else (self if self.dtype.is_float else self.to(i64))  # ints: int64
+        # the product of nothing is 1, plus the (zero) sum of nothing: a result x's gradient flows to, as torch's
         if dim is None:
             flat = x.reshape(-1)
-            return flat.cumprod(0)[-1] if flat.shape[0] else full((), 1, x.dtype)
+            return flat.cumprod(0)[-1] if flat.shape[0] else full((), 1, x.dtype) + flat.sum().to(x.dtype)
         axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
             return x
@@ -239,6 +240,7 @@ class TensorMath:
             x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1)
             if x.shape[axis]
             else full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
+            + x.sum(axis, keepdim=True).to(x.dtype)
         )
         return out if keepdim else out.squeeze(axis)
 

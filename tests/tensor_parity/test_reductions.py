@@ -119,6 +119,7 @@ cases["nansum int"] = (lambda L, x: x.nansum(), I)
 cases["nanmean int"] = (lambda L, x: x.nanmean(), I)
 cases["all float"] = (lambda L, x: (x.all(), x.any()), N)
 cases["std_mean int"] = (lambda L, x: L.std_mean(x), I)
+cases["prod int 0d and empty"] = (lambda L, x: (x[0, 0].prod(0), x[:0].prod(), x[:0].prod(0), x[:0].prod(1)), I)
 cases["var_mean keepdim"] = (
     lambda L, x: (tuple(L.var_mean(x, keepdim=True)), tuple(L.std_mean(x, None, keepdim=True, correction=0))),
     x,
@@ -204,6 +205,7 @@ GRADS = {
     "var n == correction": lambda L, x: x.var(0, correction=3).sum(),
     "var n < correction": lambda L, x: (x.var(1, correction=6, keepdim=True) * 0 + x.var(0, correction=5)).sum(),
     "var of one, correction 2": lambda L, x: x[:1].var(0, correction=2).sum(),
+    "prod of nothing": lambda L, x: x[:0].prod() + x[:0].prod(0).sum() + x[:, :0].prod(1, keepdim=True).sum(),
     "var_mean n == correction": lambda L, x: L.stack(L.var_mean(x, 1, correction=4)).sum(),
 }
 
