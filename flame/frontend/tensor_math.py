@@ -220,7 +220,8 @@ class TensorMath:
         if len(axes) == 1:
             return functional.logsumexp(self, axes[0], keepdim)
         rest = [a for a in range(self.ndim) if a not in axes]
-        moved = self.permute(*rest, *axes).reshape(*[self.shape[a] for a in rest], -1)
+        n = math.prod(self.shape[a] for a in axes)  # (not -1: a zero-size tensor leaves it ambiguous)
+        moved = self.permute(*rest, *axes).reshape(*[self.shape[a] for a in rest], n)
         out = functional.logsumexp(moved, -1)
         return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
 

@@ -87,6 +87,14 @@ cases["empty amax dim1"] = (lambda L, x: x.amax(1), E)
 cases["empty max dim1"] = (lambda L, x: tuple(x.max(1)), E)
 cases["empty argmax"] = (lambda L, x: x.argmax(), E)
 cases["empty logsumexp"] = (lambda L, x: x.logsumexp(0), E)
+cases["empty logsumexp dims"] = (
+    lambda L, x: (
+        x.logsumexp((0, 1)),
+        x.reshape(0, 3, 1).logsumexp((-2, -1), keepdim=True),
+        x.reshape(3, 1, 0).logsumexp((1, 0)),
+    ),
+    E,
+)
 cases["empty var"] = (lambda L, x: x.var(0), E)
 cases["empty median"] = (lambda L, x: x.median(), E)
 cases["empty any"] = (lambda L, x: (x.any(), x.all(), x.any(0)), E)
