@@ -1,0 +1,215 @@
+"""Reductions, orderings and dtypes for the random programs (tests/frontend/random_programs.py):
+
+reduce_dims   a reduction over a tuple of dims (negative ones, all of them, none: () reduces every dim
+              in torch, as dim=None) with keepdim: sum, mean, amax, amin, nansum, logsumexp, var and
+              std (a correction of 0, 1 or 2), norm (p 1, 2, 3, inf, -inf), var_mean, std_mean and
+              aminmax (both results stacked into one value); prod, and max, min and median with their
+              indices (of the untied operand, as below) along one dim; sum, mean, prod, amax and norm
+              over every dim. var and std take None for (): torch's gradient over () is that of one
+              element, against its own value; and over None no correction reaching the count (n <=
+              correction): torch's gradient there is +inf whatever the deviation's sign, unlike its
+              gradient over the same dims named (which flame gives).
+ordering      sort (descending or not), topk (largest or smallest, k from 0 to the dim's size),
+              kthvalue and msort along a dim, their values times 1 + 0.1 * their indices (an index
+              off shows). The operand gets a ramp of 1e-3 per element along its flattened order first,
+              so that no two elements are equal (ties, from relu, maximum or masked_fill, where the
+              gradient may go to either element). flame has no cummax or cummin
+              (docs/coming_from_pytorch.md).
+dtypes        an operand combined with an integer, bool or float64 constant under PyTorch's type
+              promotion: a binary op with an int32, int64, uint8 or bool tensor (of the operand's
+              rank or fewer dims, or 0-d), or with a 0-d float64 tensor (a 0-d tensor does not raise a
+              dimensioned float tensor's dtype); floor_divide and remainder of integer values of the
+              operand (x.long(), floor and ceil: their gradient is zero); comparisons counted as int64;
+              clamp with tensor bounds, lerp and addcmul. The result is a float tensor (a loss term
+              needs one)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+RAMP = 1e-3
+
+
+# ---- reductions over dim tuples --------------------------------------------------------------------
+
+TUPLE_REDUCTIONS = ("sum", "mean", "amax", "amin", "nansum", "logsumexp", "var", "std", "norm")
+PAIRS = ("var_mean", "std_mean", "aminmax")
+ONE_DIM = ("prod", "max", "min", "median")
+
+
+def _reduce_dims(lib, x, fn, dim, keep, correction=None, p=None):
+    """x reduced over `dim` (a tuple, or an int for the one-dim reductions) with keepdim `keep`."""
+    if fn in ("var", "std"):
+        return getattr(x, fn)(dim, keepdim=keep, correction=correction)
+    if fn == "norm":
+        return x.norm(p, dim, keepdim=keep)
+    if fn in ("var_mean", "std_mean"):
+        a, b = getattr(lib, fn)(x, dim, keepdim=keep, correction=correction)
+        return lib.stack([a, b])
+    if fn == "aminmax":
+        a, b = lib.aminmax(x, dim=dim, keepdim=keep)
+        return lib.stack([a, b])
+    if fn in ("max", "min", "median"):  # one of equal values takes the gradient: untied (module doc)
+        values, indices = getattr(_untied(lib, x), fn)(dim, keepdim=keep)
+        return values * (1 + indices)  # an index off is a value off
+    return getattr(x, fn)(dim, keepdim=keep)
+
+
+def _reduce_all(lib, x, fn, p=None):
+    """x reduced over every dim (no dim argument)."""
+    return x.norm(p) if fn == "norm" else getattr(x, fn)()
+
+
+def reduce_dims_family(g) -> int | None:
+    """A reduction of a free value: over a random subset of its dims (each as itself or negative, in any
+    order), along one dim, or over all."""
+    rng = g.rng
+    i = g.pick()
+    r = len(g.shapes[i])
+    kind = rng.choice(["tuple", "tuple", "tuple", "pair", "one", "all"])
+    if kind == "all":
+        op = rng.choice(["sum", "mean", "prod", "amax", "norm"])
+        return g.add("reduce_all", (i,), fn=op, **({"p": rng.choice([1, 2, "fro"])} if op == "norm" else {}))
+    if kind == "one" or (r == 0 and kind != "tuple"):
+        op = rng.choice(ONE_DIM if r else ("prod",))
+        dim = rng.randrange(-r, r) if r else 0
+        return g.add("reduce_dims", (i,), fn=op, dim=dim, keep=rng.random() < 0.5)
+    dims = [d for d in range(r) if rng.random() < 0.5]
+    rng.shuffle(dims)
+    dims = tuple(d - r if rng.random() < 0.5 else d for d in dims)
+    keep = rng.random() < 0.5
+    op = rng.choice(PAIRS if kind == "pair" else TUPLE_REDUCTIONS)
+    if not dims and (rng.random() < 0.3 or op in ("var", "std", "var_mean", "std_mean")):
+        dims = None  # (torch's var over dim=() has the gradient of n = 1, wrong against its own value)
+    if op == "aminmax":  # a single dim or none (aminmax takes no tuple)
+        return g.add("reduce_dims", (i,), fn=op, dim=dims[0] if dims else None, keep=keep)
+    kw = {"correction": rng.choice([0, 1, 2])} if op in ("var", "std", "var_mean", "std_mean") else {}
+    if dims is None and kw and math.prod(g.shapes[i]) <= kw["correction"]:
+        kw["correction"] = 0  # (torch's gradient over every dim there is not its gradient over the dims named)
+    kw |= {"p": rng.choice([1, 2, 3, float("inf"), float("-inf")])} if op == "norm" else {}
+    if op == "logsumexp" and not dims:  # () is every dim for the others; torch's logsumexp takes none
+        dims = tuple(range(r))
+    return g.add("reduce_dims", (i,), fn=op, dim=dims, keep=keep, **kw)
+
+
+# ---- sort, topk and kthvalue -----------------------------------------------------------------------
+
+
+def _untied(lib, x):
+    """x plus RAMP times each element's flat position: no two elements are equal (module doc)."""
+    return x + lib.arange(x.numel(), dtype=x.dtype).reshape(x.shape) * RAMP
+
+
+def _ordering(lib, x, fn, dim=-1, descending=False, k=1, largest=True, keep=False):
+    """The values of sort, topk, kthvalue or msort of the untied x, times 1 + their
+    indices (scaled down), so that an index off shows too."""
+    y = _untied(lib, x)
+    if fn == "msort":
+        return lib.msort(y)
+    if fn == "sort":
+        values, indices = y.sort(dim=dim, descending=descending, stable=True)
+    elif fn == "topk":
+        values, indices = y.topk(k, dim, largest=largest)
+    else:
+        values, indices = y.kthvalue(k, dim, keepdim=keep)
+    return values * (1 + 0.1 * indices)
+
+
+def ordering_family(g) -> int | None:
+    """sort, topk, kthvalue or msort of a free value (0-d included: a dim of 0 or -1)."""
+    rng = g.rng
+    i = g.pick()
+    s = g.shapes[i]
+    r = len(s)
+    dim = rng.randrange(-r, r) if r else rng.choice([0, -1])
+    n = s[dim] if r else 1
+    op = rng.choice(["sort", "sort", "topk", "topk", "kthvalue", "msort"])
+    if op == "sort":
+        return g.add("ordering", (i,), fn=op, dim=dim, descending=rng.random() < 0.5)
+    if op == "topk":
+        return g.add("ordering", (i,), fn=op, dim=dim, k=rng.randint(0, n), largest=rng.random() < 0.5)
+    if op == "kthvalue":
+        return None if n == 0 else g.add("ordering", (i,), fn=op, dim=dim, k=rng.randint(1, n), keep=rng.random() < 0.5)
+    if op == "msort":
+        return g.add("ordering", (i,), fn=op)
+    return g.add("ordering", (i,), fn=op, dim=dim)
+
+
+# ---- integer, bool and float constants under type promotion ----------------------------------------
+
+INT_DTYPES = ("int32", "int64", "uint8", "bool")
+
+
+def _promote(lib, x, fn, c=None, other=None, bounds=None, weight=None):
+    """x combined with a constant of another dtype (`other`: an array of an integer or bool dtype, or a
+    0-d float64 array) or with integer values made from x; the result is a float tensor."""
+    t = None if other is None else lib.tensor(other)
+    if fn in ("add", "sub", "mul", "div", "rsub"):
+        if fn == "rsub":
+            return t - x
+        return getattr(x, "__truediv__" if fn == "div" else f"__{fn}__")(t)
+    if fn == "where_int":
+        return lib.where(t.bool() if t.dtype != lib.bool else t, x, t)
+    if fn == "floor_divide":
+        return x * (x.long() // c)
+    if fn == "remainder":
+        return x * x.floor().remainder(c) + x.ceil().fmod(c)
+    if fn == "count":  # int64 counts (a sum of bools) times and plus a float
+        return x * (x > c).sum(-1, keepdim=True) + (x < t).sum()
+    if fn == "clamp":
+        lo, hi = (lib.tensor(b, dtype=x.dtype) for b in bounds)
+        return x.clamp(lo, hi)
+    if fn == "lerp":
+        return x.lerp(lib.tensor(other, dtype=x.dtype), weight)
+    return x.addcmul(x.sin(), lib.tensor(other, dtype=x.dtype), value=weight)  # addcmul
+
+
+def dtypes_family(g) -> int | None:
+    """x (a free value) with a constant of another dtype, or with integer values of itself."""
+    rng = g.rng
+    i = g.pick()
+    s = g.shapes[i]
+    op = rng.choice(
+        [
+            "add",
+            "sub",
+            "mul",
+            "div",
+            "rsub",
+            "where_int",
+            "floor_divide",
+            "remainder",
+            "count",
+            "clamp",
+            "lerp",
+            "addcmul",
+        ]
+    )
+    if op in ("floor_divide", "remainder"):
+        return g.add("promote", (i,), fn=op, c=rng.choice([2, 3, -2]) if op == "remainder" else rng.choice([2, -3]))
+    shape = () if rng.random() < 0.3 else tuple(1 if rng.random() < 0.3 else n for n in s[rng.randrange(len(s) + 1) :])
+    if op == "count":
+        return g.add("promote", (i,), fn=op, c=rng.choice([0.0, 0.5]), other=g.np.standard_normal(s[-1:]))
+    if op == "clamp":
+        lo = g.np.uniform(-1.5, 0.0, shape)
+        return g.add("promote", (i,), fn=op, bounds=(lo, lo + g.np.uniform(0.0, 2.0, shape)))
+    if op in ("lerp", "addcmul"):
+        return g.add("promote", (i,), fn=op, other=g.np.standard_normal(shape), weight=rng.choice([0.25, -1.5]))
+    dtype = rng.choice(INT_DTYPES + ("float64",)) if op != "where_int" else rng.choice(INT_DTYPES)
+    if dtype == "float64":
+        other = np.array(g.np.standard_normal(), np.float64)  # 0-d: x keeps its dtype
+    elif dtype == "bool":
+        other = g.np.random(shape) < 0.5
+    else:
+        lo = 0 if dtype == "uint8" else -3
+        other = g.np.integers(lo, 4, shape).astype(dtype)
+    if op in ("div", "rsub") and dtype == "bool":
+        return None  # torch refuses `bool - x`; x / bool divides by zero
+    if op == "div":
+        other = np.where(other == 0, 1, other).astype(other.dtype)
+    return g.add("promote", (i,), fn=op, other=other)
+
+
+APPLY = {"reduce_dims": _reduce_dims, "reduce_all": _reduce_all, "ordering": _ordering, "promote": _promote}
