@@ -21,7 +21,11 @@ dtypes        an operand combined with an integer, bool or float64 constant unde
               dimensioned float tensor's dtype); floor_divide and remainder of integer values of the
               operand (x.long(), floor and ceil: their gradient is zero); comparisons counted as int64;
               clamp with tensor bounds, lerp and addcmul. The result is a float tensor (a loss term
-              needs one)."""
+              needs one).
+int_op        integer arithmetic, bitwise ops and comparisons between integer values made from an
+              operand (int32, int64, int8 or uint8) and an integer or bool constant, times the operand:
+              promotion between integer dtypes, uint8 wrapping, floor division and the two remainders'
+              signs, true division of integers."""
 
 from __future__ import annotations
 
@@ -212,4 +216,62 @@ def dtypes_family(g) -> int | None:
     return g.add("promote", (i,), fn=op, other=other)
 
 
-APPLY = {"reduce_dims": _reduce_dims, "reduce_all": _reduce_all, "ordering": _ordering, "promote": _promote}
+INT_OPS = (
+    "add",
+    "sub",
+    "mul",
+    "floor_divide",
+    "remainder",
+    "fmod",
+    "div",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "maximum",
+    "minimum",
+    "lt",
+    "eq",
+)
+DIVIDING = ("floor_divide", "remainder", "fmod")
+
+
+def _int_op(lib, x, fn, dtype, other):
+    """x times (integer values of 4 x, as `dtype`) `fn` (an integer or bool constant): integer
+    arithmetic under promotion (uint8 wraps modulo 256, floor_divide floors, remainder takes the
+    divisor's sign and fmod the dividend's, / is true division, comparisons are bools)."""
+    a = (x * 4).floor().detach().to(lib.int64).to(getattr(lib, dtype))  # (an int64 first: float to uint8 of a
+    b = lib.tensor(other)  # negative number is undefined; int64 to uint8 wraps)
+    op = {"div": lambda u, v: u / v, "lt": lambda u, v: u < v, "eq": lambda u, v: u == v}.get(fn)
+    r = op(a, b) if op is not None else getattr(lib, fn)(a, b)
+    return x * r
+
+
+def int_op_family(g) -> int | None:
+    """An integer operation between integer values made from a free value and an integer or bool
+    constant (int32, int64, int8, uint8, bool; of the value's rank or fewer dims, or 0-d), times the
+    value."""
+    rng = g.rng
+    i = g.pick()
+    s = g.shapes[i]
+    fn = rng.choice(INT_OPS)
+    dtype = rng.choice(["int32", "int64", "int8", "uint8"])
+    odt = rng.choice(["int32", "int64", "int8", "uint8"] + ([] if fn in DIVIDING + ("div",) else ["bool"]))
+    shape = () if rng.random() < 0.3 else tuple(1 if rng.random() < 0.3 else n for n in s[rng.randrange(len(s) + 1) :])
+    if odt == "bool":
+        other = g.np.random(shape) < 0.5
+    else:
+        other = g.np.integers(0 if odt == "uint8" else -5, 6, shape).astype(odt)
+        if fn in DIVIDING + ("div",):
+            other = np.where(other == 0, 3, other).astype(odt)
+    if fn.startswith("bitwise") and "bool" in (dtype, odt) and dtype != odt:
+        return None
+    return g.add("int_op", (i,), fn=fn, dtype=dtype, other=other)
+
+
+APPLY = {
+    "int_op": _int_op,
+    "reduce_dims": _reduce_dims,
+    "reduce_all": _reduce_all,
+    "ordering": _ordering,
+    "promote": _promote,
+}
