@@ -18,6 +18,7 @@ from flame.frontend import functional, more_math
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
+from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
@@ -373,8 +374,18 @@ class TensorMath:
         _floating("lerp", self, end, weight)
         diff = end - self
         if isinstance(weight, Tensor):
-            return where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
-        return self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+            out = where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
+        else:
+            out = self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+        if not any(isinstance(t, Tensor) and t.requires_grad for t in (self, end, weight)):
+            return out
+        # torch's gradients, each one product: grad * (1 - weight), grad * weight and grad * (end - self)
+        # (the forms above would give an infinite grad's inf - inf = NaN); the values stay the ones above
+        w = weight.detach() if isinstance(weight, Tensor) else weight
+        lin = self * (1 - w) + end * w
+        if isinstance(weight, Tensor):
+            lin = lin + weight * diff.detach()
+        return apply("straight_through", lin, out)
 
     def lerp_(self, end, weight):
         return self._inplace(lambda x: x.lerp(end, weight), end, weight, what="lerp_")
