@@ -79,6 +79,7 @@ from flame.frontend.more_math import (
     hypot,
     logaddexp,
     logaddexp2,
+    masked_scatter,
     meshgrid,
     msort,
     nan_to_num,

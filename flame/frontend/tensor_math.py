@@ -475,6 +475,12 @@ class TensorMath:
     def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1):
         return more_math.diag_embed(self, offset, dim1, dim2)
 
+    def masked_scatter(self, mask, source):
+        return more_math.masked_scatter(self, mask, source)
+
+    def masked_scatter_(self, mask, source):
+        return self._inplace(lambda x: x.masked_scatter(mask, source), source, what="masked_scatter_")
+
     def aminmax(self, *, dim: int | None = None, keepdim: bool = False):
         return more_math.aminmax(self, dim=dim, keepdim=keepdim)
 
