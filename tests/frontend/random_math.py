@@ -25,7 +25,10 @@ dtypes        an operand combined with an integer, bool or float64 constant unde
 int_op        integer arithmetic, bitwise ops and comparisons between integer values made from an
               operand (int32, int64, int8 or uint8) and an integer or bool constant, times the operand:
               promotion between integer dtypes, uint8 wrapping, floor division and the two remainders'
-              signs, true division of integers."""
+              signs, true division of integers.
+masked        where with a number for a branch, masked_fill with a 0-d tensor, masked_scatter from an
+              input, clamp with bounds that require grad, masks combined with &, |, ^ and ~,
+              nan_to_num of NaNs and infinities, a masked mean."""
 
 from __future__ import annotations
 
@@ -268,7 +271,63 @@ def int_op_family(g) -> int | None:
     return g.add("int_op", (i,), fn=fn, dtype=dtype, other=other)
 
 
+# ---- where and the masked ops ---------------------------------------------------------------------
+
+MASKED = (
+    "where_scalar",
+    "where_scalar_first",
+    "masked_fill_tensor",
+    "masked_scatter",
+    "clamp_tensor",
+    "clamp_min_tensor",
+    "mask_logic",
+    "nan_to_num",
+    "masked_mean",
+)
+
+
+def _masked(lib, x, *bound, fn, mask, c=0.0):
+    """x through a where or masked op with the constant bool `mask` (broadcast to x), a number `c` and
+    (masked_scatter, clamp) a second operand that requires grad."""
+    m = lib.tensor(mask)
+    if fn == "where_scalar":
+        return lib.where(x > c, x, -1.5)
+    if fn == "where_scalar_first":
+        return lib.where(m, c, x)
+    if fn == "masked_fill_tensor":
+        return x.masked_fill(m, lib.tensor(c, dtype=x.dtype))
+    if fn == "masked_scatter":
+        return x.masked_scatter(m, bound[0])
+    if fn == "clamp_tensor":
+        return x.clamp(bound[0] - 0.5, bound[0] + 0.5)
+    if fn == "clamp_min_tensor":
+        return x.clamp(min=bound[0])
+    if fn == "mask_logic":
+        return lib.where(((x > c) & m) | ~(x < -c) ^ m, x, x * 0.5)
+    if fn == "nan_to_num":  # log of a negative is NaN: its gradient there is 0
+        return (x - c).log().nan_to_num(nan=0.25, posinf=2.0, neginf=-2.0)
+    return (x * m).sum() / m.sum().clamp(min=1)  # masked_mean
+
+
+def masked_family(g) -> int | None:
+    """where with a number for a branch, masked_fill with a 0-d tensor, masked_scatter from a new input,
+    clamp with tensor bounds that require grad, masks combined with &, |, ^ and ~, nan_to_num of NaNs
+    and infinities, a masked mean; the masks broadcast to the operand (a free value)."""
+    rng = g.rng
+    i = g.pick()
+    s = g.shapes[i]
+    fn = rng.choice(MASKED)
+    mask = g.np.random(tuple(1 if rng.random() < 0.3 else n for n in s[rng.randrange(len(s) + 1) :])) < 0.5
+    if fn == "masked_scatter":
+        n = math.prod(np.broadcast_shapes(mask.shape, s)) + rng.randint(0, 2)
+        return g.add("masked", (i, g.input((n,))), fn=fn, mask=mask)
+    if fn in ("clamp_tensor", "clamp_min_tensor"):
+        return g.add("masked", (i, g.input(tuple(1 if rng.random() < 0.3 else n for n in s))), fn=fn, mask=mask)
+    return g.add("masked", (i,), fn=fn, mask=mask, c=rng.choice([0.0, 0.5, -0.3]))
+
+
 APPLY = {
+    "masked": _masked,
     "int_op": _int_op,
     "reduce_dims": _reduce_dims,
     "reduce_all": _reduce_all,

@@ -12,11 +12,10 @@ attention written by hand with a learned bias; gather, index_select, index reads
 regions around the low-precision ops; views of intermediates and buffers written through in place
 (tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
 attention with a score modification (tests/frontend/random_ops.py); reductions over dim tuples,
-sort/topk/kthvalue, integer, bool and float64 constants under type promotion and integer arithmetic
-(tests/frontend/random_math.py). A fifth of the programs carry an activation budget (compiled once
-more with it). Shapes include 0-d and zero-size ones. Constants
-(indices, masks, running statistics) live in the node's arguments, so the printed program is the whole
-program."""
+sort/topk/kthvalue, integer, bool and float64 constants under type promotion, integer arithmetic,
+where and the masked ops (tests/frontend/random_math.py). A fifth of the programs carry an activation
+budget (compiled once more with it). Shapes include 0-d and zero-size ones. Constants (indices, masks,
+running statistics) live in the node's arguments, so the printed program is the whole program."""
 
 from __future__ import annotations
 
@@ -782,6 +781,7 @@ FAMILIES = {
     random_math.ordering_family: 1,
     random_math.dtypes_family: 1.5,
     random_math.int_op_family: 1,
+    random_math.masked_family: 1.5,
 }
 # the families a checkpoint region draws its ops from (no views or writes: a region recomputes them)
 CHECKPOINTED = {
@@ -800,6 +800,7 @@ CHECKPOINTED = {
     random_math.ordering_family: 0.5,
     random_math.dtypes_family: 0.5,
     random_math.int_op_family: 0.5,
+    random_math.masked_family: 0.5,
 }
 BUDGETS = [0.0, 0.25, 0.5, 0.8, 1.0]  # activation_budget, drawn for a fifth of the programs
 
