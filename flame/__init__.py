@@ -22,6 +22,7 @@ from flame.errors import (
     ShapeError,
     TraceError,
     VerifyError,
+    ViewError,
     ZeroDivisorError,
 )
 from flame.frontend.autocast import autocast
@@ -78,6 +79,7 @@ from flame.frontend.more_math import (
     hypot,
     logaddexp,
     logaddexp2,
+    masked_scatter,
     meshgrid,
     msort,
     nan_to_num,

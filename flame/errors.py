@@ -12,6 +12,11 @@ class ShapeError(FlameError, ValueError):
     """Shapes of an op's inputs or attributes do not fit together."""
 
 
+class ViewError(ShapeError, RuntimeError):
+    """.view() of a tensor whose strides allow no such view (PyTorch raises RuntimeError there; a
+    ShapeError too, as any other shape that does not fit); the message says to use .reshape(...)."""
+
+
 class DimError(ShapeError, IndexError):
     """A dimension index is out of range for the tensor (PyTorch raises IndexError here)."""
 

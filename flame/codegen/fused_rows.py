@@ -377,7 +377,9 @@ class _RowSegment:
         em = Emitter(self.lay, self.values, self._load, self._own, prefix=f"s{self.seg}_")
         nth = 0
         for op in self.ops:
-            if is_reduction(op):
+            # a reduction nothing stored reads is not computed (a pad of its zero-size result reads
+            # none of it: the layout holds no map for it or its operands)
+            if is_reduction(op) and op.out in self.lay.maps:
                 self._reduce(em, op, out, nth)
                 nth += 1
         self._start_pass(em)

@@ -8,10 +8,10 @@ import warnings
 
 import numpy as np
 
-from flame.errors import DTypeError, IndexValueError, ShapeError
+from flame.errors import AutogradError, DTypeError, IndexValueError, ShapeError
 from flame.frontend import fp8
 from flame.frontend.autocast import get_fp8_recipe, policy
-from flame.frontend.context import user_location, user_stacklevel
+from flame.frontend.context import grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones
 from flame.frontend.dispatch import apply
 from flame.frontend.index_ops import embedding_rows
@@ -42,6 +42,17 @@ def no_legacy_reduction(name: str, size_average, reduce) -> None:
     if size_average is not None or reduce is not None:
         raise ValueError(f"{name}: size_average and reduce are PyTorch's deprecated spellings of reduction; pass "
                          f"reduction='mean', 'sum' or 'none'\n  at {user_location()}")
+
+
+def no_weight_grad(fn: str, weight: Tensor | None) -> None:
+    """Refuse a class weight that requires grad where PyTorch's loss `fn` (its kernel's name) does not
+    differentiate with respect to it (nll_loss, cross_entropy with class indices, multi_margin_loss): it
+    raises at the call while grad mode is on, where flame would otherwise give the weight a gradient."""
+    if weight is not None and weight.requires_grad and grad_enabled.get():
+        raise AutogradError(
+            f"The function '{fn}' is not differentiable with respect to argument 'weight'. This input cannot "
+            f"have requires_grad True. (pass weight.detach())\n  at {user_location()}"
+        )
 
 
 def relu(input: Tensor) -> Tensor:  # noqa: A002

@@ -10,7 +10,7 @@ from flame.frontend.autocast import is_autocast_enabled, policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
-from flame.frontend.functional import _loss_reduce, cross_entropy_labels, log_softmax, warn_if_broadcast
+from flame.frontend.functional import _loss_reduce, cross_entropy_labels, log_softmax, no_weight_grad, warn_if_broadcast
 from flame.frontend.functional import no_legacy_reduction as _no_legacy
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
@@ -102,6 +102,7 @@ def nll_loss(
             f"nll_loss: input {list(input.shape)} needs target {list(want)}, got {list(target.shape)}"
             f"\n  at {user_location()}"
         )
+    no_weight_grad("nll_loss2d_forward" if input.ndim > 2 else "nll_loss_forward", weight)
     n_classes = input.shape[1] if batched else input.shape[0]
     _check_targets("nll_loss", target, n_classes, ignore_index)
     x = input.permute(0, *range(2, input.ndim), 1) if batched else input  # classes last

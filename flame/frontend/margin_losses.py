@@ -16,7 +16,7 @@ from flame.frontend.activations import logsigmoid, pairwise_distance
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, rand_like
-from flame.frontend.functional import _loss_reduce, no_legacy_reduction, softmax
+from flame.frontend.functional import _loss_reduce, no_legacy_reduction, no_weight_grad, softmax
 from flame.frontend.losses import _where, one_hot
 from flame.frontend.tensor import Tensor
 
@@ -172,6 +172,7 @@ def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float =
     if input.ndim not in (1, 2) or tuple(target.shape) != tuple(input.shape[:-1]) or target.dtype.is_float:
         raise ShapeError(f"multi_margin_loss: expected input [N, C] and integer target [N] (or [C] and []), got "
                          f"{list(input.shape)} and {target.dtype}{list(target.shape)}\n  at {user_location()}")
+    no_weight_grad("multi_margin_loss", weight)
     n_classes = input.shape[-1]
     hot = one_hot(target, n_classes).to(input.dtype)
     picked = (input * hot).sum(-1, keepdim=True)

@@ -25,9 +25,9 @@ from flame.ir.dtypes import f32, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "exp2", "float_power", "fmax", "fmin",
-           "heaviside", "hypot", "logaddexp", "logaddexp2", "meshgrid", "msort", "nan_to_num", "negative", "positive",
-           "rad2deg", "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid",
-           "var_mean", "vdot"]
+           "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "msort", "nan_to_num",
+           "negative", "positive", "rad2deg", "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean",
+           "trapezoid", "var_mean", "vdot"]
 
 _MinMax = namedtuple("aminmax", ["min", "max"])
 
@@ -241,22 +241,48 @@ def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = Fa
 def var_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,  # noqa: A002
              correction: float | None = None):
     """(var, mean) over dim (all by default): var's arguments."""
-    mean = input.mean(dim, keepdim=keepdim) if dim is not None else input.mean()
+    mean = input.mean(dim, keepdim=keepdim)
     return input.var(dim, unbiased, keepdim, correction=correction), mean
 
 
 def std_mean(input: Tensor, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,  # noqa: A002
              correction: float | None = None):
     """(std, mean) over dim (all by default): std's arguments."""
-    mean = input.mean(dim, keepdim=keepdim) if dim is not None else input.mean()
+    mean = input.mean(dim, keepdim=keepdim)
     return input.std(dim, unbiased, keepdim, correction=correction), mean
 
 
 def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):  # noqa: A002
-    """(min, max) over dim (all by default), as a named tuple."""
-    if dim is None:
+    """(min, max) over dim (all by default; keepdim then keeps every dim, as size 1), as a named tuple."""
+    if dim is None and not keepdim:
         return _MinMax(input.amin(), input.amax())
     return _MinMax(input.amin(dim, keepdim=keepdim), input.amax(dim, keepdim=keepdim))
+
+
+def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:  # noqa: A002
+    """source's elements, in order, where mask (broadcast to input's shape) is True; input elsewhere, as
+    torch.masked_scatter. No shape depends on the mask's values (inside @flame.compile too): the k-th
+    True reads source's element k, the count of Trues up to it. Eagerly a source with fewer elements than
+    the mask has Trues raises, as torch's."""
+    if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
+        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise DTypeError(f"masked_scatter: the mask must be a bool tensor, got {got}\n  at {user_location()}")
+    if source.dtype != input.dtype:
+        raise DTypeError(f"masked_scatter: expected self and source to have same dtypes but got {input.dtype} and "
+                         f"{source.dtype}\n  at {user_location()}")
+    if np.broadcast_shapes(tuple(mask.shape), tuple(input.shape)) != tuple(input.shape):
+        raise ShapeError(f"masked_scatter: mask {list(mask.shape)} does not broadcast to the shape of the tensor "
+                         f"{list(input.shape)}\n  at {user_location()}")
+    flat = mask.broadcast_to(input.shape).reshape(-1)
+    n = source.numel()
+    ones = int(np.broadcast_to(mask.numpy(), input.shape).sum()) if mask._value is None else 0  # (a traced one:
+    if ones > n:  # unchecked)
+        raise ShapeError(f"masked_scatter: Number of elements of source < number of ones in mask ({n} < {ones})"
+                         f"\n  at {user_location()}")
+    if n == 0:  # (no True: checked eagerly)
+        return where(flat.reshape(input.shape), zeros((), dtype=input.dtype), input)
+    at = (flat.to(i64).cumsum(0) - 1).clamp(0, n - 1)
+    return where(flat.reshape(input.shape), source.reshape(-1).gather(0, at).reshape(input.shape), input)
 
 
 # ---- elementwise -------------------------------------------------------------------------------------

@@ -420,9 +420,10 @@ class TensorCore:
         c = correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
         axes = reduce_axes(dim, self.ndim, "var")
         n = int(np.prod([self.shape[a] for a in axes]))
+        if n <= c:
+            return _var_past_correction(self, axes, keepdim, n - c)
         d = self - self.mean(axes, keepdim=True)
-        s = (d * d).sum(axes, keepdim=keepdim)
-        return s / float(max(0, n - c))  # PyTorch's divisor: n <= correction gives inf (0 / 0: NaN)
+        return (d * d).sum(axes, keepdim=keepdim) / float(n - c)
 
     @autocast.policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
@@ -450,7 +451,7 @@ class TensorCore:
         """The tensor under another shape, sharing its storage (as reshape, which copies where the
         strides allow no view; view raises there, as torch's)."""
         out = self.reshape(*shape)
-        if out is not self and out._base is None and self._value is None and out.numel() > 1:
+        if out is not self and out._base is None and out.numel() > 1:  # reshape copied (traced too)
             raise view_error(self, out.shape)
         return out
 
@@ -563,6 +564,18 @@ def binary(name: str, a, b) -> Tensor:
         return binary("logical_or", a, not b)
     a, b = (x.to(dt) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt) for x in (a, b))
     return apply(name, a, b)
+
+
+def _var_past_correction(x: Tensor, axes, keepdim: bool, room: int) -> Tensor:
+    """var of x over axes where the correction is at least the count n (room = n - correction <= 0), as
+    PyTorch's: the value is the squared deviations' sum over max(0, room) (inf, or NaN where the sum is
+    0), its gradient 2 (x - mean) / room (inf where room is 0, finite past it; not the NaN of inf times
+    the mean's vanishing gradient)."""
+    d = x - x.mean(axes, keepdim=True).detach()
+    s = (d * d).sum(axes, keepdim=keepdim)
+    if room == 0:
+        return s / 0.0
+    return s / float(room) + (s / 0.0 - s / float(room)).detach()
 
 
 def _picked(x: Tensor, idx: Tensor, dim: int, keepdim: bool):

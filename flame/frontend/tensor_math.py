@@ -18,6 +18,7 @@ from flame.frontend import functional, more_math
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
+from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
@@ -220,7 +221,8 @@ class TensorMath:
         if len(axes) == 1:
             return functional.logsumexp(self, axes[0], keepdim)
         rest = [a for a in range(self.ndim) if a not in axes]
-        moved = self.permute(*rest, *axes).reshape(*[self.shape[a] for a in rest], -1)
+        n = math.prod(self.shape[a] for a in axes)  # (not -1: a zero-size tensor leaves it ambiguous)
+        moved = self.permute(*rest, *axes).reshape(*[self.shape[a] for a in rest], n)
         out = functional.logsumexp(moved, -1)
         return out.reshape(*[1 if a in axes else self.shape[a] for a in range(self.ndim)]) if keepdim else out
 
@@ -228,10 +230,11 @@ class TensorMath:
     def prod(self, dim: int | None = None, keepdim: bool = False, dtype=None):
         """The product over dim (every element when None), as torch.prod: the last running product of
         cumprod, so it differentiates as cumprod does (zeros included)."""
-        x = self.to(dtype) if dtype is not None else (self.to(i64) if self.dtype == boolean else self)
+        x = self.to(dtype) if dtype is not None else (self if self.dtype.is_float else self.to(i64))  # ints: int64
+        # the product of nothing is 1, plus the (zero) sum of nothing: a result x's gradient flows to, as torch's
         if dim is None:
             flat = x.reshape(-1)
-            return flat.cumprod(0)[-1] if flat.shape[0] else full((), 1, x.dtype)
+            return flat.cumprod(0)[-1] if flat.shape[0] else full((), 1, x.dtype) + flat.sum().to(x.dtype)
         axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
             return x
@@ -239,6 +242,7 @@ class TensorMath:
             x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1)
             if x.shape[axis]
             else full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
+            + x.sum(axis, keepdim=True).to(x.dtype)
         )
         return out if keepdim else out.squeeze(axis)
 
@@ -370,8 +374,18 @@ class TensorMath:
         _floating("lerp", self, end, weight)
         diff = end - self
         if isinstance(weight, Tensor):
-            return where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
-        return self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+            out = where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
+        else:
+            out = self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
+        if not any(isinstance(t, Tensor) and t.requires_grad for t in (self, end, weight)):
+            return out
+        # torch's gradients, each one product: grad * (1 - weight), grad * weight and grad * (end - self)
+        # (the forms above would give an infinite grad's inf - inf = NaN); the values stay the ones above
+        w = weight.detach() if isinstance(weight, Tensor) else weight
+        lin = self * (1 - w) + end * w
+        if isinstance(weight, Tensor):
+            lin = lin + weight * diff.detach()
+        return apply("straight_through", lin, out)
 
     def lerp_(self, end, weight):
         return self._inplace(lambda x: x.lerp(end, weight), end, weight, what="lerp_")
@@ -460,6 +474,12 @@ class TensorMath:
 
     def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1):
         return more_math.diag_embed(self, offset, dim1, dim2)
+
+    def masked_scatter(self, mask, source):
+        return more_math.masked_scatter(self, mask, source)
+
+    def masked_scatter_(self, mask, source):
+        return self._inplace(lambda x: x.masked_scatter(mask, source), source, what="masked_scatter_")
 
     def aminmax(self, *, dim: int | None = None, keepdim: bool = False):
         return more_math.aminmax(self, dim=dim, keepdim=keepdim)

@@ -86,7 +86,8 @@ class TensorOps:
         if not isinstance(k, (int, np.integer)) or not 0 <= k <= n:
             raise ShapeError(f"topk: k={k!r} is out of range for dimension {dim} of size {n} (expected 0 <= k <= {n})"
                              f"\n  at {user_location()}")
-        idx = apply("argsort", x, axis=axis, descending=bool(largest)).narrow(axis, 0, int(k))
+        # a 0-d tensor's topk is the tensor itself for k 0 or 1, as torch's
+        idx = apply("argsort", x, axis=axis, descending=bool(largest)).narrow(axis, 0, int(k) if self.ndim else 1)
         vals = x.gather(axis, idx)
         if self.ndim == 0:
             return TopkResult(vals.reshape(()), idx.reshape(()))

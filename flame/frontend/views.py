@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from flame.errors import FlameError, OverlapError, ShapeError
+from flame.errors import FlameError, OverlapError, ViewError
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.tensor import Tensor
 
@@ -92,11 +92,13 @@ def strided_array(x: Tensor, opdef, attrs: dict, shape: tuple[int, ...]):
     return out
 
 
-def view_error(x: Tensor, shape) -> ShapeError:
-    """PyTorch's error for .view() of a tensor whose strides allow no such view."""
-    return ShapeError(f"view {list(x.shape)} -> {list(shape)}: view size is not compatible with input tensor's "
-                      f"size and stride (at least one dimension spans across two contiguous subspaces). Use "
-                      f".reshape(...) instead.\n  at {user_location()}")
+def view_error(x: Tensor, shape) -> ViewError:
+    """PyTorch's error (a RuntimeError) for .view() of a tensor whose strides allow no such view."""
+    return ViewError(
+        f"view {list(x.shape)} -> {list(shape)}: view size is not compatible with input tensor's "
+        f"size and stride (at least one dimension spans across two contiguous subspaces). Use "
+        f".reshape(...) instead.\n  at {user_location()}"
+    )
 
 
 def positions(t: Tensor) -> np.ndarray:

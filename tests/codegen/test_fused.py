@@ -4,6 +4,8 @@ needed); sources name their ops; and (marked gpu) fused plans on the GPU match t
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -276,3 +278,46 @@ def test_gpu_parts_reading_one_value_in_common_match_the_reference():
     for v, o in zip(grp.outputs, outs):
         got = cupy.asnumpy(o).view(want[0].dtype).astype(np.float64)
         np.testing.assert_allclose(got, want[g.outputs.index(v)].astype(np.float64), rtol=1e-2, atol=1e-2)
+
+
+def _norm_of_an_empty_slice(lib, x):
+    """The 2-norm of an empty slice of x, and its gradient: the backward pads a zero-size gradient
+    into x's shape, a rows kernel whose reductions (over the empty row) nothing it stores reads."""
+    n = x[:0].norm(2.0, (0,))
+    n.backward()
+    return n
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,)])
+def test_a_row_kernel_with_a_reduction_nothing_stores_reads_renders_and_compiles(shape, cuda_target):
+    import torch
+
+    import flame
+
+    a = np.linspace(-1.0, 1.0, math.prod(shape)).reshape(shape).astype(np.float32)
+    tx = torch.tensor(a, requires_grad=True)
+    want = _norm_of_an_empty_slice(torch, tx)
+    step = flame.compile(lambda x: _norm_of_an_empty_slice(flame, x))
+    for run in (lambda x: _norm_of_an_empty_slice(flame, x), step):  # eager, then compiled
+        x = flame.tensor(a, requires_grad=True)
+        np.testing.assert_array_equal(run(x).numpy(), want.detach().numpy())
+        np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+    kernels = [k for k in step._last.plan.kernels() if k.source.startswith("// flame fused kernel (")]
+    assert kernels
+    _compile(kernels)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1,), (3,)])
+def test_gpu_a_row_kernel_with_a_reduction_nothing_stores_reads_matches_torch(shape):
+    import torch
+
+    import flame
+
+    a = np.linspace(-1.0, 1.0, math.prod(shape)).reshape(shape).astype(np.float32)
+    tx = torch.tensor(a, requires_grad=True)
+    want = _norm_of_an_empty_slice(torch, tx)
+    x = flame.tensor(a, requires_grad=True)
+    got = flame.compile(lambda x: _norm_of_an_empty_slice(flame, x))(x)
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())

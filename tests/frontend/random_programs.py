@@ -11,10 +11,11 @@ attention written by hand with a learned bias; gather, index_select, index reads
 (duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; autocast
 regions around the low-precision ops; views of intermediates and buffers written through in place
 (tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
-attention with a score modification (tests/frontend/random_ops.py). A fifth of the programs carry an
-activation budget (compiled once more with it). Shapes include 0-d and zero-size ones. Constants
-(indices, masks, running statistics) live in the node's arguments, so the printed program is the whole
-program."""
+attention with a score modification (tests/frontend/random_ops.py); reductions over dim tuples,
+sort/topk/kthvalue, integer, bool and float64 constants under type promotion, integer arithmetic,
+where and the masked ops (tests/frontend/random_math.py). A fifth of the programs carry an activation
+budget (compiled once more with it). Shapes include 0-d and zero-size ones. Constants (indices, masks,
+running statistics) live in the node's arguments, so the printed program is the whole program."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.frontend import random_ops, random_views
+from tests.frontend import random_math, random_ops, random_views
 
 UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "sin", "cos"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
@@ -320,6 +321,7 @@ _APPLY = {
     ),
     **random_views.APPLY,
     **random_ops.APPLY,
+    **random_math.APPLY,
 }
 APPLY = _APPLY  # (random_ops runs checkpoint bodies with it)
 
@@ -775,6 +777,11 @@ FAMILIES = {
     random_ops.checkpoint_family: 1.5,
     random_ops.fp8_family: 1,
     random_ops.attention_mod_family: 1.5,
+    random_math.reduce_dims_family: 1.5,
+    random_math.ordering_family: 1,
+    random_math.dtypes_family: 1.5,
+    random_math.int_op_family: 1,
+    random_math.masked_family: 1.5,
 }
 # the families a checkpoint region draws its ops from (no views or writes: a region recomputes them)
 CHECKPOINTED = {
@@ -789,6 +796,11 @@ CHECKPOINTED = {
     _autocast: 0.5,
     random_ops.fp8_family: 0.5,
     random_ops.attention_mod_family: 1,
+    random_math.reduce_dims_family: 0.5,
+    random_math.ordering_family: 0.5,
+    random_math.dtypes_family: 0.5,
+    random_math.int_op_family: 0.5,
+    random_math.masked_family: 0.5,
 }
 BUDGETS = [0.0, 0.25, 0.5, 0.8, 1.0]  # activation_budget, drawn for a fifth of the programs
 

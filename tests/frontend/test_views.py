@@ -132,6 +132,30 @@ def test_reshape_copies_where_the_strides_allow_no_view_and_view_raises():
         x.transpose(0, 1).view(-1)
 
 
+VIEW_ERRORS = {
+    "t_view": lambda x, o: x.t().view(-1),
+    "view_as_of_t": lambda x, o: x.t().view_as(o),
+    "view_of_permuted_view": lambda x, o: x.unsqueeze(0).permute(2, 0, 1).view(-1, 2),
+}
+
+
+@pytest.mark.parametrize("name", VIEW_ERRORS)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_view_the_strides_allow_not_raises_torchs_runtime_error(name, compiled):
+    """torch raises a RuntimeError naming .reshape(...); flame's is a RuntimeError (and a ShapeError) with
+    torch's text and the user's line, eagerly and under @flame.compile."""
+    fn = VIEW_ERRORS[name]
+    a = np.arange(12, dtype=np.float64).reshape(4, 3)
+    with pytest.raises(RuntimeError) as want:
+        fn(torch.tensor(a), torch.zeros(12, dtype=torch.float64))
+    run = flame.compile(lambda x, o: fn(x, o) * 2) if compiled else fn
+    with pytest.raises(RuntimeError) as got:
+        run(flame.tensor(a), flame.zeros(12, dtype=flame.float64))
+    assert isinstance(got.value, flame.ViewError) and isinstance(got.value, ShapeError)
+    assert str(want.value) in str(got.value)
+    assert "test_views.py" in str(got.value)  # the user's line
+
+
 def test_contiguous_is_the_tensor_itself_or_a_row_major_copy():
     x, _ = _pair()
     assert x.contiguous() is x

@@ -266,3 +266,60 @@ def test_gumbel_softmax_semantics(dim, dtype, compiled):
     assert set(np.unique(h)) <= {0.0, 1.0} and (h.sum(dim) == 1).all()
     assert x.grad is not None and tuple(x.grad.shape) == logits.shape
     assert np.isfinite(x.grad.numpy()).all() and np.abs(x.grad.numpy()).sum() > 0
+
+
+# ---- a class weight that requires grad ---------------------------------------------------------------------
+
+WEIGHT_GRAD = {  # torch's kernels do not differentiate with respect to weight: it raises at the call
+    "nll": (lambda L, x, y, w: F(L).nll_loss(x, y, weight=w), [LOGP, Fixed(Y)], "nll_loss_forward"),
+    "nll_k": (
+        lambda L, x, y, w: F(L).nll_loss(x, y, weight=w, reduction="sum"),
+        [LOGITS_K, Fixed(Y_K)],
+        "nll_loss2d_forward",
+    ),
+    "cross_entropy": (lambda L, x, y, w: F(L).cross_entropy(x, y, weight=w), [LOGITS, Fixed(Y)], "nll_loss_forward"),
+    "cross_entropy_smoothed": (
+        lambda L, x, y, w: F(L).cross_entropy(x, y, weight=w, label_smoothing=0.2, reduction="none"),
+        [LOGITS, Fixed(Y)],
+        "nll_loss_forward",
+    ),
+    "multi_margin": (
+        lambda L, x, y, w: F(L).multi_margin_loss(x, y, weight=w),
+        [LOGITS, Fixed(Y)],
+        "multi_margin_loss",
+    ),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", list(WEIGHT_GRAD))
+def test_a_class_weight_that_requires_grad_is_refused_as_torch(name, compiled):
+    """torch raises a RuntimeError naming its kernel; flame raises one too (a flame error, with the user's
+    line) where it would otherwise give the weight a gradient."""
+    fn, arrays, kernel = WEIGHT_GRAD[name]
+    err = raises_like(
+        fn,
+        [*arrays, WEIGHT],
+        compiled,
+        match=f"The function '{kernel}' is not differentiable with respect to argument 'weight'",
+    )
+    assert isinstance(err, RuntimeError) and isinstance(err, flame.FlameError)
+    assert "test_losses_tail.py" in str(err)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_class_weight_that_requires_grad_is_differentiated_against_probabilities(compiled):
+    """cross_entropy against class probabilities is written over differentiable ops in torch: the weight
+    takes a gradient there."""
+    fn = lambda L, x, t, w: F(L).cross_entropy(x, t, weight=w)  # noqa: E731
+    check_fn(fn, [LOGITS, PROBS, WEIGHT], compiled)
+
+
+@pytest.mark.parametrize("loss", ["nll_loss", "multi_margin_loss"])
+def test_a_class_weight_that_requires_grad_is_accepted_under_no_grad(loss):
+    x, y, w = LOGP, Y, WEIGHT
+    with torch.no_grad():
+        want = getattr(F(torch), loss)(torch.tensor(x), torch.tensor(y), weight=torch.tensor(w, requires_grad=True))
+    with flame.no_grad():
+        got = getattr(F(flame), loss)(flame.tensor(x), flame.tensor(y), weight=flame.tensor(w, requires_grad=True))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)

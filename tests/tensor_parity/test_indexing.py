@@ -81,3 +81,53 @@ def test_uint8_index_is_a_mask_as_torchs_with_its_warning():
     check(lambda L, x: x[L.tensor([1, 0], dtype=L.uint8)], X, compiled=False)
     with pytest.warns(UserWarning, match="uint8 is now deprecated"):
         flame.arange(6).reshape(2, 3)[flame.tensor([1, 0], dtype=flame.uint8)]
+
+
+MASKS = {
+    "row mask broadcast": np.array([True, False, True]),
+    "full mask": np.array([[False, True, True], [True, False, True]]),
+    "no True": np.zeros(3, bool),
+    "all True": np.ones((2, 3), bool),
+}
+
+
+def _masked_scatter(lib, x, mask, src, compiled=False):
+    """x.masked_scatter(mask, src) weighted and summed, backward(): the result and both gradients."""
+    ts = [lib.tensor(x, requires_grad=True), lib.tensor(src, requires_grad=True)]
+
+    def step(a, s):
+        out = a.masked_scatter(lib.tensor(mask), s)
+        (out * out * lib.arange(6, dtype=out.dtype).reshape(2, 3)).sum().backward()
+        return out
+
+    out = lib.compile(step)(*ts) if compiled else step(*ts)
+    return [out.detach().numpy()] + [t.grad.numpy() for t in ts]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("mask", MASKS)
+def test_masked_scatter_values_and_gradients(mask, compiled):
+    """source's elements in order where the mask is True, as torch's; the source's gradient is the
+    result's at the position each element went to (zero for the elements left over)."""
+    import torch
+
+    r = np.random.default_rng(1)
+    x, src = r.standard_normal((2, 3)), r.standard_normal(8)
+    got = _masked_scatter(flame, x, MASKS[mask], src, compiled)
+    for g, w in zip(got, _masked_scatter(torch, x, MASKS[mask], src)):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=0)
+
+
+def test_masked_scatter_in_place_and_its_errors():
+    import torch
+
+    m, src = np.array([True, False, True]), np.arange(10.0)
+    x, tx = flame.zeros(2, 3, dtype=flame.float64), torch.zeros(2, 3, dtype=torch.float64)
+    assert x.masked_scatter_(flame.tensor(m), flame.tensor(src)) is x
+    np.testing.assert_array_equal(x.numpy(), tx.masked_scatter_(torch.tensor(m), torch.tensor(src)).numpy())
+    with pytest.raises(flame.ShapeError, match="Number of elements of source < number of ones in mask"):
+        x.masked_scatter(flame.tensor(m), flame.tensor(src[:3]))
+    with pytest.raises(flame.DTypeError, match="same dtypes"):
+        x.masked_scatter(flame.tensor(m), flame.tensor(src, dtype=flame.float32))
+    with pytest.raises(flame.DTypeError, match="bool tensor"):
+        x.masked_scatter(flame.tensor(m.astype(np.int64)), flame.tensor(src))

@@ -113,3 +113,34 @@ PARAMS = [(n, c) for n in cases for c in (False, True) if not (c and any(k in n 
 def test_misc(name, compiled):
     f, *args = cases[name]
     check(f, *args, compiled=compiled)
+
+
+def _lerp_grads(lib, a, b, w, compiled=False):
+    """The gradients of lerp's three operands where the incoming gradient is +-inf (a variance with
+    correction equal to the count above it), and the result's values."""
+    ts = [lib.tensor(v, requires_grad=True) for v in (a, b, w)]
+
+    def step(x, e, wt):
+        out = x.lerp(e, wt)
+        out.var(-1, correction=2).sum().backward()
+        return out
+
+    out = lib.compile(step)(*ts) if compiled else step(*ts)
+    return [out.detach().numpy()] + [t.grad.numpy() for t in ts]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_lerp_gradients_are_torchs_products_at_infinite_gradients(compiled):
+    """torch's lerp gradients are grad * (1 - weight), grad * weight and grad * (end - self): an infinite
+    grad gives +-inf there, not the NaN of inf - inf that a sum of terms would give."""
+    import torch
+
+    import flame
+
+    r = np.random.default_rng(0)
+    a, b, w = r.standard_normal((3, 2)), r.standard_normal((3, 2)), r.uniform(-1.0, 2.0, (3, 2))
+    want = _lerp_grads(torch, a, b, w)
+    got = _lerp_grads(flame, a, b, w, compiled)
+    assert np.isinf(want[1]).all()
+    for g, t in zip(got, want):
+        np.testing.assert_allclose(g, t, rtol=1e-12, atol=1e-15)

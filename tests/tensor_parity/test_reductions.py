@@ -87,6 +87,14 @@ cases["empty amax dim1"] = (lambda L, x: x.amax(1), E)
 cases["empty max dim1"] = (lambda L, x: tuple(x.max(1)), E)
 cases["empty argmax"] = (lambda L, x: x.argmax(), E)
 cases["empty logsumexp"] = (lambda L, x: x.logsumexp(0), E)
+cases["empty logsumexp dims"] = (
+    lambda L, x: (
+        x.logsumexp((0, 1)),
+        x.reshape(0, 3, 1).logsumexp((-2, -1), keepdim=True),
+        x.reshape(3, 1, 0).logsumexp((1, 0)),
+    ),
+    E,
+)
 cases["empty var"] = (lambda L, x: x.var(0), E)
 cases["empty median"] = (lambda L, x: x.median(), E)
 cases["empty any"] = (lambda L, x: (x.any(), x.all(), x.any(0)), E)
@@ -119,6 +127,15 @@ cases["nansum int"] = (lambda L, x: x.nansum(), I)
 cases["nanmean int"] = (lambda L, x: x.nanmean(), I)
 cases["all float"] = (lambda L, x: (x.all(), x.any()), N)
 cases["std_mean int"] = (lambda L, x: L.std_mean(x), I)
+cases["prod int 0d and empty"] = (lambda L, x: (x[0, 0].prod(0), x[:0].prod(), x[:0].prod(0), x[:0].prod(1)), I)
+cases["var_mean keepdim"] = (
+    lambda L, x: (tuple(L.var_mean(x, keepdim=True)), tuple(L.std_mean(x, None, keepdim=True, correction=0))),
+    x,
+)
+cases["aminmax keepdim"] = (
+    lambda L, x: (tuple(L.aminmax(x, keepdim=True)), tuple(L.aminmax(x[0, 0], keepdim=True))),
+    x,
+)
 
 for nm, x in [("ties", T), ("nan", N), ("int", I), ("empty", E)]:
     cases[f"median() {nm}"] = (lambda L, x: (x.median(), x.median(-1).values if x.size else x.sum()), x)
@@ -191,6 +208,13 @@ GRADS = {
     "vector_norm inf at 0": lambda L, x: L.linalg.vector_norm(x * 0, float("inf")),
     "logsumexp of -inf": lambda L, x: (x * 0).log().logsumexp(1).sum(),
     "std of one": lambda L, x: x[:1, :1].std(),
+    # n <= correction: torch's gradient is 2 (x - mean) / (n - correction), inf at n == correction (NaN
+    # where x is the mean), finite past it; its value inf or NaN either way
+    "var n == correction": lambda L, x: x.var(0, correction=3).sum(),
+    "var n < correction": lambda L, x: (x.var(1, correction=6, keepdim=True) * 0 + x.var(0, correction=5)).sum(),
+    "var of one, correction 2": lambda L, x: x[:1].var(0, correction=2).sum(),
+    "prod of nothing": lambda L, x: x[:0].prod() + x[:0].prod(0).sum() + x[:, :0].prod(1, keepdim=True).sum(),
+    "var_mean n == correction": lambda L, x: L.stack(L.var_mean(x, 1, correction=4)).sum(),
 }
 
 

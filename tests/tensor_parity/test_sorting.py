@@ -46,6 +46,8 @@ cases["topk k=0"] = (lambda L, x: tuple(x.topk(0)), F)
 cases["topk k too big"] = (lambda L, x: x.topk(5), F)
 cases["topk indices distinct"] = (lambda L, x: tuple(x.topk(2)), F)
 cases["topk 0d"] = (lambda L, x: tuple(x[0, 0].topk(1)), F)
+cases["topk 0d k=0"] = (lambda L, x: tuple(x[0, 0].topk(0, -1, largest=False)), F)  # torch: the 0-d tensor
+cases["topk 0d k=2"] = (lambda L, x: x[0, 0].topk(2), F)
 cases["sort 0d"] = (lambda L, x: tuple(x[0, 0].sort()), F)
 cases["sort empty"] = (lambda L, x: tuple(x[:, :0].sort()), F)
 cases["argsort default"] = (lambda L, x: x.argsort(), F)
