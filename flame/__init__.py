@@ -143,7 +143,9 @@ from flame.frontend.ops import (
     div,
     dot,
     eq,
+    digamma,
     erf,
+    erfinv,
     exp,
     expm1,
     fix,
@@ -173,6 +175,7 @@ from flame.frontend.ops import (
     le,
     leaky_relu,
     lerp,
+    lgamma,
     log,
     log1p,
     log2,
@@ -206,6 +209,7 @@ from flame.frontend.ops import (
     outer,
     pad,
     permute,
+    polygamma,
     pow,
     prod,
     ravel,
@@ -276,17 +280,17 @@ float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa:
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
 __all__ = sorted([n for n, v in globals().items()
                   if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
-                 + ["save", "load", "linalg", "tag"])  # these import on first use (__getattr__ below)
+                 + ["save", "load", "linalg", "special", "tag"])  # these import on first use (__getattr__ below)
 
 
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
-    flame.distributed, flame.distributions, flame.utils, flame.cuda and flame.autograd import on first use
+    flame.distributed, flame.distributions, flame.utils, flame.cuda, flame.special and flame.autograd import on first use
     (they are not needed to trace)."""
     import importlib
 
     if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "distributions", "utils", "cuda",
-                "autograd"):
+                "autograd", "special"):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)
