@@ -243,7 +243,8 @@ template <typename T> __device__ __forceinline__ T flame_digamma(T x) {
       - z * ((T)(1.0 / 132) - z * ((T)(691.0 / 32760) - z * (T)(1.0 / 12)))))));
   return acc + log(x) - (T)0.5 / x - tail;
 }
-// trigamma as torch's series: reflection below 0.5, six steps of the recurrence, the asymptotic series
+// trigamma: torch's reflection below 0.5, the recurrence up to 10, the asymptotic series to 1/x^15
+// (flame/ir/ops/special.py's reference, term for term)
 template <typename T> __device__ __forceinline__ T flame_trigamma(T x) {
   const T pi = (T)3.14159265358979323846;
   T sign = (T)1, acc = (T)0;
@@ -253,9 +254,11 @@ template <typename T> __device__ __forceinline__ T flame_trigamma(T x) {
     acc -= (pi * pi) / (s * s);
     x = (T)1 - x;
   }
-  for (int i = 0; i < 6; ++i) { acc += (T)1 / (x * x); x += (T)1; }
+  for (int i = 0; i < 10 && x < (T)10; ++i) { acc += (T)1 / (x * x); x += (T)1; }
   const T ixx = (T)1 / (x * x);
-  acc += ((T)1 + (T)1 / ((T)2 * x) + ixx * ((T)(1.0 / 6) - ixx * ((T)(1.0 / 30) - ixx * (T)(1.0 / 42)))) / x;
+  const T series = (T)(1.0 / 42) - ixx * ((T)(1.0 / 30) - ixx * ((T)(5.0 / 66) - ixx * ((T)(691.0 / 2730)
+      - ixx * (T)(7.0 / 6))));
+  acc += ((T)1 + (T)1 / ((T)2 * x) + ixx * ((T)(1.0 / 6) - ixx * ((T)(1.0 / 30) - ixx * series))) / x;
   return sign * acc;
 }
 // Hurwitz zeta(s, q) by Euler-Maclaurin summation (Cephes' zeta): inf at q a non-positive integer

@@ -5,8 +5,8 @@ d polygamma(n, .) = polygamma(n + 1, .), d erfinv = sqrt(pi) / 2 exp(erfinv^2)).
 
 The references compute in f64 (SciPy's special functions, imported where they run: importing
 scipy.special is a sixth of `import flame`) and round once to the input's dtype. polygamma(1, .) is
-PyTorch's trigamma series (reflection below 0.5, six steps of the recurrence, then the asymptotic
-series), which the CUDA kernels also evaluate, so the two executors agree at the poles too."""
+a trigamma series (PyTorch's reflection below 0.5, the recurrence up to 10, then the asymptotic series),
+which the CUDA kernels also evaluate, so the two executors agree at the poles too."""
 
 from __future__ import annotations
 
@@ -41,18 +41,27 @@ def _digamma_ref(x):
 
 
 def _trigamma(w):
-    """polygamma(1, w) of f64 w by PyTorch's series (calc_trigamma), poles and all."""
+    """polygamma(1, w) of f64 w: PyTorch's reflection below 0.5 (so its poles: inf at 0, huge at the
+    negative integers, where sin(pi w) rounds to a tiny non-zero), the recurrence up to 10 and the
+    asymptotic series to 1/x^15 (accurate to about 1e-16, where PyTorch's shorter series is 5e-10)."""
     with np.errstate(all="ignore"):
         small = w < 0.5
         s = np.sin(math.pi * w)
         result = np.where(small, -(math.pi**2) / (s * s), 0.0)
         x = np.where(small, 1.0 - w, w)
-        for _ in range(6):
-            result = result + 1.0 / (x * x)
-            x = x + 1.0
-        ixx = 1.0 / (x * x)
-        result = result + (1.0 + 1.0 / (2.0 * x) + ixx * (1.0 / 6 - ixx * (1.0 / 30 - ixx * (1.0 / 42)))) / x
+        for _ in range(10):
+            low = x < 10.0
+            result = np.where(low, result + 1.0 / (x * x), result)
+            x = np.where(low, x + 1.0, x)
+        result = result + _trigamma_tail(x)
         return np.where(small, -result, result)
+
+
+def _trigamma_tail(x):
+    """1/x + 1/2x^2 + sum B_2k / x^(2k+1), k = 1..7: polygamma(1, x) for x >= 10."""
+    ixx = 1.0 / (x * x)
+    series = 1.0 / 42 - ixx * (1.0 / 30 - ixx * (5.0 / 66 - ixx * (691.0 / 2730 - ixx * (7.0 / 6))))
+    return (1.0 + 1.0 / (2.0 * x) + ixx * (1.0 / 6 - ixx * (1.0 / 30 - ixx * series))) / x
 
 
 def _polygamma_ref(x, n):
