@@ -140,10 +140,10 @@ from flame.frontend.ops import (
     cumsum,
     diag,
     diagonal,
+    digamma,
     div,
     dot,
     eq,
-    digamma,
     erf,
     erfinv,
     exp,
@@ -285,8 +285,8 @@ __all__ = sorted([n for n, v in globals().items()
 
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
-    flame.distributed, flame.distributions, flame.utils, flame.cuda, flame.special and flame.autograd import on first use
-    (they are not needed to trace)."""
+    flame.distributed, flame.distributions, flame.utils, flame.cuda, flame.special and flame.autograd import on
+    first use (they are not needed to trace)."""
     import importlib
 
     if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "distributions", "utils", "cuda",

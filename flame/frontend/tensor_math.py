@@ -18,8 +18,8 @@ from flame.frontend import functional, more_math
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
-from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.dispatch import apply
+from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
 from flame.ir.dtypes import boolean, f32, i64, u8

@@ -81,13 +81,33 @@ def _erfinv_ref(x):
         return special.erfinv(_f64(x)).astype(x.dtype, copy=False)
 
 
-unary("lgamma", _lgamma_ref, lambda b, g, x, y: (b.mul(g, b.digamma(x)),), cost=_LIBM,
-      doc="log |Gamma(x)|, as torch.lgamma (inf at 0 and the negative integers)")
-unary("digamma", _digamma_ref, lambda b, g, x, y: (b.mul(g, b.polygamma(x, n=1)),), cost=_LIBM,
-      doc="Gamma'(x) / Gamma(x), as torch.digamma (-+inf at +-0, NaN at the negative integers)")
-POLYGAMMA = unary("polygamma", _polygamma_ref, lambda b, g, x, y, n: (b.mul(g, b.polygamma(x, n=n + 1)),),
-                  attrs={"n": Attr("int", REQUIRED)}, cost=_LIBM,
-                  doc="the n-th derivative of digamma (n >= 1), as torch.polygamma")
-unary("erfinv", _erfinv_ref,
-      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.mul(y, y)), SQRT_PI_OVER_2)),)), autocast="f32",
-      cost=_LIBM, doc="the inverse of erf on [-1, 1] (+-inf at +-1, NaN beyond), as torch.erfinv")
+unary(
+    "lgamma",
+    _lgamma_ref,
+    lambda b, g, x, y: (b.mul(g, b.digamma(x)),),
+    cost=_LIBM,
+    doc="log |Gamma(x)|, as torch.lgamma (inf at 0 and the negative integers)",
+)
+unary(
+    "digamma",
+    _digamma_ref,
+    lambda b, g, x, y: (b.mul(g, b.polygamma(x, n=1)),),
+    cost=_LIBM,
+    doc="Gamma'(x) / Gamma(x), as torch.digamma (-+inf at +-0, NaN at the negative integers)",
+)
+POLYGAMMA = unary(
+    "polygamma",
+    _polygamma_ref,
+    lambda b, g, x, y, n: (b.mul(g, b.polygamma(x, n=n + 1)),),
+    attrs={"n": Attr("int", REQUIRED)},
+    cost=_LIBM,
+    doc="the n-th derivative of digamma (n >= 1), as torch.polygamma",
+)
+unary(
+    "erfinv",
+    _erfinv_ref,
+    _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.mul(y, y)), SQRT_PI_OVER_2)),)),
+    autocast="f32",
+    cost=_LIBM,
+    doc="the inverse of erf on [-1, 1] (+-inf at +-1, NaN beyond), as torch.erfinv",
+)
