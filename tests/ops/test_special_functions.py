@@ -39,8 +39,9 @@ def test_lgamma_digamma_values_and_gradients(mode, dtype):
         check(lambda t: t.lgamma(), lambda t: t.lgamma(), x, mode=mode, rtol=rtol, atol=atol)
         rt = max(rtol, TORCH_TRIGAMMA)
         check(lambda t: flame.digamma(t), lambda t: torch.digamma(t), x, mode=mode, rtol=rt, atol=atol)
-        check(lambda t: flame.special.gammaln(t), lambda t: torch.special.gammaln(t), x, mode=mode, rtol=rtol,
-              atol=atol)
+        check(
+            lambda t: flame.special.gammaln(t), lambda t: torch.special.gammaln(t), x, mode=mode, rtol=rtol, atol=atol
+        )
         check(lambda t: flame.special.psi(t), lambda t: torch.special.psi(t), x, mode=mode, rtol=rt, atol=atol)
 
 
@@ -50,13 +51,24 @@ def test_polygamma_values_and_gradients(mode, dtype):
     rtol, atol = TOL[dtype]
     x = _positive(dtype, 3, 4)
     for n in (0, 1, 2, 3):
-        check(lambda t, n=n: flame.polygamma(n, t), lambda t, n=n: torch.polygamma(n, t), x, mode=mode,
-              rtol=max(rtol, TORCH_TRIGAMMA) if n < 2 else rtol, atol=atol)
+        check(
+            lambda t, n=n: flame.polygamma(n, t),
+            lambda t, n=n: torch.polygamma(n, t),
+            x,
+            mode=mode,
+            rtol=max(rtol, TORCH_TRIGAMMA) if n < 2 else rtol,
+            atol=atol,
+        )
     neg = _negative(dtype, 2, 3)
-    check(lambda t: t.polygamma(1), lambda t: t.polygamma(1), neg, mode=mode, rtol=max(rtol, TORCH_TRIGAMMA),
-          atol=atol)
-    check(lambda t: flame.special.polygamma(2, t), lambda t: torch.special.polygamma(2, t), neg, mode=mode,
-          rtol=rtol, atol=atol)
+    check(lambda t: t.polygamma(1), lambda t: t.polygamma(1), neg, mode=mode, rtol=max(rtol, TORCH_TRIGAMMA), atol=atol)
+    check(
+        lambda t: flame.special.polygamma(2, t),
+        lambda t: torch.special.polygamma(2, t),
+        neg,
+        mode=mode,
+        rtol=rtol,
+        atol=atol,
+    )
 
 
 def test_trigamma_is_accurate_in_f64():
@@ -115,8 +127,9 @@ def test_poles_and_domain_ends_as_torch(mode, dtype):
             return lib.polygamma(1, t) if name == "polygamma1" else getattr(lib, name)(t)
 
         want = run(torch.tensor(x), torch).numpy()
-        got = run(flame.tensor(x), flame) if mode == "eager" else flame.compile(lambda t: run(t, flame))(
-            flame.tensor(x))
+        got = (
+            run(flame.tensor(x), flame) if mode == "eager" else flame.compile(lambda t: run(t, flame))(flame.tensor(x))
+        )
         got = got.numpy()
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
         np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=name)

@@ -25,8 +25,14 @@ def test_special_functions_on_gpu(mode, dtype):
         check(lambda t: t.lgamma(), lambda t: t.lgamma(), x, mode=mode, rtol=rt, atol=atol)
         check(lambda t: t.digamma(), lambda t: t.digamma(), x, mode=mode, rtol=rt, atol=atol)
         for n in (1, 2, 4):
-            check(lambda t, n=n: flame.polygamma(n, t), lambda t, n=n: torch.polygamma(n, t), x, mode=mode,
-                  rtol=rt, atol=atol)
+            check(
+                lambda t, n=n: flame.polygamma(n, t),
+                lambda t, n=n: torch.polygamma(n, t),
+                x,
+                mode=mode,
+                rtol=rt,
+                atol=atol,
+            )
     check(lambda t: t.erfinv(), lambda t: t.erfinv(), _unit(dtype, 6, 50), mode=mode, rtol=rtol, atol=atol)
 
 
@@ -36,8 +42,10 @@ def test_poles_and_domain_ends_on_gpu(dtype):
     for name, data in (("lgamma", POLES), ("digamma", POLES), ("erfinv", ENDS)):
         x = data.astype(dtype)
         want = getattr(torch, name)(torch.tensor(x)).numpy()
-        for got in (getattr(flame, name)(flame.tensor(x)), flame.compile(lambda t, n=name: getattr(t, n)())(
-                flame.tensor(x))):
+        for got in (
+            getattr(flame, name)(flame.tensor(x)),
+            flame.compile(lambda t, n=name: getattr(t, n)())(flame.tensor(x)),
+        ):
             got = got.numpy()
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
             np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)], err_msg=name)
