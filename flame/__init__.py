@@ -142,10 +142,12 @@ from flame.frontend.ops import (
     cumsum,
     diag,
     diagonal,
+    digamma,
     div,
     dot,
     eq,
     erf,
+    erfinv,
     exp,
     expm1,
     fix,
@@ -175,6 +177,7 @@ from flame.frontend.ops import (
     le,
     leaky_relu,
     lerp,
+    lgamma,
     log,
     log1p,
     log2,
@@ -208,6 +211,7 @@ from flame.frontend.ops import (
     outer,
     pad,
     permute,
+    polygamma,
     pow,
     prod,
     ravel,
@@ -278,17 +282,17 @@ float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa:
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
 __all__ = sorted([n for n, v in globals().items()
                   if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
-                 + ["save", "load", "linalg", "tag"])  # these import on first use (__getattr__ below)
+                 + ["save", "load", "linalg", "special", "tag"])  # these import on first use (__getattr__ below)
 
 
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
-    flame.distributed, flame.distributions, flame.utils, flame.cuda and flame.autograd import on first use
-    (they are not needed to trace)."""
+    flame.distributed, flame.distributions, flame.utils, flame.cuda, flame.special and flame.autograd import on
+    first use (they are not needed to trace)."""
     import importlib
 
     if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "distributions", "utils", "cuda",
-                "autograd"):
+                "autograd", "special"):
         return importlib.import_module(f"flame.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)

@@ -55,6 +55,10 @@ SNIPPETS: dict[str, dict[str, str]] = {
     "tanh": _f("tanhf({0})", "tanh({0})"),
     "sigmoid": _f("(0.5f * (1.0f + tanhf(0.5f * {0})))", "(0.5 * (1.0 + tanh(0.5 * {0})))"),
     "erf": _f("erff({0})", "erf({0})"),
+    "erfinv": _f("erfinvf({0})", "erfinv({0})"),
+    "lgamma": _f("lgammaf({0})", "lgamma({0})"),
+    "digamma": {"*": "flame_digamma({0})"},
+    "polygamma": {"*": "flame_polygamma({n}, {0})"},
     "gelu": {
         "f32": "(0.5f * {0} * (1.0f + erff({0} * 0.70710678118654752f)))",
         "f64": "(0.5 * {0} * (1.0 + erf({0} * 0.70710678118654752)))",
@@ -217,6 +221,81 @@ template <typename T> __device__ __forceinline__ T flame_rshift(T a, T b) {
 }
 #endif"""
 
+_SPECIAL = r"""#ifndef FLAME_SPECIAL
+#define FLAME_SPECIAL
+#define FLAME_INF __longlong_as_double(0x7ff0000000000000ull)
+#define FLAME_NAN __longlong_as_double(0x7ff8000000000000ull)
+// digamma as torch.digamma: -+inf at +-0, NaN at the negative integers; reflection below 0
+// (psi(x) = psi(1 - x) - pi / tan(pi x), with x's fractional part in the tangent), the recurrence
+// psi(x) = psi(x + 1) - 1 / x up to 10, then log x - 1 / 2x - sum B_2k / (2k x^2k)
+template <typename T> __device__ __forceinline__ T flame_digamma(T x) {
+  const T pi = (T)3.14159265358979323846;
+  if (x == (T)0) return copysign((T)FLAME_INF, -x);
+  T acc = (T)0;
+  if (x < (T)0) {
+    if (x == trunc(x)) return (T)FLAME_NAN;
+    acc = -pi / tan(pi * (x - trunc(x)));
+    x = (T)1 - x;
+  }
+  while (x < (T)10) { acc -= (T)1 / x; x += (T)1; }
+  const T z = (T)1 / (x * x);
+  const T tail = z * ((T)(1.0 / 12) - z * ((T)(1.0 / 120) - z * ((T)(1.0 / 252) - z * ((T)(1.0 / 240)
+      - z * ((T)(1.0 / 132) - z * ((T)(691.0 / 32760) - z * (T)(1.0 / 12)))))));
+  return acc + log(x) - (T)0.5 / x - tail;
+}
+// trigamma: torch's reflection below 0.5, the recurrence up to 10, the asymptotic series to 1/x^15
+// (flame/ir/ops/special.py's reference, term for term)
+template <typename T> __device__ __forceinline__ T flame_trigamma(T x) {
+  const T pi = (T)3.14159265358979323846;
+  T sign = (T)1, acc = (T)0;
+  if (x < (T)0.5) {
+    sign = (T)-1;
+    const T s = sin(pi * x);
+    acc -= (pi * pi) / (s * s);
+    x = (T)1 - x;
+  }
+  for (int i = 0; i < 10 && x < (T)10; ++i) { acc += (T)1 / (x * x); x += (T)1; }
+  const T ixx = (T)1 / (x * x);
+  const T series = (T)(1.0 / 42) - ixx * ((T)(1.0 / 30) - ixx * ((T)(5.0 / 66) - ixx * ((T)(691.0 / 2730)
+      - ixx * (T)(7.0 / 6))));
+  acc += ((T)1 + (T)1 / ((T)2 * x) + ixx * ((T)(1.0 / 6) - ixx * ((T)(1.0 / 30) - ixx * series))) / x;
+  return sign * acc;
+}
+// Hurwitz zeta(s, q) by Euler-Maclaurin summation (Cephes' zeta): inf at q a non-positive integer
+template <typename T> __device__ __forceinline__ T flame_zeta(T s, T q) {
+  const double bern[12] = {12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1892437580.3183792,
+                           74724249600.0, -2950130727918.164, 116467828143500.67, -4597978722407473.0,
+                           1.8152105401943546e17, -7.166165256175667e18};  // (2k)! / B_2k
+  const T eps = sizeof(T) == 4 ? (T)5.96e-8 : (T)1.11e-16;
+  if (q <= (T)0 && q == floor(q)) return (T)FLAME_INF;
+  T acc = pow(q, -s), a = q, b = (T)0;
+  int i = 0;
+  while (i < 9 || a <= (T)9) {
+    ++i; a += (T)1; b = pow(a, -s); acc += b;
+    if (fabs(b / acc) < eps) return acc;
+  }
+  const T w = a;
+  acc += b * w / (s - (T)1) - (T)0.5 * b;
+  T f = (T)1, k = (T)0;
+  for (int j = 0; j < 12; ++j) {
+    f *= s + k; b /= w;
+    const T t = f * b / (T)bern[j];
+    acc += t;
+    if (fabs(t / acc) < eps) return acc;
+    k += (T)1; f *= s + k; b /= w; k += (T)1;
+  }
+  return acc;
+}
+// polygamma(n, x), n >= 1: trigamma's series for n = 1, else (-1)^(n+1) n! zeta(n + 1, x)
+template <typename T> __device__ __forceinline__ T flame_polygamma(T order, T x) {
+  const int n = (int)order;
+  if (n == 1) return flame_trigamma(x);
+  T fact = (T)1;
+  for (int i = 2; i <= n; ++i) fact *= (T)i;
+  return ((n + 1) % 2 ? (T)-1 : (T)1) * fact * flame_zeta((T)(n + 1), x);
+}
+#endif"""
+
 _SATURATE = (
     "#ifndef FLAME_FP8_SATURATE\n#define FLAME_FP8_SATURATE\n"
     + "".join(
@@ -228,7 +307,8 @@ _SATURATE = (
 )
 PRELUDES: dict[str, str | dict[str, str]] = {
     "scaled_cast": _SATURATE, "random_uniform": _PHILOX, "random_normal": _PHILOX, "floor_divide": _DIVMOD,
-    "remainder": _DIVMOD, "fmod": {"int": _DIVMOD}, "pow": {"int": _INTBITS}, "bitwise": _INTBITS}
+    "remainder": _DIVMOD, "fmod": {"int": _DIVMOD}, "pow": {"int": _INTBITS}, "bitwise": _INTBITS,
+    "digamma": _SPECIAL, "polygamma": _SPECIAL}
 
 
 @dataclass(frozen=True)

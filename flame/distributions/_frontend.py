@@ -3,7 +3,7 @@ library sits below the package face flame/__init__.py)."""
 
 from flame.frontend.context import enable_grad, no_grad
 from flame.frontend.creation import arange, eye, full, full_like, multinomial, rand, randn, tensor, zeros_like
-from flame.frontend.ops import broadcast_shapes, broadcast_tensors, erf, softmax, stack, where
+from flame.frontend.ops import broadcast_shapes, broadcast_tensors, erf, erfinv, softmax, stack, where
 from flame.ir.dtypes import f32
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "broadcast_tensors",
     "enable_grad",
     "erf",
+    "erfinv",
     "eye",
     "f32",
     "full",

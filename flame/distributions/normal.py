@@ -79,10 +79,8 @@ class Normal(Distribution):
         return 0.5 * (1 + ops.erf((value - self.loc) * self.scale.reciprocal() / math.sqrt(2)))
 
     def icdf(self, value):
-        """Not available: flame has no erfinv."""
-        raise NotImplementedError(
-            "Normal.icdf needs erfinv, which flame does not have; sample with rsample() or invert cdf() by bisection"
-        )
+        """loc + scale sqrt(2) erfinv(2 value - 1), as torch's."""
+        return self.loc + self.scale * ops.erfinv(2 * value - 1) * math.sqrt(2)
 
     def entropy(self):
         """0.5 + 0.5 log(2 pi) + log(scale)."""

@@ -120,6 +120,12 @@ kthvalue, median, kron, cross = (_unary(n) for n in ("kthvalue", "median", "kron
 tensordot = _unary("tensordot", first="a", renamed={"b": "other"})
 cov, corrcoef = _unary("cov"), _unary("corrcoef")
 broadcast_to = _unary("broadcast_to")
+lgamma, digamma, erfinv = _unary("lgamma"), _unary("digamma"), _unary("erfinv")
+
+
+def polygamma(n: int, input) -> Tensor:  # noqa: A002  (torch's name)
+    """The n-th derivative of digamma of each element (n = 0: digamma), as torch.polygamma(n, input)."""
+    return (input if isinstance(input, Tensor) else tensor(input)).polygamma(n)
 
 
 def tril_indices(row: int, col: int, offset: int = 0, *, dtype=None) -> Tensor:

@@ -13,7 +13,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import DTypeError, ShapeError
+from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend import functional, more_math
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
@@ -164,6 +164,42 @@ class TensorMath:
         exact = u == 1
         safe = where(near & ~exact, u, 2.0)  # the unused branch stays finite
         return where(exact, x, where(near, (safe - 1) * (x / safe.log()), u - 1))
+
+    # ---- special functions (flame/ir/ops/special.py; integers promote to f32, as torch's) ----------
+    def lgamma(self):
+        """log |Gamma(self)|, as torch.lgamma (inf at 0 and the negative integers)."""
+        return apply("lgamma", self if self.dtype.is_float else self.to(f32))
+
+    def digamma(self):
+        """The logarithmic derivative of Gamma, as torch.digamma (-inf at +0, inf at -0, NaN at the
+        negative integers)."""
+        return apply("digamma", self if self.dtype.is_float else self.to(f32))
+
+    def polygamma(self, n: int):
+        """The n-th derivative of digamma (n = 0: digamma itself), as torch.polygamma(n, self)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise ArgumentTypeError(f"polygamma(): argument 'n' must be int, not {type(n).__name__}\n"
+                                    f"  at {user_location()}")
+        if n < 0:
+            raise ArgumentError(f"polygamma(n, x) does not support negative n (got n = {n})\n  at {user_location()}")
+        x = self if self.dtype.is_float else self.to(f32)
+        return apply("digamma", x) if n == 0 else apply("polygamma", x, n=int(n))
+
+    def erfinv(self):
+        """The inverse error function, as torch.erfinv (+-inf at +-1, NaN beyond [-1, 1])."""
+        return apply("erfinv", self if self.dtype.is_float else self.to(f32))
+
+    def lgamma_(self):
+        return self._inplace(lambda x: x.lgamma(), what="lgamma_")
+
+    def digamma_(self):
+        return self._inplace(lambda x: x.digamma(), what="digamma_")
+
+    def polygamma_(self, n: int):
+        return self._inplace(lambda x: x.polygamma(n), what="polygamma_")
+
+    def erfinv_(self):
+        return self._inplace(lambda x: x.erfinv(), what="erfinv_")
 
     def trunc(self):
         """Rounded toward zero, as torch.trunc (integers as they are)."""

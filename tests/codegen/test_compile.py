@@ -32,6 +32,13 @@ def _binary(b, g, dt, name):
     getattr(b, name)(z, s)  # scalar operand
 
 
+def _polygamma(b, g, dt):
+    x, s = _inputs(g, ((3, 5, 7), dt), ((), dt))
+    for n in (1, 2, 5):  # trigamma's series, and the zeta series of the higher orders
+        b.polygamma(x, n=n)
+        b.polygamma(s, n=n)
+
+
 def _bitwise(b, g, dt):
     x, y, z, w = _inputs(g, ((4, 1, 6), dt), ((5, 1), dt), ((8, 16), dt), ((8, 16), dt))
     for fn in ("and", "or", "xor") + (("lshift", "rshift") if dt.kind == "int" else ()):
@@ -155,7 +162,7 @@ def _scan(b, g, dt, name):
 def _maker(name: str):
     opdef = REGISTRY[name]
     special = {"where": _where, "cast": _cast, "scaled_cast": _scaled_cast, "full": _full, "arange": _arange,
-               "argmax": _argmax, "bitwise": _bitwise}
+               "argmax": _argmax, "bitwise": _bitwise, "polygamma": _polygamma}
     if name in ("cumsum", "cumprod", "argsort"):
         return lambda b, g, dt: _scan(b, g, dt, name)
     if name in special:

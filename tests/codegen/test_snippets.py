@@ -32,7 +32,7 @@ def _accepts(name, dt) -> bool:
         types = [TensorType((), i64)] * 2
     else:
         types = [TensorType((2, 2), dt)] * arity
-    attrs = {"dtype": dt, "shape": (2,), "value": 1, "start": 0, "stop": 2, "fn": "and"}
+    attrs = {"dtype": dt, "shape": (2,), "value": 1, "start": 0, "stop": 2, "fn": "and", "n": 1}
     try:
         opdef.infer(types, **opdef.normalize_attrs({k: v for k, v in attrs.items() if k in opdef.attrs}))
     except DTypeError:

@@ -83,11 +83,6 @@ def test_covariance_matrix_names_what_to_pass():
             FD.MultivariateNormal(flame.zeros(2), **{kw: flame.eye(2)})
 
 
-def test_normal_icdf_names_the_missing_erfinv():
-    with pytest.raises(NotImplementedError, match="erfinv"):
-        FD.Normal(0.0, 1.0).icdf(flame.tensor(0.3))
-
-
 @pytest.mark.parametrize("case", ["normal-scale", "bernoulli-value", "uniform-order", "exponential-value"])
 def test_validate_args_false_skips_the_checks_as_torch(case):
     def off(fn):

@@ -31,7 +31,7 @@ CASES = {
         lambda D, p: D.Normal(p["loc"], p["scale"]),
         lambda r: {"loc": r.normal(size=(3, 4)), "scale": r.uniform(0.5, 2, size=(3, 4))},
         lambda r, p: r.normal(size=(2, 3, 4)),
-        ["log_prob", "cdf", "entropy", "mean", "mode", "variance", "stddev"],
+        ["log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance", "stddev"],
     ),
     "Bernoulli_probs": (
         lambda D, p: D.Bernoulli(probs=p["probs"]),

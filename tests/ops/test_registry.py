@@ -62,6 +62,19 @@ def _pos(rng, shape, dt):
     return _arr(rng, shape, dt, 0.2, 2.0) if dt.kind == "float" else _arr(rng, shape, dt)
 
 
+def _unit(rng, shape, dt):
+    return _arr(rng, shape, dt, -0.9, 0.9)
+
+
+def _mp(name):
+    """The elementwise oracle of mpmath's function `name` (polygamma: of n, then x), float64; independent
+    of SciPy, which the references use."""
+    import mpmath
+
+    fn = getattr(mpmath, name)
+    return np.vectorize(lambda x, n=None: float(fn(float(x)) if n is None else fn(n, float(x))), otypes=[np.float64])
+
+
 def _away(rng, shape, dt):
     """Values at least 0.2 away from zero (no kink of relu/abs within a finite-difference step)."""
     if dt.kind != "float":
@@ -710,6 +723,10 @@ RECIPES: dict[str, Recipe] = {
     "tanh": Recipe(_unary(_arr), lambda x: (np.exp(2 * x) - 1) / (np.exp(2 * x) + 1)),
     "sigmoid": Recipe(_unary(_arr), lambda x: 1 / (1 + np.exp(-x))),
     "erf": Recipe(_unary(_arr), np.vectorize(math.erf, otypes=[np.float64])),
+    "lgamma": Recipe(_unary(_pos), np.vectorize(math.lgamma, otypes=[np.float64])),
+    "digamma": Recipe(_unary(_pos), _mp("digamma")),
+    "polygamma": Recipe(_unary(_pos, ({"n": 1}, {"n": 2}, {"n": 3})), _mp("polygamma")),
+    "erfinv": Recipe(_unary(_unit), _mp("erfinv")),
     "relu": Recipe(_unary(_away), lambda x: np.where(x > 0, x, 0 * x), NUM),
     "gelu": Recipe(_unary(_arr, ({"approximate": "none"}, {"approximate": "tanh"})), _gelu),
     "silu": Recipe(_unary(_arr), lambda x: x / (1 + np.exp(-x))),

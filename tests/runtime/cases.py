@@ -30,6 +30,10 @@ def _pos(rng, shape, dt):
     return arr(rng, shape, dt, 0.25, 3.0) if dt.kind == "float" else arr(rng, shape, dt)
 
 
+def _unit(rng, shape, dt):
+    return arr(rng, shape, dt, -0.9, 0.9)
+
+
 def _quarters(rng, shape, dt):
     if dt.kind != "float":
         return arr(rng, shape, dt)
@@ -216,6 +220,8 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "leaky_relu": _float_unary(negative_slope=0.2), "floor": (NUM, _unary(_quarters)),
     "ceil": (NUM, _unary(_quarters)), "round": (NUM, _unary(_quarters)), "sign": (NUM, _unary()),
     "stop_gradient": (ALL, _unary()),
+    "lgamma": _float_unary(_pos), "digamma": _float_unary(_pos), "polygamma": _float_unary(_pos, n=1),
+    "erfinv": _float_unary(_unit),
     "add": (NUM, _binary()), "sub": (NUM, _binary()), "mul": (NUM, _binary()), "straight_through": (FLOATS, _binary()),
     "div": (FLOATS, _binary(arr, _pos)), "pow": (FLOATS, _binary(_pos)), "maximum": (NUM, _binary()),
     "minimum": (NUM, _binary()), "logical_and": (("bool",), _binary()), "logical_or": (("bool",), _binary()),

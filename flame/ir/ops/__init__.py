@@ -14,4 +14,5 @@ from flame.ir.ops import (  # noqa: F401
     random,
     reduce,
     scan,
+    special,
 )
