@@ -4,10 +4,11 @@ argument validation (on by default, as torch's), sample via rsample under no_gra
 from __future__ import annotations
 
 import warnings
+from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions.utils import lazy_property, shape_of
+from flame.distributions.utils import broadcast_all, lazy_property, shape_of
 from flame.frontend.tensor import Tensor
 
 __all__ = ["Distribution"]
@@ -185,3 +186,36 @@ class Distribution:
             for p in names
         ]
         return self.__class__.__name__ + "(" + ", ".join(shown) + ")"
+
+
+class LocScale(Distribution):
+    """A distribution of a real location loc and a positive scale, broadcast together (Normal, Laplace):
+    their constraints, construction, expand, mean and mode, as torch's."""
+
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args: bool | None = None) -> None:
+        self.loc, self.scale = broadcast_all(loc, scale)
+        batch_shape = () if isinstance(loc, Number) and isinstance(scale, Number) else self.loc.shape
+        super().__init__(batch_shape, validate_args=validate_args)
+
+    def _expand_as(self, cls, batch_shape, _instance):
+        """expand for class cls (the subclass whose __init__ an instance of it would run, as torch's)."""
+        new = self._get_checked_instance(cls, _instance)
+        batch_shape = tuple(batch_shape)
+        new.loc, new.scale = self.loc.expand(*batch_shape), self.scale.expand(*batch_shape)
+        Distribution.__init__(new, batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        """The mean."""
+        return self.loc
+
+    @property
+    def mode(self):
+        """The mode (the most likely value)."""
+        return self.loc

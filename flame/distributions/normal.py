@@ -3,46 +3,19 @@
 from __future__ import annotations
 
 import math
-from numbers import Number
 
 from flame.distributions import _frontend as ops
-from flame.distributions import constraints
-from flame.distributions.distribution import Distribution
-from flame.distributions.utils import broadcast_all
+from flame.distributions.distribution import LocScale
 
 __all__ = ["Normal"]
 
 
-class Normal(Distribution):
+class Normal(LocScale):
     """The normal (Gaussian) distribution of mean loc and standard deviation scale."""
-
-    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
-    support = constraints.real
-    has_rsample = True
-
-    def __init__(self, loc, scale, validate_args: bool | None = None) -> None:
-        self.loc, self.scale = broadcast_all(loc, scale)
-        batch_shape = () if isinstance(loc, Number) and isinstance(scale, Number) else self.loc.shape
-        super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         """This distribution with its parameters expanded to batch_shape."""
-        new = self._get_checked_instance(Normal, _instance)
-        batch_shape = tuple(batch_shape)
-        new.loc, new.scale = self.loc.expand(*batch_shape), self.scale.expand(*batch_shape)
-        super(Normal, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
-
-    @property
-    def mean(self):
-        """The mean."""
-        return self.loc
-
-    @property
-    def mode(self):
-        """The mode (the most likely value)."""
-        return self.loc
+        return self._expand_as(Normal, batch_shape, _instance)
 
     @property
     def stddev(self):
