@@ -434,6 +434,11 @@ class TensorCore:
         return where(zero, 0.0, where(zero, 1.0, v).sqrt())
 
     # ---- movement ---------------------------------------------------------------------------------
+    def _alias(self):
+        """A view of the whole tensor as it is: what torch's views return where they change nothing (a new
+        tensor object, whose _base is this one and whose hooks are its own), an identity permute."""
+        return apply("permute", self, perm=list(range(self.ndim)))
+
     def reshape(self, *shape):
         shape = list(_shape_arg(shape))
         if shape.count(-1) > 1:
@@ -444,14 +449,14 @@ class TensorCore:
                 raise ShapeError(f"reshape {list(self.shape)} -> {shape}: cannot infer the -1 dimension")
             shape[shape.index(-1)] = self.numel() // known
         if tuple(shape) == self.shape:
-            return self
+            return self._alias()
         return apply("reshape", self, shape=shape)
 
     def view(self, *shape):
         """The tensor under another shape, sharing its storage (as reshape, which copies where the
         strides allow no view; view raises there, as torch's)."""
         out = self.reshape(*shape)
-        if out is not self and out._base is None and out.numel() > 1:  # reshape copied (traced too)
+        if out.shape != self.shape and out._base is None and out.numel() > 1:  # reshape copied (traced too)
             raise view_error(self, out.shape)
         return out
 
@@ -470,19 +475,19 @@ class TensorCore:
         if sorted(perm) != list(range(self.ndim)):
             raise ShapeError(f"permute: dims {list(_shape_arg(dims))} are not a permutation of the "
                              f"{self.ndim} dimensions of {list(self.shape)}\n  at {user_location()}")
-        return apply("permute", self, perm=perm) if self.ndim else self
+        return apply("permute", self, perm=perm) if self.ndim else self._alias()
 
     def transpose(self, dim0: int, dim1: int):
         a, b = dim_index("transpose", dim0, self.ndim), dim_index("transpose", dim1, self.ndim)
-        if self.ndim < 2:
-            return self
+        if self.ndim < 2 or a == b:
+            return self._alias()
         perm = list(range(self.ndim))
         perm[a], perm[b] = perm[b], perm[a]
-        return self if a == b else apply("permute", self, perm=perm)
+        return apply("permute", self, perm=perm)
 
     @property
     def T(self):  # noqa: N802
-        return self if self.ndim < 2 else apply("permute", self, perm=list(range(self.ndim))[::-1])
+        return self._alias() if self.ndim < 2 else apply("permute", self, perm=list(range(self.ndim))[::-1])
 
     @property
     def mT(self):  # noqa: N802
@@ -494,11 +499,11 @@ class TensorCore:
     def squeeze(self, dim=None):
         axes = range(self.ndim) if dim is None else _axes(dim, self.ndim, "squeeze")
         axes = [a for a in axes if self.shape[a] == 1]  # squeezing a dim of another size is a no-op
-        return apply("squeeze", self, axes=axes) if axes else self
+        return apply("squeeze", self, axes=axes) if axes else self._alias()
 
     def broadcast_to(self, *shape):
         shape = _shape_arg(shape)
-        return self if shape == self.shape else apply("broadcast_to", self, shape=shape)
+        return self._alias() if shape == self.shape else apply("broadcast_to", self, shape=shape)
 
     def expand(self, *shape):
         shape = _shape_arg(shape)

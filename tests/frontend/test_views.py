@@ -679,3 +679,35 @@ def test_masked_fill_of_an_expanded_view_writes_only_the_chosen_elements_as_torc
     a = np.arange(9, dtype=np.float32).reshape(1, 3, 3)
     got = (flame.compile(lambda x: body(flame, x)) if compiled else (lambda x: body(flame, x)))(flame.tensor(a))
     np.testing.assert_array_equal(got.numpy(), body(torch, torch.tensor(a)).numpy())
+
+
+IDENTITY_VIEWS = {
+    "transpose(1, 1)": lambda t: t.transpose(1, 1),
+    "view(same shape)": lambda t: t.view(t.shape),
+    "reshape(same shape)": lambda t: t.reshape(t.shape),
+    "expand(same shape)": lambda t: t.expand(t.shape),
+    "squeeze of no size-1 dim": lambda t: t.squeeze(0),
+    "T of a 1-D tensor": lambda t: t[0].T,
+}
+
+
+@pytest.mark.parametrize("name", list(IDENTITY_VIEWS))
+def test_a_view_that_changes_nothing_is_a_new_view_as_torchs(name):
+    """torch's views return a new tensor even where they change nothing: its own object, a view of the
+    tensor (writes reach it), not a leaf."""
+    for lib in (torch, flame):
+        x = lib.ones(2, 3, requires_grad=True)
+        v = IDENTITY_VIEWS[name](x)
+        assert v is not x and v._base is (x if v.shape == x.shape else v._base) and not v.is_leaf, lib.__name__
+        with lib.no_grad():
+            v.mul_(2)
+        assert float(x.sum()) == (12.0 if v.shape == x.shape else 9.0), lib.__name__
+
+
+def test_a_zero_size_write_of_an_identity_view_into_its_tensor_writes_nothing():
+    """x[:, empty] = x.transpose(1, 1) of a zero-size x: torch checks a view of its own against x (no
+    memory shared), flame did not refuse it either once the view is its own tensor."""
+    for lib in (torch, flame):
+        x = lib.zeros(4, 0)
+        x[:, lib.tensor([], dtype=lib.int64)] = x.transpose(1, 1)
+        assert tuple(x.shape) == (4, 0)
