@@ -10,18 +10,7 @@ import torch.distributions as TD
 
 import flame
 import flame.distributions as FD
-
-
-def _tril(rng, n=3):
-    a = np.tril(rng.normal(size=(2, n, n)) * 0.4)
-    a[..., np.arange(n), np.arange(n)] = rng.uniform(0.5, 1.5, size=(2, n))
-    return a
-
-
-def _probs(rng, *shape):
-    p = rng.uniform(0.1, 1.0, size=shape)
-    return p / p.sum(-1, keepdims=True)
-
+from tests.distributions.common import probs, tril
 
 # name: (build(D, params, side) -> distribution, params(rng, side) -> {name: array})
 PAIRS = {
@@ -32,7 +21,7 @@ PAIRS = {
     "Bernoulli": (lambda D, p: D.Bernoulli(logits=p["logits"]), lambda r: {"logits": r.normal(size=(4,))}),
     "BernoulliProbs": (lambda D, p: D.Bernoulli(probs=p["probs"]), lambda r: {"probs": r.uniform(0.1, 0.9, (4,))}),
     "Categorical": (lambda D, p: D.Categorical(logits=p["logits"]), lambda r: {"logits": r.normal(size=(3, 5))}),
-    "CategoricalProbs": (lambda D, p: D.Categorical(probs=p["probs"]), lambda r: {"probs": _probs(r, 2, 4)}),
+    "CategoricalProbs": (lambda D, p: D.Categorical(probs=p["probs"]), lambda r: {"probs": probs(r, 2, 4)}),
     "OneHotCategorical": (
         lambda D, p: D.OneHotCategorical(logits=p["logits"]),
         lambda r: {"logits": r.normal(size=(3, 5))},
@@ -48,7 +37,7 @@ PAIRS = {
     "Exponential": (lambda D, p: D.Exponential(p["rate"]), lambda r: {"rate": r.uniform(0.5, 2, size=(2, 3))}),
     "MultivariateNormal": (
         lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["scale_tril"]),
-        lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": _tril(r)},
+        lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": tril(r, 2)},
     ),
     "Independent": (
         lambda D, p: D.Independent(D.Normal(p["loc"], p["scale"]), 2),

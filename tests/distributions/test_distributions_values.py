@@ -11,19 +11,7 @@ import torch.distributions as TD
 
 import flame
 import flame.distributions as FD
-
-
-def _tril(rng, *batch, n=3):
-    a = np.tril(rng.normal(size=(*batch, n, n)) * 0.4)
-    idx = np.arange(n)
-    a[..., idx, idx] = rng.uniform(0.5, 1.5, size=(*batch, n))
-    return a
-
-
-def _probs(rng, *shape):
-    p = rng.uniform(0.1, 1.0, size=shape)
-    return p / p.sum(-1, keepdims=True)
-
+from tests.distributions.common import probs, tril
 
 # name: (build(D, params) -> distribution, params(rng) -> {name: array}, value(rng, params) -> array, quantities)
 CASES = {
@@ -47,7 +35,7 @@ CASES = {
     ),
     "Categorical_probs": (
         lambda D, p: D.Categorical(probs=p["probs"]),
-        lambda r: {"probs": _probs(r, 3, 5)},
+        lambda r: {"probs": probs(r, 3, 5)},
         lambda r, p: r.integers(0, 5, size=(2, 3)),
         ["log_prob", "entropy", "mode", "logits", "probs"],
     ),
@@ -83,7 +71,7 @@ CASES = {
     ),
     "MultivariateNormal": (
         lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["scale_tril"]),
-        lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": _tril(r)},
+        lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": tril(r)},
         lambda r, p: r.normal(size=(4, 2, 3)),
         ["log_prob", "entropy", "mean", "mode", "variance", "covariance_matrix", "precision_matrix"],
     ),
@@ -239,7 +227,7 @@ def test_mixed_number_and_tensor_parameters_take_the_tensors_dtype():
 
 
 def test_enumerate_support_matches_torch():
-    p = _probs(np.random.default_rng(0), 2, 3)
+    p = probs(np.random.default_rng(0), 2, 3)
     for name in ("Categorical", "OneHotCategorical"):
         fd, td = getattr(FD, name)(flame.tensor(p)), getattr(TD, name)(torch.tensor(p))
         for expand in (True, False):
