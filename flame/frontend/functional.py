@@ -238,12 +238,15 @@ def cross_entropy_labels(logits: Tensor, target: Tensor, reduction: str = "mean"
         raise ShapeError(f"cross_entropy: labels must be integers, got {target.dtype}\n  at {user_location()}")
     masked = _check_labels(target, logits.shape[1], ignore_index)
     ignore_index = -100 if ignore_index is None else ignore_index
-    labels = apply("where", _in_range(target, logits.shape[1]), target, 0) if masked else target
+    labels = target
+    if masked:
+        ok = _in_range(target, logits.shape[1])
+        labels = apply("where", ok, target, 0)
+        keep = target != ignore_index
     if masked and reduction == "mean":
         # the mean over the kept labels as a weighted sum, each row's weight (1 / count, or 0 where
         # ignored) computed from the labels alone, first: the logits' gradient then needs nothing computed
         # after their row kernel and is written by it, as without ignored labels (one pass over [N, C])
-        keep = target != ignore_index
         count = keep.to(logits.dtype if logits.dtype.itemsize >= 4 else f32).sum()  # exact to 2**24 labels
         share = apply("where", keep, 1.0 / count, 0.0).to(logits.dtype)
     # -log_softmax(x)[t] = logsumexp(x) - x[t]: the same arithmetic as gathering from log_softmax, but
@@ -254,8 +257,7 @@ def cross_entropy_labels(logits: Tensor, target: Tensor, reduction: str = "mean"
         nll = nll * (1 - label_smoothing) - (logits.mean(1) - lse) * label_smoothing
     if not masked:
         return _loss_reduce(nll, reduction)
-    keep = target != ignore_index
-    nll = apply("where", keep, apply("where", _in_range(target, logits.shape[1]), nll, float("nan")), 0.0)
+    nll = apply("where", keep, apply("where", ok, nll, float("nan")), 0.0)
     if reduction != "mean":
         return _loss_reduce(nll, reduction)
     return apply("where", count == 0, float("nan"), (nll * share).sum())  # torch's 0 / 0, with a 0 gradient
