@@ -149,10 +149,13 @@ class _RowSegment:
         # between rows; a row-invariant one (a weight) is then re-read from the cache where it is used
         reg = {k for k in loads if k[1].depends_on(self.red) and k not in self.guarded
                and (config.cache_invariant or len(self.kguard[k]) < len(self.kdims))}
+        # a row of dynamic length is streamed: registers are arrays of a length fixed when NVRTC compiles
+        static = not isinstance(self.CH, symbolic.SymInt)
         if self.new:  # lower_rows picks G so that data_regs() fits Config.row_regs
-            self.cached = hold and 0 < self.CH <= target.row_cache
+            self.cached = static and hold and 0 < self.CH <= target.row_cache
         else:  # registers per thread for the row: at most reg_budget[G] (1024 threads leave 64 per thread)
-            self.cached = 0 < self.CH <= target.row_cache and len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
+            self.cached = static and 0 < self.CH <= target.row_cache and \
+                len(reg) * self.E <= dict(config.reg_budget).get(G, 64)
         self.reg = reg if self.cached else set()
         self.aligned = True  # "new": the row loop being emitted moves whole vectors (else element by element)
         self.carry: set = set()  # "new": values kept in registers from the pass that computes them ...

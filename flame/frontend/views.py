@@ -25,6 +25,7 @@ import numpy as np
 from flame.errors import FlameError, OverlapError, ViewError
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import is_ml_dtype
 
 
 def version(base: Tensor) -> int:
@@ -284,7 +285,7 @@ _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 def _as_bits(a):
     """a's elements as unsigned integers of their width where the dtype is not one NumPy/CuPy compute
     in (bfloat16 and the float8s from ml_dtypes): copies then move bits, which every array library can."""
-    return a.view(_BITS[a.itemsize]) if a.dtype.kind == "V" else a
+    return a.view(_BITS[a.itemsize]) if is_ml_dtype(a.dtype) else a
 
 
 def contiguous_array(t: Tensor):

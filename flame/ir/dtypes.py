@@ -68,6 +68,16 @@ _ALIASES = {"float32": f32, "float": f32, "float64": f64, "double": f64, "float1
 _BY_NP = {d.np_dtype: d for d in ALL_DTYPES + FP8_DTYPES}
 
 
+_ML_NP = frozenset(d.np_dtype for d in (bf16, *FP8_DTYPES))
+
+
+def is_ml_dtype(np_dtype) -> bool:
+    """Whether a NumPy dtype is one of ml_dtypes' (bfloat16, the float8s), which NumPy and CuPy cannot
+    compute in or hold on the device as such. Their `kind` is no test: ml_dtypes gives float8_e4m3fn
+    kind 'V' and float8_e5m2 kind 'f'."""
+    return np.dtype(np_dtype) in _ML_NP
+
+
 def fp8_max(d: DType) -> float:
     """The largest finite value of FP8 dtype d (448 for f8e4m3, 57344 for f8e5m2)."""
     return float(ml_dtypes.finfo(d.np_dtype).max)

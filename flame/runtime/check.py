@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flame.ir.dtypes import is_ml_dtype
 from flame.ir.evaluate import evaluate_graph
 from flame.ir.printer import format_op
 from flame.plan.steps import KernelLaunch, Plan
@@ -39,7 +40,7 @@ def nonfinite(a: np.ndarray) -> str:
     """'' if every element of a is finite (or a is not floating point), else e.g. 'NaN (3 of 128 elements)'."""
     if a.dtype.kind not in "fcV" or a.size == 0:
         return ""
-    a = a.astype(np.float64, copy=False) if a.dtype.kind == "V" else a  # bfloat16 (ml_dtypes)
+    a = a.astype(np.float64, copy=False) if is_ml_dtype(a.dtype) else a  # bfloat16, the float8s
     bad = ~np.isfinite(a)
     n = int(np.count_nonzero(bad))
     if not n:

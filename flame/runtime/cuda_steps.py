@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from flame.errors import FlameError
+from flame.ir.dtypes import is_ml_dtype
 from flame.plan.steps import (
     Alias,
     AttentionCall,
@@ -41,7 +42,7 @@ def cupy_dtype(dt) -> np.dtype:
 
 def cupy_storage(a: np.ndarray) -> np.ndarray:
     """A host array as CuPy can take it: FP8 (ml_dtypes) as its bytes (cupy_dtype)."""
-    return a.view(np.uint8) if a.dtype.itemsize == 1 and a.dtype.kind == "V" else a
+    return a.view(np.uint8) if a.dtype.itemsize == 1 and is_ml_dtype(a.dtype) else a
 
 
 def _kernel(s: KernelLaunch, fn, bufs: dict, stream) -> None:

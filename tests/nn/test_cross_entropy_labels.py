@@ -1,4 +1,4 @@
-"""cross_entropy with labels outside [0, C): ignore_index (-100) as PyTorch, others raise (issue 14 item 6)."""
+"""cross_entropy with labels outside [0, C): ignore_index (-100) as PyTorch, others raise."""
 
 import numpy as np
 import pytest
@@ -81,3 +81,33 @@ def test_a_language_models_padding_labels_are_ignored_by_default(compiled):
     got = (flame.compile(step) if compiled else step)(fx, ft)
     np.testing.assert_allclose(got.item(), want.item(), rtol=1e-5)
     np.testing.assert_allclose(fx.grad.numpy(), x.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_a_dynamic_batch_plans_kernels_nvrtc_compiles_for_the_gpu(cuda_target):
+    """The count of kept labels is a row as long as the batch: once the batch size is dynamic, its kernel
+    streams the row (a register array's length must be fixed when NVRTC compiles), so the kernels of
+    every batch size's plan compile for sm_90 and the sizes share their sources."""
+    from flame.codegen.nvrtc import compile_cubin
+
+    flame.manual_seed(0)
+    model = flame.nn.Sequential(flame.nn.Linear(12, 24), flame.nn.LayerNorm(24), flame.nn.GELU(),
+                                flame.nn.Linear(24, 5))
+    opt = flame.optim.AdamW(model.parameters(), lr=1e-2)
+
+    @flame.compile
+    def step(x, y):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    rng = np.random.default_rng(1)
+    for n in (8, 5, 11, 7):
+        step(flame.tensor(rng.standard_normal((n, 12)).astype(np.float32)), flame.tensor(rng.integers(0, 5, n)))
+    plans = [e.plan for es in step._cache.values() for e in es if e.template is not None]
+    assert len(plans) >= 2  # the sizes after the first two come from the dynamic template
+    sources = [{k.source for k in p.kernels()} for p in plans]
+    assert all(s == sources[0] for s in sources)
+    for source in sources[0]:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"

@@ -42,7 +42,9 @@ def test_fp8_gemm_matches_an_f32_gemm_of_fp8_inputs(fp8_on, fa, fb, out, mnk):
                     cupy.asarray(np.array(ib)), formats=(np.dtype(fa).name, np.dtype(fb).name))
     want = (a.astype(np.float64) @ b.astype(np.float64).T) * (float(ia) * float(ib))
     err = np.linalg.norm(cupy.asnumpy(got).astype(np.float64) - want) / np.linalg.norm(want)
-    assert err < (1e-2 if out == "bfloat16" else 1e-6)
+    # Hopper's FP8 tensor cores keep about 13 significant bits in their sums, so an f32 result is good to
+    # about 2^-13 relative, not to f32's 2^-24 (2.4e-5 to 1.1e-4 measured on an H100); bf16's rounding is 2^-9
+    assert err < (1e-2 if out == "bfloat16" else 2.0**-11)
 
 
 @pytest.mark.gpu
