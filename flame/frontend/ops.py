@@ -121,6 +121,10 @@ tensordot = _unary("tensordot", first="a", renamed={"b": "other"})
 cov, corrcoef = _unary("cov"), _unary("corrcoef")
 broadcast_to = _unary("broadcast_to")
 lgamma, digamma, erfinv = _unary("lgamma"), _unary("digamma"), _unary("erfinv")
+asin, acos, atan, asinh, acosh, atanh, erfc, atan2 = (
+    _unary(n) for n in ("asin", "acos", "atan", "asinh", "acosh", "atanh", "erfc", "atan2")
+)
+arcsin, arccos, arctan, arcsinh, arccosh, arctanh, arctan2 = asin, acos, atan, asinh, acosh, atanh, atan2
 
 
 def polygamma(n: int, input) -> Tensor:  # noqa: A002  (torch's name)

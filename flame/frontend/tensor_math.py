@@ -19,6 +19,7 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
 from flame.frontend.dispatch import apply
+from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
@@ -200,6 +201,76 @@ class TensorMath:
 
     def erfinv_(self):
         return self._inplace(lambda x: x.erfinv(), what="erfinv_")
+
+    # ---- inverse trigonometric and hyperbolic functions, erfc (IR ops; integers promote to f32) ----
+    @policy("f32")  # autocast: on PyTorch's float32 list
+    def asin(self):
+        """The arcsine in [-pi/2, pi/2], NaN outside [-1, 1], as torch.asin."""
+        return self._float_unary("asin")
+
+    @policy("f32")  # autocast: on PyTorch's float32 list
+    def acos(self):
+        """The arccosine in [0, pi], NaN outside [-1, 1], as torch.acos."""
+        return self._float_unary("acos")
+
+    def atan(self):
+        """The arctangent in (-pi/2, pi/2), as torch.atan."""
+        return self._float_unary("atan")
+
+    def asinh(self):
+        return self._float_unary("asinh")
+
+    def acosh(self):
+        """The inverse hyperbolic cosine, NaN below 1, as torch.acosh."""
+        return self._float_unary("acosh")
+
+    def atanh(self):
+        """The inverse hyperbolic tangent, +-inf at +-1 and NaN beyond, as torch.atanh."""
+        return self._float_unary("atanh")
+
+    def erfc(self):
+        """1 - erf(self), accurate where erf rounds to 1, as torch.erfc."""
+        return self._float_unary("erfc")
+
+    @policy("promote")  # autocast: on PyTorch's promote list: the widest input
+    def atan2(self, other):
+        """The angle of the point (other, self) in [-pi, pi], elementwise with broadcasting, as
+        torch.atan2 (the promoted dtype; integers and bools give f32)."""
+        if not isinstance(other, Tensor):
+            raise ArgumentTypeError(f"atan2(): argument 'other' must be Tensor, not {type(other).__name__}\n"
+                                    f"  at {user_location()}")
+        dt = result_type(self, other)
+        dt = dt if dt.is_float else f32
+        return apply("atan2", self.to(dt), other.to(dt))
+
+    arcsin, arccos, arctan, arcsinh, arccosh, arctanh, arctan2 = asin, acos, atan, asinh, acosh, atanh, atan2
+
+    def asin_(self):
+        return self._inplace(lambda x: x.asin(), what="asin_")
+
+    def acos_(self):
+        return self._inplace(lambda x: x.acos(), what="acos_")
+
+    def atan_(self):
+        return self._inplace(lambda x: x.atan(), what="atan_")
+
+    def asinh_(self):
+        return self._inplace(lambda x: x.asinh(), what="asinh_")
+
+    def acosh_(self):
+        return self._inplace(lambda x: x.acosh(), what="acosh_")
+
+    def atanh_(self):
+        return self._inplace(lambda x: x.atanh(), what="atanh_")
+
+    def erfc_(self):
+        return self._inplace(lambda x: x.erfc(), what="erfc_")
+
+    def atan2_(self, other):
+        return self._inplace(lambda x: x.atan2(other), other, what="atan2_")
+
+    arcsin_, arccos_, arctan_, arcsinh_, arccosh_, arctanh_, arctan2_ = (
+        asin_, acos_, atan_, asinh_, acosh_, atanh_, atan2_)
 
     def trunc(self):
         """Rounded toward zero, as torch.trunc (integers as they are)."""

@@ -28,8 +28,9 @@ import numpy as np
 
 from tests.frontend import random_math, random_ops, random_views
 
-UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "sin", "cos", "lgamma", "erfinv"]
-BINARY = ["add", "sub", "mul", "maximum", "minimum", "fmod"]
+UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "neg", "sin", "cos", "lgamma", "erfinv", "asin", "acos", "atan",
+         "asinh", "acosh", "atanh", "erfc"]
+BINARY = ["add", "sub", "mul", "maximum", "minimum", "fmod", "atan2"]
 # ops defined on part of the line, drawn on a map of it into their domain (away from poles and ends);
 # digamma is not drawn: its gradient, trigamma, is torch's to 5e-10 only (tests/ops/test_special_functions.py
 # checks flame's against mpmath)
@@ -37,6 +38,11 @@ _DOMAIN = {
     "lgamma": lambda lib, x: (x.abs() + 0.5).lgamma(),
     "erfinv": lambda lib, x: (x.tanh() * 0.9).erfinv(),
     "fmod": lambda lib, x, y: x.fmod(y.abs() + 0.5),
+    "asin": lambda lib, x: (x.tanh() * 0.9).asin(),
+    "acos": lambda lib, x: (x.tanh() * 0.9).acos(),
+    "acosh": lambda lib, x: (x.abs() + 1.25).acosh(),
+    "atanh": lambda lib, x: (x.tanh() * 0.9).atanh(),
+    "atan2": lambda lib, x, y: x.atan2(y.abs() + 0.5),  # away from the origin, where the gradient is singular
 }
 EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 # an FP8 region, which torch's side emulates but for the order of the f32 sums: they may round the bf16

@@ -66,6 +66,15 @@ def _unit(rng, shape, dt):
     return _arr(rng, shape, dt, -0.9, 0.9)
 
 
+def _above_one(rng, shape, dt):
+    return _arr(rng, shape, dt, 1.2, 3.0)
+
+
+def _libm(f):
+    """The elementwise oracle of Python's math.`f` in float64 (C's libm, independent of NumPy's)."""
+    return np.vectorize(getattr(math, f), otypes=[np.float64])
+
+
 def _mp(name):
     """The elementwise oracle of mpmath's function `name` (polygamma: of n, then x), float64; independent
     of SciPy, which the references use."""
@@ -727,6 +736,14 @@ RECIPES: dict[str, Recipe] = {
     "digamma": Recipe(_unary(_pos), _mp("digamma")),
     "polygamma": Recipe(_unary(_pos, ({"n": 1}, {"n": 2}, {"n": 3})), _mp("polygamma")),
     "erfinv": Recipe(_unary(_unit), _mp("erfinv")),
+    "asin": Recipe(_unary(_unit), _libm("asin")),
+    "acos": Recipe(_unary(_unit), _libm("acos")),
+    "atan": Recipe(_unary(_arr), _libm("atan")),
+    "asinh": Recipe(_unary(_arr), _libm("asinh")),
+    "acosh": Recipe(_unary(_above_one), _libm("acosh")),
+    "atanh": Recipe(_unary(_unit), _libm("atanh")),
+    "erfc": Recipe(_unary(_arr), _libm("erfc")),
+    "atan2": Recipe(_binary(_away), _libm("atan2")),
     "relu": Recipe(_unary(_away), lambda x: np.where(x > 0, x, 0 * x), NUM),
     "gelu": Recipe(_unary(_arr, ({"approximate": "none"}, {"approximate": "tanh"})), _gelu),
     "silu": Recipe(_unary(_arr), lambda x: x / (1 + np.exp(-x))),

@@ -34,6 +34,15 @@ def _unit(rng, shape, dt):
     return arr(rng, shape, dt, -0.9, 0.9)
 
 
+def _above_one(rng, shape, dt):
+    return arr(rng, shape, dt, 1.2, 3.0)
+
+
+def _away(rng, shape, dt):
+    """Values at least 0.25 from zero, of either sign (atan2's gradient is singular at the origin)."""
+    return arr(rng, shape, dt, 0.25, 2.0) * np.where(rng.random(shape) < 0.5, -1, 1).astype(dt.np_dtype)
+
+
 def _quarters(rng, shape, dt):
     if dt.kind != "float":
         return arr(rng, shape, dt)
@@ -222,6 +231,9 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "stop_gradient": (ALL, _unary()),
     "lgamma": _float_unary(_pos), "digamma": _float_unary(_pos), "polygamma": _float_unary(_pos, n=1),
     "erfinv": _float_unary(_unit),
+    "asin": _float_unary(_unit), "acos": _float_unary(_unit), "atan": _float_unary(), "asinh": _float_unary(),
+    "acosh": _float_unary(_above_one), "atanh": _float_unary(_unit), "erfc": _float_unary(),
+    "atan2": (FLOATS, _binary(_away, _away)),
     "add": (NUM, _binary()), "sub": (NUM, _binary()), "mul": (NUM, _binary()), "straight_through": (FLOATS, _binary()),
     "div": (FLOATS, _binary(arr, _pos)), "pow": (FLOATS, _binary(_pos)), "maximum": (NUM, _binary()),
     "minimum": (NUM, _binary()), "logical_and": (("bool",), _binary()), "logical_or": (("bool",), _binary()),

@@ -34,6 +34,12 @@ def _erf_ref(x):
     return special.erf(x.astype(np.float64, copy=False)).astype(x.dtype, copy=False)
 
 
+def _erfc_ref(x):
+    from scipy import special  # here: see _erf_ref
+
+    return special.erfc(x.astype(np.float64, copy=False)).astype(x.dtype, copy=False)
+
+
 def _sigmoid_ref(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
@@ -117,6 +123,19 @@ unary("tanh", np.tanh, _opmath(lambda b, g, x, y: (b.mul(g, b.sub(1.0, b.mul(y, 
 unary("sigmoid", _sigmoid_ref, _opmath(lambda b, g, x, y: (b.mul(g, b.mul(y, b.sub(1.0, y))),)), cost=_LIBM)
 unary("erf", _erf_ref,
       _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), TWO_OVER_SQRT_PI)),)), cost=_LIBM)
+# the inverse trigonometric and hyperbolic functions and erfc: libm's values (NaN outside their domains),
+# PyTorch's derivative formulas (derivatives.yaml), evaluated in f32 for 16-bit inputs
+unary("asin", np.arcsin, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.sub(1.0, b.mul(x, x)))),)), autocast="f32",
+      cost=_LIBM)
+unary("acos", np.arccos, _opmath(lambda b, g, x, y: (b.neg(b.mul(g, b.rsqrt(b.sub(1.0, b.mul(x, x))))),)),
+      autocast="f32", cost=_LIBM)
+unary("atan", np.arctan, _opmath(lambda b, g, x, y: (b.div(g, b.add(b.mul(x, x), 1.0)),)), cost=_LIBM)
+unary("asinh", np.arcsinh, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.add(b.mul(x, x), 1.0))),)), cost=_LIBM)
+unary("acosh", np.arccosh, _opmath(lambda b, g, x, y: (b.mul(g, b.rsqrt(b.sub(b.mul(x, x), 1.0))),)), cost=_LIBM)
+unary("atanh", np.arctanh, _opmath(lambda b, g, x, y: (b.div(g, b.sub(1.0, b.mul(x, x))),)), cost=_LIBM)
+unary("erfc", _erfc_ref,
+      _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), -TWO_OVER_SQRT_PI)),)), cost=_LIBM,
+      doc="1 - erf(x) without the cancellation: accurate in the tail where erf rounds to 1, as torch.erfc")
 unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),  # y > 0 exactly where x > 0: the backward reads the
       lambda b, g, x, y: (b.where(b.gt(y, 0), g, 0),), kinds=_NUM,  # result, which the next layer keeps anyway
       epilogue="relu")
@@ -238,6 +257,17 @@ binary("remainder", _integer_division("remainder", np.remainder),  # Python's %:
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))), cost=_IEEE)
 binary("fmod", _integer_division("fmod", np.fmod),  # C's fmod: the dividend's sign, as torch.fmod
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, _trunc(b, b.div(x, y))))), cost=_IEEE)
+
+
+def _atan2_vjp(b, g, x, y, out):
+    """PyTorch's: with r = 1 / (x^2 + y^2), 0 where that is infinite (the origin, and where the squares
+    underflow), (g * y * r, g * -x * r) for atan2(x, y)."""
+    r = b.reciprocal(b.add(b.mul(x, x), b.mul(y, y)))
+    r = b.where(b.eq(r, math.inf), 0.0, r)
+    return b.mul(b.mul(g, y), r), b.mul(b.mul(g, b.neg(x)), r)
+
+
+binary("atan2", np.arctan2, _atan2_vjp, kinds=("float",), cost=_LIBM)  # atan2(x, y): the angle of (y, x)
 STRAIGHT_THROUGH = binary(
     "straight_through", lambda x, y: np.array(np.broadcast_to(y, np.broadcast_shapes(x.shape, y.shape))),
     lambda b, g, x, y, out: (g, None), kinds=("float",),
