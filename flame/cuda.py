@@ -15,20 +15,26 @@ memory-statistics call of the process: the peak is counted by a pool hook instal
 
 `kernel(...)` and `elementwise(...)` make an op of the user's own CUDA code (docs/writing_an_op.md,
 "Your own CUDA kernel"); they work on any machine (the reference executor runs the user's NumPy
-reference)."""
+reference).
+
+`flame.cuda.amp` holds torch.cuda.amp's GradScaler and autocast (flame/amp/cuda_amp.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from flame.amp import cuda_amp as amp
 from flame.errors import ArgumentError
 from flame.frontend.creation import manual_seed as _manual_seed
 from flame.frontend.user_ops import UserOp, definition_site, tensor_vjp
 from flame.ir.ops import user as _user
 from flame.runtime.device import cuda_available
+
+sys.modules.setdefault("flame.cuda.amp", amp)  # `from flame.cuda.amp import GradScaler`, as torch.cuda.amp
 
 __all__ = ["Event", "Stream", "current_device", "current_stream", "device_count", "elementwise", "get_device_name",
            "is_available", "kernel", "manual_seed", "manual_seed_all", "max_memory_allocated", "memory_allocated",

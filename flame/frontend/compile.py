@@ -27,7 +27,7 @@ from flame.compiler import (
     plan_template,
 )
 from flame.errors import ArgumentError, ArgumentTypeError, FlameError, MemoryBudgetError, RecompileWarning
-from flame.frontend import autocast
+from flame.frontend import autocast, compiled_outputs
 from flame.frontend.context import current_trace, tracing_hooks, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor, zeros
 from flame.frontend.dynamic import NotDynamic, Template, changed_dims
@@ -41,7 +41,7 @@ from flame.frontend.guards import (
     trace_guards,
     value_key,
 )
-from flame.frontend.replay import Replay, flatten
+from flame.frontend.replay import Replay, flatten, unflattener
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
@@ -74,6 +74,7 @@ class _Entry:
     record: debug.CompileRecord | None = None  # kept only while the debug CLI observes
     last_used: int = 0
     template: _Dynamic | None = None  # set on an entry instantiated from a dynamic-size template
+    needs: tuple = ()  # user outputs torch would say require grad, of a body that ran no backward (compiled_outputs)
 
     @property
     def family(self) -> tuple:
@@ -306,7 +307,8 @@ class Compiled:
         self.dynamic = dynamic
         self.warn = warn  # False for flame's own uses that the user did not ask to compile (eager flame.grad)
         # the graph's name: an IR identifier, so the printed graph parses back ("train step" -> train_step)
-        self.name = re.sub(r"[^\w.\-]", "_", name or getattr(fn, "__name__", "fn").strip("<>")) or "fn"
+        fname = getattr(fn, "__name__", None) or type(fn).__name__  # a module: its class name
+        self.name = re.sub(r"[^\w.\-]", "_", name or fname.strip("<>")) or "fn"
         self.memory_budget = check_memory_budget(memory_budget, f"flame.compile({self.name})")
         self.activation_budget = check_activation_budget(activation_budget, f"flame.compile({self.name})",
                                                          self.memory_budget)
@@ -403,6 +405,8 @@ class Compiled:
         namer = Namer(self.fn)
         entry = _Entry(g, None, tr, None, skel, n_user, grads, g, self._key(args),
                        describe_arguments(self.fn, args), trace_guards(self.fn, tr, namer, python_values), namer)
+        if not grads and not tr.freed:
+            entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t))
         return self._compile(entry) if compile else entry
 
     def _compile(self, entry: _Entry) -> _Entry:
@@ -440,7 +444,7 @@ class Compiled:
                 return None, f"{dyn.describe()} cannot take size {s}: {e}; tracing this size"
             b = dyn.base
             entry = _Entry(g, None, b.trace, None, b.out_skeleton, b.n_user, b.grads, g, key,
-                           describe_arguments(self.fn, args), b.guards, b.namer, template=dyn)
+                           describe_arguments(self.fn, args), b.guards, b.namer, template=dyn, needs=b.needs)
             if c is None:  # passes, plan and kernels for this size
                 entry = self._compile(entry)
                 log.info("flame.compile: %s: s0=%d compiled from the traced graph (passes and kernels for this "
@@ -666,7 +670,17 @@ class Compiled:
         arrays = entry.replay.inputs(args, ex, checked)
         if entry.record is not None and entry.record.inputs is None:
             entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
-        return entry.replay.hand_back(entry.run(arrays), args, checked)
+        result = entry.replay.hand_back(entry.run(arrays), args, checked)
+        return self._marked(entry, args, result) if entry.needs else result
+
+    def _marked(self, entry: _Entry, args: list, result: Any) -> Any:
+        """result with the outputs torch would differentiate through marked so that a backward() outside
+        reaching them raises, saying why (flame.frontend.compiled_outputs)."""
+        leaves: list = []
+        skel = flatten(result, leaves)
+        inputs = [a for a in args if isinstance(a, Tensor) and a.requires_grad]
+        inputs += [b.tensor for b in entry.trace.bindings if b.kind == "tensor" and b.tensor.requires_grad]
+        return unflattener(skel)(compiled_outputs.attach(self.name, leaves, entry.needs, inputs))
 
 
 def _grad_outputs(tr: Trace, g: Graph) -> list:

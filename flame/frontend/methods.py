@@ -7,6 +7,10 @@ so a Tensor has all its methods once any part of flame.frontend is imported."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+
 from flame.frontend import autograd, autograd_grad, functional, indexing
 from flame.frontend.hooks import TensorHooks
 from flame.frontend.tensor import Tensor
@@ -52,16 +56,47 @@ class TensorLinks:
         return functional.log_softmax(self, dim)
 
 
+NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim"}  # PyTorch's argument parser takes NumPy's names too
+
+
+def numpy_names(fn: Callable) -> Callable:
+    """fn, also taking NumPy's keyword names where its parameters are torch's `dim` / `keepdim`, as every
+    torch function and Tensor method does (`x.sum(axis=0)`, `torch.cumprod(a, axis=0)`,
+    `x.mean(axis=1, keepdims=True)`); fn itself where it has neither parameter or already takes them.
+    Giving both spellings of one argument is torch's TypeError."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return fn
+    names = {a: d for a, d in NUMPY_NAMES.items() if d in params and a not in params}
+    if not names:
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if kwargs and not names.keys().isdisjoint(kwargs):
+            for alias, name in names.items():
+                if alias in kwargs:
+                    if name in kwargs:
+                        raise TypeError(f"{fn.__name__}() got multiple values for argument '{name}' "
+                                        f"(as '{name}' and as '{alias}')")
+                    kwargs[name] = kwargs.pop(alias)
+        return fn(*args, **kwargs)
+
+    return call
+
+
 def bind(cls: type, *mixins: type) -> None:
     """Copy each mixin's methods and attributes onto cls; a name that two of them (or cls and one of
-    them) define is an error, so no definition silently hides another."""
+    them) define is an error, so no definition silently hides another. A method with torch's `dim` /
+    `keepdim` also takes NumPy's `axis` / `keepdims` (numpy_names)."""
     for mixin in mixins:
         for name, member in vars(mixin).items():
             if name in _OF_THE_CLASS:
                 continue
             if name in vars(cls):
                 raise TypeError(f"{cls.__name__}.{name} is defined twice (again in {mixin.__name__})")
-            setattr(cls, name, member)
+            setattr(cls, name, numpy_names(member) if inspect.isfunction(member) else member)
 
 
 bind(Tensor, TensorCore, TensorOps, TensorMath, TensorLinks, TensorHooks)

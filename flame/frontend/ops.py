@@ -14,18 +14,21 @@ from flame.frontend import methods  # noqa: F401  (Tensor's methods are bound: _
 from flame.frontend.creation import tensor
 from flame.frontend.functional import log_softmax as _log_softmax
 from flame.frontend.functional import softmax as _softmax
+from flame.frontend.methods import numpy_names
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import (  # noqa: F401  (the package root's names)
     binary,
     broadcast_shapes,
     broadcast_tensors,
-    cat,
-    concat,
     pad,
-    stack,
     where,
 )
+from flame.frontend.tensor_core import cat as _cat
+from flame.frontend.tensor_core import concat as _concat
+from flame.frontend.tensor_core import stack as _stack
 from flame.frontend.tensor_ops import vector_norm  # noqa: F401  (the package root's name)
+
+cat, concat, stack = numpy_names(_cat), numpy_names(_concat), numpy_names(_stack)  # torch.cat(xs, axis=0)
 
 _DOCS = {
     "exp": "e to the power of each element.", "log": "Natural logarithm of each element.",
@@ -229,3 +232,6 @@ def isclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_
 def allclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:  # noqa: A002
     """isclose(...).all() as a Python bool (torch.allclose)."""
     return bool(isclose(input, other, rtol, atol, equal_nan).all())
+
+
+max, min, softmax, log_softmax = (numpy_names(f) for f in (max, min, softmax, log_softmax))  # noqa: A001

@@ -234,6 +234,7 @@ class Trace:
             self.freed |= used
         self.builder.loc = user_location()
         grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves))
+        _check_no_eager_history(leaves, grads)
         for t, gv in zip(leaves, grads):
             if gv is None:
                 continue
@@ -276,6 +277,23 @@ class Trace:
                 on_path.add(op)
                 stack.extend(op.inputs)
         return on_path
+
+
+def _check_no_eager_history(leaves: list, grads: list) -> None:
+    """A backward inside a trace that reaches a tensor made outside it by eager ops with a gradient history
+    (a log-probability kept in a list by eager code, then summed in the compiled step) cannot carry the
+    gradient on through that history to its leaves: a TraceError naming where it was made, rather than a
+    step that trains nothing."""
+    for t, gv in zip(leaves, grads):
+        node = t._node if t._value is None else None
+        if gv is not None and node is not None:
+            raise TraceError(
+                f"backward() inside a compiled function reaches a {list(t.shape)} tensor made outside it, by "
+                f"{node.name} at {node.loc}, whose gradient history is eager: the gradient cannot flow on through "
+                f"that history to its leaves (the step would train nothing). Compute it inside the compiled "
+                f"function from its inputs (pass the inputs, such as the states, as arguments), or run the "
+                f"backward eagerly\n  at {user_location()}"
+            )
 
 
 def _written_leaf(v: Value) -> Value:

@@ -43,19 +43,22 @@ def _torch_run():
     return out
 
 
-def _flame_setup():
+def _flame_setup(make=lambda: GradScaler("cpu", **KW)):
     x, w = _data()
     lin = nn.Linear(5, 3)
     with flame.no_grad():
         lin.weight.copy_(flame.tensor(w))
         lin.bias.zero_()
     opt = flame.optim.Adam(lin.parameters(), lr=0.1)
-    return flame.tensor(x), lin, opt, GradScaler("cpu", **KW)
+    return flame.tensor(x), lin, opt, make()
 
 
+@pytest.mark.parametrize("where", ["amp", "cuda.amp"])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_scale_skips_and_growth_match_torch(compiled):
-    x, lin, opt, scaler = _flame_setup()
+def test_scale_skips_and_growth_match_torch(compiled, where):
+    """flame.amp.GradScaler, and torch.cuda.amp's spelling (no device argument) of the same scaler."""
+    make = (lambda: GradScaler("cpu", **KW)) if where == "amp" else (lambda: flame.cuda.amp.GradScaler(**KW))
+    x, lin, opt, scaler = _flame_setup(make)
 
     def step(x, s):
         loss = (lin(x) ** 2).mean() * s
@@ -148,3 +151,23 @@ def test_fp16_gradients_refuse_to_unscale():
     (p.float().sum() * 2).backward()
     with pytest.raises(ValueError, match="FP16"):
         scaler.unscale_(opt)
+
+
+def test_torch_cuda_amp_names_and_signatures():
+    """`from torch.cuda.amp import GradScaler, autocast` scripts: the same names, torch.cuda.amp's signatures."""
+    import inspect
+
+    from flame.cuda.amp import GradScaler as CudaScaler
+    from flame.cuda.amp import autocast
+
+    for name in ("GradScaler", "autocast"):
+        want = list(inspect.signature(getattr(torch.cuda.amp, name)).parameters)
+        assert list(inspect.signature(getattr(flame.cuda.amp, name)).parameters) == want, name
+    assert CudaScaler is flame.cuda.amp.GradScaler and isinstance(CudaScaler(), GradScaler)
+    assert not CudaScaler(enabled=False).is_enabled()
+    with autocast(dtype=flame.bf16):
+        assert flame.amp.get_autocast_dtype() == flame.bf16
+        a = flame.ones(2, 2)
+        assert (a @ a).dtype == flame.bf16
+    with autocast():
+        assert (a @ a).dtype == flame.f16
