@@ -45,9 +45,9 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     """Normalise each group of C/num_groups channels of [N, C, *S] over its channels and positions
     (biased variance), then scale and shift per channel. An f16/bf16 input (weight and bias of its dtype
     or f32) computes in f32 and rounds the result once, as PyTorch's; its backward keeps the input and
-    the f32 statistics per sample and group, from which it recomputes the centred values. The parameters
-    are widened after their per-channel view, as batch_norm's: the backward then keeps the affine output
-    that a convolution reads rather than recomputing it (passes/remat.py, `_widening`)."""
+    the f32 statistics per sample and group, from which it recomputes the centred values and the output
+    (passes/remat.py: the parameters are widened before their per-channel view, so that the widening is
+    a graph input's, which the recomputation may read)."""
     if input.ndim < 2 or input.shape[1] % num_groups:
         raise _err(f"group_norm: num_groups={num_groups} must divide the channels of an [N, C, ...] input, got "
                    f"{list(input.shape)}")
@@ -60,9 +60,9 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     y = dev * ((dev * dev).mean(dims, keepdim=True) + eps).rsqrt()
     per_channel = (num_groups, c // num_groups) + (1,) * len(spatial)
     if weight is not None:
-        y = y * widened(weight.reshape(*per_channel))
+        y = y * widened(weight).reshape(*per_channel)
     if bias is not None:
-        y = y + widened(bias.reshape(*per_channel))
+        y = y + widened(bias).reshape(*per_channel)
     return y.reshape(*input.shape).to(input.dtype)
 
 
