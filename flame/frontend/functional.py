@@ -130,13 +130,15 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dty
 def layer_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # noqa: A002
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over the trailing normalized_shape dims, then weight and bias; in the
-    input's dtype (an f16/bf16 input with f32 weight and bias computes in f32, as PyTorch's; with weights
-    of its own dtype each step is rounded to it, where PyTorch rounds once)."""
+    input's dtype. An f16/bf16 input (weight and bias of its dtype or f32) computes the statistics, the
+    normalised value and the affine step in f32 and rounds the result once, as PyTorch's; its backward
+    keeps the input and the f32 row statistics (passes/remat.py recomputes the rest)."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if tuple(input.shape[-len(shape):]) != shape:
         raise ShapeError(f"layer_norm: input {list(input.shape)} does not end with normalized_shape "
                          f"{list(shape)}\n  at {user_location()}")
-    x = input.float() if param_dtype("layer_norm", input, weight, bias) not in (None, input.dtype) else input
+    param_dtype("layer_norm", input, weight, bias)
+    x, weight, bias = widened(input), widened(weight), widened(bias)  # f16/bf16: in f32, rounded once
     dims = tuple(range(x.ndim - len(shape), x.ndim))
     mu = x.mean(dims, keepdim=True)
     d = x - mu

@@ -43,23 +43,27 @@ def widened(t: Tensor | None) -> Tensor | None:
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
                eps: float = 1e-5) -> Tensor:
     """Normalise each group of C/num_groups channels of [N, C, *S] over its channels and positions
-    (biased variance), then scale and shift per channel."""
+    (biased variance), then scale and shift per channel. An f16/bf16 input (weight and bias of its dtype
+    or f32) computes in f32 and rounds the result once, as PyTorch's; its backward keeps the input and
+    the f32 statistics per sample and group, from which it recomputes the centred values and the output
+    (passes/remat.py: the parameters are widened before their per-channel view, so that the widening is
+    a graph input's, which the recomputation may read)."""
     if input.ndim < 2 or input.shape[1] % num_groups:
         raise _err(f"group_norm: num_groups={num_groups} must divide the channels of an [N, C, ...] input, got "
                    f"{list(input.shape)}")
-    x = input.float() if param_dtype("group_norm", input, weight, bias) not in (None, input.dtype) else input
-    n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
-    g = x.reshape(n, num_groups, c // num_groups, *spatial)
+    param_dtype("group_norm", input, weight, bias)
+    n, c, spatial = input.shape[0], input.shape[1], input.shape[2:]
+    g = widened(input).reshape(n, num_groups, c // num_groups, *spatial)
     dims = tuple(range(2, g.ndim))
     mu = g.mean(dims, keepdim=True)
     dev = g - mu
     y = dev * ((dev * dev).mean(dims, keepdim=True) + eps).rsqrt()
     per_channel = (num_groups, c // num_groups) + (1,) * len(spatial)
     if weight is not None:
-        y = y * weight.reshape(*per_channel)
+        y = y * widened(weight).reshape(*per_channel)
     if bias is not None:
-        y = y + bias.reshape(*per_channel)
-    return y.reshape(*x.shape).to(input.dtype)
+        y = y + widened(bias).reshape(*per_channel)
+    return y.reshape(*input.shape).to(input.dtype)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype

@@ -141,22 +141,45 @@ TAIL = 8  # the capacity of a value alive at the forward's end is 1/TAIL lower (
 
 
 def _small(u: Value, op: Op) -> bool:
-    """u (read by op) is a row statistic small enough to keep for op's recomputation: a LayerNorm's
-    per-row mean and rstd ([rows, 1]) against the [rows, d] value computed from them, which the
-    row kernel of the norm's backward then recomputes. Not per-channel statistics (a BatchNorm's
-    [1, 1, 1, C]): recomputing a BatchNorm + ReLU output from the convolution's result costs
-    resnet_block_train 11 % more time and 89 MiB more planned (benchmarks/results/2026-11-29-H200-remat/), the
-    recomputed outputs being written again for the weight gradients of the next convolutions."""
+    """u (read by op) is a per-sample statistic small enough to keep for op's recomputation: 1 in the
+    last dim, the size of op's result in the first and in every dim it was not reduced over, at most
+    1/SMALL of its elements. A LayerNorm's per-row mean and rstd ([rows, 1]) against the [rows, d]
+    value computed from them, or a GroupNorm's ([N, 1, 1, G, 1] against [N, H, W, G, C/G]), which
+    the row kernel of the norm's backward then recomputes. Not per-channel statistics (a BatchNorm's
+    [1, 1, 1, C], shared by the batch): recomputing a BatchNorm + ReLU output from the convolution's
+    result costs resnet_block_train 11 % more time and 89 MiB more planned
+    (benchmarks/results/2026-11-29-H200-remat/), the recomputed outputs being written again for the
+    weight gradients of the next convolutions."""
     shape, out = u.shape, op.out.shape
     return (u.type.numel * SMALL <= op.out.type.numel and len(shape) == len(out) and shape[-1] == 1
-            and tuple(shape[:-1]) == tuple(out[:-1]))
+            and shape[0] == out[0] and all(a in (1, b) for a, b in zip(shape, out)))
+
+
+def _widening(u: Value, op: Op) -> bool:
+    """op widens u, a value the forward computes: the same elements in more bytes (a cast of bf16 to
+    f32). Keeping u and recomputing op never costs more bytes than keeping op's result, so op may be
+    recomputed from u whether or not u is kept anyway: the minimum cut weighs u's bytes against those
+    of what op feeds. So a LayerNorm or GroupNorm that computes its bf16 input in f32 keeps that input
+    (often alive anyway: the residual stream) and its statistics, not its f32 centred copy. Not a
+    graph input's view (a parameter reshaped per channel and widened): that would let a BatchNorm's
+    affine output be recomputed for the next convolution, which `_small` keeps out."""
+    return (u.type.numel == op.out.type.numel and u.dtype.itemsize < op.out.dtype.itemsize
+            and _viewed(u).producer is not None)
+
+
+def _computed_view(op: Op) -> bool:
+    """op relabels (reshape, squeeze, unsqueeze) a value the forward computes: no work to recompute,
+    so a recomputation may pass through it (a GroupNorm's [N, C, H, W] input viewed as its groups).
+    It only joins a chain that an elementwise op starts (`free`)."""
+    return is_relabel(op) and _viewed(op.out).producer is not None
 
 
 def free(g: Graph) -> set[Op]:
     """The forward ops the backward recomputes by default, because it costs no launch and no matmul:
     elementwise ops (not random draws) computed from values that are kept anyway (saved values,
     graph inputs, constants), cheap to keep (a norm's row statistics, `_small`), alive at the
-    forward's end anyway (`_tail`) or from other such ops; read in the backward by more than the
+    forward's end anyway (`_tail`), narrower than the op's result (`_widening`) or from other such ops
+    (relabelling views of computed values included, `_computed_view`); read in the backward by more than the
     work the loss's gradient does in the forward's kernels (`_early`); and whose recomputation
     lands in a backward kernel that runs anyway (`_landing`, `_sibling`). So the GELU output is recomputed from
     its saved input inside the GELU backward's kernel, and a LayerNorm's normalised output from its
@@ -167,18 +190,19 @@ def free(g: Graph) -> set[Op]:
     needed, outputs, tail = saved(g), set(g.outputs), _tail(g)
     users = g.users()
     cand = {op for op in _ancestors(g, needed)  # checkpoint regions say for themselves what is kept
-            if _elementwise(op) and op.out not in outputs and _region(op) is None}
+            if (_elementwise(op) or _computed_view(op)) and op.out not in outputs and _region(op) is None}
     changed = True
     while changed:  # drop ops that read a forward value that is neither kept nor recomputable
         changed = False
         for op in list(cand):
             if not all(u.producer is None or is_fill(u.producer) or u in needed or u.producer in cand
-                       or u in tail or _small(u, op) for u in op.inputs):
+                       or u in tail or _small(u, op) or _widening(u, op) for u in op.inputs):
                 cand.discard(op)
                 changed = True
     early = _early(g)
     allowed: set[Op] = set()
-    starts = [op for op in cand if op.out in needed and any(r not in early for r in users[op.out] if is_backward(r))]
+    starts = [op for op in cand if _elementwise(op) and op.out in needed
+              and any(r not in early for r in users[op.out] if is_backward(r))]
     beside = _Beside(g.ops[s:], starts, cand, users)
     todo = {op: _landing(op, cand, users, beside) for op in starts}
     while True:  # a recomputation allowed lands in a kernel, which then reads what it reads too

@@ -294,3 +294,37 @@ def test_a_loss_gradient_computed_in_the_forward_is_not_recomputed_in_the_backwa
     # only split the kernel that computes the loss and its gradient together
     assert not any(" exp " in src for src, _, _ in report.recomputed), report.recomputed
     assert len(kernels) <= len(got[False][1])
+
+
+@pytest.mark.parametrize("kind", ["layer_norm", "group_norm"])
+def test_a_bf16_norm_computed_in_f32_keeps_its_bf16_input_not_an_f32_copy(kind):
+    """A bf16 LayerNorm / GroupNorm with bf16 weights computes in f32 (rounded once, as torch's); what its
+    training step keeps for the backward is what torch's keeps: bf16 data of the input's size and f32
+    statistics (per row, or per sample and group), never an f32 value of the input's size (the centred
+    copy): the cast to f32 is recomputed from the narrower input (remat._widening)."""
+    flame.manual_seed(0)
+    rng = np.random.default_rng(5)
+    if kind == "layer_norm":
+        norm, lin = nn.LayerNorm(64), nn.Linear(64, 64)
+        x = rng.standard_normal((256, 64)).astype(np.float32) * 3 + 5
+    else:
+        norm, lin = nn.GroupNorm(4, 16), nn.Conv2d(16, 16, 3, padding=1)
+        x = rng.standard_normal((4, 16, 8, 8)).astype(np.float32) * 3 + 5
+    for m in (norm, lin):
+        m.to(flame.bf16)
+
+    def step(x):
+        h = lin(x)
+        loss = (lin(norm(h)).float() ** 2).mean()  # the norm's input is no graph input and not alive at the end
+        loss.backward()
+        return loss
+
+    f = flame.compile(step, name=f"bf16_{kind}")
+    xb = flame.tensor(x).to(flame.bf16)
+    report = f.memory_report(xb)
+    full = [(src, ty) for src, ty, n in report.saved if n >= x.size * 2]  # values of the input's size
+    assert full and all(ty.startswith("bf16") for _, ty in full), full
+    stats = [ty for src, ty, n in report.saved if ty.startswith("f32") and n * 16 <= x.size * 4]
+    assert len(stats) >= 2, report.saved  # the mean and the rstd, in f32
+    f(xb)  # runs on the reference executor and gives the gradients
+    assert all(np.isfinite(p.grad.float().numpy()).all() for p in (norm.weight, norm.bias))

@@ -169,3 +169,83 @@ def test_half_rms_norm_and_batch_norm_evaluation_round_once_as_torch(dt, compile
     for g, t in zip(got, want):  # f32 arithmetic in another order (torch's batch_norm: x * a + c): a rare last bit
         np.testing.assert_allclose(g.numpy(), t.numpy(), rtol=ulp, atol=0)
         assert (g.numpy() != t.numpy()).mean() < 0.01  # rounding each step to the input's dtype: a quarter
+
+
+def _half_norms(dt: str):
+    """fn(L, x, w, b) -> (layer_norm, group_norm) of x in dt with weight and bias of dt (f32 results), on
+    rows and groups whose mean is far from zero (where rounding each step to dt loses most)."""
+
+    def fn(L, x, w, b):
+        half = getattr(L, NAMES[dt])
+        x, w, b = (t.to(half) for t in (x, w, b))
+        F = L.nn.functional
+        return F.layer_norm(x, (64,), w, b).float(), F.group_norm(x.reshape(4, 16, 8), 4, w[:16], b[:16]).float()
+
+    return fn
+
+
+HALF_X = rng.standard_normal((8, 64)).astype(np.float32) * 3 + 5
+HALF_W = 1 + 0.1 * rng.standard_normal(64).astype(np.float32)
+HALF_B = 0.1 * rng.standard_normal(64).astype(np.float32)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_half_layer_norm_and_group_norm_round_once_as_torch(dt, compiled):
+    """A bf16/f16 layer_norm and group_norm with weight and bias of the input's dtype compute in f32 and
+    round the result once, as torch's kernels: torch's bits but for a rare last one (f32 arithmetic in
+    another order), and torch's error against the exact (f64) result."""
+    fn = _half_norms(dt)
+    args = [HALF_X, HALF_W, HALF_B]
+    want = fn(torch, *map(torch.tensor, args))
+    step = flame.compile(lambda *a: fn(flame, *a)) if compiled else (lambda *a: fn(flame, *a))
+    got = step(*map(flame.tensor, args))
+    half = getattr(torch, NAMES[dt])
+    x, w, b = (torch.tensor(a).to(half).double() for a in args)
+    exact = (torch.nn.functional.layer_norm(x, (64,), w, b), torch.nn.functional.group_norm(
+        x.reshape(4, 16, 8), 4, w[:16], b[:16]))
+    ulp = 2.0**-10 if dt == "f16" else 2.0**-7
+    for g, t, e in zip(got, want, exact):
+        g, t, e = g.numpy(), t.numpy(), e.numpy()
+        np.testing.assert_allclose(g, t, rtol=ulp, atol=0)
+        assert (g != t).mean() < 0.02  # rounding each step to the input's dtype: most elements differ
+        assert np.abs(g - e).mean() <= 1.02 * np.abs(t - e).mean()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_half_layer_norm_and_group_norm_gradients_as_torch(dt, compiled):
+    """The gradients of the input, weight and bias of a bf16/f16 layer_norm and group_norm (weights of the
+    input's dtype) against torch's CPU kernels' (within a few of the dtype's ulps of the largest) and
+    against the exact gradients of the same rounded inputs (f64): at least as close as torch's."""
+    fn = _half_norms(dt)
+    up = np.linspace(-1.0, 2.0, HALF_X.size).reshape(HALF_X.shape).astype(np.float32)
+
+    def loss(L, x, w, b):
+        ln, gn = fn(L, x, w, b)
+        g = L.tensor(up)
+        return (ln * g).sum() + (gn.reshape(8, 64) * g.flip(0)).sum()
+
+    def torch_grads(dtype):
+        leaves = [torch.tensor(a).to(getattr(torch, NAMES[dt])).to(dtype).requires_grad_()
+                  for a in (HALF_X, HALF_W, HALF_B)]
+        if dtype == torch.float64:  # the exact gradient: the same computation in f64 throughout
+            F = torch.nn.functional
+            x, w, b = leaves
+            ln, gn = F.layer_norm(x, (64,), w, b), F.group_norm(x.reshape(4, 16, 8), 4, w[:16], b[:16])
+            g = torch.tensor(up, dtype=dtype)
+            ((ln * g).sum() + (gn.reshape(8, 64) * g.flip(0)).sum()).backward()
+        else:
+            loss(torch, *leaves).backward()
+        return [t.grad.double().numpy() for t in leaves]
+
+    want, exact = torch_grads(getattr(torch, NAMES[dt])), torch_grads(torch.float64)
+    args = [flame.tensor(a).to(flame.ir.dtypes.dtype_of(dt)) for a in (HALF_X, HALF_W, HALF_B)]
+    grads = flame.grad(lambda *a: loss(flame, *a), argnums=(0, 1, 2))
+    got = (flame.compile(grads) if compiled else grads)(*args)
+    ulp = 2.0**-10 if dt == "f16" else 2.0**-7
+    for name, g, t, e in zip(("input", "weight", "bias"), got, want, exact):
+        assert str(g.dtype) == dt, name
+        g = g.float().numpy().astype(np.float64)
+        np.testing.assert_allclose(g, t, rtol=0, atol=8 * ulp * np.abs(t).max(), err_msg=name)
+        assert np.abs(g - e).mean() <= 1.05 * np.abs(t - e).mean() + 1e-12, name
