@@ -12,6 +12,8 @@ instead. Values, `.item()`, `.numpy()` and uses under no_grad are unchanged."""
 
 from __future__ import annotations
 
+from functools import cache
+
 from flame.errors import AutogradError
 from flame.frontend.context import grad_enabled, user_location
 from flame.frontend.dispatch import Node, record_versions
@@ -33,7 +35,11 @@ def _vjp(b, gouts: dict, *inputs, call: int, index: int):
     )
 
 
-_OP = define_function("compiled_output", _vjp, None)
+@cache
+def _op():
+    """The op, registered at the first result it marks (not at import: the registry lists only the ops a
+    program can meet, and a user function's op is registered when the user defines it)."""
+    return define_function("compiled_output", _vjp, None)
 
 
 def attach(name: str, outputs: list, needs: tuple[int, ...], inputs: list) -> list:
@@ -50,6 +56,6 @@ def attach(name: str, outputs: list, needs: tuple[int, ...], inputs: list) -> li
         ins = (*inputs, t)
         marked = Tensor._concrete(t._data, t.dtype)
         marked.requires_grad = True
-        marked._node = Node(_OP.name, {"call": key, "index": k}, ins, record_versions(ins), loc)
+        marked._node = Node(_op().name, {"call": key, "index": k}, ins, record_versions(ins), loc)
         out[k] = marked
     return out
