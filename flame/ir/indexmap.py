@@ -458,9 +458,9 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
     for v in exposed:
         if v in inside and is_reduction(inside[v]):
             m = row_map(v, domain, n_red)
-        elif v in inside and (n_red or canonical(v, domain, n_red) is None) and v in onto():
+        elif v in inside and (n_red or canonical(v, domain, n_red) is None or _reorders(v, ops)) and v in onto():
             m = onto()[v]  # computed in another order than the domain's: where the group's structure
-            # puts it (its shape alone may not say)
+            # puts it (its shape alone may not say, `_reorders`)
         else:
             m = canonical(v, domain, n_red)
         if m is None:
@@ -497,7 +497,7 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
     stores that result through these."""
     n = math.prod(domain)
     seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].shape == domain]
-    seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.shape == domain]
+    seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.shape == domain and not _reorders(u, ops)]
     out = dict.fromkeys(seeds, identity(len(domain)))
     fulls: dict[Op, list[tuple[int, Value]]] = {}  # op -> its operands of n elements (found once)
     grew = True
@@ -519,6 +519,15 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
                     if step is not None:
                         out[u], grew = out[op.out].then(step), True
     return out
+
+
+def _reorders(v: Value, ops: list[Op]) -> bool:
+    """v is a permute, computed among `ops`, of a value of its shape (a GroupNorm's channels-last
+    [N, H, W, G, C/G] viewed as [N, G, H, W, C/G] where H = W = G): the domain holds it in its
+    input's order, whatever its shape says."""
+    order = axis_order(v.producer)
+    return (order is not None and order != tuple(range(len(order))) and v.producer in ops
+            and v.producer.inputs[0].shape == v.shape)
 
 
 def _bijective(op: Op, i: int) -> bool:

@@ -336,13 +336,21 @@ def rewrite(g: Graph, recompute: set[Value], offload: Collection[Value] = ()) ->
     """g where every later read of a value in `recompute` reads a clone computed right before it, and
     every backward read of a value in `offload` reads it back from host memory: an `offload` op right
     after its last forward use, a `reload` op (a backward op) before the backward library call that
-    precedes its first backward use, so the copy overlaps that call (ir/ops/host.py)."""
+    precedes its first backward use, so the copy overlaps that call (ir/ops/host.py).
+
+    A backward op reads a recomputation (RecomputeLoc clones, shared by the backward). An op after
+    the backward that autodiff did not append (the optimizer update) reads a copy of its own, with
+    the forward op's loc, computed right before it: a clone made early for the backward and read by
+    the update too would be a kernel of its own, since no kernel holds a recomputation and an op of
+    another phase (`mixes_phases`). So an optimizer's f32 cast of a parameter, which CSE merged with
+    the forward's (a GroupNorm widening its weight), is again computed inside the update's kernel."""
     if not recompute and not offload:
         return g
     s = split(g)
     new = Graph(g.name)
     m: dict[Value, Value] = {v: new.add_input(v.type, r) for v, r in zip(g.inputs, g.roles)}
     clones: dict[Value, Value] = {}
+    copies: dict[Value, Value] = {}  # the update's own copies (not recomputations)
     hosted: dict[Value, Value] = {}
     reloaded: dict[Value, Value] = {}
     last_use = _last_forward_use(g, offload)
@@ -353,8 +361,6 @@ def rewrite(g: Graph, recompute: set[Value], offload: Collection[Value] = ()) ->
         return out.out
 
     def read(u: Value) -> Value:
-        if u in clones:
-            return clones[u]
         if u in hosted:
             if u not in reloaded:
                 op = Op(RELOAD.name, (hosted[u],), {}, u.type, BackwardLoc(u.producer.loc or ""))
@@ -363,19 +369,20 @@ def rewrite(g: Graph, recompute: set[Value], offload: Collection[Value] = ()) ->
             return reloaded[u]
         return m[u]
 
-    def clone(v: Value) -> Value:
+    def clone(v: Value, made: dict[Value, Value], backward: bool) -> Value:
         stack = [v]
         while stack:  # inputs first, without recursion (chains can be long)
             x = stack[-1]
-            todo = [u for u in x.producer.inputs if u in recompute and u not in clones]
+            todo = [u for u in x.producer.inputs if u in recompute and u not in made]
             if todo:
                 stack.extend(todo)
                 continue
             stack.pop()
-            if x not in clones:
+            if x not in made:
                 op = x.producer
-                clones[x] = emit(op, tuple(read(u) for u in op.inputs), RecomputeLoc(op.loc or ""))
-        return clones[v]
+                ins = tuple(made[u] if u in made else read(u) for u in op.inputs)
+                made[x] = emit(op, ins, RecomputeLoc(op.loc or "") if backward else op.loc)
+        return made[v]
 
     for i, op in enumerate(g.ops):
         if i < s:
@@ -383,7 +390,8 @@ def rewrite(g: Graph, recompute: set[Value], offload: Collection[Value] = ()) ->
             for v in last_use.get(i, ()):
                 hosted[v] = emit(Op(OFFLOAD.name, (v,), {}, v.type, op.loc), (m[v],), op.loc)
             continue
-        ins = tuple(clone(u) if u in recompute else read(u) for u in op.inputs)
+        made, backward = (clones, True) if is_backward(op) else (copies, False)
+        ins = tuple(clone(u, made, backward) if u in recompute else read(u) for u in op.inputs)
         m[op.out] = emit(op, ins, op.loc)
     new.ops = _prefetch(new.ops, set(reloaded.values()), split(new))
     new.outputs = [m[v] for v in g.outputs]

@@ -328,3 +328,48 @@ def test_a_bf16_norm_computed_in_f32_keeps_its_bf16_input_not_an_f32_copy(kind):
     assert len(stats) >= 2, report.saved  # the mean and the rstd, in f32
     f(xb)  # runs on the reference executor and gives the gradients
     assert all(np.isfinite(p.grad.float().numpy()).all() for p in (norm.weight, norm.bias))
+
+
+def _group_norm_adamw(monkeypatch, free: bool):
+    """(fusion groups, graph inputs, updated parameters) of a bf16 conv -> GroupNorm -> SiLU -> conv
+    training step with AdamW, planned for CUDA, run on the reference executor; with the free
+    recomputations (True) or without them (remat.free patched to choose nothing)."""
+    from flame.passes import remat
+
+    flame.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.GroupNorm(4, 16), nn.SiLU(),
+                          nn.Conv2d(16, 16, 3, padding=1)).to(flame.bf16)
+    opt = flame.optim.AdamW(model.parameters(), lr=1e-2)
+    x = flame.tensor(np.random.default_rng(7).standard_normal((2, 16, 4, 4)).astype(np.float32)).to(flame.bf16)
+
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x).float() ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    with monkeypatch.context() as m:
+        if not free:
+            m.setattr(remat, "free", lambda g: set())
+        f = flame.compile(step, name=f"gn_adamw_{free}")
+        g = f.optimized(x)
+        f(x)
+    return g.groups, set(g.inputs), [p.float().numpy().copy() for p in model.parameters()]
+
+
+def test_a_bf16_group_norm_step_with_adamw_plans_no_kernel_that_only_widens_a_parameter(monkeypatch, cuda_target):
+    """GroupNorm widens its bf16 weight and bias to f32, and AdamW casts every bf16 parameter to f32: CSE
+    makes them one value, which the backward recomputes. The update reads a copy of its own (remat.rewrite),
+    computed in its kernel, not the backward's recomputation, which would be a kernel of its own per
+    parameter (no kernel holds a recomputation and the update). Same parameters, bit for bit, as the plan
+    without free recomputations, and no more kernels."""
+    from flame.ir.registry import is_relabel
+
+    groups, inputs, params = _group_norm_adamw(monkeypatch, True)
+    groups0, _, params0 = _group_norm_adamw(monkeypatch, False)
+    widen_only = [k for k in groups if all(op.name == "cast" or is_relabel(op) for op in k.ops)
+                  and all(u in inputs for op in k.ops for u in op.inputs if u.producer not in k.ops)]
+    assert not widen_only, [[str(op.out.type) for op in k.ops] for k in widen_only]
+    assert len(groups) <= len(groups0)
+    _same_bits(params, params0)

@@ -22,6 +22,7 @@ SHAPES = [  # N, C, H, W, groups
     (1, 9, 3, 5, 3),  # batch 1, odd C/G = 3
     (2, 12, 7, 3, 2),  # C/G = 6
     (3, 64, 4, 4, 32),  # many groups
+    (2, 16, 4, 4, 4),  # H = W = G: channels-last [N, H, W, G, C/G] permuted to its groups keeps its shape
 ]
 GPU_SHAPES = SHAPES + [
     (256, 64, 4, 4, 32),  # 8192 rows: a slot of the row kernel visits several rows
@@ -90,13 +91,15 @@ def _column_sums(launch) -> list:
     return [op for op in launch.ops if is_reduction(op) and trailing_reduced(op) is None]
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("shape", SHAPES + GPU_SHAPES[len(SHAPES):], ids=str)
-def test_group_norm_backward_is_two_kernels(shape, cuda_target, tmp_path, monkeypatch):
+def test_group_norm_backward_is_two_kernels(shape, dtype, cuda_target, tmp_path, monkeypatch):
     """No column reduction is a kernel of its own: dweight and dbias ride in the row kernel computing
     the backward's two row sums and dx, and its fold is the only other kernel that touches them. The
-    kernels compile with NVRTC."""
+    kernels compile with NVRTC. bf16 computes in f32 and its backward recomputes the normalised value
+    from the bf16 input, in the same kernel."""
     monkeypatch.setenv("FLAME_CACHE_DIR", str(tmp_path))
-    entry = _planned(shape)
+    entry = _planned(shape, dtype)
     launches = [s for s in entry.plan.steps if isinstance(s, KernelLaunch) and s.grid]
     carrying = [k for k in launches if _column_sums(k)]
     assert len(carrying) == 2 and carrying[1].name.startswith(carrying[0].name.rsplit("_", 1)[0] + "_fold")
@@ -108,9 +111,9 @@ def test_group_norm_backward_is_two_kernels(shape, cuda_target, tmp_path, monkey
     assert all(k.name.encode() in cubin for k in carrying)
 
 
-def _planned(shape):
+def _planned(shape, dtype="f32"):
     """The compiled step's cache entry (plan and graph), traced and planned but not run."""
-    t = {k: flame.tensor(v, requires_grad=k != "dy") for k, v in _arrays(shape).items()}
+    t = {k: flame.tensor(v, DTYPES[dtype], requires_grad=k != "dy") for k, v in _arrays(shape).items()}
     step = _compiled(shape, t)
     return step._lookup(step._args((t["x"],)))
 
