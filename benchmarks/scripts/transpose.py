@@ -42,19 +42,19 @@ _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 def permute_op(shape: tuple[int, ...], perm: tuple[int, ...], dtype: str):
     from flame.ir import Builder, Graph, TensorType
-    from flame.ir.dtypes import ALL_DTYPES
+    from flame.ir.dtypes import dtype_of
 
     g = Graph("permute")
-    x = g.add_input(TensorType(tuple(shape), next(d for d in ALL_DTYPES if d.name == dtype)))
+    x = g.add_input(TensorType(tuple(shape), dtype_of(dtype)))
     Builder(g).permute(x, perm=list(perm))
     return g.ops[-1]
 
 
 def random_bits(shape, dtype: str, rng) -> np.ndarray:
     """Random bit patterns of dtype's size (0/1 bytes for bool: other bytes are not valid bools)."""
-    from flame.ir.dtypes import ALL_DTYPES
+    from flame.ir.dtypes import dtype_of
 
-    size = next(d for d in ALL_DTYPES if d.name == dtype).np_dtype.itemsize
+    size = dtype_of(dtype).np_dtype.itemsize
     if dtype == "bool":
         return rng.integers(0, 2, shape, dtype=np.uint8)
     return rng.integers(0, np.iinfo(_BITS[size]).max, shape, dtype=_BITS[size], endpoint=True)

@@ -4,14 +4,18 @@
     x8 = scaled_cast(x, sx, e4m3)            w8 = scaled_cast(w, sw, e4m3)       (x [m, k], w [n, k])
     y  = fp8_matmul(x8, w8, 1/sx, 1/sw) -> bf16  (+ bias in bf16)
   backward, from the cotangent g [m, n] (bf16), its scale sg from amax(g) (current scaling):
-    dx = fp8_matmul(scaled_cast(g, sg, e5m2),   scaled_cast(w^T, sw, e4m3), 1/sg, 1/sw) -> x's dtype
-    dw = fp8_matmul(scaled_cast(g^T, sg, e5m2), scaled_cast(x^T, sx, e4m3), 1/sg, 1/sx) -> w's dtype
+    g8 = scaled_cast(g, sg, e5m2)
+    dx = fp8_matmul(g8,   w8^T, 1/sg, 1/sw) -> x's dtype
+    dw = fp8_matmul(g8^T, x8^T, 1/sg, 1/sx) -> w's dtype
 
 All of it is IR (ir/ops/fp8.py): the casts are elementwise ops that fuse into the kernels producing
-their inputs (a transposed cast is one kernel reading its input transposed), the amaxes are ordinary
-reductions that fuse with their producers, and each fp8_matmul is one cuBLASLt FP8 call (the
-reference executor emulates it exactly). The GEMM operands are always "a [m, k] times b [n, k]",
-cuBLASLt's only FP8 form, which is why the backward casts transposed copies. The gradient flows
+their inputs, the amaxes are ordinary reductions that fuse with their producers, and each fp8_matmul
+is one cuBLASLt FP8 call (the reference executor emulates it exactly). The GEMM operands are always
+"a [m, k] times b [n, k]", cuBLASLt's only FP8 form, which is why the backward takes transposed
+copies: of the FP8 casts (a cast commutes with a transpose, bit for bit), so each is a tiled transpose
+of 1-byte data rather than a cast reading its 2- or 4-byte input transposed (which ran at 14 % of the
+copy bandwidth on an H100, benchmarks/results/2026-12-05-H100-fp8/), and the backward keeps x8
+rather than x. The gradient flows
 straight through the rounding (the derivative of the cast is taken as the identity, as
 TransformerEngine and torchao do): one autograd Function (flame.autograd.Function) holds the forward
 and emits the two gradient GEMMs itself. f32 master weights stay f32 (w is cast from f32 straight to
@@ -137,16 +141,22 @@ class _Float8Linear(Function):
 
     @staticmethod
     def forward(ctx, x, w, sx, sw):
-        ctx.save_for_backward(x, w, sx, sw)
-        return _gemm(_cast(x, sx, f8e4m3), _cast(w, sw, f8e4m3), sx.reciprocal(), sw.reciprocal(), bf16)
+        x8, w8 = _cast(x, sx, f8e4m3), _cast(w, sw, f8e4m3)
+        ctx.save_for_backward(x8, w8, sx, sw)
+        ctx.dtypes = x.dtype, w.dtype
+        return _gemm(x8, w8, sx.reciprocal(), sw.reciprocal(), bf16)
 
     @staticmethod
     def backward(ctx, g):
-        x, w, sx, sw = ctx.saved_tensors
+        # the transposed operands are the FP8 casts transposed (a cast commutes with a transpose, bit for
+        # bit): a transpose of 1-byte data, tiled, instead of a cast reading its bf16/f32 input transposed
+        x8, w8, sx, sw = ctx.saved_tensors
+        x_dtype, w_dtype = ctx.dtypes
         sg = scale_from_amax(amax(g), f8e5m2)
         g_inv = sg.reciprocal()
-        dx = _gemm(_cast(g, sg, f8e5m2), _cast(w.T, sw, f8e4m3), g_inv, sw.reciprocal(), x.dtype)
-        dw = _gemm(_cast(g.T, sg, f8e5m2), _cast(x.T, sx, f8e4m3), g_inv, sx.reciprocal(), w.dtype)
+        g8 = _cast(g, sg, f8e5m2)
+        dx = _gemm(g8, w8.T, g_inv, sw.reciprocal(), x_dtype)
+        dw = _gemm(g8.T, x8.T, g_inv, sx.reciprocal(), w_dtype)
         return dx, dw, None, None
 
 

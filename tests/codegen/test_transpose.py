@@ -16,7 +16,7 @@ from flame.ir import Builder, Graph, TensorType, f32
 from flame.ir.indexmap import permute_map
 from flame.runtime.reference import run_graph
 
-DTYPES = ("f32", "f16", "bf16", "i64", "bool")
+DTYPES = ("f32", "f16", "bf16", "i64", "bool", "f8e4m3", "f8e5m2")  # FP8: the backward's transposed GEMM operands
 SHAPES = [  # (input shape, perm): tiled (odd extents, batches, 2-d, 4-d), runs, thin (general copy)
     ((3, 1000, 77), (0, 2, 1)),
     ((2, 40, 96), (0, 2, 1)),
