@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from flame.ir.graph import Graph, Kind, Op, Value, is_backward
 from flame.ir.indexmap import (
     Layout,
+    Layouts,
     canonical,
     contiguous_strides,
-    derive,
     domains,
     is_reduction,
     is_view,
@@ -55,6 +55,7 @@ class State:
         self.refused: dict[tuple[Op, Op], str] = {}
         self.forward, self.later = _phases(g)
         self.updated = g.updated()  # output updating an input in place -> that input
+        self.layouts = Layouts()  # indexmap.derive, each answer kept for the groups alike that ask it again
 
     def refuse(self, grp: Group, op: Op, why: str) -> bool:
         """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
@@ -266,12 +267,12 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
         if cols:
             ops = [o for o in ops if o not in cols]
             exposed = list(dict.fromkeys([v for v in exposed if v.producer not in cols] + [c.inputs[0] for c in cols]))
-        got = derive(ops, exposed, domain, n_red)
+        got = st.layouts.derive(ops, exposed, domain, n_red)
         got = _copied_view(st, ops, got) or got
         return got if isinstance(got, str) else (domain, n_red)
     why, big = "no common iteration domain", None
     for shape in domains(ops):
-        got = derive(ops, exposed, shape, 0)
+        got = st.layouts.derive(ops, exposed, shape, 0)
         got = _copied_view(st, ops, got) or got
         if isinstance(got, Layout):
             return shape, 0
