@@ -494,17 +494,30 @@ class Layouts:
 
     def derive(self, ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: int) -> Layout | str:
         """derive(ops, exposed, domain, n_red)."""
+        got, values = self._answer(ops, exposed, domain, n_red)
+        return got if values is None or isinstance(got, str) else _renumbered(got, values, domain, n_red)
+
+    def stores(self, ops: list[Op], exposed: list[Value], domain: tuple[int, ...],
+               n_red: int) -> dict[Value, IndexMap] | str:
+        """derive(ops, exposed, domain, n_red).stores, or the reason it gives (what the fusion pass asks)."""
+        got, values = self._answer(ops, exposed, domain, n_red)
+        if isinstance(got, str):
+            return got
+        return got.stores if values is None else {values[i]: m for i, m in got[1]}
+
+    def _answer(self, ops, exposed, domain, n_red) -> tuple[Layout | str | tuple, list[Value] | None]:
+        """(derive's answer, None) where it was derived now, or (the kept answer, the group's values)."""
         key = self._key(ops, exposed, domain, n_red)
         if key is None:
-            return derive(ops, exposed, domain, n_red)
+            return derive(ops, exposed, domain, n_red), None
         key, values = key
         got = self._found.get(key)
         if got is not None:
-            return got if isinstance(got, str) else _renumbered(got, values, domain, n_red)
+            return got, values
         lay = derive(ops, exposed, domain, n_red)
         if len(self._found) < self.limit:
             self._found[key] = lay if isinstance(lay, str) else _numbered(lay, values)
-        return lay
+        return lay, None
 
     def _key(self, ops, exposed, domain, n_red) -> tuple[tuple, list[Value]] | None:
         """(the group's structure as a tuple, its values: the ops' results, then the other values
@@ -560,15 +573,18 @@ class _Symbolic(Exception):
 
 def _frozen(a):
     """An attribute as a hashable key that tells apart what == does not (1, 1.0 and True; -0.0 and 0.0)."""
-    if isinstance(a, (list, tuple)):
-        return type(a).__name__, tuple(_frozen(x) for x in a)
+    t = type(a)
+    if t is int or t is str or t is bool or a is None:
+        return t, a
+    if t is list or t is tuple:
+        return t, tuple(map(_frozen, a))
+    if t is float:
+        return t, a.hex() if a == a else repr(a)
     if isinstance(a, dict):
-        return "dict", tuple((k, _frozen(x)) for k, x in a.items())
-    if isinstance(a, int) and type(a) not in (int, bool):
+        return t, tuple((k, _frozen(x)) for k, x in a.items())
+    if isinstance(a, (int, float)):  # a SymInt, SymFloat or NumPy number: no key
         raise _Symbolic
-    if isinstance(a, float):
-        return "float", a.hex() if a == a else repr(a)
-    return type(a).__name__, a
+    return t, a
 
 
 def _numbered(lay: Layout, values: list[Value]) -> tuple:
