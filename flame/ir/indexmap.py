@@ -554,15 +554,19 @@ class Layouts:
         return tuple(flat), values
 
     def _number(self, op: Op) -> int | None:
+        """The number of op's (name, attributes, result type, input types), or None where a size is symbolic."""
+        out = op.out.type
+        sig = [op.name, out.shape, out.dtype.name]
+        for v in op.inputs:
+            t = v.type
+            sig += (t.shape, t.dtype.name)
+        if not all(_INT.issuperset(map(type, s)) for s in sig[1::2]):
+            return None
         try:
-            attrs = tuple((k, _frozen(a)) for k, a in op.attrs.items())
+            sig.append(tuple([(k, _frozen(a)) for k, a in op.attrs.items()]))
+            return self._sigs.setdefault(tuple(sig), len(self._sigs))
         except _Symbolic:
             return None
-        types = (op.out.type, *(v.type for v in op.inputs))
-        if not all(_INT.issuperset(map(type, t.shape)) for t in types):
-            return None
-        try:
-            return self._sigs.setdefault((op.name, attrs, types), len(self._sigs))
         except TypeError:  # an attribute with no hashable form
             return None
 
