@@ -39,6 +39,9 @@ class DType:
     def is_int(self) -> bool:
         return self.kind == "int"
 
+    def __hash__(self) -> int:  # the name alone (dtypes that are equal have one name): NumPy's dtype hashes slowly
+        return hash(self.name)
+
     def __repr__(self) -> str:
         return f"flame.{self.name}"
 

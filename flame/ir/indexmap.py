@@ -478,6 +478,143 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
     return Layout(domain, n_red, maps, stores, through, frozenset(k for k, g in guarded.items() if g))
 
 
+class Layouts:
+    """`derive` with its answers kept, keyed on the structure of the group alone: each op's name,
+    attributes and types, which ops read which values (values numbered by position), the values
+    stored, the domain and n_red, which decide the answer (derive reads nothing else of them). A
+    model of identical blocks asks the same questions of each block; this answers a repeat by
+    renumbering the first answer. Groups with a symbolic size anywhere (a SymInt: comparing it may
+    record a guard) are derived anew every time. One per fusion pass, at most `limit` answers kept."""
+
+    def __init__(self, limit: int = 1 << 16):
+        self.limit = limit
+        self._sig: dict[Op, int | None] = {}  # op -> the number of its (name, attrs, types), None: symbolic
+        self._sigs: dict[tuple, int] = {}
+        self._found: dict[tuple, tuple] = {}
+
+    def derive(self, ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: int) -> Layout | str:
+        """derive(ops, exposed, domain, n_red)."""
+        got, values = self._answer(ops, exposed, domain, n_red)
+        return got if values is None or isinstance(got, str) else _renumbered(got, values, domain, n_red)
+
+    def stores(self, ops: list[Op], exposed: list[Value], domain: tuple[int, ...],
+               n_red: int) -> dict[Value, IndexMap] | str:
+        """derive(ops, exposed, domain, n_red).stores, or the reason it gives (what the fusion pass asks)."""
+        got, values = self._answer(ops, exposed, domain, n_red)
+        if isinstance(got, str):
+            return got
+        return got.stores if values is None else {values[i]: m for i, m in got[1]}
+
+    def _answer(self, ops, exposed, domain, n_red) -> tuple[Layout | str | tuple, list[Value] | None]:
+        """(derive's answer, None) where it was derived now, or (the kept answer, the group's values)."""
+        key = self._key(ops, exposed, domain, n_red)
+        if key is None:
+            return derive(ops, exposed, domain, n_red), None
+        key, values = key
+        got = self._found.get(key)
+        if got is not None:
+            return got, values
+        lay = derive(ops, exposed, domain, n_red)
+        if len(self._found) < self.limit:
+            self._found[key] = lay if isinstance(lay, str) else _numbered(lay, values)
+        return lay, None
+
+    def _key(self, ops, exposed, domain, n_red) -> tuple[tuple, list[Value]] | None:
+        """(the group's structure as a tuple, its values: the ops' results, then the other values
+        it reads or stores in order of first use), or None for a symbolic group. An op's number
+        fixes its arity, so the numbers of the values it reads follow it without a separator."""
+        if not _INT.issuperset(map(type, domain)):
+            return None
+        sig, n = self._sig, len(ops)
+        pos = {op.out: i for i, op in enumerate(ops)}
+        values = [op.out for op in ops]
+        flat = [domain, n_red, n]
+        for op in ops:
+            s = sig.get(op, -1)
+            if s == -1:
+                s = sig[op] = self._number(op)
+            if s is None:
+                return None
+            flat.append(s)
+            for v in op.inputs:
+                r = pos.get(v)
+                if r is None:
+                    r = pos[v] = len(values)
+                    values.append(v)
+                flat.append(r)
+        flat.append(-1)
+        for v in exposed:
+            r = pos.get(v)
+            if r is None:
+                if not _INT.issuperset(map(type, v.shape)):
+                    return None
+                r = pos[v] = len(values)
+                values.append(v)
+            flat.append(r)
+        return tuple(flat), values
+
+    def _number(self, op: Op) -> int | None:
+        """The number of op's (name, attributes, result type, input types), or None where a size is symbolic."""
+        out = op.out.type
+        sig = [op.name, out.shape, out.dtype.name]
+        for v in op.inputs:
+            t = v.type
+            sig += (t.shape, t.dtype.name)
+        if not all(_INT.issuperset(map(type, s)) for s in sig[1::2]):
+            return None
+        try:
+            sig.append(tuple([(k, _frozen(a)) for k, a in op.attrs.items()]))
+            return self._sigs.setdefault(tuple(sig), len(self._sigs))
+        except _Symbolic:
+            return None
+        except TypeError:  # an attribute with no hashable form
+            return None
+
+
+class _Symbolic(Exception):
+    """An attribute holds a SymInt."""
+
+
+def _frozen(a):
+    """An attribute as a hashable key that tells apart what == does not (1, 1.0 and True; -0.0 and 0.0)."""
+    t = type(a)
+    if t is int or t is str or t is bool or a is None:
+        return t, a
+    if t is list or t is tuple:
+        return t, tuple(map(_frozen, a))
+    if t is float:
+        return t, a.hex() if a == a else repr(a)
+    if isinstance(a, dict):
+        return t, tuple((k, _frozen(x)) for k, x in a.items())
+    if isinstance(a, (int, float)):  # a SymInt, SymFloat or NumPy number: no key
+        raise _Symbolic
+    return t, a
+
+
+def _numbered(lay: Layout, values: list[Value]) -> tuple:
+    """A layout with its values as their positions in `values`."""
+    at = {v: i for i, v in enumerate(values)}
+    return (
+        tuple((at[v], tuple(ms)) for v, ms in lay.maps.items()),
+        tuple((at[v], m) for v, m in lay.stores.items()),
+        tuple(((at[v], m), t) for (v, m), t in lay.through.items()),
+        tuple((at[v], m) for v, m in lay.guarded),
+    )
+
+
+def _renumbered(got: tuple, values: list[Value], domain: tuple[int, ...], n_red: int) -> Layout:
+    """The layout `_numbered` kept, for the group whose values are `values`."""
+    maps, stores, through, guarded = got
+    return Layout(
+        domain,
+        n_red,
+        {values[i]: list(ms) for i, ms in maps},
+        {values[i]: m for i, m in stores},
+        {(values[i], m): t for (i, m), t in through},
+        frozenset((values[i], m) for i, m in guarded),
+    )
+
+
 def domains(ops: list[Op]) -> list[tuple[int, ...]]:
     """The iteration domains an elementwise group of `ops` is tried over, in order: the shapes of its
     largest results (the last op's first), then smaller ones, largest first (a strided slice's half

@@ -23,22 +23,30 @@ def rewrite(g: Graph, rule: Rule) -> Graph:
     type) replaces its result. The rule may emit ops with `b` first; they carry the op's `loc`, so
     errors and dumps still name the user's line. Inputs, roles, outputs and aliases carry over, and a
     replaced output stays an output (it may become a graph input, or the same value as another one).
-    g itself is never modified."""
+    g itself is never modified; it is returned as it is when no rule replaced or emitted anything (the
+    copy would be g op for op), so a pipeline sees that nothing changed."""
     new = Graph(g.name)
     renamed: dict[Value, Value] = {v: new.add_input(v.type, r) for v, r in zip(g.inputs, g.roles)}
     b = Builder(new)
+    ops, changed = new.ops, False
     for op in g.ops:
-        candidate = Op(op.name, tuple(renamed[v] for v in op.inputs), op.attrs, op.out.type, op.loc)
+        candidate = Op(op.name, tuple([renamed[v] for v in op.inputs]), op.attrs, op.out.type, op.loc)
         b.loc = op.loc
+        before = len(ops)
         got = rule(candidate, b)
         if got is None:
-            new.ops.append(candidate)
+            ops.append(candidate)
             got = candidate.out
+            changed = changed or len(ops) != before + 1  # the rule emitted ops
         elif got.type != op.out.type:
             raise FlameError(
                 f"internal error: a rewrite of {op.name} changed its type from {op.out.type} to {got.type}"
             )
+        else:
+            changed = True
         renamed[op.out] = got
+    if not changed and g.groups is None:
+        return g
     new.outputs = [renamed[v] for v in g.outputs]
     new.aliases = dict(g.aliases)
     return new

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from flame.ir.graph import Graph, Kind, Op, Value, is_backward
 from flame.ir.indexmap import (
-    Layout,
+    IndexMap,
+    Layouts,
     canonical,
     contiguous_strides,
-    derive,
     domains,
     is_reduction,
     is_view,
@@ -55,6 +55,7 @@ class State:
         self.refused: dict[tuple[Op, Op], str] = {}
         self.forward, self.later = _phases(g)
         self.updated = g.updated()  # output updating an input in place -> that input
+        self.layouts = Layouts()  # indexmap.derive, each answer kept for the groups alike that ask it again
 
     def refuse(self, grp: Group, op: Op, why: str) -> bool:
         """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
@@ -266,14 +267,14 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
         if cols:
             ops = [o for o in ops if o not in cols]
             exposed = list(dict.fromkeys([v for v in exposed if v.producer not in cols] + [c.inputs[0] for c in cols]))
-        got = derive(ops, exposed, domain, n_red)
-        got = _copied_view(st, ops, got) or got
+        got = st.layouts.stores(ops, exposed, domain, n_red)
+        got = _copied_view(st, ops, got, domain, n_red) or got
         return got if isinstance(got, str) else (domain, n_red)
     why, big = "no common iteration domain", None
     for shape in domains(ops):
-        got = derive(ops, exposed, shape, 0)
-        got = _copied_view(st, ops, got) or got
-        if isinstance(got, Layout):
+        got = st.layouts.stores(ops, exposed, shape, 0)
+        got = _copied_view(st, ops, got, shape, 0) or got
+        if not isinstance(got, str):
             return shape, 0
         big = math.prod(shape) if big is None else big
         if math.prod(shape) == big:  # the reason the largest domains give (smaller ones are a last resort)
@@ -293,18 +294,22 @@ def one_row_segment(ops: list[Op]) -> bool:
     return len(row_segments([o for o in ops if o not in cols])) == 1
 
 
-def _copied_view(st: State, ops: list[Op], lay: Layout | str) -> str:
-    """Why a layout that stores a result in another order than its shape's (indexmap._onto) is not
-    taken: a matmul reads a permuted or reshaped operand as it is (so no value it reads is stored
-    so), and a view's result is not copied beside its stored input, nor by a group of views alone
-    (the plan has none of these copies)."""
-    if isinstance(lay, str):
+def _copied_view(st: State, ops: list[Op], stores: dict[Value, IndexMap] | str, domain: tuple[int, ...],
+                 n_red: int) -> str:
+    """Why a layout (its `stores`, over domain and n_red) that stores a result in another order than its
+    shape's (indexmap._onto) is not taken: a matmul reads a permuted or reshaped operand as it is (so
+    no value it reads is stored so), and a view's result is not copied beside its stored input, nor
+    by a group of views alone (the plan has none of these copies)."""
+    if isinstance(stores, str):
         return ""
-    views = {op.out: op for op in ops if is_view(op)}
-    for v, m in lay.stores.items():
-        if m == canonical(v, lay.domain, lay.n_red) or v not in views and _row_major(st, m, v, lay.domain):
+    views = None  # (found where a result is stored in another order: most layouts store none so)
+    for v, m in stores.items():
+        if m == canonical(v, domain, n_red):
             continue
-        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in lay.stores)):
+        views = {op.out: op for op in ops if is_view(op)} if views is None else views
+        if v not in views and _row_major(st, m, v, domain):
+            continue
+        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in stores)):
             return f"a view's result would be copied (result {v.type})"
     return ""
 

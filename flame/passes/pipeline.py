@@ -88,18 +88,20 @@ def run_pipeline(
     elif text is None:
         text = print_graph(g)
     for rnd in range(max_rounds):
+        same = True  # every pass so far returned the graph it was given: the text cannot have changed
         for p in passes:
             stage = stage_name(p, rnd)
             start = time.perf_counter()
-            g = p(g)
+            given, g = g, p(g)
             seconds = time.perf_counter() - start
+            same = same and g is given
             if debug:
                 _check(stage, g)
             if timings is not None:
                 timings.append((stage, seconds))
             if dump is not None:
                 dump(stage, g, seconds)
-        if rnd + 1 == max_rounds:
+        if rnd + 1 == max_rounds or same:
             break
         text, before = print_graph(g), text
         if text == before:

@@ -29,6 +29,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 from flame.errors import FlameError
 from flame.ir.graph import is_backward, is_recompute, segments
 from flame.ir.printer import format_op
@@ -415,19 +417,25 @@ def _most_live(sized: list[tuple[int, int, int, tuple]]) -> int:
 
 def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int, tuple]], int]:
     """Each block, in the given order, into the smallest gap between the blocks placed before it that
-    are live at the same time, or on top of them: ([(offset, block)], arena size)."""
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end, first, last)
+    are live at the same time, or on top of them: ([(offset, block)], arena size). (The blocks placed
+    so far are kept in arrays: finding those live with a block is one vectorised test, not a walk.)"""
+    n = len(sized)
+    starts, ends = np.zeros(n, np.int64), np.zeros(n, np.int64)  # placed blocks' offsets and ends
+    firsts, lasts = np.zeros(n, np.int64), np.zeros(n, np.int64)  # and the steps they live over
     offsets, size = [], 0
-    for block in sized:
+    for k, block in enumerate(sized):
         need, lo, hi, _ = block
-        busy = sorted((o, e) for o, e, f, la in placed if f <= hi and lo <= la)
+        live = np.flatnonzero((firsts[:k] <= hi) & (lasts[:k] >= lo))
         at, best = 0, None
-        for o, e in busy:
-            if o - at >= need and (best is None or o - at < best[0]):
-                best = (o - at, at)
-            at = max(at, e)
+        if live.size:
+            os_, es = starts[live], ends[live]
+            order = np.lexsort((es, os_))
+            for o, e in zip(os_[order].tolist(), es[order].tolist()):
+                if o - at >= need and (best is None or o - at < best[0]):
+                    best = (o - at, at)
+                at = max(at, e)
         offset = best[1] if best is not None else at
-        placed.append((offset, offset + need, lo, hi))
+        starts[k], ends[k], firsts[k], lasts[k] = offset, offset + need, lo, hi
         offsets.append((offset, block))
         size = max(size, offset + need)
     return offsets, size

@@ -95,3 +95,34 @@ def test_rounds_are_capped():
 def test_empty_graph():
     g = parse("graph f() {\n  return\n}")
     assert print_graph(run_pipeline(g, debug=True)) == "graph f() {\n  return\n}\n"
+
+
+def test_a_rewrite_that_changes_nothing_returns_its_graph():
+    from flame.passes._rewrite import rewrite
+
+    g = parse(TRAINISH)
+    assert rewrite(g, lambda op, b: None) is g
+
+    def emit_only(op, b):  # emits an op it does not use: the graph changed (DCE would take it out)
+        if op.name == "exp":
+            b.emit("neg", op.inputs[0])
+        return None
+
+    def replace(op, b):
+        return b.emit("neg", b.emit("neg", op.inputs[0])) if op.name == "exp" else None
+
+    for rule in (emit_only, replace):
+        out = rewrite(g, rule)
+        assert out is not g and len(out.ops) == len(g.ops) + 1  # (replace: two negs for the exp)
+
+
+def test_a_round_where_every_pass_returns_its_graph_ends_without_printing(monkeypatch):
+    import flame.passes.pipeline as pipeline
+
+    printed = []
+    monkeypatch.setattr(pipeline, "print_graph", lambda g: printed.append(g) or print_graph(g))
+    g = parse(TRAINISH)
+    simplified = run_pipeline(g)
+    printed.clear()
+    assert run_pipeline(simplified, text=print_graph(simplified)) is simplified
+    assert printed == []  # the passes returned the graph they were given: no text to compare

@@ -56,3 +56,36 @@ def test_the_report_counts_an_in_place_output_once():
     assert report.live_bytes <= report.arena  # counted twice, a step held more than the arena
     born, dead = Buffer(1, 4096, U8, (4096,), "temporary", 0), Buffer(2, 4096, U8, (4096,), "temporary", 0)
     assert _slot_bytes([born, dead, Buffer(3, 100, U8, (100,), "temporary", 4096)]) == 4096 + 256
+
+
+def _best_fit_by_scan(sized):
+    """Best fit stated directly: each block into the smallest gap between the placed blocks live with
+    it (walked in offset order), or on top of them."""
+    placed, offsets, size = [], [], 0
+    for block in sized:
+        need, lo, hi, _ = block
+        at, best = 0, None
+        for o, e in sorted((o, e) for o, e, f, la in placed if f <= hi and lo <= la):
+            if o - at >= need and (best is None or o - at < best[0]):
+                best = (o - at, at)
+            at = max(at, e)
+        offset = best[1] if best is not None else at
+        placed.append((offset, offset + need, lo, hi))
+        offsets.append((offset, block))
+        size = max(size, offset + need)
+    return offsets, size
+
+
+def test_best_fit_places_as_the_scan_does():
+    import random
+
+    from flame.plan.memory import _best_fit
+
+    rng = random.Random(7)
+    for _ in range(200):
+        sized = []
+        for i in range(rng.randint(0, 48)):
+            lo = rng.randint(0, 40)
+            need = rng.choice([256, 512, 4096, 1 << 33]) * rng.randint(1, 4)  # past 2**32 too
+            sized.append((need, lo, lo + rng.randint(0, 16), (i,)))
+        assert _best_fit(sized) == _best_fit_by_scan(sized)
