@@ -15,7 +15,7 @@ On a GPU the matmuls run in bf16 (--dtype bf16, the default there) with f32 mast
 reference executor (no GPU) everything is f32. --dtype fp8 trains the Linear layers' GEMMs in FP8
 (flame.autocast(dtype=flame.float8_e4m3fn): e4m3 forward, e5m2 gradients, per-tensor current scaling)
 and the rest in bf16; the FP8 GEMMs run on the reference executor (an exact emulation) and, on a GPU,
-through cuBLASLt once FLAME_FP8_GEMM=1 is set. --tiny is a configuration of a few seconds for CI.
+through cuBLASLt's FP8 GEMM. --tiny is a configuration of a few seconds for CI.
 """
 
 from __future__ import annotations

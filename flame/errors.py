@@ -96,8 +96,8 @@ class CheckpointError(FlameError, KeyError, RuntimeError):
 
 
 class UnverifiedError(FlameError, RuntimeError):
-    """A GPU path that has not yet passed its GPU tests, asked for while its switch is off (the
-    message names the switch)."""
+    """A GPU path asked for while its switch is off (a path not yet verified on a GPU is off until its
+    GPU tests pass; the message names the switch)."""
 
 
 class RecompileWarning(UserWarning):

@@ -7,7 +7,7 @@ apart, the noise floor any difference is judged against.
 
 FP8 runs flame.autocast(dtype=Float8Recipe(scaling=...)): every Linear's GEMMs in FP8 (e4m3 forward,
 e5m2 gradients), the rest (attention, the tied head, norms) in bf16, f32 master weights. On the
-reference executor (no GPU) the FP8 GEMMs are the exact emulation; on a GPU they need FLAME_FP8_GEMM=1.
+reference executor (no GPU) the FP8 GEMMs are the exact emulation; on a GPU, cuBLASLt's FP8 GEMM.
 Prints one line per run and the relative differences.
 
 On the reference executor, --config tiny (d 32, 2 layers, T 32, batch 8, lr 1e-2), 300 steps:

@@ -40,9 +40,10 @@ flame's b stored [n, k] (tb) and a as is; its A/B scale pointers take b_inv / a_
 scalars, set before each launch like the epilogue pointers), its matrix layouts the FP8 types and
 its C/D the output type. k must be a multiple of 16 (FP8 leading dimensions of 16 bytes). CuPy has no
 FP8 types: the operands are CuPy arrays of their bytes (uint8), their formats named by the plan's
-dtypes. This path has not yet passed its GPU tests (tests/runtime/test_fp8_gpu.py): it stays off until
-they have, behind the switch FLAME_FP8_GEMM=1 (`fp8_gemm`); without it an FP8 GEMM raises
-UnverifiedError naming the switch. The reference executor emulates FP8 GEMMs exactly (ir/ops/fp8.py).
+dtypes. The path has passed its GPU tests (tests/runtime/test_fp8_gpu.py: within the precision of
+Hopper's FP8 sums of the reference executor's exact emulation, ir/ops/fp8.py) and is on by default;
+FLAME_FP8_GEMM=0 (`fp8_gemm`) turns it off, and an FP8 GEMM on the GPU then raises UnverifiedError
+naming the switch.
 
 f32 GEMMs use TF32 tensor cores only when `flame.runtime.matmul.allow_tf32 = True` (default off);
 f16/bf16 accumulate in f32; f64 in f64. A planned _Gemm assumes one stream at a time.
@@ -73,7 +74,7 @@ from flame.plan.steps import MatmulCall
 
 allow_tf32 = False  # explicit opt-in: f32 matmuls round their inputs to TF32 (10-bit mantissa)
 autotune = env_flag("FLAME_MATMUL_AUTOTUNE", False)  # time the algorithms (module doc)
-fp8_gemm = env_flag("FLAME_FP8_GEMM", False)  # cuBLASLt's FP8 GEMM, not yet verified on a GPU (module doc)
+fp8_gemm = env_flag("FLAME_FP8_GEMM", True)  # cuBLASLt's FP8 GEMM (module doc); =0 turns it off
 # FP8 GEMMs time their algorithms whatever `autotune` says: the heuristic's first choice for FP8 runs at
 # half the rate of the fastest at some shapes (module doc)
 fp8_autotune = env_flag("FLAME_FP8_AUTOTUNE", True)
@@ -494,13 +495,12 @@ def fp8_matmul_into(out, a, b, a_inv, b_inv, epilogue: str = "none", bias=None, 
     """out = epilogue((a @ b^T) * a_inv * b_inv [+ bias]) through cuBLASLt's FP8 GEMM (module doc): a [m, k]
     and b [n, k] contiguous CuPy arrays of FP8 bytes (uint8: CuPy has no FP8 types), formats their FP8
     types ("float8_e4m3fn" or "float8_e5m2", a's then b's), a_inv / b_inv f32 device scalars, out [m, n].
-    Raises UnverifiedError unless FLAME_FP8_GEMM=1 (the path has not yet passed its GPU tests)."""
+    Raises UnverifiedError when FLAME_FP8_GEMM=0 turned the path off."""
     import cupy
 
     if not fp8_gemm:
-        raise UnverifiedError("FP8 GEMMs through cuBLASLt have not yet been verified on a GPU; set FLAME_FP8_GEMM=1 "
-                              "to run them (tests/runtime/test_fp8_gpu.py checks them), or train FP8 on the reference "
-                              "executor (FLAME_DEVICE=reference)")
+        raise UnverifiedError("FP8 GEMMs through cuBLASLt are turned off (FLAME_FP8_GEMM=0 in the environment); "
+                              "unset it to run them, or train FP8 on the reference executor (FLAME_DEVICE=reference)")
     _check(epilogue, out, bias, aux, None, False, True)
     if epilogue.startswith("bgrad") or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"FP8 GEMM: a [m, k] and b [n, k] without a bias-gradient epilogue; got a {list(a.shape)}, "

@@ -349,7 +349,7 @@ def test_cuda_fp8_gemm_is_behind_its_switch(monkeypatch):
     from flame.runtime import matmul
 
     monkeypatch.setattr(matmul, "fp8_gemm", False)
-    with pytest.raises(UnverifiedError, match="FLAME_FP8_GEMM=1"):
+    with pytest.raises(UnverifiedError, match="FLAME_FP8_GEMM=0"):
         matmul.fp8_matmul_into(None, None, None, None, None, formats=("float8_e4m3fn",) * 2)
 
 
