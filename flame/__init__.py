@@ -57,6 +57,7 @@ from flame.frontend.creation import (
 )
 from flame.frontend.custom_function import custom_vjp
 from flame.frontend.data_dependent import argwhere, bincount, count_nonzero, histc, nonzero, unique
+from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
 from flame.frontend.einsum import einsum
 from flame.frontend.more_math import (
     absolute,

@@ -3,8 +3,8 @@ library sits below the package face flame/__init__.py)."""
 
 from flame.frontend.context import enable_grad, no_grad
 from flame.frontend.creation import arange, eye, full, full_like, multinomial, rand, randn, tensor, zeros_like
+from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.ops import broadcast_shapes, broadcast_tensors, erf, erfinv, softmax, stack, where
-from flame.ir.dtypes import f32
 
 __all__ = [
     "arange",
@@ -14,9 +14,9 @@ __all__ = [
     "erf",
     "erfinv",
     "eye",
-    "f32",
     "full",
     "full_like",
+    "get_default_dtype",
     "multinomial",
     "no_grad",
     "rand",

@@ -25,7 +25,7 @@ def finfo_min(dtype) -> float:
 
 def broadcast_all(*values) -> tuple[Tensor, ...]:
     """The values as tensors of one broadcast shape: Python numbers become tensors of the first tensor's
-    dtype (f32 when all are numbers), as torch.distributions.utils.broadcast_all."""
+    dtype (the default floating dtype when all are numbers), as torch.distributions.utils.broadcast_all."""
     if not all(isinstance(v, (Tensor, Number)) for v in values):
         raise ValueError(
             "Input arguments must all be instances of numbers.Number, flame.Tensor or objects "
@@ -33,7 +33,7 @@ def broadcast_all(*values) -> tuple[Tensor, ...]:
         )
     if all(isinstance(v, Tensor) for v in values):
         return tuple(ops.broadcast_tensors(*values))
-    dtype = next((v.dtype for v in values if isinstance(v, Tensor)), ops.f32)
+    dtype = next((v.dtype for v in values if isinstance(v, Tensor)), ops.get_default_dtype())
     tensors = [v if isinstance(v, Tensor) else ops.tensor(float(v), dtype=dtype) for v in values]
     return tuple(ops.broadcast_tensors(*tensors))
 

@@ -8,10 +8,11 @@ import numpy as np
 
 from flame.errors import ShapeError
 from flame.frontend.context import no_grad, user_location
+from flame.frontend.default_dtype import float_dtype, get_default_dtype
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
 from flame.frontend.tensor_core import full, placed, where
-from flame.ir.dtypes import DType, bf16, dtype_of, f32, f64, i64
+from flame.ir.dtypes import DType, bf16, dtype_of, f64, i64
 from flame.ir.ops.creation import arange_len
 from flame.runtime import device as _device
 from flame.runtime.device import executor
@@ -22,7 +23,8 @@ __all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "em
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False, *, device: Any = None) -> Tensor:
-    """A new concrete tensor from data (Python floats default to f32, ints to i64, as in PyTorch)."""
+    """A new concrete tensor from data (Python floats give the default floating dtype, flame.get_default_dtype,
+    ints i64, a NumPy array or tensor its own dtype, as in PyTorch)."""
     return placed(Tensor(data, dtype, requires_grad), device, "tensor")
 
 
@@ -67,17 +69,17 @@ def _bfloat16_bits(obj) -> Any:
     return None
 
 
-def zeros(*shape, dtype=f32, device=None, requires_grad: bool = False) -> Tensor:
-    """A tensor of zeros (torch.zeros)."""
-    return placed(full(_shape_arg(shape), 0, dtype), device, "zeros").requires_grad_(requires_grad)
+def zeros(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor of zeros (torch.zeros), in dtype or the default floating dtype."""
+    return placed(full(_shape_arg(shape), 0, float_dtype(dtype)), device, "zeros").requires_grad_(requires_grad)
 
 
-def ones(*shape, dtype=f32, device=None, requires_grad: bool = False) -> Tensor:
-    """A tensor of ones (torch.ones)."""
-    return placed(full(_shape_arg(shape), 1, dtype), device, "ones").requires_grad_(requires_grad)
+def ones(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A tensor of ones (torch.ones), in dtype or the default floating dtype."""
+    return placed(full(_shape_arg(shape), 1, float_dtype(dtype)), device, "ones").requires_grad_(requires_grad)
 
 
-def empty(*shape, dtype=f32, device=None, requires_grad: bool = False) -> Tensor:
+def empty(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """torch.empty: flame has no uninitialised memory to hand out, so the tensor holds zeros."""
     return placed(zeros(*shape, dtype=dtype), device, "empty").requires_grad_(requires_grad)
 
@@ -103,12 +105,14 @@ def ones_like(input: Tensor, dtype=None, *, device=None) -> Tensor:  # noqa: A00
 
 
 def arange(start=0, end=None, step=1, dtype=None, *, device=None) -> Tensor:
-    """start, start + step, ... below end (arange(end) counts from 0), as torch.arange."""
+    """start, start + step, ... below end (arange(end) counts from 0), as torch.arange: i64 for integer
+    bounds, the default floating dtype where one is a float."""
     stop = end
     if stop is None:
         start, stop = 0, start
     if dtype is None:
-        dtype = f32 if any(isinstance(v, (float, np.floating)) for v in (start, stop, step)) else i64
+        floats = any(isinstance(v, (float, np.floating)) for v in (start, stop, step))
+        dtype = get_default_dtype() if floats else i64
     if step == 0:
         raise ShapeError(f"arange: step must be nonzero (as in PyTorch)\n  at {user_location()}")
     if (stop - start) * step < 0:
@@ -189,16 +193,16 @@ def manual_seed(seed: int) -> Generator:
     return _default.manual_seed(seed)
 
 
-def rand(*shape, dtype=f32, device=None, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
-    """Uniform numbers in [0, 1)."""
-    t = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), dtype_of(dtype))
+def rand(*shape, dtype=None, device=None, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
+    """Uniform numbers in [0, 1), in dtype or the default floating dtype."""
+    t = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), float_dtype(dtype))
     t = placed(t, device, "rand")
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def randn(*shape, dtype=f32, device=None, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
-    """Standard normal numbers."""
-    t = (generator or default_generator()).draw("random_normal", _shape_arg(shape), dtype_of(dtype))
+def randn(*shape, dtype=None, device=None, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
+    """Standard normal numbers, in dtype or the default floating dtype."""
+    t = (generator or default_generator()).draw("random_normal", _shape_arg(shape), float_dtype(dtype))
     t = placed(t, device, "randn")
     return t.requires_grad_(requires_grad) if requires_grad else t
 
@@ -272,8 +276,8 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False,  # n
 
 def linspace(start, end, steps: int, dtype=None, *, device=None) -> Tensor:
     """steps evenly spaced values from start to end, computed as PyTorch does (from start for the first
-    half, from end for the second, so both ends are exact)."""
-    dt = dtype_of(dtype) if dtype is not None else f32
+    half, from end for the second, so both ends are exact), in dtype or the default floating dtype."""
+    dt = float_dtype(dtype)
     if steps < 0:
         raise ShapeError(f"linspace: number of steps must be non-negative, got {steps}")
     work = dt if dt.is_float else f64
@@ -286,12 +290,13 @@ def linspace(start, end, steps: int, dtype=None, *, device=None) -> Tensor:
 
 
 def logspace(start, end, steps: int, base: float = 10.0, dtype=None, *, device=None) -> Tensor:
-    """base ** linspace(start, end, steps), as torch.logspace (computed in f64, then cast to dtype)."""
-    dt = dtype_of(dtype) if dtype is not None else f32
+    """base ** linspace(start, end, steps), as torch.logspace (computed in f64, then cast to dtype or the
+    default floating dtype)."""
+    dt = float_dtype(dtype)
     return placed((full((), float(base), f64) ** linspace(start, end, steps, dtype=f64)).to(dt), device, "logspace")
 
 
-def eye(n: int, m: int | None = None, dtype=f32, *, device=None) -> Tensor:
-    """The n x m identity (ones on the diagonal)."""
+def eye(n: int, m: int | None = None, dtype=None, *, device=None) -> Tensor:
+    """The n x m identity (ones on the diagonal), in dtype or the default floating dtype."""
     m = n if m is None else m
-    return placed((arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).to(dtype_of(dtype)), device, "eye")
+    return placed((arange(n).unsqueeze(1) == arange(m).unsqueeze(0)).to(float_dtype(dtype)), device, "eye")

@@ -12,7 +12,9 @@ becomes a Guard of that trace:
   None, flame dtypes, enum members, tuples of those), its own and those of the user's functions it
   names in turn (a helper reading a global learning rate);
 - plain values the body read from a module's own attributes (`self.eps`, `self.scale`: nn.Module
-  records them while a body is traced).
+  records them while a body is traced);
+- the default floating dtype, where the body read it (flame.set_default_dtype: a factory without a
+  dtype, a Python float beside an integer tensor).
 Values reached through other objects' attributes (a dict's entries, a config object's fields) and NumPy
 arrays are not guarded.
 A captured tensor's shape and dtype are checked by the compiled function's bindings.

@@ -17,11 +17,12 @@ from flame.errors import DTypeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
+from flame.frontend.default_dtype import floating
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, stack, where
 from flame.frontend.tensor_ops import vector_norm
-from flame.ir.dtypes import f32, f64, i32, i64
+from flame.ir.dtypes import f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "exp2", "float_power", "fmax", "fmin",
@@ -337,9 +338,10 @@ def signbit(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
-    """|input| with the sign (bit) of other, in torch's dtype: integers and bools give f32."""
+    """|input| with the sign (bit) of other, in torch's dtype: integers and bools give the default
+    floating dtype."""
     dt = result_type(input, other)
-    x = input.to(dt if dt.is_float else f32)
+    x = input.to(floating(dt))
     return where(signbit(as_tensor(other)), -x.abs(), x.abs())
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, boolean, dtype_of, f32, i64, promote, u8
+from flame.ir.dtypes import DType, boolean, dtype_of, i64, promote, u8
 
 
 def is_scalar(x) -> bool:
@@ -24,16 +25,23 @@ def is_bool(x) -> bool:
 def result_type(*operands) -> DType:
     """torch.result_type over tensors and Python numbers: the dtype of the dimensioned tensors (by
     promote()); a 0-d tensor, then a Python number, counts only when of a higher category (bool <
-    integer < float), a Python float then giving f32. So f16[n] * 2.0 is f16, f32[n] + f64[] is f32,
-    i32[n] + 1 is i32 and i32[n] * 1.5 is f32."""
+    integer < float), a Python (or NumPy) float then giving the default floating dtype
+    (flame.get_default_dtype). So f16[n] * 2.0 is f16, f32[n] + f64[] is f32, i32[n] + 1 is i32 and
+    i32[n] * 1.5 is f32 (f64 after flame.set_default_dtype(flame.float64))."""
     groups: list[DType | None] = [None, None, None]  # dimensioned, 0-d, Python numbers
+    float_number = False
     for x in operands:
         if isinstance(x, Tensor):
             i, dt = (0 if x.ndim else 1), x.dtype
+        elif isinstance(x, (bool, np.bool_, int, np.integer)):
+            i, dt = 2, boolean if isinstance(x, (bool, np.bool_)) else i64
         else:
-            i = 2
-            dt = boolean if isinstance(x, (bool, np.bool_)) else i64 if isinstance(x, (int, np.integer)) else f32
+            float_number = True
+            continue
         groups[i] = dt if groups[i] is None else promote(groups[i], dt)
+    tensors = _combine(groups[0], groups[1])
+    if float_number and not (tensors is not None and tensors.is_float):  # the number's dtype decides
+        groups[2] = get_default_dtype()
     return _combine(groups[0], _combine(groups[1], groups[2]))
 
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from flame.errors import AutogradError, DimError, DTypeError, FlameError, GradDTypeError, ShapeError, TraceError
 from flame.frontend.context import current_trace, user_location
-from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f32, i64, promote
+from flame.frontend.default_dtype import get_default_dtype
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, i64, promote
 from flame.ir.types import TensorType
 from flame.runtime.device import Device, device_of, executor, get_device
 
@@ -63,11 +64,13 @@ def _shape_arg(shape) -> tuple[int, ...]:
 
 
 def default_dtype_for(value: Any) -> DType:
+    """The dtype of a tensor made from the number `value` without a dtype: bool, i64 for an integer,
+    else the default floating dtype (flame.get_default_dtype), as PyTorch's."""
     if isinstance(value, (bool, np.bool_)):
         return boolean
     if isinstance(value, (int, np.integer)):
         return i64
-    return f32
+    return get_default_dtype()
 
 
 def check_int_range(values, dt: DType) -> None:
@@ -88,32 +91,30 @@ def check_int_range(values, dt: DType) -> None:
                          f"{info.min}..{info.max}), as in PyTorch\n  at {user_location()}")
 
 
-_PY_DTYPE = {bool: boolean, int: i64, float: f32}
+_PY_NUMBER = frozenset((bool, int, float))
 
 
 def inferred_dtype(data: Any) -> DType:
     """torch.tensor's dtype for data that is not an array: the promotion of its elements' dtypes, a
-    Python float counting as f32, an int as i64, a NumPy scalar, array or tensor as its own dtype
-    (so [np.float64(1.5), 2.0] is f64 and [np.int32(1), np.int8(2)] i32, as in PyTorch)."""
+    Python float (and an empty list) counting as the default floating dtype, an int as i64, a NumPy
+    scalar, array or tensor as its own dtype (so [np.float64(1.5), 2.0] is f64 and [np.int32(1),
+    np.int8(2)] i32, as in PyTorch)."""
     if isinstance(data, (list, tuple)):
         kinds = set(map(type, data))
-        if kinds <= _PY_DTYPE.keys():  # the common case: plain Python numbers, one pass in C
-            return max((_PY_DTYPE[k] for k in kinds), key=lambda d: _ORDER_OF[d], default=f32)
+        if kinds <= _PY_NUMBER:  # the common case: plain Python numbers, one pass in C
+            return get_default_dtype() if float in kinds or not kinds else i64 if int in kinds else boolean
         out = None
         for x in data:
             d = inferred_dtype(x)
             out = d if out is None else promote(out, d)
-        return out or f32
-    if type(data) in _PY_DTYPE:
-        return _PY_DTYPE[type(data)]
+        return out or get_default_dtype()
+    if type(data) in _PY_NUMBER:
+        return default_dtype_for(data)
     if isinstance(data, Tensor):
         return data.dtype
     if isinstance(data, (np.ndarray, np.generic)):
         return dtype_of(data.dtype)
     return default_dtype_for(data)
-
-
-_ORDER_OF = {boolean: 0, i64: 1, f32: 2}
 
 
 def to_array(data: Any, dtype: Any = None, copy: bool = True):

@@ -14,6 +14,7 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
 from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location
+from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import (
@@ -263,9 +264,9 @@ class TensorCore:
     def minimum(self, other):
         return binary("minimum", self, other)
 
-    # ---- unary math (float ops promote integer inputs to f32, as torch does) ----------------------
+    # ---- unary math (float ops promote integer inputs to the default floating dtype, as torch's) ---
     def _float_unary(self, name, **attrs):
-        x = self if self.dtype.is_float else self.to(f32)
+        x = as_floating(self)
         return apply(name, x, **attrs)
 
     def exp(self):
@@ -541,7 +542,8 @@ class TensorCore:
 
 def binary(name: str, a, b) -> Tensor:
     """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to
-    f32); on two bool tensors + and max are logical or, * and min logical and, - raises, as in torch."""
+    the default floating dtype); on two bool tensors + and max are logical or, * and min logical and, -
+    raises, as in torch."""
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
     for x in (a, b):
@@ -563,8 +565,8 @@ def binary(name: str, a, b) -> Tensor:
     if name in ("floor_divide", "remainder", "fmod") and not dt.is_float and is_scalar(b) and b == 0:
         raise ZeroDivisorError(f"{name}: integer division by zero (torch: RuntimeError: ZeroDivisionError)"
                                f"\n  at {user_location()}")
-    if name == "div" and not dt.is_float:
-        dt = f32
+    if name == "div":
+        dt = floating(dt)
     if name == "pow" and dt == boolean:  # bool ** True is the tensor, bool ** False all True (torch)
         return binary("logical_or", a, not b)
     a, b = (x.to(dt) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt) for x in (a, b))

@@ -18,12 +18,13 @@ from flame.frontend import functional, more_math
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
+from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
-from flame.ir.dtypes import boolean, f32, i64, u8
+from flame.ir.dtypes import boolean, i64, u8
 
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
 MedianResult = namedtuple("median", ["values", "indices"])
@@ -149,7 +150,7 @@ class TensorMath:
     def log1p(self):
         """log(1 + self), accurate for small self (Kahan's correction: log(w) * self / (w - 1) with
         w = 1 + self rounded, which cancels w's rounding error), as torch.log1p."""
-        x = self if self.dtype.is_float else self.to(f32)
+        x = as_floating(self)
         w = x + 1
         exact, inf = w == 1, w == float("inf")  # 1 + x rounds to 1: log1p(x) = x to within rounding
         safe = where(exact | inf, 2.0, w)  # keeps the unused branch finite (no 0/0 in either direction)
@@ -159,22 +160,22 @@ class TensorMath:
     def expm1(self):
         """exp(self) - 1, accurate for small self (Kahan's correction for |self| < 0.5: (u - 1) *
         self / log(u) with u = exp(self) rounded; beyond, u - 1 loses nothing), as torch.expm1."""
-        x = self if self.dtype.is_float else self.to(f32)
+        x = as_floating(self)
         u = x.exp()
         near = x.abs() < 0.5
         exact = u == 1
         safe = where(near & ~exact, u, 2.0)  # the unused branch stays finite
         return where(exact, x, where(near, (safe - 1) * (x / safe.log()), u - 1))
 
-    # ---- special functions (flame/ir/ops/special.py; integers promote to f32, as torch's) ----------
+    # ---- special functions (flame/ir/ops/special.py; integers promote to the default dtype, as torch's)
     def lgamma(self):
         """log |Gamma(self)|, as torch.lgamma (inf at 0 and the negative integers)."""
-        return apply("lgamma", self if self.dtype.is_float else self.to(f32))
+        return apply("lgamma", as_floating(self))
 
     def digamma(self):
         """The logarithmic derivative of Gamma, as torch.digamma (-inf at +0, inf at -0, NaN at the
         negative integers)."""
-        return apply("digamma", self if self.dtype.is_float else self.to(f32))
+        return apply("digamma", as_floating(self))
 
     def polygamma(self, n: int):
         """The n-th derivative of digamma (n = 0: digamma itself), as torch.polygamma(n, self)."""
@@ -183,12 +184,12 @@ class TensorMath:
                                     f"  at {user_location()}")
         if n < 0:
             raise ArgumentError(f"polygamma(n, x) does not support negative n (got n = {n})\n  at {user_location()}")
-        x = self if self.dtype.is_float else self.to(f32)
+        x = as_floating(self)
         return apply("digamma", x) if n == 0 else apply("polygamma", x, n=int(n))
 
     def erfinv(self):
         """The inverse error function, as torch.erfinv (+-inf at +-1, NaN beyond [-1, 1])."""
-        return apply("erfinv", self if self.dtype.is_float else self.to(f32))
+        return apply("erfinv", as_floating(self))
 
     def lgamma_(self):
         return self._inplace(lambda x: x.lgamma(), what="lgamma_")
@@ -202,7 +203,7 @@ class TensorMath:
     def erfinv_(self):
         return self._inplace(lambda x: x.erfinv(), what="erfinv_")
 
-    # ---- inverse trigonometric and hyperbolic functions, erfc (IR ops; integers promote to f32) ----
+    # ---- inverse trig and hyperbolic functions, erfc (IR ops; integers promote to the default dtype) ---
     @policy("f32")  # autocast: on PyTorch's float32 list
     def asin(self):
         """The arcsine in [-pi/2, pi/2], NaN outside [-1, 1], as torch.asin."""
@@ -235,12 +236,12 @@ class TensorMath:
     @policy("promote")  # autocast: on PyTorch's promote list: the widest input
     def atan2(self, other):
         """The angle of the point (other, self) in [-pi, pi], elementwise with broadcasting, as
-        torch.atan2 (the promoted dtype; integers and bools give f32)."""
+        torch.atan2 (the promoted dtype; integers and bools give the default floating dtype)."""
         if not isinstance(other, Tensor):
             raise ArgumentTypeError(f"atan2(): argument 'other' must be Tensor, not {type(other).__name__}\n"
                                     f"  at {user_location()}")
         dt = result_type(self, other)
-        dt = dt if dt.is_float else f32
+        dt = floating(dt)
         return apply("atan2", self.to(dt), other.to(dt))
 
     arcsin, arccos, arctan, arcsinh, arccosh, arctanh, arctan2 = asin, acos, atan, asinh, acosh, atanh, atan2
@@ -310,7 +311,7 @@ class TensorMath:
     def xlogy(self, other):
         """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
         other = _tensor(other)
-        x = self if self.dtype.is_float else self.to(f32)
+        x = as_floating(self)
         log = other.log()
         # where self is 0 the value is 0 (even for other = 0) and the gradient log(other), as PyTorch's
         return where((x == 0) & ~other.isnan(), x * where(log.isfinite(), log, 0.0), x * log)
@@ -422,7 +423,7 @@ class TensorMath:
         if self.ndim > 2:
             raise ShapeError(f"cov: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
         x = self.reshape(1, -1) if self.ndim < 2 else self
-        x = x if x.dtype.is_float else x.to(f32)
+        x = as_floating(x)
         centered = x - x.mean(1, keepdim=True)
         out = matmul(centered, centered.transpose(0, 1)) / (x.shape[1] - correction)
         return out.reshape(()) if self.ndim < 2 else out

@@ -438,7 +438,8 @@ class TensorOps:
         return self * other
 
     def div(self, other, *, rounding_mode: str | None = None):
-        """self / other, as torch.div: true division (integers give f32), or rounded toward zero
+        """self / other, as torch.div: true division (integers give the default floating
+        dtype), or rounded toward zero
         (rounding_mode="trunc") or down ("floor"), which keep an integer dtype."""
         if rounding_mode is None:
             return self / other

@@ -15,8 +15,8 @@ from flame.frontend import norms as N
 from flame.frontend import resample as R
 from flame.frontend.context import user_location
 from flame.frontend.creation import full, zeros
+from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import dtype_of, f32
 from flame.nn import init
 from flame.nn.conv import _NormBase
 from flame.nn.layers import _Elementwise, given_weight
@@ -293,7 +293,7 @@ class _InstanceNorm(_NormBase):
     normalises with them; num_batches_tracked is kept for PyTorch's state_dict names."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
-                 track_running_stats: bool = False, device: Any = None, dtype: Any = f32, *, bias: bool = True):
+                 track_running_stats: bool = False, device: Any = None, dtype: Any = None, *, bias: bool = True):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -327,10 +327,10 @@ class Bilinear(Module):
     from U(-1/sqrt(in1_features), 1/sqrt(in1_features)), as PyTorch."""
 
     def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True,
-                 device: Any = None, dtype: Any = f32, *, generator=None):
+                 device: Any = None, dtype: Any = None, *, generator=None):
         super().__init__()
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         self.weight = Parameter(zeros(out_features, in1_features, in2_features, dtype=dt))
         self.register_parameter("bias", Parameter(zeros(out_features, dtype=dt)) if bias else None)
         bound = 1.0 / in1_features ** 0.5
@@ -353,7 +353,7 @@ class EmbeddingBag(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, max_norm=None, norm_type: float = 2.0,
                  scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False, _weight=None,
                  include_last_offset: bool = False, padding_idx: int | None = None, device: Any = None,
-                 dtype: Any = f32, *, generator=None):
+                 dtype: Any = None, *, generator=None):
         super().__init__()
         if max_norm is not None or scale_grad_by_freq:
             raise NotImplementedError("EmbeddingBag: max_norm and scale_grad_by_freq are not supported")
@@ -361,7 +361,7 @@ class EmbeddingBag(Module):
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
         weight = given_weight(self, _weight, (num_embeddings, embedding_dim))
         if weight is None:
-            weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dtype_of(dtype)))
+            weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=float_dtype(dtype)))
             init.normal_(weight, generator=generator)
         self.weight = weight
         self._place(device)

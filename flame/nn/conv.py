@@ -13,10 +13,11 @@ from flame.frontend import norms as N
 from flame.frontend import pooling as P
 from flame.frontend import resample as R
 from flame.frontend.creation import Generator, ones, zeros
+from flame.frontend.default_dtype import float_dtype
 from flame.frontend.losses import pad
 from flame.frontend.spatial import ntuple
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import dtype_of, f32, i64
+from flame.ir.dtypes import i64
 from flame.nn import init
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
@@ -36,7 +37,7 @@ class _ConvNd(Module):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
                  groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device: Any = None,
-                 dtype: Any = f32, *, generator: Generator | None = None, output_padding=0):
+                 dtype: Any = None, *, generator: Generator | None = None, output_padding=0):
         super().__init__()
         name = type(self).__name__
         if groups < 1 or in_channels % groups or out_channels % groups:
@@ -54,7 +55,7 @@ class _ConvNd(Module):
         self.padding = padding if isinstance(padding, str) else ntuple(padding, d, "padding", name)
         self.output_padding = ntuple(output_padding, d, "output_padding", name)
         self.padding_mode = padding_mode
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         shape = ((in_channels, out_channels // groups) if self.transposed else
                  (out_channels, in_channels // groups)) + self.kernel_size
         self.weight = Parameter(zeros(*shape, dtype=dt))
@@ -82,7 +83,7 @@ class _ConvNd(Module):
 
 class _Conv(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 bias=True, padding_mode="zeros", device=None, dtype=f32, *, generator=None):
+                 bias=True, padding_mode="zeros", device=None, dtype=None, *, generator=None):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
                          padding_mode, device, dtype, generator=generator)
 
@@ -118,7 +119,7 @@ class _ConvTranspose(_ConvNd):
     transposed = True
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
-                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=f32, *, generator=None):
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None, *, generator=None):
         if isinstance(padding, str):
             raise ShapeError(f"{type(self).__name__}: padding must be an int or a tuple, got {padding!r}")
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
@@ -296,12 +297,12 @@ class GroupNorm(Module):
     """Normalise groups of num_channels/num_groups channels; weight ones, bias zeros (affine)."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 device: Any = None, dtype: Any = f32, *, bias: bool = True):
+                 device: Any = None, dtype: Any = None, *, bias: bool = True):
         super().__init__()
         if num_groups < 1 or num_channels % num_groups:
             raise ShapeError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         self.register_parameter("weight", Parameter(ones(num_channels, dtype=dt)) if affine else None)
         self.register_parameter("bias", Parameter(zeros(num_channels, dtype=dt)) if affine and bias else None)
         self._place(device)
@@ -322,11 +323,11 @@ class _NormBase(Module):
     num_batches_tracked."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, device: Any = None, dtype: Any = f32, *, bias: bool = True):
+                 track_running_stats: bool = True, device: Any = None, dtype: Any = None, *, bias: bool = True):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         self.register_parameter("weight", Parameter(ones(num_features, dtype=dt)) if affine else None)
         self.register_parameter("bias", Parameter(zeros(num_features, dtype=dt)) if affine and bias else None)
         if track_running_stats:

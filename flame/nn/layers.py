@@ -12,8 +12,8 @@ from flame.frontend import functional as F
 from flame.frontend import losses
 from flame.frontend.context import no_grad
 from flame.frontend.creation import Generator, ones, zeros
+from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import dtype_of, f32
 from flame.nn import init
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
@@ -32,11 +32,11 @@ class Linear(Module):
     """y = x @ weight.T + bias, weight [out_features, in_features]. Initialised as PyTorch does:
     weight by kaiming_uniform(a=sqrt(5)) and bias by U(-1/sqrt(in), 1/sqrt(in))."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = f32,
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None,
                  *, generator: Generator | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         self.weight = Parameter(zeros(out_features, in_features, dtype=dt))
         self.register_parameter("bias", Parameter(zeros(out_features, dtype=dt)) if bias else None)
         self.reset_parameters(generator)
@@ -59,11 +59,11 @@ class LayerNorm(Module):
     """Normalise over the trailing normalized_shape dims; weight ones, bias zeros."""
 
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, device: Any = None, dtype: Any = f32):
+                 bias: bool = True, device: Any = None, dtype: Any = None):
         super().__init__()
         self.normalized_shape, self.eps = _shape(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         affine = elementwise_affine
         self.register_parameter("weight", Parameter(ones(*self.normalized_shape, dtype=dt)) if affine else None)
         self.register_parameter("bias", Parameter(zeros(*self.normalized_shape, dtype=dt)) if affine and bias else None)
@@ -81,11 +81,11 @@ class RMSNorm(Module):
     in (f32 for f16/bf16 inputs), as in PyTorch."""
 
     def __init__(self, normalized_shape: Any, eps: float | None = None, elementwise_affine: bool = True,
-                 device: Any = None, dtype: Any = f32):
+                 device: Any = None, dtype: Any = None):
         super().__init__()
         self.normalized_shape, self.eps = _shape(normalized_shape), eps
         self.elementwise_affine = elementwise_affine
-        w = Parameter(ones(*self.normalized_shape, dtype=dtype_of(dtype))) if elementwise_affine else None
+        w = Parameter(ones(*self.normalized_shape, dtype=float_dtype(dtype))) if elementwise_affine else None
         self.register_parameter("weight", w)
         self._place(device)
 
@@ -105,14 +105,14 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
                  max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
                  sparse: bool = False, _weight: Tensor | None = None, _freeze: bool = False, device: Any = None,
-                 dtype: Any = f32, *, generator: Generator | None = None):
+                 dtype: Any = None, *, generator: Generator | None = None):
         super().__init__()
         F.embedding_unsupported(max_norm, scale_grad_by_freq, sparse)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         if padding_idx is not None:
             padding_idx = padding_idx % num_embeddings
         self.padding_idx = padding_idx
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         weight = given_weight(self, _weight, (num_embeddings, embedding_dim), _freeze)
         if weight is None:
             weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dt))

@@ -16,9 +16,9 @@ from flame.frontend import functional as F
 from flame.frontend.autocast import cast_inputs
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, zeros
+from flame.frontend.default_dtype import float_dtype
 from flame.frontend.ops import cat, stack, where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import dtype_of, f32
 from flame.nn import init
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
@@ -64,7 +64,7 @@ class _RNNBase(Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
-                 device: Any = None, dtype: Any = f32, generator: Generator | None = None):
+                 device: Any = None, dtype: Any = None, generator: Generator | None = None):
         super().__init__()
         if proj_size and self.gates != 4:
             raise ValueError(f"{type(self).__name__}: proj_size is only supported for LSTM")
@@ -78,7 +78,7 @@ class _RNNBase(Module):
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
         self.bidirectional, self.generator, self.proj_size = bidirectional, generator, proj_size
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         rows, out = self.gates * hidden_size, self.out_size
         for layer in range(num_layers):
             width = input_size if layer == 0 else out * self.directions
@@ -213,7 +213,7 @@ class RNN(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 device: Any = None, dtype: Any = f32, generator: Generator | None = None):
+                 device: Any = None, dtype: Any = None, generator: Generator | None = None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNN: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
@@ -268,11 +268,11 @@ class _CellBase(Module):
 
     gates = 1
 
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = f32,
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None,
                  generator: Generator | None = None):
         super().__init__()
         self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         self.weight_ih = Parameter(zeros(self.gates * hidden_size, input_size, dtype=dt))
         self.weight_hh = Parameter(zeros(self.gates * hidden_size, hidden_size, dtype=dt))
         self.register_parameter("bias_ih", Parameter(zeros(self.gates * hidden_size, dtype=dt)) if bias else None)
@@ -313,7 +313,7 @@ class _CellBase(Module):
 
 class RNNCell(_CellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
-                 device: Any = None, dtype: Any = f32, generator: Generator | None = None):
+                 device: Any = None, dtype: Any = None, generator: Generator | None = None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
         super().__init__(input_size, hidden_size, bias, device, dtype, generator)

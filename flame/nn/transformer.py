@@ -15,10 +15,11 @@ from flame.errors import ShapeError
 from flame.frontend import functional as F
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, full, ones, zeros
+from flame.frontend.default_dtype import float_dtype
 from flame.frontend.losses import pad
 from flame.frontend.ops import cat, where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import boolean, dtype_of, f32
+from flame.ir.dtypes import boolean
 from flame.nn import init
 from flame.nn.layers import Dropout, LayerNorm, Linear
 from flame.nn.module import Module, ModuleList
@@ -50,7 +51,7 @@ class MultiheadAttention(Module):
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
-                 vdim: int | None = None, batch_first: bool = False, device: Any = None, dtype: Any = f32,
+                 vdim: int | None = None, batch_first: bool = False, device: Any = None, dtype: Any = None,
                  generator: Generator | None = None):
         super().__init__()
         if embed_dim % num_heads:
@@ -59,7 +60,7 @@ class MultiheadAttention(Module):
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1), got {dropout}")
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.dropout, self.batch_first, self.generator = dropout, batch_first, generator
-        dt = dtype_of(dtype)
+        dt = float_dtype(dtype)
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         if self._qkv_same_embed_dim:
@@ -214,7 +215,7 @@ class TransformerEncoderLayer(Module):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: str | Callable[[Tensor], Tensor] = "relu", layer_norm_eps: float = 1e-5,
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True, device: Any = None,
-                 dtype: Any = f32, generator: Generator | None = None):
+                 dtype: Any = None, generator: Generator | None = None):
         super().__init__()
         activation = _activation(activation, "TransformerEncoderLayer")
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias, batch_first=batch_first, dtype=dtype,
@@ -273,7 +274,7 @@ class TransformerDecoderLayer(Module):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: str | Callable[[Tensor], Tensor] = "relu", layer_norm_eps: float = 1e-5,
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True, device: Any = None,
-                 dtype: Any = f32, generator: Generator | None = None):
+                 dtype: Any = None, generator: Generator | None = None):
         super().__init__()
         activation = _activation(activation, "TransformerDecoderLayer")
         attn = dict(bias=bias, batch_first=batch_first, dtype=dtype, generator=generator)
@@ -343,7 +344,7 @@ class Transformer(Module):
                  dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: str | Callable[[Tensor], Tensor] = "relu", custom_encoder: Module | None = None,
                  custom_decoder: Module | None = None, layer_norm_eps: float = 1e-5, batch_first: bool = False,
-                 norm_first: bool = False, bias: bool = True, device: Any = None, dtype: Any = f32,
+                 norm_first: bool = False, bias: bool = True, device: Any = None, dtype: Any = None,
                  generator: Generator | None = None):
         super().__init__()
         kw = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
@@ -378,6 +379,6 @@ class Transformer(Module):
                             tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
 
     @staticmethod
-    def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = f32) -> Tensor:
+    def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = None) -> Tensor:
         """[sz, sz] float mask: -inf above the diagonal (future positions), 0 elsewhere."""
-        return full((sz, sz), float("-inf"), dtype=dtype_of(dtype)).triu(1)
+        return full((sz, sz), float("-inf"), dtype=float_dtype(dtype)).triu(1)

@@ -13,9 +13,9 @@ from typing import Any
 
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import f32, f64
+from flame.ir.dtypes import f64
 from flame.optim.adam import Adam
-from flame.optim.optimizer import compute_dtype, state_tensor
+from flame.optim.optimizer import compute_dtype, scalar_dtype, state_tensor
 
 
 class _AdamLike(Adam):
@@ -115,7 +115,7 @@ class NAdam(_AdamLike):
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         st = super()._init_state(p, group)
-        mu_product = state_tensor(p, f32, ())  # f32, as torch's (which rounds the product so)
+        mu_product = state_tensor(p, scalar_dtype(), ())  # f32 (f64 by default f64), as torch's rounds it
         mu_product.copy_(mu_product + 1)
         return {"step": st["step"], "mu_product": mu_product, "exp_avg": st["exp_avg"], "exp_avg_sq": st["exp_avg_sq"]}
 
@@ -127,7 +127,7 @@ class NAdam(_AdamLike):
         mu = b1 * (1.0 - 0.5 * 0.96 ** (t * psi))
         mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * psi))
         prod = state["mu_product"]
-        prod.copy_(prod * mu.to(f32))  # an f32 product, as torch's mu_product *= mu
+        prod.copy_(prod * mu.to(prod.dtype))  # in mu_product's dtype, as torch's mu_product *= mu
         prod = prod.to(f64)
         m, v = self._moments(group, state, g)
         d = (v / (1 - b2**t).to(cd)).sqrt() + self.hyper(group, "eps", cd)

@@ -19,13 +19,20 @@ from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import CheckpointError, FlameError
 from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import zeros
+from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, bf16, f16, f32
+from flame.ir.dtypes import DType, bf16, f16, f32, f64
 
 
 def compute_dtype(p: Tensor) -> DType:
     """The dtype an update is computed in: f32 for half-precision parameters, else the parameter's."""
     return f32 if p.dtype in (f16, bf16) else p.dtype
+
+
+def scalar_dtype() -> DType:
+    """The dtype of torch.optim's scalar state (a saved step count, ASGD's eta and mu, NAdam's
+    mu_product): f64 where the default floating dtype is f64, else f32, as torch.optim's."""
+    return f64 if get_default_dtype() == f64 else f32
 
 
 def state_tensor(like: Tensor, dtype: DType | None = None, shape: tuple[int, ...] | None = None) -> Tensor:
@@ -325,7 +332,7 @@ def _quote(v: Any) -> str:
 
 def _saved(key: str, value: Tensor) -> Tensor:
     """A state tensor as state_dict() gives it: shared with the optimizer, except a step count, which is
-    an f32 copy as torch.optim's (flame counts in the parameter's dtype; loading converts back)."""
-    if key == "step" and value.ndim == 0 and value.dtype != f32 and value.dtype.is_float:
-        return value.detach().to(f32)
+    a copy in scalar_dtype() as torch.optim's (flame counts in the parameter's dtype; loading converts back)."""
+    if key == "step" and value.ndim == 0 and value.dtype != scalar_dtype() and value.dtype.is_float:
+        return value.detach().to(scalar_dtype())
     return value.detach()

@@ -10,8 +10,8 @@ from flame.errors import FlameError
 from flame.frontend.creation import full_like, zeros_like
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import f32, f64
-from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
+from flame.ir.dtypes import f64
+from flame.optim.optimizer import Optimizer, compute_dtype, scalar_dtype, state_tensor
 
 
 class SGD(Optimizer):
@@ -123,9 +123,10 @@ class ASGD(Optimizer):
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         cd = compute_dtype(p)
-        mu = state_tensor(p, f32, ())  # eta and mu are f32, as torch's (which rounds them so)
+        sd = scalar_dtype()  # eta and mu are f32 (f64 by default f64), as torch's (which rounds them so)
+        mu = state_tensor(p, sd, ())
         mu.copy_(mu + 1)
-        return {"step": state_tensor(p, cd, ()), "eta": state_tensor(p, f32, ()), "mu": mu, "ax": state_tensor(p)}
+        return {"step": state_tensor(p, cd, ()), "eta": state_tensor(p, sd, ()), "mu": mu, "ax": state_tensor(p)}
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
@@ -133,13 +134,13 @@ class ASGD(Optimizer):
         step = state["step"]
         lr, lambd = self.hyper(group, "lr", f64), self.hyper(group, "lambd", f64)
         t = step.to(f64)
-        # torch sets eta to the lr of the first step, an f32 as eta always is
-        eta = where(t == 1, lr, state["eta"].to(f64)).to(f32).to(cd)
+        sd = state["eta"].dtype  # torch sets eta to the lr of the first step, in eta's dtype
+        eta = where(t == 1, lr, state["eta"].to(f64)).to(sd).to(cd)
         x = x * (1 - lambd * eta) - g * eta
         mu = state["mu"].to(cd)
         state["ax"].copy_(where(mu == 1, x, state["ax"].to(cd) + (x - state["ax"].to(cd)) * mu))
-        state["eta"].copy_((lr / (1 + lambd * lr * t) ** self.hyper(group, "alpha", f64)).to(f32))
-        state["mu"].copy_((1 / (t - self.hyper(group, "t0", f64)).maximum(1.0)).to(f32))
+        state["eta"].copy_((lr / (1 + lambd * lr * t) ** self.hyper(group, "alpha", f64)).to(sd))
+        state["mu"].copy_((1 / (t - self.hyper(group, "t0", f64)).maximum(1.0)).to(sd))
         p.copy_(x)
 
 
