@@ -67,6 +67,7 @@ _COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when
 
 
 _THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)  # "new": threads per row, fewest first
+FEW_ROWS_VECTORS = 2  # "new", fewer rows than multiprocessors: at most this many vectors per thread
 def _threads(R: int) -> int:
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
 
@@ -497,14 +498,20 @@ def _split_schedule(segs: list[list[Op]], lays: list[Layout], columns: tuple[Op,
     return -(-R // CH), CH
 
 
-def _new_threads(make, config: Config) -> tuple[int, list[_RowSegment]]:
+def _new_threads(make, config: Config, few: bool = False) -> tuple[int, list[_RowSegment]]:
     """"new": (G threads per row, the segments at G): the fewest threads at which every segment keeps
     its row in registers and the held data fits Config.row_regs registers per thread, carrying
     costly values (Config.row_carry) if some G fits with them; else 1024 threads, the row in
-    registers only if it fits the 64 registers a thread of a 1024-thread block has (streamed else)."""
+    registers only if it fits the 64 registers a thread of a 1024-thread block has (streamed else).
+    few: the group has fewer rows than the GPU has multiprocessors, so a row's threads are all that
+    work on it: at least enough that each holds FEW_ROWS_VECTORS vectors (a loss's label count, one
+    row of 8192 i64 labels, took 32 threads of 256 elements each, whose unrolled code NVRTC compiled
+    in 27 s)."""
     for carry in (True, False) if config.row_carry else (False,):
         for G in _THREAD_CHOICES:
             parts = make(G, carry)
+            if few and G < 1024 and any(p.J > FEW_ROWS_VECTORS for p in parts):
+                continue
             if all(p.cached for p in parts) and max(p.data_regs() for p in parts) <= config.row_regs:
                 return G, parts
     parts = make(1024)
@@ -611,7 +618,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     if narrow is None and column_only and schedule == "auto":
         new = False  # rows of over 1024 vectors carrying column sums only: the old schedule is the measured one
     if new:
-        G, parts = narrow or _new_threads(make, config)
+        M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
+        G, parts = narrow or _new_threads(make, config, few=isinstance(M, int) and M < target.sm_count)
     else:
         G = config.split_threads if split else 1024 if dynamic_row else _threads(R)
         parts = make(G)

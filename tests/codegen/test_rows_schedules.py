@@ -9,6 +9,8 @@ ops, also from misaligned pointers."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -344,3 +346,23 @@ def test_row_barriers_name_each_rows_barrier_and_compile():
 @pytest.mark.parametrize("shift", [0, 1])
 def test_gpu_row_barriers_match_reference(shift):
     _check_on_gpu(_wide_layer_norm_backward(), ROW_BARRIERS, None, shift, "row_barriers")
+
+
+def test_a_row_with_no_other_rows_beside_it_takes_enough_threads_to_hold_few_vectors():
+    """One row of 8192 (a loss's count of kept labels among i64 labels, stored beside bool masks):
+    fewer rows than multiprocessors, so the row's threads are all the kernel has; each holds at most
+    FEW_ROWS_VECTORS vectors (32 threads of 256 elements each made unrolled code NVRTC took 27 s on)."""
+    from flame.codegen.fused_rows import FEW_ROWS_VECTORS
+    from flame.ir.dtypes import i64
+
+    g = Graph("labels")
+    b = Builder(g)
+    y = g.add_input(TensorType((8192,), i64))
+    kept = b.ne(y, b.full(shape=[], value=-100, dtype=i64))
+    count = b.reduce_sum(b.cast(kept, dtype=f32), axes=[0], keepdim=False)
+    g.outputs = [kept, b.div(b.cast(kept, dtype=f32), count)]
+    (grp,) = [grp for grp in fuse(g).groups if any(op.name == "reduce_sum" for op in grp.ops)]
+    (k,) = lower(grp)
+    held = [int(n) for n in re.findall(r"for \(int j = 0; j < (\d+); \+\+j\)", k.source)]
+    assert held and max(held) <= FEW_ROWS_VECTORS, held
+    assert len(compile_many([k.source], "sm_90")) == 1
