@@ -105,24 +105,38 @@ def test_tuple_results_with_one_unused_and_non_tensor_results():
 
     def f(lib, model, x):
         h = model(x)
-        return h.exp(), h * float("inf"), 3  # the unused result is infinite: its zero cotangent would give NaN
+        return h.exp(), h * float("inf"), 3, h.detach()  # the unused result is infinite: a zero cotangent gives NaN
 
     model = flame.compile(lambda x: f(flame, mine, x))
     x0 = np.arange(6.0).reshape(2, 3) / 10
-    a, b, n = model(flame.tensor(x0))
-    ta, tb, _ = f(torch, theirs, torch.tensor(x0))
-    assert n == 3 and a.requires_grad and b.requires_grad
+    a, b, n, d = model(flame.tensor(x0))
+    ta, tb, _, _ = f(torch, theirs, torch.tensor(x0))
+    assert n == 3 and a.requires_grad and b.requires_grad and not d.requires_grad
     a.sum().backward()
     ta.sum().backward()
     _assert_same_grads(mine, theirs, rtol=1e-12)
     mine.zero_grad()
     theirs.zero_grad()
-    a, b, _ = model(flame.tensor(x0))  # both used: one recomputation gives both results' gradients
-    ta, tb, _ = f(torch, theirs, torch.tensor(x0))
+    a, b, _, _ = model(flame.tensor(x0))  # both used: one recomputation gives both results' gradients
+    ta, tb, _, _ = f(torch, theirs, torch.tensor(x0))
     ((a * 2).sum() + (b * 0 + 1).sum()).backward()
     ((ta * 2).sum() + (tb * 0 + 1).sum()).backward()
     assert torch.isnan(theirs.weight.grad).all()
     _assert_same_grads(mine, theirs, rtol=1e-12)  # NaN where torch's is
+
+
+def test_batchnorm_running_statistics_are_updated_once_per_call():
+    """The call updates the running statistics in place; the recomputation reads them as the call did
+    and leaves them alone."""
+    theirs, mine = twin(lambda lib: lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.BatchNorm1d(4), lib.nn.Tanh()))
+    model = flame.compile(mine)
+    r = np.random.default_rng(2)
+    for _ in range(2):
+        x0 = r.standard_normal((6, 3))
+        (model(flame.tensor(x0)) ** 2).sum().backward()
+        (theirs(torch.tensor(x0)) ** 2).sum().backward()
+        _assert_same_grads(mine, theirs, rtol=1e-10)
+        assert_same_params(mine, theirs, rtol=1e-12, atol=1e-14)  # running_mean, running_var, num_batches_tracked
 
 
 def test_retain_graph_and_a_second_backward_without_it_raise_as_torch():
@@ -232,3 +246,10 @@ def test_batch_sizes_instantiated_from_a_dynamic_template_differentiate_too():
         (theirs(torch.tensor(x0)) ** 2).mean().backward()
         _assert_same_grads(mine, theirs)
     assert model.stats().instantiations == 2
+
+
+@pytest.mark.gpu
+def test_a_compiled_module_trains_with_eager_backward_on_the_gpu():
+    """The same on the CUDA executor: the copies of what the call updates in place are device arrays."""
+    test_a_compiled_module_trains_with_eager_backward_and_adamw_as_torch(_block, (2, 4, 8))
+    test_eval_mode_and_dropout_in_training_mode()
