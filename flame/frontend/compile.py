@@ -344,14 +344,14 @@ class Compiled:
         self._size_rerenders = 0
         # a function's attributes are copied; a module's are read from it when asked (__getattr__), so
         # they stay current (its training flag after model.eval())
-        functools.update_wrapper(self, fn, updated=functools.WRAPPER_UPDATES if inspect.isfunction(fn) else ())
+        functools.update_wrapper(self, fn, updated=functools.WRAPPER_UPDATES if inspect.isroutine(fn) else ())
 
     def __getattr__(self, name: str):
         """An attribute Compiled does not have, from the compiled callable: a module's parameters(),
         train(), eval() and its own attributes, as torch.compile's module gives them."""
         fn = self.__dict__.get("fn")
-        if fn is None:
-            raise AttributeError(name)
+        if fn is None or inspect.isroutine(fn):  # a function's attributes were copied (update_wrapper)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return getattr(fn, name)
 
     def _args(self, args: tuple) -> list:
