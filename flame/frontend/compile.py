@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import logging
 import numbers
 import re
@@ -75,6 +76,7 @@ class _Entry:
     last_used: int = 0
     template: _Dynamic | None = None  # set on an entry instantiated from a dynamic-size template
     needs: tuple = ()  # user outputs torch would say require grad, of a body that ran no backward (compiled_outputs)
+    recompute: compiled_outputs.Recompute | None = None  # their backward, made at the first call that marks them
 
     @property
     def family(self) -> tuple:
@@ -83,6 +85,13 @@ class _Entry:
     @property
     def shapes(self) -> dict[int, tuple]:
         return _shapes(self.key)
+
+    def forward_graph(self) -> Graph:
+        """The traced graph at this entry's sizes (an entry instantiated from a plan template has none
+        of its own: it is instantiated from the size template here)."""
+        if self.traced is None:
+            self.traced = self.template.template.instantiate(self.template.size_of(self.key))
+        return self.traced
 
     @functools.cached_property
     def replay(self) -> Replay:
@@ -294,7 +303,12 @@ class Compiled:
     kernel source); until then it runs the passes and compiles for its size. Each size keeps its own
     plan (and CUDA graph) in the cache;
     instantiations do not count against cache_limit, at most DYNAMIC_SIZES of them per template are
-    kept (least recently used dropped; a dropped size is instantiated again when it comes back)."""
+    kept (least recently used dropped; a dropped size is instantiated again when it comes back).
+
+    A function that runs no backward() itself (a model's forward: `model = flame.compile(model)`), called
+    with gradients on, returns results a backward() outside differentiates through: the backward
+    recomputes the forward (flame.frontend.compiled_outputs). A compiled module answers the module's
+    attributes and methods (parameters(), train(), eval()), as torch.compile's module does."""
 
     DYNAMIC_SIZES = 64
 
@@ -328,7 +342,17 @@ class Compiled:
         self._size_kernels = 0
         self._size_replans = 0
         self._size_rerenders = 0
-        functools.update_wrapper(self, fn)
+        # a function's attributes are copied; a module's are read from it when asked (__getattr__), so
+        # they stay current (its training flag after model.eval())
+        functools.update_wrapper(self, fn, updated=functools.WRAPPER_UPDATES if inspect.isroutine(fn) else ())
+
+    def __getattr__(self, name: str):
+        """An attribute Compiled does not have, from the compiled callable: a module's parameters(),
+        train(), eval() and its own attributes, as torch.compile's module gives them."""
+        fn = self.__dict__.get("fn")
+        if fn is None or inspect.isroutine(fn):  # a function's attributes were copied (update_wrapper)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(fn, name)
 
     def _args(self, args: tuple) -> list:
         return [as_tensor(a) if isinstance(a, np.ndarray) else a for a in args]
@@ -670,17 +694,34 @@ class Compiled:
         arrays = entry.replay.inputs(args, ex, checked)
         if entry.record is not None and entry.record.inputs is None:
             entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
+        inputs = _call_inputs(entry, args, arrays) if entry.needs and compiled_outputs.recording() else None
         result = entry.replay.hand_back(entry.run(arrays), args, checked)
-        return self._marked(entry, args, result) if entry.needs else result
+        return self._marked(entry, result, inputs) if inputs is not None else result
 
-    def _marked(self, entry: _Entry, args: list, result: Any) -> Any:
-        """result with the outputs torch would differentiate through marked so that a backward() outside
-        reaching them raises, saying why (flame.frontend.compiled_outputs)."""
+    def _marked(self, entry: _Entry, result: Any, inputs: list) -> Any:
+        """result with the outputs torch would differentiate through marked, so that a backward()
+        outside reaching them differentiates through the call (flame.frontend.compiled_outputs)."""
+        if entry.recompute is None:
+            entry.recompute = compiled_outputs.Recompute(self.name, entry.forward_graph, entry.needs)
         leaves: list = []
         skel = flatten(result, leaves)
-        inputs = [a for a in args if isinstance(a, Tensor) and a.requires_grad]
-        inputs += [b.tensor for b in entry.trace.bindings if b.kind == "tensor" and b.tensor.requires_grad]
-        return unflattener(skel)(compiled_outputs.attach(self.name, leaves, entry.needs, inputs))
+        return unflattener(skel)(compiled_outputs.attach(entry.recompute, leaves, inputs))
+
+
+def _call_inputs(entry: _Entry, args: list, arrays: list) -> list | None:
+    """The tensors a backward through this call's results recomputes its forward from, one per graph
+    input (flame.frontend.compiled_outputs): the argument or captured tensor itself, or a copy of the
+    array this call reads where the call updates it in place or it is a .grad or a scalar; None
+    where none of them requires grad (the results are then plain)."""
+    updated, types = set(entry.graph.aliases.values()), entry.graph.inputs
+    out, wanted = [], False
+    for j, (b, a) in enumerate(zip(entry.trace.bindings, arrays)):
+        t = args[b.arg] if b.kind == "arg" else b.tensor if b.kind == "tensor" else None
+        if t is None or j in updated:
+            t = Tensor._concrete(a.copy(), types[j].dtype)
+        wanted = wanted or t.requires_grad
+        out.append(t)
+    return out if wanted else None
 
 
 def _grad_outputs(tr: Trace, g: Graph) -> list:
