@@ -18,6 +18,11 @@ _PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
 _KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_]+))?(, update)?\): (.*)$")
 _OP_HEAD = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*((?:%\d+\s*,?\s*)*)")
 _OP_TAIL = re.compile(r"^:\s*" + _TYPE + r"(?:\s+checkpoint\s+(\d+)(\s+saved)?)?\s*(?:#\s*(.*))?$")
+# an op line exactly as the printer writes it, without a loc and with no string or nested brace in its
+# attributes (most lines): what _op_line finds in it, in one match
+_PRINTED = re.compile(
+    r"%(\d+) = ([a-z_0-9]+)(?: (%\d+(?:, %\d+)*))?(?: (\{[^{}\"]*\}))? : " + _TYPE + r"(?: checkpoint (\d+)( saved)?)?"
+)
 _TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')
 
 
@@ -206,14 +211,16 @@ class _Reader:
     def op(self, n: int, line: str) -> Op:
         """The op of line n (`%N = name %a, %b {attrs} : TYPE [checkpoint K [saved]] [# loc]`), its
         result numbered N; its type is the one written (the verifier checks it against the shape rule)."""
-        m = _op_line(line)
+        printed = _PRINTED.fullmatch(line)
+        m = (*printed.groups(), None) if printed else _op_line(line)
         if not m:
             self.fail(n, "expected `%N = op %a, %b {attrs} : TYPE`")
         num, name, args, attrs, dt, dims, checkpoint, saved, loc = m
-        if int(num) in self.ids:
+        number = int(num)
+        if number in self.ids:
             self.fail(n, f"%{num} is defined twice")
         try:
-            ins = tuple([self.ref(n, a) for a in args.split(",")]) if args.strip() else ()
+            ins = tuple([self.ref(n, a) for a in args.split(",")]) if args else ()
             attrs = self.attributes(n, registry.get(name), attrs)
             loc = loc.strip() if loc else None
             op = Op(
@@ -227,18 +234,15 @@ class _Reader:
             raise
         except (FlameError, ValueError, IndexError, TypeError, KeyError, OverflowError) as e:
             self.fail(n, str(e))
-        self.ids[int(num)] = op.out
+        self.ids[number] = op.out
         return op
 
 
 def parse(text: str, verify: bool = True) -> Graph:
     """Parse IR text into a verified Graph. Errors quote the offending line. verify=False skips the
     verifier's shape rules, for text flame printed from a verified graph and signed (the plan cache)."""
-    lines = [
-        ln.strip()
-        for ln in text.strip().splitlines()
-        if ln.strip() and (not ln.lstrip().startswith("#") or _KERNEL.match(ln.strip()))
-    ]
+    stripped = [ln.strip() for ln in text.strip().splitlines()]
+    lines = [ln for ln in stripped if ln and (ln[0] != "#" or _KERNEL.match(ln))]
     kernels: list[tuple[int, re.Match]] = []  # (index in g.ops where it starts, `# kernel` line)
     if not lines:
         raise ParseError("empty IR text")
