@@ -1,4 +1,6 @@
-"""Parse the text printed by flame.ir.printer back into a Graph (then verified)."""
+"""Parse the text printed by flame.ir.printer back into a Graph (then verified). A parse reads each
+distinct type and attribute text once (a graph repeats few), and an op line as the printer writes it
+with one match; verify=False (the plan cache's signed text) skips the verifier's shape rules."""
 
 from __future__ import annotations
 
