@@ -1,4 +1,6 @@
-"""Parse the text printed by flame.ir.printer back into a Graph (then verified)."""
+"""Parse the text printed by flame.ir.printer back into a Graph (then verified). A parse reads each
+distinct type and attribute text once (a graph repeats few), and an op line as the printer writes it
+with one match; verify=False (the plan cache's signed text) skips the verifier's shape rules."""
 
 from __future__ import annotations
 
@@ -18,6 +20,11 @@ _PARAM = re.compile(r"^%(\d+):\s*" + _TYPE + r"\s+(\w+)$")
 _KERNEL = re.compile(r"^# kernel \d+ \(([a-z]+)(?:, epilogue ([a-z_]+))?(, update)?\): (.*)$")
 _OP_HEAD = re.compile(r"^%(\d+)\s*=\s*([a-z_0-9]+)\s*((?:%\d+\s*,?\s*)*)")
 _OP_TAIL = re.compile(r"^:\s*" + _TYPE + r"(?:\s+checkpoint\s+(\d+)(\s+saved)?)?\s*(?:#\s*(.*))?$")
+# an op line exactly as the printer writes it, without a loc and with no string or nested brace in its
+# attributes (most lines): what _op_line finds in it, in one match
+_PRINTED = re.compile(
+    r"%(\d+) = ([a-z_0-9]+)(?: (%\d+(?:, %\d+)*))?(?: (\{[^{}\"]*\}))? : " + _TYPE + r"(?: checkpoint (\d+)( saved)?)?"
+)
 _TOKEN = re.compile(r'\s*(\[|\]|,|"(?:[^"\\]|\\.)*"|[^\s,\[\]]+)')
 
 
@@ -48,8 +55,14 @@ def _split_top(text: str, sep: str = ",", level: int = 0) -> list[str]:
 def _scalar(tok: str) -> Any:
     if tok.startswith('"'):
         return json.loads(tok)
-    named = {"true": True, "false": False, "none": None, "inf": float("inf"), "-inf": float("-inf"),
-             "nan": float("nan")}
+    named = {
+        "true": True,
+        "false": False,
+        "none": None,
+        "inf": float("inf"),
+        "-inf": float("-inf"),
+        "nan": float("nan"),
+    }
     if tok in named:
         return named[tok]
     if re.fullmatch(r"-?\d+", tok):
@@ -84,9 +97,11 @@ def _op_line(line: str) -> tuple | None:
     head = _OP_HEAD.match(line)
     if not head:
         return None
-    rest, attrs = line[head.end():].lstrip(), None
+    rest, attrs = line[head.end() :].lstrip(), None
     if rest.startswith("{"):
-        end = _closing_brace(rest, 0)
+        close = rest.find("}")  # the common case: no string and no nested brace before the first `}`
+        simple = close > 0 and '"' not in rest[:close] and rest.count("{", 0, close) == 1
+        end = close + 1 if simple else _closing_brace(rest, 0)
         if end < 0:
             return None
         attrs, rest = rest[:end], rest[end:].lstrip()
@@ -149,71 +164,104 @@ def _attrs(text: str) -> dict[str, Any]:
     return out
 
 
-def parse(text: str, verify: bool = True) -> Graph:
-    """Parse IR text into a verified Graph. Errors quote the offending line. verify=False skips the
-    verifier's shape rules, for text flame printed from a verified graph and signed (the plan cache)."""
-    lines = [ln.strip() for ln in text.strip().splitlines()
-             if ln.strip() and (not ln.lstrip().startswith("#") or _KERNEL.match(ln.strip()))]
-    kernels: list[tuple[int, re.Match]] = []  # (index in g.ops where it starts, `# kernel` line)
-    if not lines:
-        raise ParseError("empty IR text")
-    ids: dict[int, Value] = {}
+class _Reader:
+    """One parse's state: the lines, the values defined so far by number, and what was read from the
+    type and attribute texts seen (an IR text repeats few of either: each is read and checked once;
+    types and attribute values are immutable, so ops may share them)."""
 
-    def fail(n: int, why: str):
-        raise ParseError(f"line {n + 1}: {why}\n  {lines[n]}")
+    __slots__ = ("lines", "ids", "types", "attrs")
 
-    def ref(n: int, tok: str) -> Value:
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        self.ids: dict[int, Value] = {}
+        self.types: dict[tuple[str, str], TensorType] = {}
+        self.attrs: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def fail(self, n: int, why: str):
+        raise ParseError(f"line {n + 1}: {why}\n  {self.lines[n]}")
+
+    def ref(self, n: int, tok: str) -> Value:
+        """The value `%K` names (line n's error if it is not a defined value)."""
         tok = tok.strip()
-        if not re.fullmatch(r"%\d+", tok) or int(tok[1:]) not in ids:
-            fail(n, f"{tok!r} is not a defined value")
-        return ids[int(tok[1:])]
+        v = self.ids.get(int(tok[1:])) if tok[:1] == "%" and tok[1:].isdecimal() else None
+        if v is None:
+            self.fail(n, f"{tok!r} is not a defined value")
+        return v
 
-    head = _HEADER.match(lines[0])
-    if not head:
-        fail(0, "expected `graph NAME(%0: TYPE ROLE, ...) {`")
-    g = Graph(head.group(1))
-    for p in _split_top(head.group(2)):
-        m = _PARAM.match(p.strip())
-        if not m:
-            fail(0, f"bad graph input {p.strip()!r}")
-        try:
-            ids[int(m.group(1))] = g.add_input(_type(m.group(2), m.group(3)), m.group(4))
-        except (FlameError, ValueError) as e:
-            fail(0, str(e))
-    for n, line in enumerate(lines[1:], start=1):
-        if _KERNEL.match(line):
-            kernels.append((len(g.ops), _KERNEL.match(line)))
-            continue
-        if line.startswith("return"):
-            _parse_return(g, line[len("return"):], lambda t, n=n: ref(n, t))
-            if n + 1 >= len(lines) or lines[n + 1] != "}":
-                fail(n, "expected `}` after return")
-            if n + 2 < len(lines):
-                fail(n + 2, "unexpected text after the graph's closing `}`")
-            break
-        m = _op_line(line)
-        if not m:
-            fail(n, "expected `%N = op %a, %b {attrs} : TYPE`")
-        num, name, args, attrs, dt, dims, checkpoint, saved, loc = m
-        if int(num) in ids:
-            fail(n, f"%{num} is defined twice")
-        try:
-            ins = tuple(ref(n, a) for a in args.split(",")) if args.strip() else ()
-            opdef = registry.get(name)
-            raw = _attrs(attrs) if attrs else {}
-            norm = opdef.normalize_attrs(raw)
-            coerced = [k for k in raw if not _same(raw[k], norm[k])]
+    def type(self, dt: str, dims: str) -> TensorType:
+        t = self.types.get((dt, dims))
+        if t is None:
+            t = self.types[dt, dims] = _type(dt, dims)
+        return t
+
+    def attributes(self, n: int, opdef, text: str | None) -> dict[str, Any]:
+        """The op's attributes from their text `{k=v, ...}`, normalized (defaults filled, kinds coerced);
+        an attribute that coercion would change in meaning is line n's error."""
+        key = (opdef.name, text or "")
+        found = self.attrs.get(key)
+        if found is None:
+            raw = _attrs(text) if text else {}
+            found = opdef.normalize_attrs(raw)
+            coerced = [k for k in raw if not _same(raw[k], found[k])]
             if coerced:  # keepdim="false" must not become True
-                fail(n, f"attribute {coerced[0]}={raw[coerced[0]]!r} is not a valid {opdef.attrs[coerced[0]].kind}")
+                self.fail(
+                    n, f"attribute {coerced[0]}={raw[coerced[0]]!r} is not a valid {opdef.attrs[coerced[0]].kind}"
+                )
+            self.attrs[key] = found
+        return found
+
+    def op(self, n: int, line: str) -> Op:
+        """The op of line n (`%N = name %a, %b {attrs} : TYPE [checkpoint K [saved]] [# loc]`), its
+        result numbered N; its type is the one written (the verifier checks it against the shape rule)."""
+        printed = _PRINTED.fullmatch(line)
+        m = (*printed.groups(), None) if printed else _op_line(line)
+        if not m:
+            self.fail(n, "expected `%N = op %a, %b {attrs} : TYPE`")
+        num, name, args, attrs, dt, dims, checkpoint, saved, loc = m
+        number = int(num)
+        if number in self.ids:
+            self.fail(n, f"%{num} is defined twice")
+        try:
+            ins = tuple([self.ref(n, a) for a in args.split(",")]) if args else ()
+            attrs = self.attributes(n, registry.get(name), attrs)
             loc = loc.strip() if loc else None
-            op = Op(name, ins, norm, _type(dt, dims), CheckpointLoc(loc or "", int(checkpoint), bool(saved))
-                    if checkpoint else loc)
+            op = Op(
+                name,
+                ins,
+                attrs,
+                self.type(dt, dims),
+                CheckpointLoc(loc or "", int(checkpoint), bool(saved)) if checkpoint else loc,
+            )
         except ParseError:
             raise
         except (FlameError, ValueError, IndexError, TypeError, KeyError, OverflowError) as e:
-            fail(n, str(e))
-        g.ops.append(op)
-        ids[int(num)] = op.out
+            self.fail(n, str(e))
+        self.ids[number] = op.out
+        return op
+
+
+def parse(text: str, verify: bool = True) -> Graph:
+    """Parse IR text into a verified Graph. Errors quote the offending line. verify=False skips the
+    verifier's shape rules, for text flame printed from a verified graph and signed (the plan cache)."""
+    stripped = [ln.strip() for ln in text.strip().splitlines()]
+    lines = [ln for ln in stripped if ln and (ln[0] != "#" or _KERNEL.match(ln))]
+    kernels: list[tuple[int, re.Match]] = []  # (index in g.ops where it starts, `# kernel` line)
+    if not lines:
+        raise ParseError("empty IR text")
+    r = _Reader(lines)
+    g = _header(r)
+    for n, line in enumerate(lines[1:], start=1):
+        if line.startswith("#"):
+            kernels.append((len(g.ops), _KERNEL.match(line)))
+            continue
+        if line.startswith("return"):
+            _parse_return(g, line[len("return") :], lambda t, n=n: r.ref(n, t))
+            if n + 1 >= len(lines) or lines[n + 1] != "}":
+                r.fail(n, "expected `}` after return")
+            if n + 2 < len(lines):
+                r.fail(n + 2, "unexpected text after the graph's closing `}`")
+            break
+        g.ops.append(r.op(n, line))
     else:
         raise ParseError("missing `return` line")
     if verify:
@@ -222,6 +270,23 @@ def parse(text: str, verify: bool = True) -> Graph:
         check(g)
     if kernels:
         _groups(g, kernels)
+    return g
+
+
+def _header(r: _Reader) -> Graph:
+    """The graph of the first line `graph NAME(%0: TYPE ROLE, ...) {`, with its inputs."""
+    head = _HEADER.match(r.lines[0])
+    if not head:
+        r.fail(0, "expected `graph NAME(%0: TYPE ROLE, ...) {`")
+    g = Graph(head.group(1))
+    for p in _split_top(head.group(2)):
+        m = _PARAM.match(p.strip())
+        if not m:
+            r.fail(0, f"bad graph input {p.strip()!r}")
+        try:
+            r.ids[int(m.group(1))] = g.add_input(r.type(m.group(2), m.group(3)), m.group(4))
+        except (FlameError, ValueError) as e:
+            r.fail(0, str(e))
     return g
 
 

@@ -3,10 +3,13 @@ the persistent plan cache (flame.plan.cache) stores.
 
 The graph travels as its IR text (flame.ir.printer; the parser reads it back, fusion groups included
 from their `# kernel` lines), with what the text leaves out beside it: each op's `loc` (the user's
-line, and whether the op is the backward's or a recomputation) and each fusion group's outputs. The
-plan travels as JSON: every buffer and step is a frozen dataclass, written field by field, with an op
-written as its position in the graph, a dtype by its name and a tuple as a list. So a loaded plan's
-steps read the loaded graph's ops, exactly as a plan built from that graph would.
+line, and whether the op is the backward's or a recomputation; each distinct one written once) and
+each fusion group's outputs. The plan travels as JSON: every buffer and step is a frozen dataclass,
+written field by field, with an op written as its position in the graph, a dtype by its name, a tuple
+as a list and a long string (a kernel's source, which every launch of that kernel holds) once, in a
+table of texts. So a loaded plan's steps read the loaded graph's ops, exactly as a plan built from that
+graph would. Reading the graph back skips the verifier's shape rules (the text was printed from a
+verified graph, and the entry is signed); tests/plan/test_plan_load.py holds it to the verified parse.
 
 `dumps(graph, plan)` raises NotStorable for anything it cannot write (a field holding a number of a
 dynamic size, an op not in the graph); `loads(payload)` raises BadPayload for anything it cannot
@@ -26,7 +29,8 @@ from flame.ir.parser import parse
 from flame.ir.printer import print_graph
 from flame.plan.steps import ActivationBudget, Buffer, MemoryBudget, Plan, Step
 
-FORMAT = 2  # the payload's layout; an entry of another layout is rebuilt
+FORMAT = 3  # the payload's layout; an entry of another layout is rebuilt
+LONG = 256  # a string field this long (a kernel's source) is written once, in the payload's table of texts
 _LOCS = {"b": BackwardLoc, "r": RecomputeLoc}
 
 
@@ -49,9 +53,12 @@ def _steps() -> dict[str, type]:
     return found
 
 
-def _enc(x, ops: dict[Op, int]):
+def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
     """x as JSON data: numbers, strings, None as themselves, tuples as lists, ops as {"o": position},
-    dtypes as {"d": name}, memory budgets as {"m": fields}."""
+    dtypes as {"d": name}, a long string (launches of one kernel share its source) as {"s": its
+    position in `texts`}."""
+    if type(x) is str and len(x) >= LONG:
+        return {"s": texts.setdefault(x, len(texts))}
     if x is None or isinstance(x, (bool, str)):
         return x
     if isinstance(x, numbers.Integral) and type(x).__module__ in ("builtins", "numpy"):
@@ -59,7 +66,7 @@ def _enc(x, ops: dict[Op, int]):
     if type(x) is float:
         return x
     if isinstance(x, tuple):
-        return [_enc(v, ops) for v in x]
+        return [_enc(v, ops, texts) for v in x]
     if isinstance(x, Op):
         if x not in ops:
             raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
@@ -69,40 +76,53 @@ def _enc(x, ops: dict[Op, int]):
     raise NotStorable(f"no stored form for {type(x).__name__} {x!r}")
 
 
-def _dec(x, ops: list[Op]):
+_PLAIN = frozenset((int, float, str, bool, type(None)))  # JSON values that decode as themselves
+
+
+def _dec(x, ops: list[Op], texts: list[str]):
     """The inverse of _enc."""
-    if isinstance(x, list):
-        return tuple(_dec(v, ops) for v in x)
-    if isinstance(x, dict):
+    t = type(x)
+    if t in _PLAIN:
+        return x
+    if t is list:
+        return tuple([v if type(v) in _PLAIN else _dec(v, ops, texts) for v in x])
+    if t is dict:
         if "o" in x:
             return ops[x["o"]]
+        if "s" in x:
+            return texts[x["s"]]
         if "d" in x:
             return dtype_of(x["d"])
         raise BadPayload(f"unknown stored value {x!r}")
     return x
 
 
-def _fields(x, ops: dict[Op, int]) -> dict:
-    return {f.name: _enc(getattr(x, f.name), ops) for f in dataclasses.fields(x)}
+def _fields(x, ops: dict[Op, int], texts: dict[str, int]) -> dict:
+    return {f.name: _enc(getattr(x, f.name), ops, texts) for f in dataclasses.fields(x)}
 
 
-def _loc(loc) -> list | None:
-    """An op's loc as data: [kind, text, region] (kind "" plain, "b" backward, "r" recomputation,
-    "c" checkpoint region)."""
+def _undo(fields: dict, ops: list[Op], texts: list[str]) -> dict:
+    """The inverse of _fields."""
+    return {k: v if type(v) in _PLAIN else _dec(v, ops, texts) for k, v in fields.items()}
+
+
+def _loc(loc) -> tuple | None:
+    """An op's loc as data: (kind, text, region) (kind "" plain, "b" backward, "r" recomputation,
+    "c" checkpoint region, "s" checkpoint region whose policy saves the result)."""
     if loc is None:
         return None
     if isinstance(loc, CheckpointLoc):
-        return ["c", str(loc), loc.region]
+        return ("s" if loc.saved else "c", str(loc), loc.region)
     kind = "r" if isinstance(loc, RecomputeLoc) else "b" if isinstance(loc, BackwardLoc) else ""
-    return [kind, str(loc), 0]
+    return (kind, str(loc), 0)
 
 
 def _unloc(data: list | None):
     if data is None:
         return None
     kind, text, region = data
-    if kind == "c":
-        return CheckpointLoc(text, region)
+    if kind in ("c", "s"):
+        return CheckpointLoc(text, region, kind == "s")
     return _LOCS[kind](text) if kind else text
 
 
@@ -115,17 +135,21 @@ def dumps(graph: Graph, plan: Plan | None) -> bytes:
         raise NotStorable(str(e)) from None
     ops = {op: i for i, op in enumerate(graph.ops)}
     numbers_ = graph.numbering()
+    locs: dict[tuple, int] = {}  # each distinct loc once: many ops come from one line
+    texts: dict[str, int] = {}
     data = {
         "format": FORMAT,
         "graph": text,
-        "locs": [_loc(op.loc) for op in graph.ops],
+        "locs": [locs.setdefault(_loc(op.loc), len(locs)) for op in graph.ops],
+        "loc_table": list(locs),
         "groups": None if graph.groups is None else [[numbers_[v] for v in k.outputs] for k in graph.groups],
-        "plan": None if plan is None else _plan(plan, graph, ops, numbers_),
+        "plan": None if plan is None else _plan(plan, graph, ops, numbers_, texts),
+        "texts": list(texts),
     }
     return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
 
 
-def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict) -> dict:
+def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict, texts: dict[str, int]) -> dict:
     if plan.graph is not graph:
         raise NotStorable("the plan was made for another graph")
     steps = _steps()
@@ -135,14 +159,14 @@ def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict) -> dict
     budget = plan.memory_budget
     return {
         "name": plan.name,
-        "buffers": [_fields(b, ops) for b in plan.buffers.values()],
-        "steps": [[type(s).__name__, _fields(s, ops)] for s in plan.steps],
+        "buffers": [_fields(b, ops, texts) for b in plan.buffers.values()],
+        "steps": [[type(s).__name__, _fields(s, ops, texts)] for s in plan.steps],
         "inputs": list(plan.inputs),
         "outputs": list(plan.outputs),
         "arena_size": plan.arena_size,
         "buffer_of": [[numbering[v], b] for v, b in plan.buffer_of.items()],
-        "memory_budget": None if budget is None else _fields(budget, ops),
-        "activation_budget": None if plan.activation_budget is None else _fields(plan.activation_budget, ops),
+        "memory_budget": None if budget is None else _fields(budget, ops, texts),
+        "activation_budget": None if plan.activation_budget is None else _fields(plan.activation_budget, ops, texts),
         "reused": [[list(names), n] for names, n in plan.reused],
     }
 
@@ -157,15 +181,16 @@ def loads(payload: bytes) -> tuple[Graph, Plan | None]:
         graph = parse(data["graph"], verify=False)  # printed from a verified graph, and signed
         if len(data["locs"]) != len(graph.ops):
             raise BadPayload("the ops' locations do not match the graph")
-        for op, loc in zip(graph.ops, data["locs"]):
-            op.loc = _unloc(loc)
+        locs = [_unloc(loc) for loc in data["loc_table"]]
+        for op, i in zip(graph.ops, data["locs"]):
+            op.loc = locs[i]
         values = graph.inputs + [op.out for op in graph.ops]
         if data["groups"] is not None:
             graph.groups = [
                 FusionGroup(k.ops, Kind(k.kind), k.reason, tuple(values[n] for n in outs), k.epilogue, k.update)
                 for k, outs in zip(graph.groups or [], data["groups"], strict=True)
             ]
-        plan = None if data["plan"] is None else _unplan(data["plan"], graph, values)
+        plan = None if data["plan"] is None else _unplan(data["plan"], graph, values, data["texts"])
     except BadPayload:
         raise
     except (FlameError, ValueError, KeyError, IndexError, TypeError, AttributeError, zlib.error) as e:
@@ -173,17 +198,17 @@ def loads(payload: bytes) -> tuple[Graph, Plan | None]:
     return graph, plan
 
 
-def _unplan(data: dict, graph: Graph, values: list) -> Plan:
+def _unplan(data: dict, graph: Graph, values: list, texts: list[str]) -> Plan:
     ops, steps = graph.ops, _steps()
     buffers = {}
     for fields in data["buffers"]:
-        b = Buffer(**{k: _dec(v, ops) for k, v in fields.items()})
+        b = Buffer(**_undo(fields, ops, texts))
         buffers[b.id] = b
     made = []
     for name, fields in data["steps"]:
         if name not in steps:
             raise BadPayload(f"unknown step type {name!r}")
-        made.append(steps[name](**{k: _dec(v, ops) for k, v in fields.items()}))
+        made.append(steps[name](**_undo(fields, ops, texts)))
     budget, activations = data["memory_budget"], data["activation_budget"]
     return Plan(
         data["name"],
@@ -195,6 +220,6 @@ def _unplan(data: dict, graph: Graph, values: list) -> Plan:
         graph,
         {values[n]: b for n, b in data["buffer_of"]},
         None if budget is None else MemoryBudget(**budget),
-        None if activations is None else ActivationBudget(**{k: _dec(v, ops) for k, v in activations.items()}),
+        None if activations is None else ActivationBudget(**_undo(activations, ops, texts)),
         tuple((tuple(names), n) for names, n in data.get("reused", ())),
     )
