@@ -617,13 +617,12 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     narrow = _narrow_threads(make) if new and column_only else None
     if narrow is None and column_only and schedule == "auto":
         new = False  # rows of over 1024 vectors carrying column sums only: the old schedule is the measured one
+    M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     if new:
-        M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
         G, parts = narrow or _new_threads(make, config, few=isinstance(M, int) and M < target.sm_count)
     else:
         G = config.split_threads if split else 1024 if dynamic_row else _threads(R)
         parts = make(G)
-    M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     block = _block(G, M, R, columns, row_totals=not column_only)
     for p in parts:
         p.block = block

@@ -31,6 +31,7 @@ from typing import Any
 
 from flame.errors import AutogradError
 from flame.frontend.context import grad_enabled, user_location
+from flame.frontend.custom_function import claim
 from flame.frontend.dispatch import Node, record_versions
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
@@ -103,17 +104,6 @@ class CompiledNode(Node):
 _CALLS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # call number -> Call
 
 
-def _claim(call: Call) -> int:
-    """The smallest number no live call holds, now this call's (a training loop's backward graphs then
-    print alike from one step to the next and share their compiled plan)."""
-    k = 0
-    while k in _CALLS:
-        k += 1
-    call.key = k
-    _CALLS[k] = call
-    return k
-
-
 def _vjp(b, gouts: dict, *inputs, call: int, index: int):
     """The gradient of a compiled call's results (autodiff hands the call's first op every result's
     cotangent): the recomputing gradient graph, inlined into the graph being differentiated."""
@@ -150,7 +140,7 @@ def attach(recompute: Recompute, outputs: list, inputs: list) -> list:
     """outputs with those at `recompute.needs` marked as depending on `inputs` (one tensor per graph
     input of the call, see the module's docstring) through the compiled_output op."""
     call = Call(recompute, len(inputs))
-    _claim(call)
+    claim(_CALLS, call)
     loc = user_location()
     out = list(outputs)
     for k in recompute.needs:

@@ -84,13 +84,15 @@ _CALLS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # call numb
 _HELD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # trace Graph -> its calls' records
 
 
-def _claim(call: Call) -> int:
-    """The smallest number no live call holds, now this call's."""
+def claim(calls: weakref.WeakValueDictionary, call) -> int:
+    """The smallest number no live call of `calls` holds, now `call`'s (its `key`): numbers are reused
+    once their calls are gone, so a training loop's backward graphs print alike from one step to the
+    next and share their compiled plan."""
     k = 0
-    while k in _CALLS:
+    while k in calls:
         k += 1
     call.key = k
-    _CALLS[k] = call
+    calls[k] = call
     return k
 
 
@@ -134,7 +136,7 @@ def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[
         [t._type() if isinstance(t, Tensor) else None for t in fw.outputs],
         [t is not None for t in fw.saved],
     )
-    _claim(call)
+    claim(_CALLS, call)
     if trace is not None:
         _HELD.setdefault(trace.graph, []).append(call)
     ins = (*(args[i] for i in positions), *saved)
