@@ -249,9 +249,11 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
     if not outputs or all(math.prod(v.shape) == 0 for v in outputs):
         return None
     inputs = group_inputs(group)
-    # column reductions a rows group carries (passes/fuse.py): computed from the row layout's values
+    # column reductions a rows group carries (passes/fuse.py): computed from the row layout's values; the
+    # conversions of their results it holds are stored by the fold kernel (rows_columns.Columns)
     columns = tuple(op for op in group.ops if is_reduction(op) and trailing_reduced(op) is None)
-    kept = [op for op in group.ops if op not in columns]
+    results = {op.out for op in columns}
+    kept = [op for op in group.ops if op not in columns and not (op.inputs and op.inputs[0] in results)]
     col_in = [op.inputs[0] for op in columns]
 
     def laid(segs: list[list[Op]]) -> list[Layout]:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from flame.codegen import cuda_c
+from flame.codegen.elementwise import op_expr
 from flame.codegen.kernel import Kernel, finish, group_dtypes, group_header, kernel_fields, render_template, store
 from flame.codegen.snippets import accumulator
 from flame.ir.graph import FusionGroup, Op, Value
@@ -66,7 +67,7 @@ class Columns:
             self.offsets.append(off)
             off += -(-self.P * w * accumulator(op).dtype.itemsize // 256) * 256
         self.scratch = off
-        self.out_idx = [outputs.index(op.out) for op in seg.columns]
+        self.stored = [_stored(op, outputs) for op in seg.columns]
 
     def declarations(self) -> list[str]:
         accus = [accumulator(op) for op in self.seg.columns]
@@ -134,19 +135,32 @@ class Columns:
                       f"    {dst}lane] = a;", "  }", "}"]
         return lines
 
-    def fold(self) -> list[dict]:
+    def fold(self, at: str) -> list[dict]:
+        """Per column reduction, the fold template's fields; `stores`: the statements writing its
+        result element `at` (its own result and the conversions of it the kernel holds)."""
         out = []
         for n, (op, off) in enumerate(zip(self.seg.columns, self.offsets)):
             accu = accumulator(op)
             count = math.prod(op.inputs[0].shape) // max(1, math.prod(op.out.shape))
             total = cuda_c.convert(accu.total("a", f"{count}u"), accu.dtype, op.out.dtype)
+            value = cuda_c.load(total, op.out.dtype)  # the result, rounded to its dtype, in its compute type
+            if [v for _, v in self.stored[n]] == [op.out]:
+                stores = [f"out{self.stored[n][0][0]}[{at}] = {store(op.out, value)};"]
+            else:  # conversions of the result: bound once, each stored rounded as its kernel would
+                stores = [f"const {cuda_c.compute_dtype(op.out.dtype).cuda_type} folded = {value};"]
+                for o, v in self.stored[n]:
+                    if v is not op.out:
+                        expr, expr_dtype = op_expr(v.producer, ["folded"])
+                        stores.append(f"out{o}[{at}] = "
+                                      f"{store(v, cuda_c.load(cuda_c.convert(expr, expr_dtype, v.dtype), v.dtype))};")
+                    else:
+                        stores.append(f"out{o}[{at}] = {store(v, 'folded')};")
             w = self.width[n]
             out.append(dict(acc_t=accu.dtype.cuda_type, identity=accu.identity, offset=off,
                             combine=accu.combine("a", "p[(size_t)s * R + r]"),
                             combine_phase=accu.combine("a", f"sm[h * {FOLD_COLS}u + threadIdx.x]"),
                             combine_slot=accu.combine("a", f"p[(size_t)s * {w}u + r]"),
-                            combine_b=accu.combine("a", "b"), out=self.out_idx[n],
-                            store=store(op.out, cuda_c.load(total, op.out.dtype)),
+                            combine_b=accu.combine("a", "b"), stores=stores,
                             n_out=math.prod(op.out.shape), **({} if self.plain else self._preimage(op, w < self.R))))
         return out
 
@@ -180,6 +194,17 @@ class Columns:
                             f"{name} /= {lay.domain[d]}u;")
         return dict(coords=lines, row=" + ".join(terms["row"]) or "0", elem=" + ".join(terms["elem"]) or "0",
                     T=math.prod(lay.domain[d] for d in free_k) * RF, walk=walk)
+
+
+def _stored(op: Op, outputs: list[Value]) -> list[tuple[int, Value]]:
+    """(output index, value) of what the fold writes for column reduction op: its result where the
+    kernel writes it, and the result of each conversion of it the kernel holds (fuse_columns.store_conversions:
+    a bf16 LayerNorm's f32 dweight as the parameter's bf16)."""
+    got = [(k, v) for k, v in enumerate(outputs)
+           if v is op.out or (v.producer is not None and v.producer.inputs and v.producer.inputs[0] is op.out)]
+    if not got or any(v is not op.out and len(v.producer.inputs) != 1 for _, v in got):
+        raise NotImplementedError(f"the results of column reduction {op.name} {op.out.type} in its row kernel")
+    return got
 
 
 def _suffix(seg: RowSegment, op: Op) -> int | None:
@@ -224,7 +249,8 @@ def column_fold(group: FusionGroup, inputs: list[Value], cols: Columns, stem: st
     """The kernel folding the column partials: 32 columns x 8 runs per block when each result element
     is one row element (plain), else one block per result element (its preimage's terms)."""
     header = group_header(group, inputs, f"fold of {cols.P} partials x {cols.R} per column reduction")
-    common = dict(**kernel_fields(group_dtypes(group), params), P=cols.P, R=cols.R, columns=cols.fold())
+    common = dict(**kernel_fields(group_dtypes(group), params), P=cols.P, R=cols.R,
+                  columns=cols.fold("r" if cols.plain else "o"))
     n_out = len(group.outputs)
     if cols.plain:
         fold = render_template("fused_rows_fold.cu.j2", header=header, cols=FOLD_COLS, phases=FOLD_PHASES, **common)

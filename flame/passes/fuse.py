@@ -53,7 +53,10 @@ Rules, in the order they apply:
 - columns: a column reduction (sum/mean over the leading dims) of a value a rows kernel computes or
   reads over its whole domain rides along in that kernel (per-thread partials, then a short fold);
   so do two or more whose result dims are other domain dims (a GroupNorm backward's dweight and
-  dbias over channels-last data: per group and channel in the group; indexmap.column_map);
+  dbias over channels-last data: per group and channel in the group; indexmap.column_map); a
+  narrowing conversion that alone reads such a sum (a bf16 LayerNorm's f32 dweight rounded to bf16)
+  joins it, and the fold stores the converted result (fuse_columns.store_conversions): the update
+  then reads a gradient of the parameter's dtype, like every other parameter's, and merges with them;
 - traffic (passes/fuse_traffic.py): a big kernel's costly work on broadcast values (a BatchNorm's
   per-channel rsqrt) runs once per value in a small kernel of its own; a full-size value a kernel
   writes only for other kernels is recomputed in them when that reads fewer bytes (a BatchNorm
@@ -95,6 +98,7 @@ from flame.passes.fuse_columns import (
     column_kernels,
     columns_of,
     is_bias_grad,
+    store_conversions,
 )
 from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
 from flame.passes.fusion_state import (
@@ -755,6 +759,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     absorb_bias_grads(st)
     recompute_tails(st)
     hoist_broadcasts(st)  # what a recomputation left alone
+    store_conversions(st)  # (before the horizontal rule: the updates reading those results then look alike)
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]

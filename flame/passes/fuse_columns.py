@@ -18,7 +18,7 @@ from flame.ir.indexmap import (
     trailing_reduced,
 )
 from flame.ir.ops.reduce import REDUCE_SUM
-from flame.ir.registry import accumulates, axis_order, is_relabel
+from flame.ir.registry import accumulates, axis_order, get, is_relabel
 from flame.ir.symbolic import SymInt
 from flame.passes import remat
 from flame.passes.fusion_state import (
@@ -282,6 +282,42 @@ def _column_fits(st: State, rg: Group, op: Op) -> str:
     if any(isinstance(d, SymInt) for d in rg.domain) or op.out.type.numel > GENERAL_MAX_RESULTS:
         return ""
     return "general"
+
+
+def store_conversions(st: State) -> None:
+    """A conversion that is the only reader of a column reduction a rows kernel carries (a bf16
+    LayerNorm's dweight and dbias: f32 sums rounded to the parameter's dtype) joins that kernel: its
+    fold stores the converted result, rounded once as the reader would have. The kernel that read it
+    (an optimizer's update) then reads a gradient of the parameter's dtype like every other one, so
+    the horizontal rule gives all parameters one update launch. Runs once column sums are placed."""
+    for rg in [grp for grp in st.groups if grp.kind == Kind.ROWS]:
+        for c in [o for o in columns_of(rg) if is_reduction(o)]:
+            readers = st.users[c.out]
+            if c.out in st.outs or len(readers) != 1 or not _storable(readers[0]):
+                continue
+            (u,) = readers
+            eg = st.group_of.get(u)
+            if eg is None or eg is rg or eg.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or mixes_phases(rg.ops + [u]):
+                continue
+            rest = [o for o in eg.ops if o is not u]
+            got = fit(st, rest, eg.kind, eg.domain if eg.kind == Kind.ROWS else None, eg.n_red) if rest else ()
+            mine = st.sorted_ops(rg.ops + [u])
+            if isinstance(got, str) or isinstance(fit(st, mine, Kind.ROWS, rg.domain, rg.n_red), str):
+                continue
+            if rest:
+                eg.ops, (eg.domain, eg.n_red) = rest, got
+            else:  # the conversion was a kernel of its own (a gradient the step returns)
+                st.groups.remove(eg)
+            rg.ops = mine
+            st.group_of[u] = rg
+
+
+def _storable(op: Op) -> bool:
+    """op is a conversion from one float dtype to a narrower one of f32, f16, bf16 (a fold kernel stores
+    it from its f32 total)."""
+    a, b = op.inputs[0].dtype, op.out.dtype
+    return (get(op.name).conversion and a.name in ("f32", "f16", "bf16") and b.name in ("f32", "f16", "bf16")
+            and b.itemsize < a.itemsize)
 
 
 def absorb_recomputations(st: State) -> None:

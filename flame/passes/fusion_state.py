@@ -266,7 +266,8 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
         cols = carried_columns(ops)
         if cols:
             ops = [o for o in ops if o not in cols]
-            exposed = list(dict.fromkeys([v for v in exposed if v.producer not in cols] + [c.inputs[0] for c in cols]))
+            exposed = list(dict.fromkeys([v for v in exposed if v.producer not in cols]
+                                         + [c.inputs[0] for c in cols if is_reduction(c)]))
         got = st.layouts.stores(ops, exposed, domain, n_red)
         got = _copied_view(st, ops, got, domain, n_red) or got
         return got if isinstance(got, str) else (domain, n_red)
@@ -283,8 +284,14 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
 
 
 def carried_columns(ops: list[Op]) -> list[Op]:
-    """The column reductions among a rows kernel's ops: it carries them outside its row layout."""
-    return [o for o in ops if is_reduction(o) and trailing_reduced(o) is None]
+    """The column reductions among a rows kernel's ops, and the conversions of their results it holds
+    (fuse_columns.store_conversions: the fold stores the converted result): it carries them outside
+    its row layout."""
+    cols = [o for o in ops if is_reduction(o) and trailing_reduced(o) is None]
+    if not cols:
+        return cols
+    results = {c.out for c in cols}
+    return cols + [o for o in ops if get(o.name).conversion and o.inputs[0] in results]
 
 
 def one_row_segment(ops: list[Op]) -> bool:

@@ -330,3 +330,75 @@ def test_gpu_balanced_kernel_matches_reference(dtype, misalign, unroll, steps):
         w = want[fused.outputs.index(v)]
         diff = np.abs(_bits(h).astype(np.int64) - _bits(w).astype(np.int64))
         assert diff.max() <= (0 if dtype == "f32" else 1)
+
+
+def _bf16_block_adamw(monkeypatch, stored: bool, steps: int = 2):
+    """(the optimized graph, every kernel source, the bf16 parameters as float32 after `steps` steps)
+    of a bf16 GPT-style block (pre-LayerNorm sublayers with residuals: Linear -> GELU -> Linear, then
+    Linear) trained with AdamW, planned for CUDA and run on the reference executor; `stored`: with the rule
+    that stores a LayerNorm's f32 weight and bias gradients as bf16 in their row kernel's fold (False:
+    fuse_columns.store_conversions patched to do nothing, the conversions stay in the update)."""
+    import flame
+    import flame.nn as nn
+    from flame.passes import fuse
+
+    flame.manual_seed(0)
+    ln1, ln2 = nn.LayerNorm(32), nn.LayerNorm(32)
+    fc1, fc2, fc3 = nn.Linear(32, 128), nn.Linear(128, 32), nn.Linear(32, 32)
+    mods = [ln1, fc1, fc2, ln2, fc3]
+    for m in mods:
+        m.to(flame.bf16)
+    params = [p for m in mods for p in m.parameters()]
+    opt = flame.optim.AdamW(params, lr=1e-2)
+    x = flame.tensor(np.random.default_rng(3).standard_normal((2, 16, 32)).astype(np.float32)).to(flame.bf16)
+
+    def step(x):
+        opt.zero_grad()
+        h = x + fc2(flame.nn.functional.gelu(fc1(ln1(x))))
+        loss = ((h + fc3(ln2(h))).float() ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    with monkeypatch.context() as m:
+        if not stored:
+            m.setattr(fuse, "store_conversions", lambda st: None)
+        f = flame.compile(step, name=f"bf16_block_adamw_{stored}")
+        g = f.optimized(x)
+        for _ in range(steps):
+            f(x)
+        sources = {k.source for k in f._last.plan.kernels()}
+    return g, sources, [p.float().numpy().copy() for p in params]
+
+
+def _updates(g: Graph) -> list:
+    """The kernels of g that update parameters or optimizer state in place (fusion_state.updates_only)."""
+    from flame.passes.fusion_state import updates_only
+
+    users, updated = g.users(), g.updated()
+    return [k for k in g.groups if updates_only(k.kind, k.ops, k.outputs, g, updated, users)]
+
+
+def test_a_bf16_layer_norm_block_updates_every_parameter_in_one_kernel(monkeypatch, cuda_target):
+    """A bf16 LayerNorm computes in f32: its weight and bias gradients are f32 column sums, rounded to
+    bf16 for the update. The row kernel carrying those sums stores them rounded (its fold), so every
+    parameter's update reads a bf16 gradient and AdamW is one multi-tensor kernel (without the rule:
+    two). The parameters after two steps are those of the plan without the rule, bit for bit, and every
+    kernel compiles with NVRTC for sm_90."""
+    from flame.codegen.nvrtc import compile_cubin
+
+    g, sources, params = _bf16_block_adamw(monkeypatch, True)
+    g0, _, params0 = _bf16_block_adamw(monkeypatch, False)
+    assert len(_updates(g0)) == 2  # the LayerNorms' parameters apart: the conversion in their update
+    (update,) = _updates(g)
+    assert not any(op.name == "cast" and op.out.dtype.name == "bf16" and op.inputs[0].dtype.name == "f32"
+                   and op.inputs[0].producer.name == "reduce_sum" for op in update.ops)
+    folds = [k for k in g.groups if any(op.name == "cast" and op.inputs[0].producer in k.ops for op in k.ops)
+             and any(op.name == "reduce_sum" for op in k.ops)]
+    assert folds, "no row kernel stores a converted column sum"
+    assert len(g.groups) == len(g0.groups) - 1
+    for x, y in zip(params, params0):
+        assert x.tobytes() == y.tobytes()
+    assert any("__float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(folded)))" in s for s in sources)
+    for source in sources:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
