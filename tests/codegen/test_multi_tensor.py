@@ -402,3 +402,20 @@ def test_a_bf16_layer_norm_block_updates_every_parameter_in_one_kernel(monkeypat
     assert any("__float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(folded)))" in s for s in sources)
     for source in sources:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+def _bf16_ulps(a, b) -> int:
+    """The largest distance, in bf16 units in the last place, between two float32 arrays of bf16 values."""
+    bits = [np.asarray(x, np.float32).view(np.int32).astype(np.int64) >> 16 for x in (a, b)]
+    return int(np.abs(bits[0] - bits[1]).max())
+
+
+@pytest.mark.gpu
+def test_gpu_a_bf16_layer_norm_block_trains_as_with_its_gradients_converted_in_the_update(monkeypatch):
+    """The fold kernels that store a bf16 LayerNorm's weight and bias gradients rounded run on the GPU
+    and give what the plan converting them in the optimizer's update gives: parameters after three
+    steps within one bf16 unit (the two plans' AdamW kernels may contract different multiply-adds)."""
+    _, _, params = _bf16_block_adamw(monkeypatch, True, steps=3)
+    _, _, params0 = _bf16_block_adamw(monkeypatch, False, steps=3)
+    for x, y in zip(params, params0):
+        assert _bf16_ulps(x, y) <= 1
