@@ -3,6 +3,9 @@ parameter or a sample may take; `check(value)` is a boolean tensor of value's sh
 
 from __future__ import annotations
 
+from flame.distributions import _frontend as ops
+from flame.distributions._linalg import cholesky
+
 __all__ = [
     "Constraint",
     "boolean",
@@ -21,9 +24,12 @@ __all__ = [
     "nonnegative_integer",
     "one_hot",
     "positive",
+    "positive_definite",
     "real",
     "real_vector",
     "simplex",
+    "square",
+    "symmetric",
     "unit_interval",
 ]
 
@@ -248,6 +254,28 @@ class _LowerCholesky(Constraint):
         return lower & (value.diagonal(dim1=-2, dim2=-1) > 0).all(-1)
 
 
+class _Square(Constraint):
+    event_dim = 2
+
+    def check(self, value):
+        return ops.full(value.shape[:-2], value.shape[-2] == value.shape[-1])
+
+
+class _Symmetric(_Square):
+    def check(self, value):
+        if value.shape[-2] != value.shape[-1]:
+            return super().check(value)
+        return ops.isclose(value, value.transpose(-1, -2), atol=1e-6).all(-2).all(-1)
+
+
+class _PositiveDefinite(_Symmetric):
+    def check(self, value):
+        symmetric = super().check(value)
+        if value.shape[-2] != value.shape[-1]:
+            return symmetric
+        return symmetric & (cholesky(value, check=False).diagonal(dim1=-2, dim2=-1) > 0).all(-1)
+
+
 dependent = _Dependent()
 boolean = _Boolean()
 one_hot = _OneHot()
@@ -265,4 +293,7 @@ interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
 lower_cholesky = _LowerCholesky()
+square = _Square()
+symmetric = _Symmetric()
+positive_definite = _PositiveDefinite()
 independent = _IndependentConstraint

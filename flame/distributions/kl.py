@@ -8,13 +8,14 @@ import functools
 import warnings
 
 from flame.distributions import _frontend as ops
+from flame.distributions._linalg import solve_lower
 from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.categorical import Categorical, OneHotCategorical
 from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
 from flame.distributions.independent import Independent
 from flame.distributions.laplace import Laplace
-from flame.distributions.multivariate_normal import MultivariateNormal, batch_mahalanobis, half_log_det, solve_lower
+from flame.distributions.multivariate_normal import MultivariateNormal, batch_mahalanobis, half_log_det
 from flame.distributions.normal import Normal
 from flame.distributions.uniform import Uniform
 from flame.distributions.utils import sum_rightmost

@@ -10,7 +10,7 @@ import torch.distributions as TD
 
 import flame
 import flame.distributions as FD
-from tests.distributions.common import probs, tril
+from tests.distributions.common import probs, spd, tril
 
 # name: (build(D, params, side) -> distribution, params(rng, side) -> {name: array})
 PAIRS = {
@@ -38,6 +38,14 @@ PAIRS = {
     "MultivariateNormal": (
         lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["scale_tril"]),
         lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": tril(r, 2)},
+    ),
+    "MultivariateNormalCovariance": (
+        lambda D, p: D.MultivariateNormal(p["loc"], covariance_matrix=p["covariance_matrix"]),
+        lambda r: {"loc": r.normal(size=(2, 3)), "covariance_matrix": spd(r, 2)},
+    ),
+    "MultivariateNormalPrecision": (
+        lambda D, p: D.MultivariateNormal(p["loc"], precision_matrix=p["precision_matrix"]),
+        lambda r: {"loc": r.normal(size=(3,)), "precision_matrix": spd(r)},
     ),
     "Independent": (
         lambda D, p: D.Independent(D.Normal(p["loc"], p["scale"]), 2),

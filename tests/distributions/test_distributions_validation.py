@@ -40,6 +40,21 @@ BAD = {
     "mvn-tril": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.ones(2, 2)),
     "mvn-diag": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=-t.eye(2)),
     "mvn-two": lambda D, t: D.MultivariateNormal(t.zeros(2), covariance_matrix=t.eye(2), scale_tril=t.eye(2)),
+    "mvn-none": lambda D, t: D.MultivariateNormal(t.zeros(2)),
+    "mvn-all-three": lambda D, t: D.MultivariateNormal(
+        t.zeros(2), covariance_matrix=t.eye(2), precision_matrix=t.eye(2), scale_tril=t.eye(2)
+    ),
+    "mvn-cov-not-pd": lambda D, t: D.MultivariateNormal(t.zeros(2), covariance_matrix=t.tensor([[1.0, 2], [2, 1]])),
+    "mvn-cov-not-symmetric": lambda D, t: D.MultivariateNormal(
+        t.zeros(2), covariance_matrix=t.tensor([[1.0, 0.5], [0.0, 1.0]])
+    ),
+    "mvn-cov-not-square": lambda D, t: D.MultivariateNormal(t.zeros(3), covariance_matrix=t.ones(2, 3)),
+    "mvn-cov-batch-not-pd": lambda D, t: D.MultivariateNormal(
+        t.zeros(2), covariance_matrix=t.stack([t.eye(2), -t.eye(2)])
+    ),
+    "mvn-prec-not-pd": lambda D, t: D.MultivariateNormal(t.zeros(2), precision_matrix=t.tensor([[1.0, 2], [2, 1]])),
+    "mvn-cov-1d": lambda D, t: D.MultivariateNormal(t.zeros(2), covariance_matrix=t.ones(2)),
+    "mvn-prec-1d": lambda D, t: D.MultivariateNormal(t.zeros(2), precision_matrix=t.ones(2)),
     "mvn-0d-loc": lambda D, t: D.MultivariateNormal(t.tensor(0.0), scale_tril=t.eye(1)),
     "mvn-1d-tril": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.ones(2)),
     "mvn-event-shape": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.eye(2)).log_prob(t.zeros(3)),
@@ -77,10 +92,24 @@ def test_validation_names_the_parameter_and_shows_the_values():
         FD.Normal(flame.zeros(3), -flame.ones(3))
 
 
-def test_covariance_matrix_names_what_to_pass():
-    for kw in ("covariance_matrix", "precision_matrix"):
-        with pytest.raises(NotImplementedError, match=f"{kw}= needs a Cholesky factorisation.*pass scale_tril="):
-            FD.MultivariateNormal(flame.zeros(2), **{kw: flame.eye(2)})
+@pytest.mark.parametrize("kw", ["covariance_matrix", "precision_matrix"])
+@pytest.mark.parametrize("batched", [False, True], ids=["one", "batched"])
+def test_unvalidated_matrix_that_is_not_positive_definite_raises_torchs_linalg_error(kw, batched):
+    """With validation off, torch's Cholesky factorisation raises torch.linalg.LinAlgError (a RuntimeError)
+    naming the batch element and the failing leading minor; flame raises its LinAlgError, the same words."""
+
+    def make(D, t):
+        bad = t.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 2.0], [0.0, 2.0, 1.0]])
+        m = t.stack([t.eye(3), bad]) if batched else bad
+        return D.MultivariateNormal(t.zeros(3), **{kw: m}, validate_args=False)
+
+    with pytest.raises(torch.linalg.LinAlgError) as want:
+        make(TD, torch)
+    with pytest.raises(flame.linalg.LinAlgError) as got:
+        make(FD, flame)
+    assert isinstance(got.value, RuntimeError)
+    assert str(got.value).split("\n  at ")[0] == str(want.value)
+    assert "test_distributions_validation.py" in str(got.value)
 
 
 @pytest.mark.parametrize("case", ["normal-scale", "bernoulli-value", "uniform-order", "exponential-value"])

@@ -11,7 +11,9 @@ import torch.distributions as TD
 
 import flame
 import flame.distributions as FD
-from tests.distributions.common import probs, tril
+from tests.distributions.common import probs, spd, tril
+
+MVN_QUANTITIES = ["log_prob", "entropy", "mean", "variance", "scale_tril", "covariance_matrix", "precision_matrix"]
 
 # name: (build(D, params) -> distribution, params(rng) -> {name: array}, value(rng, params) -> array, quantities)
 CASES = {
@@ -73,7 +75,20 @@ CASES = {
         lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["scale_tril"]),
         lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": tril(r)},
         lambda r, p: r.normal(size=(4, 2, 3)),
-        ["log_prob", "entropy", "mean", "mode", "variance", "covariance_matrix", "precision_matrix"],
+        ["log_prob", "entropy", "mean", "mode", "variance", "scale_tril", "covariance_matrix", "precision_matrix"],
+    ),
+    # loc [2, 3] against one matrix, and loc [3] against a batch [2, 1] of matrices: batch dims broadcast
+    "MultivariateNormal_covariance": (
+        lambda D, p: D.MultivariateNormal(p["loc"], covariance_matrix=p["covariance_matrix"]),
+        lambda r: {"loc": r.normal(size=(2, 3)), "covariance_matrix": spd(r)},
+        lambda r, p: r.normal(size=(4, 2, 3)),
+        MVN_QUANTITIES,
+    ),
+    "MultivariateNormal_precision": (
+        lambda D, p: D.MultivariateNormal(p["loc"], precision_matrix=p["precision_matrix"]),
+        lambda r: {"loc": r.normal(size=(3,)), "precision_matrix": spd(r, 2, 1)},
+        lambda r, p: r.normal(size=(4, 2, 1, 3)),
+        MVN_QUANTITIES,
     ),
     "Independent": (
         lambda D, p: D.Independent(D.Normal(p["loc"], p["scale"]), 1),
@@ -176,7 +191,8 @@ def test_quantity_and_gradients_match_torch(case, name, compiled):
     np.testing.assert_allclose(out, t_out, rtol=1e-10, atol=1e-12, equal_nan=True)
     for k in t_grads:
         want = t_grads[k]
-        if name == "precision_matrix":  # torch's cholesky_inverse also differentiates the unread upper triangle
+        if (case, name) == ("MultivariateNormal", "precision_matrix"):
+            # torch's cholesky_inverse also differentiates scale_tril's unread upper triangle
             want, grads[k] = np.tril(want), np.tril(grads[k])
         np.testing.assert_allclose(grads[k], want, rtol=1e-9, atol=1e-11, err_msg=f"d/d{k}")
 
