@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from flame.distributions import _frontend as ops
+from flame.distributions._known import known_value
 from flame.errors import LinAlgError
 from flame.frontend.context import user_location
 
@@ -47,9 +48,8 @@ def _lower_read(A):
 def cholesky(A, check: bool = True):
     """The lower Cholesky factor L of a symmetric positive-definite A [..., n, n] (L @ L.mT == A), column
     by column. For a matrix that is not positive definite the factor holds NaN (or a non-positive
-    diagonal) from the first failing column on; with check, a factor whose values are known (eagerly)
-    then raises torch's LinAlgError instead. Inside @flame.compile the values are not known while tracing:
-    the positive_definite constraint of the distribution's validation is the check there."""
+    diagonal) from the first failing column on; with check, a factor whose values are known (eagerly, or
+    while tracing: flame/distributions/_known.py) then raises torch's LinAlgError instead."""
     A = _lower_read(A)
     n = A.shape[-1]
     L = None  # the columns so far, [..., n, j]
@@ -62,16 +62,20 @@ def cholesky(A, check: bool = True):
         if j:
             col = ops.pad(col, [(0, 0)] * (col.ndim - 1) + [(j, 0)])
         L = col.unsqueeze(-1) if L is None else ops.cat([L, col.unsqueeze(-1)], -1)
-    if check and not L.is_traced:
+    if check:
         _check_factorised(L)
     return L
 
 
 def _check_factorised(L) -> None:
     """torch.linalg.cholesky's LinAlgError for the first matrix (in row-major batch order) whose factor
-    has a diagonal entry that is not positive, naming the order of its first failing leading minor."""
+    has a diagonal entry that is not positive, naming the order of its first failing leading minor; a
+    traced factor is checked where its value is known while tracing (flame/distributions/_known.py)."""
     n = L.shape[-1]
-    diag = L.diagonal(dim1=-2, dim2=-1).numpy().reshape(-1, n)
+    diag = known_value(L.diagonal(dim1=-2, dim2=-1))
+    if diag is None:
+        return
+    diag = diag.reshape(-1, n)
     bad = ~(diag > 0)
     if not bad.any():
         return

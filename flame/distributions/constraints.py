@@ -4,6 +4,7 @@ parameter or a sample may take; `check(value)` is a boolean tensor of value's sh
 from __future__ import annotations
 
 from flame.distributions import _frontend as ops
+from flame.distributions._known import shown
 from flame.distributions._linalg import cholesky
 
 __all__ = [
@@ -165,7 +166,7 @@ class _IntegerInterval(Constraint):
         return ((value % 1) == 0) & (value >= self.lower_bound) & (value <= self.upper_bound)
 
     def __repr__(self) -> str:
-        return f"IntegerInterval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+        return f"IntegerInterval(lower_bound={shown(self.lower_bound)}, upper_bound={shown(self.upper_bound)})"
 
 
 class _IntegerGreaterThan(Constraint):
@@ -179,7 +180,7 @@ class _IntegerGreaterThan(Constraint):
         return ((value % 1) == 0) & (value >= self.lower_bound)
 
     def __repr__(self) -> str:
-        return f"IntegerGreaterThan(lower_bound={self.lower_bound})"
+        return f"IntegerGreaterThan(lower_bound={shown(self.lower_bound)})"
 
 
 class _Real(Constraint):
@@ -196,7 +197,7 @@ class _GreaterThan(Constraint):
         return value > self.lower_bound
 
     def __repr__(self) -> str:
-        return f"GreaterThan(lower_bound={self.lower_bound})"
+        return f"GreaterThan(lower_bound={shown(self.lower_bound)})"
 
 
 class _GreaterThanEq(_GreaterThan):
@@ -204,7 +205,7 @@ class _GreaterThanEq(_GreaterThan):
         return value >= self.lower_bound
 
     def __repr__(self) -> str:
-        return f"GreaterThanEq(lower_bound={self.lower_bound})"
+        return f"GreaterThanEq(lower_bound={shown(self.lower_bound)})"
 
 
 class _LessThan(Constraint):
@@ -216,7 +217,7 @@ class _LessThan(Constraint):
         return value < self.upper_bound
 
     def __repr__(self) -> str:
-        return f"LessThan(upper_bound={self.upper_bound})"
+        return f"LessThan(upper_bound={shown(self.upper_bound)})"
 
 
 class _Interval(Constraint):
@@ -228,7 +229,7 @@ class _Interval(Constraint):
         return (value >= self.lower_bound) & (value <= self.upper_bound)
 
     def __repr__(self) -> str:
-        return f"Interval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+        return f"Interval(lower_bound={shown(self.lower_bound)}, upper_bound={shown(self.upper_bound)})"
 
 
 class _HalfOpenInterval(_Interval):
@@ -236,7 +237,7 @@ class _HalfOpenInterval(_Interval):
         return (value >= self.lower_bound) & (value < self.upper_bound)
 
     def __repr__(self) -> str:
-        return f"HalfOpenInterval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+        return f"HalfOpenInterval(lower_bound={shown(self.lower_bound)}, upper_bound={shown(self.upper_bound)})"
 
 
 class _Simplex(Constraint):
