@@ -123,6 +123,11 @@ class Distribution:
         with ops.no_grad():
             return self.rsample(sample_shape)
 
+    def sample_n(self, n: int) -> Tensor:
+        """sample((n,)), with torch's warning that sample_n will be deprecated."""
+        warnings.warn("`sample_n(n)` will be deprecated. Use `sample((n,))` instead.", FutureWarning, stacklevel=2)
+        return self.sample((n,))
+
     def rsample(self, sample_shape=()) -> Tensor:
         """A reparameterised sample: gradients flow from it to the parameters."""
         raise NotImplementedError
