@@ -48,6 +48,11 @@ class NonFiniteError(FlameError, RuntimeError):
     RuntimeError there)."""
 
 
+class LinAlgError(FlameError, RuntimeError):
+    """A matrix factorisation cannot be completed: a Cholesky factorisation of a matrix that is not positive
+    definite (PyTorch raises torch.linalg.LinAlgError, a RuntimeError, there)."""
+
+
 class GradDTypeError(DTypeError, AutogradError):
     """requires_grad on a tensor whose dtype cannot have gradients (an integer one): a DTypeError, and a
     RuntimeError as PyTorch's."""

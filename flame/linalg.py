@@ -1,9 +1,10 @@
 """flame.linalg: the torch.linalg functions flame has (re-exports; the code lives in flame.frontend)."""
 
+from flame.errors import LinAlgError
 from flame.frontend.ops import vector_norm
 from flame.frontend.tensor import Tensor
 
-__all__ = ["cross", "vector_norm"]
+__all__ = ["LinAlgError", "cross", "vector_norm"]
 
 
 def cross(input: Tensor, other: Tensor, *, dim: int = -1) -> Tensor:  # noqa: A002

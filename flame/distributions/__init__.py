@@ -14,7 +14,14 @@ from flame.distributions.log_normal import LogNormal
 from flame.distributions.multivariate_normal import MultivariateNormal
 from flame.distributions.normal import Normal
 from flame.distributions.transformed_distribution import TransformedDistribution
-from flame.distributions.transforms import AffineTransform, ComposeTransform, ExpTransform, SigmoidTransform, Transform
+from flame.distributions.transforms import (
+    AffineTransform,
+    ComposeTransform,
+    ExpTransform,
+    SigmoidTransform,
+    TanhTransform,
+    Transform,
+)
 from flame.distributions.uniform import Uniform
 
 __all__ = [
@@ -32,6 +39,7 @@ __all__ = [
     "Normal",
     "OneHotCategorical",
     "SigmoidTransform",
+    "TanhTransform",
     "Transform",
     "TransformedDistribution",
     "Uniform",

@@ -4,12 +4,14 @@ library sits below the package face flame/__init__.py)."""
 from flame.frontend.context import enable_grad, no_grad
 from flame.frontend.creation import arange, eye, full, full_like, multinomial, rand, randn, tensor, zeros_like
 from flame.frontend.default_dtype import get_default_dtype
-from flame.frontend.ops import broadcast_shapes, broadcast_tensors, erf, erfinv, softmax, stack, where
+from flame.frontend.ops import broadcast_shapes, broadcast_tensors, cat, erf, erfinv, isclose, softmax, stack, where
+from flame.frontend.tensor_core import pad
 
 __all__ = [
     "arange",
     "broadcast_shapes",
     "broadcast_tensors",
+    "cat",
     "enable_grad",
     "erf",
     "erfinv",
@@ -17,8 +19,10 @@ __all__ = [
     "full",
     "full_like",
     "get_default_dtype",
+    "isclose",
     "multinomial",
     "no_grad",
+    "pad",
     "rand",
     "randn",
     "softmax",

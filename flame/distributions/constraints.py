@@ -3,6 +3,10 @@ parameter or a sample may take; `check(value)` is a boolean tensor of value's sh
 
 from __future__ import annotations
 
+from flame.distributions import _frontend as ops
+from flame.distributions._known import shown
+from flame.distributions._linalg import cholesky
+
 __all__ = [
     "Constraint",
     "boolean",
@@ -21,9 +25,12 @@ __all__ = [
     "nonnegative_integer",
     "one_hot",
     "positive",
+    "positive_definite",
     "real",
     "real_vector",
     "simplex",
+    "square",
+    "symmetric",
     "unit_interval",
 ]
 
@@ -159,7 +166,7 @@ class _IntegerInterval(Constraint):
         return ((value % 1) == 0) & (value >= self.lower_bound) & (value <= self.upper_bound)
 
     def __repr__(self) -> str:
-        return f"IntegerInterval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+        return f"IntegerInterval(lower_bound={shown(self.lower_bound)}, upper_bound={shown(self.upper_bound)})"
 
 
 class _IntegerGreaterThan(Constraint):
@@ -173,7 +180,7 @@ class _IntegerGreaterThan(Constraint):
         return ((value % 1) == 0) & (value >= self.lower_bound)
 
     def __repr__(self) -> str:
-        return f"IntegerGreaterThan(lower_bound={self.lower_bound})"
+        return f"IntegerGreaterThan(lower_bound={shown(self.lower_bound)})"
 
 
 class _Real(Constraint):
@@ -190,7 +197,7 @@ class _GreaterThan(Constraint):
         return value > self.lower_bound
 
     def __repr__(self) -> str:
-        return f"GreaterThan(lower_bound={self.lower_bound})"
+        return f"GreaterThan(lower_bound={shown(self.lower_bound)})"
 
 
 class _GreaterThanEq(_GreaterThan):
@@ -198,7 +205,7 @@ class _GreaterThanEq(_GreaterThan):
         return value >= self.lower_bound
 
     def __repr__(self) -> str:
-        return f"GreaterThanEq(lower_bound={self.lower_bound})"
+        return f"GreaterThanEq(lower_bound={shown(self.lower_bound)})"
 
 
 class _LessThan(Constraint):
@@ -210,7 +217,7 @@ class _LessThan(Constraint):
         return value < self.upper_bound
 
     def __repr__(self) -> str:
-        return f"LessThan(upper_bound={self.upper_bound})"
+        return f"LessThan(upper_bound={shown(self.upper_bound)})"
 
 
 class _Interval(Constraint):
@@ -222,7 +229,7 @@ class _Interval(Constraint):
         return (value >= self.lower_bound) & (value <= self.upper_bound)
 
     def __repr__(self) -> str:
-        return f"Interval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+        return f"Interval(lower_bound={shown(self.lower_bound)}, upper_bound={shown(self.upper_bound)})"
 
 
 class _HalfOpenInterval(_Interval):
@@ -230,7 +237,7 @@ class _HalfOpenInterval(_Interval):
         return (value >= self.lower_bound) & (value < self.upper_bound)
 
     def __repr__(self) -> str:
-        return f"HalfOpenInterval(lower_bound={self.lower_bound}, upper_bound={self.upper_bound})"
+        return f"HalfOpenInterval(lower_bound={shown(self.lower_bound)}, upper_bound={shown(self.upper_bound)})"
 
 
 class _Simplex(Constraint):
@@ -246,6 +253,28 @@ class _LowerCholesky(Constraint):
     def check(self, value):
         lower = (value.tril() == value).reshape(*value.shape[:-2], -1).all(-1)
         return lower & (value.diagonal(dim1=-2, dim2=-1) > 0).all(-1)
+
+
+class _Square(Constraint):
+    event_dim = 2
+
+    def check(self, value):
+        return ops.full(value.shape[:-2], value.shape[-2] == value.shape[-1])
+
+
+class _Symmetric(_Square):
+    def check(self, value):
+        if value.shape[-2] != value.shape[-1]:
+            return super().check(value)
+        return ops.isclose(value, value.transpose(-1, -2), atol=1e-6).all(-2).all(-1)
+
+
+class _PositiveDefinite(_Symmetric):
+    def check(self, value):
+        symmetric = super().check(value)
+        if value.shape[-2] != value.shape[-1]:
+            return symmetric
+        return symmetric & (cholesky(value, check=False).diagonal(dim1=-2, dim2=-1) > 0).all(-1)
 
 
 dependent = _Dependent()
@@ -265,4 +294,7 @@ interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
 lower_cholesky = _LowerCholesky()
+square = _Square()
+symmetric = _Symmetric()
+positive_definite = _PositiveDefinite()
 independent = _IndependentConstraint

@@ -1,5 +1,8 @@
 """Distribution, the base class of flame.distributions (torch.distributions.Distribution): shapes,
-argument validation (on by default, as torch's), sample via rsample under no_grad."""
+argument validation (on by default, as torch's), sample via rsample under no_grad. Validation reads
+values: eagerly always; inside @flame.compile where they are known while tracing (Python numbers and
+concrete tensors, and what is computed from them: flame/distributions/_known.py), not where they are
+computed from the compiled function's arguments (docs/coming_from_pytorch.md, Distributions)."""
 
 from __future__ import annotations
 
@@ -8,20 +11,22 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
+from flame.distributions._known import known_value, shown
 from flame.distributions.utils import broadcast_all, lazy_property, shape_of
+from flame.frontend.context import user_location
 from flame.frontend.tensor import Tensor
 
 __all__ = ["Distribution"]
 
 
 def _all_true(valid: Tensor) -> bool:
-    """Whether every element of a check's result is true; True for a traced result (inside
-    @flame.compile values do not exist yet: validation is eager's)."""
+    """Whether every element of a check's result is true. Inside @flame.compile a result whose value is
+    not known while tracing (it reads the function's arguments: flame/distributions/_known.py) counts as
+    true: it is not checked."""
     if not isinstance(valid, Tensor):
         return bool(valid)
-    if valid.is_traced:
-        return True
-    return bool(valid.all().item())
+    known = known_value(valid)
+    return True if known is None else bool(known.all())
 
 
 class Distribution:
@@ -64,7 +69,7 @@ class Distribution:
                     raise ValueError(
                         f"Expected parameter {param} ({type(value).__name__} of shape "
                         f"{tuple(value.shape)}) of distribution {self!r} to satisfy the constraint "
-                        f"{constraint!r}, but found invalid values:\n{value}"
+                        f"{constraint!r}, but found invalid values:\n{shown(value)}\n  at {user_location()}"
                     )
         super().__init__()
 
@@ -118,6 +123,11 @@ class Distribution:
         with ops.no_grad():
             return self.rsample(sample_shape)
 
+    def sample_n(self, n: int) -> Tensor:
+        """sample((n,)), with torch's warning that sample_n will be deprecated."""
+        warnings.warn("`sample_n(n)` will be deprecated. Use `sample((n,))` instead.", FutureWarning, stacklevel=2)
+        return self.sample((n,))
+
     def rsample(self, sample_shape=()) -> Tensor:
         """A reparameterised sample: gradients flow from it to the parameters."""
         raise NotImplementedError
@@ -168,7 +178,7 @@ class Distribution:
             raise ValueError(
                 f"Expected value argument ({type(value).__name__} of shape {tuple(value.shape)}) to be "
                 f"within the support ({support!r}) of the distribution {self!r}, but found invalid "
-                f"values:\n{value}"
+                f"values:\n{shown(value)}\n  at {user_location()}"
             )
 
     def _get_checked_instance(self, cls, _instance=None):
@@ -182,7 +192,7 @@ class Distribution:
     def __repr__(self) -> str:
         names = [k for k in self.arg_constraints if k in self.__dict__]
         shown = [
-            f"{p}: {self.__dict__[p] if self.__dict__[p].numel() == 1 else tuple(self.__dict__[p].shape)}"
+            f"{p}: {shown(self.__dict__[p]) if self.__dict__[p].numel() == 1 else tuple(self.__dict__[p].shape)}"
             for p in names
         ]
         return self.__class__.__name__ + "(" + ", ".join(shown) + ")"

@@ -8,14 +8,16 @@ import functools
 import warnings
 
 from flame.distributions import _frontend as ops
+from flame.distributions._linalg import solve_lower
 from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.categorical import Categorical, OneHotCategorical
 from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
 from flame.distributions.independent import Independent
 from flame.distributions.laplace import Laplace
-from flame.distributions.multivariate_normal import MultivariateNormal, batch_mahalanobis, half_log_det, solve_lower
+from flame.distributions.multivariate_normal import MultivariateNormal, batch_mahalanobis, half_log_det
 from flame.distributions.normal import Normal
+from flame.distributions.transformed_distribution import TransformedDistribution
 from flame.distributions.uniform import Uniform
 from flame.distributions.utils import sum_rightmost
 from flame.frontend.activations import softplus
@@ -123,6 +125,15 @@ def _kl_independent_independent(p, q):
     if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
         raise NotImplementedError
     return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
+
+
+@register_kl(TransformedDistribution, TransformedDistribution)
+def _kl_transformed_transformed(p, q):
+    if p.transforms != q.transforms:
+        raise NotImplementedError
+    if p.event_shape != q.event_shape:
+        raise NotImplementedError
+    return kl_divergence(p.base_dist, q.base_dist)
 
 
 @register_kl(Laplace, Laplace)

@@ -1,7 +1,7 @@
-"""MultivariateNormal(loc, scale_tril=...), as torch.distributions.MultivariateNormal. flame has no
-Cholesky factorisation, so the covariance is given by its lower Cholesky factor scale_tril; the
-triangular solves are forward substitution written with flame ops (differentiable, and traced by
-@flame.compile as event_shape[0] small steps)."""
+"""MultivariateNormal(loc, covariance_matrix= | precision_matrix= | scale_tril=), as
+torch.distributions.MultivariateNormal. The Cholesky factorisation and the triangular solves are written
+with flame ops (flame/distributions/_linalg.py: differentiable, and traced by @flame.compile as one small
+step per dimension of the event)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,13 @@ import math
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
+from flame.distributions._linalg import cholesky, precision_to_scale_tril, solve_lower, tril_inverse
 from flame.distributions.distribution import Distribution
 from flame.distributions.utils import lazy_property
 
 __all__ = ["MultivariateNormal"]
 
-
-def solve_lower(L, b):
-    """x with L x = b for lower-triangular L [..., n, n] and b [..., n] (batch dims broadcast)."""
-    n = L.shape[-1]
-    xs = []
-    for i in range(n):
-        s = b[..., i]
-        if i:
-            s = s - (L[..., i, :i] * ops.stack(xs, -1)).sum(-1)
-        xs.append(s / L[..., i, i])
-    return ops.stack(xs, -1)
+_GIVEN = ("scale_tril", "covariance_matrix", "precision_matrix")  # torch's order of the checks
 
 
 def batch_mahalanobis(L, x):
@@ -38,9 +29,16 @@ def half_log_det(L):
 
 
 class MultivariateNormal(Distribution):
-    """The multivariate normal of mean loc and covariance scale_tril @ scale_tril.mT."""
+    """The multivariate normal of mean loc and a covariance given by exactly one of covariance_matrix,
+    precision_matrix (its inverse) or scale_tril (its lower Cholesky factor, L @ L.mT the covariance);
+    batch dims of loc and of the matrix broadcast. The other two are computed on first use."""
 
-    arg_constraints = {"loc": constraints.real_vector, "scale_tril": constraints.lower_cholesky}
+    arg_constraints = {
+        "loc": constraints.real_vector,
+        "covariance_matrix": constraints.positive_definite,
+        "precision_matrix": constraints.positive_definite,
+        "scale_tril": constraints.lower_cholesky,
+    }
     support = constraints.real_vector
     has_rsample = True
 
@@ -49,25 +47,24 @@ class MultivariateNormal(Distribution):
     ) -> None:
         if loc.dim() < 1:
             raise ValueError("loc must be at least one-dimensional.")
-        given = (covariance_matrix is not None) + (scale_tril is not None) + (precision_matrix is not None)
-        if given != 1:
+        given = {"scale_tril": scale_tril, "covariance_matrix": covariance_matrix, "precision_matrix": precision_matrix}
+        if sum(m is not None for m in given.values()) != 1:
             raise ValueError("Exactly one of covariance_matrix or precision_matrix or scale_tril may be specified.")
-        if scale_tril is None:
-            which = "covariance_matrix" if covariance_matrix is not None else "precision_matrix"
-            raise NotImplementedError(
-                f"MultivariateNormal: {which}= needs a Cholesky factorisation, which flame does "
-                f"not have; pass scale_tril=, the lower-triangular factor L with positive "
-                f"diagonal whose L @ L.mT is the covariance"
-            )
-        if scale_tril.dim() < 2:
-            raise ValueError(
-                "scale_tril matrix must be at least two-dimensional, with optional leading batch dimensions"
-            )
-        batch_shape = ops.broadcast_shapes(tuple(scale_tril.shape[:-2]), tuple(loc.shape[:-1]))
-        self.scale_tril = scale_tril.expand(*batch_shape, -1, -1)
+        name = next(k for k in _GIVEN if given[k] is not None)
+        matrix = given[name]
+        if matrix.dim() < 2:
+            what = "scale_tril matrix" if name == "scale_tril" else name
+            raise ValueError(f"{what} must be at least two-dimensional, with optional leading batch dimensions")
+        batch_shape = ops.broadcast_shapes(tuple(matrix.shape[:-2]), tuple(loc.shape[:-1]))
+        setattr(self, name, matrix.expand(*batch_shape, -1, -1))
         self.loc = loc.expand(*batch_shape, -1)
         super().__init__(batch_shape, self.loc.shape[-1:], validate_args=validate_args)
-        self._unbroadcasted_scale_tril = scale_tril
+        if name == "scale_tril":
+            self._unbroadcasted_scale_tril = matrix
+        elif name == "covariance_matrix":
+            self._unbroadcasted_scale_tril = cholesky(matrix)
+        else:
+            self._unbroadcasted_scale_tril = precision_to_scale_tril(matrix)
 
     def expand(self, batch_shape, _instance=None):
         """This distribution with its parameters expanded to batch_shape."""
@@ -75,28 +72,32 @@ class MultivariateNormal(Distribution):
         batch_shape = tuple(batch_shape)
         new.loc = self.loc.expand(*batch_shape, *self.event_shape)
         new._unbroadcasted_scale_tril = self._unbroadcasted_scale_tril
-        if "covariance_matrix" in self.__dict__:
-            new.covariance_matrix = self.covariance_matrix.expand(*batch_shape, *self.event_shape * 2)
-        if "scale_tril" in self.__dict__:
-            new.scale_tril = self.scale_tril.expand(*batch_shape, *self.event_shape * 2)
+        for name in _GIVEN:
+            if name in self.__dict__:
+                setattr(new, name, getattr(self, name).expand(*batch_shape, *self.event_shape * 2))
         super(MultivariateNormal, new).__init__(batch_shape, self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
+
+    def _matrix_shape(self) -> tuple[int, ...]:
+        return (*self._batch_shape, *self._event_shape * 2)
+
+    @lazy_property
+    def scale_tril(self):
+        """The lower Cholesky factor of the covariance."""
+        return self._unbroadcasted_scale_tril.expand(*self._matrix_shape())
 
     @lazy_property
     def covariance_matrix(self):
         """scale_tril @ scale_tril.mT."""
         L = self._unbroadcasted_scale_tril
-        return (L @ L.transpose(-1, -2)).expand(*self._batch_shape, *self._event_shape * 2)
+        return (L @ L.transpose(-1, -2)).expand(*self._matrix_shape())
 
     @lazy_property
     def precision_matrix(self):
         """The inverse covariance, L^-T L^-1 (by forward substitution)."""
-        L = self._unbroadcasted_scale_tril
-        n = self._event_shape[0]
-        eye = ops.eye(n, dtype=L.dtype)
-        inv = solve_lower(L.unsqueeze(-3), eye).transpose(-1, -2)  # L^-1
-        return (inv.transpose(-1, -2) @ inv).expand(*self._batch_shape, n, n)
+        inv = tril_inverse(self._unbroadcasted_scale_tril)
+        return (inv.transpose(-1, -2) @ inv).expand(*self._matrix_shape())
 
     @property
     def mean(self):

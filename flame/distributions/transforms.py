@@ -8,10 +8,14 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
+from flame.distributions._known import known_value
 from flame.distributions.utils import clamp_probs, sum_rightmost
+from flame.errors import TraceError
 from flame.frontend.activations import softplus
+from flame.frontend.context import user_location
+from flame.frontend.tensor import Tensor
 
-__all__ = ["AffineTransform", "ComposeTransform", "ExpTransform", "SigmoidTransform", "Transform"]
+__all__ = ["AffineTransform", "ComposeTransform", "ExpTransform", "SigmoidTransform", "TanhTransform", "Transform"]
 
 
 class Transform:
@@ -44,6 +48,14 @@ class Transform:
     def __call__(self, x):
         return self._call(x)
 
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    def __ne__(self, other) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
     def _inv_call(self, y):
         return self._inverse(y)
 
@@ -73,6 +85,11 @@ class _InverseTransform(Transform):
     def __init__(self, transform: Transform) -> None:
         super().__init__()
         self._inv = transform
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _InverseTransform) and self._inv == other._inv
+
+    __hash__ = object.__hash__
 
     @property
     def domain(self):
@@ -113,6 +130,11 @@ class ComposeTransform(Transform):
     def __init__(self, parts: list, cache_size: int = 0) -> None:
         super().__init__(cache_size=cache_size)
         self.parts = list(parts)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ComposeTransform) and self.parts == other.parts
+
+    __hash__ = object.__hash__
 
     @property
     def _dim(self) -> int:
@@ -178,6 +200,11 @@ class ExpTransform(Transform):
     bijective = True
     sign = +1
 
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ExpTransform)
+
+    __hash__ = object.__hash__
+
     def _call(self, x):
         return x.exp()
 
@@ -197,6 +224,11 @@ class SigmoidTransform(Transform):
     bijective = True
     sign = +1
 
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SigmoidTransform)
+
+    __hash__ = object.__hash__
+
     def _call(self, x):
         return clamp_probs(x.sigmoid())
 
@@ -209,6 +241,47 @@ class SigmoidTransform(Transform):
         return -softplus(-x) - softplus(x)
 
 
+def _equal(a, b) -> bool:
+    """Whether two numbers or tensors hold equal values everywhere (torch's `(a == b).all().item()`); a
+    traced tensor's values must be known while tracing (flame/distributions/_known.py)."""
+    if isinstance(a, Number) and isinstance(b, Number):
+        return a == b
+    if a is b:
+        return True
+    same = a == b
+    known = known_value(same) if isinstance(same, Tensor) else same
+    if known is None:
+        raise TraceError(
+            "comparing two AffineTransforms reads their loc and scale, whose values a step being compiled "
+            f"does not have while tracing; use the same tensor objects in both\n  at {user_location()}"
+        )
+    return bool(known.all()) if hasattr(known, "all") else bool(known)
+
+
+class TanhTransform(Transform):
+    """y = tanh(x)."""
+
+    domain = constraints.real
+    codomain = constraints.interval(-1.0, 1.0)
+    bijective = True
+    sign = +1
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TanhTransform)
+
+    __hash__ = object.__hash__
+
+    def _call(self, x):
+        return x.tanh()
+
+    def _inverse(self, y):
+        return y.atanh()
+
+    def log_abs_det_jacobian(self, x, y):
+        """log tanh'(x) = 2 (log 2 - x - softplus(-2 x)), as torch's (stable for large |x|)."""
+        return 2.0 * (math.log(2.0) - x - softplus(-2.0 * x))
+
+
 class AffineTransform(Transform):
     """y = loc + scale x, over event_dim rightmost dims taken together."""
 
@@ -217,6 +290,12 @@ class AffineTransform(Transform):
     def __init__(self, loc, scale, event_dim: int = 0, cache_size: int = 0) -> None:
         super().__init__(cache_size=cache_size)
         self.loc, self.scale, self._event_dim = loc, scale, event_dim
+
+    def __eq__(self, other) -> bool:
+        """torch's: the same kind with equal loc and scale (event_dim not compared)."""
+        return isinstance(other, AffineTransform) and _equal(self.loc, other.loc) and _equal(self.scale, other.scale)
+
+    __hash__ = object.__hash__
 
     @property
     def domain(self):

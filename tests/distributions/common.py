@@ -1,4 +1,5 @@
-"""Parameters the distribution tests draw: lower-triangular scales and probability vectors."""
+"""Parameters the distribution tests draw: lower-triangular scales, covariance matrices and probability
+vectors."""
 
 import numpy as np
 
@@ -15,3 +16,9 @@ def probs(rng, *shape):
     """Probability vectors along the last dim, each at least about 0.1 / n."""
     p = rng.uniform(0.1, 1.0, size=shape)
     return p / p.sum(-1, keepdims=True)
+
+
+def spd(rng, *batch, n=3):
+    """A symmetric positive-definite [*batch, n, n] matrix, L @ L.T of a tril() scale."""
+    a = tril(rng, *batch, n=n)
+    return a @ np.swapaxes(a, -1, -2)

@@ -20,7 +20,8 @@ TRIL = np.array([[1.0, 0.0, 0.0], [0.3, 0.9, 0.0], [-0.2, 0.1, 1.1]], dtype=np.f
 
 
 def _loss(D, lib, w, x, actions, tril):
-    """A loss touching every distribution's log_prob, entropy and kl_divergence."""
+    """A loss touching every distribution's log_prob, entropy and kl_divergence (MultivariateNormal in its
+    three parameterisations: the Cholesky factorisation's steps among the kernels)."""
     scale = (w * 0.5).exp()
     normal = D.Normal(w, scale)
     loss = -normal.log_prob(x).sum() + D.kl_divergence(normal, D.Normal(w * 0, scale * 0 + 1)).sum()
@@ -29,6 +30,9 @@ def _loss(D, lib, w, x, actions, tril):
     loss = loss - D.Bernoulli(logits=w).log_prob((x > 0).to(x.dtype)).sum()
     loss = loss + D.Laplace(w, scale).log_prob(x).sum() + D.Exponential(scale).log_prob(x.abs()).sum()
     loss = loss + D.kl_divergence(D.Laplace(w, scale), D.Laplace(w * 0, scale * 0 + 2)).sum()
+    cov = tril @ tril.mT + 0.1 * lib.eye(3)
+    loss = loss - D.MultivariateNormal(w, covariance_matrix=cov * scale[0, 0]).log_prob(x).sum()
+    loss = loss - D.MultivariateNormal(w, precision_matrix=cov).entropy().sum()
     mvn = D.MultivariateNormal(w, scale_tril=tril)
     return loss - mvn.log_prob(x).sum() + D.kl_divergence(mvn, D.MultivariateNormal(w * 0, scale_tril=tril)).sum()
 

@@ -10,7 +10,7 @@ import torch.distributions as TD
 
 import flame
 import flame.distributions as FD
-from tests.distributions.common import probs, tril
+from tests.distributions.common import probs, spd, tril
 
 # name: (build(D, params, side) -> distribution, params(rng, side) -> {name: array})
 PAIRS = {
@@ -38,6 +38,24 @@ PAIRS = {
     "MultivariateNormal": (
         lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["scale_tril"]),
         lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": tril(r, 2)},
+    ),
+    "MultivariateNormalCovariance": (
+        lambda D, p: D.MultivariateNormal(p["loc"], covariance_matrix=p["covariance_matrix"]),
+        lambda r: {"loc": r.normal(size=(2, 3)), "covariance_matrix": spd(r, 2)},
+    ),
+    "MultivariateNormalPrecision": (
+        lambda D, p: D.MultivariateNormal(p["loc"], precision_matrix=p["precision_matrix"]),
+        lambda r: {"loc": r.normal(size=(3,)), "precision_matrix": spd(r)},
+    ),
+    "LogNormal": (
+        lambda D, p: D.LogNormal(p["loc"], p["scale"]),
+        lambda r: {"loc": r.normal(size=(3,)), "scale": r.uniform(0.5, 2, size=(3,))},
+    ),
+    "TransformedDistribution": (  # the same transforms on both sides: the KL of the base distributions
+        lambda D, p: D.TransformedDistribution(
+            D.Normal(p["loc"], p["scale"]), [D.transforms.TanhTransform(), D.transforms.AffineTransform(1.0, 2.0)]
+        ),
+        lambda r: {"loc": r.normal(size=(2, 3)), "scale": r.uniform(0.5, 2, size=(2, 3))},
     ),
     "Independent": (
         lambda D, p: D.Independent(D.Normal(p["loc"], p["scale"]), 2),
@@ -116,6 +134,31 @@ def test_independent_kl_needs_equal_reinterpreted_dims():
     base = FD.Normal(flame.zeros(2, 3), flame.ones(2, 3))
     with pytest.raises(NotImplementedError):
         FD.kl_divergence(FD.Independent(base, 1), FD.Independent(base, 2))
+
+
+def test_transformed_kl_needs_equal_transforms_as_torch():
+    for D, t in ((TD, torch), (FD, flame)):
+        base = D.Normal(t.zeros(3), t.ones(3))
+        p = D.TransformedDistribution(base, [D.transforms.AffineTransform(0.0, 2.0)])
+        q = D.TransformedDistribution(base, [D.transforms.AffineTransform(0.0, 3.0)])
+        with pytest.raises(NotImplementedError):
+            D.kl_divergence(p, q)
+
+
+def test_transformed_kl_inside_compile_needs_known_or_identical_transform_parameters():
+    """Comparing the transforms reads their parameters: the same tensor on both sides, or values known
+    while tracing, compare; two traced tensors computed from the arguments cannot, and say so."""
+
+    def kl(loc, shift, other_shift):
+        base = FD.Normal(loc, flame.ones_like(loc))
+        p = FD.TransformedDistribution(base, [FD.transforms.AffineTransform(shift, 2.0)])
+        q = FD.TransformedDistribution(base, [FD.transforms.AffineTransform(other_shift, 2.0)])
+        return FD.kl_divergence(p, q)
+
+    same = flame.compile(lambda loc, shift: kl(loc, shift, shift))
+    assert same(flame.zeros(3), flame.ones(3)).numpy().tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(flame.TraceError, match="(?s)comparing two AffineTransforms.*test_distributions_kl.py"):
+        flame.compile(lambda loc, shift: kl(loc, shift, shift * 1))(flame.zeros(3), flame.ones(3))
 
 
 def test_mvn_kl_needs_equal_event_shapes():

@@ -114,6 +114,10 @@ def test_rsample_of_a_discrete_distribution_raises_as_torch(case):
         MAKE[case](FD, flame, flame.f64).rsample()
 
 
+def _torch_precision_scale_tril(p):
+    return TD.MultivariateNormal(p["loc"], precision_matrix=p["precision_matrix"]).scale_tril
+
+
 # name: (params, build(D, params), noise of flame's sample, torch's sample from that noise)
 def _reparam_cases():
     r = np.random.default_rng(0)
@@ -155,6 +159,18 @@ def _reparam_cases():
             lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["scale_tril"]),
             lambda x, p: np.linalg.solve(p["scale_tril"], (x - p["loc"])[..., None])[..., 0],
             lambda p, z: p["loc"] + (p["scale_tril"] @ z[..., None])[..., 0],
+        ),
+        "MultivariateNormal_covariance": (
+            {"loc": loc, "covariance_matrix": TRIL @ TRIL.T},
+            lambda D, p: D.MultivariateNormal(p["loc"], covariance_matrix=p["covariance_matrix"]),
+            lambda x, p: np.linalg.solve(TRIL, (x - p["loc"])[..., None])[..., 0],
+            lambda p, z: p["loc"] + (torch.linalg.cholesky(p["covariance_matrix"]) @ z[..., None])[..., 0],
+        ),
+        "MultivariateNormal_precision": (
+            {"loc": loc, "precision_matrix": np.linalg.inv(TRIL @ TRIL.T)},
+            lambda D, p: D.MultivariateNormal(p["loc"], precision_matrix=p["precision_matrix"]),
+            lambda x, p: np.linalg.solve(TRIL, (x - p["loc"])[..., None])[..., 0],
+            lambda p, z: p["loc"] + (_torch_precision_scale_tril(p) @ z[..., None])[..., 0],
         ),
     }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.distributions as TD
@@ -40,6 +41,21 @@ BAD = {
     "mvn-tril": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.ones(2, 2)),
     "mvn-diag": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=-t.eye(2)),
     "mvn-two": lambda D, t: D.MultivariateNormal(t.zeros(2), covariance_matrix=t.eye(2), scale_tril=t.eye(2)),
+    "mvn-none": lambda D, t: D.MultivariateNormal(t.zeros(2)),
+    "mvn-all-three": lambda D, t: D.MultivariateNormal(
+        t.zeros(2), covariance_matrix=t.eye(2), precision_matrix=t.eye(2), scale_tril=t.eye(2)
+    ),
+    "mvn-cov-not-pd": lambda D, t: D.MultivariateNormal(t.zeros(2), covariance_matrix=t.tensor([[1.0, 2], [2, 1]])),
+    "mvn-cov-not-symmetric": lambda D, t: D.MultivariateNormal(
+        t.zeros(2), covariance_matrix=t.tensor([[1.0, 0.5], [0.0, 1.0]])
+    ),
+    "mvn-cov-not-square": lambda D, t: D.MultivariateNormal(t.zeros(3), covariance_matrix=t.ones(2, 3)),
+    "mvn-cov-batch-not-pd": lambda D, t: D.MultivariateNormal(
+        t.zeros(2), covariance_matrix=t.stack([t.eye(2), -t.eye(2)])
+    ),
+    "mvn-prec-not-pd": lambda D, t: D.MultivariateNormal(t.zeros(2), precision_matrix=t.tensor([[1.0, 2], [2, 1]])),
+    "mvn-cov-1d": lambda D, t: D.MultivariateNormal(t.zeros(2), covariance_matrix=t.ones(2)),
+    "mvn-prec-1d": lambda D, t: D.MultivariateNormal(t.zeros(2), precision_matrix=t.ones(2)),
     "mvn-0d-loc": lambda D, t: D.MultivariateNormal(t.tensor(0.0), scale_tril=t.eye(1)),
     "mvn-1d-tril": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.ones(2)),
     "mvn-event-shape": lambda D, t: D.MultivariateNormal(t.zeros(2), scale_tril=t.eye(2)).log_prob(t.zeros(3)),
@@ -77,10 +93,24 @@ def test_validation_names_the_parameter_and_shows_the_values():
         FD.Normal(flame.zeros(3), -flame.ones(3))
 
 
-def test_covariance_matrix_names_what_to_pass():
-    for kw in ("covariance_matrix", "precision_matrix"):
-        with pytest.raises(NotImplementedError, match=f"{kw}= needs a Cholesky factorisation.*pass scale_tril="):
-            FD.MultivariateNormal(flame.zeros(2), **{kw: flame.eye(2)})
+@pytest.mark.parametrize("kw", ["covariance_matrix", "precision_matrix"])
+@pytest.mark.parametrize("batched", [False, True], ids=["one", "batched"])
+def test_unvalidated_matrix_that_is_not_positive_definite_raises_torchs_linalg_error(kw, batched):
+    """With validation off, torch's Cholesky factorisation raises torch.linalg.LinAlgError (a RuntimeError)
+    naming the batch element and the failing leading minor; flame raises its LinAlgError, the same words."""
+
+    def make(D, t):
+        bad = t.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 2.0], [0.0, 2.0, 1.0]])
+        m = t.stack([t.eye(3), bad]) if batched else bad
+        return D.MultivariateNormal(t.zeros(3), **{kw: m}, validate_args=False)
+
+    with pytest.raises(torch.linalg.LinAlgError) as want:
+        make(TD, torch)
+    with pytest.raises(flame.linalg.LinAlgError) as got:
+        make(FD, flame)
+    assert isinstance(got.value, RuntimeError)
+    assert str(got.value).split("\n  at ")[0] == str(want.value)
+    assert "test_distributions_validation.py" in str(got.value)
 
 
 @pytest.mark.parametrize("case", ["normal-scale", "bernoulli-value", "uniform-order", "exponential-value"])
@@ -116,13 +146,70 @@ def test_validate_args_true_checks_even_when_the_default_is_off():
         d.log_prob(flame.tensor([0.0, NAN]))
 
 
-def test_values_are_not_checked_inside_compile():
-    """Inside @flame.compile values do not exist while tracing: the checks are eager's."""
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_constant_input_raises_torchs_value_error_inside_compile(case):
+    """Parameters and values made in the compiled function from constants are known while tracing: they
+    are checked then, and raise what torch raises, naming the user's line."""
+    with pytest.raises(ValueError) as want:
+        BAD[case](TD, torch)
+
+    @flame.compile
+    def step(x):
+        BAD[case](FD, flame)
+        return x * 2
+
+    with pytest.raises(ValueError) as got:
+        step(flame.ones(2))
+    assert _normalised(str(got.value)) == _normalised(str(want.value))
+    if "but found invalid values" in str(got.value):
+        assert "\n  at test_distributions_validation.py:" in str(got.value)
+
+
+def test_python_number_parameters_are_checked_inside_compile():
+    """Normal(x, -1.0) broadcasts the number against a traced x; the scale is still known while tracing."""
+
+    @flame.compile
+    def log_prob(x):
+        return FD.Normal(x, -1.0).log_prob(x)
+
+    with pytest.raises(ValueError, match=r"(?s)Expected parameter scale .*GreaterThan\(lower_bound=0.0\).*-1\."):
+        log_prob(flame.zeros(3))
+
+
+def test_captured_tensors_are_checked_with_their_values_at_tracing():
+    scale = flame.tensor([1.0, -2.0])
+
+    @flame.compile
+    def log_prob(x):
+        return FD.Normal(x, scale).log_prob(x)
+
+    with pytest.raises(ValueError, match=r"(?s)Expected parameter scale .*tensor\(\[ 1., -2.\]"):
+        log_prob(flame.zeros(2))
+
+
+def test_matrix_not_positive_definite_raises_inside_compile_when_known():
+    @flame.compile
+    def log_prob(x):
+        cov = flame.tensor([[1.0, 2.0], [2.0, 1.0]])
+        return FD.MultivariateNormal(x, covariance_matrix=cov, validate_args=False).log_prob(x)
+
+    with pytest.raises(flame.linalg.LinAlgError, match="leading minor of order 2"):
+        log_prob(flame.zeros(2))
+
+
+def test_values_computed_from_the_arguments_are_not_checked_inside_compile():
+    """Inside @flame.compile a value read from the function's arguments does not exist while tracing, and
+    flame has no check that runs with the step: such a parameter or value is not checked, and the result
+    is torch's with validate_args=False (NaN for a negative scale)."""
 
     @flame.compile
     def log_prob(scale, x):
         return FD.Normal(flame.zeros_like(scale), scale).log_prob(x)
 
-    out = log_prob(flame.ones(2, dtype=flame.f64), flame.tensor([0.0, 1.0], dtype=flame.f64))
-    want = TD.Normal(torch.zeros(2, dtype=torch.float64), 1.0).log_prob(torch.tensor([0.0, 1.0], dtype=torch.float64))
-    assert out.numpy().tolist() == pytest.approx(want.numpy().tolist(), rel=1e-12)
+    scale, x = [1.0, -1.0], [0.0, 1.0]
+    out = log_prob(flame.tensor(scale, dtype=flame.f64), flame.tensor(x, dtype=flame.f64))
+    want = TD.Normal(0.0, torch.tensor(scale, dtype=torch.float64), validate_args=False).log_prob(
+        torch.tensor(x, dtype=torch.float64)
+    )
+    np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-12, equal_nan=True)
+    assert np.isnan(out.numpy()[1])

@@ -11,7 +11,9 @@ import torch.distributions as TD
 
 import flame
 import flame.distributions as FD
-from tests.distributions.common import probs, tril
+from tests.distributions.common import probs, spd, tril
+
+MVN_QUANTITIES = ["log_prob", "entropy", "mean", "variance", "scale_tril", "covariance_matrix", "precision_matrix"]
 
 # name: (build(D, params) -> distribution, params(rng) -> {name: array}, value(rng, params) -> array, quantities)
 CASES = {
@@ -73,7 +75,20 @@ CASES = {
         lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["scale_tril"]),
         lambda r: {"loc": r.normal(size=(2, 3)), "scale_tril": tril(r)},
         lambda r, p: r.normal(size=(4, 2, 3)),
-        ["log_prob", "entropy", "mean", "mode", "variance", "covariance_matrix", "precision_matrix"],
+        ["log_prob", "entropy", "mean", "mode", "variance", "scale_tril", "covariance_matrix", "precision_matrix"],
+    ),
+    # loc [2, 3] against one matrix, and loc [3] against a batch [2, 1] of matrices: batch dims broadcast
+    "MultivariateNormal_covariance": (
+        lambda D, p: D.MultivariateNormal(p["loc"], covariance_matrix=p["covariance_matrix"]),
+        lambda r: {"loc": r.normal(size=(2, 3)), "covariance_matrix": spd(r)},
+        lambda r, p: r.normal(size=(4, 2, 3)),
+        MVN_QUANTITIES,
+    ),
+    "MultivariateNormal_precision": (
+        lambda D, p: D.MultivariateNormal(p["loc"], precision_matrix=p["precision_matrix"]),
+        lambda r: {"loc": r.normal(size=(3,)), "precision_matrix": spd(r, 2, 1)},
+        lambda r, p: r.normal(size=(4, 2, 1, 3)),
+        MVN_QUANTITIES,
     ),
     "Independent": (
         lambda D, p: D.Independent(D.Normal(p["loc"], p["scale"]), 1),
@@ -95,6 +110,14 @@ CASES = {
         lambda r: {"loc": r.normal(size=(4,)) * 0.3, "scale": r.uniform(0.3, 1, size=(4,))},
         lambda r, p: r.uniform(0.05, 0.95, size=(2, 4)),
         ["log_prob", "cdf"],
+    ),
+    "TanhTransform": (  # a squashed Gaussian policy (SAC)
+        lambda D, p: D.TransformedDistribution(
+            D.Normal(p["loc"], p["scale"]), [D.transforms.TanhTransform(), D.transforms.AffineTransform(0.0, 2.0)]
+        ),
+        lambda r: {"loc": r.normal(size=(4,)) * 0.5, "scale": r.uniform(0.3, 1, size=(4,))},
+        lambda r, p: r.uniform(-1.9, 1.9, size=(2, 4)),
+        ["log_prob"],
     ),
 }
 
@@ -176,7 +199,8 @@ def test_quantity_and_gradients_match_torch(case, name, compiled):
     np.testing.assert_allclose(out, t_out, rtol=1e-10, atol=1e-12, equal_nan=True)
     for k in t_grads:
         want = t_grads[k]
-        if name == "precision_matrix":  # torch's cholesky_inverse also differentiates the unread upper triangle
+        if (case, name) == ("MultivariateNormal", "precision_matrix"):
+            # torch's cholesky_inverse also differentiates scale_tril's unread upper triangle
             want, grads[k] = np.tril(want), np.tril(grads[k])
         np.testing.assert_allclose(grads[k], want, rtol=1e-9, atol=1e-11, err_msg=f"d/d{k}")
 
@@ -236,9 +260,28 @@ def test_enumerate_support_matches_torch():
     np.testing.assert_array_equal(fb.enumerate_support().numpy(), tb.enumerate_support().numpy())
 
 
+def test_sample_n_warns_and_samples_as_torch():
+    with pytest.warns(FutureWarning, match=r"sample_n\(n\)` will be deprecated") as want:
+        t = TD.Normal(torch.zeros(2), torch.ones(2)).sample_n(3)
+    with pytest.warns(FutureWarning) as got:
+        f = FD.Normal(flame.zeros(2), flame.ones(2)).sample_n(3)
+    assert f.shape == tuple(t.shape) and str(got[0].message) == str(want[0].message)
+
+
+def test_transforms_compare_as_torchs():
+    for lib in (TD, FD):
+        T = lib.transforms
+        loc = (torch if lib is TD else flame).tensor([0.5, 1.0])
+        assert T.ExpTransform() == T.ExpTransform() and T.TanhTransform() != T.SigmoidTransform()
+        assert T.AffineTransform(0.0, 2.0) == T.AffineTransform(0.0, 2.0) != T.AffineTransform(0.0, 3.0)
+        assert T.AffineTransform(loc, 2.0) == T.AffineTransform(loc * 1, 2.0) != T.AffineTransform(loc * 2, 2.0)
+        assert T.ExpTransform().inv == T.ExpTransform().inv != T.ExpTransform()
+        assert T.ComposeTransform([T.ExpTransform()]) == T.ComposeTransform([T.ExpTransform()])
+
+
 def test_tanh_as_documented_composition_matches_torchs_tanh_transform():
-    """docs/coming_from_pytorch.md: TanhTransform is [AffineTransform(0, 2), SigmoidTransform(),
-    AffineTransform(-1, 2)] (a squashed Gaussian policy)."""
+    """tanh x = 2 sigmoid(2x) - 1: [AffineTransform(0, 2), SigmoidTransform(), AffineTransform(-1, 2)] is
+    torch's TanhTransform (a squashed Gaussian policy)."""
     rng = np.random.default_rng(9)
     loc, scale, v = rng.normal(size=(3,)), rng.uniform(0.3, 1, size=(3,)), rng.uniform(-0.9, 0.9, size=(4, 3))
     T = FD.transforms
