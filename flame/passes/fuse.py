@@ -152,7 +152,7 @@ def _constants(st: State, op: Op) -> list[Op]:
 
 def _try_join(st: State, grp: Group, op: Op) -> bool:
     ins = {st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of} - {grp}
-    if any(st.reaches(grp, h) for h in ins):
+    if st.reaches_any((grp,), ins):
         return st.refuse(grp, op, "joining would make a cycle: the reader also reads a kernel that reads this one")
     if len(grp.ops) >= MAX_KERNEL_OPS:
         return st.refuse(grp, op, f"the kernel holds {len(grp.ops)} ops already (at most {MAX_KERNEL_OPS})")
@@ -244,7 +244,7 @@ def _place(st: State, op: Op) -> None:
     for grp in dict.fromkeys(reversed(producers)):
         if grp.kind == Kind.MATMUL:
             epi = _epilogue(st, grp, op)
-            if epi is not None and not any(st.reaches(grp, h) for h in producers if h is not grp):
+            if epi is not None and not st.reaches_any((grp,), (h for h in producers if h is not grp)):
                 grp.ops.append(op)
                 st.group_of[op] = grp
                 grp.epilogue = epi
@@ -334,7 +334,7 @@ def _join_attention(st: State, op: Op) -> bool:
 
 def _try_merge(st: State, dst: Group, src: Group) -> None:
     """Merge producer kernel src into dst (which reads it) when no third kernel sits between them."""
-    if any(st.reaches(k, dst) for k in st.succ(src) if k is not dst) or st.reaches(dst, src):
+    if st.reaches_any([k for k in st.succ(src) if k is not dst], (dst,)) or st.reaches(dst, src):
         return
     if src.kind == Kind.ROWS and dst.kind == Kind.ROWS and (src.domain, src.n_red) != (dst.domain, dst.n_red):
         return

@@ -85,6 +85,12 @@ class State:
         """A path of data edges src -> ... -> dst between kernels."""
         return any(h is dst for h in self._walk(src))
 
+    def reaches_any(self, srcs, dsts) -> bool:
+        """A path of data edges from a kernel of `srcs` to one of `dsts` (reaches for every pair, in one
+        walk: the kernels downstream of several sources are mostly the same)."""
+        dsts = set(dsts)
+        return bool(dsts) and any(h in dsts for h in self._walk_all(srcs, self.succ))
+
     def downstream(self, src: Group) -> set[Group]:
         """The kernels src reaches (see reaches): one walk answers it for every kernel."""
         return set(self._walk(src))
@@ -103,8 +109,12 @@ class State:
     def _walk(self, src: Group, step=None) -> Iterator[Group]:
         """The kernels at the end of a path of data edges from src (of `step`'s edges: succ by default),
         each once."""
-        step = step or self.succ
-        todo, seen = list(step(src)), set()
+        return self._walk_all((src,), step or self.succ)
+
+    @staticmethod
+    def _walk_all(srcs, step) -> Iterator[Group]:
+        """The kernels at the end of a path of `step`'s edges from a kernel of srcs, each once."""
+        todo, seen = [h for src in srcs for h in step(src)], set()
         while todo:
             h = todo.pop()
             if h in seen:
@@ -127,6 +137,7 @@ class Closure:
 
     def __init__(self, st: State, order: list[Group], succ: dict[Group, set[Group]]):
         self.bit = {k: 1 << i for i, k in enumerate(order)}
+        self.order = order  # bit i's kernel
         self.down: dict[Group, int] = {}
         self.up: dict[Group, int] = dict.fromkeys(order, 0)
         for k in reversed(order):  # successors first
@@ -168,11 +179,11 @@ class Closure:
         and all the kernels either reached, which are reached from all that reached either."""
         own = self.bit[a] | self.bit[b]
         down, up = (self.down[a] | self.down[b]) & ~own, (self.up[a] | self.up[b]) & ~own
-        for k, bit in self.bit.items():
-            if up & bit:
-                self.down[k] |= down | self.bit[a]
-            if down & bit:
-                self.up[k] |= up | self.bit[a]
+        order, now_down, now_up = self.order, down | self.bit[a], up | self.bit[a]
+        for i in _set_bits(up):  # (the kernels of the set bits alone: fewer than all, most often)
+            self.down[order[i]] |= now_down
+        for i in _set_bits(down):
+            self.up[order[i]] |= now_up
         self.down[a], self.up[a] = down, up
 
 
@@ -234,6 +245,15 @@ class Buffers:
         (ra, wa), (rb, wb) = self._of(a), self._of(b)
         self.io[a] = (ra | rb, wa + wb)
         del self.io[b]
+
+
+def _set_bits(x: int) -> Iterator[int]:
+    """The positions of the bits set in x >= 0, lowest first."""
+    text = bin(x)[:1:-1]  # bit 0 first
+    i = text.find("1")
+    while i >= 0:
+        yield i
+        i = text.find("1", i + 1)
 
 
 def _bits(bit: dict[Group, int], groups, down: dict[Group, int]) -> int:

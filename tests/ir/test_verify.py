@@ -24,9 +24,9 @@ def _append(g: Graph, name: str, inputs, attrs: dict, out: TensorType, loc: str 
     return op
 
 
-def _rejects(g: Graph, *fragments: str) -> str:
+def _rejects(g: Graph, *fragments: str, shape_rules: bool = True) -> str:
     with pytest.raises(VerifyError) as info:
-        verify(g)
+        verify(g, shape_rules=shape_rules)
     msg = str(info.value)
     for f in fragments:
         assert f in msg, f"{f!r} not in {msg!r}"
@@ -72,13 +72,16 @@ def test_unknown_op() -> None:
     _rejects(g, "unknown op 'frobnicate'", "%1 = frobnicate %0 : f32[3]")
 
 
-@pytest.mark.parametrize("attrs, why", [
-    ({"keepdim": False}, "missing attribute 'axes'"),
-    ({"axes": (0,), "keepdim": False, "bogus": 1}, "unknown attribute(s) ['bogus']"),
-    ({"axes": (5,), "keepdim": False}, "axis 5 is out of range"),
-    ({"axes": ("x",), "keepdim": False}, "is not a valid ints"),
-    ({"axes": [0], "keepdim": False}, "not in normal form"),
-])
+@pytest.mark.parametrize(
+    "attrs, why",
+    [
+        ({"keepdim": False}, "missing attribute 'axes'"),
+        ({"axes": (0,), "keepdim": False, "bogus": 1}, "unknown attribute(s) ['bogus']"),
+        ({"axes": (5,), "keepdim": False}, "axis 5 is out of range"),
+        ({"axes": ("x",), "keepdim": False}, "is not a valid ints"),
+        ({"axes": [0], "keepdim": False}, "not in normal form"),
+    ],
+)
 def test_bad_attributes(attrs: dict, why: str) -> None:
     g, _ = _graph()
     _append(g, "reduce_sum", [g.inputs[0]], attrs, TensorType((), f32))
@@ -144,6 +147,60 @@ def test_unknown_role() -> None:
     _rejects(g, "unknown role 'weights'")
 
 
+def _use_before_definition(g: Graph, b: Builder) -> None:
+    later = Op("exp", (g.inputs[0],), {}, F3)
+    _append(g, "relu", [later.out], {}, F3)
+    g.ops.append(later)
+
+
+def _value_of_another_graph(g: Graph, b: Builder) -> None:
+    g.outputs = [b.exp(Graph("other").add_input(F3))]
+
+
+def _defined_twice(g: Graph, b: Builder) -> None:
+    g.outputs = [b.exp(g.inputs[0])]
+    g.ops.append(g.ops[-1])
+
+
+def _attribute_not_ir_data(g: Graph, b: Builder) -> None:
+    g.outputs = [b.reduce_sum(g.inputs[0], axes=[0])]
+    g.ops[-1].attrs["axes"] = {0}
+
+
+def _output_not_in_graph(g: Graph, b: Builder) -> None:
+    g.outputs = [Graph("other").add_input(F3)]
+
+
+def _alias_type(g: Graph, b: Builder) -> None:
+    g.outputs = [b.reduce_sum(g.inputs[0], axes=[0])]
+    g.aliases = {0: 0}
+
+
+def _role(g: Graph, b: Builder) -> None:
+    g.roles[0] = "weights"
+
+
+@pytest.mark.parametrize(
+    "spoil, why",
+    [
+        (_use_before_definition, "use of a value before its definition"),
+        (_value_of_another_graph, "use of a value before its definition"),
+        (_defined_twice, "defined twice"),
+        (_attribute_not_ir_data, "attribute that is not IR data"),
+        (_output_not_in_graph, "output 0 is not defined"),
+        (_alias_type, "cannot replace input %0"),
+        (_role, "unknown role"),
+    ],
+)
+def test_a_built_graph_is_checked_for_what_the_builder_does_not_check(spoil, why: str) -> None:
+    """verify(g, shape_rules=False) (a traced graph, whose Builder ran every shape rule) still rejects what
+    building cannot rule out: values from elsewhere, attributes with no IR text, outputs, aliases, roles."""
+    g, b = _graph()
+    spoil(g, b)
+    _rejects(g, why, shape_rules=False)
+    _rejects(g, why)
+
+
 # ---- the parser ---------------------------------------------------------------------------------------
 
 GOOD = "graph g(%0: f32[3] data) {\n  %1 = relu %0 : f32[3]\n  return %1\n}\n"
@@ -162,32 +219,39 @@ def test_good_text_parses() -> None:
     assert print_graph(parse(GOOD)) == GOOD
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    ("  %1 = relu %7 : f32[3]", "'%7' is not a defined value"),
-    ("  %1 = relu %0 : f32[3", "expected `%N = op"),
-    ("  %1 = relu %0 : q32[3]", "unknown dtype 'q32'"),
-    ("  %1 = frobnicate %0 : f32[3]", "unknown op 'frobnicate'"),
-    ("  %1 = reduce_sum %0 {axes=[0], keepdim=false, color=1} : f32[]", "unknown attribute"),
-    ("  %1 = reduce_sum %0 {keepdim=false} : f32[]", "missing attribute 'axes'"),
-    ("  %1 = gelu %0 {approximate=\"erf\"} : f32[3]", "must be one of"),
-    ("  %0 = relu %0 : f32[3]", "%0 is defined twice"),
-])
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ("  %1 = relu %7 : f32[3]", "'%7' is not a defined value"),
+        ("  %1 = relu %0 : f32[3", "expected `%N = op"),
+        ("  %1 = relu %0 : q32[3]", "unknown dtype 'q32'"),
+        ("  %1 = frobnicate %0 : f32[3]", "unknown op 'frobnicate'"),
+        ("  %1 = reduce_sum %0 {axes=[0], keepdim=false, color=1} : f32[]", "unknown attribute"),
+        ("  %1 = reduce_sum %0 {keepdim=false} : f32[]", "missing attribute 'axes'"),
+        ('  %1 = gelu %0 {approximate="erf"} : f32[3]', "must be one of"),
+        ("  %0 = relu %0 : f32[3]", "%0 is defined twice"),
+    ],
+)
 def test_parser_errors_quote_the_line(bad: str, fragment: str) -> None:
     _parse_error(GOOD.replace("  %1 = relu %0 : f32[3]", bad), bad, fragment, "line 2")
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    ("  %1 = relu %0 : f32[4]", "result type should be f32[3], not f32[4]"),
-    ("  %1 = add %0 : f32[3]", "add takes 2 inputs, got 1"),
-    ("  %1 = reduce_sum %0 {axes=[3], keepdim=false} : f32[]", "axis 3 is out of range"),
-])
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ("  %1 = relu %0 : f32[4]", "result type should be f32[3], not f32[4]"),
+        ("  %1 = add %0 : f32[3]", "add takes 2 inputs, got 1"),
+        ("  %1 = reduce_sum %0 {axes=[3], keepdim=false} : f32[]", "axis 3 is out of range"),
+    ],
+)
 def test_verifier_errors_on_parsed_text_quote_the_line(bad: str, fragment: str) -> None:
     _parse_error(GOOD.replace("  %1 = relu %0 : f32[3]", bad), bad, fragment, kind=VerifyError)
 
 
 def test_bad_header_is_quoted() -> None:
-    _parse_error(GOOD.replace("graph g(%0: f32[3] data) {", "graph g(%0 f32[3]) {"), "graph g(%0 f32[3]) {",
-                 "bad graph input")
+    _parse_error(
+        GOOD.replace("graph g(%0: f32[3] data) {", "graph g(%0 f32[3]) {"), "graph g(%0 f32[3]) {", "bad graph input"
+    )
 
 
 def test_bad_role_is_quoted() -> None:
@@ -200,8 +264,7 @@ def test_bad_return_is_quoted() -> None:
 
 def test_bad_alias_in_text_is_rejected() -> None:
     text = GOOD.replace("relu %0 : f32[3]", "reduce_sum %0 {axes=[0], keepdim=false} : f32[]")
-    _parse_error(text.replace("return %1", "return %1 -> %0"), "return %1 -> %0", "cannot replace",
-                 kind=VerifyError)
+    _parse_error(text.replace("return %1", "return %1 -> %0"), "return %1 -> %0", "cannot replace", kind=VerifyError)
 
 
 def test_missing_return_and_empty_text() -> None:
