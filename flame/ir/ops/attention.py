@@ -16,7 +16,10 @@ mask required) is dS = p * (dP - rowsum(dO * O)), the gradient of the scores, su
 shape over the dimensions it broadcasts along; autodiff drops it when the mask needs no gradient. A
 bool mask and is_causal get none. References compute in f32 (f64 for f64 inputs) with a
 max-shifted softmax. With no keys (S = 0) the result is zeros, the statistics -inf, dq zeros, as
-torch; there (and with no queries) the mask gets no gradient, as in torch.
+torch's hand-written attention gives; there (and with no queries) the mask gets no gradient, as in torch.
+(torch's scaled_dot_product_attention adds 0 * (q.sum() + k.sum() + v.sum()) to those zeros, which
+turns them, and dq, NaN where an input or the result's gradient is not finite: flame's
+F.scaled_dot_product_attention adds the same around this op.)
 
 The backward reads the forward's softmax statistics: scaled_dot_product_attention_stats (same inputs
 and attributes as the forward) is the log-sum-exp of each query row's scaled, masked scores,
