@@ -372,7 +372,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     the key takes part) or additive in query's dtype. is_causal masks with PyTorch's top-left aligned
     tril(ones(L, S)) and excludes attn_mask. scale defaults to 1/sqrt(E). f16/bf16 compute in f32.
     An additive mask that requires grad (a learned attention bias) gets its gradient, summed to its own
-    shape; a bool mask gets none. With no keys (S = 0) the result is zeros, as torch's.
+    shape; a bool mask gets none. With no keys (S = 0) the result is zeros + 0 * (query.sum() + key.sum()
+    + value.sum()), as torch computes it: zeros, but NaN throughout where any of query, key, value holds a
+    NaN or inf; query's gradient is likewise 0 * the sum of the result's gradient (NaN throughout where that
+    gradient holds a NaN or inf), the mask's none.
     dropout_p > 0 raises NotImplementedError (no attention dropout yet)."""
     if dropout_p:
         raise NotImplementedError(f"scaled_dot_product_attention: dropout_p={dropout_p} is not supported yet "
@@ -380,5 +383,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
                                   f"\n  at {user_location()}")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     mask = () if attn_mask is None else (attn_mask,)
-    return apply("scaled_dot_product_attention", query, key, value, *mask, scale=scale, is_causal=is_causal,
-                 enable_gqa=enable_gqa)
+    out = apply("scaled_dot_product_attention", query, key, value, *mask, scale=scale, is_causal=is_causal,
+                enable_gqa=enable_gqa)
+    if key.shape[-2] == 0:  # torch's no-key result keeps every input in the graph this way
+        out = out + (query.sum() + key.sum() + value.sum()) * 0
+    return out

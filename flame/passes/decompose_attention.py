@@ -21,6 +21,8 @@ scores and the statistics, p = exp(s - stats), and packs dq, dk, dv flat, as the
 
     dV = p^T @ dO    dP = dO @ V^T    dS = p * (dP - rowsum(dO * O)) * scale    dQ = dS @ K    dK = dS^T @ Q
 
+where dS is 0 at a score a where drops (a score_mod's keep; is_causal or a bool mask under where_mask).
+
 With a score_mod, dS goes through its VJP graph (score_mod_grad, inlined) before the scale, which also
 gives the extras' gradients, packed after dv.
 
@@ -112,14 +114,18 @@ def _base_scores(b: Builder, q: Value, k: Value, attrs: dict) -> Value:
     return b.mul(_cast(b, b.matmul(q, b.transpose_last(k)), _compute_dtype(q.dtype)), attrs["scale"])
 
 
-def _scores(b: Builder, q: Value, k: Value, mask: Value | None, attrs: dict, extras: tuple = ()) -> Value:
-    """q k^T * scale + mask (or its score modification) in the compute dtype, -inf where a key takes no part."""
+def _scores(b: Builder, q: Value, k: Value, mask: Value | None, attrs: dict,
+            extras: tuple = ()) -> tuple[Value, Value | None]:
+    """q k^T * scale + mask (or its score modification) in the compute dtype, -inf where a key takes no
+    part; and where a where lets the score take part (None: everywhere), as the reference's held: a
+    score_mod's keep, is_causal or a bool mask under where_mask."""
     acc = _compute_dtype(q.dtype)
     s = _base_scores(b, q, k, attrs)
+    held = None
     if attrs.get("score_mod") is not None:
         score, *keep = _inline(b, attrs["score_mod"].graph, [s, *extras])
         s = _cast(b, score, acc)
-        s = b.where(keep[0], s, float("-inf")) if keep else s
+        s, held = (b.where(keep[0], s, float("-inf")), keep[0]) if keep else (s, None)
     keep = None
     if attrs["is_causal"]:  # PyTorch's top-left aligned tril(ones(L, S)): key j takes part in row i iff j <= i
         keep = b.tril(b.const(True, boolean, s.shape[-2:]))
@@ -129,7 +135,9 @@ def _scores(b: Builder, q: Value, k: Value, mask: Value | None, attrs: dict, ext
         s = b.add(s, _cast(b, mask, acc))
     if keep is not None:
         s = b.where(keep, s, float("-inf"))
-    return s
+        if attrs.get("where_mask"):
+            held = keep if held is None else b.logical_and(held, keep)
+    return s, held
 
 
 def _empty(op: Op) -> bool:
@@ -148,7 +156,7 @@ def _shift(b: Builder, m: Value) -> Value:
 def _softmax_rows(b: Builder, op: Op, k: Value) -> tuple[Value, Value, Value]:
     """exp(s - shift), the row shift (keepdim) and the row sums of the scores of attention op `op`
     (k: its keys as every query head reads them)."""
-    s = _scores(b, op.inputs[0], k, mask_of(op), op.attrs, extras_of(op))
+    s, _ = _scores(b, op.inputs[0], k, mask_of(op), op.attrs, extras_of(op))
     shift = _shift(b, b.reduce_max(s, axes=[-1], keepdim=True))
     e = b.exp(b.sub(s, shift))
     return e, shift, b.reduce_sum(e, axes=[-1], keepdim=True)
@@ -181,15 +189,17 @@ def _key(op: Op) -> tuple:
 
 
 def _score_grad(b: Builder, op: Op, k: Value, v: Value) -> tuple[Value, Value]:
-    """p = exp(s - stats) and dS = p * (dP - rowsum(dO * O)) in the compute dtype, of backward or
-    bias-gradient op `op` (k, v: as every query head reads them), as the reference (and cuDNN) use."""
+    """p = exp(s - stats) and dS = p * (dP - rowsum(dO * O)) in the compute dtype (0 where a where drops
+    the score), of backward or bias-gradient op `op` (k, v: as every query head reads them), as the
+    reference (and cuDNN) use."""
     q, _, _, out, gout, stats = op.inputs[:6]
     acc = _compute_dtype(q.dtype)
-    s = _scores(b, q, k, mask_of(op), op.attrs, extras_of(op))
+    s, held = _scores(b, q, k, mask_of(op), op.attrs, extras_of(op))
     p = b.exp(b.sub(s, _shift(b, b.reshape(stats, shape=(*stats.shape, 1)))))
     dp = _cast(b, b.matmul(gout, b.transpose_last(v)), acc)
     d = b.reduce_sum(b.mul(_cast(b, gout, acc), _cast(b, out, acc)), axes=[-1], keepdim=True)
-    return p, b.mul(p, b.sub(dp, d))
+    ds = b.mul(p, b.sub(dp, d))
+    return p, ds if held is None else b.where(held, ds, 0.0)
 
 
 def _backward(b: Builder, op: Op) -> Value:

@@ -15,7 +15,9 @@ The pattern, read from the value matmul backwards:
 It is rewritten only when the scores and probabilities have no reader outside the pattern (and are
 neither graph outputs nor autodiff targets), so nothing else needs them. An additive mask that needs a
 gradient (a learned bias) keeps it: the attention op's VJP gives it. One difference: a row whose keys
-are all masked out gives 0 (as torch's SDPA) instead of the hand-written softmax's NaN.
+are all masked out gives 0 (as torch's SDPA) instead of the hand-written softmax's NaN. A mask found in a
+where (is_causal or a bool mask input) makes the op's where_mask true: a dropped score's gradient is 0,
+as the where's, also where the result's gradient is not finite (flame/ir/ops/attention.py).
 
 The rewritten op keeps the value matmul's result value and its source line, with REWRITE_NOTE
 appended to the line's text, so dumps and `flame explain` say where the op came from.
@@ -231,7 +233,7 @@ def _emit(m: _Match, op: Op, g: Graph) -> tuple[list[Op], dict] | None:
     if mask is not None:
         causal = _causal_mask(m, g, *op.inputs[0].shape[-2:])
         mask = None if causal else b.logical_not(mask) if m.mask_kind == "drop" else mask
-    attrs = {"scale": m.scale, "is_causal": causal, "enable_gqa": False}
+    attrs = {"scale": m.scale, "is_causal": causal, "enable_gqa": False, "where_mask": m.mask_kind in ("keep", "drop")}
     return _emitted(scratch, b, op, (m.q, k, m.v, *(() if mask is None else (mask,))), attrs)
 
 
@@ -313,18 +315,18 @@ def _emit_chain(m: _Match, chain, base: Value, op: Op, g: Graph,
     """As _emit, for a match with a score modification: a causal conjunct of its masks becomes
     is_causal, the rest the score_mod graph (with its VJP graph when `differentiate` is given)."""
     length, keys = base.shape[-2:]
-    causal, keeps = False, []
+    causal, keeps, selects = False, [], False
     for cond, kind in (c for where in chain.keeps for c in _conjuncts(*where)):
         const = None if causal or kind == "causal" else _constant(cond, g)
         if kind == "causal" or (const is not None and _is_causal(const, kind, length, keys)):
-            causal = True
+            causal, selects = True, kind != "causal"  # an added causal mask adds (-inf); a where selects
         else:
             keeps.append((cond, kind))
     sub, extras = _score_chain.build(chain, base, keeps)
     plain = _score_chain.is_plain(sub)
     scratch = Graph()
     b = Builder(scratch, op.loc)
-    attrs = {"scale": m.scale, "is_causal": causal, "enable_gqa": False}
+    attrs = {"scale": m.scale, "is_causal": causal, "enable_gqa": False, "where_mask": selects}
     if not plain:
         attrs["score_mod"] = SubGraph(sub)
         attrs["score_mod_grad"] = SubGraph(differentiate(sub)) if differentiate is not None else None

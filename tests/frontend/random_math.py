@@ -19,13 +19,15 @@ dtypes        an operand combined with an integer, bool or float64 constant unde
               promotion: a binary op with an int32, int64, uint8 or bool tensor (of the operand's
               rank or fewer dims, or 0-d), or with a 0-d float64 tensor (a 0-d tensor does not raise a
               dimensioned float tensor's dtype); floor_divide and remainder of integer values of the
-              operand (x.long(), floor and ceil: their gradient is zero); comparisons counted as int64;
+              operand (x.long(), floor and ceil: their gradient is zero; not of a value computed in a
+              low-precision region, _Gen.rounded); comparisons counted as int64;
               clamp with tensor bounds, lerp and addcmul. The result is a float tensor (a loss term
               needs one).
 int_op        integer arithmetic, bitwise ops and comparisons between integer values made from an
               operand (int32, int64, int8 or uint8) and an integer or bool constant, times the operand:
               promotion between integer dtypes, uint8 wrapping, floor division and the two remainders'
-              signs, true division of integers.
+              signs, true division of integers (not of a value computed in a low-precision region:
+              _Gen.rounded in random_programs.py).
 masked        where with a number for a branch, masked_fill with a 0-d tensor, masked_scatter from an
               input, clamp with bounds that require grad, masks combined with &, |, ^ and ~,
               nan_to_num of NaNs and infinities, a masked mean."""
@@ -195,6 +197,8 @@ def dtypes_family(g) -> int | None:
         ]
     )
     if op in ("floor_divide", "remainder"):
+        if g.rounded(i):
+            return None  # integer values of a rounded value (_Gen.rounded)
         return g.add("promote", (i,), fn=op, c=rng.choice([2, 3, -2]) if op == "remainder" else rng.choice([2, -3]))
     shape = () if rng.random() < 0.3 else tuple(1 if rng.random() < 0.3 else n for n in s[rng.randrange(len(s) + 1) :])
     if op == "count":
@@ -255,6 +259,8 @@ def int_op_family(g) -> int | None:
     value."""
     rng = g.rng
     i = g.pick()
+    if g.rounded(i):
+        return None  # integer values of a rounded value (_Gen.rounded)
     s = g.shapes[i]
     fn = rng.choice(INT_OPS)
     dtype = rng.choice(["int32", "int64", "int8", "uint8"])

@@ -403,6 +403,21 @@ class _Gen:
             return None
         return found[-1] if self.rng.random() < 0.5 else self.rng.choice(found)
 
+    def rounded(self, i: int) -> bool:
+        """Value i is computed from a low-precision region's result (autocast, FP8, a checkpoint body with
+        one): its integer values (floor, a cast) are not drawn, as a rounding of float16 or bfloat16 moves
+        floor(4 x) by one at a few elements in a hundred, and which ones depends on how the run rounds
+        (flame's eager linear rounds the product, then its sum with the bias; torch's addmm rounds once)."""
+        todo, seen = [i], set()
+        while todo:
+            j = todo.pop()
+            if j not in seen:
+                seen.add(j)
+                if Program([self.nodes[j]]).low_precision is not None:
+                    return True
+                todo.extend(self.nodes[j].ins)
+        return False
+
     def size(self, lo: int = 1, hi: int = 4) -> int:
         """A dimension's size: lo..hi, now and then 0."""
         return 0 if self.rare(0.05) else self.rng.randint(lo, hi)

@@ -34,7 +34,8 @@ graph kinds(%0: f32[2,3] data, %1: i64[2,3] param, %2: f32[] scalar, %3: i64[] s
   %21 = slice %19 {starts=[1, 0], stops=[6, 3], steps=[2, 1]} : f32[3,3]
   %22 = scaled_dot_product_attention %0, %0, %0, %2 {scale=0.5, is_causal=true, enable_gqa=false, \
 score_mod=graph score_mod(%0: f32[2,2] data, %1: f32[] data) {; %2 = div %0, %1 : f32[2,2]; %3 = tanh %2 : f32[2,2]; \
-%4 = gelu %3 {approximate="tanh"} : f32[2,2]; %5 = mul %4, %1 : f32[2,2]; return %5; }, score_mod_grad=none} : f32[2,3]
+%4 = gelu %3 {approximate="tanh"} : f32[2,2]; %5 = mul %4, %1 : f32[2,2]; return %5; }, score_mod_grad=none, \
+where_mask=false} : f32[2,3]
   return %5, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %20, %21, %22
 }
 """

@@ -1,7 +1,8 @@
 """flame.nn.functional.scaled_dot_product_attention against torch's (values and the gradients of
 query, key and value; float32 tolerance 1e-5), eager and inside @flame.compile, for every mask kind,
 causal with equal and different query and key lengths, grouped-query attention, half types, and
-attention with no keys or no queries (torch's zeros, eager, compiled and on the CUDA target)."""
+attention with no keys or no queries (torch's zeros, eager, compiled and on the CUDA target; its NaN where an
+input or the result's gradient is not finite)."""
 
 from __future__ import annotations
 
@@ -210,3 +211,40 @@ def test_empty_attention_on_the_cuda_target(cuda_target, lengths):
     assert any("an empty attention" in (op.loc or "") for op in step._last.graph.ops)
     for source in {kern.source for kern in step._last.plan.kernels()}:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+def _by_hand(q, k, v):
+    """Attention written by hand (either library's tensors)."""
+    return ((q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5).softmax(-1) @ v
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("hand_written", [False, True], ids=["sdpa", "hand-written"])
+@pytest.mark.parametrize("where", ["query", "gradient"])
+@pytest.mark.parametrize("lengths", sorted(EMPTY), ids=str)
+def test_empty_attention_with_a_nan_or_inf_matches_torch(lengths, where, hand_written, compiled):
+    """torch's scaled_dot_product_attention computes the no-key result as zeros + 0 * (q.sum() + k.sum() +
+    v.sum()): an inf in the query makes the whole result NaN, a NaN in the result's gradient makes dq NaN
+    (F.scaled_dot_product_attention does the same); attention written by hand gives zeros and zero dq
+    there (an empty matmul), compiled into one attention op too."""
+    q, k, v, _, cot = _empty_case(EMPTY[lengths], "none")
+    if where == "query" and q.size:
+        q[0, 1, 2, 3] = np.inf
+    if where == "gradient" and cot.size:
+        cot[1, 0, 2, 4] = np.nan
+    ts = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, k, v)]
+    want = (_by_hand if hand_written else torch.nn.functional.scaled_dot_product_attention)(*ts)
+    (want * torch.tensor(cot, dtype=torch.float64)).sum().backward()
+    xs = [flame.tensor(x, requires_grad=True) for x in (q, k, v)]
+    c = flame.tensor(cot)
+
+    def step(q, k, v):
+        out = (_by_hand if hand_written else F.scaled_dot_product_attention)(q, k, v)
+        (out * c).sum().backward()
+        return out
+
+    out = (flame.compile(step) if compiled else step)(*xs)
+    results = [out.numpy()] + [x.grad.numpy() for x in xs]
+    for name, got, w in zip(("out", "dq", "dk", "dv"), results, [want] + [t.grad for t in ts]):
+        np.testing.assert_array_equal(got, w.detach().numpy().astype(np.float32), err_msg=name)

@@ -580,14 +580,15 @@ def _attention_probs(q, k, mask, scale, is_causal, enable_gqa):
     return p, k
 
 
-def _attention_oracle(q, k, v, *mask, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
+def _attention_oracle(q, k, v, *mask, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None,
+                      where_mask=False):
     p, _ = _attention_probs(q, k, mask[0] if mask else None, scale, is_causal, enable_gqa)
     v = np.repeat(v, q.shape[-3] // v.shape[-3], axis=-3) if enable_gqa else v
     return np.einsum("...ls,...se->...le", p, v)
 
 
 def _attention_stats_oracle(q, k, v, *mask, scale, is_causal=False, enable_gqa=False, score_mod=None,
-                            score_mod_grad=None):
+                            score_mod_grad=None, where_mask=False):
     """log(sum(exp(row))) of the masked, scaled scores, row by row with math.fsum; -inf for an empty row."""
     h = q.shape[-3]
     k = np.repeat(k, h // k.shape[-3], axis=-3) if enable_gqa else k
@@ -604,7 +605,8 @@ def _attention_stats_oracle(q, k, v, *mask, scale, is_causal=False, enable_gqa=F
 
 
 def _attention_backward_oracle(q, k, v, out, gout, stats, *mask, scale, is_causal, enable_gqa, score_mod=None,
-                               score_mod_grad=None):
+                               score_mod_grad=None, where_mask=False):
+    """where_mask changes nothing here: the gradients are finite (the dropped scores' are 0 either way)."""
     p, kr = _attention_probs(q, k, mask[0] if mask else None, scale, is_causal, enable_gqa)
     group = q.shape[-3] // v.shape[-3] if enable_gqa else 1
     vr = np.repeat(v, group, axis=-3)
@@ -618,7 +620,7 @@ def _attention_backward_oracle(q, k, v, out, gout, stats, *mask, scale, is_causa
 
 
 def _attention_bias_oracle(q, k, v, out, gout, stats, mask, *, scale, is_causal, enable_gqa, score_mod=None,
-                           score_mod_grad=None):
+                           score_mod_grad=None, where_mask=False):
     """dS = p * (dP - rowsum(dO * O)) summed over the dimensions the mask broadcasts along."""
     p, _ = _attention_probs(q, k, mask, scale, is_causal, enable_gqa)
     vr = np.repeat(v, q.shape[-3] // v.shape[-3], axis=-3) if enable_gqa else v

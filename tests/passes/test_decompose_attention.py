@@ -269,3 +269,30 @@ def test_empty_attention_decomposes_to_the_references_constants(lengths, backwar
     arrays = [np.random.default_rng(6).standard_normal(v.type.shape).astype(v.type.dtype.np_dtype) for v in g.inputs]
     (want,), (got,) = run_graph(g, arrays), run_graph(d, arrays)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("where_mask", [False, True])
+@pytest.mark.parametrize("mask", MASKS)
+def test_a_nan_gradient_at_dropped_scores_follows_where_mask(mask, where_mask):
+    """A NaN in the result's gradient makes dP - D NaN along its row: a dropped score's gradient is then
+    p * NaN = NaN (torch's scaled_dot_product_attention), or 0 under where_mask for is_causal and a bool
+    mask (torch's where); the decomposition gives the reference's values and NaNs, and keys dropped from
+    that row keep a finite gradient only under where_mask."""
+    g = _attention_graph(True, mask, False, f32)
+    op = g.ops[-1]
+    op.attrs = {**op.attrs, "where_mask": where_mask}
+    arrays = _inputs(g, np.random.default_rng(2))
+    arrays[4][0, 0, 3, 0] = np.nan
+    (want,), (got,) = run_graph(g, arrays), run_graph(decompose_attention(g), arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    q, k = (v.type for v in g.inputs[:2])
+    dk = want[q.numel : q.numel + k.numel].reshape(k.shape)[0, 0]
+    dropped = {
+        "bool": lambda: ~arrays[-1][0, 0, 3],
+        "causal": lambda: np.arange(k.shape[-2]) > 3,
+        "causal-rect": lambda: np.arange(k.shape[-2]) > 3,
+    }.get(mask, lambda: np.zeros(k.shape[-2], bool))()
+    finite = np.isfinite(dk).all(-1)
+    assert finite[dropped].all() == where_mask or not dropped.any(), (dropped, finite)
+    assert not finite[~dropped].any()

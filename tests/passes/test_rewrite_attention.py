@@ -211,3 +211,64 @@ def test_softmax_in_float32_between_casts_is_rewritten():
     rounded = [a.float().numpy() for a in args]  # the bf16 inputs, exactly, in f32
     want = _torch(*rounded, None, "causal", np.zeros((B, H, L, E), np.float32))[0]
     np.testing.assert_allclose(fn(*args).float().numpy(), want, rtol=1.6e-2, atol=1.6e-2)
+
+
+def _band(att, length, keys, mask):
+    """A sliding window of two keys (not causal: the score modification's keep mask)."""
+    return flame.where(
+        flame.tril(flame.ones(length, keys)) - flame.tril(flame.ones(length, keys), -2) == 1, att, float("-inf")
+    )
+
+
+def _torch_hand_written(name, q, k, v, mask):
+    """PATTERNS[name] (or the band) written by hand in torch."""
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    length, keys = s.shape[-2:]
+    tril = torch.ones(length, keys).tril() == 1
+    m = None if mask is None else torch.tensor(mask)
+    masked = {
+        "additive": lambda: s + m,
+        "where-keep": lambda: torch.where(m, s, float("-inf")),
+        "where-drop": lambda: s.masked_fill(~m, float("-inf")),
+        "causal-tril": lambda: torch.where(tril, s, float("-inf")),
+        "causal-eq0": lambda: torch.where(~tril, float("-inf"), s),
+        "causal-triu": lambda: s + torch.full((length, keys), float("-inf")).triu(1),
+        "band": lambda: torch.where(tril & ~(torch.ones(length, keys).tril(-2) == 1), s, float("-inf")),
+    }.get(name, lambda: s)()
+    return masked.softmax(-1) @ v
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", sorted(PATTERNS) + ["band"])
+def test_a_non_finite_gradient_reaches_dropped_scores_as_in_torch(name, compiled):
+    """The result's gradient holds NaNs. torch's where(keep, s, -inf) (and masked_fill) gives a
+    dropped score gradient 0, so a key no query with such a gradient sees gets a finite dk; an added -inf
+    mask gives p * (dP - D) = 0 * NaN = NaN there. The attention op the hand-written attention becomes
+    (a bool mask, is_causal or a score modification's keep) gives torch's values, NaNs and infinities,
+    eagerly and compiled."""
+    kind = PATTERNS[name][2] if name in PATTERNS else None
+    q, k, v, mask = _data(4, 6, kind, seed=6)
+    if kind == "bool":
+        mask[:2, 3:] = False  # keys 3.. dropped for the rows whose gradient is not finite
+    cot = np.random.default_rng(7).standard_normal((B, H, 4, E)).astype(np.float32)
+    cot[0, 1, 0, :2] = np.nan  # (an inf makes dP - D inf or NaN by the order of the sums: torch's softmax
+    cot[1, 2, 1, 3] = np.nan  # backward sums p * dP where the attention backward sums dO * O)
+    ts = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
+    want = _torch_hand_written(name, *ts, mask)
+    (want * torch.tensor(cot)).sum().backward()
+    fn = _band if name == "band" else PATTERNS[name][1]
+    scores = PATTERNS[name][0] if name in PATTERNS else _scaled_after
+    m = None if mask is None else flame.tensor(mask)
+
+    def attention(q, k, v):
+        return F.softmax(fn(scores(q, k), q.shape[-2], k.shape[-2], m), -1) @ v
+
+    step = _train_step(attention, cot)
+    args = [flame.tensor(x) for x in (q, k, v)]
+    if compiled:
+        step = flame.compile(step)
+        assert _ops(step.optimized(*args)).count(BACKWARD) == 1
+    out, grads = step(*args)
+    for got, w, what in zip(grads, [t.grad for t in ts], ("dq", "dk", "dv")):
+        np.testing.assert_allclose(got.numpy(), w.numpy(), rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=what)

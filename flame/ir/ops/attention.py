@@ -16,7 +16,10 @@ mask required) is dS = p * (dP - rowsum(dO * O)), the gradient of the scores, su
 shape over the dimensions it broadcasts along; autodiff drops it when the mask needs no gradient. A
 bool mask and is_causal get none. References compute in f32 (f64 for f64 inputs) with a
 max-shifted softmax. With no keys (S = 0) the result is zeros, the statistics -inf, dq zeros, as
-torch; there (and with no queries) the mask gets no gradient, as in torch.
+torch's hand-written attention gives; there (and with no queries) the mask gets no gradient, as in torch.
+(torch's scaled_dot_product_attention adds 0 * (q.sum() + k.sum() + v.sum()) to those zeros, which
+turns them, and dq, NaN where an input or the result's gradient is not finite: flame's
+F.scaled_dot_product_attention adds the same around this op.)
 
 The backward reads the forward's softmax statistics: scaled_dot_product_attention_stats (same inputs
 and attributes as the forward) is the log-sum-exp of each query row's scaled, masked scores,
@@ -28,6 +31,16 @@ one library call writes both; an inference graph has no stats op (DCE), so nothi
 backward takes them as its 6th input (q, k, v, out, grad_out, stats[, mask]) and computes the
 probabilities as exp(scores - stats), as cuDNN does.
 
+How a mask drops a score decides its gradient where the result's gradient is not finite (elsewhere
+both give 0): torch's scaled_dot_product_attention adds -inf (is_causal, a bool mask), so a dropped
+score's gradient is p * (dP - D) with p = 0, NaN where dP - D is inf or NaN; attention written by hand
+drops scores with where(keep, s, -inf) (or masked_fill), whose gradient there is exactly 0. The bool
+attribute `where_mask` says which: False (the default, torch's scaled_dot_product_attention) or True
+(is_causal and a bool mask drop scores as a where does: the attention-recognition pass sets it for a
+mask it found in a where). A score_mod's keep is a where (below) either way; an additive mask adds.
+The references and the decomposition follow it; cuDNN and the flash kernels compute p * (dP - D) at
+the scores of the key tiles they visit and nothing for those they skip, whichever it says.
+
 A score modification (what the attention-recognition pass finds between `q @ k^T * scale` and the
 softmax of hand-written attention: soft-capping, ALiBi, relative-position biases, sliding windows,
 document masks ...) is the graph-valued attribute `score_mod` (a flame.ir.graph.SubGraph) with the
@@ -37,7 +50,7 @@ values it reads as the op's inputs after q, k, v (then there is no mask input):
                                                computed them in; score: the modified scores (same shape,
                                                a float dtype); keep: bool, broadcasting to the scores
                                                (True = takes part)
-    scores = where(keep, score, -inf), then is_causal as above
+    scores = where(keep, score, -inf), then is_causal as above (a dropped score's gradient is 0)
 
 `score_mod_grad` is its vector-Jacobian product, made by the autodiff pass from the registry's VJPs:
 (s, *extras, g) -> (ds, *one gradient per float extra). The backward op takes the extras after its
@@ -58,7 +71,7 @@ from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
 
 ATTRS = {"scale": Attr("float"), "is_causal": Attr("bool", False), "enable_gqa": Attr("bool", False),
-         "score_mod": Attr("graph", None), "score_mod_grad": Attr("graph", None)}
+         "score_mod": Attr("graph", None), "score_mod_grad": Attr("graph", None), "where_mask": Attr("bool", False)}
 NO_SECOND_ORDER = "second derivatives of attention are not implemented (its backward is one fused op)"
 
 
@@ -160,12 +173,12 @@ def _check_forward(name, types, is_causal, enable_gqa, score_mod=None, score_mod
     return q, v
 
 
-def _forward_infer(types, scale, is_causal, enable_gqa, **mod):
+def _forward_infer(types, scale, is_causal, enable_gqa, where_mask=False, **mod):
     q, v = _check_forward(FORWARD, types, is_causal, enable_gqa, **mod)
     return TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype)
 
 
-def _stats_infer(types, scale, is_causal, enable_gqa, **mod):
+def _stats_infer(types, scale, is_causal, enable_gqa, where_mask=False, **mod):
     q, _ = _check_forward(STATS, types, is_causal, enable_gqa, **mod)
     return stats_type(q)
 
@@ -180,7 +193,7 @@ def _check_saved(name, types):
         raise ShapeError(f"{name}: stats {stats} must be {stats_type(q)} (the forward's log-sum-exp)")
 
 
-def _backward_infer(types, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
+def _backward_infer(types, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None, where_mask=False):
     if len(types) < 6 or (score_mod is None and len(types) > 7):
         raise ShapeError(f"{BACKWARD}: expected q, k, v, out, grad_out, stats[, mask], got {len(types)} inputs")
     q, k, v = types[:3]
@@ -197,7 +210,7 @@ def _backward_infer(types, scale, is_causal, enable_gqa, score_mod=None, score_m
     return TensorType((q.numel + k.numel + v.numel + extra,), q.dtype)
 
 
-def _bias_grad_infer(types, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
+def _bias_grad_infer(types, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None, where_mask=False):
     if score_mod is not None:
         raise ShapeError(f"{BIAS_GRAD}: an attention with a score_mod has no mask (its extras get their "
                          f"gradients from the backward)")
@@ -235,19 +248,18 @@ def _run_mod(sub, s, extras) -> list:
     return evaluate_outputs(sub, args)
 
 
-def _modified(s, score_mod, extras):
-    """The scores after the score modification: where(keep, score, -inf), in s's dtype."""
-    outs = _run_mod(score_mod.graph, s, extras)
-    score = outs[0].astype(s.dtype)
-    return np.where(outs[1], score, -np.inf) if len(outs) > 1 else score
-
-
 @exact_memo
 def _scores(q, k, mask, scale, is_causal, score_mod=None, *extras):
-    """q k^T * scale + mask (or the score modification of it), -inf where a key takes no part."""
+    """(s, kept, masked): q k^T * scale + mask (or the score modification of it), -inf where a key takes
+    no part; where the score_mod's keep and where is_causal or a bool mask let the score take part
+    (bool, broadcasting to s): the first drops as a where, the second as where_mask says."""
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * _scalar(q, scale)
+    kept = masked = np.ones((), bool)
     if score_mod is not None:
-        s = _modified(s, score_mod, extras)
+        outs = _run_mod(score_mod.graph, s, extras)
+        s = outs[0].astype(s.dtype)
+        if len(outs) > 1:
+            s, kept = np.where(outs[1], s, -np.inf), outs[1]
     keep = None
     if is_causal:
         keep = np.tril(np.ones(s.shape[-2:], bool))
@@ -256,15 +268,15 @@ def _scores(q, k, mask, scale, is_causal, score_mod=None, *extras):
     elif mask is not None:
         s = s + _acc(mask)
     if keep is not None:
-        s = np.where(keep, s, -np.inf)
-    return s
+        s, masked = np.where(keep, s, -np.inf), keep
+    return s, kept, masked
 
 
 @exact_memo
 def _softmax_terms(q, k, mask, scale, is_causal, score_mod=None, *extras):
     """The row shift (max, 0 for a row of -inf), exp(scores - shift) and its row sums: what the
     forward's probabilities and its statistics share (kept, so the second reads them)."""
-    s = _scores(q, k, mask, scale, is_causal, score_mod, *extras)
+    s = _scores(q, k, mask, scale, is_causal, score_mod, *extras)[0]
     m = s.max(-1, keepdims=True, initial=-np.inf)  # no keys (S = 0): -inf, as a row with every key masked
     shift = np.where(np.isfinite(m), m, 0)
     e = np.exp(s - shift)
@@ -291,13 +303,15 @@ def _mask_and_mod(rest, score_mod):
     return (rest[0] if rest else None,)
 
 
-def _sdpa_ref(q, k, v, *rest, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
+def _sdpa_ref(q, k, v, *rest, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None,
+              where_mask=False):
     q, k, v = _operands(q, k, v, enable_gqa)
     mask, *mod = _mask_and_mod(rest, score_mod)
     return np.matmul(_probabilities(q, k, mask, scale, is_causal, *mod), v)
 
 
-def _stats_ref(q, k, v, *rest, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None):
+def _stats_ref(q, k, v, *rest, scale, is_causal, enable_gqa, score_mod=None, score_mod_grad=None,
+               where_mask=False):
     """log(sum(exp(s))) per row with a max shift; -inf for a row with no key taking part."""
     q, k, _ = _operands(q, k, v, enable_gqa)
     mask, *mod = _mask_and_mod(rest, score_mod)
@@ -312,16 +326,18 @@ def _sum_groups(dx, hkv):
     return dx.reshape(dx.shape[:-3] + (hkv, dx.shape[-3] // hkv) + dx.shape[-2:]).sum(-3)
 
 
-def _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal, *mod):
+def _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal, where_mask, *mod):
     """p = exp(s - stats) and dS = p * (dP - D) with dP = grad_out v^T and D = rowsum(grad_out * out):
     the probabilities and the gradient of the scaled, masked (modified) scores, as FlashAttention and
-    cuDNN compute them (so wrong statistics give wrong gradients here too). q, k, v: the operands;
-    mod: (score_mod, *extras) or ()."""
+    cuDNN compute them (so wrong statistics give wrong gradients here too), 0 where a where drops the
+    score. q, k, v: the operands; mod: (score_mod, *extras) or ()."""
     out, gout, stats = _acc(out), _acc(gout), _acc(stats)[..., None]
-    s = _scores(q, k, mask, scale, is_causal, *mod)
+    s, kept, masked = _scores(q, k, mask, scale, is_causal, *mod)
+    held = kept & masked if where_mask else kept
     p = np.exp(s - np.where(np.isfinite(stats), stats, 0))  # -inf scores (and rows) give 0
     dp = np.matmul(gout, np.swapaxes(v, -1, -2))
-    return p, p * (dp - (gout * out).sum(-1, keepdims=True))
+    ds = p * (dp - (gout * out).sum(-1, keepdims=True))
+    return p, ds if held.ndim == 0 else np.where(held, ds, ds.dtype.type(0))
 
 
 def _through_mod(q, k, ds, scale, score_mod_grad, extras) -> tuple:
@@ -333,12 +349,12 @@ def _through_mod(q, k, ds, scale, score_mod_grad, extras) -> tuple:
 
 
 def _sdpa_backward_ref(q, k0, v0, out, gout, stats, *rest, scale, is_causal, enable_gqa, score_mod=None,
-                       score_mod_grad=None):
+                       score_mod_grad=None, where_mask=False):
     """dq, dk, dv (then the float extras' gradients) packed flat, from the probabilities and the
     scores' gradient (_score_grad)."""
     q, k, v = _operands(q, k0, v0, enable_gqa)
     mask, *mod = _mask_and_mod(rest, score_mod)
-    p, ds = _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal, *mod)
+    p, ds = _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal, where_mask, *mod)
     extra_grads = ()
     if score_mod is not None:
         ds, extra_grads = _through_mod(q, k, ds, scale, score_mod_grad, rest)
@@ -361,7 +377,7 @@ def _sum_to(x, shape):
 def _sdpa_bias_grad_ref(q, k, v, out, gout, stats, mask, *, scale, is_causal, enable_gqa, **mod):
     """The additive mask's gradient: dS summed to the mask's shape, in the mask's dtype."""
     q, k, v = _operands(q, k, v, enable_gqa)
-    _, ds = _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal)
+    _, ds = _score_grad(q, k, v, out, gout, stats, mask, scale, is_causal, False)
     return _sum_to(ds, mask.shape).astype(mask.dtype)
 
 
