@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from flame.ir.graph import BackwardLoc, CheckpointLoc, Graph, RecomputeLoc
 
-_KIND = {str: "", BackwardLoc: "b", RecomputeLoc: "r"}  # CheckpointLoc: "c", or "s" when its policy saves it
+_KIND = {str: "", type(None): "", BackwardLoc: "b", RecomputeLoc: "r"}  # by type; CheckpointLoc's: "c" or "s"
 _MAKE = {"b": BackwardLoc, "r": RecomputeLoc}
 
 
@@ -30,7 +30,7 @@ def kind(loc: str) -> str:
     checkpoint region whose policy saves the result."""
     if isinstance(loc, CheckpointLoc):
         return "s" if loc.saved else "c"
-    return _KIND[type(loc)]
+    return "r" if isinstance(loc, RecomputeLoc) else "b" if isinstance(loc, BackwardLoc) else ""
 
 
 def make(code: str, text: str, region: int = 0) -> str:
@@ -59,9 +59,11 @@ def layout(g: Graph) -> Layout:
     number: dict = {loc: i for i, loc in enumerate(lines)}
     number.update((loc, "n" if loc is None else "e") for loc in (None, "") if loc in number)
     codes = map(number.__getitem__, locs)
-    if not set(map(type, locs)).issubset((str, type(None))):  # marked locs: each op's line with its kind
-        codes = zip(codes, ["" if loc is None else kind(loc) for loc in locs])
-    return Layout(" ".join(f"{_code(k)}*{sum(1 for _ in run)}" for k, run in groupby(codes)), lines)
+    types = set(map(type, locs))
+    if not types.issubset((str, type(None))):  # marked locs: each op's line with its kind
+        by_type = types.issubset(_KIND)  # no CheckpointLoc (its kind is its policy's)
+        codes = zip(codes, map(_KIND.__getitem__, map(type, locs)) if by_type else map(kind, locs))
+    return Layout(" ".join(f"{_code(k)}*{len(list(run))}" for k, run in groupby(codes)), lines)
 
 
 def _code(item) -> str:
