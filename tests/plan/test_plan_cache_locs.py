@@ -170,6 +170,34 @@ def test_a_program_whose_ops_share_lines_otherwise_gets_an_entry_of_its_own(cach
     assert f"\n  at joined_program.py:{GATHER_LINE}  loss = flame.gather(h, 0, i)" in report["error"]
 
 
+def _dynamic(step, sizes: tuple[int, ...]) -> list[str]:
+    """step compiled with a dynamic batch size and called at each size, then with an index out of
+    range at that size: the errors' messages."""
+    f = flame.compile(step, dynamic=True)
+    rng = np.random.default_rng(2)
+    errors = []
+    for n in sizes:
+        x = flame.tensor(rng.standard_normal((n, 6)).astype(np.float32))
+        w = flame.tensor(rng.standard_normal((6, 4)).astype(np.float32), requires_grad=True)
+        f(x, w, flame.tensor(np.zeros((2, 4), np.int64)))
+        with pytest.raises(IndexValueError) as e:
+            f(x, w, flame.tensor(np.full((2, 4), n + 3)))[0].item()
+        errors.append(str(e.value))
+    return errors
+
+
+def test_a_dynamic_size_new_to_both_programs_names_the_loading_programs_line(cache_dir, tmp_path, monkeypatch):
+    """The size template is fitted from the graphs loaded for the second program: the size it
+    instantiates (11, new to both) names the second program's line too."""
+    _, did = _counts(_dynamic, _step(_program(tmp_path, "first_program", 0)), (8, 5))
+    assert did["stored"] >= 2
+    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
+    errors, did = _counts(_dynamic, _step(_program(tmp_path, "second_program", 9)), (8, 5, 11))
+    assert did["hits"] >= 2 and did["stored"] == 0 and did["misses"] == 0
+    for error in errors:
+        assert f"\n  at second_program.py:{GATHER_LINE + 9}  loss = flame.gather" in error and "first_" not in error
+
+
 _PROCESS = """
 import importlib.util, json, sys, warnings
 warnings.simplefilter("error", RuntimeWarning)
