@@ -32,6 +32,8 @@ from flame.ir.graph import Graph
 from flame.ir.printer import print_graph
 from flame.plan import cache as plan_cache
 from flame.plan import serial
+from flame.runtime.check import NanWatch
+from flame.runtime.reference import watch_steps
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -93,7 +95,8 @@ def _torch_step(index: list[int]) -> tuple[float, np.ndarray]:
 
 def _run(step) -> dict:
     """What one program reports: its result on good indices (checked against torch), the message of
-    the error an index out of range raises at run time, and `flame explain` of its compiled plan."""
+    the error an index out of range raises at run time, `flame explain` of its compiled plan, and what
+    `flame check --nan`'s watch says of the first kernel making an Inf (the matmul, w all 3e38)."""
     f = flame.compile(step)
     loss, grad = f(*_args([0, 4, 1, 2]))
     want_loss, want_grad = _torch_step([0, 4, 1, 2])
@@ -102,11 +105,17 @@ def _run(step) -> dict:
     with pytest.raises(IndexValueError) as e:
         f(*_args([0, 9, 1, 2]))[0].item()
     (v,) = f.variants()
+    watch = NanWatch()
+    watch.watch("step", v.plan)
+    x, _, i = _args([0, 4, 1, 2])
+    with watch_steps(watch):
+        f(x, flame.tensor(np.full((6, 4), 3e38, np.float32), requires_grad=True), i)
     return {
         "error": str(e.value),
         "explain": explain_plan("step", v.graph, v.plan),
         "graph": v.graph,
         "traced": v.traced,
+        "nan": watch.found[id(v.plan)],
     }
 
 
@@ -120,7 +129,9 @@ def _counts(run, *args) -> tuple[object, dict]:
 def _names_only(report: dict, name: str, other: str, above: int) -> None:
     """report names `name`.py's lines (the gather's in the error) and never `other`.py."""
     assert f"\n  at {name}.py:{GATHER_LINE + above}  loss = flame.gather(h, 0, i).sum()" in report["error"]
-    assert other not in report["error"] and other not in report["explain"]
+    assert other not in report["error"] and other not in report["explain"] and other not in report["nan"]
+    assert "FIRST BAD KERNEL in step" in report["nan"]
+    assert f"# {name}.py:{GATHER_LINE + above - 1}  h = (x @ w).tanh()" in report["nan"]
     shown = set(re.findall(r"# (\w+\.py:\d+)", report["explain"]))
     assert shown and all(s.startswith(f"{name}.py:") for s in shown), shown
     locs = [op.loc for op in report["graph"].ops]
