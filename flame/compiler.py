@@ -15,11 +15,14 @@ The cache is keyed by everything that decides what comes out: the executor, the 
 (what the backend can do, the GPU architecture included), the settings read while compiling (FLAME_FUSE
 for lowering, FLAME_ROWS_SCHEDULE and FLAME_BALANCED_SCALARS for the kernels codegen renders,
 FLAME_CUDA_GRAPHS and FLAME_COMM_STREAM for the CUDA executor), whether the passes run,
-and the graph itself (its printed text, which parses back to the same graph,
-or a caller's cheaper key that determines the graph, such as eager dispatch's (op, attributes, input
-types)). A caller that asks for it (`persist`: @flame.compile) also reaches the persistent plan cache
-(flame.plan.cache) on a miss: a graph compiled by an earlier process is loaded from disk, its passes,
-plan builder and NVRTC skipped."""
+and the graph itself (its printed text, which parses back to the same graph, or a caller's cheaper
+key that determines the graph, such as eager dispatch's (op, attributes, input types)), with its
+ops' source lines (flame.ir.locs.layout): what a compiled graph reports (an error at run time,
+`flame explain`) names the lines of the graph it was compiled for, so an identical graph traced at
+other lines is not served from here. A caller that asks for it (`persist`: @flame.compile) also
+reaches the persistent plan cache (flame.plan.cache) on a miss: a graph compiled by an earlier
+process is loaded from disk, its passes, plan builder and NVRTC skipped; the entry's key leaves the
+lines out (the same program in another file loads it) and the loaded graph gets this graph's."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from functools import lru_cache
 from flame import debug
 from flame.codegen.kernel import codegen_settings
 from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
+from flame.ir import locs as loc_data
 from flame.ir.graph import Graph, Op
 from flame.ir.printer import print_graph
 from flame.ir.registry import get
@@ -128,8 +132,8 @@ def compile_graph(
     as @flame.compile does; while something watches, such a call always compiles, so every traced
     function shows up, and its result carries the record.
     own_run: the caller keeps the runnable for itself (@flame.compile: its arena and CUDA graph live and
-    die with the compiled function, and two functions with identical graphs never re-capture each
-    other's pointers); it shares the cached passes and plan but gets a fresh executor compile, and
+    die with the compiled function, and two functions with identical graphs (traced at the same lines)
+    never re-capture each other's pointers); it shares the cached passes and plan but gets a fresh executor compile, and
     the cache keeps no runnable for it. Otherwise (eager ops, backward graphs) the runnable is shared.
     memory_budget: the planned peak to fit in (bytes, or a fraction in (0, 1] of the peak planned
     without it; check_memory_budget says what else it may be) by recomputing forward values in the
@@ -150,7 +154,8 @@ def compile_graph(
     if key is None:
         key = text = print_graph(graph)
     settings, target = _settings(ex, optimize)
-    full_key = (settings, target, key, memory_budget, activation_budget)
+    lines = None if callable(graph) else loc_data.layout(graph)  # a function's graph: `key` determines it
+    full_key = (settings, target, key, lines, memory_budget, activation_budget)
     watched = report and debug.watching()
     hit = None if watched else _CACHE.get(full_key)
     if hit is not None:
@@ -162,12 +167,12 @@ def compile_graph(
             hit = _CACHE[full_key] = replace(hit, run=ex.compile(hit.plan))
         return hit
     g = graph() if callable(graph) else graph
-    disk = _disk_key(ex, settings, target, g, key, (memory_budget, activation_budget), persist)
+    disk = _disk_key(ex, settings, target, g, key, (memory_budget, activation_budget), persist, lines)
     result = None if disk is None or watched else _from_disk(disk, g, ex, target)
     if result is None:
         result = _compile(g, ex, target, optimize, watched, memory_budget, activation_budget, text)
         if disk is not None:
-            plan_cache.store(disk, result.graph, result.plan)
+            plan_cache.store(disk, result.graph, result.plan, g)
     _CACHE[full_key] = replace(result, run=None if own_run else result.run, record=None)
     if len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -242,12 +247,12 @@ def optimize_graph(g: Graph, persist: str | None = None) -> Graph:
     ex = executor()
     settings, target = _settings(ex, True)
     disk = _disk_key(ex, settings, target, g, None, (None, None), persist)
-    found = None if disk is None else plan_cache.load(disk, g.name)
+    found = None if disk is None else plan_cache.load(disk, g.name, g)
     if found is not None:
         return found[0]
     out = _lower_for(run_pipeline(g), target, True)
     if disk is not None:
-        plan_cache.store(disk, out, None)
+        plan_cache.store(disk, out, None, g)
     return out
 
 
@@ -259,23 +264,27 @@ def _storable(g: Graph) -> bool:
 
 
 def _disk_key(ex, settings: tuple, target: Target, g: Graph, key: Hashable | None, budgets: tuple,
-              persist: str | None) -> str | None:
+              persist: str | None, lines: loc_data.Layout | None = None) -> str | None:
     """The persistent plan cache's key text for compiling g (None: not persisted, because persist is None,
     g is not _storable or the cache is off): the executor's and Target's identity, the settings read (the
-    GPU's id aside), the (memory, activation) budgets, `persist` (the guards) and the graph's text (`key`, or printed
-    here). flame.plan.cache adds flame's version."""
+    GPU's id aside), the (memory, activation) budgets, `persist` (the guards), the graph's text (`key`, or
+    printed here: one line per op, in order) and which of its ops share a source line (`lines`, or
+    flame.ir.locs.layout here; not the lines: an entry loads with the loading graph's, plan_cache.load).
+    flame.plan.cache adds flame's version."""
     if persist is None or not plan_cache.enabled() or not _storable(g):
         return None
     key = print_graph(g) if key is None else key
+    lines = loc_data.layout(g) if lines is None else lines
     return "\n".join((target_identity(ex.name, target, settings[1]), repr(settings[:1] + settings[2:]),
-                      f"budgets {budgets!r}", f"guards {persist}", str(key)))
+                      f"budgets {budgets!r}", f"guards {persist}", f"lines {lines.text}", str(key)))
 
 
 def _from_disk(disk: str, g: Graph, ex, target: Target) -> CompiledGraph | None:
     """The compiled result of g from the persistent plan cache (the executor compiles the loaded plan;
-    an entry holding the optimised graph alone is planned here and stored whole), or None on a miss."""
+    an entry holding the optimised graph alone is planned here and stored whole), with g's source
+    lines, or None on a miss."""
     start = time.perf_counter()
-    found = plan_cache.load(disk, g.name)
+    found = plan_cache.load(disk, g.name, g)
     if found is None:
         return None
     graph, plan = found
@@ -284,7 +293,7 @@ def _from_disk(disk: str, g: Graph, ex, target: Target) -> CompiledGraph | None:
         start = time.perf_counter()
         plan = to_plan(graph, target=target)
         timings.append(("plan", time.perf_counter() - start))
-        plan_cache.store(disk, graph, plan)
+        plan_cache.store(disk, graph, plan, g)
     start = time.perf_counter()
     run = ex.compile(plan)
     timings.append((f"{ex.name} compile", time.perf_counter() - start))

@@ -7,11 +7,18 @@ An entry's name is the sha256 of its key: the text flame.compiler makes of every
 the result (the traced graph's printed text, the guards of the trace, the Target with the executor's
 identity (GPU, compute capability, driver and library versions), the settings read while compiling)
 and flame's version, which is the release number and a digest of flame's own files, so that an entry
-made by other code is never read. Entries live in the kernel cache's directory (FLAME_CACHE_DIR, by
-default ~/.cache/flame) under its rules: the same per-user HMAC key signs them
-(flame.codegen.nvrtc.read_signed / write_signed), each is written to a temporary file and renamed
-into place (concurrent writers of one entry leave one whole entry), and a directory that is not the
-user's own is not used. An entry is read when its graph is compiled, never before.
+made by other code is never read. The user's lines are not in the key: the same program in another
+file or at other lines loads the entry. Its locs are stored as positions in the trace
+(flame.plan.serial) and read back from the trace being compiled, whose ops are the stored trace's, one
+for one in order (the same printed text), sharing lines alike (the key holds flame.ir.locs.layout):
+so what a loaded plan reports (an error at run time, `flame explain`, a profile) names the loading
+program's lines.
+
+Entries live in the kernel cache's directory (FLAME_CACHE_DIR, by default ~/.cache/flame) under its
+rules: the same per-user HMAC key signs them (flame.codegen.nvrtc.read_signed / write_signed), each is
+written to a temporary file and renamed into place (concurrent writers of one entry leave one whole
+entry), and a directory that is not the user's own is not used. An entry is read when its graph is
+compiled, never before.
 
 An entry that fails its check (damaged, truncated, written without the key) or that does not read back
 as a graph and a plan (stale: another layout) is deleted, and its graph is compiled and stored again,
@@ -79,11 +86,13 @@ def _warn(name: str, folder: Path, why: str) -> None:
     )
 
 
-def load(key: str, name: str) -> tuple[Graph, Plan | None] | None:
+def load(key: str, name: str, trace: Graph | None = None) -> tuple[Graph, Plan | None] | None:
     """The cached (graph, plan) for key text `key` (plan None: the entry holds the optimised graph
-    alone), or None when there is none, the cache is off or its directory cannot be used. An entry that
-    fails its check or does not read back is deleted with one RuntimeWarning naming graph `name`, and
-    None is returned (the caller compiles and stores it again)."""
+    alone), or None when there is none, the cache is off or its directory cannot be used. trace: the
+    graph being compiled, whose ops' lines the loaded graph's locs are (as `store` was given its
+    trace; the key holds its text and loc layout). An entry that fails its check or does not read
+    back is deleted with one RuntimeWarning naming graph `name`, and None is returned (the caller
+    compiles and stores it again)."""
     if not enabled():
         return None
     folder = nvrtc.usable_dir()
@@ -102,7 +111,7 @@ def load(key: str, name: str) -> tuple[Graph, Plan | None] | None:
         COUNTS.misses += 1
         return None
     try:
-        found = serial.loads(payload)
+        found = serial.loads(payload, trace)
     except serial.BadPayload as e:
         path.unlink(missing_ok=True)
         _warn(name, folder, f"does not read back ({e})")
@@ -111,16 +120,18 @@ def load(key: str, name: str) -> tuple[Graph, Plan | None] | None:
     return found
 
 
-def store(key: str, graph: Graph, plan: Plan | None) -> bool:
+def store(key: str, graph: Graph, plan: Plan | None, trace: Graph | None = None) -> bool:
     """Write the entry for key text `key` (best-effort: a graph with no stored form, or a directory
-    that cannot be written, is logged and skipped), then evict to the size limit. Whether it was written."""
+    that cannot be written, is logged and skipped), then evict to the size limit. trace: the graph
+    `graph` was compiled from, whose ops' positions its locs are stored as (None: the locs as they
+    are, for a `load` without a trace). Whether it was written."""
     if not enabled():
         return False
     folder = nvrtc.usable_dir()
     if folder is None:
         return False
     try:
-        payload = serial.dumps(graph, plan)
+        payload = serial.dumps(graph, plan, trace)
     except serial.NotStorable as e:
         log.info("flame: %s is not stored in the plan cache: %s", graph.name, e)
         return False

@@ -4,16 +4,20 @@ the persistent plan cache (flame.plan.cache) stores.
 The graph travels as its IR text (flame.ir.printer; the parser reads it back, fusion groups included
 from their `# kernel` lines), with what the text leaves out beside it: each op's `loc` (the user's
 line, and whether the op is the backward's or a recomputation; each distinct one written once) and
-each fusion group's outputs. The plan travels as JSON: every buffer and step is a frozen dataclass,
-written field by field, with an op written as its position in the graph, a dtype by its name, a tuple
-as a list and a long string (a kernel's source, which every launch of that kernel holds) once, in a
-table of texts. So a loaded plan's steps read the loaded graph's ops, exactly as a plan built from that
-graph would. Reading the graph back skips the verifier's shape rules (the text was printed from a
-verified graph, and the entry is signed); tests/plan/test_plan_load.py holds it to the verified parse.
+each fusion group's outputs. Given the trace the graph was compiled from, a loc is written as the
+position of the trace op whose line it is (with the note a pass appended to it: flame.ir.locs), not
+as the line: read back with another trace of the same text and layout (what the plan cache's key
+holds), it is that trace's line, so a plan one program stored names the lines of the program that
+loads it. The plan travels as JSON: every buffer and step is a frozen dataclass, written field by
+field, with an op written as its position in the graph, a dtype by its name, a tuple as a list and a
+long string (a kernel's source, which every launch of that kernel holds) once, in a table of texts.
+So a loaded plan's steps read the loaded graph's ops, exactly as a plan built from that graph would.
+Reading the graph back skips the verifier's shape rules (the text was printed from a verified graph,
+and the entry is signed); tests/plan/test_plan_load.py holds it to the verified parse.
 
-`dumps(graph, plan)` raises NotStorable for anything it cannot write (a field holding a number of a
-dynamic size, an op not in the graph); `loads(payload)` raises BadPayload for anything it cannot
-read back (damaged or foreign data)."""
+`dumps(graph, plan, trace)` raises NotStorable for anything it cannot write (a field holding a number
+of a dynamic size, an op not in the graph); `loads(payload, trace)` raises BadPayload for anything it
+cannot read back (damaged or foreign data, locs written for a trace of other ops)."""
 
 from __future__ import annotations
 
@@ -23,15 +27,15 @@ import numbers
 import zlib
 
 from flame.errors import FlameError
+from flame.ir import locs as loc_data
 from flame.ir.dtypes import DType, dtype_of
-from flame.ir.graph import BackwardLoc, CheckpointLoc, FusionGroup, Graph, Kind, Op, RecomputeLoc
+from flame.ir.graph import FusionGroup, Graph, Kind, Op
 from flame.ir.parser import parse
 from flame.ir.printer import print_graph
 from flame.plan.steps import ActivationBudget, Buffer, MemoryBudget, Plan, Step
 
-FORMAT = 3  # the payload's layout; an entry of another layout is rebuilt
+FORMAT = 4  # the payload's layout; an entry of another layout is rebuilt
 LONG = 256  # a string field this long (a kernel's source) is written once, in the payload's table of texts
-_LOCS = {"b": BackwardLoc, "r": RecomputeLoc}
 
 
 class NotStorable(Exception):
@@ -107,41 +111,51 @@ def _undo(fields: dict, ops: list[Op], texts: list[str]) -> dict:
 
 
 def _loc(loc) -> tuple | None:
-    """An op's loc as data: (kind, text, region) (kind "" plain, "b" backward, "r" recomputation,
-    "c" checkpoint region, "s" checkpoint region whose policy saves the result)."""
+    """An op's loc as data: (kind, text, region) (kind: flame.ir.locs.kind's code)."""
     if loc is None:
         return None
-    if isinstance(loc, CheckpointLoc):
-        return ("s" if loc.saved else "c", str(loc), loc.region)
-    kind = "r" if isinstance(loc, RecomputeLoc) else "b" if isinstance(loc, BackwardLoc) else ""
-    return (kind, str(loc), 0)
+    return (loc_data.kind(loc), str(loc), getattr(loc, "region", 0))
 
 
-def _unloc(data: list | None):
+def _stored(data: tuple | None, found: dict[str, int] | None) -> tuple | None:
+    """A loc's data (_loc's) as stored: (kind, text, region, origin), where origin is -1 and text the
+    loc's (no trace given, or a text no trace op's loc has), or the position of the trace op whose loc
+    it derives from and text the note after that loc's first line. found: locs.origins of the trace."""
     if data is None:
         return None
-    kind, text, region = data
-    if kind in ("c", "s"):
-        return CheckpointLoc(text, region, kind == "s")
-    return _LOCS[kind](text) if kind else text
+    at, text = (-1, data[1]) if found is None else loc_data.origin(data[1], found)
+    return (data[0], text, data[2], at)
 
 
-def dumps(graph: Graph, plan: Plan | None) -> bytes:
+def _unloc(data: list | None, trace: Graph | None):
+    if data is None:
+        return None
+    code, text, region, at = data
+    if at >= 0:
+        text = loc_data.derived(trace.ops[at].loc, text)
+    return loc_data.make(code, text, region)
+
+
+def dumps(graph: Graph, plan: Plan | None, trace: Graph | None = None) -> bytes:
     """The payload of a compiled graph (after every pass) and its memory-planned plan (None: the
-    graph alone, as flame.compiler.optimize_graph makes it). NotStorable if it has no stored form."""
+    graph alone, as flame.compiler.optimize_graph makes it). trace: the graph it was compiled from,
+    whose ops' lines its locs are written as (loads then needs a trace of the same text and layout);
+    None: the locs are written as they are. NotStorable if it has no stored form."""
     try:
         text = print_graph(graph)
     except TypeError as e:  # an attribute the printer has no text for
         raise NotStorable(str(e)) from None
     ops = {op: i for i, op in enumerate(graph.ops)}
     numbers_ = graph.numbering()
+    found = None if trace is None else loc_data.origins(trace)
     locs: dict[tuple, int] = {}  # each distinct loc once: many ops come from one line
     texts: dict[str, int] = {}
     data = {
         "format": FORMAT,
         "graph": text,
         "locs": [locs.setdefault(_loc(op.loc), len(locs)) for op in graph.ops],
-        "loc_table": list(locs),
+        "loc_table": [_stored(loc, found) for loc in locs],
+        "trace_ops": None if trace is None else len(trace.ops),
         "groups": None if graph.groups is None else [[numbers_[v] for v in k.outputs] for k in graph.groups],
         "plan": None if plan is None else _plan(plan, graph, ops, numbers_, texts),
         "texts": list(texts),
@@ -171,17 +185,25 @@ def _plan(plan: Plan, graph: Graph, ops: dict[Op, int], numbering: dict, texts: 
     }
 
 
-def loads(payload: bytes) -> tuple[Graph, Plan | None]:
-    """The graph and plan (None if the payload holds the graph alone) of a payload made by dumps.
-    BadPayload if it is not one."""
+def loads(payload: bytes, trace: Graph | None = None) -> tuple[Graph, Plan | None]:
+    """The graph and plan (None if the payload holds the graph alone) of a payload made by dumps, its
+    locs made from `trace`'s where dumps wrote them as a trace's (trace: a graph of the same printed
+    text and flame.ir.locs.layout as dumps's). BadPayload if it is not one, or if it needs a trace of
+    another number of ops than `trace`'s."""
     try:
         data = json.loads(zlib.decompress(payload))
         if data.get("format") != FORMAT:
             raise BadPayload(f"payload layout {data.get('format')!r}, expected {FORMAT}")
+        wanted = data["trace_ops"]
+        if wanted is not None and (trace is None or len(trace.ops) != wanted):
+            raise BadPayload(
+                f"its locations are those of a trace of {wanted} ops, not of "
+                f"{'no trace' if trace is None else f'one of {len(trace.ops)}'}"
+            )
         graph = parse(data["graph"], verify=False)  # printed from a verified graph, and signed
         if len(data["locs"]) != len(graph.ops):
             raise BadPayload("the ops' locations do not match the graph")
-        locs = [_unloc(loc) for loc in data["loc_table"]]
+        locs = [_unloc(loc, trace) for loc in data["loc_table"]]
         for op, i in zip(graph.ops, data["locs"]):
             op.loc = locs[i]
         values = graph.inputs + [op.out for op in graph.ops]
