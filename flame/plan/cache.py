@@ -113,7 +113,8 @@ def load(key: str, name: str) -> tuple[Graph, Plan | None] | None:
 
 def store(key: str, graph: Graph, plan: Plan | None) -> bool:
     """Write the entry for key text `key` (best-effort: a graph with no stored form, or a directory
-    that cannot be written, is logged and skipped), then evict to the size limit. Whether it was written."""
+    that cannot be written, is logged and skipped), then evict to the size limit if the directory's ledger
+    says it may be exceeded (disk_cache.settle). Whether it was written."""
     if not enabled():
         return False
     folder = nvrtc.usable_dir()
@@ -130,12 +131,12 @@ def store(key: str, graph: Graph, plan: Plan | None) -> bool:
         log.info("flame: cannot write to the plan cache %s (%s)", folder, e)
         return False
     COUNTS.stored += 1
-    evict(folder, size_limit())
+    COUNTS.evicted += disk_cache.settle(folder, size_limit())
     return True
 
 
 def evict(folder: Path, limit: int) -> int:
-    """disk_cache.evict, counted in COUNTS.evicted."""
+    """disk_cache.evict (every entry listed), counted in COUNTS.evicted."""
     removed = disk_cache.evict(folder, limit)
     COUNTS.evicted += removed
     return removed
