@@ -126,3 +126,58 @@ def test_a_round_where_every_pass_returns_its_graph_ends_without_printing(monkey
     printed.clear()
     assert run_pipeline(simplified, text=print_graph(simplified)) is simplified
     assert printed == []  # the passes returned the graph they were given: no text to compare
+
+
+def _counting_prints(monkeypatch) -> list:
+    import flame.passes.pipeline as pipeline
+
+    printed = []
+    monkeypatch.setattr(pipeline, "print_graph", lambda g: printed.append(g) or print_graph(g))
+    return printed
+
+
+def test_a_round_that_changes_the_ops_goes_on_without_printing(monkeypatch):
+    printed = _counting_prints(monkeypatch)
+    out = run_pipeline(parse(TRAINISH))
+    assert printed == []  # every round either removed or replaced ops, or changed nothing
+    assert print_graph(out) == print_graph(run_pipeline(out))
+
+
+def test_a_round_that_rebuilds_the_same_text_ends_the_pipeline(monkeypatch):
+    """A pass returning a new graph of the same text (a copy): the texts are compared, and equal, so the
+    pipeline stops after that round, as it stops for a text unchanged."""
+    printed = _counting_prints(monkeypatch)
+    calls = []
+
+    def copies(g: Graph) -> Graph:
+        calls.append(1)
+        return g.copy()
+
+    g = parse(TRAINISH)
+    out = run_pipeline(g, [copies], text=print_graph(g))
+    assert len(calls) == 1 and print_graph(out) == print_graph(g)
+    assert len(printed) == 1  # the copy; the input's text was given
+
+    printed.clear()
+    calls.clear()
+    run_pipeline(g, [copies])
+    assert len(calls) == 1 and len(printed) == 2  # without the input's text, it is printed to compare
+
+
+def test_a_round_that_changes_an_attribute_only_goes_on(monkeypatch):
+    """Ops of the same names in the same order: the texts are printed, differ, and another round runs."""
+    printed = _counting_prints(monkeypatch)
+    calls = []
+
+    def doubles_first_full(g: Graph) -> Graph:
+        calls.append(1)
+        g = g.copy()
+        op = g.ops[0]
+        if op.attrs["value"] < 4.0:
+            op.attrs = {**op.attrs, "value": op.attrs["value"] * 2}
+        return g
+
+    out = run_pipeline(parse(TRAINISH), [doubles_first_full])
+    assert out.ops[0].attrs["value"] == 4.0
+    assert len(calls) == 3  # 1 -> 2 -> 4, then a round that leaves the text as it is
+    assert len(printed) == 4  # the input once, then each round's result
