@@ -8,7 +8,7 @@ from functools import partial, update_wrapper
 
 from flame._env import env_flag
 from flame.errors import VerifyError
-from flame.ir.graph import Graph, Op, is_backward
+from flame.ir.graph import Graph, Op, discard, is_backward
 from flame.ir.ops.conv import CONV_OPS
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
@@ -86,6 +86,7 @@ def run_pipeline(
     if dump is not None:
         dump("traced", g, 0.0)
     printed = (g, text)  # the last graph whose text is known (printed only when a round must compare)
+    first = g
     for rnd in range(max_rounds):
         same = True  # every pass so far returned the graph it was given: the text cannot have changed
         start = g
@@ -101,15 +102,27 @@ def run_pipeline(
                 timings.append((stage, seconds))
             if dump is not None:
                 dump(stage, g, seconds)
+            if given is not start:  # the round's start stays until the round's text comparison
+                _drop(given, g, first, dump)
         if rnd + 1 == max_rounds or same:
             break
-        if _ops_differ(start, g):
-            continue  # the text has changed: no need to print it
-        before = printed[1] if printed[0] is start and printed[1] is not None else print_graph(start)
-        printed = (g, print_graph(g))
-        if printed[1] == before:
+        done = False
+        if not _ops_differ(start, g):  # else the text has changed: no need to print it
+            before = printed[1] if printed[0] is start and printed[1] is not None else print_graph(start)
+            printed = (g, print_graph(g))
+            done = printed[1] == before
+        _drop(start, g, first, dump)
+        if done:
             break
     return g
+
+
+def _drop(old: Graph, new: Graph, first: Graph, dump: Dump | None) -> None:
+    """Free `old`, a graph a pass replaced by `new`, without the cyclic collector (graph.discard): not
+    the pipeline's input (its caller holds it) nor a graph handed to `dump`, and none of the ops that
+    `new` or the input hold (a pass may hand ops on to the graph it returns)."""
+    if old is not new and old is not first and dump is None:
+        discard(old.ops, {*new.ops, *first.ops})
 
 
 def _ops_differ(a: Graph, b: Graph) -> bool:
