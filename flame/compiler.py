@@ -39,7 +39,7 @@ from flame import debug
 from flame.codegen.kernel import codegen_settings
 from flame.errors import ArgumentError, ArgumentTypeError, MemoryBudgetError
 from flame.ir import locs as loc_data
-from flame.ir.graph import Graph, Op
+from flame.ir.graph import Graph, Op, discard
 from flame.ir.printer import print_graph
 from flame.ir.registry import get
 from flame.passes import remat as remat_pass
@@ -229,13 +229,16 @@ def _lower_for(graph: Graph, target, optimize: bool, allow=remat_pass.never, dum
     """remat (checkpoint regions; what `allow` lets a budget recompute), legalize, lower (with
     memory_first: in the kernel order that keeps the fewest bytes live): the stages between the
     SIMPLIFY pipeline and planning."""
+    given = graph
     if optimize:
         graph = remat(graph, allow, dump=dump, timings=timings)
     # every graph, optimised or not: what the backend cannot run goes before planning
     graph = legalize(graph, target.attention_unsupported, dump=dump, timings=timings,
                      conv_unsupported=target.conv_unsupported)
     if optimize:
-        graph = lower(graph, dump=dump, timings=timings, target=target, memory_first=memory_first)
+        before, graph = graph, lower(graph, dump=dump, timings=timings, target=target, memory_first=memory_first)
+        if before is not given and before is not graph and dump is None:  # remat's or legalize's graph
+            discard(before.ops, {*graph.ops, *given.ops})
     return graph
 
 

@@ -2,8 +2,10 @@
 codegen/nvrtc.py with its per-user HMAC key and atomic writes): NVRTC's cubins (`.cubin`), the plan cache's
 entries (`.plan`, plan/cache.py) and built cuDNN graphs (`.cudnn`, runtime/cudnn_cache.py).
 FLAME_CACHE_SIZE bounds the bytes of all of them together (default 4 GiB; a number of bytes, or with a
-K, M or G suffix; 0 turns the plan and cuDNN caches off): after each store the least recently used
-entries (by modification time: a read entry is touched) are deleted until the rest fit. An entry's key
+K, M or G suffix; 0 turns the plan and cuDNN caches off): after a store that may have passed it the least
+recently used entries (by modification time: a read entry is touched) are deleted until the rest fit. Whether
+a store may have passed it, the directory's running size (codegen/cache_ledger.py) says without listing the
+directory; how far it may lag is bounded there. An entry's key
 includes flame's version: the release and a digest of flame's own files, so that an entry made by other
 code is never read."""
 
@@ -17,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from flame import _version
-from flame.codegen import nvrtc
+from flame.codegen import cache_ledger, nvrtc
 from flame.errors import ArgumentError
 
 SUFFIX = ".plan"
@@ -81,8 +83,10 @@ def _entries(folder: Path) -> list[tuple[float, int, str]]:
 
 def evict(folder: Path, limit: int) -> int:
     """Delete the least recently used entries (plans, kernels and cuDNN graphs) of folder until the rest hold at
-    most `limit` bytes; returns how many were removed (another process may remove some first)."""
+    most `limit` bytes, and write what remains to the directory's ledger (cache_ledger); returns how many
+    were removed (another process may remove some first). Lists the whole directory: see settle."""
     with _lock:
+        before = cache_ledger.mark(folder)
         entries = _entries(folder)
         total = sum(n for _, n, _ in entries)
         removed = 0
@@ -95,7 +99,17 @@ def evict(folder: Path, limit: int) -> int:
             except FileNotFoundError:
                 pass
             total -= n
+        cache_ledger.rewrite(folder, total, before)
     return removed
+
+
+def settle(folder: Path, limit: int) -> int:
+    """What a store does after writing its entry: evict (listing the directory) only when the ledger says the
+    entries may hold more than `limit` bytes, or is missing, damaged or due for a recount (cache_ledger);
+    returns how many entries were removed."""
+    if not cache_ledger.needs_scan(cache_ledger.read(folder), limit):
+        return 0
+    return evict(folder, limit)
 
 
 def cache_info(suffix: str = SUFFIX) -> dict:

@@ -32,6 +32,7 @@ from pathlib import Path
 from flame._env import env_flag
 from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame._version import __version__
+from flame.codegen import cache_ledger
 from flame.codegen.user_source import user_errors
 from flame.errors import FlameError
 
@@ -235,15 +236,18 @@ def read_signed(path: Path, magic: bytes = _MAGIC) -> bytes | None:
 
 def write_signed(path: Path, payload: bytes, magic: bytes = _MAGIC) -> None:
     """Write a cache entry atomically: magic line, HMAC of name and payload, payload, into a
-    temporary file that is os.replace()d onto `path` (readers never see half an entry)."""
+    temporary file that is os.replace()d onto `path` (readers never see half an entry); its bytes are
+    then added to the directory's running size (codegen/cache_ledger.py)."""
+    data = magic + _digest(path, payload) + b"\n" + payload
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix(_TMP), suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(magic + _digest(path, payload) + b"\n" + payload)
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    cache_ledger.record(path.parent, len(data))
 
 
 def _read(path: Path) -> bytes | None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -90,6 +91,17 @@ class Op:
 
     def __repr__(self) -> str:
         return f"<Op {self.name} -> {self.out.type}>"
+
+
+def discard(ops: Iterable[Op], keep: Collection[Op] = ()) -> None:
+    """Break the reference cycle between each op of `ops` (except those in `keep`) and its result, for
+    ops that nothing will read again (the graph a pass replaced, a copy a rewrite threw away): the
+    result's `producer` is deleted, so reference counting frees them as soon as their graph goes,
+    instead of Python's cyclic collector scanning them (every op of a discarded graph is such a cycle).
+    Reading `producer` of such a value afterwards raises AttributeError."""
+    for op in ops:
+        if op not in keep:
+            del op.out.producer
 
 
 class Kind(str, Enum):

@@ -11,7 +11,7 @@ import numpy as np
 
 from flame.errors import FlameError
 from flame.ir.builder import Builder
-from flame.ir.graph import Graph, Op, Value
+from flame.ir.graph import Graph, Op, Value, discard
 from flame.ir.registry import is_fill
 
 Rule = Callable[[Op, Builder], "Value | None"]
@@ -44,8 +44,11 @@ def rewrite(g: Graph, rule: Rule) -> Graph:
             )
         else:
             changed = True
+            if got is not candidate.out:
+                discard((candidate,))  # replaced: nothing reads it
         renamed[op.out] = got
     if not changed and g.groups is None:
+        discard(ops)  # the copy, op for op g, is thrown away
         return g
     new.outputs = [renamed[v] for v in g.outputs]
     new.aliases = dict(g.aliases)

@@ -6,7 +6,7 @@ import numpy as np
 
 from flame.ir.builder import Builder
 from flame.ir.evaluate import evaluate_op
-from flame.ir.graph import Graph, Op, Value
+from flame.ir.graph import Graph, Op, Value, discard
 from flame.ir.ops.collective import is_collective
 from flame.ir.registry import REGISTRY, is_constant
 from flame.passes._rewrite import full_value, python_number, rewrite, same_bits
@@ -29,7 +29,9 @@ def _uniform_result(op: Op, elems: list[np.generic]) -> np.generic | None:
     if REGISTRY[op.name].category == "movement":
         return elems[0] if same_bits(np.array(elems)) else None  # concat of equal elements only
     scalar_op = Op(op.name, (), op.attrs, op.out.type.with_shape(()), op.loc)
-    return evaluate_op(scalar_op, [np.asarray(e) for e in elems])[()]
+    out = evaluate_op(scalar_op, [np.asarray(e) for e in elems])[()]
+    discard((scalar_op,))  # freed now, not by the cyclic collector
+    return out
 
 
 def _evaluate(op: Op) -> np.ndarray | None:

@@ -8,7 +8,7 @@ from functools import partial, update_wrapper
 
 from flame._env import env_flag
 from flame.errors import VerifyError
-from flame.ir.graph import Graph, Op, is_backward
+from flame.ir.graph import Graph, Op, discard, is_backward
 from flame.ir.ops.conv import CONV_OPS
 from flame.ir.printer import print_graph
 from flame.ir.verify import verify
@@ -70,7 +70,9 @@ def run_pipeline(
     text: str | None = None,
 ) -> Graph:
     """Run `passes` in order, repeating the whole list until a round leaves the graph's text unchanged
-    (at most max_rounds rounds; pass max_rounds=1 for passes that must run once, such as lowering).
+    (at most max_rounds rounds; pass max_rounds=1 for passes that must run once, such as lowering). A
+    round whose passes all returned the graph they were given changed nothing; one that changed the ops'
+    count or names changed the text; the texts are printed and compared only otherwise.
 
     With debug=True or FLAME_DEBUG=1 the verifier checks the input and the result of every pass, and a
     failure names the pass. `dump(stage, graph, seconds)` is called with stage "traced" (0 s) first, then
@@ -83,17 +85,16 @@ def run_pipeline(
         _check("tracing", g)
     if dump is not None:
         dump("traced", g, 0.0)
-    if max_rounds <= 1:
-        text = ""  # only a round that may be followed by another compares
-    elif text is None:
-        text = print_graph(g)
+    printed = (g, text)  # the last graph whose text is known (printed only when a round must compare)
+    first = g
     for rnd in range(max_rounds):
         same = True  # every pass so far returned the graph it was given: the text cannot have changed
+        start = g
         for p in passes:
             stage = stage_name(p, rnd)
-            start = time.perf_counter()
+            began = time.perf_counter()
             given, g = g, p(g)
-            seconds = time.perf_counter() - start
+            seconds = time.perf_counter() - began
             same = same and g is given
             if debug:
                 _check(stage, g)
@@ -101,12 +102,33 @@ def run_pipeline(
                 timings.append((stage, seconds))
             if dump is not None:
                 dump(stage, g, seconds)
+            if given is not start:  # the round's start stays until the round's text comparison
+                _drop(given, g, first, dump)
         if rnd + 1 == max_rounds or same:
             break
-        text, before = print_graph(g), text
-        if text == before:
+        done = False
+        if not _ops_differ(start, g):  # else the text has changed: no need to print it
+            before = printed[1] if printed[0] is start and printed[1] is not None else print_graph(start)
+            printed = (g, print_graph(g))
+            done = printed[1] == before
+        _drop(start, g, first, dump)
+        if done:
             break
     return g
+
+
+def _drop(old: Graph, new: Graph, first: Graph, dump: Dump | None) -> None:
+    """Free `old`, a graph a pass replaced by `new`, without the cyclic collector (graph.discard): not
+    the pipeline's input (its caller holds it) nor a graph handed to `dump`, and none of the ops that
+    `new` or the input hold (a pass may hand ops on to the graph it returns)."""
+    if old is not new and old is not first and dump is None:
+        discard(old.ops, {*new.ops, *first.ops})
+
+
+def _ops_differ(a: Graph, b: Graph) -> bool:
+    """Whether the texts of a and b certainly differ, without printing them: the text has one line per op,
+    in order, naming the op (`%3 = mul ...`), so another count or another name in a place changes it."""
+    return len(a.ops) != len(b.ops) or any(x.name != y.name for x, y in zip(a.ops, b.ops))
 
 
 def fusion_enabled() -> bool:

@@ -122,9 +122,10 @@ def load(key: str, name: str, trace: Graph | None = None) -> tuple[Graph, Plan |
 
 def store(key: str, graph: Graph, plan: Plan | None, trace: Graph | None = None) -> bool:
     """Write the entry for key text `key` (best-effort: a graph with no stored form, or a directory
-    that cannot be written, is logged and skipped), then evict to the size limit. trace: the graph
-    `graph` was compiled from, whose ops' positions its locs are stored as (None: the locs as they
-    are, for a `load` without a trace). Whether it was written."""
+    that cannot be written, is logged and skipped), then evict to the size limit if the directory's ledger
+    says it may be exceeded (disk_cache.settle). trace: the graph `graph` was compiled from, whose ops'
+    positions its locs are stored as (None: the locs as they are, for a `load` without a trace). Whether
+    it was written."""
     if not enabled():
         return False
     folder = nvrtc.usable_dir()
@@ -141,12 +142,12 @@ def store(key: str, graph: Graph, plan: Plan | None, trace: Graph | None = None)
         log.info("flame: cannot write to the plan cache %s (%s)", folder, e)
         return False
     COUNTS.stored += 1
-    evict(folder, size_limit())
+    COUNTS.evicted += disk_cache.settle(folder, size_limit())
     return True
 
 
 def evict(folder: Path, limit: int) -> int:
-    """disk_cache.evict, counted in COUNTS.evicted."""
+    """disk_cache.evict (every entry listed), counted in COUNTS.evicted."""
     removed = disk_cache.evict(folder, limit)
     COUNTS.evicted += removed
     return removed

@@ -187,7 +187,7 @@ def _load(cudnn, path: Path, label: str):
 def _store(cudnn, g, path: Path, label: str) -> bool:
     """Write built graph `g` to `path` (best-effort: a graph without a serialized form, one that does
     not read back, or a directory that cannot be written is logged and skipped), then evict to the
-    size limit. Whether it was written."""
+    size limit where it may be exceeded (disk_cache.settle). Whether it was written."""
     try:
         payload = bytes(g.serialize())
         _deserialized(cudnn, payload)  # a form this process cannot read back would be rebuilt by every other
@@ -208,5 +208,5 @@ def _store(cudnn, g, path: Path, label: str) -> bool:
         return False
     with _lock:
         COUNTS.stored += 1
-    disk_cache.evict(path.parent, disk_cache.size_limit())
+    disk_cache.settle(path.parent, disk_cache.size_limit())
     return True

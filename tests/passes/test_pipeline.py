@@ -126,3 +126,106 @@ def test_a_round_where_every_pass_returns_its_graph_ends_without_printing(monkey
     printed.clear()
     assert run_pipeline(simplified, text=print_graph(simplified)) is simplified
     assert printed == []  # the passes returned the graph they were given: no text to compare
+
+
+def _counting_prints(monkeypatch) -> list:
+    import flame.passes.pipeline as pipeline
+
+    printed = []
+    monkeypatch.setattr(pipeline, "print_graph", lambda g: printed.append(g) or print_graph(g))
+    return printed
+
+
+def test_a_round_that_changes_the_ops_goes_on_without_printing(monkeypatch):
+    printed = _counting_prints(monkeypatch)
+    out = run_pipeline(parse(TRAINISH))
+    assert printed == []  # every round either removed or replaced ops, or changed nothing
+    assert print_graph(out) == print_graph(run_pipeline(out))
+
+
+def test_a_round_that_rebuilds_the_same_text_ends_the_pipeline(monkeypatch):
+    """A pass returning a new graph of the same text (a copy): the texts are compared, and equal, so the
+    pipeline stops after that round, as it stops for a text unchanged."""
+    printed = _counting_prints(monkeypatch)
+    calls = []
+
+    def copies(g: Graph) -> Graph:
+        calls.append(1)
+        return g.copy()
+
+    g = parse(TRAINISH)
+    out = run_pipeline(g, [copies], text=print_graph(g))
+    assert len(calls) == 1 and print_graph(out) == print_graph(g)
+    assert len(printed) == 1  # the copy; the input's text was given
+
+    printed.clear()
+    calls.clear()
+    run_pipeline(g, [copies])
+    assert len(calls) == 1 and len(printed) == 2  # without the input's text, it is printed to compare
+
+
+def test_a_round_that_changes_an_attribute_only_goes_on(monkeypatch):
+    """Ops of the same names in the same order: the texts are printed, differ, and another round runs."""
+    printed = _counting_prints(monkeypatch)
+    calls = []
+
+    def doubles_first_full(g: Graph) -> Graph:
+        calls.append(1)
+        g = g.copy()
+        op = g.ops[0]
+        if op.attrs["value"] < 4.0:
+            op.attrs = {**op.attrs, "value": op.attrs["value"] * 2}
+        return g
+
+    out = run_pipeline(parse(TRAINISH), [doubles_first_full])
+    assert out.ops[0].attrs["value"] == 4.0
+    assert len(calls) == 3  # 1 -> 2 -> 4, then a round that leaves the text as it is
+    assert len(printed) == 4  # the input once, then each round's result
+
+
+def _cyclic_ir_garbage(build) -> tuple[object, int]:
+    """build()'s result and how many Ops and Values it left to the cyclic collector."""
+    import gc
+
+    from flame.ir.graph import Value
+
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        out = build()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+    finally:
+        gc.set_debug(0)
+        (gc.enable if was else gc.disable)()
+    found = sum(type(o) in (Op, Value) for o in gc.garbage)
+    gc.garbage.clear()
+    return out, found
+
+
+def test_the_graphs_a_pipeline_replaces_are_freed_without_the_collector(same_results):
+    g = parse(TRAINISH)
+    out, left = _cyclic_ir_garbage(lambda: run_pipeline(g))
+    assert left == 0
+    assert print_graph(g) == print_graph(parse(TRAINISH))  # the input stays whole
+    assert print_graph(out) == print_graph(run_pipeline(parse(TRAINISH)))
+    assert all(op.out.producer is op for gr in (g, out) for op in gr.ops)
+
+
+def test_a_dumped_graph_stays_whole():
+    seen = []
+    run_pipeline(parse(TRAINISH), dump=lambda stage, graph, sec: seen.append(graph))
+    assert len({id(gr) for gr in seen}) > 2
+    assert all(op.out.producer is op for gr in seen for op in gr.ops)
+
+
+def test_discard_frees_the_ops_it_is_given_but_those_kept():
+    from flame.ir.graph import discard
+
+    g = parse(TRAINISH)
+    kept = g.ops[:3]
+    discard(g.ops, set(kept))
+    assert all(op.out.producer is op for op in kept)
+    with pytest.raises(AttributeError):
+        g.ops[3].out.producer  # noqa: B018 - reading it is the point
