@@ -16,8 +16,8 @@ import numpy as np
 from flame.errors import FlameError
 from flame.ir.evaluate import compute_op, evaluate_graph
 from flame.ir.graph import Graph
-from flame.ir.registry import gemm_bias, get
 from flame.ir.ops.elementwise import gelu_tanh
+from flame.ir.registry import gemm_bias, get
 from flame.plan.steps import (
     Alias,
     AttentionCall,
