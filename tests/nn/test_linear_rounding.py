@@ -304,3 +304,24 @@ def test_the_cuda_executor_runs_linear_as_the_reference_executor(dt, exact):
         else:
             np.testing.assert_allclose(a, ref, rtol=2.0**-7, atol=1e-6, err_msg=f"output {i}")
             assert (a != ref).mean() < 0.02, f"output {i}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_the_cuda_executor_runs_a_batched_gemm_with_its_bias_as_the_reference(dt):
+    """baddbmm of a bias vector: a batched GEMM (both operands batched) with cuBLASLt's bias epilogue, the
+    bias shared by every batch, on the CUDA executor against the same plan on the reference executor."""
+    import cupy
+
+    from flame.runtime.cuda import CudaExecutor
+    from flame.runtime.reference import run_plan
+
+    rng = np.random.default_rng(11)
+    arrays = _exact(rng, (4, 48, 96)), _exact(rng, (4, 96, 40)), _bias(rng, 40, dt)
+    plan, inputs = _trace_plan(lambda a, b, v: flame.baddbmm(v, a, b), *(_f(a, dt) for a in arrays))
+    assert [s.epilogue for s in plan.steps if getattr(s, "op", None) is not None] == ["bias"]
+    want = run_plan(plan, [a.copy() for a in inputs])
+    got = CudaExecutor().compile(plan)([cupy.asarray(a) for a in inputs])
+    np.testing.assert_array_equal(np.asarray(cupy.asnumpy(got[0]), np.float32), np.asarray(want[0], np.float32))
+    t = [_t(a, dt) for a in arrays]
+    np.testing.assert_array_equal(np.asarray(want[0], np.float32), _bits(torch.baddbmm(t[2], t[0], t[1])))
