@@ -18,7 +18,7 @@ from flame.frontend.index_ops import embedding_rows
 from flame.frontend.norms import param_dtype, widened
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import matmul
+from flame.frontend.tensor_core import matmul, matmul_add
 from flame.ir.dtypes import f32
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
@@ -174,8 +174,9 @@ def rms_norm(input: Tensor, normalized_shape, weight: Tensor | None = None,  # n
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002
-    """x @ weight.T + bias, with weight [out_features, in_features] as in PyTorch. Inside an FP8 autocast
-    region its GEMMs run in FP8 (frontend/fp8.py)."""
+    """x @ weight.T + bias, with weight [out_features, in_features] as in PyTorch: an f16/bf16 result is
+    rounded once, after the bias is added to the f32 product. Inside an FP8 autocast region its GEMMs
+    run in FP8 (frontend/fp8.py)."""
     x = input
     recipe = get_fp8_recipe()
     if recipe is not None and fp8.eligible(x, weight):
@@ -190,8 +191,8 @@ linear.autocast = "lower"  # its policy outside FP8 regions (autocast.policy)
 @policy("lower")  # autocast: input, weight and bias in the autocast dtype
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     _check_linear(x, weight)
-    y = matmul(x, weight.T)
-    return y + bias if bias is not None else y
+    # with a bias: added before the product's one rounding, as PyTorch's addmm (matmul_add)
+    return matmul(x, weight.T) if bias is None else matmul_add(x, weight.T, bias)
 
 
 def _check_linear(x: Tensor, weight: Tensor, same_dtype: bool = True) -> None:

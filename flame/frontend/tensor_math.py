@@ -22,7 +22,7 @@ from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
-from flame.frontend.tensor_core import full, matmul, pad, where
+from flame.frontend.tensor_core import full, matmul, matmul_add, pad, where
 from flame.frontend.tensor_ops import _tensor
 from flame.ir.dtypes import boolean, i64, u8
 
@@ -36,6 +36,13 @@ def _floating(op: str, *operands) -> None:
         if isinstance(x, Tensor) and not x.dtype.is_float:
             raise DTypeError(f'{op}: "{op}" is not implemented for {x.dtype} tensors (as in PyTorch: convert with '
                              f".float())\n  at {user_location()}")
+
+
+def _batches(op: str, a, b) -> None:
+    """a and b are [b, n, m] and [b, m, p] batches of one size (torch.bmm's operands)."""
+    _ranks(op, (a, 3), (b, 3))
+    if a.shape[0] != b.shape[0]:
+        raise ShapeError(f"{op}: batch sizes differ: {list(a.shape)} and {list(b.shape)}\n  at {user_location()}")
 
 
 def _ranks(op: str, *pairs) -> None:
@@ -62,11 +69,7 @@ class TensorMath:
 
     def bmm(self, mat2):
         """Batched product of [b, n, m] and [b, m, p] (equal batches, as torch.bmm)."""
-        _ranks("bmm", (self, 3), (mat2, 3))
-        if self.shape[0] != mat2.shape[0]:
-            raise ShapeError(
-                f"bmm: batch sizes differ: {list(self.shape)} and {list(mat2.shape)}\n  at {user_location()}"
-            )
+        _batches("bmm", self, mat2)
         return matmul(self, mat2)
 
     def dot(self, tensor):
@@ -84,6 +87,8 @@ class TensorMath:
         beta = 0 self is not read, so its NaN and inf do not propagate)."""
         _ranks("addmm", (mat1, 2), (mat2, 2))
         self, mat1, mat2 = _lowered(self, mat1, mat2)  # autocast: all three in the low dtype, as torch's
+        if beta == 1 and alpha == 1:
+            return matmul_add(mat1, mat2, self)  # a bias vector: added before the one rounding, as torch's
         prod = matmul(mat1, mat2)
         prod = prod * alpha if alpha != 1 else prod
         if beta == 0:
@@ -93,6 +98,9 @@ class TensorMath:
     def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
         """beta * self + alpha * (batch1 @ batch2) over a batch, as torch.baddbmm."""
         self, batch1, batch2 = _lowered(self, batch1, batch2)  # autocast: all three in the low dtype
+        if beta == 1 and alpha == 1:
+            _batches("baddbmm", batch1, batch2)
+            return matmul_add(batch1, batch2, self)  # a bias vector: added before the one rounding, as torch's
         prod = self.__class__.bmm(batch1, batch2)
         prod = prod * alpha if alpha != 1 else prod
         if beta == 0:

@@ -9,7 +9,7 @@ from typing import Any
 
 from flame.errors import DTypeError, VerifyError
 from flame.ir.dtypes import DType, dtype_of
-from flame.ir.graph import Graph, Op, SubGraph
+from flame.ir.graph import Graph, Op, SubGraph, Value
 from flame.ir.types import TensorType
 
 # library: one call into a vendor library (cuDNN attention) on the GPU, never a generated kernel
@@ -126,6 +126,9 @@ class OpDef:
         of a zero it adds cannot reach it;
     epilogue: the part of a GEMM's epilogue the op is when it follows a matmul ("bias", "relu",
         "gelu"; the Target says which epilogues the backend fuses);
+    gemm_bias: a GEMM whose third input is a bias [n] added to the product in the accumulator's
+        precision before the result's one rounding (matmul_bias: PyTorch's addmm and linear), so its
+        library call always runs the bias epilogue;
     pads: a movement op that writes a value of its own (its `value` attribute) around its input's
         elements (pad), so a uniform input does not give a uniform result;
     pieces: op -> the pieces of a movement op whose result is, region by region of its coordinates,
@@ -175,6 +178,7 @@ class OpDef:
     sign_only: bool = False
     accumulates: bool = False
     epilogue: str = ""
+    gemm_bias: bool = False
     pads: bool = False
     pieces: Callable[[Op], Any] | None = None  # -> tuple of flame.ir.indexmap.Piece (which reads this registry)
     activations: tuple[bool, ...] = ()
@@ -257,7 +261,12 @@ def reads_transposed(op: Op) -> bool:
     """op is a GEMM that may read an operand through a transpose of its producer's input (ta / tb), so a
     permute read only by such GEMMs needs no kernel: every GEMM but the FP8 one, whose operand layouts
     cuBLASLt fixes (fp8_matmul: four inputs, the two scales after the operands)."""
-    return is_matmul(op) and get(op.name).arity == 2
+    return is_matmul(op) and (get(op.name).arity == 2 or get(op.name).gemm_bias)
+
+
+def gemm_bias(op: Op) -> Value | None:
+    """The bias [n] a GEMM adds before its one rounding (the `gemm_bias` trait: its third input), or None."""
+    return op.inputs[2] if get(op.name).gemm_bias else None
 
 
 def is_commutative(op: Op) -> bool:

@@ -29,7 +29,9 @@ Rules, in the order they apply:
   and every other reader of what it overwrites has run, so the plan can issue it on the side stream
   while the rest of the backward runs; horizontal fusion merges only updates that become ready after
   the same library calls (off by default: runtime/backend.side_stream_enabled says why);
-- matmul: stays a library call; a bias add over the last dim and a relu or tanh-GELU that only it
+- matmul: stays a library call; matmul_bias (PyTorch's linear and addmm: the bias added before the
+  one rounding) is one with its bias epilogue; a bias add over the last dim of an f32 product (where
+  adding before or after rounding the product is the same) and a relu or tanh-GELU that only it
   feeds are marked as its epilogue when the target's library runs that epilogue
   (Target.matmul_epilogues; the plan builder still falls back to a kernel when the runtime it builds
   for cannot); a GELU whose pre-activation the backward reads writes it as the call's aux result;
@@ -89,7 +91,7 @@ from flame.ir.indexmap import (
     trailing_reduced,
 )
 from flame.ir.ops.attention import FORWARD, STATS
-from flame.ir.registry import epilogue_role, get, is_fill
+from flame.ir.registry import epilogue_role, gemm_bias, get, is_fill
 from flame.passes import remat
 from flame.passes.fuse_columns import (
     absorb_bias_grads,
@@ -198,8 +200,10 @@ AUX_ALIGN = 8  # cuBLASLt's GELU aux (the pre-activation) has a leading dimensio
 
 def _epilogue(st: State, grp: Group, op: Op) -> str | None:
     """The epilogue `op` adds to matmul group grp, or None: add of a bias [n] (size-1 dims aside)
-    broadcast over the rows, then relu or tanh-GELU. The intermediate has no other user and is not
-    returned, except before a GELU: then it is written as the call's second result (the aux)."""
+    broadcast over the rows of an f32 product, then relu or tanh-GELU. The intermediate has no other
+    user and is not returned, except before a GELU: then it is written as the call's second result (the
+    aux). An f16/bf16 product is rounded before a bias add of its own: the epilogue, adding to the f32
+    accumulator, would round once (matmul_bias is the op that does)."""
     last = grp.ops[-1].out
     if mixes_phases([*grp.ops, op]) or last.dtype.name not in ("f32", "f16", "bf16"):
         return None
@@ -216,7 +220,7 @@ def _epilogue(st: State, grp: Group, op: Op) -> str | None:
         return epi if epi in st.target.matmul_epilogues else None
     if not private or role != "bias" or grp.epilogue != "none" or op.out.type != last.type:
         return None
-    if "bias" not in st.target.matmul_epilogues:
+    if "bias" not in st.target.matmul_epilogues or last.dtype.itemsize < 4:
         return None
     bias = op.inputs[1] if op.inputs[0] is last else op.inputs[0]
     n = last.shape[-1]
@@ -279,7 +283,7 @@ def _place(st: State, op: Op) -> None:
         st.new([c], Kind.ELEMENTWISE, domain=c.out.shape)
     if kind == Kind.ATTENTION and _join_attention(st, op):
         return
-    st.new([op], kind)
+    st.new([op], kind, epilogue="bias" if gemm_bias(op) is not None else "none")
 
 
 def _take_views(st: State, grp: Group, op: Op) -> None:

@@ -34,7 +34,7 @@ from flame.ir.ops.attention import BACKWARD, FORWARD, extras_of, mask_of
 from flame.ir.ops.collective import REDUCE_SCATTER
 from flame.ir.ops.host import OFFLOAD
 from flame.ir.printer import format_op
-from flame.ir.registry import epilogue_role, get, reads_transposed
+from flame.ir.registry import epilogue_role, gemm_bias, get, reads_transposed
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
     Alias,
@@ -303,12 +303,16 @@ def matmul_call(bld: _Builder, op: Op, out: int, epilogue: str = "none", bias: i
                 aux: int | None = None, bgrad: int | None = None) -> MatmulCall:
     """The cuBLASLt call of matmul `op` writing buffer `out`. An operand in bld.folded is replaced by
     the permute's input with ta / tb set. epilogue: "none" or one of flame.target.MATMUL_EPILOGUES,
-    with the buffers of its bias [n], aux (the pre-activation) and bgrad (the operand's sum over k)."""
+    with the buffers of its bias [n], aux (the pre-activation) and bgrad (the operand's sum over k).
+    A GEMM with a bias of its own (matmul_bias) always runs the bias epilogue, with that bias."""
     operands, flags = [], {}
     for v, flag in zip(op.inputs, ("ta", "tb")):
         flags[flag] = v in bld.folded
         operands.append(bld.buffer_of[v.producer.inputs[0] if flags[flag] else v])
-    scales = {k: bld.buffer_of[v] for k, v in zip(("a_scale", "b_scale"), op.inputs[2:])}  # fp8_matmul's
+    own = gemm_bias(op)
+    if own is not None:
+        epilogue, bias = "bias" if epilogue == "none" else epilogue, bld.buffer_of[own]
+    scales = {} if own is not None else {k: bld.buffer_of[v] for k, v in zip(("a_scale", "b_scale"), op.inputs[2:])}
     return MatmulCall.of(op, operands[0], operands[1], out, epilogue=epilogue, bias=bias, aux=aux, bgrad=bgrad,
                          **scales,
                          workspace=bld.scratch(bld.target.matmul_workspace(op, epilogue, flags["ta"], flags["tb"])),
@@ -545,8 +549,8 @@ def _matmul_group(bld: _Builder, grp: FusionGroup) -> tuple[tuple[Op, ...], str]
     matmul, then either its elementwise epilogue (add of the bias, activation: out is the last one's
     value, aux the activation's input) or the reduction a bgrad epilogue computes (bgrad: its value)."""
     mm, rest = grp.ops[0], grp.ops[1:]
-    if grp.epilogue == "none" or grp.epilogue not in bld.target.matmul_epilogues:
-        bld.op(mm)
+    if not rest or grp.epilogue == "none" or grp.epilogue not in bld.target.matmul_epilogues:
+        bld.op(mm)  # matmul_bias alone too: its call runs its own bias epilogue (matmul_call)
         return rest, "matmul epilogue not supported by the runtime"
     if grp.epilogue.startswith("bgrad"):
         a_folded, b_folded = (v in bld.folded for v in mm.inputs)

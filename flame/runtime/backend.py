@@ -14,6 +14,7 @@ from importlib import metadata
 
 from flame._env import env_choice, env_flag
 from flame.codegen import flash_attention
+from flame.ir.registry import gemm_bias
 from flame.runtime import cudnn_attention, cudnn_conv, matmul
 from flame.runtime.device import cuda_available
 from flame.target import DEFAULT_TARGET, Target
@@ -38,7 +39,8 @@ def _matmul_workspace(op, epilogue: str = "none", ta: bool = False, tb: bool = F
     (matmul.planned_workspace), else the bound sized by its output (matmul.workspace_bytes)."""
     a, b = (v.producer.inputs[0] if t else v for v, t in zip(op.inputs, (ta, tb)))
     shapes = (a.shape, b.shape, op.out.shape)
-    fp8 = len(op.inputs) > 2  # fp8_matmul: its heuristic is asked at its first call, within the bound
+    # fp8_matmul (its two scales after the operands): its heuristic is asked at its first call, within the bound
+    fp8 = len(op.inputs) > 2 and gemm_bias(op) is None
     if cuda_available() and not fp8 and all(isinstance(d, int) for shape in shapes for d in shape):
         try:
             return matmul.planned_workspace(*shapes, ta, tb, str(op.out.dtype.np_dtype), epilogue)

@@ -17,6 +17,7 @@ from flame.errors import FlameError
 from flame.ir.evaluate import compute_op, evaluate_graph
 from flame.ir.graph import Graph
 from flame.ir.ops.elementwise import gelu_tanh
+from flame.ir.registry import gemm_bias, get
 from flame.plan.steps import (
     Alias,
     AttentionCall,
@@ -66,33 +67,47 @@ def _launch(s: KernelLaunch, bufs: dict, plan: Plan) -> None:
 
 def _matmul(s: MatmulCall, bufs: dict, plan: Plan) -> None:
     """ta/tb read a stored-transposed operand (an FP8 GEMM also reads its two scales: the op's reference
-    emulates it); the epilogue is applied to the f32-or-wider product as
-    cuBLASLt does: + bias, the pre-activation rounded once into aux, relu or tanh-GELU rounded once
-    into out; bgrad_a / bgrad_b sum op(a) / op(b) over k in f32 (or wider)."""
+    emulates it); the epilogue is applied to the f32-or-wider product as cuBLASLt does: + bias, the
+    pre-activation rounded once into aux, relu or tanh-GELU rounded once into out; bgrad_a / bgrad_b
+    sum op(a) / op(b) over k in f32 (or wider). A GEMM with a bias of its own (matmul_bias) adds it
+    before the one rounding."""
     a, b = bufs[s.a], bufs[s.b]
     if s.ta:
         a = np.swapaxes(a, -1, -2)
     if s.tb:
         b = np.swapaxes(b, -1, -2)
-    scales = [bufs[x] for x in (s.a_scale, s.b_scale) if x is not None]  # an FP8 GEMM's inverse scales
-    out = compute_op(s.op, [a, b, *scales])
+    own = gemm_bias(s.op) is not None
+    # the op's inputs: an FP8 GEMM's inverse scales, or the bias of a GEMM with its own
+    ins = [a, b, *(bufs[x] for x in ((s.bias,) if own else (s.a_scale, s.b_scale)) if x is not None)]
     epilogue = s.epilogue
     if epilogue.startswith("bgrad"):
+        out = compute_op(s.op, ins)
         x, axis = (a, -1) if epilogue == "bgrad_a" else (b, -2)
         acc = np.promote_types(x.dtype, np.float32)
         np.copyto(bufs[s.bgrad], x.astype(acc).sum(axis).reshape(bufs[s.bgrad].shape), casting="unsafe")
     elif epilogue != "none":
-        acc = out.astype(np.promote_types(out.dtype, np.float32))
-        if "bias" in epilogue:
-            acc = acc + bufs[s.bias].reshape(-1).astype(acc.dtype)
+        out = _accumulator(s.op, ins)
+        if "bias" in epilogue and not own:
+            out = out + bufs[s.bias].reshape(-1).astype(out.dtype)
         if s.aux is not None:
-            np.copyto(bufs[s.aux], acc, casting="unsafe")
+            np.copyto(bufs[s.aux], out, casting="unsafe")
         if "relu" in epilogue:
-            acc = np.maximum(acc, 0)
+            out = np.maximum(out, 0)
         if "gelu" in epilogue:
-            acc = gelu_tanh(acc)
-        out = acc
+            out = gelu_tanh(out)
+    else:
+        out = compute_op(s.op, ins)
     np.copyto(bufs[s.out], out, casting="unsafe")
+
+
+def _accumulator(op, ins: list) -> np.ndarray:
+    """GEMM op's result before its rounding, in f32 for f16/bf16 operands (exact in f32: the op's reference
+    on them sums in f32, as its narrow one does); an FP8 GEMM's emulation rounds as the op says."""
+    if len(ins) == 2 or gemm_bias(op) is not None:
+        wide = [x.astype(np.promote_types(x.dtype, np.float32), copy=False) for x in ins]
+        return np.asarray(get(op.name).ref(*wide, **op.attrs))
+    out = compute_op(op, ins)
+    return out.astype(np.promote_types(out.dtype, np.float32), copy=False)
 
 
 def _strided(x: np.ndarray, shape: tuple, strides: tuple) -> np.ndarray:

@@ -125,7 +125,8 @@ def test_the_facts_that_were_name_lists_are_traits_too():
     }
     assert set(having("conversion")) == {"cast", "neg", "abs"}
     assert set(having("sign_only")) == {"mul", "add", "sub", "neg", "cast"}
-    assert set(having("accumulates")) == {"matmul", "reduce_sum", "reduce_mean"}
+    assert set(having("accumulates")) == {"matmul", "matmul_bias", "reduce_sum", "reduce_mean"}
+    assert set(having("gemm_bias")) == {"matmul_bias"}
     assert having("epilogue") == {"add": "bias", "relu": "relu", "gelu": "gelu"}
     assert set(having("pads")) == {"pad"}
     assert having("activations") == {

@@ -172,6 +172,10 @@ def _matmul(rng, dt):
     return [([_arr(rng, a, dt), _arr(rng, b, dt)], {}) for a, b in specs]
 
 
+def _matmul_bias(rng, dt):
+    return [(ins + [_arr(rng, (ins[1].shape[-1],), dt)], kw) for ins, kw in _matmul(rng, dt)]
+
+
 def _fp8(rng, shape, fmt):
     """FP8 sample values (ml_dtypes), every one exact in any wider dtype."""
     return np.asarray(rng.uniform(-8.0, 8.0, shape)).astype(fmt)
@@ -556,6 +560,10 @@ def _matmul_oracle(a, b):
     return (a[..., :, :, None] * b[..., None, :, :]).sum(-2)
 
 
+def _matmul_bias_oracle(a, b, bias):
+    return _matmul_oracle(a, b) + bias
+
+
 def _arange_oracle(start, stop, step, dtype):
     vals, k = [], 0
     while (start + k * step < stop) if step > 0 else (start + k * step > stop):
@@ -818,6 +826,7 @@ RECIPES: dict[str, Recipe] = {
                         lambda x, axes: x.reshape(_unsqueezed(x.shape, axes)), ALL),
     "pad": Recipe(_pad, lambda x, pads, value: _pad_oracle(x, pads, value), ALL),
     "matmul": Recipe(_matmul, _matmul_oracle),
+    "matmul_bias": Recipe(_matmul_bias, _matmul_bias_oracle),
     "scaled_cast": Recipe(_scaled_cast, _scaled_cast_oracle, ("f32", "f16", "bf16"), out="attr"),
     "fp8_matmul": Recipe(_fp8_matmul, _fp8_matmul_oracle, ("f32", "f16", "bf16")),
     "full": Recipe(_full, lambda shape, value, dtype: np.ones(shape) * value, ALL, out="attr"),

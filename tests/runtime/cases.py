@@ -123,6 +123,11 @@ def _matmul(rng, dt):
     return [([arr(rng, a, dt), arr(rng, b, dt)], {}) for a, b in shapes]
 
 
+def _matmul_bias(rng, dt):
+    """_matmul's products with a bias vector over their columns."""
+    return [([a, b, arr(rng, (b.shape[-1],), dt)], kw) for (a, b), kw in _matmul(rng, dt)]
+
+
 def _scaled_cast(rng, dt):
     """x of dt and an f32 scale; a power-of-two scale keeps x * scale exact, a large value saturates."""
     out = []
@@ -240,7 +245,8 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "logical_not": (("bool",), _unary()), "where": (ALL, _where), "cast": (ALL, _cast),
     "gather": (ALL, _index), "index_select": (ALL, _index_select), "scatter_add": (NUM, _scatter_add),
     "scatter": (ALL, _scatter),
-    "matmul": (FLOATS, _matmul), "scaled_cast": (("f32", "f16", "bf16"), _scaled_cast),
+    "matmul": (FLOATS, _matmul), "matmul_bias": (FLOATS, _matmul_bias),
+    "scaled_cast": (("f32", "f16", "bf16"), _scaled_cast),
     "fp8_matmul": (("f32", "f16", "bf16"), _fp8_matmul), "reduce_sum": (NUM, _reduce_sum),
     "reduce_mean": (FLOATS, _reduce),
     "reduce_max": (NUM, lambda r, d: _reduce(r, d)[:-1]), "reduce_min": (NUM, lambda r, d: _reduce(r, d)[:-1]),

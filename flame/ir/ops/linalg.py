@@ -1,4 +1,6 @@
-"""matmul: [..., m, k] @ [..., k, n] with broadcast batch dimensions (NumPy rules)."""
+"""matmul: [..., m, k] @ [..., k, n] with broadcast batch dimensions (NumPy rules); matmul_bias: the
+same product plus a bias [n] added before its one rounding (PyTorch's addmm and linear, cuBLASLt's bias
+epilogue)."""
 
 from __future__ import annotations
 
@@ -23,14 +25,19 @@ def _matmul_infer(types):
     return TensorType(batch + (a.shape[-2], b.shape[-1]), a.dtype)
 
 
-def _matmul_ref(a, b):
+def _accumulated(a, b):
+    """a @ b in its accumulator's precision: f32 for f16/bf16 operands, as cuBLAS accumulates."""
     # contiguous operands: BLAS takes another kernel for a transposed (strided) view, whose sums round
     # differently, and an operand's layout (an arena view, a permuted weight) must not change the bits
     # (OpenBLAS 0.3.31: eager vs checkpointed gradients differed by 1e-8)
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    if a.dtype.itemsize < 4:  # f16/bf16: accumulate in f32, as cuBLAS does
-        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    if a.dtype.itemsize < 4:
+        return np.matmul(a.astype(np.float32), b.astype(np.float32))
     return np.matmul(a, b)
+
+
+def _matmul_ref(a, b):
+    return _accumulated(a, b).astype(np.asarray(a).dtype, copy=False)
 
 
 def _transposed(v) -> bool:
@@ -68,3 +75,30 @@ def _matmul_vjp(b, g, x, y, out):
 
 MATMUL = register(OpDef("matmul", "matmul", 2, _matmul_infer, _matmul_ref, {}, _matmul_vjp, library="matmul",
                         autocast="lower", accumulates=True))
+
+
+def _matmul_bias_infer(types):
+    a, b, bias = types
+    out = _matmul_infer([a, b])
+    if bias.dtype != out.dtype:
+        raise DTypeError(f"matmul_bias {a} @ {b} + {bias}: the bias's dtype differs ({bias.dtype} vs {out.dtype})")
+    if bias.shape != out.shape[-1:]:
+        raise ShapeError(f"matmul_bias {a} @ {b} + {bias}: the bias must be a vector of the product's "
+                         f"{out.shape[-1]} columns")
+    return out
+
+
+def _matmul_bias_ref(a, b, bias):
+    """The product and the bias summed in the accumulator's precision (f32 for f16/bf16) and rounded
+    once, as PyTorch's addmm and cuBLASLt's bias epilogue."""
+    acc = _accumulated(a, b)
+    return (acc + np.asarray(bias).astype(acc.dtype, copy=False)).astype(np.asarray(a).dtype, copy=False)
+
+
+def _matmul_bias_vjp(b, g, x, y, bias, out):
+    gbias = b.sum_to(g, bias.type.shape)  # first, as the VJP of the add of a bias after a matmul emits it
+    return (*_matmul_vjp(b, g, x, y, out), gbias)
+
+
+MATMUL_BIAS = register(OpDef("matmul_bias", "matmul", 3, _matmul_bias_infer, _matmul_bias_ref, {}, _matmul_bias_vjp,
+                             library="matmul", autocast="lower", accumulates=True, gemm_bias=True))
