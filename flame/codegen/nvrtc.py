@@ -15,6 +15,7 @@ code, the user's lines the errors are in: codegen/user_source.py)."""
 
 from __future__ import annotations
 
+import atexit
 import glob
 import hashlib
 import hmac
@@ -26,6 +27,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from functools import lru_cache
 from pathlib import Path
 
@@ -342,8 +344,9 @@ def compile_ahead(source: str, arch: str, name_hint: str = "") -> None:
     is under way already, so that NVRTC runs while the rest of the step is planned: the plan builder
     calls this for each kernel it renders for a GPU (Target.arch), and compile_cubin / compile_many
     wait for that compile instead of starting their own. A compile error surfaces there too, with
-    the same message. The threads are daemons (a process that exits does not wait for a compile
-    nobody asked for); $FLAME_COMPILE_AHEAD=0 turns this off (kernels compile when the executor
+    the same message. The threads are daemons; a process that exits waits, for at most
+    AHEAD_EXIT_WAIT_S, for the compiles still under way when a disk cache keeps their cubins
+    (_finish_ahead); $FLAME_COMPILE_AHEAD=0 turns this off (kernels compile when the executor
     loads the plan)."""
     if not env_flag(AHEAD_ENV, True):
         return
@@ -360,6 +363,23 @@ def compile_ahead(source: str, arch: str, name_hint: str = "") -> None:
             _ahead_threads.append(t)
             t.start()
     _ahead_queue.put((future, source, arch, name_hint))
+
+
+AHEAD_EXIT_WAIT_S = 60.0  # the longest a process's exit waits for its compiles started ahead
+
+
+def _finish_ahead(timeout: float = AHEAD_EXIT_WAIT_S) -> None:
+    """At exit, wait (at most `timeout` seconds in all) for the compiles started ahead that have not
+    finished, when their cubins go to a usable disk cache: a plan this process stored then loads in the
+    next one with every kernel cached (a dynamic plan's kernels are planned, and compiled ahead, before
+    the sizes that need them run). Without a cache there is nothing to keep, and nothing is waited for."""
+    with _lock:
+        pending = [f for f in _AHEAD.values() if not f.done()]
+    if pending and usable_dir() is not None:
+        wait_futures(pending, timeout=timeout)
+
+
+atexit.register(_finish_ahead)
 
 
 def _compile_ahead_loop() -> None:

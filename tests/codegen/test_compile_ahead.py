@@ -116,3 +116,34 @@ def test_gpu_step_compiles_each_kernel_once_ahead_and_runs(counted):
     np.testing.assert_allclose(got, want, rtol=1e-5)
     sources = {k.source for k in f._last.plan.kernels()}
     assert sources and sorted(counted) == sorted(sources)
+
+
+_EXITS_AT_ONCE = """
+import sys
+from flame.codegen import nvrtc
+for path in sys.argv[1:]:
+    nvrtc.compile_ahead(open(path).read(), "sm_90", "k")
+"""
+
+
+def test_a_process_that_exits_leaves_the_cubins_of_its_compiles_started_ahead(tmp_path):
+    """A process that starts compiles ahead and exits at once (as one that stores a dynamic plan and
+    ends before the sizes that need its kernels run) waits for them, so the next process finds every
+    cubin in the disk cache."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    body = "".join(f"x[{i}] = x[{i}] * {i}.5f + sinf(x[{i} + 1]);" for i in range(64))  # long enough to be busy
+    sources = [_source(body) for _ in range(6)]
+    paths = []
+    for i, s in enumerate(sources):
+        paths.append(tmp_path / f"k{i}.cu")
+        paths[-1].write_text(s)
+    cache = tmp_path / "cache"
+    env = dict(os.environ, FLAME_CACHE_DIR=str(cache), PYTHONPATH=str(Path(__file__).parents[2]))
+    r = subprocess.run([sys.executable, "-c", _EXITS_AT_ONCE, *map(str, paths)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert all((cache / f"{nvrtc._key(s, 'sm_90')}.cubin").is_file() for s in sources)

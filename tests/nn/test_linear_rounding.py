@@ -272,7 +272,8 @@ def _trace_plan(fn, *arrays):
 def test_the_cuda_executor_runs_linear_as_the_reference_executor(dt, exact):
     """The CUDA executor's bf16/f16 linear training step (cuBLASLt's bias epilogue, the gradient GEMMs,
     the bias gradient's column sum) against the same plan on the reference executor: the same bits where
-    every f32 sum is exact; within one step of dt, rarely off, on normal inputs."""
+    every f32 sum is exact; on normal inputs within one step of dt (or, near zero, the f32 sums' order:
+    1 of 131072 outputs differed by 2 bf16 steps at 3e-4 on an H100), rarely off."""
     import cupy
 
     from flame.runtime.cuda import CudaExecutor
@@ -302,7 +303,9 @@ def test_the_cuda_executor_runs_linear_as_the_reference_executor(dt, exact):
         if exact:
             np.testing.assert_array_equal(a, ref, err_msg=f"output {i}")
         else:
-            np.testing.assert_allclose(a, ref, rtol=2.0**-7, atol=1e-6, err_msg=f"output {i}")
+            # near zero, a sum that cancels differs by the f32 rounding of its terms' order (the GPU's
+            # tensor cores add in another order than NumPy), not by the result's rounding
+            np.testing.assert_allclose(a, ref, rtol=2.0**-7, atol=2.0**-16 * np.abs(ref).max(), err_msg=f"output {i}")
             assert (a != ref).mean() < 0.02, f"output {i}"
 
 
