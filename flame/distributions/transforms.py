@@ -192,18 +192,22 @@ class ComposeTransform(Transform):
         return "ComposeTransform(" + ", ".join(repr(p) for p in self.parts) + ")"
 
 
-class ExpTransform(Transform):
+class _Parameterless(Transform):
+    """A transform with no parameters: every instance of its class is equal, as torch's."""
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, type(self))
+
+    __hash__ = object.__hash__
+
+
+class ExpTransform(_Parameterless):
     """y = exp(x)."""
 
     domain = constraints.real
     codomain = constraints.positive
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, ExpTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.exp()
@@ -216,18 +220,13 @@ class ExpTransform(Transform):
         return x
 
 
-class SigmoidTransform(Transform):
+class SigmoidTransform(_Parameterless):
     """y = sigmoid(x)."""
 
     domain = constraints.real
     codomain = constraints.unit_interval
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SigmoidTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return clamp_probs(x.sigmoid())
@@ -258,18 +257,13 @@ def _equal(a, b) -> bool:
     return bool(known.all()) if hasattr(known, "all") else bool(known)
 
 
-class TanhTransform(Transform):
+class TanhTransform(_Parameterless):
     """y = tanh(x)."""
 
     domain = constraints.real
     codomain = constraints.interval(-1.0, 1.0)
     bijective = True
     sign = +1
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, TanhTransform)
-
-    __hash__ = object.__hash__
 
     def _call(self, x):
         return x.tanh()
