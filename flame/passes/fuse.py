@@ -171,9 +171,11 @@ def _try_join(st: State, grp: Group, op: Op) -> bool:
         got = fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
     if isinstance(got, str):
         return st.refuse(grp, op, got)
-    for c in _constants(st, op) + [op]:
+    joined = _constants(st, op) + [op]
+    for c in joined:
         st.group_of[c] = grp
     grp.ops = ops
+    st.placed(grp, joined)
     grp.domain, grp.n_red = got
     if is_reduction(op):
         grp.kind = Kind.ROWS
@@ -251,6 +253,7 @@ def _place(st: State, op: Op) -> None:
             if epi is not None and not st.reaches_any((grp,), (h for h in producers if h is not grp)):
                 grp.ops.append(op)
                 st.group_of[op] = grp
+                st.placed(grp, [op])
                 grp.epilogue = epi
                 return
         ok_kinds = (Kind.SCALAR, Kind.ROWS) if kind == Kind.SCALAR else (Kind.ELEMENTWISE, Kind.ROWS)
@@ -312,6 +315,7 @@ def _take_views(st: State, grp: Group, op: Op) -> None:
         grp.ops = mine
         for w in views:
             st.group_of[w] = grp
+        st.placed(grp, views)
 
 
 def _same_value(a: Value, b: Value) -> bool:
@@ -332,6 +336,7 @@ def _join_attention(st: State, op: Op) -> bool:
                 and len(fwd.inputs) == len(stats.inputs) and all(map(_same_value, fwd.inputs, stats.inputs))):
             grp.ops = st.sorted_ops([other, op])
             st.group_of[op] = grp
+            st.placed(grp, [op])
             return True
     return False
 
@@ -744,9 +749,11 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     with the values it writes and the reason for its boundary. g is not modified."""
     g = prepare(stage_reductions(unit_reductions(g), target.splits_rows))  # (clone_constants last)
     st = State(g, target)
+    st.keep_order(True)
     for op in g.ops:
         if not is_free(op):
             _place(st, op)
+    st.keep_order(False)  # (the rules below change kernels' ops in place)
     for op in g.ops:  # free ops only read by ops that went elsewhere
         if op not in st.group_of:
             st.new([op], Kind.ELEMENTWISE, domain=op.out.shape)

@@ -56,6 +56,10 @@ class State:
         self.forward, self.later = _phases(g)
         self.updated = g.updated()  # output updating an input in place -> that input
         self.layouts = Layouts()  # indexmap.derive, each answer kept for the groups alike that ask it again
+        # while ops are placed in program order (keep_order): kernel -> its place in a topological order of
+        # the kernels (every data edge from a lower place to a higher one); None: no order is kept
+        self.pos: dict[Group, int] | None = None
+        self._next = 0
 
     def refuse(self, grp: Group, op: Op, why: str) -> bool:
         """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
@@ -69,7 +73,48 @@ class State:
         self.groups.append(grp)
         for op in ops:
             self.group_of[op] = grp
+        if self.pos is not None:
+            self.pos[grp] = self._next
+            self._next += 1
+            self.placed(grp, ops)
         return grp
+
+    def keep_order(self, on: bool) -> None:
+        """Keep `pos`, a topological order of the kernels, from now on (there are no kernels yet) or no
+        longer. While kept, every change of a kernel's ops goes through `new`, `placed` or `merge` (the
+        placement of ops in program order does so; later rules change kernels' ops in place), and a walk
+        to some kernels skips the kernels placed after all of them (none of those reaches them)."""
+        self.pos, self._next = ({}, 0) if on else (None, 0)
+
+    def placed(self, grp: Group, ops) -> None:
+        """ops just joined grp (group_of says so): keep `pos` a topological order over the edges they add
+        (Pearce and Kelly's dynamic topological order: only the kernels between an edge's ends move)."""
+        if self.pos is None:
+            return
+        for op in ops:
+            for v in op.inputs:
+                h = self.group_of.get(v.producer)
+                if self.pos is not None and h is not None and h is not grp and self.pos[h] > self.pos[grp]:
+                    self._reorder(h, grp)
+            for u in self.users[op.out]:
+                k = self.group_of.get(u)
+                if self.pos is not None and k is not None and k is not grp and self.pos[grp] > self.pos[k]:
+                    self._reorder(grp, k)
+
+    def _reorder(self, x: Group, y: Group) -> None:
+        """Renumber for a new edge x -> y where x is placed after y: the kernels y reaches up to x's place
+        go after those that reach x down to y's place, each part in its own order, on the same places.
+        A cycle (none should be) drops the order: walks are then unbounded."""
+        pos = self.pos
+        lo, hi = pos[y], pos[x]
+        after = _region(y, self.succ, lambda k: pos[k] <= hi)
+        before = _region(x, self.pred, lambda k: pos[k] >= lo)
+        if not after.isdisjoint(before):
+            self.pos = None
+            return
+        moved = sorted(before, key=pos.__getitem__) + sorted(after, key=pos.__getitem__)
+        for k, p in zip(moved, sorted(pos[k] for k in moved)):
+            pos[k] = p
 
     def exposed(self, ops: list[Op]) -> list[Value]:
         inside = set(ops)
@@ -83,13 +128,41 @@ class State:
 
     def reaches(self, src: Group, dst: Group) -> bool:
         """A path of data edges src -> ... -> dst between kernels."""
-        return any(h is dst for h in self._walk(src))
+        return self.reaches_any((src,), (dst,))
 
     def reaches_any(self, srcs, dsts) -> bool:
         """A path of data edges from a kernel of `srcs` to one of `dsts` (reaches for every pair, in one
         walk: the kernels downstream of several sources are mostly the same)."""
         dsts = set(dsts)
-        return bool(dsts) and any(h in dsts for h in self._walk_all(srcs, self.succ))
+        if not dsts:
+            return False
+        if self.pos is not None:
+            srcs = list(srcs)
+            return bool(srcs) and self._meets(srcs, dsts)
+        return any(h in dsts for h in self._walk_all(srcs, self.succ))
+
+    def _meets(self, srcs: list[Group], dsts: set[Group]) -> bool:
+        """reaches_any where `pos` is kept: a walk down from srcs and one up from dsts, a step of each in
+        turn, over the kernels placed between them only (a path's places rise along it); a path exists
+        where they meet, none where either ends first (the kernels it holds are closed under its edges)."""
+        pos = self.pos
+        hi, lo = max(pos[d] for d in dsts), min(pos[k] for k in srcs)
+        down, up = [k for k in srcs if pos[k] < hi], [k for k in dsts if pos[k] > lo]
+        below, above = set(down), set(up)  # reached from srcs (or one), reaching a dst (or one)
+        while down and up:
+            for s in self.succ(down.pop()):
+                if s in above:
+                    return True
+                if s not in below and pos[s] < hi:
+                    below.add(s)
+                    down.append(s)
+            for p in self.pred(up.pop()):
+                if p in below:
+                    return True
+                if p not in above and pos[p] > lo:
+                    above.add(p)
+                    up.append(p)
+        return False
 
     def downstream(self, src: Group) -> set[Group]:
         """The kernels src reaches (see reaches): one walk answers it for every kernel."""
@@ -245,6 +318,17 @@ class Buffers:
         (ra, wa), (rb, wb) = self._of(a), self._of(b)
         self.io[a] = (ra | rb, wa + wb)
         del self.io[b]
+
+
+def _region(start: Group, step, inside) -> set[Group]:
+    """start and the kernels `inside` says yes to that paths of step's edges through such kernels reach."""
+    seen, todo = {start}, [start]
+    while todo:
+        for k in step(todo.pop()):
+            if k not in seen and inside(k):
+                seen.add(k)
+                todo.append(k)
+    return seen
 
 
 def _set_bits(x: int) -> Iterator[int]:
@@ -405,6 +489,7 @@ def merge(st: State, a: Group, b: Group, in_order: bool = True) -> None:
     for op in b.ops:
         st.group_of[op] = a
     st.groups.remove(b)
+    st.placed(a, b.ops)
 
 
 def rows_shape(grp: Group) -> tuple[int, int]:

@@ -61,3 +61,52 @@ def test_reaches_any_is_reaches_for_some_pair(seed: int) -> None:
     for _ in range(100):
         srcs, dsts = rng.sample(st.groups, rng.randint(0, 3)), rng.sample(st.groups, rng.randint(0, 3))
         assert st.reaches_any(srcs, dsts) == any(st.reaches(s, d) for s in srcs for d in dsts)
+
+
+def _walk_answer(st: State, srcs, dsts) -> bool:
+    """reaches_any without the kept order: the plain walk down from srcs."""
+    pos, st.pos = st.pos, None
+    try:
+        return st.reaches_any(srcs, dsts)
+    finally:
+        st.pos = pos
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_order_kept_while_ops_are_placed_is_topological_and_answers_as_a_walk(seed: int) -> None:
+    """Ops placed in program order, each joining a kernel it reads where that makes no cycle, kernels
+    merging where no third lies between them: the kept order stays topological through it all, and
+    reaches_any's bounded two-way walk answers as walking every edge does."""
+    rng = random.Random(seed)
+    g = Graph("g")
+    values = [g.add_input(TensorType((4,), f32)) for _ in range(3)]
+    b = Builder(g)
+    for _ in range(60):
+        x, y = rng.choice(values), rng.choice(values)
+        values.append(b.add(x, y) if rng.random() < 0.6 else b.exp(x))
+    g.outputs = values[-3:]
+    st = State(g, DEFAULT_TARGET)
+    st.keep_order(True)
+    joins = merges = 0
+    for op in g.ops:
+        producers = list(dict.fromkeys(st.group_of[v.producer] for v in op.inputs if v.producer in st.group_of))
+        grp = rng.choice(producers) if producers and rng.random() < 0.7 else None
+        others = [h for h in producers if h is not grp]
+        if grp is None or st.reaches_any((grp,), others):
+            st.new([op], Kind.ELEMENTWISE, domain=(4,))
+        else:
+            grp.ops.append(op)
+            st.group_of[op] = grp
+            st.placed(grp, [op])
+            joins += 1
+            for other in others:
+                between = [k for k in st.succ(other) if k is not grp]
+                if other in st.groups and not st.reaches_any(between, (grp,)) and not st.reaches(grp, other):
+                    merge(st, grp, other)
+                    merges += 1
+        assert st.pos is not None
+        assert all(st.pos[k] < st.pos[s] for k in st.groups for s in st.succ(k))
+        for _ in range(10):
+            srcs, dsts = rng.sample(st.groups, min(2, len(st.groups))), rng.sample(st.groups, min(2, len(st.groups)))
+            assert st.reaches_any(srcs, dsts) == _walk_answer(st, srcs, dsts)
+    assert joins > 5 and merges > 0
