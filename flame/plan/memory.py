@@ -45,7 +45,6 @@ from flame.plan.steps import (
     Step,
     aligned,
     root,
-    swapped,
     with_fields,
 )
 
@@ -224,6 +223,9 @@ class _InPlace:
     def __init__(self, plan: Plan):
         self.plan = plan
         self.buffers, self.steps, self.outputs = dict(plan.buffers), list(plan.steps), list(plan.outputs)
+        self.output_at: dict[int, set[int]] = {}  # buffer id -> its positions in outputs
+        for i, b in enumerate(self.outputs):
+            self.output_at.setdefault(b, set()).add(i)
         self.buffer_of = dict(plan.buffer_of)
         self.values_of: dict[int, list] = {}
         for v, b in self.buffer_of.items():
@@ -251,6 +253,12 @@ class _InPlace:
 
     def result(self) -> tuple[dict, list, list, dict]:
         return self.buffers, [s for s in self.steps if s is not None], self.outputs, self.buffer_of
+
+    def _set_output(self, out: int, bid: int) -> None:
+        """Output position `out` is buffer id `bid`."""
+        self.output_at[self.outputs[out]].discard(out)
+        self.outputs[out] = bid
+        self.output_at.setdefault(bid, set()).add(out)
 
     def _move_values(self, old: int, new: int) -> None:
         """Every value held in buffer id `old` is held in `new`."""
@@ -302,19 +310,21 @@ class _InPlace:
             del buffers[xr]
             self.owned.pop(xr)
             self._move_values(xr, p)
-            self.outputs[out] = p
+            self._set_output(out, p)
         elif ok and buffers[xr].shape == buffers[p].shape and buffers[xr].dtype == buffers[p].dtype:
             self._substitute(xr, p)
             # x (xr or a view of it) has p's shape: the same bytes; so has every output that was xr (the
             # updated tensor returned as well)
-            self.outputs = list(swapped(tuple(self.outputs), xr, p))
-            self.outputs[out] = p
+            for i in self.output_at.pop(xr, ()):
+                self.outputs[i] = p
+                self.output_at.setdefault(p, set()).add(i)
+            self._set_output(out, p)
         elif not only_copy:  # (only copies: a returned input or view read after the update: keep it)
             old = buffers[xr]
             buffers[xr] = Buffer(old.id, old.nbytes, old.dtype, old.shape, "temporary")
             steps.append(Copy(x, p))  # reads only the arena: later copies into other inputs are unaffected
             self._index(len(steps) - 1, steps[-1])
-            self.outputs[out] = p
+            self._set_output(out, p)
 
 
 def _promote_donations(plan: Plan) -> tuple[dict, list, list, dict]:
@@ -340,14 +350,15 @@ def _blocks(buffers: dict, steps: list, ranges: dict, temps: list[Buffer],
     head: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     claimed: set[int] = set()
+    dying: dict[int, list[int]] = {}  # step -> the temporaries it reads that die there (their roots, in order)
     for b in sorted(temps, key=lambda b: (ranges.get(b.id, (len(steps), 0))[0], b.id)):
         first = ranges.get(b.id, (-1, -1))[0]
         donor = None
         if b.id in is_temp and 0 <= first < len(steps):
-            for a in steps[first].reads:
-                r = root(buffers, a)
-                if (r in is_temp and r not in claimed and r != b.id
-                        and shares_in_place(buffers, steps, ranges, r, b.id, buffer_of)):
+            if first not in dying:
+                dying[first] = _dying_at(buffers, steps[first], ranges, is_temp, first)
+            for r in dying[first]:
+                if r not in claimed and r != b.id and shares_in_place(buffers, steps, ranges, r, b.id, buffer_of):
                     donor = r
                     break
         if donor is None:
@@ -358,6 +369,18 @@ def _blocks(buffers: dict, steps: list, ranges: dict, temps: list[Buffer],
             head[b.id] = head[donor]
             members[head[donor]].append(b.id)
     return members
+
+
+def _dying_at(buffers: dict, s: Step, ranges: dict, is_temp: set[int], i: int) -> list[int]:
+    """The roots of the temporaries step s (at position i) reads that are last touched there, once
+    each, in the order of its reads: the only buffers an output first written there may share bytes
+    with (shares_in_place), found once per step, not once per buffer the step writes."""
+    out: dict[int, None] = {}
+    for a in s.reads:
+        r = root(buffers, a)
+        if r in is_temp and ranges.get(r, (0, -1))[1] == i:
+            out[r] = None
+    return list(out)
 
 
 def assign_offsets(buffers: dict[int, Buffer], steps: list[Step],
@@ -418,7 +441,9 @@ def _most_live(sized: list[tuple[int, int, int, tuple]]) -> int:
 def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int, tuple]], int]:
     """Each block, in the given order, into the smallest gap between the blocks placed before it that
     are live at the same time, or on top of them: ([(offset, block)], arena size). (The blocks placed
-    so far are kept in arrays: finding those live with a block is one vectorised test, not a walk.)"""
+    so far are kept in arrays: finding those live with a block, and the gaps between them, are
+    vectorised, not a walk: the gap before each live block, in order of offset, runs from the highest
+    end of those before it; the smallest gap that fits wins, the lowest such on a tie.)"""
     n = len(sized)
     starts, ends = np.zeros(n, np.int64), np.zeros(n, np.int64)  # placed blocks' offsets and ends
     firsts, lasts = np.zeros(n, np.int64), np.zeros(n, np.int64)  # and the steps they live over
@@ -426,15 +451,18 @@ def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int,
     for k, block in enumerate(sized):
         need, lo, hi, _ = block
         live = np.flatnonzero((firsts[:k] <= hi) & (lasts[:k] >= lo))
-        at, best = 0, None
+        offset = 0
         if live.size:
             os_, es = starts[live], ends[live]
             order = np.lexsort((es, os_))
-            for o, e in zip(os_[order].tolist(), es[order].tolist()):
-                if o - at >= need and (best is None or o - at < best[0]):
-                    best = (o - at, at)
-                at = max(at, e)
-        offset = best[1] if best is not None else at
+            os_, es = os_[order], es[order]
+            at = np.empty_like(es)  # where the gap before each block starts: the highest end before it
+            at[0] = 0
+            np.maximum.accumulate(es[:-1], out=at[1:])
+            np.maximum(at, 0, out=at)
+            gaps = os_ - at
+            fits = np.flatnonzero(gaps >= need)
+            offset = int(at[fits[np.argmin(gaps[fits])]]) if fits.size else max(int(es.max()), 0)
         starts[k], ends[k], firsts[k], lasts[k] = offset, offset + need, lo, hi
         offsets.append((offset, block))
         size = max(size, offset + need)
