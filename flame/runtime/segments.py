@@ -99,7 +99,9 @@ class _Segment:
                         self.reads.append(buffer_of[v])
                     refs.append((False, read_at[v]))
             self.wiring.append(tuple(refs))
-        self.writes = [(local[v], b) for v, b in written.items() if v in local]
+        # the segment's own outputs, in op order as `written` lists them (a look-up per op of the segment,
+        # not a scan of every value a horizontal kernel writes)
+        self.writes = [(j, written[op.out]) for j, op in enumerate(ops) if op.out in written]
         self.fixed = [_constant(op) if not op.inputs and not REGISTRY[op.name].random else None for op in ops]
         self.read_values = list(read_at)
         self.n = 0
