@@ -96,9 +96,11 @@ def root(buffers: dict[int, Buffer], bid: int) -> int:
 def swapped(ids: tuple, old: int, new: int) -> tuple:
     """ids with every `old` replaced by `new` (found by the tuple's own search: a horizontal kernel's
     step names hundreds of buffers, and each in-place update renames one of them)."""
-    if old not in ids:
+    try:
+        at = ids.index(old)
+    except ValueError:
         return ids
-    out, at = list(ids), ids.index(old)
+    out = list(ids)
     while True:
         out[at] = new
         try:
@@ -153,12 +155,15 @@ class Step:
 
     def renamed(self, old: int, new: int) -> Step:
         """This step with buffer `old` replaced by `new` wherever it appears."""
-
-        def r(x):
-            return swapped(x, old, new) if isinstance(x, tuple) else (new if x == old else x)
-
-        fields = {name: getattr(self, name) for name in _buffer_fields(type(self))}
-        changed = {k: r(v) for k, v in fields.items() if v == old or (isinstance(v, tuple) and old in v)}
+        changed = {}
+        for name in _buffer_fields(type(self)):
+            v = getattr(self, name)
+            if isinstance(v, tuple):  # one search of the tuple, which may name hundreds of buffers
+                w = swapped(v, old, new)
+                if w is not v:
+                    changed[name] = w
+            elif v == old:
+                changed[name] = new
         return with_fields(self, changed) if changed else self  # most steps do not name old
 
     def format(self, ids: dict[Value, int]) -> str:
