@@ -395,7 +395,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
         raise FlameError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
                          f"operation (write into it under `with flame.no_grad():`, or into a clone)"
                          f"\n  at {user_location()}")
-    recorded = grad_enabled.get() and (base.requires_grad or new.requires_grad)
+    # a write through detach() records no gradient unless the detached tensor takes new's history (owns)
+    recorded = owns or not detached and grad_enabled.get() and (base.requires_grad or new.requires_grad)
     check_writable(t, what, fill and not recorded)  # torch's backward refuses a recorded fill
     pos = positions(t)
     old = stand_in(base, new)

@@ -18,6 +18,7 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import floating
+from flame.frontend.dispatch import apply
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, stack, where
@@ -291,14 +292,19 @@ def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:  # no
 def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # noqa: A002
                neginf: float | None = None) -> Tensor:
     """NaN, +inf and -inf replaced (by default with 0 and the dtype's largest and lowest finite
-    values); the gradient passes where the input is finite."""
+    values); the gradient is torch's grad * isfinite(input): a NaN or infinite gradient reaching a
+    replaced element gives NaN there, as torch's (a `where` would give 0)."""
     x = as_tensor(input)
     if not x.dtype.is_float:
         return x
     info = np.finfo(x.dtype.np_dtype)
     hi = float(info.max) if posinf is None else posinf
     lo = float(info.min) if neginf is None else neginf
-    return where(x != x, nan, where(x == math.inf, hi, where(x == -math.inf, lo, x)))
+    out = where(x != x, nan, where(x == math.inf, hi, where(x == -math.inf, lo, x)))
+    if not x.requires_grad:
+        return out
+    finite = (x.detach() == x.detach()) & (x.detach().abs() != math.inf)
+    return apply("straight_through", x * finite.to(x.dtype), out)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
+from contextlib import nullcontext
 
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops, views
 from flame.frontend.autocast import policy
-from flame.frontend.context import grad_enabled, user_location
+from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
@@ -336,7 +337,10 @@ class TensorOps:
             chosen = mask.broadcast_to(self.shape).to(f32).reshape(-1)
             hit = apply("scatter_add", full((base.numel(),), 0.0, f32), tensor(views.positions(self).reshape(-1)),
                         chosen, axis=0) > 0
-            assign(base, where(hit.reshape(base.shape), value, base), "masked_fill_", fill=True)
+            # through detach(): the base takes the values and keeps its own history, as torch's
+            detached = any(opdef.view is None for opdef, _, _ in self._chain)
+            with no_grad() if detached and not getattr(value, "requires_grad", False) else nullcontext():
+                assign(base, where(hit.reshape(base.shape), value, base), "masked_fill_", fill=True)
             return self
         return self._inplace(lambda x: x.masked_fill(mask, value), value, check=None)  # torch reads value first
 

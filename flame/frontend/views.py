@@ -310,7 +310,10 @@ def _aliases(out, inputs) -> bool:
 def new_tensor(fn):
     """fn, whose result PyTorch makes a new tensor (a pooling, an interpolation, a pad, a repeat),
     returning a copy where flame builds the result from view ops alone and it would share an input's
-    storage (an identity pooling, a pad of zeros): a write into the result never reaches the input."""
+    storage (an identity pooling, a pad of zeros): a write into the result never reaches the input. A
+    result flame builds as a strided view of its own intermediate (a permute back after a matmul along
+    one axis) is copied too: torch's is contiguous, so a view of it (flatten, view) shares its memory
+    and sees a later write into it."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -318,7 +321,9 @@ def new_tensor(fn):
         inputs = (*args, *kwargs.values())
 
         def own(o):
-            return o.clone() if isinstance(o, Tensor) and _aliases(o, inputs) else o
+            if not isinstance(o, Tensor):
+                return o
+            return o.clone() if _aliases(o, inputs) or o._base is not None and not is_contiguous(o) else o
 
         if isinstance(out, tuple):  # (values, indices), a named tuple or a plain one
             return type(out)(*map(own, out)) if hasattr(out, "_fields") else tuple(map(own, out))

@@ -28,6 +28,11 @@ WRITES = {
     "detach().t() write": lambda lib, y: y.detach().reshape(3, 1).t()[0, 2:].copy_(lib.ones(1, dtype=y.dtype)),
     ".data.mul_": lambda lib, y: y.data.mul_(10),
     ".data[0].fill_": lambda lib, y: y.data[0].fill_(7.0),
+    # into an expanded view through detach(): a fill, which torch takes (the view's elements share memory)
+    "detach() of an expand, fill_": lambda lib, y: y.expand(2, 3).detach().fill_(1.5),
+    "detach() of an expand, masked_fill_": lambda lib, y: (
+        y.expand(2, 3).detach().masked_fill_(lib.tensor([[True, False, False], [False, False, True]]), 1.5)
+    ),
 }
 
 

@@ -535,6 +535,48 @@ def test_functions_that_make_new_tensors_in_torch_never_return_a_view_of_their_i
     np.testing.assert_array_equal(x.numpy(), tx.numpy())
 
 
+# (F, x of shape (1, 2, 1, 2)) -> a result flame computes along one spatial axis only (a matmul with the
+# axis moved last, then moved back), which torch returns contiguous
+ONE_AXIS = {
+    "adaptive_avg_pool2d_rows": lambda F, x: F.adaptive_avg_pool2d(x, 2),
+    "adaptive_avg_pool2d_rows_kept_cols": lambda F, x: F.adaptive_avg_pool2d(x.expand(1, 2, 3, 2) * 1, (2, None)),
+    "interpolate_bilinear_rows": lambda F, x: F.interpolate(x, size=(3, 2), mode="bilinear"),
+    "interpolate_area_rows": lambda F, x: F.interpolate(x.repeat(1, 1, 3, 1), size=(2, 2), mode="area"),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", ONE_AXIS)
+def test_a_pooling_result_is_contiguous_so_its_flatten_sees_a_later_write_as_torch(name, compiled):
+    """A view taken of the result (flatten) shares its memory, as torch's: a write into the result after
+    it shows in the view, values and gradients against torch in float64."""
+    import torch.nn.functional as TF
+
+    import flame.nn.functional as FF
+
+    def body(m, F, x, w):
+        y = ONE_AXIS[name](F, x)
+        flat = y.flatten(2)
+        y.add_(w)
+        return (flat * flat).sum() + (y * x.sum()).sum(), flat
+
+    a, b = np.array([[[[0.3, -1.2]], [[0.8, 2.1]]]]), np.array([0.5, -0.7])
+    tx, tw = (torch.tensor(v, requires_grad=True) for v in (a, b))
+    x, w = (flame.tensor(v, dtype=flame.float64, requires_grad=True) for v in (a, b))
+
+    def step(x, w):
+        loss, flat = body(flame, FF, x, w)
+        loss.backward()
+        return loss, flat
+
+    got = flame.compile(step)(x, w) if compiled else step(x, w)
+    want = body(torch, TF, tx, tw)
+    want[0].backward()
+    assert ONE_AXIS[name](FF, x.detach()).is_contiguous()
+    for g, t in [(got[0], want[0]), (got[1], want[1]), (x.grad, tx.grad), (w.grad, tw.grad)]:
+        np.testing.assert_allclose(g.detach().numpy(), t.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
 def test_no_grad_inside_a_compiled_step_stops_gradients_as_in_torch():
     grads = []
     for m in (torch, flame):

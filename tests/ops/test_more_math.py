@@ -153,3 +153,29 @@ def test_a_step_of_them_plans_and_compiles_for_the_gpu(cuda_target):
         return loss
 
     check_gpu_step(body, w, flame.tensor(randn(5, 4)))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nan_to_num_passes_a_nan_gradient_on_at_replaced_elements_as_torch(mode):
+    """nan_to_num's gradient is grad * isfinite(input) (torch's): an infinite gradient reaching a replaced
+    element (sqrt's at the 0 a NaN became) is NaN there, not 0, and a finite one is 0."""
+    x0 = np.array([np.nan, np.inf, -np.inf, 1.5, 0.25])
+
+    def body(lib, x):
+        y = lib.nan_to_num(x, 0.0, 2.0, 4.0)
+        return y.sqrt().sum() + (y * y).sum()
+
+    tx = torch.tensor(x0, requires_grad=True)
+    want = body(torch, tx)
+    want.backward()
+    x = flame.tensor(x0, dtype=flame.float64, requires_grad=True)
+
+    def step(x):
+        loss = body(flame, x)
+        loss.backward()
+        return loss
+
+    got = flame.compile(step)(x) if mode == "compiled" else step(x)
+    assert np.isnan(tx.grad[0].item())  # the case this test is about
+    np.testing.assert_allclose(got.item(), want.item(), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-12, equal_nan=True)
