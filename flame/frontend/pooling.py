@@ -22,7 +22,7 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor, zeros
 from flame.frontend.dispatch import apply
-from flame.frontend.spatial import _along, _batched, _err, _pad_spatial, ntuple
+from flame.frontend.spatial import _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
 from flame.frontend.views import new_tensor
@@ -209,14 +209,6 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 # ---- adaptive pooling ----------------------------------------------------------------------------
 
 @lru_cache(maxsize=256)
-def _adaptive_matrix(n: int, o: int) -> np.ndarray:
-    m = np.zeros((o, n))
-    for i in range(o):
-        lo, hi = (i * n) // o, -(-((i + 1) * n) // o)
-        m[i, lo:hi] = 1.0 / (hi - lo)
-    return m
-
-
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype (the adaptive pools)
 def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = False) -> Tensor:
     """Adaptive average or max pooling ("avg", "max") over PyTorch's windows [floor(i*S/O),
@@ -257,7 +249,7 @@ def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = 
         dims = [i for i, (n, o) in enumerate(zip(x.shape[2:], out)) if n != o]
         for i in dims if kind == "avg" else reversed(dims):
             n, o = x.shape[2 + i], out[i]
-            y = _along(y, 2 + i, _adaptive_matrix(n, o)) if kind == "avg" else _max_along(y, 2 + i, n, o)
+            y = _mean_along(y, 2 + i, n, o) if kind == "avg" else _max_along(y, 2 + i, n, o)
     return y.squeeze(0) if unbatched else y
 
 
@@ -275,16 +267,36 @@ def adaptive_avg_pool3d(input, output_size) -> Tensor:  # noqa: A002
     return _adaptive("avg", 3, input, output_size)
 
 
-def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
-    """The maximum over PyTorch's adaptive windows of one axis: each window's elements gathered into a
-    row of K (the widest window; a shorter one repeats its last element, which leaves its maximum and,
-    the gather summing its gradient back, the gradient as it was), then each row's first maximum."""
+def _windows(x: Tensor, axis: int, n: int, o: int) -> tuple[Tensor, np.ndarray]:
+    """PyTorch's adaptive windows of one axis, each window's elements gathered into a row of K (the widest
+    window; a shorter one repeats its last element), at axis + 1; and which of the K are the window's
+    own ([o, K] bools)."""
     lo = [(i * n) // o for i in range(o)]
     hi = [-(-((i + 1) * n) // o) for i in range(o)]
     k = max(h - lw for lw, h in zip(lo, hi))
+    own = np.array([[lw + j < h for j in range(k)] for lw, h in zip(lo, hi)])
     idx = np.array([[min(lw + j, h - 1) for j in range(k)] for lw, h in zip(lo, hi)], np.int64)
     g = x.index_select(axis, Tensor(idx.reshape(-1)))
-    return _first_max(g.reshape(*x.shape[:axis], o, k, *x.shape[axis + 1:]), axis + 1).squeeze(axis + 1)
+    return g.reshape(*x.shape[:axis], o, k, *x.shape[axis + 1:]), own
+
+
+def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
+    """The maximum over PyTorch's adaptive windows of one axis: each row's first maximum (a repeated last
+    element leaves the maximum and, the gather summing its gradient back, the gradient as it was)."""
+    g, _ = _windows(x, axis, n, o)
+    return _first_max(g, axis + 1).squeeze(axis + 1)
+
+
+def _mean_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
+    """The mean over PyTorch's adaptive windows of one axis: each window's own elements summed and divided
+    by their count (f16/bf16 in f32, rounded once), so an inf or NaN reaches only the windows holding it."""
+    g, own = _windows(x.float() if x.dtype.itemsize < 4 else x, axis, n, o)
+    shape = [1] * g.ndim
+    shape[axis], shape[axis + 1] = own.shape
+    keep = Tensor(own.reshape(shape))
+    count = Tensor(own.sum(1).reshape(shape[: axis + 1] + shape[axis + 2:]).astype(g.dtype.np_dtype), g.dtype)
+    y = apply("where", keep, g, zeros((), dtype=g.dtype)).sum(axis + 1) / count
+    return y.to(x.dtype)
 
 
 def _first_max(x: Tensor, axis: int) -> Tensor:

@@ -18,7 +18,7 @@ from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.losses import pad
 from flame.frontend.pooling import _adaptive
-from flame.frontend.spatial import _along, _batched, _err, ntuple
+from flame.frontend.spatial import _batched, _err, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, stack
 from flame.frontend.views import new_tensor
@@ -31,24 +31,35 @@ __all__ = ["fold", "interpolate", "pixel_shuffle", "pixel_unshuffle", "unfold"]
 _LINEAR = {"linear": 1, "bilinear": 2, "trilinear": 3}
 
 
-def _source(o: int, n: int, scale: float, align_corners: bool) -> np.ndarray:
-    """PyTorch's area_pixel_compute_source_index for every output position of one axis."""
-    i = np.arange(o, dtype=np.float64)
-    if align_corners:
-        return i * ((n - 1) / (o - 1) if o > 1 else 0.0)
-    return np.maximum((i + 0.5) * scale - 0.5, 0.0)
-
-
 @lru_cache(maxsize=256)
-def _linear_matrix(n: int, o: int, scale: float, align_corners: bool) -> np.ndarray:
-    src = _source(o, n, scale, align_corners)
+def _linear_taps(n: int, o: int, scale: float, align_corners: bool, wide: bool):
+    """(i0, i1, lam) of one axis, as PyTorch's linear kernels: output j is (1 - lam) x[i0] + lam x[i1], the
+    source positions computed in f32 (f64 for a `wide`, f64, input), as PyTorch's opmath type."""
+    ft = np.float64 if wide else np.float32
+    i = np.arange(o, dtype=ft)
+    if align_corners:
+        src = i * (ft(n - 1) / ft(o - 1) if o > 1 else ft(0.0))
+    else:
+        src = np.maximum((i + ft(0.5)) * ft(scale) - ft(0.5), ft(0.0))
     i0 = np.minimum(np.floor(src).astype(np.int64), n - 1)
-    i1 = np.minimum(i0 + 1, n - 1)
-    lam = src - i0
-    m = np.zeros((o, n))
-    np.add.at(m, (np.arange(o), i0), 1.0 - lam)
-    np.add.at(m, (np.arange(o), i1), lam)
-    return m
+    return i0, np.minimum(i0 + 1, n - 1), src - i0.astype(ft)
+
+
+def _linear_along(x: Tensor, axis: int, taps) -> Tensor:
+    """x with axis `axis` interpolated from two neighbours per output, weighted, as PyTorch's kernels
+    compute it (an f16/bf16 input in f32, rounded once): a non-finite input reaches only the outputs that
+    read it (a product by a dense matrix would give NaN wherever a zero weight meets an inf)."""
+    i0, i1, lam = taps
+    low = x.dtype.itemsize < 4
+    xs = x.float() if low else x
+    shape = [1] * x.ndim
+    shape[axis] = len(lam)
+
+    def weight(w):
+        return Tensor(np.asarray(w).reshape(shape).astype(xs.dtype.np_dtype), xs.dtype)
+
+    y = xs.index_select(axis, Tensor(i0)) * weight(1.0 - lam) + xs.index_select(axis, Tensor(i1)) * weight(lam)
+    return y.to(x.dtype) if low else y
 
 
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
@@ -87,7 +98,7 @@ def _upsample(x: Tensor, mode: str, out, scales, align_corners) -> Tensor:
     y = x
     for i, (n, o, sc) in enumerate(zip(x.shape[2:], out, scales)):
         if n != o or align_corners:
-            y = _along(y, 2 + i, _linear_matrix(n, o, sc, bool(align_corners)))
+            y = _linear_along(y, 2 + i, _linear_taps(n, o, sc, bool(align_corners), y.dtype.itemsize > 4))
     return y
 
 

@@ -1,7 +1,6 @@
 """What the spatial functions of flame.nn.functional share (frontend/conv.py, pooling.py, resample.py):
 PyTorch's int-or-tuple arguments (ntuple), an unbatched input seen as [N, C, *S], padding of the
-spatial dims, shape errors that name the user's line, and the per-axis linear map by a constant matrix
-(one matmul) that adaptive average pooling and linear interpolation apply."""
+spatial dims, and shape errors that name the user's line."""
 
 from __future__ import annotations
 
@@ -43,14 +42,3 @@ def _pad_spatial(x: Tensor, pads, value) -> Tensor:
     if not any(lo or hi for lo, hi in pads):
         return x
     return apply("pad", x, pads=[(0, 0), (0, 0)] + [tuple(p) for p in pads], value=value)
-
-
-def _along(x: Tensor, axis: int, m: np.ndarray) -> Tensor:
-    """x with spatial axis `axis` mapped by the constant matrix m [out, in] (one matmul)."""
-    mt = Tensor(np.ascontiguousarray(m.T).astype(x.dtype.np_dtype), x.dtype)
-    last = x.ndim - 1
-    if axis == last:
-        return x @ mt
-    perm = list(range(x.ndim))
-    perm[axis], perm[last] = last, axis
-    return (x.permute(*perm) @ mt).permute(*perm)

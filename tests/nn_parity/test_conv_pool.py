@@ -177,3 +177,57 @@ def test_conv_transpose_padding_mode_refused_as_torch():
             lib.nn.ConvTranspose2d(2, 2, 3, padding_mode="reflect")
         with pytest.raises(ValueError):
             lib.nn.Conv2d(2, 2, 3, padding_mode="mirror")
+
+
+NON_FINITE = [
+    ("linear", [np.inf, 1.0, 2.0], dict(size=5)),
+    ("linear", [1.0, np.nan, 2.0, 3.0], dict(size=7)),
+    ("linear", [1.0, 2.0, -np.inf, 3.0], dict(scale_factor=2, align_corners=True)),
+    ("linear", [4.0, 1.0, 2.0, np.inf, 3.0, 5.0], dict(scale_factor=0.5)),
+    ("area", [1.0, np.inf, 2.0, 3.0, 4.0], dict(size=3)),
+    ("area", [np.nan, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0], dict(size=4)),
+]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("case", NON_FINITE, ids=[str(i) for i in range(len(NON_FINITE))])
+def test_linear_interpolation_spreads_a_non_finite_input_only_to_the_outputs_that_read_it(case, compiled):
+    """Each output reads its two neighbours (as torch's kernel; area: its adaptive window), so an inf or NaN reaches only the outputs
+    beside it, and a NaN gradient only the inputs beside it: torch's values bit for bit and its gradients
+    (NaN where torch's are; a product by the dense interpolation matrix made NaN of a whole axis)."""
+    mode, values, opts = case
+    x = np.array([[values]], np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch.nn.functional.interpolate(tx, mode=mode, **opts)
+    g = np.ones(ty.shape, np.float32)
+    g.flat[1] = np.nan  # one NaN gradient: torch's reaches only the inputs that output read
+    ty.backward(torch.tensor(g))
+
+    def run(x, g):
+        y = flame.nn.functional.interpolate(x, mode=mode, **opts)
+        y.backward(g)
+        return y, x.grad
+
+    fx = flame.tensor(x, requires_grad=True)
+    y, gx = (flame.compile(run) if compiled else run)(fx, flame.tensor(g))
+    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
+    np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), rtol=1e-6)  # NaN where torch's; sums in another order
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bilinear_upsampling_plans_for_the_gpu_and_its_kernels_compile(dtype, cuda_target):
+    """A bilinear upsampling and adaptive average pooling step (gathers per axis, weighted or masked and
+    summed; bf16 computed in f32 and rounded once)
+    planned for the CUDA target gives the eager loss and gradient, and its kernels compile with NVRTC."""
+    from tests.ops.test_everyday_ops import check_gpu_step
+
+    w = flame.tensor(rng(7).standard_normal((1, 3, 5, 4)).astype(np.float32), requires_grad=True)
+
+    def body(x):
+        y = flame.nn.functional.interpolate((w * x).to(dtype), scale_factor=(2, 1.5), mode="bilinear")
+        y = flame.nn.functional.adaptive_avg_pool2d(y, (3, 4))  # windows of 3 and 4 rows, of 1 and 2 columns
+        loss = (y.float() ** 2).mean()
+        loss.backward()
+        return loss
+
+    check_gpu_step(body, w, flame.tensor(rng(8).standard_normal((1, 3, 5, 4)).astype(np.float32)))
