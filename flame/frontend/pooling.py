@@ -213,7 +213,7 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = False) -> Tensor:
     """Adaptive average or max pooling ("avg", "max") over PyTorch's windows [floor(i*S/O),
     ceil((i+1)*S/O)) per axis: reshaped tiles where every axis divides evenly, else axis by axis (a
-    constant matrix for the mean, a gather of each window for the max)."""
+    gather of each window: its own elements summed for the mean, its first maximum for the max)."""
     name = f"adaptive_{kind}_pool{d}d"
     if return_indices:
         raise NotImplementedError(f"{name}: return_indices=True is not supported\n  at {user_location()}")

@@ -1,7 +1,7 @@
 """Resampling and rearranging the spatial dims, in flame.nn.functional (PyTorch names and semantics),
 written over primitives:
-- interpolate: nearest by broadcasting (integer factors) or index_select; (bi/tri)linear by one matmul
-  per axis with the interpolation matrix (align_corners as PyTorch).
+- interpolate: nearest by broadcasting (integer factors) or index_select; (bi/tri)linear axis by axis,
+  each output two neighbours gathered and weighted as PyTorch's kernels (align_corners as PyTorch).
 - pixel_shuffle / pixel_unshuffle: a reshape, a permutation of the dims and a reshape.
 - unfold (im2col): the strided slices of the kernel offsets stacked into columns; fold, its adjoint:
   each offset's columns interleaved with zeros, padded into place and summed."""
