@@ -407,7 +407,7 @@ class _Gen:
         """Value i is computed from a low-precision region's result (autocast, FP8, a checkpoint body with
         one): its integer values (floor, a cast) are not drawn, as a rounding of float16 or bfloat16 moves
         floor(4 x) by one at a few elements in a hundred, and which ones depends on how the run rounds
-        (flame's eager linear rounds the product, then its sum with the bias; torch's addmm rounds once)."""
+        (the order of a GEMM's f32 sums, a fused kernel's skipped intermediate rounding)."""
         todo, seen = [i], set()
         while todo:
             j = todo.pop()
