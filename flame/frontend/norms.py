@@ -35,7 +35,8 @@ def param_dtype(op: str, x: Tensor, *params: Tensor | None):
 
 def widened(t: Tensor | None) -> Tensor | None:
     """An f16/bf16 tensor in f32 (PyTorch's normalisations compute their statistics, the normalised value
-    and the affine step in their accumulation type and round the result once), else t."""
+    and the affine step in their accumulation type and round the result once; so do its linear
+    interpolation and adaptive average pooling), else t."""
     return t.float() if t is not None and t.dtype.is_float and t.dtype.itemsize == 2 else t
 
 

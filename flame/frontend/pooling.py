@@ -22,6 +22,7 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor, zeros
 from flame.frontend.dispatch import apply
+from flame.frontend.norms import widened
 from flame.frontend.spatial import _batched, _err, _pad_spatial, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
@@ -290,7 +291,7 @@ def _max_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
 def _mean_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
     """The mean over PyTorch's adaptive windows of one axis: each window's own elements summed and divided
     by their count (f16/bf16 in f32, rounded once), so an inf or NaN reaches only the windows holding it."""
-    g, own = _windows(x.float() if x.dtype.itemsize < 4 else x, axis, n, o)
+    g, own = _windows(widened(x), axis, n, o)
     shape = [1] * g.ndim
     shape[axis], shape[axis + 1] = own.shape
     keep = Tensor(own.reshape(shape))

@@ -17,6 +17,7 @@ from flame.frontend.autocast import policy
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.losses import pad
+from flame.frontend.norms import widened
 from flame.frontend.pooling import _adaptive
 from flame.frontend.spatial import _batched, _err, ntuple
 from flame.frontend.tensor import Tensor
@@ -50,8 +51,7 @@ def _linear_along(x: Tensor, axis: int, taps) -> Tensor:
     compute it (an f16/bf16 input in f32, rounded once): a non-finite input reaches only the outputs that
     read it (a product by a dense matrix would give NaN wherever a zero weight meets an inf)."""
     i0, i1, lam = taps
-    low = x.dtype.itemsize < 4
-    xs = x.float() if low else x
+    xs = widened(x)
     shape = [1] * x.ndim
     shape[axis] = len(lam)
 
@@ -59,7 +59,7 @@ def _linear_along(x: Tensor, axis: int, taps) -> Tensor:
         return Tensor(np.asarray(w).reshape(shape).astype(xs.dtype.np_dtype), xs.dtype)
 
     y = xs.index_select(axis, Tensor(i0)) * weight(1.0 - lam) + xs.index_select(axis, Tensor(i1)) * weight(lam)
-    return y.to(x.dtype) if low else y
+    return y.to(x.dtype)
 
 
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
