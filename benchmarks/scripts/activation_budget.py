@@ -70,8 +70,11 @@ def torch_block(kind: str, d: int, heads: int, dtype, device):
     return m, forward
 
 
-def _timed(run, repeat: int, sync) -> float:
-    run()
+def _timed(run, repeat: int, sync, warmup: int = 3) -> float:
+    """Milliseconds per call, back to back, after `warmup` calls (a training step's second call
+    re-traces once: its parameters' .grad exist from then on)."""
+    for _ in range(warmup):
+        run()
     sync()
     start = time.perf_counter()
     for _ in range(repeat):

@@ -34,10 +34,11 @@ import numpy as np
 
 from flame.errors import FlameError
 from flame.ir.builder import Builder
-from flame.ir.evaluate import constant_value
+from flame.ir.evaluate import compute_op, constant_value
 from flame.ir.graph import Graph, Op, SubGraph, Value
 from flame.ir.ops.elementwise import ADD, DIV, MUL
 from flame.ir.ops.linalg import MATMUL
+from flame.ir.registry import REGISTRY
 from flame.passes import _score_chain
 from flame.passes._rewrite import annotate_loc, full_value
 from flame.passes.dce import eliminate_dead_code
@@ -47,6 +48,7 @@ Differentiate = Callable[[Graph], Graph]  # a score modification's graph -> its 
 OP = "scaled_dot_product_attention"
 REWRITE_NOTE = "[rewrite_attention: attention written by hand -> one scaled_dot_product_attention]"
 MAX_MASK_EVAL = 1 << 22  # constant masks up to this many elements are evaluated to detect causality
+ROWS_AT_ONCE = 1 << 20  # a larger mask comparing query and key positions is checked this many elements at a time
 
 
 @dataclass
@@ -209,10 +211,33 @@ def _is_causal(mask: np.ndarray, kind: str, length: int, keys: int) -> bool:
     return bool(np.all(np.where(tril, full == 0, np.isneginf(full))))
 
 
+def _constant_causal(cond: Value, kind: str, g: Graph, length: int, keys: int) -> bool:
+    """cond is a constant mask equal to PyTorch's is_causal: evaluated whole when it is small, and a
+    block of query rows at a time when it is an elementwise comparison of a per-query column with a
+    per-key row (arange(L)[:, None] >= arange(S)[None, :] at any length)."""
+    const = _constant(cond, g)
+    if const is not None:
+        return _is_causal(const, kind, length, keys)
+    op = cond.producer
+    if kind == "additive" or op is None or len(op.inputs) != 2 or REGISTRY[op.name].category != "elementwise":
+        return False
+    args = [_constant(x, g) for x in op.inputs]
+    if any(x is None or x.ndim < 2 or 1 not in x.shape[-2:] for x in args):
+        return False
+    step = max(1, ROWS_AT_ONCE // max(keys, 1))
+    for r in range(0, length, step):
+        rows = [x[..., r : r + step, :] if x.shape[-2] == length else x for x in args]
+        block = compute_op(op, rows, np.broadcast_shapes(*(x.shape for x in rows)))
+        tril = np.arange(r, min(r + step, length))[:, None] >= np.arange(keys)[None, :]
+        full = np.broadcast_to(block, block.shape[:-2] + tril.shape)
+        if not np.all(full == (tril if kind == "keep" else ~tril)):
+            return False
+    return True
+
+
 def _causal_mask(m: _Match, g: Graph, length: int, keys: int) -> bool:
     """m's mask is a constant equal to PyTorch's is_causal."""
-    const = None if m.mask is None else _constant(m.mask, g)
-    return const is not None and _is_causal(const, m.mask_kind, length, keys)
+    return m.mask is not None and _constant_causal(m.mask, m.mask_kind, g, length, keys)
 
 
 def _keys(b: Builder, kt: Value) -> Value:
@@ -317,8 +342,7 @@ def _emit_chain(m: _Match, chain, base: Value, op: Op, g: Graph,
     length, keys = base.shape[-2:]
     causal, keeps, selects = False, [], False
     for cond, kind in (c for where in chain.keeps for c in _conjuncts(*where)):
-        const = None if causal or kind == "causal" else _constant(cond, g)
-        if kind == "causal" or (const is not None and _is_causal(const, kind, length, keys)):
+        if kind == "causal" or (not causal and _constant_causal(cond, kind, g, length, keys)):
             causal, selects = True, kind != "causal"  # an added causal mask adds (-inf); a where selects
         else:
             keeps.append((cond, kind))

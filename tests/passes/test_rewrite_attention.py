@@ -272,3 +272,33 @@ def test_a_non_finite_gradient_reaches_dropped_scores_as_in_torch(name, compiled
     out, grads = step(*args)
     for got, w, what in zip(grads, [t.grad for t in ts], ("dq", "dk", "dv")):
         np.testing.assert_allclose(got.numpy(), w.numpy(), rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=what)
+
+
+@pytest.mark.parametrize("compare", ["gt", "ge"])
+def test_a_mask_of_positions_too_large_to_evaluate_whole_is_checked_a_block_of_rows_at_a_time(monkeypatch, compare):
+    """A causal mask compared from query and key positions (j > i) is is_causal at any length: when
+    the whole mask is above the evaluation limit, it is compared with tril a block of rows at a time;
+    one diagonal off (j >= i) stays a score modification."""
+    import flame.passes.rewrite_attention as ra
+
+    monkeypatch.setattr(ra, "MAX_MASK_EVAL", 64)  # the positions fit, the mask (48 x 48) does not
+    monkeypatch.setattr(ra, "ROWS_AT_ONCE", 100)  # two rows of 48 keys at a time
+    length = 48
+
+    def attention(q, k, v):
+        i, j = flame.arange(length)[:, None], flame.arange(length)[None, :]
+        drop = j > i if compare == "gt" else j >= i
+        return F.softmax(_scaled_after(q, k).masked_fill(drop, float("-inf")), -1) @ v
+
+    rng = np.random.default_rng(0)
+    args = [flame.tensor(rng.standard_normal((B, H, length, E)).astype(np.float32)) for _ in range(3)]
+    (op,) = [o for o in flame.compile(attention).optimized(*args).ops if o.name == SDPA]
+    assert op.attrs["is_causal"] == (compare == "gt")
+    assert (op.attrs.get("score_mod") is None) == (compare == "gt")
+    q, k, v = (torch.tensor(a.numpy()) for a in args)
+    keep = torch.tril(torch.ones(length, length, dtype=torch.bool), -1 if compare == "ge" else 0)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    got = flame.compile(attention)(*args).numpy()
+    if compare == "ge":  # row 0 keeps no key: torch gives NaN there, as flame's fully masked row
+        got, want = got[..., 1:, :], want[..., 1:, :]
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-5)
