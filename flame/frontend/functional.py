@@ -196,7 +196,8 @@ def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     # bias of any shape that broadcasts to the result is addmm's input, added before the rounding too
     if bias is None:
         return matmul(x, weight.T)
-    if x.ndim == 2 and not bias_vector(bias, weight.shape[0]) and rounds_once(x, weight, bias, (x.shape[0], weight.shape[0])):
+    n = weight.shape[0]
+    if x.ndim == 2 and not bias_vector(bias, n) and rounds_once(x, weight, bias, (x.shape[0], n)):
         return scaled_add(x, weight.T, bias)
     return matmul_add(x, weight.T, bias)
 

@@ -29,7 +29,7 @@ def rounds_once(a: Tensor, b: Tensor, c, product_shape: tuple[int, ...]) -> bool
         return False
     if c.ndim > len(product_shape):
         return False
-    tail = product_shape[len(product_shape) - c.ndim:]
+    tail = product_shape[len(product_shape) - c.ndim :]
     return all(d in (1, t) for d, t in zip(c.shape, tail))
 
 
