@@ -14,6 +14,7 @@ from flame.frontend.autocast import get_fp8_recipe, policy
 from flame.frontend.context import grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones
 from flame.frontend.dispatch import apply
+from flame.frontend.gemm_add import bias_vector, rounds_once, scaled_add
 from flame.frontend.index_ops import embedding_rows
 from flame.frontend.norms import param_dtype, widened
 from flame.frontend.spatial import _err
@@ -191,8 +192,14 @@ linear.autocast = "lower"  # its policy outside FP8 regions (autocast.policy)
 @policy("lower")  # autocast: input, weight and bias in the autocast dtype
 def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     _check_linear(x, weight)
-    # with a bias: added before the product's one rounding, as PyTorch's addmm (matmul_add)
-    return matmul(x, weight.T) if bias is None else matmul_add(x, weight.T, bias)
+    # with a bias: added before the product's one rounding, as PyTorch's addmm (matmul_add); a 2-D input's
+    # bias of any shape that broadcasts to the result is addmm's input, added before the rounding too
+    if bias is None:
+        return matmul(x, weight.T)
+    n = weight.shape[0]
+    if x.ndim == 2 and not bias_vector(bias, n) and rounds_once(x, weight, bias, (x.shape[0], n)):
+        return scaled_add(x, weight.T, bias)
+    return matmul_add(x, weight.T, bias)
 
 
 def _check_linear(x: Tensor, weight: Tensor, same_dtype: bool = True) -> None:

@@ -20,6 +20,7 @@ from flame.frontend.context import user_location
 from flame.frontend.creation import eye
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
+from flame.frontend.gemm_add import bias_vector, rounds_once, scaled_add
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import full, matmul, matmul_add, pad, where
@@ -87,8 +88,12 @@ class TensorMath:
         beta = 0 self is not read, so its NaN and inf do not propagate)."""
         _ranks("addmm", (mat1, 2), (mat2, 2))
         self, mat1, mat2 = _lowered(self, mat1, mat2)  # autocast: all three in the low dtype, as torch's
-        if beta == 1 and alpha == 1:
+        if beta == 1 and alpha == 1 and bias_vector(self, mat2.shape[-1]):
             return matmul_add(mat1, mat2, self)  # a bias vector: added before the one rounding, as torch's
+        if rounds_once(mat1, mat2, self, (mat1.shape[0], mat2.shape[1])):
+            return scaled_add(mat1, mat2, self, alpha, beta)  # f16/bf16: rounded once, as torch's
+        if beta == 1 and alpha == 1:
+            return matmul_add(mat1, mat2, self)
         prod = matmul(mat1, mat2)
         prod = prod * alpha if alpha != 1 else prod
         if beta == 0:
@@ -98,9 +103,13 @@ class TensorMath:
     def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
         """beta * self + alpha * (batch1 @ batch2) over a batch, as torch.baddbmm."""
         self, batch1, batch2 = _lowered(self, batch1, batch2)  # autocast: all three in the low dtype
-        if beta == 1 and alpha == 1:
-            _batches("baddbmm", batch1, batch2)
+        _batches("baddbmm", batch1, batch2)
+        if beta == 1 and alpha == 1 and bias_vector(self, batch2.shape[-1]):
             return matmul_add(batch1, batch2, self)  # a bias vector: added before the one rounding, as torch's
+        if rounds_once(batch1, batch2, self, (batch1.shape[0], batch1.shape[1], batch2.shape[2])):
+            return scaled_add(batch1, batch2, self, alpha, beta)  # f16/bf16: rounded once, as torch's
+        if beta == 1 and alpha == 1:
+            return matmul_add(batch1, batch2, self)
         prod = self.__class__.bmm(batch1, batch2)
         prod = prod * alpha if alpha != 1 else prod
         if beta == 0:

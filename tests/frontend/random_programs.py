@@ -303,6 +303,9 @@ _APPLY = {
     "where": lambda lib, x, y: lib.where(x > y, x, y * 0.5),
     "scale": lambda lib, x, c: x * c,
     "linear": _with_optional("linear", ("weight", "bias")),
+    "addmm": lambda lib, c, a, b, alpha, beta: (lib.baddbmm if a.ndim == 3 else lib.addmm)(
+        c, a, b, alpha=alpha, beta=beta
+    ),
     "cumsum": lambda lib, x, dim: x.cumsum(dim),
     "cumprod": lambda lib, x, dim: x.cumprod(dim),
     "gather": lambda lib, x, dim, index: x.gather(dim, _const(lib, index, x)),
@@ -517,8 +520,11 @@ def _elementwise(g: _Gen) -> int | None:
 
 
 def _matmul(g: _Gen) -> int | None:
-    """x @ w or F.linear(x, w, b) on a free value of rank 1 or more; w a free value or a new input."""
+    """x @ w or F.linear(x, w, b) on a free value of rank 1 or more; w a free value or a new input (now
+    and then addmm or baddbmm instead)."""
     rng = g.rng
+    if rng.random() < 0.2:
+        return _addmm(g)
     i = g.pick(lambda s: len(s) >= 1)
     if i is None:
         return None
@@ -530,6 +536,21 @@ def _matmul(g: _Gen) -> int | None:
     bias = rng.random() < 0.5
     ins = (i, w, g.input((g.shapes[w][0],))) if bias else (i, w)
     return g.add("linear", ins, has_weight=True, has_bias=bias)
+
+
+def _addmm(g: _Gen) -> int | None:
+    """addmm (a free matrix) or baddbmm (a free batch of matrices) with a new input that broadcasts to the
+    product (the full shape, a row, a column, a scalar) and alpha and beta drawn (beta = 0 included)."""
+    rng = g.rng
+    i = g.pick(lambda s: len(s) in (2, 3))
+    if i is None:
+        return None
+    *batch, m, k = g.shapes[i]
+    n = g.size()
+    b = g.input((*batch, k, n))
+    c = g.input(rng.choice([(*batch, m, n), (n,), (m, 1), (1, n), ()]))
+    alpha, beta = rng.choice([1, 0.5, -1.5, 0.3]), rng.choice([1, 0.75, -2.0, 0])
+    return g.add("addmm", (c, i, b), alpha=alpha, beta=beta)
 
 
 def _broadcasts(a: tuple, b: tuple) -> bool:
