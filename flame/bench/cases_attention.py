@@ -33,17 +33,27 @@ def _flame_sdpa(s):
     return fwd_bwd
 
 
-def _torch_sdpa(s):
-    import torch
-    import torch.nn.functional as F
+def _torch_sdpa_on(backend: str | None):
+    def make(s):
+        import contextlib
 
-    def fwd_bwd(q, k, v, dout):
-        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
-        return out.detach(), dq, dk, dv
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    return fwd_bwd
+        def fwd_bwd(q, k, v, dout):
+            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+            with sdpa_kernel(getattr(SDPBackend, backend)) if backend else contextlib.nullcontext():
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+            return out.detach(), dq, dk, dv
+
+        return fwd_bwd
+
+    return make
+
+
+_torch_sdpa = _torch_sdpa_on(None)
 
 
 def _jax_sdpa(implementation: str | None):
@@ -64,9 +74,9 @@ def _jax_sdpa(implementation: str | None):
     return make
 
 
-def _sizes(T: int):
+def _sizes(T: int, D: int = 64, batch: int = 8):
     def sizes(quick: bool) -> dict:
-        return {"batch": 1, "heads": 2, "T": 16, "D": 8} if quick else {"batch": 8, "heads": 16, "T": T, "D": 64}
+        return {"batch": 1, "heads": 2, "T": 16, "D": 8} if quick else {"batch": batch, "heads": 16, "T": T, "D": D}
 
     return sizes
 
@@ -88,12 +98,14 @@ def _flops(s) -> int:
     return forward + forward * 5 // 2
 
 
-def _case(name: str, T: int) -> Case:
-    return Case(name, f"causal SDPA forward + backward (out, dq, dk, dv from dout), bf16 [8, 16, {T}, 64]; "
-                "JAX: jax.nn.dot_product_attention's default implementation (XLA), jax.cudnn: its cuDNN one",
-                sizes=_sizes(T), inputs=_inputs, min_bytes=_bytes, min_flops=_flops,
+def _case(name: str, T: int, D: int = 64, batch: int = 8) -> Case:
+    return Case(name, f"causal SDPA forward + backward (out, dq, dk, dv from dout), bf16 [{batch}, 16, {T}, {D}]; "
+                "JAX: jax.nn.dot_product_attention's default implementation (XLA), jax.cudnn: its cuDNN one; "
+                "torch.cudnn: torch's SDPA with its cuDNN backend chosen (torch's default picks its own)",
+                sizes=_sizes(T, D, batch), inputs=_inputs, min_bytes=_bytes, min_flops=_flops,
                 flame=_stateless(_flame_sdpa), torch=_stateless(_torch_sdpa), jax=_stateless(_jax_sdpa(None)),
-                extra={"jax.cudnn": ("jax", _stateless(_jax_sdpa("cudnn")), "compiled")}, tol=2e-2)
+                extra={"jax.cudnn": ("jax", _stateless(_jax_sdpa("cudnn")), "compiled"),
+                       "torch.cudnn": ("torch", _stateless(_torch_sdpa_on("CUDNN_ATTENTION")), "eager")}, tol=2e-2)
 
 
-ATTENTION = [_case("sdpa_fwd_bwd", 1024), _case("sdpa_fwd_bwd_4k", 4096)]
+ATTENTION = [_case("sdpa_fwd_bwd", 1024), _case("sdpa_fwd_bwd_4k", 4096), _case("sdpa_fwd_bwd_4k_d128", 4096, 128, 4)]
