@@ -96,18 +96,6 @@ class State:
         # the kernels (every data edge from a lower place to a higher one); None: no order is kept
         self.pos: dict[Group, int] | None = None
         self._next = 0
-        self._canonical: dict[tuple, IndexMap | None] = {}
-
-    def canonical(self, v: Value, domain: tuple[int, ...], n_red: int) -> IndexMap | None:
-        """indexmap.canonical(v, domain, n_red), kept per (v's shape, domain, n_red) of plain sizes (a
-        symbolic one is not compared: that may record a guard)."""
-        key = (v.shape, domain, n_red)
-        if not all(type(d) is int for d in v.shape) or not all(type(d) is int for d in domain):
-            return canonical(v, domain, n_red)
-        got = self._canonical.get(key, self)
-        if got is self:
-            got = self._canonical[key] = canonical(v, domain, n_red)
-        return got
 
     def refuse(self, grp: Group, op: Op, why: str) -> bool:
         """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
@@ -471,7 +459,7 @@ def _copied_view(st: State, ops: list[Op], stores: dict[Value, IndexMap] | str, 
         return ""
     views = None  # (found where a result is stored in another order: most layouts store none so)
     for v, m in stores.items():
-        if m == st.canonical(v, domain, n_red):
+        if m == canonical(v, domain, n_red):
             continue
         views = {op.out: op for op in ops if is_view(op)} if views is None else views
         if v not in views and _row_major(st, m, v, domain):
