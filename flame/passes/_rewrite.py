@@ -33,11 +33,11 @@ def rewrite(g: Graph, rule: Rule, checked: int = 0) -> Graph:
     b = Builder(new)
     ops, changed = new.ops, False
     for op in g.ops[:checked]:
-        candidate = Op(op.name, tuple([renamed[v] for v in op.inputs]), op.attrs, op.out.type, op.loc)
+        candidate = Op(op.name, tuple(map(renamed.__getitem__, op.inputs)), op.attrs, op.out.type, op.loc)
         ops.append(candidate)
         renamed[op.out] = candidate.out
     for op in g.ops[checked:]:
-        candidate = Op(op.name, tuple([renamed[v] for v in op.inputs]), op.attrs, op.out.type, op.loc)
+        candidate = Op(op.name, tuple(map(renamed.__getitem__, op.inputs)), op.attrs, op.out.type, op.loc)
         b.loc = op.loc
         before = len(ops)
         got = rule(candidate, b)
