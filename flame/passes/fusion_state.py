@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flame.ir.graph import Graph, Kind, Op, Value, is_backward
+from flame.ir.graph import Graph, Kind, Op, RecomputeLoc, Value, is_backward
 from flame.ir.indexmap import (
     IndexMap,
     Layouts,
@@ -488,7 +488,7 @@ def _feeds_matmul(st: State, v: Value) -> bool:
 def mixes_phases(ops) -> bool:
     """A recomputation and a forward op in one kernel (constants and input views, which every
     kernel computes for itself, aside)."""
-    if not any(remat.is_recompute(o) for o in ops):
+    if not any(isinstance(o.loc, RecomputeLoc) for o in ops):  # (remat.is_recompute, inline: asked per join)
         return False  # the common case, found without sorting out the free ops
     return remat.mixes_phases([o for o in ops if not is_free(o)])
 
@@ -510,10 +510,10 @@ def hoists_backward(st: State, ops: list[Op], exposed: list[Value] | None = None
     elementwise backward work of that size reads, well into the backward (the phases rule): the
     kernel would run in the forward and keep that result alive until then, while the kernel of its
     readers computes it for free. `exposed`: st.exposed(ops), where the caller has it."""
-    if not any(o in st.later for o in ops) or not any(o in st.forward for o in ops):
+    if st.later.isdisjoint(ops) or st.forward.isdisjoint(ops):
         return False  # the common case, found without sorting out the free ops
     work = [o for o in ops if not is_free(o)]
-    if not any(o in st.forward for o in work) or not any(o in st.later for o in work):
+    if st.forward.isdisjoint(work) or st.later.isdisjoint(work):
         return False
     big = max(o.out.type.numel for o in work)
     exposed = st.exposed(ops) if exposed is None else exposed
