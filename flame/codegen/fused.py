@@ -99,9 +99,7 @@ def _written(segs: list[list[Op]], outputs: list[Value]) -> list[list[Value]]:
     return written
 
 
-def layout(
-    ops: list[Op], exposed: list[Value], columns: tuple[Op, ...] = (), layouts: Layouts | None = None
-) -> Layout:
+def layout(ops: list[Op], exposed: list[Value], columns: tuple[Op, ...] = (), layouts: Layouts | None = None) -> Layout:
     """The iteration domain and maps of one segment (as the fusion pass chose them): a row
     reduction's, else that of the column reductions it carries (rows of their kept innermost dims:
     indexmap.leading_reduced), else an elementwise one. `layouts`: derive's answers kept for the
@@ -275,8 +273,10 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
 
     def laid(segs: list[list[Op]]) -> list[Layout]:
         layouts = Layouts()  # a horizontal kernel's segments alike (an update per parameter) derive once
-        return [layout(seg, list(dict.fromkeys(written + col_in)), columns, layouts)
-                for seg, written in zip(segs, _written(segs, outputs))]
+        return [
+            layout(seg, list(dict.fromkeys(written + col_in)), columns, layouts)
+            for seg, written in zip(segs, _written(segs, outputs))
+        ]
 
     segs = row_segments(kept)
     try:
@@ -569,8 +569,11 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     in_at, out_at = _first_at(inputs), _first_at(outputs)  # (list.index of each)
     for seg, lay in zip(segs, lays):
         ins = _reads(seg)  # in the segment's own order of first use: the same in segments of one class
-        outs = ([v for v in outputs if v in lay.stores] if len(out_at) < len(outputs)
-                else sorted((v for v in lay.stores if v in out_at), key=out_at.__getitem__))  # in the outputs' order
+        outs = (  # in the outputs' order
+            [v for v in outputs if v in lay.stores]
+            if len(out_at) < len(outputs)
+            else sorted((v for v in lay.stores if v in out_at), key=out_at.__getitem__)
+        )
         probe = _probe(probes, seg, lay, ins, outs, config.balanced_streaming)
         key = repr(([v.dtype.name for v in ins], [v.dtype.name for v in outs],
                     {k: f for k, f in probe.items() if k not in ("n", "what")}))
