@@ -40,13 +40,13 @@ from flame.codegen.kernel import (
     render_template,
     store,
 )
-from flame.ir import symbolic
+from flame.ir import indexmap, symbolic
 from flame.ir.graph import FusionGroup, Op, Value, segments
 from flame.ir.indexmap import (
     IndexMap,
     Layout,
+    Layouts,
     contiguous_strides,
-    derive,
     domains,
     input_map,
     is_reduction,
@@ -86,10 +86,25 @@ def _reads(ops: list[Op] | tuple[Op, ...]) -> list[Value]:
     return list(out)
 
 
-def layout(ops: list[Op], exposed: list[Value], columns: tuple[Op, ...] = ()) -> Layout:
+def _written(segs: list[list[Op]], outputs: list[Value]) -> list[list[Value]]:
+    """Per segment, the outputs its ops compute, in the outputs' order."""
+    at: dict[Op, list[int]] = {}
+    for i, seg in enumerate(segs):
+        for op in seg:
+            at.setdefault(op, []).append(i)
+    written: list[list[Value]] = [[] for _ in segs]
+    for v in outputs:
+        for i in dict.fromkeys(at.get(v.producer, ())):
+            written[i].append(v)
+    return written
+
+
+def layout(ops: list[Op], exposed: list[Value], columns: tuple[Op, ...] = (), layouts: Layouts | None = None) -> Layout:
     """The iteration domain and maps of one segment (as the fusion pass chose them): a row
     reduction's, else that of the column reductions it carries (rows of their kept innermost dims:
-    indexmap.leading_reduced), else an elementwise one."""
+    indexmap.leading_reduced), else an elementwise one. `layouts`: derive's answers kept for the
+    segments alike of one kernel."""
+    derive = indexmap.derive if layouts is None else layouts.derive
     red = [op for op in ops if is_reduction(op)]
     if red or columns:
         op = red[0] if red else columns[0]
@@ -257,8 +272,11 @@ def prepare(group: FusionGroup) -> tuple[list[Value], list[list[Op]], list[Layou
     col_in = [op.inputs[0] for op in columns]
 
     def laid(segs: list[list[Op]]) -> list[Layout]:
-        return [layout(seg, list(dict.fromkeys([v for v in outputs if v.producer in seg] + col_in)), columns)
-                for seg in segs]
+        layouts = Layouts()  # a horizontal kernel's segments alike (an update per parameter) derive once
+        return [
+            layout(seg, list(dict.fromkeys(written + col_in)), columns, layouts)
+            for seg, written in zip(segs, _written(segs, outputs))
+        ]
 
     segs = row_segments(kept)
     try:
@@ -548,9 +566,14 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     fields: list[dict] = []
     cases, items, whats, slots, cls_of = [], [], [], [], []
     probes: dict[tuple, dict] = {}  # a segment's ops as IR text, wired to its inputs and outputs -> its fields
+    in_at, out_at = _first_at(inputs), _first_at(outputs)  # (list.index of each)
     for seg, lay in zip(segs, lays):
         ins = _reads(seg)  # in the segment's own order of first use: the same in segments of one class
-        outs = [v for v in outputs if v in lay.stores]
+        outs = (  # in the outputs' order
+            [v for v in outputs if v in lay.stores]
+            if len(out_at) < len(outputs)
+            else sorted((v for v in lay.stores if v in out_at), key=out_at.__getitem__)
+        )
         probe = _probe(probes, seg, lay, ins, outs, config.balanced_streaming)
         key = repr(([v.dtype.name for v in ins], [v.dtype.name for v in outs],
                     {k: f for k, f in probe.items() if k not in ("n", "what")}))
@@ -561,8 +584,8 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         slots.append(fields[c]["count"])
         cls_of.append(c)
         fields[c]["count"] += 1
-        ptrs = [f"L{c}_in{j} = in{inputs.index(v)};" for j, v in enumerate(ins)]
-        ptrs += [f"L{c}_out{j} = out{outputs.index(v)};" for j, v in enumerate(outs)]
+        ptrs = [f"L{c}_in{j} = in{in_at[v]};" for j, v in enumerate(ins)]
+        ptrs += [f"L{c}_out{j} = out{out_at[v]};" for j, v in enumerate(outs)]
         n = math.prod(lay.domain)
         cases.append(" ".join(ptrs + [f"n = {n}u; cls = {c}; slot = {slots[-1]};"]))
         items.append(-(-n // fields[c]["vec"]))
@@ -594,6 +617,14 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     stem = "fused_" + "_".join(list(dict.fromkeys(names))[:4] or ["copy"]) + f"_{outputs[0].dtype.name}_x{len(segs)}"
     k = finish(stem, source, grid, block, len(inputs), n_outputs=len(outputs))
     return dataclasses.replace(k, in_place_safe=False)
+
+
+def _first_at(values: list[Value]) -> dict[Value, int]:
+    """Each value's first position in values."""
+    at: dict[Value, int] = {}
+    for i, v in enumerate(values):
+        at.setdefault(v, i)
+    return at
 
 
 def _probe(probes: dict, seg: list[Op], lay: Layout, ins: list[Value], outs: list[Value], streaming: bool) -> dict:

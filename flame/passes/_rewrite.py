@@ -17,20 +17,27 @@ from flame.ir.registry import is_fill
 Rule = Callable[[Op, Builder], "Value | None"]
 
 
-def rewrite(g: Graph, rule: Rule) -> Graph:
+def rewrite(g: Graph, rule: Rule, checked: int = 0) -> Graph:
     """A new graph built from g. Each op, its inputs already renamed into the new graph, is offered to
     `rule(op, b)` before it is appended: None keeps it; a Value of the new graph (of exactly the op's
     type) replaces its result. The rule may emit ops with `b` first; they carry the op's `loc`, so
     errors and dumps still name the user's line. Inputs, roles, outputs and aliases carry over, and a
     replaced output stays an output (it may become a graph input, or the same value as another one).
     g itself is never modified; it is returned as it is when no rule replaced or emitted anything (the
-    copy would be g op for op), so a pipeline sees that nothing changed."""
+    copy would be g op for op), so a pipeline sees that nothing changed. `checked`: the rule is known to
+    leave g's first `checked` ops as they are (first_change): they are copied without asking it."""
+    if checked >= len(g.ops) and g.groups is None:
+        return g
     new = Graph(g.name)
     renamed: dict[Value, Value] = {v: new.add_input(v.type, r) for v, r in zip(g.inputs, g.roles)}
     b = Builder(new)
     ops, changed = new.ops, False
-    for op in g.ops:
-        candidate = Op(op.name, tuple([renamed[v] for v in op.inputs]), op.attrs, op.out.type, op.loc)
+    for op in g.ops[:checked]:
+        candidate = Op(op.name, tuple(map(renamed.__getitem__, op.inputs)), op.attrs, op.out.type, op.loc)
+        ops.append(candidate)
+        renamed[op.out] = candidate.out
+    for op in g.ops[checked:]:
+        candidate = Op(op.name, tuple(map(renamed.__getitem__, op.inputs)), op.attrs, op.out.type, op.loc)
         b.loc = op.loc
         before = len(ops)
         got = rule(candidate, b)
@@ -53,6 +60,25 @@ def rewrite(g: Graph, rule: Rule) -> Graph:
     new.outputs = [renamed[v] for v in g.outputs]
     new.aliases = dict(g.aliases)
     return new
+
+
+def first_change(g: Graph, rule: Rule) -> int:
+    """The position of the first op of g that `rule` replaces or emits ops for (len(g.ops): none; 0 where g
+    has fusion groups, which a rewrite never keeps), found without copying g: each of g's own ops is
+    offered to the rule. While nothing has changed, rewrite offers copies of g's ops that read copies
+    of their inputs, alike up to renaming, so a rule that answers from an op's structure alone (its
+    name, attributes, types and its inputs' producers) and keeps no state across ops answers g's op
+    as it would its copy. `rewrite(g, rule, checked=first_change(g, rule))` is rewrite(g, rule)."""
+    if g.groups is not None:
+        return 0
+    scratch = Graph(g.name)
+    b = Builder(scratch)
+    for i, op in enumerate(g.ops):
+        b.loc = op.loc
+        if rule(op, b) is not None or scratch.ops:
+            discard(scratch.ops)
+            return i
+    return len(g.ops)
 
 
 def annotate_loc(loc: str | None, note: str) -> str:

@@ -8,14 +8,20 @@ from typing import Any
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Op, Value
-from flame.ir.ops.collective import is_collective
-from flame.ir.registry import is_commutative, is_fill
+from flame.ir.registry import get
 from flame.passes._rewrite import full_value, rewrite
 
 
 def attr_key(v: Any) -> Any:
     """A hashable key under which two attribute values are equal exactly when they mean the same thing:
     floats compare by their bits (so -0.0 != 0.0 and nan == nan), and 1, 1.0 and True stay distinct."""
+    t = type(v)  # the common types first, by their exact type (a subclass takes the checks below)
+    if t is int:
+        return ("int", v)
+    if t is str:
+        return ("str", v)
+    if t is tuple or t is list:
+        return ("seq", tuple([attr_key(x) for x in v]))
     if isinstance(v, bool):
         return ("bool", v)
     if isinstance(v, int):
@@ -30,14 +36,16 @@ def attr_key(v: Any) -> Any:
 
 
 def _key(op: Op) -> tuple:
-    if is_collective(op):
+    opdef = get(op.name)  # (the traits is_collective, is_fill and is_commutative read, looked up once)
+    if opdef.library == "collective":
         return ("collective", id(op))  # every rank must issue each one: never merged
-    if is_fill(op):  # full {value=1} and full {value=1.0} of one dtype store the same element
+    if opdef.constant and not opdef.positional:  # full {value=1} and full {value=1.0} of one dtype: one element
         return (op.name, op.out.type, full_value(op.out).tobytes())
-    ins = tuple(id(v) for v in op.inputs)
-    if is_commutative(op):  # a op b == b op a bit for bit (the OpDef's `commutative` trait)
+    ins = tuple(map(id, op.inputs))
+    if opdef.commutative:  # a op b == b op a bit for bit (the OpDef's `commutative` trait)
         ins = tuple(sorted(ins))
-    return (op.name, ins, tuple((k, attr_key(v)) for k, v in sorted(op.attrs.items())))
+    attrs = op.attrs
+    return (op.name, ins, tuple([(k, attr_key(attrs[k])) for k in sorted(attrs)]) if attrs else ())
 
 
 def eliminate_common_subexpressions(g: Graph) -> Graph:

@@ -9,7 +9,7 @@ from flame.ir.evaluate import evaluate_op
 from flame.ir.graph import Graph, Op, Value, discard
 from flame.ir.ops.collective import is_collective
 from flame.ir.registry import REGISTRY, is_constant
-from flame.passes._rewrite import full_value, python_number, rewrite, same_bits
+from flame.passes._rewrite import first_change, full_value, python_number, rewrite, same_bits
 
 SMALL = 64  # results up to this many elements are evaluated and folded when uniform
 MAX_EVAL_INPUT = 4096  # constant inputs are materialized for evaluation only up to this size
@@ -71,4 +71,4 @@ def fold_constants(g: Graph) -> Graph:
     Before: any verified graph. After: the same function, folded results computed by the very reference
     functions that define the ops (bit-exact against run_graph); the `full` replacing an op keeps its
     `loc`. The now-unread constant inputs are left for eliminate_dead_code."""
-    return rewrite(g, _fold)
+    return rewrite(g, _fold, checked=first_change(g, _fold))  # (most rounds change little or nothing)

@@ -158,7 +158,8 @@ def _try_join(st: State, grp: Group, op: Op) -> bool:
         return st.refuse(grp, op, "joining would make a cycle: the reader also reads a kernel that reads this one")
     if len(grp.ops) >= MAX_KERNEL_OPS:
         return st.refuse(grp, op, f"the kernel holds {len(grp.ops)} ops already (at most {MAX_KERNEL_OPS})")
-    ops = st.sorted_ops(grp.ops + _constants(st, op) + [op])
+    joined = _constants(st, op) + [op]
+    ops = st.sorted_ops(grp.ops + joined)
     domain, n_red = grp.domain, grp.n_red
     if is_reduction(op):
         n_red = trailing_reduced(op)
@@ -171,7 +172,6 @@ def _try_join(st: State, grp: Group, op: Op) -> bool:
         got = fit(st, ops, grp.kind if grp.kind == Kind.ROWS else Kind.ELEMENTWISE, domain, n_red)
     if isinstance(got, str):
         return st.refuse(grp, op, got)
-    joined = _constants(st, op) + [op]
     for c in joined:
         st.group_of[c] = grp
     grp.ops = ops

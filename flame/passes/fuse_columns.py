@@ -328,6 +328,8 @@ def absorb_recomputations(st: State) -> None:
         for o in k.ops:
             for v in o.inputs:
                 readers.setdefault(v, []).append(o)
+    closure = Closure.of(st)  # (kept through the merges below: of two kernels neither of which reaches the other)
+    reaches = st.reaches if closure is None else closure.reaches
     for a in [grp for grp in st.groups if grp.kind == Kind.ELEMENTWISE]:
         if a not in st.groups or not any(remat.is_recompute(o) for o in a.ops):
             continue
@@ -337,7 +339,7 @@ def absorb_recomputations(st: State) -> None:
         reading = {st.group_of[o] for v in shared for o in readers.get(v, ())}  # the kernels reading one
         for b in [k for k in st.groups if k in reading]:
             if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or mixes_phases(a.ops + b.ops)
-                    or st.reaches(a, b) or st.reaches(b, a)):
+                    or reaches(a, b) or reaches(b, a)):
                 continue
             carried = columns_of(b)  # a kernel with column partials stays one segment (they are not in its layout)
             ops = [o for o in st.sorted_ops(a.ops + b.ops) if o not in carried]
@@ -345,6 +347,8 @@ def absorb_recomputations(st: State) -> None:
                 continue
             got = fit(st, ops, b.kind, b.domain, b.n_red)
             if not isinstance(got, str):
+                if closure is not None:
+                    closure.merge(b, a)
                 merge(st, b, a)
                 b.domain, b.n_red = got
                 break

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from flame.ir.graph import Graph, Kind, Op, Value, is_backward
+import numpy as np
+
+from flame.ir.graph import Graph, Kind, Op, RecomputeLoc, Value, is_backward
 from flame.ir.indexmap import (
     IndexMap,
     Layouts,
@@ -41,6 +43,40 @@ class Group:
     merged: list[Group] = field(default_factory=list)
 
 
+class Kernels(Sequence):
+    """The kernels while they form, in the order they were made (a kernel put back goes last): a list's
+    iteration, append and remove, with membership and removal in constant time (a model of many blocks
+    has thousands of kernels, and merges remove one each); indexing other than [-1] walks them."""
+
+    def __init__(self, groups: Iterable[Group] = ()):
+        self._at: dict[Group, None] = dict.fromkeys(groups)
+
+    def __iter__(self) -> Iterator[Group]:
+        return iter(self._at)
+
+    def __reversed__(self) -> Iterator[Group]:
+        return reversed(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __contains__(self, k) -> bool:
+        return k in self._at
+
+    def __getitem__(self, i):
+        if i == -1:
+            return next(reversed(self._at))
+        return list(self._at)[i]
+
+    def append(self, k: Group) -> None:
+        """k goes last (it is not here: a list would hold it twice)."""
+        assert k not in self._at
+        self._at[k] = None
+
+    def remove(self, k: Group) -> None:
+        del self._at[k]
+
+
 class State:
     """The groups while they form, with the graph's users and outputs for exposure and cycle checks."""
 
@@ -49,7 +85,7 @@ class State:
         self.users = g.users()
         self.outs = set(g.outputs)
         self.group_of: dict[Op, Group] = {}
-        self.groups: list[Group] = []
+        self.groups = Kernels()
         self.index = {op: i for i, op in enumerate(g.ops)}
         # (op of a kernel, reader op) -> why the reader could not join that kernel (its last try)
         self.refused: dict[tuple[Op, Op], str] = {}
@@ -201,23 +237,25 @@ class State:
 
 
 class Closure:
-    """Which kernels reach which (State.reaches for all pairs at once): bitsets of the kernels each one
-    reaches (`down`) and is reached from (`up`), made from st.succ in one pass over the kernels in
-    topological order, and kept exact through `merge`s that make no cycle (the horizontal rule's, of
-    two kernels neither of which reaches the other; column_kernels', of a reduction into the kernel
-    it reads with no third kernel between them). `Closure.of(st)` is None where the
+    """Which kernels reach which (State.reaches for all pairs at once): bit matrices of the kernels each one
+    reaches (`down`, a row per kernel) and is reached from (`up`), made from st.succ in one pass over the
+    kernels in topological order, and kept exact through `merge`s that make no cycle (the horizontal
+    rule's, of two kernels neither of which reaches the other; column_kernels', of a reduction into the
+    kernel it reads with no third kernel between them). `Closure.of(st)` is None where the
     kernels' edges form a cycle (none should): the caller then walks the graph per question."""
 
     def __init__(self, st: State, order: list[Group], succ: dict[Group, set[Group]]):
-        self.bit = {k: 1 << i for i, k in enumerate(order)}
-        self.order = order  # bit i's kernel
-        self.down: dict[Group, int] = {}
-        self.up: dict[Group, int] = dict.fromkeys(order, 0)
+        bit = {k: 1 << i for i, k in enumerate(order)}
+        self.at = {k: i for i, k in enumerate(order)}  # kernel -> its row and column
+        self.n = len(order)
+        down: dict[Group, int] = {}
+        up: dict[Group, int] = dict.fromkeys(order, 0)
         for k in reversed(order):  # successors first
-            self.down[k] = _bits(self.bit, succ[k], self.down)
+            down[k] = _bits(bit, succ[k], down)
         for k in order:  # predecessors first
             for s in succ[k]:
-                self.up[s] |= self.bit[k] | self.up[k]
+                up[s] |= bit[k] | up[k]
+        self.down, self.up = _matrix([down[k] for k in order], self.n), _matrix([up[k] for k in order], self.n)
 
     @staticmethod
     def of(st: State) -> Closure | None:
@@ -244,20 +282,35 @@ class Closure:
         return Closure(st, order, succ)
 
     def reaches(self, src: Group, dst: Group) -> bool:
-        return bool(self.down[src] & self.bit[dst])
+        j = self.at[dst]
+        return bool(self.down[self.at[src], j >> 3] >> (j & 7) & 1)
 
     def merge(self, a: Group, b: Group) -> None:
         """a takes b in (neither reaches the other, or one reaches the other only directly: no third
         kernel lies on a path between them, so the merge makes no cycle): what reached either reaches a
         and all the kernels either reached, which are reached from all that reached either."""
-        own = self.bit[a] | self.bit[b]
-        down, up = (self.down[a] | self.down[b]) & ~own, (self.up[a] | self.up[b]) & ~own
-        order, now_down, now_up = self.order, down | self.bit[a], up | self.bit[a]
-        for i in _set_bits(up):  # (the kernels of the set bits alone: fewer than all, most often)
-            self.down[order[i]] |= now_down
-        for i in _set_bits(down):
-            self.up[order[i]] |= now_up
-        self.down[a], self.up[a] = down, up
+        i, j = self.at[a], self.at[b]
+        down, up = self.down[i] | self.down[j], self.up[i] | self.up[j]
+        for row in (down, up):
+            row[i >> 3] &= ~(1 << (i & 7)) & 0xFF
+            row[j >> 3] &= ~(1 << (j & 7)) & 0xFF
+        now_down, now_up = down.copy(), up.copy()
+        now_down[i >> 3] |= 1 << (i & 7)
+        now_up[i >> 3] |= 1 << (i & 7)
+        self.down[_rows(up, self.n)] |= now_down
+        self.up[_rows(down, self.n)] |= now_up
+        self.down[i], self.up[i] = down, up
+
+
+def _matrix(rows: list[int], n: int) -> np.ndarray:
+    """Bitsets of n bits as the rows of a matrix of bytes, bit i of a row in bit i % 8 of byte i // 8."""
+    width = (n + 7) // 8
+    return np.frombuffer(b"".join(x.to_bytes(width, "little") for x in rows), np.uint8).reshape(len(rows), width).copy()
+
+
+def _rows(row: np.ndarray, n: int) -> np.ndarray:
+    """The positions of the bits set in a row of _matrix."""
+    return np.flatnonzero(np.unpackbits(row, bitorder="little")[:n])
 
 
 class Peers:
@@ -329,15 +382,6 @@ def _region(start: Group, step, inside) -> set[Group]:
                 seen.add(k)
                 todo.append(k)
     return seen
-
-
-def _set_bits(x: int) -> Iterator[int]:
-    """The positions of the bits set in x >= 0, lowest first."""
-    text = bin(x)[:1:-1]  # bit 0 first
-    i = text.find("1")
-    while i >= 0:
-        yield i
-        i = text.find("1", i + 1)
 
 
 def _bits(bit: dict[Group, int], groups, down: dict[Group, int]) -> int:
@@ -444,7 +488,7 @@ def _feeds_matmul(st: State, v: Value) -> bool:
 def mixes_phases(ops) -> bool:
     """A recomputation and a forward op in one kernel (constants and input views, which every
     kernel computes for itself, aside)."""
-    if not any(remat.is_recompute(o) for o in ops):
+    if not any(isinstance(o.loc, RecomputeLoc) for o in ops):  # (remat.is_recompute, inline: asked per join)
         return False  # the common case, found without sorting out the free ops
     return remat.mixes_phases([o for o in ops if not is_free(o)])
 
@@ -466,10 +510,10 @@ def hoists_backward(st: State, ops: list[Op], exposed: list[Value] | None = None
     elementwise backward work of that size reads, well into the backward (the phases rule): the
     kernel would run in the forward and keep that result alive until then, while the kernel of its
     readers computes it for free. `exposed`: st.exposed(ops), where the caller has it."""
-    if not any(o in st.later for o in ops) or not any(o in st.forward for o in ops):
+    if st.later.isdisjoint(ops) or st.forward.isdisjoint(ops):
         return False  # the common case, found without sorting out the free ops
     work = [o for o in ops if not is_free(o)]
-    if not any(o in st.forward for o in work) or not any(o in st.later for o in work):
+    if st.forward.isdisjoint(work) or st.later.isdisjoint(work):
         return False
     big = max(o.out.type.numel for o in work)
     exposed = st.exposed(ops) if exposed is None else exposed

@@ -98,7 +98,8 @@ def _move_conversions(g: Graph) -> Graph:
     for _ in range(MAX_MOVES):
         ops, subst = [], {}
         for op in g.ops:
-            op.inputs = tuple(subst.get(v, v) for v in op.inputs)
+            if subst:  # (nothing to rename before the round's first move)
+                op.inputs = tuple([subst.get(v, v) for v in op.inputs])
             pair = _swap(op)
             if pair is None:
                 ops.append(op)
@@ -142,7 +143,8 @@ def _drop_zero_signs(g: Graph) -> Graph:
     renamed: dict[Value, Value] = {}
     ops: list[Op] = []
     for op in g.ops:
-        op.inputs = tuple(renamed.get(v, v) for v in op.inputs)
+        if renamed:  # (nothing to rename before the first add dropped)
+            op.inputs = tuple([renamed.get(v, v) for v in op.inputs])
         if op.name == ADD.name and op.out.dtype.is_float and users[op.out] and accumulated[op.out]:
             x, zero = op.inputs if _positive_zero(op.inputs[1]) else op.inputs[::-1]
             if _positive_zero(zero) and x.type == op.out.type:
@@ -294,8 +296,13 @@ def _clone_constants(g: Graph) -> Graph:
     fanned = _fanned_views(g, users)
     ops: list[Op] = []
 
+    free: dict[Op | None, bool] = {}  # is_free per op, asked once (a clone is free as its original is)
+
     def cloned(p: Op | None) -> bool:
-        return is_free(p) or p in fanned
+        got = free.get(p)
+        if got is None:
+            got = free[p] = is_free(p)
+        return got or p in fanned
 
     def clone(v: Value) -> Value:  # v's free producer, and the free ops it reads, copied for one reader
         p = v.producer

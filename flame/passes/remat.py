@@ -181,7 +181,7 @@ def free(g: Graph) -> set[Op]:
     forward's end anyway (`_tail`), narrower than the op's result (`_widening`) or from other such ops
     (relabelling views of computed values included, `_computed_view`); read in the backward by more than the
     work the loss's gradient does in the forward's kernels (`_early`); and whose recomputation
-    lands in a backward kernel that runs anyway (`_landing`, `_sibling`). So the GELU output is recomputed from
+    lands in a backward kernel that runs anyway (`_landing`, `_Landing`). So the GELU output is recomputed from
     its saved input inside the GELU backward's kernel, and a LayerNorm's normalised output from its
     input and row statistics inside the LayerNorm backward's kernel (nothing of [rows, d] is kept
     when that input is a graph input or the residual stream the forward holds to its end). The
@@ -204,10 +204,10 @@ def free(g: Graph) -> set[Op]:
     starts = [op for op in cand if _elementwise(op) and op.out in needed
               and any(r not in early for r in users[op.out] if is_backward(r))]
     beside = _Beside(g.ops[s:], starts, cand, users)
-    todo = {op: _landing(op, cand, users, beside) for op in starts}
+    todo = {op: _Landing(*_landing(op, cand, users, beside)) for op in starts}
     while True:  # a recomputation allowed lands in a kernel, which then reads what it reads too
-        took = [op for op, (vertical, shared, readers) in todo.items()
-                if vertical or _sibling(shared, readers, allowed)]
+        reads: dict[Op, set[Value]] = {}  # what _chain(op, allowed) reads, for this `allowed`
+        took = [op for op, at in todo.items() if at.takes(allowed, reads)]
         if not took:
             return allowed
         for op in took:
@@ -236,7 +236,7 @@ def _landing(op: Op, cand: set[Op], users, beside: _Beside) -> tuple[bool, set[V
     """Where recomputing op (with the chain of cand ops it needs) may land in a backward kernel that
     runs anyway: (a kernel reads op's value elementwise: vertical, the values of op's domain the
     chain reads, the backward elementwise ops and reductions that op does not feed which may read
-    one of them or a cand op's value), for `_sibling`."""
+    one of them or a cand op's value), for `_Landing`."""
     n = op.out.type.numel
     if any(_elementwise(r) and r.out.type.numel == n for r in users[op.out] if is_backward(r)):
         return True, set(), []
@@ -247,9 +247,9 @@ def _landing(op: Op, cand: set[Op], users, beside: _Beside) -> tuple[bool, set[V
 
 class _Beside:
     """The backward elementwise ops and reductions (`back`, in order) beside which the recomputation of
-    one of `starts` may land (`_sibling`), for all of them in one pass over the backward: per op, the
+    one of `starts` may land (`_Landing`), for all of them in one pass over the backward: per op, the
     starts it depends on through backward ops (a bitset; a kernel these feed cannot also compute the
-    start). Of those, `_sibling` can only accept the readers of a computed value a start's chain reads
+    start). Of those, `_Landing` can only accept the readers of a computed value a start's chain reads
     or of a cand op's value (what a recomputation allowed there computes)."""
 
     def __init__(self, back: list[Op], starts: list[Op], cand: set[Op], users):
@@ -279,16 +279,32 @@ class _Beside:
         return sorted(found, key=self.pos.__getitem__)
 
 
-def _sibling(shared: set[Value], readers: list[Op], allowed: set[Op]) -> bool:
-    """One of `readers` reads, over the same domain, a computed forward value in `shared`, or a graph
-    input in it that a recomputation already allowed there reads. A graph input read directly does
-    not count: the optimizer reads every parameter, after everything that needs a parameter's cast."""
-    for r in readers:
-        if any(u in shared and u.producer is not None for u in r.inputs):
+class _Landing:
+    """Whether the recomputation of one start lands in a backward kernel (`takes`), from `_landing`'s
+    answer: a kernel reads its value elementwise (vertical), or it lands beside a sibling: one of
+    `readers` reads, over the same domain, a computed forward value in `shared`, or a graph input in
+    it that a recomputation already allowed there reads. A graph input read directly does not count:
+    the optimizer reads every parameter, after everything that needs a parameter's cast. Asked again
+    as `allowed` grows: what does not depend on it is found once, and each time only the readers'
+    producers that are allowed now are looked at."""
+
+    def __init__(self, vertical: bool, shared: set[Value], readers: list[Op]):
+        self.shared = shared
+        self.now = vertical or any(u in shared and u.producer is not None for r in readers for u in r.inputs)
+        self.producers = set() if self.now else {v.producer for r in readers for v in r.inputs}
+
+    def takes(self, allowed: set[Op], reads: dict[Op, set[Value]]) -> bool:
+        """The recomputation lands in a kernel with this `allowed`; `reads`:
+        _chain(p, allowed)[1] per op p asked so far for this `allowed`."""
+        if self.now:
             return True
-        if any(u in shared for v in r.inputs if v.producer in allowed for u in _chain(v.producer, allowed)[1]):
-            return True
-    return False
+        for p in self.producers & allowed:
+            got = reads.get(p)
+            if got is None:
+                got = reads[p] = _chain(p, allowed)[1]
+            if not self.shared.isdisjoint(got):
+                return True
+        return False
 
 
 def _tail(g: Graph) -> set[Value]:

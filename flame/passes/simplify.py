@@ -16,7 +16,7 @@ from flame.ir.graph import Graph, Op, Value
 from flame.ir.ops._shapes import norm_axes
 from flame.ir.registry import REGISTRY, is_fill, is_relabel
 from flame.ir.types import TensorType
-from flame.passes._rewrite import Rule, full_value, rewrite
+from flame.passes._rewrite import Rule, first_change, full_value, rewrite
 from flame.passes.simplify_slabs import concat_of_pieces, sum_of_slabs
 
 
@@ -275,4 +275,4 @@ def simplify_algebra(g: Graph) -> Graph:
     rule sees its inputs already simplified, so chains (reshape of reshape of reshape) collapse at
     once; ops a rule bypasses are left for eliminate_dead_code, and what a rewrite newly exposes is
     picked up by the pipeline's next round."""
-    return rewrite(g, _simplify)
+    return rewrite(g, _simplify, checked=first_change(g, _simplify))  # (most rounds change little or nothing)

@@ -1,5 +1,6 @@
 """The fusion pass's reachability between kernels (passes/fusion_state.py): the bitset closure kept
-through merges, and the one-walk question over several kernels, agree with walking the kernels' edges."""
+through merges, and the one-walk question over several kernels, agree with walking the kernels' edges;
+the kernels' collection answers as a list does."""
 
 from __future__ import annotations
 
@@ -110,3 +111,22 @@ def test_the_order_kept_while_ops_are_placed_is_topological_and_answers_as_a_wal
             srcs, dsts = rng.sample(st.groups, min(2, len(st.groups))), rng.sample(st.groups, min(2, len(st.groups)))
             assert st.reaches_any(srcs, dsts) == _walk_answer(st, srcs, dsts)
     assert joins > 5 and merges > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kernels_keep_a_lists_order_through_merges_and_returns(seed: int) -> None:
+    """State.groups answers as the list it stands for: merges remove kernels, a kernel put back goes
+    last, membership and [-1] follow."""
+    st = _random_state(seed)
+    mirror = list(st.groups)
+    rng = random.Random(seed)
+    for _ in range(30):
+        a, b = rng.sample(st.groups, 2)
+        merge(st, a, b)
+        mirror.remove(b)
+        if rng.random() < 0.3:  # put b back, as a rule undoing a change does
+            st.groups.append(b)
+            mirror.append(b)
+        assert list(st.groups) == mirror and list(reversed(st.groups)) == mirror[::-1]
+        assert st.groups[-1] is mirror[-1] and st.groups[0] is mirror[0] and len(st.groups) == len(mirror)
+        assert all(k in st.groups for k in mirror) and (b in st.groups) == (b in mirror)
