@@ -26,13 +26,14 @@ def _fixed(grp: Group) -> bool:
 
 def hoist_broadcasts(st: State) -> None:
     """The work of a big elementwise kernel on values it broadcasts (a BatchNorm's per-channel mean,
-    rsqrt of the variance, running-statistics updates: [1, 1, 1, C] values over an [N, H, W, C] domain)
-    runs once per value in a small kernel of its own when it holds a costly op (the `cost` trait) or writes a
-    result: fused, every element of the big domain recomputes it (an IEEE division and square root per
-    element held a bf16 BatchNorm's normalising kernel to a quarter of the copy bandwidth) and writes
-    the results under a guard. Kernels under HOIST_MIN elements keep it. Scalars (one element) stay:
-    the loop-invariant code motion of the CUDA compiler computes them once per thread. A rows kernel's
-    work on its row reductions' results is not broadcast work (it runs once per row); nor is the
+    rsqrt of the variance, running-statistics updates: [1, 1, 1, C] values over an [N, H, W, C] domain;
+    the cos and sin of a rotary embedding's [T, D] tables, built from positions through a concat, over
+    [B, H, T, D]) runs once per value in a small kernel of its own when it holds a costly op (the `cost`
+    trait) or writes a result: fused, every element of the big domain recomputes it (an IEEE division and
+    square root per element held a bf16 BatchNorm's normalising kernel to a quarter of the copy bandwidth)
+    and writes the results under a guard. Kernels under HOIST_MIN elements keep it. Scalars (one element)
+    stay: the loop-invariant code motion of the CUDA compiler computes them once per thread. A rows
+    kernel's work on its row reductions' results is not broadcast work (it runs once per row); nor is the
     backward work a forward kernel holds (fusion_state.hoists_backward)."""
     for grp in [g for g in st.groups if g.kind in (Kind.ELEMENTWISE, Kind.ROWS) and _fixed(g)]:
         if math.prod(grp.domain) >= HOIST_MIN:
@@ -47,7 +48,7 @@ def _hoist_one(st: State, grp: Group) -> bool:
     for op in grp.ops:  # in program order: an op's producers in grp come first
         m = op.out.type.numel
         broadcast = 1 < m and m * 8 <= n and not get(op.name).positional and (
-            get(op.name).category == "elementwise" or is_view(op))
+            get(op.name).category in ("elementwise", "movement") or is_view(op))
         if (is_free(op) or broadcast) and all(
                 v.producer is None or v.producer in cand or st.group_of.get(v.producer) is not grp for v in op.inputs):
             cand.add(op)

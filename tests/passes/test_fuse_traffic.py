@@ -111,3 +111,34 @@ def test_first_residual_reads_the_channels_last_input():
     want = torch.relu(torch.nn.functional.batch_norm(torch.nn.functional.conv2d(tx, tw, padding=1), None, None,
                                                      training=True) + tx).numpy()
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def _rope(q, inv_freq):
+    """Rotary embedding as Llama writes it: the cos/sin tables from positions, concatenated halves."""
+    t = flame.arange(q.shape[-2]).float()
+    freqs = t[:, None] * inv_freq[None, :]
+    emb = flame.cat([freqs, freqs], dim=-1)
+    half = q.shape[-1] // 2
+    rotated = flame.cat([-q[..., half:], q[..., :half]], dim=-1)
+    return q * emb.cos().to(q.dtype) + rotated * emb.sin().to(q.dtype)
+
+
+def test_rotary_tables_are_computed_once_not_per_head():
+    """RoPE over [2, 16, 1024, 128] (4.2M elements): the cos and sin of the [1024, 128] table, built from
+    positions through a concat, run once in a small kernel; the rotating kernel computes no cos or sin.
+    Values as torch's."""
+    rng = np.random.default_rng(0)
+    q = _bf16(rng.standard_normal((2, 16, 1024, 128)).astype(np.float32))
+    inv_freq = _bf16(1.0 / 10000 ** (np.arange(0, 128, 2, dtype=np.float32) / 128))
+    step, groups = _groups(lambda a, f: _rope(a, f.float()), q, inv_freq)
+    small = [g for g in groups if g.reason.startswith(HOISTED)]
+    assert any(op.name in ("cos", "sin") for g in small for op in g.ops)
+    big = [g for g in groups if max(v.type.numel for v in g.outputs) == q.size]
+    assert big and not any(op.name in ("cos", "sin") for g in big for op in g.ops)
+    out = step(flame.tensor(q).to(flame.bf16), flame.tensor(inv_freq).to(flame.bf16)).float().numpy()
+    tq = torch.tensor(q).to(torch.bfloat16)
+    freqs = torch.arange(1024).float()[:, None] * torch.tensor(inv_freq)[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    rotated = torch.cat([-tq[..., 64:], tq[..., :64]], -1)
+    want = tq * emb.cos().to(torch.bfloat16) + rotated * emb.sin().to(torch.bfloat16)
+    np.testing.assert_allclose(out, want.float().numpy(), rtol=1e-2, atol=1e-2)
