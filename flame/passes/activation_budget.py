@@ -79,7 +79,6 @@ class Decision:
         return op in self.allow
 
 
-
 def recomputable(op: Op) -> bool:
     """op may be recomputed in the backward when a budget asks: anything pure, not a collective (every
     rank must issue the same collectives, once each)."""
@@ -167,8 +166,9 @@ def _offloadable(g: Graph, values: dict[Value, int]) -> list[Value]:
     return sorted((v for v, n in values.items() if n >= OFFLOAD_MIN), key=lambda v: (-values[v], order[v]))
 
 
-def solve(g: Graph, fraction: float, target: Target, offload: bool = True, name: str = "",
-          budget: int | None = None) -> Decision:
+def solve(
+    g: Graph, fraction: float, target: Target, offload: bool = True, name: str = "", budget: int | None = None
+) -> Decision:
     """The cheapest choice of recomputations (and, with offload, host copies) whose estimate of the
     activations kept (module docstring) fits `budget` bytes, by default `fraction` of the estimate
     without choices. Raises MemoryBudgetError naming the estimate's floor when no choice fits."""
@@ -219,8 +219,9 @@ def _candidates(g: Graph, free: frozenset[Op], target: Target) -> list[Op]:
     return ops
 
 
-def _decision(g: Graph, allow: frozenset[Op], moved: set[Value], fraction: float, unconstrained: int, budget: int,
-              target: Target) -> Decision:
+def _decision(
+    g: Graph, allow: frozenset[Op], moved: set[Value], fraction: float, unconstrained: int, budget: int, target: Target
+) -> Decision:
     """The Decision for these choices, each listed with its bytes and the seconds it costs."""
     recompute = _cut(g, allow)
     left = estimate(g, recompute, moved)
