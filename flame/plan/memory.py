@@ -608,8 +608,9 @@ def saved_for_backward(plan: Plan) -> list:
     view with no buffer of its own (a library call reads it from its input's bytes: a folded
     transpose, attention's strided operands) counts as the buffered value it views, once; a value
     with no buffer otherwise (an attention output written into its permute's buffer) is that buffer,
-    listed with its own value. Graph inputs are not listed (the caller holds them), nor values
-    offloaded to host memory (held there, not on the device)."""
+    listed with its own value. Only the arena's buffers are listed: not graph inputs nor graph outputs
+    (bound buffers the caller holds, which the plan keeps whether or not the backward reads them:
+    MemoryReport.bound), nor values offloaded to host memory (held there, not on the device)."""
     g = plan.graph
     users = g.users()
     out = []
@@ -620,7 +621,8 @@ def saved_for_backward(plan: Plan) -> list:
         while v not in plan.buffer_of and v.producer is not None and REGISTRY[v.producer.name].view is not None:
             v = v.producer.inputs[0]
         if v in plan.buffer_of and v.producer is not None and v not in out:
-            out.append(v)
+            if plan.buffers[plan.buffer_of[v]].role not in BOUND_ROLES:
+                out.append(v)
     return out
 
 
