@@ -42,14 +42,14 @@ from flame.ir import locs as loc_data
 from flame.ir.graph import Graph, Op, discard
 from flame.ir.printer import print_graph
 from flame.ir.registry import get
+from flame.passes import activation_budget as activation
 from flame.passes import remat as remat_pass
-from flame.passes.activation_budget import solve as activation_solve
 from flame.passes.pipeline import fusion_enabled, legalize, lower, remat, run_pipeline
 from flame.plan import cache as plan_cache
 from flame.plan.build import to_plan
 from flame.plan.instance import Instance, PlanTemplate
-from flame.plan.memory import human_bytes, memory_report, planned_peak
-from flame.plan.steps import ActivationBudget, MemoryBudget
+from flame.plan.memory import human_bytes, memory_report, planned_peak, saved_bytes
+from flame.plan.steps import ActivationBudget, MemoryBudget, Plan
 from flame.runtime.backend import (
     attention_lowering,
     bgrad_enabled,
@@ -208,11 +208,14 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         g, plan = finish(g, allow, dump, timings, memory_first)
         plan = replace(plan, memory_budget=budget)
     elif activation_budget is not None and optimize:
-        start = time.perf_counter()
-        decision = activation_solve(g, activation_budget, target)
-        timings.append(("activation budget", time.perf_counter() - start))
-        g, plan = finish(g, decision, dump, timings)
-        plan = replace(plan, activation_budget=ActivationBudget(*decision.summary()))
+        start, steps = time.perf_counter(), []
+        allow, g, plan, fitted = _fit_activation(g, activation_budget, target, finish, steps)
+        timings.append(("activation budget", time.perf_counter() - start - sum(sec for _, sec in steps)))
+        if dump is None:
+            timings += steps
+        else:  # the stages of the chosen plan again, recorded
+            g, plan = finish(g, allow, dump, timings)
+        plan = replace(plan, activation_budget=fitted)
     else:
         g, plan = finish(g, dump=dump, timings=timings)
     start = time.perf_counter()
@@ -222,6 +225,50 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         record.graph, record.plan, record.plan_seconds = g, plan, timings[-2][1]
         debug.notify(record)
     return CompiledGraph(g, plan, run, tuple(timings), record if debug.observing() else None)
+
+
+_ACTIVATION_TRIES = 4  # plans made with a tighter estimate before the floor's plan is tried
+
+
+def _fit_activation(g: Graph, fraction: float, target: Target, finish: Callable,
+                    timings: list) -> tuple[Callable[[Op], bool], Graph, Plan, ActivationBudget]:
+    """The plan that keeps at most `fraction` of the activations the plan without a budget keeps, both
+    measured on the finished plan (plan/memory.saved_bytes, what the memory report says): the `allow`
+    it was made with, its graph and plan, and its ActivationBudget in those bytes. The solver
+    (passes/activation_budget.py) fits its estimate into the budget; a plan that still keeps too much
+    is made again with the estimate's budget lowered by the excess, at most _ACTIVATION_TRIES times,
+    then with every choice taken (the floor). MemoryBudgetError naming the floor when that misses too.
+    `timings` gets the stages of the plan returned."""
+    trial: list = []
+    graph, plan = finish(g, timings=trial)
+    unconstrained = saved_bytes(plan)
+    goal = int(fraction * unconstrained)
+    if unconstrained <= goal:
+        timings += trial
+        return remat_pass.never, graph, plan, ActivationBudget(fraction, unconstrained, goal, unconstrained)
+    budget = goal
+    for _ in range(_ACTIVATION_TRIES):
+        try:
+            decision = activation.solve(g, fraction, target, budget=budget)
+        except MemoryBudgetError:
+            break
+        trial = []
+        graph, plan = finish(g, decision, timings=trial)
+        kept = saved_bytes(plan)
+        if kept <= goal:
+            timings += trial
+            return decision, graph, plan, ActivationBudget(fraction, unconstrained, goal, kept, decision.lines)
+        budget = min(budget, decision.kept) - (kept - goal)
+        if budget < 0:
+            break
+    decision = activation.floor_choice(g, target)
+    trial = []
+    graph, plan = finish(g, decision, timings=trial)
+    kept = saved_bytes(plan)
+    if kept > goal:
+        raise MemoryBudgetError(activation.unreachable(g.name, fraction, goal, unconstrained, kept, True))
+    timings += trial
+    return decision, graph, plan, ActivationBudget(fraction, unconstrained, goal, kept, decision.lines)
 
 
 def _lower_for(graph: Graph, target, optimize: bool, allow=remat_pass.never, dump=None, timings=None,

@@ -1,8 +1,9 @@
 """Activation budgets on a GPT block and a Llama-style block (RMSNorm, SwiGLU MLP, causal attention),
 one training step each: flame unconstrained and at activation_budget 0.5 and 0.2 against torch.compile
 with torch._functorch.config.activation_memory_budget at the same fractions and torch.utils.checkpoint
-per block. Prints per row the step time, flame's planned activation memory kept for the backward and
-planned peak (memory_report), and torch's measured peak on CUDA.
+per block. Prints per row the step time, flame's planned activation memory kept for the backward
+(memory_report's saved bytes, the measure activation_budget bounds) with its fraction of the
+unconstrained plan's, the planned peak, and torch's measured peak on CUDA.
 
     python3 -m benchmarks.scripts.activation_budget            # the GPU sizes
     python3 -m benchmarks.scripts.activation_budget --tiny     # a tiny size, on the CPU / reference executor
@@ -26,10 +27,16 @@ def flame_block(kind: str, d: int, heads: int, dtype):
     """One pre-norm block: GPT (LayerNorm, GELU MLP) or Llama (RMSNorm, SwiGLU MLP), causal attention."""
     flame.manual_seed(0)
     norm = (lambda: fnn.LayerNorm(d)) if kind == "gpt" else (lambda: fnn.RMSNorm(d))
-    m = fnn.ModuleDict({"n1": norm(), "qkv": fnn.Linear(d, 3 * d, bias=kind == "gpt"),
-                        "o": fnn.Linear(d, d, bias=False), "n2": norm(),
-                        "up": fnn.Linear(d, (8 if kind == "llama" else 4) * d, bias=kind == "gpt"),
-                        "down": fnn.Linear(4 * d, d, bias=kind == "gpt")}).to(dtype)
+    m = fnn.ModuleDict(
+        {
+            "n1": norm(),
+            "qkv": fnn.Linear(d, 3 * d, bias=kind == "gpt"),
+            "o": fnn.Linear(d, d, bias=False),
+            "n2": norm(),
+            "up": fnn.Linear(d, (8 if kind == "llama" else 4) * d, bias=kind == "gpt"),
+            "down": fnn.Linear(4 * d, d, bias=kind == "gpt"),
+        }
+    ).to(dtype)
 
     def forward(x):
         b, t, _ = x.shape
@@ -53,10 +60,16 @@ def torch_block(kind: str, d: int, heads: int, dtype, device):
 
     torch.manual_seed(0)
     norm = (lambda: torch.nn.LayerNorm(d)) if kind == "gpt" else (lambda: torch.nn.RMSNorm(d))
-    m = torch.nn.ModuleDict({"n1": norm(), "qkv": torch.nn.Linear(d, 3 * d, bias=kind == "gpt"),
-                             "o": torch.nn.Linear(d, d, bias=False), "n2": norm(),
-                             "up": torch.nn.Linear(d, (8 if kind == "llama" else 4) * d, bias=kind == "gpt"),
-                             "down": torch.nn.Linear(4 * d, d, bias=kind == "gpt")}).to(device, dtype)
+    m = torch.nn.ModuleDict(
+        {
+            "n1": norm(),
+            "qkv": torch.nn.Linear(d, 3 * d, bias=kind == "gpt"),
+            "o": torch.nn.Linear(d, d, bias=False),
+            "n2": norm(),
+            "up": torch.nn.Linear(d, (8 if kind == "llama" else 4) * d, bias=kind == "gpt"),
+            "down": torch.nn.Linear(4 * d, d, bias=kind == "gpt"),
+        }
+    ).to(device, dtype)
 
     def forward(x):
         b, t, _ = x.shape
@@ -100,7 +113,7 @@ def flame_rows(kind, x_np, d, heads, dtype, layers, repeat):
         x = flame.tensor(x_np).to(dtype)
         report = f.memory_report(x)
         ms = _timed(lambda f=f, x=x: f(x), repeat, flame.cuda.synchronize if flame.get_device() == "cuda" else _none)
-        kept = report.saved_bytes
+        kept = report.saved_bytes  # what plan.activation_budget's kept and unconstrained measure
         rows.append((f"flame activation_budget={budget}", ms, kept, report.peak))
     return rows
 
@@ -157,10 +170,10 @@ def main(argv: list[str] | None = None) -> None:
         rows = flame_rows(kind, x_np, d, heads, dtype, layers, repeat)
         if not args.no_torch:
             rows += torch_rows(kind, x_np, d, heads, layers, repeat, "cuda" if cuda else "cpu")
-        base = rows[0][1]
+        base, unconstrained = rows[0][1], rows[0][2]  # the unconstrained flame plan's time and saved bytes
         print(f"== {kind} block training step, {layers} blocks, batch {b} x {t} tokens, d {d} ==")
         for label, ms, kept, peak in rows:
-            act = "" if kept is None else f"activations kept {kept / 2**20:9.2f} MiB  "
+            act = "" if kept is None else f"activations kept {kept / 2**20:9.2f} MiB ({kept / unconstrained:5.3f})  "
             print(f"  {label:<52} {ms:9.3f} ms ({ms / base:5.2f}x)  {act}peak {peak / 2**20:9.2f} MiB")
 
 

@@ -3,11 +3,21 @@ host memory so that the activations kept on the device for the backward fit a fr
 unconstrained plan keeps (`flame.compile(fn, activation_budget=f)`, PyTorch's
 `torch._functorch.config.activation_memory_budget`; ARCHITECTURE.md "Planned memory").
 
-Activation memory is the bytes of the forward values kept for the backward (`kept`): values computed
-by the forward (not graph inputs, which the caller holds, nor graph outputs, which are kept anyway)
-read by the backward (but for the loss gradient's work that runs in the forward's kernels:
-remat._early) or by a recomputation, a view counted as the value it views. The unconstrained
-plan recomputes the free elementwise work (remat.free); the budget is f times what it keeps.
+What is counted has one owner, the finished plan: plan/memory.saved_for_backward, the bytes the memory
+report lists as "saved for backward" (buffers of forward values a backward step reads, a view counted
+as the buffer it views, once; not graph inputs, which the caller holds, nor values offloaded to host
+memory). The budget is f times that measure on the plan compiled without a budget, and the plan
+compiled with it keeps at most that many bytes by the same measure (compiler._fit_activation checks
+the finished plan and asks this solver again with a tighter byte budget when it misses).
+
+This pass runs before fusion and planning, so it searches on an estimate of that measure (`estimate`):
+forward values (not graph inputs, nor graph outputs) read by the backward (but for the loss gradient's
+work that runs in the forward's kernels: remat._early) or by a recomputation, a relabelling view counted
+as the value it views. The plan can differ from it: a library call that writes its result into the
+buffer of the view a later op makes of it (attention's output into its permute) keeps one buffer where
+the estimate counts two, and slices a library call reads in place are one buffer. `solve` fits the
+estimate into a byte budget (`budget`, by default f times the estimate without choices); the
+unconstrained estimate recomputes the free elementwise work (remat.free), as every plan does.
 
 The solver is a greedy knapsack over two kinds of choice, each priced in seconds by the Target's
 rates (`seconds`, `offload_seconds`):
@@ -19,10 +29,11 @@ rates (`seconds`, `offload_seconds`):
 - offload: copy a kept value to pinned host memory after its last forward use and back before its
   first backward use (plan steps on a side stream on the GPU, so the copies overlap compute), priced
   as its two transfers over the host link (plus a fixed latency per copy).
-Choices are taken cheapest per byte saved first until the kept bytes fit, then each recomputation
+Choices are taken cheapest per byte saved first until the estimate fits, then each recomputation
 taken is dropped again, dearest first, when the rest still fits (so a matmul let in early is not kept
 when later choices made it unnecessary). A budget nothing reaches (values no choice may free: a
-collective's result) raises MemoryBudgetError naming the floor, the least activation memory reachable.
+collective's result) raises MemoryBudgetError naming the floor, the least activation memory reachable
+(`floor_choice`: every choice that may be made, taken; the compiler measures it on the finished plan).
 
 Recomputing or offloading changes no value: a recomputed op computes the same bits from the same
 inputs, and an offloaded value comes back byte for byte, so gradients are those of the unconstrained
@@ -50,9 +61,10 @@ OFFLOAD_MIN = 4096  # a value under this many bytes is never offloaded (the copi
 class Decision:
     """What the solver chose, an `allow(op)` for the remat pass (passes/remat.py) that also carries the
     values to offload. allow: the forward ops the minimum cut may recompute; offload: the kept values
-    that go to host memory; the rest describes the choice (bytes as defined in the module docstring):
-    fraction asked, bytes kept without the budget, the budget in bytes, bytes kept with it, and per
-    choice (kind "recompute" or "offload", the value, its bytes, the seconds it costs)."""
+    that go to host memory; the rest describes the choice, in the solver's estimate of the bytes kept
+    (module docstring: `estimate`): fraction asked, bytes kept without the budget, the budget in bytes,
+    bytes kept with it, and per choice (kind "recompute" or "offload", the value, its bytes, the seconds
+    it costs)."""
 
     allow: frozenset[Op]
     offload: frozenset[Value] = frozenset()
@@ -65,11 +77,6 @@ class Decision:
 
     def __call__(self, op: Op) -> bool:
         return op in self.allow
-
-    def summary(self) -> tuple:
-        """(fraction, unconstrained, budget, kept, choices as (kind, IR line, bytes, seconds)): the
-        fields of the plan's ActivationBudget (plan/steps.py)."""
-        return self.fraction, self.unconstrained, self.budget, self.kept, self.lines
 
 
 def recomputable(op: Op) -> bool:
@@ -124,9 +131,9 @@ def _late(g: Graph) -> list[Op]:
     return [op for op in g.ops[remat.split(g) :] if op not in early]
 
 
-def kept(g: Graph, recompute: Collection[Value], offload: Collection[Value] = ()) -> dict[Value, int]:
-    """The activations kept on the device for the backward (module docstring) when the cut recomputes
-    `recompute` and `offload` goes to host memory: {buffered value: bytes}."""
+def estimate(g: Graph, recompute: Collection[Value], offload: Collection[Value] = ()) -> dict[Value, int]:
+    """The solver's estimate of the activations kept on the device for the backward (module docstring)
+    when the cut recomputes `recompute` and `offload` goes to host memory: {buffered value: bytes}."""
     s = remat.split(g)
     forward = {op.out for op in g.ops[:s]}
     outputs = {base(v) for v in g.outputs}
@@ -159,23 +166,23 @@ def _offloadable(g: Graph, values: dict[Value, int]) -> list[Value]:
     return sorted((v for v, n in values.items() if n >= OFFLOAD_MIN), key=lambda v: (-values[v], order[v]))
 
 
-def solve(g: Graph, fraction: float, target: Target, offload: bool = True, name: str = "") -> Decision:
-    """The cheapest choice of recomputations (and, with offload, host copies) that keeps at most
-    `fraction` of the unconstrained plan's activation memory (module docstring). Raises
-    MemoryBudgetError naming the floor when no choice fits."""
+def solve(
+    g: Graph, fraction: float, target: Target, offload: bool = True, name: str = "", budget: int | None = None
+) -> Decision:
+    """The cheapest choice of recomputations (and, with offload, host copies) whose estimate of the
+    activations kept (module docstring) fits `budget` bytes, by default `fraction` of the estimate
+    without choices. Raises MemoryBudgetError naming the estimate's floor when no choice fits."""
     free = frozenset(remat.free(g))
-    unconstrained = sum(kept(g, _cut(g, free)).values()) if remat.split(g) < len(g.ops) else 0
-    budget = int(fraction * unconstrained)
+    unconstrained = sum(estimate(g, _cut(g, free)).values()) if remat.split(g) < len(g.ops) else 0
+    budget = int(fraction * unconstrained) if budget is None else budget
     if unconstrained <= budget:
         return Decision(free, frozenset(), fraction, unconstrained, budget, unconstrained)
-    forced = remat.checkpointed(g)
-    ops = [op for op in remat._ancestors(g, remat.saved(g)) if op not in free and op not in forced and recomputable(op)]
-    ops.sort(key=lambda op: (seconds(op, target) / max(remat.nbytes(op.out), 1), g.ops.index(op)))
+    ops = _candidates(g, free, target)
     allow, moved = set(free), set()
     state = _fits(g, frozenset(allow), moved, budget)
     link = 2 / target.host_link_bandwidth
     while state is None and (ops or offload):
-        values = kept(g, _cut(g, frozenset(allow)), moved)
+        values = estimate(g, _cut(g, frozenset(allow)), moved)
         room = _offloadable(g, values) if offload else []
         nxt = ops[0] if ops else None
         per_byte = None if nxt is None else seconds(nxt, target) / max(remat.nbytes(nxt.out), 1)
@@ -187,11 +194,37 @@ def solve(g: Graph, fraction: float, target: Target, offload: bool = True, name:
             break
         state = _fits(g, frozenset(allow), moved, budget)
     if state is None:
-        floor = sum(kept(g, _cut(g, frozenset(allow)), moved).values())
-        raise MemoryBudgetError(_unreachable(name or g.name, fraction, budget, unconstrained, floor, offload))
+        floor = sum(estimate(g, _cut(g, frozenset(allow)), moved).values())
+        raise MemoryBudgetError(unreachable(name or g.name, fraction, budget, unconstrained, floor, offload))
     allow, moved = _prune(g, allow - free, free, moved, budget, target)
+    return _decision(g, allow, moved, fraction, unconstrained, budget, target)
+
+
+def floor_choice(g: Graph, target: Target, offload: bool = True) -> Decision:
+    """The choice that keeps the least: every forward op recomputed that may be and, with offload, every
+    value still kept offloaded that is worth a host copy (OFFLOAD_MIN). Its plan's kept bytes are the
+    floor no budget goes below."""
+    free = frozenset(remat.free(g))
+    allow = free | frozenset(_candidates(g, free, target))
+    moved = set(_offloadable(g, estimate(g, _cut(g, allow)))) if offload else set()
+    return _decision(g, allow, moved, 0.0, 0, 0, target)
+
+
+def _candidates(g: Graph, free: frozenset[Op], target: Target) -> list[Op]:
+    """The forward ops a budget may let the cut recompute, cheapest per byte first."""
+    forced = remat.checkpointed(g)
+    ops = [op for op in remat._ancestors(g, remat.saved(g)) if op not in free and op not in forced and recomputable(op)]
+    order = {op: i for i, op in enumerate(g.ops)}
+    ops.sort(key=lambda op: (seconds(op, target) / max(remat.nbytes(op.out), 1), order[op]))
+    return ops
+
+
+def _decision(
+    g: Graph, allow: frozenset[Op], moved: set[Value], fraction: float, unconstrained: int, budget: int, target: Target
+) -> Decision:
+    """The Decision for these choices, each listed with its bytes and the seconds it costs."""
     recompute = _cut(g, allow)
-    left = kept(g, recompute, moved)
+    left = estimate(g, recompute, moved)
     hosted = _offloadable(g, {v: remat.nbytes(v) for v in moved})
     choices = [("recompute", op.out, remat.nbytes(op.out), seconds(op, target)) for op in recomputed(g, recompute)]
     choices += [("offload", v, remat.nbytes(v), offload_seconds(v, target)) for v in hosted]
@@ -202,7 +235,7 @@ def solve(g: Graph, fraction: float, target: Target, offload: bool = True, name:
 
 def _fits(g: Graph, allow: frozenset[Op], moved: set[Value], budget: int) -> int | None:
     """The kept bytes with these choices, or None when they exceed the budget."""
-    n = sum(kept(g, _cut(g, allow), moved).values())
+    n = sum(estimate(g, _cut(g, allow), moved).values())
     return n if n <= budget else None
 
 
@@ -223,7 +256,7 @@ def _prune(
         rest = moved - {v}
         if _fits(g, allow, rest, budget) is not None:
             moved = rest
-    still = kept(g, _cut(g, allow))
+    still = estimate(g, _cut(g, allow))
     return allow, {v for v in moved if v in still}
 
 
@@ -238,7 +271,9 @@ def _least_fraction(floor: int, unconstrained: int) -> float:
     return f
 
 
-def _unreachable(name: str, fraction: float, budget: int, unconstrained: int, floor: int, offload: bool) -> str:
+def unreachable(name: str, fraction: float, budget: int, unconstrained: int, floor: int, offload: bool) -> str:
+    """Why `fraction` of `unconstrained` bytes (`budget`) cannot be kept: the floor reached, with the
+    least fraction that holds it."""
     from_floor = floor / unconstrained if unconstrained else 0.0
     return (
         f"{name}: activation_budget={fraction!r} ({budget} bytes of the {unconstrained} bytes of activations "

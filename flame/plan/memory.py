@@ -519,7 +519,8 @@ class MemoryReport:
     """What a plan will hold on the device, known before it runs. Bytes throughout.
     peak: arena + bound buffers (inputs, parameters, state, fresh outputs); live_at_peak: (buffer,
     type, role, bytes, producing IR op line) of the temporaries live at the arena's busiest step;
-    saved: forward values read by backward ops (activations kept for the backward pass);
+    saved: forward values read by backward ops (activations kept for the backward pass:
+    saved_for_backward, the measure an activation budget bounds);
     recomputed: (op line, type, bytes) of what the backward recomputes instead (rematerialisation:
     flame.utils.checkpoint regions, memory budgets, and the free elementwise recomputations every plan
     makes); budget: the memory budget the plan was fitted to, with the peak it had without it;
@@ -601,12 +602,15 @@ def _slot_bytes(buffers) -> int:
 
 
 def saved_for_backward(plan: Plan) -> list:
-    """Values computed by forward ops and read by backward ops (ir.graph.is_backward), in order. A
+    """The activation memory kept for the backward, as flame measures it everywhere (the memory
+    report, flame.compile's activation_budget, `flame explain`): values computed by forward ops and
+    read by backward ops (ir.graph.is_backward), in order. A
     view with no buffer of its own (a library call reads it from its input's bytes: a folded
     transpose, attention's strided operands) counts as the buffered value it views, once; a value
     with no buffer otherwise (an attention output written into its permute's buffer) is that buffer,
-    listed with its own value. Graph inputs are not listed (the caller holds them), nor values
-    offloaded to host memory (held there, not on the device)."""
+    listed with its own value. Only the arena's buffers are listed: not graph inputs nor graph outputs
+    (bound buffers the caller holds, which the plan keeps whether or not the backward reads them:
+    MemoryReport.bound), nor values offloaded to host memory (held there, not on the device)."""
     g = plan.graph
     users = g.users()
     out = []
@@ -617,8 +621,15 @@ def saved_for_backward(plan: Plan) -> list:
         while v not in plan.buffer_of and v.producer is not None and REGISTRY[v.producer.name].view is not None:
             v = v.producer.inputs[0]
         if v in plan.buffer_of and v.producer is not None and v not in out:
-            out.append(v)
+            if plan.buffers[plan.buffer_of[v]].role not in BOUND_ROLES:
+                out.append(v)
     return out
+
+
+def saved_bytes(plan: Plan) -> int:
+    """The bytes of the activations `plan` keeps for the backward (saved_for_backward): what
+    MemoryReport.saved_bytes says and what an activation budget bounds."""
+    return sum(v.type.numel * v.dtype.itemsize for v in saved_for_backward(plan))
 
 
 def memory_report(plan: Plan) -> MemoryReport:

@@ -637,9 +637,10 @@ class MemoryBudget:
 class ActivationBudget:
     """What flame.compile(activation_budget=...) asked for and what the solver chose
     (passes/activation_budget.py): `requested` the fraction, the activation bytes kept for the backward
-    without the budget (`unconstrained`), the budget in bytes, the bytes kept with it (`kept`), and each
-    choice as (kind: "recompute" or "offload", the value's IR line, its bytes, the seconds it costs
-    at the Target's rates)."""
+    without the budget (`unconstrained`), the budget in bytes, the bytes kept with it (`kept`), all three
+    as the memory report counts them on the finished plans (plan/memory.saved_bytes), and each choice as
+    (kind: "recompute" or "offload", the value's IR line, its bytes, the seconds it costs at the
+    Target's rates)."""
 
     requested: float
     unconstrained: int

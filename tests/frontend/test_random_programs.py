@@ -456,9 +456,9 @@ def test_fuzz_for_the_given_time(request):
 
 def test_a_budget_below_the_floor_is_refused_asking_for_one_that_is_met():
     """A program whose activations flame cannot recompute to nothing (values under 4 KiB are never
-    offloaded): activation_budget=0 is refused naming the least budget that is met (72 of 104 bytes,
-    0.6923: it asks for 0.693, which holds 72 bytes, not 0.692, which holds 71), and that budget gives
-    the results and gradients of the plan without a budget, bit for bit (and torch's)."""
+    offloaded): activation_budget=0 is refused naming the floor and the least budget of three decimals
+    that holds it (int(budget * unconstrained bytes) >= floor, rounded up, never down), and that budget
+    gives the results and gradients of the plan without a budget, bit for bit (and torch's)."""
 
     def node(op, *ins, **kw):
         return Node(op, ins, tuple(kw.items()))
@@ -476,8 +476,12 @@ def test_a_budget_below_the_floor_is_refused_asking_for_one_that_is_met():
         budget=0.0,
     )
     xs = prog.inputs(0)
-    with pytest.raises(MemoryBudgetError, match=r"ask for activation_budget >= 0\.693"):
+    with pytest.raises(MemoryBudgetError, match=r"ask for activation_budget >= ") as e:
         _flame_compiled(prog, xs, True, budget=0.0)
+    said = re.search(r"of the (\d+) bytes .* the floor is (\d+) bytes .* activation_budget >= ([0-9.]+)", str(e.value))
+    unconstrained, floor, asked = int(said[1]), int(said[2]), float(said[3])
+    assert 0 < floor < unconstrained
+    assert int(asked * unconstrained) >= floor > int(round(asked - 0.001, 3) * unconstrained)
     check(prog, xs)
 
 
