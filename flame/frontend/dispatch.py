@@ -124,7 +124,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     if trace is not None:
         vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
         trace.builder.loc = _loc(name)
-        t = Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
+        t = Tensor._traced(trace.builder.emit_normalized(opdef, tuple(vals), attrs), trace)
         grad = t.dtype.is_float and opdef.vjp is not None and any(
             isinstance(x, Tensor) and x.requires_grad for x in inputs)
         if grad_enabled.get():

@@ -569,7 +569,10 @@ def binary(name: str, a, b) -> Tensor:
         dt = floating(dt)
     if name == "pow" and dt == boolean:  # bool ** True is the tensor, bool ** False all True (torch)
         return binary("logical_or", a, not b)
-    a, b = (x.to(dt) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt) for x in (a, b))
+    a, b = (
+        (x if x._dtype == dt else x.to(dt)) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt)
+        for x in (a, b)
+    )
     return apply(name, a, b)
 
 
