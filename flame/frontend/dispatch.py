@@ -114,10 +114,11 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     the `View.strided` trait) makes an eager view sharing its input's storage (frontend/views.py)."""
     opdef = registry.get(name)
     inputs = autocast.cast_inputs(opdef.autocast, inputs)
-    try:
-        attrs = opdef.normalize_attrs(attrs)
-    except FlameError as e:
-        raise _with_loc(e, user_location()) from None
+    if attrs or opdef.attrs:  # (an op without attributes, given none: nothing to normalize)
+        try:
+            attrs = opdef.normalize_attrs(attrs)
+        except FlameError as e:
+            raise _with_loc(e, user_location()) from None
     inputs = _current(inputs)
     strided = opdef.view is not None and opdef.view.strided is not None and isinstance(inputs[0], Tensor)
     trace = current_trace.get()
