@@ -123,11 +123,16 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     strided = opdef.view is not None and opdef.view.strided is not None and isinstance(inputs[0], Tensor)
     trace = current_trace.get()
     if trace is not None:
-        vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
-        trace.builder.loc = _loc(name)
-        t = Tensor._traced(trace.builder.emit_normalized(opdef, tuple(vals), attrs), trace)
-        grad = t.dtype.is_float and opdef.vjp is not None and any(
-            isinstance(x, Tensor) and x.requires_grad for x in inputs)
+        vals = tuple([trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs])
+        builder = trace.builder
+        builder.loc = _loc(name)
+        t = Tensor._traced(builder.emit_normalized(opdef, vals, attrs), trace)
+        grad = False
+        if opdef.vjp is not None and t.dtype.is_float:
+            for x in inputs:
+                if isinstance(x, Tensor) and x.requires_grad:
+                    grad = True
+                    break
         if grad_enabled.get():
             t.requires_grad = grad  # as eagerly: an op's result requires grad when an input does
         else:  # it does not require grad (Trace.requires_grad), and no gradient flows through it

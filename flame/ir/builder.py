@@ -20,7 +20,7 @@ def _with_loc(err: FlameError, loc: str | None) -> FlameError:
 
 
 # (op, its inputs' shapes and dtypes, its attributes with their types) -> the result's type, for the ops
-# whose shapes and attributes are plain (`_plain`): a shape rule is a pure function of these, so an op
+# whose shapes and attributes are plain (`_key`): a shape rule is a pure function of these, so an op
 # alike to one typed before (a model's repeated blocks, an optimizer's update of each parameter) is
 # typed by the answer it gave then
 _INFERRED: dict[tuple, TensorType] = {}
@@ -41,9 +41,33 @@ def infer(opdef: registry.OpDef, vals: tuple[Value, ...], attrs: dict[str, Any])
     return out
 
 
+# (op, its given attributes with their types) -> opdef.normalize_attrs's answer, for attributes of plain
+# values (`_given_key`): the constants tracing makes for Python numbers, alike in every block and update
+_NORMALIZED: dict[tuple, dict[str, Any]] = {}
+
+
+def normalized(opdef: registry.OpDef, attrs: dict[str, Any]) -> dict[str, Any]:
+    """opdef.normalize_attrs(attrs), not to be changed by the caller (an Op copies its attributes)."""
+    key = _given_key(opdef.name, attrs)
+    if key is None:
+        return opdef.normalize_attrs(attrs)
+    out = _NORMALIZED.get(key)
+    if out is None:
+        out = opdef.normalize_attrs(attrs)
+        if len(_NORMALIZED) >= 4096:
+            _NORMALIZED.clear()
+        _NORMALIZED[key] = out
+    return out
+
+
+def _given_key(name: str, attrs: dict[str, Any]) -> tuple | None:
+    """The key of _NORMALIZED, or None where an attribute is not plain (`_attrs_key`)."""
+    key: list = [name]
+    return tuple(key) if _attrs_key(attrs, key) else None
+
+
 def _key(name: str, vals: tuple[Value, ...], attrs: dict[str, Any]) -> tuple | None:
-    """The key of _INFERRED for this op, or None where a shape holds a symbolic size or an attribute
-    is other than a plain number, string, dtype or tuple of ints."""
+    """The key of _INFERRED, or None where a shape holds a symbolic size or an attribute is not plain."""
     key: list = [name]
     for v in vals:
         t = v.type
@@ -52,6 +76,12 @@ def _key(name: str, vals: tuple[Value, ...], attrs: dict[str, Any]) -> tuple | N
                 return None
         key.append(t.shape)
         key.append(t.dtype.name)
+    return tuple(key) if _attrs_key(attrs, key) else None
+
+
+def _attrs_key(attrs: dict[str, Any], key: list) -> bool:
+    """Append each attribute's name, type and value to `key`; False where one is other than an int,
+    bool, nonzero float (0.0 and -0.0 are equal keys), string, None, dtype or tuple of ints."""
     for k, a in attrs.items():
         ta = type(a)
         if ta is DType:
@@ -59,13 +89,13 @@ def _key(name: str, vals: tuple[Value, ...], attrs: dict[str, Any]) -> tuple | N
         elif ta is tuple:
             for x in a:
                 if type(x) is not int:
-                    return None
-        elif ta not in _PLAIN:
-            return None
+                    return False
+        elif ta not in _PLAIN or (ta is float and a == 0):
+            return False
         key.append(k)
         key.append(ta)
         key.append(a)
-    return tuple(key)
+    return True
 
 
 class Builder:
@@ -80,7 +110,7 @@ class Builder:
         opdef = registry.get(name)
         vals = self._checked(opdef, inputs)
         try:
-            attrs = opdef.normalize_attrs(attrs)
+            attrs = normalized(opdef, attrs)
         except FlameError as e:
             raise _with_loc(e, self.loc) from None
         return self._append(opdef, vals, attrs)

@@ -6,8 +6,11 @@ from collections.abc import Callable
 
 from flame.errors import FlameError, VerifyError
 from flame.ir import registry
+from flame.ir.dtypes import DType
 from flame.ir.graph import ROLES, Graph, Op, Value
 from flame.ir.printer import format_attr, format_op
+
+_PRINTABLE = frozenset((int, float, bool, str, type(None), DType))  # attribute values format_attr always prints
 
 
 def verify(g: Graph, shape_rules: bool = True) -> Graph:
@@ -34,7 +37,8 @@ def verify(g: Graph, shape_rules: bool = True) -> Graph:
     for op in g.ops:
         try:
             for v in op.attrs.values():
-                format_attr(v)  # what the op's line prints of its attributes
+                if type(v) not in _PRINTABLE:
+                    format_attr(v)  # what the op's line prints of its attributes
         except TypeError as e:  # an attribute value the IR text has no form for
             raise VerifyError(f"graph {g.name}: {op.name} has an attribute that is not IR data ({e})") from None
         if op.out in defined:
