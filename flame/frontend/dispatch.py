@@ -17,7 +17,7 @@ from flame.frontend.context import checkpoint_saves, current_trace, grad_enabled
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import contiguous_array, link, stale, strided_array, traced_view, version
 from flame.ir import registry
-from flame.ir.builder import Builder, _with_loc
+from flame.ir.builder import Builder, _with_loc, normalized
 from flame.ir.dtypes import DType
 from flame.ir.graph import CheckpointLoc, Graph
 from flame.ir.types import TensorType
@@ -116,7 +116,7 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     inputs = autocast.cast_inputs(opdef.autocast, inputs)
     if attrs or opdef.attrs:  # (an op without attributes, given none: nothing to normalize)
         try:
-            attrs = opdef.normalize_attrs(attrs)
+            attrs = dict(normalized(opdef, attrs))
         except FlameError as e:
             raise _with_loc(e, user_location()) from None
     inputs = _current(inputs)
@@ -201,7 +201,7 @@ def _current(inputs: tuple) -> tuple:
     """The inputs, each view written since it was derived (through its base or another view of it)
     derived again from its base first."""
     for x in inputs:
-        if isinstance(x, Tensor) and stale(x):
+        if isinstance(x, Tensor) and x._base is not None and stale(x):
             return tuple(fresh(y) if isinstance(y, Tensor) and stale(y) else y for y in inputs)
     return inputs
 
