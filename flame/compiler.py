@@ -199,6 +199,7 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
             timings.append(("plan", time.perf_counter() - start))
         return graph, plan
 
+    given = g
     if optimize:
         g = run_pipeline(g, dump=dump, timings=timings, text=text)
     if memory_budget is not None and optimize:
@@ -217,7 +218,9 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
             g, plan = finish(g, allow, dump, timings)
         plan = replace(plan, activation_budget=fitted)
     else:
-        g, plan = finish(g, dump=dump, timings=timings)
+        simplified, (g, plan) = g, finish(g, dump=dump, timings=timings)
+        if dump is None and simplified is not given and simplified is not g:  # (a watched compile keeps every stage)
+            discard(simplified.ops, {*g.ops, *given.ops})  # freed now, not by the cyclic collector
     start = time.perf_counter()
     run = ex.compile(plan)
     timings.append((f"{ex.name} compile", time.perf_counter() - start))

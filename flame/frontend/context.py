@@ -37,16 +37,47 @@ def _flame_file(path: str) -> bool:
     return inside
 
 
+_SKIPPED: dict[str, bool] = {}  # absolute source path -> whether user_location passes over its frames
+# (path, line) -> (the linecache entry the text was read from, the text): the text is made again when
+# linecache reads the file anew (linecache.checkcache after an edit)
+_TEXTS: dict[tuple[str, int], tuple] = {}
+
+
+def _skipped(path: str) -> bool:
+    """Whether user_location passes over a frame of source file `path`: flame's own and contextlib's."""
+    known = _SKIPPED.get(path)
+    if known is None:
+        known = _flame_file(path) or "contextlib" in path
+        if os.path.isabs(path) and len(_SKIPPED) < 4096:
+            _SKIPPED[path] = known
+    return known
+
+
 def user_location() -> str | None:
     """`file.py:LINE  source` of the innermost caller outside the flame package."""
     f = sys._getframe(1)
+    skipped = _SKIPPED.get
     while f is not None:
         path = f.f_code.co_filename
-        if not _flame_file(path) and "contextlib" not in path:
-            src = linecache.getline(path, f.f_lineno).strip()
-            return f"{os.path.basename(path)}:{f.f_lineno}" + (f"  {src}" if src else "")
+        known = skipped(path)
+        if not (_skipped(path) if known is None else known):
+            return _text(path, f.f_lineno)
         f = f.f_back
     return None
+
+
+def _text(path: str, line: int) -> str:
+    """`file.py:LINE  source` of line `line` of `path`, as linecache holds the file now."""
+    lines = linecache.getlines(path)  # (reads the file into linecache's cache the first time)
+    known = _TEXTS.get((path, line))
+    if known is not None and known[0] is lines:
+        return known[1]
+    src = lines[line - 1].strip() if 1 <= line <= len(lines) else ""
+    text = f"{os.path.basename(path)}:{line}" + (f"  {src}" if src else "")
+    if len(_TEXTS) >= 65536:
+        _TEXTS.clear()
+    _TEXTS[(path, line)] = (lines, text)
+    return text
 
 
 def user_stacklevel() -> int:

@@ -17,7 +17,7 @@ from flame.frontend.context import checkpoint_saves, current_trace, grad_enabled
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import contiguous_array, link, stale, strided_array, traced_view, version
 from flame.ir import registry
-from flame.ir.builder import Builder, _with_loc
+from flame.ir.builder import Builder, _with_loc, normalized
 from flame.ir.dtypes import DType
 from flame.ir.graph import CheckpointLoc, Graph
 from flame.ir.types import TensorType
@@ -114,19 +114,25 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     the `View.strided` trait) makes an eager view sharing its input's storage (frontend/views.py)."""
     opdef = registry.get(name)
     inputs = autocast.cast_inputs(opdef.autocast, inputs)
-    try:
-        attrs = opdef.normalize_attrs(attrs)
-    except FlameError as e:
-        raise _with_loc(e, user_location()) from None
+    if attrs or opdef.attrs:  # (an op without attributes, given none: nothing to normalize)
+        try:
+            attrs = dict(normalized(opdef, attrs))
+        except FlameError as e:
+            raise _with_loc(e, user_location()) from None
     inputs = _current(inputs)
     strided = opdef.view is not None and opdef.view.strided is not None and isinstance(inputs[0], Tensor)
     trace = current_trace.get()
     if trace is not None:
-        vals = [trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs]
-        trace.builder.loc = _loc(name)
-        t = Tensor._traced(trace.builder.emit(name, *vals, **attrs), trace)
-        grad = t.dtype.is_float and opdef.vjp is not None and any(
-            isinstance(x, Tensor) and x.requires_grad for x in inputs)
+        vals = tuple([trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs])
+        builder = trace.builder
+        builder.loc = _loc(name)
+        t = Tensor._traced(builder.emit_normalized(opdef, vals, attrs), trace)
+        grad = False
+        if opdef.vjp is not None and t.dtype.is_float:
+            for x in inputs:
+                if isinstance(x, Tensor) and x.requires_grad:
+                    grad = True
+                    break
         if grad_enabled.get():
             t.requires_grad = grad  # as eagerly: an op's result requires grad when an input does
         else:  # it does not require grad (Trace.requires_grad), and no gradient flows through it
@@ -195,7 +201,7 @@ def _current(inputs: tuple) -> tuple:
     """The inputs, each view written since it was derived (through its base or another view of it)
     derived again from its base first."""
     for x in inputs:
-        if isinstance(x, Tensor) and stale(x):
+        if isinstance(x, Tensor) and x._base is not None and stale(x):
             return tuple(fresh(y) if isinstance(y, Tensor) and stale(y) else y for y in inputs)
     return inputs
 

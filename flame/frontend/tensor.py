@@ -205,7 +205,10 @@ class Tensor:
         return TensorType(self.shape, self.dtype)
 
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        n = 1
+        for s in self.shape:
+            n *= int(s)
+        return n if n < 2**63 else int(np.prod(self.shape, dtype=np.int64))  # (NumPy's int64 product past it)
 
     @property
     def _version(self) -> int:

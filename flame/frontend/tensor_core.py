@@ -102,6 +102,8 @@ class TensorCore:
     def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False) -> Tensor:
         """to(dtype), to(device), to(device, dtype), to(other) (its device and dtype), as in PyTorch.
         A device is "cpu" or "cuda" (see `device`)."""
+        if len(args) == 1 and type(args[0]) is DType and dtype is None and device is None and not copy:
+            return self if args[0] == self._dtype else apply("cast", self, dtype=args[0])  # to(dtype)
         for a in args:
             if isinstance(a, Tensor):
                 dtype, device = a.dtype, a.device
@@ -569,7 +571,10 @@ def binary(name: str, a, b) -> Tensor:
         dt = floating(dt)
     if name == "pow" and dt == boolean:  # bool ** True is the tensor, bool ** False all True (torch)
         return binary("logical_or", a, not b)
-    a, b = (x.to(dt) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt) for x in (a, b))
+    a, b = (
+        (x if x._dtype == dt else x.to(dt)) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt)
+        for x in (a, b)
+    )
     return apply(name, a, b)
 
 

@@ -10,12 +10,92 @@ from flame.errors import FlameError
 from flame.ir import registry
 from flame.ir.dtypes import DType
 from flame.ir.graph import Graph, Op, Value
+from flame.ir.types import TensorType
 
 
 def _with_loc(err: FlameError, loc: str | None) -> FlameError:
     if loc and "\n  at " not in str(err):
         return type(err)(f"{err}\n  at {loc}")
     return err
+
+
+# (op, its inputs' shapes and dtypes, its attributes with their types) -> the result's type, for the ops
+# whose shapes and attributes are plain (`_key`): a shape rule is a pure function of these, so an op
+# alike to one typed before (a model's repeated blocks, an optimizer's update of each parameter) is
+# typed by the answer it gave then
+_INFERRED: dict[tuple, TensorType] = {}
+_PLAIN = frozenset((int, float, bool, str, type(None)))
+
+
+def infer(opdef: registry.OpDef, vals: tuple[Value, ...], attrs: dict[str, Any]) -> TensorType:
+    """opdef's result type for inputs `vals` and normalized `attrs` (opdef.infer's answer)."""
+    key = _key(opdef.name, vals, attrs)
+    if key is None:
+        return opdef.infer([v.type for v in vals], **attrs)
+    out = _INFERRED.get(key)
+    if out is None:
+        out = opdef.infer([v.type for v in vals], **attrs)
+        if len(_INFERRED) >= 16384:
+            _INFERRED.clear()
+        _INFERRED[key] = out
+    return out
+
+
+# (op, its given attributes with their types) -> opdef.normalize_attrs's answer, for attributes of plain
+# values (`_given_key`): the constants tracing makes for Python numbers, alike in every block and update
+_NORMALIZED: dict[tuple, dict[str, Any]] = {}
+
+
+def normalized(opdef: registry.OpDef, attrs: dict[str, Any]) -> dict[str, Any]:
+    """opdef.normalize_attrs(attrs), not to be changed by the caller (an Op copies its attributes)."""
+    key = _given_key(opdef.name, attrs)
+    if key is None:
+        return opdef.normalize_attrs(attrs)
+    out = _NORMALIZED.get(key)
+    if out is None:
+        out = opdef.normalize_attrs(attrs)
+        if len(_NORMALIZED) >= 4096:
+            _NORMALIZED.clear()
+        _NORMALIZED[key] = out
+    return out
+
+
+def _given_key(name: str, attrs: dict[str, Any]) -> tuple | None:
+    """The key of _NORMALIZED, or None where an attribute is not plain (`_attrs_key`)."""
+    key: list = [name]
+    return tuple(key) if _attrs_key(attrs, key) else None
+
+
+def _key(name: str, vals: tuple[Value, ...], attrs: dict[str, Any]) -> tuple | None:
+    """The key of _INFERRED, or None where a shape holds a symbolic size or an attribute is not plain."""
+    key: list = [name]
+    for v in vals:
+        t = v.type
+        for s in t.shape:
+            if type(s) is not int:
+                return None
+        key.append(t.shape)
+        key.append(t.dtype.name)
+    return tuple(key) if _attrs_key(attrs, key) else None
+
+
+def _attrs_key(attrs: dict[str, Any], key: list) -> bool:
+    """Append each attribute's name, type and value to `key`; False where one is other than an int,
+    bool, nonzero float (0.0 and -0.0 are equal keys), string, None, dtype or tuple of ints."""
+    for k, a in attrs.items():
+        ta = type(a)
+        if ta is DType:
+            a = a.name
+        elif ta is tuple:
+            for x in a:
+                if type(x) is not int:
+                    return False
+        elif ta not in _PLAIN or (ta is float and a == 0):
+            return False
+        key.append(k)
+        key.append(ta)
+        key.append(a)
+    return True
 
 
 class Builder:
@@ -28,27 +108,43 @@ class Builder:
 
     def emit(self, name: str, *inputs: Value | float | int | bool, **attrs: Any) -> Value:
         opdef = registry.get(name)
-        loc = self.loc
-        if opdef.arity >= 0 and len(inputs) != opdef.arity:
-            raise _with_loc(FlameError(f"{name}: expected {opdef.arity} inputs, got {len(inputs)}"), loc)
-        vals = self._values(inputs)
+        vals = self._checked(opdef, inputs)
         try:
-            attrs = opdef.normalize_attrs(attrs)
-            out_type = opdef.infer([v.type for v in vals], **attrs)
+            attrs = normalized(opdef, attrs)
         except FlameError as e:
-            raise _with_loc(e, loc) from None
-        op = Op(name, tuple(vals), attrs, out_type, loc)
+            raise _with_loc(e, self.loc) from None
+        return self._append(opdef, vals, attrs)
+
+    def emit_normalized(self, opdef: registry.OpDef, inputs: tuple, attrs: dict[str, Any]) -> Value:
+        """emit(opdef.name, *inputs, **attrs) for attributes opdef.normalize_attrs already gave."""
+        return self._append(opdef, self._checked(opdef, inputs), attrs)
+
+    def _checked(self, opdef: registry.OpDef, inputs: tuple) -> tuple[Value, ...]:
+        """inputs as Values (Python numbers made constants), after checking their count."""
+        if opdef.arity >= 0 and len(inputs) != opdef.arity:
+            raise _with_loc(FlameError(f"{opdef.name}: expected {opdef.arity} inputs, got {len(inputs)}"), self.loc)
+        return self._values(inputs)
+
+    def _append(self, opdef: registry.OpDef, vals: tuple[Value, ...], attrs: dict[str, Any]) -> Value:
+        try:
+            out_type = infer(opdef, vals, attrs)
+        except FlameError as e:
+            raise _with_loc(e, self.loc) from None
+        op = Op(opdef.name, vals, attrs, out_type, self.loc)
         self.graph.ops.append(op)
         return op.out
 
-    def _values(self, inputs: tuple) -> list[Value]:
-        if all(isinstance(x, Value) for x in inputs):
-            return list(inputs)
+    def _values(self, inputs: tuple) -> tuple[Value, ...]:
+        for x in inputs:
+            if type(x) is not Value:
+                break
+        else:
+            return inputs
         tensors = [x for x in inputs if isinstance(x, Value)]
         like = next((v for v in tensors if v.dtype.kind != "bool"), tensors[0] if tensors else None)
         if like is None:
             raise FlameError("an op needs at least one tensor input to type its Python numbers")
-        return [x if isinstance(x, Value) else self.const(x, like.dtype) for x in inputs]
+        return tuple([x if isinstance(x, Value) else self.const(x, like.dtype) for x in inputs])
 
     def const(self, value: float | int | bool, dtype: DType, shape: tuple[int, ...] = ()) -> Value:
         return self.emit("full", shape=shape, value=value, dtype=dtype)

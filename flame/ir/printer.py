@@ -65,11 +65,26 @@ def format_op(op: Op, ids: dict[Value, int], loc: bool = False, regions: dict[in
     return text
 
 
+def _line(op: Op, names: dict[Value, str], regions: dict[int, int]) -> str:
+    """format_op's text of op (no loc) indented as print_graph writes it; names: each value's `%N`."""
+    text = f"  {names.get(op.out, '%?')} = {op.name}"
+    if op.inputs:
+        text += " " + ", ".join([names.get(v, "%?") for v in op.inputs])
+    if op.attrs:
+        text += " {" + ", ".join([f"{k}={format_attr(v)}" for k, v in op.attrs.items()]) + "}"
+    text += f" : {op.out.type}"
+    loc = op.loc
+    if loc is not None and type(loc) is not str and isinstance(loc, CheckpointLoc):
+        text += f" checkpoint {regions.get(loc.region, loc.region)}" + (" saved" if loc.saved else "")
+    return text
+
+
 def print_graph(g: Graph, locs: bool = False) -> str:
     """The whole graph as text; with locs=True each op line ends with `# file:line` of its source."""
     ids, regions = g.numbering(), checkpoint_numbers(g)
     params = ", ".join(f"%{ids[v]}: {v.type} {r}" for v, r in zip(g.inputs, g.roles))
     lines = [f"graph {g.name}({params}) {{"]
+    names = {v: f"%{i}" for v, i in ids.items()}
     starts = {k.ops[0]: (i, k) for i, k in enumerate(g.groups or []) if k.ops}
     for op in g.ops:
         if op in starts:  # the fusion pass's kernels; the parser skips comment lines
@@ -77,7 +92,7 @@ def print_graph(g: Graph, locs: bool = False) -> str:
             kind = k.kind + (f", epilogue {k.epilogue}" if k.epilogue != "none" else "")
             kind += ", update" if k.update else ""
             lines.append(f"  # kernel {i} ({kind}): {k.reason}")
-        lines.append("  " + format_op(op, ids, locs, regions))
+        lines.append("  " + format_op(op, ids, True, regions) if locs else _line(op, names, regions))
     rets = []
     for i, v in enumerate(g.outputs):
         item = f"%{ids[v]}" if v in ids else "%?"

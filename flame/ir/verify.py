@@ -6,8 +6,11 @@ from collections.abc import Callable
 
 from flame.errors import FlameError, VerifyError
 from flame.ir import registry
+from flame.ir.dtypes import DType
 from flame.ir.graph import ROLES, Graph, Op, Value
 from flame.ir.printer import format_attr, format_op
+
+_PRINTABLE = frozenset((int, float, bool, str, type(None), DType))  # attribute values format_attr always prints
 
 
 def verify(g: Graph, shape_rules: bool = True) -> Graph:
@@ -16,25 +19,25 @@ def verify(g: Graph, shape_rules: bool = True) -> Graph:
     looked the op up, checked its arity, normalised its attributes and ran its shape rule as it appended
     it (a traced graph): those are not done again; the rest is (a value from another graph or not yet
     defined, an attribute the IR text has no form for, the inputs' roles, the outputs and aliases)."""
-    ids = g.numbering()
     defined: set[Value] = set()
     if len(g.roles) != len(g.inputs):
         raise VerifyError(f"graph {g.name}: {len(g.inputs)} inputs but {len(g.roles)} roles")
     for v, role in zip(g.inputs, g.roles):
         if role not in ROLES:
-            raise VerifyError(f"graph {g.name}: input %{ids[v]} has unknown role {role!r}")
+            raise VerifyError(f"graph {g.name}: input %{g.numbering()[v]} has unknown role {role!r}")
         defined.add(v)
 
     def bad(why: str, op: Op) -> VerifyError:
         # the line as it reads at this point (values not yet defined unnumbered), built only for an
         # error: a map per op would make verifying quadratic in the graph's size
-        shown = {v: i for v, i in ids.items() if v in defined or v is op.out}
+        shown = {v: i for v, i in g.numbering().items() if v in defined or v is op.out}
         return VerifyError(f"{why}\n  {format_op(op, shown, loc=True)}")
 
     for op in g.ops:
         try:
             for v in op.attrs.values():
-                format_attr(v)  # what the op's line prints of its attributes
+                if type(v) not in _PRINTABLE:
+                    format_attr(v)  # what the op's line prints of its attributes
         except TypeError as e:  # an attribute value the IR text has no form for
             raise VerifyError(f"graph {g.name}: {op.name} has an attribute that is not IR data ({e})") from None
         if op.out in defined:
@@ -46,19 +49,22 @@ def verify(g: Graph, shape_rules: bool = True) -> Graph:
         elif not op.inputs and registry.get(op.name).arity < 0:
             raise bad(f"{op.name} needs at least one input", op)
         defined.add(op.out)
-    ret = _return_line(g, ids)
+
+    def ret() -> str:  # the return line, made only for an error
+        return _return_line(g, g.numbering())
+
     for i, v in enumerate(g.outputs):
         if v not in defined:
-            raise VerifyError(f"graph {g.name}: output {i} is not defined in the graph\n  {ret}")
+            raise VerifyError(f"graph {g.name}: output {i} is not defined in the graph\n  {ret()}")
     if len(set(g.aliases.values())) != len(g.aliases):
-        raise VerifyError(f"graph {g.name}: two outputs replace the same input\n  {ret}")
+        raise VerifyError(f"graph {g.name}: two outputs replace the same input\n  {ret()}")
     for o, i in g.aliases.items():
         if not (0 <= o < len(g.outputs) and 0 <= i < len(g.inputs)):
-            raise VerifyError(f"graph {g.name}: alias {o} -> {i} is out of range\n  {ret}")
+            raise VerifyError(f"graph {g.name}: alias {o} -> {i} is out of range\n  {ret()}")
         if g.outputs[o].type != g.inputs[i].type:
             raise VerifyError(
                 f"graph {g.name}: output {o} ({g.outputs[o].type}) cannot replace "
-                f"input %{ids[g.inputs[i]]} ({g.inputs[i].type})\n  {ret}"
+                f"input %{g.numbering()[g.inputs[i]]} ({g.inputs[i].type})\n  {ret()}"
             )
     return g
 
