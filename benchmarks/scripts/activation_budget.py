@@ -3,7 +3,8 @@ one training step each: flame unconstrained and at activation_budget 0.5 and 0.2
 with torch._functorch.config.activation_memory_budget at the same fractions and torch.utils.checkpoint
 per block. Prints per row the step time, flame's planned activation memory kept for the backward
 (memory_report's saved bytes, the measure activation_budget bounds) with its fraction of the
-unconstrained plan's, the planned peak, and torch's measured peak on CUDA.
+unconstrained plan's, the planned peak and, on CUDA, flame's measured peak (the memory pool's growth from
+before the model was made) with its ratio to the planned one, and torch's measured peak.
 
     python3 -m benchmarks.scripts.activation_budget            # the GPU sizes
     python3 -m benchmarks.scripts.activation_budget --tiny     # a tiny size, on the CPU / reference executor
@@ -12,6 +13,7 @@ unconstrained plan's, the planned peak, and torch's measured peak on CUDA.
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 import numpy as np
@@ -97,8 +99,15 @@ def _timed(run, repeat: int, sync, warmup: int = 3) -> float:
 
 
 def flame_rows(kind, x_np, d, heads, dtype, layers, repeat):
+    """(label, ms, saved bytes, planned peak, measured peak or None) per budget; the measured peak
+    (CUDA only): the growth of the memory pool's bytes in use from before the model was made."""
     rows = []
+    cuda = flame.get_device() == "cuda"
     for budget in BUDGETS:
+        gc.collect()
+        if cuda:
+            flame.cuda.reset_peak_memory_stats()
+            start = flame.cuda.memory_allocated()
         m, block = flame_block(kind, d, heads, dtype)
 
         def step(x, block=block):
@@ -112,9 +121,11 @@ def flame_rows(kind, x_np, d, heads, dtype, layers, repeat):
         f = flame.compile(step, name=f"{kind}_block_train", activation_budget=budget)
         x = flame.tensor(x_np).to(dtype)
         report = f.memory_report(x)
-        ms = _timed(lambda f=f, x=x: f(x), repeat, flame.cuda.synchronize if flame.get_device() == "cuda" else _none)
+        ms = _timed(lambda f=f, x=x: f(x), repeat, flame.cuda.synchronize if cuda else _none)
         kept = report.saved_bytes  # what plan.activation_budget's kept and unconstrained measure
-        rows.append((f"flame activation_budget={budget}", ms, kept, report.peak))
+        measured = flame.cuda.max_memory_allocated() - start if cuda else None
+        rows.append((f"flame activation_budget={budget}", ms, kept, report.peak, measured))
+        del f, m, block, x
     return rows
 
 
@@ -153,7 +164,7 @@ def torch_rows(kind, x_np, d, heads, layers, repeat, device):
         ms = _timed(lambda run=run, x=x: run(x), repeat, sync)
         peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
         label = f"{name} activation_memory_budget={budget}" if not per_block else name + " per block"
-        rows.append((label, ms, None, peak))
+        rows.append((label, ms, None, peak, None))
     return rows
 
 
@@ -172,9 +183,10 @@ def main(argv: list[str] | None = None) -> None:
             rows += torch_rows(kind, x_np, d, heads, layers, repeat, "cuda" if cuda else "cpu")
         base, unconstrained = rows[0][1], rows[0][2]  # the unconstrained flame plan's time and saved bytes
         print(f"== {kind} block training step, {layers} blocks, batch {b} x {t} tokens, d {d} ==")
-        for label, ms, kept, peak in rows:
+        for label, ms, kept, peak, measured in rows:
             act = "" if kept is None else f"activations kept {kept / 2**20:9.2f} MiB ({kept / unconstrained:5.3f})  "
-            print(f"  {label:<52} {ms:9.3f} ms ({ms / base:5.2f}x)  {act}peak {peak / 2**20:9.2f} MiB")
+            seen = "" if measured is None else f" (measured {measured / 2**20:9.2f} MiB, {measured / peak:5.3f})"
+            print(f"  {label:<52} {ms:9.3f} ms ({ms / base:5.2f}x)  {act}peak {peak / 2**20:9.2f} MiB{seen}")
 
 
 if __name__ == "__main__":
