@@ -51,7 +51,8 @@ def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
         return None
     if name == "div" and _is_number(a) and isinstance(b, Tensor):  # s / x: x.reciprocal() * s
         r = apply("reciprocal", _cast(b, dt))
-        return in_opmath("mul", r, a, dt) or apply("mul", r, float(a))
+        out = in_opmath("mul", r, a, dt)
+        return apply("mul", r, float(a)) if out is None else out
     if name == "pow" and dt == bf16 and isinstance(a, Tensor) and _is_number(b) and float(b) in (3.0, -2.0):
         x = _cast(a, dt)
         sq = apply("mul", x, x)
