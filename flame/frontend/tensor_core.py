@@ -16,6 +16,7 @@ from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
+from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import (
     Tensor,
@@ -571,6 +572,9 @@ def binary(name: str, a, b) -> Tensor:
         dt = floating(dt)
     if name == "pow" and dt == boolean:  # bool ** True is the tensor, bool ** False all True (torch)
         return binary("logical_or", a, not b)
+    opmath = in_opmath(name, a, b, dt)
+    if opmath is not None:
+        return opmath
     a, b = (
         (x if x._dtype == dt else x.to(dt)) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt)
         for x in (a, b)

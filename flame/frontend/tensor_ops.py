@@ -26,7 +26,7 @@ from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, where
-from flame.ir.dtypes import boolean, dtype_of, f32, i64, u8
+from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, i64, u8
 from flame.ir.ops._shapes import broadcast_shapes
 
 SortResult = namedtuple("sort", ["values", "indices"])
@@ -452,6 +452,8 @@ class TensorOps:
         if rounding_mode != "trunc":
             raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         floor = self // other
+        if floor.dtype in (f16, bf16) and not isinstance(other, Tensor):  # torch: trunc of the f32 quotient
+            return (self.to(floor.dtype).float() / float(np.float32(other))).trunc().to(floor.dtype)
         if floor.dtype.is_float:  # torch: trunc(a / b) of the rounded quotient (1.0 / 0.1 is 10, not 9)
             return (self / other).trunc().to(floor.dtype)
         # integers: floor division rounds down; toward zero differs when the remainder is nonzero and

@@ -78,13 +78,22 @@ def _constant_factor(op: Op, operand: Value) -> float | None:
     return float(c) if op.name == MUL.name else 1.0 / float(c)
 
 
-def _scaling(v: Value) -> tuple[Value, float, Op] | None:
-    """(x, c, op) when v = op(x, c) scales x by a constant c without broadcasting x, else None."""
+def _scaling(v: Value) -> tuple[Value, float, tuple[Op, ...]] | None:
+    """(x, c, ops) when v = op(x, c) scales x by a constant c without broadcasting x, or is such a scaling
+    computed in f32 and rounded back once, cast(op(cast(x, f32), c), x's dtype) (a half-precision tensor
+    scaled by a Python number as PyTorch computes it), else None."""
+    outer = _producer(v, "cast")
+    if outer is not None:
+        got = _scaling(outer.inputs[0])
+        widen = _producer(got[0], "cast") if got is not None else None
+        if widen is None or widen.inputs[0].type != v.type:
+            return None
+        return widen.inputs[0], got[1], (outer, *got[2], widen)
     op = _producer(v, "mul", "div")
     for x in op.inputs if op is not None else ():
         c = _constant_factor(op, x)
         if c is not None and x.type == op.out.type:
-            return x, c, op
+            return x, c, (op,)
     return None
 
 
@@ -93,10 +102,24 @@ def _peel_scale(v: Value, m: _Match) -> Value:
     got = _scaling(v)
     if got is None:
         return v
-    x, c, op = got
+    x, c, ops = got
     m.scale *= c
-    m.inner.append(op)
+    m.inner.extend(ops)
     return x
+
+
+def _scaled_reader(v: Value, users: dict) -> tuple[Value, float, tuple[Op, ...]] | None:
+    """(y, c, ops) when v's one reader starts a scaling of v by a constant c (see _scaling) ending at y."""
+    y = v
+    for _ in range(3):  # a scaling, or a cast, a scaling and a cast back
+        readers = users.get(y, ())
+        if len(readers) != 1:
+            return None
+        y = readers[0].out
+        got = _scaling(y)
+        if got is not None and got[0] is v:
+            return y, got[1], got[2]
+    return None
 
 
 def _scores(v: Value) -> bool:
@@ -299,12 +322,12 @@ def _match_chain(op: Op, g: Graph, users: dict) -> tuple[_Match, _score_chain.Ch
     if mm is None:
         return None
     m = _Match(x, x, v, inner=inner)
-    base, readers = mm.out, users.get(mm.out, ())
-    got = _scaling(readers[0].out) if len(readers) == 1 else None
-    if got is not None and got[0] is mm.out:
-        m.scale *= got[1]
-        base = readers[0].out
-        inner.append(readers[0])
+    base = mm.out
+    got = _scaled_reader(mm.out, users)
+    if got is not None:
+        base, c, ops = got
+        m.scale *= c
+        inner.extend(ops)
     length, keys = base.shape[-2:]
 
     def causal_add(mask: Value) -> bool:

@@ -506,7 +506,7 @@ def _elementwise(g: _Gen) -> int | None:
     if kind == "softmax":
         return g.add(rng.choice(["softmax", "log_softmax"]), (i,), dim=rng.randrange(-r, r) if r else 0)
     if kind == "scale":
-        return g.add("scale", (i,), c=rng.choice([0.5, -2.0, 3.0]))
+        return g.add("scale", (i,), c=rng.choice([0.5, -2.0, 3.0, 0.3, 1 / 3]))  # exact and inexact in bf16
     m = rng.choice(["transpose", "mT", "flip", "unsqueeze", "reshape"])
     if m == "transpose" and r:
         return g.add(m, (i,), a=rng.randrange(r), b=rng.randrange(r))

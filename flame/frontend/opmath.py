@@ -1,0 +1,74 @@
+"""Binary ops between a half-precision tensor and a Python number, rounded as PyTorch rounds them.
+
+PyTorch's kernels for `mul`, true `div` and `floor_divide` of an f16 / bf16 tensor by a Python number
+compute in the op's *opmath* type (f32), with the number converted to f32, and round the result once:
+`x * 0.3` is `(f32(x) * f32(0.3)).to(bf16)`, not `x * bf16(0.3)`. Its other ops with such a number (add,
+sub, remainder, fmod, pow, the comparisons, maximum / minimum) take the number rounded to the tensor's
+dtype first, which is what an op on a `full` of that dtype computes. A number the tensor's dtype holds
+exactly (0.5, 2.0, small integers) gives the same bits either way, and keeps the op in the tensor's dtype.
+
+`s / x` is PyTorch's `x.reciprocal() * s` (Tensor.__rtruediv__): the reciprocal rounded, then the
+product as above. bf16 `x ** 3` and `x ** -2` are PyTorch's CPU kernels' `x * x * x` and `1 / (x * x)`,
+each product rounded to bf16 (f16 and every other exponent: one pow, rounded once).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flame.frontend.dispatch import apply
+from flame.frontend.promotion import is_scalar
+from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import DType, bf16, f16, f32
+
+# the ops whose PyTorch kernels read a Python-number operand in f32 beside a half-precision tensor
+_OPMATH_WITH_SCALAR = frozenset({"mul", "div", "floor_divide"})
+
+
+def _exact_in(s: float, dt: DType) -> bool:
+    """Whether the f32 value of the Python number s is a value of the half-precision dtype dt."""
+    v = np.float32(s)
+    if not np.isfinite(v):
+        return True
+    if dt == f16:
+        return bool(np.float16(v) == v)
+    return int(np.array(v).view(np.uint32)) & 0xFFFF == 0  # bf16 is f32's upper half
+
+
+def _is_number(x) -> bool:
+    return not isinstance(x, Tensor) and is_scalar(x)
+
+
+def _cast(x: Tensor, dt: DType) -> Tensor:
+    return x if x.dtype == dt else apply("cast", x, dtype=dt)
+
+
+def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
+    """op `name` of a (Tensor or number) and b, of result dtype dt, as PyTorch computes it where one operand
+    is a Python number and dt is f16 or bf16 (see the module's docstring); None where the op takes its
+    usual path (the number rounded to dt)."""
+    if dt not in (f16, bf16):
+        return None
+    if name == "div" and _is_number(a) and isinstance(b, Tensor):  # s / x: x.reciprocal() * s
+        r = apply("reciprocal", _cast(b, dt))
+        out = in_opmath("mul", r, a, dt)
+        return apply("mul", r, float(a)) if out is None else out
+    if name == "pow" and dt == bf16 and isinstance(a, Tensor) and _is_number(b) and float(b) in (3.0, -2.0):
+        x = _cast(a, dt)
+        sq = apply("mul", x, x)
+        value = apply("mul", sq, x) if float(b) == 3.0 else apply("reciprocal", sq)
+        if not x.requires_grad:
+            return value
+        # the value of the products, the gradient of pow's (PyTorch's pow_backward: g * (3 * x.pow(2)))
+        return apply("straight_through", apply("pow", x, float(b)), apply("stop_gradient", value))
+    if name not in _OPMATH_WITH_SCALAR:
+        return None
+    scalar, tensor = (a, b) if _is_number(a) else (b, a)
+    if name == "floor_divide" and scalar is a:  # s // x: PyTorch's kernel rounds s to dt
+        return None
+    if not (_is_number(scalar) and isinstance(tensor, Tensor)) or _exact_in(float(scalar), dt):
+        return None
+    wide = _cast(tensor, f32)
+    s = float(np.float32(float(scalar)))
+    out = apply(name, s, wide) if scalar is a else apply(name, wide, s)
+    return apply("cast", out, dtype=dt)

@@ -1,0 +1,130 @@
+"""Binary ops between an f16 / bf16 tensor and a Python number give torch's bits, eagerly and inside
+@flame.compile, values and gradients: torch's mul, true div and floor_divide compute in f32 with the number
+as f32 and round once (`x * 0.3` is not `x * bf16(0.3)`), `s / x` is `x.reciprocal() * s`, bf16 `x ** 3`
+rounds `x * x` first; add, sub, remainder, fmod, pow and the comparisons take the number rounded to the
+tensor's dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+from flame.ir import print_graph
+
+SCALARS = (0.3, 1 / 3, 1e-3, 2.5, 3, 0.5)
+DTYPES = {"bf16": (flame.bf16, torch.bfloat16), "f16": (flame.f16, torch.float16)}
+
+# op -> (tensor op scalar, scalar op tensor); None where torch has no such form
+OPS = {
+    "mul": (lambda x, s: x * s, lambda x, s: s * x),
+    "div": (lambda x, s: x / s, lambda x, s: s / x),
+    "add": (lambda x, s: x + s, lambda x, s: s + x),
+    "sub": (lambda x, s: x - s, lambda x, s: s - x),
+    "pow": (lambda x, s: x.abs() ** s, lambda x, s: s**x),
+    "floor_divide": (lambda x, s: x // s, None),
+    "remainder": (lambda x, s: x % s, lambda x, s: s % x),
+    "fmod": (lambda x, s: x.fmod(s), None),
+    "gt": (lambda x, s: x > s, lambda x, s: s > x),
+    "eq": (lambda x, s: x == s, lambda x, s: s == x),
+    "div_trunc": (lambda x, s: x.div(s, rounding_mode="trunc"), None),
+}
+DIFFERENTIABLE = {"mul", "div", "add", "sub", "pow", "remainder", "fmod"}
+# torch has no derivative of remainder for its divisor; pow's gradient for these exponents is checked in
+# test_pow_gradient_of_an_inexact_exponent (torch: g * (s * x.pow(s - 1)), s * ... in f32; s ** x:
+# g * (result * log(s)), a product with the Python number log(s) in f32)
+NO_GRADIENT = {("remainder", "scalar_op_tensor"), ("pow", "scalar_op_tensor")}
+POW_GRADIENT_EXACT = (2.5, 3, 0.5)
+CASES = [
+    (op, side) for op, forms in OPS.items() for side, f in zip(("tensor_op_scalar", "scalar_op_tensor"), forms) if f
+]
+
+
+def _values(n: int = 2048) -> np.ndarray:
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32) * 4
+    x[:4] = (0.0, 1.0, -2.0, 3.0)
+    return x
+
+
+def _bits(a) -> np.ndarray:
+    """A result as f32 values (bool kept), NaNs made one value so that they compare equal."""
+    a = a.detach().float().numpy() if a.dtype not in (torch.bool, flame.boolean) else a.numpy()
+    return np.where(np.isnan(a), np.float32(np.nan), a) if a.dtype.kind == "f" else a
+
+
+def _same(got, want, what: str) -> None:
+    g, w = _bits(got), _bits(want)
+    bad = ~((g == w) | (np.isnan(g) & np.isnan(w)))
+    assert not bad.any(), f"{what}: {int(bad.sum())} of {bad.size} differ from torch, e.g. at {np.nonzero(bad)[0][:5]}"
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op,side", CASES)
+def test_scalar_op_matches_torch_bits(op, side, dtype, compiled):
+    fdt, tdt = DTYPES[dtype]
+    f = OPS[op][side == "scalar_op_tensor"]
+    x = _values()
+    g = np.random.default_rng(1).standard_normal(x.size).astype(np.float32)
+    for s in SCALARS:
+        grad = op in DIFFERENTIABLE and (op, side) not in NO_GRADIENT and (op != "pow" or s in POW_GRADIENT_EXACT)
+        tx = torch.tensor(x).to(tdt).requires_grad_(grad)
+        want = f(tx, s)
+        fx = flame.tensor(x).to(fdt).requires_grad_(grad)
+
+        def body(x, g, s=s, grad=grad):
+            y = f(x, s)
+            return (y, flame.autograd.grad(y, x, grad_outputs=g)[0]) if grad else (y, None)
+
+        y, gx = (flame.compile(body) if compiled else body)(fx, flame.tensor(g).to(fdt))
+        _same(y, want, f"{op} {side} {dtype} s={s!r}")
+        if grad:
+            (tg,) = torch.autograd.grad(want, tx, grad_outputs=torch.tensor(g).to(tdt))
+            _same(gx, tg, f"gradient of {op} {side} {dtype} s={s!r}")
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("e", [2, 3, -2, 0.5, -0.5])
+def test_bf16_integer_powers_round_as_torch(e, compiled):
+    """torch's bf16 x ** 3 is (x * x rounded) * x, x ** -2 is 1 / (x * x rounded); gradients as pow's."""
+    x = np.abs(_values()) + np.float32(0.01)
+    g = np.random.default_rng(2).standard_normal(x.size).astype(np.float32)
+    tx = torch.tensor(x).to(torch.bfloat16).requires_grad_()
+    want = tx**e
+    (tg,) = torch.autograd.grad(want, tx, grad_outputs=torch.tensor(g).to(torch.bfloat16))
+
+    def body(x, g):
+        y = x**e
+        return y, flame.autograd.grad(y, x, grad_outputs=g)[0]
+
+    fx = flame.tensor(x).to(flame.bf16).requires_grad_()
+    y, gx = (flame.compile(body) if compiled else body)(fx, flame.tensor(g).to(flame.bf16))
+    _same(y, want, f"bf16 x ** {e}")
+    _same(gx, tg, f"gradient of bf16 x ** {e}")
+
+
+def test_exact_scalar_keeps_the_op_in_its_dtype():
+    """A number the dtype holds exactly (0.5, 3) gives the same bits either way: the traced graph keeps
+    the op in bf16 with no cast to f32; an inexact one (0.3) is one f32 product, cast back once."""
+    exact = print_graph(flame.compile(lambda x: x * 0.5 + x * 3).trace(flame.ones(8, dtype=flame.bf16)))
+    assert "f32" not in exact
+    inexact = print_graph(flame.compile(lambda x: x * 0.3).trace(flame.ones(8, dtype=flame.bf16)))
+    assert inexact.count("cast") == 2 and "f32" in inexact
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pow's VJP multiplies by the exponent rounded to the tensor's dtype; "
+    "torch's pow_backward multiplies by it in f32 (s * x.pow(s - 1) as a mul by a Python number)",
+)
+@pytest.mark.parametrize("side", ["tensor_op_scalar", "scalar_op_tensor"])
+def test_pow_gradient_of_an_inexact_exponent(side):
+    f = OPS["pow"][side == "scalar_op_tensor"]
+    x = _values()
+    g = np.random.default_rng(1).standard_normal(x.size).astype(np.float32)
+    tx = torch.tensor(x).to(torch.bfloat16).requires_grad_()
+    (tg,) = torch.autograd.grad(f(tx, 0.3), tx, grad_outputs=torch.tensor(g).to(torch.bfloat16))
+    fx = flame.tensor(x).to(flame.bf16).requires_grad_()
+    (fg,) = flame.autograd.grad(f(fx, 0.3), fx, grad_outputs=flame.tensor(g).to(flame.bf16))
+    _same(fg, tg, f"gradient of pow {side} bf16 s=0.3")
