@@ -20,9 +20,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.promotion import is_scalar
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType, bf16, f16, f32
-
-# the ops whose PyTorch kernels read a Python-number operand in f32 beside a half-precision tensor
-_OPMATH_WITH_SCALAR = frozenset({"mul", "div", "floor_divide"})
+from flame.ir.registry import get
 
 
 def _exact_in(s: float, dt: DType) -> bool:
@@ -61,7 +59,7 @@ def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
             return value
         # the value of the products, the gradient of pow's (PyTorch's pow_backward: g * (3 * x.pow(2)))
         return apply("straight_through", apply("pow", x, float(b)), apply("stop_gradient", value))
-    if name not in _OPMATH_WITH_SCALAR:
+    if not get(name).scalar_opmath:  # the op's trait: PyTorch reads the number in f32
         return None
     scalar, tensor = (a, b) if _is_number(a) else (b, a)
     if name == "floor_divide" and scalar is a:  # s // x: PyTorch's kernel rounds s to dt

@@ -118,6 +118,9 @@ class OpDef:
         element, or keeping in registers rather than computing twice;
     commutative: a op b == b op a bit for bit (IEEE + and *; not maximum / minimum, whose NaN or
         signed zero may come from either operand): CSE orders the operands;
+    scalar_opmath: with an f16/bf16 tensor and a Python number, PyTorch computes the op in f32 with the
+        number in f32 and rounds once (mul, div, floor_divide); other ops take the number rounded to
+        the tensor's dtype (frontend/opmath.py);
     on_bool: the op it is on two bool operands (add -> logical_or, mul -> logical_and), as in torch;
     conversion: a cheap unary op a kernel applies to what it loads or stores (cast, neg, abs), rather
         than work worth a buffer of its own;
@@ -173,6 +176,7 @@ class OpDef:
     constant: bool = False
     cost: str = ""
     commutative: bool = False
+    scalar_opmath: bool = False
     on_bool: str = ""
     conversion: bool = False
     sign_only: bool = False

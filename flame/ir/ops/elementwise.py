@@ -247,12 +247,12 @@ ADD = binary("add", np.add, lambda b, g, x, y, out: (g, g), commutative=True, on
              epilogue="bias")
 binary("sub", np.subtract, lambda b, g, x, y, out: (g, b.neg(g)), sign_only=True)
 MUL = binary("mul", np.multiply, lambda b, g, x, y, out: (b.mul(g, y), b.mul(g, x)), commutative=True,
-             on_bool="logical_and", sign_only=True)
+             on_bool="logical_and", sign_only=True, scalar_opmath=True)
 DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.div(b.mul(g, out), y))),
-       kinds=("float",), cost=_IEEE, row_kernels=((("max", "sum"), "softmax"),))
+       kinds=("float",), cost=_IEEE, row_kernels=((("max", "sum"), "softmax"),), scalar_opmath=True)
 binary("pow", _power_any, _pow_vjp, autocast="f32", cost=_LIBM)
 binary("floor_divide", _integer_division("floor_divide", np.floor_divide), nondiff=_PIECEWISE,
-       cost=_IEEE)  # Python's // (floor), as torch.floor_divide
+       cost=_IEEE, scalar_opmath=True)  # Python's // (floor), as torch.floor_divide
 binary("remainder", _integer_division("remainder", np.remainder),  # Python's %: the divisor's sign, as torch's
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))), cost=_IEEE)
 binary("fmod", _integer_division("fmod", np.fmod),  # C's fmod: the dividend's sign, as torch.fmod
