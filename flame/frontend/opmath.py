@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from flame.frontend.dispatch import apply
-from flame.frontend.promotion import is_scalar
+from flame.frontend.promotion import is_scalar, result_type
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType, bf16, f16, f32
 from flame.ir.registry import get
@@ -70,3 +70,33 @@ def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
     s = float(np.float32(float(scalar)))
     out = apply(name, s, wide) if scalar is a else apply(name, wide, s)
     return apply("cast", out, dtype=dt)
+
+
+def rounded(s, dt: DType):
+    """The Python number s as a value of the floating dtype dt (a float), s itself for other dtypes."""
+    if not dt.is_float or isinstance(s, (bool, np.bool_)):
+        return s
+    return float(np.asarray(s, np.float64).astype(dt.np_dtype))
+
+
+def fused(fn, *operands):
+    """fn(*operands) as PyTorch's fused pointwise kernels compute it (add and sub with alpha, addcmul,
+    addcdiv, lerp): where the result's dtype is f16 or bf16, in f32 (the tensors widened, Python
+    numbers as f32) and rounded once; else fn(*operands) as it is. Without the widening, each product
+    and sum rounds to the half-precision dtype (`p.add_(g, alpha=-lr)` on bf16 differed from torch in
+    a quarter of the elements)."""
+    dt = result_type(*operands)
+    if dt not in (f16, bf16):
+        return fn(*operands)
+    wide = [_cast(x, f32) if isinstance(x, Tensor) and x.dtype.is_float else x for x in operands]
+    return _cast(fn(*wide), dt)
+
+
+def with_alpha(fn, x, y, alpha):
+    """fn(x, y, alpha) for add and sub with alpha, as torch: the value in f32 with alpha read in the result's
+    dtype, rounded once (`fused`); the gradients those of fn(x, y, alpha) (y's: the cotangent times alpha,
+    in f32 with alpha as f32, rounded once)."""
+    value = fused(lambda a, b: fn(a, b, rounded(alpha, result_type(x, y))), x, y)
+    if result_type(x, y) not in (f16, bf16):
+        return value  # (straight_through's first operand is dead code where no gradient reads it)
+    return apply("straight_through", fn(x, y, alpha), value)

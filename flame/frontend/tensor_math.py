@@ -14,7 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
-from flame.frontend import functional, more_math
+from flame.frontend import functional, more_math, opmath
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
@@ -25,7 +25,7 @@ from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import full, matmul, matmul_add, pad, where
 from flame.frontend.tensor_ops import _tensor
-from flame.ir.dtypes import boolean, i64, u8
+from flame.ir.dtypes import bf16, boolean, f16, i64, u8
 
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
 MedianResult = namedtuple("median", ["values", "indices"])
@@ -497,15 +497,19 @@ class TensorMath:
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
         weight >= 0.5), so weight 1 gives end exactly (floating tensors)."""
         _floating("lerp", self, end, weight)
+
+        def two_sided(x, y, w):
+            diff = y - x
+            if isinstance(w, Tensor):
+                return where(w.abs() < 0.5, x + w * diff, y - diff * (1 - w))
+            return x + w * diff if abs(w) < 0.5 else y - diff * (1 - w)
+
+        out = opmath.fused(two_sided, self, end, weight)  # f16/bf16: in f32, rounded once, as torch's kernel
         diff = end - self
-        if isinstance(weight, Tensor):
-            out = where(weight.abs() < 0.5, self + weight * diff, end - diff * (1 - weight))
-        else:
-            out = self + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
-        if not any(isinstance(t, Tensor) and t.requires_grad for t in (self, end, weight)):
-            return out
         # torch's gradients, each one product: grad * (1 - weight), grad * weight and grad * (end - self)
-        # (the forms above would give an infinite grad's inf - inf = NaN); the values stay the ones above
+        # (the forms above would give an infinite grad's inf - inf = NaN); the values stay the ones above.
+        # Always built (flame.grad differentiates tensors that do not require grad, so their flags cannot
+        # tell): where no gradient reads it, it is dead code
         w = weight.detach() if isinstance(weight, Tensor) else weight
         lin = self * (1 - w) + end * w
         if isinstance(weight, Tensor):
@@ -517,21 +521,32 @@ class TensorMath:
 
     @policy("promote")  # autocast: on PyTorch's promote list: the widest input
     def addcmul(self, tensor1, tensor2, *, value=1):
-        """self + value * tensor1 * tensor2, as torch.addcmul."""
-        prod = tensor1 * tensor2
-        return self + (prod * value if value != 1 else prod)
+        """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's
+        kernel)."""
+        out = opmath.fused(lambda x, a, b: x + (value * a * b if value != 1 else a * b), self, tensor1, tensor2)
+        if out.dtype not in (f16, bf16):
+            return out
+        # torch's gradients: tensor1's grad * (tensor2 * value), tensor2's grad * (tensor1 * value)
+        grads = self + tensor1 * (tensor2 * value).detach() + (tensor1 * value).detach() * tensor2
+        return apply("straight_through", grads, out)
 
     def addcmul_(self, tensor1, tensor2, *, value=1):
         return self._inplace(lambda x: x.addcmul(tensor1, tensor2, value=value), tensor1, tensor2, what="addcmul_")
 
     @policy("promote")  # autocast: on PyTorch's promote list: the widest input
     def addcdiv(self, tensor1, tensor2, *, value=1):
-        """self + value * tensor1 / tensor2, as torch.addcdiv (which refuses two integer operands)."""
+        """self + value * tensor1 / tensor2, as torch.addcdiv (which refuses two integer operands; f16/bf16: in
+        f32, rounded once, as torch's kernel)."""
         if not any(isinstance(t, Tensor) and t.dtype.is_float for t in (tensor1, tensor2)):
             raise DTypeError("addcdiv: integer division with addcdiv is no longer supported (as in PyTorch); "
                              f"divide floating tensors\n  at {user_location()}")
-        quot = tensor1 / tensor2
-        return self + (quot * value if value != 1 else quot)
+        out = opmath.fused(lambda x, a, b: x + (a / b * value if value != 1 else a / b), self, tensor1, tensor2)
+        if out.dtype not in (f16, bf16):
+            return out
+        # torch's gradients: tensor1's grad * (value / tensor2), tensor2's -grad * (value * tensor1 / tensor2^2)
+        v = full((), float(value), out.dtype)  # value / tensor2 divides by the value in the tensors' dtype
+        grads = self + tensor1 * (v / tensor2).detach() + tensor2 * (-(value * tensor1 / (tensor2 * tensor2))).detach()
+        return apply("straight_through", grads, out)
 
     def addcdiv_(self, tensor1, tensor2, *, value=1):
         return self._inplace(lambda x: x.addcdiv(tensor1, tensor2, value=value), tensor1, tensor2, what="addcdiv_")

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, index_ops, views
+from flame.frontend import data_dependent, index_ops, opmath, views
 from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
@@ -385,11 +385,11 @@ class TensorOps:
     def fill_(self, value) -> Tensor:
         return self._copy(value)  # a 0-d tensor value is read before the write, as torch's fill_
 
-    def add_(self, other, alpha: float = 1.0) -> Tensor:
-        return self._inplace(lambda x: x + other * alpha if alpha != 1.0 else x + other, other, what="add_")
+    def add_(self, other, alpha=1) -> Tensor:
+        return self._inplace(lambda x: x.add(other, alpha=alpha), other, what="add_")
 
-    def sub_(self, other, alpha: float = 1.0) -> Tensor:
-        return self._inplace(lambda x: x - other * alpha if alpha != 1.0 else x - other, other, what="sub_")
+    def sub_(self, other, alpha=1) -> Tensor:
+        return self._inplace(lambda x: x.sub(other, alpha=alpha), other, what="sub_")
 
     def mul_(self, other) -> Tensor:
         return self._inplace(lambda x: x * other, other, what="mul_")
@@ -429,14 +429,18 @@ class TensorOps:
 
     # ---- PyTorch's other spellings: arithmetic and comparisons --------------------------------------
     def add(self, other, *, alpha=1):
-        """self + alpha * other, as torch.add."""
+        """self + alpha * other, as torch.add (f16/bf16: in f32, rounded once, as torch's kernel)."""
         _check_alpha("add", self, other, alpha)
-        return self + (other * alpha if alpha != 1 else other)
+        if alpha == 1:
+            return self + other
+        return opmath.with_alpha(lambda x, y, a: x + y * a, self, other, alpha)
 
     def sub(self, other, *, alpha=1):
-        """self - alpha * other, as torch.sub."""
+        """self - alpha * other, as torch.sub (f16/bf16: in f32, rounded once, as torch's kernel)."""
         _check_alpha("sub", self, other, alpha)
-        return self - (other * alpha if alpha != 1 else other)
+        if alpha == 1:
+            return self - other
+        return opmath.with_alpha(lambda x, y, a: x - y * a, self, other, alpha)
 
     def mul(self, other):
         return self * other
