@@ -187,7 +187,7 @@ def _dataflow(ops: tuple) -> _Dataflow:
         if last_ops is ops:
             return last
     flow = _dataflow_of(ops)
-    _LAST_FLOWS[0] = ((ops, flow), *kept[:_KEPT_FLOWS - 1])
+    _LAST_FLOWS[0] = ((ops, flow), *kept[: _KEPT_FLOWS - 1])
     return flow
 
 
