@@ -665,7 +665,9 @@ def _order(st: State) -> list[Group]:
     # and the 0-d work they read (an optimizer's step count and bias corrections, traced after the backward)
     early = updates | {k for u in updates for k in before.of(u) if k.kind == Kind.SCALAR}
     first = {k: (k not in early, not _frees_memory(st, k, before.at(k)), st.index[k.ops[0]]) for k in st.groups}
-    return list(nx.lexicographical_topological_sort(kernels, key=first.__getitem__))
+    order = list(nx.lexicographical_topological_sort(kernels, key=first.__getitem__))
+    kernels.clear()  # (a networkx graph refers to itself: emptied, it holds no kernel for the cyclic collector)
+    return order
 
 
 class _Ancestors:
@@ -779,6 +781,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
         for grp in ordered
     ]
     _mark_updates(g, target)
+    st.release()
     return g
 
 

@@ -97,6 +97,11 @@ class State:
         self.pos: dict[Group, int] | None = None
         self._next = 0
 
+    def release(self) -> None:
+        """Drop everything the state holds, once the pass has recorded its kernels: its groups, indexes
+        and answers refer to one another, so reference counting frees them now, not the cyclic collector."""
+        self.__dict__.clear()
+
     def refuse(self, grp: Group, op: Op, why: str) -> bool:
         """Record why `op` could not join grp, against each op of grp it reads; False (no join)."""
         for v in op.inputs:

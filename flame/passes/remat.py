@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 import networkx as nx
+from networkx.algorithms.flow import preflow_push
 
 from flame.ir.graph import BackwardLoc, CheckpointLoc, Graph, Op, RecomputeLoc, Value, is_backward, is_recompute
 from flame.ir.ops.host import OFFLOAD, RELOAD
@@ -344,7 +345,15 @@ def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
             net.add_edge(vin, _SINK)  # recomputed: inside a checkpoint region
         if v in needed:
             net.add_edge(vout, _SINK)
-    _, (_, sink_side) = nx.minimum_cut(net, _SRC, _SINK)
+    residual: list[nx.DiGraph] = []
+
+    def flow(*args, **kwargs):  # networkx's default flow function, its residual network kept to free
+        residual.append(preflow_push(*args, **kwargs))
+        return residual[-1]
+
+    _, (_, sink_side) = nx.minimum_cut(net, _SRC, _SINK, flow_func=flow)
+    for h in (net, *residual):  # a networkx graph refers to itself (its cached views): emptied, its
+        h.clear()  # nodes and edges are freed now, not by the cyclic collector
     return {op.out for op in ops if ("in", id(op.out)) in sink_side}
 
 

@@ -174,18 +174,20 @@ class _Dataflow:
     # ran as one segment (its parts reading a value in common are one: indexmap.row_segments)
 
 
-_LAST_FLOW: list = [((), None)]  # [(ops, its _Dataflow)] of the kernel asked about last
+_LAST_FLOWS: list = [()]  # [((ops, its _Dataflow), ...)] of the kernels asked about last, most recent first
+_KEPT_FLOWS = 4
 
 
 def _dataflow(ops: tuple) -> _Dataflow:
     """The _Dataflow of a kernel's ops, once per kernel: the donation of every parameter that a
-    horizontally fused optimizer kernel updates asks about the same kernel, whose ops tuple is then
-    the same object (found without hashing its thousands of ops again)."""
-    last_ops, last = _LAST_FLOW[0]  # one read: another thread may replace the entry meanwhile
-    if last_ops is ops:
-        return last
+    horizontally fused optimizer kernel updates asks about the same few kernels, whose ops tuples are
+    then the same objects (found without hashing their thousands of ops again)."""
+    kept = _LAST_FLOWS[0]  # one read: another thread may replace the entries meanwhile
+    for last_ops, last in kept:
+        if last_ops is ops:
+            return last
     flow = _dataflow_of(ops)
-    _LAST_FLOW[0] = (ops, flow)
+    _LAST_FLOWS[0] = ((ops, flow), *kept[: _KEPT_FLOWS - 1])
     return flow
 
 

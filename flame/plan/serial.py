@@ -25,6 +25,7 @@ import dataclasses
 import json
 import numbers
 import zlib
+from functools import lru_cache
 
 from flame.errors import FlameError
 from flame.ir import locs as loc_data
@@ -57,12 +58,26 @@ def _steps() -> dict[str, type]:
     return found
 
 
+_SELF = frozenset((int, float, bool, type(None)))  # what _enc writes as itself, by exact type
+
+
 def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
     """x as JSON data: numbers, strings, None as themselves, tuples as lists, ops as {"o": position},
     dtypes as {"d": name}, a long string (launches of one kernel share its source) as {"s": its
     position in `texts`}."""
-    if type(x) is str and len(x) >= LONG:
+    t = type(x)
+    if t in _SELF:  # (the common cases first, by exact type: the same answers as the general ones below)
+        return x
+    if t is tuple:
+        return [v if type(v) in _SELF else _enc(v, ops, texts) for v in x]
+    if t is str and len(x) >= LONG:
         return {"s": texts.setdefault(x, len(texts))}
+    if isinstance(x, Op):
+        if x not in ops:
+            raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
+        return {"o": ops[x]}
+    if isinstance(x, DType):
+        return {"d": x.name}
     if x is None or isinstance(x, (bool, str)):
         return x
     if isinstance(x, numbers.Integral) and type(x).__module__ in ("builtins", "numpy"):
@@ -71,12 +86,6 @@ def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
         return x
     if isinstance(x, tuple):
         return [_enc(v, ops, texts) for v in x]
-    if isinstance(x, Op):
-        if x not in ops:
-            raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
-        return {"o": ops[x]}
-    if isinstance(x, DType):
-        return {"d": x.name}
     raise NotStorable(f"no stored form for {type(x).__name__} {x!r}")
 
 
@@ -102,7 +111,13 @@ def _dec(x, ops: list[Op], texts: list[str]):
 
 
 def _fields(x, ops: dict[Op, int], texts: dict[str, int]) -> dict:
-    return {f.name: _enc(getattr(x, f.name), ops, texts) for f in dataclasses.fields(x)}
+    return {n: _enc(getattr(x, n), ops, texts) for n in _names(type(x))}
+
+
+@lru_cache(maxsize=256)
+def _names(cls: type) -> tuple[str, ...]:
+    """The names of a dataclass's fields, in order."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _undo(fields: dict, ops: list[Op], texts: list[str]) -> dict:
