@@ -17,28 +17,14 @@ import torch
 
 import flame
 import flame.nn.functional as F
+from tests.nn.test_linear_rounding import DTYPES, _bits, _f, _t
 
-DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 SCALES = [(1, 1), (0.375, -1.5), (2, 0.5), (0.5, 0)]
 INPUTS = [(8, 24), (24,), (8, 1), (1, 24), ()]
 
 
 def _ints(rng, shape, bound=40):
     return rng.integers(-bound, bound, shape).astype(np.float32)
-
-
-def _f(a, dt, grad=False):
-    t = flame.tensor(a).to(dt)
-    return t.requires_grad_() if grad else t
-
-
-def _t(a, dt, grad=False):
-    return torch.tensor(a).to(DTYPES[dt]).requires_grad_(grad)
-
-
-def _bits(t) -> np.ndarray:
-    """A flame or torch tensor's values as f32 (exact for f16 and bf16)."""
-    return t.detach().float().numpy() if isinstance(t, torch.Tensor) else np.asarray(t.numpy(), np.float32)
 
 
 def _twice(a, b, c, alpha, beta, dt):
