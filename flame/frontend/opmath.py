@@ -14,6 +14,8 @@ each product rounded to bf16 (f16 and every other exponent: one pow, rounded onc
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from flame.frontend.dispatch import apply
@@ -100,3 +102,20 @@ def with_alpha(fn, x, y, alpha):
     if result_type(x, y) not in (f16, bf16):
         return value  # (straight_through's first operand is dead code where no gradient reads it)
     return apply("straight_through", fn(x, y, alpha), value)
+
+
+def composite(fn):
+    """Decorator for a composite of pointwise ops (an activation, log1p) whose first argument is its
+    tensor: an f16 / bf16 tensor is widened to f32, fn runs on it and the result is rounded once to the
+    tensor's dtype, as PyTorch's pointwise kernels compute in f32 ("opmath"); the gradient is
+    autodiff's of the f32 ops, rounded once where it leaves them, as PyTorch's backward kernels. Other
+    dtypes run fn as it is. Without it each intermediate rounds to the half-precision dtype (bf16 mish
+    differed from torch in three elements of ten)."""
+
+    @functools.wraps(fn)
+    def run(x, *args, **kwargs):
+        if not isinstance(x, Tensor) or x.dtype not in (f16, bf16):
+            return fn(x, *args, **kwargs)
+        return _cast(fn(_cast(x, f32), *args, **kwargs), x.dtype)
+
+    return run

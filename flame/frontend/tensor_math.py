@@ -164,6 +164,7 @@ class TensorMath:
 
     # ---- elementwise math ------------------------------------------------------------------------
     @policy("f32")  # autocast: on PyTorch's float32 list
+    @opmath.composite
     def log1p(self):
         """log(1 + self), accurate for small self (Kahan's correction: log(w) * self / (w - 1) with
         w = 1 + self rounded, which cancels w's rounding error), as torch.log1p."""
@@ -174,6 +175,7 @@ class TensorMath:
         return where(exact | inf, x, safe.log() * (x / (safe - 1)))
 
     @policy("f32")  # autocast: on PyTorch's float32 list
+    @opmath.composite
     def expm1(self):
         """exp(self) - 1, accurate for small self (Kahan's correction for |self| < 0.5: (u - 1) *
         self / log(u) with u = exp(self) rounded; beyond, u - 1 loses nothing), as torch.expm1."""
