@@ -22,9 +22,10 @@ from flame.frontend.functional import (
     softmax_dim,
     warn_if_broadcast,
 )
-from flame.frontend.opmath import composite
+from flame.frontend.opmath import composite, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import bf16, f16
 
 __all__ = [
     "bilinear",
@@ -65,11 +66,23 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     return where(z > threshold, input, soft / beta if beta != 1 else soft)
 
 
-@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 @composite
+def _logsigmoid(x: Tensor) -> Tensor:
+    return x.clamp(max=0.0) - (-x.abs()).exp().log1p()
+
+
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
-    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0)."""
-    return input.clamp(max=0.0) - (-input.abs()).exp().log1p()
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0). For f16 / bf16, in f32
+    rounded once, its gradient PyTorch's kernel's: from z = exp(-|x|) as stored in x's dtype, the
+    cotangent times (x < 0 ? 1 - z / (1 + z) : z / (1 + z)) in f32."""
+    value = _logsigmoid(input)
+    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16):
+        return value
+    x = input.float()
+    z = (-x.abs()).exp().to(input.dtype).float()
+    q = z / (z + 1)
+    return with_derivative(input, value, where(x < 0, 1 - q, q))
 
 
 def _f32(s: float) -> float:
@@ -126,15 +139,33 @@ def relu6(input: Tensor) -> Tensor:  # noqa: A002
 
 
 @composite
+def _hardsigmoid(x: Tensor) -> Tensor:
+    return (x + 3).clamp(0.0, 6.0) / 6
+
+
 def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
-    """relu6(x + 3) / 6."""
-    return (input + 3).clamp(0.0, 6.0) / 6
+    """relu6(x + 3) / 6; for f16 / bf16 in f32 rounded once, its gradient PyTorch's kernel's (the cotangent
+    times 1/6 as an f32 inside (-3, 3), else 0)."""
+    value = _hardsigmoid(input)
+    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16):
+        return value
+    x = input.float()
+    return with_derivative(input, value, where((x > -3) & (x < 3), _f32(1 / 6), 0.0))
 
 
 @composite
+def _hardswish(x: Tensor) -> Tensor:
+    return x * (x + 3).clamp(0.0, 6.0) / 6
+
+
 def hardswish(input: Tensor) -> Tensor:  # noqa: A002
-    """x * relu6(x + 3) / 6."""
-    return input * (input + 3).clamp(0.0, 6.0) / 6
+    """x * relu6(x + 3) / 6; for f16 / bf16 in f32 rounded once, its gradient PyTorch's kernel's (the
+    cotangent times 0 up to -3, x / 3 + 1/2 below 3, else 1, in f32)."""
+    value = _hardswish(input)
+    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16):
+        return value
+    x = input.float()
+    return with_derivative(input, value, where(x <= -3, 0.0, where(x < 3, x / 3 + 0.5, 1.0)))
 
 
 def softsign(input: Tensor) -> Tensor:  # noqa: A002
