@@ -1,8 +1,11 @@
-"""PyTorch's activation kernels on f16/bf16 tensors compute in f32 and round once, and so do their
-backward kernels (log1p's and expm1's gradients are two ops of the input's dtype, as torch's formulas);
-flame's eager and compiled values and gradients are torch's bits but for the rare element where
-torch's CPU kernel uses another libm (mish's gradient: at most 0.2 % of the elements, one step of the
-dtype apart)."""
+"""PyTorch's activation and softmax kernels on f16/bf16 tensors compute in f32 and round once, and so
+do their backward kernels (log1p's and expm1's gradients are two ops of the input's dtype, as torch's
+formulas; softmax's and log_softmax's read the rounded result); flame's eager and compiled values and
+gradients are torch's bits but for the rare element where torch's CPU kernel uses another libm (mish's
+gradient, elu's in f16: at most 0.2 % of the elements, one step of the dtype apart). log_softmax is
+compared with torch's CUDA kernel's semantics (the row's log-sum in f32; torch's CPU kernel rounds it to
+the input's dtype first) through torch's own backward kernel. Hand-written attention in bf16 still
+becomes one attention op."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import torch.nn.functional as TF
 
 import flame
 import flame.nn.functional as FF
+
+SDPA = "scaled_dot_product_attention"
 
 DTYPES = [(flame.bf16, torch.bfloat16), (flame.f16, torch.float16)]
 N = 4096
@@ -39,6 +44,7 @@ def _close_to_torch(got: np.ndarray, want: np.ndarray, dt) -> None:
     differ = ~((got == want) | (np.isnan(got) & np.isnan(want)))
     assert differ.sum() <= got.size * 0.002, f"{differ.sum()} of {got.size} differ"
     step = np.spacing(np.abs(want[differ]).astype(np.float32)) * (2**16 if dt == flame.bf16 else 2**13)
+    step = np.maximum(step, 2.0**-133 if dt == flame.bf16 else 2.0**-24)  # a subnormal's step
     assert np.all(np.abs(got[differ] - want[differ]) <= step)
 
 
@@ -73,3 +79,63 @@ def test_f32_keeps_its_path(name):
     want = fn(TF, torch, torch.tensor(x)).numpy()
     got = fn(FF, flame, flame.tensor(x)).numpy()
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+
+
+ROWS = {
+    "softmax": lambda F, t: F.softmax(t, -1),
+    "softmax dim 0": lambda F, t: F.softmax(t, 0),
+    "log_softmax": lambda F, t: F.log_softmax(t, -1),
+}
+
+
+def _torch_rows(name, x, cot, tdt):
+    """torch's value and gradient: softmax as it is; log_softmax in f32 rounded once (torch's CUDA
+    kernel), its gradient torch's backward kernel on that result."""
+    t = torch.tensor(x).to(tdt).requires_grad_()
+    if name != "log_softmax":
+        want = ROWS[name](TF, t)
+        return want.detach(), torch.autograd.grad(want, t, cot)[0]
+    want = TF.log_softmax(t.detach().float(), -1).to(tdt)
+    return want, torch.ops.aten._log_softmax_backward_data(cot, want, -1, tdt)
+
+
+@pytest.mark.parametrize("dt,tdt", DTYPES, ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", list(ROWS))
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_softmax_values_and_gradients_are_torchs(name, dt, tdt, compiled):
+    rng = np.random.default_rng(len(name))
+    x = (rng.standard_normal((32, 128)) * 3).astype(np.float32)
+    cot = torch.tensor(rng.standard_normal((32, 128)).astype(np.float32)).to(tdt)
+    want, want_grad = _torch_rows(name, x, cot, tdt)
+    fn = ROWS[name]
+
+    def step(a, g):
+        return fn(FF, a), flame.grad(lambda a: (fn(FF, a) * g).float().sum())(a)
+
+    run = flame.compile(step) if compiled else step
+    out, grad = run(flame.tensor(x).to(dt), flame.tensor(cot.float().numpy()).to(dt))
+    _close_to_torch(out.float().numpy(), want.float().numpy(), dt)
+    _close_to_torch(grad.float().numpy(), want_grad.float().numpy(), dt)
+
+
+@pytest.mark.parametrize("in_f32", [False, True], ids=["bf16 softmax", "f32 softmax between casts"])
+def test_bf16_attention_written_by_hand_trains_as_one_attention_op(in_f32):
+    """The softmax's gradient form is part of the pattern: one attention op forward, one backward."""
+    rng = np.random.default_rng(0)
+    q, k, v, c = (flame.tensor(rng.standard_normal((2, 2, 16, 8)).astype(np.float32)).to("bf16") for _ in range(4))
+
+    def attention(q, k, v):
+        s = q @ k.transpose(-2, -1) * 0.3
+        p = FF.softmax(s.float(), -1).to("bf16") if in_f32 else FF.softmax(s, -1)
+        return p @ v
+
+    step = flame.compile(lambda q, k, v: flame.grad(lambda *a: (attention(*a) * c).float().sum(), (0, 1, 2))(q, k, v))
+    names = [op.name for op in step.optimized(q, k, v).ops]
+    assert names.count(SDPA) == 1 and f"{SDPA}_backward" in names, names
+    assert "exp" not in names and "reduce_max" not in names, names
+    grads = step(q, k, v)
+    tq, tk, tv = (torch.tensor(t.float().numpy()).bfloat16().requires_grad_() for t in (q, k, v))
+    out = TF.scaled_dot_product_attention(tq, tk, tv, scale=0.3)
+    want = torch.autograd.grad((out * torch.tensor(c.float().numpy()).bfloat16()).float().sum(), (tq, tk, tv))
+    for got, w in zip(grads, want):
+        np.testing.assert_allclose(got.float().numpy(), w.float().numpy(), rtol=5e-2, atol=5e-2)
