@@ -83,13 +83,16 @@ def test_f32_keeps_its_path(name):
 
 ROWS = {
     "softmax": lambda F, t: F.softmax(t, -1),
+    "var": lambda F, t: t.var(-1),
+    "var correction 0 keepdim": lambda F, t: t.var(-1, keepdim=True, correction=0),
+    "var all": lambda F, t: t.var(),
     "softmax dim 0": lambda F, t: F.softmax(t, 0),
     "log_softmax": lambda F, t: F.log_softmax(t, -1),
 }
 
 
 def _torch_rows(name, x, cot, tdt):
-    """torch's value and gradient: softmax as it is; log_softmax in f32 rounded once (torch's CUDA
+    """torch's value and gradient: softmax and var as they are; log_softmax in f32 rounded once (torch's CUDA
     kernel), its gradient torch's backward kernel on that result."""
     t = torch.tensor(x).to(tdt).requires_grad_()
     if name != "log_softmax":
@@ -102,12 +105,13 @@ def _torch_rows(name, x, cot, tdt):
 @pytest.mark.parametrize("dt,tdt", DTYPES, ids=["bf16", "f16"])
 @pytest.mark.parametrize("name", list(ROWS))
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-def test_softmax_values_and_gradients_are_torchs(name, dt, tdt, compiled):
+def test_row_values_and_gradients_are_torchs(name, dt, tdt, compiled):
     rng = np.random.default_rng(len(name))
     x = (rng.standard_normal((32, 128)) * 3).astype(np.float32)
-    cot = torch.tensor(rng.standard_normal((32, 128)).astype(np.float32)).to(tdt)
-    want, want_grad = _torch_rows(name, x, cot, tdt)
     fn = ROWS[name]
+    shape = fn(TF, torch.tensor(x)).shape
+    cot = torch.tensor(rng.standard_normal(shape).astype(np.float32)).to(tdt)
+    want, want_grad = _torch_rows(name, x, cot, tdt)
 
     def step(a, g):
         return fn(FF, a), flame.grad(lambda a: (fn(FF, a) * g).float().sum())(a)
