@@ -17,6 +17,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, rounds_once, scaled_add
 from flame.frontend.index_ops import embedding_rows
 from flame.frontend.norms import param_dtype, widened
+from flame.frontend.opmath import wants_gradient
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul, matmul_add
@@ -113,7 +114,7 @@ def _rounded_softmax(x: Tensor, dim: int) -> Tensor:
     w * y - y * sum(w * y) (w: x in f32, y held constant) whose value is not used (straight_through;
     passes/rewrite_attention.py takes it for part of a softmax)."""
     value = _softmax(x.float(), dim).to(x.dtype)
-    if not grad_enabled.get():
+    if not wants_gradient(x):
         return value
     w, y = x.float(), value.detach().float()
     form = w * y - y * (w * y).sum(dim, keepdim=True)
@@ -155,7 +156,7 @@ def _rounded_log_softmax(x: Tensor, dim: int) -> Tensor:
     value is not used (straight_through)."""
     w = x.float()
     value = (w - logsumexp(w, dim, keepdim=True)).to(x.dtype)
-    if not grad_enabled.get():
+    if not wants_gradient(x):
         return value
     form = w - (value.detach().float().exp() * w).sum(dim, keepdim=True)
     return apply("straight_through", form.to(x.dtype), value)

@@ -18,6 +18,7 @@ import functools
 
 import numpy as np
 
+from flame.frontend.context import current_trace, grad_enabled
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import is_scalar, result_type
 from flame.frontend.tensor import Tensor
@@ -119,6 +120,13 @@ def composite(fn):
         return _cast(fn(_cast(x, f32), *args, **kwargs), x.dtype)
 
     return run
+
+
+def wants_gradient(x: Tensor) -> bool:
+    """Whether a gradient of x may be taken through what is computed from it now: gradients on, and x
+    traced (autodiff drops what no gradient reads) or requiring grad; a gradient form (straight_through's
+    first operand) is built only then, so eager inference computes none."""
+    return grad_enabled.get() and (current_trace.get() is not None or x.requires_grad)
 
 
 def with_derivative(x: Tensor, value: Tensor, d: Tensor) -> Tensor:

@@ -13,10 +13,10 @@ import numpy as np
 
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
 from flame.frontend import autocast
-from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.frontend.context import current_trace, user_location
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
-from flame.frontend.opmath import in_opmath
+from flame.frontend.opmath import in_opmath, wants_gradient
 from flame.frontend.promotion import is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import (
     Tensor,
@@ -591,7 +591,7 @@ def _rounded_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
     w = x.float()
     d = w - w.mean(axes, keepdim=True)
     value = ((d * d).sum(axes, keepdim=keepdim) / float(dof)).to(x.dtype)
-    if not grad_enabled.get():
+    if not wants_gradient(x):
         return value
     dev = (x - x.mean(axes, keepdim=True)).detach()
     form = (x * dev).sum(axes, keepdim=keepdim) * (2.0 / dof)

@@ -190,7 +190,7 @@ class TensorMath:
         gradient PyTorch's grad / (self + 1), two ops of self's dtype)."""
         x = as_floating(self)
         value = _log1p(x)
-        if x.dtype not in (f16, bf16):
+        if x.dtype not in (f16, bf16) or not opmath.wants_gradient(x):
             return value
         return apply("straight_through", (x + 1).log(), value)  # log's gradient: g / (x + 1)
 
@@ -200,7 +200,7 @@ class TensorMath:
         gradient PyTorch's grad * (result + 1), two ops of self's dtype)."""
         x = as_floating(self)
         value = _expm1(x)
-        if x.dtype not in (f16, bf16):
+        if x.dtype not in (f16, bf16) or not opmath.wants_gradient(x):
             return value
         return apply("straight_through", x * (value + 1).detach(), value)
 
