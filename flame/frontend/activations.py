@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 from flame.errors import ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
@@ -20,8 +22,10 @@ from flame.frontend.functional import (
     softmax_dim,
     warn_if_broadcast,
 )
+from flame.frontend.opmath import composite, wants_gradient, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import bf16, f16
 
 __all__ = [
     "bilinear",
@@ -54,6 +58,7 @@ SELU_SCALE = 1.0507009873554804934193349852946
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
+@composite
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as PyTorch."""
     z = input * beta if beta != 1 else input
@@ -61,31 +66,62 @@ def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tenso
     return where(z > threshold, input, soft / beta if beta != 1 else soft)
 
 
+@composite
+def _logsigmoid(x: Tensor) -> Tensor:
+    return x.clamp(max=0.0) - (-x.abs()).exp().log1p()
+
+
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
-    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0)."""
-    return input.clamp(max=0.0) - (-input.abs()).exp().log1p()
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0). For f16 / bf16, in f32
+    rounded once, its gradient PyTorch's kernel's: from z = exp(-|x|) as stored in x's dtype, the
+    cotangent times (x < 0 ? 1 - z / (1 + z) : z / (1 + z)) in f32."""
+    value = _logsigmoid(input)
+    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16) or not wants_gradient(input):
+        return value
+    x = input.float()
+    z = (-x.abs()).exp().to(input.dtype).float()
+    q = z / (z + 1)
+    return with_derivative(input, value, where(x < 0, 1 - q, q))
+
+
+def _f32(s: float) -> float:
+    """The Python number s as an f32 value: PyTorch's kernels read their coefficients so."""
+    return float(np.float32(s))
+
+
+def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0) -> Tensor:
+    """PyTorch's elu kernel: x * scale where x > 0, else expm1(x * input_scale) * (alpha * scale), its
+    coefficients as f32 values (their product in f32)."""
+    negcoef = _f32(np.float32(alpha) * np.float32(scale))
+    z = x.clamp(max=0.0)
+    neg = (z * _f32(input_scale) if input_scale != 1 else z).expm1() * negcoef
+    return where(x > 0, x * _f32(scale) if scale != 1 else x, neg)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@composite
 def elu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
     """x where x > 0, else alpha * (exp(x) - 1)."""
-    return where(input > 0, input, input.clamp(max=0.0).expm1() * alpha)
+    return _elu(input, alpha)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@composite
 def selu(input: Tensor) -> Tensor:  # noqa: A002
-    """SELU_SCALE * elu(x, SELU_ALPHA)."""
-    return elu(input, SELU_ALPHA) * SELU_SCALE
+    """SELU_SCALE * elu(x, SELU_ALPHA), as PyTorch's one kernel (x * scale, expm1(x) * (alpha * scale))."""
+    return _elu(input, SELU_ALPHA, SELU_SCALE)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@composite
 def celu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
-    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
-    return where(input > 0, input, (input.clamp(max=0.0) / alpha).expm1() * alpha)
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): PyTorch's elu with input_scale 1 / alpha."""
+    return _elu(input, alpha, 1.0, 1.0 / alpha)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+@composite
 def mish(input: Tensor) -> Tensor:  # noqa: A002
     """x * tanh(softplus(x))."""
     return input * softplus(input).tanh()
@@ -102,14 +138,34 @@ def relu6(input: Tensor) -> Tensor:  # noqa: A002
     return input.clamp(0.0, 6.0)
 
 
+@composite
+def _hardsigmoid(x: Tensor) -> Tensor:
+    return (x + 3).clamp(0.0, 6.0) / 6
+
+
 def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
-    """relu6(x + 3) / 6."""
-    return (input + 3).clamp(0.0, 6.0) / 6
+    """relu6(x + 3) / 6; for f16 / bf16 in f32 rounded once, its gradient PyTorch's kernel's (the cotangent
+    times 1/6 as an f32 inside (-3, 3), else 0)."""
+    value = _hardsigmoid(input)
+    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16) or not wants_gradient(input):
+        return value
+    x = input.float()
+    return with_derivative(input, value, where((x > -3) & (x < 3), _f32(1 / 6), 0.0))
+
+
+@composite
+def _hardswish(x: Tensor) -> Tensor:
+    return x * (x + 3).clamp(0.0, 6.0) / 6
 
 
 def hardswish(input: Tensor) -> Tensor:  # noqa: A002
-    """x * relu6(x + 3) / 6."""
-    return input * (input + 3).clamp(0.0, 6.0) / 6
+    """x * relu6(x + 3) / 6; for f16 / bf16 in f32 rounded once, its gradient PyTorch's kernel's (the
+    cotangent times 0 up to -3, x / 3 + 1/2 below 3, else 1, in f32)."""
+    value = _hardswish(input)
+    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16) or not wants_gradient(input):
+        return value
+    x = input.float()
+    return with_derivative(input, value, where(x <= -3, 0.0, where(x < 3, x / 3 + 0.5, 1.0)))
 
 
 def softsign(input: Tensor) -> Tensor:  # noqa: A002

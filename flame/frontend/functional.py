@@ -17,10 +17,11 @@ from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, rounds_once, scaled_add
 from flame.frontend.index_ops import embedding_rows
 from flame.frontend.norms import param_dtype, widened
+from flame.frontend.opmath import wants_gradient
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul, matmul_add
-from flame.ir.dtypes import f32
+from flame.ir.dtypes import bf16, f16, f32
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
            "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
@@ -100,10 +101,29 @@ def softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=N
     """exp(x) / sum(exp(x)) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
     dim = softmax_dim("softmax", x.ndim, dim)
-    # the max only keeps exp() in range: the result does not depend on it, so neither does the
-    # gradient (detached, as in PyTorch; otherwise autodiff adds terms that cancel to rounding error)
     if _empty_along(x, dim):
         return x * 1
+    if x.dtype in (f16, bf16):
+        return _rounded_softmax(x, dim)
+    return _softmax(x, dim)
+
+
+def _rounded_softmax(x: Tensor, dim: int) -> Tensor:
+    """An f16 / bf16 softmax as PyTorch's kernels compute it: the value in f32, rounded once; the gradient
+    y * (g - sum(g * y)) in f32 from the rounded result y, rounded once. The gradient is that of a form
+    w * y - y * sum(w * y) (w: x in f32, y held constant) whose value is not used (straight_through;
+    passes/rewrite_attention.py takes it for part of a softmax)."""
+    value = _softmax(x.float(), dim).to(x.dtype)
+    if not wants_gradient(x):
+        return value
+    w, y = x.float(), value.detach().float()
+    form = w * y - y * (w * y).sum(dim, keepdim=True)
+    return apply("straight_through", form.to(x.dtype), value)
+
+
+def _softmax(x: Tensor, dim: int) -> Tensor:
+    # the max only keeps exp() in range: the result does not depend on it, so neither does the
+    # gradient (detached, as in PyTorch; otherwise autodiff adds terms that cancel to rounding error)
     e = (x - x.amax(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
 
@@ -124,7 +144,22 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dty
     """x - logsumexp(x) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
     dim = softmax_dim("log_softmax", x.ndim, dim)
+    if x.dtype in (f16, bf16):
+        return _rounded_log_softmax(x, dim)
     return x - logsumexp(x, dim, keepdim=True)
+
+
+def _rounded_log_softmax(x: Tensor, dim: int) -> Tensor:
+    """An f16 / bf16 log_softmax as PyTorch's CUDA kernel computes it: in f32 (the row's maximum and
+    log-sum too), rounded once; the gradient g - exp(y) * sum(g) in f32 from the rounded result y,
+    rounded once, as its backward kernels: that of a form w - sum(exp(y) * w) (y held constant) whose
+    value is not used (straight_through)."""
+    w = x.float()
+    value = (w - logsumexp(w, dim, keepdim=True)).to(x.dtype)
+    if not wants_gradient(x):
+        return value
+    form = w - (value.detach().float().exp() * w).sum(dim, keepdim=True)
+    return apply("straight_through", form.to(x.dtype), value)
 
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list

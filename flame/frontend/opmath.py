@@ -14,8 +14,11 @@ each product rounded to bf16 (f16 and every other exponent: one pow, rounded onc
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from flame.frontend.context import current_trace, grad_enabled
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import is_scalar, result_type
 from flame.frontend.tensor import Tensor
@@ -100,3 +103,34 @@ def with_alpha(fn, x, y, alpha):
     if result_type(x, y) not in (f16, bf16):
         return value  # (straight_through's first operand is dead code where no gradient reads it)
     return apply("straight_through", fn(x, y, alpha), value)
+
+
+def composite(fn):
+    """Decorator for a composite of pointwise ops (an activation, log1p) whose first argument is its
+    tensor: an f16 / bf16 tensor is widened to f32, fn runs on it and the result is rounded once to the
+    tensor's dtype, as PyTorch's pointwise kernels compute in f32 ("opmath"); the gradient is
+    autodiff's of the f32 ops, rounded once where it leaves them, as PyTorch's backward kernels. Other
+    dtypes run fn as it is. Without it each intermediate rounds to the half-precision dtype (bf16 mish
+    differed from torch in three elements of ten)."""
+
+    @functools.wraps(fn)
+    def run(x, *args, **kwargs):
+        if not isinstance(x, Tensor) or x.dtype not in (f16, bf16):
+            return fn(x, *args, **kwargs)
+        return _cast(fn(_cast(x, f32), *args, **kwargs), x.dtype)
+
+    return run
+
+
+def wants_gradient(x: Tensor) -> bool:
+    """Whether a gradient of x may be taken through what is computed from it now: gradients on, and x
+    traced (autodiff drops what no gradient reads) or requiring grad; a gradient form (straight_through's
+    first operand) is built only then, so eager inference computes none."""
+    return grad_enabled.get() and (current_trace.get() is not None or x.requires_grad)
+
+
+def with_derivative(x: Tensor, value: Tensor, d: Tensor) -> Tensor:
+    """value (of x's f16 / bf16 dtype), whose gradient to x is the cotangent times d (f32, of x's shape)
+    in f32, rounded once: a PyTorch backward kernel that computes in f32 from saved values. d is only
+    read by the gradient (dead code where none is taken)."""
+    return apply("straight_through", _cast(_cast(x, f32) * d.detach(), x.dtype), value)

@@ -16,7 +16,7 @@ from flame.frontend import autocast
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
-from flame.frontend.opmath import in_opmath
+from flame.frontend.opmath import in_opmath, wants_gradient
 from flame.frontend.promotion import is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import (
     Tensor,
@@ -426,6 +426,8 @@ class TensorCore:
         n = int(np.prod([self.shape[a] for a in axes]))
         if n <= c:
             return _var_past_correction(self, axes, keepdim, n - c)
+        if self.dtype in (f16, bf16):
+            return _rounded_var(self, axes, keepdim, n - c)
         d = self - self.mean(axes, keepdim=True)
         return (d * d).sum(axes, keepdim=keepdim) / float(n - c)
 
@@ -580,6 +582,20 @@ def binary(name: str, a, b) -> Tensor:
         for x in (a, b)
     )
     return apply(name, a, b)
+
+
+def _rounded_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
+    """An f16 / bf16 variance as PyTorch's: in f32, rounded once; its gradient PyTorch's formula, ops of
+    x's dtype: (2 / dof) * grad * (x - x.mean()), the gradient of a form whose value is not used
+    (straight_through)."""
+    w = x.float()
+    d = w - w.mean(axes, keepdim=True)
+    value = ((d * d).sum(axes, keepdim=keepdim) / float(dof)).to(x.dtype)
+    if not wants_gradient(x):
+        return value
+    dev = (x - x.mean(axes, keepdim=True)).detach()
+    form = (x * dev).sum(axes, keepdim=keepdim) * (2.0 / dof)
+    return apply("straight_through", form, value)
 
 
 def _var_past_correction(x: Tensor, axes, keepdim: bool, room: int) -> Tensor:

@@ -54,6 +54,27 @@ def _ranks(op: str, *pairs) -> None:
             raise ShapeError(f"{op}: expects {rank}-D tensors, got {got}\n  at {user_location()}")
 
 
+
+@opmath.composite
+def _log1p(x: Tensor) -> Tensor:
+    """log(1 + x) by Kahan's correction: log(w) * x / (w - 1) with w = 1 + x rounded, which cancels w's
+    rounding error."""
+    w = x + 1
+    exact, inf = w == 1, w == float("inf")  # 1 + x rounds to 1: log1p(x) = x to within rounding
+    safe = where(exact | inf, 2.0, w)  # keeps the unused branch finite (no 0/0 in either direction)
+    return where(exact | inf, x, safe.log() * (x / (safe - 1)))
+
+
+@opmath.composite
+def _expm1(x: Tensor) -> Tensor:
+    """exp(x) - 1 by Kahan's correction for |x| < 0.5: (u - 1) * x / log(u) with u = exp(x) rounded;
+    beyond, u - 1 loses nothing."""
+    u = x.exp()
+    near = x.abs() < 0.5
+    exact = u == 1
+    safe = where(near & ~exact, u, 2.0)  # the unused branch stays finite
+    return where(exact, x, where(near, (safe - 1) * (x / safe.log()), u - 1))
+
 class TensorMath:
     """The mixin Tensor inherits (no state of its own)."""
 
@@ -165,24 +186,23 @@ class TensorMath:
     # ---- elementwise math ------------------------------------------------------------------------
     @policy("f32")  # autocast: on PyTorch's float32 list
     def log1p(self):
-        """log(1 + self), accurate for small self (Kahan's correction: log(w) * self / (w - 1) with
-        w = 1 + self rounded, which cancels w's rounding error), as torch.log1p."""
+        """log(1 + self), accurate for small self, as torch.log1p (f16 / bf16: in f32, rounded once; the
+        gradient PyTorch's grad / (self + 1), two ops of self's dtype)."""
         x = as_floating(self)
-        w = x + 1
-        exact, inf = w == 1, w == float("inf")  # 1 + x rounds to 1: log1p(x) = x to within rounding
-        safe = where(exact | inf, 2.0, w)  # keeps the unused branch finite (no 0/0 in either direction)
-        return where(exact | inf, x, safe.log() * (x / (safe - 1)))
+        value = _log1p(x)
+        if x.dtype not in (f16, bf16) or not opmath.wants_gradient(x):
+            return value
+        return apply("straight_through", (x + 1).log(), value)  # log's gradient: g / (x + 1)
 
     @policy("f32")  # autocast: on PyTorch's float32 list
     def expm1(self):
-        """exp(self) - 1, accurate for small self (Kahan's correction for |self| < 0.5: (u - 1) *
-        self / log(u) with u = exp(self) rounded; beyond, u - 1 loses nothing), as torch.expm1."""
+        """exp(self) - 1, accurate for small self, as torch.expm1 (f16 / bf16: in f32, rounded once; the
+        gradient PyTorch's grad * (result + 1), two ops of self's dtype)."""
         x = as_floating(self)
-        u = x.exp()
-        near = x.abs() < 0.5
-        exact = u == 1
-        safe = where(near & ~exact, u, 2.0)  # the unused branch stays finite
-        return where(exact, x, where(near, (safe - 1) * (x / safe.log()), u - 1))
+        value = _expm1(x)
+        if x.dtype not in (f16, bf16) or not opmath.wants_gradient(x):
+            return value
+        return apply("straight_through", x * (value + 1).detach(), value)
 
     # ---- special functions (flame/ir/ops/special.py; integers promote to the default dtype, as torch's)
     def lgamma(self):

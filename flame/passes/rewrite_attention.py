@@ -145,6 +145,31 @@ def _softmax_input(p: Value, inner: list[Op]) -> Value | None:
     return x
 
 
+def _peel_gradient_form(v: Value) -> tuple[Value, Value | None]:
+    """(y, form) when v = straight_through(form, y): a half-precision softmax whose gradient is that of a
+    form made from y and the softmax's input (frontend/functional.py); else (v, None)."""
+    op = _producer(v, "straight_through")
+    return (op.inputs[1], op.inputs[0]) if op is not None else (v, None)
+
+
+def _form_ops(form: Value, ends: set[Value], inner: list[Op]) -> bool:
+    """Add to inner the straight_through and the ops computing form from the values `ends` only (the
+    softmax's input, result and intermediates); False when form reads anything else."""
+    seen: set[int] = set()
+    stack = [form]
+    while stack:
+        v = stack.pop()
+        if v in ends or id(v) in seen:
+            continue
+        seen.add(id(v))
+        op = v.producer
+        if op is None or op.name not in ("cast", "stop_gradient", "mul", "sub", "reduce_sum"):
+            return False
+        inner.append(op)
+        stack.extend(op.inputs)
+    return True
+
+
 def _peel_cast(v: Value, inner: list[Op]) -> Value:
     """v without a cast between float types (mixed precision: the softmax runs in f32)."""
     op = _producer(v, "cast")
@@ -185,6 +210,10 @@ def _match(op: Op) -> _Match | None:
     """The attention pattern ending at value matmul `op`, or None."""
     p, v = op.inputs
     inner: list[Op] = [op]
+    p, form = _peel_gradient_form(p)
+    if form is not None:
+        inner.append(op.inputs[0].producer)
+    y = p
     p = _peel_cast(p, inner)
     x = _softmax_input(p, inner)
     if x is None:
@@ -193,6 +222,8 @@ def _match(op: Op) -> _Match | None:
         x = _peel_cast(x, inner)
         if x.dtype != v.dtype:
             return None
+    if form is not None and not _form_ops(form, {y, x, *(o.out for o in inner)}, inner):
+        return None
     m = _Match(x, x, v, inner=inner)
     x = _peel_scale(x, m)
     before = len(m.inner)
@@ -317,7 +348,15 @@ def _match_chain(op: Op, g: Graph, users: dict) -> tuple[_Match, _score_chain.Ch
     scores and the softmax: (match, chain, the scaled scores), or None."""
     p, v = op.inputs
     inner: list[Op] = [op]
-    x = _softmax_input(_peel_cast(p, inner), inner)
+    y, form = _peel_gradient_form(p)
+    if form is not None:
+        inner.append(p.producer)
+    x = _softmax_input(_peel_cast(y, inner), inner)
+    if form is not None and x is not None:
+        w = x
+        x = _peel_cast(x, inner) if x.dtype != v.dtype else x
+        if not _form_ops(form, {y, w, x, *(o.out for o in inner)}, inner):
+            return None
     mm = None if x is None or not x.dtype.is_float else _find_matmul(x)
     if mm is None:
         return None
