@@ -11,9 +11,7 @@ import pytest
 import torch
 
 import flame
-
-DTYPES = [(flame.bf16, torch.bfloat16), (flame.f16, torch.float16)]
-N = 4096
+from tests.frontend.test_activation_opmath import DTYPES, N, _close_to_torch
 
 CASES = {
     "add alpha 0.3": lambda L, x, y, z: L.add(x, y, alpha=0.3),
@@ -31,14 +29,6 @@ CASES = {
 def _inputs(seed: int):
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(N).astype(np.float32) for _ in range(3)]
-
-
-def _close_to_torch(got: np.ndarray, want: np.ndarray, dt) -> None:
-    """Equal bits but for at most 0.2 % of the elements, those within one step of the dtype."""
-    differ = got != want
-    assert differ.sum() <= N * 0.002, f"{differ.sum()} of {N} differ"
-    step = np.spacing(np.abs(want[differ]).astype(np.float32)) * (2**16 if dt == flame.bf16 else 2**13)
-    assert np.all(np.abs(got[differ] - want[differ]) <= step)
 
 
 @pytest.mark.parametrize("dt,tdt", DTYPES, ids=["bf16", "f16"])
