@@ -435,6 +435,12 @@ class TensorCore:
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *, correction: float | None = None):
         """The square root of var (same arguments); where the deviation is zero the gradient is zero, as
         torch's (sqrt's infinite derivative there is not taken)."""
+        if self.dtype in (f16, bf16):
+            c = correction if correction is not None else (1 if unbiased is None else int(bool(unbiased)))
+            axes = reduce_axes(dim, self.ndim, "std")
+            n = int(np.prod([self.shape[a] for a in axes]))
+            if n > c:
+                return _rounded_std(self, axes, keepdim, n - c)
         v = self.var(dim, unbiased, keepdim, correction=correction)
         zero = v == 0
         return where(zero, 0.0, where(zero, 1.0, v).sqrt())
@@ -584,18 +590,37 @@ def binary(name: str, a, b) -> Tensor:
     return apply(name, a, b)
 
 
-def _rounded_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
-    """An f16 / bf16 variance as PyTorch's: in f32, rounded once; its gradient PyTorch's formula, ops of
-    x's dtype: (2 / dof) * grad * (x - x.mean()), the gradient of a form whose value is not used
-    (straight_through)."""
+def _f32_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
     w = x.float()
     d = w - w.mean(axes, keepdim=True)
-    value = ((d * d).sum(axes, keepdim=keepdim) / float(dof)).to(x.dtype)
+    return (d * d).sum(axes, keepdim=keepdim) / float(dof)
+
+
+def _var_form(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
+    """A value whose gradient is PyTorch's var_backward, ops of x's dtype: (2 / dof) * grad * (x - x.mean())."""
+    dev = (x - x.mean(axes, keepdim=True)).detach()
+    return (x * dev).sum(axes, keepdim=keepdim) * (2.0 / dof)
+
+
+def _rounded_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
+    """An f16 / bf16 variance as PyTorch's: in f32, rounded once; its gradient PyTorch's formula (_var_form),
+    the gradient of a form whose value is not used (straight_through)."""
+    value = _f32_var(x, axes, keepdim, dof).to(x.dtype)
     if not wants_gradient(x):
         return value
-    dev = (x - x.mean(axes, keepdim=True)).detach()
-    form = (x * dev).sum(axes, keepdim=keepdim) * (2.0 / dof)
-    return apply("straight_through", form, value)
+    return apply("straight_through", _var_form(x, axes, keepdim, dof), value)
+
+
+def _rounded_std(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
+    """An f16 / bf16 standard deviation as PyTorch's: the square root of the f32 variance, rounded once;
+    its gradient PyTorch's std_backward, var's for grad / (2 * std), 0 where std is 0."""
+    value = _f32_var(x, axes, keepdim, dof).sqrt().to(x.dtype)
+    if not wants_gradient(x):
+        return value
+    twice = (value * 2.0).detach()
+    zero = twice == 0
+    form = _var_form(x, axes, keepdim, dof)
+    return apply("straight_through", where(zero, form * 0.0, form / where(zero, 1.0, twice)), value)
 
 
 def _var_past_correction(x: Tensor, axes, keepdim: bool, room: int) -> Tensor:

@@ -86,13 +86,16 @@ ROWS = {
     "var": lambda F, t: t.var(-1),
     "var correction 0 keepdim": lambda F, t: t.var(-1, keepdim=True, correction=0),
     "var all": lambda F, t: t.var(),
+    "std": lambda F, t: t.std(-1),
+    "std dim 0 correction 0": lambda F, t: t.std(0, correction=0),
+    "std of a constant row": lambda F, t: (t * (torch if F is TF else flame).arange(32.0)[:, None].lt(1)).std(-1),
     "softmax dim 0": lambda F, t: F.softmax(t, 0),
     "log_softmax": lambda F, t: F.log_softmax(t, -1),
 }
 
 
 def _torch_rows(name, x, cot, tdt):
-    """torch's value and gradient: softmax and var as they are; log_softmax in f32 rounded once (torch's CUDA
+    """torch's value and gradient: softmax, var and std as they are; log_softmax in f32 rounded once (torch's CUDA
     kernel), its gradient torch's backward kernel on that result."""
     t = torch.tensor(x).to(tdt).requires_grad_()
     if name != "log_softmax":
