@@ -14,6 +14,7 @@ from flame.errors import ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import ones, zeros
+from flame.frontend.dispatch import apply
 from flame.frontend.functional import (
     _loss_reduce,
     embedding,
@@ -173,14 +174,27 @@ def softsign(input: Tensor) -> Tensor:  # noqa: A002
     return input / (input.abs() + 1)
 
 
+@composite
+def _glu(x: Tensor, dim: int) -> Tensor:
+    a, b = x.chunk(2, dim)
+    return a * b.sigmoid()
+
+
 def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
-    """a * sigmoid(b), a and b the two halves of input along dim (its size must be even)."""
+    """a * sigmoid(b), a and b the two halves of input along dim (its size must be even). For f16 / bf16, in
+    f32 rounded once; the gradient PyTorch's kernel's: a's the cotangent times sigmoid(b) as stored in the
+    input's dtype, b's s (1 - s) a times the cotangent in f32 from that s, rounded once."""
     if input.shape[dim] % 2:
         raise ShapeError(
             f"glu: halving dimension {dim} needs an even size, got {list(input.shape)}\n  at {user_location()}"
         )
+    value = _glu(input, dim)
+    if input.dtype not in (f16, bf16) or not wants_gradient(input):
+        return value
     a, b = input.chunk(2, dim)
-    return a * b.sigmoid()
+    s = b.detach().sigmoid()
+    d = s.float() * (1 - s.float()) * a.detach().float()
+    return apply("straight_through", a * s + with_derivative(b, b.detach(), d), value)
 
 
 def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=None) -> Tensor:  # noqa: A002
@@ -190,7 +204,10 @@ def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=N
 
 
 def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002
-    """x where x > threshold, else value."""
+    """x where x > threshold, else value; an f16 / bf16 x is compared with the threshold in f32, as
+    PyTorch's kernel (the threshold not rounded to x's dtype)."""
+    if isinstance(input, Tensor) and input.dtype in (f16, bf16):
+        return where(input.float() > _f32(threshold), input, value)
     return where(input > threshold, input, value)
 
 

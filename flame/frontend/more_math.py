@@ -19,11 +19,12 @@ from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import floating
 from flame.frontend.dispatch import apply
+from flame.frontend.opmath import composite, fused, wants_gradient
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, stack, where
 from flame.frontend.tensor_ops import vector_norm
-from flame.ir.dtypes import f64, i32, i64
+from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "exp2", "float_power", "fmax", "fmin",
@@ -307,32 +308,63 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
     return apply("straight_through", x * finite.to(x.dtype), out)
 
 
-@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf."""
-    a, b = input, other
-    _floating("logaddexp", a, b)
+def _torch_backward(value: Tensor, a, b, form) -> Tensor:
+    """value; where it is f16 / bf16, its gradient to each tensor operand t of (a, b) that of form(t, u) (u the
+    other operand): PyTorch's backward formula, computed in the half-precision ops PyTorch's autograd runs
+    (each rounded), the gradient of a form whose value is not used (straight_through)."""
+    if value.dtype not in (f16, bf16):
+        return value
+    pairs = ((a, b), (b, a))
+    forms = [form(t, u) for t, u in pairs if isinstance(t, Tensor) and t.dtype.is_float and wants_gradient(t)]
+    if not forms:
+        return value
+    return apply("straight_through", forms[0] + forms[1] if len(forms) == 2 else forms[0], value)
+
+
+def _logaddexp(a, b) -> Tensor:
     d = -(a - b).abs()
     d = where(d != d, 0.0, d)  # inf - inf: the two are equal infinities
     return a.maximum(b) + d.exp().log1p()
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
+def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf. For f16 /
+    bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype."""
+    _floating("logaddexp", input, other)
+    value = fused(_logaddexp, input, other)
+    return _torch_backward(value, input, other, lambda t, u: t / (1 + (u - t).exp()).detach())
+
+
+def _logaddexp2(a, b) -> Tensor:
+    return _logaddexp(a * math.log(2), b * math.log(2)) / math.log(2)
+
+
+@policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """log2(2^a + 2^b): logaddexp in base 2."""
-    return logaddexp(input * math.log(2), other * math.log(2)) / math.log(2)
+    """log2(2^a + 2^b): logaddexp in base 2. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
+    grad / (1 + 2 ** (other - self)) in the inputs' dtype."""
+    value = fused(_logaddexp2, input, other)
+    return _torch_backward(value, input, other, lambda t, u: t / (1 + 2 ** (u - t)).detach())
+
+
+def _hypot(a, b) -> Tensor:
+    m = a.abs().maximum(b.abs())
+    safe = where((m == 0) | (m == math.inf), 1.0, m)
+    scaled = where(m == 0, 0.0, m * ((a / safe) ** 2 + (b / safe) ** 2).sqrt())
+    return where((a.abs() == math.inf) | (b.abs() == math.inf), math.inf, scaled)  # even against NaN, as C
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
-    where either is infinite."""
-    a, b = input, other
-    _floating("hypot", a, b)
-    m = a.abs().maximum(b.abs())
-    safe = where((m == 0) | (m == math.inf), 1.0, m)
-    scaled = where(m == 0, 0.0, m * ((a / safe) ** 2 + (b / safe) ** 2).sqrt())
-    return where((a.abs() == math.inf) | (b.abs() == math.inf), math.inf, scaled)  # even against NaN, as C
+    where either is infinite. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
+    grad * self / result in the inputs' dtype (the product rounded, then the quotient)."""
+    _floating("hypot", input, other)
+    value = fused(_hypot, input, other)
+    r = value.detach()
+    # (t / r) * t: backward multiplies the cotangent by t first, then divides by r, as PyTorch's formula
+    return _torch_backward(value, input, other, lambda t, u: (t / r) * t.detach())
 
 
 def signbit(input: Tensor) -> Tensor:  # noqa: A002
@@ -356,11 +388,25 @@ def heaviside(input: Tensor, values) -> Tensor:  # noqa: A002
     return where(input == 0, values, (input > 0).to(input.dtype)).to(input.dtype)
 
 
-def sinc(input: Tensor) -> Tensor:  # noqa: A002
-    """sin(pi x) / (pi x), 1 at 0 (whose gradient there is 0)."""
-    x = input if input.dtype.is_float else input.float()
+@composite
+def _sinc(x: Tensor) -> Tensor:
     safe = where(x == 0, 1.0, x) * math.pi
-    return where(x == 0, 1.0, safe.sin() / safe).to(x.dtype)
+    return where(x == 0, 1.0, safe.sin() / safe)
+
+
+def sinc(input: Tensor) -> Tensor:  # noqa: A002
+    """sin(pi x) / (pi x), 1 at 0 (whose gradient there is 0). For f16 / bf16, in f32 rounded once; the
+    gradient PyTorch's sinc_backward, grad * (pi x cos(pi x) - sin(pi x)) / (x x pi), in the input's dtype."""
+    x = input if input.dtype.is_float else input.float()
+    value = _sinc(x)
+    if x.dtype not in (f16, bf16) or not wants_gradient(x):
+        return value
+    t = x.detach()
+    spi, ssp = t * math.pi, t * t * math.pi
+    zero = ssp == 0
+    num = spi * spi.cos() - spi.sin()
+    form = where(zero, 0.0, (x / where(zero, 1.0, ssp)) * num)  # the cotangent times num, then the quotient
+    return apply("straight_through", form, value)
 
 
 def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
