@@ -154,7 +154,8 @@ def _peel_gradient_form(v: Value) -> tuple[Value, Value | None]:
 
 def _form_ops(form: Value, ends: set[Value], inner: list[Op]) -> bool:
     """Add to inner the straight_through and the ops computing form from the values `ends` only (the
-    softmax's input, result and intermediates); False when form reads anything else."""
+    softmax's input, result and intermediates: elementwise work, reductions and views); False when form
+    reads anything else."""
     seen: set[int] = set()
     stack = [form]
     while stack:
@@ -163,8 +164,8 @@ def _form_ops(form: Value, ends: set[Value], inner: list[Op]) -> bool:
             continue
         seen.add(id(v))
         op = v.producer
-        if op is None or op.name not in ("cast", "stop_gradient", "mul", "sub", "reduce_sum"):
-            return False
+        if op is None or REGISTRY[op.name].category in ("matmul", "library", "opaque"):
+            return False  # a graph input, or work that is no part of a softmax's gradient form
         inner.append(op)
         stack.extend(op.inputs)
     return True
