@@ -10,10 +10,10 @@ import warnings
 
 import numpy as np
 
-from flame.errors import ShapeError
+from flame.errors import ArgumentError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
-from flame.frontend.creation import ones, zeros
+from flame.frontend.creation import Generator, default_generator, ones, zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.functional import (
     _loss_reduce,
@@ -35,6 +35,7 @@ __all__ = [
     "elu",
     "embedding_bag",
     "glu",
+    "hardshrink",
     "hardsigmoid",
     "hardswish",
     "hardtanh",
@@ -46,10 +47,13 @@ __all__ = [
     "pairwise_distance",
     "prelu",
     "relu6",
+    "rrelu",
     "selu",
     "softmin",
     "softplus",
+    "softshrink",
     "softsign",
+    "tanhshrink",
     "threshold",
 ]
 
@@ -209,6 +213,43 @@ def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa:
     if isinstance(input, Tensor) and input.dtype in (f16, bf16):
         return where(input.float() > _f32(threshold), input, value)
     return where(input > threshold, input, value)
+
+
+def tanhshrink(input: Tensor) -> Tensor:  # noqa: A002
+    """x - tanh(x), as torch's (two ops, each rounded in x's dtype)."""
+    return input - input.tanh()
+
+
+@composite
+def _softshrink(x: Tensor, lambd: float) -> Tensor:
+    return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0.0))
+
+
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
+    """x - lambd above lambd, x + lambd below -lambd, else 0 (f16 / bf16 in f32, rounded once, as torch's
+    kernel); lambd must not be negative."""
+    if lambd < 0:
+        raise ArgumentError(f"softshrink: lambda must be in range [0, inf) for input dtype {input.dtype}, but found "
+                            f"{lambd} (as in PyTorch)\n  at {user_location()}")
+    return _softshrink(input, lambd)
+
+
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
+    """x where |x| > lambd, else 0."""
+    return where((input > lambd) | (input < -lambd), input, 0.0)
+
+
+def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,  # noqa: A002
+          inplace: bool = False, *, generator: Generator | None = None) -> Tensor:
+    """Randomized leaky ReLU: negative elements times a slope drawn uniformly from [lower, upper] per element
+    when training, times (lower + upper) / 2 otherwise (torch's leaky_relu with that slope)."""
+    if lower > upper:
+        raise ArgumentError(f"rrelu: lower bound should be less than or equal to the upper bound, got lower={lower}, "
+                            f"upper={upper} (as in PyTorch)\n  at {user_location()}")
+    if not training:
+        return input.leaky_relu((lower + upper) / 2)
+    u = (generator or default_generator()).draw("random_uniform", input.shape, input.dtype)
+    return where(input >= 0, input, input * (lower + (upper - lower) * u))
 
 
 @policy("lower")  # autocast: PyTorch's lower-precision list

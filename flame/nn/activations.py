@@ -28,7 +28,8 @@ __all__ = ["CELU", "ELU", "GLU", "SELU", "Bilinear", "EmbeddingBag", "ConstantPa
            "Dropout2d", "Dropout3d", "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "InstanceNorm1d",
            "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance",
            "PixelShuffle", "PixelUnshuffle", "ReLU6", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
-           "ReplicationPad2d", "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten", "ZeroPad1d", "ZeroPad2d"]
+           "ReplicationPad2d", "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten", "ZeroPad1d", "ZeroPad2d",
+           "Tanhshrink", "Softshrink", "Hardshrink", "RReLU"]
 
 
 class Softplus(_Elementwise):
@@ -121,6 +122,45 @@ class Threshold(_Elementwise):
 
     def __init__(self, threshold: float, value: float, inplace: bool = False):
         super().__init__(threshold=threshold, value=value)
+
+
+class Tanhshrink(_Elementwise):
+    fn = staticmethod(A.tanhshrink)
+
+
+class Softshrink(_Elementwise):
+    fn = staticmethod(A.softshrink)
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__(lambd=lambd)
+
+    def extra_repr(self) -> str:
+        return str(self.kwargs["lambd"])  # torch's: Softshrink(0.5)
+
+
+class Hardshrink(_Elementwise):
+    fn = staticmethod(A.hardshrink)
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__(lambd=lambd)
+
+    def extra_repr(self) -> str:
+        return str(self.kwargs["lambd"])  # torch's: Hardshrink(0.5)
+
+
+class RReLU(Module):
+    """Randomized leaky ReLU (F.rrelu): random negative slopes in [lower, upper] in training mode, their
+    mean in eval mode."""
+
+    def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
+        super().__init__()
+        self.lower, self.upper = lower, upper  # (lower > upper is refused when called, as torch's)
+
+    def forward(self, input):  # noqa: A002
+        return A.rrelu(input, self.lower, self.upper, self.training)
+
+    def extra_repr(self) -> str:
+        return f"lower={self.lower}, upper={self.upper}"
 
 
 class PReLU(Module):

@@ -143,7 +143,7 @@ unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "
       epilogue="gelu")  # cuBLASLt's GELU is the tanh form only
 unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp), cost=_LIBM)
 unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope),
-      lambda b, g, x, y, negative_slope: (b.where(b.gt(x, 0), g, b.mul(g, negative_slope)),),
+      _opmath(lambda b, g, x, y, negative_slope: (b.where(b.gt(x, 0), g, b.mul(g, negative_slope)),)),
       attrs={"negative_slope": Attr("float", 0.01)})
 unary("floor", np.floor, kinds=_NUM, nondiff=_PIECEWISE)
 unary("ceil", np.ceil, kinds=_NUM, nondiff=_PIECEWISE)
