@@ -128,24 +128,22 @@ class Tanhshrink(_Elementwise):
     fn = staticmethod(A.tanhshrink)
 
 
-class Softshrink(_Elementwise):
+class _Shrink(_Elementwise):
+    """softshrink / hardshrink with their threshold lambd (torch's repr: Softshrink(0.5))."""
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__(lambd=lambd)
+
+    def extra_repr(self) -> str:
+        return str(self.kwargs["lambd"])
+
+
+class Softshrink(_Shrink):
     fn = staticmethod(A.softshrink)
 
-    def __init__(self, lambd: float = 0.5):
-        super().__init__(lambd=lambd)
 
-    def extra_repr(self) -> str:
-        return str(self.kwargs["lambd"])  # torch's: Softshrink(0.5)
-
-
-class Hardshrink(_Elementwise):
+class Hardshrink(_Shrink):
     fn = staticmethod(A.hardshrink)
-
-    def __init__(self, lambd: float = 0.5):
-        super().__init__(lambd=lambd)
-
-    def extra_repr(self) -> str:
-        return str(self.kwargs["lambd"])  # torch's: Hardshrink(0.5)
 
 
 class RReLU(Module):
