@@ -134,3 +134,36 @@ def with_derivative(x: Tensor, value: Tensor, d: Tensor) -> Tensor:
     in f32, rounded once: a PyTorch backward kernel that computes in f32 from saved values. d is only
     read by the gradient (dead code where none is taken)."""
     return apply("straight_through", _cast(_cast(x, f32) * d.detach(), x.dtype), value)
+
+
+def _f32_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
+    w = x.float()
+    d = w - w.mean(axes, keepdim=True)
+    return (d * d).sum(axes, keepdim=keepdim) / float(dof)
+
+
+def _var_form(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
+    """A value whose gradient is PyTorch's var_backward, ops of x's dtype: (2 / dof) * grad * (x - x.mean())."""
+    dev = (x - x.mean(axes, keepdim=True)).detach()
+    return (x * dev).sum(axes, keepdim=keepdim) * (2.0 / dof)
+
+
+def rounded_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
+    """An f16 / bf16 variance as PyTorch's: in f32, rounded once; its gradient PyTorch's formula (_var_form),
+    the gradient of a form whose value is not used (straight_through)."""
+    value = _f32_var(x, axes, keepdim, dof).to(x.dtype)
+    if not wants_gradient(x):
+        return value
+    return apply("straight_through", _var_form(x, axes, keepdim, dof), value)
+
+
+def rounded_std(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
+    """An f16 / bf16 standard deviation as PyTorch's: the square root of the f32 variance, rounded once;
+    its gradient PyTorch's std_backward, var's for grad / (2 * std), 0 where std is 0."""
+    value = _f32_var(x, axes, keepdim, dof).sqrt().to(x.dtype)
+    if not wants_gradient(x):
+        return value
+    twice = (value * 2.0).detach()
+    zero = twice == 0
+    form = _var_form(x, axes, keepdim, dof)
+    return apply("straight_through", apply("where", zero, form * 0.0, form / apply("where", zero, 1.0, twice)), value)

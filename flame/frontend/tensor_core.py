@@ -12,11 +12,11 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
-from flame.frontend import autocast
+from flame.frontend import autocast, opmath
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
-from flame.frontend.opmath import in_opmath, wants_gradient
+from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import (
     Tensor,
@@ -427,7 +427,7 @@ class TensorCore:
         if n <= c:
             return _var_past_correction(self, axes, keepdim, n - c)
         if self.dtype in (f16, bf16):
-            return _rounded_var(self, axes, keepdim, n - c)
+            return opmath.rounded_var(self, axes, keepdim, n - c)
         d = self - self.mean(axes, keepdim=True)
         return (d * d).sum(axes, keepdim=keepdim) / float(n - c)
 
@@ -440,7 +440,7 @@ class TensorCore:
             axes = reduce_axes(dim, self.ndim, "std")
             n = int(np.prod([self.shape[a] for a in axes]))
             if n > c:
-                return _rounded_std(self, axes, keepdim, n - c)
+                return opmath.rounded_std(self, axes, keepdim, n - c)
         v = self.var(dim, unbiased, keepdim, correction=correction)
         zero = v == 0
         return where(zero, 0.0, where(zero, 1.0, v).sqrt())
@@ -588,39 +588,6 @@ def binary(name: str, a, b) -> Tensor:
         for x in (a, b)
     )
     return apply(name, a, b)
-
-
-def _f32_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
-    w = x.float()
-    d = w - w.mean(axes, keepdim=True)
-    return (d * d).sum(axes, keepdim=keepdim) / float(dof)
-
-
-def _var_form(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
-    """A value whose gradient is PyTorch's var_backward, ops of x's dtype: (2 / dof) * grad * (x - x.mean())."""
-    dev = (x - x.mean(axes, keepdim=True)).detach()
-    return (x * dev).sum(axes, keepdim=keepdim) * (2.0 / dof)
-
-
-def _rounded_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
-    """An f16 / bf16 variance as PyTorch's: in f32, rounded once; its gradient PyTorch's formula (_var_form),
-    the gradient of a form whose value is not used (straight_through)."""
-    value = _f32_var(x, axes, keepdim, dof).to(x.dtype)
-    if not wants_gradient(x):
-        return value
-    return apply("straight_through", _var_form(x, axes, keepdim, dof), value)
-
-
-def _rounded_std(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
-    """An f16 / bf16 standard deviation as PyTorch's: the square root of the f32 variance, rounded once;
-    its gradient PyTorch's std_backward, var's for grad / (2 * std), 0 where std is 0."""
-    value = _f32_var(x, axes, keepdim, dof).sqrt().to(x.dtype)
-    if not wants_gradient(x):
-        return value
-    twice = (value * 2.0).detach()
-    zero = twice == 0
-    form = _var_form(x, axes, keepdim, dof)
-    return apply("straight_through", where(zero, form * 0.0, form / where(zero, 1.0, twice)), value)
 
 
 def _var_past_correction(x: Tensor, axes, keepdim: bool, room: int) -> Tensor:
