@@ -1,11 +1,16 @@
-"""Binary ops between a half-precision tensor and a Python number, rounded as PyTorch rounds them.
+"""PyTorch's rounding of half-precision (f16 / bf16) arithmetic: its kernels compute in the op's *opmath*
+type (f32) and round the result once, and its backward kernels do the same. Here: binary ops with a
+Python number (`in_opmath`), the fused pointwise ops (`fused`, `with_alpha`: add/sub with alpha, addcmul,
+addcdiv, lerp), composites of pointwise ops (`composite`: the activations), gradients of PyTorch's backward
+formulas (`with_derivative`, `wants_gradient`), and var / std.
 
 PyTorch's kernels for `mul`, true `div` and `floor_divide` of an f16 / bf16 tensor by a Python number
-compute in the op's *opmath* type (f32), with the number converted to f32, and round the result once:
-`x * 0.3` is `(f32(x) * f32(0.3)).to(bf16)`, not `x * bf16(0.3)`. Its other ops with such a number (add,
-sub, remainder, fmod, pow, the comparisons, maximum / minimum) take the number rounded to the tensor's
-dtype first, which is what an op on a `full` of that dtype computes. A number the tensor's dtype holds
-exactly (0.5, 2.0, small integers) gives the same bits either way, and keeps the op in the tensor's dtype.
+compute in f32, with the number converted to f32, and round the result once: `x * 0.3` is
+`(f32(x) * f32(0.3)).to(bf16)`, not `x * bf16(0.3)` (the `scalar_opmath` trait on those ops' declarations).
+Its other ops with such a number (add, sub, remainder, fmod, pow, the comparisons, maximum / minimum) take
+the number rounded to the tensor's dtype first, which is what an op on a `full` of that dtype computes. A
+number the tensor's dtype holds exactly (0.5, 2.0, small integers) gives the same bits either way, and
+keeps the op in the tensor's dtype.
 
 `s / x` is PyTorch's `x.reciprocal() * s` (Tensor.__rtruediv__): the reciprocal rounded, then the
 product as above. bf16 `x ** 3` and `x ** -2` are PyTorch's CPU kernels' `x * x * x` and `1 / (x * x)`,
@@ -58,7 +63,7 @@ def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
         x = _cast(a, dt)
         sq = apply("mul", x, x)
         value = apply("mul", sq, x) if float(b) == 3.0 else apply("reciprocal", sq)
-        if not x.requires_grad:
+        if not wants_gradient(x):
             return value
         # the value of the products, the gradient of pow's (PyTorch's pow_backward: g * (3 * x.pow(2)))
         return apply("straight_through", apply("pow", x, float(b)), apply("stop_gradient", value))
@@ -100,8 +105,8 @@ def with_alpha(fn, x, y, alpha):
     dtype, rounded once (`fused`); the gradients those of fn(x, y, alpha) (y's: the cotangent times alpha,
     in f32 with alpha as f32, rounded once)."""
     value = fused(lambda a, b: fn(a, b, rounded(alpha, result_type(x, y))), x, y)
-    if result_type(x, y) not in (f16, bf16):
-        return value  # (straight_through's first operand is dead code where no gradient reads it)
+    if result_type(x, y) not in (f16, bf16) or not any(isinstance(t, Tensor) and wants_gradient(t) for t in (x, y)):
+        return value
     return apply("straight_through", fn(x, y, alpha), value)
 
 
