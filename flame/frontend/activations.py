@@ -26,7 +26,7 @@ from flame.frontend.functional import (
 from flame.frontend.opmath import composite, wants_gradient, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import bf16, f16
+from flame.ir.dtypes import bf16, f16, f64
 
 __all__ = [
     "bilinear",
@@ -97,11 +97,15 @@ def _f32(s: float) -> float:
 
 def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0) -> Tensor:
     """PyTorch's elu kernel: x * scale where x > 0, else expm1(x * input_scale) * (alpha * scale), its
-    coefficients as f32 values (their product in f32)."""
-    negcoef = _f32(np.float32(alpha) * np.float32(scale))
+    coefficients in the kernel's compute type: f32 values (their product in f32) for f32 and the widened
+    f16 / bf16, f64 ones for f64."""
+    if x.dtype == f64:
+        negcoef, rnd = alpha * scale, float
+    else:
+        negcoef, rnd = _f32(np.float32(alpha) * np.float32(scale)), _f32
     z = x.clamp(max=0.0)
-    neg = (z * _f32(input_scale) if input_scale != 1 else z).expm1() * negcoef
-    return where(x > 0, x * _f32(scale) if scale != 1 else x, neg)
+    neg = (z * rnd(input_scale) if input_scale != 1 else z).expm1() * negcoef
+    return where(x > 0, x * rnd(scale) if scale != 1 else x, neg)
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
