@@ -23,7 +23,7 @@ from flame.frontend.functional import (
     softmax_dim,
     warn_if_broadcast,
 )
-from flame.frontend.opmath import composite, wants_gradient, with_derivative
+from flame.frontend.opmath import composite, half_gradient, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import bf16, f16, f64
@@ -82,7 +82,7 @@ def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     rounded once, its gradient PyTorch's kernel's: from z = exp(-|x|) as stored in x's dtype, the
     cotangent times (x < 0 ? 1 - z / (1 + z) : z / (1 + z)) in f32."""
     value = _logsigmoid(input)
-    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16) or not wants_gradient(input):
+    if not half_gradient(input):
         return value
     x = input.float()
     z = (-x.abs()).exp().to(input.dtype).float()
@@ -156,7 +156,7 @@ def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     """relu6(x + 3) / 6; for f16 / bf16 in f32 rounded once, its gradient PyTorch's kernel's (the cotangent
     times 1/6 as an f32 inside (-3, 3), else 0)."""
     value = _hardsigmoid(input)
-    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16) or not wants_gradient(input):
+    if not half_gradient(input):
         return value
     x = input.float()
     return with_derivative(input, value, where((x > -3) & (x < 3), _f32(1 / 6), 0.0))
@@ -171,7 +171,7 @@ def hardswish(input: Tensor) -> Tensor:  # noqa: A002
     """x * relu6(x + 3) / 6; for f16 / bf16 in f32 rounded once, its gradient PyTorch's kernel's (the
     cotangent times 0 up to -3, x / 3 + 1/2 below 3, else 1, in f32)."""
     value = _hardswish(input)
-    if not isinstance(input, Tensor) or input.dtype not in (f16, bf16) or not wants_gradient(input):
+    if not half_gradient(input):
         return value
     x = input.float()
     return with_derivative(input, value, where(x <= -3, 0.0, where(x < 3, x / 3 + 0.5, 1.0)))
@@ -197,7 +197,7 @@ def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
             f"glu: halving dimension {dim} needs an even size, got {list(input.shape)}\n  at {user_location()}"
         )
     value = _glu(input, dim)
-    if input.dtype not in (f16, bf16) or not wants_gradient(input):
+    if not half_gradient(input):
         return value
     a, b = input.chunk(2, dim)
     s = b.detach().sigmoid()

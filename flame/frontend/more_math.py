@@ -19,7 +19,7 @@ from flame.frontend.context import user_location
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import floating
 from flame.frontend.dispatch import apply
-from flame.frontend.opmath import composite, fused, wants_gradient
+from flame.frontend.opmath import composite, fused, half_gradient, wants_gradient
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, stack, where
@@ -399,7 +399,7 @@ def sinc(input: Tensor) -> Tensor:  # noqa: A002
     gradient PyTorch's sinc_backward, grad * (pi x cos(pi x) - sin(pi x)) / (x x pi), in the input's dtype."""
     x = input if input.dtype.is_float else input.float()
     value = _sinc(x)
-    if x.dtype not in (f16, bf16) or not wants_gradient(x):
+    if not half_gradient(x):
         return value
     t = x.detach()
     spi, ssp = t * math.pi, t * t * math.pi

@@ -134,6 +134,12 @@ def wants_gradient(x: Tensor) -> bool:
     return grad_enabled.get() and (current_trace.get() is not None or x.requires_grad)
 
 
+def half_gradient(x) -> bool:
+    """x is an f16 / bf16 tensor whose gradient may be taken (`wants_gradient`): where a half-precision
+    op builds PyTorch's backward formula as its gradient form."""
+    return isinstance(x, Tensor) and x.dtype in (f16, bf16) and wants_gradient(x)
+
+
 def with_derivative(x: Tensor, value: Tensor, d: Tensor) -> Tensor:
     """value (of x's f16 / bf16 dtype), whose gradient to x is the cotangent times d (f32, of x's shape)
     in f32, rounded once: a PyTorch backward kernel that computes in f32 from saved values. d is only

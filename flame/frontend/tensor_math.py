@@ -190,7 +190,7 @@ class TensorMath:
         gradient PyTorch's grad / (self + 1), two ops of self's dtype)."""
         x = as_floating(self)
         value = _log1p(x)
-        if x.dtype not in (f16, bf16) or not opmath.wants_gradient(x):
+        if not opmath.half_gradient(x):
             return value
         return apply("straight_through", (x + 1).log(), value)  # log's gradient: g / (x + 1)
 
@@ -200,7 +200,7 @@ class TensorMath:
         gradient PyTorch's grad * (result + 1), two ops of self's dtype)."""
         x = as_floating(self)
         value = _expm1(x)
-        if x.dtype not in (f16, bf16) or not opmath.wants_gradient(x):
+        if not opmath.half_gradient(x):
             return value
         return apply("straight_through", x * (value + 1).detach(), value)
 
@@ -677,7 +677,7 @@ def _prod_backward(x: Tensor, axis: int, keepdim: bool, value: Tensor) -> Tensor
     """value, the product of an f16 / bf16 x along axis, with PyTorch's prod_backward as its gradient, in x's
     dtype: grad * (result / x) where no element of x is zero, else grad times the product of the others
     (exclusive cumprods from both ends); other dtypes: value as it is."""
-    if x.dtype not in (f16, bf16) or not opmath.wants_gradient(x):
+    if not opmath.half_gradient(x):
         return value
     t, n = x.detach(), x.shape[axis]
     res = value.detach() if keepdim else value.detach().unsqueeze(axis)
