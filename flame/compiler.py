@@ -34,6 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 from flame import debug
 from flame.codegen.kernel import codegen_settings
@@ -121,6 +122,7 @@ def compile_graph(
     memory_budget: float | None = None,
     activation_budget: float | None = None,
     persist: str | None = None,
+    arena: Any = None,
 ) -> CompiledGraph:
     """Compile `graph` for the current executor, or return the cached result of an identical one.
 
@@ -146,6 +148,8 @@ def compile_graph(
     trace's guards, guards.guards_key) in the key beside the graph's printed text: on a miss here a
     result an earlier process stored is loaded (not while something watches: it reads every stage),
     and a result compiled here is stored.
+    arena: with own_run, the executor's arena (executor().arena()) the runnable shares with the caller's
+    other runnables (@flame.compile's traces and batch sizes, which run one at a time); None: its own.
     """
     memory_budget = check_memory_budget(memory_budget, "compile_graph")
     activation_budget = check_activation_budget(activation_budget, "compile_graph", memory_budget)
@@ -162,15 +166,15 @@ def compile_graph(
         _CACHE.move_to_end(full_key)
         if own_run:
             log.debug("flame: %s: an identical graph was compiled before; reusing its plan", hit.graph.name)
-            return replace(hit, run=ex.compile(hit.plan))
+            return replace(hit, run=ex.compile(hit.plan, arena))
         if hit.run is None:  # planned for an own_run caller: compile the shared runnable once
             hit = _CACHE[full_key] = replace(hit, run=ex.compile(hit.plan))
         return hit
     g = graph() if callable(graph) else graph
     disk = _disk_key(ex, settings, target, g, key, (memory_budget, activation_budget), persist, lines)
-    result = None if disk is None or watched else _from_disk(disk, g, ex, target)
+    result = None if disk is None or watched else _from_disk(disk, g, ex, target, arena)
     if result is None:
-        result = _compile(g, ex, target, optimize, watched, memory_budget, activation_budget, text)
+        result = _compile(g, ex, target, optimize, watched, memory_budget, activation_budget, text, arena)
         if disk is not None:
             plan_cache.store(disk, result.graph, result.plan, g)
     _CACHE[full_key] = replace(result, run=None if own_run else result.run, record=None)
@@ -181,10 +185,10 @@ def compile_graph(
 
 def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
              memory_budget: float | None = None, activation_budget: float | None = None,
-             text: str | None = None) -> CompiledGraph:
+             text: str | None = None, arena: Any = None) -> CompiledGraph:
     """Run the stages on g for `target` (what the backend can do: fusion, legalization and the plan
     builder ask it) and time them; with watched, record every stage and notify debug. text: g's
-    printed text, where the caller has it."""
+    printed text, where the caller has it; arena: compile_graph's."""
     record = debug.CompileRecord(g.name) if watched else None
     dump = None if record is None else (lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
     timings: list[tuple[str, float]] = []
@@ -222,7 +226,7 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         if dump is None and simplified is not given and simplified is not g:  # (a watched compile keeps every stage)
             discard(simplified.ops, {*g.ops, *given.ops})  # freed now, not by the cyclic collector
     start = time.perf_counter()
-    run = ex.compile(plan)
+    run = ex.compile(plan, arena)
     timings.append((f"{ex.name} compile", time.perf_counter() - start))
     if record is not None:
         record.graph, record.plan, record.plan_seconds = g, plan, timings[-2][1]
@@ -332,7 +336,7 @@ def _disk_key(ex, settings: tuple, target: Target, g: Graph, key: Hashable | Non
                       f"budgets {budgets!r}", f"guards {persist}", f"lines {lines.text}", str(key)))
 
 
-def _from_disk(disk: str, g: Graph, ex, target: Target) -> CompiledGraph | None:
+def _from_disk(disk: str, g: Graph, ex, target: Target, arena: Any = None) -> CompiledGraph | None:
     """The compiled result of g from the persistent plan cache (the executor compiles the loaded plan;
     an entry holding the optimised graph alone is planned here and stored whole), with g's source
     lines, or None on a miss."""
@@ -348,7 +352,7 @@ def _from_disk(disk: str, g: Graph, ex, target: Target) -> CompiledGraph | None:
         timings.append(("plan", time.perf_counter() - start))
         plan_cache.store(disk, graph, plan, g)
     start = time.perf_counter()
-    run = ex.compile(plan)
+    run = ex.compile(plan, arena)
     timings.append((f"{ex.name} compile", time.perf_counter() - start))
     log.debug("flame: %s: loaded from the plan cache", g.name)
     return CompiledGraph(graph, plan, run, tuple(timings))
@@ -360,19 +364,19 @@ def plan_template(graph_at: Callable[[int, bool], Graph], sizes: tuple[int, int]
     return PlanTemplate(graph_at, sizes, _settings(executor(), True)[1])
 
 
-def compile_instance(template: PlanTemplate, size: int) -> tuple[CompiledGraph, Instance]:
+def compile_instance(template: PlanTemplate, size: int, arena: Any = None) -> tuple[CompiledGraph, Instance]:
     """Plan and compile the graph of a dynamic-size template at s0 = size without running the passes
     again: the plan template's numbers at this size (flame.plan.instance); the kernels take s0 as a
     parameter, so their sources are the same at every size and the executor's compile cache (keyed
     by source) compiles each once; grids, buffer sizes, arena offsets and library-call descriptors
     are this size's. Returns the compiled graph and the Instance (whether the plan was built again
     here and why, the kernels rendered again or per size). Not cached here: the caller keeps one
-    per size."""
+    per size; arena: as compile_graph's."""
     ex = executor()
     start = time.perf_counter()
     inst = template.instantiate(size)
     planned = time.perf_counter()
-    run = ex.compile(inst.plan)
+    run = ex.compile(inst.plan, arena)
     timings = (("plan", planned - start), (f"{ex.name} compile", time.perf_counter() - planned))
     return CompiledGraph(inst.plan.graph, inst.plan, run, timings), inst
 

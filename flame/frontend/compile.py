@@ -329,6 +329,7 @@ class Compiled:
         self._budget = self.memory_budget if self.activation_budget is None else self.activation_budget
         self.cache_limit = _default_cache_limit() if cache_limit is None else _cache_limit(cache_limit, self.name)
         self._cache: dict[tuple, list[_Entry]] = {}  # signature -> its traces (they differ in guards)
+        self._arenas: dict[str, Any] = {}  # executor name -> the arena its plans share (_arena)
         self._calls = self._hits = self._traces = 0
         self._compile_seconds = 0.0
         self._reasons: list[str] = []
@@ -437,11 +438,20 @@ class Compiled:
         """entry with its traced graph run through compile_graph (passes, plan, executor)."""
         try:
             c = compile_graph(entry.traced, report=True, own_run=True, memory_budget=self.memory_budget,
-                              activation_budget=self.activation_budget, persist=guards_key(entry.guards))
+                              activation_budget=self.activation_budget, persist=guards_key(entry.guards),
+                              arena=self._arena())
         except MemoryBudgetError as e:
             raise MemoryBudgetError(f"{e}\n  at {user_location()}") from None
         entry.graph, entry.plan, entry.run, entry.record = c.graph, c.plan, c.run, c.record
         return entry
+
+    def _arena(self):
+        """The arena this function's plans share on the current executor (runtime.cuda.Arena: they run
+        one at a time, so its traces and batch sizes hold the largest one's temporaries, not each their own)."""
+        ex = executor()
+        if ex.name not in self._arenas:
+            self._arenas[ex.name] = ex.arena()
+        return self._arenas[ex.name]
 
     def variants(self) -> list[Variant]:
         """The compiled variants cached now (one per traced input signature; sizes instantiated from a
@@ -463,7 +473,7 @@ class Compiled:
             t0 = time.perf_counter()
             try:  # with a plan template, its guards and forms stand for the traced graph's shape rules
                 g = dyn.template.instantiate(s) if dyn.plans is None else None
-                c, inst = (None, None) if dyn.plans is None else compile_instance(dyn.plans, s)
+                c, inst = (None, None) if dyn.plans is None else compile_instance(dyn.plans, s, self._arena())
             except NotDynamic as e:
                 return None, f"{dyn.describe()} cannot take size {s}: {e}; tracing this size"
             b = dyn.base
@@ -562,7 +572,7 @@ class Compiled:
             self._compile(entry)
             return
         try:
-            c, inst = compile_instance(dyn.plans, batch)
+            c, inst = compile_instance(dyn.plans, batch, self._arena())
         except NotDynamic as e:
             log.info("flame.compile: %s: s0=%d planned from its own graph (%s)", self.name, batch, e)
             self._compile(entry)

@@ -1,13 +1,16 @@
 """The CUDA executor: runs a Plan with CuPy (ARCHITECTURE.md "Plans are data").
 
 compile(graph) builds the Plan, compiles every kernel it names with NVRTC (codegen.nvrtc, whose
-on-disk cache makes a restart cheap), loads the cubins, and returns a callable. Each compiled plan
-owns one arena (allocated at its first call, poisoned with 0xFF bytes so reads of unwritten memory
-show up as NaN); temporaries are views into it. A call binds the inputs, allocates fresh outputs,
-and runs the steps in order on the current CuPy stream. Outputs are fresh CuPy arrays (never arena
-views), so they stay valid across later calls. An output aliased to an input (plan.memory) is the
-input array itself, updated in place. One plan's calls never run concurrently (they share the
-arena): a call on another stream than the last call's waits for that stream first.
+on-disk cache makes a restart cheap), loads the cubins, and returns a callable. Temporaries are
+views into an arena (`Arena`: allocated at the first call, poisoned with 0xFF bytes so reads of
+unwritten memory show up as NaN). A compiled plan owns its arena, or shares one with the other plans
+of the same compiled function (`compile(plan, arena)`: @flame.compile's traces and batch sizes run
+one at a time, so they hold the largest one's arena, not one each). A call binds the inputs,
+allocates fresh outputs, and runs the steps in order on the current CuPy stream. Outputs are fresh
+CuPy arrays (never arena views), so they stay valid across later calls. An output aliased to an
+input (plan.memory) is the input array itself, updated in place. The calls of the plans sharing an
+arena never run concurrently: a call on another stream than the last call's waits for that stream
+first.
 
 Its parts, each a module of runtime/: `cuda_kernels` compiles and loads the kernels (`source_key`,
 `load_kernels`), `cuda_steps` is the `{step type: handler}` table that turns a step into GPU work
@@ -68,14 +71,52 @@ def _weak(a):
 _POOL_OFF = [True]  # turn CuPy's pool off once, the first time a sanitized plan binds its buffers
 
 
-class CompiledPlan(GraphReplay):
-    """A Plan with its kernels loaded; call it with CuPy arrays (one per graph input)."""
+class Arena:
+    """The device memory the plans of one compiled function share for their temporaries and kernel
+    scratch (a plan compiled without one has its own). Those plans run one at a time (a call waits for
+    the last call's stream, `last_stream`), and no temporary lives from one call to the next, so one
+    buffer the size of the largest plan's arena serves them all: a training step's first plan (no
+    .grad yet) and its steady one, or the plans of every batch size, hold one arena between them.
 
-    def __init__(self, plan: Plan):
+    A plan binds the buffer at its first call (`bind`). A plan larger than the buffer grows it: the
+    plans bound to the smaller buffer let go of their views of it and of the CUDA graphs captured on
+    it (they bind again at their next call), and it is freed before the larger one is allocated, so
+    the two are never held at once."""
+
+    def __init__(self):
+        self.buffer = None
+        self.last_stream = None  # the stream of the last call of a plan sharing this arena
+        self._bound: weakref.WeakSet = weakref.WeakSet()  # the CompiledPlans holding views of the buffer
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.buffer is None else int(self.buffer.nbytes)
+
+    def bind(self, user: CompiledPlan, nbytes: int):
+        """The buffer, at least nbytes long (grown as the class docstring says), with `user` bound to it."""
+        import cupy
+
+        if self.buffer is None or nbytes > self.nbytes:
+            for other in list(self._bound):
+                other._unbind()
+            self._bound.clear()
+            self.buffer = None  # freed before the larger one is made
+            self.buffer = cupy.full(max(nbytes, 1), 0xFF, dtype=cupy.uint8)
+        self._bound.add(user)
+        return self.buffer
+
+
+class CompiledPlan(GraphReplay):
+    """A Plan with its kernels loaded; call it with CuPy arrays (one per graph input). arena: the Arena
+    it shares with the other plans of its compiled function (None: one of its own)."""
+
+    def __init__(self, plan: Plan, arena: Arena | None = None):
         self.plan = plan
         fns = load_kernels(plan.kernels())
         self._program = prepare(plan.steps, fns)
-        self._arena = None
+        self._shared = Arena() if arena is None else arena
+        self._arena = None  # the buffer bound (the shared arena's, or under the sanitizer a dummy)
+        self._temps = [b for b in plan.buffers.values() if b.role in ("temporary", "scratch")]
         self._views: dict[int, object] = {}
         self._types = [(plan.buffers[b].shape, cupy_dtype(plan.buffers[b].dtype)) for b in plan.inputs]
         self._fresh = [b for b in plan.buffers.values() if b.role == "output" and b.base is None]
@@ -112,7 +153,6 @@ class CompiledPlan(GraphReplay):
         self._scalars = {j for j, b in enumerate(plan.inputs) if plan.buffers[b].role == "scalar"}
         self._staged_from: dict[int, object] = {}  # scalar input -> the array last copied into its stage
         self._calls = 0
-        self._last_stream = None  # the stream of the last call (_follow_stream)
         # input pointers (_key) -> {output slab slot -> graph}, most recently replayed last
         self._graphs: OrderedDict = OrderedDict()
         self._keys_seen: OrderedDict = OrderedDict()  # the input pointers of recent calls, most recent last
@@ -121,17 +161,29 @@ class CompiledPlan(GraphReplay):
         import cupy
 
         separate = sanitizing()
-        self._arena = cupy.full(1 if separate else max(self.plan.arena_size, 1), 0xFF, dtype=cupy.uint8)
+        if separate:
+            self._arena = cupy.full(1, 0xFF, dtype=cupy.uint8)
+        else:
+            self._arena = self._shared.bind(self, self.plan.arena_size)
         for b in self.plan.buffers.values():
-            if b.role == "host":  # an offloaded activation: pinned host memory (runtime/cuda_steps._host_copy)
+            if b.role == "host" and b.id not in self._views:
+                # an offloaded activation: pinned host memory (runtime/cuda_steps._host_copy), kept
                 import cupyx
 
                 self._views[b.id] = cupyx.empty_pinned(b.shape, cupy_dtype(b.dtype))
-            if b.role in ("temporary", "scratch"):
-                # under the sanitizer every buffer is its own allocation, so an access past it is caught;
-                # one array per buffer, made in one call (a first call at a new size makes dozens)
-                at = cupy.full(b.nbytes, 0xFF, dtype=cupy.uint8).data if separate else self._arena.data + b.offset
-                self._views[b.id] = cupy.ndarray(b.shape, cupy_dtype(b.dtype), at)
+        for b in self._temps:
+            # under the sanitizer every buffer is its own allocation, so an access past it is caught;
+            # one array per buffer, made in one call (a first call at a new size makes dozens)
+            at = cupy.full(b.nbytes, 0xFF, dtype=cupy.uint8).data if separate else self._arena.data + b.offset
+            self._views[b.id] = cupy.ndarray(b.shape, cupy_dtype(b.dtype), at)
+
+    def _unbind(self):
+        """Let go of the shared arena's buffer (Arena.bind is growing it): the views into it and the
+        CUDA graphs captured on it; the next call binds again."""
+        self._arena = None
+        for b in self._temps:
+            self._views.pop(b.id, None)
+        self._graphs.clear()
 
     def _inputs(self, arrays: Sequence) -> list:
         plan = self.plan
@@ -175,10 +227,10 @@ class CompiledPlan(GraphReplay):
     def __call__(self, arrays: Sequence) -> list:
         import cupy
 
-        if self._arena is None:
-            self._bind_arena()
         arrays = self._inputs(arrays)
         stream = self._follow_stream()
+        if self._arena is None:
+            self._bind_arena()
         if self.use_graphs and self._calls > 0:
             out = self._replay(arrays, stream)
             if out is not None:
@@ -195,17 +247,18 @@ class CompiledPlan(GraphReplay):
 
     def _follow_stream(self):
         """The caller's current stream, which this call runs on. A call on another stream than the last
-        one waits for everything queued on that one so far: the calls share the arena, the stage
-        buffers and the output slabs (an event only when the stream changes)."""
+        one waits for everything queued on that one so far: the calls of the plans sharing the arena
+        share it, and this plan's calls its stage buffers and output slabs (an event only when the
+        stream changes)."""
         import cupy
 
         stream = cupy.cuda.get_current_stream()
-        last = self._last_stream
+        last = self._shared.last_stream
         if last is not None and last.ptr != stream.ptr:
             done = cupy.cuda.Event(disable_timing=True)
             done.record(last)
             stream.wait_event(done)
-        self._last_stream = stream
+        self._shared.last_stream = stream
         return stream
 
 
@@ -232,6 +285,11 @@ class CudaExecutor:
 
         return cupy.from_dlpack(obj)
 
-    def compile(self, plan: Plan) -> CompiledPlan:
-        """Load the (memory-planned) Plan's kernels; the result runs it on CuPy arrays."""
-        return CompiledPlan(plan)
+    def arena(self) -> Arena:
+        """An arena for the plans of one compiled function to share (compile's `arena`)."""
+        return Arena()
+
+    def compile(self, plan: Plan, arena: Arena | None = None) -> CompiledPlan:
+        """Load the (memory-planned) Plan's kernels; the result runs it on CuPy arrays, its temporaries
+        in `arena` (shared with the other plans compiled with it) or in one of its own."""
+        return CompiledPlan(plan, arena)

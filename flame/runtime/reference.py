@@ -244,8 +244,14 @@ class ReferenceExecutor:
     def from_dlpack(self, obj) -> np.ndarray:
         return np.from_dlpack(obj)
 
-    def compile(self, plan: Plan):
-        """A callable running the (memory-planned) Plan on NumPy; `.plan` is the plan."""
+    def arena(self) -> None:
+        """The arena the plans of one compiled function share: none here, where every call allocates
+        a fresh poisoned one (run_plan) and frees it when it returns."""
+        return None
+
+    def compile(self, plan: Plan, arena: None = None):
+        """A callable running the (memory-planned) Plan on NumPy; `.plan` is the plan. arena: as the
+        CUDA executor's compile takes it (this executor's arena() is None)."""
         run = partial(run_plan, plan, program=prepare(plan))
         run.plan = plan
         return run

@@ -61,3 +61,39 @@ def test_assigning_grad_inside_the_step_does_not_retrace():
             step(flame.ones(64))
     assert len(records) == 1
     assert p.grad is None and np.all(p.numpy() < 0)
+
+
+def test_every_plan_of_a_compiled_function_gets_its_one_arena(monkeypatch):
+    """The executor compiles each trace and each batch size of a compiled function with the same arena
+    (executor().arena(), asked once per function: runtime.cuda.Arena shares it on the GPU), and two
+    compiled functions with different ones."""
+    from flame.runtime.reference import ReferenceExecutor
+
+    made, given = [], []
+    real_compile = ReferenceExecutor.compile
+
+    def arena(self):
+        made.append(object())
+        return made[-1]
+
+    def compile(self, plan, arena=None):
+        if plan.name == "body":  # not an eager op's
+            given.append(arena)
+        return real_compile(self, plan, arena)
+
+    monkeypatch.setattr(ReferenceExecutor, "arena", arena)
+    monkeypatch.setattr(ReferenceExecutor, "compile", compile)
+    w = flame.tensor(np.ones(3, np.float32), requires_grad=True)
+
+    def body(x):
+        (w * x).sum().backward()
+        return w.grad.sum()
+
+    step, other = flame.compile(body), flame.compile(body, dynamic=True)
+    for n in (4, 4, 6, 8):  # a trace without .grad, one with it, then other batch sizes
+        step(flame.tensor(np.ones((n, 3), np.float32)))
+    assert len(made) == 1 and len(given) >= 3 and all(a is made[0] for a in given)
+    given.clear()
+    for n in (4, 6, 8, 10):
+        other(flame.tensor(np.ones((n, 3), np.float32)))
+    assert len(made) == 2 and given and all(a is made[1] for a in given)

@@ -192,8 +192,9 @@ NON_FINITE = [
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("case", NON_FINITE, ids=[str(i) for i in range(len(NON_FINITE))])
 def test_linear_interpolation_spreads_a_non_finite_input_only_to_the_outputs_that_read_it(case, compiled):
-    """Each output reads its two neighbours (as torch's kernel; area: its adaptive window), so an inf or NaN reaches only the outputs
-    beside it, and a NaN gradient only the inputs beside it: torch's values bit for bit and its gradients
+    """Each output reads its two neighbours (as torch's kernel; area: its adaptive window), so an inf or
+    NaN reaches only the outputs beside it, and a NaN gradient only the inputs beside it: torch's values
+    bit for bit and its gradients
     (NaN where torch's are; a product by the dense interpolation matrix made NaN of a whole axis)."""
     mode, values, opts = case
     x = np.array([[values]], np.float32)
