@@ -58,11 +58,11 @@ def graphs_setting() -> str:
     return env_choice("FLAME_CUDA_GRAPHS", {"0": "never", "1": "always", "auto": "auto"}, "auto")
 
 
-# host time of one plain call into a library from Python, counted low: a cuDNN frontend graph's execute
-# (variant pack, handle, stream) costs ~150 us on an H100's host (sdpa_fwd_bwd's two attention calls run
-# 331 us per call back to back without a graph, 261 us of GPU time: benchmarks/results/2026-11-27-H100-multi-tensor/);
-# a cuBLASLt matmul: an estimate
-LIBRARY_CALL_US = {AttentionCall: 100.0, ConvCall: 100.0}
+# host time of one plain call into a library from Python: a cuDNN frontend graph's execute (variant
+# pack, handle, stream) costs ~150 us on an H100's host (sdpa_fwd_bwd's two attention calls run 331 us
+# per call back to back without a graph, 261 us of GPU time: benchmarks/results/2026-11-27-H100-multi-tensor/);
+# a convolution's is counted low; a cuBLASLt matmul: an estimate
+LIBRARY_CALL_US = {AttentionCall: 150.0, ConvCall: 100.0}
 LIBRARY_CALL_US_DEFAULT = 30.0
 
 
