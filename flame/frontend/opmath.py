@@ -67,6 +67,8 @@ def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
             return value
         # the value of the products, the gradient of pow's (PyTorch's pow_backward: g * (3 * x.pow(2)))
         return apply("straight_through", apply("pow", x, float(b)), apply("stop_gradient", value))
+    if name == "pow":
+        return _pow_with_number(a, b, dt)
     if not get(name).scalar_opmath:  # the op's trait: PyTorch reads the number in f32
         return None
     scalar, tensor = (a, b) if _is_number(a) else (b, a)
@@ -78,6 +80,36 @@ def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
     s = float(np.float32(float(scalar)))
     out = apply(name, s, wide) if scalar is a else apply(name, wide, s)
     return apply("cast", out, dtype=dt)
+
+
+def _pow_with_number(a, b, dt: DType) -> Tensor | None:
+    """x ** s or s ** x of an f16 / bf16 tensor x whose gradient may be taken: the value as the usual path
+    computes it (s rounded to dt), the gradient PyTorch's pow_backward with s read as a Python number:
+    g * (s * x.pow(s - 1)) and g * (result * log(s)), each product by the number in f32, rounded once.
+    None where that is the usual path's gradient too (an exponent dt holds exactly; a base of 0) or no
+    gradient is taken."""
+    base = _is_number(a)
+    s, x = (a, b) if base else (b, a)
+    if not (_is_number(s) and isinstance(x, Tensor) and wants_gradient(x)):
+        return None
+    s = float(s)
+    if (not base and _exact_in(s, dt)) or (base and s == 0.0) or not np.isfinite(s):
+        return None
+    x = _cast(x, dt)
+    if base:
+        value = apply("pow", rounded(s, dt), x)
+        log_s = float(np.log(s)) if s > 0 else float("nan")  # a negative base: NaN, as torch's
+        d = _scalar_product(value, log_s, dt)
+    else:
+        value = apply("pow", x, rounded(s, dt))
+        d = _scalar_product(apply("pow", x, rounded(s - 1.0, dt)), s, dt)
+    return with_derivative(x, value, _cast(d, f32))
+
+
+def _scalar_product(t: Tensor, s: float, dt: DType) -> Tensor:
+    """t * s for a Python number s, as PyTorch's mul computes it (in f32 where s is inexact in dt)."""
+    out = in_opmath("mul", t, s, dt)
+    return apply("mul", t, s) if out is None else out
 
 
 def rounded(s, dt: DType):

@@ -31,11 +31,9 @@ OPS = {
     "div_trunc": (lambda x, s: x.div(s, rounding_mode="trunc"), None),
 }
 DIFFERENTIABLE = {"mul", "div", "add", "sub", "pow", "remainder", "fmod"}
-# torch has no derivative of remainder for its divisor; pow's gradient for these exponents is checked in
-# test_pow_gradient_of_an_inexact_exponent (torch: g * (s * x.pow(s - 1)), s * ... in f32; s ** x:
-# g * (result * log(s)), a product with the Python number log(s) in f32)
-NO_GRADIENT = {("remainder", "scalar_op_tensor"), ("pow", "scalar_op_tensor")}
-POW_GRADIENT_EXACT = (2.5, 3, 0.5)
+# torch has no derivative of remainder for its divisor. pow's gradients: torch's g * (s * x.pow(s - 1)) and
+# g * (result * log(s)), the products by the Python numbers s and log(s) in f32
+NO_GRADIENT = {("remainder", "scalar_op_tensor")}
 CASES = [
     (op, side) for op, forms in OPS.items() for side, f in zip(("tensor_op_scalar", "scalar_op_tensor"), forms) if f
 ]
@@ -68,7 +66,7 @@ def test_scalar_op_matches_torch_bits(op, side, dtype, compiled):
     x = _values()
     g = np.random.default_rng(1).standard_normal(x.size).astype(np.float32)
     for s in SCALARS:
-        grad = op in DIFFERENTIABLE and (op, side) not in NO_GRADIENT and (op != "pow" or s in POW_GRADIENT_EXACT)
+        grad = op in DIFFERENTIABLE and (op, side) not in NO_GRADIENT
         tx = torch.tensor(x).to(tdt).requires_grad_(grad)
         want = f(tx, s)
         fx = flame.tensor(x).to(fdt).requires_grad_(grad)
@@ -113,18 +111,3 @@ def test_exact_scalar_keeps_the_op_in_its_dtype():
     assert inexact.count("cast") == 2 and "f32" in inexact
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pow's VJP multiplies by the exponent rounded to the tensor's dtype; "
-    "torch's pow_backward multiplies by it in f32 (s * x.pow(s - 1) as a mul by a Python number)",
-)
-@pytest.mark.parametrize("side", ["tensor_op_scalar", "scalar_op_tensor"])
-def test_pow_gradient_of_an_inexact_exponent(side):
-    f = OPS["pow"][side == "scalar_op_tensor"]
-    x = _values()
-    g = np.random.default_rng(1).standard_normal(x.size).astype(np.float32)
-    tx = torch.tensor(x).to(torch.bfloat16).requires_grad_()
-    (tg,) = torch.autograd.grad(f(tx, 0.3), tx, grad_outputs=torch.tensor(g).to(torch.bfloat16))
-    fx = flame.tensor(x).to(flame.bf16).requires_grad_()
-    (fg,) = flame.autograd.grad(f(fx, 0.3), fx, grad_outputs=flame.tensor(g).to(flame.bf16))
-    _same(fg, tg, f"gradient of pow {side} bf16 s=0.3")

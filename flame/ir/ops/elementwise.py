@@ -213,8 +213,10 @@ def _power_any(x, y):
 
 
 def _pow_vjp(b, g, x, y, out):
-    gx = b.mul(g, b.mul(y, b.pow(x, b.sub(y, 1.0))))
-    gy = b.where(b.gt(x, 0), b.mul(g, b.mul(out, b.log(b.where(b.gt(x, 0), x, 1.0)))), 0)
+    """PyTorch's pow_backward: x's gradient g * y * x ** (y - 1), 0 where y is 0; y's g * out * log(x), 0
+    where x is 0 and y >= 0, NaN where x is negative (no real derivative: torch's NaN, not a silent 0)."""
+    gx = b.where(b.eq(y, 0), 0, b.mul(g, b.mul(y, b.pow(x, b.sub(y, 1.0)))))
+    gy = b.where(b.logical_and(b.eq(x, 0), b.ge(y, 0)), 0, b.mul(g, b.mul(out, b.log(x))))
     return gx, gy
 
 
