@@ -1,7 +1,7 @@
-"""The activations, normalisations, similarities and losses of torch.nn.functional that the core
-(functional.py, losses.py) does not define, each composed from primitives as PyTorch defines it
-(softplus's threshold, logsigmoid's stable form, elu/selu/celu through an accurate expm1, hardtanh and
-relu6 as clamps, glu's halves, kl_div's reductions, huber_loss's two pieces). flame.nn.functional
+"""The activations, normalisations, similarities and losses of torch.nn.functional that the core (functional.py,
+losses.py) does not define, each composed from primitives as PyTorch defines it (softplus's threshold,
+logsigmoid's stable form, elu/selu/celu through an accurate expm1, hardtanh and relu6 as clamps with PyTorch's
+gradient at the bounds, glu's halves, kl_div's reductions, huber_loss's two pieces). flame.nn.functional
 exports them; flame.nn has the module of each."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from flame.frontend.functional import (
     softmax_dim,
     warn_if_broadcast,
 )
-from flame.frontend.opmath import composite, half_gradient, with_derivative
+from flame.frontend.opmath import composite, half_gradient, wants_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import bf16, f16, f64
@@ -137,14 +137,20 @@ def mish(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:  # noqa: A002
-    """x limited to [min_val, max_val]."""
+    """x limited to [min_val, max_val]; its gradient PyTorch's hardtanh_backward: the cotangent strictly
+    inside (min_val, max_val), 0 at the bounds (clamp's gradient passes at them)."""
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val {min_val} is larger than max_val {max_val}")
-    return input.clamp(min_val, max_val)
+    value = input.clamp(min_val, max_val)
+    if not (input.dtype.is_float and wants_gradient(input)):
+        return value
+    x = wide(input)
+    return with_derivative(input, value, where((x > min_val) & (x < max_val), 1.0, 0.0).to(x.dtype))
 
 
 def relu6(input: Tensor) -> Tensor:  # noqa: A002
-    return input.clamp(0.0, 6.0)
+    """hardtanh(x, 0, 6), as PyTorch's (its gradient 0 at 0 and at 6)."""
+    return hardtanh(input, 0.0, 6.0)
 
 
 @composite
@@ -153,13 +159,14 @@ def _hardsigmoid(x: Tensor) -> Tensor:
 
 
 def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
-    """relu6(x + 3) / 6; for f16 / bf16 in f32 rounded once, its gradient PyTorch's kernel's (the cotangent
-    times 1/6 as an f32 inside (-3, 3), else 0)."""
+    """relu6(x + 3) / 6 (for f16 / bf16 in f32 rounded once); its gradient PyTorch's kernel's: the cotangent
+    times 1/6 (an f32 for f32 and the half types) strictly inside (-3, 3), else 0."""
     value = _hardsigmoid(input)
-    if not half_gradient(input):
+    if not (input.dtype.is_float and wants_gradient(input)):
         return value
-    x = input.float()
-    return with_derivative(input, value, where((x > -3) & (x < 3), _f32(1 / 6), 0.0))
+    x = wide(input)
+    sixth = 1 / 6 if x.dtype == f64 else _f32(1 / 6)
+    return with_derivative(input, value, where((x > -3) & (x < 3), sixth, 0.0).to(x.dtype))
 
 
 @composite
@@ -168,13 +175,13 @@ def _hardswish(x: Tensor) -> Tensor:
 
 
 def hardswish(input: Tensor) -> Tensor:  # noqa: A002
-    """x * relu6(x + 3) / 6; for f16 / bf16 in f32 rounded once, its gradient PyTorch's kernel's (the
-    cotangent times 0 up to -3, x / 3 + 1/2 below 3, else 1, in f32)."""
+    """x * relu6(x + 3) / 6 (for f16 / bf16 in f32 rounded once); its gradient PyTorch's kernel's: the
+    cotangent times 0 up to -3, x / 3 + 1/2 below 3, else 1 (1 at 3 itself)."""
     value = _hardswish(input)
-    if not half_gradient(input):
+    if not (input.dtype.is_float and wants_gradient(input)):
         return value
-    x = input.float()
-    return with_derivative(input, value, where(x <= -3, 0.0, where(x < 3, x / 3 + 0.5, 1.0)))
+    x = wide(input)
+    return with_derivative(input, value, where(x <= -3, 0.0, where(x < 3, x / 3 + 0.5, 1.0)).to(x.dtype))
 
 
 def softsign(input: Tensor) -> Tensor:  # noqa: A002

@@ -172,11 +172,16 @@ def half_gradient(x) -> bool:
     return isinstance(x, Tensor) and x.dtype in (f16, bf16) and wants_gradient(x)
 
 
+def wide(x: Tensor) -> Tensor:
+    """x in its opmath dtype: f32 for f16 / bf16, its own dtype otherwise."""
+    return _cast(x, f32) if x.dtype in (f16, bf16) else x
+
+
 def with_derivative(x: Tensor, value: Tensor, d: Tensor) -> Tensor:
-    """value (of x's f16 / bf16 dtype), whose gradient to x is the cotangent times d (f32, of x's shape)
-    in f32, rounded once: a PyTorch backward kernel that computes in f32 from saved values. d is only
-    read by the gradient (dead code where none is taken)."""
-    return apply("straight_through", _cast(_cast(x, f32) * d.detach(), x.dtype), value)
+    """value (of x's dtype), whose gradient to x is the cotangent times d (of x's shape, in x's opmath
+    dtype: f32 for f16 / bf16), computed in that dtype and rounded once: a PyTorch backward kernel that
+    computes from saved values. d is only read by the gradient (dead code where none is taken)."""
+    return apply("straight_through", _cast(wide(x) * d.detach(), x.dtype), value)
 
 
 def _f32_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:

@@ -66,6 +66,12 @@ def _log1p(x: Tensor) -> Tensor:
 
 
 @opmath.composite
+def _logit(x: Tensor, eps: float | None) -> Tensor:
+    p = x.clamp(eps, 1 - eps) if eps is not None else x
+    return (p / (1 - p)).log()
+
+
+@opmath.composite
 def _expm1(x: Tensor) -> Tensor:
     """exp(x) - 1 by Kahan's correction for |x| < 0.5: (u - 1) * x / log(u) with u = exp(x) rounded;
     beyond, u - 1 loses nothing."""
@@ -186,11 +192,11 @@ class TensorMath:
     # ---- elementwise math ------------------------------------------------------------------------
     @policy("f32")  # autocast: on PyTorch's float32 list
     def log1p(self):
-        """log(1 + self), accurate for small self, as torch.log1p (f16 / bf16: in f32, rounded once; the
-        gradient PyTorch's grad / (self + 1), two ops of self's dtype)."""
+        """log(1 + self), accurate for small self, as torch.log1p (f16 / bf16: in f32, rounded once); the
+        gradient PyTorch's grad / (self + 1), two ops of self's dtype (inf at -1)."""
         x = as_floating(self)
         value = _log1p(x)
-        if not opmath.half_gradient(x):
+        if not opmath.wants_gradient(x):
             return value
         return apply("straight_through", (x + 1).log(), value)  # log's gradient: g / (x + 1)
 
@@ -355,9 +361,16 @@ class TensorMath:
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def logit(self, eps: float | None = None):
-        """log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given, as torch.logit."""
-        p = self.clamp(eps, 1 - eps) if eps is not None else self
-        return (p / (1 - p)).log()
+        """log(p / (1 - p)), p clamped to [eps, 1 - eps] when eps is given, as torch.logit (f16 / bf16: in
+        f32, rounded once, as its CUDA kernel). The gradient is PyTorch's logit_backward: the cotangent
+        over x * (1 - x) inside [eps, 1 - eps] (±inf at 0 and 1), outside it 0, or NaN without eps."""
+        x = as_floating(self)
+        value = _logit(x, eps)
+        if not opmath.wants_gradient(x):
+            return value
+        w = opmath.wide(x)
+        lo, hi, outside = (0.0, 1.0, float("nan")) if eps is None else (eps, 1 - eps, 0.0)
+        return opmath.with_derivative(x, value, where((w < lo) | (w > hi), outside, 1 / (w * (1 - w))))
 
     # ---- reductions and statistics ---------------------------------------------------------------
     def logsumexp(self, dim, keepdim: bool = False):

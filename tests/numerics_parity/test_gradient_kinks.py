@@ -1,0 +1,53 @@
+"""Gradients where the real derivative is degenerate (kinks, bounds, poles, outside the domain), against
+torch's backward formulas in f64, eagerly and inside @flame.compile.
+
+pow: a zero exponent gives a zero gradient for the base (0 ** 0 too); the exponent's gradient is 0 at a zero
+base with an exponent >= 0, -inf or inf at a zero base with a negative one, and NaN at a negative base (no
+real logarithm: torch's NaN, never a silent 0); a Python number as base or exponent too. hardtanh and relu6
+pass the gradient strictly inside their bounds (clamp's passes at them), hardsigmoid strictly inside (-3, 3),
+hardswish is 0 at -3 and 1 at 3; log1p's is inf at -1; logit's ±inf at 0 and 1 and NaN outside [0, 1]
+(0 outside [eps, 1 - eps] with eps)."""
+
+import numpy as np
+import pytest
+
+from tests.tensor_parity.common import gradients
+
+BASES = np.array([-2.0, -0.5, 0.0, 0.0, 0.0, 1.5, 2.0, 0.0], np.float64)
+EXPONENTS = np.array([2.0, 0.5, 2.0, 0.0, -1.0, -0.5, 0.0, 1.0], np.float64)
+W = np.linspace(0.5, 2.0, BASES.size)
+KINKS = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 6.0, 0.5, -0.5, 6.5, -3.5], np.float64)
+V = np.linspace(0.5, 1.5, KINKS.size)
+
+
+def _act(name, *args):
+    return lambda L, x: (getattr(L.nn.functional, name)(x, *args) * L.tensor(V)).sum()
+
+
+CASES = {
+    "base": (lambda L, x: ((x ** L.tensor(EXPONENTS)) * L.tensor(W)).sum(), BASES),
+    "exponent": (lambda L, y: ((L.tensor(BASES) ** y) * L.tensor(W)).sum(), EXPONENTS),
+    "number base -2": (lambda L, y: ((-2.0) ** y * L.tensor(W)).sum(), EXPONENTS),
+    "number base 0": (lambda L, y: (0.0**y * L.tensor(W)).sum(), EXPONENTS),
+    "number base 0.3": (lambda L, y: (0.3**y * L.tensor(W)).sum(), EXPONENTS),
+    "exponent 0": (lambda L, x: (x**0.0 * L.tensor(W)).sum(), BASES),
+    "exponent -1": (lambda L, x: (x**-1.0 * L.tensor(W)).sum(), BASES),
+    "exponent 0.5": (lambda L, x: (x**0.5 * L.tensor(W)).sum(), BASES),
+    "hardtanh": (_act("hardtanh", -1.0, 2.0), KINKS),
+    "relu6": (_act("relu6"), KINKS),
+    "hardsigmoid": (_act("hardsigmoid"), KINKS),
+    "hardswish": (_act("hardswish"), KINKS),
+    "clamp": (lambda L, x: (x.clamp(-1.0, 2.0) * L.tensor(V)).sum(), KINKS),
+    "log1p": (lambda L, x: (x.log1p() * L.tensor(V)).sum(), KINKS),
+    "logit": (lambda L, x: (L.logit(x * 0.5 + 0.5) * L.tensor(V)).sum(), KINKS),
+    "logit eps": (lambda L, x: (x.logit(eps=0.25) * L.tensor(V)).sum(), KINKS * 0.25 + 0.5),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", CASES)
+def test_gradient_at_degenerate_points(name, compiled):
+    f, at = CASES[name]
+    got, want = gradients(f, at, compiled)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"NaNs of {name}: {got} vs torch {want}")
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=name)
