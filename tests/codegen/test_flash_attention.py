@@ -113,7 +113,7 @@ def test_the_pipelined_form_is_a_setting_off_by_default(dim, monkeypatch):
     assert codegen_settings()[-1] is True  # part of every compile and plan cache key
     (forward,) = flash_attention.lower_forward(fwd, True)
     prep, main, dq = flash_attention.lower_backward(bwd)
-    for k in (forward,):  # double-buffered tiles in dynamic shared memory, fragments through ldmatrix
+    for k in (forward, main):  # double-buffered tiles in dynamic shared memory, fragments through ldmatrix
         assert "cp.async.cg.shared.global" in k.source and "cp.async.wait_group 0" in k.source
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in k.source and "extern __shared__" in k.source
     row = (dim + 8) * 2
