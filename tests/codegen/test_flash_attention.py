@@ -15,7 +15,7 @@ from flame.codegen import flash_attention
 from flame.codegen.kernel import FLASH_PIPELINE_ENV, codegen_settings
 from flame.codegen.nvrtc import compile_cubin
 from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, extras_of, float_extras
-from tests.passes.test_score_mod import MODS, _attention, _extras
+from tests.passes.test_score_mod import MODS, _attention, _causal, _extras
 
 B, H = 2, 3
 ELF = b"\x7fELF"
@@ -84,6 +84,19 @@ def test_dtypes_and_head_dims_compile_at_odd_lengths(dtype, dim, pipeline):
     _compiles([kernel, *flash_attention.lower_backward(bwd)])
     fwd, _, _ = _ops(MODS["softcap"], dtype, dim, length=70, keys=130)  # L != S
     _compiles(flash_attention.lower_forward(fwd, with_stats=False))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "plain"])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_attention_without_a_modification_renders_and_compiles(causal, dim, pipeline):
+    """No modification (causal or not): in the pipelined form only the tiles that need a mask compute one."""
+    fwd, _, bwd = _ops(_causal if causal else (lambda lib, s, x: s), "bf16", dim, length=100, keys=75)
+    assert fwd.attrs["score_mod"] is None and fwd.attrs["is_causal"] == causal
+    (kernel,) = flash_attention.lower_forward(fwd, with_stats=True)
+    kernels = flash_attention.lower_backward(bwd)
+    assert [("if (whole)" in k.source) for k in (kernel, *kernels)] == [pipeline, False, pipeline, False]
+    assert ("k0 + BN - 1 <= q0" in kernel.source) == (pipeline and causal)
+    _compiles([kernel, *kernels])
 
 
 def test_causal_and_window_tiles_are_skipped_from_the_keep_band():
