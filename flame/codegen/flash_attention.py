@@ -15,6 +15,12 @@ loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
   added to the f32 accumulator with atomics; f16 / bf16: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
   dK += dS^T Q and dQ += dS K on tensor cores, 16 keys per warp; f32: a thread per key on CUDA cores)
   and a kernel converting dQ into the packed result.
+- pipelined form (f16 / bf16 under FLAME_FLASH_PIPELINE=1, codegen.kernel.flash_pipeline; off by default until
+  a GPU run verifies it): the streamed tiles (forward: K and V; backward: Q, dO and their statistics) are
+  double-buffered in dynamic shared memory (the layout: _forward_shared, _backward_shared) and copied by
+  16-byte cp.async, tile j + 1 in flight while tile j is computed, one barrier per tile; every tensor-core
+  operand is read by ldmatrix (x4; .trans for the transposed ones) from rows padded to D + 8 elements, so the
+  8 rows of each 8x8 matrix fall in distinct banks.
 
 Kernel ABI (codegen.lower's): the op's inputs in order, then its result(s), then the scratch pointer.
 Forward: q, k, v, *extras, out, stats (stats: the joined stats op's buffer or the scratch); backward:
@@ -24,11 +30,12 @@ q, k, v, out, grad_out, stats, *extras, packed grads, scratch (dQ in f32, then D
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from flame.codegen import cuda_c, score_mod
-from flame.codegen.kernel import Kernel, finish, header, kernel_fields, render_template
+from flame.codegen.kernel import Kernel, finish, flash_pipeline, header, kernel_fields, render_template
 from flame.ir.dtypes import f32
 from flame.ir.evaluate import constant_value
 from flame.ir.graph import Graph, Op, Value
@@ -133,6 +140,7 @@ def _fields(op: Op) -> dict:
         mma_type="bf16" if q.dtype.name == "bf16" else "f16",
         BN=64 if dim == 64 else 32,
         s_round="X",
+        pipeline=flash_pipeline() and q.dtype.name in ("f16", "bf16"),
     )
     if mod is not None:
         sub = mod.graph
@@ -147,6 +155,38 @@ def _fields(op: Op) -> dict:
             )
         fields["prelude"] = score_mod.preludes(sub, *((grad.graph,) if grad is not None else ()))
     return fields
+
+
+def _shared(*arrays: tuple[str, int]) -> tuple[dict[str, int], int]:
+    """The byte offset of each (name, bytes) array placed one after another in dynamic shared memory, each
+    at a 16-byte boundary (cp.async and ldmatrix move 16-byte rows), and the total bytes."""
+    offsets, total = {}, 0
+    for name, size in arrays:
+        offsets[name] = total
+        total += -(-size // 16) * 16
+    return offsets, total
+
+
+def _forward_shared(fields: dict) -> tuple[dict[str, int], int]:
+    """The pipelined forward's shared memory: the query tile, two key and two value tiles (rows padded to
+    D + 8 elements of 2 bytes)."""
+    row = (fields["D"] + 8) * 2
+    return _shared(("sQ", 64 * row), ("sK", 2 * fields["BN"] * row), ("sV", 2 * fields["BN"] * row))
+
+
+def _backward_shared(fields: dict) -> tuple[dict[str, int], int]:
+    """The pipelined backward's shared memory: the block's key and value tiles, two query, two
+    output-gradient and two statistics tiles of BQ (= BN) rows, and dS^T (BN rows of BQ + 8)."""
+    bn, row = fields["BN"], (fields["D"] + 8) * 2
+    return _shared(
+        ("sK", bn * row),
+        ("sV", bn * row),
+        ("sQ", 2 * bn * row),
+        ("sG", 2 * bn * row),
+        ("sDS", bn * (bn + 8) * 2),
+        ("sL", 2 * bn * 4),
+        ("sD", 2 * bn * 4),
+    )
 
 
 def _out_types(sub: Graph) -> tuple[str, ...]:
@@ -169,18 +209,19 @@ def lower_forward(op: Op, with_stats: bool) -> list[Kernel]:
     mma = q.dtype.name in ("f16", "bf16")
     kind = "forward_mma" if mma else "forward_plain"
     alone = op.name == STATS
+    smem, smem_bytes = _forward_shared(fields) if fields["pipeline"] else ({}, 0)
     source = _render(
         op,
         kind,
         "flash attention forward (online softmax, the score modification inlined)",
-        {**fields, "stats_only": alone},
+        {**fields, "stats_only": alone, "smem": smem},
     )
     tiles = -(-fields["L"] // 64) * fields["BH"]
     stem = f"flash_attention_{'stats' if alone else 'fwd'}_{q.dtype.name}_d{fields['D']}"
     rows = fields["BH"] * fields["L"]
     scratch = rows * fields["D"] * q.dtype.itemsize if alone else 0 if with_stats else rows * 4
     kernel = finish(stem, source, tiles, 128 if mma else 64, len(op.inputs), scratch, 2 if with_stats else 1)
-    return [kernel]
+    return [replace(kernel, smem=smem_bytes)]
 
 
 def lower_backward(op: Op) -> list[Kernel]:
@@ -196,14 +237,14 @@ def lower_backward(op: Op) -> list[Kernel]:
         if mma
         else ("backward", -(-keys // 32) * bh, 32)
     )
+    smem, smem_bytes = _backward_shared(fields) if fields["pipeline"] else ({}, 0)
     out = []
     for kind, grid, block in (
         ("backward_prep", -(-bh * length // 256), 256),
         main,
         ("backward_dq", -(-bh * length * dim // 256), 256),
     ):
-        source = _render(op, kind, f"flash attention {kind.replace('_', ' ')}", fields)
-        out.append(
-            finish(f"flash_attention_{kind}_{q.dtype.name}_d{dim}", source, grid, block, len(op.inputs), scratch)
-        )
+        source = _render(op, kind, f"flash attention {kind.replace('_', ' ')}", {**fields, "smem": smem})
+        kernel = finish(f"flash_attention_{kind}_{q.dtype.name}_d{dim}", source, grid, block, len(op.inputs), scratch)
+        out.append(replace(kernel, smem=smem_bytes if kind == "backward_mma" else 0))
     return out

@@ -122,10 +122,21 @@ def balanced_scalars(config: Config = DEFAULT_CONFIG) -> bool:
     return config.balanced_scalars
 
 
+FLASH_PIPELINE_ENV = "FLAME_FLASH_PIPELINE"
+
+
+def flash_pipeline() -> bool:
+    """$FLAME_FLASH_PIPELINE: whether the generated flash-attention kernels of f16 / bf16
+    (codegen/flash_attention.py) take their pipelined form (key and value tiles, query and output-gradient
+    tiles double-buffered in dynamic shared memory through cp.async, operand fragments read by ldmatrix),
+    else the synchronous one. Off by default until a GPU run has verified it."""
+    return env_flag(FLASH_PIPELINE_ENV, False)
+
+
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
-    """The settings codegen reads from the environment (rows_schedule, balanced_scalars): part of
-    every key under which rendered kernels or compiled plans are kept."""
-    return rows_schedule(config), balanced_scalars(config)
+    """The settings codegen reads from the environment (rows_schedule, balanced_scalars, flash_pipeline):
+    part of every key under which rendered kernels or compiled plans are kept."""
+    return rows_schedule(config), balanced_scalars(config), flash_pipeline()
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The generated flash-attention kernels (codegen/flash_attention.py, templates/flash_attention.cu.j2):
 rendered from each recorded score modification, forward and backward, and compiled with NVRTC for sm_90
-(bf16 / f16 through mma.sync, f32 by the plain path, head dims 64 and 128, odd lengths, L != S), with
-whole tiles skipped from the keep mask's band. The lowering choice: tests/plan/test_attention_lowering.py;
-GPU runs: tests/runtime/test_gpu_flash_attention.py."""
+(bf16 / f16 through mma.sync, f32 by the plain path, head dims 64 and 128, odd lengths, L != S), in both
+forms of FLAME_FLASH_PIPELINE (off: synchronous tile loads; on: cp.async double buffering and ldmatrix in
+dynamic shared memory), with whole tiles skipped from the keep mask's band. The lowering choice:
+tests/plan/test_attention_lowering.py; GPU runs: tests/runtime/test_gpu_flash_attention.py."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import pytest
 
 import flame
 from flame.codegen import flash_attention
+from flame.codegen.kernel import FLASH_PIPELINE_ENV, codegen_settings
 from flame.codegen.nvrtc import compile_cubin
 from flame.ir.ops.attention import BACKWARD, FORWARD, STATS, extras_of, float_extras
-from tests.passes.test_score_mod import MODS, _attention, _extras
+from tests.passes.test_score_mod import MODS, _attention, _causal, _extras
 
 B, H = 2, 3
 ELF = b"\x7fELF"
@@ -38,13 +40,20 @@ def _ops(mod, dtype="bf16", dim=64, length=100, keys=100):
     return by_name[FORWARD], by_name[STATS], by_name[BACKWARD]
 
 
+@pytest.fixture(params=["0", "1"], ids=["sync", "pipelined"])
+def pipeline(request, monkeypatch):
+    """Each FLAME_FLASH_PIPELINE setting: whether the f16 / bf16 kernels take the pipelined form."""
+    monkeypatch.setenv(FLASH_PIPELINE_ENV, request.param)
+    return request.param == "1"
+
+
 def _compiles(kernels):
     for k in kernels:
         assert compile_cubin(k.source, "sm_90")[:4] == ELF, k.name
 
 
 @pytest.mark.parametrize("name", sorted(MODS))
-def test_each_modification_renders_and_compiles_forward_and_backward(name):
+def test_each_modification_renders_and_compiles_forward_and_backward(name, pipeline):
     fwd, stats, bwd = _ops(MODS[name], length=100, keys=100 if "causal" in name or "window" in name else 75)
     assert flash_attention.unsupported(fwd) == "" and flash_attention.unsupported(stats) == ""
     (kernel,) = flash_attention.lower_forward(fwd, with_stats=True)
@@ -68,13 +77,26 @@ def test_each_modification_renders_and_compiles_forward_and_backward(name):
 
 @pytest.mark.parametrize("dim", [64, 128])
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "f32"])
-def test_dtypes_and_head_dims_compile_at_odd_lengths(dtype, dim):
+def test_dtypes_and_head_dims_compile_at_odd_lengths(dtype, dim, pipeline):
     fwd, _, bwd = _ops(MODS["causal+document+softcap"], dtype, dim, length=77, keys=77)
     (kernel,) = flash_attention.lower_forward(fwd, with_stats=True)
     assert ("mma.sync" in kernel.source) == (dtype != "f32")
     _compiles([kernel, *flash_attention.lower_backward(bwd)])
     fwd, _, _ = _ops(MODS["softcap"], dtype, dim, length=70, keys=130)  # L != S
     _compiles(flash_attention.lower_forward(fwd, with_stats=False))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "plain"])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_attention_without_a_modification_renders_and_compiles(causal, dim, pipeline):
+    """No modification (causal or not): in the pipelined form only the tiles that need a mask compute one."""
+    fwd, _, bwd = _ops(_causal if causal else (lambda lib, s, x: s), "bf16", dim, length=100, keys=75)
+    assert fwd.attrs["score_mod"] is None and fwd.attrs["is_causal"] == causal
+    (kernel,) = flash_attention.lower_forward(fwd, with_stats=True)
+    kernels = flash_attention.lower_backward(bwd)
+    assert [("if (whole)" in k.source) for k in (kernel, *kernels)] == [pipeline, False, pipeline, False]
+    assert ("k0 + BN - 1 <= q0" in kernel.source) == (pipeline and causal)
+    _compiles([kernel, *kernels])
 
 
 def test_causal_and_window_tiles_are_skipped_from_the_keep_band():
@@ -91,3 +113,30 @@ def test_what_the_template_does_not_take_is_said():
     assert "head dims 64 and 128" in flash_attention.unsupported(fwd)
     fwd, _, _ = _ops(MODS["softcap"], dtype="f64", length=8, keys=8)
     assert "f16, bf16 or f32" in flash_attention.unsupported(fwd)
+
+
+@pytest.mark.parametrize("dim", [64, 128])
+def test_the_pipelined_form_is_a_setting_off_by_default(dim, monkeypatch):
+    fwd, _, bwd = _ops(MODS["causal+document+softcap"], "bf16", dim, length=77, keys=77)
+    monkeypatch.delenv(FLASH_PIPELINE_ENV, raising=False)
+    default = [*flash_attention.lower_forward(fwd, True), *flash_attention.lower_backward(bwd)]
+    assert codegen_settings()[-1] is False
+    assert all("cp.async" not in k.source and k.smem == 0 for k in default)
+    monkeypatch.setenv(FLASH_PIPELINE_ENV, "1")
+    assert codegen_settings()[-1] is True  # part of every compile and plan cache key
+    (forward,) = flash_attention.lower_forward(fwd, True)
+    prep, main, dq = flash_attention.lower_backward(bwd)
+    for k in (forward, main):  # double-buffered tiles in dynamic shared memory, fragments through ldmatrix
+        assert "cp.async.cg.shared.global" in k.source and "cp.async.wait_group 0" in k.source
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in k.source and "extern __shared__" in k.source
+    row = (dim + 8) * 2
+    bn = 64 if dim == 64 else 32
+    assert forward.smem == 64 * row + 4 * bn * row  # Q, two K and two V tiles
+    assert main.smem == 6 * bn * row + bn * (bn + 8) * 2 + 4 * bn * 4  # K, V, 2 Q, 2 dO, dS^T, 2 LSE, 2 Delta
+    assert prep.smem == dq.smem == 0 and forward.name != default[0].name  # another source, another name
+    fwd32, _, _ = _ops(MODS["softcap"], "f32", dim, length=40, keys=40)  # f32 keeps its plain path
+    (plain,) = flash_attention.lower_forward(fwd32, True)
+    assert "cp.async" not in plain.source and plain.smem == 0
+    monkeypatch.setenv(FLASH_PIPELINE_ENV, "maybe")
+    with pytest.raises(flame.ArgumentError, match="FLAME_FLASH_PIPELINE"):
+        flash_attention.lower_forward(fwd, True)

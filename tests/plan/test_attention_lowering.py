@@ -1,7 +1,8 @@
 """How the CUDA target runs each attention op (FLAME_ATTENTION, runtime/backend.AttentionLowering): cuDNN
 where it supports the op, the unfused graph where it does not (the generated flash-attention kernel stays
 off until a GPU test passes it, and `flame explain` says so), the generated kernels when forced (the plan's
-launches, run here by the reference executor against torch, their sources compiled for sm_90)."""
+launches, run here by the reference executor against torch, their sources compiled for sm_90; with
+FLAME_FLASH_PIPELINE=1, their dynamic shared memory)."""
 
 from __future__ import annotations
 
@@ -74,9 +75,7 @@ def test_forced_flash_plans_the_generated_kernels_and_runs_on_the_reference(atte
         assert compile_cubin(source, "sm_90")[:4] == ELF
     assert not _score_sized(plan)  # no L x S buffer: the scores live in the kernels' registers
     lines = attention_lines(step.optimized(*args), plan)
-    assert len(lines) == 3 and all(
-        "generated flash-attention kernel" in x for x in lines[1:]
-    )
+    assert len(lines) == 3 and all("generated flash-attention kernel" in x for x in lines[1:])
 
 
 @pytest.mark.parametrize(
@@ -132,3 +131,36 @@ def test_an_unknown_setting_is_an_argument_error(monkeypatch):
     monkeypatch.setenv("FLAME_ATTENTION", "fastest")
     with pytest.raises(ArgumentError, match="FLAME_ATTENTION='fastest': expected one of auto, cudnn, flash"):
         attention_lowering()
+
+
+def test_the_pipelined_flash_kernels_take_their_dynamic_shared_memory_into_the_plan(attention_target, monkeypatch):
+    """FLAME_FLASH_PIPELINE=1: the bf16 forward and main backward kernels are launched with the dynamic shared
+    memory they lay out (the CUDA executor allows a kernel more than 48 KiB of it); the reference executor runs
+    the same plan against torch."""
+    monkeypatch.setenv("FLAME_FLASH_PIPELINE", "1")
+    attention_target("flash")
+    rng = np.random.default_rng(3)
+    qkv = [flame.tensor(rng.standard_normal((B, H, 40, 64)).astype(np.float32)).to("bf16") for _ in range(3)]
+    fn = _attention(flame, MODS["causal+document+softcap"])
+    extras = {n: a for n, a in _extras(40, 40).items() if n in ("seg_q", "seg_k")}
+    names = list(extras)
+    step = flame.compile(
+        flame.value_and_grad(lambda q, k, v, *xs: fn(q, k, v, dict(zip(names, xs))).float().sum(), (0, 1, 2))
+    )
+    _, grads = step(*qkv, *(flame.tensor(a) for a in extras.values()))
+    ts = [torch.tensor(x.float().numpy().astype(np.float64), requires_grad=True) for x in qkv]
+    _attention(torch, MODS["causal+document+softcap"])(
+        *ts, {n: torch.tensor(a) for n, a in extras.items()}
+    ).sum().backward()
+    for got, t in zip(grads, ts):
+        want = t.grad.numpy()
+        assert np.abs(got.float().numpy() - want).max() <= 3e-2 * np.abs(want).max()
+    by_stem = {k.name.rsplit("_", 1)[0]: k for k in step._last.plan.kernels() if k.name.startswith("flash")}
+    row = (64 + 8) * 2
+    assert by_stem["flash_attention_fwd_bf16_d64"].smem == 64 * row + 4 * 64 * row
+    assert by_stem["flash_attention_backward_mma_bf16_d64"].smem == 6 * 64 * row + 64 * 72 * 2 + 4 * 64 * 4 > 48 * 1024
+    assert by_stem["flash_attention_backward_prep_bf16_d64"].smem == 0
+    assert all(
+        "cp.async.cg.shared.global" in by_stem[s].source
+        for s in ("flash_attention_fwd_bf16_d64", "flash_attention_backward_mma_bf16_d64")
+    )

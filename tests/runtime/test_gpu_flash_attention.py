@@ -1,16 +1,21 @@
 """The generated flash-attention kernels (FLAME_ATTENTION=flash) on a GPU against torch in float64 on the
 same (rounded) inputs: values and gradients of hand-written attention with its score modification, at
 lengths that are not a multiple of the tile, with L != S, head dims 64 and 128, bf16 / f16 (tensor cores)
-and f32 (plain path), and rows that every key is masked out of (zeros, finite gradients). Until these pass
-on a GPU the generated kernel is not the default for anything (runtime/backend.AttentionLowering)."""
+and f32 (plain path), and rows that every key is masked out of (zeros, finite gradients); each in both forms
+of FLAME_FLASH_PIPELINE (sync: the default; pipelined: cp.async double buffering and ldmatrix, f16 / bf16).
+Until these pass on a GPU the generated kernel is not the default for anything
+(runtime/backend.AttentionLowering), nor is the pipelined form the default of the generated kernel."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 import torch
 
 import flame
+from flame.codegen.kernel import FLASH_PIPELINE_ENV
 from tests.passes.test_score_mod import MODS, _attention, _causal, _chain, _document, _positions, _softcap
 
 pytestmark = pytest.mark.gpu
@@ -29,6 +34,13 @@ CASES = {
     "softcap": MODS["softcap"],
     "document": _document,
 }
+
+
+@pytest.fixture(autouse=True, params=["0", "1"], ids=["sync", "pipelined"])
+def pipeline(request, monkeypatch):
+    """Every test in each FLAME_FLASH_PIPELINE setting."""
+    monkeypatch.setenv(FLASH_PIPELINE_ENV, request.param)
+    return request.param == "1"
 
 
 def _segments(length, keys, seed, holes):
@@ -58,8 +70,12 @@ def _run(name, dtype, dim, length, keys, monkeypatch, holes=False, seed=0):
     args = [flame.tensor(a).to(dtype) for a in qkv] + [flame.tensor(a) for a in extras.values()]
     out = forward(*args).float().numpy()
     _, grads = step(*args)
-    kernels = [k.name for k in step._last.plan.kernels()]
+    launches = step._last.plan.kernels()
+    kernels = [k.name for k in launches]
     assert any(n.startswith("flash_attention_fwd") for n in kernels), kernels
+    pipelined = os.environ[FLASH_PIPELINE_ENV] == "1" and dtype != "f32"
+    flash = [k for k in launches if k.name.startswith(("flash_attention_fwd", "flash_attention_backward_mma"))]
+    assert all(("cp.async" in k.source) == pipelined for k in flash), kernels  # the form asked for ran
     rounded = [a.float().numpy().astype(np.float64) for a in args[:3]]
     want, want_grads = _torch(mod, rounded, extras, c.float().numpy().astype(np.float64))
     return out, [g.float().numpy() for g in grads], want, want_grads, kernels
