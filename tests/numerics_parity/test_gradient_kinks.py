@@ -6,7 +6,7 @@ base with an exponent >= 0, -inf or inf at a zero base with a negative one, and 
 real logarithm: torch's NaN, never a silent 0); a Python number as base or exponent too. hardtanh and relu6
 pass the gradient strictly inside their bounds (clamp's passes at them), hardsigmoid strictly inside (-3, 3),
 hardswish is 0 at -3 and 1 at 3; log1p's is inf at -1; logit's ±inf at 0 and 1 and NaN outside [0, 1]
-(0 outside [eps, 1 - eps] with eps)."""
+(0 outside [eps, 1 - eps] with eps); round, floor, ceil, trunc and sign give zeros, frac 1."""
 
 import numpy as np
 import pytest
@@ -41,7 +41,23 @@ CASES = {
     "log1p": (lambda L, x: (x.log1p() * L.tensor(V)).sum(), KINKS),
     "logit": (lambda L, x: (L.logit(x * 0.5 + 0.5) * L.tensor(V)).sum(), KINKS),
     "logit eps": (lambda L, x: (x.logit(eps=0.25) * L.tensor(V)).sum(), KINKS * 0.25 + 0.5),
+    "round": (lambda L, x: (x.round() * L.tensor(V)).sum(), KINKS),
+    "floor ceil trunc sign": (lambda L, x: (x.floor() + x.ceil() + x.trunc() + x.sign()).sum(), KINKS),
+    "frac": (lambda L, x: x.frac().sum(), KINKS),
 }
+
+
+def test_piecewise_constant_results_require_grad_as_torchs():
+    """round, floor, ceil, trunc and sign of a tensor requiring grad require grad (their gradient is
+    zeros, as torch's), so a loss through them alone backpropagates zeros instead of raising."""
+    import torch
+
+    import flame
+
+    for name in ("round", "floor", "ceil", "trunc", "sign"):
+        t = getattr(torch.tensor(KINKS, requires_grad=True), name)()
+        f = getattr(flame.tensor(KINKS, requires_grad=True), name)()
+        assert f.requires_grad == t.requires_grad, name
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])

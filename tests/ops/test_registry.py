@@ -98,6 +98,12 @@ def _quarters(rng, shape, dt):
     return np.asarray(rng.integers(-12, 13, shape) / 4.0).astype(dt.np_dtype)
 
 
+def _between_quarters(rng, shape, dt):
+    """Multiples of 1/4 plus 1/8: never an integer, a half or 0, where floor/ceil/round/sign jump (their
+    gradient is torch's zeros; central differences agree only away from the jumps)."""
+    return np.asarray(rng.integers(-12, 13, shape) / 4.0 + 0.125).astype(dt.np_dtype)
+
+
 UNARY_SHAPES = [(3, 5), (7,), (), (2, 0, 3)]
 BINARY_SHAPES = [((3, 4), (3, 4)), ((3, 1), (4,)), ((2, 1, 5), (3, 1)), ((), (2, 3)), ((0, 3), (1, 3)),
                  ((4, 0), (1,))]
@@ -759,10 +765,11 @@ RECIPES: dict[str, Recipe] = {
     "silu": Recipe(_unary(_arr), lambda x: x / (1 + np.exp(-x))),
     "leaky_relu": Recipe(_unary(_away, ({}, {"negative_slope": 0.2})),
                          lambda x, negative_slope: np.where(x > 0, x, negative_slope * x)),
-    "floor": Recipe(_unary(_quarters), np.floor, NUM),
-    "ceil": Recipe(_unary(_quarters), np.ceil, NUM),
-    "round": Recipe(_unary(_quarters), _round_half_even, NUM),
-    "sign": Recipe(_unary(_quarters), lambda x: (x > 0).astype(np.int8) - (x < 0).astype(np.int8), NUM),
+    "floor": Recipe(_unary(_quarters), np.floor, NUM, grad_make=_unary(_between_quarters)),
+    "ceil": Recipe(_unary(_quarters), np.ceil, NUM, grad_make=_unary(_between_quarters)),
+    "round": Recipe(_unary(_quarters), _round_half_even, NUM, grad_make=_unary(_between_quarters)),
+    "sign": Recipe(_unary(_quarters), lambda x: (x > 0).astype(np.int8) - (x < 0).astype(np.int8), NUM,
+                   grad_make=_unary(_between_quarters)),
     "stop_gradient": Recipe(_unary(_arr), lambda x: x, ALL),
     "add": Recipe(_binary(_arr), lambda a, b: a + b, NUM),
     "sub": Recipe(_binary(_arr), lambda a, b: a - b, NUM),

@@ -105,6 +105,11 @@ def unary(name, ref, vjp=None, kinds=("float",), nondiff="", attrs=None, doc="",
 _NUM = ("float", "int")
 _PIECEWISE = "piecewise constant: gradient is zero almost everywhere (none)"
 
+
+def _zero_vjp(b, g, x, y):
+    """A piecewise-constant op's gradient as torch's: zeros (its result requires grad, as torch's does)."""
+    return (b.zeros_like(g),)
+
 unary("neg", np.negative, lambda b, g, x, y: (b.neg(g),), kinds=_NUM, conversion=True, sign_only=True)
 unary("abs", np.abs, lambda b, g, x, y: (b.mul(g, b.sign(x)),), kinds=_NUM, conversion=True)
 _LIBM, _IEEE = "transcendental", "division"  # OpDef.cost
@@ -145,11 +150,11 @@ unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp), cost=_LIBM)
 unary("leaky_relu", lambda x, negative_slope: np.where(x > 0, x, x * negative_slope),
       _opmath(lambda b, g, x, y, negative_slope: (b.where(b.gt(x, 0), g, b.mul(g, negative_slope)),)),
       attrs={"negative_slope": Attr("float", 0.01)})
-unary("floor", np.floor, kinds=_NUM, nondiff=_PIECEWISE)
-unary("ceil", np.ceil, kinds=_NUM, nondiff=_PIECEWISE)
-unary("round", np.round, kinds=_NUM, nondiff=_PIECEWISE, doc="half to even, like torch.round")
-unary("sign", lambda x: ((x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)).astype(x.dtype), kinds=_NUM,
-      nondiff=_PIECEWISE, doc="1, -1 or 0 (also for -0.0 and NaN), as torch.sign")
+unary("floor", np.floor, _zero_vjp, kinds=_NUM)
+unary("ceil", np.ceil, _zero_vjp, kinds=_NUM)
+unary("round", np.round, _zero_vjp, kinds=_NUM, doc="half to even, like torch.round")
+unary("sign", lambda x: ((x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)).astype(x.dtype), _zero_vjp, kinds=_NUM,
+      doc="1, -1 or 0 (also for -0.0 and NaN), as torch.sign")
 STOP_GRADIENT = unary("stop_gradient", np.copy, kinds=("float", "int", "bool"),
       nondiff="the identity that gradients do not flow through (Tensor.detach); removed after autodiff",
       doc="x, with no gradient: what Tensor.detach() records while tracing")
