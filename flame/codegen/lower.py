@@ -23,7 +23,7 @@ from flame.codegen.indexing import lower_concat, lower_gather, lower_pad, lower_
 from flame.codegen.kernel import DEFAULT_CONFIG, Config, Kernel
 from flame.codegen.reduce import lower_reduction
 from flame.codegen.scan import lower_argsort, lower_scan
-from flame.codegen.transpose import lower_permute
+from flame.codegen.transpose import lower_permute, lower_tiled_map
 from flame.codegen.user import lower_user
 from flame.ir.graph import FusionGroup, Kind, Op, Value
 from flame.ir.registry import get
@@ -81,12 +81,19 @@ def _fused_library(group: FusionGroup, config: Config, target: Target) -> list[K
     return _library(group.ops[0])
 
 
+def _map(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
+    """An elementwise group: a tiled transpose when it writes pointwise values only transposed
+    (transpose.lower_tiled_map), else the fused elementwise kernel."""
+    tiled = lower_tiled_map(group)
+    return tiled if tiled is not None else lower_map(group, config, target)
+
+
 def _not_fused(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
     raise NotImplementedError(f"a {group.kind} group is one op with its own kernel")
 
 
 LOWERINGS: dict[Kind, Callable[[FusionGroup, Config, Target], list[Kernel]]] = {
-    Kind.ELEMENTWISE: lower_map,
+    Kind.ELEMENTWISE: _map,
     Kind.SCALAR: lower_map,
     Kind.ROWS: lower_rows,
     Kind.MATMUL: _fused_library,
