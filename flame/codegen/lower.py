@@ -50,6 +50,7 @@ _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not
     "cumprod": lower_scan,
     "argsort": lower_argsort,
 }
+_CONFIGURED = (lower_permute,)  # the rules that also take the Config (its tile settings)
 _BY_CATEGORY: dict[str, Callable[[Op], list[Kernel]]] = {
     "elementwise": lower_elementwise,
     "reduction": lower_reduction,
@@ -74,7 +75,7 @@ def _one_op(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
     rule = _op_rule(op)
     if rule is None:
         raise NotImplementedError(f"no CUDA lowering for op {op.name!r}")
-    return rule(op)
+    return rule(op, config) if rule in _CONFIGURED else rule(op)
 
 
 def _fused_library(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
@@ -84,7 +85,7 @@ def _fused_library(group: FusionGroup, config: Config, target: Target) -> list[K
 def _map(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
     """An elementwise group: a tiled transpose when it writes pointwise values only transposed
     (transpose.lower_tiled_map), else the fused elementwise kernel."""
-    tiled = lower_tiled_map(group)
+    tiled = lower_tiled_map(group, config)
     return tiled if tiled is not None else lower_map(group, config, target)
 
 

@@ -17,22 +17,29 @@ A fused elementwise group that computes pointwise values of one tensor (and 0-d 
 them only transposed (FP8 training's cast of an activation, read transposed by a backward GEMM:
 `scaled_cast` then `permute`) is the same tiled kernel with the pointwise ops applied as the tile is
 filled (`lower_tiled_map`): the wide source is read coalesced in its own order and the narrow result
-written coalesced in its own, rather than one element at a large stride per thread (12 % of copy
-bandwidth for FP8 casts on an H100). Setting FLAME_TILED_MAP=0 lowers such groups as index-mapping
-elementwise kernels instead (codegen/fused.lower_map)."""
+written coalesced in its own, rather than one element at a large stride per thread (12-16 % of copy
+bandwidth for such FP8 casts on an H100, benchmarks/results/2026-12-05-H100-fp8/). Config.tiled_maps off (or FLAME_TILED_MAP=0) lowers such groups as
+index-mapping elementwise kernels instead (codegen/fused.lower_map).
+
+Tiles of 1-byte elements already move 16 bytes per thread on both sides (vr = vw = 16 where the extents
+and pointers allow), but a 64 x 64 tile is 4 KiB: one vector per thread in flight per phase, measured at
+70-78 % of copy for the FP8 GEMM operands on an H100. Config.wide_byte_tiles (or FLAME_WIDE_BYTE_TILES=1)
+makes them 128 x 128 (16 KiB, four vectors per thread per phase) where both extents reach 128; it is off
+until it is measured."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass
 
 from flame.codegen import cuda_c, views
 from flame.codegen.elementwise import op_expr, render_map
 from flame.codegen.fused import group_inputs
 from flame.codegen.kernel import (
+    DEFAULT_CONFIG,
     MAX_GRID,
+    Config,
     Kernel,
     finish,
     group_dtypes,
@@ -45,6 +52,8 @@ from flame.codegen.kernel import (
     op_params,
     render_template,
     shape_tag,
+    tiled_maps,
+    wide_byte_tiles,
 )
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Kind, Op, Value
@@ -55,6 +64,7 @@ BLOCK = 256
 MIN_EXTENT = 8
 VEC_BYTES = 16
 BANKS, BANK_BYTES = 32, 4
+WIDE_TILE = 128  # a 1-byte tile's side with FLAME_WIDE_BYTE_TILES=1 (the module docstring)
 
 
 @dataclass(frozen=True)
@@ -120,20 +130,23 @@ def _static(op: Op) -> bool:
     return not any(isinstance(d, symbolic.SymInt) for d in (*op.inputs[0].shape, *op.out.shape))
 
 
-def lower_permute(op: Op) -> list[Kernel]:
+def lower_permute(op: Op, config: Config = DEFAULT_CONFIG) -> list[Kernel]:
     """A permute: a tiled shared-memory transpose when the innermost dim moves, else a vectorised copy of
-    contiguous runs (see the module docstring)."""
+    contiguous runs (see the module docstring); `config` says whether 1-byte tiles are wide."""
     view = views.of_map(permute_map(op), op.inputs[0].shape)
     t = as_transpose(op.out.shape, view) if op.out.type.numel and _static(op) else None
     if t is None or min(t.ni, t.nj) < MIN_EXTENT:
         return render_map(op, [view], "a0", op.out.dtype, what="index-mapping copy", raw=True)
-    return [_render_tiled(op, t)]
+    return [_render_tiled(op, t, wide_byte_tiles(config))]
 
 
-def _tile_fields(t: Transpose, load_size: int, size: int, src: str, out: str) -> dict:
+def _tile_fields(t: Transpose, load_size: int, size: int, src: str, out: str, wide: bool = False) -> dict:
     """The template fields of a tiled transpose reading `src` (elements of load_size bytes) and writing
-    `out` (of size bytes, the tile's): tile shape, vector widths, padding, tile count, alignment test."""
+    `out` (of size bytes, the tile's): tile shape (wide: WIDE_TILE for 1-byte elements), vector widths,
+    padding, tile count, alignment test."""
     tile = 64 if min(t.ni, t.nj) >= 64 else 32
+    if size == 1 and wide and min(t.ni, t.nj) >= WIDE_TILE:
+        tile = WIDE_TILE
     vr = min(_pow2_divisor(t.ni, VEC_BYTES // load_size), tile)
     vw = min(_pow2_divisor(t.nj, VEC_BYTES // size), tile)
     ti, tj = -(-t.ni // tile), -(-t.nj // tile)
@@ -153,9 +166,9 @@ def _tile_fields(t: Transpose, load_size: int, size: int, src: str, out: str) ->
     )
 
 
-def _render_tiled(op: Op, t: Transpose) -> Kernel:
+def _render_tiled(op: Op, t: Transpose, wide: bool) -> Kernel:
     size = op.out.dtype.itemsize
-    f = _tile_fields(t, size, size, "in0", "out")
+    f = _tile_fields(t, size, size, "in0", "out", wide)
     tiles, tile = f["tiles"], f["tile"]
     idx_t, off_t = index_types(op.out.type.numel, tiles)
     source = render_template(
@@ -174,11 +187,6 @@ def _render_tiled(op: Op, t: Transpose) -> Kernel:
     )
     stem = f"{op.name}_{op.out.dtype.name}_{shape_tag(op.out.shape)}_tiled"
     return finish(stem, source, min(tiles, MAX_GRID), BLOCK, 1)
-
-
-def tiled_map_enabled() -> bool:
-    """Whether fused pointwise-then-transpose groups get the tiled kernel (FLAME_TILED_MAP, default on)."""
-    return os.environ.get("FLAME_TILED_MAP", "1").strip() != "0"
 
 
 def _pointwise_source(group: FusionGroup) -> tuple[Op, Value, list[Op]] | None:
@@ -223,11 +231,11 @@ def _pointwise_code(inputs: list[Value], source: Value, body: list[Op]) -> tuple
     return scalars, lines, names
 
 
-def lower_tiled_map(group: FusionGroup) -> list[Kernel] | None:
+def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list[Kernel] | None:
     """The tiled transpose of a fused elementwise group that writes pointwise values of one tensor only
     transposed (the module docstring), the pointwise ops computed as each element enters the tile as the
     elementwise kernel computes them (every intermediate rounded to its dtype); None for any other group."""
-    found = _pointwise_source(group) if group.kind == Kind.ELEMENTWISE and tiled_map_enabled() else None
+    found = _pointwise_source(group) if group.kind == Kind.ELEMENTWISE and tiled_maps(config) else None
     if found is None:
         return None
     perm, source, body = found
@@ -239,7 +247,7 @@ def lower_tiled_map(group: FusionGroup) -> list[Kernel] | None:
     scalars, lines, names = _pointwise_code(inputs, source, body)
     out = perm.out.dtype
     src = f"in{inputs.index(source)}"
-    f = _tile_fields(t, source.dtype.itemsize, out.itemsize, src, "out0")
+    f = _tile_fields(t, source.dtype.itemsize, out.itemsize, src, "out0", wide_byte_tiles(config))
     idx_t, off_t = index_types(perm.out.type.numel, f["tiles"])
     source_text = render_template(
         "transpose.cu.j2",

@@ -96,8 +96,12 @@ def test_switch_off_gives_the_elementwise_kernel(cuda_target, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,src,dtype", CASES + [((2048, 4096), "bfloat16", f8e4m3)])
-def test_gpu_tiled_cast_transpose_writes_numpys_bytes(shape, src, dtype):
+@pytest.mark.parametrize(
+    "shape,src,dtype", CASES + [((2048, 4096), "bfloat16", f8e4m3), ((300, 260), "bfloat16", f8e5m2)]
+)
+@pytest.mark.parametrize("wide", ["0", "1"])  # FLAME_WIDE_BYTE_TILES
+def test_gpu_tiled_cast_transpose_writes_numpys_bytes(monkeypatch, shape, src, dtype, wide):
+    monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", wide)
     prev = flame.get_device()
     try:
         flame.set_device("cuda")
@@ -106,3 +110,62 @@ def test_gpu_tiled_cast_transpose_writes_numpys_bytes(shape, src, dtype):
         _same(got, _want(a, src, 3.5, dtype))
     finally:
         flame.set_device(prev)
+
+
+WIDE = [((300, 260), (1, 0)), ((2, 129, 1000), (0, 2, 1)), ((4096, 256), (1, 0))]  # odd and even, a batch
+
+
+def _permute_kernel(shape, perm, dtype):
+    from benchmarks.scripts.transpose import permute_op
+    from flame.codegen import lower, single
+
+    (k,) = lower(single(permute_op(shape, perm, dtype)))
+    return k
+
+
+@pytest.mark.parametrize("dtype", ["f8e4m3", "f8e5m2", "bool"])
+def test_wide_byte_tiles_are_a_switch_and_compile(monkeypatch, dtype):
+    """FLAME_WIDE_BYTE_TILES=1: 1-byte transposes with both extents >= 128 take 128 x 128 tiles; off (the
+    default) they keep 64 x 64; every kernel compiles for sm_90."""
+    for shape, perm in WIDE:
+        assert "tile[64][" in _permute_kernel(shape, perm, dtype).source
+    monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", "1")
+    for shape, perm in WIDE:
+        k = _permute_kernel(shape, perm, dtype)
+        assert "tile[128][" in k.source
+        assert compile_cubin(k.source, "sm_90")[:4] == b"\x7fELF"
+    assert "tile[64][" in _permute_kernel((64, 128, 4096), (0, 2, 1), "bf16").source  # 2-byte tiles as before
+
+
+def test_wide_byte_tiles_of_a_cast_transpose_compile_and_agree(cuda_target, monkeypatch):
+    monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", "1")
+    step, a, got, eager = _run((300, 260), "bfloat16", f8e4m3)
+    (k,) = step._last.plan.kernels()
+    assert "_tiled_" in k.name and "tile[128][" in k.source
+    _same(got, _want(a, "bfloat16", 3.5, f8e4m3))
+    assert compile_cubin(k.source, "sm_90")[:4] == b"\x7fELF"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f8e4m3", "f8e5m2", "bool"])
+@pytest.mark.parametrize("offset", [0, 1])  # 1: buffers one element past 16-byte alignment (scalar path)
+def test_gpu_wide_byte_tiles_are_exact(monkeypatch, dtype, offset):
+    from benchmarks.scripts.transpose import check
+
+    monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", "1")
+    for shape, perm in WIDE + [((64, 128, 4096), (0, 2, 1)), ((4096, 11008), (1, 0))]:
+        k = _permute_kernel(shape, perm, dtype)
+        assert "tile[128][" in k.source
+        assert check(k, shape, perm, dtype, offset) == "exact", (shape, perm)
+
+
+def test_switches_are_codegen_settings(monkeypatch):
+    """Both switches are read where codegen's settings are (so compiled plans and rendered kernels are
+    kept per setting), from Config first, else the environment."""
+    from flame.codegen.kernel import Config, codegen_settings, tiled_maps, wide_byte_tiles
+
+    assert tiled_maps() is True and wide_byte_tiles() is False
+    monkeypatch.setenv("FLAME_TILED_MAP", "0")
+    monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", "1")
+    assert codegen_settings()[-2:] == (False, True)
+    assert tiled_maps(Config(tiled_maps=True)) is True and wide_byte_tiles(Config(wide_byte_tiles=False)) is False
