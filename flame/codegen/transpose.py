@@ -18,8 +18,9 @@ them only transposed (FP8 training's cast of an activation, read transposed by a
 `scaled_cast` then `permute`) is the same tiled kernel with the pointwise ops applied as the tile is
 filled (`lower_tiled_map`): the wide source is read coalesced in its own order and the narrow result
 written coalesced in its own, rather than one element at a large stride per thread (12-16 % of copy
-bandwidth for such FP8 casts on an H100, benchmarks/results/2026-12-05-H100-fp8/). Config.tiled_maps off (or FLAME_TILED_MAP=0) lowers such groups as
-index-mapping elementwise kernels instead (codegen/fused.lower_map).
+bandwidth for such FP8 casts on an H100, benchmarks/results/2026-12-05-H100-fp8/). Config.tiled_maps
+off (or FLAME_TILED_MAP=0) lowers such groups as index-mapping elementwise kernels instead
+(codegen/fused.lower_map).
 
 Tiles of 1-byte elements already move 16 bytes per thread on both sides (vr = vw = 16 where the extents
 and pointers allow), but a 64 x 64 tile is 4 KiB: one vector per thread in flight per phase, measured at
@@ -58,7 +59,7 @@ from flame.codegen.kernel import (
 from flame.ir import symbolic
 from flame.ir.graph import FusionGroup, Kind, Op, Value
 from flame.ir.indexmap import permute_map
-from flame.ir.registry import get
+from flame.ir.registry import get, is_fill
 
 BLOCK = 256
 MIN_EXTENT = 8
@@ -202,7 +203,12 @@ def _pointwise_source(group: FusionGroup) -> tuple[Op, Value, list[Op]] | None:
     sources = set()
     for op in body:
         opdef = get(op.name)
-        if opdef.category != "elementwise" or opdef.view is not None or opdef.positional or op.out.shape != shape:
+        if (
+            opdef.category != "elementwise"
+            or opdef.view is not None
+            or opdef.positional
+            or op.out.shape not in ((), shape)
+        ):
             return None
         for v in op.inputs:
             if v not in inside and v.shape != ():
@@ -273,7 +279,7 @@ def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list
         result=cuda_c.convert(names[perm.inputs[0]], perm.inputs[0].dtype, out),
         **f,
     )
-    ops = [op.name for op in body]
+    ops = [op.name for op in body if not is_fill(op)]
     stem = "fused_" + "_".join(list(dict.fromkeys(ops))[:4]) + f"_{out.name}_{shape_tag(perm.out.shape)}_tiled"
     k = finish(stem, source_text, min(f["tiles"], MAX_GRID), BLOCK, len(inputs))
     return [dataclasses.replace(k, in_place_safe=False)]

@@ -79,6 +79,26 @@ def test_cast_then_transpose_is_one_tiled_kernel(cuda_target, shape, src, dtype)
     assert compile_cubin(k.source, "sm_90")[:4] == b"\x7fELF"
 
 
+def _chain_t(x, s):
+    """bf16 work before the cast (constants and the scale read per element): all of it in the tile."""
+    return apply("scaled_cast", (x * 1.5 + 0.25).sigmoid() * s, s, dtype=f8e4m3).transpose(0, 1)
+
+
+def _chain(seed: int = 0):
+    a = _data((96, 200), "bfloat16", seed)
+    x, s = flame.tensor(a).to(flame.bf16), flame.tensor(np.float32(3.0))
+    step = flame.compile(_chain_t)
+    return step, step(x, s), _chain_t(x, s)
+
+
+def test_a_pointwise_chain_before_the_cast_is_in_the_tile(cuda_target):
+    step, got, eager = _chain()
+    (k,) = step._last.plan.kernels()
+    assert k.name.startswith("fused_mul_add_sigmoid_") and k.name.rsplit("_", 1)[0].endswith("_f8e4m3_200x96_tiled")
+    np.testing.assert_array_equal(_bits(got.numpy()), _bits(eager.numpy()))
+    assert compile_cubin(k.source, "sm_90")[:4] == b"\x7fELF"
+
+
 def test_thin_transpose_keeps_the_elementwise_kernel(cuda_target):
     step, a, got, eager = _run((4, 300), "bfloat16", f8e4m3)
     (k,) = step._last.plan.kernels()
@@ -110,6 +130,24 @@ def test_gpu_tiled_cast_transpose_writes_numpys_bytes(monkeypatch, shape, src, d
         _same(got, _want(a, src, 3.5, dtype))
     finally:
         flame.set_device(prev)
+
+
+@pytest.mark.gpu
+def test_gpu_tiled_chain_writes_the_elementwise_kernels_bytes(monkeypatch):
+    """The tiled kernel computes what the elementwise kernel it replaces computes (FLAME_TILED_MAP=0), bit
+    for bit, on the GPU."""
+    prev = flame.get_device()
+    got = {}
+    try:
+        flame.set_device("cuda")
+        for tiled in ("1", "0"):
+            monkeypatch.setenv("FLAME_TILED_MAP", tiled)
+            step, y, _ = _chain(seed=2)
+            assert any("_tiled_" in k.name for k in step._last.plan.kernels()) == (tiled == "1")
+            got[tiled] = _bits(y.numpy()).copy()
+    finally:
+        flame.set_device(prev)
+    np.testing.assert_array_equal(got["1"], got["0"])
 
 
 WIDE = [((300, 260), (1, 0)), ((2, 129, 1000), (0, 2, 1)), ((4096, 256), (1, 0))]  # odd and even, a batch
