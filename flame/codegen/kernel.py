@@ -68,7 +68,12 @@ class Config:
     2026-11-29-H200-bias-grad); L2 prefetches of the streamed inputs make it slower (2026-11-29-H200-adamw).
     balanced_streaming: the vector loads and stores carry the streaming cache hint (__ldcs / __stcs:
     every byte of an update is touched once): mlp_bf16_train's update at 95 % of copy, 7 % faster
-    than without, bit-identical (2026-11-29-H200-adamw)."""
+    than without, bit-identical (2026-11-29-H200-adamw).
+    tiled_maps: a fused group writing pointwise values of one tensor only transposed (an FP8 cast a
+    backward GEMM reads transposed) is the tiled transpose with the pointwise ops in it
+    (transpose.lower_tiled_map); None: $FLAME_TILED_MAP, else on. wide_byte_tiles: tiled transposes of
+    1-byte elements take 128 x 128 tiles (codegen/transpose.py); None: $FLAME_WIDE_BYTE_TILES, else off
+    (the 64 x 64 tiles are the GPU-verified ones; the wide ones are not timed yet)."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -90,6 +95,8 @@ class Config:
     balanced_steps: int = 4
     balanced_streaming: bool = True
     balanced_scalars: bool | None = None
+    tiled_maps: bool | None = None
+    wide_byte_tiles: bool | None = None
 
 
 DEFAULT_CONFIG = Config()
@@ -133,10 +140,22 @@ def flash_pipeline() -> bool:
     return env_flag(FLASH_PIPELINE_ENV, False)
 
 
+def tiled_maps(config: Config = DEFAULT_CONFIG) -> bool:
+    """config.tiled_maps, else $FLAME_TILED_MAP, else on (Config says what it does)."""
+    return env_flag("FLAME_TILED_MAP", True) if config.tiled_maps is None else config.tiled_maps
+
+
+def wide_byte_tiles(config: Config = DEFAULT_CONFIG) -> bool:
+    """config.wide_byte_tiles, else $FLAME_WIDE_BYTE_TILES, else off (Config says what it does)."""
+    return env_flag("FLAME_WIDE_BYTE_TILES", False) if config.wide_byte_tiles is None else config.wide_byte_tiles
+
+
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
-    """The settings codegen reads from the environment (rows_schedule, balanced_scalars, flash_pipeline):
-    part of every key under which rendered kernels or compiled plans are kept."""
-    return rows_schedule(config), balanced_scalars(config), flash_pipeline()
+    """The settings codegen reads from the environment (rows_schedule, balanced_scalars, tiled_maps,
+    wide_byte_tiles, flash_pipeline): part of every key under which rendered kernels or compiled plans
+    are kept."""
+    return (rows_schedule(config), balanced_scalars(config), tiled_maps(config), wide_byte_tiles(config),
+            flash_pipeline())
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from flame.codegen.indexing import lower_concat, lower_gather, lower_pad, lower_
 from flame.codegen.kernel import DEFAULT_CONFIG, Config, Kernel
 from flame.codegen.reduce import lower_reduction
 from flame.codegen.scan import lower_argsort, lower_scan
-from flame.codegen.transpose import lower_permute
+from flame.codegen.transpose import lower_permute, lower_tiled_map
 from flame.codegen.user import lower_user
 from flame.ir.graph import FusionGroup, Kind, Op, Value
 from flame.ir.registry import get
@@ -50,6 +50,7 @@ _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not
     "cumprod": lower_scan,
     "argsort": lower_argsort,
 }
+_CONFIGURED = (lower_permute,)  # the rules that also take the Config (its tile settings)
 _BY_CATEGORY: dict[str, Callable[[Op], list[Kernel]]] = {
     "elementwise": lower_elementwise,
     "reduction": lower_reduction,
@@ -74,11 +75,18 @@ def _one_op(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
     rule = _op_rule(op)
     if rule is None:
         raise NotImplementedError(f"no CUDA lowering for op {op.name!r}")
-    return rule(op)
+    return rule(op, config) if rule in _CONFIGURED else rule(op)
 
 
 def _fused_library(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
     return _library(group.ops[0])
+
+
+def _map(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
+    """An elementwise group: a tiled transpose when it writes pointwise values only transposed
+    (transpose.lower_tiled_map), else the fused elementwise kernel."""
+    tiled = lower_tiled_map(group, config)
+    return tiled if tiled is not None else lower_map(group, config, target)
 
 
 def _not_fused(group: FusionGroup, config: Config, target: Target) -> list[Kernel]:
@@ -86,7 +94,7 @@ def _not_fused(group: FusionGroup, config: Config, target: Target) -> list[Kerne
 
 
 LOWERINGS: dict[Kind, Callable[[FusionGroup, Config, Target], list[Kernel]]] = {
-    Kind.ELEMENTWISE: lower_map,
+    Kind.ELEMENTWISE: _map,
     Kind.SCALAR: lower_map,
     Kind.ROWS: lower_rows,
     Kind.MATMUL: _fused_library,

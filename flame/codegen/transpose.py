@@ -11,34 +11,61 @@
   NCHW <-> NHWC conversions of a ResNet step (benchmarks/results/2026-11-27-H100-transpose/, its profile).
 
 Dynamic sizes (flame.ir.symbolic) and thin transposes (I or J under MIN_EXTENT elements, where most
-of a tile would be idle and the elementwise read is already nearly coalesced) take the copy path."""
+of a tile would be idle and the elementwise read is already nearly coalesced) take the copy path.
+
+A fused elementwise group that computes pointwise values of one tensor (and 0-d scalars) and writes
+them only transposed (FP8 training's cast of an activation, read transposed by a backward GEMM:
+`scaled_cast` then `permute`) is the same tiled kernel with the pointwise ops applied as the tile is
+filled (`lower_tiled_map`): the wide source is read coalesced in its own order and the narrow result
+written coalesced in its own, rather than one element at a large stride per thread (12-16 % of copy
+bandwidth for such FP8 casts on an H100, benchmarks/results/2026-12-05-H100-fp8/). Config.tiled_maps
+off (or FLAME_TILED_MAP=0) lowers such groups as index-mapping elementwise kernels instead
+(codegen/fused.lower_map).
+
+Tiles of 1-byte elements already move 16 bytes per thread on both sides (vr = vw = 16 where the extents
+and pointers allow), but a 64 x 64 tile is 4 KiB: one vector per thread in flight per phase, measured at
+70-78 % of copy for the FP8 GEMM operands on an H100. Config.wide_byte_tiles (or FLAME_WIDE_BYTE_TILES=1)
+makes them 128 x 128 (16 KiB, four vectors per thread per phase) where both extents reach 128; it is off
+until it is measured."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
-from flame.codegen import views
-from flame.codegen.elementwise import render_map
+from flame.codegen import cuda_c, views
+from flame.codegen.elementwise import op_expr, render_map
+from flame.codegen.fused import group_inputs
 from flame.codegen.kernel import (
+    DEFAULT_CONFIG,
     MAX_GRID,
+    Config,
     Kernel,
     finish,
+    group_dtypes,
+    group_header,
+    group_params,
+    group_prelude,
     header,
     index_types,
     kernel_fields,
     op_params,
     render_template,
     shape_tag,
+    tiled_maps,
+    wide_byte_tiles,
 )
 from flame.ir import symbolic
-from flame.ir.graph import Op
+from flame.ir.graph import FusionGroup, Kind, Op, Value
 from flame.ir.indexmap import permute_map
+from flame.ir.registry import get, is_fill
 
 BLOCK = 256
 MIN_EXTENT = 8
 VEC_BYTES = 16
 BANKS, BANK_BYTES = 32, 4
+WIDE_TILE = 128  # a 1-byte tile's side with FLAME_WIDE_BYTE_TILES=1 (the module docstring)
 
 
 @dataclass(frozen=True)
@@ -104,50 +131,155 @@ def _static(op: Op) -> bool:
     return not any(isinstance(d, symbolic.SymInt) for d in (*op.inputs[0].shape, *op.out.shape))
 
 
-def lower_permute(op: Op) -> list[Kernel]:
+def lower_permute(op: Op, config: Config = DEFAULT_CONFIG) -> list[Kernel]:
     """A permute: a tiled shared-memory transpose when the innermost dim moves, else a vectorised copy of
-    contiguous runs (see the module docstring)."""
+    contiguous runs (see the module docstring); `config` says whether 1-byte tiles are wide."""
     view = views.of_map(permute_map(op), op.inputs[0].shape)
     t = as_transpose(op.out.shape, view) if op.out.type.numel and _static(op) else None
     if t is None or min(t.ni, t.nj) < MIN_EXTENT:
         return render_map(op, [view], "a0", op.out.dtype, what="index-mapping copy", raw=True)
-    return [_render_tiled(op, t)]
+    return [_render_tiled(op, t, wide_byte_tiles(config))]
 
 
-def _render_tiled(op: Op, t: Transpose) -> Kernel:
-    size = op.out.dtype.itemsize
+def _tile_fields(t: Transpose, load_size: int, size: int, src: str, out: str, wide: bool = False) -> dict:
+    """The template fields of a tiled transpose reading `src` (elements of load_size bytes) and writing
+    `out` (of size bytes, the tile's): tile shape (wide: WIDE_TILE for 1-byte elements), vector widths,
+    padding, tile count, alignment test."""
     tile = 64 if min(t.ni, t.nj) >= 64 else 32
-    vr = min(_pow2_divisor(t.ni, VEC_BYTES // size), tile)
+    if size == 1 and wide and min(t.ni, t.nj) >= WIDE_TILE:
+        tile = WIDE_TILE
+    vr = min(_pow2_divisor(t.ni, VEC_BYTES // load_size), tile)
     vw = min(_pow2_divisor(t.nj, VEC_BYTES // size), tile)
     ti, tj = -(-t.ni // tile), -(-t.nj // tile)
-    tiles = math.prod(e for e, _, _ in t.batch) * ti * tj
-    n = op.out.type.numel
-    idx_t, off_t = index_types(n, tiles)
-    stype = op.out.dtype.cuda_type
     aligned = (
-        f"reinterpret_cast<unsigned long long>(in0) % {vr * size} == 0 && "
-        f"reinterpret_cast<unsigned long long>(out) % {vw * size} == 0"
+        f"reinterpret_cast<unsigned long long>({src}) % {vr * load_size} == 0 && "
+        f"reinterpret_cast<unsigned long long>({out}) % {vw * size} == 0"
     )
-    source = render_template(
-        "transpose.cu.j2",
-        header=header(
-            op,
-            f"tiled transpose through shared memory: {t.nj} x {t.ni} per batch of "
-            f"{tiles // (ti * tj)}, {tile} x {tile} tiles",
-        ),
-        **kernel_fields({op.out.dtype}, op_params(op)),
-        block=BLOCK,
-        idx_t=idx_t,
-        off_t=off_t,
-        stype=stype,
+    return dict(
         t=t,
         tile=tile,
         pad=_padding(tile, size, vr, vw),
-        tiles=tiles,
+        tiles=math.prod(e for e, _, _ in t.batch) * ti * tj,
         ti=ti,
         tj=tj,
         widths=[(vr, vw)] + ([(1, 1)] if (vr, vw) != (1, 1) else []),
         aligned=aligned,
     )
+
+
+def _render_tiled(op: Op, t: Transpose, wide: bool) -> Kernel:
+    size = op.out.dtype.itemsize
+    f = _tile_fields(t, size, size, "in0", "out", wide)
+    tiles, tile = f["tiles"], f["tile"]
+    idx_t, off_t = index_types(op.out.type.numel, tiles)
+    source = render_template(
+        "transpose.cu.j2",
+        header=header(
+            op,
+            f"tiled transpose through shared memory: {t.nj} x {t.ni} per batch of "
+            f"{tiles // (f['ti'] * f['tj'])}, {tile} x {tile} tiles",
+        ),
+        **kernel_fields({op.out.dtype}, op_params(op)),
+        block=BLOCK,
+        idx_t=idx_t,
+        off_t=off_t,
+        stype=op.out.dtype.cuda_type,
+        **f,
+    )
     stem = f"{op.name}_{op.out.dtype.name}_{shape_tag(op.out.shape)}_tiled"
     return finish(stem, source, min(tiles, MAX_GRID), BLOCK, 1)
+
+
+def _pointwise_source(group: FusionGroup) -> tuple[Op, Value, list[Op]] | None:
+    """(the permute, the one tensor the group reads, the pointwise ops before the permute) when `group`
+    computes pointwise values of one tensor and 0-d scalars and writes only their permute; else None."""
+    *body, perm = group.ops
+    if perm.name != "permute" or tuple(group.outputs) != (perm.out,) or not body:
+        return None
+    shape = perm.inputs[0].shape
+    inside = {op.out for op in body}
+    if perm.inputs[0] not in inside:
+        return None
+    sources = set()
+    for op in body:
+        opdef = get(op.name)
+        if (
+            opdef.category != "elementwise"
+            or opdef.view is not None
+            or opdef.positional
+            or op.out.shape not in ((), shape)
+        ):
+            return None
+        for v in op.inputs:
+            if v not in inside and v.shape != ():
+                sources.add(v)
+            if v.shape not in ((), shape):
+                return None
+    return (perm, sources.pop(), body) if len(sources) == 1 else None
+
+
+def _pointwise_code(inputs: list[Value], source: Value, body: list[Op]) -> tuple[list[str], list[str], dict]:
+    """The statements of a tiled map: each scalar input read once (s<k>), then per element `x` of the
+    source the body's ops, each value rounded to its dtype (t<n>); and the C name of every value."""
+    names = {source: "x"}
+    scalars = []
+    for k, v in enumerate(inputs):
+        if v is not source:
+            names[v] = f"s{k}"
+            ctype = cuda_c.compute_dtype(v.dtype).cuda_type
+            scalars.append(f"const {ctype} s{k} = {cuda_c.load(f'in{k}[0]', v.dtype)};")
+    lines = []
+    for n, op in enumerate(body):
+        expr, expr_dtype = op_expr(op, [names[u] for u in op.inputs])
+        names[op.out] = f"t{n}"
+        rounded = cuda_c.load(cuda_c.convert(expr, expr_dtype, op.out.dtype), op.out.dtype)
+        lines.append(f"const {cuda_c.compute_dtype(op.out.dtype).cuda_type} t{n} = {rounded};")
+    return scalars, lines, names
+
+
+def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list[Kernel] | None:
+    """The tiled transpose of a fused elementwise group that writes pointwise values of one tensor only
+    transposed (the module docstring), the pointwise ops computed as each element enters the tile as the
+    elementwise kernel computes them (every intermediate rounded to its dtype); None for any other group."""
+    found = _pointwise_source(group) if group.kind == Kind.ELEMENTWISE and tiled_maps(config) else None
+    if found is None:
+        return None
+    perm, source, body = found
+    view = views.of_map(permute_map(perm), perm.inputs[0].shape)
+    t = as_transpose(perm.out.shape, view) if perm.out.type.numel and _static(perm) else None
+    if t is None or min(t.ni, t.nj) < MIN_EXTENT:
+        return None
+    inputs = group_inputs(group)
+    scalars, lines, names = _pointwise_code(inputs, source, body)
+    out = perm.out.dtype
+    src = f"in{inputs.index(source)}"
+    f = _tile_fields(t, source.dtype.itemsize, out.itemsize, src, "out0", wide_byte_tiles(config))
+    idx_t, off_t = index_types(perm.out.type.numel, f["tiles"])
+    source_text = render_template(
+        "transpose.cu.j2",
+        header=group_header(
+            group,
+            inputs,
+            f"tiled transpose through shared memory of pointwise values of %"
+            f"{inputs.index(source)}: {t.nj} x {t.ni}, {f['tile']} x {f['tile']} tiles",
+        ),
+        **kernel_fields(group_dtypes(group), group_params(inputs, [perm.out])),
+        prelude=group_prelude(group),
+        block=BLOCK,
+        idx_t=idx_t,
+        off_t=off_t,
+        stype=out.cuda_type,
+        ltype=source.dtype.cuda_type,
+        src_ptr=src,
+        out="out0",
+        scalars=scalars,
+        xtype=cuda_c.compute_dtype(source.dtype).cuda_type,
+        xload=cuda_c.load("a[k].v[e]", source.dtype),
+        body=lines,
+        result=cuda_c.convert(names[perm.inputs[0]], perm.inputs[0].dtype, out),
+        **f,
+    )
+    ops = [op.name for op in body if not is_fill(op)]
+    stem = "fused_" + "_".join(list(dict.fromkeys(ops))[:4]) + f"_{out.name}_{shape_tag(perm.out.shape)}_tiled"
+    k = finish(stem, source_text, min(f["tiles"], MAX_GRID), BLOCK, len(inputs))
+    return [dataclasses.replace(k, in_place_safe=False)]
