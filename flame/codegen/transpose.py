@@ -194,7 +194,8 @@ def _pointwise_source(group: FusionGroup) -> tuple[Op, Value, list[Op]] | None:
     """(the permute, the one tensor the group reads, the pointwise ops before the permute) when `group`
     computes pointwise values of one tensor and 0-d scalars and writes only their permute; else None."""
     *body, perm = group.ops
-    if perm.name != "permute" or tuple(group.outputs) != (perm.out,) or not body:
+    reorders = get(perm.name).view is not None and get(perm.name).view.perm is not None  # a permute
+    if not reorders or tuple(group.outputs) != (perm.out,) or not body:
         return None
     shape = perm.inputs[0].shape
     inside = {op.out for op in body}
