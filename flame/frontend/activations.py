@@ -78,14 +78,15 @@ def _logsigmoid(x: Tensor) -> Tensor:
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
-    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0). For f16 / bf16, in f32
-    rounded once, its gradient PyTorch's kernel's: from z = exp(-|x|) as stored in x's dtype, the
-    cotangent times (x < 0 ? 1 - z / (1 + z) : z / (1 + z)) in f32."""
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0); for f16 / bf16 in f32,
+    rounded once. Its gradient PyTorch's kernel's (1/2 at 0, where min(x, 0) has a kink): from
+    z = exp(-|x|) as stored in x's dtype, the cotangent times (x < 0 ? 1 - z / (1 + z) : z / (1 + z)),
+    in f32 for f16 / bf16."""
     value = _logsigmoid(input)
-    if not half_gradient(input):
+    if not (input.dtype.is_float and wants_gradient(input)):
         return value
-    x = input.float()
-    z = (-x.abs()).exp().to(input.dtype).float()
+    x = wide(input)
+    z = (-x.abs()).exp().to(input.dtype).to(x.dtype)
     q = z / (z + 1)
     return with_derivative(input, value, where(x < 0, 1 - q, q))
 

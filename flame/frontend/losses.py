@@ -5,7 +5,10 @@ inside @flame.compile those values are not known and are not checked."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from flame.errors import IndexValueError, ShapeError, TraceError
+from flame.frontend import opmath
 from flame.frontend.autocast import is_autocast_enabled, policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
@@ -205,7 +208,9 @@ def binary_cross_entropy(
     reduce=None,
     reduction: str = "mean",
 ) -> Tensor:
-    """-(t log x + (1 - t) log(1 - x)) for probabilities x, each log clamped at -100 as in PyTorch."""
+    """-(t log x + (1 - t) log(1 - x)) for probabilities x, each log clamped at -100 as in PyTorch; the
+    gradients PyTorch's: (x - t) / max((1 - x) x, 1e-12) for x (0, not NaN, where x is 0 or 1 and t
+    equals it) and -logit(x) for t."""
     _no_legacy("binary_cross_entropy", size_average, reduce)
     if is_autocast_enabled():
         raise RuntimeError(_BCE_UNSAFE + f"\n  at {user_location()}")
@@ -216,8 +221,29 @@ def binary_cross_entropy(
             raise ValueError(
                 f"binary_cross_entropy: all elements of input should be between 0 and 1\n  at {user_location()}"
             )
-    loss = -(target * input.log().clamp(min=-100.0) + (1 - target) * (1 - input).log().clamp(min=-100.0))
+    # PyTorch's kernel's form and order (its signs of zero too)
+    loss = (target - 1) * (-input).log1p().clamp(min=-100.0) - target * input.log().clamp(min=-100.0)
+    loss = _bce_gradients(loss, input, target)
     return _loss_reduce(loss * weight if weight is not None else loss, reduction)
+
+
+_BCE_EPSILON = float(np.float32(1e-12))  # PyTorch's EPSILON, a float constant: 9.99999996e-13 in every dtype
+
+
+def _bce_gradients(loss: Tensor, x: Tensor, t: Tensor) -> Tensor:
+    """loss (binary_cross_entropy's, unreduced) with PyTorch's gradients, in its kernels' order and
+    dtype: grad * (x - t) / max((1 - x) x, 1e-12) for x (0, not NaN, where x is 0 or 1 and t equals
+    it) and -logit(x) * grad for t. A form whose VJP computes exactly that: (x / den) * (x - t) with
+    den and x - t constants gives (grad * (x - t)) / den."""
+    forms = []
+    if x.dtype.is_float and opmath.wants_gradient(x):
+        den = ((1 - x) * x).clamp(min=_BCE_EPSILON)
+        forms.append((x / den.detach()) * (x - t).detach())
+    if isinstance(t, Tensor) and t.dtype.is_float and opmath.wants_gradient(t):
+        forms.append(t * (-x.logit()).detach())
+    if not forms:
+        return loss
+    return apply("straight_through", forms[0] if len(forms) == 1 else forms[0] + forms[1], loss.detach())
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list

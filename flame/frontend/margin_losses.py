@@ -176,7 +176,7 @@ def multi_margin_loss(input: Tensor, target: Tensor, p: int = 1, margin: float =
     n_classes = input.shape[-1]
     hot = one_hot(target, n_classes).to(input.dtype)
     picked = (input * hot).sum(-1, keepdim=True)
-    z = (margin - picked + input).clamp(min=0.0)
+    z = (margin - picked + input).relu()  # no gradient where the margin is exactly met (torch's z > 0)
     z = z * z if p == 2 else z
     if weight is not None:
         z = z * (hot * weight).sum(-1, keepdim=True)

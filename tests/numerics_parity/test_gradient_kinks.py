@@ -6,7 +6,10 @@ base with an exponent >= 0, -inf or inf at a zero base with a negative one, and 
 real logarithm: torch's NaN, never a silent 0); a Python number as base or exponent too. hardtanh and relu6
 pass the gradient strictly inside their bounds (clamp's passes at them), hardsigmoid strictly inside (-3, 3),
 hardswish is 0 at -3 and 1 at 3; log1p's is inf at -1; logit's ±inf at 0 and 1 and NaN outside [0, 1]
-(0 outside [eps, 1 - eps] with eps); round, floor, ceil, trunc and sign give zeros, frac 1."""
+(0 outside [eps, 1 - eps] with eps); round, floor, ceil, trunc and sign give zeros, frac 1. logsigmoid's is
+1/2 at 0 (so soft_margin_loss's and multilabel_soft_margin_loss's there), multi_margin_loss's is 0 where
+the margin is exactly met, binary_cross_entropy's (x - t) / max((1 - x) x, 1e-12) (0, not NaN, at a
+probability of 0 or 1 equal to its target) and -logit(x) for the target."""
 
 import numpy as np
 import pytest
@@ -18,6 +21,10 @@ EXPONENTS = np.array([2.0, 0.5, 2.0, 0.0, -1.0, -0.5, 0.0, 1.0], np.float64)
 W = np.linspace(0.5, 2.0, BASES.size)
 KINKS = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 6.0, 0.5, -0.5, 6.5, -3.5], np.float64)
 V = np.linspace(0.5, 1.5, KINKS.size)
+
+
+PROBS = np.array([0.0, 1e-12, 0.3, 0.5, 1.0 - 1e-12, 1.0, 0.7])
+PROBS_TARGET = np.array([0.0, 1.0, 1.0, 0.5, 0.0, 1.0, 0.25])
 
 
 def _act(name, *args):
@@ -44,6 +51,24 @@ CASES = {
     "round": (lambda L, x: (x.round() * L.tensor(V)).sum(), KINKS),
     "floor ceil trunc sign": (lambda L, x: (x.floor() + x.ceil() + x.trunc() + x.sign()).sum(), KINKS),
     "frac": (lambda L, x: x.frac().sum(), KINKS),
+    "logsigmoid": (_act("logsigmoid"), KINKS),
+    "soft_margin_loss": (lambda L, x: L.nn.functional.soft_margin_loss(x, L.tensor(np.sign(V - 1) + (V == 1))), KINKS),
+    "multilabel_soft_margin_loss": (
+        lambda L, x: L.nn.functional.multilabel_soft_margin_loss(x.reshape(1, -1), L.tensor((V > 1)[None] * 1.0)),
+        KINKS,
+    ),
+    "multi_margin_loss at the margin": (
+        lambda L, x: L.nn.functional.multi_margin_loss(x.reshape(3, 3), L.tensor(np.array([2, 0, 1]))),
+        np.array([1.0, 2.0, 3.0, 0.0, 0.0, -1.0, 5.0, 5.0, 5.0]),
+    ),
+    "binary_cross_entropy at 0 and 1": (
+        lambda L, x: L.nn.functional.binary_cross_entropy(x, L.tensor(PROBS_TARGET), weight=L.tensor(V[:7])),
+        PROBS,
+    ),
+    "binary_cross_entropy's target": (
+        lambda L, t: L.nn.functional.binary_cross_entropy(L.tensor(PROBS[1:-1]), t, reduction="sum"),
+        PROBS_TARGET[1:-1],
+    ),
 }
 
 
