@@ -266,7 +266,8 @@ def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, trainin
 
 @policy("lower")  # autocast: PyTorch's lower-precision list
 def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
-    """x where x >= 0, else weight * x; weight holds one slope, or one per channel (dim 1)."""
+    """x where x > 0, else weight * x (at 0 the gradient is the slope's, as torch's); weight holds one
+    slope, or one per channel (dim 1)."""
     if weight.ndim != 1 or (weight.shape[0] != 1 and (input.ndim < 2 or weight.shape[0] != input.shape[1])):
         raise ShapeError(
             f"prelu: weight {list(weight.shape)} must hold 1 slope or one per channel of input "
@@ -274,7 +275,7 @@ def prelu(input: Tensor, weight: Tensor) -> Tensor:  # noqa: A002
         )
     if weight.shape[0] != 1:
         weight = weight.reshape(-1, *([1] * (input.ndim - 2)))
-    return where(input >= 0, input, input * weight)
+    return where(input > 0, input, input * weight)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list

@@ -5,11 +5,11 @@ pow: a zero exponent gives a zero gradient for the base (0 ** 0 too); the expone
 base with an exponent >= 0, -inf or inf at a zero base with a negative one, and NaN at a negative base (no
 real logarithm: torch's NaN, never a silent 0); a Python number as base or exponent too. hardtanh and relu6
 pass the gradient strictly inside their bounds (clamp's passes at them), hardsigmoid strictly inside (-3, 3),
-hardswish is 0 at -3 and 1 at 3; log1p's is inf at -1; logit's ±inf at 0 and 1 and NaN outside [0, 1]
-(0 outside [eps, 1 - eps] with eps); round, floor, ceil, trunc and sign give zeros, frac 1. logsigmoid's is
-1/2 at 0 (so soft_margin_loss's and multilabel_soft_margin_loss's there), multi_margin_loss's is 0 where
-the margin is exactly met, binary_cross_entropy's (x - t) / max((1 - x) x, 1e-12) (0, not NaN, at a
-probability of 0 or 1 equal to its target) and -logit(x) for the target."""
+hardswish is 0 at -3 and 1 at 3; log1p's is inf at -1; logit's ±inf at 0 and 1 and NaN outside [0, 1] (0
+outside [eps, 1 - eps] with eps); round, floor, ceil, trunc and sign give zeros, frac 1. logsigmoid's is 1/2
+at 0 (so soft_margin_loss's and multilabel_soft_margin_loss's there), prelu's is the slope at 0,
+multi_margin_loss's is 0 where the margin is exactly met, binary_cross_entropy's (x - t) / max((1 - x) x,
+1e-12) (0, not NaN, at a probability of 0 or 1 equal to its target) and -logit(x) for the target."""
 
 import numpy as np
 import pytest
@@ -52,6 +52,8 @@ CASES = {
     "floor ceil trunc sign": (lambda L, x: (x.floor() + x.ceil() + x.trunc() + x.sign()).sum(), KINKS),
     "frac": (lambda L, x: x.frac().sum(), KINKS),
     "logsigmoid": (_act("logsigmoid"), KINKS),
+    "prelu": (lambda L, x: (L.nn.functional.prelu(x, L.tensor(np.array([0.25]))) * L.tensor(V)).sum(), KINKS),
+    "prelu's slope": (lambda L, w: (L.nn.functional.prelu(L.tensor(KINKS), w) * L.tensor(V)).sum(), np.array([0.25])),
     "soft_margin_loss": (lambda L, x: L.nn.functional.soft_margin_loss(x, L.tensor(np.sign(V - 1) + (V == 1))), KINKS),
     "multilabel_soft_margin_loss": (
         lambda L, x: L.nn.functional.multilabel_soft_margin_loss(x.reshape(1, -1), L.tensor((V > 1)[None] * 1.0)),
