@@ -16,6 +16,7 @@ from flame.errors import (
     DTypeError,
     FlameError,
     MemoryBudgetError,
+    OverflowValueError,
     OverlapError,
     ParseError,
     RecompileWarning,

@@ -87,6 +87,12 @@ class ZeroDivisorError(ArgumentError, RuntimeError):
     there). On the GPU, as in PyTorch's CUDA, the result of such a division is unspecified."""
 
 
+class OverflowValueError(ArgumentError, RuntimeError):
+    """A Python number that the dtype it is read in cannot hold (a clamp bound of 1e5 for a float16
+    tensor, 300 for an int8 one): PyTorch's RuntimeError "value cannot be converted to type ... without
+    overflow". Infinities are values of every floating dtype."""
+
+
 class ArgumentTypeError(FlameError, TypeError):
     """An argument is of a type flame does not accept there (PyTorch raises TypeError); the message
     names it, what it accepts and what came."""

@@ -25,6 +25,7 @@ from flame.frontend.functional import (
 )
 from flame.frontend.opmath import composite, half_gradient, wants_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
+from flame.frontend.promotion import fits
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import bf16, f16, f64
 
@@ -142,6 +143,8 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tens
     inside (min_val, max_val), 0 at the bounds (clamp's gradient passes at them)."""
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val {min_val} is larger than max_val {max_val}")
+    fits("hardtanh", "min_val", min_val, input.dtype)
+    fits("hardtanh", "max_val", max_val, input.dtype)
     value = input.clamp(min_val, max_val)
     if not (input.dtype.is_float and wants_gradient(input)):
         return value
@@ -222,6 +225,9 @@ def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=N
 def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002
     """x where x > threshold, else value; an f16 / bf16 x is compared with the threshold in f32, as
     PyTorch's kernel (the threshold not rounded to x's dtype)."""
+    if isinstance(input, Tensor):
+        fits("threshold", "threshold", threshold, input.dtype)
+        fits("threshold", "value", value, input.dtype)
     if isinstance(input, Tensor) and input.dtype in (f16, bf16):
         return where(input.float() > _f32(threshold), input, value)
     return where(input > threshold, input, value)

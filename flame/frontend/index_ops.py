@@ -29,6 +29,7 @@ from flame.errors import DTypeError, IndexValueError, ShapeError
 from flame.frontend import tensor as _t
 from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
+from flame.frontend.promotion import fits
 from flame.frontend.tensor_core import full, pad, where
 from flame.frontend.views import new_tensor
 from flame.ir.dtypes import boolean
@@ -282,6 +283,7 @@ def index_fill(x, dim: int, index, value):
     index = _index_tensor("index_fill", index).reshape(-1)
     n = x.shape[axis] if x.ndim else 1
     check_indices("index_fill", index, n, axis, negative=True)
+    fits("index_fill", "value", value, x.dtype)
     if isinstance(value, _t.Tensor) and value.ndim:
         raise ShapeError(
             f"index_fill: value must be a number or a 0-d tensor, got shape {list(value.shape)}\n  at {user_location()}"

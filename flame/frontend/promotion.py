@@ -5,11 +5,15 @@ that mixes dtypes build on these."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from flame.errors import OverflowValueError
+from flame.frontend.context import user_location
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, boolean, dtype_of, i64, promote, u8
+from flame.ir.dtypes import DType, boolean, dtype_of, i64, promote, u8, value_range
 
 
 def is_scalar(x) -> bool:
@@ -82,3 +86,21 @@ def torch_result_type(tensor, other) -> DType:
 def promote_types(type1, type2) -> DType:
     """torch.promote_types: the dtype two tensors of dtypes type1 and type2 promote to."""
     return promote(dtype_of(type1), dtype_of(type2))
+
+
+def fits(op: str, name: str, value, dt) -> None:
+    """A Python number argument (None and tensors pass) converts to dt, else OverflowValueError, as
+    PyTorch's checked conversion of a Scalar refuses it: a floating dt takes its finite range, infinities
+    and NaN; a signed integer dt its range; an unsigned one down to minus its largest value (which
+    wraps, as two's complement); bool anything."""
+    if value is None or isinstance(value, Tensor) or isinstance(value, (bool, np.bool_)) or dt == boolean:
+        return
+    v = float(value) if dt.is_float else value
+    if dt.is_float and not math.isfinite(v):
+        return
+    lo, hi = value_range(dt)
+    if not dt.is_float and lo == 0:
+        lo = -hi
+    if v < lo or v > hi:
+        raise OverflowValueError(f"{op}: {name}={value!r} cannot be converted to {dt.name} without overflow (its "
+                                 f"values run from {lo:g} to {hi:g})\n  at {user_location()}")

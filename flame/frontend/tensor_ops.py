@@ -23,7 +23,7 @@ from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
-from flame.frontend.promotion import result_type
+from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, where
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, i64, u8
@@ -57,6 +57,7 @@ def _check_alpha(name: str, a, b, alpha) -> None:
 def _tensor(x):
     """x as a Tensor (a Python number as a 0-d tensor of its own type, as PyTorch promotes it)."""
     return x if isinstance(x, Tensor) else Tensor(np.asarray(x))
+
 
 
 class TensorOps:
@@ -286,6 +287,8 @@ class TensorOps:
         if min is None and max is None:
             raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
         dt = result_type(self, *(b for b in (min, max) if b is not None))  # torch's: a 0-d bound counts less
+        for name, bound in (("min", min), ("max", max)):
+            fits("clamp", name, bound, dt)
         out = self.to(dt)
         if min is not None:
             lo = min.to(dt) if isinstance(min, Tensor) else min
@@ -319,6 +322,7 @@ class TensorOps:
         if broadcast_shapes("masked_fill", [mask._type(), self._type()]) != tuple(self.shape):
             raise ShapeError(f"masked_fill: mask {list(mask.shape)} does not broadcast to the shape of the tensor "
                              f"{list(self.shape)}\n  at {user_location()}")
+        fits("masked_fill", "value", value, self.dtype)
         if isinstance(value, Tensor):
             if value.ndim:
                 raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {list(value.shape)}"

@@ -81,6 +81,17 @@ def is_ml_dtype(np_dtype) -> bool:
     return np.dtype(np_dtype) in _ML_NP
 
 
+def value_range(d: DType) -> tuple[float, float]:
+    """(lowest, largest) finite value of dtype d (bool: 0 and 1)."""
+    if d.is_float:
+        info = ml_dtypes.finfo(d.np_dtype) if is_ml_dtype(d.np_dtype) else np.finfo(d.np_dtype)
+        return float(info.min), float(info.max)
+    if d.name == "bool":
+        return 0.0, 1.0
+    info = np.iinfo(d.np_dtype)
+    return int(info.min), int(info.max)
+
+
 def fp8_max(d: DType) -> float:
     """The largest finite value of FP8 dtype d (448 for f8e4m3, 57344 for f8e5m2)."""
     return float(ml_dtypes.finfo(d.np_dtype).max)

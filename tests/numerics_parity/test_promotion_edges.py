@@ -90,12 +90,41 @@ def test_uint8_with_int8_is_int16():
     assert str(t.dtype) == "torch.int16" and f.dtype.name == "int16"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a clamp bound that the tensor's dtype cannot hold is used as it is; torch raises (f16 clamp(max=1e5))",
+@pytest.mark.parametrize(
+    "dtype,op,value",
+    [
+        ("float16", "clamp", 1e5),
+        ("bfloat16", "clamp", 1e39),
+        ("float32", "clamp", -1e39),
+        ("int8", "clamp", 300),
+        ("float16", "masked_fill", -1e9),
+        ("uint8", "masked_fill", 300),
+        ("uint8", "masked_fill", -256),
+        ("int8", "masked_fill", -129),
+        ("float16", "index_fill", 7e4),
+        ("float16", "hardtanh", 1e5),
+        ("float16", "threshold", 1e5),
+    ],
 )
-def test_clamp_bound_out_of_the_dtypes_range_raises():
-    with pytest.raises(RuntimeError):
-        torch.tensor([1.0], dtype=torch.float16).clamp(max=1e5)
-    with pytest.raises(flame.FlameError):
-        flame.tensor([1.0], dtype=flame.float16).clamp(max=1e5)
+def test_a_number_the_dtype_cannot_hold_raises_as_torchs(dtype, op, value):
+    """torch's checked conversion of a Scalar argument: a RuntimeError (flame.OverflowValueError, naming
+    the op, the argument and the dtype's range); infinities, a bf16 1e5 and a uint8 -1 (which wraps)
+    convert."""
+    forms = {
+        "clamp": lambda L, x: x.clamp(max=value),
+        "masked_fill": lambda L, x: x.masked_fill(L.tensor([True, False]), value),
+        "index_fill": lambda L, x: x.index_fill(0, L.tensor([0]), value),
+        "hardtanh": lambda L, x: L.nn.functional.hardtanh(x, -1.0, value),
+        "threshold": lambda L, x: L.nn.functional.threshold(x, 0.5, value),
+    }
+    for L, error in ((torch, RuntimeError), (flame, flame.OverflowValueError)):
+        with pytest.raises(error, match="without overflow"):
+            forms[op](L, L.tensor([1, 2]).to(getattr(L, dtype)))
+
+
+@pytest.mark.parametrize("dtype,value", [("float16", float("inf")), ("bfloat16", 1e5), ("uint8", -1), ("bool", 7)])
+def test_a_number_the_dtype_can_take_converts_as_torchs(dtype, value):
+    for L in (torch, flame):
+        x = L.tensor([1, 2]).to(getattr(L, dtype))
+        assert x.masked_fill(L.tensor([True, False]), value).tolist() == \
+            torch.tensor([1, 2]).to(getattr(torch, dtype)).masked_fill(torch.tensor([True, False]), value).tolist()
