@@ -27,10 +27,10 @@ from flame.frontend.tensor_ops import vector_norm
 from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
-           "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "exp2", "float_power", "fmax", "fmin",
+           "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax", "fmin",
            "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "msort", "nan_to_num",
-           "negative", "positive", "rad2deg", "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean",
-           "trapezoid", "var_mean", "vdot"]
+           "negative", "pdist", "positive", "rad2deg", "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc",
+           "std_mean", "trapezoid", "var_mean", "vdot"]
 
 _MinMax = namedtuple("aminmax", ["min", "max"])
 
@@ -200,6 +200,24 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = Non
     if p < 0:
         raise ValueError(f"cdist: p must be non-negative, got {p}")
     return vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
+
+
+@policy("f32")  # autocast: on PyTorch's float32 list
+def dist(input: Tensor, other: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
+    """The p-norm of input - other (broadcast), a 0-d tensor, as torch.dist."""
+    return vector_norm(input - other, p)
+
+
+@policy("f32")  # autocast: on PyTorch's float32 list
+def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
+    """The p-norm distance between each pair of rows i < j of input [N, M], row-major: [N (N - 1) / 2],
+    as torch.nn.functional.pdist."""
+    if input.ndim != 2:
+        raise _err(f"pdist: expected a 2-D input [N, M], got {list(input.shape)}")
+    if p < 0:
+        raise ValueError(f"pdist: p must be non-negative, got {p}")
+    i, j = np.triu_indices(input.shape[0], 1)
+    return vector_norm(input[as_tensor(i)] - input[as_tensor(j)], p, -1)
 
 
 # ---- sorted values ---------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from flame.frontend.views import new_tensor
 from flame.ir.dtypes import i64
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
-           "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d",
-           "max_pool2d", "max_pool3d"]
+           "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "lp_pool1d",
+           "lp_pool2d", "lp_pool3d", "max_pool1d", "max_pool2d", "max_pool3d"]
 
 
 def _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode):
@@ -205,6 +205,29 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
                divisor_override=None) -> Tensor:
     return _avg_pool(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def _lp_pool(d: int, x: Tensor, norm_type: float, kernel_size, stride, ceil_mode: bool) -> Tensor:
+    """PyTorch's power-average pooling: (sum over each window of x ** norm_type) ** (1 / norm_type), as
+    the window's mean of x ** p times its size, negative means made 0 (sign * relu of the absolute)."""
+    k = ntuple(kernel_size, d, "kernel_size", f"lp_pool{d}d")
+    out = _avg_pool(d, x.pow(norm_type), kernel_size, stride, 0, ceil_mode, True, None)
+    return (out.sign() * out.abs().relu()).mul(float(np.prod(k))).pow(1.0 / norm_type)
+
+
+def lp_pool1d(input, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False) -> Tensor:  # noqa: A002
+    """The norm_type-norm of each window (torch.nn.functional.lp_pool1d)."""
+    return _lp_pool(1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False) -> Tensor:  # noqa: A002
+    """The norm_type-norm of each window (torch.nn.functional.lp_pool2d)."""
+    return _lp_pool(2, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False) -> Tensor:  # noqa: A002
+    """The norm_type-norm of each window (torch.nn.functional.lp_pool3d)."""
+    return _lp_pool(3, input, norm_type, kernel_size, stride, ceil_mode)
 
 
 # ---- adaptive pooling ----------------------------------------------------------------------------

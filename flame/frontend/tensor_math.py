@@ -593,6 +593,10 @@ class TensorMath:
     def logaddexp(self, other):
         return more_math.logaddexp(self, other)
 
+    def dist(self, other, p: float = 2.0):
+        """The p-norm of self - other, as torch.Tensor.dist."""
+        return more_math.dist(self, other, p)
+
     def logaddexp2(self, other):
         return more_math.logaddexp2(self, other)
 

@@ -209,6 +209,33 @@ class AvgPool3d(_AvgPool):
     d = 3
 
 
+class _LPPool(Module):
+    d = 2
+
+    def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
+        super().__init__()
+        self.norm_type, self.kernel_size, self.stride, self.ceil_mode = norm_type, kernel_size, stride, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return P._lp_pool(self.d, x, self.norm_type, self.kernel_size, self.stride, self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, stride={self.stride}, " \
+               f"ceil_mode={self.ceil_mode}"
+
+
+class LPPool1d(_LPPool):
+    d = 1
+
+
+class LPPool2d(_LPPool):
+    d = 2
+
+
+class LPPool3d(_LPPool):
+    d = 3
+
+
 class _AdaptivePool(Module):
     d, kind = 2, "avg"
 

@@ -17,6 +17,7 @@ from flame.frontend.losses import *  # noqa: F401,F403
 from flame.frontend.losses import __all__ as _more
 from flame.frontend.margin_losses import *  # noqa: F401,F403
 from flame.frontend.margin_losses import __all__ as _margin
+from flame.frontend.more_math import pdist
 from flame.frontend.norms import *  # noqa: F401,F403
 from flame.frontend.norms import __all__ as _norms
 from flame.frontend.pooling import *  # noqa: F401,F403
@@ -26,4 +27,5 @@ from flame.frontend.resample import __all__ as _resample
 from flame.frontend.sampling import *  # noqa: F401,F403
 from flame.frontend.sampling import __all__ as _sampling
 
-__all__ = [*_core, *_more, *_margin, *_activations, *_conv, *_pooling, *_resample, *_norms, *_sampling, *_ctc]
+__all__ = [*_core, *_more, *_margin, *_activations, *_conv, *_pooling, *_resample, *_norms, *_sampling, *_ctc,
+           "pdist"]
