@@ -221,6 +221,7 @@ from flame.frontend.ops import (
     movedim,
     mul,
     nanmean,
+    nanmedian,
     nansum,
     narrow,
     ne,

@@ -467,6 +467,28 @@ class TensorMath:
         first = nan.to(u8).argmax(axis, keepdim)
         return MedianResult(where(has, float("nan"), r.values), where(has, first, r.indices))
 
+    def nanmedian(self, dim: int | None = None, keepdim: bool = False):
+        """median ignoring NaN, as torch.nanmedian: the lower median of the values that are not NaN (NaN
+        where a line holds nothing else); of every element when dim is None, else (values, indices)
+        along dim. Without dim the gradient is shared evenly by the elements equal to it, as torch's."""
+        if self.dtype == boolean or not self.dtype.is_float:
+            return self.median(dim, keepdim)
+        if dim is None:
+            flat = self.reshape(-1)
+            v = flat.nanmedian(0).values
+            tie = (flat == v.detach()) | (flat.isnan() & v.detach().isnan())  # torch's: NaN shares with NaN
+            share = where(tie, flat, 0.0).sum() / tie.sum().to(self.dtype).clamp(min=1)
+            return v.detach() + (share - share.detach())
+        axis = dim_index("nanmedian", dim, self.ndim)
+        if not self.ndim:
+            return MedianResult(self, full((), 0, i64))
+        ranked = self.sort(axis)  # NaN last
+        k = ((~self.isnan()).sum(axis, keepdim=True) - 1).clamp(min=0) // 2
+        values, indices = ranked.values.gather(axis, k), ranked.indices.gather(axis, k)
+        if not keepdim:
+            values, indices = values.squeeze(axis), indices.squeeze(axis)
+        return MedianResult(values, indices)
+
     def cov(self, *, correction: int = 1, fweights=None, aweights=None):
         """The covariance of the rows (variables) over the columns (observations), as torch.cov
         (frequency and analytic weights are not supported)."""
