@@ -156,6 +156,47 @@ def atleast_2d(*tensors):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def atleast_3d(*tensors):
+    """Each tensor with at least 3 dims, as torch.atleast_3d: [] -> [1, 1, 1], [n] -> [1, n, 1],
+    [m, n] -> [m, n, 1]."""
+    shape = {0: lambda t: (1, 1, 1), 1: lambda t: (1, t.shape[0], 1), 2: lambda t: (*t.shape, 1)}
+    out = [t.reshape(*shape[t.ndim](t)) if t.ndim < 3 else t for t in tensors]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def hstack(tensors) -> Tensor:
+    """cat along dim 1, or dim 0 for 1-D tensors (0-d ones made 1-D), as torch.hstack."""
+    ts = [atleast_1d(t) for t in tensors]
+    return cat(ts, 0 if ts and ts[0].ndim == 1 else 1)
+
+
+def vstack(tensors) -> Tensor:
+    """cat along dim 0 of the tensors made at least 2-D, as torch.vstack."""
+    return cat([atleast_2d(t) for t in tensors], 0)
+
+
+def dstack(tensors) -> Tensor:
+    """cat along dim 2 of the tensors made at least 3-D, as torch.dstack."""
+    return cat([atleast_3d(t) for t in tensors], 2)
+
+
+def column_stack(tensors) -> Tensor:
+    """The tensors as columns (0-d and 1-D ones made [n, 1]) side by side, as torch.column_stack."""
+    return cat([t.reshape(t.numel(), 1) if t.ndim < 2 else t for t in tensors], 1)
+
+
+def tensor_split(input, indices_or_sections, dim: int = 0):  # noqa: A002
+    return input.tensor_split(indices_or_sections, dim)
+
+
+def fliplr(input) -> Tensor:  # noqa: A002
+    return input.fliplr()
+
+
+def flipud(input) -> Tensor:  # noqa: A002
+    return input.flipud()
+
+
 def max(input, dim=None, keepdim: bool = False):  # noqa: A001, A002 - PyTorch's names
     """torch.max: the largest element; with dim, (values, indices) along it; with a tensor as the
     second argument, the elementwise maximum (torch.max(a, b) = torch.maximum(a, b))."""

@@ -10,6 +10,7 @@ makes the function forms."""
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections import namedtuple
 from contextlib import nullcontext
@@ -185,6 +186,38 @@ class TensorOps:
             out.append(self.narrow(axis, at, s))
             at += s
         return tuple(out)
+
+    def tensor_split(self, indices_or_sections, dim: int = 0):
+        """Views along dim, as torch.tensor_split: n sections (the first n % size one longer), or pieces
+        between the listed indices (clipped to the dim, as slicing clips)."""
+        axis = dim_index("tensor_split", dim, self.ndim)
+        n = self.shape[axis]
+        if isinstance(indices_or_sections, Tensor):
+            indices_or_sections = indices_or_sections.tolist()
+        if isinstance(indices_or_sections, (int, np.integer)):
+            k = int(indices_or_sections)
+            if k <= 0:
+                raise ShapeError(f"tensor_split: number of sections must be greater than 0, got {k}\n"
+                                 f"  at {user_location()}")
+            sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+            bounds = np.cumsum([0, *sizes]).tolist()
+        else:
+            cuts = [min(builtins.max(int(i) + (n if int(i) < 0 else 0), 0), n) for i in indices_or_sections]
+            bounds = [0, *cuts, n]
+        # piece k is [bounds[k], bounds[k + 1]) as a slice clips it: empty where the cuts go backwards
+        return tuple(self.narrow(axis, lo, builtins.max(hi - lo, 0)) for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+    def fliplr(self):
+        """The columns (dim 1) in reverse, as torch.fliplr (at least 2-D)."""
+        if self.ndim < 2:
+            raise ShapeError(f"fliplr: input must be >= 2-d, got {list(self.shape)}\n  at {user_location()}")
+        return self.flip(1)
+
+    def flipud(self):
+        """The rows (dim 0) in reverse, as torch.flipud (at least 1-D)."""
+        if self.ndim < 1:
+            raise ShapeError(f"flipud: input must be >= 1-d, got a 0-d tensor\n  at {user_location()}")
+        return self.flip(0)
 
     def chunk(self, chunks: int, dim: int = 0):
         """At most `chunks` pieces of ceil(n / chunks) along dim (PyTorch's torch.chunk)."""
