@@ -269,16 +269,62 @@ class TensorHooks:
         return self._node is None
 
     @property
-    def grad_fn(self) -> None:
-        """None for a tensor without gradient history, as torch's. flame keeps no autograd tape, so a
-        tensor computed from ones that require grad has no grad_fn object: that raises AttributeError."""
+    def grad_fn(self) -> GradFn | None:
+        """None for a tensor without gradient history, as torch's; else a GradFn naming the op that made
+        it (`name()`: torch's spelling, "MulBackward0") and, eagerly, the grad_fns of its inputs
+        (`next_functions`)."""
         if self.is_leaf:
             return None
-        raise AttributeError(
-            "grad_fn: flame tensors carry no autograd graph objects (backward rebuilds the graph from the "
-            "loss); to ask whether a tensor has gradient history use `t.requires_grad and not t.is_leaf`"
-            f"\n  at {user_location()}"
-        )
+        op = self._value.producer.name if self._value is not None else self._node.name
+        return GradFn(op, None if self._value is not None else self._node.inputs)
+
+
+class GradFn:
+    """What torch's grad_fn answers of a tensor with gradient history: `name()`, `next_functions`
+    ((input's grad_fn, 0) per input: an AccumulateGrad for an input that is a leaf requiring grad, None
+    for one that requires none; empty inside @flame.compile, where the traced graph is the history).
+    flame's backward rebuilds the graph from the loss; this object only describes it."""
+
+    __slots__ = ("op", "_inputs")
+
+    def __init__(self, op: str, inputs: tuple | None):
+        self.op, self._inputs = op, inputs
+
+    def name(self) -> str:
+        op = self.op.removeprefix("reduce_")  # reduce_sum: torch's SumBackward0
+        return "".join(part.capitalize() for part in op.split("_")) + "Backward0"
+
+    @property
+    def next_functions(self) -> tuple:
+        if not self._inputs:
+            return ()
+        return tuple((_next_of(t), 0) for t in self._inputs)
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object>"
+
+
+class AccumulateGrad:
+    """The grad_fn entry of a leaf requiring grad (its `variable`), as torch's."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Tensor):
+        self.variable = variable
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"
+
+    next_functions = ()
+
+    def __repr__(self) -> str:
+        return "<AccumulateGrad object>"
+
+
+def _next_of(t) -> GradFn | AccumulateGrad | None:
+    if not isinstance(t, Tensor) or not t.requires_grad:
+        return None
+    return AccumulateGrad(t) if t.is_leaf else t.grad_fn
 
 
 def _note(t: Tensor, handle: RemovableHandle | None = None) -> None:

@@ -276,14 +276,28 @@ def test_requires_grad_propagates_and_is_leaf_as_torch():
             lib.arange(3).requires_grad_()
 
 
-def test_grad_fn_is_none_without_history_and_a_clear_attribute_error_with_it():
+def test_grad_fn_is_none_without_history_and_names_the_op_with_it():
     tx, fx = _pair(_rng(25, 3))
     assert tx.grad_fn is None and fx.grad_fn is None
     assert (torch.ones(2) * 2).grad_fn is None and (flame.ones(2) * 2).grad_fn is None
-    assert (tx * 2).grad_fn is not None
-    with pytest.raises(AttributeError, match=r"grad_fn.*t.requires_grad and not t.is_leaf") as e:
-        (fx * 2).grad_fn  # noqa: B018
-    assert "test_autograd_parity.py" in str(e.value)
+    for lib, x in ((torch, tx), (flame, fx)):
+        y = (x * 2).exp().sum()
+        assert y.grad_fn is not None and y.grad_fn.name() == "SumBackward0"
+        (exp, _), = y.grad_fn.next_functions
+        assert exp.name() == "ExpBackward0"
+        (mul, _), = exp.next_functions
+        assert mul.name() == "MulBackward0"
+        leaf = mul.next_functions[0][0]
+        assert leaf.variable is x and leaf.name() == "torch::autograd::AccumulateGrad"
+        assert (x * lib.ones(3)).grad_fn.next_functions[1][0] is None  # an input that requires no grad
+        assert repr(y.grad_fn).startswith("<SumBackward0 object")
+
+    @flame.compile
+    def step(x):
+        assert (x * 2).grad_fn.name() == "MulBackward0" and x.grad_fn is None
+        return (x * 2).sum()
+
+    step(flame.ones(3, requires_grad=True))
 
 
 # ---- grad modes -----------------------------------------------------------------------------------------
