@@ -28,7 +28,9 @@ __all__ = ["CELU", "ELU", "GLU", "SELU", "Bilinear", "EmbeddingBag", "ConstantPa
            "Dropout2d", "Dropout3d", "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "InstanceNorm1d",
            "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance",
            "PixelShuffle", "PixelUnshuffle", "ReLU6", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
-           "ReplicationPad2d", "Softmin", "Softplus", "Softsign", "Threshold", "Unflatten", "ZeroPad1d", "ZeroPad2d",
+           "ReplicationPad2d", "ConstantPad3d", "ZeroPad3d", "ReflectionPad3d", "ReplicationPad3d",
+           "CircularPad1d", "CircularPad2d", "CircularPad3d", "Softmin", "Softplus", "Softsign", "Threshold",
+           "Unflatten", "ZeroPad1d", "ZeroPad2d",
            "Tanhshrink", "Softshrink", "Hardshrink", "RReLU"]
 
 
@@ -322,6 +324,53 @@ class ReplicationPad1d(_Pad):
 
 class ReplicationPad2d(_Pad):
     mode = "replicate"
+
+
+class ConstantPad3d(_Pad):
+    dims = 3
+
+    def __init__(self, padding, value: float):
+        super().__init__(padding, value)
+
+
+class ZeroPad3d(_Pad):
+    dims = 3
+
+
+class ReflectionPad3d(_Pad):
+    dims, mode = 3, "reflect"
+
+
+class ReplicationPad3d(_Pad):
+    dims, mode = 3, "replicate"
+
+
+class _CircularPad(_Pad):
+    """F.pad(mode='circular'); the input is batched or not (rank dims + 1 or dims + 2), else a
+    ValueError, as PyTorch's."""
+
+    mode = "circular"
+
+    def __init__(self, padding):
+        super().__init__(padding)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in (self.dims + 1, self.dims + 2):
+            raise ShapeError(f"{type(self).__name__}: expected {self.dims + 1}D or {self.dims + 2}D input "
+                             f"(got {x.ndim}D input)\n  at {user_location()}")
+        return super().forward(x)
+
+
+class CircularPad1d(_CircularPad):
+    dims = 1
+
+
+class CircularPad2d(_CircularPad):
+    dims = 2
+
+
+class CircularPad3d(_CircularPad):
+    dims = 3
 
 
 class _InstanceNorm(_NormBase):

@@ -1,0 +1,105 @@
+"""The 3-D and circular padding modules, UpsamplingNearest2d / UpsamplingBilinear2d, Softmax2d,
+ChannelShuffle (and F.channel_shuffle) and LocalResponseNorm (and F.local_response_norm) against torch in
+f64: values and gradients, eagerly and inside @flame.compile, and the errors torch raises."""
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+X5 = np.random.default_rng(0).standard_normal((2, 3, 4, 5, 4))
+X4 = np.random.default_rng(1).standard_normal((2, 6, 5, 4))
+X3 = np.random.default_rng(2).standard_normal((2, 6, 7))
+
+CASES = {
+    "ZeroPad3d": (lambda L, x: L.nn.ZeroPad3d(1)(x), X5),
+    "ZeroPad3d tuple unbatched": (lambda L, x: L.nn.ZeroPad3d((1, 0, 2, 1, 0, 2))(x[0]), X5),
+    "ConstantPad3d": (lambda L, x: L.nn.ConstantPad3d((0, 1, 1, 2, 2, 0), 1.5)(x), X5),
+    "ConstantPad3d crop": (lambda L, x: L.nn.ConstantPad3d((-1, 1, 0, -2, 1, 1), -0.5)(x), X5),
+    "ReflectionPad3d": (lambda L, x: L.nn.ReflectionPad3d((1, 2, 3, 0, 2, 1))(x), X5),
+    "ReflectionPad3d unbatched": (lambda L, x: L.nn.ReflectionPad3d(2)(x[1]), X5),
+    "ReplicationPad3d": (lambda L, x: L.nn.ReplicationPad3d((2, 0, 1, 3, 0, 2))(x), X5),
+    "CircularPad1d": (lambda L, x: L.nn.CircularPad1d((2, 5))(x), X3),
+    "CircularPad1d unbatched": (lambda L, x: L.nn.CircularPad1d(3)(x[0]), X3),
+    "CircularPad2d": (lambda L, x: L.nn.CircularPad2d((1, 2, 0, 3))(x), X4),
+    "CircularPad2d unbatched": (lambda L, x: L.nn.CircularPad2d(2)(x[0]), X4),
+    "CircularPad3d": (lambda L, x: L.nn.CircularPad3d((1, 0, 2, 1, 3, 0))(x), X5),
+    "CircularPad3d unbatched": (lambda L, x: L.nn.CircularPad3d(1)(x[0]), X5),
+}
+
+
+def _run(L, fn, x, compiled):
+    t = L.tensor(x.copy(), requires_grad=True)
+
+    def loss(t):
+        y = fn(L, t)
+        w = L.tensor(np.linspace(0.5, 1.5, max(int(np.prod(y.shape)), 1)).reshape(tuple(y.shape)))
+        return y, (y * w).sum()
+
+    if compiled:
+        y, g = flame.compile(lambda a: (fn(flame, a), flame.grad(lambda b: loss(b)[1])(a)))(flame.tensor(x.copy()))
+        return y.numpy(), g.numpy()
+    y, total = loss(t)
+    total.backward()
+    return y.detach().numpy(), t.grad.numpy()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", CASES)
+def test_matches_torch(name, compiled):
+    fn, x = CASES[name]
+    want, want_grad = _run(torch, fn, x, False)
+    got, got_grad = _run(flame, fn, x, compiled)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name, shape",
+    [
+        ("CircularPad1d", (3,)),
+        ("CircularPad1d", (1, 2, 3, 4)),
+        ("CircularPad2d", (3, 3)),
+        ("CircularPad2d", (1, 1, 1, 3, 3)),
+        ("CircularPad3d", (3, 3, 3)),
+        ("CircularPad3d", (1, 1, 1, 1, 3, 3)),
+    ],
+)
+def test_circular_pads_want_a_batched_or_unbatched_input(name, shape):
+    with pytest.raises(ValueError, match="D input") as torch_err:
+        getattr(torch.nn, name)(1)(torch.ones(shape))
+    with pytest.raises(flame.ShapeError, match=r"(.|\n)*test_pad_upsample_shuffle_lrn") as err:
+        getattr(flame.nn, name)(1)(flame.ones(*shape))
+    assert str(torch_err.value) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "module, shape",
+    [
+        (lambda L: L.nn.CircularPad1d(4), (1, 3)),
+        (lambda L: L.nn.ReflectionPad3d(3), (1, 3, 3, 3)),
+        (lambda L: L.nn.ReplicationPad3d(1), (3, 3)),
+        (lambda L: L.nn.ZeroPad3d(1), (3, 3)),
+    ],
+)
+def test_pads_torch_refuses_raise(module, shape):
+    with pytest.raises(RuntimeError):
+        module(torch)(torch.ones(shape))
+    with pytest.raises(flame.ShapeError, match="pad"):
+        module(flame)(flame.ones(*shape))
+
+
+def test_pad_modules_repr_and_padding():
+    for name, args in [
+        ("ZeroPad3d", (1,)),
+        ("ReflectionPad3d", ((1, 2, 3, 0, 2, 1),)),
+        ("CircularPad1d", (2,)),
+        ("CircularPad2d", ((1, 2, 0, 1),)),
+        ("ReplicationPad3d", (2,)),
+        ("CircularPad3d", (1,)),
+    ]:
+        want, got = getattr(torch.nn, name)(*args), getattr(flame.nn, name)(*args)
+        assert repr(got) == repr(want)
+        assert tuple(got.padding) == tuple(want.padding)
