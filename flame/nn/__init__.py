@@ -81,6 +81,8 @@ from flame.nn.conv import (
     MaxPool3d,
     Unfold,
     Upsample,
+    UpsamplingBilinear2d,
+    UpsamplingNearest2d,
 )
 from flame.nn.layers import (
     GELU,
@@ -149,7 +151,7 @@ from flame.nn.transformer import (
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
            "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "LPPool1d", "LPPool2d", "LPPool3d", "MaxPool1d",
-           "MaxPool2d", "MaxPool3d", "Upsample",
+           "MaxPool2d", "MaxPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
            "GELU", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "ModuleDict", "NLLLoss",
            "ParameterDict", "ParameterList", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity",
            "IncompatibleKeys", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList",

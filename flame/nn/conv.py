@@ -1,6 +1,7 @@
 """The convolutional layers of flame.nn (PyTorch names, arguments, parameter layouts and initialisation,
-so a torch state_dict loads): Conv1d/2d/3d, ConvTranspose1d/2d/3d, pooling, Upsample, GroupNorm and
-BatchNorm1d/2d/3d, each a thin Module over flame.frontend's conv, pooling, resample and norms."""
+so a torch state_dict loads): Conv1d/2d/3d, ConvTranspose1d/2d/3d, pooling, Upsample (and
+UpsamplingNearest2d / UpsamplingBilinear2d), GroupNorm and BatchNorm1d/2d/3d, each a thin Module over
+flame.frontend's conv, pooling, resample and norms."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from flame.nn.parameter import Parameter
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d", "Fold", "Unfold", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-           "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Upsample"]
+           "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Upsample",
+           "UpsamplingNearest2d", "UpsamplingBilinear2d"]
 
 
 class _ConvNd(Module):
@@ -318,6 +320,20 @@ class Upsample(Module):
     def extra_repr(self) -> str:
         what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
         return f"{what}, mode={self.mode!r}"
+
+
+class UpsamplingNearest2d(Upsample):
+    """Upsample(size, scale_factor, mode='nearest'), as torch.nn.UpsamplingNearest2d."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """Upsample(size, scale_factor, mode='bilinear', align_corners=True), as torch.nn.UpsamplingBilinear2d."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
 class GroupNorm(Module):

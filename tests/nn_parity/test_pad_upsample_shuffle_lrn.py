@@ -26,6 +26,12 @@ CASES = {
     "CircularPad2d unbatched": (lambda L, x: L.nn.CircularPad2d(2)(x[0]), X4),
     "CircularPad3d": (lambda L, x: L.nn.CircularPad3d((1, 0, 2, 1, 3, 0))(x), X5),
     "CircularPad3d unbatched": (lambda L, x: L.nn.CircularPad3d(1)(x[0]), X5),
+    "UpsamplingNearest2d scale": (lambda L, x: L.nn.UpsamplingNearest2d(scale_factor=2)(x), X4),
+    "UpsamplingNearest2d size": (lambda L, x: L.nn.UpsamplingNearest2d((7, 9))(x), X4),
+    "UpsamplingNearest2d 1-D input": (lambda L, x: L.nn.UpsamplingNearest2d(scale_factor=3)(x), X3),
+    "UpsamplingBilinear2d scale": (lambda L, x: L.nn.UpsamplingBilinear2d(scale_factor=2)(x), X4),
+    "UpsamplingBilinear2d size": (lambda L, x: L.nn.UpsamplingBilinear2d(size=(3, 7))(x), X4),
+    "UpsamplingBilinear2d scale pair": (lambda L, x: L.nn.UpsamplingBilinear2d(scale_factor=(1.5, 2.5))(x), X4),
 }
 
 
@@ -103,3 +109,18 @@ def test_pad_modules_repr_and_padding():
         want, got = getattr(torch.nn, name)(*args), getattr(flame.nn, name)(*args)
         assert repr(got) == repr(want)
         assert tuple(got.padding) == tuple(want.padding)
+
+
+@pytest.mark.parametrize("name", ["UpsamplingNearest2d", "UpsamplingBilinear2d"])
+def test_upsampling_modules_are_upsample(name):
+    want, got = getattr(torch.nn, name)(size=(3, 4)), getattr(flame.nn, name)(size=(3, 4))
+    assert isinstance(got, flame.nn.Upsample)
+    assert (got.mode, got.align_corners) == (want.mode, want.align_corners)
+    assert repr(got) == repr(want)
+
+
+def test_upsampling_bilinear_wants_a_4d_input():
+    with pytest.raises((ValueError, NotImplementedError)):
+        torch.nn.UpsamplingBilinear2d(scale_factor=2)(torch.ones(2, 3, 4))
+    with pytest.raises(flame.ShapeError):
+        flame.nn.UpsamplingBilinear2d(scale_factor=2)(flame.ones(2, 3, 4))
