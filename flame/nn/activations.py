@@ -29,7 +29,8 @@ __all__ = ["CELU", "ELU", "GLU", "SELU", "Bilinear", "EmbeddingBag", "ConstantPa
            "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance",
            "PixelShuffle", "PixelUnshuffle", "ReLU6", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
            "ReplicationPad2d", "ConstantPad3d", "ZeroPad3d", "ReflectionPad3d", "ReplicationPad3d",
-           "CircularPad1d", "CircularPad2d", "CircularPad3d", "Softmin", "Softplus", "Softsign", "Threshold",
+           "CircularPad1d", "CircularPad2d", "CircularPad3d", "Softmin", "Softmax2d", "Softplus", "Softsign",
+           "Threshold",
            "Unflatten", "ZeroPad1d", "ZeroPad2d",
            "Tanhshrink", "Softshrink", "Hardshrink", "RReLU"]
 
@@ -117,6 +118,17 @@ class Softmin(_Elementwise):
 
     def __init__(self, dim: int | None = None):
         super().__init__(dim=dim)
+
+
+class Softmax2d(Module):
+    """softmax over the channels (dim -3) at each spatial position of a [N, C, H, W] or [C, H, W] input;
+    any other rank is a ShapeError (a ValueError, as PyTorch's)."""
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        if input.ndim not in (3, 4):
+            raise ShapeError(f"Softmax2d: expected input to be 3D or 4D, got {input.ndim}D instead"
+                             f"\n  at {user_location()}")
+        return F.softmax(input, -3)
 
 
 class Threshold(_Elementwise):

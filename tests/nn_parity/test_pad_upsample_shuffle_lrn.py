@@ -32,6 +32,8 @@ CASES = {
     "UpsamplingBilinear2d scale": (lambda L, x: L.nn.UpsamplingBilinear2d(scale_factor=2)(x), X4),
     "UpsamplingBilinear2d size": (lambda L, x: L.nn.UpsamplingBilinear2d(size=(3, 7))(x), X4),
     "UpsamplingBilinear2d scale pair": (lambda L, x: L.nn.UpsamplingBilinear2d(scale_factor=(1.5, 2.5))(x), X4),
+    "Softmax2d": (lambda L, x: L.nn.Softmax2d()(x), X4),
+    "Softmax2d unbatched": (lambda L, x: L.nn.Softmax2d()(x), X3),
 }
 
 
@@ -124,3 +126,13 @@ def test_upsampling_bilinear_wants_a_4d_input():
         torch.nn.UpsamplingBilinear2d(scale_factor=2)(torch.ones(2, 3, 4))
     with pytest.raises(flame.ShapeError):
         flame.nn.UpsamplingBilinear2d(scale_factor=2)(flame.ones(2, 3, 4))
+
+
+@pytest.mark.parametrize("shape", [(6,), (2, 3), (1, 2, 3, 4, 5)])
+def test_softmax2d_wants_3d_or_4d(shape):
+    with pytest.raises(ValueError) as torch_err:
+        torch.nn.Softmax2d()(torch.ones(shape))
+    with pytest.raises(flame.ShapeError, match=r"(.|\n)*test_pad_upsample_shuffle_lrn") as err:
+        flame.nn.Softmax2d()(flame.ones(*shape))
+    assert str(torch_err.value) in str(err.value)
+    assert repr(flame.nn.Softmax2d()) == repr(torch.nn.Softmax2d())
