@@ -2,7 +2,8 @@
 written over primitives:
 - interpolate: nearest by broadcasting (integer factors) or index_select; (bi/tri)linear axis by axis,
   each output two neighbours gathered and weighted as PyTorch's kernels (align_corners as PyTorch).
-- pixel_shuffle / pixel_unshuffle: a reshape, a permutation of the dims and a reshape.
+- pixel_shuffle / pixel_unshuffle, channel_shuffle: a reshape, a permutation of the dims and a reshape.
+- local_response_norm: PyTorch's formula, an average pool of the squares along the (padded) channels.
 - unfold (im2col): the strided slices of the kernel offsets stacked into columns; fold, its adjoint:
   each offset's columns interleaved with zeros, padded into place and summed."""
 
@@ -13,18 +14,21 @@ from functools import lru_cache
 
 import numpy as np
 
+from flame.errors import ArgumentError
 from flame.frontend.autocast import policy
+from flame.frontend.context import user_location
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.losses import pad
 from flame.frontend.norms import widened
-from flame.frontend.pooling import _adaptive
+from flame.frontend.pooling import _adaptive, avg_pool2d, avg_pool3d
 from flame.frontend.spatial import _batched, _err, ntuple
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, stack
 from flame.frontend.views import new_tensor
 
-__all__ = ["fold", "interpolate", "pixel_shuffle", "pixel_unshuffle", "unfold"]
+__all__ = ["channel_shuffle", "fold", "interpolate", "local_response_norm", "pixel_shuffle", "pixel_unshuffle",
+           "unfold"]
 
 
 # ---- interpolation -------------------------------------------------------------------------------
@@ -242,6 +246,47 @@ def _spread(p: Tensor, stride: tuple[int, int], at: tuple[int, int], size: tuple
         gap = zeros(n, c, h, ow, stride[1] - 1, dtype=p.dtype)
         p = cat([p.unsqueeze(4), gap], 4).reshape(n, c, h, ow * stride[1])
     return pad(p, (at[1], size[1] - at[1] - p.shape[3], at[0], size[0] - at[0] - p.shape[2]))
+
+
+# ---- channel_shuffle and local_response_norm: along the channel dim -------------------------------
+
+def channel_shuffle(input: Tensor, groups: int) -> Tensor:  # noqa: A002
+    """[N, C, *] -> [N, g, C/g, *] -> transposed to [N, C/g, g, *] -> [N, C, *] (g = groups), as
+    torch.nn.functional.channel_shuffle: the input needs more than two dims, groups > 0 dividing C."""
+    if input.ndim <= 2:
+        raise _err(f"channel_shuffle expects input with > 2 dims, but got input with sizes {list(input.shape)}")
+    g = int(groups)
+    if g <= 0:
+        raise ArgumentError(f"channel_shuffle: Number of groups to divide channels in must be positive. Value of "
+                            f"groups:{g}\n  at {user_location()}")
+    n, c, *rest = input.shape
+    if c % g:
+        raise _err(f"channel_shuffle: Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
+    return input.reshape(n, g, c // g, *rest).transpose(1, 2).reshape(n, c, *rest)
+
+
+def local_response_norm(input: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75,  # noqa: A002
+                        k: float = 1.0) -> Tensor:
+    """x / (k + alpha * m) ** beta with m the mean of x**2 over a window of `size` channels (zero-padded by
+    size // 2 before and (size - 1) // 2 after, divided by size), as torch.nn.functional.local_response_norm:
+    an avg_pool2d over [N, 1, C, L] for a 3-D input, an avg_pool3d over [N, 1, C, D1, D2*...] above."""
+    if input.ndim < 3:
+        raise _err(f"local_response_norm: Expected 3D or higher dimensionality input (got {input.ndim} dimensions)")
+    size = int(size)
+    if size <= 0:
+        raise ArgumentError(f"local_response_norm: size must be positive (the window's kernel size), got {size}"
+                            f"\n  at {user_location()}")
+    if input.numel() == 0:
+        return input
+    div = input * input
+    if input.ndim == 3:
+        div = pad(div.unsqueeze(1), (0, 0, size // 2, (size - 1) // 2))
+        div = avg_pool2d(div, (size, 1), stride=1).squeeze(1)
+    else:
+        n, c, d = input.shape[:3]
+        div = pad(div.reshape(n, 1, c, d, -1), (0, 0, 0, 0, size // 2, (size - 1) // 2))
+        div = avg_pool3d(div, (size, 1, 1), stride=1).squeeze(1).reshape(*input.shape)
+    return input / (div * alpha + k) ** beta
 
 
 for _name in __all__:  # PyTorch's resamplings make new tensors, never views of the input (views.new_tensor)

@@ -27,7 +27,8 @@ __all__ = ["CELU", "ELU", "GLU", "SELU", "Bilinear", "EmbeddingBag", "ConstantPa
            "CosineSimilarity", "Dropout1d",
            "Dropout2d", "Dropout3d", "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "InstanceNorm1d",
            "InstanceNorm2d", "InstanceNorm3d", "KLDivLoss", "LogSigmoid", "Mish", "PReLU", "PairwiseDistance",
-           "PixelShuffle", "PixelUnshuffle", "ReLU6", "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d",
+           "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "LocalResponseNorm", "ReLU6", "ReflectionPad1d",
+           "ReflectionPad2d", "ReplicationPad1d",
            "ReplicationPad2d", "ConstantPad3d", "ZeroPad3d", "ReflectionPad3d", "ReplicationPad3d",
            "CircularPad1d", "CircularPad2d", "CircularPad3d", "Softmin", "Softmax2d", "Softplus", "Softsign",
            "Threshold",
@@ -280,6 +281,35 @@ class PixelUnshuffle(_Elementwise):
 
     def __init__(self, downscale_factor: int):
         super().__init__(downscale_factor=downscale_factor)
+
+
+class ChannelShuffle(Module):
+    """F.channel_shuffle(x, groups): the channels [N, C, *] split into `groups` groups and interleaved."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.groups = groups
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return R.channel_shuffle(input, self.groups)
+
+    def extra_repr(self) -> str:
+        return f"groups={self.groups}"
+
+
+class LocalResponseNorm(Module):
+    """F.local_response_norm: each channel divided by (k + alpha * the mean of the squares over `size`
+    neighbouring channels) ** beta."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input: Tensor) -> Tensor:  # noqa: A002
+        return R.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
 
 
 class _Pad(Module):

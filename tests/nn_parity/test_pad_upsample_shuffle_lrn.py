@@ -34,6 +34,18 @@ CASES = {
     "UpsamplingBilinear2d scale pair": (lambda L, x: L.nn.UpsamplingBilinear2d(scale_factor=(1.5, 2.5))(x), X4),
     "Softmax2d": (lambda L, x: L.nn.Softmax2d()(x), X4),
     "Softmax2d unbatched": (lambda L, x: L.nn.Softmax2d()(x), X3),
+    "channel_shuffle": (lambda L, x: L.nn.functional.channel_shuffle(x, 3), X4),
+    "channel_shuffle 3-D": (lambda L, x: L.nn.functional.channel_shuffle(x, 2), X3),
+    "channel_shuffle 5-D": (lambda L, x: L.nn.functional.channel_shuffle(x, 3), X5),
+    "ChannelShuffle": (lambda L, x: L.nn.ChannelShuffle(2)(x), X4),
+    "ChannelShuffle one group": (lambda L, x: L.nn.ChannelShuffle(1)(x), X4),
+    "local_response_norm 3-D": (lambda L, x: L.nn.functional.local_response_norm(x, 3), X3),
+    "local_response_norm 3-D even": (lambda L, x: L.nn.functional.local_response_norm(x, 4, 0.5, 0.6, 2.0), X3),
+    "local_response_norm 4-D": (lambda L, x: L.nn.functional.local_response_norm(x, 2, 0.3, 0.75, 1.5), X4),
+    "local_response_norm 5-D": (lambda L, x: L.nn.functional.local_response_norm(x, 3, 0.2, 0.5), X5),
+    "local_response_norm wider than C": (lambda L, x: L.nn.functional.local_response_norm(x, 9, 1.0, 1.0, 0.5), X4),
+    "LocalResponseNorm": (lambda L, x: L.nn.LocalResponseNorm(5, alpha=0.4, beta=0.9, k=1.2)(x), X4),
+    "LocalResponseNorm size 1": (lambda L, x: L.nn.LocalResponseNorm(1, 0.1)(x), X3),
 }
 
 
@@ -136,3 +148,84 @@ def test_softmax2d_wants_3d_or_4d(shape):
         flame.nn.Softmax2d()(flame.ones(*shape))
     assert str(torch_err.value) in str(err.value)
     assert repr(flame.nn.Softmax2d()) == repr(torch.nn.Softmax2d())
+
+
+@pytest.mark.parametrize(
+    "shape, groups, match",
+    [
+        ((6,), 2, "> 2 dims"),
+        ((2, 6), 2, "> 2 dims"),
+        ((2, 6, 3), 4, "divisible by groups"),
+        ((2, 6, 3), 0, "positive"),
+        ((2, 6, 3), -2, "positive"),
+    ],
+)
+def test_channel_shuffle_errors(shape, groups, match):
+    with pytest.raises(RuntimeError, match=match) as torch_err:
+        torch.nn.functional.channel_shuffle(torch.ones(shape), groups)
+    with pytest.raises(flame.FlameError, match=r"(.|\n)*test_pad_upsample_shuffle_lrn") as err:
+        flame.nn.ChannelShuffle(groups)(flame.ones(*shape))
+    assert isinstance(err.value, ValueError) and str(torch_err.value) in str(err.value)
+
+
+def test_local_response_norm_errors():
+    with pytest.raises(ValueError, match="Expected 3D or higher dimensionality"):
+        torch.nn.functional.local_response_norm(torch.ones(2, 3), 2)
+    with pytest.raises(flame.ShapeError, match=r"Expected 3D or higher dimensionality(.|\n)*test_pad_upsample"):
+        flame.nn.functional.local_response_norm(flame.ones(2, 3), 2)
+    with pytest.raises(RuntimeError, match="kernel size should be greater than zero"):
+        torch.nn.LocalResponseNorm(0)(torch.ones(2, 3, 4))
+    with pytest.raises(flame.ArgumentError, match="size must be positive"):
+        flame.nn.LocalResponseNorm(0)(flame.ones(2, 3, 4))
+
+
+def test_local_response_norm_of_an_empty_input():
+    want = torch.nn.functional.local_response_norm(torch.ones(0, 3, 4), 2)
+    assert tuple(flame.nn.functional.local_response_norm(flame.ones(0, 3, 4), 2).shape) == tuple(want.shape)
+
+
+def test_shuffle_and_lrn_modules_repr_and_attributes():
+    for name, args in [
+        ("ChannelShuffle", (3,)),
+        ("LocalResponseNorm", (3,)),
+        ("LocalResponseNorm", (2, 0.5, 0.6, 2.0)),
+    ]:
+        want, got = getattr(torch.nn, name)(*args), getattr(flame.nn, name)(*args)
+        assert repr(got) == repr(want)
+        for attr in ("groups", "size", "alpha", "beta", "k"):
+            assert getattr(got, attr, None) == getattr(want, attr, None)
+
+
+def test_signature_check_reaches_the_new_names():
+    """tests/frontend/test_signatures.py compares these with torch's (each is found in its namespace and
+    takes torch's positional parameters)."""
+    from tests.frontend import torch_signatures as ts
+
+    found = {}
+    for label, fmod, tmod, stubs in ts.namespaces():
+        if label in ("flame.nn", "flame.nn.functional"):
+            found.update(
+                {(label, name): (fsig, tsigs) for _, name, fsig, tsigs in ts.namespace_pairs(fmod, tmod, label, stubs)}
+            )
+    modules = [
+        "ZeroPad3d",
+        "ConstantPad3d",
+        "ReflectionPad3d",
+        "ReplicationPad3d",
+        "CircularPad1d",
+        "CircularPad2d",
+        "CircularPad3d",
+        "UpsamplingNearest2d",
+        "UpsamplingBilinear2d",
+        "Softmax2d",
+        "ChannelShuffle",
+        "LocalResponseNorm",
+    ]
+    names = [("flame.nn", m) for m in modules] + [
+        ("flame.nn.functional", f) for f in ("channel_shuffle", "local_response_norm")
+    ]
+    for key in names:
+        assert key in found, key
+        label, name = key
+        bad = [f for f in ts.compare(label, name, *found[key]) if f.kind in ("order", "varargs", "swallowed")]
+        assert not bad, bad
