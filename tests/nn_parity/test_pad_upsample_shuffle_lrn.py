@@ -229,3 +229,22 @@ def test_signature_check_reaches_the_new_names():
         label, name = key
         bad = [f for f in ts.compare(label, name, *found[key]) if f.kind in ("order", "varargs", "swallowed")]
         assert not bad, bad
+
+
+def test_a_step_of_them_plans_and_compiles_for_the_gpu(cuda_target):
+    """A step through every new module planned for the CUDA target: the reference executor's loss and
+    gradient match eager, and each kernel of the plan compiles with NVRTC for sm_90."""
+    from tests.ops.test_everyday_ops import check_gpu_step
+
+    w = flame.nn.Parameter(flame.tensor(np.random.default_rng(3).standard_normal((1, 6, 1, 1)).astype(np.float32)))
+    nn = flame.nn
+    layers = [nn.ZeroPad3d(1), nn.CircularPad3d(1), nn.ReflectionPad3d(1), nn.ReplicationPad3d((1, 0, 0, 1, 1, 0))]
+
+    def body(x):
+        y = nn.LocalResponseNorm(3, 0.5)(nn.ChannelShuffle(3)(x * w))
+        y = nn.Softmax2d()(nn.UpsamplingBilinear2d(scale_factor=2)(y)) + nn.UpsamplingNearest2d((10, 8))(y)
+        loss = sum(layer(y.unsqueeze(0)).square().sum() for layer in layers) + nn.CircularPad2d(2)(y).sum()
+        loss.backward()
+        return loss
+
+    check_gpu_step(body, w, flame.tensor(X4.astype(np.float32)))
