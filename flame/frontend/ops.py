@@ -185,8 +185,9 @@ def column_stack(tensors) -> Tensor:
     return cat([t.reshape(t.numel(), 1) if t.ndim < 2 else t for t in tensors], 1)
 
 
-def tensor_split(input, indices_or_sections, dim: int = 0):  # noqa: A002
-    return input.tensor_split(indices_or_sections, dim)
+def tensor_split(input, tensor_indices_or_sections=None, dim: int = 0, *, sections=None, indices=None):  # noqa: A002
+    """torch.tensor_split: Tensor.tensor_split's views (sections or indices, positionally or by keyword)."""
+    return input.tensor_split(tensor_indices_or_sections, dim, sections=sections, indices=indices)
 
 
 def fliplr(input) -> Tensor:  # noqa: A002

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from flame.errors import DTypeError, ShapeError, TraceError
+from flame.errors import ArgumentTypeError, DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops, opmath, views
 from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, no_grad, user_location
@@ -187,9 +187,15 @@ class TensorOps:
             at += s
         return tuple(out)
 
-    def tensor_split(self, indices_or_sections, dim: int = 0):
+    def tensor_split(self, tensor_indices_or_sections=None, dim: int = 0, *, sections=None, indices=None):
         """Views along dim, as torch.tensor_split: n sections (the first n % size one longer), or pieces
-        between the listed indices (clipped to the dim, as slicing clips)."""
+        between the listed indices (clipped to the dim, as slicing clips); given positionally or as torch's
+        keywords sections= / indices=."""
+        given = [v for v in (tensor_indices_or_sections, sections, indices) if v is not None]
+        if len(given) != 1:
+            raise ArgumentTypeError(f"tensor_split: give one of a number of sections or a list of indices "
+                                    f"(positionally, sections= or indices=), got {len(given)}\n  at {user_location()}")
+        indices_or_sections = given[0]
         axis = dim_index("tensor_split", dim, self.ndim)
         n = self.shape[axis]
         if isinstance(indices_or_sections, Tensor):

@@ -60,3 +60,15 @@ def test_bad_arguments_raise():
         flame.fliplr(flame.ones(3))
     with pytest.raises(flame.ShapeError, match="tensor_split"):
         flame.ones(3).tensor_split(0)
+
+
+@pytest.mark.parametrize("kw", [{"sections": 4}, {"indices": [1, -2]}, {"sections": 2, "dim": 1}])
+def test_tensor_split_takes_torchs_keywords(kw):
+    x = np.arange(12.0).reshape(6, 2)
+    for split in (lambda L, t: L.tensor_split(t, **kw), lambda L, t: t.tensor_split(**kw)):
+        want, got = split(torch, torch.tensor(x)), split(flame, flame.tensor(x))
+        assert [g.numpy().tolist() for g in got] == [w.numpy().tolist() for w in want]
+    with pytest.raises(TypeError):
+        torch.tensor(x).tensor_split()
+    with pytest.raises(flame.ArgumentTypeError, match="tensor_split"):
+        flame.tensor(x).tensor_split(2, **kw)
