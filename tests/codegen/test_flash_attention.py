@@ -116,13 +116,13 @@ def test_what_the_template_does_not_take_is_said():
 
 
 @pytest.mark.parametrize("dim", [64, 128])
-def test_the_pipelined_form_is_the_default_and_a_setting(dim, monkeypatch):
+def test_the_pipelined_form_is_a_setting_off_by_default(dim, monkeypatch):
     fwd, _, bwd = _ops(MODS["causal+document+softcap"], "bf16", dim, length=77, keys=77)
-    monkeypatch.setenv(FLASH_PIPELINE_ENV, "0")
+    monkeypatch.delenv(FLASH_PIPELINE_ENV, raising=False)
     default = [*flash_attention.lower_forward(fwd, True), *flash_attention.lower_backward(bwd)]
     assert codegen_settings()[-1] is False
     assert all("cp.async" not in k.source and k.smem == 0 for k in default)
-    monkeypatch.delenv(FLASH_PIPELINE_ENV, raising=False)
+    monkeypatch.setenv(FLASH_PIPELINE_ENV, "1")
     assert codegen_settings()[-1] is True  # part of every compile and plan cache key
     (forward,) = flash_attention.lower_forward(fwd, True)
     prep, main, dq = flash_attention.lower_backward(bwd)
