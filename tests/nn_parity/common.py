@@ -120,3 +120,30 @@ def check(build: Callable, call: Callable, arrays: Sequence, compiled: bool, **k
     """twin(build) then compare."""
     theirs, mine = twin(build)
     compare(theirs, mine, call, arrays, compiled, **kw)
+
+
+def weighted_run(lib, fn: Callable, x: np.ndarray, compiled: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(fn(lib, x), the gradient to x of sum(fn(lib, x) * w)) as NumPy arrays, w fixed weights from 0.5 to
+    1.5; flame's eagerly or (compiled) through @flame.compile with flame.grad inside."""
+    t = lib.tensor(x.copy(), requires_grad=True)
+
+    def loss(t):
+        y = fn(lib, t)
+        w = lib.tensor(np.linspace(0.5, 1.5, max(int(np.prod(y.shape)), 1)).reshape(tuple(y.shape)))
+        return y, (y * w).sum()
+
+    if compiled:
+        y, g = flame.compile(lambda a: (fn(flame, a), flame.grad(lambda b: loss(b)[1])(a)))(flame.tensor(x.copy()))
+        return y.numpy(), g.numpy()
+    y, total = loss(t)
+    total.backward()
+    return y.detach().numpy(), t.grad.numpy()
+
+
+def check_weighted(fn: Callable, x: np.ndarray, compiled: bool, atol: float = 0.0) -> None:
+    """flame's weighted_run agrees with torch's: shape, values (rtol 1e-10) and gradient (rtol 1e-9)."""
+    want, want_grad = weighted_run(torch, fn, x, False)
+    got, got_grad = weighted_run(flame, fn, x, compiled)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=atol)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=1e-9, atol=1e-12)

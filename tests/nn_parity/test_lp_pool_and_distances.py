@@ -5,9 +5,9 @@ gradient is torch's 0)."""
 
 import numpy as np
 import pytest
-import torch
 
 import flame
+from tests.nn_parity.common import check_weighted
 
 X = np.random.default_rng(0).standard_normal((2, 3, 7, 6))
 R = np.random.default_rng(1).standard_normal((5, 4))
@@ -29,31 +29,11 @@ CASES = {
 }
 
 
-def _run(L, fn, x, compiled):
-    t = L.tensor(x.copy(), requires_grad=True)
-
-    def loss(t):
-        y = fn(L, t)
-        w = L.tensor(np.linspace(0.5, 1.5, max(int(np.prod(y.shape)), 1)).reshape(tuple(y.shape)))
-        return y, (y * w).sum()
-
-    if compiled:
-        y, g = flame.compile(lambda a: (fn(flame, a), flame.grad(lambda b: loss(b)[1])(a)))(flame.tensor(x.copy()))
-        return y.numpy(), g.numpy()
-    y, total = loss(t)
-    total.backward()
-    return y.detach().numpy(), t.grad.numpy()
-
-
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("name", CASES)
 def test_matches_torch(name, compiled):
     fn, x = CASES[name]
-    want, want_grad = _run(torch, fn, x, False)
-    got, got_grad = _run(flame, fn, x, compiled)
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-10)
-    np.testing.assert_allclose(got_grad, want_grad, rtol=1e-9, atol=1e-12)
+    check_weighted(fn, x, compiled)
 
 
 def test_pdist_wants_a_matrix():

@@ -23,18 +23,20 @@ def _outputs_bytes(plan) -> int:
     return sum(plan.buffers[o].nbytes for o in plan.outputs)
 
 
+def _fwd_bwd(q, k, v, dout):
+    """Causal attention's output and its gradients to q, k, v for the cotangent dout (sdpa_fwd_bwd)."""
+    def loss(q, k, v):
+        return (F.scaled_dot_product_attention(q, k, v, is_causal=True) * dout).sum()
+
+    _, grads = flame.value_and_grad(loss, (0, 1, 2))(q, k, v)
+    return (F.scaled_dot_product_attention(q, k, v, is_causal=True), *grads)
+
+
 def test_attention_forward_and_backward_replay_although_their_outputs_are_large():
     """sdpa_fwd_bwd's plan: two cuDNN calls (~150 us of host time each when run plainly) and 64 MB of
     outputs to copy out of the graph (~34 us): the replay pays off."""
-    def fwd_bwd(q, k, v, dout):
-        def loss(q, k, v):
-            return (F.scaled_dot_product_attention(q, k, v, is_causal=True) * dout).sum()
-
-        _, grads = flame.value_and_grad(loss, (0, 1, 2))(q, k, v)
-        return (F.scaled_dot_product_attention(q, k, v, is_causal=True), *grads)
-
     shape = (8, 16, 1024, 64)
-    plan = _plan(fwd_bwd, shape, shape, shape, shape)
+    plan = _plan(_fwd_bwd, shape, shape, shape, shape)
     calls = [s for s in plan.steps if isinstance(s, AttentionCall)]
     assert len(calls) == 2 and not any(isinstance(s, KernelLaunch) and s.launches for s in plan.steps)
     assert sum(_host_us(s) for s in plan.steps) == 2 * LIBRARY_CALL_US[AttentionCall]
@@ -45,15 +47,8 @@ def test_attention_forward_and_backward_replay_although_their_outputs_are_large(
 def test_attention_at_head_dim_128_and_4096_tokens_replays():
     """sdpa_fwd_bwd_4k_d128's plan (B 4, H 16): 256 MiB of outputs (~134 us to copy out) against two
     cuDNN calls (~150 us of host time each): the replay pays off, so a call costs the GPU time alone."""
-    def fwd_bwd(q, k, v, dout):
-        def loss(q, k, v):
-            return (F.scaled_dot_product_attention(q, k, v, is_causal=True) * dout).sum()
-
-        _, grads = flame.value_and_grad(loss, (0, 1, 2))(q, k, v)
-        return (F.scaled_dot_product_attention(q, k, v, is_causal=True), *grads)
-
     shape = (4, 16, 4096, 128)
-    plan = _plan(fwd_bwd, shape, shape, shape, shape)
+    plan = _plan(_fwd_bwd, shape, shape, shape, shape)
     assert _outputs_bytes(plan) == 4 * 4 * 16 * 4096 * 128 * 2
     assert graphs_pay_off(plan, _outputs_bytes(plan)) == (True, "")
 
