@@ -16,11 +16,11 @@ loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
   dK += dS^T Q and dQ += dS K on tensor cores, 16 keys per warp; f32: a thread per key on CUDA cores)
   and a kernel converting dQ into the packed result.
 - pipelined form (f16 / bf16 under FLAME_FLASH_PIPELINE=1, codegen.kernel.flash_pipeline; off by default
-  until a whole GPU test run passes with it on): the streamed tiles (forward: K and V; backward: Q, dO and their statistics) are
-  double-buffered in dynamic shared memory (the layout: _forward_shared, _backward_shared) and copied by
-  16-byte cp.async, tile j + 1 in flight while tile j is computed, one barrier per tile; every tensor-core
-  operand is read by ldmatrix (x4; .trans for the transposed ones) from rows padded to D + 8 elements, so the
-  8 rows of each 8x8 matrix fall in distinct banks.
+  until a whole GPU test run passes with it on): the streamed tiles (forward: K and V; backward: Q, dO and
+  their statistics) are double-buffered in dynamic shared memory (the layout: _forward_shared,
+  _backward_shared) and copied by 16-byte cp.async, tile j + 1 in flight while tile j is computed, one
+  barrier per tile; every tensor-core operand is read by ldmatrix (x4; .trans for the transposed ones) from
+  rows padded to D + 8 elements, so the 8 rows of each 8x8 matrix fall in distinct banks.
 
 Kernel ABI (codegen.lower's): the op's inputs in order, then its result(s), then the scratch pointer.
 Forward: q, k, v, *extras, out, stats (stats: the joined stats op's buffer or the scratch); backward:
