@@ -20,7 +20,6 @@ each product rounded to bf16 (f16 and every other exponent: one pow, rounded onc
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import numpy as np
 
@@ -184,17 +183,6 @@ def with_derivative(x: Tensor, value: Tensor, d: Tensor) -> Tensor:
     computes from saved values. d is only read by the gradient (dead code where none is taken)."""
     return apply("straight_through", _cast(wide(x) * d.detach(), x.dtype), value)
 
-
-def with_derivatives(value: Tensor, *pairs: tuple[Tensor, Callable[[], Tensor]]) -> Tensor:
-    """value, whose gradient to the tensor x of each pair (x, d) is the cotangent times d() (as
-    with_derivative's d); a d is made only where its x's gradient may be taken (wants_gradient), so an
-    eager call computes none it does not need; value as it is where none may be."""
-    form = None
-    for x, d in pairs:
-        if isinstance(x, Tensor) and x.dtype.is_float and wants_gradient(x):
-            term = wide(x) * d().detach()
-            form = term if form is None else form + term
-    return value if form is None else apply("straight_through", _cast(form, value.dtype), value)
 
 
 def _f32_var(x: Tensor, axes, keepdim: bool, dof: float) -> Tensor:
