@@ -1,7 +1,8 @@
 """Tensor's methods, bound onto the class in one place. tensor.py holds a tensor's state and what reads
 it; every method that makes a tensor goes through dispatch.apply, which makes Tensors, so those methods
 are written above it: tensor_core.TensorCore (conversions, operators, elementwise math, reductions,
-movement), tensor_ops.TensorOps, tensor_math.TensorMath, and below the methods whose code is a
+movement), tensor_ops.TensorOps, tensor_pieces.TensorPieces (split, tensor_split, chunk, fliplr,
+flipud), tensor_math.TensorMath, and below the methods whose code is a
 function of an op module (indexing, softmax, backward). The package's __init__ imports this module,
 so a Tensor has all its methods once any part of flame.frontend is imported."""
 
@@ -17,6 +18,7 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import TensorCore
 from flame.frontend.tensor_math import TensorMath
 from flame.frontend.tensor_ops import TensorOps
+from flame.frontend.tensor_pieces import TensorPieces
 
 _OF_THE_CLASS = {"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__"}
 
@@ -99,4 +101,4 @@ def bind(cls: type, *mixins: type) -> None:
             setattr(cls, name, numpy_names(member) if inspect.isfunction(member) else member)
 
 
-bind(Tensor, TensorCore, TensorOps, TensorMath, TensorLinks, TensorHooks)
+bind(Tensor, TensorCore, TensorOps, TensorPieces, TensorMath, TensorLinks, TensorHooks)
