@@ -208,6 +208,7 @@ from flame.frontend.ops import (
     log2,
     log10,
     log_softmax,
+    logcumsumexp,
     logical_and,
     logical_not,
     logical_or,

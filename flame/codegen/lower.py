@@ -48,6 +48,7 @@ _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not
     "scatter": lower_scatter,
     "cumsum": lower_scan,
     "cumprod": lower_scan,
+    "logcumsumexp": lower_scan,
     "argsort": lower_argsort,
 }
 _CONFIGURED = (lower_permute,)  # the rules that also take the Config (its tile settings)

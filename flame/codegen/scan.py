@@ -1,4 +1,4 @@
-"""Kernels of the scans and the sort along one axis (cumsum, cumprod, argsort), through
+"""Kernels of the scans and the sort along one axis (cumsum, cumprod, logcumsumexp, argsort), through
 templates/scan.cu.j2. Correct first, simple on purpose: a scan runs one thread per line, in order (so
 it rounds exactly as the reference); argsort places each element by counting the elements that sort
 before it (n^2 / line work: fine for the rows of a batch or a vocabulary, slow for very long lines)."""
@@ -11,7 +11,13 @@ from flame.codegen import cuda_c
 from flame.codegen.kernel import Kernel, render_op
 from flame.ir.graph import Op
 
-_COMBINE = {"cumsum": ("zero", "(acc + {x})", "running sum"), "cumprod": ("one", "(acc * {x})", "running product")}
+# (identity, acc's next value from acc and the element {x}, what it is); logcumsumexp's step is PyTorch's
+# _log_add_exp_helper (ir/ops/scan.log_add_exp), the reference's to the rounding of exp and log1p
+_LOG_ADD_EXP = ("([](const auto a, const auto b) {{ const auto mn = b != b ? b : (b < a ? b : a); "
+                "const auto mx = b != b ? b : (a < b ? b : a); "
+                "return (mn != mx || isfinite(mn)) ? log1p(exp(mn - mx)) + mx : a; }})(acc, {x})")
+_COMBINE = {"cumsum": (0, "(acc + {x})", "running sum"), "cumprod": (1, "(acc * {x})", "running product"),
+            "logcumsumexp": (float("-inf"), _LOG_ADD_EXP, "running log-sum-exp")}
 
 
 def _line(op: Op) -> tuple[int, int, int]:
@@ -22,14 +28,14 @@ def _line(op: Op) -> tuple[int, int, int]:
 
 
 def lower_scan(op: Op) -> list[Kernel]:
-    """cumsum / cumprod: acc (compute type, f32 for f16/bf16) = acc op x[c], stored at every c."""
+    """cumsum / cumprod / logcumsumexp: acc (compute type, f32 for f16/bf16) = acc op x[c], stored at every c."""
     if op.out.type.numel == 0:
         return []
     outer, extent, inner = _line(op)
     x = op.inputs[0].dtype
     acc = cuda_c.compute_dtype(x)
     start, combine, what = _COMBINE[op.name]
-    identity = cuda_c.literal(0 if start == "zero" else 1, acc)
+    identity = cuda_c.literal(start, acc)
     return [render_op("scan.cu.j2", op, "scan", outer * inner, f"{what} along the axis, one thread per line",
                       what=what, extent=extent, inner=inner, acc_t=acc.cuda_type, identity=identity,
                       combine=combine.format(x=cuda_c.load("in0[at]", x)), store=cuda_c.convert("acc", acc, x))]

@@ -120,7 +120,7 @@ index_add, masked_select, unflatten, ravel = (_unary(n) for n in ("index_add", "
 scatter, index_copy, index_fill, index_put = (_unary(n) for n in ("scatter", "index_copy", "index_fill", "index_put"))
 baddbmm = _unary("baddbmm")
 kthvalue, median, kron, cross = (_unary(n) for n in ("kthvalue", "median", "kron", "cross"))
-nanmedian = _unary("nanmedian")
+nanmedian, logcumsumexp = _unary("nanmedian"), _unary("logcumsumexp")
 tensordot = _unary("tensordot", first="a", renamed={"b": "other"})
 cov, corrcoef = _unary("cov"), _unary("corrcoef")
 broadcast_to = _unary("broadcast_to")

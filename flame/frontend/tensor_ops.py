@@ -134,6 +134,14 @@ class TensorOps:
         """Running product along dim; its gradient is exact where the input has zeros."""
         return self._scan("cumprod", dim, dtype)
 
+    def logcumsumexp(self, dim: int):
+        """log(cumsum(exp(self))) along dim without overflow, as torch.logcumsumexp (floating dtypes;
+        f16 / bf16 accumulate in f32); its gradient torch's."""
+        if not self.dtype.is_float:
+            raise DTypeError(f'logcumsumexp: "logcumsumexp" is not implemented for {self.dtype.name} tensors (as in '
+                             f"PyTorch)\n  at {user_location()}")
+        return apply("logcumsumexp", self, axis=dim_index("logcumsumexp", dim, self.ndim))
+
     # ---- tests --------------------------------------------------------------------------------------------
     def _truth(self):
         return self if self.dtype == boolean else self != 0

@@ -8,7 +8,7 @@ included), matmul and linear; convolutions and transposed convolutions; max, ave
 pooling; interpolation; every norm (inputs with extreme means and scales); attention with every mask
 kind (none, causal, boolean with fully masked rows, float additive, a learned float mask) and
 attention written by hand with a learned bias; gather, index_select, index reads and writes
-(duplicate and negative indices), scatter_add and index_add; cumsum and cumprod; autocast
+(duplicate and negative indices), scatter_add and index_add; cumsum, cumprod and logcumsumexp; autocast
 regions around the low-precision ops; views of intermediates and buffers written through in place
 (tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
 attention with a score modification (tests/frontend/random_ops.py); reductions over dim tuples,
@@ -308,6 +308,7 @@ _APPLY = {
     ),
     "cumsum": lambda lib, x, dim: x.cumsum(dim),
     "cumprod": lambda lib, x, dim: x.cumprod(dim),
+    "logcumsumexp": lambda lib, x, dim: x.logcumsumexp(dim),
     "gather": lambda lib, x, dim, index: x.gather(dim, _const(lib, index, x)),
     "index_select": lambda lib, x, dim, index: x.index_select(dim, _const(lib, index, x)),
     "take_along_dim": lambda lib, x, dim, index: x.take_along_dim(_const(lib, index, x), dim),
@@ -795,10 +796,10 @@ def _index(g: _Gen) -> int | None:
 
 
 def _scan(g: _Gen) -> int | None:
-    """cumsum or cumprod along a dim of a free value (0-d included)."""
+    """cumsum, cumprod or logcumsumexp along a dim of a free value (0-d included)."""
     i = g.pick()
     r = len(g.shapes[i])
-    return g.add(g.rng.choice(["cumsum", "cumprod"]), (i,), dim=g.rng.randrange(-r, r) if r else 0)
+    return g.add(g.rng.choice(["cumsum", "cumprod", "logcumsumexp"]), (i,), dim=g.rng.randrange(-r, r) if r else 0)
 
 
 def _autocast(g: _Gen) -> int | None:

@@ -344,6 +344,20 @@ def _cumprod_grad_cases(rng, dt):
     return _scan_cases(rng, dt) + [([x], {"axis": 1}), ([x.T.copy()], {"axis": 0})]
 
 
+def _logcumsumexp_cases(rng, dt):
+    """The scans' cases, and lines with -inf (a running value that starts at -inf) and a wide range."""
+    if dt.kind != "float":  # refused: the cases only need the right dtype
+        return _scan_cases(rng, dt)
+    x = np.array([[-np.inf, -np.inf, 1.0, 0.5, -2.0], [30.0, -30.0, 3.0, 29.0, 31.0]], dt.np_dtype)
+    return _scan_cases(rng, dt) + [([x], {"axis": 1}), ([x.T.copy()], {"axis": 0})]
+
+
+def _logcumsumexp_grad_cases(rng, dt):
+    """The scans' cases and a wide-ranged line (no -inf: central differences need finite neighbours)."""
+    x = np.array([[30.0, -30.0, 3.0, 29.0, 31.0], [0.5, 1.2, -0.3, 3.0, 2.0]], dt.np_dtype)
+    return _scan_cases(rng, dt) + [([x], {"axis": 1}), ([x.T.copy()], {"axis": 0})]
+
+
 def _argsort_cases(rng, dt):
     x = _quarters(rng, (3, 4, 5), dt) if dt.kind == "float" else _arr(rng, (3, 4, 5), dt)  # ties
     if dt.kind == "float":
@@ -784,6 +798,8 @@ RECIPES: dict[str, Recipe] = {
                                              else (abs(a) % abs(b)) * (-1 if a < 0 else 1)), NUM),
     "cumsum": Recipe(_scan_cases, _scan_oracle(lambda acc, v: acc + v), NUM),
     "cumprod": Recipe(_scan_cases, _scan_oracle(lambda acc, v: acc * v), NUM, grad_make=_cumprod_grad_cases),
+    "logcumsumexp": Recipe(_logcumsumexp_cases, _scan_oracle(lambda acc, v: np.logaddexp(acc, v)), FLOATS,
+                           grad_make=_logcumsumexp_grad_cases),
     "argsort": Recipe(_argsort_cases, _argsort_oracle, ALL, out="i64"),
     "maximum": Recipe(_distinct_pair, lambda a, b: np.where(a >= b, a, b + 0 * a), NUM),
     "minimum": Recipe(_distinct_pair, lambda a, b: np.where(a <= b, a, b + 0 * a), NUM),

@@ -1,13 +1,13 @@
-"""Scans and sorting along one axis: cumsum, cumprod (running sum / product, accumulated in order, in
-f32 for f16/bf16 as the kernels do) and argsort (a stable sort's permutation, NaN ordered after every
-number as in PyTorch). sort / topk are argsort + gather in the frontend, so their values get the
-gather's gradient."""
+"""Scans and sorting along one axis: cumsum, cumprod, logcumsumexp (running sum / product / log-sum-exp,
+accumulated in order, in f32 for f16/bf16 as the kernels do) and argsort (a stable sort's permutation,
+NaN ordered after every number as in PyTorch). sort / topk are argsort + gather in the frontend, so their
+values get the gather's gradient."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flame.ir.dtypes import i64
+from flame.ir.dtypes import i64, value_range
 from flame.ir.ops._shapes import norm_axis
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
@@ -83,6 +83,69 @@ register(
         compute_f32=True,
         autocast="f32",
         doc="running product along axis",
+    )
+)
+
+
+def log_add_exp(a, b):
+    """PyTorch's scan step of logcumsumexp (its _log_add_exp_helper), elementwise on NumPy arrays of one
+    dtype: log(exp(a) + exp(b)) as log1p(exp(min - max)) + max, NaN in b carried, and a itself where
+    both are the same infinity (no inf - inf)."""
+    b_nan = b != b
+    mn = np.where(b_nan, b, np.where(b < a, b, a))
+    mx = np.where(b_nan, b, np.where(a < b, b, a))
+    with np.errstate(all="ignore"):
+        out = np.log1p(np.exp(mn - mx)) + mx
+    return np.where((mn != mx) | np.isfinite(mn), out, a).astype(a.dtype)
+
+
+def _logcumsumexp_infer(types, axis):
+    (t,) = types
+    check_dtype("logcumsumexp", t, ("float",))
+    norm_axis("logcumsumexp", axis, t.rank)
+    return t
+
+
+def _logcumsumexp_ref(x, axis):
+    if x.ndim == 0:
+        return x.copy()
+    xm = np.moveaxis(x, axis % x.ndim, -1)
+    out = np.empty_like(xm)
+    acc = np.full(xm.shape[:-1], -np.inf, x.dtype)
+    for c in range(xm.shape[-1]):
+        acc = log_add_exp(acc, xm[..., c])
+        out[..., c] = acc
+    return np.moveaxis(out, -1, axis % x.ndim)
+
+
+def _logcumsumexp_vjp(b, g, x, out, axis):
+    """PyTorch's logcumsumexp_backward: exp(x_i) times the reverse running sum of g / exp(out), taken in
+    logs separately for the positive and the negative cotangents (no overflow)."""
+    if x.type.rank == 0:
+        return (g,)
+    ax = axis % x.type.rank
+    low = value_range(x.dtype)[0]  # torch's numeric_limits lowest: the log of a zero cotangent
+
+    def reverse_lcse(v):
+        return b.flip(b.logcumsumexp(b.flip(v, axes=[ax]), axis=ax), axes=[ax])
+
+    log_abs = b.log(b.abs(g))
+    pos = b.exp(b.add(reverse_lcse(b.sub(b.where(b.gt(g, 0), log_abs, low), out)), x))
+    neg = b.exp(b.add(reverse_lcse(b.sub(b.where(b.lt(g, 0), log_abs, low), out)), x))
+    return (b.sub(pos, neg),)
+
+
+register(
+    OpDef(
+        "logcumsumexp",
+        "opaque",
+        1,
+        _logcumsumexp_infer,
+        _logcumsumexp_ref,
+        {"axis": Attr("int")},
+        _logcumsumexp_vjp,
+        compute_f32=True,
+        doc="running log-sum-exp along axis (out[k] = log(exp(x[0]) + ... + exp(x[k])), as PyTorch's scan)",
     )
 )
 
