@@ -28,12 +28,14 @@ _requires_grad = operator.attrgetter("requires_grad")
 
 
 def flatten(obj: Any, leaves: list) -> Any:
-    """Replace each Tensor in a nested tuple/list/dict by its index in `leaves`; returns the skeleton."""
+    """Replace each Tensor in a nested tuple (namedtuples too)/list/dict by its index in `leaves`; returns
+    the skeleton."""
     if isinstance(obj, Tensor):
         leaves.append(obj)
         return ("__leaf__", len(leaves) - 1)
     if isinstance(obj, (tuple, list)):
-        return type(obj)(flatten(x, leaves) for x in obj)
+        parts = [flatten(x, leaves) for x in obj]
+        return type(obj)(*parts) if hasattr(obj, "_fields") else type(obj)(parts)  # a namedtuple: by position
     if isinstance(obj, dict):
         return {k: flatten(v, leaves) for k, v in obj.items()}
     return obj
@@ -46,6 +48,8 @@ def unflattener(skel: Any) -> Callable[[list], Any]:
         return operator.itemgetter(skel[1])
     if isinstance(skel, (tuple, list)):
         parts, kind = [unflattener(x) for x in skel], type(skel)
+        if hasattr(skel, "_fields"):  # a namedtuple (sort's, max's, cummax's results): by position
+            return lambda values: kind(*[p(values) for p in parts])
         return lambda values: kind([p(values) for p in parts])
     if isinstance(skel, dict):
         items = [(k, unflattener(v)) for k, v in skel.items()]

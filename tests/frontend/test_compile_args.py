@@ -120,3 +120,27 @@ def test_memory_budget_bytes_and_fractions_keep_their_meaning():
 def test_a_cache_limit_that_is_not_a_positive_int_is_refused(limit, error):
     with pytest.raises(error, match=r"flame\.compile\(f\): cache_limit must be"):
         flame.compile(lambda x: x, name="f", cache_limit=limit)
+
+
+def _same_structure(want, got) -> None:
+    """got has want's nesting, containers (namedtuple types and fields too) and tensor values."""
+    assert type(got) is type(want)
+    if isinstance(want, dict):
+        for k in want:
+            _same_structure(want[k], got[k])
+    elif isinstance(want, tuple):
+        assert getattr(want, "_fields", None) == getattr(got, "_fields", None)
+        for a, b in zip(want, got):
+            _same_structure(a, b)
+    else:
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_a_compiled_function_returns_namedtuples_as_the_body_does():
+    """sort, max, topk, median, cummax results (namedtuples) come back as the same namedtuples, nested
+    or not, with the eager values."""
+    x = flame.tensor(np.array([[1.0, 3.0, 2.0], [0.5, -1.0, 4.0]], np.float32))
+    bodies = [lambda a: a.sort(1), lambda a: a.max(1), lambda a: a.topk(2, 1), lambda a: (a.median(1), a.sum()),
+              lambda a: {"c": a.cummax(0)}]
+    for body in bodies:
+        _same_structure(body(x), flame.compile(body)(x))
