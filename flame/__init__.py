@@ -158,6 +158,8 @@ from flame.frontend.ops import (
     cosh,
     cov,
     cross,
+    cummax,
+    cummin,
     cumprod,
     cumsum,
     diag,

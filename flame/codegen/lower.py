@@ -22,7 +22,7 @@ from flame.codegen.fused_rows import lower_rows
 from flame.codegen.indexing import lower_concat, lower_gather, lower_pad, lower_scatter, lower_scatter_add
 from flame.codegen.kernel import DEFAULT_CONFIG, Config, Kernel
 from flame.codegen.reduce import lower_reduction
-from flame.codegen.scan import lower_argsort, lower_scan
+from flame.codegen.scan import lower_argsort, lower_cumarg, lower_scan
 from flame.codegen.transpose import lower_permute, lower_tiled_map
 from flame.codegen.user import lower_user
 from flame.ir.graph import FusionGroup, Kind, Op, Value
@@ -50,6 +50,8 @@ _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not
     "cumprod": lower_scan,
     "logcumsumexp": lower_scan,
     "argsort": lower_argsort,
+    "cumargmax": lower_cumarg,
+    "cumargmin": lower_cumarg,
 }
 _CONFIGURED = (lower_permute,)  # the rules that also take the Config (its tile settings)
 _BY_CATEGORY: dict[str, Callable[[Op], list[Kernel]]] = {

@@ -1,4 +1,5 @@
-"""Kernels of the scans and the sort along one axis (cumsum, cumprod, logcumsumexp, argsort), through
+"""Kernels of the scans and the sort along one axis (cumsum, cumprod, logcumsumexp, the indices of
+cummax / cummin, argsort), through
 templates/scan.cu.j2. Correct first, simple on purpose: a scan runs one thread per line, in order (so
 it rounds exactly as the reference); argsort places each element by counting the elements that sort
 before it (n^2 / line work: fine for the rows of a batch or a vocabulary, slow for very long lines)."""
@@ -39,6 +40,21 @@ def lower_scan(op: Op) -> list[Kernel]:
     return [render_op("scan.cu.j2", op, "scan", outer * inner, f"{what} along the axis, one thread per line",
                       what=what, extent=extent, inner=inner, acc_t=acc.cuda_type, identity=identity,
                       combine=combine.format(x=cuda_c.load("in0[at]", x)), store=cuda_c.convert("acc", acc, x))]
+
+
+def lower_cumarg(op: Op) -> list[Kernel]:
+    """cumargmax / cumargmin: one thread per line, in order, keeping the extreme so far and its index
+    (the latest of equal ones; a NaN takes over), as the reference."""
+    if op.out.type.numel == 0:
+        return []
+    outer, extent, inner = _line(op)
+    x = op.inputs[0].dtype
+    acc = cuda_c.compute_dtype(x)
+    wins = "v >= best" if op.name == "cumargmax" else "v <= best"
+    return [render_op("scan.cu.j2", op, "cumarg", outer * inner, f"{op.name} along the axis, one thread per line",
+                      extent=extent, inner=inner, acc_t=acc.cuda_type,
+                      take=f"c == 0 || v != v || (best == best && ({wins}))",
+                      load_v=cuda_c.load("in0[at]", x))]
 
 
 def lower_argsort(op: Op) -> list[Kernel]:

@@ -121,6 +121,7 @@ scatter, index_copy, index_fill, index_put = (_unary(n) for n in ("scatter", "in
 baddbmm = _unary("baddbmm")
 kthvalue, median, kron, cross = (_unary(n) for n in ("kthvalue", "median", "kron", "cross"))
 nanmedian, logcumsumexp = _unary("nanmedian"), _unary("logcumsumexp")
+cummax, cummin = _unary("cummax"), _unary("cummin")
 tensordot = _unary("tensordot", first="a", renamed={"b": "other"})
 cov, corrcoef = _unary("cov"), _unary("corrcoef")
 broadcast_to = _unary("broadcast_to")

@@ -60,6 +60,8 @@ def _tensor(x):
 
 
 
+CumResult = {n: namedtuple(n, ["values", "indices"]) for n in ("cummax", "cummin")}
+
 class TensorOps:
     """The mixin Tensor inherits (no state of its own)."""
 
@@ -133,6 +135,21 @@ class TensorOps:
     def cumprod(self, dim: int, dtype=None):
         """Running product along dim; its gradient is exact where the input has zeros."""
         return self._scan("cumprod", dim, dtype)
+
+    def cummax(self, dim: int):
+        """(values, indices) of the running maximum along dim, as torch.cummax: the latest index of equal
+        maxima, a NaN taking over; the gradient goes to the element each value came from."""
+        return self._cum_extreme("cummax", "cumargmax", dim)
+
+    def cummin(self, dim: int):
+        """(values, indices) of the running minimum along dim, as torch.cummin (cummax's rules)."""
+        return self._cum_extreme("cummin", "cumargmin", dim)
+
+    def _cum_extreme(self, name: str, op: str, dim: int):
+        axis = dim_index(name, dim, self.ndim)
+        idx = apply(op, self, axis=axis)
+        values = self.gather(axis, idx) if self.ndim else self
+        return CumResult[name](values, idx)
 
     def logcumsumexp(self, dim: int):
         """log(cumsum(exp(self))) along dim without overflow, as torch.logcumsumexp (floating dtypes;

@@ -8,7 +8,7 @@ included), matmul and linear; convolutions and transposed convolutions; max, ave
 pooling; interpolation; every norm (inputs with extreme means and scales); attention with every mask
 kind (none, causal, boolean with fully masked rows, float additive, a learned float mask) and
 attention written by hand with a learned bias; gather, index_select, index reads and writes
-(duplicate and negative indices), scatter_add and index_add; cumsum, cumprod and logcumsumexp; autocast
+(duplicate and negative indices), scatter_add and index_add; cumsum, cumprod, logcumsumexp, cummax and cummin; autocast
 regions around the low-precision ops; views of intermediates and buffers written through in place
 (tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
 attention with a score modification (tests/frontend/random_ops.py); reductions over dim tuples,
@@ -309,6 +309,8 @@ _APPLY = {
     "cumsum": lambda lib, x, dim: x.cumsum(dim),
     "cumprod": lambda lib, x, dim: x.cumprod(dim),
     "logcumsumexp": lambda lib, x, dim: x.logcumsumexp(dim),
+    "cummax": lambda lib, x, dim: x.cummax(dim).values,
+    "cummin": lambda lib, x, dim: x.cummin(dim).values,
     "gather": lambda lib, x, dim, index: x.gather(dim, _const(lib, index, x)),
     "index_select": lambda lib, x, dim, index: x.index_select(dim, _const(lib, index, x)),
     "take_along_dim": lambda lib, x, dim, index: x.take_along_dim(_const(lib, index, x), dim),
@@ -796,10 +798,11 @@ def _index(g: _Gen) -> int | None:
 
 
 def _scan(g: _Gen) -> int | None:
-    """cumsum, cumprod or logcumsumexp along a dim of a free value (0-d included)."""
+    """cumsum, cumprod, logcumsumexp, cummax or cummin along a dim of a free value (0-d included)."""
     i = g.pick()
     r = len(g.shapes[i])
-    return g.add(g.rng.choice(["cumsum", "cumprod", "logcumsumexp"]), (i,), dim=g.rng.randrange(-r, r) if r else 0)
+    name = g.rng.choice(["cumsum", "cumprod", "logcumsumexp", "cummax", "cummin"])
+    return g.add(name, (i,), dim=g.rng.randrange(-r, r) if r else 0)
 
 
 def _autocast(g: _Gen) -> int | None:
