@@ -32,7 +32,7 @@ from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, 
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
 
-MaxMin = namedtuple("MaxMin", ["values", "indices"])
+MaxMin = {n: namedtuple(n, ["values", "indices"]) for n in ("max", "min")}  # torch.return_types.max / min
 
 
 class TensorCore:
@@ -386,8 +386,8 @@ class TensorCore:
             return self.amax()
         if self.dtype == boolean:
             r = self.to(u8).max(dim, keepdim)
-            return MaxMin(r.values.to(boolean), r.indices)
-        return _picked(self, self.argmax(dim, keepdim), dim, keepdim)
+            return MaxMin["max"](r.values.to(boolean), r.indices)
+        return _picked("max", self, self.argmax(dim, keepdim), dim, keepdim)
 
     def min(self, dim: int | None = None, keepdim: bool = False):
         """min() of all elements; min(dim) -> (values, indices); min(other) with a tensor: the elementwise
@@ -398,8 +398,8 @@ class TensorCore:
             return self.amin()
         if self.dtype == boolean:
             r = self.to(u8).min(dim, keepdim)
-            return MaxMin(r.values.to(boolean), r.indices)
-        return _picked(self, self.argmin(dim, keepdim), dim, keepdim)
+            return MaxMin["min"](r.values.to(boolean), r.indices)
+        return _picked("min", self, self.argmin(dim, keepdim), dim, keepdim)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:  # torch: keepdim=True keeps every dim as 1
@@ -602,14 +602,14 @@ def _var_past_correction(x: Tensor, axes, keepdim: bool, room: int) -> Tensor:
     return s / float(room) + (s / 0.0 - s / float(room)).detach()
 
 
-def _picked(x: Tensor, idx: Tensor, dim: int, keepdim: bool):
-    """(values, indices) of max(dim) / min(dim): the values read at the indices, so that the gradient goes
-    to the index returned, as torch's (amax splits it among ties)."""
+def _picked(kind: str, x: Tensor, idx: Tensor, dim: int, keepdim: bool):
+    """(values, indices) of max(dim) / min(dim) (kind), torch's namedtuple of that name: the values read at
+    the indices, so that the gradient goes to the index returned, as torch's (amax splits it among ties)."""
     if not x.ndim:
-        return MaxMin(x, idx)
-    axis = dim_index("max", dim, x.ndim)
+        return MaxMin[kind](x, idx)
+    axis = dim_index(kind, dim, x.ndim)
     values = x.gather(axis, idx if keepdim else idx.unsqueeze(axis))
-    return MaxMin(values if keepdim else values.squeeze(axis), idx)
+    return MaxMin[kind](values if keepdim else values.squeeze(axis), idx)
 
 
 def _check_int_pow(a, b, dt: DType) -> None:
