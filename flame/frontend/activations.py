@@ -23,7 +23,7 @@ from flame.frontend.functional import (
     softmax_dim,
     warn_if_broadcast,
 )
-from flame.frontend.opmath import composite, half_gradient, wants_gradient, wide, with_derivative
+from flame.frontend.opmath import composite, float_gradient, half_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
 from flame.frontend.promotion import fits
 from flame.frontend.tensor import Tensor
@@ -84,7 +84,7 @@ def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     z = exp(-|x|) as stored in x's dtype, the cotangent times (x < 0 ? 1 - z / (1 + z) : z / (1 + z)),
     in f32 for f16 / bf16."""
     value = _logsigmoid(input)
-    if not (input.dtype.is_float and wants_gradient(input)):
+    if not float_gradient(input):
         return value
     x = wide(input)
     z = (-x.abs()).exp().to(input.dtype).to(x.dtype)
@@ -146,7 +146,7 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tens
     fits("hardtanh", "min_val", min_val, input.dtype)
     fits("hardtanh", "max_val", max_val, input.dtype)
     value = input.clamp(min_val, max_val)
-    if not (input.dtype.is_float and wants_gradient(input)):
+    if not float_gradient(input):
         return value
     x = wide(input)
     return with_derivative(input, value, where((x > min_val) & (x < max_val), 1.0, 0.0).to(x.dtype))
@@ -166,7 +166,7 @@ def hardsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     """relu6(x + 3) / 6 (for f16 / bf16 in f32 rounded once); its gradient PyTorch's kernel's: the cotangent
     times 1/6 (an f32 for f32 and the half types) strictly inside (-3, 3), else 0."""
     value = _hardsigmoid(input)
-    if not (input.dtype.is_float and wants_gradient(input)):
+    if not float_gradient(input):
         return value
     x = wide(input)
     sixth = 1 / 6 if x.dtype == f64 else _f32(1 / 6)
@@ -182,7 +182,7 @@ def hardswish(input: Tensor) -> Tensor:  # noqa: A002
     """x * relu6(x + 3) / 6 (for f16 / bf16 in f32 rounded once); its gradient PyTorch's kernel's: the
     cotangent times 0 up to -3, x / 3 + 1/2 below 3, else 1 (1 at 3 itself)."""
     value = _hardswish(input)
-    if not (input.dtype.is_float and wants_gradient(input)):
+    if not float_gradient(input):
         return value
     x = wide(input)
     return with_derivative(input, value, where(x <= -3, 0.0, where(x < 3, x / 3 + 0.5, 1.0)).to(x.dtype))

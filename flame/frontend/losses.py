@@ -236,10 +236,10 @@ def _bce_gradients(loss: Tensor, x: Tensor, t: Tensor) -> Tensor:
     it) and -logit(x) * grad for t. A form whose VJP computes exactly that: (x / den) * (x - t) with
     den and x - t constants gives (grad * (x - t)) / den."""
     forms = []
-    if x.dtype.is_float and opmath.wants_gradient(x):
+    if opmath.float_gradient(x):
         den = ((1 - x) * x).clamp(min=_BCE_EPSILON)
         forms.append((x / den.detach()) * (x - t).detach())
-    if isinstance(t, Tensor) and t.dtype.is_float and opmath.wants_gradient(t):
+    if opmath.float_gradient(t):
         forms.append(t * (-x.logit()).detach())
     if not forms:
         return loss

@@ -166,6 +166,12 @@ def wants_gradient(x: Tensor) -> bool:
     return grad_enabled.get() and (current_trace.get() is not None or x.requires_grad)
 
 
+def float_gradient(x) -> bool:
+    """x is a floating tensor whose gradient may be taken (`wants_gradient`): where an op builds PyTorch's
+    backward formula as its gradient form in every floating dtype."""
+    return isinstance(x, Tensor) and x.dtype.is_float and wants_gradient(x)
+
+
 def half_gradient(x) -> bool:
     """x is an f16 / bf16 tensor whose gradient may be taken (`wants_gradient`): where a half-precision
     op builds PyTorch's backward formula as its gradient form."""
