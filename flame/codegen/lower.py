@@ -50,8 +50,7 @@ _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not
     "cumprod": lower_scan,
     "logcumsumexp": lower_scan,
     "argsort": lower_argsort,
-    "cumargmax": lower_cumarg,
-    "cumargmin": lower_cumarg,
+    "cumarg": lower_cumarg,
 }
 _CONFIGURED = (lower_permute,)  # the rules that also take the Config (its tile settings)
 _BY_CATEGORY: dict[str, Callable[[Op], list[Kernel]]] = {

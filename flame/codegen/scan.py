@@ -43,15 +43,16 @@ def lower_scan(op: Op) -> list[Kernel]:
 
 
 def lower_cumarg(op: Op) -> list[Kernel]:
-    """cumargmax / cumargmin: one thread per line, in order, keeping the extreme so far and its index
+    """cumarg (cummax / cummin's indices): one thread per line, in order, keeping the extreme so far and its index
     (the latest of equal ones; a NaN takes over), as the reference."""
     if op.out.type.numel == 0:
         return []
     outer, extent, inner = _line(op)
     x = op.inputs[0].dtype
     acc = cuda_c.compute_dtype(x)
-    wins = "v >= best" if op.name == "cumargmax" else "v <= best"
-    return [render_op("scan.cu.j2", op, "cumarg", outer * inner, f"{op.name} along the axis, one thread per line",
+    wins = "v >= best" if op.attrs["largest"] else "v <= best"  # a later equal extreme takes the index
+    what = "running maximum's index" if op.attrs["largest"] else "running minimum's index"
+    return [render_op("scan.cu.j2", op, "cumarg", outer * inner, f"{what} along the axis, one thread per line",
                       extent=extent, inner=inner, acc_t=acc.cuda_type,
                       take=f"c == 0 || v != v || (best == best && ({wins}))",
                       load_v=cuda_c.load("in0[at]", x))]

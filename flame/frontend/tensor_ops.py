@@ -139,15 +139,15 @@ class TensorOps:
     def cummax(self, dim: int):
         """(values, indices) of the running maximum along dim, as torch.cummax: the latest index of equal
         maxima, a NaN taking over; the gradient goes to the element each value came from."""
-        return self._cum_extreme("cummax", "cumargmax", dim)
+        return self._cum_extreme("cummax", True, dim)
 
     def cummin(self, dim: int):
         """(values, indices) of the running minimum along dim, as torch.cummin (cummax's rules)."""
-        return self._cum_extreme("cummin", "cumargmin", dim)
+        return self._cum_extreme("cummin", False, dim)
 
-    def _cum_extreme(self, name: str, op: str, dim: int):
+    def _cum_extreme(self, name: str, largest: bool, dim: int):
         axis = dim_index(name, dim, self.ndim)
-        idx = apply(op, self, axis=axis)
+        idx = apply("cumarg", self, axis=axis, largest=largest)
         values = self.gather(axis, idx) if self.ndim else self
         return CumResult[name](values, idx)
 

@@ -159,11 +159,19 @@ def _scan(b, g, dt, name):
         b.argsort(x, axis=-1, descending=True)
 
 
+def _cumarg(b, g, dt):
+    x, s = _inputs(g, ((6, 7, 9), dt), ((), dt))
+    for axis in (0, 1, 2):
+        b.cumarg(x, axis=axis, largest=axis != 1)
+    b.cumarg(s, axis=0, largest=True)
+
+
 def _maker(name: str):
     opdef = REGISTRY[name]
     special = {"where": _where, "cast": _cast, "scaled_cast": _scaled_cast, "full": _full, "arange": _arange,
+               "cumarg": _cumarg,
                "argmax": _argmax, "bitwise": _bitwise, "polygamma": _polygamma}
-    if name in ("cumsum", "cumprod", "argsort"):
+    if name in ("cumsum", "cumprod", "logcumsumexp", "argsort"):
         return lambda b, g, dt: _scan(b, g, dt, name)
     if name in special:
         return special[name]

@@ -363,28 +363,25 @@ def _cumarg_cases(rng, dt):
     x = _quarters(rng, (3, 4, 5), dt) if dt.kind == "float" else _arr(rng, (3, 4, 5), dt)
     if dt.kind == "float":
         x.reshape(-1)[::7] = np.nan
-    cases = [([x], {"axis": a}) for a in (0, 1, -1)]
-    return cases + [([_arr(rng, (), dt)], {"axis": 0}), ([_arr(rng, (2, 0, 3), dt)], {"axis": 1})]
+    cases = [([x], {"axis": a, "largest": m}) for a in (0, 1, -1) for m in (True, False)]
+    return cases + [([_arr(rng, (), dt)], {"axis": 0, "largest": True}),
+                    ([_arr(rng, (2, 0, 3), dt)], {"axis": 1, "largest": False})]
 
 
-def _cumarg_oracle(largest: bool):
+def _cumarg_oracle(x, axis, largest):
     """Element by element in plain Python: torch's cummax / cummin index rule."""
-
-    def oracle(x, axis):
-        if x.ndim == 0:
-            return np.zeros((), np.int64)
-        moved = np.moveaxis(x.astype(np.float64), axis % x.ndim, -1)
-        out = np.zeros(moved.shape, np.int64)
-        for pos in np.ndindex(*moved.shape[:-1]):
-            best, arg = None, 0
-            for k in range(moved.shape[-1]):
-                v = moved[pos + (k,)]
-                if best is None or np.isnan(v) or (not np.isnan(best) and (v >= best if largest else v <= best)):
-                    best, arg = v, k
-                out[pos + (k,)] = arg
-        return np.moveaxis(out, -1, axis % x.ndim)
-
-    return oracle
+    if x.ndim == 0:
+        return np.zeros((), np.int64)
+    moved = np.moveaxis(x.astype(np.float64), axis % x.ndim, -1)
+    out = np.zeros(moved.shape, np.int64)
+    for pos in np.ndindex(*moved.shape[:-1]):
+        best, arg = None, 0
+        for k in range(moved.shape[-1]):
+            v = moved[pos + (k,)]
+            if best is None or np.isnan(v) or (not np.isnan(best) and (v >= best if largest else v <= best)):
+                best, arg = v, k
+            out[pos + (k,)] = arg
+    return np.moveaxis(out, -1, axis % x.ndim)
 
 
 def _argsort_cases(rng, dt):
@@ -830,8 +827,7 @@ RECIPES: dict[str, Recipe] = {
     "logcumsumexp": Recipe(_logcumsumexp_cases, _scan_oracle(lambda acc, v: np.logaddexp(acc, v)), FLOATS,
                            grad_make=_logcumsumexp_grad_cases),
     "argsort": Recipe(_argsort_cases, _argsort_oracle, ALL, out="i64"),
-    "cumargmax": Recipe(_cumarg_cases, _cumarg_oracle(True), ALL, out="i64"),
-    "cumargmin": Recipe(_cumarg_cases, _cumarg_oracle(False), ALL, out="i64"),
+    "cumarg": Recipe(_cumarg_cases, _cumarg_oracle, ALL, out="i64"),
     "maximum": Recipe(_distinct_pair, lambda a, b: np.where(a >= b, a, b + 0 * a), NUM),
     "minimum": Recipe(_distinct_pair, lambda a, b: np.where(a <= b, a, b + 0 * a), NUM),
     "eq": _cmp(lambda a, b: a == b),

@@ -285,6 +285,11 @@ def _scan(rng, dt):
             ([arr(rng, (), dt)], {"axis": 0})]
 
 
+def _cumarg(rng, dt):
+    """argsort's cases (ties, NaNs) as cummax's and cummin's: descending picks the extreme."""
+    return [(ins, {"axis": attrs["axis"], "largest": attrs["descending"]}) for ins, attrs in _argsort(rng, dt)]
+
+
 def _argsort(rng, dt):
     x = _quarters(rng, (4, 37, 5), dt) if dt.kind == "float" else arr(rng, (4, 37, 5), dt)  # ties
     if dt.kind == "float":
@@ -341,6 +346,8 @@ TABLE["fmod"] = (NUM, _binary(_quarters, _nonzero))
 TABLE["cumsum"] = (NUM + NARROW, _scan)
 TABLE["cumprod"] = (NUM, _scan)
 TABLE["argsort"] = (ALL + NARROW, _argsort)
+TABLE["logcumsumexp"] = (FLOATS, _scan)
+TABLE["cumarg"] = (ALL + NARROW, _cumarg)
 TABLE["scaled_dot_product_attention_stats"] = (FLOATS, _attention)
 
 

@@ -150,55 +150,47 @@ register(
 )
 
 
-def _cumarg_infer(name):
-    def infer(types, axis):
-        (t,) = types
-        check_dtype(name, t, ("float", "int", "bool"))
-        norm_axis(name, axis, t.rank)
-        return TensorType(t.shape, i64)
-
-    return infer
+def _cumarg_infer(types, axis, largest):
+    (t,) = types
+    check_dtype("cumarg", t, ("float", "int", "bool"))
+    norm_axis("cumarg", axis, t.rank)
+    return TensorType(t.shape, i64)
 
 
-def _cumarg_ref(largest: bool):
+def _cumarg_ref(x, axis, largest):
     """The index of the running maximum (largest) or minimum along axis, as PyTorch's cummax / cummin:
     the latest of equal extremes, and a NaN takes over (the latest NaN once one was seen)."""
-
-    def ref(x, axis):
-        if x.ndim == 0:
-            return np.zeros((), np.int64)
-        xm = np.moveaxis(x.astype(np.int8) if x.dtype == np.bool_ else x, axis % x.ndim, -1)
-        out = np.zeros(xm.shape, np.int64)
-        if not xm.shape[-1]:
-            return np.moveaxis(out, -1, axis % x.ndim)
-        best, arg = xm[..., 0].copy(), np.zeros(xm.shape[:-1], np.int64)
-        for c in range(xm.shape[-1]):
-            v = xm[..., c]
-            with np.errstate(invalid="ignore"):
-                wins = (v >= best) if largest else (v <= best)
-            take = (v != v) | ((best == best) & wins) | (c == 0)
-            best, arg = np.where(take, v, best), np.where(take, c, arg)
-            out[..., c] = arg
+    if x.ndim == 0:
+        return np.zeros((), np.int64)
+    xm = np.moveaxis(x.astype(np.int8) if x.dtype == np.bool_ else x, axis % x.ndim, -1)
+    out = np.zeros(xm.shape, np.int64)
+    if not xm.shape[-1]:
         return np.moveaxis(out, -1, axis % x.ndim)
+    best, arg = xm[..., 0].copy(), np.zeros(xm.shape[:-1], np.int64)
+    for c in range(xm.shape[-1]):
+        v = xm[..., c]
+        with np.errstate(invalid="ignore"):
+            wins = (v >= best) if largest else (v <= best)
+        take = (v != v) | ((best == best) & wins) | (c == 0)
+        best, arg = np.where(take, v, best), np.where(take, c, arg)
+        out[..., c] = arg
+    return np.moveaxis(out, -1, axis % x.ndim)
 
-    return ref
 
-
-for _name, _largest in (("cumargmax", True), ("cumargmin", False)):
-    register(
-        OpDef(
-            _name,
-            "opaque",
-            1,
-            _cumarg_infer(_name),
-            _cumarg_ref(_largest),
-            {"axis": Attr("int")},
-            nondiff="integer result (the indices) has no gradient",
-            compute_f32=True,
-            doc=f"index of the running {'maximum' if _largest else 'minimum'} along axis (cummax / cummin's "
-            f"indices: the latest of equal extremes, a NaN taking over)",
-        )
+register(
+    OpDef(
+        "cumarg",
+        "opaque",
+        1,
+        _cumarg_infer,
+        _cumarg_ref,
+        {"axis": Attr("int"), "largest": Attr("bool")},
+        nondiff="integer result (the indices) has no gradient",
+        compute_f32=True,
+        doc="index of the running maximum (largest) or minimum along axis (cummax / cummin's indices: the "
+        "latest of equal extremes, a NaN taking over)",
     )
+)
 
 
 def _argsort_infer(types, axis, descending):
