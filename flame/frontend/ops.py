@@ -5,7 +5,6 @@ flame/__init__.py only re-exports them."""
 
 from __future__ import annotations
 
-import builtins
 import inspect
 
 import numpy as np
@@ -266,16 +265,9 @@ def repeat(x: Tensor, *sizes) -> Tensor:
     return x.repeat(*sizes)
 
 
-def isclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:  # noqa: A002
-    """|a - b| <= atol + rtol * |b| (torch.isclose); infinities are close to themselves."""
-    a, b = input, other
-    close = ((a - b).abs() <= atol + rtol * (b.abs() if isinstance(b, Tensor) else builtins.abs(b))) | (a == b)
-    return close | (a.isnan() & b.isnan()) if equal_nan and isinstance(b, Tensor) else close
-
-
-def allclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:  # noqa: A002
-    """isclose(...).all() as a Python bool (torch.allclose)."""
-    return bool(isclose(input, other, rtol, atol, equal_nan).all())
+isclose, allclose, equal = _unary("isclose"), _unary("allclose"), _unary("equal")
+mv, inner, addr, addbmm = _unary("mv"), _unary("inner"), _unary("addr"), _unary("addbmm")
+moveaxis = _unary("moveaxis")
 
 
 max, min, softmax, log_softmax = (numpy_names(f) for f in (max, min, softmax, log_softmax))  # noqa: A001

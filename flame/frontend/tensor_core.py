@@ -28,7 +28,7 @@ from flame.frontend.tensor import (
     reduce_axes,
 )
 from flame.frontend.views import bump, link, new_tensor, view_error
-from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i32, i64, promote, u8
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i32, i64, promote, u8
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
 
@@ -142,6 +142,14 @@ class TensorCore:
 
     def bool(self) -> Tensor:
         return self.to(boolean)
+
+    def byte(self) -> Tensor:
+        """self as uint8, as torch's Tensor.byte."""
+        return self.to(u8)
+
+    def char(self) -> Tensor:
+        """self as int8, as torch's Tensor.char."""
+        return self.to(i8)
 
     # ---- arithmetic -------------------------------------------------------------------------------
     def __add__(self, o):

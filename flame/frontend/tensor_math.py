@@ -110,6 +110,48 @@ class TensorMath:
         _ranks("outer", (self, 1), (vec2, 1))
         return self.unsqueeze(1) * vec2.unsqueeze(0)
 
+    def mv(self, vec):
+        """[n, m] @ [m] -> [n], as torch.mv (2-D and 1-D only)."""
+        _ranks("mv", (self, 2), (vec, 1))
+        return _promoted(matmul, self, vec)
+
+    def inner(self, other):
+        """The sum over the last dims of self and other (a product for a 0-d one), as torch.inner:
+        [..., n] and [..., n] -> self's leading dims then other's."""
+        if not self.ndim or not other.ndim:
+            return self * other
+        if self.shape[-1] != other.shape[-1]:
+            raise ShapeError(f"inner: last dims differ: {list(self.shape)} and {list(other.shape)}\n"
+                             f"  at {user_location()}")
+        return self.tensordot(other, ([-1], [-1]))
+
+    def addr(self, vec1, vec2, *, beta=1, alpha=1):
+        """beta * self + alpha * outer(vec1, vec2), as torch.addr (beta = 0: self is not read)."""
+        prod = vec1.outer(vec2)
+        prod = prod * alpha if alpha != 1 else prod
+        return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
+
+    def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        """beta * self + alpha * the sum over the batch of batch1[i] @ batch2[i], as torch.addbmm."""
+        _batches("addbmm", batch1, batch2)
+        prod = self.__class__.bmm(batch1, batch2).sum(0)
+        prod = prod * alpha if alpha != 1 else prod
+        return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
+
+    def isclose(self, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
+        """|self - other| <= atol + rtol * |other| (torch.isclose); infinities are close to themselves."""
+        a, b = self, other
+        close = ((a - b).abs() <= atol + rtol * (b.abs() if isinstance(b, Tensor) else abs(b))) | (a == b)
+        return close | (a.isnan() & b.isnan()) if equal_nan and isinstance(b, Tensor) else close
+
+    def allclose(self, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+        """isclose(...).all() as a Python bool (torch.allclose)."""
+        return bool(self.isclose(other, rtol, atol, equal_nan).all())
+
+    def equal(self, other) -> bool:
+        """True if self and other have one shape and equal elements (NaN is not equal), as torch.equal."""
+        return tuple(self.shape) == tuple(other.shape) and bool((self == other).all())
+
     def addmm(self, mat1, mat2, *, beta=1, alpha=1):
         """beta * self + alpha * (mat1 @ mat2), as torch.addmm (self broadcast to the product; with
         beta = 0 self is not read, so its NaN and inf do not propagate)."""
@@ -614,6 +656,10 @@ class TensorMath:
 
     def logaddexp(self, other):
         return more_math.logaddexp(self, other)
+
+    def msort(self):
+        """self sorted along dim 0, as torch.msort."""
+        return more_math.msort(self)
 
     def dist(self, other, p: float = 2.0):
         """The p-norm of self - other, as torch.Tensor.dist."""

@@ -658,6 +658,10 @@ class TensorOps:
                 out = cat([out.narrow(axis, n - k, k), out.narrow(axis, 0, n - k)], axis)
         return out
 
+    def moveaxis(self, source, destination):
+        """movedim under NumPy's name, as torch.moveaxis."""
+        return self.movedim(source, destination)
+
     def movedim(self, source, destination):
         """Dims moved from source to destination (ints or sequences), the others in order, as torch.movedim."""
         src = (source,) if isinstance(source, int) else tuple(source)
