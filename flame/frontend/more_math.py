@@ -29,8 +29,8 @@ from flame.ir.dtypes import bf16, f16, f64, i32, i64
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax", "fmin",
            "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "msort", "nan_to_num",
-           "negative", "pdist", "positive", "rad2deg", "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc",
-           "std_mean", "trapezoid", "var_mean", "vdot"]
+           "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "rot90", "rsub", "searchsorted",
+           "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
 
 _MinMax = namedtuple("aminmax", ["min", "max"])
 
@@ -247,6 +247,71 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: b
 def msort(input: Tensor) -> Tensor:  # noqa: A002
     """The values sorted along the first dim, as torch.msort."""
     return as_tensor(input).sort(dim=0).values
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def quantile(input: Tensor, q, dim: int | None = None, keepdim: bool = False, *,  # noqa: A002
+             interpolation: str = "linear") -> Tensor:
+    """The q-th quantiles of input along dim (every element when dim is None), as torch.quantile (see
+    _quantile)."""
+    return _quantile(input, q, dim, keepdim, interpolation, False, "quantile")
+
+
+def nanquantile(input: Tensor, q, dim: int | None = None, keepdim: bool = False, *,  # noqa: A002
+                interpolation: str = "linear") -> Tensor:
+    """quantile over the values that are not NaN, as torch.nanquantile."""
+    return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")
+
+
+def _quantile(input: Tensor, q, dim: int | None, keepdim: bool, interpolation: str, _ignore_nan: bool,  # noqa: A002
+              _name: str) -> Tensor:
+    """The q-th quantiles of input along dim (every element when dim is None), as torch.quantile: the
+    sorted values at rank q * (n - 1), between two neighbours by `interpolation`; NaN where a line holds
+    a NaN (nanquantile: the values that are not NaN, NaN where a line holds nothing else). q: a number
+    or a 0-d / 1-D tensor in [0, 1] (a 1-D one puts its dim first). The gradient goes to the picked
+    values, as torch's (sort, gather and lerp)."""
+    x = as_tensor(input)
+    if interpolation not in _INTERPOLATIONS:
+        raise ValueError(f"{_name}() interpolation must be one of {', '.join(_INTERPOLATIONS)}, got "
+                         f"{interpolation!r}")
+    if not x.dtype.is_float:
+        raise DTypeError(f"{_name}() input tensor must be either float or double dtype, got {x.dtype.name}"
+                         f"\n  at {user_location()}")
+    qs = q if isinstance(q, Tensor) else as_tensor(float(q), dtype=x.dtype)  # the number in x's dtype, as torch
+    if qs.dtype != x.dtype:
+        raise DTypeError(f"{_name}() q tensor must be same dtype as the input tensor ({x.dtype.name}), got "
+                         f"{qs.dtype.name}\n  at {user_location()}")
+    if qs.ndim > 1:
+        raise _err(f"{_name}() q must be a scalar or 1D tensor, got {list(qs.shape)}")
+    if qs._value is None and qs.numel() and ((qs.numpy() < 0).any() or (qs.numpy() > 1).any()):
+        raise ValueError(f"{_name}() q values must be in the range [0, 1]\n  at {user_location()}")
+    if not x.numel():
+        raise _err(f"{_name}() input tensor must be non-empty")
+    line = x.reshape(-1) if dim is None else x.movedim(dim_index(_name, dim, x.ndim), -1)
+    ranked = line.sort(-1).values  # NaN last
+    n = ranked.shape[-1]
+    qv = qs.to(x.dtype).reshape(-1)
+    if _ignore_nan:
+        count = (~ranked.isnan()).sum(-1, keepdim=True).to(x.dtype)
+        ranks = (qv * (count - 1)).clamp(min=0)
+    else:
+        ranks = where(ranked.isnan().any(-1, keepdim=True), float(n - 1), qv * float(n - 1))
+    ranks = ranks.expand(*ranked.shape[:-1], qv.shape[0])
+    if interpolation == "nearest":
+        lower = upper = ranks.round().to(i64)
+    else:
+        lower, upper = ranks.floor().to(i64), ranks.ceil().to(i64).clamp(max=n - 1)
+    low, high = ranked.gather(-1, lower), ranked.gather(-1, upper)
+    out = {"lower": low, "higher": high, "nearest": low, "midpoint": low.lerp(high, 0.5)}.get(interpolation)
+    if out is None:
+        out = low.lerp(high, ranks - lower.to(x.dtype))
+    out = out.movedim(-1, 0)  # the q dim first
+    if keepdim:
+        out = out.reshape(qv.shape[0], *([1] * x.ndim)) if dim is None else out.unsqueeze(
+            1 + dim_index(_name, dim, x.ndim))
+    return out[0] if qs.ndim == 0 else out
 
 
 def bucketize(input: Tensor | float, boundaries: Tensor, *, out_int32: bool = False, right: bool = False) -> Tensor:  # noqa: A002

@@ -657,6 +657,14 @@ class TensorMath:
     def logaddexp(self, other):
         return more_math.logaddexp(self, other)
 
+    def quantile(self, q, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"):
+        """The q-th quantiles along dim, as torch.quantile (more_math.quantile)."""
+        return more_math.quantile(self, q, dim, keepdim, interpolation=interpolation)
+
+    def nanquantile(self, q, dim: int | None = None, keepdim: bool = False, *, interpolation: str = "linear"):
+        """quantile over the values that are not NaN, as torch.nanquantile."""
+        return more_math.nanquantile(self, q, dim, keepdim, interpolation=interpolation)
+
     def msort(self):
         """self sorted along dim 0, as torch.msort."""
         return more_math.msort(self)
