@@ -144,11 +144,9 @@ class TensorCore:
         return self.to(boolean)
 
     def byte(self) -> Tensor:
-        """self as uint8, as torch's Tensor.byte."""
         return self.to(u8)
 
     def char(self) -> Tensor:
-        """self as int8, as torch's Tensor.char."""
         return self.to(i8)
 
     # ---- arithmetic -------------------------------------------------------------------------------
@@ -392,10 +390,8 @@ class TensorCore:
             return self.maximum(dim)
         if dim is None:
             return self.amax()
-        if self.dtype == boolean:
-            r = self.to(u8).max(dim, keepdim)
-            return MaxMin["max"](r.values.to(boolean), r.indices)
-        return _picked("max", self, self.argmax(dim, keepdim), dim, keepdim)
+        ranked = self.to(u8) if self.dtype == boolean else self  # bool: the indices of its 0/1 values
+        return _picked("max", self, ranked.argmax(dim, keepdim), dim, keepdim)
 
     def min(self, dim: int | None = None, keepdim: bool = False):
         """min() of all elements; min(dim) -> (values, indices); min(other) with a tensor: the elementwise
@@ -404,10 +400,8 @@ class TensorCore:
             return self.minimum(dim)
         if dim is None:
             return self.amin()
-        if self.dtype == boolean:
-            r = self.to(u8).min(dim, keepdim)
-            return MaxMin["min"](r.values.to(boolean), r.indices)
-        return _picked("min", self, self.argmin(dim, keepdim), dim, keepdim)
+        ranked = self.to(u8) if self.dtype == boolean else self  # bool: the indices of its 0/1 values
+        return _picked("min", self, ranked.argmin(dim, keepdim), dim, keepdim)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False):
         if dim is None:  # torch: keepdim=True keeps every dim as 1
@@ -611,8 +605,8 @@ def _var_past_correction(x: Tensor, axes, keepdim: bool, room: int) -> Tensor:
 
 
 def _picked(kind: str, x: Tensor, idx: Tensor, dim: int, keepdim: bool):
-    """(values, indices) of max(dim) / min(dim) (kind), torch's namedtuple of that name: the values read at
-    the indices, so that the gradient goes to the index returned, as torch's (amax splits it among ties)."""
+    """torch's (values, indices) namedtuple `kind` of max(dim) / min(dim): values read at the indices, so the
+    gradient goes to the index returned (amax splits it among ties)."""
     if not x.ndim:
         return MaxMin[kind](x, idx)
     axis = dim_index(kind, dim, x.ndim)
