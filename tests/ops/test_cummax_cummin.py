@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import flame
-from tests.ops.test_everyday_ops import check_gpu_step
+from tests.ops.test_everyday_ops import check_gpu_loss
 
 X = np.array([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0], [3.0, 1.0, 1.0, np.nan, 0.5, 7.0], [-1.0, -1.0, -2.0, 4.0, 4.0, -9.0]])
 W = np.linspace(-1.0, 1.5, X.size).reshape(X.shape)
@@ -47,12 +47,7 @@ def test_integers_bool_and_zero_d_match_torch(x):
 def test_a_step_through_them_plans_for_the_gpu_and_compiles(cuda_target):
     x = flame.tensor(np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32), requires_grad=True)
 
-    def body(x):
-        loss = (x.cummax(1).values * x.cummin(0).values).sum()
-        loss.backward()
-        return loss
-
-    check_gpu_step(body, x, x)
+    check_gpu_loss(lambda x: (x.cummax(1).values * x.cummin(0).values).sum(), x)
 
 
 @pytest.mark.gpu

@@ -89,6 +89,16 @@ def check_gpu_step(body, param, *inputs, rtol=1e-4, atol=1e-5):
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
 
 
+def check_gpu_loss(loss_of, x):
+    """check_gpu_step of the step computing loss_of(x) and its backward (x requires grad)."""
+    def body(x):
+        loss = loss_of(x)
+        loss.backward()
+        return loss
+
+    check_gpu_step(body, x, x)
+
+
 def randn(*shape, key=0):
     return _rng("x", shape, key).standard_normal(shape).astype(np.float32)
 
