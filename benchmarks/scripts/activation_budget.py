@@ -9,6 +9,7 @@ before the model was made) with its ratio to the planned one, and torch's measur
 
     python3 -m benchmarks.scripts.activation_budget            # the GPU sizes
     python3 -m benchmarks.scripts.activation_budget --tiny     # a tiny size, on the CPU / reference executor
+    python3 -m benchmarks.scripts.activation_budget --kinds llama   # the Llama-style block only
 """
 
 from __future__ import annotations
@@ -176,12 +177,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="a tiny size that runs on the CPU / reference executor")
     ap.add_argument("--no-torch", action="store_true", help="flame's rows only")
+    ap.add_argument("--kinds", nargs="+", choices=("gpt", "llama"), default=["gpt", "llama"],
+                    help="which blocks to measure (default: both)")
     args = ap.parse_args(argv)
     cuda = flame.get_device() == "cuda" and not args.tiny
     b, t, d, heads, layers, repeat = (2, 16, 32, 2, 2, 1) if args.tiny else (8, 1024, 1024, 16, 4, 10)
     dtype = flame.bf16 if cuda else flame.f32
     x_np = np.random.default_rng(0).standard_normal((b, t, d)).astype(np.float32)
-    for kind in ("gpt", "llama"):
+    for kind in args.kinds:
         rows = flame_rows(kind, x_np, d, heads, dtype, layers, repeat)
         if not args.no_torch:
             rows += torch_rows(kind, x_np, d, heads, layers, repeat, "cuda" if cuda else "cpu")

@@ -2,8 +2,10 @@
 op and its backward, with the op's score modification (flame/ir/ops/attention.py) inlined into the tile
 loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
 
-- forward: one block per 64 query rows of one (batch, head); K and V stream through shared memory in
-  tiles of BN keys (64 for head dim 64, 32 for 128); S = Q K^T and O += P V run on tensor cores
+- forward: one block of 4 warps per 64 * MT query rows of one (batch, head), each warp MT m16 tiles of
+  rows (MT 2 at head dim 64, so every K and V fragment read from shared memory feeds two products; 1 at
+  128), the last query tiles (under a causal mask the longest) first; K and V stream through shared
+  memory in tiles of BN keys (64 for head dim 64, 32 for 128); S = Q K^T and O += P V run on tensor cores
   (mma.sync m16n8k16, bf16 / f16 in, f32 accumulation), f32 takes a plain path (a thread per query
   row); the softmax is online (running max and sum in f32); the scores are scaled, modified and masked
   in registers; whole key tiles outside the causal triangle or the band of a constant keep mask (a
@@ -15,12 +17,15 @@ loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
   added to the f32 accumulator with atomics; f16 / bf16: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO,
   dK += dS^T Q and dQ += dS K on tensor cores, 16 keys per warp; f32: a thread per key on CUDA cores)
   and a kernel converting dQ into the packed result.
-- pipelined form (f16 / bf16 under FLAME_FLASH_PIPELINE=1, codegen.kernel.flash_pipeline; off by default
-  until a whole GPU test run passes with it on): the streamed tiles (forward: K and V; backward: Q, dO and
+- pipelined form (f16 / bf16; the default, FLAME_FLASH_PIPELINE=0 gives the synchronous one,
+  codegen.kernel.flash_pipeline): the streamed tiles (forward: K and V; backward: Q, dO and
   their statistics) are double-buffered in dynamic shared memory (the layout: _forward_shared,
   _backward_shared) and copied by 16-byte cp.async, tile j + 1 in flight while tile j is computed, one
   barrier per tile; every tensor-core operand is read by ldmatrix (x4; .trans for the transposed ones) from
-  rows padded to D + 8 elements, so the 8 rows of each 8x8 matrix fall in distinct banks.
+  rows padded to D + 8 elements, so the 8 rows of each 8x8 matrix fall in distinct banks. On sm_90 the
+  backward stages each warp's dQ rows in shared memory and adds them to the f32 accumulator with one bulk
+  reduction (cp.reduce.async.bulk, done in L2) instead of an atomic addition per element, whose count
+  (D per query row per key block) bounded the backward's rate.
 
 Kernel ABI (codegen.lower's): the op's inputs in order, then its result(s), then the scratch pointer.
 Forward: q, k, v, *extras, out, stats (stats: the joined stats op's buffer or the scratch); backward:
@@ -139,6 +144,8 @@ def _fields(op: Op) -> dict:
         prelude="",
         mma_type="bf16" if q.dtype.name == "bf16" else "f16",
         BN=64 if dim == 64 else 32,
+        # the tensor-core forward's m16 tiles of query rows per warp (its block: 64 * MT rows)
+        MT=2 if dim == 64 and q.dtype.name in ("f16", "bf16") else 1,
         s_round="X",
         pipeline=flash_pipeline() and q.dtype.name in ("f16", "bf16"),
     )
@@ -171,12 +178,13 @@ def _forward_shared(fields: dict) -> tuple[dict[str, int], int]:
     """The pipelined forward's shared memory: the query tile, two key and two value tiles (rows padded to
     D + 8 elements of 2 bytes)."""
     row = (fields["D"] + 8) * 2
-    return _shared(("sQ", 64 * row), ("sK", 2 * fields["BN"] * row), ("sV", 2 * fields["BN"] * row))
+    return _shared(("sQ", 64 * fields["MT"] * row), ("sK", 2 * fields["BN"] * row), ("sV", 2 * fields["BN"] * row))
 
 
 def _backward_shared(fields: dict) -> tuple[dict[str, int], int]:
     """The pipelined backward's shared memory: the block's key and value tiles, two query, two
-    output-gradient and two statistics tiles of BQ (= BN) rows, and dS^T (BN rows of BQ + 8)."""
+    output-gradient and two statistics tiles of BQ (= BN) rows, dS^T (BN rows of BQ + 8) and the tile's dQ
+    rows in f32 (BQ rows of D, unpadded: sm_90's bulk reduction adds them to the accumulator as stored)."""
     bn, row = fields["BN"], (fields["D"] + 8) * 2
     return _shared(
         ("sK", bn * row),
@@ -186,6 +194,7 @@ def _backward_shared(fields: dict) -> tuple[dict[str, int], int]:
         ("sDS", bn * (bn + 8) * 2),
         ("sL", 2 * bn * 4),
         ("sD", 2 * bn * 4),
+        ("sDQ", bn * fields["D"] * 4),
     )
 
 
@@ -216,7 +225,7 @@ def lower_forward(op: Op, with_stats: bool) -> list[Kernel]:
         "flash attention forward (online softmax, the score modification inlined)",
         {**fields, "stats_only": alone, "smem": smem},
     )
-    tiles = -(-fields["L"] // 64) * fields["BH"]
+    tiles = -(-fields["L"] // (64 * fields["MT"])) * fields["BH"]
     stem = f"flash_attention_{'stats' if alone else 'fwd'}_{q.dtype.name}_d{fields['D']}"
     rows = fields["BH"] * fields["L"]
     scratch = rows * fields["D"] * q.dtype.itemsize if alone else 0 if with_stats else rows * 4
@@ -240,7 +249,7 @@ def lower_backward(op: Op) -> list[Kernel]:
     smem, smem_bytes = _backward_shared(fields) if fields["pipeline"] else ({}, 0)
     out = []
     for kind, grid, block in (
-        ("backward_prep", -(-bh * length // 256), 256),
+        ("backward_prep", -(-bh * length // 8), 256),  # a warp per query row
         main,
         ("backward_dq", -(-bh * length * dim // 256), 256),
     ):

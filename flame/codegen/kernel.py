@@ -135,9 +135,9 @@ FLASH_PIPELINE_ENV = "FLAME_FLASH_PIPELINE"
 def flash_pipeline() -> bool:
     """$FLAME_FLASH_PIPELINE: whether the generated flash-attention kernels of f16 / bf16
     (codegen/flash_attention.py) take their pipelined form (key and value tiles, query and output-gradient
-    tiles double-buffered in dynamic shared memory through cp.async, operand fragments read by ldmatrix),
-    else the synchronous one (the default until a whole GPU test run passes with it on)."""
-    return env_flag(FLASH_PIPELINE_ENV, False)
+    tiles double-buffered in dynamic shared memory through cp.async, operand fragments read by ldmatrix;
+    the default), else the synchronous one (FLAME_FLASH_PIPELINE=0)."""
+    return env_flag(FLASH_PIPELINE_ENV, True)
 
 
 def tiled_maps(config: Config = DEFAULT_CONFIG) -> bool:

@@ -95,7 +95,7 @@ def test_attention_without_a_modification_renders_and_compiles(causal, dim, pipe
     (kernel,) = flash_attention.lower_forward(fwd, with_stats=True)
     kernels = flash_attention.lower_backward(bwd)
     assert [("if (whole)" in k.source) for k in (kernel, *kernels)] == [pipeline, False, pipeline, False]
-    assert ("k0 + BN - 1 <= q0" in kernel.source) == (pipeline and causal)
+    assert ("k0 + BN - 1 <= m0" in kernel.source) == (pipeline and causal)  # per m tile of a warp's rows
     _compiles([kernel, *kernels])
 
 
@@ -116,14 +116,14 @@ def test_what_the_template_does_not_take_is_said():
 
 
 @pytest.mark.parametrize("dim", [64, 128])
-def test_the_pipelined_form_is_a_setting_off_by_default(dim, monkeypatch):
+def test_the_pipelined_form_is_the_default_and_a_setting(dim, monkeypatch):
     fwd, _, bwd = _ops(MODS["causal+document+softcap"], "bf16", dim, length=77, keys=77)
-    monkeypatch.delenv(FLASH_PIPELINE_ENV, raising=False)
-    default = [*flash_attention.lower_forward(fwd, True), *flash_attention.lower_backward(bwd)]
-    assert codegen_settings()[-1] is False
-    assert all("cp.async" not in k.source and k.smem == 0 for k in default)
-    monkeypatch.setenv(FLASH_PIPELINE_ENV, "1")
-    assert codegen_settings()[-1] is True  # part of every compile and plan cache key
+    monkeypatch.setenv(FLASH_PIPELINE_ENV, "0")
+    synchronous = [*flash_attention.lower_forward(fwd, True), *flash_attention.lower_backward(bwd)]
+    assert codegen_settings()[-1] is False  # part of every compile and plan cache key
+    assert all("cp.async" not in k.source and k.smem == 0 for k in synchronous)
+    monkeypatch.delenv(FLASH_PIPELINE_ENV)
+    assert codegen_settings()[-1] is True
     (forward,) = flash_attention.lower_forward(fwd, True)
     prep, main, dq = flash_attention.lower_backward(bwd)
     for k in (forward, main):  # double-buffered tiles in dynamic shared memory, fragments through ldmatrix
@@ -131,9 +131,14 @@ def test_the_pipelined_form_is_a_setting_off_by_default(dim, monkeypatch):
         assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in k.source and "extern __shared__" in k.source
     row = (dim + 8) * 2
     bn = 64 if dim == 64 else 32
-    assert forward.smem == 64 * row + 4 * bn * row  # Q, two K and two V tiles
-    assert main.smem == 6 * bn * row + bn * (bn + 8) * 2 + 4 * bn * 4  # K, V, 2 Q, 2 dO, dS^T, 2 LSE, 2 Delta
-    assert prep.smem == dq.smem == 0 and forward.name != default[0].name  # another source, another name
+    rows = 128 if dim == 64 else 64  # the forward's query rows: 2 m tiles per warp at head dim 64
+    assert forward.smem == rows * row + 4 * bn * row  # Q, two K and two V tiles
+    # K, V, 2 Q, 2 dO, dS^T, 2 LSE, 2 Delta, the f32 dQ rows
+    assert main.smem == 6 * bn * row + bn * (bn + 8) * 2 + 4 * bn * 4 + bn * dim * 4
+    assert prep.smem == dq.smem == 0 and forward.name != synchronous[0].name  # another source, another name
+    # sm_90: each warp's dQ rows staged in shared memory and added by one bulk reduction (else atomics)
+    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in main.source
+    assert "cp.reduce.async.bulk" not in synchronous[2].source and "atomicAdd(dq" in synchronous[2].source
     fwd32, _, _ = _ops(MODS["softcap"], "f32", dim, length=40, keys=40)  # f32 keeps its plain path
     (plain,) = flash_attention.lower_forward(fwd32, True)
     assert "cp.async" not in plain.source and plain.smem == 0
