@@ -167,3 +167,23 @@ def test_grad_updated_in_place_then_replaced_reaches_the_held_reference():
     assert p.grad is not g and tp.grad is not tg
     np.testing.assert_array_equal(g.numpy(), tg.numpy())
     np.testing.assert_array_equal(p.grad.numpy(), tp.grad.numpy())
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_assigning_a_mismatched_grad_raises_as_torch(compiled):
+    p = nn.Parameter(flame.ones(2, 3))
+    tp = torch.nn.Parameter(torch.ones(2, 3))
+    cases = [(lambda: flame.ones(3, 2), lambda: torch.ones(3, 2), "of size '[3, 2]' to a tensor of size '[2, 3]'"),
+             (lambda: flame.ones(2, 3, dtype=flame.float64), lambda: torch.ones(2, 3, dtype=torch.float64),
+              "with dtype 'f64' to a tensor with dtype 'f32'"),
+             (lambda: 3, lambda: 3, "expected to be a Tensor or None but got grad of type int")]
+    for make, tmake, words in cases:
+        with pytest.raises((RuntimeError, TypeError)) as theirs:
+            tp.grad = tmake()
+
+        def assign(make=make):
+            p.grad = make()
+
+        with pytest.raises(type(theirs.value)) as mine:
+            flame.compile(assign)() if compiled else assign()
+        assert words in str(mine.value)
