@@ -13,7 +13,7 @@ from flame.errors import AutogradError, FlameError
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import freed_graph_error
-from flame.frontend.hooks import is_hooked, run_grad_reducers, run_unit, unit_of
+from flame.frontend.hooks import accumulate_grad, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.dtypes import f32
@@ -119,7 +119,7 @@ def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | 
         pairs = [(t, gr) for t, gr in zip(wrt, grads) if gr is not None]
     with no_grad():
         for t, new in pairs:
-            t.grad = new if t.grad is None else t.grad + new
+            accumulate_grad(t, new)
     run_grad_reducers(t for t, _ in pairs)
     if not retain_graph:
         for node in nodes:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 from flame.compiler import compile_graph
 from flame.errors import AutogradError
 from flame.frontend.autograd import _rebuild
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
+from flame.frontend.hooks import accumulate_grad
 from flame.frontend.tensor import Tensor
 from flame.passes.autodiff import autodiff
 
@@ -185,9 +187,10 @@ def backward(
     if inputs is not None:
         wrt = _tensors(inputs, "backward(inputs)")
         got = grad(ts, wrt, seeds, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True)
-        for t, gt in zip(wrt, got):
-            if gt is not None:
-                t.grad = gt if t.grad is None else t.grad + gt
+        with nullcontext() if create_graph else no_grad():  # torch's AccumulateGrad: in place unless recording
+            for t, gt in zip(wrt, got):
+                if gt is not None:
+                    accumulate_grad(t, gt)
         return
     _root(ts, seeds, "backward").backward(retain_graph=retain_graph)
 

@@ -425,12 +425,13 @@ class Compiled:
         for _t, idx, v in tr.mutated():
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)
-        grads = _grad_outputs(tr, g)
+        n_updates = len(g.outputs)
+        grads = _grad_outputs(tr, g)  # what it leaves in .grad: entries, or outputs aliased to .grad inputs
         verify(g, shape_rules=False)  # the Builder ran every shape rule as the body was traced
         namer = Namer(self.fn)
         entry = _Entry(g, None, tr, None, skel, n_user, grads, g, self._key(args),
                        describe_arguments(self.fn, args), trace_guards(self.fn, tr, namer, python_values), namer)
-        if not grads and not tr.freed:
+        if not grads and len(g.outputs) == n_updates and not tr.freed:
             entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t))
         return self._compile(entry) if compile else entry
 
@@ -736,22 +737,27 @@ def _call_inputs(entry: _Entry, args: list, arrays: list) -> list | None:
 
 def _grad_outputs(tr: Trace, g: Graph) -> list:
     """Appends to g's outputs every .grad the body leaves behind and returns, per tensor, (argument
-    position or the captured tensor, output index or None for "set to None")."""
+    position or the captured tensor, output index or None for "set to None"). A .grad input the body
+    updates in place (zero_(), backward()'s hooks.accumulate_grad) is an output aliased to that input,
+    as a parameter's update is: the plan writes it into the .grad's own buffer."""
     grads = []
     for position, proxy in tr.args:  # arguments: their traced proxies carry the .grad backward() set
         if isinstance(proxy._grad, Tensor) and proxy._grad._trace is tr:
             grads.append((position, len(g.outputs)))
             g.outputs.append(proxy._grad._value)
+    for key, held in tr.grad_held.items():  # updated in place (seen by references to it, even if replaced)
+        v = tr.value_of(held)
+        if v is not tr.grad_inputs[key]:
+            g.aliases[len(g.outputs)] = g.inputs.index(tr.grad_inputs[key])
+            g.outputs.append(v)
     for key, (t, view) in tr.grad_view.items():
         if view is None:
             if key in tr.grad_writes:
                 grads.append((t, None))
             continue
-        v = tr.value_of(view)
-        if key not in tr.grad_writes and v is tr.grad_inputs.get(key):
-            continue  # read and left as it was
-        grads.append((t, len(g.outputs)))
-        g.outputs.append(v)
+        if view is not tr.grad_held.get(key):  # else the .grad input, left as it was or updated in place
+            grads.append((t, len(g.outputs)))
+            g.outputs.append(tr.value_of(view))
     return grads
 
 

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from flame.errors import AutogradError, TraceError
-from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location
 from flame.frontend.tensor import Tensor
 
 _reducers: list[weakref.ref] = []
@@ -54,6 +54,21 @@ def run_grad_reducers(touched: Iterable) -> None:
 
 
 # ---- handles ---------------------------------------------------------------------------------------
+def accumulate_grad(t: Tensor, new: Tensor) -> None:
+    """t.grad += new, as torch's AccumulateGrad: the first gradient becomes t.grad; a later one is added
+    into the existing .grad in place (the same tensor, its storage updated: a reference held to it
+    sees the sum; inside @flame.compile an in-place update of the .grad input, so the plan writes the
+    sum into that buffer), except while gradients are recorded (create_graph=True), where the sum is a
+    new tensor with a history, as torch's."""
+    old = t.grad
+    if old is None:
+        t.grad = new
+    elif grad_enabled.get():
+        t.grad = old + new
+    else:
+        old.add_(new)
+
+
 def hooks_state() -> tuple[int, ...]:
     """The ids of the live hooks on leaf tensors and modules: a compiled step that read the hooks guards
     on it, so adding or removing one traces it again (or reuses the trace made with those hooks)."""
@@ -205,7 +220,7 @@ def run_unit(tensors: list[Tensor], grads: list) -> list:
     for t, gr in zip(tensors, grads):
         if t._retains_grad and gr is not None:
             with no_grad():
-                t.grad = gr if t.grad is None else t.grad + gr
+                accumulate_grad(t, gr)
     return grads
 
 

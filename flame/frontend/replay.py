@@ -80,9 +80,11 @@ class Replay:
         pool = [j for k in ("tensor", "arg", "grad", "getter") for j, kind in enumerate(kinds) if kind == k]
         at = {j: n for n, j in enumerate(pool)}
         self.gather_inputs = _gather([at[j] for j in range(len(bindings))])
-        # in-place updates: (output, argument position or -1, captured tensor or None) per alias
+        # in-place updates: (output, argument position or -1, captured tensor or None) per alias of an
+        # argument or captured tensor; (output, tensor) per .grad input updated in place (its .grad)
         self.aliases = [(o, bindings[i].arg, None if bindings[i].kind == "arg" else bindings[i].tensor)
-                        for o, i in graph.aliases.items()]
+                        for o, i in graph.aliases.items() if bindings[i].kind != "grad"]
+        self.grad_aliases = [(o, bindings[i].tensor) for o, i in graph.aliases.items() if bindings[i].kind == "grad"]
         self.aliased = None if any(t is None for _, _, t in self.aliases) else [t for _, _, t in self.aliases]
         self.alias_outputs = _gather([o for o, _, _ in self.aliases])
         # the captured tensors updated in place, as indices into `checked` (what changed() verified)
@@ -148,12 +150,18 @@ class Replay:
                 if a is not t._data:
                     t._data[...] = a
         self._bump_versions(tensors)
-        for i, o, dtype in self.arg_grads:  # an argument's .grad accumulates across calls, as eager backward()
+        for o, t in self.grad_aliases:  # usually written in place: the bound array is the plan's output
+            grad, a = t._grad, outs[o]
+            if a is not grad._data:
+                grad._data[...] = a
+            grad._version += 1
+        for i, o, dtype in self.arg_grads:  # an argument's .grad accumulates across calls (in place), as torch's
             t, grad = args[i], Tensor._concrete(outs[o], dtype)
-            if t._grad is not None:
+            if t._grad is None:
+                t._grad = grad
+            else:
                 with no_grad():
-                    grad = t._grad + grad
-            t._grad = grad
+                    t._grad.add_(grad)
         for t, o, dtype in self.grads_set:
             t._grad = Tensor._concrete(outs[o], dtype)
         for t in self.grads_cleared:

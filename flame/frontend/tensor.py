@@ -11,7 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import AutogradError, DimError, DTypeError, FlameError, GradDTypeError, ShapeError, TraceError
+from flame.errors import (
+    ArgumentTypeError,
+    AutogradError,
+    DimError,
+    DTypeError,
+    FlameError,
+    GradDTypeError,
+    ShapeError,
+    TraceError,
+)
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.default_dtype import get_default_dtype
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, i64, promote
@@ -297,6 +306,8 @@ class Tensor:
 
     @grad.setter
     def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            _check_grad(self, value)
         if self._value is None:
             trace = current_trace.get()
             if trace is not None:
@@ -361,3 +372,18 @@ class Tensor:
         if want.type == "cpu":
             return Tensor._concrete(executor().to_numpy(self._data, self.dtype), self.dtype)
         return Tensor._concrete(executor().asarray(self._data), self.dtype)
+
+
+def _check_grad(t: Tensor, value) -> None:
+    """torch's checks of `t.grad = value`: a tensor of t's dtype and shape."""
+    if not isinstance(value, Tensor):
+        raise ArgumentTypeError(f"assigned grad expected to be a Tensor or None but got grad of type "
+                                f"{type(value).__name__}\n  at {user_location()}")
+    if value.dtype != t.dtype:
+        raise AutogradError(f"attempting to assign a gradient with dtype '{value.dtype}' to a tensor with dtype "
+                            f"'{t.dtype}'. Please ensure that the gradient and the tensor have the same dtype"
+                            f"\n  at {user_location()}")
+    if value.shape != t.shape:
+        raise AutogradError(f"attempting to assign a gradient of size '{list(value.shape)}' to a tensor of size "
+                            f"'{list(t.shape)}'. Please ensure that the gradient and the tensor are the same size"
+                            f"\n  at {user_location()}")

@@ -15,9 +15,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flame.errors import FlameError, TraceError
-from flame.frontend.context import user_location
+from flame.frontend.context import no_grad, user_location
 from flame.frontend.dispatch import freed_graph_error, fresh
-from flame.frontend.hooks import hooks_state, is_hooked, own_hooks, run_grad_reducers, traced_unit, unit_of
+from flame.frontend.hooks import (
+    accumulate_grad,
+    hooks_state,
+    is_hooked,
+    own_hooks,
+    run_grad_reducers,
+    traced_unit,
+    unit_of,
+)
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import stale
 from flame.ir import registry
@@ -66,6 +74,7 @@ class Trace:
     grad_reads: dict[int, tuple] = field(default_factory=dict)  # id -> (tensor, had a .grad) read before written
     grad_writes: set[int] = field(default_factory=set)  # ids of tensors whose .grad the body assigned
     grad_inputs: dict[int, Value] = field(default_factory=dict)  # id -> the "state" input of its .grad
+    grad_held: dict[int, Tensor] = field(default_factory=dict)  # id -> the traced tensor that .grad input is
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
     freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
@@ -134,7 +143,7 @@ class Trace:
             v = self.graph.add_input(TensorType(g.shape, g.dtype), "state")
             self.bindings.append(Binding("grad", tensor=t))
             self.grad_inputs[id(t)] = v
-            g = Tensor._traced(v, self)
+            g = self.grad_held[id(t)] = Tensor._traced(v, self)
         self.grad_view[id(t)] = (t, g)
         return g
 
@@ -235,11 +244,10 @@ class Trace:
         self.builder.loc = user_location()
         grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves))
         _check_no_eager_history(leaves, grads)
-        for t, gv in zip(leaves, grads):
-            if gv is None:
-                continue
-            g = Tensor._traced(gv, self)
-            t.grad = g if t.grad is None else t.grad + g
+        with no_grad():  # a later gradient is added into the existing .grad in place (hooks.accumulate_grad)
+            for t, gv in zip(leaves, grads):
+                if gv is not None:
+                    accumulate_grad(t, Tensor._traced(gv, self))
         run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
 
     def _grad_hooks(self, leaves: list) -> list:
