@@ -24,8 +24,10 @@ loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
   barrier per tile; every tensor-core operand is read by ldmatrix (x4; .trans for the transposed ones) from
   rows padded to D + 8 elements, so the 8 rows of each 8x8 matrix fall in distinct banks. On sm_90 the
   backward stages each warp's dQ rows in shared memory and adds them to the f32 accumulator with one bulk
-  reduction (cp.reduce.async.bulk, done in L2) instead of an atomic addition per element, whose count
-  (D per query row per key block) bounded the backward's rate.
+  reduction (cp.reduce.async.bulk, done in L2) instead of an atomic addition per element, staged in the
+  tile's Q and dO buffers once its products are done with them; P and dS are packed to bf16 / f16 pairs
+  once (the A fragments of dV and dK, and dS^T's 32-bit shared stores), and the head-dim-64 kernel is
+  held to 168 registers (3 blocks per multiprocessor: 12 warps instead of 8).
 
 Kernel ABI (codegen.lower's): the op's inputs in order, then its result(s), then the scratch pointer.
 Forward: q, k, v, *extras, out, stats (stats: the joined stats op's buffer or the scratch); backward:
@@ -183,8 +185,9 @@ def _forward_shared(fields: dict) -> tuple[dict[str, int], int]:
 
 def _backward_shared(fields: dict) -> tuple[dict[str, int], int]:
     """The pipelined backward's shared memory: the block's key and value tiles, two query, two
-    output-gradient and two statistics tiles of BQ (= BN) rows, dS^T (BN rows of BQ + 8) and the tile's dQ
-    rows in f32 (BQ rows of D, unpadded: sm_90's bulk reduction adds them to the accumulator as stored)."""
+    output-gradient and two statistics tiles of BQ (= BN) rows, and dS^T (BN rows of BQ + 8). On sm_90 the
+    tile's dQ rows (f32, unpadded: the bulk reduction adds them to the accumulator as stored) are staged in
+    the Q and dO buffers of the tile, once its products no longer read them."""
     bn, row = fields["BN"], (fields["D"] + 8) * 2
     return _shared(
         ("sK", bn * row),
@@ -194,7 +197,6 @@ def _backward_shared(fields: dict) -> tuple[dict[str, int], int]:
         ("sDS", bn * (bn + 8) * 2),
         ("sL", 2 * bn * 4),
         ("sD", 2 * bn * 4),
-        ("sDQ", bn * fields["D"] * 4),
     )
 
 

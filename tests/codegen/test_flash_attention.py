@@ -133,8 +133,8 @@ def test_the_pipelined_form_is_the_default_and_a_setting(dim, monkeypatch):
     bn = 64 if dim == 64 else 32
     rows = 128 if dim == 64 else 64  # the forward's query rows: 2 m tiles per warp at head dim 64
     assert forward.smem == rows * row + 4 * bn * row  # Q, two K and two V tiles
-    # K, V, 2 Q, 2 dO, dS^T, 2 LSE, 2 Delta, the f32 dQ rows
-    assert main.smem == 6 * bn * row + bn * (bn + 8) * 2 + 4 * bn * 4 + bn * dim * 4
+    # K, V, 2 Q, 2 dO, dS^T, 2 LSE, 2 Delta (the f32 dQ rows are staged in the tile's Q and dO buffers)
+    assert main.smem == 6 * bn * row + bn * (bn + 8) * 2 + 4 * bn * 4
     assert prep.smem == dq.smem == 0 and forward.name != synchronous[0].name  # another source, another name
     # sm_90: each warp's dQ rows staged in shared memory and added by one bulk reduction (else atomics)
     assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in main.source

@@ -159,10 +159,8 @@ def test_the_pipelined_flash_kernels_take_their_dynamic_shared_memory_into_the_p
     row = (64 + 8) * 2
     # the forward's 128 query rows (2 m tiles per warp at head dim 64), two key and two value tiles
     assert by_stem["flash_attention_fwd_bf16_d64"].smem == 128 * row + 4 * 64 * row > 48 * 1024
-    # K, V, two Q and two dO tiles, dS^T, the statistics, the f32 dQ rows staged for the bulk reduction
-    assert by_stem["flash_attention_backward_mma_bf16_d64"].smem == (
-        6 * 64 * row + 64 * 72 * 2 + 4 * 64 * 4 + 64 * 64 * 4
-    )
+    # K, V, two Q and two dO tiles, dS^T, the statistics
+    assert by_stem["flash_attention_backward_mma_bf16_d64"].smem == 6 * 64 * row + 64 * 72 * 2 + 4 * 64 * 4 > 48 * 1024
     assert by_stem["flash_attention_backward_prep_bf16_d64"].smem == 0
     assert all(
         "cp.async.cg.shared.global" in by_stem[s].source
