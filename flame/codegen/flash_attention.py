@@ -241,7 +241,8 @@ def lower_backward(op: Op) -> list[Kernel]:
     fields = _fields(op)
     q = op.inputs[0].type
     bh, length, keys, dim = fields["BH"], fields["L"], fields["S"], fields["D"]
-    scratch = (bh * length * dim + bh * length) * 4
+    padded = -(-length // 16) * 16  # the dQ accumulator's rows per (batch, head): whole 16-row groups
+    scratch = (bh * padded * dim + bh * length) * 4
     mma = q.dtype.name in ("f16", "bf16")
     main = (
         ("backward_mma", -(-keys // fields["BN"]) * bh, 2 * fields["BN"])
@@ -251,7 +252,7 @@ def lower_backward(op: Op) -> list[Kernel]:
     smem, smem_bytes = _backward_shared(fields) if fields["pipeline"] else ({}, 0)
     out = []
     for kind, grid, block in (
-        ("backward_prep", -(-bh * length // 8), 256),  # a warp per query row
+        ("backward_prep", -(-bh * padded // 8), 256),  # a warp per accumulator row
         main,
         ("backward_dq", -(-bh * length * dim // 256), 256),
     ):
