@@ -262,6 +262,7 @@ from flame.frontend.ops import (
     rsqrt,
     scatter,
     scatter_add,
+    scatter_reduce,
     select,
     sigmoid,
     sign,

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, index_ops, opmath, views
+from flame.frontend import data_dependent, index_ops, opmath, scatter_reduce, views
 from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
@@ -564,6 +564,16 @@ class TensorOps:
         """scatter, in place."""
         return self._inplace(lambda x: x.scatter(dim, index, src, value, reduce=reduce), src, value, check="any",
                              what="scatter_")
+
+    def scatter_reduce(self, dim: int, index, src, reduce: str, *, include_self: bool = True):
+        """self with src reduced ("sum", "prod", "mean", "amax", "amin") into the positions index names
+        along dim, as torch.scatter_reduce (frontend/scatter_reduce.py)."""
+        return scatter_reduce.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+
+    def scatter_reduce_(self, dim: int, index, src, reduce: str, *, include_self: bool = True):
+        """scatter_reduce, in place."""
+        return self._inplace(lambda x: x.scatter_reduce(dim, index, src, reduce, include_self=include_self), src,
+                             check="any", what="scatter_reduce_")
 
     def scatter_add_(self, dim: int, index, src):
         """scatter_add, in place."""
