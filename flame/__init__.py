@@ -84,6 +84,7 @@ from flame.frontend.more_math import (
     logaddexp2,
     masked_scatter,
     meshgrid,
+    mode,
     msort,
     nan_to_num,
     nanquantile,
