@@ -644,11 +644,12 @@ def _pool(g: _Gen) -> int | None:
 
 
 def _interpolate(g: _Gen) -> int | None:
-    """interpolate, 1-D and 2-D: nearest or (bi)linear (align_corners), to a size or by a scale factor."""
+    """interpolate, 1-D and 2-D: nearest, (bi)linear or bicubic (align_corners), to a size or by a scale
+    factor."""
     rng = g.rng
     d = rng.choice([1, 2])
     x = g.batch(d, lo=1, hi=4)
-    mode = rng.choice(["nearest", "linear" if d == 1 else "bilinear"])
+    mode = rng.choice(["nearest", "linear"] if d == 1 else ["nearest", "bilinear", "bicubic"])
     kw = {"mode": mode}
     if rng.random() < 0.5:
         kw["size"] = _per_dim(g, d, 1, 6)
