@@ -321,6 +321,8 @@ _APPLY = {
     "scatter_add": lambda lib, x, src, dim, index: x.scatter_add(dim, _const(lib, index, x), src),
     "scatter_reduce": lambda lib, x, src, dim, index, reduce, include_self: x.scatter_reduce(
         dim, _const(lib, index, x), src, reduce, include_self=include_self),
+    "embedding_bag": lambda lib, w, index, offsets, mode, include_last_offset: lib.nn.functional.embedding_bag(
+        _const(lib, index, w), w, _const(lib, offsets, w), mode=mode, include_last_offset=include_last_offset),
     "index_add": lambda lib, x, src, dim, index, alpha: x.index_add(dim, _const(lib, index, x), src, alpha=alpha),
     "sdpa": _sdpa,
     "attention_by_hand": _attention_by_hand,
@@ -753,7 +755,8 @@ def _attention(g: _Gen) -> int | None:
 def _index(g: _Gen) -> int | None:
     """gather, index_select, take_along_dim, x[index] (negative and duplicate indices), x[index] = v
     and x[index] += v (duplicates write one value), scatter_add and index_add (duplicates add up),
-    scatter_reduce (every reduce, with and without self), masked_fill."""
+    scatter_reduce (every reduce, with and without self), embedding_bag with offsets (a new weight: no
+    ties for max to break), masked_fill."""
     rng = g.rng
     i = g.pick(lambda s: len(s) >= 1)
     if i is None:
@@ -771,10 +774,19 @@ def _index(g: _Gen) -> int | None:
             "add_rows",
             "scatter_add",
             "scatter_reduce",
+            "embedding_bag",
             "index_add",
             "masked_fill",
         ]
     )
+    if kind == "embedding_bag":
+        length, last = rng.randint(1, 6), rng.random() < 0.5
+        weight = g.input((rng.randint(1, 5), rng.randint(1, 4)))
+        starts = sorted(rng.randint(0, length) for _ in range(rng.randint(1, 4) - 1))
+        offsets = np.array([0, *starts, *([length] if last else [])], np.int64)
+        index = g.np.integers(0, g.shapes[weight][0], length)
+        return g.add(kind, (weight,), index=index, offsets=offsets, mode=rng.choice(["sum", "mean", "max"]),
+                     include_last_offset=last)
     if kind == "masked_fill":
         mask = g.np.random(tuple(1 if rng.random() < 0.3 else m for m in s)) < 0.5
         return g.add(kind, (i,), mask=mask, value=rng.choice([0.0, -1.5]))
