@@ -57,7 +57,15 @@ from flame.frontend.creation import (
     zeros_like,
 )
 from flame.frontend.custom_function import custom_vjp
-from flame.frontend.data_dependent import argwhere, bincount, count_nonzero, histc, nonzero, unique
+from flame.frontend.data_dependent import (
+    argwhere,
+    bincount,
+    count_nonzero,
+    histc,
+    nonzero,
+    unique,
+    unique_consecutive,
+)
 from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
 from flame.frontend.einsum import einsum
 from flame.frontend.more_math import (

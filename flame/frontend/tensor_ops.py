@@ -612,6 +612,9 @@ class TensorOps:
                dim: int | None = None):
         return data_dependent.unique(self, sorted, return_inverse, return_counts, dim)
 
+    def unique_consecutive(self, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None):
+        return data_dependent.unique_consecutive(self, return_inverse, return_counts, dim)
+
     def bincount(self, weights=None, minlength: int = 0):
         return data_dependent.bincount(self, weights, minlength)
 
