@@ -4,7 +4,7 @@
 Along `dim`, the writes that name one position are the elements of src whose other coordinates equal
 the position's. So:
 - sum and mean are scatter_add (of src, and of ones for mean's count); an integer mean divides with
-  floor, as PyTorch's;
+  floor, as PyTorch's; bool and 8-bit integers add and multiply in int64, wrapped back to their dtype;
 - amax and amin sort src along dim (NaN last, so NaN wins, as PyTorch's) and scatter the sorted values:
   the last write to a position, the one that stays (index_ops' rule), is its largest (smallest);
 - prod sorts the writes by position (stably, so each position's factors keep their order), multiplies
@@ -60,12 +60,35 @@ def scatter_reduce(x, dim: int, index, src, reduce: str, *, include_self: bool =
     part = tuple(slice(None) if d == axis else slice(0, m) for d, m in enumerate(index.shape))
     whole = tuple(x.shape) == tuple(m if d != axis else x.shape[axis] for d, m in enumerate(index.shape))
     xp = x if whole else x[part]
-    out = _REDUCE[reduce](xp, axis, index, src, include_self)
+    out = _narrow_ints(xp, axis, index, src, reduce, include_self) if _narrow(x, reduce) else None
+    out = _REDUCE[reduce](xp, axis, index, src, include_self) if out is None else out
     if whole:
         return out
     pads = [(0, n - m) for n, m in zip(x.shape, out.shape)]
     inside = pad(full(tuple(out.shape), True, boolean), pads, False)
     return where(inside, pad(out, pads, 0), x)
+
+
+def _narrow(x, reduce: str) -> bool:
+    """Whether x is bool or an integer narrower than 32 bits (scatter_add's GPU atomics take none) and
+    reduce adds or multiplies."""
+    return reduce in ("sum", "prod", "mean") and (x.dtype == boolean or (not x.dtype.is_float and
+                                                                          x.dtype.itemsize < 4))
+
+
+def _narrow_ints(x, axis, index, src, reduce, include_self):
+    """sum, prod and mean of bool and narrow integers, as PyTorch's: computed in int64 and wrapped back
+    to the dtype (a bool sum is an or, a product an and; the mean divides the wrapped sum)."""
+    if x.dtype == boolean and reduce == "mean":
+        raise DTypeError(f'scatter_reduce(): "scatter_reduce" mean is not implemented for bool tensors (as in '
+                         f"PyTorch)\n  at {user_location()}")
+    wide = _REDUCE["sum" if reduce == "mean" else reduce](x.to(i64), axis, index, src.to(i64), include_self)
+    if x.dtype == boolean:
+        return wide != 0
+    out = wide.to(x.dtype)
+    if reduce != "mean":
+        return out
+    return _mean(out.to(i64), axis, index, None, include_self, total=out.to(i64)).to(x.dtype)
 
 
 def _written(x, axis: int, index):
@@ -79,8 +102,8 @@ def _sum(x, axis, index, src, include_self):
     return apply("scatter_add", base, index, src, axis=axis)
 
 
-def _mean(x, axis, index, src, include_self):
-    total = _sum(x, axis, index, src, include_self)
+def _mean(x, axis, index, src, include_self, total=None):
+    total = _sum(x, axis, index, src, include_self) if total is None else total
     count = apply("scatter_add", full(tuple(x.shape), 1 if include_self else 0, x.dtype), index,
                   full(tuple(index.shape), 1, x.dtype), axis=axis)
     count = where(count == 0, full((), 1, x.dtype), count)
@@ -90,10 +113,10 @@ def _mean(x, axis, index, src, include_self):
 def _extreme(x, axis, index, src, include_self, largest: bool):
     """amax (largest) or amin: the value by a sort and a scatter, PyTorch's gradient by a linear form."""
     v, s = x.detach(), src.detach()
-    key = s if largest else -s  # ascending: the winner (NaN included) comes last
-    if key.dtype == boolean:
-        key = key.to(i64)
-    order = key.argsort(dim=axis, stable=True)
+    if x.dtype.is_float:  # ascending: the winner (NaN included) comes last
+        order = (s if largest else -s).argsort(dim=axis, stable=True)
+    else:  # no NaN: a descending sort puts the smallest last (no negation to overflow or wrap)
+        order = (s.to(i64) if s.dtype == boolean else s).argsort(dim=axis, descending=not largest, stable=True)
     red = apply("scatter", v, index.gather(axis, order), s.gather(axis, order), axis=axis)
     written = _written(x, axis, index)
     if include_self:

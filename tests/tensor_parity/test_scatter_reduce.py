@@ -1,7 +1,7 @@
 """scatter_reduce (flame.* and Tensor.*, and the in-place form) against torch in f64: every reduce, with
 and without include_self, along each dim, an index smaller than the input on the other dims, duplicate
 positions, ties (amax/amin share the gradient) and zeros (prod); values and gradients, eagerly and inside
-@flame.compile; integer inputs (a floor mean); NaN; torch's errors."""
+@flame.compile; integer inputs (a floor mean), 8-bit integers, bool and f16; NaN; torch's errors."""
 
 import numpy as np
 import pytest
@@ -93,3 +93,17 @@ def test_refuses_what_torch_refuses(call):
             call(flame)
     else:
         call(flame)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int32, np.bool_, np.float16])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_narrow_and_bool_dtypes(reduce, dtype, compiled):
+    """bool and 8-bit integers add and multiply in int64, wrapped back (a bool sum is an or); bool's
+    mean raises, as torch's."""
+    rng = np.random.default_rng(1)
+    x, s = rng.integers(0, 120, (4, 3)), rng.integers(0, 120, (6, 3))
+    x, s = (x % 2, s % 2) if dtype is np.bool_ else (x, s)
+    for include_self in (True, False):
+        check(lambda L, a, b, inc=include_self: a.scatter_reduce(0, L.tensor(IDX[0]), b, reduce, include_self=inc),
+              x.astype(dtype), s.astype(dtype), compiled=compiled, rtol=2e-3)
