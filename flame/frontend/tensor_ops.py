@@ -148,7 +148,7 @@ class TensorOps:
     def _cum_extreme(self, name: str, largest: bool, dim: int):
         axis = dim_index(name, dim, self.ndim)
         idx = apply("cumarg", self, axis=axis, largest=largest)
-        values = self.gather(axis, idx) if self.ndim else self
+        values = self.gather(axis, idx) if self.ndim else self.clone()  # a new tensor, as torch's
         return CumResult[name](values, idx)
 
     def logcumsumexp(self, dim: int):
