@@ -57,7 +57,15 @@ from flame.frontend.creation import (
     zeros_like,
 )
 from flame.frontend.custom_function import custom_vjp
-from flame.frontend.data_dependent import argwhere, bincount, count_nonzero, histc, nonzero, unique
+from flame.frontend.data_dependent import (
+    argwhere,
+    bincount,
+    count_nonzero,
+    histc,
+    nonzero,
+    unique,
+    unique_consecutive,
+)
 from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
 from flame.frontend.einsum import einsum
 from flame.frontend.more_math import (
@@ -84,6 +92,7 @@ from flame.frontend.more_math import (
     logaddexp2,
     masked_scatter,
     meshgrid,
+    mode,
     msort,
     nan_to_num,
     nanquantile,
@@ -262,6 +271,7 @@ from flame.frontend.ops import (
     rsqrt,
     scatter,
     scatter_add,
+    scatter_reduce,
     select,
     sigmoid,
     sign,

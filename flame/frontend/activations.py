@@ -381,8 +381,9 @@ def embedding_bag(
     """The sum, mean or max of each bag's embeddings, as torch.nn.functional.embedding_bag: bags are
     the rows of a 2-D input, or the runs of a 1-D input starting at offsets. An empty bag gives zeros;
     padding_idx entries take no part (nor count in the mean); per_sample_weights scale each entry
-    (mode "sum"). With include_last_offset, entries from the last offset on belong to no bag (PyTorch's
-    mean still counts them in the last bag's size). max_norm and scale_grad_by_freq are not supported."""
+    (mode "sum"). With include_last_offset, entries from the last offset on belong to the last bag, as in
+    PyTorch's CPU kernels. Mode "max" gives each dim's largest entry (an empty bag:
+    zeros) and its gradient to that entry. max_norm and scale_grad_by_freq are not supported."""
     if max_norm is not None or scale_grad_by_freq:
         raise NotImplementedError("embedding_bag: max_norm and scale_grad_by_freq are not supported")
     if mode not in ("sum", "mean", "max"):
@@ -400,7 +401,7 @@ def embedding_bag(
     elif input.ndim == 1 and offsets is not None:
         bags = offsets.shape[0] - (1 if include_last_offset else 0)
         # each entry's bag: how many offsets after the first lie at or before it (with
-        # include_last_offset, entries from the last offset on count bags: a spare slot, dropped)
+        # include_last_offset, entries from the last offset on join the last bag: clamped below)
         marks = zeros(input.shape[0] + 1, dtype=input.dtype)  # one past the end: an offset may equal the length
         if offsets.shape[0] > 1:
             rest = offsets.shape[0] - 1
@@ -426,10 +427,14 @@ def embedding_bag(
             return total
         count = keep.reshape(bags, length).to(rows.dtype).sum(1, keepdim=True) if keep is not None else length
         return total / (count.clamp(min=1.0) if keep is not None else count)
-    if mode == "max":
-        raise NotImplementedError("embedding_bag: mode='max' with offsets is not supported (use a 2-D input)")
-    slots = bags + (1 if include_last_offset else 0)  # a spare bag for what lies past the last offset
+    if include_last_offset and bags:  # entries past the last offset join the last bag, as PyTorch's CPU kernels
+        ids = ids.clamp(max=bags - 1)
+    slots = bags + (1 if include_last_offset and not bags else 0)  # no bag: a spare slot, dropped
     idx = ids.to(input.dtype).unsqueeze(-1).broadcast_to(rows.shape)
+    if mode == "max":  # an empty bag keeps its zeros (include_self=False), as PyTorch's
+        out = zeros(slots, dim, dtype=rows.dtype).scatter_reduce(0, idx, rows, "amax", include_self=False)
+        out = out.narrow(0, 0, bags)
+        return where(out == float("-inf"), 0.0, out) if keep is not None else out
     total = zeros(slots, dim, dtype=rows.dtype).scatter_add(0, idx, rows).narrow(0, 0, bags)
     if mode == "sum":
         return total

@@ -1,5 +1,5 @@
 """torch's functions whose result's shape depends on the values: nonzero / argwhere, unique,
-bincount and histc (the last has a fixed shape, but bins over the data's own range by default). They
+unique_consecutive, bincount and histc (the last has a fixed shape, but bins over the data's own range by default). They
 run eagerly, on the values read to the host, and return tensors on the current device; none has a
 gradient (as in PyTorch). Inside @flame.compile the values are not known: each raises a TraceError
 that says what to write instead. count_nonzero has a fixed shape and works compiled."""
@@ -13,7 +13,7 @@ from flame.frontend.context import user_location
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import i64
 
-__all__ = ["argwhere", "bincount", "count_nonzero", "histc", "nonzero", "unique"]
+__all__ = ["argwhere", "bincount", "count_nonzero", "histc", "nonzero", "unique", "unique_consecutive"]
 
 
 def _values(name: str, t: Tensor, instead: str) -> np.ndarray:
@@ -61,6 +61,33 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False,  # 
         out.append(Tensor(inverse.astype(np.int64)))
     if return_counts:
         out.append(Tensor(counts.astype(np.int64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def unique_consecutive(input: Tensor, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
+                       dim: int | None = None):
+    """The first element (slice along dim) of every run of equal ones, in order, as
+    torch.unique_consecutive (a NaN equals nothing, -0.0 equals 0.0); return_inverse: each element's
+    (slice's) run, in the input's shape (along dim: one per slice); return_counts: each run's length."""
+    x = _values("unique_consecutive", input, "its output size depends on the data")
+    if dim is not None and x.ndim == 0:
+        raise ShapeError(f"unique_consecutive: dim {dim} is out of range for a 0-d tensor\n  at {user_location()}")
+    if dim is not None and not -x.ndim <= dim < x.ndim:
+        raise ShapeError(f"unique_consecutive: dim {dim} is out of range for {x.ndim} dimensions"
+                         f"\n  at {user_location()}")
+    axis = 0 if dim is None else dim % x.ndim
+    n = x.size if dim is None else x.shape[axis]
+    lines = np.moveaxis(x.reshape(-1) if dim is None else x, axis, 0).reshape(n, x.size // max(n, 1))
+    starts = np.ones(lines.shape[0], bool)
+    starts[1:] = (lines[1:] != lines[:-1]).any(axis=1)  # NaN != NaN: every NaN starts a run, as torch's
+    first = np.flatnonzero(starts)
+    values = x.reshape(-1)[first] if dim is None else np.take(x, first, axis=axis)
+    out = [Tensor(values, dtype=input.dtype)]
+    if return_inverse:
+        inverse = np.cumsum(starts) - 1
+        out.append(Tensor(inverse.reshape(x.shape if dim is None else (x.shape[axis],)).astype(np.int64)))
+    if return_counts:
+        out.append(Tensor(np.diff(np.append(first, lines.shape[0])).astype(np.int64)))
     return out[0] if len(out) == 1 else tuple(out)
 
 

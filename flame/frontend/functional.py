@@ -144,9 +144,25 @@ def log_softmax(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dty
     """x - logsumexp(x) along dim (in dtype when given); without dim, torch's implicit choice."""
     x = input.to(dtype) if dtype is not None else input
     dim = softmax_dim("log_softmax", x.ndim, dim)
+    if _empty_along(x, dim):
+        return x * 1
     if x.dtype in (f16, bf16):
         return _rounded_log_softmax(x, dim)
-    return x - logsumexp(x, dim, keepdim=True)
+    return _log_softmax(x, dim)
+
+
+def _log_softmax(x: Tensor, dim: int) -> Tensor:
+    # PyTorch's arithmetic: (x - max) - log(sum(exp(x - max))), the max unguarded (unlike logsumexp's), so a
+    # line whose max is +inf (or that is all -inf) is NaN throughout, as torch's, not -inf beside an inf
+    shifted = x - x.amax(dim, keepdim=True).detach()
+    return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+
+def unguarded_logsumexp(x: Tensor, dim: int) -> Tensor:
+    """logsumexp whose value is NaN where the line's max is infinite, as the log-sum inside PyTorch's
+    log_softmax (and so cross_entropy): -log_softmax(x)[t] = this - x[t]."""
+    m = x.amax(dim, keepdim=True).detach()
+    return ((x - m).exp().sum(dim, keepdim=True).log() + m).squeeze(dim)
 
 
 def _rounded_log_softmax(x: Tensor, dim: int) -> Tensor:
@@ -155,7 +171,7 @@ def _rounded_log_softmax(x: Tensor, dim: int) -> Tensor:
     rounded once, as its backward kernels: that of a form w - sum(exp(y) * w) (y held constant) whose
     value is not used (straight_through)."""
     w = x.float()
-    value = (w - logsumexp(w, dim, keepdim=True)).to(x.dtype)
+    value = _log_softmax(w, dim).to(x.dtype)
     if not wants_gradient(x):
         return value
     form = w - (value.detach().float().exp() * w).sum(dim, keepdim=True)
@@ -296,7 +312,7 @@ def cross_entropy_labels(logits: Tensor, target: Tensor, reduction: str = "mean"
         share = apply("where", keep, 1.0 / count, 0.0).to(logits.dtype)
     # -log_softmax(x)[t] = logsumexp(x) - x[t]: the same arithmetic as gathering from log_softmax, but
     # the [N, C] log-probabilities are never materialised (and the backward fuses into one row kernel)
-    lse = logsumexp(logits, 1)
+    lse = unguarded_logsumexp(logits, 1)  # NaN for a row whose max is infinite, as torch's
     nll = lse - logits.gather(1, labels.unsqueeze(1)).squeeze(1)
     if label_smoothing:
         nll = nll * (1 - label_smoothing) - (logits.mean(1) - lse) * label_smoothing

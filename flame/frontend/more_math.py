@@ -1,10 +1,10 @@
-"""More of torch's functions, each composed from the IR's primitives (so they fuse, trace and
-differentiate like the rest), with torch's names, arguments and edge values: grids and products
-(meshgrid, cartesian_prod, block_diag, diag_embed, rot90, addmv, vdot), differences and sums (diff,
-trapezoid, cumulative_trapezoid, cdist), searching sorted values (searchsorted, bucketize), statistics
-pairs (var_mean, std_mean, aminmax) and elementwise functions (nan_to_num, logaddexp, logaddexp2,
-hypot, copysign, signbit, heaviside, sinc, fmax, fmin, float_power, exp2, deg2rad, rad2deg, and the
-aliases positive, negative, absolute, sgn, rsub)."""
+"""More of torch's functions, each composed from the IR's primitives (so they fuse, trace and differentiate
+like the rest), with torch's names, arguments and edge values: grids and products (meshgrid,
+cartesian_prod, block_diag, diag_embed, rot90, addmv, vdot), differences and sums (diff, trapezoid,
+cumulative_trapezoid, cdist), searching sorted values (searchsorted, bucketize), statistics pairs
+(var_mean, std_mean, aminmax), the most frequent value (mode) and elementwise functions (nan_to_num,
+logaddexp, logaddexp2, hypot, copysign, signbit, heaviside, sinc, fmax, fmin, float_power, exp2,
+deg2rad, rad2deg, and the aliases positive, negative, absolute, sgn, rsub)."""
 
 from __future__ import annotations
 
@@ -28,11 +28,12 @@ from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax", "fmin",
-           "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "msort", "nan_to_num",
+           "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode", "msort", "nan_to_num",
            "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "rot90", "rsub", "searchsorted",
            "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
 
 _MinMax = namedtuple("aminmax", ["min", "max"])
+_Mode = namedtuple("mode", ["values", "indices"])  # torch.return_types.mode
 
 
 def _err(msg: str) -> ShapeError:
@@ -343,6 +344,40 @@ def aminmax(input: Tensor, *, dim: int | None = None, keepdim: bool = False):  #
     if dim is None and not keepdim:
         return _MinMax(input.amin(), input.amax())
     return _MinMax(input.amin(dim, keepdim=keepdim), input.amax(dim, keepdim=keepdim))
+
+
+def mode(input: Tensor, dim: int = -1, keepdim: bool = False):  # noqa: A002
+    """(values, indices): the most frequent value of each line along dim, as torch.mode: of values as
+    frequent, the smallest; its index is the last place it occurs (the largest index, the one PyTorch's
+    CPU kernel means to return; it keeps that promise for lines of up to 16 elements, past which its
+    unstable sort decides). NaNs count as one value, larger than any other (torch.sort's order; PyTorch's
+    CPU result there depends on its sort). The gradient goes to the picked element, as torch's."""
+    axis = dim_index("mode", dim, input.ndim)
+    x = input.reshape(1) if input.ndim == 0 else input
+    n = x.shape[axis]
+    if not n:
+        raise ShapeError(f"mode(): Expected reduction dim {axis} to have non-zero size.\n  at {user_location()}")
+    ranked = x.detach().sort(axis, stable=True)  # equal values keep their order: the last is the largest index
+    v = ranked.values.to(i64) if x.dtype.name == "bool" else ranked.values
+    line = [1] * x.ndim
+    line[axis] = n
+    pos = arange(n).reshape(*line)
+    prev = v.narrow(axis, 0, n - 1)
+    nxt = v.narrow(axis, 1, n - 1)
+    same = (prev == nxt) | (prev != prev) & (nxt != nxt)  # NaNs count as one value
+    shape = list(x.shape)
+    shape[axis] = 1
+    edge = as_tensor(np.zeros(shape, bool))
+    starts = cat([~edge, ~same], axis)  # where a run of equal values starts, and where one ends:
+    ends = cat([~same, ~edge], axis)
+    first = where(starts, pos, 0).cummax(axis).values
+    count = where(ends, pos - first + 1, 0)  # each run's length, at its last element
+    pick = count.argmax(axis, keepdim=True)  # the first longest run: the smallest value
+    indices = ranked.indices.gather(axis, pick)
+    values = x.gather(axis, indices)
+    if not keepdim or input.ndim == 0:
+        values, indices = values.squeeze(axis), indices.squeeze(axis)
+    return _Mode(values, indices)
 
 
 def masked_scatter(input: Tensor, mask: Tensor, source: Tensor) -> Tensor:  # noqa: A002

@@ -117,7 +117,7 @@ diagonal, diag, trace, take_along_dim, take = (
 )
 index_add, masked_select, unflatten, ravel = (_unary(n) for n in ("index_add", "masked_select", "unflatten", "ravel"))
 scatter, index_copy, index_fill, index_put = (_unary(n) for n in ("scatter", "index_copy", "index_fill", "index_put"))
-baddbmm = _unary("baddbmm")
+baddbmm, scatter_reduce = _unary("baddbmm"), _unary("scatter_reduce")
 kthvalue, median, kron, cross = (_unary(n) for n in ("kthvalue", "median", "kron", "cross"))
 nanmedian, logcumsumexp = _unary("nanmedian"), _unary("logcumsumexp")
 cummax, cummin = _unary("cummax"), _unary("cummin")

@@ -1,7 +1,9 @@
 """Resampling and rearranging the spatial dims, in flame.nn.functional (PyTorch names and semantics),
 written over primitives:
 - interpolate: nearest by broadcasting (integer factors) or index_select; (bi/tri)linear axis by axis,
-  each output two neighbours gathered and weighted as PyTorch's kernels (align_corners as PyTorch).
+  each output two neighbours gathered and weighted as PyTorch's kernels (align_corners as PyTorch);
+  bicubic the same with four neighbours (clamped to the border) and Keys' cubic convolution weights
+  (a = -0.75), as PyTorch's.
 - pixel_shuffle / pixel_unshuffle, channel_shuffle: a reshape, a permutation of the dims and a reshape.
 - local_response_norm: PyTorch's formula, an average pool of the squares along the (padded) channels.
 - unfold (im2col): the strided slices of the kernel offsets stacked into columns; fold, its adjoint:
@@ -66,25 +68,68 @@ def _linear_along(x: Tensor, axis: int, taps) -> Tensor:
     return y.to(x.dtype)
 
 
+_CUBIC_A = -0.75  # PyTorch's (and OpenCV's) cubic convolution parameter
+
+
+@lru_cache(maxsize=256)
+def _cubic_taps(n: int, o: int, scale: float, align_corners: bool, wide: bool):
+    """(the 4 source indices, the 4 weights) of one axis, as PyTorch's bicubic kernels: the source
+    position unclamped (align_corners=False: (j + 0.5) * scale - 0.5), its floor the second tap, the
+    taps clamped to [0, n) and the weights Keys' cubic convolution of the fraction (clamped to [0, 1]),
+    computed in f32 (f64 for a `wide` input), PyTorch's opmath type."""
+    ft = np.float64 if wide else np.float32
+    j = np.arange(o, dtype=ft)
+    if align_corners:
+        src = j * (ft(n - 1) / ft(o - 1) if o > 1 else ft(0.0))
+    else:
+        src = (j + ft(0.5)) * ft(scale) - ft(0.5)
+    i = np.minimum(np.floor(src).astype(np.int64), n - 1)
+    t = np.clip(src - i.astype(ft), ft(0), ft(1))
+    a = ft(_CUBIC_A)
+
+    def near(x):  # |x| <= 1
+        return ((a + ft(2)) * x - (a + ft(3))) * x * x + ft(1)
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - ft(5) * a) * x + ft(8) * a) * x - ft(4) * a
+
+    weights = (far(t + ft(1)), near(t), near(ft(1) - t), far(ft(2) - t))
+    return tuple(np.clip(i - 1 + k, 0, n - 1) for k in range(4)), weights
+
+
+def _cubic_along(x: Tensor, axis: int, taps) -> Tensor:
+    """x (already in its compute dtype) with axis `axis` interpolated from four neighbours per output."""
+    idx, weights = taps
+    shape = [1] * x.ndim
+    shape[axis] = len(weights[0])
+    y = None
+    for i, w in zip(idx, weights):
+        term = x.index_select(axis, Tensor(i)) * Tensor(np.asarray(w).reshape(shape).astype(x.dtype.np_dtype), x.dtype)
+        y = term if y is None else y + term
+    return y
+
+
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Tensor:
     """Resize the spatial dims of [N, C, *S] (1 to 3 of them): mode "nearest" (PyTorch's floor rule,
     its source positions computed in f32 as PyTorch's kernels), "nearest-exact" (the pixel centres'
-    rule), "area" (adaptive average pooling to the output size) or "linear" / "bilinear" / "trilinear"
-    (align_corners as PyTorch; default False). bicubic and antialias=True raise."""
+    rule), "area" (adaptive average pooling to the output size), "linear" / "bilinear" / "trilinear"
+    or "bicubic" (4-D input; align_corners as PyTorch; default False). antialias=True raises."""
     x, d = input, input.ndim - 2
     if not 1 <= d <= 3:
         raise _err(f"interpolate: expected a 3-D to 5-D input [N, C, *spatial], got {list(x.shape)}")
-    if mode not in ("nearest", "nearest-exact", "area", *_LINEAR):
+    if mode not in ("nearest", "nearest-exact", "area", "bicubic", *_LINEAR):
         raise _err(f"interpolate: mode {mode!r} is not supported (nearest, nearest-exact, area, linear, bilinear, "
-                   f"trilinear); use mode='bilinear' instead of 'bicubic'")
+                   f"bicubic, trilinear)")
     if antialias:
         raise _err("interpolate: antialias=True is not supported; to shrink by a whole factor, use mode='area' "
                    "(or avg_pool with that kernel), which averages every input pixel")
     if mode in _LINEAR and _LINEAR[mode] != d:
         raise _err(f"interpolate: mode {mode!r} expects a {_LINEAR[mode] + 2}-D input, got {x.ndim}-D")
-    if mode not in _LINEAR and align_corners is not None:
+    if mode == "bicubic" and d != 2:
+        raise _err(f"interpolate: mode 'bicubic' expects a 4-D input, got {x.ndim}-D")
+    if mode not in _LINEAR and mode != "bicubic" and align_corners is not None:
         raise _err("interpolate: align_corners applies only to the linear modes")
     if (size is None) == (scale_factor is None):
         raise _err("interpolate: give exactly one of size and scale_factor")
@@ -97,6 +142,12 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
 
 @policy("f32")  # autocast: PyTorch's upsample_nearest* / upsample_*linear* are on its float32 list (area is not)
 def _upsample(x: Tensor, mode: str, out, scales, align_corners) -> Tensor:
+    if mode == "bicubic":  # every output from all its taps, as PyTorch's (an inf reaches its neighbours as NaN)
+        y = widened(x)
+        for axis in (3, 2):  # along the width first, then the height, as PyTorch's kernel
+            n, o, sc = x.shape[axis], out[axis - 2], scales[axis - 2]
+            y = _cubic_along(y, axis, _cubic_taps(n, o, sc, bool(align_corners), y.dtype.itemsize > 4))
+        return y.to(x.dtype)
     if mode not in _LINEAR:
         return _nearest(x, out, scales, exact=mode == "nearest-exact")
     y = x

@@ -739,6 +739,9 @@ class TensorMath:
     def aminmax(self, *, dim: int | None = None, keepdim: bool = False):
         return more_math.aminmax(self, dim=dim, keepdim=keepdim)
 
+    def mode(self, dim: int = -1, keepdim: bool = False):
+        return more_math.mode(self, dim, keepdim)
+
     def addmv(self, mat, vec, *, beta: float = 1.0, alpha: float = 1.0):
         return more_math.addmv(self, mat, vec, beta=beta, alpha=alpha)
 

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, index_ops, opmath, views
+from flame.frontend import data_dependent, index_ops, opmath, scatter_reduce, views
 from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
@@ -148,7 +148,7 @@ class TensorOps:
     def _cum_extreme(self, name: str, largest: bool, dim: int):
         axis = dim_index(name, dim, self.ndim)
         idx = apply("cumarg", self, axis=axis, largest=largest)
-        values = self.gather(axis, idx) if self.ndim else self
+        values = self.gather(axis, idx) if self.ndim else self.clone()  # a new tensor, as torch's
         return CumResult[name](values, idx)
 
     def logcumsumexp(self, dim: int):
@@ -565,6 +565,16 @@ class TensorOps:
         return self._inplace(lambda x: x.scatter(dim, index, src, value, reduce=reduce), src, value, check="any",
                              what="scatter_")
 
+    def scatter_reduce(self, dim: int, index, src, reduce: str, *, include_self: bool = True):
+        """self with src reduced ("sum", "prod", "mean", "amax", "amin") into the positions index names
+        along dim, as torch.scatter_reduce (frontend/scatter_reduce.py)."""
+        return scatter_reduce.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+
+    def scatter_reduce_(self, dim: int, index, src, reduce: str, *, include_self: bool = True):
+        """scatter_reduce, in place."""
+        return self._inplace(lambda x: x.scatter_reduce(dim, index, src, reduce, include_self=include_self), src,
+                             check="any", what="scatter_reduce_")
+
     def scatter_add_(self, dim: int, index, src):
         """scatter_add, in place."""
         return self._inplace(lambda x: x.scatter_add(dim, index, src), src, check="any", what="scatter_add_")
@@ -601,6 +611,9 @@ class TensorOps:
     def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
                dim: int | None = None):
         return data_dependent.unique(self, sorted, return_inverse, return_counts, dim)
+
+    def unique_consecutive(self, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None):
+        return data_dependent.unique_consecutive(self, return_inverse, return_counts, dim)
 
     def bincount(self, weights=None, minlength: int = 0):
         return data_dependent.bincount(self, weights, minlength)

@@ -305,7 +305,7 @@ class Fold(Module):
 
 
 class Upsample(Module):
-    """F.interpolate as a layer (mode nearest, linear, bilinear or trilinear)."""
+    """F.interpolate as a layer (mode nearest, linear, bilinear, bicubic or trilinear)."""
 
     def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None,
                  recompute_scale_factor: bool | None = None):

@@ -3,12 +3,13 @@
 reduce_dims   a reduction over a tuple of dims (negative ones, all of them, none: () reduces every dim
               in torch, as dim=None) with keepdim: sum, mean, amax, amin, nansum, logsumexp, var and
               std (a correction of 0, 1 or 2), norm (p 1, 2, 3, inf, -inf), var_mean, std_mean and
-              aminmax (both results stacked into one value); prod, and max, min and median with their
-              indices (of the untied operand, as below) along one dim; sum, mean, prod, amax and norm
-              over every dim. var and std take None for (): torch's gradient over () is that of one
-              element, against its own value; and over None no correction reaching the count (n <=
-              correction): torch's gradient there is +inf whatever the deviation's sign, unlike its
-              gradient over the same dims named (which flame gives).
+              aminmax (both results stacked into one value); prod, and max, min, median and mode with
+              their indices (of the untied operand, as below; mode's rounded to halves, for ties) along
+              one dim; sum, mean, prod, amax and norm over every dim. var and std take None for ():
+              torch's gradient over () is that of one element, against its own value; and over None
+              no correction reaching the count (n <= correction): torch's gradient there is +inf
+              whatever the deviation's sign, unlike its gradient over the same dims named (which flame
+              gives).
 ordering      sort (descending or not), topk (largest or smallest, k from 0 to the dim's size),
               kthvalue and msort along a dim, their values times 1 + 0.1 * their indices (an index
               off shows). The operand gets a ramp of 1e-3 per element along its flattened order first,
@@ -45,7 +46,7 @@ RAMP = 1e-3
 
 TUPLE_REDUCTIONS = ("sum", "mean", "amax", "amin", "nansum", "logsumexp", "var", "std", "norm")
 PAIRS = ("var_mean", "std_mean", "aminmax")
-ONE_DIM = ("prod", "max", "min", "median")
+ONE_DIM = ("prod", "max", "min", "median", "mode")
 
 
 def _reduce_dims(lib, x, fn, dim, keep, correction=None, p=None):
@@ -60,6 +61,12 @@ def _reduce_dims(lib, x, fn, dim, keep, correction=None, p=None):
     if fn == "aminmax":
         a, b = lib.aminmax(x, dim=dim, keepdim=keep)
         return lib.stack([a, b])
+    if fn == "mode":  # ties on purpose: values rounded to halves, the gradient passed through to the untied operand
+        t = _untied(lib, x)
+        if t.ndim and t.shape[dim] <= 16:  # torch's CPU index is the last occurrence up to 16 elements (mode's doc)
+            t = t - t.detach() + (t.detach() * 2).round() / 2
+        values, indices = t.mode(dim, keepdim=keep)
+        return values * (1 + indices)
     if fn in ("max", "min", "median"):  # one of equal values takes the gradient: untied (module doc)
         values, indices = getattr(_untied(lib, x), fn)(dim, keepdim=keep)
         return values * (1 + indices)  # an index off is a value off

@@ -8,9 +8,9 @@ included), matmul and linear; convolutions and transposed convolutions; max, ave
 pooling; interpolation; every norm (inputs with extreme means and scales); attention with every mask
 kind (none, causal, boolean with fully masked rows, float additive, a learned float mask) and
 attention written by hand with a learned bias; gather, index_select, index reads and writes
-(duplicate and negative indices), scatter_add and index_add; cumsum, cumprod, logcumsumexp, cummax and cummin; autocast
-regions around the low-precision ops; views of intermediates and buffers written through in place
-(tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
+(duplicate and negative indices), scatter_add, scatter_reduce and index_add; cumsum, cumprod, logcumsumexp,
+cummax and cummin; autocast regions around the low-precision ops; views of intermediates and buffers written
+through in place (tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
 attention with a score modification (tests/frontend/random_ops.py); reductions over dim tuples,
 sort/topk/kthvalue, integer, bool and float64 constants under type promotion, integer arithmetic,
 where and the masked ops (tests/frontend/random_math.py). A fifth of the programs carry an activation
@@ -319,6 +319,10 @@ _APPLY = {
     "set_rows": _set_rows,
     "add_rows": _add_rows,
     "scatter_add": lambda lib, x, src, dim, index: x.scatter_add(dim, _const(lib, index, x), src),
+    "scatter_reduce": lambda lib, x, src, dim, index, reduce, include_self: x.scatter_reduce(
+        dim, _const(lib, index, x), src, reduce, include_self=include_self),
+    "embedding_bag": lambda lib, w, index, offsets, mode, include_last_offset: lib.nn.functional.embedding_bag(
+        _const(lib, index, w), w, _const(lib, offsets, w), mode=mode, include_last_offset=include_last_offset),
     "index_add": lambda lib, x, src, dim, index, alpha: x.index_add(dim, _const(lib, index, x), src, alpha=alpha),
     "sdpa": _sdpa,
     "attention_by_hand": _attention_by_hand,
@@ -642,11 +646,12 @@ def _pool(g: _Gen) -> int | None:
 
 
 def _interpolate(g: _Gen) -> int | None:
-    """interpolate, 1-D and 2-D: nearest or (bi)linear (align_corners), to a size or by a scale factor."""
+    """interpolate, 1-D and 2-D: nearest, (bi)linear or bicubic (align_corners), to a size or by a scale
+    factor."""
     rng = g.rng
     d = rng.choice([1, 2])
     x = g.batch(d, lo=1, hi=4)
-    mode = rng.choice(["nearest", "linear" if d == 1 else "bilinear"])
+    mode = rng.choice(["nearest", "linear"] if d == 1 else ["nearest", "bilinear", "bicubic"])
     kw = {"mode": mode}
     if rng.random() < 0.5:
         kw["size"] = _per_dim(g, d, 1, 6)
@@ -750,7 +755,8 @@ def _attention(g: _Gen) -> int | None:
 def _index(g: _Gen) -> int | None:
     """gather, index_select, take_along_dim, x[index] (negative and duplicate indices), x[index] = v
     and x[index] += v (duplicates write one value), scatter_add and index_add (duplicates add up),
-    masked_fill."""
+    scatter_reduce (every reduce, with and without self), embedding_bag with offsets (a new weight: no
+    ties for max to break), masked_fill."""
     rng = g.rng
     i = g.pick(lambda s: len(s) >= 1)
     if i is None:
@@ -767,10 +773,20 @@ def _index(g: _Gen) -> int | None:
             "set_rows",
             "add_rows",
             "scatter_add",
+            "scatter_reduce",
+            "embedding_bag",
             "index_add",
             "masked_fill",
         ]
     )
+    if kind == "embedding_bag":
+        length, last = rng.randint(1, 6), rng.random() < 0.5
+        weight = g.input((rng.randint(1, 5), rng.randint(1, 4)))
+        starts = sorted(rng.randint(0, length) for _ in range(rng.randint(1, 4) - 1))
+        offsets = np.array([0, *starts, *([length] if last else [])], np.int64)
+        index = g.np.integers(0, g.shapes[weight][0], length)
+        return g.add(kind, (weight,), index=index, offsets=offsets, mode=rng.choice(["sum", "mean", "max"]),
+                     include_last_offset=last)
     if kind == "masked_fill":
         mask = g.np.random(tuple(1 if rng.random() < 0.3 else m for m in s)) < 0.5
         return g.add(kind, (i,), mask=mask, value=rng.choice([0.0, -1.5]))
@@ -789,11 +805,16 @@ def _index(g: _Gen) -> int | None:
         src = g.input(tuple(len(index) if j == dim else m for j, m in enumerate(s)))
         return g.add(kind, (i, src), dim=dim, index=index, alpha=rng.choice([1, -0.5]))
     shape = tuple(g.size(1, 4) if j == dim else (rng.randint(1, m) if m else 0) for j, m in enumerate(s))
+    reduce = rng.choice(["sum", "prod", "mean", "amax", "amin"]) if kind == "scatter_reduce" else None
+    if reduce in ("amax", "amin"):  # torch's backward wants a full index there
+        shape = tuple(m if j != dim else k for j, (k, m) in enumerate(zip(shape, s)))
     if kind == "take_along_dim":
         shape = tuple(m if j == dim or rng.random() < 0.5 else 1 for j, m in enumerate(shape))
     index = g.np.integers(0, n, shape) if n else np.zeros(shape, np.int64)
     if kind == "scatter_add":
         return g.add(kind, (i, g.input(shape)), dim=dim, index=index)
+    if kind == "scatter_reduce":
+        return g.add(kind, (i, g.input(shape)), dim=dim, index=index, reduce=reduce, include_self=rng.random() < 0.5)
     return g.add(kind, (i,), dim=dim, index=index)
 
 

@@ -44,6 +44,17 @@ def test_integers_bool_and_zero_d_match_torch(x):
         assert got.values.dtype.name == flame.tensor(x).dtype.name
 
 
+def test_zero_d_values_are_a_new_tensor_that_can_be_written():
+    x = flame.tensor(2.5, requires_grad=True)
+    for name in ("cummax", "cummin"):
+        v = getattr(x, name)(0).values
+        assert v is not x
+        v[None] = flame.tensor([1.0])  # not the leaf: torch's values are a new tensor with a history
+        v.backward()
+        assert x.grad.item() == 0.0
+        x.grad = None
+
+
 def test_a_step_through_them_plans_for_the_gpu_and_compiles(cuda_target):
     x = flame.tensor(np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32), requires_grad=True)
 

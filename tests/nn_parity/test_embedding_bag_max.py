@@ -1,0 +1,60 @@
+"""F.embedding_bag and nn.EmbeddingBag with mode="max" and offsets against torch: bags of several entries,
+an empty bag, repeated indices, include_last_offset (entries past the last offset join the last bag, in
+every mode), padding_idx; values and the weight's gradient in f64, eagerly and inside @flame.compile."""
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+RNG = np.random.default_rng(0)
+WEIGHT = RNG.standard_normal((10, 4))
+INPUT = np.array([1, 2, 4, 5, 4, 3, 2, 9, 9, 0])
+CASES = {
+    "bags": dict(offsets=[0, 3, 3, 7]),  # an empty bag
+    "one bag": dict(offsets=[0]),
+    "include_last_offset": dict(offsets=[0, 2, 5, 8], include_last_offset=True),
+    "padding_idx": dict(offsets=[0, 2, 4, 7, 9], padding_idx=9),  # a bag holding only padding
+}
+
+
+def _run(L, case, compiled=False, mode="max"):
+    kw = dict(CASES[case])
+    offsets = L.tensor(np.array(kw.pop("offsets")))
+    g = np.cos(np.arange(40.0))
+
+    def body(w):
+        return L.nn.functional.embedding_bag(L.tensor(INPUT), w, offsets, mode=mode, **kw)
+
+    if L is flame:
+        def step(w):
+            y = body(w)
+            return y, flame.grad(lambda v: (body(v) * flame.tensor(g[: y.numel()].reshape(y.shape))).sum())(w)
+        y, gw = (flame.compile(step) if compiled else step)(flame.tensor(WEIGHT))
+        return y.numpy(), gw.numpy()
+    w = torch.tensor(WEIGHT, requires_grad=True)
+    y = body(w)
+    (y * torch.tensor(g[: y.numel()].reshape(y.shape))).sum().backward()
+    return y.detach().numpy(), w.grad.numpy()
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("mode", ["max", "sum", "mean"])
+def test_bags_match_torch(mode, case, compiled):
+    want, want_grad = _run(torch, case, mode=mode)
+    got, got_grad = _run(flame, case, compiled, mode=mode)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(got_grad, want_grad, rtol=1e-12, atol=0)
+
+
+def test_the_module():
+    torch.manual_seed(0)
+    t = torch.nn.EmbeddingBag(10, 4, mode="max").double()
+    f = flame.nn.EmbeddingBag(10, 4, mode="max")
+    f.weight = flame.nn.Parameter(flame.tensor(t.weight.detach().numpy()))
+    offsets = [0, 3, 3, 7]
+    want = t(torch.tensor(INPUT), torch.tensor(offsets)).detach().numpy()
+    got = f(flame.tensor(INPUT), flame.tensor(np.array(offsets))).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
