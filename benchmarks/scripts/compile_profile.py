@@ -6,6 +6,13 @@ the reference executor, to see how compile time grows with depth.
 
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile case gpt_train unet_train [--full] [--profile]
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile depth 2 6 12 [--cuda] [--profile]
+    PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile warm gpt_train unet_train [--full] [--profile]
+        [--no-step]
+
+`warm` times a new process's way to its first step on the reference executor with the persistent plan
+cache warm: a first process fills an empty temporary FLAME_CACHE_DIR, a second one (the one timed)
+traces, loads the entry (read and HMAC check, parse, plan rebuild), compiles the plan for the executor
+and runs the first step (--no-step: not the step); --profile prints that process's cProfile.
 
 --profile prints the top functions of a cProfile of the compile (cumulative time); --cuda plans the
 depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=0 in the
@@ -158,10 +165,18 @@ def run_depth(depths: list[int], cuda: bool, profile: bool) -> None:
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
-    if len(argv) < 2 or argv[0] not in ("case", "depth"):
+    if len(argv) < 2 or argv[0] not in ("case", "depth", "warm", "warm-process"):
         raise SystemExit(__doc__)
     args = [a for a in argv[1:] if not a.startswith("-")]
     if argv[0] == "case":
         run_cases(args, "--full" in argv, "--profile" in argv)
+    elif argv[0] == "warm":
+        from benchmarks.scripts.warm_start import run_warm
+
+        run_warm(args, "--full" in argv, "--profile" in argv, "--no-step" not in argv)
+    elif argv[0] == "warm-process":
+        from benchmarks.scripts.warm_start import warm_process
+
+        warm_process(args[0], "--full" in argv, "--profile" in argv, "--no-step" not in argv)
     else:
         run_depth([int(a) for a in args], "--cuda" in argv, "--profile" in argv)
