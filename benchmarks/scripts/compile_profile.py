@@ -7,12 +7,13 @@ the reference executor, to see how compile time grows with depth.
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile case gpt_train unet_train [--full] [--profile]
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile depth 2 6 12 [--cuda] [--profile]
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile warm gpt_train unet_train [--full] [--profile]
-        [--no-step]
+        [--no-step] [--repeat=N]
 
 `warm` times a new process's way to its first step on the reference executor with the persistent plan
-cache warm: a first process fills an empty temporary FLAME_CACHE_DIR, a second one (the one timed)
-traces, loads the entry (read and HMAC check, parse, plan rebuild), compiles the plan for the executor
-and runs the first step (--no-step: not the step); --profile prints that process's cProfile.
+cache warm: a first process fills an empty temporary FLAME_CACHE_DIR, the next ones (the fastest of
+--repeat=N, phase by phase) trace, load the entry (read and HMAC check, parse, plan rebuild), compile
+the plan for the executor and run the first step (--no-step: not the step); --profile prints the
+first timed process's cProfile.
 
 --profile prints the top functions of a cProfile of the compile (cumulative time); --cuda plans the
 depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=0 in the
@@ -173,7 +174,8 @@ if __name__ == "__main__":
     elif argv[0] == "warm":
         from benchmarks.scripts.warm_start import run_warm
 
-        run_warm(args, "--full" in argv, "--profile" in argv, "--no-step" not in argv)
+        repeat = next((int(a.split("=")[1]) for a in argv if a.startswith("--repeat=")), 5)
+        run_warm(args, "--full" in argv, "--profile" in argv, "--no-step" not in argv, repeat)
     elif argv[0] == "warm-process":
         from benchmarks.scripts.warm_start import warm_process
 
