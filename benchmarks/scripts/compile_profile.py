@@ -9,11 +9,12 @@ the reference executor, to see how compile time grows with depth.
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile warm gpt_train unet_train [--full] [--profile]
         [--no-step] [--repeat=N]
 
-`warm` times a new process's way to its first step on the reference executor with the persistent plan
-cache warm: a first process fills an empty temporary FLAME_CACHE_DIR, the next ones (the fastest of
---repeat=N, phase by phase) trace, load the entry (read and HMAC check, parse, plan rebuild), compile
-the plan for the executor and run the first step (--no-step: not the step); --profile prints the
-first timed process's cProfile.
+`warm` times a new process's way to its first step with the persistent plan cache warm, on the
+executor flame picks (the reference one on a host without a GPU): a first process fills an empty
+temporary FLAME_CACHE_DIR, the next ones (the fastest of --repeat=N, phase by phase) trace, load the
+entry (read and HMAC check, parse, plan rebuild), compile the plan for the executor and run the first
+step (--no-step: not the step); --profile prints the first timed process's cProfile
+(benchmarks/scripts/warm_start.py).
 
 --profile prints the top functions of a cProfile of the compile (cumulative time); --cuda plans the
 depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=0 in the

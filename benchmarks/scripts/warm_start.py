@@ -1,8 +1,9 @@
-"""A new process's way to its first step with the persistent plan cache warm, on the reference
-executor (no GPU needed): `compile_profile warm CASE...` runs, per `flame bench` case, one process that
-fills an empty temporary FLAME_CACHE_DIR and then others, the ones timed, which each trace the case's
-step, find its entry, load it and run the first step. They report their phases (each the fastest of
---repeat=N processes, 5 by default: the host may be shared), each exclusive of those it calls:
+"""A new process's way to its first step with the persistent plan cache warm, on the executor flame
+picks (the reference one on a host without a GPU): `compile_profile warm CASE...` runs, per `flame
+bench` case, one process that fills an empty temporary FLAME_CACHE_DIR, then others, the ones timed,
+which each trace the case's step, find its entry, load it and run the first step. They report their
+phases (each the fastest of --repeat=N processes, 5 by default: the host may be shared), each
+exclusive of those it calls:
 
     trace          the body run on tracers (Compiled._trace)
     trace rest     outputs, verification, guards of the trace (the rest of Compiled._build)
@@ -14,7 +15,10 @@ step, find its entry, load it and run the first step. They report their phases (
     executor       the executor's compile of the loaded plan
     first step     the rest of the first call: binding the inputs, running the plan, handing back
 
-and the whole first call, from the call to its result."""
+and, on a GPU, two parts of the last two: `kernels`, loading the kernels' modules
+(runtime.cuda_kernels.load_kernels), and `cuDNN graphs`, making them (runtime.cudnn_cache.graph),
+both counted in the look-up and load wherever they happen. Also the whole first call, from the call
+to its result."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import time
 from collections import defaultdict
 
 PHASES = ("trace", "trace rest", "key", "read + HMAC", "parse", "payload", "plan rebuild", "executor", "first step")
+GPU_PHASES = ("kernels", "cuDNN graphs")  # the CUDA executor's, wherever they happen (compile or first step)
 
 
 class _Clock:
@@ -71,7 +76,13 @@ def _instrument(clock: _Clock) -> None:
     clock.wrap(serial, "loads", "payload")
     clock.wrap(serial, "parse", "parse")
     clock.wrap(serial, "_unplan", "plan rebuild")
-    clock.wrap(type(device.executor()), "compile", "executor")
+    ex = device.executor()
+    clock.wrap(type(ex), "compile", "executor")
+    if ex.name == "cuda":  # the executor's parts: its kernels' modules, cuDNN's graphs (built or read back)
+        from flame.runtime import cuda, cudnn_cache
+
+        clock.wrap(cuda, "load_kernels", "kernels")
+        clock.wrap(cudnn_cache, "graph", "cuDNN graphs")
     frontend_compile.compile_graph = compiler.compile_graph  # the name Compiled calls
 
 
@@ -103,7 +114,7 @@ def warm_process(name: str, full: bool, profile: bool, step: bool = True) -> Non
     if prof:
         prof.disable()
     clock.seconds["first step"] = call - sum(clock.seconds.values())
-    for phase in PHASES:
+    for phase in PHASES + GPU_PHASES:
         print(f"phase {phase}\t{clock.seconds.get(phase, 0.0):.4f}")
     print(f"call\t{call:.4f}\nhits\t{plan_cache.COUNTS.hits}\nrebuilt\t{plan_cache.COUNTS.rebuilt}", flush=True)
     if prof:
@@ -114,7 +125,6 @@ def warm_process(name: str, full: bool, profile: bool, step: bool = True) -> Non
 
 def _child(name: str, full: bool, profile: bool, folder: str, step: bool) -> dict:
     env = dict(os.environ, FLAME_CACHE_DIR=folder)
-    env.pop("FLAME_DEVICE", None)
     cmd = [sys.executable, "-m", "benchmarks.scripts.compile_profile", "warm-process", name]
     cmd += ["--full"] * full + ["--profile"] * profile + ["--no-step"] * (not step)
     t0 = time.perf_counter()
@@ -147,8 +157,10 @@ def run_warm(names: list[str], full: bool, profile: bool, step: bool = True, rep
                 f"{name}: the second process did not load its plan (hits {warm['hits']:.0f}, "
                 f"rebuilt {warm['rebuilt']:.0f})"
             )
-        load = sum(warm[f"phase {p}"] for p in PHASES[2:8])
-        shown = ", ".join(f"{p} {warm[f'phase {p}']:.3f}" for p in PHASES)
+        load = sum(warm[f"phase {p}"] for p in PHASES[2:8] + GPU_PHASES)
+        shown = ", ".join(
+            f"{p} {warm[f'phase {p}']:.3f}" for p in PHASES + GPU_PHASES if p in PHASES or warm[f"phase {p}"]
+        )
         label = name + (" (full sizes)" if full else "") + ("" if step else " (no step)")
         trace = warm["phase trace"] + warm["phase trace rest"]
         print(
