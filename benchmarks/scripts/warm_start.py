@@ -9,7 +9,7 @@ exclusive of those it calls:
     trace rest     outputs, verification, guards of the trace (the rest of Compiled._build)
     key            the compile cache's and the plan cache's key texts (print_graph, locs.layout)
     read + HMAC    the entry read and its signature checked (codegen.nvrtc.read_signed)
-    parse          the graph's IR text read back (ir.parser.parse)
+    parse          the graph read back (ir.parser.graph_from_data)
     payload        the payload decompressed and decoded, locs and fusion groups set (the rest of serial.loads)
     plan rebuild   the Plan's buffers and steps made again (serial._unplan)
     executor       the executor's compile of the loaded plan
@@ -74,7 +74,8 @@ def _instrument(clock: _Clock) -> None:
     clock.wrap(compiler, "compile_graph", "key")
     clock.wrap(nvrtc, "read_signed", "read + HMAC")
     clock.wrap(serial, "loads", "payload")
-    clock.wrap(serial, "parse", "parse")
+    reader = "graph_from_data" if hasattr(serial, "graph_from_data") else "parse"  # (the IR text, before)
+    clock.wrap(serial, reader, "parse")
     clock.wrap(serial, "_unplan", "plan rebuild")
     ex = device.executor()
     clock.wrap(type(ex), "compile", "executor")
