@@ -81,12 +81,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Container
-from typing import TYPE_CHECKING
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
-
-if TYPE_CHECKING:
-    import networkx as nx
 from flame.ir.indexmap import (
     is_reduction,
     is_view,
@@ -675,9 +671,10 @@ def _order(st: State) -> list[Group]:
 
 
 class _Ancestors:
-    """nx.ancestors of every kernel of a DAG at once: a bitset per kernel, made in topological order."""
+    """nx.ancestors of every kernel of a DAG (a networkx DiGraph) at once: a bitset per kernel, made in
+    topological order."""
 
-    def __init__(self, kernels: nx.DiGraph):
+    def __init__(self, kernels):
         import networkx as nx
 
         order = list(nx.topological_sort(kernels))
