@@ -6,6 +6,15 @@ the reference executor, to see how compile time grows with depth.
 
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile case gpt_train unet_train [--full] [--profile]
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile depth 2 6 12 [--cuda] [--profile]
+    PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile warm gpt_train unet_train [--full] [--profile]
+        [--no-step] [--repeat=N]
+
+`warm` times a new process's way to its first step with the persistent plan cache warm, on the
+executor flame picks (the reference one on a host without a GPU): a first process fills an empty
+temporary FLAME_CACHE_DIR, the next ones (the fastest of --repeat=N, phase by phase) trace, load the
+entry (read and HMAC check, parse, plan rebuild), compile the plan for the executor and run the first
+step (--no-step: not the step); --profile prints the first timed process's cProfile
+(benchmarks/scripts/warm_start.py).
 
 --profile prints the top functions of a cProfile of the compile (cumulative time); --cuda plans the
 depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=0 in the
@@ -158,10 +167,19 @@ def run_depth(depths: list[int], cuda: bool, profile: bool) -> None:
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
-    if len(argv) < 2 or argv[0] not in ("case", "depth"):
+    if len(argv) < 2 or argv[0] not in ("case", "depth", "warm", "warm-process"):
         raise SystemExit(__doc__)
     args = [a for a in argv[1:] if not a.startswith("-")]
     if argv[0] == "case":
         run_cases(args, "--full" in argv, "--profile" in argv)
+    elif argv[0] == "warm":
+        from benchmarks.scripts.warm_start import run_warm
+
+        repeat = next((int(a.split("=")[1]) for a in argv if a.startswith("--repeat=")), 5)
+        run_warm(args, "--full" in argv, "--profile" in argv, "--no-step" not in argv, repeat)
+    elif argv[0] == "warm-process":
+        from benchmarks.scripts.warm_start import warm_process
+
+        warm_process(args[0], "--full" in argv, "--profile" in argv, "--no-step" not in argv)
     else:
         run_depth([int(a) for a in args], "--cuda" in argv, "--profile" in argv)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import networkx as nx
-
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError
 from flame.frontend.compile import Compiled
@@ -46,6 +44,8 @@ def modified_error(node) -> FlameError:
 
 def _topo(root: Tensor) -> list[Tensor]:
     """Every tensor root was computed from (root included), each after the tensors it was made from."""
+    import networkx as nx  # (imported when an eager backward first runs: a traced one, or none, needs it not)
+
     g = nx.DiGraph()
     g.add_node(id(root))
     tensors, todo = {id(root): root}, [root]

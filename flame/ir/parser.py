@@ -1,6 +1,8 @@
 """Parse the text printed by flame.ir.printer back into a Graph (then verified). A parse reads each
 distinct type and attribute text once (a graph repeats few), and an op line as the printer writes it
-with one match; verify=False (the plan cache's signed text) skips the verifier's shape rules."""
+with one match; verify=False skips the verifier's shape rules. graph_from_data reads the pieces of a
+text that printer.graph_data writes (the plan cache's signed payload) with the same readers, and no
+regex per line."""
 
 from __future__ import annotations
 
@@ -321,3 +323,44 @@ def _parse_return(g: Graph, text: str, ref) -> None:
             if target not in g.inputs:
                 raise ParseError(f"output {i} is declared to replace {into.strip()}, which is not a graph input")
             g.aliases[i] = g.inputs.index(target)
+
+
+_TYPE_TEXT = re.compile(_TYPE)
+
+
+def graph_from_data(data: dict) -> Graph:
+    """The graph of printer.graph_data's data: the graph parse(print_graph(g), verify=False) reads, its
+    fusion groups with the outputs they had. Each distinct type and attribute text is read once, by the
+    same readers as the text's; nothing is verified (the data is flame's own, signed: the plan cache).
+    ParseError, or ValueError, KeyError, IndexError or TypeError, for data that is not such."""
+    kinds = data["ops_kinds"]
+    r = _Reader([f"{name} {{{text}}}" for name, text in kinds])  # what an attribute's error quotes
+    types = []
+    for text in data["types"]:
+        m = _TYPE_TEXT.fullmatch(text)
+        if m is None:
+            raise ParseError(f"bad type {text!r}")
+        types.append(r.type(m.group(1), m.group(2)))
+    made = [(name, r.attributes(n, registry.get(name), f"{{{text}}}" if text else None)) for n, (name, text) in
+            enumerate(kinds)]
+    g = Graph(data["name"])
+    values = [g.add_input(types[t], role) for t, role in data["inputs"]]
+    marks = {i: CheckpointLoc("", int(region), bool(saved)) for i, region, saved in data["checkpoints"]}
+    ops = g.ops
+    for row in data["ops"]:
+        name, attrs = made[row[0]]
+        op = Op(name, tuple([values[n] for n in row[2:]]), attrs, types[row[1]], marks.get(len(ops)))
+        values.append(op.out)
+        ops.append(op)
+    g.outputs = [values[n] for n in data["outputs"]]
+    for i, j in data["aliases"]:
+        if not 0 <= j < len(g.inputs) or not 0 <= i < len(g.outputs):
+            raise ParseError(f"output {i} is declared to replace input {j}, which the graph does not have")
+        g.aliases[i] = j
+    if data["groups"] is not None:
+        g.groups = [
+            FusionGroup(tuple(ops[start:stop]), Kind(kind), reason, tuple([values[n] for n in outs]), epilogue,
+                        bool(update))
+            for start, stop, kind, reason, outs, epilogue, update in data["groups"]
+        ]
+    return g

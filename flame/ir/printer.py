@@ -1,5 +1,7 @@
 """The IR text form: one op per line, values numbered in order, types on every result, attributes
-in braces. `flame.ir.parse` reads it back; print -> parse -> print is the identity."""
+in braces. `flame.ir.parse` reads it back; print -> parse -> print is the identity. graph_data gives
+the text's pieces as data (each distinct type and attribute text once), which
+`flame.ir.parser.graph_from_data` reads back without a regex per line."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from flame.ir.dtypes import DType
-from flame.ir.graph import CheckpointLoc, Graph, Op, SubGraph, Value
+from flame.ir.graph import CheckpointLoc, Graph, Kind, Op, SubGraph, Value
 
 
 def format_attr(v: Any) -> str:
@@ -102,3 +104,48 @@ def print_graph(g: Graph, locs: bool = False) -> str:
     lines.append("  return" + (" " + ", ".join(rets) if rets else ""))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def graph_data(g: Graph) -> dict:
+    """g as JSON data, for a reader that trusts it (the plan cache's signed payload: parser.graph_from_data)
+    and should not match a regex per line: the printer's text of each distinct result type and of each
+    distinct op with its attributes written once, each op as [that op's entry, its type's entry, its
+    inputs' numbers...] (values numbered as print_graph numbers them), the checkpoint marks print_graph
+    writes, and each fusion group as [its first op, past its last op, kind, reason, outputs, epilogue,
+    update]. TypeError where the text has no form for something (an attribute, a value not in g, a
+    group whose ops are not consecutive)."""
+    ids, regions = g.numbering(), checkpoint_numbers(g)
+    types: dict[Any, int] = {}
+    kinds: dict[tuple[str, str], int] = {}
+    rows, marks = [], []
+    try:
+        for i, op in enumerate(g.ops):
+            attrs = ", ".join([f"{k}={format_attr(v)}" for k, v in op.attrs.items()]) if op.attrs else ""
+            row = [kinds.setdefault((op.name, attrs), len(kinds)), types.setdefault(op.out.type, len(types))]
+            row += [ids[v] for v in op.inputs]
+            rows.append(row)
+            loc = op.loc
+            if loc is not None and type(loc) is not str and isinstance(loc, CheckpointLoc):
+                marks.append([i, regions.get(loc.region, loc.region), loc.saved])
+        outputs = [ids[v] for v in g.outputs]
+        at = {op: i for i, op in enumerate(g.ops)}
+        groups = []
+        for k in g.groups or ():
+            start = at[k.ops[0]] if k.ops else 0
+            if list(k.ops) != g.ops[start : start + len(k.ops)]:
+                raise TypeError(f"fusion group {k.kind} ({k.reason}): its ops are not consecutive")
+            outs = [ids[v] for v in k.outputs]
+            groups.append([start, start + len(k.ops), Kind(k.kind).value, k.reason, outs, k.epilogue, k.update])
+    except KeyError as e:
+        raise TypeError(f"a value not in the graph: {e}") from None
+    return {
+        "name": g.name,
+        "inputs": [[types.setdefault(v.type, len(types)), r] for v, r in zip(g.inputs, g.roles)],
+        "types": [str(t) for t in types],
+        "ops_kinds": [list(k) for k in kinds],
+        "ops": rows,
+        "checkpoints": marks,
+        "outputs": outputs,
+        "aliases": [[i, j] for i, j in g.aliases.items()],
+        "groups": None if g.groups is None else groups,
+    }

@@ -82,8 +82,6 @@ import dataclasses
 import math
 from collections.abc import Container
 
-import networkx as nx
-
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
 from flame.ir.indexmap import (
     is_reduction,
@@ -649,6 +647,8 @@ def _order(st: State) -> list[Group]:
     side stream (after every reader of what it overwrites) or 0-d work it reads first, then one
     that frees more memory than it takes (a weight gradient, last reader of the saved layer input,
     before the data gradient), then by first op's position."""
+    import networkx as nx  # (imported when a graph is first fused: a plan loaded from the plan cache needs it not)
+
     kernels = nx.DiGraph()
     kernels.add_nodes_from(st.groups)
     kernels.add_edges_from((grp, s) for grp in st.groups for s in st.succ(grp))
@@ -671,9 +671,12 @@ def _order(st: State) -> list[Group]:
 
 
 class _Ancestors:
-    """nx.ancestors of every kernel of a DAG at once: a bitset per kernel, made in topological order."""
+    """nx.ancestors of every kernel of a DAG (a networkx DiGraph) at once: a bitset per kernel, made in
+    topological order."""
 
-    def __init__(self, kernels: nx.DiGraph):
+    def __init__(self, kernels):
+        import networkx as nx
+
         order = list(nx.topological_sort(kernels))
         self.nodes, self.bit = order, {k: 1 << i for i, k in enumerate(order)}
         self.bits: dict = {}

@@ -30,9 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-import networkx as nx
-from networkx.algorithms.flow import preflow_push
-
 from flame.ir.graph import BackwardLoc, CheckpointLoc, Graph, Op, RecomputeLoc, Value, is_backward, is_recompute
 from flame.ir.ops.host import OFFLOAD, RELOAD
 from flame.ir.registry import REGISTRY, flops, is_fill, is_relabel
@@ -326,6 +323,9 @@ def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
         return set()
     outputs = set(g.outputs)
     forced = checkpointed(g)
+    import networkx as nx  # (imported at the first cut: a plan loaded from the plan cache needs none)
+    from networkx.algorithms.flow import preflow_push
+
     net = nx.DiGraph()
     net.add_nodes_from((_SRC, _SINK))
     ops = _ancestors(g, needed)

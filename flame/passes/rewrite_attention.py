@@ -27,6 +27,7 @@ tensors the trace still holds stay valid)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -266,7 +267,21 @@ def _is_causal(mask: np.ndarray, kind: str, length: int, keys: int) -> bool:
     return bool(np.all(np.where(tril, full == 0, np.isneginf(full))))
 
 
+# mask value -> {(kind, length, keys): whether it is causal}: a value's constant is fixed by the ops it is
+# computed from, and a model's layers share one mask (each would evaluate it twice: the match, the rewrite)
+_CAUSAL: weakref.WeakKeyDictionary[Value, dict[tuple, bool]] = weakref.WeakKeyDictionary()
+
+
 def _constant_causal(cond: Value, kind: str, g: Graph, length: int, keys: int) -> bool:
+    """cond is a constant mask equal to PyTorch's is_causal (_constant_causal_now, remembered per value)."""
+    known = _CAUSAL.setdefault(cond, {})
+    found = known.get((kind, length, keys))
+    if found is None:
+        found = known[kind, length, keys] = _constant_causal_now(cond, kind, g, length, keys)
+    return found
+
+
+def _constant_causal_now(cond: Value, kind: str, g: Graph, length: int, keys: int) -> bool:
     """cond is a constant mask equal to PyTorch's is_causal: evaluated whole when it is small, and a
     block of query rows at a time when it is an elementwise comparison of a per-query column with a
     per-key row (arange(L)[:, None] >= arange(S)[None, :] at any length)."""
@@ -371,8 +386,7 @@ def _match_chain(op: Op, g: Graph, users: dict) -> tuple[_Match, _score_chain.Ch
     length, keys = base.shape[-2:]
 
     def causal_add(mask: Value) -> bool:
-        const = _constant(mask, g)
-        return const is not None and _is_causal(const, "additive", length, keys)
+        return _constant_causal(mask, "additive", g, length, keys)
 
     chain = _score_chain.extract(g.ops, x, base, mm.out, causal_add)
     if chain is None or not chain.chain_ops:

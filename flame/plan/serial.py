@@ -1,19 +1,21 @@
 """A compiled graph and its Plan as printable data, and back (ARCHITECTURE.md "Plans are data"): what
 the persistent plan cache (flame.plan.cache) stores.
 
-The graph travels as its IR text (flame.ir.printer; the parser reads it back, fusion groups included
-from their `# kernel` lines), with what the text leaves out beside it: each op's `loc` (the user's
-line, and whether the op is the backward's or a recomputation; each distinct one written once) and
-each fusion group's outputs. Given the trace the graph was compiled from, a loc is written as the
-position of the trace op whose line it is (with the note a pass appended to it: flame.ir.locs), not
-as the line: read back with another trace of the same text and layout (what the plan cache's key
-holds), it is that trace's line, so a plan one program stored names the lines of the program that
-loads it. The plan travels as JSON: every buffer and step is a frozen dataclass, written field by
-field, with an op written as its position in the graph, a dtype by its name, a tuple as a list and a
-long string (a kernel's source, which every launch of that kernel holds) once, in a table of texts.
-So a loaded plan's steps read the loaded graph's ops, exactly as a plan built from that graph would.
-Reading the graph back skips the verifier's shape rules (the text was printed from a verified graph,
-and the entry is signed); tests/plan/test_plan_load.py holds it to the verified parse.
+The graph travels as the IR text's pieces (flame.ir.printer.graph_data: the printer's text of each
+distinct type and of each distinct op with its attributes once, each op as numbers naming them and its
+inputs, each fusion group with its outputs; flame.ir.parser.graph_from_data reads it back with the
+parser's readers and no regex per line), with what the text leaves out beside it: each op's `loc` (the
+user's line, and whether the op is the backward's or a recomputation; each distinct one written once).
+Given the trace the graph was compiled from, a loc is written as the position of the trace op whose
+line it is (with the note a pass appended to it: flame.ir.locs), not as the line: read back with
+another trace of the same text and layout (what the plan cache's key holds), it is that trace's line,
+so a plan one program stored names the lines of the program that loads it. The plan travels as JSON:
+every buffer and step is a frozen dataclass, written field by field, with an op written as its
+position in the graph, a dtype by its name, a tuple as a list and a long string (a kernel's source,
+which every launch of that kernel holds) once, in a table of texts. So a loaded plan's steps read the
+loaded graph's ops, exactly as a plan built from that graph would. Reading the graph back skips the
+verifier's shape rules (it was written from a verified graph, and the entry is signed);
+tests/plan/test_plan_load.py holds it to the verified parse of its text.
 
 `dumps(graph, plan, trace)` raises NotStorable for anything it cannot write (a field holding a number
 of a dynamic size, an op not in the graph); `loads(payload, trace)` raises BadPayload for anything it
@@ -30,12 +32,12 @@ from functools import lru_cache
 from flame.errors import FlameError
 from flame.ir import locs as loc_data
 from flame.ir.dtypes import DType, dtype_of
-from flame.ir.graph import FusionGroup, Graph, Kind, Op
-from flame.ir.parser import parse
-from flame.ir.printer import print_graph
+from flame.ir.graph import Graph, Op
+from flame.ir.parser import graph_from_data
+from flame.ir.printer import graph_data
 from flame.plan.steps import ActivationBudget, Buffer, MemoryBudget, Plan, Step
 
-FORMAT = 4  # the payload's layout; an entry of another layout is rebuilt
+FORMAT = 5  # the payload's layout; an entry of another layout is rebuilt
 LONG = 256  # a string field this long (a kernel's source) is written once, in the payload's table of texts
 
 
@@ -157,7 +159,7 @@ def dumps(graph: Graph, plan: Plan | None, trace: Graph | None = None) -> bytes:
     whose ops' lines its locs are written as (loads then needs a trace of the same text and layout);
     None: the locs are written as they are. NotStorable if it has no stored form."""
     try:
-        text = print_graph(graph)
+        stored = graph_data(graph)
     except TypeError as e:  # an attribute the printer has no text for
         raise NotStorable(str(e)) from None
     ops = {op: i for i, op in enumerate(graph.ops)}
@@ -167,11 +169,10 @@ def dumps(graph: Graph, plan: Plan | None, trace: Graph | None = None) -> bytes:
     texts: dict[str, int] = {}
     data = {
         "format": FORMAT,
-        "graph": text,
+        "graph": stored,
         "locs": [locs.setdefault(_loc(op.loc), len(locs)) for op in graph.ops],
         "loc_table": [_stored(loc, found) for loc in locs],
         "trace_ops": None if trace is None else len(trace.ops),
-        "groups": None if graph.groups is None else [[numbers_[v] for v in k.outputs] for k in graph.groups],
         "plan": None if plan is None else _plan(plan, graph, ops, numbers_, texts),
         "texts": list(texts),
     }
@@ -215,18 +216,13 @@ def loads(payload: bytes, trace: Graph | None = None) -> tuple[Graph, Plan | Non
                 f"its locations are those of a trace of {wanted} ops, not of "
                 f"{'no trace' if trace is None else f'one of {len(trace.ops)}'}"
             )
-        graph = parse(data["graph"], verify=False)  # printed from a verified graph, and signed
+        graph = graph_from_data(data["graph"])  # written from a verified graph, and signed
         if len(data["locs"]) != len(graph.ops):
             raise BadPayload("the ops' locations do not match the graph")
         locs = [_unloc(loc, trace) for loc in data["loc_table"]]
         for op, i in zip(graph.ops, data["locs"]):
             op.loc = locs[i]
         values = graph.inputs + [op.out for op in graph.ops]
-        if data["groups"] is not None:
-            graph.groups = [
-                FusionGroup(k.ops, Kind(k.kind), k.reason, tuple(values[n] for n in outs), k.epilogue, k.update)
-                for k, outs in zip(graph.groups or [], data["groups"], strict=True)
-            ]
         plan = None if data["plan"] is None else _unplan(data["plan"], graph, values, data["texts"])
     except BadPayload:
         raise

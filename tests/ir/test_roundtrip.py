@@ -1,16 +1,22 @@
 """print -> parse -> print is the identity: hand-written graphs covering every attribute kind, aliases
-and source locations; a hypothesis property over random valid graphs; a traced two-layer MLP."""
+and source locations; a hypothesis property over random valid graphs; a traced two-layer MLP. The
+text's pieces as data (printer.graph_data, the plan cache's form) read back as the text does."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import flame
 from flame.ir import ALL_DTYPES, REGISTRY, Builder, Graph, TensorType, f32, f64, i64, parse, print_graph
+from flame.ir.graph import CheckpointLoc, FusionGroup, Kind
+from flame.ir.parser import graph_from_data
+from flame.ir.printer import graph_data
 from flame.ir.registry import _COERCE
 
 EVERY_ATTR_KIND = """\
@@ -214,6 +220,58 @@ def test_random_graphs_roundtrip(g: Graph, locs: bool) -> None:
     assert print_graph(again, locs=locs) == text
     assert again.aliases == g.aliases and again.roles == g.roles
     assert [op.name for op in again.ops] == [op.name for op in g.ops]
+    stored = graph_from_data(json.loads(json.dumps(graph_data(g))))  # as the plan cache stores it
+    assert print_graph(stored) == print_graph(g)
+    assert stored.aliases == g.aliases and stored.roles == g.roles
+
+
+# ---- the text's pieces as data (the plan cache's form) --------------------------------------------
+
+
+def _stored(g: Graph) -> Graph:
+    return graph_from_data(json.loads(json.dumps(graph_data(g))))
+
+
+def test_graph_data_reads_back_as_the_text_does() -> None:
+    for text in (EVERY_ATTR_KIND, ALIASED):
+        g = parse(text)
+        again = _stored(g)
+        assert print_graph(again) == print_graph(g)
+        assert again.aliases == g.aliases and again.roles == g.roles
+        assert [(k, type(v), v) for op in again.ops for k, v in op.attrs.items() if k != "score_mod"] == [
+            (k, type(v), v) for op in g.ops for k, v in op.attrs.items() if k != "score_mod"
+        ]
+
+
+KERNELS = """\
+graph fused(%0: f32[4] data, %1: f32[4] data) {
+  # kernel 0 (elementwise): the first kernel
+  %2 = mul %0, %1 : f32[4]
+  %3 = relu %2 : f32[4]
+  # kernel 1 (rows): a reduction
+  %4 = reduce_sum %3 {axes=[0], keepdim=false} : f32[]
+  return %2, %4
+}
+"""
+
+
+def test_graph_data_keeps_fusion_groups_with_their_outputs_and_checkpoint_marks() -> None:
+    g = parse(KERNELS)
+    g.ops[1].loc = CheckpointLoc("", 7, True)
+    again = _stored(g)
+    assert print_graph(again) == print_graph(g)
+    assert [(k.kind, k.reason, [g.ops.index(op) for op in k.ops]) for k in g.groups] == [
+        (k.kind, k.reason, [again.ops.index(op) for op in k.ops]) for k in again.groups
+    ]
+    assert [[again.numbering()[v] for v in k.outputs] for k in again.groups] == [[2, 3], [4]]
+    assert isinstance(again.ops[1].loc, CheckpointLoc) and again.ops[1].loc.saved
+
+
+def test_graph_data_refuses_a_group_of_ops_not_side_by_side() -> None:
+    g = parse(KERNELS)
+    g.groups[0] = FusionGroup((g.ops[0], g.ops[2]), Kind.ELEMENTWISE, "apart", ())
+    with pytest.raises(TypeError, match="not consecutive"):
+        graph_data(g)
 
 
 # ---- a traced model ---------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""A compiled plan read back as the persistent plan cache reads it (flame.plan.serial: the graph's text
-parsed without the verifier's shape rules, the steps from JSON) is the plan that was compiled: for every
-case of the benchmark suite, planned for the CUDA target at its quick sizes (nothing runs), the graph
-read without the verifier equals the one the verified parse reads and the compiled one (the same ops in
-the same order, with the same inputs, attributes of the same types and values, result types, fusion
+"""A compiled plan read back as the persistent plan cache reads it (flame.plan.serial: the graph from
+its stored data (ir.printer.graph_data, read by ir.parser.graph_from_data, without the verifier's
+shape rules), the steps from JSON) is the plan that was compiled: for every case of the benchmark
+suite, planned for the CUDA target at its quick sizes (nothing runs), the graph read back equals the
+one the parser reads from its text, with and without the verifier, and the compiled one (the same ops
+in the same order, with the same inputs, attributes of the same types and values, result types, fusion
 groups and source locations), and every step, buffer and value the loaded plan holds refers to the
 loaded graph's ops and values at the compiled ones' positions."""
 
@@ -22,6 +23,7 @@ from flame.bench.table import CASES
 from flame.errors import MemoryBudgetError
 from flame.ir import parse, print_graph
 from flame.ir.graph import CheckpointLoc, Graph, Op
+from flame.ir.parser import graph_from_data
 from flame.ir.printer import format_attr
 from flame.plan import serial
 from flame.plan.steps import format_plan
@@ -108,13 +110,15 @@ def _plan(plan) -> tuple:
 def test_a_plan_read_back_is_the_plan_compiled(case, cuda_target):
     graph, plan = _compiled(case)
     payload = serial.dumps(graph, plan)
-    text = json.loads(zlib.decompress(payload))["graph"]
+    text = print_graph(graph)
     fast, verified = parse(text, verify=False), parse(text)
-    assert print_graph(fast) == print_graph(verified) == print_graph(graph) == text
-    assert _ops(fast) == _ops(verified) == _ops(graph)
-    assert _groups(fast) == _groups(verified) == _groups(graph)
-    assert fast.roles == verified.roles == graph.roles and fast.aliases == verified.aliases == graph.aliases
-    assert [v.type for v in fast.inputs] == [v.type for v in graph.inputs]
+    stored = graph_from_data(json.loads(zlib.decompress(payload))["graph"])
+    assert print_graph(fast) == print_graph(verified) == print_graph(stored) == text
+    assert _ops(fast) == _ops(verified) == _ops(stored) == _ops(graph)
+    assert _groups(fast) == _groups(verified) == _groups(stored) == _groups(graph)
+    for g in (fast, verified, stored):
+        assert g.roles == graph.roles and g.aliases == graph.aliases
+        assert [v.type for v in g.inputs] == [v.type for v in graph.inputs]
 
     loaded, loaded_plan = serial.loads(payload)
     assert loaded_plan.graph is loaded
