@@ -187,3 +187,31 @@ def test_assigning_a_mismatched_grad_raises_as_torch(compiled):
         with pytest.raises(type(theirs.value)) as mine:
             flame.compile(assign)() if compiled else assign()
         assert words in str(mine.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["zero_keep", "accumulate", "micro"])
+@pytest.mark.parametrize("name", ["SGD", "AdamW"])
+def test_gpu_steps_accumulate_in_place_under_graph_replay(name, mode):
+    """On the CUDA executor (a step replayed as a CUDA graph from its third call): the steady plan writes
+    each sum into the .grad array the parameter holds, so a held reference sees it, and the values follow
+    torch's."""
+    start = _start()
+    ps = [nn.Parameter(flame.tensor(a.copy())) for a in start]
+    tps = [torch.nn.Parameter(torch.tensor(a.copy())) for a in start]
+    opt, topt = _optimizers(name, ps, tps)
+    step = flame.compile(lambda x, y: _body(flame, ps, opt, mode, x, y))
+    for k in range(STEPS + 2):
+        xa, ya = _batch(k)
+        held = [p.grad for p in ps]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", flame.RecompileWarning)
+            step(flame.tensor(xa), flame.tensor(ya))
+        _body(torch, tps, topt, mode, torch.tensor(xa), torch.tensor(ya))
+        for i, (p, tp, g) in enumerate(zip(ps, tps, held)):
+            what = f"{name} {mode} step {k} param {i}"
+            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-9, atol=1e-9, err_msg=what)
+            np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-9, atol=1e-9, err_msg=what)
+            if g is not None:
+                assert p.grad is g, what
+                np.testing.assert_allclose(g.numpy(), tp.grad.numpy(), rtol=1e-9, atol=1e-9, err_msg=what)
