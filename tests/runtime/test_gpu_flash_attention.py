@@ -2,7 +2,8 @@
 same (rounded) inputs: values and gradients of hand-written attention with its score modification, at
 lengths that are not a multiple of the tile, with L != S, head dims 64 and 128, bf16 / f16 (tensor cores)
 and f32 (plain path), and rows that every key is masked out of (zeros, finite gradients); each in both forms
-of FLAME_FLASH_PIPELINE (pipelined: the default, cp.async double buffering and ldmatrix, f16 / bf16; sync: FLAME_FLASH_PIPELINE=0)."""
+of FLAME_FLASH_PIPELINE (pipelined: the default, cp.async double buffering and ldmatrix, f16 / bf16;
+sync: FLAME_FLASH_PIPELINE=0)."""
 
 from __future__ import annotations
 
