@@ -98,10 +98,10 @@ class _Entry:
         """The per-call work around the plan's run, worked out once (flame.frontend.replay)."""
         return Replay(self.trace, self.graph, self.grads, self.n_user, self.out_skeleton, self.namer)
 
-    def valid(self) -> str:
-        """'' if this trace still describes the function for these inputs, else what changed. Runs
+    def valid(self, args: list) -> str:
+        """'' if this trace still describes the function for these arguments, else what changed. Runs
         before every replay: the common case is an identity check per captured tensor."""
-        why = self.replay.changed()
+        why = self.replay.changed(args)
         if why:
             return why
         for gd in self.guards:
@@ -426,7 +426,7 @@ class Compiled:
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)
         n_updates = len(g.outputs)
-        grads = _grad_outputs(tr, g)  # what it leaves in .grad: entries, or outputs aliased to .grad inputs
+        grads = tr.grad_outputs(g)  # what it leaves in .grad: entries, or outputs aliased to .grad inputs
         verify(g, shape_rules=False)  # the Builder ran every shape rule as the body was traced
         namer = Namer(self.fn)
         entry = _Entry(g, None, tr, None, skel, n_user, grads, g, self._key(args),
@@ -469,7 +469,7 @@ class Compiled:
         (None, why the template cannot take this size: '' if no template covers these arguments)."""
         for dyn in self._templates:
             s = dyn.size_of(key)
-            if s is None or dyn.base.valid():
+            if s is None or dyn.base.valid(args):
                 continue
             t0 = time.perf_counter()
             try:  # with a plan template, its guards and forms stand for the traced graph's shape rules
@@ -593,7 +593,7 @@ class Compiled:
         key, entries = self._signature(args)
         why = ""
         for entry in entries:
-            failed = entry.valid()
+            failed = entry.valid(args)
             if not failed:
                 self._hits += 1
                 entry.last_used = self._calls
@@ -614,7 +614,7 @@ class Compiled:
         sibling = None
         if not why and self.dynamic is not False:
             sibling = next((e for e in self._entries() if e.family == _family(key) and e.key != key
-                            and not e.valid()), None)
+                            and not e.valid(args)), None)
         # dynamic=True, the first trace of a family: compiled by _probe (from the size template when one is made)
         probe = self.dynamic is True and sibling is None and not any(e.family == _family(key)
                                                                      for e in self._entries())
@@ -628,7 +628,7 @@ class Compiled:
             expected = isinstance(why, Expected) and why not in self._reasons
             if not why:  # a new signature: what differs from the last call, and what else changed
                 changes = [argument_changes(self._last.arguments, describe_arguments(self.fn, args)),
-                           "" if self._last.key == key else self._last.valid()]
+                           "" if self._last.key == key else self._last.valid(args)]
                 why = "; ".join(c for c in changes if c)
                 # only sizes changed, and the changed dims are dynamic from now on (a smaller last batch):
                 # expected, said at info level
@@ -733,32 +733,6 @@ def _call_inputs(entry: _Entry, args: list, arrays: list) -> list | None:
         wanted = wanted or t.requires_grad
         out.append(t)
     return out if wanted else None
-
-
-def _grad_outputs(tr: Trace, g: Graph) -> list:
-    """Appends to g's outputs every .grad the body leaves behind and returns, per tensor, (argument
-    position or the captured tensor, output index or None for "set to None"). A .grad input the body
-    updates in place (zero_(), backward()'s hooks.accumulate_grad) is an output aliased to that input,
-    as a parameter's update is: the plan writes it into the .grad's own buffer."""
-    grads = []
-    for position, proxy in tr.args:  # arguments: their traced proxies carry the .grad backward() set
-        if isinstance(proxy._grad, Tensor) and proxy._grad._trace is tr:
-            grads.append((position, len(g.outputs)))
-            g.outputs.append(proxy._grad._value)
-    for key, held in tr.grad_held.items():  # updated in place (seen by references to it, even if replaced)
-        v = tr.value_of(held)
-        if v is not tr.grad_inputs[key]:
-            g.aliases[len(g.outputs)] = g.inputs.index(tr.grad_inputs[key])
-            g.outputs.append(v)
-    for key, (t, view) in tr.grad_view.items():
-        if view is None:
-            if key in tr.grad_writes:
-                grads.append((t, None))
-            continue
-        if view is not tr.grad_held.get(key):  # else the .grad input, left as it was or updated in place
-            grads.append((t, len(g.outputs)))
-            g.outputs.append(tr.value_of(view))
-    return grads
 
 
 def compile(fn: Callable | None = None, *, name: str | None = None,  # noqa: A001

@@ -16,9 +16,8 @@ from typing import Any
 
 from flame._lists import all_same
 from flame._lists import gather as _gather
-from flame.frontend.context import no_grad
 from flame.frontend.dispatch import watch_count, watched
-from flame.frontend.guards import Namer, role_of
+from flame.frontend.guards import Expected, Namer, role_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
@@ -72,19 +71,24 @@ class Replay:
         # captured tensors whose .grad is an input (read before the body set it)
         self.grad_of = [b.tensor for b in bindings if b.kind == "grad"]
         self.grad_types = [v.type for b, v in zip(bindings, graph.inputs) if b.kind == "grad"]
+        # arguments whose .grad the body read: (position, whether it was set), checked at every call
+        self.arg_grad_reads = list(trace.arg_grad_reads.items())
+        self.arg_grad_positions = [b.arg for b in bindings if b.kind == "arg_grad"]  # those bound as inputs
         # the graph inputs, in order, gathered from: captured arrays, then arguments, .grad, getters
         kinds = [b.kind for b in bindings]
         self.arg_positions = [b.arg for b in bindings if b.kind == "arg"]
         self.gather_args = _gather(self.arg_positions)
         self.getters = [b for b in bindings if b.kind == "getter"]
-        pool = [j for k in ("tensor", "arg", "grad", "getter") for j, kind in enumerate(kinds) if kind == k]
+        pool = [j for k in ("tensor", "arg", "grad", "arg_grad", "getter") for j, kind in enumerate(kinds) if kind == k]
         at = {j: n for n, j in enumerate(pool)}
         self.gather_inputs = _gather([at[j] for j in range(len(bindings))])
         # in-place updates: (output, argument position or -1, captured tensor or None) per alias of an
-        # argument or captured tensor; (output, tensor) per .grad input updated in place (its .grad)
+        # argument or captured tensor; (output, tensor or argument position) per .grad input updated in
+        # place (its .grad)
         self.aliases = [(o, bindings[i].arg, None if bindings[i].kind == "arg" else bindings[i].tensor)
-                        for o, i in graph.aliases.items() if bindings[i].kind != "grad"]
-        self.grad_aliases = [(o, bindings[i].tensor) for o, i in graph.aliases.items() if bindings[i].kind == "grad"]
+                        for o, i in graph.aliases.items() if bindings[i].kind in ("arg", "tensor")]
+        self.grad_aliases = [(o, bindings[i].tensor if bindings[i].kind == "grad" else bindings[i].arg)
+                             for o, i in graph.aliases.items() if bindings[i].kind in ("grad", "arg_grad")]
         self.aliased = None if any(t is None for _, _, t in self.aliases) else [t for _, _, t in self.aliases]
         self.alias_outputs = _gather([o for o, _, _ in self.aliases])
         # the captured tensors updated in place, as indices into `checked` (what changed() verified)
@@ -92,19 +96,25 @@ class Replay:
             [next(k for k, c in enumerate(self.captured) if c is t) for t in self.aliased])
         self.bumped: tuple | None = None  # (dispatch.watch_count(), the aliased tensors eager graphs watch)
         outputs = graph.outputs
-        # .grad: (argument position, output) per argument (its .grad accumulates); (tensor, output) per
-        # captured tensor the body left a .grad; the captured tensors whose .grad the body set to None
+        # .grad: (argument position or tensor, output) per argument or captured tensor the body left a new
+        # .grad; the arguments and captured tensors whose .grad the body set to None
         self.arg_grads = [(i, o, outputs[o].dtype) for i, o in grads if isinstance(i, int) and o is not None]
+        self.arg_grads_cleared = [i for i, o in grads if isinstance(i, int) and o is None]
         self.grads_set = [(t, o, outputs[o].dtype) for t, o in grads if not isinstance(t, int) and o is not None]
         self.grads_cleared = [t for t, o in grads if not isinstance(t, int) and o is None]
         inputs = set(graph.inputs)  # a user output that is an input itself is handed back as a copy
         self.users = [(o, v.dtype, v in inputs) for o, v in enumerate(outputs[:n_user])]
         self.unflatten = unflattener(out_skeleton)
 
-    def changed(self) -> str:
+    def changed(self, args: list) -> str:
         """'' if every captured tensor and every .grad input still has its traced type (and the captured
-        tensors their requires_grad), else what changed. The common case: an identity check of each captured
-        tensor's array against the one checked before."""
+        tensors their requires_grad; an argument's .grad the body read is still set, or unset), else
+        what changed. The common case: an identity check of each captured tensor's array
+        against the one checked before."""
+        for i, had in self.arg_grad_reads:
+            g = getattr(args[i], "_grad", None) if i < len(args) else None  # args of another signature: None
+            if had != (g is not None):  # None -> set: gradient accumulation's first call, then the others
+                return f"argument {i}.grad: set -> None" if had else Expected(f"argument {i}.grad: None -> set")
         # map/attrgetter/is_ walk the lists in C: a few hundred tensors cost microseconds
         same = all_same(map(_data, self.captured), self.checked)
         if not same or list(map(_requires_grad, self.captured)) != self.requires_grad:
@@ -134,6 +144,7 @@ class Replay:
         pool = list(self.checked) if checked else list(map(_data, self.captured))
         pool += map(_data, self.gather_args(args))
         pool += [t._grad._data for t in self.grad_of]
+        pool += [args[i]._grad._data for i in self.arg_grad_positions]
         pool += [b.scalar_array(executor) for b in self.getters]
         return list(self.gather_inputs(pool))
 
@@ -151,17 +162,14 @@ class Replay:
                     t._data[...] = a
         self._bump_versions(tensors)
         for o, t in self.grad_aliases:  # usually written in place: the bound array is the plan's output
-            grad, a = t._grad, outs[o]
+            grad, a = (args[t] if isinstance(t, int) else t)._grad, outs[o]
             if a is not grad._data:
                 grad._data[...] = a
             grad._version += 1
-        for i, o, dtype in self.arg_grads:  # an argument's .grad accumulates across calls (in place), as torch's
-            t, grad = args[i], Tensor._concrete(outs[o], dtype)
-            if t._grad is None:
-                t._grad = grad
-            else:
-                with no_grad():
-                    t._grad.add_(grad)
+        for i, o, dtype in self.arg_grads:
+            args[i]._grad = Tensor._concrete(outs[o], dtype)
+        for i in self.arg_grads_cleared:
+            args[i]._grad = None
         for t, o, dtype in self.grads_set:
             t._grad = Tensor._concrete(outs[o], dtype)
         for t in self.grads_cleared:

@@ -295,13 +295,16 @@ class Tensor:
         """The accumulated gradient. Inside @flame.compile, a concrete tensor's .grad is part of the
         traced program: the body's first read (before it assigns .grad) becomes a graph input bound to
         "this tensor's .grad at call time" (or, when it was None, a guard that it still is), and what
-        the body assigns (zero_grad(), backward()) is handed to the tensor after each call."""
+        the body assigns (zero_grad(), backward()) is handed to the tensor after each call. An argument's
+        .grad, read before the body set it, is the caller's .grad in the same way."""
         if self._value is None:
             trace = current_trace.get()
             if trace is not None:
                 return trace.read_grad(self)
             if self._grad is None and self._node is not None and self.requires_grad and not self._retains_grad:
                 warnings.warn(_NON_LEAF_GRAD, UserWarning, stacklevel=2)
+        elif self._trace is not None and id(self) in self._trace.arg_grad_unread:
+            return self._trace.read_arg_grad(self)
         return self._grad
 
     @grad.setter
@@ -313,6 +316,8 @@ class Tensor:
             if trace is not None:
                 trace.write_grad(self, value)
                 return
+        elif self._trace is not None:
+            self._trace.arg_grad_unread.pop(id(self), None)  # an argument's: set before read, the caller's is not read
         self._grad = value
 
     @property

@@ -42,7 +42,7 @@ class Binding:
     """Where a graph input's array comes from at each call: a call argument, a captured tensor, or a
     getter of a Python hyperparameter (a learning rate changed by a scheduler)."""
 
-    kind: str  # "arg" | "tensor" | "grad" (the tensor's .grad at call time) | "getter"
+    kind: str  # "arg" | "tensor" | "grad" (the tensor's .grad at call time) | "arg_grad" (the argument's) | "getter"
     arg: int = -1
     tensor: object = None
     getter: Callable[[], float] | None = None
@@ -75,6 +75,9 @@ class Trace:
     grad_writes: set[int] = field(default_factory=set)  # ids of tensors whose .grad the body assigned
     grad_inputs: dict[int, Value] = field(default_factory=dict)  # id -> the "state" input of its .grad
     grad_held: dict[int, Tensor] = field(default_factory=dict)  # id -> the traced tensor that .grad input is
+    # id(argument proxy) -> (position, type of the caller's .grad or None) until the body reads or sets it
+    arg_grad_unread: dict[int, tuple] = field(default_factory=dict)
+    arg_grad_reads: dict[int, bool] = field(default_factory=dict)  # position -> whether the .grad it read was set
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
     freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
@@ -101,7 +104,22 @@ class Trace:
         self.inputs_of[id(out)] = v
         self._bind(id(out), out, v)
         self.args.append((index, out))
+        g = t._grad
+        self.arg_grad_unread[id(out)] = (index, None if g is None else TensorType(g.shape, g.dtype))
         return out
+
+    def read_arg_grad(self, proxy):
+        """An argument's .grad, first read while tracing (before the body set it): the caller's .grad,
+        as a "state" input bound to that argument's .grad at every call (updated in place, it is an
+        output aliased to it), or None; which of the two is a check before each replay (Replay.changed)."""
+        index, ty = self.arg_grad_unread.pop(id(proxy))
+        self.arg_grad_reads[index] = ty is not None  # its type is the argument's (Tensor.grad's setter checks)
+        if ty is not None:
+            v = self.graph.add_input(ty, "state")
+            self.bindings.append(Binding("arg_grad", arg=index))
+            self.grad_inputs[id(proxy)] = v
+            proxy._grad = self.grad_held[id(proxy)] = Tensor._traced(v, self)
+        return proxy._grad
 
     def value_of(self, t) -> Value:
         """The Value of tensor t in this trace, lifting a concrete tensor to a graph input (a view its
@@ -222,6 +240,37 @@ class Trace:
             if v is not v0:
                 out.append((t, self.graph.inputs.index(v0), v))
         return out
+
+    def grad_outputs(self, g: Graph) -> list:
+        """Appends to g's outputs every .grad the body leaves behind and returns, per tensor, (argument
+        position or the captured tensor, output index or None for "set to None"), each the tensor's new
+        .grad. A .grad input (a captured tensor's, or an argument's read before the body set it) the body
+        updates in place (zero_(), backward()'s hooks.accumulate_grad) is an output aliased to that input,
+        as a parameter's update is: the plan writes it into the .grad's own buffer."""
+        grads = []
+        for position, proxy in self.args:  # arguments: their traced proxies carry the .grad the body leaves
+            new, key = proxy._grad, id(proxy)
+            if key in self.arg_grad_unread or new is self.grad_held.get(key, False):
+                continue  # not touched, or the .grad input (left as it was, or updated in place)
+            if new is not None:
+                grads.append((position, len(g.outputs)))
+                g.outputs.append(self.value_of(new))
+            elif self.arg_grad_reads.get(position, True):  # set to None (not only read as None)
+                grads.append((position, None))
+        for key, held in self.grad_held.items():  # updated in place (seen by references to it, even if replaced)
+            v = self.value_of(held)
+            if v is not self.grad_inputs[key]:
+                g.aliases[len(g.outputs)] = g.inputs.index(self.grad_inputs[key])
+                g.outputs.append(v)
+        for key, (t, view) in self.grad_view.items():
+            if view is None:
+                if key in self.grad_writes:
+                    grads.append((t, None))
+                continue
+            if view is not self.grad_held.get(key):  # else the .grad input, left as it was or updated in place
+                grads.append((t, len(g.outputs)))
+                g.outputs.append(self.value_of(view))
+        return grads
 
     def backward(self, loss, gradient=None, retain_graph: bool | None = None) -> None:
         """loss.backward() inside a trace: autodiff appends the backward ops; leaves get traced .grad.

@@ -2,8 +2,10 @@
 
 Wrapping broadcasts the module's parameters and buffers from rank 0, so every rank starts from the
 same model. After each backward (eager, or inside @flame.compile: the same code traced), every
-parameter's gradient is replaced by its average over the ranks: the gradients are packed into
-buckets of about `bucket_cap_mb` (flame/distributed/buckets.py) and each bucket is ONE all_reduce
+parameter's gradient is averaged over the ranks and written back into its .grad, as torch's reducer
+copies a bucket back (the same tensor: a reference held to it sees the average; inside
+@flame.compile an output aliased to the .grad input, written into its buffer). The gradients are
+packed into buckets of about `bucket_cap_mb` (flame/distributed/buckets.py) and each bucket is ONE all_reduce
 op (several inputs, packed in the call) of the graph, placed by the compiler right after the last
 gradient it packs (passes/schedule_collectives.py) and, on CUDA, run on a second stream while the
 rest of the backward computes; the optimizer, clip_grad_norm_ and anything else after the backward
@@ -45,6 +47,16 @@ def flat_parts(flat: Tensor, tensors: list[Tensor]) -> list[Tensor]:
         out.append(flat[at: at + n].reshape(t.shape))
         at += n
     return out
+
+
+def _write_grad(p: Tensor, g: Tensor) -> None:
+    """The reduced gradient written back into p's .grad, as torch's reducer copies a bucket back: into
+    the existing tensor (a reference held to it sees the average; inside @flame.compile an in-place
+    update of the .grad, an output aliased to its buffer), or as p's .grad where it has none."""
+    if p.grad is None:
+        p.grad = g
+    else:
+        p.grad.copy_(g)
 
 
 class DistributedDataParallel(Module):
@@ -132,7 +144,7 @@ class DistributedDataParallel(Module):
         flat = apply("all_reduce", *grads, op="avg", world_size=self.world_size)
         params = [self._ddp_params[i] for i in bucket.params]
         for p, g in zip(params, flat_parts(flat, params)):
-            p.grad = g
+            _write_grad(p, g)
 
     def _reduce_scatter(self, bucket: _buckets.Bucket, shard: _buckets.Shard) -> None:
         numel = {i: self._ddp_params[i].numel() for i in bucket.params}
@@ -146,7 +158,7 @@ class DistributedDataParallel(Module):
         rank = get_rank()
         owned = [self._ddp_params[i] for i in shard.owners[rank]]
         for p, g in zip(owned, flat_parts(part, owned)):
-            p.grad = g
+            _write_grad(p, g)
         for i in bucket.params:
             if i not in shard.owners[rank]:
                 self._ddp_params[i].grad = None

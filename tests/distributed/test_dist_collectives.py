@@ -314,6 +314,35 @@ def test_no_sync_inside_and_outside_compile_traces_both_ways(two_ranks):
     assert accumulate.stats().traces == 3
 
 
+def test_ddp_writes_the_average_into_each_grad_buffer(two_ranks):
+    """With the .grad kept between steps, each averaged gradient is an output aliased to its .grad
+    input, as torch's DistributedDataParallel writes a bucket back into the gradients: the plan writes
+    it into the .grad's own buffer and returns no gradient beside it."""
+    from flame.nn.parallel import DistributedDataParallel
+
+    model = _mlp()
+    ddp = DistributedDataParallel(model, bucket_cap_mb=8000 / 2**20)
+    opt = flame.optim.SGD(ddp.parameters(), lr=1e-3)
+    x, y = flame.randn(8, 16), flame.tensor([i % 4 for i in range(8)])
+
+    @flame.compile
+    def step(a, b):
+        opt.zero_grad(set_to_none=False)
+        F.cross_entropy(ddp(a), b).backward()
+        opt.step()
+
+    step(x, y)  # starts every .grad from None: a program of its own
+    step(x, y)
+    held = [p.grad for p in model.parameters()]
+    step(x, y)
+    assert all(p.grad is g for p, g in zip(model.parameters(), held))
+    plan = step._lookup(step._args([x, y])).plan
+    grad_inputs = [i for i, r in enumerate(plan.graph.roles) if r == "state"]
+    assert len(grad_inputs) == len(held) and set(grad_inputs) <= set(plan.graph.aliases.values())
+    assert all(plan.inputs[i] in plan.outputs for i in grad_inputs)  # written into the .grad's own buffer
+    assert step.memory_report(x, y).bound.get("output", 0) == 0
+
+
 def test_zero_keeps_about_half_the_adamw_state_per_rank(two_ranks):
     from flame.distributed.optim import ZeroRedundancyOptimizer
     from flame.nn.parallel import DistributedDataParallel

@@ -2,7 +2,8 @@
 through the TCP store) against one process with the whole batch: the parameters after every step
 agree to a relative error <= 1e-6 (f32), with and without ZeRO-1, compiled and eager, with gradient
 clipping and accumulation (no_sync); a rank that raises stops every rank with a clear error; the
-checkpoint rank 0 writes is the single-process one and every rank loads it."""
+checkpoint rank 0 writes is the single-process one and every rank loads it; the averaged gradient is
+written into the existing .grad, as torch's DistributedDataParallel writes it (ddp_grad_worker.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,16 @@ def test_two_ranks_match_one_process_with_the_whole_batch(case, tmp_path):
     args = CASES[case]
     assert len(errs) == (int(args[args.index("--steps") + 1]) if "--steps" in args else 3)
     assert max(errs) <= 1e-6, errs
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--eager"], ["--accum", "2"], ["--eager", "--accum", "2"], ["--set-to-none"]],
+    ids=["compiled", "eager", "compiled-no_sync", "eager-no_sync", "set_to_none"],
+)
+def test_averaged_gradient_is_written_into_the_existing_grad(args):
+    out = ok(run("ddp_grad_worker.py", *args, nproc=2, timeout=180))
+    assert "rank 0: ok" in out and "rank 1: ok" in out
 
 
 def test_a_raising_rank_stops_every_rank_with_its_error(tmp_path):

@@ -10,6 +10,7 @@ import torch
 
 import flame
 from flame import nn
+from tests.frontend.expected_retrace import said_at_info
 
 SHAPES = [(6, 4), (6,), (3, 6), (3,)]
 STEPS = 4
@@ -142,14 +143,68 @@ def test_eager_backward_accumulates_in_place():
     np.testing.assert_array_equal(g.numpy(), [7.0, 9.0])
 
 
-def test_arguments_grad_accumulates_in_place_across_calls():
+def test_arguments_grad_accumulates_in_place_across_calls(caplog):
     x = flame.tensor([1.0, 2.0], requires_grad=True)
     step = flame.compile(lambda x: (x * x).sum().backward())
     step(x)
     g = x.grad
+    with said_at_info(caplog, r"argument 0\.grad: None -> set"):  # as a parameter's first .grad
+        step(x)
     step(x)
     assert x.grad is g
-    np.testing.assert_array_equal(g.numpy(), [4.0, 8.0])
+    np.testing.assert_array_equal(g.numpy(), [6.0, 12.0])
+    plan = next(v.plan for v in step.variants() if "state" in v.plan.graph.roles)
+    grad_input = plan.graph.roles.index("state")  # the argument's .grad, bound at every call
+    assert grad_input in plan.graph.aliases.values() and plan.inputs[grad_input] in plan.outputs
+    assert step.memory_report(x).bound.get("output", 0) == 0  # the sum is written into that .grad's buffer
+
+
+def _arg_bodies(lib):
+    """Bodies taking an argument that requires grad, as a user writes them (lib: flame or torch)."""
+
+    def read(x, w):  # reads the caller's .grad after the backward: the sum
+        (x * w).square().sum().backward()
+        return x.grad * 1.0
+
+    def zero_first(x, w):
+        x.grad.zero_()
+        (x * w).sum().backward()
+
+    def replace(x, w):
+        (x * w).sum().backward()
+        x.grad = x.grad * 0.5
+
+    def clear(x, w):
+        (x * w).sum().backward()
+        x.grad = None
+
+    return {"read": read, "zero_first": zero_first, "replace": replace, "clear": clear}
+
+
+@pytest.mark.parametrize("name", ["read", "zero_first", "replace", "clear"])
+def test_arguments_grad_in_the_body_is_the_callers(name):
+    x = flame.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    tx = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    w, tw = flame.tensor([0.5, 2.0, -1.0]), torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
+    body, tbody = _arg_bodies(flame)[name], _arg_bodies(torch)[name]
+    (x * 3.0).sum().backward()
+    (tx * 3.0).sum().backward()
+    step = flame.compile(body)
+    for k in range(3):
+        held, theld = x.grad, tx.grad
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", flame.RecompileWarning)
+            got = step(x, w)
+        want = tbody(tx, tw)
+        what = f"{name} call {k}"
+        if want is not None:
+            np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, err_msg=what)
+        assert (x.grad is None) == (tx.grad is None), what
+        if tx.grad is not None:
+            np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6, err_msg=what)
+        assert (held is not None and x.grad is held) == (theld is not None and tx.grad is theld), what
+        if theld is not None:  # a reference held to the old .grad sees what torch's sees
+            np.testing.assert_allclose(held.numpy(), theld.numpy(), rtol=1e-6, err_msg=what)
 
 
 def test_grad_updated_in_place_then_replaced_reaches_the_held_reference():
