@@ -15,13 +15,16 @@ compile (cumulative time); --cuda plans the
 depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=0 in the
 environment shows NVRTC with a branch per segment in scalar horizontal kernels instead of the balanced form.
 
-Planning runs on the reference executor (no GPU needed), so the CUDA executor's own work (cuDNN and
-cuBLASLt plans, loading modules) is not in these numbers, nor NVRTC overlapped with planning
-(codegen.nvrtc.compile_ahead starts only for a GPU's architecture)."""
+Planning runs on the reference executor (no GPU needed) for an sm_90 target, so the CUDA executor's
+own work (cuDNN and cuBLASLt plans, loading modules) is not in these numbers. The cases record the
+CPU second at which the plan builder hands each kernel to codegen.nvrtc.compile_ahead (which compiles
+nothing here) and report when the last of those compiles would end on --threads cores: on a GPU host,
+the compile waits for that or for the planning, whichever ends later."""
 
 from __future__ import annotations
 
 import cProfile
+import dataclasses
 import heapq
 import io
 import os
@@ -47,11 +50,15 @@ def _bound(case, sizes: dict):
     return bound.call, data
 
 
-def _for_target(target: str):
-    """Make compile_graph plan for `target`'s backend ("cuda" or "reference") on the reference executor."""
+def _for_target(target: str, arch: str = ""):
+    """Make compile_graph plan for `target`'s backend ("cuda" or "reference") on the reference executor
+    (with `arch`, for that GPU architecture: the plan builder then hands each kernel it renders to
+    codegen.nvrtc.compile_ahead)."""
     device._chosen[:] = ["reference"]
     device.executor.cache_clear()
     chosen = compiler.capabilities(target)
+    if arch:
+        chosen = dataclasses.replace(chosen, arch=arch)
     compiler.capabilities = lambda name: chosen
     compiler._target.cache_clear()
     compiler._CACHE.clear()
@@ -78,7 +85,7 @@ def compile_once(call, data: list, profile: bool = False) -> dict:
         stages[stage.split(" (round")[0]] += sec
     stages["plan"] = record.plan_seconds
     stages["trace, print, executor"] = total - sum(stages.values())
-    return {"total": total, "cpu": cpu, "stages": dict(stages), "plan": record.plan, "prof": prof}
+    return {"total": total, "cpu": cpu, "stages": dict(stages), "plan": record.plan, "prof": prof, "start": c0}
 
 
 def nvrtc_seconds(plan, arch: str = "sm_90", threads: int = 16) -> dict:
@@ -96,11 +103,12 @@ def nvrtc_seconds(plan, arch: str = "sm_90", threads: int = 16) -> dict:
         os.environ["FLAME_CACHE_DIR"] = d
         try:
             nvrtc.compile_cubin('extern "C" __global__ void flame_profile_warm_up() {}', arch)  # NVRTC's first use
-            each = []
+            each, cost = [], {}
             for source, name in kernels.items():
                 t0 = time.thread_time()
                 nvrtc.compile_cubin(source, arch, name)
-                each.append((time.thread_time() - t0, name, source.count("\n")))
+                cost[source] = time.thread_time() - t0
+                each.append((cost[source], name, source.count("\n")))
             t0 = time.perf_counter()
             nvrtc.compile_many(list(kernels), arch)
             warm = time.perf_counter() - t0
@@ -118,7 +126,21 @@ def nvrtc_seconds(plan, arch: str = "sm_90", threads: int = 16) -> dict:
         "critical": longest_first(sorted((t for t, *_ in each), reverse=True), threads),
         "threads": threads,
         "warm": warm,
+        "cost": cost,
     }
+
+
+def ahead_finish(rendered: list[tuple[float, str]], cost: dict[str, float], threads: int) -> tuple[float, str]:
+    """When the last compile started by compile_ahead ends on `threads` workers, each kernel queued
+    (first come, first served) at the CPU second of the compile it was rendered at; and its source."""
+    free = [0.0] * max(1, threads)
+    end, last = 0.0, ""
+    for at, source in sorted(rendered, key=lambda r: r[0]):
+        start = max(at, heapq.heappop(free))
+        heapq.heappush(free, start + cost.get(source, 0.0))
+        if start + cost.get(source, 0.0) > end:
+            end, last = start + cost.get(source, 0.0), source
+    return end, last
 
 
 def longest_first(seconds: list[float], threads: int) -> float:
@@ -143,17 +165,29 @@ def _report(label: str, r: dict) -> None:
 
 
 def run_cases(names: list[str], full: bool, profile: bool, threads: int = 16) -> None:
-    _for_target("cuda")
+    from flame.codegen import nvrtc
+
+    _for_target("cuda", arch="sm_90")
+    rendered: list[tuple[float, str]] = []  # (the process's CPU second, source) of each kernel rendered
+    nvrtc.compile_ahead = lambda source, arch, name_hint="": rendered.append((time.process_time(), source))
     for case in CASES:
         if case.name not in names:
             continue
         call, data = _bound(case, case.sizes(not full))
+        rendered.clear()
         r = compile_once(call, data, profile)
         _report(case.name, r)
         nv = nvrtc_seconds(r["plan"], threads=threads)
+        first = {}
+        for at, source in rendered:
+            first.setdefault(source, at - r["start"])
+        ahead, last = ahead_finish([(at, s) for s, at in first.items()], nv["cost"], threads)
+        last_name = next((k.name for k in r["plan"].kernels() if k.source == last), "?")
         print(
             f"  NVRTC (CPU seconds): {nv['sources']} kernel sources, cold {nv['total']:.2f} s in turn, "
             f"{nv['critical']:.2f} s on {nv['threads']} threads longest first; warm cache {nv['warm']:.3f} s\n"
+            f"  started as rendered (compile_ahead) on {threads} threads: the last ends {ahead:.2f} s into the "
+            f"compile ({last_name}; the planning: {r['cpu']:.2f} s CPU)\n"
             + "\n".join(f"    {t:.3f} s  {name} ({lines} lines)" for t, name, lines in nv["slowest"]),
             flush=True,
         )
