@@ -131,15 +131,25 @@ def nvrtc_seconds(plan, arch: str = "sm_90", threads: int = 16) -> dict:
 
 
 def ahead_finish(rendered: list[tuple[float, str]], cost: dict[str, float], threads: int) -> tuple[float, str]:
-    """When the last compile started by compile_ahead ends on `threads` workers, each kernel queued
-    (first come, first served) at the CPU second of the compile it was rendered at; and its source."""
+    """When the last compile started by compile_ahead ends on `threads` workers, each kernel queued at
+    the CPU second of the compile it was rendered at and a free worker taking the longest source
+    waiting (codegen.nvrtc's order); and that last kernel's source."""
+    pending = sorted(rendered, key=lambda r: r[0])
     free = [0.0] * max(1, threads)
-    end, last = 0.0, ""
-    for at, source in sorted(rendered, key=lambda r: r[0]):
-        start = max(at, heapq.heappop(free))
-        heapq.heappush(free, start + cost.get(source, 0.0))
-        if start + cost.get(source, 0.0) > end:
-            end, last = start + cost.get(source, 0.0), source
+    waiting: list[tuple[int, int, str]] = []
+    end, last, i = 0.0, "", 0
+    while i < len(pending) or waiting:
+        now = heapq.heappop(free)
+        if not waiting:
+            now = max(now, pending[i][0])
+        while i < len(pending) and pending[i][0] <= now:
+            heapq.heappush(waiting, (-len(pending[i][1]), i, pending[i][1]))
+            i += 1
+        source = heapq.heappop(waiting)[2]
+        done = now + cost.get(source, 0.0)  # 0: a kernel rendered, then left out of the plan
+        heapq.heappush(free, done)
+        if done > end:
+            end, last = done, source
     return end, last
 
 
