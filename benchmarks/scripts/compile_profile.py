@@ -5,6 +5,7 @@ and warm (the same directory again). Also a GPT of N identical blocks at the sui
 the reference executor, to see how compile time grows with depth.
 
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile case gpt_train unet_train [--full] [--profile]
+        [--threads=N]
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile depth 2 6 12 [--cuda] [--profile]
     PYTHONPATH=. python3 -m benchmarks.scripts.compile_profile warm gpt_train unet_train [--full] [--profile]
         [--no-step] [--repeat=N]
@@ -16,17 +17,24 @@ entry (read and HMAC check, parse, plan rebuild), compile the plan for the execu
 step (--no-step: not the step); --profile prints the first timed process's cProfile
 (benchmarks/scripts/warm_start.py).
 
---profile prints the top functions of a cProfile of the compile (cumulative time); --cuda plans the
+NVRTC is timed per kernel source by the compiling thread's CPU time (a shared host's load does not
+inflate it): the sum, the slowest five, and when the last would finish on --threads cores (16, the
+GPU hosts' count) taking the longest first. --profile prints the top functions of a cProfile of the
+compile (cumulative time); --cuda plans the
 depth runs for the CUDA target instead of the reference executor's. FLAME_BALANCED_SCALARS=0 in the
 environment shows NVRTC with a branch per segment in scalar horizontal kernels instead of the balanced form.
 
-Planning runs on the reference executor (no GPU needed), so the CUDA executor's own work (cuDNN and
-cuBLASLt plans, loading modules) is not in these numbers, nor NVRTC overlapped with planning
-(codegen.nvrtc.compile_ahead starts only for a GPU's architecture)."""
+Planning runs on the reference executor (no GPU needed) for an sm_90 target, so the CUDA executor's
+own work (cuDNN and cuBLASLt plans, loading modules) is not in these numbers. The cases record the
+CPU second at which the plan builder hands each kernel to codegen.nvrtc.compile_ahead (which compiles
+nothing here) and report when the last of those compiles would end on --threads cores: on a GPU host,
+the compile waits for that or for the planning, whichever ends later."""
 
 from __future__ import annotations
 
 import cProfile
+import dataclasses
+import heapq
 import io
 import os
 import pstats
@@ -51,11 +59,15 @@ def _bound(case, sizes: dict):
     return bound.call, data
 
 
-def _for_target(target: str):
-    """Make compile_graph plan for `target`'s backend ("cuda" or "reference") on the reference executor."""
+def _for_target(target: str, arch: str = ""):
+    """Make compile_graph plan for `target`'s backend ("cuda" or "reference") on the reference executor
+    (with `arch`, for that GPU architecture: the plan builder then hands each kernel it renders to
+    codegen.nvrtc.compile_ahead)."""
     device._chosen[:] = ["reference"]
     device.executor.cache_clear()
     chosen = compiler.capabilities(target)
+    if arch:
+        chosen = dataclasses.replace(chosen, arch=arch)
     compiler.capabilities = lambda name: chosen
     compiler._target.cache_clear()
     compiler._CACHE.clear()
@@ -82,13 +94,16 @@ def compile_once(call, data: list, profile: bool = False) -> dict:
         stages[stage.split(" (round")[0]] += sec
     stages["plan"] = record.plan_seconds
     stages["trace, print, executor"] = total - sum(stages.values())
-    return {"total": total, "cpu": cpu, "stages": dict(stages), "plan": record.plan, "prof": prof}
+    return {"total": total, "cpu": cpu, "stages": dict(stages), "plan": record.plan, "prof": prof, "start": c0}
 
 
-def nvrtc_seconds(plan, arch: str = "sm_90") -> dict:
+def nvrtc_seconds(plan, arch: str = "sm_90", threads: int = 16) -> dict:
     """NVRTC over the plan's distinct kernel sources in an empty temporary cache directory: each
-    compiled in turn (their sum: the CPU time; the longest: the critical path on a host with a core
-    per kernel), then all again through codegen.nvrtc.compile_many (the warm cache)."""
+    compiled in turn, timed by the CPU time of the compiling thread (NVRTC runs on the calling thread,
+    so this is what the compile costs on an idle core, however busy a shared host is), then all again
+    through codegen.nvrtc.compile_many (the warm cache). `critical`: when the last of them is done on
+    `threads` cores taking them longest first (codegen.nvrtc.compile_many's order; compile_ahead
+    starts them as planning renders them, which can only overlap them more with planning)."""
     from flame.codegen import nvrtc
 
     kernels = {k.source: k.name for k in plan.kernels()}
@@ -96,11 +111,13 @@ def nvrtc_seconds(plan, arch: str = "sm_90") -> dict:
     with tempfile.TemporaryDirectory(prefix="flame-profile-cache-") as d:
         os.environ["FLAME_CACHE_DIR"] = d
         try:
-            each = []
+            nvrtc.compile_cubin('extern "C" __global__ void flame_profile_warm_up() {}', arch)  # NVRTC's first use
+            each, cost = [], {}
             for source, name in kernels.items():
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 nvrtc.compile_cubin(source, arch, name)
-                each.append((time.perf_counter() - t0, name, source.count("\n")))
+                cost[source] = time.thread_time() - t0
+                each.append((cost[source], name, source.count("\n")))
             t0 = time.perf_counter()
             nvrtc.compile_many(list(kernels), arch)
             warm = time.perf_counter() - t0
@@ -114,8 +131,44 @@ def nvrtc_seconds(plan, arch: str = "sm_90") -> dict:
         "sources": len(kernels),
         "total": sum(t for t, *_ in each),
         "longest": each[0] if each else None,
+        "slowest": each[:5],
+        "critical": longest_first(sorted((t for t, *_ in each), reverse=True), threads),
+        "threads": threads,
         "warm": warm,
+        "cost": cost,
     }
+
+
+def ahead_finish(rendered: list[tuple[float, str]], cost: dict[str, float], threads: int) -> tuple[float, str]:
+    """When the last compile started by compile_ahead ends on `threads` workers, each kernel queued at
+    the CPU second of the compile it was rendered at and a free worker taking the longest source
+    waiting (codegen.nvrtc's order); and that last kernel's source."""
+    pending = sorted(rendered, key=lambda r: r[0])
+    free = [0.0] * max(1, threads)
+    waiting: list[tuple[int, int, str]] = []
+    end, last, i = 0.0, "", 0
+    while i < len(pending) or waiting:
+        now = heapq.heappop(free)
+        if not waiting:
+            now = max(now, pending[i][0])
+        while i < len(pending) and pending[i][0] <= now:
+            heapq.heappush(waiting, (-len(pending[i][1]), i, pending[i][1]))
+            i += 1
+        source = heapq.heappop(waiting)[2]
+        done = now + cost.get(source, 0.0)  # 0: a kernel rendered, then left out of the plan
+        heapq.heappush(free, done)
+        if done > end:
+            end, last = done, source
+    return end, last
+
+
+def longest_first(seconds: list[float], threads: int) -> float:
+    """When the last of these compiles ends on `threads` workers that each take the next one as
+    they free up, in the order given."""
+    free = [0.0] * max(1, threads)
+    for t in seconds:
+        heapq.heapreplace(free, free[0] + t)
+    return max(free)
 
 
 def _top(prof, n: int = 30) -> str:
@@ -130,19 +183,31 @@ def _report(label: str, r: dict) -> None:
     print(f"{label}: {r['total']:.2f} s, CPU {r['cpu']:.2f} s (passes and plan: {shown})", flush=True)
 
 
-def run_cases(names: list[str], full: bool, profile: bool) -> None:
-    _for_target("cuda")
+def run_cases(names: list[str], full: bool, profile: bool, threads: int = 16) -> None:
+    from flame.codegen import nvrtc
+
+    _for_target("cuda", arch="sm_90")
+    rendered: list[tuple[float, str]] = []  # (the process's CPU second, source) of each kernel rendered
+    nvrtc.compile_ahead = lambda source, arch, name_hint="": rendered.append((time.process_time(), source))
     for case in CASES:
         if case.name not in names:
             continue
         call, data = _bound(case, case.sizes(not full))
+        rendered.clear()
         r = compile_once(call, data, profile)
         _report(case.name, r)
-        nv = nvrtc_seconds(r["plan"])
-        t, name, lines = nv["longest"]
+        nv = nvrtc_seconds(r["plan"], threads=threads)
+        first = {}
+        for at, source in rendered:
+            first.setdefault(source, at - r["start"])
+        ahead, last = ahead_finish([(at, s) for s, at in first.items()], nv["cost"], threads)
+        last_name = next((k.name for k in r["plan"].kernels() if k.source == last), "?")
         print(
-            f"  NVRTC: {nv['sources']} kernel sources, cold {nv['total']:.2f} s in turn, the longest {t:.2f} s "
-            f"({name}, {lines} lines); warm cache {nv['warm']:.3f} s",
+            f"  NVRTC (CPU seconds): {nv['sources']} kernel sources, cold {nv['total']:.2f} s in turn, "
+            f"{nv['critical']:.2f} s on {nv['threads']} threads longest first; warm cache {nv['warm']:.3f} s\n"
+            f"  started as rendered (compile_ahead) on {threads} threads: the last ends {ahead:.2f} s into the "
+            f"compile ({last_name}; the planning: {r['cpu']:.2f} s CPU)\n"
+            + "\n".join(f"    {t:.3f} s  {name} ({lines} lines)" for t, name, lines in nv["slowest"]),
             flush=True,
         )
         if profile:
@@ -169,9 +234,10 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     if len(argv) < 2 or argv[0] not in ("case", "depth", "warm", "warm-process"):
         raise SystemExit(__doc__)
+    threads = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--threads=")), 16)
     args = [a for a in argv[1:] if not a.startswith("-")]
     if argv[0] == "case":
-        run_cases(args, "--full" in argv, "--profile" in argv)
+        run_cases(args, "--full" in argv, "--profile" in argv, threads)
     elif argv[0] == "warm":
         from benchmarks.scripts.warm_start import run_warm
 

@@ -19,6 +19,7 @@ import atexit
 import glob
 import hashlib
 import hmac
+import itertools
 import os
 import queue
 import stat
@@ -335,7 +336,9 @@ def _cached_compile(source: str, arch: str, name_hint: str) -> bytes:
 AHEAD_ENV = "FLAME_COMPILE_AHEAD"
 _AHEAD: dict[tuple[str, str], Future] = {}  # (source, arch) -> its compile started ahead, until asked for
 _AHEAD_KEPT = 4096  # compiles started ahead and never asked for (a plan not run) are forgotten past this
-_ahead_queue: queue.SimpleQueue = queue.SimpleQueue()
+# (-len(source), order, future, source, arch, name hint): the longest source waiting starts first
+_ahead_queue: queue.PriorityQueue = queue.PriorityQueue()
+_ahead_order = itertools.count()
 _ahead_threads: list[threading.Thread] = []
 
 
@@ -344,10 +347,12 @@ def compile_ahead(source: str, arch: str, name_hint: str = "") -> None:
     is under way already, so that NVRTC runs while the rest of the step is planned: the plan builder
     calls this for each kernel it renders for a GPU (Target.arch), and compile_cubin / compile_many
     wait for that compile instead of starting their own. A compile error surfaces there too, with
-    the same message. The threads are daemons; a process that exits waits, for at most
-    AHEAD_EXIT_WAIT_S, for the compiles still under way when a disk cache keeps their cubins
-    (_finish_ahead); $FLAME_COMPILE_AHEAD=0 turns this off (kernels compile when the executor
-    loads the plan)."""
+    the same message. Of the compiles waiting for a thread, the longest source starts first: planning
+    renders a step's kernels in bursts, and an optimizer's multi-tensor update, among the slowest to
+    compile, is rendered last, right after a burst of short ones. The threads are daemons; a process
+    that exits waits, for at most AHEAD_EXIT_WAIT_S, for the compiles still under way when a disk
+    cache keeps their cubins (_finish_ahead); $FLAME_COMPILE_AHEAD=0 turns this off (kernels compile
+    when the executor loads the plan)."""
     if not env_flag(AHEAD_ENV, True):
         return
     with _lock:
@@ -362,7 +367,7 @@ def compile_ahead(source: str, arch: str, name_hint: str = "") -> None:
             t = threading.Thread(target=_compile_ahead_loop, name="flame-nvrtc", daemon=True)
             _ahead_threads.append(t)
             t.start()
-    _ahead_queue.put((future, source, arch, name_hint))
+    _ahead_queue.put((-len(source), next(_ahead_order), future, source, arch, name_hint))
 
 
 AHEAD_EXIT_WAIT_S = 60.0  # the longest a process's exit waits for its compiles started ahead
@@ -384,7 +389,7 @@ atexit.register(_finish_ahead)
 
 def _compile_ahead_loop() -> None:
     while True:
-        future, source, arch, name_hint = _ahead_queue.get()
+        _, _, future, source, arch, name_hint = _ahead_queue.get()
         if not future.set_running_or_notify_cancel():
             continue
         try:

@@ -5,6 +5,8 @@ compiling again; errors surface where the cubin is asked for; $FLAME_COMPILE_AHE
 from __future__ import annotations
 
 import dataclasses
+import os
+import queue
 import threading
 import uuid
 
@@ -147,3 +149,16 @@ def test_a_process_that_exits_leaves_the_cubins_of_its_compiles_started_ahead(tm
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert all((cache / f"{nvrtc._key(s, 'sm_90')}.cubin").is_file() for s in sources)
+
+
+def test_the_longest_source_waiting_starts_first(monkeypatch):
+    """With every thread busy, the compiles queue; a free thread takes the longest source waiting
+    (a multi-tensor update rendered after a burst of short kernels does not wait behind them)."""
+    monkeypatch.setattr(nvrtc, "_AHEAD", {})
+    monkeypatch.setattr(nvrtc, "_ahead_queue", queue.PriorityQueue())
+    monkeypatch.setattr(nvrtc, "_ahead_threads", [None] * min(os.cpu_count() or 1, 16))  # all taken: none starts
+    short, long_, mid = _source(), _source("x[0] = 1.0f; " * 40), _source("x[0] = 1.0f; " * 4)
+    for src in (short, long_, mid):
+        nvrtc.compile_ahead(src, "sm_90", "k")
+    taken = [nvrtc._ahead_queue.get_nowait()[3] for _ in range(3)]
+    assert taken == [long_, mid, short]
