@@ -53,8 +53,27 @@ def _skipped(path: str) -> bool:
     return known
 
 
+# (the user's line,) while flame's own code that calls no user function runs (an optimizer's update of
+# every parameter, pinned_location): user_location's answer there, found once instead of once per op
+_pinned: ContextVar[tuple | None] = ContextVar("flame_pinned_location", default=None)
+
+
+@contextmanager
+def pinned_location():
+    """A block of flame's own code that calls no user code: inside it user_location() gives the line it
+    gives where the block begins (every frame a walk from inside would pass over is flame's), found once."""
+    token = _pinned.set((user_location(),))
+    try:
+        yield
+    finally:
+        _pinned.reset(token)
+
+
 def user_location() -> str | None:
     """`file.py:LINE  source` of the innermost caller outside the flame package."""
+    pinned = _pinned.get()
+    if pinned is not None:
+        return pinned[0]
     f = sys._getframe(1)
     skipped = _SKIPPED.get
     while f is not None:

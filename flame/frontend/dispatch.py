@@ -123,14 +123,19 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     strided = opdef.view is not None and opdef.view.strided is not None and isinstance(inputs[0], Tensor)
     trace = current_trace.get()
     if trace is not None:
-        vals = tuple([trace.value_of(x) if isinstance(x, Tensor) else x for x in inputs])
+        value_of = trace.value_of
+        vals = tuple([
+            # (a tensor of this trace that is no view: its value, as value_of gives it)
+            (x._value if x._trace is trace and x._base is None else value_of(x)) if isinstance(x, Tensor) else x
+            for x in inputs
+        ])
         builder = trace.builder
         builder.loc = _loc(name)
         t = Tensor._traced(builder.emit_normalized(opdef, vals, attrs), trace)
         grad = False
-        if opdef.vjp is not None and t.dtype.is_float:
+        if opdef.vjp is not None and t._dtype.kind == "float":
             for x in inputs:
-                if isinstance(x, Tensor) and x.requires_grad:
+                if isinstance(x, Tensor) and x._requires_grad:
                     grad = True
                     break
         if grad_enabled.get():

@@ -32,21 +32,24 @@ def result_type(*operands) -> DType:
     integer < float), a Python (or NumPy) float then giving the default floating dtype
     (flame.get_default_dtype). So f16[n] * 2.0 is f16, f32[n] + f64[] is f32, i32[n] + 1 is i32 and
     i32[n] * 1.5 is f32 (f64 after flame.set_default_dtype(flame.float64))."""
-    groups: list[DType | None] = [None, None, None]  # dimensioned, 0-d, Python numbers
+    dims = zero_d = numbers = None  # the dtypes of the dimensioned tensors, the 0-d ones, the Python numbers
     float_number = False
     for x in operands:
         if isinstance(x, Tensor):
-            i, dt = (0 if x.ndim else 1), x.dtype
+            dt = x._dtype
+            if x.shape:
+                dims = dt if dims is None else promote(dims, dt)
+            else:
+                zero_d = dt if zero_d is None else promote(zero_d, dt)
         elif isinstance(x, (bool, np.bool_, int, np.integer)):
-            i, dt = 2, boolean if isinstance(x, (bool, np.bool_)) else i64
+            dt = boolean if isinstance(x, (bool, np.bool_)) else i64
+            numbers = dt if numbers is None else promote(numbers, dt)
         else:
             float_number = True
-            continue
-        groups[i] = dt if groups[i] is None else promote(groups[i], dt)
-    tensors = _combine(groups[0], groups[1])
+    tensors = _combine(dims, zero_d)
     if float_number and not (tensors is not None and tensors.is_float):  # the number's dtype decides
-        groups[2] = get_default_dtype()
-    return _combine(groups[0], _combine(groups[1], groups[2]))
+        numbers = get_default_dtype()
+    return _combine(dims, _combine(zero_d, numbers))
 
 
 def _combine(higher: DType | None, lower: DType | None) -> DType | None:

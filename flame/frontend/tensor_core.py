@@ -553,10 +553,23 @@ class TensorCore:
         return self * 1 if self.dtype != boolean else self.logical_not().logical_not()
 
 
+_WIDE_FLOATS = frozenset((f32.name, f64.name))  # the dtypes a Python number is rounded to, with no opmath
+
+
 def binary(name: str, a, b) -> Tensor:
     """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to
     the default floating dtype); on two bool tensors + and max are logical or, * and min logical and, -
     raises, as in torch."""
+    # first what the rules below come to for the operands of most ops (an optimizer's update does
+    # little else): two tensors of one floating dtype, or an f32 / f64 tensor and a Python int or float
+    if isinstance(a, Tensor):
+        if isinstance(b, Tensor):
+            if a._dtype is b._dtype and a._dtype.kind == "float":
+                return apply(name, a, b)
+        elif (type(b) is float or type(b) is int) and a._dtype.name in _WIDE_FLOATS:
+            return apply(name, a, float(b))
+    elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._dtype.name in _WIDE_FLOATS:
+        return apply(name, float(a), b)
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
     for x in (a, b):
@@ -570,7 +583,7 @@ def binary(name: str, a, b) -> Tensor:
     if dt == boolean and opdef(name).on_bool:  # the logical op it is on bools (the OpDef's `on_bool` trait)
         a, b = (x if isinstance(x, Tensor) else full((), bool(x), boolean) for x in (a, b))
         return apply(opdef(name).on_bool, a, b)
-    if name == "sub" and any(is_bool(x) for x in (a, b)):
+    if name == "sub" and (is_bool(a) or is_bool(b)):
         raise DTypeError(f"sub: subtraction with a bool tensor is not supported (as in PyTorch); a != b "
                          f"is the exclusive or of two, ~mask or logical_not() inverts a mask\n  at {user_location()}")
     if name == "pow" and not dt.is_float:

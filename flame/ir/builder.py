@@ -98,6 +98,13 @@ def _attrs_key(attrs: dict[str, Any], key: list) -> bool:
     return True
 
 
+# (the value's type, the value, dtype) -> the attributes and type of the 0-d `full` constant emit makes of
+# them: the Python numbers of a traced expression (an optimizer's 1 - beta in every update) are alike,
+# and emit's generic steps cost several times an op's. 0.0 (whose sign the key would lose) and NaN are not kept
+_CONSTS: dict[tuple, tuple[dict[str, Any], TensorType]] = {}
+_NUMBERS = frozenset((int, float, bool))
+
+
 class Builder:
     """Appends ops to `graph`. Python numbers given where a Value is expected become 0-d `full`
     constants of the dtype of the op's first non-bool tensor input. `loc` is stamped on every op."""
@@ -140,14 +147,31 @@ class Builder:
                 break
         else:
             return inputs
-        tensors = [x for x in inputs if isinstance(x, Value)]
-        like = next((v for v in tensors if v.dtype.kind != "bool"), tensors[0] if tensors else None)
+        like = None  # the first input of a dtype other than bool, else the first input
+        for x in inputs:
+            if isinstance(x, Value):
+                if x.type.dtype.kind != "bool":
+                    like = x
+                    break
+                like = like or x
         if like is None:
             raise FlameError("an op needs at least one tensor input to type its Python numbers")
-        return tuple([x if isinstance(x, Value) else self.const(x, like.dtype) for x in inputs])
+        dtype = like.type.dtype
+        return tuple([x if isinstance(x, Value) else self.const(x, dtype) for x in inputs])
 
     def const(self, value: float | int | bool, dtype: DType, shape: tuple[int, ...] = ()) -> Value:
-        return self.emit("full", shape=shape, value=value, dtype=dtype)
+        key = (type(value), value, dtype) if shape == () and type(value) in _NUMBERS and value == value else None
+        known = _CONSTS.get(key) if key is not None and not (value == 0 and type(value) is float) else None
+        if known is None:
+            out = self.emit("full", shape=shape, value=value, dtype=dtype)
+            if key is not None and not (value == 0 and type(value) is float):
+                if len(_CONSTS) >= 4096:
+                    _CONSTS.clear()
+                _CONSTS[key] = (out.producer.attrs, out.type)
+            return out
+        op = Op("full", (), known[0], known[1], self.loc)  # (what emit makes of these again; Op copies attrs)
+        self.graph.ops.append(op)
+        return op.out
 
     def zeros_like(self, v: Value) -> Value:
         return self.const(0, v.dtype, v.shape)

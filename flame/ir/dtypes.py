@@ -39,6 +39,16 @@ class DType:
     def is_int(self) -> bool:
         return self.kind == "int"
 
+    def __eq__(self, other: object) -> bool:
+        # the dataclass's field-by-field test, decided by identity or the name first: tracing compares
+        # dtypes several times per op, and comparing NumPy dtypes is slow
+        if self is other:
+            return True
+        if other.__class__ is not DType:
+            return NotImplemented
+        return self.name == other.name and (self.np_dtype, self.cuda_type, self.cuda_compute, self.kind) == (
+            other.np_dtype, other.cuda_type, other.cuda_compute, other.kind)
+
     def __hash__(self) -> int:  # the name alone (dtypes that are equal have one name): NumPy's dtype hashes slowly
         return hash(self.name)
 

@@ -319,3 +319,17 @@ def test_f64_scalar_constant_roundtrips() -> None:
     text = print_graph(g)
     assert "value=0.1," in text
     assert print_graph(parse(text)) == text
+
+
+def test_repeated_constants_print_as_the_first_did() -> None:
+    """Builder.const keeps what emit made of a (type, value, dtype) before: the second of each pair prints as
+    the first, and 0.0 keeps its sign."""
+    g = Graph("consts")
+    x, n = g.add_input(TensorType((2,), f32)), g.add_input(TensorType((2,), i64))
+    b = Builder(g)
+    for like, value in ((x, 1), (x, 1.0), (x, True), (x, -0.0), (x, 0.0), (x, float("nan")), (n, 3), (n, True)):
+        b.add(like, value)
+        b.add(like, value)
+    lines = [line.split(" = ", 1)[1] for line in print_graph(g).splitlines() if " full " in line]
+    assert lines[0::2] == lines[1::2]
+    assert "value=-0.0" in lines[6] and "value=0.0" in lines[8] and "value=nan" in lines[10]

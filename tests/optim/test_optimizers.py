@@ -72,6 +72,25 @@ def test_state_is_created_eagerly_with_state_role():
     assert st["step"].shape == () and st["exp_avg"].shape == (3, 2)
 
 
+class _OwnAdamW(optim.AdamW):
+    def _update(self, p, group, state):
+        p.copy_(p - p.grad * 0.5)  # an update written outside flame: its ops name this line
+
+
+def test_traced_updates_name_the_step_line_or_the_users_own_update():
+    w = nn.Parameter(flame.ones(3))
+    for opt, line in ((optim.AdamW([w], weight_decay=0.1), "opt.step()"), (_OwnAdamW([w]), "p.copy_(p - p.grad")):
+
+        def step(x, opt=opt):
+            (w * x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+
+        g = flame.compile(step).trace(flame.ones(3))
+        updates = [op for op in g.ops if op.name in ("sqrt", "straight_through")]
+        assert updates and all(op.loc.startswith("test_optimizers.py:") and line in op.loc for op in updates)
+
+
 def test_param_groups_have_their_own_lr():
     a, b = nn.Parameter(flame.ones(2)), nn.Parameter(flame.ones(2))
     opt = optim.SGD([{"params": [a]}, {"params": [b], "lr": 0.5}], lr=0.1)
