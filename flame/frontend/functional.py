@@ -14,13 +14,13 @@ from flame.frontend.autocast import get_fp8_recipe, policy
 from flame.frontend.context import grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones
 from flame.frontend.dispatch import apply
-from flame.frontend.gemm_add import bias_vector, rounds_once, scaled_add
+from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.index_ops import embedding_rows
 from flame.frontend.norms import param_dtype, widened
 from flame.frontend.opmath import wants_gradient
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import matmul, matmul_add
+from flame.frontend.tensor_core import matmul
 from flame.ir.dtypes import bf16, f16, f32
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",

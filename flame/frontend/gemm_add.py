@@ -1,8 +1,8 @@
 """alpha * (a @ b) + beta * c for f16/bf16 operands as PyTorch's addmm, baddbmm and linear compute it: the
 product's f32 accumulator scaled, the f32 input added, and the sum rounded ONCE to the result's dtype,
 for any `c` that broadcasts to the product (a full matrix, a row, a column, a batch of them) and any
-alpha and beta. The bias vector with alpha = beta = 1 is not this module's: it is the IR's matmul_bias
-(tensor_core.matmul_add), which cuBLASLt runs as its bias epilogue.
+alpha and beta. The bias vector with alpha = beta = 1 is the IR's matmul_bias instead (`matmul_add`),
+which cuBLASLt runs as its bias epilogue.
 
 The forward is a product of the operands widened to f32 (f16 and bf16 products are exact in f32, so its
 sums are the low-precision GEMM's f32 accumulator) and an f32 elementwise tail with one rounding: plain
@@ -15,11 +15,29 @@ from __future__ import annotations
 
 from flame.frontend.autocast import autocast
 from flame.frontend.custom_function import Function
+from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul
 from flame.ir.dtypes import bf16, f16, f32
 
 LOW = (f16, bf16)
+
+
+def matmul_add(input, other, bias) -> Tensor:  # noqa: A002
+    """`input @ other + bias` as PyTorch's linear, addmm and baddbmm compute it: for a bias vector over the
+    product's columns (size-1 dims before them) of the operands' one floating dtype, added to the f32
+    accumulator before the one rounding of an f16/bf16 result (the IR's matmul_bias: cuBLASLt's bias
+    epilogue); any other bias is added to the product afterwards, with PyTorch's broadcasting and
+    promotion (matmul's dtype rule applies to input and other)."""
+    a, b = (x if isinstance(x, Tensor) else Tensor(x) for x in (input, other))
+    bias = bias if isinstance(bias, Tensor) else Tensor(bias)
+    vector = (a.ndim >= 1 and b.ndim >= 2 and 1 <= bias.ndim <= max(a.ndim, b.ndim)
+              and bias.shape[-1] == b.shape[-1] and all(d == 1 for d in bias.shape[:-1]))
+    if not vector or not a.dtype.is_float or len({a.dtype, b.dtype, bias.dtype}) > 1:
+        return matmul(a, b) + bias
+    a1 = a.ndim == 1
+    out = apply("matmul_bias", a.unsqueeze(0) if a1 else a, b, bias.reshape(bias.shape[-1]))
+    return out.squeeze(out.ndim - 2) if a1 else out
 
 
 def rounds_once(a: Tensor, b: Tensor, c, product_shape: tuple[int, ...]) -> bool:

@@ -697,23 +697,6 @@ def matmul(input, other) -> Tensor:  # noqa: A002
     return out
 
 
-def matmul_add(input, other, bias) -> Tensor:  # noqa: A002
-    """`input @ other + bias` as PyTorch's linear, addmm and baddbmm compute it: for a bias vector over the
-    product's columns (size-1 dims before them) of the operands' one floating dtype, added to the f32
-    accumulator before the one rounding of an f16/bf16 result (the IR's matmul_bias: cuBLASLt's bias
-    epilogue); any other bias is added to the product afterwards, with PyTorch's broadcasting and
-    promotion (matmul's dtype rule applies to input and other)."""
-    a, b = (x if isinstance(x, Tensor) else Tensor(x) for x in (input, other))
-    bias = bias if isinstance(bias, Tensor) else Tensor(bias)
-    vector = (a.ndim >= 1 and b.ndim >= 2 and 1 <= bias.ndim <= max(a.ndim, b.ndim)
-              and bias.shape[-1] == b.shape[-1] and all(d == 1 for d in bias.shape[:-1]))
-    if not vector or not a.dtype.is_float or len({a.dtype, b.dtype, bias.dtype}) > 1:
-        return matmul(a, b) + bias
-    a1 = a.ndim == 1
-    out = apply("matmul_bias", a.unsqueeze(0) if a1 else a, b, bias.reshape(bias.shape[-1]))
-    return out.squeeze(out.ndim - 2) if a1 else out
-
-
 def full(size, fill_value, dtype=None, *, device=None) -> Tensor:
     """A tensor of shape size holding fill_value (dtype: given, else the value's default), as torch.full."""
     dt = dtype_of(dtype) if dtype is not None else default_dtype_for(fill_value)

@@ -20,10 +20,10 @@ from flame.frontend.context import user_location
 from flame.frontend.creation import eye
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
-from flame.frontend.gemm_add import bias_vector, rounds_once, scaled_add
+from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
-from flame.frontend.tensor_core import cat, full, matmul, matmul_add, pad, where
+from flame.frontend.tensor_core import cat, full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
 from flame.ir.dtypes import bf16, boolean, f16, i64, u8
 
