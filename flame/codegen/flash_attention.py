@@ -23,9 +23,10 @@ loop as device functions (codegen/score_mod.py). FlashAttention-2's schedule:
   _backward_shared) and copied by 16-byte cp.async, tile j + 1 in flight while tile j is computed, one
   barrier per tile; every tensor-core operand is read by ldmatrix (x4; .trans for the transposed ones) from
   rows padded to D + 8 elements, so the 8 rows of each 8x8 matrix fall in distinct banks. On sm_90 the
-  backward stages each warp's dQ rows in shared memory and adds them to the f32 accumulator with one bulk
-  reduction (cp.reduce.async.bulk, done in L2) instead of an atomic addition per element, staged in the
-  tile's Q and dO buffers once its products are done with them; P and dS are packed to bf16 / f16 pairs
+  backward stages each warp's 16 dQ rows in shared memory (in the tile's Q and dO buffers, once its
+  products are done with them; in mma.sync's C-fragment order, which the accumulator keeps: the
+  template's flame_dq_index) and adds them to the f32 accumulator with one bulk reduction
+  (cp.reduce.async.bulk, done in L2) instead of an atomic addition per element; P and dS are packed to pairs
   once (the A fragments of dV and dK, and dS^T's 32-bit shared stores), and the head-dim-64 kernel is
   held to 168 registers (3 blocks per multiprocessor: 12 warps instead of 8).
 
@@ -186,7 +187,7 @@ def _forward_shared(fields: dict) -> tuple[dict[str, int], int]:
 def _backward_shared(fields: dict) -> tuple[dict[str, int], int]:
     """The pipelined backward's shared memory: the block's key and value tiles, two query, two
     output-gradient and two statistics tiles of BQ (= BN) rows, and dS^T (BN rows of BQ + 8). On sm_90 the
-    tile's dQ rows (f32, unpadded: the bulk reduction adds them to the accumulator as stored) are staged in
+    tile's dQ rows (f32, in the accumulator's order: the bulk reduction adds them as stored) are staged in
     the Q and dO buffers of the tile, once its products no longer read them."""
     bn, row = fields["BN"], (fields["D"] + 8) * 2
     return _shared(
