@@ -189,10 +189,11 @@ def _dynamic(step, sizes: tuple[int, ...]) -> list[str]:
     errors = []
     for n in sizes:
         x = flame.tensor(rng.standard_normal((n, 6)).astype(np.float32))
-        w = flame.tensor(rng.standard_normal((6, 4)).astype(np.float32), requires_grad=True)
-        f(x, w, flame.tensor(np.zeros((2, 4), np.int64)))
+        w_np = rng.standard_normal((6, 4)).astype(np.float32)
+        # a fresh w per call: a w whose .grad the first call set would be another trace (its .grad an input)
+        f(x, flame.tensor(w_np, requires_grad=True), flame.tensor(np.zeros((2, 4), np.int64)))
         with pytest.raises(IndexValueError) as e:
-            f(x, w, flame.tensor(np.full((2, 4), n + 3)))[0].item()
+            f(x, flame.tensor(w_np, requires_grad=True), flame.tensor(np.full((2, 4), n + 3)))[0].item()
         errors.append(str(e.value))
     return errors
 
