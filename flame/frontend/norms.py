@@ -13,6 +13,7 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import cat
 
 __all__ = ["batch_norm", "group_norm", "instance_norm"]
 
@@ -108,7 +109,8 @@ def _affine(y: Tensor, weight: Tensor | None, bias: Tensor | None, per_channel) 
     return y + bias.reshape(*per_channel) if bias is not None else y
 
 
-def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel) -> Tensor:
+def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel,
+                      gather=None) -> Tensor:
     """Training-mode batch_norm with two-pass statistics, as PyTorch's: the per-channel mean, then the
     mean of (x - m)^2 with m = mean.detach() (E[x^2] - E[x]^2 in f32 cancels to noise once |mean| is
     a few thousand standard deviations; the centred form stays accurate whatever the mean). The
@@ -120,7 +122,8 @@ def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps,
     centred as PyTorch's: the scale-and-shift form x * scale + shift would need sum(dy * x) - mean *
     sum(dy), whose cancellation a convolution's weight gradient after a pooled loss amplifies by the
     per-channel count (tests/nn/test_batch_norm_large_count.py).
-    Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type)."""
+    Statistics and the normalisation are f32 for f32/f16/bf16 inputs (PyTorch's accumulate type).
+    gather: the statistics are those of every process's batch together (SyncBatchNorm: `_across`)."""
     acc = x.float() if x.dtype.is_float and x.dtype.itemsize < 4 else x
     # deviations from s, one sample of the channel: x - s is exact where x lies within s's binade
     # (Sterbenz), so the mean of the deviations and x - mean = (x - s) - that mean are accurate to the
@@ -132,9 +135,11 @@ def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps,
     d = acc - s.detach()
     mean_d = d.sum(dims, keepdim=True) / count
     mean = s.detach() + mean_d
-    m = mean.detach()
     dev = d - mean_d.detach()
     var = (dev * dev).sum(dims, keepdim=True) / count
+    if gather is not None:
+        mean, var, dev, count = _across(gather, mean, var, dev, count, per_channel)
+    m = mean.detach()
     scale = (var + eps).rsqrt()
     if weight is not None:
         scale = scale * weight.reshape(*per_channel).to(acc.dtype)
@@ -144,6 +149,46 @@ def _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps,
     if running_mean is not None and running_var is not None:
         _update_running(running_mean, running_var, mean, var, momentum, count)
     return (dev * scale + shift).to(x.dtype)
+
+
+def batch_norm_across(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None,  # noqa: A002
+                      weight: Tensor | None, bias: Tensor | None, momentum: float | Tensor, eps: float,
+                      gather) -> Tensor:
+    """Training-mode batch_norm over the batches of every process together (torch's SyncBatchNorm).
+    `gather(t)`: the 1-D t of every process, concatenated in rank order (an all_gather, whose gradient
+    is a reduce_scatter), supplied by the layer above. Each process's per-channel count, mean and sum of
+    squared deviations are gathered once and combined exactly (Chan's parallel variance, as torch's
+    batch_norm_gather_stats_with_counts); the running statistics take the global mean and the unbiased
+    variance of the global count."""
+    x = input
+    if x.ndim < 2:
+        raise _err(f"batch_norm: expected an [N, C, ...] input, got {list(x.shape)}")
+    c = x.shape[1]
+    count = x.numel() // c if c else 0
+    if count < 1:
+        raise _err(f"SyncBatchNorm: expected at least 1 value per channel in every process's batch, got input "
+                   f"{list(x.shape)}")
+    dims, per_channel = (0, *range(2, x.ndim)), (c, *[1] * (x.ndim - 2))
+    return _batch_norm_train(x, running_mean, running_var, weight, bias, momentum, eps, dims, count, per_channel,
+                             gather)
+
+
+def _across(gather, mean: Tensor, var: Tensor, dev: Tensor, count: int, per_channel) -> tuple:
+    """(mean, var, dev, count) of every process's batch together, from this process's: its per-channel
+    mean (carrying the gradient) and biased variance, its deviations from that mean, its count. The
+    global mean is sum(c_r * m_r) / N, the sum of squared deviations sum(M2_r + c_r * (m_r - mean)^2):
+    its m_r keep their gradient, which turns each process's deviations from m_r into deviations from
+    the global mean (the global mean's own derivative there is an exact zero). The count returned is
+    a tensor (the processes' batches may differ in size)."""
+    c = per_channel[0]
+    local = cat([mean.reshape(c), var.reshape(c) * count, mean.new_full((1,), float(count))])
+    every = gather(local).reshape(-1, 2 * c + 1)
+    n, means = every[:, 2 * c :], every[:, :c]
+    total = n.sum()
+    mu = (means * n).sum(0) / total
+    m2 = (every[:, c : 2 * c] + n * (means - mu.detach()) ** 2).sum(0)
+    shift = (mu - mean.reshape(c)).detach().reshape(*per_channel)
+    return mu.reshape(*per_channel), (m2 / total).reshape(*per_channel), dev - shift, total.detach()
 
 
 def _update_running(running_mean, running_var, mu, var, momentum, count) -> None:

@@ -142,6 +142,7 @@ from flame.nn.module_hooks import (
 )
 from flame.nn.parameter import Parameter
 from flame.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from flame.nn.sync_batchnorm import SyncBatchNorm
 from flame.nn.transformer import (
     MultiheadAttention,
     Transformer,
@@ -152,9 +153,9 @@ from flame.nn.transformer import (
 )
 
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
-           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-           "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "LPPool1d", "LPPool2d", "LPPool3d", "MaxPool1d",
-           "MaxPool2d", "MaxPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+           "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "Conv1d", "Conv2d", "Conv3d",
+           "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "LPPool1d", "LPPool2d", "LPPool3d",
+           "MaxPool1d", "MaxPool2d", "MaxPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
            "GELU", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "ModuleDict", "NLLLoss",
            "ParameterDict", "ParameterList", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity",
            "IncompatibleKeys", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList",
