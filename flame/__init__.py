@@ -41,6 +41,8 @@ from flame.frontend.creation import (
     from_numpy,
     full,
     full_like,
+    get_rng_state,
+    initial_seed,
     linspace,
     logspace,
     manual_seed,
@@ -52,6 +54,8 @@ from flame.frontend.creation import (
     randint,
     randn,
     randn_like,
+    seed,
+    set_rng_state,
     tensor,
     zeros,
     zeros_like,
@@ -68,6 +72,13 @@ from flame.frontend.data_dependent import (
 )
 from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
 from flame.frontend.einsum import einsum
+from flame.frontend.memory_format import (
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    memory_format,
+    preserve_format,
+)
 from flame.frontend.more_math import (
     absolute,
     addmv,
@@ -317,7 +328,7 @@ from flame.frontend.ops import (
 )
 from flame.frontend.promotion import can_cast, promote_types
 from flame.frontend.promotion import torch_result_type as result_type
-from flame.frontend.tensor import Tensor
+from flame.frontend.tensor import Tensor, set_printoptions
 from flame.frontend.tensor_core import matmul
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
@@ -331,18 +342,22 @@ float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa:
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
 __all__ = sorted([n for n, v in globals().items()
                   if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
-                 + ["save", "load", "linalg", "special", "tag"])  # these import on first use (__getattr__ below)
+                 + ["save", "load", "linalg", "special", "tag", "set_float32_matmul_precision",
+                    "get_float32_matmul_precision"])  # these import on first use (__getattr__ below)
 
 
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
-    flame.distributed, flame.distributions, flame.utils, flame.cuda, flame.special and flame.autograd import on
-    first use (they are not needed to trace)."""
+    flame.distributed, flame.distributions, flame.utils, flame.cuda, flame.special, flame.autograd, flame.random
+    and flame.backends (with flame.set_float32_matmul_precision) import on first use (they are not needed to
+    trace)."""
     import importlib
 
     if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "distributions", "utils", "cuda",
-                "autograd", "special"):
+                "autograd", "special", "backends", "random"):
         return importlib.import_module(f"flame.{name}")
+    if name in ("set_float32_matmul_precision", "get_float32_matmul_precision"):
+        return getattr(importlib.import_module("flame.backends"), name)
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)
     if name == "tag":  # flame.tag(x, "name"): a value named for a checkpoint policy (flame.utils.tag)

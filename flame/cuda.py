@@ -29,7 +29,9 @@ from typing import Any
 
 from flame.amp import cuda_amp as amp
 from flame.errors import ArgumentError
+from flame.frontend import creation as _creation
 from flame.frontend.creation import manual_seed as _manual_seed
+from flame.frontend.tensor import Tensor
 from flame.frontend.user_ops import UserOp, definition_site, tensor_vjp
 from flame.ir.ops import user as _user
 from flame.runtime.device import cuda_available
@@ -37,8 +39,9 @@ from flame.runtime.device import cuda_available
 sys.modules.setdefault("flame.cuda.amp", amp)  # `from flame.cuda.amp import GradScaler`, as torch.cuda.amp
 
 __all__ = ["Event", "Stream", "current_device", "current_stream", "device_count", "elementwise", "get_device_name",
-           "is_available", "kernel", "manual_seed", "manual_seed_all", "max_memory_allocated", "memory_allocated",
-           "memory_reserved", "reset_peak_memory_stats", "stream", "synchronize"]
+           "get_rng_state", "get_rng_state_all", "initial_seed", "is_available", "kernel", "manual_seed",
+           "manual_seed_all", "max_memory_allocated", "memory_allocated", "memory_reserved", "reset_peak_memory_stats",
+           "seed", "seed_all", "set_rng_state", "set_rng_state_all", "stream", "synchronize"]
 
 
 def kernel(source: str, *, name: str, reference: Callable, out: Any = None, grid: Callable | None = None,
@@ -148,6 +151,37 @@ def manual_seed(seed: int) -> None:
 
 
 manual_seed_all = manual_seed
+
+
+def seed() -> None:
+    """Reseed flame's random numbers from the operating system's entropy (flame.seed)."""
+    _creation.seed()
+
+
+seed_all = seed
+
+
+def initial_seed() -> int:
+    return _creation.initial_seed()
+
+
+def get_rng_state(device: Any = "cuda") -> Tensor:
+    """The default generator's state (flame.get_rng_state: one generator per process's device)."""
+    return _creation.get_rng_state()
+
+
+def set_rng_state(new_state: Tensor, device: Any = "cuda") -> None:
+    _creation.set_rng_state(new_state)
+
+
+def get_rng_state_all() -> list[Tensor]:
+    """[get_rng_state()]: flame runs one device per process."""
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states: list[Tensor]) -> None:
+    for state in new_states:
+        set_rng_state(state)
 
 
 # ---- memory statistics: CuPy's pool, with a hook that keeps the peak of its bytes in use ------------

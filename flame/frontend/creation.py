@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
-from flame.errors import ShapeError
+from flame.errors import ArgumentTypeError, ShapeError
+from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.default_dtype import float_dtype, get_default_dtype
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
 from flame.frontend.tensor_core import full, placed, where
-from flame.ir.dtypes import DType, bf16, dtype_of, f64, i64
+from flame.ir.dtypes import DType, bf16, dtype_of, f64, i64, u8
 from flame.ir.ops.creation import arange_len
 from flame.runtime import device as _device
 from flame.runtime.device import executor
 
 __all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy", "full",
-           "full_like", "linspace", "logspace", "manual_seed", "multinomial", "ones", "ones_like", "rand", "rand_like",
-           "randint", "randn", "randn_like", "tensor", "zeros", "zeros_like"]
+           "full_like", "get_rng_state", "initial_seed", "linspace", "logspace", "manual_seed", "multinomial", "ones",
+           "ones_like", "rand", "rand_like", "randint", "randn", "randn_like", "seed", "set_rng_state", "tensor",
+           "zeros", "zeros_like"]
+
+
+def _grad(requires_grad: bool, t: Tensor) -> Tensor:
+    """t, requiring grad when asked (the `*_like` functions' requires_grad=, as torch's)."""
+    return t.requires_grad_(True) if requires_grad else t
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False, *, device: Any = None) -> Tensor:
@@ -84,24 +92,32 @@ def empty(*shape, dtype=None, device=None, requires_grad: bool = False) -> Tenso
     return placed(zeros(*shape, dtype=dtype), device, "empty").requires_grad_(requires_grad)
 
 
-def empty_like(input: Tensor, dtype=None, *, device=None) -> Tensor:  # noqa: A002
-    """A tensor of input's shape (zeros), in dtype or input's."""
-    return placed(zeros_like(input, dtype), device, "empty_like")
+def empty_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
+               memory_format=None) -> Tensor:
+    """A tensor of input's shape (zeros), in dtype or input's (memory_format: flame/frontend/memory_format.py)."""
+    _memory_format.check("empty_like", memory_format)
+    return _grad(requires_grad, placed(zeros_like(input, dtype), device, "empty_like"))
 
 
-def full_like(input: Tensor, fill_value, dtype=None, *, device=None) -> Tensor:  # noqa: A002
+def full_like(input: Tensor, fill_value, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
+              memory_format=None) -> Tensor:
     """A tensor of input's shape filled with fill_value, in dtype or input's."""
-    return placed(full(input.shape, fill_value, dtype or input.dtype), device, "full_like")
+    _memory_format.check("full_like", memory_format)
+    return _grad(requires_grad, placed(full(input.shape, fill_value, dtype or input.dtype), device, "full_like"))
 
 
-def zeros_like(input: Tensor, dtype=None, *, device=None) -> Tensor:  # noqa: A002
+def zeros_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
+               memory_format=None) -> Tensor:
     """Zeros of input's shape, in dtype or input's."""
-    return placed(full(input.shape, 0, dtype or input.dtype), device, "zeros_like")
+    _memory_format.check("zeros_like", memory_format)
+    return _grad(requires_grad, placed(full(input.shape, 0, dtype or input.dtype), device, "zeros_like"))
 
 
-def ones_like(input: Tensor, dtype=None, *, device=None) -> Tensor:  # noqa: A002
+def ones_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
+              memory_format=None) -> Tensor:
     """Ones of input's shape, in dtype or input's."""
-    return placed(full(input.shape, 1, dtype or input.dtype), device, "ones_like")
+    _memory_format.check("ones_like", memory_format)
+    return _grad(requires_grad, placed(full(input.shape, 1, dtype or input.dtype), device, "ones_like"))
 
 
 def arange(start=0, end=None, step=1, dtype=None, *, device=None) -> Tensor:
@@ -150,6 +166,35 @@ class Generator:
         self.offset_tensor.copy_(0)
         return self
 
+    def initial_seed(self) -> int:
+        """The seed the stream started from (manual_seed's, or seed()'s)."""
+        return int(self.seed_tensor.item())
+
+    def seed(self) -> int:
+        """Reseed from the operating system's entropy (as torch's Generator.seed) and return the seed."""
+        seed = int.from_bytes(os.urandom(8), "little") >> 1  # a non-negative int64
+        self.manual_seed(seed)
+        return seed
+
+    def get_state(self) -> Tensor:
+        """The stream's state as torch's: a u8 tensor (16 bytes: the seed and the offset, little-endian
+        int64), which set_state restores."""
+        state = np.array([self.seed_tensor.item(), self.offset_tensor.item()], "<i8").view(np.uint8)
+        return Tensor(state.copy(), u8)
+
+    def set_state(self, new_state: Tensor) -> Generator:
+        """Restore a state get_state returned, in place (a compiled function that captured this generator
+        draws from the restored stream)."""
+        if not isinstance(new_state, Tensor) or new_state.dtype != u8 or tuple(new_state.shape) != (16,):
+            got = (f"{new_state.dtype} {list(new_state.shape)}" if isinstance(new_state, Tensor)
+                   else type(new_state).__name__)
+            raise ArgumentTypeError(f"Generator.set_state: expected the u8 tensor of 16 bytes get_state() "
+                                    f"returns, got {got}")
+        seed, offset = np.ascontiguousarray(new_state.numpy()).view("<i8")
+        self.seed_tensor.copy_(int(seed))
+        self.offset_tensor.copy_(int(offset))
+        return self
+
     def draw(self, op: str, shape: tuple[int, ...], dtype: DType) -> Tensor:
         out = apply(op, self.seed_tensor, self.offset_tensor, shape=shape, dtype=dtype)
         n = int(np.prod(shape, dtype=np.int64))
@@ -193,6 +238,26 @@ def manual_seed(seed: int) -> Generator:
     return _default.manual_seed(seed)
 
 
+def seed() -> int:
+    """Reseed the default generator from the operating system's entropy; the seed (torch.seed)."""
+    return manual_seed(int.from_bytes(os.urandom(8), "little") >> 1).initial_seed()
+
+
+def initial_seed() -> int:
+    """The default generator's seed (torch.initial_seed)."""
+    return default_generator().initial_seed()
+
+
+def get_rng_state() -> Tensor:
+    """The default generator's state (Generator.get_state), as torch.get_rng_state."""
+    return default_generator().get_state()
+
+
+def set_rng_state(new_state: Tensor) -> None:
+    """Restore the default generator's state from get_rng_state(), as torch.set_rng_state."""
+    default_generator().set_state(new_state)
+
+
 def rand(*shape, dtype=None, device=None, generator: Generator | None = None, requires_grad: bool = False) -> Tensor:
     """Uniform numbers in [0, 1), in dtype or the default floating dtype."""
     t = (generator or default_generator()).draw("random_uniform", _shape_arg(shape), float_dtype(dtype))
@@ -207,14 +272,20 @@ def randn(*shape, dtype=None, device=None, generator: Generator | None = None, r
     return t.requires_grad_(requires_grad) if requires_grad else t
 
 
-def rand_like(input: Tensor, dtype=None, *, device=None, generator: Generator | None = None) -> Tensor:  # noqa: A002
+def rand_like(input: Tensor, dtype=None, *, device=None, generator: Generator | None = None,  # noqa: A002
+              requires_grad: bool = False, memory_format=None) -> Tensor:
     """U(0, 1) samples of input's shape, in dtype or input's."""
-    return placed(rand(*input.shape, dtype=dtype or input.dtype, generator=generator), device, "rand_like")
+    _memory_format.check("rand_like", memory_format)
+    drawn = rand(*input.shape, dtype=dtype or input.dtype, generator=generator)
+    return _grad(requires_grad, placed(drawn, device, "rand_like"))
 
 
-def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator | None = None) -> Tensor:  # noqa: A002
+def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator | None = None,  # noqa: A002
+               requires_grad: bool = False, memory_format=None) -> Tensor:
     """N(0, 1) samples of input's shape, in dtype or input's."""
-    return placed(randn(*input.shape, dtype=dtype or input.dtype, generator=generator), device, "randn_like")
+    _memory_format.check("randn_like", memory_format)
+    drawn = randn(*input.shape, dtype=dtype or input.dtype, generator=generator)
+    return _grad(requires_grad, placed(drawn, device, "randn_like"))
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:

@@ -6,6 +6,7 @@ tensor_math.py) and frontend/methods.py binds them onto Tensor."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any
 
@@ -286,7 +287,7 @@ class Tensor:
         if self._value is not None:
             return f"Tensor(traced {self._value.type})"
         grad = ", requires_grad=True" if self.requires_grad else ""
-        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+        body = np.array2string(self.numpy(), separator=", ", prefix="tensor(", **_PRINT_OPTIONS)
         return f"tensor({body}, dtype={self.dtype.name}{grad})"
 
     # ---- autograd ---------------------------------------------------------------------------------
@@ -392,3 +393,33 @@ def _check_grad(t: Tensor, value) -> None:
         raise AutogradError(f"attempting to assign a gradient of size '{list(value.shape)}' to a tensor of size "
                             f"'{list(t.shape)}'. Please ensure that the gradient and the tensor are the same size"
                             f"\n  at {user_location()}")
+
+
+_PRINT_OPTIONS: dict = {}  # numpy.array2string's options a Tensor's repr uses (set_printoptions)
+_PROFILES = {"default": dict(precision=4, threshold=1000, edgeitems=3, max_line_width=80),
+             "short": dict(precision=2, threshold=1000, edgeitems=2, max_line_width=80),
+             "full": dict(precision=4, threshold=sys.maxsize, edgeitems=3, max_line_width=80)}
+
+
+def set_printoptions(precision: int | None = None, threshold: float | None = None, edgeitems: int | None = None,
+                     linewidth: int | None = None, profile: str | None = None, sci_mode: bool | None = None) -> None:
+    """How a tensor prints, as torch.set_printoptions: `profile` ("default", "short", "full") sets the
+    four sizes first, then the ones given override it; sci_mode True prints floats in scientific
+    notation, False never, None as NumPy chooses. Until it is called, tensors print as NumPy prints."""
+    _PRINT_OPTIONS["floatmode"] = "fixed"  # torch's: every float with `precision` digits
+    if profile is not None:
+        if profile not in _PROFILES:
+            raise ValueError(f"set_printoptions: profile must be one of {sorted(_PROFILES)}, got {profile!r}")
+        _PRINT_OPTIONS.update(_PROFILES[profile])
+    given = dict(precision=precision, threshold=threshold, edgeitems=edgeitems, max_line_width=linewidth)
+    for name, value in given.items():
+        if value is not None:
+            _PRINT_OPTIONS[name] = sys.maxsize if name == "threshold" and value == float("inf") else int(value)
+    if sci_mode is not None:
+        _PRINT_OPTIONS.pop("suppress_small", None)
+        _PRINT_OPTIONS.pop("formatter", None)
+        if sci_mode:
+            digits = _PRINT_OPTIONS.get("precision", 4)
+            _PRINT_OPTIONS["formatter"] = {"float_kind": lambda x: f"{x:.{digits}e}"}
+        else:
+            _PRINT_OPTIONS["suppress_small"] = True

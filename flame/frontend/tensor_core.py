@@ -13,6 +13,7 @@ import numpy as np
 
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
 from flame.frontend import autocast, opmath
+from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
@@ -100,9 +101,12 @@ class TensorCore:
         self._version += 1
 
     # ---- dtype conversion -------------------------------------------------------------------------
-    def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False) -> Tensor:
+    def to(self, *args, dtype=None, device=None, non_blocking: bool = False, copy: bool = False,
+           memory_format=None) -> Tensor:
         """to(dtype), to(device), to(device, dtype), to(other) (its device and dtype), as in PyTorch.
-        A device is "cpu" or "cuda" (see `device`)."""
+        A device is "cpu" or "cuda" (see `device`); a memory_format changes nothing
+        (flame/frontend/memory_format.py)."""
+        _memory_format.check("Tensor.to", memory_format)
         if len(args) == 1 and type(args[0]) is DType and dtype is None and device is None and not copy:
             return self if args[0] == self._dtype else apply("cast", self, dtype=args[0])  # to(dtype)
         for a in args:
@@ -548,7 +552,8 @@ class TensorCore:
     def tril(self, diagonal: int = 0):
         return apply("tril", self, k=diagonal)
 
-    def clone(self):
+    def clone(self, *, memory_format=None):
+        _memory_format.check("clone", memory_format)
         # x * 1, not x + 0: -0.0 + 0 is +0.0
         return self * 1 if self.dtype != boolean else self.logical_not().logical_not()
 

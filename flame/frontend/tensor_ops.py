@@ -16,8 +16,9 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from flame.errors import DTypeError, ShapeError, TraceError
+from flame.errors import ArgumentError, DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops, opmath, scatter_reduce, views
+from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
@@ -726,12 +727,31 @@ class TensorOps:
     def new_tensor(self, data, dtype=None, *, device=None):
         return placed(Tensor(data, dtype if dtype is not None else self.dtype), device, "new_tensor")
 
+    def pin_memory(self, device=None):
+        """self: flame keeps a tensor's data where its executor runs (host memory on the reference
+        executor, the GPU on the CUDA one), and DataLoader(pin_memory=True) stages batches through
+        pinned host memory itself. Values and storage are unchanged."""
+        return self
+
+    def is_pinned(self, device=None) -> bool:
+        """False: a flame tensor is never a page-locked host copy (see pin_memory)."""
+        return False
+
     def contiguous(self, memory_format=None):
-        """self when it is contiguous (row-major, no gaps), else a row-major copy (not a view)."""
+        """self when it is contiguous (row-major, no gaps), else a row-major copy (not a view). A
+        memory_format changes nothing (flame/frontend/memory_format.py); preserve_format is refused as
+        torch refuses it."""
+        _no_preserve("contiguous", memory_format)
         return self if views.is_contiguous(self) else self.clone()
 
     def is_contiguous(self, memory_format=None) -> bool:
-        """Row-major with no gaps, as torch's (a transpose or a strided slice is not)."""
+        """Row-major with no gaps, as torch's (a transpose or a strided slice is not); with
+        memory_format=flame.channels_last (channels_last_3d), whether the strides are those of that
+        layout (dims of size 1 take any stride), which flame's row-major tensors have only where the
+        two coincide."""
+        _no_preserve("is_contiguous", memory_format)
+        if memory_format in (_memory_format.channels_last, _memory_format.channels_last_3d):
+            return _channels_last(self, 4 if memory_format is _memory_format.channels_last else 5)
         return views.is_contiguous(self)
 
     def stride(self, dim: int | None = None):
@@ -789,3 +809,22 @@ def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=
     zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
     safe = where(zero, 1.0, s)
     return where(zero, 0.0, safe.sqrt() if ord == 2 else safe ** (1.0 / ord))
+
+
+def _no_preserve(fn: str, memory_format) -> None:
+    _memory_format.check(fn, memory_format)
+    if memory_format is _memory_format.preserve_format:
+        raise ArgumentError(f"{fn}: preserve memory format is unsupported by the contiguous operator (as torch's)")
+
+
+def _channels_last(t: Tensor, rank: int) -> bool:
+    """t's strides are those of the channels-last layout of its shape (N, *spatial, C innermost)."""
+    if t.ndim != rank:
+        return False
+    order = [1, *range(rank - 1, 1, -1), 0]  # C, then the spatial dims innermost first, then N
+    step = 1
+    for dim, stride in ((d, views.strides(t)[d]) for d in order):
+        if t.shape[dim] != 1 and stride != step:
+            return False
+        step *= t.shape[dim]
+    return True

@@ -15,6 +15,7 @@ from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad
 from flame.frontend.guards import is_plain, users_function
+from flame.frontend.memory_format import check as check_memory_format
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
@@ -293,6 +294,7 @@ class Module(ModuleHooks):
 
         device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
         kwargs.pop("non_blocking", None)
+        check_memory_format("Module.to", kwargs.pop("memory_format", None))  # changes nothing (as Tensor.to)
         if kwargs:
             raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
         for a in args:
@@ -340,6 +342,14 @@ class Module(ModuleHooks):
 
     def double(self) -> Module:
         return self.to("f64")
+
+    def half(self) -> Module:
+        """Floating-point parameters and buffers to f16, in place (as to(flame.float16))."""
+        return self.to("f16")
+
+    def bfloat16(self) -> Module:
+        """Floating-point parameters and buffers to bf16, in place (as to(flame.bfloat16))."""
+        return self.to("bf16")
 
     # ---- calling ----------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):

@@ -1,9 +1,11 @@
 """flame.utils: PyTorch's torch.utils names that flame has. `flame.utils.checkpoint(fn, *args)`
-is activation checkpointing (also reachable as flame.utils.checkpoint.checkpoint, PyTorch's path), with
-JAX's policies (checkpoint_policies; flame.tag names values for them);
+is activation checkpointing (flame.utils.checkpoint is also the module of PyTorch's path:
+flame.utils.checkpoint.checkpoint, checkpoint_sequential), with JAX's policies (checkpoint_policies;
+flame.tag names values for them);
 flame.utils.data loads data as torch.utils.data does (DataLoader, datasets, samplers, DistributedSampler)."""
 
-from flame.utils._checkpoint import checkpoint, checkpoint_policies, tag
+from flame.utils import checkpoint
+from flame.utils._checkpoint import checkpoint_policies, tag
 
 __all__ = ["checkpoint", "checkpoint_policies", "tag"]
 

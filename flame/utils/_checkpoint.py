@@ -115,5 +115,3 @@ def tag(x: Tensor, name: str) -> Tensor:
         op.loc = CheckpointLoc(str(op.loc), region, True)
     return x
 
-
-checkpoint.checkpoint = checkpoint  # torch.utils.checkpoint.checkpoint(...) spelled flame.utils.checkpoint.checkpoint
