@@ -65,3 +65,53 @@ def test_affine_grid_5d_and_a_volume_warp(align, compiled):
 )
 def test_errors(name, fn, arrays, compiled):
     raises_like(fn, arrays, compiled)
+
+
+X_AA = R.standard_normal((2, 2, 13, 11))
+AA_SIZES = [
+    dict(size=(5, 4)),  # shrinking by 2.6 and 2.75
+    dict(scale_factor=0.3),
+    dict(scale_factor=(0.37, 0.61), recompute_scale_factor=True),
+    dict(size=(4, 11)),  # one axis kept
+    dict(size=(1, 1)),
+    dict(size=(20, 7)),  # growing one axis, shrinking the other
+    dict(scale_factor=1.7),  # growing: the filters at their plain support
+]
+
+
+@COMPILED
+@ALIGN
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("kw", AA_SIZES, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def test_interpolate_antialias(kw, mode, align, compiled):
+    fn = lambda F, x: F.nn.functional.interpolate(x, mode=mode, align_corners=align, antialias=True, **kw)
+    check_fn(fn, [X_AA], compiled)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_interpolate_antialias_f32(mode):
+    import torch
+
+    import flame
+
+    x = X_AA.astype(np.float32)
+    for kw in AA_SIZES:
+        got = flame.nn.functional.interpolate(flame.tensor(x), mode=mode, antialias=True, **kw).numpy()
+        want = torch.nn.functional.interpolate(torch.tensor(x), mode=mode, antialias=True, **kw).numpy()
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=str(kw))
+
+
+@COMPILED
+@pytest.mark.parametrize(
+    "name,fn,arrays",
+    [
+        ("antialias_nearest", lambda F, x: F.nn.functional.interpolate(x, scale_factor=0.5, antialias=True), [X_AA]),
+        ("antialias_3d", lambda F, x: F.nn.functional.interpolate(x, scale_factor=0.5, mode="linear",
+                                                                   antialias=True), [X_AA[0]]),
+        ("antialias_5d", lambda F, x: F.nn.functional.interpolate(x, scale_factor=0.5, mode="trilinear",
+                                                                   antialias=True), [X5]),
+    ],
+)
+def test_antialias_errors(name, fn, arrays, compiled):
+    raises_like(fn, arrays, compiled, match="nti-alias option is restricted to bilinear")
