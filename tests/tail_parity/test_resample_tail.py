@@ -115,3 +115,25 @@ def test_interpolate_antialias_f32(mode):
 )
 def test_antialias_errors(name, fn, arrays, compiled):
     raises_like(fn, arrays, compiled, match="nti-alias option is restricted to bilinear")
+
+
+def test_bicubic_volume_and_antialias_step_for_the_gpu(cuda_target):
+    """A bicubic warp, a trilinear volume warp and an antialiased shrink in one step planned for the CUDA
+    target: the reference executor agrees with eager, and every kernel compiles with NVRTC."""
+    import flame
+    import flame.nn.functional as F
+    from tests.ops.test_everyday_ops import check_gpu_step
+
+    theta = flame.nn.Parameter(flame.tensor(THETA3.astype(np.float32)))
+    x4, x5 = flame.tensor(X4.astype(np.float32)), flame.tensor(X5.astype(np.float32))
+    g4 = flame.tensor(GRID4.astype(np.float32))
+
+    def body(a, b, g):
+        grid = F.affine_grid(theta, (2, 2, 3, 2, 4), align_corners=False)
+        loss = F.grid_sample(b, grid, padding_mode="reflection", align_corners=False).square().mean()
+        loss = loss + F.grid_sample(a * theta.sum(), g, mode="bicubic", padding_mode="border").mean()
+        loss = loss + F.interpolate(a * theta.mean(), size=(2, 3), mode="bicubic", antialias=True).square().sum()
+        loss.backward()
+        return loss
+
+    check_gpu_step(body, theta, x4, x5, g4)
