@@ -3,7 +3,9 @@ written over primitives:
 - interpolate: nearest by broadcasting (integer factors) or index_select; (bi/tri)linear axis by axis,
   each output two neighbours gathered and weighted as PyTorch's kernels (align_corners as PyTorch);
   bicubic the same with four neighbours (clamped to the border) and Keys' cubic convolution weights
-  (a = -0.75), as PyTorch's.
+  (a = -0.75), as PyTorch's; antialias=True (bilinear, bicubic) PyTorch's separable antialiased
+  filters: per output, the triangle (or Keys' cubic, a = -0.5) filter stretched by the downscale
+  factor over the input positions it covers, its weights normalised to sum to one.
 - pixel_shuffle / pixel_unshuffle, channel_shuffle: a reshape, a permutation of the dims and a reshape.
 - local_response_norm: PyTorch's formula, an average pool of the squares along the (padded) channels.
 - unfold (im2col): the strided slices of the kernel offsets stacked into columns; fold, its adjoint:
@@ -26,7 +28,7 @@ from flame.frontend.norms import widened
 from flame.frontend.pooling import _adaptive, avg_pool2d, avg_pool3d
 from flame.frontend.spatial import _batched, _err, ntuple
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import cat, stack
+from flame.frontend.tensor_core import cat, stack, where
 from flame.frontend.views import new_tensor
 
 __all__ = ["channel_shuffle", "fold", "interpolate", "local_response_norm", "pixel_shuffle", "pixel_unshuffle",
@@ -109,22 +111,96 @@ def _cubic_along(x: Tensor, axis: int, taps) -> Tensor:
     return y
 
 
+_AA_CUBIC_A = -0.5  # PyTorch's antialiased bicubic (PIL's) cubic convolution parameter
+
+
+def _aa_filter(mode: str, x: np.ndarray) -> np.ndarray:
+    """PyTorch's antialiasing filters (in x's dtype): the triangle (bilinear) or Keys' cubic with a = -0.5
+    (bicubic)."""
+    ft = x.dtype.type
+    x = np.abs(x)
+    one, two, zero = ft(1), ft(2), ft(0)
+    if mode == "bilinear":
+        return np.where(x < one, one - x, zero)
+    a = ft(_AA_CUBIC_A)
+    near = ((a + two) * x - (a + ft(3))) * x * x + one
+    far = ((a * x - ft(5) * a) * x + ft(8) * a) * x - ft(4) * a
+    return np.where(x < one, near, np.where(x < two, far, zero))
+
+
+@lru_cache(maxsize=256)
+def _aa_taps(n: int, o: int, scale: float, align_corners: bool, mode: str, wide: bool):
+    """(indices [o, K], weights [o, K], used [o, K]) of one axis, as PyTorch's _compute_weights_aa: output
+    j centred at scale * (j + 0.5) reads the inputs within the filter's support (interp_size / 2, times
+    the scale when shrinking), weighted by the filter at (input + 0.5 - centre) / max(scale, 1) and
+    normalised; the taps past each output's span are unused (weight 0, never read). Computed in f32
+    (f64 for a `wide` input) where PyTorch's kernel computes in its scalar type, so the spans agree."""
+    ft = np.float64 if wide else np.float32
+    if align_corners:
+        sc = ft(ft(n - 1) / ft(o - 1)) if o > 1 else ft(0)
+    else:
+        sc = ft(scale)
+    half = 1.0 if mode == "bilinear" else 2.0
+    support = ft(half * np.float64(sc)) if sc >= 1 else ft(half)
+    k = int(math.ceil(support)) * 2 + 1
+    centre = (np.float64(sc) * (np.arange(o) + 0.5)).astype(ft)
+    lo = np.maximum(np.trunc((centre - support).astype(np.float64) + 0.5).astype(np.int64), 0)
+    size = np.clip(np.minimum(np.trunc((centre + support).astype(np.float64) + 0.5).astype(np.int64), n) - lo, 0, k)
+    j = np.arange(k)
+    used = j[None, :] < size[:, None]
+    inv = np.float64(ft(1.0 / np.float64(sc))) if sc >= 1 else 1.0
+    at = (((j[None, :] + lo[:, None]).astype(ft) - centre[:, None]).astype(np.float64) + 0.5) * inv
+    w = np.where(used, _aa_filter(mode, at.astype(ft)), ft(0))
+    total = np.zeros(o, ft)
+    for c in range(k):  # summed in order, as PyTorch's loop
+        total = total + w[:, c]
+    w = np.where(total[:, None] != 0, w / np.where(total != 0, total, ft(1))[:, None], w)
+    return np.minimum(lo[:, None] + j[None, :], n - 1), w, used
+
+
+def _aa_along(x: Tensor, axis: int, taps) -> Tensor:
+    """x (already in its compute dtype) with axis `axis` resampled by the antialiased taps: each output
+    the weighted sum of the inputs in its span (an input outside it is never read, so a non-finite
+    one reaches only the outputs whose span holds it)."""
+    idx, w, used = taps
+    shape = [1] * x.ndim
+    shape[axis] = idx.shape[0]
+    y = None
+    for k in range(idx.shape[1]):
+        if not used[:, k].any():
+            continue
+        term = x.index_select(axis, Tensor(idx[:, k])) * Tensor(w[:, k].reshape(shape).astype(x.dtype.np_dtype),
+                                                                 x.dtype)
+        if not used[:, k].all():
+            term = where(Tensor(used[:, k].reshape(shape)), term, 0.0)
+        y = term if y is None else y + term
+    return y
+
+
+def _is_identity(n: int, taps) -> bool:
+    """The taps give every output its own input (an axis kept at its size): nothing to resample."""
+    idx, w, used = taps
+    own = used & (idx == np.arange(idx.shape[0])[:, None])
+    return idx.shape[0] == n and bool(np.all(np.where(own, w == 1.0, np.where(used, w == 0.0, True))))
+
+
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
                 antialias: bool = False) -> Tensor:
     """Resize the spatial dims of [N, C, *S] (1 to 3 of them): mode "nearest" (PyTorch's floor rule,
     its source positions computed in f32 as PyTorch's kernels), "nearest-exact" (the pixel centres'
     rule), "area" (adaptive average pooling to the output size), "linear" / "bilinear" / "trilinear"
-    or "bicubic" (4-D input; align_corners as PyTorch; default False). antialias=True raises."""
+    or "bicubic" (4-D input; align_corners as PyTorch; default False). antialias=True (bilinear and
+    bicubic, 4-D input) resamples with PyTorch's antialiased filters."""
     x, d = input, input.ndim - 2
     if not 1 <= d <= 3:
         raise _err(f"interpolate: expected a 3-D to 5-D input [N, C, *spatial], got {list(x.shape)}")
     if mode not in ("nearest", "nearest-exact", "area", "bicubic", *_LINEAR):
         raise _err(f"interpolate: mode {mode!r} is not supported (nearest, nearest-exact, area, linear, bilinear, "
                    f"bicubic, trilinear)")
-    if antialias:
-        raise _err("interpolate: antialias=True is not supported; to shrink by a whole factor, use mode='area' "
-                   "(or avg_pool with that kernel), which averages every input pixel")
+    if antialias and not (mode in ("bilinear", "bicubic") and x.ndim == 4):
+        raise ValueError("interpolate: the anti-alias option is restricted to bilinear and bicubic modes and "
+                         "requires a 4-D tensor as input")
     if mode in _LINEAR and _LINEAR[mode] != d:
         raise _err(f"interpolate: mode {mode!r} expects a {_LINEAR[mode] + 2}-D input, got {x.ndim}-D")
     if mode == "bicubic" and d != 2:
@@ -137,11 +213,19 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     out, scales = _resize(spatial, size, scale_factor, recompute_scale_factor)
     if mode == "area":
         return _adaptive("avg", d, x, out)
-    return _upsample(x, mode, out, scales, align_corners)
+    return _upsample(x, mode, out, scales, align_corners, antialias)
 
 
-@policy("f32")  # autocast: PyTorch's upsample_nearest* / upsample_*linear* are on its float32 list (area is not)
-def _upsample(x: Tensor, mode: str, out, scales, align_corners) -> Tensor:
+@policy("f32")  # autocast: PyTorch's upsample_nearest* / upsample_*linear* / *_aa are on its float32 list (area is not)
+def _upsample(x: Tensor, mode: str, out, scales, align_corners, antialias: bool = False) -> Tensor:
+    if antialias:  # along the width first, then the height, as PyTorch's separable kernel
+        y = widened(x)
+        for axis in (3, 2):
+            taps = _aa_taps(x.shape[axis], out[axis - 2], float(scales[axis - 2]), bool(align_corners), mode,
+                            y.dtype.itemsize > 4)
+            if not _is_identity(x.shape[axis], taps):
+                y = _aa_along(y, axis, taps)
+        return y.to(x.dtype)
     if mode == "bicubic":  # every output from all its taps, as PyTorch's (an inf reaches its neighbours as NaN)
         y = widened(x)
         for axis in (3, 2):  # along the width first, then the height, as PyTorch's kernel

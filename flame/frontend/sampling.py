@@ -1,11 +1,13 @@
-"""Sampling an image at given points: torch.nn.functional.grid_sample (bilinear or nearest, padding
-zeros, border or reflection, align_corners either way) and affine_grid, the grids of an affine map
-(spatial transformers, warping an image by a flow). Both are written over primitives: the sample
-is a gather of the four (or one) neighbouring pixels weighted by the point's fractional position,
-so the gradient reaches the image through the gather and the grid through the weights, as
-PyTorch's."""
+"""Sampling an image or a volume at given points: torch.nn.functional.grid_sample (bilinear, nearest
+or bicubic on 4-D input; trilinear ("bilinear") or nearest on 5-D input; padding zeros, border or
+reflection, align_corners either way) and affine_grid, the grids of a 2-D or 3-D affine map (spatial
+transformers, warping an image by a flow). Both are written over primitives: the sample is a gather
+of the neighbouring pixels (voxels) weighted by the point's fractional position, so the gradient
+reaches the image through the gather and the grid through the weights, as PyTorch's."""
 
 from __future__ import annotations
+
+import math
 
 from flame.errors import ShapeError
 from flame.frontend.autocast import policy
@@ -41,73 +43,131 @@ def _reflect(x: Tensor, twice_low: int, twice_high: int) -> Tensor:
     return where(flips % 2 == 0, extra + low, span - extra + low)
 
 
-def _source(coord: Tensor, size: int, padding_mode: str, align_corners: bool) -> Tensor:
-    x = _unnormalize(coord, size, align_corners)
+def _padded(x: Tensor, size: int, padding_mode: str, align_corners: bool) -> Tensor:
+    """PyTorch's compute_coordinates: pixel coordinate x reflected (reflection) and clipped to the
+    pixels (border, reflection); with zeros, x as it is. The gradient passes strictly inside only
+    (PyTorch's clip_coordinates: a point on the edge has none)."""
     if padding_mode == "reflection":
         x = _reflect(x, 0, 2 * (size - 1)) if align_corners else _reflect(x, -1, 2 * size - 1)
     if padding_mode in ("border", "reflection"):
-        # clipped to the pixels; the gradient passes strictly inside only (PyTorch's clip_coordinates:
-        # a point on the edge has none)
         inside = (x > 0) & (x < size - 1)
         x = where(inside, x, x.clamp(0.0, float(size - 1)).detach())
     return x
 
 
+_CUBIC_A = -0.75  # PyTorch's grid_sample cubic convolution parameter
+
+
+def _cubic_weights(t: Tensor) -> list[Tensor]:
+    """Keys' cubic convolution weights of the four taps floor(x) - 1 .. floor(x) + 2 at fraction t, as
+    PyTorch's get_cubic_upsample_coefficients."""
+    a = _CUBIC_A
+
+    def near(v):  # |v| <= 1
+        return ((a + 2) * v - (a + 3)) * v * v + 1
+
+    def far(v):  # 1 < |v| < 2
+        return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
 @policy("promote")  # autocast: on PyTorch's promote list: the widest input
 def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros",  # noqa: A002
                 align_corners: bool | None = None) -> Tensor:
-    """input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] ((x, y) in [-1, 1], x along W): [N, C, Ho, Wo].
-    mode "bilinear" or "nearest" (halves to even, as PyTorch); padding_mode "zeros" (points outside
-    read 0), "border" (the edge pixel) or "reflection"; align_corners default False."""
-    if mode not in ("bilinear", "nearest"):
-        raise ValueError(f"grid_sample: mode must be 'bilinear' or 'nearest' ('bicubic' is not supported), got "
-                         f"{mode!r}")
+    """input [N, C, H, W] sampled at grid [N, Ho, Wo, 2] ((x, y) in [-1, 1], x along W): [N, C, Ho, Wo];
+    or input [N, C, D, H, W] at grid [N, Do, Ho, Wo, 3] ((x, y, z), z along D): [N, C, Do, Ho, Wo].
+    mode "bilinear" (trilinear on volumes), "nearest" (halves to even, as PyTorch) or "bicubic" (4-D
+    only; PyTorch's cubic convolution, A = -0.75, each of the 16 taps padded on its own); padding_mode
+    "zeros" (points outside read 0), "border" (the edge pixel) or "reflection"; align_corners default
+    False."""
+    if mode not in ("bilinear", "nearest", "bicubic"):
+        raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', "
+                         f"but got: '{mode}'")
     if padding_mode not in ("zeros", "border", "reflection"):
-        raise ValueError(f"grid_sample: padding_mode must be 'zeros', 'border' or 'reflection', got {padding_mode!r}")
-    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
-        raise _err(f"grid_sample: expected input [N, C, H, W] and grid [N, Ho, Wo, 2] (5-D volumes are not "
-                   f"supported), got {list(input.shape)} and {list(grid.shape)}")
+        raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
+                         f"'reflection', but got: '{padding_mode}'")
+    d = input.ndim - 2
+    if d not in (2, 3) or grid.ndim != input.ndim or grid.shape[-1] != d or grid.shape[0] != input.shape[0]:
+        raise _err(f"grid_sample: expected input [N, C, H, W] and grid [N, Ho, Wo, 2], or input [N, C, D, H, W] "
+                   f"and grid [N, Do, Ho, Wo, 3], got {list(input.shape)} and {list(grid.shape)}")
+    if mode == "bicubic" and d != 2:
+        raise _err(f"grid_sampler(): bicubic interpolation only supports 4D input, got {list(input.shape)}")
     align = bool(align_corners)
-    n, c, h, w = input.shape
-    ho, wo = grid.shape[1], grid.shape[2]
-    x = _source(grid[..., 0], w, padding_mode, align)  # [N, Ho, Wo]
-    y = _source(grid[..., 1], h, padding_mode, align)
-    flat = input.reshape(n, c, h * w)
+    n, c = input.shape[:2]
+    sizes = tuple(input.shape[2:])[::-1]  # along the grid's coordinates: (W, H) or (W, H, D)
+    strides = [math.prod(sizes[:k]) for k in range(d)]
+    out = tuple(grid.shape[1:-1])
+    m = math.prod(out)
+    flat = input.reshape(n, c, math.prod(sizes))
 
-    def tap(ix: Tensor, iy: Tensor) -> tuple[Tensor, Tensor]:
-        """The pixels at integer-valued (ix, iy) [N, C, Ho, Wo] (0 outside) and the inside mask."""
-        inside = (ix >= 0) & (ix <= w - 1) & (iy >= 0) & (iy <= h - 1)
-        at = (iy.clamp(0.0, float(h - 1)) * w + ix.clamp(0.0, float(w - 1))).to(i64)
-        picked = flat.gather(2, at.reshape(n, 1, ho * wo).expand(n, c, ho * wo)).reshape(n, c, ho, wo)
-        return where(inside.unsqueeze(1), picked, 0.0), inside
+    def tap(at: list[Tensor]) -> Tensor:
+        """The pixels at the integer-valued coordinates `at` [N, *out] (x, y[, z]): [N, C, *out], 0 outside."""
+        inside, index = None, None
+        for v, size, stride in zip(at, sizes, strides):
+            ok = (v >= 0) & (v <= size - 1)
+            inside = ok if inside is None else inside & ok
+            term = v.clamp(0.0, float(size - 1)) * stride if stride > 1 else v.clamp(0.0, float(size - 1))
+            index = term if index is None else index + term
+        picked = flat.gather(2, index.to(i64).reshape(n, 1, m).expand(n, c, m)).reshape(n, c, *out)
+        return where(inside.unsqueeze(1), picked, 0.0)
 
+    if mode == "bicubic":  # taps around the unpadded point, each padded on its own (PyTorch's get_value_bounded)
+        pos = [_unnormalize(grid[..., k], sizes[k], align) for k in range(2)]
+        base = [p.floor().detach() for p in pos]
+        weights = [_cubic_weights((p - b).unsqueeze(1)) for p, b in zip(pos, base)]
+        taps = [[_padded(b + (i - 1), size, padding_mode, align).detach() for i in range(4)]
+                for b, size in zip(base, sizes)]
+        result = None
+        for j in range(4):
+            row = None
+            for i in range(4):
+                term = tap([taps[0][i], taps[1][j]]) * weights[0][i]
+                row = term if row is None else row + term
+            result = row * weights[1][j] if result is None else result + row * weights[1][j]
+        return result
+    pos = [_padded(_unnormalize(grid[..., k], sizes[k], align), sizes[k], padding_mode, align) for k in range(d)]
     if mode == "nearest":
-        return tap(x.round(), y.round())[0]
-    x0, y0 = x.floor(), y.floor()
-    fx, fy = (x - x0).unsqueeze(1), (y - y0).unsqueeze(1)  # the fractions carry the grid's gradient
-    out = None
-    for dx, wx in ((0, 1 - fx), (1, fx)):
-        for dy, wy in ((0, 1 - fy), (1, fy)):
-            term = tap(x0 + dx, y0 + dy)[0] * (wx * wy)
-            out = term if out is None else out + term
-    return out
+        return tap([p.round() for p in pos])
+    lows = [p.floor() for p in pos]
+    fracs = [(p - low).unsqueeze(1) for p, low in zip(pos, lows)]  # the fractions carry the grid's gradient
+    result = None
+    for corner in range(2 ** d):
+        bits = [(corner >> k) & 1 for k in range(d)]
+        weight = None
+        for b, f in zip(bits, fracs):
+            w = f if b else 1 - f
+            weight = w if weight is None else weight * w
+        term = tap([low + b for low, b in zip(lows, bits)]) * weight
+        result = term if result is None else result + term
+    return result
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def affine_grid(theta: Tensor, size, align_corners: bool | None = None) -> Tensor:
-    """The sampling grid [N, H, W, 2] of the affine maps theta [N, 2, 3] for an output of size [N, C, H,
-    W]: each output pixel's normalized (x, y, 1) times theta^T (what grid_sample then reads)."""
+    """The sampling grid of the affine maps theta for an output of `size`: theta [N, 2, 3] and size [N, C, H,
+    W] give [N, H, W, 2], theta [N, 3, 4] and size [N, C, D, H, W] give [N, D, H, W, 3]; each output
+    pixel's normalized (x, y[, z], 1) times theta^T (what grid_sample then reads)."""
     size = [int(s) for s in size]
-    if len(size) != 4:
-        raise _err(f"affine_grid: size must be [N, C, H, W] (5-D volumes are not supported), got {size}")
-    n, _, h, w = size
-    if theta.ndim != 3 or tuple(theta.shape) != (n, 2, 3):
-        raise _err(f"affine_grid: theta must be [N, 2, 3] = {[n, 2, 3]} for size {size}, got {list(theta.shape)}")
+    if len(size) not in (4, 5):
+        raise _err(f"affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, respectively. "
+                   f"Got size {size}.")
+    d = len(size) - 2
+    n, spatial = size[0], size[2:]
+    if theta.ndim != 3 or tuple(theta.shape) != (n, d, d + 1):
+        raise _err(f"affine_grid: theta must be [N, {d}, {d + 1}] = {[n, d, d + 1]} for size {size}, got "
+                   f"{list(theta.shape)}")
 
     def axis(k: int) -> Tensor:
         steps = linspace(-1.0, 1.0, k, dtype=theta.dtype) if k > 1 else linspace(0.0, 0.0, 1, dtype=theta.dtype)
         return steps if align_corners or k <= 1 else steps * ((k - 1) / k)
 
-    xs, ys = axis(w), axis(h)
-    base = stack([xs.reshape(1, w).expand(h, w), ys.reshape(h, 1).expand(h, w), ones(h, w, dtype=theta.dtype)], -1)
-    return (base.reshape(1, h * w, 3) @ theta.transpose(1, 2)).reshape(n, h, w, 2)
+    cols = []
+    for k in range(d):  # x runs along the last dim, y the one before, z the first
+        dim = d - 1 - k
+        shape = [1] * d
+        shape[dim] = spatial[dim]
+        cols.append(axis(spatial[dim]).reshape(*shape).expand(*spatial))
+    base = stack([*cols, ones(*spatial, dtype=theta.dtype)], -1)
+    points = math.prod(spatial)
+    return (base.reshape(1, points, d + 1) @ theta.transpose(1, 2)).reshape(n, *spatial, d)

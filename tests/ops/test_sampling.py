@@ -57,9 +57,11 @@ def test_the_identity_warp_returns_the_image():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="'bicubic' is not supported"):
-        F.grid_sample(flame.ones(1, 1, 2, 2), flame.zeros(1, 1, 1, 2), mode="bicubic")
-    with pytest.raises(ValueError, match="padding_mode must be"):
+    with pytest.raises(ValueError, match="expected mode to be"):
+        F.grid_sample(flame.ones(1, 1, 2, 2), flame.zeros(1, 1, 1, 2), mode="area")
+    with pytest.raises(ShapeError, match="bicubic interpolation only supports 4D input"):
+        F.grid_sample(flame.ones(1, 1, 2, 2, 2), flame.zeros(1, 1, 1, 1, 3), mode="bicubic")
+    with pytest.raises(ValueError, match="expected padding_mode to be"):
         F.grid_sample(flame.ones(1, 1, 2, 2), flame.zeros(1, 1, 1, 2), padding_mode="wrap")
     with pytest.raises(ShapeError, match="grid_sample: expected input \\[N, C, H, W\\] and grid"):
         F.grid_sample(flame.ones(1, 1, 2, 2), flame.zeros(1, 1, 1, 3))
