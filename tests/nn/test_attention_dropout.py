@@ -211,3 +211,38 @@ def test_half_types_compute_in_f32(dt):
     np.testing.assert_allclose(y.float().numpy(), want[0], rtol=tol, atol=tol)
     for x, w in zip(args, want[1:]):
         np.testing.assert_allclose(x.grad.float().numpy(), w, rtol=4 * tol, atol=4 * tol)
+
+
+def test_autocast_runs_in_the_autocast_dtype():
+    q, k, v = (flame.tensor(x) for x in _inputs(np.random.default_rng(11)))
+    with flame.autocast(dtype=flame.bf16):
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=0.2)
+    assert y.dtype == flame.bf16
+
+
+def test_a_dropout_attention_step_plans_for_the_gpu_and_its_kernels_compile(cuda_target):
+    """A training step through attention with dropout, planned for the CUDA target: the reference
+    executor's values and gradients follow the mask drawn, and every kernel compiles for sm_90."""
+    from flame.codegen.nvrtc import compile_cubin
+
+    rng = np.random.default_rng(12)
+    q, k, v = _inputs(rng)
+    mask = _mask(rng, "additive", (5, 7))
+    cot = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    args = [flame.tensor(x, requires_grad=True) for x in (q, k, v)]
+
+    @flame.compile
+    def step(q, k, v):
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=flame.tensor(mask), dropout_p=0.3)
+        (y * flame.tensor(cot)).sum().backward()
+        return y
+
+    flame.manual_seed(SEED)
+    got = [step(*args).numpy()] + [x.grad.numpy() for x in args]
+    want = _torch_ref(q, k, v, mask, cot, _keep((2, 4, 5, 7), 0.3), 0.3)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    sources = {kernel.source for kernel in step._last.plan.kernels()}
+    assert sources
+    for source in sources:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
