@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 
-from flame.errors import AutogradError, DTypeError, IndexValueError, ShapeError
+from flame.errors import AutogradError, DTypeError, FlameError, IndexValueError, ShapeError
 from flame.frontend import fp8
 from flame.frontend.autocast import get_fp8_recipe, policy
 from flame.frontend.context import grad_enabled, user_location, user_stacklevel
@@ -20,8 +20,10 @@ from flame.frontend.norms import param_dtype, widened
 from flame.frontend.opmath import wants_gradient
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import matmul
-from flame.ir.dtypes import bf16, f16, f32
+from flame.frontend.tensor_core import matmul, where
+from flame.ir import registry
+from flame.ir.builder import _with_loc
+from flame.ir.dtypes import bf16, boolean, f16, f32
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
            "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
@@ -435,15 +437,66 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     + value.sum()), as torch computes it: zeros, but NaN throughout where any of query, key, value holds a
     NaN or inf; query's gradient is likewise 0 * the sum of the result's gradient (NaN throughout where that
     gradient holds a NaN or inf), the mask's none.
-    dropout_p > 0 raises NotImplementedError (no attention dropout yet)."""
-    if dropout_p:
-        raise NotImplementedError(f"scaled_dot_product_attention: dropout_p={dropout_p} is not supported yet "
-                                  f"(attention dropout is not implemented; apply dropout elsewhere)"
-                                  f"\n  at {user_location()}")
+    dropout_p > 0 (p in [0, 1], torch's range; p = 1 drops everything) zeroes each attention probability
+    with probability p after the softmax and scales the rest by 1 / (1 - p), as torch's: the mask is drawn
+    from flame's generator (flame.manual_seed; inside @flame.compile its state is a graph input) and the
+    backward uses the same mask. Such attention is NOT the fused op: it is written out (matmul, scale,
+    mask, softmax, dropout, matmul), so the scores and probabilities [..., H, L, S] are materialised in
+    memory and neither cuDNN nor the flash kernels run it. dropout_p = 0 is the fused op as ever."""
+    p = float(dropout_p)
+    if not 0.0 <= p <= 1.0:
+        raise RuntimeError(f"scaled_dot_product_attention: dropout probability has to be between 0 and 1, but "
+                           f"got {dropout_p}\n  at {user_location()}")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     mask = () if attn_mask is None else (attn_mask,)
+    if p and query.shape[-2] and key.shape[-2]:
+        _check_attention(query, key, value, attn_mask, scale, is_causal, enable_gqa)
+        return _dropout_attention(query, key, value, attn_mask, p, is_causal, scale, enable_gqa)
     out = apply("scaled_dot_product_attention", query, key, value, *mask, scale=scale, is_causal=is_causal,
                 enable_gqa=enable_gqa)
     if key.shape[-2] == 0:  # torch's no-key result keeps every input in the graph this way
         out = out + (query.sum() + key.sum() + value.sum()) * 0
     return out
+
+
+def _check_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, scale: float,
+                     is_causal: bool, enable_gqa: bool) -> None:
+    """The fused op's checks of shapes, dtypes and masks, for attention written out (the same errors)."""
+    types = [x._type() for x in (query, key, value, attn_mask) if x is not None]
+    try:
+        registry.get("scaled_dot_product_attention").infer(types, scale=scale, is_causal=is_causal,
+                                                            enable_gqa=enable_gqa)
+    except FlameError as e:
+        raise _with_loc(e, user_location()) from None
+
+
+def _additive(keep: Tensor, dtype) -> Tensor:
+    """A bool mask (True = takes part) as torch's attention adds it: 0 where True, -inf elsewhere."""
+    return where(keep, 0.0, float("-inf")).to(dtype)
+
+
+@policy("lower")  # autocast: cast as the fused op is, then written out in the dtype that gives
+def _dropout_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, p: float,
+                       is_causal: bool, scale: float, enable_gqa: bool) -> Tensor:
+    """Attention with dropout on its probabilities, as torch's math path: softmax(q k^T * scale + mask)
+    (a row no key takes part in gives 0, as the fused op's), dropout(p), @ v; f16 / bf16 in f32, the
+    result rounded once. Every intermediate is a tensor [..., H, L, S] of its own."""
+    dtype = query.dtype
+    if dtype in (f16, bf16):
+        query, key, value = query.float(), key.float(), value.float()
+        if attn_mask is not None and attn_mask.dtype.is_float:
+            attn_mask = attn_mask.float()
+    if enable_gqa and key.shape[-3] != query.shape[-3]:  # each key / value head serves H / Hkv query heads
+        groups = query.shape[-3] // key.shape[-3]
+        key, value = key.repeat_interleave(groups, -3), value.repeat_interleave(groups, -3)
+    scores = matmul(query, key.transpose(-1, -2)) * scale
+    if is_causal:  # torch's top-left aligned tril(ones(L, S)) as an additive -inf: every row keeps key 0
+        scores = scores + _additive(ones(query.shape[-2], key.shape[-2], dtype=boolean).tril(), scores.dtype)
+    if attn_mask is not None:
+        scores = scores + (_additive(attn_mask, scores.dtype) if attn_mask.dtype == boolean else attn_mask)
+        dead = (scores == float("-inf")).all(-1, keepdim=True)  # rows no key takes part in: 0, not NaN
+        probs = apply("where", dead, 0.0, softmax(apply("where", dead, 0.0, scores), -1))
+    else:  # (is_causal leaves no row without a key)
+        probs = softmax(scores, -1)
+    probs = probs * 0.0 if p == 1.0 else dropout(probs, p, True)
+    return matmul(probs, value).to(dtype)

@@ -1,6 +1,7 @@
 """Tensor indexing with PyTorch's semantics, built from IR primitives.
 
-Reads (`x[key]`): ints, slices (any step, negative too), None, Ellipsis, integer tensors / lists
+Reads (`x[key]`): ints, slices (any step, negative too), None, Ellipsis, Python bools (torch's 0-d
+masks: x[True] is x[None], x[False] an empty new dim, also compiled), integer tensors / lists
 (advanced indexing: several index tensors broadcast together and pick elements pairwise; their result
 dimensions replace them where they are adjacent, else come first, as in PyTorch) and boolean masks
 (`x[mask]`: the selected elements in row-major order). A mask's result has as many elements as the
@@ -75,9 +76,10 @@ def _as_index(k):
     if isinstance(k, Tensor) and not (k.dtype.is_int or k.dtype == boolean):
         raise ShapeError(f"tensors used as indices must be integer or bool tensors, got {k.dtype}"
                          f"\n  at {user_location()}")
-    if isinstance(k, (bool, np.bool_)):
-        raise ShapeError(f"a Python bool is not a supported index (use a bool tensor)\n  at {user_location()}")
-    return k
+    if isinstance(k, np.bool_):
+        raise ShapeError(f"a NumPy bool is not a supported index, as in torch (use a Python bool or a bool tensor)"
+                         f"\n  at {user_location()}")
+    return k  # a Python bool: torch's 0-d bool mask, known while tracing (_bool_index)
 
 
 def _expand_ellipsis(key: tuple, rank: int) -> tuple:
@@ -91,7 +93,9 @@ def _expand_ellipsis(key: tuple, rank: int) -> tuple:
 
 
 def _width(k) -> int:
-    """How many dimensions of the tensor an index consumes (a bool mask: its rank)."""
+    """How many dimensions of the tensor an index consumes (a bool mask: its rank; a Python bool: none)."""
+    if isinstance(k, bool):
+        return 0
     return k.ndim if isinstance(k, Tensor) and k.dtype == boolean else 1
 
 
@@ -99,16 +103,16 @@ def _masks_to_indices(t, key: tuple) -> tuple:
     """A bool mask index is its nonzero() integer indices (one per mask dimension), eagerly."""
     out, dim = [], 0
     for k in key:
+        if isinstance(k, bool):
+            out.append(_bool_index(k, key))
+            continue
         if isinstance(k, Tensor) and k.dtype == boolean:
             if k._value is not None or t._value is not None:
                 raise TraceError(f"x[mask] with a boolean mask has as many elements as the mask has True values, "
                                  f"which is not known while tracing @flame.compile; use flame.where(mask, x, 0) "
                                  f"or x.masked_fill(~mask, 0) there\n  at {user_location()}")
-            if k.ndim == 0:  # torch: x[tensor(True)] is x[None], x[tensor(False)] an empty new dim
-                if any(isinstance(j, Tensor) and j.ndim for j in key):
-                    raise ShapeError(f"a 0-d bool index together with index tensors is not supported; index "
-                                     f"with x[None] or x[None][:0] first\n  at {user_location()}")
-                out.append(None if bool(k.item()) else _EMPTY_NEW_AXIS)
+            if k.ndim == 0:
+                out.append(_bool_index(bool(k.item()), key))
                 continue
             want = t.shape[dim: dim + k.ndim]
             if tuple(k.shape) != tuple(want):
@@ -125,13 +129,33 @@ def _masks_to_indices(t, key: tuple) -> tuple:
 _EMPTY_NEW_AXIS = slice(0, 0)  # what a 0-d False mask stands for: a new dim of size 1, read empty
 
 
+class _NewAxisIndex:
+    """A new dim of size 1 read by an index tensor: a 0-d bool mask among index tensors."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: Tensor):
+        self.index = index
+
+
+def _bool_index(keep: bool, key: tuple):
+    """A 0-d bool mask (a Python bool, or a 0-d bool tensor's value) as torch reads it: its nonzero()
+    is a new dim of size 1 (True) or 0 (False) that consumes no dim. Alone, a new axis (None) read whole
+    or empty; among index tensors or other 0-d masks, an index tensor [0] or [] on a new axis, broadcast
+    with the others (torch unsqueezes and indexes with that tensor in every case; alone, None is the same)."""
+    masks = sum(isinstance(j, bool) or isinstance(j, Tensor) and j.dtype == boolean and j.ndim == 0 for j in key)
+    if masks > 1 or any(isinstance(j, Tensor) and j.ndim for j in key):
+        return _NewAxisIndex(Tensor(np.zeros(int(keep), np.int64)))
+    return None if keep else _EMPTY_NEW_AXIS
+
+
 def _insert_new_axes(t, key: tuple):
     """x[..., None, ...]: unsqueeze first, then index the new axis with a full slice."""
     out, d = [], 0
     for k in key:
-        if k is None or k is _EMPTY_NEW_AXIS:
+        if k is None or k is _EMPTY_NEW_AXIS or isinstance(k, _NewAxisIndex):
             t = apply("unsqueeze", t, axes=[d])
-            k = slice(None) if k is None else k
+            k = slice(None) if k is None else k.index if isinstance(k, _NewAxisIndex) else k
         out.append(k)
         d += 1
     return t, tuple(out)

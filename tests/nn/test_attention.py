@@ -131,8 +131,8 @@ def test_fully_masked_row_gives_zero_like_torch():
 
 def test_errors_are_readable():
     q, k, v = (flame.tensor(x) for x in _inputs(np.random.default_rng(8)))
-    with pytest.raises(NotImplementedError, match="dropout_p=0.1"):
-        F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+    with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1, but got 1.5"):
+        F.scaled_dot_product_attention(q, k, v, dropout_p=1.5)
     with pytest.raises(FlameError, match="not both"):
         F.scaled_dot_product_attention(q, k, v, attn_mask=flame.tensor(np.ones((5, 7), bool)), is_causal=True)
     with pytest.raises(FlameError, match="heads"):

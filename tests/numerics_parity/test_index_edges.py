@@ -1,5 +1,7 @@
 """Indexing edge cases against torch, eagerly and inside @flame.compile: a 0-d integer tensor index selects as
-an int does (it does not move the advanced-index dims to the front), a 0-d bool index adds a dim (eager),
+an int does (it does not move the advanced-index dims to the front), a Python bool index adds a dim of size
+1 (True) or 0 (False) as a 0-d bool mask (eager and compiled; a 0-d bool tensor eager), among index tensors
+too,
 a value with leading dims of size 1 written through x[key] = v, torch's dtype errors of index_put,
 scatter, masked_select and take, flip with a dim named twice, index_select with a 0-d index, take with
 negative and out-of-range indices, and the gradients of these reads and writes."""
@@ -51,6 +53,20 @@ CASES = {
     "take out of range": lambda L, x: x.take(L.tensor([24])),
     "take with an i32 index raises": lambda L, x: x.take(L.tensor([1], dtype=L.int32)),
     "take of a 0-d tensor": lambda L, x: x[0, 0, 1].take(L.tensor([0, -1, 0])),
+    "x[True]": lambda L, x: x[True],
+    "x[False]": lambda L, x: x[False],
+    "x[None, True]": lambda L, x: x[None, True],
+    "x[0, True, 1]": lambda L, x: x[0, True, 1],
+    "x[..., False]": lambda L, x: x[..., False],
+    "x[True, True]": lambda L, x: x[True, True],
+    "x[True, ..., False]": lambda L, x: x[True, ..., False],
+    "x[True, i]": lambda L, x: x[True, L.tensor([1, 0])],
+    "x[i, :, True]": lambda L, x: x[L.tensor([1, 0]), :, True],
+    "x[False, i] raises": lambda L, x: x[False, L.tensor([1, 0])],
+    "0-d x[True]": lambda L, x: x[0, 0, 0][True],
+    "x[True] = v": lambda L, x: put(x, True, L.arange(4.0) * 7),
+    "x[None, True, 0] = v": lambda L, x: put(x, (None, True, 0), 5.0),
+    "x[False] = v": lambda L, x: put(x, False, 5.0),
 }
 EAGER = {
     "x[True]": lambda L, x: x[L.tensor(True)],
@@ -59,6 +75,7 @@ EAGER = {
     "x[..., False]": lambda L, x: x[..., L.tensor(False)],
     "0-d x[True]": lambda L, x: x[0, 0, 0][L.tensor(True)],
     "masked_select of a 0-d mask": lambda L, x: L.masked_select(x[0, 0, 1], L.tensor(True)),
+    "x[True, i] 0-d": lambda L, x: x[L.tensor(True), L.tensor([1, 0])],
 }
 
 
@@ -88,6 +105,11 @@ GRADS = {
     "x[key] = v with leading ones": lambda L, x: (put(x * 1, (0, 0), x[1, :1, None] * 5) ** 2).sum(),
     "take": lambda L, x: (L.take(x, L.tensor([[0, 23], [-1, 0]])) * L.tensor([1.0, 2], dtype=x.dtype)).sum(),
     "index_select 0-d": lambda L, x: (x.index_select(1, L.tensor(2)) ** 2).sum(),
+    "x[True]": lambda L, x: (x[True] * L.arange(4.0, dtype=x.dtype)).sum(),
+    "x[0, True, 1]": lambda L, x: (x[0, True, 1] ** 2).sum(),
+    "x[False]": lambda L, x: x[None, False].sum() + x[0, 0, 0],
+    "x[True, i]": lambda L, x: (x[True, L.tensor([1, 1])] ** 2).sum(),
+    "x[True] = v": lambda L, x: (put(x * 2, (True, 0), x[1] * 3) ** 2).sum(),
 }
 
 
