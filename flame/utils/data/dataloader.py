@@ -41,7 +41,8 @@ _COLLATE_ERR = "default_collate: batch must contain tensors, numpy arrays, numbe
 
 def default_collate(batch: list) -> Any:
     """Stack a list of samples into a batch, as torch's default_collate: flame tensors and NumPy
-    arrays are stacked along a new first dimension, NumPy scalars keep their dtype, Python floats
+    arrays (and another framework's tensors, such as the torch tensors a torchvision transform
+    returns, read as arrays of their values) are stacked along a new first dimension, NumPy scalars keep their dtype, Python floats
     become a float64 tensor and ints (and bools) a tensor of the dtype `flame.tensor` infers, strings
     and bytes stay the sequence they came in, and mappings, named tuples and sequences are collated
     per field, keeping their type where it can be rebuilt (a tuple gives a list, as in torch)."""
@@ -50,6 +51,8 @@ def default_collate(batch: list) -> Any:
     elem = batch[0]
     if isinstance(elem, Tensor):
         return stack(list(batch))
+    if _foreign(elem):  # another framework's tensors: torchvision's transforms.ToTensor() gives torch's
+        return Tensor(np.stack([_host(b) for b in batch]))
     if isinstance(elem, (np.ndarray, np.generic)):
         if elem.dtype.kind in "OSUV":
             raise TypeError(_COLLATE_ERR.format(elem.dtype))
@@ -80,6 +83,37 @@ def default_collate(batch: list) -> Any:
         except TypeError:
             return fields
     raise TypeError(_COLLATE_ERR.format(type(elem)))
+
+
+def _foreign(x) -> bool:
+    """x is another framework's array (a torch tensor, a JAX or CuPy array: it offers __dlpack__ or
+    __array__), which default_collate stacks as a NumPy array of its values."""
+    return not isinstance(x, (np.ndarray, np.generic, str, bytes)) and (
+        hasattr(x, "__dlpack__") or hasattr(x, "__array__"))
+
+
+def _host(x) -> np.ndarray:
+    """x's values as a NumPy array: through __array__ (a torch CPU tensor, a JAX array), else through
+    DLPack (a CuPy array, a torch GPU tensor: copied to the host); a torch tensor's gradient history is
+    left behind (detach), as a batch holds values."""
+    if callable(getattr(x, "detach", None)):
+        x = x.detach()
+    errors = []
+    if hasattr(x, "__array__"):
+        try:
+            return np.asarray(x)
+        except (TypeError, RuntimeError) as e:  # torch: a GPU tensor; NumPy has no bf16
+            errors.append(e)
+    if hasattr(x, "__dlpack__"):
+        from flame.frontend.creation import from_dlpack
+
+        try:
+            return from_dlpack(x).numpy()
+        except (TypeError, RuntimeError, BufferError) as e:
+            errors.append(e)
+    raise TypeError(f"default_collate: cannot read the values of a {type(x).__module__}.{type(x).__name__} of "
+                    f"dtype {getattr(x, 'dtype', '?')} ({errors[-1] if errors else 'no __array__ or __dlpack__'}); "
+                    f"convert it in the dataset (e.g. x.float())")
 
 
 def _collate_mapping(elem, batch):
@@ -270,6 +304,8 @@ def default_convert(data: Any) -> Any:
         return data
     if isinstance(data, (np.ndarray, np.generic)):
         return data if data.dtype.kind in "OSUV" else Tensor(np.asarray(data))
+    if _foreign(data):
+        return Tensor(_host(data))
     if isinstance(data, collections.abc.Mapping):
         return _same_mapping(data, {k: default_convert(v) for k, v in data.items()})
     if isinstance(data, tuple) and hasattr(data, "_fields"):
