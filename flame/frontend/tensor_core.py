@@ -11,7 +11,15 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
+from flame.errors import (
+    ArgumentTypeError,
+    AutogradError,
+    DTypeError,
+    FlameError,
+    ShapeError,
+    TraceError,
+    ZeroDivisorError,
+)
 from flame.frontend import autocast, opmath
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, user_location
@@ -581,7 +589,10 @@ def binary(name: str, a, b) -> Tensor:
         if not isinstance(x, Tensor) and not is_scalar(x):
             if isinstance(x, np.ndarray):
                 continue
-            raise FlameError(f"{name}: unsupported operand of type {type(x).__name__}")
+            kind = f"{type(x).__module__}.{type(x).__qualname__}".removeprefix("builtins.")
+            hint = (" (another framework's tensor: convert it with flame.tensor(x), or flame.from_dlpack(x) to share "
+                    "its memory)" if hasattr(x, "__dlpack__") or hasattr(x, "__array__") else "")
+            raise ArgumentTypeError(f"{name}: unsupported operand of type {kind}{hint}")
     a = Tensor(a) if isinstance(a, np.ndarray) else a
     b = Tensor(b) if isinstance(b, np.ndarray) else b
     dt = result_type(a, b)

@@ -53,3 +53,8 @@ def test_collate_and_convert_take_foreign_tensors():
     assert isinstance(converted, list) and converted[0].dtype == flame.int64
     assert converted[1]["a"].dtype == flame.int32
     np.testing.assert_array_equal(_numpy(converted[0]), [0, 1, 2])
+
+
+def test_an_operation_with_a_torch_tensor_says_how_to_convert_it():
+    with pytest.raises(TypeError, match=r"unsupported operand of type torch\.Tensor .*flame\.tensor\(x\)"):
+        flame.ones(2) + torch.ones(2)

@@ -42,10 +42,11 @@ _COLLATE_ERR = "default_collate: batch must contain tensors, numpy arrays, numbe
 def default_collate(batch: list) -> Any:
     """Stack a list of samples into a batch, as torch's default_collate: flame tensors and NumPy
     arrays (and another framework's tensors, such as the torch tensors a torchvision transform
-    returns, read as arrays of their values) are stacked along a new first dimension, NumPy scalars keep their dtype, Python floats
-    become a float64 tensor and ints (and bools) a tensor of the dtype `flame.tensor` infers, strings
-    and bytes stay the sequence they came in, and mappings, named tuples and sequences are collated
-    per field, keeping their type where it can be rebuilt (a tuple gives a list, as in torch)."""
+    returns, read as arrays of their values) are stacked along a new first dimension, NumPy scalars
+    keep their dtype, Python floats become a float64 tensor and ints (and bools) a tensor of the dtype
+    `flame.tensor` infers, strings and bytes stay the sequence they came in, and mappings, named tuples
+    and sequences are collated per field, keeping their type where it can be rebuilt (a tuple gives a
+    list, as in torch)."""
     from flame.frontend.creation import tensor
 
     elem = batch[0]
