@@ -220,8 +220,12 @@ class Optimizer:
                 index[id(p)] = len(index)
                 ids.append(index[id(p)])
             groups.append({**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": ids})
-        state = {index[id(p)]: {k: _saved(k, v) for k, v in st.items()} for p, st in self.state.items()}
+        state = {index[id(p)]: self._saved_state(st) for p, st in self.state.items()}
         return {"state": state, "param_groups": groups}
+
+    def _saved_state(self, state: dict[str, Tensor]) -> dict[str, Any]:
+        """One parameter's state as state_dict() gives it (see _saved)."""
+        return {k: _saved(k, v) for k, v in state.items()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Copy saved state and hyperparameters into this optimizer IN PLACE (the same tensors and group
