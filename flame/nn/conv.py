@@ -182,6 +182,40 @@ class MaxPool3d(_MaxPool):
     d = 3
 
 
+class _MaxUnpool(Module):
+    """The partial inverse of MaxPoolNd: forward(input, indices, output_size=None) puts each value at its
+    index in a zero output (F.max_unpoolNd)."""
+
+    d = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+
+        def tup(v):  # PyTorch keeps the sizes as d-tuples (its _single, _pair, _triple)
+            return (v,) * self.d if isinstance(v, int) else tuple(v)
+
+        self.kernel_size = tup(kernel_size)
+        self.stride, self.padding = tup(stride if stride is not None else kernel_size), tup(padding)
+
+    def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:  # noqa: A002
+        return P._max_unpool(self.d, input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpool):
+    d = 1
+
+
+class MaxUnpool2d(_MaxUnpool):
+    d = 2
+
+
+class MaxUnpool3d(_MaxUnpool):
+    d = 3
+
+
 class _AvgPool(Module):
     d = 2
 
