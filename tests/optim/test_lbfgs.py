@@ -149,3 +149,14 @@ def test_step_inside_compile_raises_at_the_users_line():
 
     with pytest.raises(flame.TraceError, match=r"call opt.step\(closure\) eagerly[\s\S]*test_lbfgs.py:\d+"):
         train_step()
+
+
+def test_a_compiled_closure_drives_the_eager_step():
+    """The closure may be a @flame.compile'd step (one trace, replayed at every evaluation)."""
+    ps, tps, opt, topt = _pair(dict(line_search_fn="strong_wolfe"))
+    closure = flame.compile(_closure(opt, ps, _rosenbrock))
+    for _ in range(2):
+        opt.step(closure)
+        topt.step(_closure(topt, tps, _rosenbrock))
+    np.testing.assert_allclose(ps[0].numpy(), tps[0].detach().numpy(), rtol=1e-7, atol=1e-10)
+    assert closure.stats().traces == 1
