@@ -10,14 +10,15 @@ compiler fuses it:
 - adaptive_avg_poolNd: reshape + mean when the output divides the input, else one matmul per axis with
   the averaging matrix (PyTorch's windows [floor(i*S/O), ceil((i+1)*S/O))); adaptive_max_poolNd:
   reshape, else each window of an axis gathered into a row, and the maximum of each row picked (argmax,
-  take_along_dim) axis by axis from the last, so the gradient reaches the element PyTorch's indices name."""
+  take_along_dim) axis by axis from the last, so the gradient reaches the element PyTorch's indices name
+  (and with return_indices the same picks read those indices from a tensor of positions).
+- max_unpoolNd: max_pool's values scattered at its indices into a zero output plane."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
+from flame.errors import IndexValueError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor, zeros
@@ -31,7 +32,8 @@ from flame.ir.dtypes import i64
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
            "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "lp_pool1d",
-           "lp_pool2d", "lp_pool3d", "max_pool1d", "max_pool2d", "max_pool3d"]
+           "lp_pool2d", "lp_pool3d", "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d",
+           "max_unpool3d"]
 
 
 def _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode):
@@ -230,17 +232,81 @@ def lp_pool3d(input, norm_type: float, kernel_size, stride=None, ceil_mode: bool
     return _lp_pool(3, input, norm_type, kernel_size, stride, ceil_mode)
 
 
+
+# ---- max unpooling -------------------------------------------------------------------------------
+
+def _unpool_size(name, x, d, kernel_size, stride, padding, output_size) -> tuple[int, ...]:
+    """The output's spatial sizes: (in - 1) * stride - 2 * padding + kernel, or output_size (its last d
+    values), which PyTorch allows within one stride of that."""
+    k = ntuple(kernel_size, d, "kernel_size", name)
+    s = k if stride is None else ntuple(stride, d, "stride", name)
+    p = ntuple(padding, d, "padding", name)
+    default = tuple((n - 1) * ss - 2 * pp + kk for n, kk, ss, pp in zip(x.shape[-d:], k, s, p))
+    if output_size is None:
+        return default
+    size = tuple(int(v) for v in output_size)
+    if len(size) == d + 2:
+        size = size[2:]
+    if len(size) != d:
+        raise _err(f"{name}: output_size should be a sequence containing {d} or {d + 2} elements, but it has "
+                   f"a length of '{len(size)}'")
+    for o, dflt, ss in zip(size, default, s):
+        if not dflt - ss < o < dflt + ss:
+            raise _err(f"{name}: invalid output_size {list(size)} (dim {len(size)} must be between "
+                       f"{[a - b for a, b in zip(default, s)]} and {[a + b for a, b in zip(default, s)]})")
+    return size
+
+
+def _max_unpool(d, x, indices, kernel_size, stride, padding, output_size):
+    """The partial inverse of max_poolNd: each value written at the position its index names in a zero
+    plane of the output size (a scatter: an index named twice keeps one write, and each value's gradient
+    is the output gradient at its index, as PyTorch's)."""
+    name = f"max_unpool{d}d"
+    if tuple(indices.shape) != tuple(x.shape):
+        raise _err(f"{name}: Expected shape of indices to be same as that of the input tensor "
+                   f"({list(x.shape)}) but got indices tensor with shape: {list(indices.shape)}")
+    if indices.dtype != i64:
+        raise _err(f"{name}: expected indices of dtype int64, got {indices.dtype}")
+    x, unbatched = _batched(name, x, d)
+    indices = indices.unsqueeze(0) if unbatched else indices
+    size = _unpool_size(name, x, d, kernel_size, stride, padding, output_size)
+    count = int(np.prod(size, dtype=np.int64))
+    if indices._value is None and indices.numel():  # eager: PyTorch's check (traced: the executors')
+        a = indices.numpy()
+        bad = (a < 0) | (a >= count)
+        if bad.any():
+            raise IndexValueError(f"{name}: Found an invalid max index: {int(a[bad].flat[0])} (output volumes are "
+                                  f"of size {'x'.join(map(str, size))})\n  at {user_location()}")
+    plane = zeros(*x.shape[:2], count, dtype=x.dtype)
+    y = plane.scatter(2, indices.reshape(*x.shape[:2], -1), x.reshape(*x.shape[:2], -1))
+    y = y.reshape(*x.shape[:2], *size)
+    return y.squeeze(0) if unbatched else y
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None) -> Tensor:  # noqa: A002
+    """The partial inverse of max_pool1d: its values at its indices, zeros elsewhere."""
+    return _max_unpool(1, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None) -> Tensor:  # noqa: A002
+    """The partial inverse of max_pool2d: its values at its indices (flat positions in each output
+    plane), zeros elsewhere; output_size picks among the sizes max_pool2d maps to the input's."""
+    return _max_unpool(2, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None) -> Tensor:  # noqa: A002
+    """The partial inverse of max_pool3d: its values at its indices, zeros elsewhere."""
+    return _max_unpool(3, input, indices, kernel_size, stride, padding, output_size)
+
+
 # ---- adaptive pooling ----------------------------------------------------------------------------
 
-@lru_cache(maxsize=256)
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype (the adaptive pools)
 def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = False) -> Tensor:
     """Adaptive average or max pooling ("avg", "max") over PyTorch's windows [floor(i*S/O),
     ceil((i+1)*S/O)) per axis: reshaped tiles where every axis divides evenly, else axis by axis (a
     gather of each window: its own elements summed for the mean, its first maximum for the max)."""
     name = f"adaptive_{kind}_pool{d}d"
-    if return_indices:
-        raise NotImplementedError(f"{name}: return_indices=True is not supported\n  at {user_location()}")
     x, unbatched = _batched(name, x, d)
     sizes = (output_size,) * d if isinstance(output_size, int) or output_size is None else tuple(output_size)
     if len(sizes) != d:
@@ -255,8 +321,10 @@ def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = 
         raise _err(f"{name}: output_size {list(out)} must be >= 0")
     if 0 in out:  # PyTorch: an empty result
         y = zeros(*x.shape[:2], *out, dtype=x.dtype)
-        return y.squeeze(0) if unbatched else y
-    if all(n % o == 0 for n, o in zip(x.shape[2:], out)):
+        ys = (y, zeros(*y.shape, dtype=i64)) if return_indices else (y,)
+    elif return_indices:
+        ys = _adaptive_max_with_indices(x, out)
+    elif all(n % o == 0 for n, o in zip(x.shape[2:], out)):
         k = [n // o for n, o in zip(x.shape[2:], out)]
         axes = tuple(range(3, 3 + 2 * d, 2))
         tiles = _tiles(x, k, out) if any(kk > 1 for kk in k) else None
@@ -268,13 +336,34 @@ def _adaptive(kind: str, d: int, x: Tensor, output_size, return_indices: bool = 
             y = tiles
             for a in reversed(axes):
                 y = _first_max(y, a).squeeze(a)
+        ys = (y,)
     else:
         y = x
         dims = [i for i, (n, o) in enumerate(zip(x.shape[2:], out)) if n != o]
         for i in dims if kind == "avg" else reversed(dims):
             n, o = x.shape[2 + i], out[i]
             y = _mean_along(y, 2 + i, n, o) if kind == "avg" else _max_along(y, 2 + i, n, o)
-    return y.squeeze(0) if unbatched else y
+        ys = (y,)
+    ys = tuple(t.squeeze(0) for t in ys) if unbatched else ys
+    return ys if return_indices else ys[0]
+
+
+def _adaptive_max_with_indices(x: Tensor, out: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Adaptive max pooling and PyTorch's indices (each maximum's flat position in its input plane): axis
+    by axis from the last, each window's first maximum (the last NaN) picked from the values and, at the
+    same place, from the positions. Row-major order over the whole window picks the same element."""
+    d = len(out)
+    plane = np.arange(int(np.prod(x.shape[2:], dtype=np.int64)), dtype=np.int64).reshape(1, 1, *x.shape[2:])
+    y, pos = x, Tensor(plane).broadcast_to(x.shape)
+    for i in reversed(range(d)):
+        n, o, axis = x.shape[2 + i], out[i], 2 + i
+        if n == o:
+            continue
+        g, _ = _windows(y, axis, n, o)
+        gp, _ = _windows(pos, axis, n, o)
+        at = _first_max_at(g, axis + 1)
+        y, pos = g.take_along_dim(at, axis + 1).squeeze(axis + 1), gp.take_along_dim(at, axis + 1).squeeze(axis + 1)
+    return y, pos
 
 
 def adaptive_avg_pool1d(input, output_size) -> Tensor:  # noqa: A002
@@ -326,10 +415,14 @@ def _mean_along(x: Tensor, axis: int, n: int, o: int) -> Tensor:
 def _first_max(x: Tensor, axis: int) -> Tensor:
     """The maximum along axis (kept, of size 1) read at one element, which alone takes the gradient: the
     first maximum, or the last NaN where there is one (PyTorch's max pooling scan: val > max or isnan)."""
+    return x.take_along_dim(_first_max_at(x, axis), axis)
+
+
+def _first_max_at(x: Tensor, axis: int) -> Tensor:
+    """Where _first_max reads along axis (kept, of size 1): the first maximum, or the last NaN."""
     nan = x != x
     last_nan = (x.shape[axis] - 1) - nan.flip(axis).to(i64).argmax(axis, keepdim=True)
-    at = apply("where", nan.any(axis, keepdim=True), last_nan, x.argmax(axis, keepdim=True))
-    return x.take_along_dim(at, axis)
+    return apply("where", nan.any(axis, keepdim=True), last_nan, x.argmax(axis, keepdim=True))
 
 
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002

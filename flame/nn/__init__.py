@@ -76,12 +76,24 @@ from flame.nn.conv import (
     ConvTranspose3d,
     Fold,
     GroupNorm,
+    LazyBatchNorm1d,
+    LazyBatchNorm2d,
+    LazyBatchNorm3d,
+    LazyConv1d,
+    LazyConv2d,
+    LazyConv3d,
+    LazyConvTranspose1d,
+    LazyConvTranspose2d,
+    LazyConvTranspose3d,
     LPPool1d,
     LPPool2d,
     LPPool3d,
     MaxPool1d,
     MaxPool2d,
     MaxPool3d,
+    MaxUnpool1d,
+    MaxUnpool2d,
+    MaxUnpool3d,
     Unfold,
     Upsample,
     UpsamplingBilinear2d,
@@ -98,6 +110,7 @@ from flame.nn.layers import (
     Identity,
     L1Loss,
     LayerNorm,
+    LazyLinear,
     LeakyReLU,
     Linear,
     LogSoftmax,
@@ -111,6 +124,7 @@ from flame.nn.layers import (
     Softmax,
     Tanh,
 )
+from flame.nn.lazy import LazyModuleMixin
 from flame.nn.losses import (
     CosineEmbeddingLoss,
     CTCLoss,
@@ -140,7 +154,7 @@ from flame.nn.module_hooks import (
     register_module_full_backward_hook,
     register_module_full_backward_pre_hook,
 )
-from flame.nn.parameter import Parameter
+from flame.nn.parameter import Parameter, UninitializedBuffer, UninitializedParameter
 from flame.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from flame.nn.sync_batchnorm import SyncBatchNorm
 from flame.nn.transformer import (
@@ -155,7 +169,10 @@ from flame.nn.transformer import (
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "Conv1d", "Conv2d", "Conv3d",
            "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "LPPool1d", "LPPool2d", "LPPool3d",
-           "MaxPool1d", "MaxPool2d", "MaxPool3d", "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
+           "MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "Upsample", "UpsamplingNearest2d",
+           "UpsamplingBilinear2d", "LazyLinear", "LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d",
+           "LazyConvTranspose2d", "LazyConvTranspose3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d",
+           "LazyModuleMixin", "UninitializedParameter", "UninitializedBuffer",
            "GELU", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "ModuleDict", "NLLLoss",
            "ParameterDict", "ParameterList", "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity",
            "IncompatibleKeys", "LayerNorm", "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList",

@@ -1,7 +1,8 @@
 """The convolutional layers of flame.nn (PyTorch names, arguments, parameter layouts and initialisation,
-so a torch state_dict loads): Conv1d/2d/3d, ConvTranspose1d/2d/3d, pooling, Upsample (and
+so a torch state_dict loads): Conv1d/2d/3d, ConvTranspose1d/2d/3d, pooling and MaxUnpool, Upsample (and
 UpsamplingNearest2d / UpsamplingBilinear2d), GroupNorm and BatchNorm1d/2d/3d, each a thin Module over
-flame.frontend's conv, pooling, resample and norms."""
+flame.frontend's conv, pooling, resample and norms; and the Lazy convolutions and batch norms, which take
+their input size from their first call (flame/nn/lazy.py)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,17 @@ from flame.frontend.spatial import ntuple
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import i64
 from flame.nn import init
+from flame.nn.lazy import LazyModuleMixin
 from flame.nn.module import Module
-from flame.nn.parameter import Parameter
+from flame.nn.parameter import Parameter, UninitializedBuffer, UninitializedParameter, is_lazy
 
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d", "Fold", "Unfold", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-           "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Upsample",
+           "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d",
+           "LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d",
+           "LazyConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d",
+           "MaxUnpool3d", "Upsample",
            "UpsamplingNearest2d", "UpsamplingBilinear2d"]
 
 
@@ -179,6 +184,40 @@ class MaxPool2d(_MaxPool):
 
 
 class MaxPool3d(_MaxPool):
+    d = 3
+
+
+class _MaxUnpool(Module):
+    """The partial inverse of MaxPoolNd: forward(input, indices, output_size=None) puts each value at its
+    index in a zero output (F.max_unpoolNd)."""
+
+    d = 2
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+
+        def tup(v):  # PyTorch keeps the sizes as d-tuples (its _single, _pair, _triple)
+            return (v,) * self.d if isinstance(v, int) else tuple(v)
+
+        self.kernel_size = tup(kernel_size)
+        self.stride, self.padding = tup(stride if stride is not None else kernel_size), tup(padding)
+
+    def forward(self, input: Tensor, indices: Tensor, output_size=None) -> Tensor:  # noqa: A002
+        return P._max_unpool(self.d, input, indices, self.kernel_size, self.stride, self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpool):
+    d = 1
+
+
+class MaxUnpool2d(_MaxUnpool):
+    d = 2
+
+
+class MaxUnpool3d(_MaxUnpool):
     d = 3
 
 
@@ -432,3 +471,131 @@ class BatchNorm2d(_BatchNorm):
 
 class BatchNorm3d(_BatchNorm):
     ranks = (5,)
+
+
+# ---- lazy modules: in_channels / num_features from the first input (flame/nn/lazy.py) -------------
+
+class _LazyConvMixin(LazyModuleMixin):
+    """The lazy convolutions: in_channels is the first input's channel dim (dim 1, or dim 0 unbatched);
+    weight and bias are placeholders until then, initialised as the eager layer's at that call."""
+
+    def _lazy_init(self, out_channels: int, bias: bool, dtype: Any) -> None:
+        self.out_channels = out_channels
+        self.weight = UninitializedParameter(dtype=float_dtype(dtype))
+        if bias:
+            self.bias = UninitializedParameter(dtype=float_dtype(dtype))
+
+    def reset_parameters(self, generator: Generator | None = None) -> None:
+        if not self.has_uninitialized_params() and self.in_channels != 0:
+            super().reset_parameters(generator)
+
+    def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:  # noqa: A002
+        if not self.has_uninitialized_params():
+            return
+        d = self.d
+        if input.ndim not in (d + 1, d + 2):
+            raise ShapeError(f"Expected {d + 1}D (unbatched) or {d + 2}D (batched) input to "
+                             f"{type(self).__name__}, but got input of size: {list(input.shape)}")
+        self.in_channels = input.shape[1] if input.ndim == d + 2 else input.shape[0]
+        if self.in_channels % self.groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        g = self.groups
+        shape = (self.in_channels, self.out_channels // g) if self.transposed else (self.out_channels,
+                                                                                   self.in_channels // g)
+        self.weight.materialize(shape + self.kernel_size)
+        if self.bias is not None:
+            self.bias.materialize((self.out_channels,))
+        self.reset_parameters()
+
+    def _sizes_from_parameters(self) -> None:
+        if not is_lazy(self.weight):
+            self.in_channels = self.weight.shape[0] if self.transposed else self.weight.shape[1] * self.groups
+
+
+class _LazyConv(_LazyConvMixin, _Conv):
+    def __init__(self, out_channels: int, kernel_size, stride=1, padding=0, dilation=1, groups: int = 1,
+                 bias: bool = True, padding_mode: str = "zeros", device: Any = None, dtype: Any = None):
+        super().__init__(0, 0, kernel_size, stride, padding, dilation, groups, False, padding_mode, device, dtype)
+        self._lazy_init(out_channels, bias, dtype)
+
+
+class LazyConv1d(_LazyConv):
+    d, cls_to_become = 1, Conv1d
+
+
+class LazyConv2d(_LazyConv):
+    """Conv2d whose in_channels is its first input's (torch.nn.LazyConv2d); then it is a Conv2d."""
+
+    d, cls_to_become = 2, Conv2d
+
+
+class LazyConv3d(_LazyConv):
+    d, cls_to_become = 3, Conv3d
+
+
+class _LazyConvTranspose(_LazyConvMixin, _ConvTranspose):
+    def __init__(self, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0, groups: int = 1,
+                 bias: bool = True, dilation=1, padding_mode: str = "zeros", device: Any = None, dtype: Any = None):
+        super().__init__(0, 0, kernel_size, stride, padding, output_padding, groups, False, dilation, padding_mode,
+                         device, dtype)
+        self._lazy_init(out_channels, bias, dtype)
+
+
+class LazyConvTranspose1d(_LazyConvTranspose):
+    d, cls_to_become = 1, ConvTranspose1d
+
+
+class LazyConvTranspose2d(_LazyConvTranspose):
+    d, cls_to_become = 2, ConvTranspose2d
+
+
+class LazyConvTranspose3d(_LazyConvTranspose):
+    d, cls_to_become = 3, ConvTranspose3d
+
+
+class _LazyBatchNorm(LazyModuleMixin, _BatchNorm):
+    """BatchNorm whose num_features is its first input's dim 1 (torch.nn.LazyBatchNormNd): weight, bias,
+    running_mean and running_var are placeholders until then (num_batches_tracked is made at once)."""
+
+    def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device: Any = None, dtype: Any = None, *, bias: bool = True):
+        super().__init__(0, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
+        dt = float_dtype(dtype)
+        if affine:
+            self.weight = UninitializedParameter(dtype=dt)
+            if bias:
+                self.bias = UninitializedParameter(dtype=dt)
+        if track_running_stats:
+            self.running_mean = UninitializedBuffer(dtype=dt)
+            self.running_var = UninitializedBuffer(dtype=dt)
+
+    def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:  # noqa: A002
+        if not self.has_uninitialized_params():
+            return
+        self.num_features = input.shape[1]
+        for t in (self.weight, self.bias, self.running_mean, self.running_var):
+            if t is not None:
+                t.materialize((self.num_features,))
+        for t in (self.weight, self.running_var):  # PyTorch's reset_parameters: ones there, zeros elsewhere
+            if t is not None:
+                t.fill_(1)
+        self.reset_running_stats()
+
+    def _sizes_from_parameters(self) -> None:
+        sized = [t for t in (self.weight, self.running_mean) if t is not None and not is_lazy(t)]
+        if sized:
+            self.num_features = sized[0].shape[0]
+
+
+class LazyBatchNorm1d(_LazyBatchNorm):
+    ranks, cls_to_become = (2, 3), BatchNorm1d
+
+
+class LazyBatchNorm2d(_LazyBatchNorm):
+    """BatchNorm2d whose num_features is its first input's channel dim; then it is a BatchNorm2d."""
+
+    ranks, cls_to_become = (4,), BatchNorm2d
+
+
+class LazyBatchNorm3d(_LazyBatchNorm):
+    ranks, cls_to_become = (5,), BatchNorm3d

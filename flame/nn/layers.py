@@ -15,11 +15,12 @@ from flame.frontend.creation import Generator, ones, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
 from flame.nn import init
+from flame.nn.lazy import LazyModuleMixin
 from flame.nn.module import Module
-from flame.nn.parameter import Parameter
+from flame.nn.parameter import Parameter, UninitializedParameter, is_lazy
 
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "NLLLoss", "SmoothL1Loss",
-           "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm",
+           "Dropout", "Embedding", "Flatten", "GELU", "Identity", "LayerNorm", "LazyLinear",
            "LeakyReLU", "Linear", "LogSoftmax", "MSELoss", "RMSNorm", "ReLU", "SiLU", "Sigmoid", "Softmax",
            "Tanh"]
 
@@ -53,6 +54,36 @@ class Linear(Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+
+class LazyLinear(LazyModuleMixin, Linear):
+    """Linear whose in_features is the last dim of its first input (torch.nn.LazyLinear): weight and
+    bias are placeholders until then, initialised as Linear's at that call; the module then is a Linear."""
+
+    cls_to_become = Linear
+
+    def __init__(self, out_features: int, bias: bool = True, device: Any = None, dtype: Any = None):
+        super().__init__(0, out_features, False, device, dtype)
+        self.weight = UninitializedParameter(dtype=float_dtype(dtype))
+        if bias:
+            self.bias = UninitializedParameter(dtype=float_dtype(dtype))
+
+    def reset_parameters(self, generator: Generator | None = None) -> None:
+        if not self.has_uninitialized_params() and self.in_features != 0:
+            super().reset_parameters(generator)
+
+    def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:  # noqa: A002
+        if self.has_uninitialized_params():
+            self.in_features = input.shape[-1]
+            self.weight.materialize((self.out_features, self.in_features))
+            if self.bias is not None:
+                self.bias.materialize((self.out_features,))
+            self.reset_parameters()
+
+    def _sizes_from_parameters(self) -> None:
+        if not is_lazy(self.weight):
+            self.in_features = self.weight.shape[1]
 
 
 class LayerNorm(Module):

@@ -1,8 +1,14 @@
-"""flame.nn.Parameter: a Tensor that a Module registers as trainable (requires_grad=True)."""
+"""flame.nn.Parameter: a Tensor that a Module registers as trainable (requires_grad=True); and the
+placeholders a Lazy module holds until its first call tells the shapes (UninitializedParameter,
+UninitializedBuffer, as torch.nn's)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from flame.errors import TraceError
+from flame.frontend.creation import zeros
+from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
 
 
@@ -26,3 +32,51 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+class _Uninitialized:
+    """What the placeholders share: an empty tensor of the dtype until `materialize(shape)` gives the
+    same object zeros of that shape and turns it into its `cls_to_become` (so a module, or anything
+    else holding it, sees the materialised tensor)."""
+
+    __slots__ = ()
+    cls_to_become: type = Tensor
+
+    def materialize(self, shape: Any, device: Any = None, dtype: Any = None) -> None:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        data = zeros(*shape, dtype=dtype or self.dtype)
+        requires_grad = self.requires_grad
+        self._init(data._data, data.dtype, None, None)
+        self.requires_grad = requires_grad
+        self.__class__ = self.cls_to_become
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+
+class UninitializedParameter(_Uninitialized, Parameter):
+    """A Lazy module's parameter before its first call: no shape yet (torch.nn.UninitializedParameter).
+    An optimizer refuses it (its state is made at construction): run a batch through the model first."""
+
+    __slots__ = ()
+    cls_to_become = Parameter
+
+    def __init__(self, requires_grad: bool = True, device: Any = None, dtype: Any = None):
+        Parameter.__init__(self, zeros(0, dtype=float_dtype(dtype)), requires_grad)
+
+
+class UninitializedBuffer(_Uninitialized, Tensor):
+    """A Lazy module's buffer (BatchNorm's running statistics) before its first call."""
+
+    __slots__ = ()
+    cls_to_become = Tensor
+
+    def __init__(self, requires_grad: bool = False, device: Any = None, dtype: Any = None, persistent: bool = True):
+        empty = zeros(0, dtype=float_dtype(dtype))
+        self._init(empty._data, empty.dtype, None, None)
+        self.requires_grad = requires_grad
+
+
+def is_lazy(t: Any) -> bool:
+    """Whether t is an UninitializedParameter or UninitializedBuffer (torch.nn.parameter.is_lazy)."""
+    return isinstance(t, _Uninitialized)

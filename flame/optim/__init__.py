@@ -1,10 +1,11 @@
 """flame.optim: optimizers (SGD, ASGD, Rprop, Adam, AdamW, Adamax, NAdam, RAdam, RMSprop, Adagrad,
-Adadelta) and learning-rate schedules, torch.optim-shaped, that work eagerly and inside a
+Adadelta, and LBFGS, eager only) and learning-rate schedules, torch.optim-shaped, that work eagerly and inside a
 @flame.compile'd training step."""
 
 from flame.optim import lr_scheduler  # noqa: F401
 from flame.optim.adam import Adam, AdamW
 from flame.optim.adam_variants import Adamax, NAdam, RAdam
+from flame.optim.lbfgs import LBFGS
 from flame.optim.optimizer import Optimizer
 from flame.optim.rmsprop import Adadelta, Adagrad, RMSprop
 from flame.optim.sgd import ASGD, SGD, Rprop
@@ -17,6 +18,7 @@ __all__ = [
     "Adam",
     "AdamW",
     "Adamax",
+    "LBFGS",
     "NAdam",
     "Optimizer",
     "RAdam",
@@ -27,7 +29,6 @@ __all__ = [
 
 
 _NOT_PROVIDED = {
-    "LBFGS": "a quasi-Newton method that re-evaluates a closure several times per step",
     "SparseAdam": "Adam for sparse gradients, which flame does not produce",
 }
 

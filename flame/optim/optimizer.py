@@ -18,11 +18,12 @@ from typing import Any
 
 from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import CheckpointError, FlameError
-from flame.frontend.context import current_trace, no_grad, pinned_location
+from flame.frontend.context import current_trace, no_grad, pinned_location, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType, bf16, f16, f32, f64
+from flame.nn.parameter import is_lazy
 
 
 def compute_dtype(p: Tensor) -> DType:
@@ -91,6 +92,12 @@ class Optimizer:
             if not isinstance(p, Tensor) or p.is_traced:
                 raise TypeError(
                     f"{type(self).__name__} can only optimize concrete flame Tensors, got {type(p).__name__}"
+                )
+            if is_lazy(p):
+                raise FlameError(
+                    f"{type(self).__name__}: a parameter is an nn.UninitializedParameter (a Lazy module's, "
+                    f"before its first call): run one batch through the model before building the "
+                    f"optimizer, whose state has the parameters' shapes\n  at {user_location()}"
                 )
             if not p.dtype.is_float:
                 raise FlameError(f"{type(self).__name__}: cannot optimize a {p.dtype} tensor")
@@ -220,8 +227,12 @@ class Optimizer:
                 index[id(p)] = len(index)
                 ids.append(index[id(p)])
             groups.append({**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": ids})
-        state = {index[id(p)]: {k: _saved(k, v) for k, v in st.items()} for p, st in self.state.items()}
+        state = {index[id(p)]: self._saved_state(st) for p, st in self.state.items()}
         return {"state": state, "param_groups": groups}
+
+    def _saved_state(self, state: dict[str, Tensor]) -> dict[str, Any]:
+        """One parameter's state as state_dict() gives it (see _saved)."""
+        return {k: _saved(k, v) for k, v in state.items()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Copy saved state and hyperparameters into this optimizer IN PLACE (the same tensors and group
