@@ -118,7 +118,7 @@ _MISSING = {
     "functional": (
         "torch.autograd.functional (jacobian, hessian, vjp, jvp, hvp, vhp) is not in flame yet: vjp is "
         "flame.autograd.grad(outputs, inputs, grad_outputs=v); a Jacobian is one grad per output element with "
-        "retain_graph=True, stacked; hvp / hessian: inside @flame.compile, g = flame.autograd.grad(f(x), x, "
+        "retain_graph=True, stacked; hvp / hessian: g = flame.autograd.grad(f(x), x, "
         "create_graph=True)[0], then flame.autograd.grad(g, x, grad_outputs=v) (one v per row for the Hessian)"
     ),
     "forward_ad": "forward-mode AD (torch.autograd.forward_ad) is not in flame: use reverse mode, flame.autograd.grad",
