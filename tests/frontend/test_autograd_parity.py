@@ -2,8 +2,8 @@
 flame.autograd.grad (inputs as tensors or sequences, grad_outputs, retain_graph, create_graph for a gradient
 penalty and a Hessian-vector product, allow_unused, materialize_grads, is_grads_batched), Tensor.backward
 (gradient, retain_graph, inputs), .grad accumulation and its non-leaf warning, retain_grad, requires_grad_,
-is_leaf, grad_fn, the grad-mode managers as blocks and decorators, detach(), and what is not there yet
-(torch.autograd.functional) with its workaround."""
+is_leaf, grad_fn, the grad-mode managers as blocks and decorators, detach(), and what is not there
+(torch.autograd.forward_ad) with its reverse-mode forms (test_autograd_functional.py: the functional API)."""
 
 from __future__ import annotations
 
@@ -386,9 +386,9 @@ def test_grad_modes_inside_compile_as_torch():
 # ---- torch.autograd.functional ----------------------------------------------------------------------------
 
 
-def test_autograd_functional_is_missing_with_the_workaround_and_the_workaround_matches_torch():
-    with pytest.raises(AttributeError, match="flame.autograd.grad.*retain_graph=True.*create_graph=True"):
-        flame.autograd.functional  # noqa: B018
+def test_forward_ad_is_missing_and_the_reverse_mode_forms_match_torch():
+    with pytest.raises(AttributeError, match="forward-mode AD.*flame.autograd.grad"):
+        flame.autograd.forward_ad  # noqa: B018
     x0, v0 = _rng(30, 4), _rng(31, 4)
 
     def f(x):
@@ -404,12 +404,13 @@ def test_autograd_functional_is_missing_with_the_workaround_and_the_workaround_m
     _close(flame.stack(rows), want_j)
     _close(flame.autograd.grad(y, fx, flame.tensor(v0, dtype=flame.f64))[0], want_vjp)
 
-    @flame.compile
     def hessian(x, eye):
         (g,) = flame.autograd.grad(f(x).pow(2).sum(), x, create_graph=True)
         return flame.stack([flame.autograd.grad(g, x, grad_outputs=eye[i], retain_graph=True)[0] for i in range(4)])
 
-    _close(hessian(flame.tensor(x0, dtype=flame.f64, requires_grad=True), flame.tensor(seeds, dtype=flame.f64)), want_h)
+    for body in (hessian, flame.compile(hessian)):
+        x = flame.tensor(x0, dtype=flame.f64, requires_grad=True)
+        _close(body(x, flame.tensor(seeds, dtype=flame.f64)), want_h)
 
 
 # ---- detach ---------------------------------------------------------------------------------------------
