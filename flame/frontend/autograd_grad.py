@@ -102,7 +102,7 @@ def grad(
     allow_unused = bool(allow_unused) or materialize_grads
     trace = current_trace.get()
     if trace is not None:
-        root = _root(outs, seeds, "grad")
+        root = _root(outs, seeds, "grad", create_graph)
         ws = [trace.value_of(t) for t in ins]
         trace.builder.loc = user_location()
         got = [

@@ -210,3 +210,20 @@ def test_backward_create_graph_through_a_hooked_tensor_matches_torch():
         gx.sum().backward()
         x.grad = x.grad + gx
     _close(fx.grad, tx.grad)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_jacobian_vector_product_by_double_backward_matches_torch(compiled):
+    x0, v0 = _rng(15, 5), _rng(16, 5)
+    tx = torch.tensor(x0, requires_grad=True)
+    tu = torch.zeros(5, dtype=torch.float64, requires_grad=True)
+    (tg,) = torch.autograd.grad(tx.sin() * tx, tx, grad_outputs=tu, create_graph=True)
+    (want,) = torch.autograd.grad(tg, tu, grad_outputs=torch.tensor(v0))
+
+    def jvp(x, v):
+        u = flame.zeros_like(x).requires_grad_(True)
+        (g,) = flame.autograd.grad(x.sin() * x, x, grad_outputs=u, create_graph=True)
+        return flame.autograd.grad(g, u, grad_outputs=v)[0]
+
+    fx = flame.tensor(x0, dtype=flame.f64, requires_grad=True)
+    _close((flame.compile(jvp) if compiled else jvp)(fx, flame.tensor(v0, dtype=flame.f64)), want)
