@@ -208,6 +208,21 @@ def _gradients(
     return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes
 
 
+def _hook_stages(loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool) -> dict:
+    """The gradients of the hooked non-leaf tensors, each group's hooks run on them, latest first, the
+    ones known seeding the next stage: id -> (tensor, its hooked gradient)."""
+    inner = {id(t): t for t in order if t._node is not None}
+    seeds: dict[int, tuple] = {}
+    for t in reversed(order):
+        if id(t) in inner and is_hooked(t) and id(t) not in seeds:
+            unit = [u for u in unit_of(t) if id(u) in inner]
+            _, grads, _ = _gradients(loss, gradient, seeds, unit, leaves=False, order=order, create=create)
+            with nullcontext() if create else no_grad():
+                grads = run_unit(unit, grads)
+            seeds.update((id(u), (u, gr)) for u, gr in zip(unit, grads))
+    return seeds
+
+
 def _hooked_backward(
     loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool = False
 ) -> tuple[list, list]:
@@ -217,20 +232,11 @@ def _hooked_backward(
     hooks then run on them; a last stage gives the leaves (whose hooks run before accumulation) and the
     non-leaves that retain their grad. Returns ((leaf, gradient) pairs, the nodes passed). `create`:
     the gradients carry histories and the hooks run recording theirs."""
-    inner = {id(t): t for t in order if t._node is not None}
-    seeds: dict[int, tuple] = {}
-    recording = nullcontext if create else no_grad
-    for t in reversed(order):
-        if id(t) in inner and is_hooked(t) and id(t) not in seeds:
-            unit = [u for u in unit_of(t) if id(u) in inner]
-            _, grads, _ = _gradients(loss, gradient, seeds, unit, leaves=False, order=order, create=create)
-            with recording():
-                grads = run_unit(unit, grads)
-            seeds.update((id(u), (u, gr)) for u, gr in zip(unit, grads))
-    retained = [t for t in inner.values() if t._retains_grad and id(t) not in seeds]
+    seeds = _hook_stages(loss, gradient, order, create)
+    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
     wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order, create=create)
     pairs = []
-    with recording():
+    with nullcontext() if create else no_grad():
         run_unit(retained, grads[len(wrt) - len(retained) :])
         for t, gr in sorted(zip(wrt[: len(wrt) - len(retained)], grads), key=_last_use(order)):
             if gr is not None:
@@ -238,6 +244,30 @@ def _hooked_backward(
             if gr is not None:
                 pairs.append((t, gr))
     return pairs, nodes
+
+
+def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create: bool) -> tuple[list, list]:
+    """flame.autograd.grad's gradients of root with respect to `ins` through tensors with hooks or
+    retain_grad(), as torch's: the hooks of the tensors passed run (in _hooked_backward's stages), those
+    of the inputs too, and the non-leaves that retain their grad get it; no leaf's .grad is touched.
+    Returns (the gradients or None, the nodes passed)."""
+    seeds = _hook_stages(root, None, order, create)
+    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
+    taken = {id(t) for t in retained} | set(seeds)
+    passed = {id(t) for t in order}
+    free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
+    _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create)
+    known = {id(t): gr for t, gr in zip(retained + free, grads)}
+    known.update((i, gr) for i, (_, gr) in seeds.items())
+    got = []
+    with nullcontext() if create else no_grad():
+        run_unit(retained, grads[: len(retained)])
+        for t in ins:
+            gr = known.get(id(t))
+            if gr is not None and t._node is None and is_hooked(t):
+                gr = run_unit([t], [gr])[0]
+            got.append(gr)
+    return got, nodes
 
 
 def _last_use(order: list[Tensor]):

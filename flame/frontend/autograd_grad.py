@@ -15,7 +15,7 @@ from contextlib import nullcontext
 
 from flame.errors import AutogradError
 from flame.frontend import autograd
-from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, known_tensors
+from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, hooked_grad, known_tensors
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.hooks import accumulate_grad
@@ -123,18 +123,27 @@ def grad(
 
 def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool) -> list:
     """d root / d ins by rebuilding root's graph and running autodiff on it (None: not used); with
-    `create`, gradients with a history (autograd.gradient_tensors)."""
+    `create`, gradients with a history (autograd.gradient_tensors). Through tensors with hooks or
+    retain_grad(), in stages as backward() (autograd.hooked_grad)."""
     order = _topo(root)
+    if any(t._hooks or t._retains_grad for t in order):
+        got, nodes = hooked_grad(root, ins, order, create)
+        _free(nodes, retain)
+        return got
     g, vals, leaves, nodes = _rebuild(root, order=order)
     used = [t for t in ins if id(t) in vals]
     gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used])))
     grads = [gvals.get(id(t)) for t in ins]
     known = known_tensors(order, vals) if create else {}
     got = gradient_tensors(g, grads, list(leaves), known, [t.dtype for t in ins], create)
+    _free(nodes, retain)
+    return got
+
+
+def _free(nodes: list, retain: bool) -> None:
     if not retain:
         for node in nodes:
             node.freed = True
-    return got
 
 
 def _finish(ins: Sequence[Tensor], got: list, allow_unused: bool, materialize: bool) -> tuple:

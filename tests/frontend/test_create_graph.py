@@ -227,3 +227,26 @@ def test_jacobian_vector_product_by_double_backward_matches_torch(compiled):
 
     fx = flame.tensor(x0, dtype=flame.f64, requires_grad=True)
     _close((flame.compile(jvp) if compiled else jvp)(fx, flame.tensor(v0, dtype=flame.f64)), want)
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_grad_runs_the_hooks_of_the_tensors_passed_and_of_the_inputs_as_torch(create_graph):
+    x0 = _rng(17, 4)
+    res = []
+    for lib in (torch, flame):
+        x, w = (lib.tensor(a, dtype=lib.float64, requires_grad=True) for a in (x0, x0[::-1].copy()))
+        x.register_hook(lambda g: g * 10)
+        h = x.sin() * w
+        h.register_hook(lambda g, h=h: g * h if create_graph else g * 3)
+        h.retain_grad()
+        other = lib.tensor([1.0], dtype=lib.float64, requires_grad=True)
+        loss = h.pow(3).sum()
+        gx, go = lib.autograd.grad(loss, [x, other], create_graph=create_graph, allow_unused=True, retain_graph=True)
+        assert go is None and w.grad is None and x.grad is None
+        (gh,) = lib.autograd.grad(loss, h, create_graph=create_graph)
+        got = [gx, gh, h.grad]
+        if create_graph:
+            got.append(lib.autograd.grad(gx.sum() + gh.sum(), w)[0])
+        res.append(got)
+    for got, want in zip(res[1], res[0]):
+        _close(got, want)
