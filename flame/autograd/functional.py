@@ -1,12 +1,13 @@
-"""flame.autograd.functional: torch.autograd.functional's vjp, jvp, jacobian, hessian, vhp and hvp, eager,
-over flame.autograd.grad (and so over the one autodiff pass). As torch's: `inputs` is a Tensor or a
-tuple of Tensors and each result mirrors the structure of what it is taken against; the function's
-inputs are fresh leaves (detached copies, or views of inputs that require grad under
-create_graph=True); gradients the function does not depend on are zeros (strict=True raises instead);
-results carry a history only with create_graph=True. jvp and hvp use the double-backward trick (the
-gradient of a vector-Jacobian product with respect to its vector), as torch's do, so they need no
-forward-mode autodiff; a Jacobian is one vector-Jacobian product per output element (vectorize=True
-and strategy="forward-mode", which torch allows only together, give the same values, computed so)."""
+"""flame.autograd.functional: torch.autograd.functional's vjp, jvp, jacobian, hessian, vhp and hvp, eagerly
+and inside @flame.compile, over flame.autograd.grad (and so over the one autodiff pass). As torch's:
+`inputs` is a Tensor or a tuple of Tensors and each result mirrors the structure of what it is taken
+against; the function's inputs are fresh leaves (detached copies, or views of inputs that require grad
+under create_graph=True); gradients the function does not depend on are zeros (strict=True raises
+instead); results carry a history only with create_graph=True. jvp and hvp use the double-backward
+trick (the gradient of a vector-Jacobian product with respect to its vector), as torch's do, so they
+need no forward-mode autodiff; a Jacobian is one vector-Jacobian product per output element
+(vectorize=True and strategy="forward-mode", which torch allows only together, give the same values,
+computed so)."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.hooks import accumulate_grad
 from flame.frontend.tensor import Tensor
+from flame.ir import registry
 from flame.passes.autodiff import autodiff
 
 
@@ -108,6 +109,8 @@ def grad(
         got = [
             None if gv is None else Tensor._traced(gv, trace) for gv in autodiff(trace.graph, trace.value_of(root), ws)
         ]
+        if create_graph:
+            _mark_recorded(trace, ws, got)
         return _finish(ins, got, allow_unused, materialize_grads)
     for k, o in enumerate(outs):
         if not o.requires_grad:
@@ -119,6 +122,20 @@ def grad(
     root = _root(outs, seeds, "grad", create_graph)
     retain = create_graph if retain_graph is None else bool(retain_graph)
     return _finish(ins, _eager(root, ins, retain, create_graph), allow_unused, materialize_grads)
+
+
+def _mark_recorded(trace, ws: list, got: list) -> None:
+    """Traced gradients made with create_graph=True require grad as eagerly: those computed (through
+    ops with a gradient, outside no_grad) from the inputs differentiated by or from a tensor that
+    requires grad (Trace.requires_grad)."""
+    marked = set(ws)
+    for op in trace.graph.ops:
+        if op.out not in trace.no_grad and registry.get(op.name).vjp is not None:
+            if any(v in marked for v in op.inputs):
+                marked.add(op.out)
+    for t in got:
+        if t is not None:
+            t.requires_grad = t._value in marked or trace.requires_grad(t)
 
 
 def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool) -> list:

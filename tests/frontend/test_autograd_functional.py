@@ -138,3 +138,18 @@ def test_errors_as_torch(call, message):
             call(lib, m)
     with pytest.raises(TypeError, match="must be either a Tensor or a tuple of Tensors but the given inputs"):
         FF.vjp(lambda x: x, [_f(X)])
+
+
+@pytest.mark.parametrize("fn", ["vjp", "jvp", "vhp", "hvp", "jacobian", "hessian"])
+def test_inside_compile_as_eagerly(fn):
+    def sq(lib):
+        return lambda x: one(lib)(x).pow(2).sum()
+
+    f = one if fn in ("vjp", "jvp", "jacobian") else sq
+    if fn in ("jacobian", "hessian"):
+        got = flame.compile(lambda x: getattr(FF, fn)(f(flame), x))(_f(X))
+        want = getattr(TF, fn)(f(torch), _t(X))
+    else:
+        got = flame.compile(lambda x, v: getattr(FF, fn)(f(flame), x, v)[1])(_f(X), _f(VX))
+        want = getattr(TF, fn)(f(torch), _t(X), _t(VX))[1]
+    _same(got, want, fn)
