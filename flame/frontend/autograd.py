@@ -1,20 +1,27 @@
 """Ways to ask for gradients — loss.backward(), flame.grad, flame.value_and_grad — all through the
 one autodiff pass (passes/autodiff.py). Eager backward rebuilds the graph from the tensors that
-produced the loss (their Node records), so there is no global tape."""
+produced the loss (their Node records), so there is no global tape.
+
+With create_graph=True the gradient part of that graph (the ops autodiff added) runs as eager ops
+(`gradient_tensors`) instead of as one compiled plan: each gradient is then an eager tensor whose
+history is the gradient computation, reading the forward's tensors (and so their histories), and can
+be differentiated again as torch's can."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError
+from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
-from flame.frontend.dispatch import freed_graph_error
+from flame.frontend.dispatch import apply, freed_graph_error
 from flame.frontend.hooks import accumulate_grad, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
-from flame.ir.dtypes import f32
+from flame.ir.dtypes import DType, f32
 from flame.ir.graph import Graph, Value
 from flame.passes.autodiff import autodiff
 
@@ -93,10 +100,13 @@ def _rebuild(
     return g, vals, leaves, nodes
 
 
-def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | None = None) -> None:
+def backward(
+    loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | None = None, create_graph: bool = False
+) -> None:
     """Fill .grad of the leaf tensors (requires_grad=True) that `loss` depends on; accumulates. Frees
-    the graph (its nodes) unless retain_graph=True; a later backward through a freed node raises
-    flame.errors.AutogradError, as PyTorch raises."""
+    the graph (its nodes) unless retain_graph=True (its default is create_graph, as torch's); a later
+    backward through a freed node raises flame.errors.AutogradError, as PyTorch raises. With
+    create_graph=True the gradients carry their own history (module docstring)."""
     trace = current_trace.get()
     if trace is not None:
         trace.backward(loss, gradient, retain_graph)
@@ -113,29 +123,74 @@ def backward(loss: Tensor, gradient: Tensor | None = None, retain_graph: bool | 
         )
     order = _topo(loss)
     if any(t._hooks or t._retains_grad for t in order):
-        pairs, nodes = _hooked_backward(loss, gradient, order)
+        pairs, nodes = _hooked_backward(loss, gradient, order, create_graph)
     else:
-        wrt, grads, nodes = _gradients(loss, gradient, {}, [], leaves=True, order=order)
+        wrt, grads, nodes = _gradients(loss, gradient, {}, [], leaves=True, order=order, create=create_graph)
         pairs = [(t, gr) for t, gr in zip(wrt, grads) if gr is not None]
-    with no_grad():
+    with nullcontext() if create_graph else no_grad():  # a sum into a .grad with a history is recorded
         for t, new in pairs:
             accumulate_grad(t, new)
     run_grad_reducers(t for t, _ in pairs)
-    if not retain_graph:
+    if not (create_graph if retain_graph is None else retain_graph):
         for node in nodes:
             node.freed = True
 
 
-def _gradients(loss: Tensor, gradient: Tensor | None, seeds: dict, want: list[Tensor], leaves: bool, order: list):
+def known_tensors(order: list[Tensor], vals: dict[int, Value], cut: dict | None = None) -> dict:
+    """Value -> tensor for the values of a rebuilt graph (_rebuild) that eager tensors hold: every tensor
+    of `order`, under its value and, where cut, under the value before its stop_gradient (a second
+    derivative flows through the history of a tensor the first one was cut at)."""
+    known = {vals[id(t)]: t for t in order}
+    for i, v in (cut or {}).items():
+        if v is not None:
+            known[v] = known[vals[i]]
+    return known
+
+
+def gradient_tensors(g: Graph, grads: list, inputs: list[Tensor], known: dict, dtypes: list, create: bool) -> list:
+    """The values `grads` of g (None stays None) as tensors of `dtypes`, g's inputs holding `inputs`.
+    Without create: g compiled and run, concrete tensors. With create: the ops making them run as eager
+    ops, which record histories, from the tensors already there (`known`: Value -> the tensor holding
+    it, the forward's values; and the inputs), so the gradients can be differentiated again."""
+    outs = [v for v in grads if v is not None]
+    if not outs:
+        return [None] * len(grads)
+    if not create:
+        g.outputs = outs
+        arrays = iter(compile_graph(g).run([t._data for t in inputs]))
+        return [None if v is None else Tensor._concrete(next(arrays), dt) for v, dt in zip(grads, dtypes)]
+    env = {**known, **dict(zip(g.inputs, inputs))}
+    needed, todo = set(), list(outs)
+    while todo:
+        v = todo.pop()
+        if v not in env and v not in needed:
+            needed.add(v)
+            todo.extend(v.producer.inputs)
+    with autocast(enabled=False):  # the gradient's ops take the forward's dtypes, as torch's
+        for op in g.ops:
+            if op.out in needed:
+                env[op.out] = apply(op.name, *(env[v] for v in op.inputs), **op.attrs)
+    return [None if v is None else _as_dtype(env[v], dt) for v, dt in zip(grads, dtypes)]
+
+
+def _as_dtype(t: Tensor, dtype: DType) -> Tensor:
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def _gradients(
+    loss: Tensor, gradient: Tensor | None, seeds: dict, want: list[Tensor], leaves: bool, order: list,
+    create: bool = False,
+):
     """The gradients of loss (seeded with `gradient`) with respect to the tensors `want` and, if
     `leaves`, every leaf that requires grad: (those tensors, their gradients or None, the nodes passed).
     `order`: the tensors loss was computed from (_topo).
     `seeds`: id -> (tensor, gradient) of hooked tensors whose gradients are known: nothing flows back
-    through them from loss, their own gradient flows on from them instead."""
+    through them from loss, their own gradient flows on from them instead. `create`: the gradients
+    carry histories (gradient_tensors)."""
     cut = dict.fromkeys(seeds)
     g, vals, graph_leaves, nodes = _rebuild(loss, cut, order)
     wrt = [t for t in graph_leaves if t.requires_grad and leaves] + want
-    arrays = [t._data for t in graph_leaves]
+    inputs = list(graph_leaves)
     terms = [] if id(loss) in seeds else [(vals[id(loss)], gradient)]
     terms += [(cut[i], gr) for i, (_, gr) in seeds.items() if gr is not None]
     if not seeds:
@@ -147,36 +202,41 @@ def _gradients(loss: Tensor, gradient: Tensor | None, seeds: dict, want: list[Te
             term = b.sum_to(v if gr is None else b.mul(v, g.add_input(gr._type(), "data")), ())
             term = term if term.dtype == f32 else b.cast(term, dtype=f32)
             out = term if out is None else b.add(out, term)
-    arrays += [gr._data for _, gr in terms if gr is not None]
+    inputs += [gr for _, gr in terms if gr is not None]
     grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed) if out is not None else [None] * len(wrt)
-    keep = [i for i, gv in enumerate(grads) if gv is not None]
-    g.outputs = [grads[i] for i in keep]
-    result: list = [None] * len(wrt)
-    if keep:
-        for i, arr in zip(keep, compile_graph(g).run(arrays)):
-            result[i] = Tensor._concrete(arr, wrt[i].dtype)
-    return wrt, result, nodes
+    known = known_tensors(order, vals, cut) if create else {}
+    return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes
 
 
-def _hooked_backward(loss: Tensor, gradient: Tensor | None, order: list[Tensor]) -> tuple[list, list]:
-    """backward() through tensors with hooks or retain_grad(), PyTorch's semantics with concrete
-    gradients: in stages, latest hooked tensors first, each stage computing the complete gradients of
-    one group of them (frontend/hooks.py `unit_of`) with the gradients already hooked as seeds, its
-    hooks then run on them; a last stage gives the leaves (whose hooks run before accumulation) and the
-    non-leaves that retain their grad. Returns ((leaf, gradient) pairs, the nodes passed)."""
+def _hook_stages(loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool) -> dict:
+    """The gradients of the hooked non-leaf tensors, each group's hooks run on them, latest first, the
+    ones known seeding the next stage: id -> (tensor, its hooked gradient)."""
     inner = {id(t): t for t in order if t._node is not None}
     seeds: dict[int, tuple] = {}
     for t in reversed(order):
         if id(t) in inner and is_hooked(t) and id(t) not in seeds:
             unit = [u for u in unit_of(t) if id(u) in inner]
-            _, grads, _ = _gradients(loss, gradient, seeds, unit, leaves=False, order=order)
-            with no_grad():
+            _, grads, _ = _gradients(loss, gradient, seeds, unit, leaves=False, order=order, create=create)
+            with nullcontext() if create else no_grad():
                 grads = run_unit(unit, grads)
             seeds.update((id(u), (u, gr)) for u, gr in zip(unit, grads))
-    retained = [t for t in inner.values() if t._retains_grad and id(t) not in seeds]
-    wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order)
+    return seeds
+
+
+def _hooked_backward(
+    loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool = False
+) -> tuple[list, list]:
+    """backward() through tensors with hooks or retain_grad(), PyTorch's semantics with concrete
+    gradients: in stages, latest hooked tensors first, each stage computing the complete gradients of
+    one group of them (frontend/hooks.py `unit_of`) with the gradients already hooked as seeds, its
+    hooks then run on them; a last stage gives the leaves (whose hooks run before accumulation) and the
+    non-leaves that retain their grad. Returns ((leaf, gradient) pairs, the nodes passed). `create`:
+    the gradients carry histories and the hooks run recording theirs."""
+    seeds = _hook_stages(loss, gradient, order, create)
+    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
+    wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order, create=create)
     pairs = []
-    with no_grad():
+    with nullcontext() if create else no_grad():
         run_unit(retained, grads[len(wrt) - len(retained) :])
         for t, gr in sorted(zip(wrt[: len(wrt) - len(retained)], grads), key=_last_use(order)):
             if gr is not None:
@@ -184,6 +244,30 @@ def _hooked_backward(loss: Tensor, gradient: Tensor | None, order: list[Tensor])
             if gr is not None:
                 pairs.append((t, gr))
     return pairs, nodes
+
+
+def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create: bool) -> tuple[list, list]:
+    """flame.autograd.grad's gradients of root with respect to `ins` through tensors with hooks or
+    retain_grad(), as torch's: the hooks of the tensors passed run (in _hooked_backward's stages), those
+    of the inputs too, and the non-leaves that retain their grad get it; no leaf's .grad is touched.
+    Returns (the gradients or None, the nodes passed)."""
+    seeds = _hook_stages(root, None, order, create)
+    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
+    taken = {id(t) for t in retained} | set(seeds)
+    passed = {id(t) for t in order}
+    free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
+    _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create)
+    known = {id(t): gr for t, gr in zip(retained + free, grads)}
+    known.update((i, gr) for i, (_, gr) in seeds.items())
+    got = []
+    with nullcontext() if create else no_grad():
+        run_unit(retained, grads[: len(retained)])
+        for t in ins:
+            gr = known.get(id(t))
+            if gr is not None and t._node is None and is_hooked(t):
+                gr = run_unit([t], [gr])[0]
+            got.append(gr)
+    return got, nodes
 
 
 def _last_use(order: list[Tensor]):

@@ -2,8 +2,10 @@
 inputs, ...) returns the gradients and touches no .grad; backward(tensors, grad_tensors) accumulates into
 the leaves' .grad as Tensor.backward() does. Several outputs are differentiated as one scalar,
 sum_k <outputs[k], grad_outputs[k]>, whose gradient is their vector-Jacobian product. Eagerly the graph
-is rebuilt from the outputs' Node records, as backward() rebuilds it; inside @flame.compile the
-gradients are values of the trace (and so can be differentiated again: create_graph=True)."""
+is rebuilt from the outputs' Node records, as backward() rebuilds it; with create_graph=True its
+gradient ops run as eager ops, so the gradients carry a history and can be differentiated again
+(frontend/autograd.py gradient_tensors). Inside @flame.compile the gradients are values of the trace,
+which can be differentiated again too."""
 
 from __future__ import annotations
 
@@ -11,13 +13,14 @@ import warnings
 from collections.abc import Sequence
 from contextlib import nullcontext
 
-from flame.compiler import compile_graph
 from flame.errors import AutogradError
-from flame.frontend.autograd import _rebuild
+from flame.frontend import autograd
+from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, hooked_grad, known_tensors
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.hooks import accumulate_grad
 from flame.frontend.tensor import Tensor
+from flame.ir import registry
 from flame.passes.autodiff import autodiff
 
 
@@ -40,8 +43,9 @@ def _seeds(grads, n: int, what: str) -> tuple:
     return items
 
 
-def _root(outputs: Sequence[Tensor], seeds: Sequence, what: str) -> Tensor:
-    """sum_k <outputs[k], seeds[k]>: one scalar whose gradient is the outputs' vector-Jacobian product."""
+def _root(outputs: Sequence[Tensor], seeds: Sequence, what: str, create: bool = False) -> Tensor:
+    """sum_k <outputs[k], seeds[k]>: one scalar whose gradient is the outputs' vector-Jacobian product;
+    with `create`, differentiable in the seeds too (as torch's, where grad_outputs require grad)."""
     total = None
     for k, (o, g) in enumerate(zip(outputs, seeds)):
         if g is None:
@@ -62,7 +66,7 @@ def _root(outputs: Sequence[Tensor], seeds: Sequence, what: str) -> Tensor:
                     f"{what}: Mismatch in shape: grad_output[{k}] has a shape of {list(g.shape)} "
                     f"and output[{k}] has a shape of {list(o.shape)}\n  at {user_location()}"
                 )
-            term = (o * g.detach().to(o.dtype)).sum()
+            term = (o * (g if create else g.detach()).to(o.dtype)).sum()
         total = term if total is None else total + term
     return total
 
@@ -81,9 +85,10 @@ def grad(
     """torch.autograd.grad: the gradients of `outputs` (weighted by grad_outputs; None: a scalar output's
     ones) with respect to `inputs` (leaves or intermediate tensors), as a tuple; .grad is not touched.
     An input the outputs do not depend on raises, unless allow_unused=True (then None; zeros with
-    materialize_grads=True). Eagerly the graph is freed unless retain_graph=True; create_graph=True
-    (differentiating the gradients again) works inside @flame.compile, where gradients are traced values,
-    and raises eagerly. only_inputs is torch's deprecated argument, ignored (with torch's warning when False)."""
+    materialize_grads=True). Eagerly the graph is freed unless retain_graph=True (its default is
+    create_graph); create_graph=True gives gradients with a history of their own, which can be
+    differentiated again (eagerly and inside @flame.compile). only_inputs is torch's deprecated
+    argument, ignored (with torch's warning when False)."""
     if not only_inputs:
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
                       "gradient for other parts of the graph, please use torch.autograd.backward.", UserWarning,
@@ -98,19 +103,15 @@ def grad(
     allow_unused = bool(allow_unused) or materialize_grads
     trace = current_trace.get()
     if trace is not None:
-        root = _root(outs, seeds, "grad")
+        root = _root(outs, seeds, "grad", create_graph)
         ws = [trace.value_of(t) for t in ins]
         trace.builder.loc = user_location()
         got = [
             None if gv is None else Tensor._traced(gv, trace) for gv in autodiff(trace.graph, trace.value_of(root), ws)
         ]
+        if create_graph:
+            _mark_recorded(trace, ws, got)
         return _finish(ins, got, allow_unused, materialize_grads)
-    if create_graph:
-        raise AutogradError(
-            f"grad(create_graph=True) is not supported eagerly (eager gradients carry no graph of "
-            f"their own); differentiate twice inside @flame.compile, where gradients are traced "
-            f"values\n  at {user_location()}"
-        )
     for k, o in enumerate(outs):
         if not o.requires_grad:
             raise AutogradError(
@@ -118,26 +119,48 @@ def grad(
             )
     if not all(t.requires_grad for t in ins):
         raise AutogradError(f"One of the differentiated Tensors does not require grad\n  at {user_location()}")
-    root = _root(outs, seeds, "grad")
-    return _finish(ins, _eager(root, ins, bool(retain_graph)), allow_unused, materialize_grads)
+    root = _root(outs, seeds, "grad", create_graph)
+    retain = create_graph if retain_graph is None else bool(retain_graph)
+    return _finish(ins, _eager(root, ins, retain, create_graph), allow_unused, materialize_grads)
 
 
-def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool) -> list:
-    """d root / d ins by rebuilding root's graph and running autodiff on it (None: not used)."""
-    g, vals, leaves, nodes = _rebuild(root)
+def _mark_recorded(trace, ws: list, got: list) -> None:
+    """Traced gradients made with create_graph=True require grad as eagerly: those computed (through
+    ops with a gradient, outside no_grad) from the inputs differentiated by or from a tensor that
+    requires grad (Trace.requires_grad)."""
+    marked = set(ws)
+    for op in trace.graph.ops:
+        if op.out not in trace.no_grad and registry.get(op.name).vjp is not None:
+            if any(v in marked for v in op.inputs):
+                marked.add(op.out)
+    for t in got:
+        if t is not None:
+            t.requires_grad = t._value in marked or trace.requires_grad(t)
+
+
+def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool) -> list:
+    """d root / d ins by rebuilding root's graph and running autodiff on it (None: not used); with
+    `create`, gradients with a history (autograd.gradient_tensors). Through tensors with hooks or
+    retain_grad(), in stages as backward() (autograd.hooked_grad)."""
+    order = _topo(root)
+    if any(t._hooks or t._retains_grad for t in order):
+        got, nodes = hooked_grad(root, ins, order, create)
+        _free(nodes, retain)
+        return got
+    g, vals, leaves, nodes = _rebuild(root, order=order)
     used = [t for t in ins if id(t) in vals]
     gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used])))
-    pairs = [(i, gvals[id(t)]) for i, t in enumerate(ins) if gvals.get(id(t)) is not None]
-    g.outputs = [gv for _, gv in pairs]
-    got: list = [None] * len(ins)
-    if pairs:
-        arrays = compile_graph(g).run([t._data for t in leaves])
-        for (i, _), arr in zip(pairs, arrays):
-            got[i] = Tensor._concrete(arr, ins[i].dtype)
+    grads = [gvals.get(id(t)) for t in ins]
+    known = known_tensors(order, vals) if create else {}
+    got = gradient_tensors(g, grads, list(leaves), known, [t.dtype for t in ins], create)
+    _free(nodes, retain)
+    return got
+
+
+def _free(nodes: list, retain: bool) -> None:
     if not retain:
         for node in nodes:
             node.freed = True
-    return got
 
 
 def _finish(ins: Sequence[Tensor], got: list, allow_unused: bool, materialize: bool) -> tuple:
@@ -173,17 +196,14 @@ def backward(
     ts = _tensors(tensors, "backward(tensors)")
     seeds = _seeds(grad_tensors, len(ts), "backward(grad_tensors)")
     eager = current_trace.get() is None
-    if eager and create_graph:
-        raise AutogradError(
-            f"backward(create_graph=True) is not supported eagerly; differentiate twice inside "
-            f"@flame.compile\n  at {user_location()}"
-        )
     if eager:
         for k, t in enumerate(ts):
             if not t.requires_grad:
                 raise AutogradError(
                     f"element {k} of tensors does not require grad and does not have a grad_fn\n  at {user_location()}"
                 )
+    if eager and create_graph:
+        warnings.warn(_CYCLE, UserWarning, stacklevel=2)
     if inputs is not None:
         wrt = _tensors(inputs, "backward(inputs)")
         got = grad(ts, wrt, seeds, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True)
@@ -192,7 +212,18 @@ def backward(
                 if gt is not None:
                     accumulate_grad(t, gt)
         return
+    if eager and create_graph:
+        autograd.backward(_root(ts, seeds, "backward", True), None, retain_graph, create_graph=True)
+        return
     _root(ts, seeds, "backward").backward(retain_graph=retain_graph)
+
+
+_CYCLE = (
+    "Using backward() with create_graph=True will create a reference cycle between the parameter and its "
+    "gradient which can cause a memory leak. We recommend using autograd.grad when creating the graph to avoid "
+    "this. If you have to use this function, make sure to reset the .grad fields of your parameters to None "
+    "after use to break the cycle and avoid the leak."
+)
 
 
 __all__ = ["backward", "grad"]

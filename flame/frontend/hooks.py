@@ -25,6 +25,7 @@ import itertools
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 
 from flame.errors import AutogradError, TraceError
 from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location
@@ -219,8 +220,12 @@ def run_unit(tensors: list[Tensor], grads: list) -> list:
                 grads[j] = gr
     for t, gr in zip(tensors, grads):
         if t._retains_grad and gr is not None:
-            with no_grad():
-                accumulate_grad(t, gr)
+            if current_trace.get() is not None:
+                with no_grad():
+                    accumulate_grad(t, gr)
+            else:  # torch's retain_grad sums out of place (recorded for a gradient with a history)
+                with nullcontext() if gr.requires_grad and grad_enabled.get() else no_grad():
+                    t.grad = gr if t.grad is None else t.grad + gr
     return grads
 
 

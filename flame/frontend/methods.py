@@ -33,7 +33,7 @@ class TensorLinks:
     ) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's .grad (torch's Tensor.backward), or into `inputs`
         alone. The graph behind self is freed unless retain_graph=True: a second backward through it
-        raises. create_graph=True works inside @flame.compile (autograd.backward says so eagerly)."""
+        raises. create_graph=True gives .grad a history of its own, which can be differentiated again."""
         if create_graph or inputs is not None:
             autograd_grad.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
             return

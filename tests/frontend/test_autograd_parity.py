@@ -2,8 +2,8 @@
 flame.autograd.grad (inputs as tensors or sequences, grad_outputs, retain_graph, create_graph for a gradient
 penalty and a Hessian-vector product, allow_unused, materialize_grads, is_grads_batched), Tensor.backward
 (gradient, retain_graph, inputs), .grad accumulation and its non-leaf warning, retain_grad, requires_grad_,
-is_leaf, grad_fn, the grad-mode managers as blocks and decorators, detach(), and what is not there yet
-(torch.autograd.functional) with its workaround."""
+is_leaf, grad_fn, the grad-mode managers as blocks and decorators, detach(), and what is not there
+(torch.autograd.forward_ad) with its reverse-mode forms (test_autograd_functional.py: the functional API)."""
 
 from __future__ import annotations
 
@@ -91,35 +91,27 @@ def _critic(lib, x, w):
     return (x @ w).tanh().sum(-1)
 
 
-def test_gradient_penalty_wgan_gp_inside_compile_matches_torch():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_gradient_penalty_wgan_gp_matches_torch(compiled):
     x0, w0 = _rng(7, 4, 3), _rng(8, 3, 2)
     tx, fx = _pair(x0)
     tw, fw = _pair(w0)
     tg = torch.autograd.grad(_critic(torch, tx, tw).sum(), tx, create_graph=True)[0]
     (tg.pow(2).sum() + _critic(torch, tx, tw).mean()).backward()
 
-    @flame.compile
     def step(x, w):
         g = flame.autograd.grad(_critic(flame, x, w).sum(), x, create_graph=True)[0]
         (g.pow(2).sum() + _critic(flame, x, w).mean()).backward()
         return g
 
-    _close(step(fx, fw), tg)
+    _close(_run(step, compiled)(fx, fw), tg)
     _close(fw.grad, tw.grad)
     _close(fx.grad, tx.grad)
 
 
-def test_create_graph_eagerly_raises_naming_compile_as_the_way_out():
-    fx, fw = (flame.tensor(_rng(s, 3, 3), dtype=flame.f64, requires_grad=True) for s in (9, 10))
-    with pytest.raises(flame.errors.AutogradError, match=r"create_graph=True.*@flame.compile") as e:
-        flame.autograd.grad(_critic(flame, fx, fw).sum(), fx, create_graph=True)
-    assert "test_autograd_parity.py" in str(e.value)
-    with pytest.raises(flame.errors.AutogradError, match=r"create_graph=True.*@flame.compile"):
-        (fx * fw).sum().backward(create_graph=True)
-
-
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("by", ["grad_outputs", "dot"])
-def test_hessian_vector_product_inside_compile_matches_torch(by):
+def test_hessian_vector_product_matches_torch(by, compiled):
     x0, v0 = _rng(11, 5), _rng(12, 5)
     tx, fx = _pair(x0)
     tv, fv = _pair(v0, requires_grad=False)
@@ -130,14 +122,13 @@ def test_hessian_vector_product_inside_compile_matches_torch(by):
     (tg,) = torch.autograd.grad(f(tx), tx, create_graph=True)
     (want,) = torch.autograd.grad(tg, tx, grad_outputs=tv)
 
-    @flame.compile
     def hvp(x, v):
         (g,) = flame.autograd.grad(f(x), x, create_graph=True)
         if by == "dot":
             return flame.autograd.grad((g * v).sum(), x)[0]
         return flame.autograd.grad(g, x, grad_outputs=v)[0]
 
-    _close(hvp(fx, fv), want)
+    _close(_run(hvp, compiled)(fx, fv), want)
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -395,9 +386,9 @@ def test_grad_modes_inside_compile_as_torch():
 # ---- torch.autograd.functional ----------------------------------------------------------------------------
 
 
-def test_autograd_functional_is_missing_with_the_workaround_and_the_workaround_matches_torch():
-    with pytest.raises(AttributeError, match="flame.autograd.grad.*retain_graph=True.*create_graph=True"):
-        flame.autograd.functional  # noqa: B018
+def test_forward_ad_is_missing_and_the_reverse_mode_forms_match_torch():
+    with pytest.raises(AttributeError, match="forward-mode AD.*flame.autograd.grad"):
+        flame.autograd.forward_ad  # noqa: B018
     x0, v0 = _rng(30, 4), _rng(31, 4)
 
     def f(x):
@@ -413,12 +404,13 @@ def test_autograd_functional_is_missing_with_the_workaround_and_the_workaround_m
     _close(flame.stack(rows), want_j)
     _close(flame.autograd.grad(y, fx, flame.tensor(v0, dtype=flame.f64))[0], want_vjp)
 
-    @flame.compile
     def hessian(x, eye):
         (g,) = flame.autograd.grad(f(x).pow(2).sum(), x, create_graph=True)
         return flame.stack([flame.autograd.grad(g, x, grad_outputs=eye[i], retain_graph=True)[0] for i in range(4)])
 
-    _close(hessian(flame.tensor(x0, dtype=flame.f64, requires_grad=True), flame.tensor(seeds, dtype=flame.f64)), want_h)
+    for body in (hessian, flame.compile(hessian)):
+        x = flame.tensor(x0, dtype=flame.f64, requires_grad=True)
+        _close(body(x, flame.tensor(seeds, dtype=flame.f64)), want_h)
 
 
 # ---- detach ---------------------------------------------------------------------------------------------

@@ -327,6 +327,7 @@ def namespaces():
              ("flame.nn.utils", "torch.nn.utils", ()), ("flame.optim", "torch.optim", ()),
              ("flame.optim.lr_scheduler", "torch.optim.lr_scheduler", ()),
              ("flame.utils.data", "torch.utils.data", ()), ("flame.autograd", "torch.autograd", ()),
+             ("flame.autograd.functional", "torch.autograd.functional", ()),
              ("flame.cuda", "torch.cuda", ()), ("flame.linalg", "torch.linalg", ("_C/_linalg.pyi",)),
              ("flame.fft", "torch.fft", ("_C/_fft.pyi",)), ("flame.amp", "torch.amp", ())]
     del flame

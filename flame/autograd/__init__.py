@@ -3,7 +3,8 @@ with .apply) becomes one op of the IR whose gradient is your backward, eagerly a
 (frontend/custom_function.py); `grad` and `backward` are torch.autograd.grad / torch.autograd.backward
 over the one autodiff pass (frontend/autograd_grad.py); `gradcheck` compares the gradients with central
 finite differences, as torch.autograd.gradcheck. flame.grad / flame.value_and_grad are the functional
-(JAX-shaped) forms, and flame.custom_vjp is JAX's custom_vjp."""
+(JAX-shaped) forms, and flame.custom_vjp is JAX's custom_vjp. flame.autograd.functional is
+torch.autograd.functional (vjp, jvp, jacobian, hessian, vhp, hvp)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from flame.autograd import functional
 from flame.errors import GradcheckError
 from flame.frontend.autograd_grad import backward, grad
 from flame.frontend.context import no_grad, user_stacklevel
@@ -115,18 +117,15 @@ def gradcheck(
 
 
 _MISSING = {
-    "functional": (
-        "torch.autograd.functional (jacobian, hessian, vjp, jvp, hvp, vhp) is not in flame yet: vjp is "
-        "flame.autograd.grad(outputs, inputs, grad_outputs=v); a Jacobian is one grad per output element with "
-        "retain_graph=True, stacked; hvp / hessian: inside @flame.compile, g = flame.autograd.grad(f(x), x, "
-        "create_graph=True)[0], then flame.autograd.grad(g, x, grad_outputs=v) (one v per row for the Hessian)"
+    "forward_ad": (
+        "forward-mode AD (torch.autograd.forward_ad) is not in flame: use reverse mode, flame.autograd.grad, or "
+        "flame.autograd.functional.jvp (a Jacobian-vector product by the double-backward trick)"
     ),
-    "forward_ad": "forward-mode AD (torch.autograd.forward_ad) is not in flame: use reverse mode, flame.autograd.grad",
 }
 
 
 def __getattr__(name: str):
-    """flame.autograd.functional and forward_ad are not there yet: an AttributeError with the workaround."""
+    """flame.autograd.forward_ad is not there: an AttributeError with the workaround."""
     if name in _MISSING:
         raise AttributeError(f"module 'flame.autograd' has no attribute {name!r}: {_MISSING[name]}")
     raise AttributeError(f"module 'flame.autograd' has no attribute {name!r}")
@@ -138,6 +137,7 @@ __all__ = [
     "GradcheckError",
     "backward",
     "custom_vjp",
+    "functional",
     "grad",
     "gradcheck",
     "once_differentiable",
