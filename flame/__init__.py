@@ -62,6 +62,7 @@ from flame.frontend.data_dependent import (
     bincount,
     count_nonzero,
     histc,
+    histogram,
     nonzero,
     unique,
     unique_consecutive,
