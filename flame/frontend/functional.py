@@ -23,8 +23,8 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul
 from flame.ir.dtypes import bf16, f16, f32
 
-__all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
-           "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
+__all__ = ["alpha_dropout", "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "feature_alpha_dropout",
+           "gelu", "layer_norm", "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
            "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "tanh"]
 
 
@@ -407,6 +407,41 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     keep = (generator or default_generator()).draw("random_uniform", input.shape, input.dtype) >= p
     return apply("where", keep, input * (1.0 / (1.0 - p)), 0.0)
+
+
+_SELU_ALPHA = 1.7580993408473766  # -selu's scale * alpha: the value SELU tends to at -infinity
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False,  # noqa: A002
+                  *, generator: Generator | None = None) -> Tensor:
+    """Dropout that keeps SELU's self-normalisation, as torch's: when training, each element is set with
+    probability p to SELU's negative saturation -1.7581 and the result moved and scaled (a * x + b, with
+    a = ((1 - p) * (1 + p * 1.7581^2))^-1/2) so its mean and variance stay those of the input; identity
+    in eval. inplace is accepted and means nothing (flame's IR is pure)."""
+    return _alpha_dropout(input, p, training, input.shape, generator)
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,  # noqa: A002
+                          inplace: bool = False, *, generator: Generator | None = None) -> Tensor:
+    """alpha_dropout of whole channels: one draw per (sample, channel), shared by its positions."""
+    if input.ndim < 2:
+        raise _err(f"Feature dropout requires at least 2 dimensions in the input, got {list(input.shape)}")
+    return _alpha_dropout(input, p, training, (*input.shape[:2], *([1] * (input.ndim - 2))), generator)
+
+
+def _alpha_dropout(input: Tensor, p: float, training: bool, noise_shape: tuple[int, ...],  # noqa: A002
+                   generator) -> Tensor:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1.0) * (1.0 - p))
+    draw = (generator or default_generator()).draw("random_uniform", noise_shape, input.dtype)
+    keep = (draw >= p).to(input.dtype)
+    shift = (keep - 1.0) * (_SELU_ALPHA * a) + _SELU_ALPHA * a * p  # torch's b: 0 kept, -1 dropped
+    return input * (keep * a) + shift
 
 
 def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float, training: bool,  # noqa: A002
