@@ -44,7 +44,7 @@ class TensorCore:
         trace = current_trace.get()
         # traced, or a concrete tensor this trace has read or written (its values there are its traced
         # Value's): an op autodiff does not differentiate through, a view of self
-        if self._value is not None or (trace is not None and id(self) in trace.current):
+        if self._value is not None or (trace is not None and trace.current.get(id(self), (None,))[0] is self):
             out = apply("stop_gradient", self)
             link(out, self, opdef("stop_gradient"), {})
             return out
