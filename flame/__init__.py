@@ -66,6 +66,7 @@ from flame.frontend.data_dependent import (
     bincount,
     count_nonzero,
     histc,
+    histogram,
     nonzero,
     unique,
     unique_consecutive,

@@ -1,19 +1,25 @@
 """torch's functions whose result's shape depends on the values: nonzero / argwhere, unique,
-unique_consecutive, bincount and histc (the last has a fixed shape, but bins over the data's own range by default). They
+unique_consecutive, bincount, histc and histogram (the last two have fixed shapes, but bin over the data's own
+range by default). They
 run eagerly, on the values read to the host, and return tensors on the current device; none has a
 gradient (as in PyTorch). Inside @flame.compile the values are not known: each raises a TraceError
 that says what to write instead. count_nonzero has a fixed shape and works compiled."""
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 
-from flame.errors import ArgumentError, ShapeError, TraceError
+from flame.errors import ArgumentError, DTypeError, ShapeError, TraceError
 from flame.frontend.context import user_location
+from flame.frontend.creation import linspace
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import i64
 
-__all__ = ["argwhere", "bincount", "count_nonzero", "histc", "nonzero", "unique", "unique_consecutive"]
+__all__ = ["argwhere", "bincount", "count_nonzero", "histc", "histogram", "nonzero", "unique", "unique_consecutive"]
+
+_Histogram = namedtuple("histogram", ["hist", "bin_edges"])
 
 
 def _values(name: str, t: Tensor, instead: str) -> np.ndarray:
@@ -127,3 +133,76 @@ def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) ->
         lo, hi = lo - 1, hi + 1
     counts, _ = np.histogram(x.astype(np.float64), bins=bins, range=(lo, hi))
     return Tensor(counts.astype(input.dtype.np_dtype), dtype=input.dtype)
+
+
+def histogram(input: Tensor, bins, *, range=None, weight: Tensor | None = None,  # noqa: A002
+              density: bool = False, out=None):
+    """torch.histogram: (hist, bin_edges), both of input's floating dtype. bins: a number of equal-width
+    bins over range (by default the data's min and max, widened by 0.5 each side when they agree; an
+    empty input: [0, 1]) or a 1-D tensor of increasing edges. An element counts (weight: adds its
+    weight) in the bin [edge_i, edge_i+1), the last bin closed; those outside are ignored. density:
+    hist / (its sum * the bin widths)."""
+    if out is not None:
+        raise ArgumentError(f"histogram: out= is not supported; use the returned tensors\n  at {user_location()}")
+    instead = "use fixed edges and count with comparisons there, e.g. ((x >= lo) & (x < hi)).sum()"
+    x = _values("histogram", input, instead)
+    if not input.dtype.is_float:
+        raise DTypeError(f"histogram: expected a floating-point input, got {input.dtype}\n  at {user_location()}")
+    np_dtype = input.dtype.np_dtype
+    if isinstance(bins, Tensor):
+        edges = _values("histogram", bins, instead)
+        if bins.dtype != input.dtype:
+            raise DTypeError(f"torch.histogramdd: input tensor and bins tensors should have the same dtype, but got "
+                             f"input with dtype {input.dtype} and bins with dtype {bins.dtype}\n  at {user_location()}")
+        if edges.ndim != 1 or edges.size < 1:
+            raise ShapeError(f"histogram: bins tensor should be 1-D with at least one edge, got shape "
+                             f"{list(bins.shape)}\n  at {user_location()}")
+    else:
+        edges = _even_edges(x, int(bins), range, input.dtype)
+    w = None
+    if weight is not None:
+        w = _values("histogram", weight, instead)
+        if weight.dtype != input.dtype or weight.shape != input.shape:
+            raise ShapeError(f"histogram: weight must have input's shape {list(input.shape)} and dtype "
+                             f"{input.dtype}, got {list(weight.shape)} {weight.dtype}\n  at {user_location()}")
+        w = w.reshape(-1)
+    hist = _bin_sums(x.reshape(-1), edges, w, np_dtype)
+    if density:
+        hist = hist / hist.sum(dtype=np_dtype) / np.diff(edges).astype(np_dtype)
+    hist, edges = (Tensor(a.astype(np_dtype), dtype=input.dtype) for a in (hist, edges))
+    return _Histogram(hist, edges)
+
+
+def _even_edges(x: np.ndarray, bins: int, span, dtype) -> np.ndarray:
+    """bins + 1 equally spaced edges over span (None: the data's range), as torch.histogram places them."""
+    if bins <= 0:
+        raise ArgumentError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0"
+                            f"\n  at {user_location()}")
+    if span is not None:
+        lo, hi = (float(v) for v in span)
+        if lo > hi:
+            raise ArgumentError(f"torch.histogramdd: min should not exceed max, but got min {lo:g} max {hi:g} for "
+                                f"dimension 0\n  at {user_location()}")
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise ArgumentError(f"torch.histogramdd: dimension 0's range [{lo:g}, {hi:g}] is not finite"
+                                f"\n  at {user_location()}")
+    elif x.size:
+        lo, hi = float(x.min()), float(x.max())
+    else:
+        lo, hi = 0.0, 1.0
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    return np.asarray(linspace(lo, hi, bins + 1, dtype=dtype).numpy())
+
+
+def _bin_sums(x: np.ndarray, edges: np.ndarray, w: np.ndarray | None, np_dtype) -> np.ndarray:
+    """Per bin [edges[i], edges[i+1]) (the last closed) the count of x's elements in it, or with w
+    the sum of their weights."""
+    hist = np.zeros(max(edges.size - 1, 0), dtype=np_dtype)
+    if not hist.size:
+        return hist
+    inside = (x >= edges[0]) & (x <= edges[-1])
+    pos = np.searchsorted(edges, x[inside], side="right") - 1
+    pos = np.minimum(pos, hist.size - 1)  # the last edge falls in the last bin
+    np.add.at(hist, pos, np.ones(pos.size, dtype=np_dtype) if w is None else w[inside])
+    return hist

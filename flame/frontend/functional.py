@@ -11,11 +11,11 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, FlameError, IndexValueError, ShapeError
 from flame.frontend import fp8
 from flame.frontend.autocast import get_fp8_recipe, policy
-from flame.frontend.context import grad_enabled, user_location, user_stacklevel
-from flame.frontend.creation import Generator, default_generator, ones
+from flame.frontend.context import grad_enabled, no_grad, user_location, user_stacklevel
+from flame.frontend.creation import Generator, default_generator, ones, zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
-from flame.frontend.index_ops import embedding_rows
+from flame.frontend.index_ops import check_indices, embedding_rows
 from flame.frontend.norms import param_dtype, widened
 from flame.frontend.opmath import wants_gradient
 from flame.frontend.spatial import _err
@@ -25,8 +25,8 @@ from flame.ir import registry
 from flame.ir.builder import _with_loc
 from flame.ir.dtypes import bf16, boolean, f16, f32
 
-__all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "gelu", "layer_norm",
-           "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
+__all__ = ["alpha_dropout", "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "feature_alpha_dropout",
+           "gelu", "layer_norm", "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
            "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "tanh"]
 
 
@@ -348,33 +348,55 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,  # 
               max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
               sparse: bool = False) -> Tensor:
     """weight's rows at input; an index outside [0, rows) raises (frontend/index_ops.py). The row
-    padding_idx gets no gradient (its lookups still give what it holds), as torch's."""
-    embedding_unsupported(max_norm, scale_grad_by_freq, sparse)
+    padding_idx gets no gradient (its lookups still give what it holds), as torch's. With max_norm, the
+    looked-up rows of weight whose norm_type-norm exceeds max_norm are first scaled in place to that
+    norm (no gradient through the scaling); scale_grad_by_freq divides each row's gradient by how often
+    input holds it."""
+    if sparse:
+        raise NotImplementedError(f"embedding: sparse gradients are not supported; use sparse=False (a dense "
+                                  f"gradient)\n  at {user_location()}")
     if padding_idx is not None:
+        if not -weight.shape[0] <= padding_idx < weight.shape[0]:
+            raise ValueError(f"embedding: padding_idx {padding_idx} must be within num_embeddings "
+                             f"({weight.shape[0]})")
         mask = np.ones((weight.shape[0], 1), dtype=weight.dtype.np_dtype)
         mask[padding_idx % weight.shape[0]] = 0
+    if max_norm is not None:
+        embedding_renorm_(weight, input, max_norm, norm_type)
+    if padding_idx is not None:
         weight = rows_without_grad(weight, Tensor(mask))
-    return embedding_rows(weight, input)
+    out = embedding_rows(weight, input)
+    return rows_scaled_by_freq(out, input, weight.shape[0]) if scale_grad_by_freq else out
+
+
+def embedding_renorm_(weight: Tensor, input: Tensor, max_norm: float, norm_type: float) -> Tensor:  # noqa: A002
+    """torch.embedding_renorm_: the rows of weight that input looks up and whose norm_type-norm exceeds
+    max_norm scaled in place by max_norm / (norm + 1e-7), with no gradient (traced, an aliased output)."""
+    rows = weight.shape[0]
+    check_indices("embedding", input, rows, 0)
+    with no_grad():
+        flat = input.reshape(-1).long()
+        hit = zeros(rows, dtype=weight.dtype).scatter_add(0, flat, ones(flat.shape[0], dtype=weight.dtype)) > 0
+        norm = weight.norm(norm_type, dim=-1, keepdim=True)
+        shrink = hit.reshape(rows, 1) & (norm > max_norm)
+        weight.copy_(apply("where", shrink, weight * (max_norm / (norm + 1e-7)), weight))
+    return weight
+
+
+def rows_scaled_by_freq(out: Tensor, input: Tensor, rows: int) -> Tensor:  # noqa: A002
+    """out (the rows looked up at input) with the gradient of each lookup divided by how often input
+    holds its index: embedding's scale_grad_by_freq. The values are out's."""
+    flat = input.reshape(-1).long()
+    one = ones(flat.shape[0], dtype=out.dtype)
+    counts = zeros(rows, dtype=out.dtype).scatter_add(0, flat, one)[flat]
+    share = (1.0 / counts).reshape(*input.shape, *([1] * (out.ndim - input.ndim)))
+    frozen = out.detach()
+    return frozen + (out - frozen) * share
 
 
 def rows_without_grad(weight: Tensor, row_mask: Tensor) -> Tensor:
     """weight's values, with no gradient flowing to the rows where row_mask ([rows, 1], 0 or 1) is 0."""
     return apply("where", row_mask != 0, weight, weight.detach())
-
-
-def embedding_unsupported(max_norm, scale_grad_by_freq: bool, sparse: bool) -> None:
-    """Raise, naming what to write instead, for embedding options flame does not have."""
-    if max_norm is not None:
-        raise NotImplementedError(
-            f"embedding: max_norm is not supported; renormalise the rows you look up yourself under "
-            f"flame.no_grad() before the lookup (n = w[idx].norm(dim=-1, keepdim=True); "
-            f"w[idx] = w[idx] * (max_norm / (n + 1e-7)).clamp(max=1))\n  at {user_location()}")
-    if scale_grad_by_freq:
-        raise NotImplementedError(f"embedding: scale_grad_by_freq is not supported; scale the weight's gradient "
-                                  f"by 1 / (the count of each row in the batch) yourself\n  at {user_location()}")
-    if sparse:
-        raise NotImplementedError(f"embedding: sparse gradients are not supported; use sparse=False (a dense "
-                                  f"gradient)\n  at {user_location()}")
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
@@ -387,6 +409,41 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     keep = (generator or default_generator()).draw("random_uniform", input.shape, input.dtype) >= p
     return apply("where", keep, input * (1.0 / (1.0 - p)), 0.0)
+
+
+_SELU_ALPHA = 1.7580993408473766  # -selu's scale * alpha: the value SELU tends to at -infinity
+
+
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False,  # noqa: A002
+                  *, generator: Generator | None = None) -> Tensor:
+    """Dropout that keeps SELU's self-normalisation, as torch's: when training, each element is set with
+    probability p to SELU's negative saturation -1.7581 and the result moved and scaled (a * x + b, with
+    a = ((1 - p) * (1 + p * 1.7581^2))^-1/2) so its mean and variance stay those of the input; identity
+    in eval. inplace is accepted and means nothing (flame's IR is pure)."""
+    return _alpha_dropout(input, p, training, input.shape, generator)
+
+
+def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,  # noqa: A002
+                          inplace: bool = False, *, generator: Generator | None = None) -> Tensor:
+    """alpha_dropout of whole channels: one draw per (sample, channel), shared by its positions."""
+    if input.ndim < 2:
+        raise _err(f"Feature dropout requires at least 2 dimensions in the input, got {list(input.shape)}")
+    return _alpha_dropout(input, p, training, (*input.shape[:2], *([1] * (input.ndim - 2))), generator)
+
+
+def _alpha_dropout(input: Tensor, p: float, training: bool, noise_shape: tuple[int, ...],  # noqa: A002
+                   generator) -> Tensor:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0 or input.numel() == 0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1.0) * (1.0 - p))
+    draw = (generator or default_generator()).draw("random_uniform", noise_shape, input.dtype)
+    keep = (draw >= p).to(input.dtype)
+    shift = (keep - 1.0) * (_SELU_ALPHA * a) + _SELU_ALPHA * a * p  # torch's b: 0 kept, -1 dropped
+    return input * (keep * a) + shift
 
 
 def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float, training: bool,  # noqa: A002

@@ -1,21 +1,22 @@
 """More of torch's functions, each composed from the IR's primitives (so they fuse, trace and differentiate
 like the rest), with torch's names, arguments and edge values: grids and products (meshgrid,
 cartesian_prod, block_diag, diag_embed, rot90, addmv, vdot), differences and sums (diff, trapezoid,
-cumulative_trapezoid, cdist), searching sorted values (searchsorted, bucketize), statistics pairs
-(var_mean, std_mean, aminmax), the most frequent value (mode) and elementwise functions (nan_to_num,
-logaddexp, logaddexp2, hypot, copysign, signbit, heaviside, sinc, fmax, fmin, float_power, exp2,
+cumulative_trapezoid, cdist), searching sorted values (searchsorted, bucketize), statistics
+(var_mean, std_mean, aminmax, cov with its weights), the most frequent value (mode) and elementwise functions
+(nan_to_num, logaddexp, logaddexp2, hypot, copysign, signbit, heaviside, sinc, fmax, fmin, float_power, exp2,
 deg2rad, rad2deg, and the aliases positive, negative, absolute, sgn, rsub)."""
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import DTypeError, ShapeError
+from flame.errors import ArgumentError, DTypeError, ShapeError
 from flame.frontend.autocast import policy
-from flame.frontend.context import user_location
+from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import floating
 from flame.frontend.dispatch import apply
@@ -26,7 +27,7 @@ from flame.frontend.tensor_core import cat, stack, where
 from flame.frontend.tensor_ops import vector_norm
 from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
-__all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign",
+__all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign", "cov",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax", "fmin",
            "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode", "msort", "nan_to_num",
            "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "rot90", "rsub", "searchsorted",
@@ -578,3 +579,64 @@ def sgn(input: Tensor) -> Tensor:  # noqa: A002
 def rsub(input: Tensor, other, alpha: float = 1) -> Tensor:  # noqa: A002
     """other - alpha * input."""
     return other - (input if alpha == 1 else input * alpha)
+
+
+def cov(input: Tensor, *, correction: int = 1, fweights: Tensor | None = None,  # noqa: A002
+        aweights: Tensor | None = None) -> Tensor:
+    """The covariance of input's rows (variables) over its columns (observations), as torch.cov: each
+    observation weighted by fweights (integer repeat counts) times aweights (floating importance
+    weights); the normaliser is sum(w) - correction, or sum(w) - correction * sum(w * aweights) / sum(w)
+    with aweights (degrees of freedom <= 0: it is 0, as torch's, with torch's warning where it is known).
+    A single variable gives a 0-d result."""
+    if input.ndim > 2:
+        raise ShapeError(f"cov(): expected input to have two or fewer dimensions but got an input with "
+                         f"{input.ndim} dimensions\n  at {user_location()}")
+    x = input.reshape(1, -1) if input.ndim < 2 else input
+    if not x.dtype.is_float:
+        x = x.to(floating())
+    n = x.shape[1]
+    w = None
+    for name, weights, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
+        if weights is not None:
+            weights = _cov_weights(name, weights, n, integral)
+            w = weights if w is None else w * weights
+    if w is None:
+        w_sum, norm = n, n - correction
+        if norm <= 0:
+            _dof_warning()
+            norm = 0
+    else:
+        w_sum = w.sum()
+        norm = w_sum - (correction if aweights is None or correction == 0
+                        else correction * (w * aweights.reshape(-1)).sum() / w_sum)
+        if norm._value is None and float(norm) <= 0:
+            _dof_warning()
+        norm = where(norm <= 0, 0, norm)
+    weighted = x if w is None else x * w
+    centered = x - (weighted.sum(1, keepdim=True) / w_sum)
+    out = centered @ (centered if w is None else centered * w).transpose(0, 1)
+    return (out / norm).squeeze()
+
+
+def _cov_weights(name: str, weights, n: int, integral: bool) -> Tensor:
+    """cov's fweights or aweights as a 1-D tensor of n entries, checked as torch checks them."""
+    if not isinstance(weights, Tensor):
+        raise DTypeError(f"cov(): {name} must be a tensor, got {type(weights).__name__}\n  at {user_location()}")
+    if weights.ndim > 1:
+        raise ShapeError(f"cov(): expected {name} to have one or fewer dimensions but got {name} with "
+                         f"{weights.ndim} dimensions\n  at {user_location()}")
+    if weights.dtype.is_float == integral or weights.dtype.kind == "bool":
+        want = "integral" if integral else "floating point"
+        raise DTypeError(f"cov(): expected {name} to have {want} dtype but got {name} with {weights.dtype} dtype"
+                         f"\n  at {user_location()}")
+    if weights.numel() != n:
+        raise ShapeError(f"cov(): expected {name} to have the same numel as there are observations in the input "
+                         f"but got {weights.numel()} != {n}\n  at {user_location()}")
+    if weights._value is None and bool((weights < 0).any()):
+        raise ArgumentError(f"cov(): {name} cannot be negative\n  at {user_location()}")
+    return weights.reshape(-1)
+
+
+def _dof_warning() -> None:
+    warnings.warn("cov(): degrees of freedom is <= 0. Correction should be strictly less than the number of "
+                  "observations.", UserWarning, stacklevel=user_stacklevel())

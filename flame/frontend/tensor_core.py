@@ -50,7 +50,10 @@ class TensorCore:
     __slots__ = ()
 
     def detach(self) -> Tensor:
-        if self._value is not None:  # traced: an op autodiff does not differentiate through, a view of self
+        trace = current_trace.get()
+        # traced, or a concrete tensor this trace has read or written (its values there are its traced
+        # Value's): an op autodiff does not differentiate through, a view of self
+        if self._value is not None or (trace is not None and trace.current.get(id(self), (None,))[0] is self):
             out = apply("stop_gradient", self)
             link(out, self, opdef("stop_gradient"), {})
             return out

@@ -533,16 +533,8 @@ class TensorMath:
 
     def cov(self, *, correction: int = 1, fweights=None, aweights=None):
         """The covariance of the rows (variables) over the columns (observations), as torch.cov
-        (frequency and analytic weights are not supported)."""
-        if fweights is not None or aweights is not None:
-            raise NotImplementedError("cov: fweights and aweights are not supported")
-        if self.ndim > 2:
-            raise ShapeError(f"cov: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
-        x = self.reshape(1, -1) if self.ndim < 2 else self
-        x = as_floating(x)
-        centered = x - x.mean(1, keepdim=True)
-        out = matmul(centered, centered.transpose(0, 1)) / (x.shape[1] - correction)
-        return out.reshape(()) if self.ndim < 2 else out
+        (more_math.cov: with frequency and analytic weights)."""
+        return more_math.cov(self, correction=correction, fweights=fweights, aweights=aweights)
 
     def corrcoef(self):
         """Pearson's correlation coefficients of the rows, clipped to [-1, 1], as torch.corrcoef."""

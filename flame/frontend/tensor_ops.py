@@ -622,6 +622,9 @@ class TensorOps:
     def histc(self, bins: int = 100, min: float = 0.0, max: float = 0.0):  # noqa: A002
         return data_dependent.histc(self, bins, min, max)
 
+    def histogram(self, bins, *, range=None, weight=None, density: bool = False):  # noqa: A002
+        return data_dependent.histogram(self, bins, range=range, weight=weight, density=density)
+
     def unflatten(self, dim: int, sizes):
         """Dimension dim split into sizes (one may be -1), as torch.unflatten."""
         axis = dim_index("unflatten", dim, self.ndim)

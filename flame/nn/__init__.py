@@ -6,6 +6,7 @@ from flame.nn.activations import (
     ELU,
     GLU,
     SELU,
+    AlphaDropout,
     Bilinear,
     ChannelShuffle,
     CircularPad1d,
@@ -19,6 +20,7 @@ from flame.nn.activations import (
     Dropout2d,
     Dropout3d,
     EmbeddingBag,
+    FeatureAlphaDropout,
     Hardshrink,
     Hardsigmoid,
     Hardswish,
@@ -190,4 +192,5 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "SoftMarginLoss", "TripletMarginLoss",
            "CTCLoss", "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d", "Fold", "Unfold", "register_module_forward_hook", "register_module_forward_pre_hook",
-           "register_module_full_backward_hook", "register_module_full_backward_pre_hook"]
+           "register_module_full_backward_hook", "register_module_full_backward_pre_hook", "AlphaDropout",
+           "FeatureAlphaDropout"]

@@ -269,6 +269,31 @@ class Dropout3d(_ChannelDropout):
     fn = staticmethod(F.dropout3d)
 
 
+class AlphaDropout(Module):
+    """F.alpha_dropout in training mode (SELU's self-normalising dropout); identity in eval. inplace is
+    accepted and means nothing (flame's IR is pure)."""
+
+    fn = staticmethod(F.alpha_dropout)
+
+    def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        self.p, self.inplace, self.generator = p, inplace, generator
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self).fn(x, self.p, self.training, generator=self.generator)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class FeatureAlphaDropout(AlphaDropout):
+    """F.feature_alpha_dropout in training mode (whole channels); identity in eval."""
+
+    fn = staticmethod(F.feature_alpha_dropout)
+
+
 class PixelShuffle(_Elementwise):
     fn = staticmethod(R.pixel_shuffle)
 

@@ -138,8 +138,12 @@ class Embedding(Module):
                  sparse: bool = False, _weight: Tensor | None = None, _freeze: bool = False, device: Any = None,
                  dtype: Any = None, *, generator: Generator | None = None):
         super().__init__()
-        F.embedding_unsupported(max_norm, scale_grad_by_freq, sparse)
+        if sparse:
+            raise NotImplementedError("Embedding: sparse gradients are not supported; use sparse=False (a dense "
+                                      "gradient)")
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
+        self.sparse = sparse
         if padding_idx is not None:
             padding_idx = padding_idx % num_embeddings
         self.padding_idx = padding_idx
@@ -159,12 +163,22 @@ class Embedding(Module):
         self._place(device)
 
     def forward(self, idx: Tensor) -> Tensor:
+        if self.max_norm is not None:
+            F.embedding_renorm_(self.weight, idx, self.max_norm, self.norm_type)
         w = self.weight if self.padding_idx is None else F.rows_without_grad(self.weight, self._row_mask)
-        return F.embedding(idx, w)
+        return F.embedding(idx, w, scale_grad_by_freq=self.scale_grad_by_freq)
 
     def extra_repr(self) -> str:
-        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
-        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        if self.scale_grad_by_freq:
+            s += ", scale_grad_by_freq=True"
+        return s
 
 
 def given_weight(module: Module, weight: Tensor | None, shape: tuple[int, ...], freeze: bool = False):
