@@ -399,14 +399,22 @@ def rows_without_grad(weight: Tensor, row_mask: Tensor) -> Tensor:
     return apply("where", row_mask != 0, weight, weight.detach())
 
 
+def check_dropout_p(p: float) -> None:
+    """Raise torch's ValueError unless the dropout probability p is in [0, 1] (NaN included)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+
+
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
             *, generator: Generator | None = None) -> Tensor:
     """Elements zeroed with probability p (the rest scaled by 1 / (1 - p)) when training; inplace is
-    accepted and means nothing (flame's IR is pure)."""
+    accepted and means nothing (flame's IR is pure). p = 1 zeroes everything as torch does: input * 0
+    (NaN where the input is not finite), with a zero gradient."""
+    check_dropout_p(p)
     if not training or p == 0.0:
         return input
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if p == 1.0:
+        return input * 0.0
     keep = (generator or default_generator()).draw("random_uniform", input.shape, input.dtype) >= p
     return apply("where", keep, input * (1.0 / (1.0 - p)), 0.0)
 
@@ -450,10 +458,13 @@ def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float,
                      generator) -> Tensor:
     """Whole channels zeroed with probability p (the rest scaled by 1 / (1 - p)): dropout of a mask
     of one value per (sample, channel), broadcast over the positions."""
+    check_dropout_p(p)
     if input.ndim not in ranks:
         raise _err(f"{name}: expected a {' or '.join(f'{r}-D' for r in ranks)} input, got {list(input.shape)}")
     if not training or p == 0.0:
         return input
+    if p == 1.0:
+        return input * 0.0
     spatial = ranks[-1] - 2  # the positions' dims: a mask of one value per (sample, channel) over them
     keep = dropout(ones(*input.shape[:input.ndim - spatial], *([1] * spatial), dtype=input.dtype), p, True,
                    generator=generator)

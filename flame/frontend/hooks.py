@@ -81,6 +81,12 @@ def seen(handle: RemovableHandle) -> None:
     _seen[handle.id] = None
 
 
+def forget(hook_id: int) -> None:
+    """Note that the hook `hook_id` was deleted from its dict by key, as torch code does
+    (`del module._forward_pre_hooks[k]`), not through its handle: compiled steps trace again."""
+    _seen.pop(hook_id, None)
+
+
 class RemovableHandle:
     """What a register_*hook returns (torch.utils.hooks.RemovableHandle): `.remove()` takes the hook out
     of every dict it was put in (again is harmless); `with handle:` removes it at the block's end."""

@@ -246,8 +246,7 @@ class _ChannelDropout(Module):
 
     def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        F.check_dropout_p(p)
         self.p, self.generator = p, generator
 
     def forward(self, x: Tensor) -> Tensor:

@@ -9,6 +9,7 @@ its steps are done, and gives a PackedSequence out, as torch's."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from flame.errors import ShapeError
@@ -71,8 +72,9 @@ class _RNNBase(Module):
         if not 0 <= proj_size < hidden_size:
             raise ValueError(f"{type(self).__name__}: proj_size must be in [0, hidden_size = {hidden_size}), got "
                              f"{proj_size}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"{type(self).__name__}: dropout must be in [0, 1), got {dropout}")
+        if isinstance(dropout, bool) or not isinstance(dropout, numbers.Number) or not 0 <= dropout <= 1:
+            raise ValueError("dropout should be a number in range [0, 1] representing the probability of an element "
+                             "being zeroed")
         if num_layers < 1 or hidden_size < 1:
             raise ValueError(f"{type(self).__name__}: num_layers and hidden_size must be positive")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers

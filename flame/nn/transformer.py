@@ -56,8 +56,8 @@ class MultiheadAttention(Module):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"MultiheadAttention: dropout must be in [0, 1), got {dropout}")
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], got {dropout}")
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.dropout, self.batch_first, self.generator = dropout, batch_first, generator
         dt = float_dtype(dtype)

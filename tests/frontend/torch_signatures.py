@@ -324,7 +324,8 @@ def namespaces():
 
     pairs = [("flame", "torch", _VF), ("flame.nn.functional", "torch.nn.functional", _NN),
              ("flame.nn", "torch.nn", ()), ("flame.nn.init", "torch.nn.init", ()),
-             ("flame.nn.utils", "torch.nn.utils", ()), ("flame.optim", "torch.optim", ()),
+             ("flame.nn.utils", "torch.nn.utils", ()),
+             ("flame.nn.utils.prune", "torch.nn.utils.prune", ()), ("flame.optim", "torch.optim", ()),
              ("flame.optim.lr_scheduler", "torch.optim.lr_scheduler", ()),
              ("flame.utils.data", "torch.utils.data", ()), ("flame.autograd", "torch.autograd", ()),
              ("flame.autograd.functional", "torch.autograd.functional", ()),

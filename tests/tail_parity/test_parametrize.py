@@ -574,3 +574,18 @@ def test_load_state_dict_pre_hook_like_torch():
     mine[0].register_load_state_dict_pre_hook(refuse)
     with pytest.raises(RuntimeError, match="refused by the hook"):
         mine.load_state_dict(mine.state_dict())
+
+
+@pytest.mark.parametrize("form", ["weight_norm", "spectral_norm"])
+def test_removing_a_hook_form_retraces_compiled_steps(form):
+    """After remove_weight_norm / remove_spectral_norm a compiled step reads the plain parameter again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        m = getattr(flame.nn.utils, form)(flame.nn.Linear(3, 2))
+    step = flame.compile(lambda x: m(x).sum())
+    x = flame.randn(4, 3)
+    step(x)
+    getattr(flame.nn.utils, "remove_" + form)(m)
+    with flame.no_grad():
+        m.weight.copy_(flame.zeros(2, 3))
+    np.testing.assert_allclose(step(x).item(), m(x).sum().item(), rtol=1e-6)

@@ -16,6 +16,7 @@ import warnings
 from flame.frontend.activations import normalize
 from flame.frontend.context import no_grad
 from flame.frontend.creation import randn
+from flame.frontend.hooks import forget
 from flame.frontend.more_math import vdot
 from flame.frontend.tensor import Tensor
 from flame.nn.module import Module
@@ -174,5 +175,6 @@ def _remove(module: Module, kind: type, name: str, what: str) -> Module:
         if isinstance(hook, kind) and hook.name == name:
             hook.remove(module)
             del hooks[k]
+            forget(k)  # compiled steps that ran the hook trace again
             return module
     raise ValueError(f"{what} of '{name}' not found in {type(module).__name__}")
