@@ -42,7 +42,10 @@ class TensorCore:
     __slots__ = ()
 
     def detach(self) -> Tensor:
-        if self._value is not None:  # traced: an op autodiff does not differentiate through, a view of self
+        if self._value is not None or current_trace.get() is not None:
+            # traced (or a concrete tensor read while tracing: its current value in the trace, which an
+            # in-place op earlier in the body may have rebound): an op autodiff does not differentiate
+            # through, a view of self
             out = apply("stop_gradient", self)
             link(out, self, opdef("stop_gradient"), {})
             return out

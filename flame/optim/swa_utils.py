@@ -147,12 +147,9 @@ class AveragedModel(Module):
         else:
             mine, theirs = list(self.parameters()), list(model.parameters())
         mine, theirs = mine[: len(theirs)], theirs[: len(mine)]  # zip's pairs, as torch's
-        traced = current_trace.get() is not None
         with no_grad():
-            # eagerly detached, as torch's; a trace reads the current values under no_grad (a detach() of
-            # a buffer BatchNorm updated earlier in the same trace reads its value from before the update)
-            theirs = theirs if traced else [p.detach() for p in theirs]
-            if traced:
+            theirs = [p.detach() for p in theirs]
+            if current_trace.get() is not None:
                 self._update_traced(mine, theirs)
             else:
                 first = self.n_averaged.item() == 0
@@ -163,7 +160,7 @@ class AveragedModel(Module):
                     self._average(mine, theirs)
             if not self.use_buffers:  # the copy's buffers follow the model's
                 for b_avg, b_model in zip(self.module.buffers(), model.buffers(), strict=True):
-                    b_avg.copy_(b_model if traced else b_model.detach())
+                    b_avg.copy_(b_model.detach())
             self.n_averaged.add_(1)
 
     def _update_traced(self, mine: list[Tensor], theirs: list[Tensor]) -> None:
@@ -179,7 +176,7 @@ class AveragedModel(Module):
         torch's groups the tensors by device and dtype), or by default get_swa_avg_fn per tensor."""
         if self.avg_fn is not None and self.multi_avg_fn is None:
             for p_avg, p_model in zip(mine, theirs):
-                p_avg.copy_(self.avg_fn(p_avg if current_trace.get() else p_avg.detach(), p_model, self.n_averaged))
+                p_avg.copy_(self.avg_fn(p_avg.detach(), p_model, self.n_averaged))
             return
         groups: dict[Any, tuple[list[Tensor], list[Tensor]]] = {}
         for p_avg, p_model in zip(mine, theirs):
