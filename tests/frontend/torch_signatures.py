@@ -326,7 +326,8 @@ def namespaces():
              ("flame.nn", "torch.nn", ()), ("flame.nn.init", "torch.nn.init", ()),
              ("flame.nn.utils", "torch.nn.utils", ()), ("flame.optim", "torch.optim", ()),
              ("flame.optim.lr_scheduler", "torch.optim.lr_scheduler", ()),
-             ("flame.optim.swa_utils", "torch.optim.swa_utils", ()),
+             ("flame.optim.swa_utils", "torch.optim.swa_utils", ()), ("flame.func", "torch.func", ()),
+             ("flame.nn.utils.stateless", "torch.nn.utils.stateless", ()),
              ("flame.utils.data", "torch.utils.data", ()), ("flame.autograd", "torch.autograd", ()),
              ("flame.cuda", "torch.cuda", ()), ("flame.linalg", "torch.linalg", ("_C/_linalg.pyi",)),
              ("flame.fft", "torch.fft", ("_C/_fft.pyi",)), ("flame.amp", "torch.amp", ())]
