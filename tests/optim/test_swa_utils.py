@@ -259,3 +259,28 @@ def test_update_bn_of_an_averaged_model_and_without_batchnorm():
     _same_state(fa, ta)
     lin = nn.Linear(3, 2)
     FS.update_bn([flame.tensor(data[0])], lin)  # no BatchNorm: nothing to do, nothing run
+
+
+def test_swalr_steers_a_compiled_step_without_retracing():
+    """SWALR writes group['lr'], which a compiled step reads as a scalar input: the SGD updates follow
+    torch's rates epoch by epoch, traced once."""
+    fp, tp = nn.Parameter(flame.ones(3, dtype=flame.float64)), torch.ones(3, dtype=torch.float64, requires_grad=True)
+    fopt, topt = flame.optim.SGD([fp], lr=0.5), torch.optim.SGD([tp], lr=0.5)
+    fs, ts = FS.SWALR(fopt, swa_lr=0.05, anneal_epochs=3), TS.SWALR(topt, swa_lr=0.05, anneal_epochs=3)
+
+    @flame.compile
+    def fstep():
+        (fp * fp).sum().backward()
+        fopt.step()
+        fopt.zero_grad()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", flame.RecompileWarning)
+        for _ in range(6):
+            fstep()
+            (tp * tp).sum().backward()
+            topt.step()
+            topt.zero_grad()
+            fs.step()
+            ts.step()
+            np.testing.assert_allclose(fp.numpy(), tp.detach().numpy(), rtol=1e-12)
