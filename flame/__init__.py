@@ -350,12 +350,12 @@ __all__ = sorted([n for n, v in globals().items()
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
     flame.distributed, flame.distributions, flame.utils, flame.cuda, flame.special, flame.autograd,
-    flame.random, flame.testing and flame.backends (with flame.set_float32_matmul_precision) import on
+    flame.random, flame.testing, flame.func and flame.backends (with flame.set_float32_matmul_precision) import on
     first use (they are not needed to trace)."""
     import importlib
 
     if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "distributions", "utils", "cuda",
-                "autograd", "special", "backends", "random", "testing"):
+                "autograd", "special", "backends", "random", "testing", "func"):
         return importlib.import_module(f"flame.{name}")
     if name in ("set_float32_matmul_precision", "get_float32_matmul_precision"):
         return getattr(importlib.import_module("flame.backends"), name)

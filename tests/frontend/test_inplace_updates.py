@@ -192,3 +192,26 @@ def test_copies_and_views_of_temporaries_take_writes():
     x[0] += 1  # writes through the base tensor itself
     np.testing.assert_array_equal(x.numpy()[0], np.ones(4, np.float32))
     assert y.numpy().sum() == 4 and f.numpy().sum() == 12 and t.numpy().sum() == 12
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_detach_of_a_buffer_written_earlier_reads_its_new_values(compiled):
+    """x.detach() after an in-place update of x earlier in the step (BatchNorm's running statistics,
+    an optimizer's state) holds x's new values, as torch's: inside @flame.compile too, where x is a
+    captured tensor the trace rebinds."""
+    data = np.arange(6.0).reshape(3, 2)
+
+    def run(lib, bn, out):
+        bn(lib.tensor(data))
+        with lib.no_grad():
+            out.copy_(bn.running_mean.detach() * 2)
+            bn.running_var.detach().mul_(3)  # a write through the detached view reaches the buffer
+
+    tbn, tout = torch.nn.BatchNorm1d(2).double(), torch.zeros(2, dtype=torch.float64)
+    fbn, fout = nn.BatchNorm1d(2).double(), flame.zeros(2, dtype=flame.float64)
+    step = flame.compile(lambda: run(flame, fbn, fout)) if compiled else (lambda: run(flame, fbn, fout))
+    for _ in range(2):
+        run(torch, tbn, tout)
+        step()
+        np.testing.assert_allclose(fout.numpy(), tout.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(fbn.running_var.numpy(), tbn.running_var.numpy(), rtol=1e-12)

@@ -50,7 +50,7 @@ def test_the_walk_covers_every_namespace(findings):
     labels = {label for label, *_ in ts.namespaces()}
     assert {"flame", "flame.nn.functional", "flame.nn", "flame.optim", "flame.optim.lr_scheduler",
             "flame.utils.data", "flame.nn.init", "flame.nn.utils", "flame.nn.utils.prune", "flame.autograd",
-            "flame.autograd.functional",
+            "flame.autograd.functional", "flame.optim.swa_utils", "flame.func", "flame.nn.utils.stateless",
             "flame.cuda", "flame.linalg"} <= labels
     pairs = {label: sum(1 for _ in ts.namespace_pairs(f, t, label, stubs)) for label, f, t, stubs in ts.namespaces()}
     assert all(pairs[label] for label in labels - {"flame.fft"}), pairs

@@ -327,6 +327,8 @@ def namespaces():
              ("flame.nn.utils", "torch.nn.utils", ()),
              ("flame.nn.utils.prune", "torch.nn.utils.prune", ()), ("flame.optim", "torch.optim", ()),
              ("flame.optim.lr_scheduler", "torch.optim.lr_scheduler", ()),
+             ("flame.optim.swa_utils", "torch.optim.swa_utils", ()), ("flame.func", "torch.func", ()),
+             ("flame.nn.utils.stateless", "torch.nn.utils.stateless", ()),
              ("flame.utils.data", "torch.utils.data", ()), ("flame.autograd", "torch.autograd", ()),
              ("flame.autograd.functional", "torch.autograd.functional", ()),
              ("flame.cuda", "torch.cuda", ()), ("flame.linalg", "torch.linalg", ("_C/_linalg.pyi",)),

@@ -1,9 +1,10 @@
 """flame.nn.utils: gradient tools (gradients.py), parameters as one vector (convert_parameters.py), padded
 and packed sequences (`flame.nn.utils.rnn`), LoRA adapters (`flame.nn.utils.lora`), parametrizations
 (`flame.nn.utils.parametrize`, `flame.nn.utils.parametrizations`: weight_norm, spectral_norm), the
-forward-pre-hook weight_norm / spectral_norm (norm_hooks.py) and pruning by masks (`flame.nn.utils.prune`)."""
+forward-pre-hook weight_norm / spectral_norm (norm_hooks.py), pruning by masks (`flame.nn.utils.prune`) and
+`flame.nn.utils.stateless.functional_call`."""
 
-from flame.nn.utils import lora, parametrizations, parametrize, prune, rnn  # noqa: F401
+from flame.nn.utils import lora, parametrizations, parametrize, prune, rnn, stateless  # noqa: F401
 from flame.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
 from flame.nn.utils.gradients import (
     add_grad_noise_,
@@ -31,6 +32,7 @@ __all__ = [
     "remove_weight_norm",
     "rnn",
     "spectral_norm",
+    "stateless",
     "vector_to_parameters",
     "weight_norm",
 ]
