@@ -11,7 +11,7 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, FlameError, IndexValueError, ShapeError
 from flame.frontend import fp8
 from flame.frontend.autocast import get_fp8_recipe, policy
-from flame.frontend.context import grad_enabled, no_grad, user_location, user_stacklevel
+from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones, zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
@@ -24,6 +24,7 @@ from flame.frontend.tensor_core import matmul, where
 from flame.ir import registry
 from flame.ir.builder import _with_loc
 from flame.ir.dtypes import bf16, boolean, f16, f32
+from flame.runtime.backend import attention_lowering
 
 __all__ = ["alpha_dropout", "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "feature_alpha_dropout",
            "gelu", "layer_norm", "leaky_relu", "linear", "log_softmax", "logsumexp", "mse_loss", "relu", "rms_norm",
@@ -520,11 +521,17 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if p and query.shape[-2] and key.shape[-2]:
         _check_attention(query, key, value, attn_mask, scale, is_causal, enable_gqa)
         return _dropout_attention(query, key, value, attn_mask, p, is_causal, scale, enable_gqa)
+    trace = current_trace.get()
+    if trace is not None:  # the backend chosen (flame.nn.attention.sdpa_kernel) is part of what the trace planned
+        trace.read_python(_BACKEND_READ, attention_lowering)
     out = apply("scaled_dot_product_attention", query, key, value, *mask, scale=scale, is_causal=is_causal,
                 enable_gqa=enable_gqa)
     if key.shape[-2] == 0:  # torch's no-key result keeps every input in the graph this way
         out = out + (query.sum() + key.sum() + value.sum()) * 0
     return out
+
+
+_BACKEND_READ = "the attention backend (flame.nn.attention.sdpa_kernel, FLAME_ATTENTION)"
 
 
 def _check_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, scale: float,

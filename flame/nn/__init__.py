@@ -1,6 +1,6 @@
 """flame.nn: PyTorch-shaped modules."""
 
-from flame.nn import functional, init, parallel, utils  # noqa: F401
+from flame.nn import attention, functional, init, parallel, utils  # noqa: F401
 from flame.nn.activations import (
     CELU,
     ELU,

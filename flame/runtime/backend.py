@@ -6,8 +6,11 @@ attention and convolution op as one step through its NumPy reference."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from importlib import metadata
@@ -70,14 +73,33 @@ ATTENTION_ENV = "FLAME_ATTENTION"
 ATTENTION_LOWERINGS = ("auto", "cudnn", "flash", "decomposed")
 
 
+_ATTENTION_CHOSEN: ContextVar[str | None] = ContextVar("flame_attention_lowering", default=None)
+
+
 def attention_lowering() -> str:
-    """FLAME_ATTENTION: how the CUDA target runs an attention op. auto (the default): cuDNN's fused
+    """How the CUDA target runs an attention op: what `choose_attention_lowering` chose for the block
+    being run (flame.nn.attention.sdpa_kernel), else FLAME_ATTENTION. auto (the default): cuDNN's fused
     attention where it supports the op, else the generated flash-attention kernel
     (codegen/flash_attention.py) where its template covers the op, else the unfused graph; cudnn: cuDNN
     where it can, else the unfused graph, never the generated kernel; flash: the generated kernel
     wherever its template covers the op, else as auto; decomposed: every attention op as the unfused
     graph (primitive ops)."""
-    return env_choice(ATTENTION_ENV, ATTENTION_LOWERINGS, "auto")
+    chosen = _ATTENTION_CHOSEN.get()
+    return chosen if chosen is not None else env_choice(ATTENTION_ENV, ATTENTION_LOWERINGS, "auto")
+
+
+@contextlib.contextmanager
+def choose_attention_lowering(mode: str) -> Iterator[None]:
+    """attention_lowering() is `mode` (one of ATTENTION_LOWERINGS) inside the block, whatever
+    FLAME_ATTENTION says; the compile cache keys plans by it, so nothing planned under another choice
+    is reused."""
+    if mode not in ATTENTION_LOWERINGS:
+        raise ValueError(f"attention lowering must be one of {ATTENTION_LOWERINGS}, got {mode!r}")
+    token = _ATTENTION_CHOSEN.set(mode)
+    try:
+        yield
+    finally:
+        _ATTENTION_CHOSEN.reset(token)
 
 
 @dataclass(frozen=True)
