@@ -78,6 +78,8 @@ from flame.nn.conv import (
     ConvTranspose2d,
     ConvTranspose3d,
     Fold,
+    FractionalMaxPool2d,
+    FractionalMaxPool3d,
     GroupNorm,
     LazyBatchNorm1d,
     LazyBatchNorm2d,
@@ -194,4 +196,5 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "CTCLoss", "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d", "Fold", "Unfold", "register_module_forward_hook", "register_module_forward_pre_hook",
            "register_module_full_backward_hook", "register_module_full_backward_pre_hook", "AlphaDropout",
-           "FeatureAlphaDropout", "AdaptiveLogSoftmaxWithLoss"]
+           "FeatureAlphaDropout", "AdaptiveLogSoftmaxWithLoss",
+           "FractionalMaxPool2d", "FractionalMaxPool3d"]
