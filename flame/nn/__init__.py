@@ -57,6 +57,7 @@ from flame.nn.activations import (
     ZeroPad2d,
     ZeroPad3d,
 )
+from flame.nn.adaptive import AdaptiveLogSoftmaxWithLoss
 from flame.nn.conv import (
     AdaptiveAvgPool1d,
     AdaptiveAvgPool2d,
@@ -77,6 +78,8 @@ from flame.nn.conv import (
     ConvTranspose2d,
     ConvTranspose3d,
     Fold,
+    FractionalMaxPool2d,
+    FractionalMaxPool3d,
     GroupNorm,
     LazyBatchNorm1d,
     LazyBatchNorm2d,
@@ -193,4 +196,5 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "CTCLoss", "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d", "Fold", "Unfold", "register_module_forward_hook", "register_module_forward_pre_hook",
            "register_module_full_backward_hook", "register_module_full_backward_pre_hook", "AlphaDropout",
-           "FeatureAlphaDropout"]
+           "FeatureAlphaDropout", "AdaptiveLogSoftmaxWithLoss",
+           "FractionalMaxPool2d", "FractionalMaxPool3d"]

@@ -11,6 +11,7 @@ from typing import Any
 
 from flame.errors import ShapeError
 from flame.frontend import conv as C
+from flame.frontend import fractional_pool as FP
 from flame.frontend import norms as N
 from flame.frontend import pooling as P
 from flame.frontend import resample as R
@@ -28,7 +29,8 @@ from flame.nn.parameter import Parameter, UninitializedBuffer, UninitializedPara
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d", "Fold", "Unfold", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-           "ConvTranspose2d", "ConvTranspose3d", "GroupNorm", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d",
+           "ConvTranspose2d", "ConvTranspose3d", "FractionalMaxPool2d", "FractionalMaxPool3d", "GroupNorm",
+           "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d",
            "LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d",
            "LazyConvTranspose3d", "MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d",
            "MaxUnpool3d", "Upsample",
@@ -184,6 +186,44 @@ class MaxPool2d(_MaxPool):
 
 
 class MaxPool3d(_MaxPool):
+    d = 3
+
+
+class _FractionalMaxPool(Module):
+    """F.fractional_max_poolNd as a layer (PyTorch's arguments; `_random_samples`, a buffer, fixes the
+    windows, else each call draws them from flame's RNG)."""
+
+    d = 2
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices: bool = False,
+                 _random_samples=None):
+        super().__init__()
+        name = type(self).__name__
+        self.kernel_size = ntuple(kernel_size, self.d, "kernel_size", name)
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        self.output_size = ntuple(output_size, self.d, "output_size", name) if output_size is not None else None
+        self.output_ratio = None
+        if output_ratio is not None:
+            r = (output_ratio,) * self.d if isinstance(output_ratio, (int, float)) else tuple(output_ratio)
+            self.output_ratio = r * self.d if len(r) == 1 else r
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        if self.output_ratio is not None and not all(0 < r < 1 for r in self.output_ratio):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+
+    def forward(self, x: Tensor):
+        return FP._fractional(self.d, x, self.kernel_size, self.output_size, self.output_ratio,
+                              self.return_indices, self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPool):
+    d = 2
+
+
+class FractionalMaxPool3d(_FractionalMaxPool):
     d = 3
 
 

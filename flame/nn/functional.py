@@ -2,8 +2,8 @@
 flame.frontend.losses, flame.frontend.margin_losses (margin, embedding and likelihood losses,
 gumbel_softmax), flame.frontend.ctc (ctc_loss), flame.frontend.activations (the other activations,
 normalize, similarities, huber and KL losses), flame.frontend.conv (convolutions), flame.frontend.pooling,
-flame.frontend.resample (interpolate, pixel (un)shuffle, fold and unfold), flame.frontend.norms
-(batch, group and instance norm) and flame.frontend.sampling (grid_sample, affine_grid)."""
+flame.frontend.fractional_pool, flame.frontend.resample (interpolate, pixel (un)shuffle, fold and unfold),
+flame.frontend.norms (batch, group and instance norm) and flame.frontend.sampling (grid_sample, affine_grid)."""
 
 from flame.frontend.activations import *  # noqa: F401,F403
 from flame.frontend.activations import __all__ as _activations
@@ -11,6 +11,8 @@ from flame.frontend.conv import *  # noqa: F401,F403
 from flame.frontend.conv import __all__ as _conv
 from flame.frontend.ctc import *  # noqa: F401,F403
 from flame.frontend.ctc import __all__ as _ctc
+from flame.frontend.fractional_pool import *  # noqa: F401,F403
+from flame.frontend.fractional_pool import __all__ as _fractional
 from flame.frontend.functional import *  # noqa: F401,F403
 from flame.frontend.functional import __all__ as _core
 from flame.frontend.losses import *  # noqa: F401,F403
@@ -28,4 +30,4 @@ from flame.frontend.sampling import *  # noqa: F401,F403
 from flame.frontend.sampling import __all__ as _sampling
 
 __all__ = [*_core, *_more, *_margin, *_activations, *_conv, *_pooling, *_resample, *_norms, *_sampling, *_ctc,
-           "pdist"]
+           *_fractional, "pdist"]
