@@ -71,6 +71,12 @@ def test_autograd_grad_and_create_graph_raise_too():
             flame.autograd.grad(loss, [x], retain_graph=True)
         with pytest.raises(AnomalyError, match="run eagerly, create_graph=True"):
             flame.autograd.grad(loss, [x], create_graph=True)
+        with pytest.raises(AnomalyError, match="returned nan values"):  # JAX's form
+            flame.grad(lambda x: (x.sqrt() * 0).sum())(x)
+        y = x.sqrt()
+        y.retain_grad()
+        with pytest.raises(AnomalyError, match="returned nan values"):  # the backward that runs hooks
+            (y * 0).sum().backward()
 
 
 def test_a_forward_nan_raises_nothing():
