@@ -58,6 +58,11 @@ class GradDTypeError(DTypeError, AutogradError):
     RuntimeError as PyTorch's."""
 
 
+class AnomalyError(AutogradError):
+    """Anomaly detection (flame.autograd.detect_anomaly / set_detect_anomaly) found a backward computation
+    that returned NaN, or cannot watch one where it would run (PyTorch raises a RuntimeError there)."""
+
+
 class GradcheckError(AutogradError):
     """flame.autograd.gradcheck found analytical gradients that differ from finite differences (PyTorch's
     torch.autograd.gradcheck.GradcheckError)."""

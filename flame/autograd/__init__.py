@@ -4,7 +4,9 @@ with .apply) becomes one op of the IR whose gradient is your backward, eagerly a
 over the one autodiff pass (frontend/autograd_grad.py); `gradcheck` compares the gradients with central
 finite differences, as torch.autograd.gradcheck. flame.grad / flame.value_and_grad are the functional
 (JAX-shaped) forms, and flame.custom_vjp is JAX's custom_vjp. flame.autograd.functional is
-torch.autograd.functional (vjp, jvp, jacobian, hessian, vhp, hvp)."""
+torch.autograd.functional (vjp, jvp, jacobian, hessian, vhp, hvp). detect_anomaly / set_detect_anomaly /
+is_anomaly_enabled are torch's anomaly mode: a gradient computation returning NaN raises at its first
+such step, naming the backward op and the forward line it derives from (frontend/anomaly.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,12 @@ import numpy as np
 
 from flame.autograd import functional
 from flame.errors import GradcheckError
+from flame.frontend.anomaly import (
+    detect_anomaly,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    set_detect_anomaly,
+)
 from flame.frontend.autograd_grad import backward, grad
 from flame.frontend.context import no_grad, user_stacklevel
 from flame.frontend.custom_function import Function, FunctionCtx, custom_vjp, once_differentiable
@@ -137,8 +145,12 @@ __all__ = [
     "GradcheckError",
     "backward",
     "custom_vjp",
+    "detect_anomaly",
     "functional",
     "grad",
     "gradcheck",
+    "is_anomaly_check_nan_enabled",
+    "is_anomaly_enabled",
     "once_differentiable",
+    "set_detect_anomaly",
 ]

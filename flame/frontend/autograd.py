@@ -14,6 +14,7 @@ from contextlib import nullcontext
 
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError
+from flame.frontend import anomaly
 from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
@@ -22,7 +23,7 @@ from flame.frontend.hooks import accumulate_grad, is_hooked, run_grad_reducers, 
 from flame.frontend.tensor import Tensor
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, f32
-from flame.ir.graph import Graph, Value
+from flame.ir.graph import Graph, Value, is_backward
 from flame.passes.autodiff import autodiff
 
 
@@ -157,7 +158,9 @@ def gradient_tensors(g: Graph, grads: list, inputs: list[Tensor], known: dict, d
         return [None] * len(grads)
     if not create:
         g.outputs = outs
-        arrays = iter(compile_graph(g).run([t._data for t in inputs]))
+        c = compile_graph(g)
+        with anomaly.watching(c.plan):  # nothing unless anomaly detection is on
+            arrays = iter(c.run([t._data for t in inputs]))
         return [None if v is None else Tensor._concrete(next(arrays), dt) for v, dt in zip(grads, dtypes)]
     env = {**known, **dict(zip(g.inputs, inputs))}
     needed, todo = set(), list(outs)
@@ -170,6 +173,8 @@ def gradient_tensors(g: Graph, grads: list, inputs: list[Tensor], known: dict, d
         for op in g.ops:
             if op.out in needed:
                 env[op.out] = apply(op.name, *(env[v] for v in op.inputs), **op.attrs)
+                if is_backward(op):
+                    anomaly.check_eager_gradient(op, env[op.out])
     return [None if v is None else _as_dtype(env[v], dt) for v, dt in zip(grads, dtypes)]
 
 

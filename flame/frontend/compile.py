@@ -28,7 +28,7 @@ from flame.compiler import (
     plan_template,
 )
 from flame.errors import ArgumentError, ArgumentTypeError, FlameError, MemoryBudgetError, RecompileWarning
-from flame.frontend import autocast, compiled_outputs
+from flame.frontend import anomaly, autocast, compiled_outputs
 from flame.frontend.context import current_trace, tracing_hooks, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor, zeros
 from flame.frontend.dynamic import NotDynamic, Template, changed_dims
@@ -706,7 +706,12 @@ class Compiled:
         if entry.record is not None and entry.record.inputs is None:
             entry.record.inputs = [np.array(ex.to_numpy(a)) for a in arrays]
         inputs = _call_inputs(entry, args, arrays) if entry.needs and compiled_outputs.recording() else None
-        result = entry.replay.hand_back(entry.run(arrays), args, checked)
+        if anomaly.MODE[0]:  # anomaly detection: the gradient computation's steps watched
+            with anomaly.watching(entry.plan):
+                outs = entry.run(arrays)
+        else:
+            outs = entry.run(arrays)
+        result = entry.replay.hand_back(outs, args, checked)
         return self._marked(entry, result, inputs) if inputs is not None else result
 
     def _marked(self, entry: _Entry, result: Any, inputs: list) -> Any:
