@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -196,10 +197,17 @@ class Generator:
         return self
 
     def draw(self, op: str, shape: tuple[int, ...], dtype: DType) -> Tensor:
+        hook = draw_hook.get()
+        if hook is not None:
+            hook(self)
         out = apply(op, self.seed_tensor, self.offset_tensor, shape=shape, dtype=dtype)
         n = int(np.prod(shape, dtype=np.int64))
         self.offset_tensor.copy_(self.offset_tensor + n)
         return out
+
+
+draw_hook: ContextVar = ContextVar("draw_hook", default=None)
+"""Called with the generator before each draw (flame.func.vmap's randomness modes set it)."""
 
 
 class _DefaultGenerator:

@@ -1,0 +1,180 @@
+"""torch.func.vmap and stack_module_state.
+
+flame's vmap runs the function once per batch element (on the slices of the batched arguments) and
+stacks the results: correct for every op, flame's and the user's Python alike, but no batched kernel
+(a loop of B calls, traced as B copies of the function's ops inside @flame.compile)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from functools import wraps
+from typing import Any
+
+from flame.frontend.creation import draw_hook
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import stack
+from flame.func._grad import _name, _refuse_draw
+from flame.func._tree import broadcast_to_and_flatten, tree_flatten, tree_unflatten
+
+
+class _Same:
+    """randomness="same": every batch element draws the numbers the first drew (each generator's
+    offset is put back, at its first draw in an element, to where it stood at the first element's)."""
+
+    def __init__(self):
+        self.starts: dict[int, Any] = {}
+        self.seen: set[int] = set()
+
+    def __call__(self, generator) -> None:
+        key = id(generator)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        if key in self.starts:
+            generator.offset_tensor.copy_(self.starts[key])
+        else:
+            self.starts[key] = generator.offset_tensor.clone()
+
+
+@contextmanager
+def _randomness(mode: str, hook):
+    token = draw_hook.set(hook) if mode != "different" else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            draw_hook.reset(token)
+
+
+def _check_in_dims(func, in_dims, args: tuple) -> tuple[list, Any, list]:
+    """(the flat arguments, their structure, one in_dim per flat argument), checked as torch's."""
+    name = _name(func)
+    if not isinstance(in_dims, (int, tuple)):
+        raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): expected `in_dims` to be int or a "
+                         f"(potentially nested) tuple matching the structure of inputs, got: {type(in_dims)}.")
+    if not args:
+        raise ValueError(f"vmap({name})(<inputs>): got no inputs. Maybe you forgot to add inputs, or you are "
+                         f"trying to vmap over a function with no inputs. The latter is unsupported.")
+    flat_args, spec = tree_flatten(args)
+    flat_dims = broadcast_to_and_flatten(in_dims, spec)
+    if flat_dims is None:
+        raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): in_dims is not compatible with the "
+                         f"structure of `inputs`. in_dims has structure {tree_flatten(in_dims)[1]} but inputs has "
+                         f"structure {spec}.")
+    dims = []
+    for arg, d in zip(flat_args, flat_dims):
+        if d is not None and not isinstance(d, int):
+            raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Got in_dim={d} for an input but "
+                             f"in_dim must be either an integer dimension or None.")
+        if isinstance(d, int) and not isinstance(arg, Tensor):
+            raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Got in_dim={d} for an input but "
+                             f"the input is of type {type(arg)}. We cannot vmap over non-Tensor arguments, please "
+                             f"use None as the respective in_dim")
+        if d is not None and not -arg.dim() <= d < arg.dim():
+            raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Got in_dim={d} for some input, but "
+                             f"that input is a Tensor of dimensionality {arg.dim()} so expected in_dim to satisfy "
+                             f"-{arg.dim()} <= in_dim < {arg.dim()}.")
+        dims.append(None if d is None else d % arg.dim())
+    return flat_args, spec, dims
+
+
+def _batch_size(flat_args: list, dims: list) -> int:
+    sizes = [arg.shape[d] for arg, d in zip(flat_args, dims) if d is not None]
+    if not sizes:
+        raise ValueError("vmap: Expected at least one Tensor to vmap over")
+    if any(s != sizes[0] for s in sizes):
+        raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
+                         f"{sizes} for the mapped dimension")
+    return sizes[0]
+
+
+def _check_out_dims(func, out_dims) -> None:
+    leaves, _ = tree_flatten(out_dims)
+    if not all(d is None or isinstance(d, int) for d in leaves):
+        raise ValueError(f"vmap({_name(func)}, ..., out_dims={out_dims}): `out_dims` must be an int, None or a "
+                         f"python collection of ints representing where in the outputs the vmapped dimension "
+                         f"should appear.")
+
+
+def _stack_outputs(func, outs: list, out_dims):
+    name = _name(func)
+    flat0, spec = tree_flatten(outs[0])
+    flat_dims = broadcast_to_and_flatten(out_dims, spec)
+    if flat_dims is None:
+        raise ValueError(f"vmap({name}, ..., out_dims={out_dims})(<inputs>): out_dims is not compatible with the "
+                         f"structure of `outputs`. out_dims has structure {tree_flatten(out_dims)[1]} but outputs "
+                         f"has structure {spec}.")
+    flats = [flat0] + [tree_flatten(o)[0] for o in outs[1:]]
+    result = []
+    for k, d in enumerate(flat_dims):
+        first = flat0[k]
+        if d is None:
+            result.append(first)
+            continue
+        if not isinstance(first, Tensor):
+            raise ValueError(f"vmap({name}, ...): `{name}` must only return Tensors, got type {type(first)}. "
+                             f"Did you mean to set out_dims= to None for output?")
+        result.append(stack([f[k] for f in flats], dim=d))
+    return tree_unflatten(result, spec)
+
+
+def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness: str = "error", *,
+         chunk_size: int | None = None) -> Callable:
+    """torch.func.vmap: func mapped over a batch dimension of its arguments. in_dims says, per argument
+    (a nested tuple matching the arguments' pytrees, or one int for all), which dimension is the batch
+    (None: the argument is passed whole to every element); out_dims where the batch dimension goes in
+    each output (None: the output of the first element, for outputs that do not depend on the batch).
+    Keyword arguments are not batched.
+
+    flame runs func once per batch element, on slices of the batched arguments, and stacks the outputs:
+    correct for every op (and composable with grad, jacrev and with vmap itself), but not a batched
+    kernel: B batch elements cost B calls (inside @flame.compile, B copies of func's ops).
+    randomness: "error" raises when func draws random numbers (torch's message); "different" gives
+    each element its own numbers (the stream advances per element); "same" gives every element the
+    numbers the first drew. chunk_size is accepted (torch's check) and changes nothing."""
+    if randomness not in ("error", "different", "same"):
+        raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
+    if chunk_size is not None and not (isinstance(chunk_size, int) and chunk_size > 0):
+        raise ValueError(f"vmap: chunk_size should be None or greater than 0. (got {chunk_size})")
+
+    @wraps(func)
+    def wrapped(*args, **kwargs):
+        _check_out_dims(func, out_dims)
+        flat_args, spec, dims = _check_in_dims(func, in_dims, args)
+        n = _batch_size(flat_args, dims)
+        same = _Same()
+        outs = []
+        with _randomness(randomness, _refuse_draw if randomness == "error" else same):
+            for i in range(n):
+                same.seen.clear()
+                sliced = [a if d is None else a.select(d, i) for a, d in zip(flat_args, dims)]
+                outs.append(func(*tree_unflatten(sliced, spec), **kwargs))
+        return _stack_outputs(func, outs, out_dims)
+
+    return wrapped
+
+
+def _stacked_leaf(tensors: tuple, name: str) -> Tensor:
+    all_grad = all(t.requires_grad for t in tensors)
+    if not all_grad and any(t.requires_grad for t in tensors):
+        raise RuntimeError(f"Expected {name} from each model to have the same .requires_grad")
+    result = stack(tensors)
+    return result.detach().requires_grad_() if all_grad else result
+
+
+def stack_module_state(models: Sequence) -> tuple[dict[str, Any], dict[str, Any]]:
+    """torch.func.stack_module_state: (params, buffers), each model's parameters and buffers stacked
+    along a new dimension 0 by name (parameters as new leaves that require grad), for
+    vmap(functional_call) over an ensemble of same-class models."""
+    if len(models) == 0:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if not (all(m.training for m in models) or all(not m.training for m in models)):
+        raise RuntimeError("stack_module_state: Expected all models to have the same training/eval mode.")
+    if not all(type(m) is type(models[0]) for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+    all_params = [dict(m.named_parameters()) for m in models]
+    params = {k: _stacked_leaf(tuple(p[k] for p in all_params), k) for k in all_params[0]}
+    all_buffers = [dict(m.named_buffers()) for m in models]
+    buffers = {k: _stacked_leaf(tuple(b[k] for b in all_buffers), k) for k in all_buffers[0]}
+    return params, buffers
