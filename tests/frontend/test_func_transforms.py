@@ -305,3 +305,68 @@ def test_signatures_match_torch():
         ts = inspect.signature(getattr(TF, name))
         assert [(p.name, p.kind, p.default) for p in fs.parameters.values()] == \
                [(p.name, p.kind, p.default) for p in ts.parameters.values()], name
+
+
+def test_compiled_per_sample_gradients_ensemble_and_randomness():
+    fms, tms = _mlps()
+    x, y = RNG.standard_normal((6, 3)), RNG.standard_normal((6, 2))
+    names = [k for k, _ in fms[0].named_parameters()]
+
+    def loss(lib_func, model):
+        def f(params, xi, yi):
+            return ((lib_func.functional_call(model, params, (xi.unsqueeze(0),)) - yi.unsqueeze(0)) ** 2).sum()
+        return f
+
+    @flame.compile
+    def per_sample(w0, b0, w2, b2, xb, yb):
+        g = F.vmap(F.grad(loss(F, fms[0])), in_dims=(None, 0, 0))(dict(zip(names, (w0, b0, w2, b2))), xb, yb)
+        return tuple(g[k] for k in names)
+
+    got = per_sample(*[p.detach() for p in fms[0].parameters()], ft(x), ft(y))
+    want = TF.vmap(TF.grad(loss(TF, tms[0])), in_dims=(None, 0, 0))(
+        {k: v.detach() for k, v in tms[0].named_parameters()}, tt(x), tt(y))
+    close(dict(zip(names, got)), want)
+
+    fparams, _ = F.stack_module_state(fms)
+    tparams, _ = TF.stack_module_state(tms)
+
+    @flame.compile
+    def ensemble(*stacked):
+        return F.vmap(lambda *ps: F.functional_call(fms[0], dict(zip(names, ps)), (ft(x),)))(*stacked)
+
+    close(ensemble(*[fparams[k].detach() for k in names]),
+          TF.vmap(lambda p: TF.functional_call(tms[0], p, (tt(x),)))(tparams))
+
+    @flame.compile
+    def same(z):
+        return F.vmap(lambda a: a + flame.rand(3, dtype=flame.float64), randomness="same")(z)
+
+    r = same(ft(np.zeros((4, 3)))).numpy()
+    assert all(np.array_equal(row, r[0]) for row in r) and len(set(r[0])) == 3
+
+    @flame.compile
+    def refused(z):
+        return F.vmap(lambda a: a + flame.rand(3, dtype=flame.float64))(z)
+
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        refused(ft(np.zeros((4, 3))))
+
+
+def test_no_grad_outside_and_checks():
+    x = RNG.standard_normal((4, 3))
+
+    def f(a):
+        return (a.sin() ** 2).sum()
+
+    with flame.no_grad():
+        got = F.grad(f)(ft(x))
+    close(got, TF.grad(f)(tt(x)))
+    def lib(m):
+        return tt(x) if m is TF else ft(x)
+
+    for call in (lambda m: m.jacrev(f, chunk_size=0), lambda m: m.vmap(f, chunk_size=0),
+                 lambda m: m.vmap(f, out_dims="x")(lib(m)),
+                 lambda m: m.grad(f)(3.0),
+                 lambda m: m.jvp(lambda a: lib(m).sum(), (lib(m),), (lib(m),), strict=True)):
+        got, want = _raises(lambda c=call: c(F), lambda c=call: c(TF))
+        assert got == want
