@@ -19,7 +19,7 @@ from functools import wraps
 from typing import Any
 
 from flame.frontend.autograd_grad import grad as _autograd_grad
-from flame.frontend.context import enable_grad
+from flame.frontend.context import current_trace, enable_grad
 from flame.frontend.creation import draw_hook, zeros, zeros_like
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
@@ -99,6 +99,26 @@ def _keeps_history(leaves: list) -> bool:
     return _depth.get() > 0 or any(isinstance(t, Tensor) and t.requires_grad for t in leaves)
 
 
+def _captured_history(outs: list, ins: list) -> bool:
+    """Whether eager outputs were computed from a tensor that requires grad other than the lifted
+    inputs (one the function captured): their gradients then keep a history, as torch's."""
+    if current_trace.get() is not None:
+        return False
+    mine, seen = {id(t) for t in ins}, set()
+    todo = [o for o in outs if isinstance(o, Tensor)]
+    while todo:
+        t = todo.pop()
+        if id(t) in seen or id(t) in mine:
+            continue
+        seen.add(id(t))
+        if t._node is None:
+            if t.requires_grad:
+                return True
+            continue
+        todo.extend(x for x in getattr(t._node, "inputs", ()) if isinstance(x, Tensor))
+    return False
+
+
 def _grads(outs: list, ins: list, seeds: list | None, create: bool) -> list:
     """d(sum seeds . outs)/d ins, zeros where nothing depends on an input (torch.func's answer)."""
     seeds = [None] * len(outs) if seeds is None else seeds
@@ -147,6 +167,7 @@ def grad_and_value(func: Callable, argnums=0, has_aux: bool = False) -> Callable
                     f"grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor with "
                     f"{out.dim()} dims. Maybe you wanted to use the vjp or jacrev APIs instead?"
                 )
+            keep = keep or _captured_history([out], ins)
             gs = _grads([out], ins, None, create=keep)
         g = _detach_tree(tree_unflatten(gs, spec), keep)
         value = _detach_tree(out, keep)
@@ -189,6 +210,7 @@ def vjp(func: Callable, *primals, has_aux: bool = False):
         out, aux = _split_aux(out, has_aux, "vjp(f, *primals)")
         out_leaves, out_spec = tree_flatten(out)
         _check_outputs(out_leaves, "vjp(f, *primals)")
+        keep = keep or _captured_history(out_leaves, ins)
 
     def vjp_fn(cotangents, *, retain_graph: bool = True, create_graph: bool | None = None):
         ct_leaves, ct_spec = tree_flatten(cotangents)
@@ -233,6 +255,7 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False, ha
         out, aux = _split_aux(out, has_aux, api)
         out_leaves, out_spec = tree_flatten(out)
         _check_outputs(out_leaves, api)
+        keep = keep or _captured_history(out_leaves, ins)
         if strict and not any(o.requires_grad for o in out_leaves):
             raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of the inputs. "
                                "This is not allowed with strict=True.")
@@ -264,6 +287,7 @@ def _jacobian(func: Callable, argnums, has_aux: bool, api: str, randomness: str 
             out, aux = _split_aux(out, has_aux, api)
             out_leaves, out_spec = tree_flatten(out)
             _check_outputs(out_leaves, api)
+            keep = keep or _captured_history(out_leaves, ins)
             jacs = [_jacobian_of(o, ins, spec, keep) for o in out_leaves]
         jac = _detach_tree(tree_unflatten(jacs, out_spec), keep)
         return (jac, _detach_tree(aux, keep)) if has_aux else jac

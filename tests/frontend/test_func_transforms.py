@@ -124,6 +124,17 @@ def test_composes_with_autograd():
     F.grad(lambda v: (v ** 3).sum())(x).sum().backward()
     TF.grad(lambda v: (v ** 3).sum())(tx).sum().backward()
     close(x.grad, tx.grad)
+    # a tensor the function captures that requires grad: the gradient keeps a history to it
+    w, tw = flame.tensor(B, requires_grad=True), torch.tensor(B, requires_grad=True)
+    g, tg = F.grad(lambda v: (v * v * w).sum())(ft(A)), TF.grad(lambda v: (v * v * tw).sum())(tt(A))
+    assert g.requires_grad and tg.requires_grad
+    g.sum().backward()
+    tg.sum().backward()
+    close(w.grad, tw.grad)
+    jf, jt = F.jacrev(lambda v: v * w)(ft(A)), TF.jacrev(lambda v: v * tw)(tt(A))
+    jf.sum().backward()
+    jt.sum().backward()
+    close(w.grad, tw.grad)
 
 
 def _raises(fn_flame, fn_torch, exc=Exception):
