@@ -11,7 +11,7 @@ with create_graph=True). So any op with a gradient has a tangent, in-place updat
 
 Where it differs from torch's (which propagates tangents op by op):
 - the ops between make_dual and unpack_dual must record a history: under no_grad() (or inference_mode)
-  nothing is recorded and unpack_dual gives no tangent; in torch forward AD ignores no_grad;
+  nothing is recorded and unpack_dual gives no tangent (and warns); in torch forward AD ignores no_grad;
 - tensors computed from a dual require grad (their history is what carries the tangent), and so do the
   primal and the tangent unpack_dual returns for them (the tangent's history reaches the primals and
   tangents it derives from, so it can be differentiated again, as torch's); a dual's primal is the
@@ -27,10 +27,11 @@ Where it differs from torch's (which propagates tangents op by op):
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import NamedTuple
 
 from flame.frontend.autograd_grad import grad
-from flame.frontend.context import enable_grad, is_grad_enabled
+from flame.frontend.context import enable_grad, is_grad_enabled, user_stacklevel
 from flame.frontend.creation import zeros_like
 from flame.frontend.tensor import Tensor
 
@@ -186,6 +187,13 @@ def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
     else:
         primal, tangent = tensor, _tangent(tensor)
     if tangent is None:
+        if _duals and not tensor.requires_grad and not is_grad_enabled() and tensor.dtype.is_float:
+            warnings.warn(
+                "unpack_dual: no tangent for a tensor computed while gradients are disabled (no_grad or "
+                "inference_mode): flame computes tangents from the gradient history, so the ops from "
+                "make_dual to unpack_dual must record it (torch's forward AD ignores no_grad)",
+                stacklevel=user_stacklevel(),
+            )
         return UnpackedDualTensor(tensor, None)
     _check_level(level, "_fw_primal")
     return UnpackedDualTensor(primal, tangent)

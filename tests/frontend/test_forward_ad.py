@@ -180,6 +180,16 @@ def test_unpack_dual_of_a_dual_and_outside_a_level():
     assert type(out).__name__ == "UnpackedDualTensor" and out._fields == ("primal", "tangent")
 
 
+def test_no_tangent_under_no_grad_warns():
+    with ffwd.dual_level():
+        d = ffwd.make_dual(flame.ones(3), flame.ones(3))
+        with flame.no_grad():
+            y = d * 2
+            with pytest.warns(UserWarning, match="gradients are disabled"):
+                assert ffwd.unpack_dual(y).tangent is None
+        np.testing.assert_allclose(ffwd.unpack_dual(d * 2).tangent.numpy(), [2.0, 2.0, 2.0])
+
+
 def test_levels_as_functions_and_as_a_decorator():
     level = ffwd.enter_dual_level()
     assert level == 0
