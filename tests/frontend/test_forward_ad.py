@@ -1,7 +1,8 @@
 """flame.autograd.forward_ad against torch.autograd.forward_ad in float64: the tangents unpack_dual gives
 for compositions of elementwise ops, matmul, reductions, softmax, layer_norm and conv2d, several duals
-with their own tangents, the Jacobian-vector product of a model's forward, views and in-place writes of a
-dual, levels (as a block, a decorator, enter/exit), and torch's errors."""
+with their own tangents, the Jacobian-vector product of a model's forward (and of a CNN's loss in training
+mode), inside @flame.compile, views and in-place writes of a dual, a tangent differentiated again, levels
+(as a block, a decorator, enter/exit), and torch's errors."""
 
 from __future__ import annotations
 
@@ -102,6 +103,26 @@ def test_the_jvp_of_a_model_forward_matches_torch():
     # the same product as flame.autograd.functional.jvp's
     _, want = flame.autograd.functional.jvp(fm, fx, fv)
     np.testing.assert_allclose(fout.tangent.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_the_jvp_of_a_cnn_loss_in_training_mode_matches_torch():
+    torch.manual_seed(1)
+
+    def net(nn):
+        return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(16, 5))
+
+    tm, fm = net(torch.nn).double(), net(flame.nn).to(flame.f64)
+    fm.load_state_dict({k: flame.tensor(v.detach().numpy(), dtype=flame.f64) for k, v in tm.state_dict().items()})
+    x0, v0, y0 = _rng(20, 2, 3, 4, 4), _rng(21, 2, 3, 4, 4), np.array([1, 3])
+    res = {}
+    for lib, fwd, m, F in ((flame, ffwd, fm, FF), (torch, tfwd, tm, TF)):
+        with fwd.dual_level():
+            out = m(fwd.make_dual(lib.tensor(x0), lib.tensor(v0)))
+            res[lib] = fwd.unpack_dual(F.cross_entropy(out, lib.tensor(y0)))
+    _close(res[flame].primal, res[torch].primal)
+    _close(res[flame].tangent, res[torch].tangent)
+    _close(fm[1].running_var, tm[1].running_var)
 
 
 def test_a_tangent_inside_a_compiled_function_matches_torch():
