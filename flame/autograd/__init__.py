@@ -4,9 +4,11 @@ with .apply) becomes one op of the IR whose gradient is your backward, eagerly a
 over the one autodiff pass (frontend/autograd_grad.py); `gradcheck` compares the gradients with central
 finite differences, as torch.autograd.gradcheck. flame.grad / flame.value_and_grad are the functional
 (JAX-shaped) forms, and flame.custom_vjp is JAX's custom_vjp. flame.autograd.functional is
-torch.autograd.functional (vjp, jvp, jacobian, hessian, vhp, hvp). detect_anomaly / set_detect_anomaly /
-is_anomaly_enabled are torch's anomaly mode: a gradient computation returning NaN raises at its first
-such step, naming the backward op and the forward line it derives from (frontend/anomaly.py)."""
+torch.autograd.functional (vjp, jvp, jacobian, hessian, vhp, hvp), and flame.autograd.forward_ad is
+torch.autograd.forward_ad (dual_level, make_dual, unpack_dual), its tangents computed by reverse mode.
+detect_anomaly / set_detect_anomaly / is_anomaly_enabled are torch's anomaly mode: a gradient
+computation returning NaN raises at its first such step, naming the backward op and the forward line it
+derives from (frontend/anomaly.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from flame.autograd import functional
+from flame.autograd import forward_ad, functional
 from flame.errors import GradcheckError
 from flame.frontend.anomaly import (
     detect_anomaly,
@@ -124,21 +126,6 @@ def gradcheck(
     return True
 
 
-_MISSING = {
-    "forward_ad": (
-        "forward-mode AD (torch.autograd.forward_ad) is not in flame: use reverse mode, flame.autograd.grad, or "
-        "flame.autograd.functional.jvp (a Jacobian-vector product by the double-backward trick)"
-    ),
-}
-
-
-def __getattr__(name: str):
-    """flame.autograd.forward_ad is not there: an AttributeError with the workaround."""
-    if name in _MISSING:
-        raise AttributeError(f"module 'flame.autograd' has no attribute {name!r}: {_MISSING[name]}")
-    raise AttributeError(f"module 'flame.autograd' has no attribute {name!r}")
-
-
 __all__ = [
     "Function",
     "FunctionCtx",
@@ -146,6 +133,7 @@ __all__ = [
     "backward",
     "custom_vjp",
     "detect_anomaly",
+    "forward_ad",
     "functional",
     "grad",
     "gradcheck",

@@ -18,9 +18,10 @@ from flame.frontend import anomaly
 from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
-from flame.frontend.dispatch import apply, freed_graph_error
+from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_grad, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.tensor import Tensor
+from flame.frontend.views import stale
 from flame.ir.builder import Builder
 from flame.ir.dtypes import DType, f32
 from flame.ir.graph import Graph, Value, is_backward
@@ -140,10 +141,12 @@ def backward(
 def known_tensors(order: list[Tensor], vals: dict[int, Value], cut: dict | None = None) -> dict:
     """Value -> tensor for the values of a rebuilt graph (_rebuild) that eager tensors hold: every tensor
     of `order`, under its value and, where cut, under the value before its stop_gradient (a second
-    derivative flows through the history of a tensor the first one was cut at)."""
-    known = {vals[id(t)]: t for t in order}
+    derivative flows through the history of a tensor the first one was cut at). A tensor whose buffer an
+    in-place write has changed since (dispatch.history_only, or a view written through its base or another
+    view) is left out: its op runs again."""
+    known = {vals[id(t)]: t for t in order if not (overwritten(t) or stale(t))}
     for i, v in (cut or {}).items():
-        if v is not None:
+        if v is not None and vals[i] in known:
             known[v] = known[vals[i]]
     return known
 

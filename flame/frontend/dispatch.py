@@ -211,6 +211,21 @@ def _current(inputs: tuple) -> tuple:
     return inputs
 
 
+_overwritten: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> stand-in (history_only)
+
+
+def history_only(old: Tensor) -> Tensor:
+    """Mark old, a stand-in sharing the buffer of a tensor an in-place write is about to change: its
+    values come from its history alone (a create_graph backward computes them again, autograd.known_tensors)."""
+    _overwritten[id(old)] = old
+    return old
+
+
+def overwritten(t) -> bool:
+    """Whether t's buffer no longer holds its values (history_only)."""
+    return _overwritten.get(id(t)) is t
+
+
 def fresh(x: Tensor) -> Tensor:
     """View x as its base holds it now. While tracing x takes the value the view ops give from the
     base's current value. Eagerly x's storage is already current; with gradients recorded, x takes the
@@ -233,7 +248,7 @@ def fresh(x: Tensor) -> Tensor:
         # backward that needs them raises, autograd._inputs)
         old = None
         if x._node is not None:
-            old = Tensor._concrete(x._data, x.dtype)
+            old = history_only(Tensor._concrete(x._data, x.dtype))
             old.requires_grad, old._node = x.requires_grad, x._node
         x._past = {**(x._past or {}), x._seen: old}
         x._node, x.requires_grad = y._node, y.requires_grad

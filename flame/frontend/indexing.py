@@ -31,7 +31,7 @@ import numpy as np
 from flame.errors import DTypeError, FlameError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import arange
-from flame.frontend.dispatch import apply, fresh
+from flame.frontend.dispatch import apply, fresh, history_only
 from flame.frontend.index_ops import check_indices, wrap_negative
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
@@ -454,7 +454,7 @@ def _untracked(t, write_it) -> None:
     if t._node is None or not t.requires_grad:
         write_it()
         return
-    old = Tensor._concrete(t._data, t.dtype)  # its value comes from its history, never from this buffer
+    old = history_only(Tensor._concrete(t._data, t.dtype))  # its value comes from its history, never this buffer
     old._node, old.requires_grad = t._node, True
     t._past = {**(t._past or {}), version(t): old}
     write_it()
@@ -480,7 +480,8 @@ def stand_in(t, *others):
     if current_trace.get() is not None or t._value is not None or not grad_enabled.get() \
             or not any(x.requires_grad for x in involved):
         return t
-    old = Tensor._concrete(t._data if t._node is not None else t._data.copy(), t.dtype)
+    old = history_only(Tensor._concrete(t._data, t.dtype)) if t._node is not None else \
+        Tensor._concrete(t._data.copy(), t.dtype)
     old.requires_grad, old._node = t.requires_grad, t._node
     # ops recorded before the write name t at this version: backward() reads them as `old`
     t._past = {**(t._past or {}), t._version: old}

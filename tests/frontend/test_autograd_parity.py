@@ -2,8 +2,8 @@
 flame.autograd.grad (inputs as tensors or sequences, grad_outputs, retain_graph, create_graph for a gradient
 penalty and a Hessian-vector product, allow_unused, materialize_grads, is_grads_batched), Tensor.backward
 (gradient, retain_graph, inputs), .grad accumulation and its non-leaf warning, retain_grad, requires_grad_,
-is_leaf, grad_fn, the grad-mode managers as blocks and decorators, detach(), and what is not there
-(torch.autograd.forward_ad) with its reverse-mode forms (test_autograd_functional.py: the functional API)."""
+is_leaf, grad_fn, the grad-mode managers as blocks and decorators, detach(), and the reverse-mode forms of a
+Jacobian and a Hessian (test_autograd_functional.py: the functional API; test_forward_ad.py: forward_ad)."""
 
 from __future__ import annotations
 
@@ -386,9 +386,7 @@ def test_grad_modes_inside_compile_as_torch():
 # ---- torch.autograd.functional ----------------------------------------------------------------------------
 
 
-def test_forward_ad_is_missing_and_the_reverse_mode_forms_match_torch():
-    with pytest.raises(AttributeError, match="forward-mode AD.*flame.autograd.grad"):
-        flame.autograd.forward_ad  # noqa: B018
+def test_the_reverse_mode_forms_of_a_jacobian_and_a_hessian_match_torch():
     x0, v0 = _rng(30, 4), _rng(31, 4)
 
     def f(x):

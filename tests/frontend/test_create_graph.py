@@ -250,3 +250,30 @@ def test_grad_runs_the_hooks_of_the_tensors_passed_and_of_the_inputs_as_torch(cr
         res.append(got)
     for got, want in zip(res[1], res[0]):
         _close(got, want)
+
+
+def _written(lib, x, inplace: bool):
+    """sin of a tensor read before an in-place write into it, the write through a view, a product."""
+    d = x.clone()
+    y = d[:2].sin()
+    if inplace:
+        d[:2].mul_(2.0)
+        d.mul_(d.exp())
+    else:
+        d = lib.cat([d[:2] * 2.0, d[2:]])
+        d = d * d.exp()
+    return y.sum() + (d * d).sum()
+
+
+def test_create_graph_through_tensors_written_in_place_reads_their_values_before_the_write():
+    # torch refuses these in-place writes (a tensor saved for backward is modified): the same function
+    # out of place is the reference; flame's create_graph gradient recomputes what the writes overwrote
+    x0 = _rng(40, 4)
+    tx = torch.tensor(x0, requires_grad=True)
+    (tg,) = torch.autograd.grad(_written(torch, tx, False), tx, create_graph=True)
+    (th,) = torch.autograd.grad(tg.pow(2).sum(), tx)
+    fx = flame.tensor(x0, dtype=flame.f64, requires_grad=True)
+    (fg,) = flame.autograd.grad(_written(flame, fx, True), fx, create_graph=True)
+    _close(fg, tg)
+    (fh,) = flame.autograd.grad(fg.pow(2).sum(), fx)
+    _close(fh, th)

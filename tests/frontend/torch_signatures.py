@@ -331,6 +331,7 @@ def namespaces():
              ("flame.nn.utils.stateless", "torch.nn.utils.stateless", ()),
              ("flame.utils.data", "torch.utils.data", ()), ("flame.autograd", "torch.autograd", ()),
              ("flame.autograd.functional", "torch.autograd.functional", ()),
+             ("flame.autograd.forward_ad", "torch.autograd.forward_ad", ()),
              ("flame.cuda", "torch.cuda", ()), ("flame.linalg", "torch.linalg", ("_C/_linalg.pyi",)),
              ("flame.fft", "torch.fft", ("_C/_fft.pyi",)), ("flame.amp", "torch.amp", ())]
     del flame

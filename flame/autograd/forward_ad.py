@@ -1,0 +1,202 @@
+"""flame.autograd.forward_ad: torch.autograd.forward_ad's API (dual_level, enter_dual_level,
+exit_dual_level, make_dual, unpack_dual, UnpackedDualTensor), eagerly and inside @flame.compile.
+
+flame has no forward-mode rules per op; a tangent is computed by reverse mode instead. make_dual(x, v)
+returns a tensor with x's values whose history starts at a leaf of its own (a view of x when x requires
+grad, so gradients still reach x), and the level remembers that leaf with its tangent v. Every op on a
+dual then records its usual reverse-mode history. unpack_dual(y) computes y's tangent, sum_i J_i v_i over
+the level's duals, by the double-backward trick that flame.autograd.functional.jvp uses: the gradient,
+with respect to a seed u, of the vector-Jacobian product u^T J (two flame.autograd.grad calls, the first
+with create_graph=True). So any op with a gradient has a tangent, in-place updates of a dual included.
+
+Where it differs from torch's (which propagates tangents op by op):
+- the ops between make_dual and unpack_dual must record a history: under no_grad() (or inference_mode)
+  nothing is recorded and unpack_dual gives no tangent (and warns); in torch forward AD ignores no_grad;
+- tensors computed from a dual require grad (their history is what carries the tangent), and so do the
+  primal and the tangent unpack_dual returns for them (the tangent's history reaches the primals and
+  tangents it derives from, so it can be differentiated again, as torch's); a dual's primal is the
+  tensor given to make_dual (or, where that does not require grad, a detached copy);
+- a tangent has the dtype of the tensor it belongs to (torch keeps a tangent of another floating dtype
+  as given, and so does unpack_dual of the dual itself here, as long as it was not written in place);
+- the dual does not share storage with the tensor given to make_dual: an in-place write into one is not
+  seen by the other (in-place writes into the dual itself are tracked);
+- each unpack_dual runs two backward passes over the history from the duals to its tensor (inside
+  @flame.compile they are traced into the compiled step, as flame.autograd.grad's are).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import NamedTuple
+
+from flame.frontend.autograd_grad import grad
+from flame.frontend.context import enable_grad, is_grad_enabled, user_stacklevel
+from flame.frontend.creation import zeros_like
+from flame.frontend.tensor import Tensor
+
+
+class UnpackedDualTensor(NamedTuple):
+    """What unpack_dual returns: the primal and its tangent (None where the tensor has none)."""
+
+    primal: Tensor
+    tangent: Tensor | None
+
+
+class _Dual:
+    """One make_dual: the dual returned, the leaf its history starts at, its tangent, and the dual's
+    version counter when made (an unchanged dual's tangent is the one given)."""
+
+    __slots__ = ("dual", "leaf", "primal", "tangent", "version")
+
+    def __init__(self, dual: Tensor, leaf: Tensor, primal: Tensor, tangent: Tensor) -> None:
+        self.dual, self.leaf, self.primal, self.tangent = dual, leaf, primal, tangent
+        self.version = dual._version
+
+
+_current_level = -1
+_duals: dict[int, _Dual] = {}  # id(dual) -> its record, for the current level
+
+
+def enter_dual_level() -> int:
+    """Enter a new forward grad level (torch's: only one level at a time) and return it."""
+    global _current_level
+    if _current_level >= 0:
+        raise RuntimeError("Nested forward mode AD is not supported at the moment")
+    _current_level += 1
+    return _current_level
+
+
+def exit_dual_level(*, level: int | None = None) -> None:
+    """Exit the current forward grad level: its duals lose their tangents."""
+    global _current_level
+    if level is None:
+        level = _current_level
+    if level != _current_level:
+        raise RuntimeError(
+            "Trying to exit a forward AD level that was not the last one that was created. This is not supported."
+        )
+    if level < 0:
+        raise RuntimeError("Dual level must be a positive number.")
+    _duals.clear()
+    _current_level = level - 1
+
+
+class dual_level(contextlib.ContextDecorator):
+    """A context manager (or decorator) in which forward AD computations happen: make_dual's tangents
+    live until it exits. `with dual_level() as level:` gives the level."""
+
+    def __enter__(self) -> int:
+        return enter_dual_level()
+
+    def __exit__(self, exc_type, exc_value, traceback) -> None:
+        exit_dual_level()
+
+
+def _sizes(t: Tensor) -> str:
+    return "[" + ", ".join(str(int(s)) for s in t.shape) + "]"
+
+
+def _check_level(level: int | None, what: str) -> int:
+    if level is None:
+        level = _current_level
+    if level >= 0 and level != _current_level:
+        raise RuntimeError(f"Invalid level given to {what}")
+    return level
+
+
+def _is_dual(t) -> bool:
+    record = _duals.get(id(t))
+    return record is not None and record.dual is t
+
+
+def make_dual(tensor: Tensor, tangent: Tensor, *, level: int | None = None) -> Tensor:
+    """A dual tensor: `tensor`'s values with `tangent` as its forward gradient at the level (torch's
+    make_dual). Results computed from it carry the tangent that unpack_dual reads."""
+    if level is None:
+        level = _current_level
+    if level < 0:
+        raise RuntimeError(
+            "Trying to create a dual Tensor for forward AD but no level exists, make sure to "
+            "enter_dual_level() first."
+        )
+    _check_level(level, "_make_dual")
+    if not tensor.dtype.is_float:
+        raise ValueError(f"Expected primal to be floating point or complex, but got: {tensor.dtype!r}")
+    if not tangent.dtype.is_float:
+        raise ValueError(f"Expected tangent to be floating point or complex, but got: {tangent.dtype!r}")
+    if tuple(tensor.shape) != tuple(tangent.shape):
+        raise RuntimeError(
+            "Trying to set a forward gradient that has a different size than that of the original Tensor, "
+            f"this is not supported. Tensor is of size {_sizes(tensor)} while the given forward gradient is "
+            f"of size {_sizes(tangent)}."
+        )
+    if _is_dual(tensor):
+        raise RuntimeError(
+            "Making a dual Tensor based on a Tensor that already has a forward gradient at the same level "
+            f"{level} is not supported."
+        )
+    with enable_grad():
+        if tensor.requires_grad:
+            leaf, primal = tensor.view_as(tensor), tensor  # gradients still reach `tensor`
+            dual = leaf
+        else:
+            leaf = tensor.detach().clone().requires_grad_(True)
+            primal = tensor.detach()
+            dual = leaf.clone()  # not the leaf itself, so that in-place writes into the dual are allowed
+    _duals[id(dual)] = _Dual(dual, leaf, primal, tangent)
+    return dual
+
+
+def _tangent(y: Tensor) -> Tensor | None:
+    """y's tangent: the Jacobian-vector product, from the level's duals to y, by the double-backward
+    trick (None where y does not depend on any dual)."""
+    if not y.requires_grad or not y.dtype.is_float:
+        return None
+    records = list(_duals.values())
+    if not records:
+        return None
+    create_graph = is_grad_enabled()  # the tangent is differentiable again (in its primals and tangents)
+    with enable_grad():
+        u = zeros_like(y).requires_grad_(True)  # u^T J is linear in u: its values never reach the result
+        vjps = grad(y, [r.leaf for r in records], u, create_graph=True, retain_graph=True, allow_unused=True)
+        kept = [(g, r.tangent) for g, r in zip(vjps, records) if g is not None]
+        if not kept:
+            return None
+        live = [(g, v) for g, v in kept if g.requires_grad]
+        if not live:  # y depends on a dual only through ops of zero derivative (floor, sign, ...)
+            return zeros_like(y)
+        gs, vs = zip(*live)
+        vs = tuple(v if v.dtype == g.dtype else v.to(g.dtype) for g, v in zip(gs, vs))
+        (jv,) = grad(gs, [u], vs, create_graph=create_graph, retain_graph=True, allow_unused=True)
+    return zeros_like(y) if jv is None else jv
+
+
+def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
+    """(primal, tangent) of a tensor at the level (torch's unpack_dual): the tangent of a tensor computed
+    from duals is its Jacobian-vector product with their tangents; None for a tensor that is no dual and
+    depends on none, and for any tensor outside a level. A level other than the current one is an error
+    for a tensor with a tangent, as in torch."""
+    if level is None:
+        level = _current_level
+    if _current_level < 0 or not isinstance(tensor, Tensor):
+        return UnpackedDualTensor(tensor, None)
+    if _is_dual(tensor) and tensor._version == _duals[id(tensor)].version:
+        record = _duals[id(tensor)]
+        primal, tangent = record.primal, record.tangent
+    else:
+        primal, tangent = tensor, _tangent(tensor)
+    if tangent is None:
+        if _duals and not tensor.requires_grad and not is_grad_enabled() and tensor.dtype.is_float:
+            warnings.warn(
+                "unpack_dual: no tangent for a tensor computed while gradients are disabled (no_grad or "
+                "inference_mode): flame computes tangents from the gradient history, so the ops from "
+                "make_dual to unpack_dual must record it (torch's forward AD ignores no_grad)",
+                stacklevel=user_stacklevel(),
+            )
+        return UnpackedDualTensor(tensor, None)
+    _check_level(level, "_fw_primal")
+    return UnpackedDualTensor(primal, tangent)
+
+
+__all__ = ["UnpackedDualTensor", "dual_level", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual"]
