@@ -6,7 +6,7 @@ as torch's do."""
 
 from __future__ import annotations
 
-from flame.errors import ArgumentTypeError
+from flame.errors import ArgumentError, ArgumentTypeError
 
 
 class memory_format:  # noqa: N801 (torch's name)
@@ -34,3 +34,24 @@ def check(fn: str, value) -> None:
     if value is not None and not isinstance(value, memory_format):
         raise ArgumentTypeError(f"{fn}: memory_format must be a flame.memory_format (flame.channels_last, "
                                 f"flame.contiguous_format, ...), got {type(value).__name__} {value!r}")
+
+
+def refuse_preserve(fn: str, value) -> None:
+    """check(fn, value), and torch's refusal of preserve_format where a layout must be named (contiguous)."""
+    check(fn, value)
+    if value is preserve_format:
+        raise ArgumentError(f"{fn}: preserve memory format is unsupported by the contiguous operator (as torch's)")
+
+
+def is_channels_last(shape: tuple[int, ...], strides: tuple[int, ...], value: memory_format) -> bool:
+    """Whether strides are those of the channels-last layout `value` names (channels_last: 4-D,
+    channels_last_3d: 5-D; N, *spatial, C innermost) for shape; dims of size 1 take any stride."""
+    rank = 4 if value is channels_last else 5
+    if len(shape) != rank:
+        return False
+    step = 1
+    for dim in (1, *range(rank - 1, 1, -1), 0):  # C, then the spatial dims innermost first, then N
+        if shape[dim] != 1 and strides[dim] != step:
+            return False
+        step *= shape[dim]
+    return True

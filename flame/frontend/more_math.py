@@ -20,11 +20,11 @@ from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import floating
 from flame.frontend.dispatch import apply
+from flame.frontend.norms import vector_norm
 from flame.frontend.opmath import composite, fused, half_gradient, wants_gradient
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, stack, where
-from flame.frontend.tensor_ops import vector_norm
 from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign", "cov",

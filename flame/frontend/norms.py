@@ -13,7 +13,8 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import cat
+from flame.frontend.tensor_core import cat, where
+from flame.ir.dtypes import f32
 
 __all__ = ["batch_norm", "group_norm", "instance_norm"]
 
@@ -233,3 +234,34 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
         _update_running(running_mean, running_var, mean.reshape(*mean.shape[:2]).mean(0), var.mean(0), momentum,
                         positions)
     return group_norm(input, input.shape[1], weight, bias, eps)
+
+
+@policy("f32")  # autocast: linalg_vector_norm is on PyTorch's float32 list (not with an explicit dtype)
+def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
+    """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
+    (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of
+    the 2-norm (and of every ord > 0 root) is zero, as in PyTorch."""
+    x = input.to(dtype) if dtype is not None else input
+    if not x.dtype.is_float:
+        raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
+    if x.dtype.itemsize < 4:  # torch computes a half norm in f32 (x * x of 300 does not overflow) and rounds it
+        return vector_norm(x.to(f32), ord, dim, keepdim).to(x.dtype)
+    a = x.abs()
+    if ord == float("inf"):
+        return a.amax(dim, keepdim)
+    if ord == float("-inf"):
+        return a.amin(dim, keepdim)
+    if ord == 0:  # a count, with torch's zero gradient (x * 0 is 0 where it is picked: x == 0 there)
+        return where(x != 0, 1.0, x * 0).sum(dim, keepdim)
+    if ord == 1:
+        return a.sum(dim, keepdim)
+    if 0 < ord < 1:  # d a**ord is infinite at 0: its elements there take no gradient, as in PyTorch
+        at0 = a == 0
+        s = where(at0, 0.0, where(at0, 1.0, a) ** ord).sum(dim, keepdim)
+    else:
+        s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
+    if ord < 0:
+        return s ** (1.0 / ord)
+    zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
+    safe = where(zero, 1.0, s)
+    return where(zero, 0.0, safe.sqrt() if ord == 2 else safe ** (1.0 / ord))

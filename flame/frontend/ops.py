@@ -1,6 +1,6 @@
 """The torch-level functions of the package root (flame.exp, flame.where, flame.cat, ...): thin
 wrappers over Tensor methods, with PyTorch names and semantics, and the functions written beside the
-methods they build on (where, cat, stack, pad in tensor_core.py; vector_norm in tensor_ops.py).
+methods they build on (where, cat, stack, pad in tensor_core.py; vector_norm in norms.py).
 flame/__init__.py only re-exports them."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from flame.frontend.creation import tensor
 from flame.frontend.functional import log_softmax as _log_softmax
 from flame.frontend.functional import softmax as _softmax
 from flame.frontend.methods import numpy_names
+from flame.frontend.norms import vector_norm  # noqa: F401  (the package root's name)
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import (  # noqa: F401  (the package root's names)
     binary,
@@ -25,7 +26,6 @@ from flame.frontend.tensor_core import (  # noqa: F401  (the package root's name
 from flame.frontend.tensor_core import cat as _cat
 from flame.frontend.tensor_core import concat as _concat
 from flame.frontend.tensor_core import stack as _stack
-from flame.frontend.tensor_ops import vector_norm  # noqa: F401  (the package root's name)
 
 cat, concat, stack = numpy_names(_cat), numpy_names(_concat), numpy_names(_stack)  # torch.cat(xs, axis=0)
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from flame.errors import OverflowValueError
+from flame.errors import ArgumentTypeError, OverflowValueError
 from flame.frontend.context import user_location
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
@@ -19,6 +19,17 @@ from flame.ir.dtypes import DType, boolean, dtype_of, i64, promote, u8, value_ra
 def is_scalar(x) -> bool:
     """Whether x is a Python or NumPy number (bool included)."""
     return isinstance(x, (int, float, bool, np.number, np.bool_))
+
+
+def check_operand(name: str, x) -> None:
+    """x can be an operand of binary op `name` (a flame Tensor, a number or a NumPy array), else a
+    TypeError naming its type (another framework's tensor: with how to convert it)."""
+    if isinstance(x, (Tensor, np.ndarray)) or is_scalar(x):
+        return
+    kind = f"{type(x).__module__}.{type(x).__qualname__}".removeprefix("builtins.")
+    hint = (" (another framework's tensor: convert it with flame.tensor(x), or flame.from_dlpack(x) to share "
+            "its memory)" if hasattr(x, "__dlpack__") or hasattr(x, "__array__") else "")
+    raise ArgumentTypeError(f"{name}: unsupported operand of type {kind}{hint}")
 
 
 def is_bool(x) -> bool:

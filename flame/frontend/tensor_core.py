@@ -11,22 +11,14 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import (
-    ArgumentTypeError,
-    AutogradError,
-    DTypeError,
-    FlameError,
-    ShapeError,
-    TraceError,
-    ZeroDivisorError,
-)
+from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
 from flame.frontend import autocast, opmath
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.opmath import in_opmath
-from flame.frontend.promotion import is_bool, is_scalar, result_type, wrapped
+from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import (
     Tensor,
     _axes,
@@ -588,14 +580,8 @@ def binary(name: str, a, b) -> Tensor:
         return apply(name, float(a), b)
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
-    for x in (a, b):
-        if not isinstance(x, Tensor) and not is_scalar(x):
-            if isinstance(x, np.ndarray):
-                continue
-            kind = f"{type(x).__module__}.{type(x).__qualname__}".removeprefix("builtins.")
-            hint = (" (another framework's tensor: convert it with flame.tensor(x), or flame.from_dlpack(x) to share "
-                    "its memory)" if hasattr(x, "__dlpack__") or hasattr(x, "__array__") else "")
-            raise ArgumentTypeError(f"{name}: unsupported operand of type {kind}{hint}")
+    check_operand(name, a)
+    check_operand(name, b)
     a = Tensor(a) if isinstance(a, np.ndarray) else a
     b = Tensor(b) if isinstance(b, np.ndarray) else b
     dt = result_type(a, b)

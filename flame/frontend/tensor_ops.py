@@ -16,7 +16,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from flame.errors import ArgumentError, DTypeError, ShapeError, TraceError
+from flame.errors import DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops, opmath, scatter_reduce, views
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
@@ -24,6 +24,7 @@ from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply
 from flame.frontend.indexing import assign, index_put, stand_in
+from flame.frontend.norms import vector_norm
 from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, where
@@ -744,7 +745,7 @@ class TensorOps:
         """self when it is contiguous (row-major, no gaps), else a row-major copy (not a view). A
         memory_format changes nothing (flame/frontend/memory_format.py); preserve_format is refused as
         torch refuses it."""
-        _no_preserve("contiguous", memory_format)
+        _memory_format.refuse_preserve("contiguous", memory_format)
         return self if views.is_contiguous(self) else self.clone()
 
     def is_contiguous(self, memory_format=None) -> bool:
@@ -752,9 +753,9 @@ class TensorOps:
         memory_format=flame.channels_last (channels_last_3d), whether the strides are those of that
         layout (dims of size 1 take any stride), which flame's row-major tensors have only where the
         two coincide."""
-        _no_preserve("is_contiguous", memory_format)
+        _memory_format.refuse_preserve("is_contiguous", memory_format)
         if memory_format in (_memory_format.channels_last, _memory_format.channels_last_3d):
-            return _channels_last(self, 4 if memory_format is _memory_format.channels_last else 5)
+            return _memory_format.is_channels_last(self.shape, views.strides(self), memory_format)
         return views.is_contiguous(self)
 
     def stride(self, dim: int | None = None):
@@ -781,53 +782,3 @@ class TensorOps:
 
     def nelement(self) -> int:
         return math.prod(self.shape)
-
-
-@policy("f32")  # autocast: linalg_vector_norm is on PyTorch's float32 list (not with an explicit dtype)
-def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
-    """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
-    (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of
-    the 2-norm (and of every ord > 0 root) is zero, as in PyTorch."""
-    x = input.to(dtype) if dtype is not None else input
-    if not x.dtype.is_float:
-        raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
-    if x.dtype.itemsize < 4:  # torch computes a half norm in f32 (x * x of 300 does not overflow) and rounds it
-        return vector_norm(x.to(f32), ord, dim, keepdim).to(x.dtype)
-    a = x.abs()
-    if ord == float("inf"):
-        return a.amax(dim, keepdim)
-    if ord == float("-inf"):
-        return a.amin(dim, keepdim)
-    if ord == 0:  # a count, with torch's zero gradient (x * 0 is 0 where it is picked: x == 0 there)
-        return where(x != 0, 1.0, x * 0).sum(dim, keepdim)
-    if ord == 1:
-        return a.sum(dim, keepdim)
-    if 0 < ord < 1:  # d a**ord is infinite at 0: its elements there take no gradient, as in PyTorch
-        at0 = a == 0
-        s = where(at0, 0.0, where(at0, 1.0, a) ** ord).sum(dim, keepdim)
-    else:
-        s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
-    if ord < 0:
-        return s ** (1.0 / ord)
-    zero = s == 0  # the root's derivative is infinite there: pick 0 without differentiating the root
-    safe = where(zero, 1.0, s)
-    return where(zero, 0.0, safe.sqrt() if ord == 2 else safe ** (1.0 / ord))
-
-
-def _no_preserve(fn: str, memory_format) -> None:
-    _memory_format.check(fn, memory_format)
-    if memory_format is _memory_format.preserve_format:
-        raise ArgumentError(f"{fn}: preserve memory format is unsupported by the contiguous operator (as torch's)")
-
-
-def _channels_last(t: Tensor, rank: int) -> bool:
-    """t's strides are those of the channels-last layout of its shape (N, *spatial, C innermost)."""
-    if t.ndim != rank:
-        return False
-    order = [1, *range(rank - 1, 1, -1), 0]  # C, then the spatial dims innermost first, then N
-    step = 1
-    for dim, stride in ((d, views.strides(t)[d]) for d in order):
-        if t.shape[dim] != 1 and stride != step:
-            return False
-        step *= t.shape[dim]
-    return True
