@@ -26,11 +26,6 @@ __all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "em
            "zeros", "zeros_like"]
 
 
-def _grad(requires_grad: bool, t: Tensor) -> Tensor:
-    """t, requiring grad when asked (the `*_like` functions' requires_grad=, as torch's)."""
-    return t.requires_grad_(True) if requires_grad else t
-
-
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False, *, device: Any = None) -> Tensor:
     """A new concrete tensor from data (Python floats give the default floating dtype, flame.get_default_dtype,
     ints i64, a NumPy array or tensor its own dtype, as in PyTorch)."""
@@ -97,28 +92,29 @@ def empty_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = 
                memory_format=None) -> Tensor:
     """A tensor of input's shape (zeros), in dtype or input's (memory_format: flame/frontend/memory_format.py)."""
     _memory_format.check("empty_like", memory_format)
-    return _grad(requires_grad, placed(zeros_like(input, dtype), device, "empty_like"))
+    return placed(zeros_like(input, dtype), device, "empty_like").requires_grad_(requires_grad)
 
 
 def full_like(input: Tensor, fill_value, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
               memory_format=None) -> Tensor:
     """A tensor of input's shape filled with fill_value, in dtype or input's."""
     _memory_format.check("full_like", memory_format)
-    return _grad(requires_grad, placed(full(input.shape, fill_value, dtype or input.dtype), device, "full_like"))
+    filled = full(input.shape, fill_value, dtype or input.dtype)
+    return placed(filled, device, "full_like").requires_grad_(requires_grad)
 
 
 def zeros_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
                memory_format=None) -> Tensor:
     """Zeros of input's shape, in dtype or input's."""
     _memory_format.check("zeros_like", memory_format)
-    return _grad(requires_grad, placed(full(input.shape, 0, dtype or input.dtype), device, "zeros_like"))
+    return placed(full(input.shape, 0, dtype or input.dtype), device, "zeros_like").requires_grad_(requires_grad)
 
 
 def ones_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
               memory_format=None) -> Tensor:
     """Ones of input's shape, in dtype or input's."""
     _memory_format.check("ones_like", memory_format)
-    return _grad(requires_grad, placed(full(input.shape, 1, dtype or input.dtype), device, "ones_like"))
+    return placed(full(input.shape, 1, dtype or input.dtype), device, "ones_like").requires_grad_(requires_grad)
 
 
 def arange(start=0, end=None, step=1, dtype=None, *, device=None) -> Tensor:
@@ -285,7 +281,7 @@ def rand_like(input: Tensor, dtype=None, *, device=None, generator: Generator | 
     """U(0, 1) samples of input's shape, in dtype or input's."""
     _memory_format.check("rand_like", memory_format)
     drawn = rand(*input.shape, dtype=dtype or input.dtype, generator=generator)
-    return _grad(requires_grad, placed(drawn, device, "rand_like"))
+    return placed(drawn, device, "rand_like").requires_grad_(requires_grad)
 
 
 def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator | None = None,  # noqa: A002
@@ -293,7 +289,7 @@ def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator |
     """N(0, 1) samples of input's shape, in dtype or input's."""
     _memory_format.check("randn_like", memory_format)
     drawn = randn(*input.shape, dtype=dtype or input.dtype, generator=generator)
-    return _grad(requires_grad, placed(drawn, device, "randn_like"))
+    return placed(drawn, device, "randn_like").requires_grad_(requires_grad)
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:

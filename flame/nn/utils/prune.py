@@ -255,6 +255,21 @@ class Identity(BasePruningMethod):
         return super().apply(module, name)
 
 
+def _count(amount, size: int) -> int:
+    """How many of `size` entries `amount` (an int or a fraction) prunes, checked as torch checks it."""
+    k = _compute_nparams_toprune(amount, size)
+    _validate_pruning_amount(k, size)
+    return k
+
+
+def _channels(amount, t: Tensor, dim: int) -> tuple[int, int]:
+    """(the channels of t along dim, how many of them `amount` prunes), t and dim checked as torch's
+    structured methods check them."""
+    _validate_structured_pruning(t)
+    _validate_pruning_dim(t, dim)
+    return t.shape[dim], _count(amount, t.shape[dim])
+
+
 class RandomUnstructured(BasePruningMethod):
     """Prunes `amount` entries chosen at random (flame's generator)."""
 
@@ -265,9 +280,7 @@ class RandomUnstructured(BasePruningMethod):
         self.amount = amount
 
     def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
-        size = t.numel()
-        k = _compute_nparams_toprune(self.amount, size)
-        _validate_pruning_amount(k, size)
+        k = _count(self.amount, t.numel())
         mask = _np(default_mask).copy()
         if k != 0:
             prob = _np(rand_like(t.detach())).reshape(-1)
@@ -289,9 +302,7 @@ class L1Unstructured(BasePruningMethod):
         self.amount = amount
 
     def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
-        size = t.numel()
-        k = _compute_nparams_toprune(self.amount, size)
-        _validate_pruning_amount(k, size)
+        k = _count(self.amount, t.numel())
         mask = _np(default_mask).copy()
         if k != 0:
             mask.reshape(-1)[_top(np.abs(_np(t)).reshape(-1), k, largest=False)] = 0
@@ -312,11 +323,7 @@ class RandomStructured(BasePruningMethod):
         self.amount, self.dim = amount, dim
 
     def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
-        _validate_structured_pruning(t)
-        _validate_pruning_dim(t, self.dim)
-        channels = t.shape[self.dim]
-        k = _compute_nparams_toprune(self.amount, channels)
-        _validate_pruning_amount(k, channels)
+        channels, k = _channels(self.amount, t, self.dim)
         if k == 0:
             return default_mask
         prob = _np(rand(channels))
@@ -338,11 +345,7 @@ class LnStructured(BasePruningMethod):
         self.amount, self.n, self.dim = amount, n, dim
 
     def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
-        _validate_structured_pruning(t)
-        _validate_pruning_dim(t, self.dim)
-        channels = t.shape[self.dim]
-        k = _compute_nparams_toprune(self.amount, channels)
-        _validate_pruning_amount(k, channels)
+        channels, k = _channels(self.amount, t, self.dim)
         if k == 0:
             return default_mask
         keep = np.zeros(channels, bool)
