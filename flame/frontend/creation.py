@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from contextvars import ContextVar
 from typing import Any
@@ -13,6 +14,7 @@ from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.default_dtype import float_dtype, get_default_dtype
 from flame.frontend.dispatch import apply
+from flame.frontend.promotion import fits
 from flame.frontend.tensor import Tensor, _shape_arg, to_array
 from flame.frontend.tensor_core import full, placed, where
 from flame.ir.dtypes import DType, bf16, dtype_of, f64, i64, u8
@@ -349,26 +351,112 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False,  # n
     return idx.clamp(max=last)
 
 
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Veltkamp's split: a = hi + lo exactly, each half of a's significand (so hi * hi is exact)."""
+    c = a * a.dtype.type(2.0 ** ((np.finfo(a.dtype).nmant + 2) // 2) + 1)
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a * b + c rounded once (as a fused multiply-add), from error-free transforms in a's dtype:
+    p + e is a * b exactly (Dekker), s + t is p + c exactly (Knuth), and the sum of the small parts
+    goes in last. Where a value is not finite, the plain a * b + c."""
+    with np.errstate(all="ignore"):
+        p = a * b
+        (ah, al), (bh, bl) = _split(a), _split(b)
+        e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+        s = p + c
+        v = s - p
+        t = (p - (s - v)) + (c - v)
+        out = s + (e + t)
+    return np.where(np.isfinite(out), out, s)
+
+
+def _linspace_values(start, end, steps: int, dt: DType) -> np.ndarray:
+    """torch.linspace's values, as its CPU kernel computes them: start + step * i for the first half and
+    end - step * (steps - 1 - i) for the second, step = (end - start) / (steps - 1). In f32 and f64 each
+    value is one fused multiply-add; in f16 and bf16 every operation rounds to the dtype; for an integer
+    dtype start and end are truncated first, the arithmetic is in f64 and the values are truncated."""
+    if not dt.is_float:
+        s, e, work = float(int(start)), float(int(end)), np.dtype(np.float64)
+    else:
+        work = dt.np_dtype if dt.itemsize >= 4 else np.dtype(np.float32)
+        s, e = (work.type(np.asarray(v, dt.np_dtype)) for v in (start, end))
+    if steps <= 1:
+        return np.full(steps, s, work).astype(dt.np_dtype)
+    i = np.arange(steps, dtype=work)
+    first = i < steps // 2
+    back = work.type(steps - 1) - i
+    if dt.is_float and dt.itemsize < 4:
+        def r(x):  # noqa: E306 (rounded to the dtype, as each c10::Half / BFloat16 operation)
+            return np.asarray(x).astype(dt.np_dtype).astype(work)
+        step = r(r(e - s) / r(work.type(steps - 1)))
+        return np.where(first, r(s + r(step * r(i))), r(e - r(step * r(back)))).astype(dt.np_dtype)
+    step = (work.type(e) - work.type(s)) / work.type(steps - 1)
+    ones = np.ones(steps, work)
+    out = np.where(first, _fma(step * ones, i, s * ones), _fma(-step * ones, back, e * ones))
+    return (out if dt.is_float else np.trunc(out)).astype(dt.np_dtype)
+
+
 def linspace(start, end, steps: int, dtype=None, *, device=None) -> Tensor:
-    """steps evenly spaced values from start to end, computed as PyTorch does (from start for the first
-    half, from end for the second, so both ends are exact), in dtype or the default floating dtype."""
+    """steps evenly spaced values from start to end, bitwise as torch.linspace on the CPU (from start for
+    the first half, from end for the second, so both ends are exact; _linspace_values), in dtype or the
+    default floating dtype. The values are computed on the host from the Python numbers: inside
+    @flame.compile they are a constant of the graph."""
     dt = float_dtype(dtype)
     if steps < 0:
         raise ShapeError(f"linspace: number of steps must be non-negative, got {steps}")
-    work = dt if dt.is_float else f64
+    if steps > 1:  # (as torch: one step is start, unchecked)
+        fits("linspace", "start", start, dt)
+        fits("linspace", "end", end, dt)
+    return placed(Tensor._concrete(executor().asarray(_linspace_values(start, end, steps, dt)), dt), device, "linspace")
+
+
+def _logspace_values(start, end, steps: int, base: float, dt: DType) -> np.ndarray:
+    """torch.logspace's values, as its CPU kernel computes them: the exponents by linspace's formula with
+    each operation rounded to the dtype (no fused multiply-add), then the C library's pow(base, exponent)
+    in f64 (math.pow: NumPy's power may round differently), rounded to the dtype; one step is
+    pow(base, start) with start unrounded; for an integer dtype start and end are truncated first,
+    base is rounded to f32 and the values are truncated. Bitwise torch's in f64 and the integer dtypes;
+    in f32 and (for long ranges) f16 and bf16 torch's CPU build rounds its power differently, and values
+    may differ in the last place."""
+    typed = (dt if dt.is_float else f64).np_dtype
     if steps <= 1:
-        return placed(full((steps,), start, work).to(dt), device, "linspace")
-    step = (end - start) / (steps - 1)
-    i = arange(steps, dtype=work)
-    out = where(i < steps // 2, i * step + start, end - (float(steps - 1) - i) * step)
-    return placed(out.to(dt), device, "linspace")
+        return np.full(steps, _pow(base, float(start))).astype(dt.np_dtype)
+    if not dt.is_float:  # (torch's integer kernel: truncated bounds, a base rounded to f32)
+        start, end, base = int(start), int(end), float(np.float32(base))
+    s, e = np.asarray(start, typed), np.asarray(end, typed)
+    step = np.asarray((e - s) / np.asarray(steps - 1, typed), typed)
+    i = np.arange(steps).astype(typed)
+    back = np.arange(steps - 1, -1, -1).astype(typed)
+    exps = np.where(np.arange(steps) < steps // 2, s + step * i, e - step * back).astype(typed)
+    return np.array([_pow(base, x) for x in exps.astype(np.float64).tolist()]).astype(dt.np_dtype)
+
+
+def _pow(base: float, x: float) -> float:
+    """C's pow, where Python's math.pow raises instead: inf for an overflow, nan for a negative base's
+    fractional power."""
+    try:
+        return math.pow(base, x)
+    except OverflowError:
+        return math.inf if base > 0 or x == int(x) and int(x) % 2 == 0 else -math.inf
+    except ValueError:
+        return math.nan
 
 
 def logspace(start, end, steps: int, base: float = 10.0, dtype=None, *, device=None) -> Tensor:
-    """base ** linspace(start, end, steps), as torch.logspace (computed in f64, then cast to dtype or the
-    default floating dtype)."""
+    """base ** linspace(start, end, steps), as torch.logspace on the CPU (_logspace_values), in
+    dtype or the default floating dtype; computed on the host from the Python numbers (inside
+    @flame.compile a constant of the graph)."""
     dt = float_dtype(dtype)
-    return placed((full((), float(base), f64) ** linspace(start, end, steps, dtype=f64)).to(dt), device, "logspace")
+    if steps < 0:
+        raise ShapeError(f"logspace: number of steps must be non-negative, got {steps}")
+    if steps > 1:  # (as torch: one step is start, unchecked)
+        fits("logspace", "start", start, dt)
+        fits("logspace", "end", end, dt)
+    values = _logspace_values(start, end, steps, float(base), dt)
+    return placed(Tensor._concrete(executor().asarray(values), dt), device, "logspace")
 
 
 def eye(n: int, m: int | None = None, dtype=None, *, device=None) -> Tensor:
