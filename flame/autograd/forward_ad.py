@@ -9,13 +9,21 @@ the level's duals, by the double-backward trick that flame.autograd.functional.j
 with respect to a seed u, of the vector-Jacobian product u^T J (two flame.autograd.grad calls, the first
 with create_graph=True). So any op with a gradient has a tangent, in-place updates of a dual included.
 
+Under no_grad() (or inference_mode), where ops record no history, the level keeps a tape instead: the
+ops (those dispatched through flame's op table) that read a dual, a tensor on the tape, or a tensor that
+requires grad. Their results do not require grad, as torch's; unpack_dual of one of them replays the tape
+up to it with gradients enabled (from the duals' leaves) and takes the tangent of the replayed tensor, so
+the tangent needs no gradient mode (as torch's forward AD ignores no_grad); the tape lives until the level
+exits.
+
 Where it differs from torch's (which propagates tangents op by op):
-- the ops between make_dual and unpack_dual must record a history: under no_grad() (or inference_mode)
-  nothing is recorded and unpack_dual gives no tangent (and warns); in torch forward AD ignores no_grad;
-- tensors computed from a dual require grad (their history is what carries the tangent), and so do the
-  primal and the tangent unpack_dual returns for them (the tangent's history reaches the primals and
-  tangents it derives from, so it can be differentiated again, as torch's); a dual's primal is the
-  tensor given to make_dual (or, where that does not require grad, a detached copy);
+- under no_grad, an in-place write into a tensor computed from a dual is not followed (its tangent is
+  the one from before the write), and each unpack_dual replays the tape up to its tensor;
+- with gradients enabled, a dual and the tensors computed from it require grad (their history is what
+  carries the tangent), and so do the primal and the tangent unpack_dual returns for them (the
+  tangent's history reaches the primals and tangents it derives from, so it can be differentiated
+  again, as torch's); a dual's primal is the tensor given to make_dual (or, where that does not require
+  grad, a detached copy);
 - a tangent has the dtype of the tensor it belongs to (torch keeps a tangent of another floating dtype
   as given, and so does unpack_dual of the dual itself here, as long as it was not written in place);
 - the dual does not share storage with the tensor given to make_dual: an in-place write into one is not
@@ -27,12 +35,12 @@ Where it differs from torch's (which propagates tangents op by op):
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import NamedTuple
 
 from flame.frontend.autograd_grad import grad
-from flame.frontend.context import enable_grad, is_grad_enabled, user_stacklevel
+from flame.frontend.context import enable_grad, is_grad_enabled, op_recorder
 from flame.frontend.creation import zeros_like
+from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor
 
 
@@ -54,8 +62,47 @@ class _Dual:
         self.version = dual._version
 
 
+class _Tape:
+    """The ops that carry tangents without a gradient history: each op that reads a dual or a result
+    already on the tape that does not require grad, or (under no_grad) a tensor that requires grad, as
+    (op, inputs, attributes, result). Told of every op by dispatch.apply while a level is entered."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple] = []
+        self.on: dict[int, Tensor] = {}  # id -> a dual or a result on the tape (held, so the ids stay)
+        self.replaying = False
+
+    def __call__(self, name: str, inputs: tuple, attrs: dict, out: Tensor) -> None:
+        if self.replaying:
+            return
+        grad_off = not is_grad_enabled()
+        for x in inputs:  # (a tensor that requires grad carries its tangent in its history, unless no_grad)
+            if isinstance(x, Tensor) and (grad_off if x.requires_grad else self.on.get(id(x)) is x):
+                self.entries.append((name, inputs, attrs, out))
+                self.on[id(out)] = out
+                return
+
+    def replay(self, y: Tensor) -> Tensor | None:
+        """y computed again from the duals' leaves with gradients enabled (None: y is not on the tape)."""
+        if self.on.get(id(y)) is not y:
+            return None
+        mapped = {id(r.dual): r.leaf for r in _duals.values() if not r.dual.requires_grad}
+        self.replaying = True
+        try:
+            with enable_grad():
+                for name, inputs, attrs, out in self.entries:
+                    ins = tuple(mapped.get(id(x), x) if isinstance(x, Tensor) else x for x in inputs)
+                    mapped[id(out)] = apply(name, *ins, **attrs)
+                    if out is y:
+                        break
+        finally:
+            self.replaying = False
+        return mapped.get(id(y))
+
+
 _current_level = -1
 _duals: dict[int, _Dual] = {}  # id(dual) -> its record, for the current level
+_tape = _Tape()
 
 
 def enter_dual_level() -> int:
@@ -64,6 +111,7 @@ def enter_dual_level() -> int:
     if _current_level >= 0:
         raise RuntimeError("Nested forward mode AD is not supported at the moment")
     _current_level += 1
+    op_recorder.set(_tape)
     return _current_level
 
 
@@ -79,6 +127,9 @@ def exit_dual_level(*, level: int | None = None) -> None:
     if level < 0:
         raise RuntimeError("Dual level must be a positive number.")
     _duals.clear()
+    _tape.entries.clear()
+    _tape.on.clear()
+    op_recorder.set(None)
     _current_level = level - 1
 
 
@@ -136,23 +187,31 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: int | None = None) -> T
             "Making a dual Tensor based on a Tensor that already has a forward gradient at the same level "
             f"{level} is not supported."
         )
+    recording = is_grad_enabled()
     with enable_grad():
         if tensor.requires_grad:
             leaf, primal = tensor.view_as(tensor), tensor  # gradients still reach `tensor`
-            dual = leaf
         else:
             leaf = tensor.detach().clone().requires_grad_(True)
             primal = tensor.detach()
-            dual = leaf.clone()  # not the leaf itself, so that in-place writes into the dual are allowed
+    if not recording:  # (no_grad: a dual that does not require grad; its ops go on the tape)
+        dual = tensor.detach().clone()
+    else:  # not the leaf itself, so that in-place writes into the dual are allowed
+        dual = leaf if tensor.requires_grad else leaf.clone()
     _duals[id(dual)] = _Dual(dual, leaf, primal, tangent)
+    _tape.on[id(dual)] = dual
     return dual
 
 
 def _tangent(y: Tensor) -> Tensor | None:
     """y's tangent: the Jacobian-vector product, from the level's duals to y, by the double-backward
     trick (None where y does not depend on any dual)."""
-    if not y.requires_grad or not y.dtype.is_float:
+    if not y.dtype.is_float:
         return None
+    if not y.requires_grad:
+        y = _tape.replay(y)
+        if y is None or not y.requires_grad:
+            return None
     records = list(_duals.values())
     if not records:
         return None
@@ -187,13 +246,6 @@ def unpack_dual(tensor, *, level: int | None = None) -> UnpackedDualTensor:
     else:
         primal, tangent = tensor, _tangent(tensor)
     if tangent is None:
-        if _duals and not tensor.requires_grad and not is_grad_enabled() and tensor.dtype.is_float:
-            warnings.warn(
-                "unpack_dual: no tangent for a tensor computed while gradients are disabled (no_grad or "
-                "inference_mode): flame computes tangents from the gradient history, so the ops from "
-                "make_dual to unpack_dual must record it (torch's forward AD ignores no_grad)",
-                stacklevel=user_stacklevel(),
-            )
         return UnpackedDualTensor(tensor, None)
     _check_level(level, "_fw_primal")
     return UnpackedDualTensor(primal, tangent)

@@ -20,6 +20,9 @@ grad_enabled: ContextVar[bool] = ContextVar("flame_grad_enabled", default=True)
 in_checkpoint: ContextVar[int | None] = ContextVar("flame_in_checkpoint", default=None)
 # the policy of the flame.utils.checkpoint region being recorded: op -> whether its result is kept
 checkpoint_saves: ContextVar = ContextVar("flame_checkpoint_saves", default=None)
+# a callable told of every op dispatch.apply runs, as (op, inputs, attributes, result), or None: forward
+# AD's record of the ops that carry tangents where no gradient history is kept (autograd/forward_ad.py)
+op_recorder: ContextVar = ContextVar("flame_op_recorder", default=None)
 
 
 _FLAME_FILES: dict[str, bool] = {}  # absolute source path -> whether it is a file of the flame package

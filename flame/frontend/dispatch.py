@@ -13,7 +13,14 @@ import numpy as np
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError, TraceError
 from flame.frontend import autocast
-from flame.frontend.context import checkpoint_saves, current_trace, grad_enabled, in_checkpoint, user_location
+from flame.frontend.context import (
+    checkpoint_saves,
+    current_trace,
+    grad_enabled,
+    in_checkpoint,
+    op_recorder,
+    user_location,
+)
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import contiguous_array, link, stale, strided_array, traced_view, version
 from flame.ir import registry
@@ -146,6 +153,9 @@ def apply(name: str, *inputs: Any, **attrs: Any):
             trace.no_grad.add(t._value)
         if strided and traced_view(inputs[0], opdef, t.shape):
             link(t, inputs[0], opdef, attrs)
+        recorder = op_recorder.get()
+        if recorder is not None:
+            recorder(name, inputs, attrs, t)
         return t
     for x in inputs:
         if isinstance(x, Tensor) and x._value is not None:
@@ -160,6 +170,9 @@ def apply(name: str, *inputs: Any, **attrs: Any):
         if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
             t.requires_grad = True
             t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc(name))
+    recorder = op_recorder.get()
+    if recorder is not None:
+        recorder(name, inputs, attrs, t)
     return t
 
 
