@@ -20,6 +20,7 @@ from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.hooks import accumulate_grad
 from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import stack
 from flame.ir import registry
 from flame.passes.autodiff import autodiff
 
@@ -88,19 +89,19 @@ def grad(
     materialize_grads=True). Eagerly the graph is freed unless retain_graph=True (its default is
     create_graph); create_graph=True gives gradients with a history of their own, which can be
     differentiated again (eagerly and inside @flame.compile). only_inputs is torch's deprecated
-    argument, ignored (with torch's warning when False)."""
+    argument, ignored (with torch's warning when False). is_grads_batched=True reads the first dimension
+    of every grad_outputs tensor as a batch: each gradient gets that dimension first, one vector-Jacobian
+    product per row (torch vmaps one; flame runs one grad call per row, the graph retained between
+    them, so B rows cost B backward passes, inside @flame.compile B copies of the backward ops)."""
     if not only_inputs:
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
                       "gradient for other parts of the graph, please use torch.autograd.backward.", UserWarning,
                       stacklevel=2)
     outs, ins = _tensors(outputs, "grad(outputs)"), _tensors(inputs, "grad(inputs)")
     seeds = _seeds(grad_outputs, len(outs), "grad(grad_outputs)")
-    if is_grads_batched:
-        raise AutogradError(
-            f"grad(is_grads_batched=True) is not supported: call grad once per row of "
-            f"grad_outputs\n  at {user_location()}"
-        )
     allow_unused = bool(allow_unused) or materialize_grads
+    if is_grads_batched:
+        return _batched(outs, ins, seeds, retain_graph, create_graph, allow_unused, materialize_grads)
     trace = current_trace.get()
     if trace is not None:
         root = _root(outs, seeds, "grad", create_graph)
@@ -122,6 +123,46 @@ def grad(
     root = _root(outs, seeds, "grad", create_graph)
     retain = create_graph if retain_graph is None else bool(retain_graph)
     return _finish(ins, _eager(root, ins, retain, create_graph), allow_unused, materialize_grads)
+
+
+def _batched(outs, ins, seeds, retain_graph, create_graph: bool, allow_unused: bool, materialize: bool) -> tuple:
+    """grad(..., is_grads_batched=True): the gradients for each row of the grad_outputs, stacked."""
+    for k, (o, g) in enumerate(zip(outs, seeds)):
+        if g is None:
+            raise AutogradError(f"grad can be implicitly created only for scalar outputs\n  at {user_location()}")
+        if not isinstance(g, Tensor):
+            raise AutogradError(f"grad: grad_outputs[{k}] is a {type(g).__name__}; expected a Tensor\n"
+                                f"  at {user_location()}")
+        if g.dim() == 0 or tuple(g.shape[1:]) != tuple(o.shape):
+            raise AutogradError(
+                "If `is_grads_batched=True`, we interpret the first dimension of each grad_output as the batch "
+                "dimension. The sizes of the remaining dimensions are expected to match the shape of "
+                f"corresponding output, but a mismatch was detected: grad_output[{k}] has a shape of "
+                f"{list(g.shape[1:])} and output[{k}] has a shape of {list(o.shape)}. If you only want some "
+                f"tensors in `grad_output` to be considered batched, consider using vmap.\n  at {user_location()}"
+            )
+    sizes = [int(g.shape[0]) for g in seeds]
+    if any(n != sizes[0] for n in sizes):
+        raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
+                         f"{sizes} for the mapped dimension")
+    n = sizes[0]
+    retain = create_graph if retain_graph is None else bool(retain_graph)
+    rows = [
+        grad(outs, ins, [g[b] for g in seeds], retain_graph=retain or b < n - 1, create_graph=create_graph,
+             allow_unused=True)
+        for b in range(n)
+    ]
+    got = []
+    for i, t in enumerate(ins):
+        column = [row[i] for row in rows]
+        if n and all(c is not None for c in column):
+            got.append(stack(column))
+        elif n == 0:
+            with no_grad():
+                got.append(zeros((0, *t.shape), dtype=t.dtype))
+        else:
+            got.append(None)
+    return _finish(ins, got, allow_unused, materialize)  # (an unused input's zeros have no batch dimension, as torch's)
 
 
 def _mark_recorded(trace, ws: list, got: list) -> None:
