@@ -10,7 +10,9 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from functools import wraps
 from typing import Any
+from weakref import WeakValueDictionary
 
+from flame.frontend.context import op_recorder
 from flame.frontend.creation import draw_hook
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
@@ -35,6 +37,41 @@ class _Same:
             generator.offset_tensor.copy_(self.starts[key])
         else:
             self.starts[key] = generator.offset_tensor.clone()
+
+
+class _Batched:
+    """Which tensors the calls computed from the slices of the batched arguments: an op's result is when
+    one of its inputs is (told of every op by dispatch.apply, after the recorder it replaces). What
+    torch's BatchedTensor marks, so an output whose out_dim is None can be refused as torch's is."""
+
+    def __init__(self, previous) -> None:
+        self.previous = previous
+        self.seen: WeakValueDictionary = WeakValueDictionary()  # id -> tensor (an id never outlives it)
+
+    def add(self, t) -> None:
+        if isinstance(t, Tensor):
+            self.seen[id(t)] = t
+
+    def holds(self, t) -> bool:
+        return self.seen.get(id(t)) is t
+
+    def __call__(self, name: str, inputs: tuple, attrs: dict, out) -> None:
+        if self.previous is not None:
+            self.previous(name, inputs, attrs, out)
+        for x in inputs:
+            if isinstance(x, Tensor) and self.seen.get(id(x)) is x:
+                self.seen[id(out)] = out
+                return
+
+
+@contextmanager
+def _tracking(batched: _Batched | None):
+    token = op_recorder.set(batched) if batched is not None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            op_recorder.reset(token)
 
 
 @contextmanager
@@ -97,7 +134,7 @@ def _check_out_dims(func, out_dims) -> None:
                          f"should appear.")
 
 
-def _stack_outputs(func, outs: list, out_dims):
+def _stack_outputs(func, outs: list, out_dims, batched: _Batched | None = None):
     name = _name(func)
     flat0, spec = tree_flatten(outs[0])
     flat_dims = broadcast_to_and_flatten(out_dims, spec)
@@ -110,6 +147,8 @@ def _stack_outputs(func, outs: list, out_dims):
     for k, d in enumerate(flat_dims):
         first = flat0[k]
         if d is None:
+            if batched is not None and any(batched.holds(f[k]) for f in flats):
+                raise ValueError(f"vmap({name}, ...): `{name}` can not return a BatchedTensor when out_dim is None")
             result.append(first)
             continue
         if not isinstance(first, Tensor):
@@ -124,7 +163,10 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
     """torch.func.vmap: func mapped over a batch dimension of its arguments. in_dims says, per argument
     (a nested tuple matching the arguments' pytrees, or one int for all), which dimension is the batch
     (None: the argument is passed whole to every element); out_dims where the batch dimension goes in
-    each output (None: the output of the first element, for outputs that do not depend on the batch).
+    each output (None: the output of the first element, for outputs that do not depend on the batch; an
+    output computed from a batched argument raises ValueError there, as torch's: flame follows the ops
+    dispatched through its op table, so an in-place write of batched values into an unbatched tensor
+    goes unseen).
     Keyword arguments are not batched.
 
     flame runs func once per batch element, on slices of the batched arguments, and stacks the outputs:
@@ -145,12 +187,16 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
         n = _batch_size(flat_args, dims)
         same = _Same()
         outs = []
-        with _randomness(randomness, _refuse_draw if randomness == "error" else same):
+        batched = _Batched(op_recorder.get()) if None in tree_flatten(out_dims)[0] else None
+        with _randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched):
             for i in range(n):
                 same.seen.clear()
                 sliced = [a if d is None else a.select(d, i) for a, d in zip(flat_args, dims)]
+                for a, d in zip(sliced, dims):
+                    if d is not None and batched is not None:
+                        batched.add(a)
                 outs.append(func(*tree_unflatten(sliced, spec), **kwargs))
-        return _stack_outputs(func, outs, out_dims)
+        return _stack_outputs(func, outs, out_dims, batched)
 
     return wrapped
 

@@ -381,3 +381,41 @@ def test_no_grad_outside_and_checks():
                  lambda m: m.jvp(lambda a: lib(m).sum(), (lib(m),), (lib(m),), strict=True)):
         got, want = _raises(lambda c=call: c(F), lambda c=call: c(TF))
         assert got == want
+
+
+def _out_dims_none_cases(m, lib):
+    x, y = lib(M), lib(A)
+    return {
+        "batched": lambda: m.vmap(lambda a: a * 2, out_dims=None)(x),
+        "identity": lambda: m.vmap(lambda a: a, out_dims=None)(x),
+        "one_of_two": lambda: m.vmap(lambda a: (a * 2, a.sum()), out_dims=(0, None))(x),
+        "through_inner_vmap": lambda: m.vmap(lambda a: m.vmap(lambda z: z * a.sum())(y), out_dims=None)(x),
+        "closure": lambda: m.vmap(lambda a: y * 2, out_dims=None)(x),
+        "mixed": lambda: m.vmap(lambda a: (a.exp(), y + 1), out_dims=(0, None))(x),
+        "fresh": lambda: m.vmap(lambda a: y.new_ones(2), out_dims=None)(x),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_out_dims_none_cases(F, ft)))
+def test_vmap_out_dims_none_refuses_a_batched_output_as_torch(case):
+    def run(m, lib):
+        try:
+            return _out_dims_none_cases(m, lib)[case]()
+        except ValueError as e:
+            return str(e)
+
+    got, want = run(F, ft), run(TF, tt)
+    if isinstance(want, str):
+        assert got == want and "can not return a BatchedTensor when out_dim is None" in want
+    else:
+        close(got, want)
+
+
+def test_vmap_out_dims_none_inside_compile_as_eagerly():
+    bad = flame.compile(lambda x: F.vmap(lambda a: (a * 2, a.sum() + 1), out_dims=(0, None))(x))
+    with pytest.raises(ValueError, match="can not return a BatchedTensor when out_dim is None"):
+        bad(ft(M))
+    y = RNG.standard_normal(3)
+    good = flame.compile(lambda x, c: F.vmap(lambda a: (a * c, c.exp()), out_dims=(0, None))(x))
+    for _ in range(2):
+        close(good(ft(M), ft(y)), TF.vmap(lambda a: (a * tt(y), tt(y).exp()), out_dims=(0, None))(tt(M)))
