@@ -71,8 +71,11 @@ class _Tape:
         self.entries: list[tuple] = []
         self.on: dict[int, Tensor] = {}  # id -> a dual or a result on the tape (held, so the ids stay)
         self.replaying = False
+        self.previous = None  # the recorder in place when the level was entered (told of every op too)
 
     def __call__(self, name: str, inputs: tuple, attrs: dict, out: Tensor) -> None:
+        if self.previous is not None:
+            self.previous(name, inputs, attrs, out)
         if self.replaying:
             return
         grad_off = not is_grad_enabled()
@@ -111,6 +114,7 @@ def enter_dual_level() -> int:
     if _current_level >= 0:
         raise RuntimeError("Nested forward mode AD is not supported at the moment")
     _current_level += 1
+    _tape.previous = op_recorder.get()
     op_recorder.set(_tape)
     return _current_level
 
@@ -129,7 +133,8 @@ def exit_dual_level(*, level: int | None = None) -> None:
     _duals.clear()
     _tape.entries.clear()
     _tape.on.clear()
-    op_recorder.set(None)
+    op_recorder.set(_tape.previous)
+    _tape.previous = None
     _current_level = level - 1
 
 

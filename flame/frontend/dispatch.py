@@ -176,6 +176,14 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     return t
 
 
+def tell_recorder(name: str, inputs: tuple, out: Tensor) -> None:
+    """Tell op_recorder of a result made without apply as op `name` would make it (detach's alias of the
+    same buffer is stop_gradient's), so that what follows ops sees it too."""
+    recorder = op_recorder.get()
+    if recorder is not None:
+        recorder(name, inputs, {}, out)
+
+
 def _run_eagerly(ex, name: str, inputs: tuple, attrs: dict) -> Tensor:
     """The op computed now, as a one-op graph compiled once per (op, attributes, input types)."""
     types, arrays = [], []

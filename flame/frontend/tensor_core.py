@@ -16,7 +16,7 @@ from flame.frontend import autocast, opmath
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import current_trace, user_location
 from flame.frontend.default_dtype import as_floating, floating
-from flame.frontend.dispatch import apply
+from flame.frontend.dispatch import apply, tell_recorder
 from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import (
@@ -53,6 +53,7 @@ class TensorCore:
         # as torch's: the same storage and version counter; a view of self's base, so a write through it
         # reaches self's values (indexing.assign: without a gradient, as one under no_grad)
         link(out, self, opdef("stop_gradient"), {})
+        tell_recorder("stop_gradient", (self,), out)
         return out
 
     def detach_(self) -> Tensor:
@@ -91,6 +92,7 @@ class TensorCore:
             # a write through it must reach self's gradient history: a view, as detach()'s (a leaf's .data
             # shares its buffer alone, with a version counter of its own, as torch's)
             link(out, self, opdef("stop_gradient"), {})
+        tell_recorder("stop_gradient", (self,), out)
         return out
 
     @data.setter

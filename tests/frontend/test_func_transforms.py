@@ -11,6 +11,7 @@ import torch
 import torch.func as TF
 
 import flame
+import flame.autograd.forward_ad as ffwd
 import flame.func as F
 import flame.nn as nn
 
@@ -393,6 +394,8 @@ def _out_dims_none_cases(m, lib):
         "closure": lambda: m.vmap(lambda a: y * 2, out_dims=None)(x),
         "mixed": lambda: m.vmap(lambda a: (a.exp(), y + 1), out_dims=(0, None))(x),
         "fresh": lambda: m.vmap(lambda a: y.new_ones(2), out_dims=None)(x),
+        "detached": lambda: m.vmap(lambda a: a.detach().sum() + 1, out_dims=None)(x),
+        "same_shape_view": lambda: m.vmap(lambda a: a.reshape(a.shape), out_dims=None)(x),
     }
 
 
@@ -419,3 +422,13 @@ def test_vmap_out_dims_none_inside_compile_as_eagerly():
     good = flame.compile(lambda x, c: F.vmap(lambda a: (a * c, c.exp()), out_dims=(0, None))(x))
     for _ in range(2):
         close(good(ft(M), ft(y)), TF.vmap(lambda a: (a * tt(y), tt(y).exp()), out_dims=(0, None))(tt(M)))
+
+
+def test_vmap_out_dims_none_still_followed_after_a_dual_level_inside_func():
+    def f(a):
+        with ffwd.dual_level():
+            ffwd.make_dual(a, a.exp())
+        return a * 2
+
+    with pytest.raises(ValueError, match="can not return a BatchedTensor when out_dim is None"):
+        F.vmap(f, out_dims=None)(ft(M))
