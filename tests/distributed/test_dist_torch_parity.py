@@ -1,6 +1,7 @@
 """DistributedDataParallel and the collectives against torch's (gloo) as the specification: the same
 script (torch_parity_worker.py) runs as two real processes under each library, started as torchrun
-starts them (init_process_group from RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT), and every rank's
+starts them (init_process_group("gloo", init_method="env://" or "tcp://...") with RANK / WORLD_SIZE /
+MASTER_ADDR / MASTER_PORT), and every rank's
 parameters, gradients, buffers, collective results (values and dtypes) and wrapper facts agree in
 f64. Then, in-process (this process as rank 0 of two mirrored ranks), the wrapper's choices that a
 traced step makes: buffers broadcast before every forward, an unused parameter without
@@ -15,10 +16,10 @@ import numpy as np
 import pytest
 
 import flame
+import flame.distributed as dist
 import flame.nn as nn
-from flame.distributed import DistributedError
 from flame.nn.parallel import DistributedDataParallel
-from tests.distributed.launch import kill_all, start_ranks
+from tests.distributed.launch import free_port, kill_all, start_ranks
 from tests.distributed.test_dist_collectives import two_ranks  # noqa: F401 - the fixture
 
 torch = pytest.importorskip("torch")
@@ -26,11 +27,13 @@ torch = pytest.importorskip("torch")
 WAIT = 120  # seconds: a hang fails the test instead of stalling the suite
 
 
-def _run(tmp: Path, lib: str, *args: str) -> list[tuple[dict, dict]]:
+def _run(tmp: Path, lib: str, *args: str, port: int | None = None, **env: str) -> list[tuple[dict, dict]]:
     """Both ranks of torch_parity_worker.py under `lib`: each rank's (arrays, facts)."""
-    out = tmp / f"{lib}{'-'.join(args)}"
+    out = tmp / lib
     out.mkdir()
-    procs = start_ranks("torch_parity_worker.py", "--lib", lib, "--out", str(out), *args, world=2, out=out)
+    procs = start_ranks(
+        "torch_parity_worker.py", "--lib", lib, "--out", str(out), *args, world=2, out=out, port=port, **env
+    )
     try:
         for p in procs:
             p.wait(timeout=WAIT)
@@ -62,11 +65,14 @@ def test_eager_ddp_and_collectives_match_torch(torch_ranks, tmp_path):
     facts = flame_ranks[1][1]
     assert facts["strict_next_forward"] == "RuntimeError=True" and facts["strict_grad_of_unused"] == "None"
     assert facts["state_dict_keys"][0] == "module.0.weight" and facts["rank"] == 1 and facts["world"] == 2
+    assert facts["backend"] == "gloo"
     assert np.isnan(flame_ranks[0][0]["unused/step1/grad/c.weight"])  # no rank used it: .grad stays None
 
 
 def test_compiled_ddp_steps_match_torch(torch_ranks, tmp_path):
-    flame_ranks = _run(tmp_path, "flame", "--compile")
+    port = free_port()  # the store's, named by init_method alone: MASTER_ADDR and MASTER_PORT lead nowhere
+    tcp = ("--init-method", f"tcp://127.0.0.1:{port}")
+    flame_ranks = _run(tmp_path, "flame", "--compile", *tcp, port=1, MASTER_ADDR="unreachable.invalid")
     assert any(k.startswith("bn/") for k in flame_ranks[0][0])
     _compare(torch_ranks, flame_ranks)
 
@@ -119,9 +125,9 @@ def test_unused_parameter_without_find_unused_parameters_fails_the_next_forward(
     x = flame.randn(2, 4, generator=flame.Generator(1))
     ddp(x).sum().backward()
     assert ddp.module.b.weight.grad is None and ddp.module.a.weight.grad is not None
-    with pytest.raises(DistributedError, match=r"not used in producing the loss.*2 \(b.weight\), 3 \(b.bias\)"):
+    with pytest.raises(dist.DistributedError, match=r"not used in producing the loss.*2 \(b.weight\), 3 \(b.bias\)"):
         ddp(x)
-    assert isinstance(DistributedError("x"), RuntimeError)  # what torch raises
+    assert issubclass(dist.DistributedError, RuntimeError)  # what torch raises
 
 
 def test_unused_parameter_without_find_unused_parameters_fails_the_trace(two_ranks):  # noqa: F811
@@ -131,7 +137,7 @@ def test_unused_parameter_without_find_unused_parameters_fails_the_trace(two_ran
     def step(x):
         ddp(x).sum().backward()
 
-    with pytest.raises(DistributedError, match="find_unused_parameters=True"):
+    with pytest.raises(dist.DistributedError, match="find_unused_parameters=True"):
         step(flame.randn(2, 4, generator=flame.Generator(1)))
 
 
@@ -157,3 +163,28 @@ def test_constructor_arguments_are_torchs(two_ranks):  # noqa: F811
     frozen = _bn_model().requires_grad_(False)
     with pytest.raises(RuntimeError, match="doesn't have any parameter that requires a gradient"):
         DistributedDataParallel(frozen)
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"init_method": "file:///tmp/rendezvous"}, r"init_method='file:///tmp/rendezvous' is not supported"),
+        ({"init_method": "tcp://127.0.0.1"}, r"expected 'env://' or 'tcp://HOST:PORT'"),
+        ({"store": object()}, r"store= is not supported"),
+        ({"backend": "mpi"}, r"unknown backend 'mpi'"),
+    ],
+)
+def test_init_process_group_arguments_flame_lacks_are_clear_errors(kwargs, message):
+    with pytest.raises(dist.DistributedError, match=message):
+        dist.init_process_group(**{"backend": "gloo", **kwargs})
+    assert not dist.is_initialized()
+
+
+def test_init_process_group_takes_torchs_positional_arguments_and_unset_ranks(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    dist.init_process_group("gloo", "env://", 30.0, -1, -1)
+    try:
+        assert dist.get_backend() == "gloo" and dist.get_world_size() == 1 and dist.get_rank() == 0
+    finally:
+        dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """One rank of the same data-parallel script under torch (DistributedDataParallel over gloo) or flame
 (over the TCP store), for test_dist_torch_parity.py. Started as torchrun starts ranks (RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT: init_process_group reads them). Every rank writes what it saw
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT: init_process_group("gloo", init_method="env://") reads them;
+--init-method tcp://HOST:PORT names the store's address instead). Every rank writes what it saw
 to OUT/rank{r}.npz (arrays, float64 unless the dtype is the point) and OUT/rank{r}.json (facts), so
 the test compares the two libraries rank by rank.
 
@@ -25,6 +26,7 @@ def parse(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--lib", choices=["torch", "flame"], required=True)
     p.add_argument("--compile", action="store_true", help="flame: the training steps under @flame.compile")
+    p.add_argument("--init-method", default="env://")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
@@ -41,7 +43,6 @@ class Lib:
 
             torch.set_num_threads(1)
             self.L, self.dist, self.DDP, self.compile = torch, dist, DistributedDataParallel, lambda f: f
-            self.backend = "gloo"
         else:
             import flame
             import flame.distributed as dist
@@ -49,7 +50,6 @@ class Lib:
 
             self.L, self.dist, self.DDP = flame, dist, DistributedDataParallel
             self.compile = flame.compile if compiled else (lambda f: f)
-            self.backend = None  # the default: the store exchange on the reference executor
         self.nn = self.L.nn
 
     def arr(self, t) -> np.ndarray:
@@ -243,7 +243,7 @@ def wrapper(lib: Lib, rank: int, facts: dict) -> None:
 def collectives(lib: Lib, rank: int, world: int, res: dict, facts: dict) -> None:
     """all_reduce (each op, each dtype), broadcast, all_gather, reduce_scatter, barrier."""
     d = lib.dist
-    facts["rank"], facts["world"] = d.get_rank(), d.get_world_size()
+    facts["rank"], facts["world"], facts["backend"] = d.get_rank(), d.get_world_size(), d.get_backend()
     for dt in ("float32", "float64", "int32", "int64"):
         base = (np.arange(1, 5) * (rank + 2) - 3 * rank).astype(dt)
         ops = ["SUM", "MAX", "MIN"] + (["AVG"] if dt.startswith("float") else [])
@@ -266,7 +266,7 @@ def collectives(lib: Lib, rank: int, world: int, res: dict, facts: dict) -> None
 def main(argv=None) -> int:
     a = parse(argv)
     lib = Lib(a.lib, a.compile)
-    lib.dist.init_process_group(lib.backend)
+    lib.dist.init_process_group("gloo", init_method=a.init_method)
     rank, world = lib.dist.get_rank(), lib.dist.get_world_size()
     res: dict = {}
     facts: dict = {}
