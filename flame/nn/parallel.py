@@ -18,9 +18,10 @@ is made when tracing; a call under the other setting re-traces (or reuses its ow
 compiled step may be called both ways.
 
 Parameters that get no gradient in a backward (unused by the forward), as torch's reducer treats
-them: with find_unused_parameters=False (the default) the next forward raises a DistributedError (a
-RuntimeError) naming them; inside @flame.compile the trace of that backward raises it, as no later
-forward is traced. With find_unused_parameters=True every rank contributes zeros for them (the
+them: with find_unused_parameters=False (the default) their .grad is left as it was and the next
+forward that records gradients outside no_sync() raises a DistributedError (a RuntimeError) naming
+them; inside @flame.compile the trace of that backward raises it, as no later forward is traced.
+With find_unused_parameters=True every rank contributes zeros for them (the
 ranks issue identical collectives) and one more all_reduce tells which parameters no rank used:
 those keep their .grad untouched (None where they had none), the others get the average. Inside
 @flame.compile that set is not known when tracing, so a parameter no rank used gets zeros averaged
@@ -42,7 +43,7 @@ from flame.distributed.buckets import unwrap
 from flame.distributed.process_group import get_rank, get_world_size
 from flame.distributed.store import DistributedError
 from flame.errors import FlameError
-from flame.frontend.context import current_trace, no_grad
+from flame.frontend.context import current_trace, grad_enabled, no_grad
 from flame.frontend.creation import tensor, zeros
 from flame.frontend.dispatch import apply
 from flame.frontend.hooks import register_grad_reducer
@@ -165,7 +166,7 @@ class DistributedDataParallel(Module):
                     broadcast(b, src=0)
 
     def forward(self, *args, **kwargs):
-        if self._unused_error is not None:
+        if self._unused_error is not None and grad_enabled.get() and self.require_backward_grad_sync:
             error, self._unused_error = self._unused_error, None
             raise error
         if self.world_size > 1 and self.forward_sync_buffers:

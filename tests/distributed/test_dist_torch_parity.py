@@ -73,7 +73,7 @@ def test_compiled_ddp_steps_match_torch(torch_ranks, tmp_path):
     port = free_port()  # the store's, named by init_method alone: MASTER_ADDR and MASTER_PORT lead nowhere
     tcp = ("--init-method", f"tcp://127.0.0.1:{port}")
     flame_ranks = _run(tmp_path, "flame", "--compile", *tcp, port=1, MASTER_ADDR="unreachable.invalid")
-    assert any(k.startswith("bn/") for k in flame_ranks[0][0])
+    assert any(k.startswith("bn/") for k in flame_ranks[0][0]) and "coll/all_gather/int64" in flame_ranks[0][0]
     _compare(torch_ranks, flame_ranks)
 
 
@@ -125,6 +125,10 @@ def test_unused_parameter_without_find_unused_parameters_fails_the_next_forward(
     x = flame.randn(2, 4, generator=flame.Generator(1))
     ddp(x).sum().backward()
     assert ddp.module.b.weight.grad is None and ddp.module.a.weight.grad is not None
+    with flame.no_grad():
+        ddp(x)  # a forward that records nothing starts no reduction: no error yet, as torch's
+    with ddp.no_sync():
+        ddp(x)
     with pytest.raises(dist.DistributedError, match=r"not used in producing the loss.*2 \(b.weight\), 3 \(b.bias\)"):
         ddp(x)
     assert issubclass(dist.DistributedError, RuntimeError)  # what torch raises

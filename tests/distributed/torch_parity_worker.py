@@ -241,25 +241,37 @@ def wrapper(lib: Lib, rank: int, facts: dict) -> None:
 
 
 def collectives(lib: Lib, rank: int, world: int, res: dict, facts: dict) -> None:
-    """all_reduce (each op, each dtype), broadcast, all_gather, reduce_scatter, barrier."""
+    """all_reduce (each op, each dtype), broadcast, all_gather, reduce_scatter (each under
+    @flame.compile with --compile), barrier."""
     d = lib.dist
     facts["rank"], facts["world"], facts["backend"] = d.get_rank(), d.get_world_size(), d.get_backend()
+
+    def all_reduce(t, op):
+        d.all_reduce(t, op=getattr(d.ReduceOp, op))
+        return t
+
+    def broadcast(t):
+        d.broadcast(t, src=1)
+        return t
+
+    def all_gather(t):
+        outs = [t * 0 for _ in range(world)]
+        d.all_gather(outs, t)
+        return tuple(outs)
+
+    def reduce_scatter(t):
+        out = t * 0
+        d.reduce_scatter(out, [t * (r + 1) for r in range(world)])
+        return out
+
     for dt in ("float32", "float64", "int32", "int64"):
         base = (np.arange(1, 5) * (rank + 2) - 3 * rank).astype(dt)
         ops = ["SUM", "MAX", "MIN"] + (["AVG"] if dt.startswith("float") else [])
         for op in ops:
-            t = lib.t(base)
-            d.all_reduce(t, op=getattr(d.ReduceOp, op))
-            res[f"coll/all_reduce/{op}/{dt}"] = lib.arr(t)
-        t = lib.t(base)
-        d.broadcast(t, src=1)
-        res[f"coll/broadcast/{dt}"] = lib.arr(t)
-        outs = [lib.t(np.zeros(4, dt)) for _ in range(world)]
-        d.all_gather(outs, lib.t(base))
-        res[f"coll/all_gather/{dt}"] = np.stack([lib.arr(o) for o in outs])
-        out = lib.t(np.zeros(4, dt))
-        d.reduce_scatter(out, [lib.t(base * (r + 1)) for r in range(world)])
-        res[f"coll/reduce_scatter/{dt}"] = lib.arr(out)
+            res[f"coll/all_reduce/{op}/{dt}"] = lib.arr(lib.compile(all_reduce)(lib.t(base), op))
+        res[f"coll/broadcast/{dt}"] = lib.arr(lib.compile(broadcast)(lib.t(base)))
+        res[f"coll/all_gather/{dt}"] = np.stack([lib.arr(o) for o in lib.compile(all_gather)(lib.t(base))])
+        res[f"coll/reduce_scatter/{dt}"] = lib.arr(lib.compile(reduce_scatter)(lib.t(base)))
     d.barrier()
 
 
@@ -277,7 +289,7 @@ def main(argv=None) -> int:
         sync_flags(lib, rank, res)
         unused(lib, rank, res, facts)
         wrapper(lib, rank, facts)
-        collectives(lib, rank, world, res, facts)
+    collectives(lib, rank, world, res, facts)
     out = Path(a.out)
     np.savez(out / f"rank{rank}.npz", **res)
     (out / f"rank{rank}.json").write_text(json.dumps(facts))
