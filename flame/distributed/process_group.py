@@ -37,7 +37,7 @@ from flame.distributed.store_comm import StoreCommunicator, StoreExchange
 from flame.runtime import communicator as _comm
 from flame.runtime.device import get_device
 
-BACKENDS = ("nccl", "store")
+BACKENDS = ("nccl", "gloo", "store")  # gloo: the store exchange, as "store"
 DEFAULT_TIMEOUT = 300.0
 
 
@@ -102,6 +102,18 @@ def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int, int]:
     return int(rank), int(world_size), env.env_int("LOCAL_RANK", int(rank), 0, what="a rank")
 
 
+def _init_method(init_method: str | None) -> tuple[str, int] | None:
+    """(host, port) from "tcp://HOST:PORT"; None for "env://" (the environment's)."""
+    if init_method is None or init_method == "env://":
+        return None
+    host, sep, port = init_method.removeprefix("tcp://").rpartition(":")
+    if not init_method.startswith("tcp://") or not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DistributedError(
+            f"init_process_group: init_method={init_method!r} is not supported; expected 'env://' or 'tcp://HOST:PORT'"
+        )
+    return host.strip("[]"), int(port)
+
+
 def _integer(x) -> int | None:
     if isinstance(x, bool):
         return None
@@ -113,26 +125,41 @@ def _integer(x) -> int | None:
 
 def init_process_group(
     backend: str | None = None,
-    *,
-    rank: int | None = None,
-    world_size: int | None = None,
+    init_method: str | None = None,
     timeout: datetime.timedelta | float | None = None,
+    world_size: int | None = None,
+    rank: int | None = None,
+    store=None,
+    group_name: str = "",
+    pg_options=None,
+    device_id=None,
 ) -> None:
-    """Join this process to the group of `world_size` ranks (default: the environment torchrun sets).
+    """Join this process to the group of `world_size` ranks (default: the environment torchrun sets),
+    with torch.distributed's arguments.
 
     backend: "nccl" (the default; on a machine whose executor is the NumPy reference, the ranks
-    exchange through the store instead, with a notice) or "store" (always the store: slow, for
-    tests). On CUDA each rank uses GPU LOCAL_RANK. timeout: how long a rank waits for the others in
-    the store (default 300 s, or FLAME_DIST_TIMEOUT seconds). If joining fails (a rank does not come
-    within the timeout, the store cannot be reached), the error names what was missing and the
-    process is left as it was before the call, so init_process_group can be called again."""
+    exchange through the store instead, with a notice), "gloo" or "store" (always the store: slow,
+    for tests and CPU scripts). On CUDA each rank uses GPU LOCAL_RANK. init_method: "env://" (the
+    default: MASTER_ADDR and MASTER_PORT) or "tcp://HOST:PORT". world_size and rank: -1 (torch's
+    "unset") or None read WORLD_SIZE and RANK. timeout: how long a rank waits for the others in the
+    store (default 300 s, or FLAME_DIST_TIMEOUT seconds). group_name is accepted and unused; a
+    store, pg_options or device_id of torch's is not supported (a DistributedError). If joining
+    fails (a rank does not come within the timeout, the store cannot be reached), the error names
+    what was missing and the process is left as it was before the call, so init_process_group can
+    be called again."""
     if _group:
         raise DistributedError(
             "init_process_group: the process group is already initialised (destroy_process_group first)"
         )
+    for name, value in (("store", store), ("pg_options", pg_options), ("device_id", device_id)):
+        if value is not None:
+            raise DistributedError(f"init_process_group: {name}= is not supported; pass {name}=None")
     backend = backend or "nccl"
     if backend not in BACKENDS:
         raise DistributedError(f"init_process_group: unknown backend {backend!r}; expected one of {BACKENDS}")
+    address = _init_method(init_method)
+    rank = None if _integer(rank) == -1 else rank
+    world_size = None if _integer(world_size) == -1 else world_size
     rank, world_size, local_rank = _ranks(rank, world_size)
     seconds = _timeout_seconds(timeout)
     device = get_device()
@@ -144,8 +171,8 @@ def init_process_group(
     if world_size == 1:
         group = _Group(0, 1, local_rank, backend, None, None, _comm.SingleProcess(), gen)
     else:
-        host = env.master_addr()
-        port = store_port(env.port("MASTER_PORT"))
+        host, port = address or (env.master_addr(), env.port("MASTER_PORT"))
+        port = store_port(port)
         group = _join(backend, device, rank, world_size, local_rank, host, port, seconds, gen)
         _comm.set_communicator(group.comm)
         _install_failure_handling(group, host, port, seconds)
