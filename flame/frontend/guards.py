@@ -12,7 +12,9 @@ becomes a Guard of that trace:
   None, flame dtypes, enum members, tuples of those), its own and those of the user's functions it
   names in turn (a helper reading a global learning rate);
 - plain values the body read from a module's own attributes (`self.eps`, `self.scale`: nn.Module
-  records them while a body is traced);
+  records them while a body is traced), and, by identity, the submodules it reached (a layer replaced,
+  appended or deleted) and functions held in a module's attributes (`self.act = F.gelu`, a forward
+  patched on the instance);
 - the default floating dtype, where the body read it (flame.set_default_dtype: a factory without a
   dtype, a Python float beside an integer tensor).
 Values reached through other objects' attributes (a dict's entries, a config object's fields) and NumPy
@@ -62,6 +64,14 @@ def show(a: Any) -> str:
     return "<unset>" if a is MISSING else repr(a)
 
 
+def show_kind(a: Any) -> str:
+    """An object a guard compares by identity, as a message prints it: by its type (a tuple of them
+    item by item), `ReLU` -> `GELU`, without the whole repr of a model."""
+    if isinstance(a, tuple):
+        return "(" + ", ".join(show_kind(x) for x in a) + ")"
+    return show(a) if is_plain(a) or a is MISSING else f"a {type(a).__name__}"
+
+
 @dataclass(frozen=True)
 class Guard:
     """`what` read `read()` == `value` (compared by value_key) when traced; `failed()` says what changed."""
@@ -79,7 +89,17 @@ class Guard:
 
     def key(self) -> str:
         """What the guard reads and expects, as text alike in every process (guards_key)."""
-        return f"{self.what} == {value_key(self.value)!r}"
+        return f"{self.what} == {key_text(self.value)}"
+
+
+def key_text(a: Any) -> str:
+    """A guarded value as guards_key writes it: a plain value by value_key; any other object, compared by
+    identity, by its type alone (its address differs from process to process)."""
+    if isinstance(a, tuple) and not is_plain(a):
+        return "(" + ", ".join(key_text(x) for x in a) + ")"
+    if is_plain(a) or a is MISSING:
+        return repr(value_key(a))
+    return f"<{type(a).__module__}.{type(a).__qualname__}>"
 
 
 def guard(what: str, read: Callable[[], Any], show_value: Callable[[Any], str] = show) -> Guard:
@@ -297,8 +317,9 @@ def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Gua
     module modes and the unset .grad it read."""
     out: list = list(python_values)
     out += [Guard(what, read, value) for what, (read, value) in trace.python_reads.items()]
-    out += [Guard(f"attribute {name!r} of {namer.module(obj)}", functools.partial(getattr, obj, name, MISSING), value)
-            for obj, name, value in trace.attribute_reads.values()]
+    out += [Guard(f"attribute {name!r} of {namer.module(obj)}", read or functools.partial(getattr, obj, name, MISSING),
+                  value, show if is_plain(value) else show_kind)
+            for obj, name, value, read in trace.attribute_reads.values()]
     known = {g.what for g in out}
     out += [g for g in function_guards(list(trace.functions_read.values())) if g.what not in known]
     if trace.mode_reads:

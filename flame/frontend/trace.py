@@ -81,8 +81,8 @@ class Trace:
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
     freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
-    # (id(object), attribute) -> (object, attribute, value): a plain value read from an attribute of an
-    # object whose class asks for it (nn.Module: its hyperparameters, `self.eps`, `self.scale`)
+    # (id(object), attribute) -> (object, attribute, value, read): a value read from an attribute of an object
+    # whose class asks for it (nn.Module: its hyperparameters, `self.eps`; its submodules, by identity)
     attribute_reads: dict[tuple, tuple] = field(default_factory=dict)
     functions_read: dict[int, object] = field(default_factory=dict)  # id -> a method of the user's it fetched
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
@@ -178,9 +178,11 @@ class Trace:
         self.python_reads.setdefault(what, (read, value))
         return value
 
-    def read_attribute(self, obj, name: str, value) -> None:
-        """A plain value read from obj's attribute `name` while tracing: the trace holds while it stays."""
-        self.attribute_reads.setdefault((id(obj), name), (obj, name, value))
+    def read_attribute(self, obj, name: str, value, read: Callable[[], object] | None = None) -> None:
+        """A value read from obj's attribute `name` while tracing: the trace holds while it stays (a plain
+        value equal, any other the same object). `read` reads it again where getattr would not (a
+        snapshot of a mutable container's entries)."""
+        self.attribute_reads.setdefault((id(obj), name), (obj, name, value, read))
 
     def read_function(self, f) -> None:
         """A function of the user's fetched while tracing (a module's forward): the plain globals and

@@ -3,6 +3,7 @@ PyTorch API people know (parameters, named_modules, state_dict, train/eval, ...)
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from collections import OrderedDict
@@ -48,15 +49,24 @@ def _reading_getattribute(self, name: str) -> Any:
     changed traces again (with a flame.RecompileWarning) instead of replaying the value baked in; a
     method of the user's fetched (forward) has the globals it reads guarded."""
     value = object.__getattribute__(self, name)
-    if not name.startswith("__") and is_plain(value):
+    if name.startswith("__"):
+        return value
+    if is_plain(value) or isinstance(value, _FUNCTIONS):  # a function by identity: self.act = F.gelu
         trace = current_trace.get()
         if trace is not None and name in object.__getattribute__(self, "__dict__"):
             trace.read_attribute(self, name, value)
+    elif name == "_modules":  # the children, as a container's forward or indexing reads them
+        trace = current_trace.get()
+        if trace is not None:
+            trace.read_attribute(self, "submodules", tuple(value.values()), lambda: tuple(value.values()))
     elif type(value) is types.MethodType and users_function(value.__func__):  # forward, self.helper
         trace = current_trace.get()
         if trace is not None:
             trace.read_function(value.__func__)
     return value
+
+
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)
 
 
 def _watch_attributes(tracing: bool) -> None:
@@ -148,6 +158,10 @@ class Module(ModuleHooks):
         d = self.__dict__
         for k in ("_parameters", "_buffers", "_modules"):
             if k in d and name in d[k]:
+                if k == "_modules":
+                    trace = current_trace.get()
+                    if trace is not None:  # a child read (self.fc): the trace holds while it is the same
+                        trace.read_attribute(self, name, d[k][name])
                 return d[k][name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
