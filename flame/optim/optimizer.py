@@ -186,6 +186,20 @@ class Optimizer:
         if trace is not None:
             trace.read_python(f"the parameters of {type(self).__name__}.param_groups", self._group_layout)
 
+    def _adopt_new_params(self) -> None:
+        """State for a parameter put into a group by hand (`group['params'][0] = new_param`, an append),
+        created when a step first meets it, as torch.optim creates state lazily: concrete zeros even
+        while a step is traced (as those made at construction)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if id(p) not in self._serials and isinstance(p, Tensor) and not p.is_traced:
+                    token = current_trace.set(None)
+                    try:
+                        self._serials[id(p)] = len(self._serials)
+                        self.state[p] = self._init_state(p, group)
+                    finally:
+                        current_trace.reset(token)
+
     def _group_layout(self) -> tuple[tuple[int, ...], ...]:
         return tuple(tuple(self._serials.get(id(p), -1) for p in g["params"]) for g in self.param_groups)
 
@@ -196,6 +210,7 @@ class Optimizer:
         loss = None
         if closure is not None:
             loss = closure()
+        self._adopt_new_params()
         self.guard_groups()
         # flame's optimizers call no user code while updating: every op names the caller's line, found once
         pin = pinned_location() if type(self).__module__.partition(".")[0] == "flame" else nullcontext()

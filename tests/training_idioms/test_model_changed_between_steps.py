@@ -1,6 +1,7 @@
 """A model changed between compiled steps trains as torch's: a layer replaced, appended or deleted, a
-function held in an attribute swapped, a forward patched on the instance and a ModuleList grown. Each
-change re-traces the step (a flame.RecompileWarning names it) instead of replaying the program of the old model."""
+function held in an attribute swapped, a forward patched on the instance, a ModuleList grown, and a
+parameter put into an optimizer's group by hand. Each change re-traces the step (a flame.RecompileWarning
+names it) instead of replaying the program of the old model."""
 
 from __future__ import annotations
 
@@ -111,3 +112,25 @@ def test_a_replaced_layer_is_named_by_the_recompile_warning():
         step(x)
     step(x)
     assert step.stats().traces == 2
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_parameter_put_into_a_group_by_hand_is_optimized_as_in_torch(name, compiled):
+    """torch.optim creates a parameter's state at its first step, so a parameter swapped into
+    group['params'] (a layer re-initialised as a new Parameter) trains from fresh state."""
+    theirs, mine = twin(_sequential)
+    steps = {}
+    for lib, m in ((torch, theirs), (flame, mine)):
+        opt = getattr(lib.optim, name)(m.parameters(), lr=0.05)
+        steps[lib] = (ce_step(lib, m, opt, compiled and lib is flame), opt)
+    for i, (x, y) in enumerate(batches(5, (6, 5), classes=3)):
+        if i == 2:
+            for lib, m in ((torch, theirs), (flame, mine)):
+                m[0].weight = lib.nn.Parameter(m[0].weight.detach() * 0.5)
+                steps[lib][1].param_groups[0]["params"][0] = m[0].weight
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", flame.RecompileWarning)
+            want, got = steps[torch][0](*to_lib(torch, x, y)), steps[flame][0](*to_lib(flame, x, y))
+        np.testing.assert_allclose(numpy_of(got), numpy_of(want), rtol=1e-9, err_msg=f"step {i}")
+    assert_same_params(mine, theirs)
