@@ -11,14 +11,16 @@ becomes a Guard of that trace:
 - plain immutable Python values the function names: globals and closure variables (numbers, strings,
   None, flame dtypes, enum members, tuples of those), its own and those of the user's functions it
   names in turn (a helper reading a global learning rate);
+- plain values reached from those (and from `self` of a compiled method) by constant attributes and
+  subscripts: a config's field, a dict's or a list's entry (`cfg["w"]`, `args.beta`, `self.beta`, `w[0]`),
+  and those the methods so reached read (`trainer.loss(x)` reading `self.beta`);
 - plain values the body read from a module's own attributes (`self.eps`, `self.scale`: nn.Module
-  records them while a body is traced), and, by identity, the submodules it reached (a layer replaced,
-  appended or deleted) and functions held in a module's attributes (`self.act = F.gelu`, a forward
-  patched on the instance);
+  records them while a body is traced), and, by identity, what the modules it ran are made of (Parts):
+  the submodules it reached (a layer replaced, appended or deleted), functions held in a module's
+  attributes (`self.act = F.gelu`) and a forward set on the instance;
 - the default floating dtype, where the body read it (flame.set_default_dtype: a factory without a
   dtype, a Python float beside an integer tensor).
-Values reached through other objects' attributes (a dict's entries, a config object's fields) and NumPy
-arrays are not guarded.
+Values reached by computed keys or through calls, and NumPy arrays, are not guarded.
 A captured tensor's shape and dtype are checked by the compiled function's bindings.
 """
 
@@ -89,7 +91,7 @@ class Guard:
 
     def key(self) -> str:
         """What the guard reads and expects, as text alike in every process (guards_key)."""
-        return f"{self.what} == {key_text(self.value)}"
+        return f"{self.what} == {value_key(self.value)!r}"
 
 
 def key_text(a: Any) -> str:
@@ -97,7 +99,7 @@ def key_text(a: Any) -> str:
     identity, by its type alone (its address differs from process to process)."""
     if isinstance(a, tuple) and not is_plain(a):
         return "(" + ", ".join(key_text(x) for x in a) + ")"
-    if is_plain(a) or a is MISSING:
+    if is_plain(a):
         return repr(value_key(a))
     return f"<{type(a).__module__}.{type(a).__qualname__}>"
 
@@ -149,6 +151,31 @@ class Modes:
         return "training: " + ", ".join(f"{name}={mode}" for name, mode in zip(self.names, self.modes))
 
 
+@dataclass(frozen=True)
+class Parts:
+    """What the modules a body ran were made of is still the same objects: per entry (mapping, key,
+    value), mapping.get(key) is value (a child `self.fc`, a function `self.act`, None where no forward
+    was set on the instance), or with key None the tuple of mapping's values equals value (a container's
+    children in order, compared by identity). One check for all of a model's modules."""
+
+    entries: tuple
+    names: tuple[str, ...]
+
+    def failed(self) -> str:
+        for i, (mapping, key, value) in enumerate(self.entries):
+            if key is None:
+                now = tuple(mapping.values())
+                if now != value:  # a tuple compares its items by identity first: modules have no __eq__
+                    return f"{self.names[i]}: {show_kind(value)} -> {show_kind(now)}"
+            elif (now := mapping.get(key)) is not value:
+                return f"{self.names[i]}: {show_kind(value)} -> {show_kind(now)}"
+        return ""
+
+    def key(self) -> str:
+        return "parts: " + "; ".join(f"{name} == {key_text(value)}"
+                                     for name, (_, _, value) in zip(self.names, self.entries))
+
+
 def is_plain(v: Any) -> bool:
     """An immutable value a trace can bake in as a constant (tuples of such values too)."""
     if isinstance(v, (tuple, frozenset)):
@@ -176,6 +203,70 @@ def _names(code: types.CodeType) -> tuple[frozenset, frozenset]:
     return frozenset(loads - stores), frozenset(derefs - stores)
 
 
+_SUBSCRIPTS = ("BINARY_SUBSCR", "STORE_SUBSCR")
+
+
+@functools.lru_cache(maxsize=1024)
+def _chains(code: types.CodeType) -> frozenset:
+    """The values code reads through a closure variable, a global or its first argument (`self`) by
+    constant attributes and subscripts (`cfg["w"]`, `args.beta`, `w[0]`, `self.beta`, `t.loss` before a
+    call): (kind, name, path) with kind "deref", "global" or "self" and path ((".", attribute) or
+    ("[]", key), ...); less those code stores into (`cfg["w"] = ...`: the function's output)."""
+    reads, stores = set(), set()
+    ins = list(dis.get_instructions(code))
+    first = code.co_varnames[0] if code.co_argcount else None
+    for i, root in enumerate(ins):
+        if root.opname == "LOAD_GLOBAL":
+            kind = "global"
+        elif root.opname in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
+            kind = "deref"
+        elif root.opname == "LOAD_FAST" and root.argval == first:
+            kind = "self"
+        else:
+            continue
+        path, j = (), i + 1
+        while j < len(ins):
+            op = ins[j]
+            if op.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                path += ((".", op.argval),)
+                j += 1
+                if op.opname == "LOAD_METHOD":
+                    break
+            elif op.opname == "LOAD_CONST" and j + 1 < len(ins) and ins[j + 1].opname in _SUBSCRIPTS:
+                path += (("[]", op.argval),)
+                if ins[j + 1].opname == "STORE_SUBSCR":
+                    stores.add((kind, root.argval, path))
+                    break
+                j += 2
+            else:
+                if op.opname == "STORE_ATTR":
+                    stores.add((kind, root.argval, path + ((".", op.argval),)))
+                break
+        if path:
+            reads.add((kind, root.argval, path))
+    for c in code.co_consts:  # comprehensions, lambdas: their globals and the cells they share
+        if isinstance(c, types.CodeType):
+            reads |= {r for r in _chains(c) if r[0] != "self"}
+    return frozenset(reads - stores)
+
+
+def _chain_reader(root: Callable[[], Any], path: tuple) -> Callable[[], Any]:
+    def read():
+        v = root()
+        try:
+            for how, k in path:
+                v = getattr(v, k) if how == "." else v[k]
+        except Exception:  # a missing key or attribute is a value of its own: the trace saw another
+            return MISSING
+        return v
+
+    return read
+
+
+def _text(path: tuple) -> str:
+    return "".join(f".{k}" if how == "." else f"[{k!r}]" for how, k in path)
+
+
 def _function(fn: Callable) -> types.FunctionType | None:
     fn = inspect.unwrap(fn) if callable(fn) else fn
     fn = getattr(fn, "__func__", fn)  # a bound method
@@ -196,29 +287,57 @@ def python_value_guards(fn: Callable) -> list[Guard]:
     """Guards on the plain Python values fn names: its closure variables and its module's globals, and
     those of the functions of the user's it names in turn (a helper reading a global learning rate)."""
     f = _function(fn)
-    return [] if f is None else function_guards([f], top=f)
+    return [] if f is None else function_guards([f], top=f, self_of={f: getattr(fn, "__self__", None)})
 
 
-def function_guards(functions: list, top: Any = None) -> list[Guard]:
-    """Guards on the plain closure variables and globals the functions read, following the user's
-    functions they name (at most MAX_HELPERS); the guards of `top` are named without saying whose."""
-    out, seen = [], set(functions)
+def function_guards(functions: list, top: Any = None, self_of: dict | None = None) -> list[Guard]:
+    """Guards on the plain closure variables and globals the functions read, and on the plain values
+    they reach from those (and from `self`, for a method of an object of the user's: self_of[f]) by
+    constant attributes and subscripts (`cfg["w"]`, `args.beta`, `self.beta`), following the user's
+    functions and methods they name (at most MAX_HELPERS); the guards of `top` are named without saying
+    whose. Modules, tensors and Python modules are not followed: nn.Module guards its own attributes."""
+    out, seen, self_of = [], set(functions), dict(self_of or {})
     todo = [(f, "" if f is top else f" (read by {f.__qualname__})") for f in functions]
     while todo:
         f, by = todo.pop()
         globals_read, derefs_read = _names(f.__code__)
+        cells = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
         reads = [(f"closure variable {name!r}{by}", _cell_reader(cell))
-                 for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()) if name in derefs_read]
+                 for name, cell in cells.items() if name in derefs_read]
         reads += [(f"global {name!r}{by}", functools.partial(f.__globals__.get, name, MISSING))
                   for name in sorted(globals_read)]
+        for kind, name, path in sorted(_chains(f.__code__), key=repr):
+            owner = self_of.get(f)
+            root = (_cell_reader(cells[name]) if kind == "deref" and name in cells else
+                    functools.partial(f.__globals__.get, name, MISSING) if kind == "global" else
+                    functools.partial(_identity, owner) if kind == "self" and owner is not None else None)
+            if root is not None and _followed(root()):
+                label = {"deref": "closure variable", "global": "global", "self": "argument"}[kind]
+                reads.append((f"{label} {name!r}{_text(path)}{by}", _chain_reader(root, path)))
         for what, read in reads:
             value = read()
             if is_plain(value):
                 out.append(Guard(what, read, value))
-            elif users_function(value) and value not in seen and len(seen) < MAX_HELPERS:
+                continue
+            owner = getattr(value, "__self__", None) if type(value) is types.MethodType else None
+            value = getattr(value, "__func__", value) if owner is not None and _followed(owner) else value
+            if users_function(value) and value not in seen and len(seen) < MAX_HELPERS:
                 seen.add(value)
+                if owner is not None:
+                    self_of[value] = owner
                 todo.append((value, f" (read by {value.__qualname__})"))
     return out
+
+
+def _identity(obj: Any) -> Any:
+    return obj
+
+
+def _followed(obj: Any) -> bool:
+    """An object whose attributes and entries may hold a trace's hyperparameters (a dict, a config, a
+    trainer): not a Python module, a tensor, a module (which guards its own attributes) or MISSING."""
+    return not (obj is MISSING or obj is None or isinstance(obj, (types.ModuleType, Tensor)) or _is_module(obj)
+                or is_plain(obj))
 
 
 MAX_HELPERS = 64  # the user's functions followed from a compiled function's names, at most
@@ -314,14 +433,17 @@ class Namer:
 def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Guard]) -> list:
     """Every guard of one trace (objects with `failed() -> str`): fn's Python values (read before the
     body ran), the choices it made in Python, the plain values it read from modules' attributes, the
-    module modes and the unset .grad it read."""
+    module modes, what the modules it ran were made of and the unset .grad it read."""
     out: list = list(python_values)
     out += [Guard(what, read, value) for what, (read, value) in trace.python_reads.items()]
-    out += [Guard(f"attribute {name!r} of {namer.module(obj)}", read or functools.partial(getattr, obj, name, MISSING),
-                  value, show if is_plain(value) else show_kind)
-            for obj, name, value, read in trace.attribute_reads.values()]
+    out += [Guard(f"attribute {name!r} of {namer.module(obj)}", functools.partial(getattr, obj, name, MISSING), value)
+            for obj, name, value in trace.attribute_reads.values()]
     known = {g.what for g in out}
     out += [g for g in function_guards(list(trace.functions_read.values())) if g.what not in known]
+    if trace.part_reads:
+        parts = list(trace.part_reads.values())
+        out.append(Parts(tuple((mapping, key, value) for _, _, mapping, key, value in parts),
+                         tuple(f"{label} of {namer.module(obj)}" for obj, label, *_ in parts)))
     if trace.mode_reads:
         ms = list(trace.mode_reads.values())
         out.append(Modes(tuple(m for m, _ in ms), tuple(bool(v) for _, v in ms), tuple(namer.module(m) for m, _ in ms)))

@@ -81,9 +81,12 @@ class Trace:
     mode_reads: dict[int, tuple] = field(default_factory=dict)  # id(module) -> (module, training) first read
     freed: set = field(default_factory=set)  # ops a backward() without retain_graph went through
     python_reads: dict[str, tuple] = field(default_factory=dict)  # what -> (read, value): a Python choice made
-    # (id(object), attribute) -> (object, attribute, value, read): a value read from an attribute of an object
-    # whose class asks for it (nn.Module: its hyperparameters, `self.eps`; its submodules, by identity)
+    # (id(object), attribute) -> (object, attribute, value): a plain value read from an attribute of an
+    # object whose class asks for it (nn.Module: its hyperparameters, `self.eps`, `self.scale`)
     attribute_reads: dict[tuple, tuple] = field(default_factory=dict)
+    # (id(object), label) -> (object, label, mapping, key, value): what a module was made of where the body
+    # ran it (a child `self.fc`, a function `self.act`, a forward set on the instance), by identity
+    part_reads: dict[tuple, tuple] = field(default_factory=dict)
     functions_read: dict[int, object] = field(default_factory=dict)  # id -> a method of the user's it fetched
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
@@ -178,11 +181,17 @@ class Trace:
         self.python_reads.setdefault(what, (read, value))
         return value
 
-    def read_attribute(self, obj, name: str, value, read: Callable[[], object] | None = None) -> None:
-        """A value read from obj's attribute `name` while tracing: the trace holds while it stays (a plain
-        value equal, any other the same object). `read` reads it again where getattr would not (a
-        snapshot of a mutable container's entries)."""
-        self.attribute_reads.setdefault((id(obj), name), (obj, name, value, read))
+    def read_attribute(self, obj, name: str, value) -> None:
+        """A plain value read from obj's attribute `name` while tracing: the trace holds while it stays."""
+        self.attribute_reads.setdefault((id(obj), name), (obj, name, value))
+
+    def read_part(self, obj, label: str, mapping: dict, key: str | None) -> None:
+        """What obj is made of, read while tracing: mapping.get(key), or with key None the tuple of
+        mapping's values (a container's children in order). The trace holds while it is the same
+        objects (a layer replaced, appended or deleted is another program)."""
+        if (id(obj), label) not in self.part_reads:
+            value = tuple(mapping.values()) if key is None else mapping.get(key)
+            self.part_reads[id(obj), label] = (obj, label, mapping, key, value)
 
     def read_function(self, f) -> None:
         """A function of the user's fetched while tracing (a module's forward): the plain globals and

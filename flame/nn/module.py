@@ -51,14 +51,18 @@ def _reading_getattribute(self, name: str) -> Any:
     value = object.__getattribute__(self, name)
     if name.startswith("__"):
         return value
-    if is_plain(value) or isinstance(value, _FUNCTIONS):  # a function by identity: self.act = F.gelu
+    if is_plain(value):
         trace = current_trace.get()
         if trace is not None and name in object.__getattribute__(self, "__dict__"):
             trace.read_attribute(self, name, value)
+    elif isinstance(value, _FUNCTIONS):  # a function held by the module (self.act = F.gelu), by identity
+        trace = current_trace.get()
+        if trace is not None and name in (d := object.__getattribute__(self, "__dict__")):
+            trace.read_part(self, f"attribute {name!r}", d, name)
     elif name == "_modules":  # the children, as a container's forward or indexing reads them
         trace = current_trace.get()
         if trace is not None:
-            trace.read_attribute(self, "submodules", tuple(value.values()), lambda: tuple(value.values()))
+            trace.read_part(self, "submodules", value, None)
     elif type(value) is types.MethodType and users_function(value.__func__):  # forward, self.helper
         trace = current_trace.get()
         if trace is not None:
@@ -161,7 +165,7 @@ class Module(ModuleHooks):
                 if k == "_modules":
                     trace = current_trace.get()
                     if trace is not None:  # a child read (self.fc): the trace holds while it is the same
-                        trace.read_attribute(self, name, d[k][name])
+                        trace.read_part(self, f"attribute {name!r}", d[k], name)
                 return d[k][name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

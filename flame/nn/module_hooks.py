@@ -14,7 +14,6 @@ hooks inside @flame.compile run while the step is traced, on traced tensors."""
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -140,7 +139,7 @@ def call(module, args: tuple, kwargs: dict):
     if trace is not None:
         trace.guard(hooks_state, "the hooks registered on leaf tensors and modules")
         # a forward set on the instance (module.forward = f) after the trace is another program
-        trace.read_attribute(module, "forward", d.get("forward"), functools.partial(d.get, "forward"))
+        trace.read_part(module, "forward", d, "forward")
     if not (any(_global.values()) or any(d.get(k) for k in _KINDS)):
         return module.forward(*args, **kwargs)
     for hook_id, hook in (*_global["_forward_pre_hooks"].items(), *d.get("_forward_pre_hooks", {}).items()):
