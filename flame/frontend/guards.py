@@ -242,8 +242,7 @@ def _chains(code: types.CodeType) -> frozenset:
                 if op.opname == "STORE_ATTR":
                     stores.add((kind, root.argval, path + ((".", op.argval),)))
                 break
-        if path:
-            reads.add((kind, root.argval, path))
+        reads.update((kind, root.argval, path[:k]) for k in range(1, len(path) + 1))  # `st["o"]` of `st["o"].step`
     for c in code.co_consts:  # comprehensions, lambdas: their globals and the cells they share
         if isinstance(c, types.CodeType):
             reads |= {r for r in _chains(c) if r[0] != "self"}
@@ -296,15 +295,15 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
     constant attributes and subscripts (`cfg["w"]`, `args.beta`, `self.beta`), following the user's
     functions and methods they name (at most MAX_HELPERS); the guards of `top` are named without saying
     whose. Modules, tensors and Python modules are not followed: nn.Module guards its own attributes."""
-    out, seen, self_of = [], set(functions), dict(self_of or {})
+    out, same, seen, self_of = [], [], set(functions), dict(self_of or {})
     todo = [(f, "" if f is top else f" (read by {f.__qualname__})") for f in functions]
     while todo:
         f, by = todo.pop()
         globals_read, derefs_read = _names(f.__code__)
         cells = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
-        reads = [(f"closure variable {name!r}{by}", _cell_reader(cell))
+        reads = [(f"closure variable {name!r}{by}", _cell_reader(cell), True)
                  for name, cell in cells.items() if name in derefs_read]
-        reads += [(f"global {name!r}{by}", functools.partial(f.__globals__.get, name, MISSING))
+        reads += [(f"global {name!r}{by}", functools.partial(f.__globals__.get, name, MISSING), True)
                   for name in sorted(globals_read)]
         for kind, name, path in sorted(_chains(f.__code__), key=repr):
             owner = self_of.get(f)
@@ -313,12 +312,14 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
                     functools.partial(_identity, owner) if kind == "self" and owner is not None else None)
             if root is not None and _followed(root()):
                 label = {"deref": "closure variable", "global": "global", "self": "argument"}[kind]
-                reads.append((f"{label} {name!r}{_text(path)}{by}", _chain_reader(root, path)))
-        for what, read in reads:
+                reads.append((f"{label} {name!r}{_text(path)}{by}", _chain_reader(root, path), _held(root(), path)))
+        for what, read, held in reads:
             value = read()
             if is_plain(value):
                 out.append(Guard(what, read, value))
                 continue
+            if held and value is not MISSING and not isinstance(value, types.ModuleType):
+                same.append((what, read, value))
             owner = getattr(value, "__self__", None) if type(value) is types.MethodType else None
             value = getattr(value, "__func__", value) if owner is not None and _followed(owner) else value
             if users_function(value) and value not in seen and len(seen) < MAX_HELPERS:
@@ -326,11 +327,50 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
                 if owner is not None:
                     self_of[value] = owner
                 todo.append((value, f" (read by {value.__qualname__})"))
+    if same:
+        out.append(Same(*map(tuple, zip(*same))))
     return out
 
 
 def _identity(obj: Any) -> Any:
     return obj
+
+
+def _held(obj: Any, path: tuple) -> bool:
+    """Whether each step of path from obj reads what obj holds (an instance attribute, a dict's, a list's
+    or a tuple's entry), not what a property or __getattr__ makes at each read (a new object every time)."""
+    try:
+        for how, k in path:
+            if k not in getattr(obj, "__dict__", ()) if how == "." else type(obj) not in (dict, list, tuple):
+                return False
+            obj = getattr(obj, k) if how == "." else obj[k]
+    except Exception:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Same:
+    """Each object the function names besides plain values (a model, an optimizer, a tensor, a config,
+    through a closure variable, a global, an attribute or a dict's entry) is still the same object: a new
+    optimizer, another tensor bound to the name, re-traces instead of replaying the one the trace read.
+    One check for all of them."""
+
+    whats: tuple[str, ...]
+    reads: tuple
+    values: tuple
+
+    def failed(self) -> str:
+        for i, read in enumerate(self.reads):
+            now = read()
+            if now is not self.values[i]:
+                old = self.values[i]
+                new = f"another {type(now).__name__}" if type(now) is type(old) else show_kind(now)
+                return f"{self.whats[i]}: {show_kind(old)} -> {new}"
+        return ""
+
+    def key(self) -> str:
+        return "same: " + "; ".join(f"{what} is {key_text(v)}" for what, v in zip(self.whats, self.values))
 
 
 def _followed(obj: Any) -> bool:
@@ -438,8 +478,14 @@ def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Gua
     out += [Guard(what, read, value) for what, (read, value) in trace.python_reads.items()]
     out += [Guard(f"attribute {name!r} of {namer.module(obj)}", functools.partial(getattr, obj, name, MISSING), value)
             for obj, name, value in trace.attribute_reads.values()]
-    known = {g.what for g in out}
-    out += [g for g in function_guards(list(trace.functions_read.values())) if g.what not in known]
+    known = {g.what for g in out if isinstance(g, Guard)} | {w for g in out if isinstance(g, Same) for w in g.whats}
+    for g in function_guards(list(trace.functions_read.values())):
+        if isinstance(g, Same):
+            kept = [k for k, w in enumerate(g.whats) if w not in known]
+            if kept:
+                out.append(Same(*(tuple(part[k] for k in kept) for part in (g.whats, g.reads, g.values))))
+        elif g.what not in known:
+            out.append(g)
     if trace.part_reads:
         parts = list(trace.part_reads.values())
         out.append(Parts(tuple((mapping, key, value) for _, _, mapping, key, value in parts),

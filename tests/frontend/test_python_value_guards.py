@@ -179,3 +179,32 @@ def test_an_entry_the_body_stores_into_is_its_output_not_a_guard():
     stats["calls"] = 5
     f(x)
     assert f.stats().traces == 1
+
+
+WEIGHTS = None
+
+
+def test_another_tensor_or_object_bound_to_a_name_the_body_reads_is_a_guard():
+    global WEIGHTS
+    WEIGHTS, box = flame.ones(3), {"w": flame.ones(3)}
+
+    @flame.compile
+    def f(x):
+        return x * WEIGHTS * box["w"]
+
+    x = flame.ones(3)
+    try:
+        np.testing.assert_array_equal(f(x).numpy(), 1.0)
+        f(x)
+        assert f.stats().traces == 1
+        WEIGHTS = flame.full((3,), 5.0)
+        with pytest.warns(flame.RecompileWarning, match=r"global 'WEIGHTS': a Tensor -> another Tensor"):
+            np.testing.assert_array_equal(f(x).numpy(), 5.0)
+        box["w"] = flame.full((3,), 2.0)
+        with pytest.warns(flame.RecompileWarning, match=r"closure variable 'box'\['w'\]: a Tensor -> another Tensor"):
+            np.testing.assert_array_equal(f(x).numpy(), 10.0)
+        box["w"].mul_(3.0)  # the same tensor, updated in place: read at every call, no re-trace
+        np.testing.assert_array_equal(f(x).numpy(), 30.0)
+        assert f.stats().traces == 3
+    finally:
+        WEIGHTS = None

@@ -1,6 +1,7 @@
 """A loss weight the training loop changes between compiled steps through a config dict, a list, an
-argparse-like namespace or a trainer's attribute (KL annealing, a warm-up of an auxiliary loss) trains
-as torch's: the step re-traces with the new value instead of replaying the one it was traced with."""
+argparse-like namespace or a trainer's attribute (KL annealing, a warm-up of an auxiliary loss), and an
+optimizer replaced by another (Adam, then SGD), train as torch's: the step re-traces with the new value
+or object instead of replaying the one it was traced with."""
 
 from __future__ import annotations
 
@@ -71,6 +72,42 @@ def test_a_loss_weight_annealed_between_compiled_steps(where, compiled):
     for i, (x, y) in enumerate(batches(5, (6, 5), classes=3)):
         for lib in (torch, flame):
             runs[lib][1](0.25 * i)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", flame.RecompileWarning)
+            want, got = runs[torch][0](*to_lib(torch, x, y)), runs[flame][0](*to_lib(flame, x, y))
+        np.testing.assert_allclose(numpy_of(got), numpy_of(want), rtol=1e-9, err_msg=f"step {i}")
+    assert_same_params(mine, theirs)
+
+
+def _switching_step(lib, m, held):
+    """(step, switch): the step reads its optimizer from a closure variable or a dict's entry; switch()
+    replaces Adam by SGD with momentum."""
+    box = {"opt": lib.optim.Adam(m.parameters(), lr=0.01)}
+    opt = box["opt"]
+
+    def step(x, y):
+        o = box["opt"] if held == "dict" else opt
+        loss = lib.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        o.step()
+        o.zero_grad()
+        return loss
+
+    def switch():
+        nonlocal opt
+        opt = box["opt"] = lib.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+    return (flame.compile(step) if lib is flame else step), switch
+
+
+@pytest.mark.parametrize("held", ["closure", "dict"])
+def test_an_optimizer_replaced_between_compiled_steps(held):
+    theirs, mine = twin(_build)
+    runs = {torch: _switching_step(torch, theirs, held), flame: _switching_step(flame, mine, held)}
+    for i, (x, y) in enumerate(batches(5, (6, 5), classes=3)):
+        if i == 2:
+            for lib in (torch, flame):
+                runs[lib][1]()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", flame.RecompileWarning)
             want, got = runs[torch][0](*to_lib(torch, x, y)), runs[flame][0](*to_lib(flame, x, y))
