@@ -69,6 +69,10 @@ class Trace:
     # value -> the ids in `current` whose input (inputs_of) or current value it is (kept by _bind)
     holders: dict[Value, set[int]] = field(default_factory=dict)
     args: list[tuple[int, object]] = field(default_factory=list)  # (argument position, traced proxy)
+    # result index -> the captured tensor or argument position the body returned itself (`return w`,
+    # `return x.add_(1)`), or (that, view ops) for a view of one: handed back as that very tensor, or a
+    # view of it, as torch returns them (replay.returned_as_is)
+    returned_as_is: dict[int, object] = field(default_factory=dict)
     # id(concrete tensor) -> (tensor, its .grad as the body sees it now: None, or a traced tensor)
     grad_view: dict[int, tuple] = field(default_factory=dict)
     grad_reads: dict[int, tuple] = field(default_factory=dict)  # id -> (tensor, had a .grad) read before written
