@@ -88,6 +88,12 @@ class Optimizer:
         for k, v in self.defaults.items():
             group.setdefault(k, v)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if len({id(p) for p in group["params"]}) < len(group["params"]):
+            raise ValueError(
+                f"{type(self).__name__}: a parameter group holds the same parameter twice (torch.optim warns "
+                f"and updates it twice); list each once, e.g. through a set or model.parameters(), which "
+                f"lists a tied weight once\n  at {user_location()}"
+            )
         for p in group["params"]:
             if not isinstance(p, Tensor) or p.is_traced:
                 raise TypeError(
