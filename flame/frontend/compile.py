@@ -42,7 +42,7 @@ from flame.frontend.guards import (
     trace_guards,
     value_key,
 )
-from flame.frontend.replay import Replay, flatten, unflattener
+from flame.frontend.replay import Replay, flatten, returned_as_is, unflattener
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
@@ -422,6 +422,7 @@ class Compiled:
         g = tr.graph
         g.outputs = [tr.value_of(t) for t in leaves]
         n_user = len(g.outputs)
+        tr.returned_as_is = returned_as_is(leaves, tr.args)
         for _t, idx, v in tr.mutated():
             g.aliases[len(g.outputs)] = idx
             g.outputs.append(v)
@@ -432,7 +433,8 @@ class Compiled:
         entry = _Entry(g, None, tr, None, skel, n_user, grads, g, self._key(args),
                        describe_arguments(self.fn, args), trace_guards(self.fn, tr, namer, python_values), namer)
         if not grads and len(g.outputs) == n_updates and not tr.freed:
-            entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t))
+            entry.needs = tuple(i for i, t in enumerate(leaves) if t.dtype.is_float and tr.requires_grad(t)
+                                and i not in tr.returned_as_is)  # a tensor handed back itself has its history
         return self._compile(entry) if compile else entry
 
     def _compile(self, entry: _Entry) -> _Entry:

@@ -11,12 +11,16 @@ becomes a Guard of that trace:
 - plain immutable Python values the function names: globals and closure variables (numbers, strings,
   None, flame dtypes, enum members, tuples of those), its own and those of the user's functions it
   names in turn (a helper reading a global learning rate);
+- plain values reached from those (and from `self` of a compiled method) by constant attributes and
+  subscripts: a config's field, a dict's or a list's entry (`cfg["w"]`, `args.beta`, `self.beta`, `w[0]`),
+  and those the methods so reached read (`trainer.loss(x)` reading `self.beta`);
 - plain values the body read from a module's own attributes (`self.eps`, `self.scale`: nn.Module
-  records them while a body is traced);
+  records them while a body is traced), and, by identity, what the modules it ran are made of (Parts):
+  the submodules it reached (a layer replaced, appended or deleted), functions held in a module's
+  attributes (`self.act = F.gelu`) and a forward set on the instance;
 - the default floating dtype, where the body read it (flame.set_default_dtype: a factory without a
   dtype, a Python float beside an integer tensor).
-Values reached through other objects' attributes (a dict's entries, a config object's fields) and NumPy
-arrays are not guarded.
+Values reached by computed keys or through calls, and NumPy arrays, are not guarded.
 A captured tensor's shape and dtype are checked by the compiled function's bindings.
 """
 
@@ -62,6 +66,14 @@ def show(a: Any) -> str:
     return "<unset>" if a is MISSING else repr(a)
 
 
+def show_kind(a: Any) -> str:
+    """An object a guard compares by identity, as a message prints it: by its type (a tuple of them
+    item by item), `ReLU` -> `GELU`, without the whole repr of a model."""
+    if isinstance(a, tuple):
+        return "(" + ", ".join(show_kind(x) for x in a) + ")"
+    return show(a) if is_plain(a) or a is MISSING else f"a {type(a).__name__}"
+
+
 @dataclass(frozen=True)
 class Guard:
     """`what` read `read()` == `value` (compared by value_key) when traced; `failed()` says what changed."""
@@ -80,6 +92,16 @@ class Guard:
     def key(self) -> str:
         """What the guard reads and expects, as text alike in every process (guards_key)."""
         return f"{self.what} == {value_key(self.value)!r}"
+
+
+def key_text(a: Any) -> str:
+    """A guarded value as guards_key writes it: a plain value by value_key; any other object, compared by
+    identity, by its type alone (its address differs from process to process)."""
+    if isinstance(a, tuple) and not is_plain(a):
+        return "(" + ", ".join(key_text(x) for x in a) + ")"
+    if is_plain(a):
+        return repr(value_key(a))
+    return f"<{type(a).__module__}.{type(a).__qualname__}>"
 
 
 def guard(what: str, read: Callable[[], Any], show_value: Callable[[Any], str] = show) -> Guard:
@@ -129,6 +151,31 @@ class Modes:
         return "training: " + ", ".join(f"{name}={mode}" for name, mode in zip(self.names, self.modes))
 
 
+@dataclass(frozen=True)
+class Parts:
+    """What the modules a body ran were made of is still the same objects: per entry (mapping, key,
+    value), mapping.get(key) is value (a child `self.fc`, a function `self.act`, None where no forward
+    was set on the instance), or with key None the tuple of mapping's values equals value (a container's
+    children in order, compared by identity). One check for all of a model's modules."""
+
+    entries: tuple
+    names: tuple[str, ...]
+
+    def failed(self) -> str:
+        for i, (mapping, key, value) in enumerate(self.entries):
+            if key is None:
+                now = tuple(mapping.values())
+                if now != value:  # a tuple compares its items by identity first: modules have no __eq__
+                    return f"{self.names[i]}: {show_kind(value)} -> {show_kind(now)}"
+            elif (now := mapping.get(key)) is not value:
+                return f"{self.names[i]}: {show_kind(value)} -> {show_kind(now)}"
+        return ""
+
+    def key(self) -> str:
+        return "parts: " + "; ".join(f"{name} == {key_text(value)}"
+                                     for name, (_, _, value) in zip(self.names, self.entries))
+
+
 def is_plain(v: Any) -> bool:
     """An immutable value a trace can bake in as a constant (tuples of such values too)."""
     if isinstance(v, (tuple, frozenset)):
@@ -156,6 +203,69 @@ def _names(code: types.CodeType) -> tuple[frozenset, frozenset]:
     return frozenset(loads - stores), frozenset(derefs - stores)
 
 
+_SUBSCRIPTS = ("BINARY_SUBSCR", "STORE_SUBSCR")
+
+
+@functools.lru_cache(maxsize=1024)
+def _chains(code: types.CodeType) -> frozenset:
+    """The values code reads through a closure variable, a global or its first argument (`self`) by
+    constant attributes and subscripts (`cfg["w"]`, `args.beta`, `w[0]`, `self.beta`, `t.loss` before a
+    call): (kind, name, path) with kind "deref", "global" or "self" and path ((".", attribute) or
+    ("[]", key), ...); less those code stores into (`cfg["w"] = ...`: the function's output)."""
+    reads, stores = set(), set()
+    ins = list(dis.get_instructions(code))
+    first = code.co_varnames[0] if code.co_argcount else None
+    for i, root in enumerate(ins):
+        if root.opname == "LOAD_GLOBAL":
+            kind = "global"
+        elif root.opname in ("LOAD_DEREF", "LOAD_CLASSDEREF"):
+            kind = "deref"
+        elif root.opname == "LOAD_FAST" and root.argval == first:
+            kind = "self"
+        else:
+            continue
+        path, j = (), i + 1
+        while j < len(ins):
+            op = ins[j]
+            if op.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                path += ((".", op.argval),)
+                j += 1
+                if op.opname == "LOAD_METHOD":
+                    break
+            elif op.opname == "LOAD_CONST" and j + 1 < len(ins) and ins[j + 1].opname in _SUBSCRIPTS:
+                path += (("[]", op.argval),)
+                if ins[j + 1].opname == "STORE_SUBSCR":
+                    stores.add((kind, root.argval, path))
+                    break
+                j += 2
+            else:
+                if op.opname == "STORE_ATTR":
+                    stores.add((kind, root.argval, path + ((".", op.argval),)))
+                break
+        reads.update((kind, root.argval, path[:k]) for k in range(1, len(path) + 1))  # `st["o"]` of `st["o"].step`
+    for c in code.co_consts:  # comprehensions, lambdas: their globals and the cells they share
+        if isinstance(c, types.CodeType):
+            reads |= {r for r in _chains(c) if r[0] != "self"}
+    return frozenset(reads - stores)
+
+
+def _chain_reader(root: Callable[[], Any], path: tuple) -> Callable[[], Any]:
+    def read():
+        v = root()
+        try:
+            for how, k in path:
+                v = getattr(v, k) if how == "." else v[k]
+        except Exception:  # a missing key or attribute is a value of its own: the trace saw another
+            return MISSING
+        return v
+
+    return read
+
+
+def _text(path: tuple) -> str:
+    return "".join(f".{k}" if how == "." else f"[{k!r}]" for how, k in path)
+
+
 def _function(fn: Callable) -> types.FunctionType | None:
     fn = inspect.unwrap(fn) if callable(fn) else fn
     fn = getattr(fn, "__func__", fn)  # a bound method
@@ -176,29 +286,98 @@ def python_value_guards(fn: Callable) -> list[Guard]:
     """Guards on the plain Python values fn names: its closure variables and its module's globals, and
     those of the functions of the user's it names in turn (a helper reading a global learning rate)."""
     f = _function(fn)
-    return [] if f is None else function_guards([f], top=f)
+    return [] if f is None else function_guards([f], top=f, self_of={f: getattr(fn, "__self__", None)})
 
 
-def function_guards(functions: list, top: Any = None) -> list[Guard]:
-    """Guards on the plain closure variables and globals the functions read, following the user's
-    functions they name (at most MAX_HELPERS); the guards of `top` are named without saying whose."""
-    out, seen = [], set(functions)
+def function_guards(functions: list, top: Any = None, self_of: dict | None = None) -> list[Guard]:
+    """Guards on the plain closure variables and globals the functions read, and on the plain values
+    they reach from those (and from `self`, for a method of an object of the user's: self_of[f]) by
+    constant attributes and subscripts (`cfg["w"]`, `args.beta`, `self.beta`), following the user's
+    functions and methods they name (at most MAX_HELPERS); the guards of `top` are named without saying
+    whose. Modules, tensors and Python modules are not followed: nn.Module guards its own attributes."""
+    out, same, seen, self_of = [], [], set(functions), dict(self_of or {})
     todo = [(f, "" if f is top else f" (read by {f.__qualname__})") for f in functions]
     while todo:
         f, by = todo.pop()
         globals_read, derefs_read = _names(f.__code__)
-        reads = [(f"closure variable {name!r}{by}", _cell_reader(cell))
-                 for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()) if name in derefs_read]
-        reads += [(f"global {name!r}{by}", functools.partial(f.__globals__.get, name, MISSING))
+        cells = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
+        reads = [(f"closure variable {name!r}{by}", _cell_reader(cell), True)
+                 for name, cell in cells.items() if name in derefs_read]
+        reads += [(f"global {name!r}{by}", functools.partial(f.__globals__.get, name, MISSING), True)
                   for name in sorted(globals_read)]
-        for what, read in reads:
+        for kind, name, path in sorted(_chains(f.__code__), key=repr):
+            owner = self_of.get(f)
+            root = (_cell_reader(cells[name]) if kind == "deref" and name in cells else
+                    functools.partial(f.__globals__.get, name, MISSING) if kind == "global" else
+                    functools.partial(_identity, owner) if kind == "self" and owner is not None else None)
+            if root is not None and _followed(root()):
+                label = {"deref": "closure variable", "global": "global", "self": "argument"}[kind]
+                reads.append((f"{label} {name!r}{_text(path)}{by}", _chain_reader(root, path), _held(root(), path)))
+        for what, read, held in reads:
             value = read()
             if is_plain(value):
                 out.append(Guard(what, read, value))
-            elif users_function(value) and value not in seen and len(seen) < MAX_HELPERS:
+                continue
+            if held and value is not MISSING and not isinstance(value, types.ModuleType):
+                same.append((what, read, value))
+            owner = getattr(value, "__self__", None) if type(value) is types.MethodType else None
+            value = getattr(value, "__func__", value) if owner is not None and _followed(owner) else value
+            if users_function(value) and value not in seen and len(seen) < MAX_HELPERS:
                 seen.add(value)
+                if owner is not None:
+                    self_of[value] = owner
                 todo.append((value, f" (read by {value.__qualname__})"))
+    if same:
+        out.append(Same(*map(tuple, zip(*same))))
     return out
+
+
+def _identity(obj: Any) -> Any:
+    return obj
+
+
+def _held(obj: Any, path: tuple) -> bool:
+    """Whether each step of path from obj reads what obj holds (an instance attribute, a dict's, a list's
+    or a tuple's entry), not what a property or __getattr__ makes at each read (a new object every time)."""
+    try:
+        for how, k in path:
+            if k not in getattr(obj, "__dict__", ()) if how == "." else type(obj) not in (dict, list, tuple):
+                return False
+            obj = getattr(obj, k) if how == "." else obj[k]
+    except Exception:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Same:
+    """Each object the function names besides plain values (a model, an optimizer, a tensor, a config,
+    through a closure variable, a global, an attribute or a dict's entry) is still the same object: a new
+    optimizer, another tensor bound to the name, re-traces instead of replaying the one the trace read.
+    One check for all of them."""
+
+    whats: tuple[str, ...]
+    reads: tuple
+    values: tuple
+
+    def failed(self) -> str:
+        for i, read in enumerate(self.reads):
+            now = read()
+            if now is not self.values[i]:
+                old = self.values[i]
+                new = f"another {type(now).__name__}" if type(now) is type(old) else show_kind(now)
+                return f"{self.whats[i]}: {show_kind(old)} -> {new}"
+        return ""
+
+    def key(self) -> str:
+        return "same: " + "; ".join(f"{what} is {key_text(v)}" for what, v in zip(self.whats, self.values))
+
+
+def _followed(obj: Any) -> bool:
+    """An object whose attributes and entries may hold a trace's hyperparameters (a dict, a config, a
+    trainer): not a Python module, a tensor, a module (which guards its own attributes) or MISSING."""
+    return not (obj is MISSING or obj is None or isinstance(obj, (types.ModuleType, Tensor)) or _is_module(obj)
+                or is_plain(obj))
 
 
 MAX_HELPERS = 64  # the user's functions followed from a compiled function's names, at most
@@ -294,13 +473,23 @@ class Namer:
 def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Guard]) -> list:
     """Every guard of one trace (objects with `failed() -> str`): fn's Python values (read before the
     body ran), the choices it made in Python, the plain values it read from modules' attributes, the
-    module modes and the unset .grad it read."""
+    module modes, what the modules it ran were made of and the unset .grad it read."""
     out: list = list(python_values)
     out += [Guard(what, read, value) for what, (read, value) in trace.python_reads.items()]
     out += [Guard(f"attribute {name!r} of {namer.module(obj)}", functools.partial(getattr, obj, name, MISSING), value)
             for obj, name, value in trace.attribute_reads.values()]
-    known = {g.what for g in out}
-    out += [g for g in function_guards(list(trace.functions_read.values())) if g.what not in known]
+    known = {g.what for g in out if isinstance(g, Guard)} | {w for g in out if isinstance(g, Same) for w in g.whats}
+    for g in function_guards(list(trace.functions_read.values())):
+        if isinstance(g, Same):
+            kept = [k for k, w in enumerate(g.whats) if w not in known]
+            if kept:
+                out.append(Same(*(tuple(part[k] for k in kept) for part in (g.whats, g.reads, g.values))))
+        elif g.what not in known:
+            out.append(g)
+    if trace.part_reads:
+        parts = list(trace.part_reads.values())
+        out.append(Parts(tuple((mapping, key, value) for _, _, mapping, key, value in parts),
+                         tuple(f"{label} of {namer.module(obj)}" for obj, label, *_ in parts)))
     if trace.mode_reads:
         ms = list(trace.mode_reads.values())
         out.append(Modes(tuple(m for m, _ in ms), tuple(bool(v) for _, v in ms), tuple(namer.module(m) for m, _ in ms)))

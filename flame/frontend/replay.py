@@ -16,7 +16,7 @@ from typing import Any
 
 from flame._lists import all_same
 from flame._lists import gather as _gather
-from flame.frontend.dispatch import watch_count, watched
+from flame.frontend.dispatch import apply, watch_count, watched
 from flame.frontend.guards import Expected, Namer, role_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
@@ -54,6 +54,39 @@ def unflattener(skel: Any) -> Callable[[list], Any]:
         items = [(k, unflattener(v)) for k, v in skel.items()]
         return lambda values: {k: p(values) for k, p in items}
     return lambda values: skel  # no tensor in it (None, a number)
+
+
+def returned_as_is(leaves: list, args: list) -> dict[int, Any]:
+    """{result index: what it is handed back as} for the results that are, as torch returns them, the
+    caller's tensors: a captured tensor itself (`return w`), an argument's position (`return x`,
+    `return x.add_(1)`), or (one of those, its view ops) for a view of one (`return x[1:]`), made again on
+    the updated tensor after each call, so a write through the result reaches it. args: the trace's
+    (position, proxy) pairs."""
+    positions = {id(proxy): i for i, proxy in args}
+
+    def own(t):  # the caller's tensor t stands for, or None
+        return t if t._value is None else positions.get(id(t))
+
+    out = {}
+    for k, t in enumerate(leaves):
+        if own(t) is not None:
+            out[k] = own(t)
+        elif t._base is not None and own(t._base) is not None and all(op.view is not None for op, _, _ in t._chain):
+            out[k] = (own(t._base), tuple((op.name, attrs) for op, attrs, _ in t._chain), t._base.shape)
+    return out
+
+
+def _as_is(spec: Any, args: list) -> Tensor | None:
+    """The tensor returned_as_is's `spec` stands for in a call with these arguments; None for a view
+    of a tensor of another shape than traced (a size a dynamic trace took: its view ops are another's)."""
+    if isinstance(spec, tuple):
+        t = args[spec[0]] if isinstance(spec[0], int) else spec[0]
+        if t.shape != spec[2]:
+            return None
+        for name, attrs in spec[1]:
+            t = apply(name, t, **attrs)
+        return t
+    return args[spec] if isinstance(spec, int) else spec
 
 
 class Replay:
@@ -104,6 +137,8 @@ class Replay:
         self.grads_cleared = [t for t, o in grads if not isinstance(t, int) and o is None]
         inputs = set(graph.inputs)  # a user output that is an input itself is handed back as a copy
         self.users = [(o, v.dtype, v in inputs) for o, v in enumerate(outputs[:n_user])]
+        # a captured tensor or an argument the body returned itself (or a view of one) comes back as it
+        self.as_is = list(trace.returned_as_is.items())
         self.unflatten = unflattener(out_skeleton)
 
     def changed(self, args: list) -> str:
@@ -174,8 +209,12 @@ class Replay:
             t._grad = Tensor._concrete(outs[o], dtype)
         for t in self.grads_cleared:
             t._grad = None
-        return self.unflatten([Tensor._concrete(outs[o].copy() if copy else outs[o], dtype)
-                               for o, dtype, copy in self.users])
+        values = [Tensor._concrete(outs[o].copy() if copy else outs[o], dtype) for o, dtype, copy in self.users]
+        for o, spec in self.as_is:
+            t = _as_is(spec, args)
+            if t is not None:
+                values[o] = t
+        return self.unflatten(values)
 
     def _bump_versions(self, tensors: list) -> None:
         """A new version for each updated tensor whose version an eager graph recorded (only those can

@@ -69,6 +69,10 @@ class Trace:
     # value -> the ids in `current` whose input (inputs_of) or current value it is (kept by _bind)
     holders: dict[Value, set[int]] = field(default_factory=dict)
     args: list[tuple[int, object]] = field(default_factory=list)  # (argument position, traced proxy)
+    # result index -> the captured tensor or argument position the body returned itself (`return w`,
+    # `return x.add_(1)`), or (that, view ops) for a view of one: handed back as that very tensor, or a
+    # view of it, as torch returns them (replay.returned_as_is)
+    returned_as_is: dict[int, object] = field(default_factory=dict)
     # id(concrete tensor) -> (tensor, its .grad as the body sees it now: None, or a traced tensor)
     grad_view: dict[int, tuple] = field(default_factory=dict)
     grad_reads: dict[int, tuple] = field(default_factory=dict)  # id -> (tensor, had a .grad) read before written
@@ -84,6 +88,9 @@ class Trace:
     # (id(object), attribute) -> (object, attribute, value): a plain value read from an attribute of an
     # object whose class asks for it (nn.Module: its hyperparameters, `self.eps`, `self.scale`)
     attribute_reads: dict[tuple, tuple] = field(default_factory=dict)
+    # (id(object), label) -> (object, label, mapping, key, value): what a module was made of where the body
+    # ran it (a child `self.fc`, a function `self.act`, a forward set on the instance), by identity
+    part_reads: dict[tuple, tuple] = field(default_factory=dict)
     functions_read: dict[int, object] = field(default_factory=dict)  # id -> a method of the user's it fetched
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
@@ -181,6 +188,14 @@ class Trace:
     def read_attribute(self, obj, name: str, value) -> None:
         """A plain value read from obj's attribute `name` while tracing: the trace holds while it stays."""
         self.attribute_reads.setdefault((id(obj), name), (obj, name, value))
+
+    def read_part(self, obj, label: str, mapping: dict, key: str | None) -> None:
+        """What obj is made of, read while tracing: mapping.get(key), or with key None the tuple of
+        mapping's values (a container's children in order). The trace holds while it is the same
+        objects (a layer replaced, appended or deleted is another program)."""
+        if (id(obj), label) not in self.part_reads:
+            value = tuple(mapping.values()) if key is None else mapping.get(key)
+            self.part_reads[id(obj), label] = (obj, label, mapping, key, value)
 
     def read_function(self, f) -> None:
         """A function of the user's fetched while tracing (a module's forward): the plain globals and

@@ -3,6 +3,7 @@ PyTorch API people know (parameters, named_modules, state_dict, train/eval, ...)
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from collections import OrderedDict
@@ -48,15 +49,28 @@ def _reading_getattribute(self, name: str) -> Any:
     changed traces again (with a flame.RecompileWarning) instead of replaying the value baked in; a
     method of the user's fetched (forward) has the globals it reads guarded."""
     value = object.__getattribute__(self, name)
-    if not name.startswith("__") and is_plain(value):
+    if name.startswith("__"):
+        return value
+    if is_plain(value):
         trace = current_trace.get()
         if trace is not None and name in object.__getattribute__(self, "__dict__"):
             trace.read_attribute(self, name, value)
+    elif isinstance(value, _FUNCTIONS):  # a function held by the module (self.act = F.gelu), by identity
+        trace = current_trace.get()
+        if trace is not None and name in (d := object.__getattribute__(self, "__dict__")):
+            trace.read_part(self, f"attribute {name!r}", d, name)
+    elif name == "_modules":  # the children, as a container's forward or indexing reads them
+        trace = current_trace.get()
+        if trace is not None:
+            trace.read_part(self, "submodules", value, None)
     elif type(value) is types.MethodType and users_function(value.__func__):  # forward, self.helper
         trace = current_trace.get()
         if trace is not None:
             trace.read_function(value.__func__)
     return value
+
+
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, functools.partial)
 
 
 def _watch_attributes(tracing: bool) -> None:
@@ -148,6 +162,10 @@ class Module(ModuleHooks):
         d = self.__dict__
         for k in ("_parameters", "_buffers", "_modules"):
             if k in d and name in d[k]:
+                if k == "_modules":
+                    trace = current_trace.get()
+                    if trace is not None:  # a child read (self.fc): the trace holds while it is the same
+                        trace.read_part(self, f"attribute {name!r}", d[k], name)
                 return d[k][name]
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

@@ -135,9 +135,11 @@ class ModuleHooks:
 def call(module, args: tuple, kwargs: dict):
     """module(*args, **kwargs): forward() with the hooks around it, in torch's order."""
     trace = current_trace.get()
+    d = module.__dict__
     if trace is not None:
         trace.guard(hooks_state, "the hooks registered on leaf tensors and modules")
-    d = module.__dict__
+        # a forward set on the instance (module.forward = f) after the trace is another program
+        trace.read_part(module, "forward", d, "forward")
     if not (any(_global.values()) or any(d.get(k) for k in _KINDS)):
         return module.forward(*args, **kwargs)
     for hook_id, hook in (*_global["_forward_pre_hooks"].items(), *d.get("_forward_pre_hooks", {}).items()):

@@ -88,6 +88,12 @@ class Optimizer:
         for k, v in self.defaults.items():
             group.setdefault(k, v)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if len({id(p) for p in group["params"]}) < len(group["params"]):
+            raise ValueError(
+                f"{type(self).__name__}: a parameter group holds the same parameter twice (torch.optim warns "
+                f"and updates it twice); list each once, e.g. through a set or model.parameters(), which "
+                f"lists a tied weight once\n  at {user_location()}"
+            )
         for p in group["params"]:
             if not isinstance(p, Tensor) or p.is_traced:
                 raise TypeError(
@@ -186,6 +192,20 @@ class Optimizer:
         if trace is not None:
             trace.read_python(f"the parameters of {type(self).__name__}.param_groups", self._group_layout)
 
+    def _adopt_new_params(self) -> None:
+        """State for a parameter put into a group by hand (`group['params'][0] = new_param`, an append),
+        created when a step first meets it, as torch.optim creates state lazily: concrete zeros even
+        while a step is traced (as those made at construction)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if id(p) not in self._serials and isinstance(p, Tensor) and not p.is_traced:
+                    token = current_trace.set(None)
+                    try:
+                        self._serials[id(p)] = len(self._serials)
+                        self.state[p] = self._init_state(p, group)
+                    finally:
+                        current_trace.reset(token)
+
     def _group_layout(self) -> tuple[tuple[int, ...], ...]:
         return tuple(tuple(self._serials.get(id(p), -1) for p in g["params"]) for g in self.param_groups)
 
@@ -196,6 +216,7 @@ class Optimizer:
         loss = None
         if closure is not None:
             loss = closure()
+        self._adopt_new_params()
         self.guard_groups()
         # flame's optimizers call no user code while updating: every op names the caller's line, found once
         pin = pinned_location() if type(self).__module__.partition(".")[0] == "flame" else nullcontext()

@@ -103,3 +103,108 @@ def test_a_global_a_modules_forward_reads_is_a_guard():
             np.testing.assert_array_equal(f(x).numpy(), 4.0)
     finally:
         SCALE = 0.5
+
+
+class _Config:
+    beta = 0.5
+
+
+def test_values_reached_through_a_dict_a_list_or_a_config_are_guards():
+    cfg, w, opts = {"w": 1.0}, [2.0], _Config()
+
+    @flame.compile
+    def f(x):
+        return x * cfg["w"] * w[0] * opts.beta
+
+    x = flame.ones(3)
+    np.testing.assert_array_equal(f(x).numpy(), 1.0)
+    f(x)
+    assert f.stats().traces == 1
+    cfg["w"] = 3.0
+    with pytest.warns(flame.RecompileWarning, match=r"closure variable 'cfg'\['w'\]: 1.0 -> 3.0"):
+        np.testing.assert_array_equal(f(x).numpy(), 3.0)
+    w[0] = 4.0
+    with pytest.warns(flame.RecompileWarning, match=r"closure variable 'w'\[0\]: 2.0 -> 4.0"):
+        np.testing.assert_array_equal(f(x).numpy(), 6.0)
+    opts.beta = 1.0
+    with pytest.warns(flame.RecompileWarning, match=r"closure variable 'opts'.beta: 0.5 -> 1.0"):
+        np.testing.assert_array_equal(f(x).numpy(), 12.0)
+    cfg["other"] = 7  # an entry the body never read changes nothing
+    f(x)
+    assert f.stats().traces == 4
+
+
+class _Trainer:
+    def __init__(self):
+        self.beta = 1.0
+        self.step = flame.compile(self._step)
+
+    def weight(self, x):
+        return x * self.beta
+
+    def _step(self, x):
+        return self.weight(x) + 1.0
+
+
+def test_an_attribute_a_compiled_method_or_a_method_it_calls_reads_is_a_guard():
+    t = _Trainer()
+    x = flame.ones(2)
+    np.testing.assert_array_equal(t.step(x).numpy(), 2.0)
+    t.beta = 3.0
+    with pytest.warns(flame.RecompileWarning, match=r"argument 'self'.beta \(read by _Trainer.weight\): 1.0 -> 3.0"):
+        np.testing.assert_array_equal(t.step(x).numpy(), 4.0)
+
+    helper = _Trainer()
+
+    @flame.compile
+    def g(x):
+        return helper.weight(x)
+
+    np.testing.assert_array_equal(g(x).numpy(), 1.0)
+    helper.beta = 5.0
+    with pytest.warns(flame.RecompileWarning, match=r"'self'.beta \(read by _Trainer.weight\): 1.0 -> 5.0"):
+        np.testing.assert_array_equal(g(x).numpy(), 5.0)
+
+
+def test_an_entry_the_body_stores_into_is_its_output_not_a_guard():
+    stats = {"calls": 0}
+
+    @flame.compile
+    def f(x):
+        stats["calls"] = 1
+        return x * 2.0
+
+    x = flame.ones(2)
+    f(x)
+    stats["calls"] = 5
+    f(x)
+    assert f.stats().traces == 1
+
+
+WEIGHTS = None
+
+
+def test_another_tensor_or_object_bound_to_a_name_the_body_reads_is_a_guard():
+    global WEIGHTS
+    WEIGHTS, box = flame.ones(3), {"w": flame.ones(3)}
+
+    @flame.compile
+    def f(x):
+        return x * WEIGHTS * box["w"]
+
+    x = flame.ones(3)
+    try:
+        np.testing.assert_array_equal(f(x).numpy(), 1.0)
+        f(x)
+        assert f.stats().traces == 1
+        WEIGHTS = flame.full((3,), 5.0)
+        with pytest.warns(flame.RecompileWarning, match=r"global 'WEIGHTS': a Tensor -> another Tensor"):
+            np.testing.assert_array_equal(f(x).numpy(), 5.0)
+        box["w"] = flame.full((3,), 2.0)
+        with pytest.warns(flame.RecompileWarning, match=r"closure variable 'box'\['w'\]: a Tensor -> another Tensor"):
+            np.testing.assert_array_equal(f(x).numpy(), 10.0)
+        box["w"].mul_(3.0)  # the same tensor, updated in place: read at every call, no re-trace
+        np.testing.assert_array_equal(f(x).numpy(), 30.0)
+        assert f.stats().traces == 3
+    finally:
+        WEIGHTS = None

@@ -500,6 +500,19 @@ def test_binary_cross_entropy(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_far_below_zero_stays_positive_as_torchs(dtype, mode):
+    """sigmoid(-30) is 9.4e-14, not 0: log(sigmoid(x)) and a BCE of a saturated sigmoid stay finite and
+    keep their gradients (0.5 * (1 + tanh(x / 2)) cancels to 0 below -17 in f32, -37 in f64)."""
+    x = np.array([-100.0, -53.5, -30.0, -20.0, -8.0, -1.0, 0.0, 3.0, 20.0], dtype)
+    t = np.array([1, 1, 0, 1, 0, 1, 0, 1, 0], dtype)
+    check(lambda a: a.sigmoid(), lambda a: a.sigmoid(), x, mode=mode, rtol=1e-6, atol=0)
+    check(lambda a: a.sigmoid().log(), lambda a: a.sigmoid().log(), x, mode=mode, rtol=1e-6)
+    check(lambda a, b: F.binary_cross_entropy(a.sigmoid(), b, reduction="none"),
+          lambda a, b: TF.binary_cross_entropy(a.sigmoid(), b, reduction="none"), x, t, wrt=[0], mode=mode, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_l1_and_smooth_l1(mode):
     x, y = randn(4, 5), randn(4, 5, key=1)
     check(lambda a, b: F.l1_loss(a, b), lambda a, b: TF.l1_loss(a, b), x, y, mode=mode)

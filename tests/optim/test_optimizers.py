@@ -130,8 +130,11 @@ def test_invalid_arguments():
         optim.SGD([w], lr=0.1, nesterov=True)
     with pytest.raises(ValueError):
         optim.AdamW([w], betas=(1.0, 0.9))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="holds the same parameter twice"):
         optim.SGD([w, w])
+    v = nn.Parameter(flame.zeros(1))
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        optim.SGD([{"params": [w]}, {"params": [v, w]}], lr=0.1)
 
 
 def test_optimizer_state_dict_round_trip():

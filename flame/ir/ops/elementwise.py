@@ -41,7 +41,10 @@ def _erfc_ref(x):
 
 
 def _sigmoid_ref(x):
-    return 0.5 * (1.0 + np.tanh(0.5 * x))
+    """1 / (1 + exp(-x)), PyTorch's form: a tiny positive value far below 0 (sigmoid(-40) is 4.2e-18, so
+    log(sigmoid(x)) stays finite), where 0.5 * (1 + tanh(x / 2)) cancels to 0 from x < -17 in f32."""
+    with np.errstate(over="ignore"):  # exp(-x) = inf gives 0, as it should
+        return 1.0 / (1.0 + np.exp(-x))
 
 
 def gelu_tanh(x):
