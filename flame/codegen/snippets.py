@@ -8,7 +8,7 @@ type. Extra fields the renderer provides: {ctype} (the compute C type), and for 
 {rows}/{cols}/{k}; `i` is the flat output index. An operand may appear more than once in a snippet,
 so a fusing caller must bind operands to variables first (the kernels here always do).
 Sources of truth: the NumPy `ref` of each op in flame/ir/ops/ — e.g. maximum propagates NaN,
-round is half-to-even, sigmoid is 0.5*(1+tanh(x/2)), rsqrt is 1/sqrt (both IEEE-rounded)."""
+round is half-to-even, sigmoid is 1/(1+exp(-x)), rsqrt is 1/sqrt (both IEEE-rounded)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ SNIPPETS: dict[str, dict[str, str]] = {
     "sin": _f("sinf({0})", "sin({0})"),
     "cos": _f("cosf({0})", "cos({0})"),
     "tanh": _f("tanhf({0})", "tanh({0})"),
-    "sigmoid": _f("(0.5f * (1.0f + tanhf(0.5f * {0})))", "(0.5 * (1.0 + tanh(0.5 * {0})))"),
+    "sigmoid": _f("(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
     "erf": _f("erff({0})", "erf({0})"),
     "erfinv": _f("erfinvf({0})", "erfinv({0})"),
     "erfc": _f("erfcf({0})", "erfc({0})"),
@@ -72,7 +72,7 @@ SNIPPETS: dict[str, dict[str, str]] = {
         "f32/tanh": "(0.5f * {0} * (1.0f + tanhf(0.79788456080286536f * ({0} + 0.044715f * {0} * {0} * {0}))))",
         "f64/tanh": "(0.5 * {0} * (1.0 + tanh(0.79788456080286536 * ({0} + 0.044715 * {0} * {0} * {0}))))",
     },
-    "silu": _f("({0} * (0.5f * (1.0f + tanhf(0.5f * {0}))))", "({0} * (0.5 * (1.0 + tanh(0.5 * {0}))))"),
+    "silu": _f("({0} * (1.0f / (1.0f + expf(-({0})))))", "({0} * (1.0 / (1.0 + exp(-({0})))))"),
     "leaky_relu": {"*": "({0} > 0 ? {0} : {0} * {negative_slope})"},
     "logical_not": {"bool": "(!{0})"},
     # binary
