@@ -68,8 +68,14 @@ def reduce_axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
+    """A size given as ints or as one tuple/list of them; a float or a string in it is torch's TypeError
+    (int() would truncate 2.5 to 2 without a word)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    for s in shape:
+        if isinstance(s, (float, np.floating, str, bytes)):
+            raise ArgumentTypeError(f"size must be a tuple of ints, but got {type(s).__name__} {s!r} in "
+                                    f"{tuple(shape)}\n  at {user_location()}")
     return tuple(int(s) for s in shape)
 
 
@@ -256,7 +262,8 @@ class Tensor:
     def item(self) -> float | int | bool:
         self._need_concrete(".item()")
         if self.numel() != 1:
-            raise ShapeError(f".item() needs a tensor with one element, got shape {list(self.shape)}")
+            raise ShapeError(f".item(): a Tensor with {self.numel()} elements cannot be converted to Scalar (it "
+                             f"needs one element, got shape {list(self.shape)})\n  at {user_location()}")
         return self.numpy().reshape(()).item()
 
     def tolist(self):
@@ -264,6 +271,9 @@ class Tensor:
 
     def __bool__(self) -> bool:
         self._need_concrete("bool(tensor)")
+        if self.numel() != 1:
+            raise ShapeError(f"bool(tensor): Boolean value of Tensor with more than one value is ambiguous (shape "
+                             f"{list(self.shape)}; use .any() or .all())\n  at {user_location()}")
         return bool(self.item())
 
     def __float__(self) -> float:
