@@ -28,8 +28,10 @@ class IndexingError(ShapeError, IndexError):
     dimensions, a float tensor as an index): PyTorch raises IndexError here."""
 
 
-class IndexValueError(FlameError, IndexError):
-    """An index held in a tensor (a class label, a gather index) is out of bounds."""
+class IndexValueError(FlameError, IndexError, RuntimeError):
+    """An index held in a tensor (a class label, a gather index) is out of bounds: an IndexError, as
+    PyTorch raises for a class label, an embedding or a subscript, and a RuntimeError, as it raises for
+    gather, scatter and one_hot."""
 
 
 class DTypeError(FlameError, TypeError, RuntimeError):

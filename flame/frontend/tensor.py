@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from flame.errors import (
+    ArgumentError,
     ArgumentTypeError,
     AutogradError,
     DimError,
@@ -133,6 +134,31 @@ def inferred_dtype(data: Any) -> DType:
     return default_dtype_for(data)
 
 
+def _ragged(data, dim: int = 0) -> str | None:
+    """Where nested lists `data` stop being rectangular, in torch's words, or None."""
+    if not isinstance(data, (list, tuple)) or not data:
+        return None
+    lengths = [len(x) if isinstance(x, (list, tuple)) else None for x in data]
+    for n in lengths:
+        if n != lengths[0]:
+            got = "a number" if n is None else n
+            want = "a number" if lengths[0] is None else f"sequence of length {lengths[0]}"
+            return f"expected {want} at dim {dim + 1} (got {got})"
+    return next((r for r in (_ragged(x, dim + 1) for x in data) if r), None)
+
+
+def _asarray(data: Any) -> np.ndarray:
+    """np.asarray(data); nested lists of different lengths are torch's ValueError, naming where."""
+    try:
+        return np.asarray(data)
+    except ValueError as e:
+        where = _ragged(data)
+        if where is None:
+            raise
+        raise ArgumentError(f"tensor: {where} (nested lists must have one length per dimension)"
+                            f"\n  at {user_location()}") from e
+
+
 def to_array(data: Any, dtype: Any = None, copy: bool = True):
     """Convert user data (lists, numbers, NumPy/CuPy/DLPack arrays, Tensors) to a device array.
     copy=False shares the caller's array where its dtype and device allow (as torch.as_tensor)."""
@@ -142,7 +168,7 @@ def to_array(data: Any, dtype: Any = None, copy: bool = True):
     if not isinstance(data, np.ndarray) and hasattr(data, "__cuda_array_interface__"):
         arr = data
     else:
-        arr = np.asarray(data)
+        arr = _asarray(data)
         if dt is None:
             if arr.dtype.kind in "fiu":
                 dt = dtype_of(arr.dtype) if isinstance(data, np.ndarray) else inferred_dtype(data)
@@ -151,7 +177,8 @@ def to_array(data: Any, dtype: Any = None, copy: bool = True):
             elif arr.dtype == bf16.np_dtype:  # ml_dtypes' bfloat16 has kind 'V'
                 dt = bf16
             else:
-                raise DTypeError(f"cannot make a tensor from data of dtype {arr.dtype}")
+                raise DTypeError(f"cannot make a tensor from data of dtype {arr.dtype} (invalid data type "
+                                 f"{type(data).__name__!r})\n  at {user_location()}")
     if dt is None:
         dt = dtype_of(arr.dtype)
     elif dt.is_int and not isinstance(data, np.ndarray) and isinstance(arr, np.ndarray) and arr.size:

@@ -183,6 +183,9 @@ class Module(ModuleHooks):
             self._non_persistent.add(name)
 
     def add_module(self, name: str, module: Module | None) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise ArgumentTypeError(f"{type(module).__name__} is not a Module subclass (add_module({name!r}) of "
+                                    f"{type(self).__name__})\n  at {user_location()}")
         self._check_init(name)
         self._forget(name)
         self._modules[name] = module

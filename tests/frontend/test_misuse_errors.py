@@ -86,6 +86,19 @@ CASES = {
     "SGD of a non-leaf": (lambda lib: lib.optim.SGD([_x(lib, 3, grad=True) * 2], 0.1), ValueError, "non-leaf", False),
     "SGD of nothing": (lambda lib: lib.optim.SGD([], lr=0.1), ValueError, "empty parameter list", False),
     "SGD lr=-1": (lambda lib: lib.optim.SGD([_x(lib, 3, grad=True)], lr=-1.0), ValueError, "learning rate", False),
+    "backward(gradient of another shape)": (
+        lambda lib: (_x(lib, 3, grad=True) * 2).backward(_x(lib, 4)), RuntimeError, "Mismatch in shape", False
+    ),
+    "backward() of a non-scalar": (lambda lib: (_x(lib, 3, grad=True) * 2).backward(), RuntimeError, "scalar", False),
+    "gather index past the end": (
+        lambda lib: _x(lib, 2, 3).gather(1, lib.tensor([[3], [0]])), RuntimeError, "index", True
+    ),
+    "index_select of a 2-D index": (
+        lambda lib: _x(lib, 2, 3).index_select(0, lib.zeros(2, 2, dtype=lib.int64)), IndexError, "1-D", True
+    ),
+    "one_hot class 3 of 3": (lambda lib: lib.nn.functional.one_hot(lib.tensor([3]), 3), RuntimeError, "one_hot", True),
+    "ragged nested lists": (lambda lib: lib.tensor([[1, 2], [3]]), ValueError, "length 2 at dim 1 (got 1)", False),
+    "Sequential of an int": (lambda lib: lib.nn.Sequential(lib.nn.Identity(), 3), TypeError, "not a Module", False),
     "load_state_dict missing": (
         lambda lib: lib.nn.Linear(2, 2).load_state_dict({"weight": lib.zeros(2, 2)}), RuntimeError, "bias", False
     ),
@@ -140,6 +153,17 @@ def test_duplicate_parameter_says_where_it_repeats():
         flame.optim.SGD([p, q, p], lr=0.1)
     with pytest.raises(ValueError, match=f"(?s)more than one parameter group.*{HERE}"):
         flame.optim.SGD([{"params": [p]}, {"params": [q, p]}], lr=0.1)
+
+
+def test_backward_of_a_non_scalar_while_tracing_names_the_line():
+    def step(x):
+        (x * 2).backward()  # no gradient argument
+
+    with pytest.raises(RuntimeError) as info:
+        flame.compile(step)(_x(flame, 3, grad=True))
+    msg = str(info.value)
+    assert isinstance(info.value, flame.FlameError) and "implicitly created only for scalar outputs" in msg
+    assert f"{HERE}:{step.__code__.co_firstlineno + 1}" in msg, msg
 
 
 def test_a_retained_non_leaf_can_be_optimized_as_in_torch():
