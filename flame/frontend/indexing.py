@@ -31,7 +31,7 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import arange
-from flame.frontend.dispatch import apply, fresh, history_only
+from flame.frontend.dispatch import apply, broadcast, fresh, history_only
 from flame.frontend.index_ops import check_indices, wrap_negative
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
@@ -212,7 +212,11 @@ def _advanced(x, advanced: list):
     idxs = [k for _, k in advanced]
     for a, k in advanced:
         check_indices("", k, x.shape[a], a, negative=True)
-    batch = broadcast_shapes("index", [k._type() for k in idxs])
+    try:
+        batch = broadcast_shapes("index", [k._type() for k in idxs])
+    except ShapeError as e:  # torch's IndexError
+        raise IndexingError(f"shape mismatch: indexing tensors could not be broadcast together ({e})"
+                            f"\n  at {user_location()}") from None
     if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: their result goes first
         x = x.permute(*axes, *[d for d in range(x.ndim) if d not in axes])
         axes = list(range(len(axes)))
@@ -304,7 +308,7 @@ def masked_write(t, mask, value):
     if value.ndim == 0 or value.numel() == 1 and value.ndim <= len(trailing) + 1:
         return apply("where", wide, value.reshape(()), t)
     if value.ndim <= len(trailing):  # one row for every selected position
-        broadcast_shapes("index_put", [value._type(), t._type().with_shape(trailing)])
+        broadcast("index_put", [value._type(), t._type().with_shape(trailing)])
         return apply("where", wide, value.broadcast_to(t.shape), t)
     # the k-th True position of the mask takes value[k]
     if mask._value is None and value._value is None:

@@ -96,6 +96,12 @@ CASES = {
     "index_select of a 2-D index": (
         lambda lib: _x(lib, 2, 3).index_select(0, lib.zeros(2, 2, dtype=lib.int64)), IndexError, "1-D", True
     ),
+    "index tensors that do not broadcast": (
+        lambda lib: _x(lib, 2, 3)[lib.tensor([0, 1]), lib.tensor([0, 1, 2])], IndexError, "broadcast together", True
+    ),
+    "masked_fill mask shape": (
+        lambda lib: _x(lib, 2, 3).masked_fill(lib.ones(4, dtype=lib.bool), 0.0), RuntimeError, "broadcast", True
+    ),
     "one_hot class 3 of 3": (lambda lib: lib.nn.functional.one_hot(lib.tensor([3]), 3), RuntimeError, "one_hot", True),
     "ragged nested lists": (lambda lib: lib.tensor([[1, 2], [3]]), ValueError, "length 2 at dim 1 (got 1)", False),
     "Sequential of an int": (lambda lib: lib.nn.Sequential(lib.nn.Identity(), 3), TypeError, "not a Module", False),
