@@ -8,11 +8,13 @@ class FlameError(Exception):
     """Base class of every error flame raises on purpose."""
 
 
-class ShapeError(FlameError, ValueError):
-    """Shapes of an op's inputs or attributes do not fit together."""
+class ShapeError(FlameError, ValueError, RuntimeError):
+    """Shapes of an op's inputs or attributes do not fit together: a RuntimeError, as PyTorch raises for
+    shapes that do not multiply, broadcast, concatenate or reshape, and a ValueError, as it raises for a
+    loss's input and target sizes."""
 
 
-class ViewError(ShapeError, RuntimeError):
+class ViewError(ShapeError):
     """.view() of a tensor whose strides allow no such view (PyTorch raises RuntimeError there; a
     ShapeError too, as any other shape that does not fit); the message says to use .reshape(...)."""
 
@@ -21,12 +23,20 @@ class DimError(ShapeError, IndexError):
     """A dimension index is out of range for the tensor (PyTorch raises IndexError here)."""
 
 
-class IndexValueError(FlameError, IndexError):
-    """An index held in a tensor (a class label, a gather index) is out of bounds."""
+class IndexingError(ShapeError, IndexError):
+    """A subscript does not fit the tensor subscripted (`x[5]` of a dimension of 2, more indices than
+    dimensions, a float tensor as an index): PyTorch raises IndexError here."""
 
 
-class DTypeError(FlameError, TypeError):
-    """An op got a dtype it does not accept."""
+class IndexValueError(FlameError, IndexError, RuntimeError):
+    """An index held in a tensor (a class label, a gather index) is out of bounds: an IndexError, as
+    PyTorch raises for a class label, an embedding or a subscript, and a RuntimeError, as it raises for
+    gather, scatter and one_hot."""
+
+
+class DTypeError(FlameError, TypeError, RuntimeError):
+    """An op got a dtype it does not accept: a TypeError, and a RuntimeError as PyTorch raises for a
+    tensor of the wrong dtype (matmul of f16 by f32, float embedding indices, mean of an integer tensor)."""
 
 
 class TraceError(FlameError, RuntimeError):

@@ -27,6 +27,7 @@ from flame.ir import registry
 from flame.ir.builder import Builder, _with_loc, normalized
 from flame.ir.dtypes import DType
 from flame.ir.graph import CheckpointLoc, Graph
+from flame.ir.ops._shapes import broadcast_shapes
 from flame.ir.types import TensorType
 from flame.runtime.device import executor
 
@@ -113,6 +114,15 @@ def _one_op_graph(name: str, attrs: dict, types: tuple[TensorType, ...]) -> Grap
     ins = [g.add_input(t) for t in types]
     g.outputs = [Builder(g, user_location()).emit(name, *ins, **attrs)]
     return g
+
+
+def broadcast(op: str, types: list) -> tuple:
+    """The shape `types` broadcast to, for the frontend's own checks before an op is applied; a shape
+    that does not broadcast is op's ShapeError naming the user's line (as apply's are)."""
+    try:
+        return broadcast_shapes(op, types)
+    except FlameError as e:
+        raise _with_loc(e, user_location()) from None
 
 
 def apply(name: str, *inputs: Any, **attrs: Any):

@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 
-from flame.errors import AutogradError, DTypeError, FlameError, IndexValueError, ShapeError
+from flame.errors import ArgumentError, AutogradError, DTypeError, FlameError, IndexValueError, ShapeError
 from flame.frontend import fp8
 from flame.frontend.autocast import get_fp8_recipe, policy
 from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location, user_stacklevel
@@ -356,10 +356,13 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,  # 
     if sparse:
         raise NotImplementedError(f"embedding: sparse gradients are not supported; use sparse=False (a dense "
                                   f"gradient)\n  at {user_location()}")
+    if isinstance(input, Tensor) and not input.dtype.is_int:
+        raise DTypeError(f"embedding: indices {input.dtype}{list(input.shape)} must be an integer tensor (int64 or "
+                         f"int32), as torch's: convert them with .long()\n  at {user_location()}")
     if padding_idx is not None:
         if not -weight.shape[0] <= padding_idx < weight.shape[0]:
-            raise ValueError(f"embedding: padding_idx {padding_idx} must be within num_embeddings "
-                             f"({weight.shape[0]})")
+            raise ArgumentError(f"embedding: padding_idx {padding_idx} must be within num_embeddings "
+                                f"({weight.shape[0]})\n  at {user_location()}")
         mask = np.ones((weight.shape[0], 1), dtype=weight.dtype.np_dtype)
         mask[padding_idx % weight.shape[0]] = 0
     if max_norm is not None:
@@ -403,7 +406,7 @@ def rows_without_grad(weight: Tensor, row_mask: Tensor) -> Tensor:
 def check_dropout_p(p: float) -> None:
     """Raise torch's ValueError unless the dropout probability p is in [0, 1] (NaN included)."""
     if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}\n  at {user_location()}")
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
@@ -442,8 +445,7 @@ def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,
 
 def _alpha_dropout(input: Tensor, p: float, training: bool, noise_shape: tuple[int, ...],  # noqa: A002
                    generator) -> Tensor:
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    check_dropout_p(p)
     if not training or p == 0.0 or input.numel() == 0:
         return input
     if p == 1.0:

@@ -28,10 +28,10 @@ import warnings
 
 import numpy as np
 
-from flame.errors import DTypeError, FlameError, ShapeError, TraceError
+from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, TraceError
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import arange
-from flame.frontend.dispatch import apply, fresh, history_only
+from flame.frontend.dispatch import apply, broadcast, fresh, history_only
 from flame.frontend.index_ops import check_indices, wrap_negative
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
@@ -74,7 +74,7 @@ def _as_index(k):
     if isinstance(k, np.integer):
         return int(k)
     if isinstance(k, Tensor) and not (k.dtype.is_int or k.dtype == boolean):
-        raise ShapeError(f"tensors used as indices must be integer or bool tensors, got {k.dtype}"
+        raise IndexingError(f"tensors used as indices must be integer or bool tensors, got {k.dtype}"
                          f"\n  at {user_location()}")
     if isinstance(k, np.bool_):
         raise ShapeError(f"a NumPy bool is not a supported index, as in torch (use a Python bool or a bool tensor)"
@@ -165,7 +165,7 @@ def getitem(t, key):
     key = tuple(_as_index(k) for k in _key(key))
     key = _expand_ellipsis(key, t.ndim)
     if sum(_width(k) for k in key if k is not None) > t.ndim:
-        raise ShapeError(f"too many indices for a tensor of shape {list(t.shape)}\n  at {user_location()}")
+        raise IndexingError(f"too many indices for a tensor of shape {list(t.shape)}\n  at {user_location()}")
     key = _masks_to_indices(t, key)
     t, key = _insert_new_axes(t, key)
     starts, stops, steps, flips, drop, advanced, picks = [], [], [], [], [], [], []
@@ -179,7 +179,8 @@ def getitem(t, key):
             k = slice(None)
         if isinstance(k, int):
             if not -n <= k < n:
-                raise ShapeError(f"index {k} is out of bounds for axis {axis} of size {n}\n  at {user_location()}")
+                raise IndexingError(f"index {k} is out of bounds for dimension {axis} with size {n}"
+                                    f"\n  at {user_location()}")
             k = k % n
             starts.append(k), stops.append(k + 1), steps.append(1)
             drop.append(axis)
@@ -211,7 +212,11 @@ def _advanced(x, advanced: list):
     idxs = [k for _, k in advanced]
     for a, k in advanced:
         check_indices("", k, x.shape[a], a, negative=True)
-    batch = broadcast_shapes("index", [k._type() for k in idxs])
+    try:
+        batch = broadcast_shapes("index", [k._type() for k in idxs])
+    except ShapeError as e:  # torch's IndexError
+        raise IndexingError(f"shape mismatch: indexing tensors could not be broadcast together ({e})"
+                            f"\n  at {user_location()}") from None
     if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: their result goes first
         x = x.permute(*axes, *[d for d in range(x.ndim) if d not in axes])
         axes = list(range(len(axes)))
@@ -303,7 +308,7 @@ def masked_write(t, mask, value):
     if value.ndim == 0 or value.numel() == 1 and value.ndim <= len(trailing) + 1:
         return apply("where", wide, value.reshape(()), t)
     if value.ndim <= len(trailing):  # one row for every selected position
-        broadcast_shapes("index_put", [value._type(), t._type().with_shape(trailing)])
+        broadcast("index_put", [value._type(), t._type().with_shape(trailing)])
         return apply("where", wide, value.broadcast_to(t.shape), t)
     # the k-th True position of the mask takes value[k]
     if mask._value is None and value._value is None:
@@ -360,8 +365,8 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
         return
     trace = current_trace.get()
     if grad_enabled.get() and _leaf(t, trace):
-        raise FlameError(f"a leaf tensor that requires grad cannot be written in place (use `with "
-                         f"flame.no_grad():` or write into a clone)\n  at {user_location()}")
+        raise AutogradError(f"a leaf Variable that requires grad is being used in an in-place operation (use `with "
+                            f"flame.no_grad():` or write into a clone)\n  at {user_location()}")
     if trace is not None or t._value is not None:
         if trace is None:
             raise TraceError(f"{what} into a traced tensor outside its trace\n  at {user_location()}")
@@ -405,8 +410,8 @@ def _write_view(t, new, what: str, fill: bool) -> None:
     # takes the values only)
     owns = detached and grad_enabled.get() and new.requires_grad
     if owns and t._chain[-1][0].view is not None:
-        raise FlameError(f"{what}: a write that records a gradient into a view of a detach()ed tensor: write "
-                         f"into the detached tensor itself, or into a clone of it\n  at {user_location()}")
+        raise AutogradError(f"{what}: a write that records a gradient into a view of a detach()ed tensor: write "
+                            f"into the detached tensor itself, or into a clone of it\n  at {user_location()}")
     if not record or detached and not traced:
         check_writable(t, what, fill)
         # t (and every other view) is derived again from the base at its next use
@@ -416,9 +421,9 @@ def _write_view(t, new, what: str, fill: bool) -> None:
             t._seen = version(base)
         return
     if grad_enabled.get() and _leaf(base, trace) and not detached:
-        raise FlameError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
-                         f"operation (write into it under `with flame.no_grad():`, or into a clone)"
-                         f"\n  at {user_location()}")
+        raise AutogradError(f"{what}: a view of a leaf Variable that requires grad is being used in an in-place "
+                            f"operation (write into it under `with flame.no_grad():`, or into a clone)"
+                            f"\n  at {user_location()}")
     # a write through detach() records no gradient unless the detached tensor takes new's history (owns)
     recorded = owns or not detached and grad_enabled.get() and (base.requires_grad or new.requires_grad)
     check_writable(t, what, fill and not recorded)  # torch's backward refuses a recorded fill

@@ -161,8 +161,10 @@ def cross_entropy(
     if target.dtype.is_float:  # class probabilities
         if tuple(target.shape) != tuple(input.shape):
             raise ShapeError(
-                f"cross_entropy: class probabilities must have the input's shape {list(input.shape)}, "
-                f"got {list(target.shape)}\n  at {user_location()}"
+                f"cross_entropy: a {target.dtype} target holds class probabilities, which must have the input's "
+                f"shape {list(input.shape)}, got {list(target.shape)}; class indices must be an integer (int64) "
+                f"tensor (expected target dtype to be Long, but got {target.dtype}: target.long())"
+                f"\n  at {user_location()}"
             )
         t = target * (1 - label_smoothing) + label_smoothing / n_classes if label_smoothing else target
         loss = -(logp * t if w is None else logp * t * w).sum(cdim)

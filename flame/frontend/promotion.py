@@ -29,7 +29,7 @@ def check_operand(name: str, x) -> None:
     kind = f"{type(x).__module__}.{type(x).__qualname__}".removeprefix("builtins.")
     hint = (" (another framework's tensor: convert it with flame.tensor(x), or flame.from_dlpack(x) to share "
             "its memory)" if hasattr(x, "__dlpack__") or hasattr(x, "__array__") else "")
-    raise ArgumentTypeError(f"{name}: unsupported operand of type {kind}{hint}")
+    raise ArgumentTypeError(f"{name}: unsupported operand of type {kind}{hint}\n  at {user_location()}")
 
 
 def is_bool(x) -> bool:

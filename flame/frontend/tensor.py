@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from flame.errors import (
+    ArgumentError,
     ArgumentTypeError,
     AutogradError,
     DimError,
@@ -68,8 +69,14 @@ def reduce_axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
 
 
 def _shape_arg(shape) -> tuple[int, ...]:
+    """A size given as ints or as one tuple/list of them; a float or a string in it is torch's TypeError
+    (int() would truncate 2.5 to 2 without a word)."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    for s in shape:
+        if isinstance(s, (float, np.floating, str, bytes)):
+            raise ArgumentTypeError(f"size must be a tuple of ints, but got {type(s).__name__} {s!r} in "
+                                    f"{tuple(shape)}\n  at {user_location()}")
     return tuple(int(s) for s in shape)
 
 
@@ -127,6 +134,31 @@ def inferred_dtype(data: Any) -> DType:
     return default_dtype_for(data)
 
 
+def _ragged(data, dim: int = 0) -> str | None:
+    """Where nested lists `data` stop being rectangular, in torch's words, or None."""
+    if not isinstance(data, (list, tuple)) or not data:
+        return None
+    lengths = [len(x) if isinstance(x, (list, tuple)) else None for x in data]
+    for n in lengths:
+        if n != lengths[0]:
+            got = "a number" if n is None else n
+            want = "a number" if lengths[0] is None else f"sequence of length {lengths[0]}"
+            return f"expected {want} at dim {dim + 1} (got {got})"
+    return next((r for r in (_ragged(x, dim + 1) for x in data) if r), None)
+
+
+def _asarray(data: Any) -> np.ndarray:
+    """np.asarray(data); nested lists of different lengths are torch's ValueError, naming where."""
+    try:
+        return np.asarray(data)
+    except ValueError as e:
+        where = _ragged(data)
+        if where is None:
+            raise
+        raise ArgumentError(f"tensor: {where} (nested lists must have one length per dimension)"
+                            f"\n  at {user_location()}") from e
+
+
 def to_array(data: Any, dtype: Any = None, copy: bool = True):
     """Convert user data (lists, numbers, NumPy/CuPy/DLPack arrays, Tensors) to a device array.
     copy=False shares the caller's array where its dtype and device allow (as torch.as_tensor)."""
@@ -136,7 +168,7 @@ def to_array(data: Any, dtype: Any = None, copy: bool = True):
     if not isinstance(data, np.ndarray) and hasattr(data, "__cuda_array_interface__"):
         arr = data
     else:
-        arr = np.asarray(data)
+        arr = _asarray(data)
         if dt is None:
             if arr.dtype.kind in "fiu":
                 dt = dtype_of(arr.dtype) if isinstance(data, np.ndarray) else inferred_dtype(data)
@@ -145,7 +177,8 @@ def to_array(data: Any, dtype: Any = None, copy: bool = True):
             elif arr.dtype == bf16.np_dtype:  # ml_dtypes' bfloat16 has kind 'V'
                 dt = bf16
             else:
-                raise DTypeError(f"cannot make a tensor from data of dtype {arr.dtype}")
+                raise DTypeError(f"cannot make a tensor from data of dtype {arr.dtype} (invalid data type "
+                                 f"{type(data).__name__!r})\n  at {user_location()}")
     if dt is None:
         dt = dtype_of(arr.dtype)
     elif dt.is_int and not isinstance(data, np.ndarray) and isinstance(arr, np.ndarray) and arr.size:
@@ -256,7 +289,8 @@ class Tensor:
     def item(self) -> float | int | bool:
         self._need_concrete(".item()")
         if self.numel() != 1:
-            raise ShapeError(f".item() needs a tensor with one element, got shape {list(self.shape)}")
+            raise ShapeError(f".item(): a Tensor with {self.numel()} elements cannot be converted to Scalar (it "
+                             f"needs one element, got shape {list(self.shape)})\n  at {user_location()}")
         return self.numpy().reshape(()).item()
 
     def tolist(self):
@@ -264,6 +298,9 @@ class Tensor:
 
     def __bool__(self) -> bool:
         self._need_concrete("bool(tensor)")
+        if self.numel() != 1:
+            raise ShapeError(f"bool(tensor): Boolean value of Tensor with more than one value is ambiguous (shape "
+                             f"{list(self.shape)}; use .any() or .all())\n  at {user_location()}")
         return bool(self.item())
 
     def __float__(self) -> float:

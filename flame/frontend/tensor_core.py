@@ -465,11 +465,13 @@ class TensorCore:
     def reshape(self, *shape):
         shape = list(_shape_arg(shape))
         if shape.count(-1) > 1:
-            raise ShapeError(f"reshape {list(self.shape)} -> {shape}: only one -1 allowed")
+            raise ShapeError(f"reshape {list(self.shape)} -> {shape}: only one dimension can be inferred (only "
+                             f"one -1 allowed)\n  at {user_location()}")
         if -1 in shape:
             known = int(np.prod([s for s in shape if s != -1]))
             if known == 0 or self.numel() % known:
-                raise ShapeError(f"reshape {list(self.shape)} -> {shape}: cannot infer the -1 dimension")
+                raise ShapeError(f"reshape {list(self.shape)} -> {shape}: cannot infer the -1 dimension (shape "
+                                 f"{shape} is invalid for input of size {self.numel()})\n  at {user_location()}")
             shape[shape.index(-1)] = self.numel() // known
         if tuple(shape) == self.shape:
             return self._alias()

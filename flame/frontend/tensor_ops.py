@@ -22,14 +22,13 @@ from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
-from flame.frontend.dispatch import apply
+from flame.frontend.dispatch import apply, broadcast
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.norms import vector_norm
 from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, where
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, i64, u8
-from flame.ir.ops._shapes import broadcast_shapes
 
 SortResult = namedtuple("sort", ["values", "indices"])
 TopkResult = namedtuple("topk", ["values", "indices"])
@@ -316,7 +315,7 @@ class TensorOps:
         if not isinstance(mask, Tensor) or mask.dtype != boolean:
             got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
             raise DTypeError(f"masked_fill: the mask must be a bool tensor, got {got}\n  at {user_location()}")
-        if broadcast_shapes("masked_fill", [mask._type(), self._type()]) != tuple(self.shape):
+        if broadcast("masked_fill", [mask._type(), self._type()]) != tuple(self.shape):
             raise ShapeError(f"masked_fill: mask {list(mask.shape)} does not broadcast to the shape of the tensor "
                              f"{list(self.shape)}\n  at {user_location()}")
         fits("masked_fill", "value", value, self.dtype)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flame.errors import FlameError, TraceError
+from flame.errors import AutogradError, TraceError
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.dispatch import freed_graph_error, fresh
 from flame.frontend.hooks import (
@@ -294,9 +294,9 @@ class Trace:
         leaves = [t for t, _ in self.current.values() if t.requires_grad and t.dtype.is_float]
         seed = self.value_of(gradient) if gradient is not None else None
         if seed is None and loss.numel() != 1:
-            raise FlameError(
-                f"backward() of a non-scalar {list(loss.shape)} tensor needs a gradient "
-                f"argument\n  at {user_location()}"
+            raise AutogradError(
+                f"backward(): grad can be implicitly created only for scalar outputs; a non-scalar "
+                f"{list(loss.shape)} tensor needs a gradient argument\n  at {user_location()}"
             )
         leaf_values = [_written_leaf(self.value_of(t)) for t in leaves]
         used = self._backward_ops(self.value_of(loss), leaf_values)

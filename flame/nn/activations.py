@@ -276,8 +276,7 @@ class AlphaDropout(Module):
 
     def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
         super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+        F.check_dropout_p(p)
         self.p, self.inplace, self.generator = p, inplace, generator
 
     def forward(self, x: Tensor) -> Tensor:

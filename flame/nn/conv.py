@@ -15,6 +15,7 @@ from flame.frontend import fractional_pool as FP
 from flame.frontend import norms as N
 from flame.frontend import pooling as P
 from flame.frontend import resample as R
+from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, ones, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.losses import pad
@@ -480,9 +481,10 @@ class _BatchNorm(_NormBase):
         name = type(self).__name__
         if x.ndim not in self.ranks:
             want = " or ".join(f"{r}-D" for r in self.ranks)
-            raise ShapeError(f"{name}: expected a {want} input, got {x.ndim}-D {list(x.shape)}")
+            raise ShapeError(f"{name}: expected a {want} input, got {x.ndim}-D {list(x.shape)}\n  at {user_location()}")
         if x.shape[1] != self.num_features:
-            raise ShapeError(f"{name}: expected {self.num_features} channels (dim 1), got {list(x.shape)}")
+            raise ShapeError(f"{name}: expected {self.num_features} channels (dim 1), got {x.shape[1]} in input "
+                             f"{list(x.shape)}\n  at {user_location()}")
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)

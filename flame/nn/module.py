@@ -14,7 +14,7 @@ import numpy as np
 
 from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
-from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad
+from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad, user_location
 from flame.frontend.guards import is_plain, users_function
 from flame.frontend.memory_format import check as check_memory_format
 from flame.frontend.tensor import Tensor
@@ -201,6 +201,9 @@ class Module(ModuleHooks):
             self._non_persistent.add(name)
 
     def add_module(self, name: str, module: Module | None) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise ArgumentTypeError(f"{type(module).__name__} is not a Module subclass (add_module({name!r}) of "
+                                    f"{type(self).__name__})\n  at {user_location()}")
         self._check_init(name)
         self._forget(name)
         self._modules[name] = module
@@ -371,7 +374,8 @@ class Module(ModuleHooks):
 
     # ---- calling ----------------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
-        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+        raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function '
+                                  f"(define forward() in its class)\n  at {user_location()}")
 
     def __call__(self, *args, **kwargs):
         """forward(*args, **kwargs), with the module's and the global hooks around it (nn/module_hooks.py)."""
@@ -448,7 +452,8 @@ class Module(ModuleHooks):
             for hook in list(m.__dict__["_load_state_dict_pre_hooks"].values()):
                 hook(state_dict, f"{p}." if p else "", {}, strict, [], [], errors)
         if errors:
-            raise CheckpointError(f"load_state_dict into {type(self).__name__}:\n  " + "\n  ".join(errors))
+            raise CheckpointError(f"load_state_dict into {type(self).__name__}:\n  " + "\n  ".join(errors)
+                                  + f"\n  at {user_location()}")
         return state_dict
 
     # ---- printing ---------------------------------------------------------------------------------
@@ -508,6 +513,7 @@ def _mismatch_message(owner: str, missing: list, unexpected: list, misshaped: li
         lines.append("  unexpected: " + ", ".join(unexpected))
     for m in misshaped:
         lines.append("  mis-shaped: " + m)
+    lines.append(f"  at {user_location()}")
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from flame.errors import TraceError
+from flame.frontend.context import user_location
 from flame.frontend.creation import zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
@@ -24,7 +25,8 @@ class Parameter(Tensor):
         if isinstance(data, Tensor):
             if data.is_traced:
                 raise TraceError("nn.Parameter needs a concrete tensor; it cannot wrap a tensor traced "
-                                 "inside @flame.compile (create parameters before compiling)")
+                                 f"inside @flame.compile (create parameters, and the modules holding them, before "
+                                 f"compiling)\n  at {user_location()}")
             self._init(data._data, data.dtype, None, None)
         else:
             Tensor.__init__(self, data)

@@ -15,6 +15,7 @@ from flame.distributed.collectives import _check
 from flame.distributed.process_group import get_world_size, is_initialized
 from flame.errors import ShapeError
 from flame.frontend import norms as N
+from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor
 from flame.nn.conv import _BatchNorm
@@ -39,9 +40,10 @@ class SyncBatchNorm(_BatchNorm):
             return super().forward(x)  # as torch's: no other process to synchronise with
         if x.ndim < 2:
             raise ShapeError(f"SyncBatchNorm: expected at least a 2-D input [N, C, ...], got {x.ndim}-D "
-                             f"{list(x.shape)}")
+                             f"{list(x.shape)}\n  at {user_location()}")
         if x.shape[1] != self.num_features:
-            raise ShapeError(f"SyncBatchNorm: expected {self.num_features} channels (dim 1), got {list(x.shape)}")
+            raise ShapeError(f"SyncBatchNorm: expected {self.num_features} channels (dim 1), got {x.shape[1]} in "
+                             f"input {list(x.shape)}\n  at {user_location()}")
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.track_running_stats:
             self.num_batches_tracked.add_(1)

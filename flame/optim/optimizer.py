@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from flame.checkpoint import as_tensor, copy_pairs
-from flame.errors import CheckpointError, FlameError
+from flame.errors import ArgumentError, ArgumentTypeError, CheckpointError, FlameError
 from flame.frontend.context import current_trace, no_grad, pinned_location, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.default_dtype import get_default_dtype
@@ -72,9 +72,14 @@ class Optimizer:
         self.state: dict[Tensor, dict[str, Tensor]] = {}
         self._scalars: tuple[object, dict] = (None, {})
         self._serials: dict[int, int] = {}  # id(param) -> the order it joined this optimizer in
+        if isinstance(params, Tensor):  # iterating it would optimize its rows, views that are not leaves
+            raise ArgumentTypeError(
+                f"{type(self).__name__}: params argument given to the optimizer should be an iterable of "
+                f"Tensors or dicts, but got a Tensor {list(params.shape)} (pass [tensor])\n  at {user_location()}"
+            )
         groups = list(params)
         if not groups:
-            raise ValueError(f"{type(self).__name__} got an empty parameter list")
+            raise ArgumentError(f"{type(self).__name__} got an empty parameter list\n  at {user_location()}")
         if not isinstance(groups[0], dict):
             groups = [{"params": groups}]
         for g in groups:
@@ -88,16 +93,17 @@ class Optimizer:
         for k, v in self.defaults.items():
             group.setdefault(k, v)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
-        if len({id(p) for p in group["params"]}) < len(group["params"]):
-            raise ValueError(
-                f"{type(self).__name__}: a parameter group holds the same parameter twice (torch.optim warns "
-                f"and updates it twice); list each once, e.g. through a set or model.parameters(), which "
-                f"lists a tied weight once\n  at {user_location()}"
-            )
-        for p in group["params"]:
+        for i, p in enumerate(group["params"]):
             if not isinstance(p, Tensor) or p.is_traced:
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"{type(self).__name__} can only optimize concrete flame Tensors, got {type(p).__name__}"
+                    f"\n  at {user_location()}"
+                )
+            if not (p.is_leaf or p._retains_grad):
+                raise ArgumentError(
+                    f"{type(self).__name__}: can't optimize a non-leaf Tensor ({p.dtype}{list(p.shape)}, made by "
+                    f"an op from tensors that require grad; optimize the tensors it was made from, or "
+                    f"x.detach().requires_grad_())\n  at {user_location()}"
                 )
             if is_lazy(p):
                 raise FlameError(
@@ -108,7 +114,11 @@ class Optimizer:
             if not p.dtype.is_float:
                 raise FlameError(f"{type(self).__name__}: cannot optimize a {p.dtype} tensor")
             if id(p) in seen:
-                raise ValueError("some parameters appear in more than one parameter group")
+                where = ("twice in one parameter group (torch.optim warns and updates it twice; list each once, e.g. "
+                         "through model.parameters(), which lists a tied weight once)"
+                         if any(q is p for q in group["params"][:i]) else "in more than one parameter group")
+                raise ArgumentError(f"{type(self).__name__}: a parameter ({p.dtype}{list(p.shape)}) appears "
+                                    f"{where}\n  at {user_location()}")
             seen.add(id(p))
         self._check_group(group)
         self.param_groups.append(group)
@@ -120,10 +130,10 @@ class Optimizer:
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if group["lr"] < 0:
-            raise ValueError(f"invalid learning rate {group['lr']}")
+            raise ArgumentError(f"{type(self).__name__}: invalid learning rate {group['lr']}\n  at {user_location()}")
         for key in self.non_negative:
             if group[key] < 0:
-                raise ValueError(f"{type(self).__name__}: invalid {key} {group[key]}")
+                raise ArgumentError(f"{type(self).__name__}: invalid {key} {group[key]}\n  at {user_location()}")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {}

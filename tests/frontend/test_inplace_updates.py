@@ -107,9 +107,9 @@ def test_an_inplace_op_on_an_intermediate_differentiates_through_the_write(op):
 
 def test_an_inplace_op_on_a_leaf_that_requires_grad_raises():
     w = flame.ones(3, requires_grad=True)
-    with pytest.raises(FlameError, match="leaf tensor that requires grad"):
+    with pytest.raises(FlameError, match="leaf Variable that requires grad"):
         w += 1
-    with pytest.raises(FlameError, match="leaf tensor that requires grad"):
+    with pytest.raises(FlameError, match="leaf Variable that requires grad"):
         w.mul_(2)
     np.testing.assert_array_equal(w.numpy(), np.ones(3, np.float32))
 

@@ -177,7 +177,7 @@ def test_eager_index_write_duplicates_last_wins_and_leaf_error():
     t[torch.tensor([1, 1, 3])] = torch.tensor([1.0, 2.0, 3.0])
     np.testing.assert_array_equal(x.numpy(), t.numpy())
     leaf = flame.tensor([1.0, 2.0], requires_grad=True)
-    with pytest.raises(FlameError, match="leaf tensor that requires grad"):
+    with pytest.raises(FlameError, match="leaf Variable that requires grad"):
         leaf[0] = 3.0
     with flame.no_grad():
         leaf[0] = 3.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import DTypeError, IndexValueError, ShapeError
+from flame.errors import DTypeError, IndexingError, IndexValueError, ShapeError
 from flame.ir.ops._shapes import norm_axis
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 
@@ -70,7 +70,7 @@ def _index_select_infer(types, axis):
     x, idx = types
     _check_index("index_select", idx)
     if idx.rank != 1:
-        raise ShapeError(f"index_select: index {idx} must be 1-D")
+        raise IndexingError(f"index_select: index {idx} must be 1-D (Index is supposed to be a vector)")
     ax = norm_axis("index_select", axis, x.rank)
     return x.with_shape(x.shape[:ax] + idx.shape + x.shape[ax + 1:])
 
