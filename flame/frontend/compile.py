@@ -28,7 +28,7 @@ from flame.compiler import (
     plan_template,
 )
 from flame.errors import ArgumentError, ArgumentTypeError, FlameError, MemoryBudgetError, RecompileWarning
-from flame.frontend import anomaly, autocast, compiled_outputs
+from flame.frontend import anomaly, autocast, compiled_outputs, host_random  # noqa: F401 (its tracing hook)
 from flame.frontend.context import current_trace, tracing_hooks, user_location, user_stacklevel
 from flame.frontend.creation import as_tensor, zeros
 from flame.frontend.dynamic import NotDynamic, Template, changed_dims
