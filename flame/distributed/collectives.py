@@ -20,6 +20,7 @@ class ReduceOp(str, Enum):
     AVG = "avg"
     MAX = "max"
     MIN = "min"
+    PRODUCT = "product"
 
     def __str__(self) -> str:
         return self.value

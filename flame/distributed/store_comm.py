@@ -18,7 +18,7 @@ import numpy as np
 from flame.distributed.store import StoreClient
 from flame.runtime.communicator import mismatch_error
 
-_REDUCE = {"sum": np.add, "avg": np.add, "max": np.maximum, "min": np.minimum}
+_REDUCE = {"sum": np.add, "avg": np.add, "max": np.maximum, "min": np.minimum, "product": np.multiply}
 _HEAD = struct.Struct("<I")  # the signature's length
 
 

@@ -50,7 +50,7 @@ _DTYPES = {
     "uint8": "NCCL_UINT8",
     "int8": "NCCL_INT8",
 }
-_OPS = {"sum": "NCCL_SUM", "avg": "NCCL_AVG", "max": "NCCL_MAX", "min": "NCCL_MIN"}
+_OPS = {"sum": "NCCL_SUM", "avg": "NCCL_AVG", "max": "NCCL_MAX", "min": "NCCL_MIN", "product": "NCCL_PROD"}
 
 
 class NcclCommunicator:

@@ -266,7 +266,7 @@ def collectives(lib: Lib, rank: int, world: int, res: dict, facts: dict) -> None
 
     for dt in ("float32", "float64", "int32", "int64"):
         base = (np.arange(1, 5) * (rank + 2) - 3 * rank).astype(dt)
-        ops = ["SUM", "MAX", "MIN"] + (["AVG"] if dt.startswith("float") else [])
+        ops = ["SUM", "MAX", "MIN", "PRODUCT"] + (["AVG"] if dt.startswith("float") else [])
         for op in ops:
             res[f"coll/all_reduce/{op}/{dt}"] = lib.arr(lib.compile(all_reduce)(lib.t(base), op))
         res[f"coll/broadcast/{dt}"] = lib.arr(lib.compile(broadcast)(lib.t(base)))

@@ -30,7 +30,7 @@ from flame.errors import DTypeError, FlameError, ShapeError
 from flame.ir.registry import REGISTRY, Attr, OpDef, register
 from flame.ir.types import TensorType
 
-REDUCE_OPS = ("sum", "avg", "max", "min")
+REDUCE_OPS = ("sum", "avg", "max", "min", "product")
 _N = {"world_size": Attr("int", 1)}
 _REDUCE = {"op": Attr("str", "sum", REDUCE_OPS), **_N}
 
@@ -166,7 +166,7 @@ def _reduce_scatter_vjp(b, g, *rest, op, world_size):
 _BROADCAST_WHY = ("broadcast copies the root's tensor to every rank (parameter synchronisation); it is "
                   "not differentiated")
 register(OpDef("all_reduce", "library", -1, _all_reduce_infer, _all_reduce_ref, dict(_REDUCE), _all_reduce_vjp,
-               library="collective", doc="sum/avg/max/min of each element over the ranks"))
+               library="collective", doc="sum/avg/max/min/product of each element over the ranks"))
 register(OpDef("broadcast", "library", -1, _broadcast_infer, _broadcast_ref, {"root": Attr("int", 0), **_N},
                nondiff=_BROADCAST_WHY, library="collective", doc="the root rank's tensor on every rank"))
 ALL_GATHER = register(OpDef("all_gather", "library", -1, _all_gather_infer, _all_gather_ref, dict(_N),
