@@ -683,6 +683,12 @@ class TensorMath:
     def sinc(self):
         return more_math.sinc(self)
 
+    def renorm(self, p, dim: int, maxnorm):
+        return more_math.renorm(self, p, dim, maxnorm)
+
+    def renorm_(self, p, dim: int, maxnorm):
+        return self._inplace(lambda x: x.renorm(p, dim, maxnorm), what="renorm_")
+
     def fmax(self, other):
         return more_math.fmax(self, other)
 

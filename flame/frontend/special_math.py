@@ -1,0 +1,149 @@
+"""torch.special's functions composed from flame's elementwise ops (so they fuse, trace and differentiate
+like the rest): ndtr, log_ndtr, erfcx, xlog1py, entr, multigammaln and the modified Bessel functions
+i0, i0e, i1, i1e, with torch's values at the edges (0, +-inf, NaN) and torch's gradient formulas (each
+value is handed its derivative through `opmath.with_derivative`, so the gradient is PyTorch's backward
+formula, not the derivative of the composition). f16 / bf16 inputs compute in f32, rounded once, as
+PyTorch's CUDA kernels; integer inputs give the default floating dtype."""
+
+from __future__ import annotations
+
+import math
+
+from flame.errors import ArgumentError, ArgumentTypeError
+from flame.frontend.context import user_location
+from flame.frontend.creation import arange, as_tensor
+from flame.frontend.default_dtype import as_floating, get_default_dtype
+from flame.frontend.dispatch import apply
+from flame.frontend.opmath import wants_gradient, wide, with_derivative
+from flame.frontend.promotion import result_type
+from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import where
+from flame.ir.dtypes import f64
+
+__all__ = ["entr", "erfcx", "log_ndtr", "multigammaln", "ndtr", "xlog1py"]
+
+_SQRT1_2 = math.sqrt(0.5)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _floating(x) -> Tensor:
+    return as_floating(x if isinstance(x, Tensor) else as_tensor(x))
+
+
+def _rounded(x: Tensor, compute) -> Tensor:
+    """compute(x) in x's opmath dtype (f32 for f16 / bf16), rounded once to x's dtype."""
+    w = wide(x)
+    out = compute(w)
+    return out if w is x else out.to(x.dtype)
+
+
+def _with_derivative(x: Tensor, value: Tensor, derivative) -> Tensor:
+    """value, whose gradient is the cotangent times derivative(x in opmath, value in opmath)."""
+    if not wants_gradient(x):
+        return value
+    w = wide(x).detach()
+    return with_derivative(x, value, derivative(w, wide(value).detach()))
+
+
+# ---- the normal distribution and the scaled complementary error function -----------------------------
+
+def _erfcx(x: Tensor) -> Tensor:
+    """exp(x^2) erfc(x) of an f32 / f64 x. Below `big`: the product, exp(x^2) as exp(hi^2) exp(lo (x + hi))
+    with hi = x rounded to few bits (hi^2 exact), so x^2's rounding does not scale the result; from `big`
+    on: the asymptotic series 1 / (x sqrt(pi)) sum_k (-1)^k (2k - 1)!! / (2 x^2)^k, whose smallest kept
+    term there is below the dtype's rounding. Far below zero the result overflows to inf, as torch's."""
+    double = x.dtype == f64
+    big, terms, scale, low = (10.0, 20, 4096.0, -30.0) if double else (5.0, 12, 64.0, -10.0)
+    near = x < big
+    xd = where(near, x, 0.0).clamp(min=low)
+    hi = (xd * scale).round() / scale
+    direct = (hi * hi).exp() * ((xd - hi) * (xd + hi)).exp() * xd.erfc()
+    xa = where(near, big, x)  # NaN takes this branch, and stays NaN
+    u = 1.0 / (xa * xa)
+    series = 0.0
+    for k in range(terms, 0, -1):
+        c = (-1.0) ** k * math.prod(range(1, 2 * k, 2)) / 2.0**k
+        series = (series + c) * u
+    asymptotic = (series + 1.0) / (xa * math.sqrt(math.pi))
+    return where(near, direct, asymptotic)
+
+
+def erfcx(input: Tensor) -> Tensor:  # noqa: A002
+    """exp(x^2) erfc(x), accurate for large x (where erfc underflows), as torch.special.erfcx. The gradient
+    is PyTorch's, 2 x erfcx(x) - 2 / sqrt(pi)."""
+    x = _floating(input)
+    value = _rounded(x, _erfcx)
+    return _with_derivative(x, value, lambda w, y: 2.0 * w * y - _TWO_OVER_SQRT_PI)
+
+
+def ndtr(input: Tensor) -> Tensor:  # noqa: A002
+    """The standard normal distribution function, (1 + erf(x / sqrt 2)) / 2, as torch.special.ndtr computes
+    it (its composite: so far below zero 0, where erfc's form would keep a tiny value; log_ndtr keeps it)."""
+    x = _floating(input)
+    return (1.0 + (x * _SQRT1_2).erf()) * 0.5
+
+
+def _log_ndtr(x: Tensor) -> Tensor:
+    t = x * _SQRT1_2
+    lower = (_erfcx(-t) * 0.5).log() - t * t  # stable far below zero
+    return where(x < -1.0, lower, (-0.5 * t.erfc()).log1p())
+
+
+def log_ndtr(input: Tensor) -> Tensor:  # noqa: A002
+    """log(ndtr(x)), finite and accurate far below zero (log(erfcx(-x / sqrt 2) / 2) - x^2 / 2 below -1), as
+    torch.special.log_ndtr. Gradient: PyTorch's exp(-(log_ndtr(x) + x^2 / 2)) / sqrt(2 pi)."""
+    x = _floating(input)
+    value = _rounded(x, _log_ndtr)
+    return _with_derivative(x, value, lambda w, y: (-(y + 0.5 * w * w)).exp() * _INV_SQRT_2PI)
+
+
+# ---- x log terms -------------------------------------------------------------------------------------
+
+def entr(input: Tensor) -> Tensor:  # noqa: A002
+    """-x log(x) where x > 0, 0 at 0, -inf below 0, NaN at NaN, as torch.special.entr. Gradient: PyTorch's
+    -(1 + log x) (inf at 0, NaN below 0)."""
+    x = _floating(input)
+
+    def compute(w):
+        pos = w > 0
+        safe = where(pos, w, 1.0)
+        value = where(pos, -safe * safe.log(), where(w == 0, 0.0, -math.inf))
+        return where(w.isnan(), w, value)
+
+    value = _rounded(x, compute)
+    return _with_derivative(x, value, lambda w, y: -(1.0 + w.log()))
+
+
+def xlog1py(input, other) -> Tensor:  # noqa: A002
+    """input * log1p(other), 0 where input is 0 (unless other is NaN: NaN), as torch.special.xlog1py (either
+    argument may be a Python number). Gradients: PyTorch's, log1p(other) to input (0 where input is 0 and
+    other <= -1), input / (1 + other) to other."""
+    dt = result_type(input, other)
+    dt = dt if dt.is_float else get_default_dtype()
+    x, y = (v.to(dt) if isinstance(v, Tensor) else as_tensor(v, dtype=dt) for v in (input, other))
+    wx, wy = wide(x), wide(y)
+    log = wy.log1p()
+    value = where(wy.isnan(), math.nan, where(wx == 0, 0.0, wx * log)).to(dt)
+    if not (wants_gradient(x) or wants_gradient(y)):
+        return value
+    ax, ay = wx.detach(), wy.detach()
+    dx = where((ax == 0) & (ay <= -1.0), 0.0, log.detach())
+    dy = ax / (ay + 1.0)
+    form = wx * dx + wy * dy
+    return apply("straight_through", form.to(dt), value)
+
+
+# ---- the multivariate log-gamma function -------------------------------------------------------------
+
+def multigammaln(input: Tensor, p: int) -> Tensor:  # noqa: A002
+    """log of the multivariate gamma function of dimension p: sum_{j<p} lgamma(a - j / 2) + p (p - 1) / 4
+    log(pi), as torch.special.multigammaln / torch.mvlgamma (which, as torch 2.13's, no longer checks that
+    the elements exceed (p - 1) / 2: below that the value is lgamma's, of a negative argument)."""
+    if not isinstance(p, int) or isinstance(p, bool):
+        raise ArgumentTypeError(f"multigammaln: p must be an int, got {type(p).__name__}\n  at {user_location()}")
+    if p < 1:
+        raise ArgumentError(f"multigammaln: p has to be greater than or equal to 1\n  at {user_location()}")
+    x = _floating(input)
+    shifts = arange(-p * 0.5 + 0.5, 0.5, 0.5, dtype=x.dtype)
+    return (x.unsqueeze(-1) + shifts).lgamma().sum(-1) + p * (p - 1) * math.log(math.pi) / 4
