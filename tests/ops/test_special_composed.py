@@ -158,3 +158,40 @@ def test_t_in_place():
     leaf = flame.ones(2, 2, requires_grad=True)
     with pytest.raises(flame.errors.FlameError, match="leaf"):
         leaf.t_()
+
+
+BESSEL = ["i0", "i0e", "i1", "i1e"]
+BESSEL_EDGES = [-np.inf, -1e10, -710.0, -100.0, -40.0, -20.01, -20.0, -19.99, -10.0, -1.0, -0.0, 0.0, 1e-20, 0.5,
+                5.0, 19.99, 20.0, 27.0, 88.0, 89.0, 92.0, 700.0, 1e10, 1e300, np.inf, np.nan]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", BESSEL)
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 2e-15), (np.float32, 1e-6)])
+def test_bessel_edge_values_match_torch(name, mode, dtype, rtol):
+    with np.errstate(over="ignore"):
+        x = np.array(BESSEL_EDGES, dtype=dtype)
+    want = getattr(torch.special, name)(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(_flame_values(name, x, mode), want, rtol=rtol, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", BESSEL)
+def test_bessel_gradients_match_torch(name, mode):
+    x = np.array([-45.0, -20.5, -7.0, -0.3, 0.0, 1e-17, 0.8, 3.0, 19.5, 25.0, 60.0])
+    check(lambda t: getattr(fs, name)(t), lambda t: getattr(torch.special, name)(t), x, mode=mode, rtol=1e-13,
+          atol=1e-300)
+
+
+def test_i0_names_and_in_place():
+    x = np.array([-3.0, 0.5, 12.0])
+    np.testing.assert_allclose(flame.i0(flame.tensor(x)).numpy(), torch.i0(torch.tensor(x)).numpy(), rtol=1e-15)
+    t = flame.tensor(x)
+    assert t.i0_() is t
+    np.testing.assert_allclose(t.numpy(), torch.i0(torch.tensor(x)).numpy(), rtol=1e-15)
+    assert flame.i0(flame.tensor([1, 2])).dtype == flame.float32
+    a = np.array([2.5, 4.0])
+    np.testing.assert_allclose(flame.tensor(a).mvlgamma(2).numpy(), torch.tensor(a).mvlgamma(2).numpy(), rtol=1e-15)
+    np.testing.assert_allclose(flame.mvlgamma(flame.tensor(a), 3).numpy(), torch.mvlgamma(torch.tensor(a), 3).numpy(),
+                               rtol=1e-15)
+    assert fs.modified_bessel_i0 is fs.i0 and fs.modified_bessel_i1 is fs.i1
