@@ -1,9 +1,10 @@
 """torch.special's functions composed from flame's elementwise ops (so they fuse, trace and differentiate
 like the rest): ndtr, log_ndtr, erfcx, xlog1py, entr, multigammaln and the modified Bessel functions
-i0, i0e, i1, i1e, with torch's values at the edges (0, +-inf, NaN) and torch's gradient formulas (each
-value is handed its derivative through `opmath.with_derivative`, so the gradient is PyTorch's backward
-formula, not the derivative of the composition). f16 / bf16 inputs compute in f32, rounded once, as
-PyTorch's CUDA kernels; integer inputs give the default floating dtype."""
+i0, i0e, i1, i1e, with torch's values at the edges (0, +-inf, NaN) and torch's gradient formulas: where
+torch has a backward formula the value is handed it (`opmath.with_derivative`), so the gradient is that
+formula, not the derivative of the series; ndtr and multigammaln are torch's own composites and
+differentiate as such. Those with a formula compute f16 / bf16 in f32, rounded once, as PyTorch's CUDA
+kernels; integer inputs give the default floating dtype."""
 
 from __future__ import annotations
 
