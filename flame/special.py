@@ -18,12 +18,12 @@ from flame.frontend.ops import (
 )
 from flame.frontend.ops import lgamma as gammaln
 from flame.frontend.ops import sigmoid as expit
-from flame.frontend.special_math import entr, erfcx, i0, i0e, i1, i1e, log_ndtr, multigammaln, ndtr, xlog1py
+from flame.frontend.special_math import entr, erfcx, i0, i0e, i1, i1e, log_ndtr, multigammaln, ndtr, ndtri, xlog1py
 
 psi = digamma
 modified_bessel_i0, modified_bessel_i1 = i0, i1  # torch's other names (torch gives them no gradient)
 
 __all__ = ["digamma", "entr", "erf", "erfc", "erfcx", "erfinv", "exp2", "expit", "expm1", "gammaln", "i0", "i0e",
            "i1", "i1e", "log1p", "log_ndtr", "log_softmax", "logit", "logsumexp", "modified_bessel_i0",
-           "modified_bessel_i1", "multigammaln", "ndtr", "polygamma", "psi", "round", "sinc", "softmax", "xlog1py",
-           "xlogy"]
+           "modified_bessel_i1", "multigammaln", "ndtr", "ndtri", "polygamma", "psi", "round", "sinc", "softmax",
+           "xlog1py", "xlogy"]

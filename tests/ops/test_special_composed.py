@@ -195,3 +195,27 @@ def test_i0_names_and_in_place():
     np.testing.assert_allclose(flame.mvlgamma(flame.tensor(a), 3).numpy(), torch.mvlgamma(torch.tensor(a), 3).numpy(),
                                rtol=1e-15)
     assert fs.modified_bessel_i0 is fs.i0 and fs.modified_bessel_i1 is fs.i1
+
+
+NDTRI_EDGES = [-1.0, -1e-300, 0.0, 5e-324, 1e-300, 1e-100, 1e-20, 1e-8, 1e-3, 0.1, 0.2499999, 0.25, 0.3, 0.5 - 1e-12,
+               0.5, 0.5 + 1e-12, 0.7, 0.99, 1 - 1e-10, 1.0, 1.5, np.inf, np.nan]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 2e-15), (np.float32, 1e-6)])
+def test_ndtri_values_and_gradients(mode, dtype, rtol):
+    x = np.array(NDTRI_EDGES, dtype=dtype)
+    want = torch.special.ndtri(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(_flame_values("ndtri", x, mode), want, rtol=rtol, atol=0, equal_nan=True)
+    p = np.array([1e-250, 1e-9, 0.05, 0.3, 0.5, 0.8, 0.999])
+    # exp(x^2 / 2) turns x's last-bit rounding into x^2 ulps: about 1e-13 relative at p = 1e-250
+    check(fs.ndtri, torch.special.ndtri, p, mode=mode, rtol=1e-12, atol=0)
+
+
+def test_ndtri_inverts_log_ndtr_far_in_the_tail():
+    import mpmath
+
+    with mpmath.workdps(40):
+        for x in (-37.0, -20.0, -5.0):  # (p is subnormal below about -37.5: fewer bits to invert)
+            p = float(mpmath.ncdf(x))
+            assert abs(fs.ndtri(flame.tensor(np.array([p]))).item() - x) <= 2e-15 * abs(x)
