@@ -54,6 +54,7 @@ from flame.frontend.creation import (
     randint,
     randn,
     randn_like,
+    randperm,
     seed,
     set_rng_state,
     tensor,
@@ -113,6 +114,7 @@ from flame.frontend.more_math import (
     positive,
     quantile,
     rad2deg,
+    renorm,
     rot90,
     rsub,
     searchsorted,
@@ -329,6 +331,8 @@ from flame.frontend.ops import (
 )
 from flame.frontend.promotion import can_cast, promote_types
 from flame.frontend.promotion import torch_result_type as result_type
+from flame.frontend.special_math import i0
+from flame.frontend.special_math import multigammaln as mvlgamma
 from flame.frontend.tensor import Tensor, set_printoptions
 from flame.frontend.tensor_core import matmul
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import ArgumentTypeError, ShapeError
+from flame.errors import ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.default_dtype import float_dtype, get_default_dtype
@@ -22,10 +22,10 @@ from flame.ir.ops.creation import arange_len
 from flame.runtime import device as _device
 from flame.runtime.device import executor
 
-__all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy", "full",
-           "full_like", "get_rng_state", "initial_seed", "linspace", "logspace", "manual_seed", "multinomial", "ones",
-           "ones_like", "rand", "rand_like", "randint", "randn", "randn_like", "seed", "set_rng_state", "tensor",
-           "zeros", "zeros_like"]
+__all__ = ["Generator", "arange", "as_tensor", "default_generator", "empty", "empty_like", "eye", "from_numpy",
+           "full", "full_like", "get_rng_state", "initial_seed", "linspace", "logspace", "manual_seed",
+           "multinomial", "ones", "ones_like", "rand", "rand_like", "randint", "randn", "randperm", "randn_like",
+           "seed", "set_rng_state", "tensor", "zeros", "zeros_like"]
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False, *, device: Any = None) -> Tensor:
@@ -320,6 +320,24 @@ def randint(*args, size=None, dtype=i64, device=None, generator: Generator | Non
     u = (generator or default_generator()).draw("random_uniform", _shape_arg((size,) if isinstance(size, int)
                                                                              else tuple(size)), f64)
     return placed(((u * float(high - low)).floor() + float(low)).to(dtype_of(dtype)), device, "randint")
+
+
+def randperm(n: int, *, generator: Generator | None = None, dtype=i64, layout=None, device=None,
+             pin_memory: bool = False, requires_grad: bool = False) -> Tensor:
+    """A random permutation of 0 .. n - 1, as torch.randperm (int64 by default; any numeric dtype whose range
+    holds n - 1): the order of n uniform f64 draws from flame's random stream (a permutation with torch's
+    distribution, not torch's numbers)."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        raise ArgumentTypeError(f"randperm(): argument 'n' (position 1) must be int, not {type(n).__name__}\n"
+                                f"  at {user_location()}")
+    dt = dtype_of(dtype)
+    if not dt.is_float and not dt.is_int:
+        raise DTypeError(f'randperm: "randperm" not implemented for {dt} (as in PyTorch)\n  at {user_location()}')
+    if n > 0:
+        fits("randperm", "n - 1", n - 1, dt)  # the largest value must convert, as torch's check
+    order = rand(int(n), dtype=f64, generator=generator).argsort()
+    out = placed(order if dt == i64 else order.to(dt), device, "randperm")
+    return out.requires_grad_(True) if requires_grad else out
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False,  # noqa: A002

@@ -29,9 +29,9 @@ from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign", "cov",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax", "fmin",
-           "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode", "msort", "nan_to_num",
-           "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "rot90", "rsub", "searchsorted",
-           "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
+           "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode", "msort",
+           "nan_to_num", "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "renorm", "rot90",
+           "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
 
 _MinMax = namedtuple("aminmax", ["min", "max"])
 _Mode = namedtuple("mode", ["values", "indices"])  # torch.return_types.mode
@@ -526,6 +526,24 @@ def sinc(input: Tensor) -> Tensor:  # noqa: A002
     num = spi * spi.cos() - spi.sin()
     form = where(zero, 0.0, (x / where(zero, 1.0, ssp)) * num)  # the cotangent times num, then the quotient
     return apply("straight_through", form, value)
+
+
+def renorm(input: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:  # noqa: A002
+    """Each sub-tensor along dim (input.select(dim, i)) whose p-norm exceeds maxnorm rescaled to norm
+    maxnorm (by maxnorm / (norm + 1e-7)), the others as they are, as torch.renorm; the gradient flows
+    through the norm, as PyTorch's renorm_backward."""
+    if input.ndim < 2:
+        raise _err(f"renorm: input needs at least 2 dimensions, got {input.ndim} dimensions")
+    if not input.dtype.is_float:
+        raise DTypeError(f"renorm: Expected a floating point tensor as input. Got {input.dtype}\n"
+                         f"  at {user_location()}")
+    if p <= 0:
+        raise ArgumentError(f"renorm: non-positive-norm not supported\n  at {user_location()}")
+    if maxnorm < 0:
+        raise ArgumentError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}\n  at {user_location()}")
+    axis = dim_index("renorm", dim, input.ndim)
+    norm = vector_norm(input, p, tuple(a for a in range(input.ndim) if a != axis), keepdim=True)
+    return input * where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
 
 
 def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002

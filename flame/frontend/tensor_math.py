@@ -14,7 +14,7 @@ from collections import namedtuple
 import numpy as np
 
 from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
-from flame.frontend import functional, more_math, opmath
+from flame.frontend import functional, more_math, opmath, special_math
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import eye
@@ -278,6 +278,18 @@ class TensorMath:
 
     def lgamma_(self):
         return self._inplace(lambda x: x.lgamma(), what="lgamma_")
+
+    def i0(self):
+        return special_math.i0(self)
+
+    def i0_(self):
+        return self._inplace(lambda x: x.i0(), what="i0_")
+
+    def mvlgamma(self, p: int):
+        return special_math.multigammaln(self, p)
+
+    def mvlgamma_(self, p: int):
+        return self._inplace(lambda x: x.mvlgamma(p), what="mvlgamma_")
 
     def digamma_(self):
         return self._inplace(lambda x: x.digamma(), what="digamma_")
@@ -682,6 +694,12 @@ class TensorMath:
 
     def sinc(self):
         return more_math.sinc(self)
+
+    def renorm(self, p, dim: int, maxnorm):
+        return more_math.renorm(self, p, dim, maxnorm)
+
+    def renorm_(self, p, dim: int, maxnorm):
+        return self._inplace(lambda x: x.renorm(p, dim, maxnorm), what="renorm_")
 
     def fmax(self, other):
         return more_math.fmax(self, other)

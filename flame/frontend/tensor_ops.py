@@ -709,6 +709,20 @@ class TensorOps:
                              f"transpose or mT)\n  at {user_location()}")
         return self.transpose(0, 1) if self.ndim == 2 else self
 
+    def t_(self):
+        """self transposed in place, as torch's t_: a 0-d or 1-D tensor as it is; a square matrix takes its
+        transpose's values. flame does not change a tensor's shape in place, so a non-square matrix
+        raises (write x = x.t())."""
+        if self.ndim > 2:
+            raise ShapeError(f"t_() expects a tensor with <= 2 dimensions, but self is {self.ndim}D\n"
+                             f"  at {user_location()}")
+        if self.ndim < 2:
+            return self
+        if self.shape[0] != self.shape[1]:
+            raise ShapeError(f"t_: flame does not change a tensor's shape in place ({list(self.shape)} would "
+                             f"become {list(self.shape)[::-1]}); write x = x.t()\n  at {user_location()}")
+        return self._inplace(lambda x: x.t(), what="t_")
+
     def is_floating_point(self) -> bool:
         return self.dtype.is_float
 

@@ -112,6 +112,7 @@ class NAdam(_AdamLike):
         )
 
     non_negative = ("momentum_decay",)
+    param_dtype_state = ("mu_product",)
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         st = super()._init_state(p, group)

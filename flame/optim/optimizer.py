@@ -127,6 +127,7 @@ class Optimizer:
             self.state[p] = self._init_state(p, group)
 
     non_negative: tuple[str, ...] = ()  # the group options a subclass requires to be >= 0 (besides lr)
+    param_dtype_state: tuple[str, ...] = ()  # scalar state a load casts to its parameter's dtype (_retyped)
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if group["lr"] < 0:
@@ -322,11 +323,26 @@ class Optimizer:
 
     def apply_load(self, pairs: list[tuple[Tensor, Tensor]], state_dict: dict[str, Any]) -> None:
         """Second half of load_state_dict: copy the planned tensors and the groups' hyperparameters."""
-        copy_pairs(pairs)
+        copy_pairs(self._retyped(pairs))
         for saved, mine in zip(state_dict["param_groups"], self.param_groups):
             for k, v in saved.items():
                 if k != "params":
                     mine[k] = tuple(v) if isinstance(mine.get(k), tuple) else v
+
+    def _retyped(self, pairs: list[tuple[Tensor, Tensor]]) -> list[tuple[Tensor, Tensor]]:
+        """pairs, where a destination named in `param_dtype_state` of a floating parameter of another dtype
+        is replaced (in self.state) by a new state tensor of the parameter's dtype: torch's load_state_dict
+        casts every state value but `step` to its floating parameter's dtype, and the update then computes
+        in that dtype (NAdam's mu_product, ASGD's eta and mu become f64 for f64 parameters)."""
+        new: dict[int, Tensor] = {}
+        for p, st in self.state.items():
+            if not p.dtype.is_float:
+                continue
+            for k in self.param_dtype_state:
+                t = st.get(k)
+                if t is not None and t.dtype != p.dtype:
+                    st[k] = new[id(t)] = state_tensor(p, p.dtype, tuple(t.shape))
+        return [(new.get(id(dst), dst), src) for dst, src in pairs]
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]

@@ -120,6 +120,7 @@ class ASGD(Optimizer):
         super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay), **flags)
 
     non_negative = ("weight_decay",)
+    param_dtype_state = ("eta", "mu")
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         cd = compute_dtype(p)
@@ -139,8 +140,11 @@ class ASGD(Optimizer):
         x = x * (1 - lambd * eta) - g * eta
         mu = state["mu"].to(cd)
         state["ax"].copy_(where(mu == 1, x, state["ax"].to(cd) + (x - state["ax"].to(cd)) * mu))
-        state["eta"].copy_((lr / (1 + lambd * lr * t) ** self.hyper(group, "alpha", f64)).to(sd))
-        state["mu"].copy_((1 / (t - self.hyper(group, "t0", f64)).maximum(1.0)).to(sd))
+        # torch computes the new eta and mu as Python floats, makes tensors of them (of the scalar dtype) and
+        # copies those into its state (of the parameter's dtype after a load): rounded twice
+        rd = scalar_dtype()
+        state["eta"].copy_((lr / (1 + lambd * lr * t) ** self.hyper(group, "alpha", f64)).to(rd).to(sd))
+        state["mu"].copy_((1 / (t - self.hyper(group, "t0", f64)).maximum(1.0)).to(rd).to(sd))
         p.copy_(x)
 
 

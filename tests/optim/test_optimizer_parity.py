@@ -168,14 +168,17 @@ def test_state_dict_matches_and_loads_from_pytorch(name, kw):
     for k in range(7):
         _step_both(k, ps, opt.step, tps, topt)
     _assert_state_dicts(opt.state_dict(), topt.state_dict(), f"{name} {kw}")
-    # a fresh flame optimizer on torch's parameters, loaded from torch's state_dict, continues as torch
+    # a fresh flame optimizer on torch's parameters, loaded from torch's state_dict, continues as a torch
+    # optimizer loaded from it (whose load casts the scalar state but `step` to the parameters' dtype)
     ps2, opt2, _, _ = _pair(name, kw, [tp.detach().numpy() for tp in tps])
     opt2.load_state_dict(topt.state_dict())
+    topt2 = getattr(torch.optim, name)(tps, **kw)
+    topt2.load_state_dict(topt.state_dict())
     step = _stepper(opt2, "compiled")
     for k in range(7, 7 + 6):
-        _step_both(k, ps2, step, tps, topt)
+        _step_both(k, ps2, step, tps, topt2)
         _assert_params(ps2, tps, f"{name} {kw}: loaded, after step {k}")
-    _assert_state_dicts(opt2.state_dict(), topt.state_dict(), f"{name} {kw}: loaded")
+    _assert_state_dicts(opt2.state_dict(), topt2.state_dict(), f"{name} {kw}: loaded")
 
 
 @pytest.mark.parametrize("name", sorted({n for n, _ in CASES}))
