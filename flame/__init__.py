@@ -343,25 +343,26 @@ float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, 
 int8, uint8 = i8, u8
 float8_e4m3fn, float8_e5m2 = f8e4m3, f8e5m2  # FP8 storage types (flame.amp.Float8Recipe)
 float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa: A001  (torch's aliases)
+_BACKEND_SETTINGS = ("set_float32_matmul_precision", "get_float32_matmul_precision", "use_deterministic_algorithms",
+                     "are_deterministic_algorithms_enabled", "is_deterministic_algorithms_warn_only_enabled")
 # everything above is public: help(flame) and `from flame import *` list every function and type
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
 __all__ = sorted([n for n, v in globals().items()
                   if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
-                 + ["save", "load", "linalg", "special", "tag", "set_float32_matmul_precision",
-                    "get_float32_matmul_precision"])  # these import on first use (__getattr__ below)
+                 + ["save", "load", "linalg", "special", "tag", *_BACKEND_SETTINGS])  # imported on first use
 
 
 def __getattr__(name: str):
     """flame.nn, flame.optim, flame.checkpoint (flame.save / flame.load), flame.linalg, flame.tag, flame.amp,
     flame.distributed, flame.distributions, flame.utils, flame.cuda, flame.special, flame.autograd,
-    flame.random, flame.testing, flame.func and flame.backends (with flame.set_float32_matmul_precision) import on
+    flame.random, flame.testing, flame.func and flame.backends (with its settings: _BACKEND_SETTINGS) import on
     first use (they are not needed to trace)."""
     import importlib
 
     if name in ("nn", "optim", "checkpoint", "linalg", "amp", "distributed", "distributions", "utils", "cuda",
                 "autograd", "special", "backends", "random", "testing", "func"):
         return importlib.import_module(f"flame.{name}")
-    if name in ("set_float32_matmul_precision", "get_float32_matmul_precision"):
+    if name in _BACKEND_SETTINGS:
         return getattr(importlib.import_module("flame.backends"), name)
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)

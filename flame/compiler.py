@@ -51,6 +51,7 @@ from flame.plan.build import to_plan
 from flame.plan.instance import Instance, PlanTemplate
 from flame.plan.memory import human_bytes, memory_report, planned_peak, saved_bytes
 from flame.plan.steps import ActivationBudget, MemoryBudget, Plan
+from flame.runtime import determinism
 from flame.runtime.backend import (
     attention_lowering,
     bgrad_enabled,
@@ -93,9 +94,10 @@ def _settings(ex, optimize: bool) -> tuple[tuple, Target]:
     comm, side = cuda and comm_stream_enabled(), cuda and side_stream_enabled()
     bgrad, pieces = bgrad_enabled(), pieces_enabled()
     attention = attention_lowering() if cuda else None
+    deterministic = (determinism.mode(), determinism.cudnn()) if cuda else None
     settings = (ex.name, gpu, optimize and fusion_enabled(), graphs_setting() if cuda else None, comm, side,
-                codegen_settings(), bgrad, pieces, attention)
-    return settings, _target(ex.name, gpu, comm, side, bgrad, pieces, attention)
+                codegen_settings(), bgrad, pieces, attention, deterministic)
+    return settings, _target(ex.name, gpu, comm, side, bgrad, pieces, attention, deterministic)
 
 
 def _current_gpu() -> int:
@@ -106,9 +108,10 @@ def _current_gpu() -> int:
 
 @lru_cache(maxsize=16)
 def _target(executor_name: str, gpu: int | None, comm_stream: bool, side_stream: bool, bgrad: bool,
-            pieces: bool, attention: str | None = None) -> Target:
+            pieces: bool, attention: str | None = None, deterministic: tuple | None = None) -> Target:
     """capabilities() of the executor, once per (executor, current GPU, FLAME_COMM_STREAM,
-    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD, FLAME_FUSE_PIECES, FLAME_ATTENTION): what it reads."""
+    FLAME_SIDE_STREAM, FLAME_MATMUL_BGRAD, FLAME_FUSE_PIECES, FLAME_ATTENTION, the determinism
+    settings): what it reads."""
     return capabilities(executor_name)
 
 

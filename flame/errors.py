@@ -126,6 +126,11 @@ class UnverifiedError(FlameError, RuntimeError):
     GPU tests pass; the message names the switch)."""
 
 
+class DeterminismError(FlameError, RuntimeError):
+    """An op with no deterministic GPU implementation in a plan made under
+    flame.use_deterministic_algorithms(True) (torch raises a RuntimeError there too)."""
+
+
 class RecompileWarning(UserWarning):
     """A @flame.compile'd function traced again after its first trace: an argument's shape, dtype or
     value changed, or a Python value the trace baked in (a module's train/eval mode, a global or a

@@ -58,7 +58,9 @@ class Target:
     second one way between device memory and pinned host memory. The activation-budget solver
     (passes/activation_budget.py) prices a recomputation or an offload with them. The defaults are
     declared figures of an H200 SXM (dense bf16 989 TFLOP/s, f32 67 TFLOP/s, HBM3e 4.8 TB/s, a PCIe
-    5.0 x16 link at 55 GB/s); a backend may fill in measured ones."""
+    5.0 x16 link at 55 GB/s); a backend may fill in measured ones. deterministic: what a plan holding a kernel
+    whose floating-point sums change order from run to run (Kernel.deterministic) gets: "" nothing, "error" a
+    DeterminismError, "warn" a warning (runtime/determinism.py)."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
@@ -78,6 +80,7 @@ class Target:
     fused_pieces: bool = False  # concat and pad fuse as elementwise work (FLAME_FUSE_PIECES)
     conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
     arch: str = ""
+    deterministic: str = ""  # runtime/determinism.mode(): "", "error" or "warn"
     kernel_param_bytes: int = 32764  # a kernel's parameters (CUDA 12.1+ on Volta and newer; 4096 before)
     matmul_rate: float = 989e12  # FLOP/s of a GEMM on 16-bit operands
     matmul_rate_f32: float = 67e12  # FLOP/s of a GEMM on f32 operands (no TF32)

@@ -1,11 +1,13 @@
-"""torch.backends.cudnn: `allow_tf32` is flame's runtime.cudnn_conv.allow_tf32; `benchmark`,
-`deterministic` and `enabled` are kept and change nothing (flame/backends/__init__.py)."""
+"""torch.backends.cudnn: `allow_tf32` is flame's runtime.cudnn_conv.allow_tf32; `deterministic` has cuDNN
+choose deterministic engines (runtime/determinism.py); `benchmark` and `enabled` are kept and change
+nothing (flame/backends/__init__.py)."""
 
 from __future__ import annotations
 
 import sys
 import types
 
+from flame.runtime import determinism
 from flame.runtime import device as _device
 
 
@@ -13,9 +15,18 @@ class _Cudnn(types.ModuleType):
     """The module's switches as properties (torch's torch.backends.cudnn is such a module)."""
 
     benchmark = False
-    deterministic = False
     enabled = True
     benchmark_limit = 10
+
+    @property
+    def deterministic(self) -> bool:
+        """cuDNN's convolutions leave out engines that add in a varying order, and its attention backward
+        takes its deterministic algorithm (read when a step is compiled)."""
+        return determinism._CUDNN[0]
+
+    @deterministic.setter
+    def deterministic(self, value: bool) -> None:
+        determinism.set_cudnn(value)
 
     @property
     def allow_tf32(self) -> bool:

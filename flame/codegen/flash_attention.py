@@ -259,5 +259,7 @@ def lower_backward(op: Op) -> list[Kernel]:
     ):
         source = _render(op, kind, f"flash attention {kind.replace('_', ' ')}", {**fields, "smem": smem})
         kernel = finish(f"flash_attention_{kind}_{q.dtype.name}_d{dim}", source, grid, block, len(op.inputs), scratch)
-        out.append(replace(kernel, smem=smem_bytes if kind == "backward_mma" else 0))
+        # the main kernel adds each key tile's dQ products into the f32 accumulator with atomics
+        out.append(replace(kernel, smem=smem_bytes if kind == "backward_mma" else 0,
+                           deterministic=kind == "backward_prep" or kind == "backward_dq"))
     return out

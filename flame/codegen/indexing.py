@@ -7,6 +7,7 @@ device-side assertion. All through templates/indexed.cu.j2."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from flame.codegen import cuda_c, views
 from flame.codegen.kernel import Kernel, render_op
@@ -108,11 +109,10 @@ def lower_scatter_add(op: Op) -> list[Kernel]:
     if src.numel:
         value = cuda_c.load("in2[i]", src.dtype)
         atomic = _atomic_add(target, "at", value, f32 if low else out.dtype)
-        kernels.append(
-            _render(
-                op, "scatter_add", src.numel, "scatter_add 2/2: atomically add src", scratch, atomic=atomic, **fields
-            )
-        )
+        adds = _render(op, "scatter_add", src.numel, "scatter_add 2/2: atomically add src", scratch, atomic=atomic,
+                       **fields)
+        # integer sums are exact whatever the order; floating-point ones change with it
+        kernels.append(replace(adds, deterministic=not acc.is_float))
     if low:
         back = cuda_c.convert("reinterpret_cast<const float*>(scratch)[i]", f32, out.dtype)
         vec = _vec("reinterpret_cast<const float*>(scratch)", f32, "out", out.dtype,

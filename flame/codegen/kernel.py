@@ -175,6 +175,7 @@ class Kernel:
     n_outputs: int = 1  # fused kernels (codegen/fused.py) write several outputs, after the inputs
     in_place_safe: bool = True  # element i of an output is written by the thread that reads element i
     sizes: tuple[int, ...] = ()  # passed after every other argument: the size s0 (flame.ir.symbolic)
+    deterministic: bool = True  # False: it adds floating-point values with atomics, in an order that varies
 
 
 _ENV = jinja2.Environment(

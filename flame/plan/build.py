@@ -21,11 +21,13 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 
 import numpy as np
 
+from flame.errors import DeterminismError
 from flame.ir import symbolic
 from flame.ir.dtypes import DType
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
@@ -241,6 +243,8 @@ class _Builder:
         fusion pass's reason when it formed a group of that one op ("" on an unfused graph)."""
         sid = self.scratch(max((k.scratch for k in kernels), default=0))
         extra = () if sid is None else (sid,)
+        if self.target.deterministic and not all(k.deterministic for k in kernels):
+            _nondeterministic(self.target.deterministic, ops)
         for i, k in enumerate(kernels):
             if self.target.arch:  # planned for a GPU: its compile starts now, beside the planning
                 from flame.codegen.nvrtc import compile_ahead
@@ -472,6 +476,21 @@ def _bind_outputs(bld: _Builder) -> list[int]:
         bld.steps.append(Copy(bid, dst))
         outs.append(dst)
     return outs
+
+
+def _nondeterministic(mode: str, ops: tuple[Op, ...]) -> None:
+    """A kernel of `ops` adds floating-point values with atomics while Target.deterministic is set:
+    a DeterminismError ("error") or a warning ("warn") naming the op and the user's line, as torch says
+    of an op with no deterministic CUDA implementation (runtime/determinism.py)."""
+    op = next((o for o in ops if get(o.name).category != "elementwise"), ops[0])
+    text = (f"{op.name} does not have a deterministic implementation on the GPU (its kernel adds floating-point "
+            f"values with atomics, in an order that changes from run to run), but "
+            f"flame.use_deterministic_algorithms(True) is set; pass warn_only=True to only warn, or turn the "
+            f"setting off for this step\n  at {op.loc or '(no source line)'}")
+    if mode == "warn":
+        warnings.warn(text, UserWarning, stacklevel=2)
+        return
+    raise DeterminismError(text)
 
 
 def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None = None) -> Plan:

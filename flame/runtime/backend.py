@@ -18,7 +18,7 @@ from importlib import metadata
 from flame._env import env_choice, env_flag
 from flame.codegen import flash_attention
 from flame.ir.registry import gemm_bias
-from flame.runtime import cudnn_attention, cudnn_conv, matmul
+from flame.runtime import cudnn_attention, cudnn_conv, determinism, matmul
 from flame.runtime.device import cuda_available
 from flame.target import DEFAULT_TARGET, Target
 
@@ -163,7 +163,7 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
                    attention_workspace=_attention_workspace, matmul_workspace=_matmul_workspace,
                    comm_stream=comm_stream_enabled(), side_stream=side_stream_enabled(),
                    conv_unsupported=_conv_unsupported,
-                   conv_workspace=_conv_workspace, arch=_arch())
+                   conv_workspace=_conv_workspace, arch=_arch(), deterministic=determinism.mode())
 
 
 def _arch() -> str:

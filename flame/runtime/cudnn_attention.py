@@ -31,7 +31,7 @@ from functools import cached_property, lru_cache
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.attention import BACKWARD, BIAS_GRAD, FORWARD, STATS, mask_of
 from flame.plan.steps import aligned
-from flame.runtime import cudnn_cache
+from flame.runtime import cudnn_cache, determinism
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
 DTYPES = ("f16", "bf16")
@@ -249,11 +249,12 @@ class CudnnAttention:
     """The forward (with stats) and backward cuDNN graphs of one AttentionSpec, each built (or read back
     from the cache of built graphs, runtime/cudnn_cache.py) at its first use."""
 
-    def __init__(self, spec: AttentionSpec):
+    def __init__(self, spec: AttentionSpec, deterministic: bool = False):
         why = unsupported_reason(spec)
         if why:
             raise NotImplementedError(f"cuDNN attention: {why}")
         self.spec = spec
+        self.deterministic = deterministic  # the backward takes cuDNN's deterministic algorithm
         self._cudnn = cudnn_module("cuDNN attention")
         self._io = {"f16": self._cudnn.data_type.HALF, "bf16": self._cudnn.data_type.BFLOAT16}[spec.dtype]
         self.itemsize = 2
@@ -266,7 +267,7 @@ class CudnnAttention:
         try:
             g = cudnn_cache.graph(
                 self._cudnn,
-                f"attention {direction} {self.spec!r}",
+                f"attention {direction} {self.spec!r}" + (" deterministic" if self.deterministic else ""),
                 f"attention {direction}",
                 lambda: build(self._cudnn),
             )
@@ -364,6 +365,7 @@ class CudnnAttention:
             attn_scale=self.spec.scale,
             bias=bias,
             use_causal_mask=self.spec.causal,
+            **({"use_deterministic_algorithm": True} if self.deterministic else {}),
         )
         for t, which in ((dq, "q"), (dk, "k"), (dv, "v")):
             self._output(t, "d" + which, self.spec.dims(which), strides=self.spec.stride("d" + which, which))
@@ -424,7 +426,15 @@ class CudnnAttention:
         self._run(g, pack, device_ptr(workspace))
 
 
-@lru_cache(maxsize=256)
 def cudnn_attention(spec: AttentionSpec) -> CudnnAttention:
-    """The built graphs for `spec`, cached (building takes milliseconds to seconds)."""
-    return CudnnAttention(spec)
+    """The built graphs for `spec` under the determinism setting (runtime/determinism.cudnn: the
+    backward takes cuDNN's deterministic algorithm), cached (building takes milliseconds to seconds)."""
+    return _built_attention(spec, determinism.cudnn())
+
+
+@lru_cache(maxsize=256)
+def _built_attention(spec: AttentionSpec, deterministic: bool) -> CudnnAttention:
+    return CudnnAttention(spec, deterministic)
+
+
+cudnn_attention.cache_clear = _built_attention.cache_clear

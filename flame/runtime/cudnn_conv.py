@@ -34,7 +34,7 @@ from functools import lru_cache
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.conv import to_channels_first
 from flame.plan.steps import ConvCall
-from flame.runtime import cudnn_cache
+from flame.runtime import cudnn_cache, determinism
 from flame.runtime.cudnn_graph import cudnn_module, device_ptr, execute, handle, refusals
 
 DTYPES = ("f32", "f16", "bf16")
@@ -165,11 +165,12 @@ class CudnnConv:
     """The cuDNN graph of one ConvSpec, built on construction (or read back from the cache of built
     graphs, runtime/cudnn_cache.py); calling it runs the convolution."""
 
-    def __init__(self, spec: ConvSpec):
+    def __init__(self, spec: ConvSpec, deterministic: bool = False):
         why = unsupported_reason(spec)
         if why:
             raise NotImplementedError(f"cuDNN convolution: {why}")
         self.spec = spec
+        self.deterministic = deterministic  # engines with the NONDETERMINISTIC note are left out
         cudnn = cudnn_module("cuDNN convolution")
         self._io = {"f32": cudnn.data_type.FLOAT, "f16": cudnn.data_type.HALF, "bf16": cudnn.data_type.BFLOAT16}[
             spec.dtype
@@ -184,7 +185,8 @@ class CudnnConv:
     def _key(self) -> str:
         """What decides the graph besides the GPU and the libraries (runtime/cudnn_cache.py's key)."""
         tf32 = self.spec.dtype == "f32" and allow_tf32
-        return f"conv {self.spec!r} tf32={tf32} workspace<={WORKSPACE_LIMIT}"
+        return (f"conv {self.spec!r} tf32={tf32} workspace<={WORKSPACE_LIMIT}"
+                + (" deterministic" if self.deterministic else ""))
 
     def _tensor(self, g, which: str):
         t = g.tensor(
@@ -213,8 +215,11 @@ class CudnnConv:
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        notes = [cudnn.numerical_note.NONDETERMINISTIC] if self.deterministic else []
         if s.dtype == "f32" and not allow_tf32:
-            g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE, cudnn.numerical_note.DOWN_CONVERT_INPUTS])
+            notes += [cudnn.numerical_note.TENSOR_CORE, cudnn.numerical_note.DOWN_CONVERT_INPUTS]
+        if notes:
+            g.deselect_numeric_notes(notes)
         g.deselect_workspace_greater_than(WORKSPACE_LIMIT)
         g.check_support()
         g.build_plans()
@@ -238,19 +243,35 @@ class CudnnConv:
         execute(self._graph, {ta: device_ptr(a), tb: device_ptr(b), tout: device_ptr(out)}, device_ptr(workspace))
 
 
-@lru_cache(maxsize=512)
 def cudnn_conv(spec: ConvSpec) -> CudnnConv:
-    """The built graph for `spec`, cached in the process and on disk (runtime/cudnn_cache.py: building
-    takes milliseconds)."""
-    return CudnnConv(spec)
+    """The built graph for `spec` under the determinism setting (runtime/determinism.cudnn: engines with
+    cuDNN's NONDETERMINISTIC note are left out), cached in the process and on disk
+    (runtime/cudnn_cache.py: building takes milliseconds)."""
+    return _built_conv(spec, determinism.cudnn())
 
 
 @lru_cache(maxsize=512)
+def _built_conv(spec: ConvSpec, deterministic: bool) -> CudnnConv:
+    return CudnnConv(spec, deterministic)
+
+
+cudnn_conv.cache_clear = _built_conv.cache_clear
+
+
 def refusal(spec: ConvSpec) -> str:
-    """Why cuDNN cannot run `spec`, asking cuDNN itself (builds the graph; needs a GPU): "" if it
-    can, else flame's or cuDNN's reason. Remembered, so a refused spec is not rebuilt at each compile."""
+    """Why cuDNN cannot run `spec` (under the determinism setting), asking cuDNN itself (builds the
+    graph; needs a GPU): "" if it can, else flame's or cuDNN's reason. Remembered, so a refused spec is
+    not rebuilt at each compile."""
+    return _refusal(spec, determinism.cudnn())
+
+
+@lru_cache(maxsize=512)
+def _refusal(spec: ConvSpec, deterministic: bool) -> str:
     try:
-        cudnn_conv(spec)
+        _built_conv(spec, deterministic)
     except NotImplementedError as e:
         return str(e)
     return ""
+
+
+refusal.cache_clear = _refusal.cache_clear
