@@ -4,21 +4,11 @@ again), retain_graph, inside @flame.compile, and torch's errors."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 import flame
-
-
-def _rng(seed: int, *shape: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape)
-
-
-def _close(got, want) -> None:
-    assert isinstance(got, flame.Tensor), got
-    assert tuple(got.shape) == tuple(want.shape)
-    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-10, atol=1e-12)
+from tests.frontend.test_forward_ad import _close, _rng
 
 
 def _batched(lib, x0, w0, g0, h0, **kw):
