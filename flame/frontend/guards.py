@@ -16,8 +16,10 @@ becomes a Guard of that trace:
   and those the methods so reached read (`trainer.loss(x)` reading `self.beta`);
 - plain values the body read from a module's own attributes (`self.eps`, `self.scale`: nn.Module
   records them while a body is traced), and, by identity, what the modules it ran are made of (Parts):
-  the submodules it reached (a layer replaced, appended or deleted), functions held in a module's
-  attributes (`self.act = F.gelu`) and a forward set on the instance;
+  the submodules it reached (a layer replaced, appended or deleted), the parameters, buffers and tensor
+  attributes it read (`self.scale = new_tensor`, load_state_dict(assign=True)), functions held in a
+  module's attributes (`self.act = F.gelu`) and a forward set on the instance;
+- by identity, the state tensors an optimizer's step read (Held: `opt.state[p]['exp_avg'] = new`);
 - the default floating dtype, where the body read it (flame.set_default_dtype: a factory without a
   dtype, a Python float beside an integer tensor).
 Values reached by computed keys or through calls, and NumPy arrays, are not guarded.
@@ -30,6 +32,7 @@ import dis
 import enum
 import functools
 import inspect
+import operator
 import os
 import struct
 import sysconfig
@@ -168,12 +171,37 @@ class Parts:
                 if now != value:  # a tuple compares its items by identity first: modules have no __eq__
                     return f"{self.names[i]}: {show_kind(value)} -> {show_kind(now)}"
             elif (now := mapping.get(key)) is not value:
-                return f"{self.names[i]}: {show_kind(value)} -> {show_kind(now)}"
+                new = f"another {type(now).__name__}" if type(now) is type(value) else show_kind(now)
+                return f"{self.names[i]}: {show_kind(value)} -> {new}"
         return ""
 
     def key(self) -> str:
         return "parts: " + "; ".join(f"{name} == {key_text(value)}"
                                      for name, (_, _, value) in zip(self.names, self.entries))
+
+
+@dataclass(frozen=True)
+class Held:
+    """The tensors `read()` gives (those an optimizer's state dicts hold) are still the objects the body
+    used: `opt.state[p]['exp_avg'] = new_tensor` or a new state dict re-traces instead of replaying the
+    update of the tensors the trace bound."""
+
+    what: str
+    read: Callable[[], tuple]
+    values: tuple
+    namer: Any
+
+    def failed(self) -> str:
+        now = self.read()
+        if len(now) == len(self.values) and all(map(operator.is_, now, self.values)):
+            return ""
+        for old, new in zip(self.values, now):
+            if old is not new:
+                return f"{self.what}: {self.namer.tensor(old, role_of(old))} -> {show_kind(new)}"
+        return f"{self.what}: {len(self.values)} tensors -> {len(now)}"
+
+    def key(self) -> str:
+        return f"held: {self.what}: {len(self.values)} tensors"
 
 
 def is_plain(v: Any) -> bool:
@@ -486,6 +514,7 @@ def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Gua
                 out.append(Same(*(tuple(part[k] for k in kept) for part in (g.whats, g.reads, g.values))))
         elif g.what not in known:
             out.append(g)
+    out += [Held(what, read, values, namer) for what, (read, values) in trace.held_reads.items()]
     if trace.part_reads:
         parts = list(trace.part_reads.values())
         out.append(Parts(tuple((mapping, key, value) for _, _, mapping, key, value in parts),

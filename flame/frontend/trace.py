@@ -91,6 +91,9 @@ class Trace:
     # (id(object), label) -> (object, label, mapping, key, value): what a module was made of where the body
     # ran it (a child `self.fc`, a function `self.act`, a forward set on the instance), by identity
     part_reads: dict[tuple, tuple] = field(default_factory=dict)
+    # what -> (read, objects): the objects a Python structure held when the body used them (an optimizer's
+    # state tensors), by identity
+    held_reads: dict[str, tuple] = field(default_factory=dict)
     functions_read: dict[int, object] = field(default_factory=dict)  # id -> a method of the user's it fetched
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
@@ -196,6 +199,13 @@ class Trace:
         if (id(obj), label) not in self.part_reads:
             value = tuple(mapping.values()) if key is None else mapping.get(key)
             self.part_reads[id(obj), label] = (obj, label, mapping, key, value)
+
+    def read_held(self, what: str, read: Callable[[], tuple]) -> None:
+        """The objects read() gives (tensors a structure holds: an optimizer's state dicts), used while
+        tracing: the trace holds while read() gives the same objects (a state tensor replaced between
+        steps is another input, not the one bound)."""
+        if what not in self.held_reads:
+            self.held_reads[what] = (read, read())
 
     def read_function(self, f) -> None:
         """A function of the user's fetched while tracing (a module's forward): the plain globals and

@@ -216,6 +216,12 @@ class Optimizer:
                     finally:
                         current_trace.reset(token)
 
+    def _state_tensors(self) -> tuple:
+        """The tensors the state dicts of the groups' parameters hold, in group order."""
+        state = self.state
+        return tuple(v for g in self.param_groups for p in g["params"] for v in state.get(p, _EMPTY).values()
+                     if isinstance(v, Tensor))
+
     def _group_layout(self) -> tuple[tuple[int, ...], ...]:
         return tuple(tuple(self._serials.get(id(p), -1) for p in g["params"]) for g in self.param_groups)
 
@@ -228,6 +234,9 @@ class Optimizer:
             loss = closure()
         self._adopt_new_params()
         self.guard_groups()
+        trace = current_trace.get()
+        if trace is not None:  # `opt.state[p]['exp_avg'] = new_tensor` re-traces, not updating the one bound
+            trace.read_held(f"the state tensors of {type(self).__name__}.state", self._state_tensors)
         # flame's optimizers call no user code while updating: every op names the caller's line, found once
         pin = pinned_location() if type(self).__module__.partition(".")[0] == "flame" else nullcontext()
         with no_grad(), pin:
@@ -337,6 +346,7 @@ class Optimizer:
 
 
 _MISSING = object()
+_EMPTY: dict = {}
 _FLOAT_MAX = sys.float_info.max
 
 
