@@ -176,19 +176,27 @@ class Optimizer:
         cache = self._scalars[1]
         ck = (id(group), key, index, dtype)
         if ck not in cache:
-            getter = (lambda: group[key]) if index is None else (lambda: group[key][index])
+            read = self._reader(group)
+            getter = (lambda: read()[key]) if index is None else (lambda: read()[key][index])
             cache[ck] = trace.scalar(getter, dtype)
         return cache[ck]
+
+    def _reader(self, group: dict[str, Any]):
+        """A function giving the group at group's place in param_groups at each call (a group dict or the
+        list replaced between compiled steps is read, not the one traced), or group itself if it has none."""
+        index = next((i for i, g in enumerate(self.param_groups) if g is group), None)
+        return (lambda: group) if index is None else (lambda: self.param_groups[index])
 
     def option(self, group: dict[str, Any], key: str, nonzero: bool = False) -> bool:
         """bool(group[key]) (or group[key] != 0) for a choice the update makes in Python (nesterov,
         amsgrad, weight_decay != 0). Inside a trace the choice is a guard of the trace: changing it
         re-traces (with a flame.RecompileWarning) instead of replaying the other choice; changing a
         value hyper() reads (0.01 -> 0.02) does not."""
-        read = (lambda: group[key] != 0) if nonzero else (lambda: bool(group[key]))
         trace = current_trace.get()
         if trace is None:
-            return read()
+            return group[key] != 0 if nonzero else bool(group[key])
+        at = self._reader(group)
+        read = (lambda: at()[key] != 0) if nonzero else (lambda: bool(at()[key]))
         index = next(i for i, g in enumerate(self.param_groups) if g is group)
         return trace.read_python(
             f"{type(self).__name__}.param_groups[{index}][{key!r}]" + (" != 0" if nonzero else ""), read

@@ -1,7 +1,8 @@
-"""Optimizer idioms of everyday PyTorch code against torch.optim, eagerly and inside @flame.compile,
-from the same f64 weights: parameter groups with their own lr and weight_decay, hyperparameters
-changed by hand between compiled steps, add_param_group in the middle of training, and an optimizer
-state_dict (torch's or flame's) loaded into a fresh optimizer that then continues as torch does."""
+"""Optimizer idioms of everyday PyTorch code against torch.optim, eagerly and inside @flame.compile, from the
+same f64 weights: parameter groups with their own lr and weight_decay, hyperparameters changed by hand
+between compiled steps (in a group, or a group dict replaced), add_param_group in the middle of training,
+and an optimizer state_dict (torch's or flame's) loaded into a fresh optimizer that then continues as torch
+does."""
 
 from __future__ import annotations
 
@@ -72,6 +73,28 @@ def test_options_changed_by_hand_between_steps(name, defaults, change, compiled)
         if i == 5:
             topt.param_groups[0]["lr"] *= 0.1
             fopt.param_groups[0]["lr"] *= 0.1
+        tstep(*to_lib(torch, x, y))
+        fstep(*to_lib(flame, x, y))
+        assert_same_params(mine, theirs, what=f"after step {i}")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("how", ["group", "list"])
+@pytest.mark.parametrize("name,defaults,change", CHANGES[1::2])
+def test_a_group_dict_replaced_between_steps(name, defaults, change, how, compiled):
+    """`opt.param_groups[i] = {**group, key: v}` (or a new list of groups) between steps: the next step
+    reads the new dict's options, as torch's, not those of the dict the step was traced with."""
+    theirs, mine = twin(_mlp)
+    topt = getattr(torch.optim, name)(_groups(theirs, {}), **defaults)
+    fopt = getattr(flame.optim, name)(_groups(mine, {}), **defaults)
+    tstep, fstep = ce_step(torch, theirs, topt, False), ce_step(flame, mine, fopt, compiled)
+    for i, (x, y) in enumerate(DATA):
+        if i == 3:
+            for opt in (topt, fopt):
+                if how == "group":
+                    opt.param_groups[1] = {**opt.param_groups[1], **change}
+                else:
+                    opt.param_groups = [{**g, **change, "lr": g["lr"] * 2} for g in opt.param_groups]
         tstep(*to_lib(torch, x, y))
         fstep(*to_lib(flame, x, y))
         assert_same_params(mine, theirs, what=f"after step {i}")
