@@ -11,6 +11,7 @@ becomes a Guard of that trace:
 - plain immutable Python values the function names: globals and closure variables (numbers, strings,
   None, flame dtypes, enum members, tuples of those), its own and those of the user's functions it
   names in turn (a helper reading a global learning rate);
+- the same of the user's hooks and autograd.Functions the body ran (a hook scaling by a global);
 - plain values reached from those (and from `self` of a compiled method) by constant attributes and
   subscripts: a config's field, a dict's or a list's entry (`cfg["w"]`, `args.beta`, `self.beta`, `w[0]`),
   and those the methods so reached read (`trainer.loss(x)` reading `self.beta`);
@@ -43,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from flame.frontend.context import current_trace
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType
 
@@ -418,6 +420,17 @@ def users_function(v: Any) -> bool:
         return False
     path = os.path.abspath(v.__code__.co_filename)
     return not path.startswith(_LIBRARY_DIRS) and not v.__code__.co_filename.startswith("<frozen")
+
+
+def read_users_function(fn: Any) -> None:
+    """fn, a function of the user's the body called while traced (a hook, an autograd.Function's forward
+    or backward): the plain globals and closure values it reads become guards of the trace, as those of
+    a module's forward do (a hook scaling by a global that changes between steps re-traces)."""
+    trace = current_trace.get()
+    if trace is not None:
+        f = getattr(fn, "__func__", fn)  # a bound method's function
+        if users_function(f):
+            trace.read_function(f)
 
 
 _LIBRARY_DIRS = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
