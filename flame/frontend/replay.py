@@ -139,6 +139,7 @@ class Replay:
         self.users = [(o, v.dtype, v in inputs) for o, v in enumerate(outputs[:n_user])]
         # a captured tensor or an argument the body returned itself (or a view of one) comes back as it
         self.as_is = list(trace.returned_as_is.items())
+        self.requires_grad_set = trace.requires_grad_final  # (tensor, flag) per requires_grad the body set
         self.unflatten = unflattener(out_skeleton)
 
     def changed(self, args: list) -> str:
@@ -209,6 +210,8 @@ class Replay:
             t._grad = Tensor._concrete(outs[o], dtype)
         for t in self.grads_cleared:
             t._grad = None
+        for t, flag in self.requires_grad_set:  # set by the body (a GAN's step freezing the discriminator)
+            t._requires_grad = flag
         values = [Tensor._concrete(outs[o].copy() if copy else outs[o], dtype) for o, dtype, copy in self.users]
         for o, spec in self.as_is:
             t = _as_is(spec, args)

@@ -91,6 +91,10 @@ class Trace:
     # (id(object), label) -> (object, label, mapping, key, value): what a module was made of where the body
     # ran it (a child `self.fc`, a function `self.act`, a forward set on the instance), by identity
     part_reads: dict[tuple, tuple] = field(default_factory=dict)
+    # id(concrete tensor) -> (tensor, its requires_grad as the body began) for those whose flag the body set
+    # (a GAN's step freezing the discriminator): bound with that value, set again after each replay
+    requires_grad_writes: dict[int, tuple] = field(default_factory=dict)
+    requires_grad_final: list = field(default_factory=list)  # (tensor, flag) the body left: requires_grad_set()
     # what -> (read, objects): the objects a Python structure held when the body used them (an optimizer's
     # state tensors), by identity
     held_reads: dict[str, tuple] = field(default_factory=dict)
@@ -145,7 +149,8 @@ class Trace:
             return hit[1]
         role = t._role or ("param" if t.requires_grad else "const")
         v = self.graph.add_input(TensorType(t.shape, t.dtype), role)
-        self.bindings.append(Binding("tensor", tensor=t, requires_grad=t.requires_grad))
+        rg = self.requires_grad_writes.get(id(t), (t, t.requires_grad))[1]  # as the call found it
+        self.bindings.append(Binding("tensor", tensor=t, requires_grad=rg))
         self.inputs_of[id(t)] = v
         self._bind(id(t), t, v)
         return v
@@ -199,6 +204,17 @@ class Trace:
         if (id(obj), label) not in self.part_reads:
             value = tuple(mapping.values()) if key is None else mapping.get(key)
             self.part_reads[id(obj), label] = (obj, label, mapping, key, value)
+
+    def write_requires_grad(self, t) -> None:
+        """The body is about to set a concrete tensor's requires_grad: its flag as the call found it is
+        what a replay checks (the first write keeps it), the flag the body leaves is set after each replay
+        (requires_grad_set)."""
+        self.requires_grad_writes.setdefault(id(t), (t, t._requires_grad))
+
+    def requires_grad_set(self) -> list[tuple]:
+        """(tensor, requires_grad) for each concrete tensor whose flag the body set, as it is now (after
+        the body ran): what a replay sets again."""
+        return [(t, t._requires_grad) for t, _ in self.requires_grad_writes.values()]
 
     def read_held(self, what: str, read: Callable[[], tuple]) -> None:
         """The objects read() gives (tensors a structure holds: an optimizer's state dicts), used while
