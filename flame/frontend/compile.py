@@ -417,7 +417,7 @@ class Compiled:
         whose entry has no plan and is never run)."""
         python_values = python_value_guards(self.fn)  # as the body starts to run
         tr, result = self._trace(args)
-        tr.requires_grad_final = tr.requires_grad_set()
+        tr.requires_grad_final, tr.modes_final = tr.requires_grad_set(), tr.modes_set()
         leaves: list[Tensor] = []
         skel = flatten(result, leaves)
         g = tr.graph

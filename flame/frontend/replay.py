@@ -140,6 +140,7 @@ class Replay:
         # a captured tensor or an argument the body returned itself (or a view of one) comes back as it
         self.as_is = list(trace.returned_as_is.items())
         self.requires_grad_set = trace.requires_grad_final  # (tensor, flag) per requires_grad the body set
+        self.modes_set = trace.modes_final  # (module, training) per module the body switched (train()/eval())
         self.unflatten = unflattener(out_skeleton)
 
     def changed(self, args: list) -> str:
@@ -212,6 +213,8 @@ class Replay:
             t._grad = None
         for t, flag in self.requires_grad_set:  # set by the body (a GAN's step freezing the discriminator)
             t._requires_grad = flag
+        for m, mode in self.modes_set:  # switched by the body (model.train() as a step begins)
+            m.training = mode
         values = [Tensor._concrete(outs[o].copy() if copy else outs[o], dtype) for o, dtype, copy in self.users]
         for o, spec in self.as_is:
             t = _as_is(spec, args)

@@ -95,6 +95,10 @@ class Trace:
     # (a GAN's step freezing the discriminator): bound with that value, set again after each replay
     requires_grad_writes: dict[int, tuple] = field(default_factory=dict)
     requires_grad_final: list = field(default_factory=list)  # (tensor, flag) the body left: requires_grad_set()
+    # id(module) -> (module, its training flag as the body began) for those the body switched (model.train()
+    # at the top of a step, model.eval() in an evaluation): read as that, set again after each replay
+    mode_writes: dict[int, tuple] = field(default_factory=dict)
+    modes_final: list = field(default_factory=list)  # (module, training) the body left: modes_set()
     # what -> (read, objects): the objects a Python structure held when the body used them (an optimizer's
     # state tensors), by identity
     held_reads: dict[str, tuple] = field(default_factory=dict)
@@ -229,8 +233,19 @@ class Trace:
         self.functions_read.setdefault(id(f), f)
 
     def read_mode(self, module, training: bool) -> None:
-        """A module's training flag was read: the trace holds for this mode only."""
-        self.mode_reads.setdefault(id(module), (module, training))
+        """A module's training flag was read: the trace holds for the mode the call found it in (the body
+        may have switched it before reading it: write_mode)."""
+        self.mode_reads.setdefault(id(module), (module, self.mode_writes.get(id(module), (module, training))[1]))
+
+    def write_mode(self, module, training: bool) -> None:
+        """The body is about to switch a module's training flag, now `training` (the first switch keeps
+        the flag the call found), which each replay sets again as the body left it (modes_set)."""
+        self.mode_writes.setdefault(id(module), (module, training))
+
+    def modes_set(self) -> list[tuple]:
+        """(module, training) for each module whose mode the body switched, as it is now (after the body
+        ran): what a replay sets again."""
+        return [(m, m.__dict__.get("_training", True)) for m, _ in self.mode_writes.values()]
 
     def scalar(self, getter: Callable[[], float], dtype: DType):
         """A 0-d input whose value is read from getter() at every call (no re-trace on change)."""

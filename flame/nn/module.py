@@ -103,6 +103,9 @@ class Module(ModuleHooks):
 
     @training.setter
     def training(self, mode: bool) -> None:
+        now = self.__dict__.get("_training", True)
+        if bool(mode) is not now and (trace := current_trace.get()) is not None:
+            trace.write_mode(self, now)  # a compiled call switches it again as the body did
         self.__dict__["_training"] = bool(mode)
 
     def __init__(self) -> None:
