@@ -23,6 +23,8 @@ becomes a Guard of that trace:
 - by identity, the state tensors an optimizer's step read (Held: `opt.state[p]['exp_avg'] = new`);
 - the default floating dtype, where the body read it (flame.set_default_dtype: a factory without a
   dtype, a Python float beside an integer tensor).
+- the items of a list (a dict's keys, a tuple of objects) so reached that the body iterates (Items:
+  `for t in bank`, `sum(w * x for w in cfg["ws"])`): as many, plain values equal, objects the same.
 Values reached by computed keys or through calls, and NumPy arrays, are not guarded.
 A captured tensor's shape and dtype are checked by the compiled function's bindings.
 """
@@ -234,6 +236,7 @@ def _names(code: types.CodeType) -> tuple[frozenset, frozenset]:
 
 
 _SUBSCRIPTS = ("BINARY_SUBSCR", "STORE_SUBSCR")
+_ITER = "iter"  # the last step of a chain the code iterates over: its items are read
 
 
 @functools.lru_cache(maxsize=1024)
@@ -273,6 +276,8 @@ def _chains(code: types.CodeType) -> frozenset:
                     stores.add((kind, root.argval, path + ((".", op.argval),)))
                 break
         reads.update((kind, root.argval, path[:k]) for k in range(1, len(path) + 1))  # `st["o"]` of `st["o"].step`
+        if j < len(ins) and ins[j].opname == "GET_ITER":  # `for t in bank`, `sum(w for w in cfg["ws"])`
+            reads.add((kind, root.argval, path + ((_ITER, None),)))
     for c in code.co_consts:  # comprehensions, lambdas: their globals and the cells they share
         if isinstance(c, types.CodeType):
             reads |= {r for r in _chains(c) if r[0] != "self"}
@@ -325,7 +330,7 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
     constant attributes and subscripts (`cfg["w"]`, `args.beta`, `self.beta`), following the user's
     functions and methods they name (at most MAX_HELPERS); the guards of `top` are named without saying
     whose. Modules, tensors and Python modules are not followed: nn.Module guards its own attributes."""
-    out, same, seen, self_of = [], [], set(functions), dict(self_of or {})
+    out, same, items, seen, self_of = [], [], [], set(functions), dict(self_of or {})
     todo = [(f, "" if f is top else f" (read by {f.__qualname__})") for f in functions]
     while todo:
         f, by = todo.pop()
@@ -340,9 +345,15 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
             root = (_cell_reader(cells[name]) if kind == "deref" and name in cells else
                     functools.partial(f.__globals__.get, name, MISSING) if kind == "global" else
                     functools.partial(_identity, owner) if kind == "self" and owner is not None else None)
-            if root is not None and _followed(root()):
+            iterated = path[-1:] == ((_ITER, None),)
+            path = path[:-1] if iterated else path
+            if root is not None and (_followed(root()) or iterated and path == () and _items(root()) is not None):
                 label = {"deref": "closure variable", "global": "global", "self": "argument"}[kind]
-                reads.append((f"{label} {name!r}{_text(path)}{by}", _chain_reader(root, path), _held(root(), path)))
+                what = f"{label} {name!r}{_text(path)}{by}"
+                if iterated:
+                    items.append((f"the items of {what}", _chain_reader(root, path)))
+                else:
+                    reads.append((what, _chain_reader(root, path), _held(root(), path)))
         for what, read, held in reads:
             value = read()
             if is_plain(value):
@@ -359,7 +370,51 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
                 todo.append((value, f" (read by {value.__qualname__})"))
     if same:
         out.append(Same(*map(tuple, zip(*same))))
+    for what, read in items:  # a list (or a dict's keys) the code iterates: the same items, in order
+        value = _items(read())
+        if value is not None:
+            out.append(Items(what, functools.partial(_items_of, read), value))
     return out
+
+
+def _items(v: Any) -> tuple | None:
+    """The items iterating v goes through, for a list, a dict or a tuple of objects (a tuple of plain
+    values is a guard of its own); None for anything else (a module, a tensor, a range)."""
+    if type(v) in (list, dict) or type(v) is tuple and not is_plain(v):
+        return tuple(v)
+    return None
+
+
+def _items_of(read: Callable[[], Any]) -> Any:
+    items = _items(read())
+    return MISSING if items is None else items
+
+
+@dataclass(frozen=True)
+class Items:
+    """The items of a list the body iterated (`for t in bank`, `sum(w * x for w in cfg["ws"])`) are still
+    those it went through: as many, plain values equal, other objects the same. An item appended, removed
+    or replaced between calls re-traces instead of replaying the loop over the old ones."""
+
+    what: str
+    read: Callable[[], Any]
+    values: tuple
+
+    def failed(self) -> str:
+        now = self.read()
+        if now is MISSING:
+            return f"{self.what}: {len(self.values)} items -> none"
+        if len(now) != len(self.values):
+            return f"{self.what}: {len(self.values)} items -> {len(now)}"
+        for i, (old, new) in enumerate(zip(self.values, now)):
+            if old is not new and not (is_plain(old) and is_plain(new) and value_key(old) == value_key(new)):
+                same_kind = type(new) is type(old) and not is_plain(new)
+                text = f"another {type(new).__name__}" if same_kind else show_kind(new)
+                return f"{self.what}: item {i}: {show_kind(old)} -> {text}"
+        return ""
+
+    def key(self) -> str:
+        return f"items: {self.what} == {key_text(self.values)}"
 
 
 def _identity(obj: Any) -> Any:
