@@ -23,8 +23,9 @@ becomes a Guard of that trace:
 - by identity, the state tensors an optimizer's step read (Held: `opt.state[p]['exp_avg'] = new`);
 - the default floating dtype, where the body read it (flame.set_default_dtype: a factory without a
   dtype, a Python float beside an integer tensor).
-- the items of a list (a dict's keys, a tuple of objects) so reached that the body iterates (Items:
-  `for t in bank`, `sum(w * x for w in cfg["ws"])`): as many, plain values equal, objects the same.
+- the items of a list (a dict, its items() or values(), a tuple of objects) so reached that the body
+  iterates (Items: `for t in bank`, `for k, w in self.weights.items()`): as many, plain values equal,
+  objects the same.
 Values reached by computed keys or through calls, and NumPy arrays, are not guarded.
 A captured tensor's shape and dtype are checked by the compiled function's bindings.
 """
@@ -236,7 +237,18 @@ def _names(code: types.CodeType) -> tuple[frozenset, frozenset]:
 
 
 _SUBSCRIPTS = ("BINARY_SUBSCR", "STORE_SUBSCR")
-_ITER = "iter"  # the last step of a chain the code iterates over: its items are read
+_ITER = "iter"  # the last step of a chain the code iterates over (directly, or a dict's view): its items are read
+
+
+def _view_iterated(ins: list, j: int) -> str:
+    """The dict view (items, values or keys) ins[j] fetches when the code calls it without arguments and
+    iterates over the result (`for k, w in cfg.items()`), else ''."""
+    if ins[j].argval not in ("items", "values", "keys"):
+        return ""
+    k = j + 1
+    while k < len(ins) and ins[k].opname in ("PRECALL", "CALL", "CALL_METHOD", "CACHE") and not ins[k].arg:
+        k += 1
+    return ins[j].argval if k > j + 1 and k < len(ins) and ins[k].opname == "GET_ITER" else ""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -261,6 +273,9 @@ def _chains(code: types.CodeType) -> frozenset:
         while j < len(ins):
             op = ins[j]
             if op.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                view = _view_iterated(ins, j)
+                if view:  # `for k, w in cfg.items()`: the dict's entries are read
+                    reads.add((kind, root.argval, path + ((_ITER, view),)))
                 path += ((".", op.argval),)
                 j += 1
                 if op.opname == "LOAD_METHOD":
@@ -277,7 +292,7 @@ def _chains(code: types.CodeType) -> frozenset:
                 break
         reads.update((kind, root.argval, path[:k]) for k in range(1, len(path) + 1))  # `st["o"]` of `st["o"].step`
         if j < len(ins) and ins[j].opname == "GET_ITER":  # `for t in bank`, `sum(w for w in cfg["ws"])`
-            reads.add((kind, root.argval, path + ((_ITER, None),)))
+            reads.add((kind, root.argval, path + ((_ITER, ""),)))
     for c in code.co_consts:  # comprehensions, lambdas: their globals and the cells they share
         if isinstance(c, types.CodeType):
             reads |= {r for r in _chains(c) if r[0] != "self"}
@@ -345,13 +360,13 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
             root = (_cell_reader(cells[name]) if kind == "deref" and name in cells else
                     functools.partial(f.__globals__.get, name, MISSING) if kind == "global" else
                     functools.partial(_identity, owner) if kind == "self" and owner is not None else None)
-            iterated = path[-1:] == ((_ITER, None),)
-            path = path[:-1] if iterated else path
+            iterated = path[-1][0] == _ITER if path else False
+            view, path = (path[-1][1], path[:-1]) if iterated else ("", path)
             if root is not None and (_followed(root()) or iterated and path == () and _items(root()) is not None):
                 label = {"deref": "closure variable", "global": "global", "self": "argument"}[kind]
                 what = f"{label} {name!r}{_text(path)}{by}"
                 if iterated:
-                    items.append((f"the items of {what}", _chain_reader(root, path)))
+                    items.append((f"the {view or 'items'} of {what}", _chain_reader(root, path), view))
                 else:
                     reads.append((what, _chain_reader(root, path), _held(root(), path)))
         for what, read, held in reads:
@@ -370,23 +385,28 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
                 todo.append((value, f" (read by {value.__qualname__})"))
     if same:
         out.append(Same(*map(tuple, zip(*same))))
-    for what, read in items:  # a list (or a dict's keys) the code iterates: the same items, in order
-        value = _items(read())
+    for what, read, view in items:  # a list (or a dict's keys, values or entries) the code iterates
+        value = _items(read(), view)
         if value is not None:
-            out.append(Items(what, functools.partial(_items_of, read), value))
+            out.append(Items(what, functools.partial(_items_of, read, view), value))
     return out
 
 
-def _items(v: Any) -> tuple | None:
-    """The items iterating v goes through, for a list, a dict or a tuple of objects (a tuple of plain
-    values is a guard of its own); None for anything else (a module, a tensor, a range)."""
+def _items(v: Any, view: str = "") -> tuple | None:
+    """The items iterating v (or its dict view `view`: items, values, keys) goes through, for a list, a
+    dict or a tuple of objects (a tuple of plain values is a guard of its own), a dict's entries as key,
+    value, key, value...; None for anything else (a module, a tensor, a range)."""
+    if view:
+        if type(v) is not dict:
+            return None
+        return tuple(x for kv in v.items() for x in kv) if view == "items" else tuple(getattr(v, view)())
     if type(v) in (list, dict) or type(v) is tuple and not is_plain(v):
         return tuple(v)
     return None
 
 
-def _items_of(read: Callable[[], Any]) -> Any:
-    items = _items(read())
+def _items_of(read: Callable[[], Any], view: str) -> Any:
+    items = _items(read(), view)
     return MISSING if items is None else items
 
 

@@ -222,9 +222,9 @@ class _Mixer:
 
 
 def test_the_items_of_a_list_the_body_iterates_are_guards():
-    """A list iterated by the body (a global of tensors, a dict's entry, a trainer's attribute): an item
-    appended, removed or replaced between calls re-traces, as torch.compile's guards on a list's length
-    and items do, instead of replaying the loop over the old items; the same items replay."""
+    """A list iterated by the body (a global of tensors, a dict's entry, a trainer's attribute; a dict's
+    items()): an item appended, removed or replaced between calls re-traces, as torch.compile's guards on
+    a list's length and items do, instead of replaying the loop over the old items; the same items replay."""
     cfg = {"ws": [1.0, 2.0]}
 
     def bank_sum(x):
@@ -236,8 +236,14 @@ def test_the_items_of_a_list_the_body_iterates_are_guards():
     def weighted(x):
         return sum(w * x for w in cfg["ws"]).sum()
 
+    def by_name(x):
+        return sum(w * x for _, w in cfg["named"].items()).sum()
+
+    cfg["named"] = {"a": 1.0}
     mixer = _Mixer()
     cases = [
+        (by_name, lambda: cfg["named"].__setitem__("b", 2.0), lambda: cfg["named"].__setitem__("a", 3.0),
+         r"the items of closure variable 'cfg'\['named'\]: (2 items -> 4|item 1: 1.0 -> 3.0)"),
         (bank_sum, lambda: BANK.append(flame.full((3,), 2.0)), lambda: BANK.__setitem__(0, flame.full((3,), 10.0)),
          r"the items of global 'BANK': (1 items -> 2|item 0: a Tensor -> another Tensor)"),
         (weighted, lambda: cfg["ws"].append(5.0), lambda: cfg["ws"].__setitem__(0, -1.0),
