@@ -14,6 +14,7 @@ import reprlib
 import sys
 from collections.abc import Iterable
 from contextlib import nullcontext
+from itertools import chain
 from typing import Any
 
 from flame.checkpoint import as_tensor, copy_pairs
@@ -226,12 +227,12 @@ class Optimizer:
 
     def _state_tensors(self) -> tuple:
         """The tensors the state dicts of the groups' parameters hold, in group order."""
-        state = self.state
-        return tuple(v for g in self.param_groups for p in g["params"] for v in state.get(p, _EMPTY).values()
-                     if isinstance(v, Tensor))
+        get = self.state.get
+        return tuple(chain.from_iterable(get(p, _EMPTY).values() for g in self.param_groups for p in g["params"]))
 
     def _group_layout(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(self._serials.get(id(p), -1) for p in g["params"]) for g in self.param_groups)
+        serial = self._serials.get  # None for a parameter put into a group by hand and not yet adopted
+        return tuple(tuple(map(serial, map(id, g["params"]))) for g in self.param_groups)
 
     # ---- the public API ---------------------------------------------------------------------------
     def step(self, closure=None):
