@@ -418,6 +418,8 @@ class Compiled:
         python_values = python_value_guards(self.fn)  # as the body starts to run
         tr, result = self._trace(args)
         tr.requires_grad_final, tr.modes_final = tr.requires_grad_set(), tr.modes_set()
+        tr.requires_grad_final += [(i, proxy.requires_grad) for i, proxy in tr.args  # x.requires_grad_() in the body
+                                   if proxy.requires_grad != args[i].requires_grad]
         leaves: list[Tensor] = []
         skel = flatten(result, leaves)
         g = tr.graph

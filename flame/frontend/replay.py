@@ -212,7 +212,7 @@ class Replay:
         for t in self.grads_cleared:
             t._grad = None
         for t, flag in self.requires_grad_set:  # set by the body (a GAN's step freezing the discriminator)
-            t._requires_grad = flag
+            (args[t] if isinstance(t, int) else t)._requires_grad = flag
         for m, mode in self.modes_set:  # switched by the body (model.train() as a step begins)
             m.training = mode
         values = [Tensor._concrete(outs[o].copy() if copy else outs[o], dtype) for o, dtype, copy in self.users]

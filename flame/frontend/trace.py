@@ -94,7 +94,8 @@ class Trace:
     # id(concrete tensor) -> (tensor, its requires_grad as the body began) for those whose flag the body set
     # (a GAN's step freezing the discriminator): bound with that value, set again after each replay
     requires_grad_writes: dict[int, tuple] = field(default_factory=dict)
-    requires_grad_final: list = field(default_factory=list)  # (tensor, flag) the body left: requires_grad_set()
+    # (tensor or argument position, flag) the body left: requires_grad_set() and the arguments' it changed
+    requires_grad_final: list = field(default_factory=list)
     # id(module) -> (module, its training flag as the body began) for those the body switched (model.train()
     # at the top of a step, model.eval() in an evaluation): read as that, set again after each replay
     mode_writes: dict[int, tuple] = field(default_factory=dict)
