@@ -100,6 +100,10 @@ class Trace:
     # at the top of a step, model.eval() in an evaluation): read as that, set again after each replay
     mode_writes: dict[int, tuple] = field(default_factory=dict)
     modes_final: list = field(default_factory=list)  # (module, training) the body left: modes_set()
+    # checks run when the body returns (a library's: an optimizer's options the body set after using them
+    # raise), and Python state the body set that each replay sets again before it runs (group['lr'] = lr)
+    after_body: list = field(default_factory=list)
+    before_run: list = field(default_factory=list)
     # what -> (read, objects): the objects a Python structure held when the body used them (an optimizer's
     # state tensors), by identity
     held_reads: dict[str, tuple] = field(default_factory=dict)

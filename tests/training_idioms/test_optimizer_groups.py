@@ -6,6 +6,8 @@ does."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -144,3 +146,47 @@ def test_state_dict_resume_continues_as_torch(name, defaults, head_kw, source, c
         tstep(*to_lib(torch, x, y))
         fstep(*to_lib(flame, x, y))
         assert_same_params(fresh, theirs, what=f"after resumed step {i}")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_rate_the_step_sets_from_its_argument_before_the_update(compiled):
+    """`g['lr'] = lr` at the top of the step, lr an argument alternating between two values: each call
+    updates with its own rate, as torch's (a replay sets the groups as its trace's body did, instead of
+    reading the rate another trace's call left in them)."""
+    theirs, mine = twin(_mlp)
+    steps = {}
+    for lib, model in ((torch, theirs), (flame, mine)):
+        opt = lib.optim.SGD(model.parameters(), lr=0.5, momentum=0.5)
+
+        def step(x, y, lr, model=model, opt=opt, lib=lib):
+            for g in opt.param_groups:
+                g["lr"] = lr
+            loss = lib.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        steps[lib] = flame.compile(step) if compiled and lib is flame else step
+    for i, (x, y) in enumerate(DATA[:6]):
+        lr = (0.1, 0.01)[i % 2]
+        with pytest.warns(flame.RecompileWarning) if compiled and i == 1 else contextlib.nullcontext():
+            tl, fl = steps[torch](*to_lib(torch, x, y), lr), steps[flame](*to_lib(flame, x, y), lr)
+        assert fl.item() == pytest.approx(tl.item(), rel=1e-10)
+        assert_same_params(mine, theirs, what=f"after step {i}")
+
+
+def test_a_rate_the_step_sets_after_the_update_used_it_is_a_trace_error():
+    m = flame.nn.Linear(3, 1)
+    opt = flame.optim.SGD(m.parameters(), lr=0.5)
+
+    @flame.compile
+    def step(x):
+        m(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        for g in opt.param_groups:
+            g["lr"] *= 0.5
+
+    with pytest.raises(flame.TraceError, match=r"param_groups\[0\]\['lr'\] was set inside @flame.compile after"):
+        step(flame.ones(2, 3))
