@@ -417,6 +417,11 @@ class Compiled:
         whose entry has no plan and is never run)."""
         python_values = python_value_guards(self.fn)  # as the body starts to run
         tr, result = self._trace(args)
+        for check in tr.after_body:
+            check()
+        tr.requires_grad_final, tr.modes_final = tr.requires_grad_set(), tr.modes_set()
+        tr.requires_grad_final += [(i, proxy.requires_grad) for i, proxy in tr.args  # x.requires_grad_() in the body
+                                   if proxy.requires_grad != args[i].requires_grad]
         leaves: list[Tensor] = []
         skel = flatten(result, leaves)
         g = tr.graph

@@ -31,6 +31,7 @@ from flame.errors import AutogradError
 from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import Node, apply, record_versions
+from flame.frontend.guards import read_users_function
 from flame.frontend.tensor import Tensor
 from flame.frontend.user_ops import run_backward
 from flame.ir.ops.user import define_function
@@ -319,6 +320,8 @@ class Function:
     def apply(cls, *args, **kwargs):
         """Run the Function on args: its outputs require grad when an input does."""
         split = cls.setup_context is not Function.setup_context
+        for f in (cls.forward, cls.backward, cls.setup_context):  # while traced, their Python values are guards
+            read_users_function(f)
         if kwargs:
             args = _bind(cls.forward, args, kwargs, with_ctx=not split)
         what = f"function {cls.__name__}Backward"

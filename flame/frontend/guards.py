@@ -11,15 +11,21 @@ becomes a Guard of that trace:
 - plain immutable Python values the function names: globals and closure variables (numbers, strings,
   None, flame dtypes, enum members, tuples of those), its own and those of the user's functions it
   names in turn (a helper reading a global learning rate);
+- the same of the user's hooks and autograd.Functions the body ran (a hook scaling by a global);
 - plain values reached from those (and from `self` of a compiled method) by constant attributes and
   subscripts: a config's field, a dict's or a list's entry (`cfg["w"]`, `args.beta`, `self.beta`, `w[0]`),
   and those the methods so reached read (`trainer.loss(x)` reading `self.beta`);
 - plain values the body read from a module's own attributes (`self.eps`, `self.scale`: nn.Module
   records them while a body is traced), and, by identity, what the modules it ran are made of (Parts):
-  the submodules it reached (a layer replaced, appended or deleted), functions held in a module's
-  attributes (`self.act = F.gelu`) and a forward set on the instance;
+  the submodules it reached (a layer replaced, appended or deleted), the parameters, buffers and tensor
+  attributes it read (`self.scale = new_tensor`, load_state_dict(assign=True)), functions held in a
+  module's attributes (`self.act = F.gelu`) and a forward set on the instance;
+- by identity, the state tensors an optimizer's step read (Held: `opt.state[p]['exp_avg'] = new`);
 - the default floating dtype, where the body read it (flame.set_default_dtype: a factory without a
   dtype, a Python float beside an integer tensor).
+- the items of a list (a dict, its items() or values(), a tuple of objects) so reached that the body
+  iterates (Items: `for t in bank`, `for k, w in self.weights.items()`): as many, plain values equal,
+  objects the same.
 Values reached by computed keys or through calls, and NumPy arrays, are not guarded.
 A captured tensor's shape and dtype are checked by the compiled function's bindings.
 """
@@ -30,6 +36,7 @@ import dis
 import enum
 import functools
 import inspect
+import operator
 import os
 import struct
 import sysconfig
@@ -40,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from flame.frontend.context import current_trace
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType
 
@@ -168,12 +176,37 @@ class Parts:
                 if now != value:  # a tuple compares its items by identity first: modules have no __eq__
                     return f"{self.names[i]}: {show_kind(value)} -> {show_kind(now)}"
             elif (now := mapping.get(key)) is not value:
-                return f"{self.names[i]}: {show_kind(value)} -> {show_kind(now)}"
+                new = f"another {type(now).__name__}" if type(now) is type(value) else show_kind(now)
+                return f"{self.names[i]}: {show_kind(value)} -> {new}"
         return ""
 
     def key(self) -> str:
         return "parts: " + "; ".join(f"{name} == {key_text(value)}"
                                      for name, (_, _, value) in zip(self.names, self.entries))
+
+
+@dataclass(frozen=True)
+class Held:
+    """The tensors `read()` gives (those an optimizer's state dicts hold) are still the objects the body
+    used: `opt.state[p]['exp_avg'] = new_tensor` or a new state dict re-traces instead of replaying the
+    update of the tensors the trace bound."""
+
+    what: str
+    read: Callable[[], tuple]
+    values: tuple
+    namer: Any
+
+    def failed(self) -> str:
+        now = self.read()
+        if len(now) == len(self.values) and all(map(operator.is_, now, self.values)):
+            return ""
+        for old, new in zip(self.values, now):
+            if old is not new:
+                return f"{self.what}: {self.namer.tensor(old, role_of(old))} -> {show_kind(new)}"
+        return f"{self.what}: {len(self.values)} tensors -> {len(now)}"
+
+    def key(self) -> str:
+        return f"held: {self.what}: {len(self.values)} tensors"
 
 
 def is_plain(v: Any) -> bool:
@@ -204,6 +237,18 @@ def _names(code: types.CodeType) -> tuple[frozenset, frozenset]:
 
 
 _SUBSCRIPTS = ("BINARY_SUBSCR", "STORE_SUBSCR")
+_ITER = "iter"  # the last step of a chain the code iterates over (directly, or a dict's view): its items are read
+
+
+def _view_iterated(ins: list, j: int) -> str:
+    """The dict view (items, values or keys) ins[j] fetches when the code calls it without arguments and
+    iterates over the result (`for k, w in cfg.items()`), else ''."""
+    if ins[j].argval not in ("items", "values", "keys"):
+        return ""
+    k = j + 1
+    while k < len(ins) and ins[k].opname in ("PRECALL", "CALL", "CALL_METHOD", "CACHE") and not ins[k].arg:
+        k += 1
+    return ins[j].argval if k > j + 1 and k < len(ins) and ins[k].opname == "GET_ITER" else ""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -228,6 +273,9 @@ def _chains(code: types.CodeType) -> frozenset:
         while j < len(ins):
             op = ins[j]
             if op.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                view = _view_iterated(ins, j)
+                if view:  # `for k, w in cfg.items()`: the dict's entries are read
+                    reads.add((kind, root.argval, path + ((_ITER, view),)))
                 path += ((".", op.argval),)
                 j += 1
                 if op.opname == "LOAD_METHOD":
@@ -243,6 +291,8 @@ def _chains(code: types.CodeType) -> frozenset:
                     stores.add((kind, root.argval, path + ((".", op.argval),)))
                 break
         reads.update((kind, root.argval, path[:k]) for k in range(1, len(path) + 1))  # `st["o"]` of `st["o"].step`
+        if j < len(ins) and ins[j].opname == "GET_ITER":  # `for t in bank`, `sum(w for w in cfg["ws"])`
+            reads.add((kind, root.argval, path + ((_ITER, ""),)))
     for c in code.co_consts:  # comprehensions, lambdas: their globals and the cells they share
         if isinstance(c, types.CodeType):
             reads |= {r for r in _chains(c) if r[0] != "self"}
@@ -295,7 +345,7 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
     constant attributes and subscripts (`cfg["w"]`, `args.beta`, `self.beta`), following the user's
     functions and methods they name (at most MAX_HELPERS); the guards of `top` are named without saying
     whose. Modules, tensors and Python modules are not followed: nn.Module guards its own attributes."""
-    out, same, seen, self_of = [], [], set(functions), dict(self_of or {})
+    out, same, items, seen, self_of = [], [], [], set(functions), dict(self_of or {})
     todo = [(f, "" if f is top else f" (read by {f.__qualname__})") for f in functions]
     while todo:
         f, by = todo.pop()
@@ -310,9 +360,15 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
             root = (_cell_reader(cells[name]) if kind == "deref" and name in cells else
                     functools.partial(f.__globals__.get, name, MISSING) if kind == "global" else
                     functools.partial(_identity, owner) if kind == "self" and owner is not None else None)
-            if root is not None and _followed(root()):
+            iterated = path[-1][0] == _ITER if path else False
+            view, path = (path[-1][1], path[:-1]) if iterated else ("", path)
+            if root is not None and (_followed(root()) or iterated and path == () and _items(root()) is not None):
                 label = {"deref": "closure variable", "global": "global", "self": "argument"}[kind]
-                reads.append((f"{label} {name!r}{_text(path)}{by}", _chain_reader(root, path), _held(root(), path)))
+                what = f"{label} {name!r}{_text(path)}{by}"
+                if iterated:
+                    items.append((f"the {view or 'items'} of {what}", _chain_reader(root, path), view))
+                else:
+                    reads.append((what, _chain_reader(root, path), _held(root(), path)))
         for what, read, held in reads:
             value = read()
             if is_plain(value):
@@ -329,7 +385,56 @@ def function_guards(functions: list, top: Any = None, self_of: dict | None = Non
                 todo.append((value, f" (read by {value.__qualname__})"))
     if same:
         out.append(Same(*map(tuple, zip(*same))))
+    for what, read, view in items:  # a list (or a dict's keys, values or entries) the code iterates
+        value = _items(read(), view)
+        if value is not None:
+            out.append(Items(what, functools.partial(_items_of, read, view), value))
     return out
+
+
+def _items(v: Any, view: str = "") -> tuple | None:
+    """The items iterating v (or its dict view `view`: items, values, keys) goes through, for a list, a
+    dict or a tuple of objects (a tuple of plain values is a guard of its own), a dict's entries as key,
+    value, key, value...; None for anything else (a module, a tensor, a range)."""
+    if view:
+        if type(v) is not dict:
+            return None
+        return tuple(x for kv in v.items() for x in kv) if view == "items" else tuple(getattr(v, view)())
+    if type(v) in (list, dict) or type(v) is tuple and not is_plain(v):
+        return tuple(v)
+    return None
+
+
+def _items_of(read: Callable[[], Any], view: str) -> Any:
+    items = _items(read(), view)
+    return MISSING if items is None else items
+
+
+@dataclass(frozen=True)
+class Items:
+    """The items of a list the body iterated (`for t in bank`, `sum(w * x for w in cfg["ws"])`) are still
+    those it went through: as many, plain values equal, other objects the same. An item appended, removed
+    or replaced between calls re-traces instead of replaying the loop over the old ones."""
+
+    what: str
+    read: Callable[[], Any]
+    values: tuple
+
+    def failed(self) -> str:
+        now = self.read()
+        if now is MISSING:
+            return f"{self.what}: {len(self.values)} items -> none"
+        if len(now) != len(self.values):
+            return f"{self.what}: {len(self.values)} items -> {len(now)}"
+        for i, (old, new) in enumerate(zip(self.values, now)):
+            if old is not new and not (is_plain(old) and is_plain(new) and value_key(old) == value_key(new)):
+                same_kind = type(new) is type(old) and not is_plain(new)
+                text = f"another {type(new).__name__}" if same_kind else show_kind(new)
+                return f"{self.what}: item {i}: {show_kind(old)} -> {text}"
+        return ""
+
+    def key(self) -> str:
+        return f"items: {self.what} == {key_text(self.values)}"
 
 
 def _identity(obj: Any) -> Any:
@@ -390,6 +495,17 @@ def users_function(v: Any) -> bool:
         return False
     path = os.path.abspath(v.__code__.co_filename)
     return not path.startswith(_LIBRARY_DIRS) and not v.__code__.co_filename.startswith("<frozen")
+
+
+def read_users_function(fn: Any) -> None:
+    """fn, a function of the user's the body called while traced (a hook, an autograd.Function's forward
+    or backward): the plain globals and closure values it reads become guards of the trace, as those of
+    a module's forward do (a hook scaling by a global that changes between steps re-traces)."""
+    trace = current_trace.get()
+    if trace is not None:
+        f = getattr(fn, "__func__", fn)  # a bound method's function
+        if users_function(f):
+            trace.read_function(f)
 
 
 _LIBRARY_DIRS = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
@@ -486,6 +602,7 @@ def trace_guards(fn: Callable, trace: Any, namer: Namer, python_values: list[Gua
                 out.append(Same(*(tuple(part[k] for k in kept) for part in (g.whats, g.reads, g.values))))
         elif g.what not in known:
             out.append(g)
+    out += [Held(what, read, values, namer) for what, (read, values) in trace.held_reads.items()]
     if trace.part_reads:
         parts = list(trace.part_reads.values())
         out.append(Parts(tuple((mapping, key, value) for _, _, mapping, key, value in parts),

@@ -29,6 +29,7 @@ from contextlib import nullcontext
 
 from flame.errors import AutogradError, TraceError
 from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location
+from flame.frontend.guards import read_users_function
 from flame.frontend.tensor import Tensor
 
 _reducers: list[weakref.ref] = []
@@ -120,7 +121,9 @@ def describe(fn: Callable) -> str:
 
 def call_hook(fn: Callable, *args):
     """fn(*args), a user's hook; a TraceError inside it (it read a value while @flame.compile traced)
-    is raised again naming the hook and what to do."""
+    is raised again naming the hook and what to do. While traced, the Python values it reads are
+    guards of the trace."""
+    read_users_function(fn)
     try:
         return fn(*args)
     except TraceError as e:

@@ -139,6 +139,9 @@ class Replay:
         self.users = [(o, v.dtype, v in inputs) for o, v in enumerate(outputs[:n_user])]
         # a captured tensor or an argument the body returned itself (or a view of one) comes back as it
         self.as_is = list(trace.returned_as_is.items())
+        self.before_run = trace.before_run  # Python state the body set, set again before each run
+        self.requires_grad_set = trace.requires_grad_final  # (tensor, flag) per requires_grad the body set
+        self.modes_set = trace.modes_final  # (module, training) per module the body switched (train()/eval())
         self.unflatten = unflattener(out_skeleton)
 
     def changed(self, args: list) -> str:
@@ -176,6 +179,8 @@ class Replay:
     def inputs(self, args: list, executor, checked: bool = False) -> list:
         """The graph inputs' arrays for a call with these arguments, in input order. checked: changed()
         found nothing in this call, so the captured tensors hold the arrays it checked."""
+        for set_again in self.before_run:  # an optimizer option the body set before using it
+            set_again()
         pool = list(self.checked) if checked else list(map(_data, self.captured))
         pool += map(_data, self.gather_args(args))
         pool += [t._grad._data for t in self.grad_of]
@@ -209,6 +214,10 @@ class Replay:
             t._grad = Tensor._concrete(outs[o], dtype)
         for t in self.grads_cleared:
             t._grad = None
+        for t, flag in self.requires_grad_set:  # set by the body (a GAN's step freezing the discriminator)
+            (args[t] if isinstance(t, int) else t)._requires_grad = flag
+        for m, mode in self.modes_set:  # switched by the body (model.train() as a step begins)
+            m.training = mode
         values = [Tensor._concrete(outs[o].copy() if copy else outs[o], dtype) for o, dtype, copy in self.users]
         for o, spec in self.as_is:
             t = _as_is(spec, args)

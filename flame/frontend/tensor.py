@@ -372,6 +372,8 @@ class Tensor:
                 "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()"
                 f"\n  at {user_location()}"
             )
+        if requires_grad != self._requires_grad and self._value is None and (trace := current_trace.get()) is not None:
+            trace.write_requires_grad(self)  # a compiled call sets it again as the body did
         self._requires_grad = requires_grad
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:

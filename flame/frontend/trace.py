@@ -91,6 +91,22 @@ class Trace:
     # (id(object), label) -> (object, label, mapping, key, value): what a module was made of where the body
     # ran it (a child `self.fc`, a function `self.act`, a forward set on the instance), by identity
     part_reads: dict[tuple, tuple] = field(default_factory=dict)
+    # id(concrete tensor) -> (tensor, its requires_grad as the body began) for those whose flag the body set
+    # (a GAN's step freezing the discriminator): bound with that value, set again after each replay
+    requires_grad_writes: dict[int, tuple] = field(default_factory=dict)
+    # (tensor or argument position, flag) the body left: requires_grad_set() and the arguments' it changed
+    requires_grad_final: list = field(default_factory=list)
+    # id(module) -> (module, its training flag as the body began) for those the body switched (model.train()
+    # at the top of a step, model.eval() in an evaluation): read as that, set again after each replay
+    mode_writes: dict[int, tuple] = field(default_factory=dict)
+    modes_final: list = field(default_factory=list)  # (module, training) the body left: modes_set()
+    # checks run when the body returns (a library's: an optimizer's options the body set after using them
+    # raise), and Python state the body set that each replay sets again before it runs (group['lr'] = lr)
+    after_body: list = field(default_factory=list)
+    before_run: list = field(default_factory=list)
+    # what -> (read, objects): the objects a Python structure held when the body used them (an optimizer's
+    # state tensors), by identity
+    held_reads: dict[str, tuple] = field(default_factory=dict)
     functions_read: dict[int, object] = field(default_factory=dict)  # id -> a method of the user's it fetched
     hooked: dict[int, object] = field(default_factory=dict)  # id -> traced tensor with hooks or retain_grad()
     writes: dict[int, int] = field(default_factory=dict)  # id(concrete tensor) -> writes into it (frontend/views.py)
@@ -142,7 +158,8 @@ class Trace:
             return hit[1]
         role = t._role or ("param" if t.requires_grad else "const")
         v = self.graph.add_input(TensorType(t.shape, t.dtype), role)
-        self.bindings.append(Binding("tensor", tensor=t, requires_grad=t.requires_grad))
+        rg = self.requires_grad_writes.get(id(t), (t, t.requires_grad))[1]  # as the call found it
+        self.bindings.append(Binding("tensor", tensor=t, requires_grad=rg))
         self.inputs_of[id(t)] = v
         self._bind(id(t), t, v)
         return v
@@ -197,14 +214,43 @@ class Trace:
             value = tuple(mapping.values()) if key is None else mapping.get(key)
             self.part_reads[id(obj), label] = (obj, label, mapping, key, value)
 
+    def write_requires_grad(self, t) -> None:
+        """The body is about to set a concrete tensor's requires_grad: its flag as the call found it is
+        what a replay checks (the first write keeps it), the flag the body leaves is set after each replay
+        (requires_grad_set)."""
+        self.requires_grad_writes.setdefault(id(t), (t, t._requires_grad))
+
+    def requires_grad_set(self) -> list[tuple]:
+        """(tensor, requires_grad) for each concrete tensor whose flag the body set, as it is now (after
+        the body ran): what a replay sets again."""
+        return [(t, t._requires_grad) for t, _ in self.requires_grad_writes.values()]
+
+    def read_held(self, what: str, read: Callable[[], tuple]) -> None:
+        """The objects read() gives (tensors a structure holds: an optimizer's state dicts), used while
+        tracing: the trace holds while read() gives the same objects (a state tensor replaced between
+        steps is another input, not the one bound)."""
+        if what not in self.held_reads:
+            self.held_reads[what] = (read, read())
+
     def read_function(self, f) -> None:
         """A function of the user's fetched while tracing (a module's forward): the plain globals and
         closure variables it reads are guards too (guards.function_guards)."""
         self.functions_read.setdefault(id(f), f)
 
     def read_mode(self, module, training: bool) -> None:
-        """A module's training flag was read: the trace holds for this mode only."""
-        self.mode_reads.setdefault(id(module), (module, training))
+        """A module's training flag was read: the trace holds for the mode the call found it in (the body
+        may have switched it before reading it: write_mode)."""
+        self.mode_reads.setdefault(id(module), (module, self.mode_writes.get(id(module), (module, training))[1]))
+
+    def write_mode(self, module, training: bool) -> None:
+        """The body is about to switch a module's training flag, now `training` (the first switch keeps
+        the flag the call found), which each replay sets again as the body left it (modes_set)."""
+        self.mode_writes.setdefault(id(module), (module, training))
+
+    def modes_set(self) -> list[tuple]:
+        """(module, training) for each module whose mode the body switched, as it is now (after the body
+        ran): what a replay sets again."""
+        return [(m, m.__dict__.get("_training", True)) for m, _ in self.mode_writes.values()]
 
     def scalar(self, getter: Callable[[], float], dtype: DType):
         """A 0-d input whose value is read from getter() at every call (no re-trace on change)."""

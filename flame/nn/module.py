@@ -55,7 +55,8 @@ def _reading_getattribute(self, name: str) -> Any:
         trace = current_trace.get()
         if trace is not None and name in object.__getattribute__(self, "__dict__"):
             trace.read_attribute(self, name, value)
-    elif isinstance(value, _FUNCTIONS):  # a function held by the module (self.act = F.gelu), by identity
+    elif isinstance(value, _FUNCTIONS) or (isinstance(value, Tensor) and not value.is_traced):
+        # a function held by the module (self.act = F.gelu) or a plain tensor attribute, by identity
         trace = current_trace.get()
         if trace is not None and name in (d := object.__getattribute__(self, "__dict__")):
             trace.read_part(self, f"attribute {name!r}", d, name)
@@ -102,6 +103,9 @@ class Module(ModuleHooks):
 
     @training.setter
     def training(self, mode: bool) -> None:
+        now = self.__dict__.get("_training", True)
+        if bool(mode) is not now and (trace := current_trace.get()) is not None:
+            trace.write_mode(self, now)  # a compiled call switches it again as the body did
         self.__dict__["_training"] = bool(mode)
 
     def __init__(self) -> None:
@@ -162,11 +166,13 @@ class Module(ModuleHooks):
         d = self.__dict__
         for k in ("_parameters", "_buffers", "_modules"):
             if k in d and name in d[k]:
-                if k == "_modules":
-                    trace = current_trace.get()
-                    if trace is not None:  # a child read (self.fc): the trace holds while it is the same
-                        trace.read_part(self, f"attribute {name!r}", d[k], name)
-                return d[k][name]
+                value = d[k][name]
+                trace = current_trace.get()
+                # a child (self.fc), a parameter or a buffer read: the trace holds while it is the same
+                # object (`self.scale = new_tensor` between steps is another input, not the one bound)
+                if trace is not None and not (isinstance(value, Tensor) and value.is_traced):
+                    trace.read_part(self, f"attribute {name!r}", d[k], name)
+                return value
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __delattr__(self, name: str) -> None:
@@ -184,7 +190,7 @@ class Module(ModuleHooks):
         self._check_init(name)
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter({name!r}): expected nn.Parameter or None, got {type(param).__name__}")
-        self._forget(name)
+        self._forget(name, keep="_parameters")  # a name registered again keeps its place, as torch's
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
@@ -193,7 +199,7 @@ class Module(ModuleHooks):
         self._check_init(name)
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer({name!r}): expected a Tensor or None, got {type(tensor).__name__}")
-        self._forget(name)
+        self._forget(name, keep="_buffers")
         if tensor is not None and tensor._role is None:
             tensor._role = "state"
         self._buffers[name] = tensor
@@ -205,7 +211,7 @@ class Module(ModuleHooks):
             raise ArgumentTypeError(f"{type(module).__name__} is not a Module subclass (add_module({name!r}) of "
                                     f"{type(self).__name__})\n  at {user_location()}")
         self._check_init(name)
-        self._forget(name)
+        self._forget(name, keep="_modules")
         self._modules[name] = module
 
     register_module = add_module

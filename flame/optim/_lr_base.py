@@ -7,13 +7,27 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from flame.errors import ArgumentError, CheckpointError
+from flame.errors import ArgumentError, CheckpointError, TraceError
+from flame.frontend.context import current_trace, user_location
 from flame.optim.optimizer import Optimizer
 
 EPOCH_DEPRECATION_WARNING = (
     "scheduler.step(epoch) is deprecated, as in PyTorch: call scheduler.step() without an epoch. Given an "
     "epoch, the scheduler jumps to it with its closed form where it has one, instead of the chainable form."
 )
+
+
+def not_traced(scheduler: Any) -> None:
+    """Raise a TraceError where a scheduler steps inside @flame.compile: the body runs only when traced,
+    so the schedule would advance once (and the traced call's update read the rate after the step),
+    not at every call as in torch."""
+    if current_trace.get() is not None:
+        raise TraceError(
+            f"{type(scheduler).__name__}.step() inside @flame.compile: a compiled function runs its Python "
+            f"only when it is traced, so the schedule would advance once, not at every call; call "
+            f"scheduler.step() outside the compiled step, after it (the rate is read at every call)"
+            f"\n  at {user_location()}"
+        )
 
 
 def _lrs(optimizer: Optimizer) -> list[Any]:
@@ -92,6 +106,7 @@ class LRScheduler:
         self._write(values)
 
     def _write(self, values: Sequence[Any]) -> None:
+        not_traced(self)
         groups = self.optimizer.param_groups
         if len(values) != len(groups):
             raise ArgumentError(

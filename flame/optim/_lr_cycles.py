@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flame.errors import ArgumentError
-from flame.optim._lr_base import EPOCH_DEPRECATION_WARNING, LRScheduler, _lrs, _per_group
+from flame.optim._lr_base import EPOCH_DEPRECATION_WARNING, LRScheduler, _lrs, _per_group, not_traced
 from flame.optim.optimizer import Optimizer
 
 
@@ -284,6 +284,7 @@ class ReduceLROnPlateau(LRScheduler):
 
     def step(self, metrics: float, epoch: int | None = None) -> None:  # type: ignore[override]
         """Record the epoch's metric; reduce the rates after patience epochs without improvement."""
+        not_traced(self)
         current = float(metrics)
         if epoch is None:
             epoch = self.last_epoch + 1

@@ -10,17 +10,21 @@ read through `option()`, which guards them: changing one re-traces with a Recomp
 from __future__ import annotations
 
 import copy
+import functools
 import reprlib
 import sys
+import weakref
 from collections.abc import Iterable
 from contextlib import nullcontext
+from itertools import chain
 from typing import Any
 
 from flame.checkpoint import as_tensor, copy_pairs
-from flame.errors import ArgumentError, ArgumentTypeError, CheckpointError, FlameError
-from flame.frontend.context import current_trace, no_grad, pinned_location, user_location
+from flame.errors import ArgumentError, ArgumentTypeError, CheckpointError, FlameError, TraceError
+from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad, pinned_location, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.default_dtype import get_default_dtype
+from flame.frontend.guards import value_key
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType, bf16, f16, f32, f64
 from flame.nn.parameter import is_lazy
@@ -70,7 +74,8 @@ class Optimizer:
         self.defaults = dict(defaults, **{k: flags.get(k, self.FLAG_DEFAULTS[k]) for k in self.torch_flags})
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Tensor]] = {}
-        self._scalars: tuple[object, dict] = (None, {})
+        self._scalars: tuple[object, dict, dict] = (None, {}, {})  # trace, its scalar inputs, the values read
+        _LIVE.add(self)
         self._serials: dict[int, int] = {}  # id(param) -> the order it joined this optimizer in
         if isinstance(params, Tensor):  # iterating it would optimize its rows, views that are not leaves
             raise ArgumentTypeError(
@@ -173,23 +178,32 @@ class Optimizer:
         if trace is None:
             return float(value)
         if self._scalars[0] is not trace:
-            self._scalars = (trace, {})
+            self._scalars = (trace, {}, {})
         cache = self._scalars[1]
         ck = (id(group), key, index, dtype)
+        self._scalars[2].setdefault((id(group), key), group[key])  # what the update used (_groups_written)
         if ck not in cache:
-            getter = (lambda: group[key]) if index is None else (lambda: group[key][index])
+            read = self._reader(group)
+            getter = (lambda: read()[key]) if index is None else (lambda: read()[key][index])
             cache[ck] = trace.scalar(getter, dtype)
         return cache[ck]
+
+    def _reader(self, group: dict[str, Any]):
+        """A function giving the group at group's place in param_groups at each call (a group dict or the
+        list replaced between compiled steps is read, not the one traced), or group itself if it has none."""
+        index = next((i for i, g in enumerate(self.param_groups) if g is group), None)
+        return (lambda: group) if index is None else (lambda: self.param_groups[index])
 
     def option(self, group: dict[str, Any], key: str, nonzero: bool = False) -> bool:
         """bool(group[key]) (or group[key] != 0) for a choice the update makes in Python (nesterov,
         amsgrad, weight_decay != 0). Inside a trace the choice is a guard of the trace: changing it
         re-traces (with a flame.RecompileWarning) instead of replaying the other choice; changing a
         value hyper() reads (0.01 -> 0.02) does not."""
-        read = (lambda: group[key] != 0) if nonzero else (lambda: bool(group[key]))
         trace = current_trace.get()
         if trace is None:
-            return read()
+            return group[key] != 0 if nonzero else bool(group[key])
+        at = self._reader(group)
+        read = (lambda: at()[key] != 0) if nonzero else (lambda: bool(at()[key]))
         index = next(i for i, g in enumerate(self.param_groups) if g is group)
         return trace.read_python(
             f"{type(self).__name__}.param_groups[{index}][{key!r}]" + (" != 0" if nonzero else ""), read
@@ -217,8 +231,14 @@ class Optimizer:
                     finally:
                         current_trace.reset(token)
 
+    def _state_tensors(self) -> tuple:
+        """The tensors the state dicts of the groups' parameters hold, in group order."""
+        get = self.state.get
+        return tuple(chain.from_iterable(get(p, _EMPTY).values() for g in self.param_groups for p in g["params"]))
+
     def _group_layout(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(self._serials.get(id(p), -1) for p in g["params"]) for g in self.param_groups)
+        serial = self._serials.get  # None for a parameter put into a group by hand and not yet adopted
+        return tuple(tuple(map(serial, map(id, g["params"]))) for g in self.param_groups)
 
     # ---- the public API ---------------------------------------------------------------------------
     def step(self, closure=None):
@@ -229,6 +249,9 @@ class Optimizer:
             loss = closure()
         self._adopt_new_params()
         self.guard_groups()
+        trace = current_trace.get()
+        if trace is not None:  # `opt.state[p]['exp_avg'] = new_tensor` re-traces, not updating the one bound
+            trace.read_held(f"the state tensors of {type(self).__name__}.state", self._state_tensors)
         # flame's optimizers call no user code while updating: every op names the caller's line, found once
         pin = pinned_location() if type(self).__module__.partition(".")[0] == "flame" else nullcontext()
         with no_grad(), pin:
@@ -353,6 +376,41 @@ class Optimizer:
 
 
 _MISSING = object()
+_EMPTY: dict = {}
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # the optimizers made so far (a trace watches their groups)
+
+
+def _watch_groups(tracing: bool) -> None:
+    """Installed in frontend.context.TRACING_HOOKS: as a body starts to be traced, the options of every
+    optimizer's groups are noted; when it returns, _groups_written sees what it set."""
+    trace = current_trace.get()
+    if tracing and trace is not None:
+        before = [(opt, g, {k: v for k, v in g.items() if k != "params"}) for opt in list(_LIVE)
+                  for g in opt.param_groups]
+        trace.after_body.append(functools.partial(_groups_written, trace, before))
+
+
+TRACING_HOOKS.append(_watch_groups)
+
+
+def _groups_written(trace: Any, before: list) -> None:
+    """An option the traced body set in a group (`g['lr'] = lr` for a warm-up): set again before each
+    replay, as the body set it before the update read it; one it set after the update used it (a rate
+    decayed after opt.step()) would change once, not at every call, and raises a TraceError."""
+    for opt, g, old in before:
+        for k, v in g.items():
+            if k == "params" or k in old and (old[k] is v or value_key(old[k]) == value_key(v)):
+                continue
+            used = opt._scalars[2].get((id(g), k), _MISSING) if opt._scalars[0] is trace else _MISSING
+            if used is not _MISSING and value_key(used) != value_key(v):
+                raise TraceError(
+                    f"{type(opt).__name__}.param_groups[{next(i for i, x in enumerate(opt.param_groups) if x is g)}]"
+                    f"[{k!r}] was set inside "
+                    f"@flame.compile after the update used it ({used!r} -> {v!r}): the compiled step runs its "
+                    f"Python only when traced, so it would change once, not at every call; set it outside the "
+                    f"compiled step (it is read at every call), or before the step uses it"
+                )
+            trace.before_run.append(functools.partial(g.__setitem__, k, v))
 _FLOAT_MAX = sys.float_info.max
 
 

@@ -145,3 +145,26 @@ def test_a_compiled_function_returns_namedtuples_as_the_body_does():
     for body in bodies:
         _same_structure(body(x), flame.compile(body)(x))
     assert type(x.max(1)).__name__ == "max" and type(x.min(1)).__name__ == "min"  # torch.return_types
+
+
+def test_requires_grad_set_on_an_argument_in_the_body_reaches_the_callers_tensor_as_torchs():
+    """x.requires_grad_() inside the compiled body (an input gradient, as FGSM takes) leaves the caller's
+    tensor requiring grad after every call, the traced one and the replays, as torch's eager call does."""
+    import torch
+
+    flags = {}
+    for lib in (torch, flame):
+        w = lib.ones(3, requires_grad=True)
+
+        def f(x, w=w):
+            x.requires_grad_(True)
+            (x * w).sum().backward()
+            return x.grad * 1
+
+        g = flame.compile(f) if lib is flame else f
+        flags[lib] = []
+        for i in range(3):
+            x = lib.ones(3) * (i + 1)
+            g(x)
+            flags[lib].append((x.requires_grad, x.grad.tolist(), w.grad.tolist()))
+    assert flags[flame] == flags[torch]

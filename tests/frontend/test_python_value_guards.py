@@ -208,3 +208,60 @@ def test_another_tensor_or_object_bound_to_a_name_the_body_reads_is_a_guard():
         assert f.stats().traces == 3
     finally:
         WEIGHTS = None
+
+
+BANK: list = []
+
+
+class _Mixer:
+    def __init__(self):
+        self.scales = [1.0]
+
+    def run(self, x):
+        return sum(x * a for a in self.scales).sum()
+
+
+def test_the_items_of_a_list_the_body_iterates_are_guards():
+    """A list iterated by the body (a global of tensors, a dict's entry, a trainer's attribute; a dict's
+    items()): an item appended, removed or replaced between calls re-traces, as torch.compile's guards on
+    a list's length and items do, instead of replaying the loop over the old items; the same items replay."""
+    cfg = {"ws": [1.0, 2.0]}
+
+    def bank_sum(x):
+        s = x.sum() * 0
+        for t in BANK:
+            s = s + (x * t).sum()
+        return s
+
+    def weighted(x):
+        return sum(w * x for w in cfg["ws"]).sum()
+
+    def by_name(x):
+        return sum(w * x for _, w in cfg["named"].items()).sum()
+
+    cfg["named"] = {"a": 1.0}
+    mixer = _Mixer()
+    cases = [
+        (by_name, lambda: cfg["named"].__setitem__("b", 2.0), lambda: cfg["named"].__setitem__("a", 3.0),
+         r"the items of closure variable 'cfg'\['named'\]: (2 items -> 4|item 1: 1.0 -> 3.0)"),
+        (bank_sum, lambda: BANK.append(flame.full((3,), 2.0)), lambda: BANK.__setitem__(0, flame.full((3,), 10.0)),
+         r"the items of global 'BANK': (1 items -> 2|item 0: a Tensor -> another Tensor)"),
+        (weighted, lambda: cfg["ws"].append(5.0), lambda: cfg["ws"].__setitem__(0, -1.0),
+         r"the items of closure variable 'cfg'\['ws'\]: (2 items -> 3|item 0: 1.0 -> -1.0)"),
+        (mixer.run, lambda: mixer.scales.append(2.0), lambda: mixer.scales.pop(0),
+         r"the items of argument 'self'.scales: (1 items -> 2|2 items -> 1)"),
+    ]
+    BANK[:] = [flame.ones(3)]
+    x = flame.ones(3)
+    for fn, grow, change, message in cases:
+        f = flame.compile(fn)
+        for edit in (None, grow, change):
+            if edit is not None:
+                edit()
+                with pytest.warns(flame.RecompileWarning, match=message):
+                    got = f(x)
+            else:
+                got = f(x)
+            np.testing.assert_allclose(got.numpy(), fn(x).numpy())
+        f(x)
+        assert f.stats().traces == 3

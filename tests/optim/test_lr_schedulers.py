@@ -477,3 +477,28 @@ def test_lambda_state_dict_saves_callable_objects_as_torch():
     again = S.LambdaLR(fopt2, [Warm(2), lambda e: 0.5])
     again.load_state_dict(fs.state_dict())
     assert again.lr_lambdas[0].n == 5 and again.last_epoch == 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda opt: flame.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5),
+    lambda opt: flame.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10),
+    lambda opt: flame.optim.lr_scheduler.ReduceLROnPlateau(opt),
+])
+def test_a_scheduler_stepped_inside_a_compiled_step_is_a_trace_error(make):
+    """Its Python would run once, when the step is traced (the traced call updating with the next rate,
+    every later call with that one): flame says where, and to step it outside the compiled step."""
+    m = flame.nn.Linear(3, 1)
+    opt = flame.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)
+    sched = make(opt)
+
+    @flame.compile
+    def step(x):
+        loss = m(x).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step(*((1.0,) if isinstance(sched, flame.optim.lr_scheduler.ReduceLROnPlateau) else ()))
+        return loss
+
+    with pytest.raises(flame.TraceError, match=r"\.step\(\) inside @flame.compile.*outside the compiled step"):
+        step(flame.ones(2, 3))

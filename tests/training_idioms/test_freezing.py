@@ -113,3 +113,52 @@ def test_a_parameter_some_steps_do_not_reach(name, kw, zero_with, set_to_none, c
         tstep(*to_lib(torch, x, y), i % 2 == 0)
         fstep(*to_lib(flame, x, y), i % 2 == 0)
         assert_same_params(mine, theirs, what=f"after step {i}")
+
+
+def _gan(lib, G, D, compiled, restore):
+    """(d_step, g_step) of a GAN: the generator's step freezes the discriminator's parameters as it
+    begins (and unfreezes them as it ends when `restore`), the discriminator's step unfreezes them."""
+    opt_g, opt_d = lib.optim.Adam(G.parameters(), lr=0.01), lib.optim.SGD(D.parameters(), lr=0.1, momentum=0.5)
+
+    def d_step(z, x):
+        D.requires_grad_(True)
+        loss = D(G(z).detach()).mean() - D(x).mean()
+        loss.backward()
+        opt_d.step()
+        opt_d.zero_grad()
+        return loss
+
+    def g_step(z):
+        for p in D.parameters():
+            p.requires_grad_(False)
+        loss = -D(G(z)).mean()
+        loss.backward()
+        opt_g.step()
+        opt_g.zero_grad()
+        if restore:
+            D.requires_grad_(True)
+        return loss
+
+    return maybe_compile(lib, compiled)(d_step), maybe_compile(lib, compiled)(g_step)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("restore", [False, True])
+def test_a_step_that_freezes_another_model_as_a_gan_does(restore, compiled):
+    """The flags a compiled step sets are set again at each replay (the discriminator stays frozen after
+    the generator's step, as in torch), and a step that sets them as it goes is traced once, with the
+    flags the call found, not re-traced at every call."""
+    (tG, fG), (tD, fD) = (twin(lambda lib: lib.nn.Linear(3, 4), seed=1), twin(lambda lib: lib.nn.Linear(4, 1), seed=2))
+    runs = {torch: _gan(torch, tG, tD, False, restore), flame: _gan(flame, fG, fD, compiled, restore)}
+    for i, (z, x) in enumerate(zip(batches(5, (5, 3), seed=3), batches(5, (5, 4), seed=4))):
+        for k in (0, 1):
+            args = (z[0], x[0])[: 2 - k]
+            want, got = runs[torch][k](*to_lib(torch, *args)), runs[flame][k](*to_lib(flame, *args))
+            assert float(numpy_of(got)) == pytest.approx(float(numpy_of(want)), rel=1e-9), (i, k)
+            assert [p.requires_grad for p in fD.parameters()] == [p.requires_grad for p in tD.parameters()]
+    assert_same_params(fG, tG)
+    assert_same_params(fD, tD)
+    if compiled:
+        d_step, g_step = runs[flame]
+        assert g_step.stats().traces == 1
+        assert d_step.stats().traces == (1 if restore else 2)  # its first call finds D unfrozen, then frozen

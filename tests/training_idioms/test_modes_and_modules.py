@@ -1,7 +1,7 @@
-"""Module idioms against torch, eagerly and inside @flame.compile, from the same f64 weights:
-BatchNorm's running statistics (momentum=None's cumulative average, track_running_stats=False) across
-train() / eval() switches, eval() inside a compiled step, Dropout in eval mode, weight tying (one
-Parameter in two modules, counted and updated once), a non-persistent buffer, and model.apply(init)."""
+"""Module idioms against torch, eagerly and inside @flame.compile, from the same f64 weights: BatchNorm's running
+statistics (momentum=None's cumulative average, track_running_stats=False) across train() / eval() switches,
+eval() inside a compiled step, steps that begin with train() or eval(), Dropout in eval mode, weight tying
+(one Parameter in two modules, counted and updated once), a non-persistent buffer, and model.apply(init)."""
 
 from __future__ import annotations
 
@@ -139,3 +139,39 @@ def test_apply_init_fn_and_nn_init_as_torch():
     w = flame.nn.Parameter(flame.zeros(4, 4))
     flame.nn.init.eye_(w)
     np.testing.assert_array_equal(w.numpy(), np.eye(4))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_steps_that_switch_the_mode_themselves(compiled):
+    """A training step that begins with model.train() and an evaluation that begins with model.eval(),
+    alternating as an epoch loop does: each is traced once per mode the call finds (not at every call
+    after a switch), a replay leaves the mode the body leaves, and the values are torch's."""
+    theirs, mine = twin(_bn_model(0.1, True))
+    runs = {}
+    for lib, model in ((torch, theirs), (flame, mine)):
+        opt = lib.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y, model=model, opt=opt, lib=lib):
+            model.train()
+            loss = lib.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        def evaluate(x, model=model, lib=lib):
+            model.eval()
+            with lib.no_grad():
+                return model(x)
+
+        runs[lib] = (maybe_compile(lib, compiled)(step), maybe_compile(lib, compiled)(evaluate))
+    for i, (x, y) in enumerate(batches(9, (8, 4), classes=3)):
+        for k in (0, 1) if i % 3 == 2 else (0,):
+            args = (x, y) if k == 0 else (x,)
+            want, got = runs[torch][k](*to_lib(torch, *args)), runs[flame][k](*to_lib(flame, *args))
+            np.testing.assert_allclose(numpy_of(got), numpy_of(want), rtol=1e-9, atol=1e-12, err_msg=f"{i} {k}")
+            assert [m.training for m in mine.modules()] == [m.training for m in theirs.modules()]
+    assert_same_params(mine, theirs)
+    if compiled:
+        step, evaluate = runs[flame]
+        assert (step.stats().traces, evaluate.stats().traces) == (2, 1)  # the step first finds train mode

@@ -1,9 +1,12 @@
-"""Optimizer idioms of everyday PyTorch code against torch.optim, eagerly and inside @flame.compile,
-from the same f64 weights: parameter groups with their own lr and weight_decay, hyperparameters
-changed by hand between compiled steps, add_param_group in the middle of training, and an optimizer
-state_dict (torch's or flame's) loaded into a fresh optimizer that then continues as torch does."""
+"""Optimizer idioms of everyday PyTorch code against torch.optim, eagerly and inside @flame.compile, from the
+same f64 weights: parameter groups with their own lr and weight_decay, hyperparameters changed by hand
+between compiled steps (in a group, or a group dict replaced), add_param_group in the middle of training,
+and an optimizer state_dict (torch's or flame's) loaded into a fresh optimizer that then continues as torch
+does."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -78,6 +81,28 @@ def test_options_changed_by_hand_between_steps(name, defaults, change, compiled)
 
 
 @pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("how", ["group", "list"])
+@pytest.mark.parametrize("name,defaults,change", CHANGES[1::2])
+def test_a_group_dict_replaced_between_steps(name, defaults, change, how, compiled):
+    """`opt.param_groups[i] = {**group, key: v}` (or a new list of groups) between steps: the next step
+    reads the new dict's options, as torch's, not those of the dict the step was traced with."""
+    theirs, mine = twin(_mlp)
+    topt = getattr(torch.optim, name)(_groups(theirs, {}), **defaults)
+    fopt = getattr(flame.optim, name)(_groups(mine, {}), **defaults)
+    tstep, fstep = ce_step(torch, theirs, topt, False), ce_step(flame, mine, fopt, compiled)
+    for i, (x, y) in enumerate(DATA):
+        if i == 3:
+            for opt in (topt, fopt):
+                if how == "group":
+                    opt.param_groups[1] = {**opt.param_groups[1], **change}
+                else:
+                    opt.param_groups = [{**g, **change, "lr": g["lr"] * 2} for g in opt.param_groups]
+        tstep(*to_lib(torch, x, y))
+        fstep(*to_lib(flame, x, y))
+        assert_same_params(mine, theirs, what=f"after step {i}")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("name,defaults", [("SGD", dict(lr=0.1, momentum=0.9)), ("AdamW", dict(lr=0.01))])
 def test_add_param_group_in_the_middle_of_training(name, defaults, compiled):
     """The head trains from step 3 on, with its own lr: the compiled step must update it from then on."""
@@ -121,3 +146,47 @@ def test_state_dict_resume_continues_as_torch(name, defaults, head_kw, source, c
         tstep(*to_lib(torch, x, y))
         fstep(*to_lib(flame, x, y))
         assert_same_params(fresh, theirs, what=f"after resumed step {i}")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_rate_the_step_sets_from_its_argument_before_the_update(compiled):
+    """`g['lr'] = lr` at the top of the step, lr an argument alternating between two values: each call
+    updates with its own rate, as torch's (a replay sets the groups as its trace's body did, instead of
+    reading the rate another trace's call left in them)."""
+    theirs, mine = twin(_mlp)
+    steps = {}
+    for lib, model in ((torch, theirs), (flame, mine)):
+        opt = lib.optim.SGD(model.parameters(), lr=0.5, momentum=0.5)
+
+        def step(x, y, lr, model=model, opt=opt, lib=lib):
+            for g in opt.param_groups:
+                g["lr"] = lr
+            loss = lib.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        steps[lib] = flame.compile(step) if compiled and lib is flame else step
+    for i, (x, y) in enumerate(DATA[:6]):
+        lr = (0.1, 0.01)[i % 2]
+        with pytest.warns(flame.RecompileWarning) if compiled and i == 1 else contextlib.nullcontext():
+            tl, fl = steps[torch](*to_lib(torch, x, y), lr), steps[flame](*to_lib(flame, x, y), lr)
+        assert fl.item() == pytest.approx(tl.item(), rel=1e-10)
+        assert_same_params(mine, theirs, what=f"after step {i}")
+
+
+def test_a_rate_the_step_sets_after_the_update_used_it_is_a_trace_error():
+    m = flame.nn.Linear(3, 1)
+    opt = flame.optim.SGD(m.parameters(), lr=0.5)
+
+    @flame.compile
+    def step(x):
+        m(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        for g in opt.param_groups:
+            g["lr"] *= 0.5
+
+    with pytest.raises(flame.TraceError, match=r"param_groups\[0\]\['lr'\] was set inside @flame.compile after"):
+        step(flame.ones(2, 3))

@@ -1,10 +1,11 @@
 """A loss weight the training loop changes between compiled steps through a config dict, a list, an
-argparse-like namespace or a trainer's attribute (KL annealing, a warm-up of an auxiliary loss), and an
-optimizer replaced by another (Adam, then SGD), train as torch's: the step re-traces with the new value
-or object instead of replaying the one it was traced with."""
+argparse-like namespace or a trainer's attribute (KL annealing, a warm-up of an auxiliary loss), a value a
+hook or an autograd.Function reads, and an optimizer replaced by another (Adam, then SGD), train as
+torch's: the step re-traces with the new value or object instead of replaying the one it was traced with."""
 
 from __future__ import annotations
 
+import functools
 import types
 import warnings
 
@@ -113,3 +114,61 @@ def test_an_optimizer_replaced_between_compiled_steps(held):
             want, got = runs[torch][0](*to_lib(torch, x, y)), runs[flame][0](*to_lib(flame, x, y))
         np.testing.assert_allclose(numpy_of(got), numpy_of(want), rtol=1e-9, err_msg=f"step {i}")
     assert_same_params(mine, theirs)
+
+
+def _hooked(lib, m, box):
+    """Hooks and an autograd.Function that read box['s'], a value the loop changes between steps: a
+    forward hook, a forward pre-hook, a tensor hook, a full backward hook and a Function's backward."""
+
+    class Scale(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 1.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * box["function"]
+
+    return {
+        "forward hook": lambda: m[0].register_forward_hook(lambda mod, args, out: out * box["forward hook"]),
+        "forward pre-hook": lambda: m[2].register_forward_pre_hook(
+            lambda mod, args: (args[0] * box["forward pre-hook"],)),
+        "tensor hook": lambda: m[0].weight.register_hook(lambda g: g * box["tensor hook"]),
+        "full backward hook": lambda: m[2].register_full_backward_hook(
+            lambda mod, gin, gout: (gin[0] * box["full backward hook"],)),
+        "function": lambda: m[1].register_forward_hook(lambda mod, args, out: Scale.apply(out)),
+    }
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("what", ["forward hook", "forward pre-hook", "tensor hook", "full backward hook", "function"])
+def test_a_value_a_hook_reads_changed_between_compiled_steps(what, compiled):
+    """A hook (or an autograd.Function's backward) reading a value the loop changes: the next step uses the
+    new value, as torch's, instead of replaying the one traced (the step re-traces, naming the hook)."""
+    theirs, mine = twin(_build)
+    steps, boxes = {}, {}
+    for lib, m in ((torch, theirs), (flame, mine)):
+        boxes[lib] = {what: 1.0}
+        _hooked(lib, m, boxes[lib])[what]()
+        opt = lib.optim.SGD(m.parameters(), lr=0.1)
+        steps[lib] = maybe_compile(lib, compiled)(functools.partial(_ce, lib, m, opt))
+    warned = []
+    for i, (x, y) in enumerate(batches(5, (6, 5), classes=3)):
+        for lib in (torch, flame):
+            boxes[lib][what] = 1.0 if i < 2 else 3.0
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", flame.RecompileWarning)
+            want, got = steps[torch](*to_lib(torch, x, y)), steps[flame](*to_lib(flame, x, y))
+        warned += [str(w.message) for w in caught if issubclass(w.category, flame.RecompileWarning)]
+        np.testing.assert_allclose(numpy_of(got), numpy_of(want), rtol=1e-9, err_msg=f"step {i}")
+        assert_same_params(mine, theirs, what=f"after step {i}")
+    if compiled:
+        assert len(warned) == 1 and "'box'" in warned[0], warned
+
+
+def _ce(lib, m, opt, x, y):
+    loss = lib.nn.functional.cross_entropy(m(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss

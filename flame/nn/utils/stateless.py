@@ -62,7 +62,7 @@ def _swap(module, name: str, tensor: Any) -> Any:
     owner, attr = _owner(module, name)
     for store in (owner._parameters, owner._buffers):
         if attr in store:
-            orig = store[attr]
+            orig = getattr(owner, attr)  # read as the module's own (a trace guards the module's tensor)
             if tensor is _MISSING:
                 del store[attr]
             else:
