@@ -42,7 +42,7 @@ import struct
 import sysconfig
 import types
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -90,10 +90,14 @@ class Guard:
     read: Callable[[], Any]
     value: Any
     show: Callable[[Any], str] = show
+    expected: Hashable = field(init=False, repr=False, compare=False)  # value_key(value), made once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expected", value_key(self.value))
 
     def failed(self) -> str:
         now = self.read()
-        if now is self.value or value_key(now) == value_key(self.value):  # `is`: the common, fast case
+        if now is self.value or value_key(now) == self.expected:  # `is`: the common, fast case
             return ""
         return f"{self.what}: {self.show(self.value)} -> {self.show(now)}"
 
