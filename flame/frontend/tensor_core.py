@@ -393,8 +393,7 @@ class TensorCore:
         return apply("reduce_min", self, axes=reduce_axes(dim, self.ndim, "amin"), keepdim=keepdim)
 
     def max(self, dim: int | None = None, keepdim: bool = False):
-        """max() of all elements; max(dim) -> (values, indices); max(other) with a tensor: the elementwise
-        maximum, as in PyTorch."""
+        """max() of all elements; max(dim) -> (values, indices); max(other): the elementwise maximum."""
         if isinstance(dim, Tensor):
             return self.maximum(dim)
         if dim is None:
@@ -403,8 +402,7 @@ class TensorCore:
         return _picked("max", self, ranked.argmax(dim, keepdim), dim, keepdim)
 
     def min(self, dim: int | None = None, keepdim: bool = False):
-        """min() of all elements; min(dim) -> (values, indices); min(other) with a tensor: the elementwise
-        minimum, as in PyTorch."""
+        """min() of all elements; min(dim) -> (values, indices); min(other): the elementwise minimum."""
         if isinstance(dim, Tensor):
             return self.minimum(dim)
         if dim is None:
