@@ -15,7 +15,7 @@ import flame.nn as nn
 import flame.nn.functional as F
 from flame.errors import ArgumentError, ArgumentTypeError
 from flame.frontend import tensor as tensor_module
-from flame.runtime import cudnn_conv, matmul
+from flame.runtime import cudnn_conv, determinism, matmul
 
 
 @pytest.fixture
@@ -26,6 +26,8 @@ def switches(monkeypatch):
     import flame.backends.cudnn as bcudnn
 
     monkeypatch.setattr(bcuda.matmul, "_precision", "highest")
+    monkeypatch.setattr(determinism, "_CUDNN", [False])  # cudnn.deterministic's setting
+    monkeypatch.setattr(determinism, "_MODE", [""])
     for name in ("benchmark", "deterministic", "enabled"):
         monkeypatch.setattr(type(bcudnn), name, getattr(type(bcudnn), name))
 
