@@ -57,6 +57,15 @@ def cuda_target(monkeypatch):
     monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
 
 
+@pytest.fixture
+def determinism_settings(monkeypatch):
+    """flame.use_deterministic_algorithms and backends.cudnn.deterministic off, and as they were afterwards."""
+    from flame.runtime import determinism
+
+    monkeypatch.setattr(determinism, "_MODE", [""])
+    monkeypatch.setattr(determinism, "_CUDNN", [False])
+
+
 @pytest.fixture(autouse=True)
 def _no_plan_cache(monkeypatch):
     """The persistent plan cache is off unless a test turns it on (with a directory of its own): tests

@@ -22,7 +22,7 @@ class _Cudnn(types.ModuleType):
     def deterministic(self) -> bool:
         """cuDNN's convolutions leave out engines that add in a varying order, and its attention backward
         takes its deterministic algorithm (read when a step is compiled)."""
-        return determinism._CUDNN[0]
+        return determinism.cudnn_set()
 
     @deterministic.setter
     def deterministic(self, value: bool) -> None:

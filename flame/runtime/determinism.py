@@ -33,6 +33,11 @@ def set_cudnn(enabled: bool) -> None:
     _CUDNN[0] = bool(enabled)
 
 
+def cudnn_set() -> bool:
+    """What flame.backends.cudnn.deterministic was set to (read back as torch's)."""
+    return _CUDNN[0]
+
+
 def cudnn() -> bool:
     """cuDNN is asked for deterministic engines: flame.backends.cudnn.deterministic, or any mode()."""
     return _CUDNN[0] or bool(_MODE[0])

@@ -15,19 +15,17 @@ import flame.nn as nn
 import flame.nn.functional as F
 from flame.errors import ArgumentError, ArgumentTypeError
 from flame.frontend import tensor as tensor_module
-from flame.runtime import cudnn_conv, determinism, matmul
+from flame.runtime import cudnn_conv, matmul
 
 
 @pytest.fixture
-def switches(monkeypatch):
+def switches(monkeypatch, determinism_settings):
     monkeypatch.setattr(matmul, "allow_tf32", False)
     monkeypatch.setattr(cudnn_conv, "allow_tf32", False)
     import flame.backends.cuda as bcuda
     import flame.backends.cudnn as bcudnn
 
     monkeypatch.setattr(bcuda.matmul, "_precision", "highest")
-    monkeypatch.setattr(determinism, "_CUDNN", [False])  # cudnn.deterministic's setting
-    monkeypatch.setattr(determinism, "_MODE", [""])
     for name in ("benchmark", "deterministic", "enabled"):
         monkeypatch.setattr(type(bcudnn), name, getattr(type(bcudnn), name))
 

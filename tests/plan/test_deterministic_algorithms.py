@@ -21,15 +21,7 @@ HERE = "test_deterministic_algorithms.py"
 
 
 @pytest.fixture
-def settings():
-    """The process settings as they were, afterwards."""
-    mode, cudnn = determinism._MODE[0], determinism._CUDNN[0]
-    yield
-    determinism._MODE[0], determinism._CUDNN[0] = mode, cudnn
-
-
-@pytest.fixture
-def cuda_plan(monkeypatch, settings):
+def cuda_plan(monkeypatch, determinism_settings):
     """Plan for the CUDA target (its kernels, under the determinism mode set at compile time) on any host."""
     cuda = compiler.capabilities("cuda")
     monkeypatch.setattr(compiler, "_target", lambda *s: dataclasses.replace(cuda, deterministic=determinism.mode()))
@@ -48,7 +40,7 @@ def _embedding_step():
     return step, flame.tensor(np.array([1, 3, 1, 7]))
 
 
-def test_the_settings_read_back_as_torchs(settings):
+def test_the_settings_read_back_as_torchs(determinism_settings):
     assert not flame.are_deterministic_algorithms_enabled()
     flame.use_deterministic_algorithms(True, warn_only=True)
     assert flame.are_deterministic_algorithms_enabled() and flame.is_deterministic_algorithms_warn_only_enabled()
@@ -105,7 +97,7 @@ def test_integer_scatter_add_is_deterministic():
     assert all(k.deterministic for k in lower_scatter_add(op))
 
 
-def test_the_reference_executor_ignores_the_mode(settings):
+def test_the_reference_executor_ignores_the_mode(determinism_settings):
     flame.use_deterministic_algorithms(True)
     step, idx = _embedding_step()
     assert np.isfinite(step(idx).item())  # the reference target plans no atomics check

@@ -10,14 +10,6 @@ import pytest
 import flame
 import flame.nn.functional as F
 from flame.errors import DeterminismError
-from flame.runtime import determinism
-
-
-@pytest.fixture
-def settings():
-    mode, cudnn = determinism._MODE[0], determinism._CUDNN[0]
-    yield
-    determinism._MODE[0], determinism._CUDNN[0] = mode, cudnn
 
 
 def _bf16(rng, *shape):
@@ -25,7 +17,7 @@ def _bf16(rng, *shape):
 
 
 @pytest.mark.gpu
-def test_cudnn_backward_repeats_bitwise(settings):
+def test_cudnn_backward_repeats_bitwise(determinism_settings):
     pytest.importorskip("cudnn")
     flame.backends.cudnn.deterministic = True
     rng = np.random.default_rng(0)
@@ -45,7 +37,7 @@ def test_cudnn_backward_repeats_bitwise(settings):
 
 
 @pytest.mark.gpu
-def test_an_atomic_scatter_add_is_refused_on_the_gpu(settings):
+def test_an_atomic_scatter_add_is_refused_on_the_gpu(determinism_settings):
     flame.use_deterministic_algorithms(True)
     w = flame.nn.Parameter(flame.ones(10, 4))
 
