@@ -11,10 +11,15 @@ lifts them to graph inputs and writes them back like optimizer state. Every deci
 - update: scale *= backoff_factor on inf/NaN (tracker reset); after growth_interval clean steps in a
   row scale *= growth_factor (kept when that would overflow), all with where().
 Hyperparameters enter a trace as scalar inputs, so set_growth_factor() and friends never re-trace.
-Call scale/unscale_/step/update all inside one compiled step or all outside, as PyTorch's order."""
+A compiled step may leave update() (or step() and update()) to the caller, as with torch.compile: the
+found_inf of each optimizer is a 0-d state tensor the compiled step writes at every call, and the
+scaler's bookkeeping the body leaves (which optimizers were unscaled or stepped) is set again before
+each replay, so an eager update() after the call reads that call's check."""
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -74,6 +79,8 @@ class GradScaler:
         self._backoff_factor, self._growth_interval = float(backoff_factor), int(growth_interval)
         self._per_optimizer_states: dict[int, dict[str, Any]] = {}
         self._scalars: tuple[object, dict] = (None, {})
+        self._found_buffers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> found_inf
+        self._replayed: object = None  # the trace that sets this scaler's bookkeeping again at each replay
         if self._enabled:
             self._scale = _state_scalar(self._init_scale, f32)
             self._growth_tracker = _state_scalar(0, i32)
@@ -107,6 +114,12 @@ class GradScaler:
             inv_scale = self._scale.double().reciprocal().float()  # 1/scale rounded once, as PyTorch
             for g in grads:
                 g.mul_(inv_scale.to(g.dtype))
+            trace = current_trace.get()
+            if trace is not None:  # kept in the optimizer's state tensor: read after the call by an eager update()
+                buffer = self._found_buffer(optimizer)
+                buffer.copy_(found)
+                found = buffer
+                self._set_again_at_replays(trace)
         st["found_inf"], st["stage"] = found, _Stage.UNSCALED
 
     def step(self, optimizer, *args, **kwargs):
@@ -210,6 +223,35 @@ class GradScaler:
     # ---- helpers --------------------------------------------------------------------------------
     def _opt_state(self, optimizer) -> dict[str, Any]:
         return self._per_optimizer_states.setdefault(id(optimizer), _fresh_state())
+
+    def _found_buffer(self, optimizer) -> Tensor:
+        """The 0-d state tensor holding `optimizer`'s found_inf across the calls of a compiled step
+        (made concrete even while a step is traced, as optimizer state is)."""
+        buffer = self._found_buffers.get(optimizer)
+        if buffer is None:
+            token = current_trace.set(None)
+            try:
+                buffer = self._found_buffers[optimizer] = _state_scalar(0.0, f32)
+            finally:
+                current_trace.reset(token)
+        return buffer
+
+    def _set_again_at_replays(self, trace) -> None:
+        """When the traced body returns, what it left in the scaler's bookkeeping (an optimizer
+        unscaled or stepped, its found_inf buffer) is set again before each replay: the Python of
+        scale/unscale_/step runs only while tracing, and an update() outside the step reads it."""
+        if self._replayed is trace:
+            return
+        self._replayed = trace
+
+        def leave() -> None:
+            left = {k: dict(v) for k, v in self._per_optimizer_states.items()}
+            trace.before_run.append(functools.partial(self._restore, left))
+
+        trace.after_body.append(leave)
+
+    def _restore(self, states: dict[int, dict[str, Any]]) -> None:
+        self._per_optimizer_states = {k: dict(v) for k, v in states.items()}
 
     def _hyper(self, key: str, dtype: DType) -> Tensor | float:
         """A hyperparameter: a Python number eagerly, a scalar input (read at every call) when traced."""

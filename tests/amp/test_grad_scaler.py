@@ -80,6 +80,35 @@ def test_scale_skips_and_growth_match_torch(compiled, where):
         assert run.stats().traces == 1  # one trace serves clean and overflowing steps alike
 
 
+@pytest.mark.parametrize("inside", ["step", "backward"])
+def test_update_outside_the_compiled_step_matches_torch(inside):
+    """The torch.compile habit: the compiled function scales, backpropagates and (with "step") steps;
+    scaler.update() (and with "backward" scaler.step()) runs eagerly after each call and reads that
+    call's inf/NaN check."""
+    x, lin, opt, scaler = _flame_setup()
+
+    def body(x, s):
+        loss = (lin(x) ** 2).mean() * s
+        scaler.scale(loss).backward()
+        if inside == "step":
+            scaler.step(opt)
+        return loss
+
+    run = flame.compile(body)
+    want = _torch_run()
+    for i, (s, (scale, tracker, weight, nsteps)) in enumerate(zip(SCHEDULE, want)):
+        run(x, flame.tensor(s))
+        if inside == "backward":
+            scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        assert scaler.get_scale() == scale, (i, scaler.get_scale(), scale)
+        assert int(scaler._growth_tracker.item()) == tracker, i
+        assert opt.state[lin.weight]["step"].item() == nsteps, i
+        np.testing.assert_allclose(lin.weight.numpy(), weight, rtol=1e-5, atol=1e-5, err_msg=f"step {i}")
+    assert run.stats().traces == 1
+
+
 def test_a_skipped_compiled_step_keeps_every_bit_and_is_a_graph_op():
     x, lin, opt, scaler = _flame_setup()
 
