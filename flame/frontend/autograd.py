@@ -19,7 +19,7 @@ from flame.frontend.autocast import autocast
 from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
-from flame.frontend.hooks import accumulate_grad, is_hooked, run_grad_reducers, run_unit, unit_of
+from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import stale
 from flame.ir.builder import Builder
@@ -133,7 +133,7 @@ def backward(
         pairs = [(t, gr) for t, gr in zip(wrt, grads) if gr is not None]
     with nullcontext() if create_graph else no_grad():  # a sum into a .grad with a history is recorded
         for t, new in pairs:
-            accumulate_grad(t, new)
+            accumulate_and_notify(t, new)
     run_grad_reducers(t for t, _ in pairs)
     if not (create_graph if retain_graph is None else retain_graph):
         for node in nodes:

@@ -18,7 +18,7 @@ from flame.frontend import autograd
 from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, hooked_grad, known_tensors
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
-from flame.frontend.hooks import accumulate_grad
+from flame.frontend.hooks import accumulate_and_notify
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
 from flame.ir import registry
@@ -251,7 +251,7 @@ def backward(
         with nullcontext() if create_graph else no_grad():  # torch's AccumulateGrad: in place unless recording
             for t, gt in zip(wrt, got):
                 if gt is not None:
-                    accumulate_grad(t, gt)
+                    accumulate_and_notify(t, gt)
         return
     if eager and create_graph:
         autograd.backward(_root(ts, seeds, "backward", True), None, retain_graph, create_graph=True)

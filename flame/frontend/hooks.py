@@ -71,6 +71,18 @@ def accumulate_grad(t: Tensor, new: Tensor) -> None:
         old.add_(new)
 
 
+def accumulate_and_notify(t: Tensor, new: Tensor) -> None:
+    """accumulate_grad, then t's post-accumulate-grad hooks (hook(t), registration order), as torch's
+    AccumulateGrad node runs them right after it wrote t.grad."""
+    accumulate_grad(t, new)
+    if t._post_hooks:
+        for h in list(t._post_hooks.values()):
+            got = call_hook(h, t)
+            if got is not None:
+                raise AutogradError(f"{describe(h)} returned {type(got).__name__}: Tensor post accumulate grad "
+                                    f"hooks should return None")
+
+
 def hooks_state() -> tuple[int, ...]:
     """The ids of the live hooks on leaf tensors and modules: a compiled step that read the hooks guards
     on it, so adding or removing one traces it again (or reuses the trace made with those hooks)."""
@@ -273,6 +285,32 @@ class TensorHooks:
         handle = RemovableHandle(d)
         d[handle.id] = hook
         _note(self, handle)
+        return handle
+
+    def register_post_accumulate_grad_hook(self, hook: Callable) -> RemovableHandle:
+        """hook(tensor) -> None, called after backward accumulated this leaf's gradient into .grad, as
+        torch's (an optimizer step per parameter as soon as its gradient is ready, then
+        `p.grad = None`, keeps one gradient live at a time). Returns a handle whose .remove()
+        unregisters it. Inside @flame.compile it runs while the backward is traced: its flame ops
+        (the optimizer's update) become part of the step."""
+        if not self.requires_grad:
+            raise AutogradError(
+                f"register_post_accumulate_grad_hook: cannot register a hook on a tensor that doesn't require "
+                f"gradient\n  at {user_location()}"
+            )
+        if not self.is_leaf:
+            raise AutogradError(
+                f"post accumulate grad hooks cannot be registered on non-leaf tensors\n  at {user_location()}"
+            )
+        if not callable(hook):
+            raise AutogradError(f"register_post_accumulate_grad_hook: expected a function of the tensor, got "
+                                f"{type(hook).__name__}\n  at {user_location()}")
+        if self._post_hooks is None:
+            self._post_hooks = OrderedDict()
+        handle = RemovableHandle(self._post_hooks)
+        self._post_hooks[handle.id] = hook
+        if self._value is None:
+            seen(handle)  # a compiled step that ran this leaf's backward traces again without it
         return handle
 
     def retain_grad(self) -> None:

@@ -195,7 +195,8 @@ class Tensor:
     exist while @flame.compile records a function. Its methods beyond its state: frontend/methods.py."""
 
     __slots__ = ("_data", "_dtype", "_value", "_trace", "_requires_grad", "_grad", "_node", "_vc",
-                 "_role", "_past", "_base", "_chain", "_seen", "_hooks", "_retains_grad", "__weakref__")
+                 "_role", "_past", "_base", "_chain", "_seen", "_hooks", "_retains_grad", "_post_hooks",
+                 "__weakref__")
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
     def __init__(self, data: Any = None, dtype: Any = None, requires_grad: bool = False):
@@ -212,6 +213,7 @@ class Tensor:
         # ops from there ((op, attrs, shape) each), and that tensor's version when this one was derived
         self._base, self._chain, self._seen = None, (), 0
         self._hooks, self._retains_grad = None, False  # gradient hooks, retain_grad() (frontend/hooks.py)
+        self._post_hooks = None  # post-accumulate-grad hooks (frontend/hooks.py)
 
     @classmethod
     def _concrete(cls, data, dtype: DType) -> Tensor:

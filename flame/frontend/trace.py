@@ -18,7 +18,7 @@ from flame.errors import AutogradError, TraceError
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.dispatch import freed_graph_error, fresh
 from flame.frontend.hooks import (
-    accumulate_grad,
+    accumulate_and_notify,
     hooks_state,
     is_hooked,
     own_hooks,
@@ -122,6 +122,7 @@ class Trace:
         out = Tensor._traced(v, self)
         out.requires_grad = t.requires_grad
         out._hooks = own_hooks(t)  # the caller's hooks on it run in the traced backward
+        out._post_hooks = t._post_hooks  # and its post-accumulate-grad hooks after its .grad is written
         # tracked like a captured tensor: an in-place update becomes an aliased output and
         # loss.backward() gives it a .grad, both handed to the caller's tensor after each call
         self.inputs_of[id(out)] = v
@@ -357,7 +358,7 @@ class Trace:
         with no_grad():  # a later gradient is added into the existing .grad in place (hooks.accumulate_grad)
             for t, gv in zip(leaves, grads):
                 if gv is not None:
-                    accumulate_grad(t, Tensor._traced(gv, self))
+                    accumulate_and_notify(t, Tensor._traced(gv, self))
         run_grad_reducers(t for t, gv in zip(leaves, grads) if gv is not None)
 
     def _grad_hooks(self, leaves: list) -> list:
