@@ -16,6 +16,7 @@ from flame.frontend import autograd, autograd_grad, functional, indexing
 from flame.frontend.hooks import TensorHooks
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import TensorCore
+from flame.frontend.tensor_inplace import in_place_methods
 from flame.frontend.tensor_math import TensorMath
 from flame.frontend.tensor_ops import TensorOps
 from flame.frontend.tensor_pieces import TensorPieces
@@ -102,3 +103,4 @@ def bind(cls: type, *mixins: type) -> None:
 
 
 bind(Tensor, TensorCore, TensorOps, TensorPieces, TensorMath, TensorLinks, TensorHooks)
+bind(Tensor, in_place_methods(Tensor))  # x.sigmoid_() and its kin, from the methods bound above

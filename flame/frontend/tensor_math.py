@@ -276,29 +276,11 @@ class TensorMath:
         """The inverse error function, as torch.erfinv (+-inf at +-1, NaN beyond [-1, 1])."""
         return apply("erfinv", as_floating(self))
 
-    def lgamma_(self):
-        return self._inplace(lambda x: x.lgamma(), what="lgamma_")
-
     def i0(self):
         return special_math.i0(self)
 
-    def i0_(self):
-        return self._inplace(lambda x: x.i0(), what="i0_")
-
     def mvlgamma(self, p: int):
         return special_math.multigammaln(self, p)
-
-    def mvlgamma_(self, p: int):
-        return self._inplace(lambda x: x.mvlgamma(p), what="mvlgamma_")
-
-    def digamma_(self):
-        return self._inplace(lambda x: x.digamma(), what="digamma_")
-
-    def polygamma_(self, n: int):
-        return self._inplace(lambda x: x.polygamma(n), what="polygamma_")
-
-    def erfinv_(self):
-        return self._inplace(lambda x: x.erfinv(), what="erfinv_")
 
     # ---- inverse trig and hyperbolic functions, erfc (IR ops; integers promote to the default dtype) ---
     @policy("f32")  # autocast: on PyTorch's float32 list
@@ -342,33 +324,6 @@ class TensorMath:
         return apply("atan2", self.to(dt), other.to(dt))
 
     arcsin, arccos, arctan, arcsinh, arccosh, arctanh, arctan2 = asin, acos, atan, asinh, acosh, atanh, atan2
-
-    def asin_(self):
-        return self._inplace(lambda x: x.asin(), what="asin_")
-
-    def acos_(self):
-        return self._inplace(lambda x: x.acos(), what="acos_")
-
-    def atan_(self):
-        return self._inplace(lambda x: x.atan(), what="atan_")
-
-    def asinh_(self):
-        return self._inplace(lambda x: x.asinh(), what="asinh_")
-
-    def acosh_(self):
-        return self._inplace(lambda x: x.acosh(), what="acosh_")
-
-    def atanh_(self):
-        return self._inplace(lambda x: x.atanh(), what="atanh_")
-
-    def erfc_(self):
-        return self._inplace(lambda x: x.erfc(), what="erfc_")
-
-    def atan2_(self, other):
-        return self._inplace(lambda x: x.atan2(other), other, what="atan2_")
-
-    arcsin_, arccos_, arctan_, arcsinh_, arccosh_, arctanh_, arctan2_ = (
-        asin_, acos_, atan_, asinh_, acosh_, atanh_, atan2_)
 
     def trunc(self):
         """Rounded toward zero, as torch.trunc (integers as they are)."""
@@ -619,9 +574,6 @@ class TensorMath:
             lin = lin + weight * diff.detach()
         return apply("straight_through", lin, out)
 
-    def lerp_(self, end, weight):
-        return self._inplace(lambda x: x.lerp(end, weight), end, weight, what="lerp_")
-
     @policy("promote")  # autocast: on PyTorch's promote list: the widest input
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's
@@ -697,9 +649,6 @@ class TensorMath:
 
     def renorm(self, p, dim: int, maxnorm):
         return more_math.renorm(self, p, dim, maxnorm)
-
-    def renorm_(self, p, dim: int, maxnorm):
-        return self._inplace(lambda x: x.renorm(p, dim, maxnorm), what="renorm_")
 
     def fmax(self, other):
         return more_math.fmax(self, other)

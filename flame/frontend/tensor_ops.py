@@ -271,10 +271,6 @@ class TensorOps:
         raises); on the GPU its result is unspecified, as in PyTorch's CUDA."""
         return binary("fmod", self, other)
 
-    def fmod_(self, other):
-        """fmod in place (torch's Tensor.fmod_): the result keeps self's dtype."""
-        return self._inplace(lambda x: x.fmod(other), other, what="fmod_")
-
     # ---- clamp and masked_fill --------------------------------------------------------------------------
     def clamp(self, min=None, max=None):  # noqa: A002
         """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the

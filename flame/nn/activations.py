@@ -1,7 +1,7 @@
 """The modules of the activations, similarities and losses in flame.frontend.activations, and of
 channel dropout, pixel (un)shuffle, padding and instance norm (flame.frontend's functional, resample,
-losses.pad and norms): PyTorch's names and constructor arguments; `inplace=True` is accepted and
-means nothing (flame's IR is pure)."""
+losses.pad and norms): PyTorch's names and constructor arguments; with `inplace=True` the input holds
+the result, as torch's."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from flame.errors import ShapeError
 from flame.frontend import activations as A
+from flame.frontend import activations_inplace as FI
 from flame.frontend import functional as F
 from flame.frontend import losses as L
 from flame.frontend import norms as N
@@ -47,56 +48,62 @@ class ELU(_Elementwise):
     fn = staticmethod(A.elu)
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
-        super().__init__(alpha=alpha)
+        super().__init__(inplace, alpha=alpha)
 
 
 class CELU(_Elementwise):
     fn = staticmethod(A.celu)
 
     def __init__(self, alpha: float = 1.0, inplace: bool = False):
-        super().__init__(alpha=alpha)
+        super().__init__(inplace, alpha=alpha)
 
 
 class SELU(_Elementwise):
     fn = staticmethod(A.selu)
 
     def __init__(self, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
 
 
 class Mish(_Elementwise):
     fn = staticmethod(A.mish)
 
     def __init__(self, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
 
 
 class Hardtanh(_Elementwise):
     fn = staticmethod(A.hardtanh)
 
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
-        super().__init__(min_val=min_val, max_val=max_val)
+        super().__init__(inplace, min_val=min_val, max_val=max_val)
 
 
 class ReLU6(_Elementwise):
     fn = staticmethod(A.relu6)
 
     def __init__(self, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
 
 
 class Hardsigmoid(_Elementwise):
     fn = staticmethod(A.hardsigmoid)
 
     def __init__(self, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
+
+    def extra_repr(self) -> str:
+        return ""  # torch's repr leaves inplace out here
 
 
 class Hardswish(_Elementwise):
     fn = staticmethod(A.hardswish)
 
     def __init__(self, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
+
+    def extra_repr(self) -> str:
+        return ""  # torch's repr leaves inplace out here
 
 
 class LogSigmoid(_Elementwise):
@@ -136,7 +143,7 @@ class Threshold(_Elementwise):
     fn = staticmethod(A.threshold)
 
     def __init__(self, threshold: float, value: float, inplace: bool = False):
-        super().__init__(threshold=threshold, value=value)
+        super().__init__(inplace, threshold=threshold, value=value)
 
 
 class Tanhshrink(_Elementwise):
@@ -167,13 +174,13 @@ class RReLU(Module):
 
     def __init__(self, lower: float = 1.0 / 8, upper: float = 1.0 / 3, inplace: bool = False):
         super().__init__()
-        self.lower, self.upper = lower, upper  # (lower > upper is refused when called, as torch's)
+        self.lower, self.upper, self.inplace = lower, upper, inplace  # (lower > upper is refused when called)
 
     def forward(self, input):  # noqa: A002
-        return A.rrelu(input, self.lower, self.upper, self.training)
+        return FI.rrelu(input, self.lower, self.upper, self.training, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"lower={self.lower}, upper={self.upper}"
+        return f"lower={self.lower}, upper={self.upper}" + (", inplace=True" if self.inplace else "")
 
 
 class PReLU(Module):
@@ -242,37 +249,7 @@ class Unflatten(Module):
 
 
 class _ChannelDropout(Module):
-    fn = staticmethod(F.dropout2d)
-
-    def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
-        super().__init__()
-        F.check_dropout_p(p)
-        self.p, self.generator = p, generator
-
-    def forward(self, x: Tensor) -> Tensor:
-        return type(self).fn(x, self.p, self.training, generator=self.generator)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
-class Dropout1d(_ChannelDropout):
-    fn = staticmethod(F.dropout1d)
-
-
-class Dropout2d(_ChannelDropout):
-    fn = staticmethod(F.dropout2d)
-
-
-class Dropout3d(_ChannelDropout):
-    fn = staticmethod(F.dropout3d)
-
-
-class AlphaDropout(Module):
-    """F.alpha_dropout in training mode (SELU's self-normalising dropout); identity in eval. inplace is
-    accepted and means nothing (flame's IR is pure)."""
-
-    fn = staticmethod(F.alpha_dropout)
+    fn = staticmethod(FI.dropout2d)
 
     def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
         super().__init__()
@@ -280,7 +257,37 @@ class AlphaDropout(Module):
         self.p, self.inplace, self.generator = p, inplace, generator
 
     def forward(self, x: Tensor) -> Tensor:
-        return type(self).fn(x, self.p, self.training, generator=self.generator)
+        return type(self).fn(x, self.p, self.training, self.inplace, generator=self.generator)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(_ChannelDropout):
+    fn = staticmethod(FI.dropout1d)
+
+
+class Dropout2d(_ChannelDropout):
+    fn = staticmethod(FI.dropout2d)
+
+
+class Dropout3d(_ChannelDropout):
+    fn = staticmethod(FI.dropout3d)
+
+
+class AlphaDropout(Module):
+    """F.alpha_dropout in training mode (SELU's self-normalising dropout); identity in eval. With
+    inplace=True the input holds the result, as torch's."""
+
+    fn = staticmethod(FI.alpha_dropout)
+
+    def __init__(self, p: float = 0.5, inplace: bool = False, *, generator=None):
+        super().__init__()
+        F.check_dropout_p(p)
+        self.p, self.inplace, self.generator = p, inplace, generator
+
+    def forward(self, x: Tensor) -> Tensor:
+        return type(self).fn(x, self.p, self.training, self.inplace, generator=self.generator)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, inplace={self.inplace}"
@@ -289,7 +296,7 @@ class AlphaDropout(Module):
 class FeatureAlphaDropout(AlphaDropout):
     """F.feature_alpha_dropout in training mode (whole channels); identity in eval."""
 
-    fn = staticmethod(F.feature_alpha_dropout)
+    fn = staticmethod(FI.feature_alpha_dropout)
 
 
 class PixelShuffle(_Elementwise):

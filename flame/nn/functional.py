@@ -3,8 +3,11 @@ flame.frontend.losses, flame.frontend.margin_losses (margin, embedding and likel
 gumbel_softmax), flame.frontend.ctc (ctc_loss), flame.frontend.activations (the other activations,
 normalize, similarities, huber and KL losses), flame.frontend.conv (convolutions), flame.frontend.pooling,
 flame.frontend.fractional_pool, flame.frontend.resample (interpolate, pixel (un)shuffle, fold and unfold),
-flame.frontend.norms (batch, group and instance norm) and flame.frontend.sampling (grid_sample, affine_grid)."""
+flame.frontend.norms (batch, group and instance norm) and flame.frontend.sampling (grid_sample, affine_grid);
+the activations and dropouts that take torch's `inplace` argument, and their in-place spellings, from
+flame.frontend.activations_inplace."""
 
+from flame.frontend import activations_inplace as _inplace
 from flame.frontend.activations import *  # noqa: F401,F403
 from flame.frontend.activations import __all__ as _activations
 from flame.frontend.conv import *  # noqa: F401,F403
@@ -31,3 +34,7 @@ from flame.frontend.sampling import __all__ as _sampling
 
 __all__ = [*_core, *_more, *_margin, *_activations, *_conv, *_pooling, *_resample, *_norms, *_sampling, *_ctc,
            *_fractional, "pdist"]
+__all__ = sorted(set(__all__) | set(_inplace.__all__))
+for _name in _inplace.__all__:  # over the star imports' names: these take torch's `inplace` argument
+    globals()[_name] = getattr(_inplace, _name)
+del _name

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from flame.frontend import activations_inplace as FI
 from flame.frontend import functional as F
 from flame.frontend import losses
 from flame.frontend.context import no_grad
@@ -194,41 +195,43 @@ def given_weight(module: Module, weight: Tensor | None, shape: tuple[int, ...], 
 
 class Dropout(Module):
     """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); identity in eval.
-    inplace is accepted and means nothing (flame's IR is pure)."""
+    With inplace=True the input holds the result, as torch's."""
 
     def __init__(self, p: float = 0.5, inplace: bool = False, *, generator: Generator | None = None):
         super().__init__()
         F.check_dropout_p(p)
-        self.p, self.generator = p, generator
+        self.p, self.inplace, self.generator = p, inplace, generator
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.dropout(x, self.p, self.training, generator=self.generator)
+        return FI.dropout(x, self.p, self.training, self.inplace, generator=self.generator)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class _Elementwise(Module):
-    """An activation with no parameters: forward applies `fn` with the module's keyword arguments."""
+    """An activation with no parameters: forward applies `fn` with the module's keyword arguments; with
+    inplace=True (the activations torch gives that argument) the input holds the result, as torch's."""
 
     fn = staticmethod(F.relu)
 
-    def __init__(self, **kwargs: Any):
+    def __init__(self, inplace: bool = False, **kwargs: Any):
         super().__init__()
-        self.kwargs = kwargs
+        self.kwargs, self.inplace = kwargs, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        return type(self).fn(x, **self.kwargs)
+        fn = type(self).fn
+        return FI.into(x, self.inplace, lambda t: fn(t, **self.kwargs), type(self).__name__)
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        return ", ".join([*(f"{k}={v!r}" for k, v in self.kwargs.items()), *(["inplace=True"] if self.inplace else [])])
 
 
 class ReLU(_Elementwise):
     fn = staticmethod(F.relu)
 
     def __init__(self, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
 
 
 class GELU(_Elementwise):
@@ -242,7 +245,7 @@ class SiLU(_Elementwise):
     fn = staticmethod(F.silu)
 
     def __init__(self, inplace: bool = False):
-        super().__init__()
+        super().__init__(inplace)
 
 
 class Tanh(_Elementwise):
@@ -257,7 +260,7 @@ class LeakyReLU(_Elementwise):
     fn = staticmethod(F.leaky_relu)
 
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
-        super().__init__(negative_slope=negative_slope)
+        super().__init__(inplace, negative_slope=negative_slope)
 
 
 class Softmax(_Elementwise):
