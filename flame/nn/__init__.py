@@ -159,7 +159,7 @@ from flame.nn.module_hooks import (
     register_module_full_backward_hook,
     register_module_full_backward_pre_hook,
 )
-from flame.nn.parameter import Parameter, UninitializedBuffer, UninitializedParameter
+from flame.nn.parameter import Buffer, Parameter, UninitializedBuffer, UninitializedParameter
 from flame.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from flame.nn.sync_batchnorm import SyncBatchNorm
 from flame.nn.transformer import (
@@ -180,7 +180,8 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "LazyBatchNorm3d", "LazyModuleMixin", "UninitializedParameter", "UninitializedBuffer", "GELU", "BCELoss",
            "BCEWithLogitsLoss", "CrossEntropyLoss", "L1Loss", "ModuleDict", "NLLLoss", "ParameterDict", "ParameterList",
            "SmoothL1Loss", "Dropout", "Embedding", "Flatten", "Identity", "IncompatibleKeys", "LayerNorm", "LeakyReLU",
-           "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList", "Parameter", "RMSNorm", "ReLU", "Sequential",
+           "Linear", "LogSoftmax", "MSELoss", "Module", "ModuleList", "Parameter", "Buffer", "RMSNorm", "ReLU",
+           "Sequential",
            "SiLU", "Sigmoid", "Softmax", "Tanh", "attention", "functional", "init", "parallel", "utils", "CELU", "ELU",
            "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish", "Hardtanh", "HuberLoss", "KLDivLoss",
            "LogSigmoid", "Mish", "PReLU", "PairwiseDistance", "ReLU6", "Softmin", "Softmax2d", "Softplus", "Softsign",

@@ -21,7 +21,7 @@ from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
 from flame.nn.module_hooks import ModuleHooks
-from flame.nn.parameter import Parameter
+from flame.nn.parameter import Buffer, Parameter, buffer_persistent
 
 
 class IncompatibleKeys(NamedTuple):
@@ -133,6 +133,8 @@ class Module(ModuleHooks):
             self._check_init(name)
             self._forget(name, keep="_modules")
             mods[name] = value
+        elif isinstance(value, Buffer):
+            self.register_buffer(name, value, persistent=buffer_persistent(value))
         elif params is not None and name in params:
             if value is not None:
                 raise TypeError(

@@ -1,9 +1,11 @@
-"""flame.nn.Parameter: a Tensor that a Module registers as trainable (requires_grad=True); and the
+"""flame.nn.Parameter: a Tensor that a Module registers as trainable (requires_grad=True); flame.nn.Buffer,
+a Tensor marked to be registered as a buffer when assigned to a Module's attribute; and the
 placeholders a Lazy module holds until its first call tells the shapes (UninitializedParameter,
 UninitializedBuffer, as torch.nn's)."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from flame.errors import TraceError
@@ -34,6 +36,35 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+
+_MARKED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> a tensor Buffer() marked
+_PERSISTENT: dict[int, bool] = {}  # id -> its persistent flag, while it lives
+
+
+class _BufferMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, Tensor) and _MARKED.get(id(obj)) is obj
+
+
+class Buffer(metaclass=_BufferMeta):
+    """torch.nn.Buffer: `self.mean = nn.Buffer(t)` in a Module registers `t` (detached) as a buffer, as
+    register_buffer does (persistent=False keeps it out of state_dict). Buffer(t) returns a plain
+    Tensor marked so; isinstance(x, nn.Buffer) is true for it."""
+
+    def __new__(cls, data: Tensor | None = None, *, persistent: bool = True) -> Tensor:
+        if data is None:
+            data = Tensor([])
+        t = data.detach().requires_grad_(data.requires_grad)
+        _MARKED[id(t)] = t
+        _PERSISTENT[id(t)] = bool(persistent)
+        weakref.finalize(t, _PERSISTENT.pop, id(t), None)
+        return t
+
+
+def buffer_persistent(t: Tensor) -> bool:
+    """The persistent flag Buffer(t, persistent=) gave t."""
+    return _PERSISTENT.get(id(t), True)
 
 
 class _Uninitialized:
