@@ -14,6 +14,7 @@ import numpy as np
 
 from flame.checkpoint import as_tensor, copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
+from flame.frontend.compile import compile as compile_function
 from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad, user_location
 from flame.frontend.guards import is_plain, users_function
 from flame.frontend.memory_format import check as check_memory_format
@@ -386,8 +387,22 @@ class Module(ModuleHooks):
                                   f"(define forward() in its class)\n  at {user_location()}")
 
     def __call__(self, *args, **kwargs):
-        """forward(*args, **kwargs), with the module's and the global hooks around it (nn/module_hooks.py)."""
+        """forward(*args, **kwargs), with the module's and the global hooks around it (nn/module_hooks.py);
+        after compile(), the compiled call (outside another compiled function)."""
+        compiled = self.__dict__.get("_compiled_call")
+        if compiled is not None and current_trace.get() is None:
+            return compiled(*args, **kwargs)
         return module_hooks.call(self, args, kwargs)
+
+    def compile(self, *args, **kwargs) -> None:
+        """Compile this module's calls in place, as torch's Module.compile: from now on `module(...)`
+        (its hooks included) is traced once per input signature by flame.compile and replayed, and a
+        backward() after it runs through the compiled graph. The arguments are flame.compile's
+        (name=, memory_budget=, activation_budget=, dynamic=, cache_limit=). Inside another compiled
+        function the call is traced into that function, as torch inlines it."""
+        kwargs.setdefault("name", type(self).__name__)
+        call = compile_function(lambda *a, **k: module_hooks.call(self, a, k), *args, **kwargs)
+        object.__setattr__(self, "_compiled_call", call)
 
     # ---- state_dict -------------------------------------------------------------------------------
     def state_dict(self, prefix: str = "", keep_vars: bool = False) -> OrderedDict[str, Tensor]:
