@@ -5,18 +5,35 @@ these; neither allocates at run time, so both replay inside a CUDA graph capture
 
 from __future__ import annotations
 
+import sys
 import threading
 
 _local = threading.local()
+_importing = threading.Lock()
 FRONTEND = "nvidia-cudnn-frontend==1.16.0"
 
 
 def cudnn_module(what: str):
-    """The `cudnn` module of nvidia-cudnn-frontend; NotImplementedError naming `what` needs it if absent."""
-    try:
-        import cudnn
-    except ImportError as e:
-        raise NotImplementedError(f"{what} needs {FRONTEND} (pip install {FRONTEND} nvidia-cudnn-cu12): {e}") from None
+    """The `cudnn` module of nvidia-cudnn-frontend; NotImplementedError naming `what` needs it if absent.
+    Imported without importing PyTorch: the frontend's `cudnn.wrapper` (its conveniences for torch
+    tensors, which flame does not use: it hands cuDNN enums and device addresses) imports torch where
+    it is installed, seconds of a new process's first compile. While `import cudnn` runs, `torch` is
+    None in sys.modules, so that import finds no torch and the wrapper goes on without it."""
+    found = sys.modules.get("cudnn")
+    if found is not None:
+        return found
+    with _importing:
+        hide = "torch" not in sys.modules
+        if hide:
+            sys.modules["torch"] = None  # type: ignore[assignment]  (an import of it raises ImportError)
+        try:
+            import cudnn
+        except ImportError as e:
+            raise NotImplementedError(
+                f"{what} needs {FRONTEND} (pip install {FRONTEND} nvidia-cudnn-cu12): {e}") from None
+        finally:
+            if hide and "torch" in sys.modules and sys.modules["torch"] is None:
+                del sys.modules["torch"]
     return cudnn
 
 
