@@ -318,7 +318,9 @@ class _MapSegment:
     """The CUDA pieces of one elementwise segment over its collapsed domain."""
 
     def __init__(self, ops: list[Op], lay: Layout, inputs: list[Value], outputs: list[Value], prefix: str = "",
-                 hoist: str | None = None, streaming: bool = False):
+                 hoist: str | None = None, streaming: bool = False, ordered: bool = False):
+        # ordered: the loads in the inputs' order (else the layout's), so that a balanced kernel's
+        # segments that compute alike from alike-ordered inputs load alike and share one class body
         self.ops, self.lay, self.prefix = ops, lay, prefix  # prefix: of the pointer names; hoist: of the scalars'
         self.streaming = streaming  # the vector path's loads and stores with the streaming cache hint
         self.hoist = prefix if hoist is None else hoist
@@ -326,6 +328,8 @@ class _MapSegment:
         self.stores = [(outputs.index(v), v, m) for v, m in lay.stores.items()]
         inside = {op.out for op in ops}
         self.loads = [(v, m) for v, ms in lay.maps.items() if v not in inside for m in ms]
+        if ordered:
+            self.loads.sort(key=lambda k: self.in_idx[k[0]])
         # loads inside a piece of a piecewise op: element by element where the piece holds, never ahead
         self.guarded = {k for k in self.loads if k in lay.guarded}
         indexed = [(op.out, m) for op in ops if own_indexed(op) for m in lay.maps.get(op.out, [])]
@@ -564,16 +568,17 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     else one item at a time. Per element the arithmetic is the segment's own."""
     classes: dict[str, int] = {}
     fields: list[dict] = []
-    cases, items, whats, slots, cls_of = [], [], [], [], []
+    items, whats, slots, cls_of, wiring = [], [], [], [], []
     probes: dict[tuple, dict] = {}  # a segment's ops as IR text, wired to its inputs and outputs -> its fields
     in_at, out_at = _first_at(inputs), _first_at(outputs)  # (list.index of each)
     for seg, lay in zip(segs, lays):
-        ins = _reads(seg)  # in the segment's own order of first use: the same in segments of one class
         outs = (  # in the outputs' order
             [v for v in outputs if v in lay.stores]
             if len(out_at) < len(outputs)
             else sorted((v for v in lay.stores if v in out_at), key=out_at.__getitem__)
         )
+        seg = _dataflow_order(seg, outs)
+        ins = _reads(seg)  # in the segment's order of first use: the same in segments of one class
         probe = _probe(probes, seg, lay, ins, outs, config.balanced_streaming)
         key = repr(([v.dtype.name for v in ins], [v.dtype.name for v in outs],
                     {k: f for k, f in probe.items() if k not in ("n", "what")}))
@@ -584,12 +589,12 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         slots.append(fields[c]["count"])
         cls_of.append(c)
         fields[c]["count"] += 1
-        ptrs = [f"L{c}_in{j} = in{in_at[v]};" for j, v in enumerate(ins)]
-        ptrs += [f"L{c}_out{j} = out{out_at[v]};" for j, v in enumerate(outs)]
         n = math.prod(lay.domain)
-        cases.append(" ".join(ptrs + [f"n = {n}u; cls = {c}; slot = {slots[-1]};"]))
+        wiring.append([(f"in{j}", f"in{in_at[v]}") for j, v in enumerate(ins)]
+                      + [(f"out{j}", f"out{out_at[v]}") for j, v in enumerate(outs)])
         items.append(-(-n // fields[c]["vec"]))
         whats.append(probe["what"])
+    cases = _table_cases(fields, cls_of, slots, wiring, [math.prod(lay.domain) for lay in lays])
     block = block_for(sum(items))
     U = max(1, config.balanced_unroll)
     offsets, grid, per = balanced_chunks(items, block, target.sm_count * max(1, config.balanced_threads // block),
@@ -619,6 +624,45 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
     return dataclasses.replace(k, in_place_safe=False)
 
 
+def _dataflow_order(seg: list[Op], outs: list[Value]) -> list[Op]:
+    """seg's ops in an order that depends only on its dataflow: each output's ops depth-first (operands
+    in order, each op after those it reads), then the ops no output reads, in seg's order. Segments
+    that compute the same function of their inputs then read them in the same order and share one
+    class, however the schedule interleaved their ops (a bias's gradient reshaped before its update)."""
+    inside = {op.out: op for op in seg}
+    done: dict[Op, None] = {}
+    for root in [inside[v] for v in outs if v in inside] + list(seg):
+        stack = [(root, iter(root.inputs))]
+        while stack:
+            op, rest = stack[-1]
+            nxt = next((inside[v] for v in rest if v in inside and inside[v] not in done), None)
+            if nxt is None:
+                stack.pop()
+                done.setdefault(op)
+            else:
+                stack.append((nxt, iter(nxt.inputs)))
+    return list(done)
+
+
+def _table_cases(fields: list[dict], cls_of: list[int], slots: list[int], wiring: list[list[tuple[str, str]]],
+                 sizes: list[int]) -> list[str]:
+    """The balanced kernel's switch cases, one per segment: the parameters its class's row takes
+    (L{c}_in{j} = in{k}). A pointer that every segment of a class takes from the same parameter (an
+    optimizer's learning rate) is set once where the class's pointers are declared, not in each case:
+    NVRTC's time grows with the cases' assignments, and a 75-tensor update has hundreds of them."""
+    same: list[dict[str, str]] = []
+    for c, f in enumerate(fields):
+        wires = [dict(w) for w, k in zip(wiring, cls_of) if k == c]
+        same.append({m: p for m, p in wires[0].items() if all(w[m] == p for w in wires)})
+        members = [m for m, _ in wiring[cls_of.index(c)]]  # in the order of f["pointers"]
+        f["pointers"] = [line.replace("= nullptr;", f"= {same[c][m]};") if m in same[c] else line
+                         for line, m in zip(f["pointers"], members)]
+    return [
+        " ".join([f"L{c}_{m} = {p};" for m, p in w if m not in same[c]] + [f"n = {n}u; cls = {c}; slot = {slot};"])
+        for w, c, slot, n in zip(wiring, cls_of, slots, sizes)
+    ]
+
+
 def _first_at(values: list[Value]) -> dict[Value, int]:
     """Each value's first position in values."""
     at: dict[Value, int] = {}
@@ -632,7 +676,7 @@ def _probe(probes: dict, seg: list[Op], lay: Layout, ins: list[Value], outs: lis
     once per segment alike (`probes`: _canonical_segment -> fields)."""
     alike = _canonical_segment(seg, ins, outs)
     if alike not in probes:
-        probes[alike] = _MapSegment(seg, lay, ins, outs, "p_", "R.", streaming).template_fields(ins, outs)
+        probes[alike] = _MapSegment(seg, lay, ins, outs, "p_", "R.", streaming, ordered=True).template_fields(ins, outs)
     return probes[alike]
 
 
@@ -654,7 +698,7 @@ def _class_fields(seg: list[Op], lay: Layout, ins: list[Value], outs: list[Value
     """The template fields of class c: its body (pointers p_in{j}, p_out{j} read from table row R per
     item: `locals`; scalars R.s{k}), the row's members and how a block fills a row from a segment's
     pointers L{c}_in{j}, L{c}_out{j} (`pointers`, `sets`)."""
-    local = _MapSegment(seg, lay, ins, outs, f"L{c}_")
+    local = _MapSegment(seg, lay, ins, outs, f"L{c}_", ordered=True)
     fill = local.template_fields(ins, outs)
     walked = [(f"in{j}", f"const {ins[j].dtype.cuda_type}*") for j in local.walked()]
     walked += [(f"out{j}", f"{v.dtype.cuda_type}*") for j, v in enumerate(outs)]
