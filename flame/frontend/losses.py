@@ -306,8 +306,8 @@ def smooth_l1_loss(
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
     """torch.nn.functional.pad: `pad` holds (left, right) pairs starting from the LAST dimension
     (pad=(1, 2) pads the last dim by 1 before and 2 after; (1, 1, 2, 2) also the one before it).
-    mode "constant" (value, default 0; negative pads crop), "reflect" (mirror without repeating the
-    edge; pads < size), "replicate" (repeat the edge), "circular" (wrap around; pads <= size)."""
+    mode "constant" (value, default 0), "reflect" (mirror without repeating the edge; pads < size),
+    "replicate" (repeat the edge), "circular" (wrap around; pads <= size); negative pads crop."""
     pad = [int(p) for p in pad]
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise ShapeError(
@@ -330,17 +330,36 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         raise ShapeError(f"pad: value={value} only applies to mode='constant'\n  at {user_location()}")
     x = input
     for d, (lo, hi) in pairs.items():
-        n = x.shape[d]
-        limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
-        if min(lo, hi) < 0 or limit is not None and max(lo, hi) > limit or n == 0:
-            raise ShapeError(
-                f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) must be non-negative"
-                + (f" and at most {limit}" if limit is not None else "")
-                + f"\n  at {user_location()}"
-            )
-        if lo or hi:
-            x = apply("index_select", x, _source_positions(mode, n, lo, hi), axis=d)
+        x = _pad_axis(x, d, mode, lo, hi)
     return x
+
+
+def _pad_axis(x: Tensor, d: int, mode: str, lo: int, hi: int) -> Tensor:
+    """One axis of a reflect, replicate or circular pad; a negative pad crops. As PyTorch: reflect and
+    replicate read the uncropped input (an output of at least one element), circular wraps around what
+    the crop keeps (positive pads at most that size)."""
+    n = x.shape[d]
+    kept = n - max(-lo, 0) - max(-hi, 0)
+    limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
+    if n == 0 or limit is not None and max(lo, hi) > limit:
+        raise ShapeError(
+            f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) must be at most {limit}"
+            f"\n  at {user_location()}" if n else
+            f"pad: {mode} padding of dimension {d} needs a non-empty input\n  at {user_location()}"
+        )
+    if mode != "circular" and n + lo + hi < 1 or mode == "circular" and (kept < 0 or max(lo, hi, 0) > kept):
+        raise ShapeError(
+            f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) leaves "
+            + (f"{n + lo + hi} elements (at least 1 needed)" if mode != "circular" else
+               f"{max(kept, 0)} elements to wrap around, fewer than the padding")
+            + f"\n  at {user_location()}"
+        )
+    if mode == "circular":
+        x = x.narrow(d, max(-lo, 0), kept) if kept < n else x
+        if max(lo, 0) or max(hi, 0):
+            x = apply("index_select", x, arange(-max(lo, 0), kept + max(hi, 0)) % kept, axis=d)
+        return x
+    return apply("index_select", x, _source_positions(mode, n, lo, hi), axis=d) if lo or hi else x
 
 
 def _source_positions(mode: str, n: int, lo: int, hi: int) -> Tensor:
