@@ -442,9 +442,10 @@ class _InstanceNorm(_NormBase):
     """Per-sample, per-channel normalisation over the positions (F.instance_norm); affine=False and
     track_running_stats=False by default, as PyTorch. With track_running_stats, training updates the
     buffers running_mean, running_var (an aliased state output inside @flame.compile) and eval()
-    normalises with them; num_batches_tracked is kept for PyTorch's state_dict names."""
+    normalises with them; num_batches_tracked is kept for PyTorch's state_dict names. momentum=None leaves
+    the running statistics as they are (PyTorch passes momentum 0; it has no cumulative average here)."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
                  track_running_stats: bool = False, device: Any = None, dtype: Any = None, *, bias: bool = True):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
 
@@ -455,7 +456,8 @@ class _InstanceNorm(_NormBase):
             raise ShapeError(f"{type(self).__name__}({self.num_features}): expected [N, {self.num_features}, ...] of "
                              f"rank {self.rank}, got {list(x.shape)}\n  at {user_location()}")
         return N.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                               self.training or not self.track_running_stats, self.momentum, self.eps)
+                               self.training or not self.track_running_stats,
+                               0.0 if self.momentum is None else self.momentum, self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
