@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from flame.errors import ArgumentError, ShapeError
+from flame.errors import ArgumentError, ArgumentRangeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, default_generator, ones, zeros
@@ -310,6 +310,9 @@ def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
 @policy("f32")  # autocast: on PyTorch's float32 list
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:  # noqa: A002
     """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target."""
+    if not delta > 0:
+        raise ArgumentRangeError(f"huber_loss does not support non-positive values for delta. (got {delta})"
+                                 f"\n  at {user_location()}")
     warn_if_broadcast("huber_loss", input, target)
     d = input - target
     a = d.abs()

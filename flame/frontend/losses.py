@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import IndexValueError, ShapeError, TraceError
+from flame.errors import ArgumentRangeError, IndexValueError, ShapeError, TraceError
 from flame.frontend import opmath
 from flame.frontend.autocast import is_autocast_enabled, policy
 from flame.frontend.context import user_location
@@ -107,6 +107,12 @@ def nll_loss(
         )
     no_weight_grad("nll_loss2d_forward" if input.ndim > 2 else "nll_loss_forward", weight)
     n_classes = input.shape[1] if batched else input.shape[0]
+    if weight is not None and weight.numel() != n_classes:  # PyTorch's check and words
+        raise ShapeError(
+            f"nll_loss: weight tensor should be defined either for all {n_classes} classes or no classes but got "
+            f"weight tensor of shape: {list(weight.shape)}\n  at {user_location()}"
+        )
+    weight = weight.reshape(-1) if weight is not None and weight.ndim != 1 else weight
     _check_targets("nll_loss", target, n_classes, ignore_index)
     x = input.permute(0, *range(2, input.ndim), 1) if batched else input  # classes last
     valid = target != ignore_index
@@ -145,8 +151,16 @@ def cross_entropy(
     """torch.nn.functional.cross_entropy: logits [N, C] (or [C], or [N, C, d1, ...]) against class
     indices [N] (or [N, d1, ...]; ignore_index, PyTorch's -100 when not given, adds nothing and is left
     out of the mean) or class probabilities of input's shape; weight [C] scales each class (the mean
-    divides by the summed weights of the targets); label_smoothing mixes in the uniform distribution."""
+    divides by the summed weights of the targets); label_smoothing (at most 1; as PyTorch, a negative one
+    is no smoothing) mixes in the uniform distribution."""
     _no_legacy("cross_entropy", size_average, reduce)
+    if label_smoothing > 1.0:
+        raise ArgumentRangeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}"
+                                 f"\n  at {user_location()}")
+    label_smoothing = max(float(label_smoothing), 0.0)
+    if target.dtype.is_float and ignore_index is not None and ignore_index >= 0:
+        raise ArgumentRangeError(f"ignore_index is not supported for floating point target (ignore_index="
+                                 f"{ignore_index}; PyTorch accepts only a negative one there)\n  at {user_location()}")
     if weight is None and input.ndim == 2 and not target.dtype.is_float:
         return cross_entropy_labels(input, target, reduction, label_smoothing, ignore_index)
     cdim = 1 if input.ndim >= 2 else 0
@@ -295,6 +309,9 @@ def smooth_l1_loss(
 ) -> Tensor:
     """0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta (the Huber loss / beta)."""
     _no_legacy("smooth_l1_loss", size_average, reduce)
+    if beta < 0:
+        raise ArgumentRangeError(f"smooth_l1_loss does not support negative values for beta. (got {beta})"
+                                 f"\n  at {user_location()}")
     warn_if_broadcast("smooth_l1_loss", input, target)  # PyTorch warns and broadcasts
     d = (input - target).abs()
     if beta == 0:
