@@ -22,6 +22,7 @@ from flame.frontend.functional import (
     softmax,
     softmax_dim,
     warn_if_broadcast,
+    weighted_loss_reduce,
 )
 from flame.frontend.opmath import composite, float_gradient, half_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
@@ -308,15 +309,18 @@ def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
-def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:  # noqa: A002
-    """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target."""
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
+               weight: Tensor | None = None) -> Tensor:
+    """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target; weight (the
+    input's shape) scales each element (the mean is the mean of the products, as PyTorch's)."""
     if not delta > 0:
         raise ArgumentRangeError(f"huber_loss does not support non-positive values for delta. (got {delta})"
                                  f"\n  at {user_location()}")
     warn_if_broadcast("huber_loss", input, target)
     d = input - target
     a = d.abs()
-    return _loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), reduction)
+    return weighted_loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), weight, input, reduction,
+                                False)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list

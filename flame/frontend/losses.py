@@ -13,7 +13,14 @@ from flame.frontend.autocast import is_autocast_enabled, policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
-from flame.frontend.functional import _loss_reduce, cross_entropy_labels, log_softmax, no_weight_grad, warn_if_broadcast
+from flame.frontend.functional import (
+    _loss_reduce,
+    cross_entropy_labels,
+    log_softmax,
+    no_weight_grad,
+    warn_if_broadcast,
+    weighted_loss_reduce,
+)
 from flame.frontend.functional import no_legacy_reduction as _no_legacy
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
@@ -291,11 +298,13 @@ def l1_loss(
     size_average=None,
     reduce=None,  # noqa: A002
     reduction: str = "mean",
+    weight: Tensor | None = None,
 ) -> Tensor:
-    """|input - target|, reduced."""
+    """|input - target|, reduced; weight (the input's shape) scales each element, the mean then being the
+    weighted sum over the summed weights, as PyTorch's."""
     _no_legacy("l1_loss", size_average, reduce)
     warn_if_broadcast("l1_loss", input, target)  # PyTorch warns and broadcasts
-    return _loss_reduce((input - target).abs(), reduction)
+    return weighted_loss_reduce((input - target).abs(), weight, input, reduction, True)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
