@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from flame.errors import ArgumentError, ArgumentRangeError, ShapeError
+from flame.errors import ArgumentError, ArgumentRangeError, IndexValueError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, default_generator, ones, zeros
@@ -371,6 +371,20 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     return out.reshape(*batch, o)
 
 
+def _check_offsets(offsets: Tensor, length: int) -> None:
+    """Eager offsets are checked as PyTorch's: the first 0, none decreasing, none past the input's length
+    (traced ones are not known while tracing)."""
+    if offsets._value is not None or offsets.shape[0] == 0:
+        return
+    o = offsets.numpy()
+    problem = (f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
+               f"However, got {int(o[0])}" if o[0] != 0 else
+               f"offsets[-1] can not be greater than input's length {length} but got offsets[-1] of {int(o.max())}"
+               if o.max() > length else "offsets must not decrease" if (np.diff(o) < 0).any() else None)
+    if problem:
+        raise IndexValueError(f"embedding_bag: {problem}\n  at {user_location()}")
+
+
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def embedding_bag(
     input: Tensor,
@@ -406,6 +420,7 @@ def embedding_bag(
         per_sample_weights = per.reshape(-1) if per is not None else None
         ids = None
     elif input.ndim == 1 and offsets is not None:
+        _check_offsets(offsets, input.shape[0])
         bags = offsets.shape[0] - (1 if include_last_offset else 0)
         # each entry's bag: how many offsets after the first lie at or before it (with
         # include_last_offset, entries from the last offset on join the last bag: clamped below)
