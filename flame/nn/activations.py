@@ -18,7 +18,7 @@ from flame.frontend.creation import full, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
 from flame.nn import init
-from flame.nn.conv import _NormBase
+from flame.nn.conv import _LazyNorm, _NormBase
 from flame.nn.layers import _Elementwise, given_weight
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
@@ -474,6 +474,28 @@ class InstanceNorm2d(_InstanceNorm):
 
 class InstanceNorm3d(_InstanceNorm):
     rank = 5
+
+
+class _LazyInstanceNorm(_LazyNorm, _InstanceNorm):
+    """InstanceNorm whose num_features is its first input's dim 1 (torch.nn.LazyInstanceNormNd); affine and
+    track_running_stats default to True, as torch's lazy modules (the eager ones default to False)."""
+
+    def _infer_parameters(self, args: tuple, kwargs: dict) -> None:
+        if not self.has_uninitialized_params() and args and isinstance(args[0], Tensor) and args[0].ndim > 1:
+            self.num_features = args[0].shape[1]  # nothing to materialise: the size its forward checks
+        super()._infer_parameters(args, kwargs)
+
+
+class LazyInstanceNorm1d(_LazyInstanceNorm):
+    rank, cls_to_become = 3, InstanceNorm1d
+
+
+class LazyInstanceNorm2d(_LazyInstanceNorm):
+    rank, cls_to_become = 4, InstanceNorm2d
+
+
+class LazyInstanceNorm3d(_LazyInstanceNorm):
+    rank, cls_to_become = 5, InstanceNorm3d
 
 
 class Bilinear(Module):
