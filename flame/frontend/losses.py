@@ -354,6 +354,12 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         )
     if value:
         raise ShapeError(f"pad: value={value} only applies to mode='constant'\n  at {user_location()}")
+    if not (len(pad) <= 6 and input.ndim in (len(pad) // 2 + 1, len(pad) // 2 + 2)):
+        raise NotImplementedError(  # PyTorch's first line
+            f"Padding size {len(pad)} is not supported for {input.ndim}D input tensor.\n{mode} pads 1 to 3 "
+            f"trailing dims of a batched or unbatched input: {len(pad)} pads need a {len(pad) // 2 + 1}D or "
+            f"{len(pad) // 2 + 2}D input\n  at {user_location()}"
+        )
     x = input
     for d, (lo, hi) in pairs.items():
         x = _pad_axis(x, d, mode, lo, hi)

@@ -39,3 +39,16 @@ def test_pads_that_leave_too_little_raise(mode, pad):
             torch.nn.functional.pad(torch.tensor(x), pad, mode=mode)
     with pytest.raises(flame.ShapeError, match=r"leaves(.|\n)*test_pad_negative"):
         flame.nn.functional.pad(flame.tensor(x), pad, mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize("shape, pad", [((3, 4), (1, 1, 1, 1)), ((5,), (1, 1)), ((2, 3, 4, 5, 6), (1, 1)),
+                                        ((2, 3, 4), (1, 1, 1, 1, 1, 1))])
+def test_pads_of_other_ranks_raise_as_torch(mode, shape, pad):
+    """A non-constant pad takes 1 to 3 trailing dims of a batched or unbatched input (flame padded any)."""
+    x = np.ones(shape)
+    with pytest.raises(NotImplementedError) as theirs:
+        torch.nn.functional.pad(torch.tensor(x), pad, mode=mode)
+    with pytest.raises(NotImplementedError, match=r"(.|\n)*test_pad_negative") as mine:
+        flame.nn.functional.pad(flame.tensor(x), pad, mode=mode)
+    assert str(theirs.value).splitlines()[0] in str(mine.value)
