@@ -11,6 +11,7 @@ from flame import ir
 from flame._version import __version__
 from flame.errors import (
     ArgumentError,
+    ArgumentRangeError,
     ArgumentTypeError,
     CheckpointError,
     DTypeError,

@@ -108,6 +108,12 @@ class OverflowValueError(ArgumentError, RuntimeError):
     overflow". Infinities are values of every floating dtype."""
 
 
+class ArgumentRangeError(ArgumentError, RuntimeError):
+    """An argument outside the range a PyTorch kernel accepts, which PyTorch refuses with a RuntimeError
+    (cross_entropy's label_smoothing above 1, a negative smooth_l1_loss beta, a huber_loss delta that is
+    not positive); the message is PyTorch's."""
+
+
 class ArgumentTypeError(FlameError, TypeError):
     """An argument is of a type flame does not accept there (PyTorch raises TypeError); the message
     names it, what it accepts and what came."""

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from flame.errors import ArgumentError, ShapeError
+from flame.errors import ArgumentError, ArgumentRangeError, IndexValueError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, default_generator, ones, zeros
@@ -22,6 +22,7 @@ from flame.frontend.functional import (
     softmax,
     softmax_dim,
     warn_if_broadcast,
+    weighted_loss_reduce,
 )
 from flame.frontend.opmath import composite, float_gradient, half_gradient, wide, with_derivative
 from flame.frontend.ops import broadcast_tensors, vector_norm, where
@@ -308,12 +309,18 @@ def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
-def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:  # noqa: A002
-    """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target."""
+def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0,  # noqa: A002
+               weight: Tensor | None = None) -> Tensor:
+    """0.5 * d^2 where |d| < delta, else delta * (|d| - 0.5 * delta), with d = input - target; weight (the
+    input's shape) scales each element (the mean is the mean of the products, as PyTorch's)."""
+    if not delta > 0:
+        raise ArgumentRangeError(f"huber_loss does not support non-positive values for delta. (got {delta})"
+                                 f"\n  at {user_location()}")
     warn_if_broadcast("huber_loss", input, target)
     d = input - target
     a = d.abs()
-    return _loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), reduction)
+    return weighted_loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), weight, input, reduction,
+                                False)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
@@ -364,6 +371,20 @@ def bilinear(input1: Tensor, input2: Tensor, weight: Tensor, bias: Tensor | None
     return out.reshape(*batch, o)
 
 
+def _check_offsets(offsets: Tensor, length: int) -> None:
+    """Eager offsets are checked as PyTorch's: the first 0, none decreasing, none past the input's length
+    (traced ones are not known while tracing)."""
+    if offsets._value is not None or offsets.shape[0] == 0:
+        return
+    o = offsets.numpy()
+    problem = (f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from position 0. "
+               f"However, got {int(o[0])}" if o[0] != 0 else
+               f"offsets[-1] can not be greater than input's length {length} but got offsets[-1] of {int(o.max())}"
+               if o.max() > length else "offsets must not decrease" if (np.diff(o) < 0).any() else None)
+    if problem:
+        raise IndexValueError(f"embedding_bag: {problem}\n  at {user_location()}")
+
+
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def embedding_bag(
     input: Tensor,
@@ -399,6 +420,7 @@ def embedding_bag(
         per_sample_weights = per.reshape(-1) if per is not None else None
         ids = None
     elif input.ndim == 1 and offsets is not None:
+        _check_offsets(offsets, input.shape[0])
         bags = offsets.shape[0] - (1 if include_last_offset else 0)
         # each entry's bag: how many offsets after the first lie at or before it (with
         # include_last_offset, entries from the last offset on join the last bag: clamped below)

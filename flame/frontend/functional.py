@@ -41,6 +41,22 @@ def _loss_reduce(x: Tensor, reduction: str) -> Tensor:
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
+def weighted_loss_reduce(x: Tensor, weight: Tensor | None, input: Tensor, reduction: str,  # noqa: A002
+                         mean_over_weights: bool) -> Tensor:
+    """An elementwise loss times its optional weight (of the input's shape, as PyTorch checks), reduced as
+    PyTorch's l1, mse (mean_over_weights: the mean divides by the summed weights) and huber (the mean of
+    the products)."""
+    if weight is None:
+        return _loss_reduce(x, reduction)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ShapeError(f"Weights and input must have the same size. (weight {list(weight.shape)}, input "
+                         f"{list(input.shape)})\n  at {user_location()}")
+    x = x * weight
+    if reduction == "mean" and mean_over_weights:
+        return x.sum() / weight.sum()
+    return _loss_reduce(x, reduction)
+
+
 def no_legacy_reduction(name: str, size_average, reduce) -> None:
     """Refuse torch's deprecated size_average / reduce (they take the places torch gives them, so that a
     reduction passed in one of those places is not read as the reduction)."""
@@ -278,13 +294,14 @@ def warn_if_broadcast(loss: str, input: Tensor, target: Tensor) -> None:  # noqa
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def mse_loss(input: Tensor, target: Tensor, size_average=None, reduce=None,  # noqa: A002
-             reduction: str = "mean") -> Tensor:
+             reduction: str = "mean", weight: Tensor | None = None) -> Tensor:
     """mean((input - target)^2) (or its sum, or per element); warns as PyTorch does when the shapes
-    differ and would broadcast."""
+    differ and would broadcast. weight (the input's shape) scales each element; the mean is then the
+    weighted sum over the summed weights, as PyTorch's."""
     no_legacy_reduction("mse_loss", size_average, reduce)
     warn_if_broadcast("mse_loss", input, target)
     d = input - target
-    return _loss_reduce(d * d, reduction)
+    return weighted_loss_reduce(d * d, weight, input, reduction, True)
 
 
 def cross_entropy_labels(logits: Tensor, target: Tensor, reduction: str = "mean",

@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import IndexValueError, ShapeError, TraceError
+from flame.errors import ArgumentRangeError, IndexValueError, ShapeError, TraceError
 from flame.frontend import opmath
 from flame.frontend.autocast import is_autocast_enabled, policy
 from flame.frontend.context import user_location
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply
-from flame.frontend.functional import _loss_reduce, cross_entropy_labels, log_softmax, no_weight_grad, warn_if_broadcast
+from flame.frontend.functional import (
+    _loss_reduce,
+    cross_entropy_labels,
+    log_softmax,
+    no_weight_grad,
+    warn_if_broadcast,
+    weighted_loss_reduce,
+)
 from flame.frontend.functional import no_legacy_reduction as _no_legacy
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import where
@@ -107,6 +114,12 @@ def nll_loss(
         )
     no_weight_grad("nll_loss2d_forward" if input.ndim > 2 else "nll_loss_forward", weight)
     n_classes = input.shape[1] if batched else input.shape[0]
+    if weight is not None and weight.numel() != n_classes:  # PyTorch's check and words
+        raise ShapeError(
+            f"nll_loss: weight tensor should be defined either for all {n_classes} classes or no classes but got "
+            f"weight tensor of shape: {list(weight.shape)}\n  at {user_location()}"
+        )
+    weight = weight.reshape(-1) if weight is not None and weight.ndim != 1 else weight
     _check_targets("nll_loss", target, n_classes, ignore_index)
     x = input.permute(0, *range(2, input.ndim), 1) if batched else input  # classes last
     valid = target != ignore_index
@@ -145,8 +158,16 @@ def cross_entropy(
     """torch.nn.functional.cross_entropy: logits [N, C] (or [C], or [N, C, d1, ...]) against class
     indices [N] (or [N, d1, ...]; ignore_index, PyTorch's -100 when not given, adds nothing and is left
     out of the mean) or class probabilities of input's shape; weight [C] scales each class (the mean
-    divides by the summed weights of the targets); label_smoothing mixes in the uniform distribution."""
+    divides by the summed weights of the targets); label_smoothing (at most 1; as PyTorch, a negative one
+    is no smoothing) mixes in the uniform distribution."""
     _no_legacy("cross_entropy", size_average, reduce)
+    if label_smoothing > 1.0:
+        raise ArgumentRangeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}"
+                                 f"\n  at {user_location()}")
+    label_smoothing = max(float(label_smoothing), 0.0)
+    if target.dtype.is_float and ignore_index is not None and ignore_index >= 0:
+        raise ArgumentRangeError(f"ignore_index is not supported for floating point target (ignore_index="
+                                 f"{ignore_index}; PyTorch accepts only a negative one there)\n  at {user_location()}")
     if weight is None and input.ndim == 2 and not target.dtype.is_float:
         return cross_entropy_labels(input, target, reduction, label_smoothing, ignore_index)
     cdim = 1 if input.ndim >= 2 else 0
@@ -277,11 +298,13 @@ def l1_loss(
     size_average=None,
     reduce=None,  # noqa: A002
     reduction: str = "mean",
+    weight: Tensor | None = None,
 ) -> Tensor:
-    """|input - target|, reduced."""
+    """|input - target|, reduced; weight (the input's shape) scales each element, the mean then being the
+    weighted sum over the summed weights, as PyTorch's."""
     _no_legacy("l1_loss", size_average, reduce)
     warn_if_broadcast("l1_loss", input, target)  # PyTorch warns and broadcasts
-    return _loss_reduce((input - target).abs(), reduction)
+    return weighted_loss_reduce((input - target).abs(), weight, input, reduction, True)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
@@ -295,6 +318,9 @@ def smooth_l1_loss(
 ) -> Tensor:
     """0.5 d^2 / beta where d = |input - target| < beta, else d - 0.5 beta (the Huber loss / beta)."""
     _no_legacy("smooth_l1_loss", size_average, reduce)
+    if beta < 0:
+        raise ArgumentRangeError(f"smooth_l1_loss does not support negative values for beta. (got {beta})"
+                                 f"\n  at {user_location()}")
     warn_if_broadcast("smooth_l1_loss", input, target)  # PyTorch warns and broadcasts
     d = (input - target).abs()
     if beta == 0:
@@ -306,8 +332,8 @@ def smooth_l1_loss(
 def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
     """torch.nn.functional.pad: `pad` holds (left, right) pairs starting from the LAST dimension
     (pad=(1, 2) pads the last dim by 1 before and 2 after; (1, 1, 2, 2) also the one before it).
-    mode "constant" (value, default 0; negative pads crop), "reflect" (mirror without repeating the
-    edge; pads < size), "replicate" (repeat the edge), "circular" (wrap around; pads <= size)."""
+    mode "constant" (value, default 0), "reflect" (mirror without repeating the edge; pads < size),
+    "replicate" (repeat the edge), "circular" (wrap around; pads <= size); negative pads crop."""
     pad = [int(p) for p in pad]
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise ShapeError(
@@ -328,19 +354,44 @@ def pad(input: Tensor, pad, mode: str = "constant", value: float | None = None) 
         )
     if value:
         raise ShapeError(f"pad: value={value} only applies to mode='constant'\n  at {user_location()}")
+    if not (len(pad) <= 6 and input.ndim in (len(pad) // 2 + 1, len(pad) // 2 + 2)):
+        raise NotImplementedError(  # PyTorch's first line
+            f"Padding size {len(pad)} is not supported for {input.ndim}D input tensor.\n{mode} pads 1 to 3 "
+            f"trailing dims of a batched or unbatched input: {len(pad)} pads need a {len(pad) // 2 + 1}D or "
+            f"{len(pad) // 2 + 2}D input\n  at {user_location()}"
+        )
     x = input
     for d, (lo, hi) in pairs.items():
-        n = x.shape[d]
-        limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
-        if min(lo, hi) < 0 or limit is not None and max(lo, hi) > limit or n == 0:
-            raise ShapeError(
-                f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) must be non-negative"
-                + (f" and at most {limit}" if limit is not None else "")
-                + f"\n  at {user_location()}"
-            )
-        if lo or hi:
-            x = apply("index_select", x, _source_positions(mode, n, lo, hi), axis=d)
+        x = _pad_axis(x, d, mode, lo, hi)
     return x
+
+
+def _pad_axis(x: Tensor, d: int, mode: str, lo: int, hi: int) -> Tensor:
+    """One axis of a reflect, replicate or circular pad; a negative pad crops. As PyTorch: reflect and
+    replicate read the uncropped input (an output of at least one element), circular wraps around what
+    the crop keeps (positive pads at most that size)."""
+    n = x.shape[d]
+    kept = n - max(-lo, 0) - max(-hi, 0)
+    limit = n - 1 if mode == "reflect" else n if mode == "circular" else None
+    if n == 0 or limit is not None and max(lo, hi) > limit:
+        raise ShapeError(
+            f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) must be at most {limit}"
+            f"\n  at {user_location()}" if n else
+            f"pad: {mode} padding of dimension {d} needs a non-empty input\n  at {user_location()}"
+        )
+    if mode != "circular" and n + lo + hi < 1 or mode == "circular" and (kept < 0 or max(lo, hi, 0) > kept):
+        raise ShapeError(
+            f"pad: {mode} padding ({lo}, {hi}) of dimension {d} (size {n}) leaves "
+            + (f"{n + lo + hi} elements (at least 1 needed)" if mode != "circular" else
+               f"{max(kept, 0)} elements to wrap around, fewer than the padding")
+            + f"\n  at {user_location()}"
+        )
+    if mode == "circular":
+        x = x.narrow(d, max(-lo, 0), kept) if kept < n else x
+        if max(lo, 0) or max(hi, 0):
+            x = apply("index_select", x, arange(-max(lo, 0), kept + max(hi, 0)) % kept, axis=d)
+        return x
+    return apply("index_select", x, _source_positions(mode, n, lo, hi), axis=d) if lo or hi else x
 
 
 def _source_positions(mode: str, n: int, lo: int, hi: int) -> Tensor:

@@ -33,7 +33,9 @@ from flame.ir.dtypes import i64
 __all__ = ["adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
            "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "lp_pool1d",
            "lp_pool2d", "lp_pool3d", "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d",
-           "max_unpool3d"]
+           "max_unpool3d", "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices",
+           "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices",
+           "adaptive_max_pool3d_with_indices"]
 
 
 def _pool_sizes(name, x, d, kernel_size, stride, padding, dilation, ceil_mode):
@@ -437,6 +439,39 @@ def adaptive_max_pool2d(input, output_size, return_indices: bool = False) -> Ten
 
 def adaptive_max_pool3d(input, output_size, return_indices: bool = False) -> Tensor:  # noqa: A002
     return _adaptive("max", 3, input, output_size, return_indices)
+
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                            ceil_mode=False, return_indices=False) -> tuple[Tensor, Tensor]:
+    """max_pool1d(..., return_indices=True), as PyTorch's, whatever return_indices says."""
+    return max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                            ceil_mode=False, return_indices=False) -> tuple[Tensor, Tensor]:
+    """max_pool2d(..., return_indices=True), as PyTorch's, whatever return_indices says."""
+    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,  # noqa: A002
+                            ceil_mode=False, return_indices=False) -> tuple[Tensor, Tensor]:
+    """max_pool3d(..., return_indices=True), as PyTorch's, whatever return_indices says."""
+    return max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices=True)
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """adaptive_max_pool1d(..., return_indices=True), as PyTorch's, whatever return_indices says."""
+    return _adaptive("max", 1, input, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """adaptive_max_pool2d(..., return_indices=True), as PyTorch's, whatever return_indices says."""
+    return _adaptive("max", 2, input, output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """adaptive_max_pool3d(..., return_indices=True), as PyTorch's, whatever return_indices says."""
+    return _adaptive("max", 3, input, output_size, True)
 
 
 for _name in __all__:  # PyTorch's poolings make new tensors, never views of the input (views.new_tensor)

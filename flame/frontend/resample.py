@@ -14,6 +14,7 @@ written over primitives:
 from __future__ import annotations
 
 import math
+import warnings
 from functools import lru_cache
 
 import numpy as np
@@ -32,7 +33,7 @@ from flame.frontend.tensor_core import cat, stack, where
 from flame.frontend.views import new_tensor
 
 __all__ = ["channel_shuffle", "fold", "interpolate", "local_response_norm", "pixel_shuffle", "pixel_unshuffle",
-           "unfold"]
+           "unfold", "upsample", "upsample_bilinear", "upsample_nearest"]
 
 
 # ---- interpolation -------------------------------------------------------------------------------
@@ -214,6 +215,27 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     if mode == "area":
         return _adaptive("avg", d, x, out)
     return _upsample(x, mode, out, scales, align_corners, antialias)
+
+
+def upsample(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002
+             align_corners: bool | None = None) -> Tensor:
+    """PyTorch's deprecated name of interpolate (it warns as PyTorch does)."""
+    warnings.warn("`nn.functional.upsample` is deprecated. Use `nn.functional.interpolate` instead.", stacklevel=3)
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
+    """PyTorch's deprecated interpolate(..., mode="nearest") (it warns as PyTorch does)."""
+    warnings.warn("`nn.functional.upsample_nearest` is deprecated. Use `nn.functional.interpolate` instead.",
+                  stacklevel=3)
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input: Tensor, size=None, scale_factor=None) -> Tensor:  # noqa: A002
+    """PyTorch's deprecated interpolate(..., mode="bilinear", align_corners=True) (it warns as PyTorch does)."""
+    warnings.warn("`nn.functional.upsample_bilinear` is deprecated. Use `nn.functional.interpolate` instead.",
+                  stacklevel=3)
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 
 @policy("f32")  # autocast: PyTorch's upsample_nearest* / upsample_*linear* / *_aa are on its float32 list (area is not)

@@ -30,6 +30,9 @@ from flame.nn.activations import (
     InstanceNorm2d,
     InstanceNorm3d,
     KLDivLoss,
+    LazyInstanceNorm1d,
+    LazyInstanceNorm2d,
+    LazyInstanceNorm3d,
     LocalResponseNorm,
     LogSigmoid,
     Mish,
@@ -197,4 +200,5 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "CTCLoss", "MultiLabelMarginLoss", "TripletMarginWithDistanceLoss", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
            "AdaptiveMaxPool3d", "Fold", "Unfold", "register_module_forward_hook", "register_module_forward_pre_hook",
            "register_module_full_backward_hook", "register_module_full_backward_pre_hook", "AlphaDropout",
-           "FeatureAlphaDropout", "AdaptiveLogSoftmaxWithLoss", "FractionalMaxPool2d", "FractionalMaxPool3d"]
+           "FeatureAlphaDropout", "AdaptiveLogSoftmaxWithLoss", "FractionalMaxPool2d", "FractionalMaxPool3d",
+           "LazyInstanceNorm1d", "LazyInstanceNorm2d", "LazyInstanceNorm3d"]

@@ -19,7 +19,7 @@ from flame.frontend.creation import full, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
 from flame.nn import init
-from flame.nn.conv import _NormBase
+from flame.nn.conv import _LazyNorm, _NormBase
 from flame.nn.layers import _Elementwise, given_weight
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
@@ -449,9 +449,10 @@ class _InstanceNorm(_NormBase):
     """Per-sample, per-channel normalisation over the positions (F.instance_norm); affine=False and
     track_running_stats=False by default, as PyTorch. With track_running_stats, training updates the
     buffers running_mean, running_var (an aliased state output inside @flame.compile) and eval()
-    normalises with them; num_batches_tracked is kept for PyTorch's state_dict names."""
+    normalises with them; num_batches_tracked is kept for PyTorch's state_dict names. momentum=None leaves
+    the running statistics as they are (PyTorch passes momentum 0; it has no cumulative average here)."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
                  track_running_stats: bool = False, device: Any = None, dtype: Any = None, *, bias: bool = True):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
 
@@ -462,7 +463,8 @@ class _InstanceNorm(_NormBase):
             raise ShapeError(f"{type(self).__name__}({self.num_features}): expected [N, {self.num_features}, ...] of "
                              f"rank {self.rank}, got {list(x.shape)}\n  at {user_location()}")
         return N.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                               self.training or not self.track_running_stats, self.momentum, self.eps)
+                               self.training or not self.track_running_stats,
+                               0.0 if self.momentum is None else self.momentum, self.eps)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
@@ -479,6 +481,28 @@ class InstanceNorm2d(_InstanceNorm):
 
 class InstanceNorm3d(_InstanceNorm):
     rank = 5
+
+
+class _LazyInstanceNorm(_LazyNorm, _InstanceNorm):
+    """InstanceNorm whose num_features is its first input's dim 1 (torch.nn.LazyInstanceNormNd); affine and
+    track_running_stats default to True, as torch's lazy modules (the eager ones default to False)."""
+
+    def _infer_parameters(self, args: tuple, kwargs: dict) -> None:
+        if not self.has_uninitialized_params() and args and isinstance(args[0], Tensor) and args[0].ndim > 1:
+            self.num_features = args[0].shape[1]  # nothing to materialise: the size its forward checks
+        super()._infer_parameters(args, kwargs)
+
+
+class LazyInstanceNorm1d(_LazyInstanceNorm):
+    rank, cls_to_become = 3, InstanceNorm1d
+
+
+class LazyInstanceNorm2d(_LazyInstanceNorm):
+    rank, cls_to_become = 4, InstanceNorm2d
+
+
+class LazyInstanceNorm3d(_LazyInstanceNorm):
+    rank, cls_to_become = 5, InstanceNorm3d
 
 
 class Bilinear(Module):

@@ -595,8 +595,8 @@ class LazyConvTranspose3d(_LazyConvTranspose):
     d, cls_to_become = 3, ConvTranspose3d
 
 
-class _LazyBatchNorm(LazyModuleMixin, _BatchNorm):
-    """BatchNorm whose num_features is its first input's dim 1 (torch.nn.LazyBatchNormNd): weight, bias,
+class _LazyNorm(LazyModuleMixin):
+    """A norm layer whose num_features is its first input's dim 1 (torch's _LazyNormBase): weight, bias,
     running_mean and running_var are placeholders until then (num_batches_tracked is made at once)."""
 
     def __init__(self, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
@@ -627,6 +627,10 @@ class _LazyBatchNorm(LazyModuleMixin, _BatchNorm):
         sized = [t for t in (self.weight, self.running_mean) if t is not None and not is_lazy(t)]
         if sized:
             self.num_features = sized[0].shape[0]
+
+
+class _LazyBatchNorm(_LazyNorm, _BatchNorm):
+    """BatchNorm whose num_features is its first input's dim 1 (torch.nn.LazyBatchNormNd)."""
 
 
 class LazyBatchNorm1d(_LazyBatchNorm):

@@ -1,7 +1,7 @@
-"""LazyLinear, LazyConv1d/2d/3d, LazyConvTranspose1d/2d/3d and LazyBatchNorm1d/2d/3d against torch.nn's
-in f64: the shapes they materialise from the first input, the class they become, their values and
-gradients with torch's parameters loaded; their initialisation equals the eager layer's from the same
-generator state; load_state_dict materialises them; the first call inside @flame.compile; an optimizer
+"""LazyLinear, LazyConv1d/2d/3d, LazyConvTranspose1d/2d/3d, LazyBatchNorm1d/2d/3d and LazyInstanceNorm1d/2d/3d
+against torch.nn's in f64: the shapes they materialise from the first input, the class they become, their
+values and gradients with torch's parameters loaded; their initialisation equals the eager layer's from the
+same generator state; load_state_dict materialises them; the first call inside @flame.compile; an optimizer
 built before the first call is refused."""
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ CASES = [
     ("LazyBatchNorm1d", (), dict(momentum=None), (4, 3, 5)),
     ("LazyBatchNorm2d", (), dict(affine=False), (2, 3, 4, 4)),
     ("LazyBatchNorm3d", (), dict(track_running_stats=False), (2, 3, 2, 3, 4)),
+    ("LazyInstanceNorm1d", (), dict(affine=True), (2, 3, 5)),
+    ("LazyInstanceNorm2d", (), dict(affine=True, track_running_stats=True, bias=False), (2, 3, 4, 4)),
+    ("LazyInstanceNorm3d", (), dict(track_running_stats=True, momentum=None), (2, 3, 2, 3, 4)),
 ]
 
 

@@ -58,3 +58,15 @@ def test_the_module():
     want = t(torch.tensor(INPUT), torch.tensor(offsets)).detach().numpy()
     got = f(flame.tensor(INPUT), flame.tensor(np.array(offsets))).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("offsets", [[1, 2], [0, 3, 2], [0, 2, 6]], ids=["first", "decreasing", "past the end"])
+def test_offsets_torch_refuses_raise(offsets):
+    """A first offset other than 0, a decreasing one and one past the input's length raise (flame read them);
+    torch refuses the first and the last, and a decreasing one fails an internal check or reads garbage."""
+    weight, indices = np.random.default_rng(0).standard_normal((5, 2)), np.array([1, 2, 3, 4, 0])
+    if offsets != [0, 3, 2]:
+        with pytest.raises(RuntimeError):
+            torch.nn.functional.embedding_bag(torch.tensor(indices), torch.tensor(weight), torch.tensor(offsets))
+    with pytest.raises(IndexError, match=r"offsets(.|\n)*test_embedding_bag_max"):
+        flame.nn.functional.embedding_bag(flame.tensor(indices), flame.tensor(weight), flame.tensor(offsets))

@@ -53,7 +53,7 @@ def test_instance_norm_unbatched(d, compiled):
 
 
 @pytest.mark.parametrize("compiled", [False, True])
-@pytest.mark.parametrize("momentum", [0.1, 0.5])
+@pytest.mark.parametrize("momentum", [0.1, 0.5, None])
 def test_instance_norm_running_stats(momentum, compiled):
     theirs, mine = twin(lambda lib: lib.nn.InstanceNorm1d(4, momentum=momentum, affine=True, track_running_stats=True))
     for i in range(3):
