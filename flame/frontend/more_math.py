@@ -228,7 +228,8 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: b
                  right: bool = False, side: str | None = None, sorter: Tensor | None = None) -> Tensor:
     """For each value, where it would go in the sorted last dim of sorted_sequence to keep it sorted:
     the count of elements below it (at or below it with right=True or side="right"). A 1-D sequence
-    serves every value; else its leading dims match the values'."""
+    serves every value; else its leading dims match the values'. It is torch's binary search, step for
+    step, so NaN (a value or in the sequence) lands where torch's does: a NaN value goes past the end."""
     seq = as_tensor(sorted_sequence)
     if sorter is not None:
         seq = seq.take_along_dim(as_tensor(sorter), -1)
@@ -241,9 +242,16 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: b
     if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(v.shape[:-1]):
         raise _err(f"searchsorted: the leading dims of sorted_sequence {list(seq.shape)} and of the values "
                    f"{list(v.shape)} must match")
-    s = seq if seq.ndim == 1 else seq.unsqueeze(-2)  # [..., 1, N] against values [..., M, 1]
-    below = (s <= v.unsqueeze(-1)) if right else (s < v.unsqueeze(-1))
-    return below.sum(-1).to(i32 if out_int32 else i64)
+    n = seq.shape[-1]
+    lo, hi = zeros(tuple(v.shape), dtype=i64), zeros(tuple(v.shape), dtype=i64) + n
+    for _ in range(n.bit_length()):  # torch's lower/upper bound: go right unless mid >= v (mid > v)
+        mid = (lo + hi) // 2
+        pick = mid.clamp(max=n - 1)
+        m = seq[pick] if seq.ndim == 1 else seq.gather(-1, pick)
+        live = lo < hi
+        go_right = ~((m > v) if right else (m >= v))
+        lo, hi = where(live & go_right, mid + 1, lo), where(live & ~go_right, mid, hi)
+    return lo.to(i32 if out_int32 else i64)
 
 
 def msort(input: Tensor) -> Tensor:  # noqa: A002
