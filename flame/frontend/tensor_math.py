@@ -449,7 +449,7 @@ class TensorMath:
             flat = x.reshape(-1)
             if not flat.shape[0]:
                 return full((), 1, x.dtype) + flat.sum().to(x.dtype)
-            return _prod_backward(flat, 0, False, flat.cumprod(0)[-1])
+            return _prod_backward(flat, 0, False, flat.cumprod(0, dtype=x.dtype)[-1])
         axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
             return x
@@ -457,7 +457,7 @@ class TensorMath:
             out = full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
             out = out + x.sum(axis, keepdim=True).to(x.dtype)
             return out if keepdim else out.squeeze(axis)
-        out = x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1)
+        out = x.cumprod(axis, dtype=x.dtype).narrow(axis, x.shape[axis] - 1, 1)  # an int dtype asked stays
         return _prod_backward(x, axis, keepdim, out if keepdim else out.squeeze(axis))
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
