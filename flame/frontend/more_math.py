@@ -201,7 +201,20 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = Non
         raise _err(f"cdist: expected [..., P, M] and [..., R, M], got {list(x1.shape)} and {list(x2.shape)}")
     if p < 0:
         raise ValueError(f"cdist: p must be non-negative, got {p}")
-    return vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
+    return _distance(x1.unsqueeze(-2) - x2.unsqueeze(-3), p)
+
+
+def _distance(diff: Tensor, p: float) -> Tensor:
+    """The p-norm of diff over its last dim, as cdist and pdist: with p = inf the gradient goes whole to
+    every coordinate tied at the maximum (torch's _cdist_backward), not split among them as the
+    norm's; the tie term adds exactly zero to a finite distance."""
+    out = vector_norm(diff, p, -1)
+    if p != math.inf:
+        return out
+    a = diff.abs()
+    tie = a.detach() == out.detach().unsqueeze(-1)
+    whole = where(tie, a - a.detach(), 0.0).sum(-1)
+    return where(out.isfinite(), out.detach() + whole, out)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
@@ -219,7 +232,7 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     if p < 0:
         raise ValueError(f"pdist: p must be non-negative, got {p}")
     i, j = np.triu_indices(input.shape[0], 1)
-    return vector_norm(input[as_tensor(i)] - input[as_tensor(j)], p, -1)
+    return _distance(input[as_tensor(i)] - input[as_tensor(j)], p)
 
 
 # ---- sorted values ---------------------------------------------------------------------------------
