@@ -226,6 +226,8 @@ class TensorOps:
         if repeats.shape != (x.shape[axis],):
             raise ShapeError(f"repeat_interleave: repeats {list(repeats.shape)} must have one count per element of "
                              f"dimension {axis} ({x.shape[axis]})\n  at {user_location()}")
+        if repeats._value is None and bool((repeats.numpy() < 0).any()):
+            raise ShapeError(f"repeat_interleave: repeats can not be negative\n  at {user_location()}")
         if output_size is None:
             if repeats._value is not None:
                 raise TraceError("repeat_interleave with a tensor of repeats inside @flame.compile needs "
