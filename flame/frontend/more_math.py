@@ -41,11 +41,15 @@ def _err(msg: str) -> ShapeError:
     return ShapeError(f"{msg}\n  at {user_location()}")
 
 
-def _floating(op: str, a, b) -> None:
-    """torch's logaddexp and hypot have floating kernels only: integer and bool operands raise."""
-    if not result_type(a, b).is_float:
-        raise DTypeError(f'{op}: "{op}" is not implemented for {result_type(a, b)} tensors (as in PyTorch: convert '
+def _floating(op: str, a, b) -> tuple:
+    """a and b in their result dtype, where torch's logaddexp and hypot compute (an integer or bool operand
+    beside a float one is converted first: the abs of an int64 minimum is 2**63 there, not a wrapped
+    value); they have floating kernels only, so integer and bool results raise."""
+    dt = result_type(a, b)
+    if not dt.is_float:
+        raise DTypeError(f'{op}: "{op}" is not implemented for {dt} tensors (as in PyTorch: convert '
                          f"with .float())\n  at {user_location()}")
+    return tuple(x.to(dt) if isinstance(x, Tensor) else x for x in (a, b))
 
 
 # ---- grids and products ------------------------------------------------------------------------------
@@ -471,7 +475,7 @@ def _logaddexp(a, b) -> Tensor:
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf. For f16 /
     bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype."""
-    _floating("logaddexp", input, other)
+    input, other = _floating("logaddexp", input, other)
     value = fused(_logaddexp, input, other)
     return _torch_backward(value, input, other, lambda t, u: t / (1 + (u - t).exp()).detach())
 
@@ -484,6 +488,7 @@ def _logaddexp2(a, b) -> Tensor:
 def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log2(2^a + 2^b): logaddexp in base 2. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
     grad / (1 + 2 ** (other - self)) in the inputs' dtype."""
+    input, other = _floating("logaddexp2", input, other)
     value = fused(_logaddexp2, input, other)
     return _torch_backward(value, input, other, lambda t, u: t / (1 + 2 ** (u - t)).detach())
 
@@ -500,7 +505,7 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
     where either is infinite. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
     grad * self / result in the inputs' dtype (the product rounded, then the quotient)."""
-    _floating("hypot", input, other)
+    input, other = _floating("hypot", input, other)
     value = fused(_hypot, input, other)
     r = value.detach()
     # (t / r) * t: backward multiplies the cotangent by t first, then divides by r, as PyTorch's formula
