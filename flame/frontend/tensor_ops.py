@@ -25,7 +25,7 @@ from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply, broadcast
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.norms import vector_norm
-from flame.frontend.promotion import fits, result_type
+from flame.frontend.promotion import fits, is_bool, result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, where
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, i64, u8
@@ -444,7 +444,7 @@ class TensorOps:
     def sub(self, other, *, alpha=1):
         """self - alpha * other, as torch.sub (f16/bf16: in f32, rounded once, as torch's kernel)."""
         _check_alpha("sub", self, other, alpha)
-        if alpha == 1:
+        if alpha == 1 or is_bool(self) or is_bool(other):  # a bool operand raises there, as torch's
             return self - other
         return opmath.with_alpha(lambda x, y, a: x - y * a, self, other, alpha)
 
