@@ -394,11 +394,13 @@ class TensorMath:
     @policy("f32")  # autocast: on PyTorch's float32 list
     def sinh(self):
         """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
-        return (self.expm1() - (-self).expm1()) * 0.5
+        x = as_floating(self)  # an integer's negation must not wrap (u8, the minimum)
+        return (x.expm1() - (-x).expm1()) * 0.5
 
     @policy("f32")  # autocast: on PyTorch's float32 list
     def cosh(self):
-        return (self.exp() + (-self).exp()) * 0.5
+        x = as_floating(self)
+        return (x.exp() + (-x).exp()) * 0.5
 
     @policy("f32")  # autocast: on PyTorch's float32 list
     def tan(self):

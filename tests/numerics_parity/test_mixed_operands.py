@@ -1,6 +1,8 @@
 """Operands of different dtypes against torch, eagerly and inside @flame.compile: the fused pointwise ops
 (add and sub with alpha, addcmul, addcdiv, lerp) compute in the result's dtype, each operand converted to
-it first (u8 * alpha must not wrap in u8 when the result is i32; a bool result takes alpha as a bool)."""
+it first (u8 * alpha must not wrap in u8 when the result is i32; a bool result takes alpha as a bool), and
+float ops of integers (sinh, cosh, logsumexp) run in the default float dtype (u8 negation or x - max
+must not wrap)."""
 
 import numpy as np
 import pytest
@@ -26,6 +28,10 @@ CASES = {
     "addcmul i8 into f32": (lambda L, x, y: L.addcmul(x, y, y, value=3), F32, I8),
     "addcmul i8 into f16": (lambda L, x, y: L.addcmul(x.half(), y, y), F32, I8),
     "addcmul bool into i8": (lambda L, x, y: L.addcmul(x, y, y, value=2), I8, B),
+    "sinh and cosh of integers": (lambda L, x: (x.sinh(), x.cosh()), U8),
+    "sinh and cosh of i8 and bools": (lambda L, x, b: (x.sinh(), x.cosh(), b.cosh()), I8, B),
+    "logsumexp of integers": (lambda L, x, y: (L.logsumexp(x, 0), y.logsumexp(0), L.logsumexp(x.long(), 0)), U8, I8),
+    "logsumexp of bools": (lambda L, b: L.logsumexp(b, 0), B),
 }
 
 
