@@ -18,7 +18,7 @@ from flame.errors import ArgumentError, DTypeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import arange, as_tensor, zeros
-from flame.frontend.default_dtype import floating
+from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import vector_norm
 from flame.frontend.opmath import composite, fused, half_gradient, wants_gradient
@@ -29,7 +29,7 @@ from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign", "cov",
            "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax", "fmin",
-           "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode", "msort",
+           "heaviside", "hypot", "isclose", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode", "msort",
            "nan_to_num", "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "renorm", "rot90",
            "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
 
@@ -510,6 +510,27 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     r = value.detach()
     # (t / r) * t: backward multiplies the cotangent by t first, then divides by r, as PyTorch's formula
     return _torch_backward(value, input, other, lambda t, u: (t / r) * t.detach())
+
+
+def isclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:  # noqa: A002
+    """Where input == other, or |input - other| is finite and at most atol + |rtol * other|, as torch.isclose
+    (an infinite difference is never close: 2.5 is not close to inf; integers and bools subtract in the
+    default float dtype); with equal_nan, NaN is close to NaN. Two tensors must have one dtype."""
+    a, b = input, other
+    if isinstance(b, Tensor) and b.dtype != a.dtype:
+        raise DTypeError(f"isclose: {a.dtype} and {b.dtype} tensors: both must have one dtype (as in PyTorch)"
+                         f"\n  at {user_location()}")
+    if rtol < 0 or atol < 0:
+        raise ArgumentError(f"isclose: rtol ({rtol}) and atol ({atol}) must be non-negative")
+    close = a == b
+    if equal_nan and a.dtype.is_float:
+        close = close | (a.isnan() & (b.isnan() if isinstance(b, Tensor) else b != b))
+    if rtol == 0 and atol == 0:
+        return close
+    a, b = (as_floating(x) if isinstance(x, Tensor) else x for x in (a, b))  # integers: no wrap-around
+    actual, scaled = (a - b).abs(), b * rtol
+    allowed = atol + (scaled.abs() if isinstance(scaled, Tensor) else abs(scaled))
+    return close | (actual.isfinite() & (actual <= allowed))
 
 
 def signbit(input: Tensor) -> Tensor:  # noqa: A002

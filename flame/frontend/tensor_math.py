@@ -139,10 +139,8 @@ class TensorMath:
         return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
 
     def isclose(self, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
-        """|self - other| <= atol + rtol * |other| (torch.isclose); infinities are close to themselves."""
-        a, b = self, other
-        close = ((a - b).abs() <= atol + rtol * (b.abs() if isinstance(b, Tensor) else abs(b))) | (a == b)
-        return close | (a.isnan() & b.isnan()) if equal_nan and isinstance(b, Tensor) else close
+        """Whether self and other are close elementwise, as torch.isclose (more_math.isclose)."""
+        return more_math.isclose(self, other, rtol, atol, equal_nan)
 
     def allclose(self, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
         """isclose(...).all() as a Python bool (torch.allclose)."""
