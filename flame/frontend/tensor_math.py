@@ -407,8 +407,8 @@ class TensorMath:
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def xlogy(self, other):
         """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
-        other = _tensor(other)
-        x = as_floating(self)
+        dt = result_type(self, other)  # both in the promoted dtype (integers: the default float), as torch's
+        x, other = as_floating(self.to(dt)), as_floating(_tensor(other).to(dt))
         log = other.log()
         # where self is 0 the value is 0 (even for other = 0) and the gradient log(other), as PyTorch's
         return where((x == 0) & ~other.isnan(), x * where(log.isfinite(), log, 0.0), x * log)

@@ -2,7 +2,7 @@
 (add and sub with alpha, addcmul, addcdiv, lerp) compute in the result's dtype, each operand converted to
 it first (u8 * alpha must not wrap in u8 when the result is i32; a bool result takes alpha as a bool), and
 float ops of integers (sinh, cosh, logsumexp) run in the default float dtype (u8 negation or x - max
-must not wrap)."""
+must not wrap); xlogy computes in the promoted dtype (f64 with f16: the log in f64; an integer with f16: f16)."""
 
 import numpy as np
 import pytest
@@ -32,6 +32,12 @@ CASES = {
     "sinh and cosh of i8 and bools": (lambda L, x, b: (x.sinh(), x.cosh(), b.cosh()), I8, B),
     "logsumexp of integers": (lambda L, x, y: (L.logsumexp(x, 0), y.logsumexp(0), L.logsumexp(x.long(), 0)), U8, I8),
     "logsumexp of bools": (lambda L, b: L.logsumexp(b, 0), B),
+    "xlogy of an integer and f16": (lambda L, x, y: (L.xlogy(x, y.half()), L.xlogy(y.half(), x)), U8, F32),
+    "xlogy of bools and f64 with f16": (
+        lambda L, b, y: (L.xlogy(b, y.abs()), L.xlogy(y.double(), y.half().abs()), y.xlogy(b)),
+        B,
+        F32,
+    ),
 }
 
 
