@@ -389,6 +389,8 @@ class TensorOps:
         return self.copy_(0)
 
     def fill_(self, value) -> Tensor:
+        if isinstance(value, Tensor) and value.ndim:  # torch's fill_ takes a number or a 0-d tensor only
+            raise ShapeError(f"fill_: the value must be a 0-d tensor, got {list(value.shape)}\n  at {user_location()}")
         return self._copy(value)  # a 0-d tensor value is read before the write, as torch's fill_
 
     def add_(self, other, alpha=1) -> Tensor:

@@ -48,6 +48,8 @@ cases = {
         lambda L, a: (L.isclose(a, a.flip(0), rtol=1.0, atol=0.0), L.isclose(a > 5, a > 100, rtol=0.5, atol=0.1)),
         np.array([0, 7, 200, 255, 3], np.uint8),
     ),
+    "fill_ with a 1-d tensor raises": (lambda L, x: x[:4].fill_(L.tensor([5.0, 6.0, 7.0, 8.0])), F),
+    "fill_ with a 0-d tensor": (lambda L, x: x.fill_(L.tensor(5)), F),
     "isclose of two dtypes raises": (lambda L, x: L.isclose(x, x.double()), F),
     "isclose negative rtol raises": (lambda L, x: L.isclose(x, x, rtol=-1.0), F),
     "allclose": (lambda L, x: (L.allclose(x, x), L.allclose(x, x, equal_nan=True)), F),
