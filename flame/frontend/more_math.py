@@ -22,16 +22,16 @@ from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import vector_norm
 from flame.frontend.opmath import composite, fused, half_gradient, wants_gradient
-from flame.frontend.promotion import result_type
+from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
-from flame.frontend.tensor_core import cat, stack, where
+from flame.frontend.tensor_core import cat, full, stack, where
 from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
-__all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign", "cov",
-           "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax", "fmin",
-           "heaviside", "hypot", "isclose", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode", "msort",
-           "nan_to_num", "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "renorm", "rot90",
-           "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
+__all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
+           "cov", "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
+           "fmin", "heaviside", "hypot", "isclose", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode",
+           "msort", "nan_to_num", "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "renorm",
+           "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
 
 _MinMax = namedtuple("aminmax", ["min", "max"])
 _Mode = namedtuple("mode", ["values", "indices"])  # torch.return_types.mode
@@ -510,6 +510,32 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     r = value.detach()
     # (t / r) * t: backward multiplies the cotangent by t first, then divides by r, as PyTorch's formula
     return _torch_backward(value, input, other, lambda t, u: (t / r) * t.detach())
+
+
+def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
+    """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
+    result is max; NaN stays NaN, and a NaN bound makes the result NaN. The gradient goes to x where
+    min <= x <= max, else to the bound that won (none for NaN), as in PyTorch."""
+    if min is None and max is None:
+        raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
+    dt = result_type(input, *(b for b in (min, max) if b is not None))  # torch's: a 0-d bound counts less
+    for name, bound in (("min", min), ("max", max)):
+        fits("clamp", name, bound, dt)
+    out = input.to(dt)
+    if min is not None:
+        lo = min.to(dt) if isinstance(min, Tensor) else min
+        out = apply("where", out < lo, lo if isinstance(lo, Tensor) else full((), lo, dt), out)
+    if max is not None:
+        hi = max.to(dt) if isinstance(max, Tensor) else max
+        out = apply("where", out > hi, hi if isinstance(hi, Tensor) else full((), hi, dt), out)
+    if dt.is_float:  # NaN stays NaN, with no gradient (PyTorch's mask min <= x <= max is False there)
+        for bound in (min, max):  # a NaN bound wins over x (comparisons with it are False), no gradient
+            if isinstance(bound, Tensor) or (isinstance(bound, float) and math.isnan(bound)):
+                b = bound.to(dt).detach() if isinstance(bound, Tensor) else full((), bound, dt)
+                out = apply("where", b != b, b, out)
+        x = input.to(dt)
+        out = apply("where", x != x, x.detach(), out)
+    return out
 
 
 def isclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:  # noqa: A002

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, index_ops, opmath, scatter_reduce, views
+from flame.frontend import data_dependent, index_ops, more_math, opmath, scatter_reduce, views
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, no_grad, user_location
@@ -279,29 +279,8 @@ class TensorOps:
 
     # ---- clamp and masked_fill --------------------------------------------------------------------------
     def clamp(self, min=None, max=None):  # noqa: A002
-        """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
-        result is max; NaN stays NaN, and a NaN bound makes the result NaN. The gradient goes to x where
-        min <= x <= max, else to the bound that won (none for NaN), as in PyTorch."""
-        if min is None and max is None:
-            raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
-        dt = result_type(self, *(b for b in (min, max) if b is not None))  # torch's: a 0-d bound counts less
-        for name, bound in (("min", min), ("max", max)):
-            fits("clamp", name, bound, dt)
-        out = self.to(dt)
-        if min is not None:
-            lo = min.to(dt) if isinstance(min, Tensor) else min
-            out = apply("where", out < lo, lo if isinstance(lo, Tensor) else full((), lo, dt), out)
-        if max is not None:
-            hi = max.to(dt) if isinstance(max, Tensor) else max
-            out = apply("where", out > hi, hi if isinstance(hi, Tensor) else full((), hi, dt), out)
-        if dt.is_float:  # NaN stays NaN, with no gradient (PyTorch's mask min <= x <= max is False there)
-            for bound in (min, max):  # a NaN bound wins over x (comparisons with it are False), no gradient
-                if isinstance(bound, Tensor) or (isinstance(bound, float) and math.isnan(bound)):
-                    b = bound.to(dt).detach() if isinstance(bound, Tensor) else full((), bound, dt)
-                    out = apply("where", b != b, b, out)
-            x = self.to(dt)
-            out = apply("where", x != x, x.detach(), out)
-        return out
+        """Elementwise min(max(x, min), max), as torch.clamp (more_math.clamp)."""
+        return more_math.clamp(self, min, max)
 
     clip = clamp
 
