@@ -13,6 +13,7 @@ from flame.frontend import fp8
 from flame.frontend.autocast import get_fp8_recipe, policy
 from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location, user_stacklevel
 from flame.frontend.creation import Generator, default_generator, ones, zeros
+from flame.frontend.default_dtype import as_floating
 from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.index_ops import check_indices, embedding_rows
@@ -149,6 +150,7 @@ def _softmax(x: Tensor, dim: int) -> Tensor:
 
 @policy("f32")  # autocast: runs in f32, as on PyTorch's list
 def logsumexp(x: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
+    x = as_floating(x)  # integers and bools: in the default float dtype (x - max must not wrap), as torch's
     if _empty_along(x, dim):  # the sum of no terms: log(0) = -inf, as in PyTorch
         out = x.exp().sum(dim, keepdim=True).log()
         return out if keepdim else out.squeeze(dim)

@@ -18,20 +18,20 @@ from flame.errors import ArgumentError, DTypeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import arange, as_tensor, zeros
-from flame.frontend.default_dtype import floating
+from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import vector_norm
 from flame.frontend.opmath import composite, fused, half_gradient, wants_gradient
-from flame.frontend.promotion import result_type
+from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
-from flame.frontend.tensor_core import cat, stack, where
+from flame.frontend.tensor_core import cat, full, stack, where
 from flame.ir.dtypes import bf16, f16, f64, i32, i64
 
-__all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "copysign", "cov",
-           "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax", "fmin",
-           "heaviside", "hypot", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode", "msort",
-           "nan_to_num", "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "renorm", "rot90",
-           "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
+__all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
+           "cov", "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
+           "fmin", "heaviside", "hypot", "isclose", "logaddexp", "logaddexp2", "masked_scatter", "meshgrid", "mode",
+           "msort", "nan_to_num", "nanquantile", "negative", "pdist", "positive", "quantile", "rad2deg", "renorm",
+           "rot90", "rsub", "searchsorted", "sgn", "signbit", "sinc", "std_mean", "trapezoid", "var_mean", "vdot"]
 
 _MinMax = namedtuple("aminmax", ["min", "max"])
 _Mode = namedtuple("mode", ["values", "indices"])  # torch.return_types.mode
@@ -41,11 +41,15 @@ def _err(msg: str) -> ShapeError:
     return ShapeError(f"{msg}\n  at {user_location()}")
 
 
-def _floating(op: str, a, b) -> None:
-    """torch's logaddexp and hypot have floating kernels only: integer and bool operands raise."""
-    if not result_type(a, b).is_float:
-        raise DTypeError(f'{op}: "{op}" is not implemented for {result_type(a, b)} tensors (as in PyTorch: convert '
+def _floating(op: str, a, b) -> tuple:
+    """a and b in their result dtype, where torch's logaddexp and hypot compute (an integer or bool operand
+    beside a float one is converted first: the abs of an int64 minimum is 2**63 there, not a wrapped
+    value); they have floating kernels only, so integer and bool results raise."""
+    dt = result_type(a, b)
+    if not dt.is_float:
+        raise DTypeError(f'{op}: "{op}" is not implemented for {dt} tensors (as in PyTorch: convert '
                          f"with .float())\n  at {user_location()}")
+    return tuple(x.to(dt) if isinstance(x, Tensor) else x for x in (a, b))
 
 
 # ---- grids and products ------------------------------------------------------------------------------
@@ -201,7 +205,20 @@ def cdist(x1: Tensor, x2: Tensor, p: float = 2.0, compute_mode: str | None = Non
         raise _err(f"cdist: expected [..., P, M] and [..., R, M], got {list(x1.shape)} and {list(x2.shape)}")
     if p < 0:
         raise ValueError(f"cdist: p must be non-negative, got {p}")
-    return vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
+    return _distance(x1.unsqueeze(-2) - x2.unsqueeze(-3), p)
+
+
+def _distance(diff: Tensor, p: float) -> Tensor:
+    """The p-norm of diff over its last dim, as cdist and pdist: with p = inf the gradient goes whole to
+    every coordinate tied at the maximum (torch's _cdist_backward), not split among them as the
+    norm's; the tie term adds exactly zero to a finite distance."""
+    out = vector_norm(diff, p, -1)
+    if p != math.inf:
+        return out
+    a = diff.abs()
+    tie = a.detach() == out.detach().unsqueeze(-1)
+    whole = where(tie, a - a.detach(), 0.0).sum(-1)
+    return where(out.isfinite(), out.detach() + whole, out)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list
@@ -219,7 +236,7 @@ def pdist(input: Tensor, p: float = 2.0) -> Tensor:  # noqa: A002
     if p < 0:
         raise ValueError(f"pdist: p must be non-negative, got {p}")
     i, j = np.triu_indices(input.shape[0], 1)
-    return vector_norm(input[as_tensor(i)] - input[as_tensor(j)], p, -1)
+    return _distance(input[as_tensor(i)] - input[as_tensor(j)], p)
 
 
 # ---- sorted values ---------------------------------------------------------------------------------
@@ -228,7 +245,8 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: b
                  right: bool = False, side: str | None = None, sorter: Tensor | None = None) -> Tensor:
     """For each value, where it would go in the sorted last dim of sorted_sequence to keep it sorted:
     the count of elements below it (at or below it with right=True or side="right"). A 1-D sequence
-    serves every value; else its leading dims match the values'."""
+    serves every value; else its leading dims match the values'. It is torch's binary search, step for
+    step, so NaN (a value or in the sequence) lands where torch's does: a NaN value goes past the end."""
     seq = as_tensor(sorted_sequence)
     if sorter is not None:
         seq = seq.take_along_dim(as_tensor(sorter), -1)
@@ -241,9 +259,16 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: b
     if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(v.shape[:-1]):
         raise _err(f"searchsorted: the leading dims of sorted_sequence {list(seq.shape)} and of the values "
                    f"{list(v.shape)} must match")
-    s = seq if seq.ndim == 1 else seq.unsqueeze(-2)  # [..., 1, N] against values [..., M, 1]
-    below = (s <= v.unsqueeze(-1)) if right else (s < v.unsqueeze(-1))
-    return below.sum(-1).to(i32 if out_int32 else i64)
+    n = seq.shape[-1]
+    lo, hi = zeros(tuple(v.shape), dtype=i64), zeros(tuple(v.shape), dtype=i64) + n
+    for _ in range(n.bit_length()):  # torch's lower/upper bound: go right unless mid >= v (mid > v)
+        mid = (lo + hi) // 2
+        pick = mid.clamp(max=n - 1)
+        m = seq[pick] if seq.ndim == 1 else seq.gather(-1, pick)
+        live = lo < hi
+        go_right = ~((m > v) if right else (m >= v))
+        lo, hi = where(live & go_right, mid + 1, lo), where(live & ~go_right, mid, hi)
+    return lo.to(i32 if out_int32 else i64)
 
 
 def msort(input: Tensor) -> Tensor:  # noqa: A002
@@ -450,7 +475,7 @@ def _logaddexp(a, b) -> Tensor:
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf. For f16 /
     bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype."""
-    _floating("logaddexp", input, other)
+    input, other = _floating("logaddexp", input, other)
     value = fused(_logaddexp, input, other)
     return _torch_backward(value, input, other, lambda t, u: t / (1 + (u - t).exp()).detach())
 
@@ -463,6 +488,7 @@ def _logaddexp2(a, b) -> Tensor:
 def logaddexp2(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log2(2^a + 2^b): logaddexp in base 2. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
     grad / (1 + 2 ** (other - self)) in the inputs' dtype."""
+    input, other = _floating("logaddexp2", input, other)
     value = fused(_logaddexp2, input, other)
     return _torch_backward(value, input, other, lambda t, u: t / (1 + 2 ** (u - t)).detach())
 
@@ -479,11 +505,58 @@ def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
     where either is infinite. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
     grad * self / result in the inputs' dtype (the product rounded, then the quotient)."""
-    _floating("hypot", input, other)
+    input, other = _floating("hypot", input, other)
     value = fused(_hypot, input, other)
     r = value.detach()
     # (t / r) * t: backward multiplies the cotangent by t first, then divides by r, as PyTorch's formula
     return _torch_backward(value, input, other, lambda t, u: (t / r) * t.detach())
+
+
+def clamp(input: Tensor, min=None, max=None) -> Tensor:  # noqa: A002
+    """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
+    result is max; NaN stays NaN, and a NaN bound makes the result NaN. The gradient goes to x where
+    min <= x <= max, else to the bound that won (none for NaN), as in PyTorch."""
+    if min is None and max is None:
+        raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
+    dt = result_type(input, *(b for b in (min, max) if b is not None))  # torch's: a 0-d bound counts less
+    for name, bound in (("min", min), ("max", max)):
+        fits("clamp", name, bound, dt)
+    out = input.to(dt)
+    if min is not None:
+        lo = min.to(dt) if isinstance(min, Tensor) else min
+        out = apply("where", out < lo, lo if isinstance(lo, Tensor) else full((), lo, dt), out)
+    if max is not None:
+        hi = max.to(dt) if isinstance(max, Tensor) else max
+        out = apply("where", out > hi, hi if isinstance(hi, Tensor) else full((), hi, dt), out)
+    if dt.is_float:  # NaN stays NaN, with no gradient (PyTorch's mask min <= x <= max is False there)
+        for bound in (min, max):  # a NaN bound wins over x (comparisons with it are False), no gradient
+            if isinstance(bound, Tensor) or (isinstance(bound, float) and math.isnan(bound)):
+                b = bound.to(dt).detach() if isinstance(bound, Tensor) else full((), bound, dt)
+                out = apply("where", b != b, b, out)
+        x = input.to(dt)
+        out = apply("where", x != x, x.detach(), out)
+    return out
+
+
+def isclose(input: Tensor, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> Tensor:  # noqa: A002
+    """Where input == other, or |input - other| is finite and at most atol + |rtol * other|, as torch.isclose
+    (an infinite difference is never close: 2.5 is not close to inf; integers and bools subtract in the
+    default float dtype); with equal_nan, NaN is close to NaN. Two tensors must have one dtype."""
+    a, b = input, other
+    if isinstance(b, Tensor) and b.dtype != a.dtype:
+        raise DTypeError(f"isclose: {a.dtype} and {b.dtype} tensors: both must have one dtype (as in PyTorch)"
+                         f"\n  at {user_location()}")
+    if rtol < 0 or atol < 0:
+        raise ArgumentError(f"isclose: rtol ({rtol}) and atol ({atol}) must be non-negative")
+    close = a == b
+    if equal_nan and a.dtype.is_float:
+        close = close | (a.isnan() & (b.isnan() if isinstance(b, Tensor) else b != b))
+    if rtol == 0 and atol == 0:
+        return close
+    a, b = (as_floating(x) if isinstance(x, Tensor) else x for x in (a, b))  # integers: no wrap-around
+    actual, scaled = (a - b).abs(), b * rtol
+    allowed = atol + (scaled.abs() if isinstance(scaled, Tensor) else abs(scaled))
+    return close | (actual.isfinite() & (actual <= allowed))
 
 
 def signbit(input: Tensor) -> Tensor:  # noqa: A002

@@ -27,7 +27,7 @@ from flame.frontend.context import current_trace, grad_enabled
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import is_scalar, result_type
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, bf16, f16, f32
+from flame.ir.dtypes import DType, bf16, boolean, f16, f32
 from flame.ir.registry import get
 
 
@@ -124,19 +124,22 @@ def fused(fn, *operands):
     addcdiv, lerp): where the result's dtype is f16 or bf16, in f32 (the tensors widened, Python
     numbers as f32) and rounded once; else fn(*operands) as it is. Without the widening, each product
     and sum rounds to the half-precision dtype (`p.add_(g, alpha=-lr)` on bf16 differed from torch in
-    a quarter of the elements)."""
+    a quarter of the elements). As torch's kernels, the tensors are first converted to the result's dtype:
+    an integer beside a wider one (u8 * alpha, the abs of an int64 minimum) must not wrap in its own."""
     dt = result_type(*operands)
+    operands = [_cast(x, dt) if isinstance(x, Tensor) else x for x in operands]
     if dt not in (f16, bf16):
         return fn(*operands)
-    wide = [_cast(x, f32) if isinstance(x, Tensor) and x.dtype.is_float else x for x in operands]
-    return _cast(fn(*wide), dt)
+    return _cast(fn(*(_cast(x, f32) if isinstance(x, Tensor) else x for x in operands)), dt)
 
 
 def with_alpha(fn, x, y, alpha):
     """fn(x, y, alpha) for add and sub with alpha, as torch: the value in f32 with alpha read in the result's
     dtype, rounded once (`fused`); the gradients those of fn(x, y, alpha) (y's: the cotangent times alpha,
     in f32 with alpha as f32, rounded once)."""
-    value = fused(lambda a, b: fn(a, b, rounded(alpha, result_type(x, y))), x, y)
+    dt = result_type(x, y)
+    a = bool(alpha) if dt == boolean else rounded(alpha, dt)  # bool: alpha is True or False, as torch's
+    value = fused(lambda u, v: fn(u, v, a), x, y)
     if result_type(x, y) not in (f16, bf16) or not any(isinstance(t, Tensor) and wants_gradient(t) for t in (x, y)):
         return value
     return apply("straight_through", fn(x, y, alpha), value)

@@ -139,10 +139,8 @@ class TensorMath:
         return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
 
     def isclose(self, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False):
-        """|self - other| <= atol + rtol * |other| (torch.isclose); infinities are close to themselves."""
-        a, b = self, other
-        close = ((a - b).abs() <= atol + rtol * (b.abs() if isinstance(b, Tensor) else abs(b))) | (a == b)
-        return close | (a.isnan() & b.isnan()) if equal_nan and isinstance(b, Tensor) else close
+        """Whether self and other are close elementwise, as torch.isclose (more_math.isclose)."""
+        return more_math.isclose(self, other, rtol, atol, equal_nan)
 
     def allclose(self, other, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
         """isclose(...).all() as a Python bool (torch.allclose)."""
@@ -349,11 +347,13 @@ class TensorMath:
     @policy("f32")  # autocast: on PyTorch's float32 list
     def sinh(self):
         """(exp(x) - exp(-x)) / 2 through expm1, so small x keep their relative accuracy."""
-        return (self.expm1() - (-self).expm1()) * 0.5
+        x = as_floating(self)  # an integer's negation must not wrap (u8, the minimum)
+        return (x.expm1() - (-x).expm1()) * 0.5
 
     @policy("f32")  # autocast: on PyTorch's float32 list
     def cosh(self):
-        return (self.exp() + (-self).exp()) * 0.5
+        x = as_floating(self)
+        return (x.exp() + (-x).exp()) * 0.5
 
     @policy("f32")  # autocast: on PyTorch's float32 list
     def tan(self):
@@ -362,8 +362,8 @@ class TensorMath:
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def xlogy(self, other):
         """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
-        other = _tensor(other)
-        x = as_floating(self)
+        dt = result_type(self, other)  # both in the promoted dtype (integers: the default float), as torch's
+        x, other = as_floating(self.to(dt)), as_floating(_tensor(other).to(dt))
         log = other.log()
         # where self is 0 the value is 0 (even for other = 0) and the gradient log(other), as PyTorch's
         return where((x == 0) & ~other.isnan(), x * where(log.isfinite(), log, 0.0), x * log)
@@ -404,7 +404,7 @@ class TensorMath:
             flat = x.reshape(-1)
             if not flat.shape[0]:
                 return full((), 1, x.dtype) + flat.sum().to(x.dtype)
-            return _prod_backward(flat, 0, False, flat.cumprod(0)[-1])
+            return _prod_backward(flat, 0, False, flat.cumprod(0, dtype=x.dtype)[-1])
         axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
             return x
@@ -412,7 +412,7 @@ class TensorMath:
             out = full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
             out = out + x.sum(axis, keepdim=True).to(x.dtype)
             return out if keepdim else out.squeeze(axis)
-        out = x.cumprod(axis).narrow(axis, x.shape[axis] - 1, 1)
+        out = x.cumprod(axis, dtype=x.dtype).narrow(axis, x.shape[axis] - 1, 1)  # an int dtype asked stays
         return _prod_backward(x, axis, keepdim, out if keepdim else out.squeeze(axis))
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype

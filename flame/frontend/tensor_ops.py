@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from flame.errors import DTypeError, ShapeError, TraceError
-from flame.frontend import data_dependent, index_ops, opmath, scatter_reduce, views
+from flame.frontend import data_dependent, index_ops, more_math, opmath, scatter_reduce, views
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, no_grad, user_location
@@ -25,7 +25,7 @@ from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply, broadcast
 from flame.frontend.indexing import assign, index_put, stand_in
 from flame.frontend.norms import vector_norm
-from flame.frontend.promotion import fits, result_type
+from flame.frontend.promotion import fits, is_bool, result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
 from flame.frontend.tensor_core import binary, broadcast_tensors, cat, full, placed, where
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, i64, u8
@@ -226,6 +226,8 @@ class TensorOps:
         if repeats.shape != (x.shape[axis],):
             raise ShapeError(f"repeat_interleave: repeats {list(repeats.shape)} must have one count per element of "
                              f"dimension {axis} ({x.shape[axis]})\n  at {user_location()}")
+        if repeats._value is None and bool((repeats.numpy() < 0).any()):
+            raise ShapeError(f"repeat_interleave: repeats can not be negative\n  at {user_location()}")
         if output_size is None:
             if repeats._value is not None:
                 raise TraceError("repeat_interleave with a tensor of repeats inside @flame.compile needs "
@@ -273,25 +275,8 @@ class TensorOps:
 
     # ---- clamp and masked_fill --------------------------------------------------------------------------
     def clamp(self, min=None, max=None):  # noqa: A002
-        """Elementwise min(max(x, min), max); min and max may be numbers or tensors. Where min > max the
-        result is max; NaN stays NaN. The gradient goes to x where min <= x <= max, else to the bound
-        that won (none for NaN), as in PyTorch."""
-        if min is None and max is None:
-            raise ShapeError(f"clamp: at least one of 'min' or 'max' must not be None\n  at {user_location()}")
-        dt = result_type(self, *(b for b in (min, max) if b is not None))  # torch's: a 0-d bound counts less
-        for name, bound in (("min", min), ("max", max)):
-            fits("clamp", name, bound, dt)
-        out = self.to(dt)
-        if min is not None:
-            lo = min.to(dt) if isinstance(min, Tensor) else min
-            out = apply("where", out < lo, lo if isinstance(lo, Tensor) else full((), lo, dt), out)
-        if max is not None:
-            hi = max.to(dt) if isinstance(max, Tensor) else max
-            out = apply("where", out > hi, hi if isinstance(hi, Tensor) else full((), hi, dt), out)
-        if dt.is_float:  # NaN stays NaN, with no gradient (PyTorch's mask min <= x <= max is False there)
-            x = self.to(dt)
-            out = apply("where", x != x, x.detach(), out)
-        return out
+        """Elementwise min(max(x, min), max), as torch.clamp (more_math.clamp)."""
+        return more_math.clamp(self, min, max)
 
     clip = clamp
 
@@ -379,6 +364,8 @@ class TensorOps:
         return self.copy_(0)
 
     def fill_(self, value) -> Tensor:
+        if isinstance(value, Tensor) and value.ndim:  # torch's fill_ takes a number or a 0-d tensor only
+            raise ShapeError(f"fill_: the value must be a 0-d tensor, got {list(value.shape)}\n  at {user_location()}")
         return self._copy(value)  # a 0-d tensor value is read before the write, as torch's fill_
 
     def add_(self, other, alpha=1) -> Tensor:
@@ -434,7 +421,7 @@ class TensorOps:
     def sub(self, other, *, alpha=1):
         """self - alpha * other, as torch.sub (f16/bf16: in f32, rounded once, as torch's kernel)."""
         _check_alpha("sub", self, other, alpha)
-        if alpha == 1:
+        if alpha == 1 or is_bool(self) or is_bool(other):  # a bool operand raises there, as torch's
             return self - other
         return opmath.with_alpha(lambda x, y, a: x - y * a, self, other, alpha)
 
@@ -791,3 +778,4 @@ class TensorOps:
 
     def nelement(self) -> int:
         return math.prod(self.shape)
+

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flame.errors import AutogradError, TraceError
-from flame.frontend.context import no_grad, user_location
+from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import freed_graph_error, fresh
 from flame.frontend.hooks import (
     accumulate_and_notify,
@@ -147,9 +147,15 @@ class Trace:
 
     def value_of(self, t) -> Value:
         """The Value of tensor t in this trace, lifting a concrete tensor to a graph input (a view its
-        base's writes left behind is derived again first: frontend/views.py)."""
+        base's writes left behind is derived again first: frontend/views.py; in this trace, also when
+        the body has returned and the outputs are read)."""
         if t._base is not None and stale(t):
-            t = fresh(t)
+            token = current_trace.set(self) if current_trace.get() is None else None
+            try:
+                t = fresh(t)
+            finally:
+                if token is not None:
+                    current_trace.reset(token)
         if t._value is not None:
             if t._trace is not self:
                 raise TraceError(f"a tensor from another trace was used here\n  at {user_location()}")

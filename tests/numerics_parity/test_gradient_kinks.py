@@ -9,7 +9,8 @@ hardswish is 0 at -3 and 1 at 3; log1p's is inf at -1; logit's ±inf at 0 and 1 
 outside [eps, 1 - eps] with eps); round, floor, ceil, trunc and sign give zeros, frac 1. logsigmoid's is 1/2
 at 0 (so soft_margin_loss's and multilabel_soft_margin_loss's there), prelu's is the slope at 0,
 multi_margin_loss's is 0 where the margin is exactly met, binary_cross_entropy's (x - t) / max((1 - x) x,
-1e-12) (0, not NaN, at a probability of 0 or 1 equal to its target) and -logit(x) for the target."""
+1e-12) (0, not NaN, at a probability of 0 or 1 equal to its target) and -logit(x) for the target. cdist's
+and pdist's with p=inf go whole to every coordinate tied at the maximum (a norm's are split among them)."""
 
 import numpy as np
 import pytest
@@ -70,6 +71,14 @@ CASES = {
     "binary_cross_entropy's target": (
         lambda L, t: L.nn.functional.binary_cross_entropy(L.tensor(PROBS[1:-1]), t, reduction="sum"),
         PROBS_TARGET[1:-1],
+    ),
+    "cdist with p=inf at tied coordinates": (
+        lambda L, x: (L.cdist(x, x[:2] + 0.5, p=float("inf")) * L.tensor([[1.0, 2.0]])).sum(),
+        np.array([[0.0, 1, 1, 0], [1, 0, 0, 1], [0.0, 1, 1, 0]]),
+    ),
+    "pdist with p=inf at tied coordinates": (
+        lambda L, x: L.nn.functional.pdist(x, float("inf")).sum(),
+        np.array([[0.0, 1, 1, 0], [1, 0, 0, 1], [0.0, 1, 1, 0]]),
     ),
 }
 

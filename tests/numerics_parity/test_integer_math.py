@@ -3,7 +3,8 @@ zero of floats (trunc of the rounded quotient: 1.0 / 0.1 is 10), floor division 
 0.1, 0 and infinity, integer wrap-around (abs and negation of the minimum, i32 sums and products), shifts
 of narrow integers, comparisons of large integers with floats, rounding half to even, torch's dtypes of
 copysign and clamp of integers and bools, and torch's errors where an op has only floating kernels
-(frac, lerp, logaddexp, hypot, addcdiv of two integer tensors)."""
+(frac, lerp, logaddexp, logaddexp2, hypot, addcdiv of two integer tensors; an integer or bool beside a float
+is converted to the float dtype first)."""
 
 import numpy as np
 import pytest
@@ -83,6 +84,17 @@ CASES = {
     "logaddexp of ints raises": (lambda L, x: L.logaddexp(x, x), I),
     "logaddexp of an int and a float": (lambda L, x, y: L.logaddexp(x, y), I, I.astype(np.float32) / 2),
     "hypot of ints raises": (lambda L, x: L.hypot(x, x), I),
+    "logaddexp2 of ints raises": (lambda L, x: L.logaddexp2(x, x), I),
+    "hypot of integer minima and floats": (
+        lambda L, x, y: (L.hypot(x, y), L.hypot(x.int(), y), L.hypot(x.int(), y.half()), L.hypot(y.double(), x)),
+        np.array([-(2**63), -(2**31), 7, 2**62]),
+        np.array([-0.0, 1.0, np.nan, np.nan], np.float32),
+    ),
+    "hypot and logaddexp of bools and floats": (
+        lambda L, b, y: (L.hypot(b, y), L.hypot(y.half(), b), L.logaddexp(b, y), L.logaddexp2(y, b)),
+        np.array([True, False, True, False]),
+        np.array([-0.0, 1.0, np.inf, -2.5], np.float32),
+    ),
     "addcdiv of two int tensors raises": (lambda L, x: L.addcdiv(x.float(), x, x), I),
     "addcdiv of an int and a float": (lambda L, x: L.addcdiv(x.float(), x, x.float() + 0.5), I),
 }

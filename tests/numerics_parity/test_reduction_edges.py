@@ -1,8 +1,8 @@
 """Reduction edge cases against torch, eagerly and inside @flame.compile: argmax/argmin with keepdim and no
 dim, NaN through max()/min()/argmax/topk of a whole tensor, half-precision sums and norms that torch
 accumulates in f32 (a square of 300 overflows f16), sum(dtype=bool), integer sums and products that
-would overflow their input dtype, empty tensors, and the gradients of std at a zero deviation and of
-the 0-"norm" (a count)."""
+would overflow their input dtype, prod(dtype=) of an integer dtype, empty tensors, and the gradients of
+std at a zero deviation and of the 0-"norm" (a count)."""
 
 import numpy as np
 import pytest
@@ -42,6 +42,14 @@ CASES = {
         np.array([[np.inf, np.inf, 1]] * 2, np.float32),
     ),
     "std of a NaN row": (lambda L, x: (x.std(1), tuple(L.std_mean(x, 1))), N),
+    "prod with an integer dtype keeps it": (
+        lambda L, x: (x.prod(dtype=L.int32), x.prod(1, dtype=L.int8), x.prod(0, True, dtype=L.uint8)),
+        I.astype(np.int64) + 3,
+    ),
+    "prod of bool and f32 to an integer dtype": (
+        lambda L, x: ((x > 2).prod(dtype=L.int32), x.prod(1, dtype=L.int32), x.prod(dtype=L.int8)),
+        T,
+    ),
 }
 
 

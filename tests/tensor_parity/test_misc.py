@@ -1,9 +1,9 @@
 """Miscellaneous tensor ops against torch: clamp (min > max, integer tensors with float bounds, NaN),
 round (decimals), trunc/frac/sign of negatives, -0.0 and NaN, remainder/floor_divide signs, bitwise
-ops, isclose/allclose, nan_to_num, where with scalar branches, flip/roll/rot90, repeat/expand/tile/
-repeat_interleave, tril/triu/diag/diagonal/diag_embed with offsets, einsum forms, chunk/split,
-cat/stack of mixed dtypes and with empty tensors (value, dtype, shape, errors), eagerly and inside
-@flame.compile (masked_select, nonzero, allclose and a tensor of repeats: eager only)."""
+ops, isclose/allclose (torch's: infinite differences, integers in floats), nan_to_num, where with scalar
+branches, flip/roll/rot90, repeat/expand/tile/repeat_interleave, tril/triu/diag/diagonal/diag_embed with
+offsets, einsum forms, chunk/split, cat/stack of mixed dtypes and with empty tensors (value, dtype, shape,
+errors), eagerly and inside @flame.compile (masked_select, nonzero, allclose and a tensor of repeats: eager only)."""
 
 import numpy as np
 import pytest
@@ -34,6 +34,24 @@ cases = {
     "floor_divide float": (lambda L, x: x // -2, F),
     "isclose": (lambda L, x: (L.isclose(x, x + 1e-7), L.isclose(x, x, equal_nan=True), L.isclose(x, x)), F),
     "isclose int": (lambda L, x: L.isclose(x, x + 1), I),
+    "isclose an infinite difference is not close": (
+        lambda L, a, b: (L.isclose(a, b), L.isclose(a, b, rtol=1e10, atol=1e10), L.isclose(a, b, equal_nan=True)),
+        np.array([2.5, np.inf, -np.inf, np.inf, 1e308, np.nan]),
+        np.array([np.inf, np.inf, np.inf, 1.0, -1e308, np.inf]),
+    ),
+    "isclose integers in floats": (
+        lambda L, a, b: (L.isclose(a, b), L.isclose(a.int(), b.int(), rtol=1.0, atol=0.0), L.isclose(a, a + 1, 0, 0.5)),
+        np.array([-(2**31), 16777217, 7, 200, 2**31 - 1]),
+        np.array([2**31 - 1, 16777216, 200, 7, -(2**31)]),
+    ),
+    "isclose u8 and bool": (
+        lambda L, a: (L.isclose(a, a.flip(0), rtol=1.0, atol=0.0), L.isclose(a > 5, a > 100, rtol=0.5, atol=0.1)),
+        np.array([0, 7, 200, 255, 3], np.uint8),
+    ),
+    "fill_ with a 1-d tensor raises": (lambda L, x: x[:4].fill_(L.tensor([5.0, 6.0, 7.0, 8.0])), F),
+    "fill_ with a 0-d tensor": (lambda L, x: x.fill_(L.tensor(5)), F),
+    "isclose of two dtypes raises": (lambda L, x: L.isclose(x, x.double()), F),
+    "isclose negative rtol raises": (lambda L, x: L.isclose(x, x, rtol=-1.0), F),
     "allclose": (lambda L, x: (L.allclose(x, x), L.allclose(x, x, equal_nan=True)), F),
     "nan_to_num": (lambda L, x: (L.nan_to_num(x), x.nan_to_num(nan=1.0, posinf=2.0), L.nan_to_num(x, neginf=-3.0)), F),
     "nan_to_num f16": (lambda L, x: L.nan_to_num(x.half()), F),
@@ -46,6 +64,7 @@ cases = {
     "repeat": (lambda L, x: (x.repeat(2, 1), x.repeat(1, 2, 1)), M),
     "repeat_interleave": (lambda L, x: (x.repeat_interleave(2), x.repeat_interleave(2, dim=0)), M),
     "repeat_interleave tensor": (lambda L, x: x.repeat_interleave(L.tensor([1, 0, 2]), dim=0), M),
+    "repeat_interleave negative raises": (lambda L, x: x.repeat_interleave(L.tensor([1, -1, 2]), dim=0), M),
     "repeat_interleave int": (lambda L, x: L.repeat_interleave(L.tensor([1, 2]), 3), M),
     "expand": (lambda L, x: (x[:1].expand(3, -1), x[None].expand(2, 3, 4)), M),
     "tile": (lambda L, x: (x.tile(2), L.tile(x, (2, 1, 1))), M),

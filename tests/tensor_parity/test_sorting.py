@@ -1,8 +1,9 @@
 """Sorting and selection against torch: sort/argsort (stable=True: torch's indices; NaN sorts largest),
 topk/kthvalue (values; at ties torch's unstable order leaves the index unspecified, so indices are
 checked to hold the values), msort, unique (sorted, inverse, counts, dim; every NaN distinct),
-searchsorted/bucketize (right, side, sorter, out_int32), bincount (weights, minlength), histc, eagerly
-and inside @flame.compile (unique, bincount and histc are eager only: their size depends on values)."""
+searchsorted/bucketize (right, side, sorter, out_int32; NaN where torch's binary search puts it),
+bincount (weights, minlength), histc, eagerly and inside @flame.compile (unique, bincount and histc are
+eager only: their size depends on values)."""
 
 import numpy as np
 import pytest
@@ -66,6 +67,19 @@ cases["searchsorted sorter"] = (
     V,
 )
 cases["searchsorted int"] = (lambda L, s, v: L.searchsorted(s, v), np.array([1, 3, 5]), np.array([0, 3, 4, 6]))
+SN = np.array([[1.0, 2, 2, np.inf, np.nan, np.nan], [1.0, np.nan, np.nan, np.nan, np.nan, np.nan]], np.float32)
+VN = np.array([[0.5, 2, np.inf, np.nan], [0.5, 1, 2, np.nan]], np.float32)
+cases["searchsorted NaN as torch's binary search"] = (
+    lambda L, s, v: (L.searchsorted(s, v), L.searchsorted(s, v, right=True), L.searchsorted(s[0], v)),
+    SN,
+    VN,
+)
+cases["bucketize NaN goes past the end"] = (lambda L, v, s: (L.bucketize(v, s), L.bucketize(v, s, right=True)), VN, S)
+cases["searchsorted 1000 sorted"] = (
+    lambda L, s, v: (L.searchsorted(s, v), L.searchsorted(s, v, right=True)),
+    np.repeat(np.arange(500.0), 2),
+    np.arange(-1.0, 501.0, 0.5),
+)
 cases["bucketize"] = (lambda L, v, s: L.bucketize(v, s), V, S)
 cases["bucketize right"] = (lambda L, v, s: L.bucketize(v, s, right=True), V, S)
 cases["bucketize int32"] = (lambda L, v, s: L.bucketize(v, s, out_int32=True), V, S)

@@ -1,0 +1,80 @@
+"""Writes through views against torch, eagerly and inside @flame.compile: a view returned after its base
+was written (through the base or through another view of it) holds the base's new values, as torch's
+views share storage; views of views, transposes, diagonals, selects and chunks alike."""
+
+import numpy as np
+import pytest
+
+from tests.tensor_parity.common import check
+
+X = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+
+def view_then_base_written(L, x):
+    y = x * 1
+    w = y[1:]
+    y.add_(1000)
+    return w
+
+
+def view_then_sibling_written(L, x):
+    y = x * 1
+    w = y[1:]
+    y[2:].add_(1000)
+    return y, w
+
+
+def view_of_view_written(L, x):
+    y = x.clone()
+    w = y[1:]
+    w[:, 1:].add_(1000)
+    return y, w
+
+
+def transpose_then_setitem(L, x):
+    y = x.clone()
+    t = y.T
+    d = y.diagonal()
+    y[0] = -1
+    return t, d
+
+
+def chunks_then_copy(L, x):
+    y = x * 2
+    a, b = y.chunk(2, 1)
+    a.copy_(b)
+    return a, b, y
+
+
+def select_then_sub(L, x):
+    y = x + 0
+    s = y.select(1, 2)
+    r = y.reshape(-1)
+    s.sub_(y[:, 0])
+    return s, r
+
+
+def input_view_written(L, x):
+    v = x[1]
+    x[1:].mul_(3)
+    return v, x
+
+
+CASES = {
+    f.__name__: f
+    for f in (
+        view_then_base_written,
+        view_then_sibling_written,
+        view_of_view_written,
+        transpose_then_setitem,
+        chunks_then_copy,
+        select_then_sub,
+        input_view_written,
+    )
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", CASES)
+def test_views_see_writes(name, compiled):
+    check(CASES[name], X, compiled=compiled)
