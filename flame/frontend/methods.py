@@ -21,6 +21,9 @@ from flame.frontend.tensor_math import TensorMath
 from flame.frontend.tensor_ops import TensorOps
 from flame.frontend.tensor_pieces import TensorPieces
 
+# torch's other names of Tensor methods (x.divide, x.greater ...): alias -> the method it is
+TENSOR_ALIASES = {"divide": "div", "multiply": "mul", "subtract": "sub", "greater": "gt", "greater_equal": "ge",
+                  "less": "lt", "less_equal": "le", "not_equal": "ne"}
 _OF_THE_CLASS = {"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__"}
 
 
@@ -103,4 +106,5 @@ def bind(cls: type, *mixins: type) -> None:
 
 
 bind(Tensor, TensorCore, TensorOps, TensorPieces, TensorMath, TensorLinks, TensorHooks)
+bind(Tensor, type("TensorAliases", (), {a: vars(Tensor)[m] for a, m in TENSOR_ALIASES.items()}))  # x.divide ...
 bind(Tensor, in_place_methods(Tensor))  # x.sigmoid_() and its kin, from the methods bound above
