@@ -400,6 +400,37 @@ from flame.frontend.torch_aliases import (
     trapz,
     triplet_margin_loss,
 )
+from flame.frontend.torch_extras import (  # noqa: A004  (torch.range)
+    bartlett_window,
+    blackman_window,
+    chain_matmul,
+    combinations,
+    diagflat,
+    dsplit,
+    frexp,
+    gcd,
+    get_num_interop_threads,
+    get_num_threads,
+    hamming_window,
+    hann_window,
+    hsplit,
+    is_nonzero,
+    is_same_size,
+    is_signed,
+    isin,
+    isneginf,
+    isposinf,
+    kaiser_window,
+    lcm,
+    ldexp,
+    range,
+    scalar_tensor,
+    set_num_interop_threads,
+    set_num_threads,
+    unravel_index,
+    vander,
+    vsplit,
+)
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device

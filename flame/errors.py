@@ -108,6 +108,11 @@ class OverflowValueError(ArgumentError, RuntimeError):
     overflow". Infinities are values of every floating dtype."""
 
 
+class ArgumentRangeError(ArgumentError, RuntimeError):
+    """A number outside the range an op accepts where PyTorch raises a RuntimeError (geometric_'s p
+    outside (0, 1), a negative standard deviation, a probability outside [0, 1], random_'s from >= to)."""
+
+
 class ArgumentTypeError(FlameError, TypeError):
     """An argument is of a type flame does not accept there (PyTorch raises TypeError); the message
     names it, what it accepts and what came."""

@@ -94,6 +94,8 @@ CASES = [
     ("Tensor.divide", lambda L, x: x.divide(to_lib(L, BB) + 3, rounding_mode="floor") + x, A),
     ("Tensor.multiply", lambda L, x: x.multiply(to_lib(L, BB)), A),
     ("Tensor.subtract", lambda L, x: x.subtract(to_lib(L, BB), alpha=0.5), A),
+    ("Tensor.prelu", lambda L, x: x.prelu(to_lib(L, np.array([0.25]))), A),
+    ("Tensor.hardshrink", lambda L, x: x.hardshrink(0.2), A),
 ]
 
 
