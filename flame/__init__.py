@@ -73,6 +73,7 @@ from flame.frontend.data_dependent import (
     unique_consecutive,
 )
 from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
+from flame.frontend.dtype_info import finfo, iinfo
 from flame.frontend.einsum import einsum
 from flame.frontend.memory_format import (
     channels_last,
@@ -341,6 +342,7 @@ from flame.frontend.torch_aliases import (
     adaptive_max_pool1d,
     alpha_dropout,
     alpha_dropout_,
+    asarray,
     avg_pool1d,
     batch_norm,
     bilinear,
@@ -363,6 +365,7 @@ from flame.frontend.torch_aliases import (
     dropout,
     dropout_,
     embedding,
+    empty_strided,
     feature_alpha_dropout,
     feature_alpha_dropout_,
     fill,
@@ -372,6 +375,7 @@ from flame.frontend.torch_aliases import (
     hardshrink,
     hinge_embedding_loss,
     instance_norm,
+    isreal,
     kl_div,
     layer_norm,
     less,
@@ -432,6 +436,18 @@ from flame.frontend.torch_extras import (  # noqa: A004  (torch.range)
     vander,
     vsplit,
 )
+from flame.frontend.torch_shapes import (
+    adjoint,
+    diagonal_scatter,
+    ger,
+    select_scatter,
+    slice_scatter,
+    split_with_sizes,
+    unsafe_chunk,
+    unsafe_split,
+    unsafe_split_with_sizes,
+)
+from flame.ir.dtypes import DType as dtype  # noqa: N813  (torch.dtype: isinstance(x.dtype, flame.dtype))
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device

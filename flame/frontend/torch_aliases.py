@@ -26,12 +26,15 @@ from flame.frontend.conv import (  # noqa: F401  (the package root's names: torc
     conv_transpose2d,
     conv_transpose3d,
 )
-from flame.frontend.creation import Generator
+from flame.frontend.creation import Generator, as_tensor, empty
+from flame.frontend.creation import tensor as _tensor
 from flame.frontend.losses import pad as _pad
 from flame.frontend.more_math import trapezoid
 from flame.frontend.ops import cat, div, ge, gt, le, lt, mul, ne, sub, vstack
 from flame.frontend.resample import channel_shuffle, pixel_shuffle, pixel_unshuffle  # noqa: F401
 from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import full
+from flame.ir.dtypes import boolean
 
 divide, multiply, subtract, greater, greater_equal, less, less_equal, not_equal = div, mul, sub, gt, ge, lt, le, ne
 row_stack, concatenate = vstack, cat
@@ -220,3 +223,22 @@ def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool, full: bool,
     """F.poisson_nll_loss with torch.poisson_nll_loss's parameters (every one required)."""
     return _margin.poisson_nll_loss(input, target, log_input, full, eps=eps,
                                     reduction=_reduction("poisson_nll_loss", reduction))
+
+
+def asarray(obj, *, dtype=None, device=None, copy: bool | None = None, requires_grad: bool = False) -> Tensor:
+    """obj as a tensor, as torch.asarray: shared with a tensor obj where dtype and device allow, unless
+    copy=True (flame.as_tensor's rule; copy=False is accepted)."""
+    out = _tensor(obj, dtype=dtype, device=device) if copy else as_tensor(obj, dtype, device)
+    return out.requires_grad_(requires_grad) if requires_grad else out
+
+
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad: bool = False,
+                  pin_memory: bool = False) -> Tensor:
+    """An uninitialised tensor of size, as torch.empty_strided; flame's tensors are row-major, so the
+    strides are accepted and not kept."""
+    return empty(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def isreal(input: Tensor) -> Tensor:  # noqa: A002
+    """True everywhere: flame's numbers are real (torch.isreal)."""
+    return full(tuple(input.shape), True, dtype=boolean)
