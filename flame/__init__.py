@@ -405,7 +405,7 @@ from flame.frontend.torch_aliases import (
     trapz,
     triplet_margin_loss,
 )
-from flame.frontend.torch_extras import (  # noqa: A004  (torch.range)
+from flame.frontend.torch_extras import (  # range: torch.range, a builtin's name as in torch
     bartlett_window,
     blackman_window,
     chain_matmul,
@@ -436,6 +436,7 @@ from flame.frontend.torch_extras import (  # noqa: A004  (torch.range)
     vander,
     vsplit,
 )
+from flame.frontend.torch_in_place import *  # noqa: F403  (abs_, exp_, clamp_, zero_ ...: its __all__)
 from flame.frontend.torch_shapes import (
     adjoint,
     diagonal_scatter,
@@ -447,7 +448,7 @@ from flame.frontend.torch_shapes import (
     unsafe_split,
     unsafe_split_with_sizes,
 )
-from flame.ir.dtypes import DType as dtype  # noqa: N813  (torch.dtype: isinstance(x.dtype, flame.dtype))
+from flame.ir.dtypes import DType as dtype  # torch.dtype: isinstance(x.dtype, flame.dtype)
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device

@@ -183,3 +183,26 @@ def test_positional_order_of_torch_batch_norm_and_embedding():
                            True, 0.1, 1e-5, False)
     np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6)
     assert flame.embedding(flame.ones(5, 2), flame.tensor([1, 3])).shape == (2, 2)
+
+
+IN_PLACE_CASES = [("exp_", ()), ("clamp_", (0.0, 1.0)), ("clamp_min_", (0.5,)), ("sigmoid_", ()), ("zero_", ()),
+                  ("fill_", (2.5,)), ("nan_to_num_", ()), ("round_", ()), ("square_", ()), ("logit_", (0.1,)),
+                  ("xlogy_", (2.0,)), ("abs_", ()), ("detach_", ())]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name,args", IN_PLACE_CASES, ids=[c[0] for c in IN_PLACE_CASES])
+def test_top_level_in_place_functions(name, args, compiled):
+    a = np.array([[0.25, -2.0], [3.0, 0.75]])
+    check(lambda L, x: getattr(L, name)(x.clone(), *args), a, compiled=compiled)
+    x = flame.tensor(a)
+    assert getattr(flame, name)(x, *args) is x
+
+
+def test_top_level_in_place_functions_take_the_methods_parameters():
+    import inspect
+
+    assert list(inspect.signature(flame.clamp_).parameters) == ["input", "min", "max"]
+    x = flame.tensor([1.0, 5.0])
+    flame.index_put_(x, (flame.tensor([1]),), flame.tensor([7.0]), accumulate=True)
+    assert x.numpy().tolist() == [1.0, 12.0]
