@@ -26,6 +26,7 @@ from flame.errors import (
     ViewError,
     ZeroDivisorError,
 )
+from flame.frontend.anomaly import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from flame.frontend.autocast import autocast
 from flame.frontend.autograd import grad, value_and_grad
 from flame.frontend.compile import Compiled, CompileStats, compile
@@ -441,6 +442,8 @@ from flame.frontend.torch_shapes import (
     adjoint,
     diagonal_scatter,
     ger,
+    index_reduce,
+    put,
     select_scatter,
     slice_scatter,
     split_with_sizes,

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import ShapeError
+from flame.errors import ArgumentError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor
 from flame.frontend.tensor import Tensor, dim_index
 
-__all__ = ["adjoint", "diagonal_scatter", "ger", "select_scatter", "slice_scatter", "split_with_sizes",
-           "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"]
+__all__ = ["adjoint", "diagonal_scatter", "ger", "index_reduce", "put", "select_scatter", "slice_scatter",
+           "split_with_sizes", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"]
 
 
 def _written(input: Tensor, view, src: Tensor) -> Tensor:  # noqa: A002
@@ -73,6 +73,28 @@ def unsafe_split_with_sizes(input: Tensor, split_sizes, dim: int = 0) -> tuple[T
 
 def unsafe_chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
     return tuple(input.chunk(chunks, dim))
+
+
+def index_reduce(input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,  # noqa: A002
+                 include_self: bool = True) -> Tensor:
+    """input with source's slices along dim reduced into the slices index names ('prod', 'mean', 'amax'
+    or 'amin'), as torch.index_reduce: scatter_reduce with index spread over source's other dims."""
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise ArgumentError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got "
+                            f"{reduce}.\n  at {user_location()}")
+    d = dim_index("index_reduce", dim, input.ndim)
+    if index.ndim != 1 or index.shape[0] != (source.shape[d] if source.ndim else 1):
+        raise ShapeError(f"index_reduce(): index {list(index.shape)} must be 1-D with one entry per slice of source "
+                         f"{list(source.shape)} along dim {dim}\n  at {user_location()}")
+    spread = index.reshape(*(1,) * d, -1, *(1,) * (source.ndim - d - 1)).expand(*source.shape)
+    return input.scatter_reduce(d, spread, source, reduce, include_self=include_self)
+
+
+def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:  # noqa: A002
+    """input with source written (or added, with accumulate) at flat indices of input (negative ones
+    counting from the end), as torch.put."""
+    flat = input.reshape(-1)
+    return flat.index_put((index.reshape(-1),), source.reshape(-1), accumulate).reshape(input.shape)
 
 
 class TensorShapes:
@@ -141,6 +163,12 @@ class TensorShapes:
 
     def unsafe_chunk(self, chunks: int, dim: int = 0):
         return unsafe_chunk(self, chunks, dim)
+
+    def index_reduce(self, dim: int, index, source, reduce: str, *, include_self: bool = True):
+        return index_reduce(self, dim, index, source, reduce, include_self=include_self)
+
+    def put(self, index, source, accumulate: bool = False):
+        return put(self, index, source, accumulate)
 
     def ger(self, vec2):
         return ger(self, vec2)

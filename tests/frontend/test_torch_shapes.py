@@ -1,4 +1,4 @@
-"""Tensor.unfold, slice/select/diagonal_scatter, fill_diagonal_, sum_to_size, H / mH / adjoint,
+"""Tensor.unfold, slice/select/diagonal_scatter, index_reduce, put, fill_diagonal_, sum_to_size, H / mH / adjoint,
 split_with_sizes and the unsafe_ spellings, ger, asarray, empty_strided, isreal, finfo / iinfo and
 flame.dtype, against torch: values, dtypes, gradients and errors, eagerly and inside @flame.compile."""
 
@@ -37,6 +37,14 @@ CASES = [
     ("unsafe_split", lambda L, x: (L.unsafe_split(x, 3, -1), x.unsafe_split(1))),
     ("unsafe_chunk", lambda L, x: (L.unsafe_chunk(x, 2, 2), x.unsafe_chunk(3, 1))),
     ("unsafe_split_with_sizes", lambda L, x: L.unsafe_split_with_sizes(x, [2, 2], 2)),
+    ("index_reduce prod", lambda L, x: L.index_reduce(x, 1, L.tensor([0, 2, 0, 1]), x.repeat(1, 2, 1)[:, :4] + 2, "prod")),
+    ("index_reduce amax", lambda L, x: x.index_reduce(2, L.tensor([3, 0, 3]), x[:, :, 1:], "amax",
+                                                      include_self=False)),
+    ("index_reduce mean", lambda L, x: x.index_reduce(0, L.tensor([1, 1]), x * 3, "mean")),
+    ("index_reduce_", lambda L, x: (x * 1).index_reduce_(-1, L.tensor([0, 0]), x[..., :2].exp(), "amin")),
+    ("put", lambda L, x: L.put(x, L.tensor([-1, 0, 5]), x[0, 0, :3] * 2)),
+    ("put accumulate", lambda L, x: x.put(L.tensor([[1, 1], [7, 23]]), x[1, :2, :2] ** 2, True)),
+    ("put_", lambda L, x: (x * 1).put_(L.tensor([2]), x[1, 1, 1:2].sin())),
 ]
 
 
@@ -71,6 +79,7 @@ def test_fill_diagonal(compiled):
     lambda L: L.ones(3).fill_diagonal_(1), lambda L: L.ones(2, 3, 4).fill_diagonal_(1), lambda L: L.ones(3).H,
     lambda L: L.ones(2, 2, 2).H, lambda L: L.ones(3).mH, lambda L: L.ones(2, 3).slice_scatter(L.ones(1, 3)),
     lambda L: L.ones(2, 3).select_scatter(L.ones(2), 0, 0), lambda L: L.ones(3, 3).diagonal_scatter(L.ones(2)),
+    lambda L: L.ones(3, 2).index_reduce(0, L.tensor([0]), L.ones(1, 2), "sum"),
 ])
 def test_errors_as_torch(call):
     with pytest.raises(Exception) as theirs:
