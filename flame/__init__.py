@@ -333,7 +333,7 @@ from flame.frontend.ops import (
 )
 from flame.frontend.promotion import can_cast, promote_types
 from flame.frontend.promotion import torch_result_type as result_type
-from flame.frontend.random_fills import bernoulli, normal, randint_like
+from flame.frontend.random_fills import bernoulli, normal, poisson, randint_like
 from flame.frontend.special_math import i0
 from flame.frontend.special_math import multigammaln as mvlgamma
 from flame.frontend.tensor import Tensor, set_printoptions

@@ -1,5 +1,5 @@
 """torch's random draws beyond rand / randn / randint: torch.bernoulli, torch.normal (its four overloads),
-torch.randint_like, and Tensor's in-place fills bernoulli_ exponential_ geometric_ cauchy_ log_normal_
+torch.poisson, torch.randint_like, and Tensor's in-place fills bernoulli_ exponential_ geometric_ cauchy_ log_normal_
 random_. Each transforms uniform or normal numbers from flame's random stream (a Generator's when
 given), so they draw inside @flame.compile as eagerly; the values follow torch's distributions, not its
 draws. As torch's, the draws are not differentiated (torch's gradient of normal and bernoulli is zero)."""
@@ -13,10 +13,10 @@ from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import Generator, default_generator, randint, randn
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import placed
+from flame.frontend.tensor_core import placed, where
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, f64
 
-__all__ = ["bernoulli", "normal", "randint_like"]
+__all__ = ["bernoulli", "normal", "poisson", "randint_like"]
 
 
 def _uniform(shape, generator: Generator | None) -> Tensor:
@@ -90,6 +90,60 @@ def randint_like(input: Tensor, low: int = 0, high: int | None = None, *, dtype=
     dt = dtype_of(dtype) if dtype is not None else input.dtype
     return randint(int(low), int(high), tuple(input.shape), dtype=dt, device=device or input.device,
                    generator=generator)
+
+
+_SMALL_RATE, _SEARCH_STEPS, _ROUNDS = 10.0, 48, 10
+
+
+def _poisson_small(lam: Tensor, u: Tensor) -> Tensor:
+    """Inversion: the k with F(k - 1) < u <= F(k), by a fixed number of CDF steps (beyond them the
+    probability left is below 1e-16 for rates under _SMALL_RATE)."""
+    p = (-lam).exp()
+    cdf, k = p, lam * 0
+    for i in range(1, _SEARCH_STEPS + 1):
+        k = k + (u > cdf)
+        p = p * lam / i
+        cdf = cdf + p
+    return k
+
+
+def _poisson_large(lam: Tensor, u: Tensor, v: Tensor) -> Tensor:
+    """Hormann's transformed rejection (PTRS, as NumPy's), _ROUNDS candidates per element, the first one
+    accepted kept (at rates of 10 and more a candidate is accepted with probability above 0.9, so
+    none is with probability below 1e-10; the normal approximation's rounding is kept then)."""
+    slam, loglam = lam.sqrt(), lam.log()
+    b = 0.931 + 2.53 * slam
+    a = -0.059 + 0.02483 * b
+    log_invalpha = (1.1239 + 1.1328 / (b - 3.4)).log()
+    vr = 0.9277 - 3.6224 / (b - 2)
+    out = (lam + slam * (u[0] - 0.5) * 3.4641016151377544).round().clamp_min(0)  # kept when none is accepted
+    for r in reversed(range(_ROUNDS)):
+        uu, vv = u[r] - 0.5, v[r]
+        us = 0.5 - uu.abs()
+        k = ((2 * a / us + b) * uu + lam + 0.43).floor()
+        quick = (us >= 0.07) & (vv <= vr)
+        rejected = (k < 0) | ((us < 0.013) & (vv > us))
+        kk = k.clamp_min(0)
+        slow = (vv.log() + log_invalpha - (a / (us * us) + b).log()) <= (-lam + kk * loglam - (kk + 1).lgamma())
+        out = where(quick | (~rejected & slow), kk, out)
+    return out
+
+
+def poisson(input: Tensor, generator: Generator | None = None) -> Tensor:  # noqa: A002
+    """Poisson(rate) draws for each rate in input, of input's dtype, as torch.poisson (not
+    differentiated: torch's gradient is zero)."""
+    if not input.dtype.is_float:
+        raise DTypeError(f'"poisson" not implemented for {input.dtype} (torch.poisson takes floating rates)\n'
+                         f"  at {user_location()}")
+    lam = input.detach().to(f64)
+    if _eager_values(lam):
+        _check(bool((lam >= 0).all().item()), "invalid Poisson rate, expected rate to be non-negative")
+    shape = tuple(input.shape)
+    u = _uniform((2 * _ROUNDS + 1, *shape), generator)
+    small = lam < _SMALL_RATE
+    drawn = where(small, _poisson_small(where(small, lam, 0.0), u[0]),
+                  _poisson_large(where(small, _SMALL_RATE, lam), u[1:_ROUNDS + 1], u[_ROUNDS + 1:]))
+    return drawn.to(input.dtype)
 
 
 _DIGITS = {f64: 53, f32: 24, f16: 11, bf16: 8}

@@ -148,3 +148,35 @@ def test_fill_errors_as_torch():
                            ("log_normal_", (1.0, -1.0)), ("random_", (3, 2))]:
             with pytest.raises(RuntimeError):
                 getattr(lib.zeros(3), name)(*args)
+
+
+@COMPILED
+def test_poisson(compiled):
+    rates = [0.0, 0.5, 4.0, 9.5, 10.0, 30.0, 1e4]
+    lam = flame.tensor(np.repeat(rates, 20_000))
+    x = _run(lambda r: flame.poisson(r), compiled, lam).numpy().reshape(len(rates), -1)
+    assert x.dtype == np.float64 and np.all(x == np.floor(x)) and x.min() >= 0
+    for rate, row in zip(rates, x):
+        assert abs(row.mean() - rate) < 4 * max(rate, 1e-3) ** 0.5 / 20_000 ** 0.5 + 1e-9, rate
+        assert abs(row.var() - rate) < 0.06 * rate + 1e-9, rate
+    y = flame.poisson(flame.full((5,), 3.0), flame.Generator().manual_seed(2))
+    z = flame.poisson(flame.full((5,), 3.0), flame.Generator().manual_seed(2))
+    assert y.dtype == flame.float32 and y.numpy().tolist() == z.numpy().tolist()
+
+
+def test_poisson_matches_the_probabilities():
+    import math
+
+    rate, n = 12.0, 100_000
+    x = flame.poisson(flame.full((n,), rate, dtype=flame.float64)).numpy().astype(int)
+    for k in range(3, 22):
+        p = math.exp(-rate + k * math.log(rate) - math.lgamma(k + 1))
+        assert abs((x == k).mean() - p) < 5 * (p / n) ** 0.5, k
+
+
+def test_poisson_errors_as_torch():
+    for lib in (torch, flame):
+        with pytest.raises(RuntimeError):
+            lib.poisson(lib.tensor([-1.0]))
+        with pytest.raises(RuntimeError):
+            lib.poisson(lib.tensor([1]))
