@@ -10,7 +10,7 @@ import math
 
 from flame.errors import ArgumentRangeError, ArgumentTypeError, DTypeError
 from flame.frontend.context import current_trace, no_grad, user_location
-from flame.frontend.creation import Generator, default_generator, randint, randn
+from flame.frontend.creation import Generator, default_generator, multinomial, randint, randn
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import placed, where
@@ -171,12 +171,15 @@ def _random_bounds(dtype, args, to) -> tuple[int, int]:
 
 
 class TensorRandomFills:
-    """Tensor's random draws: bernoulli and the in-place fills, as torch.Tensor's."""
+    """Tensor's random draws: bernoulli, multinomial and the in-place fills, as torch.Tensor's."""
 
     __slots__ = ()
 
     def bernoulli(self, p=None, *, generator=None):
         return bernoulli(self, p, generator=generator)
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
+        return multinomial(self, num_samples, replacement, generator)
 
     def _fill(self, values: Tensor):
         with no_grad():

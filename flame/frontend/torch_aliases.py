@@ -33,8 +33,6 @@ from flame.frontend.more_math import trapezoid
 from flame.frontend.ops import cat, div, ge, gt, le, lt, mul, ne, sub, vstack
 from flame.frontend.resample import channel_shuffle, pixel_shuffle, pixel_unshuffle  # noqa: F401
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import full
-from flame.ir.dtypes import boolean
 
 divide, multiply, subtract, greater, greater_equal, less, less_equal, not_equal = div, mul, sub, gt, ge, lt, le, ne
 row_stack, concatenate = vstack, cat
@@ -237,8 +235,3 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, require
     """An uninitialised tensor of size, as torch.empty_strided; flame's tensors are row-major, so the
     strides are accepted and not kept."""
     return empty(*size, dtype=dtype, device=device, requires_grad=requires_grad)
-
-
-def isreal(input: Tensor) -> Tensor:  # noqa: A002
-    """True everywhere: flame's numbers are real (torch.isreal)."""
-    return full(tuple(input.shape), True, dtype=boolean)

@@ -1,6 +1,7 @@
 """Small torch functions composed of flame's ops, with torch's names, parameters, values, dtypes,
 gradients and errors: isin isneginf isposinf gcd lcm frexp ldexp diagflat combinations vander
-unravel_index hsplit vsplit dsplit is_nonzero is_same_size is_signed chain_matmul scalar_tensor range,
+unravel_index hsplit vsplit dsplit is_nonzero is_same_size is_signed chain_matmul scalar_tensor range
+gradient,
 the window functions (hann, hamming, blackman, bartlett, kaiser) and the thread-count settings. The
 functions that torch also has as Tensor methods are TensorExtras's methods (bound by methods.py)."""
 
@@ -19,14 +20,14 @@ from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, ShapeErr
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import tensor
 from flame.frontend.default_dtype import get_default_dtype
-from flame.frontend.tensor import Tensor
+from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, placed, where
 from flame.ir.dtypes import boolean, dtype_of, f64, i32, i64, u8
 
 __all__ = ["bartlett_window", "blackman_window", "chain_matmul", "combinations", "dsplit", "diagflat", "frexp", "gcd",
-           "get_num_interop_threads", "get_num_threads", "hamming_window", "hann_window", "hsplit", "is_nonzero",
-           "is_same_size", "is_signed", "isin", "isneginf", "isposinf", "kaiser_window", "lcm", "ldexp", "range",
-           "scalar_tensor", "set_num_interop_threads", "set_num_threads", "unravel_index", "vander", "vsplit"]
+           "get_num_interop_threads", "get_num_threads", "gradient", "hamming_window", "hann_window", "hsplit",
+           "is_nonzero", "is_same_size", "is_signed", "isin", "isneginf", "isposinf", "kaiser_window", "lcm", "ldexp",
+           "range", "scalar_tensor", "set_num_interop_threads", "set_num_threads", "unravel_index", "vander", "vsplit"]
 
 
 def _integers(op: str, *xs: Tensor) -> None:
@@ -303,6 +304,64 @@ def kaiser_window(window_length: int, periodic: bool = True, beta: float = 12.0,
     return _window("kaiser_window", window_length, periodic, dtype, device, requires_grad,
                    lambda k, n: np.i0(beta * np.sqrt(np.clip(1 - (2 * k / (n - 1) - 1) ** 2, 0, None)))
                    / np.i0(beta))
+
+
+def _along(x: Tensor, d: int, start: int, length: int) -> Tensor:
+    return x.narrow(d, start, length)
+
+
+def gradient(input: Tensor, *, spacing=1, dim=None, edge_order: int = 1) -> tuple[Tensor, ...]:  # noqa: A002
+    """The derivative of input along each dim (or the given dims) by central differences inside and
+    one-sided ones of order edge_order (1 or 2) at the ends, as torch.gradient / numpy.gradient;
+    spacing is a number, one number per dim, or one tensor of coordinates per dim."""
+    dims = tuple(builtins.range(input.ndim)) if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
+    dims = tuple(dim_index("gradient", d, input.ndim) for d in dims)
+    spacings = list(spacing) if isinstance(spacing, (tuple, list)) else [spacing] * len(dims)
+    if len(spacings) != len(dims):
+        raise ShapeError(f"torch.gradient expected spacing to be unspecified, a scalar or it's spacing and dim "
+                         f"arguments to have the same length, but got a spacing argument of length "
+                         f"{len(spacings)} and a dim argument of length {len(dims)}.\n  at {user_location()}")
+    if edge_order not in (1, 2):
+        raise ArgumentRangeError(f"torch.gradient only supports edge_order=1 and edge_order=2.\n"
+                                 f"  at {user_location()}")
+    if builtins.any(input.shape[d] < edge_order + 1 for d in dims):
+        raise ShapeError(f"torch.gradient expected each dimension size to be at least edge_order+1\n"
+                         f"  at {user_location()}")
+    f = input if input.dtype.is_float else input.to(get_default_dtype())
+    return tuple(_gradient_along(f, d, h, edge_order) for d, h in zip(dims, spacings))
+
+
+def _coefficient(v: Tensor, d: int, ndim: int) -> Tensor:
+    return v.reshape(*(1,) * d, -1, *(1,) * (ndim - d - 1))
+
+
+def _gradient_along(f: Tensor, d: int, h, edge_order: int) -> Tensor:
+    n, r = f.shape[d], f.ndim
+    if isinstance(h, Tensor):
+        dx = h[1:] - h[:-1]  # in the coordinates' dtype, as torch's
+        d1, d2 = dx[:-1], dx[1:]
+        a, b, c = (_coefficient(v, d, r) for v in (-d2 / (d1 * (d1 + d2)), (d2 - d1) / (d1 * d2),
+                                                    d1 / (d2 * (d1 + d2))))
+        inner = a * _along(f, d, 0, n - 2) + b * _along(f, d, 1, n - 2) + c * _along(f, d, 2, n - 2)
+        if edge_order == 1:
+            first = (_along(f, d, 1, 1) - _along(f, d, 0, 1)) / dx[0]
+            last = (_along(f, d, n - 1, 1) - _along(f, d, n - 2, 1)) / dx[-1]
+        else:
+            e1, e2 = dx[0], dx[1]
+            first = (-(2 * e1 + e2) / (e1 * (e1 + e2)) * _along(f, d, 0, 1) + (e1 + e2) / (e1 * e2) * _along(f, d, 1, 1)
+                     - e1 / (e2 * (e1 + e2)) * _along(f, d, 2, 1))
+            e1, e2 = dx[-2], dx[-1]
+            last = (e2 / (e1 * (e1 + e2)) * _along(f, d, n - 3, 1) - (e2 + e1) / (e1 * e2) * _along(f, d, n - 2, 1)
+                    + (2 * e2 + e1) / (e2 * (e1 + e2)) * _along(f, d, n - 1, 1))
+    else:
+        inner = (_along(f, d, 2, n - 2) - _along(f, d, 0, n - 2)) / (2.0 * h)
+        if edge_order == 1:
+            first = (_along(f, d, 1, 1) - _along(f, d, 0, 1)) / h
+            last = (_along(f, d, n - 1, 1) - _along(f, d, n - 2, 1)) / h
+        else:
+            first = (-1.5 * _along(f, d, 0, 1) + 2 * _along(f, d, 1, 1) - 0.5 * _along(f, d, 2, 1)) / h
+            last = (0.5 * _along(f, d, n - 3, 1) - 2 * _along(f, d, n - 2, 1) + 1.5 * _along(f, d, n - 1, 1)) / h
+    return cat([first, inner, last], d)
 
 
 _threads = {"intra": os.cpu_count() or 1, "inter": os.cpu_count() or 1}

@@ -13,8 +13,10 @@ from flame.errors import ArgumentError, ShapeError
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor
 from flame.frontend.tensor import Tensor, dim_index
+from flame.frontend.tensor_core import full
+from flame.ir.dtypes import boolean
 
-__all__ = ["adjoint", "diagonal_scatter", "ger", "index_reduce", "put", "select_scatter", "slice_scatter",
+__all__ = ["adjoint", "diagonal_scatter", "ger", "index_reduce", "isreal", "put", "select_scatter", "slice_scatter",
            "split_with_sizes", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"]
 
 
@@ -45,6 +47,11 @@ def select_scatter(input: Tensor, src: Tensor, dim: int, index: int) -> Tensor: 
 def diagonal_scatter(input: Tensor, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:  # noqa: A002
     """input with src on its offset diagonal of (dim1, dim2), as torch.diagonal_scatter."""
     return _written(input, lambda t: t.diagonal(offset, dim1, dim2), src)
+
+
+def isreal(input: Tensor) -> Tensor:  # noqa: A002
+    """True everywhere: flame's numbers are real (torch.isreal)."""
+    return full(tuple(input.shape), True, dtype=boolean)
 
 
 def adjoint(input: Tensor) -> Tensor:  # noqa: A002
@@ -175,6 +182,9 @@ class TensorShapes:
 
     def adjoint(self):
         return adjoint(self)
+
+    def isreal(self):
+        return isreal(self)
 
     def ndimension(self) -> int:
         return self.ndim

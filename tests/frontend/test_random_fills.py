@@ -180,3 +180,11 @@ def test_poisson_errors_as_torch():
             lib.poisson(lib.tensor([-1.0]))
         with pytest.raises(RuntimeError):
             lib.poisson(lib.tensor([1]))
+
+
+def test_multinomial_method():
+    probs = flame.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]])
+    draws = probs.multinomial(2, True, generator=flame.Generator().manual_seed(0))
+    t = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]).multinomial(2, True)
+    assert draws.dtype == flame.int64 and tuple(draws.shape) == tuple(t.shape)
+    assert draws.numpy()[0].tolist() == [1, 1] and set(draws.numpy()[1].tolist()) <= {0, 2}

@@ -189,3 +189,35 @@ def test_thread_settings_are_accepted():
     for lib in (torch, flame):
         with pytest.raises(RuntimeError, match="positive"):
             lib.set_num_threads(0)
+
+
+GRAD_CASES = [
+    ("default", lambda L, x: L.gradient(x)),
+    ("dim", lambda L, x: L.gradient(x, dim=1)),
+    ("spacing", lambda L, x: L.gradient(x, spacing=2.0, dim=(0,))),
+    ("spacings", lambda L, x: L.gradient(x, spacing=[0.5, 3.0])),
+    ("edge 2", lambda L, x: L.gradient(x, edge_order=2)),
+    ("coordinates", lambda L, x: L.gradient(x, spacing=(L.tensor([0.0, 1.0, 3.0]), L.tensor([0.0, 0.5, 2.0, 2.5])))),
+    ("coordinates edge 2", lambda L, x: L.gradient(x, spacing=(L.tensor([0.0, 1.0, 1.5, 4.0]),), dim=1,
+                                                     edge_order=2)),
+    ("integers", lambda L, x: L.gradient((x * 4).long(), dim=-1)),
+]
+
+
+@COMPILED
+@pytest.mark.parametrize("name,fn", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_gradient(name, fn, compiled):
+    x = np.array([[1.0, 4.0, 9.0, 16.0], [2.0, -3.0, 0.5, 7.0], [0.0, 1.0, 5.0, 2.0]])
+    check(fn, x, compiled=compiled, rtol=1e-12, atol=1e-12)
+    if name != "integers":
+        got, want = gradients(lambda L, y: sum((g ** 2).sum() for g in fn(L, y)), x, compiled)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_gradient_errors_as_torch():
+    for call in (lambda L: L.gradient(L.ones(2), edge_order=2), lambda L: L.gradient(L.ones(3, 3), spacing=[1.0]),
+                 lambda L: L.gradient(L.ones(3), edge_order=3)):
+        with pytest.raises(Exception) as theirs:
+            call(torch)
+        with pytest.raises((type(theirs.value), flame.FlameError)):
+            call(flame)

@@ -96,6 +96,7 @@ def test_sizes_and_real():
     assert flame.tensor(2.0).unfold(0, 1, 1).shape == torch.tensor(2.0).unfold(0, 1, 1).shape
     check(lambda L, a: L.isreal(a), np.array([1.0, np.nan, np.inf]), compiled=False)
     check(lambda L, a: L.isreal(a), np.array([1.0, np.nan, np.inf]), compiled=True)
+    check(lambda L, a: a.reshape(3, 1).isreal(), np.array([1.0, np.nan, np.inf]), compiled=True)
 
 
 def test_asarray_and_empty_strided():
