@@ -369,6 +369,8 @@ from flame.frontend.torch_aliases import (
     empty_strided,
     feature_alpha_dropout,
     feature_alpha_dropout_,
+    feature_dropout,
+    feature_dropout_,
     fill,
     greater,
     greater_equal,

@@ -186,6 +186,11 @@ class TensorShapes:
     def isreal(self):
         return isreal(self)
 
+    def new_empty_strided(self, size, stride, dtype=None, device=None, requires_grad: bool = False,
+                          layout=None, pin_memory: bool = False):
+        """self.new_empty(size): flame's tensors are row-major, so the strides are accepted and not kept."""
+        return self.new_empty(*size, dtype=dtype, device=device).requires_grad_(requires_grad)
+
     def ndimension(self) -> int:
         return self.ndim
 

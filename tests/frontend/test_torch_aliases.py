@@ -206,3 +206,20 @@ def test_top_level_in_place_functions_take_the_methods_parameters():
     x = flame.tensor([1.0, 5.0])
     flame.index_put_(x, (flame.tensor([1]),), flame.tensor([7.0]), accumulate=True)
     assert x.numpy().tolist() == [1.0, 12.0]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_feature_dropout_drops_whole_channels(compiled):
+    x = flame.ones(400, 8, 3, 2, dtype=flame.float64)
+    y = (flame.compile(lambda t: flame.feature_dropout(t, 0.25, True)) if compiled else
+         (lambda t: flame.feature_dropout(t, 0.25, True)))(x).numpy()
+    per_channel = y.reshape(400, 8, -1)
+    assert np.all(per_channel == per_channel[..., :1]) and set(np.unique(y)) <= {0.0, 1 / 0.75}
+    assert abs((per_channel[..., 0] == 0).mean() - 0.25) < 0.03
+    check(lambda L, t: L.feature_dropout(t, 0.5, False), A, compiled=compiled)
+    w = flame.ones(50, 4, requires_grad=True)
+    out = flame.feature_dropout(w, 0.5, True)
+    out.sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), out.detach().numpy())
+    z = flame.ones(6, 2)
+    assert flame.feature_dropout_(z, 0.5, True) is z

@@ -93,6 +93,8 @@ def test_sizes_and_real():
     x = flame.ones(2, 3, dtype=flame.float16)
     t = torch.ones(2, 3, dtype=torch.float16)
     assert (x.nbytes, x.itemsize, x.ndimension()) == (t.nbytes, t.itemsize, t.ndimension())
+    assert x.is_cpu == t.is_cpu and x.new_empty_strided((3, 2), (1, 3)).shape == (3, 2)
+    assert x.new_empty_strided((3, 2), (1, 3)).dtype == flame.float16
     assert flame.tensor(2.0).unfold(0, 1, 1).shape == torch.tensor(2.0).unfold(0, 1, 1).shape
     check(lambda L, a: L.isreal(a), np.array([1.0, np.nan, np.inf]), compiled=False)
     check(lambda L, a: L.isreal(a), np.array([1.0, np.nan, np.inf]), compiled=True)
