@@ -27,6 +27,7 @@ from flame.errors import (
     ViewError,
     ZeroDivisorError,
 )
+from flame.frontend.anomaly import is_anomaly_check_nan_enabled, is_anomaly_enabled
 from flame.frontend.autocast import autocast
 from flame.frontend.autograd import grad, value_and_grad
 from flame.frontend.compile import Compiled, CompileStats, compile
@@ -74,6 +75,7 @@ from flame.frontend.data_dependent import (
     unique_consecutive,
 )
 from flame.frontend.default_dtype import get_default_dtype, set_default_dtype
+from flame.frontend.dtype_info import finfo, iinfo
 from flame.frontend.einsum import einsum
 from flame.frontend.memory_format import (
     channels_last,
@@ -332,10 +334,128 @@ from flame.frontend.ops import (
 )
 from flame.frontend.promotion import can_cast, promote_types
 from flame.frontend.promotion import torch_result_type as result_type
+from flame.frontend.random_fills import bernoulli, normal, poisson, randint_like
 from flame.frontend.special_math import i0
 from flame.frontend.special_math import multigammaln as mvlgamma
 from flame.frontend.tensor import Tensor, set_printoptions
 from flame.frontend.tensor_core import matmul
+from flame.frontend.torch_aliases import (
+    adaptive_avg_pool1d,
+    adaptive_max_pool1d,
+    alpha_dropout,
+    alpha_dropout_,
+    asarray,
+    avg_pool1d,
+    batch_norm,
+    bilinear,
+    binary_cross_entropy_with_logits,
+    celu,
+    celu_,
+    channel_shuffle,
+    concatenate,
+    constant_pad_nd,
+    conv1d,
+    conv2d,
+    conv3d,
+    conv_transpose1d,
+    conv_transpose2d,
+    conv_transpose3d,
+    cosine_embedding_loss,
+    cosine_similarity,
+    detach,
+    divide,
+    dropout,
+    dropout_,
+    embedding,
+    empty_strided,
+    feature_alpha_dropout,
+    feature_alpha_dropout_,
+    feature_dropout,
+    feature_dropout_,
+    fill,
+    greater,
+    greater_equal,
+    group_norm,
+    hardshrink,
+    hinge_embedding_loss,
+    instance_norm,
+    kl_div,
+    layer_norm,
+    less,
+    less_equal,
+    margin_ranking_loss,
+    max_pool1d,
+    max_pool1d_with_indices,
+    max_pool2d,
+    max_pool3d,
+    multiply,
+    not_equal,
+    pairwise_distance,
+    pixel_shuffle,
+    pixel_unshuffle,
+    poisson_nll_loss,
+    prelu,
+    relu_,
+    rms_norm,
+    row_stack,
+    rrelu,
+    rrelu_,
+    selu,
+    selu_,
+    subtract,
+    threshold,
+    threshold_,
+    trapz,
+    triplet_margin_loss,
+)
+from flame.frontend.torch_extras import (  # range: torch.range, a builtin's name as in torch
+    bartlett_window,
+    blackman_window,
+    chain_matmul,
+    combinations,
+    diagflat,
+    dsplit,
+    frexp,
+    gcd,
+    get_num_interop_threads,
+    get_num_threads,
+    gradient,
+    hamming_window,
+    hann_window,
+    hsplit,
+    is_nonzero,
+    is_same_size,
+    is_signed,
+    isin,
+    isneginf,
+    isposinf,
+    kaiser_window,
+    lcm,
+    ldexp,
+    range,
+    scalar_tensor,
+    set_num_interop_threads,
+    set_num_threads,
+    unravel_index,
+    vander,
+    vsplit,
+)
+from flame.frontend.torch_in_place import *  # noqa: F403  (abs_, exp_, clamp_, zero_ ...: its __all__)
+from flame.frontend.torch_shapes import (
+    adjoint,
+    diagonal_scatter,
+    ger,
+    index_reduce,
+    isreal,
+    put,
+    select_scatter,
+    slice_scatter,
+    split_with_sizes,
+    unsafe_chunk,
+    unsafe_split,
+    unsafe_split_with_sizes,
+)
+from flame.ir.dtypes import DType as dtype  # torch.dtype: isinstance(x.dtype, flame.dtype)
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
 from flame.runtime.device import Device as device
 from flame.runtime.device import DeviceWarning, get_device, set_device

@@ -109,9 +109,10 @@ class OverflowValueError(ArgumentError, RuntimeError):
 
 
 class ArgumentRangeError(ArgumentError, RuntimeError):
-    """An argument outside the range a PyTorch kernel accepts, which PyTorch refuses with a RuntimeError
+    """An argument outside the range an op accepts, which PyTorch refuses with a RuntimeError
     (cross_entropy's label_smoothing above 1, a negative smooth_l1_loss beta, a huber_loss delta that is
-    not positive); the message is PyTorch's."""
+    not positive, geometric_'s p outside (0, 1), a negative standard deviation, a probability outside
+    [0, 1], random_'s from >= to); the message is PyTorch's."""
 
 
 class ArgumentTypeError(FlameError, TypeError):

@@ -2,9 +2,10 @@
 it; every method that makes a tensor goes through dispatch.apply, which makes Tensors, so those methods
 are written above it: tensor_core.TensorCore (conversions, operators, elementwise math, reductions,
 movement), tensor_ops.TensorOps, tensor_pieces.TensorPieces (split, tensor_split, chunk, fliplr,
-flipud), tensor_math.TensorMath, and below the methods whose code is a
-function of an op module (indexing, softmax, backward). The package's __init__ imports this module,
-so a Tensor has all its methods once any part of flame.frontend is imported."""
+flipud), tensor_math.TensorMath, torch_extras.TensorExtras, random_fills.TensorRandomFills,
+torch_shapes.TensorShapes, and below the methods whose code is a function of an op module (indexing,
+softmax, backward). The package's __init__ imports this module, so a Tensor has all its methods once
+any part of flame.frontend is imported."""
 
 from __future__ import annotations
 
@@ -14,13 +15,19 @@ from collections.abc import Callable
 
 from flame.frontend import autograd, autograd_grad, functional, indexing
 from flame.frontend.hooks import TensorHooks
+from flame.frontend.random_fills import TensorRandomFills
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import TensorCore
 from flame.frontend.tensor_inplace import in_place_methods
 from flame.frontend.tensor_math import TensorMath
 from flame.frontend.tensor_ops import TensorOps
 from flame.frontend.tensor_pieces import TensorPieces
+from flame.frontend.torch_extras import TensorExtras
+from flame.frontend.torch_shapes import TensorShapes
 
+# torch's other names of Tensor methods (x.divide, x.greater ...): alias -> the method it is
+TENSOR_ALIASES = {"divide": "div", "multiply": "mul", "subtract": "sub", "greater": "gt", "greater_equal": "ge",
+                  "less": "lt", "less_equal": "le", "not_equal": "ne"}
 _OF_THE_CLASS = {"__module__", "__qualname__", "__doc__", "__slots__", "__dict__", "__weakref__"}
 
 
@@ -102,5 +109,7 @@ def bind(cls: type, *mixins: type) -> None:
             setattr(cls, name, numpy_names(member) if inspect.isfunction(member) else member)
 
 
-bind(Tensor, TensorCore, TensorOps, TensorPieces, TensorMath, TensorLinks, TensorHooks)
+bind(Tensor, TensorCore, TensorOps, TensorPieces, TensorMath, TensorLinks, TensorHooks, TensorExtras,
+     TensorRandomFills, TensorShapes)
+bind(Tensor, type("TensorAliases", (), {a: vars(Tensor)[m] for a, m in TENSOR_ALIASES.items()}))  # x.divide ...
 bind(Tensor, in_place_methods(Tensor))  # x.sigmoid_() and its kin, from the methods bound above

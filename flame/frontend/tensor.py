@@ -398,6 +398,10 @@ class Tensor:
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
 
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
     def cpu(self) -> Tensor:
         """This tensor on the CPU: itself on the reference executor; on a GPU run, a copy in host memory
         (to read values: .numpy() / .item() / .tolist(); ops need it back on the GPU: .cuda())."""

@@ -1,0 +1,219 @@
+"""torch's shape helpers flame composes from indexing and views: Tensor.unfold (sliding windows),
+slice_scatter / select_scatter / diagonal_scatter (input with src written into a slice, a copy),
+fill_diagonal_, sum_to_size, the adjoint spellings (H, mH, adjoint, matrices of real numbers: the
+transpose), split_with_sizes and the unsafe_ spellings of split and chunk, ger, ndimension, nbytes,
+itemsize. Differentiable through the indexing they are written with, eagerly and inside
+@flame.compile. TensorShapes holds the Tensor methods (bound by methods.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flame.errors import ArgumentError, ShapeError
+from flame.frontend.context import user_location
+from flame.frontend.creation import tensor
+from flame.frontend.tensor import Tensor, dim_index
+from flame.frontend.tensor_core import full
+from flame.ir.dtypes import boolean
+
+__all__ = ["adjoint", "diagonal_scatter", "ger", "index_reduce", "isreal", "put", "select_scatter", "slice_scatter",
+           "split_with_sizes", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"]
+
+
+def _written(input: Tensor, view, src: Tensor) -> Tensor:  # noqa: A002
+    """A copy of input with src written through view(copy) (its gradient reaches input and src)."""
+    out = input.clone()
+    target = view(out)
+    if tuple(src.shape) != tuple(target.shape):
+        raise ShapeError(f"expected src to have a size equal to the slice of self. src size = {list(src.shape)}, "
+                         f"slice size = {list(target.shape)}\n  at {user_location()}")
+    target.copy_(src)
+    return out
+
+
+def slice_scatter(input: Tensor, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None,  # noqa: A002
+                  step: int = 1) -> Tensor:
+    """input with src in the slice start:end:step of dim, as torch.slice_scatter."""
+    d = dim_index("slice_scatter", dim, input.ndim)
+    key = (slice(None),) * d + (slice(start, end, step),)
+    return _written(input, lambda t: t[key], src)
+
+
+def select_scatter(input: Tensor, src: Tensor, dim: int, index: int) -> Tensor:  # noqa: A002
+    """input with src at index of dim, as torch.select_scatter."""
+    return _written(input, lambda t: t.select(dim, index), src)
+
+
+def diagonal_scatter(input: Tensor, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:  # noqa: A002
+    """input with src on its offset diagonal of (dim1, dim2), as torch.diagonal_scatter."""
+    return _written(input, lambda t: t.diagonal(offset, dim1, dim2), src)
+
+
+def isreal(input: Tensor) -> Tensor:  # noqa: A002
+    """True everywhere: flame's numbers are real (torch.isreal)."""
+    return full(tuple(input.shape), True, dtype=boolean)
+
+
+def adjoint(input: Tensor) -> Tensor:  # noqa: A002
+    """The last two dims swapped (the conjugate transpose of real matrices), as torch.adjoint."""
+    return input.transpose(-2, -1)
+
+
+def ger(input: Tensor, vec2: Tensor) -> Tensor:  # noqa: A002
+    """torch.ger, the older name of torch.outer."""
+    return input.outer(vec2)
+
+
+def split_with_sizes(input: Tensor, split_sizes, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
+    """Pieces of the given sizes along dim (they must add up to its size), as torch.split_with_sizes."""
+    return tuple(input.split(list(split_sizes), dim))
+
+
+def unsafe_split(input: Tensor, split_size: int, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
+    """torch.unsafe_split: torch.split whose pieces are not checked for later in-place writes."""
+    return tuple(input.split(split_size, dim))
+
+
+def unsafe_split_with_sizes(input: Tensor, split_sizes, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
+    return split_with_sizes(input, split_sizes, dim)
+
+
+def unsafe_chunk(input: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:  # noqa: A002
+    return tuple(input.chunk(chunks, dim))
+
+
+def index_reduce(input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,  # noqa: A002
+                 include_self: bool = True) -> Tensor:
+    """input with source's slices along dim reduced into the slices index names ('prod', 'mean', 'amax'
+    or 'amin'), as torch.index_reduce: scatter_reduce with index spread over source's other dims."""
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise ArgumentError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got "
+                            f"{reduce}.\n  at {user_location()}")
+    d = dim_index("index_reduce", dim, input.ndim)
+    if index.ndim != 1 or index.shape[0] != (source.shape[d] if source.ndim else 1):
+        raise ShapeError(f"index_reduce(): index {list(index.shape)} must be 1-D with one entry per slice of source "
+                         f"{list(source.shape)} along dim {dim}\n  at {user_location()}")
+    spread = index.reshape(*(1,) * d, -1, *(1,) * (source.ndim - d - 1)).expand(*source.shape)
+    return input.scatter_reduce(d, spread, source, reduce, include_self=include_self)
+
+
+def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:  # noqa: A002
+    """input with source written (or added, with accumulate) at flat indices of input (negative ones
+    counting from the end), as torch.put."""
+    flat = input.reshape(-1)
+    return flat.index_put((index.reshape(-1),), source.reshape(-1), accumulate).reshape(input.shape)
+
+
+class TensorShapes:
+    """Tensor's methods of the functions above, and unfold, fill_diagonal_, sum_to_size, H, mH."""
+
+    __slots__ = ()
+
+    def unfold(self, dimension: int, size: int, step: int):
+        """The windows of `size` elements every `step` along dimension, as a new last dim (torch's
+        Tensor.unfold: that dim becomes the number of windows)."""
+        d = dim_index("unfold", dimension, self.ndim)
+        length = self.shape[d] if self.ndim else 1
+        if size > length:
+            raise ShapeError(f"maximum size for tensor at dimension {d} is {length} but size is {size}\n"
+                             f"  at {user_location()}")
+        if step <= 0:
+            raise ShapeError(f"step is {step} but must be > 0\n  at {user_location()}")
+        if self.ndim == 0:
+            return self.reshape(1)
+        n = (length - size) // step + 1
+        idx = (np.arange(n)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+        picked = self.index_select(d, tensor(idx))
+        shape = (*self.shape[:d], n, size, *self.shape[d + 1:])
+        return picked.reshape(shape).movedim(d + 1, -1)
+
+    def fill_diagonal_(self, fill_value, wrap: bool = False):
+        """The main diagonal (of every dim at once) set to fill_value in place; a tall matrix's restarts
+        below the square with wrap, as torch's (and numpy.fill_diagonal's)."""
+        if self.ndim < 2:
+            raise ShapeError(f"dimensions must larger than 1\n  at {user_location()}")
+        if self.ndim > 2 and len(set(self.shape)) != 1:
+            raise ShapeError(f"all dimensions of input must be of equal length\n  at {user_location()}")
+        mask = np.zeros(self.shape, dtype=bool)
+        np.fill_diagonal(mask, True, wrap=wrap)
+        return self.masked_fill_(tensor(mask), fill_value)
+
+    def sum_to_size(self, *size):
+        """self summed down to size (which must broadcast to self's shape), as torch's: the gradient of
+        a broadcast."""
+        size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+        lead = self.ndim - len(size)
+        if lead < 0 or any(s not in (1, t) for s, t in zip(size, self.shape[lead:])):
+            raise ShapeError(f"size {{{list(size)}}} is not expandable to size {{{list(self.shape)}}}.\n"
+                             f"  at {user_location()}")
+        out = self.sum(tuple(range(lead))) if lead else self
+        dims = tuple(i for i, (s, t) in enumerate(zip(size, out.shape)) if s == 1 and t != 1)
+        return out.sum(dims, keepdim=True) if dims else out
+
+    def slice_scatter(self, src, dim: int = 0, start=None, end=None, step: int = 1):
+        return slice_scatter(self, src, dim, start, end, step)
+
+    def select_scatter(self, src, dim: int, index: int):
+        return select_scatter(self, src, dim, index)
+
+    def diagonal_scatter(self, src, offset: int = 0, dim1: int = 0, dim2: int = 1):
+        return diagonal_scatter(self, src, offset, dim1, dim2)
+
+    def split_with_sizes(self, split_sizes, dim: int = 0):
+        return split_with_sizes(self, split_sizes, dim)
+
+    def unsafe_split(self, split_size: int, dim: int = 0):
+        return unsafe_split(self, split_size, dim)
+
+    def unsafe_split_with_sizes(self, split_sizes, dim: int = 0):
+        return split_with_sizes(self, split_sizes, dim)
+
+    def unsafe_chunk(self, chunks: int, dim: int = 0):
+        return unsafe_chunk(self, chunks, dim)
+
+    def index_reduce(self, dim: int, index, source, reduce: str, *, include_self: bool = True):
+        return index_reduce(self, dim, index, source, reduce, include_self=include_self)
+
+    def put(self, index, source, accumulate: bool = False):
+        return put(self, index, source, accumulate)
+
+    def ger(self, vec2):
+        return ger(self, vec2)
+
+    def adjoint(self):
+        return adjoint(self)
+
+    def isreal(self):
+        return isreal(self)
+
+    def new_empty_strided(self, size, stride, dtype=None, device=None, requires_grad: bool = False,
+                          layout=None, pin_memory: bool = False):
+        """self.new_empty(size): flame's tensors are row-major, so the strides are accepted and not kept."""
+        return self.new_empty(*size, dtype=dtype, device=device).requires_grad_(requires_grad)
+
+    def ndimension(self) -> int:
+        return self.ndim
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def H(self):  # noqa: N802  (torch's name)
+        """The transpose of a matrix (the conjugate transpose of real numbers), as torch's Tensor.H."""
+        if self.ndim > 2 or self.ndim == 1:
+            raise ShapeError(f"tensor.H is only supported on matrices (2-D tensors). Got {self.ndim}-D tensor.\n"
+                             f"  at {user_location()}")
+        return self.t() if self.ndim == 2 else self
+
+    @property
+    def mH(self):  # noqa: N802
+        """The last two dims swapped (torch's Tensor.mH, the conjugate transpose of real matrices)."""
+        if self.ndim < 2:
+            raise ShapeError(f"tensor.mH is only supported on matrices or batches of matrices. Got {self.ndim}-D "
+                             f"tensor.\n  at {user_location()}")
+        return self.transpose(-2, -1)
