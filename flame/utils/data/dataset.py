@@ -93,12 +93,17 @@ class ConcatDataset(Dataset):
 
 
 def random_split(dataset: Dataset, lengths: Sequence[int | float], generator=None) -> list[Subset]:
-    """Split `dataset` into non-overlapping Subsets of the given lengths (or fractions summing to 1,
-    the remainder spread one by one from the first, as torch does), in a random order drawn from
-    `generator` (a flame.Generator; default: flame's default generator)."""
+    """Split `dataset` into non-overlapping Subsets of the given lengths, in a random order drawn from
+    `generator` (a flame.Generator; default: flame's default generator). Lengths summing to 1 (ints
+    too, as torch reads them) are fractions, each in [0, 1]: a split gets floor(n * fraction) items
+    and the remainder is spread one by one from the first split, as torch does."""
     n = len(dataset)
-    if lengths and all(isinstance(x, float) for x in lengths) and math.isclose(sum(lengths), 1.0) and sum(lengths) <= 1:
-        sizes = [int(math.floor(n * f)) for f in lengths]
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        sizes = []
+        for i, frac in enumerate(lengths):
+            if frac < 0 or frac > 1:
+                raise ValueError(f"Fraction at index {i} is not between 0 and 1")
+            sizes.append(int(math.floor(n * frac)))
         for i in range(n - sum(sizes)):
             sizes[i % len(sizes)] += 1
         for i, k in enumerate(sizes):
