@@ -5,6 +5,7 @@ torch has."""
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 
 from flame.distributions import _frontend as ops
@@ -169,3 +170,61 @@ def _kl_normal_normal(p, q):
 def _kl_uniform_uniform(p, q):
     result = ((q.high - q.low) / (p.high - p.low)).log()
     return ops.where((q.low > p.low) | (q.high < p.high), float("inf"), result)
+
+
+# ---- pairs of different families (torch's closed forms; infinite where p's support leaves q's) ----
+
+
+@register_kl(Exponential, Normal)
+def _kl_exponential_normal(p, q):
+    var_normal = q.scale.pow(2)
+    rate_sqr = p.rate.pow(2)
+    t1 = 0.5 * (rate_sqr * var_normal * 2 * math.pi).log()
+    return t1 - 1 + (rate_sqr.reciprocal() - q.loc / p.rate + q.loc.pow(2) * 0.5) / var_normal
+
+
+@register_kl(Laplace, Normal)
+def _kl_laplace_normal(p, q):
+    var_normal = q.scale.pow(2)
+    scale_sqr_var_ratio = p.scale.pow(2) / var_normal
+    t1 = 0.5 * (2 * scale_sqr_var_ratio / math.pi).log()
+    t234 = 0.5 * p.loc.pow(2) - p.loc * q.loc + 0.5 * q.loc.pow(2)
+    return -t1 + scale_sqr_var_ratio + t234 / var_normal - 1
+
+
+@register_kl(Normal, Laplace)
+def _kl_normal_laplace(p, q):
+    loc_diff = p.loc - q.loc
+    loc_diff_scale_ratio = loc_diff / p.scale
+    t1 = (p.scale / q.scale).log()
+    t2 = math.sqrt(2 / math.pi) * p.scale * (-0.5 * loc_diff_scale_ratio.pow(2)).exp()
+    t3 = loc_diff * ops.erf(math.sqrt(0.5) * loc_diff_scale_ratio)
+    return -t1 + (t2 + t3) / q.scale - (0.5 * (1 + math.log(0.5 * math.pi)))
+
+
+@register_kl(Uniform, Exponential)
+def _kl_uniform_exponential(p, q):
+    result = q.rate * (p.high + p.low) / 2 - ((p.high - p.low) * q.rate).log()
+    return ops.where(p.low < 0, float("inf"), result)  # p puts mass below q's support [0, inf)
+
+
+@register_kl(Uniform, Normal)
+def _kl_uniform_normal(p, q):
+    common_term = p.high - p.low
+    t1 = (math.sqrt(math.pi * 2) * q.scale / common_term).log()
+    t2 = common_term.pow(2) / 12
+    t3 = ((p.high + p.low - 2 * q.loc) / 2).pow(2)
+    return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
+
+
+@register_kl(Exponential, Uniform)
+def _kl_exponential_infinity(p, q):
+    return ops.full_like(p.rate, float("inf"))
+
+
+@register_kl(Laplace, Exponential)
+@register_kl(Laplace, Uniform)
+@register_kl(Normal, Exponential)
+@register_kl(Normal, Uniform)
+def _kl_unbounded_infinity(p, q):
+    return ops.full_like(p.loc, float("inf"))
