@@ -432,3 +432,30 @@ def test_vmap_out_dims_none_still_followed_after_a_dual_level_inside_func():
 
     with pytest.raises(ValueError, match="can not return a BatchedTensor when out_dim is None"):
         F.vmap(f, out_dims=None)(ft(M))
+
+
+@pytest.mark.parametrize(
+    "fn,in_dims,out_dims,shapes",
+    [
+        (lambda x: x * 2, 0, 0, [(0, 3)]),
+        (lambda x: (x * 2, x.sum()), 0, (1, 0), [(0, 3)]),
+        (lambda x, y: x * y, (1, None), 0, [(3, 0), (3,)]),
+        (lambda x: x.sum(), -1, 0, [(3, 0)]),
+        (lambda x, y: (x * 2, y), (0, None), (0, None), [(0, 3), (3,)]),
+    ],
+)
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_vmap_over_an_empty_batch_gives_empty_outputs_as_torch(fn, in_dims, out_dims, shapes, compiled):
+    args = [RNG.standard_normal(s) for s in shapes]
+    want = TF.vmap(fn, in_dims=in_dims, out_dims=out_dims)(*map(tt, args))
+    mapped = F.vmap(fn, in_dims=in_dims, out_dims=out_dims)
+    got = (flame.compile(mapped) if compiled else mapped)(*map(ft, args))
+    for g, w in zip(*(o if isinstance(o, tuple) else (o,) for o in (got, want))):
+        assert g.shape == tuple(w.shape) and g.dtype == flame.float64
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_vmap_of_grad_over_an_empty_batch():
+    f = lambda x: (x.sin() * x).sum()  # noqa: E731
+    got = F.vmap(F.grad(f))(flame.zeros(0, 3, dtype=flame.float64))
+    assert got.shape == tuple(TF.vmap(TF.grad(f))(torch.zeros(0, 3, dtype=torch.float64)).shape) == (0, 3)
