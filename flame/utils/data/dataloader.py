@@ -280,6 +280,8 @@ class _Fetcher:
         if self.fast:  # one gather per tensor
             idx = Tensor(np.asarray(indices, np.int64))
             return [t[idx] for t in self.dataset.tensors]
+        if callable(getattr(self.dataset, "__getitems__", None)):  # the data set reads a batch at once
+            return self.collate(self.dataset.__getitems__(indices))
         return self.collate([self.dataset[i] for i in indices])
 
     def stream(self):
