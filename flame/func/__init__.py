@@ -1,6 +1,6 @@
 """flame.func, as torch.func: functional_call (a module called with other tensors in place of its
-parameters and buffers), the autodiff transforms grad, grad_and_value, vjp, jvp, jacrev, jacfwd and
-hessian (flame/func/_grad.py), vmap (run once per batch element, flame/func/_vmap.py) and
+parameters and buffers), the autodiff transforms grad, grad_and_value, vjp, jvp, linearize, jacrev,
+jacfwd and hessian (flame/func/_grad.py), vmap (run once per batch element, flame/func/_vmap.py) and
 stack_module_state. Transforms compose and take pytrees (tuples, lists, dicts) of tensors."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from flame.frontend.tensor import Tensor
-from flame.func._grad import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
+from flame.func._grad import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, linearize, vjp
 from flame.func._vmap import stack_module_state, vmap
 from flame.nn.utils.stateless import _functional_call
 
-__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "stack_module_state",
-           "vjp", "vmap"]
+__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "linearize",
+           "stack_module_state", "vjp", "vmap"]
 
 
 def functional_call(

@@ -459,3 +459,31 @@ def test_vmap_of_grad_over_an_empty_batch():
     f = lambda x: (x.sin() * x).sum()  # noqa: E731
     got = F.vmap(F.grad(f))(flame.zeros(0, 3, dtype=flame.float64))
     assert got.shape == tuple(TF.vmap(TF.grad(f))(torch.zeros(0, 3, dtype=torch.float64)).shape) == (0, 3)
+
+
+def test_linearize_matches_torch():
+    f = lambda x, d: (x.sin() * d["y"], (x * x).sum())  # noqa: E731
+    out, jvp_fn = F.linearize(f, ft(A), {"y": ft(B)})
+    want_out, want_fn = TF.linearize(f, tt(A), {"y": tt(B)})
+    for g, w in zip(out, want_out):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12)
+    for tangents in ((A, B), (B, M[0])):
+        got = jvp_fn(ft(tangents[0]), {"y": ft(tangents[1])})
+        want = want_fn(tt(tangents[0]), {"y": tt(tangents[1])})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "tangents,match",
+    [
+        ((A, A), "same argspec as the primals"),
+        ((M,), "tangent:0 with shape"),
+        ((A.astype(np.float32),), "tangent:0 with dtype"),
+    ],
+)
+def test_linearize_checks_the_tangents_as_torch(tangents, match):
+    for lin, make in ((TF.linearize, lambda a: torch.tensor(a)), (F.linearize, lambda a: flame.tensor(a))):
+        _, jvp_fn = lin(lambda x: x.sin(), make(A))
+        with pytest.raises(RuntimeError, match=match):
+            jvp_fn(*map(make, tangents))
