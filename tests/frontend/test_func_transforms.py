@@ -487,3 +487,21 @@ def test_linearize_checks_the_tangents_as_torch(tangents, match):
         _, jvp_fn = lin(lambda x: x.sin(), make(A))
         with pytest.raises(RuntimeError, match=match):
             jvp_fn(*map(make, tangents))
+
+
+def test_replace_all_batch_norm_modules_matches_torch():
+    def run(L, Fn):
+        L.manual_seed(0)
+        m = L.nn.Sequential(L.nn.BatchNorm1d(3, dtype=L.float64), L.nn.Sequential(L.nn.BatchNorm1d(3, affine=False)))
+        assert Fn.replace_all_batch_norm_modules_(m) is m
+        bn = m[0]
+        state = (bn.running_mean, bn.running_var, bn.num_batches_tracked, bn.track_running_stats)
+        x = L.tensor(M)
+        train = m[0](x)
+        m.eval()
+        return state, m[1][0].track_running_stats, sorted(m.state_dict()), train, m[0](x)
+
+    got, want = run(flame, F), run(torch, TF)
+    assert got[:3] == want[:3] == ((None, None, None, False), False, ["0.bias", "0.weight"])
+    for g, w in zip(got[3:], want[3:]):
+        np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=1e-12)
