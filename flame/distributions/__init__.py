@@ -11,6 +11,7 @@ from flame.distributions.independent import Independent
 from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.laplace import Laplace
 from flame.distributions.log_normal import LogNormal
+from flame.distributions.mixture_same_family import MixtureSameFamily
 from flame.distributions.multivariate_normal import MultivariateNormal
 from flame.distributions.normal import Normal
 from flame.distributions.transformed_distribution import TransformedDistribution
@@ -35,6 +36,7 @@ __all__ = [
     "Independent",
     "Laplace",
     "LogNormal",
+    "MixtureSameFamily",
     "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
