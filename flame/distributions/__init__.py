@@ -7,6 +7,7 @@ from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.categorical import Categorical, OneHotCategorical
 from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
+from flame.distributions.gumbel import Gumbel
 from flame.distributions.independent import Independent
 from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.laplace import Laplace
@@ -33,6 +34,7 @@ __all__ = [
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "Gumbel",
     "Independent",
     "Laplace",
     "LogNormal",
