@@ -14,6 +14,7 @@ from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.categorical import Categorical, OneHotCategorical
 from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
+from flame.distributions.gumbel import Gumbel
 from flame.distributions.independent import Independent
 from flame.distributions.laplace import Laplace
 from flame.distributions.multivariate_normal import MultivariateNormal, batch_mahalanobis, half_log_det
@@ -217,11 +218,60 @@ def _kl_uniform_normal(p, q):
     return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
 
 
+_EULER = 0.57721566490153286060  # the Euler-Mascheroni constant
+
+
+@register_kl(Gumbel, Gumbel)
+def _kl_gumbel_gumbel(p, q):
+    ct1, ct2, ct3 = p.scale / q.scale, q.loc / q.scale, p.loc / q.scale
+    t1 = -ct1.log() - ct2 + ct3
+    t3 = (ct2 + (1 + ct1).lgamma() - ct3).exp()
+    return t1 + ct1 * _EULER + t3 - (1 + _EULER)
+
+
+@register_kl(Exponential, Gumbel)
+def _kl_exponential_gumbel(p, q):
+    scale_rate_prod = p.rate * q.scale
+    loc_scale_ratio = q.loc / q.scale
+    t2 = loc_scale_ratio.exp() * scale_rate_prod / (scale_rate_prod + 1)
+    return scale_rate_prod.log() - 1 - loc_scale_ratio + t2 + scale_rate_prod.reciprocal()
+
+
+@register_kl(Normal, Gumbel)
+def _kl_normal_gumbel(p, q):
+    mean_scale_ratio = p.loc / q.scale
+    var_scale_sqr_ratio = (p.scale / q.scale).pow(2)
+    loc_scale_ratio = q.loc / q.scale
+    t1 = var_scale_sqr_ratio.log() * 0.5
+    t3 = (-mean_scale_ratio + 0.5 * var_scale_sqr_ratio + loc_scale_ratio).exp()
+    return -t1 + (mean_scale_ratio - loc_scale_ratio) + t3 - (0.5 * (1 + math.log(2 * math.pi)))
+
+
+@register_kl(Uniform, Gumbel)
+def _kl_uniform_gumbel(p, q):
+    common_term = q.scale / (p.high - p.low)
+    high_loc_diff = (p.high - q.loc) / q.scale
+    low_loc_diff = (p.low - q.loc) / q.scale
+    t1 = common_term.log() + 0.5 * (high_loc_diff + low_loc_diff)
+    return t1 - common_term * ((-high_loc_diff).exp() - (-low_loc_diff).exp())
+
+
+@register_kl(Gumbel, Normal)
+def _kl_gumbel_normal(p, q):
+    param_ratio = p.scale / q.scale
+    t1 = (param_ratio / math.sqrt(2 * math.pi)).log()
+    t2 = (math.pi * param_ratio * 0.5).pow(2) / 3
+    t3 = ((p.loc + p.scale * _EULER - q.loc) / q.scale).pow(2) * 0.5
+    return -t1 + t2 + t3 - (_EULER + 1)
+
+
 @register_kl(Exponential, Uniform)
 def _kl_exponential_infinity(p, q):
     return ops.full_like(p.rate, float("inf"))
 
 
+@register_kl(Gumbel, Exponential)
+@register_kl(Gumbel, Uniform)
 @register_kl(Laplace, Exponential)
 @register_kl(Laplace, Uniform)
 @register_kl(Normal, Exponential)

@@ -134,6 +134,13 @@ CROSS = {  # (p, q): torch's closed form (or infinity, where p's support leaves 
     ("Laplace", "Uniform"): {},
     ("Normal", "Exponential"): {},
     ("Normal", "Uniform"): {},
+    ("Gumbel", "Gumbel"): {},
+    ("Exponential", "Gumbel"): {},
+    ("Normal", "Gumbel"): {},
+    ("Uniform", "Gumbel"): {},
+    ("Gumbel", "Normal"): {},
+    ("Gumbel", "Exponential"): {},
+    ("Gumbel", "Uniform"): {},
 }
 
 
@@ -144,6 +151,8 @@ def _cross(D, name, v):
         return D.Laplace(v[0], v[1])
     if name == "Exponential":
         return D.Exponential(v[1])
+    if name == "Gumbel":
+        return D.Gumbel(v[0], v[1])
     return D.Uniform(v[0] - v[1], v[0] + v[1])
 
 
