@@ -7,10 +7,12 @@ from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.categorical import Categorical, OneHotCategorical
 from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
+from flame.distributions.gumbel import Gumbel
 from flame.distributions.independent import Independent
 from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.laplace import Laplace
 from flame.distributions.log_normal import LogNormal
+from flame.distributions.mixture_same_family import MixtureSameFamily
 from flame.distributions.multivariate_normal import MultivariateNormal
 from flame.distributions.normal import Normal
 from flame.distributions.transformed_distribution import TransformedDistribution
@@ -32,9 +34,11 @@ __all__ = [
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "Gumbel",
     "Independent",
     "Laplace",
     "LogNormal",
+    "MixtureSameFamily",
     "MultivariateNormal",
     "Normal",
     "OneHotCategorical",

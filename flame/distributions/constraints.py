@@ -9,6 +9,7 @@ from flame.distributions._linalg import cholesky
 
 __all__ = [
     "Constraint",
+    "MixtureSameFamilyConstraint",
     "boolean",
     "dependent",
     "dependent_property",
@@ -275,6 +276,35 @@ class _PositiveDefinite(_Symmetric):
         if value.shape[-2] != value.shape[-1]:
             return symmetric
         return symmetric & (cholesky(value, check=False).diagonal(dim1=-2, dim2=-1) > 0).all(-1)
+
+
+class MixtureSameFamilyConstraint(Constraint):
+    """A MixtureSameFamily's support: its component distribution's constraint, checked with the
+    component dim put back and reduced over it."""
+
+    def __init__(self, base_constraint: Constraint):
+        if not isinstance(base_constraint, Constraint):
+            raise AssertionError(f"base_constraint must be a Constraint, got {type(base_constraint).__name__}")
+        self.base_constraint = base_constraint
+        super().__init__()
+
+    @property
+    def is_discrete(self) -> bool:
+        return self.base_constraint.is_discrete
+
+    @property
+    def event_dim(self) -> int:
+        return self.base_constraint.event_dim
+
+    def check(self, value):
+        result = self.base_constraint.check(value.unsqueeze(-1 - self.event_dim))
+        if value.ndim < self.event_dim:
+            raise ValueError(f"Expected value.dim() >= {self.event_dim} but got {value.ndim}")
+        keep = value.ndim - self.event_dim
+        return result.reshape(tuple(result.shape[:keep]) + (-1,)).all(-1)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.base_constraint!r})"
 
 
 dependent = _Dependent()

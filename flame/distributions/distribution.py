@@ -191,11 +191,11 @@ class Distribution:
 
     def __repr__(self) -> str:
         names = [k for k in self.arg_constraints if k in self.__dict__]
-        shown = [
+        args = [
             f"{p}: {shown(self.__dict__[p]) if self.__dict__[p].numel() == 1 else tuple(self.__dict__[p].shape)}"
             for p in names
         ]
-        return self.__class__.__name__ + "(" + ", ".join(shown) + ")"
+        return self.__class__.__name__ + "(" + ", ".join(args) + ")"
 
 
 class LocScale(Distribution):

@@ -329,6 +329,13 @@ class Tensor:
         body = np.array2string(self.numpy(), separator=", ", prefix="tensor(", **_PRINT_OPTIONS)
         return f"tensor({body}, dtype={self.dtype.name}{grad})"
 
+    def __format__(self, spec: str) -> str:
+        """A concrete 0-d tensor formats as its Python number (f"{loss:.4f}"), as torch's; any other
+        tensor as object does (its repr for an empty spec)."""
+        if self._value is None and self.ndim == 0 and type(self) is Tensor:
+            return format(self.item(), spec)
+        return object.__format__(self, spec)
+
     # ---- autograd ---------------------------------------------------------------------------------
     @property
     def grad(self) -> Tensor | None:

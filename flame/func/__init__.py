@@ -1,7 +1,8 @@
 """flame.func, as torch.func: functional_call (a module called with other tensors in place of its
-parameters and buffers), the autodiff transforms grad, grad_and_value, vjp, jvp, jacrev, jacfwd and
-hessian (flame/func/_grad.py), vmap (run once per batch element, flame/func/_vmap.py) and
-stack_module_state. Transforms compose and take pytrees (tuples, lists, dicts) of tensors."""
+parameters and buffers), the autodiff transforms grad, grad_and_value, vjp, jvp, linearize, jacrev,
+jacfwd and hessian (flame/func/_grad.py), vmap (run once per batch element, flame/func/_vmap.py),
+stack_module_state and replace_all_batch_norm_modules_. Transforms compose and take pytrees (tuples,
+lists, dicts) of tensors."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from flame.frontend.tensor import Tensor
-from flame.func._grad import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
+from flame.func._grad import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, linearize, vjp
 from flame.func._vmap import stack_module_state, vmap
+from flame.nn.conv import _BatchNorm
 from flame.nn.utils.stateless import _functional_call
 
-__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "stack_module_state",
-           "vjp", "vmap"]
+__all__ = ["functional_call", "grad", "grad_and_value", "hessian", "jacfwd", "jacrev", "jvp", "linearize",
+           "replace_all_batch_norm_modules_", "stack_module_state", "vjp", "vmap"]
 
 
 def functional_call(
@@ -50,3 +52,17 @@ def functional_call(
             f"but got {type(parameter_and_buffer_dicts)}"
         )
     return _functional_call(module, parameters_and_buffers, args, kwargs, tie_weights=tie_weights, strict=strict)
+
+
+def replace_all_batch_norm_modules_(root):
+    """torch.func.replace_all_batch_norm_modules_: every batch norm module in `root` (root included)
+    that tracks running statistics stops, in place (running_mean, running_var and num_batches_tracked
+    become None), so it always normalizes with the batch's statistics, as vmap over a batch needs;
+    returns root."""
+    for module in root.modules():
+        if isinstance(module, _BatchNorm) and module.track_running_stats:
+            module.running_mean = None
+            module.running_var = None
+            module.num_batches_tracked = None
+            module.track_running_stats = False
+    return root

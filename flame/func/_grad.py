@@ -327,3 +327,29 @@ def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str 
 def hessian(func: Callable, argnums=0) -> Callable:
     """torch.func.hessian: jacfwd(jacrev(func, argnums), argnums)."""
     return jacfwd(jacrev(func, argnums), argnums)
+
+
+def linearize(func: Callable, *primals) -> tuple[Any, Callable]:
+    """torch.func.linearize: (func(*primals), jvp_fn), where jvp_fn(*tangents) gives J tangents at
+    primals (tangents in the primals' structure, each of its primal's shape and dtype, else torch's
+    RuntimeError). torch replays a graph traced once; flame's jvp_fn runs jvp(func, primals, tangents),
+    which gives the same values for a function that draws no random numbers."""
+    output = func(*primals)
+    flat_primals, primals_spec = tree_flatten(primals)
+
+    def jvp_fn(*tangents):
+        flat_tangents, tangents_spec = tree_flatten(tangents)
+        if tangents_spec != primals_spec:
+            raise RuntimeError(
+                f"Expected the tangents {tangents_spec} to have the same argspec as the primals {primals_spec}"
+            )
+        for idx, (p, t) in enumerate(zip(flat_primals, flat_tangents)):
+            for what, want, got in (("shape", tuple(p.shape), tuple(t.shape)), ("dtype", p.dtype, t.dtype)):
+                if got != want:
+                    raise RuntimeError(
+                        f"tangent:{idx} with {what} {got} in flattened pytree doesn't match the {what} {want} "
+                        "of the corresponding primal."
+                    )
+        return jvp(func, primals, tangents)[1]
+
+    return output, jvp_fn

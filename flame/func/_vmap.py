@@ -134,7 +134,9 @@ def _check_out_dims(func, out_dims) -> None:
                          f"should appear.")
 
 
-def _stack_outputs(func, outs: list, out_dims, batched: _Batched | None = None):
+def _stack_outputs(func, outs: list, out_dims, batched: _Batched | None = None, empty: bool = False):
+    """The outputs of the batch elements stacked at out_dims (empty: outs holds one stand-in element's,
+    and each batched output keeps 0 of it)."""
     name = _name(func)
     flat0, spec = tree_flatten(outs[0])
     flat_dims = broadcast_to_and_flatten(out_dims, spec)
@@ -154,7 +156,8 @@ def _stack_outputs(func, outs: list, out_dims, batched: _Batched | None = None):
         if not isinstance(first, Tensor):
             raise ValueError(f"vmap({name}, ...): `{name}` must only return Tensors, got type {type(first)}. "
                              f"Did you mean to set out_dims= to None for output?")
-        result.append(stack([f[k] for f in flats], dim=d))
+        stacked = stack([f[k] for f in flats], dim=d)
+        result.append(stacked.narrow(d, 0, 0) if empty else stacked)
     return tree_unflatten(result, spec)
 
 
@@ -189,16 +192,24 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
         outs = []
         batched = _Batched(op_recorder.get()) if None in tree_flatten(out_dims)[0] else None
         with _randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched):
-            for i in range(n):
+            for i in range(max(n, 1)):
                 same.seen.clear()
-                sliced = [a if d is None else a.select(d, i) for a, d in zip(flat_args, dims)]
+                sliced = [a if d is None else _element(a, d, i) for a, d in zip(flat_args, dims)]
                 for a, d in zip(sliced, dims):
                     if d is not None and batched is not None:
                         batched.add(a)
                 outs.append(func(*tree_unflatten(sliced, spec), **kwargs))
-        return _stack_outputs(func, outs, out_dims, batched)
+        return _stack_outputs(func, outs, out_dims, batched, empty=n == 0)
 
     return wrapped
+
+
+def _element(a: Tensor, d: int, i: int) -> Tensor:
+    """Element i of `a` along its batch dim d; for an empty batch, zeros of an element's shape, on which
+    func runs once so that the outputs have their shapes (a batch of 0), as torch's vmap gives."""
+    if a.shape[d] == 0:
+        return a.new_zeros(a.shape[:d] + a.shape[d + 1 :])
+    return a.select(d, i)
 
 
 def _stacked_leaf(tensors: tuple, name: str) -> Tensor:

@@ -432,3 +432,76 @@ def test_vmap_out_dims_none_still_followed_after_a_dual_level_inside_func():
 
     with pytest.raises(ValueError, match="can not return a BatchedTensor when out_dim is None"):
         F.vmap(f, out_dims=None)(ft(M))
+
+
+@pytest.mark.parametrize(
+    "fn,in_dims,out_dims,shapes",
+    [
+        (lambda x: x * 2, 0, 0, [(0, 3)]),
+        (lambda x: (x * 2, x.sum()), 0, (1, 0), [(0, 3)]),
+        (lambda x, y: x * y, (1, None), 0, [(3, 0), (3,)]),
+        (lambda x: x.sum(), -1, 0, [(3, 0)]),
+        (lambda x, y: (x * 2, y), (0, None), (0, None), [(0, 3), (3,)]),
+    ],
+)
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_vmap_over_an_empty_batch_gives_empty_outputs_as_torch(fn, in_dims, out_dims, shapes, compiled):
+    args = [RNG.standard_normal(s) for s in shapes]
+    want = TF.vmap(fn, in_dims=in_dims, out_dims=out_dims)(*map(tt, args))
+    mapped = F.vmap(fn, in_dims=in_dims, out_dims=out_dims)
+    got = (flame.compile(mapped) if compiled else mapped)(*map(ft, args))
+    for g, w in zip(*(o if isinstance(o, tuple) else (o,) for o in (got, want))):
+        assert g.shape == tuple(w.shape) and g.dtype == flame.float64
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+
+
+def test_vmap_of_grad_over_an_empty_batch():
+    f = lambda x: (x.sin() * x).sum()  # noqa: E731
+    got = F.vmap(F.grad(f))(flame.zeros(0, 3, dtype=flame.float64))
+    assert got.shape == tuple(TF.vmap(TF.grad(f))(torch.zeros(0, 3, dtype=torch.float64)).shape) == (0, 3)
+
+
+def test_linearize_matches_torch():
+    f = lambda x, d: (x.sin() * d["y"], (x * x).sum())  # noqa: E731
+    out, jvp_fn = F.linearize(f, ft(A), {"y": ft(B)})
+    want_out, want_fn = TF.linearize(f, tt(A), {"y": tt(B)})
+    for g, w in zip(out, want_out):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12)
+    for tangents in ((A, B), (B, M[0])):
+        got = jvp_fn(ft(tangents[0]), {"y": ft(tangents[1])})
+        want = want_fn(tt(tangents[0]), {"y": tt(tangents[1])})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "tangents,match",
+    [
+        ((A, A), "same argspec as the primals"),
+        ((M,), "tangent:0 with shape"),
+        ((A.astype(np.float32),), "tangent:0 with dtype"),
+    ],
+)
+def test_linearize_checks_the_tangents_as_torch(tangents, match):
+    for lin, make in ((TF.linearize, lambda a: torch.tensor(a)), (F.linearize, lambda a: flame.tensor(a))):
+        _, jvp_fn = lin(lambda x: x.sin(), make(A))
+        with pytest.raises(RuntimeError, match=match):
+            jvp_fn(*map(make, tangents))
+
+
+def test_replace_all_batch_norm_modules_matches_torch():
+    def run(L, Fn):
+        L.manual_seed(0)
+        m = L.nn.Sequential(L.nn.BatchNorm1d(3, dtype=L.float64), L.nn.Sequential(L.nn.BatchNorm1d(3, affine=False)))
+        assert Fn.replace_all_batch_norm_modules_(m) is m
+        bn = m[0]
+        state = (bn.running_mean, bn.running_var, bn.num_batches_tracked, bn.track_running_stats)
+        x = L.tensor(M)
+        train = m[0](x)
+        m.eval()
+        return state, m[1][0].track_running_stats, sorted(m.state_dict()), train, m[0](x)
+
+    got, want = run(flame, F), run(torch, TF)
+    assert got[:3] == want[:3] == ((None, None, None, False), False, ["0.bias", "0.weight"])
+    for g, w in zip(got[3:], want[3:]):
+        np.testing.assert_allclose(g.detach().numpy(), w.detach().numpy(), rtol=1e-12)

@@ -1,12 +1,21 @@
 """flame.utils.data: torch.utils.data's interface. Datasets (`Dataset`, `IterableDataset`,
-`TensorDataset`, `Subset`, `ConcatDataset`, `random_split`), samplers (`SequentialSampler`,
-`RandomSampler`, `SubsetRandomSampler`, `WeightedRandomSampler`, `BatchSampler`, and
-`DistributedSampler`, which shards indices over the ranks of a process group) and `DataLoader`
+`TensorDataset`, `StackDataset`, `Subset`, `ConcatDataset`, `ChainDataset`, `random_split`),
+samplers (`SequentialSampler`, `RandomSampler`, `SubsetRandomSampler`, `WeightedRandomSampler`,
+`BatchSampler`, and `DistributedSampler`, which shards indices over the ranks of a process group) and `DataLoader`
 (batching, shuffling with a generator, drop_last, collate_fn, worker processes, pinned host
 buffers with an asynchronous copy to the GPU)."""
 
 from flame.utils.data.dataloader import DataLoader, default_collate, default_convert, get_worker_info
-from flame.utils.data.dataset import ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
+from flame.utils.data.dataset import (
+    ChainDataset,
+    ConcatDataset,
+    Dataset,
+    IterableDataset,
+    StackDataset,
+    Subset,
+    TensorDataset,
+    random_split,
+)
 from flame.utils.data.distributed import DistributedSampler
 from flame.utils.data.sampler import (
     BatchSampler,
@@ -19,6 +28,7 @@ from flame.utils.data.sampler import (
 
 __all__ = [
     "BatchSampler",
+    "ChainDataset",
     "ConcatDataset",
     "DataLoader",
     "Dataset",
@@ -26,6 +36,7 @@ __all__ = [
     "IterableDataset",
     "RandomSampler",
     "Sampler",
+    "StackDataset",
     "SequentialSampler",
     "Subset",
     "SubsetRandomSampler",

@@ -280,6 +280,8 @@ class _Fetcher:
         if self.fast:  # one gather per tensor
             idx = Tensor(np.asarray(indices, np.int64))
             return [t[idx] for t in self.dataset.tensors]
+        if callable(getattr(self.dataset, "__getitems__", None)):  # the data set reads a batch at once
+            return self.collate(self.dataset.__getitems__(indices))
         return self.collate([self.dataset[i] for i in indices])
 
     def stream(self):
@@ -394,9 +396,7 @@ class DataLoader:
             sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
         if batch_sampler is None and batch_size is not None and not isinstance(dataset, IterableDataset):
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
-        self.batch_size = batch_size if batch_sampler is None or batch_size is not None else None
-        if batch_sampler is not None and self.batch_size is None:
-            self.batch_size = getattr(batch_sampler, "batch_size", None)
+        self.batch_size = batch_size  # None with a batch_sampler, as torch's
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self._auto = batch_sampler is not None or (isinstance(dataset, IterableDataset) and batch_size is not None)
         self.collate_fn = collate_fn or (default_collate if self._auto else default_convert)

@@ -1,5 +1,7 @@
-"""Datasets with torch.utils.data's interface: a map-style `Dataset` (`__getitem__`, `__len__`), an
-`IterableDataset` (`__iter__`), `TensorDataset`, `Subset`, `ConcatDataset` and `random_split`."""
+"""Datasets with torch.utils.data's interface: a map-style `Dataset` (`__getitem__`, `__len__`, and
+optionally `__getitems__`, which a DataLoader then asks for a whole batch), an `IterableDataset`
+(`__iter__`), `TensorDataset`, `StackDataset`, `Subset`, `ConcatDataset`, `ChainDataset` and
+`random_split`."""
 
 from __future__ import annotations
 
@@ -10,7 +12,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["ConcatDataset", "Dataset", "IterableDataset", "Subset", "TensorDataset", "random_split"]
+__all__ = [
+    "ChainDataset",
+    "ConcatDataset",
+    "Dataset",
+    "IterableDataset",
+    "StackDataset",
+    "Subset",
+    "TensorDataset",
+    "random_split",
+]
 
 
 class Dataset:
@@ -28,6 +39,9 @@ class IterableDataset(Dataset):
 
     def __iter__(self):
         raise NotImplementedError(f"{type(self).__name__} must define __iter__ (as torch's IterableDataset)")
+
+    def __add__(self, other: Dataset) -> ChainDataset:
+        return ChainDataset([self, other])
 
 
 class TensorDataset(Dataset):
@@ -63,8 +77,58 @@ class Subset(Dataset):
             return self.dataset[[self.indices[i] for i in index]]
         return self.dataset[self.indices[index]]
 
+    def __getitems__(self, indices: list[int]) -> list:
+        picked = [self.indices[i] for i in indices]
+        if callable(getattr(self.dataset, "__getitems__", None)):
+            return self.dataset.__getitems__(picked)
+        return [self.dataset[i] for i in picked]
+
     def __len__(self) -> int:
         return len(self.indices)
+
+
+class StackDataset(Dataset):
+    """Items that gather the same index of several data sets of one length: a tuple (datasets given
+    positionally) or a dict (given by keyword)."""
+
+    def __init__(self, *args: Dataset, **kwargs: Dataset):
+        if args and kwargs:
+            raise ValueError(
+                "Supported either ``tuple``- (via ``args``) or``dict``- (via ``kwargs``) like input/output, "
+                "but both types are given."
+            )
+        if not args and not kwargs:
+            raise ValueError("At least one dataset should be passed")
+        given = list(args or kwargs.values())
+        self._length = len(given[0])
+        if any(self._length != len(d) for d in given):
+            raise ValueError("Size mismatch between datasets")
+        self.datasets = args or kwargs
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __getitems__(self, indices: list) -> list:
+        named = self.datasets.items() if isinstance(self.datasets, dict) else enumerate(self.datasets)
+        columns = {}
+        for k, d in named:
+            if callable(getattr(d, "__getitems__", None)):
+                items = d.__getitems__(indices)
+                if len(items) != len(indices):
+                    raise ValueError(
+                        f"Nested dataset's output size mismatch. Expected {len(indices)}, got {len(items)}"
+                    )
+                columns[k] = list(items)
+            else:
+                columns[k] = [d[i] for i in indices]
+        if isinstance(self.datasets, dict):
+            return [{k: c[n] for k, c in columns.items()} for n in range(len(indices))]
+        return [tuple(c[n] for c in columns.values()) for n in range(len(indices))]
+
+    def __len__(self) -> int:
+        return self._length
 
 
 class ConcatDataset(Dataset):
@@ -92,13 +156,39 @@ class ConcatDataset(Dataset):
         return self.datasets[which][index - start]
 
 
+class ChainDataset(IterableDataset):
+    """The streams of several IterableDatasets one after another."""
+
+    def __init__(self, datasets):
+        self.datasets = datasets
+
+    def __iter__(self):
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            yield from d
+
+    def __len__(self) -> int:
+        total = 0
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise AssertionError("ChainDataset only supports IterableDataset")
+            total += len(d)
+        return total
+
+
 def random_split(dataset: Dataset, lengths: Sequence[int | float], generator=None) -> list[Subset]:
-    """Split `dataset` into non-overlapping Subsets of the given lengths (or fractions summing to 1,
-    the remainder spread one by one from the first, as torch does), in a random order drawn from
-    `generator` (a flame.Generator; default: flame's default generator)."""
+    """Split `dataset` into non-overlapping Subsets of the given lengths, in a random order drawn from
+    `generator` (a flame.Generator; default: flame's default generator). Lengths summing to 1 (ints
+    too, as torch reads them) are fractions, each in [0, 1]: a split gets floor(n * fraction) items
+    and the remainder is spread one by one from the first split, as torch does."""
     n = len(dataset)
-    if lengths and all(isinstance(x, float) for x in lengths) and math.isclose(sum(lengths), 1.0) and sum(lengths) <= 1:
-        sizes = [int(math.floor(n * f)) for f in lengths]
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        sizes = []
+        for i, frac in enumerate(lengths):
+            if frac < 0 or frac > 1:
+                raise ValueError(f"Fraction at index {i} is not between 0 and 1")
+            sizes.append(int(math.floor(n * frac)))
         for i in range(n - sum(sizes)):
             sizes[i % len(sizes)] += 1
         for i, k in enumerate(sizes):
