@@ -47,6 +47,11 @@ __all__ = [
 ]
 
 
+class _LRScheduler(LRScheduler):
+    """torch's older name of LRScheduler, which custom schedulers written against torch before 2.0
+    still subclass (`from torch.optim.lr_scheduler import _LRScheduler`)."""
+
+
 def _lambdas(name: str, optimizer: Optimizer, lr_lambda: Any) -> list[Callable[[int], float]]:
     n = len(optimizer.param_groups)
     if not isinstance(lr_lambda, (list, tuple)):
