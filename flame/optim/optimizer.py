@@ -28,6 +28,13 @@ from flame.frontend.guards import value_key
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType, bf16, f16, f32, f64
 from flame.nn.parameter import is_lazy
+from flame.optim._step_hooks import (  # noqa: F401  (torch.optim.optimizer names the global hooks)
+    add_hook,
+    hooked_step,
+    own_hooks,
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 
 def compute_dtype(p: Tensor) -> DType:
@@ -130,6 +137,38 @@ class Optimizer:
         for p in group["params"]:
             self._serials[id(p)] = len(self._serials)
             self.state[p] = self._init_state(p, group)
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's own step runs the step hooks too; one written outside flame (a torch-style
+        optimizer of the user's) is also made right inside @flame.compile (flame/optim/_step_hooks.py)."""
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:
+            cls.step = hooked_step(cls.__dict__["step"], users=cls.__module__.partition(".")[0] != "flame")
+
+    # ---- hooks, as torch.optim.Optimizer's ----------------------------------------------------------
+    def register_step_pre_hook(self, hook):
+        """hook(optimizer, args, kwargs) before each step(); it may return (new_args, new_kwargs)."""
+        return add_hook(own_hooks(self, "_step_pre_hooks"), hook)
+
+    def register_step_post_hook(self, hook):
+        """hook(optimizer, args, kwargs) after each step()."""
+        return add_hook(own_hooks(self, "_step_post_hooks"), hook)
+
+    def register_state_dict_pre_hook(self, hook, prepend: bool = False):
+        """hook(optimizer) before state_dict() makes the dict."""
+        return add_hook(own_hooks(self, "_state_dict_pre_hooks"), hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend: bool = False):
+        """hook(optimizer, state_dict) after state_dict(); a dict it returns is what state_dict() gives."""
+        return add_hook(own_hooks(self, "_state_dict_post_hooks"), hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend: bool = False):
+        """hook(optimizer, state_dict) before load_state_dict(); a dict it returns is what is loaded."""
+        return add_hook(own_hooks(self, "_load_state_dict_pre_hooks"), hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend: bool = False):
+        """hook(optimizer) after load_state_dict()."""
+        return add_hook(own_hooks(self, "_load_state_dict_post_hooks"), hook, prepend)
 
     non_negative: tuple[str, ...] = ()  # the group options a subclass requires to be >= 0 (besides lr)
     param_dtype_state: tuple[str, ...] = ()  # scalar state a load casts to its parameter's dtype (_retyped)
@@ -273,7 +312,16 @@ class Optimizer:
 
     def state_dict(self) -> dict[str, Any]:
         """{'state': {index: {name: tensor}}, 'param_groups': [{hyperparameters..., 'params': [index]}]},
-        the layout of torch.optim; parameters are numbered in group order. Tensors share memory."""
+        the layout of torch.optim; parameters are numbered in group order. Tensors share memory. The
+        state-dict hooks run around it."""
+        for hook in list(own_hooks(self, "_state_dict_pre_hooks").values()):
+            hook(self)
+        out = self._state_dict()
+        for hook in list(own_hooks(self, "_state_dict_post_hooks").values()):
+            out = hook(self, out) or out
+        return out
+
+    def _state_dict(self) -> dict[str, Any]:
         index = {}
         groups = []
         for g in self.param_groups:
@@ -292,8 +340,13 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Copy saved state and hyperparameters into this optimizer IN PLACE (the same tensors and group
         dicts stay bound, so a compiled step keeps working without re-tracing). Raises
-        flame.CheckpointError listing every problem; nothing is changed when it raises."""
+        flame.CheckpointError listing every problem; nothing is changed when it raises. The
+        load-state-dict hooks run around it."""
+        for hook in list(own_hooks(self, "_load_state_dict_pre_hooks").values()):
+            state_dict = hook(self, state_dict) or state_dict
         self.apply_load(self.plan_load(state_dict), state_dict)
+        for hook in list(own_hooks(self, "_load_state_dict_post_hooks").values()):
+            hook(self)
 
     def plan_load(self, state_dict: dict[str, Any]) -> list[tuple[Tensor, Tensor]]:
         """Check a saved state_dict against this optimizer without changing anything; returns the
@@ -374,6 +427,8 @@ class Optimizer:
             lines += [f"    {k}: {v}" for k, v in sorted(g.items()) if k != "params"]
         return "\n".join(lines + [")"])
 
+
+Optimizer.step = hooked_step(Optimizer.step, users=False)  # type: ignore[method-assign]
 
 _MISSING = object()
 _EMPTY: dict = {}
