@@ -34,6 +34,8 @@ from flame.frontend.tensor import Tensor
 
 _reducers: list[weakref.ref] = []
 _ids = itertools.count()
+# id(leaf) -> (a weak reference to it, its post-accumulate-grad hooks)
+_post_accumulate: dict[int, tuple[weakref.ref, OrderedDict]] = {}
 _seen: dict[int, None] = {}  # the ids of the live hooks a compiled step can see (on leaf tensors and modules)
 
 
@@ -69,6 +71,10 @@ def accumulate_grad(t: Tensor, new: Tensor) -> None:
         t.grad = old + new
     else:
         old.add_(new)
+    hooks = _post_accumulate.get(id(t)) if _post_accumulate else None
+    if hooks is not None and hooks[0]() is t:  # register_post_accumulate_grad_hook's, in order
+        for hook in list(hooks[1].values()):
+            hook(t)
 
 
 def hooks_state() -> tuple[int, ...]:
@@ -273,6 +279,27 @@ class TensorHooks:
         handle = RemovableHandle(d)
         d[handle.id] = hook
         _note(self, handle)
+        return handle
+
+    def register_post_accumulate_grad_hook(self, hook: Callable) -> RemovableHandle:
+        """hook(tensor) after a backward has accumulated this leaf's gradient into .grad, as torch's (an
+        optimizer stepped per parameter inside the backward, as torch's tutorial fuses them). Inside
+        @flame.compile it runs as the backward is traced: what it does with flame ops joins the step."""
+        if not self.is_leaf:
+            raise AutogradError(f"post accumulate grad hooks cannot be registered on non-leaf tensors\n  at "
+                                f"{user_location()}")
+        if not self.requires_grad:
+            raise AutogradError(f"register_post_accumulate_grad_hook: cannot register a hook on a tensor that "
+                                f"doesn't require gradient\n  at {user_location()}")
+        key, hit = id(self), _post_accumulate.get(id(self))
+        if hit is None or hit[0]() is not self:
+            def gone(ref, key=key):
+                if _post_accumulate.get(key, (None,))[0] is ref:
+                    del _post_accumulate[key]
+            hit = _post_accumulate[key] = (weakref.ref(self, gone), OrderedDict())
+        handle = RemovableHandle(hit[1])
+        hit[1][handle.id] = hook
+        seen(handle)
         return handle
 
     def retain_grad(self) -> None:
