@@ -55,6 +55,17 @@ def state_tensor(like: Tensor, dtype: DType | None = None, shape: tuple[int, ...
     return t
 
 
+class _RequiredParameter:
+    """The default of an option a parameter group must give (torch.optim.optimizer.required): a custom
+    optimizer's `def __init__(self, params, lr=required)`."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
+
+
 class Optimizer:
     """Base class: param_groups (list of dicts, torch-shaped), state (param -> dict of tensors),
     zero_grad, step, state_dict / load_state_dict. Subclasses define `_init_state` and `_update`."""
@@ -103,6 +114,9 @@ class Optimizer:
         ps = group["params"]
         group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
         for k, v in self.defaults.items():
+            if v is required and k not in group:
+                raise ArgumentError(f"parameter group didn't specify a value of required optimization parameter {k}"
+                                    f"\n  at {user_location()}")
             group.setdefault(k, v)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for i, p in enumerate(group["params"]):
