@@ -121,11 +121,11 @@ def _traced(opt: Any, step: Callable, args: tuple, kwargs: dict, trace: Any) -> 
     for st in _state_dicts(opt):
         for k, v in list(st.items()):
             if isinstance(v, Tensor) and v.is_traced:
-                st[k] = _concrete(before.get((id(st), k)), v)
+                st[k] = written_each_call(before.get((id(st), k)), v)
     return out
 
 
-def _concrete(old: Tensor | None, new: Tensor) -> Tensor:
+def written_each_call(old: Tensor | None, new: Tensor) -> Tensor:
     """A concrete tensor written with traced `new` at every call: `old` where it can hold it, else zeros
     made outside the trace (as flame's optimizers make state for a parameter they meet in a traced step)."""
     if old is None or old.shape != new.shape or old.dtype != new.dtype:

@@ -34,6 +34,7 @@ from flame.optim._step_hooks import (  # noqa: F401  (torch.optim.optimizer name
     own_hooks,
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
+    written_each_call,
 )
 
 
@@ -230,6 +231,8 @@ class Optimizer:
         trace = current_trace.get()
         if trace is None:
             return float(value)
+        if isinstance(value, Tensor) and value.is_traced:  # set by the body from a traced value (an lr argument)
+            return value.detach().to(dtype)
         if self._scalars[0] is not trace:
             self._scalars = (trace, {}, {})
         cache = self._scalars[1]
@@ -457,6 +460,12 @@ def _watch_groups(tracing: bool) -> None:
         before = [(opt, g, {k: v for k, v in g.items() if k != "params"}) for opt in list(_LIVE)
                   for g in opt.param_groups]
         trace.after_body.append(functools.partial(_groups_written, trace, before))
+    elif trace is not None:  # an option the body set to a traced tensor (`g['lr'] = lr`, lr an argument): a
+        for opt in list(_LIVE):  # concrete tensor the step writes at each call, as the groups hold after it
+            for g in opt.param_groups:
+                for k, v in g.items():
+                    if k != "params" and isinstance(v, Tensor) and v.is_traced:
+                        g[k] = written_each_call(None, v)
 
 
 TRACING_HOOKS.append(_watch_groups)
