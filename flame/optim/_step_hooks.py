@@ -4,9 +4,10 @@ written by the user (a torch-style `step` that reads `group['lr']` as a Python n
 state lazily, `if len(state) == 0: state['buf'] = zeros_like(p)`), what makes that step right inside
 @flame.compile:
 
-- the groups' options and the plain values its state holds (a Python `state['step'] += 1`) are guards
-  of the trace: a learning rate a scheduler changed, or a step count the body advanced, re-traces
-  (with a flame.RecompileWarning) instead of replaying the values baked in when it was traced;
+- the groups' options, the plain values its state holds (a Python `state['step'] += 1`) and its own
+  plain attributes (`self.counter % self.k` of a Lookahead) are guards of the trace: a learning rate a
+  scheduler changed, or a step count the body advanced, re-traces (with a flame.RecompileWarning)
+  instead of replaying the values baked in when it was traced;
 - the state tensors are held (by identity, as flame's own optimizers' are): one replaced between
   calls re-traces;
 - a tensor the step stored into its state while traced (made in the step, so it would outlive the trace
@@ -104,6 +105,12 @@ def _plain_state(opt: Any) -> tuple:
                  for st in _state_dicts(opt))
 
 
+def _plain_attributes(opt: Any) -> tuple:
+    """The optimizer's own plain attributes (a step counter of a Lookahead written by the user), less the
+    flag of the step running."""
+    return tuple((k, value_key(v)) for k, v in vars(opt).items() if k != "_in_step" and is_plain(v))
+
+
 def _state_tensors(opt: Any) -> tuple:
     return tuple(v for st in _state_dicts(opt) for v in st.values() if isinstance(v, Tensor))
 
@@ -115,6 +122,7 @@ def _traced(opt: Any, step: Callable, args: tuple, kwargs: dict, trace: Any) -> 
     trace.read_python(f"the options of {name}.param_groups", functools.partial(_options, opt))
     trace.read_python(f"the plain values of {name}.state", functools.partial(_plain_state, opt))
     trace.read_held(f"the state tensors of {name}.state", functools.partial(_state_tensors, opt))
+    trace.read_python(f"the plain attributes of {name}", functools.partial(_plain_attributes, opt))
     before = {(id(st), k): v for st in _state_dicts(opt) for k, v in st.items()
               if isinstance(v, Tensor) and not v.is_traced}
     out = step(*args, **kwargs)

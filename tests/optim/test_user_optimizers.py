@@ -177,3 +177,43 @@ def test_global_step_hooks_and_a_pre_hook_that_changes_the_arguments():
         opt.step()
         seen[lib.__name__] = (calls, out)
     assert seen["flame"] == seen["torch"] == (["global-pre", "closure", "global-post", "closure"], 7.0)
+
+
+def _lookahead(lib):
+    class Lookahead(lib.optim.Optimizer):
+        """A wrapper optimizer as written for torch: it shares its inner optimizer's groups, keeps a Python
+        counter and slow weights it makes lazily, and skips Optimizer.__init__."""
+
+        def __init__(self, base, alpha=0.5, k=3):
+            self.base, self.alpha, self.k, self.counter = base, alpha, k, 0
+            self.param_groups, self.defaults, self.state = base.param_groups, base.defaults, {}
+
+        def step(self, closure=None):
+            loss = self.base.step(closure)
+            self.counter += 1
+            if self.counter % self.k == 0:
+                with lib.no_grad():
+                    for group in self.param_groups:
+                        for p in group["params"]:
+                            st = self.state.setdefault(p, {})
+                            if "slow" not in st:
+                                st["slow"] = p.detach().clone()
+                            st["slow"].add_(p - st["slow"], alpha=self.alpha)
+                            p.copy_(st["slow"])
+            return loss
+
+        def zero_grad(self, set_to_none=True):
+            self.base.zero_grad(set_to_none)
+
+    return lambda params: Lookahead(lib.optim.Adam(params, lr=0.05))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_lookahead_wrapper_with_a_python_counter_trains_as_in_torch(compiled):
+    want_losses, want, _ = _train(torch, _lookahead, False, steps=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", flame.RecompileWarning)  # the counter re-traces each call
+        losses, got, _ = _train(flame, _lookahead, compiled, steps=8)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-10)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-13)
