@@ -46,3 +46,15 @@ def test_grad_modes_under_autograd(lib):
         assert not (x * 2).requires_grad
     with lib.autograd.inference_mode():
         assert not (x * 2).requires_grad
+
+
+_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool", "float8_e4m3fn",
+           "float8_e5m2"]
+
+
+@pytest.mark.parametrize("name", _DTYPES)
+def test_dtype_facts_under_torchs_names(name):
+    """`if v.dtype.is_floating_point:` (a model EMA's update over a state_dict) reads as in torch."""
+    theirs, mine = getattr(torch, name), getattr(flame, name)
+    for fact in ("is_floating_point", "is_signed", "is_complex"):
+        assert getattr(mine, fact) == getattr(theirs, fact), fact
