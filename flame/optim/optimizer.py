@@ -114,6 +114,7 @@ class Optimizer:
         group = dict(group)
         ps = group["params"]
         group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        self._take_names(group)
         for k, v in self.defaults.items():
             if v is required and k not in group:
                 raise ArgumentError(f"parameter group didn't specify a value of required optimization parameter {k}"
@@ -187,6 +188,21 @@ class Optimizer:
 
     non_negative: tuple[str, ...] = ()  # the group options a subclass requires to be >= 0 (besides lr)
     param_dtype_state: tuple[str, ...] = ()  # scalar state a load casts to its parameter's dtype (_retyped)
+
+    def _take_names(self, group: dict[str, Any]) -> None:
+        """Parameters given as (name, tensor) pairs (model.named_parameters(), as torch.optim takes them):
+        the tensors in 'params', their names in 'param_names'; every group named, or none, as torch's."""
+        named = [isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in group["params"]]
+        if any(named):
+            if not all(named):
+                raise ArgumentError(f"{type(self).__name__}: all optimizer params should be with/without names. "
+                                    f"Some param names are missing\n  at {user_location()}")
+            group["param_names"] = [n for n, _ in group["params"]]
+            group["params"] = [p for _, p in group["params"]]
+        if self.param_groups and ("param_names" in self.param_groups[0]) != ("param_names" in group):
+            which = "with" if "param_names" in group else "without"
+            raise ArgumentError(f"{type(self).__name__}: all optimizer param groups should be with/without names. "
+                                f"cannot add param group {which} names to the optimizer\n  at {user_location()}")
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if group["lr"] < 0:
@@ -506,13 +522,16 @@ def _hyper_problem(saved: Any, mine: Any) -> str:
             or isinstance(saved, (bool, str))
             or number(saved)
             or (isinstance(saved, (tuple, list)) and all(number(x) for x in saved))
+            or (isinstance(saved, list) and all(isinstance(x, str) for x in saved))  # param_names
         )
-        return "" if plain else f"saved {_quote(saved)} is not a number, bool, string or list of numbers"
+        return "" if plain else f"saved {_quote(saved)} is not a number, bool, string or list of numbers or names"
 
     if isinstance(mine, bool) or mine is None:  # torch's foreach and fused are None or a bool
         ok = isinstance(saved, bool) or saved is None or (mine is None and number(saved))
     elif isinstance(mine, (int, float)):
         ok = number(saved)
+    elif isinstance(mine, list) and all(isinstance(x, str) for x in mine):  # param_names
+        ok = isinstance(saved, list) and len(saved) == len(mine) and all(isinstance(x, str) for x in saved)
     elif isinstance(mine, (tuple, list)):
         ok = isinstance(saved, (tuple, list)) and len(saved) == len(mine) and all(number(x) for x in saved)
     else:
