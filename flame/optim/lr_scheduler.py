@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flame.errors import ArgumentError, ArgumentTypeError
-from flame.optim._lr_base import LRScheduler, _lrs
+from flame.optim._lr_base import LRScheduler, _lrs, set_group_value
 from flame.optim._lr_cycles import CyclicLR, OneCycleLR, ReduceLROnPlateau
 from flame.optim.optimizer import Optimizer
 
@@ -397,7 +397,7 @@ class SequentialLR(_Composite):
         self.last_epoch = last_epoch + 1
         self.optimizer = optimizer
         for g in optimizer.param_groups:
-            g["lr"] = g["initial_lr"]
+            set_group_value(g, "lr", g["initial_lr"])
         self.recursive_undo()  # the schedulers each took their construction step
         idx = bisect_right(self._milestones, 0)
         self._schedulers[idx]._initial_step()
