@@ -26,7 +26,13 @@ from flame.frontend.anomaly import (
     set_detect_anomaly,
 )
 from flame.frontend.autograd_grad import backward, grad
-from flame.frontend.context import no_grad, user_stacklevel
+from flame.frontend.context import (  # noqa: F401  (torch.autograd's names of the grad modes)
+    enable_grad,
+    inference_mode,
+    no_grad,
+    set_grad_enabled,
+    user_stacklevel,
+)
 from flame.frontend.custom_function import Function, FunctionCtx, custom_vjp, once_differentiable
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import f64

@@ -112,10 +112,19 @@ def _scalar_product(t: Tensor, s: float, dt: DType) -> Tensor:
     return apply("mul", t, s) if out is None else out
 
 
+def is_one(s) -> bool:
+    """Whether a multiplier (alpha, value) is the Python number 1; a tensor given as one never is (its
+    value is not known while tracing)."""
+    return not isinstance(s, Tensor) and s == 1
+
+
 def rounded(s, dt: DType):
-    """The Python number s as a value of the floating dtype dt (a float), s itself for other dtypes."""
+    """The Python number s as a value of the floating dtype dt (a float), s itself for other dtypes. A
+    0-d tensor (an alpha given as one, as torch takes it) is its value in dt, without its history."""
     if not dt.is_float or isinstance(s, (bool, np.bool_)):
         return s
+    if isinstance(s, Tensor):
+        return s.detach().to(dt)
     return float(np.asarray(s, np.float64).astype(dt.np_dtype))
 
 

@@ -14,20 +14,12 @@ import numpy as np
 from flame.errors import AutogradError, DTypeError, FlameError, ShapeError, TraceError, ZeroDivisorError
 from flame.frontend import autocast, opmath
 from flame.frontend import memory_format as _memory_format
-from flame.frontend.context import current_trace, user_location
+from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply, tell_recorder
 from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, wrapped
-from flame.frontend.tensor import (
-    Tensor,
-    _axes,
-    _shape_arg,
-    check_int_range,
-    default_dtype_for,
-    dim_index,
-    reduce_axes,
-)
+from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index, reduce_axes
 from flame.frontend.views import bump, link, new_tensor, view_error
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i32, i64, promote, u8
 from flame.ir.registry import get as opdef
@@ -99,9 +91,14 @@ class TensorCore:
     def data(self, value: Tensor) -> None:
         if not isinstance(value, Tensor):
             raise TypeError(f"Tensor.data must be set to a Tensor, got {type(value).__name__}\n  at {user_location()}")
-        if self._value is not None or value._value is not None:
-            raise TraceError(f"assigning .data of a traced tensor is not supported inside @flame.compile: use "
-                             f"`with flame.no_grad(): x.copy_(value)`\n  at {user_location()}")
+        if current_trace.get() is not None:  # while tracing: the values written, no gradient recorded (as torch)
+            if value.shape != self.shape or value.dtype != self.dtype:
+                raise TraceError(f"inside @flame.compile .data takes a tensor of its own shape and dtype only ("
+                                 f"{self.dtype}{list(self.shape)} <- {value.dtype}{list(value.shape)})\n  at "
+                                 f"{user_location()}")
+            with no_grad():
+                self.copy_(value.detach())
+            return
         self._data, self._dtype = value._data, value._dtype
         self._version += 1
 

@@ -578,7 +578,9 @@ class TensorMath:
     def addcmul(self, tensor1, tensor2, *, value=1):
         """self + value * tensor1 * tensor2, as torch.addcmul (f16/bf16: in f32, rounded once, as torch's
         kernel)."""
-        out = opmath.fused(lambda x, a, b: x + (value * a * b if value != 1 else a * b), self, tensor1, tensor2)
+        value = value.detach() if isinstance(value, Tensor) else value  # a 0-d tensor: its value, as torch
+        one = opmath.is_one(value)
+        out = opmath.fused(lambda x, a, b: x + (a * b if one else value * a * b), self, tensor1, tensor2)
         if out.dtype not in (f16, bf16):
             return out
         # torch's gradients: tensor1's grad * (tensor2 * value), tensor2's grad * (tensor1 * value)
@@ -595,11 +597,13 @@ class TensorMath:
         if not any(isinstance(t, Tensor) and t.dtype.is_float for t in (tensor1, tensor2)):
             raise DTypeError("addcdiv: integer division with addcdiv is no longer supported (as in PyTorch); "
                              f"divide floating tensors\n  at {user_location()}")
-        out = opmath.fused(lambda x, a, b: x + (a / b * value if value != 1 else a / b), self, tensor1, tensor2)
+        value = value.detach() if isinstance(value, Tensor) else value  # a 0-d tensor: its value, as torch
+        one = opmath.is_one(value)
+        out = opmath.fused(lambda x, a, b: x + (a / b if one else a / b * value), self, tensor1, tensor2)
         if out.dtype not in (f16, bf16):
             return out
         # torch's gradients: tensor1's grad * (value / tensor2), tensor2's -grad * (value * tensor1 / tensor2^2)
-        v = full((), float(value), out.dtype)  # value / tensor2 divides by the value in the tensors' dtype
+        v = value.to(out.dtype) if isinstance(value, Tensor) else full((), float(value), out.dtype)  # in their dtype
         grads = self + tensor1 * (v / tensor2).detach() + tensor2 * (-(value * tensor1 / (tensor2 * tensor2))).detach()
         return apply("straight_through", grads, out)
 

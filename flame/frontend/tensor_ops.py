@@ -414,14 +414,14 @@ class TensorOps:
     def add(self, other, *, alpha=1):
         """self + alpha * other, as torch.add (f16/bf16: in f32, rounded once, as torch's kernel)."""
         _check_alpha("add", self, other, alpha)
-        if alpha == 1:
+        if opmath.is_one(alpha):
             return self + other
         return opmath.with_alpha(lambda x, y, a: x + y * a, self, other, alpha)
 
     def sub(self, other, *, alpha=1):
         """self - alpha * other, as torch.sub (f16/bf16: in f32, rounded once, as torch's kernel)."""
         _check_alpha("sub", self, other, alpha)
-        if alpha == 1 or is_bool(self) or is_bool(other):  # a bool operand raises there, as torch's
+        if opmath.is_one(alpha) or is_bool(self) or is_bool(other):  # a bool operand raises there, as torch's
             return self - other
         return opmath.with_alpha(lambda x, y, a: x - y * a, self, other, alpha)
 

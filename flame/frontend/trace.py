@@ -53,6 +53,8 @@ class Binding:
     def scalar_array(self, executor):
         """A "getter" binding's value as a 0-d device array, uploaded again only when the value changed."""
         value = self.getter()
+        if isinstance(value, Tensor):  # a rate held as a tensor, filled in place since (torch's schedulers): its value
+            value = value.item()
         cached = self.cached
         if cached is None or cached[0] != value or cached[2] is not executor:
             cached = self.cached = (value, executor.asarray(np.asarray(value, dtype=self.dtype.np_dtype)), executor)

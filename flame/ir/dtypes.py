@@ -39,6 +39,19 @@ class DType:
     def is_int(self) -> bool:
         return self.kind == "int"
 
+    # torch.dtype's names of the same facts (code written for torch tests `v.dtype.is_floating_point`)
+    @property
+    def is_floating_point(self) -> bool:
+        return self.kind in ("float", "float8")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind != "bool" and self.np_dtype.kind != "u"
+
+    @property
+    def is_complex(self) -> bool:
+        return False
+
     def __eq__(self, other: object) -> bool:
         # the dataclass's field-by-field test, decided by identity or the name first: tracing compares
         # dtypes several times per op, and comparing NumPy dtypes is slow

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from flame.errors import ArgumentError, CheckpointError, TraceError
-from flame.frontend.context import current_trace, user_location
+from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.tensor import Tensor
 from flame.optim.optimizer import Optimizer
 
 EPOCH_DEPRECATION_WARNING = (
@@ -31,8 +32,19 @@ def not_traced(scheduler: Any) -> None:
 
 
 def _lrs(optimizer: Optimizer) -> list[Any]:
-    """Each group's current learning rate."""
-    return [g["lr"] for g in optimizer.param_groups]
+    """Each group's current learning rate (a copy of a rate held as a tensor, as torch's)."""
+    return [g["lr"].clone() if isinstance(g["lr"], Tensor) else g["lr"] for g in optimizer.param_groups]
+
+
+def set_group_value(group: dict, key: str, value: Any) -> None:
+    """group[key] = value, as torch's schedulers write it: a tensor the group holds (lr=tensor(0.1)) is
+    filled in place, so the tensor given to the optimizer (or read by a compiled step) holds the rate."""
+    old = group[key]
+    if isinstance(old, Tensor) and not old.is_traced:
+        with no_grad():
+            old.fill_(value.item() if isinstance(value, Tensor) else value)
+    else:
+        group[key] = value
 
 
 def _per_group(name: str, optimizer: Optimizer, value: Any) -> list[Any]:
@@ -58,8 +70,8 @@ class LRScheduler:
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1):
         self.optimizer = optimizer
         if last_epoch == -1:
-            for g in optimizer.param_groups:
-                g.setdefault("initial_lr", g["lr"])
+            for g in optimizer.param_groups:  # a copy of a rate held as a tensor (filled in place later)
+                g.setdefault("initial_lr", g["lr"].clone() if isinstance(g["lr"], Tensor) else g["lr"])
         else:
             for i, g in enumerate(optimizer.param_groups):
                 if "initial_lr" not in g:
@@ -115,7 +127,7 @@ class LRScheduler:
                 f"made has no schedule; make the scheduler after adding the group)"
             )
         for g, lr in zip(groups, values):
-            g["lr"] = lr
+            set_group_value(g, "lr", lr)
         self._last_lr = _lrs(self.optimizer)
 
     def _bases(self) -> list[tuple[Any, dict]]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flame.errors import ArgumentError
-from flame.optim._lr_base import EPOCH_DEPRECATION_WARNING, LRScheduler, _lrs, _per_group, not_traced
+from flame.optim._lr_base import EPOCH_DEPRECATION_WARNING, LRScheduler, _lrs, _per_group, not_traced, set_group_value
 from flame.optim.optimizer import Optimizer
 
 
@@ -162,7 +162,7 @@ class CyclicLR(LRScheduler):
         base_lrs = _per_group("base_lr", optimizer, base_lr)
         if last_epoch == -1:
             for g, lr in zip(optimizer.param_groups, base_lrs):
-                g["lr"] = lr
+                set_group_value(g, "lr", lr)
         self.max_lrs = _per_group("max_lr", optimizer, max_lr)
         up = float(step_size_up)
         down = float(step_size_down) if step_size_down is not None else up
@@ -317,7 +317,7 @@ class ReduceLROnPlateau(LRScheduler):
             old = float(g["lr"])
             new = max(old * self.factor, low)
             if old - new > self.eps:
-                g["lr"] = new
+                set_group_value(g, "lr", new)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the saved attributes."""

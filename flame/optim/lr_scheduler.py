@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flame.errors import ArgumentError, ArgumentTypeError
-from flame.optim._lr_base import LRScheduler, _lrs
+from flame.optim._lr_base import LRScheduler, _lrs, set_group_value
 from flame.optim._lr_cycles import CyclicLR, OneCycleLR, ReduceLROnPlateau
 from flame.optim.optimizer import Optimizer
 
@@ -45,6 +45,11 @@ __all__ = [
     "WarmupCosineLR",
     "get_cosine_schedule_with_warmup",
 ]
+
+
+class _LRScheduler(LRScheduler):
+    """torch's older name of LRScheduler, which custom schedulers written against torch before 2.0
+    still subclass (`from torch.optim.lr_scheduler import _LRScheduler`)."""
 
 
 def _lambdas(name: str, optimizer: Optimizer, lr_lambda: Any) -> list[Callable[[int], float]]:
@@ -392,7 +397,7 @@ class SequentialLR(_Composite):
         self.last_epoch = last_epoch + 1
         self.optimizer = optimizer
         for g in optimizer.param_groups:
-            g["lr"] = g["initial_lr"]
+            set_group_value(g, "lr", g["initial_lr"])
         self.recursive_undo()  # the schedulers each took their construction step
         idx = bisect_right(self._milestones, 0)
         self._schedulers[idx]._initial_step()

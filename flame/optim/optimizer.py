@@ -28,6 +28,14 @@ from flame.frontend.guards import value_key
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import DType, bf16, f16, f32, f64
 from flame.nn.parameter import is_lazy
+from flame.optim._step_hooks import (  # noqa: F401  (torch.optim.optimizer names the global hooks)
+    add_hook,
+    hooked_step,
+    own_hooks,
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+    written_each_call,
+)
 
 
 def compute_dtype(p: Tensor) -> DType:
@@ -46,6 +54,17 @@ def state_tensor(like: Tensor, dtype: DType | None = None, shape: tuple[int, ...
     t = zeros(*(like.shape if shape is None else shape), dtype=dtype or like.dtype)
     t._role = "state"
     return t
+
+
+class _RequiredParameter:
+    """The default of an option a parameter group must give (torch.optim.optimizer.required): a custom
+    optimizer's `def __init__(self, params, lr=required)`."""
+
+    def __repr__(self) -> str:
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
 
 
 class Optimizer:
@@ -95,7 +114,11 @@ class Optimizer:
         group = dict(group)
         ps = group["params"]
         group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        self._take_names(group)
         for k, v in self.defaults.items():
+            if v is required and k not in group:
+                raise ArgumentError(f"parameter group didn't specify a value of required optimization parameter {k}"
+                                    f"\n  at {user_location()}")
             group.setdefault(k, v)
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for i, p in enumerate(group["params"]):
@@ -131,8 +154,55 @@ class Optimizer:
             self._serials[id(p)] = len(self._serials)
             self.state[p] = self._init_state(p, group)
 
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's own step runs the step hooks too; one written outside flame (a torch-style
+        optimizer of the user's) is also made right inside @flame.compile (flame/optim/_step_hooks.py)."""
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:
+            cls.step = hooked_step(cls.__dict__["step"], users=cls.__module__.partition(".")[0] != "flame")
+
+    # ---- hooks, as torch.optim.Optimizer's ----------------------------------------------------------
+    def register_step_pre_hook(self, hook):
+        """hook(optimizer, args, kwargs) before each step(); it may return (new_args, new_kwargs)."""
+        return add_hook(own_hooks(self, "_step_pre_hooks"), hook)
+
+    def register_step_post_hook(self, hook):
+        """hook(optimizer, args, kwargs) after each step()."""
+        return add_hook(own_hooks(self, "_step_post_hooks"), hook)
+
+    def register_state_dict_pre_hook(self, hook, prepend: bool = False):
+        """hook(optimizer) before state_dict() makes the dict."""
+        return add_hook(own_hooks(self, "_state_dict_pre_hooks"), hook, prepend)
+
+    def register_state_dict_post_hook(self, hook, prepend: bool = False):
+        """hook(optimizer, state_dict) after state_dict(); a dict it returns is what state_dict() gives."""
+        return add_hook(own_hooks(self, "_state_dict_post_hooks"), hook, prepend)
+
+    def register_load_state_dict_pre_hook(self, hook, prepend: bool = False):
+        """hook(optimizer, state_dict) before load_state_dict(); a dict it returns is what is loaded."""
+        return add_hook(own_hooks(self, "_load_state_dict_pre_hooks"), hook, prepend)
+
+    def register_load_state_dict_post_hook(self, hook, prepend: bool = False):
+        """hook(optimizer) after load_state_dict()."""
+        return add_hook(own_hooks(self, "_load_state_dict_post_hooks"), hook, prepend)
+
     non_negative: tuple[str, ...] = ()  # the group options a subclass requires to be >= 0 (besides lr)
     param_dtype_state: tuple[str, ...] = ()  # scalar state a load casts to its parameter's dtype (_retyped)
+
+    def _take_names(self, group: dict[str, Any]) -> None:
+        """Parameters given as (name, tensor) pairs (model.named_parameters(), as torch.optim takes them):
+        the tensors in 'params', their names in 'param_names'; every group named, or none, as torch's."""
+        named = [isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in group["params"]]
+        if any(named):
+            if not all(named):
+                raise ArgumentError(f"{type(self).__name__}: all optimizer params should be with/without names. "
+                                    f"Some param names are missing\n  at {user_location()}")
+            group["param_names"] = [n for n, _ in group["params"]]
+            group["params"] = [p for _, p in group["params"]]
+        if self.param_groups and ("param_names" in self.param_groups[0]) != ("param_names" in group):
+            which = "with" if "param_names" in group else "without"
+            raise ArgumentError(f"{type(self).__name__}: all optimizer param groups should be with/without names. "
+                                f"cannot add param group {which} names to the optimizer\n  at {user_location()}")
 
     def _check_group(self, group: dict[str, Any]) -> None:
         if group["lr"] < 0:
@@ -177,6 +247,8 @@ class Optimizer:
         trace = current_trace.get()
         if trace is None:
             return float(value)
+        if isinstance(value, Tensor) and value.is_traced:  # set by the body from a traced value (an lr argument)
+            return value.detach().to(dtype)
         if self._scalars[0] is not trace:
             self._scalars = (trace, {}, {})
         cache = self._scalars[1]
@@ -273,7 +345,16 @@ class Optimizer:
 
     def state_dict(self) -> dict[str, Any]:
         """{'state': {index: {name: tensor}}, 'param_groups': [{hyperparameters..., 'params': [index]}]},
-        the layout of torch.optim; parameters are numbered in group order. Tensors share memory."""
+        the layout of torch.optim; parameters are numbered in group order. Tensors share memory. The
+        state-dict hooks run around it."""
+        for hook in list(own_hooks(self, "_state_dict_pre_hooks").values()):
+            hook(self)
+        out = self._state_dict()
+        for hook in list(own_hooks(self, "_state_dict_post_hooks").values()):
+            out = hook(self, out) or out
+        return out
+
+    def _state_dict(self) -> dict[str, Any]:
         index = {}
         groups = []
         for g in self.param_groups:
@@ -292,8 +373,13 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Copy saved state and hyperparameters into this optimizer IN PLACE (the same tensors and group
         dicts stay bound, so a compiled step keeps working without re-tracing). Raises
-        flame.CheckpointError listing every problem; nothing is changed when it raises."""
+        flame.CheckpointError listing every problem; nothing is changed when it raises. The
+        load-state-dict hooks run around it."""
+        for hook in list(own_hooks(self, "_load_state_dict_pre_hooks").values()):
+            state_dict = hook(self, state_dict) or state_dict
         self.apply_load(self.plan_load(state_dict), state_dict)
+        for hook in list(own_hooks(self, "_load_state_dict_post_hooks").values()):
+            hook(self)
 
     def plan_load(self, state_dict: dict[str, Any]) -> list[tuple[Tensor, Tensor]]:
         """Check a saved state_dict against this optimizer without changing anything; returns the
@@ -375,6 +461,8 @@ class Optimizer:
         return "\n".join(lines + [")"])
 
 
+Optimizer.step = hooked_step(Optimizer.step, users=False)  # type: ignore[method-assign]
+
 _MISSING = object()
 _EMPTY: dict = {}
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # the optimizers made so far (a trace watches their groups)
@@ -388,6 +476,12 @@ def _watch_groups(tracing: bool) -> None:
         before = [(opt, g, {k: v for k, v in g.items() if k != "params"}) for opt in list(_LIVE)
                   for g in opt.param_groups]
         trace.after_body.append(functools.partial(_groups_written, trace, before))
+    elif trace is not None:  # an option the body set to a traced tensor (`g['lr'] = lr`, lr an argument): a
+        for opt in list(_LIVE):  # concrete tensor the step writes at each call, as the groups hold after it
+            for g in opt.param_groups:
+                for k, v in g.items():
+                    if k != "params" and isinstance(v, Tensor) and v.is_traced:
+                        g[k] = written_each_call(None, v)
 
 
 TRACING_HOOKS.append(_watch_groups)
@@ -428,13 +522,16 @@ def _hyper_problem(saved: Any, mine: Any) -> str:
             or isinstance(saved, (bool, str))
             or number(saved)
             or (isinstance(saved, (tuple, list)) and all(number(x) for x in saved))
+            or (isinstance(saved, list) and all(isinstance(x, str) for x in saved))  # param_names
         )
-        return "" if plain else f"saved {_quote(saved)} is not a number, bool, string or list of numbers"
+        return "" if plain else f"saved {_quote(saved)} is not a number, bool, string or list of numbers or names"
 
     if isinstance(mine, bool) or mine is None:  # torch's foreach and fused are None or a bool
         ok = isinstance(saved, bool) or saved is None or (mine is None and number(saved))
     elif isinstance(mine, (int, float)):
         ok = number(saved)
+    elif isinstance(mine, list) and all(isinstance(x, str) for x in mine):  # param_names
+        ok = isinstance(saved, list) and len(saved) == len(mine) and all(isinstance(x, str) for x in saved)
     elif isinstance(mine, (tuple, list)):
         ok = isinstance(saved, (tuple, list)) and len(saved) == len(mine) and all(number(x) for x in saved)
     else:

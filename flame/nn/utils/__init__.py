@@ -8,6 +8,7 @@ from flame.nn.utils import lora, parametrizations, parametrize, prune, rnn, stat
 from flame.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
 from flame.nn.utils.gradients import (
     add_grad_noise_,
+    clip_grad_norm,
     clip_grad_norm_,
     clip_grad_value_,
     clip_grads_with_norm_,
@@ -18,6 +19,7 @@ from flame.nn.utils.norm_hooks import remove_spectral_norm, remove_weight_norm, 
 
 __all__ = [
     "add_grad_noise_",
+    "clip_grad_norm",
     "clip_grad_norm_",
     "clip_grad_value_",
     "clip_grads_with_norm_",

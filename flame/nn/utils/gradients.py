@@ -5,6 +5,7 @@ per-parameter gradient statistics. All of them work eagerly and inside @flame.co
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 
 from flame.errors import NonFiniteError, TraceError
@@ -14,8 +15,8 @@ from flame.frontend.ops import stack, vector_norm
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import promote
 
-__all__ = ["add_grad_noise_", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm",
-           "grad_stats"]
+__all__ = ["add_grad_noise_", "clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
+           "get_total_norm", "grad_stats"]
 
 
 def _grads(params: Tensor | Iterable[Tensor]) -> list[Tensor]:
@@ -73,6 +74,14 @@ def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm
         total = get_total_norm(grads, norm_type, error_if_nonfinite, foreach)
     clip_grads_with_norm_(params, max_norm, total, foreach)
     return total
+
+
+def clip_grad_norm(parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0,
+                   error_if_nonfinite: bool = False, foreach: bool | None = None) -> Tensor:
+    """clip_grad_norm_ under its older name, which torch keeps with a FutureWarning."""
+    warnings.warn("`flame.nn.utils.clip_grad_norm` is now deprecated in favor of `flame.nn.utils.clip_grad_norm_`.",
+                  FutureWarning, stacklevel=2)
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
 
 
 def _check_finite(total: Tensor, norm_type: float) -> None:
