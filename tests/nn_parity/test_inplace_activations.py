@@ -109,8 +109,10 @@ def _tensor_args(name):
         return lambda lib: (1,)
     if name in ("clamp_min", "clamp_max"):
         return lambda lib: (0.5,)
-    if name in ("pow", "ldexp"):
+    if name == "pow":
         return lambda lib: (2,)
+    if name == "ldexp":
+        return lambda lib: (lib.tensor([[1, 2, 0, 3], [1, -1, 2, 0]]),)
     if name in ("tril", "triu"):
         return lambda lib: (1,)
     if name == "lerp":
@@ -120,7 +122,8 @@ def _tensor_args(name):
     return "try"
 
 
-_OTHER_SHAPES = ("polygamma", "mvlgamma", "addmm", "addbmm", "baddbmm", "addmv", "addr")  # tested with their ops
+# tested with their ops: other argument shapes
+_OTHER_SHAPES = ("polygamma", "mvlgamma", "addmm", "addbmm", "baddbmm", "addmv", "addr", "index_reduce", "put")
 
 
 @pytest.mark.parametrize("name", [n for n in IN_PLACE if hasattr(torch.Tensor, n + "_")
