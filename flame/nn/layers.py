@@ -220,8 +220,10 @@ class _Elementwise(Module):
         self.kwargs, self.inplace = kwargs, inplace
 
     def forward(self, x: Tensor) -> Tensor:
-        fn = type(self).fn
-        return FI.into(x, self.inplace, lambda t: fn(t, **self.kwargs), type(self).__name__)
+        fn, kwargs = type(self).fn, self.kwargs
+        if self.inplace:
+            return FI.into(x, True, lambda t: fn(t, **kwargs), type(self).__name__)
+        return fn(x, **kwargs)
 
     def extra_repr(self) -> str:
         return ", ".join([*(f"{k}={v!r}" for k, v in self.kwargs.items()), *(["inplace=True"] if self.inplace else [])])
