@@ -79,39 +79,33 @@ def mish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
             *, generator: Generator | None = None) -> Tensor:
-    F.check_dropout_p(p)
     return into(input, inplace and training, lambda x: F.dropout(x, p, training, generator=generator), "dropout")
 
 
 def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False,  # noqa: A002
                   *, generator: Generator | None = None) -> Tensor:
-    F.check_dropout_p(p)
     return into(input, inplace and training,
                 lambda x: F.alpha_dropout(x, p, training, generator=generator), "alpha_dropout")
 
 
 def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False,  # noqa: A002
                           *, generator: Generator | None = None) -> Tensor:
-    F.check_dropout_p(p)
     return into(input, inplace and training,
                 lambda x: F.feature_alpha_dropout(x, p, training, generator=generator), "feature_alpha_dropout")
 
 
 def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
               *, generator: Generator | None = None) -> Tensor:
-    F.check_dropout_p(p)
     return into(input, inplace and training, lambda x: F.dropout1d(x, p, training, generator=generator), "dropout1d")
 
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
               *, generator: Generator | None = None) -> Tensor:
-    F.check_dropout_p(p)
     return into(input, inplace and training, lambda x: F.dropout2d(x, p, training, generator=generator), "dropout2d")
 
 
 def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
               *, generator: Generator | None = None) -> Tensor:
-    F.check_dropout_p(p)
     return into(input, inplace and training, lambda x: F.dropout3d(x, p, training, generator=generator), "dropout3d")
 
 

@@ -428,10 +428,10 @@ def check_dropout_p(p: float) -> None:
         raise ArgumentError(f"dropout probability has to be between 0 and 1, but got {p}\n  at {user_location()}")
 
 
-def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+def dropout(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
             *, generator: Generator | None = None) -> Tensor:
-    """Elements zeroed with probability p (the rest scaled by 1 / (1 - p)) when training; inplace is
-    accepted and means nothing (flame's IR is pure). p = 1 zeroes everything as torch does: input * 0
+    """Elements zeroed with probability p (the rest scaled by 1 / (1 - p)) when training (torch's
+    `inplace` is activations_inplace.dropout's). p = 1 zeroes everything as torch does: input * 0
     (NaN where the input is not finite), with a zero gradient."""
     check_dropout_p(p)
     if not training or p == 0.0:
@@ -445,17 +445,17 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
 _SELU_ALPHA = 1.7580993408473766  # -selu's scale * alpha: the value SELU tends to at -infinity
 
 
-def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False, inplace: bool = False,  # noqa: A002
+def alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,  # noqa: A002
                   *, generator: Generator | None = None) -> Tensor:
     """Dropout that keeps SELU's self-normalisation, as torch's: when training, each element is set with
     probability p to SELU's negative saturation -1.7581 and the result moved and scaled (a * x + b, with
     a = ((1 - p) * (1 + p * 1.7581^2))^-1/2) so its mean and variance stay those of the input; identity
-    in eval. inplace is accepted and means nothing (flame's IR is pure)."""
+    in eval."""
     return _alpha_dropout(input, p, training, input.shape, generator)
 
 
 def feature_alpha_dropout(input: Tensor, p: float = 0.5, training: bool = False,  # noqa: A002
-                          inplace: bool = False, *, generator: Generator | None = None) -> Tensor:
+                          *, generator: Generator | None = None) -> Tensor:
     """alpha_dropout of whole channels: one draw per (sample, channel), shared by its positions."""
     if input.ndim < 2:
         raise _err(f"Feature dropout requires at least 2 dimensions in the input, got {list(input.shape)}")
@@ -493,19 +493,19 @@ def _channel_dropout(name: str, ranks: tuple[int, ...], input: Tensor, p: float,
     return input * keep
 
 
-def dropout1d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+def dropout1d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
               *, generator=None) -> Tensor:
     """Channel dropout of [N, C, L] (or [C, L])."""
     return _channel_dropout("dropout1d", (2, 3), input, p, training, generator)
 
 
-def dropout2d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+def dropout2d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
               *, generator=None) -> Tensor:
     """Channel dropout of [N, C, H, W] (or [C, H, W])."""
     return _channel_dropout("dropout2d", (3, 4), input, p, training, generator)
 
 
-def dropout3d(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False,  # noqa: A002
+def dropout3d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
               *, generator=None) -> Tensor:
     """Channel dropout of [N, C, D, H, W] (or [C, D, H, W])."""
     return _channel_dropout("dropout3d", (4, 5), input, p, training, generator)

@@ -26,15 +26,13 @@ from flame.frontend.conv import (  # noqa: F401  (the package root's names: torc
     conv_transpose2d,
     conv_transpose3d,
 )
-from flame.frontend.creation import Generator, as_tensor, empty
+from flame.frontend.creation import Generator, as_tensor, empty, ones
 from flame.frontend.creation import tensor as _tensor
 from flame.frontend.losses import pad as _pad
 from flame.frontend.more_math import trapezoid
 from flame.frontend.ops import cat, div, ge, gt, le, lt, mul, ne, sub, vstack
-from flame.frontend.random_fills import bernoulli
 from flame.frontend.resample import channel_shuffle, pixel_shuffle, pixel_unshuffle  # noqa: F401
 from flame.frontend.tensor import Tensor
-from flame.frontend.tensor_core import full
 
 divide, multiply, subtract, greater, greater_equal, less, less_equal, not_equal = div, mul, sub, gt, ge, lt, le, ne
 row_stack, concatenate = vstack, cat
@@ -127,12 +125,11 @@ def feature_dropout(input: Tensor, p: float, train: bool) -> Tensor:  # noqa: A0
     when train, as torch.feature_dropout (the computation of F.dropout2d for any rank of 2 or more)."""
     if not train or p == 0:
         return input
-    keep = bernoulli(full((*input.shape[:2], *(1,) * (input.ndim - 2)), 1.0 - p, dtype=input.dtype))
-    return input * keep / (1.0 - p) if p < 1 else input * 0
+    return input * _inplace.dropout(ones(*input.shape[:2], *(1,) * (input.ndim - 2), dtype=input.dtype), p)
 
 
 def feature_dropout_(input: Tensor, p: float, train: bool) -> Tensor:  # noqa: A002
-    return input._inplace(lambda x: feature_dropout(x, p, train), what="feature_dropout_")
+    return _inplace.into(input, train, lambda x: feature_dropout(x, p, train), "feature_dropout")
 
 
 def selu(input: Tensor) -> Tensor:  # noqa: A002
