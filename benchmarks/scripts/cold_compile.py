@@ -6,7 +6,10 @@ cuDNN graph cache did (cudnn_cache.COUNTS: graphs built and their seconds), and 
 cumulative and by own time. The process is warmed first by a tiny compiled matmul (CUDA context,
 cuBLASLt, NVRTC's first use), so imports and handles a cold compile of a case makes on its own show.
 
-    PYTHONPATH=. python3 -m benchmarks.scripts.cold_compile [case ...]"""
+    PYTHONPATH=. python3 -m benchmarks.scripts.cold_compile [case ...] [--no-profile]
+
+--no-profile: the stages' seconds without cProfile's overhead (it slows Python-heavy stages severalfold),
+no function tables."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ def _top(prof, key: str, n: int) -> str:
     return out.getvalue()
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], profile: bool = True) -> None:
     @flame.compile
     def tiny(a, b):
         return (a @ b).relu().sum()
@@ -44,12 +47,14 @@ def main(names: list[str]) -> None:
             os.environ["FLAME_CACHE_DIR"] = d
             _forget_cudnn_graphs()
             with _empty_loaded_kernels():
-                r = compile_once(call, data, True)
+                r = compile_once(call, data, profile)
             _report(case.name + " cold", r)
             print("cudnn counts", cudnn_cache.COUNTS, flush=True)
-            print(_top(r["prof"], "cumulative", 45))
-            print(_top(r["prof"], "tottime", 25))
+            if profile:
+                print(_top(r["prof"], "cumulative", 45))
+                print(_top(r["prof"], "tottime", 25))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["gpt_train", "unet_train"])
+    names = [a for a in sys.argv[1:] if not a.startswith("-")]
+    main(names or ["gpt_train", "unet_train"], "--no-profile" not in sys.argv)
