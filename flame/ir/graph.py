@@ -35,6 +35,9 @@ class Value:
         return f"<Value {self.type} from {what}>"
 
 
+_new_value = object.__new__
+
+
 class CheckpointLoc(str):
     """The `loc` of an op recorded inside `flame.utils.checkpoint(fn, ...)`: the backward recomputes
     its result instead of keeping it, unless it leaves the region (passes/remat.py). `region` tells
@@ -86,7 +89,8 @@ class Op:
         self.name = name
         self.inputs = tuple(inputs)
         self.attrs = dict(attrs)
-        self.out = Value(out_type, self)
+        out = self.out = _new_value(Value)  # (Value(out_type, self), written out: one per op built)
+        out.type, out.producer = out_type, self
         self.loc = loc
 
     def __repr__(self) -> str:
