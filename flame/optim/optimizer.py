@@ -274,12 +274,13 @@ class Optimizer:
         trace = current_trace.get()
         if trace is None:
             return group[key] != 0 if nonzero else bool(group[key])
+        index = next(i for i, g in enumerate(self.param_groups) if g is group)
+        what = f"{type(self).__name__}.param_groups[{index}][{key!r}]" + (" != 0" if nonzero else "")
+        if what in trace.python_reads:  # recorded by an earlier update: read now (group is param_groups[index])
+            return group[key] != 0 if nonzero else bool(group[key])
         at = self._reader(group)
         read = (lambda: at()[key] != 0) if nonzero else (lambda: bool(at()[key]))
-        index = next(i for i, g in enumerate(self.param_groups) if g is group)
-        return trace.read_python(
-            f"{type(self).__name__}.param_groups[{index}][{key!r}]" + (" != 0" if nonzero else ""), read
-        )
+        return trace.read_python(what, read)
 
     def guard_groups(self) -> None:
         """Inside a trace, which parameters each group holds is a guard of the trace: add_param_group
