@@ -110,7 +110,7 @@ class TensorCore:
         (flame/frontend/memory_format.py)."""
         if len(args) == 1 and type(args[0]) is DType and dtype is None and device is None and not copy \
                 and memory_format is None:
-            return self if args[0] == self._dtype else apply("cast", self, dtype=args[0])  # to(dtype)
+            return self if args[0] is self._dtype or args[0] == self._dtype else apply("cast", self, dtype=args[0])
         _memory_format.check("Tensor.to", memory_format)
         for a in args:
             if isinstance(a, Tensor):

@@ -87,8 +87,8 @@ class Op:
     def __init__(self, name: str, inputs: tuple[Value, ...], attrs: dict[str, Any],
                  out_type: TensorType, loc: str | None = None):
         self.name = name
-        self.inputs = tuple(inputs)
-        self.attrs = dict(attrs)
+        self.inputs = inputs if type(inputs) is tuple else tuple(inputs)
+        self.attrs = dict(attrs) if attrs else {}
         out = self.out = _new_value(Value)  # (Value(out_type, self), written out: one per op built)
         out.type, out.producer = out_type, self
         self.loc = loc

@@ -252,13 +252,14 @@ class Optimizer:
         if self._scalars[0] is not trace:
             self._scalars = (trace, {}, {})
         cache = self._scalars[1]
-        ck = (id(group), key, index, dtype)
+        ck = (id(group), key, index, getattr(dtype, "name", dtype))  # (equal dtypes have one name; it hashes fast)
         self._scalars[2].setdefault((id(group), key), group[key])  # what the update used (_groups_written)
-        if ck not in cache:
+        out = cache.get(ck)
+        if out is None:
             read = self._reader(group)
             getter = (lambda: read()[key]) if index is None else (lambda: read()[key][index])
-            cache[ck] = trace.scalar(getter, dtype)
-        return cache[ck]
+            out = cache[ck] = trace.scalar(getter, dtype)
+        return out
 
     def _reader(self, group: dict[str, Any]):
         """A function giving the group at group's place in param_groups at each call (a group dict or the
