@@ -13,7 +13,9 @@ import numpy as np
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError, TraceError
 from flame.frontend import autocast
+from flame.frontend.autocast import _state as _autocast
 from flame.frontend.context import (
+    _pinned,
     checkpoint_saves,
     current_trace,
     grad_enabled,
@@ -24,10 +26,11 @@ from flame.frontend.context import (
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import contiguous_array, link, stale, strided_array, traced_view, version
 from flame.ir import registry
-from flame.ir.builder import Builder, _with_loc, normalized
+from flame.ir.builder import Builder, _with_loc, normalized_keyed
 from flame.ir.dtypes import DType
 from flame.ir.graph import CheckpointLoc, Graph
 from flame.ir.ops._shapes import broadcast_shapes
+from flame.ir.registry import REGISTRY as _OPS
 from flame.ir.types import TensorType
 from flame.runtime.device import executor
 
@@ -129,44 +132,52 @@ def apply(name: str, *inputs: Any, **attrs: Any):
     """Run or record op `name` on Tensors / Python numbers. Returns a Tensor. Inside flame.autocast
     the floating-point inputs are cast first, as the op's `autocast` trait says. A view op (one with
     the `View.strided` trait) makes an eager view sharing its input's storage (frontend/views.py)."""
-    opdef = registry.get(name)
-    inputs = autocast.cast_inputs(opdef.autocast, inputs)
+    opdef = _OPS.get(name) or registry.get(name)
+    if _autocast.get().enabled:
+        inputs = autocast.cast_inputs(opdef.autocast, inputs)
+    attrs_key = ()  # (infer's key of the attributes: normalized_keyed's)
     if attrs or opdef.attrs:  # (an op without attributes, given none: nothing to normalize)
         try:
-            attrs = dict(normalized(opdef, attrs))
+            attrs, attrs_key = normalized_keyed(opdef, attrs)
         except FlameError as e:
             raise _with_loc(e, user_location()) from None
-    inputs = _current(inputs)
-    strided = opdef.view is not None and opdef.view.strided is not None and isinstance(inputs[0], Tensor)
+        attrs = dict(attrs)
+    for x in inputs:
+        if isinstance(x, Tensor) and x._base is not None:  # a view: derived again if written since
+            inputs = _current(inputs)
+            break
     trace = current_trace.get()
     if trace is not None:
-        value_of = trace.value_of
-        vals = tuple([
-            # (a tensor of this trace that is no view: its value, as value_of gives it)
-            (x._value if x._trace is trace and x._base is None else value_of(x)) if isinstance(x, Tensor) else x
-            for x in inputs
-        ])
-        builder = trace.builder
-        builder.loc = _loc(name)
-        t = Tensor._traced(builder.emit_normalized(opdef, vals, attrs), trace)
-        grad = False
-        if opdef.vjp is not None and t._dtype.kind == "float":
-            for x in inputs:
-                if isinstance(x, Tensor) and x._requires_grad:
+        vals, grad = [], False
+        for x in inputs:
+            if isinstance(x, Tensor):
+                # (a tensor of this trace that is no view: its value, as value_of gives it)
+                vals.append(x._value if x._trace is trace and x._base is None else trace.value_of(x))
+                if x._requires_grad:
                     grad = True
-                    break
+            else:
+                vals.append(x)
+        builder = trace.builder
+        pinned = _pinned.get()  # (user_location's answer inside pinned_location, without the call)
+        loc = pinned[0] if pinned is not None else user_location()
+        builder.loc = loc if in_checkpoint.get() is None else _loc(name)
+        t = Tensor._traced(builder.emit_normalized(opdef, tuple(vals), attrs, attrs_key), trace)
+        grad = grad and opdef.vjp is not None and t._dtype.kind == "float"
         if grad_enabled.get():
-            t.requires_grad = grad  # as eagerly: an op's result requires grad when an input does
+            t._requires_grad = grad  # as eagerly: an op's result requires grad when an input does
         else:  # it does not require grad (Trace.requires_grad), and no gradient flows through it
             if grad:
                 t = Tensor._traced(trace.builder.emit("stop_gradient", t._value), trace)
             trace.no_grad.add(t._value)
-        if strided and traced_view(inputs[0], opdef, t.shape):
+        view = opdef.view
+        if view is not None and view.strided is not None and isinstance(inputs[0], Tensor) \
+                and traced_view(inputs[0], opdef, t.shape):
             link(t, inputs[0], opdef, attrs)
         recorder = op_recorder.get()
         if recorder is not None:
             recorder(name, inputs, attrs, t)
         return t
+    strided = opdef.view is not None and opdef.view.strided is not None and isinstance(inputs[0], Tensor)
     for x in inputs:
         if isinstance(x, Tensor) and x._value is not None:
             raise TraceError(

@@ -358,8 +358,8 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     t's old value in a stand-in tensor, so t.backward() differentiates through the write). A write into
     a view reaches its base (_write_view). fill: the write puts one number everywhere (fill_, zero_,
     x[k] = 2.0), which PyTorch allows into an expanded view."""
-    if stale(new):  # a view written since it was made: its value and history as its base holds them now
-        new = fresh(new)
+    if new._base is not None and stale(new):  # a view written since it was made: its value and history as
+        new = fresh(new)  # its base holds them now
     if t._base is not None:
         _write_view(t, new, what, fill)
         return
@@ -471,19 +471,21 @@ def _keeping_history(trace, old, new):
     """While tracing, the value a write no gradient is recorded for leaves in `old` (a tensor with a
     gradient history; _untracked's eager rule): new's values, with old's gradient (none when old has
     none: a write through detach() may carry a gradient of its own, which is not old's)."""
-    with enable_grad():
+    token = grad_enabled.set(True)  # (enable_grad's block, without the manager object)
+    try:
         return apply("straight_through", old, new) if trace.requires_grad(old) else apply("stop_gradient", new)
+    finally:
+        grad_enabled.reset(token)
 
 
 def stand_in(t, *others):
     """What an in-place op on t computes from: t itself while tracing or when no gradient is recorded,
     else a new Tensor holding t's gradient history (and, for a leaf, a copy of its values: the write
     changes t's buffer, and t takes the new history), remembered as t at its current version."""
-    if stale(t):
+    if t._base is not None and stale(t):
         fresh(t)
-    involved = [t, *(o for o in others if isinstance(o, Tensor))]
     if current_trace.get() is not None or t._value is not None or not grad_enabled.get() \
-            or not any(x.requires_grad for x in involved):
+            or not any(x.requires_grad for x in (t, *(o for o in others if isinstance(o, Tensor)))):
         return t
     old = history_only(Tensor._concrete(t._data, t.dtype)) if t._node is not None else \
         Tensor._concrete(t._data.copy(), t.dtype)

@@ -223,8 +223,11 @@ class Tensor:
 
     @classmethod
     def _traced(cls, value, trace) -> Tensor:
-        t = object.__new__(cls)
-        t._init(None, value.type.dtype, value, trace)
+        t = object.__new__(cls)  # (what _init sets, written out: a traced op makes one of these each)
+        t._data, t._dtype, t._value, t._trace = None, value.type.dtype, value, trace
+        t._requires_grad, t._grad, t._node, t._role = False, None, None, None
+        t._vc, t._past, t._base, t._chain, t._seen = [0], None, None, (), 0
+        t._hooks, t._retains_grad, t._post_hooks = None, False, None
         return t
 
     # ---- metadata -------------------------------------------------------------------------------

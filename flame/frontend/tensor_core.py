@@ -108,9 +108,10 @@ class TensorCore:
         """to(dtype), to(device), to(device, dtype), to(other) (its device and dtype), as in PyTorch.
         A device is "cpu" or "cuda" (see `device`); a memory_format changes nothing
         (flame/frontend/memory_format.py)."""
+        if len(args) == 1 and type(args[0]) is DType and dtype is None and device is None and not copy \
+                and memory_format is None:
+            return self if args[0] is self._dtype or args[0] == self._dtype else apply("cast", self, dtype=args[0])
         _memory_format.check("Tensor.to", memory_format)
-        if len(args) == 1 and type(args[0]) is DType and dtype is None and device is None and not copy:
-            return self if args[0] == self._dtype else apply("cast", self, dtype=args[0])  # to(dtype)
         for a in args:
             if isinstance(a, Tensor):
                 dtype, device = a.dtype, a.device

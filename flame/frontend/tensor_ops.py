@@ -352,7 +352,7 @@ class TensorOps:
     def _copy(self, src: Tensor | float) -> Tensor:
         fill = not isinstance(src, Tensor)  # fill_ and zero_: one number, allowed into an expanded view
         src = src if isinstance(src, Tensor) else full(self.shape, src, self.dtype)
-        if src.dtype != self.dtype:
+        if src._dtype is not self._dtype and src.dtype != self.dtype:
             src = src.to(self.dtype)
         if src.shape != self.shape:
             src = src.broadcast_to(self.shape)

@@ -282,14 +282,16 @@ class Trace:
         say: it requires grad itself, or is computed (through ops with a gradient, with gradients on)
         from a tensor that does (or from one a flame.grad being traced differentiates by). Known while
         tracing: a trace is keyed on its arguments' and captured tensors' requires_grad."""
-        if t.requires_grad or any(d is t for d in self.differentiated):
+        differentiated = self.differentiated
+        if t.requires_grad or differentiated and any(d is t for d in differentiated):
             return True
         start = t._value if t._value is not None else self.current.get(id(t), (None, None))[1]
         if start is None:
             return False
         # wanted: the input or current value of a tensor that requires grad (found through `holders`: a
         # set of all of them per question would make a step's optimizer writes quadratic in its tensors)
-        wanting = {d._value if d._value is not None else self.inputs_of.get(id(d)) for d in self.differentiated}
+        wanting = {d._value if d._value is not None else self.inputs_of.get(id(d)) for d in differentiated} \
+            if differentiated else ()
         current = self.current
         seen, todo = set(), [start]
         while todo:

@@ -166,15 +166,18 @@ def overlap_status(out: Tensor, x) -> str:
     repeats, which PyTorch does not examine). Cheap where x cannot share out's storage."""
     if x is out:
         return "full"
-    if not isinstance(x, Tensor) or x.numel() == 0 or out.numel() == 0:
+    if not isinstance(x, Tensor):
         return "no"
-    if out._value is None and x._value is None:  # eager: the arrays' own memory
+    traced = out._value is not None or x._value is not None
+    if traced and (out._base if out._base is not None else out) is not (x._base if x._base is not None else x):
+        return "no"  # (asked first: cheaper than the sizes below)
+    if x.numel() == 0 or out.numel() == 0:
+        return "no"
+    if not traced:  # eager: the arrays' own memory
         if not _shares(out._data, x._data):
             return "no"
         (a, ashape, asteps), (b, bshape, bsteps) = _eager_geometry(out), _eager_geometry(x)
     else:  # traced: the layouts views.py keeps, from the one base both share
-        if (out._base if out._base is not None else out) is not (x._base if x._base is not None else x):
-            return "no"
         (a, ashape, asteps), (b, bshape, bsteps) = _traced_geometry(out), _traced_geometry(x)
     if not (_dense(ashape, asteps) and _dense(bshape, bsteps)):
         return "too_hard"
@@ -355,14 +358,25 @@ def _view_strides(shape, strides, new_shape) -> list[int] | None:
     return out if view_d == -1 else None
 
 
+# id(a view's chain) -> (the chain, its base's shape, _geometry's answer): a chain never changes once made
+# (a view derived again gets a new one), and the views of one tensor (q, k, v of a packed projection) ask
+# for the layout of the same chain each
+_GEOMETRY: dict[int, tuple] = {}
+
+
 def _geometry(t: Tensor) -> tuple[int, tuple[int, ...], list[int]]:
     """(offset from its base's first element, shape, strides), in elements, of a tensor as PyTorch would
     lay it out: row-major, or its base's layout through the view ops that made it (the ops' `strided`
     trait, run on a stand-in array that has the strides and no memory)."""
     if t._base is None:
         return 0, t.shape, list(_contiguous_strides(t.shape))
-    offset, shape, strides = 0, t._base.shape, list(_contiguous_strides(t._base.shape))
-    for opdef, attrs, out in t._chain:
+    chain, base_shape = t._chain, t._base.shape
+    known = _GEOMETRY.get(id(chain))
+    if known is not None and known[0] is chain and known[1] == base_shape:
+        offset, shape, strides = known[2]
+        return offset, shape, list(strides)
+    offset, shape, strides = 0, base_shape, list(_contiguous_strides(base_shape))
+    for opdef, attrs, out in chain:
         if opdef.view is None:  # detach's: the same layout
             continue
         if opdef.view.relabel:
@@ -373,6 +387,9 @@ def _geometry(t: Tensor) -> tuple[int, tuple[int, ...], list[int]]:
             offset += _address(moved) - _address(fake)
             strides = list(moved.strides)
         shape = out
+    if len(_GEOMETRY) >= 4096:
+        _GEOMETRY.clear()
+    _GEOMETRY[id(chain)] = (chain, base_shape, (offset, shape, tuple(strides)))  # (holds chain: its id stays its)
     return offset, shape, strides
 
 

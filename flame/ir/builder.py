@@ -3,7 +3,6 @@ b.mul(g, y) ...) and every pass that rewrites graphs."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from flame.errors import FlameError
@@ -27,37 +26,57 @@ _INFERRED: dict[tuple, TensorType] = {}
 _PLAIN = frozenset((int, float, bool, str, type(None)))
 
 
-def infer(opdef: registry.OpDef, vals: tuple[Value, ...], attrs: dict[str, Any]) -> TensorType:
-    """opdef's result type for inputs `vals` and normalized `attrs` (opdef.infer's answer)."""
-    key = _key(opdef.name, vals, attrs)
+_FROM_ATTRS: Any = object()  # (infer's attrs_key when the caller has none: work it out from the attributes)
+
+
+def infer(opdef: registry.OpDef, vals: tuple[Value, ...], attrs: dict[str, Any], attrs_key=_FROM_ATTRS) -> TensorType:
+    """opdef's result type for inputs `vals` and normalized `attrs` (opdef.infer's answer). attrs_key:
+    what `attrs_key_of(attrs)` gives, where the caller has it (normalized_keyed)."""
+    key = _key(opdef.name, vals, attrs, attrs_key)
     if key is None:
         return opdef.infer([v.type for v in vals], **attrs)
     out = _INFERRED.get(key)
     if out is None:
         out = opdef.infer([v.type for v in vals], **attrs)
+        if all(type(s) is int for s in out.shape):
+            str(out)  # (its text, which a static type keeps: the key part of the ops that read a value of it)
         if len(_INFERRED) >= 16384:
             _INFERRED.clear()
         _INFERRED[key] = out
     return out
 
 
-# (op, its given attributes with their types) -> opdef.normalize_attrs's answer, for attributes of plain
-# values (`_given_key`): the constants tracing makes for Python numbers, alike in every block and update
-_NORMALIZED: dict[tuple, dict[str, Any]] = {}
+# (op, its given attributes with their types) -> opdef.normalize_attrs's answer and its attrs_key_of, for
+# attributes of plain values (`_given_key`): the constants tracing makes for Python numbers, alike in
+# every block and update
+_NORMALIZED: dict[tuple, tuple[dict[str, Any], tuple | None]] = {}
 
 
 def normalized(opdef: registry.OpDef, attrs: dict[str, Any]) -> dict[str, Any]:
     """opdef.normalize_attrs(attrs), not to be changed by the caller (an Op copies its attributes)."""
+    return normalized_keyed(opdef, attrs)[0]
+
+
+def normalized_keyed(opdef: registry.OpDef, attrs: dict[str, Any]) -> tuple[dict[str, Any], tuple | None]:
+    """(normalized(opdef, attrs), attrs_key_of that): infer takes the second instead of working it out."""
     key = _given_key(opdef.name, attrs)
     if key is None:
-        return opdef.normalize_attrs(attrs)
-    out = _NORMALIZED.get(key)
-    if out is None:
         out = opdef.normalize_attrs(attrs)
+        return out, attrs_key_of(out)
+    hit = _NORMALIZED.get(key)
+    if hit is None:
+        out = opdef.normalize_attrs(attrs)
+        hit = (out, attrs_key_of(out))
         if len(_NORMALIZED) >= 4096:
             _NORMALIZED.clear()
-        _NORMALIZED[key] = out
-    return out
+        _NORMALIZED[key] = hit
+    return hit
+
+
+def attrs_key_of(attrs: dict[str, Any]) -> tuple | None:
+    """The part of infer's cache key that normalized attributes `attrs` make (`_attrs_key`), or None."""
+    key: list = []
+    return tuple(key) if _attrs_key(attrs, key) else None
 
 
 def _given_key(name: str, attrs: dict[str, Any]) -> tuple | None:
@@ -66,30 +85,43 @@ def _given_key(name: str, attrs: dict[str, Any]) -> tuple | None:
     return tuple(key) if _attrs_key(attrs, key) else None
 
 
-def _key(name: str, vals: tuple[Value, ...], attrs: dict[str, Any]) -> tuple | None:
-    """The key of _INFERRED, or None where a shape holds a symbolic size or an attribute is not plain."""
+def _key(name: str, vals: tuple[Value, ...], attrs: dict[str, Any], attrs_key=_FROM_ATTRS) -> tuple | None:
+    """The key of _INFERRED, or None where a shape holds a symbolic size or an attribute is not plain.
+    An input's type enters as its text where it has one (`f32[128,256]`, which a static type keeps once
+    made, and whose hash Python keeps with the string), not as its shape and dtype hashed for every op."""
     key: list = [name]
     for v in vals:
         t = v.type
-        for s in t.shape:
-            if type(s) is not int:
-                return None
-        key.append(t.shape)
-        key.append(t.dtype.name)
-    return tuple(key) if _attrs_key(attrs, key) else None
+        text = t.__dict__.get("_text")
+        if text is None:  # (a type whose text was never made: its shape and dtype)
+            for s in t.shape:
+                if type(s) is not int:
+                    return None
+            key.append(t.shape)
+            key.append(t.dtype.name)
+        else:
+            key.append(text)
+    if attrs_key is not _FROM_ATTRS:
+        if attrs_key is None:
+            return None
+        key.extend(attrs_key)
+        return tuple(key)
+    return tuple(key) if not attrs or _attrs_key(attrs, key) else None
 
 
 def _attrs_key(attrs: dict[str, Any], key: list) -> bool:
     """Append each attribute's name, type and value to `key`; False where one is other than an int,
-    bool, nonzero float (0.0 and -0.0 are equal keys), string, None, dtype or tuple of ints."""
+    bool, nonzero float (0.0 and -0.0 are equal keys), string, None, dtype, or tuple or list of ints."""
     for k, a in attrs.items():
         ta = type(a)
         if ta is DType:
             a = a.name
-        elif ta is tuple:
+        elif ta is tuple or ta is list:  # (a list as the tuple of its items: the type is in the key too)
             for x in a:
                 if type(x) is not int:
                     return False
+            if ta is list:
+                a = tuple(a)
         elif ta not in _PLAIN or (ta is float and a == 0):
             return False
         key.append(k)
@@ -98,7 +130,7 @@ def _attrs_key(attrs: dict[str, Any], key: list) -> bool:
     return True
 
 
-# (the value's type, the value, dtype) -> the attributes and type of the 0-d `full` constant emit makes of
+# (the value's type, the value, dtype's name) -> the attributes and type of the 0-d `full` constant emit makes of
 # them: the Python numbers of a traced expression (an optimizer's 1 - beta in every update) are alike,
 # and emit's generic steps cost several times an op's. 0.0 (whose sign the key would lose) and NaN are not kept
 _CONSTS: dict[tuple, tuple[dict[str, Any], TensorType]] = {}
@@ -114,17 +146,33 @@ class Builder:
         self.loc = loc
 
     def emit(self, name: str, *inputs: Value | float | int | bool, **attrs: Any) -> Value:
-        opdef = registry.get(name)
+        opdef = registry.REGISTRY.get(name) or registry.get(name)
         vals = self._checked(opdef, inputs)
+        attrs_key = ()
+        if attrs or opdef.attrs:  # (an op without attributes, given none: nothing to normalize)
+            try:
+                attrs, attrs_key = normalized_keyed(opdef, attrs)
+            except FlameError as e:
+                raise _with_loc(e, self.loc) from None
+        return self.emit_normalized(opdef, vals, attrs, attrs_key)
+
+    def emit_normalized(self, opdef: registry.OpDef, inputs: tuple, attrs: dict[str, Any],
+                        attrs_key=_FROM_ATTRS) -> Value:
+        """emit(opdef.name, *inputs, **attrs) for attributes opdef.normalize_attrs already gave (with
+        attrs_key: what normalized_keyed gave with them)."""
+        if opdef.arity >= 0 and len(inputs) != opdef.arity:
+            return self._append(opdef, self._checked(opdef, inputs), attrs)  # (raises)
+        for x in inputs:
+            if type(x) is not Value:
+                inputs = self._values(inputs)
+                break
         try:
-            attrs = normalized(opdef, attrs)
+            out_type = infer(opdef, inputs, attrs, attrs_key)
         except FlameError as e:
             raise _with_loc(e, self.loc) from None
-        return self._append(opdef, vals, attrs)
-
-    def emit_normalized(self, opdef: registry.OpDef, inputs: tuple, attrs: dict[str, Any]) -> Value:
-        """emit(opdef.name, *inputs, **attrs) for attributes opdef.normalize_attrs already gave."""
-        return self._append(opdef, self._checked(opdef, inputs), attrs)
+        op = Op(opdef.name, inputs, attrs, out_type, self.loc)
+        self.graph.ops.append(op)
+        return op.out
 
     def _checked(self, opdef: registry.OpDef, inputs: tuple) -> tuple[Value, ...]:
         """inputs as Values (Python numbers made constants), after checking their count."""
@@ -160,7 +208,8 @@ class Builder:
         return tuple([x if isinstance(x, Value) else self.const(x, dtype) for x in inputs])
 
     def const(self, value: float | int | bool, dtype: DType, shape: tuple[int, ...] = ()) -> Value:
-        key = (type(value), value, dtype) if shape == () and type(value) in _NUMBERS and value == value else None
+        key = (type(value), value, dtype.name) if (
+            shape == () and type(value) in _NUMBERS and value == value and type(dtype) is DType) else None
         known = _CONSTS.get(key) if key is not None and not (value == 0 and type(value) is float) else None
         if known is None:
             out = self.emit("full", shape=shape, value=value, dtype=dtype)
@@ -201,7 +250,18 @@ class Builder:
 
     def __getattr__(self, name: str):
         if name in registry.REGISTRY:
-            return partial(self.emit, name)
+            setattr(Builder, name, _emitter(name))  # (a method from now on: no __getattr__, no partial per use)
+            return getattr(self, name)
         raise AttributeError(name)
+
+
+def _emitter(name: str):
+    """Builder's method `name`: emit(name, ...)."""
+
+    def emit(self, *inputs: Value | float | int | bool, **attrs: Any) -> Value:
+        return self.emit(name, *inputs, **attrs)
+
+    emit.__name__ = name
+    return emit
 
 

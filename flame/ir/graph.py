@@ -35,6 +35,9 @@ class Value:
         return f"<Value {self.type} from {what}>"
 
 
+_new_value = object.__new__
+
+
 class CheckpointLoc(str):
     """The `loc` of an op recorded inside `flame.utils.checkpoint(fn, ...)`: the backward recomputes
     its result instead of keeping it, unless it leaves the region (passes/remat.py). `region` tells
@@ -84,9 +87,10 @@ class Op:
     def __init__(self, name: str, inputs: tuple[Value, ...], attrs: dict[str, Any],
                  out_type: TensorType, loc: str | None = None):
         self.name = name
-        self.inputs = tuple(inputs)
-        self.attrs = dict(attrs)
-        self.out = Value(out_type, self)
+        self.inputs = inputs if type(inputs) is tuple else tuple(inputs)
+        self.attrs = dict(attrs) if attrs else {}
+        out = self.out = _new_value(Value)  # (Value(out_type, self), written out: one per op built)
+        out.type, out.producer = out_type, self
         self.loc = loc
 
     def __repr__(self) -> str:

@@ -16,6 +16,13 @@ class TensorType:
     dtype: DType
 
     def __post_init__(self) -> None:
+        shape = self.shape
+        if type(shape) is tuple:  # (the common case, asked first: a tuple of non-negative ints is kept as it is)
+            for s in shape:
+                if type(s) is not int or s < 0:
+                    break
+            else:
+                return
         # a SymInt (flame.ir.symbolic) stays one: it is its value, and codegen renders it as a size parameter
         object.__setattr__(self, "shape", tuple(s if isinstance(s, SymInt) else int(s) for s in self.shape))
         if any(s < 0 for s in self.shape):

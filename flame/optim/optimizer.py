@@ -252,13 +252,14 @@ class Optimizer:
         if self._scalars[0] is not trace:
             self._scalars = (trace, {}, {})
         cache = self._scalars[1]
-        ck = (id(group), key, index, dtype)
+        ck = (id(group), key, index, getattr(dtype, "name", dtype))  # (equal dtypes have one name; it hashes fast)
         self._scalars[2].setdefault((id(group), key), group[key])  # what the update used (_groups_written)
-        if ck not in cache:
+        out = cache.get(ck)
+        if out is None:
             read = self._reader(group)
             getter = (lambda: read()[key]) if index is None else (lambda: read()[key][index])
-            cache[ck] = trace.scalar(getter, dtype)
-        return cache[ck]
+            out = cache[ck] = trace.scalar(getter, dtype)
+        return out
 
     def _reader(self, group: dict[str, Any]):
         """A function giving the group at group's place in param_groups at each call (a group dict or the
@@ -274,12 +275,13 @@ class Optimizer:
         trace = current_trace.get()
         if trace is None:
             return group[key] != 0 if nonzero else bool(group[key])
+        index = next(i for i, g in enumerate(self.param_groups) if g is group)
+        what = f"{type(self).__name__}.param_groups[{index}][{key!r}]" + (" != 0" if nonzero else "")
+        if what in trace.python_reads:  # recorded by an earlier update: read now (group is param_groups[index])
+            return group[key] != 0 if nonzero else bool(group[key])
         at = self._reader(group)
         read = (lambda: at()[key] != 0) if nonzero else (lambda: bool(at()[key]))
-        index = next(i for i, g in enumerate(self.param_groups) if g is group)
-        return trace.read_python(
-            f"{type(self).__name__}.param_groups[{index}][{key!r}]" + (" != 0" if nonzero else ""), read
-        )
+        return trace.read_python(what, read)
 
     def guard_groups(self) -> None:
         """Inside a trace, which parameters each group holds is a guard of the trace: add_param_group

@@ -54,7 +54,10 @@ def _permute_infer(types, perm):
 
 
 def _permute_vjp(b, g, x, out, perm):
-    return (b.permute(g, perm=tuple(int(i) for i in np.argsort(perm))),)
+    inverse = [0] * len(perm)  # (np.argsort of the permutation, without NumPy's call per op)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return (b.permute(g, perm=tuple(inverse)),)
 
 
 register(OpDef("permute", "movement", 1, _permute_infer, lambda x, perm: np.transpose(x, perm),
