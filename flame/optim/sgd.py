@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from flame.errors import FlameError
 from flame.frontend.creation import full_like, zeros_like
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
@@ -51,6 +50,14 @@ class SGD(Optimizer):
             return {}
         return {"momentum_buffer": state_tensor(p), "step": state_tensor(p, compute_dtype(p), ())}
 
+    def _missing_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]):
+        """The buffer and step counter for a group given a momentum after construction (OneCycleLR's and
+        CyclicLR's momentum cycling on an SGD made without one): torch.optim.SGD starts its buffer from
+        the gradient whenever it has none."""
+        if group["momentum"] != 0 and "momentum_buffer" not in state:
+            return lambda: {"momentum_buffer": state_tensor(p), "step": state_tensor(p, compute_dtype(p), ())}
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """torch.optim.SGD's layout: a momentum_buffer for each parameter that has taken a step with
         momentum, nothing for the others (flame's step counter, which only tells the first step, is left
@@ -85,11 +92,6 @@ class SGD(Optimizer):
         if self.option(group, "weight_decay", nonzero=True):
             g = g + self.hyper(group, "weight_decay", cd) * x
         if self.option(group, "momentum", nonzero=True):
-            if "momentum_buffer" not in state:
-                raise FlameError(
-                    "SGD: momentum was set after the optimizer was made with momentum 0, which keeps "
-                    "no momentum_buffer; make the optimizer with momentum set"
-                )
             momentum = self.hyper(group, "momentum", cd)
             buf, step = state["momentum_buffer"], state["step"]
             new = buf.to(cd) * momentum + g * (1 - self.hyper(group, "dampening", cd))
