@@ -567,7 +567,11 @@ def _hyper_problem(saved: Any, mine: Any) -> str:
     elif isinstance(mine, list) and all(isinstance(x, str) for x in mine):  # param_names
         ok = isinstance(saved, list) and len(saved) == len(mine) and all(isinstance(x, str) for x in saved)
     elif isinstance(mine, (tuple, list)):
-        ok = isinstance(saved, (tuple, list)) and len(saved) == len(mine) and all(number(x) for x in saved)
+        ok = (  # a None where this optimizer may hold one (Adafactor's eps1)
+            isinstance(saved, (tuple, list))
+            and len(saved) == len(mine)
+            and all(number(x) or (x is None and (m is None or number(m))) for x, m in zip(saved, mine))
+        )
     else:
         ok = type(saved) is type(mine)
     return "" if ok else f"saved {_quote(saved)} cannot replace {mine!r}"

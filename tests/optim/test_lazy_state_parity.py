@@ -31,6 +31,7 @@ CASES = [
     ("RAdam", dict(lr=0.01)),
     ("ASGD", dict(lr=0.01, t0=2)),
     ("Rprop", dict(lr=0.01)),
+    ("Adafactor", dict(lr=0.01)),
 ]
 IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in kw.items()) or 'defaults'}" for n, kw in CASES]
 STARTS = [np.linspace(-1.0, 1.0, 6).reshape(2, 3), np.array([0.5, -0.25, 2.0])]

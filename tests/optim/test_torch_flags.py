@@ -11,7 +11,8 @@ import torch
 import flame
 import flame.nn as nn
 
-NAMES = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "ASGD", "Rprop"]
+NAMES = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "ASGD", "Rprop",
+         "Adafactor"]
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
