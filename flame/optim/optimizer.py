@@ -438,6 +438,12 @@ class Optimizer:
                 if not theirs and own:  # no saved state (torch's before the parameter's first step): start afresh
                     theirs = self._fresh_state(p, mine)
                     pairs.fresh.update(id(t) for t in own.values())
+                if any(k not in own for k in theirs):  # state the saved options keep (momentum, amsgrad)
+                    options = {k: v for k, v in saved.items() if k != "params"}
+                    fresh = self._fresh_state(p, {**mine, **options})
+                    added = {k: t for k, t in fresh.items() if k not in own and k in theirs}
+                    pairs.added += [(p, k, t) for k, t in added.items()]
+                    own = {**own, **added}
                 for k, t in own.items():
                     if k not in theirs:
                         errors.append(f"  missing: state.{i}.{k}")
@@ -463,6 +469,8 @@ class Optimizer:
 
     def apply_load(self, pairs: list[tuple[Tensor, Tensor]], state_dict: dict[str, Any]) -> None:
         """Second half of load_state_dict: copy the planned tensors and the groups' hyperparameters."""
+        for p, k, t in getattr(pairs, "added", ()):
+            self.state[p][k] = t
         copy_pairs(self._retyped(pairs))
         for saved, mine in zip(state_dict["param_groups"], self.param_groups):
             for k, v in saved.items():
@@ -585,12 +593,16 @@ def _quote(v: Any) -> str:
 
 
 class _Pairs(list):
-    """plan_load's (destination, source) pairs, and `fresh`: the ids of the destinations of parameters
-    the saved state_dict holds no state for, which start afresh."""
+    """plan_load's (destination, source) pairs; `fresh`: the ids of the destinations of parameters the
+    saved state_dict holds no state for, which start afresh; `added`: (parameter, name, tensor) of the
+    state the saved options keep and this optimizer's options do not (a saved SGD momentum_buffer loaded
+    into an SGD made without momentum), which apply_load puts into the state."""
 
     def __init__(self):
         super().__init__()
         self.fresh: set[int] = set()
+        self.added: list[tuple[Tensor, str, Tensor]] = []
+
 
 
 def _never_stepped(state: dict[str, Any]) -> bool:

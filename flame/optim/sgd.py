@@ -80,9 +80,10 @@ class SGD(Optimizer):
             for g, mine in zip(groups, self.param_groups):
                 for i, p in zip(g.get("params", []), mine["params"]):
                     own, theirs = self.state[p], saved.setdefault(int(i), {})
-                    if "step" in own and "step" not in theirs:
+                    if ("step" in own or "momentum_buffer" in theirs) and "step" not in theirs:
                         theirs["step"] = float("momentum_buffer" in theirs)
-                        theirs.setdefault("momentum_buffer", zeros_like(own["momentum_buffer"]))
+                        if "momentum_buffer" not in theirs:
+                            theirs["momentum_buffer"] = zeros_like(own["momentum_buffer"])
             state_dict = {**state_dict, "state": saved}
         return super().plan_load(state_dict)
 

@@ -191,3 +191,33 @@ def test_adagrad_starts_every_sum_at_the_constructors_initial_accumulator_value(
         _step(k, ps, opt, tps, topt, step=step)
         _assert_close(ps, tps, f"Adagrad {mode}: after step {k}")
     assert opt.param_groups[1]["initial_accumulator_value"] == topt.param_groups[1]["initial_accumulator_value"]
+
+
+@pytest.mark.parametrize("name,made,saved", [
+    ("SGD", dict(lr=0.01), dict(lr=0.03, momentum=0.9)),
+    ("SGD", dict(lr=0.01), dict(lr=0.03, momentum=0.9, nesterov=True, weight_decay=0.1)),
+    ("Adam", dict(lr=0.01), dict(lr=0.02, amsgrad=True)),
+    ("RMSprop", dict(lr=0.01), dict(lr=0.02, momentum=0.5, centered=True)),
+], ids=["sgd-momentum", "sgd-nesterov", "adam-amsgrad", "rmsprop-momentum-centered"])
+def test_a_state_dict_whose_options_keep_more_state_loads_and_continues(name, made, saved):
+    """torch's state_dict made with options that keep more state (a momentum buffer) loads into an
+    optimizer made without them, whose compiled step was traced already: the options and their state
+    come from the state_dict, and it continues as torch's."""
+    ps, tps = _params()
+    src = getattr(torch.optim, name)(tps, **saved)
+    for k in range(3):
+        for tp, g in zip(tps, _grads(k)):
+            tp.grad = torch.tensor(g.copy())
+        src.step()
+    _copy(ps, tps)
+    opt, topt = getattr(flame.optim, name)(ps, **made), getattr(torch.optim, name)(tps, **made)
+    step = _compiled(opt)
+    for p, g in zip(ps, _grads(9)):
+        p.grad = flame.tensor(g.copy())
+    step()
+    _copy(ps, tps)
+    opt.load_state_dict(copy.deepcopy(src.state_dict()))
+    topt.load_state_dict(copy.deepcopy(src.state_dict()))
+    for k in range(3, 7):
+        _step(k, ps, opt, tps, topt, step=step)
+        _assert_close(ps, tps, f"{name} {made} loaded {saved}: after step {k}")
