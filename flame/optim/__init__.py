@@ -1,8 +1,9 @@
 """flame.optim: optimizers (SGD, ASGD, Rprop, Adam, AdamW, Adamax, NAdam, RAdam, RMSprop, Adagrad,
-Adadelta, and LBFGS, eager only), learning-rate schedules and weight averaging (swa_utils), torch.optim-shaped,
-that work eagerly and inside a @flame.compile'd training step."""
+Adadelta, Adafactor, and LBFGS, eager only), learning-rate schedules and weight averaging (swa_utils),
+torch.optim-shaped, that work eagerly and inside a @flame.compile'd training step."""
 
 from flame.optim import lr_scheduler, swa_utils  # noqa: F401
+from flame.optim.adafactor import Adafactor
 from flame.optim.adam import Adam, AdamW
 from flame.optim.adam_variants import Adamax, NAdam, RAdam
 from flame.optim.lbfgs import LBFGS
@@ -14,6 +15,7 @@ __all__ = [
     "ASGD",
     "SGD",
     "Adadelta",
+    "Adafactor",
     "Adagrad",
     "Adam",
     "AdamW",

@@ -54,6 +54,13 @@ class Adam(Optimizer):
             st["max_exp_avg_sq"] = state_tensor(p)
         return st
 
+    def _missing_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]):
+        """max_exp_avg_sq for amsgrad set after construction but before the parameter's first step, as
+        torch.optim.Adam makes its state at the first step."""
+        if group.get("amsgrad") and "max_exp_avg_sq" not in state and state["step"].item() == 0:
+            return lambda: {"max_exp_avg_sq": state_tensor(p)}
+        return None
+
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
         lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)

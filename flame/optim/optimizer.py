@@ -187,6 +187,9 @@ class Optimizer:
         return add_hook(own_hooks(self, "_load_state_dict_post_hooks"), hook, prepend)
 
     non_negative: tuple[str, ...] = ()  # the group options a subclass requires to be >= 0 (besides lr)
+    # whether torch's namesake creates its state at construction (Adagrad), not at a parameter's first step:
+    # then state_dict() lists a parameter that has not stepped yet, else it leaves it out, as torch's does
+    state_at_construction: bool = False
     param_dtype_state: tuple[str, ...] = ()  # scalar state a load casts to its parameter's dtype (_retyped)
 
     def _take_names(self, group: dict[str, Any]) -> None:
@@ -293,8 +296,10 @@ class Optimizer:
 
     def _adopt_new_params(self) -> None:
         """State for a parameter put into a group by hand (`group['params'][0] = new_param`, an append),
-        created when a step first meets it, as torch.optim creates state lazily: concrete zeros even
-        while a step is traced (as those made at construction)."""
+        created when a step first meets it, as torch.optim creates state lazily, and the state an option
+        set since the state was made needs (_missing_state: SGD's momentum_buffer once a scheduler such as
+        OneCycleLR gives the group a momentum): concrete zeros even while a step is traced (as those made
+        at construction)."""
         for group in self.param_groups:
             for p in group["params"]:
                 if id(p) not in self._serials and isinstance(p, Tensor) and not p.is_traced:
@@ -304,6 +309,17 @@ class Optimizer:
                         self.state[p] = self._init_state(p, group)
                     finally:
                         current_trace.reset(token)
+                elif p.grad is not None and (missing := self._missing_state(p, group, self.state[p])):
+                    token = current_trace.set(None)
+                    try:
+                        self.state[p].update(missing())
+                    finally:
+                        current_trace.reset(token)
+
+    def _missing_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]):
+        """None, or a function making the state tensors the group's options now need and `state` lacks
+        (an option set after construction, as torch.optim would create them at this step)."""
+        return None
 
     def _state_tensors(self) -> tuple:
         """The tensors the state dicts of the groups' parameters hold, in group order."""
@@ -365,7 +381,11 @@ class Optimizer:
                 index[id(p)] = len(index)
                 ids.append(index[id(p)])
             groups.append({**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": ids})
-        state = {index[id(p)]: self._saved_state(st) for p, st in self.state.items()}
+        state = {
+            index[id(p)]: self._saved_state(st)
+            for p, st in self.state.items()
+            if self.state_at_construction or not _never_stepped(st)
+        }
         return {"state": state, "param_groups": groups}
 
     def _saved_state(self, state: dict[str, Tensor]) -> dict[str, Any]:
@@ -405,7 +425,7 @@ class Optimizer:
                 f"optimizer's ({[len(g['params']) for g in self.param_groups]})"
             )
         saved_state = {int(k): v for k, v in state_dict["state"].items()}
-        errors, pairs = [], []
+        errors, pairs = [], _Pairs()
         for g, (saved, mine) in enumerate(zip(groups, self.param_groups)):
             errors += [
                 f"  param_groups.{g}.{k}: {why}"
@@ -417,6 +437,15 @@ class Optimizer:
         for saved, mine in zip(groups, self.param_groups):
             for i, p in zip(saved["params"], mine["params"]):
                 own, theirs = self.state[p], saved_state.get(int(i), {})
+                if not theirs and own:  # no saved state (torch's before the parameter's first step): start afresh
+                    theirs = self._fresh_state(p, mine)
+                    pairs.fresh.update(id(t) for t in own.values())
+                if any(k not in own for k in theirs):  # state the saved options keep (momentum, amsgrad)
+                    options = {k: v for k, v in saved.items() if k != "params"}
+                    fresh = self._fresh_state(p, {**mine, **options})
+                    added = {k: t for k, t in fresh.items() if k not in own and k in theirs}
+                    pairs.added += [(p, k, t) for k, t in added.items()]
+                    own = {**own, **added}
                 for k, t in own.items():
                     if k not in theirs:
                         errors.append(f"  missing: state.{i}.{k}")
@@ -432,8 +461,18 @@ class Optimizer:
             )
         return pairs
 
+    def _fresh_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        """The state a parameter starts with (concrete, even while a step is traced)."""
+        token = current_trace.set(None)
+        try:
+            return self._init_state(p, group)
+        finally:
+            current_trace.reset(token)
+
     def apply_load(self, pairs: list[tuple[Tensor, Tensor]], state_dict: dict[str, Any]) -> None:
         """Second half of load_state_dict: copy the planned tensors and the groups' hyperparameters."""
+        for p, k, t in getattr(pairs, "added", ()):
+            self.state[p][k] = t
         copy_pairs(self._retyped(pairs))
         for saved, mine in zip(state_dict["param_groups"], self.param_groups):
             for k, v in saved.items():
@@ -444,15 +483,18 @@ class Optimizer:
         """pairs, where a destination named in `param_dtype_state` of a floating parameter of another dtype
         is replaced (in self.state) by a new state tensor of the parameter's dtype: torch's load_state_dict
         casts every state value but `step` to its floating parameter's dtype, and the update then computes
-        in that dtype (NAdam's mu_product, ASGD's eta and mu become f64 for f64 parameters)."""
+        in that dtype (NAdam's mu_product, ASGD's eta and mu become f64 for f64 parameters). State started
+        afresh (plan_load's `fresh`) takes the dtype a first step gives it instead, as torch's made then."""
         new: dict[int, Tensor] = {}
+        fresh = {id(d): s.dtype for d, s in pairs if id(d) in getattr(pairs, "fresh", ())}
         for p, st in self.state.items():
             if not p.dtype.is_float:
                 continue
             for k in self.param_dtype_state:
                 t = st.get(k)
-                if t is not None and t.dtype != p.dtype:
-                    st[k] = new[id(t)] = state_tensor(p, p.dtype, tuple(t.shape))
+                want = fresh.get(id(t), p.dtype) if t is not None else None
+                if t is not None and t.dtype != want:
+                    st[k] = new[id(t)] = state_tensor(p, want, tuple(t.shape))
         return [(new.get(id(dst), dst), src) for dst, src in pairs]
 
     def __repr__(self) -> str:
@@ -535,7 +577,11 @@ def _hyper_problem(saved: Any, mine: Any) -> str:
     elif isinstance(mine, list) and all(isinstance(x, str) for x in mine):  # param_names
         ok = isinstance(saved, list) and len(saved) == len(mine) and all(isinstance(x, str) for x in saved)
     elif isinstance(mine, (tuple, list)):
-        ok = isinstance(saved, (tuple, list)) and len(saved) == len(mine) and all(number(x) for x in saved)
+        ok = (  # a None where this optimizer may hold one (Adafactor's eps1)
+            isinstance(saved, (tuple, list))
+            and len(saved) == len(mine)
+            and all(number(x) or (x is None and (m is None or number(m))) for x, m in zip(saved, mine))
+        )
     else:
         ok = type(saved) is type(mine)
     return "" if ok else f"saved {_quote(saved)} cannot replace {mine!r}"
@@ -546,6 +592,26 @@ def _quote(v: Any) -> str:
     if isinstance(v, int) and v.bit_length() > 4096:
         return f"an int of {v.bit_length()} bits"
     return reprlib.repr(v)
+
+
+class _Pairs(list):
+    """plan_load's (destination, source) pairs; `fresh`: the ids of the destinations of parameters the
+    saved state_dict holds no state for, which start afresh; `added`: (parameter, name, tensor) of the
+    state the saved options keep and this optimizer's options do not (a saved SGD momentum_buffer loaded
+    into an SGD made without momentum), which apply_load puts into the state."""
+
+    def __init__(self):
+        super().__init__()
+        self.fresh: set[int] = set()
+        self.added: list[tuple[Tensor, str, Tensor]] = []
+
+
+
+def _never_stepped(state: dict[str, Any]) -> bool:
+    """Whether a parameter's state is as made before its first step (its step counter at 0): torch.optim
+    keeps no state for such a parameter."""
+    step = state.get("step")
+    return isinstance(step, Tensor) and step.ndim == 0 and step.item() == 0
 
 
 def _saved(key: str, value: Tensor) -> Tensor:

@@ -47,6 +47,16 @@ class RMSprop(Optimizer):
             st["grad_avg"] = state_tensor(p)
         return st
 
+    def _missing_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]):
+        """The momentum_buffer or grad_avg of an option set after construction but before the parameter's
+        first step (OneCycleLR's momentum on an RMSprop made without one), as torch.optim.RMSprop makes
+        its state at the first step; set after it, torch has none and _update says so."""
+        keys = [k for k, on in (("momentum_buffer", group["momentum"] > 0), ("grad_avg", group["centered"]))
+                if on and k not in state]
+        if keys and state["step"].item() == 0:
+            return lambda: {k: state_tensor(p) for k in keys}
+        return None
+
     @staticmethod
     def _buffer(state: dict[str, Tensor], key: str, option: str) -> Tensor:
         if key not in state:
@@ -108,11 +118,15 @@ class Adagrad(Optimizer):
         )
 
     non_negative = ("lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+    state_at_construction = True
 
     def _init_state(self, p: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        """step and sum; sum starts at the optimizer's initial_accumulator_value (the constructor's, as
+        torch.optim.Adagrad's: a value a param group gives is kept in the group but does not start its sum)."""
         total = state_tensor(p)
-        if group["initial_accumulator_value"]:
-            total.copy_(total + group["initial_accumulator_value"])
+        start = self.defaults["initial_accumulator_value"]
+        if start:
+            total.copy_(total + start)
         return {"step": state_tensor(p, compute_dtype(p), ()), "sum": total}
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:

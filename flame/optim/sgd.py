@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from flame.errors import FlameError
 from flame.frontend.creation import full_like, zeros_like
 from flame.frontend.ops import where
 from flame.frontend.tensor import Tensor
@@ -51,6 +50,14 @@ class SGD(Optimizer):
             return {}
         return {"momentum_buffer": state_tensor(p), "step": state_tensor(p, compute_dtype(p), ())}
 
+    def _missing_state(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]):
+        """The buffer and step counter for a group given a momentum after construction (OneCycleLR's and
+        CyclicLR's momentum cycling on an SGD made without one): torch.optim.SGD starts its buffer from
+        the gradient whenever it has none."""
+        if group["momentum"] != 0 and "momentum_buffer" not in state:
+            return lambda: {"momentum_buffer": state_tensor(p), "step": state_tensor(p, compute_dtype(p), ())}
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """torch.optim.SGD's layout: a momentum_buffer for each parameter that has taken a step with
         momentum, nothing for the others (flame's step counter, which only tells the first step, is left
@@ -73,9 +80,10 @@ class SGD(Optimizer):
             for g, mine in zip(groups, self.param_groups):
                 for i, p in zip(g.get("params", []), mine["params"]):
                     own, theirs = self.state[p], saved.setdefault(int(i), {})
-                    if "step" in own and "step" not in theirs:
+                    if ("step" in own or "momentum_buffer" in theirs) and "step" not in theirs:
                         theirs["step"] = float("momentum_buffer" in theirs)
-                        theirs.setdefault("momentum_buffer", zeros_like(own["momentum_buffer"]))
+                        if "momentum_buffer" not in theirs:
+                            theirs["momentum_buffer"] = zeros_like(own["momentum_buffer"])
             state_dict = {**state_dict, "state": saved}
         return super().plan_load(state_dict)
 
@@ -85,11 +93,6 @@ class SGD(Optimizer):
         if self.option(group, "weight_decay", nonzero=True):
             g = g + self.hyper(group, "weight_decay", cd) * x
         if self.option(group, "momentum", nonzero=True):
-            if "momentum_buffer" not in state:
-                raise FlameError(
-                    "SGD: momentum was set after the optimizer was made with momentum 0, which keeps "
-                    "no momentum_buffer; make the optimizer with momentum set"
-                )
             momentum = self.hyper(group, "momentum", cd)
             buf, step = state["momentum_buffer"], state["step"]
             new = buf.to(cd) * momentum + g * (1 - self.hyper(group, "dampening", cd))

@@ -11,7 +11,8 @@ import torch
 import flame
 import flame.nn as nn
 
-NAMES = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "ASGD", "Rprop"]
+NAMES = ["SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta", "ASGD", "Rprop",
+         "Adafactor"]
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
@@ -71,10 +72,15 @@ def test_a_pytorch_sgd_state_dict_loads(momentum):
     assert set(opt.state[p]) == (set() if momentum == 0 else {"momentum_buffer", "step"})
 
 
-def test_sgd_momentum_set_after_construction_says_what_to_do():
-    p = nn.Parameter(flame.ones(2))
-    opt = flame.optim.SGD([p], lr=0.1)
-    opt.param_groups[0]["momentum"] = 0.9
-    p.grad = flame.ones(2)
-    with pytest.raises(flame.FlameError, match="SGD: momentum was set after the optimizer was made"):
+def test_sgd_momentum_set_after_steps_starts_its_buffer_from_the_gradient():
+    """As torch.optim.SGD, a momentum set after steps without one starts the buffer from the gradient."""
+    p, tp = nn.Parameter(flame.ones(2, dtype=flame.float64)), torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+    opt, topt = flame.optim.SGD([p], lr=0.1), torch.optim.SGD([tp], lr=0.1)
+    for k in range(4):
+        if k == 2:
+            opt.param_groups[0]["momentum"] = topt.param_groups[0]["momentum"] = 0.9
+        g = np.array([1.0 + k, -0.5 * k])
+        p.grad, tp.grad = flame.tensor(g), torch.tensor(g)
         opt.step()
+        topt.step()
+        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-14)
