@@ -5,6 +5,7 @@ rules read (`full` is flame's only constant op: a scalar broadcast to a shape)."
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 
 import numpy as np
@@ -98,7 +99,7 @@ def full_value(v: Value) -> np.generic | None:
     if not is_fill(op):
         return None
     value = op.attrs["value"]
-    key = (type(value), value.hex() if isinstance(value, float) else
+    key = (type(value), struct.pack("<d", value) if isinstance(value, float) else
            value.tobytes() if isinstance(value, np.generic) else value, v.dtype)
     got = _ELEMENTS.get(key)
     if got is None:
@@ -109,7 +110,8 @@ def full_value(v: Value) -> np.generic | None:
 
 
 # each `full` element made so far, by the attribute (its type and, for a float, its bits: -0.0 is not
-# 0.0, nor 1.0 the int 1) and dtype: a model's few constants are asked about at every op that reads them
+# 0.0, a NaN's sign and payload count, 1.0 is not the int 1) and dtype: a model's few constants are
+# asked about at every op that reads them
 _ELEMENTS: dict[tuple, np.generic] = {}
 _ELEMENTS_KEPT = 4096
 
