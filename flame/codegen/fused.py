@@ -632,6 +632,8 @@ def _dataflow_order(seg: list[Op], outs: list[Value]) -> list[Op]:
     inside = {op.out: op for op in seg}
     done: dict[Op, None] = {}
     for root in [inside[v] for v in outs if v in inside] + list(seg):
+        if root in done:  # (with every op it reads: an op is done after them)
+            continue
         stack = [(root, iter(root.inputs))]
         while stack:
             op, rest = stack[-1]

@@ -239,9 +239,10 @@ class Graph:
         m: dict[Value, Value] = {}
         for v, r in zip(self.inputs, self.roles):
             m[v] = g.add_input(v.type, r)
+        ops, renamed = g.ops, m.__getitem__
         for op in self.ops:
-            new = Op(op.name, tuple(m[v] for v in op.inputs), op.attrs, op.out.type, op.loc)
-            g.ops.append(new)
+            new = Op(op.name, tuple(map(renamed, op.inputs)), op.attrs, op.out.type, op.loc)
+            ops.append(new)
             m[op.out] = new.out
         g.outputs = [m[v] for v in self.outputs]
         g.aliases = dict(self.aliases)

@@ -5,6 +5,7 @@ rules read (`full` is flame's only constant op: a scalar broadcast to a shape)."
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 
 import numpy as np
@@ -97,7 +98,22 @@ def full_value(v: Value) -> np.generic | None:
     op = v.producer
     if not is_fill(op):
         return None
-    return np.full((), op.attrs["value"], dtype=v.dtype.np_dtype)[()]
+    value = op.attrs["value"]
+    key = (type(value), struct.pack("<d", value) if isinstance(value, float) else
+           value.tobytes() if isinstance(value, np.generic) else value, v.dtype)
+    got = _ELEMENTS.get(key)
+    if got is None:
+        if len(_ELEMENTS) >= _ELEMENTS_KEPT:
+            _ELEMENTS.clear()
+        got = _ELEMENTS[key] = np.full((), value, dtype=v.dtype.np_dtype)[()]
+    return got
+
+
+# each `full` element made so far, by the attribute (its type and, for a float, its bits: -0.0 is not
+# 0.0, a NaN's sign and payload count, 1.0 is not the int 1) and dtype: a model's few constants are
+# asked about at every op that reads them
+_ELEMENTS: dict[tuple, np.generic] = {}
+_ELEMENTS_KEPT = 4096
 
 
 def python_number(x: np.generic) -> bool | int | float:

@@ -57,6 +57,8 @@ def eliminate_common_subexpressions(g: Graph) -> Graph:
 
     Before: any verified graph. After: the same function with no two ops of equal key; the first op
     of each class survives and keeps its `loc`. Outputs that merge become the same value twice."""
+    if g.groups is None and not _has_duplicate(g):
+        return g  # nothing to merge (the pipeline's later rounds): no copy of g to throw away
     seen: dict[tuple, Value] = {}
 
     def merge(op: Op, b: Builder) -> Value | None:
@@ -67,3 +69,16 @@ def eliminate_common_subexpressions(g: Graph) -> Graph:
         return None
 
     return rewrite(g, merge)
+
+
+def _has_duplicate(g: Graph) -> bool:
+    """Whether two ops of g have equal keys, found on g's own ops without copying them. rewrite offers
+    the rule copies of g's ops whose inputs are renamed one to one until the first merge, so the first
+    op it merges is the first op of g whose key an earlier op of g has."""
+    seen: set[tuple] = set()
+    for op in g.ops:
+        key = _key(op)
+        if key in seen:
+            return True
+        seen.add(key)
+    return False

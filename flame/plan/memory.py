@@ -452,7 +452,7 @@ def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int,
     offsets, size = [], 0
     for k, block in enumerate(sized):
         need, lo, hi, _ = block
-        live = np.flatnonzero((firsts[:k] <= hi) & (lasts[:k] >= lo))
+        live = ((firsts[:k] <= hi) & (lasts[:k] >= lo)).nonzero()[0]  # (flatnonzero's, without its wrappers)
         offset = 0
         if live.size:
             os_, es = starts[live], ends[live]
@@ -463,7 +463,7 @@ def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int,
             np.maximum.accumulate(es[:-1], out=at[1:])
             np.maximum(at, 0, out=at)
             gaps = os_ - at
-            fits = np.flatnonzero(gaps >= need)
+            fits = (gaps >= need).nonzero()[0]
             offset = int(at[fits[np.argmin(gaps[fits])]]) if fits.size else max(int(es.max()), 0)
         starts[k], ends[k], firsts[k], lasts[k] = offset, offset + need, lo, hi
         offsets.append((offset, block))

@@ -2,6 +2,9 @@
 
 import pytest
 
+from flame.ir import dtypes
+from flame.ir.builder import Builder
+from flame.ir.graph import Graph
 from flame.passes.cse import eliminate_common_subexpressions as cse
 
 
@@ -92,6 +95,17 @@ def test_full_constants_merge_by_stored_element(check):
         cse,
     )
     assert "return %1, %1, %2, %3, %4, %4, %5, %6" in out
+
+
+def test_nan_constants_of_other_signs_stay_apart():
+    # the IR text spells both `nan`; their stored elements differ in the sign bit (np.signbit)
+    g = Graph("f")
+    b = Builder(g)
+    nan = float("nan")
+    g.outputs = [b.full(shape=(), value=nan, dtype=dtypes.f32), b.full(shape=(), value=-nan, dtype=dtypes.f32),
+                 b.full(shape=(), value=-nan, dtype=dtypes.f32)]
+    out = cse(g)
+    assert len(out.ops) == 2 and out.outputs[1] is out.outputs[2] and out.outputs[0] is not out.outputs[1]
 
 
 def test_identical_random_draws_merge_different_ones_do_not(check):
