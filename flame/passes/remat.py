@@ -33,7 +33,6 @@ from collections.abc import Callable, Collection
 from flame.ir.graph import BackwardLoc, CheckpointLoc, Graph, Op, RecomputeLoc, Value, is_backward, is_recompute
 from flame.ir.ops.host import OFFLOAD, RELOAD
 from flame.ir.registry import REGISTRY, flops, is_fill, is_relabel
-from flame.passes import _min_cut as min_cut
 from flame.passes.dce import eliminate_dead_code
 
 _SRC, _SINK = "source", "sink"
@@ -324,7 +323,11 @@ def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
         return set()
     outputs = set(g.outputs)
     forced = checkpointed(g)
-    edges: list[tuple] = []
+    import networkx as nx  # (imported at the first cut: a plan loaded from the plan cache needs none)
+    from networkx.algorithms.flow import preflow_push
+
+    net = nx.DiGraph()
+    net.add_nodes_from((_SRC, _SINK))
     ops = _ancestors(g, needed)
     inside = {op.out for op in ops}
     tail = _tail(g)
@@ -332,17 +335,25 @@ def choose(g: Graph, allow: Callable[[Op], bool] = never) -> set[Value]:
         v = op.out
         vin, vout = ("in", id(v)), ("out", id(v))
         keep = nbytes(v) * TAIL - (nbytes(v) if v in tail else 0)
-        edges.append((vin, vout, keep + 1))  # +1: of equal bytes, keep fewer values
+        net.add_edge(vin, vout, capacity=keep + 1)  # +1: of equal bytes, keep fewer values
         for u in op.inputs:
             if u in inside:
-                edges.append((("out", id(u)), vin, None))  # no capacity: uncuttable
+                net.add_edge(("out", id(u)), vin)  # no capacity: uncuttable
         if v in outputs or not (op in forced or allow(op)):
-            edges.append((_SRC, vin, None))  # computed in the forward
+            net.add_edge(_SRC, vin)  # computed in the forward
         elif op in forced:
-            edges.append((vin, _SINK, None))  # recomputed: inside a checkpoint region
+            net.add_edge(vin, _SINK)  # recomputed: inside a checkpoint region
         if v in needed:
-            edges.append((vout, _SINK, None))
-    sink_side = min_cut.sink_side(edges, _SRC, _SINK)
+            net.add_edge(vout, _SINK)
+    residual: list[nx.DiGraph] = []
+
+    def flow(*args, **kwargs):  # networkx's default flow function, its residual network kept to free
+        residual.append(preflow_push(*args, **kwargs))
+        return residual[-1]
+
+    _, (_, sink_side) = nx.minimum_cut(net, _SRC, _SINK, flow_func=flow)
+    for h in (net, *residual):  # a networkx graph refers to itself (its cached views): emptied, its
+        h.clear()  # nodes and edges are freed now, not by the cyclic collector
     return {op.out for op in ops if ("in", id(op.out)) in sink_side}
 
 
