@@ -436,6 +436,13 @@ class GroupNorm(Module):
                              f"{list(x.shape)}")
         return N.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
+    def reset_parameters(self) -> None:
+        """weight ones, bias zeros, as torch's."""
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
     def extra_repr(self) -> str:
         return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
                 f"bias={self.bias is not None}")
@@ -462,6 +469,14 @@ class _NormBase(Module):
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(name, None)
         self._place(device)
+
+    def reset_parameters(self) -> None:
+        """The running statistics back to their start, weight ones and bias zeros, as torch's."""
+        self.reset_running_stats()
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
@@ -611,6 +626,10 @@ class _LazyNorm(LazyModuleMixin):
         if track_running_stats:
             self.running_mean = UninitializedBuffer(dtype=dt)
             self.running_var = UninitializedBuffer(dtype=dt)
+
+    def reset_parameters(self) -> None:
+        if not self.has_uninitialized_params() and self.num_features != 0:
+            super().reset_parameters()
 
     def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:  # noqa: A002
         if not self.has_uninitialized_params():

@@ -104,6 +104,13 @@ class LayerNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
+    def reset_parameters(self) -> None:
+        """weight ones, bias zeros, as torch's."""
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
                 f"bias={self.bias is not None}")
@@ -124,6 +131,11 @@ class RMSNorm(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)  # eps=None: F.rms_norm's default
+
+    def reset_parameters(self) -> None:
+        """weight ones, as torch's."""
+        if self.weight is not None:
+            init.ones_(self.weight)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
@@ -163,6 +175,24 @@ class Embedding(Module):
                 with no_grad():
                     self.weight.copy_(self.weight * self._row_mask)
         self._place(device)
+
+    def reset_parameters(self, generator: Generator | None = None) -> None:
+        """The table drawn again from N(0, 1), its padding_idx row zero, as torch's."""
+        init.normal_(self.weight, generator=generator)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight.copy_(self.weight * self._row_mask)
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, padding_idx: int | None = None,
+                        max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        sparse: bool = False) -> Embedding:
+        """An Embedding holding the 2-D `embeddings` as its table (requiring no grad with freeze), as torch's."""
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        return cls(rows, cols, _weight=embeddings, _freeze=freeze, padding_idx=padding_idx, max_norm=max_norm,
+                   norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
 
     def forward(self, idx: Tensor) -> Tensor:
         if self.max_norm is not None:
