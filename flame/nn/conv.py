@@ -371,6 +371,9 @@ class Unfold(Module):
     def forward(self, x: Tensor) -> Tensor:
         return R.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
 
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, stride={self.stride}"
+
 
 class Fold(Module):
     """F.fold as a layer: columns summed back into an image."""
@@ -382,6 +385,10 @@ class Fold(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return R.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self) -> str:
+        return (f"output_size={self.output_size}, kernel_size={self.kernel_size}, dilation={self.dilation}, "
+                f"padding={self.padding}, stride={self.stride}")
 
 
 class Upsample(Module):
@@ -398,7 +405,7 @@ class Upsample(Module):
                              self.recompute_scale_factor)
 
     def extra_repr(self) -> str:
-        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        what = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
         return f"{what}, mode={self.mode!r}"
 
 

@@ -250,6 +250,19 @@ class _Elementwise(Module):
         super().__init__()
         self.kwargs, self.inplace = kwargs, inplace
 
+    def __getattr__(self, name: str) -> Any:  # the keyword arguments read as torch's attributes (m.dim)
+        kwargs = self.__dict__.get("kwargs")
+        if kwargs is not None and name in kwargs:
+            return kwargs[name]
+        return super().__getattr__(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # and set as them: the next call uses the new value
+        kwargs = self.__dict__.get("kwargs")
+        if kwargs is not None and name in kwargs:
+            kwargs[name] = value
+        else:
+            super().__setattr__(name, value)
+
     def forward(self, x: Tensor) -> Tensor:
         fn, kwargs = type(self).fn, self.kwargs
         if self.inplace:

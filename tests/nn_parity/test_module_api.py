@@ -244,3 +244,27 @@ def test_set_submodule(target, strict):
 ])
 def test_norm_reprs_name_their_bias(name, args, kw):
     assert repr(getattr(flame.nn, name)(*args, **kw)) == repr(getattr(torch.nn, name)(*args, **kw))
+
+
+@pytest.mark.parametrize("name,args,attr,new", [
+    ("LeakyReLU", (0.2,), "negative_slope", 0.5), ("Softmax", (0,), "dim", 1), ("ELU", (), "alpha", 2.0),
+    ("Hardtanh", (-2.0, 2.0), "max_val", 0.5), ("PixelShuffle", (2,), "upscale_factor", 1),
+    ("GELU", (), "approximate", "tanh"),
+])
+def test_activation_arguments_are_attributes_as_torchs(name, args, attr, new):
+    """A layer's arguments read as torch's attributes, and one set after construction is the one the next
+    call uses (as torch's modules read them in forward)."""
+    theirs, mine = getattr(torch.nn, name)(*args), getattr(flame.nn, name)(*args)
+    assert getattr(mine, attr) == getattr(theirs, attr)
+    setattr(theirs, attr, new)
+    setattr(mine, attr, new)
+    x = np.random.default_rng(0).standard_normal((2, 4, 2, 3)) * 3
+    np.testing.assert_allclose(mine(flame.tensor(x)).numpy(), theirs(torch.tensor(x)).numpy(), rtol=1e-12)
+    assert repr(mine) == repr(theirs)
+
+
+@pytest.mark.parametrize("make", [lambda nn: nn.Fold((4, 5), 2, padding=1), lambda nn: nn.Unfold((2, 3), stride=2),
+                                  lambda nn: nn.Upsample(size=3), lambda nn: nn.Upsample(scale_factor=(2.0, 1.5)),
+                                  lambda nn: nn.Upsample()])
+def test_resampling_layer_reprs(make):
+    assert repr(make(flame.nn)) == repr(make(torch.nn))
