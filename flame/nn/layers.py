@@ -167,21 +167,28 @@ class Embedding(Module):
             weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dt))
             init.normal_(weight, generator=generator)
         self.weight = weight
-        if padding_idx is not None:
-            mask = np.ones((num_embeddings, 1), dtype=self.weight.dtype.np_dtype)
-            mask[padding_idx] = 0
-            self.register_buffer("_row_mask", Tensor(mask), persistent=False)
-            if _weight is None:
-                with no_grad():
-                    self.weight.copy_(self.weight * self._row_mask)
+        if padding_idx is not None and _weight is None:
+            with no_grad():
+                self.weight.copy_(self.weight * self._padding_rows())
         self._place(device)
+
+    def _padding_rows(self) -> Tensor:
+        """[num_embeddings, 1]: 0 at padding_idx, 1 elsewhere; made again when padding_idx is set anew (the
+        row that gets no gradient is the one padding_idx names at the call, as torch's)."""
+        row = self.padding_idx % self.num_embeddings
+        if self._buffers.get("_row_mask") is None or self.__dict__.get("_row_mask_of") != row:
+            mask = np.ones((self.num_embeddings, 1), dtype=self.weight.dtype.np_dtype)
+            mask[row] = 0
+            self.register_buffer("_row_mask", Tensor(mask), persistent=False)
+            object.__setattr__(self, "_row_mask_of", row)
+        return self._row_mask
 
     def reset_parameters(self, generator: Generator | None = None) -> None:
         """The table drawn again from N(0, 1), its padding_idx row zero, as torch's."""
         init.normal_(self.weight, generator=generator)
         if self.padding_idx is not None:
             with no_grad():
-                self.weight.copy_(self.weight * self._row_mask)
+                self.weight.copy_(self.weight * self._padding_rows())
 
     @classmethod
     def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, padding_idx: int | None = None,
@@ -197,7 +204,7 @@ class Embedding(Module):
     def forward(self, idx: Tensor) -> Tensor:
         if self.max_norm is not None:
             F.embedding_renorm_(self.weight, idx, self.max_norm, self.norm_type)
-        w = self.weight if self.padding_idx is None else F.rows_without_grad(self.weight, self._row_mask)
+        w = self.weight if self.padding_idx is None else F.rows_without_grad(self.weight, self._padding_rows())
         return F.embedding(idx, w, scale_grad_by_freq=self.scale_grad_by_freq)
 
     def extra_repr(self) -> str:

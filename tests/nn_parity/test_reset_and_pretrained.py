@@ -83,3 +83,23 @@ def test_rnn_all_weights_and_flatten_parameters(kind, kw):
     want = [[tuple(p.shape) for p in group] for group in theirs.all_weights]
     assert [[tuple(p.shape) for p in group] for group in mine.all_weights] == want
     assert [names[id(p)] for group in mine.all_weights for p in group] == [n for n, _ in theirs.named_parameters()]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("first,then", [(None, 1), (0, 2), (3, -1)])
+def test_embedding_padding_idx_set_after_construction(first, then, compiled):
+    """The row that gets no gradient is the one padding_idx names when the layer is called."""
+    from tests.nn_parity.common import check
+
+    def build(lib):
+        m = lib.nn.Embedding(5, 3, padding_idx=first)
+        m.padding_idx = then
+        return m
+
+    idx = np.array([[0, 1, 4], [2, 3, 1]])
+
+    def call(m, w):
+        lib = torch if isinstance(w, torch.Tensor) else flame
+        return m(lib.tensor(idx)) * w
+
+    check(build, call, [np.random.default_rng(1).standard_normal((2, 3, 3))], compiled)
