@@ -69,7 +69,7 @@ SELU_SCALE = 1.0507009873554804934193349852946
 def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as PyTorch."""
     z = input * beta if beta != 1 else input
-    soft = z.clamp(max=threshold).exp().log1p()
+    soft = where(z > threshold, threshold, z).exp().log1p()  # a NaN reaches exp, so its gradient is NaN, as torch's
     return where(z > threshold, input, soft / beta if beta != 1 else soft)
 
 
@@ -108,7 +108,7 @@ def _elu(x: Tensor, alpha: float, scale: float = 1.0, input_scale: float = 1.0) 
         negcoef, rnd = _f32(np.float32(alpha) * np.float32(scale)), _f32
     z = x.clamp(max=0.0)
     neg = (z * rnd(input_scale) if input_scale != 1 else z).expm1() * negcoef
-    return where(x > 0, x * rnd(scale) if scale != 1 else x, neg)
+    return where(x <= 0, neg, x * rnd(scale) if scale != 1 else x)  # a NaN takes the x branch, as torch's backward
 
 
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
@@ -224,14 +224,14 @@ def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=N
 
 
 def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002
-    """x where x > threshold, else value; an f16 / bf16 x is compared with the threshold in f32, as
-    PyTorch's kernel (the threshold not rounded to x's dtype)."""
+    """value where x <= threshold, else x (a NaN stays NaN, with its gradient); an f16 / bf16 x is compared
+    with the threshold in f32, as PyTorch's kernel (the threshold not rounded to x's dtype)."""
     if isinstance(input, Tensor):
         fits("threshold", "threshold", threshold, input.dtype)
         fits("threshold", "value", value, input.dtype)
     if isinstance(input, Tensor) and input.dtype in (f16, bf16):
-        return where(input.float() > _f32(threshold), input, value)
-    return where(input > threshold, input, value)
+        return where(input.float() <= _f32(threshold), value, input)
+    return where(input <= threshold, value, input)
 
 
 def tanhshrink(input: Tensor) -> Tensor:  # noqa: A002
@@ -241,7 +241,7 @@ def tanhshrink(input: Tensor) -> Tensor:  # noqa: A002
 
 @composite
 def _softshrink(x: Tensor, lambd: float) -> Tensor:
-    return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0.0))
+    return where(x > lambd, x - lambd, where(x >= -lambd, 0.0, x + lambd))  # a NaN stays NaN, as torch's
 
 
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
@@ -254,8 +254,8 @@ def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
 
 
 def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
-    """x where |x| > lambd, else 0."""
-    return where((input > lambd) | (input < -lambd), input, 0.0)
+    """0 where -lambd <= x <= lambd, else x (a NaN stays NaN, with its gradient, as torch's)."""
+    return where((input >= -lambd) & (input <= lambd), 0.0, input)
 
 
 def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,  # noqa: A002
@@ -319,8 +319,9 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
     warn_if_broadcast("huber_loss", input, target)
     d = input - target
     a = d.abs()
-    return weighted_loss_reduce(where(a < delta, d * d * 0.5, (a - 0.5 * delta) * delta), weight, input, reduction,
-                                False)
+    near = where(a >= delta, delta, d)  # squared in place of d: an infinite d's gradient stays finite, a NaN's NaN
+    return weighted_loss_reduce(where(a < delta, near * near * 0.5, (a - 0.5 * delta) * delta), weight, input,
+                                reduction, False)
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list

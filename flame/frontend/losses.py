@@ -325,7 +325,8 @@ def smooth_l1_loss(
     d = (input - target).abs()
     if beta == 0:
         return _loss_reduce(d, reduction)
-    return _loss_reduce(_where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
+    near = _where(d >= beta, beta, d)  # squared in place of d: an infinite d's gradient stays finite, a NaN's NaN
+    return _loss_reduce(_where(d < beta, near * near * (0.5 / beta), d - 0.5 * beta), reduction)
 
 
 @new_tensor

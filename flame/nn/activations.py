@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from flame.errors import ShapeError
 from flame.frontend import activations as A
 from flame.frontend import activations_inplace as FI
@@ -14,7 +16,7 @@ from flame.frontend import functional as F
 from flame.frontend import losses as L
 from flame.frontend import norms as N
 from flame.frontend import resample as R
-from flame.frontend.context import user_location
+from flame.frontend.context import no_grad, user_location
 from flame.frontend.creation import full, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
@@ -188,9 +190,13 @@ class PReLU(Module):
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25, device: Any = None, dtype=None):
         super().__init__()
-        self.num_parameters = num_parameters
+        self.num_parameters, self.init = num_parameters, init
         self.weight = Parameter(full((num_parameters,), init, dtype))
         self._place(device)
+
+    def reset_parameters(self) -> None:
+        """Every slope back to init, as torch's."""
+        init.constant_(self.weight, self.init)
 
     def forward(self, x: Tensor) -> Tensor:
         return A.prelu(x, self.weight)
@@ -468,7 +474,7 @@ class _InstanceNorm(_NormBase):
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):
@@ -516,10 +522,14 @@ class Bilinear(Module):
         dt = float_dtype(dtype)
         self.weight = Parameter(zeros(out_features, in1_features, in2_features, dtype=dt))
         self.register_parameter("bias", Parameter(zeros(out_features, dtype=dt)) if bias else None)
-        bound = 1.0 / in1_features ** 0.5
+        self.reset_parameters(generator)
+        self._place(device)
+
+    def reset_parameters(self, generator=None) -> None:
+        """weight and bias drawn again from U(-1/sqrt(in1_features), 1/sqrt(in1_features)), as torch's."""
+        bound = 1.0 / self.in1_features ** 0.5
         for p in self.parameters():
             init.uniform_(p, -bound, bound, generator)
-        self._place(device)
 
     def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
         return A.bilinear(input1, input2, self.weight, self.bias)
@@ -541,13 +551,41 @@ class EmbeddingBag(Module):
         if max_norm is not None or scale_grad_by_freq:
             raise NotImplementedError("EmbeddingBag: max_norm and scale_grad_by_freq are not supported")
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
+        if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
+            raise AssertionError("padding_idx must be within num_embeddings")
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = scale_grad_by_freq, sparse
         weight = given_weight(self, _weight, (num_embeddings, embedding_dim))
+        self.weight = weight if weight is not None else \
+            Parameter(zeros(num_embeddings, embedding_dim, dtype=float_dtype(dtype)))
         if weight is None:
-            weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=float_dtype(dtype)))
-            init.normal_(weight, generator=generator)
-        self.weight = weight
+            self.reset_parameters(generator)
         self._place(device)
+
+    def reset_parameters(self, generator=None) -> None:
+        """The table drawn again from N(0, 1), its padding_idx row zero, as torch's."""
+        init.normal_(self.weight, generator=generator)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight.copy_(self.weight * Tensor((np.arange(self.num_embeddings) != self.padding_idx)
+                                                       .astype(self.weight.dtype.np_dtype)[:, None]))
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, max_norm=None, norm_type: float = 2.0,
+                        scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+                        include_last_offset: bool = False, padding_idx: int | None = None) -> EmbeddingBag:
+        """An EmbeddingBag holding the 2-D `embeddings` as its table (requiring no grad with freeze), as torch's."""
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        bag = cls(rows, cols, max_norm=max_norm, norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq,
+                  mode=mode, sparse=sparse, _weight=embeddings, include_last_offset=include_last_offset,
+                  padding_idx=padding_idx)
+        bag.weight.requires_grad_(not freeze)
+        return bag
 
     def forward(self, input: Tensor, offsets: Tensor | None = None,  # noqa: A002
                 per_sample_weights: Tensor | None = None) -> Tensor:

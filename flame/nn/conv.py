@@ -371,6 +371,9 @@ class Unfold(Module):
     def forward(self, x: Tensor) -> Tensor:
         return R.unfold(x, self.kernel_size, self.dilation, self.padding, self.stride)
 
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, dilation={self.dilation}, padding={self.padding}, stride={self.stride}"
+
 
 class Fold(Module):
     """F.fold as a layer: columns summed back into an image."""
@@ -382,6 +385,10 @@ class Fold(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return R.fold(x, self.output_size, self.kernel_size, self.dilation, self.padding, self.stride)
+
+    def extra_repr(self) -> str:
+        return (f"output_size={self.output_size}, kernel_size={self.kernel_size}, dilation={self.dilation}, "
+                f"padding={self.padding}, stride={self.stride}")
 
 
 class Upsample(Module):
@@ -398,7 +405,7 @@ class Upsample(Module):
                              self.recompute_scale_factor)
 
     def extra_repr(self) -> str:
-        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        what = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
         return f"{what}, mode={self.mode!r}"
 
 
@@ -436,8 +443,16 @@ class GroupNorm(Module):
                              f"{list(x.shape)}")
         return N.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
+    def reset_parameters(self) -> None:
+        """weight ones, bias zeros, as torch's."""
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
     def extra_repr(self) -> str:
-        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")
 
 
 class _NormBase(Module):
@@ -461,6 +476,14 @@ class _NormBase(Module):
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(name, None)
         self._place(device)
+
+    def reset_parameters(self) -> None:
+        """The running statistics back to their start, weight ones and bias zeros, as torch's."""
+        self.reset_running_stats()
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
@@ -496,7 +519,7 @@ class _BatchNorm(_NormBase):
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"track_running_stats={self.track_running_stats}")
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
@@ -610,6 +633,10 @@ class _LazyNorm(LazyModuleMixin):
         if track_running_stats:
             self.running_mean = UninitializedBuffer(dtype=dt)
             self.running_var = UninitializedBuffer(dtype=dt)
+
+    def reset_parameters(self) -> None:
+        if not self.has_uninitialized_params() and self.num_features != 0:
+            super().reset_parameters()
 
     def initialize_parameters(self, input: Tensor, *args, **kwargs) -> None:  # noqa: A002
         if not self.has_uninitialized_params():

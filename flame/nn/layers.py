@@ -104,8 +104,16 @@ class LayerNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
+    def reset_parameters(self) -> None:
+        """weight ones, bias zeros, as torch's."""
+        if self.weight is not None:
+            init.ones_(self.weight)
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
 
 
 class RMSNorm(Module):
@@ -123,6 +131,11 @@ class RMSNorm(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)  # eps=None: F.rms_norm's default
+
+    def reset_parameters(self) -> None:
+        """weight ones, as torch's."""
+        if self.weight is not None:
+            init.ones_(self.weight)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
@@ -154,19 +167,44 @@ class Embedding(Module):
             weight = Parameter(zeros(num_embeddings, embedding_dim, dtype=dt))
             init.normal_(weight, generator=generator)
         self.weight = weight
-        if padding_idx is not None:
-            mask = np.ones((num_embeddings, 1), dtype=self.weight.dtype.np_dtype)
-            mask[padding_idx] = 0
-            self.register_buffer("_row_mask", Tensor(mask), persistent=False)
-            if _weight is None:
-                with no_grad():
-                    self.weight.copy_(self.weight * self._row_mask)
+        if padding_idx is not None and _weight is None:
+            with no_grad():
+                self.weight.copy_(self.weight * self._padding_rows())
         self._place(device)
+
+    def _padding_rows(self) -> Tensor:
+        """[num_embeddings, 1]: 0 at padding_idx, 1 elsewhere; made again when padding_idx is set anew (the
+        row that gets no gradient is the one padding_idx names at the call, as torch's)."""
+        row = self.padding_idx % self.num_embeddings
+        if self._buffers.get("_row_mask") is None or self.__dict__.get("_row_mask_of") != row:
+            mask = np.ones((self.num_embeddings, 1), dtype=self.weight.dtype.np_dtype)
+            mask[row] = 0
+            self.register_buffer("_row_mask", Tensor(mask), persistent=False)
+            object.__setattr__(self, "_row_mask_of", row)
+        return self._row_mask
+
+    def reset_parameters(self, generator: Generator | None = None) -> None:
+        """The table drawn again from N(0, 1), its padding_idx row zero, as torch's."""
+        init.normal_(self.weight, generator=generator)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight.copy_(self.weight * self._padding_rows())
+
+    @classmethod
+    def from_pretrained(cls, embeddings: Tensor, freeze: bool = True, padding_idx: int | None = None,
+                        max_norm: float | None = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        sparse: bool = False) -> Embedding:
+        """An Embedding holding the 2-D `embeddings` as its table (requiring no grad with freeze), as torch's."""
+        if embeddings.ndim != 2:
+            raise AssertionError("Embeddings parameter is expected to be 2-dimensional")
+        rows, cols = embeddings.shape
+        return cls(rows, cols, _weight=embeddings, _freeze=freeze, padding_idx=padding_idx, max_norm=max_norm,
+                   norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq, sparse=sparse)
 
     def forward(self, idx: Tensor) -> Tensor:
         if self.max_norm is not None:
             F.embedding_renorm_(self.weight, idx, self.max_norm, self.norm_type)
-        w = self.weight if self.padding_idx is None else F.rows_without_grad(self.weight, self._row_mask)
+        w = self.weight if self.padding_idx is None else F.rows_without_grad(self.weight, self._padding_rows())
         return F.embedding(idx, w, scale_grad_by_freq=self.scale_grad_by_freq)
 
     def extra_repr(self) -> str:
@@ -218,6 +256,19 @@ class _Elementwise(Module):
     def __init__(self, inplace: bool = False, **kwargs: Any):
         super().__init__()
         self.kwargs, self.inplace = kwargs, inplace
+
+    def __getattr__(self, name: str) -> Any:  # the keyword arguments read as torch's attributes (m.dim)
+        kwargs = self.__dict__.get("kwargs")
+        if kwargs is not None and name in kwargs:
+            return kwargs[name]
+        return super().__getattr__(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # and set as them: the next call uses the new value
+        kwargs = self.__dict__.get("kwargs")
+        if kwargs is not None and name in kwargs:
+            kwargs[name] = value
+        else:
+            super().__setattr__(name, value)
 
     def forward(self, x: Tensor) -> Tensor:
         fn, kwargs = type(self).fn, self.kwargs

@@ -22,6 +22,7 @@ from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
 from flame.nn.module_hooks import ModuleHooks
+from flame.nn.module_lookup import ModuleLookup
 from flame.nn.parameter import Buffer, Parameter, buffer_persistent
 
 
@@ -87,7 +88,7 @@ def _watch_attributes(tracing: bool) -> None:
 TRACING_HOOKS.append(_watch_attributes)
 
 
-class Module(ModuleHooks):
+class Module(ModuleHooks, ModuleLookup):
     """Base class of every layer. Assigning a Parameter, a Module or (via register_buffer) a Tensor to
     an attribute registers it, so parameters() and state_dict() find it. Hooks: nn/module_hooks.py."""
 

@@ -106,6 +106,18 @@ class _RNNBase(Module):
     def _suffixes(self, layer: int) -> list[str]:
         return [f"l{layer}"] + ([f"l{layer}_reverse"] if self.bidirectional else [])
 
+    def flatten_parameters(self) -> None:
+        """Nothing to do: flame keeps no fused weight buffer (torch's packs its weights for cuDNN here)."""
+
+    @property
+    def all_weights(self) -> list:
+        """Each layer and direction's parameters in torch's order: weight_ih, weight_hh, bias_ih, bias_hh,
+        weight_hr (those it has)."""
+        kinds = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else []) + \
+            (["weight_hr"] if self.proj_size else [])
+        return [[getattr(self, f"{k}_{s}") for k in kinds]
+                for layer in range(self.num_layers) for s in self._suffixes(layer)]
+
     def reset_parameters(self, generator: Generator | None = None) -> None:
         """Every weight and bias from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as PyTorch."""
         bound = 1.0 / math.sqrt(self.hidden_size)
@@ -279,7 +291,11 @@ class _CellBase(Module):
         self.weight_hh = Parameter(zeros(self.gates * hidden_size, hidden_size, dtype=dt))
         self.register_parameter("bias_ih", Parameter(zeros(self.gates * hidden_size, dtype=dt)) if bias else None)
         self.register_parameter("bias_hh", Parameter(zeros(self.gates * hidden_size, dtype=dt)) if bias else None)
-        bound = 1.0 / math.sqrt(hidden_size)
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator: Generator | None = None) -> None:
+        """Every weight and bias drawn again from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), as torch's."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
         for p in self.parameters():
             init.uniform_(p, -bound, bound, generator)
 

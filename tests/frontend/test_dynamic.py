@@ -361,7 +361,7 @@ def test_a_size_that_breaks_a_guard_is_planned_again_and_equals_the_static_compi
     assert s.size_replans == 1 and s.size_rerenders >= 1, str(s)
     planned_again = [r.getMessage() for r in caplog.records if "planned again" in r.getMessage()]
     assert len(planned_again) == 1 and "s0=3: planned again (" in planned_again[0]
-    assert "(s0=3)); kernels rendered again: " in planned_again[0] and "fused_gt_where" in planned_again[0]
+    assert "(s0=3)); kernels rendered again: " in planned_again[0] and "fused_le_where" in planned_again[0]
     assert all("kernels rendered for this size" not in r.getMessage() for r in caplog.records)
 
 

@@ -201,3 +201,70 @@ def test_whole_net_forward_matches(compiled):
     for m in (theirs, mine):
         m.eval()
     compare(theirs, mine, call, [np.random.default_rng(0).standard_normal((2, 2, 4, 4))], compiled)
+
+
+def _outcome(call):
+    """(type name, message) of what call() raised, or ("ok", a description of what it returned)."""
+    try:
+        got = call()
+    except (AttributeError, ValueError) as e:
+        return type(e).__name__, str(e)
+    return "ok", type(got).__name__ if not hasattr(got, "shape") else tuple(got.shape)
+
+
+@pytest.mark.parametrize("method,target", [
+    ("get_submodule", ""), ("get_submodule", "0.heads.a"), ("get_submodule", "0.stack.2.0"),
+    ("get_submodule", "0.nope"), ("get_submodule", "0.conv.weight"), ("get_submodule", "0.rnn.hidden_size"),
+    ("get_parameter", "0.bn.weight"), ("get_parameter", "0.extra.1"), ("get_parameter", "0.bn.running_mean"),
+    ("get_parameter", "0.bn.gone"), ("get_parameter", "0.conv.bias"), ("get_buffer", "0.bn.running_var"),
+    ("get_buffer", "0.tmp"), ("get_buffer", "0.bn.weight"), ("get_buffer", "0.missing.x"),
+])
+def test_lookups_by_dotted_name(method, target):
+    t, f = _net(torch), _net(flame)
+    assert _outcome(lambda: getattr(f, method)(target)) == _outcome(lambda: getattr(t, method)(target))
+
+
+@pytest.mark.parametrize("target,strict", [("0.heads.c", False), ("0.heads.c", True), ("0.heads.a", True),
+                                           ("0.scale", False), ("", False), ("0.nope.x", False)])
+def test_set_submodule(target, strict):
+    t, f = _net(torch), _net(flame)
+    want = _outcome(lambda: t.set_submodule(target, torch.nn.Tanh(), strict=strict))
+    assert _outcome(lambda: f.set_submodule(target, flame.nn.Tanh(), strict=strict)) == want
+    if want[0] == "ok":
+        assert type(f.get_submodule(target)).__name__ == "Tanh"
+        assert [n for n, _ in f.named_modules()] == [n for n, _ in t.named_modules()]
+    assert _outcome(lambda: f.set_submodule("0.x", flame.ones(1)))[0] == "ValueError"  # not a module
+
+
+@pytest.mark.parametrize("name,args,kw", [
+    ("BatchNorm1d", (3,), {}), ("BatchNorm2d", (3,), dict(bias=False)), ("SyncBatchNorm", (3,), {}),
+    ("InstanceNorm1d", (3,), {}), ("InstanceNorm2d", (3,), dict(affine=True, bias=False)),
+    ("LazyBatchNorm1d", (), {}), ("GroupNorm", (1, 3), {}), ("GroupNorm", (1, 3), dict(bias=False)),
+    ("LayerNorm", (3,), {}), ("LayerNorm", ((2, 3),), dict(bias=False)), ("RMSNorm", (3,), {}),
+])
+def test_norm_reprs_name_their_bias(name, args, kw):
+    assert repr(getattr(flame.nn, name)(*args, **kw)) == repr(getattr(torch.nn, name)(*args, **kw))
+
+
+@pytest.mark.parametrize("name,args,attr,new", [
+    ("LeakyReLU", (0.2,), "negative_slope", 0.5), ("Softmax", (0,), "dim", 1), ("ELU", (), "alpha", 2.0),
+    ("Hardtanh", (-2.0, 2.0), "max_val", 0.5), ("PixelShuffle", (2,), "upscale_factor", 1),
+    ("GELU", (), "approximate", "tanh"),
+])
+def test_activation_arguments_are_attributes_as_torchs(name, args, attr, new):
+    """A layer's arguments read as torch's attributes, and one set after construction is the one the next
+    call uses (as torch's modules read them in forward)."""
+    theirs, mine = getattr(torch.nn, name)(*args), getattr(flame.nn, name)(*args)
+    assert getattr(mine, attr) == getattr(theirs, attr)
+    setattr(theirs, attr, new)
+    setattr(mine, attr, new)
+    x = np.random.default_rng(0).standard_normal((2, 4, 2, 3)) * 3
+    np.testing.assert_allclose(mine(flame.tensor(x)).numpy(), theirs(torch.tensor(x)).numpy(), rtol=1e-12)
+    assert repr(mine) == repr(theirs)
+
+
+@pytest.mark.parametrize("make", [lambda nn: nn.Fold((4, 5), 2, padding=1), lambda nn: nn.Unfold((2, 3), stride=2),
+                                  lambda nn: nn.Upsample(size=3), lambda nn: nn.Upsample(scale_factor=(2.0, 1.5)),
+                                  lambda nn: nn.Upsample()])
+def test_resampling_layer_reprs(make):
+    assert repr(make(flame.nn)) == repr(make(torch.nn))

@@ -27,6 +27,19 @@ def test_binary_elementwise(mode):
     check(lambda x, y: flame.rsub(x, y, alpha=2), lambda x, y: torch.rsub(x, y, alpha=2), a, b, mode=mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_fmax_fmin_ties_give_the_gradient_to_input(mode):
+    """Equal operands (a NaN opposite a number too): torch's fmax / fmin route the whole gradient to input,
+    where maximum / minimum split it."""
+    a = np.array([[1.0, 2.0, 0.0, np.nan, 3.0], [-1.0, 5.0, 0.0, 4.0, np.nan]])
+    b = np.array([[1.0, 1.0, 0.0, 2.0, np.nan], [-1.0, 6.0, -0.0, 4.0, np.nan]])
+    for name in ("fmax", "fmin"):
+        check(lambda x, y, n=name: getattr(flame, n)(x, y), lambda x, y, n=name: getattr(torch, n)(x, y), a, b,
+              mode=mode, rtol=0, atol=0)
+        check(lambda x, y, n=name: getattr(x, n)(y[:1]), lambda x, y, n=name: getattr(x, n)(y[:1]), a, b,
+              mode=mode, rtol=0, atol=0)
+
+
 def test_binary_edges():
     """Every pair of edge values, as torch (values; gradients where torch's are finite)."""
     a, b = np.meshgrid(EDGES, EDGES)

@@ -144,9 +144,9 @@ unary("atanh", np.arctanh, _opmath(lambda b, g, x, y: (b.div(g, b.sub(1.0, b.mul
 unary("erfc", _erfc_ref,
       _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), -TWO_OVER_SQRT_PI)),)), cost=_LIBM,
       doc="1 - erf(x) without the cancellation: accurate in the tail where erf rounds to 1, as torch.erfc")
-unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),  # y > 0 exactly where x > 0: the backward reads the
-      lambda b, g, x, y: (b.where(b.gt(y, 0), g, 0),), kinds=_NUM,  # result, which the next layer keeps anyway
-      epilogue="relu")
+unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),  # y <= 0 exactly where x <= 0: the backward reads
+      lambda b, g, x, y: (b.where(b.le(y, 0), 0, g),), kinds=_NUM,  # the result, which the next layer keeps anyway;
+      epilogue="relu")  # a NaN passes the cotangent through, as torch's threshold_backward
 unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))}, cost=_LIBM,
       epilogue="gelu")  # cuBLASLt's GELU is the tanh form only
 unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp), cost=_LIBM)

@@ -1,11 +1,12 @@
 """flame.nn.utils: gradient tools (gradients.py), parameters as one vector (convert_parameters.py), padded
 and packed sequences (`flame.nn.utils.rnn`), LoRA adapters (`flame.nn.utils.lora`), parametrizations
 (`flame.nn.utils.parametrize`, `flame.nn.utils.parametrizations`: weight_norm, spectral_norm), the
-forward-pre-hook weight_norm / spectral_norm (norm_hooks.py), pruning by masks (`flame.nn.utils.prune`) and
-`flame.nn.utils.stateless.functional_call`."""
+forward-pre-hook weight_norm / spectral_norm (norm_hooks.py), pruning by masks (`flame.nn.utils.prune`),
+BatchNorm folding (`flame.nn.utils.fusion`) and `flame.nn.utils.stateless.functional_call`."""
 
-from flame.nn.utils import lora, parametrizations, parametrize, prune, rnn, stateless  # noqa: F401
+from flame.nn.utils import fusion, lora, parametrizations, parametrize, prune, rnn, stateless  # noqa: F401
 from flame.nn.utils.convert_parameters import parameters_to_vector, vector_to_parameters
+from flame.nn.utils.fusion import fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval, fuse_linear_bn_weights
 from flame.nn.utils.gradients import (
     add_grad_noise_,
     clip_grad_norm,
@@ -23,6 +24,11 @@ __all__ = [
     "clip_grad_norm_",
     "clip_grad_value_",
     "clip_grads_with_norm_",
+    "fuse_conv_bn_eval",
+    "fuse_conv_bn_weights",
+    "fuse_linear_bn_eval",
+    "fuse_linear_bn_weights",
+    "fusion",
     "get_total_norm",
     "grad_stats",
     "lora",
