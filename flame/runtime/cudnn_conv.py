@@ -31,7 +31,6 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from flame._env import env_flag
 from flame.ir.indexmap import contiguous_strides
 from flame.ir.ops.conv import to_channels_first
 from flame.plan.steps import ConvCall
@@ -156,9 +155,6 @@ def op_unsupported(op) -> str:
     return unsupported_reason(spec_of(op))
 
 
-RTC_ENV = "FLAME_CUDNN_RUNTIME_COMPILED"
-
-
 def workspace_bytes(op, exact: bool = False) -> int:
     """The workspace op's call needs: exact (cuDNN's own figure; builds the graph) when `exact`,
     else the most any engine flame lets cuDNN choose may need (WORKSPACE_LIMIT)."""
@@ -190,8 +186,7 @@ class CudnnConv:
         """What decides the graph besides the GPU and the libraries (runtime/cudnn_cache.py's key)."""
         tf32 = self.spec.dtype == "f32" and allow_tf32
         return (f"conv {self.spec!r} tf32={tf32} workspace<={WORKSPACE_LIMIT}"
-                + (" deterministic" if self.deterministic else "")
-                + ("" if env_flag(RTC_ENV, True) else " precompiled"))
+                + (" deterministic" if self.deterministic else ""))
 
     def _tensor(self, g, which: str):
         t = g.tensor(
@@ -204,14 +199,6 @@ class CudnnConv:
         return t
 
     def _build(self, cudnn):
-        if not env_flag(RTC_ENV, True):
-            try:
-                return self._build_with(cudnn, precompiled=True)
-            except refusals(cudnn):
-                pass  # no precompiled engine takes it: one compiled at run time will
-        return self._build_with(cudnn, precompiled=False)
-
-    def _build_with(self, cudnn, precompiled: bool):
         s, f32 = self.spec, cudnn.data_type.FLOAT
         g = cudnn.pygraph(io_data_type=self._io, intermediate_data_type=f32, compute_data_type=f32, handle=handle())
         a_name, b_name, out_name = OPERANDS[s.kind]
@@ -234,8 +221,6 @@ class CudnnConv:
         if notes:
             g.deselect_numeric_notes(notes)
         g.deselect_workspace_greater_than(WORKSPACE_LIMIT)
-        if precompiled:
-            g.deselect_behavior_notes([cudnn.behavior_note.RUNTIME_COMPILATION])
         g.check_support()
         g.build_plans()
         return g
