@@ -25,6 +25,21 @@ from flame.nn.module_hooks import ModuleHooks
 from flame.nn.module_lookup import ModuleLookup
 from flame.nn.parameter import Buffer, Parameter, buffer_persistent
 
+EXTRA_STATE = "_extra_state"  # the state_dict key of a module's get_extra_state(), as torch's
+
+
+class _ExtraStateSlot:
+    """load_state_dict's destination for a module's extra state: copy_ hands the entry to its
+    set_extra_state (after the checks, in state_dict order, as every tensor is copied)."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, module):
+        self.module = module
+
+    def copy_(self, state: Any) -> None:
+        self.module.set_extra_state(state)
+
 
 class IncompatibleKeys(NamedTuple):
     """What load_state_dict(strict=False) skipped."""
@@ -406,10 +421,16 @@ class Module(ModuleHooks, ModuleLookup):
         object.__setattr__(self, "_compiled_call", call)
 
     # ---- state_dict -------------------------------------------------------------------------------
-    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> OrderedDict[str, Tensor]:
+    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> OrderedDict[str, Any]:
         """Dotted name -> tensor for every parameter and persistent buffer. The tensors share memory
-        with the module (detached unless keep_vars)."""
-        out: OrderedDict[str, Tensor] = OrderedDict()
+        with the module (detached unless keep_vars). A module that defines get_extra_state adds what
+        it returns under `<its name>._extra_state`, as torch's."""
+        return self._state_entries(prefix, keep_vars, Module.get_extra_state)
+
+    def _state_entries(self, prefix: str, keep_vars: bool, extra) -> OrderedDict[str, Any]:
+        """state_dict's entries; `extra` Module.get_extra_state: the extra states themselves, Module.
+        set_extra_state: a slot (_ExtraStateSlot) for each module that takes one when loading."""
+        out: OrderedDict[str, Any] = OrderedDict()
         # a module reached under two names is saved under both, as PyTorch's
         for mp, m in self.named_modules(prefix.rstrip("."), remove_duplicate=False):
             dot = f"{mp}." if mp else ""
@@ -419,7 +440,21 @@ class Module(ModuleHooks, ModuleLookup):
             for name, b in m._buffers.items():
                 if b is not None and name not in m._non_persistent:
                     out[dot + name] = b if keep_vars else b.detach()
+            if getattr(type(m), extra.__name__) is not extra:
+                out[dot + EXTRA_STATE] = m.get_extra_state() if extra is Module.get_extra_state else _ExtraStateSlot(m)
         return out
+
+    def get_extra_state(self) -> Any:
+        """What state_dict keeps of this module besides its parameters and buffers: define it (and
+        set_extra_state) in a subclass, as in torch. The base class has none."""
+        raise RuntimeError(f"{type(self).__name__}.get_extra_state(): define it in the subclass whose state_dict keeps "
+                           f"extra state (state_dict calls it only where it is defined)")
+
+    def set_extra_state(self, state: Any) -> None:
+        """Take back what get_extra_state returned (load_state_dict calls it with the `_extra_state`
+        entry); define it in a subclass, as in torch."""
+        raise RuntimeError(f"{type(self).__name__}.set_extra_state(): define it in the subclass that loads extra "
+                           f"state (load_state_dict calls it only where it is defined)")
 
     def load_state_dict(
         self, state_dict: dict[str, Any], strict: bool = True, assign: bool = False
@@ -450,6 +485,8 @@ class Module(ModuleHooks, ModuleLookup):
                     if t is not None:
                         slots.setdefault(id(t), []).append((store, name))
         for dst, src in pairs:
+            if isinstance(dst, _ExtraStateSlot):
+                dst.copy_(src)
             for store, name in slots.get(id(dst), []):
                 if isinstance(dst, Parameter):
                     store[name] = Parameter(src.detach(), requires_grad=dst.requires_grad)
@@ -460,7 +497,8 @@ class Module(ModuleHooks, ModuleLookup):
         """Check state_dict against this module without changing anything: (destination, source) pairs
         to copy, and the skipped keys. Raises flame.CheckpointError as load_state_dict does."""
         state_dict = self._run_load_pre_hooks(state_dict, strict)
-        return match_state(self.state_dict(keep_vars=True), state_dict, strict, type(self).__name__)
+        own = self._state_entries("", True, Module.set_extra_state)
+        return match_state(own, state_dict, strict, type(self).__name__)
 
     def _run_load_pre_hooks(self, state_dict: Mapping[str, Any], strict: bool) -> Mapping[str, Any]:
         """state_dict as the modules' load_state_dict pre-hooks leave it (a copy, when a module has one)."""
@@ -513,6 +551,9 @@ def match_state(
     misshaped, pairs = [], []
     for k, t in own.items():
         if k not in state_dict:
+            continue
+        if isinstance(t, _ExtraStateSlot):
+            pairs.append((t, state_dict[k]))
             continue
         src = as_tensor(state_dict[k])
         if tuple(src.shape) != tuple(t.shape):
