@@ -4,15 +4,12 @@ PyTorch API people know (parameters, named_modules, state_dict, train/eval, ...)
 from __future__ import annotations
 
 import functools
-import os
 import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
-
-from flame.checkpoint import as_tensor, copy_pairs
+from flame.checkpoint import copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.compile import compile as compile_function
 from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad, user_location
@@ -23,41 +20,15 @@ from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
 from flame.nn.module_hooks import ModuleHooks
 from flame.nn.module_lookup import ModuleLookup
+from flame.nn.module_state import (
+    EXTRA_STATE,
+    ExtraStateSlot,
+    IncompatibleKeys,
+    match_state,
+    mismatch_message,
+    not_a_state_dict,
+)
 from flame.nn.parameter import Buffer, Parameter, buffer_persistent
-
-EXTRA_STATE = "_extra_state"  # the state_dict key of a module's get_extra_state(), as torch's
-
-
-class _ExtraStateSlot:
-    """load_state_dict's destination for a module's extra state: copy_ hands the entry to its
-    set_extra_state (after the checks, in state_dict order, as every tensor is copied)."""
-
-    __slots__ = ("module",)
-
-    def __init__(self, module):
-        self.module = module
-
-    def copy_(self, state: Any) -> None:
-        self.module.set_extra_state(state)
-
-
-class IncompatibleKeys(NamedTuple):
-    """What load_state_dict(strict=False) skipped."""
-
-    missing_keys: list[str]
-    unexpected_keys: list[str]
-
-    def __repr__(self) -> str:
-        if not self.missing_keys and not self.unexpected_keys:
-            return "<All keys matched successfully>"
-        return f"IncompatibleKeys(missing_keys={self.missing_keys!r}, unexpected_keys={self.unexpected_keys!r})"
-
-
-def _describe(t: Any) -> str:
-    if isinstance(t, Tensor):
-        return f"{t.dtype}{list(t.shape)}"
-    a = np.asarray(t)
-    return f"{a.dtype}{list(a.shape)}"
 
 
 def _reading_getattribute(self, name: str) -> Any:
@@ -427,21 +398,28 @@ class Module(ModuleHooks, ModuleLookup):
         it returns under `<its name>._extra_state`, as torch's."""
         return self._state_entries(prefix, keep_vars, Module.get_extra_state)
 
-    def _state_entries(self, prefix: str, keep_vars: bool, extra) -> OrderedDict[str, Any]:
-        """state_dict's entries; `extra` Module.get_extra_state: the extra states themselves, Module.
-        set_extra_state: a slot (_ExtraStateSlot) for each module that takes one when loading."""
-        out: OrderedDict[str, Any] = OrderedDict()
-        # a module reached under two names is saved under both, as PyTorch's
-        for mp, m in self.named_modules(prefix.rstrip("."), remove_duplicate=False):
-            dot = f"{mp}." if mp else ""
-            for name, p in m._parameters.items():
-                if p is not None:
-                    out[dot + name] = p if keep_vars else p.detach()
-            for name, b in m._buffers.items():
-                if b is not None and name not in m._non_persistent:
-                    out[dot + name] = b if keep_vars else b.detach()
-            if getattr(type(m), extra.__name__) is not extra:
-                out[dot + EXTRA_STATE] = m.get_extra_state() if extra is Module.get_extra_state else _ExtraStateSlot(m)
+    def _state_entries(self, prefix: str, keep_vars: bool, extra, out=None) -> OrderedDict[str, Any]:
+        """state_dict's entries; `extra` Module.get_extra_state: the extra states themselves and the
+        state_dict hooks run, Module.set_extra_state: a slot (ExtraStateSlot) for each module that
+        takes one when loading. A module reached under two names is saved under both, as torch's."""
+        out = OrderedDict() if out is None else out
+        dot = prefix if not prefix or prefix.endswith(".") else prefix + "."
+        hooked = extra is Module.get_extra_state
+        if hooked:
+            module_hooks.state_dict_pre(self, dot, keep_vars)
+        for name, p in self._parameters.items():
+            if p is not None:
+                out[dot + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent:
+                out[dot + name] = b if keep_vars else b.detach()
+        if getattr(type(self), extra.__name__) is not extra:
+            out[dot + EXTRA_STATE] = self.get_extra_state() if hooked else ExtraStateSlot(self)
+        for name, child in self._modules.items():
+            if child is not None:
+                child._state_entries(dot + name + ".", keep_vars, extra, out)
+        if hooked:
+            module_hooks.state_dict_post(self, out, dot)
         return out
 
     def get_extra_state(self) -> Any:
@@ -466,14 +444,22 @@ class Module(ModuleHooks, ModuleLookup):
         keys are returned instead (shapes must still fit). assign=True binds the loaded tensors
         themselves instead, as PyTorch's (their dtype; a parameter keeps its requires_grad; an optimizer
         made before holds the old ones). A path is refused (flame.ArgumentTypeError, a TypeError as in
-        PyTorch): load the file first."""
+        PyTorch): load the file first. Where a module has load_state_dict post-hooks
+        (register_load_state_dict_post_hook), the tensors are copied first, the hooks may change the
+        incompatible keys, and strict then judges the keys they leave, as torch's."""
         if not isinstance(state_dict, Mapping):
-            raise ArgumentTypeError(_not_a_state_dict(type(self).__name__, state_dict))
-        pairs, keys = self.plan_load(state_dict, strict)
+            raise ArgumentTypeError(not_a_state_dict(type(self).__name__, state_dict))
+        post = module_hooks.load_post_hooked(self)
+        pairs, keys = self.plan_load(state_dict, strict and not post)
         if assign:
             self._assign(pairs)
         else:
             copy_pairs(pairs)
+        if post:
+            module_hooks.load_post(post, keys)
+            if strict and (keys.missing_keys or keys.unexpected_keys):
+                raise CheckpointError(mismatch_message(type(self).__name__, keys.missing_keys,
+                                                        keys.unexpected_keys, [], True))
         return keys
 
     def _assign(self, pairs: list) -> None:
@@ -485,7 +471,7 @@ class Module(ModuleHooks, ModuleLookup):
                     if t is not None:
                         slots.setdefault(id(t), []).append((store, name))
         for dst, src in pairs:
-            if isinstance(dst, _ExtraStateSlot):
+            if isinstance(dst, ExtraStateSlot):
                 dst.copy_(src)
             for store, name in slots.get(id(dst), []):
                 if isinstance(dst, Parameter):
@@ -526,60 +512,6 @@ class Module(ModuleHooks, ModuleLookup):
         lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ")" if not lines else head + "\n  " + "\n  ".join(lines) + "\n)"
-
-
-def _not_a_state_dict(owner: str, value: Any) -> str:
-    """Why load_state_dict cannot take `value`, and for a path what loads it."""
-    head = f"{owner}.load_state_dict: expected a state_dict (a mapping of names to tensors), got"
-    if isinstance(value, (str, bytes, os.PathLike)):
-        return (
-            f"{head} the path {value!r}; load the file first: model.load_state_dict(flame.load(path)) for a "
-            f"safetensors file (flame.save's or PyTorch's), or flame.checkpoint.load_checkpoint(path, model, "
-            f"optimizer) for one written by flame.checkpoint.save_checkpoint"
-        )
-    return f"{head} {type(value).__name__}"
-
-
-def match_state(
-    own: dict[str, Tensor], state_dict: dict[str, Any], strict: bool, owner: str
-) -> tuple[list, IncompatibleKeys]:
-    """Match a loaded name -> tensor dict against `own` (name -> destination tensor): the
-    (destination, source) pairs to copy and the skipped keys. Raises flame.CheckpointError listing
-    every missing, unexpected and mis-shaped entry (mis-shaped always; the others when strict)."""
-    missing = [k for k in own if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in own]
-    misshaped, pairs = [], []
-    for k, t in own.items():
-        if k not in state_dict:
-            continue
-        if isinstance(t, _ExtraStateSlot):
-            pairs.append((t, state_dict[k]))
-            continue
-        src = as_tensor(state_dict[k])
-        if tuple(src.shape) != tuple(t.shape):
-            misshaped.append(f"{k}: checkpoint {_describe(src)} vs model {_describe(t)}")
-        else:
-            pairs.append((t, src))
-    if misshaped or (strict and (missing or unexpected)):
-        raise CheckpointError(_mismatch_message(owner, missing, unexpected, misshaped, strict))
-    return pairs, IncompatibleKeys(missing, unexpected)
-
-
-def _mismatch_message(owner: str, missing: list, unexpected: list, misshaped: list, strict: bool) -> str:
-    counts = [
-        f"{len(x)} {w}"
-        for x, w in ((missing, "missing"), (unexpected, "unexpected"), (misshaped, "mis-shaped"))
-        if x and (strict or w == "mis-shaped")
-    ]
-    lines = [f"load_state_dict into {owner}: " + ", ".join(counts)]
-    if strict and missing:
-        lines.append("  missing: " + ", ".join(missing))
-    if strict and unexpected:
-        lines.append("  unexpected: " + ", ".join(unexpected))
-    for m in misshaped:
-        lines.append("  mis-shaped: " + m)
-    lines.append(f"  at {user_location()}")
-    return "\n".join(lines)
 
 
 class _ModuleSequence(Module):

@@ -126,10 +126,60 @@ class ModuleHooks:
         hooks[handle.id] = hook
         return handle
 
+    def register_state_dict_pre_hook(self, hook: Callable) -> RemovableHandle:
+        """hook(module, prefix, keep_vars) -> None, run by state_dict before it takes this module's
+        entries (prefix: the module's dotted name and a dot), as torch's."""
+        return _add(self._hook_dict("_state_dict_pre_hooks"), _callable(hook), False)
+
+    def register_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        """hook(module, state_dict, prefix, local_metadata) -> None, run by state_dict once it holds this
+        module's entries and its submodules'; it may change state_dict in place (a returned value is
+        torch's RuntimeError)."""
+        return _add(self._hook_dict("_state_dict_hooks"), _callable(hook), False)
+
+    def register_load_state_dict_post_hook(self, hook: Callable) -> RemovableHandle:
+        """hook(module, incompatible_keys) -> None, run by load_state_dict after the load, as torch's: it
+        may change incompatible_keys.missing_keys / unexpected_keys in place, which strict=True then
+        judges (so a hook that clears them avoids the error; the load has happened by then)."""
+        return _add(self._hook_dict("_load_state_dict_post_hooks"), _callable(hook), False)
+
     def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
         """hook(module, grad_input, grad_output) -> None or new grad_input (one per tensor input; None
         where the input needs no gradient), run when the gradients of the module's inputs are computed."""
         return _add(self._hook_dict("_backward_hooks"), hook, prepend)
+
+
+def _callable(hook):
+    if not callable(hook):
+        raise FlameError(f"a hook must be callable, got {type(hook).__name__}\n  at {user_location()}")
+    return hook
+
+
+def state_dict_pre(module, prefix: str, keep_vars: bool) -> None:
+    """module's state_dict pre-hooks (register_state_dict_pre_hook)."""
+    for hook in list(module.__dict__.get("_state_dict_pre_hooks", {}).values()):
+        hook(module, prefix, keep_vars)
+
+
+def state_dict_post(module, state_dict, prefix: str) -> None:
+    """module's state_dict post-hooks (register_state_dict_post_hook), with torch's local metadata."""
+    for hook in list(module.__dict__.get("_state_dict_hooks", {}).values()):
+        if hook(module, state_dict, prefix, {"version": getattr(module, "_version", 1)}) is not None:
+            raise RuntimeError("state_dict post-hook must return None")
+
+
+def load_post_hooked(root) -> list:
+    """The modules under root (root last, each once) with load_state_dict post-hooks."""
+    return [m for m in reversed(list(root.modules())) if m.__dict__.get("_load_state_dict_post_hooks")]
+
+
+def load_post(modules: list, keys) -> None:
+    """Run the load_state_dict post-hooks of `modules` with the load's incompatible keys."""
+    for m in modules:
+        for hook in list(m.__dict__["_load_state_dict_post_hooks"].values()):
+            if hook(m, keys) is not None:
+                raise RuntimeError("load_state_dict post-hooks should return None: they may change "
+                                   "incompatible_keys in place")
 
 
 def call(module, args: tuple, kwargs: dict):
