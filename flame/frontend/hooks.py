@@ -234,11 +234,13 @@ def run_unit(tensors: list[Tensor], grads: list) -> list:
                 grads[i] = _checked(h, grads[i], call_hook(h, grads[i]))
     for h in sorted(groups.values(), key=lambda h: h.id):
         members = h.members
-        idx = [next(j for j, t in enumerate(tensors) if t is m) for m in members]
-        got = h.fn(tuple(grads[j] for j in idx))
+        # a member the gradient does not reach (a module output the loss does not use) gets None
+        idx = [next((j for j, t in enumerate(tensors) if t is m), None) for m in members]
+        got = h.fn(tuple(None if j is None else grads[j] for j in idx))
         if got is not None:
             for j, gr in zip(idx, got):
-                grads[j] = gr
+                if j is not None:
+                    grads[j] = gr
     for t, gr in zip(tensors, grads):
         if t._retains_grad and gr is not None:
             if current_trace.get() is not None:
