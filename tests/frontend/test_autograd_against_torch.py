@@ -43,3 +43,34 @@ def test_full_backward_hook_gets_none_for_an_output_the_loss_does_not_use():
     np.testing.assert_allclose(fout[0], tout[0])
     assert fout[1] is None and tout[1] is None
     np.testing.assert_allclose(fgrad, tgrad)
+
+
+def _saved_outputs_double_backward(lib, compiled=False):
+    """A Function with two results that saves both for its backward; a gradient of its gradient."""
+
+    class ExpSin(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            a, b = x.exp(), x.sin()
+            ctx.save_for_backward(b, a)
+            return a, b
+
+        @staticmethod
+        def backward(ctx, ga, gb):
+            b, a = ctx.saved_tensors
+            return ga * a + gb * b * 3
+
+    def f(x):
+        a, b = ExpSin.apply(x)
+        g, = lib.autograd.grad((a * b).sum(), x, create_graph=True)
+        h, = lib.autograd.grad((g * g).sum() + (x**3).sum(), x)
+        return g.detach(), h
+
+    return [_arr(t) for t in (flame.compile(f) if compiled else f)(lib.tensor(X / 4, requires_grad=True))]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_function_saving_its_result_differentiates_twice_through_it(compiled):
+    # torch's saved output carries the Function's history: the second derivative goes through backward again
+    for got, want in zip(_saved_outputs_double_backward(flame, compiled), _saved_outputs_double_backward(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
