@@ -206,19 +206,19 @@ class _BackwardCall:
 
     def _wrap(self, values: tuple, on_grads: Callable) -> tuple[tuple, list[int] | None]:
         """values with each tensor that wants a gradient passed through an identity carrying a group hook;
-        the positions (among the tensors of values) of those, or None when none does."""
-        tensors = [i for i, v in enumerate(values) if isinstance(v, Tensor)]
-        pos = [k for k, i in enumerate(tensors) if _wants_grad(values[i])]
+        the positions (in values) of those, or None when none does. The hooks see one gradient per value,
+        None where a value is not a tensor or gets no gradient (torch's BackwardHook)."""
+        pos = [i for i, v in enumerate(values) if _wants_grad(v)]
         if not pos or not grad_enabled.get():
             return values, None
         new = list(values)
-        for k in pos:
-            new[tensors[k]] = _identity(values[tensors[k]])
-        GroupHook([new[tensors[k]] for k in pos], on_grads)
+        for i in pos:
+            new[i] = _identity(values[i])
+        GroupHook([new[i] for i in pos], on_grads)
         return tuple(new), pos
 
     def wrap_inputs(self, args: tuple) -> tuple:
-        self.n_inputs = sum(isinstance(a, Tensor) for a in args)
+        self.n_inputs = len(args)
         args, self.input_pos = self._wrap(args, self._on_inputs)
         return args
 
@@ -227,7 +227,7 @@ class _BackwardCall:
         if not one and not isinstance(result, tuple):
             return result
         values = (result,) if one else result
-        self.n_outputs = sum(isinstance(v, Tensor) for v in values)
+        self.n_outputs = len(values)
         values, self.output_pos = self._wrap(values, self._on_outputs)
         return values[0] if one else values
 

@@ -74,3 +74,38 @@ def test_function_saving_its_result_differentiates_twice_through_it(compiled):
     # torch's saved output carries the Function's history: the second derivative goes through backward again
     for got, want in zip(_saved_outputs_double_backward(flame, compiled), _saved_outputs_double_backward(torch)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _non_tensor_args_hook(lib, compiled=False):
+    """A module taking a Python number before its tensor and returning one after its tensor: its full
+    backward hook sees one gradient per argument and per result, None for the numbers, and scales the
+    tensor's."""
+
+    class Scale(lib.nn.Module):
+        def forward(self, k, a):
+            return a * k, k
+
+    log = []
+
+    def hook(m, gin, gout):
+        log.append([None if g is None else tuple(g.shape) for g in (*gin, *gout)])
+        return (None, gin[1] * 10)
+
+    m = Scale()
+    m.register_full_backward_hook(hook)
+    w = lib.tensor(X, requires_grad=True)
+
+    def step(x):
+        y, _ = m(3.0, x * w)
+        y.sum().backward()
+        return y
+
+    (flame.compile(step) if compiled else step)(lib.tensor(X))
+    return log, _arr(w.grad)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_full_backward_hook_gets_none_for_python_number_arguments_and_results(compiled):
+    (flog, fgrad), (tlog, tgrad) = _non_tensor_args_hook(flame, compiled), _non_tensor_args_hook(torch)
+    assert flog == tlog == [[None, (2, 3), (2, 3), None]]
+    np.testing.assert_allclose(fgrad, tgrad)
