@@ -15,7 +15,7 @@ from contextlib import nullcontext
 
 from flame.errors import AutogradError
 from flame.frontend import autograd
-from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, hooked_grad, known_tensors
+from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, hooked_grad, known_tensors, saving_nodes
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.hooks import accumulate_and_notify
@@ -188,9 +188,10 @@ def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool) -> l
         got, nodes = hooked_grad(root, ins, order, create)
         _free(nodes, retain)
         return got
-    g, vals, leaves, nodes = _rebuild(root, order=order)
+    g, vals, leaves, _ = _rebuild(root, order=order)
     used = [t for t in ins if id(t) in vals]
     gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used])))
+    nodes = saving_nodes(g, vals, order)
     grads = [gvals.get(id(t)) for t in ins]
     known = known_tensors(order, vals) if create else {}
     got = gradient_tensors(g, grads, list(leaves), known, [t.dtype for t in ins], create)
