@@ -62,7 +62,8 @@ def accumulate_grad(t: Tensor, new: Tensor) -> None:
     sees the sum; inside @flame.compile an in-place update of the .grad input, so the plan writes the
     sum into that buffer), except while gradients are recorded (create_graph=True), where the sum is a
     new tensor with a history, as torch's."""
-    old = t.grad
+    eager_non_leaf = t._node is not None and t._value is None and current_trace.get() is None
+    old = t._grad if eager_non_leaf else t.grad  # (backward(inputs=[non-leaf]) fills it: no warning)
     if old is None:
         t.grad = new
     elif grad_enabled.get():

@@ -157,3 +157,15 @@ def test_a_second_backward_through_nodes_that_save_nothing_works_as_torch(name):
 def test_a_second_backward_through_nodes_that_save_nothing_works_when_compiled(name):
     got, want = _second_backward(flame, _SECOND[name], compiled=True), _second_backward(torch, _SECOND[name], True)
     assert _same_outcome(got, want)
+
+
+def test_backward_inputs_a_non_leaf_fills_its_grad_without_the_non_leaf_warning(recwarn):
+    x = flame.tensor(X, requires_grad=True)
+    h = x.sin()
+    (h * h).sum().backward(inputs=[h])
+    tx = torch.tensor(X, requires_grad=True)
+    th = tx.sin()
+    (th * th).sum().backward(inputs=[th])
+    np.testing.assert_allclose(_arr(h.grad), _arr(th.grad))
+    assert x.grad is None and tx.grad is None
+    assert not [w for w in recwarn if "not a leaf" in str(w.message)]
