@@ -246,11 +246,13 @@ def _gradients(
     return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes
 
 
-def _hook_stages(loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool) -> tuple[dict, list]:
+def _hook_stages(
+    loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool, needed: set | None = None
+) -> tuple[dict, list]:
     """The gradients of the hooked non-leaf tensors, each group's hooks run on them, latest first, the
     ones known seeding the next stage: (id -> (tensor, its hooked gradient), the nodes whose saved
-    tensors the stages read)."""
-    inner = {id(t): t for t in order if t._node is not None}
+    tensors the stages read). `needed`: the ids of the tensors the backward passes (all when None)."""
+    inner = {id(t): t for t in order if t._node is not None and (needed is None or id(t) in needed)}
     seeds: dict[int, tuple] = {}
     nodes: list = []
     for t in reversed(order):
@@ -293,8 +295,9 @@ def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create
     retain_grad(), as torch's: the hooks of the tensors passed run (in _hooked_backward's stages), those
     of the inputs too, and the non-leaves that retain their grad get it; no leaf's .grad is touched.
     Returns (the gradients or None, the nodes whose saved tensors it read)."""
-    seeds, staged = _hook_stages(root, None, order, create)
-    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
+    needed = _passed(order, ins)
+    seeds, staged = _hook_stages(root, None, order, create, needed)
+    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds and id(t) in needed]
     taken = {id(t) for t in retained} | set(seeds)
     passed = {id(t) for t in order}
     free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
@@ -311,6 +314,16 @@ def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create
                 gr = run_unit([t], [gr])[0]
             got.append(gr)
     return got, nodes
+
+
+def _passed(order: list[Tensor], ins: Sequence[Tensor]) -> set[int]:
+    """The ids of the tensors of `order` a gradient with respect to `ins` passes (ins, and what was
+    computed from them): torch's engine runs only their nodes, so only their hooks and retain_grad()."""
+    passed = {id(t) for t in ins}
+    for t in order:
+        if t._node is not None and any(id(x) in passed for x in _inputs(t._node) if isinstance(x, Tensor)):
+            passed.add(id(t))
+    return passed
 
 
 def _last_use(order: list[Tensor]):

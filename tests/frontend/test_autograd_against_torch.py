@@ -169,3 +169,32 @@ def test_backward_inputs_a_non_leaf_fills_its_grad_without_the_non_leaf_warning(
     np.testing.assert_allclose(_arr(h.grad), _arr(th.grad))
     assert x.grad is None and tx.grad is None
     assert not [w for w in recwarn if "not a leaf" in str(w.message)]
+
+
+def _off_path_hooks(lib, how):
+    """Hooks, retain_grad() and a module backward hook on tensors a gradient with respect to x does not
+    pass (computed from w only, or before the input asked for): torch runs none of them."""
+    log = []
+    x, w = lib.tensor(X, requires_grad=True), lib.tensor(X, requires_grad=True)
+    tanh = lib.nn.Tanh()
+    tanh.register_full_backward_hook(lambda m, gin, gout: log.append("module"))
+    h = tanh(w) * 2
+    h.register_hook(lambda g: log.append("h"))
+    h.retain_grad()
+    before = x * 3
+    before.register_hook(lambda g: log.append("before"))
+    k = before.sin()
+    loss = (k * h).sum()
+    if how == "grad":
+        got = lib.autograd.grad(loss, k)[0]
+    else:
+        loss.backward(inputs=[k])
+        got = k.grad
+    return _arr(got), log, h.grad is None, w.grad is None, x.grad is None
+
+
+@pytest.mark.parametrize("how", ["grad", "backward_inputs"])
+def test_hooks_and_retain_grad_off_the_path_to_the_inputs_do_not_run(how):
+    got, want = _off_path_hooks(flame, how), _off_path_hooks(torch, how)
+    np.testing.assert_allclose(got[0], want[0])
+    assert got[1:] == want[1:] == ([], True, True, True)
