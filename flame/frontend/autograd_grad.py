@@ -107,8 +107,10 @@ def grad(
         root = _root(outs, seeds, "grad", create_graph)
         ws = [trace.value_of(t) for t in ins]
         trace.builder.loc = user_location()
+        hooks = trace._grad_hooks(list(ins))  # the tensors' hooks and retain_grad(), as eagerly
         got = [
-            None if gv is None else Tensor._traced(gv, trace) for gv in autodiff(trace.graph, trace.value_of(root), ws)
+            None if gv is None else Tensor._traced(gv, trace)
+            for gv in autodiff(trace.graph, trace.value_of(root), ws, hooks=hooks)
         ]
         if create_graph:
             _mark_recorded(trace, ws, got)

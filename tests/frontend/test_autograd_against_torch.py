@@ -198,3 +198,30 @@ def test_hooks_and_retain_grad_off_the_path_to_the_inputs_do_not_run(how):
     got, want = _off_path_hooks(flame, how), _off_path_hooks(torch, how)
     np.testing.assert_allclose(got[0], want[0])
     assert got[1:] == want[1:] == ([], True, True, True)
+
+
+def _hooked_grads(lib, compiled=False):
+    """autograd.grad and backward(inputs=) through a non-leaf's hook, a leaf's hook, a module backward
+    hook and retain_grad(): the gradients, the retained .grad."""
+    w, v = lib.tensor(X, requires_grad=True), lib.tensor(X / 2, requires_grad=True)
+    v.register_hook(lambda g: g * 5)
+    tanh = lib.nn.Tanh()
+    tanh.register_full_backward_hook(lambda m, gin, gout: (gin[0] * 3,))
+
+    def step(x):
+        h = x * w
+        h.register_hook(lambda g: g * 10)
+        h.retain_grad()
+        k = tanh(h / 4) * v
+        gw, gv = lib.autograd.grad(k.sum(), [w, v], retain_graph=True)
+        (k * k).sum().backward(inputs=[w])
+        return gw, gv, h.grad
+
+    got = (flame.compile(step) if compiled else step)(lib.tensor(X / 3))
+    return [_arr(t) for t in (*got, w.grad)]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_autograd_grad_runs_hooks_and_retain_grad_as_torch(compiled):
+    for got, want in zip(_hooked_grads(flame, compiled), _hooked_grads(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
