@@ -14,11 +14,12 @@ hooks inside @flame.compile run while the step is traced, on traced tensors."""
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 
 from flame.errors import AutogradError, FlameError
-from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.frontend.context import current_trace, grad_enabled, user_location, user_stacklevel
 from flame.frontend.hooks import GroupHook, RemovableHandle, call_hook, check_traced_result, hooks_state, seen
 from flame.frontend.tensor import Tensor
 
@@ -243,6 +244,8 @@ class _BackwardCall:
                 gout = _same_count(hook, got, len(gout), "grad_output")
         self.grad_outputs = gout
         if self.input_pos is None:  # no input wants a gradient: the full hooks run now, on Nones
+            if self.full:
+                warnings.warn(_NO_INPUT_GRAD, UserWarning, stacklevel=user_stacklevel())
             for hook in self.full:
                 got = call_hook(hook, self.module, (None,) * self.n_inputs, gout)
                 check_traced_result(hook, got, "grad_input")
@@ -265,6 +268,13 @@ class _BackwardCall:
                 gin = _same_count(hook, got, len(gin), "grad_input")
         self.grad_outputs = None
         return tuple(gin[k] for k in self.input_pos)
+
+
+_NO_INPUT_GRAD = (
+    "Full backward hook is firing when gradients are computed with respect to module outputs since no inputs "
+    "require gradients. See https://docs.pytorch.org/docs/main/generated/torch.nn.Module.html"
+    "#torch.nn.Module.register_full_backward_hook for more details."
+)
 
 
 def _name(hook: Callable) -> str:

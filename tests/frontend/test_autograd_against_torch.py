@@ -225,3 +225,11 @@ def _hooked_grads(lib, compiled=False):
 def test_autograd_grad_runs_hooks_and_retain_grad_as_torch(compiled):
     for got, want in zip(_hooked_grads(flame, compiled), _hooked_grads(torch)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("lib", [flame, torch])
+def test_full_backward_hook_with_no_input_requiring_grad_warns_as_torch(lib):
+    lin = lib.nn.Linear(3, 2)
+    lin.register_full_backward_hook(lambda m, gin, gout: None)
+    with pytest.warns(UserWarning, match="Full backward hook is firing when gradients are computed with respect"):
+        lin(lib.ones(1, 3)).sum().backward()
