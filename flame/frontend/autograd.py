@@ -125,7 +125,7 @@ def backward(
     backward through a freed node raises flame.errors.AutogradError, as PyTorch raises. With
     create_graph=True the gradients carry their own history (module docstring)."""
     if gradient is not None:
-        _check_gradient(loss, gradient)
+        gradient = _check_gradient(loss, gradient)
     trace = current_trace.get()
     if trace is not None:
         trace.backward(loss, gradient, retain_graph)
@@ -155,15 +155,16 @@ def backward(
             node.freed = True
 
 
-def _check_gradient(loss: Tensor, gradient) -> None:
-    """backward(gradient)'s gradient is a tensor of loss's shape, as torch requires (a mismatch is torch's
-    RuntimeError "Mismatch in shape"), checked before anything runs."""
+def _check_gradient(loss: Tensor, gradient) -> Tensor:
+    """backward(gradient)'s gradient, a tensor of loss's shape as torch requires (a mismatch is torch's
+    RuntimeError "Mismatch in shape"), checked before anything runs; in loss's dtype, as torch casts it."""
     if not isinstance(gradient, Tensor):
         raise AutogradError(f"backward(): gradient must be a Tensor of the shape {list(loss.shape)} or None, got "
                             f"{type(gradient).__name__}\n  at {user_location()}")
     if tuple(gradient.shape) != tuple(loss.shape):
         raise AutogradError(f"backward(): Mismatch in shape: grad_output[0] has a shape of {list(gradient.shape)} "
                             f"and output[0] has a shape of {list(loss.shape)}\n  at {user_location()}")
+    return gradient if gradient.dtype == loss.dtype else gradient.to(loss.dtype)
 
 
 def known_tensors(order: list[Tensor], vals: dict[int, Value], cut: dict | None = None) -> dict:

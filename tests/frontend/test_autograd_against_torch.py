@@ -233,3 +233,21 @@ def test_full_backward_hook_with_no_input_requiring_grad_warns_as_torch(lib):
     lin.register_full_backward_hook(lambda m, gin, gout: None)
     with pytest.warns(UserWarning, match="Full backward hook is firing when gradients are computed with respect"):
         lin(lib.ones(1, 3)).sum().backward()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_backward_casts_a_gradient_of_another_dtype_to_the_output_dtype(compiled):
+    def run(lib):
+        w = lib.tensor(X, dtype=lib.float32, requires_grad=True)
+
+        def step(x):
+            y = (w * x).exp()
+            y.backward(gradient=lib.tensor(X, dtype=lib.float64) / 3)
+            return y
+
+        (flame.compile(step) if compiled and lib is flame else step)(lib.tensor(X / 4, dtype=lib.float32))
+        return w.grad
+
+    got, want = run(flame), run(torch)
+    assert got.dtype == flame.float32
+    np.testing.assert_allclose(_arr(got), _arr(want), rtol=1e-6)
