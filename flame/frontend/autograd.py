@@ -20,6 +20,7 @@ from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
+from flame.frontend.saved import reads, saves
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import stale
 from flame.ir.builder import Builder
@@ -69,6 +70,20 @@ def _topo(root: Tensor) -> list[Tensor]:
     return [tensors[i] for i in nx.topological_sort(g)]
 
 
+def saving_nodes(g: Graph, vals: dict[int, Value], order: list[Tensor], cut: dict | None = None) -> list:
+    """The nodes of `order` whose saved tensors the backward autodiff appended to g (a rebuilt graph,
+    `vals` its tensors' values, `cut` as _rebuild's) reads (saved.saves). A backward frees these, as
+    torch frees the saved tensors of the nodes it runs; a node that saves none (a view, a cat, a sum, an
+    add) can be passed again, as in torch."""
+    read = reads(g.ops)
+    found = []
+    for t in order:
+        v = (cut or {}).get(id(t)) or vals.get(id(t))
+        if t._node is not None and v is not None and saves(v.producer, read):
+            found.append(t._node)
+    return found
+
+
 def _rebuild(
     loss: Tensor, cut: dict | None = None, order: list | None = None
 ) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
@@ -110,7 +125,7 @@ def backward(
     backward through a freed node raises flame.errors.AutogradError, as PyTorch raises. With
     create_graph=True the gradients carry their own history (module docstring)."""
     if gradient is not None:
-        _check_gradient(loss, gradient)
+        gradient = _check_gradient(loss, gradient)
     trace = current_trace.get()
     if trace is not None:
         trace.backward(loss, gradient, retain_graph)
@@ -140,15 +155,16 @@ def backward(
             node.freed = True
 
 
-def _check_gradient(loss: Tensor, gradient) -> None:
-    """backward(gradient)'s gradient is a tensor of loss's shape, as torch requires (a mismatch is torch's
-    RuntimeError "Mismatch in shape"), checked before anything runs."""
+def _check_gradient(loss: Tensor, gradient) -> Tensor:
+    """backward(gradient)'s gradient, a tensor of loss's shape as torch requires (a mismatch is torch's
+    RuntimeError "Mismatch in shape"), checked before anything runs; in loss's dtype, as torch casts it."""
     if not isinstance(gradient, Tensor):
         raise AutogradError(f"backward(): gradient must be a Tensor of the shape {list(loss.shape)} or None, got "
                             f"{type(gradient).__name__}\n  at {user_location()}")
     if tuple(gradient.shape) != tuple(loss.shape):
         raise AutogradError(f"backward(): Mismatch in shape: grad_output[0] has a shape of {list(gradient.shape)} "
                             f"and output[0] has a shape of {list(loss.shape)}\n  at {user_location()}")
+    return gradient if gradient.dtype == loss.dtype else gradient.to(loss.dtype)
 
 
 def known_tensors(order: list[Tensor], vals: dict[int, Value], cut: dict | None = None) -> dict:
@@ -203,13 +219,14 @@ def _gradients(
     create: bool = False,
 ):
     """The gradients of loss (seeded with `gradient`) with respect to the tensors `want` and, if
-    `leaves`, every leaf that requires grad: (those tensors, their gradients or None, the nodes passed).
+    `leaves`, every leaf that requires grad: (those tensors, their gradients or None, the nodes whose
+    saved tensors the backward read: saving_nodes).
     `order`: the tensors loss was computed from (_topo).
     `seeds`: id -> (tensor, gradient) of hooked tensors whose gradients are known: nothing flows back
     through them from loss, their own gradient flows on from them instead. `create`: the gradients
     carry histories (gradient_tensors)."""
     cut = dict.fromkeys(seeds)
-    g, vals, graph_leaves, nodes = _rebuild(loss, cut, order)
+    g, vals, graph_leaves, _ = _rebuild(loss, cut, order)
     wrt = [t for t in graph_leaves if t.requires_grad and leaves] + want
     inputs = list(graph_leaves)
     terms = [] if id(loss) in seeds else [(vals[id(loss)], gradient)]
@@ -225,23 +242,29 @@ def _gradients(
             out = term if out is None else b.add(out, term)
     inputs += [gr for _, gr in terms if gr is not None]
     grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed) if out is not None else [None] * len(wrt)
+    nodes = saving_nodes(g, vals, order, cut)
     known = known_tensors(order, vals, cut) if create else {}
     return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes
 
 
-def _hook_stages(loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool) -> dict:
+def _hook_stages(
+    loss: Tensor, gradient: Tensor | None, order: list[Tensor], create: bool, needed: set | None = None
+) -> tuple[dict, list]:
     """The gradients of the hooked non-leaf tensors, each group's hooks run on them, latest first, the
-    ones known seeding the next stage: id -> (tensor, its hooked gradient)."""
-    inner = {id(t): t for t in order if t._node is not None}
+    ones known seeding the next stage: (id -> (tensor, its hooked gradient), the nodes whose saved
+    tensors the stages read). `needed`: the ids of the tensors the backward passes (all when None)."""
+    inner = {id(t): t for t in order if t._node is not None and (needed is None or id(t) in needed)}
     seeds: dict[int, tuple] = {}
+    nodes: list = []
     for t in reversed(order):
         if id(t) in inner and is_hooked(t) and id(t) not in seeds:
             unit = [u for u in unit_of(t) if id(u) in inner]
-            _, grads, _ = _gradients(loss, gradient, seeds, unit, leaves=False, order=order, create=create)
+            _, grads, read = _gradients(loss, gradient, seeds, unit, leaves=False, order=order, create=create)
+            nodes += read
             with nullcontext() if create else no_grad():
                 grads = run_unit(unit, grads)
             seeds.update((id(u), (u, gr)) for u, gr in zip(unit, grads))
-    return seeds
+    return seeds, nodes
 
 
 def _hooked_backward(
@@ -251,11 +274,12 @@ def _hooked_backward(
     gradients: in stages, latest hooked tensors first, each stage computing the complete gradients of
     one group of them (frontend/hooks.py `unit_of`) with the gradients already hooked as seeds, its
     hooks then run on them; a last stage gives the leaves (whose hooks run before accumulation) and the
-    non-leaves that retain their grad. Returns ((leaf, gradient) pairs, the nodes passed). `create`:
-    the gradients carry histories and the hooks run recording theirs."""
-    seeds = _hook_stages(loss, gradient, order, create)
+    non-leaves that retain their grad. Returns ((leaf, gradient) pairs, the nodes whose saved tensors it
+    read). `create`: the gradients carry histories and the hooks run recording theirs."""
+    seeds, staged = _hook_stages(loss, gradient, order, create)
     retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
     wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order, create=create)
+    nodes += staged
     pairs = []
     with nullcontext() if create else no_grad():
         run_unit(retained, grads[len(wrt) - len(retained) :])
@@ -271,13 +295,15 @@ def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create
     """flame.autograd.grad's gradients of root with respect to `ins` through tensors with hooks or
     retain_grad(), as torch's: the hooks of the tensors passed run (in _hooked_backward's stages), those
     of the inputs too, and the non-leaves that retain their grad get it; no leaf's .grad is touched.
-    Returns (the gradients or None, the nodes passed)."""
-    seeds = _hook_stages(root, None, order, create)
-    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
+    Returns (the gradients or None, the nodes whose saved tensors it read)."""
+    needed = _passed(order, ins)
+    seeds, staged = _hook_stages(root, None, order, create, needed)
+    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds and id(t) in needed]
     taken = {id(t) for t in retained} | set(seeds)
     passed = {id(t) for t in order}
     free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
     _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create)
+    nodes += staged
     known = {id(t): gr for t, gr in zip(retained + free, grads)}
     known.update((i, gr) for i, (_, gr) in seeds.items())
     got = []
@@ -289,6 +315,16 @@ def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create
                 gr = run_unit([t], [gr])[0]
             got.append(gr)
     return got, nodes
+
+
+def _passed(order: list[Tensor], ins: Sequence[Tensor]) -> set[int]:
+    """The ids of the tensors of `order` a gradient with respect to `ins` passes (ins, and what was
+    computed from them): torch's engine runs only their nodes, so only their hooks and retain_grad()."""
+    passed = {id(t) for t in ins}
+    for t in order:
+        if t._node is not None and any(id(x) in passed for x in _inputs(t._node) if isinstance(x, Tensor)):
+            passed.add(id(t))
+    return passed
 
 
 def _last_use(order: list[Tensor]):

@@ -15,7 +15,7 @@ from contextlib import nullcontext
 
 from flame.errors import AutogradError
 from flame.frontend import autograd
-from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, hooked_grad, known_tensors
+from flame.frontend.autograd import _rebuild, _topo, gradient_tensors, hooked_grad, known_tensors, saving_nodes
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.hooks import accumulate_and_notify
@@ -107,8 +107,10 @@ def grad(
         root = _root(outs, seeds, "grad", create_graph)
         ws = [trace.value_of(t) for t in ins]
         trace.builder.loc = user_location()
+        hooks = trace._grad_hooks(list(ins))  # the tensors' hooks and retain_grad(), as eagerly
         got = [
-            None if gv is None else Tensor._traced(gv, trace) for gv in autodiff(trace.graph, trace.value_of(root), ws)
+            None if gv is None else Tensor._traced(gv, trace)
+            for gv in autodiff(trace.graph, trace.value_of(root), ws, hooks=hooks)
         ]
         if create_graph:
             _mark_recorded(trace, ws, got)
@@ -188,9 +190,10 @@ def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool) -> l
         got, nodes = hooked_grad(root, ins, order, create)
         _free(nodes, retain)
         return got
-    g, vals, leaves, nodes = _rebuild(root, order=order)
+    g, vals, leaves, _ = _rebuild(root, order=order)
     used = [t for t in ins if id(t) in vals]
     gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used])))
+    nodes = saving_nodes(g, vals, order)
     grads = [gvals.get(id(t)) for t in ins]
     known = known_tensors(order, vals) if create else {}
     got = gradient_tensors(g, grads, list(leaves), known, [t.dtype for t in ins], create)

@@ -59,7 +59,9 @@ class Forward:
 class Call:
     """One call's record for its VJP: `what`/`where` name the user's backward in errors; the types of its
     tensor arguments (`inputs`, at `positions` among `n_args` arguments) and of its output leaves
-    (`outputs`, None for a Python value); `slots`: which saved entries are tensors (the rest None)."""
+    (`outputs`, None for a Python value); `slots`: which saved entries are tensors (the rest None);
+    `saved_results`: saved tensor (its position among the saved tensors) -> the index of the result it
+    is, for a backward that reads the Function's own result (`op`, the definition's op, finds it)."""
 
     what: str
     where: str
@@ -69,6 +71,8 @@ class Call:
     inputs: list[TensorType]
     outputs: list[TensorType | None]
     slots: list[bool]
+    op: str = ""
+    saved_results: dict[int, int] = field(default_factory=dict)
     key: int = -1
     __weakref__: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -136,6 +140,8 @@ def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[
         [args[i]._type() for i in positions],
         [t._type() if isinstance(t, Tensor) else None for t in fw.outputs],
         [t is not None for t in fw.saved],
+        op.name,
+        {i: k for i, s in enumerate(saved) for k, (t, d) in enumerate(zip(fw.outputs, diff)) if d and s is t},
     )
     claim(_CALLS, call)
     if trace is not None:
@@ -178,6 +184,12 @@ def _vjp(b, gouts: dict, *inputs, call: int, index: int):
         )
     n, m = len(c.positions), sum(c.slots)
     values = [*inputs[: n + m], *(gouts.get(k) for k in range(len(c.outputs)))]
+    if c.saved_results:
+        # a saved result is read as the Function's result (torch's saved output), not as the forward's
+        # tensor before it: a gradient of the backward (create_graph) flows through the Function again
+        results = {op.attrs["index"]: op.out for op in b.graph.ops if op.name == c.op and op.attrs["call"] == call}
+        for i, k in c.saved_results.items():
+            values[n + i] = results.get(k, values[n + i])
     try:
         got, trace = run_backward(b, c.what, lambda *ts: _run(c, ts[n : n + m], ts[n + m :]), values)
     except AutogradError as e:  # the front end's count check: say where the call was made too

@@ -62,7 +62,8 @@ def accumulate_grad(t: Tensor, new: Tensor) -> None:
     sees the sum; inside @flame.compile an in-place update of the .grad input, so the plan writes the
     sum into that buffer), except while gradients are recorded (create_graph=True), where the sum is a
     new tensor with a history, as torch's."""
-    old = t.grad
+    eager_non_leaf = t._node is not None and t._value is None and current_trace.get() is None
+    old = t._grad if eager_non_leaf else t.grad  # (backward(inputs=[non-leaf]) fills it: no warning)
     if old is None:
         t.grad = new
     elif grad_enabled.get():
@@ -234,11 +235,13 @@ def run_unit(tensors: list[Tensor], grads: list) -> list:
                 grads[i] = _checked(h, grads[i], call_hook(h, grads[i]))
     for h in sorted(groups.values(), key=lambda h: h.id):
         members = h.members
-        idx = [next(j for j, t in enumerate(tensors) if t is m) for m in members]
-        got = h.fn(tuple(grads[j] for j in idx))
+        # a member the gradient does not reach (a module output the loss does not use) gets None
+        idx = [next((j for j, t in enumerate(tensors) if t is m), None) for m in members]
+        got = h.fn(tuple(None if j is None else grads[j] for j in idx))
         if got is not None:
             for j, gr in zip(idx, got):
-                grads[j] = gr
+                if j is not None:
+                    grads[j] = gr
     for t, gr in zip(tensors, grads):
         if t._retains_grad and gr is not None:
             if current_trace.get() is not None:

@@ -26,6 +26,7 @@ from flame.frontend.hooks import (
     traced_unit,
     unit_of,
 )
+from flame.frontend.saved import reads, saves
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import stale
 from flame.ir import registry
@@ -360,10 +361,12 @@ class Trace:
         again = next((op for op in self.graph.ops if op in used and op in self.freed), None)
         if again is not None:
             raise freed_graph_error(again.name, again.loc)
-        if not retain_graph:
-            self.freed |= used
         self.builder.loc = user_location()
+        start = len(self.graph.ops)
         grads = autodiff(self.graph, self.value_of(loss), leaf_values, seed, self._grad_hooks(leaves))
+        if not retain_graph:
+            read = reads(self.graph.ops[start:])
+            self.freed |= {op for op in used if saves(op, read)}
         _check_no_eager_history(leaves, grads)
         with no_grad():  # a later gradient is added into the existing .grad in place (hooks.accumulate_grad)
             for t, gv in zip(leaves, grads):

@@ -14,11 +14,12 @@ hooks inside @flame.compile run while the step is traced, on traced tensors."""
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 
 from flame.errors import AutogradError, FlameError
-from flame.frontend.context import current_trace, grad_enabled, user_location
+from flame.frontend.context import current_trace, grad_enabled, user_location, user_stacklevel
 from flame.frontend.hooks import GroupHook, RemovableHandle, call_hook, check_traced_result, hooks_state, seen
 from flame.frontend.tensor import Tensor
 
@@ -256,19 +257,19 @@ class _BackwardCall:
 
     def _wrap(self, values: tuple, on_grads: Callable) -> tuple[tuple, list[int] | None]:
         """values with each tensor that wants a gradient passed through an identity carrying a group hook;
-        the positions (among the tensors of values) of those, or None when none does."""
-        tensors = [i for i, v in enumerate(values) if isinstance(v, Tensor)]
-        pos = [k for k, i in enumerate(tensors) if _wants_grad(values[i])]
+        the positions (in values) of those, or None when none does. The hooks see one gradient per value,
+        None where a value is not a tensor or gets no gradient (torch's BackwardHook)."""
+        pos = [i for i, v in enumerate(values) if _wants_grad(v)]
         if not pos or not grad_enabled.get():
             return values, None
         new = list(values)
-        for k in pos:
-            new[tensors[k]] = _identity(values[tensors[k]])
-        GroupHook([new[tensors[k]] for k in pos], on_grads)
+        for i in pos:
+            new[i] = _identity(values[i])
+        GroupHook([new[i] for i in pos], on_grads)
         return tuple(new), pos
 
     def wrap_inputs(self, args: tuple) -> tuple:
-        self.n_inputs = sum(isinstance(a, Tensor) for a in args)
+        self.n_inputs = len(args)
         args, self.input_pos = self._wrap(args, self._on_inputs)
         return args
 
@@ -277,7 +278,7 @@ class _BackwardCall:
         if not one and not isinstance(result, tuple):
             return result
         values = (result,) if one else result
-        self.n_outputs = sum(isinstance(v, Tensor) for v in values)
+        self.n_outputs = len(values)
         values, self.output_pos = self._wrap(values, self._on_outputs)
         return values[0] if one else values
 
@@ -293,6 +294,8 @@ class _BackwardCall:
                 gout = _same_count(hook, got, len(gout), "grad_output")
         self.grad_outputs = gout
         if self.input_pos is None:  # no input wants a gradient: the full hooks run now, on Nones
+            if self.full:
+                warnings.warn(_NO_INPUT_GRAD, UserWarning, stacklevel=user_stacklevel())
             for hook in self.full:
                 got = call_hook(hook, self.module, (None,) * self.n_inputs, gout)
                 check_traced_result(hook, got, "grad_input")
@@ -315,6 +318,13 @@ class _BackwardCall:
                 gin = _same_count(hook, got, len(gin), "grad_input")
         self.grad_outputs = None
         return tuple(gin[k] for k in self.input_pos)
+
+
+_NO_INPUT_GRAD = (
+    "Full backward hook is firing when gradients are computed with respect to module outputs since no inputs "
+    "require gradients. See https://docs.pytorch.org/docs/main/generated/torch.nn.Module.html"
+    "#torch.nn.Module.register_full_backward_hook for more details."
+)
 
 
 def _name(hook: Callable) -> str:
