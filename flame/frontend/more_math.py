@@ -620,13 +620,15 @@ def renorm(input: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:  # noqa
 
 
 def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """maximum, but a NaN loses to a number (NaN only where both are)."""
-    return where(input != input, other, where(other != other, input, input.maximum(other)))
+    """maximum, but a NaN loses to a number (NaN only where both are). The gradient goes whole to the
+    operand picked, to input at a tie, as PyTorch's (maximum splits a tie evenly instead)."""
+    return where((input >= other) | (other != other), input, other)
 
 
 def fmin(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """minimum, but a NaN loses to a number (NaN only where both are)."""
-    return where(input != input, other, where(other != other, input, input.minimum(other)))
+    """minimum, but a NaN loses to a number (NaN only where both are). The gradient goes whole to the
+    operand picked, to input at a tie, as PyTorch's (minimum splits a tie evenly instead)."""
+    return where((input <= other) | (other != other), input, other)
 
 
 def float_power(input, exponent) -> Tensor:  # noqa: A002

@@ -443,6 +443,8 @@ class TensorOps:
             return (self.to(floor.dtype).float() / float(np.float32(other))).trunc().to(floor.dtype)
         if floor.dtype.is_float:  # torch: trunc(a / b) of the rounded quotient (1.0 / 0.1 is 10, not 9)
             return (self / other).trunc().to(floor.dtype)
+        if floor.dtype == u8:  # both sides unsigned (a negative Python divisor wraps, as torch's): no sign
+            return floor
         # integers: floor division rounds down; toward zero differs when the remainder is nonzero and
         # the signs differ
         rest = self - floor * other

@@ -1,0 +1,73 @@
+"""Values and gradients at ties, NaNs, zeros and integer wrap-around, against torch in f64 (and the integer
+dtypes), eagerly and inside @flame.compile.
+
+fmax / fmin send the whole gradient to the operand they pick, to input at a tie and to the number where the
+other is NaN (maximum / minimum split a tie evenly). max() / min() of all elements share the gradient among
+the elements equal to the result, among the NaNs where it is NaN (amax's is NaN everywhere then). A vector
+norm of negative ord gives zero gradient to its zero elements (and, being 0 then, to every element). A
+uint8 divided by a negative Python int divides by its wrapped value (253 for -3) with rounding_mode="trunc"
+as with "floor". round(decimals=) past f64's range gives NaN, as torch's."""
+
+import numpy as np
+import pytest
+
+from tests.tensor_parity.common import check, gradients
+
+NANS = np.array([[1.0, np.nan, 3.0, np.nan], [2.0, 2.0, 1.0, 1.0]])
+TIES = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 1.0, 0.0]])
+LEFT = np.array([1.0, 2.0, np.nan, 1.0, -0.0, 0.0, np.nan, np.inf, -1.0])
+RIGHT = np.array([1.0, 1.0, 1.0, np.nan, 0.0, -0.0, np.nan, 3.0, 2.0])
+W = np.linspace(0.5, 2.0, LEFT.size)
+ZEROS = np.array([0.0, 3.0, -4.0, 0.0])
+
+
+def _pair(name, side):
+    if side == 0:
+        return lambda L, x: (getattr(L, name)(x, L.tensor(RIGHT)) * L.tensor(W)).sum()
+    return lambda L, y: (getattr(L, name)(L.tensor(LEFT), y) * L.tensor(W)).sum()
+
+
+GRADIENTS = {
+    "fmax input": (_pair("fmax", 0), LEFT),
+    "fmax other": (_pair("fmax", 1), RIGHT),
+    "fmin input": (_pair("fmin", 0), LEFT),
+    "fmin other": (_pair("fmin", 1), RIGHT),
+    "max() at NaNs": (lambda L, x: x.max() * 2, NANS),
+    "min() at NaNs": (lambda L, x: L.min(x) * 2, NANS),
+    "max() at ties": (lambda L, x: x.max() * 2, TIES),
+    "min() at ties": (lambda L, x: x.min() * 2, TIES),
+    "vector_norm ord -1 at zeros": (lambda L, x: L.linalg.vector_norm(x, -1), ZEROS),
+    "vector_norm ord -2 at zeros": (lambda L, x: L.linalg.vector_norm(x, -2.0), ZEROS),
+    "vector_norm ord -1 all zero": (lambda L, x: L.linalg.vector_norm(x, -1), np.zeros(3)),
+    "vector_norm ord -1.5": (lambda L, x: L.linalg.vector_norm(x, -1.5), ZEROS + 1.0),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", GRADIENTS)
+def test_gradient(name, compiled):
+    f, at = GRADIENTS[name]
+    got, want = gradients(f, at, compiled)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"NaNs of {name}: {got} vs torch {want}")
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=name)
+
+
+U8 = np.array([0, 1, 3, 7, 100, 200, 250, 255], dtype=np.uint8)
+ROUNDED = np.array([1.5, 2.675, -0.0, 1e300, np.inf, np.nan])
+
+VALUES = {
+    "fmax": (lambda L, a, b: L.fmax(a, b), LEFT, RIGHT),
+    "fmin": (lambda L, a, b: L.fmin(a, b), LEFT, RIGHT),
+    "u8 div trunc by a negative int": (lambda L, a: L.div(a, -3, rounding_mode="trunc"), U8),
+    "u8 div trunc by a u8": (lambda L, a: L.div(a, a[::2].repeat(2) | 1, rounding_mode="trunc"), U8),
+    "round decimals=400": (lambda L, a: L.round(a, decimals=400), ROUNDED),
+    "round decimals=-400": (lambda L, a: L.round(a, decimals=-400), ROUNDED),
+    "round decimals=308": (lambda L, a: L.round(a, decimals=308), ROUNDED),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", VALUES)
+def test_value(name, compiled):
+    f, *args = VALUES[name]
+    check(f, *args, compiled=compiled)
