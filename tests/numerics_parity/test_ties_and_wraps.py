@@ -6,7 +6,9 @@ other is NaN (maximum / minimum split a tie evenly). max() / min() of all elemen
 the elements equal to the result, among the NaNs where it is NaN (amax's is NaN everywhere then). A vector
 norm of negative ord gives zero gradient to its zero elements (and, being 0 then, to every element). A
 uint8 divided by a negative Python int divides by its wrapped value (253 for -3) with rounding_mode="trunc"
-as with "floor". round(decimals=) past f64's range gives NaN, as torch's."""
+as with "floor". round(decimals=) past f64's range gives NaN, as torch's. trapezoid follows torch's formulas
+(with dx: (sum(y) - (y[0] + y[-1]) / 2) * dx, an integer sum taken in int64, so int8 / int32 samples whose
+neighbours' sums wrap integrate as torch's)."""
 
 import numpy as np
 import pytest
@@ -40,6 +42,8 @@ GRADIENTS = {
     "vector_norm ord -2 at zeros": (lambda L, x: L.linalg.vector_norm(x, -2.0), ZEROS),
     "vector_norm ord -1 all zero": (lambda L, x: L.linalg.vector_norm(x, -1), np.zeros(3)),
     "vector_norm ord -1.5": (lambda L, x: L.linalg.vector_norm(x, -1.5), ZEROS + 1.0),
+    "trapezoid dx": (lambda L, y: L.trapezoid(y, dx=0.3).sum(), np.linspace(-1.0, 2.0, 12).reshape(3, 4)),
+    "trapezoid x": (lambda L, y: L.trapezoid(y, L.tensor([0.0, 1.5, 3.0, 4.0])).sum(), np.ones((3, 4))),
 }
 
 
@@ -60,6 +64,12 @@ VALUES = {
     "fmin": (lambda L, a, b: L.fmin(a, b), LEFT, RIGHT),
     "u8 div trunc by a negative int": (lambda L, a: L.div(a, -3, rounding_mode="trunc"), U8),
     "u8 div trunc by a u8": (lambda L, a: L.div(a, a[::2].repeat(2) | 1, rounding_mode="trunc"), U8),
+    "trapezoid int8": (lambda L, a: L.trapezoid(a), np.array([100, 100, -100, 27], dtype=np.int8)),
+    "trapezoid int32 dx": (lambda L, a: L.trapezoid(a, dx=0.5), np.array([2**30, 2**30, -5, 7], dtype=np.int32)),
+    "trapezoid int32 x": (lambda L, a, x: L.trapezoid(a, x), np.array([2**30, 2**30, -5, 7], dtype=np.int32),
+                          np.array([0, 1, 3, 4])),
+    "trapezoid u8 dim 0": (lambda L, a: L.trapezoid(a, dim=0), U8.reshape(4, 2)),
+    "trapezoid f64": (lambda L, a: L.trapezoid(a, dx=0.3), np.linspace(-1.0, 2.0, 12).reshape(3, 4) ** 3),
     "round decimals=400": (lambda L, a: L.round(a, decimals=400), ROUNDED),
     "round decimals=-400": (lambda L, a: L.round(a, decimals=-400), ROUNDED),
     "round decimals=308": (lambda L, a: L.round(a, decimals=308), ROUNDED),
