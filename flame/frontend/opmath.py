@@ -198,7 +198,7 @@ def evenly_distributed(x: Tensor, value: Tensor) -> Tensor:
         return value
     t, v = x.detach(), value.detach()
     hit = ((t == v) | ((t != t) & (v != v))).to(x.dtype)
-    return apply("straight_through", (x * (hit / hit.sum())).sum(), value)
+    return apply("straight_through", _cast((x * (hit / hit.sum())).sum(), value.dtype), value)
 
 
 def wide(x: Tensor) -> Tensor:
