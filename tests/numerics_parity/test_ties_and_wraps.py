@@ -8,7 +8,8 @@ norm of negative ord gives zero gradient to its zero elements (and, being 0 then
 uint8 divided by a negative Python int divides by its wrapped value (253 for -3) with rounding_mode="trunc"
 as with "floor". round(decimals=) past f64's range gives NaN, as torch's. trapezoid follows torch's formulas
 (with dx: (sum(y) - (y[0] + y[-1]) / 2) * dx, an integer sum taken in int64, so int8 / int32 samples whose
-neighbours' sums wrap integrate as torch's)."""
+neighbours' sums wrap integrate as torch's). A zero remainder keeps fmod's sign, the dividend's (4.0 % -2.0 is
++0.0, where Python's % gives -0.0), and relu(-0.0) is -0.0, as torch's (seen through 1 / x)."""
 
 import numpy as np
 import pytest
@@ -57,6 +58,8 @@ def test_gradient(name, compiled):
 
 
 U8 = np.array([0, 1, 3, 7, 100, 200, 250, 255], dtype=np.uint8)
+SIGNED_ZEROS = (np.array([-4.0, 4.0, -0.0, 0.0, -4.0, 5.5, -5.5, 1.0, 2.0]),
+                np.array([-2.0, -2.0, -2.0, 2.0, 2.0, np.inf, np.inf, 0.0, -np.inf]))
 ROUNDED = np.array([1.5, 2.675, -0.0, 1e300, np.inf, np.nan])
 
 VALUES = {
@@ -70,6 +73,9 @@ VALUES = {
                           np.array([0, 1, 3, 4])),
     "trapezoid u8 dim 0": (lambda L, a: L.trapezoid(a, dim=0), U8.reshape(4, 2)),
     "trapezoid f64": (lambda L, a: L.trapezoid(a, dx=0.3), np.linspace(-1.0, 2.0, 12).reshape(3, 4) ** 3),
+    "remainder's zeros": (lambda L, a, b: 1 / L.remainder(a, b), SIGNED_ZEROS[0], SIGNED_ZEROS[1]),
+    "% a number's zeros": (lambda L, a: 1 / (a % -2.0), SIGNED_ZEROS[0]),
+    "relu's zeros": (lambda L, a: 1 / L.relu(a * 0), SIGNED_ZEROS[0]),
     "round decimals=400": (lambda L, a: L.round(a, decimals=400), ROUNDED),
     "round decimals=-400": (lambda L, a: L.round(a, decimals=-400), ROUNDED),
     "round decimals=308": (lambda L, a: L.round(a, decimals=308), ROUNDED),
