@@ -9,7 +9,9 @@ uint8 divided by a negative Python int divides by its wrapped value (253 for -3)
 as with "floor". round(decimals=) past f64's range gives NaN, as torch's. trapezoid follows torch's formulas
 (with dx: (sum(y) - (y[0] + y[-1]) / 2) * dx, an integer sum taken in int64, so int8 / int32 samples whose
 neighbours' sums wrap integrate as torch's). A zero remainder keeps fmod's sign, the dividend's (4.0 % -2.0 is
-+0.0, where Python's % gives -0.0), and relu(-0.0) is -0.0, as torch's (seen through 1 / x)."""
++0.0, where Python's % gives -0.0), and relu(-0.0) is -0.0, as torch's (seen through 1 / x). histc bins an
+element e at int((e - min) * bins / (max - min)) in the input's dtype, as torch's, so elements on or near a
+bin edge land where torch's do."""
 
 import numpy as np
 import pytest
@@ -60,6 +62,7 @@ def test_gradient(name, compiled):
 U8 = np.array([0, 1, 3, 7, 100, 200, 250, 255], dtype=np.uint8)
 SIGNED_ZEROS = (np.array([-4.0, 4.0, -0.0, 0.0, -4.0, 5.5, -5.5, 1.0, 2.0]),
                 np.array([-2.0, -2.0, -2.0, 2.0, 2.0, np.inf, np.inf, 0.0, -np.inf]))
+HISTC = np.concatenate([np.round(np.linspace(0.1, 4.0, 40), 1), np.linspace(0.3, 3.8, 18), [np.nan, np.inf]])
 ROUNDED = np.array([1.5, 2.675, -0.0, 1e300, np.inf, np.nan])
 
 VALUES = {
@@ -87,3 +90,17 @@ VALUES = {
 def test_value(name, compiled):
     f, *args = VALUES[name]
     check(f, *args, compiled=compiled)
+
+
+HISTCS = {
+    "at the edges": (lambda L, a: L.histc(a, 17, 0.3, 3.8), HISTC),
+    "at the edges f32": (lambda L, a: L.histc(a, 6, 0.6, 6.2), HISTC.astype(np.float32) * 2),
+    "of the data's range": (lambda L, a: L.histc(a, 7), HISTC[:-2]),
+}
+
+
+@pytest.mark.parametrize("name", HISTCS)
+def test_histc_bins_as_torch(name):
+    """Eagerly: inside @flame.compile histc raises (its counts are taken on the host)."""
+    f, *args = HISTCS[name]
+    check(f, *args, compiled=False)
