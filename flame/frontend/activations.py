@@ -224,14 +224,14 @@ def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype=N
 
 
 def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa: A002
-    """x where x > threshold, else value; an f16 / bf16 x is compared with the threshold in f32, as
-    PyTorch's kernel (the threshold not rounded to x's dtype)."""
+    """value where x <= threshold, else x (a NaN stays NaN); an f16 / bf16 x is compared with the threshold
+    in f32, as PyTorch's kernel (the threshold not rounded to x's dtype)."""
     if isinstance(input, Tensor):
         fits("threshold", "threshold", threshold, input.dtype)
         fits("threshold", "value", value, input.dtype)
     if isinstance(input, Tensor) and input.dtype in (f16, bf16):
-        return where(input.float() > _f32(threshold), input, value)
-    return where(input > threshold, input, value)
+        return where(input.float() <= _f32(threshold), value, input)
+    return where(input <= threshold, value, input)
 
 
 def tanhshrink(input: Tensor) -> Tensor:  # noqa: A002
@@ -241,7 +241,8 @@ def tanhshrink(input: Tensor) -> Tensor:  # noqa: A002
 
 @composite
 def _softshrink(x: Tensor, lambd: float) -> Tensor:
-    return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0.0))
+    # a NaN stays NaN, with no gradient (torch's vectorized kernels; its scalar loop passes one)
+    return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, where(x != x, x.detach(), 0.0)))
 
 
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
@@ -254,8 +255,9 @@ def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
 
 
 def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
-    """x where |x| > lambd, else 0."""
-    return where((input > lambd) | (input < -lambd), input, 0.0)
+    """x where |x| > lambd, else 0; a NaN stays NaN, with no gradient (torch's vectorized kernels; its scalar
+    loop passes one)."""
+    return where((input > lambd) | (input < -lambd), input, where(input != input, input.detach(), 0.0))
 
 
 def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,  # noqa: A002

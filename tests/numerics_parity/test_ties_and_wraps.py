@@ -2,16 +2,20 @@
 dtypes), eagerly and inside @flame.compile.
 
 fmax / fmin send the whole gradient to the operand they pick, to input at a tie and to the number where the
-other is NaN (maximum / minimum split a tie evenly). max() / min() of all elements share the gradient among
-the elements equal to the result, among the NaNs where it is NaN (amax's is NaN everywhere then). A vector
-norm of negative ord gives zero gradient to its zero elements (and, being 0 then, to every element). A
-uint8 divided by a negative Python int divides by its wrapped value (253 for -3) with rounding_mode="trunc"
-as with "floor". round(decimals=) past f64's range gives NaN, as torch's. trapezoid follows torch's formulas
-(with dx: (sum(y) - (y[0] + y[-1]) / 2) * dx, an integer sum taken in int64, so int8 / int32 samples whose
-neighbours' sums wrap integrate as torch's). A zero remainder keeps fmod's sign, the dividend's (4.0 % -2.0 is
-+0.0, where Python's % gives -0.0), and relu(-0.0) is -0.0, as torch's (seen through 1 / x). histc bins an
-element e at int((e - min) * bins / (max - min)) in the input's dtype, as torch's, so elements on or near a
-bin edge land where torch's do."""
+other is NaN (maximum / minimum split a tie evenly). max(), min() and median() of all elements share the
+gradient among the elements equal to the result, among the NaNs where it is NaN (amax's is NaN everywhere
+then); median(dim)'s goes to the first NaN of a line holding one, the index it returns. relu and threshold
+pass the gradient at a NaN; threshold, softshrink and hardshrink keep a NaN a NaN (softshrink and hardshrink
+with no gradient there, as torch's vectorized kernels: its scalar loop, for a few elements, passes one, as it
+does for hardtanh, relu6 and the elus). A vector norm of negative ord gives zero gradient to its zero
+elements (and, being 0 then, to every element). A uint8 divided by a negative Python int divides by its
+wrapped value (253 for -3) with rounding_mode="trunc" as with "floor". round(decimals=) past f64's range
+gives NaN, as torch's. trapezoid follows torch's formulas (with dx: (sum(y) - (y[0] + y[-1]) / 2) * dx, an
+integer sum taken in int64, so int8 / int32 samples whose neighbours' sums wrap integrate as torch's). A zero
+remainder keeps fmod's sign, the dividend's (4.0 % -2.0 is +0.0, where Python's % gives -0.0), and
+relu(-0.0) is -0.0, as torch's (seen through 1 / x). histc bins an element e at
+int((e - min) * bins / (max - min)) in the input's dtype, as torch's, so elements on or near a bin edge land
+where torch's do."""
 
 import numpy as np
 import pytest
@@ -24,6 +28,14 @@ LEFT = np.array([1.0, 2.0, np.nan, 1.0, -0.0, 0.0, np.nan, np.inf, -1.0])
 RIGHT = np.array([1.0, 1.0, 1.0, np.nan, 0.0, -0.0, np.nan, 3.0, 2.0])
 W = np.linspace(0.5, 2.0, LEFT.size)
 ZEROS = np.array([0.0, 3.0, -4.0, 0.0])
+
+
+ACT = np.array([np.nan, 1.0, -1.0, 0.5, -0.5, 0.0, 0.2, 6.0, 7.0])
+ACTIVATIONS = [("relu",), ("threshold", 0.5, 0.1), ("softshrink",), ("hardshrink",), ("relu6",), ("hardtanh",)]
+
+
+def _act(name, *args):
+    return lambda L, x: (getattr(L.nn.functional, name)(x, *args) * L.tensor(np.linspace(1.0, 2.0, ACT.size))).sum()
 
 
 def _pair(name, side):
@@ -41,6 +53,11 @@ GRADIENTS = {
     "min() at NaNs": (lambda L, x: L.min(x) * 2, NANS),
     "max() at ties": (lambda L, x: x.max() * 2, TIES),
     "min() at ties": (lambda L, x: x.min() * 2, TIES),
+    "median() at NaNs": (lambda L, x: L.median(x) * 2, NANS),
+    "median() at ties": (lambda L, x: L.median(x) * 2, TIES),
+    "median(dim) at NaNs": (lambda L, x: (L.median(x, 1).values * L.tensor([1.0, 2.0])).sum(), NANS),
+    "median(dim, keepdim) at NaNs": (lambda L, x: (L.median(x, 1, True)[0] * L.tensor([[1.0], [2.0]])).sum(), NANS),
+    **{f"{name} at NaN": (_act(name, *args), ACT) for name, *args in ACTIVATIONS},
     "vector_norm ord -1 at zeros": (lambda L, x: L.linalg.vector_norm(x, -1), ZEROS),
     "vector_norm ord -2 at zeros": (lambda L, x: L.linalg.vector_norm(x, -2.0), ZEROS),
     "vector_norm ord -1 all zero": (lambda L, x: L.linalg.vector_norm(x, -1), np.zeros(3)),
@@ -79,6 +96,8 @@ VALUES = {
     "remainder's zeros": (lambda L, a, b: 1 / L.remainder(a, b), SIGNED_ZEROS[0], SIGNED_ZEROS[1]),
     "% a number's zeros": (lambda L, a: 1 / (a % -2.0), SIGNED_ZEROS[0]),
     "relu's zeros": (lambda L, a: 1 / L.relu(a * 0), SIGNED_ZEROS[0]),
+    **{f"{name} of NaN": (lambda L, a, name=name, args=args: getattr(L.nn.functional, name)(a, *args), ACT)
+       for name, *args in ACTIVATIONS},
     "round decimals=400": (lambda L, a: L.round(a, decimals=400), ROUNDED),
     "round decimals=-400": (lambda L, a: L.round(a, decimals=-400), ROUNDED),
     "round decimals=308": (lambda L, a: L.round(a, decimals=308), ROUNDED),

@@ -145,8 +145,8 @@ unary("erfc", _erfc_ref,
       _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), -TWO_OVER_SQRT_PI)),)), cost=_LIBM,
       doc="1 - erf(x) without the cancellation: accurate in the tail where erf rounds to 1, as torch.erfc")
 unary("relu", lambda x: np.where(x < 0, 0, x).astype(x.dtype),  # -0.0 stays -0.0, as torch's and the kernel's
-      lambda b, g, x, y: (b.where(b.gt(y, 0), g, 0),), kinds=_NUM,  # y > 0 exactly where x > 0: the backward
-      # reads the result, which the next layer keeps anyway
+      lambda b, g, x, y: (b.where(b.le(y, 0), 0, g),), kinds=_NUM,  # y <= 0 exactly where x <= 0: the backward
+      # reads the result, which the next layer keeps anyway; a NaN passes the gradient, as torch's
       epilogue="relu")
 unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))}, cost=_LIBM,
       epilogue="gelu")  # cuBLASLt's GELU is the tanh form only
