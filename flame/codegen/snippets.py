@@ -175,13 +175,13 @@ __device__ __forceinline__ double flame_floordiv(double a, double b) {
 __device__ __forceinline__ float flame_remainder(float a, float b) {
   float mod = fmodf(a, b);
   if (b == 0.0f) return mod;
-  if (mod != 0.0f) { if ((b < 0.0f) != (mod < 0.0f)) mod += b; } else mod = copysignf(0.0f, b);
+  if (mod != 0.0f && (b < 0.0f) != (mod < 0.0f)) mod += b;  // a zero keeps fmod's sign, as torch's
   return mod;
 }
 __device__ __forceinline__ double flame_remainder(double a, double b) {
   double mod = fmod(a, b);
   if (b == 0.0) return mod;
-  if (mod != 0.0) { if ((b < 0.0) != (mod < 0.0)) mod += b; } else mod = copysign(0.0, b);
+  if (mod != 0.0 && (b < 0.0) != (mod < 0.0)) mod += b;  // a zero keeps fmod's sign, as torch's
   return mod;
 }
 template <typename T> __device__ __forceinline__ T flame_floordiv_int(T a, T b) {

@@ -241,7 +241,8 @@ def tanhshrink(input: Tensor) -> Tensor:  # noqa: A002
 
 @composite
 def _softshrink(x: Tensor, lambd: float) -> Tensor:
-    return where(x > lambd, x - lambd, where(x >= -lambd, 0.0, x + lambd))  # a NaN stays NaN, as torch's
+    # a NaN stays NaN, with no gradient (torch's vectorized kernels; its scalar loop passes one)
+    return where(x > lambd, x - lambd, where(x < -lambd, x + lambd, where(x != x, x.detach(), 0.0)))
 
 
 def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
@@ -254,8 +255,9 @@ def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
 
 
 def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
-    """0 where -lambd <= x <= lambd, else x (a NaN stays NaN, with its gradient, as torch's)."""
-    return where((input >= -lambd) & (input <= lambd), 0.0, input)
+    """x where |x| > lambd, else 0; a NaN stays NaN, with no gradient (torch's vectorized kernels; its scalar
+    loop passes one)."""
+    return where((input > lambd) | (input < -lambd), input, where(input != input, input.detach(), 0.0))
 
 
 def rrelu(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False,  # noqa: A002

@@ -131,8 +131,20 @@ def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) ->
         lo, hi = float(x.min()), float(x.max())
     if lo == hi:
         lo, hi = lo - 1, hi + 1
-    counts, _ = np.histogram(x.astype(np.float64), bins=bins, range=(lo, hi))
-    return Tensor(counts.astype(input.dtype.np_dtype), dtype=input.dtype)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise ArgumentError(f"histc: range of [{lo}, {hi}] is not finite\n  at {user_location()}")
+    return Tensor(_histc_counts(x, bins, lo, hi).astype(input.dtype.np_dtype), dtype=input.dtype)
+
+
+def _histc_counts(x: np.ndarray, bins: int, lo: float, hi: float) -> np.ndarray:
+    """torch's histc binning, in x's dtype (f64 for a half one): an element e in [lo, hi] falls in bin
+    int((e - lo) * bins / (hi - lo)), hi in the last; no search corrects the rounding at the edges, as
+    torch's (np.histogram's correction puts some elements one bin away from torch's)."""
+    dt = x.dtype.type if x.dtype in (np.float32, np.float64) else np.float64
+    e, lo, hi = x.reshape(-1).astype(dt), dt(lo), dt(hi)
+    e = e[(e >= lo) & (e <= hi)]
+    pos = np.minimum(((e - lo) * dt(bins) / (hi - lo)).astype(np.int64), bins - 1)
+    return np.bincount(pos, minlength=bins)
 
 
 def histogram(input: Tensor, bins, *, range=None, weight: Tensor | None = None,  # noqa: A002

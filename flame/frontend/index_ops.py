@@ -208,8 +208,8 @@ def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = No
         return scatter_add(x, dim, index, src)
     if reduce is not None:
         raise ShapeError(
-            f"scatter: reduce={reduce!r} is not supported (None or 'add'; scatter_reduce is not "
-            f"supported either)\n  at {user_location()}"
+            f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r} (scatter_reduce takes 'sum', "
+            f"'prod', 'mean', 'amax' and 'amin')\n  at {user_location()}"
         )
     if x.ndim and not index.numel():
         return _untouched(x, src)

@@ -173,8 +173,15 @@ def diff(input: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None
 
 
 def trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1) -> Tensor:
-    """The trapezoid rule's integral of y along dim: over sample points x, or spacing dx (default 1)."""
-    return _trapezoids(y, x, dx, dim).sum(dim_index("trapezoid", dim, y.ndim))
+    """The trapezoid rule's integral of y along dim: over sample points x, or spacing dx (default 1). As
+    torch's: with dx, (sum(y) - (y[0] + y[-1]) / 2) * dx (an integer sum in int64); with x,
+    sum(diff(x) * (y[1:] + y[:-1])) / 2."""
+    d = dim_index("trapezoid", dim, y.ndim)
+    if not y.shape[d]:
+        return _trapezoids(y, x, dx, dim).sum(d)
+    if x is None:
+        return (y.sum(d) - (y.select(d, 0) + y.select(d, -1)) * 0.5) * (1.0 if dx is None else dx)
+    return _trapezoids(y, x, dx, dim, halved=False).sum(d) / 2.0
 
 
 def cumulative_trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1) -> Tensor:
@@ -182,10 +189,11 @@ def cumulative_trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None
     return _trapezoids(y, x, dx, dim).cumsum(dim_index("cumulative_trapezoid", dim, y.ndim))
 
 
-def _trapezoids(y: Tensor, x: Tensor | None, dx: float | None, dim: int) -> Tensor:
+def _trapezoids(y: Tensor, x: Tensor | None, dx: float | None, dim: int, halved: bool = True) -> Tensor:
     d = dim_index("trapezoid", dim, y.ndim)
     length = y.shape[d]
-    mid = (y.narrow(d, 1, length - 1) + y.narrow(d, 0, length - 1)) / 2 if length else y
+    mid = (y.narrow(d, 1, length - 1) + y.narrow(d, 0, length - 1)) if length else y
+    mid = mid / 2 if halved else mid
     if x is None:
         return mid * (1.0 if dx is None else dx)
     if dx is not None:
@@ -620,14 +628,14 @@ def renorm(input: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:  # noqa
 
 
 def fmax(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """maximum, but a NaN loses to a number (NaN only where both are); on a tie the gradient goes to input
-    alone, as torch's (input where input >= other or other is NaN, else other)."""
+    """maximum, but a NaN loses to a number (NaN only where both are). The gradient goes whole to the
+    operand picked, to input at a tie, as PyTorch's (maximum splits a tie evenly instead)."""
     return where((input >= other) | (other != other), input, other)
 
 
 def fmin(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
-    """minimum, but a NaN loses to a number (NaN only where both are); on a tie the gradient goes to input
-    alone, as torch's (input where input <= other or other is NaN, else other)."""
+    """minimum, but a NaN loses to a number (NaN only where both are). The gradient goes whole to the
+    operand picked, to input at a tie, as PyTorch's (minimum splits a tie evenly instead)."""
     return where((input <= other) | (other != other), input, other)
 
 

@@ -255,9 +255,9 @@ def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=
         return where(x != 0, 1.0, x * 0).sum(dim, keepdim)
     if ord == 1:
         return a.sum(dim, keepdim)
-    if 0 < ord < 1:  # d a**ord is infinite at 0: its elements there take no gradient, as in PyTorch
+    if ord < 1:  # d a**ord is infinite at 0 (ord < 0 too): its elements there take no gradient, as in PyTorch
         at0 = a == 0
-        s = where(at0, 0.0, where(at0, 1.0, a) ** ord).sum(dim, keepdim)
+        s = where(at0, 0.0 if ord > 0 else float("inf"), where(at0, 1.0, a) ** ord).sum(dim, keepdim)
     else:
         s = (x * x if ord == 2 else a**ord).sum(dim, keepdim)
     if ord < 0:

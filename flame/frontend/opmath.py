@@ -190,6 +190,17 @@ def half_gradient(x) -> bool:
     return isinstance(x, Tensor) and x.dtype in (f16, bf16) and wants_gradient(x)
 
 
+def evenly_distributed(x: Tensor, value: Tensor) -> Tensor:
+    """value, the max() or min() of all of x, with PyTorch's evenly_distribute_backward as its gradient: the
+    cotangent shared evenly among the elements equal to value, or among the NaNs where value is NaN (where
+    amax's gradient, shared among the elements equal to value, is NaN everywhere)."""
+    if not float_gradient(x):
+        return value
+    t, v = x.detach(), value.detach()
+    hit = ((t == v) | ((t != t) & (v != v))).to(x.dtype)
+    return apply("straight_through", _cast((x * (hit / hit.sum())).sum(), value.dtype), value)
+
+
 def wide(x: Tensor) -> Tensor:
     """x in its opmath dtype: f32 for f16 / bf16, its own dtype otherwise."""
     return _cast(x, f32) if x.dtype in (f16, bf16) else x

@@ -349,7 +349,7 @@ class TensorCore:
         if not self.dtype.is_float:
             raise DTypeError(f'round: "round" with decimals is not implemented for {self.dtype} tensors (as in '
                              f"PyTorch)\n  at {user_location()}")
-        scale = 10.0 ** abs(int(decimals))
+        scale = 10.0 ** abs(int(decimals)) if abs(int(decimals)) <= 308 else float("inf")  # NaN, as torch's
         return (self * scale).round() / scale if decimals > 0 else (self / scale).round() * scale
 
     def logical_not(self):
@@ -394,8 +394,8 @@ class TensorCore:
         """max() of all elements; max(dim) -> (values, indices); max(other): the elementwise maximum."""
         if isinstance(dim, Tensor):
             return self.maximum(dim)
-        if dim is None:
-            return self.amax()
+        if dim is None:  # the gradient shared among the ties, as torch's (amax's: NaN at a NaN)
+            return opmath.evenly_distributed(self, self.amax())
         ranked = self.to(u8) if self.dtype == boolean else self  # bool: the indices of its 0/1 values
         return _picked("max", self, ranked.argmax(dim, keepdim), dim, keepdim)
 
@@ -403,8 +403,8 @@ class TensorCore:
         """min() of all elements; min(dim) -> (values, indices); min(other): the elementwise minimum."""
         if isinstance(dim, Tensor):
             return self.minimum(dim)
-        if dim is None:
-            return self.amin()
+        if dim is None:  # the gradient shared among the ties, as torch's (amax's: NaN at a NaN)
+            return opmath.evenly_distributed(self, self.amin())
         ranked = self.to(u8) if self.dtype == boolean else self  # bool: the indices of its 0/1 values
         return _picked("min", self, ranked.argmin(dim, keepdim), dim, keepdim)
 

@@ -462,19 +462,19 @@ class TensorMath:
             v = flat.kthvalue((flat.shape[0] + 1) // 2, 0).values
             if not self.dtype.is_float:
                 return v
-            tie = flat == v.detach()  # torch: the gradient is shared evenly by the elements equal to the median
-            share = where(tie, flat, 0.0).sum() / tie.sum().to(self.dtype)
-            v = v.detach() + (share - share.detach())  # v's value, the shared gradient
-            return where(flat.isnan().any(), float("nan"), v)
+            # torch: the gradient shared evenly by the elements equal to the median (by the NaNs at a NaN)
+            return opmath.evenly_distributed(flat, where(flat.isnan().any(), float("nan"), v.detach()))
         axis = dim_index("median", dim, self.ndim)
         n = self.shape[axis] if self.ndim else 1
         r = self.kthvalue((n + 1) // 2, axis, keepdim)
         if not self.dtype.is_float or not self.ndim:
             return MedianResult(r.values, r.indices)
-        nan = self.isnan()  # torch: a line holding a NaN has the median NaN, at its first NaN
+        nan = self.isnan()  # torch: a line holding a NaN has the median NaN, at its first NaN (its gradient there)
         has = nan.any(axis, keepdim)
-        first = nan.to(u8).argmax(axis, keepdim)
-        return MedianResult(where(has, float("nan"), r.values), where(has, first, r.indices))
+        first = nan.to(u8).argmax(axis, True)
+        at_nan = self.gather(axis, first)
+        first, at_nan = (first, at_nan) if keepdim else (first.squeeze(axis), at_nan.squeeze(axis))
+        return MedianResult(where(has, at_nan, r.values), where(has, first, r.indices))
 
     def nanmedian(self, dim: int | None = None, keepdim: bool = False):
         """median ignoring NaN, as torch.nanmedian: the lower median of the values that are not NaN (NaN

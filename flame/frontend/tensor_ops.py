@@ -443,6 +443,8 @@ class TensorOps:
             return (self.to(floor.dtype).float() / float(np.float32(other))).trunc().to(floor.dtype)
         if floor.dtype.is_float:  # torch: trunc(a / b) of the rounded quotient (1.0 / 0.1 is 10, not 9)
             return (self / other).trunc().to(floor.dtype)
+        if floor.dtype == u8:  # both sides unsigned (a negative Python divisor wraps, as torch's): no sign
+            return floor
         # integers: floor division rounds down; toward zero differs when the remainder is nonzero and
         # the signs differ
         rest = self - floor * other
@@ -541,7 +543,14 @@ class TensorOps:
 
     def scatter(self, dim: int, index, src=None, value=None, *, reduce: str | None = None):
         """self with src (or value) written at index along dim; of several writes to one position the
-        last in row-major order wins, as torch.scatter on the CPU."""
+        last in row-major order wins, as torch.scatter on the CPU. reduce="add" / "multiply" are torch's
+        older spellings of scatter_reduce's "sum" / "prod" (src counted in, whole)."""
+        if reduce == "multiply" and (src is None) != (value is None):
+            src = value if src is None else src
+            if not isinstance(src, Tensor):
+                shape = tuple(index.shape) if isinstance(index, Tensor) else np.shape(index)
+                src = full(shape, src, self.dtype)
+            return scatter_reduce.scatter_reduce(self, dim, index, src, "prod")
         return index_ops.scatter(self, dim, index, src, value, reduce=reduce)
 
     def scatter_(self, dim: int, index, src=None, value=None, *, reduce: str | None = None):

@@ -107,3 +107,27 @@ def test_narrow_and_bool_dtypes(reduce, dtype, compiled):
     for include_self in (True, False):
         check(lambda L, a, b, inc=include_self: a.scatter_reduce(0, L.tensor(IDX[0]), b, reduce, include_self=inc),
               x.astype(dtype), s.astype(dtype), compiled=compiled, rtol=2e-3)
+
+
+SCATTER_X = np.arange(1.0, 13.0).reshape(3, 4)
+SCATTER_INDEX = np.array([[0, 1, 0, 2], [0, 0, 1, 1]])
+SCATTER_SRC = np.arange(2.0, 10.0).reshape(2, 4)
+OLD_SPELLINGS = {
+    "multiply src": (lambda L, a, i, s: a.scatter(0, i, s, reduce="multiply"), SCATTER_X, SCATTER_INDEX, SCATTER_SRC),
+    "multiply value": (lambda L, a, i: a.scatter(1, i, 2.5, reduce="multiply"), SCATTER_X, SCATTER_INDEX[:, :2]),
+    "multiply int value": (lambda L, a, i: a.scatter(1, i, 2.5, reduce="multiply"), SCATTER_X.astype(np.int64),
+                           SCATTER_INDEX[:, :2]),
+    "multiply in place": (lambda L, a, i, s: a.clone().scatter_(0, i, s, reduce="multiply"), SCATTER_X,
+                          SCATTER_INDEX, SCATTER_SRC),
+    "add int value": (lambda L, a, i: a.scatter(1, i, 2.5, reduce="add"), SCATTER_X.astype(np.int64),
+                      SCATTER_INDEX[:, :2]),
+    "unknown": (lambda L, a, i, s: a.scatter(0, i, s, reduce="mean"), SCATTER_X, SCATTER_INDEX, SCATTER_SRC),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", OLD_SPELLINGS)
+def test_scatter_reduce_argument_as_torch(name, compiled):
+    """scatter(reduce="add" / "multiply"): torch's older spellings of scatter_reduce's "sum" / "prod"."""
+    f, *args = OLD_SPELLINGS[name]
+    check(f, *args, compiled=compiled)

@@ -144,9 +144,10 @@ unary("atanh", np.arctanh, _opmath(lambda b, g, x, y: (b.div(g, b.sub(1.0, b.mul
 unary("erfc", _erfc_ref,
       _opmath(lambda b, g, x, y: (b.mul(g, b.mul(b.exp(b.neg(b.mul(x, x))), -TWO_OVER_SQRT_PI)),)), cost=_LIBM,
       doc="1 - erf(x) without the cancellation: accurate in the tail where erf rounds to 1, as torch.erfc")
-unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype),  # y <= 0 exactly where x <= 0: the backward reads
-      lambda b, g, x, y: (b.where(b.le(y, 0), 0, g),), kinds=_NUM,  # the result, which the next layer keeps anyway;
-      epilogue="relu")  # a NaN passes the cotangent through, as torch's threshold_backward
+unary("relu", lambda x: np.where(x < 0, 0, x).astype(x.dtype),  # -0.0 stays -0.0, as torch's and the kernel's
+      lambda b, g, x, y: (b.where(b.le(y, 0), 0, g),), kinds=_NUM,  # y <= 0 exactly where x <= 0: the backward
+      # reads the result, which the next layer keeps anyway; a NaN passes the gradient, as torch's
+      epilogue="relu")
 unary("gelu", _gelu_ref, _opmath(_gelu_vjp), attrs={"approximate": Attr("str", "none", ("none", "tanh"))}, cost=_LIBM,
       epilogue="gelu")  # cuBLASLt's GELU is the tanh form only
 unary("silu", lambda x: x * _sigmoid_ref(x), _opmath(_silu_vjp), cost=_LIBM)
@@ -263,7 +264,16 @@ DIV = binary("div", _int_div_ref, lambda b, g, x, y, out: (b.div(g, y), b.neg(b.
 binary("pow", _power_any, _pow_vjp, autocast="f32", cost=_LIBM)
 binary("floor_divide", _integer_division("floor_divide", np.floor_divide), nondiff=_PIECEWISE,
        cost=_IEEE, scalar_opmath=True)  # Python's // (floor), as torch.floor_divide
-binary("remainder", _integer_division("remainder", np.remainder),  # Python's %: the divisor's sign, as torch's
+def _remainder(x, y):
+    """torch's remainder: fmod, plus y where that is nonzero and of the other sign (a zero keeps fmod's
+    sign, the dividend's: 4.0 % -2.0 is +0.0 where Python's % gives -0.0)."""
+    if np.result_type(x, y).kind != "f":
+        return np.remainder(x, y)
+    mod = np.fmod(x, y)
+    return np.where((mod != 0) & ((y < 0) != (mod < 0)), mod + y, mod).astype(mod.dtype)
+
+
+binary("remainder", _integer_division("remainder", _remainder),  # Python's %: the divisor's sign, as torch's
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, b.floor_divide(x, y)))), cost=_IEEE)
 binary("fmod", _integer_division("fmod", np.fmod),  # C's fmod: the dividend's sign, as torch.fmod
        lambda b, g, x, y, out: (g, b.neg(b.mul(g, _trunc(b, b.div(x, y))))), cost=_IEEE)
