@@ -43,26 +43,26 @@ class ModuleLookup:
             raise AttributeError("`" + atoms[-1] + "` is not an nn.Module")
         setattr(parent, atoms[-1], module)
 
-    def get_parameter(self, target: str):
-        """The Parameter at the dotted path `target`."""
-        from flame.nn.parameter import Parameter
-
+    def _attribute_at(self, target: str):
+        """(the module holding the dotted path `target`'s last name, that name, its value)."""
         module_path, _, name = target.rpartition(".")
         mod = self.get_submodule(module_path)
         if not hasattr(mod, name):
             raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
-        param = getattr(mod, name)
+        return mod, name, getattr(mod, name)
+
+    def get_parameter(self, target: str):
+        """The Parameter at the dotted path `target`."""
+        from flame.nn.parameter import Parameter
+
+        _, name, param = self._attribute_at(target)
         if not isinstance(param, Parameter):
             raise AttributeError("`" + name + "` is not an nn.Parameter")
         return param
 
     def get_buffer(self, target: str):
         """The buffer at the dotted path `target`."""
-        module_path, _, name = target.rpartition(".")
-        mod = self.get_submodule(module_path)
-        if not hasattr(mod, name):
-            raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
-        buffer = getattr(mod, name)
+        mod, name, buffer = self._attribute_at(target)
         if name not in mod._buffers:
             raise AttributeError("`" + name + "` is not a buffer")
         return buffer

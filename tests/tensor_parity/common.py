@@ -128,3 +128,10 @@ def gradients(f: Callable, x: np.ndarray, compiled: bool) -> tuple[np.ndarray, n
         f(flame, fx).backward()
         got = fx.grad
     return got.numpy(), tx.grad.numpy()
+
+
+def check_gradients(name: str, f: Callable, x: np.ndarray, compiled: bool) -> None:
+    """flame's gradient of f at x (gradients) equals torch's to 1e-12, NaNs where torch's are."""
+    got, want = gradients(f, x, compiled)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"NaNs of {name}: {got} vs torch {want}")
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, err_msg=name)
