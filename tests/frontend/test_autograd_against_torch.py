@@ -251,3 +251,12 @@ def test_backward_casts_a_gradient_of_another_dtype_to_the_output_dtype(compiled
     got, want = run(flame), run(torch)
     assert got.dtype == flame.float32
     np.testing.assert_allclose(_arr(got), _arr(want), rtol=1e-6)
+
+
+@pytest.mark.parametrize("lib", [flame, torch])
+def test_autograd_grad_argument_errors_as_torch(lib):
+    x = lib.tensor(X, requires_grad=True)
+    with pytest.raises(RuntimeError, match="`inputs` argument to `grad\\(\\)` cannot be empty"):
+        lib.autograd.grad((x * 2).sum(), [])
+    with pytest.raises(ValueError, match="Expected allow_unused to be True or not passed when materialize_grads"):
+        lib.autograd.grad((x * 2).sum(), [x], allow_unused=False, materialize_grads=True)
