@@ -180,6 +180,30 @@ def own_hooks(t: Tensor) -> OrderedDict | None:
     return OrderedDict((k, h) for k, h in t._hooks.items() if not isinstance(h, GroupHook)) or None
 
 
+def hand_over_hooks(t: Tensor, old: Tensor) -> None:
+    """An in-place write left `old` standing for t as it was (its gradient history): t's own gradient
+    hooks go with it, as torch's stay on the node of the version they were registered on, so they see
+    the gradient of that version; a module's group hooks stay on t. (The dict moves whole, so the
+    handles still remove them.)"""
+    hooks = t._hooks
+    if not hooks:
+        return
+    groups = OrderedDict((k, h) for k, h in hooks.items() if isinstance(h, GroupHook))
+    for k in groups:
+        del hooks[k]
+    old._hooks, t._hooks = hooks or None, groups or None
+
+
+def hand_over_traced_hooks(t: Tensor) -> None:
+    """hand_over_hooks while tracing, before traced t takes a new value by a write gradients are
+    recorded for: its own hooks go to a traced tensor holding its value as it was, which its trace's
+    backward looks for as it does for t. (A write under no_grad keeps them on t, as torch's.)"""
+    if t._value is not None and t._hooks and grad_enabled.get() and own_hooks(t):
+        old = Tensor._traced(t._value, t._trace)
+        hand_over_hooks(t, old)
+        _note(old)
+
+
 def is_hooked(t: Tensor) -> bool:
     """t has a hook or a group hook."""
     return bool(t._hooks)

@@ -260,3 +260,27 @@ def test_autograd_grad_argument_errors_as_torch(lib):
         lib.autograd.grad((x * 2).sum(), [])
     with pytest.raises(ValueError, match="Expected allow_unused to be True or not passed when materialize_grads"):
         lib.autograd.grad((x * 2).sum(), [x], allow_unused=False, materialize_grads=True)
+
+
+def _hooks_around_an_in_place_write(lib, compiled=False):
+    """Hooks registered on a non-leaf before and after an in-place write into it, and on a view of it
+    before a write into its base: torch's stay with the version they were registered on."""
+    w = lib.tensor(X, requires_grad=True)
+
+    def step(x):
+        y = x * w
+        y.register_hook(lambda g: g + 1)
+        v = y[1]
+        v.register_hook(lambda g: g + 100)
+        y.mul_(2)
+        y.register_hook(lambda g: g * 3)
+        (y * y + v).sum().backward()
+        return x
+
+    (flame.compile(step) if compiled else step)(lib.tensor(X / 2))
+    return _arr(w.grad)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hooks_registered_before_an_in_place_write_see_the_gradient_of_that_version(compiled):
+    np.testing.assert_allclose(_hooks_around_an_in_place_write(flame, compiled), _hooks_around_an_in_place_write(torch))
