@@ -247,8 +247,10 @@ def _checked(fn: Callable, grad: Tensor, got) -> Tensor:
 
 def run_unit(tensors: list[Tensor], grads: list) -> list:
     """Apply the hooks of `tensors` to their complete gradients (Tensors or None), PyTorch's order: each
-    tensor's own hooks in registration order, then the group hooks; a non-leaf that retains its grad
-    gets the result in .grad. Concrete gradients eagerly, traced ones inside @flame.compile."""
+    tensor's own hooks in registration order, then (a non-leaf that retains its grad gets the result in
+    .grad) the group hooks, which torch runs on the node after the tensor's hooks (a module's backward
+    pre-hook changes what flows into the module, not its output's .grad). Concrete gradients eagerly,
+    traced ones inside @flame.compile."""
     grads = list(grads)
     groups = {}
     for i, t in enumerate(tensors):
@@ -257,6 +259,14 @@ def run_unit(tensors: list[Tensor], grads: list) -> list:
                 groups.setdefault(h.id, h)
             elif grads[i] is not None:
                 grads[i] = _checked(h, grads[i], call_hook(h, grads[i]))
+    for t, gr in zip(tensors, grads):
+        if t._retains_grad and gr is not None:
+            if current_trace.get() is not None:
+                with no_grad():
+                    accumulate_grad(t, gr)
+            else:  # torch's retain_grad sums out of place (recorded for a gradient with a history)
+                with nullcontext() if gr.requires_grad and grad_enabled.get() else no_grad():
+                    t.grad = gr if t.grad is None else t.grad + gr
     for h in sorted(groups.values(), key=lambda h: h.id):
         members = h.members
         # a member the gradient does not reach (a module output the loss does not use) gets None
@@ -266,14 +276,6 @@ def run_unit(tensors: list[Tensor], grads: list) -> list:
             for j, gr in zip(idx, got):
                 if j is not None:
                     grads[j] = gr
-    for t, gr in zip(tensors, grads):
-        if t._retains_grad and gr is not None:
-            if current_trace.get() is not None:
-                with no_grad():
-                    accumulate_grad(t, gr)
-            else:  # torch's retain_grad sums out of place (recorded for a gradient with a history)
-                with nullcontext() if gr.requires_grad and grad_enabled.get() else no_grad():
-                    t.grad = gr if t.grad is None else t.grad + gr
     return grads
 
 

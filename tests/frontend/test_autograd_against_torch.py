@@ -284,3 +284,25 @@ def _hooks_around_an_in_place_write(lib, compiled=False):
 @pytest.mark.parametrize("compiled", [False, True])
 def test_hooks_registered_before_an_in_place_write_see_the_gradient_of_that_version(compiled):
     np.testing.assert_allclose(_hooks_around_an_in_place_write(flame, compiled), _hooks_around_an_in_place_write(torch))
+
+
+def _retained_module_output(lib, compiled=False):
+    """retain_grad() on a module's output whose backward pre-hook scales the gradient flowing in."""
+    tanh = lib.nn.Tanh()
+    tanh.register_full_backward_pre_hook(lambda m, gout: (gout[0] * 10,))
+    w = lib.tensor(X, requires_grad=True)
+
+    def step(x):
+        y = tanh(x * w)
+        y.retain_grad()
+        (y * y).sum().backward()
+        return y.grad
+
+    got = (flame.compile(step) if compiled else step)(lib.tensor(X / 8))
+    return _arr(got), _arr(w.grad)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_retain_grad_of_a_module_output_is_the_gradient_before_its_backward_pre_hook(compiled):
+    for got, want in zip(_retained_module_output(flame, compiled), _retained_module_output(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
