@@ -97,7 +97,12 @@ def grad(
         warnings.warn("only_inputs argument is deprecated and is ignored now (defaults to True). To accumulate "
                       "gradient for other parts of the graph, please use torch.autograd.backward.", UserWarning,
                       stacklevel=2)
+    if materialize_grads and allow_unused is False:
+        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True, but got: "
+                         "allow_unused=False.")
     outs, ins = _tensors(outputs, "grad(outputs)"), _tensors(inputs, "grad(inputs)")
+    if not ins:
+        raise AutogradError(f"`inputs` argument to `grad()` cannot be empty.\n  at {user_location()}")
     seeds = _seeds(grad_outputs, len(outs), "grad(grad_outputs)")
     allow_unused = bool(allow_unused) or materialize_grads
     if is_grads_batched:

@@ -23,6 +23,7 @@ from flame.frontend.context import (
     op_recorder,
     user_location,
 )
+from flame.frontend.hooks import hand_over_hooks, hand_over_traced_hooks
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import contiguous_array, link, stale, strided_array, traced_view, version
 from flame.ir import registry
@@ -284,6 +285,7 @@ def fresh(x: Tensor) -> Tensor:
     if trace is not None and x._value is None:  # an eager view read inside a trace: its value there
         return y
     if x._value is not None:
+        hand_over_traced_hooks(x)
         x._value = y._value
     else:
         # x as it was: its history; without one, its values, which the write overwrote in the storage (a
@@ -292,6 +294,7 @@ def fresh(x: Tensor) -> Tensor:
         if x._node is not None:
             old = history_only(Tensor._concrete(x._data, x.dtype))
             old.requires_grad, old._node = x.requires_grad, x._node
+            hand_over_hooks(x, old)
         x._past = {**(x._past or {}), x._seen: old}
         x._node, x.requires_grad = y._node, y.requires_grad
     x._seen = version(x._base)

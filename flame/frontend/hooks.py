@@ -180,6 +180,30 @@ def own_hooks(t: Tensor) -> OrderedDict | None:
     return OrderedDict((k, h) for k, h in t._hooks.items() if not isinstance(h, GroupHook)) or None
 
 
+def hand_over_hooks(t: Tensor, old: Tensor) -> None:
+    """An in-place write left `old` standing for t as it was (its gradient history): t's own gradient
+    hooks go with it, as torch's stay on the node of the version they were registered on, so they see
+    the gradient of that version; a module's group hooks stay on t. (The dict moves whole, so the
+    handles still remove them.)"""
+    hooks = t._hooks
+    if not hooks:
+        return
+    groups = OrderedDict((k, h) for k, h in hooks.items() if isinstance(h, GroupHook))
+    for k in groups:
+        del hooks[k]
+    old._hooks, t._hooks = hooks or None, groups or None
+
+
+def hand_over_traced_hooks(t: Tensor) -> None:
+    """hand_over_hooks while tracing, before traced t takes a new value by a write gradients are
+    recorded for: its own hooks go to a traced tensor holding its value as it was, which its trace's
+    backward looks for as it does for t. (A write under no_grad keeps them on t, as torch's.)"""
+    if t._value is not None and t._hooks and grad_enabled.get() and own_hooks(t):
+        old = Tensor._traced(t._value, t._trace)
+        hand_over_hooks(t, old)
+        _note(old)
+
+
 def is_hooked(t: Tensor) -> bool:
     """t has a hook or a group hook."""
     return bool(t._hooks)
@@ -223,8 +247,10 @@ def _checked(fn: Callable, grad: Tensor, got) -> Tensor:
 
 def run_unit(tensors: list[Tensor], grads: list) -> list:
     """Apply the hooks of `tensors` to their complete gradients (Tensors or None), PyTorch's order: each
-    tensor's own hooks in registration order, then the group hooks; a non-leaf that retains its grad
-    gets the result in .grad. Concrete gradients eagerly, traced ones inside @flame.compile."""
+    tensor's own hooks in registration order, then (a non-leaf that retains its grad gets the result in
+    .grad) the group hooks, which torch runs on the node after the tensor's hooks (a module's backward
+    pre-hook changes what flows into the module, not its output's .grad). Concrete gradients eagerly,
+    traced ones inside @flame.compile."""
     grads = list(grads)
     groups = {}
     for i, t in enumerate(tensors):
@@ -233,6 +259,14 @@ def run_unit(tensors: list[Tensor], grads: list) -> list:
                 groups.setdefault(h.id, h)
             elif grads[i] is not None:
                 grads[i] = _checked(h, grads[i], call_hook(h, grads[i]))
+    for t, gr in zip(tensors, grads):
+        if t._retains_grad and gr is not None:
+            if current_trace.get() is not None:
+                with no_grad():
+                    accumulate_grad(t, gr)
+            else:  # torch's retain_grad sums out of place (recorded for a gradient with a history)
+                with nullcontext() if gr.requires_grad and grad_enabled.get() else no_grad():
+                    t.grad = gr if t.grad is None else t.grad + gr
     for h in sorted(groups.values(), key=lambda h: h.id):
         members = h.members
         # a member the gradient does not reach (a module output the loss does not use) gets None
@@ -242,14 +276,6 @@ def run_unit(tensors: list[Tensor], grads: list) -> list:
             for j, gr in zip(idx, got):
                 if j is not None:
                     grads[j] = gr
-    for t, gr in zip(tensors, grads):
-        if t._retains_grad and gr is not None:
-            if current_trace.get() is not None:
-                with no_grad():
-                    accumulate_grad(t, gr)
-            else:  # torch's retain_grad sums out of place (recorded for a gradient with a history)
-                with nullcontext() if gr.requires_grad and grad_enabled.get() else no_grad():
-                    t.grad = gr if t.grad is None else t.grad + gr
     return grads
 
 

@@ -32,6 +32,7 @@ from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, T
 from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
+from flame.frontend.hooks import hand_over_hooks
 from flame.frontend.index_ops import check_indices, wrap_negative
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
@@ -492,4 +493,6 @@ def stand_in(t, *others):
     old.requires_grad, old._node = t.requires_grad, t._node
     # ops recorded before the write name t at this version: backward() reads them as `old`
     t._past = {**(t._past or {}), t._version: old}
+    if t._node is not None:
+        hand_over_hooks(t, old)
     return old

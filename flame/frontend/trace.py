@@ -19,6 +19,7 @@ from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import freed_graph_error, fresh
 from flame.frontend.hooks import (
     accumulate_and_notify,
+    hand_over_traced_hooks,
     hooks_state,
     is_hooked,
     own_hooks,
@@ -271,6 +272,7 @@ class Trace:
     def assign(self, t, v: Value) -> None:
         """t.copy_(...) while tracing: t's value from here on is v."""
         if t._value is not None:
+            hand_over_traced_hooks(t)  # hooks registered before the write see the gradient of t as it was
             t._value = v
             if id(t) in self.current:  # an argument of the traced function
                 self._bind(id(t), t, v)

@@ -251,3 +251,58 @@ def test_backward_casts_a_gradient_of_another_dtype_to_the_output_dtype(compiled
     got, want = run(flame), run(torch)
     assert got.dtype == flame.float32
     np.testing.assert_allclose(_arr(got), _arr(want), rtol=1e-6)
+
+
+@pytest.mark.parametrize("lib", [flame, torch])
+def test_autograd_grad_argument_errors_as_torch(lib):
+    x = lib.tensor(X, requires_grad=True)
+    with pytest.raises(RuntimeError, match="`inputs` argument to `grad\\(\\)` cannot be empty"):
+        lib.autograd.grad((x * 2).sum(), [])
+    with pytest.raises(ValueError, match="Expected allow_unused to be True or not passed when materialize_grads"):
+        lib.autograd.grad((x * 2).sum(), [x], allow_unused=False, materialize_grads=True)
+
+
+def _hooks_around_an_in_place_write(lib, compiled=False):
+    """Hooks registered on a non-leaf before and after an in-place write into it, and on a view of it
+    before a write into its base: torch's stay with the version they were registered on."""
+    w = lib.tensor(X, requires_grad=True)
+
+    def step(x):
+        y = x * w
+        y.register_hook(lambda g: g + 1)
+        v = y[1]
+        v.register_hook(lambda g: g + 100)
+        y.mul_(2)
+        y.register_hook(lambda g: g * 3)
+        (y * y + v).sum().backward()
+        return x
+
+    (flame.compile(step) if compiled else step)(lib.tensor(X / 2))
+    return _arr(w.grad)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_hooks_registered_before_an_in_place_write_see_the_gradient_of_that_version(compiled):
+    np.testing.assert_allclose(_hooks_around_an_in_place_write(flame, compiled), _hooks_around_an_in_place_write(torch))
+
+
+def _retained_module_output(lib, compiled=False):
+    """retain_grad() on a module's output whose backward pre-hook scales the gradient flowing in."""
+    tanh = lib.nn.Tanh()
+    tanh.register_full_backward_pre_hook(lambda m, gout: (gout[0] * 10,))
+    w = lib.tensor(X, requires_grad=True)
+
+    def step(x):
+        y = tanh(x * w)
+        y.retain_grad()
+        (y * y).sum().backward()
+        return y.grad
+
+    got = (flame.compile(step) if compiled else step)(lib.tensor(X / 8))
+    return _arr(got), _arr(w.grad)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_retain_grad_of_a_module_output_is_the_gradient_before_its_backward_pre_hook(compiled):
+    for got, want in zip(_retained_module_output(flame, compiled), _retained_module_output(torch)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
