@@ -99,22 +99,25 @@ def unique_consecutive(input: Tensor, return_inverse: bool = False, return_count
 
 def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:  # noqa: A002
     """Occurrences of each value 0..max of a 1-D tensor of non-negative integers (at least minlength
-    bins), int64; with weights the sum of their weights instead, in the weights' dtype (f64 for integer
-    weights, as torch)."""
+    bins), int64; with weights the sum of their weights instead: f32 for f32 weights (added in order, as
+    torch's loop), f64 for any other (f16 and bf16 too, as torch)."""
     x = _values("bincount", input, "use one_hot(x, num_classes).sum(0) there")
     if x.ndim != 1 or input.dtype.is_float or input.dtype.name == "bool":
         raise ShapeError(f"bincount: expected a 1-D tensor of integers, got {input.dtype}{list(x.shape)}"
                          f"\n  at {user_location()}")
     if x.size and x.min() < 0:
         raise ArgumentError(f"bincount: the input must be non-negative, got {int(x.min())}\n  at {user_location()}")
-    if weights is None:
+    if weights is None or not x.size:  # torch: an empty input counts int64 zeros, weights or not
         return Tensor(np.bincount(x, minlength=minlength).astype(np.int64))
     w = np.asarray(weights.numpy())
     if w.shape != x.shape:
         raise ShapeError(f"bincount: weights {list(w.shape)} must have the input's shape {list(x.shape)}"
                          f"\n  at {user_location()}")
-    out_dtype = weights.dtype if weights.dtype.is_float else "f64"  # torch: integer weights sum in double
-    return Tensor(np.bincount(x, weights=w.astype(np.float64), minlength=minlength), dtype=out_dtype)
+    # torch: f32 weights sum in f32, in order; every other dtype (f16 and bf16 too) in double
+    acc = np.float32 if weights.dtype.name == "f32" else np.float64
+    out = np.zeros(max(minlength, int(x.max()) + 1), acc)
+    np.add.at(out, x, w.astype(acc))
+    return Tensor(out, dtype="f32" if acc is np.float32 else "f64")
 
 
 def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Tensor:  # noqa: A002

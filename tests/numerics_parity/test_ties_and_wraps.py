@@ -113,10 +113,21 @@ HISTCS = {
     "at the edges f32": (lambda L, a: L.histc(a, 6, 0.6, 6.2), HISTC.astype(np.float32) * 2),
     "of the data's range": (lambda L, a: L.histc(a, 7), HISTC[:-2]),
 }
+_RNG = np.random.default_rng(1)
+BINS, WEIGHTS = _RNG.integers(0, 4, 600), _RNG.standard_normal(600) * 10
+BINCOUNTS = {
+    "f32 weights in order": (lambda L, i, w: L.bincount(i, w), BINS, WEIGHTS.astype(np.float32)),
+    "f16 weights in f64": (lambda L, i, w: L.bincount(i, w, minlength=6), BINS, WEIGHTS.astype(np.float16)),
+    "empty with weights": (lambda L, i, w: L.bincount(i, w, minlength=3), BINS[:0], WEIGHTS[:0]),
+}
 
 
-@pytest.mark.parametrize("name", HISTCS)
-def test_histc_bins_as_torch(name):
-    """Eagerly: inside @flame.compile histc raises (its counts are taken on the host)."""
-    f, *args = HISTCS[name]
-    check(f, *args, compiled=False)
+@pytest.mark.parametrize("name", [f"histc {k}" for k in HISTCS] + [f"bincount {k}" for k in BINCOUNTS])
+def test_counts_as_torch(name):
+    """histc and bincount, eagerly (inside @flame.compile they raise: their counts are taken on the host).
+    bincount sums f32 weights in f32 in order, any other weights (f16 and bf16 too) in f64, and counts an
+    empty input in int64, as torch."""
+    kind, key = name.split(" ", 1)
+    f, *args = (HISTCS if kind == "histc" else BINCOUNTS)[key]
+    check(f, *args, compiled=False, rtol=0, atol=0)
+
