@@ -28,6 +28,7 @@ def reads(ops: Iterable[Op]) -> set[Value]:
 
 
 _READS: dict[tuple, tuple[frozenset, bool]] = {}
+_READS_KEPT = 4096  # answers kept (each size of a dynamic dim is a signature of its own)
 
 
 def _vjp_reads(op: Op) -> tuple[frozenset, bool]:
@@ -44,6 +45,8 @@ def _vjp_reads(op: Op) -> tuple[frozenset, bool]:
         if out.dtype.is_float and wrt and REGISTRY[op.name].vjp is not None:
             autodiff(g, out, wrt, g.add_input(out.type))
             got = reads(g.ops)
+        if len(_READS) >= _READS_KEPT:
+            _READS.clear()
         _READS[key] = (frozenset(i for i, x in enumerate(ins) if x in got), out in got)
     return _READS[key]
 
