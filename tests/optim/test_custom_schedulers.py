@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import flame
+from tests.training_idioms.common import mse_step
 
 
 def _warmup_class(module, base: str):
@@ -37,18 +38,7 @@ def test_a_custom_scheduler_trains_as_torchs(base, compiled):
     sched = _warmup_class(flame.optim.lr_scheduler, base)(opt, warmup=4)
     assert isinstance(sched, flame.optim.lr_scheduler.LRScheduler)
 
-    def step_of(model, optimizer):
-        def step(x, y):
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            return loss
-
-        return step
-
-    tstep = step_of(theirs, topt)
-    step = flame.compile(step_of(mine, opt)) if compiled else step_of(mine, opt)
+    tstep, step = mse_step(torch, theirs, topt, False), mse_step(flame, mine, opt, compiled)
     r = np.random.default_rng(0)
     for i in range(10):
         x, y = r.standard_normal((5, 3)), r.standard_normal((5, 2))

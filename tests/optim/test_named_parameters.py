@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import flame
-from tests.training_idioms.common import assert_same_params, batches, maybe_compile, to_lib, twin
+from tests.training_idioms.common import assert_same_params, batches, mse_step, to_lib, twin
 
 
 def _mlp(lib):
@@ -30,18 +30,7 @@ def test_named_parameters_train_as_torchs(compiled):
     topt, opt = torch.optim.AdamW(_groups(theirs), lr=0.05), flame.optim.AdamW(_groups(mine), lr=0.05)
     assert [g["param_names"] for g in opt.param_groups] == [g["param_names"] for g in topt.param_groups]
 
-    def step_of(lib, model, optimizer):
-        @maybe_compile(lib, compiled)
-        def step(x, y):
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-            return loss
-
-        return step
-
-    tstep, step = step_of(torch, theirs, topt), step_of(flame, mine, opt)
+    tstep, step = mse_step(torch, theirs, topt, compiled), mse_step(flame, mine, opt, compiled)
     data = batches(6, (5, 4))
     for x, y in data[:3]:
         tstep(*to_lib(torch, x, y))

@@ -68,3 +68,18 @@ def ce_step(lib, model, opt, compiled: bool, zero_grad=None):
         return loss
 
     return step
+
+
+def mse_step(lib, model, opt, compiled: bool):
+    """The usual regression step on lib: mean squared error of model(x) against y, backward,
+    opt.step(), opt.zero_grad(), compiled when asked (flame only)."""
+
+    @maybe_compile(lib, compiled)
+    def step(x, y):
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    return step
