@@ -193,7 +193,9 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
     builder ask it) and time them; with watched, record every stage and notify debug. text: g's
     printed text, where the caller has it; arena: compile_graph's."""
     with target.library_session():  # library graphs built beside the passes (Target.library_prefetch)
-        target.library_prefetch(g.ops)
+        import os as _os
+        if _os.environ.get("FLAME_CUDNN_EARLY", "1") == "1":
+            target.library_prefetch(g.ops)
         return _compile_stages(g, ex, target, optimize, watched, memory_budget, activation_budget, text, arena)
 
 

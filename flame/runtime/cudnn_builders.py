@@ -57,6 +57,11 @@ class Request:
     tf32: bool = False
 
     @property
+    def family(self) -> tuple:
+        """Graphs likely to share cuDNN's compiled kernels: one kind and direction, one dtype."""
+        return (self.kind, getattr(self.spec, "kind", ""), self.spec.dtype)
+
+    @property
     def key(self) -> str:
         """The key text runtime/cudnn_cache.graph knows the graph by."""
         from flame.runtime import cudnn_attention, cudnn_conv
@@ -127,9 +132,21 @@ class _Session:
 
     def __init__(self, size: int):
         self.size = size
-        self.pool: Pool | None = None
+        self.pools: dict[int, Pool] = {}
+        self.families: dict[tuple, int] = {}
         self.keys: list[str] = []
         self.lock = threading.Lock()
+
+    def _pool(self, r: Request) -> Pool:
+        import os as _os
+
+        if _os.environ.get("FLAME_CUDNN_ROUTE", "family") == "any":
+            index, size = 0, self.size
+        else:
+            index, size = self.families.setdefault(r.family, len(self.families)) % self.size, 1
+        if index not in self.pools:
+            self.pools[index] = Pool(size, init=worker_init(), env={"FLAME_CACHE_SIZE": "0", ENV: "0"})
+        return self.pools[index]
 
     def hand(self, requests: Iterable[Request]) -> int:
         """Hand the requests whose graphs graph() would build here to the builders; how many."""
@@ -139,13 +156,13 @@ class _Session:
         count = 0
         with self.lock:
             unknown = [r for r in requests if not cudnn_cache.known(cudnn, r.key)]
-            if self.pool is None and len(unknown) < 2:
+            if not self.pools and len(unknown) < 2:
                 return 0  # one graph: a worker's start would only delay it
             for r in unknown:
                 key = r.key
-                if self.pool is None:
-                    self.pool = Pool(self.size, init=worker_init(), env={"FLAME_CACHE_SIZE": "0", ENV: "0"})
-                job = self.pool.submit("flame.runtime.cudnn_builders:build", r)
+                job = self._pool(r).submit("flame.runtime.cudnn_builders:build", r)
+                global HANDED_OVER
+                HANDED_OVER += 1
                 cudnn_cache.expect(key, lambda job=job: job.result(WAIT_LIMIT))
                 self.keys.append(key)
                 count += 1
@@ -153,13 +170,14 @@ class _Session:
 
     def close(self) -> None:
         with self.lock:
-            if self.pool is not None:
-                self.pool.close()
+            for pool in self.pools.values():
+                pool.close()
             cudnn_cache.unexpect(self.keys)
-            self.pool, self.keys = None, []
+            self.pools, self.keys = {}, []
 
 
 _current: _Session | None = None
+HANDED_OVER = 0
 
 
 @contextlib.contextmanager
