@@ -192,17 +192,6 @@ def _compile(g: Graph, ex, target: Target, optimize: bool, watched: bool,
     """Run the stages on g for `target` (what the backend can do: fusion, legalization and the plan
     builder ask it) and time them; with watched, record every stage and notify debug. text: g's
     printed text, where the caller has it; arena: compile_graph's."""
-    with target.library_session():  # library graphs built beside the passes (Target.library_prefetch)
-        import os as _os
-        if _os.environ.get("FLAME_CUDNN_EARLY", "1") == "1":
-            target.library_prefetch(g.ops)
-        return _compile_stages(g, ex, target, optimize, watched, memory_budget, activation_budget, text, arena)
-
-
-def _compile_stages(g: Graph, ex, target: Target, optimize: bool, watched: bool,
-                    memory_budget: float | None, activation_budget: float | None,
-                    text: str | None, arena: Any) -> CompiledGraph:
-    """_compile's stages, in its library session."""
     record = debug.CompileRecord(g.name) if watched else None
     dump = None if record is None else (lambda stage, graph, sec: record.stages.append((stage, graph, sec)))
     timings: list[tuple[str, float]] = []
@@ -212,9 +201,7 @@ def _compile_stages(g: Graph, ex, target: Target, optimize: bool, watched: bool,
         memory_first: in the kernel order that keeps the fewest bytes live), plan."""
         graph = _lower_for(graph, target, optimize, allow, dump, timings, memory_first)
         start = time.perf_counter()
-        target.library_prefetch(graph.ops)
         plan = to_plan(graph, target=target)
-        target.library_prefetch(plan.steps)  # the calls' strided operands: other graphs, made with the executor's
         if timings is not None:
             timings.append(("plan", time.perf_counter() - start))
         return graph, plan
@@ -303,7 +290,6 @@ def _lower_for(graph: Graph, target, optimize: bool, allow=remat_pass.never, dum
     if optimize:
         graph = remat(graph, allow, dump=dump, timings=timings)
     # every graph, optimised or not: what the backend cannot run goes before planning
-    target.library_prefetch(graph.ops)
     graph = legalize(graph, target.attention_unsupported, dump=dump, timings=timings,
                      conv_unsupported=target.conv_unsupported)
     if optimize:

@@ -5,8 +5,7 @@ pipeline passes it to fuse(g, target). The default describes the CUDA backend as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,11 +60,7 @@ class Target:
     declared figures of an H200 SXM (dense bf16 989 TFLOP/s, f32 67 TFLOP/s, HBM3e 4.8 TB/s, a PCIe
     5.0 x16 link at 55 GB/s); a backend may fill in measured ones. deterministic: what a plan holding a kernel
     whose floating-point sums change order from run to run (Kernel.deterministic) gets: "" nothing, "error" a
-    DeterminismError, "warn" a warning (runtime/determinism.py). library_session(): a context the
-    compiler runs one compile in; inside it, library_prefetch(items) (ops or plan steps) may start
-    making, in the background, the library graphs those items' calls will need (the CUDA backend:
-    cuDNN graphs built in builder processes, runtime/cudnn_builders.py); the compiler hands over each
-    stage's ops before the stages that ask for them."""
+    DeterminismError, "warn" a warning (runtime/determinism.py)."""
 
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
@@ -83,8 +78,6 @@ class Target:
     side_stream: bool = False  # optimizer updates run on a second stream, overlapping the steps after them
     bgrad_epilogue: bool = False  # bias gradients ride in their weight-gradient GEMMs (cuBLASLt BGRAD)
     fused_pieces: bool = False  # concat and pad fuse as elementwise work (FLAME_FUSE_PIECES)
-    library_session: Callable[[], AbstractContextManager] = nullcontext
-    library_prefetch: Callable[[Iterable], None] = lambda items: None
     conv_channels_last: bool = True  # convolutions and the activations around them run [N, *S, C]
     arch: str = ""
     deterministic: str = ""  # runtime/determinism.mode(): "", "error" or "warn"

@@ -138,12 +138,10 @@ def _empty_compile_cache():
 def _forget_cudnn_graphs() -> None:
     """Drop the cuDNN graphs this process built, so that the next compile makes them again (from the
     cache of built graphs on disk, or built), as a new process would."""
-    from flame.runtime import cudnn_attention, cudnn_cache, cudnn_conv
+    from flame.runtime import cudnn_attention, cudnn_conv
 
     cudnn_conv.cudnn_conv.cache_clear()
-    cudnn_conv.refusal.cache_clear()
     cudnn_attention.cudnn_attention.cache_clear()
-    cudnn_cache.MADE.clear()
 
 
 def _plan_cache_time(compiled, data: list) -> tuple[float | None, float | None]:

@@ -17,11 +17,8 @@ from importlib import metadata
 
 from flame._env import env_choice, env_flag
 from flame.codegen import flash_attention
-from flame.ir.graph import Op
-from flame.ir.ops.attention import BACKWARD, FORWARD, STATS
 from flame.ir.registry import gemm_bias
-from flame.plan.steps import AttentionCall, ConvCall
-from flame.runtime import cudnn_attention, cudnn_builders, cudnn_conv, determinism, matmul
+from flame.runtime import cudnn_attention, cudnn_conv, determinism, matmul
 from flame.runtime.device import cuda_available
 from flame.target import DEFAULT_TARGET, Target
 
@@ -70,44 +67,6 @@ def _conv_workspace(op) -> int:
     if cuda_available() and not cudnn_conv.refusal(cudnn_conv.spec_of(op)):
         return cudnn_conv.workspace_bytes(op, exact=True)
     return cudnn_conv.workspace_bytes(op)
-
-
-def _library_requests(items) -> list[cudnn_builders.Request]:
-    """The cuDNN graphs the CUDA executor will make for `items` (ops, or plan steps): a convolution op
-    cuDNN may run, an attention op the lowering gives to cuDNN (the spec its workspace is asked for),
-    a ConvCall or AttentionCall step (the spec its call runs, strided operands included)."""
-    det, tf32 = determinism.cudnn(), cudnn_conv.allow_tf32
-    rules = attention_rules(attention_lowering())
-    out = {}
-    for it in items:
-        if isinstance(it, ConvCall):
-            r = cudnn_builders.Request("conv", cudnn_conv.spec_of(it.op), det, tf32)
-        elif isinstance(it, AttentionCall):
-            direction = "attention backward" if it.backward else "attention forward"
-            r = cudnn_builders.Request(direction, cudnn_attention.spec_of(it.op, it.layouts), det)
-        elif not isinstance(it, Op) or not all(isinstance(d, int) for v in (*it.inputs, it.out) for d in v.type.shape):
-            continue
-        elif it.name in ConvCall.KINDS and not cudnn_conv.op_unsupported(it):
-            r = cudnn_builders.Request("conv", cudnn_conv.spec_of(it), det, tf32)
-        elif it.name in (FORWARD, STATS, BACKWARD) and rules.choice(it)[0] == "cudnn":
-            direction = "attention backward" if it.name == BACKWARD else "attention forward"
-            r = cudnn_builders.Request(direction, cudnn_attention.spec_of(it), det)
-        else:
-            continue
-        out[r] = None
-    return list(out)
-
-
-def _library_prefetch(items) -> None:
-    """Target.library_prefetch: hand the cuDNN graphs `items` will need to the compile's builder
-    processes (runtime/cudnn_builders.py)."""
-    if cudnn_builders.active():
-        cudnn_builders.prefetch(_library_requests(items))
-
-
-def _library_session():
-    """Target.library_session: builder processes for the compile's cuDNN graphs, where a GPU is present."""
-    return cudnn_builders.session() if cuda_available() else contextlib.nullcontext()
 
 
 ATTENTION_ENV = "FLAME_ATTENTION"
@@ -204,8 +163,7 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
                    attention_workspace=_attention_workspace, matmul_workspace=_matmul_workspace,
                    comm_stream=comm_stream_enabled(), side_stream=side_stream_enabled(),
                    conv_unsupported=_conv_unsupported,
-                   conv_workspace=_conv_workspace, arch=_arch(), deterministic=determinism.mode(),
-                   library_session=_library_session, library_prefetch=_library_prefetch)
+                   conv_workspace=_conv_workspace, arch=_arch(), deterministic=determinism.mode())
 
 
 def _arch() -> str:

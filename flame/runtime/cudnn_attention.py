@@ -245,12 +245,6 @@ def workspace_bytes(op, with_stats: bool = False, exact: bool = False, att: Cudn
     return aligned(accum + 2 * spec.numel("stats") * 4) + (1 << 20)
 
 
-def graph_key(direction: str, spec: AttentionSpec, deterministic: bool) -> str:
-    """What decides the `direction` ("forward" / "backward") graph of spec besides the GPU and the
-    libraries (runtime/cudnn_cache.py's key)."""
-    return f"attention {direction} {spec!r}" + (" deterministic" if deterministic else "")
-
-
 class CudnnAttention:
     """The forward (with stats) and backward cuDNN graphs of one AttentionSpec, each built (or read back
     from the cache of built graphs, runtime/cudnn_cache.py) at its first use."""
@@ -273,7 +267,7 @@ class CudnnAttention:
         try:
             g = cudnn_cache.graph(
                 self._cudnn,
-                graph_key(direction, self.spec, self.deterministic),
+                f"attention {direction} {self.spec!r}" + (" deterministic" if self.deterministic else ""),
                 f"attention {direction}",
                 lambda: build(self._cudnn),
             )

@@ -53,14 +53,11 @@ _lock = threading.Lock()
 @dataclass
 class Counts:
     """What the cuDNN graph cache did in this process: graphs built (the cache missed or is off),
-    handed over (built by a builder process, runtime/cudnn_builders.py, and read back here), loaded,
-    stored, rebuilt (their entry failed its check or did not read back), not stored (no serialized
-    form), and the seconds spent building, loading (looking for entries included) and storing them
-    (serializing, the check that the form reads back, writing); waiting for a builder process counts
-    as building."""
+    loaded, stored, rebuilt (their entry failed its check or did not read back), not stored (no
+    serialized form), and the seconds spent building, loading (looking for entries included) and
+    storing them (serializing, the check that the form reads back, writing)."""
 
     built: int = 0
-    handed: int = 0
     loaded: int = 0
     stored: int = 0
     rebuilt: int = 0
@@ -117,10 +114,9 @@ def entry_name(cudnn, key: str) -> str:
 
 
 def graph(cudnn, key: str, label: str, build: Callable[[], object]):
-    """The built graph for key text `key`: read back from its entry when there is one, else taken from
-    the builder process it was handed to (expect), else build() (which raises what cuDNN raises when
-    it refuses); stored when built or taken. `label` names the graph in a warning ("fprop
-    convolution"). Timed into COUNTS."""
+    """The built graph for key text `key`: read back from its entry when there is one, else build()
+    (which raises what cuDNN raises when it refuses) and stored. `label` names the graph in a warning
+    ("fprop convolution"). Timed into COUNTS."""
     folder = _folder()
     path = None if folder is None else folder / entry_name(cudnn, key)
     if path is not None:
@@ -130,117 +126,19 @@ def graph(cudnn, key: str, label: str, build: Callable[[], object]):
         if g is not None:
             with _lock:
                 COUNTS.loaded += 1
-            MADE.add(key)
             return g
-    with _lock:
-        waiter = _expected.pop(key, None)
-    payload = None if waiter is None else _taken(cudnn, key, label, waiter)
-    g = None if payload is None else _read_back(cudnn, payload, label)
-    if g is not None:
-        with _lock:
-            COUNTS.handed += 1
-    else:
-        payload = None
-        t0 = time.perf_counter()
-        try:
-            g = build()
-        except Exception as e:
-            if _captured is not None:
-                _captured[key] = e
-            raise
-        finally:
-            _add("build_seconds", time.perf_counter() - t0)
-        with _lock:
-            COUNTS.built += 1
-    MADE.add(key)
-    if _captured is not None:
-        _captured[key] = g
-    if path is not None:
-        t0 = time.perf_counter()
-        _store(cudnn, g, path, label, payload)
-        _add("store_seconds", time.perf_counter() - t0)
-    return g
-
-
-# key text -> a function giving what a builder process made of it (expect); the keys made in this process
-_expected: dict[str, Callable[[], tuple[str, object]]] = {}
-MADE: set[str] = set()
-_captured: dict | None = None  # capture(): key text -> the graph built, or what its build raised
-
-
-def expect(key: str, waiter: Callable[[], tuple[str, object]]) -> None:
-    """The graph of key text `key` is being built elsewhere (runtime/cudnn_builders.py): graph() asks
-    waiter() for it instead of building it: ("graph", serialized bytes), ("refused", cuDNN's words: the
-    build raised one of its refusals) or ("build here", why: built in this process, said at debug
-    level); a waiter that raises flame.runtime.builders.BuildFailed is warned about and the graph
-    built here."""
-    with _lock:
-        _expected[key] = waiter
-
-
-def unexpect(keys) -> None:
-    """Forget the waiters of `keys` (their builder processes are gone)."""
-    with _lock:
-        for key in keys:
-            _expected.pop(key, None)
-
-
-def known(cudnn, key: str) -> bool:
-    """Whether graph() would not build key text `key` here: made in this process, expected from a
-    builder process, or (by its name) in the cache directory."""
-    if key in MADE or key in _expected:
-        return True
-    folder = _folder()
-    return folder is not None and (folder / entry_name(cudnn, key)).exists()
-
-
-def _read_back(cudnn, payload: bytes, label: str):
-    """The graph a builder process serialized, or None (warned) when it does not read back here."""
-    try:
-        return _deserialized(cudnn, payload)
-    except Exception as e:  # noqa: BLE001 - whatever cuDNN raises for a graph it cannot read back
-        warnings.warn(f"flame: the {label} graph a cuDNN builder process made does not read back "
-                      f"({type(e).__name__}: {e}); it is built in this process", RuntimeWarning, stacklevel=4)
-        return None
-
-
-def _taken(cudnn, key: str, label: str, waiter) -> bytes | None:
-    """The serialized graph a builder process made for `key` (counted as handed over, the wait timed
-    into build_seconds), or None to build it here; a refusal raises as the build would have."""
-    from flame.runtime.builders import BuildFailed
-
     t0 = time.perf_counter()
     try:
-        what, value = waiter()
-    except BuildFailed as e:
-        warnings.warn(f"flame: a cuDNN builder process gave no {label} graph ({e}); it is built in this process",
-                      RuntimeWarning, stacklevel=5)
-        return None
+        g = build()
     finally:
         _add("build_seconds", time.perf_counter() - t0)
-    if what == "refused":
-        raise RuntimeError(value)
-    if what != "graph":
-        log.debug("flame: the %s's cuDNN graph is built in this process: %s", label, value)
-        return None
-    return value
-
-
-class capture:
-    """Inside the block graph() records into `into` each graph it makes (key text -> the graph) or
-    the exception its build raised (a builder process reports them)."""
-
-    def __init__(self, into: dict):
-        self.into = into
-
-    def __enter__(self) -> dict:
-        global _captured
-        _captured = self.into
-        return self.into
-
-    def __exit__(self, *exc) -> None:
-        global _captured
-        _captured = None
+    with _lock:
+        COUNTS.built += 1
+    if path is not None:
+        t0 = time.perf_counter()
+        _store(cudnn, g, path, label)
+        _add("store_seconds", time.perf_counter() - t0)
+    return g
 
 
 def _folder() -> Path | None:
@@ -286,15 +184,13 @@ def _load(cudnn, path: Path, label: str):
         return None
 
 
-def _store(cudnn, g, path: Path, label: str, payload: bytes | None = None) -> bool:
+def _store(cudnn, g, path: Path, label: str) -> bool:
     """Write built graph `g` to `path` (best-effort: a graph without a serialized form, one that does
     not read back, or a directory that cannot be written is logged and skipped), then evict to the
-    size limit where it may be exceeded (disk_cache.settle). `payload`: g's serialized form, where g
-    was read back from it. Whether it was written."""
+    size limit where it may be exceeded (disk_cache.settle). Whether it was written."""
     try:
-        if payload is None:
-            payload = bytes(g.serialize())
-            _deserialized(cudnn, payload)  # a form this process cannot read back would be rebuilt by every other
+        payload = bytes(g.serialize())
+        _deserialized(cudnn, payload)  # a form this process cannot read back would be rebuilt by every other
     except Exception as e:  # noqa: BLE001 - the frontend's refusal: engines without a serialized form
         with _lock:
             COUNTS.unstorable += 1

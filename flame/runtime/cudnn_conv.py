@@ -161,13 +161,6 @@ def workspace_bytes(op, exact: bool = False) -> int:
     return cudnn_conv(spec_of(op)).workspace if exact else WORKSPACE_LIMIT
 
 
-def graph_key(spec: ConvSpec, deterministic: bool, tf32: bool | None = None) -> str:
-    """What decides spec's graph besides the GPU and the libraries (runtime/cudnn_cache.py's key);
-    tf32: whether f32 may take TF32 (None: allow_tf32)."""
-    tf32 = spec.dtype == "f32" and (allow_tf32 if tf32 is None else tf32)
-    return f"conv {spec!r} tf32={tf32} workspace<={WORKSPACE_LIMIT}" + (" deterministic" if deterministic else "")
-
-
 class CudnnConv:
     """The cuDNN graph of one ConvSpec, built on construction (or read back from the cache of built
     graphs, runtime/cudnn_cache.py); calling it runs the convolution."""
@@ -190,7 +183,10 @@ class CudnnConv:
         self.workspace = self._graph.get_workspace_size()
 
     def _key(self) -> str:
-        return graph_key(self.spec, self.deterministic)
+        """What decides the graph besides the GPU and the libraries (runtime/cudnn_cache.py's key)."""
+        tf32 = self.spec.dtype == "f32" and allow_tf32
+        return (f"conv {self.spec!r} tf32={tf32} workspace<={WORKSPACE_LIMIT}"
+                + (" deterministic" if self.deterministic else ""))
 
     def _tensor(self, g, which: str):
         t = g.tensor(
