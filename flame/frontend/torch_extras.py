@@ -8,7 +8,6 @@ functions that torch also has as Tensor methods are TensorExtras's methods (boun
 from __future__ import annotations
 
 import builtins
-import functools
 import itertools
 import math
 import os
@@ -20,6 +19,7 @@ from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, ShapeErr
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import tensor
 from flame.frontend.default_dtype import get_default_dtype
+from flame.frontend.linalg_functions import multi_dot
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, placed, where
 from flame.ir.dtypes import boolean, dtype_of, f64, i32, i64, u8
@@ -209,7 +209,8 @@ def is_signed(input: Tensor) -> bool:  # noqa: A002
 
 
 def chain_matmul(*matrices: Tensor) -> Tensor:
-    """The product of 2-D matrices, as torch.chain_matmul (deprecated there, with its warning)."""
+    """The product of 2-D matrices, as torch.chain_matmul (deprecated there, with its warning), multiplied
+    in linalg.multi_dot's order of fewest multiply-adds, as torch's."""
     warnings.warn("torch.chain_matmul is deprecated and will be removed in a future PyTorch release. Use "
                   "torch.linalg.multi_dot instead, which accepts a list of two or more tensors rather than "
                   "multiple parameters.", UserWarning, stacklevel=2)
@@ -218,7 +219,7 @@ def chain_matmul(*matrices: Tensor) -> Tensor:
     for m in matrices:
         if m.ndim != 2:
             raise ShapeError(f"Tensor dimension is {m.ndim}, expected 2 instead.\n  at {user_location()}")
-    return matrices[0].clone() if len(matrices) == 1 else functools.reduce(lambda a, b: a @ b, matrices)
+    return matrices[0].clone() if len(matrices) == 1 else multi_dot(matrices)  # torch's: multi_dot's order
 
 
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory: bool = False,
