@@ -84,7 +84,9 @@ def matrix_norm(input: Tensor, ord="fro", dim=(-2, -1), keepdim: bool = False, *
     if not keepdim and d0 < d1:  # the first reduction drops a dim in front of d1
         d1 -= 1
     sums = vector_norm(A, 1, d0, keepdim, dtype=dtype)
-    return sums.amax(d1, keepdim) if float(ord) > 0 else sums.amin(d1, keepdim)
+    if float(ord) < 0:
+        return sums.amin(d1, keepdim)
+    return sums.amax(d1, keepdim) if sums.shape[d1] else sums.sum(d1, keepdim)  # torch's 0 over no sums
 
 
 def norm(input: Tensor, ord=None, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002

@@ -45,6 +45,15 @@ def test_matrix_norm(ord, seed, mode):  # noqa: A002
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("ord", ("fro", 1, INF), ids=str)
+def test_matrix_norm_of_empty_matrices(ord, mode):  # noqa: A002
+    """A norm over a zero-size dim is 0, as torch's (the largest of no column sums included)."""
+    for shape in ((0, 3), (3, 0), (2, 0, 0)):
+        check(lambda t: flame.linalg.matrix_norm(t, ord, keepdim=True),
+              lambda t: torch.linalg.matrix_norm(t, ord, keepdim=True), np.zeros(shape), mode=mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("ord", (None, 2, 1, INF, -INF, 3, 0.5, 0, "fro", -1), ids=str)
 def test_linalg_norm(ord, mode):  # noqa: A002
     """linalg.norm: a vector norm over one dim or of a 1-D input, a matrix norm over two dims or of a
