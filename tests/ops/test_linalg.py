@@ -179,6 +179,13 @@ def test_matrix_power(n, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_torch_matrix_power_and_the_method(mode):
+    x = rand64(2, 3, 3) * 0.6
+    check(lambda a: flame.matrix_power(a, 5), lambda a: torch.matrix_power(a, 5), x, mode=mode, rtol=1e-12)
+    check(lambda a: a.matrix_power(4), lambda a: a.matrix_power(4), x, mode=mode, rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_vander(mode):
     x = rand64(2, 3)
     check(lambda a: flame.linalg.vander(a), lambda a: torch.linalg.vander(a), x, mode=mode, rtol=1e-12)
