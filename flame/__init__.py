@@ -432,6 +432,7 @@ from flame.frontend.torch_extras import (  # range: torch.range, a builtin's nam
     kaiser_window,
     lcm,
     ldexp,
+    matrix_power,
     range,
     scalar_tensor,
     set_num_interop_threads,

@@ -14,7 +14,7 @@ from flame.frontend.context import no_grad, user_location
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, where
-from flame.ir.dtypes import f32
+from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, f64, i8, i32, i64, promote, u8
 
 __all__ = ["batch_norm", "group_norm", "instance_norm"]
 
@@ -236,14 +236,39 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
     return group_norm(input, input.shape[1], weight, bias, eps)
 
 
+_TORCH_NAMES = {f64: "Double", f32: "Float", f16: "Half", bf16: "BFloat16", i64: "Long", i32: "Int", i8: "Char",
+                u8: "Byte", boolean: "Bool"}
+
+
+def torch_dtype_name(dt) -> str:
+    """The dtype as torch's messages name it (c10::ScalarType: Float, Double, Long ...)."""
+    return _TORCH_NAMES.get(dt, str(dt))
+
+
+def norm_dtype_checks(op: str, input: Tensor, dtype) -> None:  # noqa: A002
+    """torch's checks of a linalg norm's input and dtype= (RuntimeErrors there): a floating input, and a
+    floating dtype the input's converts to without narrowing (f32 -> f64, not f64 -> f32)."""
+    if not input.dtype.is_float:
+        raise DTypeError(f"{op}: Expected a floating point or complex tensor as input. Got "
+                         f"{torch_dtype_name(input.dtype)}\n  at {user_location()}")
+    if dtype is None:
+        return
+    dt = dtype_of(dtype)
+    if not dt.is_float:
+        raise DTypeError(f"{op}: dtype should be floating point or complex, but got {torch_dtype_name(dt)}\n"
+                         f"  at {user_location()}")
+    if promote(input.dtype, dt) != dt:
+        raise DTypeError(f"{op}: the dtype of the input ({torch_dtype_name(input.dtype)}) should be convertible "
+                         f"without narrowing to the specified dtype ({torch_dtype_name(dt)})\n  at {user_location()}")
+
+
 @policy("f32")  # autocast: linalg_vector_norm is on PyTorch's float32 list (not with an explicit dtype)
 def vector_norm(input: Tensor, ord=2, dim=None, keepdim: bool = False, *, dtype=None) -> Tensor:  # noqa: A002
     """The vector ord-norm over dim (all elements by default), as torch.linalg.vector_norm: ord 2
     (default), 1, inf, -inf, 0 (the count of nonzeros) or any other number. At zero the gradient of
     the 2-norm (and of every ord > 0 root) is zero, as in PyTorch."""
+    norm_dtype_checks("linalg.vector_norm", input, dtype)
     x = input.to(dtype) if dtype is not None else input
-    if not x.dtype.is_float:
-        raise DTypeError(f"vector_norm: expected a floating-point input, got {x.dtype}\n  at {user_location()}")
     if x.dtype.itemsize < 4:  # torch computes a half norm in f32 (x * x of 300 does not overflow) and rounds it
         return vector_norm(x.to(f32), ord, dim, keepdim).to(x.dtype)
     a = x.abs()

@@ -24,6 +24,7 @@ from flame.frontend.context import grad_enabled, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply, broadcast
 from flame.frontend.indexing import assign, index_put, stand_in
+from flame.frontend.linalg_functions import matrix_norm
 from flame.frontend.norms import vector_norm
 from flame.frontend.promotion import fits, is_bool, result_type
 from flame.frontend.tensor import Tensor, _shape_arg, dim_index
@@ -239,11 +240,16 @@ class TensorOps:
 
     # ---- norms --------------------------------------------------------------------------------------------
     def norm(self, p="fro", dim=None, keepdim: bool = False, *, dtype=None):
-        """torch.norm for vectors: p = 'fro'/2, 1, inf, -inf, 0 or any number, over dim (all by default).
-        The gradient of the 2-norm at zero is zero, as in PyTorch."""
-        if p == "nuc" or (p == "fro" and dim is not None and not isinstance(dim, int) and len(dim) > 2):
-            raise ShapeError(f"norm: p={p!r} (matrix norms) is not supported\n  at {user_location()}")
-        return vector_norm(self, 2 if p == "fro" else p, dim, keepdim, dtype=dtype)
+        """torch.norm: as torch's, linalg.vector_norm for a number p (None: 2) and for 'fro' over at most two
+        dims (all by default), else linalg.matrix_norm over dim (all dims by default: 'nuc' of a matrix,
+        and torch's errors for other ranks and orders). The gradient of the 2-norm at zero is zero, as in
+        PyTorch."""
+        dims = [dim] if isinstance(dim, int) else dim
+        if not isinstance(p, str):
+            return vector_norm(self, 2.0 if p is None else p, dims, keepdim, dtype=dtype)
+        if p == "fro" and (dim is None or isinstance(dim, int) or len(dim) <= 2):
+            return vector_norm(self, 2, dims, keepdim, dtype=dtype)
+        return matrix_norm(self, p, list(range(self.ndim)) if dims is None else dims, keepdim, dtype=dtype)
 
     # ---- floor division and remainder -------------------------------------------------------------------
     def __floordiv__(self, o):

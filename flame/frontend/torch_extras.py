@@ -1,14 +1,13 @@
 """Small torch functions composed of flame's ops, with torch's names, parameters, values, dtypes,
 gradients and errors: isin isneginf isposinf gcd lcm frexp ldexp diagflat combinations vander
-unravel_index hsplit vsplit dsplit is_nonzero is_same_size is_signed chain_matmul scalar_tensor range
-gradient,
+unravel_index hsplit vsplit dsplit is_nonzero is_same_size is_signed chain_matmul matrix_power scalar_tensor
+range gradient,
 the window functions (hann, hamming, blackman, bartlett, kaiser) and the thread-count settings. The
 functions that torch also has as Tensor methods are TensorExtras's methods (bound by methods.py)."""
 
 from __future__ import annotations
 
 import builtins
-import functools
 import itertools
 import math
 import os
@@ -20,6 +19,7 @@ from flame.errors import ArgumentError, ArgumentRangeError, DTypeError, ShapeErr
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import tensor
 from flame.frontend.default_dtype import get_default_dtype
+from flame.frontend.linalg_functions import matrix_power, multi_dot  # matrix_power: torch's alias too
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, placed, where
 from flame.ir.dtypes import boolean, dtype_of, f64, i32, i64, u8
@@ -27,7 +27,8 @@ from flame.ir.dtypes import boolean, dtype_of, f64, i32, i64, u8
 __all__ = ["bartlett_window", "blackman_window", "chain_matmul", "combinations", "dsplit", "diagflat", "frexp", "gcd",
            "get_num_interop_threads", "get_num_threads", "gradient", "hamming_window", "hann_window", "hsplit",
            "is_nonzero", "is_same_size", "is_signed", "isin", "isneginf", "isposinf", "kaiser_window", "lcm", "ldexp",
-           "range", "scalar_tensor", "set_num_interop_threads", "set_num_threads", "unravel_index", "vander", "vsplit"]
+           "matrix_power", "range", "scalar_tensor", "set_num_interop_threads", "set_num_threads", "unravel_index",
+           "vander", "vsplit"]
 
 
 def _integers(op: str, *xs: Tensor) -> None:
@@ -209,7 +210,8 @@ def is_signed(input: Tensor) -> bool:  # noqa: A002
 
 
 def chain_matmul(*matrices: Tensor) -> Tensor:
-    """The product of 2-D matrices, as torch.chain_matmul (deprecated there, with its warning)."""
+    """The product of 2-D matrices, as torch.chain_matmul (deprecated there, with its warning), multiplied
+    in linalg.multi_dot's order of fewest multiply-adds, as torch's."""
     warnings.warn("torch.chain_matmul is deprecated and will be removed in a future PyTorch release. Use "
                   "torch.linalg.multi_dot instead, which accepts a list of two or more tensors rather than "
                   "multiple parameters.", UserWarning, stacklevel=2)
@@ -218,7 +220,7 @@ def chain_matmul(*matrices: Tensor) -> Tensor:
     for m in matrices:
         if m.ndim != 2:
             raise ShapeError(f"Tensor dimension is {m.ndim}, expected 2 instead.\n  at {user_location()}")
-    return matrices[0].clone() if len(matrices) == 1 else functools.reduce(lambda a, b: a @ b, matrices)
+    return matrices[0].clone() if len(matrices) == 1 else multi_dot(matrices)  # torch's: multi_dot's order
 
 
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory: bool = False,
@@ -417,6 +419,9 @@ class TensorExtras:
 
     def diagflat(self, offset: int = 0):
         return diagflat(self, offset)
+
+    def matrix_power(self, n: int):
+        return matrix_power(self, n)
 
     def hsplit(self, sections=None, *, indices=None):
         return hsplit(self, sections, indices=indices)

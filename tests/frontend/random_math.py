@@ -29,6 +29,8 @@ int_op        integer arithmetic, bitwise ops and comparisons between integer va
               promotion between integer dtypes, uint8 wrapping, floor division and the two remainders'
               signs, true division of integers (not of a value computed in a low-precision region:
               _Gen.rounded in random_programs.py).
+linalg        torch.linalg's matrix_norm and norm (the matrix orders), vecdot, multi_dot (torch's order),
+              matrix_power and vander (linalg_family).
 masked        where with a number for a branch, masked_fill with a 0-d tensor, masked_scatter from an
               input, clamp with bounds that require grad, masks combined with &, |, ^ and ~,
               nan_to_num of NaNs and infinities, a masked mean."""
@@ -339,7 +341,69 @@ def masked_family(g) -> int | None:
     return g.add("masked", (i,), fn=fn, mask=mask, c=rng.choice([0.0, 0.5, -0.3]))
 
 
+# ---- torch.linalg's norms and products --------------------------------------------------------------
+
+LINALG = ("matrix_norm", "norm", "vecdot", "multi_dot", "matrix_power", "vander")
+
+
+def _linalg(lib, x, *ys, fn, **kw):
+    """x (and new inputs ys) through a torch.linalg function (linalg_family). The norms take x untied
+    (their largest or smallest column sum takes the gradient: a tie would share it, a near tie that
+    float32 breaks otherwise would move it); matrix_power and vander take tanh(x), bounded."""
+    linalg = lib.linalg
+    if fn in ("matrix_norm", "norm"):
+        return getattr(linalg, fn)(_untied(lib, x), kw["ord"], kw["dim"], kw["keep"])
+    if fn == "vecdot":
+        return linalg.vecdot(x, ys[0], dim=kw["dim"])
+    if fn == "multi_dot":
+        return linalg.multi_dot([x, *ys])
+    if fn == "matrix_power":
+        return linalg.matrix_power(x.tanh(), kw["n"])
+    return linalg.vander(x.tanh(), N=kw["N"])
+
+
+def linalg_family(g) -> int | None:
+    """A torch.linalg function of a free value: matrix_norm or norm (the matrix orders 'fro', +-1, +-inf,
+    norm's None too) over two of its dims, vecdot with a new input broadcast against it, multi_dot of it
+    (1-D or 2-D) and 1 to 3 new matrices (the last a vector now and then), matrix_power (n 0 to 6) of a
+    square one, vander (N default or 2 to 4). torch refusing a draw (a 1-D input, a zero-size amin)
+    drops it (_Gen.add)."""
+    rng = g.rng
+    fn = rng.choice(LINALG)
+    if fn in ("matrix_norm", "norm"):
+        i = g.pick(lambda s: len(s) >= 2)
+        i = g.input((g.size(), g.size())) if i is None else i
+        r = len(g.shapes[i])
+        dims = tuple(d - r if rng.random() < 0.5 else d for d in rng.sample(range(r), 2))
+        ords = ["fro", 1, -1, float("inf"), float("-inf")] + ([None] if fn == "norm" else [])
+        return g.add("linalg", (i,), fn=fn, ord=rng.choice(ords), dim=dims, keep=rng.random() < 0.5)
+    if fn == "multi_dot":
+        i = g.pick(lambda s: len(s) in (1, 2))
+        i = g.input((g.size(), g.size())) if i is None else i
+        k, ins = g.shapes[i][-1], [i]
+        for j in range(rng.randint(1, 3)):
+            m = g.size()
+            ins.append(g.input((k,) if j and rng.random() < 0.3 else (k, m)))
+            if len(g.shapes[ins[-1]]) == 1:
+                break
+            k = m
+        return g.add("linalg", tuple(ins), fn=fn)
+    i = g.pick(lambda s: len(s) >= 1)
+    i = g.input((g.size(),)) if i is None else i
+    s = g.shapes[i]
+    if fn == "vecdot":
+        other = tuple(1 if rng.random() < 0.3 else n for n in s[rng.randrange(len(s)) :])
+        return g.add("linalg", (i, g.input(other)), fn=fn, dim=rng.randrange(-len(other), 0))
+    if fn == "matrix_power":
+        if len(s) < 2 or s[-1] != s[-2]:
+            m = g.size(1, 3)
+            i = g.input((g.size(1, 2), m, m) if rng.random() < 0.3 else (m, m))
+        return g.add("linalg", (i,), fn=fn, n=rng.randint(0, 6))
+    return g.add("linalg", (i,), fn=fn, N=rng.choice([None, None, 2, 3, 4]))
+
+
 APPLY = {
+    "linalg": _linalg,
     "masked": _masked,
     "int_op": _int_op,
     "reduce_dims": _reduce_dims,

@@ -13,9 +13,10 @@ cummax and cummin; autocast regions around the low-precision ops; views of inter
 through in place (tests/frontend/random_views.py); checkpoint regions with a policy, FP8 linears and hand-written
 attention with a score modification (tests/frontend/random_ops.py); reductions over dim tuples,
 sort/topk/kthvalue, integer, bool and float64 constants under type promotion, integer arithmetic,
-where and the masked ops (tests/frontend/random_math.py). A fifth of the programs carry an activation
-budget (compiled once more with it). Shapes include 0-d and zero-size ones. Constants (indices, masks,
-running statistics) live in the node's arguments, so the printed program is the whole program."""
+where and the masked ops, torch.linalg's norms and products (tests/frontend/random_math.py). A fifth
+of the programs carry an activation budget (compiled once more with it). Shapes include 0-d and
+zero-size ones. Constants (indices, masks, running statistics) live in the node's arguments, so the
+printed program is the whole program."""
 
 from __future__ import annotations
 
@@ -858,6 +859,7 @@ FAMILIES = {
     random_math.dtypes_family: 1.5,
     random_math.int_op_family: 1,
     random_math.masked_family: 1.5,
+    random_math.linalg_family: 1,
 }
 # the families a checkpoint region draws its ops from (no views or writes: a region recomputes them)
 CHECKPOINTED = {
@@ -877,6 +879,7 @@ CHECKPOINTED = {
     random_math.dtypes_family: 0.5,
     random_math.int_op_family: 0.5,
     random_math.masked_family: 0.5,
+    random_math.linalg_family: 0.5,
 }
 BUDGETS = [0.0, 0.25, 0.5, 0.8, 1.0]  # activation_budget, drawn for a fifth of the programs
 
