@@ -10,6 +10,7 @@ import math
 
 from flame.codegen import cuda_c
 from flame.codegen.kernel import Kernel, render_op
+from flame.ir.dtypes import f32, f64
 from flame.ir.graph import Op
 
 # (identity, acc's next value from acc and the element {x}, what it is); logcumsumexp's step is PyTorch's
@@ -29,12 +30,12 @@ def _line(op: Op) -> tuple[int, int, int]:
 
 
 def lower_scan(op: Op) -> list[Kernel]:
-    """cumsum / cumprod / logcumsumexp: acc (compute type, f32 for f16/bf16) = acc op x[c], stored at every c."""
+    """cumsum / cumprod / logcumsumexp: acc (f64 for f32, f32 for f16/bf16) = acc op x[c], stored at every c."""
     if op.out.type.numel == 0:
         return []
     outer, extent, inner = _line(op)
     x = op.inputs[0].dtype
-    acc = cuda_c.compute_dtype(x)
+    acc = f64 if x == f32 else cuda_c.compute_dtype(x)  # torch's CPU acc_type: f32 runs in double, as the reference
     start, combine, what = _COMBINE[op.name]
     identity = cuda_c.literal(start, acc)
     return [render_op("scan.cu.j2", op, "scan", outer * inner, f"{what} along the axis, one thread per line",

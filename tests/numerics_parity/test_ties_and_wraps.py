@@ -15,7 +15,7 @@ integer sum taken in int64, so int8 / int32 samples whose neighbours' sums wrap 
 remainder keeps fmod's sign, the dividend's (4.0 % -2.0 is +0.0, where Python's % gives -0.0), and
 relu(-0.0) is -0.0, as torch's (seen through 1 / x). histc bins an element e at
 int((e - min) * bins / (max - min)) in the input's dtype, as torch's, so elements on or near a bin edge land
-where torch's do."""
+where torch's do. cumsum, cumprod and logcumsumexp of f32 accumulate in f64, as torch's CPU kernels."""
 
 import numpy as np
 import pytest
@@ -131,3 +131,20 @@ def test_counts_as_torch(name):
     f, *args = (HISTCS if kind == "histc" else BINCOUNTS)[key]
     check(f, *args, compiled=False, rtol=0, atol=0)
 
+
+LONG = np.random.default_rng(0).standard_normal((2, 20000)).astype(np.float32) + np.float32(0.1)
+SCANS = {
+    "cumsum": (lambda L, a: L.cumsum(a, 1), LONG),
+    "cumprod": (lambda L, a: L.cumprod(a, 1), 1 + LONG * np.float32(1e-3)),
+    "logcumsumexp": (lambda L, a: L.logcumsumexp(a, 1), LONG),
+    "cumsum f16": (lambda L, a: L.cumsum(a, 1), LONG[:, :3000].astype(np.float16)),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", SCANS)
+def test_long_f32_scans_round_as_torch(name, compiled):
+    """An f32 scan accumulates in f64 (f16 in f32), as torch's CPU kernels: every element of a long line
+    equals torch's bit for bit (f32 accumulation drifts by ~1e-2 over 20000 elements)."""
+    f, *args = SCANS[name]
+    check(f, *args, compiled=compiled, rtol=0, atol=0)

@@ -1,13 +1,13 @@
 """Scans and sorting along one axis: cumsum, cumprod, logcumsumexp (running sum / product / log-sum-exp,
-accumulated in order, in f32 for f16/bf16 as the kernels do) and argsort (a stable sort's permutation,
-NaN ordered after every number as in PyTorch). sort / topk are argsort + gather in the frontend, so their
-values get the gather's gradient."""
+accumulated in order, in f64 for f32 and in f32 for f16/bf16, as torch's CPU kernels and flame's do) and
+argsort (a stable sort's permutation, NaN ordered after every number as in PyTorch). sort / topk are
+argsort + gather in the frontend, so their values get the gather's gradient."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flame.ir.dtypes import i64, value_range
+from flame.ir.dtypes import bf16, f16, i64, value_range
 from flame.ir.ops._shapes import norm_axis
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 from flame.ir.types import TensorType
@@ -23,11 +23,19 @@ def _scan_infer(name):
     return infer
 
 
+def _accumulator(dt: np.dtype) -> np.dtype:
+    """The dtype a scan accumulates in, as torch's CPU kernels (its acc_type): f64 for f32 (so a long f32
+    cumsum rounds once per element, not once per step), f32 for f16 / bf16, the dtype itself otherwise."""
+    if dt == np.float32:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32) if dt in (f16.np_dtype, bf16.np_dtype) else dt
+
+
 def _scan_ref(np_fn):
     def ref(x, axis):
         if x.ndim == 0:
             return x.copy()
-        return np_fn(x, axis=axis % x.ndim, dtype=x.dtype)
+        return np_fn(x.astype(_accumulator(x.dtype)), axis=axis % x.ndim).astype(x.dtype)
 
     return ref
 
@@ -66,7 +74,6 @@ register(
         _scan_ref(np.cumsum),
         {"axis": Attr("int")},
         _cumsum_vjp,
-        compute_f32=True,
         autocast="f32",  # autocast: on PyTorch's float32 list
         doc="running sum along axis (out[k] = x[0] + ... + x[k])",
     )
@@ -80,7 +87,6 @@ register(
         _scan_ref(np.cumprod),
         {"axis": Attr("int")},
         _cumprod_vjp,
-        compute_f32=True,
         autocast="f32",
         doc="running product along axis",
     )
@@ -111,9 +117,10 @@ def _logcumsumexp_ref(x, axis):
         return x.copy()
     xm = np.moveaxis(x, axis % x.ndim, -1)
     out = np.empty_like(xm)
-    acc = np.full(xm.shape[:-1], -np.inf, x.dtype)
+    acc_t = _accumulator(x.dtype)
+    acc = np.full(xm.shape[:-1], -np.inf, acc_t)
     for c in range(xm.shape[-1]):
-        acc = log_add_exp(acc, xm[..., c])
+        acc = log_add_exp(acc, xm[..., c].astype(acc_t))
         out[..., c] = acc
     return np.moveaxis(out, -1, axis % x.ndim)
 
@@ -144,7 +151,6 @@ register(
         _logcumsumexp_ref,
         {"axis": Attr("int")},
         _logcumsumexp_vjp,
-        compute_f32=True,
         doc="running log-sum-exp along axis (out[k] = log(exp(x[0]) + ... + exp(x[k])), as PyTorch's scan)",
     )
 )
