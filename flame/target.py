@@ -32,8 +32,9 @@ class Target:
     (flame.plan.views.Strided) of its buffer ("" if it can; the views are then copied, as before).
     attention_kernel(op): the op (a forward or backward the attention library does not run, or one a
     setting forces) runs as the generated flash-attention kernels (codegen/flash_attention.py) instead of
-    a library call. attention_workspace(op, with_stats): the bytes of arena workspace that op's library call needs
-    (with_stats: a forward whose call also writes its softmax statistics to a planned buffer).
+    a library call. attention_workspace(op, with_stats, layouts): the bytes of arena workspace that op's
+    library call needs (with_stats: a forward whose call also writes its softmax statistics to a planned
+    buffer; layouts: the operands the call reads or writes through strides, AttentionCall.layouts).
     conv_unsupported(op) / conv_workspace(op): the same for convolution ops (conv, conv_grad_input,
     conv_grad_weight; without a library call they become im2col + matmul: passes/decompose_conv.py).
     matmul_workspace(op, epilogue, ta, tb): the bytes of arena workspace that matmul op's GEMM library call
@@ -65,7 +66,7 @@ class Target:
     matmul_epilogues: frozenset[str] = frozenset(MATMUL_EPILOGUES)
     row_cache: int = 32768  # <= 32 elements per thread at 1024 threads per row
     attention_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case
-    attention_workspace: Callable[[Op, bool], int] = lambda op, with_stats=False: 0
+    attention_workspace: Callable[[Op, bool, tuple], int] = lambda op, with_stats=False, layouts=(): 0
     attention_kernel: Callable[[Op], bool] = lambda op: False  # the NumPy reference runs the op as one step
     attention_layout_unsupported: Callable[[Op, str, tuple, object], str] = lambda op, name, shape, layout: ""
     conv_unsupported: Callable[[Op], str] = lambda op: ""  # the NumPy reference runs every case

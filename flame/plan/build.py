@@ -342,7 +342,7 @@ def attention_call(bld: _Builder, op: Op, out: int, stats_op: Op | None = None) 
         layouts += [(n, p.start, p.strides) for n, p in zip(("dq", "dk", "dv"), folded.grads[op][1])]
     m = mask_of(op)
     mask = None if m is None else bld.buffer_of[m]
-    ws = bld.scratch(bld.target.attention_workspace(op, stats_op is not None))
+    ws = bld.scratch(bld.target.attention_workspace(op, stats_op is not None, tuple(layouts)))
     extras = tuple(bld.buffer_of[v] for v in extras_of(op))
     if op.name == BACKWARD:
         return AttentionCall(*ins[:3], out, op, o=ins[3], grad_out=ins[4], stats=ins[5], mask=mask, workspace=ws,

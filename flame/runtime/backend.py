@@ -25,12 +25,13 @@ from flame.target import DEFAULT_TARGET, Target
 log = logging.getLogger("flame")
 
 
-def _attention_workspace(op, with_stats: bool = False) -> int:
-    """Exact (cuDNN builds the graphs, cached) where a GPU and cuDNN are present, else an upper bound
-    from the shapes (the reference executor does not use it; the CUDA handler checks it)."""
+def _attention_workspace(op, with_stats: bool = False, layouts: tuple = ()) -> int:
+    """Exact where a GPU and cuDNN are present (cuDNN builds the graphs of the call at its strided
+    operands' `layouts`, the ones the executor runs, cached), else an upper bound from the shapes (the
+    reference executor does not use it; the CUDA handler checks it)."""
     if cuda_available():
         try:
-            return cudnn_attention.workspace_bytes(op, with_stats, exact=True)
+            return cudnn_attention.workspace_bytes(op, with_stats, exact=True, layouts=layouts)
         except NotImplementedError:
             pass  # no cuDNN here: the CUDA handler will say so when it runs the call
     return cudnn_attention.workspace_bytes(op, with_stats)
@@ -55,11 +56,22 @@ def _matmul_workspace(op, epilogue: str = "none", ta: bool = False, tb: bool = F
 
 def _conv_unsupported(op) -> str:
     """flame's reasons, then, where a GPU is present, cuDNN's own answer (it builds the graph, once
-    per spec): so a convolution cuDNN refuses becomes primitive ops instead of failing at run time."""
+    per spec): so a convolution cuDNN refuses becomes primitive ops instead of failing at run time.
+    For a target that keeps convolutions NC* (Target.conv_channels_last off)."""
     why = cudnn_conv.op_unsupported(op)
     if why or not cuda_available():
         return why
     return cudnn_conv.refusal(cudnn_conv.spec_of(op))
+
+
+def _conv_unsupported_channels_last(op) -> str:
+    """_conv_unsupported for a target whose layout pass makes every convolution channels-last
+    (passes/layout.py, after this question is asked): cuDNN is asked about the call the plan will make,
+    the op's activations channels-last, so the graph built to answer is the one the plan runs."""
+    why = cudnn_conv.op_unsupported(op)
+    if why or not cuda_available():
+        return why
+    return cudnn_conv.refusal(cudnn_conv.channels_last_spec(op))
 
 
 def _conv_workspace(op) -> int:
@@ -162,7 +174,7 @@ def capabilities(executor: str = "cuda", target: Target = DEFAULT_TARGET) -> Tar
                    attention_layout_unsupported=rules.layout_unsupported,
                    attention_workspace=_attention_workspace, matmul_workspace=_matmul_workspace,
                    comm_stream=comm_stream_enabled(), side_stream=side_stream_enabled(),
-                   conv_unsupported=_conv_unsupported,
+                   conv_unsupported=_conv_unsupported_channels_last if target.conv_channels_last else _conv_unsupported,
                    conv_workspace=_conv_workspace, arch=_arch(), deterministic=determinism.mode())
 
 

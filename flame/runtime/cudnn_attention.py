@@ -230,14 +230,16 @@ def _kept_in_workspace(spec: AttentionSpec, op_name: str, with_stats: bool) -> i
     return 0
 
 
-def workspace_bytes(op, with_stats: bool = False, exact: bool = False, att: CudnnAttention | None = None) -> int:
+def workspace_bytes(op, with_stats: bool = False, exact: bool = False, att: CudnnAttention | None = None,
+                    layouts: tuple = ()) -> int:
     """The workspace op's call needs (with_stats: a forward whose call also writes its statistics to
-    a planned buffer): exact (cuDNN's own figure; builds the graphs) when `exact`, else an upper bound
-    from the shapes: cuDNN's backward accumulates dq (and, with GQA, dk/dv) in f32 plus per-row sums."""
+    a planned buffer): exact (cuDNN's own figure; builds the graphs of the call at `layouts`, its
+    strided operands) when `exact`, else an upper bound from the shapes: cuDNN's backward accumulates
+    dq (and, with GQA, dk/dv) in f32 plus per-row sums."""
     spec = spec_of(op)
     kept = _kept_in_workspace(spec, op.name, with_stats)
     if exact:
-        att = att or cudnn_attention(spec)
+        att = att or cudnn_attention(spec_of(op, layouts))
         return kept + (att.backward_workspace if op.name == BACKWARD else att.forward_workspace)
     if op.name != BACKWARD:
         return kept + (1 << 20)

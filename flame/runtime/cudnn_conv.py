@@ -138,6 +138,16 @@ def spec_of(op, strides: dict | None = None) -> ConvSpec:
     )
 
 
+def channels_last_spec(op) -> ConvSpec:
+    """The spec of convolution op `op` once made channels_last (passes/layout.py): its activations x and
+    y (the op's NC* operands, or already channels-last ones) with channels-last strides."""
+    if op.attrs.get("channels_last"):
+        return spec_of(op)
+    kind = ConvCall.KINDS[op.name]
+    shapes = dict(zip(OPERANDS[kind], (*(v.type.shape for v in op.inputs), op.out.type.shape)))
+    return spec_of(op, {n: channels_last_strides(tuple(shapes[n])) for n in ("x", "y")})
+
+
 def unsupported_reason(spec: ConvSpec) -> str:
     """Why cuDNN cannot run `spec` as far as flame knows without asking it ("" if it may); building
     the graph may still refuse (CudnnConv raises NotImplementedError with cuDNN's words)."""

@@ -351,3 +351,30 @@ def test_flame_cache_counts_evicts_and_clears_cudnn_graphs(fake, tmp_path, capsy
     _new_process()
     _graphs()
     assert plan_cache.evict(tmp_path / "cache", 0) == 3 and _entries(tmp_path / "cache") == []
+
+
+def test_the_legalize_question_builds_the_graphs_the_plan_runs(fake, monkeypatch):
+    """Whether cuDNN can run a convolution is asked before the layout pass makes it channels-last: it is
+    asked about the channels-last call, so no NC* graph is built only to answer (half of a U-Net's)."""
+    import flame
+    from flame import compiler
+    from flame.plan.steps import ConvCall
+    from flame.runtime import backend
+    from tests.plan.test_plan_cache import _library_step
+
+    monkeypatch.setattr(backend, "cuda_available", lambda: True)
+    monkeypatch.setattr(backend, "_arch", lambda: "sm_90")
+    cuda = compiler.capabilities("cuda")
+    monkeypatch.setattr(compiler, "capabilities", lambda name: cuda)
+    monkeypatch.setattr(compiler, "_target", lambda *settings: cuda)
+    monkeypatch.setattr(compiler, "_CACHE", type(compiler._CACHE)())
+    built = []
+    graph = cudnn_cache.graph
+    monkeypatch.setattr(cudnn_cache, "graph", lambda cudnn, key, *a: built.append(key) or graph(cudnn, key, *a))
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((2, 2, 8, 16),) * 3 + ((2, 3, 6, 6), (4, 3, 3, 3))]
+    ts = [flame.tensor(a, requires_grad=i in (0, 1, 2, 4)) for i, a in enumerate(arrays)]
+    plan = compiler.compile_graph(flame.compile(_library_step).trace(*ts)).plan
+    specs = {cudnn_conv.spec_of(s.op) for s in plan.steps if isinstance(s, ConvCall)}
+    assert len(specs) == 2 and all(s.x_strides[1] == 1 for s in specs)  # fprop, wgrad: channels-last
+    assert sorted(k.split(" tf32=")[0] for k in built if k.startswith("conv")) == sorted(f"conv {s!r}" for s in specs)
