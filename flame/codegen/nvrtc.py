@@ -35,7 +35,7 @@ from pathlib import Path
 from flame._env import env_flag
 from flame._tempfiles import remove_dead_temps, temp_prefix
 from flame._version import __version__
-from flame.codegen import cache_ledger
+from flame.codegen import cache_ledger, nvrtc_pool, nvrtc_worker
 from flame.codegen.user_source import user_errors
 from flame.errors import FlameError
 
@@ -280,25 +280,24 @@ def _numbered(source: str) -> str:
 
 
 def _compile(source: str, arch: str, name_hint: str) -> bytes:
-    nvrtc = _nvrtc()
+    """The cubin of `source`, compiled in a compile process (codegen/nvrtc_pool.py) or, where those are
+    off or failed, in this one; FlameError with NVRTC's log and the numbered source when it fails."""
     opts = [f"--gpu-architecture={arch}", *OPTIONS] + [f"-I{d}" for d in include_dirs()]
-    prog = nvrtc.createProgram(source, (name_hint or "kernel") + ".cu", [], [])
-    try:
-        try:
-            nvrtc.compileProgram(prog, opts)
-        except nvrtc.NVRTCError as e:
-            log = nvrtc.getProgramLog(prog)
-            op = ir_line(source)
-            user = user_errors(source, log)
-            raise FlameError(
-                (f"{user}\n" if user else "")
-                + f"NVRTC could not compile kernel {name_hint or '?'} for {arch} ({e})"
-                + (f"\n  IR op: {op}" if op else "")
-                + f"\n--- NVRTC log ---\n{log.strip()}\n--- generated source ---\n{_numbered(source)}"
-            ) from None
-        return nvrtc.getCUBIN(prog)
-    finally:
-        nvrtc.destroyProgram(prog)
+    name = (name_hint or "kernel") + ".cu"
+    answer = nvrtc_pool.run(source, name, opts)
+    if answer is None:
+        answer = nvrtc_worker.compile_source(_nvrtc(), source, name, opts)
+    if answer[0] == "cubin":
+        return answer[1]
+    _, what, log = answer
+    op = ir_line(source)
+    user = user_errors(source, log)
+    raise FlameError(
+        (f"{user}\n" if user else "")
+        + f"NVRTC could not compile kernel {name_hint or '?'} for {arch} ({what})"
+        + (f"\n  IR op: {op}" if op else "")
+        + f"\n--- NVRTC log ---\n{log.strip()}\n--- generated source ---\n{_numbered(source)}"
+    )
 
 
 def compile_cubin(source: str, arch: str, name_hint: str = "") -> bytes:

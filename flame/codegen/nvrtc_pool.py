@@ -1,0 +1,168 @@
+"""NVRTC compiles in worker processes (codegen/nvrtc_worker.py), so that a plan's kernels compile side by
+side: NVRTC serializes the compiles of one process behind a lock of its own, and the threads that
+codegen/nvrtc.py compiles from (compile_ahead, compile_many) would otherwise wait for each other.
+
+    answer = run(source, "fused_add.cu", options)   # ("cubin", bytes) / ("error", what, log); None: compile here
+
+Up to FLAME_NVRTC_PROCESSES workers (default: the CPU count, at most 16; 0 compiles in the calling
+process), each started when a compile finds every started one busy and kept for the process's life:
+a worker is a Python interpreter running nvrtc_worker.py by its path, with NVRTC's binding and no
+GPU context. A call waits for an idle worker, then for its answer, at most WAIT_S seconds each;
+a worker that dies or does not answer in time is stopped, and run() returns None with a warning
+(once per process), so that the kernel is compiled in the calling process instead. A process forked
+from this one starts workers of its own (the pipes belong to the parent).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import select
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+from flame._env import env_int
+
+PROCESSES_ENV = "FLAME_NVRTC_PROCESSES"
+WAIT_S = 600.0  # seconds a compile waits for an idle worker, and then for the worker's answer
+EXIT_WAIT_S = 5.0  # seconds a worker gets to leave at exit before it is killed
+WORKER = Path(__file__).with_name("nvrtc_worker.py")
+_HEADER = 8  # nvrtc_worker.HEADER: an 8-byte little-endian length before each pickle
+
+
+def processes() -> int:
+    """How many compile processes may run: FLAME_NVRTC_PROCESSES, by default the CPU count (at most 16)."""
+    return env_int(PROCESSES_ENV, min(16, os.cpu_count() or 1), minimum=0)
+
+
+class WorkerFailed(Exception):
+    """A worker died, said something unreadable, or took longer than WAIT_S."""
+
+
+class _Worker:
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def call(self, request: tuple, timeout: float) -> tuple:
+        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.proc.stdin.write(len(data).to_bytes(_HEADER, "little") + data)
+            self.proc.stdin.flush()
+        except OSError as e:
+            raise WorkerFailed(f"the compile process is gone ({e})") from None
+        head = self._read(_HEADER, timeout)
+        return pickle.loads(self._read(int.from_bytes(head, "little"), timeout))
+
+    def _read(self, n: int, timeout: float) -> bytes:
+        fd, out = self.proc.stdout.fileno(), bytearray()
+        while len(out) < n:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                raise WorkerFailed(f"the compile process gave no answer within {timeout:g} s")
+            chunk = os.read(fd, n - len(out))
+            if not chunk:
+                raise WorkerFailed(f"the compile process exited (status {self.proc.poll()})")
+            out += chunk
+        return bytes(out)
+
+    def stop(self, wait: float = 0.0) -> None:
+        try:
+            self.proc.stdin.close()  # its input ends: it leaves
+            self.proc.wait(timeout=wait)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class _Pool:
+    def __init__(self):
+        self.pid = os.getpid()
+        self.idle: list[_Worker] = []
+        self.all: list[_Worker] = []
+        self.ready = threading.Condition()
+
+    def take(self, limit: int) -> _Worker:
+        """An idle worker, a new one while fewer than `limit` run, or the first to become idle (at most WAIT_S)."""
+        with self.ready:
+            while not self.idle and len(self.all) >= limit:
+                if not self.ready.wait(WAIT_S):
+                    raise WorkerFailed(f"no compile process became free within {WAIT_S:g} s")
+            if self.idle:
+                return self.idle.pop()
+            worker = _Worker()
+            self.all.append(worker)
+            return worker
+
+    def give_back(self, worker: _Worker) -> None:
+        with self.ready:
+            self.idle.append(worker)
+            self.ready.notify()
+
+    def drop(self, worker: _Worker) -> None:
+        with self.ready:
+            if worker in self.all:
+                self.all.remove(worker)
+            self.ready.notify()
+        worker.stop()
+
+    def close(self) -> None:
+        with self.ready:
+            workers, self.all, self.idle = self.all, [], []
+        for w in workers:
+            w.stop(EXIT_WAIT_S)
+
+
+_pool: _Pool | None = None
+_pool_lock = threading.Lock()
+_warned = [False]
+
+
+def _current() -> _Pool:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool.pid != os.getpid():  # none yet, or the parent's (this process was forked)
+            _pool = _Pool()
+        return _pool
+
+
+def run(source: str, name: str, options: list[str]) -> tuple | None:
+    """Compile `source` (file name `name`, NVRTC `options`) in a worker process: ("cubin", bytes) or
+    ("error", what NVRTC said, its log); None when workers are off (FLAME_NVRTC_PROCESSES=0) or failed
+    (warned once): the caller compiles in this process."""
+    limit = processes()
+    if limit == 0:
+        return None
+    pool = _current()
+    try:
+        worker = pool.take(limit)
+    except (OSError, WorkerFailed) as e:
+        return _failed(e)
+    try:
+        answer = worker.call((source, name, list(options)), WAIT_S)
+    except (WorkerFailed, pickle.UnpicklingError, EOFError) as e:
+        pool.drop(worker)
+        return _failed(e)
+    pool.give_back(worker)
+    return answer
+
+
+def _failed(e: BaseException) -> None:
+    if not _warned[0]:
+        _warned[0] = True
+        warnings.warn(f"flame: an NVRTC compile process failed ({e}); kernels it did not compile are compiled in "
+                      f"this process", RuntimeWarning, stacklevel=4)
+    return None
+
+
+def _close() -> None:
+    pool = _pool
+    if pool is not None and pool.pid == os.getpid():
+        pool.close()
+
+
+atexit.register(_close)
