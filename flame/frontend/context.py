@@ -23,6 +23,9 @@ checkpoint_saves: ContextVar = ContextVar("flame_checkpoint_saves", default=None
 # a callable told of every op dispatch.apply runs, as (op, inputs, attributes, result), or None: forward
 # AD's record of the ops that carry tangents where no gradient history is kept (autograd/forward_ad.py)
 op_recorder: ContextVar = ContextVar("flame_op_recorder", default=None)
+# a callable told of every in-place write before it is made, as (tensor written, its new value, the op's
+# name), or None: vmap's checks of writes into tensors it does not map over (func/_vmap.py)
+write_hook: ContextVar = ContextVar("flame_write_hook", default=None)
 
 
 _FLAME_FILES: dict[str, bool] = {}  # absolute source path -> whether it is a file of the flame package

@@ -12,7 +12,7 @@ from functools import wraps
 from typing import Any
 from weakref import WeakValueDictionary
 
-from flame.frontend.context import op_recorder
+from flame.frontend.context import op_recorder, user_location, write_hook
 from flame.frontend.creation import draw_hook
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
@@ -46,6 +46,7 @@ class _Batched:
 
     def __init__(self, previous) -> None:
         self.previous = previous
+        self.size = 0
         self.seen: WeakValueDictionary = WeakValueDictionary()  # id -> tensor (an id never outlives it)
 
     def add(self, t) -> None:
@@ -64,14 +65,48 @@ class _Batched:
                 return
 
 
+_INPLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible because there exists a Tensor `other` in "
+            "extra_args that has more elements than `self`. This happened due to `other` being vmapped over but "
+            "`self` not being vmapped over in a vmap. Please try to use out-of-place operators instead of inplace "
+            "arithmetic. If said operator is being called inside the PyTorch framework, please file a bug report "
+            "instead.")
+
+
+class _Writes:
+    """vmap's check of every in-place write func makes. Batched values written into a tensor that is not
+    batched is torch's RuntimeError. A write into an unbatched tensor func did not make (one it captured,
+    or an unbatched argument) runs once in torch's vmap, but once per batch element in flame's: found
+    where the second element writes a tensor the first wrote, and refused rather than run B times."""
+
+    def __init__(self, batched: _Batched) -> None:
+        self.batched = batched
+        self.first: WeakValueDictionary = WeakValueDictionary()  # id -> tensor the first element wrote
+        self.element = 0
+
+    def __call__(self, t, new, what: str) -> None:
+        root = t if t._base is None else t._base
+        if self.batched.holds(t) or self.batched.holds(root) or root._role == "state":
+            return  # (a state tensor: a generator's offset, which draws advance and randomness="same" resets)
+        if isinstance(new, Tensor) and self.batched.holds(new):
+            raise RuntimeError(f"{_INPLACE}\n  at {user_location()}")
+        if self.element == 0:
+            self.first[id(root)] = root
+        elif self.first.get(id(root)) is root:
+            raise RuntimeError(
+                f"vmap: {what} writes in place into a tensor that is not vmapped over (captured by the function, "
+                f"or an argument with in_dim None): torch's vmap runs the write once, flame's vmap runs the "
+                f"function once per batch element and would run it {self.batched.size} times. Write out of "
+                f"place, or into a tensor made from the batched inputs\n  at {user_location()}")
+
+
 @contextmanager
-def _tracking(batched: _Batched | None):
-    token = op_recorder.set(batched) if batched is not None else None
+def _tracking(batched: _Batched, writes: _Writes):
+    token, wtoken = op_recorder.set(batched), write_hook.set(writes)
     try:
         yield
     finally:
-        if token is not None:
-            op_recorder.reset(token)
+        write_hook.reset(wtoken)
+        op_recorder.reset(token)
 
 
 @contextmanager
@@ -168,8 +203,9 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
     (None: the argument is passed whole to every element); out_dims where the batch dimension goes in
     each output (None: the output of the first element, for outputs that do not depend on the batch; an
     output computed from a batched argument raises ValueError there, as torch's: flame follows the ops
-    dispatched through its op table, so an in-place write of batched values into an unbatched tensor
-    goes unseen).
+    dispatched through its op table). An in-place write of batched values into an unbatched tensor is
+    torch's RuntimeError; one of unbatched values into a tensor func captured, which torch's vmap runs
+    once, is refused (flame's would run it once per element).
     Keyword arguments are not batched.
 
     flame runs func once per batch element, on slices of the batched arguments, and stacks the outputs:
@@ -190,16 +226,20 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
         n = _batch_size(flat_args, dims)
         same = _Same()
         outs = []
-        batched = _Batched(op_recorder.get()) if None in tree_flatten(out_dims)[0] else None
-        with _randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched):
+        batched = _Batched(op_recorder.get())
+        batched.size = n
+        writes = _Writes(batched)
+        with _randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched, writes):
             for i in range(max(n, 1)):
                 same.seen.clear()
+                writes.element = i
                 sliced = [a if d is None else _element(a, d, i) for a, d in zip(flat_args, dims)]
                 for a, d in zip(sliced, dims):
-                    if d is not None and batched is not None:
+                    if d is not None:
                         batched.add(a)
                 outs.append(func(*tree_unflatten(sliced, spec), **kwargs))
-        return _stack_outputs(func, outs, out_dims, batched, empty=n == 0)
+        return _stack_outputs(func, outs, out_dims, batched if None in tree_flatten(out_dims)[0] else None,
+                              empty=n == 0)
 
     return wrapped
 

@@ -1,0 +1,90 @@
+"""flame.func.vmap and in-place writes, against torch.func.vmap: batched values written into a tensor
+that is not vmapped over is torch's RuntimeError (not a silent per-element write); a write into a
+tensor that is batched, or into one made inside the function, computes as torch's; a write into a
+captured tensor that torch's vmap runs once is refused instead of being run once per element."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.func as TF
+
+import flame
+import flame.func as F
+
+X = np.random.default_rng(1).standard_normal((3, 4))
+
+
+def ft(a):
+    return flame.tensor(np.asarray(a), dtype=flame.float64)
+
+
+def tt(a):
+    return torch.tensor(np.asarray(a), dtype=torch.float64)
+
+
+WRITES = {
+    "mul_": lambda y, v: y.mul_(v),
+    "copy_": lambda y, v: y.copy_(v),
+    "setitem": lambda y, v: y.__setitem__(0, v[0]),
+    "clamp_": lambda y, v: y.clamp_(min=v),
+}
+
+
+@pytest.mark.parametrize("name", list(WRITES))
+def test_batched_value_into_unbatched_tensor_raises(name):
+    write = WRITES[name]
+    ty = torch.zeros(4, dtype=torch.float64)
+    if name != "clamp_":  # (torch's clamp_ raises another message for a tensor bound)
+        with pytest.raises(RuntimeError, match=r"vmap: inplace arithmetic\(self, \*extra_args\) is not possible"):
+            TF.vmap(lambda v: write(ty, v))(tt(X))
+    fy = flame.zeros(4, dtype=flame.float64)
+    with pytest.raises(RuntimeError, match=r"vmap: inplace arithmetic\(self, \*extra_args\) is not possible"):
+        F.vmap(lambda v: write(fy, v))(ft(X))
+    assert np.all(fy.numpy() == 0)
+
+
+def test_batched_value_into_tensor_made_inside_raises():
+    with pytest.raises(RuntimeError, match="vmap: inplace arithmetic"):
+        F.vmap(lambda v: flame.zeros(4, dtype=flame.float64).mul_(v))(ft(X))
+
+
+def test_writes_into_batched_tensors_compute_as_torch():
+    def f(lib):
+        def g(v, y):
+            z = v * 2
+            z.add_(y)          # unbatched value into a batched tensor
+            v2 = v.clone()
+            v2[1] = z[0]       # batched into batched
+            return z.sin_() + v2
+        return g
+
+    y = X[0] * 0.5
+    want = TF.vmap(f(torch), in_dims=(0, None))(tt(X), tt(y))
+    got = F.vmap(f(flame), in_dims=(0, None))(ft(X), ft(y))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    fc = flame.compile(F.vmap(f(flame), in_dims=(0, None)))
+    np.testing.assert_allclose(fc(ft(X), ft(y)).numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_unbatched_write_into_captured_tensor_is_refused():
+    ty = torch.zeros(4, dtype=torch.float64)
+    TF.vmap(lambda v: (ty.add_(1), v * 2)[1])(tt(X))
+    assert np.all(ty.numpy() == 1)  # torch runs the write once
+    fy = flame.zeros(4, dtype=flame.float64)
+    with pytest.raises(RuntimeError, match="would run it 3 times"):
+        F.vmap(lambda v: (fy.add_(1), v * 2)[1])(ft(X))
+
+
+def test_unbatched_write_into_tensor_made_inside_is_fine():
+    def f(lib, dt):
+        def g(v):
+            z = lib.zeros(4, dtype=dt)
+            z.add_(1.5)
+            return v * z
+        return g
+
+    want = TF.vmap(f(torch, torch.float64))(tt(X))
+    got = F.vmap(f(flame, flame.float64))(ft(X))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
