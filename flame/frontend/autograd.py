@@ -20,7 +20,7 @@ from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
-from flame.frontend.saved import reads, saves
+from flame.frontend.saved import reads, saves, unpack_saves
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import stale
 from flame.ir.builder import Builder
@@ -79,22 +79,25 @@ def saving_nodes(g: Graph, vals: dict[int, Value], order: list[Tensor], cut: dic
     found = []
     for t in order:
         v = (cut or {}).get(id(t)) or vals.get(id(t))
-        if t._node is not None and v is not None and saves(v.producer, read):
+        if t._node is not None and v is not None and (t._node.packed or saves(v.producer, read)):
             found.append(t._node)
     return found
 
 
 def _rebuild(
     loss: Tensor, cut: dict | None = None, order: list | None = None
-) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
+) -> tuple[Graph, dict[int, Value], list[Tensor], list, dict]:
     """The graph of the ops that made loss, from its leaves (graph inputs). A tensor in `cut` passes no
     gradient to what it was made from (its uses read it through stop_gradient); cut[id] is set to its
-    own value, where a hooked backward seeds the gradient its hooks made (_hooked_backward)."""
+    own value, where a hooked backward seeds the gradient its hooks made (_hooked_backward). Returns
+    (the graph, id -> value, the tensors its inputs hold, the nodes, autodiff's `unpacked`: the tensors
+    saved-tensor hooks unpacked, each an input of its own unless the graph holds it)."""
     g = Graph("backward")
     b = Builder(g)
     vals: dict[int, Value] = {}
     leaves: list[Tensor] = []
     nodes = []
+    unpacked: dict = {}
     for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
@@ -111,10 +114,30 @@ def _rebuild(
                 raise modified_error(node)
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
+        if node.packed:
+            _unpack(node, vals[id(t)], g, vals, leaves, unpacked)
         if cut is not None and id(t) in cut:
             cut[id(t)] = vals[id(t)]
             vals[id(t)] = b.emit("stop_gradient", vals[id(t)])
-    return g, vals, leaves, nodes
+    return g, vals, leaves, nodes, unpacked
+
+
+def _unpack(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict) -> None:
+    """The unpack hooks of node's saved tensors run, their tensors read by the VJP of out's op: a tensor
+    of the graph as its value, any other as a new input (a leaf that takes no gradient)."""
+    op = out.producer
+    if op is None or op.name != node.name:
+        return
+    types = [x.type for x in op.inputs]
+    got = unpack_saves(node, lambda i: out.type if i < 0 else types[i])
+    sub = {}
+    for i, u in got.items():
+        if id(u) in vals and vals[id(u)].type == u._type():
+            sub[i] = vals[id(u)]
+        else:
+            sub[i] = g.add_input(u._type(), "const")
+            leaves.append(u.detach())
+    unpacked[op] = sub
 
 
 def backward(
@@ -226,7 +249,7 @@ def _gradients(
     through them from loss, their own gradient flows on from them instead. `create`: the gradients
     carry histories (gradient_tensors)."""
     cut = dict.fromkeys(seeds)
-    g, vals, graph_leaves, _ = _rebuild(loss, cut, order)
+    g, vals, graph_leaves, _, unpacked = _rebuild(loss, cut, order)
     wrt = [t for t in graph_leaves if t.requires_grad and leaves] + want
     inputs = list(graph_leaves)
     terms = [] if id(loss) in seeds else [(vals[id(loss)], gradient)]
@@ -241,7 +264,8 @@ def _gradients(
             term = term if term.dtype == f32 else b.cast(term, dtype=f32)
             out = term if out is None else b.add(out, term)
     inputs += [gr for _, gr in terms if gr is not None]
-    grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed) if out is not None else [None] * len(wrt)
+    grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed, unpacked=unpacked) if out is not None \
+        else [None] * len(wrt)
     nodes = saving_nodes(g, vals, order, cut)
     known = known_tensors(order, vals, cut) if create else {}
     return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes

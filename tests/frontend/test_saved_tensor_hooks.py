@@ -1,0 +1,159 @@
+"""flame.autograd.graph.saved_tensors_hooks and save_on_cpu against torch.autograd.graph's, in f64:
+pack runs (gradients off) on each tensor an op saves, unpack on its result when a backward reads it,
+and the unpacked tensor is what the backward uses; nested blocks use the innermost pair; a second
+backward through a freed graph raises; inside @flame.compile the hooks are a TraceError naming the line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+X = np.array([0.3, -1.2, 2.0])
+Y = np.array([1.1, 0.4, -0.7])
+
+
+def pair(a):
+    return (flame.tensor(a, dtype=flame.float64, requires_grad=True),
+            torch.tensor(a, dtype=torch.float64, requires_grad=True))
+
+
+OPS = {
+    "mul": lambda a, b: a * b,
+    "add": lambda a, b: a + b,
+    "mul_number": lambda a, b: a * 3,
+    "exp": lambda a, b: a.exp(),
+    "sin": lambda a, b: a.sin(),
+    "pow": lambda a, b: a.pow(2),
+    "div": lambda a, b: a / b,
+    "tanh": lambda a, b: a.tanh(),
+    "sigmoid": lambda a, b: a.sigmoid(),
+    "relu": lambda a, b: a.relu(),
+    "sum": lambda a, b: a.sum(),
+    "matmul": lambda a, b: a.reshape(1, 3) @ b.reshape(3, 1),
+}
+
+
+def _run(lib, f, a, b, unpack=lambda t: t):
+    log = []
+
+    def pack_hook(t):
+        log.append(("pack", tuple(t.shape), lib.is_grad_enabled()))
+        return t
+
+    def unpack_hook(t):
+        log.append(("unpack", lib.is_grad_enabled()))
+        return unpack(t)
+
+    with lib.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook):
+        out = f(a, b)
+    packs = len(log)
+    out.sum().backward()
+    return log, packs
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_hooks_run_on_what_torch_saves(name):
+    (fa, ta), (fb, tb) = pair(X), pair(Y)
+    flog, fpacks = _run(flame, OPS[name], fa, fb)
+    tlog, tpacks = _run(torch, OPS[name], ta, tb)
+    assert (fpacks, sorted(flog)) == (tpacks, sorted(tlog))  # (the order of one op's saves is torch's field order)
+    np.testing.assert_allclose(fa.grad.numpy(), ta.grad.numpy(), rtol=1e-12)
+    if tb.grad is not None:
+        np.testing.assert_allclose(fb.grad.numpy(), tb.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["sin", "exp", "mul", "pow", "tanh", "sigmoid", "matmul"])
+def test_the_unpacked_tensor_is_used(name):
+    """(div is left out: torch's backward reads a and b, flame's VJP of a / b reads b and the result)"""
+    (fa, ta), (fb, tb) = pair(X), pair(Y)
+    _run(flame, OPS[name], fa, fb, unpack=lambda t: t * 2 + 0.25)
+    _run(torch, OPS[name], ta, tb, unpack=lambda t: t * 2 + 0.25)
+    np.testing.assert_allclose(fa.grad.numpy(), ta.grad.numpy(), rtol=1e-12)
+    if tb.grad is not None:
+        np.testing.assert_allclose(fb.grad.numpy(), tb.grad.numpy(), rtol=1e-12)
+
+
+def _unpacks_of(lib, x):
+    log = []
+    with lib.autograd.graph.saved_tensors_hooks(lambda t: log.append("outer") or t, lambda t: t * 3):
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: log.append("inner") or t, lambda t: t):
+            y = x.sin()
+        z = x.cos() * y
+    z.sum().backward(retain_graph=True)
+    z.sum().backward()
+    return log, x.grad.numpy()
+
+
+def test_nested_blocks_use_the_innermost_pair_and_retain_graph_unpacks_again():
+    (fx, tx) = pair(X)
+    flog, fg = _unpacks_of(flame, fx)
+    tlog, tg = _unpacks_of(torch, tx)
+    assert flog == tlog
+    np.testing.assert_allclose(fg, tg, rtol=1e-12)
+
+
+def test_second_backward_raises_and_no_grad_packs_nothing():
+    fx, tx = pair(X)
+    for lib, x in ((flame, fx), (torch, tx)):
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            y = x.sin()
+        y.sum().backward()
+        with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+            y.sum().backward()
+        with lib.no_grad(), lib.autograd.graph.saved_tensors_hooks(lambda t: 1 / 0, lambda t: t):
+            x.sin()
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: 1 / 0, lambda t: t):
+            x.detach().sin()
+
+
+def test_autograd_grad_and_create_graph():
+    fx, tx = pair(X)
+    got = []
+    for lib, x in ((flame, fx), (torch, tx)):
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            y = (x.sin() * x).sum()
+        (g,) = lib.autograd.grad(y, [x], create_graph=True)
+        (gg,) = lib.autograd.grad(g.sum(), [x])
+        got.append((g.detach().numpy(), gg.numpy()))
+    for f, t in zip(*got):
+        np.testing.assert_allclose(f, t, rtol=1e-12)
+
+
+def test_save_on_cpu():
+    fx, tx = pair(X)
+    for lib, x in ((flame, fx), (torch, tx)):
+        with lib.autograd.graph.save_on_cpu():
+            y = (x.exp() * x.sin()).sum()
+        y.backward()
+    np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-12)
+
+
+def test_an_unpacked_tensor_of_another_shape_raises():
+    fx, _ = pair(X)
+    with flame.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t[:2]):
+        y = fx.sin()
+    with pytest.raises(RuntimeError, match="unpack_hook: returned f64\\[2\\]"):
+        y.sum().backward()
+
+
+def test_inside_compile_is_a_trace_error_naming_the_line():
+    fx, _ = pair(X)
+
+    @flame.compile
+    def step(x):
+        with flame.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            return (x.sin() * 2).sum()
+
+    with pytest.raises(flame.errors.TraceError, match=r"(?s)saved_tensors_hooks.*test_saved_tensor_hooks.py:\d+"):
+        step(fx)
+
+    @flame.compile
+    def plain(x):
+        return (x.sin() * 2).sum()
+
+    with flame.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        with pytest.raises(flame.errors.TraceError, match="saved_tensors_hooks"):
+            plain(fx)
