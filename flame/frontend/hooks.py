@@ -368,23 +368,29 @@ class TensorHooks:
     def grad_fn(self) -> GradFn | None:
         """None for a tensor without gradient history, as torch's; else a GradFn naming the op that made
         it (`name()`: torch's spelling, "MulBackward0") and, eagerly, the grad_fns of its inputs
-        (`next_functions`)."""
+        (`next_functions`); eagerly the same object at each access, as torch's."""
         if self.is_leaf:
             return None
-        op = self._value.producer.name if self._value is not None else self._node.name
-        return GradFn(op, None if self._value is not None else self._node.inputs)
+        if self._value is not None:
+            return GradFn(self._value.producer.name, None, self)
+        node = self._node
+        got = getattr(node, "grad_fn", None)
+        if got is None or got._tensor() is not self:
+            got = node.grad_fn = GradFn(node.name, node.inputs, self)
+        return got
 
 
 class GradFn:
     """What torch's grad_fn answers of a tensor with gradient history: `name()`, `next_functions`
     ((input's grad_fn, 0) per input: an AccumulateGrad for an input that is a leaf requiring grad, None
-    for one that requires none; empty inside @flame.compile, where the traced graph is the history).
-    flame's backward rebuilds the graph from the loss; this object only describes it."""
+    for one that requires none; empty inside @flame.compile, where the traced graph is the history),
+    and `register_prehook`. flame's backward rebuilds the graph from the loss; this object describes
+    it and carries the node's pre-hooks, which are the tensor's (GroupHook)."""
 
-    __slots__ = ("op", "_inputs")
+    __slots__ = ("op", "_inputs", "_tensor")
 
-    def __init__(self, op: str, inputs: tuple | None):
-        self.op, self._inputs = op, inputs
+    def __init__(self, op: str, inputs: tuple | None, tensor: Tensor):
+        self.op, self._inputs, self._tensor = op, inputs, weakref.ref(tensor)
 
     def name(self) -> str:
         op = self.op.removeprefix("reduce_")  # reduce_sum: torch's SumBackward0
@@ -395,6 +401,44 @@ class GradFn:
         if not self._inputs:
             return ()
         return tuple((_next_of(t), 0) for t in self._inputs)
+
+    def register_prehook(self, fn: Callable[[tuple], tuple | None]) -> RemovableHandle:
+        """fn(grad_outputs) -> None or new grad_outputs (a tuple of one gradient, of the same shape),
+        called before the node computes its inputs' gradients, as torch's Node.register_prehook: after
+        the tensor's own hooks and retain_grad(). Returns a handle whose .remove() unregisters it."""
+        t = self._tensor()
+        if not callable(fn):
+            raise TypeError(f"register_prehook: expected a function of the gradients, got {type(fn).__name__}")
+
+        def run(grads: tuple):
+            got = call_hook(fn, grads)
+            if got is None:
+                check_traced_result(fn, got, "the gradients")
+                return None
+            if not isinstance(got, tuple):
+                raise TypeError(f"expected tuple, but hook returned '{type(got).__name__}'")
+            name = getattr(fn, "__name__", type(fn).__name__)
+            if len(got) != len(grads):
+                raise AutogradError(f"hook '{name}' has returned an incorrect number of values (got {len(got)}, but "
+                                    f"expected {len(grads)})")
+            for g, new in zip(grads, got):
+                if g is not None and new is not None and (not isinstance(new, Tensor) or new.shape != g.shape):
+                    raise AutogradError(f"hook '{name}' has changed the size of value")
+            return got
+
+        hook = GroupHook([t], run)
+        handle = RemovableHandle(_hook_dict(t))
+        handle.id = hook.id
+        return handle
+
+    def register_hook(self, fn: Callable) -> RemovableHandle:
+        """torch's Node.register_hook (fn(grad_inputs, grad_outputs), the gradients this one node gives
+        its inputs) has no counterpart in flame, whose backward is one graph where a node's contribution
+        to an input's gradient is never a value of its own: an error rather than a hook that never runs."""
+        raise AutogradError(f"{self.name()}.register_hook: flame's grad_fn does not support hooks on the gradients "
+                            f"a node passes to its inputs (torch's Node post-hooks); use register_prehook, or "
+                            f"Tensor.register_hook on the inputs (which sees their complete gradients)\n  at "
+                            f"{user_location()}")
 
     def __repr__(self) -> str:
         return f"<{self.name()} object>"

@@ -1,0 +1,86 @@
+"""Tensor.grad_fn's hooks against torch's Node hooks, in f64: register_prehook(fn) gets the node's output
+gradients after the tensor's own hooks and retain_grad(), its tuple flows on, its handle removes it, and
+torch's errors for a result that is no tuple, has the wrong length or the wrong size; grad_fn is the same
+object at each access; register_hook (a post-hook), which flame cannot run, is an error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+X = np.array([1.0, 2.0, 3.0])
+
+
+def leaf(lib):
+    dt = flame.float64 if lib is flame else torch.float64
+    return lib.tensor(X, dtype=dt, requires_grad=True)
+
+
+def _hooked(lib):
+    x = leaf(lib)
+    y = x.sin() * 2
+    log = []
+    y.retain_grad()
+    y.grad_fn.register_prehook(lambda go: (log.append(("pre", go[0].tolist())), (go[0] * 10,))[1])
+    y.register_hook(lambda g: (log.append(("tensor", g.tolist())), g + 1)[1])
+    z = (y * y).sum()
+    z.backward()
+    return log, y.grad.numpy(), x.grad.numpy(), y.grad_fn is y.grad_fn
+
+
+def test_prehook_runs_after_tensor_hooks_and_retain_grad():
+    got, want = _hooked(flame), _hooked(torch)
+    assert [e[0] for e in got[0]] == [e[0] for e in want[0]]
+    for (_, a), (_, b) in zip(got[0], want[0]):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-12)
+    assert got[3] and want[3]
+
+
+def test_prehook_none_and_remove():
+    for lib in (flame, torch):
+        x = leaf(lib)
+        z = x.exp()
+        seen = []
+        z.grad_fn.register_prehook(lambda go, seen=seen: seen.append(len(go)))
+        h = z.grad_fn.register_prehook(lambda go: (go[0] * 0,))
+        h.remove()
+        z.sum().backward()
+        assert seen == [1]
+        np.testing.assert_allclose(x.grad.numpy(), np.exp(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad, err, msg", [
+    (lambda go: go[0], TypeError, "expected tuple, but hook returned 'Tensor'"),
+    (lambda go: (go[0], go[0]), RuntimeError, r"has returned an incorrect number of values \(got 2, but expected 1\)"),
+    (lambda go: (go[0][:2],), RuntimeError, "has changed the size of value"),
+])
+def test_prehook_errors_as_torch(bad, err, msg):
+    for lib in (flame, torch):
+        z = leaf(lib).exp()
+        z.grad_fn.register_prehook(bad)
+        with pytest.raises(err, match=msg):
+            z.sum().backward()
+
+
+def test_prehook_inside_compile():
+    def step(lib, x):
+        y = x.sin() * 2
+        y.grad_fn.register_prehook(lambda go: (go[0] * 3,))
+        (y * y).sum().backward()
+        return x.grad
+
+    want = step(torch, leaf(torch)).numpy()
+    x = leaf(flame)
+    flame.compile(lambda x: step(flame, x))(x)
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-12)
+
+
+def test_post_hook_is_a_clear_error():
+    z = leaf(flame).exp()
+    with pytest.raises(RuntimeError, match="ExpBackward0.register_hook: flame's grad_fn does not support"):
+        z.grad_fn.register_hook(lambda gi, go: None)
