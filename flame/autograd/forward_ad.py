@@ -8,6 +8,9 @@ dual then records its usual reverse-mode history. unpack_dual(y) computes y's ta
 the level's duals, by the double-backward trick that flame.autograd.functional.jvp uses: the gradient,
 with respect to a seed u, of the vector-Jacobian product u^T J (two flame.autograd.grad calls, the first
 with create_graph=True). So any op with a gradient has a tangent, in-place updates of a dual included.
+A user autograd Function called on tensors with tangents takes its outputs' tangents from its `jvp`,
+as torch's (those outputs are where the double-backward stops: their history, through the Function's
+backward, carries reverse-mode gradients only); one without jvp is torch's NotImplementedError.
 
 Under no_grad() (or inference_mode), where ops record no history, the level keeps a tape instead: the
 ops (those dispatched through flame's op table) that read a dual, a tensor on the tape, or a tensor that
@@ -37,8 +40,9 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
+from flame.errors import AutogradError
 from flame.frontend.autograd_grad import grad
-from flame.frontend.context import enable_grad, is_grad_enabled, op_recorder
+from flame.frontend.context import enable_grad, function_jvp, is_grad_enabled, op_recorder, user_location
 from flame.frontend.creation import zeros_like
 from flame.frontend.dispatch import apply
 from flame.frontend.tensor import Tensor
@@ -94,6 +98,8 @@ class _Tape:
         try:
             with enable_grad():
                 for name, inputs, attrs, out in self.entries:
+                    if id(out) in mapped and _is_dual(out):  # a Function's result: its leaf, not its forward's ops
+                        continue
                     ins = tuple(mapped.get(id(x), x) if isinstance(x, Tensor) else x for x in inputs)
                     mapped[id(out)] = apply(name, *ins, **attrs)
                     if out is y:
@@ -106,6 +112,53 @@ class _Tape:
 _current_level = -1
 _duals: dict[int, _Dual] = {}  # id(dual) -> its record, for the current level
 _tape = _Tape()
+# id -> a user Function's result whose tangent its jvp gave: a leaf of the level while tangents are
+# computed (its history, which reaches the Function's inputs through its backward, is not followed)
+_from_jvp: dict[int, Tensor] = {}
+
+
+def _function_tangents(cls: type, args: tuple, result, jvp):
+    """A user autograd Function called on tensors with tangents, as torch's forward AD: its outputs'
+    tangents are what its jvp makes of the arguments' tangents (zeros for a tensor without one, None for
+    a Python value), and a Function without jvp is torch's NotImplementedError (flame's own Functions,
+    without one, keep the tangents their backward gives)."""
+    tangents = [unpack_dual(a).tangent if isinstance(a, Tensor) else None for a in args]
+    if all(t is None for t in tangents):
+        return result
+    if jvp is None:
+        if cls.__module__.split(".")[0] == "flame":
+            return result
+        raise NotImplementedError(
+            "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
+        )
+    tangents = [zeros_like(a) if t is None and isinstance(a, Tensor) else t for a, t in zip(args, tangents)]
+    with enable_grad():
+        got = jvp(tangents)
+    outs = list(result) if isinstance(result, tuple) else [result]
+    got = list(got) if isinstance(got, tuple) else [got]
+    if len(got) != len(outs):
+        raise AutogradError(f"function {cls.__name__}.jvp returned {len(got)} tangents for {len(outs)} outputs of "
+                            f"forward\n  at {user_location()}")
+    for o, t in zip(outs, got):
+        if isinstance(o, Tensor) and o.dtype.is_float and isinstance(t, Tensor):
+            _tangent_from_jvp(cls, o, t)
+    return result
+
+
+def _tangent_from_jvp(cls: type, out: Tensor, tangent: Tensor) -> None:
+    if tuple(tangent.shape) != tuple(out.shape):
+        raise AutogradError(f"function {cls.__name__}.jvp returned a tangent of shape {list(tangent.shape)} for an "
+                            f"output of shape {list(out.shape)}\n  at {user_location()}")
+    if out._value is not None:
+        raise AutogradError(f"function {cls.__name__}: a custom Function's jvp inside @flame.compile is not "
+                            f"supported (flame's forward AD takes tangents there by reverse mode); call it "
+                            f"eagerly\n  at {user_location()}")
+    if out.requires_grad:  # its history carries gradients to the Function's inputs; tangents stop at it
+        _duals[id(out)] = _Dual(out, out, out, tangent)
+        _from_jvp[id(out)] = out
+    else:  # (no_grad: a leaf of its own, as make_dual's)
+        _duals[id(out)] = _Dual(out, out.detach().clone().requires_grad_(True), out, tangent)
+        _tape.on[id(out)] = out
 
 
 def enter_dual_level() -> int:
@@ -116,6 +169,7 @@ def enter_dual_level() -> int:
     _current_level += 1
     _tape.previous = op_recorder.get()
     op_recorder.set(_tape)
+    function_jvp.set(_function_tangents)
     return _current_level
 
 
@@ -131,6 +185,8 @@ def exit_dual_level(*, level: int | None = None) -> None:
     if level < 0:
         raise RuntimeError("Dual level must be a positive number.")
     _duals.clear()
+    _from_jvp.clear()
+    function_jvp.set(None)
     _tape.entries.clear()
     _tape.on.clear()
     op_recorder.set(_tape.previous)
@@ -221,6 +277,17 @@ def _tangent(y: Tensor) -> Tensor | None:
     if not records:
         return None
     create_graph = is_grad_enabled()  # the tangent is differentiable again (in its primals and tangents)
+    cut = [(t, t._node) for t in _from_jvp.values() if t._node is not None]
+    try:
+        for t, _ in cut:  # leaves while the tangent is computed: their tangents are their jvp's
+            t._node = None
+        return _jvp_of(y, records, create_graph)
+    finally:
+        for t, node in cut:
+            t._node = node
+
+
+def _jvp_of(y: Tensor, records: list, create_graph: bool) -> Tensor | None:
     with enable_grad():
         u = zeros_like(y).requires_grad_(True)  # u^T J is linear in u: its values never reach the result
         vjps = grad(y, [r.leaf for r in records], u, create_graph=True, retain_graph=True, allow_unused=True)

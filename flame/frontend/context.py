@@ -26,6 +26,9 @@ op_recorder: ContextVar = ContextVar("flame_op_recorder", default=None)
 # a callable told of every in-place write before it is made, as (tensor written, its new value, the op's
 # name), or None: vmap's checks of writes into tensors it does not map over (func/_vmap.py)
 write_hook: ContextVar = ContextVar("flame_write_hook", default=None)
+# forward AD's handler of a user autograd Function's call while a dual level is entered, as
+# (Function class, arguments, result, jvp or None) -> result, or None (autograd/forward_ad.py)
+function_jvp: ContextVar = ContextVar("flame_function_jvp", default=None)
 
 
 _FLAME_FILES: dict[str, bool] = {}  # absolute source path -> whether it is a file of the flame package

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from flame.errors import AutogradError
-from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location
+from flame.frontend.context import current_trace, function_jvp, grad_enabled, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import Node, apply, record_versions
 from flame.frontend.guards import read_users_function
@@ -259,6 +259,7 @@ class FunctionCtx:
         self.needs_input_grad = needs_input_grad
         self.materialize_grads = True
         self._flame_saved: tuple = ()
+        self._flame_saved_forward: tuple = ()
         self._flame_view: tuple | None = None
         self._flame_non_diff: set[int] = set()
 
@@ -272,9 +273,14 @@ class FunctionCtx:
                 )
         self._flame_saved = tuple(tensors)
 
+    def save_for_forward(self, *tensors) -> None:
+        """Keep tensors (or None) for jvp, where ctx.saved_tensors gives them back (torch's)."""
+        self._flame_saved_forward = tuple(tensors)
+
     @property
     def saved_tensors(self) -> tuple:
-        """The tensors save_for_backward kept (in backward: as the backward's own traced tensors)."""
+        """The tensors save_for_backward kept (in backward: as the backward's own traced tensors; in jvp:
+        those save_for_forward kept)."""
         return self._flame_view if self._flame_view is not None else self._flame_saved
 
     def mark_non_differentiable(self, *tensors) -> None:
@@ -328,6 +334,15 @@ class Function:
             "autograd.Function to use it with backward mode AD."
         )
 
+    @staticmethod
+    def jvp(ctx, *grad_inputs):
+        """Forward-mode AD (flame.autograd.forward_ad): one tangent per output, given one per forward
+        argument (zeros for a tensor without one, None for a Python value), from ctx.saved_tensors (what
+        save_for_forward kept) and attributes set in forward."""
+        raise NotImplementedError(
+            "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
+        )
+
     @classmethod
     def apply(cls, *args, **kwargs):
         """Run the Function on args: its outputs require grad when an input does."""
@@ -339,9 +354,11 @@ class Function:
         what = f"function {cls.__name__}Backward"
         where = _where(cls.backward, f"{cls.__qualname__}.backward")
         n_args = len(args)
+        made: list[FunctionCtx] = []
 
         def forward(needs, recording):
             ctx = FunctionCtx(needs)
+            made.append(ctx)
             if split:
                 out = cls.forward(*args)
                 cls.setup_context(ctx, tuple(args), out)
@@ -372,7 +389,21 @@ class Function:
                 ctx.materialize_grads,
             )
 
-        return invoke(_op_of(cls, cls.__name__, cls.backward), what, where, args, forward)
+        result = invoke(_op_of(cls, cls.__name__, cls.backward), what, where, args, forward)
+        tangents = function_jvp.get()
+        if tangents is None:
+            return result
+        return tangents(cls, args, result, None if cls.jvp is Function.jvp else functools.partial(_jvp, cls, made[0]))
+
+
+def _jvp(cls: type, ctx: FunctionCtx, tangents: list):
+    """cls.jvp(ctx, *tangents), ctx.saved_tensors giving what save_for_forward kept."""
+    read_users_function(cls.jvp)
+    ctx._flame_view = ctx._flame_saved_forward
+    try:
+        return cls.jvp(ctx, *tangents)
+    finally:
+        ctx._flame_view = None
 
 
 _OPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Function class / custom_vjp -> its op
