@@ -98,6 +98,7 @@ def _rebuild(
     leaves: list[Tensor] = []
     nodes = []
     unpacked: dict = {}
+    seen: dict = {}  # id(packed) -> its tensors unpacked (a call of a Function: its results share them)
     for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
@@ -115,22 +116,26 @@ def _rebuild(
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
         if node.packed:
-            _unpack(node, vals[id(t)], g, vals, leaves, unpacked)
+            _unpack(node, vals[id(t)], g, vals, leaves, unpacked, seen)
         if cut is not None and id(t) in cut:
             cut[id(t)] = vals[id(t)]
             vals[id(t)] = b.emit("stop_gradient", vals[id(t)])
     return g, vals, leaves, nodes, unpacked
 
 
-def _unpack(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict) -> None:
-    """The unpack hooks of node's saved tensors run, their tensors read by the VJP of out's op: a tensor
-    of the graph as its value, any other as a new input (a leaf that takes no gradient)."""
+def _unpack(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict, seen: dict) -> None:
+    """The unpack hooks of node's saved tensors run (once per packed set), their tensors read by the VJP
+    of out's op: a tensor of the graph as its value, any other as a new input (a leaf that takes no
+    gradient)."""
     op = out.producer
     if op is None or op.name != node.name:
         return
+    if id(node.packed) in seen:
+        unpacked[op] = seen[id(node.packed)]
+        return
     types = [x.type for x in op.inputs]
     got = unpack_saves(node, lambda i: out.type if i < 0 else types[i])
-    sub = {}
+    sub = seen[id(node.packed)] = {}
     for i, u in got.items():
         if id(u) in vals and vals[id(u)].type == u._type():
             sub[i] = vals[id(u)]

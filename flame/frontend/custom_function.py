@@ -32,6 +32,7 @@ from flame.frontend.context import current_trace, function_jvp, grad_enabled, no
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import Node, apply, record_versions
 from flame.frontend.guards import read_users_function
+from flame.frontend.saved import hooks_installed, pack_tensors, refuse_in_trace
 from flame.frontend.tensor import Tensor
 from flame.frontend.user_ops import run_backward
 from flame.ir.ops.user import define_function
@@ -45,7 +46,8 @@ class Forward:
     `rebuild(leaves)` its structure; `saved`, the tensors (or None) the backward reads; `backward(saved,
     cotangents)` -> one gradient per argument (saved and cotangents as traced tensors, None kept);
     `non_differentiable`, ids of output tensors that get no gradient; `materialize`: a result without a
-    cotangent is given zeros (PyTorch's set_materialize_grads, JAX's instantiated zeros)."""
+    cotangent is given zeros (PyTorch's set_materialize_grads, JAX's instantiated zeros); `hooked`: how
+    many entries of `saved` saved-tensor hooks pack (torch's save_for_backward ones; None: all)."""
 
     outputs: list
     rebuild: Callable[[list], Any]
@@ -53,6 +55,7 @@ class Forward:
     backward: Callable[[list, list], list]
     non_differentiable: set = field(default_factory=set)
     materialize: bool = True
+    hooked: int | None = None
 
 
 @dataclass(eq=False)
@@ -150,7 +153,23 @@ def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[
     outs = [
         _result(op, call, k, ins, t, trace) if d else _plain(t, trace) for k, (t, d) in enumerate(zip(fw.outputs, diff))
     ]
+    if hooks_installed():
+        _pack(fw, ins, len(positions), [o for o, d in zip(outs, diff) if d], trace)
     return fw.rebuild(outs)
+
+
+def _pack(fw: Forward, ins: tuple, n: int, outs: list, trace) -> None:
+    """Saved-tensor hooks (frontend/saved.py) on what the call saved for its backward (the first
+    `fw.hooked` entries of fw.saved), packed once for the call: its results' nodes share them."""
+    hooked = fw.saved if fw.hooked is None else fw.saved[: fw.hooked]
+    count = sum(t is not None for t in hooked)
+    if not count:
+        return
+    if trace is not None:
+        raise refuse_in_trace(f"a custom Function's {outs[0]._value.producer.name}", user_location())
+    packed = pack_tensors({i: ins[i] for i in range(n, n + count)})
+    for o in outs:
+        o._node.packed = packed
 
 
 def _plain(t: Any, trace) -> Any:
@@ -387,6 +406,7 @@ class Function:
                 backward,
                 ctx._flame_non_diff,
                 ctx.materialize_grads,
+                n_saved,
             )
 
         result = invoke(_op_of(cls, cls.__name__, cls.backward), what, where, args, forward)

@@ -121,18 +121,25 @@ def refuse_in_trace(name: str, loc: str | None) -> TraceError:
 def pack_saves(name: str, attrs: dict, inputs: tuple, out, scalar_type: Callable) -> dict | None:
     """The installed pack hook run on what an eager op (name, attrs, inputs -> out) saves for its
     backward: {input position (-1: the result): (the unpack hook, what pack returned)}, or None."""
-    from flame.frontend.context import no_grad  # (context imports nothing of saved)
     from flame.frontend.tensor import Tensor
 
-    pack, unpack = _hooks.get()[-1]
     types = tuple(TensorType(x.shape, x.dtype) if isinstance(x, Tensor) else scalar_type(x) for x in inputs)
     needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
     positions, result = _reads_of(name, attrs, types, needs)
     saved = [i for i in sorted(positions) if isinstance(inputs[i], Tensor)] + ([-1] if result else [])
     if not saved:
         return None
+    return pack_tensors({i: out if i < 0 else inputs[i] for i in saved})
+
+
+def pack_tensors(tensors: dict) -> dict:
+    """{position: (the unpack hook, what the installed pack hook returned for the tensor there)}, the
+    hook run with gradients off, as torch's."""
+    from flame.frontend.context import no_grad
+
+    pack, unpack = _hooks.get()[-1]
     with no_grad():
-        return {i: (unpack, pack(out if i < 0 else inputs[i])) for i in saved}
+        return {i: (unpack, pack(t)) for i, t in tensors.items()}
 
 
 def unpack_saves(node, saved_type: Callable) -> dict:

@@ -157,3 +157,33 @@ def test_inside_compile_is_a_trace_error_naming_the_line():
     with flame.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
         with pytest.raises(flame.errors.TraceError, match="saved_tensors_hooks"):
             plain(fx)
+
+
+def _function_case(lib):
+    class F(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            ctx.extra = x  # an attribute: not packed
+            return (x * w).sin(), x * 2
+
+        @staticmethod
+        def backward(ctx, g, h):
+            x, w = ctx.saved_tensors
+            return g * w + h, g * x
+
+    dt = flame.float64 if lib is flame else torch.float64
+    x = lib.tensor(X, dtype=dt, requires_grad=True)
+    w = lib.tensor(Y, dtype=dt)
+    log = []
+    with lib.autograd.graph.saved_tensors_hooks(lambda t: log.append(("pack", t.tolist())) or t,
+                                                lambda t: log.append(("unpack",)) or t * 10):
+        a, b = F.apply(x, w)
+    (a.sum() + b.sum()).backward()
+    return log, x.grad.numpy()
+
+
+def test_a_custom_function_packs_what_save_for_backward_saved():
+    (flog, fg), (tlog, tg) = _function_case(flame), _function_case(torch)
+    assert flog == tlog
+    np.testing.assert_allclose(fg, tg, rtol=1e-12)
