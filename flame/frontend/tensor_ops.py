@@ -339,7 +339,7 @@ class TensorOps:
         if new.dtype != self.dtype and _kind(new.dtype) > _kind(self.dtype):
             raise DTypeError(f"in-place op: result type {new.dtype} can't be cast to the desired output type "
                              f"{self.dtype}\n  at {user_location()}")
-        assign(self, new if new.dtype == self.dtype else new.to(self.dtype), fill=fill)
+        assign(self, new if new.dtype == self.dtype else new.to(self.dtype), what, fill=fill)
         return self
 
     # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
