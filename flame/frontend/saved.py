@@ -26,6 +26,8 @@ from flame.passes.autodiff import autodiff
 
 # the installed (pack, unpack) pairs, innermost last
 _hooks: ContextVar[tuple] = ContextVar("flame_saved_tensors_hooks", default=())
+# the message of an entered disable_saved_tensors_hooks, or None
+_disabled: ContextVar[str | None] = ContextVar("flame_saved_tensors_hooks_disabled", default=None)
 
 
 def reads(ops: Iterable[Op], stop: Op | None = None) -> set[Value]:
@@ -84,6 +86,8 @@ class saved_tensors_hooks:
         self._token = None
 
     def __enter__(self) -> saved_tensors_hooks:
+        if _disabled.get() is not None:
+            raise RuntimeError(_disabled.get())
         self._token = _hooks.set((*_hooks.get(), (self.pack_hook, self.unpack_hook)))
         return self
 
@@ -105,6 +109,24 @@ class save_on_cpu(saved_tensors_hooks):
             return t.to(device)
 
         super().__init__(pack, unpack)
+
+
+class disable_saved_tensors_hooks:
+    """torch.autograd.graph.disable_saved_tensors_hooks(error_message): inside the block, installing
+    saved-tensor hooks raises RuntimeError(error_message), and so does entering it with hooks installed."""
+
+    def __init__(self, error_message: str) -> None:
+        self.error_message = error_message
+        self._token = None
+
+    def __enter__(self) -> disable_saved_tensors_hooks:
+        if _hooks.get():
+            raise RuntimeError(self.error_message)
+        self._token = _disabled.set(self.error_message)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _disabled.reset(self._token)
 
 
 def hooks_installed() -> bool:

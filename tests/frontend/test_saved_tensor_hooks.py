@@ -187,3 +187,16 @@ def test_a_custom_function_packs_what_save_for_backward_saved():
     (flog, fg), (tlog, tg) = _function_case(flame), _function_case(torch)
     assert flog == tlog
     np.testing.assert_allclose(fg, tg, rtol=1e-12)
+
+
+def test_disable_saved_tensors_hooks():
+    for lib in (flame, torch):
+        graph = lib.autograd.graph
+        with graph.disable_saved_tensors_hooks("no hooks here"):
+            with pytest.raises(RuntimeError, match="no hooks here"):
+                with graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                    pass
+        with graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            with pytest.raises(RuntimeError, match="no hooks here"):
+                with graph.disable_saved_tensors_hooks("no hooks here"):
+                    pass
