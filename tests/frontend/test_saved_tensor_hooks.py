@@ -154,9 +154,13 @@ def test_inside_compile_is_a_trace_error_naming_the_line():
     def plain(x):
         return (x.sin() * 2).sum()
 
+    plain(fx)  # traced and cached without hooks: called inside them, it traces again and raises
     with flame.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
         with pytest.raises(flame.errors.TraceError, match="saved_tensors_hooks"):
             plain(fx)
+        with flame.no_grad():  # no gradient recorded: nothing saved, nothing refused
+            np.testing.assert_allclose(plain(fx).numpy(), (np.sin(X) * 2).sum(), rtol=1e-12)
+    np.testing.assert_allclose(plain(fx).numpy(), (np.sin(X) * 2).sum(), rtol=1e-12)
 
 
 def _function_case(lib):
