@@ -38,6 +38,7 @@ Where it differs from torch's (which propagates tangents op by op):
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import NamedTuple
 
 from flame.errors import AutogradError
@@ -109,56 +110,115 @@ class _Tape:
         return mapped.get(id(y))
 
 
+class _Scope:
+    """The tangents one forward-AD computation knows (a dual level, or one flame.func.jvp call): `duals`,
+    id -> the record of a tensor given a tangent, and `from_jvp`, id -> a user Function's result whose
+    tangent its jvp gave. Those results are leaves while tangents are computed: their history, which
+    reaches the Function's inputs through its backward, carries reverse-mode gradients only."""
+
+    def __init__(self) -> None:
+        self.duals: dict[int, _Dual] = {}
+        self.from_jvp: dict[int, Tensor] = {}
+
+    def given(self, t: Tensor) -> Tensor | None:
+        """The tangent t was given (a dual, or a Function result), if it is one and unchanged since."""
+        record = self.duals.get(id(t))
+        if record is not None and record.dual is t and t._version == record.version:
+            return record.tangent
+        return None
+
+    def jvp(self, y: Tensor, create_graph: bool) -> Tensor | None:
+        """y's tangent over the records, by the double-backward trick (None: y depends on none)."""
+        records = list(self.duals.values())
+        if not records:
+            return None
+        cut = [(t, t._node) for t in self.from_jvp.values() if t._node is not None]
+        try:
+            for t, _ in cut:
+                t._node = None
+            return _jvp_of(y, records, create_graph)
+        finally:
+            for t, node in cut:
+                t._node = node
+
+    def function_tangents(self, tangent_of, cls: type, args: tuple, result, jvp):
+        """A user autograd Function called on tensors with tangents (`tangent_of(tensor)` -> its tangent or
+        None), as torch's forward AD: its outputs' tangents are what its jvp makes of the arguments'
+        (zeros for a tensor without one, None for a Python value); a Function without jvp is torch's
+        NotImplementedError (flame's own Functions, without one, keep the tangents their backward gives)."""
+        tangents = [tangent_of(a) if isinstance(a, Tensor) else None for a in args]
+        if all(t is None for t in tangents):
+            return result
+        if jvp is None:
+            if cls.__module__.split(".")[0] == "flame":
+                return result
+            raise NotImplementedError(
+                "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
+            )
+        tangents = [zeros_like(a) if t is None and isinstance(a, Tensor) else t for a, t in zip(args, tangents)]
+        with enable_grad():
+            got = jvp(tangents)
+        outs = list(result) if isinstance(result, tuple) else [result]
+        got = list(got) if isinstance(got, tuple) else [got]
+        if len(got) != len(outs):
+            raise AutogradError(f"function {cls.__name__}.jvp returned {len(got)} tangents for {len(outs)} outputs "
+                                f"of forward\n  at {user_location()}")
+        for o, t in zip(outs, got):
+            if isinstance(o, Tensor) and o.dtype.is_float and isinstance(t, Tensor):
+                self._from_jvp(cls, o, t)
+        return result
+
+    def _from_jvp(self, cls: type, out: Tensor, tangent: Tensor) -> None:
+        if tuple(tangent.shape) != tuple(out.shape):
+            raise AutogradError(f"function {cls.__name__}.jvp returned a tangent of shape {list(tangent.shape)} for "
+                                f"an output of shape {list(out.shape)}\n  at {user_location()}")
+        if out._value is not None:
+            raise AutogradError(f"function {cls.__name__}: a custom Function's jvp inside @flame.compile is not "
+                                f"supported (flame's forward AD takes tangents there by reverse mode); call it "
+                                f"eagerly\n  at {user_location()}")
+        if out.requires_grad:
+            self.duals[id(out)] = _Dual(out, out, out, tangent)
+            self.from_jvp[id(out)] = out
+        else:  # (no_grad, in a dual level: a leaf of its own, as make_dual's, its ops on the tape)
+            self.duals[id(out)] = _Dual(out, out.detach().clone().requires_grad_(True), out, tangent)
+            _tape.on[id(out)] = out
+
+
 _current_level = -1
-_duals: dict[int, _Dual] = {}  # id(dual) -> its record, for the current level
+_scope = _Scope()  # the dual level's
+_duals = _scope.duals  # id(dual) -> its record, for the current level
 _tape = _Tape()
-# id -> a user Function's result whose tangent its jvp gave: a leaf of the level while tangents are
-# computed (its history, which reaches the Function's inputs through its backward, is not followed)
-_from_jvp: dict[int, Tensor] = {}
 
 
 def _function_tangents(cls: type, args: tuple, result, jvp):
-    """A user autograd Function called on tensors with tangents, as torch's forward AD: its outputs'
-    tangents are what its jvp makes of the arguments' tangents (zeros for a tensor without one, None for
-    a Python value), and a Function without jvp is torch's NotImplementedError (flame's own Functions,
-    without one, keep the tangents their backward gives)."""
-    tangents = [unpack_dual(a).tangent if isinstance(a, Tensor) else None for a in args]
-    if all(t is None for t in tangents):
-        return result
-    if jvp is None:
-        if cls.__module__.split(".")[0] == "flame":
-            return result
-        raise NotImplementedError(
-            "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
-        )
-    tangents = [zeros_like(a) if t is None and isinstance(a, Tensor) else t for a, t in zip(args, tangents)]
-    with enable_grad():
-        got = jvp(tangents)
-    outs = list(result) if isinstance(result, tuple) else [result]
-    got = list(got) if isinstance(got, tuple) else [got]
-    if len(got) != len(outs):
-        raise AutogradError(f"function {cls.__name__}.jvp returned {len(got)} tangents for {len(outs)} outputs of "
-                            f"forward\n  at {user_location()}")
-    for o, t in zip(outs, got):
-        if isinstance(o, Tensor) and o.dtype.is_float and isinstance(t, Tensor):
-            _tangent_from_jvp(cls, o, t)
-    return result
+    return _scope.function_tangents(lambda a: unpack_dual(a).tangent, cls, args, result, jvp)
 
 
-def _tangent_from_jvp(cls: type, out: Tensor, tangent: Tensor) -> None:
-    if tuple(tangent.shape) != tuple(out.shape):
-        raise AutogradError(f"function {cls.__name__}.jvp returned a tangent of shape {list(tangent.shape)} for an "
-                            f"output of shape {list(out.shape)}\n  at {user_location()}")
-    if out._value is not None:
-        raise AutogradError(f"function {cls.__name__}: a custom Function's jvp inside @flame.compile is not "
-                            f"supported (flame's forward AD takes tangents there by reverse mode); call it "
-                            f"eagerly\n  at {user_location()}")
-    if out.requires_grad:  # its history carries gradients to the Function's inputs; tangents stop at it
-        _duals[id(out)] = _Dual(out, out, out, tangent)
-        _from_jvp[id(out)] = out
-    else:  # (no_grad: a leaf of its own, as make_dual's)
-        _duals[id(out)] = _Dual(out, out.detach().clone().requires_grad_(True), out, tangent)
-        _tape.on[id(out)] = out
+@contextlib.contextmanager
+def function_jvps(inputs: list, tangents: list):
+    """For flame.func.jvp: inside the block, a user Function called on tensors computed from `inputs`
+    (leaves that require grad) takes its outputs' tangents from its jvp, given `tangents` for the inputs.
+    Yields `tangent(y, create_graph)` -> y's tangent, or None where no Function's jvp ran (the caller's
+    own double backward then gives the same)."""
+    scope = _Scope()
+    for x, t in zip(inputs, tangents):
+        scope.duals[id(x)] = _Dual(x, x, x, t)
+
+    def tangent_of(a: Tensor) -> Tensor | None:
+        given = scope.given(a)
+        return given if given is not None or not a.requires_grad else scope.jvp(a, True)
+
+    def tangent(y: Tensor, create_graph: bool) -> Tensor | None:
+        if not scope.from_jvp:
+            return None
+        got = scope.jvp(y, create_graph) if y.requires_grad else None
+        return zeros_like(y) if got is None else got
+
+    token = function_jvp.set(functools.partial(scope.function_tangents, tangent_of))
+    try:
+        yield tangent
+    finally:
+        function_jvp.reset(token)
 
 
 def enter_dual_level() -> int:
@@ -185,7 +245,7 @@ def exit_dual_level(*, level: int | None = None) -> None:
     if level < 0:
         raise RuntimeError("Dual level must be a positive number.")
     _duals.clear()
-    _from_jvp.clear()
+    _scope.from_jvp.clear()
     function_jvp.set(None)
     _tape.entries.clear()
     _tape.on.clear()
@@ -273,18 +333,7 @@ def _tangent(y: Tensor) -> Tensor | None:
         y = _tape.replay(y)
         if y is None or not y.requires_grad:
             return None
-    records = list(_duals.values())
-    if not records:
-        return None
-    create_graph = is_grad_enabled()  # the tangent is differentiable again (in its primals and tangents)
-    cut = [(t, t._node) for t in _from_jvp.values() if t._node is not None]
-    try:
-        for t, _ in cut:  # leaves while the tangent is computed: their tangents are their jvp's
-            t._node = None
-        return _jvp_of(y, records, create_graph)
-    finally:
-        for t, node in cut:
-            t._node = node
+    return _scope.jvp(y, is_grad_enabled())  # (with gradients on, the tangent is differentiable again)
 
 
 def _jvp_of(y: Tensor, records: list, create_graph: bool) -> Tensor | None:

@@ -18,6 +18,7 @@ from contextvars import ContextVar
 from functools import wraps
 from typing import Any
 
+from flame.autograd.forward_ad import function_jvps
 from flame.frontend.autograd_grad import grad as _autograd_grad
 from flame.frontend.context import current_trace, enable_grad
 from flame.frontend.creation import draw_hook, zeros, zeros_like
@@ -230,7 +231,8 @@ def vjp(func: Callable, *primals, has_aux: bool = False):
 
 def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False, has_aux: bool = False):
     """torch.func.jvp: (func(*primals), J tangents) (with has_aux: and aux); primals is a tuple of
-    arguments (pytrees of tensors), tangents the same structure."""
+    arguments (pytrees of tensors), tangents the same structure. A user autograd Function inside gives
+    its outputs' tangents by its jvp, as torch's (one without jvp: torch's NotImplementedError)."""
     api = "jvp(f, primals, tangents)"
     if not isinstance(primals, tuple):
         raise RuntimeError(f"{api}: Expected primals to be a tuple. E.g. it should be valid to call f(*primals).")
@@ -251,7 +253,8 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False, ha
     keep = _keeps_history(leaves + t_leaves)
     with _level():
         ins = [_lift(t) for t in leaves]
-        out = func(*tree_unflatten(ins, spec))
+        with function_jvps(ins, t_leaves) as tangent:  # (a user Function's jvp gives its outputs' tangents)
+            out = func(*tree_unflatten(ins, spec))
         out, aux = _split_aux(out, has_aux, api)
         out_leaves, out_spec = tree_flatten(out)
         _check_outputs(out_leaves, api)
@@ -259,17 +262,23 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False, ha
         if strict and not any(o.requires_grad for o in out_leaves):
             raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of the inputs. "
                                "This is not allowed with strict=True.")
-        # u^T J is linear in u: u's values never reach the result (zeros will do)
-        us = [zeros_like(o).requires_grad_(True) for o in out_leaves]
-        vjps = _grads(out_leaves, ins, us, create=True)
-        pairs = [(g, t) for g, t in zip(vjps, t_leaves) if g.requires_grad]
-        if pairs:
-            outs_, seeds = zip(*pairs)
-            jv = _grads(list(outs_), us, list(seeds), create=keep)
-        else:
-            jv = [zeros_like(o) for o in out_leaves]
+        jv = [tangent(o, keep) for o in out_leaves]
+        if jv and jv[0] is None:
+            jv = _reverse_jvp(out_leaves, ins, t_leaves, keep)
     result = (_detach_tree(out, keep), _detach_tree(tree_unflatten(jv, out_spec), keep))
     return (*result, _detach_tree(aux, keep)) if has_aux else result
+
+
+def _reverse_jvp(out_leaves: list, ins: list, t_leaves: list, keep: bool) -> list:
+    """J t by the double-backward trick: u^T J is linear in u, so u's values never reach the result
+    (zeros will do)."""
+    us = [zeros_like(o).requires_grad_(True) for o in out_leaves]
+    vjps = _grads(out_leaves, ins, us, create=True)
+    pairs = [(g, t) for g, t in zip(vjps, t_leaves) if g.requires_grad]
+    if not pairs:
+        return [zeros_like(o) for o in out_leaves]
+    outs_, seeds = zip(*pairs)
+    return _grads(list(outs_), us, list(seeds), create=keep)
 
 
 def _jacobian(func: Callable, argnums, has_aux: bool, api: str, randomness: str | None) -> Callable:

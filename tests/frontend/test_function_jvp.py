@@ -111,3 +111,44 @@ def test_inside_compile_is_a_clear_error():
 
     with pytest.raises(RuntimeError, match="jvp inside @flame.compile is not supported"):
         step(flame.tensor(X, dtype=flame.float64), flame.tensor(V, dtype=flame.float64))
+
+
+def _split_style(lib, with_jvp=True):
+    class Cube(lib.autograd.Function):
+        @staticmethod
+        def forward(x, k):
+            return x * x * x * k
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_forward(inputs[0])
+            ctx.k = inputs[1]
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, None
+
+    if with_jvp:
+        def jvp(ctx, t, tk):
+            (x,) = ctx.saved_tensors
+            return 7 * x * t * ctx.k  # (not the derivative: flame must use it)
+        Cube.jvp = staticmethod(jvp)
+    return Cube
+
+
+def test_func_jvp_takes_the_functions_jvp():
+    got = []
+    for lib, func, dt in ((torch, torch.func, torch.float64), (flame, flame.func, flame.float64)):
+        Cube = _split_style(lib)
+        x, v = lib.tensor(X, dtype=dt), lib.tensor(V, dtype=dt)
+        out, tan = func.jvp(lambda x, c=Cube: (c.apply(x, 2.0).sin() + x, c.apply(x, 1.0)), (x,), (v,))
+        got.append([t.numpy() for t in (*out, *tan)])
+    for g, w in zip(*got):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_func_jvp_of_a_function_without_jvp_raises_as_torch():
+    for lib, func, dt in ((torch, torch.func, torch.float64), (flame, flame.func, flame.float64)):
+        Cube = _split_style(lib, with_jvp=False)
+        with pytest.raises(NotImplementedError, match="You must implement the jvp function"):
+            func.jvp(lambda x, c=Cube: c.apply(x, 2.0), (lib.tensor(X, dtype=dt),), (lib.tensor(V, dtype=dt),))
