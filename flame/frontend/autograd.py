@@ -10,7 +10,8 @@ be differentiated again as torch's can."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError
@@ -133,8 +134,14 @@ def _unpack(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict
     if id(node.packed) in seen:
         unpacked[op] = seen[id(node.packed)]
         return
-    types = [x.type for x in op.inputs]
-    got = unpack_saves(node, lambda i: out.type if i < 0 else types[i])
+    once = _one_backward.get()
+    if once is not None and id(node.packed) in once:
+        got = once[id(node.packed)][1]
+    else:
+        types = [x.type for x in op.inputs]
+        got = unpack_saves(node, lambda i: out.type if i < 0 else types[i])
+        if once is not None:
+            once[id(node.packed)] = (node.packed, got)  # (held: the id stays its own)
     sub = seen[id(node.packed)] = {}
     for i, u in got.items():
         if id(u) in vals and vals[id(u)].type == u._type():
@@ -143,6 +150,20 @@ def _unpack(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict
             sub[i] = g.add_input(u._type(), "const")
             leaves.append(u.detach())
     unpacked[op] = sub
+
+
+# while a backward runs in stages (_hooked_backward, hooked_grad): id(packed) -> (packed, the tensors its
+# unpack hooks gave), so that each stage's graph reads them and the hooks run once, as torch's
+_one_backward: ContextVar[dict | None] = ContextVar("flame_one_backward_unpacked", default=None)
+
+
+@contextmanager
+def unpacking_once():
+    token = _one_backward.set({})
+    try:
+        yield
+    finally:
+        _one_backward.reset(token)
 
 
 def backward(
@@ -305,9 +326,10 @@ def _hooked_backward(
     hooks then run on them; a last stage gives the leaves (whose hooks run before accumulation) and the
     non-leaves that retain their grad. Returns ((leaf, gradient) pairs, the nodes whose saved tensors it
     read). `create`: the gradients carry histories and the hooks run recording theirs."""
-    seeds, staged = _hook_stages(loss, gradient, order, create)
-    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
-    wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order, create=create)
+    with unpacking_once():
+        seeds, staged = _hook_stages(loss, gradient, order, create)
+        retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
+        wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order, create=create)
     nodes += staged
     pairs = []
     with nullcontext() if create else no_grad():
@@ -326,12 +348,14 @@ def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create
     of the inputs too, and the non-leaves that retain their grad get it; no leaf's .grad is touched.
     Returns (the gradients or None, the nodes whose saved tensors it read)."""
     needed = _passed(order, ins)
-    seeds, staged = _hook_stages(root, None, order, create, needed)
-    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds and id(t) in needed]
-    taken = {id(t) for t in retained} | set(seeds)
-    passed = {id(t) for t in order}
-    free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
-    _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create)
+    with unpacking_once():
+        seeds, staged = _hook_stages(root, None, order, create, needed)
+        retained = [t for t in order
+                    if t._node is not None and t._retains_grad and id(t) not in seeds and id(t) in needed]
+        taken = {id(t) for t in retained} | set(seeds)
+        passed = {id(t) for t in order}
+        free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
+        _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create)
     nodes += staged
     known = {id(t): gr for t, gr in zip(retained + free, grads)}
     known.update((i, gr) for i, (_, gr) in seeds.items())

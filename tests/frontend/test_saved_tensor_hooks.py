@@ -204,3 +204,27 @@ def test_disable_saved_tensors_hooks():
             with pytest.raises(RuntimeError, match="no hooks here"):
                 with graph.disable_saved_tensors_hooks("no hooks here"):
                     pass
+
+
+def _staged(lib, use_grad):
+    x = pair(X)[0 if lib is flame else 1]
+    n = [0]
+    with lib.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: n.__setitem__(0, n[0] + 1) or t * 1.5):
+        y = x.sin()
+        z = y.exp()
+        w = (z * y).sum()
+    y.register_hook(lambda g: g * 2)
+    z.register_hook(lambda g: g * 3)
+    if use_grad:
+        (g,) = lib.autograd.grad(w, [x])
+    else:
+        w.backward()
+        g = x.grad
+    return n[0], g.numpy()
+
+
+@pytest.mark.parametrize("use_grad", [False, True])
+def test_a_backward_through_hooked_tensors_unpacks_once(use_grad):
+    (fn, fg), (tn, tg) = _staged(flame, use_grad), _staged(torch, use_grad)
+    assert fn == tn
+    np.testing.assert_allclose(fg, tg, rtol=1e-12)
