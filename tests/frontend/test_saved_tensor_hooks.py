@@ -228,3 +228,15 @@ def test_a_backward_through_hooked_tensors_unpacks_once(use_grad):
     (fn, fg), (tn, tg) = _staged(flame, use_grad), _staged(torch, use_grad)
     assert fn == tn
     np.testing.assert_allclose(fg, tg, rtol=1e-12)
+
+
+def test_a_compressing_pair():
+    """pack to f32, unpack as it is: flame's backward reads the rounded values converted back to the
+    saved tensors' dtype (torch's formulas compute partly in f32, cos(x) of an f32 x: the same to ~1e-7)."""
+    fx, tx = pair(X)
+    for lib, x in ((flame, fx), (torch, tx)):
+        with lib.autograd.graph.saved_tensors_hooks(lambda t, f32=lib.float32: t.to(f32), lambda t: t):
+            y = (x.sin() * x.exp()).sum()
+        y.backward()
+    np.testing.assert_allclose(fx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+    assert fx.grad.dtype == flame.float64
