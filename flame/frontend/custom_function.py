@@ -77,14 +77,22 @@ class Call:
     op: str = ""
     saved_results: dict[int, int] = field(default_factory=dict)
     key: int = -1
+    results: list = field(default_factory=list)  # weak references to its eager differentiable results
     __weakref__: Any = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(eq=False)
 class FunctionNode(Node):
-    """The Node of an eager result of a user's Function: it keeps the call's record alive for backward()."""
+    """The Node of an eager result of a user's Function: it keeps the call's record alive for backward().
+    The call's results share one grad_fn, named as torch's (`FBackward` for a Function class F)."""
 
     call: Call | None = None
+
+    def grad_fn_parts(self) -> tuple[str | None, tuple, Any, list | None]:
+        c = self.call
+        name = c.what.removeprefix("function ") if c.what.startswith("function ") else None
+        results = [t for t in (r() for r in c.results) if t is not None]
+        return name, self.inputs[: len(c.positions)], c, results
 
 
 _IN_FORWARD: ContextVar[bool] = ContextVar("flame_in_custom_forward", default=False)
@@ -153,6 +161,8 @@ def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[
     outs = [
         _result(op, call, k, ins, t, trace) if d else _plain(t, trace) for k, (t, d) in enumerate(zip(fw.outputs, diff))
     ]
+    if trace is None:
+        call.results = [weakref.ref(o) for o, d in zip(outs, diff) if d]
     if hooks_installed():
         _pack(fw, ins, len(positions), [o for o, d in zip(outs, diff) if d], trace)
     return fw.rebuild(outs)

@@ -52,6 +52,12 @@ class Node:
     freed: bool = False
     packed: dict | None = None
 
+    def grad_fn_parts(self) -> tuple[str | None, tuple, Any, list | None]:
+        """What Tensor.grad_fn shows of the node: (torch's name, None: made from the op's; the inputs
+        next_functions lists; the object its grad_fn is kept on; the tensors that share it, None: the
+        one tensor the node made)."""
+        return None, self.inputs, self, None
+
 
 _FREED = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "

@@ -372,27 +372,37 @@ class TensorHooks:
         if self.is_leaf:
             return None
         if self._value is not None:
-            return GradFn(self._value.producer.name, None, self)
-        node = self._node
-        got = getattr(node, "grad_fn", None)
-        if got is None or got._tensor() is not self:
-            got = node.grad_fn = GradFn(node.name, node.inputs, self)
+            return GradFn(self._value.producer.name, None, [self])
+        name, inputs, holder, shared = self._node.grad_fn_parts()
+        got = getattr(holder, "grad_fn", None)
+        tensors = shared if shared is not None else [self]
+        if got is None or len(got._tensors) != len(tensors) or any(r() is not t for r, t in zip(got._tensors, tensors)):
+            got = holder.grad_fn = GradFn(self._node.name, inputs, tensors, name)
         return got
 
 
-class GradFn:
+class Node:
+    """torch.autograd.graph.Node: what grad_fn and its next_functions are instances of."""
+
+    __slots__ = ()
+
+
+class GradFn(Node):
     """What torch's grad_fn answers of a tensor with gradient history: `name()`, `next_functions`
     ((input's grad_fn, 0) per input: an AccumulateGrad for an input that is a leaf requiring grad, None
     for one that requires none; empty inside @flame.compile, where the traced graph is the history),
     and `register_prehook`. flame's backward rebuilds the graph from the loss; this object describes
     it and carries the node's pre-hooks, which are the tensor's (GroupHook)."""
 
-    __slots__ = ("op", "_inputs", "_tensor")
+    __slots__ = ("op", "_inputs", "_tensors", "_name")
 
-    def __init__(self, op: str, inputs: tuple | None, tensor: Tensor):
-        self.op, self._inputs, self._tensor = op, inputs, weakref.ref(tensor)
+    def __init__(self, op: str, inputs: tuple | None, tensors: list, name: str | None = None):
+        self.op, self._inputs, self._name = op, inputs, name
+        self._tensors = [weakref.ref(t) for t in tensors]
 
     def name(self) -> str:
+        if self._name is not None:
+            return self._name
         op = self.op.removeprefix("reduce_")  # reduce_sum: torch's SumBackward0
         return "".join(part.capitalize() for part in op.split("_")) + "Backward0"
 
@@ -405,8 +415,9 @@ class GradFn:
     def register_prehook(self, fn: Callable[[tuple], tuple | None]) -> RemovableHandle:
         """fn(grad_outputs) -> None or new grad_outputs (a tuple of one gradient, of the same shape),
         called before the node computes its inputs' gradients, as torch's Node.register_prehook: after
-        the tensor's own hooks and retain_grad(). Returns a handle whose .remove() unregisters it."""
-        t = self._tensor()
+        the tensors' own hooks and retain_grad() (grad_outputs: one per result of the node, None for one
+        the gradient does not reach). Returns a handle whose .remove() unregisters it."""
+        tensors = [t for t in (r() for r in self._tensors) if t is not None]
         if not callable(fn):
             raise TypeError(f"register_prehook: expected a function of the gradients, got {type(fn).__name__}")
 
@@ -426,8 +437,8 @@ class GradFn:
                     raise AutogradError(f"hook '{name}' has changed the size of value")
             return got
 
-        hook = GroupHook([t], run)
-        handle = RemovableHandle(_hook_dict(t))
+        hook = GroupHook(tensors, run)
+        handle = RemovableHandle(*(_hook_dict(t) for t in tensors))
         handle.id = hook.id
         return handle
 
@@ -444,7 +455,7 @@ class GradFn:
         return f"<{self.name()} object>"
 
 
-class AccumulateGrad:
+class AccumulateGrad(Node):
     """The grad_fn entry of a leaf requiring grad (its `variable`), as torch's."""
 
     __slots__ = ("variable",)

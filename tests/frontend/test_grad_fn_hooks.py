@@ -84,3 +84,30 @@ def test_post_hook_is_a_clear_error():
     z = leaf(flame).exp()
     with pytest.raises(RuntimeError, match="ExpBackward0.register_hook: flame's grad_fn does not support"):
         z.grad_fn.register_hook(lambda gi, go: None)
+
+
+def _two_outputs(lib):
+    class F(lib.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2, x * 3
+
+        @staticmethod
+        def backward(ctx, g, h):
+            return g * 2 + (0 if h is None else h * 3)
+
+    x = leaf(lib)
+    a, b = F.apply(x)
+    log = []
+    a.grad_fn.register_prehook(lambda go: log.append([None if g is None else g.tolist() for g in go]))
+    (a.sum() * 2).backward()
+    fn = a.grad_fn
+    return (fn is b.grad_fn, fn.name(), len(fn.next_functions), isinstance(fn, lib.autograd.graph.Node),
+            isinstance(fn.next_functions[0][0], lib.autograd.graph.Node)), log, x.grad.numpy()
+
+
+def test_a_functions_results_share_one_grad_fn():
+    got, want = _two_outputs(flame), _two_outputs(torch)
+    assert got[0] == want[0] == (True, "FBackward", 1, True, True)
+    assert got[1] == want[1]
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-12)
