@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 
 from flame.errors import AutogradError, TraceError
-from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location
+from flame.frontend.context import current_trace, enable_grad, grad_enabled, no_grad, user_location
 from flame.frontend.guards import read_users_function
 from flame.frontend.tensor import Tensor
 
@@ -425,17 +425,7 @@ class GradFn(Node):
             got = call_hook(fn, grads)
             if got is None:
                 check_traced_result(fn, got, "the gradients")
-                return None
-            if not isinstance(got, tuple):
-                raise TypeError(f"expected tuple, but hook returned '{type(got).__name__}'")
-            name = getattr(fn, "__name__", type(fn).__name__)
-            if len(got) != len(grads):
-                raise AutogradError(f"hook '{name}' has returned an incorrect number of values (got {len(got)}, but "
-                                    f"expected {len(grads)})")
-            for g, new in zip(grads, got):
-                if g is not None and new is not None and (not isinstance(new, Tensor) or new.shape != g.shape):
-                    raise AutogradError(f"hook '{name}' has changed the size of value")
-            return got
+            return _node_hook_result(fn, got, grads)
 
         hook = GroupHook(tensors, run)
         handle = RemovableHandle(*(_hook_dict(t) for t in tensors))
@@ -443,16 +433,75 @@ class GradFn(Node):
         return handle
 
     def register_hook(self, fn: Callable) -> RemovableHandle:
-        """torch's Node.register_hook (fn(grad_inputs, grad_outputs), the gradients this one node gives
-        its inputs) has no counterpart in flame, whose backward is one graph where a node's contribution
-        to an input's gradient is never a value of its own: an error rather than a hook that never runs."""
-        raise AutogradError(f"{self.name()}.register_hook: flame's grad_fn does not support hooks on the gradients "
-                            f"a node passes to its inputs (torch's Node post-hooks); use register_prehook, or "
-                            f"Tensor.register_hook on the inputs (which sees their complete gradients)\n  at "
-                            f"{user_location()}")
+        """fn(grad_inputs, grad_outputs) -> None or new grad_inputs, called once the node computed the
+        gradients it passes to its inputs (one per input, None for one that requires no grad), as
+        torch's Node.register_hook. Eagerly: each input that requires grad is given to the node through
+        a copy of its own (the node's results' histories are rewired to read it), whose gradient is the
+        node's contribution alone. Returns a handle whose .remove() unregisters it."""
+        tensors = [t for t in (r() for r in self._tensors) if t is not None]
+        if not callable(fn):
+            raise TypeError(f"register_hook: expected a function of the gradients, got {type(fn).__name__}")
+        if self._inputs is None:
+            raise AutogradError(f"{self.name()}.register_hook: a node's post-hook inside @flame.compile is not "
+                                f"supported (the traced graph cannot be rewired); use register_prehook, or "
+                                f"Tensor.register_hook on the inputs\n  at {user_location()}")
+        edges = _edges(tensors, self._inputs)
+        outputs: list = []
+
+        def seen(grads: tuple):  # the node's grad_outputs, known before its inputs' gradients
+            outputs[:] = [grads]
+
+        def run(grads: tuple):
+            full = iter(grads)
+            gi = tuple(next(full) if e is not None else None for e in edges)
+            got = call_hook(fn, gi, outputs[0] if outputs else (None,) * len(tensors))
+            got = _node_hook_result(fn, got, gi)
+            return None if got is None else tuple(g for g, e in zip(got, edges) if e is not None)
+
+        first = GroupHook(tensors, seen)
+        second = GroupHook([e for e in edges if e is not None], run)
+        handle = RemovableHandle(*(_hook_dict(t) for t in (*tensors, *(e for e in edges if e is not None))))
+        handle.id = second.id
+        for t in tensors:  # (the first hook goes with the second)
+            _hook_dict(t)[handle.id] = _hook_dict(t).pop(first.id)
+        return handle
 
     def __repr__(self) -> str:
         return f"<{self.name()} object>"
+
+
+def _node_hook_result(fn: Callable, got, grads: tuple):
+    """A node hook's result checked as torch's: None, or a tuple of one gradient (or None) per gradient
+    it was given, each of that gradient's size."""
+    if got is None:
+        return None
+    if not isinstance(got, tuple):
+        raise TypeError(f"expected tuple, but hook returned '{type(got).__name__}'")
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if len(got) != len(grads):
+        raise AutogradError(f"hook '{name}' has returned an incorrect number of values (got {len(got)}, but "
+                            f"expected {len(grads)})")
+    for g, new in zip(grads, got):
+        if g is not None and new is not None and (not isinstance(new, Tensor) or new.shape != g.shape):
+            raise AutogradError(f"hook '{name}' has changed the size of value")
+    return got
+
+
+def _edges(tensors: list, inputs: tuple) -> list:
+    """For a node post-hook: a copy of each input that requires grad (None for the others), recorded from
+    the input, which the node of each of `tensors` (its results) reads from now on in the input's place."""
+    with enable_grad():
+        edges = [x.clone() if isinstance(x, Tensor) and x.requires_grad else None for x in inputs]
+    for t in tensors:
+        node = t._node
+        for i, e in enumerate(edges):
+            if e is not None and node.inputs[i] is inputs[i]:
+                if node.versions[i] != inputs[i]._version:
+                    raise AutogradError(f"register_hook: an input of {node.name} was modified in place since it "
+                                        f"was used (at {node.loc})\n  at {user_location()}")
+                node.inputs = (*node.inputs[:i], e, *node.inputs[i + 1 :])
+                node.versions = (*node.versions[:i], e._version, *node.versions[i + 1 :])
+    return edges
 
 
 class AccumulateGrad(Node):

@@ -1,7 +1,9 @@
 """Tensor.grad_fn's hooks against torch's Node hooks, in f64: register_prehook(fn) gets the node's output
 gradients after the tensor's own hooks and retain_grad(), its tuple flows on, its handle removes it, and
-torch's errors for a result that is no tuple, has the wrong length or the wrong size; grad_fn is the same
-object at each access; register_hook (a post-hook), which flame cannot run, is an error."""
+torch's errors for a result that is no tuple, has the wrong length or the wrong size; register_hook(fn)
+gets the gradients the node passes its inputs (its part alone, where an input has other uses) and
+grad_outputs, and what it returns flows on (eagerly; inside @flame.compile a clear error); grad_fn is the
+same object at each access, shared by a Function's results."""
 
 from __future__ import annotations
 
@@ -80,10 +82,53 @@ def test_prehook_inside_compile():
     np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-12)
 
 
-def test_post_hook_is_a_clear_error():
-    z = leaf(flame).exp()
-    with pytest.raises(RuntimeError, match="ExpBackward0.register_hook: flame's grad_fn does not support"):
+def _post(lib):
+    x = leaf(lib)
+    w = lib.tensor(X * 0 + 3.0, dtype=x.dtype)
+    y = x * w
+    log = []
+
+    def post(gi, go):
+        log.append(([None if g is None else g.tolist() for g in gi], [g.tolist() for g in go]))
+        return (gi[0] * 10, None)
+
+    y.grad_fn.register_hook(post)
+    (y * x).sum().backward()  # x is used twice: the hook sees and changes this node's part only
+    z = x.exp()
+    h = z.grad_fn.register_hook(lambda gi, go: (gi[0] * 0,))
+    h.remove()
+    z.grad_fn.register_hook(lambda gi, go: None)
+    z.sum().backward()
+    return log, x.grad.numpy(), len(y.grad_fn.next_functions)
+
+
+def test_post_hook_as_torch():
+    got, want = _post(flame), _post(torch)
+    assert got[0] == want[0] and got[2] == want[2]
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad, err, msg", [
+    (lambda gi, go: gi[0], TypeError, "expected tuple, but hook returned 'Tensor'"),
+    (lambda gi, go: (gi[0], gi[0]), RuntimeError, r"incorrect number of values \(got 2, but expected 1\)"),
+])
+def test_post_hook_errors_as_torch(bad, err, msg):
+    for lib in (flame, torch):
+        z = leaf(lib).exp()
+        z.grad_fn.register_hook(bad)
+        with pytest.raises(err, match=msg):
+            z.sum().backward()
+
+
+def test_post_hook_inside_compile_is_a_clear_error():
+    @flame.compile
+    def step(x):
+        z = x.exp()
         z.grad_fn.register_hook(lambda gi, go: None)
+        z.sum().backward()
+
+    with pytest.raises(RuntimeError, match="ExpBackward0.register_hook: a node's post-hook inside @flame.compile"):
+        step(leaf(flame))
 
 
 def _two_outputs(lib):
