@@ -454,6 +454,8 @@ class GradFn(Node):
         def run(grads: tuple):
             full = iter(grads)
             gi = tuple(next(full) if e is not None else None for e in edges)
+            if all(g is None for g in gi):  # the backward did not run the node
+                return None
             got = call_hook(fn, gi, outputs[0] if outputs else (None,) * len(tensors))
             got = _node_hook_result(fn, got, gi)
             return None if got is None else tuple(g for g, e in zip(got, edges) if e is not None)
