@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from typing import NamedTuple
 
 from flame.errors import AutogradError
@@ -46,6 +47,7 @@ from flame.frontend.autograd_grad import grad
 from flame.frontend.context import enable_grad, function_jvp, is_grad_enabled, op_recorder, user_location
 from flame.frontend.creation import zeros_like
 from flame.frontend.dispatch import apply
+from flame.frontend.saved import grad_for_real, hooks_suspended
 from flame.frontend.tensor import Tensor
 
 
@@ -81,6 +83,8 @@ class _Tape:
     def __call__(self, name: str, inputs: tuple, attrs: dict, out: Tensor) -> None:
         if self.previous is not None:
             self.previous(name, inputs, attrs, out)
+        if out.requires_grad and not _for_real(inputs):
+            _tangents_only[id(out)] = out
         if self.replaying:
             return
         grad_off = not is_grad_enabled()
@@ -184,6 +188,17 @@ class _Scope:
             _tape.on[id(out)] = out
 
 
+# id -> a tensor that requires grad only to carry tangents (a dual of a tensor that does not, and what ops
+# made from such tensors alone): saved-tensor hooks do not run for its ops, as torch's forward AD saves nothing
+_tangents_only: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _for_real(inputs) -> bool:
+    """An op on `inputs` records a gradient torch would: one reads a tensor that requires grad for
+    another reason than carrying a tangent."""
+    return any(isinstance(x, Tensor) and x.requires_grad and _tangents_only.get(id(x)) is not x for x in inputs)
+
+
 _current_level = -1
 _scope = _Scope()  # the dual level's
 _duals = _scope.duals  # id(dual) -> its record, for the current level
@@ -230,6 +245,7 @@ def enter_dual_level() -> int:
     _tape.previous = op_recorder.get()
     op_recorder.set(_tape)
     function_jvp.set(_function_tangents)
+    grad_for_real.set(_for_real)
     return _current_level
 
 
@@ -246,7 +262,9 @@ def exit_dual_level(*, level: int | None = None) -> None:
         raise RuntimeError("Dual level must be a positive number.")
     _duals.clear()
     _scope.from_jvp.clear()
+    _tangents_only.clear()
     function_jvp.set(None)
+    grad_for_real.set(None)
     _tape.entries.clear()
     _tape.on.clear()
     op_recorder.set(_tape.previous)
@@ -315,6 +333,7 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: int | None = None) -> T
         else:
             leaf = tensor.detach().clone().requires_grad_(True)
             primal = tensor.detach()
+            _tangents_only[id(leaf)] = leaf
     if not recording:  # (no_grad: a dual that does not require grad; its ops go on the tape)
         dual = tensor.detach().clone()
     else:  # not the leaf itself, so that in-place writes into the dual are allowed
@@ -337,7 +356,7 @@ def _tangent(y: Tensor) -> Tensor | None:
 
 
 def _jvp_of(y: Tensor, records: list, create_graph: bool) -> Tensor | None:
-    with enable_grad():
+    with enable_grad(), hooks_suspended():  # (torch's forward AD saves nothing: no saved-tensor hook runs)
         u = zeros_like(y).requires_grad_(True)  # u^T J is linear in u: its values never reach the result
         vjps = grad(y, [r.leaf for r in records], u, create_graph=True, retain_graph=True, allow_unused=True)
         kept = [(g, r.tangent) for g, r in zip(vjps, records) if g is not None]

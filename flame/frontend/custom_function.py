@@ -32,7 +32,7 @@ from flame.frontend.context import current_trace, function_jvp, grad_enabled, no
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import Node, apply, record_versions
 from flame.frontend.guards import read_users_function
-from flame.frontend.saved import hooks_installed, pack_tensors, refuse_in_trace
+from flame.frontend.saved import hooks_installed, pack_tensors, packs, refuse_in_trace
 from flame.frontend.tensor import Tensor
 from flame.frontend.user_ops import run_backward
 from flame.ir.ops.user import define_function
@@ -177,6 +177,8 @@ def _pack(fw: Forward, ins: tuple, n: int, outs: list, trace) -> None:
         return
     if trace is not None:
         raise refuse_in_trace(f"a custom Function's {outs[0]._value.producer.name}", user_location())
+    if not packs(ins[:n]):
+        return
     packed = pack_tensors({i: ins[i] for i in range(n, n + count)})
     for o in outs:
         o._node.packed = packed

@@ -14,6 +14,7 @@ point where Python could run them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -28,6 +29,12 @@ from flame.passes.autodiff import autodiff
 _hooks: ContextVar[tuple] = ContextVar("flame_saved_tensors_hooks", default=())
 # the message of an entered disable_saved_tensors_hooks, or None
 _disabled: ContextVar[str | None] = ContextVar("flame_saved_tensors_hooks_disabled", default=None)
+# inside a forward-mode transform (flame.func.jvp, jacfwd, forward AD's tangents): flame computes its
+# tangents by reverse mode, where torch saves nothing, so no hook runs
+_suspended: ContextVar[bool] = ContextVar("flame_saved_tensors_hooks_suspended", default=False)
+# forward AD's answer to whether an op on these inputs records a gradient torch would record (one that
+# reads a tensor that requires grad for a reason other than carrying a tangent), or None
+grad_for_real: ContextVar = ContextVar("flame_grad_for_real", default=None)
 
 
 def reads(ops: Iterable[Op], stop: Op | None = None) -> set[Value]:
@@ -130,7 +137,18 @@ class disable_saved_tensors_hooks:
 
 
 def hooks_installed() -> bool:
-    return bool(_hooks.get())
+    return bool(_hooks.get()) and not _suspended.get()
+
+
+@contextmanager
+def hooks_suspended():
+    """No saved-tensor hook runs inside (the gradients a forward-mode transform computes by reverse mode
+    save nothing in torch)."""
+    token = _suspended.set(True)
+    try:
+        yield
+    finally:
+        _suspended.reset(token)
 
 
 def refuse_in_trace(name: str, loc: str | None) -> TraceError:
@@ -140,10 +158,20 @@ def refuse_in_trace(name: str, loc: str | None) -> TraceError:
                       f"eager code only\n  at {loc}")
 
 
+def packs(inputs) -> bool:
+    """Whether an op recording a gradient from `inputs` runs the pack hook: not where its gradient
+    history only carries forward AD's tangents (torch's forward AD saves nothing)."""
+    real = grad_for_real.get()
+    return real is None or real(inputs)
+
+
 def pack_saves(name: str, attrs: dict, inputs: tuple, out, scalar_type: Callable) -> dict | None:
     """The installed pack hook run on what an eager op (name, attrs, inputs -> out) saves for its
     backward: {input position (-1: the result): (the unpack hook, what pack returned)}, or None."""
     from flame.frontend.tensor import Tensor
+
+    if not packs(inputs):
+        return None
 
     types = tuple(TensorType(x.shape, x.dtype) if isinstance(x, Tensor) else scalar_type(x) for x in inputs)
     needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)

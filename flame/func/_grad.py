@@ -22,6 +22,7 @@ from flame.autograd.forward_ad import function_jvps
 from flame.frontend.autograd_grad import grad as _autograd_grad
 from flame.frontend.context import current_trace, enable_grad
 from flame.frontend.creation import draw_hook, zeros, zeros_like
+from flame.frontend.saved import disable_saved_tensors_hooks, hooks_suspended
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
 from flame.func._tree import Spec, tree_flatten, tree_unflatten
@@ -36,14 +37,19 @@ def _refuse_draw(_generator) -> None:
     raise RuntimeError(RANDOM_ERROR)
 
 
+_REVERSE_HOOKS = ("torch.func.{grad, vjp, jacrev, hessian} don't yet support saved tensor hooks. Please open an "
+                  "issue with your use case.")
+
+
 @contextmanager
-def _level(randomness: str | None = None):
+def _level(randomness: str | None = None, forward: bool = False):
     """One transform level: gradients enabled, the nesting depth raised; randomness="error" refuses
-    random draws inside."""
+    random draws inside. Saved-tensor hooks, as torch.func's: a reverse-mode transform refuses them
+    (installed around it or inside, torch's RuntimeError); a forward-mode one (`forward`) runs none."""
     token = _depth.set(_depth.get() + 1)
     hook = draw_hook.set(_refuse_draw) if randomness == "error" else None
     try:
-        with enable_grad():
+        with enable_grad(), hooks_suspended() if forward else disable_saved_tensors_hooks(_REVERSE_HOOKS):
             yield
     finally:
         if hook is not None:
@@ -251,7 +257,7 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False, ha
             raise RuntimeError(f"{api}: Expected primals and tangents to have the same shape, got "
                                f"{tuple(p.shape)} and {tuple(t.shape)}")
     keep = _keeps_history(leaves + t_leaves)
-    with _level():
+    with _level(forward=True):
         ins = [_lift(t) for t in leaves]
         with function_jvps(ins, t_leaves) as tangent:  # (a user Function's jvp gives its outputs' tangents)
             out = func(*tree_unflatten(ins, spec))
@@ -290,7 +296,7 @@ def _jacobian(func: Callable, argnums, has_aux: bool, api: str, randomness: str 
         nums, diff = _slice_argnums(args, argnums)
         leaves, spec = tree_flatten(diff)
         keep = _keeps_history(leaves)
-        with _level(randomness):
+        with _level(randomness, forward=api.startswith("jvp")):
             ins = [_lift(t) for t in leaves]
             out = func(*_replace_args(args, nums, tree_unflatten(ins, spec)), **kwargs)
             out, aux = _split_aux(out, has_aux, api)
