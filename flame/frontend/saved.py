@@ -9,7 +9,8 @@ inputs, by position, and its result), the innermost pair only, as torch's; the n
 returned. A backward through the node calls unpack on each and its VJP reads the unpacked tensors in
 place of the forward's (passes/autodiff.py `unpacked`). Both hooks run with gradients off, as torch's.
 Inside @flame.compile an op recorded with hooks installed is a TraceError: the traced step has no
-point where Python could run them."""
+point where Python could run them. Where flame computes forward-mode derivatives by reverse mode
+(flame.func.jvp, jacfwd, forward AD) no hook runs, as torch's forward mode saves nothing."""
 
 from __future__ import annotations
 
@@ -85,8 +86,8 @@ def _reads_of(name: str, attrs: dict, types: tuple, needs: tuple | None = None) 
 class saved_tensors_hooks:
     """torch.autograd.graph.saved_tensors_hooks(pack_hook, unpack_hook): inside the block, pack_hook(t)
     is called on every tensor an op saves for its backward and may return any object; unpack_hook(obj)
-    is called on it when a backward needs the tensor and must return a tensor of t's shape and dtype,
-    which the backward uses in t's place. Nested blocks: the innermost pair is used."""
+    is called on it when a backward needs the tensor and must return a tensor of t's shape (converted to
+    t's dtype), which the backward uses in t's place. Nested blocks: the innermost pair is used."""
 
     def __init__(self, pack_hook: Callable[[Any], Any], unpack_hook: Callable[[Any], Any]) -> None:
         self.pack_hook, self.unpack_hook = pack_hook, unpack_hook

@@ -12,7 +12,7 @@ from functools import wraps
 from typing import Any
 from weakref import WeakValueDictionary
 
-from flame.frontend.context import op_recorder, user_location, write_hook
+from flame.frontend.context import like_hook, op_recorder, user_location, write_hook
 from flame.frontend.creation import draw_hook
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
@@ -41,11 +41,14 @@ class _Same:
 
 class _Batched:
     """Which tensors the calls computed from the slices of the batched arguments: an op's result is when
-    one of its inputs is (told of every op by dispatch.apply, after the recorder it replaces). What
-    torch's BatchedTensor marks, so an output whose out_dim is None can be refused as torch's is."""
+    one of its inputs is (told of every op by dispatch.apply, after the recorder it replaces), and so is
+    a tensor made like one (zeros_like, new_zeros ...). What torch's BatchedTensor marks, so an output
+    whose out_dim is None, or an in-place write of batched values into an unbatched tensor, can be
+    refused as torch's is."""
 
     def __init__(self, previous) -> None:
         self.previous = previous
+        self.previous_like = like_hook.get()
         self.size = 0
         self.seen: WeakValueDictionary = WeakValueDictionary()  # id -> tensor (an id never outlives it)
 
@@ -55,6 +58,14 @@ class _Batched:
 
     def holds(self, t) -> bool:
         return self.seen.get(id(t)) is t
+
+    def like(self, source, out) -> None:
+        """A tensor made with source's shape (zeros_like, new_zeros ...) is batched where source is."""
+        previous = self.previous_like
+        if previous is not None:
+            previous(source, out)
+        if self.holds(source):
+            self.add(out)
 
     def __call__(self, name: str, inputs: tuple, attrs: dict, out) -> None:
         if self.previous is not None:
@@ -101,12 +112,13 @@ class _Writes:
 
 @contextmanager
 def _tracking(batched: _Batched, writes: _Writes):
-    token, wtoken = op_recorder.set(batched), write_hook.set(writes)
+    tokens = op_recorder.set(batched), write_hook.set(writes), like_hook.set(batched.like)
     try:
         yield
     finally:
-        write_hook.reset(wtoken)
-        op_recorder.reset(token)
+        like_hook.reset(tokens[2])
+        write_hook.reset(tokens[1])
+        op_recorder.reset(tokens[0])
 
 
 @contextmanager

@@ -88,3 +88,20 @@ def test_unbatched_write_into_tensor_made_inside_is_fine():
     want = TF.vmap(f(torch, torch.float64))(tt(X))
     got = F.vmap(f(flame, flame.float64))(ft(X))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+LIKE = {
+    "zeros_like": lambda lib: lambda v: lib.zeros_like(v).add_(v),
+    "empty_like": lambda lib: lambda v: lib.empty_like(v).copy_(v),
+    "full_like": lambda lib: lambda v: lib.full_like(v, 2.0).mul_(v),
+    "rand_like": lambda lib: lambda v: (lib.rand_like(v) * 0).add_(v),
+    "new_zeros": lambda lib: lambda v: v.new_zeros(4).add_(v),
+    "new_ones": lambda lib: lambda v: v.new_ones(v.shape).add_(v),
+}
+
+
+@pytest.mark.parametrize("name", list(LIKE))
+def test_a_tensor_made_like_a_batched_one_is_batched(name):
+    want = TF.vmap(LIKE[name](torch), randomness="different")(tt(X))
+    got = F.vmap(LIKE[name](flame), randomness="different")(ft(X))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
