@@ -242,31 +242,36 @@ def test_a_compressing_pair():
     assert fx.grad.dtype == flame.float64
 
 
-def test_func_transforms_and_hooks_as_torch():
+@pytest.mark.parametrize("lib", [flame, torch], ids=["flame", "torch"])
+def test_func_transforms_and_hooks_as_torch(lib):
     """torch.func's reverse-mode transforms refuse saved-tensor hooks; its forward-mode ones (and forward
     AD's tangents) save nothing, so no hook runs, even where flame computes them by reverse mode."""
-    for lib in (flame, torch):
-        x = lib.tensor(X, dtype=flame.float64 if lib is flame else torch.float64)
-        n = [0]
-        with lib.autograd.graph.saved_tensors_hooks(lambda t: n.__setitem__(0, n[0] + 1) or t, lambda t: t * 2):
-            for call in (lambda: lib.func.grad(lambda x: (x.sin() * x).sum())(x),
-                         lambda: lib.func.vjp(lib.sin, x),
-                         lambda: lib.func.jacrev(lib.sin)(x)):
-                with pytest.raises(RuntimeError, match=r"torch.func.\{grad, vjp, jacrev, hessian\} don't yet support"):
-                    call()
-            _, tangent = lib.func.jvp(lambda x: x.sin() * x, (x,), (x * 0 + 1,))
-            jac = lib.func.jacfwd(lambda x: x.sin() * x)(x)
-            fwd = lib.autograd.forward_ad
-            with fwd.dual_level():
-                d = fwd.make_dual(x, x * 0 + 1)
-                dual_tangent = fwd.unpack_dual(d.sin() * d).tangent
-        assert n[0] == 0
-        p = pair(X)[0 if lib is flame else 1]
-        with fwd.dual_level(), lib.autograd.graph.saved_tensors_hooks(lambda t: n.__setitem__(0, n[0] + 1) or t,
-                                                                       lambda t: t):
+    x = lib.tensor(X, dtype=flame.float64 if lib is flame else torch.float64)
+    n = [0]
+
+    def count(t):
+        n[0] += 1
+        return t
+
+    calls = (lambda: lib.func.grad(lambda x: (x.sin() * x).sum())(x),
+             lambda: lib.func.vjp(lib.sin, x),
+             lambda: lib.func.jacrev(lib.sin)(x))
+    fwd = lib.autograd.forward_ad
+    with lib.autograd.graph.saved_tensors_hooks(count, lambda t: t * 2):
+        for call in calls:
+            with pytest.raises(RuntimeError, match=r"torch.func.\{grad, vjp, jacrev, hessian\} don't yet support"):
+                call()
+        _, tangent = lib.func.jvp(lambda x: x.sin() * x, (x,), (x * 0 + 1,))
+        jac = lib.func.jacfwd(lambda x: x.sin() * x)(x)
+        with fwd.dual_level():
             d = fwd.make_dual(x, x * 0 + 1)
-            (d.sin() * p).sum().backward()  # p requires grad: what reads it saves for backward
-        assert n[0] == 2
-        want = np.cos(X) * X + np.sin(X)
-        for t in (tangent, jac.diagonal(), dual_tangent):
-            np.testing.assert_allclose(t.detach().numpy(), want, rtol=1e-12)
+            dual_tangent = fwd.unpack_dual(d.sin() * d).tangent
+    assert n[0] == 0
+    p = pair(X)[0 if lib is flame else 1]
+    with fwd.dual_level(), lib.autograd.graph.saved_tensors_hooks(count, lambda t: t):
+        d = fwd.make_dual(x, x * 0 + 1)
+        (d.sin() * p).sum().backward()  # p requires grad: what reads it saves for backward
+    assert n[0] == 2
+    want = np.cos(X) * X + np.sin(X)
+    for t in (tangent, jac.diagonal(), dual_tangent):
+        np.testing.assert_allclose(t.detach().numpy(), want, rtol=1e-12)
