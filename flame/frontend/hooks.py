@@ -12,6 +12,10 @@ backward (frontend/autograd.py) runs in stages so that each hook gets a concrete
 written with flame ops becomes part of the compiled step, and one that needs Python at run time
 (.item(), .numpy(), returning None to only record or print) is a flame.TraceError naming the hook.
 
+Node hooks. `t.grad_fn.register_prehook(fn)`: fn(grad_outputs) -> None or new grad_outputs, after the
+tensors' own hooks and retain_grad(); `t.grad_fn.register_hook(fn)`: fn(grad_inputs, grad_outputs) ->
+None or new grad_inputs, the gradients that node alone passes its inputs (eagerly only), as torch's.
+
 Gradient reducers: objects that rewrite the .grad of their parameters right after a backward
 (flame.nn.parallel.DistributedDataParallel averages them over the ranks). backward(), eager or
 inside @flame.compile (where the reducer's ops join the traced graph after the autodiff ops), calls
@@ -391,8 +395,9 @@ class GradFn(Node):
     """What torch's grad_fn answers of a tensor with gradient history: `name()`, `next_functions`
     ((input's grad_fn, 0) per input: an AccumulateGrad for an input that is a leaf requiring grad, None
     for one that requires none; empty inside @flame.compile, where the traced graph is the history),
-    and `register_prehook`. flame's backward rebuilds the graph from the loss; this object describes
-    it and carries the node's pre-hooks, which are the tensor's (GroupHook)."""
+    `register_prehook` and `register_hook`. flame's backward rebuilds the graph from the loss; this object
+    describes it, and its hooks are group hooks (GroupHook) on the tensors it made (pre-hooks) and on
+    copies of its inputs that the node reads from then on (post-hooks)."""
 
     __slots__ = ("op", "_inputs", "_tensors", "_name")
 
