@@ -93,13 +93,16 @@ class _Writes:
     element keeps what the last element that wrote it left (an element's own tensors: the first's).
     Inside @flame.compile such a write into a tensor the first element wrote too is refused."""
 
-    def __init__(self, batched: _Batched) -> None:
+    def __init__(self, batched: _Batched, previous) -> None:
         self.batched = batched
+        self.previous = previous  # an enclosing vmap's (told first)
         self.element = 0
         self.kept: dict[int, list] = {}  # id -> [tensor, its state before the first write, after the last]
         self.wrote: set[int] = set()  # the ids this element wrote
 
     def __call__(self, t, new, what: str) -> None:
+        if self.previous is not None:
+            self.previous(t, new, what)
         root = t if t._base is None else t._base
         if self.batched.holds(t) or self.batched.holds(root) or root._role == "state":
             return  # (a state tensor: a generator's offset, which draws advance and randomness="same" resets)
@@ -287,7 +290,7 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
         outs = []
         batched = _Batched(op_recorder.get())
         batched.size = n
-        writes = _Writes(batched)
+        writes = _Writes(batched, write_hook.get())
         with _randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched, writes):
             for i in range(max(n, 1)):
                 same.seen.clear()

@@ -146,3 +146,18 @@ def test_a_tensor_made_like_a_batched_one_is_batched(name):
     want = TF.vmap(LIKE[name](torch), randomness="different")(tt(X))
     got = F.vmap(LIKE[name](flame), randomness="different")(ft(X))
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_nested_vmaps_run_a_captured_write_once():
+    def run(lib, dt):
+        y = lib.tensor(X[0], dtype=dt)
+
+        def inner(v):
+            y.add_(1)
+            return v * y
+
+        out = lib.func.vmap(lib.func.vmap(inner))(lib.tensor(np.stack([X, X * 2]), dtype=dt))
+        return out.numpy(), y.numpy()
+
+    for g, w in zip(run(flame, flame.float64), run(torch, torch.float64)):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
