@@ -6,6 +6,7 @@ finite differences, as torch.autograd.gradcheck. flame.grad / flame.value_and_gr
 (JAX-shaped) forms, and flame.custom_vjp is JAX's custom_vjp. flame.autograd.functional is
 torch.autograd.functional (vjp, jvp, jacobian, hessian, vhp, hvp), and flame.autograd.forward_ad is
 torch.autograd.forward_ad (dual_level, make_dual, unpack_dual), its tangents computed by reverse mode.
+flame.autograd.graph holds torch.autograd.graph's saved_tensors_hooks and save_on_cpu (frontend/saved.py).
 detect_anomaly / set_detect_anomaly / is_anomaly_enabled are torch's anomaly mode: a gradient
 computation returning NaN raises at its first such step, naming the backward op and the forward line it
 derives from (frontend/anomaly.py)."""
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from flame.autograd import forward_ad, functional
+from flame.autograd import forward_ad, functional, graph
 from flame.errors import GradcheckError
 from flame.frontend.anomaly import (
     detect_anomaly,
@@ -140,6 +141,7 @@ __all__ = [
     "custom_vjp",
     "detect_anomaly",
     "forward_ad",
+    "graph",
     "functional",
     "grad",
     "gradcheck",

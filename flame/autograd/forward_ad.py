@@ -8,6 +8,9 @@ dual then records its usual reverse-mode history. unpack_dual(y) computes y's ta
 the level's duals, by the double-backward trick that flame.autograd.functional.jvp uses: the gradient,
 with respect to a seed u, of the vector-Jacobian product u^T J (two flame.autograd.grad calls, the first
 with create_graph=True). So any op with a gradient has a tangent, in-place updates of a dual included.
+A user autograd Function called on tensors with tangents takes its outputs' tangents from its `jvp`,
+as torch's (those outputs are where the double-backward stops: their history, through the Function's
+backward, carries reverse-mode gradients only); one without jvp is torch's NotImplementedError.
 
 Under no_grad() (or inference_mode), where ops record no history, the level keeps a tape instead: the
 ops (those dispatched through flame's op table) that read a dual, a tensor on the tape, or a tensor that
@@ -35,12 +38,16 @@ Where it differs from torch's (which propagates tangents op by op):
 from __future__ import annotations
 
 import contextlib
+import functools
+import weakref
 from typing import NamedTuple
 
+from flame.errors import AutogradError
 from flame.frontend.autograd_grad import grad
-from flame.frontend.context import enable_grad, is_grad_enabled, op_recorder
+from flame.frontend.context import enable_grad, function_jvp, is_grad_enabled, op_recorder, user_location
 from flame.frontend.creation import zeros_like
 from flame.frontend.dispatch import apply
+from flame.frontend.saved import grad_for_real, hooks_suspended
 from flame.frontend.tensor import Tensor
 
 
@@ -76,6 +83,8 @@ class _Tape:
     def __call__(self, name: str, inputs: tuple, attrs: dict, out: Tensor) -> None:
         if self.previous is not None:
             self.previous(name, inputs, attrs, out)
+        if out.requires_grad and not _for_real(inputs):
+            _tangents_only[id(out)] = out
         if self.replaying:
             return
         grad_off = not is_grad_enabled()
@@ -94,6 +103,8 @@ class _Tape:
         try:
             with enable_grad():
                 for name, inputs, attrs, out in self.entries:
+                    if id(out) in mapped and _is_dual(out):  # a Function's result: its leaf, not its forward's ops
+                        continue
                     ins = tuple(mapped.get(id(x), x) if isinstance(x, Tensor) else x for x in inputs)
                     mapped[id(out)] = apply(name, *ins, **attrs)
                     if out is y:
@@ -103,9 +114,126 @@ class _Tape:
         return mapped.get(id(y))
 
 
+class _Scope:
+    """The tangents one forward-AD computation knows (a dual level, or one flame.func.jvp call): `duals`,
+    id -> the record of a tensor given a tangent, and `from_jvp`, id -> a user Function's result whose
+    tangent its jvp gave. Those results are leaves while tangents are computed: their history, which
+    reaches the Function's inputs through its backward, carries reverse-mode gradients only."""
+
+    def __init__(self) -> None:
+        self.duals: dict[int, _Dual] = {}
+        self.from_jvp: dict[int, Tensor] = {}
+
+    def given(self, t: Tensor) -> Tensor | None:
+        """The tangent t was given (a dual, or a Function result), if it is one and unchanged since."""
+        record = self.duals.get(id(t))
+        if record is not None and record.dual is t and t._version == record.version:
+            return record.tangent
+        return None
+
+    def jvp(self, y: Tensor, create_graph: bool) -> Tensor | None:
+        """y's tangent over the records, by the double-backward trick (None: y depends on none)."""
+        records = list(self.duals.values())
+        if not records:
+            return None
+        cut = [(t, t._node) for t in self.from_jvp.values() if t._node is not None]
+        try:
+            for t, _ in cut:
+                t._node = None
+            return _jvp_of(y, records, create_graph)
+        finally:
+            for t, node in cut:
+                t._node = node
+
+    def function_tangents(self, tangent_of, cls: type, args: tuple, result, jvp):
+        """A user autograd Function called on tensors with tangents (`tangent_of(tensor)` -> its tangent or
+        None), as torch's forward AD: its outputs' tangents are what its jvp makes of the arguments'
+        (zeros for a tensor without one, None for a Python value); a Function without jvp is torch's
+        NotImplementedError (flame's own Functions, without one, keep the tangents their backward gives)."""
+        tangents = [tangent_of(a) if isinstance(a, Tensor) else None for a in args]
+        if all(t is None for t in tangents):
+            return result
+        if jvp is None:
+            if cls.__module__.split(".")[0] == "flame":
+                return result
+            raise NotImplementedError(
+                "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
+            )
+        tangents = [zeros_like(a) if t is None and isinstance(a, Tensor) else t for a, t in zip(args, tangents)]
+        with enable_grad():
+            got = jvp(tangents)
+        outs = list(result) if isinstance(result, tuple) else [result]
+        got = list(got) if isinstance(got, tuple) else [got]
+        if len(got) != len(outs):
+            raise AutogradError(f"function {cls.__name__}.jvp returned {len(got)} tangents for {len(outs)} outputs "
+                                f"of forward\n  at {user_location()}")
+        for o, t in zip(outs, got):
+            if isinstance(o, Tensor) and o.dtype.is_float and isinstance(t, Tensor):
+                self._from_jvp(cls, o, t)
+        return result
+
+    def _from_jvp(self, cls: type, out: Tensor, tangent: Tensor) -> None:
+        if tuple(tangent.shape) != tuple(out.shape):
+            raise AutogradError(f"function {cls.__name__}.jvp returned a tangent of shape {list(tangent.shape)} for "
+                                f"an output of shape {list(out.shape)}\n  at {user_location()}")
+        if out._value is not None:
+            raise AutogradError(f"function {cls.__name__}: a custom Function's jvp inside @flame.compile is not "
+                                f"supported (flame's forward AD takes tangents there by reverse mode); call it "
+                                f"eagerly\n  at {user_location()}")
+        if out.requires_grad:
+            self.duals[id(out)] = _Dual(out, out, out, tangent)
+            self.from_jvp[id(out)] = out
+        else:  # (no_grad, in a dual level: a leaf of its own, as make_dual's, its ops on the tape)
+            self.duals[id(out)] = _Dual(out, out.detach().clone().requires_grad_(True), out, tangent)
+            _tape.on[id(out)] = out
+
+
+# id -> a tensor that requires grad only to carry tangents (a dual of a tensor that does not, and what ops
+# made from such tensors alone): saved-tensor hooks do not run for its ops, as torch's forward AD saves nothing
+_tangents_only: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _for_real(inputs) -> bool:
+    """An op on `inputs` records a gradient torch would: one reads a tensor that requires grad for
+    another reason than carrying a tangent."""
+    return any(isinstance(x, Tensor) and x.requires_grad and _tangents_only.get(id(x)) is not x for x in inputs)
+
+
 _current_level = -1
-_duals: dict[int, _Dual] = {}  # id(dual) -> its record, for the current level
+_scope = _Scope()  # the dual level's
+_duals = _scope.duals  # id(dual) -> its record, for the current level
 _tape = _Tape()
+
+
+def _function_tangents(cls: type, args: tuple, result, jvp):
+    return _scope.function_tangents(lambda a: unpack_dual(a).tangent, cls, args, result, jvp)
+
+
+@contextlib.contextmanager
+def function_jvps(inputs: list, tangents: list):
+    """For flame.func.jvp: inside the block, a user Function called on tensors computed from `inputs`
+    (leaves that require grad) takes its outputs' tangents from its jvp, given `tangents` for the inputs.
+    Yields `tangent(y, create_graph)` -> y's tangent, or None where no Function's jvp ran (the caller's
+    own double backward then gives the same)."""
+    scope = _Scope()
+    for x, t in zip(inputs, tangents):
+        scope.duals[id(x)] = _Dual(x, x, x, t)
+
+    def tangent_of(a: Tensor) -> Tensor | None:
+        given = scope.given(a)
+        return given if given is not None or not a.requires_grad else scope.jvp(a, True)
+
+    def tangent(y: Tensor, create_graph: bool) -> Tensor | None:
+        if not scope.from_jvp:
+            return None
+        got = scope.jvp(y, create_graph) if y.requires_grad else None
+        return zeros_like(y) if got is None else got
+
+    token = function_jvp.set(functools.partial(scope.function_tangents, tangent_of))
+    try:
+        yield tangent
+    finally:
+        function_jvp.reset(token)
 
 
 def enter_dual_level() -> int:
@@ -116,6 +244,8 @@ def enter_dual_level() -> int:
     _current_level += 1
     _tape.previous = op_recorder.get()
     op_recorder.set(_tape)
+    function_jvp.set(_function_tangents)
+    grad_for_real.set(_for_real)
     return _current_level
 
 
@@ -131,6 +261,10 @@ def exit_dual_level(*, level: int | None = None) -> None:
     if level < 0:
         raise RuntimeError("Dual level must be a positive number.")
     _duals.clear()
+    _scope.from_jvp.clear()
+    _tangents_only.clear()
+    function_jvp.set(None)
+    grad_for_real.set(None)
     _tape.entries.clear()
     _tape.on.clear()
     op_recorder.set(_tape.previous)
@@ -199,6 +333,7 @@ def make_dual(tensor: Tensor, tangent: Tensor, *, level: int | None = None) -> T
         else:
             leaf = tensor.detach().clone().requires_grad_(True)
             primal = tensor.detach()
+            _tangents_only[id(leaf)] = leaf
     if not recording:  # (no_grad: a dual that does not require grad; its ops go on the tape)
         dual = tensor.detach().clone()
     else:  # not the leaf itself, so that in-place writes into the dual are allowed
@@ -217,11 +352,11 @@ def _tangent(y: Tensor) -> Tensor | None:
         y = _tape.replay(y)
         if y is None or not y.requires_grad:
             return None
-    records = list(_duals.values())
-    if not records:
-        return None
-    create_graph = is_grad_enabled()  # the tangent is differentiable again (in its primals and tangents)
-    with enable_grad():
+    return _scope.jvp(y, is_grad_enabled())  # (with gradients on, the tangent is differentiable again)
+
+
+def _jvp_of(y: Tensor, records: list, create_graph: bool) -> Tensor | None:
+    with enable_grad(), hooks_suspended():  # (torch's forward AD saves nothing: no saved-tensor hook runs)
         u = zeros_like(y).requires_grad_(True)  # u^T J is linear in u: its values never reach the result
         vjps = grad(y, [r.leaf for r in records], u, create_graph=True, retain_graph=True, allow_unused=True)
         kept = [(g, r.tangent) for g, r in zip(vjps, records) if g is not None]

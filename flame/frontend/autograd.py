@@ -10,7 +10,8 @@ be differentiated again as torch's can."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 from flame.compiler import compile_graph
 from flame.errors import AutogradError, FlameError
@@ -20,7 +21,7 @@ from flame.frontend.compile import Compiled
 from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.dispatch import apply, freed_graph_error, overwritten
 from flame.frontend.hooks import accumulate_and_notify, is_hooked, run_grad_reducers, run_unit, unit_of
-from flame.frontend.saved import reads, saves
+from flame.frontend.saved import reads, saves, unpack_saves
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import stale
 from flame.ir.builder import Builder
@@ -79,22 +80,26 @@ def saving_nodes(g: Graph, vals: dict[int, Value], order: list[Tensor], cut: dic
     found = []
     for t in order:
         v = (cut or {}).get(id(t)) or vals.get(id(t))
-        if t._node is not None and v is not None and saves(v.producer, read):
+        if t._node is not None and v is not None and (t._node.packed or saves(v.producer, read)):
             found.append(t._node)
     return found
 
 
 def _rebuild(
     loss: Tensor, cut: dict | None = None, order: list | None = None
-) -> tuple[Graph, dict[int, Value], list[Tensor], list]:
+) -> tuple[Graph, dict[int, Value], list[Tensor], list, dict]:
     """The graph of the ops that made loss, from its leaves (graph inputs). A tensor in `cut` passes no
     gradient to what it was made from (its uses read it through stop_gradient); cut[id] is set to its
-    own value, where a hooked backward seeds the gradient its hooks made (_hooked_backward)."""
+    own value, where a hooked backward seeds the gradient its hooks made (_hooked_backward). Returns
+    (the graph, id -> value, the tensors its inputs hold, the nodes, autodiff's `unpacked`: the tensors
+    saved-tensor hooks unpacked, each an input of its own unless the graph holds it)."""
     g = Graph("backward")
     b = Builder(g)
     vals: dict[int, Value] = {}
     leaves: list[Tensor] = []
     nodes = []
+    unpacked: dict = {}
+    seen: dict = {}  # id(packed) -> its tensors unpacked (a call of a Function: its results share them)
     for t in order if order is not None else _topo(loss):
         node = t._node
         if node is None:
@@ -111,10 +116,54 @@ def _rebuild(
                 raise modified_error(node)
         b.loc = node.loc
         vals[id(t)] = b.emit(node.name, *[vals[id(x)] if isinstance(x, Tensor) else x for x in inputs], **node.attrs)
+        if node.packed:
+            _unpack(node, vals[id(t)], g, vals, leaves, unpacked, seen)
         if cut is not None and id(t) in cut:
             cut[id(t)] = vals[id(t)]
             vals[id(t)] = b.emit("stop_gradient", vals[id(t)])
-    return g, vals, leaves, nodes
+    return g, vals, leaves, nodes, unpacked
+
+
+def _unpack(node, out: Value, g: Graph, vals: dict, leaves: list, unpacked: dict, seen: dict) -> None:
+    """The unpack hooks of node's saved tensors run (once per packed set), their tensors read by the VJP
+    of out's op: a tensor of the graph as its value, any other as a new input (a leaf that takes no
+    gradient)."""
+    op = out.producer
+    if op is None or op.name != node.name:
+        return
+    if id(node.packed) in seen:
+        unpacked[op] = seen[id(node.packed)]
+        return
+    once = _one_backward.get()
+    if once is not None and id(node.packed) in once:
+        got = once[id(node.packed)][1]
+    else:
+        types = [x.type for x in op.inputs]
+        got = unpack_saves(node, lambda i: out.type if i < 0 else types[i])
+        if once is not None:
+            once[id(node.packed)] = (node.packed, got)  # (held: the id stays its own)
+    sub = seen[id(node.packed)] = {}
+    for i, u in got.items():
+        if id(u) in vals and vals[id(u)].type == u._type():
+            sub[i] = vals[id(u)]
+        else:
+            sub[i] = g.add_input(u._type(), "const")
+            leaves.append(u.detach())
+    unpacked[op] = sub
+
+
+# while a backward runs in stages (_hooked_backward, hooked_grad): id(packed) -> (packed, the tensors its
+# unpack hooks gave), so that each stage's graph reads them and the hooks run once, as torch's
+_one_backward: ContextVar[dict | None] = ContextVar("flame_one_backward_unpacked", default=None)
+
+
+@contextmanager
+def unpacking_once():
+    token = _one_backward.set({})
+    try:
+        yield
+    finally:
+        _one_backward.reset(token)
 
 
 def backward(
@@ -226,7 +275,7 @@ def _gradients(
     through them from loss, their own gradient flows on from them instead. `create`: the gradients
     carry histories (gradient_tensors)."""
     cut = dict.fromkeys(seeds)
-    g, vals, graph_leaves, _ = _rebuild(loss, cut, order)
+    g, vals, graph_leaves, _, unpacked = _rebuild(loss, cut, order)
     wrt = [t for t in graph_leaves if t.requires_grad and leaves] + want
     inputs = list(graph_leaves)
     terms = [] if id(loss) in seeds else [(vals[id(loss)], gradient)]
@@ -241,7 +290,8 @@ def _gradients(
             term = term if term.dtype == f32 else b.cast(term, dtype=f32)
             out = term if out is None else b.add(out, term)
     inputs += [gr for _, gr in terms if gr is not None]
-    grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed) if out is not None else [None] * len(wrt)
+    grads = autodiff(g, out, [vals[id(t)] for t in wrt], seed, unpacked=unpacked) if out is not None \
+        else [None] * len(wrt)
     nodes = saving_nodes(g, vals, order, cut)
     known = known_tensors(order, vals, cut) if create else {}
     return wrt, gradient_tensors(g, grads, inputs, known, [t.dtype for t in wrt], create), nodes
@@ -276,9 +326,10 @@ def _hooked_backward(
     hooks then run on them; a last stage gives the leaves (whose hooks run before accumulation) and the
     non-leaves that retain their grad. Returns ((leaf, gradient) pairs, the nodes whose saved tensors it
     read). `create`: the gradients carry histories and the hooks run recording theirs."""
-    seeds, staged = _hook_stages(loss, gradient, order, create)
-    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
-    wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order, create=create)
+    with unpacking_once():
+        seeds, staged = _hook_stages(loss, gradient, order, create)
+        retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds]
+        wrt, grads, nodes = _gradients(loss, gradient, seeds, retained, leaves=True, order=order, create=create)
     nodes += staged
     pairs = []
     with nullcontext() if create else no_grad():
@@ -297,12 +348,14 @@ def hooked_grad(root: Tensor, ins: Sequence[Tensor], order: list[Tensor], create
     of the inputs too, and the non-leaves that retain their grad get it; no leaf's .grad is touched.
     Returns (the gradients or None, the nodes whose saved tensors it read)."""
     needed = _passed(order, ins)
-    seeds, staged = _hook_stages(root, None, order, create, needed)
-    retained = [t for t in order if t._node is not None and t._retains_grad and id(t) not in seeds and id(t) in needed]
-    taken = {id(t) for t in retained} | set(seeds)
-    passed = {id(t) for t in order}
-    free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
-    _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create)
+    with unpacking_once():
+        seeds, staged = _hook_stages(root, None, order, create, needed)
+        retained = [t for t in order
+                    if t._node is not None and t._retains_grad and id(t) not in seeds and id(t) in needed]
+        taken = {id(t) for t in retained} | set(seeds)
+        passed = {id(t) for t in order}
+        free = list({id(t): t for t in ins if id(t) not in taken and id(t) in passed}.values())
+        _, grads, nodes = _gradients(root, None, seeds, retained + free, leaves=False, order=order, create=create)
     nodes += staged
     known = {id(t): gr for t, gr in zip(retained + free, grads)}
     known.update((i, gr) for i, (_, gr) in seeds.items())

@@ -195,9 +195,9 @@ def _eager(root: Tensor, ins: Sequence[Tensor], retain: bool, create: bool) -> l
         got, nodes = hooked_grad(root, ins, order, create)
         _free(nodes, retain)
         return got
-    g, vals, leaves, _ = _rebuild(root, order=order)
+    g, vals, leaves, _, unpacked = _rebuild(root, order=order)
     used = [t for t in ins if id(t) in vals]
-    gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used])))
+    gvals = dict(zip(map(id, used), autodiff(g, vals[id(root)], [vals[id(t)] for t in used], unpacked=unpacked)))
     nodes = saving_nodes(g, vals, order)
     grads = [gvals.get(id(t)) for t in ins]
     known = known_tensors(order, vals) if create else {}

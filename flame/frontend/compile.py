@@ -43,6 +43,7 @@ from flame.frontend.guards import (
     value_key,
 )
 from flame.frontend.replay import Replay, flatten, returned_as_is, unflattener
+from flame.frontend.saved import hooks_installed
 from flame.frontend.tensor import Tensor
 from flame.frontend.trace import Trace
 from flame.ir.graph import Graph
@@ -376,7 +377,9 @@ class Compiled:
                     raise FlameError(f"{self.name}: argument {a!r} is neither a Tensor nor hashable; "
                                      f"non-tensor arguments are compile-time constants") from None
                 key.append(("S", value_key(a)))
-        return (*key, *autocast.cache_key())  # a call inside flame.autocast traces its own graph
+        # a call inside flame.autocast traces its own graph; one inside saved_tensors_hooks traces again, where
+        # an op recording a gradient is a TraceError (frontend/saved.py)
+        return (*key, *autocast.cache_key(), *((("saved_tensors_hooks",),) if hooks_installed() else ()))
 
     def _trace(self, args: list) -> tuple[Trace, Any]:
         if current_trace.get() is not None:
@@ -651,7 +654,7 @@ class Compiled:
         """(_key(args), the traces cached for it). The last call's, without building the key again,
         when the arguments are the same objects (a tensor still holding the same array, with the same
         requires_grad) and autocast is as it was: an optimizer step called with the same gradients."""
-        ac = autocast.cache_key()
+        ac = (autocast.cache_key(), hooks_installed())
         if self._memo is not None:
             prev, arrays, flags, prev_ac, key, entries = self._memo
             if len(args) == len(prev) and ac == prev_ac:

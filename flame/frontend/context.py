@@ -23,6 +23,23 @@ checkpoint_saves: ContextVar = ContextVar("flame_checkpoint_saves", default=None
 # a callable told of every op dispatch.apply runs, as (op, inputs, attributes, result), or None: forward
 # AD's record of the ops that carry tangents where no gradient history is kept (autograd/forward_ad.py)
 op_recorder: ContextVar = ContextVar("flame_op_recorder", default=None)
+# a callable told of every in-place write before it is made, as (tensor written, its new value, the op's
+# name), or None: vmap's checks of writes into tensors it does not map over (func/_vmap.py)
+write_hook: ContextVar = ContextVar("flame_write_hook", default=None)
+# forward AD's handler of a user autograd Function's call while a dual level is entered, as
+# (Function class, arguments, result, jvp or None) -> result, or None (autograd/forward_ad.py)
+function_jvp: ContextVar = ContextVar("flame_function_jvp", default=None)
+# a callable told of each tensor made with another's shape (zeros_like, new_zeros ...), as (that tensor,
+# the new one), or None: vmap's batched tensors, which such a tensor is one of as in torch (func/_vmap.py)
+like_hook: ContextVar = ContextVar("flame_like_hook", default=None)
+
+
+def made_like(source, out):
+    """out, a tensor made with source's shape, told to like_hook."""
+    hook = like_hook.get()
+    if hook is not None:
+        hook(source, out)
+    return out
 
 
 _FLAME_FILES: dict[str, bool] = {}  # absolute source path -> whether it is a file of the flame package

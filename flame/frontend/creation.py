@@ -11,7 +11,7 @@ import numpy as np
 
 from flame.errors import ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend import memory_format as _memory_format
-from flame.frontend.context import no_grad, user_location
+from flame.frontend.context import made_like, no_grad, user_location
 from flame.frontend.default_dtype import float_dtype, get_default_dtype
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import fits
@@ -94,7 +94,7 @@ def empty_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = 
                memory_format=None) -> Tensor:
     """A tensor of input's shape (zeros), in dtype or input's (memory_format: flame/frontend/memory_format.py)."""
     _memory_format.check("empty_like", memory_format)
-    return placed(zeros_like(input, dtype), device, "empty_like").requires_grad_(requires_grad)
+    return made_like(input, placed(zeros_like(input, dtype), device, "empty_like").requires_grad_(requires_grad))
 
 
 def full_like(input: Tensor, fill_value, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
@@ -102,21 +102,23 @@ def full_like(input: Tensor, fill_value, dtype=None, *, device=None, requires_gr
     """A tensor of input's shape filled with fill_value, in dtype or input's."""
     _memory_format.check("full_like", memory_format)
     filled = full(input.shape, fill_value, dtype or input.dtype)
-    return placed(filled, device, "full_like").requires_grad_(requires_grad)
+    return made_like(input, placed(filled, device, "full_like").requires_grad_(requires_grad))
 
 
 def zeros_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
                memory_format=None) -> Tensor:
     """Zeros of input's shape, in dtype or input's."""
     _memory_format.check("zeros_like", memory_format)
-    return placed(full(input.shape, 0, dtype or input.dtype), device, "zeros_like").requires_grad_(requires_grad)
+    made = placed(full(input.shape, 0, dtype or input.dtype), device, "zeros_like")
+    return made_like(input, made.requires_grad_(requires_grad))
 
 
 def ones_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = False,  # noqa: A002
               memory_format=None) -> Tensor:
     """Ones of input's shape, in dtype or input's."""
     _memory_format.check("ones_like", memory_format)
-    return placed(full(input.shape, 1, dtype or input.dtype), device, "ones_like").requires_grad_(requires_grad)
+    made = placed(full(input.shape, 1, dtype or input.dtype), device, "ones_like")
+    return made_like(input, made.requires_grad_(requires_grad))
 
 
 def arange(start=0, end=None, step=1, dtype=None, *, device=None) -> Tensor:
@@ -283,7 +285,7 @@ def rand_like(input: Tensor, dtype=None, *, device=None, generator: Generator | 
     """U(0, 1) samples of input's shape, in dtype or input's."""
     _memory_format.check("rand_like", memory_format)
     drawn = rand(*input.shape, dtype=dtype or input.dtype, generator=generator)
-    return placed(drawn, device, "rand_like").requires_grad_(requires_grad)
+    return made_like(input, placed(drawn, device, "rand_like").requires_grad_(requires_grad))
 
 
 def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator | None = None,  # noqa: A002
@@ -291,7 +293,7 @@ def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator |
     """N(0, 1) samples of input's shape, in dtype or input's."""
     _memory_format.check("randn_like", memory_format)
     drawn = randn(*input.shape, dtype=dtype or input.dtype, generator=generator)
-    return placed(drawn, device, "randn_like").requires_grad_(requires_grad)
+    return made_like(input, placed(drawn, device, "randn_like").requires_grad_(requires_grad))
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:

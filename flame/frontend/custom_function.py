@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 
 from flame.errors import AutogradError
-from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location
+from flame.frontend.context import current_trace, function_jvp, grad_enabled, no_grad, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import Node, apply, record_versions
 from flame.frontend.guards import read_users_function
+from flame.frontend.saved import hooks_installed, pack_tensors, packs, refuse_in_trace
 from flame.frontend.tensor import Tensor
 from flame.frontend.user_ops import run_backward
 from flame.ir.ops.user import define_function
@@ -45,7 +46,8 @@ class Forward:
     `rebuild(leaves)` its structure; `saved`, the tensors (or None) the backward reads; `backward(saved,
     cotangents)` -> one gradient per argument (saved and cotangents as traced tensors, None kept);
     `non_differentiable`, ids of output tensors that get no gradient; `materialize`: a result without a
-    cotangent is given zeros (PyTorch's set_materialize_grads, JAX's instantiated zeros)."""
+    cotangent is given zeros (PyTorch's set_materialize_grads, JAX's instantiated zeros); `hooked`: how
+    many entries of `saved` saved-tensor hooks pack (torch's save_for_backward ones; None: all)."""
 
     outputs: list
     rebuild: Callable[[list], Any]
@@ -53,6 +55,7 @@ class Forward:
     backward: Callable[[list, list], list]
     non_differentiable: set = field(default_factory=set)
     materialize: bool = True
+    hooked: int | None = None
 
 
 @dataclass(eq=False)
@@ -74,14 +77,22 @@ class Call:
     op: str = ""
     saved_results: dict[int, int] = field(default_factory=dict)
     key: int = -1
+    results: list = field(default_factory=list)  # weak references to its eager differentiable results
     __weakref__: Any = field(default=None, init=False, repr=False, compare=False)
 
 
 @dataclass(eq=False)
 class FunctionNode(Node):
-    """The Node of an eager result of a user's Function: it keeps the call's record alive for backward()."""
+    """The Node of an eager result of a user's Function: it keeps the call's record alive for backward().
+    The call's results share one grad_fn, named as torch's (`FBackward` for a Function class F)."""
 
     call: Call | None = None
+
+    def grad_fn_parts(self) -> tuple[str | None, tuple, Any, list | None]:
+        c = self.call
+        name = c.what.removeprefix("function ") if c.what.startswith("function ") else None
+        results = [t for t in (r() for r in c.results) if t is not None]
+        return name, self.inputs[: len(c.positions)], c, results
 
 
 _IN_FORWARD: ContextVar[bool] = ContextVar("flame_in_custom_forward", default=False)
@@ -150,7 +161,27 @@ def invoke(op: OpDef, what: str, where: str, args: Sequence, forward: Callable[[
     outs = [
         _result(op, call, k, ins, t, trace) if d else _plain(t, trace) for k, (t, d) in enumerate(zip(fw.outputs, diff))
     ]
+    if trace is None:
+        call.results = [weakref.ref(o) for o, d in zip(outs, diff) if d]
+    if hooks_installed():
+        _pack(fw, ins, len(positions), [o for o, d in zip(outs, diff) if d], trace)
     return fw.rebuild(outs)
+
+
+def _pack(fw: Forward, ins: tuple, n: int, outs: list, trace) -> None:
+    """Saved-tensor hooks (frontend/saved.py) on what the call saved for its backward (the first
+    `fw.hooked` entries of fw.saved), packed once for the call: its results' nodes share them."""
+    hooked = fw.saved if fw.hooked is None else fw.saved[: fw.hooked]
+    count = sum(t is not None for t in hooked)
+    if not count:
+        return
+    if trace is not None:
+        raise refuse_in_trace(f"a custom Function's {outs[0]._value.producer.name}", user_location())
+    if not packs(ins[:n]):
+        return
+    packed = pack_tensors({i: ins[i] for i in range(n, n + count)})
+    for o in outs:
+        o._node.packed = packed
 
 
 def _plain(t: Any, trace) -> Any:
@@ -259,6 +290,7 @@ class FunctionCtx:
         self.needs_input_grad = needs_input_grad
         self.materialize_grads = True
         self._flame_saved: tuple = ()
+        self._flame_saved_forward: tuple = ()
         self._flame_view: tuple | None = None
         self._flame_non_diff: set[int] = set()
 
@@ -272,9 +304,14 @@ class FunctionCtx:
                 )
         self._flame_saved = tuple(tensors)
 
+    def save_for_forward(self, *tensors) -> None:
+        """Keep tensors (or None) for jvp, where ctx.saved_tensors gives them back (torch's)."""
+        self._flame_saved_forward = tuple(tensors)
+
     @property
     def saved_tensors(self) -> tuple:
-        """The tensors save_for_backward kept (in backward: as the backward's own traced tensors)."""
+        """The tensors save_for_backward kept (in backward: as the backward's own traced tensors; in jvp:
+        those save_for_forward kept)."""
         return self._flame_view if self._flame_view is not None else self._flame_saved
 
     def mark_non_differentiable(self, *tensors) -> None:
@@ -328,6 +365,15 @@ class Function:
             "autograd.Function to use it with backward mode AD."
         )
 
+    @staticmethod
+    def jvp(ctx, *grad_inputs):
+        """Forward-mode AD (flame.autograd.forward_ad): one tangent per output, given one per forward
+        argument (zeros for a tensor without one, None for a Python value), from ctx.saved_tensors (what
+        save_for_forward kept) and attributes set in forward."""
+        raise NotImplementedError(
+            "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
+        )
+
     @classmethod
     def apply(cls, *args, **kwargs):
         """Run the Function on args: its outputs require grad when an input does."""
@@ -339,9 +385,11 @@ class Function:
         what = f"function {cls.__name__}Backward"
         where = _where(cls.backward, f"{cls.__qualname__}.backward")
         n_args = len(args)
+        made: list[FunctionCtx] = []
 
         def forward(needs, recording):
             ctx = FunctionCtx(needs)
+            made.append(ctx)
             if split:
                 out = cls.forward(*args)
                 cls.setup_context(ctx, tuple(args), out)
@@ -370,9 +418,24 @@ class Function:
                 backward,
                 ctx._flame_non_diff,
                 ctx.materialize_grads,
+                n_saved,
             )
 
-        return invoke(_op_of(cls, cls.__name__, cls.backward), what, where, args, forward)
+        result = invoke(_op_of(cls, cls.__name__, cls.backward), what, where, args, forward)
+        tangents = function_jvp.get()
+        if tangents is None:
+            return result
+        return tangents(cls, args, result, None if cls.jvp is Function.jvp else functools.partial(_jvp, cls, made[0]))
+
+
+def _jvp(cls: type, ctx: FunctionCtx, tangents: list):
+    """cls.jvp(ctx, *tangents), ctx.saved_tensors giving what save_for_forward kept."""
+    read_users_function(cls.jvp)
+    ctx._flame_view = ctx._flame_saved_forward
+    try:
+        return cls.jvp(ctx, *tangents)
+    finally:
+        ctx._flame_view = None
 
 
 _OPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Function class / custom_vjp -> its op

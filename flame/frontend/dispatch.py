@@ -24,6 +24,7 @@ from flame.frontend.context import (
     user_location,
 )
 from flame.frontend.hooks import hand_over_hooks, hand_over_traced_hooks
+from flame.frontend.saved import hooks_installed, pack_saves, refuse_in_trace
 from flame.frontend.tensor import Tensor
 from flame.frontend.views import contiguous_array, link, stale, strided_array, traced_view, version
 from flame.ir import registry
@@ -40,7 +41,8 @@ from flame.runtime.device import executor
 class Node:
     """How an eager tensor was made, for loss.backward(): op, attributes, inputs and the inputs'
     versions at that time (an in-place change of an input before backward is an error). `freed`:
-    a backward() without retain_graph=True went through it (a second one raises, as in PyTorch)."""
+    a backward() without retain_graph=True went through it (a second one raises, as in PyTorch).
+    `packed`: what saved-tensor hooks packed of the tensors its backward reads (frontend/saved.py)."""
 
     name: str
     attrs: dict
@@ -48,6 +50,13 @@ class Node:
     versions: tuple
     loc: str | None
     freed: bool = False
+    packed: dict | None = None
+
+    def grad_fn_parts(self) -> tuple[str | None, tuple, Any, list | None]:
+        """What Tensor.grad_fn shows of the node: (torch's name, None: made from the op's; the inputs
+        next_functions lists; the object its grad_fn is kept on; the tensors that share it, None: the
+        one tensor the node made)."""
+        return None, self.inputs, self, None
 
 
 _FREED = (
@@ -164,6 +173,8 @@ def apply(name: str, *inputs: Any, **attrs: Any):
         builder.loc = loc if in_checkpoint.get() is None else _loc(name)
         t = Tensor._traced(builder.emit_normalized(opdef, tuple(vals), attrs, attrs_key), trace)
         grad = grad and opdef.vjp is not None and t._dtype.kind == "float"
+        if grad and hooks_installed() and grad_enabled.get():
+            raise refuse_in_trace(name, loc)
         if grad_enabled.get():
             t._requires_grad = grad  # as eagerly: an op's result requires grad when an input does
         else:  # it does not require grad (Trace.requires_grad), and no gradient flows through it
@@ -192,6 +203,9 @@ def apply(name: str, *inputs: Any, **attrs: Any):
         if any(isinstance(x, Tensor) and x.requires_grad for x in inputs):
             t.requires_grad = True
             t._node = Node(name, attrs, tuple(inputs), record_versions(inputs), _loc(name))
+            if hooks_installed():
+                t._node.packed = pack_saves(name, attrs, tuple(inputs), t,
+                                            lambda x: TensorType((), _scalar_dtype(inputs, x)))
     recorder = op_recorder.get()
     if recorder is not None:
         recorder(name, inputs, attrs, t)

@@ -12,6 +12,10 @@ backward (frontend/autograd.py) runs in stages so that each hook gets a concrete
 written with flame ops becomes part of the compiled step, and one that needs Python at run time
 (.item(), .numpy(), returning None to only record or print) is a flame.TraceError naming the hook.
 
+Node hooks. `t.grad_fn.register_prehook(fn)`: fn(grad_outputs) -> None or new grad_outputs, after the
+tensors' own hooks and retain_grad(); `t.grad_fn.register_hook(fn)`: fn(grad_inputs, grad_outputs) ->
+None or new grad_inputs, the gradients that node alone passes its inputs (eagerly only), as torch's.
+
 Gradient reducers: objects that rewrite the .grad of their parameters right after a backward
 (flame.nn.parallel.DistributedDataParallel averages them over the ranks). backward(), eager or
 inside @flame.compile (where the reducer's ops join the traced graph after the autodiff ops), calls
@@ -28,7 +32,7 @@ from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 
 from flame.errors import AutogradError, TraceError
-from flame.frontend.context import current_trace, grad_enabled, no_grad, user_location
+from flame.frontend.context import current_trace, enable_grad, grad_enabled, no_grad, user_location
 from flame.frontend.guards import read_users_function
 from flame.frontend.tensor import Tensor
 
@@ -368,25 +372,42 @@ class TensorHooks:
     def grad_fn(self) -> GradFn | None:
         """None for a tensor without gradient history, as torch's; else a GradFn naming the op that made
         it (`name()`: torch's spelling, "MulBackward0") and, eagerly, the grad_fns of its inputs
-        (`next_functions`)."""
+        (`next_functions`); eagerly the same object at each access, as torch's."""
         if self.is_leaf:
             return None
-        op = self._value.producer.name if self._value is not None else self._node.name
-        return GradFn(op, None if self._value is not None else self._node.inputs)
+        if self._value is not None:
+            return GradFn(self._value.producer.name, None, [self])
+        name, inputs, holder, shared = self._node.grad_fn_parts()
+        got = getattr(holder, "grad_fn", None)
+        tensors = shared if shared is not None else [self]
+        if got is None or len(got._tensors) != len(tensors) or any(r() is not t for r, t in zip(got._tensors, tensors)):
+            got = holder.grad_fn = GradFn(self._node.name, inputs, tensors, name)
+        return got
 
 
-class GradFn:
+class Node:
+    """torch.autograd.graph.Node: what grad_fn and its next_functions are instances of."""
+
+    __slots__ = ()
+
+
+class GradFn(Node):
     """What torch's grad_fn answers of a tensor with gradient history: `name()`, `next_functions`
     ((input's grad_fn, 0) per input: an AccumulateGrad for an input that is a leaf requiring grad, None
-    for one that requires none; empty inside @flame.compile, where the traced graph is the history).
-    flame's backward rebuilds the graph from the loss; this object only describes it."""
+    for one that requires none; empty inside @flame.compile, where the traced graph is the history),
+    `register_prehook` and `register_hook`. flame's backward rebuilds the graph from the loss; this object
+    describes it, and its hooks are group hooks (GroupHook) on the tensors it made (pre-hooks) and on
+    copies of its inputs that the node reads from then on (post-hooks)."""
 
-    __slots__ = ("op", "_inputs")
+    __slots__ = ("op", "_inputs", "_tensors", "_name")
 
-    def __init__(self, op: str, inputs: tuple | None):
-        self.op, self._inputs = op, inputs
+    def __init__(self, op: str, inputs: tuple | None, tensors: list, name: str | None = None):
+        self.op, self._inputs, self._name = op, inputs, name
+        self._tensors = [weakref.ref(t) for t in tensors]
 
     def name(self) -> str:
+        if self._name is not None:
+            return self._name
         op = self.op.removeprefix("reduce_")  # reduce_sum: torch's SumBackward0
         return "".join(part.capitalize() for part in op.split("_")) + "Backward0"
 
@@ -396,11 +417,101 @@ class GradFn:
             return ()
         return tuple((_next_of(t), 0) for t in self._inputs)
 
+    def register_prehook(self, fn: Callable[[tuple], tuple | None]) -> RemovableHandle:
+        """fn(grad_outputs) -> None or new grad_outputs (a tuple of one gradient, of the same shape),
+        called before the node computes its inputs' gradients, as torch's Node.register_prehook: after
+        the tensors' own hooks and retain_grad() (grad_outputs: one per result of the node, None for one
+        the gradient does not reach). Returns a handle whose .remove() unregisters it."""
+        tensors = [t for t in (r() for r in self._tensors) if t is not None]
+        if not callable(fn):
+            raise TypeError(f"register_prehook: expected a function of the gradients, got {type(fn).__name__}")
+
+        def run(grads: tuple):
+            got = call_hook(fn, grads)
+            if got is None:
+                check_traced_result(fn, got, "the gradients")
+            return _node_hook_result(fn, got, grads)
+
+        hook = GroupHook(tensors, run)
+        handle = RemovableHandle(*(_hook_dict(t) for t in tensors))
+        handle.id = hook.id
+        return handle
+
+    def register_hook(self, fn: Callable) -> RemovableHandle:
+        """fn(grad_inputs, grad_outputs) -> None or new grad_inputs, called once the node computed the
+        gradients it passes to its inputs (one per input, None for one that requires no grad), as
+        torch's Node.register_hook. Eagerly: each input that requires grad is given to the node through
+        a copy of its own (the node's results' histories are rewired to read it), whose gradient is the
+        node's contribution alone. Returns a handle whose .remove() unregisters it."""
+        tensors = [t for t in (r() for r in self._tensors) if t is not None]
+        if not callable(fn):
+            raise TypeError(f"register_hook: expected a function of the gradients, got {type(fn).__name__}")
+        if self._inputs is None:
+            raise AutogradError(f"{self.name()}.register_hook: a node's post-hook inside @flame.compile is not "
+                                f"supported (the traced graph cannot be rewired); use register_prehook, or "
+                                f"Tensor.register_hook on the inputs\n  at {user_location()}")
+        edges = _edges(tensors, self._inputs)
+        outputs: list = []
+
+        def seen(grads: tuple):  # the node's grad_outputs, known before its inputs' gradients
+            outputs[:] = [grads]
+
+        def run(grads: tuple):
+            full = iter(grads)
+            gi = tuple(next(full) if e is not None else None for e in edges)
+            if all(g is None for g in gi):  # the backward did not run the node
+                return None
+            got = call_hook(fn, gi, outputs[0] if outputs else (None,) * len(tensors))
+            got = _node_hook_result(fn, got, gi)
+            return None if got is None else tuple(g for g, e in zip(got, edges) if e is not None)
+
+        first = GroupHook(tensors, seen)
+        second = GroupHook([e for e in edges if e is not None], run)
+        handle = RemovableHandle(*(_hook_dict(t) for t in (*tensors, *(e for e in edges if e is not None))))
+        handle.id = second.id
+        for t in tensors:  # (the first hook goes with the second)
+            _hook_dict(t)[handle.id] = _hook_dict(t).pop(first.id)
+        return handle
+
     def __repr__(self) -> str:
         return f"<{self.name()} object>"
 
 
-class AccumulateGrad:
+def _node_hook_result(fn: Callable, got, grads: tuple):
+    """A node hook's result checked as torch's: None, or a tuple of one gradient (or None) per gradient
+    it was given, each of that gradient's size."""
+    if got is None:
+        return None
+    if not isinstance(got, tuple):
+        raise TypeError(f"expected tuple, but hook returned '{type(got).__name__}'")
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if len(got) != len(grads):
+        raise AutogradError(f"hook '{name}' has returned an incorrect number of values (got {len(got)}, but "
+                            f"expected {len(grads)})")
+    for g, new in zip(grads, got):
+        if g is not None and new is not None and (not isinstance(new, Tensor) or new.shape != g.shape):
+            raise AutogradError(f"hook '{name}' has changed the size of value")
+    return got
+
+
+def _edges(tensors: list, inputs: tuple) -> list:
+    """For a node post-hook: a copy of each input that requires grad (None for the others), recorded from
+    the input, which the node of each of `tensors` (its results) reads from now on in the input's place."""
+    with enable_grad():
+        edges = [x.clone() if isinstance(x, Tensor) and x.requires_grad else None for x in inputs]
+    for t in tensors:
+        node = t._node
+        for i, e in enumerate(edges):
+            if e is not None and node.inputs[i] is inputs[i]:
+                if node.versions[i] != inputs[i]._version:
+                    raise AutogradError(f"register_hook: an input of {node.name} was modified in place since it "
+                                        f"was used (at {node.loc})\n  at {user_location()}")
+                node.inputs = (*node.inputs[:i], e, *node.inputs[i + 1 :])
+                node.versions = (*node.versions[:i], e._version, *node.versions[i + 1 :])
+    return edges
+
+
+class AccumulateGrad(Node):
     """The grad_fn entry of a leaf requiring grad (its `variable`), as torch's."""
 
     __slots__ = ("variable",)

@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 
 from flame.errors import AutogradError, DTypeError, IndexingError, ShapeError, TraceError
-from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel
+from flame.frontend.context import current_trace, enable_grad, grad_enabled, user_location, user_stacklevel, write_hook
 from flame.frontend.creation import arange
 from flame.frontend.dispatch import apply, broadcast, fresh, history_only
 from flame.frontend.hooks import hand_over_hooks
@@ -361,6 +361,9 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     x[k] = 2.0), which PyTorch allows into an expanded view."""
     if new._base is not None and stale(new):  # a view written since it was made: its value and history as
         new = fresh(new)  # its base holds them now
+    hook = write_hook.get()
+    if hook is not None:
+        hook(t, new, what)
     if t._base is not None:
         _write_view(t, new, what, fill)
         return

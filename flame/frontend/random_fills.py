@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from flame.errors import ArgumentRangeError, ArgumentTypeError, DTypeError
-from flame.frontend.context import current_trace, no_grad, user_location
+from flame.frontend.context import current_trace, made_like, no_grad, user_location
 from flame.frontend.creation import Generator, default_generator, multinomial, randint, randn
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.tensor import Tensor
@@ -88,8 +88,8 @@ def randint_like(input: Tensor, low: int = 0, high: int | None = None, *, dtype=
     if high is None:
         low, high = 0, low
     dt = dtype_of(dtype) if dtype is not None else input.dtype
-    return randint(int(low), int(high), tuple(input.shape), dtype=dt, device=device or input.device,
-                   generator=generator)
+    return made_like(input, randint(int(low), int(high), tuple(input.shape), dtype=dt, device=device or input.device,
+                                    generator=generator))
 
 
 _SMALL_RATE, _SEARCH_STEPS, _ROUNDS = 10.0, 48, 10

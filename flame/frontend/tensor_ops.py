@@ -20,7 +20,7 @@ from flame.errors import DTypeError, ShapeError, TraceError
 from flame.frontend import data_dependent, index_ops, more_math, opmath, scatter_reduce, views
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.autocast import policy
-from flame.frontend.context import grad_enabled, no_grad, user_location
+from flame.frontend.context import grad_enabled, made_like, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply, broadcast
 from flame.frontend.indexing import assign, index_put, stand_in
@@ -345,7 +345,7 @@ class TensorOps:
         if new.dtype != self.dtype and _kind(new.dtype) > _kind(self.dtype):
             raise DTypeError(f"in-place op: result type {new.dtype} can't be cast to the desired output type "
                              f"{self.dtype}\n  at {user_location()}")
-        assign(self, new if new.dtype == self.dtype else new.to(self.dtype), fill=fill)
+        assign(self, new if new.dtype == self.dtype else new.to(self.dtype), what, fill=fill)
         return self
 
     # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
@@ -726,8 +726,9 @@ class TensorOps:
 
     # ---- new tensors like this one --------------------------------------------------------------------
     def new_full(self, size, fill_value, dtype=None, *, device=None):
-        return placed(full(_shape_arg((size,) if isinstance(size, int) else tuple(size)), fill_value,
-                           dtype_of(dtype) if dtype is not None else self.dtype), device, "new_full")
+        made = full(_shape_arg((size,) if isinstance(size, int) else tuple(size)), fill_value,
+                    dtype_of(dtype) if dtype is not None else self.dtype)
+        return made_like(self, placed(made, device, "new_full"))
 
     def new_zeros(self, *size, dtype=None, device=None):
         return placed(self.new_full(_shape_arg(size), 0, dtype), device, "new_zeros")

@@ -18,9 +18,11 @@ from contextvars import ContextVar
 from functools import wraps
 from typing import Any
 
+from flame.autograd.forward_ad import function_jvps
 from flame.frontend.autograd_grad import grad as _autograd_grad
 from flame.frontend.context import current_trace, enable_grad
 from flame.frontend.creation import draw_hook, zeros, zeros_like
+from flame.frontend.saved import disable_saved_tensors_hooks, hooks_suspended
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
 from flame.func._tree import Spec, tree_flatten, tree_unflatten
@@ -35,14 +37,19 @@ def _refuse_draw(_generator) -> None:
     raise RuntimeError(RANDOM_ERROR)
 
 
+_REVERSE_HOOKS = ("torch.func.{grad, vjp, jacrev, hessian} don't yet support saved tensor hooks. Please open an "
+                  "issue with your use case.")
+
+
 @contextmanager
-def _level(randomness: str | None = None):
+def _level(randomness: str | None = None, forward: bool = False):
     """One transform level: gradients enabled, the nesting depth raised; randomness="error" refuses
-    random draws inside."""
+    random draws inside. Saved-tensor hooks, as torch.func's: a reverse-mode transform refuses them
+    (installed around it or inside, torch's RuntimeError); a forward-mode one (`forward`) runs none."""
     token = _depth.set(_depth.get() + 1)
     hook = draw_hook.set(_refuse_draw) if randomness == "error" else None
     try:
-        with enable_grad():
+        with enable_grad(), hooks_suspended() if forward else disable_saved_tensors_hooks(_REVERSE_HOOKS):
             yield
     finally:
         if hook is not None:
@@ -230,7 +237,8 @@ def vjp(func: Callable, *primals, has_aux: bool = False):
 
 def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False, has_aux: bool = False):
     """torch.func.jvp: (func(*primals), J tangents) (with has_aux: and aux); primals is a tuple of
-    arguments (pytrees of tensors), tangents the same structure."""
+    arguments (pytrees of tensors), tangents the same structure. A user autograd Function inside gives
+    its outputs' tangents by its jvp, as torch's (one without jvp: torch's NotImplementedError)."""
     api = "jvp(f, primals, tangents)"
     if not isinstance(primals, tuple):
         raise RuntimeError(f"{api}: Expected primals to be a tuple. E.g. it should be valid to call f(*primals).")
@@ -249,9 +257,10 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False, ha
             raise RuntimeError(f"{api}: Expected primals and tangents to have the same shape, got "
                                f"{tuple(p.shape)} and {tuple(t.shape)}")
     keep = _keeps_history(leaves + t_leaves)
-    with _level():
+    with _level(forward=True):
         ins = [_lift(t) for t in leaves]
-        out = func(*tree_unflatten(ins, spec))
+        with function_jvps(ins, t_leaves) as tangent:  # (a user Function's jvp gives its outputs' tangents)
+            out = func(*tree_unflatten(ins, spec))
         out, aux = _split_aux(out, has_aux, api)
         out_leaves, out_spec = tree_flatten(out)
         _check_outputs(out_leaves, api)
@@ -259,17 +268,23 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False, ha
         if strict and not any(o.requires_grad for o in out_leaves):
             raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of the inputs. "
                                "This is not allowed with strict=True.")
-        # u^T J is linear in u: u's values never reach the result (zeros will do)
-        us = [zeros_like(o).requires_grad_(True) for o in out_leaves]
-        vjps = _grads(out_leaves, ins, us, create=True)
-        pairs = [(g, t) for g, t in zip(vjps, t_leaves) if g.requires_grad]
-        if pairs:
-            outs_, seeds = zip(*pairs)
-            jv = _grads(list(outs_), us, list(seeds), create=keep)
-        else:
-            jv = [zeros_like(o) for o in out_leaves]
+        jv = [tangent(o, keep) for o in out_leaves]
+        if jv and jv[0] is None:
+            jv = _reverse_jvp(out_leaves, ins, t_leaves, keep)
     result = (_detach_tree(out, keep), _detach_tree(tree_unflatten(jv, out_spec), keep))
     return (*result, _detach_tree(aux, keep)) if has_aux else result
+
+
+def _reverse_jvp(out_leaves: list, ins: list, t_leaves: list, keep: bool) -> list:
+    """J t by the double-backward trick: u^T J is linear in u, so u's values never reach the result
+    (zeros will do)."""
+    us = [zeros_like(o).requires_grad_(True) for o in out_leaves]
+    vjps = _grads(out_leaves, ins, us, create=True)
+    pairs = [(g, t) for g, t in zip(vjps, t_leaves) if g.requires_grad]
+    if not pairs:
+        return [zeros_like(o) for o in out_leaves]
+    outs_, seeds = zip(*pairs)
+    return _grads(list(outs_), us, list(seeds), create=keep)
 
 
 def _jacobian(func: Callable, argnums, has_aux: bool, api: str, randomness: str | None) -> Callable:
@@ -281,7 +296,7 @@ def _jacobian(func: Callable, argnums, has_aux: bool, api: str, randomness: str 
         nums, diff = _slice_argnums(args, argnums)
         leaves, spec = tree_flatten(diff)
         keep = _keeps_history(leaves)
-        with _level(randomness):
+        with _level(randomness, forward=api.startswith("jvp")):
             ins = [_lift(t) for t in leaves]
             out = func(*_replace_args(args, nums, tree_unflatten(ins, spec)), **kwargs)
             out, aux = _split_aux(out, has_aux, api)

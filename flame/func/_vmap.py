@@ -12,10 +12,11 @@ from functools import wraps
 from typing import Any
 from weakref import WeakValueDictionary
 
-from flame.frontend.context import op_recorder
+from flame.frontend.context import current_trace, like_hook, op_recorder, user_location, write_hook
 from flame.frontend.creation import draw_hook
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
+from flame.frontend.views import bump, write
 from flame.func._grad import _name, _refuse_draw
 from flame.func._tree import broadcast_to_and_flatten, tree_flatten, tree_unflatten
 
@@ -41,11 +42,15 @@ class _Same:
 
 class _Batched:
     """Which tensors the calls computed from the slices of the batched arguments: an op's result is when
-    one of its inputs is (told of every op by dispatch.apply, after the recorder it replaces). What
-    torch's BatchedTensor marks, so an output whose out_dim is None can be refused as torch's is."""
+    one of its inputs is (told of every op by dispatch.apply, after the recorder it replaces), and so is
+    a tensor made like one (zeros_like, new_zeros ...). What torch's BatchedTensor marks, so an output
+    whose out_dim is None, or an in-place write of batched values into an unbatched tensor, can be
+    refused as torch's is."""
 
     def __init__(self, previous) -> None:
         self.previous = previous
+        self.previous_like = like_hook.get()
+        self.size = 0
         self.seen: WeakValueDictionary = WeakValueDictionary()  # id -> tensor (an id never outlives it)
 
     def add(self, t) -> None:
@@ -54,6 +59,14 @@ class _Batched:
 
     def holds(self, t) -> bool:
         return self.seen.get(id(t)) is t
+
+    def like(self, source, out) -> None:
+        """A tensor made with source's shape (zeros_like, new_zeros ...) is batched where source is."""
+        previous = self.previous_like
+        if previous is not None:
+            previous(source, out)
+        if self.holds(source):
+            self.add(out)
 
     def __call__(self, name: str, inputs: tuple, attrs: dict, out) -> None:
         if self.previous is not None:
@@ -64,14 +77,98 @@ class _Batched:
                 return
 
 
+_INPLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible because there exists a Tensor `other` in "
+            "extra_args that has more elements than `self`. This happened due to `other` being vmapped over but "
+            "`self` not being vmapped over in a vmap. Please try to use out-of-place operators instead of inplace "
+            "arithmetic. If said operator is being called inside the PyTorch framework, please file a bug report "
+            "instead.")
+
+
+class _Writes:
+    """vmap's handling of every in-place write func makes. Batched values written into a tensor that is
+    not batched is torch's RuntimeError. A write of unbatched values into an unbatched tensor runs once
+    in torch's vmap, where flame's runs func once per batch element: eagerly, each tensor so written
+    takes back, before each element after the first, its values and history from before the first
+    element's write (reads see what torch's would, and the write is not compounded), and after the last
+    element keeps what the last element that wrote it left (an element's own tensors: the first's).
+    Inside @flame.compile such a write into a tensor the first element wrote too is refused."""
+
+    def __init__(self, batched: _Batched, previous) -> None:
+        self.batched = batched
+        self.previous = previous  # an enclosing vmap's (told first)
+        self.element = 0
+        self.kept: dict[int, list] = {}  # id -> [tensor, its state before the first write, after the last]
+        self.wrote: set[int] = set()  # the ids this element wrote
+
+    def __call__(self, t, new, what: str) -> None:
+        if self.previous is not None:
+            self.previous(t, new, what)
+        root = t if t._base is None else t._base
+        if self.batched.holds(t) or self.batched.holds(root) or root._role == "state":
+            return  # (a state tensor: a generator's offset, which draws advance and randomness="same" resets)
+        if isinstance(new, Tensor) and self.batched.holds(new):
+            raise RuntimeError(f"{_INPLACE}\n  at {user_location()}")
+        if current_trace.get() is not None or root._value is not None:
+            if self.element > 0 and id(root) in self.kept and self.kept[id(root)][0] is root:
+                raise RuntimeError(
+                    f"vmap: {what} writes in place into a tensor that is not vmapped over inside @flame.compile: "
+                    f"torch's vmap runs the write once, flame's runs the function once per batch element and "
+                    f"would run it {self.batched.size} times. Write out of place, or into a tensor made from the "
+                    f"batched inputs\n  at {user_location()}")
+            self.kept.setdefault(id(root), [root, None, None])
+            return
+        if id(root) not in self.kept:
+            self.kept[id(root)] = [root, _state(root), None]
+        self.wrote.add(id(root))
+
+    def start(self, i: int) -> None:
+        """Before element i: the unbatched tensors written so far take back their state from before."""
+        self._note_after()
+        self.element = i
+        if i > 0:
+            for t, before, _ in self.kept.values():
+                if before is not None:
+                    _restore(t, before)
+
+    def finish(self) -> None:
+        """After the last element: each unbatched tensor written keeps what its last writer left."""
+        self._note_after()
+        for t, before, after in self.kept.values():
+            if before is not None and after is not None:
+                _restore(t, after)
+
+    def _note_after(self) -> None:
+        for k in self.wrote:
+            self.kept[k][2] = _state(self.kept[k][0])
+        self.wrote = set()
+
+
+def _state(t: Tensor) -> tuple:
+    """t's values (a copy of its buffer) and gradient history now."""
+    return Tensor._concrete(t._data.copy(), t.dtype), t._node, t.requires_grad
+
+
+def _restore(t: Tensor, state: tuple) -> None:
+    """t takes a state _state gave; what was recorded from t before reads it as it was (t._past)."""
+    data, node, needs = state
+    if t._node is not None:
+        now = Tensor._concrete(t._data.copy(), t.dtype)
+        now._node, now.requires_grad = t._node, t.requires_grad
+        t._past = {**(t._past or {}), t._version: now}
+    write(t, data)
+    bump(t)
+    t._node, t.requires_grad = node, needs
+
+
 @contextmanager
-def _tracking(batched: _Batched | None):
-    token = op_recorder.set(batched) if batched is not None else None
+def _tracking(batched: _Batched, writes: _Writes):
+    tokens = op_recorder.set(batched), write_hook.set(writes), like_hook.set(batched.like)
     try:
         yield
     finally:
-        if token is not None:
-            op_recorder.reset(token)
+        like_hook.reset(tokens[2])
+        write_hook.reset(tokens[1])
+        op_recorder.reset(tokens[0])
 
 
 @contextmanager
@@ -168,8 +265,9 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
     (None: the argument is passed whole to every element); out_dims where the batch dimension goes in
     each output (None: the output of the first element, for outputs that do not depend on the batch; an
     output computed from a batched argument raises ValueError there, as torch's: flame follows the ops
-    dispatched through its op table, so an in-place write of batched values into an unbatched tensor
-    goes unseen).
+    dispatched through its op table). An in-place write of batched values into an unbatched tensor is
+    torch's RuntimeError; one of unbatched values into a tensor func captured runs once, as torch's
+    (_Writes; inside @flame.compile it is refused).
     Keyword arguments are not batched.
 
     flame runs func once per batch element, on slices of the batched arguments, and stacks the outputs:
@@ -190,16 +288,21 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
         n = _batch_size(flat_args, dims)
         same = _Same()
         outs = []
-        batched = _Batched(op_recorder.get()) if None in tree_flatten(out_dims)[0] else None
-        with _randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched):
+        batched = _Batched(op_recorder.get())
+        batched.size = n
+        writes = _Writes(batched, write_hook.get())
+        with _randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched, writes):
             for i in range(max(n, 1)):
                 same.seen.clear()
+                writes.start(i)
                 sliced = [a if d is None else _element(a, d, i) for a, d in zip(flat_args, dims)]
                 for a, d in zip(sliced, dims):
-                    if d is not None and batched is not None:
+                    if d is not None:
                         batched.add(a)
                 outs.append(func(*tree_unflatten(sliced, spec), **kwargs))
-        return _stack_outputs(func, outs, out_dims, batched, empty=n == 0)
+            writes.finish()
+        return _stack_outputs(func, outs, out_dims, batched if None in tree_flatten(out_dims)[0] else None,
+                              empty=n == 0)
 
     return wrapped
 

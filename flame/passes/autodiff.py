@@ -148,14 +148,16 @@ def _run_hook(b: Builder, ct: dict, hook: GradHook, loc: str | None = None) -> N
 
 
 def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = None,
-             hooks: Sequence[GradHook] = ()) -> list[Value | None]:
+             hooks: Sequence[GradHook] = (), unpacked: dict | None = None) -> list[Value | None]:
     """Append to g the ops that compute d(out)/d(w) for each w in wrt, given cotangent `seed` for out
     (default: ones, so `out` is usually a scalar loss). Returns one Value per w, or None where out
     does not depend on w. `hooks` (values, fn): once the gradients of `values` are complete,
     fn(builder, those gradients) -> the gradients that flow on (Tensor.register_hook, module backward
-    hooks). Before: a verified graph containing out and wrt. After: the same graph with hand-written
-    attention rewritten in place (passes/rewrite_attention.py) and backward ops appended (outputs
-    unchanged; the caller decides what to return)."""
+    hooks). `unpacked`: op -> {input position (-1: its result): a value its VJP reads in that one's place}
+    (saved-tensor hooks' unpacked tensors, frontend/saved.py). Before: a verified graph containing out
+    and wrt. After: the same graph with hand-written attention rewritten in place
+    (passes/rewrite_attention.py) and backward ops appended (outputs unchanged; the caller decides what
+    to return)."""
     if not out.dtype.is_float:
         raise FlameError(f"cannot differentiate a {out.type} result: it is not floating point")
     for w in wrt:
@@ -185,7 +187,11 @@ def autodiff(g: Graph, out: Value, wrt: Sequence[Value], seed: Value | None = No
             continue
         b.loc = BackwardLoc(op.loc or "")
         start = len(g.ops)
-        got = opdef.vjp(b, gout, *op.inputs, op.out, *saved.get(op, ()), **op.attrs)
+        ins, res = op.inputs, op.out
+        if unpacked and op in unpacked:
+            sub = unpacked[op]
+            ins, res = [sub.get(k, x) for k, x in enumerate(ins)], sub.get(-1, res)
+        got = opdef.vjp(b, gout, *ins, res, *saved.get(op, ()), **op.attrs)
         grads = [gx if gx is not None and x in needed and x.dtype.is_float else None
                  for x, gx in zip(op.inputs, got)]
         _drop_unused_since(g, start, [gx for gx in grads if gx is not None])
