@@ -29,7 +29,8 @@ LAYERS = [
     ("checkpoint",),  # safetensors files of tensors, models and optimizers (duck-typed: state_dict, plan_load)
     ("nn",),
     ("optim", "amp", "utils", "linalg", "special", "autograd", "distributions", "random",
-     "testing", "func"),
+     "testing"),
+    ("func",),  # torch.func's transforms, over autograd (a custom Function's jvp: autograd.forward_ad)
     ("cuda", "backends"),  # torch.cuda's names (torch.cuda.amp's among them: flame.amp.cuda_amp), torch.backends'
     ("flame",),  # flame/__init__.py: re-exports the layers below
     ("explain", "viz", "bench"),  # tools over a compiled plan, and the `flame bench` suite
