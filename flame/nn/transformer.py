@@ -47,7 +47,9 @@ class MultiheadAttention(Module):
     cross-attention to a text encoder's states) take separate q_proj_weight [E, E], k_proj_weight [E,
     kdim] and v_proj_weight [E, vdim] instead of in_proj_weight, as PyTorch's; add_bias_kv appends a
     learned key and value (bias_k, bias_v [1, 1, E]) to the sequence, add_zero_attn a zero one (after
-    the projections), the masks extended to let every query attend to them."""
+    the projections), the masks extended to let every query attend to them. is_causal is torch's hint
+    that attn_mask is the causal mask: with need_weights=False and no key_padding_mask, attn_mask is
+    dropped and the top-left causal mask over every key (the appended ones too) applies, as torch's."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
@@ -131,19 +133,21 @@ class MultiheadAttention(Module):
         if self.add_zero_attn:  # and a zero one
             k = cat([k, zeros(n, h, 1, d, dtype=k.dtype)], 2)
             v = cat([v, zeros(n, h, 1, d, dtype=v.dtype)], 2)
+        if is_causal and key_padding_mask is None and not need_weights:
+            # torch's hint: is_causal stands for attn_mask (which is dropped), the causal mask then spanning
+            # the appended keys too (bias_kv, zero_attn), top-left aligned as scaled_dot_product_attention's
+            attn_mask = None
         mask = self._mask(attn_mask, key_padding_mask, n, length, s, q.dtype, is_causal)
         extra = k.shape[2] - s
-        if extra:  # every query may attend to the appended keys
-            if mask is None and is_causal:
-                mask = _masked_as_additive(_causal(length, s), q.dtype)
-            mask = None if mask is None else pad(mask, (0, extra))
+        if extra and mask is not None:  # every query may attend to the appended keys
+            mask = pad(mask, (0, extra))
         dropout = self.dropout if self.training else 0.0
         if need_weights or dropout:
             scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d))
             if mask is not None:
                 scores = scores + mask
             elif is_causal:
-                scores = scores + _masked_as_additive(_causal(length, s), scores.dtype)
+                scores = scores + _masked_as_additive(_causal(length, k.shape[2]), scores.dtype)
             probs = F.softmax(scores, -1)
             if dropout:  # the weights handed back are the dropped-out ones, as PyTorch's
                 probs = F.dropout(probs, dropout, True, generator=self.generator)

@@ -135,6 +135,22 @@ def test_mha_causal_hint(compiled):
     )
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("opts", [{}, dict(add_bias_kv=True, add_zero_attn=True)])
+@pytest.mark.parametrize("mask", ["causal", "float"])
+def test_mha_causal_hint_stands_for_the_mask(opts, mask, compiled):
+    """With need_weights=False and no key_padding_mask torch drops attn_mask under is_causal and masks
+    causally (top-left) over every key, the appended bias_kv and zero keys included."""
+    q, k, v = _qkv(True)
+    am = np.triu(np.ones((L, S), bool), 1) if mask == "causal" else rng(6).standard_normal((L, S))
+    check(
+        _mha(batch_first=True, **opts),
+        lambda m, q, k, v, a: m(q, k, v, attn_mask=a, need_weights=False, is_causal=True),
+        [q, k, v, Fixed(am)],
+        compiled,
+    )
+
+
 def test_mha_mixed_mask_kinds_match_torch():
     """A bool key_padding_mask with a float attn_mask: torch accepts it (deprecated, with a warning) and adds them."""
     q, k, v = _qkv(True)
