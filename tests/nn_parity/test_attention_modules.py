@@ -217,6 +217,28 @@ def test_sdpa(name, compiled):
     check(build, call, arrays, compiled)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize(
+    "shapes,kw",
+    [
+        (((2, 2, L, 4), (1, 2, S, 4), (1, 2, S, 3)), {}),
+        (((2, 1, L, 4), (2, 2, S, 4), (2, 2, S, 3)), dict(is_causal=True)),
+        (((L, 4), (2, 2, S, 4), (2, 2, S, 3)), {}),
+        (((2, 2, L, 4), (S, 4), (S, 3)), dict(scale=0.4)),
+        (((1, 4, L, 4), (2, 2, S, 4), (2, 2, S, 3)), dict(enable_gqa=True)),
+    ],
+)
+def test_sdpa_broadcasts_leading_dims(shapes, kw, compiled):
+    """query, key and value of different leading (batch, head) dimensions broadcast, as torch's."""
+    r = rng(8)
+
+    def call(m, q, k, v):
+        F = (flame if isinstance(q, flame.Tensor) else torch).nn.functional
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+
+    check(lambda lib: lib.nn.Identity(), call, [r.standard_normal(s) for s in shapes], compiled)
+
+
 def _act(name):
     if name == "callable":
         return lambda lib: lambda x: lib.tanh(x) * 2
