@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from flame.errors import ShapeError
+from flame.errors import AssertedArgumentError, AssertedDTypeError, AssertedShapeError, ShapeError
 from flame.frontend import functional as F
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, full, ones, zeros
@@ -57,7 +57,8 @@ class MultiheadAttention(Module):
                  generator: Generator | None = None):
         super().__init__()
         if embed_dim % num_heads:
-            raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+            raise AssertedArgumentError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads "
+                                        f"{num_heads}")
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], got {dropout}")
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
@@ -97,24 +98,18 @@ class MultiheadAttention(Module):
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
                 need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
                 is_causal: bool = False):
+        self._check_inputs(query, key, value, key_padding_mask, attn_mask)
         unbatched = query.ndim == 2
-        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-            raise ShapeError(f"MultiheadAttention: query, key and value must all be 2-D (unbatched) or 3-D, got "
-                             f"{list(query.shape)}, {list(key.shape)}, {list(value.shape)}\n  at {user_location()}")
         if unbatched:
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-            key_padding_mask = None if key_padding_mask is None else key_padding_mask.reshape(1, -1)
+            key_padding_mask = None if key_padding_mask is None else key_padding_mask.unsqueeze(0)
         elif not self.batch_first:
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))
         n, length, e = query.shape
         s = key.shape[1]
-        if e != self.embed_dim:
-            raise ShapeError(f"MultiheadAttention: query has {e} features, the module embed_dim {self.embed_dim}"
+        if key.shape[0] != n:
+            raise ShapeError(f"MultiheadAttention: query holds a batch of {n}, key and value of {key.shape[0]}"
                              f"\n  at {user_location()}")
-        for x, width, what in ((key, self.kdim, "key"), (value, self.vdim, "value")):
-            if x.shape[-1] != width:
-                raise ShapeError(f"MultiheadAttention: {what} has {x.shape[-1]} features, the module "
-                                 f"{'kdim' if what == 'key' else 'vdim'} {width}\n  at {user_location()}")
         if self._qkv_same_embed_dim:
             wq, wk, wv = self.in_proj_weight.chunk(3, 0)
         else:
@@ -164,6 +159,34 @@ class MultiheadAttention(Module):
             return out, None
         weights = probs.mean(1) if average_attn_weights else probs
         return out, weights.squeeze(0) if unbatched else weights
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask, attn_mask) -> None:
+        """torch's checks of the inputs' ranks, widths and mask dtypes, AssertionErrors as torch's asserts."""
+        def fail(message: str, error: type = AssertedShapeError):
+            raise error(f"MultiheadAttention: {message}\n  at {user_location()}")
+
+        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+            fail(f"query, key and value must all be 2-D (unbatched) or 3-D, got {list(query.shape)}, "
+                 f"{list(key.shape)}, {list(value.shape)}")
+        for mask, what in ((key_padding_mask, "key_padding_mask"), (attn_mask, "attn_mask")):
+            if mask is not None and mask.dtype != boolean and not mask.dtype.is_floating_point:
+                fail(f"only bool and floating types of {what} are supported, got {mask.dtype}", AssertedDTypeError)
+        if key_padding_mask is not None and key_padding_mask.ndim != query.ndim - 1:
+            fail(f"key_padding_mask must be {'[S]' if query.ndim == 2 else '[N, S]'} for {query.ndim}-D query, got "
+                 f"{list(key_padding_mask.shape)}")
+        if attn_mask is not None and attn_mask.ndim not in (2, 3):
+            fail(f"attn_mask must be 2-D [L, S] or 3-D [N * num_heads, L, S], got {list(attn_mask.shape)}")
+        if attn_mask is not None and query.ndim == 2 and attn_mask.ndim == 3 and \
+                tuple(attn_mask.shape) != (self.num_heads, query.shape[0], key.shape[0]):
+            fail(f"attn_mask {list(attn_mask.shape)} of unbatched query must be [num_heads, L, S] = "
+                 f"{[self.num_heads, query.shape[0], key.shape[0]]}")
+        if query.shape[-1] != self.embed_dim:
+            fail(f"query has {query.shape[-1]} features, the module embed_dim {self.embed_dim}")
+        for x, width, what in ((key, self.kdim, "key"), (value, self.vdim, "value")):
+            if x.shape[-1] != width:
+                fail(f"{what} has {x.shape[-1]} features, the module {'kdim' if what == 'key' else 'vdim'} {width}")
+        if key.shape[:-1] != value.shape[:-1]:
+            fail(f"key {list(key.shape)} and value {list(value.shape)} differ in sequence and batch dimensions")
 
     def _mask(self, attn_mask, key_padding_mask, n: int, length: int, s: int, dtype, is_causal: bool):
         """attn_mask and key_padding_mask as one additive mask broadcasting to [N, H, L, S], or None."""

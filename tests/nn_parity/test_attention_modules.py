@@ -166,6 +166,43 @@ def test_mha_mixed_mask_kinds_match_torch():
         )
 
 
+_BAD_MHA_INPUTS = {  # name: (module options, query, key, value shapes, call options as (shape, dtype) masks)
+    "key 2-D, query 3-D": ({}, (L, N, E), (S, E), (S, E), {}),
+    "query 4-D": ({}, (L, N, 1, E), (L, N, 1, E), (L, N, 1, E), {}),
+    "query width": ({}, (L, N, E + 1), (S, N, E + 1), (S, N, E + 1), {}),
+    "key width (kdim)": (dict(kdim=4, vdim=5), (L, N, E), (S, N, 3), (S, N, 5), {}),
+    "key and value lengths": ({}, (L, N, E), (S, N, E), (S + 1, N, E), {}),
+    "key and value lengths (kdim)": (dict(kdim=4, vdim=5), (L, N, E), (S, N, 4), (S + 1, N, 5), {}),
+    "unbatched 2-D key_padding_mask": ({}, (L, E), (S, E), (S, E), dict(key_padding_mask=((1, S), bool))),
+    "batched 1-D key_padding_mask": ({}, (L, N, E), (S, N, E), (S, N, E), dict(key_padding_mask=((S,), bool))),
+    "4-D attn_mask": ({}, (L, N, E), (S, N, E), (S, N, E), dict(attn_mask=((N, H, L, S), bool))),
+    "unbatched 3-D attn_mask": ({}, (L, E), (S, E), (S, E), dict(attn_mask=((2 * H, L, S), bool))),
+    "integer attn_mask": ({}, (L, N, E), (S, N, E), (S, N, E), dict(attn_mask=((L, S), np.int64))),
+    "integer key_padding_mask": ({}, (L, N, E), (S, N, E), (S, N, E), dict(key_padding_mask=((N, S), np.int64))),
+}
+
+
+@pytest.mark.parametrize("name", list(_BAD_MHA_INPUTS))
+def test_mha_bad_inputs_raise_assertion_errors(name):
+    """torch refuses these inputs with `assert`: flame's errors are AssertionErrors too, naming the input
+    (an unbatched [1, S] key_padding_mask is not read as [S])."""
+    opts, *shapes, masks = _BAD_MHA_INPUTS[name]
+    for lib in (torch, flame):
+        m = lib.nn.MultiheadAttention(E, H, **opts).double()
+        args = [lib.tensor(np.zeros(s)) for s in shapes]
+        kw = {k: lib.tensor(np.zeros(s, dt)) for k, (s, dt) in masks.items()}
+        with pytest.raises(AssertionError):
+            m(*args, **kw)
+
+
+def test_mha_indivisible_heads_and_batch_mismatch():
+    for lib in (torch, flame):
+        with pytest.raises(AssertionError, match="divisible"):
+            lib.nn.MultiheadAttention(5, 2)
+    with pytest.raises(RuntimeError, match="query holds a batch of 2, key and value of 3"):
+        flame.nn.MultiheadAttention(E, H)(flame.zeros(L, 2, E), flame.zeros(S, 3, E), flame.zeros(S, 3, E))
+
+
 def _sdpa_case(name):
     r = rng(5)
     q = r.standard_normal((2, 2, L, 4))
