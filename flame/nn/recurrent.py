@@ -12,7 +12,7 @@ import math
 import numbers
 from typing import Any
 
-from flame.errors import ShapeError
+from flame.errors import ArgumentTypeError, ShapeError
 from flame.frontend import functional as F
 from flame.frontend.autocast import cast_inputs
 from flame.frontend.context import user_location
@@ -67,6 +67,9 @@ class _RNNBase(Module):
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
                  device: Any = None, dtype: Any = None, generator: Generator | None = None):
         super().__init__()
+        if hidden_size < 1 or num_layers < 1:
+            raise ValueError(f"{type(self).__name__}: {'hidden_size' if hidden_size < 1 else 'num_layers'} must be "
+                             f"greater than zero, got {hidden_size if hidden_size < 1 else num_layers}")
         if proj_size and self.gates != 4:
             raise ValueError(f"{type(self).__name__}: proj_size is only supported for LSTM")
         if not 0 <= proj_size < hidden_size:
@@ -75,8 +78,6 @@ class _RNNBase(Module):
         if isinstance(dropout, bool) or not isinstance(dropout, numbers.Number) or not 0 <= dropout <= 1:
             raise ValueError("dropout should be a number in range [0, 1] representing the probability of an element "
                              "being zeroed")
-        if num_layers < 1 or hidden_size < 1:
-            raise ValueError(f"{type(self).__name__}: num_layers and hidden_size must be positive")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
         self.bidirectional, self.generator, self.proj_size = bidirectional, generator, proj_size
@@ -311,6 +312,9 @@ class _CellBase(Module):
             z = zeros(n, self.hidden_size, dtype=x.dtype)
             states = [z] * parts
         else:
+            if parts == 2 and not isinstance(hx, (tuple, list)):
+                raise ArgumentTypeError(f"{name}: hx must be a tuple (h, c) of tensors, not {type(hx).__name__}"
+                                        f"\n  at {user_location()}")
             states = list(hx) if isinstance(hx, tuple) else [hx]
             if len(states) != parts:
                 raise ShapeError(f"{name}: hx must be {'a tuple (h, c)' if parts == 2 else 'one tensor'}"

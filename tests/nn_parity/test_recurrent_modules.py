@@ -111,3 +111,33 @@ def test_state_dict_names_match_torch():
         assert [(k, tuple(v.shape)) for k, v in t.state_dict().items()] == [
             (k, tuple(v.shape)) for k, v in f.state_dict().items()
         ]
+
+
+def _bad_recurrent_calls(lib):
+    P = lib.nn.utils.rnn
+    x = lib.tensor(rng(5).standard_normal((T, N, IN)))
+    return {
+        "hidden_size 0": lambda: lib.nn.RNN(IN, 0),
+        "num_layers 0": lambda: lib.nn.GRU(IN, HID, num_layers=0),
+        "lengths unsorted": lambda: P.pack_padded_sequence(x, [2, 3]),
+        "length 0": lambda: P.pack_padded_sequence(x, [3, 0]),
+        "padding_side": lambda: P.pad_sequence([x[0]], padding_side="middle"),
+        "LSTMCell hx one tensor": lambda: lib.nn.LSTMCell(IN, HID).double()(x[0], x[0, :, :1].expand(N, HID)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bad_recurrent_calls(__import__("torch"))))
+def test_bad_arguments_raise_torch_error_types(name):
+    """flame's error is an instance of the type torch raises (RuntimeError for the packing checks,
+    TypeError for an LSTMCell state that is not a pair), and says what torch says."""
+    import torch
+
+    import flame
+
+    with pytest.raises(Exception) as theirs:
+        _bad_recurrent_calls(torch)[name]()
+    with pytest.raises(type(theirs.value)) as mine:
+        _bad_recurrent_calls(flame)[name]()
+    key = {"hidden_size 0": "hidden_size must be greater than zero", "num_layers 0": "num_layers must be greater"}
+    if name in key:
+        assert key[name] in str(theirs.value) and key[name] in str(mine.value)
