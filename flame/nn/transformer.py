@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from flame.errors import AssertedArgumentError, AssertedDTypeError, AssertedShapeError, ShapeError
+from flame.errors import ArgumentRangeError, AssertedArgumentError, AssertedDTypeError, AssertedShapeError, ShapeError
 from flame.frontend import functional as F
 from flame.frontend.context import user_location
 from flame.frontend.creation import Generator, full, ones, zeros
@@ -230,7 +230,7 @@ def _activation(activation: str | Callable[[Tensor], Tensor], who: str) -> Calla
     if not isinstance(activation, str):
         return activation
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"{who}: activation should be relu/gelu, not {activation!r}")
+        raise ArgumentRangeError(f"{who}: activation should be relu/gelu, not {activation!r}")
     return _ACTIVATIONS[activation]
 
 

@@ -385,3 +385,10 @@ def test_encoder_inference_with_padding_mask():
         f = mine(flame.tensor(x), src_key_padding_mask=flame.tensor(kp)).numpy()
     np.testing.assert_allclose(f[~kp], t[~kp], rtol=1e-9, atol=1e-10)
     assert np.all(t[kp] == 0) and np.all(np.abs(f[kp]).sum(-1) > 0)
+
+
+@pytest.mark.parametrize("layer", ["TransformerEncoderLayer", "TransformerDecoderLayer"])
+def test_unknown_activation_is_a_runtime_error(layer):
+    for lib in (torch, flame):
+        with pytest.raises(RuntimeError, match="activation should be relu/gelu, not"):
+            getattr(lib.nn, layer)(E, H, activation="tanh")
