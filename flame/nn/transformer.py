@@ -1,25 +1,22 @@
 """nn.MultiheadAttention, the Transformer encoder and decoder layers and stacks, and nn.Transformer,
 with PyTorch's names, parameter names (a PyTorch state_dict loads as it is), arguments and masks.
-Attention runs as the one fused op (F.scaled_dot_product_attention: cuDNN on the GPU) unless the
-caller asks for the attention weights or attention dropout is active, which need the probabilities
-written out."""
+MultiheadAttention runs F.multi_head_attention_forward (flame.frontend.mha) on its parameters, as torch's:
+attention is the one fused op (F.scaled_dot_product_attention: cuDNN on the GPU) unless the caller asks
+for the attention weights or attention dropout is active, which need the probabilities written out."""
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 from typing import Any
 
-from flame.errors import ArgumentRangeError, AssertedArgumentError, AssertedDTypeError, AssertedShapeError, ShapeError
+from flame.errors import ArgumentRangeError, AssertedArgumentError, AssertedShapeError, ShapeError
 from flame.frontend import functional as F
 from flame.frontend.context import user_location
-from flame.frontend.creation import Generator, full, ones, zeros
+from flame.frontend.creation import Generator, full, zeros
 from flame.frontend.default_dtype import float_dtype
-from flame.frontend.losses import pad
-from flame.frontend.ops import cat, where
+from flame.frontend.mha import multi_head_attention_forward
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import boolean
 from flame.nn import init
 from flame.nn.layers import Dropout, LayerNorm, Linear
 from flame.nn.module import Module, ModuleList
@@ -27,13 +24,6 @@ from flame.nn.parameter import Parameter
 
 __all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerEncoderLayer"]
-
-
-def _masked_as_additive(mask: Tensor, dtype) -> Tensor:
-    """PyTorch's attention masks: bool True = not allowed -> -inf; a float mask is added as it is."""
-    if mask.dtype == boolean:
-        return where(mask, float("-inf"), 0.0).to(dtype)
-    return mask.to(dtype)
 
 
 class MultiheadAttention(Module):
@@ -98,128 +88,23 @@ class MultiheadAttention(Module):
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
                 need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
                 is_causal: bool = False):
-        self._check_inputs(query, key, value, key_padding_mask, attn_mask)
-        unbatched = query.ndim == 2
-        if unbatched:
-            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-            key_padding_mask = None if key_padding_mask is None else key_padding_mask.unsqueeze(0)
-        elif not self.batch_first:
+        for x, width, what in ((query, self.embed_dim, "query"), (key, self.kdim, "key"), (value, self.vdim, "value")):
+            if x.ndim and x.shape[-1] != width:
+                raise AssertedShapeError(f"MultiheadAttention: {what} has {x.shape[-1]} features, the module "
+                                         f"{dict(query='embed_dim', key='kdim', value='vdim')[what]} {width}"
+                                         f"\n  at {user_location()}")
+        if self.batch_first and query.ndim == 3:
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))
-        n, length, e = query.shape
-        s = key.shape[1]
-        if key.shape[0] != n:
-            raise ShapeError(f"MultiheadAttention: query holds a batch of {n}, key and value of {key.shape[0]}"
-                             f"\n  at {user_location()}")
-        if self._qkv_same_embed_dim:
-            wq, wk, wv = self.in_proj_weight.chunk(3, 0)
-        else:
-            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        b = self.in_proj_bias
-        bq, bk, bv = (None, None, None) if b is None else b.chunk(3, 0)
-        h, d = self.num_heads, self.head_dim
-
-        def heads(x: Tensor, weight: Tensor, bias: Tensor | None, n_tokens: int) -> Tensor:
-            return F.linear(x, weight, bias).reshape(n, n_tokens, h, d).transpose(1, 2)
-
-        q, k, v = heads(query, wq, bq, length), heads(key, wk, bk, s), heads(value, wv, bv, s)
-        if self.bias_k is not None:  # one more key and value, learned
-            k = cat([k, self.bias_k.reshape(1, h, 1, d).expand(n, h, 1, d)], 2)
-            v = cat([v, self.bias_v.reshape(1, h, 1, d).expand(n, h, 1, d)], 2)
-        if self.add_zero_attn:  # and a zero one
-            k = cat([k, zeros(n, h, 1, d, dtype=k.dtype)], 2)
-            v = cat([v, zeros(n, h, 1, d, dtype=v.dtype)], 2)
-        if is_causal and key_padding_mask is None and not need_weights:
-            # torch's hint: is_causal stands for attn_mask (which is dropped), the causal mask then spanning
-            # the appended keys too (bias_kv, zero_attn), top-left aligned as scaled_dot_product_attention's
-            attn_mask = None
-        mask = self._mask(attn_mask, key_padding_mask, n, length, s, q.dtype, is_causal)
-        extra = k.shape[2] - s
-        if extra and mask is not None:  # every query may attend to the appended keys
-            mask = pad(mask, (0, extra))
-        dropout = self.dropout if self.training else 0.0
-        if need_weights or dropout:
-            scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d))
-            if mask is not None:
-                scores = scores + mask
-            elif is_causal:
-                scores = scores + _masked_as_additive(_causal(length, k.shape[2]), scores.dtype)
-            probs = F.softmax(scores, -1)
-            if dropout:  # the weights handed back are the dropped-out ones, as PyTorch's
-                probs = F.dropout(probs, dropout, True, generator=self.generator)
-            out = probs @ v
-        else:
-            probs = None
-            out = F.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal and mask is None)
-        out = self.out_proj(out.transpose(1, 2).reshape(n, length, e))
-        if unbatched:
-            out = out.squeeze(0)
-        elif not self.batch_first:
+        # out_proj's parameters, not the module: its hooks do not run, as torch's
+        out, weights = multi_head_attention_forward(
+            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight, self.in_proj_bias, self.bias_k,
+            self.bias_v, self.add_zero_attn, self.dropout, self.out_proj.weight, self.out_proj.bias, self.training,
+            key_padding_mask, need_weights, attn_mask, not self._qkv_same_embed_dim, self.q_proj_weight,
+            self.k_proj_weight, self.v_proj_weight, average_attn_weights=average_attn_weights, is_causal=is_causal,
+            generator=self.generator)
+        if self.batch_first and query.ndim == 3:
             out = out.transpose(0, 1)
-        if not need_weights:
-            return out, None
-        weights = probs.mean(1) if average_attn_weights else probs
-        return out, weights.squeeze(0) if unbatched else weights
-
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask, attn_mask) -> None:
-        """torch's checks of the inputs' ranks, widths and mask dtypes, AssertionErrors as torch's asserts."""
-        def fail(message: str, error: type = AssertedShapeError):
-            raise error(f"MultiheadAttention: {message}\n  at {user_location()}")
-
-        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-            fail(f"query, key and value must all be 2-D (unbatched) or 3-D, got {list(query.shape)}, "
-                 f"{list(key.shape)}, {list(value.shape)}")
-        for mask, what in ((key_padding_mask, "key_padding_mask"), (attn_mask, "attn_mask")):
-            if mask is not None and mask.dtype != boolean and not mask.dtype.is_floating_point:
-                fail(f"only bool and floating types of {what} are supported, got {mask.dtype}", AssertedDTypeError)
-        if key_padding_mask is not None and key_padding_mask.ndim != query.ndim - 1:
-            fail(f"key_padding_mask must be {'[S]' if query.ndim == 2 else '[N, S]'} for {query.ndim}-D query, got "
-                 f"{list(key_padding_mask.shape)}")
-        if attn_mask is not None and attn_mask.ndim not in (2, 3):
-            fail(f"attn_mask must be 2-D [L, S] or 3-D [N * num_heads, L, S], got {list(attn_mask.shape)}")
-        if attn_mask is not None and query.ndim == 2 and attn_mask.ndim == 3 and \
-                tuple(attn_mask.shape) != (self.num_heads, query.shape[0], key.shape[0]):
-            fail(f"attn_mask {list(attn_mask.shape)} of unbatched query must be [num_heads, L, S] = "
-                 f"{[self.num_heads, query.shape[0], key.shape[0]]}")
-        if query.shape[-1] != self.embed_dim:
-            fail(f"query has {query.shape[-1]} features, the module embed_dim {self.embed_dim}")
-        for x, width, what in ((key, self.kdim, "key"), (value, self.vdim, "value")):
-            if x.shape[-1] != width:
-                fail(f"{what} has {x.shape[-1]} features, the module {'kdim' if what == 'key' else 'vdim'} {width}")
-        if key.shape[:-1] != value.shape[:-1]:
-            fail(f"key {list(key.shape)} and value {list(value.shape)} differ in sequence and batch dimensions")
-
-    def _mask(self, attn_mask, key_padding_mask, n: int, length: int, s: int, dtype, is_causal: bool):
-        """attn_mask and key_padding_mask as one additive mask broadcasting to [N, H, L, S], or None."""
-        mask = None
-        if attn_mask is not None:
-            if attn_mask.ndim == 2:
-                if tuple(attn_mask.shape) != (length, s):
-                    raise ShapeError(f"MultiheadAttention: attn_mask {list(attn_mask.shape)} must be [L, S] = "
-                                     f"{[length, s]} or [N * num_heads, L, S]\n  at {user_location()}")
-                mask = _masked_as_additive(attn_mask, dtype)
-            elif tuple(attn_mask.shape) == (n * self.num_heads, length, s):
-                mask = _masked_as_additive(attn_mask, dtype).reshape(n, self.num_heads, length, s)
-            else:
-                raise ShapeError(f"MultiheadAttention: attn_mask {list(attn_mask.shape)} must be [L, S] = "
-                                 f"{[length, s]} or [N * num_heads, L, S]\n  at {user_location()}")
-        if key_padding_mask is not None:
-            if tuple(key_padding_mask.shape) != (n, s):
-                raise ShapeError(f"MultiheadAttention: key_padding_mask {list(key_padding_mask.shape)} must be "
-                                 f"[N, S] = {[n, s]}\n  at {user_location()}")
-            pad = _masked_as_additive(key_padding_mask, dtype).reshape(n, 1, 1, s)
-            mask = pad if mask is None else mask + pad
-        if mask is not None and is_causal and attn_mask is None:
-            mask = mask + _masked_as_additive(_causal(length, s), dtype)
-        if mask is not None and mask.shape[-2] != length:
-            # [N, 1, 1, S] (padding alone) spelled out over the queries: cuDNN's fused attention takes a
-            # mask broadcast over heads, not over query positions
-            mask = mask.broadcast_to((n, 1, length, s))
-        return mask
-
-
-def _causal(length: int, s: int) -> Tensor:
-    """True above the diagonal: the keys a query may not attend to under a causal mask."""
-    return ones(length, s, dtype=boolean).triu(1)
+        return out, weights
 
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
