@@ -25,7 +25,7 @@ from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 from flame.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 
 
 # ---- one step of each recurrence (x_proj = x @ W_ih^T + b_ih), shared by the layers and the cells ----
@@ -60,7 +60,10 @@ def _hold(running: Tensor, new, old):
     return where(running, new, old)
 
 
-class _RNNBase(Module):
+class RNNBase(Module):
+    """The base of RNN, LSTM and GRU, as torch.nn.RNNBase (an `isinstance(m, nn.RNNBase)` check holds
+    for each); build one of the three (this base takes no `mode` argument)."""
+
     gates = 1  # rows of weight_ih per hidden unit (LSTM 4, GRU 3)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
@@ -223,7 +226,7 @@ class _RNNBase(Module):
                              f"\n  at {user_location()}")
 
 
-class RNN(_RNNBase):
+class RNN(RNNBase):
     """Elman RNN: h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (nonlinearity="relu": relu)."""
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
@@ -240,7 +243,7 @@ class RNN(_RNNBase):
         return h, h
 
 
-class LSTM(_RNNBase):
+class LSTM(RNNBase):
     """c' = f * c + i * g, h' = o * tanh(c'), the gates i, f, g, o (in that order in the weights) from
     x W_ih^T + b_ih + h W_hh^T + b_hh. forward returns (output, (h_n, c_n)). proj_size > 0: h' is
     projected to proj_size by weight_hr_l{k} [proj_size, hidden_size] (h_0 and the output are that wide;
@@ -266,7 +269,7 @@ class LSTM(_RNNBase):
         return stack([h for h, _ in states], 0), stack([c for _, c in states], 0)
 
 
-class GRU(_RNNBase):
+class GRU(RNNBase):
     """r = sigmoid(.), z = sigmoid(.), n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)),
     h' = (1 - z) * n + z * h; the gates r, z, n in that order in the weights."""
 
@@ -277,9 +280,9 @@ class GRU(_RNNBase):
         return h, h
 
 
-class _CellBase(Module):
-    """One step of a recurrence (torch.nn.RNNCell / LSTMCell / GRUCell): weight_ih, weight_hh,
-    bias_ih, bias_hh; input [N, input_size] or unbatched [input_size]."""
+class RNNCellBase(Module):
+    """One step of a recurrence, the base of torch.nn.RNNCell / LSTMCell / GRUCell as torch.nn.RNNCellBase:
+    weight_ih, weight_hh, bias_ih, bias_hh; input [N, input_size] or unbatched [input_size]."""
 
     gates = 1
 
@@ -333,7 +336,7 @@ class _CellBase(Module):
         return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
 
 
-class RNNCell(_CellBase):
+class RNNCell(RNNCellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
                  device: Any = None, dtype: Any = None, generator: Generator | None = None):
         if nonlinearity not in ("tanh", "relu"):
@@ -347,7 +350,7 @@ class RNNCell(_CellBase):
         return h.squeeze(0) if unbatched else h
 
 
-class LSTMCell(_CellBase):
+class LSTMCell(RNNCellBase):
     gates = 4
 
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
@@ -356,7 +359,7 @@ class LSTMCell(_CellBase):
         return (h.squeeze(0), c.squeeze(0)) if unbatched else (h, c)
 
 
-class GRUCell(_CellBase):
+class GRUCell(RNNCellBase):
     gates = 3
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002

@@ -141,3 +141,16 @@ def test_bad_arguments_raise_torch_error_types(name):
     key = {"hidden_size 0": "hidden_size must be greater than zero", "num_layers 0": "num_layers must be greater"}
     if name in key:
         assert key[name] in str(theirs.value) and key[name] in str(mine.value)
+
+
+def test_base_classes_as_torch():
+    """nn.RNNBase and nn.RNNCellBase, for the isinstance checks code written for torch makes."""
+    import torch
+
+    import flame
+
+    for lib in (torch, flame):
+        for kind in ("RNN", "LSTM", "GRU"):
+            assert isinstance(getattr(lib.nn, kind)(IN, HID), lib.nn.RNNBase)
+            assert isinstance(getattr(lib.nn, kind + "Cell")(IN, HID), lib.nn.RNNCellBase)
+            assert not isinstance(getattr(lib.nn, kind + "Cell")(IN, HID), lib.nn.RNNBase)
