@@ -17,8 +17,9 @@ from flame.frontend.creation import Generator, full, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.mha import multi_head_attention_forward
 from flame.frontend.tensor import Tensor
+from flame.nn import functional as nn_functional
 from flame.nn import init
-from flame.nn.layers import Dropout, LayerNorm, Linear
+from flame.nn.layers import GELU, Dropout, LayerNorm, Linear, ReLU
 from flame.nn.module import Module, ModuleList
 from flame.nn.parameter import Parameter
 
@@ -140,6 +141,9 @@ class TransformerEncoderLayer(Module):
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
         self.dropout1, self.dropout2 = Dropout(dropout, generator=generator), Dropout(dropout, generator=generator)
         self.activation = activation
+        # torch's tag of the activation (1 relu, 2 gelu, 0 another), read by code that inspects the layer
+        self.activation_relu_or_gelu = 1 if activation in (F.relu, nn_functional.relu) or isinstance(activation, ReLU) \
+            else 2 if activation in (F.gelu, nn_functional.gelu) or isinstance(activation, GELU) else 0
 
     def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool = False) -> Tensor:
@@ -161,7 +165,8 @@ class TransformerEncoderLayer(Module):
 
 class TransformerEncoder(Module):
     """num_layers copies of encoder_layer (torch.nn.TransformerEncoder: layers.0, layers.1, ...), then
-    norm if given."""
+    norm if given. enable_nested_tensor and mask_check are kept as torch's attributes; flame builds no
+    nested tensors (use_nested_tensor is False), so padded positions are computed as the others."""
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True):
@@ -169,6 +174,7 @@ class TransformerEncoder(Module):
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers = num_layers
         self.norm = norm
+        self.enable_nested_tensor, self.use_nested_tensor, self.mask_check = enable_nested_tensor, False, mask_check
 
     def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool | None = None) -> Tensor:

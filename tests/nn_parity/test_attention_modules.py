@@ -392,3 +392,15 @@ def test_unknown_activation_is_a_runtime_error(layer):
     for lib in (torch, flame):
         with pytest.raises(RuntimeError, match="activation should be relu/gelu, not"):
             getattr(lib.nn, layer)(E, H, activation="tanh")
+
+
+def test_layer_and_stack_attributes_as_torch():
+    def tags(lib):
+        F = lib.nn.functional
+        acts = ["relu", "gelu", F.relu, F.gelu, lib.nn.ReLU(), lib.nn.GELU(), lib.tanh]
+        return [lib.nn.TransformerEncoderLayer(E, H, 7, activation=a).activation_relu_or_gelu for a in acts]
+
+    assert tags(flame) == tags(torch) == [1, 2, 1, 2, 1, 2, 0]
+    for enable in (True, False):
+        stack = flame.nn.TransformerEncoder(flame.nn.TransformerEncoderLayer(E, H, 7), 2, None, enable, False)
+        assert (stack.enable_nested_tensor, stack.use_nested_tensor, stack.mask_check) == (enable, False, False)
