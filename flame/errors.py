@@ -120,6 +120,11 @@ class AssertedShapeError(ShapeError, AssertionError):
     value agreement): an AssertionError, as torch raises, and a ShapeError, as flame's other shape checks."""
 
 
+class InputDTypeError(DTypeError, ValueError):
+    """An input whose dtype is not the module's weights' where PyTorch raises a ValueError for it (RNN,
+    LSTM and GRU outside autocast): a ValueError, as torch raises, and a DTypeError."""
+
+
 class AssertedDTypeError(DTypeError, AssertionError):
     """An input dtype PyTorch refuses with `assert` (an integer attention mask of nn.MultiheadAttention):
     an AssertionError, as torch raises, and a DTypeError."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Any
 
-from flame.errors import ArgumentTypeError, ShapeError
+from flame.errors import ArgumentTypeError, InputDTypeError, ShapeError
 from flame.frontend import functional as F
-from flame.frontend.autocast import cast_inputs
-from flame.frontend.context import user_location
+from flame.frontend.autocast import cast_inputs, is_autocast_enabled
+from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.ops import cat, stack, where
@@ -81,6 +82,10 @@ class RNNBase(Module):
         if isinstance(dropout, bool) or not isinstance(dropout, numbers.Number) or not 0 <= dropout <= 1:
             raise ValueError("dropout should be a number in range [0, 1] representing the probability of an element "
                              "being zeroed")
+        if dropout > 0 and num_layers == 1:
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
+                          f"expects num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
+                          UserWarning, stacklevel=user_stacklevel())
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
         self.bidirectional, self.generator, self.proj_size = bidirectional, generator, proj_size
@@ -165,6 +170,7 @@ class RNNBase(Module):
             raise ShapeError(f"{name}: input must be [T, N, {self.input_size}] ([N, T, {self.input_size}] with "
                              f"batch_first, or unbatched [T, {self.input_size}]), got {list(input.shape)}"
                              f"\n  at {user_location()}")
+        self._check_dtype(input)
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
         if unbatched and hx is not None:
             hx = tuple(h.unsqueeze(1) for h in hx) if isinstance(hx, tuple) else hx.unsqueeze(1)
@@ -174,9 +180,18 @@ class RNNBase(Module):
             final = tuple(f.squeeze(1) for f in final) if isinstance(final, tuple) else final.squeeze(1)
         return out, final
 
+    def _check_dtype(self, x: Tensor) -> None:
+        """The input in the weights' dtype (outside autocast), as torch's ValueError asks."""
+        weight = self.weight_ih_l0
+        if x.dtype != weight.dtype and not is_autocast_enabled():
+            raise InputDTypeError(f"{type(self).__name__} input dtype ({x.dtype}) does not match weight dtype "
+                                  f"({weight.dtype}). Convert input: input.to('{weight.dtype}'), or convert model: "
+                                  f"model.to('{x.dtype}')\n  at {user_location()}")
+
     def _forward_packed(self, packed: PackedSequence, hx):
         """The layers over the padded batch (in the packed, longest-first order), each sequence's state held
         once its steps are done; hx and the final state in the batch's original order, as torch's."""
+        self._check_dtype(packed.data)
         x, _ = pad_packed_sequence(packed._replace(unsorted_indices=None))
         if x.shape[-1] != self.input_size:
             raise ShapeError(f"{type(self).__name__}: the packed input's rows must be [{self.input_size}], got "

@@ -154,3 +154,30 @@ def test_base_classes_as_torch():
             assert isinstance(getattr(lib.nn, kind)(IN, HID), lib.nn.RNNBase)
             assert isinstance(getattr(lib.nn, kind + "Cell")(IN, HID), lib.nn.RNNCellBase)
             assert not isinstance(getattr(lib.nn, kind + "Cell")(IN, HID), lib.nn.RNNBase)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("dtype", ["float64", "int64"])
+def test_input_of_another_dtype_is_a_value_error(dtype, packed):
+    """An input not in the weights' dtype: torch's ValueError (outside autocast), the packed one too."""
+    import numpy as np
+    import torch
+
+    import flame
+
+    x = np.zeros((T, N, IN), dtype)
+    for lib in (torch, flame):
+        m = lib.nn.GRU(IN, HID)
+        t = lib.tensor(x)
+        with pytest.raises(ValueError, match="input dtype .* does not match weight dtype"):
+            m(lib.nn.utils.rnn.pack_padded_sequence(t, [T] * N) if packed else t)
+
+
+def test_dropout_with_one_layer_warns():
+    import torch
+
+    import flame
+
+    for lib in (torch, flame):
+        with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
+            lib.nn.LSTM(IN, HID, dropout=0.5)
