@@ -7,9 +7,10 @@ the probabilities written out), the output projection. Inputs are sequence-first
 from __future__ import annotations
 
 import math
+import warnings
 
 from flame.errors import AssertedDTypeError, AssertedShapeError, ShapeError
-from flame.frontend.context import user_location
+from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, ones, zeros
 from flame.frontend.functional import dropout, linear, scaled_dot_product_attention, softmax
 from flame.frontend.losses import pad
@@ -116,6 +117,9 @@ def multi_head_attention_forward(
         _fail(f"embed_dim {embed_dim_to_check} not divisible by num_heads {num_heads}")
     _check_inputs(query, key, value, key_padding_mask, attn_mask, num_heads, embed_dim_to_check,
                   use_separate_proj_weight)
+    if key_padding_mask is not None and attn_mask is not None and key_padding_mask.dtype != attn_mask.dtype:
+        warnings.warn("Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for both "
+                      "instead.", UserWarning, stacklevel=user_stacklevel())
     unbatched = query.ndim == 2
     if unbatched:
         query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)

@@ -78,3 +78,13 @@ def test_out_proj_forward_is_not_called():
         m.out_proj.register_forward_hook(lambda *args, seen=seen: seen.append(1))
         m(lib.tensor(x), lib.tensor(x), lib.tensor(x))
         assert seen == [], lib.__name__
+
+
+def test_mismatched_mask_dtypes_warn():
+    """A bool key_padding_mask with a float attn_mask (any two dtypes): torch's deprecation warning."""
+    x = np.zeros((L, N, E))
+    for lib in (torch, flame):
+        m = lib.nn.MultiheadAttention(E, H).double()
+        kpm, am = lib.tensor(np.zeros((N, L), bool)), lib.tensor(np.zeros((L, L)))
+        with pytest.warns(UserWarning, match="mismatched key_padding_mask and attn_mask is deprecated"):
+            m(lib.tensor(x), lib.tensor(x), lib.tensor(x), key_padding_mask=kpm, attn_mask=am)
