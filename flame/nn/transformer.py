@@ -73,9 +73,9 @@ class MultiheadAttention(Module):
         self.add_zero_attn = add_zero_attn
         self._reset_parameters(generator)
 
-    def _reset_parameters(self, generator: Generator | None) -> None:
+    def _reset_parameters(self, generator: Generator | None = None) -> None:
         """PyTorch's: xavier_uniform_ the projection weights, zero biases (out_proj's weight as a
-        Linear's), xavier_normal_ bias_k and bias_v."""
+        Linear's), xavier_normal_ bias_k and bias_v (torch's code calls it with no argument)."""
         for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
             if w is not None:
                 init.xavier_uniform_(w, generator=generator)
@@ -275,6 +275,10 @@ class Transformer(Module):
             TransformerDecoderLayer(d_model, nhead, **kw), num_decoder_layers,
             LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype))
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        self._reset_parameters(generator)
+
+    def _reset_parameters(self, generator: Generator | None = None) -> None:
+        """xavier_uniform_ every parameter of two or more dims, as torch's Transformer._reset_parameters."""
         for p in self.parameters():
             if p.ndim > 1:
                 init.xavier_uniform_(p, generator=generator)

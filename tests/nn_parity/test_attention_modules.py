@@ -404,3 +404,19 @@ def test_layer_and_stack_attributes_as_torch():
     for enable in (True, False):
         stack = flame.nn.TransformerEncoder(flame.nn.TransformerEncoderLayer(E, H, 7), 2, None, enable, False)
         assert (stack.enable_nested_tensor, stack.use_nested_tensor, stack.mask_check) == (enable, False, False)
+
+
+def test_reset_parameters_takes_no_argument():
+    """torch's code (and subclasses) call MultiheadAttention._reset_parameters() and
+    Transformer._reset_parameters() with no argument: both draw the weights again and zero MHA's biases."""
+    for lib in (torch, flame):
+        m = lib.nn.MultiheadAttention(E, H, add_bias_kv=True)
+        t = lib.nn.Transformer(E, H, 1, 1, 7)
+        before = [p.detach().numpy().copy() for p in (m.in_proj_weight, t.encoder.layers[0].linear1.weight)]
+        with lib.no_grad():
+            m.in_proj_bias.fill_(1.0)
+        m._reset_parameters()
+        t._reset_parameters()
+        after = [p.detach().numpy() for p in (m.in_proj_weight, t.encoder.layers[0].linear1.weight)]
+        assert all(not np.array_equal(a, b) for a, b in zip(before, after)), lib.__name__
+        assert not m.in_proj_bias.detach().numpy().any(), lib.__name__
