@@ -276,6 +276,21 @@ def test_sdpa_broadcasts_leading_dims(shapes, kw, compiled):
     check(lambda lib: lib.nn.Identity(), call, [r.standard_normal(s) for s in shapes], compiled)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("shape", [(L, S), (2, 1, L, S)])
+def test_sdpa_f32_mask_of_f64_query(shape, compiled):
+    """torch takes an f32 additive mask for an f64 query (and gives the mask an f32 gradient)."""
+    r = rng(9)
+    arrays = [r.standard_normal((2, 2, L, 4)), r.standard_normal((2, 2, S, 4)), r.standard_normal((2, 2, S, 3)),
+              r.standard_normal(shape).astype(np.float32)]
+
+    def call(m, q, k, v, mask):
+        F = (flame if isinstance(q, flame.Tensor) else torch).nn.functional
+        return F.scaled_dot_product_attention(q, k, v, mask)
+
+    check(lambda lib: lib.nn.Identity(), call, arrays, compiled, rtol=1e-6, atol=1e-7)
+
+
 def _act(name):
     if name == "callable":
         return lambda lib: lambda x: lib.tanh(x) * 2
