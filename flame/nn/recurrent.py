@@ -211,6 +211,9 @@ class RNNBase(Module):
         """The layers over time-major x [T, N, H_in]; with lengths [N, 1], a sequence's state stops changing
         after its last step (its later outputs are left as they come: the caller drops them)."""
         length, n = x.shape[0], x.shape[1]
+        if length == 0:
+            raise ShapeError(f"{type(self).__name__}: Expected sequence length to be larger than 0 in RNN"
+                             f"\n  at {user_location()}")
         states = self._initial(hx, n, x)
         finals = []
         for layer in range(self.num_layers):

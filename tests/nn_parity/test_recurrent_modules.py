@@ -181,3 +181,15 @@ def test_dropout_with_one_layer_warns():
     for lib in (torch, flame):
         with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
             lib.nn.LSTM(IN, HID, dropout=0.5)
+
+
+@pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
+def test_empty_sequence_is_refused_as_torch(kind):
+    import numpy as np
+    import torch
+
+    import flame
+
+    for lib in (torch, flame):
+        with pytest.raises(RuntimeError, match="Expected sequence length to be larger than 0"):
+            getattr(lib.nn, kind)(IN, HID).double()(lib.tensor(np.zeros((0, N, IN))))
