@@ -134,11 +134,9 @@ class RNNBase(Module):
             init.uniform_(p, -bound, bound, generator)
 
     def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
-        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False),
-                              ("proj_size", 0)):
+        s = f"{self.input_size}, {self.hidden_size}"  # then torch's order: proj_size first
+        for name, default in (("proj_size", 0), ("num_layers", 1), ("bias", True), ("batch_first", False),
+                              ("dropout", 0.0), ("bidirectional", False)):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s
@@ -351,7 +349,8 @@ class RNNCellBase(Module):
         return F.linear(x, self.weight_ih, self.bias_ih), states, unbatched
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        s = f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        return s + (f", nonlinearity={self.nonlinearity}" if getattr(self, "nonlinearity", "tanh") != "tanh" else "")
 
 
 class RNNCell(RNNCellBase):

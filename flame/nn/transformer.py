@@ -27,6 +27,10 @@ __all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "Transform
            "TransformerEncoderLayer"]
 
 
+class NonDynamicallyQuantizableLinear(Linear):
+    """MultiheadAttention's out_proj: a Linear under torch's class name (print(model) reads as torch's)."""
+
+
 class MultiheadAttention(Module):
     """Multi-head attention as torch.nn.MultiheadAttention: in_proj_weight [3E, E] and in_proj_bias
     [3E] (query, key and value projections stacked), out_proj a Linear(E, E). Inputs are [L, N, E]
@@ -67,7 +71,7 @@ class MultiheadAttention(Module):
             self.k_proj_weight = Parameter(zeros(embed_dim, self.kdim, dtype=dt))
             self.v_proj_weight = Parameter(zeros(embed_dim, self.vdim, dtype=dt))
         self.register_parameter("in_proj_bias", Parameter(zeros(3 * embed_dim, dtype=dt)) if bias else None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dt, generator=generator)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, dtype=dt, generator=generator)
         for name in ("bias_k", "bias_v"):
             self.register_parameter(name, Parameter(zeros(1, 1, embed_dim, dtype=dt)) if add_bias_kv else None)
         self.add_zero_attn = add_zero_attn

@@ -435,3 +435,10 @@ def test_reset_parameters_takes_no_argument():
         after = [p.detach().numpy() for p in (m.in_proj_weight, t.encoder.layers[0].linear1.weight)]
         assert all(not np.array_equal(a, b) for a, b in zip(before, after)), lib.__name__
         assert not m.in_proj_bias.detach().numpy().any(), lib.__name__
+
+
+def test_repr_as_torch():
+    """out_proj prints as torch's NonDynamicallyQuantizableLinear (a Linear)."""
+    for build in (lambda lib: lib.nn.MultiheadAttention(E, H), lambda lib: lib.nn.Transformer(E, H, 1, 1, 7)):
+        assert repr(build(flame)) == repr(build(torch))
+    assert isinstance(flame.nn.MultiheadAttention(E, H).out_proj, flame.nn.Linear)

@@ -193,3 +193,18 @@ def test_empty_sequence_is_refused_as_torch(kind):
     for lib in (torch, flame):
         with pytest.raises(RuntimeError, match="Expected sequence length to be larger than 0"):
             getattr(lib.nn, kind)(IN, HID).double()(lib.tensor(np.zeros((0, N, IN))))
+
+
+@pytest.mark.parametrize(
+    "kind,kw",
+    [("LSTM", dict(num_layers=2, bidirectional=True, proj_size=2)), ("RNN", dict(nonlinearity="relu", num_layers=2,
+     dropout=0.2, batch_first=True, bias=False)), ("RNNCell", dict(nonlinearity="relu")), ("RNNCell", dict(bias=False)),
+     ("GRUCell", dict(bias=False))],
+)
+def test_repr_as_torch(kind, kw):
+    """print(model) reads as torch's: proj_size right after the sizes, a cell's nonlinearity when not tanh."""
+    import torch
+
+    import flame
+
+    assert repr(getattr(flame.nn, kind)(IN, HID, **kw)) == repr(getattr(torch.nn, kind)(IN, HID, **kw))
