@@ -111,6 +111,25 @@ class MultiheadAttention(Module):
             out = out.transpose(0, 1)
         return out, weights
 
+    def merge_masks(self, attn_mask: Tensor | None, key_padding_mask: Tensor | None,
+                    query: Tensor) -> tuple[Tensor | None, int | None]:
+        """torch's: (merged mask, mask type): key_padding_mask [N, S] alone is type 1; with attn_mask ([L, L]
+        or [N * H, L, L]) the masks expanded to [N, H, L, L] and added (bool: or), type 2; neither, (None,
+        None). query is [N, L, E]."""
+        merged, kind = None, None
+        if key_padding_mask is not None:
+            merged, kind = key_padding_mask, 1
+        if attn_mask is not None:
+            n, length, _ = query.shape
+            if attn_mask.ndim == 3:
+                merged = attn_mask.view(n, -1, length, length)
+            else:
+                merged = attn_mask.view(1, 1, length, length).expand(n, self.num_heads, -1, -1)
+            if key_padding_mask is not None:
+                merged = merged + key_padding_mask.view(n, 1, 1, length).expand(-1, self.num_heads, -1, -1)
+            kind = 2
+        return merged, kind
+
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 

@@ -88,3 +88,22 @@ def test_mismatched_mask_dtypes_warn():
         kpm, am = lib.tensor(np.zeros((N, L), bool)), lib.tensor(np.zeros((L, L)))
         with pytest.warns(UserWarning, match="mismatched key_padding_mask and attn_mask is deprecated"):
             m(lib.tensor(x), lib.tensor(x), lib.tensor(x), key_padding_mask=kpm, attn_mask=am)
+
+
+@pytest.mark.parametrize("kpm,am", [(None, None), ("bool", None), ("bool", 2), ("float", 3), (None, 2)])
+def test_merge_masks(kpm, am):
+    r = rng(3)
+    q = r.standard_normal((N, L, E))
+    kp = None if kpm is None else (r.random((N, L)) < 0.5 if kpm == "bool" else r.standard_normal((N, L)))
+    a = None if am is None else (r.random((L, L)) < 0.5 if am == 2 else r.standard_normal((N * H, L, L)))
+    got = []
+    for lib in (torch, flame):
+        m = lib.nn.MultiheadAttention(E, H).double()
+        merged, kind = m.merge_masks(*(None if x is None else lib.tensor(x) for x in (a, kp, q)))
+        got.append((None if merged is None else merged.detach().numpy() if lib is torch else merged.numpy(), kind))
+    (want, want_kind), (mine, my_kind) = got
+    assert my_kind == want_kind
+    assert (mine is None) == (want is None)
+    if want is not None:
+        assert mine.dtype == want.dtype
+        np.testing.assert_array_equal(mine, want)
