@@ -61,16 +61,21 @@ def _hold(running: Tensor, new, old):
     return where(running, new, old)
 
 
+_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}  # rows of weight_ih per hidden unit, by torch's mode
+
+
 class RNNBase(Module):
     """The base of RNN, LSTM and GRU, as torch.nn.RNNBase (an `isinstance(m, nn.RNNBase)` check holds
-    for each); build one of the three (this base takes no `mode` argument)."""
+    for each), with torch's signature: mode ("LSTM", "GRU", "RNN_TANH" or "RNN_RELU") names the recurrence
+    whose parameters it holds; RNN, LSTM and GRU run them."""
 
-    gates = 1  # rows of weight_ih per hidden unit (LSTM 4, GRU 3)
-
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
                  device: Any = None, dtype: Any = None, generator: Generator | None = None):
         super().__init__()
+        if mode not in _GATES:
+            raise ValueError(f"Unrecognized RNN mode: {mode}")
+        self.mode, self.gates = mode, _GATES[mode]
         if hidden_size < 1 or num_layers < 1:
             raise ValueError(f"{type(self).__name__}: {'hidden_size' if hidden_size < 1 else 'num_layers'} must be "
                              f"greater than zero, got {hidden_size if hidden_size < 1 else num_layers}")
@@ -250,8 +255,8 @@ class RNN(RNNBase):
                  device: Any = None, dtype: Any = None, generator: Generator | None = None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNN: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         device, dtype, generator)
+        super().__init__(f"RNN_{nonlinearity.upper()}", input_size, hidden_size, num_layers, bias, batch_first,
+                         dropout, bidirectional, 0, device, dtype, generator)
         self.nonlinearity = nonlinearity
 
     def _cell(self, x_proj, h, w_hh, b_hh, w_hr):
@@ -265,7 +270,11 @@ class LSTM(RNNBase):
     projected to proj_size by weight_hr_l{k} [proj_size, hidden_size] (h_0 and the output are that wide;
     c_0 stays hidden_size), as PyTorch's."""
 
-    gates = 4
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 device: Any = None, dtype: Any = None, generator: Generator | None = None):
+        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         proj_size, device, dtype, generator)
 
     def _initial(self, hx, n: int, like: Tensor):
         k = self.num_layers * self.directions
@@ -289,7 +298,11 @@ class GRU(RNNBase):
     """r = sigmoid(.), z = sigmoid(.), n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)),
     h' = (1 - z) * n + z * h; the gates r, z, n in that order in the weights."""
 
-    gates = 3
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 device: Any = None, dtype: Any = None, generator: Generator | None = None):
+        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         proj_size, device, dtype, generator)
 
     def _cell(self, x_proj, h, w_hh, b_hh, w_hr):
         h = _gru_step(x_proj, h, w_hh, b_hh)
@@ -298,14 +311,13 @@ class GRU(RNNBase):
 
 class RNNCellBase(Module):
     """One step of a recurrence, the base of torch.nn.RNNCell / LSTMCell / GRUCell as torch.nn.RNNCellBase:
-    weight_ih, weight_hh, bias_ih, bias_hh; input [N, input_size] or unbatched [input_size]."""
+    weight_ih, weight_hh, bias_ih, bias_hh; input [N, input_size] or unbatched [input_size]. num_chunks:
+    the gates, rows of weight_ih per hidden unit (RNNCell 1, LSTMCell 4, GRUCell 3), torch's signature."""
 
-    gates = 1
-
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None,
-                 generator: Generator | None = None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int, device: Any = None,
+                 dtype: Any = None, generator: Generator | None = None):
         super().__init__()
-        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        self.input_size, self.hidden_size, self.bias, self.gates = input_size, hidden_size, bias, num_chunks
         dt = float_dtype(dtype)
         self.weight_ih = Parameter(zeros(self.gates * hidden_size, input_size, dtype=dt))
         self.weight_hh = Parameter(zeros(self.gates * hidden_size, hidden_size, dtype=dt))
@@ -358,7 +370,7 @@ class RNNCell(RNNCellBase):
                  device: Any = None, dtype: Any = None, generator: Generator | None = None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
-        super().__init__(input_size, hidden_size, bias, device, dtype, generator)
+        super().__init__(input_size, hidden_size, bias, 1, device, dtype, generator)
         self.nonlinearity = nonlinearity
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
@@ -368,7 +380,9 @@ class RNNCell(RNNCellBase):
 
 
 class LSTMCell(RNNCellBase):
-    gates = 4
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None,
+                 generator: Generator | None = None):
+        super().__init__(input_size, hidden_size, bias, 4, device, dtype, generator)
 
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
         x_proj, (h, c), unbatched = self._prepare(input, hx, 2)
@@ -377,7 +391,9 @@ class LSTMCell(RNNCellBase):
 
 
 class GRUCell(RNNCellBase):
-    gates = 3
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None,
+                 generator: Generator | None = None):
+        super().__init__(input_size, hidden_size, bias, 3, device, dtype, generator)
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
         x_proj, (h,), unbatched = self._prepare(input, hx, 1)

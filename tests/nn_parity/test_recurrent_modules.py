@@ -154,6 +154,15 @@ def test_base_classes_as_torch():
             assert isinstance(getattr(lib.nn, kind)(IN, HID), lib.nn.RNNBase)
             assert isinstance(getattr(lib.nn, kind + "Cell")(IN, HID), lib.nn.RNNCellBase)
             assert not isinstance(getattr(lib.nn, kind + "Cell")(IN, HID), lib.nn.RNNBase)
+    for mode in ("LSTM", "GRU", "RNN_TANH"):  # torch's signatures: RNNBase(mode, ...), RNNCellBase(..., num_chunks)
+        built = [lib.nn.RNNBase(mode, IN, HID, 2, False) for lib in (torch, flame)]
+        assert [(k, tuple(v.shape)) for k, v in built[0].state_dict().items()] == \
+            [(k, tuple(v.shape)) for k, v in built[1].state_dict().items()]
+        assert built[1].mode == mode
+    cells = [lib.nn.RNNCellBase(IN, HID, True, 4) for lib in (torch, flame)]
+    assert [tuple(p.shape) for p in cells[0].parameters()] == [tuple(p.shape) for p in cells[1].parameters()]
+    with pytest.raises(ValueError, match="Unrecognized RNN mode"):
+        flame.nn.RNNBase("LSTMX", IN, HID)
 
 
 @pytest.mark.parametrize("packed", [False, True])
