@@ -115,6 +115,26 @@ class ArgumentRangeError(ArgumentError, RuntimeError):
     [0, 1], random_'s from >= to); the message is PyTorch's."""
 
 
+class AssertedShapeError(ShapeError, AssertionError):
+    """An input shape PyTorch refuses with `assert` (nn.MultiheadAttention's ranks, widths and key /
+    value agreement): an AssertionError, as torch raises, and a ShapeError, as flame's other shape checks."""
+
+
+class InputDTypeError(DTypeError, ValueError):
+    """An input whose dtype is not the module's weights' where PyTorch raises a ValueError for it (RNN,
+    LSTM and GRU outside autocast): a ValueError, as torch raises, and a DTypeError."""
+
+
+class AssertedDTypeError(DTypeError, AssertionError):
+    """An input dtype PyTorch refuses with `assert` (an integer attention mask of nn.MultiheadAttention):
+    an AssertionError, as torch raises, and a DTypeError."""
+
+
+class AssertedArgumentError(ArgumentError, AssertionError):
+    """A constructor argument PyTorch refuses with `assert` (nn.MultiheadAttention's embed_dim that
+    num_heads does not divide): an AssertionError, as torch raises, and an ArgumentError (a ValueError)."""
+
+
 class ArgumentTypeError(FlameError, TypeError):
     """An argument is of a type flame does not accept there (PyTorch raises TypeError); the message
     names it, what it accepts and what came."""

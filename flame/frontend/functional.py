@@ -24,7 +24,7 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul, where
 from flame.ir import registry
 from flame.ir.builder import _with_loc
-from flame.ir.dtypes import bf16, boolean, f16, f32
+from flame.ir.dtypes import bf16, boolean, f16, f32, f64
 from flame.runtime.backend import attention_lowering
 
 __all__ = ["alpha_dropout", "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "feature_alpha_dropout",
@@ -519,8 +519,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     """softmax(query @ key^T * scale + mask) @ value as ONE op, with PyTorch's semantics.
 
     query [..., H, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev] -> [..., H, L, Ev]; Hkv must
-    equal H unless enable_gqa (then it divides H). attn_mask broadcasts to [..., H, L, S]: bool (True =
-    the key takes part) or additive in query's dtype. is_causal masks with PyTorch's top-left aligned
+    equal H unless enable_gqa (then it divides H); the leading dimensions of the three broadcast (with
+    enable_gqa those before the heads), as torch's. attn_mask broadcasts to [..., H, L, S]: bool (True =
+    the key takes part) or additive in query's dtype (an f32 mask of an f64 query is widened, as torch
+    takes it). is_causal masks with PyTorch's top-left aligned
     tril(ones(L, S)) and excludes attn_mask. scale defaults to 1/sqrt(E). f16/bf16 compute in f32.
     An additive mask that requires grad (a learned attention bias) gets its gradient, summed to its own
     shape; a bool mask gets none. With no keys (S = 0) the result is zeros + 0 * (query.sum() + key.sum()
@@ -538,6 +540,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
         raise RuntimeError(f"scaled_dot_product_attention: dropout probability has to be between 0 and 1, but "
                            f"got {dropout_p}\n  at {user_location()}")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    query, key, value = _broadcast_batch(query, key, value, enable_gqa)
+    if attn_mask is not None and attn_mask.dtype == f32 and query.dtype == f64:
+        attn_mask = attn_mask.to(f64)  # torch takes an f32 mask for any query; widened exactly (its gradient in f32)
     mask = () if attn_mask is None else (attn_mask,)
     if p and query.shape[-2] and key.shape[-2]:
         _check_attention(query, key, value, attn_mask, scale, is_causal, enable_gqa)
@@ -550,6 +555,21 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if key.shape[-2] == 0:  # torch's no-key result keeps every input in the graph this way
         out = out + (query.sum() + key.sum() + value.sum()) * 0
     return out
+
+
+def _broadcast_batch(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """query, key and value expanded to their common leading dimensions (all but [L, E]; with enable_gqa
+    all but [H, L, E], the heads staying each one's own), as torch's attention broadcasts them; shapes that
+    do not broadcast are left for the op's checks to name."""
+    own = 3 if enable_gqa else 2
+    xs = (query, key, value)
+    if any(x.ndim < own for x in xs) or len({tuple(x.shape[:-own]) for x in xs}) == 1:
+        return xs
+    try:
+        lead = tuple(np.broadcast_shapes(*[tuple(x.shape[:-own]) for x in xs]))
+    except ValueError:
+        return xs
+    return tuple(x if tuple(x.shape[:-own]) == lead else x.broadcast_to(lead + tuple(x.shape[-own:])) for x in xs)
 
 
 _BACKEND_READ = "the attention backend (flame.nn.attention.sdpa_kernel, FLAME_ATTENTION)"

@@ -163,7 +163,7 @@ from flame.nn.module_hooks import (
     register_module_full_backward_pre_hook,
 )
 from flame.nn.parameter import Buffer, Parameter, UninitializedBuffer, UninitializedParameter
-from flame.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from flame.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
 from flame.nn.sync_batchnorm import SyncBatchNorm
 from flame.nn.transformer import (
     MultiheadAttention,
@@ -190,7 +190,8 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "LogSigmoid", "Mish", "PReLU", "PairwiseDistance", "ReLU6", "Softmin", "Softmax2d", "Softplus", "Softsign",
            "Threshold", "Unflatten", "Tanhshrink", "Softshrink", "Hardshrink", "RReLU", "MultiheadAttention",
            "TransformerEncoder", "TransformerEncoderLayer", "Transformer", "TransformerDecoder",
-           "TransformerDecoderLayer", "GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell", "Bilinear",
+           "TransformerDecoderLayer", "GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell", "RNNBase", "RNNCellBase",
+           "Bilinear",
            "EmbeddingBag", "ConstantPad1d", "ConstantPad2d", "Dropout1d", "Dropout2d", "Dropout3d", "InstanceNorm1d",
            "InstanceNorm2d", "InstanceNorm3d", "PixelShuffle", "PixelUnshuffle", "ReflectionPad1d", "ChannelShuffle",
            "LocalResponseNorm", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d",

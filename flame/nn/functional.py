@@ -3,7 +3,8 @@ flame.frontend.losses, flame.frontend.margin_losses (margin, embedding and likel
 gumbel_softmax), flame.frontend.ctc (ctc_loss), flame.frontend.activations (the other activations,
 normalize, similarities, huber and KL losses), flame.frontend.conv (convolutions), flame.frontend.pooling,
 flame.frontend.fractional_pool, flame.frontend.resample (interpolate, pixel (un)shuffle, fold and unfold),
-flame.frontend.norms (batch, group and instance norm) and flame.frontend.sampling (grid_sample, affine_grid);
+flame.frontend.norms (batch, group and instance norm), flame.frontend.sampling (grid_sample, affine_grid) and
+flame.frontend.mha (multi_head_attention_forward);
 the activations and dropouts that take torch's `inplace` argument, and their in-place spellings, from
 flame.frontend.activations_inplace."""
 
@@ -22,6 +23,7 @@ from flame.frontend.losses import *  # noqa: F401,F403
 from flame.frontend.losses import __all__ as _more
 from flame.frontend.margin_losses import *  # noqa: F401,F403
 from flame.frontend.margin_losses import __all__ as _margin
+from flame.frontend.mha import multi_head_attention_forward
 from flame.frontend.more_math import pdist
 from flame.frontend.norms import *  # noqa: F401,F403
 from flame.frontend.norms import __all__ as _norms
@@ -33,7 +35,7 @@ from flame.frontend.sampling import *  # noqa: F401,F403
 from flame.frontend.sampling import __all__ as _sampling
 
 __all__ = [*_core, *_more, *_margin, *_activations, *_conv, *_pooling, *_resample, *_norms, *_sampling, *_ctc,
-           *_fractional, "pdist"]
+           *_fractional, "multi_head_attention_forward", "pdist"]
 __all__ = sorted(set(__all__) | set(_inplace.__all__))
 for _name in _inplace.__all__:  # over the star imports' names: these take torch's `inplace` argument
     globals()[_name] = getattr(_inplace, _name)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from typing import Any
 
-from flame.errors import ShapeError
+from flame.errors import ArgumentTypeError, InputDTypeError, ShapeError
 from flame.frontend import functional as F
-from flame.frontend.autocast import cast_inputs
-from flame.frontend.context import user_location
+from flame.frontend.autocast import cast_inputs, is_autocast_enabled
+from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, zeros
 from flame.frontend.default_dtype import float_dtype
 from flame.frontend.ops import cat, stack, where
@@ -25,7 +26,7 @@ from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 from flame.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNCell"]
+__all__ = ["GRU", "LSTM", "RNN", "GRUCell", "LSTMCell", "RNNBase", "RNNCell", "RNNCellBase"]
 
 
 # ---- one step of each recurrence (x_proj = x @ W_ih^T + b_ih), shared by the layers and the cells ----
@@ -60,13 +61,24 @@ def _hold(running: Tensor, new, old):
     return where(running, new, old)
 
 
-class _RNNBase(Module):
-    gates = 1  # rows of weight_ih per hidden unit (LSTM 4, GRU 3)
+_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}  # rows of weight_ih per hidden unit, by torch's mode
 
-    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+
+class RNNBase(Module):
+    """The base of RNN, LSTM and GRU, as torch.nn.RNNBase (an `isinstance(m, nn.RNNBase)` check holds
+    for each), with torch's signature: mode ("LSTM", "GRU", "RNN_TANH" or "RNN_RELU") names the recurrence
+    whose parameters it holds; RNN, LSTM and GRU run them."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
                  device: Any = None, dtype: Any = None, generator: Generator | None = None):
         super().__init__()
+        if mode not in _GATES:
+            raise ValueError(f"Unrecognized RNN mode: {mode}")
+        self.mode, self.gates = mode, _GATES[mode]
+        if hidden_size < 1 or num_layers < 1:
+            raise ValueError(f"{type(self).__name__}: {'hidden_size' if hidden_size < 1 else 'num_layers'} must be "
+                             f"greater than zero, got {hidden_size if hidden_size < 1 else num_layers}")
         if proj_size and self.gates != 4:
             raise ValueError(f"{type(self).__name__}: proj_size is only supported for LSTM")
         if not 0 <= proj_size < hidden_size:
@@ -75,8 +87,10 @@ class _RNNBase(Module):
         if isinstance(dropout, bool) or not isinstance(dropout, numbers.Number) or not 0 <= dropout <= 1:
             raise ValueError("dropout should be a number in range [0, 1] representing the probability of an element "
                              "being zeroed")
-        if num_layers < 1 or hidden_size < 1:
-            raise ValueError(f"{type(self).__name__}: num_layers and hidden_size must be positive")
+        if dropout > 0 and num_layers == 1:
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
+                          f"expects num_layers greater than 1, but got dropout={dropout} and num_layers={num_layers}",
+                          UserWarning, stacklevel=user_stacklevel())
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, dropout
         self.bidirectional, self.generator, self.proj_size = bidirectional, generator, proj_size
@@ -125,11 +139,9 @@ class _RNNBase(Module):
             init.uniform_(p, -bound, bound, generator)
 
     def extra_repr(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            s += f", num_layers={self.num_layers}"
-        for name, default in (("bias", True), ("batch_first", False), ("dropout", 0.0), ("bidirectional", False),
-                              ("proj_size", 0)):
+        s = f"{self.input_size}, {self.hidden_size}"  # then torch's order: proj_size first
+        for name, default in (("proj_size", 0), ("num_layers", 1), ("bias", True), ("batch_first", False),
+                              ("dropout", 0.0), ("bidirectional", False)):
             if getattr(self, name) != default:
                 s += f", {name}={getattr(self, name)}"
         return s
@@ -161,6 +173,7 @@ class _RNNBase(Module):
             raise ShapeError(f"{name}: input must be [T, N, {self.input_size}] ([N, T, {self.input_size}] with "
                              f"batch_first, or unbatched [T, {self.input_size}]), got {list(input.shape)}"
                              f"\n  at {user_location()}")
+        self._check_dtype(input)
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
         if unbatched and hx is not None:
             hx = tuple(h.unsqueeze(1) for h in hx) if isinstance(hx, tuple) else hx.unsqueeze(1)
@@ -170,9 +183,18 @@ class _RNNBase(Module):
             final = tuple(f.squeeze(1) for f in final) if isinstance(final, tuple) else final.squeeze(1)
         return out, final
 
+    def _check_dtype(self, x: Tensor) -> None:
+        """The input in the weights' dtype (outside autocast), as torch's ValueError asks."""
+        weight = self.weight_ih_l0
+        if x.dtype != weight.dtype and not is_autocast_enabled():
+            raise InputDTypeError(f"{type(self).__name__} input dtype ({x.dtype}) does not match weight dtype "
+                                  f"({weight.dtype}). Convert input: input.to('{weight.dtype}'), or convert model: "
+                                  f"model.to('{x.dtype}')\n  at {user_location()}")
+
     def _forward_packed(self, packed: PackedSequence, hx):
         """The layers over the padded batch (in the packed, longest-first order), each sequence's state held
         once its steps are done; hx and the final state in the batch's original order, as torch's."""
+        self._check_dtype(packed.data)
         x, _ = pad_packed_sequence(packed._replace(unsorted_indices=None))
         if x.shape[-1] != self.input_size:
             raise ShapeError(f"{type(self).__name__}: the packed input's rows must be [{self.input_size}], got "
@@ -192,6 +214,9 @@ class _RNNBase(Module):
         """The layers over time-major x [T, N, H_in]; with lengths [N, 1], a sequence's state stops changing
         after its last step (its later outputs are left as they come: the caller drops them)."""
         length, n = x.shape[0], x.shape[1]
+        if length == 0:
+            raise ShapeError(f"{type(self).__name__}: Expected sequence length to be larger than 0 in RNN"
+                             f"\n  at {user_location()}")
         states = self._initial(hx, n, x)
         finals = []
         for layer in range(self.num_layers):
@@ -222,7 +247,7 @@ class _RNNBase(Module):
                              f"\n  at {user_location()}")
 
 
-class RNN(_RNNBase):
+class RNN(RNNBase):
     """Elman RNN: h' = tanh(x W_ih^T + b_ih + h W_hh^T + b_hh) (nonlinearity="relu": relu)."""
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
@@ -230,8 +255,8 @@ class RNN(_RNNBase):
                  device: Any = None, dtype: Any = None, generator: Generator | None = None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNN: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
-        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0,
-                         device, dtype, generator)
+        super().__init__(f"RNN_{nonlinearity.upper()}", input_size, hidden_size, num_layers, bias, batch_first,
+                         dropout, bidirectional, 0, device, dtype, generator)
         self.nonlinearity = nonlinearity
 
     def _cell(self, x_proj, h, w_hh, b_hh, w_hr):
@@ -239,13 +264,17 @@ class RNN(_RNNBase):
         return h, h
 
 
-class LSTM(_RNNBase):
+class LSTM(RNNBase):
     """c' = f * c + i * g, h' = o * tanh(c'), the gates i, f, g, o (in that order in the weights) from
     x W_ih^T + b_ih + h W_hh^T + b_hh. forward returns (output, (h_n, c_n)). proj_size > 0: h' is
     projected to proj_size by weight_hr_l{k} [proj_size, hidden_size] (h_0 and the output are that wide;
     c_0 stays hidden_size), as PyTorch's."""
 
-    gates = 4
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 device: Any = None, dtype: Any = None, generator: Generator | None = None):
+        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         proj_size, device, dtype, generator)
 
     def _initial(self, hx, n: int, like: Tensor):
         k = self.num_layers * self.directions
@@ -265,27 +294,30 @@ class LSTM(_RNNBase):
         return stack([h for h, _ in states], 0), stack([c for _, c in states], 0)
 
 
-class GRU(_RNNBase):
+class GRU(RNNBase):
     """r = sigmoid(.), z = sigmoid(.), n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)),
     h' = (1 - z) * n + z * h; the gates r, z, n in that order in the weights."""
 
-    gates = 3
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, proj_size: int = 0,
+                 device: Any = None, dtype: Any = None, generator: Generator | None = None):
+        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         proj_size, device, dtype, generator)
 
     def _cell(self, x_proj, h, w_hh, b_hh, w_hr):
         h = _gru_step(x_proj, h, w_hh, b_hh)
         return h, h
 
 
-class _CellBase(Module):
-    """One step of a recurrence (torch.nn.RNNCell / LSTMCell / GRUCell): weight_ih, weight_hh,
-    bias_ih, bias_hh; input [N, input_size] or unbatched [input_size]."""
+class RNNCellBase(Module):
+    """One step of a recurrence, the base of torch.nn.RNNCell / LSTMCell / GRUCell as torch.nn.RNNCellBase:
+    weight_ih, weight_hh, bias_ih, bias_hh; input [N, input_size] or unbatched [input_size]. num_chunks:
+    the gates, rows of weight_ih per hidden unit (RNNCell 1, LSTMCell 4, GRUCell 3), torch's signature."""
 
-    gates = 1
-
-    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None,
-                 generator: Generator | None = None):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, num_chunks: int, device: Any = None,
+                 dtype: Any = None, generator: Generator | None = None):
         super().__init__()
-        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bias
+        self.input_size, self.hidden_size, self.bias, self.gates = input_size, hidden_size, bias, num_chunks
         dt = float_dtype(dtype)
         self.weight_ih = Parameter(zeros(self.gates * hidden_size, input_size, dtype=dt))
         self.weight_hh = Parameter(zeros(self.gates * hidden_size, hidden_size, dtype=dt))
@@ -311,6 +343,9 @@ class _CellBase(Module):
             z = zeros(n, self.hidden_size, dtype=x.dtype)
             states = [z] * parts
         else:
+            if parts == 2 and not isinstance(hx, (tuple, list)):
+                raise ArgumentTypeError(f"{name}: hx must be a tuple (h, c) of tensors, not {type(hx).__name__}"
+                                        f"\n  at {user_location()}")
             states = list(hx) if isinstance(hx, tuple) else [hx]
             if len(states) != parts:
                 raise ShapeError(f"{name}: hx must be {'a tuple (h, c)' if parts == 2 else 'one tensor'}"
@@ -326,15 +361,16 @@ class _CellBase(Module):
         return F.linear(x, self.weight_ih, self.bias_ih), states, unbatched
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        s = f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False")
+        return s + (f", nonlinearity={self.nonlinearity}" if getattr(self, "nonlinearity", "tanh") != "tanh" else "")
 
 
-class RNNCell(_CellBase):
+class RNNCell(RNNCellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
                  device: Any = None, dtype: Any = None, generator: Generator | None = None):
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: unknown nonlinearity {nonlinearity!r} (tanh or relu)")
-        super().__init__(input_size, hidden_size, bias, device, dtype, generator)
+        super().__init__(input_size, hidden_size, bias, 1, device, dtype, generator)
         self.nonlinearity = nonlinearity
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
@@ -343,8 +379,10 @@ class RNNCell(_CellBase):
         return h.squeeze(0) if unbatched else h
 
 
-class LSTMCell(_CellBase):
-    gates = 4
+class LSTMCell(RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None,
+                 generator: Generator | None = None):
+        super().__init__(input_size, hidden_size, bias, 4, device, dtype, generator)
 
     def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
         x_proj, (h, c), unbatched = self._prepare(input, hx, 2)
@@ -352,8 +390,10 @@ class LSTMCell(_CellBase):
         return (h.squeeze(0), c.squeeze(0)) if unbatched else (h, c)
 
 
-class GRUCell(_CellBase):
-    gates = 3
+class GRUCell(RNNCellBase):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: Any = None, dtype: Any = None,
+                 generator: Generator | None = None):
+        super().__init__(input_size, hidden_size, bias, 3, device, dtype, generator)
 
     def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
         x_proj, (h,), unbatched = self._prepare(input, hx, 1)

@@ -1,27 +1,25 @@
 """nn.MultiheadAttention, the Transformer encoder and decoder layers and stacks, and nn.Transformer,
 with PyTorch's names, parameter names (a PyTorch state_dict loads as it is), arguments and masks.
-Attention runs as the one fused op (F.scaled_dot_product_attention: cuDNN on the GPU) unless the
-caller asks for the attention weights or attention dropout is active, which need the probabilities
-written out."""
+MultiheadAttention runs F.multi_head_attention_forward (flame.frontend.mha) on its parameters, as torch's:
+attention is the one fused op (F.scaled_dot_product_attention: cuDNN on the GPU) unless the caller asks
+for the attention weights or attention dropout is active, which need the probabilities written out."""
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable
 from typing import Any
 
-from flame.errors import ShapeError
+from flame.errors import ArgumentRangeError, AssertedArgumentError, AssertedShapeError, ShapeError
 from flame.frontend import functional as F
 from flame.frontend.context import user_location
-from flame.frontend.creation import Generator, full, ones, zeros
+from flame.frontend.creation import Generator, full, zeros
 from flame.frontend.default_dtype import float_dtype
-from flame.frontend.losses import pad
-from flame.frontend.ops import cat, where
+from flame.frontend.mha import multi_head_attention_forward
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import boolean
+from flame.nn import functional as nn_functional
 from flame.nn import init
-from flame.nn.layers import Dropout, LayerNorm, Linear
+from flame.nn.layers import GELU, Dropout, LayerNorm, Linear, ReLU
 from flame.nn.module import Module, ModuleList
 from flame.nn.parameter import Parameter
 
@@ -29,11 +27,8 @@ __all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "Transform
            "TransformerEncoderLayer"]
 
 
-def _masked_as_additive(mask: Tensor, dtype) -> Tensor:
-    """PyTorch's attention masks: bool True = not allowed -> -inf; a float mask is added as it is."""
-    if mask.dtype == boolean:
-        return where(mask, float("-inf"), 0.0).to(dtype)
-    return mask.to(dtype)
+class NonDynamicallyQuantizableLinear(Linear):
+    """MultiheadAttention's out_proj: a Linear under torch's class name (print(model) reads as torch's)."""
 
 
 class MultiheadAttention(Module):
@@ -47,7 +42,9 @@ class MultiheadAttention(Module):
     cross-attention to a text encoder's states) take separate q_proj_weight [E, E], k_proj_weight [E,
     kdim] and v_proj_weight [E, vdim] instead of in_proj_weight, as PyTorch's; add_bias_kv appends a
     learned key and value (bias_k, bias_v [1, 1, E]) to the sequence, add_zero_attn a zero one (after
-    the projections), the masks extended to let every query attend to them."""
+    the projections), the masks extended to let every query attend to them. is_causal is torch's hint
+    that attn_mask is the causal mask: with need_weights=False and no key_padding_mask, attn_mask is
+    dropped and the top-left causal mask over every key (the appended ones too) applies, as torch's."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
@@ -55,7 +52,8 @@ class MultiheadAttention(Module):
                  generator: Generator | None = None):
         super().__init__()
         if embed_dim % num_heads:
-            raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+            raise AssertedArgumentError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads "
+                                        f"{num_heads}")
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"MultiheadAttention: dropout must be in [0, 1], got {dropout}")
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
@@ -73,15 +71,15 @@ class MultiheadAttention(Module):
             self.k_proj_weight = Parameter(zeros(embed_dim, self.kdim, dtype=dt))
             self.v_proj_weight = Parameter(zeros(embed_dim, self.vdim, dtype=dt))
         self.register_parameter("in_proj_bias", Parameter(zeros(3 * embed_dim, dtype=dt)) if bias else None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dt, generator=generator)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, dtype=dt, generator=generator)
         for name in ("bias_k", "bias_v"):
             self.register_parameter(name, Parameter(zeros(1, 1, embed_dim, dtype=dt)) if add_bias_kv else None)
         self.add_zero_attn = add_zero_attn
         self._reset_parameters(generator)
 
-    def _reset_parameters(self, generator: Generator | None) -> None:
+    def _reset_parameters(self, generator: Generator | None = None) -> None:
         """PyTorch's: xavier_uniform_ the projection weights, zero biases (out_proj's weight as a
-        Linear's), xavier_normal_ bias_k and bias_v."""
+        Linear's), xavier_normal_ bias_k and bias_v (torch's code calls it with no argument)."""
         for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
             if w is not None:
                 init.xavier_uniform_(w, generator=generator)
@@ -95,104 +93,42 @@ class MultiheadAttention(Module):
     def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
                 need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
                 is_causal: bool = False):
-        unbatched = query.ndim == 2
-        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-            raise ShapeError(f"MultiheadAttention: query, key and value must all be 2-D (unbatched) or 3-D, got "
-                             f"{list(query.shape)}, {list(key.shape)}, {list(value.shape)}\n  at {user_location()}")
-        if unbatched:
-            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
-            key_padding_mask = None if key_padding_mask is None else key_padding_mask.reshape(1, -1)
-        elif not self.batch_first:
+        for x, width, what in ((query, self.embed_dim, "query"), (key, self.kdim, "key"), (value, self.vdim, "value")):
+            if x.ndim and x.shape[-1] != width:
+                raise AssertedShapeError(f"MultiheadAttention: {what} has {x.shape[-1]} features, the module "
+                                         f"{dict(query='embed_dim', key='kdim', value='vdim')[what]} {width}"
+                                         f"\n  at {user_location()}")
+        if self.batch_first and query.ndim == 3:
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))
-        n, length, e = query.shape
-        s = key.shape[1]
-        if e != self.embed_dim:
-            raise ShapeError(f"MultiheadAttention: query has {e} features, the module embed_dim {self.embed_dim}"
-                             f"\n  at {user_location()}")
-        for x, width, what in ((key, self.kdim, "key"), (value, self.vdim, "value")):
-            if x.shape[-1] != width:
-                raise ShapeError(f"MultiheadAttention: {what} has {x.shape[-1]} features, the module "
-                                 f"{'kdim' if what == 'key' else 'vdim'} {width}\n  at {user_location()}")
-        if self._qkv_same_embed_dim:
-            wq, wk, wv = self.in_proj_weight.chunk(3, 0)
-        else:
-            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        b = self.in_proj_bias
-        bq, bk, bv = (None, None, None) if b is None else b.chunk(3, 0)
-        h, d = self.num_heads, self.head_dim
-
-        def heads(x: Tensor, weight: Tensor, bias: Tensor | None, n_tokens: int) -> Tensor:
-            return F.linear(x, weight, bias).reshape(n, n_tokens, h, d).transpose(1, 2)
-
-        q, k, v = heads(query, wq, bq, length), heads(key, wk, bk, s), heads(value, wv, bv, s)
-        if self.bias_k is not None:  # one more key and value, learned
-            k = cat([k, self.bias_k.reshape(1, h, 1, d).expand(n, h, 1, d)], 2)
-            v = cat([v, self.bias_v.reshape(1, h, 1, d).expand(n, h, 1, d)], 2)
-        if self.add_zero_attn:  # and a zero one
-            k = cat([k, zeros(n, h, 1, d, dtype=k.dtype)], 2)
-            v = cat([v, zeros(n, h, 1, d, dtype=v.dtype)], 2)
-        mask = self._mask(attn_mask, key_padding_mask, n, length, s, q.dtype, is_causal)
-        extra = k.shape[2] - s
-        if extra:  # every query may attend to the appended keys
-            if mask is None and is_causal:
-                mask = _masked_as_additive(_causal(length, s), q.dtype)
-            mask = None if mask is None else pad(mask, (0, extra))
-        dropout = self.dropout if self.training else 0.0
-        if need_weights or dropout:
-            scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d))
-            if mask is not None:
-                scores = scores + mask
-            elif is_causal:
-                scores = scores + _masked_as_additive(_causal(length, s), scores.dtype)
-            probs = F.softmax(scores, -1)
-            if dropout:  # the weights handed back are the dropped-out ones, as PyTorch's
-                probs = F.dropout(probs, dropout, True, generator=self.generator)
-            out = probs @ v
-        else:
-            probs = None
-            out = F.scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal and mask is None)
-        out = self.out_proj(out.transpose(1, 2).reshape(n, length, e))
-        if unbatched:
-            out = out.squeeze(0)
-        elif not self.batch_first:
+        # out_proj's parameters, not the module: its hooks do not run, as torch's
+        out, weights = multi_head_attention_forward(
+            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight, self.in_proj_bias, self.bias_k,
+            self.bias_v, self.add_zero_attn, self.dropout, self.out_proj.weight, self.out_proj.bias, self.training,
+            key_padding_mask, need_weights, attn_mask, not self._qkv_same_embed_dim, self.q_proj_weight,
+            self.k_proj_weight, self.v_proj_weight, average_attn_weights=average_attn_weights, is_causal=is_causal,
+            generator=self.generator)
+        if self.batch_first and query.ndim == 3:
             out = out.transpose(0, 1)
-        if not need_weights:
-            return out, None
-        weights = probs.mean(1) if average_attn_weights else probs
-        return out, weights.squeeze(0) if unbatched else weights
+        return out, weights
 
-    def _mask(self, attn_mask, key_padding_mask, n: int, length: int, s: int, dtype, is_causal: bool):
-        """attn_mask and key_padding_mask as one additive mask broadcasting to [N, H, L, S], or None."""
-        mask = None
-        if attn_mask is not None:
-            if attn_mask.ndim == 2:
-                if tuple(attn_mask.shape) != (length, s):
-                    raise ShapeError(f"MultiheadAttention: attn_mask {list(attn_mask.shape)} must be [L, S] = "
-                                     f"{[length, s]} or [N * num_heads, L, S]\n  at {user_location()}")
-                mask = _masked_as_additive(attn_mask, dtype)
-            elif tuple(attn_mask.shape) == (n * self.num_heads, length, s):
-                mask = _masked_as_additive(attn_mask, dtype).reshape(n, self.num_heads, length, s)
-            else:
-                raise ShapeError(f"MultiheadAttention: attn_mask {list(attn_mask.shape)} must be [L, S] = "
-                                 f"{[length, s]} or [N * num_heads, L, S]\n  at {user_location()}")
+    def merge_masks(self, attn_mask: Tensor | None, key_padding_mask: Tensor | None,
+                    query: Tensor) -> tuple[Tensor | None, int | None]:
+        """torch's: (merged mask, mask type): key_padding_mask [N, S] alone is type 1; with attn_mask ([L, L]
+        or [N * H, L, L]) the masks expanded to [N, H, L, L] and added (bool: or), type 2; neither, (None,
+        None). query is [N, L, E]."""
+        merged, kind = None, None
         if key_padding_mask is not None:
-            if tuple(key_padding_mask.shape) != (n, s):
-                raise ShapeError(f"MultiheadAttention: key_padding_mask {list(key_padding_mask.shape)} must be "
-                                 f"[N, S] = {[n, s]}\n  at {user_location()}")
-            pad = _masked_as_additive(key_padding_mask, dtype).reshape(n, 1, 1, s)
-            mask = pad if mask is None else mask + pad
-        if mask is not None and is_causal and attn_mask is None:
-            mask = mask + _masked_as_additive(_causal(length, s), dtype)
-        if mask is not None and mask.shape[-2] != length:
-            # [N, 1, 1, S] (padding alone) spelled out over the queries: cuDNN's fused attention takes a
-            # mask broadcast over heads, not over query positions
-            mask = mask.broadcast_to((n, 1, length, s))
-        return mask
-
-
-def _causal(length: int, s: int) -> Tensor:
-    """True above the diagonal: the keys a query may not attend to under a causal mask."""
-    return ones(length, s, dtype=boolean).triu(1)
+            merged, kind = key_padding_mask, 1
+        if attn_mask is not None:
+            n, length, _ = query.shape
+            if attn_mask.ndim == 3:
+                merged = attn_mask.view(n, -1, length, length)
+            else:
+                merged = attn_mask.view(1, 1, length, length).expand(n, self.num_heads, -1, -1)
+            if key_padding_mask is not None:
+                merged = merged + key_padding_mask.view(n, 1, 1, length).expand(-1, self.num_heads, -1, -1)
+            kind = 2
+        return merged, kind
 
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
@@ -203,7 +139,7 @@ def _activation(activation: str | Callable[[Tensor], Tensor], who: str) -> Calla
     if not isinstance(activation, str):
         return activation
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"{who}: activation should be relu/gelu, not {activation!r}")
+        raise ArgumentRangeError(f"{who}: activation should be relu/gelu, not {activation!r}")
     return _ACTIVATIONS[activation]
 
 
@@ -228,6 +164,9 @@ class TransformerEncoderLayer(Module):
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
         self.dropout1, self.dropout2 = Dropout(dropout, generator=generator), Dropout(dropout, generator=generator)
         self.activation = activation
+        # torch's tag of the activation (1 relu, 2 gelu, 0 another), read by code that inspects the layer
+        self.activation_relu_or_gelu = 1 if activation in (F.relu, nn_functional.relu) or isinstance(activation, ReLU) \
+            else 2 if activation in (F.gelu, nn_functional.gelu) or isinstance(activation, GELU) else 0
 
     def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool = False) -> Tensor:
@@ -249,7 +188,8 @@ class TransformerEncoderLayer(Module):
 
 class TransformerEncoder(Module):
     """num_layers copies of encoder_layer (torch.nn.TransformerEncoder: layers.0, layers.1, ...), then
-    norm if given."""
+    norm if given. enable_nested_tensor and mask_check are kept as torch's attributes; flame builds no
+    nested tensors (use_nested_tensor is False), so padded positions are computed as the others."""
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True):
@@ -257,6 +197,7 @@ class TransformerEncoder(Module):
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
         self.num_layers = num_layers
         self.norm = norm
+        self.enable_nested_tensor, self.use_nested_tensor, self.mask_check = enable_nested_tensor, False, mask_check
 
     def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool | None = None) -> Tensor:
@@ -357,6 +298,10 @@ class Transformer(Module):
             TransformerDecoderLayer(d_model, nhead, **kw), num_decoder_layers,
             LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype))
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        self._reset_parameters(generator)
+
+    def _reset_parameters(self, generator: Generator | None = None) -> None:
+        """xavier_uniform_ every parameter of two or more dims, as torch's Transformer._reset_parameters."""
         for p in self.parameters():
             if p.ndim > 1:
                 init.xavier_uniform_(p, generator=generator)

@@ -135,6 +135,22 @@ def test_mha_causal_hint(compiled):
     )
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("opts", [{}, dict(add_bias_kv=True, add_zero_attn=True)])
+@pytest.mark.parametrize("mask", ["causal", "float"])
+def test_mha_causal_hint_stands_for_the_mask(opts, mask, compiled):
+    """With need_weights=False and no key_padding_mask torch drops attn_mask under is_causal and masks
+    causally (top-left) over every key, the appended bias_kv and zero keys included."""
+    q, k, v = _qkv(True)
+    am = np.triu(np.ones((L, S), bool), 1) if mask == "causal" else rng(6).standard_normal((L, S))
+    check(
+        _mha(batch_first=True, **opts),
+        lambda m, q, k, v, a: m(q, k, v, attn_mask=a, need_weights=False, is_causal=True),
+        [q, k, v, Fixed(am)],
+        compiled,
+    )
+
+
 def test_mha_mixed_mask_kinds_match_torch():
     """A bool key_padding_mask with a float attn_mask: torch accepts it (deprecated, with a warning) and adds them."""
     q, k, v = _qkv(True)
@@ -148,6 +164,43 @@ def test_mha_mixed_mask_kinds_match_torch():
             [q, k, v, kp, am],
             False,
         )
+
+
+_BAD_MHA_INPUTS = {  # name: (module options, query, key, value shapes, call options as (shape, dtype) masks)
+    "key 2-D, query 3-D": ({}, (L, N, E), (S, E), (S, E), {}),
+    "query 4-D": ({}, (L, N, 1, E), (L, N, 1, E), (L, N, 1, E), {}),
+    "query width": ({}, (L, N, E + 1), (S, N, E + 1), (S, N, E + 1), {}),
+    "key width (kdim)": (dict(kdim=4, vdim=5), (L, N, E), (S, N, 3), (S, N, 5), {}),
+    "key and value lengths": ({}, (L, N, E), (S, N, E), (S + 1, N, E), {}),
+    "key and value lengths (kdim)": (dict(kdim=4, vdim=5), (L, N, E), (S, N, 4), (S + 1, N, 5), {}),
+    "unbatched 2-D key_padding_mask": ({}, (L, E), (S, E), (S, E), dict(key_padding_mask=((1, S), bool))),
+    "batched 1-D key_padding_mask": ({}, (L, N, E), (S, N, E), (S, N, E), dict(key_padding_mask=((S,), bool))),
+    "4-D attn_mask": ({}, (L, N, E), (S, N, E), (S, N, E), dict(attn_mask=((N, H, L, S), bool))),
+    "unbatched 3-D attn_mask": ({}, (L, E), (S, E), (S, E), dict(attn_mask=((2 * H, L, S), bool))),
+    "integer attn_mask": ({}, (L, N, E), (S, N, E), (S, N, E), dict(attn_mask=((L, S), np.int64))),
+    "integer key_padding_mask": ({}, (L, N, E), (S, N, E), (S, N, E), dict(key_padding_mask=((N, S), np.int64))),
+}
+
+
+@pytest.mark.parametrize("name", list(_BAD_MHA_INPUTS))
+def test_mha_bad_inputs_raise_assertion_errors(name):
+    """torch refuses these inputs with `assert`: flame's errors are AssertionErrors too, naming the input
+    (an unbatched [1, S] key_padding_mask is not read as [S])."""
+    opts, *shapes, masks = _BAD_MHA_INPUTS[name]
+    for lib in (torch, flame):
+        m = lib.nn.MultiheadAttention(E, H, **opts).double()
+        args = [lib.tensor(np.zeros(s)) for s in shapes]
+        kw = {k: lib.tensor(np.zeros(s, dt)) for k, (s, dt) in masks.items()}
+        with pytest.raises(AssertionError):
+            m(*args, **kw)
+
+
+def test_mha_indivisible_heads_and_batch_mismatch():
+    for lib in (torch, flame):
+        with pytest.raises(AssertionError, match="divisible"):
+            lib.nn.MultiheadAttention(5, 2)
+    with pytest.raises(RuntimeError, match="query holds a batch of 2, key and value of 3"):
+        flame.nn.MultiheadAttention(E, H)(flame.zeros(L, 2, E), flame.zeros(S, 3, E), flame.zeros(S, 3, E))
 
 
 def _sdpa_case(name):
@@ -199,6 +252,43 @@ def test_sdpa(name, compiled):
         return F.scaled_dot_product_attention(q, k, v, mask, **kw)
 
     check(build, call, arrays, compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize(
+    "shapes,kw",
+    [
+        (((2, 2, L, 4), (1, 2, S, 4), (1, 2, S, 3)), {}),
+        (((2, 1, L, 4), (2, 2, S, 4), (2, 2, S, 3)), dict(is_causal=True)),
+        (((L, 4), (2, 2, S, 4), (2, 2, S, 3)), {}),
+        (((2, 2, L, 4), (S, 4), (S, 3)), dict(scale=0.4)),
+        (((1, 4, L, 4), (2, 2, S, 4), (2, 2, S, 3)), dict(enable_gqa=True)),
+    ],
+)
+def test_sdpa_broadcasts_leading_dims(shapes, kw, compiled):
+    """query, key and value of different leading (batch, head) dimensions broadcast, as torch's."""
+    r = rng(8)
+
+    def call(m, q, k, v):
+        F = (flame if isinstance(q, flame.Tensor) else torch).nn.functional
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+
+    check(lambda lib: lib.nn.Identity(), call, [r.standard_normal(s) for s in shapes], compiled)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("shape", [(L, S), (2, 1, L, S)])
+def test_sdpa_f32_mask_of_f64_query(shape, compiled):
+    """torch takes an f32 additive mask for an f64 query (and gives the mask an f32 gradient)."""
+    r = rng(9)
+    arrays = [r.standard_normal((2, 2, L, 4)), r.standard_normal((2, 2, S, 4)), r.standard_normal((2, 2, S, 3)),
+              r.standard_normal(shape).astype(np.float32)]
+
+    def call(m, q, k, v, mask):
+        F = (flame if isinstance(q, flame.Tensor) else torch).nn.functional
+        return F.scaled_dot_product_attention(q, k, v, mask)
+
+    check(lambda lib: lib.nn.Identity(), call, arrays, compiled, rtol=1e-6, atol=1e-7)
 
 
 def _act(name):
@@ -310,3 +400,45 @@ def test_encoder_inference_with_padding_mask():
         f = mine(flame.tensor(x), src_key_padding_mask=flame.tensor(kp)).numpy()
     np.testing.assert_allclose(f[~kp], t[~kp], rtol=1e-9, atol=1e-10)
     assert np.all(t[kp] == 0) and np.all(np.abs(f[kp]).sum(-1) > 0)
+
+
+@pytest.mark.parametrize("layer", ["TransformerEncoderLayer", "TransformerDecoderLayer"])
+def test_unknown_activation_is_a_runtime_error(layer):
+    for lib in (torch, flame):
+        with pytest.raises(RuntimeError, match="activation should be relu/gelu, not"):
+            getattr(lib.nn, layer)(E, H, activation="tanh")
+
+
+def test_layer_and_stack_attributes_as_torch():
+    def tags(lib):
+        F = lib.nn.functional
+        acts = ["relu", "gelu", F.relu, F.gelu, lib.nn.ReLU(), lib.nn.GELU(), lib.tanh]
+        return [lib.nn.TransformerEncoderLayer(E, H, 7, activation=a).activation_relu_or_gelu for a in acts]
+
+    assert tags(flame) == tags(torch) == [1, 2, 1, 2, 1, 2, 0]
+    for enable in (True, False):
+        stack = flame.nn.TransformerEncoder(flame.nn.TransformerEncoderLayer(E, H, 7), 2, None, enable, False)
+        assert (stack.enable_nested_tensor, stack.use_nested_tensor, stack.mask_check) == (enable, False, False)
+
+
+def test_reset_parameters_takes_no_argument():
+    """torch's code (and subclasses) call MultiheadAttention._reset_parameters() and
+    Transformer._reset_parameters() with no argument: both draw the weights again and zero MHA's biases."""
+    for lib in (torch, flame):
+        m = lib.nn.MultiheadAttention(E, H, add_bias_kv=True)
+        t = lib.nn.Transformer(E, H, 1, 1, 7)
+        before = [p.detach().numpy().copy() for p in (m.in_proj_weight, t.encoder.layers[0].linear1.weight)]
+        with lib.no_grad():
+            m.in_proj_bias.fill_(1.0)
+        m._reset_parameters()
+        t._reset_parameters()
+        after = [p.detach().numpy() for p in (m.in_proj_weight, t.encoder.layers[0].linear1.weight)]
+        assert all(not np.array_equal(a, b) for a, b in zip(before, after)), lib.__name__
+        assert not m.in_proj_bias.detach().numpy().any(), lib.__name__
+
+
+def test_repr_as_torch():
+    """out_proj prints as torch's NonDynamicallyQuantizableLinear (a Linear)."""
+    for build in (lambda lib: lib.nn.MultiheadAttention(E, H), lambda lib: lib.nn.Transformer(E, H, 1, 1, 7)):
+        assert repr(build(flame)) == repr(build(torch))
+    assert isinstance(flame.nn.MultiheadAttention(E, H).out_proj, flame.nn.Linear)

@@ -111,3 +111,109 @@ def test_state_dict_names_match_torch():
         assert [(k, tuple(v.shape)) for k, v in t.state_dict().items()] == [
             (k, tuple(v.shape)) for k, v in f.state_dict().items()
         ]
+
+
+def _bad_recurrent_calls(lib):
+    P = lib.nn.utils.rnn
+    x = lib.tensor(rng(5).standard_normal((T, N, IN)))
+    return {
+        "hidden_size 0": lambda: lib.nn.RNN(IN, 0),
+        "num_layers 0": lambda: lib.nn.GRU(IN, HID, num_layers=0),
+        "lengths unsorted": lambda: P.pack_padded_sequence(x, [2, 3]),
+        "length 0": lambda: P.pack_padded_sequence(x, [3, 0]),
+        "padding_side": lambda: P.pad_sequence([x[0]], padding_side="middle"),
+        "LSTMCell hx one tensor": lambda: lib.nn.LSTMCell(IN, HID).double()(x[0], x[0, :, :1].expand(N, HID)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bad_recurrent_calls(__import__("torch"))))
+def test_bad_arguments_raise_torch_error_types(name):
+    """flame's error is an instance of the type torch raises (RuntimeError for the packing checks,
+    TypeError for an LSTMCell state that is not a pair), and says what torch says."""
+    import torch
+
+    import flame
+
+    with pytest.raises(Exception) as theirs:
+        _bad_recurrent_calls(torch)[name]()
+    with pytest.raises(type(theirs.value)) as mine:
+        _bad_recurrent_calls(flame)[name]()
+    key = {"hidden_size 0": "hidden_size must be greater than zero", "num_layers 0": "num_layers must be greater"}
+    if name in key:
+        assert key[name] in str(theirs.value) and key[name] in str(mine.value)
+
+
+def test_base_classes_as_torch():
+    """nn.RNNBase and nn.RNNCellBase, for the isinstance checks code written for torch makes."""
+    import torch
+
+    import flame
+
+    for lib in (torch, flame):
+        for kind in ("RNN", "LSTM", "GRU"):
+            assert isinstance(getattr(lib.nn, kind)(IN, HID), lib.nn.RNNBase)
+            assert isinstance(getattr(lib.nn, kind + "Cell")(IN, HID), lib.nn.RNNCellBase)
+            assert not isinstance(getattr(lib.nn, kind + "Cell")(IN, HID), lib.nn.RNNBase)
+    for mode in ("LSTM", "GRU", "RNN_TANH"):  # torch's signatures: RNNBase(mode, ...), RNNCellBase(..., num_chunks)
+        built = [lib.nn.RNNBase(mode, IN, HID, 2, False) for lib in (torch, flame)]
+        assert [(k, tuple(v.shape)) for k, v in built[0].state_dict().items()] == \
+            [(k, tuple(v.shape)) for k, v in built[1].state_dict().items()]
+        assert built[1].mode == mode
+    cells = [lib.nn.RNNCellBase(IN, HID, True, 4) for lib in (torch, flame)]
+    assert [tuple(p.shape) for p in cells[0].parameters()] == [tuple(p.shape) for p in cells[1].parameters()]
+    with pytest.raises(ValueError, match="Unrecognized RNN mode"):
+        flame.nn.RNNBase("LSTMX", IN, HID)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("dtype", ["float64", "int64"])
+def test_input_of_another_dtype_is_a_value_error(dtype, packed):
+    """An input not in the weights' dtype: torch's ValueError (outside autocast), the packed one too."""
+    import numpy as np
+    import torch
+
+    import flame
+
+    x = np.zeros((T, N, IN), dtype)
+    for lib in (torch, flame):
+        m = lib.nn.GRU(IN, HID)
+        t = lib.tensor(x)
+        with pytest.raises(ValueError, match="input dtype .* does not match weight dtype"):
+            m(lib.nn.utils.rnn.pack_padded_sequence(t, [T] * N) if packed else t)
+
+
+def test_dropout_with_one_layer_warns():
+    import torch
+
+    import flame
+
+    for lib in (torch, flame):
+        with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
+            lib.nn.LSTM(IN, HID, dropout=0.5)
+
+
+@pytest.mark.parametrize("kind", ["RNN", "LSTM", "GRU"])
+def test_empty_sequence_is_refused_as_torch(kind):
+    import numpy as np
+    import torch
+
+    import flame
+
+    for lib in (torch, flame):
+        with pytest.raises(RuntimeError, match="Expected sequence length to be larger than 0"):
+            getattr(lib.nn, kind)(IN, HID).double()(lib.tensor(np.zeros((0, N, IN))))
+
+
+@pytest.mark.parametrize(
+    "kind,kw",
+    [("LSTM", dict(num_layers=2, bidirectional=True, proj_size=2)), ("RNN", dict(nonlinearity="relu", num_layers=2,
+     dropout=0.2, batch_first=True, bias=False)), ("RNNCell", dict(nonlinearity="relu")), ("RNNCell", dict(bias=False)),
+     ("GRUCell", dict(bias=False))],
+)
+def test_repr_as_torch(kind, kw):
+    """print(model) reads as torch's: proj_size right after the sizes, a cell's nonlinearity when not tanh."""
+    import torch
+
+    import flame
+
+    assert repr(getattr(flame.nn, kind)(IN, HID, **kw)) == repr(getattr(torch.nn, kind)(IN, HID, **kw))

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from flame.errors import ShapeError, TraceError
+from flame.errors import ArgumentRangeError, ShapeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.creation import full
 from flame.frontend.ops import cat, stack
@@ -86,7 +86,7 @@ def pad_sequence(
     """The sequences ([L_i, *] each) padded with padding_value to the longest and stacked: [T, B, *]
     ([B, T, *] with batch_first); padding_side 'left' pads in front."""
     if padding_side not in ("left", "right"):
-        raise ValueError(f"pad_sequence: padding_side must be 'left' or 'right', got {padding_side!r}")
+        raise ArgumentRangeError(f"pad_sequence: padding_side must be 'left' or 'right', got {padding_side!r}")
     sequences = list(sequences)
     if not sequences:
         raise ShapeError(f"pad_sequence: received an empty list of sequences\n  at {user_location()}")
@@ -117,7 +117,7 @@ def pack_padded_sequence(
             f"pack_padded_sequence: {lens.shape[0]} lengths for a batch of {batch}\n  at {user_location()}"
         )
     if (lens <= 0).any():
-        raise ValueError(
+        raise ArgumentRangeError(
             "pack_padded_sequence: Length of all samples has to be greater than 0, but found an element "
             f"in 'lengths' that is <= 0\n  at {user_location()}"
         )
@@ -129,7 +129,7 @@ def pack_padded_sequence(
     x = input.transpose(0, 1) if batch_first else input
     if enforce_sorted:
         if (np.diff(lens) > 0).any():
-            raise ValueError(
+            raise ArgumentRangeError(
                 "pack_padded_sequence: `lengths` array must be sorted in decreasing order when "
                 "`enforce_sorted` is True. You can pass `enforce_sorted=False` to pack_padded_sequence "
                 "and/or pack_sequence to sidestep this requirement if you do not need ONNX "
