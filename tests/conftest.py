@@ -1,5 +1,7 @@
 """Shared fixtures. Tests that need a GPU carry the `gpu` marker and are skipped without one."""
 
+import os
+
 import pytest
 
 from flame.runtime.device import cuda_available
@@ -10,6 +12,14 @@ def pytest_addoption(parser):
                      help="draw fresh random programs for this many seconds (tests/frontend/test_random_programs.py) "
                           "instead of the fixed seeds; prints how many ran and each failure's seed and smallest "
                           "failing program")
+
+
+def pytest_configure(config):
+    """Under pytest-xdist the workers share the CPUs: each gets its share of NVRTC compile processes
+    (flame.codegen.nvrtc_pool), unless FLAME_NVRTC_PROCESSES says otherwise."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers > 1:
+        os.environ.setdefault("FLAME_NVRTC_PROCESSES", str(max(1, (os.cpu_count() or 1) // workers)))
 
 
 def _gpu_count() -> int:

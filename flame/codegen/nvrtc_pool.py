@@ -1,16 +1,19 @@
 """NVRTC compiles in worker processes (codegen/nvrtc_worker.py), so that a plan's kernels compile side by
-side: NVRTC serializes the compiles of one process behind a lock of its own, and the threads that
-codegen/nvrtc.py compiles from (compile_ahead, compile_many) would otherwise wait for each other.
+side. The threads codegen/nvrtc.py compiles from (compile_ahead, compile_many) may not: with CuPy for
+CUDA 13 and its NVRTC on an H100 host, a U-Net step's 92 compiles on 16 threads ran one at a time (5 s
+of CPU over 68 s of the threads' clocks, the executor waiting 2.8 s for them); in processes they do not
+wait for each other, whatever serializes them within one.
 
     answer = run(source, "fused_add.cu", options)   # ("cubin", bytes) / ("error", what, log); None: compile here
 
-Up to FLAME_NVRTC_PROCESSES workers (default: the CPU count, at most 16; 0 compiles in the calling
-process), each started when a compile finds every started one busy and kept for the process's life:
-a worker is a Python interpreter running nvrtc_worker.py by its path, with NVRTC's binding and no
-GPU context. A call waits for an idle worker, then for its answer, at most WAIT_S seconds each;
-a worker that dies or does not answer in time is stopped, and run() returns None with a warning
-(once per process), so that the kernel is compiled in the calling process instead. A process forked
-from this one starts workers of its own (the pipes belong to the parent).
+Up to FLAME_NVRTC_PROCESSES workers (default: the CPU count, at most 16, divided among the ranks a
+launcher started on the host, LOCAL_WORLD_SIZE; 0 compiles in the calling process), each started when a
+compile finds every started one busy and kept for the process's life: a worker is a Python interpreter
+running nvrtc_worker.py by its path, with NVRTC's binding and no GPU context. A call waits for an idle
+worker, then for its answer, at most WAIT_S seconds each; a worker that dies or does not answer in time
+is stopped, and run() returns None with a warning (once per process), so that the kernel is compiled in
+the calling process instead. A process forked from this one starts workers of its own (the pipes
+belong to the parent).
 """
 
 from __future__ import annotations
@@ -35,8 +38,11 @@ _HEADER = 8  # nvrtc_worker.HEADER: an 8-byte little-endian length before each p
 
 
 def processes() -> int:
-    """How many compile processes may run: FLAME_NVRTC_PROCESSES, by default the CPU count (at most 16)."""
-    return env_int(PROCESSES_ENV, min(16, os.cpu_count() or 1), minimum=0)
+    """How many compile processes may run: FLAME_NVRTC_PROCESSES, by default the CPU count (at most 16)
+    shared among the ranks a launcher started on this host (LOCAL_WORLD_SIZE: torchrun's, flame's)."""
+    ranks = os.environ.get("LOCAL_WORLD_SIZE", "")
+    ranks = int(ranks) if ranks.isdigit() and int(ranks) > 0 else 1
+    return env_int(PROCESSES_ENV, max(1, min(16, os.cpu_count() or 1) // ranks), minimum=0)
 
 
 class WorkerFailed(Exception):

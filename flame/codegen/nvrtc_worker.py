@@ -1,6 +1,5 @@
-"""An NVRTC compile process (flame.codegen.nvrtc runs its compiles in a few of these): NVRTC serializes
-the compiles of one process behind a lock of its own, so threads compile one kernel at a time and only
-processes compile side by side.
+"""An NVRTC compile process: flame.codegen.nvrtc runs its compiles in a few of these, so that they run
+side by side (codegen/nvrtc_pool.py says why threads do not).
 
 Run as a script by its path (`python nvrtc_worker.py`), it imports neither flame nor the user's program,
 only NVRTC's binding. It reads requests from stdin and answers on stdout, each message a pickle preceded

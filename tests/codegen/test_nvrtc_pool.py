@@ -125,6 +125,19 @@ def test_a_worker_imports_nothing_of_flame():
     assert not [m for m in imported if m.startswith("flame")]
 
 
+def test_ranks_on_one_host_share_the_default(monkeypatch):
+    monkeypatch.delenv(nvrtc_pool.PROCESSES_ENV, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 32)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert nvrtc_pool.processes() == 16
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert nvrtc_pool.processes() == 2
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
+    assert nvrtc_pool.processes() == 1
+    monkeypatch.setenv(nvrtc_pool.PROCESSES_ENV, "5")
+    assert nvrtc_pool.processes() == 5
+
+
 def test_a_bad_setting_says_so(monkeypatch):
     monkeypatch.setenv(nvrtc_pool.PROCESSES_ENV, "-2")
     with pytest.raises(Exception, match=nvrtc_pool.PROCESSES_ENV):
