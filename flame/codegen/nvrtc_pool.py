@@ -150,7 +150,7 @@ def run(source: str, name: str, options: list[str]) -> tuple | None:
         return _failed(e)
     try:
         answer = worker.call((source, name, list(options)), WAIT_S)
-    except (WorkerFailed, pickle.UnpicklingError, EOFError) as e:
+    except (WorkerFailed, OSError, pickle.UnpicklingError, EOFError) as e:
         pool.drop(worker)
         return _failed(e)
     pool.give_back(worker)
