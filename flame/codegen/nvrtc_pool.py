@@ -25,6 +25,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from flame._env import env_int
 
 PROCESSES_ENV = "FLAME_NVRTC_PROCESSES"
 WAIT_S = 600.0  # seconds a compile waits for an idle worker, and then for the worker's answer
-EXIT_WAIT_S = 5.0  # seconds a worker gets to leave at exit before it is killed
+EXIT_WAIT_S = 5.0  # seconds the workers get, together, to leave at exit before they are killed
 WORKER = Path(__file__).with_name("nvrtc_worker.py")
 _HEADER = 8  # nvrtc_worker.HEADER: an 8-byte little-endian length before each pickle
 
@@ -75,11 +76,19 @@ class _Worker:
             out += chunk
         return bytes(out)
 
-    def stop(self, wait: float = 0.0) -> None:
+    def end_input(self) -> None:
+        """Close its input: it leaves once its compile, if any, is done."""
         try:
-            self.proc.stdin.close()  # its input ends: it leaves
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def stop(self, wait: float = 0.0) -> None:
+        """End its input, wait at most `wait` seconds for it to leave, else kill it."""
+        self.end_input()
+        try:
             self.proc.wait(timeout=wait)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
         self.proc.stdout.close()
@@ -120,7 +129,10 @@ class _Pool:
         with self.ready:
             workers, self.all, self.idle = self.all, [], []
         for w in workers:
-            w.stop(EXIT_WAIT_S)
+            w.end_input()
+        deadline = time.monotonic() + EXIT_WAIT_S  # one bound for them all, not one each
+        for w in workers:
+            w.stop(max(0.0, deadline - time.monotonic()))
 
 
 _pool: _Pool | None = None

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -142,3 +143,19 @@ def test_a_bad_setting_says_so(monkeypatch):
     monkeypatch.setenv(nvrtc_pool.PROCESSES_ENV, "-2")
     with pytest.raises(Exception, match=nvrtc_pool.PROCESSES_ENV):
         nvrtc_pool.processes()
+
+
+def test_closing_waits_for_busy_workers_within_one_bound(pool, monkeypatch, tmp_path):
+    busy = tmp_path / "busy.py"  # reads a request, then works for a minute
+    busy.write_text("import sys, time\nsys.stdin.buffer.read(1)\ntime.sleep(60)\n")
+    monkeypatch.setattr(nvrtc_pool, "WORKER", busy)
+    monkeypatch.setattr(nvrtc_pool, "WAIT_S", 0.2)
+    monkeypatch.setattr(nvrtc_pool, "EXIT_WAIT_S", 1.0)
+    workers = [nvrtc_pool._current().take(3) for _ in range(3)]
+    for w in workers:
+        w.proc.stdin.write(b"x")
+        w.proc.stdin.flush()
+    start = time.monotonic()
+    nvrtc_pool._current().close()
+    assert time.monotonic() - start < 3 * nvrtc_pool.EXIT_WAIT_S  # killed after one shared bound
+    assert all(w.proc.poll() is not None for w in workers)
