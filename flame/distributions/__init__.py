@@ -5,8 +5,11 @@ and what is not: docs/coming_from_pytorch.md."""
 from flame.distributions import constraints, transforms
 from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.categorical import Categorical, OneHotCategorical
+from flame.distributions.cauchy import Cauchy, StudentT
+from flame.distributions.dirichlet import Beta, Dirichlet
 from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
+from flame.distributions.gamma import Chi2, Gamma
 from flame.distributions.gumbel import Gumbel
 from flame.distributions.independent import Independent
 from flame.distributions.kl import kl_divergence, register_kl
@@ -15,6 +18,7 @@ from flame.distributions.log_normal import LogNormal
 from flame.distributions.mixture_same_family import MixtureSameFamily
 from flame.distributions.multivariate_normal import MultivariateNormal
 from flame.distributions.normal import Normal
+from flame.distributions.poisson import Geometric, Poisson
 from flame.distributions.transformed_distribution import TransformedDistribution
 from flame.distributions.transforms import (
     AffineTransform,
@@ -29,11 +33,17 @@ from flame.distributions.uniform import Uniform
 __all__ = [
     "AffineTransform",
     "Bernoulli",
+    "Beta",
     "Categorical",
+    "Cauchy",
+    "Chi2",
     "ComposeTransform",
+    "Dirichlet",
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "Gamma",
+    "Geometric",
     "Gumbel",
     "Independent",
     "Laplace",
@@ -42,7 +52,9 @@ __all__ = [
     "MultivariateNormal",
     "Normal",
     "OneHotCategorical",
+    "Poisson",
     "SigmoidTransform",
+    "StudentT",
     "TanhTransform",
     "Transform",
     "TransformedDistribution",

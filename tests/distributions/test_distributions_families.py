@@ -1,0 +1,204 @@
+"""Gamma, Chi2, Beta, Dirichlet, Cauchy, StudentT, Poisson and Geometric against torch.distributions in f64:
+each quantity's value and its gradients with respect to the parameters, eagerly and inside
+@flame.compile; shapes, flags, expand, validation, sampling and the KL pairs torch registers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.distributions as TD
+
+import flame
+import flame.distributions as FD
+from tests.distributions.common import probs
+from tests.distributions.test_distributions_values import _flame_compiled, _flame_eager, _torch_side
+
+MOMENTS = ["entropy", "mean", "mode", "variance", "stddev"]
+
+# name: (build(D, params), params(rng), value(rng, params), quantities)
+CASES = {
+    "Gamma": (
+        lambda D, p: D.Gamma(p["concentration"], p["rate"]),
+        lambda r: {"concentration": r.uniform(0.3, 3, size=(2, 3)), "rate": r.uniform(0.5, 2, size=(3,))},
+        lambda r, p: r.uniform(0.05, 4, size=(4, 2, 3)),
+        ["log_prob", *MOMENTS],
+    ),
+    "Chi2": (
+        lambda D, p: D.Chi2(p["df"]),
+        lambda r: {"df": r.uniform(0.5, 6, size=(4,))},
+        lambda r, p: r.uniform(0.05, 4, size=(2, 4)),
+        ["log_prob", "entropy", "mean", "variance", "df"],
+    ),
+    "Beta": (
+        lambda D, p: D.Beta(p["c1"], p["c0"]),
+        lambda r: {"c1": r.uniform(0.3, 3, size=(2, 3)), "c0": r.uniform(0.3, 3, size=(3,))},
+        lambda r, p: r.uniform(0.02, 0.98, size=(4, 2, 3)),
+        ["log_prob", *MOMENTS, "concentration1", "concentration0"],
+    ),
+    "Dirichlet": (
+        lambda D, p: D.Dirichlet(p["concentration"]),
+        # a row of all c < 1 (torch's one-hot mode), one with some, one with none
+        lambda r: {"concentration": np.array([[0.3, 0.7, 0.9], [0.5, 2.0, 3.0], [1.5, 2.5, 4.0]])},
+        lambda r, p: probs(r, 4, 3, 3),
+        ["log_prob", *MOMENTS],
+    ),
+    "Cauchy": (
+        lambda D, p: D.Cauchy(p["loc"], p["scale"]),
+        lambda r: {"loc": r.normal(size=(3,)), "scale": r.uniform(0.5, 2, size=(2, 3))},
+        lambda r, p: r.normal(size=(4, 2, 3)) * 3,
+        ["log_prob", "cdf", "icdf", *MOMENTS],
+    ),
+    "StudentT": (
+        lambda D, p: D.StudentT(p["df"], p["loc"], p["scale"]),
+        # df on each side of 1 and 2: NaN mean, infinite variance, finite variance
+        lambda r: {"df": np.array([0.7, 1.5, 3.0, 8.0]), "loc": r.normal(size=(4,)), "scale": r.uniform(0.5, 2, (4,))},
+        lambda r, p: r.normal(size=(3, 4)) * 2,
+        ["log_prob", *MOMENTS],
+    ),
+    "Poisson": (
+        lambda D, p: D.Poisson(p["rate"]),
+        lambda r: {"rate": r.uniform(0.2, 8, size=(2, 3))},
+        lambda r, p: np.concatenate([np.zeros((1, 2, 3)), r.integers(0, 10, size=(3, 2, 3))]).astype(np.float64),
+        ["log_prob", "mean", "mode", "variance"],
+    ),
+    "Geometric_probs": (
+        lambda D, p: D.Geometric(probs=p["probs"]),
+        lambda r: {"probs": r.uniform(0.1, 0.9, size=(4,))},
+        lambda r, p: r.integers(0, 6, size=(3, 4)).astype(np.float64),
+        ["log_prob", "entropy", "mean", "mode", "variance", "logits"],
+    ),
+    "Geometric_logits": (
+        lambda D, p: D.Geometric(logits=p["logits"]),
+        lambda r: {"logits": r.normal(size=(2, 3))},
+        lambda r, p: r.integers(0, 6, size=(2, 3)).astype(np.float64),
+        ["log_prob", "entropy", "mean", "variance", "probs"],
+    ),
+}
+
+QUANTITIES = [(case, q) for case, spec in CASES.items() for q in spec[3]]
+
+
+def _inputs(case, seed):
+    rng = np.random.default_rng(seed)
+    build, make_params, make_value, _ = CASES[case]
+    params = make_params(rng)
+    return build, params, make_value(rng, params), rng
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("case,name", QUANTITIES, ids=[f"{c}-{q}" for c, q in QUANTITIES])
+def test_quantity_and_gradients_match_torch(case, name, compiled):
+    build, params, value, rng = _inputs(case, 11)
+    if name == "icdf":
+        value = rng.uniform(0.05, 0.95, size=value.shape)
+    t_out, _ = _torch_side(build, params, value, name, 1.0)
+    weight = rng.normal(size=t_out.shape)
+    t_out, t_grads = _torch_side(build, params, value, name, weight)
+    run = _flame_compiled if compiled else _flame_eager
+    out, grads = run(build, params, value, name, weight, sorted(t_grads))
+    assert out.shape == t_out.shape and str(out.dtype) == str(t_out.dtype)
+    np.testing.assert_allclose(out, t_out, rtol=1e-10, atol=1e-12, equal_nan=True)
+    for k in t_grads:
+        # gradients of digamma read torch's trigamma, accurate to about 4e-10 relative (flame's: an ulp),
+        # and the entropies' cancellations magnify that
+        np.testing.assert_allclose(grads[k], t_grads[k], rtol=2e-8, atol=1e-10, equal_nan=True, err_msg=f"d/d{k}")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_shapes_flags_and_expand_match_torch(case):
+    build, params, value, _ = _inputs(case, 3)
+    fd = build(FD, {k: flame.tensor(v, dtype=flame.f64) for k, v in params.items()})
+    td = build(TD, {k: torch.tensor(v, dtype=torch.float64) for k, v in params.items()})
+    assert fd.batch_shape == tuple(td.batch_shape) and fd.event_shape == tuple(td.event_shape)
+    assert fd.has_rsample == td.has_rsample and fd.has_enumerate_support == td.has_enumerate_support
+    assert type(fd.support).__name__ == type(td.support).__name__
+    assert sorted(fd.arg_constraints) == sorted(td.arg_constraints)
+    new_batch = (2, *td.batch_shape)
+    fe, te = fd.expand(new_batch), td.expand(new_batch)
+    assert type(fe) is type(fd) and fe.batch_shape == tuple(te.batch_shape) == new_batch
+    want = te.log_prob(torch.tensor(value[0]))
+    np.testing.assert_allclose(fe.log_prob(flame.tensor(value[0])).numpy(), want.numpy(), rtol=1e-12)
+
+
+def test_number_parameters_make_f32_distributions_of_empty_batch():
+    pairs = [
+        (FD.Gamma(2.0, 3.0), TD.Gamma(2.0, 3.0)),
+        (FD.Chi2(3.0), TD.Chi2(3.0)),
+        (FD.Beta(2.0, 3.0), TD.Beta(2.0, 3.0)),
+        (FD.Cauchy(0.0, 2.0), TD.Cauchy(0.0, 2.0)),
+        (FD.StudentT(3.0), TD.StudentT(3.0)),
+        (FD.Geometric(0.3), TD.Geometric(0.3)),
+    ]
+    for fd, td in pairs:
+        assert fd.batch_shape == tuple(td.batch_shape) == (), type(fd)
+        got = fd.entropy()
+        assert got.dtype == flame.f32
+        np.testing.assert_allclose(got.numpy(), td.entropy().numpy(), rtol=1e-5)
+    fp, tp = FD.Poisson(2.5), TD.Poisson(2.5)
+    assert fp.batch_shape == () and fp.sample((3,)).dtype == flame.f32
+    np.testing.assert_allclose(fp.log_prob(flame.tensor(2.0)).numpy(), tp.log_prob(torch.tensor(2.0)).numpy())
+
+
+BAD = [
+    ("Gamma", lambda D, W: D.Gamma(W([1.0, -1.0]), W([1.0, 1.0]))),
+    ("Gamma rate", lambda D, W: D.Gamma(W([1.0]), W([0.0]))),
+    ("Chi2", lambda D, W: D.Chi2(W([0.0]))),
+    ("Beta", lambda D, W: D.Beta(W([1.0]), W([-2.0]))),
+    ("Dirichlet", lambda D, W: D.Dirichlet(W([1.0, 0.0]))),
+    ("Cauchy", lambda D, W: D.Cauchy(W([0.0]), W([-1.0]))),
+    ("StudentT", lambda D, W: D.StudentT(W([-1.0]))),
+    ("Poisson", lambda D, W: D.Poisson(W([-0.5]))),
+    ("Geometric", lambda D, W: D.Geometric(W([1.5]))),
+    ("Geometric zero", lambda D, W: D.Geometric(W([0.0, 0.5]))),
+    ("Gamma value", lambda D, W: D.Gamma(W([1.0]), W([1.0])).log_prob(W([-1.0]))),
+    ("Beta value", lambda D, W: D.Beta(W([1.0]), W([1.0])).log_prob(W([1.5]))),
+    ("Dirichlet value", lambda D, W: D.Dirichlet(W([1.0, 2.0])).log_prob(W([0.5, 0.6]))),
+    ("Poisson value", lambda D, W: D.Poisson(W([1.0])).log_prob(W([1.5]))),
+    ("Geometric value", lambda D, W: D.Geometric(W([0.5])).log_prob(W([-1.0]))),
+    ("Dirichlet 0-d", lambda D, W: D.Dirichlet(W(1.0))),
+    ("Geometric both", lambda D, W: D.Geometric(W([0.5]), W([0.5]))),
+]
+
+
+@pytest.mark.parametrize("label,make", BAD, ids=[b[0] for b in BAD])
+def test_bad_parameters_and_values_raise_as_torch(label, make):
+    with pytest.raises(ValueError) as want:
+        make(TD, lambda x: torch.tensor(x, dtype=torch.float64))
+    with pytest.raises(ValueError) as got:
+        make(FD, lambda x: flame.tensor(x, dtype=flame.f64))
+    head = str(want.value).split(" (")[0]
+    assert str(got.value).startswith(head), (str(got.value), str(want.value))
+
+
+def test_gamma_family_rsample_names_what_to_use():
+    for d in (FD.Gamma(2.0, 1.0), FD.Beta(2.0, 1.0), FD.Dirichlet(flame.ones(3)), FD.StudentT(3.0)):
+        with pytest.raises(NotImplementedError, match="no Gamma sampler"):
+            d.rsample()
+
+
+def test_sample_moments_match():
+    flame.manual_seed(0)
+    shape = (20000,)
+    for fd, mean, var in [
+        (FD.Poisson(flame.tensor([0.5, 4.0, 30.0], dtype=flame.f64)), [0.5, 4.0, 30.0], [0.5, 4.0, 30.0]),
+        (FD.Geometric(flame.tensor([0.2, 0.7], dtype=flame.f64)), [4.0, 3 / 7], [20.0, (3 / 7) / 0.7]),
+    ]:
+        s = fd.sample(shape).numpy()
+        assert s.shape == shape + fd.batch_shape and np.all(s == np.floor(s)) and np.all(s >= 0)
+        np.testing.assert_allclose(s.mean(0), mean, rtol=0.05)
+        np.testing.assert_allclose(s.var(0), var, rtol=0.1)
+    c = FD.Cauchy(flame.tensor([1.0], dtype=flame.f64), flame.tensor([2.0], dtype=flame.f64))
+    s = c.sample(shape).numpy()
+    np.testing.assert_allclose(np.median(s), 1.0, atol=0.1)
+    np.testing.assert_allclose(np.quantile(s, 0.75) - np.quantile(s, 0.25), 4.0, rtol=0.1)
+
+
+def test_cauchy_rsample_gradients_follow_the_reparameterisation():
+    loc = flame.tensor([0.5], dtype=flame.f64, requires_grad=True)
+    scale = flame.tensor([2.0], dtype=flame.f64, requires_grad=True)
+    x = FD.Cauchy(loc, scale).rsample((1000,))
+    x.sum().backward()
+    eps = (x.detach() - 0.5) / 2.0
+    np.testing.assert_allclose(loc.grad.numpy(), [1000.0])
+    np.testing.assert_allclose(scale.grad.numpy(), [eps.sum().numpy()], rtol=1e-9)
