@@ -3,6 +3,7 @@ run eagerly and inside @flame.compile, with gradients), sampling from flame's ge
 and what is not: docs/coming_from_pytorch.md."""
 
 from flame.distributions import constraints, transforms
+from flame.distributions import kl_families as _kl_families  # noqa: F401  (registers its KL pairs)
 from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.categorical import Categorical, OneHotCategorical
 from flame.distributions.cauchy import Cauchy, StudentT

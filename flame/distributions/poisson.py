@@ -8,7 +8,7 @@ import numpy as np
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions._known import shown
+from flame.distributions._known import known_value, shown
 from flame.distributions.distribution import Distribution
 from flame.distributions.utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
 from flame.frontend.losses import binary_cross_entropy_with_logits
@@ -81,7 +81,7 @@ class Geometric(Distribution):
         param = self.probs if probs is not None else self.logits
         super().__init__(() if isinstance(given, Number) else param.shape, validate_args=validate_args)
         if self._validate_args and probs is not None:
-            known = self.probs.numpy() if not self.probs.is_traced else None
+            known = known_value(self.probs)  # None inside @flame.compile where not known while tracing
             if known is not None and not bool(np.all(known > 0)):
                 value = self.probs
                 raise ValueError(
