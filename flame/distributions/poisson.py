@@ -10,7 +10,7 @@ from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions._known import known_value, shown
 from flame.distributions.distribution import Distribution
-from flame.distributions.utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from flame.distributions.utils import broadcast_all, finfo_tiny, lazy_property, logits_to_probs, probs_to_logits
 from flame.frontend.losses import binary_cross_entropy_with_logits
 
 __all__ = ["Geometric", "Poisson"]
@@ -130,7 +130,7 @@ class Geometric(Distribution):
         """floor(log(u) / log1p(-probs)) with u uniform in (0, 1) (no gradients)."""
         shape = self._extended_shape(sample_shape)
         with ops.no_grad():
-            tiny = float(np.finfo(self.probs.dtype.np_dtype).tiny)
+            tiny = finfo_tiny(self.probs.dtype)
             u = ops.rand(shape, dtype=self.probs.dtype).clamp(min=tiny)
             return (u.log() / (-self.probs).log1p()).floor()
 
