@@ -8,7 +8,7 @@ from numbers import Number
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions.distribution import Distribution, LocScale
-from flame.distributions.gamma import gamma_rsample_missing, standard_gamma
+from flame.distributions.gamma import gamma_rsample
 from flame.distributions.utils import broadcast_all
 
 __all__ = ["Cauchy", "StudentT"]
@@ -62,7 +62,7 @@ class StudentT(Distribution):
 
     arg_constraints = {"df": constraints.positive, "loc": constraints.real, "scale": constraints.positive}
     support = constraints.real
-    has_rsample = False  # torch's is True: flame's Gamma draws carry no gradient (gamma_rsample_missing)
+    has_rsample = True
 
     def __init__(self, df, loc=0.0, scale=1.0, validate_args: bool | None = None) -> None:
         self.df, self.loc, self.scale = broadcast_all(df, loc, scale)
@@ -97,16 +97,12 @@ class StudentT(Distribution):
         return ops.where(df > 2, finite, ops.where(df > 1, float("inf"), float("nan")))
 
     def rsample(self, sample_shape=()):
-        """Not available: a t draw divides a normal by a chi-squared (Gamma) draw, which flame does not make."""
-        raise gamma_rsample_missing(type(self).__name__)
-
-    def sample(self, sample_shape=()):
-        """loc + scale X / sqrt(Z / df), X ~ N(0, 1) and Z ~ Chi2(df) = 2 Gamma(df / 2) (no gradients)."""
+        """loc + scale X / sqrt(Z / df), X ~ N(0, 1) and Z ~ Chi2(df) = 2 Gamma(df / 2) (gamma_rsample):
+        gradients reach df, loc and scale."""
         shape = self._extended_shape(sample_shape)
-        with ops.no_grad():
-            x = ops.randn(shape, dtype=self.df.dtype)
-            z = 2 * standard_gamma(0.5 * self.df, shape)
-            return self.loc.detach() + self.scale.detach() * x * (z / self.df.detach()).rsqrt()
+        x = ops.randn(shape, dtype=self.df.dtype)
+        z = 2 * gamma_rsample(0.5 * self.df, shape)
+        return self.loc + self.scale * x * (z / self.df).rsqrt()
 
     def log_prob(self, value):
         """-(df + 1)/2 log1p(y^2 / df) - log(scale) - log(df)/2 - log(pi)/2 - lgamma(df/2) + lgamma((df+1)/2)."""

@@ -8,7 +8,7 @@ from numbers import Number
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions.distribution import Distribution
-from flame.distributions.gamma import gamma_rsample_missing, standard_gamma
+from flame.distributions.gamma import gamma_rsample
 from flame.distributions.utils import broadcast_all
 
 __all__ = ["Beta", "Dirichlet"]
@@ -19,7 +19,7 @@ class Dirichlet(Distribution):
 
     arg_constraints = {"concentration": constraints.independent(constraints.positive, 1)}
     support = constraints.simplex
-    has_rsample = False  # torch's is True: flame's Gamma draws carry no gradient (gamma_rsample_missing)
+    has_rsample = True
 
     def __init__(self, concentration, validate_args: bool | None = None) -> None:
         if concentration.ndim < 1:
@@ -38,14 +38,10 @@ class Dirichlet(Distribution):
         return new
 
     def rsample(self, sample_shape=()):
-        """Not available: Dirichlet draws are normalised Gamma draws, which carry no gradient in flame."""
-        raise gamma_rsample_missing(type(self).__name__)
-
-    def sample(self, sample_shape=()):
-        """Gamma(concentration) draws normalised to sum to 1 along the event dim (no gradients)."""
-        with ops.no_grad():
-            g = standard_gamma(self.concentration, self._extended_shape(sample_shape))
-            return g / g.sum(-1, keepdim=True)
+        """Gamma(concentration) draws normalised to sum to 1 along the event dim, differentiable through
+        gamma_rsample (a pathwise gradient whose expectation is torch's)."""
+        g = gamma_rsample(self.concentration, self._extended_shape(sample_shape))
+        return g / g.sum(-1, keepdim=True)
 
     def log_prob(self, value):
         """sum (c - 1) log(value) + lgamma(sum c) - sum lgamma(c)."""
@@ -88,7 +84,7 @@ class Beta(Distribution):
 
     arg_constraints = {"concentration1": constraints.positive, "concentration0": constraints.positive}
     support = constraints.unit_interval
-    has_rsample = False  # torch's is True: flame's Gamma draws carry no gradient (gamma_rsample_missing)
+    has_rsample = True
 
     def __init__(self, concentration1, concentration0, validate_args: bool | None = None) -> None:
         if isinstance(concentration1, Number) and isinstance(concentration0, Number):
@@ -135,12 +131,8 @@ class Beta(Distribution):
         return self.concentration1 * self.concentration0 / (total.pow(2) * (total + 1))
 
     def rsample(self, sample_shape=()):
-        """Not available: Beta draws are ratios of Gamma draws, which carry no gradient in flame."""
-        raise gamma_rsample_missing(type(self).__name__)
-
-    def sample(self, sample_shape=()):
-        """The first coordinate of the two-category Dirichlet's draws (no gradients)."""
-        return self._dirichlet.sample(sample_shape)[..., 0]
+        """The first coordinate of the two-category Dirichlet's draws."""
+        return self._dirichlet.rsample(sample_shape)[..., 0]
 
     def log_prob(self, value):
         """The Dirichlet's log_prob at (value, 1 - value)."""
