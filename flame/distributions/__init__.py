@@ -12,6 +12,7 @@ from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
 from flame.distributions.gamma import Chi2, Gamma
 from flame.distributions.gumbel import Gumbel
+from flame.distributions.half import HalfCauchy, HalfNormal
 from flame.distributions.independent import Independent
 from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.laplace import Laplace
@@ -22,6 +23,7 @@ from flame.distributions.normal import Normal
 from flame.distributions.poisson import Geometric, Poisson
 from flame.distributions.transformed_distribution import TransformedDistribution
 from flame.distributions.transforms import (
+    AbsTransform,
     AffineTransform,
     ComposeTransform,
     ExpTransform,
@@ -32,6 +34,7 @@ from flame.distributions.transforms import (
 from flame.distributions.uniform import Uniform
 
 __all__ = [
+    "AbsTransform",
     "AffineTransform",
     "Bernoulli",
     "Beta",
@@ -46,6 +49,8 @@ __all__ = [
     "Gamma",
     "Geometric",
     "Gumbel",
+    "HalfCauchy",
+    "HalfNormal",
     "Independent",
     "Laplace",
     "LogNormal",

@@ -1,12 +1,14 @@
-"""The closed-form KL divergences torch registers between Gamma, Beta, Dirichlet, Cauchy, Poisson and
-Geometric distributions of one family (and Beta against Gamma), registered into kl_divergence's table."""
+"""The closed-form KL divergences torch registers between Gamma, Beta, Dirichlet, Cauchy, Poisson,
+Geometric and HalfNormal distributions of one family (and Beta against Gamma), registered into
+kl_divergence's table."""
 
 from __future__ import annotations
 
 from flame.distributions.cauchy import Cauchy
 from flame.distributions.dirichlet import Beta, Dirichlet
 from flame.distributions.gamma import Gamma
-from flame.distributions.kl import register_kl
+from flame.distributions.half import HalfNormal
+from flame.distributions.kl import _kl_normal_normal, register_kl
 from flame.distributions.poisson import Geometric, Poisson
 
 
@@ -63,3 +65,8 @@ def _kl_geometric_geometric(p, q):
 @register_kl(Poisson, Poisson)
 def _kl_poisson_poisson(p, q):
     return p.rate * (p.rate.log() - q.rate.log()) - (p.rate - q.rate)
+
+
+@register_kl(HalfNormal, HalfNormal)
+def _kl_halfnormal_halfnormal(p, q):
+    return _kl_normal_normal(p.base_dist, q.base_dist)

@@ -1,6 +1,7 @@
-"""Gamma, Chi2, Beta, Dirichlet, Cauchy, StudentT, Poisson and Geometric against torch.distributions in f64:
-each quantity's value and its gradients with respect to the parameters, eagerly and inside
-@flame.compile; shapes, flags, expand, validation, sampling and the KL pairs torch registers."""
+"""Gamma, Chi2, Beta, Dirichlet, Cauchy, StudentT, Poisson, Geometric, HalfNormal and HalfCauchy against
+torch.distributions in f64: each quantity's value and its gradients with respect to the parameters, eagerly
+and inside @flame.compile; shapes, flags, expand, validation, sampling, rsample gradients and the KL pairs
+torch registers."""
 
 from __future__ import annotations
 
@@ -76,6 +77,18 @@ CASES = {
         lambda r, p: r.integers(0, 6, size=(2, 3)).astype(np.float64),
         ["log_prob", "entropy", "mean", "variance", "probs"],
     ),
+    "HalfNormal": (
+        lambda D, p: D.HalfNormal(p["scale"]),
+        lambda r: {"scale": r.uniform(0.5, 2, size=(2, 3))},
+        lambda r, p: r.uniform(0.0, 4, size=(4, 2, 3)),
+        ["log_prob", "cdf", "icdf", *MOMENTS],
+    ),
+    "HalfCauchy": (
+        lambda D, p: D.HalfCauchy(p["scale"]),
+        lambda r: {"scale": r.uniform(0.5, 2, size=(3,))},
+        lambda r, p: r.uniform(0.0, 10, size=(4, 3)),
+        ["log_prob", "cdf", "icdf", *MOMENTS],
+    ),
 }
 
 QUANTITIES = [(case, q) for case, spec in CASES.items() for q in spec[3]]
@@ -131,6 +144,8 @@ def test_number_parameters_make_f32_distributions_of_empty_batch():
         (FD.Cauchy(0.0, 2.0), TD.Cauchy(0.0, 2.0)),
         (FD.StudentT(3.0), TD.StudentT(3.0)),
         (FD.Geometric(0.3), TD.Geometric(0.3)),
+        (FD.HalfNormal(2.0), TD.HalfNormal(2.0)),
+        (FD.HalfCauchy(2.0), TD.HalfCauchy(2.0)),
     ]
     for fd, td in pairs:
         assert fd.batch_shape == tuple(td.batch_shape) == (), type(fd)
@@ -159,6 +174,8 @@ BAD = [
     ("Poisson value", lambda D, W: D.Poisson(W([1.0])).log_prob(W([1.5]))),
     ("Geometric value", lambda D, W: D.Geometric(W([0.5])).log_prob(W([-1.0]))),
     ("Dirichlet 0-d", lambda D, W: D.Dirichlet(W(1.0))),
+    ("HalfNormal", lambda D, W: D.HalfNormal(W([0.0]))),
+    ("HalfCauchy value", lambda D, W: D.HalfCauchy(W([1.0])).log_prob(W([-1.0]))),
     ("Geometric both", lambda D, W: D.Geometric(W([0.5]), W([0.5]))),
 ]
 
@@ -262,6 +279,8 @@ GAMMA_FAMILY = [
     ("Chi2", lambda D, W: D.Chi2(W([3.0])), lambda: [st.chi2(3.0)]),
     ("Beta", lambda D, W: D.Beta(W([0.4, 2.0]), W([2.0, 2.0])), lambda: [st.beta(0.4, 2.0), st.beta(2.0, 2.0)]),
     ("StudentT", lambda D, W: D.StudentT(W([2.5]), W(1.0), W(2.0)), lambda: [st.t(2.5, loc=1.0, scale=2.0)]),
+    ("HalfNormal", lambda D, W: D.HalfNormal(W([2.0])), lambda: [st.halfnorm(scale=2.0)]),
+    ("HalfCauchy", lambda D, W: D.HalfCauchy(W([2.0])), lambda: [st.halfcauchy(scale=2.0)]),
 ]
 
 
@@ -333,6 +352,7 @@ KL_PAIRS = {
     "Cauchy-Cauchy": ("Cauchy", "Cauchy"),
     "Poisson-Poisson": ("Poisson", "Poisson"),
     "Geometric-Geometric": ("Geometric_probs", "Geometric_probs"),
+    "HalfNormal-HalfNormal": ("HalfNormal", "HalfNormal"),
 }
 
 
