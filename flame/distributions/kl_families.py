@@ -1,9 +1,12 @@
 """The closed-form KL divergences torch registers between Gamma, Beta, Dirichlet, Cauchy, Poisson,
-Geometric and HalfNormal distributions of one family (and Beta against Gamma), registered into
+Geometric, Binomial and HalfNormal distributions of one family (and Beta against Gamma), registered into
 kl_divergence's table."""
 
 from __future__ import annotations
 
+from flame.distributions import _frontend as ops
+from flame.distributions._known import known_value
+from flame.distributions.binomial import Binomial
 from flame.distributions.cauchy import Cauchy
 from flame.distributions.dirichlet import Beta, Dirichlet
 from flame.distributions.gamma import Gamma
@@ -70,3 +73,12 @@ def _kl_poisson_poisson(p, q):
 @register_kl(HalfNormal, HalfNormal)
 def _kl_halfnormal_halfnormal(p, q):
     return _kl_normal_normal(p.base_dist, q.base_dist)
+
+
+@register_kl(Binomial, Binomial)
+def _kl_binomial_binomial(p, q):
+    smaller = known_value(p.total_count < q.total_count)  # None inside @flame.compile when not known
+    if smaller is not None and smaller.any():
+        raise NotImplementedError("KL between Binomials where q.total_count > p.total_count is not implemented")
+    kl = p.total_count * (p.probs * (p.logits - q.logits) + (-p.probs).log1p() - (-q.probs).log1p())
+    return ops.where(p.total_count > q.total_count, float("inf"), kl)
