@@ -5,7 +5,7 @@ and what is not: docs/coming_from_pytorch.md."""
 from flame.distributions import constraints, transforms
 from flame.distributions import kl_families as _kl_families  # noqa: F401  (registers its KL pairs)
 from flame.distributions.bernoulli import Bernoulli
-from flame.distributions.binomial import Binomial
+from flame.distributions.binomial import Binomial, NegativeBinomial
 from flame.distributions.categorical import Categorical, OneHotCategorical
 from flame.distributions.cauchy import Cauchy, StudentT
 from flame.distributions.dirichlet import Beta, Dirichlet
@@ -58,6 +58,7 @@ __all__ = [
     "LogNormal",
     "MixtureSameFamily",
     "MultivariateNormal",
+    "NegativeBinomial",
     "Normal",
     "OneHotCategorical",
     "Poisson",

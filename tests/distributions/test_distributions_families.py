@@ -101,6 +101,18 @@ CASES = {
         lambda r, p: r.integers(0, 11, size=(3, 5)).astype(np.float64),
         ["log_prob", "entropy", "mean", "mode", "variance", "probs"],
     ),
+    "NegativeBinomial_probs": (
+        lambda D, p: D.NegativeBinomial(p["total_count"], probs=p["probs"]),
+        lambda r: {"total_count": np.array([0.0, 2.5, 7.0]), "probs": r.uniform(0.05, 0.9, size=(2, 3))},
+        lambda r, p: np.concatenate([np.zeros((1, 2, 3)), r.integers(0, 9, size=(3, 2, 3))]).astype(np.float64),
+        ["log_prob", "mean", "mode", "variance", "logits"],
+    ),
+    "NegativeBinomial_logits": (
+        lambda D, p: D.NegativeBinomial(4, logits=p["logits"]),
+        lambda r: {"logits": r.normal(size=(4,))},
+        lambda r, p: r.integers(0, 12, size=(3, 4)).astype(np.float64),
+        ["log_prob", "mean", "mode", "variance", "probs"],
+    ),
 }
 
 QUANTITIES = [(case, q) for case, spec in CASES.items() for q in spec[3]]
@@ -198,6 +210,9 @@ BAD = [
     ("Binomial negative", lambda D, W: D.Binomial(W([-1.0]), W([0.5]))),
     ("Binomial value", lambda D, W: D.Binomial(W([3.0]), W([0.5])).log_prob(W([4.0]))),
     ("Binomial both", lambda D, W: D.Binomial(3, W([0.5]), W([0.5]))),
+    ("NegativeBinomial count", lambda D, W: D.NegativeBinomial(W([-1.0]), W([0.5]))),
+    ("NegativeBinomial probs", lambda D, W: D.NegativeBinomial(W([2.0]), W([1.0]))),
+    ("NegativeBinomial value", lambda D, W: D.NegativeBinomial(W([2.0]), W([0.5])).log_prob(W([1.5]))),
     ("Geometric both", lambda D, W: D.Geometric(W([0.5]), W([0.5]))),
 ]
 
@@ -502,3 +517,13 @@ def test_binomial_samples_enumeration_and_inhomogeneous_counts_as_torch():
 
     out = draw(flame.tensor([0.5, 0.9])).numpy()
     assert out.shape == (3, 2) and np.all((out >= 0) & (out <= 4))
+
+
+def test_negative_binomial_samples_have_its_moments():
+    flame.manual_seed(9)
+    n, p = np.array([2.5, 7.0, 0.0]), np.array([0.3, 0.6, 0.5])
+    s = FD.NegativeBinomial(flame.tensor(n), flame.tensor(p)).sample((40000,)).numpy()
+    assert s.shape == (40000, 3) and np.all(s >= 0) and np.all(s == np.floor(s))
+    mean = n * p / (1 - p)
+    np.testing.assert_allclose(s.mean(0), mean, rtol=0.03, atol=1e-12)
+    np.testing.assert_allclose(s.var(0), mean / (1 - p), rtol=0.06, atol=1e-12)
