@@ -3,11 +3,17 @@ run eagerly and inside @flame.compile, with gradients), sampling from flame's ge
 and what is not: docs/coming_from_pytorch.md."""
 
 from flame.distributions import constraints, transforms
+from flame.distributions import kl_families as _kl_families  # noqa: F401  (registers its KL pairs)
 from flame.distributions.bernoulli import Bernoulli
+from flame.distributions.binomial import Binomial, NegativeBinomial
 from flame.distributions.categorical import Categorical, OneHotCategorical
+from flame.distributions.cauchy import Cauchy, StudentT
+from flame.distributions.dirichlet import Beta, Dirichlet
 from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
+from flame.distributions.gamma import Chi2, Gamma
 from flame.distributions.gumbel import Gumbel
+from flame.distributions.half import HalfCauchy, HalfNormal
 from flame.distributions.independent import Independent
 from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.laplace import Laplace
@@ -15,8 +21,10 @@ from flame.distributions.log_normal import LogNormal
 from flame.distributions.mixture_same_family import MixtureSameFamily
 from flame.distributions.multivariate_normal import MultivariateNormal
 from flame.distributions.normal import Normal
+from flame.distributions.poisson import Geometric, Poisson
 from flame.distributions.transformed_distribution import TransformedDistribution
 from flame.distributions.transforms import (
+    AbsTransform,
     AffineTransform,
     ComposeTransform,
     ExpTransform,
@@ -27,22 +35,35 @@ from flame.distributions.transforms import (
 from flame.distributions.uniform import Uniform
 
 __all__ = [
+    "AbsTransform",
     "AffineTransform",
     "Bernoulli",
+    "Binomial",
+    "Beta",
     "Categorical",
+    "Cauchy",
+    "Chi2",
     "ComposeTransform",
+    "Dirichlet",
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "Gamma",
+    "Geometric",
     "Gumbel",
+    "HalfCauchy",
+    "HalfNormal",
     "Independent",
     "Laplace",
     "LogNormal",
     "MixtureSameFamily",
     "MultivariateNormal",
+    "NegativeBinomial",
     "Normal",
     "OneHotCategorical",
+    "Poisson",
     "SigmoidTransform",
+    "StudentT",
     "TanhTransform",
     "Transform",
     "TransformedDistribution",

@@ -5,6 +5,7 @@ from flame.frontend.context import enable_grad, no_grad
 from flame.frontend.creation import arange, eye, full, full_like, multinomial, rand, randn, tensor, zeros_like
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.ops import broadcast_shapes, broadcast_tensors, cat, erf, erfinv, isclose, softmax, stack, where
+from flame.frontend.random_fills import poisson
 from flame.frontend.tensor_core import pad
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "multinomial",
     "no_grad",
     "pad",
+    "poisson",
     "rand",
     "randn",
     "softmax",

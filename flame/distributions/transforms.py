@@ -15,7 +15,15 @@ from flame.frontend.activations import softplus
 from flame.frontend.context import user_location
 from flame.frontend.tensor import Tensor
 
-__all__ = ["AffineTransform", "ComposeTransform", "ExpTransform", "SigmoidTransform", "TanhTransform", "Transform"]
+__all__ = [
+    "AbsTransform",
+    "AffineTransform",
+    "ComposeTransform",
+    "ExpTransform",
+    "SigmoidTransform",
+    "TanhTransform",
+    "Transform",
+]
 
 
 class Transform:
@@ -218,6 +226,19 @@ class ExpTransform(_Parameterless):
     def log_abs_det_jacobian(self, x, y):
         """log exp'(x) = x."""
         return x
+
+
+class AbsTransform(_Parameterless):
+    """y = |x| (not bijective: its inverse gives the nonnegative preimage, as torch's)."""
+
+    domain = constraints.real
+    codomain = constraints.positive
+
+    def _call(self, x):
+        return x.abs()
+
+    def _inverse(self, y):
+        return y
 
 
 class SigmoidTransform(_Parameterless):

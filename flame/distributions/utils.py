@@ -18,6 +18,11 @@ def finfo_eps(dtype) -> float:
     return 2.0**-7 if dtype.name == "bf16" else float(np.finfo(dtype.np_dtype).eps)
 
 
+def finfo_tiny(dtype) -> float:
+    """The smallest positive normal value of a floating dtype (torch.finfo(dtype).tiny)."""
+    return 2.0**-126 if dtype.name == "bf16" else float(np.finfo(dtype.np_dtype).tiny)
+
+
 def finfo_min(dtype) -> float:
     """The most negative finite value of a floating dtype (torch.finfo(dtype).min)."""
     return float(np.finfo(dtype.np_dtype).min)
