@@ -18,9 +18,11 @@ from __future__ import annotations
 import collections.abc
 import copy
 import multiprocessing
+import pickle
 import queue
 import time
 import traceback
+import warnings
 import weakref
 from typing import Any
 
@@ -57,7 +59,10 @@ def default_collate(batch: list) -> Any:
     if isinstance(elem, (np.ndarray, np.generic)):
         if elem.dtype.kind in "OSUV":
             raise TypeError(_COLLATE_ERR.format(elem.dtype))
-        return Tensor(np.stack(batch) if isinstance(elem, np.ndarray) else np.asarray(batch))
+        if isinstance(elem, np.ndarray):
+            _check_same_shape([b.shape for b in batch])
+            return Tensor(np.stack(batch))
+        return Tensor(np.asarray(batch))
     if isinstance(elem, float):
         return tensor(list(batch), dtype="f64")
     if isinstance(elem, (bool, int)):
@@ -84,6 +89,16 @@ def default_collate(batch: list) -> Any:
         except TypeError:
             return fields
     raise TypeError(_COLLATE_ERR.format(type(elem)))
+
+
+def _check_same_shape(shapes: list) -> None:
+    """torch.stack's RuntimeError for the first item whose shape differs from the first's."""
+    for i, shape in enumerate(shapes):
+        if tuple(shape) != tuple(shapes[0]):
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {list(shapes[0])} at entry 0 and "
+                f"{list(shape)} at entry {i}"
+            )
 
 
 def _foreign(x) -> bool:
@@ -166,7 +181,8 @@ class _DeviceCopier:
     def __init__(self, pin_memory: bool):
         from flame.runtime.device import get_device
 
-        self.async_copy = pin_memory and get_device() == "cuda"
+        self.on_gpu = get_device() == "cuda"
+        self.async_copy = pin_memory and self.on_gpu
         self._stream, self._held = None, []
 
     def tensor(self, array: np.ndarray, dtype: str | None = None):
@@ -243,12 +259,12 @@ def _worker_loop(dataset, fetch, index_q, result_q, worker_id, num_workers, seed
     set_device("reference")  # the GPU belongs to the main process
     _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
     _seed_worker(seed)
-    where = f"Caught an exception in DataLoader worker process {worker_id}:\n"
+    where = f"in DataLoader worker process {worker_id}"
     try:
         if init_fn is not None:
             init_fn(worker_id)
-    except Exception:
-        result_q.put((None, None, where + traceback.format_exc()))
+    except Exception as e:
+        result_q.put((None, None, _WorkerError(e, where)))
         return
     while True:
         task = index_q.get()
@@ -262,8 +278,42 @@ def _worker_loop(dataset, fetch, index_q, result_q, worker_id, num_workers, seed
                 result_q.put(((work, worker_id, None), None, None))
             else:
                 result_q.put((key, _to_host(fetch(work)), None))
-        except Exception:
-            result_q.put((key, None, where + traceback.format_exc()))
+        except Exception as e:
+            result_q.put((key, None, _WorkerError(e, where)))
+
+
+class _WorkerError:
+    """An exception raised in a worker, sent to the main process, which raises it again in its own
+    type with the worker's traceback in the message, as torch's ExceptionWrapper."""
+
+    def __init__(self, error: BaseException, where: str):
+        self.exc_type = type(error) if _picklable(type(error)) else RuntimeError
+        self.message = f"Caught {type(error).__name__} {where}.\nOriginal {traceback.format_exc()}"
+
+    def reraise(self):
+        msg = self.message
+        if self.exc_type is KeyError:  # KeyError quotes its message; torch keeps the lines readable
+            msg = _KeyErrorMessage(msg)
+        elif getattr(self.exc_type, "message", None):
+            raise self.exc_type(message=msg)
+        try:
+            error = self.exc_type(msg)
+        except Exception:  # an exception type that cannot be built from one message
+            raise RuntimeError(msg) from None
+        raise error
+
+
+def _picklable(obj) -> bool:
+    try:
+        pickle.dumps(obj)
+    except Exception:  # a class defined in a function, for one
+        return False
+    return True
+
+
+class _KeyErrorMessage(str):
+    def __repr__(self):
+        return self
 
 
 class _Fetcher:
@@ -351,16 +401,20 @@ class DataLoader:
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
         pin_memory_device: str = "",
+        in_order: bool = True,
     ):
-        if not isinstance(num_workers, int) or num_workers < 0:
+        if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.")
+        num_workers = int(num_workers)
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor is not None:
             raise ValueError(
-                "prefetch_factor option could only be specified in multiprocessing. Let num_workers > 0 "
+                "prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 "
                 "to enable multiprocessing, otherwise set prefetch_factor to None."
             )
+        if num_workers > 0 and prefetch_factor is None:
+            prefetch_factor = 2
         if prefetch_factor is not None and prefetch_factor < 0:
             raise ValueError("prefetch_factor option should be non-negative")
         if persistent_workers and num_workers == 0:
@@ -370,9 +424,14 @@ class DataLoader:
                 raise ValueError(
                     f"DataLoader with IterableDataset: expected unspecified shuffle option, but got shuffle={shuffle}"
                 )
-            if sampler is not None or batch_sampler is not None:
+            if sampler is not None:
                 raise ValueError(
-                    "DataLoader with IterableDataset: expected unspecified sampler and batch_sampler options"
+                    f"DataLoader with IterableDataset: expected unspecified sampler option, but got sampler={sampler}"
+                )
+            if batch_sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified batch_sampler option, but got "
+                    f"batch_sampler={batch_sampler}"
                 )
         elif batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -389,8 +448,9 @@ class DataLoader:
         ):
             raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
         self.dataset, self.num_workers, self.pin_memory, self.timeout = dataset, num_workers, pin_memory, timeout
-        self.worker_init_fn, self.generator, self.prefetch_factor = worker_init_fn, generator, prefetch_factor or 2
-        self.persistent_workers, self.multiprocessing_context = persistent_workers, multiprocessing_context
+        self.worker_init_fn, self.generator, self.prefetch_factor = worker_init_fn, generator, prefetch_factor
+        self.persistent_workers, self.in_order, self.pin_memory_device = persistent_workers, in_order, pin_memory_device
+        self.multiprocessing_context = _start_method(multiprocessing_context, num_workers)
         self.drop_last, self._workers = drop_last, None
         if not isinstance(dataset, IterableDataset) and sampler is None:
             sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
@@ -400,6 +460,12 @@ class DataLoader:
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self._auto = batch_sampler is not None or (isinstance(dataset, IterableDataset) and batch_size is not None)
         self.collate_fn = collate_fn or (default_collate if self._auto else default_convert)
+        self._initialized = True
+
+    def __setattr__(self, name: str, value) -> None:
+        if getattr(self, "_initialized", False) and name in _FIXED:
+            raise ValueError(f"{name} attribute should not be set after {type(self).__name__} is initialized")
+        super().__setattr__(name, value)
 
     def __len__(self) -> int:
         if isinstance(self.dataset, IterableDataset):
@@ -415,7 +481,21 @@ class DataLoader:
     def __iter__(self):
         fetch = _Fetcher(self)
         copier = _DeviceCopier(self.pin_memory)
+        if self.pin_memory and self.pin_memory_device:
+            warnings.warn(
+                "pin_memory_device is deprecated, the current accelerator will be used as the device,"
+                f"ignore pin_memory_device='{self.pin_memory_device}'.",
+                stacklevel=2,
+            )
+        if self.pin_memory and not copier.on_gpu:
+            warnings.warn(
+                "'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+                "won't be used.",
+                stacklevel=2,
+            )
         if self.num_workers == 0:
+            if self.timeout != 0:
+                raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
             batches = fetch.stream() if isinstance(self.dataset, IterableDataset) else map(fetch, self._tasks())
             return (copier.place(b) if self.pin_memory else b for b in batches)
         if not self.persistent_workers:
@@ -425,6 +505,35 @@ class DataLoader:
         else:
             self._workers.reset(self, copier)
         return self._workers
+
+
+_FIXED = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+
+
+def _start_method(ctx, num_workers: int):
+    """multiprocessing_context checked as torch checks it: only with workers, and a start method's
+    name (or a context) the platform has."""
+    if ctx is None:
+        return None
+    if num_workers == 0:
+        raise ValueError(
+            "multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got "
+            f"num_workers={num_workers}"
+        )
+    if isinstance(ctx, str):
+        methods = multiprocessing.get_all_start_methods()
+        if ctx not in methods:
+            raise ValueError(
+                "multiprocessing_context option should specify a valid start method in "
+                f"{methods!r}, but got multiprocessing_context={ctx!r}"
+            )
+        return multiprocessing.get_context(ctx)
+    if not isinstance(ctx, multiprocessing.context.BaseContext):
+        raise TypeError(
+            "multiprocessing_context option should be a valid context object or a string specifying the start "
+            f"method, but got multiprocessing_context={ctx}"
+        )
+    return ctx
 
 
 class _WorkerIterator:
@@ -512,7 +621,7 @@ class _WorkerIterator:
                 continue
             if error is not None:
                 self.close()
-                raise RuntimeError(error)
+                error.reraise()
             self.pending[k] = batch
         key = next(k for k in keys if k in self.pending)
         return key, self.pending.pop(key)
