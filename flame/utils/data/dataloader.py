@@ -282,6 +282,17 @@ def _worker_loop(dataset, fetch, index_q, result_q, worker_id, num_workers, seed
             result_q.put((key, None, _WorkerError(e, where)))
 
 
+def _reads_rows(dataset) -> bool:
+    """dataset is a TensorDataset whose items are the rows of its tensors: a subclass that reads its
+    items (or batches) its own way is asked for them, as torch asks it."""
+    kind = type(dataset)
+    return (
+        isinstance(dataset, TensorDataset)
+        and kind.__getitem__ is TensorDataset.__getitem__
+        and getattr(kind, "__getitems__", None) is None
+    )
+
+
 class _WorkerError:
     """An exception raised in a worker, sent to the main process, which raises it again in its own
     type with the worker's traceback in the message, as torch's ExceptionWrapper."""
@@ -322,7 +333,7 @@ class _Fetcher:
     def __init__(self, loader: DataLoader):
         self.dataset, self.collate, self.batch_size = loader.dataset, loader.collate_fn, loader.batch_size
         self.drop_last, self.auto_collation = loader.drop_last, loader._auto
-        self.fast = isinstance(loader.dataset, TensorDataset) and loader.collate_fn is default_collate
+        self.fast = _reads_rows(loader.dataset) and loader.collate_fn is default_collate
 
     def __call__(self, indices):
         if not self.auto_collation:
@@ -370,7 +381,8 @@ def default_convert(data: Any) -> Any:
         try:
             if isinstance(data, collections.abc.MutableSequence):
                 clone = copy.copy(data)
-                clone[:] = fields
+                for i, f in enumerate(fields):
+                    clone[i] = f
                 return clone
             return type(data)(fields)
         except TypeError:
