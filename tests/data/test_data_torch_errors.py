@@ -220,3 +220,47 @@ def test_worker_exception_is_reraised_in_its_type_as_torch():
     head = "Caught KeyError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):"
     assert str(theirs.value).startswith(head) and str(ours.value).startswith(head)
     assert "KeyError: 'boom'" in str(ours.value)
+
+
+class _Items7:
+    def __init__(self, mod, length):
+        class Stream(mod.IterableDataset):
+            def __iter__(self):
+                return iter(range(7))
+
+            def __len__(self):
+                return length
+
+            def __repr__(self):
+                return "Stream"
+
+        self.dataset = Stream()
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_warns_when_a_stream_yields_more_than_its_len_as_torch(batch_size, workers):
+    def run(mod):
+        loader = mod.DataLoader(_Items7(mod, 5).dataset, batch_size=batch_size, num_workers=workers,
+                                timeout=30 if workers else 0)
+        n = len(loader)
+        return n, len(list(loader))
+
+    theirs, ours = _outcome(lambda: run(tud)), _outcome(lambda: run(fud))
+    theirs = theirs[0], [w for w in theirs[1] if "worker processes in total" not in w]
+    ours = ours[0], [w for w in ours[1] if "worker processes in total" not in w]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_iterator_has_a_len_as_torch(workers):
+    assert len(iter(fud.DataLoader(_Items(5), batch_size=2, num_workers=workers, timeout=30 if workers else 0))) == 3
+    with pytest.raises(TypeError):
+        len(iter(fud.DataLoader(_Items7(fud, 5).dataset, batch_size=2)))
+
+
+def test_loader_warns_of_more_workers_than_cpus_as_torch(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    _both(lambda m: m.DataLoader(_Items(4), num_workers=3) and None)

@@ -472,7 +472,9 @@ class DataLoader:
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self._auto = batch_sampler is not None or (isinstance(dataset, IterableDataset) and batch_size is not None)
         self.collate_fn = collate_fn or (default_collate if self._auto else default_convert)
+        self._stream_len = None  # what len(dataset) said when len(loader) asked, for the warning on more
         self._initialized = True
+        _check_worker_count(num_workers)
 
     def __setattr__(self, name: str, value) -> None:
         if getattr(self, "_initialized", False) and name in _FIXED:
@@ -481,7 +483,7 @@ class DataLoader:
 
     def __len__(self) -> int:
         if isinstance(self.dataset, IterableDataset):
-            n = len(self.dataset)  # TypeError when the stream has no length, as in torch
+            n = self._stream_len = len(self.dataset)  # TypeError when the stream has no length, as in torch
             if self.batch_size is None:
                 return n
             return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
@@ -509,14 +511,72 @@ class DataLoader:
             if self.timeout != 0:
                 raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
             batches = fetch.stream() if isinstance(self.dataset, IterableDataset) else map(fetch, self._tasks())
-            return (copier.place(b) if self.pin_memory else b for b in batches)
+            return _LoaderIterator(self, (copier.place(b) if self.pin_memory else b for b in batches))
         if not self.persistent_workers:
-            return _WorkerIterator(self, fetch, copier)
+            _check_worker_count(self.num_workers)
+            return _LoaderIterator(self, _WorkerIterator(self, fetch, copier))
         if self._workers is None:  # started once, kept for the next epochs (and their state), as torch's
+            _check_worker_count(self.num_workers)
             self._workers = _WorkerIterator(self, fetch, copier)
         else:
             self._workers.reset(self, copier)
-        return self._workers
+        return _LoaderIterator(self, self._workers)
+
+
+class _LoaderIterator:
+    """One epoch's batches, with torch's iterator's len() (that of the loader's sampler; a stream
+    has none) and its warning when a stream yields more than the len() it gave the loader."""
+
+    def __init__(self, loader: DataLoader, batches):
+        self._batches, self._yielded, self._stream_len = batches, 0, loader._stream_len
+        self._dataset, self._workers = loader.dataset, loader.num_workers
+        self._sizer = None if isinstance(loader.dataset, IterableDataset) else loader
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self._batches)
+        self._yielded += 1
+        if self._stream_len is not None and self._yielded > self._stream_len:
+            message = (
+                f"Length of IterableDataset {self._dataset} was reported to be {self._stream_len}"
+                f"(when accessing len(dataloader)), but {self._yielded} samples have been fetched. "
+            )
+            if self._workers > 0:
+                message += (
+                    "For multiprocessing data-loading, this could be caused by not properly configuring the "
+                    "IterableDataset replica at each worker. Please see "
+                    "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples."
+                )
+            warnings.warn(message, stacklevel=2)
+        return batch
+
+    def __len__(self) -> int:
+        if self._sizer is None:
+            raise TypeError("the iterator of a DataLoader over an IterableDataset has no len()")
+        return len(self._sizer)
+
+
+def _check_worker_count(num_workers: int) -> None:
+    """torch's warning when a loader would start more workers than this process has CPUs."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if num_workers and (cpus is None or num_workers > cpus):
+        suggestion = (
+            "DataLoader is not able to compute a suggested max number of worker in current system."
+            if cpus is None
+            else f"Our suggested max number of worker in current system is {cpus}"
+            + ("" if hasattr(os, "sched_getaffinity") else " (`cpuset` is not taken into account)")
+            + ", which is smaller than what this DataLoader is going to create."
+        )
+        warnings.warn(
+            f"This DataLoader will create {num_workers} worker processes in total. {suggestion} Please be aware "
+            "that excessive worker creation might get DataLoader running slow or even freeze, lower the worker "
+            "number to avoid potential slowness/freeze if necessary.",
+            stacklevel=3,
+        )
 
 
 _FIXED = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
