@@ -264,3 +264,15 @@ def test_loader_warns_of_more_workers_than_cpus_as_torch(monkeypatch):
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     _both(lambda m: m.DataLoader(_Items(4), num_workers=3) and None)
+
+
+@pytest.mark.parametrize("batch_size, drop_last", [(2, 1), (0, False), (2.0, False)])
+def test_loader_over_a_stream_checks_batching_options_as_torch(batch_size, drop_last):
+    def build(mod):
+        class Stream(mod.IterableDataset):
+            def __iter__(self):
+                return iter(range(3))
+
+        return mod.DataLoader(Stream(), batch_size=batch_size, drop_last=drop_last) and None
+
+    _both(build)

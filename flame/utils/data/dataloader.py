@@ -459,6 +459,8 @@ class DataLoader:
             not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0
         ):
             raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
+        if batch_size is not None and not isinstance(drop_last, bool):  # torch's BatchSampler checks it
+            raise ValueError(f"drop_last should be a boolean value, but got drop_last={drop_last}")
         self.dataset, self.num_workers, self.pin_memory, self.timeout = dataset, num_workers, pin_memory, timeout
         self.worker_init_fn, self.generator, self.prefetch_factor = worker_init_fn, generator, prefetch_factor
         self.persistent_workers, self.in_order, self.pin_memory_device = persistent_workers, in_order, pin_memory_device
