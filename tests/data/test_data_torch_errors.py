@@ -276,3 +276,14 @@ def test_loader_over_a_stream_checks_batching_options_as_torch(batch_size, drop_
         return mod.DataLoader(Stream(), batch_size=batch_size, drop_last=drop_last) and None
 
     _both(build)
+
+
+def test_sampler_base_has_no_len_as_torch():
+    class Once(fud.Sampler):
+        def __iter__(self):
+            return iter([0])
+
+    assert hasattr(fud.Sampler, "__len__") == hasattr(tud.Sampler, "__len__") is False
+    with pytest.raises(TypeError, match="has no len"):
+        len(Once())
+    _both(lambda m: next(iter(m.Sampler())))

@@ -29,13 +29,11 @@ def host_rng(generator=None) -> np.random.Generator:
 
 
 class Sampler:
-    """Base of the samplers: an iterable of indices with a length."""
+    """Base of the samplers: an iterable of indices. It has no `__len__` (as torch's): a subclass
+    that knows its length defines one, and code asking hasattr(sampler, "__len__") can tell."""
 
     def __iter__(self) -> Iterator:
         raise NotImplementedError
-
-    def __len__(self) -> int:
-        raise TypeError(f"{type(self).__name__} has no len()")
 
 
 class SequentialSampler(Sampler):
