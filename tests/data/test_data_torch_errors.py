@@ -287,3 +287,22 @@ def test_sampler_base_has_no_len_as_torch():
     with pytest.raises(TypeError, match="has no len"):
         len(Once())
     _both(lambda m: next(iter(m.Sampler())))
+
+
+class _BrokenStream(fud.IterableDataset):
+    def __iter__(self):
+        yield 1
+        raise ValueError("stream broke")
+
+
+class _TorchBrokenStream(tud.IterableDataset):
+    def __iter__(self):
+        yield 1
+        raise ValueError("stream broke")
+
+
+def test_a_stream_error_in_a_worker_is_reraised_in_its_type_as_torch():
+    with pytest.raises(ValueError, match="(?s)Caught ValueError in DataLoader worker process 0.*stream broke"):
+        list(tud.DataLoader(_TorchBrokenStream(), num_workers=1, timeout=30))
+    with pytest.raises(ValueError, match="(?s)Caught ValueError in DataLoader worker process 0.*stream broke"):
+        list(fud.DataLoader(_BrokenStream(), num_workers=1, timeout=30))

@@ -278,8 +278,8 @@ def _worker_loop(dataset, fetch, index_q, result_q, worker_id, num_workers, seed
                 result_q.put(((work, worker_id, None), None, None))
             else:
                 result_q.put((key, _to_host(fetch(work)), None))
-        except Exception as e:
-            result_q.put((key, None, _WorkerError(e, where)))
+        except Exception as e:  # a stream's error is keyed by its epoch, so an earlier epoch's is dropped
+            result_q.put(((work, worker_id, -1) if key == "stream" else key, None, _WorkerError(e, where)))
 
 
 def _reads_rows(dataset) -> bool:
