@@ -52,8 +52,17 @@ def _both(build):
 # ---- default_collate ------------------------------------------------------------------------------
 
 
+def _same_runtime_error(build):
+    """torch's RuntimeError and message; flame's error is a RuntimeError (a ShapeError) with that message."""
+    with pytest.raises(RuntimeError) as theirs:
+        build(tud)
+    with pytest.raises(RuntimeError) as ours:
+        build(fud)
+    assert str(ours.value) == str(theirs.value)
+
+
 def test_collate_of_arrays_of_different_shapes_raises_torchs_runtime_error():
-    _both(lambda m: m.default_collate([np.ones(2), np.ones(3)]) and None)
+    _same_runtime_error(lambda m: m.default_collate([np.ones(2), np.ones(3)]))
 
 
 # ---- samplers -------------------------------------------------------------------------------------
@@ -306,3 +315,8 @@ def test_a_stream_error_in_a_worker_is_reraised_in_its_type_as_torch():
         list(tud.DataLoader(_TorchBrokenStream(), num_workers=1, timeout=30))
     with pytest.raises(ValueError, match="(?s)Caught ValueError in DataLoader worker process 0.*stream broke"):
         list(fud.DataLoader(_BrokenStream(), num_workers=1, timeout=30))
+
+
+def test_collate_of_tensors_that_do_not_stack_raises_as_torch():
+    _same_runtime_error(lambda m: m.default_collate([_tensor(m, [1, 2]), _tensor(m, [3])]))
+    _both(lambda m: m.default_collate([_tensor(m, [1, 2]), np.ones(2)]))

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from flame.errors import ShapeError
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
 from flame.utils.data.dataset import IterableDataset, TensorDataset
@@ -53,6 +54,12 @@ def default_collate(batch: list) -> Any:
 
     elem = batch[0]
     if isinstance(elem, Tensor):
+        for i, b in enumerate(batch):
+            if not isinstance(b, Tensor):
+                kind = type(b).__name__
+                kind = kind if type(b).__module__ == "builtins" else f"{type(b).__module__}.{kind}"
+                raise TypeError(f"expected Tensor as element {i} in argument 0, but got {kind}")
+        _check_same_shape([b.shape for b in batch])
         return stack(list(batch))
     if _foreign(elem):  # another framework's tensors: torchvision's transforms.ToTensor() gives torch's
         return Tensor(np.stack([_host(b) for b in batch]))
@@ -92,10 +99,11 @@ def default_collate(batch: list) -> Any:
 
 
 def _check_same_shape(shapes: list) -> None:
-    """torch.stack's RuntimeError for the first item whose shape differs from the first's."""
+    """torch.stack's message for the first item whose shape differs from the first's, in a ShapeError
+    (a RuntimeError, as torch raises, and a ValueError)."""
     for i, shape in enumerate(shapes):
         if tuple(shape) != tuple(shapes[0]):
-            raise RuntimeError(
+            raise ShapeError(
                 f"stack expects each tensor to be equal size, but got {list(shapes[0])} at entry 0 and "
                 f"{list(shape)} at entry {i}"
             )
