@@ -320,3 +320,18 @@ def test_a_stream_error_in_a_worker_is_reraised_in_its_type_as_torch():
 def test_collate_of_tensors_that_do_not_stack_raises_as_torch():
     _same_runtime_error(lambda m: m.default_collate([_tensor(m, [1, 2]), _tensor(m, [3])]))
     _both(lambda m: m.default_collate([_tensor(m, [1, 2]), np.ones(2)]))
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_loader_over_a_stream_has_torchs_sampler_attributes(batch_size):
+    def attributes(mod):
+        class Stream(mod.IterableDataset):
+            def __iter__(self):
+                return iter(range(3))
+
+        loader = mod.DataLoader(Stream(), batch_size=batch_size, drop_last=batch_size is not None)
+        kinds = type(loader.sampler).__name__, type(loader.batch_sampler).__name__
+        sizes = (loader.batch_sampler.batch_size, loader.batch_sampler.drop_last) if loader.batch_sampler else None
+        return kinds, sizes, [next(iter(loader.sampler)) for _ in range(2)]
+
+    _both(attributes)

@@ -32,7 +32,7 @@ from flame.errors import ShapeError
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
 from flame.utils.data.dataset import IterableDataset, TensorDataset
-from flame.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
+from flame.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 
 __all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
 
@@ -476,11 +476,13 @@ class DataLoader:
         self.drop_last, self._workers = drop_last, None
         if not isinstance(dataset, IterableDataset) and sampler is None:
             sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
-        if batch_sampler is None and batch_size is not None and not isinstance(dataset, IterableDataset):
+        if isinstance(dataset, IterableDataset):  # samplers with nothing to say, as torch's
+            sampler = _InfiniteConstantSampler()
+        if batch_sampler is None and batch_size is not None:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.batch_size = batch_size  # None with a batch_sampler, as torch's
         self.sampler, self.batch_sampler = sampler, batch_sampler
-        self._auto = batch_sampler is not None or (isinstance(dataset, IterableDataset) and batch_size is not None)
+        self._auto = batch_sampler is not None
         self.collate_fn = collate_fn or (default_collate if self._auto else default_convert)
         self._stream_len = None  # what len(dataset) said when len(loader) asked, for the warning on more
         self._initialized = True
@@ -587,6 +589,15 @@ def _check_worker_count(num_workers: int) -> None:
             "number to avoid potential slowness/freeze if necessary.",
             stacklevel=3,
         )
+
+
+class _InfiniteConstantSampler(Sampler):
+    """The sampler of a loader over an IterableDataset, as torch's: None forever (the stream, not
+    an index, says what comes next)."""
+
+    def __iter__(self):
+        while True:
+            yield None
 
 
 _FIXED = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
