@@ -3,6 +3,7 @@ and message each misuse raises (and when: construction or iteration), a worker's
 in its own type, and the DataLoader attributes torch fixes after construction."""
 
 import collections
+import time
 import warnings
 
 import numpy as np
@@ -264,8 +265,8 @@ def test_loader_warns_when_a_stream_yields_more_than_its_len_as_torch(batch_size
 @pytest.mark.parametrize("workers", [0, 2])
 def test_loader_iterator_has_a_len_as_torch(workers):
     assert len(iter(fud.DataLoader(_Items(5), batch_size=2, num_workers=workers, timeout=30 if workers else 0))) == 3
-    with pytest.raises(TypeError):
-        len(iter(fud.DataLoader(_Items7(fud, 5).dataset, batch_size=2)))
+    for batch_size in (None, 2):
+        _both(lambda m: len(iter(m.DataLoader(_Items7(m, 5).dataset, batch_size=batch_size))))  # noqa: B023
 
 
 def test_loader_warns_of_more_workers_than_cpus_as_torch(monkeypatch):
@@ -335,3 +336,31 @@ def test_loader_over_a_stream_has_torchs_sampler_attributes(batch_size):
         return kinds, sizes, [next(iter(loader.sampler)) for _ in range(2)]
 
     _both(attributes)
+
+
+class _FailsAt3:
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        if i == 3:
+            raise ValueError("no item 3")
+        if i == 2:
+            time.sleep(0.5)  # the error of item 3 (the other worker's) arrives first
+        return i
+
+
+def _until_error(loader):
+    got = []
+    try:
+        for b in loader:
+            got.append(int(b))
+    except ValueError as e:
+        return got, type(e).__name__
+    return got, None
+
+
+def test_a_worker_error_comes_after_the_batches_before_it_as_torch():
+    theirs = _until_error(tud.DataLoader(_FailsAt3(), num_workers=2, timeout=30))
+    ours = _until_error(fud.DataLoader(_FailsAt3(), num_workers=2, timeout=30))
+    assert ours == theirs == ([0, 1, 2], "ValueError")

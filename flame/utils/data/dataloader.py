@@ -279,15 +279,17 @@ def _worker_loop(dataset, fetch, index_q, result_q, worker_id, num_workers, seed
         if task is None:
             return
         key, work = task
+        n = 0
         try:
             if key == "stream":
-                for n, batch in enumerate(fetch.stream()):
+                for batch in fetch.stream():
                     result_q.put(((work, worker_id, n), _to_host(batch), None))
+                    n += 1
                 result_q.put(((work, worker_id, None), None, None))
             else:
                 result_q.put((key, _to_host(fetch(work)), None))
-        except Exception as e:  # a stream's error is keyed by its epoch, so an earlier epoch's is dropped
-            result_q.put(((work, worker_id, -1) if key == "stream" else key, None, _WorkerError(e, where)))
+        except Exception as e:  # keyed as the batch it stands for: raised in that batch's turn
+            result_q.put(((work, worker_id, n) if key == "stream" else key, None, _WorkerError(e, where)))
 
 
 def _reads_rows(dataset) -> bool:
@@ -536,13 +538,14 @@ class DataLoader:
 
 
 class _LoaderIterator:
-    """One epoch's batches, with torch's iterator's len() (that of the loader's sampler; a stream
-    has none) and its warning when a stream yields more than the len() it gave the loader."""
+    """One epoch's batches, with torch's iterator's len() (that of the loader's batch sampler or
+    sampler; a stream's has none) and its warning when a stream yields more than the len() it gave
+    the loader."""
 
     def __init__(self, loader: DataLoader, batches):
         self._batches, self._yielded, self._stream_len = batches, 0, loader._stream_len
         self._dataset, self._workers = loader.dataset, loader.num_workers
-        self._sizer = None if isinstance(loader.dataset, IterableDataset) else loader
+        self._sizer = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
 
     def __iter__(self):
         return self
@@ -565,9 +568,7 @@ class _LoaderIterator:
         return batch
 
     def __len__(self) -> int:
-        if self._sizer is None:
-            raise TypeError("the iterator of a DataLoader over an IterableDataset has no len()")
-        return len(self._sizer)
+        return len(self._sizer)  # the stream's sampler has none: TypeError, as torch's
 
 
 def _check_worker_count(num_workers: int) -> None:
@@ -699,7 +700,9 @@ class _WorkerIterator:
         return key[0] != self.epoch if isinstance(key, tuple) else key is not None and key < self.first
 
     def _receive(self, *keys):
-        """Wait (bounded) until one of `keys` has arrived; (key, batch)."""
+        """Wait (bounded) until one of `keys` has arrived; (key, batch). A worker's error waits, like a
+        batch, for its batch's turn (the batches before it are given first, as torch gives them); one
+        that stands for no batch (worker_init_fn's) is raised at once."""
         start = time.monotonic()
         while not any(k in self.pending for k in keys):
             if self.timeout and time.monotonic() - start > self.timeout:
@@ -712,12 +715,16 @@ class _WorkerIterator:
                 continue
             if self._stale(k):
                 continue
-            if error is not None:
+            if error is not None and k is None:
                 self.close()
                 error.reraise()
-            self.pending[k] = batch
+            self.pending[k] = error or batch
         key = next(k for k in keys if k in self.pending)
-        return key, self.pending.pop(key)
+        batch = self.pending.pop(key)
+        if isinstance(batch, _WorkerError):
+            self.close()
+            batch.reraise()
+        return key, batch
 
     def _check_alive(self) -> None:
         dead = [p for p in self.workers if p.exitcode is not None]
