@@ -364,3 +364,13 @@ def test_a_worker_error_comes_after_the_batches_before_it_as_torch():
     theirs = _until_error(tud.DataLoader(_FailsAt3(), num_workers=2, timeout=30))
     ours = _until_error(fud.DataLoader(_FailsAt3(), num_workers=2, timeout=30))
     assert ours == theirs == ([0, 1, 2], "ValueError")
+
+
+def test_loader_with_workers_and_no_prefetch_fails_on_iteration_as_torch():
+    """torch builds the loader and raises this AssertionError when iterating (its iterator's __del__
+    then fails, which pytest reports, so torch's side is not run here)."""
+    _both(lambda m: m.DataLoader(_Items(4), num_workers=1, prefetch_factor=0, timeout=30) and None)
+    loader = fud.DataLoader(_Items(4), num_workers=1, prefetch_factor=0, timeout=30)
+    message = "^prefetch_factor must be greater than 0 for MultiProcessingDataLoaderIter$"
+    with pytest.raises(AssertionError, match=message):
+        list(loader)

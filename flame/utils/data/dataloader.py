@@ -526,6 +526,8 @@ class DataLoader:
                 raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
             batches = fetch.stream() if isinstance(self.dataset, IterableDataset) else map(fetch, self._tasks())
             return _LoaderIterator(self, (copier.place(b) if self.pin_memory else b for b in batches))
+        if self.prefetch_factor <= 0:  # no batch would ever be asked for
+            raise AssertionError("prefetch_factor must be greater than 0 for MultiProcessingDataLoaderIter")
         if not self.persistent_workers:
             _check_worker_count(self.num_workers)
             return _LoaderIterator(self, _WorkerIterator(self, fetch, copier))
