@@ -374,3 +374,14 @@ def test_loader_with_workers_and_no_prefetch_fails_on_iteration_as_torch():
     message = "^prefetch_factor must be greater than 0 for MultiProcessingDataLoaderIter$"
     with pytest.raises(AssertionError, match=message):
         list(loader)
+
+
+def test_worker_info_is_a_frozen_record_as_torch():
+    from torch.utils.data._utils.worker import WorkerInfo as TorchInfo
+
+    from flame.utils.data.dataloader import WorkerInfo
+
+    theirs, ours = TorchInfo(id=0, num_workers=2, seed=3, dataset=None), WorkerInfo(id=0, num_workers=2, seed=3,
+                                                                                   dataset=None)
+    assert repr(ours) == repr(theirs)
+    assert _outcome(lambda: setattr(ours, "id", 1)) == _outcome(lambda: setattr(theirs, "id", 1))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections.abc
 import copy
+import dataclasses
 import multiprocessing
 import pickle
 import queue
@@ -229,11 +230,17 @@ class _DeviceCopier:
 # ---- worker processes ------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class WorkerInfo:
-    """What get_worker_info() returns inside a worker: id, num_workers, seed and dataset."""
+    """What get_worker_info() returns inside a worker, a frozen record as torch's: id, num_workers,
+    seed, dataset (the worker's copy), rng (None) and worker_method."""
 
-    def __init__(self, id: int, num_workers: int, seed: int, dataset):  # noqa: A002
-        self.id, self.num_workers, self.seed, self.dataset = id, num_workers, seed, dataset
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+    rng: Any = None
+    worker_method: str | None = "multiprocessing"
 
 
 _worker_info: WorkerInfo | None = None
