@@ -163,7 +163,7 @@ def test_worker_processes_give_the_same_batches_in_order():
 
 def test_a_worker_error_is_raised_with_its_traceback(monkeypatch):
     monkeypatch.setenv("FLAME_TEST_FAIL_AT_13", "raise")
-    with pytest.raises(RuntimeError, match=r"(?s)worker process.*KeyError.*no item 13"):
+    with pytest.raises(KeyError, match=r"(?s)Caught KeyError in DataLoader worker process.*no item 13"):
         list(DataLoader(_Squares(), batch_size=4, num_workers=2))
 
 

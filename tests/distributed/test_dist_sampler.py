@@ -40,5 +40,5 @@ def test_shuffled_shards_partition_each_epoch():
 def test_defaults_to_the_process_group():
     s = DistributedSampler(5)
     assert (s.num_replicas, s.rank, list(DistributedSampler(5, shuffle=False))) == (1, 0, [0, 1, 2, 3, 4])
-    with pytest.raises(ValueError, match="rank 2 is not in"):
+    with pytest.raises(ValueError, match=r"Invalid rank 2, rank should be in the interval \[0, 1\]"):
         DistributedSampler(5, 2, 2)

@@ -6,35 +6,34 @@ tensors, dicts, tuples and lists collated field by field, as torch's). A TensorD
 default collation is gathered with one indexed read per tensor.
 
 num_workers > 0 fetches and collates batches in worker processes (started with fork where the
-platform has it). Workers run flame on the NumPy reference executor and send host arrays back;
-the main process puts them on its device, in order, through pinned host buffers and an
-asynchronous copy on a side stream when pin_memory=True and flame runs on a GPU. Every wait on a
-worker is bounded: a worker that dies raises at once, naming it, and `timeout` (seconds, 0: none)
-bounds the wait for one batch. Workers shut down when the iterator is exhausted, fails or is
-garbage-collected."""
+platform has it; flame.utils.data.worker). Workers run flame on the NumPy reference executor and
+send host arrays back; the main process puts them on its device, in order, through pinned host
+buffers and an asynchronous copy on a side stream when pin_memory=True and flame runs on a GPU."""
 
 from __future__ import annotations
 
 import collections.abc
 import copy
-import multiprocessing
-import queue
-import time
-import traceback
-import weakref
+import warnings
 from typing import Any
 
 import numpy as np
 
+from flame.errors import ShapeError
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
 from flame.utils.data.dataset import IterableDataset, TensorDataset
-from flame.utils.data.sampler import BatchSampler, RandomSampler, SequentialSampler
+from flame.utils.data.sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
+from flame.utils.data.worker import (
+    WorkerInfo,
+    _check_worker_count,
+    _Host,
+    _start_method,
+    _WorkerIterator,
+    get_worker_info,
+)
 
-__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
-
-_POLL_S = 0.5  # how often a waiting main process checks that its workers are alive
-
+__all__ = ["DataLoader", "WorkerInfo", "default_collate", "default_convert", "get_worker_info"]
 
 _COLLATE_ERR = "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found {}"
 
@@ -51,13 +50,22 @@ def default_collate(batch: list) -> Any:
 
     elem = batch[0]
     if isinstance(elem, Tensor):
+        for i, b in enumerate(batch):
+            if not isinstance(b, Tensor):
+                kind = type(b).__name__
+                kind = kind if type(b).__module__ == "builtins" else f"{type(b).__module__}.{kind}"
+                raise TypeError(f"expected Tensor as element {i} in argument 0, but got {kind}")
+        _check_same_shape([b.shape for b in batch])
         return stack(list(batch))
     if _foreign(elem):  # another framework's tensors: torchvision's transforms.ToTensor() gives torch's
         return Tensor(np.stack([_host(b) for b in batch]))
     if isinstance(elem, (np.ndarray, np.generic)):
         if elem.dtype.kind in "OSUV":
             raise TypeError(_COLLATE_ERR.format(elem.dtype))
-        return Tensor(np.stack(batch) if isinstance(elem, np.ndarray) else np.asarray(batch))
+        if isinstance(elem, np.ndarray):
+            _check_same_shape([b.shape for b in batch])
+            return Tensor(np.stack(batch))
+        return Tensor(np.asarray(batch))
     if isinstance(elem, float):
         return tensor(list(batch), dtype="f64")
     if isinstance(elem, (bool, int)):
@@ -84,6 +92,17 @@ def default_collate(batch: list) -> Any:
         except TypeError:
             return fields
     raise TypeError(_COLLATE_ERR.format(type(elem)))
+
+
+def _check_same_shape(shapes: list) -> None:
+    """torch.stack's message for the first item whose shape differs from the first's, in a ShapeError
+    (a RuntimeError, as torch raises, and a ValueError)."""
+    for i, shape in enumerate(shapes):
+        if tuple(shape) != tuple(shapes[0]):
+            raise ShapeError(
+                f"stack expects each tensor to be equal size, but got {list(shapes[0])} at entry 0 and "
+                f"{list(shape)} at entry {i}"
+            )
 
 
 def _foreign(x) -> bool:
@@ -135,30 +154,6 @@ def _same_mapping(like, fields: dict):
         return fields
 
 
-# ---- host form: what crosses a process boundary (flame tensors as NumPy arrays) ------------------
-
-
-class _Host:
-    """A flame tensor's values on the host, on its way to the main process's device."""
-
-    __slots__ = ("array", "dtype")
-
-    def __init__(self, array: np.ndarray, dtype: str):
-        self.array, self.dtype = array, dtype
-
-
-def _to_host(obj):
-    if isinstance(obj, Tensor):
-        return _Host(obj.numpy(), obj.dtype.name)
-    if isinstance(obj, dict):
-        return {k: _to_host(v) for k, v in obj.items()}
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*(_to_host(v) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_host(v) for v in obj)
-    return obj
-
-
 class _DeviceCopier:
     """Puts host arrays on flame's device: directly, or (pin_memory on a GPU) through a pinned
     buffer and an asynchronous copy on a side stream that the current stream waits for."""
@@ -166,7 +161,8 @@ class _DeviceCopier:
     def __init__(self, pin_memory: bool):
         from flame.runtime.device import get_device
 
-        self.async_copy = pin_memory and get_device() == "cuda"
+        self.on_gpu = get_device() == "cuda"
+        self.async_copy = pin_memory and self.on_gpu
         self._stream, self._held = None, []
 
     def tensor(self, array: np.ndarray, dtype: str | None = None):
@@ -202,68 +198,15 @@ class _DeviceCopier:
         return obj
 
 
-# ---- worker processes ------------------------------------------------------------------------------
-
-
-class WorkerInfo:
-    """What get_worker_info() returns inside a worker: id, num_workers, seed and dataset."""
-
-    def __init__(self, id: int, num_workers: int, seed: int, dataset):  # noqa: A002
-        self.id, self.num_workers, self.seed, self.dataset = id, num_workers, seed, dataset
-
-
-_worker_info: WorkerInfo | None = None
-
-
-def get_worker_info() -> WorkerInfo | None:
-    """Inside a DataLoader worker: its WorkerInfo (shard an IterableDataset by it); else None."""
-    return _worker_info
-
-
-def _seed_worker(seed: int) -> None:
-    """Seed a worker's random streams from its seed (the loader's base seed + worker id), as torch
-    seeds `random`, its own generator and NumPy's: flame's default generator, `random` and NumPy's
-    global generator, so workers draw different numbers and a seeded run repeats."""
-    import random
-
-    from flame.frontend.creation import manual_seed
-
-    random.seed(seed)
-    manual_seed(seed % (1 << 63))
-    np.random.seed(seed % (1 << 32))
-
-
-def _worker_loop(dataset, fetch, index_q, result_q, worker_id, num_workers, seed, init_fn):
-    """A worker: serve tasks until a None task. A (batch number, indices) task is fetched and sent
-    back as (batch number, host batch, error text); for an IterableDataset, a ("stream", epoch) task
-    streams its own batches keyed (epoch, worker id, n), then its end (epoch, worker id, None)."""
-    global _worker_info
-    from flame.runtime.device import set_device
-
-    set_device("reference")  # the GPU belongs to the main process
-    _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
-    _seed_worker(seed)
-    where = f"Caught an exception in DataLoader worker process {worker_id}:\n"
-    try:
-        if init_fn is not None:
-            init_fn(worker_id)
-    except Exception:
-        result_q.put((None, None, where + traceback.format_exc()))
-        return
-    while True:
-        task = index_q.get()
-        if task is None:
-            return
-        key, work = task
-        try:
-            if key == "stream":
-                for n, batch in enumerate(fetch.stream()):
-                    result_q.put(((work, worker_id, n), _to_host(batch), None))
-                result_q.put(((work, worker_id, None), None, None))
-            else:
-                result_q.put((key, _to_host(fetch(work)), None))
-        except Exception:
-            result_q.put((key, None, where + traceback.format_exc()))
+def _reads_rows(dataset) -> bool:
+    """dataset is a TensorDataset whose items are the rows of its tensors: a subclass that reads its
+    items (or batches) its own way is asked for them, as torch asks it."""
+    kind = type(dataset)
+    return (
+        isinstance(dataset, TensorDataset)
+        and kind.__getitem__ is TensorDataset.__getitem__
+        and getattr(kind, "__getitems__", None) is None
+    )
 
 
 class _Fetcher:
@@ -272,7 +215,7 @@ class _Fetcher:
     def __init__(self, loader: DataLoader):
         self.dataset, self.collate, self.batch_size = loader.dataset, loader.collate_fn, loader.batch_size
         self.drop_last, self.auto_collation = loader.drop_last, loader._auto
-        self.fast = isinstance(loader.dataset, TensorDataset) and loader.collate_fn is default_collate
+        self.fast = _reads_rows(loader.dataset) and loader.collate_fn is default_collate
 
     def __call__(self, indices):
         if not self.auto_collation:
@@ -320,7 +263,8 @@ def default_convert(data: Any) -> Any:
         try:
             if isinstance(data, collections.abc.MutableSequence):
                 clone = copy.copy(data)
-                clone[:] = fields
+                for i, f in enumerate(fields):
+                    clone[i] = f
                 return clone
             return type(data)(fields)
         except TypeError:
@@ -351,16 +295,20 @@ class DataLoader:
         prefetch_factor: int | None = None,
         persistent_workers: bool = False,
         pin_memory_device: str = "",
+        in_order: bool = True,
     ):
-        if not isinstance(num_workers, int) or num_workers < 0:
+        if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.")
+        num_workers = int(num_workers)
         if timeout < 0:
             raise ValueError("timeout option should be non-negative")
         if num_workers == 0 and prefetch_factor is not None:
             raise ValueError(
-                "prefetch_factor option could only be specified in multiprocessing. Let num_workers > 0 "
+                "prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 "
                 "to enable multiprocessing, otherwise set prefetch_factor to None."
             )
+        if num_workers > 0 and prefetch_factor is None:
+            prefetch_factor = 2
         if prefetch_factor is not None and prefetch_factor < 0:
             raise ValueError("prefetch_factor option should be non-negative")
         if persistent_workers and num_workers == 0:
@@ -370,9 +318,14 @@ class DataLoader:
                 raise ValueError(
                     f"DataLoader with IterableDataset: expected unspecified shuffle option, but got shuffle={shuffle}"
                 )
-            if sampler is not None or batch_sampler is not None:
+            if sampler is not None:
                 raise ValueError(
-                    "DataLoader with IterableDataset: expected unspecified sampler and batch_sampler options"
+                    f"DataLoader with IterableDataset: expected unspecified sampler option, but got sampler={sampler}"
+                )
+            if batch_sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified batch_sampler option, but got "
+                    f"batch_sampler={batch_sampler}"
                 )
         elif batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -388,22 +341,35 @@ class DataLoader:
             not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0
         ):
             raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size}")
+        if batch_size is not None and not isinstance(drop_last, bool):  # torch's BatchSampler checks it
+            raise ValueError(f"drop_last should be a boolean value, but got drop_last={drop_last}")
         self.dataset, self.num_workers, self.pin_memory, self.timeout = dataset, num_workers, pin_memory, timeout
-        self.worker_init_fn, self.generator, self.prefetch_factor = worker_init_fn, generator, prefetch_factor or 2
-        self.persistent_workers, self.multiprocessing_context = persistent_workers, multiprocessing_context
+        self.worker_init_fn, self.generator, self.prefetch_factor = worker_init_fn, generator, prefetch_factor
+        self.persistent_workers, self.in_order, self.pin_memory_device = persistent_workers, in_order, pin_memory_device
+        self.multiprocessing_context = _start_method(multiprocessing_context, num_workers)
         self.drop_last, self._workers = drop_last, None
         if not isinstance(dataset, IterableDataset) and sampler is None:
             sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
-        if batch_sampler is None and batch_size is not None and not isinstance(dataset, IterableDataset):
+        if isinstance(dataset, IterableDataset):  # samplers with nothing to say, as torch's
+            sampler = _InfiniteConstantSampler()
+        if batch_sampler is None and batch_size is not None:
             batch_sampler = BatchSampler(sampler, batch_size, drop_last)
         self.batch_size = batch_size  # None with a batch_sampler, as torch's
         self.sampler, self.batch_sampler = sampler, batch_sampler
-        self._auto = batch_sampler is not None or (isinstance(dataset, IterableDataset) and batch_size is not None)
+        self._auto = batch_sampler is not None
         self.collate_fn = collate_fn or (default_collate if self._auto else default_convert)
+        self._stream_len = None  # what len(dataset) said when len(loader) asked, for the warning on more
+        self._initialized = True
+        _check_worker_count(num_workers)
+
+    def __setattr__(self, name: str, value) -> None:
+        if getattr(self, "_initialized", False) and name in _FIXED:
+            raise ValueError(f"{name} attribute should not be set after {type(self).__name__} is initialized")
+        super().__setattr__(name, value)
 
     def __len__(self) -> int:
         if isinstance(self.dataset, IterableDataset):
-            n = len(self.dataset)  # TypeError when the stream has no length, as in torch
+            n = self._stream_len = len(self.dataset)  # TypeError when the stream has no length, as in torch
             if self.batch_size is None:
                 return n
             return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
@@ -415,168 +381,77 @@ class DataLoader:
     def __iter__(self):
         fetch = _Fetcher(self)
         copier = _DeviceCopier(self.pin_memory)
+        if self.pin_memory and self.pin_memory_device:
+            warnings.warn(
+                "pin_memory_device is deprecated, the current accelerator will be used as the device,"
+                f"ignore pin_memory_device='{self.pin_memory_device}'.",
+                stacklevel=2,
+            )
+        if self.pin_memory and not copier.on_gpu:
+            warnings.warn(
+                "'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+                "won't be used.",
+                stacklevel=2,
+            )
         if self.num_workers == 0:
+            if self.timeout != 0:
+                raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
             batches = fetch.stream() if isinstance(self.dataset, IterableDataset) else map(fetch, self._tasks())
-            return (copier.place(b) if self.pin_memory else b for b in batches)
+            return _LoaderIterator(self, (copier.place(b) if self.pin_memory else b for b in batches))
+        if self.prefetch_factor <= 0:  # no batch would ever be asked for
+            raise AssertionError("prefetch_factor must be greater than 0 for MultiProcessingDataLoaderIter")
         if not self.persistent_workers:
-            return _WorkerIterator(self, fetch, copier)
+            _check_worker_count(self.num_workers)
+            return _LoaderIterator(self, _WorkerIterator(self, fetch, copier))
         if self._workers is None:  # started once, kept for the next epochs (and their state), as torch's
+            _check_worker_count(self.num_workers)
             self._workers = _WorkerIterator(self, fetch, copier)
         else:
             self._workers.reset(self, copier)
-        return self._workers
+        return _LoaderIterator(self, self._workers)
 
 
-class _WorkerIterator:
-    """Epochs through worker processes: batches handed out ahead (prefetch_factor per worker) and
-    given back in order; every wait bounded (dead workers, `timeout`). The workers stop at the end of
-    the epoch, or, for persistent workers, when the loader is collected or the process exits."""
+class _LoaderIterator:
+    """One epoch's batches, with torch's iterator's len() (that of the loader's batch sampler or
+    sampler; a stream's has none) and its warning when a stream yields more than the len() it gave
+    the loader."""
 
-    def __init__(self, loader: DataLoader, fetch: _Fetcher, copier: _DeviceCopier):
-        from flame.utils.data.sampler import host_rng
-
-        ctx = loader.multiprocessing_context
-        if ctx is None or isinstance(ctx, str):
-            methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context(ctx or ("fork" if "fork" in methods else "spawn"))
-        self.timeout, self.persistent = loader.timeout, loader.persistent_workers
-        self.iterable = isinstance(loader.dataset, IterableDataset)
-        self.result_q = ctx.Queue()
-        self.index_qs, self.workers = [], []
-        base_seed = int(host_rng(loader.generator).integers(1 << 62))  # repeatable under flame.manual_seed
-        for w in range(loader.num_workers):
-            q = ctx.Queue()
-            p = ctx.Process(
-                target=_worker_loop,
-                daemon=True,
-                args=(
-                    loader.dataset,
-                    fetch,
-                    q,
-                    self.result_q,
-                    w,
-                    loader.num_workers,
-                    base_seed + w,
-                    loader.worker_init_fn,
-                ),
-            )
-            p.start()
-            self.index_qs.append(q)
-            self.workers.append(p)
-        self._finalizer = weakref.finalize(self, _shutdown, self.workers, self.index_qs, self.result_q)
-        self.pending: dict = {}
-        self.sent = self.next = 0
-        self.epoch = -1
-        self.reset(loader, copier)
-
-    def reset(self, loader: DataLoader, copier: _DeviceCopier) -> None:
-        """Start an epoch on the running workers; what an unfinished earlier epoch still sends is dropped."""
-        self.copier, self.epoch = copier, self.epoch + 1
-        self.pending.clear()
-        self.first = self.next = self.sent  # batch numbers below `first` belong to an earlier epoch
-        if self.iterable:
-            self.live = set(range(len(self.workers)))  # workers still streaming this epoch
-            self.turn, self.counts = 0, {}
-            for q in self.index_qs:
-                q.put(("stream", self.epoch))
-            return
-        self.tasks = loader._tasks()
-        for _ in range(loader.prefetch_factor * len(self.workers)):
-            self._send()
-
-    def _send(self) -> None:
-        task = next(self.tasks, None)
-        if task is not None:
-            self.index_qs[self.sent % len(self.index_qs)].put((self.sent, task))
-            self.sent += 1
+    def __init__(self, loader: DataLoader, batches):
+        self._batches, self._yielded, self._stream_len = batches, 0, loader._stream_len
+        self._dataset, self._workers = loader.dataset, loader.num_workers
+        self._sizer = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
 
     def __iter__(self):
         return self
 
-    def _stale(self, key) -> bool:
-        return key[0] != self.epoch if isinstance(key, tuple) else key is not None and key < self.first
-
-    def _receive(self, *keys):
-        """Wait (bounded) until one of `keys` has arrived; (key, batch)."""
-        start = time.monotonic()
-        while not any(k in self.pending for k in keys):
-            if self.timeout and time.monotonic() - start > self.timeout:
-                self.close()
-                raise RuntimeError(f"DataLoader timed out after {self.timeout} seconds")
-            try:
-                k, batch, error = self.result_q.get(timeout=_POLL_S)
-            except queue.Empty:
-                self._check_alive()
-                continue
-            if self._stale(k):
-                continue
-            if error is not None:
-                self.close()
-                raise RuntimeError(error)
-            self.pending[k] = batch
-        key = next(k for k in keys if k in self.pending)
-        return key, self.pending.pop(key)
-
-    def _check_alive(self) -> None:
-        dead = [p for p in self.workers if p.exitcode is not None]
-        if dead:
-            self.close()
-            raise RuntimeError(
-                "DataLoader worker (pid(s) "
-                + ", ".join(str(p.pid) for p in dead)
-                + ") exited unexpectedly (exit code "
-                + ", ".join(str(p.exitcode) for p in dead)
-                + ")"
-            ) from None
-
     def __next__(self):
-        if self.iterable:
-            return self._next_streamed()
-        if self.next >= self.sent:
-            self._end()
-        _, batch = self._receive(self.next)
-        self.next += 1
-        self._send()
-        return self.copier.place(batch)
+        batch = next(self._batches)
+        self._yielded += 1
+        if self._stream_len is not None and self._yielded > self._stream_len:
+            message = (
+                f"Length of IterableDataset {self._dataset} was reported to be {self._stream_len}"
+                f"(when accessing len(dataloader)), but {self._yielded} samples have been fetched. "
+            )
+            if self._workers > 0:
+                message += (
+                    "For multiprocessing data-loading, this could be caused by not properly configuring the "
+                    "IterableDataset replica at each worker. Please see "
+                    "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples."
+                )
+            warnings.warn(message, stacklevel=2)
+        return batch
 
-    def _next_streamed(self):
-        """Round robin over the workers' streams (worker w's n-th batch of the epoch is keyed
-        (epoch, w, n), its end (epoch, w, None)), skipping the ones that ended, as torch orders them."""
-        while self.live:
-            w = sorted(self.live)[self.turn % len(self.live)]
-            n = self.counts.get(w, 0)
-            key, batch = self._receive((self.epoch, w, n), (self.epoch, w, None))
-            if key[2] is None:
-                self.live.discard(w)
-                continue
-            self.counts[w] = n + 1
-            self.turn += 1
-            return self.copier.place(batch)
-        self._end()
-
-    def _end(self):
-        if not self.persistent:
-            self.close()
-        raise StopIteration
-
-    def close(self) -> None:
-        self._finalizer()
+    def __len__(self) -> int:
+        return len(self._sizer)  # the stream's sampler has none: TypeError, as torch's
 
 
-def _shutdown(workers, index_qs, result_q) -> None:
-    """Stop the workers: a None task each, a bounded join, then terminate what is left."""
-    for q in index_qs:
-        try:
-            q.put(None)
-        except (ValueError, OSError):
-            pass
-    deadline = time.monotonic() + 5.0
-    for p in workers:
-        p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in workers:
-        if p.is_alive():
-            p.terminate()
-            p.join(timeout=1.0)
-    for q in [*index_qs, result_q]:
-        q.cancel_join_thread()
-        q.close()
+class _InfiniteConstantSampler(Sampler):
+    """The sampler of a loader over an IterableDataset, as torch's: None forever (the stream, not
+    an index, says what comes next)."""
+
+    def __iter__(self):
+        while True:
+            yield None
+
+
+_FIXED = ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -28,17 +28,15 @@ class Dataset:
     """A map-style data set: `dataset[i]` for i in range(len(dataset)). `a + b` concatenates."""
 
     def __getitem__(self, index):
-        raise NotImplementedError(f"{type(self).__name__} must define __getitem__ (as torch's Dataset)")
+        raise NotImplementedError("Subclasses of Dataset should implement __getitem__.")
 
     def __add__(self, other: Dataset) -> ConcatDataset:
         return ConcatDataset([self, other])
 
 
-class IterableDataset(Dataset):
-    """A data set read as a stream (`__iter__`); a DataLoader batches what it yields, in order."""
-
-    def __iter__(self):
-        raise NotImplementedError(f"{type(self).__name__} must define __iter__ (as torch's IterableDataset)")
+class IterableDataset(Dataset, Iterable):
+    """A data set read as a stream (`__iter__`); a DataLoader batches what it yields, in order. A
+    subclass without `__iter__` cannot be built (it is abstract, as torch's)."""
 
     def __add__(self, other: Dataset) -> ChainDataset:
         return ChainDataset([self, other])
@@ -49,14 +47,11 @@ class TensorDataset(Dataset):
     over it gathers each batch with one indexed read per tensor rather than one per item."""
 
     def __init__(self, *tensors):
-        if not tensors:
-            raise ValueError("TensorDataset needs at least one tensor")
-        n = tensors[0].shape[0] if tensors[0].ndim else None
-        if n is None or any(not t.ndim or t.shape[0] != n for t in tensors):
-            raise ValueError(
-                "TensorDataset: size mismatch between tensors (every tensor needs the same first "
-                f"dimension), got shapes {[list(t.shape) for t in tensors]}"
-            )
+        sizes = [t.shape[0] if t.ndim else None for t in tensors]
+        if tensors[0].ndim == 0 or any(not t.ndim for t in tensors):  # IndexError on no tensors, as torch
+            raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+        if any(k != sizes[0] for k in sizes):
+            raise AssertionError("Size mismatch between tensors")
         self.tensors = tuple(tensors)
 
     def __getitem__(self, index):
@@ -137,10 +132,10 @@ class ConcatDataset(Dataset):
     def __init__(self, datasets):
         self.datasets = list(datasets)
         if not self.datasets:
-            raise ValueError("ConcatDataset: datasets should not be an empty iterable")
+            raise AssertionError("datasets should not be an empty iterable")
         for d in self.datasets:
             if isinstance(d, IterableDataset):
-                raise TypeError("ConcatDataset does not support IterableDataset (as in torch)")
+                raise AssertionError("ConcatDataset does not support IterableDataset")
         self.cumulative_sizes = np.cumsum([len(d) for d in self.datasets]).tolist()
 
     def __len__(self) -> int:
@@ -198,9 +193,9 @@ def random_split(dataset: Dataset, lengths: Sequence[int | float], generator=Non
                 )
         lengths = sizes
     if sum(lengths) != n:
-        raise ValueError(
-            f"random_split: sum of input lengths does not equal the length of the input dataset ({sum(lengths)} vs {n})"
-        )
+        raise ValueError("Sum of input lengths does not equal the length of the input dataset!")
+    if any(not isinstance(k, (int, np.integer)) for k in lengths):  # torch.randperm takes no float
+        raise TypeError(f"random_split: lengths must be ints or fractions that sum to 1, got {list(lengths)}")
     from flame.utils.data.sampler import host_rng
 
     order = host_rng(generator).permutation(n).tolist()

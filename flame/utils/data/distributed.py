@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from flame.utils.data.sampler import Sampler
+
 __all__ = ["DistributedSampler"]
 
 
@@ -32,7 +34,7 @@ def torch_randperm(n: int, seed: int) -> np.ndarray:
     return np.asarray(order, np.int64)
 
 
-class DistributedSampler:
+class DistributedSampler(Sampler):
     """Indices of a data set of len(dataset) items (or `dataset` itself, an int) for one rank.
     num_replicas / rank default to the process group's; call set_epoch(e) before each epoch to
     reshuffle (the permutation depends on seed + epoch only, so every rank draws the same one)."""
@@ -48,11 +50,12 @@ class DistributedSampler:
     ):
         from flame.distributed import get_rank, get_world_size
 
+        self.dataset = dataset
         self.n = dataset if isinstance(dataset, int) else len(dataset)
         self.num_replicas = get_world_size() if num_replicas is None else int(num_replicas)
         self.rank = get_rank() if rank is None else int(rank)
         if not 0 <= self.rank < self.num_replicas:
-            raise ValueError(f"DistributedSampler: rank {self.rank} is not in [0, {self.num_replicas})")
+            raise ValueError(f"Invalid rank {self.rank}, rank should be in the interval [0, {self.num_replicas - 1}]")
         self.shuffle, self.seed, self.drop_last, self.epoch = shuffle, int(seed), drop_last, 0
         if drop_last and self.n % self.num_replicas:
             self.num_samples = self.n // self.num_replicas

@@ -29,13 +29,11 @@ def host_rng(generator=None) -> np.random.Generator:
 
 
 class Sampler:
-    """Base of the samplers: an iterable of indices with a length."""
+    """Base of the samplers: an iterable of indices. It has no `__len__` (as torch's): a subclass
+    that knows its length defines one, and code asking hasattr(sampler, "__len__") can tell."""
 
     def __iter__(self) -> Iterator:
         raise NotImplementedError
-
-    def __len__(self) -> int:
-        raise TypeError(f"{type(self).__name__} has no len()")
 
 
 class SequentialSampler(Sampler):
@@ -70,6 +68,8 @@ class RandomSampler(Sampler):
     def __iter__(self) -> Iterator[int]:
         n, rng = len(self.data_source), host_rng(self.generator)
         if self.replacement:
+            if n == 0:
+                raise RuntimeError("random_ expects 'from' to be less than 'to', but got from=0 >= to=0")
             return iter(rng.integers(0, n, self.num_samples).tolist())
         reps = [rng.permutation(n) for _ in range(-(-self.num_samples // n))]
         return iter(np.concatenate(reps)[: self.num_samples].tolist())
@@ -93,9 +93,14 @@ class SubsetRandomSampler(Sampler):
 
 
 class WeightedRandomSampler(Sampler):
-    """num_samples indices drawn with probabilities proportional to `weights`."""
+    """num_samples indices drawn with probabilities proportional to `weights` (kept as a float64
+    tensor, as torch's). Weights are checked when drawn, as torch.multinomial checks them, with its
+    RuntimeErrors. Without replacement, indices of zero weight come after all the others, in a
+    random order, as torch's CPU draw gives them."""
 
     def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
+        from flame.frontend.creation import tensor
+
         w = np.asarray(weights.numpy() if hasattr(weights, "numpy") else weights, np.float64)
         if w.ndim != 1:
             raise ValueError(f"weights should be a 1d sequence but given weights have shape {tuple(w.shape)}")
@@ -103,21 +108,26 @@ class WeightedRandomSampler(Sampler):
             raise ValueError(f"replacement should be a boolean value, but got replacement={replacement}")
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
             raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
-        if (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
-            raise ValueError("WeightedRandomSampler: weights must be finite, non-negative and not all zero")
-        if not replacement and num_samples > (w > 0).sum():
-            raise ValueError(
-                "WeightedRandomSampler: cannot draw more samples than there are non-zero weights without replacement"
-            )
-        self.weights, self.num_samples, self.replacement, self.generator = w, num_samples, replacement, generator
+        self.weights = tensor(w, dtype="f64")
+        self.num_samples, self.replacement, self.generator = num_samples, replacement, generator
 
     def __iter__(self) -> Iterator[int]:
+        w = self.weights.numpy().astype(np.float64)
+        if not self.replacement and self.num_samples > len(w):
+            raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+        if (w < 0).any() or np.isnan(w).any():  # torch reads NaN as a negative entry
+            raise RuntimeError("invalid multinomial distribution (encountering probability entry < 0)")
+        if np.isinf(w).any():
+            raise RuntimeError("invalid multinomial distribution (encountering probability entry = infinity or NaN)")
+        if w.sum() <= 0:
+            raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
         rng = host_rng(self.generator)
-        return iter(
-            rng.choice(
-                len(self.weights), self.num_samples, self.replacement, self.weights / self.weights.sum()
-            ).tolist()
-        )
+        if self.replacement:
+            return iter(rng.choice(len(w), self.num_samples, True, w / w.sum()).tolist())
+        positive = np.flatnonzero(w > 0)
+        first = rng.choice(positive, min(self.num_samples, len(positive)), False, w[positive] / w[positive].sum())
+        rest = rng.permutation(np.flatnonzero(w == 0))[: self.num_samples - len(first)]
+        return iter(np.concatenate([first, rest]).astype(np.int64).tolist())
 
     def __len__(self) -> int:
         return self.num_samples

@@ -1,0 +1,45 @@
+"""flame.utils.data against torch.utils.data on the batches themselves, where a shortcut or a
+conversion could give other values or types than torch's: a TensorDataset subclass that reads its
+items its own way, and default_convert keeping a sequence's type."""
+
+import collections
+
+import numpy as np
+import torch
+import torch.utils.data as tud
+
+import flame
+import flame.utils.data as fud
+
+
+def _values(batch):
+    if isinstance(batch, (list, tuple)):
+        return [_values(b) for b in batch]
+    return np.asarray(batch.numpy()).tolist()
+
+
+def _subclass(mod, new):
+    class Scaled(mod.TensorDataset):
+        def __getitem__(self, i):
+            x, y = super().__getitem__(i)
+            return x * 10, y
+
+    class Batched(mod.TensorDataset):
+        def __getitems__(self, indices):
+            return [(self.tensors[0][i] + 1, self.tensors[1][i]) for i in indices]
+
+    data = (new([1, 2, 3]), new([4, 5, 6]))
+    return [Scaled(*data), Batched(*data)]
+
+
+def test_tensor_dataset_subclass_items_are_read_through_its_own_methods_as_torch():
+    for theirs, ours in zip(_subclass(tud, torch.tensor), _subclass(fud, flame.tensor)):
+        expect = [_values(b) for b in tud.DataLoader(theirs, batch_size=2)]
+        assert [_values(b) for b in fud.DataLoader(ours, batch_size=2)] == expect
+
+
+def test_default_convert_keeps_a_mutable_sequence_type_as_torch():
+    theirs = tud.default_convert(collections.deque([np.ones(1), np.zeros(2)]))
+    ours = fud.default_convert(collections.deque([np.ones(1), np.zeros(2)]))
+    assert type(ours) is type(theirs) is collections.deque
+    assert [o.numpy().tolist() for o in ours] == [t.tolist() for t in theirs]
