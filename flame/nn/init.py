@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 import warnings
 
+from flame.errors import ArgumentRangeError
 from flame.frontend.context import no_grad
 from flame.frontend.creation import Generator, normal_, rand, randn, uniform_
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import f64
 
 __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
            "orthogonal_", "sparse_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_"]
@@ -117,18 +119,31 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Generator | Non
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
                   generator: Generator | None = None) -> Tensor:
     """Fill tensor in place with N(mean, std^2) truncated to [a, b] (bounds in the tensor's units, as
-    torch.nn.init.trunc_normal_): a uniform draw mapped through the normal's inverse CDF between the
-    bounds' CDF values, so every value lies in [a, b]."""
+    torch.nn.init.trunc_normal_): one f64 uniform draw per element mapped through the normal's inverse
+    CDF between the bounds' CDF values. The CDFs are taken in log space and bounds in the upper tail are
+    mirrored into the lower one, so bounds many standard deviations from the mean (where 1 - CDF rounds
+    to 0) still give the truncated distribution. As torch's: a mean more than 2 std outside [a, b]
+    warns, a > b raises its RuntimeError, a == b fills with a."""
     import numpy as np
-    from scipy.special import erf, erfinv
+    from scipy.special import log_ndtr, ndtri_exp
 
-    if a >= b:
-        raise ValueError(f"trunc_normal_: a ({a}) must be below b ({b})")
-    lo, hi = (erf((v - mean) / (std * math.sqrt(2.0))) for v in (a, b))  # the bounds' CDFs, as 2 * cdf - 1
-    u = rand(*tensor.shape, dtype=tensor.dtype, generator=generator).numpy().astype(np.float64)
-    values = np.clip(erfinv(lo + (hi - lo) * u) * std * math.sqrt(2.0) + mean, a, b)
+    if mean < a - 2 * std or mean > b + 2 * std:
+        warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may "
+                      "be incorrect.", stacklevel=2)
+    if a > b:
+        raise ArgumentRangeError(f"uniform_ expects to return a [from, to) range, but found from={a:g} > to={b:g}")
+    lo, hi = (a - mean) / std, (b - mean) / std  # standardised bounds
+    flip = lo > 0  # both in the upper tail: draw from [-hi, -lo], where the CDF keeps its precision
+    if flip:
+        lo, hi = -hi, -lo
+    u = np.maximum(rand(*tensor.shape, dtype=f64, generator=generator).numpy(), 2.0**-64)
+    log_p = np.logaddexp(log_ndtr(lo) + np.log1p(-u), log_ndtr(hi) + np.log(u))  # log((1 - u) cdf(lo) + u cdf(hi))
+    z = ndtri_exp(log_p)
+    values = (-z if flip else z) * std + mean
+    np_dtype = tensor.dtype.np_dtype
+    values = np.clip(values.astype(np_dtype), np_dtype.type(a), np_dtype.type(b))
     with no_grad():
-        return tensor.copy_(Tensor(values.astype(tensor.dtype.np_dtype)))
+        return tensor.copy_(Tensor(values))
 
 
 def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:

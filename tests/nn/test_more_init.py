@@ -5,6 +5,7 @@ by a flame.Generator."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -29,8 +30,34 @@ def test_trunc_normal_stays_in_bounds_with_the_truncated_moments():
     again = flame.zeros(200_000)
     nn.init.trunc_normal_(again, mean=0.5, std=1.0, a=-1.5, b=2.5, generator=flame.Generator(0))
     np.testing.assert_array_equal(again.numpy(), x)
-    with pytest.raises(ValueError, match="must be below"):
+    message = r"^uniform_ expects to return a \[from, to\) range, but found from=1 > to=0$"
+    with pytest.raises(RuntimeError, match=message):
         nn.init.trunc_normal_(t, a=1.0, b=0.0)
+    with pytest.raises(RuntimeError, match=message):
+        torch.nn.init.trunc_normal_(torch.zeros(3), a=1.0, b=0.0)
+    np.testing.assert_array_equal(nn.init.trunc_normal_(flame.zeros(3), a=0.5, b=0.5).numpy(), [0.5] * 3)
+
+
+@pytest.mark.parametrize("mean,std,a,b", [(10.0, 1.0, -2.0, 2.0), (0.0, 1.0, 8.0, 9.0), (0.0, 1.0, -9.0, -8.0),
+                                          (0.0, 1.0, 5.0, 6.0), (0.0, 1.0, 0.0, math.inf),
+                                          (0.0, 1.0, -math.inf, math.inf)])
+def test_trunc_normal_with_bounds_in_the_tails_follows_the_truncated_distribution(mean, std, a, b):
+    """Bounds many std from the mean, where the normal's CDF rounds to 0 or 1, still give the truncated
+    normal's moments (torch's rejection sampling does), and every value lies in [a, b]."""
+    from scipy.stats import truncnorm
+
+    dist = truncnorm((a - mean) / std, (b - mean) / std, loc=mean, scale=std)
+    far = mean < a - 2 * std or mean > b + 2 * std
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = nn.init.trunc_normal_(flame.zeros(100_000, dtype=flame.float64), mean, std, a, b,
+                                  generator=flame.Generator(3)).numpy()
+    said = [str(w.message) for w in caught if "trunc_normal_" in str(w.message)]
+    assert said == (["mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may "
+                     "be incorrect."] if far else [])
+    assert np.isfinite(x).all() and x.min() >= a and x.max() <= b
+    assert abs(x.mean() - dist.mean()) < 5 * dist.std() / math.sqrt(x.size)
+    assert abs(x.std() - dist.std()) < 0.02 * dist.std()
 
 
 @pytest.mark.parametrize("shape", [(6, 4), (4, 6), (8, 2, 3)])
