@@ -18,8 +18,7 @@ __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "
 
 def _fans(tensor: Tensor) -> tuple[int, int]:
     if tensor.ndim < 2:
-        raise ValueError(f"Fan in and fan out can not be computed for tensor with fewer than 2 dimensions, got shape "
-                         f"{list(tensor.shape)}")
+        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
     receptive = math.prod(tensor.shape[2:])
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
@@ -61,11 +60,11 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
         elif isinstance(param, (int, float)) and not isinstance(param, bool):
             slope = param
         else:
-            raise ValueError(f"calculate_gain: negative_slope {param} not a valid number")
+            raise ValueError(f"negative_slope {param} not a valid number")
         return math.sqrt(2.0 / (1 + slope**2))
     if nonlinearity == "selu":
         return 3.0 / 4
-    raise ValueError(f"calculate_gain: Unsupported nonlinearity {nonlinearity}")
+    raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
@@ -153,7 +152,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None =
     import numpy as np
 
     if tensor.ndim < 2:
-        raise ValueError(f"orthogonal_: needs a tensor with at least 2 dimensions, got shape {list(tensor.shape)}")
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
     if tensor.numel() == 0:
         return tensor
     rows, cols = tensor.shape[0], math.prod(tensor.shape[1:])
@@ -173,7 +172,7 @@ def eye_(tensor: Tensor) -> Tensor:
     import numpy as np
 
     if tensor.ndim != 2:
-        raise ValueError(f"eye_: needs a 2-D tensor, got shape {list(tensor.shape)}")
+        raise ValueError("Only tensors with 2 dimensions are supported")
     with no_grad():
         return tensor.copy_(Tensor(np.eye(*tensor.shape, dtype=tensor.dtype.np_dtype)))
 
@@ -183,9 +182,10 @@ def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
     convolution: each output channel passes its input channel through, per group)."""
     import numpy as np
 
-    if tensor.ndim not in (3, 4, 5) or tensor.shape[0] % groups:
-        raise ValueError(f"dirac_: needs a 3-, 4- or 5-D weight whose dim 0 divides into {groups} groups, got shape "
-                         f"{list(tensor.shape)}")
+    if tensor.ndim not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    if tensor.shape[0] % groups:
+        raise ValueError("dim 0 must be divisible by groups")
     out = np.zeros(tensor.shape, dtype=tensor.dtype.np_dtype)
     per = tensor.shape[0] // groups
     centre = tuple(k // 2 for k in tensor.shape[2:])
@@ -202,7 +202,7 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator: Gener
     import numpy as np
 
     if tensor.ndim != 2:
-        raise ValueError(f"sparse_: only tensors with 2 dimensions are supported, got shape {list(tensor.shape)}")
+        raise ValueError("Only tensors with 2 dimensions are supported")
     rows, cols = tensor.shape
     zeros = math.ceil(sparsity * rows)
     values = randn(rows, cols, dtype=tensor.dtype, generator=generator).numpy() * std

@@ -68,7 +68,7 @@ def test_orthogonal(shape):
     small = min(m.shape)
     gram = m.T @ m if m.shape[0] >= m.shape[1] else m @ m.T
     np.testing.assert_allclose(gram, np.eye(small), atol=1e-5)
-    with pytest.raises(ValueError, match="at least 2 dimensions"):
+    with pytest.raises(ValueError, match="^Only tensors with 2 or more dimensions are supported$"):
         nn.init.orthogonal_(flame.zeros(3))
 
 
@@ -91,3 +91,29 @@ def test_a_dirac_convolution_is_the_identity():
     x = flame.randn(2, 3, 5, 5, generator=flame.Generator(2))
     np.testing.assert_allclose(nn.functional.conv2d(x, w, padding=1).numpy(), x.numpy(), atol=1e-6)
     assert math.isclose(float(w.numpy().sum()), 3.0)
+
+
+_INIT_ERRORS = [("xavier_uniform_", (3,), ()), ("xavier_normal_", (), ()), ("kaiming_uniform_", (3,), ()),
+                ("kaiming_normal_", (3,), ()), ("orthogonal_", (3,), ()), ("eye_", (2, 3, 4), ()),
+                ("eye_", (3,), ()), ("dirac_", (2, 3), ()), ("dirac_", (6, 2, 3), (4,)), ("sparse_", (2, 3, 4), (0.5,)),
+                ("sparse_", (3,), (0.5,))]
+
+
+@pytest.mark.parametrize("name,shape,args", _INIT_ERRORS)
+def test_init_errors_as_torch(name, shape, args):
+    """Each fill's ValueError for a tensor it cannot fill, torch's type and message."""
+    with pytest.raises(ValueError) as expected:
+        getattr(torch.nn.init, name)(torch.zeros(shape), *args)
+    with pytest.raises(ValueError) as got:
+        getattr(nn.init, name)(flame.zeros(*shape), *args)
+    assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("nonlinearity,param", [("gelu", None), ("Linear", None), ("leaky_relu", True),
+                                                ("leaky_relu", "x")])
+def test_calculate_gain_errors_as_torch(nonlinearity, param):
+    with pytest.raises(ValueError) as expected:
+        torch.nn.init.calculate_gain(nonlinearity, param)
+    with pytest.raises(ValueError) as got:
+        nn.init.calculate_gain(nonlinearity, param)
+    assert str(got.value) == str(expected.value)
