@@ -113,3 +113,12 @@ def test_grad_stats_and_noise_inside_compile():
     assert not np.array_equal(g1, w.grad.numpy())  # each replay draws fresh noise
     np.testing.assert_allclose(g1, [2.0, -4.0, 6.0], atol=0.5)
     assert second["w"]["max"].item() != first["w"]["max"].item()
+
+
+def test_get_total_norm_refuses_an_undefined_tensor_as_torch():
+    message = "Tensors of the first list of nested Tensor lists are supposed to be defined but the 1-th Tensor is not."
+    with pytest.raises(RuntimeError, match=f"^{message}$"):
+        torch.nn.utils.get_total_norm([torch.ones(2), None])
+    with pytest.raises(RuntimeError) as caught:
+        flame.nn.utils.get_total_norm([flame.ones(2), None])
+    assert str(caught.value).split("\n")[0] == message

@@ -8,7 +8,7 @@ import math
 import warnings
 from collections.abc import Iterable
 
-from flame.errors import NonFiniteError, TraceError
+from flame.errors import ArgumentRangeError, NonFiniteError, TraceError
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.creation import Generator, randn
 from flame.frontend.ops import stack, vector_norm
@@ -33,6 +33,10 @@ def get_total_norm(tensors: Tensor | Iterable[Tensor], norm_type: float = 2.0, e
     accepted and changes nothing."""
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     norm_type = float(norm_type)
+    for i, t in enumerate(tensors):
+        if t is None:  # torch's foreach norm refuses an undefined tensor
+            raise ArgumentRangeError(f"Tensors of the first list of nested Tensor lists are supposed to be defined but "
+                                     f"the {i}-th Tensor is not.\n  at {user_location()}")
     if not tensors:
         return Tensor(0.0)
     dt = tensors[0].dtype
