@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import warnings
 
-from flame.errors import ArgumentRangeError
-from flame.frontend.context import no_grad
+from flame.errors import ArgumentRangeError, DTypeError
+from flame.frontend.context import no_grad, user_location
 from flame.frontend.creation import Generator, normal_, rand, randn, uniform_
 from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import f64
@@ -131,6 +131,8 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
                       "be incorrect.", stacklevel=2)
     if a > b:
         raise ArgumentRangeError(f"uniform_ expects to return a [from, to) range, but found from={a:g} > to={b:g}")
+    if not tensor.dtype.is_float:  # torch's normal kernel has no integer, bool or float8 case
+        raise DTypeError(f"trunc_normal_: dtype must be a float dtype, got {tensor.dtype}\n  at {user_location()}")
     lo, hi = (a - mean) / std, (b - mean) / std  # standardised bounds
     flip = lo > 0  # both in the upper tail: draw from [-hi, -lo], where the CDF keeps its precision
     if flip:

@@ -117,3 +117,11 @@ def test_calculate_gain_errors_as_torch(nonlinearity, param):
     with pytest.raises(ValueError) as got:
         nn.init.calculate_gain(nonlinearity, param)
     assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "bool"])
+def test_trunc_normal_refuses_a_tensor_that_is_not_floating(dtype):
+    with pytest.raises(NotImplementedError):
+        torch.nn.init.trunc_normal_(torch.zeros(3, dtype=getattr(torch, dtype)))
+    with pytest.raises(TypeError, match="trunc_normal_: dtype must be a float dtype"):
+        nn.init.trunc_normal_(flame.zeros(3, dtype=getattr(flame, dtype)))
