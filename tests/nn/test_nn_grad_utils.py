@@ -122,3 +122,14 @@ def test_get_total_norm_refuses_an_undefined_tensor_as_torch():
     with pytest.raises(RuntimeError) as caught:
         flame.nn.utils.get_total_norm([flame.ones(2), None])
     assert str(caught.value).split("\n")[0] == message
+
+
+@pytest.mark.parametrize("total_norm", [5.0, 5, None])
+def test_clip_grads_with_norm_refuses_a_norm_that_is_not_a_tensor_as_torch(total_norm):
+    tp, fp = torch.nn.Parameter(torch.ones(2)), nn.Parameter(flame.ones(2))
+    tp.grad, fp.grad = torch.ones(2), flame.ones(2)
+    with pytest.raises(TypeError):
+        torch.nn.utils.clip_grads_with_norm_([tp], 1.0, total_norm)
+    with pytest.raises(TypeError, match="total_norm must be a Tensor"):
+        nn.utils.clip_grads_with_norm_([fp], 1.0, total_norm)
+    np.testing.assert_array_equal(fp.grad.numpy(), [1.0, 1.0])
