@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import ArgumentTypeError, DTypeError, ShapeError
+from flame.errors import ArgumentRangeError, ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend import memory_format as _memory_format
 from flame.frontend.context import made_like, no_grad, user_location
 from flame.frontend.default_dtype import float_dtype, get_default_dtype
@@ -297,13 +297,20 @@ def randn_like(input: Tensor, dtype=None, *, device=None, generator: Generator |
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill tensor in place with U(a, b) (Tensor.uniform_, torch.nn.init.uniform_)."""
+    """Fill tensor in place with U(a, b) (Tensor.uniform_, torch.nn.init.uniform_); a > b raises torch's
+    RuntimeError."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > b:
+        raise ArgumentRangeError(f"uniform_ expects to return a [from, to) range, but found from={a:g} > to={b:g}\n"
+                                 f"  at {user_location()}")
     with no_grad():
         return tensor.copy_(rand(*tensor.shape, dtype=tensor.dtype, generator=generator) * (b - a) + a)
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Generator | None = None) -> Tensor:
-    """Fill tensor in place with N(mean, std^2) (Tensor.normal_, torch.nn.init.normal_)."""
+    """Fill tensor in place with N(mean, std^2) (Tensor.normal_, torch.nn.init.normal_); a negative or NaN
+    std raises torch's RuntimeError."""
+    if isinstance(std, (int, float)) and not std >= 0:
+        raise ArgumentRangeError(f"normal expects std >= 0.0, but found std {std:g}\n  at {user_location()}")
     with no_grad():
         return tensor.copy_(randn(*tensor.shape, dtype=tensor.dtype, generator=generator) * std + mean)
 

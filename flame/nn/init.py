@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 import warnings
 
-from flame.frontend.context import no_grad
+from flame.errors import ArgumentRangeError, DTypeError
+from flame.frontend.context import no_grad, user_location
 from flame.frontend.creation import Generator, normal_, rand, randn, uniform_
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import f64
 
 __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",
            "orthogonal_", "sparse_", "trunc_normal_", "uniform_", "xavier_normal_", "xavier_uniform_", "zeros_"]
@@ -16,8 +18,7 @@ __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "
 
 def _fans(tensor: Tensor) -> tuple[int, int]:
     if tensor.ndim < 2:
-        raise ValueError(f"Fan in and fan out can not be computed for tensor with fewer than 2 dimensions, got shape "
-                         f"{list(tensor.shape)}")
+        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
     receptive = math.prod(tensor.shape[2:])
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
 
@@ -59,11 +60,11 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
         elif isinstance(param, (int, float)) and not isinstance(param, bool):
             slope = param
         else:
-            raise ValueError(f"calculate_gain: negative_slope {param} not a valid number")
+            raise ValueError(f"negative_slope {param} not a valid number")
         return math.sqrt(2.0 / (1 + slope**2))
     if nonlinearity == "selu":
         return 3.0 / 4
-    raise ValueError(f"calculate_gain: Unsupported nonlinearity {nonlinearity}")
+    raise ValueError(f"Unsupported nonlinearity {nonlinearity}")
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
@@ -117,18 +118,33 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Generator | Non
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
                   generator: Generator | None = None) -> Tensor:
     """Fill tensor in place with N(mean, std^2) truncated to [a, b] (bounds in the tensor's units, as
-    torch.nn.init.trunc_normal_): a uniform draw mapped through the normal's inverse CDF between the
-    bounds' CDF values, so every value lies in [a, b]."""
+    torch.nn.init.trunc_normal_): one f64 uniform draw per element mapped through the normal's inverse
+    CDF between the bounds' CDF values. The CDFs are taken in log space and bounds in the upper tail are
+    mirrored into the lower one, so bounds many standard deviations from the mean (where 1 - CDF rounds
+    to 0) still give the truncated distribution. As torch's: a mean more than 2 std outside [a, b]
+    warns, a > b raises its RuntimeError, a == b fills with a."""
     import numpy as np
-    from scipy.special import erf, erfinv
+    from scipy.special import log_ndtr, ndtri_exp
 
-    if a >= b:
-        raise ValueError(f"trunc_normal_: a ({a}) must be below b ({b})")
-    lo, hi = (erf((v - mean) / (std * math.sqrt(2.0))) for v in (a, b))  # the bounds' CDFs, as 2 * cdf - 1
-    u = rand(*tensor.shape, dtype=tensor.dtype, generator=generator).numpy().astype(np.float64)
-    values = np.clip(erfinv(lo + (hi - lo) * u) * std * math.sqrt(2.0) + mean, a, b)
+    if mean < a - 2 * std or mean > b + 2 * std:
+        warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may "
+                      "be incorrect.", stacklevel=2)
+    if a > b:
+        raise ArgumentRangeError(f"uniform_ expects to return a [from, to) range, but found from={a:g} > to={b:g}")
+    if not tensor.dtype.is_float:  # torch's normal kernel has no integer, bool or float8 case
+        raise DTypeError(f"trunc_normal_: dtype must be a float dtype, got {tensor.dtype}\n  at {user_location()}")
+    lo, hi = (a - mean) / std, (b - mean) / std  # standardised bounds
+    flip = lo > 0  # both in the upper tail: draw from [-hi, -lo], where the CDF keeps its precision
+    if flip:
+        lo, hi = -hi, -lo
+    u = np.maximum(rand(*tensor.shape, dtype=f64, generator=generator).numpy(), 2.0**-64)
+    log_p = np.logaddexp(log_ndtr(lo) + np.log1p(-u), log_ndtr(hi) + np.log(u))  # log((1 - u) cdf(lo) + u cdf(hi))
+    z = ndtri_exp(log_p)
+    values = (-z if flip else z) * std + mean
+    np_dtype = tensor.dtype.np_dtype
+    values = np.clip(values.astype(np_dtype), np_dtype.type(a), np_dtype.type(b))
     with no_grad():
-        return tensor.copy_(Tensor(values.astype(tensor.dtype.np_dtype)))
+        return tensor.copy_(Tensor(values))
 
 
 def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None = None) -> Tensor:
@@ -138,7 +154,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Generator | None =
     import numpy as np
 
     if tensor.ndim < 2:
-        raise ValueError(f"orthogonal_: needs a tensor with at least 2 dimensions, got shape {list(tensor.shape)}")
+        raise ValueError("Only tensors with 2 or more dimensions are supported")
     if tensor.numel() == 0:
         return tensor
     rows, cols = tensor.shape[0], math.prod(tensor.shape[1:])
@@ -158,7 +174,7 @@ def eye_(tensor: Tensor) -> Tensor:
     import numpy as np
 
     if tensor.ndim != 2:
-        raise ValueError(f"eye_: needs a 2-D tensor, got shape {list(tensor.shape)}")
+        raise ValueError("Only tensors with 2 dimensions are supported")
     with no_grad():
         return tensor.copy_(Tensor(np.eye(*tensor.shape, dtype=tensor.dtype.np_dtype)))
 
@@ -168,9 +184,10 @@ def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
     convolution: each output channel passes its input channel through, per group)."""
     import numpy as np
 
-    if tensor.ndim not in (3, 4, 5) or tensor.shape[0] % groups:
-        raise ValueError(f"dirac_: needs a 3-, 4- or 5-D weight whose dim 0 divides into {groups} groups, got shape "
-                         f"{list(tensor.shape)}")
+    if tensor.ndim not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    if tensor.shape[0] % groups:
+        raise ValueError("dim 0 must be divisible by groups")
     out = np.zeros(tensor.shape, dtype=tensor.dtype.np_dtype)
     per = tensor.shape[0] // groups
     centre = tuple(k // 2 for k in tensor.shape[2:])
@@ -187,7 +204,7 @@ def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01, generator: Gener
     import numpy as np
 
     if tensor.ndim != 2:
-        raise ValueError(f"sparse_: only tensors with 2 dimensions are supported, got shape {list(tensor.shape)}")
+        raise ValueError("Only tensors with 2 dimensions are supported")
     rows, cols = tensor.shape
     zeros = math.ceil(sparsity * rows)
     values = randn(rows, cols, dtype=tensor.dtype, generator=generator).numpy() * std

@@ -509,9 +509,15 @@ class Module(ModuleHooks, ModuleLookup):
         return ""
 
     def __repr__(self) -> str:
-        lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
-        head = f"{type(self).__name__}({self.extra_repr()}"
-        return head + ")" if not lines else head + "\n  " + "\n  ".join(lines) + "\n)"
+        """torch's layout: a one-line extra_repr without children inline, `Name(extra)`; otherwise each
+        extra_repr line, then each child, on its own line indented by two spaces."""
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
+        if len(extra_lines) == 1 and not child_lines:
+            return f"{type(self).__name__}({extra_lines[0]})"
+        lines = extra_lines + child_lines
+        return f"{type(self).__name__}(" + ("\n  " + "\n  ".join(lines) + "\n" if lines else "") + ")"
 
 
 class _ModuleSequence(Module):

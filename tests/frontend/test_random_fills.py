@@ -188,3 +188,20 @@ def test_multinomial_method():
     t = torch.tensor([[0.0, 1.0, 0.0], [0.5, 0.0, 0.5]]).multinomial(2, True)
     assert draws.dtype == flame.int64 and tuple(draws.shape) == tuple(t.shape)
     assert draws.numpy()[0].tolist() == [1, 1] and set(draws.numpy()[1].tolist()) <= {0, 2}
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda lib, t: t.uniform_(2.0, 1.0), r"uniform_ expects to return a [from, to) range, but found from=2 > to=1"),
+    (lambda lib, t: lib.nn.init.uniform_(t, 0.5, 0.25),
+     r"uniform_ expects to return a [from, to) range, but found from=0.5 > to=0.25"),
+    (lambda lib, t: t.normal_(0.0, -1.0), "normal expects std >= 0.0, but found std -1"),
+    (lambda lib, t: lib.nn.init.normal_(t, 0.0, -0.5), "normal expects std >= 0.0, but found std -0.5"),
+    (lambda lib, t: t.normal_(0.0, float("nan")), "normal expects std >= 0.0, but found std nan"),
+])
+def test_uniform_and_normal_fills_check_their_arguments_as_torch(call, message):
+    for lib in (torch, flame):
+        with pytest.raises(RuntimeError) as caught:
+            call(lib, lib.zeros(3))
+        assert str(caught.value).split("\n")[0] == message, lib
+    np.testing.assert_array_equal(flame.zeros(3).uniform_(1.0, 1.0).numpy(), [1.0] * 3)
+    np.testing.assert_array_equal(flame.zeros(3).normal_(2.0, 0.0).numpy(), [2.0] * 3)

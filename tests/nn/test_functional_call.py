@@ -151,3 +151,19 @@ def test_nn_utils_stateless_warns_as_torch():
         warnings.simplefilter("error")
         np.testing.assert_allclose(functional_call(fm, {}, (flame.tensor(X),)).numpy(), fm(flame.tensor(X)).numpy())
     assert out.shape == (5, 2)
+
+
+@pytest.mark.parametrize("name", ["foo.bar", "0.foo.x", "0.weight.x"])
+def test_a_name_through_no_submodule_raises_as_torch(name):
+    """A dotted name whose path leaves the modules: torch's AttributeError for a missing attribute, its
+    TypeError for one that is not a module."""
+    tm, fm = torch.nn.Sequential(torch.nn.Linear(2, 2)), nn.Sequential(nn.Linear(2, 2))
+    with pytest.raises((AttributeError, TypeError)) as expected:
+        torch.func.functional_call(tm, {name: torch.ones(1)}, (torch.ones(1, 2),))
+    with pytest.raises(expected.type) as got:
+        functional_call(fm, {name: flame.ones(1)}, (flame.ones(1, 2),))
+    if expected.type is AttributeError:
+        assert str(got.value) == str(expected.value)
+    else:  # the message shows the parameter's repr, which differs between the libraries
+        assert str(got.value).startswith("submodule `0.weight`: ")
+        assert str(got.value).endswith(" is not an instance of flame.nn.Module")

@@ -113,3 +113,23 @@ def test_grad_stats_and_noise_inside_compile():
     assert not np.array_equal(g1, w.grad.numpy())  # each replay draws fresh noise
     np.testing.assert_allclose(g1, [2.0, -4.0, 6.0], atol=0.5)
     assert second["w"]["max"].item() != first["w"]["max"].item()
+
+
+def test_get_total_norm_refuses_an_undefined_tensor_as_torch():
+    message = "Tensors of the first list of nested Tensor lists are supposed to be defined but the 1-th Tensor is not."
+    with pytest.raises(RuntimeError, match=f"^{message}$"):
+        torch.nn.utils.get_total_norm([torch.ones(2), None])
+    with pytest.raises(RuntimeError) as caught:
+        flame.nn.utils.get_total_norm([flame.ones(2), None])
+    assert str(caught.value).split("\n")[0] == message
+
+
+@pytest.mark.parametrize("total_norm", [5.0, 5, None])
+def test_clip_grads_with_norm_refuses_a_norm_that_is_not_a_tensor_as_torch(total_norm):
+    tp, fp = torch.nn.Parameter(torch.ones(2)), nn.Parameter(flame.ones(2))
+    tp.grad, fp.grad = torch.ones(2), flame.ones(2)
+    with pytest.raises(TypeError):
+        torch.nn.utils.clip_grads_with_norm_([tp], 1.0, total_norm)
+    with pytest.raises(TypeError, match="total_norm must be a Tensor"):
+        nn.utils.clip_grads_with_norm_([fp], 1.0, total_norm)
+    np.testing.assert_array_equal(fp.grad.numpy(), [1.0, 1.0])

@@ -267,3 +267,16 @@ def test_activation_arguments_are_attributes_as_torchs(name, args, attr, new):
                                   lambda nn: nn.Upsample()])
 def test_resampling_layer_reprs(make):
     assert repr(make(flame.nn)) == repr(make(torch.nn))
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: n.Linear(3, 3),
+    lambda n: n.Module(),
+    lambda n: n.Sequential(n.Linear(2, 3), n.ReLU(), n.Sequential(n.Conv2d(1, 2, 3))),
+    lambda n: n.MultiheadAttention(8, 2),
+    lambda n: n.LSTM(3, 4),
+    lambda n: n.utils.parametrizations.weight_norm(n.Linear(3, 3)),
+], ids=["leaf", "empty", "nested", "extra and child", "rnn", "parametrized"])
+def test_module_repr_lays_out_extra_repr_and_children_as_torch(make):
+    """A module with both an extra_repr and children puts the extra_repr on its own line, as torch's."""
+    assert repr(make(flame.nn)) == repr(make(torch.nn))

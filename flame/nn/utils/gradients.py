@@ -8,7 +8,7 @@ import math
 import warnings
 from collections.abc import Iterable
 
-from flame.errors import NonFiniteError, TraceError
+from flame.errors import ArgumentRangeError, ArgumentTypeError, NonFiniteError, TraceError
 from flame.frontend.context import no_grad, user_location
 from flame.frontend.creation import Generator, randn
 from flame.frontend.ops import stack, vector_norm
@@ -33,6 +33,10 @@ def get_total_norm(tensors: Tensor | Iterable[Tensor], norm_type: float = 2.0, e
     accepted and changes nothing."""
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
     norm_type = float(norm_type)
+    for i, t in enumerate(tensors):
+        if t is None:  # torch's foreach norm refuses an undefined tensor
+            raise ArgumentRangeError(f"Tensors of the first list of nested Tensor lists are supposed to be defined but "
+                                     f"the {i}-th Tensor is not.\n  at {user_location()}")
     if not tensors:
         return Tensor(0.0)
     dt = tensors[0].dtype
@@ -52,6 +56,9 @@ def clip_grads_with_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float
     grads = _grads(parameters)
     if not grads:
         return
+    if not isinstance(total_norm, Tensor):  # torch's clamp of a Python number fails with a TypeError
+        raise ArgumentTypeError(f"clip_grads_with_norm_: total_norm must be a Tensor (what get_total_norm returns), "
+                                f"got {type(total_norm).__name__}\n  at {user_location()}")
     with no_grad():
         coef = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0)
         for g in grads:

@@ -54,8 +54,8 @@ class WeightNorm:
                 raise RuntimeError(f"Cannot register two weight_norm hooks on the same parameter {name}")
         fn = WeightNorm(name, dim)
         weight = module._parameters.get(name)
-        if weight is None:
-            raise ValueError(f"weight_norm: {type(module).__name__} has no parameter named {name!r}")
+        if weight is None:  # torch reads getattr(module, name)
+            raise AttributeError(f"'{type(module).__name__}' object has no attribute '{name}'")
         del module._parameters[name]
         with no_grad():
             g = norm_except_dim(weight.detach(), 2, fn.dim)
@@ -124,7 +124,9 @@ class SpectralNorm:
             if isinstance(hook, SpectralNorm) and hook.name == name:
                 raise RuntimeError(f"Cannot register two spectral_norm hooks on the same parameter {name}")
         fn = SpectralNorm(name, n_power_iterations, dim, eps)
-        weight = module._parameters.get(name)
+        if name not in module._parameters:  # torch reads module._parameters[name]
+            raise KeyError(name)
+        weight = module._parameters[name]
         if weight is None:
             raise ValueError(f"`SpectralNorm` cannot be applied as parameter `{name}` is None")
         with no_grad():
@@ -177,4 +179,4 @@ def _remove(module: Module, kind: type, name: str, what: str) -> Module:
             del hooks[k]
             forget(k)  # compiled steps that ran the hook trace again
             return module
-    raise ValueError(f"{what} of '{name}' not found in {type(module).__name__}")
+    raise ValueError(f"{what} of '{name}' not found in {module}")

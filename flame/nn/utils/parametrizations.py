@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flame.errors import DimError
 from flame.frontend.activations import normalize
 from flame.frontend.context import no_grad
 from flame.frontend.creation import eye, randn, zeros
@@ -34,10 +35,14 @@ _ORTHOGONAL_MAPS = ("matrix_exp", "cayley", "householder")
 
 def norm_except_dim(v: Tensor, pow: float = 2, dim: int = 0) -> Tensor:  # noqa: A002
     """The `pow`-norm of v over every dimension but `dim`, kept as size-1 dimensions (torch's
-    norm_except_dim); dim=-1 is the norm of the whole tensor, a 0-d tensor, as torch's."""
+    norm_except_dim); dim=-1 is the norm of the whole tensor, a 0-d tensor, as torch's; another dim
+    outside v's dimensions raises torch's IndexError."""
     if dim == -1:
         return vector_norm(v, pow)
-    d = dim % v.ndim if v.ndim else 0
+    n = max(v.ndim, 1)
+    if not -n <= dim < n:
+        raise DimError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    d = dim % n if v.ndim else 0
     others = tuple(a for a in range(v.ndim) if a != d)
     if not others:
         return v.abs()
@@ -152,7 +157,7 @@ def spectral_norm(
     use them as they are). dim defaults to 1 for ConvTranspose, else 0. Returns module."""
     weight = getattr(module, name, None)
     if not isinstance(weight, Tensor):
-        raise ValueError(f"Module '{type(module).__name__}' has no parameter or buffer with name '{name}'")
+        raise ValueError(f"Module '{module}' has no parameter or buffer with name '{name}'")
     sn = _SpectralNorm(weight, n_power_iterations, _default_dim(module, dim), eps)
     parametrize.register_parametrization(module, name, sn)
     return module
@@ -242,7 +247,7 @@ def orthogonal(module: Module, name: str = "weight", orthogonal_map: str | None 
     module."""
     weight = getattr(module, name, None)
     if not isinstance(weight, Tensor):
-        raise ValueError(f"Module '{type(module).__name__}' has no parameter or buffer with name '{name}'")
+        raise ValueError(f"Module '{module}' has no parameter or buffer with name '{name}'")
     if weight.ndim < 2:
         raise ValueError(f"Expected a matrix or batch of matrices. Got a tensor of {weight.ndim} dimensions.")
     if orthogonal_map is None:

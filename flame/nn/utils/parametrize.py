@@ -123,7 +123,8 @@ class ParametrizationList(ModuleList):
             self._register_originals(new, original)
         if not self.unsafe:
             z = self()
-            _check_same(z, shape, dtype, "Registering a parametrization", "unparametrized", "parametrized")
+            _check_same(z, shape, dtype, "Registering a parametrization", "unparametrized", "parametrized",
+                        flag="`unsafe` flag")
 
     def _register_originals(self, new: Sequence, original: Tensor) -> None:
         for i, t in enumerate(new):
@@ -191,18 +192,19 @@ class ParametrizationList(ModuleList):
         return x
 
 
-def _check_same(x, shape: tuple, dtype, what: str, before: str, after: str) -> None:
-    """A parametrization's result keeps the tensor's shape and dtype (unless unsafe), as torch checks."""
+def _check_same(x, shape: tuple, dtype, what: str, before: str, after: str, flag: str = "the `unsafe` flag") -> None:
+    """A parametrization's result keeps the tensor's shape and dtype (unless unsafe), as torch checks (its
+    messages name `flag` as torch's do: "the `unsafe` flag", or "`unsafe` flag" on a first registration)."""
     if not isinstance(x, Tensor):
         raise ValueError(f"A parametrization must return a tensor. Got {type(x).__name__}.")
     if x.dtype != dtype:
         raise ValueError(
-            f"{what} may not change the dtype of the tensor, unless the `unsafe` flag is enabled.\n"
+            f"{what} may not change the dtype of the tensor, unless {flag} is enabled.\n"
             f"{before} dtype: {dtype}\n{after} dtype: {x.dtype}"
         )
     if tuple(x.shape) != tuple(shape):
         raise ValueError(
-            f"{what} may not change the shape of the tensor, unless the `unsafe` flag is enabled.\n"
+            f"{what} may not change the shape of the tensor, unless {flag} is enabled.\n"
             f"{before} shape: {list(shape)}\n{after} shape: {list(x.shape)}"
         )
 
@@ -295,7 +297,7 @@ def register_parametrization(
         module.parametrizations[tensor_name] = plist
     else:
         raise ValueError(
-            f"Module '{type(module).__name__}' does not have a parameter, a buffer, or a "
+            f"Module '{module}' does not have a parameter, a buffer, or a "
             f"parametrized element with name '{tensor_name}'"
         )
     return module
@@ -321,7 +323,13 @@ def _check_chained(module: Module, tensor_name: str, parametrization: Module) ->
             return
         if not isinstance(z, Tensor):
             raise ValueError(f"parametrization.right_inverse must return a tensor. Got: {type(z).__name__}")
-        _check_same(z, tuple(y.shape), y.dtype, "parametrization.right_inverse", f"module.{tensor_name}", "returned")
+        for what, want, got in (("dtype", y.dtype, z.dtype), ("shape", list(y.shape), list(z.shape))):
+            if want != got:
+                raise ValueError(
+                    f"The tensor returned by parametrization.right_inverse must have the same {what} as "
+                    f"module.{tensor_name}, unless the `unsafe` flag is enabled.\n"
+                    f"module.{tensor_name}.{what}: {want}\nreturned {what}: {got}"
+                )
 
 
 def is_parametrized(module: Module, tensor_name: str | None = None) -> bool:
@@ -338,7 +346,7 @@ def remove_parametrizations(module: Module, tensor_name: str, leave_parametrized
     in place) or the original (False; refused when there are several originals). The module gets its
     class back when no parametrization is left. Returns module."""
     if not is_parametrized(module, tensor_name):
-        raise ValueError(f"Module {type(module).__name__} does not have a parametrization on {tensor_name}")
+        raise ValueError(f"Module {module} does not have a parametrization on {tensor_name}")
     plist = module.parametrizations[tensor_name]
     if plist.is_tensor:
         original = plist.original

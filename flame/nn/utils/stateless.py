@@ -48,9 +48,11 @@ def _owner(module, name: str):
     """(the submodule holding dotted `name`, its last part)."""
     *path, attr = name.split(".")
     for i, part in enumerate(path):
-        sub = getattr(module, part, None)
+        if not hasattr(module, part):
+            raise AttributeError(f"{type(module).__name__} has no attribute `{part}`")
+        sub = getattr(module, part)
         if not hasattr(sub, "_parameters"):
-            raise AttributeError(f"{type(module).__name__} has no submodule `{'.'.join(path[: i + 1])}` (in {name!r})")
+            raise TypeError(f"submodule `{'.'.join(path[: i + 1])}`: {sub} is not an instance of flame.nn.Module")
         module = sub
     return module, attr
 
