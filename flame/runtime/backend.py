@@ -54,24 +54,21 @@ def _matmul_workspace(op, epilogue: str = "none", ta: bool = False, tb: bool = F
     return matmul.workspace_bytes(op.out.type.numel)
 
 
-def _conv_unsupported(op) -> str:
-    """flame's reasons, then, where a GPU is present, cuDNN's own answer (it builds the graph, once
-    per spec): so a convolution cuDNN refuses becomes primitive ops instead of failing at run time.
-    For a target that keeps convolutions NC* (Target.conv_channels_last off)."""
+def _conv_unsupported(op, spec_of=cudnn_conv.spec_of) -> str:
+    """flame's reasons, then, where a GPU is present, cuDNN's own answer about the call `spec_of(op)`
+    (it builds the graph, once per spec): so a convolution cuDNN refuses becomes primitive ops instead
+    of failing at run time. As is, for a target that keeps convolutions NC* (Target.conv_channels_last off)."""
     why = cudnn_conv.op_unsupported(op)
     if why or not cuda_available():
         return why
-    return cudnn_conv.refusal(cudnn_conv.spec_of(op))
+    return cudnn_conv.refusal(spec_of(op))
 
 
 def _conv_unsupported_channels_last(op) -> str:
     """_conv_unsupported for a target whose layout pass makes every convolution channels-last
     (passes/layout.py, after this question is asked): cuDNN is asked about the call the plan will make,
     the op's activations channels-last, so the graph built to answer is the one the plan runs."""
-    why = cudnn_conv.op_unsupported(op)
-    if why or not cuda_available():
-        return why
-    return cudnn_conv.refusal(cudnn_conv.channels_last_spec(op))
+    return _conv_unsupported(op, cudnn_conv.channels_last_spec)
 
 
 def _conv_workspace(op) -> int:
