@@ -7,13 +7,13 @@ from numbers import Number
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions.distribution import Distribution
-from flame.distributions.utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from flame.distributions.utils import BinaryProbs, broadcast_all
 from flame.frontend.losses import binary_cross_entropy_with_logits
 
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(Distribution):
+class Bernoulli(BinaryProbs, Distribution):
     """1 with probability probs (or sigmoid(logits)), else 0."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -62,16 +62,6 @@ class Bernoulli(Distribution):
     def variance(self):
         """The variance."""
         return self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self):
-        """log(p) - log1p(-p) of probs (clamped away from 0 and 1)."""
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        """sigmoid(logits)."""
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def param_shape(self):

@@ -7,7 +7,7 @@ from flame.distributions import constraints
 from flame.distributions._known import known_value
 from flame.distributions.distribution import Distribution
 from flame.distributions.gamma import standard_gamma
-from flame.distributions.utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
+from flame.distributions.utils import BinaryProbs, broadcast_all
 from flame.frontend.activations import logsigmoid
 
 __all__ = ["Binomial", "NegativeBinomial"]
@@ -18,7 +18,7 @@ def _clamp_by_zero(x):
     return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
 
 
-class _Counts(Distribution):
+class _Counts(BinaryProbs, Distribution):
     """A count distribution of a total_count and a success probability given as probs or logits:
     construction (both broadcast, total_count in the parameter's dtype), expand, probs <-> logits."""
 
@@ -48,16 +48,6 @@ class _Counts(Distribution):
         Distribution.__init__(new, batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
-
-    @lazy_property
-    def logits(self):
-        """log(p) - log1p(-p) of probs (clamped away from 0 and 1)."""
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        """sigmoid(logits)."""
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def param_shape(self):

@@ -10,7 +10,11 @@ from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions._known import known_value, shown
 from flame.distributions.distribution import Distribution
-from flame.distributions.utils import broadcast_all, finfo_tiny, lazy_property, logits_to_probs, probs_to_logits
+from flame.distributions.utils import (
+    BinaryProbs,
+    broadcast_all,
+    finfo_tiny,
+)
 from flame.frontend.losses import binary_cross_entropy_with_logits
 
 __all__ = ["Geometric", "Poisson"]
@@ -64,7 +68,7 @@ class Poisson(Distribution):
         return value.xlogy(rate) - rate - (value + 1).lgamma()
 
 
-class Geometric(Distribution):
+class Geometric(BinaryProbs, Distribution):
     """The number of failures before the first success of Bernoulli(probs) trials."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -115,16 +119,6 @@ class Geometric(Distribution):
     def variance(self):
         """(1 / probs - 1) / probs."""
         return (1.0 / self.probs - 1.0) / self.probs
-
-    @lazy_property
-    def logits(self):
-        """log(p) - log1p(-p) of probs (clamped away from 0 and 1)."""
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        """sigmoid(logits)."""
-        return logits_to_probs(self.logits, is_binary=True)
 
     def sample(self, sample_shape=()):
         """floor(log(u) / log1p(-probs)) with u uniform in (0, 1) (no gradients)."""

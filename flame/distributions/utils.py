@@ -85,6 +85,21 @@ class lazy_property:  # noqa: N801  (torch's name)
         return value
 
 
+class BinaryProbs:
+    """`probs` and `logits` of a distribution given one of them for a success probability (Bernoulli,
+    Binomial, NegativeBinomial, Geometric): each derived from the other at first use (lazy_property)."""
+
+    @lazy_property
+    def logits(self):
+        """log(p) - log1p(-p) of probs (clamped away from 0 and 1)."""
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        """sigmoid(logits)."""
+        return logits_to_probs(self.logits, is_binary=True)
+
+
 def shape_of(sample_shape) -> tuple[int, ...]:
     """A sample_shape argument (tuple, list or torch-style Size) as a tuple of ints."""
     if isinstance(sample_shape, int) or not hasattr(sample_shape, "__iter__"):
