@@ -343,8 +343,8 @@ _ahead_threads: list[threading.Thread] = []
 
 def compile_ahead(source: str, arch: str, name_hint: str = "") -> None:
     """Start compiling `source` for `arch` from a background thread (in an NVRTC compile process,
-    codegen/nvrtc_pool.py), unless it
-    is under way already, so that NVRTC runs while the rest of the step is planned: the plan builder
+    codegen/nvrtc_pool.py), unless it is under way already, so that NVRTC runs while the rest of the
+    step is planned: the plan builder
     calls this for each kernel it renders for a GPU (Target.arch), and compile_cubin / compile_many
     wait for that compile instead of starting their own. A compile error surfaces there too, with
     the same message. Of the compiles waiting for a thread, the longest source starts first: planning
@@ -400,9 +400,8 @@ def _compile_ahead_loop() -> None:
 
 def compile_many(sources: Sequence[str], arch: str, workers: int | None = None) -> list[bytes]:
     """compile_cubin over many sources from a thread pool (each compile in an NVRTC compile process,
-    codegen/nvrtc_pool.py), the longest sources
-    first (the slowest compile, a multi-tensor update's, starts at once rather than behind the short
-    ones); same order out."""
+    codegen/nvrtc_pool.py), the longest sources first (the slowest compile, a multi-tensor update's,
+    starts at once rather than behind the short ones); same order out."""
     sources = list(sources)
     if len(sources) <= 1:
         return [compile_cubin(s, arch) for s in sources]
