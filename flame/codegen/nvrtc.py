@@ -343,16 +343,14 @@ _ahead_threads: list[threading.Thread] = []
 
 def compile_ahead(source: str, arch: str, name_hint: str = "") -> None:
     """Start compiling `source` for `arch` from a background thread (in an NVRTC compile process,
-    codegen/nvrtc_pool.py), unless it is under way already, so that NVRTC runs while the rest of the
-    step is planned: the plan builder
-    calls this for each kernel it renders for a GPU (Target.arch), and compile_cubin / compile_many
-    wait for that compile instead of starting their own. A compile error surfaces there too, with
-    the same message. Of the compiles waiting for a thread, the longest source starts first: planning
-    renders a step's kernels in bursts, and an optimizer's multi-tensor update, among the slowest to
-    compile, is rendered last, right after a burst of short ones. The threads are daemons; a process
-    that exits waits, for at most AHEAD_EXIT_WAIT_S, for the compiles still under way when a disk
-    cache keeps their cubins (_finish_ahead); $FLAME_COMPILE_AHEAD=0 turns this off (kernels compile
-    when the executor loads the plan)."""
+    codegen/nvrtc_pool.py), unless it is under way already, so that NVRTC runs while the rest of the step is
+    planned: the plan builder calls this for each kernel it renders for a GPU (Target.arch), and compile_cubin /
+    compile_many wait for that compile instead of starting their own. A compile error surfaces there too, with the
+    same message. Of the compiles waiting for a thread, the longest source starts first: planning renders a step's
+    kernels in bursts, and an optimizer's multi-tensor update, among the slowest to compile, is rendered last, right
+    after a burst of short ones. The threads are daemons; a process that exits waits, for at most AHEAD_EXIT_WAIT_S,
+    for the compiles still under way when a disk cache keeps their cubins (_finish_ahead); $FLAME_COMPILE_AHEAD=0
+    turns this off (kernels compile when the executor loads the plan)."""
     if not env_flag(AHEAD_ENV, True):
         return
     with _lock:
