@@ -37,12 +37,7 @@ class Bernoulli(BinaryProbs, Distribution):
         """This distribution with its parameter expanded to batch_shape."""
         new = self._get_checked_instance(Bernoulli, _instance)
         batch_shape = tuple(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(*batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(*batch_shape)
-            new._param = new.logits
+        self._expand_probs(new, batch_shape)
         super(Bernoulli, new).__init__(batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new

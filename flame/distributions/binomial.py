@@ -39,12 +39,7 @@ class _Counts(BinaryProbs, Distribution):
         new = self._get_checked_instance(cls, _instance)
         batch_shape = tuple(batch_shape)
         new.total_count = self.total_count.expand(*batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(*batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(*batch_shape)
-            new._param = new.logits
+        self._expand_probs(new, batch_shape)
         Distribution.__init__(new, batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new

@@ -97,10 +97,7 @@ class Geometric(BinaryProbs, Distribution):
         """This distribution with its parameter expanded to batch_shape."""
         new = self._get_checked_instance(Geometric, _instance)
         batch_shape = tuple(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(*batch_shape)
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(*batch_shape)
+        self._expand_probs(new, batch_shape)
         Distribution.__init__(new, batch_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new

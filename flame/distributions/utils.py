@@ -99,6 +99,15 @@ class BinaryProbs:
         """sigmoid(logits)."""
         return logits_to_probs(self.logits, is_binary=True)
 
+    def _expand_probs(self, new, batch_shape: tuple) -> None:
+        """Give `new` (expand's instance) the parameters known here, probs or logits or both, expanded to
+        batch_shape; its `_param`, where the class keeps one, is the expanded logits if known, else probs."""
+        for name in ("probs", "logits"):
+            if name in self.__dict__:
+                setattr(new, name, getattr(self, name).expand(*batch_shape))
+                if hasattr(self, "_param"):
+                    new._param = getattr(new, name)
+
 
 def shape_of(sample_shape) -> tuple[int, ...]:
     """A sample_shape argument (tuple, list or torch-style Size) as a tuple of ints."""
