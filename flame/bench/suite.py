@@ -12,6 +12,7 @@ import os
 import statistics
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 
@@ -24,6 +25,12 @@ ROLES_BOUND = ("input", "param", "state", "scalar", "const", "output")
 def _reason(e: BaseException) -> str:
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {first}"[:200]
+
+
+def _where(e: BaseException, frames: int = 8) -> list[str]:
+    """The innermost frames of a failure, `file:line in function`: what results.json keeps of a FAILED
+    flame run beside its reason, so a failure seen once in a suite can be traced."""
+    return [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(e.__traceback__)[-frames:]]
 
 
 def wrapper(framework: str, mode: str) -> Callable:
@@ -301,7 +308,7 @@ def run_flame(case: Case, sizes: dict, sets: list[dict], oracle: list | None, ct
                 res.update(_peak_memory(bound, data[0], memory, ctx.timer("flame")))
                 res.update(_time(bound, data, ctx.timer("flame"), ctx))
     except Exception as e:
-        res["status"], res["error"] = "FAILED", _reason(e)
+        res["status"], res["error"], res["where"] = "FAILED", _reason(e), _where(e)
     return res
 
 

@@ -63,6 +63,21 @@ def test_failing_peer_is_na_and_wrong_flame_is_not_timed(tmp_path):
         assert "WRONG" in (tmp_path / "results.md").read_text()
 
 
+def _flame_exploding(sizes, arrays, wrap):
+    def explode(x):
+        raise ValueError("flame step exploded")
+
+    return Bound(wrap(explode))
+
+
+def test_failing_flame_is_failed_with_its_reason_and_where(tmp_path):
+    run, _ = run_suite([_tiny("flame_fails", _flame_exploding, _torch_identity)], quick=True, out=str(tmp_path),
+                       peers=[], log=lambda *a: None)
+    f = run["cases"][0]["flame"]
+    assert f["status"] == "FAILED" and f["error"] == "ValueError: flame step exploded"
+    assert f["where"][-1].endswith("in explode") and __file__ in f["where"][-1]
+
+
 def test_cli_rejects_unknown_case(capsys):
     assert cli_main(["bench", "--quick", "--cases", "nope"]) == 1
     assert "unknown case(s) nope" in capsys.readouterr().err
