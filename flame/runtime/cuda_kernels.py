@@ -10,12 +10,26 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from flame.plan.steps import KernelLaunch
 
 _MAX_STATIC_SMEM = 48 * 1024
+
+
+@dataclass
+class _Loaded:
+    """A loaded kernel: its cupy Function (which keeps its module) and the dynamic shared memory the
+    function has been allowed (cuFuncSetAttribute, raised once to the largest a launch asked for). The
+    allowance lives with the function it was set on: a function handle freed with its module may be
+    reused by the driver for a newly loaded one, which has been allowed nothing."""
+
+    fn: object
+    smem: int = 0
+
+
 _ATTR_MAX_DYNAMIC_SMEM = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-_LOADED: dict[tuple, object] = {}  # (sha256 of source, kernel name, device id) -> cupy Function (keeps its module)
+_LOADED: dict[tuple, _Loaded] = {}  # (sha256 of source, kernel name, device id) -> its loaded function
 
 
 @functools.lru_cache(maxsize=8192)
@@ -51,16 +65,13 @@ def load_kernels(kernels: Sequence[KernelLaunch]) -> dict[tuple[str, str], objec
             continue
         mod = cupy.cuda.function.Module()
         mod.load(cubins[key[0]])
-        _LOADED[key] = mod.get_function(k.name)
+        _LOADED[key] = _Loaded(mod.get_function(k.name))
     out = {}
     for k in kernels:
         key = source_key(k.source)
-        fn = _LOADED[(key, k.name, dev)]
-        if k.smem > _MAX_STATIC_SMEM and _SMEM_SET.get(fn.ptr, 0) < k.smem:
-            cupy.cuda.driver.funcSetAttribute(fn.ptr, _ATTR_MAX_DYNAMIC_SMEM, k.smem)
-            _SMEM_SET[fn.ptr] = k.smem
-        out[(key, k.name)] = fn
+        loaded = _LOADED[(key, k.name, dev)]
+        if k.smem > _MAX_STATIC_SMEM and loaded.smem < k.smem:
+            cupy.cuda.driver.funcSetAttribute(loaded.fn.ptr, _ATTR_MAX_DYNAMIC_SMEM, k.smem)
+            loaded.smem = k.smem
+        out[(key, k.name)] = loaded.fn
     return out
-
-
-_SMEM_SET: dict[int, int] = {}  # loaded function's pointer -> the dynamic shared memory it was allowed (set once)
