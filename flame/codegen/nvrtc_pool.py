@@ -7,9 +7,13 @@ wait for each other, whatever serializes them within one.
     answer = run(source, "fused_add.cu", options)   # ("cubin", bytes) / ("error", what, log); None: compile here
 
 Up to FLAME_NVRTC_PROCESSES workers (default: the CPU count, at most 16, divided among the ranks a
-launcher started on the host, LOCAL_WORLD_SIZE; 0 compiles in the calling process), each started when a
-compile finds every started one busy and kept for the process's life: a worker is a Python interpreter
-running nvrtc_worker.py by its path, with NVRTC's binding and no GPU context. A call waits for an idle
+launcher started on the host, LOCAL_WORLD_SIZE; 0 compiles in the calling process), all started at the
+process's first compile and kept for its life: a worker is a Python interpreter running nvrtc_worker.py by
+its path, with NVRTC's binding and no GPU context. A new worker's first compile takes about a second
+(the interpreter, NVRTC's libraries, NVRTC's first program) where later ones take tens of milliseconds,
+and a plan renders its largest kernels in a burst at its end: started together at the first compile,
+each warming up on an empty kernel (WARM_UP) while the plan is still being built, the workers are ready
+for that burst instead of starting one by one as it arrives. A call waits for an idle
 worker, then for its answer, at most WAIT_S seconds each; a worker that dies or does not answer in time
 is stopped, and run() returns None with a warning (once per process), so that the kernel is compiled in
 the calling process instead. A process forked from this one starts workers of its own (the pipes
@@ -36,6 +40,7 @@ WAIT_S = 600.0  # seconds a compile waits for an idle worker, and then for the w
 EXIT_WAIT_S = 5.0  # seconds the workers get, together, to leave at exit before they are killed
 WORKER = Path(__file__).with_name("nvrtc_worker.py")
 _HEADER = 8  # nvrtc_worker.HEADER: an 8-byte little-endian length before each pickle
+WARM_UP = 'extern "C" __global__ void flame_warm_up() {}'  # a new worker's first compile (module doc)
 
 
 def processes() -> int:
@@ -51,16 +56,33 @@ class WorkerFailed(Exception):
 
 
 class _Worker:
-    def __init__(self):
+    def __init__(self, warm_up: tuple | None = None):
+        """A new worker; with a `warm_up` request, which it compiles at once (its answer is dropped)."""
         self.proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.unread = 0  # answers to requests sent ahead (the warm-up) that the next call reads and drops
+        if warm_up is not None:
+            try:
+                self._send(warm_up)
+                self.unread = 1
+            except WorkerFailed:  # gone at once: its first call finds out, and the pool drops it
+                pass
 
-    def call(self, request: tuple, timeout: float) -> tuple:
+    def _send(self, request: tuple) -> None:
         data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             self.proc.stdin.write(len(data).to_bytes(_HEADER, "little") + data)
             self.proc.stdin.flush()
         except OSError as e:
             raise WorkerFailed(f"the compile process is gone ({e})") from None
+
+    def call(self, request: tuple, timeout: float) -> tuple:
+        self._send(request)
+        while self.unread:
+            self._answer(timeout)
+            self.unread -= 1
+        return self._answer(timeout)
+
+    def _answer(self, timeout: float) -> tuple:
         head = self._read(_HEADER, timeout)
         return pickle.loads(self._read(int.from_bytes(head, "little"), timeout))
 
@@ -101,9 +123,21 @@ class _Pool:
         self.all: list[_Worker] = []
         self.ready = threading.Condition()
 
-    def take(self, limit: int) -> _Worker:
-        """An idle worker, a new one while fewer than `limit` run, or the first to become idle (at most WAIT_S)."""
+    def take(self, limit: int, warm_up: tuple) -> _Worker:
+        """An idle worker, a new one while fewer than `limit` run, or the first to become idle (at most WAIT_S).
+        The first take starts the other limit - 1 workers too, each compiling `warm_up` (module doc)."""
         with self.ready:
+            if not self.all:
+                first = _Worker()
+                self.all.append(first)
+                for _ in range(limit - 1):
+                    try:
+                        warming = _Worker(warm_up)
+                    except OSError:  # fewer then: more are started when all are busy
+                        break
+                    self.all.append(warming)
+                    self.idle.append(warming)
+                return first
             while not self.idle and len(self.all) >= limit:
                 if not self.ready.wait(WAIT_S):
                     raise WorkerFailed(f"no compile process became free within {WAIT_S:g} s")
@@ -157,7 +191,7 @@ def run(source: str, name: str, options: list[str]) -> tuple | None:
         return None
     pool = _current()
     try:
-        worker = pool.take(limit)
+        worker = pool.take(limit, (WARM_UP, "flame_warm_up.cu", list(options)))
     except (OSError, WorkerFailed) as e:
         return _failed(e)
     try:

@@ -69,7 +69,17 @@ def test_concurrent_compiles_get_workers_of_their_own_up_to_the_limit(pool):
     assert 1 <= len(nvrtc_pool._pool.all) <= 2
 
 
-def test_a_dead_worker_is_warned_about_once_and_the_kernel_compiled_here(pool):
+def test_the_first_compile_starts_every_worker_and_the_others_warm_up(pool):
+    there = nvrtc._compile(SOURCES[0], "sm_90", "k")
+    assert len(nvrtc_pool._pool.all) == 2 and b"flame_pool_k0" in there
+    (warming,) = [w for w in nvrtc_pool._pool.all if w.unread]
+    opts = ["--gpu-architecture=sm_90", *nvrtc.OPTIONS] + [f"-I{d}" for d in nvrtc.include_dirs()]
+    kind, cubin = warming.call((SOURCES[1], "k.cu", opts), 120)  # its warm-up's answer read and dropped first
+    assert kind == "cubin" and b"flame_pool_k1" in cubin and b"flame_warm_up" not in cubin and warming.unread == 0
+
+
+def test_a_dead_worker_is_warned_about_once_and_the_kernel_compiled_here(pool, monkeypatch):
+    monkeypatch.setenv(nvrtc_pool.PROCESSES_ENV, "1")
     nvrtc._compile(SOURCES[0], "sm_90", "k")
     (worker,) = nvrtc_pool._pool.all
     worker.proc.kill()
@@ -83,6 +93,7 @@ def test_a_dead_worker_is_warned_about_once_and_the_kernel_compiled_here(pool):
 
 
 def test_a_worker_that_does_not_answer_is_stopped(pool, monkeypatch, tmp_path):
+    monkeypatch.setenv(nvrtc_pool.PROCESSES_ENV, "1")
     silent = tmp_path / "silent.py"
     silent.write_text("import sys, time\nsys.stdin.buffer.read(1)\ntime.sleep(600)\n")
     monkeypatch.setattr(nvrtc_pool, "WORKER", silent)
@@ -151,7 +162,7 @@ def test_closing_waits_for_busy_workers_within_one_bound(pool, monkeypatch, tmp_
     monkeypatch.setattr(nvrtc_pool, "WORKER", busy)
     monkeypatch.setattr(nvrtc_pool, "WAIT_S", 0.2)
     monkeypatch.setattr(nvrtc_pool, "EXIT_WAIT_S", 1.0)
-    workers = [nvrtc_pool._current().take(3) for _ in range(3)]
+    workers = [nvrtc_pool._current().take(3, ("", "k.cu", [])) for _ in range(3)]
     for w in workers:
         w.proc.stdin.write(b"x")
         w.proc.stdin.flush()
