@@ -110,17 +110,19 @@ def compile_once(call, data: list, profile: bool = False) -> dict:
 
 def nvrtc_seconds(plan, arch: str = "sm_90", threads: int = 16) -> dict:
     """NVRTC over the plan's distinct kernel sources in an empty temporary cache directory: each
-    compiled in turn, timed by the CPU time of the compiling thread (NVRTC runs on the calling thread,
-    so this is what the compile costs on an idle core, however busy a shared host is), then all again
+    compiled in turn, timed by the CPU time of the compiling thread (NVRTC runs on the calling thread
+    here, FLAME_NVRTC_PROCESSES=0, so this is what the compile costs on an idle core, however busy a
+    shared host is; a compile process's would not be counted), then all again
     through codegen.nvrtc.compile_many (the warm cache). `critical`: when the last of them is done on
     `threads` cores taking them longest first (codegen.nvrtc.compile_many's order; compile_ahead
     starts them as planning renders them, which can only overlap them more with planning)."""
     from flame.codegen import nvrtc
+    from flame.codegen.nvrtc_pool import PROCESSES_ENV
 
     kernels = {k.source: k.name for k in plan.kernels()}
-    old = os.environ.get("FLAME_CACHE_DIR")
+    old = os.environ.get("FLAME_CACHE_DIR"), os.environ.get(PROCESSES_ENV)
     with tempfile.TemporaryDirectory(prefix="flame-profile-cache-") as d:
-        os.environ["FLAME_CACHE_DIR"] = d
+        os.environ["FLAME_CACHE_DIR"], os.environ[PROCESSES_ENV] = d, "0"
         try:
             nvrtc.compile_cubin('extern "C" __global__ void flame_profile_warm_up() {}', arch)  # NVRTC's first use
             each, cost = [], {}
@@ -133,10 +135,11 @@ def nvrtc_seconds(plan, arch: str = "sm_90", threads: int = 16) -> dict:
             nvrtc.compile_many(list(kernels), arch)
             warm = time.perf_counter() - t0
         finally:
-            if old is None:
-                os.environ.pop("FLAME_CACHE_DIR", None)
-            else:
-                os.environ["FLAME_CACHE_DIR"] = old
+            for name, value in zip(("FLAME_CACHE_DIR", PROCESSES_ENV), old):
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     each.sort(reverse=True)
     return {
         "sources": len(kernels),
