@@ -444,6 +444,7 @@ from flame.frontend.torch_extras import (  # range: torch.range, a builtin's nam
 from flame.frontend.torch_in_place import *  # noqa: F403  (abs_, exp_, clamp_, zero_ ...: its __all__)
 from flame.frontend.torch_shapes import (
     adjoint,
+    as_strided,
     diagonal_scatter,
     ger,
     index_reduce,

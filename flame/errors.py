@@ -115,6 +115,11 @@ class ArgumentRangeError(ArgumentError, RuntimeError):
     [0, 1], random_'s from >= to); the message is PyTorch's."""
 
 
+class MissingArgumentError(ArgumentError, RuntimeError):
+    """An argument left out that another one needs, which PyTorch refuses with a RuntimeError
+    (MultiheadAttention's is_causal hint without the attn_mask it describes); the message is PyTorch's."""
+
+
 class AssertedShapeError(ShapeError, AssertionError):
     """An input shape PyTorch refuses with `assert` (nn.MultiheadAttention's ranks, widths and key /
     value agreement): an AssertionError, as torch raises, and a ShapeError, as flame's other shape checks."""

@@ -29,6 +29,9 @@ write_hook: ContextVar = ContextVar("flame_write_hook", default=None)
 # forward AD's handler of a user autograd Function's call while a dual level is entered, as
 # (Function class, arguments, result, jvp or None) -> result, or None (autograd/forward_ad.py)
 function_jvp: ContextVar = ContextVar("flame_function_jvp", default=None)
+# the torch.func transforms being run, innermost last ("grad", "vmap"): a user autograd Function called
+# inside one needs setup_context, and inside a vmap a vmap rule, as torch's (frontend/custom_function.py)
+func_transforms: ContextVar[tuple[str, ...]] = ContextVar("flame_func_transforms", default=())
 # a callable told of each tensor made with another's shape (zeros_like, new_zeros ...), as (that tensor,
 # the new one), or None: vmap's batched tensors, which such a tensor is one of as in torch (func/_vmap.py)
 like_hook: ContextVar = ContextVar("flame_like_hook", default=None)
@@ -260,3 +263,13 @@ def tracing_hooks():
     finally:
         for hook in TRACING_HOOKS:
             hook(False)
+
+
+@contextmanager
+def in_transform(kind: str):
+    """Run the block as inside a torch.func transform of `kind` ("grad" or "vmap": func_transforms)."""
+    token = func_transforms.set((*func_transforms.get(), kind))
+    try:
+        yield
+    finally:
+        func_transforms.reset(token)

@@ -28,7 +28,14 @@ from typing import Any
 import numpy as np
 
 from flame.errors import AutogradError
-from flame.frontend.context import current_trace, function_jvp, grad_enabled, no_grad, user_location
+from flame.frontend.context import (
+    current_trace,
+    func_transforms,
+    function_jvp,
+    grad_enabled,
+    no_grad,
+    user_location,
+)
 from flame.frontend.creation import zeros
 from flame.frontend.dispatch import Node, apply, record_versions
 from flame.frontend.guards import read_users_function
@@ -347,6 +354,8 @@ class Function:
     the call is one op of the IR whose gradient is your backward; compiled, the forward's ops fuse with
     their neighbours. The backward is traced (as a compiled function is): it cannot read tensor values."""
 
+    generate_vmap_rule = False  # torch.func.vmap may run the Function per batch element (torch's flag)
+
     @staticmethod
     def forward(ctx, *args, **kwargs):
         """The result, from flame ops on the arguments."""
@@ -374,10 +383,21 @@ class Function:
             "You must implement the jvp function for custom autograd.Function to use it with forward mode AD."
         )
 
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        """torch's vmap rule (outputs and their batch dims for batched args). flame's vmap runs the
+        Function once per batch element, so a Function that defines one (or sets generate_vmap_rule)
+        gives the values the per-element calls give."""
+        raise NotImplementedError("To use autograd.Function with vmap, you must either override the vmap "
+                                  "staticmethod or set generate_vmap_rule=True.")
+
     @classmethod
     def apply(cls, *args, **kwargs):
         """Run the Function on args: its outputs require grad when an input does."""
         split = cls.setup_context is not Function.setup_context
+        transforms = func_transforms.get()
+        if transforms and cls.__module__.split(".")[0] != "flame":
+            _check_transformable(cls, split, "vmap" in transforms)
         for f in (cls.forward, cls.backward, cls.setup_context):  # while traced, their Python values are guards
             read_users_function(f)
         if kwargs:
@@ -426,6 +446,27 @@ class Function:
         if tangents is None:
             return result
         return tangents(cls, args, result, None if cls.jvp is Function.jvp else functools.partial(_jvp, cls, made[0]))
+
+
+def _check_transformable(cls: type, split: bool, vmapped: bool) -> None:
+    """A user Function called inside a torch.func transform: torch's RuntimeError without setup_context,
+    and inside vmap (jacfwd and hessian run one) without a vmap rule or with two."""
+    if not split:
+        raise RuntimeError("In order to use an autograd.Function with functorch transforms (vmap, grad, jvp, "
+                           "jacrev, ...), it must override the setup_context staticmethod. For more details, "
+                           "please see https://pytorch.org/docs/main/notes/extending.func.html")
+    if not vmapped:
+        return
+    own = cls.vmap is not Function.vmap
+    if cls.generate_vmap_rule and own:
+        raise RuntimeError(f"You tried to vmap over {cls.__name__}, but it has both generate_vmap_rule=True and an "
+                           f"overridden vmap staticmethod. Please set generate_vmap_rule=False or delete the "
+                           f"overridden vmap staticmethod to avoid ambiguity. For more details, please see "
+                           f"https://pytorch.org/docs/main/notes/extending.func.html")
+    if not cls.generate_vmap_rule and not own:
+        raise RuntimeError(f"You tried to vmap over {cls.__name__}, but it does not have vmap support. Please "
+                           f"override and implement the vmap staticmethod or set generate_vmap_rule=True. For "
+                           f"more details, please see https://pytorch.org/docs/main/notes/extending.func.html")
 
 
 def _jvp(cls: type, ctx: FunctionCtx, tangents: list):

@@ -24,7 +24,7 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import matmul, where
 from flame.ir import registry
 from flame.ir.builder import _with_loc
-from flame.ir.dtypes import bf16, boolean, f16, f32, f64
+from flame.ir.dtypes import bf16, boolean, f16, f32
 from flame.runtime.backend import attention_lowering
 
 __all__ = ["alpha_dropout", "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "feature_alpha_dropout",
@@ -521,8 +521,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     query [..., H, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev] -> [..., H, L, Ev]; Hkv must
     equal H unless enable_gqa (then it divides H); the leading dimensions of the three broadcast (with
     enable_gqa those before the heads), as torch's. attn_mask broadcasts to [..., H, L, S]: bool (True =
-    the key takes part) or additive in query's dtype (an f32 mask of an f64 query is widened, as torch
-    takes it). is_causal masks with PyTorch's top-left aligned
+    the key takes part) or additive in query's dtype, or f32 for any floating query, as torch takes it
+    (converted to query's dtype: _mask_as_query). is_causal masks with PyTorch's top-left aligned
     tril(ones(L, S)) and excludes attn_mask. scale defaults to 1/sqrt(E). f16/bf16 compute in f32.
     An additive mask that requires grad (a learned attention bias) gets its gradient, summed to its own
     shape; a bool mask gets none. With no keys (S = 0) the result is zeros + 0 * (query.sum() + key.sum()
@@ -541,8 +541,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
                            f"got {dropout_p}\n  at {user_location()}")
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     query, key, value = _broadcast_batch(query, key, value, enable_gqa)
-    if attn_mask is not None and attn_mask.dtype == f32 and query.dtype == f64:
-        attn_mask = attn_mask.to(f64)  # torch takes an f32 mask for any query; widened exactly (its gradient in f32)
+    if attn_mask is not None:
+        attn_mask = _mask_as_query(attn_mask, query)
     mask = () if attn_mask is None else (attn_mask,)
     if p and query.shape[-2] and key.shape[-2]:
         _check_attention(query, key, value, attn_mask, scale, is_causal, enable_gqa)
@@ -555,6 +555,23 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if key.shape[-2] == 0:  # torch's no-key result keeps every input in the graph this way
         out = out + (query.sum() + key.sum() + value.sum()) * 0
     return out
+
+
+def _mask_as_query(mask: Tensor, query: Tensor) -> Tensor:
+    """An attention mask in the dtype the op takes: bool or query's. torch takes an f32 mask for any
+    floating query too: f64 widens it exactly; f16 / bf16 round it (f16 first clamps finite values to
+    its range, so a -1e9 "masked out" stays a large finite number rather than -inf). Another dtype is
+    torch's RuntimeError (its message)."""
+    if mask.dtype == boolean or mask.dtype == query.dtype or not query.dtype.is_float:
+        return mask
+    if mask.dtype != f32:
+        raise DTypeError(f"Expected attn_mask dtype to be bool or float or to match query dtype, but got "
+                         f"attn_mask.dtype: {mask.dtype} and  query.dtype: {query.dtype} instead.\n"
+                         f"  at {user_location()}")
+    if query.dtype == f16:
+        big = 65504.0
+        mask = where(mask.isinf(), mask, mask.clamp(-big, big))
+    return mask.to(query.dtype)
 
 
 def _broadcast_batch(query: Tensor, key: Tensor, value: Tensor, enable_gqa: bool) -> tuple[Tensor, Tensor, Tensor]:

@@ -14,7 +14,8 @@ written with flame ops becomes part of the compiled step, and one that needs Pyt
 
 Node hooks. `t.grad_fn.register_prehook(fn)`: fn(grad_outputs) -> None or new grad_outputs, after the
 tensors' own hooks and retain_grad(); `t.grad_fn.register_hook(fn)`: fn(grad_inputs, grad_outputs) ->
-None or new grad_inputs, the gradients that node alone passes its inputs (eagerly only), as torch's.
+None or new grad_inputs, the gradients that node alone passes its inputs, as torch's (inside
+@flame.compile too: the traced op reads a copy of each input, whose gradient is its part alone).
 
 Gradient reducers: objects that rewrite the .grad of their parameters right after a backward
 (flame.nn.parallel.DistributedDataParallel averages them over the ranks). backward(), eager or
@@ -440,17 +441,15 @@ class GradFn(Node):
     def register_hook(self, fn: Callable) -> RemovableHandle:
         """fn(grad_inputs, grad_outputs) -> None or new grad_inputs, called once the node computed the
         gradients it passes to its inputs (one per input, None for one that requires no grad), as
-        torch's Node.register_hook. Eagerly: each input that requires grad is given to the node through
-        a copy of its own (the node's results' histories are rewired to read it), whose gradient is the
-        node's contribution alone. Returns a handle whose .remove() unregisters it."""
+        torch's Node.register_hook. Each input that requires grad is given to the node through a copy
+        of its own (eagerly the node's results' histories are rewired to read it; inside @flame.compile
+        the traced op does), whose gradient is the node's contribution alone. Inside @flame.compile the
+        hook must return the gradients (it is traced once). Returns a handle whose .remove() unregisters
+        it."""
         tensors = [t for t in (r() for r in self._tensors) if t is not None]
         if not callable(fn):
             raise TypeError(f"register_hook: expected a function of the gradients, got {type(fn).__name__}")
-        if self._inputs is None:
-            raise AutogradError(f"{self.name()}.register_hook: a node's post-hook inside @flame.compile is not "
-                                f"supported (the traced graph cannot be rewired); use register_prehook, or "
-                                f"Tensor.register_hook on the inputs\n  at {user_location()}")
-        edges = _edges(tensors, self._inputs)
+        edges = _edges(tensors, self._inputs) if self._inputs is not None else _traced_edges(tensors)
         outputs: list = []
 
         def seen(grads: tuple):  # the node's grad_outputs, known before its inputs' gradients
@@ -462,6 +461,8 @@ class GradFn(Node):
             if all(g is None for g in gi):  # the backward did not run the node
                 return None
             got = call_hook(fn, gi, outputs[0] if outputs else (None,) * len(tensors))
+            if got is None:
+                check_traced_result(fn, got, "the gradients")
             got = _node_hook_result(fn, got, gi)
             return None if got is None else tuple(g for g, e in zip(got, edges) if e is not None)
 
@@ -508,6 +509,26 @@ def _edges(tensors: list, inputs: tuple) -> list:
                                         f"was used (at {node.loc})\n  at {user_location()}")
                 node.inputs = (*node.inputs[:i], e, *node.inputs[i + 1 :])
                 node.versions = (*node.versions[:i], e._version, *node.versions[i + 1 :])
+    return edges
+
+
+def _traced_edges(tensors: list) -> list:
+    """_edges inside @flame.compile: a copy (x * 1) of each input of the op that made `tensors` that
+    requires grad, put into the traced graph just before that op, which reads it from then on."""
+    t = tensors[0]
+    trace, op = t._trace, t._value.producer
+    ops = trace.graph.ops
+    start = len(ops)
+    with enable_grad():
+        edges = []
+        for x in op.inputs:
+            x = Tensor._traced(x, trace)
+            edges.append(x * 1 if x.dtype.is_float and trace.requires_grad(x) else None)
+    made = ops[start:]
+    del ops[start:]
+    at = ops.index(op)
+    ops[at:at] = made
+    op.inputs = tuple(x if e is None else e._value for x, e in zip(op.inputs, edges))
     return edges
 
 

@@ -174,7 +174,8 @@ def vecdot(x: Tensor, y: Tensor, *, dim: int = -1) -> Tensor:
 def matrix_power(input: Tensor, n: int) -> Tensor:  # noqa: A002
     """A @ A @ ... (n factors) of square matrices A = input [..., m, m], as torch.linalg.matrix_power: the
     identity for n = 0 (with a zero gradient), else torch's products (n = 2, 3 directly, larger n by
-    repeated squaring). A negative n needs A's inverse, which flame does not have (NotImplementedError)."""
+    repeated squaring; integer matrices wrap in their dtype, as torch's CPU). A negative n needs A's
+    inverse: torch's error for an integer A; flame has no inverse (NotImplementedError)."""
     A = input  # noqa: N806
     if not isinstance(n, int) or isinstance(n, bool):
         raise ArgumentTypeError(f"linalg_matrix_power(): argument 'n' (position 2) must be int, not "
@@ -186,6 +187,8 @@ def matrix_power(input: Tensor, n: int) -> Tensor:  # noqa: A002
                          f"{A.shape[-2]} by {A.shape[-1]} matrices{_loc()}")
     if n == 0:  # the identity, A in the graph with a zero gradient (torch's clone, then copy_)
         return where(full((), True, dtype=boolean), eye(A.shape[-1], dtype=A.dtype), A)
+    if n < 0 and not A.dtype.is_floating_point:
+        raise DTypeError(f"linalg.inv: Expected a floating point or complex tensor as input. Got {A.dtype}{_loc()}")
     if n < 0:
         raise NotImplementedError(
             f"linalg.matrix_power: n={n} needs the inverse of A (torch.linalg.inv), and flame has no matrix "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 
-from flame.errors import AssertedDTypeError, AssertedShapeError, ShapeError
+from flame.errors import AssertedDTypeError, AssertedShapeError, MissingArgumentError, ShapeError
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import Generator, ones, zeros
 from flame.frontend.functional import dropout, linear, scaled_dot_product_attention, softmax
@@ -26,6 +26,20 @@ def masked_as_additive(mask: Tensor, dtype) -> Tensor:
     if mask.dtype == boolean:
         return where(mask, float("-inf"), 0.0).to(dtype)
     return mask.to(dtype)
+
+
+def canonical_mask(mask: Tensor | None, mask_name: str, other: Tensor | None, other_name: str, dtype) -> Tensor | None:
+    """torch's F._canonical_mask, as the Transformer encoder's modules apply it to their masks: a bool
+    mask as an additive one of `dtype` (True -> -inf), a float one as it is; a mask of another dtype
+    than `other` (when given) warns as torch's."""
+    if mask is None:
+        return None
+    if mask.dtype != boolean and not mask.dtype.is_floating_point:
+        raise AssertedDTypeError(f"only bool and floating types of {mask_name} are supported\n  at {user_location()}")
+    if other is not None and mask.dtype != other.dtype:
+        warnings.warn(f"Support for mismatched {mask_name} and {other_name} is deprecated. Use same type for both "
+                      f"instead.", UserWarning, stacklevel=user_stacklevel())
+    return mask if mask.dtype != boolean else masked_as_additive(mask, dtype)
 
 
 def _causal(length: int, s: int) -> Tensor:
@@ -110,9 +124,9 @@ def multi_head_attention_forward(
     a zero one, every query allowed to attend to them; static_k / static_v [N * H, S, E / H] stand for the
     projected keys and values. key_padding_mask [N, S] and attn_mask [L, S] or [N * H, L, S]: True (bool)
     marks keys a query may not attend to, float masks are added. is_causal is torch's hint that attn_mask
-    is the causal mask: with need_weights=False and no key_padding_mask attn_mask is dropped and the
-    top-left causal mask over every key (the appended ones too) applies. dropout_p applies when training
-    (drawn from generator, flame's default one if None)."""
+    is the causal mask (without attn_mask, torch's RuntimeError): with need_weights=False and no
+    key_padding_mask attn_mask is dropped and the top-left causal mask over every key (the appended ones
+    too) applies. dropout_p applies when training (drawn from generator, flame's default one if None)."""
     if embed_dim_to_check % num_heads:
         _fail(f"embed_dim {embed_dim_to_check} not divisible by num_heads {num_heads}")
     _check_inputs(query, key, value, key_padding_mask, attn_mask, num_heads, embed_dim_to_check,
@@ -120,6 +134,10 @@ def multi_head_attention_forward(
     if key_padding_mask is not None and attn_mask is not None and key_padding_mask.dtype != attn_mask.dtype:
         warnings.warn("Support for mismatched key_padding_mask and attn_mask is deprecated. Use same type for both "
                       "instead.", UserWarning, stacklevel=user_stacklevel())
+    if is_causal and attn_mask is None:
+        raise MissingArgumentError("Need attn_mask if specifying the is_causal hint. You may use the Transformer "
+                                   "module method `generate_square_subsequent_mask` to create this mask.\n  at "
+                                   f"{user_location()}")
     unbatched = query.ndim == 2
     if unbatched:
         query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)

@@ -683,7 +683,8 @@ def matmul(input, other) -> Tensor:  # noqa: A002
     """`input @ other` with NumPy's rules for 1-D operands (the IR's matmul wants rank >= 2). Both operands
     must have one dtype (PyTorch's rule: bf16 @ f32, or an integer or f64 input to an f32 Linear,
     raises flame.DTypeError naming the line, so an f64 batch never runs an f32 model in f64), except
-    inside flame.autocast, which casts floating operands to its dtype."""
+    inside flame.autocast, which casts floating operands to its dtype. Integer operands give torch's CPU
+    result (sums of products, wrapping in their dtype), computed as a broadcast product and a sum."""
     a = input if isinstance(input, Tensor) else Tensor(input)
     b = other if isinstance(other, Tensor) else Tensor(other)
     if a.ndim == 0 or b.ndim == 0:
@@ -694,7 +695,11 @@ def matmul(input, other) -> Tensor:  # noqa: A002
                          f"have the same dtype, as in PyTorch (convert one with .to({b.dtype.name!r}) or "
                          f".to({a.dtype.name!r}))\n  at {user_location()}")
     a1, b1 = a.ndim == 1, b.ndim == 1
-    out = apply("matmul", a.unsqueeze(0) if a1 else a, b.unsqueeze(1) if b1 else b)
+    a2, b2 = a.unsqueeze(0) if a1 else a, b.unsqueeze(1) if b1 else b
+    if a.dtype.is_int:  # as torch's CPU (cuBLAS has no integer GEMM): the products summed, wrapping in the dtype
+        out = (a2.unsqueeze(-1) * b2.unsqueeze(-3)).sum(-2).to(a.dtype)
+    else:
+        out = apply("matmul", a2, b2)
     if a1 and b1:
         return out.reshape(())
     if a1 or b1:

@@ -1,4 +1,5 @@
 """torch's shape helpers flame composes from indexing and views: Tensor.unfold (sliding windows),
+as_strided (read as a gather from the storage),
 slice_scatter / select_scatter / diagonal_scatter (input with src written into a slice, a copy),
 fill_diagonal_, sum_to_size, the adjoint spellings (H, mH, adjoint, matrices of real numbers: the
 transpose), split_with_sizes and the unsafe_ spellings of split and chunk, ger, ndimension, nbytes,
@@ -9,15 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import ArgumentError, ShapeError
+from flame.errors import ArgumentError, ArgumentRangeError, ShapeError
+from flame.frontend import views
 from flame.frontend.context import user_location
 from flame.frontend.creation import tensor
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import full
 from flame.ir.dtypes import boolean
 
-__all__ = ["adjoint", "diagonal_scatter", "ger", "index_reduce", "isreal", "put", "select_scatter", "slice_scatter",
-           "split_with_sizes", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"]
+__all__ = ["adjoint", "as_strided", "diagonal_scatter", "ger", "index_reduce", "isreal", "put", "select_scatter",
+           "slice_scatter", "split_with_sizes", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"]
 
 
 def _written(input: Tensor, view, src: Tensor) -> Tensor:  # noqa: A002
@@ -104,6 +106,44 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
     return flat.index_put((index.reshape(-1),), source.reshape(-1), accumulate).reshape(input.shape)
 
 
+def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -> Tensor:  # noqa: A002
+    """torch.as_strided: the elements of input's storage (its base's elements in row-major order, or
+    input's own when it is no view) at storage_offset + sum_i index_i * stride_i (storage_offset: input's
+    own by default), in a tensor of shape `size`: sliding windows, overlapping and strided reads give
+    torch's values and gradients (an element read twice gets both), eagerly and inside @flame.compile,
+    with torch's errors (negative strides, an offset or extent beyond the storage). Unlike torch's, the
+    result is a copy, not a view: a write into it does not reach input (write through input's views or
+    index_put), and as_strided_ raises."""
+    size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
+    where = f"\n  at {user_location()}"
+    if len(size) != len(stride):
+        raise ShapeError(f"mismatch in length of strides and shape{where}")
+    if any(s < 0 for s in stride):
+        raise ShapeError(f"as_strided: Negative strides are not supported at the moment, got strides: "
+                         f"{list(stride)}{where}")
+    base = input._base if input._base is not None else input
+    own = views.storage_offset(input) if input._base is not None else 0
+    offset = own if storage_offset is None else int(storage_offset)
+    if offset < 0:
+        raise ArgumentRangeError(f"Tensor: invalid storage offset {offset}{where}")
+    need = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
+    if need > base.numel():
+        item = input.dtype.itemsize
+        raise ShapeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and "
+                         f"itemsize {item} requiring a storage size of {need * item} are out of bounds for "
+                         f"storage of size {base.numel() * item}{where}")
+    idx = np.full(size, offset, dtype=np.int64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        idx += (np.arange(n, dtype=np.int64) * s).reshape((n,) + (1,) * (len(size) - d - 1))
+    if any(opdef.view is None for opdef, _, _ in input._chain):  # a view through detach: base's gradient is not its
+        if input.requires_grad:
+            raise NotImplementedError(f"as_strided of a detached view that requires grad (x.detach()"
+                                      f".requires_grad_()): flame reads the storage through the tensor it was "
+                                      f"detached from; clone() it first{where}")
+        base = base.detach()
+    return base.reshape(-1)[tensor(idx)]
+
+
 class TensorShapes:
     """Tensor's methods of the functions above, and unfold, fill_diagonal_, sum_to_size, H, mH."""
 
@@ -126,6 +166,15 @@ class TensorShapes:
         picked = self.index_select(d, tensor(idx))
         shape = (*self.shape[:d], n, size, *self.shape[d + 1:])
         return picked.reshape(shape).movedim(d + 1, -1)
+
+    def as_strided(self, size, stride, storage_offset: int | None = None):
+        return as_strided(self, size, stride, storage_offset)
+
+    def as_strided_(self, size, stride, storage_offset: int | None = None):
+        """torch's in-place restride, which flame does not have: its tensors are not restrided in place
+        (as_strided reads a copy)."""
+        raise NotImplementedError(f"as_strided_: flame does not restride a tensor in place; use "
+                                  f"x = x.as_strided(size, stride), which reads a copy\n  at {user_location()}")
 
     def fill_diagonal_(self, fill_value, wrap: bool = False):
         """The main diagonal (of every dim at once) set to fill_value in place; a tall matrix's restarts

@@ -8,20 +8,23 @@ history needs them: so transforms compose (grad of grad, jacfwd of jacrev, vmap 
 level, with inputs that do not require grad, results carry no history, as torch.func's.
 jvp and jacfwd are computed by reverse mode (jvp by the double-backward trick, the gradient of a
 vector-Jacobian product with respect to its vector; jacfwd as jacrev, one vector-Jacobian product per
-output element): the values are torch's."""
+output element): the values are torch's. Where a user autograd Function's jvp gives tangents (torch's
+forward mode takes them from it, not from its backward), jvp uses them and jacfwd runs one jvp per
+input element. A user Function inside a transform is checked as torch's (setup_context, and inside
+vmap, jacfwd and hessian a vmap rule: frontend/custom_function.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from functools import wraps
 from typing import Any
 
 from flame.autograd.forward_ad import function_jvps
 from flame.frontend.autograd_grad import grad as _autograd_grad
-from flame.frontend.context import current_trace, enable_grad
-from flame.frontend.creation import draw_hook, zeros, zeros_like
+from flame.frontend.context import current_trace, enable_grad, in_transform
+from flame.frontend.creation import draw_hook, eye, zeros, zeros_like
 from flame.frontend.saved import disable_saved_tensors_hooks, hooks_suspended
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
@@ -42,14 +45,17 @@ _REVERSE_HOOKS = ("torch.func.{grad, vjp, jacrev, hessian} don't yet support sav
 
 
 @contextmanager
-def _level(randomness: str | None = None, forward: bool = False):
+def _level(randomness: str | None = None, forward: bool = False, kind: str = "grad"):
     """One transform level: gradients enabled, the nesting depth raised; randomness="error" refuses
     random draws inside. Saved-tensor hooks, as torch.func's: a reverse-mode transform refuses them
-    (installed around it or inside, torch's RuntimeError); a forward-mode one (`forward`) runs none."""
+    (installed around it or inside, torch's RuntimeError); a forward-mode one (`forward`) runs none.
+    `kind` is what a user autograd Function called inside is checked for (frontend/context.py
+    func_transforms): "vmap" for jacfwd, which torch computes as a vmap of jvp."""
     token = _depth.set(_depth.get() + 1)
     hook = draw_hook.set(_refuse_draw) if randomness == "error" else None
     try:
-        with enable_grad(), hooks_suspended() if forward else disable_saved_tensors_hooks(_REVERSE_HOOKS):
+        with (enable_grad(), hooks_suspended() if forward else disable_saved_tensors_hooks(_REVERSE_HOOKS),
+              in_transform(kind)):
             yield
     finally:
         if hook is not None:
@@ -296,18 +302,58 @@ def _jacobian(func: Callable, argnums, has_aux: bool, api: str, randomness: str 
         nums, diff = _slice_argnums(args, argnums)
         leaves, spec = tree_flatten(diff)
         keep = _keeps_history(leaves)
-        with _level(randomness, forward=api.startswith("jvp")):
+        forward = api.startswith("jvp")
+        with _level(randomness, forward=forward, kind="vmap" if forward else "grad"):
             ins = [_lift(t) for t in leaves]
-            out = func(*_replace_args(args, nums, tree_unflatten(ins, spec)), **kwargs)
-            out, aux = _split_aux(out, has_aux, api)
-            out_leaves, out_spec = tree_flatten(out)
-            _check_outputs(out_leaves, api)
+
+            def call(tangents: list):  # (out leaves, their tangents or None, out spec, aux)
+                with function_jvps(ins, tangents) if forward else nullcontext() as tangent:
+                    out = func(*_replace_args(args, nums, tree_unflatten(ins, spec)), **kwargs)
+                out, aux = _split_aux(out, has_aux, api)
+                out_leaves, out_spec = tree_flatten(out)
+                _check_outputs(out_leaves, api)
+                return out_leaves, [tangent(o, keep) for o in out_leaves] if forward else None, out_spec, aux
+
+            out_leaves, first, out_spec, aux = call(_basis(ins, 0) if forward else [])
             keep = keep or _captured_history(out_leaves, ins)
-            jacs = [_jacobian_of(o, ins, spec, keep) for o in out_leaves]
+            if first and first[0] is not None:  # a user Function's jvp gave tangents: forward mode, as torch's
+                jacs = _forward_jacobians(call, ins, spec, out_leaves, first)
+            else:
+                jacs = [_jacobian_of(o, ins, spec, keep) for o in out_leaves]
         jac = _detach_tree(tree_unflatten(jacs, out_spec), keep)
         return (jac, _detach_tree(aux, keep)) if has_aux else jac
 
     return wrapper
+
+
+def _basis(ins: list, column: int) -> list:
+    """The tangents of the inputs' element `column` (counted over all inputs, flattened in order): a
+    one there, zeros elsewhere."""
+    out = []
+    for t in ins:
+        n = t.numel()
+        if 0 <= column < n:
+            out.append(eye(n, dtype=t.dtype)[column].reshape(t.shape))
+        else:
+            out.append(zeros_like(t))
+        column -= n
+    return out
+
+
+def _forward_jacobians(call: Callable, ins: list, spec: Spec, out_leaves: list, first: list) -> list:
+    """jacfwd where a user autograd Function's jvp gives tangents: one jvp per input element (func runs
+    again for each), its tangents the Jacobian's columns, as torch's jacfwd (a vmap of jvp over the
+    basis) takes them from that jvp."""
+    columns = [first] + [call(_basis(ins, k))[1] for k in range(1, sum(t.numel() for t in ins))]
+    jacs, start = [[] for _ in out_leaves], 0
+    for t in ins:
+        n = t.numel()
+        for i, o in enumerate(out_leaves):
+            cols = [c[i] for c in columns[start : start + n]]
+            jac = stack(cols, dim=-1) if cols else zeros((*o.shape, 0), dtype=o.dtype)
+            jacs[i].append(jac.reshape(*o.shape, *t.shape))
+        start += n
+    return [tree_unflatten(per, spec) for per in jacs]
 
 
 def _jacobian_of(o: Tensor, ins: list, spec: Spec, keep: bool):
@@ -332,8 +378,9 @@ def jacrev(func: Callable, argnums: int | tuple[int, ...] = 0, *, has_aux: bool 
 
 def jacfwd(func: Callable, argnums=0, has_aux: bool = False, *, randomness: str = "error") -> Callable:
     """torch.func.jacfwd: the Jacobian of func with respect to args[argnums] (torch's values; computed
-    by reverse mode, as jacrev). randomness="error" refuses random draws inside func; "same" and
-    "different" let them happen (func runs once)."""
+    by reverse mode, as jacrev, unless a user autograd Function's jvp gives tangents: then one jvp per
+    input element). randomness="error" refuses random draws inside func; "same" and "different" let
+    them happen."""
     if randomness not in ("error", "different", "same"):
         raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
     return _jacobian(func, argnums, has_aux, "jvp(f, primals, tangents)", randomness)

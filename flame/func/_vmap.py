@@ -12,7 +12,7 @@ from functools import wraps
 from typing import Any
 from weakref import WeakValueDictionary
 
-from flame.frontend.context import current_trace, like_hook, op_recorder, user_location, write_hook
+from flame.frontend.context import current_trace, in_transform, like_hook, op_recorder, user_location, write_hook
 from flame.frontend.creation import draw_hook
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import stack
@@ -291,7 +291,8 @@ def vmap(func: Callable, in_dims: int | tuple = 0, out_dims: Any = 0, randomness
         batched = _Batched(op_recorder.get())
         batched.size = n
         writes = _Writes(batched, write_hook.get())
-        with _randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched, writes):
+        with (_randomness(randomness, _refuse_draw if randomness == "error" else same), _tracking(batched, writes),
+              in_transform("vmap")):
             for i in range(max(n, 1)):
                 same.seen.clear()
                 writes.start(i)

@@ -13,6 +13,7 @@ from flame.checkpoint import copy_pairs
 from flame.errors import ArgumentTypeError, CheckpointError
 from flame.frontend.compile import compile as compile_function
 from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad, user_location
+from flame.frontend.creation import zeros
 from flame.frontend.guards import is_plain, users_function
 from flame.frontend.memory_format import check as check_memory_format
 from flame.frontend.tensor import Tensor
@@ -333,6 +334,20 @@ class Module(ModuleHooks, ModuleLookup):
                     new = t.detach().to(dt)
                     t._data, t._dtype, t.grad = new._data, dt, None
                     t._version += 1
+        return self
+
+    def to_empty(self, *, device: Any, recurse: bool = True) -> Module:
+        """torch's: every parameter and buffer (of this module alone with recurse=False) given new storage of
+        its shape and dtype on `device` (which must be the device this process runs on, as for `to`), the
+        objects staying the same; a .grad too. torch leaves the new storage uninitialized; flame's holds
+        zeros. For a module whose values are then loaded (load_state_dict) or reset (reset_parameters)."""
+        tensors = list(self.parameters(recurse=recurse)) + list(self.buffers(recurse=recurse))
+        with no_grad():
+            for t in tensors + [t.grad for t in tensors if t.grad is not None]:
+                if device is not None:
+                    t._to_device(device)  # raises for a device this process does not run on
+                t._data = zeros(*t.shape, dtype=t.dtype)._data
+                t._version += 1
         return self
 
     def _place(self, device: Any) -> None:

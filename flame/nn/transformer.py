@@ -12,11 +12,12 @@ from typing import Any
 
 from flame.errors import ArgumentRangeError, AssertedArgumentError, AssertedShapeError, ShapeError
 from flame.frontend import functional as F
-from flame.frontend.context import user_location
-from flame.frontend.creation import Generator, full, zeros
+from flame.frontend.context import current_trace, user_location
+from flame.frontend.creation import Generator, full, ones, zeros
 from flame.frontend.default_dtype import float_dtype
-from flame.frontend.mha import multi_head_attention_forward
+from flame.frontend.mha import canonical_mask, multi_head_attention_forward
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import boolean
 from flame.nn import functional as nn_functional
 from flame.nn import init
 from flame.nn.layers import GELU, Dropout, LayerNorm, Linear, ReLU
@@ -43,8 +44,9 @@ class MultiheadAttention(Module):
     kdim] and v_proj_weight [E, vdim] instead of in_proj_weight, as PyTorch's; add_bias_kv appends a
     learned key and value (bias_k, bias_v [1, 1, E]) to the sequence, add_zero_attn a zero one (after
     the projections), the masks extended to let every query attend to them. is_causal is torch's hint
-    that attn_mask is the causal mask: with need_weights=False and no key_padding_mask, attn_mask is
-    dropped and the top-left causal mask over every key (the appended ones too) applies, as torch's."""
+    that attn_mask is the causal mask (without attn_mask, torch's RuntimeError): with need_weights=False
+    and no key_padding_mask, attn_mask is dropped and the top-left causal mask over every key (the
+    appended ones too) applies, as torch's."""
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
@@ -170,6 +172,9 @@ class TransformerEncoderLayer(Module):
 
     def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool = False) -> Tensor:
+        src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask", src_mask, "src_mask",
+                                              src.dtype)
+        src_mask = canonical_mask(src_mask, "src_mask", None, "", src.dtype)
         x = src
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
@@ -189,7 +194,10 @@ class TransformerEncoderLayer(Module):
 class TransformerEncoder(Module):
     """num_layers copies of encoder_layer (torch.nn.TransformerEncoder: layers.0, layers.1, ...), then
     norm if given. enable_nested_tensor and mask_check are kept as torch's attributes; flame builds no
-    nested tensors (use_nested_tensor is False), so padded positions are computed as the others."""
+    nested tensors (use_nested_tensor is False), so padded positions are computed as the others. Its
+    masks are made additive of src's dtype (torch's F._canonical_mask, with its warning for masks of
+    mismatched types), and is_causal=None asks whether mask is the causal one (torch's
+    _detect_is_causal_mask), as the encoder layer and the decoder's tgt_is_causal=None do too."""
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True):
@@ -201,9 +209,12 @@ class TransformerEncoder(Module):
 
     def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool | None = None) -> Tensor:
+        src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask", mask, "mask", src.dtype)
+        mask = canonical_mask(mask, "mask", None, "", src.dtype)
+        is_causal = _detect_is_causal_mask(mask, is_causal, _seq_len(src, self.layers[0].self_attn.batch_first))
         x = src
         for layer in self.layers:
-            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
         return self.norm(x) if self.norm is not None else x
 
 
@@ -268,10 +279,12 @@ class TransformerDecoder(Module):
     def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,
                 tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
                 tgt_is_causal: bool | None = None, memory_is_causal: bool = False) -> Tensor:
+        tgt_is_causal = _detect_is_causal_mask(tgt_mask, tgt_is_causal,
+                                               _seq_len(tgt, self.layers[0].self_attn.batch_first))
         x = tgt
         for layer in self.layers:
             x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
-                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
                       memory_is_causal=memory_is_causal)
         return self.norm(x) if self.norm is not None else x
 
@@ -327,3 +340,26 @@ class Transformer(Module):
     def generate_square_subsequent_mask(sz: int, device: Any = None, dtype: Any = None) -> Tensor:
         """[sz, sz] float mask: -inf above the diagonal (future positions), 0 elsewhere."""
         return full((sz, sz), float("-inf"), dtype=float_dtype(dtype)).triu(1)
+
+
+def _seq_len(x: Tensor, batch_first: bool) -> int:
+    """The sequence length of a Transformer input: [S, E], [S, N, E] or (batch_first) [N, S, E]."""
+    return x.shape[0] if x.ndim == 2 else x.shape[1 if batch_first else 0]
+
+
+def _detect_is_causal_mask(mask: Tensor | None, is_causal: bool | None = None, size: int | None = None) -> bool:
+    """torch's: the is_causal hint when given; else (None) whether mask is the causal mask of `size`
+    (generate_square_subsequent_mask's, or its bool form), which lets attention run as causal. Inside
+    @flame.compile the mask's values are not known while tracing: False (the mask applies as given,
+    which gives the same values)."""
+    if is_causal is not None or mask is None:
+        return is_causal is True
+    if current_trace.get() is not None or mask._value is not None:
+        return False
+    sz = size if size is not None else mask.shape[-2]
+    if tuple(mask.shape) != (sz, sz):
+        return False
+    causal = ones(sz, sz, dtype=boolean).triu(1)
+    if mask.dtype != boolean:
+        causal = full((sz, sz), float("-inf"), dtype=mask.dtype).triu(1)
+    return bool((mask == causal).all())

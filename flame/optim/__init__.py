@@ -1,5 +1,5 @@
 """flame.optim: optimizers (SGD, ASGD, Rprop, Adam, AdamW, Adamax, NAdam, RAdam, RMSprop, Adagrad,
-Adadelta, Adafactor, and LBFGS, eager only), learning-rate schedules and weight averaging (swa_utils),
+Adadelta, Adafactor, Muon, and LBFGS, eager only), learning-rate schedules and weight averaging (swa_utils),
 torch.optim-shaped, that work eagerly and inside a @flame.compile'd training step."""
 
 from flame.optim import lr_scheduler, swa_utils  # noqa: F401
@@ -7,6 +7,7 @@ from flame.optim.adafactor import Adafactor
 from flame.optim.adam import Adam, AdamW
 from flame.optim.adam_variants import Adamax, NAdam, RAdam
 from flame.optim.lbfgs import LBFGS
+from flame.optim.muon import Muon
 from flame.optim.optimizer import Optimizer
 from flame.optim.rmsprop import Adadelta, Adagrad, RMSprop
 from flame.optim.sgd import ASGD, SGD, Rprop
@@ -21,6 +22,7 @@ __all__ = [
     "AdamW",
     "Adamax",
     "LBFGS",
+    "Muon",
     "NAdam",
     "Optimizer",
     "RAdam",

@@ -89,9 +89,13 @@ def test_multihead_attention_causal_and_unbatched(mode):
     mine, theirs = _pair(nn.MultiheadAttention(E, H), torch.nn.MultiheadAttention(E, H))
     x = _rand(6, E)
     causal = np.triu(np.ones((6, 6), bool), 1)
-    # PyTorch wants the mask with its is_causal hint; flame takes the hint alone too
-    _compare(mine, theirs, [x], lambda m, x: m(x, x, x, need_weights=False, is_causal=True),
+    # the is_causal hint goes with the mask it describes, as PyTorch's (the hint alone: its RuntimeError)
+    _compare(mine, theirs, [x], lambda m, x: m(x, x, x, need_weights=False, attn_mask=flame.tensor(causal),
+                                               is_causal=True),
              lambda m, x: m(x, x, x, need_weights=False, attn_mask=torch.tensor(causal), is_causal=True), mode)
+    for m, lib in ((mine, flame), (theirs, torch)):
+        with pytest.raises(RuntimeError, match="Need attn_mask if specifying the is_causal hint"):
+            m(lib.tensor(x), lib.tensor(x), lib.tensor(x), need_weights=False, is_causal=True)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -231,6 +231,7 @@ ERRORS = {  # torch raises; flame raises the same type with torch's message (whe
     "matrix_power not square": (lambda L, a: L.linalg.matrix_power(a, 2), A, True),
     "matrix_power 1-D": (lambda L, a: L.linalg.matrix_power(a, 2), V, True),
     "matrix_power float n": (lambda L, a: L.linalg.matrix_power(a, 2.0), S, False),
+    "matrix_power integer negative n": (lambda L, a: L.linalg.matrix_power(a.long(), -1), S, False),
     "vander bool": (lambda L, a: L.linalg.vander(a > 0), V, True),
     "vander half": (lambda L, a: L.linalg.vander(a.half()), V, True),
     "vander N=1": (lambda L, a: L.linalg.vander(a, N=1), V, True),
