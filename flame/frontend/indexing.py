@@ -38,6 +38,7 @@ from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import full
 from flame.frontend.views import (
     bump,
+    check_not_strided_copy,
     check_overlap,
     check_writable,
     overlap_status,
@@ -359,6 +360,7 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     t's old value in a stand-in tensor, so t.backward() differentiates through the write). A write into
     a view reaches its base (_write_view). fill: the write puts one number everywhere (fill_, zero_,
     x[k] = 2.0), which PyTorch allows into an expanded view."""
+    check_not_strided_copy(t, what)
     if new._base is not None and stale(new):  # a view written since it was made: its value and history as
         new = fresh(new)  # its base holds them now
     hook = write_hook.get()

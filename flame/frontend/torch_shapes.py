@@ -112,8 +112,8 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
     own by default), in a tensor of shape `size`: sliding windows, overlapping and strided reads give
     torch's values and gradients (an element read twice gets both), eagerly and inside @flame.compile,
     with torch's errors (negative strides, an offset or extent beyond the storage). Unlike torch's, the
-    result is a copy, not a view: a write into it does not reach input (write through input's views or
-    index_put), and as_strided_ raises."""
+    result is a copy, not a view: a write into it (or a view of it), which would not reach input, raises
+    (write through input's views or index_put_), and as_strided_ raises."""
     size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
     where = f"\n  at {user_location()}"
     if len(size) != len(stride):
@@ -141,7 +141,7 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
                                       f".requires_grad_()): flame reads the storage through the tensor it was "
                                       f"detached from; clone() it first{where}")
         base = base.detach()
-    return base.reshape(-1)[tensor(idx)]
+    return views.mark_strided_copy(base.reshape(-1)[tensor(idx)])
 
 
 class TensorShapes:

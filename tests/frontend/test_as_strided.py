@@ -69,3 +69,30 @@ def test_errors_as_torch(args):
 def test_in_place_restride_is_refused_clearly():
     with pytest.raises(NotImplementedError, match="as_strided_: flame does not restride a tensor in place"):
         flame.tensor(X).as_strided_((2,), (1,))
+
+
+WRITES = {
+    "add_": lambda y: y.add_(1.0),
+    "item assignment": lambda y: y.__setitem__(0, 5.0),
+    "copy_": lambda y: y.copy_(flame.zeros(y.shape, dtype=y.dtype)),
+    "zero_": lambda y: y.zero_(),
+    "into a view of it": lambda y: y[1].mul_(2.0),
+}
+
+
+@pytest.mark.parametrize("write", WRITES.values(), ids=WRITES.keys())
+def test_a_write_into_its_result_is_refused_where_torch_would_write_into_the_input(write):
+    """torch's as_strided is a view, so such a write changes the input; flame's result is a copy, and a
+    write into it would silently leave the input as it was: refused, eagerly and while tracing."""
+    with pytest.raises(flame.errors.ViewError, match="a write into the result of as_strided"):
+        write(flame.tensor(X).as_strided((3, 2), (2, 1)))
+
+    @flame.compile
+    def step(x):
+        write(x.as_strided((3, 2), (2, 1)))
+        return x
+
+    with pytest.raises(flame.errors.ViewError, match="a write into the result of as_strided"):
+        step(flame.tensor(X))
+    y = flame.tensor(X).as_strided((3, 2), (2, 1)).clone()
+    write(y)  # a clone is the user's own tensor
