@@ -158,6 +158,8 @@ def diff(input: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None
          append: Tensor | None = None) -> Tensor:
     """The n-th forward difference along dim (x[i + 1] - x[i]), after prepending / appending values."""
     x = as_tensor(input)
+    if x.ndim == 0:
+        raise ShapeError(f"diff expects input to be at least one-dimensional\n  at {user_location()}")
     d = dim_index("diff", dim, x.ndim)
     parts = [p for p in (prepend, x, append) if p is not None]
     if len(parts) > 1:
@@ -169,7 +171,7 @@ def diff(input: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None
             break
         hi, lo = x.narrow(d, 1, length - 1), x.narrow(d, 0, length - 1)
         x = (hi != lo) if x.dtype.name == "bool" else hi - lo
-    return x
+    return x.clone() if x is input else x  # n=0: a new tensor, as torch's
 
 
 def trapezoid(y: Tensor, x: Tensor | None = None, *, dx: float | None = None, dim: int = -1) -> Tensor:

@@ -626,7 +626,7 @@ def _picked(kind: str, x: Tensor, idx: Tensor, dim: int, keepdim: bool):
     """torch's (values, indices) namedtuple `kind` of max(dim) / min(dim): values read at the indices, so the
     gradient goes to the index returned (amax splits it among ties)."""
     if not x.ndim:
-        return MaxMin[kind](x, idx)
+        return MaxMin[kind](x.clone(), idx)  # a new tensor, as torch's
     axis = dim_index(kind, dim, x.ndim)
     values = x.gather(axis, idx if keepdim else idx.unsqueeze(axis))
     return MaxMin[kind](values if keepdim else values.squeeze(axis), idx)

@@ -407,7 +407,7 @@ class TensorMath:
             return _prod_backward(flat, 0, False, flat.cumprod(0, dtype=x.dtype)[-1])
         axis = dim_index("prod", dim, x.ndim)
         if x.ndim == 0:
-            return x
+            return x.clone()  # a new tensor, as torch's: a write into it must not reach the input
         if not x.shape[axis]:
             out = full(tuple(1 if a == axis else n for a, n in enumerate(x.shape)), 1, x.dtype)
             out = out + x.sum(axis, keepdim=True).to(x.dtype)
@@ -490,7 +490,7 @@ class TensorMath:
             return v.detach() + (share - share.detach())
         axis = dim_index("nanmedian", dim, self.ndim)
         if not self.ndim:
-            return MedianResult(self, full((), 0, i64))
+            return MedianResult(self.clone(), full((), 0, i64))  # a new tensor, as torch's
         ranked = self.sort(axis)  # NaN last
         k = ((~self.isnan()).sum(axis, keepdim=True) - 1).clamp(min=0) // 2
         values, indices = ranked.values.gather(axis, k), ranked.indices.gather(axis, k)

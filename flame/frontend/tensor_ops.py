@@ -80,7 +80,7 @@ class TensorOps:
         """(values, indices) sorted along dim (stable; values differentiable through the gather)."""
         idx = self.argsort(dim, descending)
         if self.ndim == 0:
-            return SortResult(self, idx)
+            return SortResult(self.clone(), idx)  # a new tensor, as torch's
         return SortResult(self.gather(dim, idx), idx)
 
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
@@ -687,6 +687,8 @@ class TensorOps:
         dst = [dim_index("movedim", d, self.ndim) for d in dst]
         if len(set(src)) != len(src) or len(set(dst)) != len(dst):
             raise ValueError(f"movedim: repeated dims in {source} or {destination}")
+        if self.ndim == 0:  # dim 0 (or -1) of a 0-d tensor is itself, as torch's: a view of it
+            return self.permute()
         order: list = [None] * self.ndim
         for s, d in zip(src, dst):
             order[d] = s

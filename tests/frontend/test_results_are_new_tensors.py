@@ -1,0 +1,51 @@
+"""A reduction, sort or difference whose result holds the same values as its input (a 0-d input's
+prod / max / min / nanmedian / sort / msort along dim 0, diff with n=0) returns a new tensor, as torch's:
+a write into the result leaves the input as it was, eagerly and inside @flame.compile. A 0-d tensor's
+movedim(0, 0) is a view of it, as torch's (the write reaches it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import flame
+
+CASES = {
+    "prod": ((), lambda x: x.prod(0)),
+    "prod keepdim": ((), lambda x: x.prod(0, keepdim=True)),
+    "max": ((), lambda x: x.max(0).values),
+    "min": ((), lambda x: x.min(0, keepdim=True).values),
+    "nanmedian": ((), lambda x: x.nanmedian(0).values),
+    "sort": ((), lambda x: x.sort(0).values),
+    "msort": ((), lambda x: x.msort()),
+    "diff n=0": ((3,), lambda x: x.diff(n=0)),
+    "movedim (a view)": ((), lambda x: x.movedim(0, -1)),
+}
+
+
+def _write_through(lib, shape, f):
+    x = lib.tensor(np.full(shape, 1.5))
+    f(x).mul_(3.0)
+    return x
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_a_write_into_the_result_reaches_the_input_only_as_in_torch(case):
+    shape, f = case
+    want = _write_through(torch, shape, f).numpy()
+    np.testing.assert_array_equal(_write_through(flame, shape, f).numpy(), want)
+
+    @flame.compile
+    def step(x):
+        f(x).mul_(3.0)
+        return x * 1.0
+
+    np.testing.assert_array_equal(step(flame.tensor(np.full(shape, 1.5))).numpy(), want)
+
+
+def test_diff_of_a_0d_tensor_is_torchs_error():
+    with pytest.raises(RuntimeError, match="diff expects input to be at least one-dimensional"):
+        torch.tensor(1.0).diff()
+    with pytest.raises(flame.errors.ShapeError, match="diff expects input to be at least one-dimensional"):
+        flame.tensor(1.0).diff()
