@@ -275,8 +275,9 @@ def _fit_activation(g: Graph, fraction: float, target: Target, finish: Callable,
     trial = []
     graph, plan = finish(g, decision, timings=trial)
     kept = saved_bytes(plan)
-    if kept > goal:
-        raise MemoryBudgetError(activation.unreachable(g.name, fraction, goal, unconstrained, kept, True))
+    if kept > goal:  # the least any plan keeps: the floor's, or the unconstrained plan's where that is less
+        raise MemoryBudgetError(activation.unreachable(g.name, fraction, goal, unconstrained, min(kept, unconstrained),
+                                                       True))
     timings += trial
     return decision, graph, plan, ActivationBudget(fraction, unconstrained, goal, kept, decision.lines)
 

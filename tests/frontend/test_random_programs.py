@@ -485,6 +485,32 @@ def test_a_budget_below_the_floor_is_refused_asking_for_one_that_is_met():
     check(prog, xs)
 
 
+def test_a_floor_above_the_unconstrained_plan_asks_for_no_budget():
+    """Where the plan with every value recomputed or offloaded keeps more for the backward than the plan
+    without a budget (a strided 3-d convolution into a matrix norm: the recomputation's own saved values),
+    the least a plan keeps is the unconstrained one's: the refusal asks for activation_budget >= 1.000,
+    which is met, never for a fraction above 1."""
+
+    def node(op, *ins, **kw):
+        return Node(op, ins, tuple(kw.items()))
+
+    prog = Program(
+        [
+            node("input", shape=(1, 1, 3, 2, 3), mean=0.0, std=1.0),
+            node("input", shape=(1, 1, 1, 1, 1), mean=0.0, std=1.0),
+            node("conv3d", 0, 1, has_weight=True, has_bias=False, stride=2, padding=1, dilation=2, groups=1),
+            node("linalg", 2, fn="matrix_norm", ord="fro", dim=(3, -1), keep=True),
+        ],
+        budget=0.0,
+    )
+    xs = prog.inputs(0)
+    with pytest.raises(MemoryBudgetError, match=r"ask for activation_budget >= 1.000") as e:
+        _flame_compiled(prog, xs, True, budget=0.0)
+    said = re.search(r"of the (\d+) bytes .* the floor is (\d+) bytes", str(e.value))
+    assert int(said[1]) == int(said[2]) > 0
+    check(prog, xs)
+
+
 def test_integer_values_of_a_rounded_value_are_not_drawn():
     """floor(4 x) of a value computed under autocast moves by one wherever a rounding of the low-precision
     format takes 4 x across an integer, and which elements those are depends on how a run rounds
