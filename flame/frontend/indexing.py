@@ -44,6 +44,7 @@ from flame.frontend.views import (
     overlap_status,
     overlapping,
     positions,
+    same_data,
     stale,
     version,
     write,
@@ -255,7 +256,10 @@ def setitem(t, key, value) -> None:
     if overlapping(t) and not any(isinstance(_as_index(k), Tensor) for k in keys):
         # only the elements the key names, as torch's x[key].copy_(v): the others share their memory
         sub = getitem(t, key)
-        sub.fill_(value) if fill else sub.copy_(value)
+        if fill:
+            sub.fill_(value)
+        elif not same_data(sub, _without_leading_ones(value).broadcast_to(sub.shape)):  # torch's copy_to
+            sub.copy_(value)  # (its copy_ of a tensor onto its own memory writes nothing, and checks nothing)
         return
     if not fill and overlap_status(t, value) != "no":
         _check_shared_value(t, key, keys, _without_leading_ones(value))

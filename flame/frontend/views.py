@@ -215,6 +215,21 @@ def overlap_status(out: Tensor, x) -> str:
     return "partial" if a < b_end and b < a_end else "no"
 
 
+def same_data(out: Tensor, x) -> bool:
+    """x is out's own memory: the same elements, shape, strides and dtype (PyTorch's copy_ writes
+    nothing then: copying a tensor onto itself, an expanded one included, is refused by no check)."""
+    if x is out:
+        return True
+    if not isinstance(x, Tensor) or x.dtype != out.dtype or tuple(x.shape) != tuple(out.shape):
+        return False
+    traced = out._value is not None or x._value is not None
+    if traced:
+        if (out._base if out._base is not None else out) is not (x._base if x._base is not None else x):
+            return False
+        return _traced_geometry(out) == _traced_geometry(x)
+    return _shares(out._data, x._data) and _eager_geometry(out) == _eager_geometry(x)
+
+
 def partial_overlap_error(what: str) -> OverlapError:
     return OverlapError(f"{what}: unsupported operation: some elements of the input tensor and the written-to "
                         f"tensor refer to a single memory location. Please clone() the tensor before performing "

@@ -177,6 +177,25 @@ def test_a_write_into_an_expanded_view_is_refused():
         x.expand(3, 4)[:, 1] = flame.ones(3)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_writing_an_expanded_tensors_own_source_into_it_writes_nothing_as_torch(compiled):
+    """x.expand(...)[k] = x: the value, broadcast as torch's setitem does (leading ones dropped, then
+    expanded), is the destination's own memory, and torch's copy_ of a tensor onto itself writes nothing
+    and refuses nothing; another value is refused as overlapping."""
+
+    def body(m, x):
+        with m.no_grad():
+            x.expand(2, 3, 3, 2)[-1] = x
+        return x * 1
+
+    a = np.arange(6, dtype=np.float32).reshape(1, 3, 2)
+    got = (flame.compile(lambda x: body(flame, x)) if compiled else lambda x: body(flame, x))(flame.tensor(a))
+    np.testing.assert_array_equal(got.numpy(), body(torch, torch.tensor(a)).numpy())
+    x = flame.tensor(a)
+    with pytest.raises(FlameError, match="more than one element"), flame.no_grad():
+        x.expand(2, 3, 3, 2)[-1] = x * 2
+
+
 FILLS = {
     "fill_": lambda m, e: e.fill_(1.5),
     "zero_": lambda m, e: e.zero_(),
