@@ -370,8 +370,11 @@ def _shared_reads(ops: list[Op], parts: list[list[Op]]) -> list[list[Op]]:
     groups = [sorted(n for n in c if isinstance(n, int)) for c in nx.connected_components(g)]
     if len(groups) == len(parts):
         return parts
-    merged = [set().union(*(parts[i] for i in grp)) for grp in sorted(groups)]
-    return [[o for o in ops if o in m] for m in merged]
+    at = {o: k for k, grp in enumerate(sorted(groups)) for i in grp for o in parts[i]}  # op -> its segment
+    merged: list[list[Op]] = [[] for _ in groups]
+    for o in ops:  # (each segment's ops in the order of ops)
+        merged[at[o]].append(o)
+    return merged
 
 
 def leading_reduced(op: Op) -> int | None:
@@ -481,10 +484,11 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
 class Layouts:
     """`derive` with its answers kept, keyed on the structure of the group alone: each op's name,
     attributes and types, which ops read which values (values numbered by position), the values
-    stored, the domain and n_red, which decide the answer (derive reads nothing else of them). A
-    model of identical blocks asks the same questions of each block; this answers a repeat by
-    renumbering the first answer. Groups with a symbolic size anywhere (a SymInt: comparing it may
-    record a guard) are derived anew every time. One per fusion pass, at most `limit` answers kept."""
+    stored (with the types of those no op of the group reads or computes), the domain and
+    n_red, which decide the answer (derive reads nothing else of them). A model of identical blocks
+    asks the same questions of each block; this answers a repeat by renumbering the first answer.
+    Groups with a symbolic size anywhere (a SymInt: comparing it may record a guard) are derived anew
+    every time. One per fusion pass, at most `limit` answers kept."""
 
     def __init__(self, limit: int = 1 << 16):
         self.limit = limit
@@ -497,13 +501,17 @@ class Layouts:
         got, values = self._answer(ops, exposed, domain, n_red)
         return got if values is None or isinstance(got, str) else _renumbered(got, values, domain, n_red)
 
-    def stores(self, ops: list[Op], exposed: list[Value], domain: tuple[int, ...],
-               n_red: int) -> dict[Value, IndexMap] | str:
-        """derive(ops, exposed, domain, n_red).stores, or the reason it gives (what the fusion pass asks)."""
+    def reordered(self, ops: list[Op], exposed: list[Value], domain: tuple[int, ...],
+                  n_red: int) -> list[tuple[Value, IndexMap]] | str:
+        """The values derive(ops, exposed, domain, n_red) stores at another map than `canonical`'s
+        (_onto's order), with those maps in the order it stores them, or the reason derive gives (what
+        the fusion pass asks: it stores `exposed`, most groups each at its canonical map)."""
         got, values = self._answer(ops, exposed, domain, n_red)
         if isinstance(got, str):
             return got
-        return got.stores if values is None else {values[i]: m for i, m in got[1]}
+        if values is None:
+            return [(v, m) for v, m in got.stores.items() if m != canonical(v, domain, n_red)]
+        return [(values[i], m) for i, m in got[4]]
 
     def _answer(self, ops, exposed, domain, n_red) -> tuple[Layout | str | tuple, list[Value] | None]:
         """(derive's answer, None) where it was derived now, or (the kept answer, the group's values)."""
@@ -516,13 +524,14 @@ class Layouts:
             return got, values
         lay = derive(ops, exposed, domain, n_red)
         if len(self._found) < self.limit:
-            self._found[key] = lay if isinstance(lay, str) else _numbered(lay, values)
+            self._found[key] = lay if isinstance(lay, str) else _numbered(lay, values, domain, n_red)
         return lay, None
 
     def _key(self, ops, exposed, domain, n_red) -> tuple[tuple, list[Value]] | None:
         """(the group's structure as a tuple, its values: the ops' results, then the other values
         it reads or stores in order of first use), or None for a symbolic group. An op's number
-        fixes its arity, so the numbers of the values it reads follow it without a separator."""
+        fixes its arity, so the numbers of the values it reads follow it without a separator; a
+        value stored that no op reads or computes is followed by its type, which no op gives."""
         if not _INT.issuperset(map(type, domain)):
             return None
         sig, n = self._sig, len(ops)
@@ -550,6 +559,8 @@ class Layouts:
                     return None
                 r = pos[v] = len(values)
                 values.append(v)
+                flat.append(r)
+                r = (v.shape, v.dtype.name)
             flat.append(r)
         return tuple(flat), values
 
@@ -591,20 +602,22 @@ def _frozen(a):
     return t, a
 
 
-def _numbered(lay: Layout, values: list[Value]) -> tuple:
-    """A layout with its values as their positions in `values`."""
+def _numbered(lay: Layout, values: list[Value], domain: tuple[int, ...], n_red: int) -> tuple:
+    """A layout with its values as their positions in `values`; last, the values it stores at another
+    map than `canonical`'s, with those maps."""
     at = {v: i for i, v in enumerate(values)}
     return (
         tuple((at[v], tuple(ms)) for v, ms in lay.maps.items()),
         tuple((at[v], m) for v, m in lay.stores.items()),
         tuple(((at[v], m), t) for (v, m), t in lay.through.items()),
         tuple((at[v], m) for v, m in lay.guarded),
+        tuple((at[v], m) for v, m in lay.stores.items() if m != canonical(v, domain, n_red)),
     )
 
 
 def _renumbered(got: tuple, values: list[Value], domain: tuple[int, ...], n_red: int) -> Layout:
     """The layout `_numbered` kept, for the group whose values are `values`."""
-    maps, stores, through, guarded = got
+    maps, stores, through, guarded, _ = got
     return Layout(
         domain,
         n_red,
