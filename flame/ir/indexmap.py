@@ -632,7 +632,9 @@ def domains(ops: list[Op]) -> list[tuple[int, ...]]:
     """The iteration domains an elementwise group of `ops` is tried over, in order: the shapes of its
     largest results (the last op's first), then smaller ones, largest first (a strided slice's half
     of a value the group reads through it, which the larger domains cannot store)."""
-    shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops)))
+    shapes = list(dict.fromkeys([op.out.type.shape for op in reversed(ops)]))
+    if len(shapes) == 1:  # (most groups: every result of one shape)
+        return shapes
     sizes = {s: math.prod(s) for s in shapes}
     big = max(sizes.values())
     return [s for s in shapes if sizes[s] == big] + sorted((s for s in shapes if sizes[s] != big), key=sizes.get,

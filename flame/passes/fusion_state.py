@@ -48,7 +48,8 @@ class Kernels(Sequence):
     has thousands of kernels, and merges remove one each); indexing other than [-1] walks them."""
 
     def __init__(self, groups: Iterable[Group] = ()):
-        self._at: dict[Group, None] = dict.fromkeys(groups)
+        self._at: dict[Group, int] = {k: i for i, k in enumerate(groups)}  # kernel -> when it went last
+        self._next = len(self._at)
 
     def __iter__(self) -> Iterator[Group]:
         return iter(self._at)
@@ -70,7 +71,14 @@ class Kernels(Sequence):
     def append(self, k: Group) -> None:
         """k goes last (it is not here: a list would hold it twice)."""
         assert k not in self._at
-        self._at[k] = None
+        self._at[k] = self._next
+        self._next += 1
+
+    def among(self, ks: Iterable[Group]) -> list[Group]:
+        """The kernels of ks that are here, in order (`[k for k in self if k in ks]` for a set ks,
+        without a walk of every kernel)."""
+        at = self._at
+        return sorted((k for k in set(ks) if k in at), key=at.__getitem__)
 
     def remove(self, k: Group) -> None:
         del self._at[k]
@@ -157,8 +165,8 @@ class State:
             pos[k] = p
 
     def exposed(self, ops: list[Op]) -> list[Value]:
-        inside = set(ops)
-        return [op.out for op in ops if op.out in self.outs or not inside.issuperset(self.users[op.out])]
+        inside, outs, users = set(ops), self.outs, self.users
+        return [v for v in [op.out for op in ops] if v in outs or not inside.issuperset(users[v])]
 
     def succ(self, grp: Group) -> set[Group]:
         group_of, users = self.group_of, self.users
