@@ -57,6 +57,14 @@ class IndexMap:
     # a map made by _select: the coordinate each dim reads (None: none), so composing is a lookup
     picks: tuple[int | None, ...] | None = field(default=None, compare=False, repr=False)
 
+    def __hash__(self) -> int:
+        """The dataclass's hash of (rows, base, cols), computed once (layouts key dicts on maps)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.rows, self.base, self.cols))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     def then(self, inner: IndexMap) -> IndexMap:
         """inner o self: `inner` maps this value's coords to another value's coords."""
         if inner is identity(len(self.rows)):  # most steps (a same-shape operand): nothing to compose
@@ -114,12 +122,24 @@ def _memo_plain(f):
     """f(src, dst) memoised where both shapes are tuples of plain ints: a SymInt among them is
     compared anew on every call (while recording, each comparison is a guard: flame.ir.symbolic)."""
     memo = lru_cache(maxsize=4096)(f)
+    # (id(src), id(dst)) -> (src, dst, answer) for plain shapes: most calls pass the shape tuples of the
+    # same values again, answered without reading them (the entry holds them, so the ids stay theirs)
+    seen: dict[tuple[int, int], tuple] = {}
 
     @wraps(f)
     def call(src, dst):
+        got = seen.get((id(src), id(dst)))
+        if got is not None and got[0] is src and got[1] is dst:
+            return got[2]
         plain = type(src) is tuple and type(dst) is tuple and _INT.issuperset(map(type, src)) and _INT.issuperset(
             map(type, dst))
-        return memo(src, dst) if plain else f(src, dst)
+        if not plain:
+            return f(src, dst)
+        answer = memo(src, dst)
+        if len(seen) >= 4096:
+            seen.clear()
+        seen[id(src), id(dst)] = (src, dst, answer)
+        return answer
 
     return call
 
@@ -648,18 +668,23 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
     order differs from the order a result is stored in (a GroupNorm's rows over channels-last data)
     stores that result through these."""
     n = math.prod(domain)
-    seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].shape == domain]
-    seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.shape == domain and not _reorders(u, ops)]
+    seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].type.shape == domain]
+    seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.type.shape == domain and not _reorders(u, ops)]
     out = dict.fromkeys(seeds, identity(len(domain)))
-    fulls: dict[Op, list[tuple[int, Value]]] = {}  # op -> its operands of n elements (found once)
+    # per op: its operands of n elements and whether its result has n elements; an op without such an
+    # operand never relates two values, and one whose result and such operands all have maps no more
+    live = []
+    for op in ops:
+        full = [(i, u) for i, u in enumerate(op.inputs) if math.prod(u.type.shape) == n]
+        if full:
+            live.append((op, full, math.prod(op.out.type.shape) == n))
     grew = True
     while grew:
         grew = False
-        for op in ops:
-            full = fulls.get(op)
-            if full is None:
-                full = fulls[op] = [(i, u) for i, u in enumerate(op.inputs) if math.prod(u.shape) == n]
-            if op.out not in out and math.prod(op.out.shape) == n:
+        still = []
+        for item in live:
+            op, full, whole = item
+            if whole and op.out not in out:
                 for i, u in full:
                     step = _forward(op, i) if u in out else None
                     if step is not None:
@@ -670,6 +695,10 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
                     step = None if u in out or not _bijective(op, i) else input_map(op, i)
                     if step is not None:
                         out[u], grew = out[op.out].then(step), True
+                if all(u in out for _, u in full):
+                    continue
+            still.append(item)
+        live = still
     return out
 
 
@@ -718,7 +747,8 @@ def _inputs(op: Op, m: IndexMap, domain, n_red, need, onto, through, under: bool
     view, elementwise = opdef.view, opdef.category == "elementwise"
     for i, u in enumerate(op.inputs):
         # input_map(op, i) (no pieces here)
-        im = view.index_map(op) if view is not None else broadcast(u.shape, op.out.shape) if elementwise else None
+        im = (view.index_map(op) if view is not None
+              else broadcast(u.type.shape, op.out.type.shape) if elementwise else None)
         if im is not None:
             why = need(u, m.then(im), under)
         elif (step := _forward(op, i)) is not None and u in onto() and onto()[u].then(step) == m:
