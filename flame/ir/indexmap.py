@@ -57,6 +57,14 @@ class IndexMap:
     # a map made by _select: the coordinate each dim reads (None: none), so composing is a lookup
     picks: tuple[int | None, ...] | None = field(default=None, compare=False, repr=False)
 
+    def __hash__(self) -> int:
+        """The dataclass's hash of (rows, base, cols), computed once (layouts key dicts on maps)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.rows, self.base, self.cols))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     def then(self, inner: IndexMap) -> IndexMap:
         """inner o self: `inner` maps this value's coords to another value's coords."""
         if inner is identity(len(self.rows)):  # most steps (a same-shape operand): nothing to compose
@@ -114,12 +122,24 @@ def _memo_plain(f):
     """f(src, dst) memoised where both shapes are tuples of plain ints: a SymInt among them is
     compared anew on every call (while recording, each comparison is a guard: flame.ir.symbolic)."""
     memo = lru_cache(maxsize=4096)(f)
+    # (id(src), id(dst)) -> (src, dst, answer) for plain shapes: most calls pass the shape tuples of the
+    # same values again, answered without reading them (the entry holds them, so the ids stay theirs)
+    seen: dict[tuple[int, int], tuple] = {}
 
     @wraps(f)
     def call(src, dst):
+        got = seen.get((id(src), id(dst)))
+        if got is not None and got[0] is src and got[1] is dst:
+            return got[2]
         plain = type(src) is tuple and type(dst) is tuple and _INT.issuperset(map(type, src)) and _INT.issuperset(
             map(type, dst))
-        return memo(src, dst) if plain else f(src, dst)
+        if not plain:
+            return f(src, dst)
+        answer = memo(src, dst)
+        if len(seen) >= 4096:
+            seen.clear()
+        seen[id(src), id(dst)] = (src, dst, answer)
+        return answer
 
     return call
 
@@ -370,8 +390,11 @@ def _shared_reads(ops: list[Op], parts: list[list[Op]]) -> list[list[Op]]:
     groups = [sorted(n for n in c if isinstance(n, int)) for c in nx.connected_components(g)]
     if len(groups) == len(parts):
         return parts
-    merged = [set().union(*(parts[i] for i in grp)) for grp in sorted(groups)]
-    return [[o for o in ops if o in m] for m in merged]
+    at = {o: k for k, grp in enumerate(sorted(groups)) for i in grp for o in parts[i]}  # op -> its segment
+    merged: list[list[Op]] = [[] for _ in groups]
+    for o in ops:  # (each segment's ops in the order of ops)
+        merged[at[o]].append(o)
+    return merged
 
 
 def leading_reduced(op: Op) -> int | None:
@@ -481,10 +504,11 @@ def derive(ops: list[Op], exposed: list[Value], domain: tuple[int, ...], n_red: 
 class Layouts:
     """`derive` with its answers kept, keyed on the structure of the group alone: each op's name,
     attributes and types, which ops read which values (values numbered by position), the values
-    stored, the domain and n_red, which decide the answer (derive reads nothing else of them). A
-    model of identical blocks asks the same questions of each block; this answers a repeat by
-    renumbering the first answer. Groups with a symbolic size anywhere (a SymInt: comparing it may
-    record a guard) are derived anew every time. One per fusion pass, at most `limit` answers kept."""
+    stored (with the types of those no op of the group reads or computes), the domain and
+    n_red, which decide the answer (derive reads nothing else of them). A model of identical blocks
+    asks the same questions of each block; this answers a repeat by renumbering the first answer.
+    Groups with a symbolic size anywhere (a SymInt: comparing it may record a guard) are derived anew
+    every time. One per fusion pass, at most `limit` answers kept."""
 
     def __init__(self, limit: int = 1 << 16):
         self.limit = limit
@@ -497,13 +521,17 @@ class Layouts:
         got, values = self._answer(ops, exposed, domain, n_red)
         return got if values is None or isinstance(got, str) else _renumbered(got, values, domain, n_red)
 
-    def stores(self, ops: list[Op], exposed: list[Value], domain: tuple[int, ...],
-               n_red: int) -> dict[Value, IndexMap] | str:
-        """derive(ops, exposed, domain, n_red).stores, or the reason it gives (what the fusion pass asks)."""
+    def reordered(self, ops: list[Op], exposed: list[Value], domain: tuple[int, ...],
+                  n_red: int) -> list[tuple[Value, IndexMap]] | str:
+        """The values derive(ops, exposed, domain, n_red) stores at another map than `canonical`'s
+        (_onto's order), with those maps in the order it stores them, or the reason derive gives (what
+        the fusion pass asks: it stores `exposed`, most groups each at its canonical map)."""
         got, values = self._answer(ops, exposed, domain, n_red)
         if isinstance(got, str):
             return got
-        return got.stores if values is None else {values[i]: m for i, m in got[1]}
+        if values is None:
+            return [(v, m) for v, m in got.stores.items() if m != canonical(v, domain, n_red)]
+        return [(values[i], m) for i, m in got[4]]
 
     def _answer(self, ops, exposed, domain, n_red) -> tuple[Layout | str | tuple, list[Value] | None]:
         """(derive's answer, None) where it was derived now, or (the kept answer, the group's values)."""
@@ -516,13 +544,14 @@ class Layouts:
             return got, values
         lay = derive(ops, exposed, domain, n_red)
         if len(self._found) < self.limit:
-            self._found[key] = lay if isinstance(lay, str) else _numbered(lay, values)
+            self._found[key] = lay if isinstance(lay, str) else _numbered(lay, values, domain, n_red)
         return lay, None
 
     def _key(self, ops, exposed, domain, n_red) -> tuple[tuple, list[Value]] | None:
         """(the group's structure as a tuple, its values: the ops' results, then the other values
         it reads or stores in order of first use), or None for a symbolic group. An op's number
-        fixes its arity, so the numbers of the values it reads follow it without a separator."""
+        fixes its arity, so the numbers of the values it reads follow it without a separator; a
+        value stored that no op reads or computes is followed by its type, which no op gives."""
         if not _INT.issuperset(map(type, domain)):
             return None
         sig, n = self._sig, len(ops)
@@ -550,6 +579,8 @@ class Layouts:
                     return None
                 r = pos[v] = len(values)
                 values.append(v)
+                flat.append(r)
+                r = (v.shape, v.dtype.name)
             flat.append(r)
         return tuple(flat), values
 
@@ -591,20 +622,22 @@ def _frozen(a):
     return t, a
 
 
-def _numbered(lay: Layout, values: list[Value]) -> tuple:
-    """A layout with its values as their positions in `values`."""
+def _numbered(lay: Layout, values: list[Value], domain: tuple[int, ...], n_red: int) -> tuple:
+    """A layout with its values as their positions in `values`; last, the values it stores at another
+    map than `canonical`'s, with those maps."""
     at = {v: i for i, v in enumerate(values)}
     return (
         tuple((at[v], tuple(ms)) for v, ms in lay.maps.items()),
         tuple((at[v], m) for v, m in lay.stores.items()),
         tuple(((at[v], m), t) for (v, m), t in lay.through.items()),
         tuple((at[v], m) for v, m in lay.guarded),
+        tuple((at[v], m) for v, m in lay.stores.items() if m != canonical(v, domain, n_red)),
     )
 
 
 def _renumbered(got: tuple, values: list[Value], domain: tuple[int, ...], n_red: int) -> Layout:
     """The layout `_numbered` kept, for the group whose values are `values`."""
-    maps, stores, through, guarded = got
+    maps, stores, through, guarded, _ = got
     return Layout(
         domain,
         n_red,
@@ -619,7 +652,9 @@ def domains(ops: list[Op]) -> list[tuple[int, ...]]:
     """The iteration domains an elementwise group of `ops` is tried over, in order: the shapes of its
     largest results (the last op's first), then smaller ones, largest first (a strided slice's half
     of a value the group reads through it, which the larger domains cannot store)."""
-    shapes = list(dict.fromkeys(op.out.shape for op in reversed(ops)))
+    shapes = list(dict.fromkeys([op.out.type.shape for op in reversed(ops)]))
+    if len(shapes) == 1:  # (most groups: every result of one shape)
+        return shapes
     sizes = {s: math.prod(s) for s in shapes}
     big = max(sizes.values())
     return [s for s in shapes if sizes[s] == big] + sorted((s for s in shapes if sizes[s] != big), key=sizes.get,
@@ -633,18 +668,23 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
     order differs from the order a result is stored in (a GroupNorm's rows over channels-last data)
     stores that result through these."""
     n = math.prod(domain)
-    seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].shape == domain]
-    seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.shape == domain and not _reorders(u, ops)]
+    seeds = [op.inputs[0] for op in ops if is_reduction(op) and op.inputs[0].type.shape == domain]
+    seeds = seeds or [u for op in ops for u in (*op.inputs, op.out) if u.type.shape == domain and not _reorders(u, ops)]
     out = dict.fromkeys(seeds, identity(len(domain)))
-    fulls: dict[Op, list[tuple[int, Value]]] = {}  # op -> its operands of n elements (found once)
+    # per op: its operands of n elements and whether its result has n elements; an op without such an
+    # operand never relates two values, and one whose result and such operands all have maps no more
+    live = []
+    for op in ops:
+        full = [(i, u) for i, u in enumerate(op.inputs) if math.prod(u.type.shape) == n]
+        if full:
+            live.append((op, full, math.prod(op.out.type.shape) == n))
     grew = True
     while grew:
         grew = False
-        for op in ops:
-            full = fulls.get(op)
-            if full is None:
-                full = fulls[op] = [(i, u) for i, u in enumerate(op.inputs) if math.prod(u.shape) == n]
-            if op.out not in out and math.prod(op.out.shape) == n:
+        still = []
+        for item in live:
+            op, full, whole = item
+            if whole and op.out not in out:
                 for i, u in full:
                     step = _forward(op, i) if u in out else None
                     if step is not None:
@@ -655,6 +695,10 @@ def _onto(ops: list[Op], domain: tuple[int, ...]) -> dict[Value, IndexMap]:
                     step = None if u in out or not _bijective(op, i) else input_map(op, i)
                     if step is not None:
                         out[u], grew = out[op.out].then(step), True
+                if all(u in out for _, u in full):
+                    continue
+            still.append(item)
+        live = still
     return out
 
 
@@ -703,7 +747,8 @@ def _inputs(op: Op, m: IndexMap, domain, n_red, need, onto, through, under: bool
     view, elementwise = opdef.view, opdef.category == "elementwise"
     for i, u in enumerate(op.inputs):
         # input_map(op, i) (no pieces here)
-        im = view.index_map(op) if view is not None else broadcast(u.shape, op.out.shape) if elementwise else None
+        im = (view.index_map(op) if view is not None
+              else broadcast(u.type.shape, op.out.type.shape) if elementwise else None)
         if im is not None:
             why = need(u, m.then(im), under)
         elif (step := _forward(op, i)) is not None and u in onto() and onto()[u].then(step) == m:

@@ -134,14 +134,15 @@ MAX_KERNEL_OPS = 128
 def _free_chains(st: State, op: Op) -> list[list[Op]]:
     """Per free op that op reads and no kernel holds yet: it and the free ops it reads in turn (a
     reshaped `arange`), producers first."""
-    roots = dict.fromkeys(v.producer for v in op.inputs if is_free(v.producer) and v.producer not in st.group_of)
+    held = st.group_of  # (asked first: most operands' producers are placed, and is_free walks their inputs)
+    roots = dict.fromkeys(v.producer for v in op.inputs if v.producer not in held and is_free(v.producer))
     return [list(dict.fromkeys(_chain(st, p))) for p in roots]
 
 
 def _chain(st: State, p: Op) -> list[Op]:
     """p and the free ops no kernel holds that it reads in turn, producers first (a module function:
     a recursive closure per call would be a reference cycle for the collector, one per op placed)."""
-    return [c for x in p.inputs if is_free(x.producer) and x.producer not in st.group_of
+    return [c for x in p.inputs if x.producer not in st.group_of and is_free(x.producer)
             for c in _chain(st, x.producer)] + [p]
 
 
@@ -265,7 +266,7 @@ def _place(st: State, op: Op) -> None:
         free = list(dict.fromkeys(c for ch in chains for c in ch))
         domain, n_red = (op.inputs[0].shape, trailing_reduced(op)) if kind == Kind.ROWS else (op.out.shape, 0)
         fkind = kind if kind == Kind.ROWS else Kind.ELEMENTWISE
-        if isinstance(fit(st, st.sorted_ops(free + [op]), fkind, domain, n_red), str):
+        if free and isinstance(fit(st, st.sorted_ops(free + [op]), fkind, domain, n_red), str):
             # a view that does not map into op's domain: its own kernel; the free ops that do map stay
             kept: list[Op] = []
             for ch in chains:

@@ -12,7 +12,6 @@ from flame.ir.graph import Kind, Op, Value
 from flame.ir.indexmap import (
     column_map,
     contiguous_strides,
-    derive,
     is_reduction,
     leading_reduced,
     trailing_reduced,
@@ -267,7 +266,7 @@ def _column_fits(st: State, rg: Group, op: Op) -> str:
     carried = columns_of(rg)
     ops = [o for o in rg.ops if o not in carried]
     v = op.inputs[0]
-    lay = derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
+    lay = st.layouts.derive(ops, list(dict.fromkeys([*st.exposed(ops), v])), rg.domain, rg.n_red)
     if isinstance(lay, str) or v not in lay.stores:
         return ""
     cm = column_map(op, lay.stores[v], rg.domain, rg.n_red)
@@ -337,7 +336,7 @@ def absorb_recomputations(st: State) -> None:
         shared = {v for o in a.ops for v in o.inputs
                   if v.producer not in inside and not is_free(v.producer) and math.prod(v.shape) == n}
         reading = {st.group_of[o] for v in shared for o in readers.get(v, ())}  # the kernels reading one
-        for b in [k for k in st.groups if k in reading]:
+        for b in st.groups.among(reading):
             if (b is a or b.kind not in (Kind.ELEMENTWISE, Kind.ROWS) or mixes_phases(a.ops + b.ops)
                     or reaches(a, b) or reaches(b, a)):
                 continue

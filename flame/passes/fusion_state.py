@@ -15,7 +15,6 @@ from flame.ir.graph import Graph, Kind, Op, RecomputeLoc, Value, is_backward
 from flame.ir.indexmap import (
     IndexMap,
     Layouts,
-    canonical,
     contiguous_strides,
     domains,
     is_reduction,
@@ -49,7 +48,8 @@ class Kernels(Sequence):
     has thousands of kernels, and merges remove one each); indexing other than [-1] walks them."""
 
     def __init__(self, groups: Iterable[Group] = ()):
-        self._at: dict[Group, None] = dict.fromkeys(groups)
+        self._at: dict[Group, int] = {k: i for i, k in enumerate(groups)}  # kernel -> when it went last
+        self._next = len(self._at)
 
     def __iter__(self) -> Iterator[Group]:
         return iter(self._at)
@@ -71,7 +71,14 @@ class Kernels(Sequence):
     def append(self, k: Group) -> None:
         """k goes last (it is not here: a list would hold it twice)."""
         assert k not in self._at
-        self._at[k] = None
+        self._at[k] = self._next
+        self._next += 1
+
+    def among(self, ks: Iterable[Group]) -> list[Group]:
+        """The kernels of ks that are here, in order (`[k for k in self if k in ks]` for a set ks,
+        without a walk of every kernel)."""
+        at = self._at
+        return sorted((k for k in set(ks) if k in at), key=at.__getitem__)
 
     def remove(self, k: Group) -> None:
         del self._at[k]
@@ -158,8 +165,8 @@ class State:
             pos[k] = p
 
     def exposed(self, ops: list[Op]) -> list[Value]:
-        inside = set(ops)
-        return [op.out for op in ops if op.out in self.outs or not inside.issuperset(self.users[op.out])]
+        inside, outs, users = set(ops), self.outs, self.users
+        return [v for v in [op.out for op in ops] if v in outs or not inside.issuperset(users[v])]
 
     def succ(self, grp: Group) -> set[Group]:
         group_of, users = self.group_of, self.users
@@ -421,13 +428,13 @@ def fit(st: State, ops: list[Op], kind: Kind, domain=None, n_red: int = 0) -> tu
             ops = [o for o in ops if o not in cols]
             exposed = list(dict.fromkeys([v for v in exposed if v.producer not in cols]
                                          + [c.inputs[0] for c in cols if is_reduction(c)]))
-        got = st.layouts.stores(ops, exposed, domain, n_red)
-        got = _copied_view(st, ops, got, domain, n_red) or got
+        got = st.layouts.reordered(ops, exposed, domain, n_red)
+        got = _copied_view(st, ops, exposed, got, domain) or got
         return got if isinstance(got, str) else (domain, n_red)
     why, big = "no common iteration domain", None
     for shape in domains(ops):
-        got = st.layouts.stores(ops, exposed, shape, 0)
-        got = _copied_view(st, ops, got, shape, 0) or got
+        got = st.layouts.reordered(ops, exposed, shape, 0)
+        got = _copied_view(st, ops, exposed, got, shape) or got
         if not isinstance(got, str):
             return shape, 0
         big = math.prod(shape) if big is None else big
@@ -454,22 +461,20 @@ def one_row_segment(ops: list[Op]) -> bool:
     return len(row_segments([o for o in ops if o not in cols])) == 1
 
 
-def _copied_view(st: State, ops: list[Op], stores: dict[Value, IndexMap] | str, domain: tuple[int, ...],
-                 n_red: int) -> str:
-    """Why a layout (its `stores`, over domain and n_red) that stores a result in another order than its
-    shape's (indexmap._onto) is not taken: a matmul reads a permuted or reshaped operand as it is (so
-    no value it reads is stored so), and a view's result is not copied beside its stored input, nor
-    by a group of views alone (the plan has none of these copies)."""
-    if isinstance(stores, str):
+def _copied_view(st: State, ops: list[Op], exposed: list[Value], reordered: list[tuple[Value, IndexMap]] | str,
+                 domain: tuple[int, ...]) -> str:
+    """Why a layout over domain that stores `exposed`, those of `reordered` at the maps it gives in
+    another order than their shapes' (indexmap._onto; Layouts.reordered), is not taken: a matmul reads a
+    permuted or reshaped operand as it is (so no value it reads is stored so), and a view's result is
+    not copied beside its stored input, nor by a group of views alone (the plan has none of these
+    copies)."""
+    if isinstance(reordered, str) or not reordered:
         return ""
-    views = None  # (found where a result is stored in another order: most layouts store none so)
-    for v, m in stores.items():
-        if m == canonical(v, domain, n_red):
-            continue
-        views = {op.out: op for op in ops if is_view(op)} if views is None else views
+    views = {op.out: op for op in ops if is_view(op)}
+    for v, m in reordered:
         if v not in views and _row_major(st, m, v, domain):
             continue
-        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in stores)):
+        if _feeds_matmul(st, v) or (v in views and (len(views) == len(ops) or views[v].inputs[0] in exposed)):
             return f"a view's result would be copied (result {v.type})"
     return ""
 
