@@ -25,7 +25,7 @@ from flame.frontend.opmath import composite, fused, half_gradient, wants_gradien
 from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
-from flame.ir.dtypes import bf16, f16, f64, i32, i64
+from flame.ir.dtypes import f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
            "cov", "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
@@ -461,11 +461,10 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
 
 
 def _torch_backward(value: Tensor, a, b, form) -> Tensor:
-    """value; where it is f16 / bf16, its gradient to each tensor operand t of (a, b) that of form(t, u) (u the
-    other operand): PyTorch's backward formula, computed in the half-precision ops PyTorch's autograd runs
-    (each rounded), the gradient of a form whose value is not used (straight_through)."""
-    if value.dtype not in (f16, bf16):
-        return value
+    """value, whose gradient to each floating tensor operand t of (a, b) is that of form(t, u) (u the other
+    operand): PyTorch's backward formula, computed in the ops (f16 / bf16: each rounded) PyTorch's autograd
+    runs, the gradient of a form whose value is not used (straight_through). Autodiff of the overflow-safe
+    forward differs from it at infinities and NaNs."""
     pairs = ((a, b), (b, a))
     forms = [form(t, u) for t, u in pairs if isinstance(t, Tensor) and t.dtype.is_float and wants_gradient(t)]
     if not forms:
@@ -482,7 +481,8 @@ def _logaddexp(a, b) -> Tensor:
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf. For f16 /
-    bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype."""
+    bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype
+    (NaN where an operand is NaN or both are -inf, as torch's)."""
     input, other = _floating("logaddexp", input, other)
     value = fused(_logaddexp, input, other)
     return _torch_backward(value, input, other, lambda t, u: t / (1 + (u - t).exp()).detach())
@@ -512,7 +512,8 @@ def _hypot(a, b) -> Tensor:
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
     where either is infinite. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
-    grad * self / result in the inputs' dtype (the product rounded, then the quotient)."""
+    grad * self / result in the inputs' dtype (the product rounded, then the quotient; 0 beside an
+    infinite operand)."""
     input, other = _floating("hypot", input, other)
     value = fused(_hypot, input, other)
     r = value.detach()
