@@ -29,7 +29,7 @@ from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import full
 from flame.frontend.ops import maximum, where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, f16, f32, i32
+from flame.ir.dtypes import DType, f16, f32, f64, i32
 
 
 class _Stage(Enum):
@@ -160,13 +160,15 @@ class GradScaler:
         self._per_optimizer_states = {}
 
     def _update_scale(self, found_inf: Tensor) -> None:
-        """PyTorch's _amp_update_scale_, as tensor ops (no host read)."""
+        """PyTorch's _amp_update_scale_, as tensor ops (no host read): the f32 scale times the f64 factor,
+        rounded once to f32 (an f32 product of the rounded factor drifts from torch's scale)."""
         bad = found_inf > 0
         tracker = where(bad, 0, self._growth_tracker + 1)
         grow = tracker >= self._hyper("growth_interval", i32)
-        grown = self._scale * self._hyper("growth_factor", f32)
+        scale = self._scale.double()
+        grown = (scale * self._hyper("growth_factor", f64)).float()
         grown = where(grown < float("inf"), grown, self._scale)  # never grow to inf
-        backed_off = self._scale * self._hyper("backoff_factor", f32)
+        backed_off = (scale * self._hyper("backoff_factor", f64)).float()
         self._scale.copy_(where(bad, backed_off, where(grow, grown, self._scale)))
         self._growth_tracker.copy_(where(grow, 0, tracker))
 
