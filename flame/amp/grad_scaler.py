@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
@@ -87,14 +87,16 @@ class GradScaler:
 
     # ---- the training-loop API ------------------------------------------------------------------
     def scale(self, outputs):
-        """outputs * scale (a tensor, or nested lists/tuples of tensors); outputs unchanged when disabled."""
+        """outputs * scale: a tensor, or nested iterables of tensors (a list or tuple keeps its type, another
+        iterable gives a lazy map, as torch's); outputs unchanged when disabled."""
         if not self._enabled:
             return outputs
         if isinstance(outputs, Tensor):
             return outputs * self._scale
-        if isinstance(outputs, (list, tuple)):
-            return type(outputs)(self.scale(o) for o in outputs)
-        raise ValueError("GradScaler.scale: outputs must be a Tensor or an iterable of Tensors")
+        if isinstance(outputs, Iterable):
+            scaled = map(self.scale, outputs)
+            return type(outputs)(scaled) if isinstance(outputs, (list, tuple)) else scaled
+        raise ValueError("outputs must be a Tensor or an iterable of Tensors")
 
     def unscale_(self, optimizer) -> None:
         """Divide the gradients of `optimizer`'s parameters by the scale, in place, and record whether

@@ -227,3 +227,18 @@ def test_torch_cuda_amp_names_and_signatures():
         assert (a @ a).dtype == flame.bf16
     with autocast():
         assert (a @ a).dtype == flame.f16
+
+
+def test_scale_of_other_iterables_as_torch():
+    """torch's scale maps over any iterable of tensors: a list or tuple keeps its type, another iterable
+    (a generator) gives a lazy map; something else is a ValueError."""
+    tscaler, fscaler = torch.amp.GradScaler("cpu", init_scale=4.0), GradScaler("cpu", init_scale=4.0)
+    for lib, scaler in ((torch, tscaler), (flame, fscaler)):
+        a, b = lib.tensor(1.0), lib.tensor(2.0)
+        out = scaler.scale(t for t in (a, [b]))
+        assert isinstance(out, map)
+        first, (second,) = list(out)
+        assert (first.item(), second.item()) == (4.0, 8.0)
+        assert isinstance(scaler.scale((a, [b])), tuple)
+        with pytest.raises(ValueError, match="outputs must be a Tensor or an iterable of Tensors"):
+            scaler.scale(3.0)
