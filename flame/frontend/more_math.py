@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ArgumentError, DTypeError, ShapeError
+from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import arange, as_tensor, zeros
@@ -44,7 +44,12 @@ def _err(msg: str) -> ShapeError:
 def _floating(op: str, a, b) -> tuple:
     """a and b in their result dtype, where torch's logaddexp and hypot compute (an integer or bool operand
     beside a float one is converted first: the abs of an int64 minimum is 2**63 there, not a wrapped
-    value); they have floating kernels only, so integer and bool results raise."""
+    value); they have floating kernels only, so integer and bool results raise. Both are tensors, as
+    torch's: a Python number raises its TypeError."""
+    for arg, x in (("input", a), ("other", b)):
+        if not isinstance(x, Tensor):
+            raise ArgumentTypeError(f"{op}(): argument '{arg}' must be Tensor, not {type(x).__name__}\n"
+                                    f"  at {user_location()}")
     dt = result_type(a, b)
     if not dt.is_float:
         raise DTypeError(f'{op}: "{op}" is not implemented for {dt} tensors (as in PyTorch: convert '
