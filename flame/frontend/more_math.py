@@ -21,7 +21,7 @@ from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import vector_norm
-from flame.frontend.opmath import composite, fused, half_gradient, wants_gradient
+from flame.frontend.opmath import composite, float_gradient, fused, half_gradient, wants_gradient
 from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
@@ -583,10 +583,17 @@ def signbit(input: Tensor) -> Tensor:  # noqa: A002
 
 def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
     """|input| with the sign (bit) of other, in torch's dtype: integers and bools give the default
-    floating dtype."""
+    floating dtype. The gradient is PyTorch's: result / input to input (0 where input is 0, NaN where it
+    is infinite or NaN: not abs's sign), zeros to other."""
     dt = result_type(input, other)
     x = input.to(floating(dt))
-    return where(signbit(as_tensor(other)), -x.abs(), x.abs())
+    value = where(signbit(as_tensor(other)), -x.abs(), x.abs())
+    forms = [x * where(x == 0, 0.0, value / x).detach()] if float_gradient(x) else []
+    if float_gradient(other):
+        forms.append(other.floor())  # floor's gradient: zeros
+    if not forms:
+        return value
+    return apply("straight_through", forms[0] if len(forms) == 1 else forms[0] + forms[1], value.detach())
 
 
 def heaviside(input: Tensor, values) -> Tensor:  # noqa: A002
