@@ -118,9 +118,9 @@ def half_power(x: Tensor, exponent: float) -> Tensor:
     value = apply("sqrt" if exponent == 0.5 else "rsqrt", x)
     if not wants_gradient(x):
         return value
-    w = wide(x)
-    d = apply("mul", apply("rsqrt", w), 0.5) if exponent == 0.5 else apply("mul", apply("pow", w, -1.5), -0.5)
-    return with_derivative(x, value, d)
+    # x.pow(exponent - 1) in x's dtype (rounded, as torch's autograd computes it), times the exact exponent
+    d = apply("mul", apply("rsqrt", x), 0.5) if exponent == 0.5 else apply("mul", apply("pow", x, -1.5), -0.5)
+    return with_derivative(x, value, wide(d))
 
 
 def _scalar_product(t: Tensor, s: float, dt: DType) -> Tensor:
