@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
@@ -29,7 +29,7 @@ from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import full
 from flame.frontend.ops import maximum, where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, f16, f32, i32
+from flame.ir.dtypes import DType, f16, f32, f64, i32
 
 
 class _Stage(Enum):
@@ -87,14 +87,16 @@ class GradScaler:
 
     # ---- the training-loop API ------------------------------------------------------------------
     def scale(self, outputs):
-        """outputs * scale (a tensor, or nested lists/tuples of tensors); outputs unchanged when disabled."""
+        """outputs * scale: a tensor, or nested iterables of tensors (a list or tuple keeps its type, another
+        iterable gives a lazy map, as torch's); outputs unchanged when disabled."""
         if not self._enabled:
             return outputs
         if isinstance(outputs, Tensor):
             return outputs * self._scale
-        if isinstance(outputs, (list, tuple)):
-            return type(outputs)(self.scale(o) for o in outputs)
-        raise ValueError("GradScaler.scale: outputs must be a Tensor or an iterable of Tensors")
+        if isinstance(outputs, Iterable):
+            scaled = map(self.scale, outputs)
+            return type(outputs)(scaled) if isinstance(outputs, (list, tuple)) else scaled
+        raise ValueError("outputs must be a Tensor or an iterable of Tensors")
 
     def unscale_(self, optimizer) -> None:
         """Divide the gradients of `optimizer`'s parameters by the scale, in place, and record whether
@@ -160,13 +162,15 @@ class GradScaler:
         self._per_optimizer_states = {}
 
     def _update_scale(self, found_inf: Tensor) -> None:
-        """PyTorch's _amp_update_scale_, as tensor ops (no host read)."""
+        """PyTorch's _amp_update_scale_, as tensor ops (no host read): the f32 scale times the f64 factor,
+        rounded once to f32 (an f32 product of the rounded factor drifts from torch's scale)."""
         bad = found_inf > 0
         tracker = where(bad, 0, self._growth_tracker + 1)
         grow = tracker >= self._hyper("growth_interval", i32)
-        grown = self._scale * self._hyper("growth_factor", f32)
+        scale = self._scale.double()
+        grown = (scale * self._hyper("growth_factor", f64)).float()
         grown = where(grown < float("inf"), grown, self._scale)  # never grow to inf
-        backed_off = self._scale * self._hyper("backoff_factor", f32)
+        backed_off = (scale * self._hyper("backoff_factor", f64)).float()
         self._scale.copy_(where(bad, backed_off, where(grow, grown, self._scale)))
         self._growth_tracker.copy_(where(grow, 0, tracker))
 

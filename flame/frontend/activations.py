@@ -335,15 +335,15 @@ def kl_div(
     reduction: str = "mean",  # noqa: A002
     log_target: bool = False,
 ) -> Tensor:
-    """The pointwise KL divergence target * (log(target) - input) of log-probabilities input (0 where
-    target is 0), or exp(target) * (target - input) with log_target. reduction "batchmean" divides
-    the sum by the batch size (the mathematically right KL); "mean" averages over every element, with
-    PyTorch's warning."""
+    """The pointwise KL divergence xlogy(target, target) - target * input of log-probabilities input (as
+    PyTorch's: a zero target at an infinite input or a negative target gives NaN), or exp(target) *
+    (target - input) with log_target. reduction "batchmean" divides the sum by the batch size (the
+    mathematically right KL); "mean" averages over every element, with PyTorch's warning."""
     no_legacy_reduction("kl_div", size_average, reduce)
     if log_target:
         point = target.exp() * (target - input)
     else:
-        point = where(target > 0, target * (where(target > 0, target, 1.0).log() - input), 0.0)
+        point = target.xlogy(target) - target * input  # PyTorch's: NaN for a negative target, 0 * inf
     if reduction == "batchmean":
         return point.sum() / (input.shape[0] if input.ndim else 1)
     if reduction == "mean":

@@ -285,10 +285,25 @@ def binary_cross_entropy_with_logits(
     _same_shape("binary_cross_entropy_with_logits", input, target)
     m = (-input).clamp(min=0.0).detach()  # a shift the value does not depend on (nor its gradient)
     softplus_neg = ((-m).exp() + (-input - m).exp()).log() + m  # log(1 + exp(-x))
-    if pos_weight is not None:
-        softplus_neg = softplus_neg * ((pos_weight - 1) * target + 1)
-    loss = (1 - target) * input + softplus_neg
+    scaled = softplus_neg * ((pos_weight - 1) * target + 1) if pos_weight is not None else softplus_neg
+    loss = _bce_logits_gradients((1 - target) * input + scaled, input, target, pos_weight, softplus_neg)
     return _loss_reduce(loss * weight if weight is not None else loss, reduction)
+
+
+def _bce_logits_gradients(loss: Tensor, x: Tensor, t: Tensor, pw: Tensor | None, softplus_neg: Tensor) -> Tensor:
+    """loss (binary_cross_entropy_with_logits's, unreduced) with PyTorch's gradients: sigmoid(x) - t for x
+    ((1 + (pw - 1) t) sigmoid(x) - pw t with pos_weight), -x for t (log_sigmoid(-x) - pw log_sigmoid(x):
+    (pw - 1) softplus(-x) - x); autodiff of the stable value gives NaN at x = -inf."""
+    forms = []
+    if opmath.float_gradient(x):
+        s = x.sigmoid()
+        d = s - t if pw is None else ((pw - 1) * t + 1) * s - pw * t
+        forms.append(x * d.detach())
+    if opmath.float_gradient(t):
+        forms.append(t * (-x if pw is None else (pw - 1) * softplus_neg - x).detach())
+    if not forms:
+        return loss
+    return apply("straight_through", forms[0] if len(forms) == 1 else forms[0] + forms[1], loss.detach())
 
 
 @policy("f32")  # autocast: on PyTorch's float32 list

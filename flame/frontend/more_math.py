@@ -14,18 +14,18 @@ from collections import namedtuple
 
 import numpy as np
 
-from flame.errors import ArgumentError, DTypeError, ShapeError
+from flame.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import user_location, user_stacklevel
 from flame.frontend.creation import arange, as_tensor, zeros
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.norms import vector_norm
-from flame.frontend.opmath import composite, fused, half_gradient, wants_gradient
+from flame.frontend.opmath import composite, float_gradient, fused, half_gradient, wants_gradient
 from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
-from flame.ir.dtypes import bf16, f16, f64, i32, i64
+from flame.ir.dtypes import f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
            "cov", "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
@@ -44,7 +44,12 @@ def _err(msg: str) -> ShapeError:
 def _floating(op: str, a, b) -> tuple:
     """a and b in their result dtype, where torch's logaddexp and hypot compute (an integer or bool operand
     beside a float one is converted first: the abs of an int64 minimum is 2**63 there, not a wrapped
-    value); they have floating kernels only, so integer and bool results raise."""
+    value); they have floating kernels only, so integer and bool results raise. Both are tensors, as
+    torch's: a Python number raises its TypeError."""
+    for arg, x in (("input", a), ("other", b)):
+        if not isinstance(x, Tensor):
+            raise ArgumentTypeError(f"{op}(): argument '{arg}' must be Tensor, not {type(x).__name__}\n"
+                                    f"  at {user_location()}")
     dt = result_type(a, b)
     if not dt.is_float:
         raise DTypeError(f'{op}: "{op}" is not implemented for {dt} tensors (as in PyTorch: convert '
@@ -463,11 +468,10 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
 
 
 def _torch_backward(value: Tensor, a, b, form) -> Tensor:
-    """value; where it is f16 / bf16, its gradient to each tensor operand t of (a, b) that of form(t, u) (u the
-    other operand): PyTorch's backward formula, computed in the half-precision ops PyTorch's autograd runs
-    (each rounded), the gradient of a form whose value is not used (straight_through)."""
-    if value.dtype not in (f16, bf16):
-        return value
+    """value, whose gradient to each floating tensor operand t of (a, b) is that of form(t, u) (u the other
+    operand): PyTorch's backward formula, computed in the ops (f16 / bf16: each rounded) PyTorch's autograd
+    runs, the gradient of a form whose value is not used (straight_through). Autodiff of the overflow-safe
+    forward differs from it at infinities and NaNs."""
     pairs = ((a, b), (b, a))
     forms = [form(t, u) for t, u in pairs if isinstance(t, Tensor) and t.dtype.is_float and wants_gradient(t)]
     if not forms:
@@ -484,7 +488,8 @@ def _logaddexp(a, b) -> Tensor:
 @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
 def logaddexp(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)); both -inf: -inf. For f16 /
-    bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype."""
+    bf16, in f32 rounded once; the gradient PyTorch's grad / (1 + exp(other - self)) in the inputs' dtype
+    (NaN where an operand is NaN or both are -inf, as torch's)."""
     input, other = _floating("logaddexp", input, other)
     value = fused(_logaddexp, input, other)
     return _torch_backward(value, input, other, lambda t, u: t / (1 + (u - t).exp()).detach())
@@ -514,7 +519,8 @@ def _hypot(a, b) -> Tensor:
 def hypot(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """sqrt(a^2 + b^2), scaled by the larger magnitude so that it neither overflows nor underflows; inf
     where either is infinite. For f16 / bf16, in f32 rounded once; the gradient PyTorch's
-    grad * self / result in the inputs' dtype (the product rounded, then the quotient)."""
+    grad * self / result in the inputs' dtype (the product rounded, then the quotient; 0 beside an
+    infinite operand)."""
     input, other = _floating("hypot", input, other)
     value = fused(_hypot, input, other)
     r = value.detach()
@@ -579,10 +585,17 @@ def signbit(input: Tensor) -> Tensor:  # noqa: A002
 
 def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
     """|input| with the sign (bit) of other, in torch's dtype: integers and bools give the default
-    floating dtype."""
+    floating dtype. The gradient is PyTorch's: result / input to input (0 where input is 0, NaN where it
+    is infinite or NaN: not abs's sign), zeros to other."""
     dt = result_type(input, other)
     x = input.to(floating(dt))
-    return where(signbit(as_tensor(other)), -x.abs(), x.abs())
+    value = where(signbit(as_tensor(other)), -x.abs(), x.abs())
+    forms = [x * where(x == 0, 0.0, value / x).detach()] if float_gradient(x) else []
+    if float_gradient(other):
+        forms.append(other.floor())  # floor's gradient: zeros
+    if not forms:
+        return value
+    return apply("straight_through", forms[0] if len(forms) == 1 else forms[0] + forms[1], value.detach())
 
 
 def heaviside(input: Tensor, values) -> Tensor:  # noqa: A002

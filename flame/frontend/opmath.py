@@ -23,7 +23,9 @@ import functools
 
 import numpy as np
 
+from flame.frontend.autocast import policy
 from flame.frontend.context import current_trace, grad_enabled
+from flame.frontend.default_dtype import as_floating
 from flame.frontend.dispatch import apply
 from flame.frontend.promotion import is_scalar, result_type
 from flame.frontend.tensor import Tensor
@@ -104,6 +106,21 @@ def _pow_with_number(a, b, dt: DType) -> Tensor | None:
         value = apply("pow", x, rounded(s, dt))
         d = _scalar_product(apply("pow", x, rounded(s - 1.0, dt)), s, dt)
     return with_derivative(x, value, _cast(d, f32))
+
+
+@policy("f32")  # autocast: pow, on PyTorch's float32 list
+def half_power(x: Tensor, exponent: float) -> Tensor:
+    """x ** 0.5 or x ** -0.5 for a Python number exponent, as PyTorch's CUDA pow kernel computes them (its CPU
+    kernel too, but for f16): sqrt and rsqrt, so sqrt(-0.0) is -0.0, rsqrt(-0.0) -inf and both NaN at -inf,
+    where C's pow gives +0.0, +inf, inf and 0. The gradient is PyTorch's pow_backward, exponent *
+    x.pow(exponent - 1), whose pow by -0.5 is its rsqrt again."""
+    x = as_floating(x)
+    value = apply("sqrt" if exponent == 0.5 else "rsqrt", x)
+    if not wants_gradient(x):
+        return value
+    # x.pow(exponent - 1) in x's dtype (rounded, as torch's autograd computes it), times the exact exponent
+    d = apply("mul", apply("rsqrt", x), 0.5) if exponent == 0.5 else apply("mul", apply("pow", x, -1.5), -0.5)
+    return with_derivative(x, value, wide(d))
 
 
 def _scalar_product(t: Tensor, s: float, dt: DType) -> Tensor:

@@ -568,6 +568,8 @@ def binary(name: str, a, b) -> Tensor:
     """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to
     the default floating dtype); on two bool tensors + and max are logical or, * and min logical and, -
     raises, as in torch."""
+    if name == "pow" and isinstance(a, Tensor) and isinstance(b, float) and b in (0.5, -0.5):
+        return opmath.half_power(a, b)  # PyTorch's kernel: sqrt / rsqrt
     # first what the rules below come to for the operands of most ops (an optimizer's update does
     # little else): two tensors of one floating dtype, or an f32 / f64 tensor and a Python int or float
     if isinstance(a, Tensor):
@@ -600,9 +602,9 @@ def binary(name: str, a, b) -> Tensor:
         dt = floating(dt)
     if name == "pow" and dt == boolean:  # bool ** True is the tensor, bool ** False all True (torch)
         return binary("logical_or", a, not b)
-    opmath = in_opmath(name, a, b, dt)
-    if opmath is not None:
-        return opmath
+    widened = in_opmath(name, a, b, dt)
+    if widened is not None:
+        return widened
     a, b = (
         (x if x._dtype == dt else x.to(dt)) if isinstance(x, Tensor) else float(x) if dt.is_float else wrapped(x, dt)
         for x in (a, b)

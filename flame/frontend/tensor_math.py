@@ -364,9 +364,15 @@ class TensorMath:
         """self * log(other), 0 where self is 0 (unless other is NaN), as torch.xlogy."""
         dt = result_type(self, other)  # both in the promoted dtype (integers: the default float), as torch's
         x, other = as_floating(self.to(dt)), as_floating(_tensor(other).to(dt))
-        log = other.log()
-        # where self is 0 the value is 0 (even for other = 0) and the gradient log(other), as PyTorch's
-        return where((x == 0) & ~other.isnan(), x * where(log.isfinite(), log, 0.0), x * log)
+        value = where((x == 0) & ~other.isnan(), 0.0, x * other.log())  # 0 even for other = 0
+        if not (opmath.float_gradient(x) or opmath.float_gradient(other)):
+            return value
+        # PyTorch's xlogy_backward (the gradient of a form whose value is not used): log(other) to self, 0
+        # where self is 0 and other <= 0; self / other to other. Autodiff of the where above would give
+        # self NaN there (0 times log's infinite gradient).
+        d_self = where((x == 0) & (other <= 0), 0.0, other.log()).detach()
+        form = x * d_self + other * (x / other).detach()
+        return apply("straight_through", form, value.detach())
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
     def logit(self, eps: float | None = None):

@@ -440,10 +440,19 @@ class TensorOps:
         (rounding_mode="trunc") or down ("floor"), which keep an integer dtype."""
         if rounding_mode is None:
             return self / other
-        if rounding_mode == "floor":
-            return self // other
-        if rounding_mode != "trunc":
+        if rounding_mode not in ("trunc", "floor"):
             raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        value = self // other if rounding_mode == "floor" else self._div_trunc(other)
+        operands = [t for t in (self, other) if isinstance(t, Tensor) and t.dtype.is_float]
+        if not value.dtype.is_float or not any(opmath.wants_gradient(t) for t in operands):
+            return value
+        # PyTorch's gradient of a rounded quotient: zeros to both operands (floor's zero gradient, which
+        # no NaN or infinite operand turns into NaN), on a result that requires grad
+        zero = sum((t.floor() for t in operands[1:]), operands[0].floor())
+        return apply("straight_through", zero.to(value.dtype), value.detach())
+
+    def _div_trunc(self, other):
+        """self / other rounded toward zero, as torch.div(rounding_mode="trunc")."""
         floor = self // other
         if floor.dtype in (f16, bf16) and not isinstance(other, Tensor):  # torch: trunc of the f32 quotient
             return (self.to(floor.dtype).float() / float(np.float32(other))).trunc().to(floor.dtype)

@@ -244,12 +244,16 @@ class Optimizer:
 
     # ---- hyperparameters ----------------------------------------------------------------------------
     def hyper(self, group: dict[str, Any], key: str, dtype: DType, index: int | None = None) -> Tensor | float:
-        """group[key] (or group[key][index], for betas): a Python float eagerly; inside a trace a 0-d
-        `scalar` graph input read from the group at every call (one input per trace, group, key, dtype)."""
+        """group[key] (or group[key][index], for betas): eagerly a Python float, the value rounded to dtype
+        as a trace reads it, so an update computes the same numbers eagerly and compiled (Adam's
+        1 - beta2 and its bias correction 1 - beta2 ** step then round alike and cancel, as torch's
+        double-precision pair does); inside a trace a 0-d `scalar` graph input read from the group at
+        every call (one input per trace, group, key, dtype)."""
         value = group[key] if index is None else group[key][index]
         trace = current_trace.get()
         if trace is None:
-            return float(value)
+            rounds = isinstance(dtype, DType) and dtype.is_float
+            return float(dtype.np_dtype.type(float(value))) if rounds else float(value)
         if isinstance(value, Tensor) and value.is_traced:  # set by the body from a traced value (an lr argument)
             return value.detach().to(dtype)
         if self._scalars[0] is not trace:

@@ -80,6 +80,33 @@ def test_scale_skips_and_growth_match_torch(compiled, where):
         assert run.stats().traces == 1  # one trace serves clean and overflowing steps alike
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_scale_with_factors_that_round_matches_torch_bit_for_bit(compiled):
+    """torch's _amp_update_scale_ multiplies the f32 scale by the f64 factor and rounds once: with factors
+    not powers of two, an f32 product (the f32-rounded factor) drifts from torch's scale by an ulp."""
+    kw = {"init_scale": 3.0**9, "growth_factor": 1.7, "backoff_factor": 0.3, "growth_interval": 1}
+    schedule = [1.0, float("inf"), 1.0, 1.0, float("nan"), 1.0, float("inf"), 1.0, 1.0, 1.0]
+    tp = torch.nn.Parameter(torch.ones(2))
+    topt, tscaler = torch.optim.SGD([tp], lr=0.1), torch.amp.GradScaler("cpu", **kw)
+    fp = nn.Parameter(flame.ones(2))
+    fopt, fscaler = flame.optim.SGD([fp], lr=0.1), GradScaler("cpu", **kw)
+
+    def step(s):
+        fscaler.scale(fp.sum() * s).backward()
+        fscaler.step(fopt)
+        fscaler.update()
+        fopt.zero_grad()
+
+    run = flame.compile(step) if compiled else step
+    for i, s in enumerate(schedule):
+        tscaler.scale(tp.sum() * s).backward()
+        tscaler.step(topt)
+        tscaler.update()
+        topt.zero_grad()
+        run(flame.tensor(s))
+        assert fscaler.get_scale() == tscaler.get_scale(), (i, fscaler.get_scale(), tscaler.get_scale())
+
+
 @pytest.mark.parametrize("inside", ["step", "backward"])
 def test_update_outside_the_compiled_step_matches_torch(inside):
     """The torch.compile habit: the compiled function scales, backpropagates and (with "step") steps;
@@ -200,3 +227,18 @@ def test_torch_cuda_amp_names_and_signatures():
         assert (a @ a).dtype == flame.bf16
     with autocast():
         assert (a @ a).dtype == flame.f16
+
+
+def test_scale_of_other_iterables_as_torch():
+    """torch's scale maps over any iterable of tensors: a list or tuple keeps its type, another iterable
+    (a generator) gives a lazy map; something else is a ValueError."""
+    tscaler, fscaler = torch.amp.GradScaler("cpu", init_scale=4.0), GradScaler("cpu", init_scale=4.0)
+    for lib, scaler in ((torch, tscaler), (flame, fscaler)):
+        a, b = lib.tensor(1.0), lib.tensor(2.0)
+        out = scaler.scale(t for t in (a, [b]))
+        assert isinstance(out, map)
+        first, (second,) = list(out)
+        assert (first.item(), second.item()) == (4.0, 8.0)
+        assert isinstance(scaler.scale((a, [b])), tuple)
+        with pytest.raises(ValueError, match="outputs must be a Tensor or an iterable of Tensors"):
+            scaler.scale(3.0)
