@@ -19,6 +19,7 @@ from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.laplace import Laplace
 from flame.distributions.log_normal import LogNormal
 from flame.distributions.mixture_same_family import MixtureSameFamily
+from flame.distributions.multinomial import Multinomial
 from flame.distributions.multivariate_normal import MultivariateNormal
 from flame.distributions.normal import Normal
 from flame.distributions.poisson import Geometric, Poisson
@@ -57,6 +58,7 @@ __all__ = [
     "Laplace",
     "LogNormal",
     "MixtureSameFamily",
+    "Multinomial",
     "MultivariateNormal",
     "NegativeBinomial",
     "Normal",
