@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.stats as st
 import torch
 import torch.distributions as TD
 
