@@ -4,6 +4,7 @@ and what is not: docs/coming_from_pytorch.md."""
 
 from flame.distributions import constraints, transforms
 from flame.distributions import kl_families as _kl_families  # noqa: F401  (registers its KL pairs)
+from flame.distributions import kl_pareto as _kl_pareto  # noqa: F401  (registers its KL pairs)
 from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.binomial import Binomial, NegativeBinomial
 from flame.distributions.categorical import Categorical, OneHotCategorical
@@ -11,17 +12,21 @@ from flame.distributions.cauchy import Cauchy, StudentT
 from flame.distributions.dirichlet import Beta, Dirichlet
 from flame.distributions.distribution import Distribution
 from flame.distributions.exponential import Exponential
+from flame.distributions.fishersnedecor import FisherSnedecor
 from flame.distributions.gamma import Chi2, Gamma
 from flame.distributions.gumbel import Gumbel
 from flame.distributions.half import HalfCauchy, HalfNormal
 from flame.distributions.independent import Independent
+from flame.distributions.inverse_gamma import InverseGamma
 from flame.distributions.kl import kl_divergence, register_kl
+from flame.distributions.kumaraswamy import Kumaraswamy
 from flame.distributions.laplace import Laplace
 from flame.distributions.log_normal import LogNormal
 from flame.distributions.mixture_same_family import MixtureSameFamily
 from flame.distributions.multinomial import Multinomial
 from flame.distributions.multivariate_normal import MultivariateNormal
 from flame.distributions.normal import Normal
+from flame.distributions.pareto import GeneralizedPareto, Pareto
 from flame.distributions.poisson import Geometric, Poisson
 from flame.distributions.transformed_distribution import TransformedDistribution
 from flame.distributions.transforms import (
@@ -34,13 +39,14 @@ from flame.distributions.transforms import (
     Transform,
 )
 from flame.distributions.uniform import Uniform
+from flame.distributions.weibull import Weibull
 
 __all__ = [
     "AbsTransform",
     "AffineTransform",
     "Bernoulli",
-    "Binomial",
     "Beta",
+    "Binomial",
     "Categorical",
     "Cauchy",
     "Chi2",
@@ -49,12 +55,16 @@ __all__ = [
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "FisherSnedecor",
     "Gamma",
+    "GeneralizedPareto",
     "Geometric",
     "Gumbel",
     "HalfCauchy",
     "HalfNormal",
     "Independent",
+    "InverseGamma",
+    "Kumaraswamy",
     "Laplace",
     "LogNormal",
     "MixtureSameFamily",
@@ -63,6 +73,7 @@ __all__ = [
     "NegativeBinomial",
     "Normal",
     "OneHotCategorical",
+    "Pareto",
     "Poisson",
     "SigmoidTransform",
     "StudentT",
@@ -70,6 +81,7 @@ __all__ = [
     "Transform",
     "TransformedDistribution",
     "Uniform",
+    "Weibull",
     "constraints",
     "kl_divergence",
     "register_kl",
