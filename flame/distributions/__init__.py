@@ -4,6 +4,7 @@ and what is not: docs/coming_from_pytorch.md."""
 
 from flame.distributions import constraints, transforms
 from flame.distributions import kl_families as _kl_families  # noqa: F401  (registers its KL pairs)
+from flame.distributions import kl_lowrank as _kl_lowrank  # noqa: F401  (registers its KL pairs)
 from flame.distributions import kl_pareto as _kl_pareto  # noqa: F401  (registers its KL pairs)
 from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.binomial import Binomial, NegativeBinomial
@@ -22,6 +23,7 @@ from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.kumaraswamy import Kumaraswamy
 from flame.distributions.laplace import Laplace
 from flame.distributions.log_normal import LogNormal
+from flame.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from flame.distributions.mixture_same_family import MixtureSameFamily
 from flame.distributions.multinomial import Multinomial
 from flame.distributions.multivariate_normal import MultivariateNormal
@@ -67,6 +69,7 @@ __all__ = [
     "Kumaraswamy",
     "Laplace",
     "LogNormal",
+    "LowRankMultivariateNormal",
     "MixtureSameFamily",
     "Multinomial",
     "MultivariateNormal",
