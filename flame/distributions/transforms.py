@@ -20,8 +20,9 @@ from flame.distributions._transforms_event import (
     SoftmaxTransform,
     StackTransform,
     StickBreakingTransform,
+    _clipped_sigmoid,
 )
-from flame.distributions.utils import broadcast_all, clamp_probs
+from flame.distributions.utils import broadcast_all, finfo_eps, finfo_tiny
 from flame.errors import TraceError
 from flame.frontend.activations import softplus
 from flame.frontend.context import user_location
@@ -92,10 +93,10 @@ class SigmoidTransform(_Parameterless):
     sign = +1
 
     def _call(self, x):
-        return clamp_probs(x.sigmoid())
+        return _clipped_sigmoid(x)
 
     def _inverse(self, y):
-        y = clamp_probs(y)
+        y = y.clamp(min=finfo_tiny(y.dtype), max=1.0 - finfo_eps(y.dtype))
         return y.log() - (-y).log1p()
 
     def log_abs_det_jacobian(self, x, y):
