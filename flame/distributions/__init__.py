@@ -8,7 +8,7 @@ from flame.distributions import kl_lowrank as _kl_lowrank  # noqa: F401  (regist
 from flame.distributions import kl_pareto as _kl_pareto  # noqa: F401  (registers its KL pairs)
 from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.binomial import Binomial, NegativeBinomial
-from flame.distributions.categorical import Categorical, OneHotCategorical
+from flame.distributions.categorical import Categorical, OneHotCategorical, OneHotCategoricalStraightThrough
 from flame.distributions.cauchy import Cauchy, StudentT
 from flame.distributions.dirichlet import Beta, Dirichlet
 from flame.distributions.distribution import Distribution
@@ -23,6 +23,7 @@ from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.kumaraswamy import Kumaraswamy
 from flame.distributions.laplace import Laplace
 from flame.distributions.log_normal import LogNormal
+from flame.distributions.logistic_normal import LogisticNormal
 from flame.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
 from flame.distributions.mixture_same_family import MixtureSameFamily
 from flame.distributions.multinomial import Multinomial
@@ -30,6 +31,7 @@ from flame.distributions.multivariate_normal import MultivariateNormal
 from flame.distributions.normal import Normal
 from flame.distributions.pareto import GeneralizedPareto, Pareto
 from flame.distributions.poisson import Geometric, Poisson
+from flame.distributions.relaxed import RelaxedBernoulli, RelaxedOneHotCategorical
 from flame.distributions.transformed_distribution import TransformedDistribution
 from flame.distributions.transforms import (
     AbsTransform,
@@ -69,6 +71,7 @@ __all__ = [
     "Kumaraswamy",
     "Laplace",
     "LogNormal",
+    "LogisticNormal",
     "LowRankMultivariateNormal",
     "MixtureSameFamily",
     "Multinomial",
@@ -76,8 +79,11 @@ __all__ = [
     "NegativeBinomial",
     "Normal",
     "OneHotCategorical",
+    "OneHotCategoricalStraightThrough",
     "Pareto",
     "Poisson",
+    "RelaxedBernoulli",
+    "RelaxedOneHotCategorical",
     "SigmoidTransform",
     "StudentT",
     "TanhTransform",

@@ -117,6 +117,42 @@ CASES = {
         lambda r, p: r.normal(size=(4, 2, 1, 3)),
         ["log_prob", "entropy", "variance", "scale_tril", "precision_matrix"],
     ),
+    "RelaxedBernoulli_probs": (
+        lambda D, p: D.RelaxedBernoulli(p["temperature"], probs=p["probs"]),
+        lambda r: {"temperature": np.array(0.7), "probs": r.uniform(0.1, 0.9, size=(2, 3))},
+        lambda r, p: r.uniform(0.02, 0.98, size=(4, 2, 3)),
+        ["log_prob", "logits"],
+    ),
+    "RelaxedBernoulli_logits": (
+        lambda D, p: D.RelaxedBernoulli(p["temperature"], logits=p["logits"]),
+        lambda r: {"temperature": r.uniform(0.3, 2, size=(3,)), "logits": r.normal(size=(3,))},
+        lambda r, p: r.uniform(0.02, 0.98, size=(2, 3)),
+        ["log_prob", "probs"],
+    ),
+    "RelaxedOneHotCategorical": (
+        lambda D, p: D.RelaxedOneHotCategorical(p["temperature"], logits=p["logits"]),
+        lambda r: {"temperature": np.array(0.5), "logits": r.normal(size=(2, 4))},
+        lambda r, p: probs(r, 3, 2, 4),
+        ["log_prob", "probs"],
+    ),
+    "RelaxedOneHotCategorical_probs": (
+        lambda D, p: D.RelaxedOneHotCategorical(p["temperature"], probs=p["probs"]),
+        lambda r: {"temperature": np.array(1.5), "probs": probs(r, 3)},
+        lambda r, p: probs(r, 2, 3),
+        ["log_prob", "logits"],
+    ),
+    "LogisticNormal": (
+        lambda D, p: D.LogisticNormal(p["loc"], p["scale"]),
+        lambda r: {"loc": r.normal(size=(2, 3)) * 0.5, "scale": r.uniform(0.5, 2, size=(3,))},
+        lambda r, p: probs(r, 4, 2, 4),
+        ["log_prob", "loc", "scale"],
+    ),
+    "OneHotCategoricalStraightThrough": (
+        lambda D, p: D.OneHotCategoricalStraightThrough(logits=p["logits"]),
+        lambda r: {"logits": r.normal(size=(3, 4))},
+        lambda r, p: np.eye(4)[r.integers(0, 4, size=(2, 3))],
+        ["log_prob", "entropy", "mean", "mode", "variance", "probs"],
+    ),
 }
 
 QUANTITIES = [(case, q) for case, spec in CASES.items() for q in spec[3]]
@@ -189,6 +225,16 @@ BAD = [
     ("Kumaraswamy", lambda D, W: D.Kumaraswamy(W([1.0]), W([-1.0]))),
     ("Kumaraswamy value", lambda D, W: D.Kumaraswamy(W([1.0]), W([1.0])).log_prob(W([1.5]))),
     ("FisherSnedecor", lambda D, W: D.FisherSnedecor(W([1.0]), W([0.0]))),
+    ("RelaxedBernoulli", lambda D, W: D.RelaxedBernoulli(W(0.5), W([1.5]))),
+    ("RelaxedBernoulli value", lambda D, W: D.RelaxedBernoulli(W(0.5), W([0.5])).log_prob(W([1.5]))),
+    ("RelaxedBernoulli both", lambda D, W: D.RelaxedBernoulli(W(0.5), W([0.5]), W([0.5]))),
+    ("RelaxedOneHotCategorical", lambda D, W: D.RelaxedOneHotCategorical(W(0.5), W([0.5, -0.5]))),
+    (
+        "RelaxedOneHotCategorical value",
+        lambda D, W: D.RelaxedOneHotCategorical(W(0.5), W([0.5, 0.5])).log_prob(W([0.7, 0.7])),
+    ),
+    ("LogisticNormal", lambda D, W: D.LogisticNormal(W([0.0]), W([0.0]))),
+    ("LogisticNormal value", lambda D, W: D.LogisticNormal(W([0.0]), W([1.0])).log_prob(W([0.5, 0.6]))),
     ("LowRank diag", lambda D, W: D.LowRankMultivariateNormal(W([0.0, 0.0]), W([[1.0], [1.0]]), W([1.0, 0.0]))),
     ("LowRank loc", lambda D, W: D.LowRankMultivariateNormal(W(0.0), W([[1.0], [1.0]]), W([1.0, 1.0]))),
     ("LowRank factor dims", lambda D, W: D.LowRankMultivariateNormal(W([0.0, 0.0]), W([1.0, 1.0]), W([1.0, 1.0]))),
@@ -442,3 +488,41 @@ def test_lowrank_samples_have_its_covariance_and_its_kl_errors_are_torchs():
         q = lib.LowRankMultivariateNormal(mk(loc[:2]), mk(W[:2]), mk(d[:2]))
         with pytest.raises(ValueError, match="different event shapes cannot be computed"):
             lib.kl_divergence(p, q)
+
+
+def test_relaxed_samples_approach_their_discrete_laws():
+    flame.manual_seed(4)
+    p = np.array([0.2, 0.5, 0.9])
+    s = FD.RelaxedBernoulli(flame.tensor(0.3), probs=flame.tensor(p)).rsample((20000,)).numpy()
+    assert s.shape == (20000, 3) and np.all((s > 0) & (s < 1))
+    np.testing.assert_allclose((s > 0.5).mean(0), p, atol=0.015)  # P(X > 1/2) = probs at any temperature
+    q = np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]])
+    s = FD.RelaxedOneHotCategorical(flame.tensor(0.5), probs=flame.tensor(q)).rsample((20000,)).numpy()
+    assert s.shape == (20000, 2, 3) and np.all(s > 0)
+    np.testing.assert_allclose(s.sum(-1), 1.0, rtol=1e-12)
+    counts = np.stack([(s.argmax(-1) == k).mean(0) for k in range(3)], -1)  # the argmax is Categorical(q)
+    np.testing.assert_allclose(counts, q, atol=0.015)
+
+
+def test_logistic_normal_samples_are_stick_broken_normals():
+    flame.manual_seed(5)
+    loc, scale = np.array([0.5, -1.0]), np.array([1.0, 0.5])
+    fd = FD.LogisticNormal(flame.tensor(loc), flame.tensor(scale))
+    s = fd.rsample((20000,))
+    assert s.shape == (20000, 3) and fd.event_shape == (3,) and fd.batch_shape == ()
+    np.testing.assert_allclose(s.numpy().sum(-1), 1.0, rtol=1e-12)
+    x = FD.transforms.StickBreakingTransform().inv(s).numpy()
+    for i in range(2):
+        assert st.kstest(x[:, i], st.norm(loc[i], scale[i]).cdf).pvalue > 1e-3
+
+
+def test_straight_through_rsample_carries_the_probs_gradient():
+    flame.manual_seed(6)
+    logits = flame.tensor([[0.5, -0.5, 1.0]], dtype=flame.f64, requires_grad=True)
+    fd = FD.OneHotCategoricalStraightThrough(logits=logits)
+    s = fd.rsample((5,))
+    assert s.shape == (5, 1, 3) and np.all(s.detach().numpy().sum(-1) == 1)
+    (s * flame.tensor([1.0, 2.0, 3.0], dtype=flame.f64)).sum().backward()
+    tl = torch.tensor([[0.5, -0.5, 1.0]], dtype=torch.float64, requires_grad=True)
+    (TD.OneHotCategorical(logits=tl).probs * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) * 5).sum().backward()
+    np.testing.assert_allclose(logits.grad.numpy(), tl.grad.numpy(), rtol=1e-12)
