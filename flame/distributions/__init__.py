@@ -3,6 +3,7 @@ run eagerly and inside @flame.compile, with gradients), sampling from flame's ge
 and what is not: docs/coming_from_pytorch.md."""
 
 from flame.distributions import constraints, transforms
+from flame.distributions import kl_continuous_bernoulli as _kl_continuous_bernoulli  # noqa: F401  (registers its KL pairs)
 from flame.distributions import kl_families as _kl_families  # noqa: F401  (registers its KL pairs)
 from flame.distributions import kl_lowrank as _kl_lowrank  # noqa: F401  (registers its KL pairs)
 from flame.distributions import kl_pareto as _kl_pareto  # noqa: F401  (registers its KL pairs)
@@ -10,8 +11,10 @@ from flame.distributions.bernoulli import Bernoulli
 from flame.distributions.binomial import Binomial, NegativeBinomial
 from flame.distributions.categorical import Categorical, OneHotCategorical, OneHotCategoricalStraightThrough
 from flame.distributions.cauchy import Cauchy, StudentT
+from flame.distributions.continuous_bernoulli import ContinuousBernoulli
 from flame.distributions.dirichlet import Beta, Dirichlet
 from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.exponential import Exponential
 from flame.distributions.fishersnedecor import FisherSnedecor
 from flame.distributions.gamma import Chi2, Gamma
@@ -43,6 +46,7 @@ from flame.distributions.transforms import (
     Transform,
 )
 from flame.distributions.uniform import Uniform
+from flame.distributions.von_mises import VonMises
 from flame.distributions.weibull import Weibull
 
 __all__ = [
@@ -55,10 +59,12 @@ __all__ = [
     "Cauchy",
     "Chi2",
     "ComposeTransform",
+    "ContinuousBernoulli",
     "Dirichlet",
     "Distribution",
     "ExpTransform",
     "Exponential",
+    "ExponentialFamily",
     "FisherSnedecor",
     "Gamma",
     "GeneralizedPareto",
@@ -90,6 +96,7 @@ __all__ = [
     "Transform",
     "TransformedDistribution",
     "Uniform",
+    "VonMises",
     "Weibull",
     "constraints",
     "kl_divergence",

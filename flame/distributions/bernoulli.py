@@ -6,14 +6,14 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.utils import BinaryProbs, broadcast_all
 from flame.frontend.losses import binary_cross_entropy_with_logits
 
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(BinaryProbs, Distribution):
+class Bernoulli(BinaryProbs, ExponentialFamily):
     """1 with probability probs (or sigmoid(logits)), else 0."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}

@@ -8,13 +8,14 @@ from numbers import Number
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.gamma import gamma_rsample
 from flame.distributions.utils import broadcast_all
 
 __all__ = ["Beta", "Dirichlet"]
 
 
-class Dirichlet(Distribution):
+class Dirichlet(ExponentialFamily):
     """The Dirichlet distribution on the probability simplex of the last dim of concentration."""
 
     arg_constraints = {"concentration": constraints.independent(constraints.positive, 1)}
@@ -79,7 +80,7 @@ class Dirichlet(Distribution):
         return c.lgamma().sum(-1) - a0.lgamma() - (k - a0) * a0.digamma() - ((c - 1.0) * c.digamma()).sum(-1)
 
 
-class Beta(Distribution):
+class Beta(ExponentialFamily):
     """The Beta distribution on [0, 1] of concentrations concentration1 (alpha) and concentration0 (beta)."""
 
     arg_constraints = {"concentration1": constraints.positive, "concentration0": constraints.positive}

@@ -6,13 +6,13 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.utils import broadcast_all
 
 __all__ = ["Exponential"]
 
 
-class Exponential(Distribution):
+class Exponential(ExponentialFamily):
     """The exponential distribution of rate rate (mean 1 / rate)."""
 
     arg_constraints = {"rate": constraints.positive}

@@ -6,11 +6,12 @@ import math
 
 from flame.distributions import _frontend as ops
 from flame.distributions.distribution import LocScale
+from flame.distributions.exp_family import ExponentialFamily
 
 __all__ = ["Normal"]
 
 
-class Normal(LocScale):
+class Normal(LocScale, ExponentialFamily):
     """The normal (Gaussian) distribution of mean loc and standard deviation scale."""
 
     def expand(self, batch_shape, _instance=None):

@@ -153,6 +153,26 @@ CASES = {
         lambda r, p: np.eye(4)[r.integers(0, 4, size=(2, 3))],
         ["log_prob", "entropy", "mean", "mode", "variance", "probs"],
     ),
+    # probs on each side of 1/2 and inside torch's unstable region (0.499, 0.501] (Taylor expansions)
+    "ContinuousBernoulli_probs": (
+        lambda D, p: D.ContinuousBernoulli(probs=p["probs"]),
+        lambda r: {"probs": np.array([[0.05, 0.3, 0.4995, 0.5005, 0.8, 0.97]])},
+        lambda r, p: r.uniform(0.01, 0.99, size=(3, 1, 6)),
+        ["log_prob", "cdf", "icdf", "entropy", "mean", "variance", "stddev", "logits"],
+    ),
+    "ContinuousBernoulli_logits": (
+        lambda D, p: D.ContinuousBernoulli(logits=p["logits"]),
+        lambda r: {"logits": np.array([-4.0, -0.5, 1e-4, 0.3, 2.0])},
+        lambda r, p: r.uniform(0.01, 0.99, size=(2, 5)),
+        ["log_prob", "cdf", "icdf", "entropy", "mean", "variance", "probs"],
+    ),
+    "VonMises": (
+        lambda D, p: D.VonMises(p["loc"], p["concentration"]),
+        # concentrations on each side of 3.75, where torch's Bessel approximations switch
+        lambda r: {"loc": r.uniform(-3, 3, size=(4,)), "concentration": np.array([0.05, 1.0, 3.7, 12.0])},
+        lambda r, p: r.uniform(-np.pi, np.pi, size=(3, 4)),
+        ["log_prob", "mean", "mode", "variance"],
+    ),
 }
 
 QUANTITIES = [(case, q) for case, spec in CASES.items() for q in spec[3]]
@@ -234,6 +254,9 @@ BAD = [
         lambda D, W: D.RelaxedOneHotCategorical(W(0.5), W([0.5, 0.5])).log_prob(W([0.7, 0.7])),
     ),
     ("LogisticNormal", lambda D, W: D.LogisticNormal(W([0.0]), W([0.0]))),
+    ("ContinuousBernoulli checked", lambda D, W: D.ContinuousBernoulli(W([1.5]), validate_args=False)),
+    ("ContinuousBernoulli value", lambda D, W: D.ContinuousBernoulli(W([0.3])).log_prob(W([1.5]))),
+    ("VonMises", lambda D, W: D.VonMises(W([0.0]), W([0.0]))),
     ("LogisticNormal value", lambda D, W: D.LogisticNormal(W([0.0]), W([1.0])).log_prob(W([0.5, 0.6]))),
     ("LowRank diag", lambda D, W: D.LowRankMultivariateNormal(W([0.0, 0.0]), W([[1.0], [1.0]]), W([1.0, 0.0]))),
     ("LowRank loc", lambda D, W: D.LowRankMultivariateNormal(W(0.0), W([[1.0], [1.0]]), W([1.0, 1.0]))),
@@ -376,6 +399,21 @@ KL_PAIRS = {
     "Gumbel-Pareto": ("Gumbel", "Pareto"),
     "Laplace-Pareto": ("Laplace", "Pareto"),
     "LowRank-LowRank": ("LowRank", "LowRank_b"),
+    "CB-CB": ("CB", "CB_logits"),
+    "Beta-CB": ("Beta", "CB"),
+    "CB-Exponential": ("CB", "Exponential"),
+    "CB-Normal": ("CB_logits", "Normal"),
+    "CB-Uniform": ("CB", "Uniform_wide"),
+    "CB-Uniform_inf": ("CB", "Uniform"),
+    "Uniform-CB": ("Uniform", "CB"),
+    "Uniform-CB_inf": ("Uniform_wide", "CB"),
+    "CB-Pareto": ("CB", "Pareto"),
+    "Exponential-CB": ("Exponential", "CB"),
+    "Gamma-CB": ("Gamma", "CB"),
+    "Gumbel-CB": ("Gumbel", "CB"),
+    "Laplace-CB": ("Laplace", "CB"),
+    "Normal-CB": ("Normal", "CB"),
+    "Pareto-CB": ("Pareto", "CB"),
     "MVN-LowRank": ("MVN", "LowRank"),
     "LowRank-MVN": ("LowRank_b", "MVN"),
 }
@@ -423,6 +461,13 @@ KL_FAMILIES = {
     "LowRank_b": (
         lambda D, p: D.LowRankMultivariateNormal(p["loc"], p["W"], p["D"]),
         lambda r: {"loc": r.normal(size=(3,)), "W": r.normal(size=(2, 3, 1)), "D": r.uniform(0.5, 2, (2, 3))},
+    ),
+    "CB": (lambda D, p: D.ContinuousBernoulli(p["probs"]), lambda r: {"probs": np.array([[0.2, 0.4995, 0.9]] * 2)}),
+    "CB_logits": (lambda D, p: D.ContinuousBernoulli(logits=p["logits"]), lambda r: {"logits": r.normal(size=(2, 3))}),
+    # around [0, 1] in some places (finite against a ContinuousBernoulli), inside it elsewhere
+    "Uniform_wide": (
+        lambda D, p: D.Uniform(p["low"], p["high"]),
+        lambda r: {"low": np.array([[-0.5, 0.0, 0.2]] * 2), "high": np.array([[1.5, 1.0, 3.0]] * 2)},
     ),
     "MVN": (
         lambda D, p: D.MultivariateNormal(p["loc"], scale_tril=p["L"]),
@@ -526,3 +571,47 @@ def test_straight_through_rsample_carries_the_probs_gradient():
     tl = torch.tensor([[0.5, -0.5, 1.0]], dtype=torch.float64, requires_grad=True)
     (TD.OneHotCategorical(logits=tl).probs * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64) * 5).sum().backward()
     np.testing.assert_allclose(logits.grad.numpy(), tl.grad.numpy(), rtol=1e-12)
+
+
+def test_von_mises_samples_follow_the_law():
+    flame.manual_seed(7)
+    loc, kappa = np.array([0.5, -2.5, 3.0, 0.0]), np.array([0.01, 1.0, 4.0, 50.0])
+    fd = FD.VonMises(flame.tensor(loc), flame.tensor(kappa))
+    s = fd.sample((20000,)).numpy()
+    assert s.shape == (20000, 4) and s.dtype == np.float64 and np.all((s >= -np.pi) & (s < np.pi))
+    for i in range(4):
+        centred = (s[:, i] - loc[i] + np.pi) % (2 * np.pi) - np.pi  # scipy's law lives on [loc - pi, loc + pi)
+        assert st.kstest(centred, st.vonmises(kappa[i]).cdf).pvalue > 1e-3, i
+    f32 = FD.VonMises(flame.tensor([0.0]), flame.tensor([2.0])).sample((3,))
+    assert f32.dtype == flame.f32 and f32.shape == (3, 1)
+    fe, te = fd.expand((2, 4)), TD.VonMises(torch.tensor(loc), torch.tensor(kappa)).expand((2, 4))
+    assert type(fe) is FD.VonMises and fe.batch_shape == tuple(te.batch_shape)
+
+
+def test_continuous_bernoulli_samples_follow_its_cdf_and_exponential_family_entropy_is_torchs():
+    # probs outside [0, 1] pass unchecked without validate_args (torch clamps them first), as torch's
+    FD.ContinuousBernoulli(flame.tensor([1.5]))
+    TD.ContinuousBernoulli(torch.tensor([1.5]))
+    flame.manual_seed(8)
+    p = np.array([0.1, 0.4995, 0.8])
+    fd = FD.ContinuousBernoulli(flame.tensor(p))
+    s = fd.rsample((20000,)).numpy()
+    assert s.shape == (20000, 3) and np.all((s >= 0) & (s <= 1))
+    for i in range(3):
+        cdf = lambda x, i=i: fd.cdf(flame.tensor(np.repeat(x[:, None], 3, 1))).numpy()[:, i]  # noqa: E731
+        assert st.kstest(s[:, i], cdf).pvalue > 1e-3, i
+    # the Bregman form of the base class, as torch's (autodiff of the log-normaliser)
+    logits = np.array([-2.0, 0.5, 3.0])
+    tl = torch.tensor(logits, requires_grad=True)
+    want = TD.ExponentialFamily.entropy(TD.ContinuousBernoulli(logits=tl))
+    fl = flame.tensor(logits, requires_grad=True)
+    got = FD.ExponentialFamily.entropy(FD.ContinuousBernoulli(logits=fl))
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-10)
+    assert isinstance(fd, FD.ExponentialFamily) and isinstance(FD.Gamma(1.0, 1.0), FD.ExponentialFamily)
+    for lib, mk in ((TD, torch.tensor), (FD, flame.tensor)):
+        with pytest.raises(NotImplementedError) as e:
+            lib.kl_divergence(lib.Poisson(mk([1.0])), lib.Gamma(mk([1.0]), mk([1.0])))
+        if lib is TD:
+            message = str(e.value)
+        else:
+            assert str(e.value) == message
