@@ -25,6 +25,7 @@ from flame.distributions.inverse_gamma import InverseGamma
 from flame.distributions.kl import kl_divergence, register_kl
 from flame.distributions.kumaraswamy import Kumaraswamy
 from flame.distributions.laplace import Laplace
+from flame.distributions.lkj_cholesky import LKJCholesky
 from flame.distributions.log_normal import LogNormal
 from flame.distributions.logistic_normal import LogisticNormal
 from flame.distributions.lowrank_multivariate_normal import LowRankMultivariateNormal
@@ -75,6 +76,7 @@ __all__ = [
     "Independent",
     "InverseGamma",
     "Kumaraswamy",
+    "LKJCholesky",
     "Laplace",
     "LogNormal",
     "LogisticNormal",
