@@ -49,6 +49,7 @@ from flame.distributions.transforms import (
 from flame.distributions.uniform import Uniform
 from flame.distributions.von_mises import VonMises
 from flame.distributions.weibull import Weibull
+from flame.distributions.wishart import Wishart
 
 __all__ = [
     "AbsTransform",
@@ -100,6 +101,7 @@ __all__ = [
     "Uniform",
     "VonMises",
     "Weibull",
+    "Wishart",
     "constraints",
     "kl_divergence",
     "register_kl",
