@@ -85,3 +85,12 @@ class Bernoulli(BinaryProbs, ExponentialFamily):
         """[0, 1] along dim 0, over the batch shape."""
         values = ops.arange(2, dtype=self._param.dtype).reshape(-1, *(1,) * len(self._batch_shape))
         return values.expand(2, *self._batch_shape) if expand else values
+
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (self.probs.log() - (-self.probs).log1p(),)
+
+    def _log_normalizer(self, x):
+        return x.exp().log1p()

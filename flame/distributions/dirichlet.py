@@ -79,6 +79,13 @@ class Dirichlet(ExponentialFamily):
         k, a0 = c.shape[-1], c.sum(-1)
         return c.lgamma().sum(-1) - a0.lgamma() - (k - a0) * a0.digamma() - ((c - 1.0) * c.digamma()).sum(-1)
 
+    @property
+    def _natural_params(self):
+        return (self.concentration,)
+
+    def _log_normalizer(self, x):
+        return x.lgamma().sum(-1) - x.sum(-1).lgamma()
+
 
 class Beta(ExponentialFamily):
     """The Beta distribution on [0, 1] of concentrations concentration1 (alpha) and concentration0 (beta)."""
@@ -144,3 +151,10 @@ class Beta(ExponentialFamily):
     def entropy(self):
         """The Dirichlet's entropy."""
         return self._dirichlet.entropy()
+
+    @property
+    def _natural_params(self):
+        return (self.concentration1, self.concentration0)
+
+    def _log_normalizer(self, x, y):
+        return x.lgamma() + y.lgamma() - (x + y).lgamma()

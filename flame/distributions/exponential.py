@@ -78,3 +78,12 @@ class Exponential(ExponentialFamily):
     def entropy(self):
         """1 - log(rate)."""
         return 1.0 - self.rate.log()
+
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (-self.rate,)
+
+    def _log_normalizer(self, x):
+        return -(-x).log()

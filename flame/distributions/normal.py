@@ -59,3 +59,12 @@ class Normal(LocScale, ExponentialFamily):
     def entropy(self):
         """0.5 + 0.5 log(2 pi) + log(scale)."""
         return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log()
+
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (self.loc / self.scale.pow(2), -0.5 * self.scale.pow(2).reciprocal())
+
+    def _log_normalizer(self, x, y):
+        return -0.25 * x.pow(2) / y + 0.5 * (-math.pi / y).log()

@@ -68,6 +68,13 @@ class Poisson(ExponentialFamily):
         value, rate = broadcast_all(value, self.rate)
         return value.xlogy(rate) - rate - (value + 1).lgamma()
 
+    @property
+    def _natural_params(self):
+        return (self.rate.log(),)
+
+    def _log_normalizer(self, x):
+        return x.exp()
+
 
 class Geometric(BinaryProbs, Distribution):
     """The number of failures before the first success of Bernoulli(probs) trials."""

@@ -341,3 +341,33 @@ def test_multinomial_samples_have_its_moments_and_torchs_errors():
 
     out = draw(flame.tensor([0.0, 1.0, -1.0])).numpy()
     assert out.shape == (5, 3) and np.all(out.sum(-1) == 4)
+
+
+EXP_FAMILIES = [
+    ("Bernoulli", lambda D, W: D.Bernoulli(W([0.3, 0.8]))),
+    ("Beta", lambda D, W: D.Beta(W([0.5, 2.0]), W([1.5, 3.0]))),
+    ("Dirichlet", lambda D, W: D.Dirichlet(W([[0.5, 2.0, 1.0]]))),
+    ("Exponential", lambda D, W: D.Exponential(W([0.5, 2.0]))),
+    ("Gamma", lambda D, W: D.Gamma(W([0.5, 2.0]), W([1.5, 3.0]))),
+    ("Normal", lambda D, W: D.Normal(W([0.5, 2.0]), W([1.5, 3.0]))),
+    ("Poisson", lambda D, W: D.Poisson(W([0.5, 2.0]))),
+    ("ContinuousBernoulli", lambda D, W: D.ContinuousBernoulli(W([0.2, 0.4995, 0.9]))),
+    ("Wishart", lambda D, W: D.Wishart(W([4.0, 6.0]), covariance_matrix=W([[2.0, 0.5], [0.5, 1.0]]))),
+]
+
+
+@pytest.mark.parametrize("label,build", EXP_FAMILIES, ids=[e[0] for e in EXP_FAMILIES])
+def test_exponential_family_bregman_entropy_is_torchs(label, build):
+    """ExponentialFamily.entropy from each family's natural parameters and log-normaliser, as torch's
+    (NotImplementedError where torch's family gives no mean carrier measure)."""
+    td = build(TD, lambda x: torch.tensor(x, dtype=torch.float64))
+    fd = build(FD, lambda x: flame.tensor(x, dtype=flame.f64))
+    assert isinstance(fd, FD.ExponentialFamily) and isinstance(td, TD.ExponentialFamily)
+    try:
+        want = TD.ExponentialFamily.entropy(td).detach().numpy()
+    except NotImplementedError:
+        with pytest.raises(NotImplementedError):
+            FD.ExponentialFamily.entropy(fd)
+        return
+    np.testing.assert_allclose(FD.ExponentialFamily.entropy(fd).detach().numpy(), want, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(fd.entropy().detach().numpy(), want, rtol=1e-10, atol=1e-14)
