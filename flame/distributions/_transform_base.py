@@ -13,7 +13,9 @@ __all__ = ["ComposeTransform", "Transform"]
 
 class Transform:
     """An invertible map with a computable log |Jacobian determinant|; subclasses define _call,
-    _inverse and log_abs_det_jacobian."""
+    _inverse and log_abs_det_jacobian. With cache_size=1 it keeps its last pair (x, y): called again on
+    that very x it returns that y, and its inverse called on that very y returns that x (so the
+    log_prob of an rsample reads the draw before, say, a tanh that rounded it to 1), as torch's."""
 
     bijective = False
     domain = constraints.real
@@ -25,6 +27,7 @@ class Transform:
             raise ValueError("cache_size must be 0 or 1")
         self._cache_size = cache_size
         self._inv = None
+        self._cached_x_y = None, None
 
     @property
     def event_dim(self) -> int:
@@ -39,13 +42,22 @@ class Transform:
         return _InverseTransform(self)
 
     def with_cache(self, cache_size: int = 1) -> Transform:
-        """This transform (flame keeps no cache of the last call: recomputing gives the same values)."""
-        if cache_size not in (0, 1):
-            raise ValueError("cache_size must be 0 or 1")
-        return self
+        """This transform with the given cache_size (itself where it has it already)."""
+        if self._cache_size == cache_size:
+            return self
+        if type(self).__init__ is Transform.__init__:
+            return type(self)(cache_size=cache_size)
+        raise NotImplementedError(f"{type(self)}.with_cache is not implemented")
 
     def __call__(self, x):
-        return self._call(x)
+        if self._cache_size == 0:
+            return self._call(x)
+        x_old, y_old = self._cached_x_y
+        if x is x_old:
+            return y_old
+        y = self._call(x)
+        self._cached_x_y = x, y
+        return y
 
     def __eq__(self, other) -> bool:
         return self is other
@@ -56,7 +68,14 @@ class Transform:
     __hash__ = object.__hash__
 
     def _inv_call(self, y):
-        return self._inverse(y)
+        if self._cache_size == 0:
+            return self._inverse(y)
+        x_old, y_old = self._cached_x_y
+        if y is y_old:
+            return x_old
+        x = self._inverse(y)
+        self._cached_x_y = x, y
+        return x
 
     def _call(self, x):
         raise NotImplementedError
@@ -82,8 +101,12 @@ class Transform:
 
 class _InverseTransform(Transform):
     def __init__(self, transform: Transform) -> None:
-        super().__init__()
+        super().__init__(cache_size=transform._cache_size)
         self._inv = transform
+
+    def with_cache(self, cache_size: int = 1) -> Transform:
+        """The inverse of the forward transform with the given cache_size."""
+        return self._inv.with_cache(cache_size).inv
 
     def __eq__(self, other) -> bool:
         return isinstance(other, _InverseTransform) and self._inv == other._inv
@@ -138,8 +161,16 @@ class ComposeTransform(Transform):
     """parts applied in order: parts[-1](...parts[0](x))."""
 
     def __init__(self, parts: list, cache_size: int = 0) -> None:
+        if cache_size:
+            parts = [part.with_cache(cache_size) for part in parts]
         super().__init__(cache_size=cache_size)
         self.parts = list(parts)
+
+    def with_cache(self, cache_size: int = 1) -> Transform:
+        """This composition with the given cache_size (its parts' too)."""
+        if self._cache_size == cache_size:
+            return self
+        return ComposeTransform(self.parts, cache_size=cache_size)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ComposeTransform) and self.parts == other.parts

@@ -144,6 +144,12 @@ class ReshapeTransform(Transform):
             raise ValueError("in_shape, out_shape have different numbers of elements")
         super().__init__(cache_size=cache_size)
 
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return ReshapeTransform(self.in_shape, self.out_shape, cache_size=cache_size)
+
     @property
     def domain(self):
         """Real values over len(in_shape) event dims."""
@@ -190,6 +196,12 @@ class IndependentTransform(Transform):
         super().__init__(cache_size=cache_size)
         self.base_transform = base_transform.with_cache(cache_size)
         self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
+
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return IndependentTransform(self.base_transform, self.reinterpreted_batch_ndims, cache_size=cache_size)
 
     @property
     def domain(self):
@@ -253,12 +265,20 @@ class CatTransform(Transform):
     def __init__(self, tseq, dim: int = 0, lengths=None, cache_size: int = 0) -> None:
         if not all(isinstance(t, Transform) for t in tseq):
             raise AssertionError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
         super().__init__(cache_size=cache_size)
         self.transforms = list(tseq)
         self.lengths = [1] * len(self.transforms) if lengths is None else list(lengths)
         if len(self.lengths) != len(self.transforms):
             raise AssertionError(f"lengths ({len(self.lengths)}) must match transforms ({len(self.transforms)})")
         self.dim = dim
+
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return CatTransform(self.transforms, self.dim, self.lengths, cache_size)
 
     @lazy_property
     def event_dim(self) -> int:
@@ -320,8 +340,16 @@ class StackTransform(Transform):
     def __init__(self, tseq, dim: int = 0, cache_size: int = 0) -> None:
         if not all(isinstance(t, Transform) for t in tseq):
             raise AssertionError("All elements of tseq must be Transform instances")
+        if cache_size:
+            tseq = [t.with_cache(cache_size) for t in tseq]
         super().__init__(cache_size=cache_size)
         self.transforms, self.dim = list(tseq), dim
+
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return StackTransform(self.transforms, self.dim, cache_size)
 
     def _slices(self, z, name, label):
         _check_dim(name, label, z, self.dim, len(self.transforms), "len(transforms)")

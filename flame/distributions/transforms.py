@@ -149,6 +149,12 @@ class AffineTransform(Transform):
         super().__init__(cache_size=cache_size)
         self.loc, self.scale, self._event_dim = loc, scale, event_dim
 
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return AffineTransform(self.loc, self.scale, self._event_dim, cache_size=cache_size)
+
     def __eq__(self, other) -> bool:
         """torch's: the same kind with equal loc and scale (event_dim not compared)."""
         return isinstance(other, AffineTransform) and _equal(self.loc, other.loc) and _equal(self.scale, other.scale)
@@ -234,6 +240,12 @@ class PowerTransform(Transform):
         super().__init__(cache_size=cache_size)
         (self.exponent,) = broadcast_all(exponent)
 
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return PowerTransform(self.exponent, cache_size=cache_size)
+
     def __eq__(self, other) -> bool:
         """torch's: a PowerTransform of equal exponent."""
         return isinstance(other, PowerTransform) and _equal(self.exponent, other.exponent)
@@ -274,6 +286,12 @@ class CumulativeDistributionTransform(Transform):
     def __init__(self, distribution, cache_size: int = 0) -> None:
         super().__init__(cache_size=cache_size)
         self.distribution = distribution
+
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return type(self)(self.distribution, cache_size=cache_size)
 
     @property
     def domain(self):

@@ -272,3 +272,25 @@ def test_transformed_distributions_over_new_transforms_match_torch(case):
     assert fd.sample((5,)).shape == tuple(td.sample((5,)).shape)
     fe, te = fd.expand((2, *fd.batch_shape)), td.expand((2, *td.batch_shape))
     assert fe.batch_shape == tuple(te.batch_shape) and fe.sample().shape == tuple(te.sample().shape)
+
+
+def test_cached_transforms_return_the_draw_as_torchs():
+    """cache_size=1 (a squashed Gaussian policy, SAC): the inverse of the last output is the last input
+    itself, so the log_prob of a tanh draw that rounded to 1 stays finite."""
+    for lib, mk in ((TD, torch.tensor), (FD, flame.tensor)):
+        T = lib.transforms
+        t = T.TanhTransform(cache_size=1)
+        x = mk([0.5, 30.0])
+        y = t(x)
+        assert t.inv(y) is x and t(x) is y
+        assert T.ExpTransform().with_cache()._cache_size == 1 and T.ExpTransform().inv.with_cache()._cache_size == 1
+        assert T.AffineTransform(0.0, 2.0).with_cache(1)._cache_size == 1
+        compose = T.ComposeTransform([T.TanhTransform(), T.AffineTransform(0.0, 2.0)], cache_size=1)
+        assert all(p._cache_size == 1 for p in compose.parts)
+        d = lib.TransformedDistribution(lib.Normal(mk([0.0]), mk([20.0])), [T.TanhTransform(cache_size=1)])
+        a = d.rsample((200,))
+        assert bool((a.abs() == 1).any()) and bool(d.log_prob(a).isfinite().all())
+        uncached = lib.TransformedDistribution(lib.Normal(mk([0.0]), mk([20.0])), [T.TanhTransform()])
+        assert not bool(uncached.log_prob(a).isfinite().all())
+    with pytest.raises(ValueError, match="cache_size must be 0 or 1"):
+        FD.transforms.ExpTransform(cache_size=2)
