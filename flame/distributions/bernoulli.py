@@ -6,14 +6,14 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.utils import BinaryProbs, broadcast_all
 from flame.frontend.losses import binary_cross_entropy_with_logits
 
 __all__ = ["Bernoulli"]
 
 
-class Bernoulli(BinaryProbs, Distribution):
+class Bernoulli(BinaryProbs, ExponentialFamily):
     """1 with probability probs (or sigmoid(logits)), else 0."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
@@ -85,3 +85,12 @@ class Bernoulli(BinaryProbs, Distribution):
         """[0, 1] along dim 0, over the batch shape."""
         values = ops.arange(2, dtype=self._param.dtype).reshape(-1, *(1,) * len(self._batch_shape))
         return values.expand(2, *self._batch_shape) if expand else values
+
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (self.probs.log() - (-self.probs).log1p(),)
+
+    def _log_normalizer(self, x):
+        return x.exp().log1p()

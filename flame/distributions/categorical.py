@@ -8,7 +8,7 @@ from flame.distributions.distribution import Distribution
 from flame.distributions.utils import finfo_min, lazy_property, logits_to_probs, probs_to_logits
 from flame.frontend.losses import one_hot as _one_hot
 
-__all__ = ["Categorical", "OneHotCategorical"]
+__all__ = ["Categorical", "OneHotCategorical", "OneHotCategoricalStraightThrough"]
 
 
 class Categorical(Distribution):
@@ -191,3 +191,16 @@ class OneHotCategorical(Distribution):
         n = self.event_shape[0]
         values = ops.eye(n, dtype=self._param.dtype).reshape(n, *(1,) * len(self.batch_shape), n)
         return values.expand(n, *self.batch_shape, n) if expand else values
+
+
+class OneHotCategoricalStraightThrough(OneHotCategorical):
+    """OneHotCategorical with rsample by the straight-through estimator: the one-hot draw, whose gradient
+    is taken as that of probs (Bengio et al., 2013)."""
+
+    has_rsample = True
+
+    def rsample(self, sample_shape=()):
+        """sample + probs - probs.detach(): the draw's values, probs' gradient."""
+        samples = self.sample(sample_shape)
+        probs = self._categorical.probs
+        return samples + (probs - probs.detach())

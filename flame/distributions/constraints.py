@@ -6,11 +6,14 @@ from __future__ import annotations
 from flame.distributions import _frontend as ops
 from flame.distributions._known import shown
 from flame.distributions._linalg import cholesky
+from flame.distributions.utils import finfo_eps
 
 __all__ = [
     "Constraint",
     "MixtureSameFamilyConstraint",
     "boolean",
+    "cat",
+    "corr_cholesky",
     "dependent",
     "dependent_property",
     "greater_than",
@@ -22,15 +25,19 @@ __all__ = [
     "less_than",
     "is_dependent",
     "lower_cholesky",
+    "lower_triangular",
+    "multinomial",
     "nonnegative",
     "nonnegative_integer",
     "one_hot",
     "positive",
     "positive_definite",
+    "positive_integer",
     "real",
     "real_vector",
     "simplex",
     "square",
+    "stack",
     "symmetric",
     "unit_interval",
 ]
@@ -256,6 +263,99 @@ class _LowerCholesky(Constraint):
         return lower & (value.diagonal(dim1=-2, dim2=-1) > 0).all(-1)
 
 
+class _LowerTriangular(Constraint):
+    event_dim = 2
+
+    def check(self, value):
+        return (value.tril() == value).reshape(*value.shape[:-2], -1).all(-1)
+
+
+class _CorrCholesky(Constraint):
+    """Lower Cholesky factors of correlation matrices: a positive diagonal and rows of unit norm."""
+
+    event_dim = 2
+
+    def check(self, value):
+        tol = finfo_eps(value.dtype) * value.shape[-1] * 10
+        row_norm = value.detach().pow(2).sum(-1).sqrt()
+        unit_row_norm = ((row_norm - 1.0).abs() <= tol).all(-1)
+        return _LowerCholesky().check(value) & unit_row_norm
+
+
+class _Multinomial(Constraint):
+    """Nonnegative counts summing to at most upper_bound."""
+
+    is_discrete = True
+    event_dim = 1
+
+    def __init__(self, upper_bound):
+        self.upper_bound = upper_bound
+        super().__init__()
+
+    def check(self, value):
+        return (value >= 0).all(-1) & (value.sum(-1) <= self.upper_bound)
+
+
+class _Cat(Constraint):
+    """The constraints cseq applied to consecutive slices of lengths (1 each by default) along dim."""
+
+    def __init__(self, cseq, dim: int = 0, lengths=None):
+        if not all(isinstance(c, Constraint) for c in cseq):
+            raise AssertionError("cat: every element of cseq must be a Constraint")
+        self.cseq = list(cseq)
+        self.lengths = [1] * len(self.cseq) if lengths is None else list(lengths)
+        if len(self.lengths) != len(self.cseq):
+            raise AssertionError("cat: lengths must have one entry per constraint")
+        self.dim = dim
+        super().__init__()
+
+    @property
+    def is_discrete(self) -> bool:
+        """Whether any of the constraints holds integers."""
+        return any(c.is_discrete for c in self.cseq)
+
+    @property
+    def event_dim(self) -> int:
+        """The largest event_dim of the constraints."""
+        return max(c.event_dim for c in self.cseq)
+
+    def check(self, value):
+        if not -value.ndim <= self.dim < value.ndim:
+            raise AssertionError(f"cat: dim {self.dim} out of range for a value of {value.ndim} dims")
+        checks, start = [], 0
+        for constraint, length in zip(self.cseq, self.lengths):
+            checks.append(constraint.check(value.narrow(self.dim, start, length)))
+            start = start + length
+        return ops.cat(checks, self.dim)
+
+
+class _Stack(Constraint):
+    """The constraints cseq applied to the slices of value along dim, one each."""
+
+    def __init__(self, cseq, dim: int = 0):
+        if not all(isinstance(c, Constraint) for c in cseq):
+            raise AssertionError("stack: every element of cseq must be a Constraint")
+        self.cseq, self.dim = list(cseq), dim
+        super().__init__()
+
+    @property
+    def is_discrete(self) -> bool:
+        """Whether any of the constraints holds integers."""
+        return any(c.is_discrete for c in self.cseq)
+
+    @property
+    def event_dim(self) -> int:
+        """The largest event_dim of the constraints, plus the stacked dim where it is an event dim."""
+        dim = max(c.event_dim for c in self.cseq)
+        return dim + 1 if self.dim + dim < 0 else dim
+
+    def check(self, value):
+        if not -value.ndim <= self.dim < value.ndim:
+            raise AssertionError(f"stack: dim {self.dim} out of range for a value of {value.ndim} dims")
+        parts = [value.select(self.dim, i) for i in range(value.shape[self.dim])]
+        return ops.stack([c.check(v) for v, c in zip(parts, self.cseq)], self.dim)
+
+
 class _Square(Constraint):
     event_dim = 2
 
@@ -311,6 +411,8 @@ dependent = _Dependent()
 boolean = _Boolean()
 one_hot = _OneHot()
 nonnegative_integer = _IntegerGreaterThan(0)
+positive_integer = _IntegerGreaterThan(1)
+multinomial = _Multinomial
 integer_interval = _IntegerInterval
 real = _Real()
 real_vector = _IndependentConstraint(real, 1)
@@ -324,6 +426,10 @@ interval = _Interval
 half_open_interval = _HalfOpenInterval
 simplex = _Simplex()
 lower_cholesky = _LowerCholesky()
+lower_triangular = _LowerTriangular()
+corr_cholesky = _CorrCholesky()
+cat = _Cat
+stack = _Stack
 square = _Square()
 symmetric = _Symmetric()
 positive_definite = _PositiveDefinite()

@@ -8,13 +8,14 @@ from numbers import Number
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.gamma import gamma_rsample
 from flame.distributions.utils import broadcast_all
 
 __all__ = ["Beta", "Dirichlet"]
 
 
-class Dirichlet(Distribution):
+class Dirichlet(ExponentialFamily):
     """The Dirichlet distribution on the probability simplex of the last dim of concentration."""
 
     arg_constraints = {"concentration": constraints.independent(constraints.positive, 1)}
@@ -78,8 +79,15 @@ class Dirichlet(Distribution):
         k, a0 = c.shape[-1], c.sum(-1)
         return c.lgamma().sum(-1) - a0.lgamma() - (k - a0) * a0.digamma() - ((c - 1.0) * c.digamma()).sum(-1)
 
+    @property
+    def _natural_params(self):
+        return (self.concentration,)
 
-class Beta(Distribution):
+    def _log_normalizer(self, x):
+        return x.lgamma().sum(-1) - x.sum(-1).lgamma()
+
+
+class Beta(ExponentialFamily):
     """The Beta distribution on [0, 1] of concentrations concentration1 (alpha) and concentration0 (beta)."""
 
     arg_constraints = {"concentration1": constraints.positive, "concentration0": constraints.positive}
@@ -143,3 +151,10 @@ class Beta(Distribution):
     def entropy(self):
         """The Dirichlet's entropy."""
         return self._dirichlet.entropy()
+
+    @property
+    def _natural_params(self):
+        return (self.concentration1, self.concentration0)
+
+    def _log_normalizer(self, x, y):
+        return x.lgamma() + y.lgamma() - (x + y).lgamma()

@@ -6,13 +6,13 @@ from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.utils import broadcast_all
 
 __all__ = ["Exponential"]
 
 
-class Exponential(Distribution):
+class Exponential(ExponentialFamily):
     """The exponential distribution of rate rate (mean 1 / rate)."""
 
     arg_constraints = {"rate": constraints.positive}
@@ -78,3 +78,12 @@ class Exponential(Distribution):
     def entropy(self):
         """1 - log(rate)."""
         return 1.0 - self.rate.log()
+
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (-self.rate,)
+
+    def _log_normalizer(self, x):
+        return -(-x).log()

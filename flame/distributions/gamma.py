@@ -7,6 +7,7 @@ from numbers import Number
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.utils import broadcast_all, finfo_tiny
 
 __all__ = ["Chi2", "Gamma"]
@@ -117,7 +118,7 @@ def gamma_rsample(concentration, shape):
     return x + standard_gamma_grad(alpha.detach(), x) * (alpha - alpha.detach())
 
 
-class Gamma(Distribution):
+class Gamma(ExponentialFamily):
     """The Gamma distribution of shape concentration and rate rate (mean concentration / rate)."""
 
     arg_constraints = {"concentration": constraints.positive, "rate": constraints.positive}
@@ -172,6 +173,15 @@ class Gamma(Distribution):
         """c - log(rate) + lgamma(c) + (1 - c) digamma(c)."""
         c = self.concentration
         return c - self.rate.log() + c.lgamma() + (1.0 - c) * c.digamma()
+
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (self.concentration - 1, -self.rate)
+
+    def _log_normalizer(self, x, y):
+        return (x + 1).lgamma() + (x + 1) * (-y.reciprocal()).log()
 
 
 class Chi2(Gamma):

@@ -6,11 +6,12 @@ import math
 
 from flame.distributions import _frontend as ops
 from flame.distributions.distribution import LocScale
+from flame.distributions.exp_family import ExponentialFamily
 
 __all__ = ["Normal"]
 
 
-class Normal(LocScale):
+class Normal(LocScale, ExponentialFamily):
     """The normal (Gaussian) distribution of mean loc and standard deviation scale."""
 
     def expand(self, batch_shape, _instance=None):
@@ -58,3 +59,12 @@ class Normal(LocScale):
     def entropy(self):
         """0.5 + 0.5 log(2 pi) + log(scale)."""
         return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log()
+
+    _mean_carrier_measure = 0
+
+    @property
+    def _natural_params(self):
+        return (self.loc / self.scale.pow(2), -0.5 * self.scale.pow(2).reciprocal())
+
+    def _log_normalizer(self, x, y):
+        return -0.25 * x.pow(2) / y + 0.5 * (-math.pi / y).log()

@@ -10,6 +10,7 @@ from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions._known import known_value, shown
 from flame.distributions.distribution import Distribution
+from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.utils import (
     BinaryProbs,
     broadcast_all,
@@ -20,7 +21,7 @@ from flame.frontend.losses import binary_cross_entropy_with_logits
 __all__ = ["Geometric", "Poisson"]
 
 
-class Poisson(Distribution):
+class Poisson(ExponentialFamily):
     """The Poisson distribution of rate (mean) rate, on the nonnegative integers."""
 
     arg_constraints = {"rate": constraints.nonnegative}
@@ -66,6 +67,13 @@ class Poisson(Distribution):
             self._validate_sample(value)
         value, rate = broadcast_all(value, self.rate)
         return value.xlogy(rate) - rate - (value + 1).lgamma()
+
+    @property
+    def _natural_params(self):
+        return (self.rate.log(),)
+
+    def _log_normalizer(self, x):
+        return x.exp()
 
 
 class Geometric(BinaryProbs, Distribution):

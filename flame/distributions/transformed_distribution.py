@@ -35,19 +35,26 @@ class TransformedDistribution(Distribution):
                 f"base_distribution needs to have shape with size at least "
                 f"{transform.domain.event_dim}, but got {base_shape}."
             )
+        forward_shape = tuple(transform.forward_shape(base_shape))
+        expanded_base_shape = tuple(transform.inverse_shape(forward_shape))
+        if base_shape != expanded_base_shape:  # a transform's parameters broadcast the base's batch
+            base_batch_shape = expanded_base_shape[: len(expanded_base_shape) - base_event_dim]
+            base_distribution = base_distribution.expand(base_batch_shape)
         if transform.domain.event_dim > base_event_dim:
             base_distribution = Independent(base_distribution, transform.domain.event_dim - base_event_dim)
         self.base_dist = base_distribution
         change = transform.codomain.event_dim - transform.domain.event_dim
         event_dim = max(transform.codomain.event_dim, base_event_dim + change)
-        cut = len(base_shape) - event_dim
-        super().__init__(base_shape[:cut], base_shape[cut:], validate_args=validate_args)
+        cut = len(forward_shape) - event_dim
+        super().__init__(forward_shape[:cut], forward_shape[cut:], validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         """This distribution with its base's batch dims expanded to batch_shape."""
         new = self._get_checked_instance(TransformedDistribution, _instance)
         batch_shape = tuple(batch_shape)
         shape = batch_shape + self.event_shape
+        for transform in reversed(self.transforms):
+            shape = tuple(transform.inverse_shape(shape))
         new.base_dist = self.base_dist.expand(shape[: len(shape) - len(self.base_dist.event_shape)])
         new.transforms = self.transforms
         super(TransformedDistribution, new).__init__(batch_shape, self.event_shape, validate_args=False)

@@ -9,7 +9,20 @@ from numbers import Number
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions._known import known_value
-from flame.distributions.utils import clamp_probs, sum_rightmost
+from flame.distributions._transform_base import ComposeTransform, Transform, _Parameterless
+from flame.distributions._transforms_event import (
+    CatTransform,
+    CorrCholeskyTransform,
+    IndependentTransform,
+    LowerCholeskyTransform,
+    PositiveDefiniteTransform,
+    ReshapeTransform,
+    SoftmaxTransform,
+    StackTransform,
+    StickBreakingTransform,
+    _clipped_sigmoid,
+)
+from flame.distributions.utils import broadcast_all, finfo_eps, finfo_tiny
 from flame.errors import TraceError
 from flame.frontend.activations import softplus
 from flame.frontend.context import user_location
@@ -18,195 +31,25 @@ from flame.frontend.tensor import Tensor
 __all__ = [
     "AbsTransform",
     "AffineTransform",
+    "CatTransform",
     "ComposeTransform",
+    "CorrCholeskyTransform",
+    "CumulativeDistributionTransform",
     "ExpTransform",
+    "IndependentTransform",
+    "LowerCholeskyTransform",
+    "PositiveDefiniteTransform",
+    "PowerTransform",
+    "ReshapeTransform",
     "SigmoidTransform",
+    "SoftmaxTransform",
+    "SoftplusTransform",
+    "StackTransform",
+    "StickBreakingTransform",
     "TanhTransform",
     "Transform",
+    "identity_transform",
 ]
-
-
-class Transform:
-    """An invertible map with a computable log |Jacobian determinant|; subclasses define _call,
-    _inverse and log_abs_det_jacobian."""
-
-    bijective = False
-    domain = constraints.real
-    codomain = constraints.real
-    sign = 1
-
-    def __init__(self, cache_size: int = 0) -> None:
-        if cache_size not in (0, 1):
-            raise ValueError("cache_size must be 0 or 1")
-        self._cache_size = cache_size
-        self._inv = None
-
-    @property
-    def event_dim(self) -> int:
-        """How many rightmost dims make up one event."""
-        if self.domain.event_dim == self.codomain.event_dim:
-            return self.domain.event_dim
-        raise ValueError("Please use either .domain.event_dim or .codomain.event_dim")
-
-    @property
-    def inv(self) -> Transform:
-        """The inverse transform."""
-        return _InverseTransform(self)
-
-    def __call__(self, x):
-        return self._call(x)
-
-    def __eq__(self, other) -> bool:
-        return self is other
-
-    def __ne__(self, other) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = object.__hash__
-
-    def _inv_call(self, y):
-        return self._inverse(y)
-
-    def _call(self, x):
-        raise NotImplementedError
-
-    def _inverse(self, y):
-        raise NotImplementedError(f"{self.__class__.__name__} has no inverse")
-
-    def log_abs_det_jacobian(self, x, y):
-        """log |dy/dx| at the pair x, y = t(x)."""
-        raise NotImplementedError
-
-    def forward_shape(self, shape):
-        """The shape of t(x) for x of shape."""
-        return shape
-
-    def inverse_shape(self, shape):
-        """The shape of t.inv(y) for y of shape."""
-        return shape
-
-    def __repr__(self) -> str:
-        return self.__class__.__name__ + "()"
-
-
-class _InverseTransform(Transform):
-    def __init__(self, transform: Transform) -> None:
-        super().__init__()
-        self._inv = transform
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _InverseTransform) and self._inv == other._inv
-
-    __hash__ = object.__hash__
-
-    @property
-    def domain(self):
-        """The constraint the inputs satisfy."""
-        return self._inv.codomain
-
-    @property
-    def codomain(self):
-        """The constraint the outputs satisfy."""
-        return self._inv.domain
-
-    @property
-    def bijective(self):
-        """Whether the transform is a bijection."""
-        return self._inv.bijective
-
-    @property
-    def sign(self):
-        """The sign of the derivative (+1 or -1) of a monotone transform."""
-        return self._inv.sign
-
-    @property
-    def inv(self):
-        """The inverse transform."""
-        return self._inv
-
-    def __call__(self, x):
-        return self._inv._inv_call(x)
-
-    def log_abs_det_jacobian(self, x, y):
-        """Minus the forward transform's, at the swapped pair."""
-        return -self._inv.log_abs_det_jacobian(y, x)
-
-
-class ComposeTransform(Transform):
-    """parts applied in order: parts[-1](...parts[0](x))."""
-
-    def __init__(self, parts: list, cache_size: int = 0) -> None:
-        super().__init__(cache_size=cache_size)
-        self.parts = list(parts)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, ComposeTransform) and self.parts == other.parts
-
-    __hash__ = object.__hash__
-
-    @property
-    def _dim(self) -> int:
-        """The largest event_dim of the parts."""
-        return max([p.domain.event_dim for p in self.parts] + [0])
-
-    def _widened(self, c):
-        return c if c.event_dim >= self._dim else constraints.independent(c, self._dim - c.event_dim)
-
-    @property
-    def domain(self):
-        """The constraint the inputs satisfy."""
-        return self._widened(self.parts[0].domain) if self.parts else constraints.real
-
-    @property
-    def codomain(self):
-        """The constraint the outputs satisfy."""
-        return self._widened(self.parts[-1].codomain) if self.parts else constraints.real
-
-    @property
-    def bijective(self):
-        """Whether the transform is a bijection."""
-        return all(p.bijective for p in self.parts)
-
-    @property
-    def sign(self):
-        """The sign of the derivative (+1 or -1) of a monotone transform."""
-        sign = 1
-        for p in self.parts:
-            sign = sign * p.sign
-        return sign
-
-    @property
-    def inv(self):
-        """The inverse transform."""
-        return ComposeTransform([p.inv for p in reversed(self.parts)])
-
-    def __call__(self, x):
-        for part in self.parts:
-            x = part(x)
-        return x
-
-    def log_abs_det_jacobian(self, x, y):
-        """The parts' log |dy/dx| added along the chain, each summed over the event dims it leaves."""
-        if not self.parts:
-            return ops.zeros_like(x)
-        total = 0.0
-        for part in self.parts:
-            y_part = part(x)
-            total = total + sum_rightmost(part.log_abs_det_jacobian(x, y_part), self._dim - part.domain.event_dim)
-            x = y_part
-        return total
-
-    def __repr__(self) -> str:
-        return "ComposeTransform(" + ", ".join(repr(p) for p in self.parts) + ")"
-
-
-class _Parameterless(Transform):
-    """A transform with no parameters: every instance of its class is equal, as torch's."""
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, type(self))
-
-    __hash__ = object.__hash__
 
 
 class ExpTransform(_Parameterless):
@@ -250,10 +93,10 @@ class SigmoidTransform(_Parameterless):
     sign = +1
 
     def _call(self, x):
-        return clamp_probs(x.sigmoid())
+        return _clipped_sigmoid(x)
 
     def _inverse(self, y):
-        y = clamp_probs(y)
+        y = y.clamp(min=finfo_tiny(y.dtype), max=1.0 - finfo_eps(y.dtype))
         return y.log() - (-y).log1p()
 
     def log_abs_det_jacobian(self, x, y):
@@ -306,6 +149,12 @@ class AffineTransform(Transform):
         super().__init__(cache_size=cache_size)
         self.loc, self.scale, self._event_dim = loc, scale, event_dim
 
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return AffineTransform(self.loc, self.scale, self._event_dim, cache_size=cache_size)
+
     def __eq__(self, other) -> bool:
         """torch's: the same kind with equal loc and scale (event_dim not compared)."""
         return isinstance(other, AffineTransform) and _equal(self.loc, other.loc) and _equal(self.scale, other.scale)
@@ -332,6 +181,14 @@ class AffineTransform(Transform):
     def _inverse(self, y):
         return (y - self.loc) / self.scale
 
+    def forward_shape(self, shape):
+        """shape broadcast with loc's and scale's."""
+        return ops.broadcast_shapes(tuple(shape), _shape(self.loc), _shape(self.scale))
+
+    def inverse_shape(self, shape):
+        """shape broadcast with loc's and scale's."""
+        return ops.broadcast_shapes(tuple(shape), _shape(self.loc), _shape(self.scale))
+
     def log_abs_det_jacobian(self, x, y):
         """log |scale|, broadcast to x's shape, summed over the event dims."""
         shape = x.shape
@@ -343,3 +200,110 @@ class AffineTransform(Transform):
             result = result.reshape(*result.shape[: result.ndim - self._event_dim], -1).sum(-1)
             shape = shape[: len(shape) - self._event_dim]
         return result.expand(*shape)
+
+
+def _shape(x) -> tuple[int, ...]:
+    """A tensor's shape; () for a Python number."""
+    return tuple(x.shape) if isinstance(x, Tensor) else ()
+
+
+identity_transform = ComposeTransform([])
+
+
+class SoftplusTransform(_Parameterless):
+    """y = softplus(x) = log(1 + exp(x))."""
+
+    domain = constraints.real
+    codomain = constraints.positive
+    bijective = True
+    sign = +1
+
+    def _call(self, x):
+        return softplus(x)
+
+    def _inverse(self, y):
+        return (-y).expm1().neg().log() + y
+
+    def log_abs_det_jacobian(self, x, y):
+        """log softplus'(x) = -softplus(-x)."""
+        return -softplus(-x)
+
+
+class PowerTransform(Transform):
+    """y = x ** exponent, on positive x."""
+
+    domain = constraints.positive
+    codomain = constraints.positive
+    bijective = True
+
+    def __init__(self, exponent, cache_size: int = 0) -> None:
+        super().__init__(cache_size=cache_size)
+        (self.exponent,) = broadcast_all(exponent)
+
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return PowerTransform(self.exponent, cache_size=cache_size)
+
+    def __eq__(self, other) -> bool:
+        """torch's: a PowerTransform of equal exponent."""
+        return isinstance(other, PowerTransform) and _equal(self.exponent, other.exponent)
+
+    __hash__ = object.__hash__
+
+    @property
+    def sign(self):
+        """The sign of the exponent (the sign of the derivative)."""
+        return self.exponent.sign()
+
+    def _call(self, x):
+        return x.pow(self.exponent)
+
+    def _inverse(self, y):
+        return y.pow(1 / self.exponent)
+
+    def log_abs_det_jacobian(self, x, y):
+        """log |exponent y / x|."""
+        return (self.exponent * y / x).abs().log()
+
+    def forward_shape(self, shape):
+        """shape broadcast with the exponent's."""
+        return ops.broadcast_shapes(tuple(shape), tuple(self.exponent.shape))
+
+    def inverse_shape(self, shape):
+        """shape broadcast with the exponent's."""
+        return ops.broadcast_shapes(tuple(shape), tuple(self.exponent.shape))
+
+
+class CumulativeDistributionTransform(Transform):
+    """y = distribution.cdf(x), onto the unit interval (a copula's marginal map)."""
+
+    bijective = True
+    codomain = constraints.unit_interval
+    sign = +1
+
+    def __init__(self, distribution, cache_size: int = 0) -> None:
+        super().__init__(cache_size=cache_size)
+        self.distribution = distribution
+
+    def with_cache(self, cache_size: int = 1):
+        """This transform with the given cache_size."""
+        if self._cache_size == cache_size:
+            return self
+        return type(self)(self.distribution, cache_size=cache_size)
+
+    @property
+    def domain(self):
+        """The distribution's support."""
+        return self.distribution.support
+
+    def _call(self, x):
+        return self.distribution.cdf(x)
+
+    def _inverse(self, y):
+        return self.distribution.icdf(y)
+
+    def log_abs_det_jacobian(self, x, y):
+        """log cdf'(x) = the distribution's log_prob at x."""
+        return self.distribution.log_prob(x)

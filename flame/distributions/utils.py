@@ -10,7 +10,9 @@ import numpy as np
 from flame.distributions import _frontend as ops
 from flame.frontend.tensor import Tensor
 
-__all__ = ["broadcast_all", "clamp_probs", "lazy_property", "logits_to_probs", "probs_to_logits"]
+__all__ = ["EULER", "broadcast_all", "clamp_probs", "lazy_property", "logits_to_probs", "probs_to_logits"]
+
+EULER = 0.57721566490153286060  # the Euler-Mascheroni constant (torch.distributions.utils.euler_constant)
 
 
 def finfo_eps(dtype) -> float:

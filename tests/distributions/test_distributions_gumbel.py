@@ -31,8 +31,12 @@ def test_values_and_gradients_match_torch(compiled):
         return (*got, *flame.autograd.grad(sum(s.sum() for s in got), [loc, scale]))
 
     fn = flame.compile(stats_and_grads) if compiled else stats_and_grads
-    got = fn(flame.tensor(LOC, requires_grad=True), flame.tensor(SCALE, requires_grad=True),
-             flame.tensor(VALUE), flame.tensor(QUANTILE))
+    got = fn(
+        flame.tensor(LOC, requires_grad=True),
+        flame.tensor(SCALE, requires_grad=True),
+        flame.tensor(VALUE),
+        flame.tensor(QUANTILE),
+    )
     for g, w in zip(got, [*want, *want_grads]):
         assert g.shape == tuple(w.shape)
         np.testing.assert_allclose(g.numpy(), w.detach().numpy(), rtol=1e-10, atol=1e-12)
@@ -43,8 +47,11 @@ def test_shapes_expand_and_samples_match_torch():
     assert (ours.batch_shape, ours.event_shape, ours.has_rsample) == (tuple(theirs.batch_shape), (), True)
     for shape in [(), (5,), (2, 1)]:
         assert ours.rsample(shape).shape == tuple(theirs.rsample(shape).shape)
-    np.testing.assert_allclose(ours.expand((4, 2, 3)).log_prob(flame.tensor(VALUE)).numpy(),
-                               theirs.expand((4, 2, 3)).log_prob(torch.tensor(VALUE)).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        ours.expand((4, 2, 3)).log_prob(flame.tensor(VALUE)).numpy(),
+        theirs.expand((4, 2, 3)).log_prob(torch.tensor(VALUE)).numpy(),
+        rtol=1e-12,
+    )
     flame.manual_seed(0)
     draws = ours.sample((200_000,)).numpy()
     np.testing.assert_allclose(draws.mean(0), theirs.mean.numpy(), atol=0.03)

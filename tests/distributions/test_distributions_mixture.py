@@ -18,15 +18,32 @@ LOC3, LOC23, LOC32 = RNG.normal(size=3), RNG.normal(size=(2, 3)), RNG.normal(siz
 
 # name: (build(D, weights, loc), weights, loc, value)
 CASES = {
-    "normal": (lambda D, w, loc: D.MixtureSameFamily(D.Categorical(logits=w), D.Normal(loc, loc * 0 + 0.7)),
-               W3, LOC3, [[0.3], [1.2], [-2.0]]),
-    "batched": (lambda D, w, loc: D.MixtureSameFamily(D.Categorical(probs=w), D.Normal(loc, loc.exp())),
-                W23, LOC23, [[0.3, 1.2]]),
-    "vector events": (lambda D, w, loc: D.MixtureSameFamily(
-        D.Categorical(probs=w), D.Independent(D.Normal(loc, loc * 0 + 1.5), 1)), W3, LOC32, [[0.3, 1.2], [0.0, -1.0]]),
-    "multivariate normal": (lambda D, w, loc: D.MixtureSameFamily(
-        D.Categorical(logits=w), D.MultivariateNormal(loc, scale_tril=(loc[0, 0] * 0 + 1) * D_eye(D))),
-        W3, LOC32, [[0.3, 1.2]]),
+    "normal": (
+        lambda D, w, loc: D.MixtureSameFamily(D.Categorical(logits=w), D.Normal(loc, loc * 0 + 0.7)),
+        W3,
+        LOC3,
+        [[0.3], [1.2], [-2.0]],
+    ),
+    "batched": (
+        lambda D, w, loc: D.MixtureSameFamily(D.Categorical(probs=w), D.Normal(loc, loc.exp())),
+        W23,
+        LOC23,
+        [[0.3, 1.2]],
+    ),
+    "vector events": (
+        lambda D, w, loc: D.MixtureSameFamily(D.Categorical(probs=w), D.Independent(D.Normal(loc, loc * 0 + 1.5), 1)),
+        W3,
+        LOC32,
+        [[0.3, 1.2], [0.0, -1.0]],
+    ),
+    "multivariate normal": (
+        lambda D, w, loc: D.MixtureSameFamily(
+            D.Categorical(logits=w), D.MultivariateNormal(loc, scale_tril=(loc[0, 0] * 0 + 1) * D_eye(D))
+        ),
+        W3,
+        LOC32,
+        [[0.3, 1.2]],
+    ),
 }
 
 
@@ -66,11 +83,15 @@ def test_shapes_expand_support_and_samples_match_torch(case):
     ours, theirs = build(FD, flame.tensor(w), flame.tensor(loc)), build(TD, torch.tensor(w), torch.tensor(loc))
     assert (ours.batch_shape, ours.event_shape) == (tuple(theirs.batch_shape), tuple(theirs.event_shape))
     assert ours.support.event_dim == theirs.support.event_dim and not ours.has_rsample
-    np.testing.assert_array_equal(ours.support.check(flame.tensor(value)).numpy(),
-                                  theirs.support.check(torch.tensor(value)).numpy())
+    np.testing.assert_array_equal(
+        ours.support.check(flame.tensor(value)).numpy(), theirs.support.check(torch.tensor(value)).numpy()
+    )
     big, one = (4, *theirs.batch_shape), np.asarray(value)[:1]
-    np.testing.assert_allclose(ours.expand(big).log_prob(flame.tensor(one)).numpy(),
-                               theirs.expand(big).log_prob(torch.tensor(one)).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(
+        ours.expand(big).log_prob(flame.tensor(one)).numpy(),
+        theirs.expand(big).log_prob(torch.tensor(one)).numpy(),
+        rtol=1e-10,
+    )
     for shape in [(), (5,), (2, 1)]:
         assert ours.sample(shape).shape == tuple(theirs.sample(shape).shape)
     flame.manual_seed(0)
@@ -84,10 +105,16 @@ def test_shapes_expand_support_and_samples_match_torch(case):
     [
         (lambda D, t: D.MixtureSameFamily(D.Categorical(probs=t.ones(3)), D.Normal(t.zeros(2), 1.0)), "does not equal"),
         (lambda D, t: D.MixtureSameFamily(D.Normal(0.0, 1.0), D.Normal(t.zeros(2), 1.0)), "instance of"),
-        (lambda D, t: D.MixtureSameFamily(D.Categorical(probs=t.ones(4, 2)), D.Normal(t.zeros(3, 2), 1.0)),
-         "is not compatible"),
-        (lambda D, t: D.MixtureSameFamily(D.Categorical(probs=t.ones(2)), D.Exponential(t.ones(2))).log_prob(
-            -t.ones(1)), "support"),
+        (
+            lambda D, t: D.MixtureSameFamily(D.Categorical(probs=t.ones(4, 2)), D.Normal(t.zeros(3, 2), 1.0)),
+            "is not compatible",
+        ),
+        (
+            lambda D, t: D.MixtureSameFamily(D.Categorical(probs=t.ones(2)), D.Exponential(t.ones(2))).log_prob(
+                -t.ones(1)
+            ),
+            "support",
+        ),
     ],
 )
 def test_errors_match_torch(make, match):
