@@ -90,8 +90,8 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
     count = x.numel() // c if c else 0
     per_channel = (c, *[1] * spatial)
     if training:
-        if x.numel() == 0:  # PyTorch: an empty output, the running statistics untouched
-            return _affine(x, weight, bias, per_channel)
+        if x.numel() == 0:  # PyTorch: an empty output (a new tensor), the running statistics untouched
+            return _affine(x.clone(), weight, bias, per_channel)
         if count <= 1:
             raise _err(f"batch_norm: expected more than 1 value per channel when training, got input "
                        f"{list(x.shape)}")

@@ -351,7 +351,11 @@ class TensorOps:
     # ---- in-place updates (pure IR: a rebinding while tracing, a buffer write when eager) ---------
     def copy_(self, other: Tensor | float, non_blocking: bool = False) -> Tensor:
         """self's elements set to other's (broadcast, converted to self's dtype), as torch's copy_
-        (non_blocking changes nothing: flame's copies are ordered on the executor's stream)."""
+        (non_blocking changes nothing: flame's copies are ordered on the executor's stream). A tensor copied
+        onto its own memory (the same elements, shape and strides: an expanded view onto itself) is left as
+        it is, as torch's copy_ leaves it, with no check."""
+        if views.same_data(self, other):
+            return self
         views.check_overlap(self, (other,), "copy_")
         return self._copy(other)
 

@@ -1,5 +1,6 @@
 """A reduction, sort or difference whose result holds the same values as its input (a 0-d input's
-prod / max / min / nanmedian / sort / msort along dim 0, diff with n=0) returns a new tensor, as torch's:
+prod / max / min / nanmedian / sort / msort along dim 0, diff with n=0, batch_norm of an empty batch)
+returns a new tensor, as torch's:
 a write into the result leaves the input as it was, eagerly and inside @flame.compile. A 0-d tensor's
 movedim(0, 0) is a view of it, as torch's (the write reaches it)."""
 
@@ -49,3 +50,12 @@ def test_diff_of_a_0d_tensor_is_torchs_error():
         torch.tensor(1.0).diff()
     with pytest.raises(flame.errors.ShapeError, match="diff expects input to be at least one-dimensional"):
         flame.tensor(1.0).diff()
+
+
+def test_batch_norm_of_an_empty_batch_is_a_new_tensor():
+    """torch's training batch_norm of an empty batch returns an empty tensor of its own: an in-place
+    write into it is no write into a leaf that requires grad (flame returned the input itself)."""
+    x = flame.zeros(1, 4, 0, requires_grad=True)
+    y = flame.nn.functional.batch_norm(x, None, None, training=True)
+    assert y is not x and y.requires_grad and tuple(y.shape) == (1, 4, 0)
+    y.masked_fill_(flame.zeros(0, dtype=flame.bool), 0.0)  # torch allows it: y is no leaf

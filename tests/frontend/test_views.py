@@ -196,6 +196,19 @@ def test_writing_an_expanded_tensors_own_source_into_it_writes_nothing_as_torch(
         x.expand(2, 3, 3, 2)[-1] = x * 2
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_copying_an_expanded_view_onto_itself_writes_nothing_as_torch(compiled):
+    def body(m, x):
+        e = x.expand(2, 2, 4)
+        e.detach().copy_(e)
+        e.copy_(e)
+        return x * 1
+
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    got = (flame.compile(lambda x: body(flame, x)) if compiled else lambda x: body(flame, x))(flame.tensor(a))
+    np.testing.assert_array_equal(got.numpy(), body(torch, torch.tensor(a)).numpy())
+
+
 FILLS = {
     "fill_": lambda m, e: e.fill_(1.5),
     "zero_": lambda m, e: e.zero_(),
