@@ -129,6 +129,7 @@ from flame.frontend.more_math import (
     var_mean,
     vdot,
 )
+from flame.frontend.nextafter import nextafter
 from flame.frontend.ops import (
     abs,
     acos,
@@ -461,6 +462,7 @@ from flame.frontend.torch_shapes import (
     ger,
     index_reduce,
     isreal,
+    narrow_copy,
     put,
     select_scatter,
     slice_scatter,
@@ -472,7 +474,7 @@ from flame.frontend.torch_shapes import (
 from flame.ir.dtypes import DType as dtype  # torch.dtype: isinstance(x.dtype, flame.dtype)
 from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i16, i32, i64, u8
 from flame.runtime.device import Device as device
-from flame.runtime.device import DeviceWarning, get_device, set_device
+from flame.runtime.device import DeviceWarning, get_default_device, get_device, set_default_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
 int8, int16, short, uint8 = i8, i16, i16, u8
@@ -484,7 +486,7 @@ _BACKEND_SETTINGS = ("set_float32_matmul_precision", "get_float32_matmul_precisi
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
 __all__ = sorted([n for n, v in globals().items()
                   if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
-                 + ["save", "load", "linalg", "special", "tag", *_BACKEND_SETTINGS])  # imported on first use
+                 + ["save", "load", "linalg", "special", "tag", "vmap", *_BACKEND_SETTINGS])  # imported on first use
 
 
 def __getattr__(name: str):
@@ -501,6 +503,8 @@ def __getattr__(name: str):
         return getattr(importlib.import_module("flame.backends"), name)
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)
+    if name == "vmap":  # torch.vmap, torch.func.vmap's top-level name
+        return importlib.import_module("flame.func").vmap
     if name == "tag":  # flame.tag(x, "name"): a value named for a checkpoint policy (flame.utils.tag)
         return importlib.import_module("flame.utils").tag
     raise AttributeError(f"module 'flame' has no attribute {name!r} (docs/coming_from_pytorch.md lists what "

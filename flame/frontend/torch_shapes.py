@@ -18,8 +18,9 @@ from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import full
 from flame.ir.dtypes import boolean
 
-__all__ = ["adjoint", "as_strided", "diagonal_scatter", "ger", "index_reduce", "isreal", "put", "select_scatter",
-           "slice_scatter", "split_with_sizes", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"]
+__all__ = ["adjoint", "as_strided", "diagonal_scatter", "ger", "index_reduce", "isreal", "narrow_copy", "put",
+           "select_scatter", "slice_scatter", "split_with_sizes", "unsafe_chunk", "unsafe_split",
+           "unsafe_split_with_sizes"]
 
 
 def _written(input: Tensor, view, src: Tensor) -> Tensor:  # noqa: A002
@@ -106,6 +107,11 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
     return flat.index_put((index.reshape(-1),), source.reshape(-1), accumulate).reshape(input.shape)
 
 
+def narrow_copy(input: Tensor, dim: int, start: int, length: int) -> Tensor:  # noqa: A002
+    """input.narrow(dim, start, length) as a new tensor sharing no storage with input, as torch's."""
+    return input.narrow(dim, start, length).clone()
+
+
 def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -> Tensor:  # noqa: A002
     """torch.as_strided: the elements of input's storage (its base's elements in row-major order, or
     input's own when it is no view) at storage_offset + sum_i index_i * stride_i (storage_offset: input's
@@ -184,6 +190,9 @@ class TensorShapes:
         picked = self.index_select(d, tensor(idx))
         shape = (*self.shape[:d], n, size, *self.shape[d + 1:])
         return picked.reshape(shape).movedim(d + 1, -1)
+
+    def narrow_copy(self, dim: int, start: int, length: int):
+        return narrow_copy(self, dim, start, length)
 
     def as_strided(self, size, stride, storage_offset: int | None = None):
         return as_strided(self, size, stride, storage_offset)
