@@ -129,6 +129,7 @@ from flame.frontend.more_math import (
     var_mean,
     vdot,
 )
+from flame.frontend.nextafter import nextafter
 from flame.frontend.ops import (
     abs,
     acos,
@@ -335,6 +336,18 @@ from flame.frontend.ops import (
 from flame.frontend.promotion import can_cast, promote_types
 from flame.frontend.promotion import torch_result_type as result_type
 from flame.frontend.random_fills import bernoulli, normal, poisson, randint_like
+from flame.frontend.real_tensors import (
+    conj,
+    conj_physical,
+    conj_physical_,
+    is_complex,
+    is_conj,
+    is_inference,
+    is_inference_mode_enabled,
+    is_neg,
+    resolve_conj,
+    resolve_neg,
+)
 from flame.frontend.special_math import i0
 from flame.frontend.special_math import multigammaln as mvlgamma
 from flame.frontend.tensor import Tensor, set_printoptions
@@ -449,6 +462,7 @@ from flame.frontend.torch_shapes import (
     ger,
     index_reduce,
     isreal,
+    narrow_copy,
     put,
     select_scatter,
     slice_scatter,
@@ -458,12 +472,12 @@ from flame.frontend.torch_shapes import (
     unsafe_split_with_sizes,
 )
 from flame.ir.dtypes import DType as dtype  # torch.dtype: isinstance(x.dtype, flame.dtype)
-from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i32, i64, u8
+from flame.ir.dtypes import bf16, boolean, f8e4m3, f8e5m2, f16, f32, f64, i8, i16, i32, i64, u8
 from flame.runtime.device import Device as device
-from flame.runtime.device import DeviceWarning, get_device, set_device
+from flame.runtime.device import DeviceWarning, get_default_device, get_device, set_default_device, set_device
 
 float32, float64, float16, bfloat16, int32, int64, bool_ = f32, f64, f16, bf16, i32, i64, boolean
-int8, uint8 = i8, u8
+int8, int16, short, uint8 = i8, i16, i16, u8
 float8_e4m3fn, float8_e5m2 = f8e4m3, f8e5m2  # FP8 storage types (flame.amp.Float8Recipe)
 float, double, half, long, int, bool = f32, f64, f16, i64, i32, boolean  # noqa: A001  (torch's aliases)
 _BACKEND_SETTINGS = ("set_float32_matmul_precision", "get_float32_matmul_precision", "use_deterministic_algorithms",
@@ -472,7 +486,7 @@ _BACKEND_SETTINGS = ("set_float32_matmul_precision", "get_float32_matmul_precisi
 # (cat, where, stack, sum ...), and a name added to the imports above needs no second list here
 __all__ = sorted([n for n, v in globals().items()
                   if not n.startswith("_") and n != "annotations" and (n == "ir" or not isinstance(v, _ModuleType))]
-                 + ["save", "load", "linalg", "special", "tag", *_BACKEND_SETTINGS])  # imported on first use
+                 + ["save", "load", "linalg", "special", "tag", "vmap", *_BACKEND_SETTINGS])  # imported on first use
 
 
 def __getattr__(name: str):
@@ -489,6 +503,8 @@ def __getattr__(name: str):
         return getattr(importlib.import_module("flame.backends"), name)
     if name in ("save", "load"):
         return getattr(importlib.import_module("flame.checkpoint"), name)
+    if name == "vmap":  # torch.vmap, torch.func.vmap's top-level name
+        return importlib.import_module("flame.func").vmap
     if name == "tag":  # flame.tag(x, "name"): a value named for a checkpoint policy (flame.utils.tag)
         return importlib.import_module("flame.utils").tag
     raise AttributeError(f"module 'flame' has no attribute {name!r} (docs/coming_from_pytorch.md lists what "

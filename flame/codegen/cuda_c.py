@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from flame.ir import symbolic
-from flame.ir.dtypes import FP8_DTYPES, DType, bf16, boolean, f16, f32, f64, i8, i32, i64, u8
+from flame.ir.dtypes import FP8_DTYPES, DType, bf16, boolean, f16, f32, f64, i8, i16, i32, i64, u8
 
 # FP8 storage is cuda_fp8.h's raw byte; these convert it, rounding to nearest even WITHOUT saturation, as
 # ml_dtypes and PyTorch convert: beyond the format's range (past the midpoint above its largest value) a
@@ -59,9 +59,9 @@ def load(raw: str, d: DType) -> str:
 
 
 _TO_HALF = {f32: "__float2half_rn", f64: "__double2half", i32: "__int2half_rn", i64: "__ll2half_rn",
-            i8: "__int2half_rn", u8: "__int2half_rn"}
+            i16: "__short2half_rn", i8: "__int2half_rn", u8: "__int2half_rn"}
 _TO_BF16 = {f32: "__float2bfloat16_rn", f64: "__double2bfloat16", i32: "__int2bfloat16_rn", i64: "__ll2bfloat16_rn",
-            i8: "__int2bfloat16_rn", u8: "__int2bfloat16_rn"}
+            i16: "__short2bfloat16_rn", i8: "__int2bfloat16_rn", u8: "__int2bfloat16_rn"}
 
 
 def convert(expr: str, src: DType, dst: DType) -> str:

@@ -16,6 +16,8 @@ from contextvars import ContextVar
 _FLAME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 current_trace: ContextVar = ContextVar("flame_trace", default=None)
 grad_enabled: ContextVar[bool] = ContextVar("flame_grad_enabled", default=True)
+# inside torch.inference_mode(): the tensors made there are inference tensors (Tensor.is_inference)
+inference_enabled: ContextVar[bool] = ContextVar("flame_inference_enabled", default=False)
 # the flame.utils.checkpoint region ops are being recorded in (its number), or None
 in_checkpoint: ContextVar[int | None] = ContextVar("flame_in_checkpoint", default=None)
 # the policy of the flame.utils.checkpoint region being recorded: op -> whether its result is kept
@@ -211,8 +213,22 @@ class inference_mode(_GradMode):
         self._on = bool(mode)
         self._mode = not mode
 
+    def __enter__(self) -> None:
+        super().__enter__()
+        self._tokens.append(inference_enabled.set(self._on))
+
+    def __exit__(self, *exc) -> bool:
+        inference_enabled.reset(self._tokens.pop())
+        return super().__exit__(*exc)
+
     def clone(self) -> inference_mode:
         return inference_mode(self._on)
+
+
+def is_inference_mode_enabled() -> bool:
+    """Whether an inference_mode() block (not turned off by inference_mode(False)) is running, as
+    torch.is_inference_mode_enabled (no_grad alone does not enable it)."""
+    return inference_enabled.get()
 
 
 class set_grad_enabled(_GradMode):

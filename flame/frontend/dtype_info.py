@@ -15,7 +15,7 @@ from flame.ir.dtypes import DType, dtype_of
 __all__ = ["finfo", "iinfo"]
 
 _TORCH_NAMES = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f8e4m3": "float8_e4m3fn",
-                "f8e5m2": "float8_e5m2", "i64": "int64", "i32": "int32", "i8": "int8", "u8": "uint8"}
+                "f8e5m2": "float8_e5m2", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "u8": "uint8"}
 
 
 def _dtype(type, what: str) -> DType:  # noqa: A002

@@ -18,13 +18,14 @@ from flame.frontend.creation import eye
 from flame.frontend.norms import norm_dtype_checks, torch_dtype_name, vector_norm
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, matmul, where
-from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i8, i32, i64, u8
+from flame.ir.dtypes import bf16, boolean, f16, f32, f64, i8, i16, i32, i64, u8
 
 __all__ = ["matrix_norm", "matrix_power", "multi_dot", "norm", "vander", "vecdot"]
 
 _SVD_ORDS = ("nuc", 2, -2)
 _TYPE_META = {f64: "double", f32: "float", f16: "c10::Half", bf16: "c10::BFloat16", i64: "long int", i32: "int",
-              i8: "signed char", u8: "unsigned char", boolean: "bool"}  # dtypes as caffe2's TypeMeta names them
+              i16: "short", i8: "signed char", u8: "unsigned char",
+              boolean: "bool"}  # dtypes as caffe2's TypeMeta names them
 
 
 def _loc() -> str:

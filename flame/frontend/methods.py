@@ -3,9 +3,9 @@ it; every method that makes a tensor goes through dispatch.apply, which makes Te
 are written above it: tensor_core.TensorCore (conversions, operators, elementwise math, reductions,
 movement), tensor_ops.TensorOps, tensor_pieces.TensorPieces (split, tensor_split, chunk, fliplr,
 flipud), tensor_math.TensorMath, torch_extras.TensorExtras, random_fills.TensorRandomFills,
-torch_shapes.TensorShapes, and below the methods whose code is a function of an op module (indexing,
-softmax, backward). The package's __init__ imports this module, so a Tensor has all its methods once
-any part of flame.frontend is imported."""
+torch_shapes.TensorShapes, real_tensors.TensorRealQueries, and below the methods whose code is a
+function of an op module (indexing, softmax, backward). The package's __init__ imports this module,
+so a Tensor has all its methods once any part of flame.frontend is imported."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from flame.frontend import autograd, autograd_grad, functional, indexing
 from flame.frontend.hooks import TensorHooks
 from flame.frontend.random_fills import TensorRandomFills
+from flame.frontend.real_tensors import TensorRealQueries
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import TensorCore
 from flame.frontend.tensor_inplace import in_place_methods
@@ -110,6 +111,6 @@ def bind(cls: type, *mixins: type) -> None:
 
 
 bind(Tensor, TensorCore, TensorOps, TensorPieces, TensorMath, TensorLinks, TensorHooks, TensorExtras,
-     TensorRandomFills, TensorShapes)
+     TensorRandomFills, TensorShapes, TensorRealQueries)
 bind(Tensor, type("TensorAliases", (), {a: vars(Tensor)[m] for a, m in TENSOR_ALIASES.items()}))  # x.divide ...
 bind(Tensor, in_place_methods(Tensor))  # x.sigmoid_() and its kin, from the methods bound above

@@ -14,7 +14,7 @@ from flame.frontend.context import no_grad, user_location
 from flame.frontend.spatial import _err
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import cat, where
-from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, f64, i8, i32, i64, promote, u8
+from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, f64, i8, i16, i32, i64, promote, u8
 
 __all__ = ["batch_norm", "group_norm", "instance_norm"]
 
@@ -236,8 +236,8 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
     return group_norm(input, input.shape[1], weight, bias, eps)
 
 
-_TORCH_NAMES = {f64: "Double", f32: "Float", f16: "Half", bf16: "BFloat16", i64: "Long", i32: "Int", i8: "Char",
-                u8: "Byte", boolean: "Bool"}
+_TORCH_NAMES = {f64: "Double", f32: "Float", f16: "Half", bf16: "BFloat16", i64: "Long", i32: "Int",
+                i16: "Short", i8: "Char", u8: "Byte", boolean: "Bool"}
 
 
 def torch_dtype_name(dt) -> str:

@@ -23,7 +23,7 @@ from flame.errors import (
     ShapeError,
     TraceError,
 )
-from flame.frontend.context import current_trace, user_location
+from flame.frontend.context import current_trace, inference_enabled, user_location
 from flame.frontend.default_dtype import get_default_dtype
 from flame.ir.dtypes import DType, bf16, boolean, dtype_of, i64, promote
 from flame.ir.types import TensorType
@@ -196,7 +196,7 @@ class Tensor:
 
     __slots__ = ("_data", "_dtype", "_value", "_trace", "_requires_grad", "_grad", "_node", "_vc",
                  "_role", "_past", "_base", "_chain", "_seen", "_hooks", "_retains_grad", "_post_hooks",
-                 "__weakref__")
+                 "_inference", "__weakref__")
     __array_priority__ = 1000  # numpy scalars defer to Tensor's reflected operators
 
     def __init__(self, data: Any = None, dtype: Any = None, requires_grad: bool = False):
@@ -214,6 +214,7 @@ class Tensor:
         self._base, self._chain, self._seen = None, (), 0
         self._hooks, self._retains_grad = None, False  # gradient hooks, retain_grad() (frontend/hooks.py)
         self._post_hooks = None  # post-accumulate-grad hooks (frontend/hooks.py)
+        self._inference = inference_enabled.get()  # made inside inference_mode (is_inference)
 
     @classmethod
     def _concrete(cls, data, dtype: DType) -> Tensor:
@@ -228,6 +229,7 @@ class Tensor:
         t._requires_grad, t._grad, t._node, t._role = False, None, None, None
         t._vc, t._past, t._base, t._chain, t._seen = [0], None, None, (), 0
         t._hooks, t._retains_grad, t._post_hooks = None, False, None
+        t._inference = inference_enabled.get()
         return t
 
     # ---- metadata -------------------------------------------------------------------------------

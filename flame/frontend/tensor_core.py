@@ -21,7 +21,7 @@ from flame.frontend.opmath import in_opmath
 from flame.frontend.promotion import check_operand, is_bool, is_scalar, result_type, wrapped
 from flame.frontend.tensor import Tensor, _axes, _shape_arg, check_int_range, default_dtype_for, dim_index, reduce_axes
 from flame.frontend.views import bump, link, new_tensor, view_error
-from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i32, i64, promote, u8
+from flame.ir.dtypes import DType, bf16, boolean, dtype_of, f16, f32, f64, i8, i16, i32, i64, promote, u8
 from flame.ir.registry import get as opdef
 from flame.runtime.device import is_device
 
@@ -155,6 +155,9 @@ class TensorCore:
 
     def char(self) -> Tensor:
         return self.to(i8)
+
+    def short(self) -> Tensor:
+        return self.to(i16)
 
     # ---- arithmetic -------------------------------------------------------------------------------
     def __add__(self, o):

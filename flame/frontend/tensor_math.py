@@ -21,6 +21,7 @@ from flame.frontend.creation import eye
 from flame.frontend.default_dtype import as_floating, floating
 from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
+from flame.frontend.nextafter import nextafter
 from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import cat, full, matmul, pad, where
@@ -644,6 +645,9 @@ class TensorMath:
 
     def hypot(self, other):
         return more_math.hypot(self, other)
+
+    def nextafter(self, other):
+        return nextafter(self, other)
 
     def copysign(self, other):
         return more_math.copysign(self, other)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from flame.errors import ArgumentError, ArgumentRangeError, ShapeError
+from flame.errors import ArgumentError, ArgumentRangeError, AutogradError, ShapeError
 from flame.frontend import views
-from flame.frontend.context import user_location
+from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.creation import tensor
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import full
 from flame.ir.dtypes import boolean
 
-__all__ = ["adjoint", "as_strided", "diagonal_scatter", "ger", "index_reduce", "isreal", "put", "select_scatter",
-           "slice_scatter", "split_with_sizes", "unsafe_chunk", "unsafe_split", "unsafe_split_with_sizes"]
+__all__ = ["adjoint", "as_strided", "diagonal_scatter", "ger", "index_reduce", "isreal", "narrow_copy", "put",
+           "select_scatter", "slice_scatter", "split_with_sizes", "unsafe_chunk", "unsafe_split",
+           "unsafe_split_with_sizes"]
 
 
 def _written(input: Tensor, view, src: Tensor) -> Tensor:  # noqa: A002
@@ -106,6 +107,11 @@ def put(input: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) 
     return flat.index_put((index.reshape(-1),), source.reshape(-1), accumulate).reshape(input.shape)
 
 
+def narrow_copy(input: Tensor, dim: int, start: int, length: int) -> Tensor:  # noqa: A002
+    """input.narrow(dim, start, length) as a new tensor sharing no storage with input, as torch's."""
+    return input.narrow(dim, start, length).clone()
+
+
 def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -> Tensor:  # noqa: A002
     """torch.as_strided: the elements of input's storage (its base's elements in row-major order, or
     input's own when it is no view) at storage_offset + sum_i index_i * stride_i (storage_offset: input's
@@ -144,6 +150,24 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
     return views.mark_strided_copy(base.reshape(-1)[tensor(idx)])
 
 
+def _view_in_place(x: Tensor, name: str, spelling: str, view, swaps: tuple[int, int] | None = None) -> Tensor:
+    """x after torch's in-place view op `name`, whose out-of-place result `view()` gives: x itself where
+    its layout stays (squeezing no dim of size 1, swapping a dim with itself), with torch's errors
+    first (a leaf that requires grad, a dim out of range); else a NotImplementedError."""
+    trace = current_trace.get()
+    if grad_enabled.get() and x.requires_grad and (x._node is None if x._value is None
+                                                    else trace is not None and id(x) in trace.inputs_of):
+        raise AutogradError(f"a leaf Variable that requires grad is being used in an in-place operation.\n"
+                            f"  at {user_location()}")
+    out = view()
+    same = out.shape == x.shape if swaps is None else \
+        dim_index(name, swaps[0], x.ndim) == dim_index(name, swaps[1], x.ndim)
+    if same:
+        return x
+    raise NotImplementedError(f"{name}: flame does not change a tensor's sizes or strides in place; write "
+                              f"{spelling}, which returns the view\n  at {user_location()}")
+
+
 class TensorShapes:
     """Tensor's methods of the functions above, and unfold, fill_diagonal_, sum_to_size, H, mH."""
 
@@ -167,6 +191,9 @@ class TensorShapes:
         shape = (*self.shape[:d], n, size, *self.shape[d + 1:])
         return picked.reshape(shape).movedim(d + 1, -1)
 
+    def narrow_copy(self, dim: int, start: int, length: int):
+        return narrow_copy(self, dim, start, length)
+
     def as_strided(self, size, stride, storage_offset: int | None = None):
         return as_strided(self, size, stride, storage_offset)
 
@@ -175,6 +202,28 @@ class TensorShapes:
         (as_strided reads a copy)."""
         raise NotImplementedError(f"as_strided_: flame does not restride a tensor in place; use "
                                   f"x = x.as_strided(size, stride), which reads a copy\n  at {user_location()}")
+
+    # torch's in-place view ops change the tensor's own sizes and strides while its storage stays;
+    # flame's tensors take no new layout in place (a view's base is never restrided under its other
+    # views), so where the layout would change they raise, naming the out-of-place spelling
+    def squeeze_(self, dim=None):
+        return _view_in_place(self, "squeeze_", "x = x.squeeze(...)",
+                              lambda: self.squeeze() if dim is None else self.squeeze(dim))
+
+    def unsqueeze_(self, dim: int):
+        return _view_in_place(self, "unsqueeze_", "x = x.unsqueeze(...)", lambda: self.unsqueeze(dim))
+
+    def transpose_(self, dim0: int, dim1: int):
+        return _view_in_place(self, "transpose_", "x = x.transpose(...)", lambda: self.transpose(dim0, dim1),
+                              swaps=(dim0, dim1))
+
+    def swapaxes_(self, axis0: int, axis1: int):
+        return _view_in_place(self, "swapaxes_", "x = x.swapaxes(...)", lambda: self.transpose(axis0, axis1),
+                              swaps=(axis0, axis1))
+
+    def swapdims_(self, dim0: int, dim1: int):
+        return _view_in_place(self, "swapdims_", "x = x.swapdims(...)", lambda: self.transpose(dim0, dim1),
+                              swaps=(dim0, dim1))
 
     def fill_diagonal_(self, fill_value, wrap: bool = False):
         """The main diagonal (of every dim at once) set to fill_value in place; a tall matrix's restarts

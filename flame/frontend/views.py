@@ -53,6 +53,7 @@ def link(out: Tensor, src: Tensor, opdef, attrs: dict) -> None:
     base = src._base if src._base is not None else src
     out._base, out._vc, out._seen = base, base._vc, version(base)
     out._chain = src._chain + ((opdef, attrs, out.shape),)
+    out._inference = base._inference  # a view is an inference tensor where its base is, as torch's
 
 
 def stale(x: Tensor) -> bool:

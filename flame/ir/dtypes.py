@@ -78,6 +78,7 @@ f16 = DType("f16", np.dtype(np.float16), "__half", "float", "float")
 bf16 = DType("bf16", np.dtype(ml_dtypes.bfloat16), "__nv_bfloat16", "float", "float")
 i32 = DType("i32", np.dtype(np.int32), "int", "int", "int")
 i64 = DType("i64", np.dtype(np.int64), "long long", "long long", "int")
+i16 = DType("i16", np.dtype(np.int16), "short", "short", "int")
 i8 = DType("i8", np.dtype(np.int8), "signed char", "signed char", "int")
 u8 = DType("u8", np.dtype(np.uint8), "unsigned char", "unsigned char", "int")  # flame's one unsigned dtype
 boolean = DType("bool", np.dtype(np.bool_), "bool", "bool", "bool")
@@ -85,12 +86,12 @@ f8e4m3 = DType("f8e4m3", np.dtype(ml_dtypes.float8_e4m3fn), "__nv_fp8_storage_t"
 f8e5m2 = DType("f8e5m2", np.dtype(ml_dtypes.float8_e5m2), "__nv_fp8_storage_t", "float", "float8")
 FP8_DTYPES: tuple[DType, ...] = (f8e4m3, f8e5m2)
 
-ALL_DTYPES: tuple[DType, ...] = (f32, f16, bf16, f64, i32, i64, i8, u8, boolean)
+ALL_DTYPES: tuple[DType, ...] = (f32, f16, bf16, f64, i32, i64, i16, i8, u8, boolean)
 FLOAT_DTYPES: tuple[DType, ...] = (f32, f16, bf16, f64)
 _BY_NAME = {d.name: d for d in ALL_DTYPES + FP8_DTYPES}
 _ALIASES = {"float32": f32, "float": f32, "float64": f64, "double": f64, "float16": f16,
-            "half": f16, "bfloat16": bf16, "int32": i32, "int": i32, "int64": i64, "long": i64, "int8": i8,
-            "uint8": u8, "bool_": boolean, "float8_e4m3fn": f8e4m3, "float8_e5m2": f8e5m2}
+            "half": f16, "bfloat16": bf16, "int32": i32, "int": i32, "int64": i64, "long": i64, "int16": i16,
+            "short": i16, "int8": i8, "uint8": u8, "bool_": boolean, "float8_e4m3fn": f8e4m3, "float8_e5m2": f8e5m2}
 _BY_NP = {d.np_dtype: d for d in ALL_DTYPES + FP8_DTYPES}
 
 
@@ -162,5 +163,5 @@ def promote(a: DType, b: DType) -> DType:
             return f32
         return a if a.itemsize >= b.itemsize else b
     if u8 in (a, b) and (a.itemsize, b.itemsize) == (1, 1):
-        return i32  # u8 with i8: PyTorch gives int16, which flame does not have; int32 holds both
+        return i16  # u8 with i8: the smallest signed dtype that holds both, as PyTorch
     return a if a.itemsize >= b.itemsize else b

@@ -19,6 +19,7 @@ from flame.frontend.fractional_pool import *  # noqa: F401,F403
 from flame.frontend.fractional_pool import __all__ as _fractional
 from flame.frontend.functional import *  # noqa: F401,F403
 from flame.frontend.functional import __all__ as _core
+from flame.frontend.linear_cross_entropy import linear_cross_entropy
 from flame.frontend.losses import *  # noqa: F401,F403
 from flame.frontend.losses import __all__ as _more
 from flame.frontend.margin_losses import *  # noqa: F401,F403
@@ -35,7 +36,7 @@ from flame.frontend.sampling import *  # noqa: F401,F403
 from flame.frontend.sampling import __all__ as _sampling
 
 __all__ = [*_core, *_more, *_margin, *_activations, *_conv, *_pooling, *_resample, *_norms, *_sampling, *_ctc,
-           *_fractional, "multi_head_attention_forward", "pdist"]
+           *_fractional, "linear_cross_entropy", "multi_head_attention_forward", "pdist"]
 __all__ = sorted(set(__all__) | set(_inplace.__all__))
 for _name in _inplace.__all__:  # over the star imports' names: these take torch's `inplace` argument
     globals()[_name] = getattr(_inplace, _name)

@@ -1,19 +1,23 @@
-"""The modules of the margin, embedding and likelihood losses in flame.frontend.margin_losses and of
-the CTC loss (flame.frontend.ctc), with PyTorch's names and constructor arguments."""
+"""The modules of the margin, embedding and likelihood losses in flame.frontend.margin_losses, of
+the CTC loss (flame.frontend.ctc) and of linear_cross_entropy, with PyTorch's names and constructor arguments."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
+from flame.errors import ArgumentRangeError
 from flame.frontend import margin_losses as M
 from flame.frontend.ctc import ctc_loss
 from flame.frontend.functional import no_legacy_reduction
+from flame.frontend.linear_cross_entropy import linear_cross_entropy
 from flame.frontend.tensor import Tensor
+from flame.nn.layers import Linear
 from flame.nn.module import Module
 
-__all__ = ["CTCLoss", "CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss",
-           "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "SoftMarginLoss",
-           "TripletMarginLoss", "TripletMarginWithDistanceLoss"]
+__all__ = ["CTCLoss", "CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "LinearCrossEntropyLoss",
+           "MarginRankingLoss", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss",
+           "SoftMarginLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss"]
 
 
 class MarginRankingLoss(Module):
@@ -145,3 +149,37 @@ class CTCLoss(Module):
     def forward(self, log_probs: Tensor, targets: Tensor, input_lengths, target_lengths) -> Tensor:
         return ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
                         self.zero_infinity)
+
+
+class LinearCrossEntropyLoss(Module):
+    """torch.nn.LinearCrossEntropyLoss: F.linear_cross_entropy with its own Linear of in_features to
+    num_classes * prod(out_features) outputs (its weight and bias stored flat, in self.linear, as torch's,
+    and shaped [num_classes, *out_features, in_features] for each call); weight [num_classes] a buffer."""
+
+    def __init__(self, in_features: int, num_classes: int, *, out_features: tuple[int, ...] = (), bias: bool = False,
+                 device=None, dtype=None, reduction: str = "mean", weight: Tensor | None = None,
+                 ignore_index: int | None = None, label_smoothing: float = 0.0, options=None):
+        if weight is not None and tuple(weight.shape) != (num_classes,):
+            raise ArgumentRangeError(f"expected weight shape to be {(num_classes,)}, got {tuple(weight.shape)}")
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ArgumentRangeError(f"expected label_smoothing to be in range [0, 1], got {label_smoothing}")
+        super().__init__()
+        self.register_buffer("weight", weight)  # in state_dict, as torch's
+        self.reduction, self.num_classes, self.out_features = reduction, num_classes, tuple(out_features)
+        self.ignore_index, self.label_smoothing, self.options = ignore_index, label_smoothing, options
+        self.linear = Linear(in_features, math.prod(out_features, start=num_classes), bias=bias, device=device,
+                             dtype=dtype)
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
+        shape = (self.num_classes, *self.out_features)
+        bias = None if self.linear.bias is None else self.linear.bias.reshape(shape)
+        return linear_cross_entropy(input, self.linear.weight.reshape(*shape, self.linear.in_features), target,
+                                    linear_bias=bias, weight=self.weight, reduction=self.reduction,
+                                    ignore_index=self.ignore_index, label_smoothing=self.label_smoothing,
+                                    options=self.options)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.linear.in_features}, num_classes={self.num_classes}, "
+                f"out_features={self.out_features}, bias={self.linear.bias is not None}, "
+                f"reduction={self.reduction}, ignore_index={self.ignore_index}, "
+                f"label_smoothing={self.label_smoothing}, options={self.options}")

@@ -160,3 +160,21 @@ def device_of(array) -> Device:
     if isinstance(array, np.ndarray):
         return Device("cpu")
     return Device("cuda", int(getattr(getattr(array, "device", None), "id", 0)))
+
+
+def get_default_device() -> Device:
+    """The device new tensors are made on, as torch.get_default_device: the current executor's ("cpu"
+    for the reference executor, cuda:0 for the CUDA one)."""
+    return device_of(None)
+
+
+def set_default_device(device) -> None:
+    """Make new tensors on `device` (None: the CPU), as torch.set_default_device. flame runs one executor
+    per process, so this chooses it, as set_device does: "cpu" the reference executor, "cuda" the GPU
+    one (made before the switch, tensors stay on the executor that made them)."""
+    want = Device("cpu" if device is None else device)
+    if want.type == "cuda" and want.index not in (None, 0):
+        raise FlameError(f"set_default_device({str(want)!r}): flame runs on one GPU per process, cuda:0 (choose "
+                         f"another with CUDA_VISIBLE_DEVICES)")
+    if want.executor_name != get_device():
+        set_device(want.executor_name)
