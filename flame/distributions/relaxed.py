@@ -74,7 +74,24 @@ class LogitRelaxedBernoulli(BinaryProbs, Distribution):
         return _log(self.temperature) + diff - 2 * diff.exp().log1p()
 
 
-class RelaxedBernoulli(TransformedDistribution):
+class _RelaxedParameters:
+    """temperature, logits and probs of a relaxed distribution: its base distribution's (the relaxation
+    is a transform of a base over logits)."""
+
+    @property
+    def temperature(self):
+        return self.base_dist.temperature
+
+    @property
+    def logits(self):
+        return self.base_dist.logits
+
+    @property
+    def probs(self):
+        return self.base_dist.probs
+
+
+class RelaxedBernoulli(_RelaxedParameters, TransformedDistribution):
     """sigmoid of a LogitRelaxedBernoulli draw: a reparameterised relaxation of Bernoulli(probs) on
     (0, 1)."""
 
@@ -90,21 +107,6 @@ class RelaxedBernoulli(TransformedDistribution):
         """This distribution with its parameter expanded to batch_shape."""
         new = self._get_checked_instance(RelaxedBernoulli, _instance)
         return super().expand(batch_shape, _instance=new)
-
-    @property
-    def temperature(self):
-        """The relaxation's temperature."""
-        return self.base_dist.temperature
-
-    @property
-    def logits(self):
-        """The logits of the success probability."""
-        return self.base_dist.logits
-
-    @property
-    def probs(self):
-        """The success probability."""
-        return self.base_dist.probs
 
 
 class ExpRelaxedCategorical(Distribution):
@@ -165,7 +167,7 @@ class ExpRelaxedCategorical(Distribution):
         return score + log_scale
 
 
-class RelaxedOneHotCategorical(TransformedDistribution):
+class RelaxedOneHotCategorical(_RelaxedParameters, TransformedDistribution):
     """exp of an ExpRelaxedCategorical draw: a reparameterised relaxation of OneHotCategorical on the
     simplex (the Gumbel-softmax)."""
 
@@ -181,18 +183,3 @@ class RelaxedOneHotCategorical(TransformedDistribution):
         """This distribution with its parameter expanded to batch_shape."""
         new = self._get_checked_instance(RelaxedOneHotCategorical, _instance)
         return super().expand(batch_shape, _instance=new)
-
-    @property
-    def temperature(self):
-        """The relaxation's temperature."""
-        return self.base_dist.temperature
-
-    @property
-    def logits(self):
-        """The categories' normalised log-probabilities."""
-        return self.base_dist.logits
-
-    @property
-    def probs(self):
-        """The categories' probabilities."""
-        return self.base_dist.probs
