@@ -397,6 +397,13 @@ def assign(t, new, what: str = "an in-place op", fill: bool = False) -> None:
     t._node, t.requires_grad = node, needs
 
 
+def writes_a_leaf(t) -> bool:
+    """A write into t now is one torch refuses while recording gradients: t, or the tensor t is a view
+    of, is a leaf that requires grad (its check comes before any other of the write's)."""
+    trace = current_trace.get()
+    return grad_enabled.get() and any(u is not None and _leaf(u, trace) for u in (t, t._base))
+
+
 def _leaf(t, trace) -> bool:
     """t is a leaf that requires grad (torch refuses to write one in place while recording gradients):
     eagerly a tensor no op made; while tracing also an argument of the traced function or a captured

@@ -23,7 +23,7 @@ from flame.frontend.autocast import policy
 from flame.frontend.context import grad_enabled, made_like, no_grad, user_location
 from flame.frontend.creation import arange, normal_, tensor, uniform_
 from flame.frontend.dispatch import apply, broadcast
-from flame.frontend.indexing import assign, index_put, stand_in
+from flame.frontend.indexing import assign, index_put, stand_in, writes_a_leaf
 from flame.frontend.linalg_functions import matrix_norm
 from flame.frontend.norms import vector_norm
 from flame.frontend.promotion import fits, is_bool, result_type
@@ -354,7 +354,7 @@ class TensorOps:
         (non_blocking changes nothing: flame's copies are ordered on the executor's stream). A tensor copied
         onto its own memory (the same elements, shape and strides: an expanded view onto itself) is left as
         it is, as torch's copy_ leaves it, with no check."""
-        if views.same_data(self, other):
+        if views.same_data(self, other) and not writes_a_leaf(self):  # (torch's leaf check comes first)
             return self
         views.check_overlap(self, (other,), "copy_")
         return self._copy(other)

@@ -196,6 +196,21 @@ def test_writing_an_expanded_tensors_own_source_into_it_writes_nothing_as_torch(
         x.expand(2, 3, 3, 2)[-1] = x * 2
 
 
+def test_copying_a_leaf_that_requires_grad_onto_itself_is_torchs_leaf_error():
+    """torch checks the leaf before it finds the copy writes nothing."""
+    x = flame.randn(3, requires_grad=True)
+    with pytest.raises(flame.errors.AutogradError, match="a leaf Variable that requires grad is being used"):
+        x.copy_(x)
+
+    @flame.compile
+    def step(x):
+        x.copy_(x)
+        return x * 1
+
+    with pytest.raises(flame.errors.AutogradError, match="a leaf Variable that requires grad is being used"):
+        step(flame.randn(3, requires_grad=True))
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_copying_an_expanded_view_onto_itself_writes_nothing_as_torch(compiled):
     def body(m, x):
