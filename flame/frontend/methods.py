@@ -1,8 +1,9 @@
 """Tensor's methods, bound onto the class in one place. tensor.py holds a tensor's state and what reads
 it; every method that makes a tensor goes through dispatch.apply, which makes Tensors, so those methods
 are written above it: tensor_core.TensorCore (conversions, operators, elementwise math, reductions,
-movement), tensor_ops.TensorOps, tensor_pieces.TensorPieces (split, tensor_split, chunk, fliplr,
-flipud), tensor_math.TensorMath, torch_extras.TensorExtras, random_fills.TensorRandomFills,
+movement), tensor_ops.TensorOps, tensor_index_methods.TensorIndexOps (gather, scatter, index_*),
+tensor_pieces.TensorPieces (split, tensor_split, chunk, fliplr, flipud), tensor_math.TensorMath,
+torch_extras.TensorExtras, random_fills.TensorRandomFills,
 torch_shapes.TensorShapes, real_tensors.TensorRealQueries, and below the methods whose code is a
 function of an op module (indexing, softmax, backward). The package's __init__ imports this module,
 so a Tensor has all its methods once any part of flame.frontend is imported."""
@@ -19,6 +20,7 @@ from flame.frontend.random_fills import TensorRandomFills
 from flame.frontend.real_tensors import TensorRealQueries
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import TensorCore
+from flame.frontend.tensor_index_methods import TensorIndexOps
 from flame.frontend.tensor_inplace import in_place_methods
 from flame.frontend.tensor_math import TensorMath
 from flame.frontend.tensor_ops import TensorOps
@@ -110,7 +112,7 @@ def bind(cls: type, *mixins: type) -> None:
             setattr(cls, name, numpy_names(member) if inspect.isfunction(member) else member)
 
 
-bind(Tensor, TensorCore, TensorOps, TensorPieces, TensorMath, TensorLinks, TensorHooks, TensorExtras,
+bind(Tensor, TensorCore, TensorOps, TensorIndexOps, TensorPieces, TensorMath, TensorLinks, TensorHooks, TensorExtras,
      TensorRandomFills, TensorShapes, TensorRealQueries)
 bind(Tensor, type("TensorAliases", (), {a: vars(Tensor)[m] for a, m in TENSOR_ALIASES.items()}))  # x.divide ...
 bind(Tensor, in_place_methods(Tensor))  # x.sigmoid_() and its kin, from the methods bound above

@@ -10,6 +10,7 @@ import inspect
 import numpy as np
 
 from flame.frontend import methods  # noqa: F401  (Tensor's methods are bound: _unary reads them)
+from flame.frontend.broadcasting import broadcast_shapes, broadcast_tensors  # noqa: F401  (the package root's)
 from flame.frontend.creation import tensor
 from flame.frontend.functional import log_softmax as _log_softmax
 from flame.frontend.functional import softmax as _softmax
@@ -18,8 +19,6 @@ from flame.frontend.norms import vector_norm  # noqa: F401  (the package root's 
 from flame.frontend.tensor import Tensor
 from flame.frontend.tensor_core import (  # noqa: F401  (the package root's names)
     binary,
-    broadcast_shapes,
-    broadcast_tensors,
     pad,
     where,
 )

@@ -1,8 +1,9 @@
 """The core of Tensor's methods, each one apply() of an IR op or a few: conversions (to, float, ...),
 detach and copy_, the arithmetic and comparison operators, elementwise math, reductions, movement
 (reshape, permute, gather, ...); and the functions every op module builds on: binary (an op with
-PyTorch's promotion, whose rules are in frontend/promotion.py), matmul, full, where, cat, stack, pad,
-broadcast_tensors. frontend/methods.py binds TensorCore's methods onto Tensor."""
+PyTorch's promotion, whose rules are in frontend/promotion.py), matmul, full, where, cat, stack, pad
+(broadcast_shapes and broadcast_tensors: frontend/broadcasting.py). frontend/methods.py binds TensorCore's
+methods onto Tensor."""
 
 from __future__ import annotations
 
@@ -730,22 +731,6 @@ def placed(t: Tensor, device, what: str) -> Tensor:
         raise TypeError(f"{what}: device must name a device ('cpu', 'cuda', 'cuda:0'), got {device!r}\n"
                         f"  at {user_location()}")
     return t._to_device(device)
-
-
-def broadcast_shapes(*shapes) -> tuple[int, ...]:
-    """The shape the given shapes broadcast to (NumPy's rules), as torch.broadcast_shapes."""
-    try:
-        return tuple(np.broadcast_shapes(*[tuple(s) if not isinstance(s, int) else (s,) for s in shapes]))
-    except ValueError:
-        raise ShapeError(f"broadcast_shapes: {[list(s) if not isinstance(s, int) else [s] for s in shapes]} do "
-                         f"not broadcast\n  at {user_location()}") from None
-
-
-def broadcast_tensors(*tensors) -> tuple[Tensor, ...]:
-    """Every tensor broadcast to their common shape, as torch.broadcast_tensors."""
-    ts = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
-    shape = broadcast_shapes(*[t.shape for t in ts])
-    return tuple(t.broadcast_to(shape) for t in ts)
 
 
 _NO_BRANCH = object()
