@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from numbers import Number
-
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions.exp_family import ExponentialFamily
@@ -21,17 +19,7 @@ class Bernoulli(BinaryProbs, ExponentialFamily):
     has_enumerate_support = True
 
     def __init__(self, probs=None, logits=None, validate_args: bool | None = None) -> None:
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            is_scalar = isinstance(probs, Number)
-            (self.probs,) = broadcast_all(probs)
-        else:
-            is_scalar = isinstance(logits, Number)
-            (self.logits,) = broadcast_all(logits)
-        self._param = self.probs if probs is not None else self.logits
-        batch_shape = () if is_scalar else self._param.shape
-        super().__init__(batch_shape, validate_args=validate_args)
+        super().__init__(self._take_param(probs, logits), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         """This distribution with its parameter expanded to batch_shape."""

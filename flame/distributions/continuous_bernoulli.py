@@ -5,7 +5,6 @@ inside the unstable region around p = 1/2 (lims)."""
 from __future__ import annotations
 
 import math
-from numbers import Number
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
@@ -27,23 +26,16 @@ class ContinuousBernoulli(BinaryProbs, ExponentialFamily):
     has_rsample = True
 
     def __init__(self, probs=None, logits=None, lims=(0.499, 0.501), validate_args: bool | None = None) -> None:
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        batch_shape = self._take_param(probs, logits)
         if probs is not None:
-            is_scalar = isinstance(probs, Number)
-            (self.probs,) = broadcast_all(probs)
             # checked here when validate_args is given (either way, as torch's): probs is clamped next
             if validate_args is not None:
                 known = known_value(self.arg_constraints["probs"].check(self.probs))
                 if known is not None and not known.all():
                     raise ValueError("The parameter probs has invalid values")
-            self.probs = clamp_probs(self.probs)
-        else:
-            is_scalar = isinstance(logits, Number)
-            (self.logits,) = broadcast_all(logits)
-        self._param = self.probs if probs is not None else self.logits
+            self.probs = self._param = clamp_probs(self.probs)
         self._lims = lims
-        super().__init__(() if is_scalar else self._param.shape, validate_args=validate_args)
+        super().__init__(batch_shape, validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         """This distribution with its parameter expanded to batch_shape."""

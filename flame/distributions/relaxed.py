@@ -32,16 +32,7 @@ class LogitRelaxedBernoulli(BinaryProbs, Distribution):
 
     def __init__(self, temperature, probs=None, logits=None, validate_args: bool | None = None) -> None:
         self.temperature = temperature
-        if (probs is None) == (logits is None):
-            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
-        if probs is not None:
-            is_scalar = isinstance(probs, Number)
-            (self.probs,) = broadcast_all(probs)
-        else:
-            is_scalar = isinstance(logits, Number)
-            (self.logits,) = broadcast_all(logits)
-        self._param = self.probs if probs is not None else self.logits
-        super().__init__(() if is_scalar else self._param.shape, validate_args=validate_args)
+        super().__init__(self._take_param(probs, logits), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         """This distribution with its parameter expanded to batch_shape."""

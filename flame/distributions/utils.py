@@ -101,6 +101,17 @@ class BinaryProbs:
         """sigmoid(logits)."""
         return logits_to_probs(self.logits, is_binary=True)
 
+    def _take_param(self, probs, logits) -> tuple[int, ...]:
+        """Keep the one of probs and logits given (broadcast to a tensor), also as `_param`, and return the
+        batch shape it makes (() for a Python number); torch's ValueError unless exactly one is given."""
+        if (probs is None) == (logits is None):
+            raise ValueError("Either `probs` or `logits` must be specified, but not both.")
+        name, given = ("probs", probs) if probs is not None else ("logits", logits)
+        (value,) = broadcast_all(given)
+        setattr(self, name, value)
+        self._param = value
+        return () if isinstance(given, Number) else tuple(value.shape)
+
     def _expand_probs(self, new, batch_shape: tuple) -> None:
         """Give `new` (expand's instance) the parameters known here, probs or logits or both, expanded to
         batch_shape; its `_param`, where the class keeps one, is the expanded logits if known, else probs."""
