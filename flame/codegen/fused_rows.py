@@ -549,17 +549,26 @@ def _merge_rows(out: list[str], late: list[str]) -> list[str]:
 def _plain(lays: list[Layout], broadcasts: bool = False) -> bool:
     """Every value the row kernel reads or writes per element of every row is indexed as the domain
     itself (weights the same for every row aside; with `broadcasts`, also values broadcast over some
-    kept dims, as a pooled gradient [N, 1, 1, C] over channels-last rows): no permuted view, so a
+    kept dims, as a pooled gradient [N, 1, 1, C] over channels-last rows; a reshape read or written
+    at the domain's own addresses, _domain_order): no permuted view, so a
     GroupNorm's channels-last groups take the old schedule under "auto" (the new one failed its GPU
     tests there)."""
     for lay in lays:
         n = len(lay.domain)
         kept, red, ident = range(n - lay.n_red), range(n - lay.n_red, n), identity(n)
         maps = [(v, m) for v, ms in lay.maps.items() for m in ms] + list(lay.stores.items())
-        if any(m.depends_on(red) and m.depends_on(kept) and m != ident
+        if any(m.depends_on(red) and m.depends_on(kept) and m != ident and not _domain_order(v, m, lay.domain)
                and not (broadcasts and _broadcast(v, m, lay.domain)) for v, m in maps):
             return False
     return True
+
+
+def _domain_order(v: Value, m: IndexMap, domain: tuple) -> bool:
+    """v is read at domain coordinates through m at the very addresses the domain's own row-major
+    layout has: a reshape of the domain (the [4096, 11008] value behind a [2, 2048, 11008] row
+    domain), which the row kernels address as the identity."""
+    base, strides = m.flat(v.shape)
+    return base == 0 and all(s == w for s, w, d in zip(strides, contiguous_strides(domain), domain) if d != 1)
 
 
 def _broadcast(v: Value, m: IndexMap, domain: tuple) -> bool:
