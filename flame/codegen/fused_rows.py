@@ -138,7 +138,8 @@ class _RowSegment:
         self.red = range(self.n_kept, rank)
         self.loads = loads
         # "new": what a thread touches element by element (per-element inputs and outputs) moves by vectors
-        self.new = new and split is None
+        # (split: within its chunk, whose start cb is a whole number of vectors)
+        self.new = new and (split is None or self.CH % (16 // min(v.dtype.itemsize for v in inputs + outputs)) == 0)
         # loads inside a piece of a piecewise op: read element by element where the piece holds, never ahead
         self.guarded = {k for k in loads if k in lay.guarded}
         self.memory = [k for k in loads if k[1].depends_on(self.red) and k not in self.guarded] + \
@@ -227,7 +228,7 @@ class _RowSegment:
     def _vload(self, dst: str, key: tuple[Value, IndexMap]) -> str:
         """dst (a flame_vec) = the V elements of input `key` at the thread's vector t."""
         v, _ = key
-        at = f"in{self.in_idx[v]} + (rb{self.loads.index(key)} + (off_t)t * {self.V})"
+        at = f"in{self.in_idx[v]} + (rb{self.loads.index(key)} + {self._chunk}(off_t)t * {self.V})"
         if self.aligned:
             return f"{dst} = *reinterpret_cast<const {_vec(v, self.V)}*>({at});"
         return f"for (int v = 0; v < {self.V}; ++v) {dst}.v[v] = ({at})[v];"
@@ -265,14 +266,16 @@ class _RowSegment:
             w = f"w{self.loads.index(k)}"
             pre += [f"{_vec(k[0], V)} {w};", self._vload(w, k)]
         core = pre + self._vdecls + ["#pragma unroll", f"for (int v = 0; v < {V}; ++v) {{",
-                                     f"  const idx_t r = t * {V}u + (idx_t)v;", *["  " + x for x in q + body], "}"]
+                                     f"  const idx_t r = {self._chunk}t * {V}u + (idx_t)v;",
+                                     *["  " + x for x in q + body], "}"]
         core += self._vstores
         self._used, self._vdecls, self._vstores = {}, [], []
         if self.cached or unrolled:  # vector j of the thread: registers x{k}[j], partials c{n}[j*V+v]
             return ["#pragma unroll", f"for (int j = 0; j < {self.J}; ++j) {{",
-                    f"  const idx_t t = (idx_t)lane + (idx_t)j * {self.G}u;", f"  if (t * {V}u < R) {{",
+                    f"  const idx_t t = (idx_t)lane + (idx_t)j * {self.G}u;", f"  if (t * {V}u < {self._end}) {{",
                     *["    " + x for x in core], "  }", "}"]
-        return [f"for (idx_t t = (idx_t)lane; t * {V}u < R; t += {self.G}u) {{", *["  " + x for x in core], "}"]
+        return [f"for (idx_t t = (idx_t)lane; t * {V}u < {self._end}; t += {self.G}u) {{",
+                *["  " + x for x in core], "}"]
 
     def aligned_check(self) -> list[str]:
         """Conditions that every pointer the row reads or writes by vectors is aligned to a vector."""
@@ -286,6 +289,11 @@ class _RowSegment:
     @property
     def _end(self) -> str:
         return "RC" if self.P > 1 else "R"
+
+    @property
+    def _chunk(self) -> str:
+        """"new", split rows: the chunk's first element, before a thread's vector offset."""
+        return "cb + " if self.P > 1 else ""
 
     def _reduce(self, em: Emitter, op: Op, out: list[str], nth: int) -> None:
         accu = accumulator(op)
@@ -373,7 +381,7 @@ class _RowSegment:
                 out += [f"{_vec(v, self.V)} x{key}[{self.J}];", "#pragma unroll",
                         f"for (int j = 0; j < {self.J}; ++j) {{",
                         f"  const idx_t t = (idx_t)lane + (idx_t)j * {self.G}u;",
-                        f"  if (t * {self.V}u < R) {{ {self._vload(f'x{key}[j]', (v, m))} }}", "}"]
+                        f"  if (t * {self.V}u < {self._end}) {{ {self._vload(f'x{key}[j]', (v, m))} }}", "}"]
             elif (v, m) in self.reg:
                 ctype = cuda_c.compute_dtype(v.dtype).cuda_type
                 load = cuda_c.load(f"in{self.in_idx[v]}[rb{key} + {self.off[(v, m)][1]}]", v.dtype)
@@ -414,7 +422,7 @@ class _RowSegment:
                  [f"q{d} == 0" for d in self.rguard[(v, m)] if m.depends_on(self.red) and self.rdims]
         if self.new and m.depends_on(self.red):  # element v of the output vector, stored after the v loop
             o, vt = self.out_idx[v], _vec(v, self.V)
-            at = f"out{o} + ({k} + (off_t)t * {self.V})"
+            at = f"out{o} + ({k} + {self._chunk}(off_t)t * {self.V})"
             st = (f"*reinterpret_cast<{vt}*>({at}) = y_out{o};" if self.aligned
                   else f"for (int v = 0; v < {self.V}; ++v) ({at})[v] = y_out{o}.v[v];")
             self._vdecls.append(f"{vt} y_out{o};")
@@ -617,7 +625,7 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     column_only = bool(columns) and all(op in columns for seg in segs for op in seg if is_reduction(op))
     new = ((schedule == "new" or (schedule == "auto" and (not columns and _plain(lays) or column_only
                                                           and _plain(lays, broadcasts=True))))
-           and not split and _walks_rows(lays))
+           and _walks_rows(lays))
 
     def make(G: int, carry: bool = False, hold: bool = True) -> list[_RowSegment]:
         return [_RowSegment(seg, lay, inputs, outputs, G, k, columns, config, target, split, new, carry, hold)
@@ -627,7 +635,11 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     if narrow is None and column_only and schedule == "auto":
         new = False  # rows of over 1024 vectors carrying column sums only: the old schedule is the measured one
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
-    if new:
+    if new and split and not all(p.new for p in make(config.split_threads)):
+        new = False  # chunks that do not start on whole vectors: element by element
+    if new and split:  # a chunk per block of Config.split_threads, by vectors
+        G, parts = config.split_threads, make(config.split_threads)
+    elif new:
         G, parts = narrow or _new_threads(make, config, few=isinstance(M, int) and M < target.sm_count)
     else:
         G = config.split_threads if split else 1024 if dynamic_row else _threads(R)

@@ -93,6 +93,10 @@ CASES = {
                       ["rows per block", "column reduction(s)"]),
     "cross_entropy_bf16": (lambda: cross_entropy_bf16(True, vocab=40)[0], NEW, None, ["1 value(s) carried"]),
     "reshaped_rows": (_reshaped_swiglu_amax, NEW, None, ["flame_vec<__nv_bfloat16, 8>", "8-element vectors"]),
+    # few long rows split into chunks of 2048 across blocks (a whole-tensor loss), each chunk by vectors
+    "split_rows": (_graph(_sum_squares, (2, 600000), bf16), NEW, None,
+                   ["in 293 chunks of 2048 (registers, 8-element vectors)", "cb + (off_t)t * 8"]),
+    "split_rows_odd_length": (_graph(_sum_squares, (4, 300001), f32), NEW, None, ["chunks of 2048", "1-element vectors"]),
     "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
     "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
     "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,
