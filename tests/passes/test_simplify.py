@@ -1,5 +1,6 @@
 """simplify_algebra: one test per rule (IR before -> after), and the float identities it must refuse."""
 
+import numpy as np
 import pytest
 
 from flame.ir import parse, print_graph
@@ -203,6 +204,40 @@ def test_pow_by_one_and_zero(check, shape, dims):
         }}""",
     )
     assert "pow %0" not in out and "pow %1, %0" in out
+
+
+def test_pow_by_a_scalar_two_is_a_square(check):
+    # pow(x, 2) -> x * x for a constant 2 (the correctly rounded square, as torch's pow kernels and NumPy's
+    # power compute a scalar 2); pow(2, x) and an integer pow are kept
+    out = run(
+        check,
+        """
+        graph f(%0: f32[4] data, %1: i32[4] data) {
+          %2 = full {shape=[], value=2.0, dtype=f32} : f32[]
+          %3 = pow %0, %2 : f32[4]
+          %4 = pow %2, %0 : f32[4]
+          %5 = full {shape=[], value=2, dtype=i32} : i32[]
+          %6 = pow %1, %5 : i32[4]
+          %7 = full {shape=[4], value=2.0, dtype=f32} : f32[4]
+          %8 = pow %0, %7 : f32[4]
+          return %3, %4, %6, %8
+        }""",
+    )
+    assert "mul %0, %0" in out and "pow %2, %0" in out and "pow %1, %5" in out and "pow %0" not in out
+
+
+def test_square_matches_torch_bit_for_bit():
+    """x ** 2 in f32 and bf16 (autocast's f32 and an f32 loss over bf16 data) equals torch's x ** 2."""
+    import torch
+
+    import flame
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(4096) * 10 ** rng.uniform(-20, 18, 4096)).astype(np.float32)
+    for dt, tdt in ((flame.float32, torch.float32), (flame.bfloat16, torch.bfloat16)):
+        got = flame.compile(lambda t: t ** 2)(flame.tensor(x).to(dt)).float().numpy()
+        want = (torch.from_numpy(x).to(tdt) ** 2).float().numpy()
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("op, value", [("mul", 1.0), ("div", 1.0), ("sub", 0.0), ("add", -0.0)])

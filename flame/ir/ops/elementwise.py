@@ -194,12 +194,15 @@ def _minmax_vjp(pick):
 def _power(x, y):
     """IEEE pow (C's powf: pow(-inf, 0.5) = inf, pow(-0.0, 0.5) = +0.0) whatever the exponent's shape:
     NumPy computes an exponent of 0.5 that is a scalar or a broadcast (stride-0) operand as sqrt, so
-    such an exponent is materialised first."""
+    such an exponent is materialised first. An exponent of 2 gives x * x (the correctly rounded square, as
+    PyTorch's pow kernels compute a scalar 2, and simplify_algebra's rewrite of a constant 2)."""
     x, y = np.asarray(x), np.asarray(y)
     shape = np.broadcast_shapes(x.shape, y.shape)
     if y.ndim == 0 or 0 in y.strides:
         y = np.array(np.broadcast_to(y, shape or (1,)))
-    return np.power(x.reshape(x.shape or (1,)), y).reshape(shape)
+    out = np.power(x.reshape(x.shape or (1,)), y).reshape(shape)
+    two = np.broadcast_to(y.reshape(y.shape if shape else ()) == 2, shape)
+    return np.where(two, x * x, out) if two.any() else out
 
 
 def _int_power(x, y):
