@@ -5,6 +5,7 @@ launch-size helpers and unique, descriptive kernel names."""
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,11 @@ class Config:
     backward GEMM reads transposed) is the tiled transpose with the pointwise ops in it
     (transpose.lower_tiled_map); None: $FLAME_TILED_MAP, else on. wide_byte_tiles: tiled transposes of
     1-byte elements take 128 x 128 tiles (codegen/transpose.py); None: $FLAME_WIDE_BYTE_TILES, else off
-    (the 64 x 64 tiles are the GPU-verified ones; the wide ones are not timed yet)."""
+    (the 64 x 64 tiles are the GPU-verified ones; the wide ones ran slower on an H100, 48-67 % of copy
+    against 70-80 % in llama7b_block_train_fp8: benchmarks/results/2026-12-06-H100-fp8-rows/).
+    row_stream_min: "new" row kernels whose rows hold at least this many elements re-read their inputs
+    in each pass (streamed, 512 threads per row) instead of holding the row in registers, so that
+    several rows are in flight per multiprocessor; None: $FLAME_ROW_STREAM_MIN, else 0 (never)."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -97,6 +102,7 @@ class Config:
     balanced_scalars: bool | None = None
     tiled_maps: bool | None = None
     wide_byte_tiles: bool | None = None
+    row_stream_min: int | None = None
 
 
 DEFAULT_CONFIG = Config()
@@ -150,12 +156,22 @@ def wide_byte_tiles(config: Config = DEFAULT_CONFIG) -> bool:
     return env_flag("FLAME_WIDE_BYTE_TILES", False) if config.wide_byte_tiles is None else config.wide_byte_tiles
 
 
+def row_stream_min(config: Config = DEFAULT_CONFIG) -> int:
+    """config.row_stream_min, else $FLAME_ROW_STREAM_MIN, else 0 (Config says what it does)."""
+    if config.row_stream_min is not None:
+        return config.row_stream_min
+    text = os.environ.get("FLAME_ROW_STREAM_MIN", "0")
+    if not text.isdigit():
+        raise ArgumentError(f"FLAME_ROW_STREAM_MIN={text!r}: expected a row length in elements (0: never)")
+    return int(text)
+
+
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
     """The settings codegen reads from the environment (rows_schedule, balanced_scalars, tiled_maps,
-    wide_byte_tiles, flash_pipeline): part of every key under which rendered kernels or compiled plans
-    are kept."""
+    wide_byte_tiles, flash_pipeline, row_stream_min): part of every key under which rendered kernels or
+    compiled plans are kept."""
     return (rows_schedule(config), balanced_scalars(config), tiled_maps(config), wide_byte_tiles(config),
-            flash_pipeline())
+            flash_pipeline(), row_stream_min(config))
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,11 @@ CASES = {
     # few long rows split into chunks of 2048 across blocks (a whole-tensor loss), each chunk by vectors
     "split_rows": (_graph(_sum_squares, (2, 600000), bf16), NEW, None,
                    ["in 293 chunks of 2048 (registers, 8-element vectors)", "cb + (off_t)t * 8"]),
-    "split_rows_odd_length": (_graph(_sum_squares, (4, 300001), f32), NEW, None, ["chunks of 2048", "1-element vectors"]),
+    "split_rows_odd_length": (_graph(_sum_squares, (4, 300001), f32), NEW, None,
+                              ["chunks of 2048", "1-element vectors"]),
+    # rows of at least Config.row_stream_min elements re-read their inputs in each pass, 512 threads each
+    "streamed_long_rows": (_reshaped_swiglu_amax, Config(rows_schedule="new", row_stream_min=64), None,
+                           ["512 threads per row", "(streamed, 8-element vectors)"]),
     "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
     "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
     "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,
@@ -387,3 +391,17 @@ def test_a_row_with_no_other_rows_beside_it_takes_enough_threads_to_hold_few_vec
     held = [int(n) for n in re.findall(r"for \(int j = 0; j < (\d+); \+\+j\)", k.source)]
     assert held and max(held) <= FEW_ROWS_VECTORS, held
     assert len(compile_many([k.source], "sm_90")) == 1
+
+
+def test_row_stream_min_reads_the_environment_and_keys_the_kernels(monkeypatch):
+    from flame.codegen.kernel import codegen_settings, row_stream_min
+
+    monkeypatch.delenv("FLAME_ROW_STREAM_MIN", raising=False)
+    assert row_stream_min() == 0
+    before = codegen_settings()
+    monkeypatch.setenv("FLAME_ROW_STREAM_MIN", "8192")
+    assert row_stream_min() == 8192 and codegen_settings() != before
+    assert row_stream_min(Config(row_stream_min=0)) == 0
+    monkeypatch.setenv("FLAME_ROW_STREAM_MIN", "long")
+    with pytest.raises(Exception, match="FLAME_ROW_STREAM_MIN='long'"):
+        row_stream_min()
