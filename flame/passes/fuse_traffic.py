@@ -116,8 +116,9 @@ def _cone(st: State, a: Group, v: Value) -> list[Op] | None:
         o = todo.pop()
         if o in ops:
             continue
-        if is_reduction(o) or get(o.name).positional or not (get(o.name).category == "elementwise" or is_view(o)):
-            return None
+        if is_reduction(o) or get(o.name).positional and not is_free(o) \
+                or not (get(o.name).category == "elementwise" or is_view(o)):
+            return None  # (an arange is free: every kernel computes it from the index, a random draw is not)
         if any(st.group_of.get(x.producer) is a and is_reduction(x.producer) for x in o.inputs):
             return None  # a's own reductions' results: the readers would re-read what a reduced (a softmax's rows)
         ops.add(o)
