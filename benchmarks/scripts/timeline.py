@@ -1,6 +1,7 @@
 """The kernel timeline of one step of a suite case on the GPU: every kernel of the last of four
 replays with its stream, its start (us after the step's first kernel) and its duration, from the
-CUPTI trace torch.profiler records (it sees CuPy's and cuBLASLt's kernels too). It shows what
+CUPTI trace torch.profiler records (it sees CuPy's and cuBLASLt's kernels too, and copies and memsets
+on the device: a library's workspace clears, an output copied out). It shows what
 `flame profile` cannot: which kernels overlap, and the gaps between them.
 
     python3 -m benchmarks.scripts.timeline CASE        # e.g. mlp_bf16_train (full sizes)
@@ -20,6 +21,7 @@ from flame.bench.spec import flame_inputs
 from flame.bench.table import CASES
 
 REPLAYS = 4
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # the trace's categories of work on the GPU
 
 
 def main(argv: list[str]) -> None:
@@ -44,7 +46,7 @@ def main(argv: list[str]) -> None:
         path = os.path.join(d, "trace.json")
         prof.export_chrome_trace(path)
         with open(path) as f:
-            events = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"]
+            events = [e for e in json.load(f)["traceEvents"] if e.get("cat") in GPU_WORK]
     events.sort(key=lambda e: e["ts"])
     n = len(events) // REPLAYS
     steps = [events[i * n:(i + 1) * n] for i in range(REPLAYS)]
