@@ -7,7 +7,8 @@ on the device: a library's workspace clears, an output copied out). It shows wha
     python3 -m benchmarks.scripts.timeline CASE        # e.g. mlp_bf16_train (full sizes)
     FLAME_SIDE_STREAM=1 python3 -m benchmarks.scripts.timeline CASE
 
-The first line gives the step's span and the spans of the four replays."""
+The first line gives the spans of the four replays (first kernel's start to last kernel's end) and
+the time from each replay's first kernel to the next's (the calls are issued back to back)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,9 @@ def main(argv: list[str]) -> None:
     steps = [events[i * n:(i + 1) * n] for i in range(REPLAYS)]
     spans = [round(s[-1]["ts"] + s[-1]["dur"] - s[0]["ts"], 1) for s in steps]
     side = os.environ.get("FLAME_SIDE_STREAM", "0")
-    print(f"{case.name} FLAME_SIDE_STREAM={side}: {n} kernels per step, spans of the replays (us): {spans}")
+    periods = [round(b[0]["ts"] - a[0]["ts"], 1) for a, b in zip(steps, steps[1:])]
+    print(f"{case.name} FLAME_SIDE_STREAM={side}: {n} kernels per step, spans of the replays (us): {spans}, "
+          f"from one replay's start to the next: {periods}")
     t0 = steps[-1][0]["ts"]
     for e in steps[-1]:
         print(f"  stream {e['tid']:>4} {e['ts'] - t0:9.1f} {e['dur']:8.1f}  {e['name'][:70]}")
