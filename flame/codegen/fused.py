@@ -12,7 +12,8 @@ block takes an equal contiguous share of (Config.balanced_steps steps of Config.
 them per thread),
 segments that differ only in their pointers sharing one body (_lower_balanced,
 templates/fused_balanced.cu.j2); 0-d work and dynamic sizes side by side, each segment on its own
-range of blocks (segment_blocks).
+range of blocks (segment_blocks). On the vector path, a concat's or pad's piece whose edges fall on
+whole vectors is tested once per vector and its inputs are loaded as vectors (vector_pieces.py).
 
 Row kernels: one warp per row (R <= 256, several rows per block) or a 128/512-thread block per row;
 rows of at most Target.row_cache elements keep each input element in registers across the reductions

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from flame.codegen import fused, lower
+from flame.codegen.kernel import DEFAULT_CONFIG
 from flame.codegen.nvrtc import compile_many
 from flame.ir import Builder, Graph, TensorType, bf16, verify
 from flame.ir.graph import FusionGroup, Kind
@@ -53,6 +54,12 @@ def _kernel(g: Graph):
     return grp, k
 
 
+def _balanced(grp):
+    """grp's kernel in the balanced schedule (a multi-tensor update's), for its one segment."""
+    inputs, segs, lays, _ = fused.prepare(grp)
+    return fused._lower_balanced(grp, inputs, list(grp.outputs), segs, lays, DEFAULT_CONFIG, DEFAULT_TARGET)
+
+
 def _vector_loop(source: str) -> str:
     """The vector path's loads and element loop over full steps (the vectors after the last full step
     run the same lines)."""
@@ -80,6 +87,15 @@ def test_rope_pieces_are_tested_once_per_vector_and_loaded_whole(backward):
     assert all(f"<unsigned long long>(in{i}) % 16 == 0" in head for i in range(3)), head
     compile_many([k.source], "sm_90")
     compile_many([k.source], "sm_80")
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["concat", "pads"])
+def test_balanced_kernels_load_pieces_whole_too(backward):
+    k = _balanced(_kernel(_rope(128, 64, backward))[0])
+    # with the streaming hint the balanced schedule gives its vector loads
+    assert "if (pf0[u]) vp0_1[u] = flame_ldcs(&reinterpret_cast<const flame_vec<__nv_bfloat16, 8>*>" in k.source
+    assert "(reinterpret_cast<unsigned long long>(L0_in1) % 16 == 0)" in k.source
+    compile_many([k.source], "sm_90")
 
 
 @pytest.mark.parametrize(("d", "split"), [(100, 50), (128, 61), (128, 60)])
@@ -158,11 +174,11 @@ def test_gpu_vector_pieces_match_the_element_kernel_and_the_reference(backward, 
 
     g = _rope(128, 64, backward)
     grp, k = _kernel(g)
-    assert "vp0_" in k.source
     with monkeypatch.context() as m:
         m.setattr(fused.VectorPieces, "load", lambda *a: None)
-        _, old = _kernel(g)
-    assert "vp0_" not in old.source
+        old = _kernel(g)[1]
+    balanced = _balanced(grp)
+    assert "vp0_" in k.source and "vp0_" in balanced.source and "vp0_" not in old.source
     inputs = _inputs(g, 7)
     arrays = [inputs[g.inputs.index(v)] for v in group_inputs(grp)]
     want = run_graph(g, inputs)[0].view(np.uint16)
@@ -171,3 +187,4 @@ def test_gpu_vector_pieces_match_the_element_kernel_and_the_reference(backward, 
     got = _launch(grp, k, arrays, off)
     np.testing.assert_array_equal(got, _launch(grp, old, arrays, off))
     np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_launch(grp, balanced, arrays, off), want)
