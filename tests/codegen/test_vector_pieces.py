@@ -54,6 +54,23 @@ def _kernel(g: Graph):
     return grp, k
 
 
+def _roll_rows(d: int) -> Graph:
+    """y = cat(x[:, :, 5:], x[:, :, :5], axis=2) * w + x over bf16 [B, H, T, d] (w: [T, d]): pieces along
+    T, whose edge (row T - 5) falls on whole vectors where a row is (d = 128, not d = 100)."""
+    g = Graph("roll_rows")
+    x, w = g.add_input(TensorType((B, H, T, d), bf16)), g.add_input(TensorType((T, d), bf16))
+    b = Builder(g)
+
+    def rows(lo, hi):
+        return b.slice(x, starts=[0, 0, lo, 0], stops=[B, H, hi, d], steps=[1] * 4)
+
+    g.outputs = [b.add(b.mul(b.concat(rows(5, T), rows(0, 5), axis=2), w), x)]
+    return verify(g)
+
+
+CASES = {"concat": lambda: _rope(128, 64, False), "pads": lambda: _rope(128, 64, True), "rows": lambda: _roll_rows(128)}
+
+
 def _balanced(grp):
     """grp's kernel in the balanced schedule (a multi-tensor update's), for its one segment."""
     inputs, segs, lays, _ = fused.prepare(grp)
@@ -113,6 +130,15 @@ def test_piece_edges_inside_a_vector_keep_element_loads(d, split, backward, monk
     compile_many([k.source], "sm_90")
 
 
+@pytest.mark.parametrize("d", [128, 100])
+def test_pieces_along_an_outer_dim_are_loaded_whole_where_rows_hold_whole_vectors(d):
+    g = _roll_rows(d)
+    k = _kernel(g)[1]
+    assert ("if (pf0[u]) vp0_" in k.source) == (d == 128)
+    check_fused(g, _inputs(g), PIECES)
+    compile_many([k.source], "sm_90")
+
+
 def test_only_a_piece_off_the_vector_keeps_its_element_loads():
     """Of two concats in one kernel, the one with an edge on whole vectors is tested per vector and
     loaded whole; the other, with an edge inside a vector, is tested and read element by element."""
@@ -165,14 +191,14 @@ def _launch(grp, kernel, arrays: list[np.ndarray], misalign: tuple[int, ...]) ->
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("misalign", [(), (0,), (1,), (-1,)], ids=["aligned", "x", "table", "out"])
-@pytest.mark.parametrize("backward", [False, True], ids=["concat", "pads"])
-def test_gpu_vector_pieces_match_the_element_kernel_and_the_reference(backward, misalign, monkeypatch):
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gpu_vector_pieces_match_the_element_kernel_and_the_reference(case, misalign, monkeypatch):
     """The kernel with vector pieces against the element-by-element one and the reference, bit for bit,
     with every pointer aligned and with one of them misaligned (the element path)."""
     from flame.codegen.fused import group_inputs
     from flame.runtime.reference import run_graph
 
-    g = _rope(128, 64, backward)
+    g = CASES[case]()
     grp, k = _kernel(g)
     with monkeypatch.context() as m:
         m.setattr(fused.VectorPieces, "load", lambda *a: None)
