@@ -12,7 +12,8 @@ block takes an equal contiguous share of (Config.balanced_steps steps of Config.
 them per thread),
 segments that differ only in their pointers sharing one body (_lower_balanced,
 templates/fused_balanced.cu.j2); 0-d work and dynamic sizes side by side, each segment on its own
-range of blocks (segment_blocks).
+range of blocks (segment_blocks). On the vector path, a concat's or pad's piece whose edges fall on
+whole vectors is tested once per vector and its inputs are loaded as vectors (vector_pieces.py).
 
 Row kernels: one warp per row (R <= 256, several rows per block) or a 128/512-thread block per row;
 rows of at most Target.row_cache elements keep each input element in registers across the reductions
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from flame.codegen import cuda_c, views
 from flame.codegen.elementwise import op_expr
@@ -40,6 +42,7 @@ from flame.codegen.kernel import (
     render_template,
     store,
 )
+from flame.codegen.vector_pieces import VectorPieces
 from flame.ir import indexmap, symbolic
 from flame.ir.graph import FusionGroup, Op, Value, segments
 from flame.ir.indexmap import (
@@ -125,8 +128,10 @@ class Emitter:
     """Statements computing values at index maps. `load(v, m)` spells a read of an external value;
     row-class values (maps that ignore the reduced dims) go to `row`, the others to `elem`."""
 
-    def __init__(self, lay: Layout, values: set[Value], load, own_index, prefix: str = "t"):
+    def __init__(self, lay: Layout, values: set[Value], load, own_index, prefix: str = "t",
+                 vector: VectorPieces | None = None):
         self.lay, self.lay_values, self.load, self.own_index = lay, values, load, own_index
+        self.vector = vector  # the vector path's pieces tested once per vector, where they can be
         self.red = range(len(lay.domain) - lay.n_red, len(lay.domain))
         self.row: list[str] = []
         self.elem: list[str] = []
@@ -193,31 +198,40 @@ class Emitter:
         piece whose test does not depend on the domain is chosen here."""
         chosen = []
         for p in pieces(op):
-            tests = [t for t in (self._bound(op, m, b) for b in p.bounds) if t is not True]
-            if False not in tests:
-                chosen.append((tests, p))
-            if not tests:
+            tested = [(b, t) for b, t in ((b, self._bound(op, m, b)) for b in p.bounds) if t is not True]
+            if all(t is not False for _, t in tested):
+                chosen.append(([t for _, t in tested], [b for b, _ in tested], p))
+            if not tested:
                 break
+        flags = None if self.vector is None else self.vector.flags(
+            op, m, [bounds for _, bounds, _ in chosen[:-1]], lambda b, at: self._bound(op, m, b, at))
         ctype = cuda_c.compute_dtype(op.out.dtype).cuda_type
         name = self.fresh()
         lines.append(f"{ctype} {name};")
-        for k, (tests, p) in enumerate(chosen):
+        for k, (tests, _, p) in enumerate(chosen):
             head = "" if k == 0 else "} else "
             last = k == len(chosen) - 1
-            lines.append(head + ("{" if last else f"if ({' && '.join(tests)}) {{"))
-            body, val = self._branch(lambda p=p: self.value(op.inputs[p.source], m.then(p.index_map))
-                                     if p.source is not None else cuda_c.literal(op.attrs["value"], op.out.dtype))
+            lines.append(head + ("{" if last else f"if ({flags[k] if flags else ' && '.join(tests)}) {{"))
+            if self.vector is not None:
+                self.vector.enter(flags, k, last)
+            try:
+                body, val = self._branch(lambda p=p: self.value(op.inputs[p.source], m.then(p.index_map))
+                                         if p.source is not None else cuda_c.literal(op.attrs["value"], op.out.dtype))
+            finally:
+                if self.vector is not None:
+                    self.vector.leave()
             lines += ["  " + line for line in body] + [f"  {name} = {val};"]
         lines.append("}")
         return name
 
-    def _bound(self, op: Op, m: IndexMap, bound: tuple[int, int, int]) -> str | bool:
-        """The test lo <= c[axis] < hi of op's result coordinate at m, or its value where it is fixed."""
+    def _bound(self, op: Op, m: IndexMap, bound: tuple[int, int, int], at: str | None = None) -> str | bool:
+        """The test lo <= c[axis] < hi of op's result coordinate at m, or its value where it is fixed;
+        `at`: the result's flat index to test (else its own index at m)."""
         axis, lo, hi = bound
         if not any(c for c, n in zip(m.rows[axis], self.lay.domain) if n != 1):
             return lo <= m.base[axis] < hi
         size, stride = op.out.shape[axis], contiguous_strides(op.out.shape)[axis]
-        at = f"(off_t)({self.own_index(op.out, m)})"
+        at = f"(off_t)({self.own_index(op.out, m) if at is None else at})"
         at = f"{at} / {stride}" if stride != 1 else at
         c = f"({at} % {size})" if axis else f"({at})"
         # a bound that is a function of the size is always tested: dropping it at a size where it is 0 or
@@ -302,6 +316,9 @@ def _coords(dims: tuple[int, ...], src: str, c: str) -> list[str]:
     return lines
 
 
+_COORD = re.compile(r"\bc\d+\b")  # a coordinate c0.. read in a statement
+
+
 def _element_coords(dims: tuple[int, ...], vec: int) -> list[str]:
     """Coordinates c0.. of element i = v * vec + j on the vector path: where the innermost dim holds
     whole vectors, those of the vector's first element (the same for all j: computed once per vector
@@ -344,6 +361,7 @@ class _MapSegment:
         self.element_stores = {(v, m) for _, v, m in self.stores if self.mode[(v, m)] == "general"}
         self.n = math.prod(lay.domain)
         self.values = inside
+        self.vectored: set[tuple[Value, IndexMap]] = set()  # guarded inputs the vector path loads whole
 
     def vec(self) -> int:
         """Elements per vector on the vector path (1: none). Indexed ops must walk the domain contiguously
@@ -369,10 +387,13 @@ class _MapSegment:
         return (bool(self.dims) and cv.strides[-1] == 1 and self.dims[-1] % vec == 0 and cv.base % vec == 0
                 and all(s % vec == 0 for s in cv.strides[:-1]))
 
-    def _load(self, vector: bool, hoisted: dict[str, tuple[str, str]]):
+    def _load(self, vector: bool, hoisted: dict[str, tuple[str, str]], pieces: VectorPieces | None = None):
         def load(v: Value, m: IndexMap) -> str:
             k, cv, md = self.in_idx[v], self.view[(v, m)], self.mode[(v, m)]
-            if (v, m) in self.guarded:  # where its piece holds only: element by element, in place
+            if (v, m) in self.guarded:  # where its piece holds only: a whole vector, else element by element
+                whole = None if pieces is None else pieces.load(v, m, k)
+                if whole is not None:
+                    return cuda_c.load(whole, v.dtype)
                 return cuda_c.load(f"{self._in(k)}[{'i' if md == 'identity' else views.offset_expr(cv)}]", v.dtype)
             if md == "scalar":  # loaded once per thread, before the loops (both paths share it)
                 expr = cuda_c.load(f"{self._in(k)}[{cv.base}]", v.dtype)
@@ -406,15 +427,32 @@ class _MapSegment:
 
     def body(self, vector: bool, hoisted: dict[str, tuple[str, str]]) -> tuple[list[str], ...]:
         """(statements per element j; on the vector path also: the U-slot load arrays, the loads of
-        vector `v` into slot `u`, the store vectors, and their stores to vector `v` after the j loop)."""
-        em = Emitter(self.lay, self.values, self._load(vector, hoisted), self._own_index)
+        vector `v` into slot `u`, the store vectors, and their stores to vector `v` after the j loop).
+        The vector path tests pieces once per vector and loads their inputs whole where they allow it
+        (vector_pieces); where no input is loaded so, it is the element-by-element form."""
+        if vector and self.guarded:
+            kept = dict(hoisted)
+            pieces = VectorPieces(self.vec(), self.dims, self.view, lambda v: self._in(self.in_idx[v]),
+                                  lambda k: self._blocked(k, self.vec()), lambda k: self.mode[k] == "identity",
+                                  self.streaming)
+            got = self._body(vector, hoisted, pieces)
+            self.vectored = pieces.vectored
+            if self.vectored:
+                return got
+            hoisted.clear()
+            hoisted.update(kept)
+        return self._body(vector, hoisted, None)
+
+    def _body(self, vector: bool, hoisted: dict[str, tuple[str, str]], pieces: VectorPieces | None):
+        em = Emitter(self.lay, self.values, self._load(vector, hoisted, pieces), self._own_index, vector=pieces)
         decls, loads, sdecls, post = [], [], [], []  # (no reduced dims: every value goes to em.row)
         if not vector and any(md == "general" for md in self.mode.values()):
             em.row += _coords(self.dims, "i", "c")
         for o, v, m in self.stores:
             val = em.value(v, m)
             em.row.append(self._write(o, v, m, val, vector, sdecls, post))
-        if vector and any(self.mode[k] == "general" for k in self.guarded | self.tested):
+        if vector and any(self.mode[k] == "general" for k in self.guarded | self.tested) and (
+                pieces is None or any(_COORD.search(line) for line in em.row)):  # (not all read per vector)
             em.row[:0] = _element_coords(self.dims, self.vec())  # for the loads inside pieces (and guarded stores)
         elif vector and self.element_stores:
             em.row[:0] = _coords(self.dims, "i", "c")  # element i's coordinates, for the guarded stores
@@ -431,6 +469,11 @@ class _MapSegment:
                 decls.append(f"{t} vl{i}_{k}[U];")
                 load = f"reinterpret_cast<const {t}*>{at}"
                 loads.append(f"vl{i}_{k}[u] = " + (f"flame_ldcs(&{load});" if self.streaming else f"{load};"))
+            if pieces is not None and pieces.lines:  # after the other loads: the pieces' flags and vectors
+                if not any(line.startswith("idx_t cr = ") for line in loads):
+                    loads[:0] = _coords(self.dims, f"v * {vec}u", "c")
+                decls += pieces.decls
+                loads += pieces.lines
         return em.row, decls, loads, sdecls, post
 
     def _write(self, o: int, v: Value, m: IndexMap, val: str, vector: bool, sdecls, post) -> str:
@@ -452,7 +495,8 @@ class _MapSegment:
     def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:
         vec, conds = self.vec(), []
         for (v, m), md in self.mode.items():
-            if md == "scalar" or (v, m) in self.element_stores or (v, m) in self.guarded or (
+            if md == "scalar" or (v, m) in self.element_stores or (
+                    (v, m) in self.guarded and (v, m) not in self.vectored) or (
                     (v, m) not in self.loads and v not in outputs):
                 continue
             ptr = self._in(self.in_idx[v]) if (v, m) in self.loads else self._out(outputs.index(v))
