@@ -168,10 +168,10 @@ def row_stream_min(config: Config = DEFAULT_CONFIG) -> int:
 
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
     """The settings codegen reads from the environment (rows_schedule, balanced_scalars, tiled_maps,
-    wide_byte_tiles, flash_pipeline, row_stream_min): part of every key under which rendered kernels or
+    wide_byte_tiles, row_stream_min, flash_pipeline): part of every key under which rendered kernels or
     compiled plans are kept."""
     return (rows_schedule(config), balanced_scalars(config), tiled_maps(config), wide_byte_tiles(config),
-            flash_pipeline(), row_stream_min(config))
+            row_stream_min(config), flash_pipeline())
 
 
 @dataclass(frozen=True)
