@@ -10,11 +10,12 @@ fills and its transpose through shared memory, instead of a cast kernel and a tr
 Such a kernel stays out of horizontal merges (`writes_transposed`): a merged launch would be the
 elementwise kernel, writing the transposed value at a stride. A permute of the forward's value read in
 the backward (a weight's w8^T, an input's x8^T) is then written in the forward: the backward keeps the
-transposed copy instead of the value, the same bytes."""
+transposed copy instead of the value, the same bytes; where the backward reads the value too, the
+permute stays in the backward (both would be kept)."""
 
 from __future__ import annotations
 
-from flame.ir.graph import Kind, Op, Value
+from flame.ir.graph import Kind, Op, Value, is_backward
 from flame.ir.registry import axis_order, get, is_matmul, reads_transposed
 from flame.passes.fusion_state import Group, State, merge, mixes_phases
 
@@ -30,7 +31,7 @@ def pair_transposes(st: State) -> None:
         src = st.group_of.get(perm.inputs[0].producer)
         if src is None or src is grp or src.kind != Kind.ELEMENTWISE or not _pointwise(st, src, perm.inputs[0]):
             continue
-        if mixes_phases(src.ops + [perm]):
+        if mixes_phases(src.ops + [perm]) or _kept_beside(st, src, perm):
             continue
         merge(st, src, grp)
 
@@ -41,6 +42,15 @@ def _stored_transpose(st: State, op: Op) -> bool:
     users = st.users[op.out]
     return (order is not None and order[-1] != len(order) - 1 and op.out not in st.outs and bool(users)
             and all(is_matmul(u) and not reads_transposed(u) for u in users))
+
+
+def _kept_beside(st: State, src: Group, perm: Op) -> bool:
+    """perm is backward work on a value a forward kernel computes, which the backward also reads as it
+    is: joined, the transposed copy would be written in the forward and kept beside the value until
+    the backward (written there, it lives only while its GEMMs run)."""
+    v = perm.inputs[0]
+    return (is_backward(perm) and any(not is_backward(op) for op in src.ops)
+            and any(is_backward(u) for u in st.users[v] if u is not perm))
 
 
 def _pointwise(st: State, grp: Group, v: Value) -> bool:

@@ -128,10 +128,24 @@ def test_switch_off_gives_the_elementwise_kernel(cuda_target, monkeypatch):
 def _both(x, s, dtype):
     """x8 and x8^T as the step's outputs: the vertical rule puts them in one kernel, the same tiled kernel."""
     x8 = _cast(x, s, dtype)
-    return x8, x8.transpose(0, 1)
+    return x8, x8.transpose(-1, -2)
 
 
-GPU_CASES = CASES + [  # the Llama-7B block's weights and gradients in both orientations, an f32 input
+def test_a_batch_of_transposes_with_the_value_compiles(cuda_target):
+    a = _data((3, 40, 72))
+    x, s = flame.tensor(a), flame.tensor(np.float32(3.5))
+    step = flame.compile(_both)
+    x8, x8t = step(x, s, f8e4m3)
+    (k,) = step._last.plan.kernels()
+    assert k.name.startswith("fused_scaled_cast_f8e4m3_3x40x72_and_transposed_tiled_")
+    want = _want(a, "float32", 3.5, f8e4m3)
+    _same(x8, want)
+    _same(x8t, want.transpose(-1, -2))
+    assert compile_cubin(k.source, "sm_90")[:4] == b"\x7fELF"
+
+
+GPU_CASES = CASES + [  # a batch, the Llama-7B block's weights and gradients in both orientations, an f32 input
+    ((3, 40, 72), "float32", f8e4m3),
     ((4096, 11008), "bfloat16", f8e4m3),
     ((11008, 4096), "bfloat16", f8e4m3),
     ((4096, 11008), "bfloat16", f8e5m2),
@@ -157,6 +171,6 @@ def test_gpu_dual_tiled_cast_writes_torchs_bytes(monkeypatch, shape, src, dtype,
         assert "_and_transposed_tiled_" in k.name
         want = _want(a, src, 3.5, dtype)
         _same(x8, want)
-        _same(x8t, want.transpose(0, 1).contiguous())
+        _same(x8t, want.transpose(-1, -2))
     finally:
         flame.set_device(prev)
