@@ -40,8 +40,13 @@ def _stored_transpose(st: State, op: Op) -> bool:
     """op is a permute moving the innermost dim, read only by GEMMs that read operands as stored."""
     order = axis_order(op)
     users = st.users[op.out]
-    return (order is not None and order[-1] != len(order) - 1 and op.out not in st.outs and bool(users)
-            and all(is_matmul(u) and not reads_transposed(u) for u in users))
+    return (
+        order is not None
+        and order[-1] != len(order) - 1
+        and op.out not in st.outs
+        and bool(users)
+        and all(is_matmul(u) and not reads_transposed(u) for u in users)
+    )
 
 
 def _kept_beside(st: State, src: Group, perm: Op) -> bool:
@@ -49,8 +54,11 @@ def _kept_beside(st: State, src: Group, perm: Op) -> bool:
     is: joined, the transposed copy would be written in the forward and kept beside the value until
     the backward (written there, it lives only while its GEMMs run)."""
     v = perm.inputs[0]
-    return (is_backward(perm) and any(not is_backward(op) for op in src.ops)
-            and any(is_backward(u) for u in st.users[v] if u is not perm))
+    return (
+        is_backward(perm)
+        and any(not is_backward(op) for op in src.ops)
+        and any(is_backward(u) for u in st.users[v] if u is not perm)
+    )
 
 
 def _pointwise(st: State, grp: Group, v: Value) -> bool:
@@ -60,8 +68,12 @@ def _pointwise(st: State, grp: Group, v: Value) -> bool:
     sources = set()
     for op in grp.ops:
         opdef = get(op.name)
-        if (opdef.category != "elementwise" or opdef.view is not None or opdef.positional
-                or op.out.shape not in ((), v.shape)):
+        if (
+            opdef.category != "elementwise"
+            or opdef.view is not None
+            or opdef.positional
+            or op.out.shape not in ((), v.shape)
+        ):
             return False
         for x in op.inputs:
             if x.shape not in ((), v.shape):
