@@ -18,9 +18,12 @@ them only transposed (FP8 training's cast of an activation, read transposed by a
 `scaled_cast` then `permute`) is the same tiled kernel with the pointwise ops applied as the tile is
 filled (`lower_tiled_map`): the wide source is read coalesced in its own order and the narrow result
 written coalesced in its own, rather than one element at a large stride per thread (12-16 % of copy
-bandwidth for such FP8 casts on an H100, benchmarks/results/2026-12-05-H100-fp8/). Config.tiled_maps
-off (or FLAME_TILED_MAP=0) lowers such groups as index-mapping elementwise kernels instead
-(codegen/fused.lower_map).
+bandwidth for such FP8 casts on an H100, benchmarks/results/2026-12-05-H100-fp8/). A group that also
+writes some of those values in their own layout (a cast that one FP8 GEMM reads as it is and another
+transposed: passes/fuse_transposes.py) is the same kernel storing them as the tile is read, in vectors of
+the read's width: the source is read once for both, instead of a cast kernel and a transpose of its
+result. Config.tiled_maps off (or FLAME_TILED_MAP=0) lowers such groups as index-mapping elementwise
+kernels instead (codegen/fused.lower_map).
 
 Tiles of 1-byte elements already move 16 bytes per thread on both sides (vr = vw = 16 where the extents
 and pointers allow), but a 64 x 64 tile is 4 KiB: one vector per thread in flight per phase, measured at
@@ -141,19 +144,22 @@ def lower_permute(op: Op, config: Config = DEFAULT_CONFIG) -> list[Kernel]:
     return [_render_tiled(op, t, wide_byte_tiles(config))]
 
 
-def _tile_fields(t: Transpose, load_size: int, size: int, src: str, out: str, wide: bool = False) -> dict:
+def _tile_fields(
+    t: Transpose, load_size: int, size: int, src: str, out: str, wide: bool = False, direct: tuple = ()
+) -> dict:
     """The template fields of a tiled transpose reading `src` (elements of load_size bytes) and writing
-    `out` (of size bytes, the tile's): tile shape (wide: WIDE_TILE for 1-byte elements), vector widths,
-    padding, tile count, alignment test."""
+    `out` (of size bytes, the tile's), and `direct` ((pointer, element bytes) each) in src's layout as
+    it is read: tile shape (wide: WIDE_TILE for 1-byte elements), vector widths, padding, tile count,
+    alignment test."""
     tile = 64 if min(t.ni, t.nj) >= 64 else 32
     if size == 1 and wide and min(t.ni, t.nj) >= WIDE_TILE:
         tile = WIDE_TILE
     vr = min(_pow2_divisor(t.ni, VEC_BYTES // load_size), tile)
     vw = min(_pow2_divisor(t.nj, VEC_BYTES // size), tile)
     ti, tj = -(-t.ni // tile), -(-t.nj // tile)
-    aligned = (
-        f"reinterpret_cast<unsigned long long>({src}) % {vr * load_size} == 0 && "
-        f"reinterpret_cast<unsigned long long>({out}) % {vw * size} == 0"
+    aligned = " && ".join(
+        f"reinterpret_cast<unsigned long long>({p}) % {n} == 0"
+        for p, n in [(src, vr * load_size), (out, vw * size), *((p, vr * s) for p, s in direct)]
     )
     return dict(
         t=t,
@@ -191,15 +197,19 @@ def _render_tiled(op: Op, t: Transpose, wide: bool) -> Kernel:
 
 
 def _pointwise_source(group: FusionGroup) -> tuple[Op, Value, list[Op]] | None:
-    """(the permute, the one tensor the group reads, the pointwise ops before the permute) when `group`
-    computes pointwise values of one tensor and 0-d scalars and writes only their permute; else None."""
-    *body, perm = group.ops
-    reorders = get(perm.name).view is not None and get(perm.name).view.perm is not None  # a permute
-    if not reorders or tuple(group.outputs) != (perm.out,) or not body:
+    """(the permute, the one tensor the group reads, the pointwise ops it computes besides the permute)
+    when `group` computes pointwise values of one tensor and 0-d scalars and writes their permute and
+    maybe some of them in their own layout (values of the tensor's shape); else None."""
+    perms = [op for op in group.ops if get(op.name).view is not None and get(op.name).view.perm is not None]
+    if len(perms) != 1 or perms[0].out not in group.outputs:
         return None
+    (perm,) = perms
+    body = [op for op in group.ops if op is not perm]
     shape = perm.inputs[0].shape
     inside = {op.out for op in body}
-    if perm.inputs[0] not in inside:
+    if not body or perm.inputs[0] not in inside or any(perm.out in op.inputs for op in body):
+        return None
+    if any(v is not perm.out and (v not in inside or v.shape != shape) for v in group.outputs):
         return None
     sources = set()
     for op in body:
@@ -239,9 +249,11 @@ def _pointwise_code(inputs: list[Value], source: Value, body: list[Op]) -> tuple
 
 
 def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list[Kernel] | None:
-    """The tiled transpose of a fused elementwise group that writes pointwise values of one tensor only
-    transposed (the module docstring), the pointwise ops computed as each element enters the tile as the
-    elementwise kernel computes them (every intermediate rounded to its dtype); None for any other group."""
+    """The tiled transpose of a fused elementwise group that writes pointwise values of one tensor
+    transposed, and maybe some of them in their own layout too (the module docstring), the pointwise ops
+    computed as each element enters the tile as the elementwise kernel computes them (every
+    intermediate rounded to its dtype), the direct outputs stored as the tile is read; None for any
+    other group."""
     found = _pointwise_source(group) if group.kind == Kind.ELEMENTWISE and tiled_maps(config) else None
     if found is None:
         return None
@@ -250,21 +262,31 @@ def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list
     t = as_transpose(perm.out.shape, view) if perm.out.type.numel and _static(perm) else None
     if t is None or min(t.ni, t.nj) < MIN_EXTENT:
         return None
-    inputs = group_inputs(group)
+    inputs, outputs = group_inputs(group), list(group.outputs)
     scalars, lines, names = _pointwise_code(inputs, source, body)
-    out = perm.out.dtype
+    out, tname = perm.out.dtype, f"out{outputs.index(perm.out)}"
+    direct = [(f"out{k}", v) for k, v in enumerate(outputs) if v is not perm.out]
     src = f"in{inputs.index(source)}"
-    f = _tile_fields(t, source.dtype.itemsize, out.itemsize, src, "out0", wide_byte_tiles(config))
+    f = _tile_fields(
+        t,
+        source.dtype.itemsize,
+        out.itemsize,
+        src,
+        tname,
+        wide_byte_tiles(config),
+        tuple((p, v.dtype.itemsize) for p, v in direct),
+    )
     idx_t, off_t = index_types(perm.out.type.numel, f["tiles"])
+    also = f" and {len(direct)} in its own layout" if direct else ""
     source_text = render_template(
         "transpose.cu.j2",
         header=group_header(
             group,
             inputs,
             f"tiled transpose through shared memory of pointwise values of %"
-            f"{inputs.index(source)}: {t.nj} x {t.ni}, {f['tile']} x {f['tile']} tiles",
+            f"{inputs.index(source)}{also}: {t.nj} x {t.ni}, {f['tile']} x {f['tile']} tiles",
         ),
-        **kernel_fields(group_dtypes(group), group_params(inputs, [perm.out])),
+        **kernel_fields(group_dtypes(group), group_params(inputs, outputs)),
         prelude=group_prelude(group),
         block=BLOCK,
         idx_t=idx_t,
@@ -272,15 +294,19 @@ def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list
         stype=out.cuda_type,
         ltype=source.dtype.cuda_type,
         src_ptr=src,
-        out="out0",
+        out=tname,
         scalars=scalars,
         xtype=cuda_c.compute_dtype(source.dtype).cuda_type,
         xload=cuda_c.load("a[k].v[e]", source.dtype),
         body=lines,
         result=cuda_c.convert(names[perm.inputs[0]], perm.inputs[0].dtype, out),
+        direct=[
+            dict(ptr=p, ctype=v.dtype.cuda_type, value=cuda_c.convert(names[v], v.dtype, v.dtype)) for p, v in direct
+        ],
         **f,
     )
     ops = [op.name for op in body if not is_fill(op)]
-    stem = "fused_" + "_".join(list(dict.fromkeys(ops))[:4]) + f"_{out.name}_{shape_tag(perm.out.shape)}_tiled"
-    k = finish(stem, source_text, min(f["tiles"], MAX_GRID), BLOCK, len(inputs))
+    what = f"{shape_tag(perm.inputs[0].shape)}_and_transposed" if direct else shape_tag(perm.out.shape)
+    stem = "fused_" + "_".join(list(dict.fromkeys(ops))[:4]) + f"_{out.name}_{what}_tiled"
+    k = finish(stem, source_text, min(f["tiles"], MAX_GRID), BLOCK, len(inputs), n_outputs=len(outputs))
     return [dataclasses.replace(k, in_place_safe=False)]

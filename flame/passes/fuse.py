@@ -70,6 +70,8 @@ Rules, in the order they apply:
   element from the one input its region reads, through that piece's map (a select between index
   maps), so a rotary embedding's `cat([-x2, x1])` of halves and a slice's gradient (a pad) join
   their neighbours; not in row kernels;
+- transposed copies (passes/fuse_transposes.py): a permute an FP8 GEMM reads (stored transposed) joins the
+  pointwise kernel computing its input, which writes both as one tiled kernel (a cast and its transpose);
 Not fused: other column reductions (their own tuned kernel), gather/scatter/argmax (opaque).
 
 The groups while they form and the checks every rule shares live in passes/fusion_state.py; the
@@ -83,11 +85,7 @@ import math
 from collections.abc import Container
 
 from flame.ir.graph import FusionGroup, Graph, Kind, Op, Value
-from flame.ir.indexmap import (
-    is_reduction,
-    is_view,
-    trailing_reduced,
-)
+from flame.ir.indexmap import is_reduction, is_view, trailing_reduced
 from flame.ir.ops.attention import FORWARD, STATS
 from flame.ir.registry import epilogue_role, gemm_bias, get, is_fill
 from flame.passes import remat
@@ -101,6 +99,7 @@ from flame.passes.fuse_columns import (
     store_conversions,
 )
 from flame.passes.fuse_traffic import hoist_broadcasts, recompute_in, recompute_tails
+from flame.passes.fuse_transposes import pair_transposes, writes_transposed
 from flame.passes.fusion_state import (
     Buffers,
     Closure,
@@ -579,7 +578,7 @@ class _Pairs:
         self.ready = _ready_points(st)
         # kernels that stay apart whatever merges (a merge keeps each of these properties off)
         self.alone = {k for k in st.groups if k.kind not in _FUSIBLE or not self.sigs[k][2] or columns_of(k)
-                      or _feeds_collective(st, k)}
+                      or _feeds_collective(st, k) or writes_transposed(st, k)}
         self.reach = Closure.of(st)
         self.flags: dict[Group, tuple[bool, bool, bool]] = {}  # kernel -> (recomputes, has forward ops, has later)
 
@@ -777,6 +776,7 @@ def fuse(g: Graph, target: Target = DEFAULT_TARGET) -> Graph:
     recompute_tails(st)
     hoist_broadcasts(st)  # what a recomputation left alone
     store_conversions(st)  # (before the horizontal rule: the updates reading those results then look alike)
+    pair_transposes(st)
     _horizontal(st)
     ordered = _order(st)
     g.ops = [op for grp in ordered for op in grp.ops]

@@ -142,6 +142,24 @@ def test_current_scaling_reads_each_cast_input_once_after_its_producer(split_tar
 
 
 @pytest.mark.parametrize("scaling", ["current", "delayed"])
+def test_transposed_copies_are_written_by_the_cast_kernels(split_target, scaling):
+    """A cast the backward reads transposed (w8^T, x8^T, g8^T) is written, with its transpose, by one tiled
+    kernel (passes/fuse_transposes.py); a transpose of its own is left only where the cast's kernel also
+    writes 0-d values (a split amax's scale, computed beside the cast)."""
+    g, plan = _planned(scaling)
+    group = {op: grp for grp in g.groups for op in grp.ops}
+    perms = [op for op in g.ops if op.name == "permute" and op.out.dtype.is_float8]
+    paired = [op for op in perms if op.inputs[0] in group[op].outputs]
+    lone = [op for op in perms if len(group[op].ops) == 1]
+    assert len(paired) >= 12
+    for op in lone:
+        assert any(v.shape == () for v in group[op.inputs[0].producer].outputs), str(op)
+    assert len(lone) <= 1
+    names = [k.name for k in plan.steps if isinstance(k, KernelLaunch)]
+    assert sum("_and_transposed_tiled_" in n for n in names) == len(paired)
+
+
+@pytest.mark.parametrize("scaling", ["current", "delayed"])
 def test_fused_plan_computes_what_the_unfused_plan_does(split_target, monkeypatch, scaling):
     """Three steps with fusion on and off (FLAME_FUSE) on the reference executor: the same losses and the
     same parameters after each step (so the same gradients through AdamW)."""
