@@ -12,8 +12,9 @@ from flame.distributions import _frontend as ops
 from flame.distributions._known import known_value
 from flame.errors import LinAlgError
 from flame.frontend.context import user_location
+from flame.frontend.dispatch import apply
 
-__all__ = ["cholesky", "precision_to_scale_tril", "solve_lower", "tril_inverse"]
+__all__ = ["cholesky", "cholesky_solve", "precision_to_scale_tril", "solve_lower", "tril_inverse"]
 
 
 def solve_lower(L, b):
@@ -35,6 +36,20 @@ def tril_inverse(L):
     against the identity."""
     eye = ops.eye(L.shape[-1], dtype=L.dtype)
     return solve_lower(L.unsqueeze(-3), eye).transpose(-1, -2)  # row k solves L x = e_k
+
+
+def cholesky_solve(B, L):
+    """X with (L L^T) X = B, as torch.cholesky_solve(B, L) (B = I: torch.cholesky_inverse(L)): the value
+    from L's lower triangle (L^-T L^-1 B), the gradient torch's, whose formula, -(G X^T + X G^T) L, takes
+    the whole of L: above the diagonal too, where a forward substitution's is zero. That gradient is the
+    one of (L L^T)^-1 B as a function of every element of L, computed here through the Cholesky factor of
+    L L^T (L itself, up to the signs of its columns)."""
+    L_inv = tril_inverse(L)
+    value = L_inv.transpose(-1, -2) @ (L_inv @ B)
+    if not (L.requires_grad or B.requires_grad):
+        return value
+    full = tril_inverse(cholesky(L @ L.transpose(-1, -2), check=False))
+    return apply("straight_through", full.transpose(-1, -2) @ (full @ B), value.detach())
 
 
 def _lower_read(A):

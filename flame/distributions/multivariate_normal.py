@@ -9,7 +9,7 @@ import math
 
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
-from flame.distributions._linalg import cholesky, precision_to_scale_tril, solve_lower, tril_inverse
+from flame.distributions._linalg import cholesky, cholesky_solve, precision_to_scale_tril, solve_lower
 from flame.distributions.distribution import Distribution
 from flame.distributions.utils import lazy_property
 
@@ -95,9 +95,9 @@ class MultivariateNormal(Distribution):
 
     @lazy_property
     def precision_matrix(self):
-        """The inverse covariance, L^-T L^-1 (by forward substitution)."""
-        inv = tril_inverse(self._unbroadcasted_scale_tril)
-        return (inv.transpose(-1, -2) @ inv).expand(*self._matrix_shape())
+        """The inverse covariance, L^-T L^-1 (torch's cholesky_inverse, gradient too)."""
+        L = self._unbroadcasted_scale_tril
+        return cholesky_solve(ops.eye(L.shape[-1], dtype=L.dtype), L).expand(*self._matrix_shape())
 
     @property
     def mean(self):

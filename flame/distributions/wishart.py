@@ -10,7 +10,7 @@ from numbers import Number
 from flame.distributions import _frontend as ops
 from flame.distributions import constraints
 from flame.distributions._known import known_value
-from flame.distributions._linalg import cholesky, precision_to_scale_tril, tril_inverse
+from flame.distributions._linalg import cholesky, cholesky_solve, precision_to_scale_tril
 from flame.distributions.exp_family import ExponentialFamily
 from flame.distributions.gamma import Chi2
 from flame.distributions.lkj_cholesky import mvlgamma
@@ -129,9 +129,9 @@ class Wishart(ExponentialFamily):
 
     @lazy_property
     def precision_matrix(self):
-        """The scale matrix's inverse, L^-T L^-1."""
-        L_inv = tril_inverse(self._unbroadcasted_scale_tril)
-        return self._matrix(L_inv.mT @ L_inv)
+        """The scale matrix's inverse, L^-T L^-1 (torch's cholesky_solve of the identity, gradient too)."""
+        L = self._unbroadcasted_scale_tril
+        return self._matrix(cholesky_solve(ops.eye(L.shape[-1], dtype=L.dtype), L))
 
     def _df_matrix(self):
         return self.df.reshape(*self._batch_shape, 1, 1)
@@ -183,8 +183,7 @@ class Wishart(ExponentialFamily):
         if self._validate_args:
             self._validate_sample(value)
         nu, p = self.df, self._event_shape[-1]
-        L_inv = tril_inverse(self._unbroadcasted_scale_tril)
-        trace = ((L_inv @ value) * L_inv).sum(-1).sum(-1)  # tr(Sigma^-1 value)
+        trace = cholesky_solve(value, self._unbroadcasted_scale_tril).diagonal(dim1=-2, dim2=-1).sum(-1)
         return (
             -nu * self._half_log_det_scale(p) - mvlgamma(nu / 2, p) + (nu - p - 1) / 2 * _logdet_pd(value) - trace / 2
         )

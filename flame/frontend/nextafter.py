@@ -42,7 +42,8 @@ def _step(x: Tensor, y: Tensor, dtype) -> Tensor:
 def nextafter(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """The next floating value after each element of input towards other's (other's where they are
     equal, NaN where either is), in the dtype input and other promote to, as torch.nextafter; the
-    gradient flows whole to input, none to other, as torch's."""
+    gradient flows to input where input and other differ (NaN included) and is zero where they are
+    equal, and other's is zero, as torch's."""
     for name, t in (("input", input), ("other", other)):
         if not isinstance(t, Tensor):
             raise ArgumentTypeError(f"nextafter(): argument '{name}' (position {1 + (name == 'other')}) must be "
@@ -54,6 +55,12 @@ def nextafter(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     x, y = input.to(dtype), other.to(dtype)
     with no_grad():
         value = _step(x.detach().to(f64), y.detach().to(f64), dtype).to(dtype)
-    if not x.requires_grad:
+    if not (x.requires_grad or y.requires_grad):
         return value
-    return apply("straight_through", x.broadcast_to(value.shape), value)
+    xs, ys = x.broadcast_to(value.shape), y.broadcast_to(value.shape)
+    with no_grad():
+        differ = xs != ys
+    carrier = where(differ, xs, xs.detach())  # torch's input gradient: grad where input != other, else 0
+    if y.requires_grad:  # torch's other gradient: zeros (other requires grad, so the result does too)
+        carrier = where(differ & ~differ, ys, carrier)
+    return apply("straight_through", carrier, value)

@@ -16,6 +16,9 @@ from typing import Any
 
 from flame._lists import all_same
 from flame._lists import gather as _gather
+from flame.errors import OverlapError
+from flame.frontend import views
+from flame.frontend.context import user_location
 from flame.frontend.dispatch import apply, watch_count, watched
 from flame.frontend.guards import Expected, Namer, role_of
 from flame.frontend.tensor import Tensor
@@ -124,6 +127,7 @@ class Replay:
                              for o, i in graph.aliases.items() if bindings[i].kind in ("grad", "arg_grad")]
         self.aliased = None if any(t is None for _, _, t in self.aliases) else [t for _, _, t in self.aliases]
         self.alias_outputs = _gather([o for o, _, _ in self.aliases])
+        self.written_args = sorted({i for _, i, t in self.aliases if t is None})  # (checked by shared_writes)
         # the captured tensors updated in place, as indices into `checked` (what changed() verified)
         self.pick_aliased = None if self.aliased is None else _gather(
             [next(k for k, c in enumerate(self.captured) if c is t) for t in self.aliased])
@@ -179,6 +183,8 @@ class Replay:
     def inputs(self, args: list, executor, checked: bool = False) -> list:
         """The graph inputs' arrays for a call with these arguments, in input order. checked: changed()
         found nothing in this call, so the captured tensors hold the arrays it checked."""
+        if self.written_args:
+            _refuse_shared_writes(self.written_args, args)
         for set_again in self.before_run:  # an optimizer option the body set before using it
             set_again()
         pool = list(self.checked) if checked else list(map(_data, self.captured))
@@ -237,3 +243,18 @@ class Replay:
             self.bumped = watched(self.aliased)
         for t in self.bumped[1]:
             t._version += 1
+
+
+def _refuse_shared_writes(written: list[int], args: list) -> None:
+    """A compiled function takes each argument as a buffer of its own: where it writes argument i in place
+    and another argument shares i's memory (the same tensor twice, views of one tensor), torch's reads of
+    the other after the write see it and the plan's may not, so the call raises instead."""
+    for i in written:
+        for j, a in enumerate(args):
+            if j != i and isinstance(a, Tensor) and a._data is not None and a.numel() and args[i].numel() and (
+                    a is args[i] or views.shares(a._data, args[i]._data)):
+                raise OverlapError(
+                    f"argument {j} shares memory with argument {i}, which the compiled function writes in place: "
+                    f"it takes each argument as a buffer of its own, so the write would not reach argument {j} "
+                    f"as torch's does; pass the tensor once (and take the views inside), or clone() one of them"
+                    f"\n  at {user_location()}")

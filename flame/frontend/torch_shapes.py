@@ -16,6 +16,7 @@ from flame.frontend.context import current_trace, grad_enabled, user_location
 from flame.frontend.creation import tensor
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import full
+from flame.frontend.tensor_core import where as select
 from flame.ir.dtypes import boolean
 
 __all__ = ["adjoint", "as_strided", "diagonal_scatter", "ger", "index_reduce", "isreal", "narrow_copy", "put",
@@ -116,7 +117,8 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
     """torch.as_strided: the elements of input's storage (its base's elements in row-major order, or
     input's own when it is no view) at storage_offset + sum_i index_i * stride_i (storage_offset: input's
     own by default), in a tensor of shape `size`: sliding windows, overlapping and strided reads give
-    torch's values and gradients (an element read twice gets both), eagerly and inside @flame.compile,
+    torch's values and gradients (an element read twice gets both; an element of the storage outside a
+    view input's own gets none, as torch's backward, which is input's), eagerly and inside @flame.compile,
     with torch's errors (negative strides, an offset or extent beyond the storage). Unlike torch's, the
     result is a copy, not a view: a write into it (or a view of it), which would not reach input, raises
     (write through input's views or index_put_), and as_strided_ raises."""
@@ -147,7 +149,12 @@ def as_strided(input: Tensor, size, stride, storage_offset: int | None = None) -
                                       f".requires_grad_()): flame reads the storage through the tensor it was "
                                       f"detached from; clone() it first{where}")
         base = base.detach()
-    return views.mark_strided_copy(base.reshape(-1)[tensor(idx)])
+    picked = base.reshape(-1)[tensor(idx)]
+    if input._base is not None and picked.requires_grad:
+        mine = np.isin(idx, views.positions(input))  # torch's gradient reaches only input's own elements
+        if not mine.all():
+            picked = select(tensor(mine), picked, picked.detach())
+    return views.mark_strided_copy(picked)
 
 
 def _view_in_place(x: Tensor, name: str, spelling: str, view, swaps: tuple[int, int] | None = None) -> Tensor:

@@ -81,6 +81,9 @@ def _shares(a, b) -> bool:
     return alo < bhi and blo < ahi
 
 
+shares = _shares
+
+
 def strided_array(x: Tensor, opdef, attrs: dict, shape: tuple[int, ...]):
     """x's array seen through view op `opdef`, sharing x's storage; None where PyTorch's reshape would
     copy (the strides allow no view)."""

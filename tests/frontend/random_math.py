@@ -17,16 +17,17 @@ ordering      sort (descending or not), topk (largest or smallest, k from 0 to t
               gradient may go to either element). flame has no cummax or cummin
               (docs/coming_from_pytorch.md).
 dtypes        an operand combined with an integer, bool or float64 constant under PyTorch's type
-              promotion: a binary op with an int32, int64, uint8 or bool tensor (of the operand's
+              promotion: a binary op with an int32, int64, int16, uint8 or bool tensor (of the operand's
               rank or fewer dims, or 0-d), or with a 0-d float64 tensor (a 0-d tensor does not raise a
               dimensioned float tensor's dtype); floor_divide and remainder of integer values of the
               operand (x.long(), floor and ceil: their gradient is zero; not of a value computed in a
               low-precision region, _Gen.rounded); comparisons counted as int64;
-              clamp with tensor bounds, lerp and addcmul. The result is a float tensor (a loss term
-              needs one).
+              clamp with tensor bounds, lerp, addcmul and nextafter (towards a constant, or towards
+              the operand's own value, where the step and the gradient are zero). The result is a
+              float tensor (a loss term needs one).
 int_op        integer arithmetic, bitwise ops and comparisons between integer values made from an
-              operand (int32, int64, int8 or uint8) and an integer or bool constant, times the operand:
-              promotion between integer dtypes, uint8 wrapping, floor division and the two remainders'
+              operand (int32, int64, int16, int8 or uint8) and an integer or bool constant, times the
+              operand: promotion between integer dtypes, uint8 wrapping, floor division and the two remainders'
               signs, true division of integers (not of a value computed in a low-precision region:
               _Gen.rounded in random_programs.py).
 linalg        torch.linalg's matrix_norm and norm (the matrix orders), vecdot, multi_dot (torch's order),
@@ -157,7 +158,7 @@ def ordering_family(g) -> int | None:
 
 # ---- integer, bool and float constants under type promotion ----------------------------------------
 
-INT_DTYPES = ("int32", "int64", "uint8", "bool")
+INT_DTYPES = ("int32", "int64", "int16", "uint8", "bool")
 
 
 def _promote(lib, x, fn, c=None, other=None, bounds=None, weight=None):
@@ -181,6 +182,9 @@ def _promote(lib, x, fn, c=None, other=None, bounds=None, weight=None):
         return x.clamp(lo, hi)
     if fn == "lerp":
         return x.lerp(lib.tensor(other, dtype=x.dtype), weight)
+    if fn == "nextafter":  # towards a constant, or towards x's own value (no step, and no gradient there)
+        t = lib.tensor(other, dtype=x.dtype)
+        return x.nextafter(lib.where(t < 0, x.detach(), t))
     return x.addcmul(x.sin(), lib.tensor(other, dtype=x.dtype), value=weight)  # addcmul
 
 
@@ -203,6 +207,7 @@ def dtypes_family(g) -> int | None:
             "clamp",
             "lerp",
             "addcmul",
+            "nextafter",
         ]
     )
     if op in ("floor_divide", "remainder"):
@@ -215,6 +220,8 @@ def dtypes_family(g) -> int | None:
     if op == "clamp":
         lo = g.np.uniform(-1.5, 0.0, shape)
         return g.add("promote", (i,), fn=op, bounds=(lo, lo + g.np.uniform(0.0, 2.0, shape)))
+    if op == "nextafter":
+        return g.add("promote", (i,), fn=op, other=g.np.standard_normal(shape))
     if op in ("lerp", "addcmul"):
         return g.add("promote", (i,), fn=op, other=g.np.standard_normal(shape), weight=rng.choice([0.25, -1.5]))
     dtype = rng.choice(INT_DTYPES + ("float64",)) if op != "where_int" else rng.choice(INT_DTYPES)
@@ -264,7 +271,7 @@ def _int_op(lib, x, fn, dtype, other):
 
 def int_op_family(g) -> int | None:
     """An integer operation between integer values made from a free value and an integer or bool
-    constant (int32, int64, int8, uint8, bool; of the value's rank or fewer dims, or 0-d), times the
+    constant (int32, int64, int16, int8, uint8, bool; of the value's rank or fewer dims, or 0-d), times the
     value."""
     rng = g.rng
     i = g.pick()
@@ -272,8 +279,8 @@ def int_op_family(g) -> int | None:
         return None  # integer values of a rounded value (_Gen.rounded)
     s = g.shapes[i]
     fn = rng.choice(INT_OPS)
-    dtype = rng.choice(["int32", "int64", "int8", "uint8"])
-    odt = rng.choice(["int32", "int64", "int8", "uint8"] + ([] if fn in DIVIDING + ("div",) else ["bool"]))
+    dtype = rng.choice(["int32", "int64", "int16", "int8", "uint8"])
+    odt = rng.choice(["int32", "int64", "int16", "int8", "uint8"] + ([] if fn in DIVIDING + ("div",) else ["bool"]))
     shape = () if rng.random() < 0.3 else tuple(1 if rng.random() < 0.3 else n for n in s[rng.randrange(len(s) + 1) :])
     if odt == "bool":
         other = g.np.random(shape) < 0.5

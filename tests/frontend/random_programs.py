@@ -851,6 +851,7 @@ FAMILIES = {
     _scan: 1,
     _autocast: 1,
     random_views.views_family: 3,
+    random_views.as_strided_family: 0.5,
     random_ops.checkpoint_family: 1.5,
     random_ops.fp8_family: 1,
     random_ops.attention_mod_family: 1.5,

@@ -97,7 +97,13 @@ def _write_into(lib, t, *operand, kind, c=None, key=None, index=None, dim=None, 
         t += v
 
 
-APPLY = {"view": _view, "buffer": _buffer, "write": _write}
+def _as_strided(lib, x, size, stride, offset):
+    """x.as_strided(...) read at once (times 1.5, a new tensor: flame's as_strided is a copy where torch's
+    is a view, so a later write into the storage would reach only torch's)."""
+    return x.as_strided(size, stride, offset) * 1.5
+
+
+APPLY = {"view": _view, "buffer": _buffer, "write": _write, "as_strided": _as_strided}
 
 
 def roots(nodes) -> list[int]:
@@ -320,12 +326,46 @@ def _broadcasts_to(a: tuple, b: tuple) -> bool:
 
 def _read(g, root: int) -> int | None:
     """An op reading a view or the base between writes (its input saved for the backward now and then,
-    so a later write into it is refused by torch and dropped)."""
+    so a later write into it is refused by torch and dropped), or as_strided of one (_as_strided_read)."""
     i = g.rng.choice(_sharing(g, root))
-    op = g.rng.choice(["scale", "exp", "sin", "neg", "sum"])
+    op = g.rng.choice(["scale", "exp", "sin", "neg", "sum", "as_strided"])
+    if op == "as_strided":
+        return _as_strided_read(g, root, i)
     if op == "scale":
         return g.add(op, (i,), c=g.rng.choice([2.0, -0.5]))
     if op == "sum":
         r = len(g.shapes[i])
         return g.add(op, (i,), dim=g.rng.randrange(r), keep=False) if r else None
     return g.add(op, (i,))
+
+
+def _as_strided_read(g, root: int, i: int) -> int | None:
+    """as_strided of value i, a view of an input (an input's storage is row-major in torch and flame alike;
+    an op's result is row-major only in flame): sizes 1 to 3 over one or two dims, strides 0 to 3 (windows
+    overlap, elements repeat) and an explicit storage offset, within i's element count and its storage's,
+    so that reading from the storage's start reaches elements outside a view's own (torch gives them no
+    gradient)."""
+    rng = g.rng
+    if g.nodes[root].op != "input":
+        return None
+    total = int(min(np.prod(g.shapes[i]), np.prod(g.shapes[root])))  # (an expanded view has more elements)
+    size = tuple(rng.randint(1, 3) for _ in range(rng.randint(1, 2)))
+    stride = tuple(rng.randint(0, 3) for _ in size)
+    extent = sum((n - 1) * st for n, st in zip(size, stride)) + 1
+    if extent > total:
+        return None
+    return g.add("as_strided", (i,), size=size, stride=stride, offset=rng.randint(0, total - extent))
+
+
+def as_strided_family(g) -> int | None:
+    """as_strided of an input (one that requires grad, or a new one) or of a view of it through one or two
+    view ops (_as_strided_read): torch's gradient reaches only the elements of the tensor as_strided was
+    called on, not the storage around a view."""
+    rng = g.rng
+    inputs = [j for j in g.free if g.nodes[j].op == "input" and g.requires_grad(j)]
+    i = rng.choice(inputs) if inputs and rng.random() < 0.5 else g.input(tuple(max(n, 1) for n in g.shape()))
+    for _ in range(rng.randint(0, 2)):
+        kind, kw = _view_args(g, g.shapes[i])
+        if kind is not None:
+            i = g.add_aliasing("view", (i,), kind=kind, **kw) or i
+    return _as_strided_read(g, g.roots[i], i)

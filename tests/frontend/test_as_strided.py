@@ -1,6 +1,7 @@
 """Tensor.as_strided / torch.as_strided against torch's, in f64: sliding windows, overlapping and strided
 reads, an explicit storage_offset, views (transposed, sliced: their storage is their base's, their
-offset the default), 0-d and empty sizes; values and gradients (an element read twice gets both),
+offset the default; storage beyond the view's own elements gets no gradient), 0-d and empty sizes;
+values and gradients (an element read twice gets both),
 eager and inside @flame.compile; torch's errors (negative strides, lengths that differ, an offset or
 extent beyond the storage); as_strided_ is a clear NotImplementedError."""
 
@@ -22,6 +23,10 @@ CASES = {
     "broadcast (stride 0)": (lambda x: x, ((3, 4), (0, 1), 1)),
     "of a transposed view": (lambda x: x.view(3, 4).t(), ((2, 3), (1, 4))),
     "of a sliced view": (lambda x: x.view(3, 4)[1:, 1:], ((2, 2), (1, 1))),
+    # storage outside the view's own elements is read, and torch's gradient reaches none of it
+    "of a column, reading beside it": (lambda x: x.view(3, 4).t()[1], ((2, 3), (3, 1), 2)),
+    "of a slice, reading before it": (lambda x: x[4:], ((3,), (1,), 2)),
+    "of every other column": (lambda x: x.view(3, 4)[:, ::2], ((2, 3), (1, 2), 1)),
     "0-d": (lambda x: x, ((), (), 5)),
     "empty": (lambda x: x, ((0, 3), (1, 1), 40)),
 }

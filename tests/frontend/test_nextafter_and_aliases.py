@@ -78,6 +78,33 @@ def test_gradient_is_torchs():
     np.testing.assert_array_equal(x2.grad.numpy(), [1.0, 1.0])
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("grads", [(True, True), (True, False), (False, True)])
+def test_gradient_is_zero_where_input_equals_other(compiled, grads):
+    """torch's input gradient is the cotangent where input != other (NaN included) and 0 where they are
+    equal (infinities, signed zeros, a broadcast other); other's is zeros, and a result of an other that
+    alone requires grad requires grad."""
+    xs = np.array([[1.0, 3.0, np.inf, np.nan, 0.0, 2.0], [2.0, -0.0, 5.0, 1.0, 1.0, 7.0]])
+    ys = np.array([2.0, 3.0, np.inf, 1.0, -0.0, np.nan])
+    w = np.arange(1.0, 13.0).reshape(2, 6)
+
+    def run(lib, fn):
+        x = lib.tensor(xs, dtype=lib.float64, requires_grad=grads[0])
+        y = lib.tensor(ys, dtype=lib.float64, requires_grad=grads[1])
+        fn(x, y, lib.tensor(w, dtype=lib.float64)).backward()
+        return [None if t.grad is None else t.grad.numpy() for t in (x, y)]
+
+    def loss(x, y, w):
+        return (x.nextafter(y) * w).sum()
+
+    got = run(flame, flame.compile(loss) if compiled else loss)
+    want = run(torch, loss)
+    for g, t in zip(got, want):
+        assert (g is None) == (t is None)
+        if t is not None:
+            np.testing.assert_array_equal(g, t)
+
+
 def test_narrow_copy():
     x, tx = flame.arange(12.0).reshape(3, 4), torch.arange(12.0).reshape(3, 4)
     for args in ((0, 1, 2), (1, -2, 2), (1, 0, 4)):
