@@ -68,7 +68,7 @@ _COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when
 
 
 _THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)  # "new": threads per row, fewest first
-STREAM_THREADS = 512  # "new", rows of at least Config.row_stream_min elements: threads per row
+STREAM_THREADS = 1024  # "new", many rows of at least Config.row_stream_min elements: threads per row
 FEW_ROWS_VECTORS = 2  # "new", fewer rows than multiprocessors: at most this many vectors per thread
 def _threads(R: int) -> int:
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
@@ -641,8 +641,9 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
         new = False  # chunks that do not start on whole vectors: element by element
     if new and split:  # a chunk per block of Config.split_threads, by vectors
         G, parts = config.split_threads, make(config.split_threads)
-    elif new and not narrow and row_stream_min(config) and isinstance(R, int) and R >= row_stream_min(config):
-        G, parts = STREAM_THREADS, make(STREAM_THREADS, hold=False)  # long rows streamed (Config.row_stream_min)
+    elif (new and not narrow and row_stream_min(config) and isinstance(R, int) and R >= row_stream_min(config)
+          and isinstance(M, int) and M >= target.sm_count):  # many long rows: streamed (Config.row_stream_min)
+        G, parts = STREAM_THREADS, make(STREAM_THREADS, hold=False)
     elif new:
         G, parts = narrow or _new_threads(make, config, few=isinstance(M, int) and M < target.sm_count)
     else:

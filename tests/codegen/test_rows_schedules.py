@@ -98,9 +98,10 @@ CASES = {
                    ["in 293 chunks of 2048 (registers, 8-element vectors)", "cb + (off_t)t * 8"]),
     "split_rows_odd_length": (_graph(_sum_squares, (4, 300001), f32), NEW, None,
                               ["chunks of 2048", "1-element vectors"]),
-    # rows of at least Config.row_stream_min elements re-read their inputs in each pass, 512 threads each
-    "streamed_long_rows": (_reshaped_swiglu_amax, Config(rows_schedule="new", row_stream_min=64), None,
-                           ["512 threads per row", "(streamed, 8-element vectors)"]),
+    # many rows (at least Target.sm_count) of at least Config.row_stream_min elements re-read their inputs
+    # in each pass, 1024 threads each
+    "streamed_long_rows": (lambda: _reshaped_swiglu_amax((2, 70)), Config(rows_schedule="new", row_stream_min=64),
+                           None, ["1024 threads per row", "(streamed, 8-element vectors)"]),
     "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
     "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
     "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,
@@ -397,10 +398,14 @@ def test_row_stream_min_reads_the_environment_and_keys_the_kernels(monkeypatch):
     from flame.codegen.kernel import codegen_settings, row_stream_min
 
     monkeypatch.delenv("FLAME_ROW_STREAM_MIN", raising=False)
-    assert row_stream_min() == 0
+    assert row_stream_min() == 8192
     before = codegen_settings()
-    monkeypatch.setenv("FLAME_ROW_STREAM_MIN", "8192")
-    assert row_stream_min() == 8192 and codegen_settings() != before
+    monkeypatch.setenv("FLAME_ROW_STREAM_MIN", "0")
+    assert row_stream_min() == 0 and codegen_settings() != before
+    (grp,) = _rows_groups(_reshaped_swiglu_amax((2, 70)))
+    assert "(registers" in lower(grp, Config(rows_schedule="new", row_stream_min=None))[0].source  # never
+    (few,) = _rows_groups(_reshaped_swiglu_amax((2, 6)))  # fewer rows than multiprocessors: held
+    assert "(registers" in lower(few, Config(rows_schedule="new", row_stream_min=64))[0].source
     assert row_stream_min(Config(row_stream_min=0)) == 0
     monkeypatch.setenv("FLAME_ROW_STREAM_MIN", "long")
     with pytest.raises(Exception, match="FLAME_ROW_STREAM_MIN='long'"):
