@@ -5,7 +5,9 @@ instance mlp_bf16_train or unet_train) a few times, for `flame profile` and memo
     python3 -m benchmarks.scripts.gpt_step mlp_bf16_train [--quick]
 
 Inputs are drawn as the suite draws them (flame.bench.spec.generate);
-prints the loss and, on the GPU, the CuPy pool's bytes in use and reserved after the calls."""
+prints the loss and, on the GPU, the CuPy pool's bytes in use and reserved after the calls.
+FLAME_FP8_SCALING=delayed runs an `_fp8` case with delayed scaling (its recipe's `scaling`; the
+cases use current scaling)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,17 @@ from flame.bench.spec import flame_inputs, flat_outputs
 from flame.bench.table import CASES
 
 
+def _fp8_scaling(scaling: str) -> None:
+    """The FP8 cases' Float8Recipe() made with `scaling` (they read flame.amp.Float8Recipe when they run)."""
+    import flame.amp
+
+    made = flame.amp.Float8Recipe
+    flame.amp.Float8Recipe = lambda *a, **k: made(*a, **{"scaling": scaling, **k})
+
+
 def main(argv: list[str]) -> None:
+    if os.environ.get("FLAME_FP8_SCALING"):
+        _fp8_scaling(os.environ["FLAME_FP8_SCALING"])
     name = argv[0] if argv and not argv[0].startswith("-") else os.environ.get("FLAME_GPT_CASE", "gpt_block_train")
     case = next((c for c in CASES if c.name == name), None)
     if case is None:
