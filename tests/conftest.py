@@ -1,10 +1,24 @@
 """Shared fixtures. Tests that need a GPU carry the `gpu` marker and are skipped without one."""
 
+import contextlib
 import os
 
 import pytest
 
 from flame.runtime.device import cuda_available
+
+
+@contextlib.contextmanager
+def on_device(name: str):
+    """flame's default device `name` inside the block, and the one before it afterwards."""
+    import flame
+
+    prev = flame.get_device()
+    flame.set_device(name)
+    try:
+        yield
+    finally:
+        flame.set_device(prev)
 
 
 def pytest_addoption(parser):

@@ -19,6 +19,7 @@ from flame.ir import REGISTRY, Builder, Graph, TensorType
 from flame.ir.dtypes import bf16, f8e4m3, f8e5m2, f32, promote
 from flame.ir.graph import Kind, is_backward, is_recompute
 from flame.plan.steps import KernelLaunch, MatmulCall
+from tests.conftest import on_device
 
 E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 MAX = {E4M3: 448.0, E5M2: 57344.0}
@@ -26,10 +27,8 @@ MAX = {E4M3: 448.0, E5M2: 57344.0}
 
 @pytest.fixture(autouse=True)
 def _reference():
-    prev = flame.get_device()
-    flame.set_device("reference")
-    yield
-    flame.set_device(prev)
+    with on_device("reference"):
+        yield
 
 
 def _rng(seed=0):

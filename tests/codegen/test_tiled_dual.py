@@ -16,6 +16,7 @@ import flame
 from flame.codegen.nvrtc import compile_cubin
 from flame.frontend.dispatch import apply
 from flame.ir.dtypes import f8e4m3, f8e5m2, fp8_max
+from tests.conftest import on_device
 
 CASES = [  # (x's shape [m, k], x's dtype, x8's FP8 dtype): odd extents, f32 / f16 / bf16 sources
     ((96, 200), "bfloat16", f8e4m3),
@@ -160,9 +161,7 @@ GPU_CASES = CASES + [  # a batch, the Llama-7B block's weights and gradients in 
 @pytest.mark.parametrize("wide", ["0", "1"])  # FLAME_WIDE_BYTE_TILES
 def test_gpu_dual_tiled_cast_writes_torchs_bytes(monkeypatch, shape, src, dtype, wide):
     monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", wide)
-    prev = flame.get_device()
-    try:
-        flame.set_device("cuda")
+    with on_device("cuda"):
         a = _data(shape, seed=3)
         x, s = flame.tensor(a).to(getattr(flame, src)), flame.tensor(np.float32(3.5))
         step = flame.compile(_both)
@@ -172,5 +171,3 @@ def test_gpu_dual_tiled_cast_writes_torchs_bytes(monkeypatch, shape, src, dtype,
         want = _want(a, src, 3.5, dtype)
         _same(x8, want)
         _same(x8t, want.transpose(-1, -2))
-    finally:
-        flame.set_device(prev)

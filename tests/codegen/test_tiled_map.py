@@ -15,6 +15,7 @@ import flame
 from flame.codegen.nvrtc import compile_cubin
 from flame.frontend.dispatch import apply
 from flame.ir.dtypes import f8e4m3, f8e5m2, fp8_max
+from tests.conftest import on_device
 
 CASES = [  # (input shape, source dtype, FP8 dtype): tiled 2-d, odd extents, a batch, f32 and f16 sources
     ((96, 200), "bfloat16", f8e4m3),
@@ -122,31 +123,23 @@ def test_switch_off_gives_the_elementwise_kernel(cuda_target, monkeypatch):
 @pytest.mark.parametrize("wide", ["0", "1"])  # FLAME_WIDE_BYTE_TILES
 def test_gpu_tiled_cast_transpose_writes_numpys_bytes(monkeypatch, shape, src, dtype, wide):
     monkeypatch.setenv("FLAME_WIDE_BYTE_TILES", wide)
-    prev = flame.get_device()
-    try:
-        flame.set_device("cuda")
+    with on_device("cuda"):
         step, a, got, _ = _run(shape, src, dtype, seed=1)
         assert any("_tiled_" in k.name for k in step._last.plan.kernels())
         _same(got, _want(a, src, 3.5, dtype))
-    finally:
-        flame.set_device(prev)
 
 
 @pytest.mark.gpu
 def test_gpu_tiled_chain_writes_the_elementwise_kernels_bytes(monkeypatch):
     """The tiled kernel computes what the elementwise kernel it replaces computes (FLAME_TILED_MAP=0), bit
     for bit, on the GPU."""
-    prev = flame.get_device()
     got = {}
-    try:
-        flame.set_device("cuda")
+    with on_device("cuda"):
         for tiled in ("1", "0"):
             monkeypatch.setenv("FLAME_TILED_MAP", tiled)
             step, y, _ = _chain(seed=2)
             assert any("_tiled_" in k.name for k in step._last.plan.kernels()) == (tiled == "1")
             got[tiled] = _bits(y.numpy()).copy()
-    finally:
-        flame.set_device(prev)
     np.testing.assert_array_equal(got["1"], got["0"])
 
 

@@ -22,6 +22,7 @@ from flame.bench.cases_llama import _block, _flame_rope, _shapes, _sizes
 from flame.ir.graph import is_backward
 from flame.ir.registry import REGISTRY
 from flame.plan.steps import KernelLaunch
+from tests.conftest import on_device
 
 SIZES = _sizes(True)  # batch 2, T 16, d 64, hidden 128
 
@@ -198,15 +199,11 @@ def test_fused_fp8_step_on_the_gpu_agrees_with_the_reference(monkeypatch, scalin
     monkeypatch.setenv("FLAME_FP8_GEMM", "1")
     monkeypatch.setattr(matmul, "fp8_gemm", True)
     got = {}
-    prev = flame.get_device()
-    try:
-        for device in ("cuda", "reference"):
-            flame.set_device(device)
+    for device in ("cuda", "reference"):
+        with on_device(device):
             step, p, x = _step(scaling)
             losses = [step(x).item() for _ in range(3)]
             got[device] = losses, {n: w.float().numpy() for n, w in p.items()}
-    finally:
-        flame.set_device(prev)
     (lg, pg), (lr, pr) = got["cuda"], got["reference"]
     np.testing.assert_allclose(lg, lr, rtol=5e-2)
     for n in pg:  # in norm: an AdamW step moves a near-zero gradient's element by about lr either way,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import flame
+from tests.conftest import on_device
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from train_gpt import GPT, TINY, batch, encode, stdlib_text  # noqa: E402
@@ -42,10 +43,8 @@ def _validation_loss(fp8, data, vocab: str) -> float:
 
 @pytest.fixture
 def reference():
-    prev = flame.get_device()
-    flame.set_device("reference")
-    yield
-    flame.set_device(prev)
+    with on_device("reference"):
+        yield
 
 
 def test_fp8_gpt_learns_like_bf16(reference):
