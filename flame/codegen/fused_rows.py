@@ -140,8 +140,9 @@ class _RowSegment:
         self.red = range(self.n_kept, rank)
         self.loads = loads
         # "new": what a thread touches element by element (per-element inputs and outputs) moves by vectors
-        # (split: within its chunk, whose start cb is a whole number of vectors)
-        self.new = new and (split is None or self.CH % (16 // min(v.dtype.itemsize for v in inputs + outputs)) == 0)
+        # (split: within its chunk, whose start cb is a whole number of vectors: CH is a whole number of warps'
+        # elements)
+        self.new = new
         # loads inside a piece of a piecewise op: read element by element where the piece holds, never ahead
         self.guarded = {k for k in loads if k in lay.guarded}
         self.memory = [k for k in loads if k[1].depends_on(self.red) and k not in self.guarded] + \
@@ -637,8 +638,6 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     if narrow is None and column_only and schedule == "auto":
         new = False  # rows of over 1024 vectors carrying column sums only: the old schedule is the measured one
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
-    if new and split and not all(p.new for p in make(config.split_threads)):
-        new = False  # chunks that do not start on whole vectors: element by element
     if new and split:  # a chunk per block of Config.split_threads, by vectors
         G, parts = config.split_threads, make(config.split_threads)
     elif (new and not narrow and row_stream_min(config) and isinstance(R, int) and R >= row_stream_min(config)

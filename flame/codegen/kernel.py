@@ -5,14 +5,13 @@ launch-size helpers and unique, descriptive kernel names."""
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from flame._env import env_choice, env_flag
+from flame._env import env_choice, env_flag, env_int
 from flame.codegen import cuda_c
 from flame.codegen.snippets import prelude
 from flame.errors import ArgumentError
@@ -167,10 +166,7 @@ def row_stream_min(config: Config = DEFAULT_CONFIG) -> int:
     """config.row_stream_min, else $FLAME_ROW_STREAM_MIN, else ROW_STREAM_MIN (Config says what it does)."""
     if config.row_stream_min is not None:
         return config.row_stream_min
-    text = os.environ.get("FLAME_ROW_STREAM_MIN", str(ROW_STREAM_MIN))
-    if not text.isdigit():
-        raise ArgumentError(f"FLAME_ROW_STREAM_MIN={text!r}: expected a row length in elements (0: never)")
-    return int(text)
+    return env_int("FLAME_ROW_STREAM_MIN", ROW_STREAM_MIN, minimum=0)
 
 
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
