@@ -331,6 +331,12 @@ class LogSoftmax(_Elementwise):
 
 
 class Identity(Module):
+    """Returns its input; like PyTorch's, it takes and ignores any constructor arguments, so it can stand in
+    for a layer built with arguments."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
     def forward(self, x: Tensor) -> Tensor:
         return x
 

@@ -280,3 +280,12 @@ def test_resampling_layer_reprs(make):
 def test_module_repr_lays_out_extra_repr_and_children_as_torch(make):
     """A module with both an extra_repr and children puts the extra_repr on its own line, as torch's."""
     assert repr(make(flame.nn)) == repr(make(torch.nn))
+
+
+def test_identity_ignores_constructor_arguments():
+    # PyTorch's Identity accepts any arguments so it can replace a layer in code that builds one
+    for lib in (torch, flame):
+        m = lib.nn.Identity(54, unused_argument=0.1)
+        assert list(m.parameters()) == []
+        x = lib.tensor(np.arange(3.0))
+        assert m(x) is x
