@@ -56,6 +56,11 @@ class _ConvNd(Module):
         if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
             raise ValueError(f"{name}: padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', "
                              f"got {padding_mode!r}")
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+            if padding == "same" and any(s != 1 for s in ntuple(stride, self.d, "stride", name)):
+                raise ValueError("padding='same' is not supported for strided convolutions")
         if padding_mode != "zeros" and self.transposed:
             raise ValueError(f"{name}: only 'zeros' padding_mode is supported for {name} (as PyTorch's)")
         d = self.d
