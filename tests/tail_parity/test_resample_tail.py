@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.tail_parity.common import Fixed, check_fn, raises_like, rng
+from tests.tail_parity.common import check_fn, raises_like, rng
 
 R = rng(7)
 X4 = R.standard_normal((2, 3, 5, 6))
@@ -38,7 +38,15 @@ def test_grid_sample_bicubic(padding, align, compiled):
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 def test_grid_sample_5d(mode, padding, align, compiled):
     fn = lambda F, x, g: F.nn.functional.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align)
-    check_fn(fn, [X5, GRID5 if mode == "bilinear" else Fixed(GRID5)], compiled)
+    check_fn(fn, [X5, GRID5], compiled)
+
+
+@COMPILED
+@PADDING
+def test_grid_sample_nearest_gives_the_grid_a_zero_gradient(padding, compiled):
+    """nearest's grid gets torch's gradient, zeros (not None: round's zero gradient, the grid in the graph)."""
+    fn = lambda F, x, g: F.nn.functional.grid_sample(x, g, mode="nearest", padding_mode=padding, align_corners=False)
+    check_fn(fn, [X4, GRID4], compiled)
 
 
 @COMPILED
