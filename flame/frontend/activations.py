@@ -231,6 +231,9 @@ def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa:
         fits("threshold", "value", value, input.dtype)
     if isinstance(input, Tensor) and input.dtype in (f16, bf16):
         return where(input.float() <= _f32(threshold), value, input)
+    if isinstance(input, Tensor) and input.dtype.is_int:
+        # PyTorch's kernel takes both numbers in x's integer dtype (truncated), and so keeps that dtype
+        threshold, value = int(threshold), int(value)
     return where(input <= threshold, value, input)
 
 

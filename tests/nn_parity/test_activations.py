@@ -68,3 +68,19 @@ def test_functional_softmax_implicit_dim(fn):
     with pytest.warns(UserWarning):
         t = getattr(torch.nn.functional, fn)(torch.tensor(X3)).numpy()
     np.testing.assert_allclose(f, t, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16"])
+@pytest.mark.parametrize("th, value", [(1.5, 5.7), (-0.5, 7), (0.5, -7.9), (2, 3)])
+def test_threshold_of_integers_keeps_their_dtype(th, value, dtype, compiled):
+    """An integer input takes threshold and value in its own dtype (truncated), as torch's kernel: the
+    result keeps the integer dtype, not a float with value's fraction."""
+    x = np.array([[0, 1, 2, -1, -2, 3]], dtype=dtype)
+    want = torch.nn.functional.threshold(torch.tensor(x), th, value)
+    fn = lambda t: flame.nn.functional.threshold(t, th, value)
+    got = (flame.compile(fn) if compiled else fn)(flame.tensor(x))
+    assert str(got.dtype) == {"int64": "i64", "int32": "i32", "int16": "i16"}[dtype]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    module = flame.nn.Threshold(th, value)(flame.tensor(x))
+    np.testing.assert_array_equal(module.numpy(), want.numpy())
