@@ -84,3 +84,22 @@ def test_threshold_of_integers_keeps_their_dtype(th, value, dtype, compiled):
     np.testing.assert_array_equal(got.numpy(), want.numpy())
     module = flame.nn.Threshold(th, value)(flame.tensor(x))
     np.testing.assert_array_equal(module.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])
+@pytest.mark.parametrize("name, fn", [
+    ("hardtanh fractional bounds", lambda L, t: L.nn.functional.hardtanh(t, -2.5, 2.5)),
+    ("hardtanh", lambda L, t: L.nn.functional.hardtanh(t, 0.5, 6.7)),
+    ("relu6", lambda L, t: L.nn.functional.relu6(t)),
+    ("ReLU6 module", lambda L, t: L.nn.ReLU6()(t)),
+    ("Hardtanh module", lambda L, t: L.nn.Hardtanh(-1.5, 3.0)(t)),
+])
+def test_hardtanh_of_integers_keeps_their_dtype(name, fn, dtype, compiled):
+    """hardtanh and relu6 of an integer input give that integer dtype (the bounds truncated), as torch's."""
+    x = np.array([[-3, 0, 9, 2, -1, 6, 7, 3]], dtype=dtype)
+    want = fn(torch, torch.tensor(x))
+    call = lambda t: fn(flame, t)
+    got = (flame.compile(call) if compiled else call)(flame.tensor(x))
+    assert str(got.dtype) == {"int64": "i64", "int32": "i32", "int8": "i8"}[dtype]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
