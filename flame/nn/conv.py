@@ -490,6 +490,15 @@ class _NormBase(Module):
         if self.bias is not None:
             init.zeros_(self.bias)
 
+    def _missing_state_defaults(self, prefix: str, state_dict) -> dict:
+        """num_batches_tracked for a checkpoint without it (PyTorch's from before version 2 of its norms, or
+        one built by hand, whose metadata gives no version): this module's own count, as torch's _NormBase."""
+        key = prefix + "num_batches_tracked"
+        version = (getattr(state_dict, "_metadata", None) or {}).get(prefix[:-1], {}).get("version")
+        if not self.track_running_stats or key in state_dict or (version is not None and version >= 2):
+            return {}
+        return {key: self.num_batches_tracked}
+
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
             self.running_mean.zero_()

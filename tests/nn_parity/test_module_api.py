@@ -289,3 +289,20 @@ def test_identity_ignores_constructor_arguments():
         assert list(m.parameters()) == []
         x = lib.tensor(np.arange(3.0))
         assert m(x) is x
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_norm_state_without_num_batches_tracked_loads(strict):
+    """A state dict without num_batches_tracked (PyTorch's norms before its version 2, or one built by hand)
+    loads as torch's does: the module keeps its own count, no key is missing."""
+    results = []
+    for lib in (torch, flame):
+        mine, src = (lib.nn.Sequential(lib.nn.Linear(3, 3), lib.nn.BatchNorm1d(3),
+                                       lib.nn.InstanceNorm1d(3, track_running_stats=True)) for _ in range(2))
+        mine[1].num_batches_tracked.fill_(7)
+        src[1].running_mean.fill_(0.5)
+        sd = {k: v for k, v in src.state_dict().items() if "num_batches_tracked" not in k}
+        keys = mine.load_state_dict(sd, strict=strict)
+        results.append((list(keys.missing_keys), list(keys.unexpected_keys), int(mine[1].num_batches_tracked),
+                        int(mine[2].num_batches_tracked), float(mine[1].running_mean[0])))
+    assert results[1] == results[0] == ([], [], 7, 0, 0.5)
