@@ -146,6 +146,8 @@ def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tens
         raise ValueError(f"hardtanh: min_val {min_val} is larger than max_val {max_val}")
     fits("hardtanh", "min_val", min_val, input.dtype)
     fits("hardtanh", "max_val", max_val, input.dtype)
+    if input.dtype.is_int:  # PyTorch's result keeps the integer dtype: the bounds truncated (relu6's 0 and 6 too)
+        min_val, max_val = int(min_val), int(max_val)
     value = input.clamp(min_val, max_val)
     if not float_gradient(input):
         return value
@@ -231,6 +233,9 @@ def threshold(input: Tensor, threshold: float, value: float) -> Tensor:  # noqa:
         fits("threshold", "value", value, input.dtype)
     if isinstance(input, Tensor) and input.dtype in (f16, bf16):
         return where(input.float() <= _f32(threshold), value, input)
+    if isinstance(input, Tensor) and input.dtype.is_int:
+        # PyTorch's kernel takes both numbers in x's integer dtype (truncated), and so keeps that dtype
+        threshold, value = int(threshold), int(value)
     return where(input <= threshold, value, input)
 
 

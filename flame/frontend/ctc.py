@@ -46,15 +46,19 @@ def _lengths(name: str, lengths, batch: int) -> Tensor:
     return t
 
 
-def _padded_targets(targets: Tensor, target_lengths: Tensor) -> Tensor:
-    """[N, S] targets from the concatenated form (its lengths must be known: eager, or given as numbers)."""
-    if target_lengths._value is not None:
+def _padded_targets(targets: Tensor, target_lengths) -> Tensor:
+    """[N, S] targets from the concatenated form (its lengths must be known: given as numbers, or a tensor
+    outside a trace)."""
+    if not isinstance(target_lengths, Tensor):
+        lens = [int(v) for v in target_lengths] if hasattr(target_lengths, "__len__") else [int(target_lengths)]
+    elif target_lengths._value is not None:
         raise TraceError(
             "ctc_loss: concatenated 1-D targets need the target lengths' values to split them, which a "
             "step being traced does not know; pass the targets padded to [N, S], or the lengths as a "
             f"list of ints\n  at {user_location()}"
         )
-    lens = [int(v) for v in target_lengths.numpy()]
+    else:
+        lens = [int(v) for v in target_lengths.reshape(-1).numpy()]
     if sum(lens) != targets.shape[0]:
         raise ShapeError(
             f"ctc_loss: concatenated targets hold {targets.shape[0]} labels but target_lengths sum to "
@@ -141,7 +145,7 @@ def ctc_loss(
     batch = log_probs.shape[1]
     il, tl = _lengths("input_lengths", input_lengths, batch), _lengths("target_lengths", target_lengths, batch)
     if targets.ndim == 1 and not unbatched:
-        targets = _padded_targets(targets, tl)
+        targets = _padded_targets(targets, target_lengths)  # the numbers given: a list's tensor is traced
     if targets.ndim != 2 or targets.shape[0] != batch:
         raise ShapeError(
             f"ctc_loss: targets must be [N, S] (padded) or 1-D (concatenated) for {batch} samples, got "

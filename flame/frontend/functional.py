@@ -501,7 +501,15 @@ def dropout1d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A00
 
 def dropout2d(input: Tensor, p: float = 0.5, training: bool = True,  # noqa: A002
               *, generator=None) -> Tensor:
-    """Channel dropout of [N, C, H, W] (or [C, H, W])."""
+    """Channel dropout of [N, C, H, W]. A 3-D input is [N, C, L], one mask value per (sample, channel), with
+    PyTorch's warning: as torch's, not an unbatched [C, H, W] (its dropout2d keeps that for now)."""
+    if input.ndim == 3:
+        warnings.warn("dropout2d: Received a 3D input to dropout2d and assuming that channel-wise 1D dropout "
+                      "behavior is desired - input is interpreted as shape (N, C, L), where C is the channel dim. "
+                      "This behavior will change in a future release to interpret the input as one without a "
+                      "batch dimension, i.e. shape (C, H, W). To maintain the 1D channel-wise dropout behavior, "
+                      "please switch to using dropout1d instead.", UserWarning, stacklevel=user_stacklevel())
+        return _channel_dropout("dropout2d", (3,), input, p, training, generator)
     return _channel_dropout("dropout2d", (3, 4), input, p, training, generator)
 
 

@@ -8,6 +8,8 @@ or f32 for an f16/bf16 input, which then computes in f32 and rounds the result o
 
 from __future__ import annotations
 
+import math
+
 from flame.errors import DTypeError
 from flame.frontend.autocast import policy
 from flame.frontend.context import no_grad, user_location
@@ -222,6 +224,9 @@ def instance_norm(input: Tensor, running_mean: Tensor | None = None, running_var
             raise _err("instance_norm: use_input_stats=False needs running_mean and running_var")
         return batch_norm(input, running_mean, running_var, weight, bias, False, eps=eps)
     param_dtype("instance_norm", input, running_mean, running_var)  # its own group: torch's instance_norm
+    if math.prod(input.shape[2:]) == 1:  # torch refuses one position: its output would be just the bias
+        raise _err(f"instance_norm: expected more than 1 spatial element when training, got input size "
+                   f"{list(input.shape)}")
     if running_mean is not None:
         positions = input.numel() // (input.shape[0] * input.shape[1])
         if positions <= 1:

@@ -213,8 +213,13 @@ def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 def _lp_pool(d: int, x: Tensor, norm_type: float, kernel_size, stride, ceil_mode: bool) -> Tensor:
     """PyTorch's power-average pooling: (sum over each window of x ** norm_type) ** (1 / norm_type), as
-    the window's mean of x ** p times its size, negative means made 0 (sign * relu of the absolute)."""
+    the window's mean of x ** p times its size, negative means made 0 (sign * relu of the absolute). An
+    infinite norm_type is the window's largest absolute value (-inf: minus its smallest), as PyTorch
+    takes it by max pooling (x ** inf overflows the mean to inf or 0 and the 0th root makes every window 1)."""
     k = ntuple(kernel_size, d, "kernel_size", f"lp_pool{d}d")
+    if isinstance(norm_type, (int, float)) and np.isinf(norm_type):
+        sign = 1.0 if norm_type > 0 else -1.0
+        return _max_pool(d, x.abs() * sign, kernel_size, stride, 0, 1, ceil_mode, False) * sign
     out = _avg_pool(d, x.pow(norm_type), kernel_size, stride, 0, ceil_mode, True, None)
     return (out.sign() * out.abs().relu()).mul(float(np.prod(k))).pow(1.0 / norm_type)
 

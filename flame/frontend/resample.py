@@ -210,6 +210,11 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         raise _err("interpolate: align_corners applies only to the linear modes")
     if (size is None) == (scale_factor is None):
         raise _err("interpolate: give exactly one of size and scale_factor")
+    if (mode in _LINEAR or mode == "bicubic") and not x.dtype.is_float:
+        # the weights would be cast to the integer dtype (every output 0); PyTorch's uint8 kernels round in
+        # fixed point, pass by pass, which these float ones do not reproduce
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented for an integer input ({x.dtype}) "
+                                  f"in flame; convert it to a float dtype first (x.float())\n  at {user_location()}")
     spatial = x.shape[2:]
     out, scales = _resize(spatial, size, scale_factor, recompute_scale_factor)
     if mode == "area":

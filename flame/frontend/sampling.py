@@ -15,7 +15,8 @@ from flame.frontend.context import user_location
 from flame.frontend.creation import linspace, ones
 from flame.frontend.ops import stack, where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import i64
+from flame.frontend.tensor_core import full
+from flame.ir.dtypes import boolean, i64
 
 __all__ = ["affine_grid", "grid_sample"]
 
@@ -127,8 +128,9 @@ def grid_sample(input: Tensor, grid: Tensor, mode: str = "bilinear", padding_mod
             result = row * weights[1][j] if result is None else result + row * weights[1][j]
         return result
     pos = [_padded(_unnormalize(grid[..., k], sizes[k], align), sizes[k], padding_mode, align) for k in range(d)]
-    if mode == "nearest":
-        return tap([p.round() for p in pos])
+    if mode == "nearest":  # the grid stays in the graph with PyTorch's zero gradient (round's), not none
+        rounded = [p.round() for p in pos]
+        return where(full((), True, dtype=boolean), tap(rounded), rounded[0].unsqueeze(1))
     lows = [p.floor() for p in pos]
     fracs = [(p - low).unsqueeze(1) for p, low in zip(pos, lows)]  # the fractions carry the grid's gradient
     result = None

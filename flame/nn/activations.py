@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from flame.errors import ShapeError
+from flame.errors import AssertedArgumentError, ShapeError
 from flame.frontend import activations as A
 from flame.frontend import activations_inplace as FI
 from flame.frontend import functional as F
@@ -78,6 +78,8 @@ class Hardtanh(_Elementwise):
     fn = staticmethod(A.hardtanh)
 
     def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+        if not max_val > min_val:
+            raise AssertedArgumentError(f"max_val ({max_val}) must be greater than min_val ({min_val})")
         super().__init__(inplace, min_val=min_val, max_val=max_val)
 
 
@@ -552,7 +554,7 @@ class EmbeddingBag(Module):
             raise NotImplementedError("EmbeddingBag: max_norm and scale_grad_by_freq are not supported")
         self.num_embeddings, self.embedding_dim, self.mode = num_embeddings, embedding_dim, mode
         if padding_idx is not None and not -num_embeddings <= padding_idx < num_embeddings:
-            raise AssertionError("padding_idx must be within num_embeddings")
+            raise AssertedArgumentError("padding_idx must be within num_embeddings")
         if padding_idx is not None and padding_idx < 0:
             padding_idx += num_embeddings
         self.include_last_offset, self.padding_idx = include_last_offset, padding_idx

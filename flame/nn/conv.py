@@ -56,6 +56,11 @@ class _ConvNd(Module):
         if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
             raise ValueError(f"{name}: padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', "
                              f"got {padding_mode!r}")
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"Invalid padding string {padding!r}, should be one of {{'valid', 'same'}}")
+            if padding == "same" and any(s != 1 for s in ntuple(stride, self.d, "stride", name)):
+                raise ValueError("padding='same' is not supported for strided convolutions")
         if padding_mode != "zeros" and self.transposed:
             raise ValueError(f"{name}: only 'zeros' padding_mode is supported for {name} (as PyTorch's)")
         d = self.d
@@ -484,6 +489,15 @@ class _NormBase(Module):
             init.ones_(self.weight)
         if self.bias is not None:
             init.zeros_(self.bias)
+
+    def _missing_state_defaults(self, prefix: str, state_dict) -> dict:
+        """num_batches_tracked for a checkpoint without it (PyTorch's from before version 2 of its norms, or
+        one built by hand, whose metadata gives no version): this module's own count, as torch's _NormBase."""
+        key = prefix + "num_batches_tracked"
+        version = (getattr(state_dict, "_metadata", None) or {}).get(prefix[:-1], {}).get("version")
+        if not self.track_running_stats or key in state_dict or (version is not None and version >= 2):
+            return {}
+        return {key: self.num_batches_tracked}
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from flame.errors import AssertedArgumentError
 from flame.frontend import activations_inplace as FI
 from flame.frontend import functional as F
 from flame.frontend import losses
@@ -159,6 +160,9 @@ class Embedding(Module):
         self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
         self.sparse = sparse
         if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:  # torch asserts: % would pick another row
+                raise AssertedArgumentError(f"Padding_idx must be within num_embeddings (padding_idx={padding_idx}, "
+                                            f"num_embeddings={num_embeddings})")
             padding_idx = padding_idx % num_embeddings
         self.padding_idx = padding_idx
         dt = float_dtype(dtype)
@@ -331,6 +335,12 @@ class LogSoftmax(_Elementwise):
 
 
 class Identity(Module):
+    """Returns its input; like PyTorch's, it takes and ignores any constructor arguments, so it can stand in
+    for a layer built with arguments."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
     def forward(self, x: Tensor) -> Tensor:
         return x
 

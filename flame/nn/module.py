@@ -497,9 +497,22 @@ class Module(ModuleHooks, ModuleLookup):
     def plan_load(self, state_dict: dict[str, Any], strict: bool = True) -> tuple[list, IncompatibleKeys]:
         """Check state_dict against this module without changing anything: (destination, source) pairs
         to copy, and the skipped keys. Raises flame.CheckpointError as load_state_dict does."""
-        state_dict = self._run_load_pre_hooks(state_dict, strict)
+        state_dict = self._with_missing_defaults(self._run_load_pre_hooks(state_dict, strict))
         own = self._state_entries("", True, Module.set_extra_state)
         return match_state(own, state_dict, strict, type(self).__name__)
+
+    def _missing_state_defaults(self, prefix: str, state_dict: Mapping[str, Any]) -> dict[str, Any]:
+        """Entries an older checkpoint of this module lacks, which loading fills in (as torch's versioned
+        _load_from_state_dict does): none, unless a module class says otherwise."""
+        return {}
+
+    def _with_missing_defaults(self, state_dict: Mapping[str, Any]) -> Mapping[str, Any]:
+        """state_dict with the modules' _missing_state_defaults added (a copy, when there are any)."""
+        extra = {}
+        for p, m in self.named_modules():
+            if type(m)._missing_state_defaults is not Module._missing_state_defaults:
+                extra.update(m._missing_state_defaults(f"{p}." if p else "", state_dict))
+        return OrderedDict(state_dict, **extra) if extra else state_dict
 
     def _run_load_pre_hooks(self, state_dict: Mapping[str, Any], strict: bool) -> Mapping[str, Any]:
         """state_dict as the modules' load_state_dict pre-hooks leave it (a copy, when a module has one)."""

@@ -87,3 +87,25 @@ def test_recurrent_and_attention_dropout_of_one_as_torchs():
     np.testing.assert_allclose(mine(flame.tensor(q), flame.tensor(q), flame.tensor(q), need_weights=False)[0].numpy(),
                                theirs(torch.tensor(q), torch.tensor(q), torch.tensor(q),
                                       need_weights=False)[0].detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def _shared_axes(y: np.ndarray) -> list[int]:
+    """The axes along which every mask value repeats (the values of a dropout of ones)."""
+    return [ax for ax in range(y.ndim) if np.all(np.ptp(y, axis=ax) == 0)]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("module", [False, True])
+def test_dropout2d_of_a_3d_input_drops_per_sample_and_channel_like_torch(module, compiled):
+    """torch's dropout2d takes a 3-D input as [N, C, L] (with a warning): one mask value per (sample,
+    channel), not one per channel of an unbatched [C, H, W]."""
+    x = np.ones((64, 32, 5))
+    for lib in (torch, flame):
+        drop = lib.nn.Dropout2d(0.5) if module else (lambda t, lib=lib: lib.nn.functional.dropout2d(t, 0.5))
+        fn = lambda t, drop=drop: drop(t)  # noqa: E731
+        if lib is flame and compiled:
+            fn = flame.compile(fn)
+        with pytest.warns(UserWarning, match="dropout2d: Received a 3D input"):
+            y = fn(lib.tensor(x)).numpy()
+        assert _shared_axes(y) == [2]
+        assert set(np.unique(y)) == {0.0, 2.0}

@@ -68,3 +68,38 @@ def test_functional_softmax_implicit_dim(fn):
     with pytest.warns(UserWarning):
         t = getattr(torch.nn.functional, fn)(torch.tensor(X3)).numpy()
     np.testing.assert_allclose(f, t, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16"])
+@pytest.mark.parametrize("th, value", [(1.5, 5.7), (-0.5, 7), (0.5, -7.9), (2, 3)])
+def test_threshold_of_integers_keeps_their_dtype(th, value, dtype, compiled):
+    """An integer input takes threshold and value in its own dtype (truncated), as torch's kernel: the
+    result keeps the integer dtype, not a float with value's fraction."""
+    x = np.array([[0, 1, 2, -1, -2, 3]], dtype=dtype)
+    want = torch.nn.functional.threshold(torch.tensor(x), th, value)
+    fn = lambda t: flame.nn.functional.threshold(t, th, value)
+    got = (flame.compile(fn) if compiled else fn)(flame.tensor(x))
+    assert str(got.dtype) == {"int64": "i64", "int32": "i32", "int16": "i16"}[dtype]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    module = flame.nn.Threshold(th, value)(flame.tensor(x))
+    np.testing.assert_array_equal(module.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])
+@pytest.mark.parametrize("name, fn", [
+    ("hardtanh fractional bounds", lambda L, t: L.nn.functional.hardtanh(t, -2.5, 2.5)),
+    ("hardtanh", lambda L, t: L.nn.functional.hardtanh(t, 0.5, 6.7)),
+    ("relu6", lambda L, t: L.nn.functional.relu6(t)),
+    ("ReLU6 module", lambda L, t: L.nn.ReLU6()(t)),
+    ("Hardtanh module", lambda L, t: L.nn.Hardtanh(-1.5, 3.0)(t)),
+])
+def test_hardtanh_of_integers_keeps_their_dtype(name, fn, dtype, compiled):
+    """hardtanh and relu6 of an integer input give that integer dtype (the bounds truncated), as torch's."""
+    x = np.array([[-3, 0, 9, 2, -1, 6, 7, 3]], dtype=dtype)
+    want = fn(torch, torch.tensor(x))
+    call = lambda t: fn(flame, t)
+    got = (flame.compile(call) if compiled else call)(flame.tensor(x))
+    assert str(got.dtype) == {"int64": "i64", "int32": "i32", "int8": "i8"}[dtype]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

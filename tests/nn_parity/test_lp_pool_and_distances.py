@@ -1,7 +1,7 @@
 """lp_pool1d/2d/3d (and nn.LPPool*d), dist (flame.dist, Tensor.dist) and pdist (flame.pdist,
 nn.functional.pdist) against torch in f64: values and gradients, eagerly and inside @flame.compile, with
-ceil_mode and strides, p of 1, 1.5, 2, 3 and inf, and pdist over two equal rows (a zero distance, whose
-gradient is torch's 0)."""
+ceil_mode and strides, p of 1, 1.5, 2, 3 and inf (lp_pool's -inf too), and pdist over two equal rows (a
+zero distance, whose gradient is torch's 0)."""
 
 import numpy as np
 import pytest
@@ -20,6 +20,10 @@ CASES = {
     "lp_pool3d": (lambda L, x: L.nn.functional.lp_pool3d(x, 2, 2), X),
     "LPPool2d": (lambda L, x: L.nn.LPPool2d(2, 3, stride=1)(x), X),
     "LPPool1d": (lambda L, x: L.nn.LPPool1d(2, 2)(x[0]), X),
+    # an infinite norm_type is max pooling of |x| (-inf: the smallest |x|), not x ** inf's mean
+    "lp_pool1d inf ceil": (lambda L, x: L.nn.functional.lp_pool1d(x[0], float("inf"), 2, ceil_mode=True), X),
+    "lp_pool2d -inf": (lambda L, x: L.nn.functional.lp_pool2d(x, float("-inf"), (2, 3), stride=1), X),
+    "LPPool3d inf": (lambda L, x: L.nn.LPPool3d(float("inf"), 2)(x), X),
     "dist": (lambda L, x: L.dist(x, x.flip(0)), R),
     "dist p1 broadcast": (lambda L, x: L.dist(x, x[1], 1), R),
     "Tensor.dist inf": (lambda L, x: x.dist(x.flip(1), float("inf")), R),

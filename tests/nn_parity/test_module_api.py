@@ -280,3 +280,29 @@ def test_resampling_layer_reprs(make):
 def test_module_repr_lays_out_extra_repr_and_children_as_torch(make):
     """A module with both an extra_repr and children puts the extra_repr on its own line, as torch's."""
     assert repr(make(flame.nn)) == repr(make(torch.nn))
+
+
+def test_identity_ignores_constructor_arguments():
+    # PyTorch's Identity accepts any arguments so it can replace a layer in code that builds one
+    for lib in (torch, flame):
+        m = lib.nn.Identity(54, unused_argument=0.1)
+        assert list(m.parameters()) == []
+        x = lib.tensor(np.arange(3.0))
+        assert m(x) is x
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_norm_state_without_num_batches_tracked_loads(strict):
+    """A state dict without num_batches_tracked (PyTorch's norms before its version 2, or one built by hand)
+    loads as torch's does: the module keeps its own count, no key is missing."""
+    results = []
+    for lib in (torch, flame):
+        mine, src = (lib.nn.Sequential(lib.nn.Linear(3, 3), lib.nn.BatchNorm1d(3),
+                                       lib.nn.InstanceNorm1d(3, track_running_stats=True)) for _ in range(2))
+        mine[1].num_batches_tracked.fill_(7)
+        src[1].running_mean.fill_(0.5)
+        sd = {k: v for k, v in src.state_dict().items() if "num_batches_tracked" not in k}
+        keys = mine.load_state_dict(sd, strict=strict)
+        results.append((list(keys.missing_keys), list(keys.unexpected_keys), int(mine[1].num_batches_tracked),
+                        int(mine[2].num_batches_tracked), float(mine[1].running_mean[0])))
+    assert results[1] == results[0] == ([], [], 7, 0, 0.5)

@@ -72,3 +72,27 @@ def test_rms_norm_eps_none_f32():
     t = torch.nn.RMSNorm(4)(torch.tensor(x)).detach().numpy()
     f = flame.nn.RMSNorm(4)(flame.tensor(x)).numpy()
     np.testing.assert_allclose(f, t, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("shape, build", [
+    ((2, 3, 1), lambda lib: lib.nn.InstanceNorm1d(3, affine=True)),
+    ((3, 1), lambda lib: lib.nn.InstanceNorm1d(3)),
+    ((2, 3, 1, 1), lambda lib: lib.nn.InstanceNorm2d(3, track_running_stats=True)),
+    ((2, 3, 1, 1, 1), lambda lib: lib.nn.InstanceNorm3d(3)),
+])
+def test_instance_norm_refuses_one_position(shape, build, compiled):
+    # one position per channel normalises every value to 0 (only the bias would come out): torch raises
+    x = np.ones(shape, dtype=np.float32)
+    with pytest.raises(ValueError, match="Expected more than 1 spatial element when training"):
+        build(torch)(torch.tensor(x))
+    m = build(flame)
+    call = flame.compile(lambda t: m(t)) if compiled else m
+    with pytest.raises(ValueError, match="(?i)expected more than 1 spatial element when training"):
+        call(flame.tensor(x))
+    with pytest.raises(ValueError, match="(?i)expected more than 1 spatial element when training"):
+        flame.nn.functional.instance_norm(flame.tensor(np.ones((2, 3, 1))))
+    m.eval()  # evaluation with running statistics normalises by them, one position or many
+    if getattr(m, "track_running_stats", False):
+        theirs = build(torch).eval()
+        np.testing.assert_allclose(numpy_of(call(flame.tensor(x))), numpy_of(theirs(torch.tensor(x))))

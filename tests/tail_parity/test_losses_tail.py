@@ -220,12 +220,16 @@ def test_ctc_loss_infeasible_blank(zero_infinity, compiled):
     check_fn(fn, [CTC_LOGP, Fixed(targets), Fixed(np.array([5, 12, 7])), Fixed(np.array([4, 2, 4]))], compiled)
 
 
-def test_ctc_loss_int_lengths():
-    """Lengths as Python lists of ints (torch accepts tuples/lists)."""
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("layout", ["padded", "concatenated"])
+def test_ctc_loss_int_lengths(layout, compiled):
+    """Lengths as Python lists of ints (torch accepts tuples/lists); concatenated targets split by them
+    inside @flame.compile too, where the lengths' numbers are known while tracing."""
+    targets = CTC_TARGETS if layout == "padded" else np.concatenate([r[:n] for r, n in zip(CTC_TARGETS, CTC_TGT_LENS)])
     check_fn(
-        lambda L, x, y: F(L).ctc_loss(F(L).log_softmax(x, -1), y, [12, 9, 10], [4, 2, 3]),
-        [CTC_LOGP, Fixed(CTC_TARGETS)],
-        compiled=False,
+        lambda L, x, y: F(L).ctc_loss(F(L).log_softmax(x, -1), y, [12, 9, 10], (4, 2, 3), reduction="sum"),
+        [CTC_LOGP, Fixed(targets)],
+        compiled=compiled,
     )
 
 

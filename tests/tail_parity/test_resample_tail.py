@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from tests.tail_parity.common import Fixed, check_fn, raises_like, rng
+import flame
+from tests.tail_parity.common import check_fn, raises_like, rng
 
 R = rng(7)
 X4 = R.standard_normal((2, 3, 5, 6))
@@ -38,7 +40,15 @@ def test_grid_sample_bicubic(padding, align, compiled):
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 def test_grid_sample_5d(mode, padding, align, compiled):
     fn = lambda F, x, g: F.nn.functional.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align)
-    check_fn(fn, [X5, GRID5 if mode == "bilinear" else Fixed(GRID5)], compiled)
+    check_fn(fn, [X5, GRID5], compiled)
+
+
+@COMPILED
+@PADDING
+def test_grid_sample_nearest_gives_the_grid_a_zero_gradient(padding, compiled):
+    """nearest's grid gets torch's gradient, zeros (not None: round's zero gradient, the grid in the graph)."""
+    fn = lambda F, x, g: F.nn.functional.grid_sample(x, g, mode="nearest", padding_mode=padding, align_corners=False)
+    check_fn(fn, [X4, GRID4], compiled)
 
 
 @COMPILED
@@ -137,3 +147,17 @@ def test_bicubic_volume_and_antialias_step_for_the_gpu(cuda_target):
         return loss
 
     check_gpu_step(body, theta, x4, x5, g4)
+
+
+@pytest.mark.parametrize("mode, shape", [("linear", (1, 2, 5)), ("bilinear", (1, 2, 4, 5)), ("bicubic", (1, 2, 4, 5)),
+                                         ("trilinear", (1, 2, 3, 4, 5))])
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "int64"])
+def test_interpolate_of_integers_is_refused_not_zeroed(mode, shape, dtype):
+    """The weighted modes of an integer input raise (their weights would round to 0 in the integer dtype);
+    nearest keeps the integers, as torch's."""
+    x = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+    with pytest.raises(NotImplementedError, match=f"interpolate: mode '{mode}' is not implemented for an integer"):
+        flame.nn.functional.interpolate(flame.tensor(x), scale_factor=1.5, mode=mode)
+    got = flame.nn.functional.interpolate(flame.tensor(x[:1].astype(np.uint8)), scale_factor=2.0, mode="nearest")
+    want = torch.nn.functional.interpolate(torch.tensor(x[:1].astype(np.uint8)), scale_factor=2.0, mode="nearest")
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
