@@ -31,7 +31,7 @@ from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import full
 from flame.frontend.ops import maximum, where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, f16, f32, f64, i32
+from flame.ir.dtypes import DType, bf16, f16, f32, f64, i32
 
 
 class _Stage(Enum):
@@ -119,8 +119,8 @@ class GradScaler:
         with no_grad():
             found = found_inf_of(grads)
             inv_scale = self._scale.double().reciprocal().float()  # 1/scale rounded once, as PyTorch
-            for g in grads:
-                g.mul_(inv_scale.to(g.dtype))
+            for g in grads:  # a bf16 gradient times the f32 1/scale in f32, rounded once, as torch's kernel
+                g.copy_((g.to(f32) * inv_scale).to(g.dtype)) if g.dtype == bf16 else g.mul_(inv_scale.to(g.dtype))
             trace = current_trace.get()
             if trace is not None:  # kept in the optimizer's state tensor: read after the call by an eager update()
                 buffer = self._found_buffer(optimizer)

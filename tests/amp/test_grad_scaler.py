@@ -292,3 +292,21 @@ def test_a_step_without_gradients_is_refused_as_torch():
         with pytest.raises(AssertionError, match="No inf checks were recorded prior to update"):
             scaler.update()
         assert p.detach().numpy().tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_unscale_of_bf16_gradients_matches_torch_bit_for_bit(compiled):
+    """torch's unscale kernel multiplies a bf16 gradient by the f32 1/scale in f32 and rounds once (1/scale
+    rounded to bf16 first is off by an ulp where the scale is not a power of two)."""
+    g = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    tp = torch.nn.Parameter(torch.zeros(64, dtype=torch.bfloat16))
+    tp.grad = torch.tensor(g).bfloat16()
+    topt, tscaler = torch.optim.SGD([tp], lr=0.1), torch.amp.GradScaler("cpu", init_scale=3.0**5)
+    tscaler.scale(torch.ones(1))
+    tscaler.unscale_(topt)
+    fp = nn.Parameter(flame.zeros(64, dtype=flame.bf16))
+    fp.grad = flame.tensor(g).to(flame.bf16)
+    fopt, fscaler = flame.optim.SGD([fp], lr=0.1), GradScaler("cpu", init_scale=3.0**5)
+    unscale = flame.compile(fscaler.unscale_) if compiled else fscaler.unscale_
+    unscale(fopt)
+    assert fp.grad.to(flame.f32).numpy().tobytes() == tp.grad.float().numpy().tobytes()
