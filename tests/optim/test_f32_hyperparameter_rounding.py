@@ -1,8 +1,9 @@
-"""Adam and its variants on f32 parameters against torch.optim: torch computes 1 - beta1, 1 - beta2, the
-bias corrections and lr / (1 - beta1^t) as Python floats and rounds each once to f32. Computed in f32
-from the rounded betas, 1 - beta2 is 0.0009999871 instead of 0.001 and exp_avg_sq drifts from torch's
-by 1.3e-5 relative at once; rounded as torch's, the state and the parameters stay within a few f32
-ulps of torch's (its CPU kernels' fused multiply-adds round differently), eagerly and compiled."""
+"""Optimizers on f32 parameters against torch.optim: torch computes 1 - beta1, 1 - beta2 (RMSprop's
+1 - alpha, Adadelta's 1 - rho, SGD's 1 - dampening, Muon's 1 - momentum), the bias corrections and
+lr / (1 - beta1^t) as Python floats and rounds each once to f32. Computed in f32 from the rounded betas,
+Adam's 1 - beta2 is 0.0009999871 instead of 0.001 and exp_avg_sq drifts from torch's by 1.3e-5 relative
+at once (RMSprop's square_avg by 1e-6); rounded as torch's, the state and the parameters stay within a
+few f32 ulps of torch's (its CPU kernels' fused multiply-adds round differently), eagerly and compiled."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ CASES = [
     ("NAdam", dict(lr=1e-3)),
     ("RAdam", dict(lr=1e-3)),
     ("Adamax", dict(lr=1e-3)),
+    ("RMSprop", dict(lr=1e-3)),
+    ("RMSprop", dict(lr=1e-3, centered=True, momentum=0.5)),
 ]
 
 
