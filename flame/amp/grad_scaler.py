@@ -8,8 +8,10 @@ lifts them to graph inputs and writes them back like optimizer state. Every deci
 - step: eagerly, optimizer.step() runs only when found_inf is 0 (one host read, as PyTorch does).
   Inside @flame.compile the step is always traced and every parameter and optimizer state it changes
   becomes where(found_inf, old, new): a skipped step is a graph op, with no host synchronisation;
-- update: scale *= backoff_factor on inf/NaN (tracker reset); after growth_interval clean steps in a
-  row scale *= growth_factor (kept when that would overflow), all with where().
+- update: scale *= backoff_factor on inf/NaN (tracker reset); when the count of clean steps in a row
+  reaches growth_interval, scale *= growth_factor (kept when that would overflow), all with where().
+  As torch's, the count must equal growth_interval: one already past it (the interval lowered by
+  set_growth_interval, or a loaded state) grows no more until an inf/NaN resets the count.
 Hyperparameters enter a trace as scalar inputs, so set_growth_factor() and friends never re-trace.
 A compiled step may leave update() (or step() and update()) to the caller, as with torch.compile: the
 found_inf of each optimizer is a 0-d state tensor the compiled step writes at every call, and the
@@ -29,7 +31,7 @@ from flame.frontend.context import current_trace, no_grad
 from flame.frontend.creation import full
 from flame.frontend.ops import maximum, where
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import DType, f16, f32, f64, i32
+from flame.ir.dtypes import DType, bf16, f16, f32, f64, i32
 
 
 class _Stage(Enum):
@@ -111,11 +113,14 @@ class GradScaler:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if any(g.dtype == f16 for g in grads):
             raise ValueError("Attempting to unscale FP16 gradients.")
+        if not grads:  # torch's per-device check dict stays empty: step() and update() then refuse
+            st["found_inf"], st["stage"] = None, _Stage.UNSCALED
+            return
         with no_grad():
             found = found_inf_of(grads)
             inv_scale = self._scale.double().reciprocal().float()  # 1/scale rounded once, as PyTorch
-            for g in grads:
-                g.mul_(inv_scale.to(g.dtype))
+            for g in grads:  # a bf16 gradient times the f32 1/scale in f32, rounded once, as torch's kernel
+                g.copy_((g.to(f32) * inv_scale).to(g.dtype)) if g.dtype == bf16 else g.mul_(inv_scale.to(g.dtype))
             trace = current_trace.get()
             if trace is not None:  # kept in the optimizer's state tensor: read after the call by an eager update()
                 buffer = self._found_buffer(optimizer)
@@ -138,6 +143,8 @@ class GradScaler:
         if st["stage"] is _Stage.READY:
             self.unscale_(optimizer)
         found = st["found_inf"]
+        if found is None:
+            raise AssertionError("No inf checks were recorded for this optimizer.")
         st["stage"] = _Stage.STEPPED
         if current_trace.get() is not None:
             _step_unless(found, optimizer, args, kwargs)
@@ -166,7 +173,7 @@ class GradScaler:
         rounded once to f32 (an f32 product of the rounded factor drifts from torch's scale)."""
         bad = found_inf > 0
         tracker = where(bad, 0, self._growth_tracker + 1)
-        grow = tracker >= self._hyper("growth_interval", i32)
+        grow = tracker == self._hyper("growth_interval", i32)  # torch's test: never grows past it
         scale = self._scale.double()
         grown = (scale * self._hyper("growth_factor", f64)).float()
         grown = where(grown < float("inf"), grown, self._scale)  # never grow to inf

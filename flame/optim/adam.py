@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from flame.frontend.tensor import Tensor
+from flame.ir.dtypes import f64
 from flame.optim.optimizer import Optimizer, compute_dtype, state_tensor
 
 
@@ -63,22 +64,29 @@ class Adam(Optimizer):
 
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         cd = compute_dtype(p)
-        lr, eps = self.hyper(group, "lr", cd), self.hyper(group, "eps", cd)
-        b1, b2 = self.hyper(group, "betas", cd, 0), self.hyper(group, "betas", cd, 1)
         x, g = self.begin(p, group, state, "decoupled_weight_decay")
-        t = state["step"].to(cd)
-        m = state["exp_avg"].to(cd)
-        m = m + (g - m) * (1 - b1)
-        v = state["exp_avg_sq"].to(cd) * b2 + g * g * (1 - b2)
-        state["exp_avg"].copy_(m)
-        state["exp_avg_sq"].copy_(v)
+        m, v = self.moments(group, state, g)
         if self.option(group, "amsgrad"):
             v = state["max_exp_avg_sq"].to(cd).maximum(v)
             state["max_exp_avg_sq"].copy_(v)
-        bias1 = 1 - b1**t
-        bias2_sqrt = (1 - b2**t).sqrt()
-        denom = v.sqrt() / bias2_sqrt + eps
-        p.copy_(x - (m / denom) * (lr / bias1))
+        # torch's Python floats: bias corrections and lr / (1 - b1^t) in double, each rounded once to cd
+        t = state["step"].to(f64)
+        bias1 = 1 - self.hyper(group, "betas", f64, 0) ** t
+        bias2_sqrt = (1 - self.hyper(group, "betas", f64, 1) ** t).sqrt().to(cd)
+        denom = v.sqrt() / bias2_sqrt + self.hyper(group, "eps", cd)
+        p.copy_(x - (m / denom) * (self.hyper(group, "lr", f64) / bias1).to(cd))
+
+    def moments(self, group: dict[str, Any], state: dict[str, Tensor], g: Tensor) -> tuple[Tensor, Tensor]:
+        """exp_avg = lerp(exp_avg, g, 1 - b1) and exp_avg_sq = b2 exp_avg_sq + (1 - b2) g^2, written to the
+        state and returned, with 1 - b1 and 1 - b2 rounded from double precision as torch's."""
+        cd = g.dtype
+        m = state["exp_avg"].to(cd)
+        m = m + (g - m) * self.hyper(group, "betas", cd, 0, one_minus=True)
+        v = state["exp_avg_sq"].to(cd) * self.hyper(group, "betas", cd, 1) + g * self.hyper(
+            group, "betas", cd, 1, one_minus=True) * g
+        state["exp_avg"].copy_(m)
+        state["exp_avg_sq"].copy_(v)
+        return m, v
 
 
 class AdamW(Adam):

@@ -40,16 +40,6 @@ class _AdamLike(Adam):
         x, g = self.begin(p, group, state, "decoupled_weight_decay" if "decoupled_weight_decay" in group else False)
         return x, g, state["step"].to(f64)
 
-    def _moments(self, group: dict[str, Any], state: dict[str, Tensor], g: Tensor) -> tuple[Tensor, Tensor]:
-        cd = g.dtype
-        b1, b2 = self.hyper(group, "betas", cd, 0), self.hyper(group, "betas", cd, 1)
-        m = state["exp_avg"].to(cd)
-        m = m + (g - m) * (1 - b1)
-        v = state["exp_avg_sq"].to(cd) * b2 + g * g * (1 - b2)
-        state["exp_avg"].copy_(m)
-        state["exp_avg_sq"].copy_(v)
-        return m, v
-
 
 class Adamax(_AdamLike):
     """m = lerp(m, g, 1 - b1); u = max(b2 u, |g| + eps); p -= lr / (1 - b1^t) * m / u. weight_decay adds
@@ -72,9 +62,9 @@ class Adamax(_AdamLike):
     def _update(self, p: Tensor, group: dict[str, Any], state: dict[str, Tensor]) -> None:
         x, g, t = self._begin(p, group, state)
         cd = g.dtype
-        b1, b2 = self.hyper(group, "betas", cd, 0), self.hyper(group, "betas", cd, 1)
+        b2 = self.hyper(group, "betas", cd, 1)
         m = state["exp_avg"].to(cd)
-        m = m + (g - m) * (1 - b1)
+        m = m + (g - m) * self.hyper(group, "betas", cd, 0, one_minus=True)
         u = (state["exp_inf"].to(cd) * b2).maximum(g.abs() + self.hyper(group, "eps", cd))
         state["exp_avg"].copy_(m)
         state["exp_inf"].copy_(u)
@@ -130,7 +120,7 @@ class NAdam(_AdamLike):
         prod = state["mu_product"]
         prod.copy_(prod * mu.to(prod.dtype))  # in mu_product's dtype, as torch's mu_product *= mu
         prod = prod.to(f64)
-        m, v = self._moments(group, state, g)
+        m, v = self.moments(group, state, g)
         d = (v / (1 - b2**t).to(cd)).sqrt() + self.hyper(group, "eps", cd)
         on_g = (-lr * (1.0 - mu) / (1.0 - prod)).to(cd)
         on_m = (-lr * mu_next / (1.0 - prod * mu_next)).to(cd)
@@ -168,7 +158,7 @@ class RAdam(_AdamLike):
         x, g, t = self._begin(p, group, state)
         cd = g.dtype
         b1, b2 = self.hyper(group, "betas", f64, 0), self.hyper(group, "betas", f64, 1)
-        m, v = self._moments(group, state, g)
+        m, v = self.moments(group, state, g)
         bias1, bias2 = 1 - b1**t, 1 - b2**t
         rho_inf = 2 / (1 - b2) - 1
         rho = rho_inf - 2 * t * b2**t / bias2

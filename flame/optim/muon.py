@@ -108,7 +108,7 @@ class Muon(Optimizer):
         x, g = p.to(cd), p.grad.to(cd)  # (torch's Muon has no maximize)
         momentum = self.hyper(group, "momentum", cd)
         buf = state["momentum_buffer"]
-        new = buf.to(cd).lerp(g, 1 - momentum)
+        new = buf.to(cd).lerp(g, self.hyper(group, "momentum", cd, one_minus=True))
         buf.copy_(new)
         update = g.lerp(new, momentum) if self.option(group, "nesterov") else new
         update = _zeropower_via_newtonschulz(update, tuple(self._fixed(group, "ns_coefficients")),

@@ -49,6 +49,15 @@ def scalar_dtype() -> DType:
     return f64 if get_default_dtype() == f64 else f32
 
 
+def _number(value: Any) -> float:
+    """A hyperparameter as a Python float (a rate or beta held as a 0-d tensor read)."""
+    return float(value.item()) if isinstance(value, Tensor) else float(value)
+
+
+def _one_minus(getter) -> float:
+    return 1 - _number(getter())
+
+
 def state_tensor(like: Tensor, dtype: DType | None = None, shape: tuple[int, ...] | None = None) -> Tensor:
     """A zero tensor with role `state` (an optimizer moment or step counter)."""
     t = zeros(*(like.shape if shape is None else shape), dtype=dtype or like.dtype)
@@ -243,28 +252,32 @@ class Optimizer:
         return x, g
 
     # ---- hyperparameters ----------------------------------------------------------------------------
-    def hyper(self, group: dict[str, Any], key: str, dtype: DType, index: int | None = None) -> Tensor | float:
-        """group[key] (or group[key][index], for betas): eagerly a Python float, the value rounded to dtype
-        as a trace reads it, so an update computes the same numbers eagerly and compiled (Adam's
-        1 - beta2 and its bias correction 1 - beta2 ** step then round alike and cancel, as torch's
-        double-precision pair does); inside a trace a 0-d `scalar` graph input read from the group at
-        every call (one input per trace, group, key, dtype)."""
+    def hyper(self, group: dict[str, Any], key: str, dtype: DType, index: int | None = None,
+              one_minus: bool = False) -> Tensor | float:
+        """group[key] (or group[key][index], for betas), or with one_minus 1 - that value computed in
+        double precision (torch's Python float: Adam's 1 - beta2 is f32(0.001), where 1 - f32(0.999) would
+        be 0.0009999871), rounded to dtype: eagerly a Python float, the value rounded to dtype as a trace
+        reads it, so an update computes the same numbers eagerly and compiled; inside a trace a 0-d
+        `scalar` graph input read from the group at every call (one input per trace, group, key, dtype)."""
         value = group[key] if index is None else group[key][index]
         trace = current_trace.get()
         if trace is None:
+            value = 1 - _number(value) if one_minus else float(value)
             rounds = isinstance(dtype, DType) and dtype.is_float
-            return float(dtype.np_dtype.type(float(value))) if rounds else float(value)
+            return float(dtype.np_dtype.type(value)) if rounds else value
         if isinstance(value, Tensor) and value.is_traced:  # set by the body from a traced value (an lr argument)
-            return value.detach().to(dtype)
+            return (1 - value.detach().to(f64)).to(dtype) if one_minus else value.detach().to(dtype)
         if self._scalars[0] is not trace:
             self._scalars = (trace, {}, {})
         cache = self._scalars[1]
-        ck = (id(group), key, index, getattr(dtype, "name", dtype))  # (equal dtypes have one name; it hashes fast)
+        ck = (id(group), key, index, getattr(dtype, "name", dtype), one_minus)  # (equal dtypes have one name)
         self._scalars[2].setdefault((id(group), key), group[key])  # what the update used (_groups_written)
         out = cache.get(ck)
         if out is None:
             read = self._reader(group)
             getter = (lambda: read()[key]) if index is None else (lambda: read()[key][index])
+            if one_minus:
+                getter = functools.partial(_one_minus, getter)
             out = cache[ck] = trace.scalar(getter, dtype)
         return out
 

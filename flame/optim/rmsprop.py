@@ -71,11 +71,12 @@ class RMSprop(Optimizer):
         cd = compute_dtype(p)
         lr, alpha, eps = self.hyper(group, "lr", cd), self.hyper(group, "alpha", cd), self.hyper(group, "eps", cd)
         x, g = self.begin(p, group, state)
-        square = state["square_avg"].to(cd) * alpha + g * g * (1 - alpha)
+        keep = self.hyper(group, "alpha", cd, one_minus=True)  # 1 - alpha rounded once, as torch's Python float
+        square = state["square_avg"].to(cd) * alpha + g * keep * g
         state["square_avg"].copy_(square)
         if self.option(group, "centered"):
             grad_avg = self._buffer(state, "grad_avg", "centered")
-            mean = grad_avg.to(cd).lerp(g, 1 - alpha)
+            mean = grad_avg.to(cd).lerp(g, keep)
             grad_avg.copy_(mean)
             avg = (square - mean * mean).sqrt() + eps
         else:
@@ -174,8 +175,9 @@ class Adadelta(Optimizer):
         cd = compute_dtype(p)
         lr, rho, eps = self.hyper(group, "lr", cd), self.hyper(group, "rho", cd), self.hyper(group, "eps", cd)
         x, g = self.begin(p, group, state)
-        square = state["square_avg"].to(cd) * rho + g * g * (1 - rho)
+        keep = self.hyper(group, "rho", cd, one_minus=True)  # 1 - rho rounded once, as torch's Python float
+        square = state["square_avg"].to(cd) * rho + g * keep * g
         delta = (state["acc_delta"].to(cd) + eps).sqrt() / (square + eps).sqrt() * g
         state["square_avg"].copy_(square)
-        state["acc_delta"].copy_(state["acc_delta"].to(cd) * rho + delta * delta * (1 - rho))
+        state["acc_delta"].copy_(state["acc_delta"].to(cd) * rho + delta * keep * delta)
         p.copy_(x - delta * lr)

@@ -95,7 +95,7 @@ class SGD(Optimizer):
         if self.option(group, "momentum", nonzero=True):
             momentum = self.hyper(group, "momentum", cd)
             buf, step = state["momentum_buffer"], state["step"]
-            new = buf.to(cd) * momentum + g * (1 - self.hyper(group, "dampening", cd))
+            new = buf.to(cd) * momentum + g * self.hyper(group, "dampening", cd, one_minus=True)
             new = where(step == 0, g, new)
             buf.copy_(new)
             step.copy_(step + 1)

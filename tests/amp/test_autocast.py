@@ -104,8 +104,8 @@ def test_every_op_of_an_autocast_graph_runs_in_its_policys_dtype():
         assert len(floats) <= 1, f"{op.name} mixes {floats}: a cast is missing"
         if policy == "lower" and not is_backward(op):
             assert op.out.dtype == flame.bf16, op
-        if policy == "f32" and not is_backward(op):
-            assert op.out.dtype == flame.f32, op
+        if policy == "f32" and not is_backward(op):  # (an optimizer's step-count arithmetic is f64, as torch's)
+            assert op.out.dtype in (flame.f32, flame.f64), op
     assert kinds["matmul"] == {"bf16"}
     assert "cast" in kinds and "bf16" in kinds["cast"] and "f32" in kinds["cast"]
     params = [v for v, r in zip(g.inputs, g.roles) if r == "param"]

@@ -242,3 +242,71 @@ def test_scale_of_other_iterables_as_torch():
         assert isinstance(scaler.scale((a, [b])), tuple)
         with pytest.raises(ValueError, match="outputs must be a Tensor or an iterable of Tensors"):
             scaler.scale(3.0)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_growth_needs_the_count_to_equal_the_interval_as_torch(compiled):
+    """torch's _amp_update_scale_ grows the scale when the count of clean steps equals growth_interval:
+    a count already past a lowered interval keeps counting, and the scale grows again only after an
+    inf/NaN step resets the count."""
+    kw = {"init_scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 5}
+    schedule = [1.0] * 6 + [float("inf")] + [1.0] * 5
+    tp = torch.nn.Parameter(torch.ones(2))
+    topt, tscaler = torch.optim.SGD([tp], lr=0.1), torch.amp.GradScaler("cpu", **kw)
+    fp = nn.Parameter(flame.ones(2))
+    fopt, fscaler = flame.optim.SGD([fp], lr=0.1), GradScaler("cpu", **kw)
+
+    def step(s):
+        fscaler.scale(fp.sum() * s).backward()
+        fscaler.step(fopt)
+        fscaler.update()
+        fopt.zero_grad()
+
+    run = flame.compile(step) if compiled else step
+    for i, s in enumerate(schedule):
+        if i == 3:
+            tscaler.set_growth_interval(2)
+            fscaler.set_growth_interval(2)
+        tscaler.scale(tp.sum() * s).backward()
+        tscaler.step(topt)
+        tscaler.update()
+        topt.zero_grad()
+        run(flame.tensor(s))
+        assert (fscaler.get_scale(), int(fscaler._growth_tracker.item())) == (
+            tscaler.get_scale(), int(tscaler._growth_tracker.item())), i
+
+
+def test_a_step_without_gradients_is_refused_as_torch():
+    """An optimizer none of whose parameters has a gradient records no inf check (torch keeps one per
+    device of the gradients): step() raises, and update() after unscale_ alone raises, as torch's."""
+    for lib, make in ((torch, lambda: torch.amp.GradScaler("cpu")), (flame, GradScaler)):
+        p = (torch.nn.Parameter if lib is torch else nn.Parameter)(lib.ones(2))
+        opt = lib.optim.SGD([p], lr=0.1)
+        scaler = make()
+        scaler.scale(lib.ones(1))
+        with pytest.raises(AssertionError, match="No inf checks were recorded for this optimizer"):
+            scaler.step(opt)
+        scaler = make()
+        scaler.scale(lib.ones(1))
+        scaler.unscale_(opt)
+        with pytest.raises(AssertionError, match="No inf checks were recorded prior to update"):
+            scaler.update()
+        assert p.detach().numpy().tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_unscale_of_bf16_gradients_matches_torch_bit_for_bit(compiled):
+    """torch's unscale kernel multiplies a bf16 gradient by the f32 1/scale in f32 and rounds once (1/scale
+    rounded to bf16 first is off by an ulp where the scale is not a power of two)."""
+    g = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    tp = torch.nn.Parameter(torch.zeros(64, dtype=torch.bfloat16))
+    tp.grad = torch.tensor(g).bfloat16()
+    topt, tscaler = torch.optim.SGD([tp], lr=0.1), torch.amp.GradScaler("cpu", init_scale=3.0**5)
+    tscaler.scale(torch.ones(1))
+    tscaler.unscale_(topt)
+    fp = nn.Parameter(flame.zeros(64, dtype=flame.bf16))
+    fp.grad = flame.tensor(g).to(flame.bf16)
+    fopt, fscaler = flame.optim.SGD([fp], lr=0.1), GradScaler("cpu", init_scale=3.0**5)
+    unscale = flame.compile(fscaler.unscale_) if compiled else fscaler.unscale_
+    unscale(fopt)
+    assert fp.grad.to(flame.f32).numpy().tobytes() == tp.grad.float().numpy().tobytes()

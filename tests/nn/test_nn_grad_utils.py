@@ -133,3 +133,26 @@ def test_clip_grads_with_norm_refuses_a_norm_that_is_not_a_tensor_as_torch(total
     with pytest.raises(TypeError, match="total_norm must be a Tensor"):
         nn.utils.clip_grads_with_norm_([fp], 1.0, total_norm)
     np.testing.assert_array_equal(fp.grad.numpy(), [1.0, 1.0])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("half", ["f16", "bf16"])
+@pytest.mark.parametrize("max_norm", [0.37, 1.3, 2.9])
+def test_clip_grad_norm_of_mixed_precision_gradients_matches_torch_bit_for_bit(max_norm, half, compiled):
+    """torch's coefficient is max_norm * (norm + 1e-6).reciprocal() (Tensor.__rtruediv__, not a
+    division), and its mul_ of an f16 / bf16 gradient by the 0-d f32 coefficient computes in f32 and
+    rounds once: the clipped gradients, half and f32, have torch's bits."""
+    r = np.random.default_rng(0)
+    values = [r.standard_normal(64).astype(np.float32), r.standard_normal(16).astype(np.float32)]
+    tdt = getattr(torch, {"f16": "float16", "bf16": "bfloat16"}[half])
+    theirs = [torch.zeros(64, dtype=tdt, requires_grad=True), torch.zeros(16, requires_grad=True)]
+    ours = [nn.Parameter(flame.zeros(64, dtype=getattr(flame, half))), nn.Parameter(flame.zeros(16))]
+    for p, t, v in zip(ours, theirs, values):
+        t.grad = torch.tensor(v).to(t.dtype)
+        p.grad = flame.tensor(v).to(p.dtype)
+    clip = lambda: clip_grad_norm_(ours, max_norm)  # noqa: E731
+    total = (flame.compile(clip) if compiled else clip)()
+    ref = torch.nn.utils.clip_grad_norm_(theirs, max_norm)
+    assert total.item() == ref.item()
+    for p, t in zip(ours, theirs):
+        assert p.grad.to(flame.f32).numpy().tobytes() == t.grad.float().numpy().tobytes()

@@ -13,7 +13,7 @@ from flame.frontend.context import no_grad, user_location
 from flame.frontend.creation import Generator, randn
 from flame.frontend.ops import stack, vector_norm
 from flame.frontend.tensor import Tensor
-from flame.ir.dtypes import promote
+from flame.ir.dtypes import bf16, f16, f32, promote
 
 __all__ = ["add_grad_noise_", "clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
            "get_total_norm", "grad_stats"]
@@ -60,9 +60,19 @@ def clip_grads_with_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float
         raise ArgumentTypeError(f"clip_grads_with_norm_: total_norm must be a Tensor (what get_total_norm returns), "
                                 f"got {type(total_norm).__name__}\n  at {user_location()}")
     with no_grad():
-        coef = (float(max_norm) / (total_norm + 1e-6)).clamp(max=1.0)
+        # torch's max_norm / (total_norm + 1e-6) is Tensor.__rtruediv__: the reciprocal rounded, then the product
+        coef = ((total_norm + 1e-6).reciprocal() * float(max_norm)).clamp(max=1.0)
         for g in grads:
-            g.copy_(g * coef.to(g.dtype))
+            g.copy_(_times(g, coef))
+
+
+def _times(g: Tensor, coef: Tensor) -> Tensor:
+    """g * coef as torch's mul_ by a 0-d tensor: coef in g's dtype, except that an f16 / bf16 g is
+    multiplied in f32 by coef's f32 value and rounded once (torch's CPU kernel reads the 0-d operand's
+    original value for half types; coef in g's dtype would round it first, off by an ulp of g)."""
+    if g.dtype in (f16, bf16):
+        return (g.to(f32) * coef.to(f32)).to(g.dtype)
+    return g * coef.to(g.dtype)
 
 
 def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0,
