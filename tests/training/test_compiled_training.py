@@ -128,7 +128,10 @@ def test_step_graph_has_roles_and_aliases():
     n_state = sum(len(s) for s in opt.state.values())
     assert len(g.aliases) == n_params + n_state
     assert roles.count("param") == n_params and roles.count("state") == n_state
-    assert roles.count("data") == 2 and roles.count("scalar") == 5  # lr, beta1, beta2, eps, weight_decay
+    # AdamW's hyperparameters, one input per value and dtype: weight_decay, lr (f32, and f64 beside the bias
+    # correction), 1 - beta1, beta2 and 1 - beta2 (f32, the differences taken in f64 as torch's), beta1 and
+    # beta2 in f64 (the bias corrections) and eps
+    assert roles.count("data") == 2 and roles.count("scalar") == 9
 
 
 def test_checkpoint_resume_reproduces_training(tmp_path):
