@@ -86,6 +86,15 @@ def test_scale_with_factors_that_round_matches_torch_bit_for_bit(compiled):
     not powers of two, an f32 product (the f32-rounded factor) drifts from torch's scale by an ulp."""
     kw = {"init_scale": 3.0**9, "growth_factor": 1.7, "backoff_factor": 0.3, "growth_interval": 1}
     schedule = [1.0, float("inf"), 1.0, 1.0, float("nan"), 1.0, float("inf"), 1.0, 1.0, 1.0]
+    tscaler, fscaler, steps = _paired_sgd_steps(kw, compiled)
+    for i, s in enumerate(schedule):
+        steps(s)
+        assert fscaler.get_scale() == tscaler.get_scale(), (i, fscaler.get_scale(), tscaler.get_scale())
+
+
+def _paired_sgd_steps(kw: dict, compiled: bool):
+    """torch's and flame's GradScaler made with kw, each over SGD on a parameter of ones, and steps(s):
+    one scaled step of sum(p) * s in each (flame's compiled or eager)."""
     tp = torch.nn.Parameter(torch.ones(2))
     topt, tscaler = torch.optim.SGD([tp], lr=0.1), torch.amp.GradScaler("cpu", **kw)
     fp = nn.Parameter(flame.ones(2))
@@ -98,13 +107,15 @@ def test_scale_with_factors_that_round_matches_torch_bit_for_bit(compiled):
         fopt.zero_grad()
 
     run = flame.compile(step) if compiled else step
-    for i, s in enumerate(schedule):
+
+    def steps(s: float) -> None:
         tscaler.scale(tp.sum() * s).backward()
         tscaler.step(topt)
         tscaler.update()
         topt.zero_grad()
         run(flame.tensor(s))
-        assert fscaler.get_scale() == tscaler.get_scale(), (i, fscaler.get_scale(), tscaler.get_scale())
+
+    return tscaler, fscaler, steps
 
 
 @pytest.mark.parametrize("inside", ["step", "backward"])
@@ -251,27 +262,12 @@ def test_growth_needs_the_count_to_equal_the_interval_as_torch(compiled):
     inf/NaN step resets the count."""
     kw = {"init_scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 5}
     schedule = [1.0] * 6 + [float("inf")] + [1.0] * 5
-    tp = torch.nn.Parameter(torch.ones(2))
-    topt, tscaler = torch.optim.SGD([tp], lr=0.1), torch.amp.GradScaler("cpu", **kw)
-    fp = nn.Parameter(flame.ones(2))
-    fopt, fscaler = flame.optim.SGD([fp], lr=0.1), GradScaler("cpu", **kw)
-
-    def step(s):
-        fscaler.scale(fp.sum() * s).backward()
-        fscaler.step(fopt)
-        fscaler.update()
-        fopt.zero_grad()
-
-    run = flame.compile(step) if compiled else step
+    tscaler, fscaler, steps = _paired_sgd_steps(kw, compiled)
     for i, s in enumerate(schedule):
         if i == 3:
             tscaler.set_growth_interval(2)
             fscaler.set_growth_interval(2)
-        tscaler.scale(tp.sum() * s).backward()
-        tscaler.step(topt)
-        tscaler.update()
-        topt.zero_grad()
-        run(flame.tensor(s))
+        steps(s)
         assert (fscaler.get_scale(), int(fscaler._growth_tracker.item())) == (
             tscaler.get_scale(), int(tscaler._growth_tracker.item())), i
 
