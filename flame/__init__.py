@@ -340,11 +340,13 @@ from flame.frontend.real_tensors import (
     conj,
     conj_physical,
     conj_physical_,
+    imag,
     is_complex,
     is_conj,
     is_inference,
     is_inference_mode_enabled,
     is_neg,
+    real,
     resolve_conj,
     resolve_neg,
 )

@@ -1,16 +1,17 @@
 """torch's conjugation, negation-bit, complex-dtype, device-index and inference-tensor queries for
 flame's tensors. flame has no complex dtypes, so every tensor is real, and for a real tensor torch's
-conj, conj_physical, resolve_conj and resolve_neg return the tensor itself (the same object: a write
-into the result is a write into the input), is_conj, is_neg and is_complex are False."""
+conj, conj_physical, resolve_conj, resolve_neg and real return the tensor itself (the same object: a
+write into the result is a write into the input), is_conj, is_neg and is_complex are False, and imag
+raises torch's error."""
 
 from __future__ import annotations
 
-from flame.errors import ArgumentTypeError
+from flame.errors import ArgumentTypeError, DTypeError
 from flame.frontend.context import is_inference_mode_enabled, user_location
 from flame.frontend.tensor import Tensor
 
 __all__ = ["conj", "conj_physical", "conj_physical_", "is_complex", "is_conj", "is_inference",
-           "is_inference_mode_enabled", "is_neg", "resolve_conj", "resolve_neg"]
+           "is_inference_mode_enabled", "is_neg", "imag", "real", "resolve_conj", "resolve_neg"]
 
 
 def _check(op: str, input) -> Tensor:  # noqa: A002
@@ -64,6 +65,17 @@ def resolve_neg(input) -> Tensor:  # noqa: A002
     return _check("resolve_neg", input)
 
 
+def real(input) -> Tensor:  # noqa: A002
+    """input's real part (torch.real, Tensor.real): a real tensor is its own, so input itself."""
+    return _check("real", input)
+
+
+def imag(input) -> Tensor:  # noqa: A002
+    """input's imaginary part (torch.imag, Tensor.imag): torch's error, as a real tensor has none."""
+    _check("imag", input)
+    raise DTypeError(f"imag is not implemented for tensors with non-complex dtypes.\n  at {user_location()}")
+
+
 def is_inference(input) -> bool:  # noqa: A002
     """Whether input was made inside inference_mode() (a view: whether its base was), as
     torch.is_inference. flame records the fact only: it keeps no autograd state for such tensors
@@ -102,6 +114,14 @@ class TensorRealQueries:
 
     def is_inference(self) -> bool:
         return is_inference(self)
+
+    @property
+    def real(self):
+        return real(self)
+
+    @property
+    def imag(self):
+        return imag(self)
 
     def get_device(self) -> int:
         """The index of the GPU holding the tensor, or -1 on the CPU, as torch's: a tensor of the

@@ -116,3 +116,25 @@ def test_inference_tensors():
         return flame.is_inference_mode_enabled()
 
     assert inside() and not flame.is_inference_mode_enabled()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_real_is_the_tensor_and_imag_is_torchs_error(dtype):
+    """Tensor.real / flame.real of a real tensor are the tensor itself (a write reaches it, gradients
+    flow), eager and compiled; Tensor.imag / flame.imag raise torch's RuntimeError."""
+    x, tx = flame.tensor([1, 2], dtype=getattr(flame, dtype)), torch.tensor([1, 2], dtype=getattr(torch, dtype))
+    assert (x.real is x) == (tx.real is tx) is True and flame.real(x) is x
+    x.real[0] = 5
+    tx.real[0] = 5
+    np.testing.assert_array_equal(x.numpy(), tx.numpy())
+    for get in (lambda t: t.imag, lambda t: (flame if isinstance(t, flame.Tensor) else torch).imag(t)):
+        with pytest.raises(RuntimeError) as want:
+            get(tx)
+        with pytest.raises(RuntimeError, match="imag is not implemented for tensors with non-complex dtypes"):
+            get(x)
+        assert str(want.value).startswith("imag is not implemented")
+    w, tw = flame.tensor([1.0, 2.0], requires_grad=True), torch.tensor([1.0, 2.0], requires_grad=True)
+    (w.real * 3).sum().backward()
+    (tw.real * 3).sum().backward()
+    np.testing.assert_array_equal(w.grad.numpy(), tw.grad.numpy())
+    np.testing.assert_array_equal(flame.compile(lambda t: t.real * 2)(flame.tensor([1.0, 2.0])).numpy(), [2.0, 4.0])
