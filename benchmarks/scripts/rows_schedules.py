@@ -7,7 +7,12 @@ kernel launch) on the same inputs (of every row, or of the first --check-rows ro
 
     PYTHONPATH=. python3 benchmarks/scripts/rows_schedules.py [--variants old,new,...] [--reps 50]
 
-A variant is a schedule with optional Config knobs: "new:row_regs=96", "new:row_carry=0". Each case is
+The cases named in PLAN_CASES are row kernels taken from a bench case's plan at its full size (the
+first rows group whose ops start as given: gpt_train's LayerNorm backward and loss, FP8 training's amax
+kernels), lowered as the plan lowers them; those too large for the host's reference are timed unchecked.
+
+A variant is a schedule with optional Config knobs: "new:row_regs=96", "new:row_carry=0",
+"auto:row_stream_threads=512" ("auto": the schedule flame picks for the kernel). Each case is
 a small flame function traced and fused as in a training step; its largest rows group is lowered under
 every variant (the rows kernel, plus the fold kernel of column reductions) and launched directly with
 CuPy on random inputs. Times: CUDA events around each launch sequence, median of --reps after 5
@@ -33,6 +38,16 @@ sys.path.insert(0, str(ROOT))
 from flame.runtime.profile import median_event_ms  # noqa: E402
 
 DEFAULT_VARIANTS = "old,new,new:row_carry=0,new:row_regs=96"
+
+# row kernels taken from the plans of bench cases at their full sizes: name -> (case, the group's ops
+# joined by "+" as `flame profile` names them, up to this prefix); the first such group in plan order
+PLAN_CASES = {
+    "gpt_train LN bwd [8192,768]": ("gpt_train", "cast+cast+cast+sub+mul+mul+add+cast+cast+reduce_sum+mul+mul"),
+    "gpt_train CE [8192,32768]": ("gpt_train", "cast+reduce_max+sub+exp+reduce_sum+log"),
+    "fp8 SwiGLU amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+silu+reshape+mul+abs+reduce_max"),
+    "fp8 SwiGLU bwd amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+reshape+silu+mul+reshape+reshape+mul"),
+    "fp8 weight amax x7": ("llama7b_block_train_fp8", "abs+reduce_max+abs+reduce_max+abs+reduce_max"),
+}
 
 
 def _cases() -> dict:
@@ -115,7 +130,8 @@ def _config(variant: str):
     fields = {"rows_schedule": name}
     for kv in filter(None, knobs.split(";")):
         k, v = kv.split("=")
-        fields[k] = type(getattr(Config(), k))(int(v))
+        kind = type(getattr(Config(), k))
+        fields[k] = int(v) if kind is type(None) else kind(int(v))  # an optional knob (None: its default) takes ints
     return Config(**fields)
 
 
@@ -135,6 +151,22 @@ def _rows_group(fn, arrays, like=None, kind: str = "rows"):
         names = sorted(op.name for op in like.ops)
         return next((g for g in groups if sorted(op.name for op in g.ops) == names), None)
     return max(groups, key=lambda g: max(np.prod(v.shape) for op in g.ops for v in op.inputs))
+
+
+@functools.cache
+def _full_plan(case_name: str):
+    """`case_name`'s plan for the CUDA target at its full sizes (benchmarks/scripts/plan_snapshot.py
+    plans it; nothing is compiled)."""
+    from benchmarks.scripts import plan_snapshot
+    from flame.bench.table import CASES
+
+    return plan_snapshot._plan(next(c for c in CASES if c.name == case_name), "cuda", quick=False)
+
+
+def _plan_group(case_name: str, prefix: str):
+    """The first rows group of `case_name`'s full-size plan whose ops, joined by "+", start with `prefix`."""
+    return next(g for g in _full_plan(case_name).graph.groups
+                if g.kind == "rows" and "+".join(op.name for op in g.ops).startswith(prefix))
 
 
 def _inputs(group, seed: int) -> list:
@@ -219,11 +251,12 @@ def main() -> None:
     print(f"device: {props['name'].decode()}, {props['multiProcessorCount']} SMs", flush=True)
     variants = opts.variants.split(",")
     rows = []
-    for case, (fn, arrays, *kind) in _cases().items():
+    for case, (fn, arrays, *kind) in {**_cases(), **{n: (c, None) for n, c in PLAN_CASES.items()}}.items():
+        # a plan case: fn = (bench case, ops prefix), arrays None
         if opts.cases and not any(c in case for c in opts.cases.split(",")):
             continue
         kind = kind[0] if kind else "rows"
-        group = _rows_group(fn, arrays, kind=kind)
+        group = _rows_group(fn, arrays, kind=kind) if arrays is not None else _plan_group(*fn)
         ins = _inputs(group, seed=len(rows))
         outs = [_empty(v) for v in group.outputs]
         nbytes = sum(a.nbytes for a in ins) + sum(o.nbytes for o in outs)
@@ -233,15 +266,16 @@ def main() -> None:
         del src, dst
         # the reference: of every row (small cases: column sums need all rows) or of the first check_rows
         # rows of the row-indexed inputs, from the same function traced at that many rows
-        n = arrays[0].shape[0]
-        k = n if sum(a.size for a in ins) <= 1 << 25 else min(n, opts.check_rows)
+        n = arrays[0].shape[0] if arrays is not None else 0
+        k = n if arrays is None or sum(a.size for a in ins) <= 1 << 25 else min(n, opts.check_rows)
         sgroup = group if k == n else _rows_group(fn, [np.zeros((k, *a.shape[1:]), a.dtype)
                                                        if a.ndim and a.shape[0] == n else a for a in arrays], group,
                                                   kind)
         same = sgroup is not None and [v.shape[1:] for v in kernel_inputs(sgroup)] == \
-            [v.shape[1:] for v in kernel_inputs(group)]
+            [v.shape[1:] for v in kernel_inputs(group)] and (arrays is not None or sum(a.size for a in ins) <= 1 << 28)
         if not same:
-            print(f"  {case}: not checked (at {k} rows the ops fuse into other kernels)", flush=True)
+            why = "too large to check on the host" if arrays is None else f"at {k} rows the ops fuse into other kernels"
+            print(f"  {case}: not checked ({why})", flush=True)
         ref = _reference(sgroup, [_host(a[:k] if a.ndim and a.shape[0] == n else a, v)
                                   for a, v in zip(ins, kernel_inputs(group))]) if same else [None] * len(group.outputs)
         for variant in variants if kind == "rows" else variants[:1]:

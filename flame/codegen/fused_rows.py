@@ -68,7 +68,6 @@ _COLUMN_SMEM = 32768  # bytes of shared memory its slots' partials may take when
 
 
 _THREAD_CHOICES = (32, 64, 128, 256, 512, 1024)  # "new": threads per row, fewest first
-STREAM_THREADS = 1024  # "new", many rows of at least Config.row_stream_min elements: threads per row
 FEW_ROWS_VECTORS = 2  # "new", fewer rows than multiprocessors: at most this many vectors per thread
 def _threads(R: int) -> int:
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
@@ -640,9 +639,10 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     M = sum(math.prod(lay.domain[: len(lay.domain) - lay.n_red]) for lay in lays)
     if new and split:  # a chunk per block of Config.split_threads, by vectors
         G, parts = config.split_threads, make(config.split_threads)
-    elif (new and not narrow and row_stream_min(config) and isinstance(R, int) and R >= row_stream_min(config)
-          and isinstance(M, int) and M >= target.sm_count):  # many long rows: streamed (Config.row_stream_min)
-        G, parts = STREAM_THREADS, make(STREAM_THREADS, hold=False)
+    elif (new and not narrow and row_stream_min(config) and isinstance(R, int) and isinstance(M, int)
+          and min(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays if lay.n_red)
+          >= row_stream_min(config) and M >= target.sm_count):  # many long rows: streamed (Config.row_stream_min)
+        G, parts = config.row_stream_threads, make(config.row_stream_threads, hold=False)
     elif new:
         G, parts = narrow or _new_threads(make, config, few=isinstance(M, int) and M < target.sm_count)
     else:
