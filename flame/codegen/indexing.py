@@ -180,12 +180,12 @@ def lower_segment_sum(op: Op) -> list[Kernel]:
                         scratch, out_n=out.numel, out_zero=zero, **fields)
         kernels = [_per_vector(slots, max(out.numel, src.numel), width)]
     else:
-        return [_render(op, "segment_zero", out.numel, "segment_sum: zeros", copy=zero, **fields)]
+        return [_render(op, "segment_zero", out.numel, "segment_sum: zeros", copy=zero, **{**fields, "target": "out"})]
     if not src.numel:
         return kernels
+    each = _atomic_add(target, "at + e", "a[e]", acc)
     adds = _render(op, "segment_sum", src.numel, "segment_sum: atomically add src's slices", scratch,
-                   value=cuda_c.load("s.v[e]", src.dtype), wide=acc == f32, each=_atomic_add(target, "at + e", "a[e]",
-                                                                                             acc), **fields)
+                   value=cuda_c.load("s.v[e]", src.dtype), wide=acc == f32, each=each, **fields)
     # integer sums are exact whatever the order; floating-point ones change with it
     kernels.append(replace(_per_vector(adds, src.numel, width), deterministic=not acc.is_float))
     if low:

@@ -157,6 +157,8 @@ def _segment_sum(b, g, dt):
         b.segment_sum(idx, rows, axis=0, size=5)
         b.segment_sum(idx, cols, axis=1, size=4)
         b.segment_sum(idx, odd, axis=1, size=7)
+    empty, nothing = _inputs(g, ((0,), i64), ((0, 4), dt))  # no index: zeros
+    b.segment_sum(empty, nothing, axis=0, size=3)
 
 
 def _scan(b, g, dt, name):

@@ -102,3 +102,21 @@ def test_embedding_backward_plan_reads_the_index_once_per_slice(cuda_target):
     assert len(launches) == 3  # zero out and the slots, add, round: no separate fill of the table
     for source in {k.source for k in plan.kernels()}:
         assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
+
+
+def test_embedding_backward_with_a_dynamic_batch(cuda_target):
+    """A batch dim seen at two sizes (a dynamic size: the index's length is the kernel's parameter):
+    each size's gradient is eager's, and the template's kernels compile for sm_90."""
+    w, body = _embedding_step()
+    step = flame.compile(body, dynamic=True)
+    for n in (6, 10, 3):
+        ids = flame.tensor(IDX[:n] * 6)
+        want = body(ids).item(), w.grad.float().numpy()
+        w.grad = None
+        got = step(ids).item(), w.grad.float().numpy()
+        w.grad = None
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        np.testing.assert_array_equal(got[1], want[1])
+    assert "segment_sum" in [op.name for op in step._last.graph.ops]
+    for source in {k.source for k in step._last.plan.kernels()}:
+        assert compile_cubin(source, "sm_90")[:4] == b"\x7fELF"
