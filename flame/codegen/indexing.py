@@ -1,8 +1,10 @@
 """Copy kernels that are not affine Views: pad, concat, gather, index_select, scatter_add (copy x
 into the output, then atomicAdd src; f16/bf16 accumulate in an f32 scratch copy and round once at
 the end, as the reference does) and scatter (copy x, claim each position for its last write with
-atomicMax on the write's number, then the winners store). An index outside [0, size) fails a
-device-side assertion. All through templates/indexed.cu.j2."""
+atomicMax on the write's number, then the winners store), segment_sum (zero the sums, add src's
+slices atomically at their 1-D index, 4 elements per access, f16/bf16 in an f32 scratch rounded once
+at the end). An index outside [0, size) fails a device-side assertion. All through
+templates/indexed.cu.j2."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import math
 from dataclasses import replace
 
 from flame.codegen import cuda_c, views
-from flame.codegen.kernel import Kernel, render_op
+from flame.codegen.kernel import Kernel, grid_for, render_op
 from flame.ir import symbolic
 from flame.ir.dtypes import bf16, f16, f32, i64
 from flame.ir.graph import Op
@@ -82,8 +84,9 @@ def _atomic_add(target: str, at: str, value: str, dtype) -> str:
     return f"atomicAdd({target} + {at}, {value})"
 
 
-def _vec(src: str, src_dtype, dst: str, dst_dtype, value: str) -> dict:
-    """A copy phase of scatter_add moved 4 elements per access: value converts element `a.v[e]`."""
+def _vec(src: str | None, src_dtype, dst: str, dst_dtype, value: str) -> dict:
+    """A copy phase of scatter_add moved 4 elements per access: value converts element `a.v[e]`
+    (src None: a fill, value reads nothing)."""
     return dict(n=4, src=src, src_t=src_dtype.cuda_type, src_align=4 * src_dtype.itemsize, dst=dst,
                 dst_t=dst_dtype.cuda_type, dst_align=4 * dst_dtype.itemsize, value=value)
 
@@ -146,3 +149,56 @@ def lower_scatter(op: Op) -> list[Kernel]:
                             **fields),
                     _render(op, "scatter_store", src.numel, "scatter 3/3: the last writes store", scratch, **fields)]
     return kernels
+
+
+def lower_segment_sum(op: Op) -> list[Kernel]:
+    """out = zeros; out[.., idx[i], ..] += src[.., i, ..] (duplicates add up; order is not
+    deterministic), the index read once per slice element and 4 elements per access when a slice's
+    length allows it (one 16-byte atomic on sm_90 for f32 sums). f32 and wider, integers: zero out,
+    add src atomically. f16/bf16, whose sums are f32 rounded once: zero out and the f32 slots src
+    adds to (only those: an embedding's rows looked up, not the whole table), add src into them,
+    round them into out. No index is broadcast and no zero tensor read."""
+    out = op.out.type
+    if out.numel == 0:
+        return []
+    idx, src = (v.type for v in op.inputs)
+    low = out.dtype in (f16, bf16)
+    acc = f32 if low else out.dtype
+    axis = op.attrs["axis"] % out.rank
+    target = "reinterpret_cast<float*>(scratch)" if low else "out"
+    extent, inner = _split(src.shape, axis)
+    width = 4 if not isinstance(inner, symbolic.SymInt) and inner % 4 == 0 else 1
+    fields = dict(inner=inner, extent=extent, axis_size=out.shape[axis], target=target, width=width,
+                  src_t=src.dtype.cuda_type, out_t=out.dtype.cuda_type, acc_t=acc.cuda_type)
+    scratch = out.numel * 4 if low else 0
+    zero = cuda_c.convert("0", i64, out.dtype)
+    if not low:
+        kernels = [_render(op, "segment_zero", out.numel, "segment_sum 1/2: zero the sums", copy=zero,
+                           vec=_vec(None, acc, target, acc, zero), **fields)]
+    elif src.numel:
+        slots = _render(op, "segment_slots", src.numel, "segment_sum 1/3: zero out and the f32 sums src adds to",
+                        scratch, out_n=out.numel, out_zero=zero, **fields)
+        kernels = [_per_vector(slots, max(out.numel, src.numel), width)]
+    else:
+        return [_render(op, "segment_zero", out.numel, "segment_sum: zeros", copy=zero, **{**fields, "target": "out"})]
+    if not src.numel:
+        return kernels
+    each = _atomic_add(target, "at + e", "a[e]", acc)
+    adds = _render(op, "segment_sum", src.numel, "segment_sum: atomically add src's slices", scratch,
+                   value=cuda_c.load("s.v[e]", src.dtype), wide=acc == f32, each=each, **fields)
+    # integer sums are exact whatever the order; floating-point ones change with it
+    kernels.append(replace(_per_vector(adds, src.numel, width), deterministic=not acc.is_float))
+    if low:
+        back = cuda_c.convert("a.v[e]", f32, out.dtype)
+        convert = _render(op, "segment_convert", src.numel, "segment_sum 3/3: round the f32 sums once", scratch,
+                          back=back, **fields)
+        kernels.append(_per_vector(convert, src.numel, width))
+    return kernels
+
+
+def _per_vector(kernel: Kernel, work, width: int) -> Kernel:
+    """kernel launched with a thread per `width` elements of `work` (its loops run over the same
+    threads when the buffers are not aligned); a dynamic size keeps the kernel's own grid."""
+    if width == 1 or isinstance(work, symbolic.SymInt):
+        return kernel
+    return replace(kernel, grid=grid_for(-(-work // width), kernel.block))

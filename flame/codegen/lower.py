@@ -19,7 +19,14 @@ from collections.abc import Callable
 from flame.codegen.elementwise import lower_elementwise, lower_view
 from flame.codegen.fused import group_inputs, lower_map
 from flame.codegen.fused_rows import lower_rows
-from flame.codegen.indexing import lower_concat, lower_gather, lower_pad, lower_scatter, lower_scatter_add
+from flame.codegen.indexing import (
+    lower_concat,
+    lower_gather,
+    lower_pad,
+    lower_scatter,
+    lower_scatter_add,
+    lower_segment_sum,
+)
 from flame.codegen.kernel import DEFAULT_CONFIG, Config, Kernel
 from flame.codegen.reduce import lower_reduction
 from flame.codegen.scan import lower_argsort, lower_cumarg, lower_scan
@@ -46,6 +53,7 @@ _BY_NAME: dict[str, Callable[[Op], list[Kernel]]] = {  # the copies that are not
     "index_select": lower_gather,
     "scatter_add": lower_scatter_add,
     "scatter": lower_scatter,
+    "segment_sum": lower_segment_sum,
     "cumsum": lower_scan,
     "cumprod": lower_scan,
     "logcumsumexp": lower_scan,

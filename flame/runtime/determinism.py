@@ -3,10 +3,10 @@ torch.backends.cudnn.deterministic, as flame's process settings (flame.use_deter
 flame.backends.cudnn.deterministic set them).
 
 Two things on the GPU add in an order that changes from run to run: flame's kernels that accumulate
-floating-point values with atomics (a scatter_add's, which an embedding's or an index_add's gradient is,
-and the generated flash-attention backward's dQ), and cuDNN engines carrying the NONDETERMINISTIC
-numerical note (some convolution gradients; the attention backward unless asked for its deterministic
-algorithm). With `mode()` "error" a plan holding such a kernel is refused when it is made (a
+floating-point values with atomics (a scatter_add's, which an index_add's gradient is, a segment_sum's,
+which an embedding's is, and the generated flash-attention backward's dQ), and cuDNN engines carrying
+the NONDETERMINISTIC numerical note (some convolution gradients; the attention backward unless asked for
+its deterministic algorithm). With `mode()` "error" a plan holding such a kernel is refused when it is made (a
 DeterminismError naming the op and the user's line, as torch raises for an op without a deterministic
 implementation); with "warn" it warns instead. With `cudnn()` cuDNN is asked for deterministic engines
 (the convolutions deselect nondeterministic ones, the attention backward takes cuDNN's deterministic

@@ -150,6 +150,17 @@ def _gather(b, g, dt, name):
             b.scatter_add(x, idx, src, axis=1)
 
 
+def _segment_sum(b, g, dt):
+    """Slices of 4k elements (the vector path, 16-byte f32 atomics on sm_90) and of odd length."""
+    for it in (i32, i64):
+        idx, rows, cols, odd = _inputs(g, ((6,), it), ((6, 8), dt), ((3, 6), dt), ((2, 6, 3), dt))
+        b.segment_sum(idx, rows, axis=0, size=5)
+        b.segment_sum(idx, cols, axis=1, size=4)
+        b.segment_sum(idx, odd, axis=1, size=7)
+    empty, nothing = _inputs(g, ((0,), i64), ((0, 4), dt))  # no index: zeros
+    b.segment_sum(empty, nothing, axis=0, size=3)
+
+
 def _scan(b, g, dt, name):
     x, s = _inputs(g, ((6, 7, 9), dt), ((), dt))
     for axis in (0, 1, 2):
@@ -169,7 +180,7 @@ def _cumarg(b, g, dt):
 def _maker(name: str):
     opdef = REGISTRY[name]
     special = {"where": _where, "cast": _cast, "scaled_cast": _scaled_cast, "full": _full, "arange": _arange,
-               "cumarg": _cumarg,
+               "cumarg": _cumarg, "segment_sum": _segment_sum,
                "argmax": _argmax, "bitwise": _bitwise, "polygamma": _polygamma}
     if name in ("cumsum", "cumprod", "logcumsumexp", "argsort"):
         return lambda b, g, dt: _scan(b, g, dt, name)

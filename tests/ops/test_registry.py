@@ -249,6 +249,13 @@ def _scatter_add(rng, dt):
             for i, (xs, ids, ax) in enumerate(specs)]
 
 
+def _segment_sum(rng, dt):
+    """Repeated indices, a slot no index names, an inner axis, an empty index."""
+    specs = [((6, 4), 0, 5), ((3, 6), 1, 4), ((2, 5, 3), 1, 7), ((0, 3), 0, 4), ((5,), 0, 3)]
+    return [([_idx(rng, size, (shape[ax],), i), _arr(rng, shape, dt)], {"axis": ax, "size": size})
+            for i, (shape, ax, size) in enumerate(specs)]
+
+
 def _scatter(rng, dt):
     """Duplicate positions included (the last write in row-major order wins)."""
     specs = [((3, 4), (3, 6), 1), ((4, 2), (6, 2), 0), ((3, 4), (3, 0), -1), ((2, 3, 2), (2, 3, 4), 2)]
@@ -602,6 +609,14 @@ def _scatter_add_oracle(x, idx, src, axis):
     return out
 
 
+def _segment_sum_oracle(idx, src, axis, size):
+    ax = axis % src.ndim
+    out = np.zeros(src.shape[:ax] + (size,) + src.shape[ax + 1:], src.dtype)
+    for i, k in enumerate(idx):  # slice by slice, in order
+        np.moveaxis(out, ax, 0)[k] += np.moveaxis(src, ax, 0)[i]
+    return out
+
+
 def _matmul_oracle(a, b):
     return (a[..., :, :, None] * b[..., None, :, :]).sum(-2)
 
@@ -887,6 +902,7 @@ RECIPES: dict[str, Recipe] = {
     "index_select": Recipe(_index_select, _index_select_oracle, ALL),
     "scatter_add": Recipe(_scatter_add, _scatter_add_oracle, NUM),
     "scatter": Recipe(_scatter, _scatter_oracle, ALL, grad_make=_scatter_unique),
+    "segment_sum": Recipe(_segment_sum, _segment_sum_oracle, NUM),
     "random_uniform": Recipe(_random, _random_oracle(False), out="attr"),
     "random_normal": Recipe(_random, _random_oracle(True), out="attr"),
     "scaled_dot_product_attention": Recipe(_attention_cases, _attention_oracle),

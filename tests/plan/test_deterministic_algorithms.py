@@ -13,7 +13,7 @@ import pytest
 import flame
 import flame.nn.functional as F
 from flame import compiler
-from flame.codegen.indexing import lower_scatter_add
+from flame.codegen.indexing import lower_scatter_add, lower_segment_sum
 from flame.errors import DeterminismError
 from flame.runtime import determinism
 
@@ -33,7 +33,7 @@ def _embedding_step():
 
     @flame.compile
     def step(idx):
-        loss = F.embedding(idx, w).square().sum()  # the weight's gradient: a scatter_add of the rows
+        loss = F.embedding(idx, w).square().sum()  # the weight's gradient: a segment_sum of the rows
         loss.backward()
         return loss
 
@@ -53,10 +53,10 @@ def test_the_settings_read_back_as_torchs(determinism_settings):
         flame.use_deterministic_algorithms("yes")
 
 
-def test_an_atomic_scatter_add_is_refused_naming_the_op_and_the_line(cuda_plan):
+def test_an_atomic_segment_sum_is_refused_naming_the_op_and_the_line(cuda_plan):
     flame.use_deterministic_algorithms(True)
     step, idx = _embedding_step()
-    with pytest.raises(DeterminismError, match=rf"(?s)scatter_add does not have a deterministic .*{HERE}:"):
+    with pytest.raises(DeterminismError, match=rf"(?s)segment_sum does not have a deterministic .*{HERE}:"):
         step(idx)
     assert isinstance(DeterminismError("x"), RuntimeError)  # torch raises a RuntimeError
 
@@ -64,7 +64,7 @@ def test_an_atomic_scatter_add_is_refused_naming_the_op_and_the_line(cuda_plan):
 def test_warn_only_warns_and_runs(cuda_plan):
     flame.use_deterministic_algorithms(True, warn_only=True)
     step, idx = _embedding_step()
-    with pytest.warns(UserWarning, match="scatter_add does not have a deterministic implementation"):
+    with pytest.warns(UserWarning, match="segment_sum does not have a deterministic implementation"):
         loss = step(idx)
     assert np.isfinite(loss.item())
 
@@ -74,8 +74,8 @@ def test_off_plans_the_same_kernels_and_deterministic_kernels_pass(cuda_plan):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         step(idx)  # off: no error, no warning
-    (op,) = [o for o in step.optimized(idx).ops if o.name == "scatter_add"]
-    assert [k.deterministic for k in lower_scatter_add(op)] == [True, False]  # the copy, the atomic adds
+    (op,) = [o for o in step.optimized(idx).ops if o.name == "segment_sum"]
+    assert [k.deterministic for k in lower_segment_sum(op)] == [True, False]  # the zeros, the atomic adds
 
     flame.use_deterministic_algorithms(True)
     w = flame.nn.Parameter(flame.ones(4, 3))

@@ -110,6 +110,14 @@ def _scatter_add(rng, dt):
     return [([x, idx, arr(rng, (8, 7), dt)], {"axis": 0})]
 
 
+def _segment_sum(rng, dt):
+    """Repeated indices along an outer and an inner axis (the slice lengths take the 4-wide path and not)."""
+    i0 = rng.integers(0, 5, (8,)).astype(np.int64)
+    i1 = rng.integers(0, 3, (7,)).astype(np.int32)
+    return [([i0, arr(rng, (8, 12), dt)], {"axis": 0, "size": 5}),
+            ([i1, arr(rng, (2, 7, 3), dt)], {"axis": 1, "size": 3})]
+
+
 def _scatter(rng, dt):
     x = arr(rng, (5, 7), dt)
     idx = rng.integers(0, 5, (8, 7)).astype(np.int64)  # duplicates: the last write wins
@@ -244,6 +252,7 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable]] = {
     "minimum": (NUM, _binary()), "logical_and": (("bool",), _binary()), "logical_or": (("bool",), _binary()),
     "logical_not": (("bool",), _unary()), "where": (ALL, _where), "cast": (ALL, _cast),
     "gather": (ALL, _index), "index_select": (ALL, _index_select), "scatter_add": (NUM, _scatter_add),
+    "segment_sum": (NUM, _segment_sum),
     "scatter": (ALL, _scatter),
     "matmul": (FLOATS, _matmul), "matmul_bias": (FLOATS, _matmul_bias),
     "scaled_cast": (("f32", "f16", "bf16"), _scaled_cast),

@@ -1,6 +1,6 @@
 """On the GPU: with flame.backends.cudnn.deterministic, cuDNN's attention and convolution backward give the
-same bits at every run; under flame.use_deterministic_algorithms(True) a step with an atomic scatter_add
-is refused (runtime/determinism.py)."""
+same bits at every run; under flame.use_deterministic_algorithms(True) a step with an atomic segment_sum
+(an embedding's gradient) is refused (runtime/determinism.py)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_cudnn_backward_repeats_bitwise(determinism_settings):
 
 
 @pytest.mark.gpu
-def test_an_atomic_scatter_add_is_refused_on_the_gpu(determinism_settings):
+def test_an_atomic_segment_sum_is_refused_on_the_gpu(determinism_settings):
     flame.use_deterministic_algorithms(True)
     w = flame.nn.Parameter(flame.ones(10, 4))
 
@@ -47,5 +47,5 @@ def test_an_atomic_scatter_add_is_refused_on_the_gpu(determinism_settings):
         loss.backward()
         return loss
 
-    with pytest.raises(DeterminismError, match="scatter_add"):
+    with pytest.raises(DeterminismError, match="segment_sum"):
         step(flame.tensor(np.array([1, 3, 1])))

@@ -1,4 +1,6 @@
-"""gather (take-along-axis), index_select, scatter_add and scatter (its non-accumulating twin).
+"""gather (take-along-axis), index_select, scatter_add and scatter (its non-accumulating twin), and
+segment_sum (index_select's gradient: src's slices summed into zeros at a 1-D index, JAX's
+segment_sum along an axis; no broadcast index and no zero tensor to read).
 
 Indices are i32 or i64 and must lie in [0, n) for an axis of size n, as PyTorch's gather, scatter
 and index_select require: a negative index does not count from the end (the frontend wraps one
@@ -16,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from flame.errors import DTypeError, IndexingError, IndexValueError, ShapeError
+from flame.ir import symbolic
 from flame.ir.ops._shapes import norm_axis
 from flame.ir.registry import Attr, OpDef, check_dtype, register
 
@@ -77,6 +80,8 @@ def _index_select_infer(types, axis):
 
 def _index_select_vjp(b, g, x, idx, out, axis):
     ax = axis % x.type.rank
+    if not isinstance(x.shape[ax], symbolic.SymInt):  # (segment_sum's size is a plain number)
+        return b.segment_sum(idx, g, axis=ax, size=x.shape[ax]), None
     shape = [1] * x.type.rank
     shape[ax] = idx.shape[0]
     wide = b.broadcast_to(b.reshape(idx, shape=shape), shape=g.shape)
@@ -150,3 +155,34 @@ def _scatter_vjp(b, g, x, idx, src, out, axis):
 
 
 register(OpDef("scatter", "opaque", 3, _scatter_infer, _scatter_ref, {"axis": Attr("int")}, _scatter_vjp))
+
+
+def _segment_sum_infer(types, axis, size):
+    idx, src = types
+    _check_index("segment_sum", idx)
+    check_dtype("segment_sum", src, ("float", "int"), "src")
+    if src.dtype.is_int and src.dtype.itemsize < 4:
+        raise DTypeError(f"segment_sum: src {src} has dtype {src.dtype}, expected a float, i32 or i64 dtype")
+    if idx.rank != 1:
+        raise IndexingError(f"segment_sum: index {idx} must be 1-D")
+    ax = norm_axis("segment_sum", axis, src.rank)
+    if src.shape[ax] != idx.shape[0]:
+        raise ShapeError(f"segment_sum: src {src} needs one slice along axis {ax} per index of {idx}")
+    if size < 0:
+        raise ShapeError(f"segment_sum: size {size} must not be negative")
+    return src.with_shape(src.shape[:ax] + (size,) + src.shape[ax + 1:])
+
+
+def _segment_sum_ref(idx, src, axis, size):
+    ax = axis % src.ndim
+    out = np.zeros(src.shape[:ax] + (size,) + src.shape[ax + 1:], src.dtype)
+    np.add.at(np.moveaxis(out, ax, 0), _in_range("segment_sum", idx, size, ax), np.moveaxis(src, ax, 0))
+    return out
+
+
+# out[.., idx[i], ..] += src[.., i, ..] into zeros of size `size` along axis (torch's embedding
+# backward; f16 / bf16 sum in f32 and round once, as torch's CUDA embedding_dense_backward does)
+register(OpDef("segment_sum", "opaque", 2, _segment_sum_infer, _segment_sum_ref,
+               {"axis": Attr("int"), "size": Attr("int")},
+               lambda b, g, idx, src, out, axis, size: (None, b.index_select(g, idx, axis=axis)),
+               compute_f32=True))
