@@ -99,9 +99,9 @@ CASES = {
     "split_rows_odd_length": (_graph(_sum_squares, (4, 300001), f32), NEW, None,
                               ["chunks of 2048", "1-element vectors"]),
     # many rows (at least Target.sm_count) of at least Config.row_stream_min elements re-read their inputs
-    # in each pass, 1024 threads each
+    # in each pass, Config.row_stream_threads (512) each
     "streamed_long_rows": (lambda: _reshaped_swiglu_amax((2, 70)), Config(rows_schedule="new", row_stream_min=64),
-                           None, ["1024 threads per row", "(streamed, 8-element vectors)"]),
+                           None, ["512 threads per row", "(streamed, 8-element vectors)"]),
     "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
     "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
     "columns_only_short": (lambda: _channel_sums((3, 5, 7, 24)), NEW, None,
