@@ -163,6 +163,12 @@ def _full_plan(case_name: str):
     return plan_snapshot._plan(next(c for c in CASES if c.name == case_name), "cuda", quick=False)
 
 
+def _by_row(a, n: int) -> bool:
+    """Whether array a is indexed by the case's n rows: its first dim is n and it is not a weight
+    vector (1-D floats; 1-D integers are labels, one per row)."""
+    return a.ndim > 0 and a.shape[0] == n and (a.ndim > 1 or a.dtype.kind in "iu")
+
+
 def _plan_group(case_name: str, prefix: str):
     """The first rows group of `case_name`'s full-size plan whose ops, joined by "+", start with `prefix`."""
     return next(g for g in _full_plan(case_name).graph.groups
@@ -269,14 +275,14 @@ def main() -> None:
         n = arrays[0].shape[0] if arrays is not None else 0
         k = n if arrays is None or sum(a.size for a in ins) <= 1 << 25 else min(n, opts.check_rows)
         sgroup = group if k == n else _rows_group(fn, [np.zeros((k, *a.shape[1:]), a.dtype)
-                                                       if a.ndim and a.shape[0] == n else a for a in arrays], group,
+                                                       if _by_row(a, n) else a for a in arrays], group,
                                                   kind)
         same = sgroup is not None and [v.shape[1:] for v in kernel_inputs(sgroup)] == \
             [v.shape[1:] for v in kernel_inputs(group)] and (arrays is not None or sum(a.size for a in ins) <= 1 << 28)
         if not same:
             why = "too large to check on the host" if arrays is None else f"at {k} rows the ops fuse into other kernels"
             print(f"  {case}: not checked ({why})", flush=True)
-        ref = _reference(sgroup, [_host(a[:k] if a.ndim and a.shape[0] == n else a, v)
+        ref = _reference(sgroup, [_host(a[:k] if _by_row(a, n) else a, v)
                                   for a, v in zip(ins, kernel_inputs(group))]) if same else [None] * len(group.outputs)
         for variant in variants if kind == "rows" else variants[:1]:
             cfg = _config(variant)
@@ -285,7 +291,7 @@ def main() -> None:
             ms = median_event_ms(_launcher(kernels, ins, outs), opts.reps, warmup=5)
             err = 0.0
             for o, r, v in zip(outs, ref, group.outputs):
-                got = _host(o[:k] if o.ndim and o.shape[0] == n else o, v).astype(np.float64)
+                got = _host(o[:k] if _by_row(o, n) else o, v).astype(np.float64)
                 if r is None:
                     err = float("nan")
                     continue

@@ -76,14 +76,15 @@ class Config:
     (the 64 x 64 tiles are the GPU-verified ones; the wide ones ran slower on an H100, 48-67 % of copy
     against 70-80 % in llama7b_block_train_fp8: benchmarks/results/2026-12-06-H100-fp8-rows/).
     row_stream_min: "new" row kernels of at least Target.sm_count rows of at least this many elements
-    re-read their inputs in each pass (streamed, row_stream_threads per row; a row's second read comes from
+    re-read their inputs in each pass (streamed, row_stream_threads or more per row; a row's second read comes from
     L2) instead of holding the row in registers, which at this length leaves one block of 1024 threads,
     one row, per multiprocessor, whose loads wait at every row's barriers: FP8 training's SwiGLU amax
     kernel (4096 rows of 11008 bf16, three inputs) 368 -> 299 us on an H100, and gpt_train's loss
     (8192 rows of 32768 logits) ran streamed at 98 % of copy (2026-12-06-H100-fp8-rows); None:
     $FLAME_ROW_STREAM_MIN, else 8192 (0: never). A kernel streams only when every one of its segments'
     rows is that long: FP8's amax of seven weights (rows of 4096, one weight's of 11008) ran at 99.6 %
-    of copy held in registers and 28 % streamed. row_stream_threads: the threads per streamed row;
+    of copy held in registers and 28 % streamed. row_stream_threads: the fewest threads per streamed
+    row (more, up to 1024, for rows a thread would take more than fused_rows.STREAM_VECTORS vectors of):
     512 against 1024: FP8's SwiGLU amax kernels 298 and 138 us against 428 and 226 on an H100."""
 
     unroll: int = 1
