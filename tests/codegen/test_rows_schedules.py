@@ -103,7 +103,7 @@ CASES = {
     "streamed_long_rows": (lambda: _reshaped_swiglu_amax((2, 70)), Config(rows_schedule="new", row_stream_min=64),
                            None, ["512 threads per row", "(streamed, 8-element vectors)"]),
     # ... and twice as many where a thread would take more than fused_rows.STREAM_VECTORS vectors a pass
-    "streamed_wide_rows": (_graph(_softmax, (256, 16384), f32), Config(rows_schedule="new", row_stream_min=64),
+    "streamed_wide_rows": (_graph(_softmax, (1024, 16384), f32), Config(rows_schedule="new", row_stream_min=64),
                            None, ["1024 threads per row", "(streamed, 4-element vectors)"]),
     "columns_only": (_channel_sums, NEW, None, ["16 threads per row, 32 rows per block", "8-element vectors"]),
     "columns_only_broadcast": (_channel_sums_broadcast, NEW, None, ["16 threads per row", "8-element vectors"]),
