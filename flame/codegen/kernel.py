@@ -85,7 +85,10 @@ class Config:
     rows is that long: FP8's amax of seven weights (rows of 4096, one weight's of 11008) ran at 99.6 %
     of copy held in registers and 28 % streamed. row_stream_threads: the fewest threads per streamed
     row (more, up to 1024, for rows a thread would take more than fused_rows.STREAM_VECTORS vectors of):
-    512 against 1024: FP8's SwiGLU amax kernels 298 and 138 us against 428 and 226 on an H100."""
+    512 against 1024: FP8's SwiGLU amax kernels 298 and 138 us against 428 and 226 on an H100.
+    row_hoist: in an "old" row kernel of one segment of whole rows, the held inputs the same for every
+    row (a norm's weight and bias) are loaded once per thread before the row loop instead of again for
+    each row the thread takes."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -111,6 +114,7 @@ class Config:
     wide_byte_tiles: bool | None = None
     row_stream_min: int | None = None
     row_stream_threads: int = 512
+    row_hoist: bool = True
 
 
 DEFAULT_CONFIG = Config()
