@@ -12,9 +12,10 @@ the number rounded to the tensor's dtype first, which is what an op on a `full` 
 number the tensor's dtype holds exactly (0.5, 2.0, small integers) gives the same bits either way, and
 keeps the op in the tensor's dtype.
 
-`s / x` is PyTorch's `x.reciprocal() * s` (Tensor.__rtruediv__): the reciprocal rounded, then the
-product as above. bf16 `x ** 3` and `x ** -2` are PyTorch's CPU kernels' `x * x * x` and `1 / (x * x)`,
-each product rounded to bf16 (f16 and every other exponent: one pow, rounded once).
+`s / x` is PyTorch's `x.reciprocal() * s` (Tensor.__rtruediv__), in every floating dtype: the reciprocal
+rounded, then the product as above (f32 and f64: with the number rounded to the dtype). bf16 `x ** 3`
+and `x ** -2` are PyTorch's CPU kernels' `x * x * x` and `1 / (x * x)`, each product rounded to bf16
+(f16 and every other exponent: one pow, rounded once).
 """
 
 from __future__ import annotations
@@ -55,12 +56,12 @@ def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
     """op `name` of a (Tensor or number) and b, of result dtype dt, as PyTorch computes it where one operand
     is a Python number and dt is f16 or bf16 (see the module's docstring); None where the op takes its
     usual path (the number rounded to dt)."""
-    if dt not in (f16, bf16):
-        return None
-    if name == "div" and _is_number(a) and isinstance(b, Tensor):  # s / x: x.reciprocal() * s
+    if name == "div" and _is_number(a) and isinstance(b, Tensor) and dt.is_float:  # s / x: x.reciprocal() * s
         r = apply("reciprocal", _cast(b, dt))
         out = in_opmath("mul", r, a, dt)
-        return apply("mul", r, float(a)) if out is None else out
+        return apply("mul", r, apply("full", shape=(), value=float(a), dtype=dt)) if out is None else out
+    if dt not in (f16, bf16):
+        return None
     if name == "pow" and dt == bf16 and isinstance(a, Tensor) and _is_number(b) and float(b) in (3.0, -2.0):
         x = _cast(a, dt)
         sq = apply("mul", x, x)

@@ -582,7 +582,8 @@ def binary(name: str, a, b) -> Tensor:
                 return apply(name, a, b)
         elif (type(b) is float or type(b) is int) and a._dtype.name in _WIDE_FLOATS:
             return apply(name, a, float(b))
-    elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._dtype.name in _WIDE_FLOATS:
+    elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._dtype.name in _WIDE_FLOATS \
+            and name != "div":  # s / x: x.reciprocal() * s (opmath.in_opmath)
         return apply(name, float(a), b)
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
