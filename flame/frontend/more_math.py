@@ -599,7 +599,14 @@ def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
 
 
 def heaviside(input: Tensor, values) -> Tensor:  # noqa: A002
-    """0 where input < 0, values where input == 0, 1 where input > 0."""
+    """0 where input < 0, values where input == 0, 1 where input > 0. As torch.heaviside, values is a
+    tensor of input's dtype (torch has no promotion for it: a mixed pair raises)."""
+    if not isinstance(values, Tensor):
+        raise ArgumentTypeError(f"heaviside(): argument 'values' must be Tensor, not {type(values).__name__}"
+                                f"\n  at {user_location()}")
+    if values.dtype != input.dtype:
+        raise DTypeError(f"heaviside is not yet implemented for tensors with different dtypes ({input.dtype} "
+                         f"input, {values.dtype} values), as in PyTorch\n  at {user_location()}")
     return where(input == 0, values, (input > 0).to(input.dtype)).to(input.dtype)
 
 

@@ -26,7 +26,7 @@ from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import cat, full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
-from flame.ir.dtypes import bf16, boolean, f16, i64, u8
+from flame.ir.dtypes import bf16, boolean, dtype_of, f16, i64, u8
 
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
 MedianResult = namedtuple("median", ["values", "indices"])
@@ -423,20 +423,29 @@ class TensorMath:
         return _prod_backward(x, axis, keepdim, out if keepdim else out.squeeze(axis))
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-    def nansum(self, dim=None, keepdim: bool = False):
-        """The sum with NaNs counted as zero, as torch.nansum (integers: the sum, in int64)."""
-        return where(self.isnan(), 0.0, self).sum(dim, keepdim) if self.dtype.is_float else self.sum(dim, keepdim)
+    def nansum(self, dim=None, keepdim: bool = False, *, dtype=None):
+        """The sum with NaNs counted as zero, as torch.nansum (integers: the sum, in int64; `dtype`: the
+        sum's dtype, the NaNs zeroed before the cast)."""
+        x = where(self.isnan(), 0.0, self) if self.dtype.is_float else self
+        return x.sum(dim, keepdim, dtype=dtype)
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-    def nanmean(self, dim=None, keepdim: bool = False):
-        """The mean of the elements that are not NaN, as torch.nanmean (floating tensors only)."""
+    def nanmean(self, dim=None, keepdim: bool = False, *, dtype=None):
+        """The mean of the elements that are not NaN, as torch.nanmean (floating tensors only; `dtype`, a
+        floating dtype, the one it is computed and returned in)."""
         if not self.dtype.is_float:
             raise DTypeError(
                 f"nanmean(): expected input to have floating point dtype but got {self.dtype} (as in "
                 f"PyTorch: x.float().nanmean())\n  at {user_location()}"
             )
-        count = (~self.isnan()).to(self.dtype).sum(dim, keepdim)
-        return self.nansum(dim, keepdim) / count
+        if dtype is not None and not dtype_of(dtype).is_float:
+            raise DTypeError(
+                f"nanmean(): could not infer output dtype. Optional dtype must be either a floating point "
+                f"dtype, got {dtype_of(dtype)}\n  at {user_location()}"
+            )
+        x = self if dtype is None else self.to(dtype)
+        count = (~x.isnan()).to(x.dtype).sum(dim, keepdim)
+        return x.nansum(dim, keepdim) / count
 
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
         """(values, indices) of the k-th smallest element along dim (k from 1), as torch.kthvalue."""
