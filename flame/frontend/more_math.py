@@ -25,7 +25,7 @@ from flame.frontend.opmath import composite, float_gradient, fused, half_gradien
 from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
-from flame.ir.dtypes import f64, i32, i64
+from flame.ir.dtypes import boolean, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
            "cov", "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
@@ -714,9 +714,9 @@ def cov(input: Tensor, *, correction: int = 1, fweights: Tensor | None = None,  
     if input.ndim > 2:
         raise ShapeError(f"cov(): expected input to have two or fewer dimensions but got an input with "
                          f"{input.ndim} dimensions\n  at {user_location()}")
-    x = input.reshape(1, -1) if input.ndim < 2 else input
-    if not x.dtype.is_float:
-        x = x.to(floating())
+    if input.dtype == boolean:
+        raise DTypeError(f"cov(): bool dtype is not supported for input, as in PyTorch\n  at {user_location()}")
+    x = as_floating(input.reshape(1, -1) if input.ndim < 2 else input)
     n = x.shape[1]
     w = None
     for name, weights, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
@@ -755,7 +755,8 @@ def _cov_weights(name: str, weights, n: int, integral: bool) -> Tensor:
     if weights.numel() != n:
         raise ShapeError(f"cov(): expected {name} to have the same numel as there are observations in the input "
                          f"but got {weights.numel()} != {n}\n  at {user_location()}")
-    if weights._value is None and bool((weights < 0).any()):
+    negative = (weights < 0).any()  # (known only eagerly: inside @flame.compile a traced value)
+    if negative._value is None and bool(negative):
         raise ArgumentError(f"cov(): {name} cannot be negative\n  at {user_location()}")
     return weights.reshape(-1)
 

@@ -3,7 +3,8 @@ round (decimals), trunc/frac/sign of negatives, -0.0 and NaN, remainder/floor_di
 ops, isclose/allclose (torch's: infinite differences, integers in floats), nan_to_num, where with scalar
 branches, flip/roll/rot90, repeat/expand/tile/repeat_interleave, tril/triu/diag/diagonal/diag_embed with
 offsets, einsum forms, chunk/split, cat/stack of mixed dtypes and with empty tensors (value, dtype, shape,
-errors), eagerly and inside @flame.compile (masked_select, nonzero, allclose and a tensor of repeats: eager only)."""
+errors), softmax's floating-only inputs, cov of integer and bool tensors, eagerly and inside
+@flame.compile (masked_select, nonzero, allclose and a tensor of repeats: eager only)."""
 
 import numpy as np
 import pytest
@@ -122,6 +123,15 @@ cases = {
     "diff": (lambda L, x: (L.diff(x), L.diff(x, 2, 0), L.diff(x, prepend=x[:, :1])), M),
     "outer int": (lambda L, x: L.outer(x, x), I),
     "count_nonzero dims": (lambda L, x: L.count_nonzero(x, (0, 1)), M),
+    "softmax int": (lambda L, x: x.softmax(0), I),
+    "log_softmax bool": (lambda L, x: L.log_softmax(x > 0, 0), I),
+    "softmax method dtype": (lambda L, x: (x.softmax(0, dtype=L.float64), x.log_softmax(0, dtype=L.float32)), I),
+    "cov int": (lambda L, x: (L.cov(x.reshape(2, 3)), L.corrcoef(x.reshape(3, 2))), I),
+    "cov bool": (lambda L, x: L.cov(x > 0), I),
+    "cov int weights": (
+        lambda L, x: x.reshape(2, 3).cov(fweights=L.tensor([1, 2, 1]), aweights=L.tensor([0.5, 1, 2])),
+        I,
+    ),
 }
 cases["where(cond) alone"] = (lambda L, x: L.where(x > 0), I)
 EAGER_ONLY = ("masked_select", "nonzero", "where(cond)", "tensor", "allclose")
