@@ -101,6 +101,32 @@ def test_sizes_and_real():
     check(lambda L, a: a.reshape(3, 1).isreal(), np.array([1.0, np.nan, np.inf]), compiled=True)
 
 
+UNFOLD_WRITES = {
+    "fill_": lambda y: y.fill_(9.0),
+    "item assignment": lambda y: y.__setitem__(0, 5.0),
+    "into a view of it": lambda y: y[1].mul_(2.0),
+}
+
+
+@pytest.mark.parametrize("write", UNFOLD_WRITES.values(), ids=UNFOLD_WRITES.keys())
+def test_a_write_into_unfolds_result_is_refused(write):
+    """torch's Tensor.unfold is a view, so a write into it changes the input; flame's is a copy, where the
+    write would silently leave the input as it was: refused, eagerly and while tracing."""
+    x = np.arange(12.0).reshape(3, 4)
+    with pytest.raises(flame.errors.ViewError, match="a write into the result of unfold"):
+        write(flame.tensor(x).unfold(1, 2, 2))
+
+    @flame.compile
+    def step(x):
+        write(x.unfold(1, 2, 2))
+        return x
+
+    with pytest.raises(flame.errors.ViewError, match="a write into the result of unfold"):
+        step(flame.tensor(x))
+    y = flame.tensor(x).unfold(1, 2, 2).clone()
+    write(y)  # a clone is the user's own tensor
+
+
 def test_asarray_and_empty_strided():
     a = np.array([1.0, 2.0])
     assert flame.asarray(a).dtype == flame.float64 and flame.asarray([1, 2]).dtype == flame.int64
