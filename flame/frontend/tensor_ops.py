@@ -417,6 +417,15 @@ class TensorOps:
     def __ior__(self, o):
         return self._inplace(lambda x: x | o, o, what="|=")
 
+    def __ixor__(self, o):
+        return self._inplace(lambda x: x ^ o, o, what="^=")
+
+    def __ilshift__(self, o):
+        return self._inplace(lambda x: x << o, o, what="<<=")
+
+    def __irshift__(self, o):
+        return self._inplace(lambda x: x >> o, o, what=">>=")
+
     def __imatmul__(self, o):
         raise TypeError("In-place matrix multiplication is not supported: write `a = a @ b` instead of "
                         f"`a @= b` (as in PyTorch)\n  at {user_location()}")
