@@ -316,6 +316,14 @@ class Tensor:
     def __int__(self) -> int:
         return int(self.item())
 
+    def __index__(self) -> int:
+        """An integer (or bool) tensor of one element as a Python index (a list's subscript, range's
+        bound), as torch's; other tensors raise TypeError, as torch's."""
+        if self.dtype.is_float or self.numel() != 1:
+            raise TypeError(f"only integer tensors of a single element can be converted to an index (got "
+                            f"{self.dtype}{list(self.shape)})\n  at {user_location()}")
+        return int(self.item())
+
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
