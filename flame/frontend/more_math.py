@@ -269,6 +269,8 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: b
         if side not in ("left", "right") or (right and side == "left"):
             raise ValueError(f"searchsorted: side must be 'left' or 'right' and agree with right, got {side!r}")
         right = side == "right"
+    if seq.ndim == 0:
+        raise _err("searchsorted: boundaries tensor should have positive dimension, as in PyTorch")
     scalar = not isinstance(input, Tensor)
     v = as_tensor(input).to(seq.dtype) if scalar else input
     if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(v.shape[:-1]):

@@ -111,6 +111,8 @@ class TensorOps:
     def narrow(self, dim: int, start: int, length: int):
         """Elements start .. start+length-1 along dim (a slice)."""
         axis = dim_index("narrow", dim, self.ndim)
+        if self.ndim == 0:
+            raise ShapeError(f"narrow() cannot be applied to a 0-dim tensor, as in PyTorch\n  at {user_location()}")
         n = self.shape[axis]
         start = start + n if start < 0 else start
         if not 0 <= start <= n or length < 0 or start + length > n:

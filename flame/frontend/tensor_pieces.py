@@ -80,6 +80,8 @@ class TensorPieces:
         """At most `chunks` pieces of ceil(n / chunks) along dim (PyTorch's torch.chunk)."""
         if chunks <= 0:
             raise ShapeError(f"chunk: chunks must be positive, got {chunks}\n  at {user_location()}")
+        if self.ndim == 0:
+            raise ShapeError(f"chunk expects at least a 1-dimensional tensor, as in PyTorch\n  at {user_location()}")
         n = self.shape[dim_index("chunk", dim, self.ndim)]
         if n == 0:
             return tuple(self for _ in range(chunks))

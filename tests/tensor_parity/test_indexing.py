@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import flame
-from tests.tensor_parity.common import check
+from tests.tensor_parity.common import check, check_gradients
 
 X = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
 cases = {
@@ -131,3 +131,29 @@ def test_masked_scatter_in_place_and_its_errors():
         x.masked_scatter(flame.tensor(m), flame.tensor(src, dtype=flame.float32))
     with pytest.raises(flame.DTypeError, match="bool tensor"):
         x.masked_scatter(flame.tensor(m.astype(np.int64)), flame.tensor(src))
+
+
+S = np.array(3.0)
+ZERO_DIM = {
+    "scatter": lambda L, x: (x.scatter(0, L.tensor(0), x * 2), x.scatter(-1, L.tensor(0), 5.0)),
+    "scatter_add": lambda L, x: x.scatter_add(0, L.tensor(0), x * 2),
+    "index_select": lambda L, x: (x.index_select(0, L.tensor(0)), x.index_select(-1, L.tensor([0]))),
+    "index_add": lambda L, x: x.index_add(0, L.tensor(0), x**2, alpha=2),
+    "index_copy": lambda L, x: x.index_copy(0, L.tensor(0), x**2),
+    "scatter_ in place": lambda L, x: (x * 1).scatter_(0, L.tensor(0), x**2),
+    "narrow": lambda L, x: x.narrow(0, 0, 1),
+    "chunk": lambda L, x: x.chunk(1, 0),
+    "searchsorted": lambda L, x: L.searchsorted(x, x),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", ZERO_DIM)
+def test_index_ops_of_a_0d_tensor_take_it_as_one_element(name, compiled):
+    """torch's index ops take a 0-d tensor as one element along dim 0 (result 0-d); narrow, chunk and
+    searchsorted refuse it: values, gradients and errors as torch's."""
+    f = ZERO_DIM[name]
+    check(f, S, compiled=compiled)
+    if name not in ("narrow", "chunk", "searchsorted"):
+        outs = lambda L, x: (lambda o: o if isinstance(o, tuple) else (o,))(f(L, x))  # noqa: E731
+        check_gradients(name, lambda L, x: sum(3 * t for t in outs(L, x)), S, compiled)
