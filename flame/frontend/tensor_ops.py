@@ -478,7 +478,7 @@ class TensorOps:
             return floor
         # integers: floor division rounds down; toward zero differs when the remainder is nonzero and
         # the signs differ
-        rest = self - floor * other
+        rest = self.to(floor.dtype) - floor * other  # (a bool dividend counts as 0 / 1)
         return where((rest != 0) & ((self < 0) != (_tensor(other) < 0)), floor + 1, floor)
 
     def true_divide(self, other):
