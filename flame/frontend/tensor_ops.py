@@ -301,13 +301,12 @@ class TensorOps:
     clip_ = clamp_
 
     def masked_fill(self, mask, value):
-        """value where mask is True (mask broadcasts to self's shape), self elsewhere."""
+        """value where mask is True, self elsewhere, in their broadcast shape (a mask of more dims gives a
+        larger result, as torch's; masked_fill_ keeps self's shape)."""
         if not isinstance(mask, Tensor) or mask.dtype != boolean:
             got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
             raise DTypeError(f"masked_fill: the mask must be a bool tensor, got {got}\n  at {user_location()}")
-        if broadcast("masked_fill", [mask._type(), self._type()]) != tuple(self.shape):
-            raise ShapeError(f"masked_fill: mask {list(mask.shape)} does not broadcast to the shape of the tensor "
-                             f"{list(self.shape)}\n  at {user_location()}")
+        broadcast("masked_fill", [mask._type(), self._type()])  # (torch's error where they do not)
         fits("masked_fill", "value", value, self.dtype)
         if isinstance(value, Tensor):
             if value.ndim:

@@ -123,6 +123,12 @@ cases = {
     "diff": (lambda L, x: (L.diff(x), L.diff(x, 2, 0), L.diff(x, prepend=x[:, :1])), M),
     "outer int": (lambda L, x: L.outer(x, x), I),
     "count_nonzero dims": (lambda L, x: L.count_nonzero(x, (0, 1)), M),
+    "masked_fill mask of more dims": (
+        lambda L, x: x.masked_fill(L.tensor([[[True, False, True, False]], [[False] * 4]]), -1),
+        M,
+    ),
+    "masked_fill_ mask of more dims": (lambda L, x: x.clone().masked_fill_(L.ones(2, 3, 4, dtype=L.bool), 2.5), M),
+    "masked_fill mask not broadcasting": (lambda L, x: x.masked_fill(L.ones(2, 3, dtype=L.bool), 2.5), M),
     "softmax int": (lambda L, x: x.softmax(0), I),
     "log_softmax bool": (lambda L, x: L.log_softmax(x > 0, 0), I),
     "softmax method dtype": (lambda L, x: (x.softmax(0, dtype=L.float64), x.log_softmax(0, dtype=L.float32)), I),
