@@ -571,6 +571,10 @@ class TensorMath:
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
         weight >= 0.5), so weight 1 gives end exactly (floating tensors)."""
         _floating("lerp", self, end, weight)
+        for name, t in (("end", end), ("weight", weight)):  # torch: no promotion (a 0-d weight is a number)
+            if isinstance(t, Tensor) and t.dtype != self.dtype and (name == "end" or t.ndim):
+                raise DTypeError(f"lerp: expected dtype {self.dtype} for `{name}` but got dtype {t.dtype}, as in "
+                                 f"PyTorch (convert it with .to({self.dtype.name!r}))\n  at {user_location()}")
 
         def two_sided(x, y, w):
             diff = y - x

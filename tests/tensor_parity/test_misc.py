@@ -103,6 +103,12 @@ cases = {
     "cumsum int32": (lambda L, x: (x.int().cumsum(0), x.int().cumprod(0)), I),
     "cumsum bool": (lambda L, x: (x > 0).cumsum(0), I),
     "lerp tensors": (lambda L, x: L.lerp(x, x * 2, x / 10), M),
+    "lerp end of another dtype": (lambda L, x: L.lerp(x, x.double(), 0.5), M),
+    "lerp weight of another dtype": (lambda L, x: L.lerp(x, x, x[:1].double()), M),
+    "lerp 0-d weight of another dtype": (
+        lambda L, x: (x.half().lerp(x.half(), L.tensor(0.25)), L.lerp(x, x, L.tensor(0.5, dtype=L.float64))),
+        M,
+    ),
     "square int": (lambda L, x: (x.square(), L.square(x > 0)), I),
     "reciprocal int": (lambda L, x: x.reciprocal(), I),
     "float_power": (lambda L, x: L.float_power(x, 2), I),
