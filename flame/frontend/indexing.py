@@ -41,6 +41,7 @@ from flame.frontend.views import (
     check_not_strided_copy,
     check_overlap,
     check_writable,
+    mark_strided_copy,
     overlap_status,
     overlapping,
     positions,
@@ -83,6 +84,14 @@ def _as_index(k):
         raise ShapeError(f"a NumPy bool is not a supported index, as in torch (use a Python bool or a bool tensor)"
                          f"\n  at {user_location()}")
     return k  # a Python bool: torch's 0-d bool mask, known while tracing (_bool_index)
+
+
+def _eager_int(k):
+    """A concrete 0-d integer tensor index as the int it holds (torch selects with it: a view); any
+    other index as it is. While tracing the index stays a tensor (an input whose value may change)."""
+    if isinstance(k, Tensor) and k.ndim == 0 and k.dtype.is_int and k._value is None:
+        return int(k.item())
+    return k
 
 
 def _expand_ellipsis(key: tuple, rank: int) -> tuple:
@@ -166,6 +175,8 @@ def _insert_new_axes(t, key: tuple):
 
 def getitem(t, key):
     key = tuple(_as_index(k) for k in _key(key))
+    if current_trace.get() is None:  # eagerly a 0-d integer tensor is its value: x[i] is a view, as torch's
+        key = tuple(_eager_int(k) for k in key)
     key = _expand_ellipsis(key, t.ndim)
     if sum(_width(k) for k in key if k is not None) > t.ndim:
         raise IndexingError(f"too many indices for a tensor of shape {list(t.shape)}\n  at {user_location()}")
@@ -206,7 +217,10 @@ def getitem(t, key):
     if drop:  # PyTorch selects with ints first: advanced indices act on the remaining axes
         out = apply("squeeze", out, axes=drop)
         advanced = [(axis - sum(d < axis for d in drop), k) for axis, k in advanced]
-    return _advanced(out, advanced) if advanced else out
+    if advanced:
+        return _advanced(out, advanced)
+    # a traced 0-d index tensor selects a copy where torch's select is a view: a write into it is refused
+    return mark_strided_copy(out, "x[i] with a 0-d index tensor while tracing") if picks else out
 
 
 def _advanced(x, advanced: list):

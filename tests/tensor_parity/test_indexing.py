@@ -157,3 +157,40 @@ def test_index_ops_of_a_0d_tensor_take_it_as_one_element(name, compiled):
     if name not in ("narrow", "chunk", "searchsorted"):
         outs = lambda L, x: (lambda o: o if isinstance(o, tuple) else (o,))(f(L, x))  # noqa: E731
         check_gradients(name, lambda L, x: sum(3 * t for t in outs(L, x)), S, compiled)
+
+
+def _write_through_a_0d_index(L, x):
+    y = x.clone()
+    i = L.tensor(1)
+    row = y[i]  # torch selects with a 0-d integer tensor, as with an int: a view
+    row.mul_(10)
+    y[L.tensor(-1)][L.tensor(2)].fill_(-5)
+    return y, row, x[:, L.tensor(0)]
+
+
+def test_a_0d_integer_tensor_index_is_a_view_eagerly():
+    check(_write_through_a_0d_index, X[0, :, :, 0], compiled=False)
+    weighted = lambda L, x: (x[L.tensor(1)] * L.arange(4.0, dtype=x.dtype)).sum()  # noqa: E731
+    check_gradients("x[i] of a 0-d i", weighted, X[0, :, :, 0].astype(np.float64), compiled=False)
+
+
+def test_a_write_into_a_traced_0d_index_read_is_refused():
+    """While tracing, x[i] with a 0-d index tensor reads a copy (the index is a graph input), where
+    torch's is a view: a write into it would be lost, so it raises; a read and x[i] = v work."""
+
+    @flame.compile
+    def write(x, i):
+        x[i].fill_(5.0)
+        return x
+
+    with pytest.raises(flame.errors.ViewError, match="x\\[i\\] with a 0-d index tensor"):
+        write(flame.zeros(3), flame.tensor(1))
+
+    @flame.compile
+    def read_and_assign(x, i):
+        y = x[i] * 2
+        x[i] = 7.0
+        return y
+
+    x = flame.zeros(3) + 1
+    assert read_and_assign(x, flame.tensor(1)).item() == 2.0 and x.tolist() == [1.0, 7.0, 1.0]
