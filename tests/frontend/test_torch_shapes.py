@@ -166,3 +166,12 @@ def test_info_defaults_and_errors():
         with pytest.raises(TypeError):
             lib.iinfo(lib.bool)
     assert isinstance(flame.ones(1).dtype, flame.dtype) and isinstance(flame.float16, flame.dtype)
+
+
+def test_view_of_a_dtype():
+    """view(dtype) of the tensor's own dtype is a view of it, as torch's; another dtype (a reinterpretation
+    of the bytes, which flame has not) raises a DTypeError naming .to, not a TypeError from int()."""
+    x = flame.zeros(2, 3)
+    assert x.view(flame.float32)._base is x and x.view(flame.float32).shape == (2, 3)
+    with pytest.raises(flame.errors.DTypeError, match="does not reinterpret"):
+        x.view(flame.int32)
