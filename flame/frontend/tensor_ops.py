@@ -215,9 +215,15 @@ class TensorOps:
         dims = _shape_arg(dims)
         return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
 
-    def repeat_interleave(self, repeats, dim: int | None = None, output_size: int | None = None):
+    def repeat_interleave(self, repeats=None, dim: int | None = None, output_size: int | None = None):
         """Repeat each element (each slice along dim) repeats times; repeats is an int or one count per
-        element. Inside @flame.compile a tensor of counts needs output_size (the result's length)."""
+        element. Inside @flame.compile a tensor of counts needs output_size (the result's length).
+        Without repeats (torch.repeat_interleave(counts)), self holds the counts of 0, 1, 2 ..."""
+        if repeats is None:
+            if self.ndim != 1 or self.dtype.is_float or self.dtype == boolean:
+                raise ShapeError(f"repeat_interleave only accepts a 1-D integer tensor of repeats, got "
+                                 f"{self.dtype}{list(self.shape)}, as in PyTorch\n  at {user_location()}")
+            return arange(self.shape[0], dtype=self.dtype).repeat_interleave(self, 0, output_size)
         x, axis = (self.reshape(-1), 0) if dim is None else (self, dim_index("repeat_interleave", dim, self.ndim))
         if isinstance(repeats, Tensor) and repeats.numel() == 1 and repeats._value is None:
             repeats = int(repeats.item())

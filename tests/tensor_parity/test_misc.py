@@ -65,6 +65,13 @@ cases = {
     "repeat": (lambda L, x: (x.repeat(2, 1), x.repeat(1, 2, 1)), M),
     "repeat_interleave": (lambda L, x: (x.repeat_interleave(2), x.repeat_interleave(2, dim=0)), M),
     "repeat_interleave tensor": (lambda L, x: x.repeat_interleave(L.tensor([1, 0, 2]), dim=0), M),
+    "repeat_interleave of counts tensor": (
+        lambda L, x: (L.repeat_interleave(L.tensor([1, 2, 0, 3])), L.repeat_interleave(L.tensor([2], dtype=L.int32))),
+        M,
+    ),
+    "repeat_interleave of counts output_size": (lambda L, x: L.repeat_interleave(L.tensor([2, 1]), output_size=3), M),
+    "repeat_interleave of counts 0-d": (lambda L, x: L.repeat_interleave(L.tensor(3)), M),
+    "repeat_interleave of counts float": (lambda L, x: L.repeat_interleave(L.tensor([1.0, 2.0])), M),
     "repeat_interleave negative raises": (lambda L, x: x.repeat_interleave(L.tensor([1, -1, 2]), dim=0), M),
     "repeat_interleave int": (lambda L, x: L.repeat_interleave(L.tensor([1, 2]), 3), M),
     "expand": (lambda L, x: (x[:1].expand(3, -1), x[None].expand(2, 3, 4)), M),
