@@ -551,11 +551,8 @@ class TensorMath:
         if self.ndim != 1:
             raise ShapeError(f"diag: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
         n, k = self.shape[0], abs(diagonal)
-        square = (
-            eye(n, dtype=self.dtype) * self.unsqueeze(0)
-            if self.dtype != boolean
-            else eye(n, dtype=boolean) & self.unsqueeze(0)
-        )
+        # selected, not multiplied by the identity: a NaN or inf on the diagonal leaves zeros (+0) beside it
+        square = where(eye(n, dtype=boolean), self.unsqueeze(0), full((), 0, self.dtype))
         if not k:
             return square
         return pad(square, ((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))

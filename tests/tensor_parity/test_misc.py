@@ -79,6 +79,8 @@ cases = {
     "tril triu": (lambda L, x: (x.tril(), x.tril(1), x.triu(-1), x.triu(5), L.tril(x, -5)), M),
     "tril 3d": (lambda L, x: x.reshape(1, 3, 4).triu(1), M),
     "diag": (lambda L, x: (L.diag(x), L.diag(x, 1), L.diag(x, -2), L.diag(x[0]), L.diag(x[0], -1)), M),
+    "diag of NaN, inf and -0": (lambda L, x: (L.diag(x[6:10]), L.diagflat(x[6:10], 1), x[8:].diag(-1)), F),
+    "diag of ints and bools": (lambda L, x: (L.diag(x), L.diag(x > 0, 1)), I),
     "diagonal": (lambda L, x: (x.diagonal(), x.diagonal(1), x.diagonal(-1), x.diagonal(5), L.diagonal(x, 0, 1, 0)), M),
     "diagonal 3d": (lambda L, x: (x.reshape(3, 2, 2).diagonal(0, 1, 2), x.reshape(3, 2, 2).diagonal(1, 0, 2)), M),
     "diag_embed": (lambda L, x: (L.diag_embed(x), L.diag_embed(x, 1), L.diag_embed(x, -1, 0, 2)), M),
