@@ -165,6 +165,8 @@ def diff(input: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None
     x = as_tensor(input)
     if x.ndim == 0:
         raise ShapeError(f"diff expects input to be at least one-dimensional\n  at {user_location()}")
+    if n < 0:
+        raise ArgumentError(f"diff: order must be non-negative but got {n}, as in PyTorch\n  at {user_location()}")
     d = dim_index("diff", dim, x.ndim)
     parts = [p for p in (prepend, x, append) if p is not None]
     if len(parts) > 1:
@@ -685,7 +687,7 @@ def rad2deg(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def positive(input: Tensor) -> Tensor:  # noqa: A002
-    return input
+    return input.positive()
 
 
 def negative(input: Tensor) -> Tensor:  # noqa: A002

@@ -693,7 +693,14 @@ class TensorMath:
         return more_math.rad2deg(self)
 
     def positive(self):
+        """self itself (+x), as torch's; a bool tensor raises, as torch's."""
+        if self.dtype == boolean:
+            raise DTypeError(f"The `+` operator, on a bool tensor is not supported (as in PyTorch)\n  at "
+                             f"{user_location()}")
         return self
+
+    def __pos__(self):
+        return self.positive()
 
     def negative(self):
         return -self
