@@ -318,6 +318,16 @@ def _scalar_like(value, t):
     return full((), value, t.dtype)
 
 
+def _masked_add(t, mask, value):
+    """t with value (a number, or a row broadcast over mask's trailing dims) added where mask is True."""
+    if tuple(mask.shape) != tuple(t.shape[: mask.ndim]):
+        raise ShapeError(f"the shape of the mask {list(mask.shape)} does not match the shape of the indexed tensor "
+                         f"{list(t.shape)}\n  at {user_location()}")
+    trailing = t.shape[mask.ndim:]
+    broadcast("index_put", [value._type(), t._type().with_shape(trailing)])
+    return apply("where", mask.reshape(*mask.shape, *([1] * len(trailing))), t + value, t)
+
+
 def masked_write(t, mask, value):
     """where(mask, value, t): value broadcasts against t, or holds one row per True element of mask."""
     if tuple(mask.shape) != tuple(t.shape[: mask.ndim]):
@@ -362,11 +372,14 @@ def index_put(t, indices, values, accumulate: bool = False):
                          f"the destination and {values.dtype} for the source (as in PyTorch)\n  at {user_location()}")
     values = values if isinstance(values, Tensor) else _scalar_like(values, t)
     key = tuple(indices)
+    k = _as_index(key[0]) if len(key) == 1 else None
+    mask = isinstance(k, Tensor) and k.dtype == boolean
     if not accumulate:
-        k = _as_index(key[0]) if len(key) == 1 else None
-        if isinstance(k, Tensor) and k.dtype == boolean:
-            return masked_write(t, k, values)
-        return _scatter_write(t, key, values)
+        return masked_write(t, k, values) if mask else _scatter_write(t, key, values)
+    if mask and (values.numel() == 1 and values.ndim <= t.ndim - k.ndim + 1 or values.ndim <= t.ndim - k.ndim):
+        # the same number (or row) added at each selected position: a select, which traces (no count of
+        # the True values needed)
+        return _masked_add(t, k, values.reshape(()) if values.numel() == 1 else values)
     positions = getitem(arange(t.numel()).reshape(t.shape), key)
     src = values.broadcast_to(positions.shape).reshape(-1)
     return apply("scatter_add", t.reshape(-1), positions.reshape(-1), src, axis=0).reshape(t.shape)

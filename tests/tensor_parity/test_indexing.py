@@ -194,3 +194,30 @@ def test_a_write_into_a_traced_0d_index_read_is_refused():
 
     x = flame.zeros(3) + 1
     assert read_and_assign(x, flame.tensor(1)).item() == 2.0 and x.tolist() == [1.0, 7.0, 1.0]
+
+
+M = np.arange(12.0).reshape(3, 4)
+MASK_ACCUMULATE = {
+    "a number": lambda L, x: x.clone().index_put_((x > 4,), L.tensor(1.0, dtype=x.dtype), accumulate=True),
+    "a one-element tensor": lambda L, x: L.index_put(x, (x > 4,), L.tensor([2.0], dtype=x.dtype), accumulate=True),
+    "a row per True row": lambda L, x: x.index_put(
+        (L.tensor([True, False, True]),), L.tensor([1.0, 2, 3, 4], dtype=x.dtype), accumulate=True
+    ),
+    "no True": lambda L, x: x.index_put((x > 100,), L.tensor(1.0, dtype=x.dtype), accumulate=True),
+    "a mask of another shape": lambda L, x: x.index_put((L.tensor([True, False]),), L.tensor(1.0), accumulate=True),
+    "a row that does not broadcast": lambda L, x: x.index_put(
+        (L.tensor([True, False, True]),), L.tensor([1.0, 2, 3], dtype=x.dtype), accumulate=True
+    ),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", MASK_ACCUMULATE)
+def test_index_put_accumulate_of_a_mask_adds_the_same_value_at_each_true_position(name, compiled):
+    """index_put(..., accumulate=True) with a bool mask and one number (or one row) needs no count of the
+    True values, so it traces too: values, gradients and errors as torch's."""
+    f = MASK_ACCUMULATE[name]
+    check(f, M, compiled=compiled)
+    if name in ("a number", "a row per True row"):
+        weights = lambda L, x: (f(L, x) * L.arange(12.0, dtype=x.dtype).reshape(3, 4)).sum()  # noqa: E731
+        check_gradients(name, weights, M / 10, compiled)
