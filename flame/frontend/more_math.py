@@ -459,8 +459,8 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
     values); the gradient is torch's grad * isfinite(input): a NaN or infinite gradient reaching a
     replaced element gives NaN there, as torch's (a `where` would give 0)."""
     x = as_tensor(input)
-    if not x.dtype.is_float:
-        return x
+    if not x.dtype.is_float:  # (a new tensor, as torch's: a write into it must not reach the input)
+        return x.clone() if x is input else x
     info = np.finfo(x.dtype.np_dtype)
     hi = float(info.max) if posinf is None else posinf
     lo = float(info.min) if neginf is None else neginf

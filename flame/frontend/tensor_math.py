@@ -325,9 +325,12 @@ class TensorMath:
     arcsin, arccos, arctan, arcsinh, arccosh, arctanh, arctan2 = asin, acos, atan, asinh, acosh, atanh, atan2
 
     def trunc(self):
-        """Rounded toward zero, as torch.trunc (integers as they are)."""
+        """Rounded toward zero, as torch.trunc (integers as they are, in a new tensor; bool raises)."""
+        if self.dtype == boolean:
+            raise DTypeError(f'trunc: "trunc" is not implemented for bool tensors (as in PyTorch)\n  at '
+                             f"{user_location()}")
         if not self.dtype.is_float:
-            return self
+            return self.clone()
         return where(self < 0, self.ceil(), self.floor())
 
     fix = trunc

@@ -45,6 +45,34 @@ def test_a_write_into_the_result_reaches_the_input_only_as_in_torch(case):
     np.testing.assert_array_equal(step(flame.tensor(np.full(shape, 1.5))).numpy(), want)
 
 
+INTEGER_CASES = {
+    "trunc": lambda x: x.trunc(),
+    "fix": lambda x: x.fix(),
+    "nan_to_num": lambda x: x.nan_to_num(),
+    "torch.nan_to_num": lambda x: (torch if isinstance(x, torch.Tensor) else flame).nan_to_num(x),
+}
+
+
+@pytest.mark.parametrize("f", INTEGER_CASES.values(), ids=INTEGER_CASES.keys())
+def test_identity_ops_of_an_integer_tensor_return_a_new_tensor(f):
+    """trunc / fix / nan_to_num of integers hold the input's values in a new tensor, as torch's: a write
+    into the result leaves the input as it was, eagerly and inside @flame.compile."""
+
+    def write_through(lib):
+        x = lib.tensor([1, 2, 3])
+        f(x).add_(10)
+        return x.tolist()
+
+    assert write_through(flame) == write_through(torch) == [1, 2, 3]
+
+    @flame.compile
+    def step(x):
+        f(x).add_(10)
+        return x * 1
+
+    assert step(flame.tensor([1, 2, 3])).tolist() == [1, 2, 3]
+
+
 def test_diff_of_a_0d_tensor_is_torchs_error():
     with pytest.raises(RuntimeError, match="diff expects input to be at least one-dimensional"):
         torch.tensor(1.0).diff()

@@ -80,6 +80,7 @@ cases = {
     "tril 3d": (lambda L, x: x.reshape(1, 3, 4).triu(1), M),
     "diag": (lambda L, x: (L.diag(x), L.diag(x, 1), L.diag(x, -2), L.diag(x[0]), L.diag(x[0], -1)), M),
     "diag of NaN, inf and -0": (lambda L, x: (L.diag(x[6:10]), L.diagflat(x[6:10], 1), x[8:].diag(-1)), F),
+    "trunc of bool": (lambda L, x: ((x > 0).trunc(), L.fix(x > 0)), I),
     "unary plus": (lambda L, x: (+x, L.positive(x), x.positive()), I),
     "unary plus of bool": (lambda L, x: +(x > 0), I),
     "positive of bool": (lambda L, x: L.positive(x > 0), I),
