@@ -139,7 +139,7 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:  # noqa: A002
         return x.flip(a, b)
     if k == 3:
         return x.flip(a).transpose(a, b)
-    return x
+    return x.clone()  # a new tensor, as torch's: a write into it must not reach the input
 
 
 @policy("lower")  # autocast: on PyTorch's lower-precision list
