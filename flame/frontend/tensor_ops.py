@@ -215,6 +215,7 @@ class TensorOps:
         dims = _shape_arg(dims)
         return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
 
+    @views.new_tensor
     def repeat_interleave(self, repeats=None, dim: int | None = None, output_size: int | None = None):
         """Repeat each element (each slice along dim) repeats times; repeats is an int or one count per
         element. Inside @flame.compile a tensor of counts needs output_size (the result's length).

@@ -1,6 +1,6 @@
 """A reduction, sort or difference whose result holds the same values as its input (a 0-d input's
 prod / max / min / nanmedian / sort / msort along dim 0, diff with n=0, rot90 by a multiple of four turns,
-batch_norm of an empty batch)
+repeat_interleave once, batch_norm of an empty batch)
 returns a new tensor, as torch's:
 a write into the result leaves the input as it was, eagerly and inside @flame.compile. A 0-d tensor's
 movedim(0, 0) is a view of it, as torch's (the write reaches it)."""
@@ -23,6 +23,8 @@ CASES = {
     "msort": ((), lambda x: x.msort()),
     "diff n=0": ((3,), lambda x: x.diff(n=0)),
     "rot90 k=0": ((2, 2), lambda x: x.rot90(0)),
+    "repeat_interleave once": ((2,), lambda x: x.repeat_interleave(1)),
+    "repeat_interleave once along a dim": ((2, 1), lambda x: x.repeat_interleave(1, dim=1)),
     "rot90 k=4": ((2, 2), lambda x: x.rot90(4, (1, 0))),
     "movedim (a view)": ((), lambda x: x.movedim(0, -1)),
 }
