@@ -335,6 +335,9 @@ def _quantile(input: Tensor, q, dim: int | None, keepdim: bool, interpolation: s
         raise ValueError(f"{_name}() q values must be in the range [0, 1]\n  at {user_location()}")
     if not x.numel():
         raise _err(f"{_name}() input tensor must be non-empty")
+    if x.ndim == 0 and dim is not None:  # a 0-d input's one dim (0 or -1) is all of it, keepdim or not
+        dim_index(_name, dim, 0)
+        dim = None
     line = x.reshape(-1) if dim is None else x.movedim(dim_index(_name, dim, x.ndim), -1)
     ranked = line.sort(-1).values  # NaN last
     n = ranked.shape[-1]
