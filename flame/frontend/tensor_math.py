@@ -503,6 +503,8 @@ class TensorMath:
             return self.median(dim, keepdim)
         if dim is None:
             flat = self.reshape(-1)
+            if not flat.shape[0]:
+                return full((), float("nan"), self.dtype)  # torch: the median of nothing is NaN
             v = flat.nanmedian(0).values
             tie = (flat == v.detach()) | (flat.isnan() & v.detach().isnan())  # torch's: NaN shares with NaN
             share = where(tie, flat, 0.0).sum() / tie.sum().to(self.dtype).clamp(min=1)
