@@ -191,3 +191,20 @@ def test_an_integer_tensor_of_one_element_is_a_python_index_as_torchs():
             operator.index(make(torch))
         with pytest.raises(TypeError, match="only integer tensors of a single element"):
             operator.index(make(flame))
+
+
+@pytest.mark.parametrize("call", [
+    lambda L, x: x.sum(L.tensor(1)),
+    lambda L, x: x.mean((L.tensor(0), 2), keepdim=True),
+    lambda L, x: x.unsqueeze(L.tensor(-1)),
+    lambda L, x: x.cumsum(L.tensor(2)),
+    lambda L, x: x.transpose(L.tensor(0), L.tensor(2)),
+    lambda L, x: x.amax(L.tensor(1)),
+])
+def test_a_dim_given_as_an_integer_tensor_is_its_value(call):
+    """torch reads a dim given as a one-element integer tensor as the int it holds (a DimError before)."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    want = call(torch, torch.tensor(x))
+    got = call(flame, flame.tensor(x))
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
