@@ -123,7 +123,9 @@ def ones_like(input: Tensor, dtype=None, *, device=None, requires_grad: bool = F
 
 def arange(start=0, end=None, step=1, dtype=None, *, device=None) -> Tensor:
     """start, start + step, ... below end (arange(end) counts from 0), as torch.arange: i64 for integer
-    bounds, the default floating dtype where one is a float."""
+    bounds, the default floating dtype where one is a float; a tensor bound counts as its value (a float
+    tensor's as a float), as torch reads it."""
+    start, end, step = (v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
     stop = end
     if stop is None:
         start, stop = 0, start

@@ -13,8 +13,9 @@ import numpy as np
 
 from flame.errors import ArgumentError, DTypeError, ShapeError, TraceError
 from flame.frontend.context import user_location
-from flame.frontend.creation import linspace
+from flame.frontend.creation import linspace, ones, zeros
 from flame.frontend.tensor import Tensor
+from flame.frontend.tensor_core import full, where
 from flame.ir.dtypes import i64
 
 __all__ = ["argwhere", "bincount", "count_nonzero", "histc", "histogram", "nonzero", "unique", "unique_consecutive"]
@@ -121,33 +122,38 @@ def bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0) -
 
 
 def histc(input: Tensor, bins: int = 100, min: float = 0.0, max: float = 0.0) -> Tensor:  # noqa: A002
-    """A histogram of `bins` equal-width bins over [min, max] (min == max: the data's own range);
-    elements outside are ignored, max falls in the last bin. Float, the input's dtype."""
-    x = _values("histc", input, "pass fixed min and max and build the bins with comparisons there")
+    """A histogram of `bins` equal-width bins over [min, max] (min == max: the data's own range, known
+    eagerly only: inside @flame.compile give min < max); elements outside are ignored, max falls in the
+    last bin. Float, the input's dtype."""
     if not input.dtype.is_float:
         raise ShapeError(f"histc: expected a floating-point tensor, got {input.dtype}\n  at {user_location()}")
     if bins <= 0 or min > max:
         raise ArgumentError(f"histc: bins must be positive and min <= max, got bins={bins}, min={min}, max={max}"
                             f"\n  at {user_location()}")
     lo, hi = float(min), float(max)
-    if lo == hi and x.size:
-        lo, hi = float(x.min()), float(x.max())
-    if lo == hi:
-        lo, hi = lo - 1, hi + 1
+    if lo == hi:  # the data's own range, known eagerly only
+        x = _values("histc", input, "pass fixed min < max there")
+        if x.size:
+            lo, hi = float(x.min()), float(x.max())
+        if lo == hi:
+            lo, hi = lo - 1, hi + 1
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise ArgumentError(f"histc: range of [{lo}, {hi}] is not finite\n  at {user_location()}")
-    return Tensor(_histc_counts(x, bins, lo, hi).astype(input.dtype.np_dtype), dtype=input.dtype)
+    return _histc_counts(input, bins, lo, hi)
 
 
-def _histc_counts(x: np.ndarray, bins: int, lo: float, hi: float) -> np.ndarray:
-    """torch's histc binning, in x's dtype (f64 for a half one): an element e in [lo, hi] falls in bin
-    int((e - lo) * bins / (hi - lo)), hi in the last; no search corrects the rounding at the edges, as
-    torch's (np.histogram's correction puts some elements one bin away from torch's)."""
-    dt = x.dtype.type if x.dtype in (np.float32, np.float64) else np.float64
-    e, lo, hi = x.reshape(-1).astype(dt), dt(lo), dt(hi)
-    e = e[(e >= lo) & (e <= hi)]
-    pos = np.minimum(((e - lo) * dt(bins) / (hi - lo)).astype(np.int64), bins - 1)
-    return np.bincount(pos, minlength=bins)
+def _histc_counts(input: Tensor, bins: int, lo: float, hi: float) -> Tensor:
+    """torch's histc binning, each step rounded to input's dtype (f16 and bf16 too, as torch's): an
+    element e in [lo, hi] falls in bin int((e - lo) * bins / (hi - lo)), hi in the last; no search
+    corrects the rounding at the edges, as torch's (np.histogram's correction puts some elements one bin
+    away from torch's). The others count in a bin past the last, which is dropped."""
+    dt = input.dtype
+    lo_t, hi_t, bins_t = (full((), v, dt) for v in (lo, hi, bins))
+    e = input.reshape(-1)
+    pos = ((e - lo_t) * bins_t / (hi_t - lo_t)).clamp(0, bins - 1).to(i64)
+    pos = where((e >= lo_t) & (e <= hi_t), pos, bins)
+    counts = zeros(bins + 1, dtype=i64).scatter_add(0, pos, ones(pos.shape, dtype=i64))
+    return counts[:bins].to(dt)
 
 
 def histogram(input: Tensor, bins, *, range=None, weight: Tensor | None = None,  # noqa: A002

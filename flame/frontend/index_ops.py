@@ -112,6 +112,14 @@ def _one_d(x, t):
     return t.reshape(1) if x.ndim == 1 and isinstance(t, _t.Tensor) and t.ndim == 0 else t
 
 
+def _one_element(op: str, fn, x, dim: int, index, *rest, **kw):
+    """fn on a 0-d x as the one element along dim 0 (PyTorch's rule for its index ops), index and any
+    tensor of rest flattened alike; the result 0-d again."""
+    _t.dim_index(op, dim, 0)
+    flat = [t.reshape(-1) if isinstance(t, _t.Tensor) else t for t in (index, *rest)]
+    return fn(x.reshape(1), 0, *flat, **kw).reshape(())
+
+
 def _leading(t, shape, axis: int | None = None):
     """t's leading part of the given extent on every dim (but axis): PyTorch's gather and scatter
     use only the part of the input (or src) an index smaller than it covers."""
@@ -151,6 +159,8 @@ def take_along_dim(x, indices, dim: int | None = None):
 @new_tensor
 def index_select(x, dim: int, index):
     """The slices of x at index (1-D) along dim; an index must be in [0, size)."""
+    if x.ndim == 0:
+        return _one_element("index_select", index_select, x, dim, index)
     axis = _t.dim_index("index_select", dim, x.ndim)
     index = _index_tensor("index_select", index)
     index = index.reshape(1) if index.ndim == 0 else index  # torch takes a 0-d index as one element
@@ -168,6 +178,8 @@ def embedding_rows(weight, idx):
 @new_tensor
 def scatter_add(x, dim: int, index, src):
     """x with src[.., i, ..] added at x[.., index[.., i, ..], ..] (duplicates add up)."""
+    if x.ndim == 0:
+        return _one_element("scatter_add", scatter_add, x, dim, index, src)
     axis = _t.dim_index("scatter_add", dim, x.ndim)
     index = _index_tensor("scatter_add", index)
     index, src = _one_d(x, index), _one_d(x, src)
@@ -188,6 +200,8 @@ def scatter(x, dim: int, index, src=None, value=None, *, reduce: str | None = No
     """x with src[.., i, ..] (or the number value) written at x[.., index[.., i, ..], ..]; where
     several writes name one position the last in row-major order wins (module docstring). src may
     be larger than index (its leading part is used), as in PyTorch; reduce='add' is scatter_add."""
+    if x.ndim == 0:
+        return _one_element("scatter", scatter, x, dim, index, src, value, reduce=reduce)
     axis = _t.dim_index("scatter", dim, x.ndim)
     index = _index_tensor("scatter", index)
     if (src is None) == (value is None):
@@ -264,6 +278,8 @@ def _along(op: str, x, dim: int, index, source):
 @new_tensor
 def index_add(x, dim: int, index, source, *, alpha=1):
     """x with alpha * source's slices added at index along dim (repeated indices add up)."""
+    if x.ndim == 0:
+        return _one_element("index_add", index_add, x, dim, index, source, alpha=alpha)
     axis, idx = _along("index_add", x, dim, index, source)
     return apply("scatter_add", x, idx, source * alpha if alpha != 1 else source, axis=axis)
 
@@ -271,6 +287,8 @@ def index_add(x, dim: int, index, source, *, alpha=1):
 @new_tensor
 def index_copy(x, dim: int, index, source):
     """x with source's slices written at index along dim (a repeated index: the last slice wins)."""
+    if x.ndim == 0:
+        return _one_element("index_copy", index_copy, x, dim, index, source)
     axis, idx = _along("index_copy", x, dim, index, source.to(x.dtype))
     return apply("scatter", x, idx, source.to(x.dtype), axis=axis)
 

@@ -41,6 +41,7 @@ from flame.frontend.views import (
     check_not_strided_copy,
     check_overlap,
     check_writable,
+    mark_strided_copy,
     overlap_status,
     overlapping,
     positions,
@@ -83,6 +84,14 @@ def _as_index(k):
         raise ShapeError(f"a NumPy bool is not a supported index, as in torch (use a Python bool or a bool tensor)"
                          f"\n  at {user_location()}")
     return k  # a Python bool: torch's 0-d bool mask, known while tracing (_bool_index)
+
+
+def _eager_int(k):
+    """A concrete 0-d integer tensor index as the int it holds (torch selects with it: a view); any
+    other index as it is. While tracing the index stays a tensor (an input whose value may change)."""
+    if isinstance(k, Tensor) and k.ndim == 0 and k.dtype.is_int and k._value is None:
+        return int(k.item())
+    return k
 
 
 def _expand_ellipsis(key: tuple, rank: int) -> tuple:
@@ -166,6 +175,8 @@ def _insert_new_axes(t, key: tuple):
 
 def getitem(t, key):
     key = tuple(_as_index(k) for k in _key(key))
+    if current_trace.get() is None:  # eagerly a 0-d integer tensor is its value: x[i] is a view, as torch's
+        key = tuple(_eager_int(k) for k in key)
     key = _expand_ellipsis(key, t.ndim)
     if sum(_width(k) for k in key if k is not None) > t.ndim:
         raise IndexingError(f"too many indices for a tensor of shape {list(t.shape)}\n  at {user_location()}")
@@ -206,7 +217,10 @@ def getitem(t, key):
     if drop:  # PyTorch selects with ints first: advanced indices act on the remaining axes
         out = apply("squeeze", out, axes=drop)
         advanced = [(axis - sum(d < axis for d in drop), k) for axis, k in advanced]
-    return _advanced(out, advanced) if advanced else out
+    if advanced:
+        return _advanced(out, advanced)
+    # a traced 0-d index tensor selects a copy where torch's select is a view: a write into it is refused
+    return mark_strided_copy(out, "x[i] with a 0-d index tensor while tracing") if picks else out
 
 
 def _advanced(x, advanced: list):
@@ -304,6 +318,16 @@ def _scalar_like(value, t):
     return full((), value, t.dtype)
 
 
+def _masked_add(t, mask, value):
+    """t with value (a number, or a row broadcast over mask's trailing dims) added where mask is True."""
+    if tuple(mask.shape) != tuple(t.shape[: mask.ndim]):
+        raise ShapeError(f"the shape of the mask {list(mask.shape)} does not match the shape of the indexed tensor "
+                         f"{list(t.shape)}\n  at {user_location()}")
+    trailing = t.shape[mask.ndim:]
+    broadcast("index_put", [value._type(), t._type().with_shape(trailing)])
+    return apply("where", mask.reshape(*mask.shape, *([1] * len(trailing))), t + value, t)
+
+
 def masked_write(t, mask, value):
     """where(mask, value, t): value broadcasts against t, or holds one row per True element of mask."""
     if tuple(mask.shape) != tuple(t.shape[: mask.ndim]):
@@ -348,11 +372,14 @@ def index_put(t, indices, values, accumulate: bool = False):
                          f"the destination and {values.dtype} for the source (as in PyTorch)\n  at {user_location()}")
     values = values if isinstance(values, Tensor) else _scalar_like(values, t)
     key = tuple(indices)
+    k = _as_index(key[0]) if len(key) == 1 else None
+    mask = isinstance(k, Tensor) and k.dtype == boolean
     if not accumulate:
-        k = _as_index(key[0]) if len(key) == 1 else None
-        if isinstance(k, Tensor) and k.dtype == boolean:
-            return masked_write(t, k, values)
-        return _scatter_write(t, key, values)
+        return masked_write(t, k, values) if mask else _scatter_write(t, key, values)
+    if mask and (values.numel() == 1 and values.ndim <= t.ndim - k.ndim + 1 or values.ndim <= t.ndim - k.ndim):
+        # the same number (or row) added at each selected position: a select, which traces (no count of
+        # the True values needed)
+        return _masked_add(t, k, values.reshape(()) if values.numel() == 1 else values)
     positions = getitem(arange(t.numel()).reshape(t.shape), key)
     src = values.broadcast_to(positions.shape).reshape(-1)
     return apply("scatter_add", t.reshape(-1), positions.reshape(-1), src, axis=0).reshape(t.shape)

@@ -62,11 +62,11 @@ class TensorLinks:
             yield self[i]
 
     # ---- nn shortcuts -----------------------------------------------------------------------------
-    def softmax(self, dim: int = -1):
-        return functional.softmax(self, dim)
+    def softmax(self, dim: int = -1, dtype=None):
+        return functional.softmax(self, dim, dtype=dtype)
 
-    def log_softmax(self, dim: int = -1):
-        return functional.log_softmax(self, dim)
+    def log_softmax(self, dim: int = -1, dtype=None):
+        return functional.log_softmax(self, dim, dtype=dtype)
 
 
 NUMPY_NAMES = {"axis": "dim", "keepdims": "keepdim"}  # PyTorch's argument parser takes NumPy's names too

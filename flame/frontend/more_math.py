@@ -25,7 +25,7 @@ from flame.frontend.opmath import composite, float_gradient, fused, half_gradien
 from flame.frontend.promotion import fits, result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, stack, where
-from flame.ir.dtypes import f64, i32, i64
+from flame.ir.dtypes import boolean, f64, i32, i64
 
 __all__ = ["absolute", "addmv", "aminmax", "block_diag", "bucketize", "cartesian_prod", "cdist", "clamp", "copysign",
            "cov", "cumulative_trapezoid", "deg2rad", "diag_embed", "diff", "dist", "exp2", "float_power", "fmax",
@@ -139,7 +139,7 @@ def rot90(input: Tensor, k: int = 1, dims=(0, 1)) -> Tensor:  # noqa: A002
         return x.flip(a, b)
     if k == 3:
         return x.flip(a).transpose(a, b)
-    return x
+    return x.clone()  # a new tensor, as torch's: a write into it must not reach the input
 
 
 @policy("lower")  # autocast: on PyTorch's lower-precision list
@@ -165,6 +165,8 @@ def diff(input: Tensor, n: int = 1, dim: int = -1, prepend: Tensor | None = None
     x = as_tensor(input)
     if x.ndim == 0:
         raise ShapeError(f"diff expects input to be at least one-dimensional\n  at {user_location()}")
+    if n < 0:
+        raise ArgumentError(f"diff: order must be non-negative but got {n}, as in PyTorch\n  at {user_location()}")
     d = dim_index("diff", dim, x.ndim)
     parts = [p for p in (prepend, x, append) if p is not None]
     if len(parts) > 1:
@@ -269,6 +271,8 @@ def searchsorted(sorted_sequence: Tensor, input: Tensor | float, *, out_int32: b
         if side not in ("left", "right") or (right and side == "left"):
             raise ValueError(f"searchsorted: side must be 'left' or 'right' and agree with right, got {side!r}")
         right = side == "right"
+    if seq.ndim == 0:
+        raise _err("searchsorted: boundaries tensor should have positive dimension, as in PyTorch")
     scalar = not isinstance(input, Tensor)
     v = as_tensor(input).to(seq.dtype) if scalar else input
     if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(v.shape[:-1]):
@@ -331,6 +335,9 @@ def _quantile(input: Tensor, q, dim: int | None, keepdim: bool, interpolation: s
         raise ValueError(f"{_name}() q values must be in the range [0, 1]\n  at {user_location()}")
     if not x.numel():
         raise _err(f"{_name}() input tensor must be non-empty")
+    if x.ndim == 0 and dim is not None:  # a 0-d input's one dim (0 or -1) is all of it, keepdim or not
+        dim_index(_name, dim, 0)
+        dim = None
     line = x.reshape(-1) if dim is None else x.movedim(dim_index(_name, dim, x.ndim), -1)
     ranked = line.sort(-1).values  # NaN last
     n = ranked.shape[-1]
@@ -455,8 +462,8 @@ def nan_to_num(input: Tensor, nan: float = 0.0, posinf: float | None = None,  # 
     values); the gradient is torch's grad * isfinite(input): a NaN or infinite gradient reaching a
     replaced element gives NaN there, as torch's (a `where` would give 0)."""
     x = as_tensor(input)
-    if not x.dtype.is_float:
-        return x
+    if not x.dtype.is_float:  # (a new tensor, as torch's: a write into it must not reach the input)
+        return x.clone() if x is input else x
     info = np.finfo(x.dtype.np_dtype)
     hi = float(info.max) if posinf is None else posinf
     lo = float(info.min) if neginf is None else neginf
@@ -599,7 +606,14 @@ def copysign(input: Tensor, other) -> Tensor:  # noqa: A002
 
 
 def heaviside(input: Tensor, values) -> Tensor:  # noqa: A002
-    """0 where input < 0, values where input == 0, 1 where input > 0."""
+    """0 where input < 0, values where input == 0, 1 where input > 0. As torch.heaviside, values is a
+    tensor of input's dtype (torch has no promotion for it: a mixed pair raises)."""
+    if not isinstance(values, Tensor):
+        raise ArgumentTypeError(f"heaviside(): argument 'values' must be Tensor, not {type(values).__name__}"
+                                f"\n  at {user_location()}")
+    if values.dtype != input.dtype:
+        raise DTypeError(f"heaviside is not yet implemented for tensors with different dtypes ({input.dtype} "
+                         f"input, {values.dtype} values), as in PyTorch\n  at {user_location()}")
     return where(input == 0, values, (input > 0).to(input.dtype)).to(input.dtype)
 
 
@@ -676,7 +690,7 @@ def rad2deg(input: Tensor) -> Tensor:  # noqa: A002
 
 
 def positive(input: Tensor) -> Tensor:  # noqa: A002
-    return input
+    return input.positive()
 
 
 def negative(input: Tensor) -> Tensor:  # noqa: A002
@@ -707,9 +721,9 @@ def cov(input: Tensor, *, correction: int = 1, fweights: Tensor | None = None,  
     if input.ndim > 2:
         raise ShapeError(f"cov(): expected input to have two or fewer dimensions but got an input with "
                          f"{input.ndim} dimensions\n  at {user_location()}")
-    x = input.reshape(1, -1) if input.ndim < 2 else input
-    if not x.dtype.is_float:
-        x = x.to(floating())
+    if input.dtype == boolean:
+        raise DTypeError(f"cov(): bool dtype is not supported for input, as in PyTorch\n  at {user_location()}")
+    x = as_floating(input.reshape(1, -1) if input.ndim < 2 else input)
     n = x.shape[1]
     w = None
     for name, weights, integral in (("fweights", fweights, True), ("aweights", aweights, False)):
@@ -748,7 +762,8 @@ def _cov_weights(name: str, weights, n: int, integral: bool) -> Tensor:
     if weights.numel() != n:
         raise ShapeError(f"cov(): expected {name} to have the same numel as there are observations in the input "
                          f"but got {weights.numel()} != {n}\n  at {user_location()}")
-    if weights._value is None and bool((weights < 0).any()):
+    negative = (weights < 0).any()  # (known only eagerly: inside @flame.compile a traced value)
+    if negative._value is None and bool(negative):
         raise ArgumentError(f"cov(): {name} cannot be negative\n  at {user_location()}")
     return weights.reshape(-1)
 

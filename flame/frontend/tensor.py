@@ -41,6 +41,8 @@ def dim_index(op: str, dim: int, rank: int) -> int:
     """PyTorch's dim wrapping: dim in [-rank, rank) (a 0-d tensor takes 0 and -1), made non-negative;
     else a DimError (an IndexError, as in PyTorch) naming the user's line."""
     n = max(rank, 1)
+    if isinstance(dim, Tensor) and dim.numel() == 1 and dim.dtype.is_int:  # torch reads its value (__index__)
+        dim = dim.__index__()
     if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or not -n <= dim < n:
         raise DimError(f"{op}: axis {dim!r} is out of range for a rank-{rank} tensor (dimension out of range: "
                        f"expected to be in range of [{-n}, {n - 1}])\n  at {user_location()}")
@@ -50,7 +52,7 @@ def dim_index(op: str, dim: int, rank: int) -> int:
 def _axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
     if dim is None:
         return tuple(range(rank))
-    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    dims = (dim,) if isinstance(dim, (int, np.integer)) or isinstance(dim, Tensor) and dim.ndim == 0 else tuple(dim)
     axes = sorted({dim_index(op, d, rank) for d in dims})
     return tuple(a for a in axes if a < rank)  # a 0-d tensor's dim 0 names no axis
 
@@ -60,7 +62,7 @@ def reduce_axes(dim, rank: int, op: str = "reduce") -> tuple[int, ...]:
     an axis named twice raises (torch: "dim 0 appears multiple times in the list of dims")."""
     if dim is None or (isinstance(dim, (tuple, list)) and not dim):
         return tuple(range(rank))
-    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    dims = (dim,) if isinstance(dim, (int, np.integer)) or isinstance(dim, Tensor) and dim.ndim == 0 else tuple(dim)
     wrapped = [dim_index(op, d, rank) for d in dims]
     if len(set(wrapped)) != len(wrapped):
         raise DimError(f"{op}: dim {next(d for d in wrapped if wrapped.count(d) > 1)} appears multiple times in the "
@@ -314,6 +316,14 @@ class Tensor:
         return float(self.item())
 
     def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        """An integer (or bool) tensor of one element as a Python index (a list's subscript, range's
+        bound), as torch's; other tensors raise TypeError, as torch's."""
+        if self.dtype.is_float or self.numel() != 1:
+            raise TypeError(f"only integer tensors of a single element can be converted to an index (got "
+                            f"{self.dtype}{list(self.shape)})\n  at {user_location()}")
         return int(self.item())
 
     def __array__(self, dtype=None, copy=None):

@@ -479,7 +479,14 @@ class TensorCore:
 
     def view(self, *shape):
         """The tensor under another shape, sharing its storage (as reshape, which copies where the
-        strides allow no view; view raises there, as torch's)."""
+        strides allow no view; view raises there, as torch's). view(dtype) of the tensor's own dtype is
+        itself; of another dtype (torch's reinterpretation of the bytes) it raises: flame has none."""
+        if len(shape) == 1 and isinstance(shape[0], DType):
+            if shape[0] == self.dtype:
+                return self.reshape(self.shape)
+            raise DTypeError(f"view({shape[0]}): flame does not reinterpret a tensor's bytes as another dtype "
+                             f"(torch's Tensor.view(dtype)); x.to({shape[0].name!r}) converts the values"
+                             f"\n  at {user_location()}")
         out = self.reshape(*shape)
         if out.shape != self.shape and out._base is None and out.numel() > 1:  # reshape copied (traced too)
             raise view_error(self, out.shape)

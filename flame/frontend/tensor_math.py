@@ -26,7 +26,7 @@ from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index, reduce_axes
 from flame.frontend.tensor_core import cat, full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
-from flame.ir.dtypes import bf16, boolean, f16, i64, u8
+from flame.ir.dtypes import bf16, boolean, dtype_of, f16, i64, u8
 
 KthvalueResult = namedtuple("kthvalue", ["values", "indices"])
 MedianResult = namedtuple("median", ["values", "indices"])
@@ -325,9 +325,12 @@ class TensorMath:
     arcsin, arccos, arctan, arcsinh, arccosh, arctanh, arctan2 = asin, acos, atan, asinh, acosh, atanh, atan2
 
     def trunc(self):
-        """Rounded toward zero, as torch.trunc (integers as they are)."""
+        """Rounded toward zero, as torch.trunc (integers as they are, in a new tensor; bool raises)."""
+        if self.dtype == boolean:
+            raise DTypeError(f'trunc: "trunc" is not implemented for bool tensors (as in PyTorch)\n  at '
+                             f"{user_location()}")
         if not self.dtype.is_float:
-            return self
+            return self.clone()
         return where(self < 0, self.ceil(), self.floor())
 
     fix = trunc
@@ -423,20 +426,29 @@ class TensorMath:
         return _prod_backward(x, axis, keepdim, out if keepdim else out.squeeze(axis))
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-    def nansum(self, dim=None, keepdim: bool = False):
-        """The sum with NaNs counted as zero, as torch.nansum (integers: the sum, in int64)."""
-        return where(self.isnan(), 0.0, self).sum(dim, keepdim) if self.dtype.is_float else self.sum(dim, keepdim)
+    def nansum(self, dim=None, keepdim: bool = False, *, dtype=None):
+        """The sum with NaNs counted as zero, as torch.nansum (integers: the sum, in int64; `dtype`: the
+        sum's dtype, the NaNs zeroed before the cast)."""
+        x = where(self.isnan(), 0.0, self) if self.dtype.is_float else self
+        return x.sum(dim, keepdim, dtype=dtype)
 
     @policy("")  # autocast: on none of PyTorch's lists: its inputs' dtype
-    def nanmean(self, dim=None, keepdim: bool = False):
-        """The mean of the elements that are not NaN, as torch.nanmean (floating tensors only)."""
+    def nanmean(self, dim=None, keepdim: bool = False, *, dtype=None):
+        """The mean of the elements that are not NaN, as torch.nanmean (floating tensors only; `dtype`, a
+        floating dtype, the one it is computed and returned in)."""
         if not self.dtype.is_float:
             raise DTypeError(
                 f"nanmean(): expected input to have floating point dtype but got {self.dtype} (as in "
                 f"PyTorch: x.float().nanmean())\n  at {user_location()}"
             )
-        count = (~self.isnan()).to(self.dtype).sum(dim, keepdim)
-        return self.nansum(dim, keepdim) / count
+        if dtype is not None and not dtype_of(dtype).is_float:
+            raise DTypeError(
+                f"nanmean(): could not infer output dtype. Optional dtype must be either a floating point "
+                f"dtype, got {dtype_of(dtype)}\n  at {user_location()}"
+            )
+        x = self if dtype is None else self.to(dtype)
+        count = (~x.isnan()).to(x.dtype).sum(dim, keepdim)
+        return x.nansum(dim, keepdim) / count
 
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
         """(values, indices) of the k-th smallest element along dim (k from 1), as torch.kthvalue."""
@@ -491,6 +503,8 @@ class TensorMath:
             return self.median(dim, keepdim)
         if dim is None:
             flat = self.reshape(-1)
+            if not flat.shape[0]:
+                return full((), float("nan"), self.dtype)  # torch: the median of nothing is NaN
             v = flat.nanmedian(0).values
             tie = (flat == v.detach()) | (flat.isnan() & v.detach().isnan())  # torch's: NaN shares with NaN
             share = where(tie, flat, 0.0).sum() / tie.sum().to(self.dtype).clamp(min=1)
@@ -542,11 +556,8 @@ class TensorMath:
         if self.ndim != 1:
             raise ShapeError(f"diag: expects a 1-D or 2-D tensor, got {list(self.shape)}\n  at {user_location()}")
         n, k = self.shape[0], abs(diagonal)
-        square = (
-            eye(n, dtype=self.dtype) * self.unsqueeze(0)
-            if self.dtype != boolean
-            else eye(n, dtype=boolean) & self.unsqueeze(0)
-        )
+        # selected, not multiplied by the identity: a NaN or inf on the diagonal leaves zeros (+0) beside it
+        square = where(eye(n, dtype=boolean), self.unsqueeze(0), full((), 0, self.dtype))
         if not k:
             return square
         return pad(square, ((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
@@ -562,6 +573,10 @@ class TensorMath:
         """self + weight * (end - self), as torch.lerp, in PyTorch's two-sided form (from end when
         weight >= 0.5), so weight 1 gives end exactly (floating tensors)."""
         _floating("lerp", self, end, weight)
+        for name, t in (("end", end), ("weight", weight)):  # torch: no promotion (a 0-d weight is a number)
+            if isinstance(t, Tensor) and t.dtype != self.dtype and (name == "end" or t.ndim):
+                raise DTypeError(f"lerp: expected dtype {self.dtype} for `{name}` but got dtype {t.dtype}, as in "
+                                 f"PyTorch (convert it with .to({self.dtype.name!r}))\n  at {user_location()}")
 
         def two_sided(x, y, w):
             diff = y - x
@@ -683,7 +698,14 @@ class TensorMath:
         return more_math.rad2deg(self)
 
     def positive(self):
+        """self itself (+x), as torch's; a bool tensor raises, as torch's."""
+        if self.dtype == boolean:
+            raise DTypeError(f"The `+` operator, on a bool tensor is not supported (as in PyTorch)\n  at "
+                             f"{user_location()}")
         return self
+
+    def __pos__(self):
+        return self.positive()
 
     def negative(self):
         return -self

@@ -111,6 +111,8 @@ class TensorOps:
     def narrow(self, dim: int, start: int, length: int):
         """Elements start .. start+length-1 along dim (a slice)."""
         axis = dim_index("narrow", dim, self.ndim)
+        if self.ndim == 0:
+            raise ShapeError(f"narrow() cannot be applied to a 0-dim tensor, as in PyTorch\n  at {user_location()}")
         n = self.shape[axis]
         start = start + n if start < 0 else start
         if not 0 <= start <= n or length < 0 or start + length > n:
@@ -213,9 +215,16 @@ class TensorOps:
         dims = _shape_arg(dims)
         return self.repeat(*((1,) * (self.ndim - len(dims)) + tuple(dims)))
 
-    def repeat_interleave(self, repeats, dim: int | None = None, output_size: int | None = None):
+    @views.new_tensor
+    def repeat_interleave(self, repeats=None, dim: int | None = None, output_size: int | None = None):
         """Repeat each element (each slice along dim) repeats times; repeats is an int or one count per
-        element. Inside @flame.compile a tensor of counts needs output_size (the result's length)."""
+        element. Inside @flame.compile a tensor of counts needs output_size (the result's length).
+        Without repeats (torch.repeat_interleave(counts)), self holds the counts of 0, 1, 2 ..."""
+        if repeats is None:
+            if self.ndim != 1 or self.dtype.is_float or self.dtype == boolean:
+                raise ShapeError(f"repeat_interleave only accepts a 1-D integer tensor of repeats, got "
+                                 f"{self.dtype}{list(self.shape)}, as in PyTorch\n  at {user_location()}")
+            return arange(self.shape[0], dtype=self.dtype).repeat_interleave(self, 0, output_size)
         x, axis = (self.reshape(-1), 0) if dim is None else (self, dim_index("repeat_interleave", dim, self.ndim))
         if isinstance(repeats, Tensor) and repeats.numel() == 1 and repeats._value is None:
             repeats = int(repeats.item())
@@ -299,13 +308,12 @@ class TensorOps:
     clip_ = clamp_
 
     def masked_fill(self, mask, value):
-        """value where mask is True (mask broadcasts to self's shape), self elsewhere."""
+        """value where mask is True, self elsewhere, in their broadcast shape (a mask of more dims gives a
+        larger result, as torch's; masked_fill_ keeps self's shape)."""
         if not isinstance(mask, Tensor) or mask.dtype != boolean:
             got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
             raise DTypeError(f"masked_fill: the mask must be a bool tensor, got {got}\n  at {user_location()}")
-        if broadcast("masked_fill", [mask._type(), self._type()]) != tuple(self.shape):
-            raise ShapeError(f"masked_fill: mask {list(mask.shape)} does not broadcast to the shape of the tensor "
-                             f"{list(self.shape)}\n  at {user_location()}")
+        broadcast("masked_fill", [mask._type(), self._type()])  # (torch's error where they do not)
         fits("masked_fill", "value", value, self.dtype)
         if isinstance(value, Tensor):
             if value.ndim:
@@ -417,6 +425,15 @@ class TensorOps:
     def __ior__(self, o):
         return self._inplace(lambda x: x | o, o, what="|=")
 
+    def __ixor__(self, o):
+        return self._inplace(lambda x: x ^ o, o, what="^=")
+
+    def __ilshift__(self, o):
+        return self._inplace(lambda x: x << o, o, what="<<=")
+
+    def __irshift__(self, o):
+        return self._inplace(lambda x: x >> o, o, what=">>=")
+
     def __imatmul__(self, o):
         raise TypeError("In-place matrix multiplication is not supported: write `a = a @ b` instead of "
                         f"`a @= b` (as in PyTorch)\n  at {user_location()}")
@@ -467,7 +484,7 @@ class TensorOps:
             return floor
         # integers: floor division rounds down; toward zero differs when the remainder is nonzero and
         # the signs differ
-        rest = self - floor * other
+        rest = self.to(floor.dtype) - floor * other  # (a bool dividend counts as 0 / 1)
         return where((rest != 0) & ((self < 0) != (_tensor(other) < 0)), floor + 1, floor)
 
     def true_divide(self, other):

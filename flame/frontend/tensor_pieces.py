@@ -26,7 +26,8 @@ class TensorPieces:
             size = int(split_size_or_sections)
             if size <= 0 and not (size == 0 and n == 0):
                 raise ShapeError(f"split: split_size must be positive, got {size}\n  at {user_location()}")
-            sizes = [size] * (n // size) + ([n % size] if n % size else []) if size else [0]
+            # an empty dim splits into one empty piece, as torch's (its count is max(ceil(n / size), 1))
+            sizes = [size] * (n // size) + ([n % size] if n % size else []) if size and n else [0]
         else:
             sizes = [int(s) for s in split_size_or_sections]
             if sum(sizes) != n or any(s < 0 for s in sizes):
@@ -80,6 +81,8 @@ class TensorPieces:
         """At most `chunks` pieces of ceil(n / chunks) along dim (PyTorch's torch.chunk)."""
         if chunks <= 0:
             raise ShapeError(f"chunk: chunks must be positive, got {chunks}\n  at {user_location()}")
+        if self.ndim == 0:
+            raise ShapeError(f"chunk expects at least a 1-dimensional tensor, as in PyTorch\n  at {user_location()}")
         n = self.shape[dim_index("chunk", dim, self.ndim)]
         if n == 0:
             return tuple(self for _ in range(chunks))

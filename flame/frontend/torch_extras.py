@@ -20,6 +20,7 @@ from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.creation import tensor
 from flame.frontend.default_dtype import get_default_dtype
 from flame.frontend.linalg_functions import matrix_power, multi_dot  # matrix_power: torch's alias too
+from flame.frontend.promotion import result_type
 from flame.frontend.tensor import Tensor, dim_index
 from flame.frontend.tensor_core import cat, full, placed, where
 from flame.ir.dtypes import boolean, dtype_of, f64, i32, i64, u8
@@ -47,6 +48,8 @@ def gcd(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
     """The greatest common divisor of each pair (non-negative; gcd(0, 0) = 0), as torch.gcd: Euclid's
     algorithm as a fixed number of remainder steps (eagerly it stops once every divisor is zero)."""
     _integers("gcd", input, other)
+    if isinstance(other, Tensor) and (input.dtype == boolean) != (other.dtype == boolean):  # (bool with ints)
+        input, other = (t.to(result_type(input, other)) for t in (input, other))
     a, b = input.abs(), other.abs() if isinstance(other, Tensor) else tensor(builtins.abs(other))
     a, b = a + b * 0, b + a * 0  # broadcast, promoted as torch's
     eager = current_trace.get() is None

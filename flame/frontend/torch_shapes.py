@@ -182,7 +182,8 @@ class TensorShapes:
 
     def unfold(self, dimension: int, size: int, step: int):
         """The windows of `size` elements every `step` along dimension, as a new last dim (torch's
-        Tensor.unfold: that dim becomes the number of windows)."""
+        Tensor.unfold: that dim becomes the number of windows). Unlike torch's, a copy, not a view, as
+        as_strided's: a write into it, which would not reach self, raises."""
         d = dim_index("unfold", dimension, self.ndim)
         length = self.shape[d] if self.ndim else 1
         if size > length:
@@ -196,7 +197,7 @@ class TensorShapes:
         idx = (np.arange(n)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
         picked = self.index_select(d, tensor(idx))
         shape = (*self.shape[:d], n, size, *self.shape[d + 1:])
-        return picked.reshape(shape).movedim(d + 1, -1)
+        return views.mark_strided_copy(picked.reshape(shape).movedim(d + 1, -1), "unfold")
 
     def narrow_copy(self, dim: int, start: int, length: int):
         return narrow_copy(self, dim, start, length)

@@ -131,27 +131,28 @@ def overlapping(t: Tensor) -> bool:
     return any(s == 0 and n > 1 for n, s in zip(shape, steps))
 
 
-_STRIDED_COPIES: dict[int, weakref.ref] = {}  # id -> the tensors as_strided returned (copies, not views)
+_STRIDED_COPIES: dict[int, tuple[weakref.ref, str]] = {}  # id -> (a copy torch's op would view, the op)
 
 
-def mark_strided_copy(t: Tensor) -> Tensor:
-    """Record that t is what as_strided returned: a copy of the elements torch's would view, so that a
-    write into it (or into a view of it), which torch's would make into the input, is refused. t may be
-    a view of the new tensor the gather made (a reshape of it): that tensor is marked too."""
+def mark_strided_copy(t: Tensor, op: str = "as_strided") -> Tensor:
+    """Record that t is what `op` (as_strided, Tensor.unfold) returned: a copy of the elements torch's
+    would view, so that a write into it (or into a view of it), which torch's would make into the input,
+    is refused. t may be a view of the new tensor the gather made (a reshape of it): that tensor is
+    marked too."""
     for u in (t, t._base):
         if u is not None:
             key = id(u)
-            _STRIDED_COPIES[key] = weakref.ref(u, lambda _, key=key: _STRIDED_COPIES.pop(key, None))
+            _STRIDED_COPIES[key] = (weakref.ref(u, lambda _, key=key: _STRIDED_COPIES.pop(key, None)), op)
     return t
 
 
 def check_not_strided_copy(t: Tensor, what: str) -> None:
-    """Refuse a write into as_strided's result or a view of it (mark_strided_copy): in torch it writes
-    into the input's storage; in flame it would silently write into a copy."""
+    """Refuse a write into as_strided's or unfold's result or a view of it (mark_strided_copy): in torch
+    it writes into the input's storage; in flame it would silently write into a copy."""
     for u in (t, t._base):
-        ref = None if u is None else _STRIDED_COPIES.get(id(u))
+        ref, op = (None, "") if u is None else _STRIDED_COPIES.get(id(u), (None, ""))
         if ref is not None and ref() is u:
-            raise ViewError(f"{what}: a write into the result of as_strided, which in flame is a copy of the "
+            raise ViewError(f"{what}: a write into the result of {op}, which in flame is a copy of the "
                             f"elements it reads, not a view: the write would not reach the input. Write into the "
                             f"input (its views, index_put_ or scatter_), or clone() the result first\n  at "
                             f"{user_location()}")

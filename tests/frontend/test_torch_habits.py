@@ -175,3 +175,36 @@ def test_set_printoptions_as_torchs(monkeypatch):
 def test_pin_memory_keeps_the_tensor():
     x = flame.ones(3)
     assert x.pin_memory() is x and not x.is_pinned()
+
+
+def test_an_integer_tensor_of_one_element_is_a_python_index_as_torchs():
+    """operator.index of an integer or bool tensor of one element is its value (a list's subscript, range's
+    bound, a NumPy index), as torch's; a float tensor or several elements raise TypeError, as torch's."""
+    import operator
+
+    for make in (lambda L: L.tensor(2), lambda L: L.tensor([2], dtype=L.int32), lambda L: L.tensor(True)):
+        assert operator.index(make(flame)) == operator.index(make(torch))
+    assert [10, 20, 30][flame.tensor(1)] == 20 and list(range(flame.tensor(3))) == [0, 1, 2]
+    assert np.arange(5)[flame.tensor(4)] == 4
+    for make in (lambda L: L.tensor(1.0), lambda L: L.tensor([1, 2])):
+        with pytest.raises(TypeError):
+            operator.index(make(torch))
+        with pytest.raises(TypeError, match="only integer tensors of a single element"):
+            operator.index(make(flame))
+
+
+@pytest.mark.parametrize("call", [
+    lambda L, x: x.sum(L.tensor(1)),
+    lambda L, x: x.mean((L.tensor(0), 2), keepdim=True),
+    lambda L, x: x.unsqueeze(L.tensor(-1)),
+    lambda L, x: x.cumsum(L.tensor(2)),
+    lambda L, x: x.transpose(L.tensor(0), L.tensor(2)),
+    lambda L, x: x.amax(L.tensor(1)),
+])
+def test_a_dim_given_as_an_integer_tensor_is_its_value(call):
+    """torch reads a dim given as a one-element integer tensor as the int it holds (a DimError before)."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    want = call(torch, torch.tensor(x))
+    got = call(flame, flame.tensor(x))
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

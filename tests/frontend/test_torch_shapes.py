@@ -101,6 +101,32 @@ def test_sizes_and_real():
     check(lambda L, a: a.reshape(3, 1).isreal(), np.array([1.0, np.nan, np.inf]), compiled=True)
 
 
+UNFOLD_WRITES = {
+    "fill_": lambda y: y.fill_(9.0),
+    "item assignment": lambda y: y.__setitem__(0, 5.0),
+    "into a view of it": lambda y: y[1].mul_(2.0),
+}
+
+
+@pytest.mark.parametrize("write", UNFOLD_WRITES.values(), ids=UNFOLD_WRITES.keys())
+def test_a_write_into_unfolds_result_is_refused(write):
+    """torch's Tensor.unfold is a view, so a write into it changes the input; flame's is a copy, where the
+    write would silently leave the input as it was: refused, eagerly and while tracing."""
+    x = np.arange(12.0).reshape(3, 4)
+    with pytest.raises(flame.errors.ViewError, match="a write into the result of unfold"):
+        write(flame.tensor(x).unfold(1, 2, 2))
+
+    @flame.compile
+    def step(x):
+        write(x.unfold(1, 2, 2))
+        return x
+
+    with pytest.raises(flame.errors.ViewError, match="a write into the result of unfold"):
+        step(flame.tensor(x))
+    y = flame.tensor(x).unfold(1, 2, 2).clone()
+    write(y)  # a clone is the user's own tensor
+
+
 def test_asarray_and_empty_strided():
     a = np.array([1.0, 2.0])
     assert flame.asarray(a).dtype == flame.float64 and flame.asarray([1, 2]).dtype == flame.int64
@@ -140,3 +166,12 @@ def test_info_defaults_and_errors():
         with pytest.raises(TypeError):
             lib.iinfo(lib.bool)
     assert isinstance(flame.ones(1).dtype, flame.dtype) and isinstance(flame.float16, flame.dtype)
+
+
+def test_view_of_a_dtype():
+    """view(dtype) of the tensor's own dtype is a view of it, as torch's; another dtype (a reinterpretation
+    of the bytes, which flame has not) raises a DTypeError naming .to, not a TypeError from int()."""
+    x = flame.zeros(2, 3)
+    assert x.view(flame.float32)._base is x and x.view(flame.float32).shape == (2, 3)
+    with pytest.raises(flame.errors.DTypeError, match="does not reinterpret"):
+        x.view(flame.int32)

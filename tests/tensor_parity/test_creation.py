@@ -165,3 +165,18 @@ def test_factories(name, compiled):
 def test_new_tensor(name):
     data = [1, 2] if name == "new_tensor ints" else [1.5, 2]
     check(lambda L, x: x.new_tensor(data), np.zeros(2, np.float64), compiled=False)
+
+
+TENSOR_BOUNDS = {
+    "arange(f32 tensor)": lambda L, x: L.arange(L.tensor(2.5)),
+    "arange(f64 tensor)": lambda L, x: L.arange(L.tensor(2.5, dtype=L.float64)),
+    "arange(i32 tensor)": lambda L, x: L.arange(L.tensor(3, dtype=L.int32)),
+    "arange(0, f32 tensor, 0.25)": lambda L, x: L.arange(0, L.tensor(1.0), 0.25),
+    "arange(0, 4, i64 tensor step)": lambda L, x: L.arange(0, 4, L.tensor(2)),
+}
+
+
+@pytest.mark.parametrize("name", TENSOR_BOUNDS)
+def test_arange_tensor_bounds(name):
+    """torch reads a tensor bound's value: a float tensor makes a floating range, as a float does."""
+    check(TENSOR_BOUNDS[name], np.zeros(2, np.float32), compiled=False)

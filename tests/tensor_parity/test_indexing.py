@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import flame
-from tests.tensor_parity.common import check
+from tests.tensor_parity.common import check, check_gradients
 
 X = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
 cases = {
@@ -131,3 +131,93 @@ def test_masked_scatter_in_place_and_its_errors():
         x.masked_scatter(flame.tensor(m), flame.tensor(src, dtype=flame.float32))
     with pytest.raises(flame.DTypeError, match="bool tensor"):
         x.masked_scatter(flame.tensor(m.astype(np.int64)), flame.tensor(src))
+
+
+S = np.array(3.0)
+ZERO_DIM = {
+    "scatter": lambda L, x: (x.scatter(0, L.tensor(0), x * 2), x.scatter(-1, L.tensor(0), 5.0)),
+    "scatter_add": lambda L, x: x.scatter_add(0, L.tensor(0), x * 2),
+    "index_select": lambda L, x: (x.index_select(0, L.tensor(0)), x.index_select(-1, L.tensor([0]))),
+    "index_add": lambda L, x: x.index_add(0, L.tensor(0), x**2, alpha=2),
+    "index_copy": lambda L, x: x.index_copy(0, L.tensor(0), x**2),
+    "scatter_ in place": lambda L, x: (x * 1).scatter_(0, L.tensor(0), x**2),
+    "narrow": lambda L, x: x.narrow(0, 0, 1),
+    "chunk": lambda L, x: x.chunk(1, 0),
+    "searchsorted": lambda L, x: L.searchsorted(x, x),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", ZERO_DIM)
+def test_index_ops_of_a_0d_tensor_take_it_as_one_element(name, compiled):
+    """torch's index ops take a 0-d tensor as one element along dim 0 (result 0-d); narrow, chunk and
+    searchsorted refuse it: values, gradients and errors as torch's."""
+    f = ZERO_DIM[name]
+    check(f, S, compiled=compiled)
+    if name not in ("narrow", "chunk", "searchsorted"):
+        outs = lambda L, x: (lambda o: o if isinstance(o, tuple) else (o,))(f(L, x))  # noqa: E731
+        check_gradients(name, lambda L, x: sum(3 * t for t in outs(L, x)), S, compiled)
+
+
+def _write_through_a_0d_index(L, x):
+    y = x.clone()
+    i = L.tensor(1)
+    row = y[i]  # torch selects with a 0-d integer tensor, as with an int: a view
+    row.mul_(10)
+    y[L.tensor(-1)][L.tensor(2)].fill_(-5)
+    return y, row, x[:, L.tensor(0)]
+
+
+def test_a_0d_integer_tensor_index_is_a_view_eagerly():
+    check(_write_through_a_0d_index, X[0, :, :, 0], compiled=False)
+    weighted = lambda L, x: (x[L.tensor(1)] * L.arange(4.0, dtype=x.dtype)).sum()  # noqa: E731
+    check_gradients("x[i] of a 0-d i", weighted, X[0, :, :, 0].astype(np.float64), compiled=False)
+
+
+def test_a_write_into_a_traced_0d_index_read_is_refused():
+    """While tracing, x[i] with a 0-d index tensor reads a copy (the index is a graph input), where
+    torch's is a view: a write into it would be lost, so it raises; a read and x[i] = v work."""
+
+    @flame.compile
+    def write(x, i):
+        x[i].fill_(5.0)
+        return x
+
+    with pytest.raises(flame.errors.ViewError, match="x\\[i\\] with a 0-d index tensor"):
+        write(flame.zeros(3), flame.tensor(1))
+
+    @flame.compile
+    def read_and_assign(x, i):
+        y = x[i] * 2
+        x[i] = 7.0
+        return y
+
+    x = flame.zeros(3) + 1
+    assert read_and_assign(x, flame.tensor(1)).item() == 2.0 and x.tolist() == [1.0, 7.0, 1.0]
+
+
+M = np.arange(12.0).reshape(3, 4)
+MASK_ACCUMULATE = {
+    "a number": lambda L, x: x.clone().index_put_((x > 4,), L.tensor(1.0, dtype=x.dtype), accumulate=True),
+    "a one-element tensor": lambda L, x: L.index_put(x, (x > 4,), L.tensor([2.0], dtype=x.dtype), accumulate=True),
+    "a row per True row": lambda L, x: x.index_put(
+        (L.tensor([True, False, True]),), L.tensor([1.0, 2, 3, 4], dtype=x.dtype), accumulate=True
+    ),
+    "no True": lambda L, x: x.index_put((x > 100,), L.tensor(1.0, dtype=x.dtype), accumulate=True),
+    "a mask of another shape": lambda L, x: x.index_put((L.tensor([True, False]),), L.tensor(1.0), accumulate=True),
+    "a row that does not broadcast": lambda L, x: x.index_put(
+        (L.tensor([True, False, True]),), L.tensor([1.0, 2, 3], dtype=x.dtype), accumulate=True
+    ),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", MASK_ACCUMULATE)
+def test_index_put_accumulate_of_a_mask_adds_the_same_value_at_each_true_position(name, compiled):
+    """index_put(..., accumulate=True) with a bool mask and one number (or one row) needs no count of the
+    True values, so it traces too: values, gradients and errors as torch's."""
+    f = MASK_ACCUMULATE[name]
+    check(f, M, compiled=compiled)
+    if name in ("a number", "a row per True row"):
+        weights = lambda L, x: (f(L, x) * L.arange(12.0, dtype=x.dtype).reshape(3, 4)).sum()  # noqa: E731
+        check_gradients(name, weights, M / 10, compiled)

@@ -3,7 +3,8 @@ round (decimals), trunc/frac/sign of negatives, -0.0 and NaN, remainder/floor_di
 ops, isclose/allclose (torch's: infinite differences, integers in floats), nan_to_num, where with scalar
 branches, flip/roll/rot90, repeat/expand/tile/repeat_interleave, tril/triu/diag/diagonal/diag_embed with
 offsets, einsum forms, chunk/split, cat/stack of mixed dtypes and with empty tensors (value, dtype, shape,
-errors), eagerly and inside @flame.compile (masked_select, nonzero, allclose and a tensor of repeats: eager only)."""
+errors), softmax's floating-only inputs, cov of integer and bool tensors, eagerly and inside
+@flame.compile (masked_select, nonzero, allclose and a tensor of repeats: eager only)."""
 
 import numpy as np
 import pytest
@@ -64,6 +65,13 @@ cases = {
     "repeat": (lambda L, x: (x.repeat(2, 1), x.repeat(1, 2, 1)), M),
     "repeat_interleave": (lambda L, x: (x.repeat_interleave(2), x.repeat_interleave(2, dim=0)), M),
     "repeat_interleave tensor": (lambda L, x: x.repeat_interleave(L.tensor([1, 0, 2]), dim=0), M),
+    "repeat_interleave of counts tensor": (
+        lambda L, x: (L.repeat_interleave(L.tensor([1, 2, 0, 3])), L.repeat_interleave(L.tensor([2], dtype=L.int32))),
+        M,
+    ),
+    "repeat_interleave of counts output_size": (lambda L, x: L.repeat_interleave(L.tensor([2, 1]), output_size=3), M),
+    "repeat_interleave of counts 0-d": (lambda L, x: L.repeat_interleave(L.tensor(3)), M),
+    "repeat_interleave of counts float": (lambda L, x: L.repeat_interleave(L.tensor([1.0, 2.0])), M),
     "repeat_interleave negative raises": (lambda L, x: x.repeat_interleave(L.tensor([1, -1, 2]), dim=0), M),
     "repeat_interleave int": (lambda L, x: L.repeat_interleave(L.tensor([1, 2]), 3), M),
     "expand": (lambda L, x: (x[:1].expand(3, -1), x[None].expand(2, 3, 4)), M),
@@ -71,6 +79,13 @@ cases = {
     "tril triu": (lambda L, x: (x.tril(), x.tril(1), x.triu(-1), x.triu(5), L.tril(x, -5)), M),
     "tril 3d": (lambda L, x: x.reshape(1, 3, 4).triu(1), M),
     "diag": (lambda L, x: (L.diag(x), L.diag(x, 1), L.diag(x, -2), L.diag(x[0]), L.diag(x[0], -1)), M),
+    "diag of NaN, inf and -0": (lambda L, x: (L.diag(x[6:10]), L.diagflat(x[6:10], 1), x[8:].diag(-1)), F),
+    "trunc of bool": (lambda L, x: ((x > 0).trunc(), L.fix(x > 0)), I),
+    "unary plus": (lambda L, x: (+x, L.positive(x), x.positive()), I),
+    "unary plus of bool": (lambda L, x: +(x > 0), I),
+    "positive of bool": (lambda L, x: L.positive(x > 0), I),
+    "diff of negative order": (lambda L, x: L.diff(x, n=-1), I),
+    "diag of ints and bools": (lambda L, x: (L.diag(x), L.diag(x > 0, 1)), I),
     "diagonal": (lambda L, x: (x.diagonal(), x.diagonal(1), x.diagonal(-1), x.diagonal(5), L.diagonal(x, 0, 1, 0)), M),
     "diagonal 3d": (lambda L, x: (x.reshape(3, 2, 2).diagonal(0, 1, 2), x.reshape(3, 2, 2).diagonal(1, 0, 2)), M),
     "diag_embed": (lambda L, x: (L.diag_embed(x), L.diag_embed(x, 1), L.diag_embed(x, -1, 0, 2)), M),
@@ -102,6 +117,12 @@ cases = {
     "cumsum int32": (lambda L, x: (x.int().cumsum(0), x.int().cumprod(0)), I),
     "cumsum bool": (lambda L, x: (x > 0).cumsum(0), I),
     "lerp tensors": (lambda L, x: L.lerp(x, x * 2, x / 10), M),
+    "lerp end of another dtype": (lambda L, x: L.lerp(x, x.double(), 0.5), M),
+    "lerp weight of another dtype": (lambda L, x: L.lerp(x, x, x[:1].double()), M),
+    "lerp 0-d weight of another dtype": (
+        lambda L, x: (x.half().lerp(x.half(), L.tensor(0.25)), L.lerp(x, x, L.tensor(0.5, dtype=L.float64))),
+        M,
+    ),
     "square int": (lambda L, x: (x.square(), L.square(x > 0)), I),
     "reciprocal int": (lambda L, x: x.reciprocal(), I),
     "float_power": (lambda L, x: L.float_power(x, 2), I),
@@ -122,6 +143,21 @@ cases = {
     "diff": (lambda L, x: (L.diff(x), L.diff(x, 2, 0), L.diff(x, prepend=x[:, :1])), M),
     "outer int": (lambda L, x: L.outer(x, x), I),
     "count_nonzero dims": (lambda L, x: L.count_nonzero(x, (0, 1)), M),
+    "masked_fill mask of more dims": (
+        lambda L, x: x.masked_fill(L.tensor([[[True, False, True, False]], [[False] * 4]]), -1),
+        M,
+    ),
+    "masked_fill_ mask of more dims": (lambda L, x: x.clone().masked_fill_(L.ones(2, 3, 4, dtype=L.bool), 2.5), M),
+    "masked_fill mask not broadcasting": (lambda L, x: x.masked_fill(L.ones(2, 3, dtype=L.bool), 2.5), M),
+    "softmax int": (lambda L, x: x.softmax(0), I),
+    "log_softmax bool": (lambda L, x: L.log_softmax(x > 0, 0), I),
+    "softmax method dtype": (lambda L, x: (x.softmax(0, dtype=L.float64), x.log_softmax(0, dtype=L.float32)), I),
+    "cov int": (lambda L, x: (L.cov(x.reshape(2, 3)), L.corrcoef(x.reshape(3, 2))), I),
+    "cov bool": (lambda L, x: L.cov(x > 0), I),
+    "cov int weights": (
+        lambda L, x: x.reshape(2, 3).cov(fweights=L.tensor([1, 2, 1]), aweights=L.tensor([0.5, 1, 2])),
+        I,
+    ),
 }
 cases["where(cond) alone"] = (lambda L, x: L.where(x > 0), I)
 EAGER_ONLY = ("masked_select", "nonzero", "where(cond)", "tensor", "allclose")

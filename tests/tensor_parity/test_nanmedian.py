@@ -43,3 +43,10 @@ def test_nanmedian_of_everything(x):
     got.backward()
     np.testing.assert_array_equal(got.detach().numpy(), want.detach().numpy())
     np.testing.assert_array_equal(f.grad.numpy(), t.grad.numpy())
+
+
+def test_nanmedian_of_nothing_is_nan():
+    """torch: the median of no elements is NaN (flame's raised an index error from its gather)."""
+    for shape in ((0,), (0, 3)):
+        assert np.isnan(flame.zeros(shape).nanmedian().item()) and np.isnan(torch.zeros(shape).nanmedian().item())
+        assert flame.zeros(shape).nanmedian().dtype == flame.float32

@@ -193,6 +193,20 @@ CASES = {
     "to int truncates": (lambda L, x: x.to(L.int64), np.array([-1.7, 1.7, 2.5], np.float32)),
     "bool()": (lambda L, x: x.bool(), np.array([-0.0, 0.5, np.nan], np.float32)),
     "type_as": (lambda L, x, y: x.type_as(y), F32, I64),
+    "div trunc bool by int": (
+        lambda L, x, y: (L.div(x, y, rounding_mode="trunc"), x.div(-3, rounding_mode="trunc")),
+        B,
+        I64,
+    ),
+    "div trunc int by bool": (lambda L, x, y: L.div(y, x, rounding_mode="trunc"), B, I64),
+    "div trunc bool by bool": (lambda L, x: L.div(x, x, rounding_mode="trunc"), B),
+    "gcd lcm int and bool": (lambda L, x, y: (L.gcd(y, x), L.gcd(x, y), L.lcm(y, x)), B, I64),
+    "gcd bool and bool": (lambda L, x: L.gcd(x, x), B),
+    "heaviside": (lambda L, x, y: L.heaviside(x, y), np.array([-1.0, 0.0, 2.0], np.float32), F32),
+    "heaviside int": (lambda L, x: x.heaviside(L.tensor(7)), np.array([-3, 0, 2])),
+    "heaviside mixed dtypes": (lambda L, x, y: L.heaviside(x, y), F32, I64),
+    "heaviside f32 and f64 0-d": (lambda L, x: L.heaviside(x, L.tensor(0.5, dtype=L.float64)), F32),
+    "heaviside Python values": (lambda L, x: L.heaviside(x, 0.5), F32),
 }
 
 

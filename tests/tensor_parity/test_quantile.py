@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import flame
+from tests.tensor_parity.common import check
 
 X = np.random.default_rng(0).standard_normal((3, 7))
 XN = X.copy()
@@ -67,3 +68,15 @@ def test_refuses_what_torch_refuses(call):
         call(torch)
     with pytest.raises((flame.FlameError, ValueError)):
         call(flame)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dim,keepdim", [(0, False), (-1, True), (1, False)])
+def test_a_0d_input_along_its_one_dim(dim, keepdim, compiled):
+    """A 0-d input's dim 0 (or -1) is all of it, with or without keepdim, as torch's; dim 1 raises."""
+    for name in ("quantile", "nanquantile"):
+        for q in (0.3, np.array([0.2, 0.5])):
+            f = lambda L, x, q=q, name=name: getattr(L, name)(  # noqa: E731
+                x, L.tensor(q) if isinstance(q, np.ndarray) else q, dim=dim, keepdim=keepdim
+            )
+            check(f, np.array(2.5), compiled=compiled)

@@ -2,8 +2,9 @@
 topk/kthvalue (values; at ties torch's unstable order leaves the index unspecified, so indices are
 checked to hold the values), msort, unique (sorted, inverse, counts, dim; every NaN distinct),
 searchsorted/bucketize (right, side, sorter, out_int32; NaN where torch's binary search puts it),
-bincount (weights, minlength), histc, eagerly and inside @flame.compile (unique, bincount and histc are
-eager only: their size depends on values)."""
+bincount (weights, minlength), histc (f16 and bf16 binned in their own dtype), eagerly and inside
+@flame.compile (unique, bincount and histc of the data's range are eager only: their size or range
+depends on values)."""
 
 import numpy as np
 import pytest
@@ -107,9 +108,20 @@ cases["histc f64"] = (lambda L, x: L.histc(x, bins=3), H.astype(np.float64))
 cases["histc constant"] = (lambda L, x: L.histc(x * 0 + 1, bins=3), H)
 cases["histc min>max"] = (lambda L, x: L.histc(x, bins=3, min=2, max=1), H)
 cases["histc nan"] = (lambda L, x: L.histc(x, bins=3, min=0, max=3), np.array([np.nan, 1, 2], np.float32))
+HR = np.random.default_rng(1).standard_normal(400)
+cases["histc range f16"] = (lambda L, x: L.histc(x.half(), bins=100, min=-3, max=3), HR)
+cases["histc range bf16"] = (lambda L, x: L.histc(x.bfloat16(), bins=7, min=-1, max=0.5), HR)
+cases["histc f16"] = (lambda L, x: L.histc(x.half(), bins=30), HR)
+cases["histc bf16"] = (lambda L, x: L.histc(x.bfloat16(), bins=4), HR)
 
 EAGER_ONLY = ("unique", "bincount", "histc")
-PARAMS = [(n, c) for n in cases for c in (False, True) if not (c and any(k in n for k in EAGER_ONLY))]
+COMPILED_TOO = ("histc range", "histc nan", "histc min>max", "histc int")  # histc given its range traces
+PARAMS = [
+    (n, c)
+    for n in cases
+    for c in (False, True)
+    if not (c and any(k in n for k in EAGER_ONLY) and not n.startswith(COMPILED_TOO))
+]
 
 
 @pytest.mark.parametrize("name,compiled", PARAMS, ids=[f"{n}-{'compiled' if c else 'eager'}" for n, c in PARAMS])

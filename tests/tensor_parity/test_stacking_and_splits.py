@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import flame
+from tests.tensor_parity.common import check
 
 A = np.arange(24.0).reshape(2, 3, 4)
 V = np.arange(5.0)
@@ -72,3 +73,19 @@ def test_tensor_split_takes_torchs_keywords(kw):
         torch.tensor(x).tensor_split()
     with pytest.raises(flame.ArgumentTypeError, match="tensor_split"):
         flame.tensor(x).tensor_split(2, **kw)
+
+
+EMPTY_SPLITS = {
+    "split of an empty dim": lambda L, x: x.split(1),
+    "split of an empty last dim": lambda L, x: x.T.split(2, 1),
+    "torch.split of an empty dim": lambda L, x: L.split(x, 3),
+    "unsafe_split of an empty dim": lambda L, x: x.unsafe_split(2),
+    "chunk of an empty dim": lambda L, x: x.chunk(2),
+}
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("name", EMPTY_SPLITS)
+def test_an_empty_dim_splits_into_one_empty_piece(name, compiled):
+    """torch splits a dim of size 0 into max(ceil(0 / size), 1) = 1 empty piece (it gave none)."""
+    check(EMPTY_SPLITS[name], np.zeros((0, 3)), compiled=compiled)

@@ -60,9 +60,19 @@ def input_view_written(L, x):
     return v, x
 
 
+def augmented_bitwise_assignments_write_in_place(L, x):
+    y = x.long()
+    alias, v = y, y[1:]
+    alias ^= 5  # x ^= y, x <<= y, x >>= y update x itself (Python would otherwise rebind the name)
+    v <<= 2
+    v[:, 1:] >>= 1
+    return y, v
+
+
 CASES = {
     f.__name__: f
     for f in (
+        augmented_bitwise_assignments_write_in_place,
         view_then_base_written,
         view_then_sibling_written,
         view_of_view_written,
