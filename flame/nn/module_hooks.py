@@ -193,26 +193,36 @@ def call(module, args: tuple, kwargs: dict):
         trace.read_part(module, "forward", d, "forward")
     if not (any(_global.values()) or any(d.get(k) for k in _KINDS)):
         return module.forward(*args, **kwargs)
-    for hook_id, hook in (*_global["_forward_pre_hooks"].items(), *d.get("_forward_pre_hooks", {}).items()):
-        args, kwargs = _pre_hook(module, hook, hook_id in d.get("_forward_pre_hooks_with_kwargs", {}), args, kwargs)
-    full = [*_global["_backward_hooks"].values(), *d.get("_backward_hooks", {}).values()]
-    pre = [*_global["_backward_pre_hooks"].values(), *d.get("_backward_pre_hooks", {}).values()]
-    watch = _BackwardCall(module, full, pre) if full or pre else None
-    if watch is not None:
-        args = watch.wrap_inputs(args)
     hooks = [*_global["_forward_hooks"].items(), *d.get("_forward_hooks", {}).items()]
     kw = {**_global_with_kwargs, **d.get("_forward_hooks_with_kwargs", {})}
-    try:
+    called: set = set()
+    try:  # as torch's: the always_call forward hooks not yet run run when a hook or forward() raises
+        for hook_id, hook in (*_global["_forward_pre_hooks"].items(), *d.get("_forward_pre_hooks", {}).items()):
+            with_kwargs = hook_id in d.get("_forward_pre_hooks_with_kwargs", {})
+            args, kwargs = _pre_hook(module, hook, with_kwargs, args, kwargs)
+        full = [*_global["_backward_hooks"].values(), *d.get("_backward_hooks", {}).values()]
+        pre = [*_global["_backward_pre_hooks"].values(), *d.get("_backward_pre_hooks", {}).values()]
+        watch = _BackwardCall(module, full, pre) if full or pre else None
+        if watch is not None:
+            args = watch.wrap_inputs(args)
         result = module.forward(*args, **kwargs)
+        for hook_id, hook in hooks:
+            called.add(hook_id)
+            got = _forward_hook(module, hook, hook_id in kw, args, kwargs, result)
+            result = result if got is None else got
     except Exception:
         always = {**_global_always, **d.get("_forward_hooks_always_called", {})}
         for hook_id, hook in hooks:
-            if hook_id in always:
-                _forward_hook(module, hook, hook_id in kw, args, kwargs, None)
+            if hook_id in always and hook_id not in called:
+                try:
+                    _forward_hook(module, hook, hook_id in kw, args, kwargs, None)
+                except Exception as e:  # torch's: the first error is the one raised
+                    warnings.warn(
+                        "module forward hook with ``always_call=True`` raised an exception that was silenced as "
+                        f"another error was raised in forward: {e}",
+                        stacklevel=user_stacklevel(),
+                    )
         raise
-    for hook_id, hook in hooks:
-        got = _forward_hook(module, hook, hook_id in kw, args, kwargs, result)
-        result = result if got is None else got
     return watch.wrap_outputs(result) if watch is not None else result
 
 
