@@ -255,6 +255,9 @@ class Unflatten(Module):
         d = self.dim % x.ndim
         return x.reshape(*x.shape[:d], *self.unflattened_size, *x.shape[d + 1:])
 
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
 
 class _ChannelDropout(Module):
     fn = staticmethod(FI.dropout2d)
@@ -355,6 +358,7 @@ class _Pad(Module):
     PyTorch's order (left, right, top, bottom, ...)."""
 
     dims, mode = 2, "constant"
+    names_value = False  # torch's ConstantPad prints `padding=..., value=...`; the others the padding alone
 
     def __init__(self, padding, value: float = 0.0):
         super().__init__()
@@ -367,17 +371,20 @@ class _Pad(Module):
         return L.pad(x, self.padding, self.mode, self.value if self.mode == "constant" else None)
 
     def extra_repr(self) -> str:
-        return f"{self.padding}" + (f", value={self.value}" if self.mode == "constant" and self.value else "")
+        return f"padding={self.padding}, value={self.value}" if self.names_value else f"{self.padding}"
 
 
 class ConstantPad1d(_Pad):
     dims = 1
+    names_value = True
 
     def __init__(self, padding, value: float):
         super().__init__(padding, value)
 
 
 class ConstantPad2d(_Pad):
+    names_value = True
+
     def __init__(self, padding, value: float):
         super().__init__(padding, value)
 
@@ -408,6 +415,7 @@ class ReplicationPad2d(_Pad):
 
 class ConstantPad3d(_Pad):
     dims = 3
+    names_value = True
 
     def __init__(self, padding, value: float):
         super().__init__(padding, value)

@@ -353,6 +353,9 @@ class Flatten(Module):
     def forward(self, x: Tensor) -> Tensor:
         return x.flatten(self.start_dim, self.end_dim)
 
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
 
 class MSELoss(Module):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):

@@ -21,6 +21,7 @@ from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
 from flame.nn.module_hooks import ModuleHooks
 from flame.nn.module_lookup import ModuleLookup, check_new_name
+from flame.nn.module_repr import module_list_repr, module_repr
 from flame.nn.module_state import (
     EXTRA_STATE,
     ExtraStateSlot,
@@ -545,15 +546,7 @@ class Module(ModuleHooks, ModuleLookup):
         return ""
 
     def __repr__(self) -> str:
-        """torch's layout: a one-line extra_repr without children inline, `Name(extra)`; otherwise each
-        extra_repr line, then each child, on its own line indented by two spaces."""
-        extra = self.extra_repr()
-        extra_lines = extra.split("\n") if extra else []
-        child_lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
-        if len(extra_lines) == 1 and not child_lines:
-            return f"{type(self).__name__}({extra_lines[0]})"
-        lines = extra_lines + child_lines
-        return f"{type(self).__name__}(" + ("\n  " + "\n  ".join(lines) + "\n" if lines else "") + ")"
+        return module_repr(self)
 
 
 class _ModuleSequence(Module):
@@ -679,6 +672,9 @@ class ModuleList(_ModuleSequence):
     def __add__(self, other: Iterable[Module]) -> ModuleList:
         """A new ModuleList of this one's modules then other's, as torch's."""
         return ModuleList([*self, *other])
+
+    def __repr__(self) -> str:
+        return module_list_repr(self)
 
 
 class _Registry(Module):
