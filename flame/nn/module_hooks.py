@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from flame.errors import AutogradError, FlameError
 from flame.frontend.context import current_trace, grad_enabled, user_location, user_stacklevel
+from flame.frontend.creation import zeros
 from flame.frontend.hooks import GroupHook, RemovableHandle, call_hook, check_traced_result, hooks_state, seen
 from flame.frontend.tensor import Tensor
 
@@ -262,7 +263,7 @@ class _BackwardCall:
 
     def __init__(self, module, full: list, pre: list):
         self.module, self.full, self.pre = module, full, pre
-        self.n_inputs, self.input_pos, self.grad_outputs = 0, None, None
+        self.n_inputs, self.input_pos, self.grad_outputs, self.input_meta = 0, None, None, []
         self.n_outputs, self.output_pos = 0, None
 
     def _wrap(self, values: tuple, on_grads: Callable) -> tuple[tuple, list[int] | None]:
@@ -280,8 +281,11 @@ class _BackwardCall:
 
     def wrap_inputs(self, args: tuple) -> tuple:
         self.n_inputs = len(args)
-        args, self.input_pos = self._wrap(args, self._on_inputs)
-        return args
+        wrapped, self.input_pos = self._wrap(args, self._on_inputs)
+        # the full hooks see zeros for a tensor input without a gradient (one that needs none, or that the
+        # backward does not reach), as torch's (its BackwardHookFunction materializes them)
+        self.input_meta = [(a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args]
+        return wrapped
 
     def wrap_outputs(self, result):
         one = isinstance(result, Tensor)
@@ -320,7 +324,8 @@ class _BackwardCall:
         gin = [None] * self.n_inputs
         for k, g in zip(self.input_pos, grads):
             gin[k] = g
-        gin = tuple(gin)
+        gin = tuple(g if g is not None or meta is None else zeros(*meta[0], dtype=meta[1])
+                    for g, meta in zip(gin, self.input_meta))
         for hook in self.full:
             got = call_hook(hook, self.module, gin, self.grad_outputs)
             check_traced_result(hook, got, "grad_input")
