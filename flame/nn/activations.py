@@ -23,6 +23,7 @@ from flame.frontend.tensor import Tensor
 from flame.nn import init
 from flame.nn.conv import _LazyNorm, _NormBase
 from flame.nn.layers import _Elementwise, given_weight
+from flame.nn.loss_base import _Loss
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
@@ -225,7 +226,7 @@ class PairwiseDistance(Module):
         return A.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
 
 
-class HuberLoss(Module):
+class HuberLoss(_Loss):
     def __init__(self, reduction: str = "mean", delta: float = 1.0):
         super().__init__()
         self.reduction, self.delta = reduction, delta
@@ -234,7 +235,7 @@ class HuberLoss(Module):
         return A.huber_loss(input, target, self.reduction, self.delta)
 
 
-class KLDivLoss(Module):
+class KLDivLoss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
         super().__init__()
         F.no_legacy_reduction("KLDivLoss", size_average, reduce)
