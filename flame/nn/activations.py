@@ -363,9 +363,8 @@ class _Pad(Module):
 
     def __init__(self, padding, value: float = 0.0):
         super().__init__()
+        # a tuple is F.pad's, as in torch: (1, 2) given to a 2d module pads the last dim alone
         self.padding = (int(padding),) * (2 * self.dims) if isinstance(padding, int) else tuple(padding)
-        if len(self.padding) != 2 * self.dims:
-            raise ValueError(f"{type(self).__name__}: padding needs {2 * self.dims} values, got {self.padding}")
         self.value = value
 
     def forward(self, x: Tensor) -> Tensor:
