@@ -96,6 +96,11 @@ class ArgumentError(FlameError, ValueError):
     message names it, what it accepts and what it holds."""
 
 
+class ConflictingOptionsError(ArgumentError, RuntimeError):
+    """Two options given together that PyTorch refuses together (torch.optim's fused=True with
+    foreach=True): a RuntimeError, as PyTorch raises."""
+
+
 class ZeroDivisorError(ArgumentError, RuntimeError):
     """An integer floor_divide, remainder, fmod or div(rounding_mode=...) by zero, a Python 0 or a zero
     held in a tensor (the reference executor checks the divisor; PyTorch's CPU raises a RuntimeError

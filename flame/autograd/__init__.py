@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from flame.autograd import forward_ad, functional, graph
+from flame.autograd import forward_ad, function, functional, graph
 from flame.errors import GradcheckError
 from flame.frontend.anomaly import (
     detect_anomaly,
@@ -141,6 +141,7 @@ __all__ = [
     "custom_vjp",
     "detect_anomaly",
     "forward_ad",
+    "function",
     "graph",
     "functional",
     "grad",

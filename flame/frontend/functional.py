@@ -66,14 +66,15 @@ def no_legacy_reduction(name: str, size_average, reduce) -> None:
                          f"reduction='mean', 'sum' or 'none'\n  at {user_location()}")
 
 
-def no_weight_grad(fn: str, weight: Tensor | None) -> None:
-    """Refuse a class weight that requires grad where PyTorch's loss `fn` (its kernel's name) does not
-    differentiate with respect to it (nll_loss, cross_entropy with class indices, multi_margin_loss): it
-    raises at the call while grad mode is on, where flame would otherwise give the weight a gradient."""
+def no_weight_grad(fn: str, weight: Tensor | None, argument: str = "weight") -> None:
+    """Refuse a class weight (or the `argument` named) that requires grad where PyTorch's loss `fn` (its
+    kernel's name) does not differentiate with respect to it (nll_loss, cross_entropy with class indices,
+    multi_margin_loss; soft_margin_loss's target): it raises at the call while grad mode is on, where flame
+    would otherwise give it a gradient."""
     if weight is not None and weight.requires_grad and grad_enabled.get():
         raise AutogradError(
-            f"The function '{fn}' is not differentiable with respect to argument 'weight'. This input cannot "
-            f"have requires_grad True. (pass weight.detach())\n  at {user_location()}"
+            f"The function '{fn}' is not differentiable with respect to argument '{argument}'. This input "
+            f"cannot have requires_grad True. (pass {argument}.detach())\n  at {user_location()}"
         )
 
 

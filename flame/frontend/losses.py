@@ -238,12 +238,13 @@ def binary_cross_entropy(
     if is_autocast_enabled():
         raise RuntimeError(_BCE_UNSAFE + f"\n  at {user_location()}")
     _same_shape("binary_cross_entropy", input, target)
-    if input._value is None and input.numel():
-        x = input.numpy()
-        if (x < 0).any() or (x > 1).any():
-            raise ValueError(
-                f"binary_cross_entropy: all elements of input should be between 0 and 1\n  at {user_location()}"
-            )
+    for name, t in (("input", input), ("target", target)):  # torch's kernel checks both (NaN fails too)
+        if t._value is None and t.numel():
+            x = t.numpy()
+            if not ((x >= 0) & (x <= 1)).all():
+                raise ValueError(
+                    f"binary_cross_entropy: all elements of {name} should be between 0 and 1\n  at {user_location()}"
+                )
     # PyTorch's kernel's form and order (its signs of zero too)
     loss = (target - 1) * (-input).log1p().clamp(min=-100.0) - target * input.log().clamp(min=-100.0)
     loss = _bce_gradients(loss, input, target)

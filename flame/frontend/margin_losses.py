@@ -57,6 +57,7 @@ def soft_margin_loss(input: Tensor, target: Tensor, size_average=None, reduce=No
     """log(1 + exp(-target input)), target +1 or -1."""
     no_legacy_reduction("soft_margin_loss", size_average, reduce)
     _shapes_match("soft_margin_loss", input=input, target=target)
+    no_weight_grad("soft_margin_loss", target, "target")  # torch's kernel has no target gradient
     return _loss_reduce(-logsigmoid(target * input), reduction)
 
 

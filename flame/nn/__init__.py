@@ -205,3 +205,5 @@ __all__ = ["AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AvgPo
            "register_module_full_backward_hook", "register_module_full_backward_pre_hook", "AlphaDropout",
            "FeatureAlphaDropout", "AdaptiveLogSoftmaxWithLoss", "FractionalMaxPool2d", "FractionalMaxPool3d",
            "LazyInstanceNorm1d", "LazyInstanceNorm2d", "LazyInstanceNorm3d"]
+
+from flame.nn import modules  # noqa: E402, F401  (torch.nn.modules's layout; it reads the names above)

@@ -23,6 +23,7 @@ from flame.frontend.tensor import Tensor
 from flame.nn import init
 from flame.nn.conv import _LazyNorm, _NormBase
 from flame.nn.layers import _Elementwise, given_weight
+from flame.nn.loss_base import _Loss
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter
 
@@ -225,7 +226,7 @@ class PairwiseDistance(Module):
         return A.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
 
 
-class HuberLoss(Module):
+class HuberLoss(_Loss):
     def __init__(self, reduction: str = "mean", delta: float = 1.0):
         super().__init__()
         self.reduction, self.delta = reduction, delta
@@ -234,7 +235,7 @@ class HuberLoss(Module):
         return A.huber_loss(input, target, self.reduction, self.delta)
 
 
-class KLDivLoss(Module):
+class KLDivLoss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False):
         super().__init__()
         F.no_legacy_reduction("KLDivLoss", size_average, reduce)
@@ -254,6 +255,9 @@ class Unflatten(Module):
     def forward(self, x: Tensor) -> Tensor:
         d = self.dim % x.ndim
         return x.reshape(*x.shape[:d], *self.unflattened_size, *x.shape[d + 1:])
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
 
 
 class _ChannelDropout(Module):
@@ -355,29 +359,32 @@ class _Pad(Module):
     PyTorch's order (left, right, top, bottom, ...)."""
 
     dims, mode = 2, "constant"
+    names_value = False  # torch's ConstantPad prints `padding=..., value=...`; the others the padding alone
 
     def __init__(self, padding, value: float = 0.0):
         super().__init__()
+        # a tuple is F.pad's, as in torch: (1, 2) given to a 2d module pads the last dim alone
         self.padding = (int(padding),) * (2 * self.dims) if isinstance(padding, int) else tuple(padding)
-        if len(self.padding) != 2 * self.dims:
-            raise ValueError(f"{type(self).__name__}: padding needs {2 * self.dims} values, got {self.padding}")
         self.value = value
 
     def forward(self, x: Tensor) -> Tensor:
         return L.pad(x, self.padding, self.mode, self.value if self.mode == "constant" else None)
 
     def extra_repr(self) -> str:
-        return f"{self.padding}" + (f", value={self.value}" if self.mode == "constant" and self.value else "")
+        return f"padding={self.padding}, value={self.value}" if self.names_value else f"{self.padding}"
 
 
 class ConstantPad1d(_Pad):
     dims = 1
+    names_value = True
 
     def __init__(self, padding, value: float):
         super().__init__(padding, value)
 
 
 class ConstantPad2d(_Pad):
+    names_value = True
+
     def __init__(self, padding, value: float):
         super().__init__(padding, value)
 
@@ -408,6 +415,7 @@ class ReplicationPad2d(_Pad):
 
 class ConstantPad3d(_Pad):
     dims = 3
+    names_value = True
 
     def __init__(self, padding, value: float):
         super().__init__(padding, value)

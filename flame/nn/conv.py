@@ -91,9 +91,12 @@ class _ConvNd(Module):
             s += f", padding={self.padding}"
         if self.dilation != (1,) * self.d:
             s += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * self.d:
+            s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
-        return s + ("" if self.bias is not None else ", bias=False")
+        s += "" if self.bias is not None else ", bias=False"
+        return s + ("" if self.padding_mode == "zeros" else f", padding_mode={self.padding_mode}")
 
 
 class _Conv(_ConvNd):
@@ -287,6 +290,11 @@ class _AvgPool(Module):
 class AvgPool1d(_AvgPool):
     d = 1
 
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        one = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v,)  # noqa: E731  (torch's _single)
+        super().__init__(one(kernel_size), one(kernel_size if stride is None else stride), one(padding), ceil_mode,
+                         count_include_pad)
+
 
 class AvgPool2d(_AvgPool):
     d = 2
@@ -402,6 +410,10 @@ class Upsample(Module):
     def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None,
                  recompute_scale_factor: bool | None = None):
         super().__init__()
+        if isinstance(scale_factor, tuple):  # stored as floats, as torch's
+            scale_factor = tuple(float(f) for f in scale_factor)
+        elif scale_factor:
+            scale_factor = float(scale_factor)
         self.size, self.scale_factor, self.mode = size, scale_factor, mode
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 

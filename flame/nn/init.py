@@ -17,6 +17,7 @@ __all__ = ["calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_", "
 
 
 def _fans(tensor: Tensor) -> tuple[int, int]:
+    """(fan_in, fan_out) of a weight: its dims 1 and 0, each times the product of the dims after them."""
     if tensor.ndim < 2:
         raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
     receptive = math.prod(tensor.shape[2:])
@@ -30,6 +31,11 @@ def _fan(tensor: Tensor, mode: str) -> int:
         raise ValueError(f"Mode {mode} not supported, please use one of ['fan_in', 'fan_out']")
     fan_in, fan_out = _fans(tensor)
     return fan_in if mode == "fan_in" else fan_out
+
+
+# torch.nn.init's private helpers, which custom layers' reset_parameters call by these names
+_calculate_fan_in_and_fan_out = _fans
+_calculate_correct_fan = _fan
 
 
 def _empty(tensor: Tensor) -> bool:

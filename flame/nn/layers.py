@@ -18,6 +18,7 @@ from flame.frontend.default_dtype import float_dtype
 from flame.frontend.tensor import Tensor
 from flame.nn import init
 from flame.nn.lazy import LazyModuleMixin
+from flame.nn.loss_base import _Loss, _WeightedLoss
 from flame.nn.module import Module
 from flame.nn.parameter import Parameter, UninitializedParameter, is_lazy
 
@@ -353,8 +354,11 @@ class Flatten(Module):
     def forward(self, x: Tensor) -> Tensor:
         return x.flatten(self.start_dim, self.end_dim)
 
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
-class MSELoss(Module):
+
+class MSELoss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         losses._no_legacy("MSELoss", size_average, reduce)
@@ -364,7 +368,7 @@ class MSELoss(Module):
         return F.mse_loss(input, target, reduction=self.reduction)
 
 
-class CrossEntropyLoss(Module):
+class CrossEntropyLoss(_WeightedLoss):
     """torch.nn.CrossEntropyLoss (its arguments, in its order): F.cross_entropy as a module."""
 
     def __init__(self, weight: Tensor | None = None, size_average=None, ignore_index: int | None = None, reduce=None,
@@ -379,7 +383,7 @@ class CrossEntropyLoss(Module):
                                     reduction=self.reduction, label_smoothing=self.label_smoothing)
 
 
-class L1Loss(Module):
+class L1Loss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         losses._no_legacy("L1Loss", size_average, reduce)
@@ -389,7 +393,7 @@ class L1Loss(Module):
         return losses.l1_loss(input, target, reduction=self.reduction)
 
 
-class SmoothL1Loss(Module):
+class SmoothL1Loss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
         super().__init__()
         losses._no_legacy("SmoothL1Loss", size_average, reduce)
@@ -399,7 +403,7 @@ class SmoothL1Loss(Module):
         return losses.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
 
 
-class NLLLoss(Module):
+class NLLLoss(_WeightedLoss):
     def __init__(self, weight: Tensor | None = None, size_average=None, ignore_index: int = -100, reduce=None,
                  reduction: str = "mean"):
         super().__init__()
@@ -411,7 +415,7 @@ class NLLLoss(Module):
         return losses.nll_loss(input, target, self.weight, ignore_index=self.ignore_index, reduction=self.reduction)
 
 
-class BCELoss(Module):
+class BCELoss(_WeightedLoss):
     def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         losses._no_legacy("BCELoss", size_average, reduce)
@@ -422,7 +426,7 @@ class BCELoss(Module):
         return losses.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
 
 
-class BCEWithLogitsLoss(Module):
+class BCEWithLogitsLoss(_Loss):
     def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean",
                  pos_weight: Tensor | None = None):
         super().__init__()

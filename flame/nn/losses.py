@@ -13,14 +13,14 @@ from flame.frontend.functional import no_legacy_reduction
 from flame.frontend.linear_cross_entropy import linear_cross_entropy
 from flame.frontend.tensor import Tensor
 from flame.nn.layers import Linear
-from flame.nn.module import Module
+from flame.nn.loss_base import _Loss, _WeightedLoss
 
 __all__ = ["CTCLoss", "CosineEmbeddingLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "LinearCrossEntropyLoss",
            "MarginRankingLoss", "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss",
            "SoftMarginLoss", "TripletMarginLoss", "TripletMarginWithDistanceLoss"]
 
 
-class MarginRankingLoss(Module):
+class MarginRankingLoss(_Loss):
     def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         no_legacy_reduction("MarginRankingLoss", size_average, reduce)
@@ -30,7 +30,7 @@ class MarginRankingLoss(Module):
         return M.margin_ranking_loss(input1, input2, target, self.margin, reduction=self.reduction)
 
 
-class HingeEmbeddingLoss(Module):
+class HingeEmbeddingLoss(_Loss):
     def __init__(self, margin: float = 1.0, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         no_legacy_reduction("HingeEmbeddingLoss", size_average, reduce)
@@ -40,7 +40,7 @@ class HingeEmbeddingLoss(Module):
         return M.hinge_embedding_loss(input, target, self.margin, reduction=self.reduction)
 
 
-class SoftMarginLoss(Module):
+class SoftMarginLoss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         no_legacy_reduction("SoftMarginLoss", size_average, reduce)
@@ -50,7 +50,7 @@ class SoftMarginLoss(Module):
         return M.soft_margin_loss(input, target, reduction=self.reduction)
 
 
-class MultiLabelSoftMarginLoss(Module):
+class MultiLabelSoftMarginLoss(_WeightedLoss):
     def __init__(self, weight: Tensor | None = None, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         no_legacy_reduction("MultiLabelSoftMarginLoss", size_average, reduce)
@@ -61,7 +61,7 @@ class MultiLabelSoftMarginLoss(Module):
         return M.multilabel_soft_margin_loss(input, target, self.weight, reduction=self.reduction)
 
 
-class CosineEmbeddingLoss(Module):
+class CosineEmbeddingLoss(_Loss):
     def __init__(self, margin: float = 0.0, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         no_legacy_reduction("CosineEmbeddingLoss", size_average, reduce)
@@ -71,7 +71,7 @@ class CosineEmbeddingLoss(Module):
         return M.cosine_embedding_loss(input1, input2, target, self.margin, reduction=self.reduction)
 
 
-class TripletMarginLoss(Module):
+class TripletMarginLoss(_Loss):
     def __init__(self, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6, swap: bool = False,
                  size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
@@ -83,7 +83,7 @@ class TripletMarginLoss(Module):
                                      reduction=self.reduction)
 
 
-class MultiMarginLoss(Module):
+class MultiMarginLoss(_WeightedLoss):
     def __init__(self, p: int = 1, margin: float = 1.0, weight: Tensor | None = None, size_average=None,
                  reduce=None, reduction: str = "mean"):
         super().__init__()
@@ -97,7 +97,7 @@ class MultiMarginLoss(Module):
         return M.multi_margin_loss(input, target, self.p, self.margin, self.weight, reduction=self.reduction)
 
 
-class PoissonNLLLoss(Module):
+class PoissonNLLLoss(_Loss):
     def __init__(self, log_input: bool = True, full: bool = False, size_average=None, eps: float = 1e-8,
                  reduce=None, reduction: str = "mean"):
         super().__init__()
@@ -108,7 +108,7 @@ class PoissonNLLLoss(Module):
         return M.poisson_nll_loss(log_input, target, self.log_input, self.full, eps=self.eps, reduction=self.reduction)
 
 
-class GaussianNLLLoss(Module):
+class GaussianNLLLoss(_Loss):
     def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
         super().__init__()
         self.full, self.eps, self.reduction = full, eps, reduction
@@ -117,7 +117,7 @@ class GaussianNLLLoss(Module):
         return M.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
 
 
-class TripletMarginWithDistanceLoss(Module):
+class TripletMarginWithDistanceLoss(_Loss):
     def __init__(self, *, distance_function: Callable[[Tensor, Tensor], Tensor] | None = None, margin: float = 1.0,
                  swap: bool = False, reduction: str = "mean"):
         super().__init__()
@@ -131,7 +131,7 @@ class TripletMarginWithDistanceLoss(Module):
                                                    margin=self.margin, swap=self.swap, reduction=self.reduction)
 
 
-class MultiLabelMarginLoss(Module):
+class MultiLabelMarginLoss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         no_legacy_reduction("MultiLabelMarginLoss", size_average, reduce)
@@ -141,7 +141,7 @@ class MultiLabelMarginLoss(Module):
         return M.multilabel_margin_loss(input, target, reduction=self.reduction)
 
 
-class CTCLoss(Module):
+class CTCLoss(_Loss):
     def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
         super().__init__()
         self.blank, self.reduction, self.zero_infinity = blank, reduction, zero_infinity
@@ -151,7 +151,7 @@ class CTCLoss(Module):
                         self.zero_infinity)
 
 
-class LinearCrossEntropyLoss(Module):
+class LinearCrossEntropyLoss(_Loss):
     """torch.nn.LinearCrossEntropyLoss: F.linear_cross_entropy with its own Linear of in_features to
     num_classes * prod(out_features) outputs (its weight and bias stored flat, in self.linear, as torch's,
     and shaped [num_classes, *out_features, in_features] for each call); weight [num_classes] a buffer."""

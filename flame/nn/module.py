@@ -20,7 +20,8 @@ from flame.frontend.tensor import Tensor
 from flame.ir.dtypes import dtype_of
 from flame.nn import module_hooks
 from flame.nn.module_hooks import ModuleHooks
-from flame.nn.module_lookup import ModuleLookup
+from flame.nn.module_lookup import ModuleLookup, check_new_name
+from flame.nn.module_repr import module_list_repr, module_repr
 from flame.nn.module_state import (
     EXTRA_STATE,
     ExtraStateSlot,
@@ -123,6 +124,8 @@ class Module(ModuleHooks, ModuleLookup):
             self._forget(name, keep="_modules")
             mods[name] = value
         elif isinstance(value, Buffer):
+            self._check_init(name)
+            self.__dict__.pop(name, None)  # a plain attribute of that name gives way, as in torch
             self.register_buffer(name, value, persistent=buffer_persistent(value))
         elif params is not None and name in params:
             if value is not None:
@@ -181,6 +184,7 @@ class Module(ModuleHooks, ModuleLookup):
         self._check_init(name)
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter({name!r}): expected nn.Parameter or None, got {type(param).__name__}")
+        check_new_name(self, "parameter", name, "_parameters")
         self._forget(name, keep="_parameters")  # a name registered again keeps its place, as torch's
         self._parameters[name] = param
 
@@ -190,6 +194,7 @@ class Module(ModuleHooks, ModuleLookup):
         self._check_init(name)
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer({name!r}): expected a Tensor or None, got {type(tensor).__name__}")
+        check_new_name(self, "buffer", name, "_buffers")
         self._forget(name, keep="_buffers")
         if tensor is not None and tensor._role is None:
             tensor._role = "state"
@@ -202,6 +207,7 @@ class Module(ModuleHooks, ModuleLookup):
             raise ArgumentTypeError(f"{type(module).__name__} is not a Module subclass (add_module({name!r}) of "
                                     f"{type(self).__name__})\n  at {user_location()}")
         self._check_init(name)
+        check_new_name(self, "module", name, "_modules")
         self._forget(name, keep="_modules")
         self._modules[name] = module
 
@@ -281,6 +287,8 @@ class Module(ModuleHooks, ModuleLookup):
     def train(self, mode: bool = True) -> Module:
         """Set training mode here and below. A @flame.compile'd function that read the mode (Dropout
         does) keeps one trace per mode: switching re-traces once, with a flame.RecompileWarning."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
         for m in self.modules():
             m.training = mode
         return self
@@ -306,7 +314,7 @@ class Module(ModuleHooks, ModuleLookup):
         (the objects stay the same, so optimizers holding them keep working; compiled functions
         re-trace on the new type). A device ("cpu", "cuda", "cuda:0") must be the device this process
         runs on (flame runs one executor per process, see Tensor.to), so it moves nothing; another
-        raises a FlameError saying how to choose the device."""
+        raises a FlameError saying how to choose the device. A .grad is converted with its tensor."""
         from flame.frontend.tensor import Tensor
         from flame.runtime.device import is_device
 
@@ -331,8 +339,9 @@ class Module(ModuleHooks, ModuleLookup):
         with no_grad():
             for t in list(self.parameters()) + list(self.buffers()):
                 if t.dtype.is_float and t.dtype != dt:
+                    grad = None if t.grad is None else t.grad.detach().to(dt)  # torch converts .grad too
                     new = t.detach().to(dt)
-                    t._data, t._dtype, t.grad = new._data, dt, None
+                    t._data, t._dtype, t.grad = new._data, dt, grad
                     t._version += 1
         return self
 
@@ -537,15 +546,7 @@ class Module(ModuleHooks, ModuleLookup):
         return ""
 
     def __repr__(self) -> str:
-        """torch's layout: a one-line extra_repr without children inline, `Name(extra)`; otherwise each
-        extra_repr line, then each child, on its own line indented by two spaces."""
-        extra = self.extra_repr()
-        extra_lines = extra.split("\n") if extra else []
-        child_lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
-        if len(extra_lines) == 1 and not child_lines:
-            return f"{type(self).__name__}({extra_lines[0]})"
-        lines = extra_lines + child_lines
-        return f"{type(self).__name__}(" + ("\n  " + "\n  ".join(lines) + "\n" if lines else "") + ")"
+        return module_repr(self)
 
 
 class _ModuleSequence(Module):
@@ -633,6 +634,27 @@ class Sequential(_ModuleSequence):
             return Sequential(OrderedDict(list(self._modules.items())[i]))
         return self._modules[self._index(i)]
 
+    def __add__(self, other: Sequential) -> Sequential:
+        """A new Sequential of this one's modules then other's, as torch's (only a Sequential adds)."""
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
+        return Sequential(*self, *other)
+
+    def __iadd__(self, other: Sequential) -> Sequential:
+        if not isinstance(other, Sequential):
+            raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
+        return self.extend(list(other))
+
+    def __mul__(self, times: int) -> Sequential:
+        """A new Sequential holding this one's modules `times` times over (the same module objects)."""
+        if not isinstance(times, int):
+            raise TypeError(f"unsupported operand type(s) for *: {type(self)} and {type(times)}")
+        if times <= 0:
+            raise ValueError(f"Non-positive multiplication factor {times} for {type(self)}")
+        return Sequential(*(list(self) * times))
+
+    __rmul__ = __mul__
+
 
 class ModuleList(_ModuleSequence):
     """A list of modules, registered so their parameters are found."""
@@ -646,6 +668,13 @@ class ModuleList(_ModuleSequence):
         if isinstance(i, slice):
             return ModuleList(list(self._modules.values())[i])
         return self._modules[self._index(i)]
+
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        """A new ModuleList of this one's modules then other's, as torch's."""
+        return ModuleList([*self, *other])
+
+    def __repr__(self) -> str:
+        return module_list_repr(self)
 
 
 class _Registry(Module):

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from flame.errors import AutogradError, FlameError
 from flame.frontend.context import current_trace, grad_enabled, user_location, user_stacklevel
+from flame.frontend.creation import zeros
 from flame.frontend.hooks import GroupHook, RemovableHandle, call_hook, check_traced_result, hooks_state, seen
 from flame.frontend.tensor import Tensor
 
@@ -193,26 +194,36 @@ def call(module, args: tuple, kwargs: dict):
         trace.read_part(module, "forward", d, "forward")
     if not (any(_global.values()) or any(d.get(k) for k in _KINDS)):
         return module.forward(*args, **kwargs)
-    for hook_id, hook in (*_global["_forward_pre_hooks"].items(), *d.get("_forward_pre_hooks", {}).items()):
-        args, kwargs = _pre_hook(module, hook, hook_id in d.get("_forward_pre_hooks_with_kwargs", {}), args, kwargs)
-    full = [*_global["_backward_hooks"].values(), *d.get("_backward_hooks", {}).values()]
-    pre = [*_global["_backward_pre_hooks"].values(), *d.get("_backward_pre_hooks", {}).values()]
-    watch = _BackwardCall(module, full, pre) if full or pre else None
-    if watch is not None:
-        args = watch.wrap_inputs(args)
     hooks = [*_global["_forward_hooks"].items(), *d.get("_forward_hooks", {}).items()]
     kw = {**_global_with_kwargs, **d.get("_forward_hooks_with_kwargs", {})}
-    try:
+    called: set = set()
+    try:  # as torch's: the always_call forward hooks not yet run run when a hook or forward() raises
+        for hook_id, hook in (*_global["_forward_pre_hooks"].items(), *d.get("_forward_pre_hooks", {}).items()):
+            with_kwargs = hook_id in d.get("_forward_pre_hooks_with_kwargs", {})
+            args, kwargs = _pre_hook(module, hook, with_kwargs, args, kwargs)
+        full = [*_global["_backward_hooks"].values(), *d.get("_backward_hooks", {}).values()]
+        pre = [*_global["_backward_pre_hooks"].values(), *d.get("_backward_pre_hooks", {}).values()]
+        watch = _BackwardCall(module, full, pre) if full or pre else None
+        if watch is not None:
+            args = watch.wrap_inputs(args)
         result = module.forward(*args, **kwargs)
+        for hook_id, hook in hooks:
+            called.add(hook_id)
+            got = _forward_hook(module, hook, hook_id in kw, args, kwargs, result)
+            result = result if got is None else got
     except Exception:
         always = {**_global_always, **d.get("_forward_hooks_always_called", {})}
         for hook_id, hook in hooks:
-            if hook_id in always:
-                _forward_hook(module, hook, hook_id in kw, args, kwargs, None)
+            if hook_id in always and hook_id not in called:
+                try:
+                    _forward_hook(module, hook, hook_id in kw, args, kwargs, None)
+                except Exception as e:  # torch's: the first error is the one raised
+                    warnings.warn(
+                        "module forward hook with ``always_call=True`` raised an exception that was silenced as "
+                        f"another error was raised in forward: {e}",
+                        stacklevel=user_stacklevel(),
+                    )
         raise
-    for hook_id, hook in hooks:
-        got = _forward_hook(module, hook, hook_id in kw, args, kwargs, result)
-        result = result if got is None else got
     return watch.wrap_outputs(result) if watch is not None else result
 
 
@@ -252,7 +263,7 @@ class _BackwardCall:
 
     def __init__(self, module, full: list, pre: list):
         self.module, self.full, self.pre = module, full, pre
-        self.n_inputs, self.input_pos, self.grad_outputs = 0, None, None
+        self.n_inputs, self.input_pos, self.grad_outputs, self.input_meta = 0, None, None, []
         self.n_outputs, self.output_pos = 0, None
 
     def _wrap(self, values: tuple, on_grads: Callable) -> tuple[tuple, list[int] | None]:
@@ -270,8 +281,11 @@ class _BackwardCall:
 
     def wrap_inputs(self, args: tuple) -> tuple:
         self.n_inputs = len(args)
-        args, self.input_pos = self._wrap(args, self._on_inputs)
-        return args
+        wrapped, self.input_pos = self._wrap(args, self._on_inputs)
+        # the full hooks see zeros for a tensor input without a gradient (one that needs none, or that the
+        # backward does not reach), as torch's (its BackwardHookFunction materializes them)
+        self.input_meta = [(a.shape, a.dtype) if isinstance(a, Tensor) else None for a in args]
+        return wrapped
 
     def wrap_outputs(self, result):
         one = isinstance(result, Tensor)
@@ -310,7 +324,8 @@ class _BackwardCall:
         gin = [None] * self.n_inputs
         for k, g in zip(self.input_pos, grads):
             gin[k] = g
-        gin = tuple(gin)
+        gin = tuple(g if g is not None or meta is None else zeros(*meta[0], dtype=meta[1])
+                    for g, meta in zip(gin, self.input_meta))
         for hook in self.full:
             got = call_hook(hook, self.module, gin, self.grad_outputs)
             check_traced_result(hook, got, "grad_input")

@@ -5,6 +5,20 @@ where a name is missing or names something of the wrong kind."""
 from __future__ import annotations
 
 
+def check_new_name(module, kind: str, name, registry: str) -> None:
+    """torch's checks on a name given to register_parameter / register_buffer / add_module (`kind`:
+    "parameter", "buffer", "module"): a str, non-empty, without ".", and not an attribute the module has
+    outside the registry `registry` (a method, a plain attribute, or an entry of another kind)."""
+    if not isinstance(name, str):
+        raise TypeError(f"{kind} name should be a string. Got {type(name).__name__}")
+    if "." in name:
+        raise KeyError(f'{kind} name can\'t contain ".", got: {name}')
+    if name == "":
+        raise KeyError(f'{kind} name can\'t be empty string ""')
+    if name not in module.__dict__[registry] and hasattr(module, name):
+        raise KeyError(f"attribute '{name}' already exists")
+
+
 class ModuleLookup:
     """The dotted-name lookups of nn.Module (mixed into flame.nn.Module)."""
 

@@ -5,10 +5,11 @@ UninitializedBuffer, as torch.nn's)."""
 
 from __future__ import annotations
 
+import copy
 import weakref
 from typing import Any
 
-from flame.errors import TraceError
+from flame.errors import GradDTypeError, TraceError
 from flame.frontend.context import user_location
 from flame.frontend.creation import zeros
 from flame.frontend.default_dtype import float_dtype
@@ -32,10 +33,26 @@ class Parameter(Tensor):
             self._init(data._data, data.dtype, None, None)
         else:
             Tensor.__init__(self, data)
+        if requires_grad and not self.dtype.is_float:
+            raise GradDTypeError(
+                f"only Tensors of floating point dtype can require gradients (this one is {self.dtype}), as in "
+                f"PyTorch: pass requires_grad=False for an integer Parameter\n  at {user_location()}"
+            )
         self.requires_grad = bool(requires_grad)
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
+
+    def __deepcopy__(self, memo: dict) -> Parameter:
+        """A new Parameter holding a copy of the values, with the same requires_grad and no .grad, as
+        torch.nn.Parameter's (copy.deepcopy of a model does not copy its gradients)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if type(self) is not Parameter:  # a placeholder (UninitializedParameter): copied slot by slot
+            return copy._reconstruct(self, memo, *self.__reduce_ex__(4))
+        result = Parameter(self.detach().clone(), self.requires_grad)
+        memo[id(self)] = result
+        return result
 
 
 _MARKED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> a tensor Buffer() marked

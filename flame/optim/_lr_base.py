@@ -12,6 +12,11 @@ from flame.frontend.context import current_trace, no_grad, user_location
 from flame.frontend.tensor import Tensor
 from flame.optim.optimizer import Optimizer
 
+SCHEDULER_BEFORE_OPTIMIZER_WARNING = (
+    "Detected call of `lr_scheduler.step()` before `optimizer.step()`. As in PyTorch, call them in the opposite "
+    "order: `optimizer.step()` before `lr_scheduler.step()`; otherwise the first value of the learning rate "
+    "schedule is skipped."
+)
 EPOCH_DEPRECATION_WARNING = (
     "scheduler.step(epoch) is deprecated, as in PyTorch: call scheduler.step() without an epoch. Given an "
     "epoch, the scheduler jumps to it with its closed form where it has one, instead of the chainable form."
@@ -102,6 +107,8 @@ class LRScheduler:
     def step(self, epoch: int | None = None) -> None:
         """Advance one epoch (or batch) and write each group's learning rate; step(epoch) (deprecated,
         as in torch) sets last_epoch to epoch and uses the closed form where the scheduler has one."""
+        if self._step_count == 1 and not getattr(self.optimizer, "_opt_called", False):
+            warnings.warn(SCHEDULER_BEFORE_OPTIMIZER_WARNING, UserWarning, stacklevel=2)
         self._step_count += 1
         if epoch is not None:
             warnings.warn(EPOCH_DEPRECATION_WARNING, UserWarning, stacklevel=2)

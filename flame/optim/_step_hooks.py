@@ -79,6 +79,7 @@ def hooked_step(step: Callable, users: bool) -> Callable:
                     raise RuntimeError(f"{step} must return None or a tuple of (new_args, new_kwargs), but got "
                                        f"{result}.")
                 args, kwargs = result
+        self._opt_called = True  # an LR scheduler stepped before the first optimizer step warns (torch's)
         self._in_step = True
         try:
             trace = current_trace.get()
@@ -107,8 +108,9 @@ def _plain_state(opt: Any) -> tuple:
 
 def _plain_attributes(opt: Any) -> tuple:
     """The optimizer's own plain attributes (a step counter of a Lookahead written by the user), less the
-    flag of the step running."""
-    return tuple((k, value_key(v)) for k, v in vars(opt).items() if k != "_in_step" and is_plain(v))
+    flags of the step running and of a step taken."""
+    flags = ("_in_step", "_opt_called")
+    return tuple((k, value_key(v)) for k, v in vars(opt).items() if k not in flags and is_plain(v))
 
 
 def _state_tensors(opt: Any) -> tuple:

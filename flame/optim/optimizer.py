@@ -20,7 +20,14 @@ from itertools import chain
 from typing import Any
 
 from flame.checkpoint import as_tensor, copy_pairs
-from flame.errors import ArgumentError, ArgumentTypeError, CheckpointError, FlameError, TraceError
+from flame.errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    CheckpointError,
+    ConflictingOptionsError,
+    FlameError,
+    TraceError,
+)
 from flame.frontend.context import TRACING_HOOKS, current_trace, no_grad, pinned_location, user_location
 from flame.frontend.creation import zeros
 from flame.frontend.default_dtype import get_default_dtype
@@ -95,6 +102,11 @@ class Optimizer:
         unknown = [k for k in flags if k not in self.torch_flags]
         if unknown:
             raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}")
+        if flags.get("fused") and flags.get("foreach"):
+            raise ConflictingOptionsError(
+                f"{type(self).__name__}: `fused` and `foreach` cannot be `True` together (as in PyTorch)\n"
+                f"  at {user_location()}"
+            )
         if flags.get("differentiable"):
             raise NotImplementedError(
                 f"{type(self).__name__}: differentiable=True (gradients through the update) is not supported"

@@ -104,6 +104,48 @@ def test_backward_hook_with_no_input_requiring_grad_gets_nones():
     np.testing.assert_allclose(gout, seen["torch"][0][1])
 
 
+def _two_input_hook_run(lib, b_grad: bool, use: str, compiled: bool = False):
+    """A module of three inputs (a, b, an integer tensor) and two outputs with a full backward hook that
+    adds the sums of grad_input's other entries to a's gradient; (the hook's view of grad_input and
+    grad_output: None or (integer?, shape); a.grad; b.grad)."""
+
+    class Two(lib.nn.Module):
+        def forward(self, a, b, i, scale=1.0):
+            return a * 2 * scale, (b * 3).sum()
+
+    log, m = [], Two()
+
+    def hook(mod, gin, gout):
+        log.append([None if g is None else (g.dtype in (lib.int64,), tuple(g.shape)) for g in gin + gout])
+        return (gin[0] + gin[1].sum() * 10 + gin[2].sum(), *gin[1:])
+
+    m.register_full_backward_hook(hook)
+    a = lib.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    b = lib.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=b_grad)
+    i = lib.tensor(np.array([1, 2]))
+
+    def step(a, b, i):
+        o1, o2 = m(a, b, i, scale=3.0)
+        (o1.sum() if use == "first" else o1.sum() + o2).backward()
+        return o1
+
+    (flame.compile(step) if compiled else step)(a, b, i)
+    return log, _arr(a.grad), _arr(b.grad)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("b_grad,use", [(False, "first"), (True, "first"), (True, "both")])
+def test_backward_hook_sees_zeros_for_a_tensor_input_without_gradient(b_grad, use, compiled):
+    """torch's full backward hook gets a zero tensor (of the input's dtype) for each tensor input that has
+    no gradient, whether it needs none or the backward does not reach it, once some input needs one."""
+    want = _two_input_hook_run(torch, b_grad, use)
+    got = _two_input_hook_run(flame, b_grad, use, compiled)
+    assert got[0] == want[0]
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    if use == "both":  # (torch's hook also gives an input it does not reach a zero .grad; flame leaves None)
+        np.testing.assert_allclose(got[2], want[2], rtol=1e-12)
+
+
 def test_forward_pre_hook_and_forward_hook_change_args_and_output():
     outs = {}
     for lib in (torch, flame):

@@ -106,3 +106,16 @@ def test_loss_f32_matches():
         t = getattr(torch.nn, name)()(torch.tensor(x), torch.tensor(y)).item()
         f = getattr(flame.nn, name)()(flame.tensor(x), flame.tensor(y)).item()
         assert abs(t - f) < 1e-6 * max(1, abs(t)), name
+
+
+@pytest.mark.parametrize("x,t", [([0.5], [1.5]), ([0.5], [-0.1]), ([0.5], [float("nan")]), ([float("nan")], [1.0]),
+                                 ([1.2], [1.0]), ([0.0, 1.0], [0.0, 1.0])])
+def test_binary_cross_entropy_checks_input_and_target_range_as_torch(x, t):
+    """torch's kernel refuses an input or a target outside [0, 1] (NaN included); flame raises naming which."""
+    try:
+        want = torch.nn.functional.binary_cross_entropy(torch.tensor(x), torch.tensor(t)).item()
+    except RuntimeError as e:
+        with pytest.raises(ValueError, match=str(e).split("all elements of ")[1].split(" ")[0]):
+            flame.nn.functional.binary_cross_entropy(flame.tensor(x), flame.tensor(t))
+    else:
+        assert flame.nn.BCELoss()(flame.tensor(x), flame.tensor(t)).item() == want

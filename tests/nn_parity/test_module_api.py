@@ -276,7 +276,23 @@ def test_resampling_layer_reprs(make):
     lambda n: n.MultiheadAttention(8, 2),
     lambda n: n.LSTM(3, 4),
     lambda n: n.utils.parametrizations.weight_norm(n.Linear(3, 3)),
-], ids=["leaf", "empty", "nested", "extra and child", "rnn", "parametrized"])
+    lambda n: n.ModuleList([n.Linear(2, 2), n.Linear(2, 2), n.ReLU(), n.Linear(2, 2), n.Linear(2, 2), n.Linear(2, 2)]),
+    lambda n: n.ModuleList([n.Sequential(n.ReLU(), n.Tanh())] * 2),
+    lambda n: n.ModuleList(),
+    lambda n: n.Conv2d(4, 6, 3, padding="same", padding_mode="reflect", dilation=2, groups=2, bias=False),
+    lambda n: n.Conv1d(4, 6, 3, padding=1, padding_mode="circular"),
+    lambda n: n.ConvTranspose2d(4, 6, 3, stride=2, output_padding=1),
+    lambda n: n.ConvTranspose3d(4, 6, 3, stride=2, output_padding=(0, 1, 0), groups=2),
+    lambda n: n.Upsample(scale_factor=2, mode="bilinear"),
+    lambda n: n.UpsamplingNearest2d(scale_factor=3),
+    lambda n: n.AvgPool1d(3), lambda n: n.AvgPool1d(3, 2, 1, ceil_mode=True),
+    lambda n: n.Flatten(), lambda n: n.Flatten(0, 2), lambda n: n.Unflatten(1, (2, 2)),
+    lambda n: n.ConstantPad2d(1, 2.0), lambda n: n.ConstantPad1d((1, 2), 0.0), lambda n: n.ZeroPad2d(1),
+], ids=["leaf", "empty", "nested", "extra and child", "rnn", "parametrized", "module list runs",
+        "module list same object", "empty module list", "conv padding_mode", "conv1d circular",
+        "conv transpose output_padding", "conv transpose 3d", "upsample float factor", "upsampling nearest",
+        "avg pool 1d", "avg pool 1d args", "flatten", "flatten dims", "unflatten", "constant pad",
+        "constant pad zero", "zero pad"])
 def test_module_repr_lays_out_extra_repr_and_children_as_torch(make):
     """A module with both an extra_repr and children puts the extra_repr on its own line, as torch's."""
     assert repr(make(flame.nn)) == repr(make(torch.nn))

@@ -106,6 +106,20 @@ def test_pad_modules_repr_and_padding():
         assert tuple(got.padding) == tuple(want.padding)
 
 
+@pytest.mark.parametrize("name,padding", [
+    ("ZeroPad2d", (1, 2)), ("ConstantPad2d", (1, 2)), ("ReplicationPad3d", (1, 0, 2, 1)),
+    ("ConstantPad1d", (1, 0, 1, 2)), ("ZeroPad3d", (1, 1)), ("ZeroPad1d", (1, 2, 0, 1, 2, 0)),
+])
+def test_pad_module_with_a_shorter_or_longer_tuple_pads_as_f_pad(name, padding):
+    """torch's pad modules hand a tuple padding to F.pad as it is: (1, 2) given to a 2d module pads the last
+    dim alone, four values given to a 1d module pad the last two dims."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5))
+    args = (padding, 0.5) if name.startswith("Constant") else (padding,)
+    want, got = getattr(torch.nn, name)(*args), getattr(flame.nn, name)(*args)
+    np.testing.assert_array_equal(got(flame.tensor(x)).numpy(), want(torch.tensor(x)).numpy())
+    assert repr(got) == repr(want) and tuple(got.padding) == tuple(want.padding)
+
+
 @pytest.mark.parametrize("name", ["UpsamplingNearest2d", "UpsamplingBilinear2d"])
 def test_upsampling_modules_are_upsample(name):
     want, got = getattr(torch.nn, name)(size=(3, 4)), getattr(flame.nn, name)(size=(3, 4))

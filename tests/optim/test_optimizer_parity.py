@@ -110,6 +110,8 @@ def _pair(name: str, kw: dict, start: list[np.ndarray] | None = None):
     tps = [torch.nn.Parameter(torch.tensor(a.copy())) for a in start]
     cls = getattr(flame.optim, name)
     flags = {k: True for k in PERF_FLAGS if k in cls.torch_flags}
+    if flags.get("fused"):  # torch refuses fused=True with foreach=True
+        flags["foreach"] = False
     return ps, cls(ps, **kw, **flags), tps, getattr(torch.optim, name)(tps, **kw)
 
 

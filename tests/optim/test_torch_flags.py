@@ -36,9 +36,14 @@ def test_maximize_matches_pytorch(name, mode):
 
 def test_flags_are_accepted_kept_and_checked():
     p = nn.Parameter(flame.ones(2))
-    opt = flame.optim.AdamW([p], fused=True, foreach=True, capturable=True)
+    opt = flame.optim.AdamW([p], fused=True, foreach=False, capturable=True)
     assert {k: opt.param_groups[0][k] for k in ("fused", "foreach", "capturable", "differentiable", "maximize")} == \
-        {"fused": True, "foreach": True, "capturable": True, "differentiable": False, "maximize": False}
+        {"fused": True, "foreach": False, "capturable": True, "differentiable": False, "maximize": False}
+    for name in ("Adam", "AdamW", "SGD", "Adagrad"):  # torch: "`fused` and `foreach` cannot be `True` together."
+        with pytest.raises(RuntimeError, match="`fused` and `foreach` cannot be `True` together"):
+            getattr(torch.optim, name)([torch.nn.Parameter(torch.ones(2))], lr=0.1, fused=True, foreach=True)
+        with pytest.raises(RuntimeError, match=f"{name}: `fused` and `foreach` cannot be `True` together"):
+            getattr(flame.optim, name)([p], lr=0.1, fused=True, foreach=True)
     with pytest.raises(NotImplementedError, match="RMSprop: differentiable=True"):
         flame.optim.RMSprop([p], differentiable=True)
     with pytest.raises(TypeError, match="SGD\\(\\) got an unexpected keyword argument 'nesterovv'"):

@@ -312,6 +312,19 @@ def test_a_class_weight_that_requires_grad_is_refused_as_torch(name, compiled):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_soft_margin_target_that_requires_grad_is_refused_as_torch(compiled):
+    """torch's soft_margin_loss kernel has no gradient for its target: a target that requires grad raises."""
+    signs = np.sign(R.standard_normal(LOGITS.shape))
+    err = raises_like(lambda L, x, t: F(L).soft_margin_loss(x, t), [LOGITS, signs], compiled,
+                      match="The function 'soft_margin_loss' is not differentiable with respect to argument 'target'")
+    assert isinstance(err, RuntimeError) and "test_losses_tail.py" in str(err)
+    with torch.no_grad(), flame.no_grad():  # accepted where no gradient is recorded, as torch's
+        want = F(torch).soft_margin_loss(torch.tensor(LOGITS), torch.tensor(signs, requires_grad=True))
+        got = F(flame).soft_margin_loss(flame.tensor(LOGITS), flame.tensor(signs, requires_grad=True))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_a_class_weight_that_requires_grad_is_differentiated_against_probabilities(compiled):
     """cross_entropy against class probabilities is written over differentiable ops in torch: the weight
     takes a gradient there."""
