@@ -88,7 +88,9 @@ class Config:
     512 against 1024: FP8's SwiGLU amax kernels 298 and 138 us against 428 and 226 on an H100.
     row_hoist: in an "old" row kernel of one segment of whole rows, the held inputs the same for every
     row (a norm's weight and bias) are loaded once per thread before the row loop instead of again for
-    each row the thread takes."""
+    each row the thread takes (gpt_train's LayerNorm backward, at 58 % of copy, reloads its weight and
+    bias for every row); off until a GPU has timed it and run the tests with it on
+    (benchmarks/scripts/rows_schedules.py --variants "auto,auto:row_hoist=1")."""
 
     unroll: int = 1
     grid_cap: int = MAX_GRID
@@ -114,7 +116,7 @@ class Config:
     wide_byte_tiles: bool | None = None
     row_stream_min: int | None = None
     row_stream_threads: int = 512
-    row_hoist: bool = True
+    row_hoist: bool = False
 
 
 DEFAULT_CONFIG = Config()
