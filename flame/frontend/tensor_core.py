@@ -576,22 +576,20 @@ _WIDE_FLOATS = frozenset((f32.name, f64.name))  # the dtypes a Python number is 
 
 
 def binary(name: str, a, b) -> Tensor:
-    """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to
-    the default floating dtype); on two bool tensors + and max are logical or, * and min logical and, -
-    raises, as in torch."""
+    """A binary op with PyTorch's promotion (result_type); `div` is true division (integers go to the default
+    floating dtype); on two bool tensors + and max are logical or, * and min logical and, - raises, as torch."""
     if name == "pow" and isinstance(a, Tensor) and isinstance(b, float) and b in (0.5, -0.5):
         return opmath.half_power(a, b)  # PyTorch's kernel: sqrt / rsqrt
-    # first what the rules below come to for the operands of most ops (an optimizer's update does
-    # little else): two tensors of one floating dtype, or an f32 / f64 tensor and a Python int or float
+    # first what the rules below come to for most ops' operands (an optimizer's update does little else):
+    # two tensors of one floating dtype, or an f32 / f64 tensor and a Python int or float
     if isinstance(a, Tensor):
         if isinstance(b, Tensor):
             if a._dtype is b._dtype and a._dtype.kind == "float":
                 return apply(name, a, b)
         elif (type(b) is float or type(b) is int) and a._dtype.name in _WIDE_FLOATS:
             return apply(name, a, float(b))
-    elif (type(a) is float or type(a) is int) and isinstance(b, Tensor) and b._dtype.name in _WIDE_FLOATS \
-            and name != "div":  # s / x: x.reciprocal() * s (opmath.in_opmath)
-        return apply(name, float(a), b)
+    elif type(a) in (float, int) and isinstance(b, Tensor) and b._dtype.name in _WIDE_FLOATS and name != "div":
+        return apply(name, float(a), b)  # (s / x is x.reciprocal() * s: opmath.in_opmath)
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise FlameError(f"{name}: at least one operand must be a flame.Tensor")
     check_operand(name, a)
