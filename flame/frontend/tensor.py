@@ -37,12 +37,17 @@ _NON_LEAF_GRAD = (
 )
 
 
+def int_arg(x):
+    """An int argument given as a one-element integer tensor is the int it holds, as torch reads it
+    (its __index__); anything else is returned as it is."""
+    return x.__index__() if isinstance(x, Tensor) and x.numel() == 1 and x.dtype.is_int else x
+
+
 def dim_index(op: str, dim: int, rank: int) -> int:
     """PyTorch's dim wrapping: dim in [-rank, rank) (a 0-d tensor takes 0 and -1), made non-negative;
     else a DimError (an IndexError, as in PyTorch) naming the user's line."""
     n = max(rank, 1)
-    if isinstance(dim, Tensor) and dim.numel() == 1 and dim.dtype.is_int:  # torch reads its value (__index__)
-        dim = dim.__index__()
+    dim = int_arg(dim)
     if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or not -n <= dim < n:
         raise DimError(f"{op}: axis {dim!r} is out of range for a rank-{rank} tensor (dimension out of range: "
                        f"expected to be in range of [{-n}, {n - 1}])\n  at {user_location()}")

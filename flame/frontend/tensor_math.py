@@ -23,7 +23,7 @@ from flame.frontend.dispatch import apply
 from flame.frontend.gemm_add import bias_vector, matmul_add, rounds_once, scaled_add
 from flame.frontend.nextafter import nextafter
 from flame.frontend.promotion import result_type
-from flame.frontend.tensor import Tensor, dim_index, reduce_axes
+from flame.frontend.tensor import Tensor, dim_index, int_arg, reduce_axes
 from flame.frontend.tensor_core import cat, full, matmul, pad, where
 from flame.frontend.tensor_ops import _tensor
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, i64, u8
@@ -452,7 +452,7 @@ class TensorMath:
 
     def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
         """(values, indices) of the k-th smallest element along dim (k from 1), as torch.kthvalue."""
-        axis = dim_index("kthvalue", dim, self.ndim)
+        axis, k = dim_index("kthvalue", dim, self.ndim), int_arg(k)
         x = self if self.ndim else self.reshape(1)
         n = x.shape[axis]
         if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:

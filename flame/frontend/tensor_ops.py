@@ -28,7 +28,7 @@ from flame.frontend.indexing import assign, stand_in, writes_a_leaf
 from flame.frontend.linalg_functions import matrix_norm
 from flame.frontend.norms import vector_norm
 from flame.frontend.promotion import fits, is_bool, result_type
-from flame.frontend.tensor import Tensor, _shape_arg, dim_index
+from flame.frontend.tensor import Tensor, _shape_arg, dim_index, int_arg
 from flame.frontend.tensor_core import binary, cat, full, placed, where
 from flame.ir.dtypes import bf16, boolean, dtype_of, f16, f32, i64, u8
 
@@ -87,7 +87,7 @@ class TensorOps:
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
         """(values, indices) of the k largest (or smallest) elements along dim, in sorted order; ties
         keep the lower index first."""
-        axis = dim_index("topk", dim, self.ndim)
+        axis, k = dim_index("topk", dim, self.ndim), int_arg(k)
         x = self if self.ndim else self.reshape(1)
         n = x.shape[axis]
         if not isinstance(k, (int, np.integer)) or not 0 <= k <= n:
@@ -595,6 +595,7 @@ class TensorOps:
     def roll(self, shifts, dims=None):
         """Elements shifted along dims (of the flattened tensor when dims is None), those falling off
         one end coming back at the other, as torch.roll."""
+        shifts = int_arg(shifts)
         if dims is None:
             if not isinstance(shifts, int):
                 raise ValueError("roll: without dims, shifts must be one int (the flattened tensor's shift)")

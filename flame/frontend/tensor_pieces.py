@@ -9,7 +9,7 @@ import numpy as np
 
 from flame.errors import ArgumentTypeError, ShapeError
 from flame.frontend.context import user_location
-from flame.frontend.tensor import Tensor, dim_index
+from flame.frontend.tensor import Tensor, dim_index, int_arg
 
 
 class TensorPieces:
@@ -19,7 +19,7 @@ class TensorPieces:
 
     def split(self, split_size, dim: int = 0):
         """Pieces of split_size along dim (the last one smaller), or of the listed sizes."""
-        split_size_or_sections = split_size
+        split_size_or_sections = int_arg(split_size)
         axis = dim_index("split", dim, self.ndim)
         n = self.shape[axis]
         if isinstance(split_size_or_sections, (int, np.integer)):
@@ -79,6 +79,7 @@ class TensorPieces:
 
     def chunk(self, chunks: int, dim: int = 0):
         """At most `chunks` pieces of ceil(n / chunks) along dim (PyTorch's torch.chunk)."""
+        chunks = int_arg(chunks)
         if chunks <= 0:
             raise ShapeError(f"chunk: chunks must be positive, got {chunks}\n  at {user_location()}")
         if self.ndim == 0:

@@ -208,3 +208,17 @@ def test_a_dim_given_as_an_integer_tensor_is_its_value(call):
     got = call(flame, flame.tensor(x))
     assert got.shape == tuple(want.shape)
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_int_arguments_given_as_integer_tensors():
+    """topk / kthvalue's k, split's size, chunk's count and roll's shift given as a one-element integer
+    tensor are the int it holds, as torch reads them."""
+    data = np.array([3.0, 1.0, 2.0, 5.0, 4.0])
+    x, tx = flame.tensor(data), torch.tensor(data)
+    k, tk = flame.tensor(2), torch.tensor(2)
+    assert np.array_equal(x.topk(k).values.numpy(), tx.topk(tk).values.numpy())
+    assert np.array_equal(x.kthvalue(k).values.numpy(), tx.kthvalue(tk).values.numpy())
+    assert [p.numpy().tolist() for p in x.split(k)] == [p.numpy().tolist() for p in tx.split(tk)]
+    assert [p.numpy().tolist() for p in x.chunk(k)] == [p.numpy().tolist() for p in tx.chunk(tk)]
+    assert np.array_equal(x.roll(k).numpy(), tx.roll(tk).numpy())
+    assert np.array_equal(flame.topk(x, k).indices.numpy(), torch.topk(tx, tk).indices.numpy())
