@@ -73,6 +73,8 @@ FEW_ROWS_VECTORS = 2  # "new", fewer rows than multiprocessors: at most this man
 # take more vectors than this in a pass: gpt_train's loss (rows of 32768, bf16 read as f32) 470 us at
 # 1024 threads, 623 at 512; FP8's SwiGLU amax (rows of 11008 bf16) 143 us at 512, 231 at 1024 (H100)
 STREAM_VECTORS = 4
+
+
 def _threads(R: int) -> int:
     return 32 if R <= 256 else 128 if R <= 2048 else 512 if R <= 8192 else 1024
 

@@ -80,7 +80,8 @@ class Config:
     L2) instead of holding the row in registers, which at this length leaves one block of 1024 threads,
     one row, per multiprocessor, whose loads wait at every row's barriers: FP8 training's SwiGLU amax
     kernel (4096 rows of 11008 bf16, three inputs) 368 -> 299 us on an H100, and gpt_train's loss
-    (8192 rows of 32768 logits) ran streamed at 98 % of copy (2026-12-06-H100-fp8-rows); None:
+    (8192 rows of 32768 logits, with the one-hot it then also read) streamed at 98 % of copy
+    (2026-12-06-H100-fp8-rows; without it, 78 %: 2026-12-06-H100-stream-rows); None:
     $FLAME_ROW_STREAM_MIN, else 8192 (0: never). A kernel streams only when every one of its segments'
     rows is that long: FP8's amax of seven weights (rows of 4096, one weight's of 11008) ran at 99.6 %
     of copy held in registers and 28 % streamed. row_stream_threads: the fewest threads per streamed
