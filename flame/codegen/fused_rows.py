@@ -634,7 +634,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     if not any(lay.n_red for lay in lays):
         raise NotImplementedError("a rows group without a reduction over the innermost dims")
     outputs = list(group.outputs)
-    R = max(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays)
+    lengths = [math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays]  # each segment's rows
+    R = max(lengths)
     # a row whose length is the dynamic size (a whole-batch sum: the count of a loss's kept labels) takes a
     # schedule that reads nothing of that length: a block of 1024 threads per row, no vectors, no split,
     # so one source serves every size
@@ -657,8 +658,8 @@ def lower_rows(group: FusionGroup, config: Config, target: Target) -> list[Kerne
     if new and split:  # a chunk per block of Config.split_threads, by vectors
         G, parts = config.split_threads, make(config.split_threads)
     elif (new and not narrow and row_stream_min(config) and isinstance(R, int) and isinstance(M, int)
-          and min(math.prod(lay.domain[len(lay.domain) - lay.n_red:]) for lay in lays if lay.n_red)
-          >= row_stream_min(config) and M >= target.sm_count):  # many long rows: streamed (Config.row_stream_min)
+          and min(n for n, lay in zip(lengths, lays) if lay.n_red) >= row_stream_min(config)
+          and M >= target.sm_count):  # many long rows: streamed (Config.row_stream_min)
         G, parts = config.row_stream_threads, make(config.row_stream_threads, hold=False)
         while G < 1024 and max(p.J for p in parts) > STREAM_VECTORS:
             G, parts = 2 * G, make(2 * G, hold=False)

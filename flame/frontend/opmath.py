@@ -59,7 +59,7 @@ def in_opmath(name: str, a, b, dt: DType) -> Tensor | None:
     if name == "div" and _is_number(a) and isinstance(b, Tensor) and dt.is_float:  # s / x: x.reciprocal() * s
         r = apply("reciprocal", _cast(b, dt))
         out = in_opmath("mul", r, a, dt)
-        return apply("mul", r, apply("full", shape=(), value=float(a), dtype=dt)) if out is None else out
+        return apply("mul", r, float(a)) if out is None else out
     if dt not in (f16, bf16):
         return None
     if name == "pow" and dt == bf16 and isinstance(a, Tensor) and _is_number(b) and float(b) in (3.0, -2.0):
