@@ -47,6 +47,11 @@ PLAN_CASES = {
     "fp8 SwiGLU amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+silu+reshape+mul+abs+reduce_max"),
     "fp8 SwiGLU bwd amax [4096,11008]": ("llama7b_block_train_fp8", "reshape+reshape+silu+mul+reshape+reshape+mul"),
     "fp8 weight amax x7": ("llama7b_block_train_fp8", "abs+reduce_max+abs+reduce_max+abs+reduce_max"),
+    # elementwise groups: the FP8 casts writing both layouts through a tiled transpose, by source shape
+    "fp8 cast bf16 [4096,11008] both layouts": ("llama7b_block_train_fp8", "scaled_cast+permute", "elementwise",
+                                                 (4096, 11008)),
+    "fp8 cast f32 [4096,4096] both layouts": ("llama7b_block_train_fp8", "scaled_cast+permute", "elementwise",
+                                               (4096, 4096)),
 }
 
 
@@ -169,10 +174,12 @@ def _by_row(a, n: int) -> bool:
     return a.ndim > 0 and a.shape[0] == n and (a.ndim > 1 or a.dtype.kind in "iu")
 
 
-def _plan_group(case_name: str, prefix: str):
-    """The first rows group of `case_name`'s full-size plan whose ops, joined by "+", start with `prefix`."""
+def _plan_group(case_name: str, prefix: str, kind: str = "rows", shape: tuple | None = None):
+    """The first group of `kind` in `case_name`'s full-size plan whose ops, joined by "+", start with
+    `prefix` (and, given `shape`, whose first op reads a value of that shape)."""
     return next(g for g in _full_plan(case_name).graph.groups
-                if g.kind == "rows" and "+".join(op.name for op in g.ops).startswith(prefix))
+                if g.kind == kind and "+".join(op.name for op in g.ops).startswith(prefix)
+                and (shape is None or tuple(g.ops[0].inputs[0].shape) == shape))
 
 
 def _inputs(group, seed: int) -> list:
@@ -203,6 +210,8 @@ def _empty(v, poison: bool = True):
 
     if v.dtype.name == "bf16":
         return cupy.full(v.shape, 0x7FC0, np.uint16)
+    if v.dtype.is_float8:  # held as its bytes: 0x7F is NaN in both formats
+        return cupy.full(v.shape, 0x7F, np.uint8)
     return cupy.full(v.shape, np.nan if v.dtype.is_float else 0, v.dtype.np_dtype)
 
 
@@ -261,7 +270,7 @@ def main() -> None:
         # a plan case: fn = (bench case, ops prefix), arrays None
         if opts.cases and not any(c in case for c in opts.cases.split(",")):
             continue
-        kind = kind[0] if kind else "rows"
+        kind = kind[0] if kind else fn[2] if arrays is None and len(fn) > 2 else "rows"
         group = _rows_group(fn, arrays, kind=kind) if arrays is not None else _plan_group(*fn)
         ins = _inputs(group, seed=len(rows))
         outs = [_empty(v) for v in group.outputs]

@@ -138,6 +138,7 @@ class Emitter:
         self.memo_row: dict = {}
         self.memo_elem: dict = {}
         self.count, self.prefix = 0, prefix
+        self.kept: dict[str, tuple[str, object]] = {}  # a narrow value's name -> (its stored form, its dtype)
 
     def fresh(self) -> str:
         self.count += 1
@@ -171,6 +172,14 @@ class Emitter:
                 seen.add(nxt)
                 stack.append((nxt, iter(self._needs(*nxt))))
         return self._memo(m)[0][(v, m)]
+
+    def stored(self, v: Value, m: IndexMap) -> str:
+        """v's value at m as v's storage type, for a store: for a value of a narrower type than it
+        computes in (f16, bf16, FP8), the form its own rounding made, where the op computing it kept one
+        (converting the compute value back would round it twice more)."""
+        name = self.value(v, m)
+        kept = self.kept.get(name)
+        return kept[0] if kept is not None and kept[1] == v.dtype else store(v, name)
 
     def _value(self, v: Value, m: IndexMap) -> str:
         memo, lines = self._memo(m)
@@ -261,6 +270,11 @@ class Emitter:
             # bind the position first: `const idx_t i = (idx_t)(i)` would read the new, uninitialised i
             lines.append(f"{ctype} {name}; {{ const idx_t {name}_i = (idx_t)({self.own_index(op.out, m)}); "
                          f"const idx_t i = {name}_i; {name} = {rounded}; }}")
+        elif cuda_c.compute_dtype(op.out.dtype) != op.out.dtype:  # kept in both forms (`stored`)
+            d = op.out.dtype
+            self.kept[name] = (f"{name}_s", d)
+            lines.append(f"const {d.cuda_type} {name}_s = {cuda_c.convert(expr, expr_dtype, d)};")
+            lines.append(f"const {ctype} {name} = {cuda_c.load(f'{name}_s', d)};")
         else:
             lines.append(f"const {ctype} {name} = {rounded};")
         return name
@@ -449,8 +463,7 @@ class _MapSegment:
         if not vector and any(md == "general" for md in self.mode.values()):
             em.row += _coords(self.dims, "i", "c")
         for o, v, m in self.stores:
-            val = em.value(v, m)
-            em.row.append(self._write(o, v, m, val, vector, sdecls, post))
+            em.row.append(self._write(o, v, m, em.stored(v, m), vector, sdecls, post))
         if vector and any(self.mode[k] == "general" for k in self.guarded | self.tested) and (
                 pieces is None or any(_COORD.search(line) for line in em.row)):  # (not all read per vector)
             em.row[:0] = _element_coords(self.dims, self.vec())  # for the loads inside pieces (and guarded stores)
@@ -477,19 +490,20 @@ class _MapSegment:
         return em.row, decls, loads, sdecls, post
 
     def _write(self, o: int, v: Value, m: IndexMap, val: str, vector: bool, sdecls, post) -> str:
+        """The store of v at m, `val` its storage-typed value (Emitter.stored)."""
         cv, md = self.view[(v, m)], self.mode[(v, m)]
         if md == "scalar":
-            return f"if (i == 0) {self._out(o)}[{cv.base}] = {store(v, val)};"
+            return f"if (i == 0) {self._out(o)}[{cv.base}] = {val};"
         if md == "identity" and vector:
             t = f"flame_vec<{v.dtype.cuda_type}, {self.vec()}>"
             sdecls.append(f"{t} vs{o};")
             to = f"reinterpret_cast<{t}*>({self._out(o)})[v]"
             post.append(f"flame_stcs(&{to}, vs{o});" if self.streaming else f"{to} = vs{o};")
-            return f"vs{o}.v[j] = {store(v, val)};"
+            return f"vs{o}.v[j] = {val};"
         if md == "identity":
-            return f"{self._out(o)}[i] = {store(v, val)};"
+            return f"{self._out(o)}[i] = {val};"
         guard = " && ".join(f"c{d} == 0" for d, s in enumerate(cv.strides) if s == 0)
-        write = f"{self._out(o)}[{views.offset_expr(cv)}] = {store(v, val)};"
+        write = f"{self._out(o)}[{views.offset_expr(cv)}] = {val};"
         return f"if ({guard}) {write}" if guard else write
 
     def aligned(self, inputs: list[Value], outputs: list[Value]) -> str:

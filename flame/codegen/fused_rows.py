@@ -416,8 +416,7 @@ class _RowSegment:
         self._start_pass(em)
         for v, m in self.lay.stores.items():
             if m.depends_on(self.red) and v in self.out_idx:
-                val = em.value(v, m)
-                em.elem.append(self._write(v, m, val))
+                em.elem.append(self._write(v, m, em.stored(v, m)))
         for n, op in enumerate(self.columns):  # fold this row's element into the thread's column partials
             val = em.value(op.inputs[0], self.lay.stores[op.inputs[0]])
             c = f"c{n}[{self._e}]"
@@ -428,7 +427,7 @@ class _RowSegment:
             out += self._end_pass(em, em.elem, unrolled=bool(self.columns))
         for v, m in self.lay.stores.items():
             if not m.depends_on(self.red) and v in self.out_idx and self.P == 1:
-                out.append("if (lane == 0) " + self._write(v, m, em.value(v, m)))
+                out.append("if (lane == 0) " + self._write(v, m, em.stored(v, m)))
         return _merge_rows(out, em.row)
 
     @property
@@ -436,6 +435,7 @@ class _RowSegment:
         return sum(1 for op in self.ops if is_reduction(op))
 
     def _write(self, v: Value, m: IndexMap, val: str) -> str:
+        """The store of v at m, `val` its storage-typed value (Emitter.stored)."""
         k, r = self.off[(v, m)]
         guards = [f"k{d} == 0" for d in self.kguard[(v, m)] if self.kdims] + \
                  [f"q{d} == 0" for d in self.rguard[(v, m)] if m.depends_on(self.red) and self.rdims]
@@ -446,8 +446,8 @@ class _RowSegment:
                   else f"for (int v = 0; v < {self.V}; ++v) ({at})[v] = y_out{o}.v[v];")
             self._vdecls.append(f"{vt} y_out{o};")
             self._vstores.append(f"if ({' && '.join(guards)}) {st}" if guards else st)
-            return f"y_out{o}.v[v] = {store(v, val)};"
-        write = f"out{self.out_idx[v]}[{k} + {r if m.depends_on(self.red) else '0'}] = {store(v, val)};"
+            return f"y_out{o}.v[v] = {val};"
+        write = f"out{self.out_idx[v]}[{k} + {r if m.depends_on(self.red) else '0'}] = {val};"
         return f"if ({' && '.join(guards)}) {write}" if guards else write
 
 

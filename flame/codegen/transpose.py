@@ -229,9 +229,13 @@ def _pointwise_source(group: FusionGroup) -> tuple[Op, Value, list[Op]] | None:
     return (perm, sources.pop(), body) if len(sources) == 1 else None
 
 
-def _pointwise_code(inputs: list[Value], source: Value, body: list[Op]) -> tuple[list[str], list[str], dict]:
+def _pointwise_code(inputs: list[Value], source: Value,
+                    body: list[Op]) -> tuple[list[str], list[str], dict, dict]:
     """The statements of a tiled map: each scalar input read once (s<k>), then per element `x` of the
-    source the body's ops, each value rounded to its dtype (t<n>); and the C name of every value."""
+    source the body's ops, each value rounded to its dtype (t<n>); the C name of every value; and
+    of the values of a narrower storage type than they compute in (f16, bf16, FP8), the name of the
+    stored form the rounding made (r<n>), which their stores write as it is: converting the compute
+    value back would round it twice more (for FP8, two conversions per element)."""
     names = {source: "x"}
     scalars = []
     for k, v in enumerate(inputs):
@@ -239,13 +243,18 @@ def _pointwise_code(inputs: list[Value], source: Value, body: list[Op]) -> tuple
             names[v] = f"s{k}"
             ctype = cuda_c.compute_dtype(v.dtype).cuda_type
             scalars.append(f"const {ctype} s{k} = {cuda_c.load(f'in{k}[0]', v.dtype)};")
-    lines = []
+    lines, raw = [], {}
     for n, op in enumerate(body):
         expr, expr_dtype = op_expr(op, [names[u] for u in op.inputs])
         names[op.out] = f"t{n}"
-        rounded = cuda_c.load(cuda_c.convert(expr, expr_dtype, op.out.dtype), op.out.dtype)
-        lines.append(f"const {cuda_c.compute_dtype(op.out.dtype).cuda_type} t{n} = {rounded};")
-    return scalars, lines, names
+        d = op.out.dtype
+        stored = cuda_c.convert(expr, expr_dtype, d)
+        if cuda_c.compute_dtype(d) != d:
+            raw[op.out] = f"r{n}"
+            lines.append(f"const {d.cuda_type} r{n} = {stored};")
+            stored = f"r{n}"
+        lines.append(f"const {cuda_c.compute_dtype(d).cuda_type} t{n} = {cuda_c.load(stored, d)};")
+    return scalars, lines, names, raw
 
 
 def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list[Kernel] | None:
@@ -263,7 +272,11 @@ def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list
     if t is None or min(t.ni, t.nj) < MIN_EXTENT:
         return None
     inputs, outputs = group_inputs(group), list(group.outputs)
-    scalars, lines, names = _pointwise_code(inputs, source, body)
+    scalars, lines, names, raw = _pointwise_code(inputs, source, body)
+
+    def stored(v: Value, dtype) -> str:  # v's value as storage type `dtype`
+        return raw[v] if v in raw and v.dtype == dtype else cuda_c.convert(names[v], v.dtype, dtype)
+
     out, tname = perm.out.dtype, f"out{outputs.index(perm.out)}"
     direct = [(f"out{k}", v) for k, v in enumerate(outputs) if v is not perm.out]
     src = f"in{inputs.index(source)}"
@@ -299,10 +312,8 @@ def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list
         xtype=cuda_c.compute_dtype(source.dtype).cuda_type,
         xload=cuda_c.load("a[k].v[e]", source.dtype),
         body=lines,
-        result=cuda_c.convert(names[perm.inputs[0]], perm.inputs[0].dtype, out),
-        direct=[
-            dict(ptr=p, ctype=v.dtype.cuda_type, value=cuda_c.convert(names[v], v.dtype, v.dtype)) for p, v in direct
-        ],
+        result=stored(perm.inputs[0], out),
+        direct=[dict(ptr=p, ctype=v.dtype.cuda_type, value=stored(v, v.dtype)) for p, v in direct],
         **f,
     )
     ops = [op.name for op in body if not is_fill(op)]
