@@ -87,6 +87,10 @@ class Config:
     of copy held in registers and 28 % streamed. row_stream_threads: the fewest threads per streamed
     row (more, up to 1024, for rows a thread would take more than fused_rows.STREAM_VECTORS vectors of):
     512 against 1024: FP8's SwiGLU amax kernels 298 and 138 us against 428 and 226 on an H100.
+    byte_words: tiled transposes with 1-byte results (FP8 casts and their transposes), 64 x 64 tiles and
+    whole 16-byte result vectors fill the tile with words packed from 4 x 4 blocks and empty it by 16
+    bytes (transpose.cu.j2's `packed`) instead of a byte per shared-memory access; None:
+    $FLAME_BYTE_WORDS, else on.
     row_hoist: in an "old" row kernel of one segment of whole rows, the held inputs the same for every
     row (a norm's weight and bias) are loaded once per thread before the row loop instead of again for
     each row the thread takes (gpt_train's LayerNorm backward, at 58 % of copy, reloads its weight and
@@ -118,6 +122,7 @@ class Config:
     row_stream_min: int | None = None
     row_stream_threads: int = 512
     row_hoist: bool = False
+    byte_words: bool | None = None
 
 
 DEFAULT_CONFIG = Config()
@@ -171,6 +176,11 @@ def wide_byte_tiles(config: Config = DEFAULT_CONFIG) -> bool:
     return env_flag("FLAME_WIDE_BYTE_TILES", False) if config.wide_byte_tiles is None else config.wide_byte_tiles
 
 
+def byte_words(config: Config = DEFAULT_CONFIG) -> bool:
+    """config.byte_words, else $FLAME_BYTE_WORDS, else on (Config says what it does)."""
+    return env_flag("FLAME_BYTE_WORDS", True) if config.byte_words is None else config.byte_words
+
+
 ROW_STREAM_MIN = 8192  # Config.row_stream_min's default
 
 
@@ -183,10 +193,10 @@ def row_stream_min(config: Config = DEFAULT_CONFIG) -> int:
 
 def codegen_settings(config: Config = DEFAULT_CONFIG) -> tuple:
     """The settings codegen reads from the environment (rows_schedule, balanced_scalars, tiled_maps,
-    wide_byte_tiles, row_stream_min, flash_pipeline): part of every key under which rendered kernels or
-    compiled plans are kept."""
+    wide_byte_tiles, row_stream_min, flash_pipeline, byte_words): part of every key under which rendered
+    kernels or compiled plans are kept."""
     return (rows_schedule(config), balanced_scalars(config), tiled_maps(config), wide_byte_tiles(config),
-            row_stream_min(config), flash_pipeline())
+            row_stream_min(config), flash_pipeline(), byte_words(config))
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from flame.codegen.kernel import (
     MAX_GRID,
     Config,
     Kernel,
+    byte_words,
     finish,
     group_dtypes,
     group_header,
@@ -141,16 +142,18 @@ def lower_permute(op: Op, config: Config = DEFAULT_CONFIG) -> list[Kernel]:
     t = as_transpose(op.out.shape, view) if op.out.type.numel and _static(op) else None
     if t is None or min(t.ni, t.nj) < MIN_EXTENT:
         return render_map(op, [view], "a0", op.out.dtype, what="index-mapping copy", raw=True)
-    return [_render_tiled(op, t, wide_byte_tiles(config))]
+    return [_render_tiled(op, t, wide_byte_tiles(config), byte_words(config))]
 
 
 def _tile_fields(
-    t: Transpose, load_size: int, size: int, src: str, out: str, wide: bool = False, direct: tuple = ()
+    t: Transpose, load_size: int, size: int, src: str, out: str, wide: bool = False, direct: tuple = (),
+    words: bool = False,
 ) -> dict:
     """The template fields of a tiled transpose reading `src` (elements of load_size bytes) and writing
     `out` (of size bytes, the tile's), and `direct` ((pointer, element bytes) each) in src's layout as
     it is read: tile shape (wide: WIDE_TILE for 1-byte elements), vector widths, padding, tile count,
-    alignment test."""
+    alignment test, and whether the vector path packs 1-byte results into words (`words`, Config.byte_words:
+    64 x 64 tiles, reads of at least 4 elements and writes of 16, so 4 x 4 blocks never straddle an edge)."""
     tile = 64 if min(t.ni, t.nj) >= 64 else 32
     if size == 1 and wide and min(t.ni, t.nj) >= WIDE_TILE:
         tile = WIDE_TILE
@@ -170,12 +173,13 @@ def _tile_fields(
         tj=tj,
         widths=[(vr, vw)] + ([(1, 1)] if (vr, vw) != (1, 1) else []),
         aligned=aligned,
+        words=words and size == 1 and tile == 64 and vr >= 4 and vw == 16,
     )
 
 
-def _render_tiled(op: Op, t: Transpose, wide: bool) -> Kernel:
+def _render_tiled(op: Op, t: Transpose, wide: bool, words: bool) -> Kernel:
     size = op.out.dtype.itemsize
-    f = _tile_fields(t, size, size, "in0", "out", wide)
+    f = _tile_fields(t, size, size, "in0", "out", wide, words=words)
     tiles, tile = f["tiles"], f["tile"]
     idx_t, off_t = index_types(op.out.type.numel, tiles)
     source = render_template(
@@ -288,6 +292,7 @@ def lower_tiled_map(group: FusionGroup, config: Config = DEFAULT_CONFIG) -> list
         tname,
         wide_byte_tiles(config),
         tuple((p, v.dtype.itemsize) for p, v in direct),
+        byte_words(config),
     )
     idx_t, off_t = index_types(perm.out.type.numel, f["tiles"])
     also = f" and {len(direct)} in its own layout" if direct else ""

@@ -80,11 +80,38 @@ def test_reference_executor_permutes():
     np.testing.assert_array_equal(got, np.transpose(a, (0, 3, 1, 2)))
 
 
+@pytest.mark.parametrize("dtype", ["f8e4m3", "bool"])
+def test_one_byte_tiles_move_words_where_whole_blocks_fit(monkeypatch, dtype):
+    """1-byte transposes whose extents take 4-element reads and 16-byte writes fill their tile with packed
+    words (Config.byte_words); odd extents, 2-byte elements and FLAME_BYTE_WORDS=0 keep the byte tile."""
+    assert "tilew[" in _kernel((64, 128, 4096), (0, 2, 1), dtype).source
+    assert "tilew[" in _kernel((4096, 11008), (1, 0), dtype).source
+    assert "tilew[" not in _kernel((7, 1000, 1001), (0, 2, 1), dtype).source
+    assert "tilew[" not in _kernel((3, 1000, 72), (0, 2, 1), dtype).source  # rows of 1000 bytes: no 16-byte writes
+    assert "tilew[" not in _kernel((64, 128, 4096), (0, 2, 1), "bf16").source
+    monkeypatch.setenv("FLAME_BYTE_WORDS", "0")
+    assert "tilew[" not in _kernel((64, 128, 4096), (0, 2, 1), dtype).source
+
+
+GPU_SHAPES = SHAPES + [((64, 128, 4096), (0, 2, 1)), ((7, 1000, 1001), (0, 2, 1)), ((4096, 1104), (1, 0)),
+                      ((3, 200, 144), (0, 2, 1)), ((3, 144, 200), (0, 2, 1))]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("offset", [0, 1])  # 1: the buffers one element past 16-byte alignment (scalar path)
 def test_gpu_permute_kernels_are_exact(dtype, offset):
     from benchmarks.scripts.transpose import check
 
-    for shape, perm in SHAPES + [((64, 128, 4096), (0, 2, 1)), ((7, 1000, 1001), (0, 2, 1))]:
+    for shape, perm in GPU_SHAPES:
         assert check(_kernel(shape, perm, dtype), shape, perm, dtype, offset) == "exact", (shape, perm)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bool", "f8e4m3"])
+def test_gpu_byte_tiles_without_words_are_exact(monkeypatch, dtype):
+    from benchmarks.scripts.transpose import check
+
+    monkeypatch.setenv("FLAME_BYTE_WORDS", "0")
+    for shape, perm in GPU_SHAPES:
+        assert check(_kernel(shape, perm, dtype), shape, perm, dtype, 0) == "exact", (shape, perm)
