@@ -31,7 +31,9 @@ def test_half_exponents_of_a_number(exponent, dtype, compiled):
             flame.tensor(x))
         want = fn(torch, torch.tensor(x.astype(np.float32) if dtype == "float16" else x)).numpy().astype(dtype)
         assert str(got.dtype) == {"float64": "f64", "float32": "f32", "float16": "f16"}[dtype]
-        np.testing.assert_array_equal(got.numpy(), want)
+        # within an ulp: torch's CPU kernel for float64 rounds sqrt(2) down on some processors (its
+        # vectorised pow), to the correctly rounded value on others; the special values are exact
+        np.testing.assert_allclose(got.numpy(), want, rtol=np.finfo(dtype).eps, atol=0)
         _same_bits(got.numpy(), want)
 
 
