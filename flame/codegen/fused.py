@@ -59,7 +59,7 @@ from flame.ir.indexmap import (
     row_segments,
     trailing_reduced,
 )
-from flame.ir.printer import format_op
+from flame.ir.printer import op_key
 from flame.ir.registry import get, is_fill
 from flame.target import DEFAULT_TARGET, Target
 
@@ -735,8 +735,9 @@ def _canonical_segment(seg: list[Op], ins: list[Value], outs: list[Value]) -> tu
     lines = []
     for op in seg:
         for v in (*op.inputs, op.out):
-            local.setdefault(v, len(local))
-        lines.append(format_op(op, local))
+            if v not in local:
+                local[v] = len(local)
+        lines.append(op_key(op, local))
     return tuple(str(v.type) for v in ins), tuple(local[v] for v in outs), tuple(lines)
 
 

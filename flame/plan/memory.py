@@ -418,7 +418,10 @@ def place(buffers: dict[int, Buffer], blocks: list[tuple[tuple[int, ...], int, i
     bound = _most_live(sized)
     best: tuple[list, int] | None = None
     for order in _ORDERS:
-        offsets, size = _best_fit(sorted(sized, key=order))
+        got = _best_fit(sorted(sized, key=order), None if best is None else best[1])
+        if got is None:  # as large as the best so far before its last block: not kept
+            continue
+        offsets, size = got
         if best is None or size < best[1]:
             best = (offsets, size)
         if size <= bound:  # no placement holds less than what one step has live
@@ -440,9 +443,11 @@ def _most_live(sized: list[tuple[int, int, int, tuple]]) -> int:
     return most
 
 
-def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int, tuple]], int]:
+def _best_fit(sized: list[tuple[int, int, int, tuple]],
+              limit: int | None = None) -> tuple[list[tuple[int, tuple]], int] | None:
     """Each block, in the given order, into the smallest gap between the blocks placed before it that
-    are live at the same time, or on top of them: ([(offset, block)], arena size). (The blocks placed
+    are live at the same time, or on top of them: ([(offset, block)], arena size); None as soon as the
+    arena reaches `limit` (the size of a placement found before: this one cannot be smaller). (The blocks placed
     so far are kept in arrays: finding those live with a block, and the gaps between them, are
     vectorised, not a walk: the gap before each live block, in order of offset, runs from the highest
     end of those before it; the smallest gap that fits wins, the lowest such on a tie.)"""
@@ -468,6 +473,8 @@ def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int,
         starts[k], ends[k], firsts[k], lasts[k] = offset, offset + need, lo, hi
         offsets.append((offset, block))
         size = max(size, offset + need)
+        if limit is not None and size >= limit:
+            return None
     return offsets, size
 
 
