@@ -263,10 +263,11 @@ class _Builder:
         self.buffer_of: dict[Value, int] = {}
         self.temp_roots: set[int] = set()
         self.renders = Renders()  # kernels rendered so far, by canonical group (a repeated block's reuse them)
-        self.strided = fold_attention_views(g, target.attention_layout_unsupported)  # views attention reads
+        users = g.users()
+        self.strided = fold_attention_views(g, target.attention_layout_unsupported, users)  # views attention reads
         # transposes that every matmul user reads with ta/tb instead; not one an attention call writes
         # its result through (its input then has no buffer: the call fills the transpose's own)
-        self.folded = {v for v in fold_transposes(g) if v.producer not in self.strided.skipped}
+        self.folded = {v for v in fold_transposes(g, users) if v.producer not in self.strided.skipped}
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -346,12 +347,12 @@ class _Builder:
         self.launches(kernels, tuple(self.buffer_of[v] for v in inputs), (bid,), (op,), reason=reason)
 
 
-def fold_transposes(g: Graph) -> set[Value]:
+def fold_transposes(g: Graph, users: dict | None = None) -> set[Value]:
     """Results of permutes that swap the last two axes, are read only by matmuls (and are not graph
     outputs) and run as their own kernel: each matmul reads the permute's input with ta/tb set, so
     no kernel runs. A permute fused into a larger kernel stays: that kernel runs anyway, and its
-    input may live only inside it (no buffer to read)."""
-    users, outs = g.users(), set(g.outputs)
+    input may live only inside it (no buffer to read). users: g.users(), where the caller has it."""
+    users, outs = g.users() if users is None else users, set(g.outputs)
     alone = None if g.groups is None else {grp.ops[0] for grp in g.groups if len(grp.ops) == 1}
     return {op.out for op in g.ops if swaps_last_two(op) and op.out not in outs and users[op.out]
             and all(map(reads_transposed, users[op.out])) and (alone is None or op in alone)}
