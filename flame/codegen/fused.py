@@ -59,7 +59,7 @@ from flame.ir.indexmap import (
     row_segments,
     trailing_reduced,
 )
-from flame.ir.printer import format_op
+from flame.ir.printer import op_key
 from flame.ir.registry import get, is_fill
 from flame.target import DEFAULT_TARGET, Target
 
@@ -637,9 +637,8 @@ def _lower_balanced(group: FusionGroup, inputs: list[Value], outputs: list[Value
         )
         seg = _dataflow_order(seg, outs)
         ins = _reads(seg)  # in the segment's order of first use: the same in segments of one class
-        probe = _probe(probes, seg, lay, ins, outs, config.balanced_streaming)
-        key = repr(([v.dtype.name for v in ins], [v.dtype.name for v in outs],
-                    {k: f for k, f in probe.items() if k not in ("n", "what")}))
+        probe, text = _probe(probes, seg, lay, ins, outs, config.balanced_streaming)
+        key = (tuple([v.dtype.name for v in ins]), tuple([v.dtype.name for v in outs]), text)
         if key not in classes:
             classes[key] = len(classes)
             fields.append(_class_fields(seg, lay, ins, outs, probe, len(fields)))
@@ -731,13 +730,17 @@ def _first_at(values: list[Value]) -> dict[Value, int]:
     return at
 
 
-def _probe(probes: dict, seg: list[Op], lay: Layout, ins: list[Value], outs: list[Value], streaming: bool) -> dict:
-    """The fields of a balanced kernel's segment with its pointers read from a table row (R.), made
-    once per segment alike (`probes`: _canonical_segment -> fields)."""
+def _probe(probes: dict, seg: list[Op], lay: Layout, ins: list[Value], outs: list[Value],
+           streaming: bool) -> tuple[dict, str]:
+    """The fields of a balanced kernel's segment with its pointers read from a table row (R.), and
+    the text of those but its size and description (what tells the segments' classes apart), made
+    once per segment alike (`probes`: _canonical_segment -> both)."""
     alike = _canonical_segment(seg, ins, outs)
-    if alike not in probes:
-        probes[alike] = _MapSegment(seg, lay, ins, outs, "p_", "R.", streaming, ordered=True).template_fields(ins, outs)
-    return probes[alike]
+    got = probes.get(alike)
+    if got is None:
+        fields = _MapSegment(seg, lay, ins, outs, "p_", "R.", streaming, ordered=True).template_fields(ins, outs)
+        got = probes[alike] = (fields, repr({k: f for k, f in fields.items() if k not in ("n", "what")}))
+    return got
 
 
 def _canonical_segment(seg: list[Op], ins: list[Value], outs: list[Value]) -> tuple:
@@ -749,8 +752,9 @@ def _canonical_segment(seg: list[Op], ins: list[Value], outs: list[Value]) -> tu
     lines = []
     for op in seg:
         for v in (*op.inputs, op.out):
-            local.setdefault(v, len(local))
-        lines.append(format_op(op, local))
+            if v not in local:
+                local[v] = len(local)
+        lines.append(op_key(op, local))
     return tuple(str(v.type) for v in ins), tuple(local[v] for v in outs), tuple(lines)
 
 

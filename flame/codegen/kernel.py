@@ -298,7 +298,15 @@ def group_params(inputs: list[Value], outputs: list[Value], scratch: bool = Fals
 
 
 def group_dtypes(group: FusionGroup) -> set:
-    return {v.dtype for op in group.ops for v in (*op.inputs, op.out)}
+    """The dtypes of the values the group reads and computes (found by name: equal dtypes have one)."""
+    found = {}
+    for op in group.ops:
+        t = op.out.type.dtype
+        found[t.name] = t
+        for v in op.inputs:
+            t = v.type.dtype
+            found[t.name] = t
+    return set(found.values())
 
 
 def group_prelude(group: FusionGroup) -> str:

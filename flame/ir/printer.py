@@ -6,6 +6,9 @@ the text's pieces as data (each distinct type and attribute text once), which
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -51,17 +54,57 @@ def checkpoint_numbers(g: Graph) -> dict[int, int]:
     return out
 
 
-def format_op(op: Op, ids: dict[Value, int], loc: bool = False, regions: dict[int, int] | None = None) -> str:
-    """`%3 = mul %1, %2 : f32[128,256]`; unknown values print as %? (used by the verifier). An op of
-    a flame.utils.checkpoint region ends with `checkpoint N` (N from `regions`, else its raw id)."""
-    args = ", ".join([f"%{ids.get(v, '?')}" for v in op.inputs])
-    attrs = ", ".join([f"{k}={format_attr(v)}" for k, v in op.attrs.items()])
-    text = f"%{ids.get(op.out, '?')} = {op.name}"
-    text += f" {args}" if args else ""
-    text += f" {{{attrs}}}" if attrs else ""
+_TAILS: ContextVar[dict[Op, str] | None] = ContextVar("flame_op_tails", default=None)
+
+
+@contextmanager
+def op_tails() -> Iterator[dict[Op, str]]:
+    """Within: each op's text after its operands (op_tail) is made once and kept, for code that
+    formats the same ops several times while they cannot change (the plan builder: a group's cache
+    key, then its kernel's header)."""
+    memo = _TAILS.get()
+    if memo is not None:  # (nested: the outer block's)
+        yield memo
+        return
+    token = _TAILS.set({})
+    try:
+        yield _TAILS.get()
+    finally:
+        _TAILS.reset(token)
+
+
+def op_tail(op: Op) -> str:
+    """What format_op writes after op's operands: ` {attributes} : type`, then a checkpoint mark
+    with the region's raw id (kept inside an op_tails block)."""
+    memo = _TAILS.get()
+    if memo is None:
+        return _tail(op, None)
+    tail = memo.get(op)
+    if tail is None:
+        tail = memo[op] = _tail(op, None)
+    return tail
+
+
+def _tail(op: Op, regions: dict[int, int] | None) -> str:
+    text = f" {{{', '.join([f'{k}={format_attr(v)}' for k, v in op.attrs.items()])}}}" if op.attrs else ""
     text += f" : {op.out.type}"
     if isinstance(op.loc, CheckpointLoc):  # inside flame.utils.checkpoint: recomputed by the backward
         text += f" checkpoint {(regions or {}).get(op.loc.region, op.loc.region)}" + (" saved" if op.loc.saved else "")
+    return text
+
+
+def op_key(op: Op, ids: dict[Value, int]) -> tuple:
+    """What format_op(op, ids) says, as a tuple (cheaper to make, for keys that compare texts)."""
+    return (op.name, ids.get(op.out, -1), op_tail(op), *[ids.get(v, -1) for v in op.inputs])
+
+
+def format_op(op: Op, ids: dict[Value, int], loc: bool = False, regions: dict[int, int] | None = None) -> str:
+    """`%3 = mul %1, %2 : f32[128,256]`; unknown values print as %? (used by the verifier). An op of
+    a flame.utils.checkpoint region ends with `checkpoint N` (N from `regions`, else its raw id)."""
+    text = f"%{ids.get(op.out, '?')} = {op.name}"
+    if op.inputs:
+        text += " " + ", ".join([f"%{ids.get(v, '?')}" for v in op.inputs])
+    text += op_tail(op) if regions is None else _tail(op, regions)
     if loc and op.loc:
         text += f"  # {op.loc.splitlines()[0]}"
     return text

@@ -35,7 +35,7 @@ from flame.ir.indexmap import swaps_last_two
 from flame.ir.ops.attention import BACKWARD, FORWARD, extras_of, mask_of
 from flame.ir.ops.collective import REDUCE_SCATTER
 from flame.ir.ops.host import OFFLOAD
-from flame.ir.printer import format_op
+from flame.ir.printer import format_op, op_key, op_tails
 from flame.ir.registry import epilogue_role, gemm_bias, get, reads_transposed
 from flame.plan.memory import plan_memory
 from flame.plan.steps import (
@@ -133,14 +133,44 @@ class Renders:
     alike to one rendered before (the same ops on the same types, wired the same way, the same kind,
     boundary reason, epilogue and outputs: a repeated block of a model) takes the kernels rendered for
     the first one, which codegen would render again to the same sources. `reused`: per canonical
-    group rendered more than once, the first group's kernel names and how many groups reused them."""
+    group rendered more than once, the first group's kernel names and how many groups reused them.
+    A group's canonical key is made only once a second group of its outline (`_outline`: what the
+    key tells at a glance) comes: the first of each outline waits in `alone` with its kernels (a
+    multi-tensor update of thousands of ops is the only one of its outline, and its key is never made)."""
 
     kernels: dict = dataclasses.field(default_factory=dict)  # canonical group -> kernels
     reused: dict = dataclasses.field(default_factory=dict)  # canonical group -> (kernel names, reuses)
     early: set = dataclasses.field(default_factory=set)  # rendered ahead of their turn, not yet asked for
+    alone: dict = dataclasses.field(default_factory=dict)  # outline -> (group, inputs, kernels, early)
+    keyed: set = dataclasses.field(default_factory=set)  # outlines whose groups' keys are made
+
+    def _key(self, item: FusionGroup, inputs: tuple[Value, ...]) -> tuple[tuple | None, tuple]:
+        """(item's canonical key, or None where no group of its outline came before; its outline).
+        The key of the group waiting alone with that outline is made now too, and kept as it would
+        have been at its render."""
+        outline = _outline(item, inputs)
+        first = self.alone.pop(outline, None)
+        if first is None and outline not in self.keyed:
+            return None, outline
+        if first is not None:
+            self.keyed.add(outline)
+            group, ins, kernels, early = first
+            key = canonical_group(group, ins)
+            self.kernels[key] = kernels
+            if early:
+                self.early.add(key)
+        return canonical_group(item, inputs), outline
 
     def render(self, item: FusionGroup, inputs: tuple[Value, ...]) -> list:
-        key = canonical_group(item, inputs)
+        first = self.alone.get(_outline(item, inputs))
+        if first is not None and first[0] is item and first[3]:  # its own turn (render_early rendered it)
+            self.alone[_outline(item, inputs)] = (*first[:3], False)
+            return first[2]
+        key, outline = self._key(item, inputs)
+        if key is None:
+            kernels = _render(item)
+            self.alone[outline] = (item, inputs, kernels, False)
+            return kernels
         kernels = self.kernels.get(key)
         if kernels is None:
             kernels = self.kernels[key] = _render(item)
@@ -153,11 +183,23 @@ class Renders:
 
     def render_early(self, item: FusionGroup, inputs: tuple[Value, ...]) -> list:
         """item's kernels rendered before its turn in the step (render gives them back at its turn)."""
-        key = canonical_group(item, inputs)
+        key, outline = self._key(item, inputs)
+        if key is None:
+            kernels = _render(item)
+            self.alone[outline] = (item, inputs, kernels, True)
+            return kernels
         if key not in self.kernels:
             self.kernels[key] = _render(item)
             self.early.add(key)
         return self.kernels[key]
+
+
+def _outline(group: FusionGroup, inputs: tuple[Value, ...]) -> tuple:
+    """What a group's canonical key (canonical_group) tells at a glance: groups of two outlines never
+    have one key."""
+    ops = group.ops
+    return (group.kind, group.reason, group.epilogue, group.update, len(ops), ops and ops[0].name,
+            ops and ops[-1].name, len(inputs), len(group.outputs))
 
 
 def canonical_group(group: FusionGroup, inputs: tuple[Value, ...]) -> tuple:
@@ -171,8 +213,9 @@ def canonical_group(group: FusionGroup, inputs: tuple[Value, ...]) -> tuple:
     lines = []
     for op in group.ops:
         for v in (*op.inputs, op.out):
-            local.setdefault(v, len(local))
-        lines.append(format_op(op, local))
+            if v not in local:
+                local[v] = len(local)
+        lines.append(op_key(op, local))
     return (str(group.kind), group.reason, group.epilogue, group.update, codegen_settings(),
             tuple(str(v.type) for v in inputs), tuple(local.get(v, -1) for v in group.outputs), tuple(lines))
 
@@ -220,10 +263,11 @@ class _Builder:
         self.buffer_of: dict[Value, int] = {}
         self.temp_roots: set[int] = set()
         self.renders = Renders()  # kernels rendered so far, by canonical group (a repeated block's reuse them)
-        self.strided = fold_attention_views(g, target.attention_layout_unsupported)  # views attention reads
+        users = g.users()
+        self.strided = fold_attention_views(g, target.attention_layout_unsupported, users)  # views attention reads
         # transposes that every matmul user reads with ta/tb instead; not one an attention call writes
         # its result through (its input then has no buffer: the call fills the transpose's own)
-        self.folded = {v for v in fold_transposes(g) if v.producer not in self.strided.skipped}
+        self.folded = {v for v in fold_transposes(g, users) if v.producer not in self.strided.skipped}
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -303,12 +347,12 @@ class _Builder:
         self.launches(kernels, tuple(self.buffer_of[v] for v in inputs), (bid,), (op,), reason=reason)
 
 
-def fold_transposes(g: Graph) -> set[Value]:
+def fold_transposes(g: Graph, users: dict | None = None) -> set[Value]:
     """Results of permutes that swap the last two axes, are read only by matmuls (and are not graph
     outputs) and run as their own kernel: each matmul reads the permute's input with ta/tb set, so
     no kernel runs. A permute fused into a larger kernel stays: that kernel runs anyway, and its
-    input may live only inside it (no buffer to read)."""
-    users, outs = g.users(), set(g.outputs)
+    input may live only inside it (no buffer to read). users: g.users(), where the caller has it."""
+    users, outs = g.users() if users is None else users, set(g.outputs)
     alone = None if g.groups is None else {grp.ops[0] for grp in g.groups if len(grp.ops) == 1}
     return {op.out for op in g.ops if swaps_last_two(op) and op.out not in outs and users[op.out]
             and all(map(reads_transposed, users[op.out])) and (alone is None or op in alone)}
@@ -512,6 +556,11 @@ def build_plan(g: Graph, lowering: Callable | None = None, target: Target | None
     `target` (compile_graph hands over the one the passes planned for; by default the reference
     executor's: every matmul epilogue, no library workspaces) says what the backend's library calls do."""
     target = DEFAULT_TARGET if target is None else target
+    with op_tails():  # (the ops' texts: each group's key, then its kernel's header)
+        return _build(g, lowering, target)
+
+
+def _build(g: Graph, lowering: Callable | None, target: Target) -> Plan:
     bld = _Builder(g, lowering, target)
     for i, (v, role) in enumerate(zip(g.inputs, g.roles)):
         bld.add(bld.ids[v], v, ROLE_OF_INPUT[role], index=i)

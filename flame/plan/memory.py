@@ -32,7 +32,7 @@ from functools import lru_cache
 import numpy as np
 
 from flame.errors import FlameError
-from flame.ir.graph import is_backward, is_recompute, segments
+from flame.ir.graph import is_backward, is_recompute
 from flame.ir.printer import format_op
 from flame.ir.registry import REGISTRY, flops
 from flame.plan.steps import (
@@ -111,12 +111,13 @@ def _read_pointwise(s: Step, dead_args: set[int], born_args: set[int], buffer_of
 
 def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict, dead: int, born: int,
                     buffer_of: dict | None = None, values_of: dict | None = None,
-                    owned: dict[int, set[int]] | None = None) -> bool:
+                    owned: dict[int, set[int]] | None = None, index: tuple[dict, dict] | None = None) -> bool:
     """Root buffers `dead` (last touched at step i) and `born` (first touched at step i) may occupy
     the same bytes: step i is one kernel that reads dead (through a buffer of born's shape) only with
     elementwise ops (all its ops, without buffer_of) and writes born. values_of (buffer id -> the
     values held in it: buffer_of inverted) and owned (root id -> the ids whose bytes it owns: itself
-    and its views), when the caller keeps them, only save time."""
+    and its views), when the caller keeps them, only save time; so does index (with owned: buffer id
+    -> the positions of the steps that read it, and of those that write it)."""
     (_, last), (first, _) = ranges.get(dead, (0, -1)), ranges.get(born, (-1, -1))
     if last != first or first < 0 or buffers[dead].nbytes != buffers[born].nbytes:
         return False
@@ -124,10 +125,14 @@ def shares_in_place(buffers: dict[int, Buffer], steps: list[Step], ranges: dict,
     if owned is None:
         outs = [a for a in s.writes if root(buffers, a) == born]
         ins = [a for a in s.reads if root(buffers, a) == dead]
-    else:  # the same ids (order and repeats do not matter below), without a walk to the root of every argument
+    elif index is None:  # the same ids (order and repeats do not matter below), without a walk to each root
         writes, reads = s.writes, s.reads
         outs = [a for a in owned.get(born, ()) if a in writes]
         ins = [a for a in owned.get(dead, ()) if a in reads]
+    else:  # the same again, without a search of the step's arguments (a horizontal kernel names hundreds)
+        reading, writing = index
+        outs = [a for a in owned.get(born, ()) if first in writing.get(a, ())]
+        ins = [a for a in owned.get(dead, ()) if first in reading.get(a, ())]
     return (bool(outs and ins) and all(buffers[a].shape == buffers[o].shape for a in ins for o in outs)
             and _read_pointwise(s, set(ins), set(outs), buffer_of, values_of)
             and _one_segment(s, set(ins), set(outs), buffer_of, values_of))
@@ -194,21 +199,32 @@ def _dataflow(ops: tuple) -> _Dataflow:
 @lru_cache(maxsize=64)
 def _dataflow_of(ops: tuple) -> _Dataflow:
     readers: dict = {op.out: [] for op in ops}
-    inside = set(readers)
+    written_at = {op.out: i for i, op in enumerate(ops)}
+    parent = list(range(len(ops)))  # the segments (flame.ir.graph.segments), by the ops' positions
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
     for i, op in enumerate(ops):
         for v in dict.fromkeys(op.inputs):
             readers.setdefault(v, []).append(i)
-    parts = segments(list(ops))
+            j = written_at.get(v)
+            if j is not None:
+                parent[find(i)] = find(j)
+    part: dict[int, int] = {}  # a segment's root -> its number, in the order of its first op
     written_in, read_in = {}, {}
-    for i, part in enumerate(parts):
-        for op in part:
-            written_in[op.out] = i
-            for v in op.inputs:
-                read_in.setdefault(v, set()).add(i)
+    for i, op in enumerate(ops):
+        k = part.setdefault(find(i), len(part))
+        written_in[op.out] = k
+        for v in op.inputs:
+            read_in.setdefault(v, set()).add(k)
     categories = [REGISTRY[op.name].category for op in ops]
-    return _Dataflow(readers, frozenset(v for v in readers if v not in inside),
-                     tuple(c == "elementwise" for c in categories), len(parts), written_in, read_in,
-                     {op.out: i for i, op in enumerate(ops)}, all(c in ("elementwise", "movement") for c in categories))
+    return _Dataflow(readers, frozenset(v for v in readers if v not in written_at),
+                     tuple(c == "elementwise" for c in categories), len(part), written_in, read_in,
+                     written_at, all(c in ("elementwise", "movement") for c in categories))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,10 +236,14 @@ class _InPlace:
     date through every rewrite: which steps read, write and touch each buffer id, the values held
     in each buffer, and the ids whose bytes each root owns (itself and its views). Each donation
     then looks at its own two buffers instead of scanning every step and value. A dropped step
-    leaves a hole (None) until the end, so step positions stay put."""
+    leaves a hole (None) until the end, so step positions stay put. A buffer substituted by another
+    keeps its id in the steps until the end (`renamed`: old id -> the id that took its place; the
+    indexes name the new one), where every step is renamed once: a horizontal kernel that names
+    hundreds of buffers is not copied at each of their donations."""
 
     def __init__(self, plan: Plan):
         self.plan = plan
+        self.renamed: dict[int, int] = {}
         self.buffers, self.steps, self.outputs = dict(plan.buffers), list(plan.steps), list(plan.outputs)
         self.output_at: dict[int, set[int]] = {}  # buffer id -> its positions in outputs
         for i, b in enumerate(self.outputs):
@@ -254,7 +274,17 @@ class _InPlace:
         return sorted(set().union(*(index.get(b, ()) for b in self.owned.get(r, ()))))
 
     def result(self) -> tuple[dict, list, list, dict]:
-        return self.buffers, [s for s in self.steps if s is not None], self.outputs, self.buffer_of
+        steps = [s for s in self.steps if s is not None]
+        if self.renamed:
+            final = {old: self._current(old) for old in self.renamed}
+            steps = [s.remapped(final) for s in steps]
+        return self.buffers, steps, self.outputs, self.buffer_of
+
+    def _current(self, b: int) -> int:
+        """The id buffer id `b` of a step is now (the id that took its place, where one did)."""
+        while b in self.renamed:
+            b = self.renamed[b]
+        return b
 
     def _set_output(self, out: int, bid: int) -> None:
         """Output position `out` is buffer id `bid`."""
@@ -272,9 +302,9 @@ class _InPlace:
 
     def _substitute(self, old: int, new: int) -> None:
         """Every use of root buffer `old` (step arguments, view bases, values' buffers) becomes root
-        `new`; old disappears. Step.renamed renames old in a step's reads, writes and touches alike."""
-        for i in self.touching.get(old, ()):
-            self.steps[i] = self.steps[i].renamed(old, new)
+        `new`; old disappears. The steps are renamed at the end (result: Step.remapped renames old in
+        a step's reads, writes and touches alike)."""
+        self.renamed[old] = new
         for index in (self.reading, self.writing, self.touching):
             if old in index:
                 index.setdefault(new, set()).update(index.pop(old))
@@ -302,12 +332,13 @@ class _InPlace:
         ranges = {p: (min(reads + [first]), first), xr: (first, writes[-1])}
         ok = all(r < first for r in reads) or (
             all(r <= first for r in reads) and buffers[xr].shape == buffers[p].shape
-            and shares_in_place(buffers, steps, ranges, p, xr, self.buffer_of, self.values_of, self.owned))
+            and shares_in_place(buffers, steps, ranges, p, xr, self.buffer_of, self.values_of, self.owned,
+                                (self.reading, self.writing)))
         only_copy = all(isinstance(steps[i], Copy) for i in writes)
-        if ok and only_copy and len(writes) == 1 and root(buffers, steps[first].src) == p:
+        if ok and only_copy and len(writes) == 1 and root(buffers, self._current(steps[first].src)) == p:
             for index, bids in self._indexes(steps[first]):  # copying the input onto itself
                 for b in bids:
-                    index[b].discard(first)
+                    index[self._current(b)].discard(first)
             steps[first] = None
             del buffers[xr]
             self.owned.pop(xr)
@@ -418,7 +449,10 @@ def place(buffers: dict[int, Buffer], blocks: list[tuple[tuple[int, ...], int, i
     bound = _most_live(sized)
     best: tuple[list, int] | None = None
     for order in _ORDERS:
-        offsets, size = _best_fit(sorted(sized, key=order))
+        got = _best_fit(sorted(sized, key=order), None if best is None else best[1])
+        if got is None:  # as large as the best so far before its last block: not kept
+            continue
+        offsets, size = got
         if best is None or size < best[1]:
             best = (offsets, size)
         if size <= bound:  # no placement holds less than what one step has live
@@ -440,9 +474,11 @@ def _most_live(sized: list[tuple[int, int, int, tuple]]) -> int:
     return most
 
 
-def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int, tuple]], int]:
+def _best_fit(sized: list[tuple[int, int, int, tuple]],
+              limit: int | None = None) -> tuple[list[tuple[int, tuple]], int] | None:
     """Each block, in the given order, into the smallest gap between the blocks placed before it that
-    are live at the same time, or on top of them: ([(offset, block)], arena size). (The blocks placed
+    are live at the same time, or on top of them: ([(offset, block)], arena size); None as soon as the
+    arena reaches `limit` (the size of a placement found before: this one cannot be smaller). (The blocks placed
     so far are kept in arrays: finding those live with a block, and the gaps between them, are
     vectorised, not a walk: the gap before each live block, in order of offset, runs from the highest
     end of those before it; the smallest gap that fits wins, the lowest such on a tie.)"""
@@ -468,6 +504,8 @@ def _best_fit(sized: list[tuple[int, int, int, tuple]]) -> tuple[list[tuple[int,
         starts[k], ends[k], firsts[k], lasts[k] = offset, offset + need, lo, hi
         offsets.append((offset, block))
         size = max(size, offset + need)
+        if limit is not None and size >= limit:
+            return None
     return offsets, size
 
 

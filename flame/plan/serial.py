@@ -72,6 +72,11 @@ def _enc(x, ops: dict[Op, int], texts: dict[str, int]):
         return x
     if t is tuple:
         return [v if type(v) in _SELF else _enc(v, ops, texts) for v in x]
+    if t is Op:  # (a fused kernel's thousands of ops)
+        at = ops.get(x)
+        if at is None:
+            raise NotStorable(f"a step reads op {x.name}, which is not in the graph")
+        return {"o": at}
     if t is str and len(x) >= LONG:
         return {"s": texts.setdefault(x, len(texts))}
     if isinstance(x, Op):

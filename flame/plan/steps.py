@@ -166,6 +166,18 @@ class Step:
                 changed[name] = new
         return with_fields(self, changed) if changed else self  # most steps do not name old
 
+    def remapped(self, ids: dict[int, int]) -> Step:
+        """This step with every buffer id in `ids` replaced by the id it maps to (renamed for each)."""
+        changed = {}
+        for name in _buffer_fields(type(self)):
+            v = getattr(self, name)
+            if isinstance(v, tuple):
+                if any(a in ids for a in v):
+                    changed[name] = tuple([ids.get(a, a) for a in v])
+            elif v in ids:
+                changed[name] = ids[v]
+        return with_fields(self, changed) if changed else self
+
     def format(self, ids: dict[Value, int]) -> str:
         raise NotImplementedError
 

@@ -214,13 +214,14 @@ def _write_chain(v: Value, g: Graph, users: dict, alone: set[Op]) -> list[Op]:
     return [] if all(view_start(op) == 0 for op in chain) else chain
 
 
-def fold_attention_views(g: Graph, layout_unsupported) -> Folded:
+def fold_attention_views(g: Graph, layout_unsupported, users: dict | None = None) -> Folded:
     """Which attention operands are read, and which attention results written, through strides
     (see Folded). `layout_unsupported(op, name, shape, layout)` says why the library cannot take
     operand `name` of attention op `op` at that layout ("" if it can). A chain is folded only when
     every value it computes is read by nothing but the chain and attention calls that take it
-    strided (no kernel, no graph output needs its buffer), and a group of views runs wholly or not."""
-    users, alone = g.users(), _views_alone(g)
+    strided (no kernel, no graph output needs its buffer), and a group of views runs wholly or not.
+    users: g.users(), where the caller has it."""
+    users, alone = g.users() if users is None else users, _views_alone(g)
     folds, refused = [], {}
     for op in [op for op in g.ops if op.name in (FORWARD, BACKWARD)]:
         got = _fold_result(op, g, users, alone, layout_unsupported)

@@ -19,7 +19,7 @@ import numpy as np
 
 from flame.ir.evaluate import compute_op
 from flame.ir.graph import Op, Value
-from flame.ir.registry import REGISTRY, is_fill, is_relabel
+from flame.ir.registry import REGISTRY, is_relabel
 from flame.plan.steps import KernelLaunch, Plan
 
 CONST, SEG, ELEM = 0, 1, 2  # a value the same in every segment, a scalar per segment, a tensor per segment
@@ -124,8 +124,9 @@ class _Segment:
         sig = [tuple((v.dtype.name, k) for v, k in zip(self.read_values, read_kinds))]
         for op, refs in zip(self.ops, self.wiring):
             opdef = REGISTRY[op.name]
+            relabel = opdef.view is not None and opdef.view.relabel  # (is_relabel, is_fill of the OpDef at hand)
             if opdef.random or opdef.positional or opdef.category not in ("elementwise", "movement") or \
-                    (opdef.category == "movement" and not is_relabel(op)) or (is_fill(op) and op.out.shape):
+                    (opdef.category == "movement" and not relabel) or (opdef.constant and op.out.shape):
                 return None
             ins = [kinds[j] if inner else read_kinds[j] for inner, j in refs]
             kind = self._kind(op.out.shape)
@@ -134,7 +135,7 @@ class _Segment:
             if kind == SEG and all(k == CONST for k in ins):
                 kind = CONST  # full, or arithmetic on constants: the same in every segment
             kinds.append(kind)
-            attrs = () if is_relabel(op) else tuple(sorted((k, repr(v)) for k, v in op.attrs.items()))
+            attrs = () if relabel or not op.attrs else tuple(sorted((k, repr(v)) for k, v in op.attrs.items()))
             sig.append((op.name, attrs, op.out.dtype.name, kind, refs))  # a batched relabelling view moves nothing: any
             # target shape runs alike (a bias's gradient arrives as [1, 1, n] whatever its n)
         self.kinds = kinds
